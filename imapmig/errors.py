@@ -1,0 +1,87 @@
+# -*- test-case-name: tests.test_errors -*-
+"""
+One hierarchy of errors, split into what may succeed if tried again later
+(L{TransientError}) and what will not (L{PermanentError}).  IMAP replies are
+mapped to it once, at the session edge (L{imapmig.imap.session}).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class ImapmigError(Exception):
+    """
+    The base of every error imapmig raises on purpose.
+    """
+
+
+class ConfigError(ImapmigError):
+    """
+    The configuration is invalid.
+
+    @ivar problems: one line per problem, each naming the file and the
+        path of the offending key, e.g.
+        C{"jobs[1].destination.server: no server named 'nwe'"}.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class TransientError(ImapmigError):
+    """
+    May succeed later: a dropped connection, a timeout, a server that says
+    C{[UNAVAILABLE]} or C{[INUSE]}.
+    """
+
+
+class ConnectionLost(TransientError):
+    """
+    The connection to the server closed while commands were outstanding.
+    """
+
+
+class PermanentError(ImapmigError):
+    """
+    Will not succeed by retrying as is.
+    """
+
+
+class AuthenticationFailed(PermanentError):
+    """
+    The server refused the credentials.
+    """
+
+
+class TLSRequired(PermanentError):
+    """
+    C{starttls: required} but the server does not offer STARTTLS.
+    """
+
+
+class CommandFailed(ImapmigError):
+    """
+    The server answered a command with C{NO} or C{BAD}.
+
+    @ivar status: C{"NO"} or C{"BAD"}.
+    @ivar code: the response code's atom, upper-cased (C{"TRYCREATE"},
+        C{"OVERQUOTA"}), or L{None}.
+    @ivar text: the server's text, verbatim, for the record.
+    """
+
+    def __init__(self, command: str, status: str, code: str | None, text: str) -> None:
+        self.command = command
+        self.status = status
+        self.code = code
+        self.text = text
+        super().__init__(f"{command}: {status} {text}")
+
+
+class SourceError(PermanentError):
+    """
+    The source cannot be read at all (the Maildir vanished, a permission
+    problem on the folder); a single unreadable message is not an error but
+    an outcome recorded for that message.
+    """

@@ -1,0 +1,44 @@
+# -*- test-case-name: tests.test_sources -*-
+"""
+Where messages come from.  Every source provides L{IMessageSource}: it lists
+folders and messages cheaply, and reads bodies in bounded batches just
+before they are sent, so memory stays bounded whatever the source size.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from twisted.internet.defer import Deferred
+from zope.interface import Interface
+
+from imapmig.message import MessageBody, SourceFolder, SourceMessage
+
+
+class IMessageSource(Interface):
+    """
+    A mail store to migrate from.
+    """
+
+    def listFolders() -> "Deferred[Sequence[SourceFolder]]":
+        """
+        Every folder of the source, parents before children.
+
+        @raise imapmig.errors.SourceError: (as a failure) the source cannot
+            be read at all.
+        """
+
+    def listMessages(folder: SourceFolder) -> "Deferred[Sequence[SourceMessage]]":
+        """
+        The messages of C{folder}, without their bodies, in a stable order
+        (oldest first where the source knows).
+        """
+
+    def readBodies(
+        folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> "Deferred[Sequence[MessageBody]]":
+        """
+        The bodies of C{messages}, in the same order, with CRLF line endings;
+        a body that cannot be read is an L{imapmig.message.UnreadableMessage}
+        carrying the reason, never an exception.
+        """
