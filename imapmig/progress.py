@@ -46,7 +46,6 @@ class JobProgress:
         "messagesFailed",
         "bytesDone",
         "foldersTotal",
-        "foldersDone",
         "currentFolder",
         "error",
         "startedAt",
@@ -63,7 +62,6 @@ class JobProgress:
         self.messagesFailed = 0
         self.bytesDone = 0
         self.foldersTotal = 0
-        self.foldersDone = 0
         self.currentFolder: str | None = None
         self.error: str | None = None
         self.startedAt: float | None = None
@@ -119,7 +117,6 @@ class JobProgress:
             "messages_pending": self.messagesPending,
             "bytes_done": self.bytesDone,
             "folders_total": self.foldersTotal,
-            "folders_done": self.foldersDone,
             "current_folder": self.currentFolder,
             "error": self.error,
             "started_at": self.startedAt,

@@ -1,0 +1,1 @@
+"""The IMAP protocol layer: client adapter, APPEND pipeline, session facade."""

@@ -1,0 +1,574 @@
+# -*- test-case-name: tests.test_imap_pipeline -*-
+"""
+The APPEND pipeline: many APPEND commands in flight on one connection.
+
+How it is fast:
+  - Non-synchronizing literals (C{{N+}}, RFC 7888) where the server offers
+    LITERAL+ (any size) or LITERAL- (up to 4096 octets): the next command
+    leaves without waiting for any reply.
+  - MULTIAPPEND (RFC 3502) batches: the server pays its per-command cost
+    (transaction, index update, fsync) once per batch.
+  - Synchronizing literals otherwise, still pipelined as far as the protocol
+    allows: each literal waits for its C{+}, but the next command leaves in
+    the same write as the previous literal, not after the previous reply.
+  - Every write is one C{writeSequence} of whole commands (command line,
+    literal and CRLF together), so no small trailing segment waits on an
+    ACK.
+  - A window bounded by messages and octets in flight, and backpressure
+    from the transport (the pipeline is its push producer), so memory stays
+    bounded whatever the source size.
+
+How it fails honestly:
+  - A tagged C{OK} carrying C{[APPENDUID v uids]} (RFC 4315) gives each
+    message its destination UID.
+  - A C{NO}/C{BAD} for one message records that message as refused with the
+    server's text; the rest keep flowing.
+  - MULTIAPPEND is atomic: a refused batch is split in halves and retried
+    until only the messages at fault are refused.
+  - A lost connection leaves the outcome of in-flight messages unknown: they
+    are reported as neither appended nor refused.
+
+This module sees bytes and tags only; it knows nothing of folders, jobs or
+the state store.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+from enum import Enum
+from typing import Collection, Iterable, Protocol
+
+from attrs import frozen
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from imapmig.errors import ConnectionLost
+from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.message import formatInternalDate
+
+LITERAL_MINUS_LIMIT = 4096
+
+
+class LiteralMode(Enum):
+    """
+    How message literals are sent.
+    """
+
+    PLUS = "LITERAL+"
+    """Non-synchronizing literals of any size."""
+
+    MINUS = "LITERAL-"
+    """Non-synchronizing literals up to 4096 octets, synchronizing above."""
+
+    SYNC = "synchronizing"
+    """Every literal waits for the server's continuation."""
+
+
+def chooseLiteralMode(capabilities: Collection[bytes]) -> LiteralMode:
+    """
+    The best literal mode the server's capabilities allow.
+
+    @param capabilities: capability names, upper-case, e.g. C{b"LITERAL+"}.
+    """
+    if b"LITERAL+" in capabilities:
+        return LiteralMode.PLUS
+    if b"LITERAL-" in capabilities:
+        return LiteralMode.MINUS
+    return LiteralMode.SYNC
+
+
+@frozen
+class PipelineSettings:
+    """
+    How one connection's pipeline sends.
+
+    @ivar literalMode: see L{LiteralMode}.
+    @ivar batchMessages: messages per APPEND command; 1 without MULTIAPPEND.
+    @ivar batchBytes: octets per APPEND command (a single larger message
+        still goes alone).
+    @ivar windowMessages: messages sent and awaiting their reply, at most.
+    @ivar windowBytes: octets sent and awaiting their reply, at most (a
+        single larger message still goes, alone in flight).
+    """
+
+    literalMode: LiteralMode
+    batchMessages: int
+    batchBytes: int
+    windowMessages: int
+    windowBytes: int
+
+    @classmethod
+    def forServer(
+        cls,
+        capabilities: Collection[bytes],
+        batchMessages: int,
+        batchBytes: int,
+        windowMessages: int,
+        windowBytes: int,
+    ) -> PipelineSettings:
+        """
+        Settings for a server with C{capabilities}: MULTIAPPEND batches only
+        where offered, the best literal mode it allows.
+        """
+        if b"MULTIAPPEND" not in capabilities:
+            batchMessages = 1
+        return cls(
+            literalMode=chooseLiteralMode(capabilities),
+            batchMessages=max(1, batchMessages),
+            batchBytes=batchBytes,
+            windowMessages=max(1, windowMessages),
+            windowBytes=windowBytes,
+        )
+
+
+class OutgoingMessage:
+    """
+    One message ready for the wire.
+
+    @ivar body: the message, CRLF line endings, sent as one literal.
+    @ivar arguments: what precedes the literal in the APPEND command, with
+        a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
+        C{b""}.
+    @ivar origin: whatever the caller needs to record the outcome (the
+        pipeline never looks at it).
+    """
+
+    __slots__ = ("body", "arguments", "origin")
+
+    def __init__(self, body: bytes, arguments: bytes, origin: object) -> None:
+        self.body = body
+        self.arguments = arguments
+        self.origin = origin
+
+
+_flagArguments: dict[tuple[str, ...], bytes] = {}
+
+
+def appendArguments(flags: tuple[str, ...], internalDate: datetime | None) -> bytes:
+    """
+    The optional APPEND arguments for a message: its flag list and its
+    INTERNALDATE, each preceded by a space.  Flag lists are cached: a
+    mailbox has few distinct ones.
+    """
+    encoded = _flagArguments.get(flags)
+    if encoded is None:
+        encoded = b" (" + " ".join(flags).encode("ascii") + b")" if flags else b""
+        _flagArguments[flags] = encoded
+    if internalDate is None:
+        return encoded
+    return encoded + b" " + formatInternalDate(internalDate)
+
+
+def encodeMailboxName(name: str) -> bytes:
+    """
+    A mailbox name as an IMAP quoted string in modified UTF-7 (RFC 3501
+    5.1.3).
+    """
+    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+
+    encoded = name.encode("imap4-utf-7")
+    return b'"' + encoded.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+def parseUIDSet(text: bytes) -> list[int]:
+    """
+    Expand an IMAP UID set such as C{b"4:6,9"} into C{[4, 5, 6, 9]}.
+
+    @raise ValueError: C{text} is not a UID set.
+    """
+    uids: list[int] = []
+    for part in text.split(b","):
+        low, sep, high = part.partition(b":")
+        if sep:
+            first, last = int(low), int(high)
+            if first > last:
+                first, last = last, first
+            uids.extend(range(first, last + 1))
+        else:
+            uids.append(int(low))
+    return uids
+
+
+def parseAppendUID(text: bytes) -> tuple[int, list[int]] | None:
+    """
+    The UIDVALIDITY and UIDs of an C{OK [APPENDUID v uids] ...} text (the
+    part after C{OK}), or L{None} if it carries none or is malformed.
+    """
+    if not text.startswith(b"[APPENDUID "):
+        return None
+    end = text.find(b"]")
+    parts = text[11:end].split()
+    if end == -1 or len(parts) != 2:
+        return None
+    try:
+        return int(parts[0]), parseUIDSet(parts[1])
+    except ValueError:
+        return None
+
+
+class AppendOutcomes(Protocol):
+    """
+    Receives the outcome of every message the pipeline sent.
+    """
+
+    def messageAppended(
+        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    ) -> None:
+        """
+        The server stored C{message}; C{uidValidity} and C{uid} come from
+        C{APPENDUID} where the server has UIDPLUS.
+        """
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        """
+        The server refused C{message} alone; C{reason} is its reply.
+        """
+
+
+class _AppendCommand:
+    """
+    One APPEND command in flight.
+
+    @ivar sentUpTo: in synchronizing mode, the index of the message whose
+        literal awaits the server's continuation.
+    """
+
+    __slots__ = ("tag", "messages", "size", "sentUpTo")
+
+    def __init__(self, tag: bytes, messages: list[OutgoingMessage], size: int) -> None:
+        self.tag = tag
+        self.messages = messages
+        self.size = size
+        self.sentUpTo = 0
+
+
+@implementer(IPushProducer)
+class AppendPipeline:
+    """
+    Sends APPEND commands on one connection, as many at once as the
+    protocol, the window and the transport allow.
+
+    Use: L{selectMailbox} (once idle), L{enqueue} messages, wait on
+    L{hungry} to enqueue more and on L{drained} for the last replies.
+
+    @ivar messagesInFlight: messages sent, awaiting their reply.
+    @ivar bytesInFlight: their octets.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        client: MigrationIMAP4Client,
+        settings: PipelineSettings,
+        outcomes: AppendOutcomes,
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._outcomes = outcomes
+        self._mailbox = b""
+        self._queue: deque[OutgoingMessage] = deque()
+        self._queuedBytes = 0
+        self._retry: deque[list[OutgoingMessage]] = deque()
+        self._inFlight: dict[bytes, _AppendCommand] = {}
+        self.messagesInFlight = 0
+        self.bytesInFlight = 0
+        self._blocked: _AppendCommand | None = None
+        self._paused = False
+        self._failure: Failure | None = None
+        self._drainedWaiters: list[Deferred[None]] = []
+        self._hungryWaiters: list[Deferred[None]] = []
+        self._lowWaterMessages = 2 * settings.batchMessages
+        self._lowWaterBytes = 2 * settings.batchBytes
+        self._sync = settings.literalMode is LiteralMode.SYNC
+        self._minus = settings.literalMode is LiteralMode.MINUS
+        client.pipeline = self
+        client.transport.registerProducer(self, True)
+
+    @property
+    def settings(self) -> PipelineSettings:
+        """
+        How this pipeline sends.
+        """
+        return self._settings
+
+    @property
+    def busy(self) -> bool:
+        """
+        Whether commands are in flight.
+        """
+        return bool(self._inFlight)
+
+    @property
+    def idle(self) -> bool:
+        """
+        Whether nothing is queued, waiting for a retry or in flight.
+        """
+        return not (self._inFlight or self._queue or self._retry)
+
+    def ownsTag(self, tag: bytes) -> bool:
+        """
+        Whether C{tag} is one of this pipeline's commands.
+        """
+        return tag in self._inFlight
+
+    def selectMailbox(self, mailbox: str) -> None:
+        """
+        Send the following messages to C{mailbox}.
+
+        @raise RuntimeError: messages for the previous mailbox are still
+            queued or in flight.
+        """
+        if not self.idle:
+            raise RuntimeError("selectMailbox on a pipeline that is not idle")
+        self._mailbox = encodeMailboxName(mailbox)
+
+    def enqueue(self, messages: Iterable[OutgoingMessage]) -> None:
+        """
+        Queue C{messages} for the current mailbox and send what the window
+        allows.
+
+        @raise ConnectionLost: the connection is gone.
+        """
+        if self._failure is not None:
+            raise ConnectionLost(str(self._failure.value))
+        queue = self._queue
+        size = 0
+        for message in messages:
+            queue.append(message)
+            size += len(message.body)
+        self._queuedBytes += size
+        self._pump(None)
+
+    def hungry(self) -> Deferred[None]:
+        """
+        Fires when fewer messages are queued than keep full batches going,
+        so the caller should enqueue more.
+        """
+        if self._failure is not None:
+            return fail(self._failure)
+        if self._isHungry():
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._hungryWaiters.append(waiter)
+        return waiter
+
+    def drained(self) -> Deferred[None]:
+        """
+        Fires when every queued message has its outcome.
+        """
+        if self._failure is not None:
+            return fail(self._failure)
+        if self.idle:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._drainedWaiters.append(waiter)
+        return waiter
+
+    def close(self) -> None:
+        """
+        Stop producing on the transport; the pipeline must be idle.
+        """
+        if self._client.pipeline is self:
+            self._client.pipeline = None
+            if self._failure is None:
+                self._client.transport.unregisterProducer()
+
+    # IPushProducer: the transport's backpressure.
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        self._pump(None)
+
+    def stopProducing(self) -> None:
+        self._paused = True
+
+    # Sending.
+
+    def _isHungry(self) -> bool:
+        return (
+            len(self._queue) < self._lowWaterMessages
+            and self._queuedBytes < self._lowWaterBytes
+        )
+
+    def _nextBatch(self) -> list[OutgoingMessage] | None:
+        settings = self._settings
+        inFlight = self.messagesInFlight
+        roomMessages = settings.windowMessages - inFlight
+        roomBytes = settings.windowBytes - self.bytesInFlight
+        if self._retry:
+            batch = self._retry[0]
+            if inFlight and (
+                len(batch) > roomMessages
+                or sum(len(m.body) for m in batch) > roomBytes
+            ):
+                return None
+            return self._retry.popleft()
+        queue = self._queue
+        if not queue:
+            return None
+        limit = min(settings.batchMessages, roomMessages)
+        limitBytes = min(settings.batchBytes, roomBytes)
+        batch = []
+        size = 0
+        while queue and len(batch) < limit:
+            n = len(queue[0].body)
+            if size + n > limitBytes and (batch or inFlight):
+                break
+            batch.append(queue.popleft())
+            size += n
+        self._queuedBytes -= size
+        return batch or None
+
+    def _pump(self, out: list[bytes] | None) -> None:
+        """
+        Send as many commands as allowed, as one write.
+
+        @param out: pieces already due on the wire (the rest of a command
+            whose continuation just arrived), written first.
+        """
+        if out is None:
+            out = []
+        while self._blocked is None and not self._paused:
+            batch = self._nextBatch()
+            if batch is None:
+                break
+            tag = self._client.makeTag()
+            command = _AppendCommand(tag, batch, sum(len(m.body) for m in batch))
+            self._inFlight[tag] = command
+            self.messagesInFlight += len(batch)
+            self.bytesInFlight += command.size
+            self._writeLiterals(command, 0, out)
+        if out:
+            self._client.transport.writeSequence(out)
+        if self._hungryWaiters and self._isHungry():
+            waiters, self._hungryWaiters = self._hungryWaiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:
+        """
+        Append to C{out} the part of C{command} from message C{start} on, up
+        to its end or to the first synchronizing literal.
+        """
+        messages = command.messages
+        sync = self._sync
+        minus = self._minus
+        for index in range(start, len(messages)):
+            message = messages[index]
+            size = len(message.body)
+            if index == 0:
+                prefix = b"%s APPEND %s%s" % (command.tag, self._mailbox, message.arguments)
+            else:
+                prefix = message.arguments
+            if sync or (minus and size > LITERAL_MINUS_LIMIT):
+                out.append(b"%s {%d}\r\n" % (prefix, size))
+                command.sentUpTo = index
+                self._blocked = command
+                return
+            out.append(b"%s {%d+}\r\n" % (prefix, size))
+            out.append(message.body)
+        out.append(b"\r\n")
+
+    # Receiving, called by the client.
+
+    def continuationReceived(self, text: bytes) -> None:
+        """
+        The server is ready for the literal we are waiting to send.
+        """
+        command = self._blocked
+        if command is None:
+            self._log.error(
+                "Unexpected continuation request from the server: {text}",
+                text=text[:200].decode("utf-8", "replace"),
+            )
+            self._client.transport.loseConnection()
+            return
+        self._blocked = None
+        index = command.sentUpTo
+        out = [command.messages[index].body]
+        self._writeLiterals(command, index + 1, out)
+        self._pump(out)
+
+    def untaggedReceived(self, text: bytes) -> None:
+        """
+        An untagged reply while APPENDs are in flight: C{EXISTS} and
+        C{RECENT} are expected and ignored; anything else is logged.
+        """
+        if text.endswith((b" EXISTS", b" RECENT")):
+            return
+        if text.startswith((b"BYE", b"NO", b"BAD")) or b"[ALERT]" in text:
+            self._log.warn(
+                "Server says: {text}", text=text[:500].decode("utf-8", "replace")
+            )
+
+    def taggedReceived(self, tag: bytes, text: bytes) -> None:
+        """
+        The reply to one of our APPEND commands.
+        """
+        command = self._inFlight.pop(tag)
+        messages = command.messages
+        self.messagesInFlight -= len(messages)
+        self.bytesInFlight -= command.size
+        if self._blocked is command:
+            # Refused before the server asked for the rest of it.
+            self._blocked = None
+        status, _, rest = text.partition(b" ")
+        if status == b"OK":
+            appendUID = parseAppendUID(rest)
+            outcomes = self._outcomes
+            if appendUID is not None and len(appendUID[1]) == len(messages):
+                uidValidity, uids = appendUID
+                for message, uid in zip(messages, uids):
+                    outcomes.messageAppended(message, uidValidity, uid)
+            else:
+                for message in messages:
+                    outcomes.messageAppended(message, None, None)
+        elif len(messages) > 1:
+            # MULTIAPPEND is atomic: nothing of this batch was stored.
+            # Retry the halves first, before anything still queued.
+            middle = len(messages) // 2
+            self._retry.appendleft(messages[middle:])
+            self._retry.appendleft(messages[:middle])
+        else:
+            self._outcomes.messageRefused(
+                messages[0], text.decode("utf-8", "replace")
+            )
+        self._pump(None)
+        if self._drainedWaiters and self.idle:
+            waiters, self._drainedWaiters = self._drainedWaiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    def connectionLost(self, reason: Failure) -> None:
+        """
+        The connection is gone: in-flight messages have an unknown outcome,
+        queued ones were never sent; every waiter fails.
+        """
+        self._failure = Failure(ConnectionLost(str(reason.value)))
+        self._paused = True
+        waiters = self._drainedWaiters + self._hungryWaiters
+        self._drainedWaiters = []
+        self._hungryWaiters = []
+        for waiter in waiters:
+            waiter.errback(self._failure)
+
+    def unsettled(self) -> list[OutgoingMessage]:
+        """
+        Messages whose outcome is not known: in flight, waiting for a retry,
+        or queued.
+        """
+        result: list[OutgoingMessage] = []
+        for command in self._inFlight.values():
+            result.extend(command.messages)
+        for batch in self._retry:
+            result.extend(batch)
+        result.extend(self._queue)
+        return result

@@ -1,0 +1,348 @@
+# -*- test-case-name: tests.test_imap_session -*-
+"""
+A typed async facade over one IMAP connection.
+
+It connects (TCP or implicit TLS, then STARTTLS where required), logs in,
+and offers the few commands a migration needs, returning domain values and
+raising L{imapmig.errors} exceptions: this is the one place where IMAP
+replies are mapped to the error hierarchy.  Nothing above it sees
+L{IMAP4Client}.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, TypeVar
+
+from attrs import frozen
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import connectProtocol
+from twisted.internet.error import ConnectError, ConnectionDone
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.logger import Logger
+from twisted.mail.imap4 import Command, IMAP4Exception
+
+from imapmig.errors import (
+    AuthenticationFailed,
+    CommandFailed,
+    ConnectionLost,
+    PermanentError,
+    TLSRequired,
+    TransientError,
+)
+from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.pipeline import (
+    AppendOutcomes,
+    AppendPipeline,
+    PipelineSettings,
+    encodeMailboxName,
+)
+
+T = TypeVar("T")
+
+log = Logger()
+
+
+@frozen
+class MailboxInfo:
+    """
+    A mailbox as LIST shows it.
+
+    @ivar name: decoded from modified UTF-7.
+    @ivar attributes: e.g. C{("\\HasNoChildren", "\\Sent")}.
+    """
+
+    name: str
+    delimiter: str | None
+    attributes: tuple[str, ...]
+
+
+@frozen
+class SelectedMailbox:
+    """
+    What SELECT tells about a mailbox.
+    """
+
+    name: str
+    uidValidity: int | None
+    exists: int
+    permanentFlags: tuple[str, ...]
+
+
+def parseResponseCode(text: str) -> str | None:
+    """
+    The response code atom of a reply text (C{"[TRYCREATE] No such
+    mailbox"} gives C{"TRYCREATE"}), or L{None}.
+    """
+    if not text.startswith("["):
+        return None
+    end = text.find("]")
+    if end == -1:
+        return None
+    atom = text[1:end].split(" ", 1)[0]
+    return atom.upper() or None
+
+
+def capabilitySet(caps: dict[bytes, Any] | None) -> frozenset[bytes]:
+    """
+    Twisted's capability mapping as a flat set: C{{b"AUTH": [b"PLAIN"],
+    b"IDLE": None}} becomes C{{b"AUTH=PLAIN", b"IDLE"}}, all upper-case.
+    """
+    result: set[bytes] = set()
+    for name, values in (caps or {}).items():
+        name = name.upper()
+        if values is None:
+            result.add(name)
+        else:
+            result.update(name + b"=" + value.upper() for value in values)
+    return frozenset(result)
+
+
+async def _mapped(command: str, d: Deferred[T]) -> T:
+    """
+    Await C{d}, mapping Twisted's IMAP and connection errors to ours.
+    """
+    try:
+        return await d
+    except IMAP4Exception as e:
+        text = e.args[0] if e.args else ""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        text = str(text)
+        raise CommandFailed(command, "NO", parseResponseCode(text), text) from None
+    except (ConnectionDone, ConnectError, ConnectionLost) as e:
+        raise ConnectionLost(f"{command}: connection lost: {e}") from None
+    except Exception as e:
+        if type(e).__module__.startswith(("twisted.internet", "OpenSSL")):
+            raise ConnectionLost(f"{command}: {e}") from None
+        raise
+
+
+class IMAPSession:
+    """
+    One logged-in IMAP connection.
+
+    @ivar capabilities: the server's capabilities after login.
+    """
+
+    def __init__(self, client: MigrationIMAP4Client, description: str) -> None:
+        self._client = client
+        self._description = description
+        self.capabilities: frozenset[bytes] = frozenset()
+        self._pipeline: AppendPipeline | None = None
+
+    @property
+    def description(self) -> str:
+        """
+        Who this session is: C{"alice at tcp:mail.example.org:143"}.
+        """
+        return self._description
+
+    @property
+    def client(self) -> MigrationIMAP4Client:
+        """
+        The protocol, for tests that inspect the transport.
+        """
+        return self._client
+
+    async def startTLS(self, tlsOptions: object) -> None:
+        """
+        Upgrade the connection with STARTTLS.
+
+        @raise TLSRequired: the server does not offer it.
+        """
+        caps = capabilitySet(await _mapped("CAPABILITY", self._client.getCapabilities()))
+        if b"STARTTLS" not in caps:
+            raise TLSRequired(
+                f"{self._description}: server does not offer STARTTLS "
+                "(set starttls: off to allow cleartext, or use a tls: endpoint)"
+            )
+        try:
+            await _mapped("STARTTLS", self._client.startTLS(tlsOptions))
+        except ConnectionLost as e:
+            raise PermanentError(f"{self._description}: TLS handshake failed: {e}") from None
+
+    async def login(self, user: str, password: str) -> None:
+        """
+        Log in: AUTHENTICATE PLAIN with an initial response where the server
+        offers SASL-IR (any password octets, one round trip), LOGIN
+        otherwise.  The password never appears in an error or a log.
+
+        @raise AuthenticationFailed: the server refused.
+        """
+        caps = capabilitySet(await _mapped("CAPABILITY", self._client.getCapabilities()))
+        if b"LOGINDISABLED" in caps and b"AUTH=PLAIN" not in caps:
+            raise AuthenticationFailed(
+                f"{self._description}: server refuses cleartext login (LOGINDISABLED)"
+            )
+        if b"SASL-IR" in caps and b"AUTH=PLAIN" in caps:
+            token = base64.b64encode(
+                b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8")
+            )
+            command = Command(b"AUTHENTICATE", b"PLAIN " + token)
+        else:
+            if not (user.isascii() and password.isascii()) or any(
+                c in user + password for c in "\r\n\0"
+            ):
+                raise AuthenticationFailed(
+                    f"{self._description}: the user name or password has characters "
+                    "LOGIN cannot carry and the server offers no SASL-IR AUTH=PLAIN"
+                )
+            command = Command(b"LOGIN", _quoted(user) + b" " + _quoted(password))
+        try:
+            await _mapped("LOGIN", self._client.sendCommand(command))
+        except CommandFailed as e:
+            raise AuthenticationFailed(
+                f"{self._description}: login refused: {e.text}"
+            ) from None
+        self.capabilities = capabilitySet(
+            await _mapped("CAPABILITY", self._client.getCapabilities(useCache=0))
+        )
+
+    async def listMailboxes(self) -> list[MailboxInfo]:
+        """
+        Every mailbox (C{LIST "" "*"}).
+        """
+        rows = await _mapped("LIST", self._client.list("", "*"))
+        return [_mailboxInfo(row) for row in rows]
+
+    async def hierarchyDelimiter(self) -> str | None:
+        """
+        The hierarchy delimiter of the personal namespace (C{LIST "" ""}),
+        or L{None} for a flat server.
+        """
+        rows = await _mapped("LIST", self._client.list("", ""))
+        for row in rows:
+            info = _mailboxInfo(row)
+            if info.delimiter:
+                return info.delimiter
+        return None
+
+    async def create(self, mailbox: str) -> None:
+        """
+        Create C{mailbox}.
+        """
+        await _mapped(
+            "CREATE", self._client.sendCommand(Command(b"CREATE", encodeMailboxName(mailbox)))
+        )
+
+    async def subscribe(self, mailbox: str) -> None:
+        """
+        Subscribe to C{mailbox}.
+        """
+        await _mapped(
+            "SUBSCRIBE",
+            self._client.sendCommand(Command(b"SUBSCRIBE", encodeMailboxName(mailbox))),
+        )
+
+    async def select(self, mailbox: str) -> SelectedMailbox:
+        """
+        Select C{mailbox}: Dovecot then keeps it open between APPENDs, which
+        more than doubles how many it absorbs.
+        """
+        info = await _mapped("SELECT", self._client.select(mailbox))
+        flags = info.get("PERMANENTFLAGS") or ()
+        return SelectedMailbox(
+            name=mailbox,
+            uidValidity=info.get("UIDVALIDITY"),
+            exists=int(info.get("EXISTS") or 0),
+            permanentFlags=tuple(_str(f) for f in flags),
+        )
+
+    def appendPipeline(
+        self,
+        batchMessages: int,
+        batchBytes: int,
+        windowMessages: int,
+        windowBytes: int,
+        outcomes: AppendOutcomes,
+    ) -> AppendPipeline:
+        """
+        The connection's APPEND pipeline, set up for this server's
+        capabilities (LITERAL+/LITERAL-, MULTIAPPEND).  Send no other command
+        while it is not idle.
+        """
+        if self._pipeline is None:
+            settings = PipelineSettings.forServer(
+                self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
+            )
+            self._pipeline = AppendPipeline(self._client, settings, outcomes)
+        return self._pipeline
+
+    async def logout(self) -> None:
+        """
+        Say goodbye and close; errors on the way out are ignored.
+        """
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+        try:
+            await _mapped("LOGOUT", self._client.logout())
+        except Exception:
+            pass
+        self._client.transport.loseConnection()
+
+    def abort(self) -> None:
+        """
+        Drop the connection now.
+        """
+        self._client.transport.abortConnection()
+
+
+def _str(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _mailboxInfo(row: Any) -> MailboxInfo:
+    attributes, delimiter, name = row
+    return MailboxInfo(
+        name=_str(name),
+        delimiter=_str(delimiter) if delimiter not in (None, b"NIL", "NIL") else None,
+        attributes=tuple(_str(a) for a in attributes),
+    )
+
+
+def _quoted(value: str) -> bytes:
+    return b'"' + value.encode("ascii").replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+async def openSession(
+    endpoint: IStreamClientEndpoint,
+    clock: Any,
+    *,
+    description: str,
+    user: str,
+    password: str,
+    starttls: bool,
+    tlsOptions: object,
+    timeout: float,
+) -> IMAPSession:
+    """
+    Connect, secure and log in.
+
+    @param endpoint: where to connect (already TLS-wrapped for implicit TLS).
+    @param clock: an L{IReactorTime} for the command timeout.
+    @param starttls: upgrade with STARTTLS, and refuse a server without it.
+    @param tlsOptions: the client TLS options for STARTTLS.
+    @param timeout: seconds without any reply before the connection is
+        dropped.
+    @raise TransientError: connecting failed or the connection was lost.
+    @raise PermanentError: TLS, or authentication, was refused.
+    """
+    client = MigrationIMAP4Client(clock, timeout)
+    try:
+        await connectProtocol(endpoint, client)
+    except Exception as e:
+        raise TransientError(f"{description}: cannot connect: {e}") from None
+    session = IMAPSession(client, description)
+    try:
+        await _mapped("greeting", client.greeted)
+        if starttls:
+            await session.startTLS(tlsOptions)
+        await session.login(user, password)
+    except BaseException:
+        session.abort()
+        raise
+    return session

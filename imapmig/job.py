@@ -1,0 +1,458 @@
+# -*- test-case-name: tests.test_job -*-
+"""
+One migration job: a source drained into one destination account.
+
+The lifecycle (queued, running, done, failed) is an automat machine,
+L{JobLifecycle}; the copying is L{MigrationJob.run}: list the source,
+subtract what the state store records as appended, create the missing
+destination folders, then let each connection take units of work (a run of
+messages of one folder), SELECT the folder and feed its APPEND pipeline.
+Outcomes are recorded in the state store in batches, never one transaction
+per message.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Protocol, Sequence
+
+from automat import TypeMachineBuilder
+from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+from imapmig.errors import CommandFailed, ImapmigError
+from imapmig.imap.pipeline import OutgoingMessage, appendArguments
+from imapmig.imap.session import IMAPSession
+from imapmig.message import SourceFolder, SourceMessage
+from imapmig.plan import WorkUnit, chunks, cutUnits, destinationMailbox, mailboxesToCreate, pendingMessages
+from imapmig.progress import JobProgress
+from imapmig.sources import IMessageSource
+from imapmig.state import IStateStore, MessageOutcome
+
+log = Logger()
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """
+    How a job copies.
+
+    @ivar connections: parallel connections to the destination.
+    @ivar batchMessages: messages per MULTIAPPEND command.
+    @ivar batchBytes: octets per MULTIAPPEND command.
+    @ivar windowMessages: messages in flight per connection.
+    @ivar windowBytes: octets in flight per connection.
+    @ivar recordEvery: outcomes buffered before a state-store transaction.
+    @ivar recordInterval: seconds after which buffered outcomes are
+        recorded anyway.
+    """
+
+    connections: int = 2
+    batchMessages: int = 50
+    batchBytes: int = 8 * 1024 * 1024
+    windowMessages: int = 1000
+    windowBytes: int = 32 * 1024 * 1024
+    recordEvery: int = 2000
+    recordInterval: float = 1.0
+    unitMessages: int = 2000
+    unitBytes: int = 64 * 1024 * 1024
+
+
+# The lifecycle.
+
+
+class JobInputs(Protocol):
+    """
+    What can happen to a job.
+    """
+
+    def start(self) -> None:
+        "The job begins (or begins again) copying."
+
+    def succeed(self) -> None:
+        "Every message was migrated or recorded as failed with its reason."
+
+    def fail(self, reason: str) -> None:
+        "The job could not run to its end."
+
+
+@dataclass
+class _LifecycleCore:
+    progress: JobProgress
+
+
+def _buildLifecycle() -> Callable[[_LifecycleCore], JobInputs]:
+    machine = TypeMachineBuilder(JobInputs, _LifecycleCore)
+    queued = machine.state("Queued")
+    running = machine.state("Running")
+    done = machine.state("Done")
+    failed = machine.state("Failed")
+
+    @queued.upon(JobInputs.start).to(running)
+    @done.upon(JobInputs.start).to(running)
+    @failed.upon(JobInputs.start).to(running)
+    def begin(inputs: JobInputs, core: _LifecycleCore) -> None:
+        core.progress.started()
+
+    @running.upon(JobInputs.succeed).to(done)
+    def finish(inputs: JobInputs, core: _LifecycleCore) -> None:
+        core.progress.finished()
+
+    @running.upon(JobInputs.fail).to(failed)
+    def abandon(inputs: JobInputs, core: _LifecycleCore, reason: str) -> None:
+        core.progress.finished(reason)
+
+    return machine.build()
+
+
+_lifecycleFactory = _buildLifecycle()
+
+
+def JobLifecycle(progress: JobProgress) -> JobInputs:
+    """
+    A job's lifecycle machine, reflected in C{progress}: Queued -> Running
+    -> Done or Failed; a finished job may be started again.
+    """
+    return _lifecycleFactory(_LifecycleCore(progress))
+
+
+# Recording outcomes.
+
+
+class OutcomeRecorder:
+    """
+    Buffers outcomes and records them in the state store one batch per
+    transaction (every C{recordEvery} outcomes, or C{recordInterval}
+    seconds after the first unrecorded one), updating the progress counters
+    as each arrives.
+    """
+
+    def __init__(
+        self,
+        jobName: str,
+        store: IStateStore,
+        progress: JobProgress,
+        clock: IReactorTime,
+        recordEvery: int,
+        recordInterval: float,
+    ) -> None:
+        self._jobName = jobName
+        self._store = store
+        self._progress = progress
+        self._clock = clock
+        self._recordEvery = recordEvery
+        self._recordInterval = recordInterval
+        self._buffer: list[MessageOutcome] = []
+        self._timer: IDelayedCall | None = None
+        self._writing: Deferred[None] | None = None
+
+    def add(self, outcome: MessageOutcome) -> None:
+        """
+        Note one message's outcome.
+        """
+        progress = self._progress
+        if outcome.failure is None:
+            progress.messagesDone += 1
+            progress.bytesDone += outcome.size
+        else:
+            progress.messagesFailed += 1
+        buffer = self._buffer
+        buffer.append(outcome)
+        if len(buffer) >= self._recordEvery:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._clock.callLater(self._recordInterval, self.flush)
+
+    def flush(self) -> Deferred[None]:
+        """
+        Record the buffered outcomes now.
+
+        @return: fires when they are recorded.
+        """
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+        if not self._buffer:
+            return self._writing if self._writing is not None else succeed(None)
+        batch, self._buffer = self._buffer, []
+        d = self._store.recordOutcomes(self._jobName, batch)
+
+        def failed(failure: object) -> None:
+            log.failure(
+                "Could not record {count} outcomes for job {job}",
+                failure=failure,  # type: ignore[arg-type]
+                count=len(batch),
+                job=self._jobName,
+            )
+
+        d.addErrback(failed)
+        self._writing = d
+        return d
+
+
+class _ConnectionOutcomes:
+    """
+    The outcomes of one connection's pipeline, for the folder it is
+    currently filling.
+    """
+
+    __slots__ = ("recorder", "folderKey", "mailbox")
+
+    def __init__(self, recorder: OutcomeRecorder) -> None:
+        self.recorder = recorder
+        self.folderKey = ""
+        self.mailbox = ""
+
+    def messageAppended(
+        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    ) -> None:
+        origin: SourceMessage = message.origin  # type: ignore[assignment]
+        self.recorder.add(
+            MessageOutcome(
+                self.folderKey, origin.key, self.mailbox, len(message.body), uidValidity, uid
+            )
+        )
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        origin: SourceMessage = message.origin  # type: ignore[assignment]
+        self.recorder.add(
+            MessageOutcome(
+                self.folderKey,
+                origin.key,
+                self.mailbox,
+                len(message.body),
+                failure=f"refused by server: {reason}",
+            )
+        )
+
+
+# The copying.
+
+
+class MigrationJob:
+    """
+    Copies one source into one destination account.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: IMessageSource,
+        store: IStateStore,
+        progress: JobProgress,
+        openSession: Callable[[], Awaitable[IMAPSession]],
+        clock: IReactorTime,
+        settings: JobSettings,
+    ) -> None:
+        self.name = name
+        self._source = source
+        self._store = store
+        self._progress = progress
+        self._openSession = openSession
+        self._clock = clock
+        self._settings = settings
+        self._lifecycle = JobLifecycle(progress)
+        self._units: deque[WorkUnit] = deque()
+        self._stopping = False
+        self._recorder = OutcomeRecorder(
+            name, store, progress, clock, settings.recordEvery, settings.recordInterval
+        )
+        self._sessions: list[IMAPSession] = []
+
+    @property
+    def progress(self) -> JobProgress:
+        """
+        This job's live counters.
+        """
+        return self._progress
+
+    def stop(self) -> None:
+        """
+        Take no new work; the run ends once in-flight messages have their
+        outcomes.
+        """
+        self._stopping = True
+        self._units.clear()
+
+    async def run(self) -> bool:
+        """
+        Run the job to its end.
+
+        @return: C{True} if it completed (every message migrated or recorded
+            as failed), C{False} if it failed (the reason is in the
+            progress).
+        """
+        self._lifecycle.start()
+        self._stopping = False
+        try:
+            await self._copy()
+        except ImapmigError as e:
+            reason = str(e)
+        except Exception as e:
+            log.failure("Job {job} crashed", job=self.name)
+            reason = f"internal error: {e!r}"
+        else:
+            await self._recorder.flush()
+            if self._stopping:
+                self._lifecycle.fail("stopped before the end")
+                return False
+            self._lifecycle.succeed()
+            log.info(
+                "Job {job} done: {done} of {total} messages in the destination, "
+                "{failed} failed",
+                job=self.name,
+                done=self._progress.messagesDone,
+                total=self._progress.messagesTotal,
+                failed=self._progress.messagesFailed,
+            )
+            return True
+        await self._recorder.flush()
+        for session in self._sessions:
+            session.abort()
+        self._sessions = []
+        log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
+        self._lifecycle.fail(reason)
+        return False
+
+    async def _copy(self) -> None:
+        settings = self._settings
+        progress = self._progress
+        folders = await self._source.listFolders()
+        plans: list[tuple[SourceFolder, list[SourceMessage]]] = []
+        total = already = 0
+        for folder in folders:
+            messages = await self._source.listMessages(folder)
+            appended = await self._store.appendedKeys(self.name, folder.key)
+            pending = pendingMessages(messages, appended)
+            total += len(messages)
+            already += len(messages) - len(pending)
+            plans.append((folder, pending))
+        progress.messagesTotal = total
+        progress.messagesDone = already
+        progress.messagesAlreadyMigrated = already
+        progress.foldersTotal = len(folders)
+        log.info(
+            "Job {job}: {total} messages in {folders} folders, {pending} to copy",
+            job=self.name,
+            total=total,
+            folders=len(folders),
+            pending=total - already,
+        )
+        first = await self._openSession()
+        self._sessions.append(first)
+        delimiter = await first.hierarchyDelimiter()
+        existing = {info.name for info in await first.listMailboxes()}
+        mailboxes = {folder.key: destinationMailbox(folder.path, delimiter) for folder in folders}
+        missing = mailboxesToCreate([folder.path for folder in folders], existing, delimiter)
+        uncreatable: dict[str, str] = {}
+        for name in missing:
+            try:
+                await first.create(name)
+                await first.subscribe(name)
+                log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
+            except CommandFailed as e:
+                uncreatable[name] = e.text
+        for folder, pending in plans:
+            mailbox = mailboxes[folder.key]
+            if mailbox in uncreatable:
+                for message in pending:
+                    self._recorder.add(
+                        MessageOutcome(
+                            folder.key,
+                            message.key,
+                            mailbox,
+                            message.size,
+                            failure=f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
+                        )
+                    )
+                continue
+            self._units.extend(
+                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
+            )
+        if not self._units:
+            await first.logout()
+            self._sessions.remove(first)
+            return
+        workers = [Deferred.fromCoroutine(self._work(first))]
+        extra = min(settings.connections, len(self._units)) - 1
+        for _ in range(extra):
+            workers.append(Deferred.fromCoroutine(self._connectAndWork()))
+        results = await DeferredList(workers, consumeErrors=True)
+        errors = [result for ok, result in results if not ok]
+        if errors:
+            self.stop()
+            errors[0].raiseException()
+
+    async def _connectAndWork(self) -> None:
+        try:
+            session = await self._openSession()
+        except ImapmigError as e:
+            # The job goes on with the connections it has; a server that
+            # limits connections per account is common.
+            log.warn(
+                "Job {job}: extra connection refused, continuing with fewer: {why}",
+                job=self.name,
+                why=str(e),
+            )
+            return
+        self._sessions.append(session)
+        await self._work(session)
+
+    async def _work(self, session: IMAPSession) -> None:
+        settings = self._settings
+        outcomes = _ConnectionOutcomes(self._recorder)
+        pipeline = session.appendPipeline(
+            settings.batchMessages,
+            settings.batchBytes,
+            settings.windowMessages,
+            settings.windowBytes,
+            outcomes,
+        )
+        chunkMessages = 2 * pipeline.settings.batchMessages
+        chunkBytes = max(pipeline.settings.batchBytes, 1024 * 1024)
+        units = self._units
+        current: str | None = None
+        source = self._source
+        while units and not self._stopping:
+            unit = units.popleft()
+            if unit.mailbox != current:
+                await pipeline.drained()
+                await session.select(unit.mailbox)
+                pipeline.selectMailbox(unit.mailbox)
+                outcomes.folderKey = unit.folder.key
+                outcomes.mailbox = unit.mailbox
+                current = unit.mailbox
+                self._progress.currentFolder = unit.mailbox
+            for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
+                if self._stopping:
+                    break
+                bodies = await source.readBodies(unit.folder, chunk)
+                pipeline.enqueue(self._prepare(unit, chunk, bodies))
+                await pipeline.hungry()
+        await pipeline.drained()
+        self._sessions.remove(session)
+        await session.logout()
+
+    def _prepare(
+        self, unit: WorkUnit, chunk: Sequence[SourceMessage], bodies: Sequence[object]
+    ) -> list[OutgoingMessage]:
+        outgoing = []
+        for message, body in zip(chunk, bodies):
+            if type(body) is bytes:
+                outgoing.append(
+                    OutgoingMessage(body, appendArguments(message.flags, message.internalDate), message)
+                )
+            else:
+                self._recorder.add(
+                    MessageOutcome(
+                        unit.folder.key,
+                        message.key,
+                        unit.mailbox,
+                        message.size,
+                        failure=f"unreadable in the source: {getattr(body, 'reason', body)}",
+                    )
+                )
+        return outgoing

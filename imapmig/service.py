@@ -1,0 +1,219 @@
+# -*- test-case-name: tests.test_service -*-
+"""
+Assembly: turn a L{Config} into the daemon's service tree.
+
+    MigrationService (MultiService)
+      +- JobQueueService   runs the configured jobs, in order
+      +- status listener   twisted.web, reads the progress model
+
+Endpoint strings become endpoints here, and only here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Awaitable, Callable
+
+from twisted.application import strports
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import clientFromString, wrapClientTLS
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.internet.ssl import (
+    Certificate,
+    optionsForClientTLS,
+    platformTrust,
+    trustRootFromCertificates,
+)
+from twisted.logger import Logger
+
+from imapmig.config import Config, EmlSourceConfig, JobConfig, MaildirSourceConfig, ServerConfig
+from imapmig.imap.session import IMAPSession, openSession
+from imapmig.job import JobSettings, MigrationJob
+from imapmig.progress import MigrationProgress
+from imapmig.sources import IMessageSource
+from imapmig.sources.eml import EmlDirectorySource
+from imapmig.sources.maildir import MaildirSource
+from imapmig.state import IStateStore
+from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.status.resource import buildStatusSite
+
+log = Logger()
+
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL
+)
+
+
+def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
+    """
+    Client TLS options for C{server}: verify its certificate against
+    C{tls_ca} (or the system's trust store) and its host name.
+    """
+    if server.tlsCA is None:
+        trustRoot = platformTrust()
+    else:
+        with open(server.tlsCA, "rb") as f:
+            pem = f.read()
+        trustRoot = trustRootFromCertificates(
+            [Certificate.loadPEM(block) for block in _PEM_CERTIFICATE.findall(pem)]
+        )
+    return optionsForClientTLS(server.tlsHostname, trustRoot=trustRoot)
+
+
+def sessionOpener(
+    reactor: Any, server: ServerConfig, user: str, password: str
+) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    A function that opens a logged-in session to C{server} as C{user}.
+    """
+    tlsOptions = tlsOptionsFor(server)
+    endpoint = clientFromString(reactor, server.tcpEndpoint)
+    if server.implicitTLS:
+        endpoint = wrapClientTLS(tlsOptions, endpoint)
+    description = f"{user} at {server.endpoint}"
+
+    def open() -> Awaitable[IMAPSession]:
+        return openSession(
+            endpoint,
+            reactor,
+            description=description,
+            user=user,
+            password=password,
+            starttls=server.starttls,
+            tlsOptions=tlsOptions,
+            timeout=server.timeout,
+        )
+
+    return open
+
+
+def sourceFor(job: JobConfig) -> IMessageSource:
+    """
+    The source a job's configuration names.
+    """
+    source = job.source
+    if isinstance(source, MaildirSourceConfig):
+        return MaildirSource(source.path)
+    assert isinstance(source, EmlSourceConfig)
+    return EmlDirectorySource(source.path, source.folder)
+
+
+def settingsFor(job: JobConfig) -> JobSettings:
+    """
+    The copying settings of a job.
+    """
+    pipeline = job.pipeline
+    return JobSettings(
+        connections=job.connections,
+        batchMessages=pipeline.batchMessages,
+        batchBytes=pipeline.batchBytes,
+        windowMessages=pipeline.windowMessages,
+        windowBytes=pipeline.windowBytes,
+    )
+
+
+class JobQueueService(Service):
+    """
+    Runs the configured jobs one after another, then calls C{whenDone}
+    with C{True} if every job completed.
+    """
+
+    def __init__(
+        self,
+        jobs: list[MigrationJob],
+        whenDone: Callable[[bool], None] | None,
+    ) -> None:
+        self._jobs = jobs
+        self._whenDone = whenDone
+        self._current: MigrationJob | None = None
+        self._running: Deferred[None] | None = None
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self._running = Deferred.fromCoroutine(self._runAll())
+
+    async def _runAll(self) -> None:
+        allCompleted = True
+        for job in self._jobs:
+            if not self.running:
+                break
+            self._current = job
+            completed = await job.run()
+            allCompleted = allCompleted and completed
+        self._current = None
+        log.info(
+            "Job queue drained: {count} jobs, {outcome}",
+            count=len(self._jobs),
+            outcome="all completed" if allCompleted else "some failed",
+        )
+        if self._whenDone is not None and self.running:
+            self._whenDone(allCompleted)
+
+    def stopService(self) -> Deferred[None] | None:
+        Service.stopService(self)
+        if self._current is not None:
+            self._current.stop()
+        return self._running
+
+
+class MigrationService(MultiService):
+    """
+    The daemon: the job queue, the status listener, and the state store
+    they share (closed when the service stops).
+    """
+
+    def __init__(self, store: IStateStore, progress: MigrationProgress) -> None:
+        MultiService.__init__(self)
+        self.store = store
+        self.progress = progress
+
+    def stopService(self) -> Deferred[None]:
+        d: Deferred[None] = MultiService.stopService(self)  # type: ignore[assignment]
+        d.addBoth(lambda result: (self.store.close(), result)[1])
+        return d
+
+
+def buildService(
+    config: Config,
+    reactor: Any,
+    whenDone: Callable[[bool], None] | None = None,
+    store: IStateStore | None = None,
+) -> MigrationService:
+    """
+    Assemble the daemon from C{config}.
+
+    @param reactor: provides the clock, TCP connections and listening.
+    @param whenDone: called with whether every job completed once the
+        queue is drained; L{None} keeps the daemon serving status.
+    @param store: the state store; by default the SQLite file the
+        configuration names.
+    """
+    if store is None:
+        store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
+    progress = MigrationProgress(reactor.seconds)
+    root = MigrationService(store, progress)
+    jobs = []
+    for jobConfig in config.jobs:
+        destination = jobConfig.destination
+        jobs.append(
+            MigrationJob(
+                jobConfig.name,
+                sourceFor(jobConfig),
+                store,
+                progress.addJob(jobConfig.name),
+                sessionOpener(
+                    reactor, destination.server, destination.user, destination.password.value
+                ),
+                reactor,
+                settingsFor(jobConfig),
+            )
+        )
+    JobQueueService(jobs, whenDone).setServiceParent(root)
+    if config.status is not None:
+        listener = strports.service(
+            config.status.listen, buildStatusSite(progress), reactor=reactor
+        )
+        listener.setName("status")
+        listener.setServiceParent(root)
+    return root

@@ -1,0 +1,110 @@
+# -*- test-case-name: tests.test_tap -*-
+"""
+The twistd entry point: C{twistd -n imapmig --config FILE}.
+
+The only module that fetches the global reactor, and only inside
+L{makeService}.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any
+
+from twisted.application.service import IService
+from twisted.python import usage
+
+from imapmig.config import Config, loadConfig
+from imapmig.errors import ConfigError, PermanentError
+
+# Exit statuses.
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_BAD_CONFIG = 2
+
+
+class Options(usage.Options):
+    """
+    Command-line options of the imapmig plugin.
+    """
+
+    synopsis = "--config FILE [--exit-when-done] [--check-config]"
+    longdesc = (
+        "Drain the configured queue of migration jobs into IMAP accounts with "
+        "pipelined APPENDs, serving progress at /status.json on the status "
+        "endpoint.  An invalid configuration is reported one problem per line, "
+        "with exit status 2."
+    )
+    optParameters = [
+        ["config", "c", None, "The YAML configuration file."],
+    ]
+    optFlags = [
+        [
+            "exit-when-done",
+            None,
+            "Exit when the queue is drained: status 0 if every message was migrated "
+            "or recorded as failed with its reason, 1 if a job could not run.",
+        ],
+        ["check-config", None, "Validate the configuration, print a summary and exit."],
+    ]
+
+    config: Config
+
+    def postOptions(self) -> None:
+        path = self["config"]
+        if not path:
+            raise usage.UsageError("--config FILE is required")
+        try:
+            self.config = loadConfig(path)
+        except ConfigError as e:
+            _exitWithProblems(e.problems)
+        if self["check-config"]:
+            sys.stdout.write(
+                f"{path}: configuration OK: {len(self.config.jobs)} jobs, "
+                f"{len(self.config.servers)} servers\n"
+            )
+            sys.stdout.flush()
+            raise SystemExit(EXIT_OK)
+
+
+def _exitWithProblems(problems: tuple[str, ...] | list[str]) -> None:
+    for problem in problems:
+        sys.stderr.write(problem + "\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_BAD_CONFIG)
+
+
+def _exitStatusAtExit(status: int) -> None:
+    # twistd has no way for a service to set the process's exit status:
+    # once the reactor has stopped and twistd has cleaned up (pid file,
+    # logs), end the process with the status we decided.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def makeService(options: Options) -> IService:
+    """
+    Build the daemon from the parsed options.
+    """
+    from twisted.internet import reactor
+
+    from imapmig.service import buildService
+
+    whenDone = None
+    if options["exit-when-done"]:
+        anyReactor: Any = reactor
+
+        def whenDone(allCompleted: bool) -> None:
+            status = EXIT_OK if allCompleted else EXIT_JOB_FAILED
+            if status != EXIT_OK:
+                atexit.register(_exitStatusAtExit, status)
+            anyReactor.stop()
+
+    try:
+        return buildService(options.config, reactor, whenDone=whenDone)
+    except (ConfigError, PermanentError) as e:
+        _exitWithProblems([str(e)])
+        raise

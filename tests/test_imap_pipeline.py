@@ -1,0 +1,440 @@
+"""
+Tests for L{imapmig.imap.pipeline}: the exact bytes on the wire for each
+literal mode, pipelining before replies, the window, backpressure, and
+failure handling.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import ConnectionLost
+from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.pipeline import (
+    AppendPipeline,
+    LiteralMode,
+    OutgoingMessage,
+    PipelineSettings,
+    appendArguments,
+    chooseLiteralMode,
+    encodeMailboxName,
+    parseAppendUID,
+    parseUIDSet,
+)
+
+
+class CountingTransport(StringTransport):
+    """
+    A StringTransport that counts write calls, to check coalescing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writeCalls = 0
+
+    def write(self, data: bytes) -> None:
+        self.writeCalls += 1
+        super().write(data)
+
+    def writeSequence(self, seq: object) -> None:
+        self.writeCalls += 1
+        StringTransport.write(self, b"".join(seq))  # type: ignore[arg-type]
+
+    def take(self) -> bytes:
+        value = self.value()
+        self.clear()
+        return value
+
+
+class RecordingOutcomes:
+    """
+    Records what the pipeline reports.
+    """
+
+    def __init__(self) -> None:
+        self.appended: list[tuple[object, int | None, int | None]] = []
+        self.refused: list[tuple[object, str]] = []
+
+    def messageAppended(
+        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    ) -> None:
+        self.appended.append((message.origin, uidValidity, uid))
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        self.refused.append((message.origin, reason))
+
+
+def message(name: str, body: bytes, flags: tuple[str, ...] = ()) -> OutgoingMessage:
+    return OutgoingMessage(body, appendArguments(flags, None), name)
+
+
+def connect(
+    mode: LiteralMode,
+    batchMessages: int = 1,
+    windowMessages: int = 100,
+    windowBytes: int = 1 << 20,
+    batchBytes: int = 1 << 20,
+) -> tuple[CountingTransport, AppendPipeline, RecordingOutcomes, MigrationIMAP4Client]:
+    client = MigrationIMAP4Client(Clock())
+    transport = CountingTransport()
+    client.makeConnection(transport)
+    client.dataReceived(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
+    outcomes = RecordingOutcomes()
+    settings = PipelineSettings(mode, batchMessages, batchBytes, windowMessages, windowBytes)
+    pipeline = AppendPipeline(client, settings, outcomes)
+    pipeline.selectMailbox("INBOX")
+    transport.clear()
+    transport.writeCalls = 0
+    return transport, pipeline, outcomes, client
+
+
+class HelperTests(SynchronousTestCase):
+    """
+    The pure helpers of the pipeline module.
+    """
+
+    def test_chooseLiteralMode(self) -> None:
+        """
+        LITERAL+ wins over LITERAL-, and neither means synchronizing.
+        """
+        self.assertIs(chooseLiteralMode({b"LITERAL+", b"LITERAL-"}), LiteralMode.PLUS)
+        self.assertIs(chooseLiteralMode({b"LITERAL-"}), LiteralMode.MINUS)
+        self.assertIs(chooseLiteralMode({b"IMAP4REV1"}), LiteralMode.SYNC)
+
+    def test_forServerWithoutMultiappend(self) -> None:
+        """
+        Without MULTIAPPEND every APPEND carries one message.
+        """
+        settings = PipelineSettings.forServer({b"LITERAL+"}, 50, 100, 10, 100)
+        self.assertEqual(settings.batchMessages, 1)
+        settings = PipelineSettings.forServer({b"LITERAL+", b"MULTIAPPEND"}, 50, 100, 10, 100)
+        self.assertEqual(settings.batchMessages, 50)
+
+    def test_appendArguments(self) -> None:
+        """
+        Flags and the INTERNALDATE are formatted with leading spaces; no
+        flags means no flag list.
+        """
+        when = datetime(2020, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=-5)))
+        self.assertEqual(
+            appendArguments(("\\Seen", "\\Flagged"), when),
+            b' (\\Seen \\Flagged) "04-Mar-2020 05:06:07 -0500"',
+        )
+        self.assertEqual(appendArguments((), None), b"")
+
+    def test_encodeMailboxName(self) -> None:
+        """
+        Names are quoted, escaped and in modified UTF-7.
+        """
+        self.assertEqual(encodeMailboxName('a"b\\c'), b'"a\\"b\\\\c"')
+        self.assertEqual(encodeMailboxName("Entwürfe"), b'"Entw&APw-rfe"')
+
+    def test_parseAppendUID(self) -> None:
+        """
+        APPENDUID response codes give the UIDVALIDITY and every UID.
+        """
+        self.assertEqual(parseAppendUID(b"[APPENDUID 38505 3955] done"), (38505, [3955]))
+        self.assertEqual(
+            parseAppendUID(b"[APPENDUID 7 4:6,9] done"), (7, [4, 5, 6, 9])
+        )
+        self.assertIsNone(parseAppendUID(b"APPEND completed"))
+        self.assertIsNone(parseAppendUID(b"[APPENDUID x y] bad"))
+        self.assertEqual(parseUIDSet(b"3:1"), [1, 2, 3])
+
+
+class LiteralPlusTests(SynchronousTestCase):
+    """
+    With LITERAL+ every APPEND leaves before any reply.
+    """
+
+    def test_pipelinedBeforeAnyReply(self) -> None:
+        """
+        Three APPENDs with non-synchronizing literals are written at once,
+        in one write, each command line, literal and CRLF together.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue(
+            [
+                message("a", b"Hello\r\n", ("\\Seen",)),
+                message("b", b"Bye\r\n"),
+                message("c", b"x" * 5000),
+            ]
+        )
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" (\\Seen) {7+}\r\nHello\r\n\r\n'
+            b'0002 APPEND "INBOX" {5+}\r\nBye\r\n\r\n'
+            b'0003 APPEND "INBOX" {5000+}\r\n' + b"x" * 5000 + b"\r\n",
+        )
+        self.assertEqual(transport.writeCalls, 1)
+        self.assertEqual(pipeline.messagesInFlight, 3)
+
+    def test_appendUIDRecorded(self) -> None:
+        """
+        Each tagged OK with APPENDUID gives its message the UID; untagged
+        EXISTS and RECENT are absorbed.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message("a", b"A\r\n"), message("b", b"B\r\n")])
+        drained = pipeline.drained()
+        client.dataReceived(
+            b"* 1 EXISTS\r\n* 1 RECENT\r\n0001 OK [APPENDUID 99 1] Append completed.\r\n"
+            b"* 2 EXISTS\r\n0002 OK [APPENDUID 99 2] Append completed.\r\n"
+        )
+        self.assertEqual(outcomes.appended, [("a", 99, 1), ("b", 99, 2)])
+        self.successResultOf(drained)
+        self.assertTrue(pipeline.idle)
+
+    def test_withoutUIDPLUS(self) -> None:
+        """
+        A plain OK records the message as appended, without a UID.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message("a", b"A\r\n")])
+        client.dataReceived(b"0001 OK APPEND completed\r\n")
+        self.assertEqual(outcomes.appended, [("a", None, None)])
+
+    def test_refusedMessageRecordedOthersFlow(self) -> None:
+        """
+        A NO for one message records it with the server's text; the
+        messages around it are appended.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message(n, b"m\r\n") for n in "abc"])
+        client.dataReceived(
+            b"0001 OK [APPENDUID 5 1] ok\r\n"
+            b"0002 NO [LIMIT] Message too large\r\n"
+            b"0003 OK [APPENDUID 5 2] ok\r\n"
+        )
+        self.assertEqual(outcomes.appended, [("a", 5, 1), ("c", 5, 2)])
+        self.assertEqual(outcomes.refused, [("b", "NO [LIMIT] Message too large")])
+
+
+class MultiappendTests(SynchronousTestCase):
+    """
+    MULTIAPPEND batches, and their atomic failure.
+    """
+
+    def test_batchInOneCommand(self) -> None:
+        """
+        Several messages go in one APPEND command, each with its own
+        arguments and literal.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=2)
+        pipeline.enqueue(
+            [
+                message("a", b"A\r\n", ("\\Seen",)),
+                message("b", b"B\r\n", ("\\Flagged",)),
+                message("c", b"C\r\n"),
+            ]
+        )
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" (\\Seen) {3+}\r\nA\r\n (\\Flagged) {3+}\r\nB\r\n\r\n'
+            b'0002 APPEND "INBOX" {3+}\r\nC\r\n\r\n',
+        )
+        client.dataReceived(
+            b"0001 OK [APPENDUID 7 10:11] ok\r\n0002 OK [APPENDUID 7 12] ok\r\n"
+        )
+        self.assertEqual(outcomes.appended, [("a", 7, 10), ("b", 7, 11), ("c", 7, 12)])
+
+    def test_batchBytesLimit(self) -> None:
+        """
+        A batch stops before the message that would exceed batchBytes.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=10, batchBytes=10
+        )
+        pipeline.enqueue([message("a", b"123456"), message("b", b"123456")])
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" {6+}\r\n123456\r\n0002 APPEND "INBOX" {6+}\r\n123456\r\n',
+        )
+
+    def test_refusedBatchSplitUntilTheCulprit(self) -> None:
+        """
+        A refused batch is retried in halves, and halves of halves, until
+        only the message at fault is recorded as refused.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=4)
+        pipeline.enqueue([message(n, n.encode()) for n in "abcd"])
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" {1+}\r\na {1+}\r\nb {1+}\r\nc {1+}\r\nd\r\n',
+        )
+        client.dataReceived(b"0001 NO [LIMIT] too big\r\n")
+        self.assertEqual(
+            transport.take(),
+            b'0002 APPEND "INBOX" {1+}\r\na {1+}\r\nb\r\n'
+            b'0003 APPEND "INBOX" {1+}\r\nc {1+}\r\nd\r\n',
+        )
+        client.dataReceived(b"0002 OK [APPENDUID 1 1:2] ok\r\n0003 NO [LIMIT] too big\r\n")
+        self.assertEqual(
+            transport.take(),
+            b'0004 APPEND "INBOX" {1+}\r\nc\r\n0005 APPEND "INBOX" {1+}\r\nd\r\n',
+        )
+        drained = pipeline.drained()
+        client.dataReceived(b"0004 NO [LIMIT] too big\r\n0005 OK [APPENDUID 1 3] ok\r\n")
+        self.successResultOf(drained)
+        self.assertEqual(outcomes.appended, [("a", 1, 1), ("b", 1, 2), ("d", 1, 3)])
+        self.assertEqual(outcomes.refused, [("c", "NO [LIMIT] too big")])
+
+
+class LiteralMinusTests(SynchronousTestCase):
+    """
+    LITERAL- allows non-synchronizing literals up to 4096 octets only.
+    """
+
+    def test_smallNonSyncLargeSync(self) -> None:
+        """
+        A literal of 4096 octets is non-synchronizing; one of 4097 waits for
+        the continuation, and the next command follows its literal in the
+        same write.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.MINUS)
+        small = b"s" * 4096
+        large = b"L" * 4097
+        pipeline.enqueue([message("a", small), message("b", large), message("c", b"c")])
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" {4096+}\r\n' + small + b"\r\n"
+            b'0002 APPEND "INBOX" {4097}\r\n',
+        )
+        client.dataReceived(b"+ OK\r\n")
+        self.assertEqual(transport.writeCalls, 2)
+        self.assertEqual(
+            transport.take(), large + b'\r\n0003 APPEND "INBOX" {1+}\r\nc\r\n'
+        )
+        self.assertEqual(transport.writeCalls, 2)
+
+
+class SynchronizingTests(SynchronousTestCase):
+    """
+    Without LITERAL+ or LITERAL-, every literal waits for its continuation,
+    but the next command leaves with the previous literal.
+    """
+
+    def test_nextCommandWithPreviousLiteral(self) -> None:
+        """
+        After the C{+}, the literal, its CRLF and the next command line
+        leave in one write, before the first command's tagged reply.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A\r\n", ("\\Seen",)), message("b", b"B\r\n")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" (\\Seen) {3}\r\n')
+        client.dataReceived(b"+ Ready for literal data\r\n")
+        self.assertEqual(transport.take(), b'A\r\n\r\n0002 APPEND "INBOX" {3}\r\n')
+        client.dataReceived(b"+ Ready\r\n")
+        self.assertEqual(transport.take(), b"B\r\n\r\n")
+        client.dataReceived(b"0001 OK [APPENDUID 3 1] ok\r\n0002 OK [APPENDUID 3 2] ok\r\n")
+        self.assertEqual(outcomes.appended, [("a", 3, 1), ("b", 3, 2)])
+
+    def test_multiappendSynchronizing(self) -> None:
+        """
+        In a MULTIAPPEND command each literal waits for its own C{+}.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC, batchMessages=2)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"A {1}\r\n")
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"B\r\n")
+
+    def test_refusedBeforeContinuation(self) -> None:
+        """
+        A command refused instead of a continuation is recorded and the
+        next command is sent; its literal was never sent.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"0001 NO [TOOBIG] Too big\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {1}\r\n')
+        self.assertEqual(outcomes.refused, [("a", "NO [TOOBIG] Too big")])
+
+
+class FlowControlTests(SynchronousTestCase):
+    """
+    The window and the transport's backpressure bound what is in flight.
+    """
+
+    def test_windowMessages(self) -> None:
+        """
+        No more than windowMessages messages await replies; each reply lets
+        the next one go.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, windowMessages=2)
+        pipeline.enqueue([message(n, b"m") for n in "abc"])
+        self.assertEqual(transport.take().count(b"APPEND"), 2)
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0003 APPEND "INBOX" {1+}\r\nm\r\n')
+
+    def test_windowBytes(self) -> None:
+        """
+        No more than windowBytes octets await replies, but a single larger
+        message still goes when nothing else is in flight.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, windowBytes=10)
+        pipeline.enqueue([message("a", b"x" * 20), message("b", b"y")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {20+}\r\n' + b"x" * 20 + b"\r\n")
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {1+}\r\ny\r\n')
+
+    def test_backpressure(self) -> None:
+        """
+        While the transport has paused the pipeline nothing is written; on
+        resume the queue is sent.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        self.assertIs(transport.producer, pipeline)
+        pipeline.pauseProducing()
+        pipeline.enqueue([message("a", b"A")])
+        self.assertEqual(transport.take(), b"")
+        pipeline.resumeProducing()
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1+}\r\nA\r\n')
+
+    def test_hungry(self) -> None:
+        """
+        hungry() fires once fewer than two batches are queued.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, windowMessages=1)
+        pipeline.enqueue([message(str(n), b"m") for n in range(4)])
+        hungry = pipeline.hungry()
+        self.assertNoResult(hungry)
+        client.dataReceived(b"0001 OK ok\r\n0002 OK ok\r\n")
+        self.successResultOf(hungry)
+
+    def test_connectionLost(self) -> None:
+        """
+        A lost connection fails the waiters with ConnectionLost and leaves
+        the in-flight and queued messages unsettled, neither appended nor
+        refused.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, windowMessages=1)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        drained = pipeline.drained()
+        client.connectionLost(Failure(ConnectionLost("gone")))
+        self.failureResultOf(drained, ConnectionLost)
+        self.assertEqual([m.origin for m in pipeline.unsettled()], ["a", "b"])
+        self.assertEqual(outcomes.appended, [])
+        self.assertEqual(outcomes.refused, [])
+        self.assertRaises(ConnectionLost, pipeline.enqueue, [message("c", b"C")])
+
+    def test_selectMailboxWhileBusy(self) -> None:
+        """
+        The mailbox can only change when the pipeline is idle.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message("a", b"A")])
+        transport.clear()
+        self.assertRaises(RuntimeError, pipeline.selectMailbox, "Other")
+        client.dataReceived(b"0001 OK ok\r\n")
+        pipeline.selectMailbox("Other")
+        pipeline.enqueue([message("b", b"B")])
+        self.assertEqual(transport.take(), b'0002 APPEND "Other" {1+}\r\nB\r\n')
