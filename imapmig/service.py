@@ -212,7 +212,7 @@ def buildService(
     JobQueueService(jobs, whenDone).setServiceParent(root)
     if config.status is not None:
         listener = strports.service(
-            config.status.listen, buildStatusSite(progress), reactor=reactor
+            config.status.listen, buildStatusSite(progress, reactor), reactor=reactor
         )
         listener.setName("status")
         listener.setServiceParent(root)

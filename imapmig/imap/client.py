@@ -55,7 +55,7 @@ class MigrationIMAP4Client(IMAP4Client):
     @ivar pipeline: the APPEND pipeline that owns the tags it sent, or
         L{None}; while it has commands in flight the session sends no other
         command.
-    @ivar closed: fires with the reason when the connection is lost.
+    @ivar closed: fires when the connection is lost.
     """
 
     MAX_LENGTH = MAX_LINE_LENGTH
@@ -71,7 +71,7 @@ class MigrationIMAP4Client(IMAP4Client):
         self.callLater = clock.callLater
         self.timeout = timeout
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
-        self.closed: Deferred[Failure] = Deferred()
+        self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
 
     def connectionMade(self) -> None:
@@ -125,4 +125,4 @@ class MigrationIMAP4Client(IMAP4Client):
         if not self.greeted.called:
             self.greeted.errback(reason)
         if not self.closed.called:
-            self.closed.callback(reason)
+            self.closed.callback(None)

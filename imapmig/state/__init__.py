@@ -3,7 +3,8 @@
 The state store: every source message's outcome, per job.
 
 One interface, L{IStateStore}; SQLite (L{imapmig.state.sqlite}) is the
-embedded default, and an in-memory store (L{imapmig.testing}) is its fake.
+embedded default, and an in-memory store (L{imapmig.state.memory}) is its
+fake.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ class IStateStore(Interface):
 
     def failures(job: str) -> "Deferred[list[MessageOutcome]]":
         """
-        The messages of C{job} whose latest outcome is a failure.
+        The messages of C{job} whose latest outcome is a failure, ordered by
+        folder key, then message key.
+        """
+
+    def summary(job: str) -> "Deferred[tuple[int, int]]":
+        """
+        How many messages of C{job} are recorded as appended, and as failed.
         """
 
     def close() -> None:

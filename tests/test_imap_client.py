@@ -1,0 +1,172 @@
+"""
+Tests for L{imapmig.imap.client} and L{imapmig.imap.session} against
+in-memory transports: TCP_NODELAY, the line limit, the command timeout,
+login and STARTTLS decisions.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import AuthenticationFailed, CommandFailed, TLSRequired
+from imapmig.imap.client import MAX_LINE_LENGTH, MigrationIMAP4Client
+from imapmig.imap.session import IMAPSession, capabilitySet, parseResponseCode
+
+
+class NoDelayTransport(StringTransport):
+    """
+    Records setTcpNoDelay calls, as a TCP transport would take them.
+    """
+
+    noDelay = False
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.noDelay = enabled
+
+
+def greeted(caps: bytes = b"IMAP4rev1 LITERAL+") -> tuple[MigrationIMAP4Client, NoDelayTransport, Clock]:
+    clock = Clock()
+    client = MigrationIMAP4Client(clock, timeout=30)
+    transport = NoDelayTransport()
+    client.makeConnection(transport)
+    client.dataReceived(b"* OK [CAPABILITY " + caps + b"] ready\r\n")
+    return client, transport, clock
+
+
+class ClientTests(SynchronousTestCase):
+    """
+    The protocol adapter.
+    """
+
+    def test_noDelayOnConnect(self) -> None:
+        """
+        TCP_NODELAY is turned on through the transport as soon as the
+        connection is made.
+        """
+        client, transport, clock = greeted()
+        self.assertTrue(transport.noDelay)
+        client.transport.loseConnection()
+
+    def test_greeting(self) -> None:
+        """
+        The greeting fires C{greeted} with the advertised capabilities.
+        """
+        client, transport, clock = greeted(b"IMAP4rev1 LITERAL+ AUTH=PLAIN")
+        caps = self.successResultOf(client.greeted)
+        self.assertEqual(capabilitySet(caps), {b"IMAP4REV1", b"LITERAL+", b"AUTH=PLAIN"})
+
+    def test_longLineAccepted(self) -> None:
+        """
+        An untagged line far longer than Twisted's 16 KB default does not
+        drop the connection.
+        """
+        client, transport, clock = greeted()
+        self.assertGreaterEqual(MAX_LINE_LENGTH, 1 << 20)
+        client.dataReceived(b"* SEARCH " + b"123456 " * 100000 + b"\r\n")
+        self.assertFalse(transport.disconnecting)
+
+    def test_timeout(self) -> None:
+        """
+        With no data from the server for C{timeout} seconds the connection
+        is dropped and the outstanding command fails.
+        """
+        client, transport, clock = greeted()
+        d = client.noop()
+        clock.advance(29)
+        self.assertFalse(transport.disconnecting)
+        clock.advance(2)
+        self.assertTrue(transport.disconnecting)
+        self.failureResultOf(d)
+
+    def test_connectionLostBeforeGreeting(self) -> None:
+        """
+        A connection lost before the greeting fails C{greeted}.
+        """
+        client = MigrationIMAP4Client(Clock())
+        client.makeConnection(NoDelayTransport())
+        from twisted.internet.error import ConnectionDone
+        from twisted.python.failure import Failure
+
+        client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(client.greeted, ConnectionDone)
+
+
+class SessionTests(SynchronousTestCase):
+    """
+    The session facade's login and STARTTLS decisions, and error mapping.
+    """
+
+    def test_loginSASLIR(self) -> None:
+        """
+        With SASL-IR and AUTH=PLAIN, login is one AUTHENTICATE PLAIN command
+        with the credentials base64-encoded (any octets survive).
+        """
+        client, transport, clock = greeted(b"IMAP4rev1 SASL-IR AUTH=PLAIN LITERAL+")
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.login("alice", 'p"ss wörd'))
+        token = base64.b64encode("\0alice\0p\"ss wörd".encode())
+        self.assertEqual(transport.value(), b"0001 AUTHENTICATE PLAIN " + token + b"\r\n")
+        transport.clear()
+        client.dataReceived(b"0001 OK Logged in\r\n")
+        self.assertEqual(transport.value(), b"0002 CAPABILITY\r\n")
+        client.dataReceived(b"* CAPABILITY IMAP4rev1 LITERAL+ MULTIAPPEND UIDPLUS\r\n0002 OK done\r\n")
+        self.successResultOf(d)
+        self.assertIn(b"MULTIAPPEND", session.capabilities)
+
+    def test_loginQuoted(self) -> None:
+        """
+        Without SASL-IR, LOGIN sends quoted strings with escapes.
+        """
+        client, transport, clock = greeted(b"IMAP4rev1")
+        session = IMAPSession(client, "alice at test")
+        Deferred.fromCoroutine(session.login("alice", 'a"b\\c'))
+        self.assertEqual(transport.value(), b'0001 LOGIN "alice" "a\\"b\\\\c"\r\n')
+
+    def test_loginRefusedHidesPassword(self) -> None:
+        """
+        A refused login raises AuthenticationFailed with the server's text
+        and without the password.
+        """
+        client, transport, clock = greeted(b"IMAP4rev1")
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.login("alice", "sekrit"))
+        client.dataReceived(b"0001 NO [AUTHENTICATIONFAILED] Authentication failed.\r\n")
+        failure = self.failureResultOf(d, AuthenticationFailed)
+        self.assertIn("AUTHENTICATIONFAILED", str(failure.value))
+        self.assertNotIn("sekrit", str(failure.value))
+
+    def test_startTLSRequiredButMissing(self) -> None:
+        """
+        starttls: required against a server without STARTTLS fails with
+        TLSRequired and sends nothing in cleartext.
+        """
+        client, transport, clock = greeted(b"IMAP4rev1 AUTH=PLAIN")
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.startTLS(object()))
+        self.failureResultOf(d, TLSRequired)
+        self.assertEqual(transport.value(), b"")
+
+    def test_commandFailedCode(self) -> None:
+        """
+        A NO reply becomes CommandFailed carrying the response code.
+        """
+        client, transport, clock = greeted()
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.create("Bad"))
+        self.assertEqual(transport.value(), b'0001 CREATE "Bad"\r\n')
+        client.dataReceived(b"0001 NO [CANNOT] Invalid mailbox name\r\n")
+        failure = self.failureResultOf(d, CommandFailed)
+        self.assertEqual(failure.value.code, "CANNOT")
+
+    def test_parseResponseCode(self) -> None:
+        """
+        The response code atom is extracted and upper-cased.
+        """
+        self.assertEqual(parseResponseCode("[TRYCREATE] no"), "TRYCREATE")
+        self.assertEqual(parseResponseCode("[appenduid 1 2] ok"), "APPENDUID")
+        self.assertIsNone(parseResponseCode("no code"))

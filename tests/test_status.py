@@ -1,0 +1,327 @@
+# -*- test-case-name: tests.test_status -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods and treq.testing are unannotated.)
+"""
+Tests for L{imapmig.status.resource}, served in memory by treq's
+L{StubTreq}: no sockets, no global reactor.
+"""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from typing import Any
+
+from treq.testing import StubTreq
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.iweb import IResponse
+from twisted.web.resource import IResource
+from twisted.web.server import Site
+
+from imapmig.progress import MigrationProgress
+from imapmig.status.resource import StatusResource, buildStatusSite
+
+
+class TableCells(HTMLParser):
+    """
+    Collects the text of each table row's cells, in document order.
+
+    @ivar rows: one list of cell texts per C{<tr>}.
+    @ivar refresh: the C{content} of a C{<meta http-equiv="refresh">}.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.refresh: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """
+        Start a row or a cell; note a refresh.
+        """
+        attributes = dict(attrs)
+        if tag == "meta" and attributes.get("http-equiv") == "refresh":
+            self.refresh = attributes.get("content")
+        elif tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        """
+        End a cell.
+        """
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        """
+        Text inside a cell.
+        """
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def tableRows(body: bytes) -> tuple[list[list[str]], str | None]:
+    """
+    The cell texts of every table row of the page C{body}, and its refresh.
+    """
+    parser = TableCells()
+    parser.feed(body.decode("utf-8"))
+    parser.close()
+    return parser.rows, parser.refresh
+
+
+class StatusResourceTests(SynchronousTestCase):
+    """
+    L{StatusResource} serves the progress as JSON and HTML.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(1_700_000_000)
+        self.progress = MigrationProgress(self.clock.seconds)
+        self.treq: Any = StubTreq(StatusResource(self.progress))
+
+    def request(self, method: str, path: str) -> tuple[IResponse, bytes]:
+        """
+        Make a request of the resource and return the response and its body.
+        """
+        response: IResponse = self.successResultOf(
+            self.treq.request(method, "http://127.0.0.1:8080" + path)
+        )
+        body: bytes = self.successResultOf(self.treq.content(response))
+        return response, body
+
+    def header(self, response: IResponse, name: bytes) -> list[bytes] | None:
+        """
+        The values of the response header C{name}.
+        """
+        values: list[bytes] | None = response.headers.getRawHeaders(name)
+        return values
+
+    def runningJobs(self) -> None:
+        """
+        Two jobs: C{alpha} running for 10 seconds, 40 of 100 done, 2 failed;
+        C{beta} queued with 30 messages.
+        """
+        alpha = self.progress.addJob("alpha")
+        beta = self.progress.addJob("beta")
+        alpha.started()
+        alpha.messagesTotal = 100
+        alpha.messagesDone = 40
+        alpha.messagesFailed = 2
+        alpha.bytesDone = 4096
+        beta.messagesTotal = 30
+        self.clock.advance(10)
+
+    def test_json(self) -> None:
+        """
+        C{GET /status.json} returns every job with its name, state and
+        counters, and the totals across jobs.
+        """
+        self.runningJobs()
+        response, body = self.request("GET", "/status.json")
+        self.assertEqual(response.code, 200)
+        status = json.loads(body)
+        self.assertEqual(status["time"], 1_700_000_010)
+        self.assertEqual(
+            [
+                {key: job[key] for key in (
+                    "name", "state", "messages_total", "messages_done",
+                    "messages_failed", "bytes_done", "messages_per_second",
+                )}
+                for job in status["jobs"]
+            ],
+            [
+                {
+                    "name": "alpha", "state": "running", "messages_total": 100,
+                    "messages_done": 40, "messages_failed": 2, "bytes_done": 4096,
+                    "messages_per_second": 4.0,
+                },
+                {
+                    "name": "beta", "state": "queued", "messages_total": 30,
+                    "messages_done": 0, "messages_failed": 0, "bytes_done": 0,
+                    "messages_per_second": None,
+                },
+            ],
+        )
+        totals = status["totals"]
+        self.assertEqual(
+            (
+                totals["messages_total"],
+                totals["messages_done"],
+                totals["messages_failed"],
+                totals["bytes_done"],
+            ),
+            (130, 40, 2, 4096),
+        )
+        self.assertEqual(totals["jobs"], {"queued": 1, "running": 1, "done": 0, "failed": 0})
+        self.assertEqual(status, json.loads(json.dumps(self.progress.snapshot())))
+
+    def test_jsonHeaders(self) -> None:
+        """
+        C{/status.json} is served as UTF-8 JSON that must not be cached.
+        """
+        response, body = self.request("GET", "/status.json")
+        self.assertEqual(
+            self.header(response, b"content-type"), [b"application/json; charset=utf-8"]
+        )
+        self.assertEqual(self.header(response, b"cache-control"), [b"no-store"])
+        self.assertEqual(json.loads(body), json.loads(json.dumps(self.progress.snapshot())))
+
+    def test_head(self) -> None:
+        """
+        C{HEAD /status.json} answers with the headers of C{GET}, including
+        its length, and no body.
+        """
+        self.runningJobs()
+        _, getBody = self.request("GET", "/status.json")
+        response, body = self.request("HEAD", "/status.json")
+        self.assertEqual(response.code, 200)
+        self.assertEqual(body, b"")
+        self.assertEqual(
+            self.header(response, b"content-type"), [b"application/json; charset=utf-8"]
+        )
+        self.assertEqual(
+            self.header(response, b"content-length"), [str(len(getBody)).encode("ascii")]
+        )
+
+    def test_followsProgress(self) -> None:
+        """
+        Each response reflects the progress object as it is at that moment.
+        """
+        job = self.progress.addJob("alpha")
+        first = json.loads(self.request("GET", "/status.json")[1])
+        job.started()
+        job.messagesTotal = 10
+        job.messagesDone = 7
+        job.bytesDone = 700
+        self.clock.advance(1)
+        second = json.loads(self.request("GET", "/status.json")[1])
+        self.assertEqual(
+            (
+                first["jobs"][0]["state"],
+                first["jobs"][0]["messages_done"],
+                first["totals"]["bytes_done"],
+            ),
+            ("queued", 0, 0),
+        )
+        self.assertEqual(
+            (
+                second["jobs"][0]["state"],
+                second["jobs"][0]["messages_done"],
+                second["totals"]["bytes_done"],
+            ),
+            ("running", 7, 700),
+        )
+        job.finished("LOGIN failed")
+        rows, _ = tableRows(self.request("GET", "/")[1])
+        self.assertEqual(rows[1][1], "failed")
+        self.assertEqual(rows[1][6], "LOGIN failed")
+
+    def test_page(self) -> None:
+        """
+        C{GET /} returns an HTML page, refreshed every 5 seconds, with a
+        table row per job (name, state, done/total, failed, bytes, rate,
+        error) and a row of totals.
+        """
+        self.runningJobs()
+        response, body = self.request("GET", "/")
+        self.assertEqual(response.code, 200)
+        self.assertEqual(self.header(response, b"content-type"), [b"text/html; charset=utf-8"])
+        self.assertEqual(self.header(response, b"cache-control"), [b"no-store"])
+        self.assertTrue(body.startswith(b"<!DOCTYPE html>\n"))
+        rows, refresh = tableRows(body)
+        self.assertEqual(refresh, "5")
+        self.assertEqual(
+            rows,
+            [
+                ["Job", "State", "Done / total", "Failed", "Bytes", "Rate", "Error"],
+                ["alpha", "running", "40 / 100", "2", "4.0\u00a0KiB", "4.0\u00a0msg/s", "\u2013"],
+                ["beta", "queued", "0 / 30", "0", "0\u00a0B", "\u2013", "\u2013"],
+                ["Total", "1 queued, 1 running", "40 / 130", "2", "4.0\u00a0KiB", "", ""],
+            ],
+        )
+
+    def test_pageNoExternalAssets(self) -> None:
+        """
+        The page loads nothing else: no scripts, no external style sheets or
+        images, and a content security policy that forbids them.
+        """
+        self.runningJobs()
+        response, body = self.request("GET", "/")
+        for marker in (b"<script", b"<link", b"<img", b"src=", b"http://", b"https://"):
+            self.assertNotIn(marker, body)
+        [policy] = self.header(response, b"content-security-policy") or [b""]
+        self.assertIn(b"default-src 'none'", policy)
+
+    def test_pageEscapes(self) -> None:
+        """
+        Job names and errors appear on the page as text, never as markup.
+        """
+        job = self.progress.addJob("<script>alert('x')</script>")
+        job.finished('NO [ALERT] "quota" & <b>more</b>')
+        _, body = self.request("GET", "/")
+        self.assertNotIn(b"<script>", body)
+        self.assertNotIn(b"<b>", body)
+        self.assertIn(b"&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;", body)
+        rows, _ = tableRows(body)
+        self.assertEqual(rows[1][0], "<script>alert('x')</script>")
+        self.assertEqual(rows[1][6], 'NO [ALERT] "quota" & <b>more</b>')
+
+    def test_pageWithoutJobs(self) -> None:
+        """
+        With no jobs the page says so.
+        """
+        _, body = self.request("GET", "/")
+        rows, _ = tableRows(body)
+        self.assertEqual(rows[1], ["No jobs configured."])
+
+    def test_notFound(self) -> None:
+        """
+        Any other path is 404.
+        """
+        for path in ("/nope", "/status", "/status.json/", "/status.json/x", "/index.html"):
+            response, _ = self.request("GET", path)
+            self.assertEqual((path, response.code), (path, 404))
+
+    def test_methodNotAllowed(self) -> None:
+        """
+        Methods other than C{GET} and C{HEAD} are answered with 405 and an
+        C{Allow} header naming those two.
+        """
+        for path in ("/status.json", "/"):
+            for method in ("POST", "PUT", "DELETE", "PATCH"):
+                response, _ = self.request(method, path)
+                self.assertEqual((method, path, response.code), (method, path, 405))
+                self.assertEqual(self.header(response, b"allow"), [b"GET, HEAD"])
+
+
+class BuildStatusSiteTests(SynchronousTestCase):
+    """
+    L{buildStatusSite} makes the site to serve.
+    """
+
+    def test_site(self) -> None:
+        """
+        The site serves a L{StatusResource} of the progress given, on the
+        reactor given, without tracebacks for clients.
+        """
+        reactor = MemoryReactorClock()
+        progress = MigrationProgress(reactor.seconds)
+        progress.addJob("alpha")
+        site = buildStatusSite(progress, reactor=reactor)
+        self.assertIsInstance(site, Site)
+        self.assertIs(site.reactor, reactor)
+        self.assertFalse(site.displayTracebacks)
+        resource: IResource = site.resource
+        self.assertIsInstance(resource, StatusResource)
+        treq: Any = StubTreq(resource)
+        response = self.successResultOf(treq.get("http://127.0.0.1/status.json"))
+        status = json.loads(self.successResultOf(treq.content(response)))
+        self.assertEqual([job["name"] for job in status["jobs"]], ["alpha"])
