@@ -21,6 +21,7 @@ from automat import TypeMachineBuilder
 from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from imapmig.errors import CommandFailed, ImapmigError
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
@@ -384,7 +385,8 @@ class MigrationJob:
         errors = [result for ok, result in results if not ok]
         if errors:
             self.stop()
-            errors[0].raiseException()
+            failure: Failure = errors[0]  # type: ignore[assignment]
+            failure.raiseException()
 
     async def _connectAndWork(self) -> None:
         try:

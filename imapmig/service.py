@@ -169,8 +169,13 @@ class MigrationService(MultiService):
         self.progress = progress
 
     def stopService(self) -> Deferred[None]:
-        d: Deferred[None] = MultiService.stopService(self)  # type: ignore[assignment]
-        d.addBoth(lambda result: (self.store.close(), result)[1])
+        d: Deferred[None] = MultiService.stopService(self)
+
+        def closeStore(result: object) -> object:
+            self.store.close()
+            return result
+
+        d.addBoth(closeStore)
         return d
 
 

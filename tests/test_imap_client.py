@@ -50,7 +50,7 @@ class ClientTests(SynchronousTestCase):
         """
         client, transport, clock = greeted()
         self.assertTrue(transport.noDelay)
-        client.transport.loseConnection()
+        client.connection.loseConnection()
 
     def test_greeting(self) -> None:
         """

@@ -46,7 +46,7 @@ class CountingTransport(StringTransport):
         StringTransport.write(self, b"".join(seq))  # type: ignore[arg-type]
 
     def take(self) -> bytes:
-        value = self.value()
+        value: bytes = self.value()
         self.clear()
         return value
 

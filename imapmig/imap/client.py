@@ -68,11 +68,19 @@ class MigrationIMAP4Client(IMAP4Client):
             connected, after which the connection is dropped; 0 disables it.
         """
         IMAP4Client.__init__(self)
-        self.callLater = clock.callLater
-        self.timeout = timeout
+        self.callLater = clock.callLater  # type: ignore[method-assign,assignment]
+        self.timeout = timeout  # type: ignore[assignment]
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
+
+    @property
+    def connection(self) -> Any:
+        """
+        The transport.  Typed loosely: a TCP transport and a TLS one offer
+        different interfaces (producer registration, TCP options, abort).
+        """
+        return self.transport
 
     def connectionMade(self) -> None:
         setNoDelay(self.transport)

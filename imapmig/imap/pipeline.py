@@ -287,7 +287,7 @@ class AppendPipeline:
         self._sync = settings.literalMode is LiteralMode.SYNC
         self._minus = settings.literalMode is LiteralMode.MINUS
         client.pipeline = self
-        client.transport.registerProducer(self, True)
+        client.connection.registerProducer(self, True)
 
     @property
     def settings(self) -> PipelineSettings:
@@ -376,7 +376,7 @@ class AppendPipeline:
         if self._client.pipeline is self:
             self._client.pipeline = None
             if self._failure is None:
-                self._client.transport.unregisterProducer()
+                self._client.connection.unregisterProducer()
 
     # IPushProducer: the transport's backpressure.
 
@@ -447,7 +447,7 @@ class AppendPipeline:
             self.bytesInFlight += command.size
             self._writeLiterals(command, 0, out)
         if out:
-            self._client.transport.writeSequence(out)
+            self._client.connection.writeSequence(out)
         if self._hungryWaiters and self._isHungry():
             waiters, self._hungryWaiters = self._hungryWaiters, []
             for waiter in waiters:
@@ -489,7 +489,7 @@ class AppendPipeline:
                 "Unexpected continuation request from the server: {text}",
                 text=text[:200].decode("utf-8", "replace"),
             )
-            self._client.transport.loseConnection()
+            self._client.connection.loseConnection()
             return
         self._blocked = None
         index = command.sentUpTo

@@ -280,13 +280,13 @@ class IMAPSession:
             await _mapped("LOGOUT", self._client.logout())
         except Exception:
             pass
-        self._client.transport.loseConnection()
+        self._client.connection.loseConnection()
 
     def abort(self) -> None:
         """
         Drop the connection now.
         """
-        self._client.transport.abortConnection()
+        self._client.connection.abortConnection()
 
 
 def _str(value: object) -> str:

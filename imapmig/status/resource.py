@@ -146,7 +146,7 @@ def buildStatusSite(progress: MigrationProgress, reactor: IReactorTime | None = 
     @param reactor: the reactor for the site's timeouts and log timestamps;
         pass it (L{None} makes twisted.web fetch the global reactor).
     """
-    site = Site(StatusResource(progress), reactor=reactor)  # type: ignore[no-untyped-call]
+    site = Site(StatusResource(progress), reactor=reactor)
     site.displayTracebacks = False
     return site
 

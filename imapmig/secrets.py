@@ -1,0 +1,102 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+Secrets: passwords read from files that only their owner may read, and
+L{Secret}, the value that carries one without ever showing it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from attrs import field, frozen
+
+
+@frozen(repr=False)
+class Secret:
+    """
+    A password.  Its C{repr} and C{str} are C{Secret('***')}, so it can sit
+    inside other value objects, log events and error messages without
+    showing its value.
+
+    @ivar value: the password itself; read it only where it is sent.
+    """
+
+    value: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+class PasswordFileError(ValueError):
+    """
+    A password file cannot be used.  The message names the file and says
+    why; it never contains any of the file's content.
+    """
+
+
+def readPasswordFile(path: str) -> str:
+    """
+    Read a password from the first line of a file only its owner may read.
+
+    Like buildbot's C{SecretInAFile}, a file that its group or others may
+    read or write is refused: a password that other accounts can read is no
+    longer a secret, and the admin should learn that now rather than later.
+
+    @param path: the file's path.
+    @return: the file's first line without its line ending (C{\\n} or
+        C{\\r\\n}).
+    @raise PasswordFileError: the file does not exist, cannot be read, is a
+        directory or not a regular file, is accessible to group or others
+        (mode C{& 0o077}), is not UTF-8 text, or its first line is empty.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO by mistake must not hang the daemon;
+        # it has no effect on a regular file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise PasswordFileError(f"password file {path} does not exist") from None
+    except PermissionError:
+        raise PasswordFileError(
+            f"password file {path} cannot be read (permission denied)"
+        ) from None
+    except IsADirectoryError:
+        raise PasswordFileError(f"password file {path} is a directory") from None
+    except OSError as e:
+        raise PasswordFileError(
+            f"password file {path} cannot be read: {e.strerror}"
+        ) from None
+    try:
+        # fstat after open: the checks apply to the very file read below.
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise PasswordFileError(f"password file {path} is a directory")
+        if not stat.S_ISREG(mode):
+            raise PasswordFileError(f"password file {path} is not a regular file")
+        if mode & 0o077:
+            raise PasswordFileError(
+                f"password file {path} is accessible to group or others"
+                f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            content = f.read()
+    except OSError as e:
+        raise PasswordFileError(
+            f"password file {path} cannot be read: {e.strerror}"
+        ) from None
+    finally:
+        os.close(fd)
+    firstLine = content.split(b"\n", 1)[0]
+    if firstLine.endswith(b"\r"):
+        firstLine = firstLine[:-1]
+    if not firstLine:
+        raise PasswordFileError(
+            f"password file {path} is empty (the password is its first line)"
+        )
+    try:
+        return firstLine.decode("utf-8")
+    except UnicodeDecodeError:
+        # The decoder's own message quotes an octet of the password.
+        raise PasswordFileError(f"password file {path} is not UTF-8 text") from None
