@@ -94,7 +94,8 @@ def capabilitySet(caps: dict[bytes, Any] | None) -> frozenset[bytes]:
         if values is None:
             result.add(name)
         else:
-            result.update(name + b"=" + value.upper() for value in values)
+            for value in values:
+                result.add(name if value is None else name + b"=" + value.upper())
     return frozenset(result)
 
 
