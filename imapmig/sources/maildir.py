@@ -1,0 +1,459 @@
+# -*- test-case-name: tests.test_sources_maildir -*-
+"""
+A Maildir with Maildir++ subfolders, as Dovecot, Courier, mbsync and most
+MDAs write it, as a L{imapmig.sources.IMessageSource}.
+
+Listing reads no message: everything a L{SourceMessage} carries comes from
+the file name (unique name, C{,S=} size, flags after C{2,}, the leading
+delivery timestamp), with one C{stat} only for what the name lacks.  Bodies
+are read whole, one C{read} per file, just before they are sent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+from twisted.internet.defer import Deferred, fail, succeed
+from zope.interface import implementer
+
+from imapmig.errors import SourceError
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    toCRLF,
+    utcFromTimestamp,
+)
+from imapmig.sources import IMessageSource
+
+__all__ = ["MaildirSource", "readMessageFile", "displayableName"]
+
+# Scanned in this order: for duplicate unique names, cur/ wins the plain key.
+_SUBDIRS = ("cur", "new")
+_NEW = 1
+
+# Maildir info letters (after "2,"), in the ASCII order the spec keeps them.
+_FLAG_LETTERS = (
+    ("D", "\\Draft"),
+    ("F", "\\Flagged"),
+    ("R", "\\Answered"),
+    ("S", "\\Seen"),
+    ("T", "\\Deleted"),
+)
+
+# Well-known top-level folder names and their RFC 6154 attributes, matched
+# case-insensitively.
+_SPECIAL_USE = {
+    "sent": "\\Sent",
+    "sent messages": "\\Sent",
+    "sent items": "\\Sent",
+    "drafts": "\\Drafts",
+    "trash": "\\Trash",
+    "deleted messages": "\\Trash",
+    "deleted items": "\\Trash",
+    "junk": "\\Junk",
+    "spam": "\\Junk",
+    "archive": "\\Archive",
+}
+
+# A leading integer outside [1980-01-01, 2100-01-01) is not taken for a
+# delivery time (some writers use counters or random names).
+_EARLIEST = 315532800
+_LATEST = 4102444800
+
+_SIZE_FIELD = re.compile(r",S=([0-9]+)")
+
+
+def displayableName(name: str) -> str:
+    """
+    Return a file name as a string that can be encoded as UTF-8.
+
+    Python decodes file names that are not UTF-8 with C{surrogateescape};
+    such a string cannot be stored in SQLite nor sent as a mailbox name.
+    Its undecodable bytes are shown as C{\\xNN} instead.
+
+    @param name: a file name as C{os} returns it.
+    @return: C{name} itself when it is valid Unicode.
+    """
+    if name.isascii():
+        return name
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
+
+
+def readMessageFile(path: str) -> MessageBody | None:
+    """
+    Read one message file whole, in one read, with CRLF line endings.
+
+    @param path: the file.
+    @return: the body; an L{UnreadableMessage} saying why it could not be
+        read; or L{None} when the file does not exist (the caller may look
+        for it under another name).
+    """
+    try:
+        with open(path, "rb", buffering=0) as f:
+            data = f.readall()
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        return UnreadableMessage(f"permission denied: {displayableName(path)}")
+    except OSError as e:
+        return UnreadableMessage(f"cannot read {displayableName(path)}: {e.strerror or e}")
+    return toCRLF(data)
+
+
+def _splitName(name: str) -> tuple[str, str | None]:
+    """
+    Split a Maildir file name into its unique part and its flag letters.
+
+    @return: the unique part, and the letters after C{2,} (L{None} when the
+        name has no C{2,} info).  The info starts at the first C{:}; some
+        platforms write C{!} or C{;} instead, recognised only before C{2,}.
+    """
+    i = name.find(":")
+    if i < 0:
+        i = name.rfind("!2,")
+        if i < 0:
+            i = name.rfind(";2,")
+            if i < 0:
+                return name, None
+    if name.startswith("2,", i + 1):
+        return name[:i], name[i + 3 :]
+    return name[:i], None
+
+
+def _flagsOf(letters: str) -> tuple[str, ...]:
+    """
+    The IMAP flags of Maildir info letters (C{P}, "passed", has no IMAP
+    counterpart and is dropped).  Lowercase letters (Dovecot's
+    keywords, whose names live in C{dovecot-keywords}) are ignored for now.
+    """
+    return tuple(flag for letter, flag in _FLAG_LETTERS if letter in letters)
+
+
+def _leadingTimestamp(unique: str) -> int | None:
+    """
+    The delivery time in a unique name such as C{1700000000.M123P45.host}:
+    its leading integer, if that is a plausible POSIX time.
+    """
+    dot = unique.find(".")
+    head = unique if dot < 0 else unique[:dot]
+    if head.isascii() and head.isdigit():
+        when = int(head)
+        if _EARLIEST <= when < _LATEST:
+            return when
+    return None
+
+
+def _sizeField(unique: str) -> int | None:
+    """
+    The size in the C{,S=NNNN} field of a unique name, if any.
+    """
+    match = _SIZE_FIELD.search(unique)
+    return None if match is None else int(match.group(1))
+
+
+def _isMaildirFolder(directory: str) -> bool:
+    """
+    Whether C{directory} holds a Maildir folder (a C{cur} or C{new} in it).
+    """
+    return os.path.isdir(os.path.join(directory, "cur")) or os.path.isdir(
+        os.path.join(directory, "new")
+    )
+
+
+def _decodeComponent(raw: str) -> str:
+    """
+    Decode one level of a Maildir++ folder name from modified UTF-7; a name
+    that is not valid modified UTF-7 keeps its raw form.
+    """
+    try:
+        return raw.encode("ascii").decode("imap4-utf-7")
+    except UnicodeError:
+        return displayableName(raw)
+
+
+# (key, unique part, index into _SUBDIRS, the entry, flag letters or None)
+_Scanned = tuple[str, str, int, os.DirEntry[str], str | None]
+
+
+def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
+    """
+    List the message files of one Maildir folder: C{cur/} and C{new/},
+    without dotfiles and subdirectories; C{tmp/} holds deliveries in
+    progress and is never read.
+
+    Each file's key is its unique part.  Files that share a unique part
+    (copies, or a crash between the link and the unlink of a rename) all
+    stay, with distinct deterministic keys: sorted with C{cur/} before
+    C{new/} and then by file name, the first keeps the unique part, the
+    others get C{"<unique>/<subdir>"}, or C{"<unique>/<subdir>/<file name>"}
+    if that is taken too.
+
+    @param directory: the folder's directory.
+    @return: the files, in no particular order, and whether C{cur/} or
+        C{new/} exists at all.
+    @raise OSError: C{cur/} or C{new/} exists but cannot be listed.
+    """
+    first: dict[str, _Scanned] = {}
+    duplicates: dict[str, list[_Scanned]] = {}
+    found = False
+    for index, subdir in enumerate(_SUBDIRS):
+        try:
+            entries = os.scandir(os.path.join(directory, subdir))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found = True
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith(".") or not entry.is_file():
+                    continue
+                unique, letters = _splitName(name)
+                unique = displayableName(unique)
+                scanned = (unique, unique, index, entry, letters)
+                if unique in first:
+                    duplicates.setdefault(unique, [first[unique]]).append(scanned)
+                else:
+                    first[unique] = scanned
+    result = list(first.values())
+    if not duplicates:
+        return result, found
+    result = [s for s in result if s[0] not in duplicates]
+    for unique, group in duplicates.items():
+        group.sort(key=lambda s: (s[2], s[3].name))
+        taken = {unique}
+        result.append(group[0])
+        for _, _, index, entry, letters in group[1:]:
+            key = f"{unique}/{_SUBDIRS[index]}"
+            if key in taken:
+                key = f"{key}/{displayableName(entry.name)}"
+            taken.add(key)
+            result.append((key, unique, index, entry, letters))
+    return result, found
+
+
+@implementer(IMessageSource)
+class MaildirSource:
+    """
+    Messages from a Maildir and its Maildir++ subfolders.
+
+    Folders: the Maildir itself is C{INBOX} (when it has C{cur/} or
+    C{new/}); each subdirectory C{.A.B} with C{cur/} or C{new/} is the
+    folder C{("A", "B")}, keyed by its directory name.  Each level of the
+    name is decoded from modified UTF-7 (as Dovecot and Courier write
+    C{&APw-}); a level that does not decode keeps its raw form (and
+    non-UTF-8 bytes are shown as C{\\xNN}).  Dovecot's C{.INBOX.x} is
+    C{("INBOX", "x")}.  Missing parents (C{.A.B} without C{.A}) are not
+    invented; the destination side creates them.  Top-level folders with a
+    well-known name (C{Sent}, C{Sent Items}, C{Drafts}, C{Trash}, C{Junk},
+    C{Archive}, ...) carry their RFC 6154 attribute, for information.
+
+    Messages: the files of C{cur/} and C{new/}, keyed by their unique name
+    (before C{:2,}), which survives flag changes.  Flags come from the
+    letters after C{2,} (C{S R F D T}); Dovecot's keyword letters
+    (C{a}-C{z}) are ignored for now, and files in C{new/} have no flags.
+    INTERNALDATE is the leading timestamp of the name when plausible, else
+    the file's mtime; the size is the name's C{,S=} field, else the file's.
+    Oldest first.
+
+    Files are read on the calling thread, with blocking system calls.
+
+    @ivar path: the Maildir's directory.
+    """
+
+    def __init__(self, path: str) -> None:
+        """
+        @param path: the Maildir's directory.
+        """
+        self.path = path
+        self._folderDirectories: dict[str, str] = {}
+        self._messagePaths: dict[str, dict[str, str]] = {}
+
+    def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
+        """
+        Every folder: C{INBOX} first, then the others sorted, parents before
+        children.
+
+        @return: a Deferred that fails with L{SourceError} when the path does
+            not exist, cannot be read or holds no Maildir folder at all.
+        """
+        root = self.path
+        try:
+            with os.scandir(root) as entries:
+                names = sorted(e.name for e in entries if e.name.startswith(".") and e.is_dir())
+        except FileNotFoundError:
+            return fail(SourceError(f"no such Maildir: {root}"))
+        except NotADirectoryError:
+            return fail(SourceError(f"not a Maildir: {root} is not a directory"))
+        except OSError as e:
+            return fail(SourceError(f"cannot read the Maildir {root}: {e.strerror or e}"))
+        folders: list[SourceFolder] = []
+        directories: dict[str, str] = {}
+        if _isMaildirFolder(root):
+            folders.append(SourceFolder(path=("INBOX",), key=""))
+            directories[""] = root
+        for name in names:
+            directory = os.path.join(root, name)
+            if not _isMaildirFolder(directory):
+                continue
+            path = tuple(_decodeComponent(level) for level in name[1:].split("."))
+            specialUse = _SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
+            key = displayableName(name)
+            folders.append(SourceFolder(path=path, key=key, specialUse=specialUse))
+            directories[key] = directory
+        if not folders:
+            return fail(
+                SourceError(f"not a Maildir: {root} has no cur/ or new/ and no Maildir++ folder")
+            )
+        folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
+        self._folderDirectories = directories
+        return succeed(folders)
+
+    def _directoryOf(self, folder: SourceFolder) -> str:
+        """
+        The directory of C{folder}.
+
+        @raise SourceError: the key cannot be a folder of this Maildir.
+        """
+        directory = self._folderDirectories.get(folder.key)
+        if directory is not None:
+            return directory
+        key = folder.key
+        if key == "":
+            return self.path
+        if not key.startswith(".") or key in (".", "..") or "/" in key or os.sep in key:
+            raise SourceError(f"not a Maildir++ folder name: {key!r} in {self.path}")
+        return os.path.join(self.path, key)
+
+    def _scan(self, folder: SourceFolder) -> tuple[str, list[_Scanned]]:
+        """
+        Scan C{folder}, remember where each message's file is, and return
+        the folder's directory and the scan.
+
+        @raise SourceError: the folder is gone or cannot be listed.
+        """
+        directory = self._directoryOf(folder)
+        try:
+            scanned, found = _scanFolder(directory)
+        except OSError as e:
+            raise SourceError(
+                f"cannot list the Maildir folder {displayableName(directory)}: {e.strerror or e}"
+            ) from e
+        if not found:
+            raise SourceError(
+                f"no such Maildir folder: {displayableName(directory)} (no cur/ or new/)"
+            )
+        self._messagePaths[folder.key] = {s[0]: s[3].path for s in scanned}
+        return directory, scanned
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        """
+        The messages of C{folder}, oldest first (by INTERNALDATE, then key).
+
+        @return: a Deferred that fails with L{SourceError} when the folder's
+            directory is gone or cannot be listed.
+        """
+        try:
+            _, scanned = self._scan(folder)
+        except SourceError as e:
+            return fail(e)
+        flagsByLetters: dict[str, tuple[str, ...]] = {}
+        rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
+        for key, unique, index, entry, letters in scanned:
+            if index == _NEW or not letters:
+                flags: tuple[str, ...] = ()
+            else:
+                cached = flagsByLetters.get(letters)
+                if cached is None:
+                    cached = flagsByLetters[letters] = _flagsOf(letters)
+                flags = cached
+            when: float | None = _leadingTimestamp(unique)
+            size = _sizeField(unique)
+            if when is None or size is None:
+                try:
+                    status = entry.stat()
+                except OSError:
+                    # Renamed or deleted since the scan: readBodies looks
+                    # for it again; meanwhile let the server date it.
+                    status = None
+                if status is not None:
+                    if when is None:
+                        when = status.st_mtime
+                    if size is None:
+                        size = status.st_size
+            rows.append((-1.0 if when is None else when, key, flags, size))
+        rows.sort()
+        messages = [
+            SourceMessage(
+                key=key,
+                flags=flags,
+                internalDate=None if when < 0 else utcFromTimestamp(when),
+                size=0 if size is None else size,
+            )
+            for when, key, flags, size in rows
+        ]
+        return succeed(messages)
+
+    def readBodies(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[MessageBody]]:
+        """
+        Read the bodies of C{messages}, in order, with CRLF line endings.
+
+        A file renamed since the listing (a flag change by a live MDA or
+        client) is found again by scanning the folder once more (once per
+        call); a file that is still missing, or cannot be read, is an
+        L{UnreadableMessage} saying why.
+        """
+        if not messages:
+            return succeed([])
+        paths = self._messagePaths.get(folder.key)
+        rescanned = False
+        if paths is None:
+            paths, rescanned = self._rescan(folder), True
+        bodies: list[MessageBody] = []
+        for message in messages:
+            path = paths.get(message.key)
+            body = None if path is None else readMessageFile(path)
+            if body is None and not rescanned:
+                paths, rescanned = self._rescan(folder), True
+                found = paths.get(message.key)
+                if found is not None:
+                    path = found
+                    body = readMessageFile(path)
+            if body is None:
+                body = UnreadableMessage(f"file vanished: {self._whereWas(folder, message, path)}")
+            bodies.append(body)
+        return succeed(bodies)
+
+    def _whereWas(self, folder: SourceFolder, message: SourceMessage, path: str | None) -> str:
+        """
+        Name the file of C{message} for the admin: its last known path, or
+        its key and folder when it was never seen.
+        """
+        if path is not None:
+            return displayableName(path)
+        try:
+            directory = self._directoryOf(folder)
+        except SourceError:
+            directory = self.path
+        return f"{message.key} in {displayableName(directory)}"
+
+    def _rescan(self, folder: SourceFolder) -> dict[str, str]:
+        """
+        Where the files of C{folder} are now; empty if the folder is gone.
+        """
+        try:
+            self._scan(folder)
+        except SourceError:
+            self._messagePaths.pop(folder.key, None)
+            return {}
+        return self._messagePaths[folder.key]

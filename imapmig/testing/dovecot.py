@@ -1,0 +1,859 @@
+# -*- test-case-name: tests.test_testing_dovecot -*-
+"""
+A private Dovecot on loopback for the integration tests, the demo and the
+benchmark.
+
+L{DovecotInstance} writes a standalone configuration (nothing of
+C{/etc/dovecot} is read), a private certificate authority and a server
+certificate, then runs C{dovecot -F -c FILE} as a child process listening on
+two free ports of 127.0.0.1: one for plain IMAP (STARTTLS offered) and one for
+implicit TLS.  Several instances can run at once.
+
+Everything here is synchronous and blocking: it runs outside any reactor,
+before and after the code under test, so polling with C{time.sleep} and
+talking to the server with L{imaplib} are fine in this module (and only
+here).
+
+What Dovecot 2.3.19 does with the options, as observed on Debian 12:
+
+  - C{capabilities} sets C{imap_capability}.  After login (in the tagged
+    C{OK [CAPABILITY ...]} of LOGIN and in reply to CAPABILITY) the server
+    advertises exactly that list.  Before login, the greeting and
+    CAPABILITY show the same list plus what the login process adds itself:
+    C{STARTTLS} (plain port, before TLS) and C{AUTH=PLAIN AUTH=LOGIN}.
+    Without the override the pre-login list is Dovecot's short one
+    (C{IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE LITERAL+ STARTTLS
+    AUTH=PLAIN AUTH=LOGIN}) and the full list, with C{MULTIAPPEND},
+    C{UIDPLUS}, C{SPECIAL-USE} and the rest, appears only after login.  A
+    client must therefore ask again after authenticating (or read the
+    C{CAPABILITY} response code of LOGIN), as RFC 3501 requires.
+  - C{specialUse=True} declares C{Sent}, C{Drafts}, C{Trash}, C{Junk} and
+    C{Archive} with their RFC 6154 attributes and C{auto = no}: the server
+    advertises C{SPECIAL-USE} and a mailbox of that name shows its
+    attribute once it exists, but none is pre-created, so a fresh account
+    holds only C{INBOX} and a migration starts from an empty destination.
+  - C{separator} changes the hierarchy separator the inbox namespace shows
+    over IMAP; the Maildir++ directories on disk keep C{.} either way.
+  - A failed login is answered after about 0.5 s, and the per-IP penalty
+    that would delay later logins by up to 15 s is disabled (by closing
+    anvil's C{anvil-auth-penalty} socket; the auth process logs one error
+    about it), so a test of a wrong password does not slow the next ones.
+  - Stopping takes about 1.1 s: the master waits that long for its log
+    process before it exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import grp
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from imaplib import IMAP4
+from typing import Sequence
+
+from attrs import frozen
+from twisted.trial import unittest
+
+import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+
+_START_TIMEOUT = 10.0
+_STOP_TIMEOUT = 10.0
+_FETCH_CHUNK = 250
+_DH_PATH = "/usr/share/dovecot/dh.pem"
+_MAIL_UID = 8  # the Debian "mail" user and group
+_SPECIAL_USE = (
+    ("Sent", "\\Sent"),
+    ("Drafts", "\\Drafts"),
+    ("Trash", "\\Trash"),
+    ("Junk", "\\Junk"),
+    ("Archive", "\\Archive"),
+)
+_SYSTEM_FLAGS = ("\\Draft", "\\Flagged", "\\Answered", "\\Seen", "\\Deleted")
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1
+    )
+}
+_LIST_LINE = re.compile(rb'^\((?P<attributes>[^)]*)\) (?P<delimiter>NIL|"(?:\\.|[^"\\])*") ')
+_FETCH_UID = re.compile(rb"\bUID (\d+)")
+_FETCH_FLAGS = re.compile(rb"\bFLAGS \(([^)]*)\)")
+_FETCH_INTERNALDATE = re.compile(rb'\bINTERNALDATE "([^"]+)"')
+_RUNNING: set[DovecotInstance] = set()
+
+
+class DovecotNotFound(Exception):
+    """
+    No C{dovecot} binary is installed on this machine.
+    """
+
+
+class DovecotStartFailed(Exception):
+    """
+    A private Dovecot did not start; the message carries its log tail.
+    """
+
+
+@frozen
+class DovecotUser:
+    """
+    An account of a private Dovecot.
+
+    @ivar name: the login name, also the name of its home directory.
+    @ivar password: the plain-text password.
+    """
+
+    name: str
+    password: str
+
+
+@frozen
+class FetchedMessage:
+    """
+    A message as a private Dovecot stores it, read back by
+    L{DovecotInstance.fetchAll}.
+
+    @ivar flags: the message's flags and keywords, C{\\Recent} left out,
+        in a fixed order whatever the server's: system flags as
+        L{imapmig.testing.corpus.CorpusMessage} orders them (C{\\Draft},
+        C{\\Flagged}, C{\\Answered}, C{\\Seen}, C{\\Deleted}), then
+        keywords sorted.
+    @ivar internalDate: the INTERNALDATE, timezone-aware.
+    @ivar body: the full message, as C{BODY.PEEK[]} returns it (CRLF).
+    """
+
+    flags: tuple[str, ...]
+    internalDate: datetime
+    body: bytes
+
+
+def findDovecot() -> str:
+    """
+    Locate the C{dovecot} binary.
+
+    @return: its path.
+    @raise DovecotNotFound: it is neither on C{PATH} nor in C{/usr/sbin}.
+    """
+    found = shutil.which("dovecot")
+    if found is not None:
+        return found
+    if os.access("/usr/sbin/dovecot", os.X_OK):
+        return "/usr/sbin/dovecot"
+    raise DovecotNotFound("dovecot is not installed (looked on PATH and in /usr/sbin)")
+
+
+def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
+    """
+    Return the C{dovecot} binary for a test that needs a real server, or skip
+    the test loudly when there is none.
+
+    On CI (C{CI=true} in the environment) a missing Dovecot fails the test
+    instead, so the integration tests cannot silently vanish.
+
+    @param testCase: the test asking, whose C{failureException} is raised on
+        CI; L{AssertionError} without one.
+    @return: the path of the binary.
+    @raise twisted.trial.unittest.SkipTest: Dovecot is missing, not on CI.
+    """
+    try:
+        return findDovecot()
+    except DovecotNotFound:
+        pass
+    if os.environ.get("CI") == "true":
+        failure = AssertionError if testCase is None else testCase.failureException
+        raise failure(
+            "dovecot is not installed but CI=true: the real-Dovecot tests "
+            "must run on CI (apt-get install dovecot-imapd)"
+        )
+    sys.stderr.write(
+        "\n*** SKIPPING real-Dovecot tests: dovecot not installed; "
+        "run `make test` to install it ***\n"
+    )
+    raise unittest.SkipTest("dovecot not installed")
+
+
+class DovecotInstance:
+    """
+    A private Dovecot serving IMAP on 127.0.0.1, for tests.
+
+    @ivar baseDir: the directory holding the configuration, certificates,
+        password file, log and (by default) the users' homes.
+    @ivar users: the accounts.
+    @ivar port: the plain IMAP port (STARTTLS offered), chosen at
+        L{start}; 0 before.
+    @ivar tlsPort: the implicit-TLS port, chosen at L{start}; 0 before.
+    @ivar caCertificatePath: the PEM file of the private CA that signed the
+        server certificate (subject alternative names C{DNS:localhost} and
+        C{IP:127.0.0.1}); it exists once L{start} has run.
+    @ivar pid: the master process id while running, else L{None}.
+    """
+
+    def __init__(
+        self,
+        baseDir: str,
+        *,
+        users: Sequence[DovecotUser] = (
+            DovecotUser("alice", "alice-pw"),
+            DovecotUser("bob", "bob-pw"),
+        ),
+        capabilities: str | None = None,
+        separator: str = ".",
+        specialUse: bool = True,
+        fsync: bool = False,
+        compress: bool = False,
+        mailRoot: str | None = None,
+    ) -> None:
+        """
+        Describe an instance; nothing happens on disk until L{start}.
+
+        @param baseDir: see L{baseDir}; created if missing.
+        @param users: the accounts; names and passwords must not contain
+            C{:} or line breaks.
+        @param capabilities: when given, the complete capability list
+            advertised after login (C{imap_capability}), e.g.
+            C{"IMAP4rev1 LITERAL- UIDPLUS"} to hide LITERAL+ and
+            MULTIAPPEND.
+        @param separator: the hierarchy separator of the inbox namespace,
+            C{"."} or C{"/"}.
+        @param specialUse: declare Sent, Drafts, Trash, Junk and Archive
+            with their special-use attributes (not pre-created) so the
+            server advertises SPECIAL-USE.
+        @param fsync: C{mail_fsync = optimized} when true, C{never} (fast,
+            for tests) when false.
+        @param compress: load the C{imap_zlib} plugin, which advertises
+            COMPRESS=DEFLATE.
+        @param mailRoot: the directory holding one home per user, e.g. on
+            a tmpfs or a disk for the benchmark; C{baseDir/home} by default.
+        """
+        if separator not in (".", "/"):
+            raise ValueError(f"separator must be '.' or '/', not {separator!r}")
+        for user in users:
+            for value in (user.name, user.password):
+                if not value or any(c in value for c in ":\r\n\0"):
+                    raise ValueError(f"unusable user name or password for {user.name!r}")
+        self.baseDir = os.path.abspath(baseDir)
+        self.users = tuple(users)
+        self._capabilities = capabilities
+        self._separator = separator
+        self._specialUse = specialUse
+        self._fsync = fsync
+        self._compress = compress
+        self._mailRoot = os.path.abspath(
+            mailRoot if mailRoot is not None else os.path.join(self.baseDir, "home")
+        )
+        self.port = 0
+        self.tlsPort = 0
+        self.caCertificatePath = os.path.join(self.baseDir, "tls", "ca.pem")
+        self.pid: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._runDir: str | None = None
+        self._runDirIsTemporary = False
+        self._logPath = os.path.join(self.baseDir, "dovecot.log")
+        self._outputPath = os.path.join(self.baseDir, "dovecot.out")
+        self._configPath = os.path.join(self.baseDir, "dovecot.conf")
+        self._passwdPath = os.path.join(self.baseDir, "passwd")
+
+    def __repr__(self) -> str:
+        return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """
+        Write the configuration, the certificates (once per C{baseDir}) and
+        the users' homes, start Dovecot and wait until both ports greet.
+
+        Does nothing when already running.
+
+        @raise DovecotNotFound: no Dovecot is installed.
+        @raise DovecotStartFailed: it did not come up within 10 seconds
+            (after a few attempts with other ports), with its log tail.
+        """
+        if self._process is not None:
+            return
+        binary = findDovecot()
+        os.makedirs(self.baseDir, exist_ok=True)
+        os.chmod(self.baseDir, 0o755)
+        _makeTraversable(self.baseDir)
+        self._writeCertificates()
+        self._writeUsers()
+        for attempt in range(3):
+            self.port, self.tlsPort = _freePorts(2)
+            self._writeConfig()
+            self._launch(binary)
+            try:
+                self._waitUntilReady()
+            except DovecotStartFailed as e:
+                self.stop()
+                # Another process may have taken a port between our probe
+                # and Dovecot's bind: try other ports; give up otherwise.
+                if attempt == 2 or "Address already in use" not in str(e):
+                    raise
+            else:
+                return
+
+    def stop(self) -> None:
+        """
+        Stop Dovecot: send TERM to the master process and wait until it
+        has exited (its children end with it).  Idempotent.
+        """
+        process = self._process
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(_STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            self._process = None
+            self.pid = None
+        _RUNNING.discard(self)
+        if self._runDir is not None and self._runDirIsTemporary:
+            shutil.rmtree(self._runDir, ignore_errors=True)
+        self._runDir = None
+
+    # -- inspection --------------------------------------------------------
+
+    def maildirPath(self, user: str) -> str:
+        """
+        The Maildir of C{user} on disk (C{<home>/Maildir}); Dovecot creates
+        it at the first login.  A Maildir written there by root must be
+        given to the C{mail} user (uid and gid 8) before Dovecot reads it.
+
+        @param user: the login name.
+        """
+        return os.path.join(self._homeOf(user), "Maildir")
+
+    def chownHome(self, user: str) -> None:
+        """
+        Give the home of C{user} and everything below it to the uid and gid
+        Dovecot runs that user's mail processes as, e.g. after writing a
+        Maildir into L{maildirPath} as root.  Nothing to do when not root.
+
+        @param user: the login name.
+        """
+        if os.geteuid() != 0:
+            return
+        uid, gid = self._mailIds()
+        for directory, _subdirectories, files in os.walk(self._homeOf(user)):
+            os.chown(directory, uid, gid)
+            for name in files:
+                os.lchown(os.path.join(directory, name), uid, gid)
+
+    def logTail(self, lines: int = 40) -> str:
+        """
+        The last C{lines} lines of Dovecot's log (and of its standard output
+        and error, where configuration errors are reported).
+        """
+        parts = []
+        for path in (self._outputPath, self._logPath):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 200 * lines))
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            tail = "\n".join(text.splitlines()[-lines:])
+            if tail:
+                parts.append(f"--- {path}\n{tail}")
+        return "\n".join(parts)
+
+    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
+        """
+        The mailboxes of C{user}, as C{LIST "" "*"} shows them.
+
+        @param user: the login name.
+        @return: one C{(attributes, delimiter, name)} per mailbox, the name
+            decoded from modified UTF-7.
+        """
+        client = self._login(user)
+        try:
+            return _listAll(client)
+        finally:
+            client.logout()
+
+    def fetchAll(self, user: str) -> dict[str, list[FetchedMessage]]:
+        """
+        Read every message of every selectable mailbox of C{user}, in UID
+        order, without setting C{\\Seen}.
+
+        @param user: the login name.
+        @return: the messages by decoded mailbox name (hierarchy joined
+            with the server's delimiter, e.g. C{"Archive.2019"}).
+        """
+        client = self._login(user)
+        result: dict[str, list[FetchedMessage]] = {}
+        try:
+            for attributes, _delimiter, name in _listAll(client):
+                lowered = {a.lower() for a in attributes}
+                if "\\noselect" in lowered or "\\nonexistent" in lowered:
+                    continue
+                result[name] = _fetchMailbox(client, name)
+        finally:
+            client.logout()
+        return result
+
+    # -- internals ---------------------------------------------------------
+
+    def _homeOf(self, user: str) -> str:
+        return os.path.join(self._mailRoot, user)
+
+    def _password(self, user: str) -> str:
+        for each in self.users:
+            if each.name == user:
+                return each.password
+        raise KeyError(f"no user {user!r} in {self!r}")
+
+    def _login(self, user: str) -> IMAP4:
+        client = IMAP4("127.0.0.1", self.port, timeout=60)
+        try:
+            client.login(user, self._password(user))
+        except BaseException:
+            client.shutdown()
+            raise
+        return client
+
+    def _writeCertificates(self) -> None:
+        tlsDir = os.path.dirname(self.caCertificatePath)
+        serverCert = os.path.join(tlsDir, "server.pem")
+        if os.path.exists(serverCert) and os.path.exists(self.caCertificatePath):
+            return
+        os.makedirs(tlsDir, exist_ok=True)
+        os.chmod(tlsDir, 0o755)
+        opensslConfig = os.path.join(tlsDir, "openssl.cnf")
+        with open(opensslConfig, "w") as f:
+            f.write(_OPENSSL_CONFIG)
+        ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        serial = str(uuid.uuid4().int >> 64)
+        commands = [
+            ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
+             *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
+             "-subj", "/CN=imapmig test CA " + serial],
+            ["openssl", "req", "-new", "-config", opensslConfig,
+             *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
+            ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
+             "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
+             "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
+        ]  # fmt: skip
+        for command in commands:
+            completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
+            if completed.returncode != 0:
+                raise DovecotStartFailed(
+                    f"{' '.join(command)} failed:\n"
+                    + completed.stderr.decode("utf-8", "replace")
+                )
+        os.rename(os.path.join(tlsDir, "ca.tmp"), self.caCertificatePath)
+        os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
+
+    def _writeUsers(self) -> None:
+        uid, gid = self._mailIds()
+        os.makedirs(self._mailRoot, exist_ok=True)
+        os.chmod(self._mailRoot, 0o755)
+        _makeTraversable(self._mailRoot)
+        lines = []
+        for user in self.users:
+            home = self._homeOf(user.name)
+            os.makedirs(home, exist_ok=True)
+            os.chmod(home, 0o755)
+            if os.geteuid() == 0:
+                os.chown(home, uid, gid)
+            lines.append(f"{user.name}:{{PLAIN}}{user.password}:{uid}:{gid}::{home}::\n")
+        with open(self._passwdPath, "w") as f:
+            f.writelines(lines)
+        os.chmod(self._passwdPath, 0o644)
+
+    def _mailIds(self) -> tuple[int, int]:
+        if os.geteuid() == 0:
+            return _MAIL_UID, _MAIL_UID
+        return os.getuid(), os.getgid()
+
+    def _writeConfig(self) -> None:
+        if self._runDir is None:
+            # Unix socket paths are limited to 107 octets, and trial's
+            # temporary directories are deep: use a short one when needed.
+            candidate = os.path.join(self.baseDir, "run")
+            if len(candidate) <= 60:
+                self._runDir, self._runDirIsTemporary = candidate, False
+                os.makedirs(candidate, exist_ok=True)
+            else:
+                self._runDir = tempfile.mkdtemp(prefix="imapmig-dovecot-")
+                self._runDirIsTemporary = True
+            os.chmod(self._runDir, 0o755)
+            _makeTraversable(self._runDir)
+        stateDir = os.path.join(self.baseDir, "state")
+        os.makedirs(stateDir, exist_ok=True)
+        tlsDir = os.path.dirname(self.caCertificatePath)
+        uid, gid = self._mailIds()
+        lines = [
+            "# Written by imapmig.testing.dovecot: a private test instance.",
+            f"base_dir = {self._runDir}",
+            f"state_dir = {stateDir}",
+            f"instance_name = imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            f"log_path = {self._logPath}",
+            "listen = 127.0.0.1",
+            "protocols = imap",
+            "ssl = yes",
+            f"ssl_cert = <{os.path.join(tlsDir, 'server.pem')}",
+            f"ssl_key = <{os.path.join(tlsDir, 'server.key')}",
+            "disable_plaintext_auth = no",
+            "auth_mechanisms = plain login",
+            # A failed login is answered quickly and does not slow the next
+            # ones down: closing anvil's penalty socket disables the growing
+            # per-IP penalty (auth logs one "anvil-auth-penalty" error).
+            "auth_failure_delay = 0",
+            f"first_valid_uid = {uid}",
+            f"first_valid_gid = {gid}",
+            "mail_location = maildir:~/Maildir",
+            "mail_fsync = " + ("optimized" if self._fsync else "never"),
+            "mail_max_userip_connections = 1000",
+            "passdb {",
+            "  driver = passwd-file",
+            f"  args = scheme=PLAIN username_format=%u {self._passwdPath}",
+            "}",
+            "userdb {",
+            "  driver = passwd-file",
+            f"  args = username_format=%u {self._passwdPath}",
+            "}",
+            "service imap-login {",
+            "  inet_listener imap {",
+            "    address = 127.0.0.1",
+            f"    port = {self.port}",
+            "  }",
+            "  inet_listener imaps {",
+            "    address = 127.0.0.1",
+            f"    port = {self.tlsPort}",
+            "    ssl = yes",
+            "  }",
+        ]
+        if os.geteuid() != 0:
+            lines.append("  chroot =")
+        lines += [
+            "}",
+            "service anvil {",
+            "  unix_listener anvil-auth-penalty {",
+            "    mode = 0",
+            "  }",
+        ]
+        if os.geteuid() != 0:
+            lines.append("  chroot =")
+        lines += [
+            "}",
+            "service stats {",
+            "  unix_listener stats-writer {",
+            "    mode = 0666",
+            "  }",
+            "}",
+            "namespace inbox {",
+            "  inbox = yes",
+            f"  separator = {self._separator}",
+        ]
+        if self._specialUse:
+            for name, use in _SPECIAL_USE:
+                lines += [
+                    f"  mailbox {name} {{",
+                    f"    special_use = {use}",
+                    "    auto = no",
+                    "  }",
+                ]
+        lines.append("}")
+        if os.path.exists(_DH_PATH):
+            lines.append(f"ssl_dh = <{_DH_PATH}")
+        if os.geteuid() == 0:
+            lines += ["default_internal_user = dovecot", "default_login_user = dovenull"]
+        else:
+            user, group = _currentUserAndGroup()
+            lines += [
+                f"default_internal_user = {user}",
+                f"default_internal_group = {group}",
+                f"default_login_user = {user}",
+            ]
+        if self._capabilities is not None:
+            lines.append(f"imap_capability = {self._capabilities}")
+        if self._compress:
+            lines += ["protocol imap {", "  mail_plugins = $mail_plugins imap_zlib", "}"]
+        with open(self._configPath, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.chmod(self._configPath, 0o644)
+
+    def _launch(self, binary: str) -> None:
+        with open(self._outputPath, "ab") as output:
+            self._process = subprocess.Popen(
+                [binary, "-F", "-c", self._configPath],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self._process.pid
+        _RUNNING.add(self)
+
+    def _waitUntilReady(self) -> None:
+        assert self._process is not None
+        context = ssl.create_default_context(cafile=self.caCertificatePath)
+        deadline = time.monotonic() + _START_TIMEOUT
+        pending = {self.port: None, self.tlsPort: context}
+        problem = "no answer"
+        while pending:
+            if self._process.poll() is not None:
+                raise DovecotStartFailed(
+                    f"dovecot exited with status {self._process.returncode}\n"
+                    + self.logTail()
+                )
+            if time.monotonic() > deadline:
+                raise DovecotStartFailed(
+                    f"dovecot did not greet on port(s) {sorted(pending)} within "
+                    f"{_START_TIMEOUT} s ({problem})\n" + self.logTail()
+                )
+            for port, tls in list(pending.items()):
+                try:
+                    greeting = _readGreeting(port, tls)
+                except (OSError, ssl.SSLError) as e:
+                    problem = repr(e)
+                    continue
+                if greeting.startswith(b"* OK"):
+                    del pending[port]
+                else:
+                    problem = f"greeting {greeting[:80]!r}"
+            if pending:
+                time.sleep(0.02)
+
+
+def _readGreeting(port: int, context: ssl.SSLContext | None) -> bytes:
+    """
+    Connect to C{port} on loopback (over TLS when C{context} is given) and
+    return the first line the server sends.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+        sock: socket.socket = raw
+        if context is not None:
+            sock = context.wrap_socket(raw, server_hostname="localhost")
+        data = b""
+        while b"\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        return data.split(b"\r\n", 1)[0]
+
+
+def _freePorts(count: int) -> list[int]:
+    """
+    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _makeTraversable(path: str) -> None:
+    """
+    When root, add the search (execute) permission for group and others to
+    C{path} and each of its ancestors that lacks it, so Dovecot's
+    unprivileged processes can reach the files below.
+    """
+    if os.geteuid() != 0:
+        return
+    current = os.path.abspath(path)
+    while True:
+        mode = os.stat(current).st_mode
+        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
+        if wanted != mode:
+            os.chmod(current, stat.S_IMODE(wanted))
+        parent = os.path.dirname(current)
+        if parent == current:
+            return
+        current = parent
+
+
+def _currentUserAndGroup() -> tuple[str, str]:
+    """
+    The names of the current user and of its primary group.
+    """
+    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def _quote(name: str) -> str:
+    """
+    An IMAP quoted string of the modified-UTF-7 form of C{name}.
+    """
+    encoded = name.encode("imap4-utf-7").decode("ascii")
+    return '"' + encoded.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _unquote(value: bytes) -> bytes:
+    if value.startswith(b'"') and value.endswith(b'"') and len(value) >= 2:
+        return re.sub(rb"\\(.)", rb"\1", value[1:-1])
+    return value
+
+
+def _check(typ: str, data: Sequence[object], what: str) -> None:
+    if typ != "OK":
+        raise IMAP4.error(f"{what} failed: {typ} {data!r}")
+
+
+def _listAll(client: IMAP4) -> list[tuple[tuple[str, ...], str, str]]:
+    """
+    Run C{LIST "" "*"} and parse every reply.
+    """
+    typ, data = client.list('""', "*")
+    _check(typ, data, "LIST")
+    result = []
+    for item in data:
+        if item is None:
+            continue
+        if isinstance(item, tuple):
+            line, literal = item[0], item[1]
+        else:
+            line, literal = item, None
+        assert isinstance(line, bytes)
+        match = _LIST_LINE.match(line)
+        if match is None:
+            raise IMAP4.error(f"unparsable LIST reply {line!r}")
+        attributes = tuple(match.group("attributes").decode("ascii").split())
+        delimiterField = match.group("delimiter")
+        delimiter = "" if delimiterField == b"NIL" else _unquote(delimiterField).decode("ascii")
+        if literal is not None:
+            rawName = bytes(literal)
+        else:
+            rawName = _unquote(line[match.end() :])
+        result.append((attributes, delimiter, rawName.decode("imap4-utf-7")))
+    return result
+
+
+def _fetchMailbox(client: IMAP4, name: str) -> list[FetchedMessage]:
+    """
+    Read every message of mailbox C{name} in chunks, in UID order.
+    """
+    typ, data = client.select(_quote(name), readonly=True)
+    _check(typ, data, f"EXAMINE {name}")
+    typ, data = client.uid("SEARCH", "ALL")
+    _check(typ, data, f"UID SEARCH in {name}")
+    uids = sorted(int(u) for chunk in data if chunk for u in bytes(chunk).split())
+    messages: dict[int, FetchedMessage] = {}
+    for start in range(0, len(uids), _FETCH_CHUNK):
+        chunk = uids[start : start + _FETCH_CHUNK]
+        typ, data = client.uid(
+            "FETCH", f"{chunk[0]}:{chunk[-1]}", "(UID FLAGS INTERNALDATE BODY.PEEK[])"
+        )
+        _check(typ, data, f"UID FETCH in {name}")
+        messages.update(_parseFetch(data))
+    return [messages[uid] for uid in sorted(messages)]
+
+
+def _parseFetch(data: Sequence[object]) -> dict[int, FetchedMessage]:
+    """
+    Turn imaplib's FETCH reply items into messages by UID.
+
+    imaplib gives each message with a literal as a C{(line, literal)} pair
+    followed by the rest of the response line as bytes; the metadata is
+    parsed from those two lines only, never from the body.
+    """
+    result: dict[int, FetchedMessage] = {}
+    pending: tuple[bytes, bytes] | None = None
+
+    def finish(meta: bytes, body: bytes) -> None:
+        uid = _FETCH_UID.search(meta)
+        flags = _FETCH_FLAGS.search(meta)
+        date = _FETCH_INTERNALDATE.search(meta)
+        if uid is None or flags is None or date is None:
+            raise IMAP4.error(f"incomplete FETCH reply {meta!r}")
+        result[int(uid.group(1))] = FetchedMessage(
+            flags=_canonicalFlags(flags.group(1).decode("utf-8").split()),
+            internalDate=_parseInternalDate(date.group(1).decode("ascii")),
+            body=body,
+        )
+
+    for item in data:
+        if isinstance(item, tuple):
+            if pending is not None:
+                finish(*pending)
+            pending = (bytes(item[0]), bytes(item[1]))
+        elif isinstance(item, bytes) and pending is not None:
+            finish(pending[0] + b" " + item, pending[1])
+            pending = None
+    if pending is not None:
+        finish(*pending)
+    return result
+
+
+def _canonicalFlags(flags: Sequence[str]) -> tuple[str, ...]:
+    """
+    C{flags} without C{\\Recent}, in a fixed order: the system flags in
+    Maildir letter order (C{\\Draft}, C{\\Flagged}, C{\\Answered},
+    C{\\Seen}, C{\\Deleted}, as L{imapmig.testing.corpus} lists them),
+    then keywords sorted.
+    """
+    byName = {flag.lower(): flag for flag in flags}
+    byName.pop("\\recent", None)
+    system = tuple(byName.pop(flag.lower()) for flag in _SYSTEM_FLAGS if flag.lower() in byName)
+    return system + tuple(sorted(byName.values()))
+
+
+def _parseInternalDate(value: str) -> datetime:
+    """
+    Parse an RFC 3501 date-time such as C{" 7-Jul-2019 10:00:00 +0200"}.
+    """
+    day, month, rest = value.strip().split("-", 2)
+    year, clock, zone = rest.split(" ")
+    hour, minute, second = (int(x) for x in clock.split(":"))
+    sign = -1 if zone[0] == "-" else 1
+    offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * sign
+    return datetime(
+        int(year), _MONTHS[month], int(day), hour, minute, second, tzinfo=timezone(offset)
+    )
+
+
+def _stopAll() -> None:
+    """
+    Stop every instance still running when the process exits, so a
+    crashed or interrupted test run leaves no Dovecot behind.
+    """
+    for instance in list(_RUNNING):
+        instance.stop()
+
+
+atexit.register(_stopAll)
+
+
+_OPENSSL_CONFIG = """\
+[req]
+distinguished_name = dn
+prompt = no
+
+[dn]
+CN = imapmig test
+
+[ca_ext]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+
+[server_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:localhost, IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+"""

@@ -1,0 +1,248 @@
+# -*- test-case-name: tests.test_sources_eml -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods are unannotated.)
+"""
+Tests for L{imapmig.sources.eml}, against directory trees built by hand in
+a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from imapmig.errors import SourceError
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    utcFromTimestamp,
+)
+from imapmig.sources import IMessageSource
+from imapmig.sources.eml import EmlDirectorySource
+
+FOLDER = ("Archive", "2019")
+
+
+def write(
+    root: str, relative: str, body: bytes = b"Subject: x\n\nbody\n", mtime: float | None = None
+) -> str:
+    """
+    Write a file at C{relative} (with C{/} separators) under C{root},
+    creating its directories.
+
+    @return: the file's path.
+    """
+    path = os.path.join(root, *relative.split("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(body)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+class EmlDirectorySourceTests(SynchronousTestCase):
+    """
+    L{EmlDirectorySource}.
+    """
+
+    def directory(self) -> str:
+        """
+        A fresh empty directory.
+        """
+        root: str = self.mktemp()
+        os.makedirs(root)
+        return root
+
+    def messages(self, source: EmlDirectorySource) -> list[SourceMessage]:
+        """
+        The messages C{source} lists in its folder.
+        """
+        messages = self.successResultOf(source.listMessages(source.folder))
+        return list(messages)
+
+    def bodies(
+        self, source: EmlDirectorySource, messages: Sequence[SourceMessage]
+    ) -> list[MessageBody]:
+        """
+        The bodies C{source} reads for C{messages}.
+        """
+        bodies = self.successResultOf(source.readBodies(source.folder, messages))
+        return list(bodies)
+
+    def test_interface(self) -> None:
+        """
+        L{EmlDirectorySource} provides L{IMessageSource}.
+        """
+        self.assertTrue(verifyObject(IMessageSource, EmlDirectorySource(self.directory(), FOLDER)))
+
+    def test_oneFolder(self) -> None:
+        """
+        The source has one folder, with the path it was given and key C{""}.
+        """
+        folders = self.successResultOf(EmlDirectorySource(self.directory(), FOLDER).listFolders())
+        self.assertEqual(list(folders), [SourceFolder(path=FOLDER, key="")])
+
+    def test_missing(self) -> None:
+        """
+        A path that does not exist fails with L{SourceError} naming it, on
+        listing folders and messages alike.
+        """
+        root = self.mktemp()
+        source = EmlDirectorySource(root, FOLDER)
+        for d in (source.listFolders(), source.listMessages(source.folder)):
+            failure = self.failureResultOf(d, SourceError)
+            self.assertIn(root, str(failure.value))
+
+    def test_notADirectory(self) -> None:
+        """
+        A path that is a file fails with L{SourceError} naming it.
+        """
+        root = self.mktemp()
+        with open(root, "wb") as f:
+            f.write(b"x")
+        failure = self.failureResultOf(EmlDirectorySource(root, FOLDER).listFolders(), SourceError)
+        self.assertIn(root, str(failure.value))
+
+    def test_recursionAndOrder(self) -> None:
+        """
+        Every C{.eml} file (suffix in any case) at any depth is a message,
+        keyed by its relative path with C{/} separators and sorted by it;
+        other files, directories named C{*.eml}, and names starting with
+        C{.} (AppleDouble C{._x.eml}, hidden directories) are not.
+        """
+        root = self.directory()
+        for relative in (
+            "z.eml",
+            "b/d/e.eml",
+            "a.eml",
+            "b/c.EML",
+            "b/x.Eml",
+            "notes.txt",
+            "b/message.eml.bak",
+            "._a.eml",
+            ".Trash-1000/files/gone.eml",
+            "b/.hidden.eml",
+        ):
+            write(root, relative)
+        os.makedirs(os.path.join(root, "dir.eml"))
+        self.assertEqual(
+            [m.key for m in self.messages(EmlDirectorySource(root, FOLDER))],
+            ["a.eml", "b/c.EML", "b/d/e.eml", "b/x.Eml", "z.eml"],
+        )
+
+    def test_description(self) -> None:
+        """
+        Messages have no flags, the file's mtime as INTERNALDATE (aware,
+        UTC) and the file's size.
+        """
+        root = self.directory()
+        write(root, "a.eml", b"12345\n", mtime=1500000000)
+        self.assertEqual(
+            self.messages(EmlDirectorySource(root, FOLDER)),
+            [
+                SourceMessage(
+                    key="a.eml", flags=(), internalDate=utcFromTimestamp(1500000000), size=6
+                )
+            ],
+        )
+
+    def test_empty(self) -> None:
+        """
+        A directory without C{.eml} files has no messages.
+        """
+        self.assertEqual(self.messages(EmlDirectorySource(self.directory(), FOLDER)), [])
+
+    def test_nonUTF8Name(self) -> None:
+        """
+        A file name that is not UTF-8 gives a key with its undecodable bytes
+        shown as C{\\xNN}, and the file is read through that key.
+        """
+        root = self.directory()
+        write(root, os.fsdecode(b"caf\xe9/m.eml"), b"x\n")
+        source = EmlDirectorySource(root, FOLDER)
+        [message] = self.messages(source)
+        self.assertEqual(message.key, "caf\\xe9/m.eml")
+        self.assertEqual(self.bodies(source, [message]), [b"x\r\n"])
+
+    def test_bodies(self) -> None:
+        """
+        Bodies come in the order asked for, with bare LF turned into CRLF.
+        """
+        root = self.directory()
+        write(root, "a.eml", b"Subject: a\n\nline\n")
+        write(root, "sub/b.eml", b"Subject: b\r\n\r\nline\r\n")
+        source = EmlDirectorySource(root, FOLDER)
+        messages = self.messages(source)
+        self.assertEqual(
+            self.bodies(source, messages[::-1]),
+            [b"Subject: b\r\n\r\nline\r\n", b"Subject: a\r\n\r\nline\r\n"],
+        )
+
+    def test_withoutListing(self) -> None:
+        """
+        Bodies can be read for messages listed by another source instance
+        (as after a restart).
+        """
+        root = self.directory()
+        write(root, "sub/a.eml", b"a\n")
+        messages = self.messages(EmlDirectorySource(root, FOLDER))
+        self.assertEqual(self.bodies(EmlDirectorySource(root, FOLDER), messages), [b"a\r\n"])
+
+    def test_badKey(self) -> None:
+        """
+        A key that cannot name a file under the directory is an
+        L{UnreadableMessage}, and nothing outside the directory is read.
+        """
+        root = self.directory()
+        write(root, "a.eml")
+        source = EmlDirectorySource(os.path.join(root, "sub"), FOLDER)
+        message = SourceMessage(key="../a.eml", flags=(), internalDate=None, size=1)
+        [body] = self.bodies(source, [message])
+        self.assertIsInstance(body, UnreadableMessage)
+
+    def test_vanished(self) -> None:
+        """
+        A file deleted between listing and reading is an
+        L{UnreadableMessage} naming it; the others are still read.
+        """
+        root = self.directory()
+        gone = write(root, "a.eml")
+        write(root, "b.eml", b"b\n")
+        source = EmlDirectorySource(root, FOLDER)
+        messages = self.messages(source)
+        os.unlink(gone)
+        self.assertEqual(
+            self.bodies(source, messages),
+            [UnreadableMessage(f"file vanished: {gone}"), b"b\r\n"],
+        )
+
+    def test_unreadableDirectory(self) -> None:
+        """
+        A subdirectory that cannot be listed fails the listing with
+        L{SourceError} naming it, rather than leaving its messages behind
+        silently.
+        """
+        root = self.directory()
+        write(root, "locked/a.eml")
+        locked = os.path.join(root, "locked")
+        os.chmod(locked, 0)
+        self.addCleanup(os.chmod, locked, 0o755)
+        try:
+            os.listdir(locked)
+        except PermissionError:
+            pass
+        else:
+            raise SkipTest(
+                "running as root (with CAP_DAC_OVERRIDE), which lists any"
+                " directory whatever its mode, so a permission error cannot be"
+                " provoked"
+            )
+        source = EmlDirectorySource(root, FOLDER)
+        failure = self.failureResultOf(source.listMessages(source.folder), SourceError)
+        self.assertIn(locked, str(failure.value))

@@ -1,0 +1,272 @@
+# -*- test-case-name: tests.test_testing_dovecot -*-
+"""
+Tests for L{imapmig.testing.dovecot}: the private Dovecot the integration
+tests, the demo and the benchmark rely on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import imaplib
+import io
+import os
+import socket
+import ssl
+import sys
+from datetime import datetime, timezone
+
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
+
+from imapmig.testing import dovecot
+from imapmig.testing.corpus import writeMaildir
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotNotFound,
+    DovecotStartFailed,
+    FetchedMessage,
+    requireDovecot,
+)
+
+_HIDDEN = "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE LITERAL- UIDPLUS"
+
+
+def _notInstalled() -> str:
+    raise DovecotNotFound("not here")
+
+
+class RequireDovecotTests(SynchronousTestCase):
+    """
+    L{requireDovecot} skips loudly, or fails on CI, when Dovecot is missing.
+    """
+
+    def setUp(self) -> None:
+        self.patch(dovecot, "findDovecot", _notInstalled)
+        self.stderr = io.StringIO()
+        self.patch(sys, "stderr", self.stderr)
+
+    def test_skipsLoudly(self) -> None:
+        """
+        Outside CI a missing Dovecot skips the test and says so on stderr.
+        """
+        self.patch(os, "environ", {})
+        self.assertRaises(SkipTest, requireDovecot, self)
+        self.assertIn("*** SKIPPING real-Dovecot tests", self.stderr.getvalue())
+
+    def test_failsOnCI(self) -> None:
+        """
+        With C{CI=true} a missing Dovecot fails the test instead.
+        """
+        self.patch(os, "environ", {"CI": "true"})
+        self.assertRaises(self.failureException, requireDovecot, self)
+        self.assertRaises(AssertionError, requireDovecot)
+
+    def test_found(self) -> None:
+        """
+        When Dovecot is installed its path is returned.
+        """
+        self.patch(dovecot, "findDovecot", lambda: "/usr/sbin/dovecot")
+        self.assertEqual(requireDovecot(self), "/usr/sbin/dovecot")
+
+
+class FetchParsingTests(SynchronousTestCase):
+    """
+    The FETCH reply parser reads metadata around the literal, never from it.
+    """
+
+    def test_itemsAfterLiteral(self) -> None:
+        """
+        FLAGS and INTERNALDATE are found whether they come before or after
+        the body literal; C{\\Recent} is dropped and the other flags put in
+        canonical order; the body is untouched.
+        """
+        body = b"Subject: FLAGS (\\Deleted) UID 99\r\n\r\nx\r\n"
+        parsed = dovecot._parseFetch(
+            [
+                (
+                    b"1 (UID 7 FLAGS (\\Seen Junk \\Recent $Label1 \\Answered) BODY[] {%d}"
+                    % len(body),
+                    body,
+                ),
+                b' INTERNALDATE " 2-Jan-2019 03:04:05 -0130")',
+            ]
+        )
+        self.assertEqual(list(parsed), [7])
+        self.assertEqual(parsed[7].flags, ("\\Answered", "\\Seen", "$Label1", "Junk"))
+        self.assertEqual(parsed[7].body, body)
+        self.assertEqual(
+            parsed[7].internalDate, datetime(2019, 1, 2, 4, 34, 5, tzinfo=timezone.utc)
+        )
+
+
+class DovecotInstanceTests(SynchronousTestCase):
+    """
+    A real private Dovecot on loopback.
+    """
+
+    def setUp(self) -> None:
+        requireDovecot(self)
+
+    def startInstance(
+        self, *, capabilities: str | None = None, separator: str = "."
+    ) -> DovecotInstance:
+        """
+        Start an instance in a fresh directory, stopped at cleanup.
+        """
+        instance = DovecotInstance(
+            self.mktemp(), capabilities=capabilities, separator=separator
+        )
+        instance.start()
+        self.addCleanup(instance.stop)
+        return instance
+
+    def test_plainStartTLSAndImplicitTLS(self) -> None:
+        """
+        LOGIN works on the plain port, STARTTLS verifies against the private
+        CA, and the implicit-TLS port verifies for host name C{localhost}.
+        """
+        instance = self.startInstance()
+        context = ssl.create_default_context(cafile=instance.caCertificatePath)
+
+        client = imaplib.IMAP4("127.0.0.1", instance.port)
+        self.assertIn("STARTTLS", client.capabilities)
+        client.starttls(context)
+        self.assertIsInstance(client.sock, ssl.SSLSocket)
+        self.assertEqual(client.login("alice", "alice-pw")[0], "OK")
+        client.logout()
+
+        with socket.create_connection(("127.0.0.1", instance.tlsPort)) as raw:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                self.assertTrue(tls.recv(1024).startswith(b"* OK"))
+
+        with socket.create_connection(("127.0.0.1", instance.tlsPort)) as raw:
+            self.assertRaises(
+                ssl.SSLCertVerificationError,
+                ssl.create_default_context().wrap_socket,
+                raw,
+                server_hostname="localhost",
+            )
+
+    def test_appendAndFetchAll(self) -> None:
+        """
+        A message APPENDed with imaplib comes back from L{fetchAll} with its
+        flags (without C{\\Recent}), internal date and exact bytes.
+        """
+        instance = self.startInstance()
+        body = b"From: a@example.com\r\nSubject: hello\r\n\r\n\xc3\xa9t\xc3\xa9\r\n"
+        client = imaplib.IMAP4("127.0.0.1", instance.port)
+        client.login("bob", "bob-pw")
+        client.create('"Gr&APwA3w-e"')
+        typ, _ = client.append(
+            '"Gr&APwA3w-e"', "(\\Seen \\Flagged)", '"02-Jan-2019 03:04:05 +0000"', body
+        )
+        self.assertEqual(typ, "OK")
+        client.logout()
+        self.assertEqual(
+            instance.fetchAll("bob"),
+            {
+                "INBOX": [],
+                "Grüße": [
+                    FetchedMessage(
+                        flags=("\\Flagged", "\\Seen"),
+                        internalDate=datetime(2019, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+                        body=body,
+                    )
+                ],
+            },
+        )
+
+    def test_corpusThroughDovecot(self) -> None:
+        """
+        A generated Maildir written into a user's home is read by Dovecot as
+        the corpus describes it: same bodies (CRLF), flags (in the same
+        order) and dates.
+        """
+        instance = self.startInstance(separator="/")
+        corpus = writeMaildir(
+            instance.maildirPath("alice"), 60, seed=3, profile="small"
+        )
+        instance.chownHome("alice")
+        fetched = instance.fetchAll("alice")
+        for folder in corpus.folders:
+            expected = sorted(
+                (m.sha256, m.flags, m.internalDate)
+                for m in corpus.inFolder(folder)
+            )
+            got = sorted(
+                (hashlib.sha256(m.body).hexdigest(), m.flags, m.internalDate)
+                for m in fetched["/".join(folder)]
+            )
+            self.assertEqual(got, expected)
+
+    def test_capabilitiesOverride(self) -> None:
+        """
+        C{capabilities} is exactly what the server advertises after login;
+        before login Dovecot adds STARTTLS and its AUTH= mechanisms.
+        """
+        instance = self.startInstance(capabilities=_HIDDEN)
+        client = imaplib.IMAP4("127.0.0.1", instance.port)
+        self.assertEqual(
+            set(client.capabilities),
+            set(_HIDDEN.upper().split()) | {"STARTTLS", "AUTH=PLAIN", "AUTH=LOGIN"},
+        )
+        client.login("alice", "alice-pw")
+        typ, data = client.capability()
+        client.logout()
+        self.assertEqual(typ, "OK")
+        self.assertEqual(data[-1], _HIDDEN.encode("ascii"))
+
+    def test_slashSeparator(self) -> None:
+        """
+        With C{separator="/"} LIST shows C{/} as the delimiter, while the
+        Maildir++ directory on disk still uses dots.
+        """
+        instance = self.startInstance(separator="/")
+        client = imaplib.IMAP4("127.0.0.1", instance.port)
+        client.login("alice", "alice-pw")
+        self.assertEqual(client.create('"Archive/2019"')[0], "OK")
+        client.logout()
+        mailboxes = instance.listMailboxes("alice")
+        self.assertEqual({delimiter for _, delimiter, _ in mailboxes}, {"/"})
+        self.assertEqual(
+            {name for _, _, name in mailboxes}, {"INBOX", "Archive", "Archive/2019"}
+        )
+        attributes = {name: attrs for attrs, _, name in mailboxes}
+        self.assertIn("\\Archive", attributes["Archive"])
+        self.assertTrue(
+            os.path.isdir(os.path.join(instance.maildirPath("alice"), ".Archive.2019"))
+        )
+
+    def test_stop(self) -> None:
+        """
+        L{DovecotInstance.stop} ends the master process and closes the
+        ports; calling it again does nothing.
+        """
+        instance = self.startInstance()
+        pid = instance.pid
+        assert pid is not None
+        instance.stop()
+        self.assertIsNone(instance.pid)
+        self.assertRaises(ProcessLookupError, os.kill, pid, 0)
+        self.assertRaises(
+            ConnectionRefusedError, socket.create_connection, ("127.0.0.1", instance.port)
+        )
+        instance.stop()
+
+    def test_startFailureShowsLog(self) -> None:
+        """
+        When Dovecot refuses its configuration, L{start} raises
+        L{DovecotStartFailed} carrying Dovecot's complaint.
+        """
+        instance = DovecotInstance(self.mktemp())
+        self.addCleanup(instance.stop)
+        writeConfig = instance._writeConfig
+
+        def brokenConfig() -> None:
+            writeConfig()
+            with open(instance._configPath, "a") as f:
+                f.write("no_such_setting_here = 1\n")
+
+        self.patch(instance, "_writeConfig", brokenConfig)
+        error = self.assertRaises(DovecotStartFailed, instance.start)
+        self.assertIn("no_such_setting_here", str(error))
+        self.assertIsNone(instance.pid)
