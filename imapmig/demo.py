@@ -95,37 +95,42 @@ jobs:
         print(f"== Status page:   {url}   (JSON: {url}status.json)")
         twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
         command = [twistd, "-n", "--pidfile=", "imapmig", "--config", configPath]
-        if not args.keep:
-            command.append("--exit-when-done")
         print("== Running:", " ".join(command))
         started = time.monotonic()
         log = open(os.path.join(base, "imapmig.log"), "wb")
-        daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        last: dict[str, object] | None = None
-        while daemon.poll() is None:
-            snapshot = _status(url + "status.json")
-            if snapshot is not None:
-                last = snapshot
-                job = snapshot["jobs"][0]  # type: ignore[index]
-                print(
-                    f"   {job['state']:8} {job['messages_done']:>6}/{job['messages_total']}"
-                    f" messages, {job['messages_failed']} failed,"
-                    f" {int(job['bytes_done']) / 1e6:.1f} MB"
-                )
-                if args.keep and job["state"] in ("done", "failed"):
-                    print(f"== Done. The daemon keeps serving {url}; Ctrl-C to stop.")
-                    try:
-                        daemon.wait()
-                    except KeyboardInterrupt:
-                        daemon.terminate()
-                        daemon.wait()
-                    break
+        # Run the daemon from the same code as this demo, installed or not.
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        final: dict[str, object] | None = None
+        while daemon.poll() is None and final is None:
             time.sleep(0.5)
+            snapshot = _status(url + "status.json")
+            if snapshot is None:
+                continue
+            job = snapshot["jobs"][0]  # type: ignore[index]
+            print(
+                f"   {job['state']:8} {job['messages_done']:>6}/{job['messages_total']}"
+                f" messages, {job['messages_failed']} failed,"
+                f" {int(job['bytes_done']) / 1e6:.1f} MB"
+            )
+            if job["state"] in ("done", "failed"):
+                final = snapshot
         elapsed = time.monotonic() - started
-        print(f"== imapmig exited with status {daemon.returncode} after {elapsed:.1f} s")
-        if last is not None:
-            print(json.dumps(last["totals"], indent=2))
-        print(f"   (its log: {base}/imapmig.log)")
+        if final is None:
+            print(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
+            return 1
+        job = final["jobs"][0]  # type: ignore[index]
+        print(f"== Job {job['state']} after {elapsed:.1f} s; final status.json:")
+        print(json.dumps(final, indent=2))
+        if args.keep:
+            print(f"== The daemon keeps serving {url} ; Ctrl-C to stop it.")
+            try:
+                daemon.wait()
+            except KeyboardInterrupt:
+                pass
+        daemon.terminate()
+        daemon.wait()
+        print(f"   (the daemon's log: {base}/imapmig.log)")
 
         print("== Checking the destination against the source")
         fetched = dovecot.fetchAll("demo")
@@ -137,7 +142,7 @@ jobs:
             mark = "ok" if have == count else "MISMATCH"
             problems += have != count
             print(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
-        if problems or daemon.returncode != 0:
+        if problems or job["state"] != "done" or job["messages_failed"]:
             print("== Demo FAILED")
             return 1
         print("== Demo passed: every message is in Dovecot.")

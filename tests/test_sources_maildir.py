@@ -311,17 +311,22 @@ class MessageListingTests(MaildirTestCase):
             {name.partition(":")[0].split("!")[0].split(";")[0]: f for name, f in names.items()},
         )
 
-    def test_newHasNoFlags(self) -> None:
+    def test_new(self) -> None:
         """
-        Files in C{new/} have no flags (so they are not \\Seen), even with
-        an info part; their key is their unique name all the same.
+        Files in C{new/} without an info part have no flags (so they are
+        not \\Seen); one with an info part, as Dovecot writes when flags
+        change before the file moves to C{cur/}, has its flags.  Their key
+        is their unique name all the same.
         """
         root = self.maildir()
-        deliver(root, "new", "1700000000.a.host")
-        deliver(root, "new", "1700000001.b.host:2,S")
+        deliver(root, "new", "1700000000.M1P2.host,S=18,W=21")
+        deliver(root, "new", "1700000001.M3P4.host,S=18,W=21:2,FSa")
         self.assertEqual(
             [(m.key, m.flags) for m in self.messages(MaildirSource(root))],
-            [("1700000000.a.host", ()), ("1700000001.b.host", ())],
+            [
+                ("1700000000.M1P2.host,S=18,W=21", ()),
+                ("1700000001.M3P4.host,S=18,W=21", ("\\Flagged", "\\Seen")),
+            ],
         )
 
     def test_keyStableAcrossFlagChanges(self) -> None:

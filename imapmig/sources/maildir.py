@@ -34,7 +34,6 @@ __all__ = ["MaildirSource", "readMessageFile", "displayableName"]
 
 # Scanned in this order: for duplicate unique names, cur/ wins the plain key.
 _SUBDIRS = ("cur", "new")
-_NEW = 1
 
 # Maildir info letters (after "2,"), in the ASCII order the spec keeps them.
 _FLAG_LETTERS = (
@@ -258,8 +257,12 @@ class MaildirSource:
 
     Messages: the files of C{cur/} and C{new/}, keyed by their unique name
     (before C{:2,}), which survives flag changes.  Flags come from the
-    letters after C{2,} (C{S R F D T}); Dovecot's keyword letters
-    (C{a}-C{z}) are ignored for now, and files in C{new/} have no flags.
+    letters after C{2,} (C{S R F D T}; C{P} has no IMAP counterpart);
+    Dovecot's keyword letters (C{a}-C{z}) are ignored for now.  Files in
+    C{new/} usually have no info part, hence no flags (not even
+    C{\\Seen}); but Dovecot renames a file within C{new/} to
+    C{name:2,FS} when its flags change before a client moves it to
+    C{cur/}, so an info part counts wherever it is.
     INTERNALDATE is the leading timestamp of the name when plausible, else
     the file's mtime; the size is the name's C{,S=} field, else the file's.
     Oldest first.
@@ -368,7 +371,7 @@ class MaildirSource:
         flagsByLetters: dict[str, tuple[str, ...]] = {}
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
         for key, unique, index, entry, letters in scanned:
-            if index == _NEW or not letters:
+            if not letters:
                 flags: tuple[str, ...] = ()
             else:
                 cached = flagsByLetters.get(letters)

@@ -1,0 +1,149 @@
+"""
+Tests for L{imapmig.tap} and L{imapmig.service}: the plugin, the options,
+and what the assembled service listens on and connects to, without I/O.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+from twisted.application.service import IServiceMaker
+from twisted.internet.testing import MemoryReactorClock
+from twisted.plugin import getPlugins
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.config import parseConfig
+from imapmig.progress import JobState
+from imapmig.service import buildService
+from imapmig.state.memory import MemoryStateStore
+from imapmig.tap import EXIT_BAD_CONFIG, Options
+
+
+def makeMaildir(testCase: SynchronousTestCase) -> str:
+    path = os.path.abspath(testCase.mktemp())
+    for sub in ("cur", "new", "tmp"):
+        os.makedirs(os.path.join(path, sub))
+    with open(os.path.join(path, "cur", "1600000000.M1P1.host:2,S"), "wb") as f:
+        f.write(b"Subject: hi\n\nbody\n")
+    return path
+
+
+def writeConfig(testCase: SynchronousTestCase, text: str) -> str:
+    path = os.path.abspath(testCase.mktemp()) + ".yaml"
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class PluginTests(SynchronousTestCase):
+    """
+    The twistd plugin.
+    """
+
+    def test_discoverable(self) -> None:
+        """
+        twistd finds a plugin called imapmig whose options are ours.
+        """
+        makers = [m for m in getPlugins(IServiceMaker) if m.tapname == "imapmig"]
+        self.assertEqual(len(makers), 1)
+        self.assertIs(makers[0].options, Options)
+
+
+class OptionsTests(SynchronousTestCase):
+    """
+    Command-line options.
+    """
+
+    def setUp(self) -> None:
+        self.stderr = io.StringIO()
+        self.stdout = io.StringIO()
+        self.patch(sys, "stderr", self.stderr)
+        self.patch(sys, "stdout", self.stdout)
+
+    def test_configRequired(self) -> None:
+        """
+        Without --config, a usage error.
+        """
+        self.assertRaises(usage.UsageError, Options().parseOptions, [])
+
+    def test_invalidConfigExits2(self) -> None:
+        """
+        An invalid configuration exits with status 2 and prints one line per
+        problem, each naming the file and the key.
+        """
+        path = writeConfig(
+            self,
+            "servers: {new: {endpoint: 'tcp:127.0.0.1:143'}}\n"
+            "jobs:\n  - name: a\n    source: {maildir: /nonexistent}\n"
+            "    destination: {server: nwe, user: u, password: p}\n",
+        )
+        e = self.assertRaises(SystemExit, Options().parseOptions, ["--config", path])
+        self.assertEqual(e.code, EXIT_BAD_CONFIG)
+        lines = self.stderr.getvalue().splitlines()
+        self.assertGreaterEqual(len(lines), 2)
+        for line in lines:
+            self.assertTrue(line.startswith(path + ": "), line)
+        self.assertTrue(any("jobs[0].destination.server: no server named 'nwe'" in l for l in lines))
+
+    def test_checkConfig(self) -> None:
+        """
+        --check-config on a valid configuration prints a summary and exits 0.
+        """
+        maildir = makeMaildir(self)
+        path = writeConfig(
+            self,
+            f"state: {os.path.abspath(self.mktemp())}\n"
+            "servers: {s: {endpoint: 'tcp:127.0.0.1:143', starttls: 'off'}}\n"
+            f"jobs: [{{name: a, source: {{maildir: {maildir}}},"
+            " destination: {server: s, user: u, password: p}}]\n",
+        )
+        e = self.assertRaises(
+            SystemExit, Options().parseOptions, ["--config", path, "--check-config"]
+        )
+        self.assertEqual(e.code, 0)
+        self.assertIn("configuration OK: 1 jobs", self.stdout.getvalue())
+
+
+class BuildServiceTests(SynchronousTestCase):
+    """
+    What the assembled daemon does with a memory reactor.
+    """
+
+    def test_listensAndConnects(self) -> None:
+        """
+        Starting the service listens for status on the configured endpoint
+        and connects the first job to its destination server; the job is
+        running.
+        """
+        maildir = makeMaildir(self)
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": {"listen": "tcp:8125:interface=127.0.0.1"},
+                "servers": {"s": {"endpoint": "tcp:mail.example:1143", "starttls": "off"}},
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": maildir},
+                        "destination": {"server": "s", "user": "u", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        store = MemoryStateStore()
+        service = buildService(config, reactor, store=store)
+        service.startService()
+        self.assertEqual(
+            [(port, interface) for port, factory, backlog, interface in reactor.tcpServers],
+            [(8125, "127.0.0.1")],
+        )
+        self.assertEqual([(host, port) for host, port, *_ in reactor.tcpClients], [("mail.example", 1143)])
+        job = list(service.progress)[0]
+        self.assertEqual(job.state, JobState.RUNNING)
+        self.assertEqual(job.messagesTotal, 1)
+        service.stopService()
