@@ -23,7 +23,7 @@ from imapmig.tap import EXIT_BAD_CONFIG, Options
 
 
 def makeMaildir(testCase: SynchronousTestCase) -> str:
-    path = os.path.abspath(testCase.mktemp())
+    path: str = os.path.abspath(testCase.mktemp())
     for sub in ("cur", "new", "tmp"):
         os.makedirs(os.path.join(path, sub))
     with open(os.path.join(path, "cur", "1600000000.M1P1.host:2,S"), "wb") as f:
@@ -32,7 +32,7 @@ def makeMaildir(testCase: SynchronousTestCase) -> str:
 
 
 def writeConfig(testCase: SynchronousTestCase, text: str) -> str:
-    path = os.path.abspath(testCase.mktemp()) + ".yaml"
+    path: str = os.path.abspath(testCase.mktemp()) + ".yaml"
     with open(path, "w") as f:
         f.write(text)
     return path

@@ -16,7 +16,8 @@ Profiles:
   - C{"realistic"}: sizes log-normal with a median of about 8 KB; about
     a fifth of the messages carry a base64 attachment, with a tail up to a
     few MB (capped at 5 MB); about an eighth have 8-bit UTF-8 bodies
-    (C{Content-Transfer-Encoding: 8bit}).  The mean is about 40 KB.
+    (C{Content-Transfer-Encoding: 8bit}).  The mean is about 35 KB
+    (5,000 messages: about 170 MB, written in about 2 seconds).
   - C{"small"}: text-only messages of about 2 KB.
 """
 
