@@ -13,7 +13,6 @@ per message.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, Sequence
 
@@ -27,7 +26,15 @@ from imapmig.errors import CommandFailed, ImapmigError
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
 from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import WorkUnit, chunks, cutUnits, destinationMailbox, mailboxesToCreate, pendingMessages
+from imapmig.plan import (
+    WorkUnit,
+    chooseUnit,
+    chunks,
+    cutUnits,
+    destinationMailbox,
+    mailboxesToCreate,
+    pendingMessages,
+)
 from imapmig.progress import JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.state import IStateStore, MessageOutcome
@@ -256,7 +263,8 @@ class MigrationJob:
         self._clock = clock
         self._settings = settings
         self._lifecycle = JobLifecycle(progress)
-        self._units: deque[WorkUnit] = deque()
+        self._units: list[WorkUnit] = []
+        self._selected: dict[int, str] = {}
         self._stopping = False
         self._recorder = OutcomeRecorder(
             name, store, progress, clock, settings.recordEvery, settings.recordInterval
@@ -418,8 +426,11 @@ class MigrationJob:
         units = self._units
         current: str | None = None
         source = self._source
+        selected = self._selected
+        worker = id(outcomes)
         while units and not self._stopping:
-            unit = units.popleft()
+            inUse = {m for w, m in selected.items() if w != worker}
+            unit = units.pop(chooseUnit(units, current, inUse))
             if unit.mailbox != current:
                 await pipeline.drained()
                 await session.select(unit.mailbox)
@@ -427,6 +438,7 @@ class MigrationJob:
                 outcomes.folderKey = unit.folder.key
                 outcomes.mailbox = unit.mailbox
                 current = unit.mailbox
+                selected[worker] = current
                 self._progress.currentFolder = unit.mailbox
             for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                 if self._stopping:
@@ -435,6 +447,7 @@ class MigrationJob:
                 pipeline.enqueue(self._prepare(unit, chunk, bodies))
                 await pipeline.hungry()
         await pipeline.drained()
+        selected.pop(worker, None)
         self._sessions.remove(session)
         await session.logout()
 

@@ -96,6 +96,29 @@ def cutUnits(
         yield WorkUnit(folder, mailbox, tuple(run))
 
 
+def chooseUnit(
+    units: Sequence[WorkUnit], current: str | None, inUse: Collection[str]
+) -> int:
+    """
+    Which unit a connection should take next: one of the mailbox it has
+    selected (no new SELECT); otherwise one of a mailbox no other connection
+    is filling (connections appending into one mailbox contend for its lock
+    on the server); otherwise the first.
+
+    @param units: the units left, not empty.
+    @param current: the mailbox the connection has selected.
+    @param inUse: mailboxes other connections have selected.
+    @return: the index of the chosen unit.
+    """
+    free = None
+    for index, unit in enumerate(units):
+        if unit.mailbox == current:
+            return index
+        if free is None and unit.mailbox not in inUse:
+            free = index
+    return 0 if free is None else free
+
+
 def chunks(
     messages: Sequence[SourceMessage], chunkMessages: int, chunkBytes: int
 ) -> Iterator[Sequence[SourceMessage]]:
