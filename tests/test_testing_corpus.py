@@ -31,16 +31,20 @@ _LETTERS = {
 }
 
 
-def _snapshot(root: str) -> dict[str, tuple[bytes, int]]:
+def _snapshot(root: str) -> dict[str, tuple[str, int]]:
     """
-    Every file below C{root}: relative path to (content, mtime).
+    Every file below C{root}: relative path to (SHA-256 of the content,
+    mtime).
     """
     result = {}
     for directory, _subdirectories, files in os.walk(root):
         for name in files:
             path = os.path.join(directory, name)
             with open(path, "rb") as f:
-                result[os.path.relpath(path, root)] = (f.read(), int(os.stat(path).st_mtime))
+                result[os.path.relpath(path, root)] = (
+                    hashlib.sha256(f.read()).hexdigest(),
+                    int(os.stat(path).st_mtime),
+                )
     return result
 
 
@@ -99,7 +103,9 @@ class DeterminismTests(SynchronousTestCase):
         identical.
         """
         first, second = self.mktemp(), self.mktemp()
-        self.assertEqual(writeEmlDirectory(first, 40, seed=3), writeEmlDirectory(second, 40, seed=3))
+        self.assertEqual(
+            writeEmlDirectory(first, 40, seed=3), writeEmlDirectory(second, 40, seed=3)
+        )
         self.assertEqual(_snapshot(first), _snapshot(second))
 
 
@@ -111,7 +117,9 @@ class MaildirLayoutTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.root = self.mktemp()
         self.folders = (("INBOX",), ("Sent",), ("Archive", "2019"), ("Grüße",))
-        self.corpus = writeMaildir(self.root, 400, seed=5, folders=self.folders)
+        self.corpus = writeMaildir(
+            self.root, 400, seed=5, folders=self.folders, profile="small"
+        )
 
     def test_countAndFolders(self) -> None:
         """
@@ -227,6 +235,12 @@ class MaildirLayoutTests(SynchronousTestCase):
                 self.assertTrue(any(b > 0x7F for b in body))
         self.assertEqual(len(messageIds), 400)
         self.assertTrue(10 < eightBit < 100, eightBit)
+
+
+class ArgumentTests(SynchronousTestCase):
+    """
+    Arguments the generators cannot honour are refused.
+    """
 
     def test_badFolder(self) -> None:
         """

@@ -220,7 +220,7 @@ def writeMaildir(
             os.makedirs(os.path.join(directory, sub), exist_ok=True)
     for folder, directory in zip(folders, directories):
         if folder != ("INBOX",):
-            open(os.path.join(directory, "maildirfolder"), "wb").close()
+            _writeFile(os.path.join(directory, "maildirfolder"), b"", _FIRST_TIMESTAMP)
     if not folders:
         return Corpus(messages=(), folders=())
     rng = generator.rng
@@ -392,14 +392,16 @@ class _Generator:
         subject = rng.choice(_SUBJECTS).format(n=rng.randrange(100, 100_000))
         if utf8:
             subject += " " + rng.choice(_UTF8_WORDS)
-            subjectHeader = "=?utf-8?b?" + base64.b64encode(subject.encode("utf-8")).decode("ascii") + "?="
+            encoded = base64.b64encode(subject.encode("utf-8")).decode("ascii")
+            subjectHeader = f"=?utf-8?b?{encoded}?="
         else:
             subjectHeader = subject
-        messageId = f"<{timestamp}.{index}.{self.seed}.{rng.getrandbits(32):08x}@{sender[1].split('@')[1]}>"
+        domain = sender[1].split("@")[1]
+        messageId = f"<{timestamp}.{index}.{self.seed}.{rng.getrandbits(32):08x}@{domain}>"
         relay = f"192.0.2.{rng.randrange(1, 255)}"
         headers = [
             f"Return-Path: <{sender[1]}>",
-            f"Received: from mail.{sender[1].split('@')[1]} (mail.{sender[1].split('@')[1]} [{relay}])",
+            f"Received: from mail.{domain} (mail.{domain} [{relay}])",
             f"\tby {_HOST} with ESMTPS id {rng.getrandbits(40):010X}",
             f"\tfor <{recipient[1]}>; {date}",
             f"Date: {date}",
