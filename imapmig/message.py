@@ -16,6 +16,25 @@ _MONTHS = (
     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 )  # fmt: skip
 
+# Maildir info letters (after ":2,") and their IMAP flags, in the ASCII
+# order the Maildir specification keeps them.
+MAILDIR_FLAG_LETTERS = (
+    ("D", "\\Draft"),
+    ("F", "\\Flagged"),
+    ("R", "\\Answered"),
+    ("S", "\\Seen"),
+    ("T", "\\Deleted"),
+)
+
+
+def maildirFlags(letters: str) -> tuple[str, ...]:
+    """
+    The IMAP flags of Maildir info letters, in a fixed order.  Letters with
+    no IMAP counterpart (C{P}, "passed"; lowercase keyword letters) are
+    ignored.
+    """
+    return tuple(flag for letter, flag in MAILDIR_FLAG_LETTERS if letter in letters)
+
 
 @frozen
 class SourceFolder:

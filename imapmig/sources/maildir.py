@@ -25,6 +25,7 @@ from imapmig.message import (
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
+    maildirFlags,
     toCRLF,
     utcFromTimestamp,
 )
@@ -35,14 +36,6 @@ __all__ = ["MaildirSource", "readMessageFile", "displayableName"]
 # Scanned in this order: for duplicate unique names, cur/ wins the plain key.
 _SUBDIRS = ("cur", "new")
 
-# Maildir info letters (after "2,"), in the ASCII order the spec keeps them.
-_FLAG_LETTERS = (
-    ("D", "\\Draft"),
-    ("F", "\\Flagged"),
-    ("R", "\\Answered"),
-    ("S", "\\Seen"),
-    ("T", "\\Deleted"),
-)
 
 # Well-known top-level folder names and their RFC 6154 attributes, matched
 # case-insensitively.
@@ -134,7 +127,7 @@ def _flagsOf(letters: str) -> tuple[str, ...]:
     counterpart and is dropped).  Lowercase letters (Dovecot's
     keywords, whose names live in C{dovecot-keywords}) are ignored for now.
     """
-    return tuple(flag for letter, flag in _FLAG_LETTERS if letter in letters)
+    return maildirFlags(letters)
 
 
 def _leadingTimestamp(unique: str) -> int | None:

@@ -35,7 +35,7 @@ from typing import Sequence
 from attrs import frozen
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
-from imapmig.message import toCRLF
+from imapmig.message import maildirFlags, toCRLF
 
 _PROFILES = ("realistic", "small")
 _MAX_SIZE = 5 * 1024 * 1024
@@ -43,13 +43,6 @@ _HOST = "mx1.example.net"
 _OWNER = ("Alice Example", "alice@example.org")
 _FIRST_TIMESTAMP = 1104537600  # 2005-01-01
 _LAST_TIMESTAMP = 1751328000  # 2025-07-01, well before 2038
-_FLAG_LETTERS = (
-    ("D", "\\Draft"),
-    ("F", "\\Flagged"),
-    ("R", "\\Answered"),
-    ("S", "\\Seen"),
-    ("T", "\\Deleted"),
-)
 _PEOPLE = (
     ("Bob Builder", "bob@example.com"),
     ("Carol Danvers", "carol@example.net"),
@@ -245,7 +238,7 @@ def writeMaildir(
             CorpusMessage(
                 folder=folder,
                 key=key,
-                flags=tuple(flag for letter, flag in _FLAG_LETTERS if letter in letters),
+                flags=maildirFlags(letters),
                 internalDate=datetime.fromtimestamp(timestamp, timezone.utc),
                 sha256=hashlib.sha256(toCRLF(body)).hexdigest(),
                 size=len(body),
