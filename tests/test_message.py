@@ -1,0 +1,80 @@
+"""
+Tests for L{imapmig.message}: line-ending conversion, date formatting and
+Maildir flag letters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.message import formatInternalDate, maildirFlags, toCRLF, utcFromTimestamp
+
+
+class ToCRLFTests(SynchronousTestCase):
+    """
+    Bare LF becomes CRLF; nothing else changes.
+    """
+
+    def test_bareLF(self) -> None:
+        """
+        Every bare LF is converted.
+        """
+        self.assertEqual(toCRLF(b"a\nb\n\nc"), b"a\r\nb\r\n\r\nc")
+
+    def test_alreadyCRLFUncopied(self) -> None:
+        """
+        A body already in CRLF is returned as the same object, uncopied.
+        """
+        body = b"a\r\nb\r\n"
+        self.assertIs(toCRLF(body), body)
+        noLines = b"abc"
+        self.assertIs(toCRLF(noLines), noLines)
+
+    def test_mixed(self) -> None:
+        """
+        A body mixing CRLF and bare LF ends up all CRLF, without doubling
+        the CRs already there; a lone CR is left alone.
+        """
+        self.assertEqual(toCRLF(b"a\r\nb\nc\rd\n"), b"a\r\nb\r\nc\rd\r\n")
+
+
+class InternalDateTests(SynchronousTestCase):
+    """
+    INTERNALDATE values for APPEND.
+    """
+
+    def test_utc(self) -> None:
+        """
+        A UTC time is formatted with +0000 and a space-free two-digit day.
+        """
+        self.assertEqual(
+            formatInternalDate(utcFromTimestamp(1600000000)),
+            b'"13-Sep-2020 12:26:40 +0000"',
+        )
+
+    def test_offsets(self) -> None:
+        """
+        Offsets east and west of UTC, including half hours, keep their sign.
+        """
+        east = datetime(2001, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+        west = datetime(2001, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-8)))
+        self.assertEqual(formatInternalDate(east), b'"03-Feb-2001 04:05:06 +0530"')
+        self.assertEqual(formatInternalDate(west), b'"31-Dec-2001 23:59:59 -0800"')
+
+
+class MaildirFlagTests(SynchronousTestCase):
+    """
+    Maildir info letters.
+    """
+
+    def test_letters(self) -> None:
+        """
+        Each system flag letter maps to its IMAP flag; others are ignored.
+        """
+        self.assertEqual(
+            maildirFlags("DFPRSTab"),
+            ("\\Draft", "\\Flagged", "\\Answered", "\\Seen", "\\Deleted"),
+        )
+        self.assertEqual(maildirFlags(""), ())
