@@ -1,0 +1,514 @@
+# -*- test-case-name: tests.test_testing_fakeserver -*-
+# mypy: disallow-untyped-calls=False
+# (LineReceiver's sendLine, setRawMode and setLineMode are unannotated.)
+"""
+An in-memory IMAP4rev1 server, to exercise imapmig's client side
+deterministically through L{twisted.test.iosim} or a
+L{twisted.internet.testing.StringTransport}: no socket, no reactor.
+
+It implements only what a migration uses (CAPABILITY, LOGIN, AUTHENTICATE
+PLAIN with an initial response, LIST, CREATE, SUBSCRIBE, SELECT, APPEND
+with MULTIAPPEND, NOOP, LOGOUT), and that part as the RFCs say:
+synchronizing literals wait for C{+}, non-synchronizing ones (RFC 7888) are
+read even when the command is rejected, LITERAL- refuses them above 4096
+octets, a MULTIAPPEND is atomic (RFC 3502), and APPEND answers with
+C{APPENDUID} (RFC 4315) where UIDPLUS is advertised.  It is a fake:
+correctness over completeness.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import datetime
+from enum import Enum
+from typing import Callable, Sequence
+
+from attrs import frozen
+from twisted.protocols.basic import LineReceiver
+
+import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+
+DEFAULT_CAPABILITIES = ("IMAP4rev1", "LITERAL+", "MULTIAPPEND", "UIDPLUS", "SASL-IR", "AUTH=PLAIN")
+LITERAL_MINUS_LIMIT = 4096
+_SYSTEM_FLAGS = frozenset({"\\ANSWERED", "\\FLAGGED", "\\DELETED", "\\SEEN", "\\DRAFT"})
+_LITERAL = re.compile(rb"\{(\d+)(\+?)\}$")
+_ATOM = re.compile(rb"[^ ()]+")
+
+
+@frozen
+class StoredMessage:
+    """
+    A message as the fake server stored it.
+
+    @ivar internalDate: the APPEND date-time as sent, without its quotes,
+        or L{None} if the client gave none.
+    """
+
+    body: bytes
+    flags: tuple[str, ...]
+    internalDate: str | None
+    uid: int
+
+
+class _Mailbox:
+    def __init__(self, uidValidity: int) -> None:
+        self.uidValidity = uidValidity
+        self.uidNext = 1
+        self.messages: list[StoredMessage] = []
+
+
+class FakeMailStore:
+    """
+    The accounts of a fake server: users and passwords, each user's
+    mailboxes (C{INBOX} from the start), their UIDVALIDITY, and
+    subscriptions.  Several L{FakeIMAPServer} connections may share one.
+    """
+
+    def __init__(self, users: dict[str, str], delimiter: str = ".") -> None:
+        """
+        @param users: user name to password.
+        @param delimiter: the hierarchy delimiter LIST shows.
+        """
+        self.delimiter = delimiter
+        self._passwords = dict(users)
+        self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
+        self._subscriptions: dict[str, list[str]] = {user: [] for user in users}
+        self._nextUIDValidity = 1
+        for user in users:
+            self.create(user, "INBOX")
+
+    def authenticate(self, user: str, password: str) -> bool:
+        """
+        Whether C{password} is C{user}'s.
+        """
+        return user in self._passwords and self._passwords[user] == password
+
+    def create(self, user: str, name: str) -> bool:
+        """
+        Create mailbox C{name} (not its parents).
+
+        @return: C{False} if it already exists.
+        """
+        boxes = self._mailboxes[user]
+        name = _canonical(name)
+        if name in boxes:
+            return False
+        boxes[name] = _Mailbox(self._nextUIDValidity)
+        self._nextUIDValidity += 1
+        return True
+
+    def subscribe(self, user: str, name: str) -> None:
+        """
+        Subscribe C{user} to C{name}.
+        """
+        name = _canonical(name)
+        if name not in self._subscriptions[user]:
+            self._subscriptions[user].append(name)
+
+    def append(
+        self, user: str, name: str, messages: Sequence[tuple[bytes, tuple[str, ...], str | None]]
+    ) -> tuple[int, list[int]]:
+        """
+        Store C{(body, flags, internalDate)} messages in an existing mailbox.
+
+        @return: the mailbox's UIDVALIDITY and the new messages' UIDs.
+        """
+        box = self._mailboxes[user][_canonical(name)]
+        uids = []
+        for body, flags, internalDate in messages:
+            box.messages.append(StoredMessage(body, flags, internalDate, box.uidNext))
+            uids.append(box.uidNext)
+            box.uidNext += 1
+        return box.uidValidity, uids
+
+    def mailbox(self, user: str, name: str) -> list[StoredMessage]:
+        """
+        The messages of C{user}'s mailbox C{name}, in UID order.
+
+        @raise KeyError: no such mailbox.
+        """
+        return list(self._mailboxes[user][_canonical(name)].messages)
+
+    def mailboxes(self, user: str) -> list[str]:
+        """
+        C{user}'s mailbox names (decoded), in creation order.
+        """
+        return list(self._mailboxes[user])
+
+    def uidValidity(self, user: str, name: str) -> int:
+        """
+        The UIDVALIDITY of C{user}'s mailbox C{name}.
+        """
+        return self._mailboxes[user][_canonical(name)].uidValidity
+
+    def subscriptions(self, user: str) -> list[str]:
+        """
+        The mailboxes C{user} subscribed to, in order.
+        """
+        return list(self._subscriptions[user])
+
+
+def _canonical(name: str) -> str:
+    return "INBOX" if name.upper() == "INBOX" else name
+
+
+def _decodeName(value: bytes) -> str | None:
+    """
+    A mailbox name (or pattern) from modified UTF-7, or L{None} if invalid.
+    """
+    try:
+        return _canonical(value.decode("imap4-utf-7"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class _Kind(Enum):
+    ATOM = "atom"
+    STRING = "string"
+    LITERAL = "literal"
+    LIST = "list"
+
+
+@frozen
+class _Token:
+    kind: _Kind
+    value: bytes = b""
+    items: tuple[bytes, ...] = ()
+
+
+def _tokenize(line: bytes) -> list[_Token]:
+    """
+    Split a command line (without a trailing literal marker) into atoms,
+    quoted strings and flat parenthesized lists.
+
+    @raise ValueError: the line is malformed.
+    """
+    tokens = []
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i : i + 1]
+        if c == b" ":
+            i += 1
+        elif c == b'"':
+            value, i = bytearray(), i + 1
+            while i < n and line[i : i + 1] != b'"':
+                if line[i : i + 1] == b"\\":
+                    i += 1
+                value += line[i : i + 1]
+                i += 1
+            if i >= n:
+                raise ValueError("unterminated quoted string")
+            tokens.append(_Token(_Kind.STRING, bytes(value)))
+            i += 1
+        elif c == b"(":
+            end = line.find(b")", i)
+            inner = line[i + 1 : end]
+            if end == -1 or b"(" in inner or b'"' in inner:
+                raise ValueError("unsupported parenthesized list")
+            tokens.append(_Token(_Kind.LIST, items=tuple(inner.split())))
+            i = end + 1
+        else:
+            match = _ATOM.match(line, i)
+            if match is None:
+                raise ValueError("unexpected parenthesis")
+            tokens.append(_Token(_Kind.ATOM, match.group()))
+            i = match.end()
+    return tokens
+
+
+class FakeIMAPServer(LineReceiver):
+    """
+    One server connection over a L{FakeMailStore}.
+
+    @ivar received: every line received outside literals (command lines and
+        the continuation lines that follow literals), in order.
+    """
+
+    def __init__(
+        self,
+        store: FakeMailStore,
+        capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+        refuse: Callable[[bytes], str | None] = lambda body: None,
+        dropAfterAppends: int | None = None,
+    ) -> None:
+        """
+        @param capabilities: what CAPABILITY and the greeting advertise, and
+            what the server accepts (C{LITERAL+}, C{LITERAL-},
+            C{MULTIAPPEND}).
+        @param refuse: called with each APPENDed body; a reply such as
+            C{"NO [LIMIT] too big"} refuses that message, and the whole
+            APPEND command it is part of.
+        @param dropAfterAppends: after answering that many APPEND commands,
+            the next one closes the connection unanswered and unstored.
+        """
+        self.store = store
+        self.capabilities = tuple(capabilities)
+        self.refuse = refuse
+        self.dropAfterAppends = dropAfterAppends
+        self.received: list[bytes] = []
+        self.user: str | None = None
+        self.selected: str | None = None
+        self._appends = 0
+        self._tokens: list[_Token] = []
+        self._error: bytes | None = None
+        self._literal: list[bytes] = []
+        self._literalLeft = 0
+        self._closed = False
+        self._closeAfterReply = False
+        self._caps = {c.upper() for c in self.capabilities}
+        self._literalPlus = "LITERAL+" in self._caps
+        self._literalMinus = "LITERAL-" in self._caps
+
+    def connectionMade(self) -> None:
+        self.sendLine(b"* OK [CAPABILITY %s] Fake IMAP server ready." % self._capabilityText())
+
+    def _capabilityText(self) -> bytes:
+        return " ".join(self.capabilities).encode("ascii")
+
+    def _close(self) -> None:
+        self._closed = True
+        self.transport.loseConnection()  # type: ignore[union-attr]
+
+    # Reading commands and literals.
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self._closed:
+            LineReceiver.dataReceived(self, data)
+
+    def lineReceived(self, line: bytes) -> None:
+        if self._closed:
+            return
+        self.received.append(line)
+        marker = _LITERAL.search(line)
+        try:
+            self._tokens.extend(_tokenize(line[: marker.start()] if marker else line))
+        except ValueError as e:
+            self._error = self._error or b"BAD " + str(e).encode("ascii")
+        if marker is None:
+            tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
+            self._execute(tokens, error)
+            return
+        size, nonSync = int(marker.group(1)), marker.group(2) == b"+"
+        if nonSync and not (self._literalPlus or self._literalMinus):
+            self._error = self._error or b"BAD Non-synchronizing literal without LITERAL+"
+        elif nonSync and not self._literalPlus and size > LITERAL_MINUS_LIMIT:
+            self._error = self._error or b"BAD [TOOBIG] Non-synchronizing literal over 4096 octets"
+        if not nonSync:
+            if self._error is not None:
+                # The client waits for our continuation: it sends no
+                # literal if the command is answered now.
+                tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
+                self._execute(tokens, error)
+                return
+            self.sendLine(b"+ Ready for literal data")
+        self._literal, self._literalLeft = [], size
+        self.setRawMode()
+        if size == 0:
+            self.rawDataReceived(b"")
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if self._closed:
+            return
+        left = self._literalLeft
+        self._literal.append(data[:left])
+        self._literalLeft = max(0, left - len(data))
+        if self._literalLeft == 0:
+            self._tokens.append(_Token(_Kind.LITERAL, b"".join(self._literal)))
+            self._literal = []
+            self.setLineMode(data[left:])
+
+    # Executing commands.
+
+    def _execute(self, tokens: list[_Token], error: bytes | None) -> None:
+        tag = tokens[0].value if tokens and tokens[0].kind is _Kind.ATOM else b"*"
+        if error is None and (len(tokens) < 2 or tokens[1].kind is not _Kind.ATOM):
+            error = b"BAD Missing command"
+        if error is not None:
+            self.sendLine(tag + b" " + error)
+            return
+        name = tokens[1].value.upper().decode("ascii", "replace")
+        handler: Callable[[list[_Token]], bytes | None] | None = {
+            "CAPABILITY": self._capability,
+            "NOOP": self._noop,
+            "LOGOUT": self._logout,
+            "LOGIN": self._login,
+            "AUTHENTICATE": self._authenticate,
+        }.get(name)
+        authenticated = {
+            "LIST": self._list,
+            "CREATE": self._create,
+            "SUBSCRIBE": self._subscribe,
+            "SELECT": self._select,
+            "APPEND": self._append,
+        }.get(name)
+        if authenticated is not None:
+            if self.user is None:
+                self.sendLine(tag + b" BAD Command not allowed before login")
+                return
+            handler = authenticated
+        if handler is None:
+            self.sendLine(tag + b" BAD Unknown command")
+            return
+        reply = handler(tokens[2:])
+        if reply is not None:
+            self.sendLine(tag + b" " + reply)
+        if self._closeAfterReply:
+            self._close()
+
+    def _capability(self, args: list[_Token]) -> bytes:
+        self.sendLine(b"* CAPABILITY " + self._capabilityText())
+        return b"OK Capability completed."
+
+    def _noop(self, args: list[_Token]) -> bytes:
+        return b"OK NOOP completed."
+
+    def _logout(self, args: list[_Token]) -> bytes:
+        self.sendLine(b"* BYE Logging out")
+        self._closeAfterReply = True
+        return b"OK Logout completed."
+
+    def _loggedIn(self, user: str, password: str) -> bytes:
+        if not self.store.authenticate(user, password):
+            return b"NO [AUTHENTICATIONFAILED] Authentication failed."
+        self.user = user
+        return b"OK Logged in."
+
+    def _login(self, args: list[_Token]) -> bytes:
+        if len(args) != 2 or args[0].kind is _Kind.LIST or args[1].kind is _Kind.LIST:
+            return b"BAD LOGIN expects a user name and a password"
+        if self.user is not None:
+            return b"BAD Already logged in"
+        return self._loggedIn(
+            args[0].value.decode("utf-8", "replace"), args[1].value.decode("utf-8", "replace")
+        )
+
+    def _authenticate(self, args: list[_Token]) -> bytes:
+        if len(args) != 2 or args[0].value.upper() != b"PLAIN" or "SASL-IR" not in self._caps:
+            return b"BAD Only AUTHENTICATE PLAIN with an initial response is supported"
+        if self.user is not None:
+            return b"BAD Already logged in"
+        try:
+            decoded = base64.b64decode(args[1].value, validate=True)
+        except binascii.Error:
+            return b"BAD Invalid base64"
+        parts = decoded.split(b"\0")
+        if len(parts) != 3 or parts[0] not in (b"", parts[1]):
+            return b"NO [AUTHENTICATIONFAILED] Authentication failed."
+        return self._loggedIn(parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace"))
+
+    def _list(self, args: list[_Token]) -> bytes:
+        if len(args) != 2 or args[0].value != b"":
+            return b"BAD LIST supports an empty reference only"
+        delimiter = self.store.delimiter
+        quoted = _quote(delimiter.encode("ascii"))
+        pattern = _decodeName(args[1].value)
+        if pattern is None:
+            return b"BAD Invalid mailbox pattern"
+        if pattern == "":
+            self.sendLine(b"* LIST (\\Noselect) " + quoted + b' ""')
+            return b"OK List completed."
+        regex = "".join(
+            ".*" if c == "*" else "[^" + re.escape(delimiter) + "]*" if c == "%" else re.escape(c)
+            for c in pattern
+        )
+        assert self.user is not None
+        names = self.store.mailboxes(self.user)
+        for name in names:
+            if re.fullmatch(regex, name):
+                children = any(other.startswith(name + delimiter) for other in names)
+                attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
+                self.sendLine(
+                    b"* LIST (%s) %s %s" % (attribute, quoted, _quote(name.encode("imap4-utf-7")))
+                )
+        return b"OK List completed."
+
+    def _mailboxArgument(self, args: list[_Token]) -> str | None:
+        if len(args) != 1 or args[0].kind is _Kind.LIST:
+            return None
+        return _decodeName(args[0].value)
+
+    def _create(self, args: list[_Token]) -> bytes:
+        name = self._mailboxArgument(args)
+        if name is None:
+            return b"BAD CREATE expects a mailbox name"
+        assert self.user is not None
+        if not self.store.create(self.user, name):
+            return b"NO [ALREADYEXISTS] Mailbox already exists"
+        return b"OK Create completed."
+
+    def _subscribe(self, args: list[_Token]) -> bytes:
+        name = self._mailboxArgument(args)
+        if name is None:
+            return b"BAD SUBSCRIBE expects a mailbox name"
+        assert self.user is not None
+        self.store.subscribe(self.user, name)
+        return b"OK Subscribe completed."
+
+    def _select(self, args: list[_Token]) -> bytes:
+        name = self._mailboxArgument(args)
+        if name is None:
+            return b"BAD SELECT expects a mailbox name"
+        assert self.user is not None
+        self.selected = None
+        if name not in self.store.mailboxes(self.user):
+            return b"NO [NONEXISTENT] Mailbox doesn't exist"
+        flags = b"\\Answered \\Flagged \\Deleted \\Seen \\Draft"
+        self.sendLine(b"* FLAGS (%s)" % (flags,))
+        self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
+        self.sendLine(b"* 0 RECENT")
+        self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(self.user, name),))
+        self.sendLine(b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (flags,))
+        self.selected = name
+        return b"OK [READ-WRITE] Select completed."
+
+    def _append(self, args: list[_Token]) -> bytes | None:
+        if self.dropAfterAppends is not None and self._appends >= self.dropAfterAppends:
+            self._close()
+            return None
+        self._appends += 1
+        name = _decodeName(args[0].value) if args and args[0].kind is not _Kind.LIST else None
+        if name is None:
+            return b"BAD APPEND expects a mailbox name"
+        messages: list[tuple[bytes, tuple[str, ...], str | None]] = []
+        rest = args[1:]
+        while rest:
+            flags: tuple[str, ...] = ()
+            date = None
+            if rest[0].kind is _Kind.LIST:
+                flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
+                if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
+                    return b"BAD Invalid system flag"
+            if rest and rest[0].kind is _Kind.STRING:
+                date = rest.pop(0).value.decode("ascii", "replace")
+                try:
+                    datetime.strptime(date.strip(), "%d-%b-%Y %H:%M:%S %z")
+                except ValueError:
+                    return b"BAD Invalid date-time"
+            if not rest or rest[0].kind is not _Kind.LITERAL:
+                return b"BAD APPEND expects a message literal"
+            messages.append((rest.pop(0).value, flags, date))
+        if not messages:
+            return b"BAD APPEND expects a message literal"
+        if len(messages) > 1 and "MULTIAPPEND" not in self._caps:
+            return b"BAD MULTIAPPEND is not supported"
+        assert self.user is not None
+        if name not in self.store.mailboxes(self.user):
+            return b"NO [TRYCREATE] Mailbox doesn't exist"
+        for body, _, _ in messages:
+            refusal = self.refuse(body)
+            if refusal is not None:
+                # RFC 3502: one refused message refuses the whole command.
+                return refusal.encode("utf-8")
+        uidValidity, uids = self.store.append(self.user, name, messages)
+        if self.selected == name:
+            self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
+        if "UIDPLUS" not in self._caps:
+            return b"OK Append completed."
+        uidSet = b"%d" % uids[0] if len(uids) == 1 else b"%d:%d" % (uids[0], uids[-1])
+        return b"OK [APPENDUID %d %s] Append completed." % (uidValidity, uidSet)
+
+
+def _quote(value: bytes) -> bytes:
+    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'

@@ -1,0 +1,876 @@
+"""
+Tests for L{imapmig.job}: the real L{MigrationJob} driving the real session,
+client and APPEND pipeline against L{imapmig.testing.fakeserver} over
+L{twisted.test.iosim}, with an in-memory source and state store and a
+L{Clock}; no socket, no reactor, no sleep.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime, timedelta, timezone
+from typing import Awaitable, Callable, Sequence
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
+from twisted.internet.task import Clock
+from twisted.test import iosim
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+from imapmig.errors import PermanentError
+from imapmig.imap.session import IMAPSession, openSession
+from imapmig.job import JobLifecycle, JobSettings, MigrationJob
+from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.sources import IMessageSource
+from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state.memory import MemoryStateStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+
+USER = "alice"
+PASSWORD = "s3cret-pw"
+JOB = "alice-job"
+UTC = timezone.utc
+
+
+@implementer(IMessageSource)
+class MemorySource:
+    """
+    An L{IMessageSource} in memory.
+
+    @ivar reads: how many times L{readBodies} was called.
+    @ivar holdAfter: if set, reads beyond that many wait in C{held} until
+        L{release}.
+    """
+
+    def __init__(self) -> None:
+        self._folders: list[SourceFolder] = []
+        self._messages: dict[str, list[SourceMessage]] = {}
+        self._bodies: dict[tuple[str, str], MessageBody] = {}
+        self.reads = 0
+        self.holdAfter: int | None = None
+        self.held: list[tuple[Deferred[Sequence[MessageBody]], list[MessageBody]]] = []
+
+    def addFolder(self, *path: str) -> SourceFolder:
+        """
+        Add a folder (parents are not implied).
+        """
+        folder = SourceFolder(tuple(path), "/".join(path))
+        self._folders.append(folder)
+        self._messages[folder.key] = []
+        return folder
+
+    def add(
+        self,
+        folder: SourceFolder,
+        key: str,
+        body: MessageBody,
+        flags: tuple[str, ...] = (),
+        internalDate: datetime | None = None,
+    ) -> SourceMessage:
+        """
+        Add a message; an L{UnreadableMessage} body will fail to read.
+        """
+        size = len(body) if isinstance(body, bytes) else 100
+        message = SourceMessage(key, flags, internalDate, size)
+        self._messages[folder.key].append(message)
+        self._bodies[folder.key, key] = body
+        return message
+
+    def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
+        "See L{IMessageSource.listFolders}."
+        return succeed(list(self._folders))
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        "See L{IMessageSource.listMessages}."
+        return succeed(list(self._messages[folder.key]))
+
+    def readBodies(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[MessageBody]]:
+        "See L{IMessageSource.readBodies}; counted, and held if asked."
+        self.reads += 1
+        bodies = [self._bodies[folder.key, m.key] for m in messages]
+        if self.holdAfter is not None and self.reads > self.holdAfter:
+            d: Deferred[Sequence[MessageBody]] = Deferred()
+            self.held.append((d, bodies))
+            return d
+        return succeed(bodies)
+
+    def release(self) -> None:
+        """
+        Let the held reads complete.
+        """
+        held, self.held, self.holdAfter = self.held, [], None
+        for d, bodies in held:
+            d.callback(bodies)
+
+
+@implementer(IStateStore)
+class RecordingStateStore:
+    """
+    A L{MemoryStateStore} that remembers every C{recordOutcomes} batch, and
+    refuses to record them with C{failWith} if set.
+    """
+
+    def __init__(self) -> None:
+        self.memory = MemoryStateStore()
+        self.batches: list[list[MessageOutcome]] = []
+        self.failWith: Exception | None = None
+
+    def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
+        "See L{IStateStore.appendedKeys}."
+        return self.memory.appendedKeys(job, folderKey)
+
+    def recordOutcomes(self, job: str, outcomes: Sequence[MessageOutcome]) -> Deferred[None]:
+        "See L{IStateStore.recordOutcomes}; the batch is remembered."
+        self.batches.append(list(outcomes))
+        if self.failWith is not None:
+            return fail(self.failWith)
+        return self.memory.recordOutcomes(job, outcomes)
+
+    def failures(self, job: str) -> Deferred[list[MessageOutcome]]:
+        "See L{IStateStore.failures}."
+        return self.memory.failures(job)
+
+    def summary(self, job: str) -> Deferred[tuple[int, int]]:
+        "See L{IStateStore.summary}."
+        return self.memory.summary(job)
+
+    def close(self) -> None:
+        "See L{IStateStore.close}."
+        self.memory.close()
+
+    def outcomes(self) -> dict[tuple[str, str], MessageOutcome]:
+        """
+        The latest recorded outcome of each message, by (folder, message) key.
+        """
+        return {(o.folderKey, o.messageKey): o for batch in self.batches for o in batch}
+
+
+@implementer(IStreamClientEndpoint)
+class MemoryEndpoint:
+    """
+    Connects each client to a new L{FakeIMAPServer} over an iosim pump.
+
+    @ivar servers: the server of each accepted connection, in order.
+    @ivar attempts: how many connections were asked for.
+    """
+
+    def __init__(self, clock: Clock, makeServer: Callable[[int], FakeIMAPServer | None]) -> None:
+        """
+        @param makeServer: given the attempt number (from 0), the server to
+            connect to, or L{None} to refuse the connection.
+        """
+        self._clock = clock
+        self._makeServer = makeServer
+        self.attempts = 0
+        self.servers: list[FakeIMAPServer] = []
+        self.pumps: list[iosim.IOPump] = []
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        "See L{IStreamClientEndpoint.connect}."
+        attempt = self.attempts
+        self.attempts += 1
+        server = self._makeServer(attempt)
+        if server is None:
+            return fail(ConnectionRefusedError("memory endpoint refused"))
+        client = protocolFactory.buildProtocol(iosim.FakeAddress())
+        assert client is not None
+        pump = iosim.connect(
+            server,
+            iosim.makeFakeServer(server),
+            client,
+            iosim.makeFakeClient(client),
+            greet=False,
+            clock=self._clock,
+        )
+        self.servers.append(server)
+        self.pumps.append(pump)
+        return succeed(client)
+
+    def pump(self, until: Callable[[], bool] = lambda: False) -> None:
+        """
+        Move bytes on every connection, one step each in turn (so that
+        connections progress together), until C{until()} or nothing moves.
+        """
+        for _ in range(100000):
+            if until():
+                return
+            moved = False
+            for pump in list(self.pumps):
+                moved = pump.pump() or moved
+            if not moved:
+                return
+        raise AssertionError("the connections never went quiet")
+
+
+def appendLines(server: FakeIMAPServer) -> list[bytes]:
+    """
+    The APPEND command lines C{server} received.
+    """
+    return [line for line in server.received if line.split(b" ")[1:2] == [b"APPEND"]]
+
+
+class JobHarness:
+    """
+    A source, a destination account behind a L{MemoryEndpoint}, a state
+    store, a progress model and a clock, and jobs running between them.
+    """
+
+    def __init__(
+        self,
+        test: SynchronousTestCase,
+        capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+        refuse: Callable[[bytes], str | None] = lambda body: None,
+        dropAfterAppends: int | None = None,
+        refuseConnections: Sequence[int] = (),
+        delimiter: str = ".",
+    ) -> None:
+        self.test = test
+        self.clock = Clock()
+        self.mail = FakeMailStore({USER: PASSWORD}, delimiter)
+        self.store = RecordingStateStore()
+        self.progress = MigrationProgress(self.clock.seconds).addJob(JOB)
+        self.source = MemorySource()
+
+        def makeServer(attempt: int) -> FakeIMAPServer | None:
+            if attempt in refuseConnections:
+                return None
+            return FakeIMAPServer(self.mail, capabilities, refuse, dropAfterAppends)
+
+        self.endpoint = MemoryEndpoint(self.clock, makeServer)
+
+    def job(self, settings: JobSettings = JobSettings(connections=1), password: str = PASSWORD) -> MigrationJob:
+        """
+        A job copying the source into the account.
+        """
+
+        def openDestination() -> Awaitable[IMAPSession]:
+            return openSession(
+                self.endpoint,
+                self.clock,
+                description=f"{USER} at memory",
+                user=USER,
+                password=password,
+                starttls=False,
+                tlsOptions=None,
+                timeout=30,
+            )
+
+        return MigrationJob(JOB, self.source, self.store, self.progress, openDestination, self.clock, settings)
+
+    def start(self, job: MigrationJob) -> Deferred[bool]:
+        """
+        Start C{job} and pump until nothing moves.
+        """
+        d = Deferred.fromCoroutine(job.run())
+        self.endpoint.pump(lambda: d.called)
+        return d
+
+    def run(self, job: MigrationJob) -> bool:
+        """
+        Run C{job} to its end, then let every connection close.
+        """
+        d = self.start(job)
+        result = self.test.successResultOf(d)
+        self.endpoint.pump()
+        return result
+
+    def contents(self, mailbox: str) -> list[tuple[bytes, tuple[str, ...], str | None]]:
+        """
+        The destination mailbox's messages as (body, flags, date).
+        """
+        return [(m.body, m.flags, m.internalDate) for m in self.mail.mailbox(USER, mailbox)]
+
+    def finish(self) -> None:
+        """
+        Check that nothing is left scheduled and every connection closed.
+        """
+        self.test.assertEqual(self.clock.getDelayedCalls(), [])
+        for server in self.endpoint.servers:
+            self.test.assertTrue(server.transport.disconnected)  # type: ignore[union-attr]
+
+
+def body(n: int, size: int = 0) -> bytes:
+    """
+    A small message, padded to at least C{size} octets.
+    """
+    text = b"Subject: message %d\r\n\r\nHello %d.\r\n" % (n, n)
+    return text + b"x" * max(0, size - len(text) - 2) + (b"\r\n" if size else b"")
+
+
+def populate(source: MemorySource, folder: SourceFolder, count: int, start: int = 0) -> list[bytes]:
+    """
+    Add C{count} messages numbered from C{start} to C{folder}.
+
+    @return: their bodies.
+    """
+    bodies = []
+    for n in range(start, start + count):
+        source.add(folder, f"m{n}", body(n))
+        bodies.append(body(n))
+    return bodies
+
+
+class SourceAndStoreFakesTests(SynchronousTestCase):
+    """
+    The test fakes provide their interfaces.
+    """
+
+    def test_interfaces(self) -> None:
+        """
+        L{MemorySource} is an L{IMessageSource}, L{RecordingStateStore} an
+        L{IStateStore}, L{MemoryEndpoint} an L{IStreamClientEndpoint}.
+        """
+        self.assertTrue(verifyObject(IMessageSource, MemorySource()))
+        self.assertTrue(verifyObject(IStateStore, RecordingStateStore()))
+        self.assertTrue(
+            verifyObject(IStreamClientEndpoint, MemoryEndpoint(Clock(), lambda attempt: None))
+        )
+
+
+class LifecycleTests(SynchronousTestCase):
+    """
+    L{JobLifecycle} reflected in the progress.
+    """
+
+    def test_lifecycle(self) -> None:
+        """
+        Queued, running, then done or failed with the reason; a finished job
+        may start again.
+        """
+        clock = Clock()
+        progress = JobProgress("j", clock.seconds)
+        lifecycle = JobLifecycle(progress)
+        self.assertIs(progress.state, JobState.QUEUED)
+        lifecycle.start()
+        self.assertIs(progress.state, JobState.RUNNING)
+        lifecycle.fail("boom")
+        self.assertEqual((progress.state, progress.error), (JobState.FAILED, "boom"))
+        lifecycle.start()
+        self.assertEqual((progress.state, progress.error), (JobState.RUNNING, None))
+        lifecycle.succeed()
+        self.assertIs(progress.state, JobState.DONE)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class MigrationJobTests(SynchronousTestCase):
+    """
+    L{MigrationJob} end to end against the fake server.
+    """
+
+    def test_migratesEverything(self) -> None:
+        """
+        Every message lands in the right mailbox with its flags and date;
+        missing folders and their parents are created and subscribed (names
+        in modified UTF-7 on the wire, a delimiter inside a name replaced);
+        the progress says done with the right counters; the state store has
+        every outcome with the APPENDUID UIDs.
+        """
+        h = JobHarness(self)
+        source = h.source
+        inbox = source.addFolder("INBOX")
+        archive = source.addFolder("Archive", "2019")
+        drafts = source.addFolder("Entwürfe")
+        dotted = source.addFolder("a.b")
+        when = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+        source.add(inbox, "i1", body(1), ("\\Seen",), when)
+        source.add(inbox, "i2", body(2), ("\\Seen", "\\Flagged", "$Label1"))
+        source.add(inbox, "i3", body(3), (), datetime(2019, 12, 31, 23, 59, 59, tzinfo=UTC))
+        source.add(archive, "a1", body(4), ("\\Answered",), datetime(2019, 6, 1, tzinfo=UTC))
+        source.add(archive, "a2", body(5))
+        source.add(drafts, "d1", body(6), ("\\Draft",))
+        source.add(dotted, "x1", body(7))
+        settings = JobSettings(connections=1, batchMessages=2, windowMessages=3)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(
+            h.mail.mailboxes(USER), ["INBOX", "Archive", "Archive.2019", "Entwürfe", "a_b"]
+        )
+        self.assertEqual(h.mail.subscriptions(USER), ["Archive", "Archive.2019", "Entwürfe", "a_b"])
+        self.assertEqual(
+            h.contents("INBOX"),
+            [
+                (body(1), ("\\Seen",), "02-Jan-2020 03:04:05 +0200"),
+                (body(2), ("\\Seen", "\\Flagged", "$Label1"), None),
+                (body(3), (), "31-Dec-2019 23:59:59 +0000"),
+            ],
+        )
+        self.assertEqual(
+            h.contents("Archive.2019"),
+            [(body(4), ("\\Answered",), "01-Jun-2019 00:00:00 +0000"), (body(5), (), None)],
+        )
+        self.assertEqual(h.contents("Archive"), [])
+        self.assertEqual(h.contents("Entwürfe"), [(body(6), ("\\Draft",), None)])
+        self.assertEqual(h.contents("a_b"), [(body(7), (), None)])
+        self.assertIn(b'0009 CREATE "Entw&APw-rfe"', h.endpoint.servers[0].received)
+
+        progress = h.progress
+        self.assertEqual(progress.state, JobState.DONE)
+        self.assertIsNone(progress.error)
+        self.assertEqual(
+            (
+                progress.messagesTotal,
+                progress.messagesDone,
+                progress.messagesFailed,
+                progress.messagesAlreadyMigrated,
+                progress.messagesPending,
+                progress.foldersTotal,
+                progress.bytesDone,
+            ),
+            (7, 7, 0, 0, 0, 4, sum(len(body(n)) for n in range(1, 8))),
+        )
+        self.assertIsNone(progress.currentFolder)
+
+        expected = {}
+        for folder, mailbox, keys in [
+            ("INBOX", "INBOX", ["i1", "i2", "i3"]),
+            ("Archive/2019", "Archive.2019", ["a1", "a2"]),
+            ("Entwürfe", "Entwürfe", ["d1"]),
+            ("a.b", "a_b", ["x1"]),
+        ]:
+            validity = h.mail.uidValidity(USER, mailbox)
+            for key, stored in zip(keys, h.mail.mailbox(USER, mailbox)):
+                expected[folder, key] = MessageOutcome(
+                    folder, key, mailbox, len(stored.body), validity, stored.uid
+                )
+        self.assertEqual(h.store.outcomes(), expected)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (7, 0))
+        self.assertEqual(
+            self.successResultOf(h.store.appendedKeys(JOB, "INBOX")), {"i1", "i2", "i3"}
+        )
+        self.assertEqual(len(h.endpoint.servers), 1)
+        h.finish()
+
+    def test_slashDelimiter(self) -> None:
+        """
+        Folder hierarchies are joined with the destination's delimiter, and
+        a dot in a folder name is kept where the delimiter is C{/}.
+        """
+        h = JobHarness(self, delimiter="/")
+        populate(h.source, h.source.addFolder("Archive", "2019"), 1)
+        populate(h.source, h.source.addFolder("a.b"), 1, start=1)
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "Archive", "Archive/2019", "a.b"])
+        self.assertEqual(h.contents("Archive/2019"), [(body(0), (), None)])
+        self.assertEqual(h.contents("a.b"), [(body(1), (), None)])
+        h.finish()
+
+    def test_rerun(self) -> None:
+        """
+        A second run appends nothing and counts every message as already
+        migrated; a message added to the source since is migrated by a third
+        run, alone.
+        """
+        h = JobHarness(self)
+        inbox = h.source.addFolder("INBOX")
+        drafts = h.source.addFolder("Entwürfe")
+        populate(h.source, inbox, 3)
+        populate(h.source, drafts, 2, start=3)
+        job = h.job()
+        self.assertTrue(h.run(job))
+        self.assertEqual(len(h.contents("INBOX")) + len(h.contents("Entwürfe")), 5)
+
+        self.assertTrue(h.run(job))
+        self.assertEqual(len(h.endpoint.servers), 2)
+        self.assertEqual(appendLines(h.endpoint.servers[1]), [])
+        self.assertFalse(any(b"CREATE" in line for line in h.endpoint.servers[1].received))
+        progress = h.progress
+        self.assertEqual(progress.state, JobState.DONE)
+        self.assertEqual(
+            (progress.messagesTotal, progress.messagesDone, progress.messagesAlreadyMigrated),
+            (5, 5, 5),
+        )
+        self.assertEqual((progress.bytesDone, progress.messagesFailed), (0, 0))
+
+        h.source.add(drafts, "new", body(99))
+        self.assertTrue(h.run(job))
+        self.assertEqual(len(appendLines(h.endpoint.servers[2])), 1)
+        self.assertEqual(
+            [m.body for m in h.mail.mailbox(USER, "Entwürfe")], [body(3), body(4), body(99)]
+        )
+        self.assertEqual(
+            (progress.messagesTotal, progress.messagesDone, progress.messagesAlreadyMigrated),
+            (6, 6, 5),
+        )
+        self.assertEqual(progress.bytesDone, len(body(99)))
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (6, 0))
+        h.finish()
+
+    def test_refusedMessage(self) -> None:
+        """
+        A message the server refuses is recorded as failed with the server's
+        text; the others of its MULTIAPPEND batch are appended; the job is
+        done, not failed.
+        """
+        h = JobHarness(
+            self, refuse=lambda b: "NO [LIMIT] too big" if b == body(3) else None
+        )
+        inbox = h.source.addFolder("INBOX")
+        populate(h.source, inbox, 6)
+        settings = JobSettings(connections=1, batchMessages=6)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        # The batch of six was refused whole and split until m3 was alone.
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 5)
+        self.assertEqual(
+            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")),
+            sorted(body(n) for n in range(6) if n != 3),
+        )
+        self.assertEqual(
+            self.successResultOf(h.store.failures(JOB)),
+            [
+                MessageOutcome(
+                    "INBOX", "m3", "INBOX", len(body(3)), failure="refused by server: NO [LIMIT] too big"
+                )
+            ],
+        )
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (5, 1))
+        progress = h.progress
+        self.assertEqual(progress.state, JobState.DONE)
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (5, 1))
+        h.finish()
+
+    def test_transientRefusal(self) -> None:
+        """
+        A refusal the server marks as temporary (C{[UNAVAILABLE]}, which
+        L{imapmig.errors.TransientError} names as transient) is not recorded
+        as a permanent failure of every message: the job does not end done,
+        and a next run tries the messages again.
+        """
+        h = JobHarness(self, refuse=lambda b: "NO [UNAVAILABLE] Temporary failure, try later")
+        populate(h.source, h.source.addFolder("INBOX"), 4)
+
+        result = h.run(h.job(JobSettings(connections=1, batchMessages=4)))
+
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
+        self.assertNotEqual(h.progress.state, JobState.DONE)
+        self.assertFalse(result)
+        h.finish()
+
+    def test_unreadableMessage(self) -> None:
+        """
+        A message the source cannot read is recorded as failed with its
+        reason, and the job completes with the others.
+        """
+        h = JobHarness(self)
+        inbox = h.source.addFolder("INBOX")
+        populate(h.source, inbox, 2)
+        h.source.add(inbox, "bad", UnreadableMessage("permission denied"))
+        populate(h.source, inbox, 2, start=2)
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [body(n) for n in range(4)])
+        self.assertEqual(
+            self.successResultOf(h.store.failures(JOB)),
+            [
+                MessageOutcome(
+                    "INBOX", "bad", "INBOX", 100, failure="unreadable in the source: permission denied"
+                )
+            ],
+        )
+        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual((h.progress.messagesDone, h.progress.messagesFailed), (4, 1))
+        h.finish()
+
+    def test_loginRefused(self) -> None:
+        """
+        When the server refuses the login, the job fails with an error that
+        says so and carries no password, and C{run} returns C{False}.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+
+        self.assertFalse(h.run(h.job(password="wrong-pw")))
+
+        progress = h.progress
+        self.assertEqual(progress.state, JobState.FAILED)
+        assert progress.error is not None
+        self.assertIn("login refused", progress.error)
+        self.assertIn("AUTHENTICATIONFAILED", progress.error)
+        for secret in ("wrong-pw", PASSWORD, base64.b64encode(b"\0alice\0wrong-pw").decode()):
+            self.assertNotIn(secret, progress.error)
+        self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
+        self.assertEqual(h.store.batches, [])
+        h.finish()
+
+    def test_connectionDropped(self) -> None:
+        """
+        When the connection drops mid-run the job fails; the outcomes
+        received before the drop are recorded, the messages in flight are
+        not recorded at all.
+        """
+        h = JobHarness(self, dropAfterAppends=1)
+        populate(h.source, h.source.addFolder("INBOX"), 6)
+        settings = JobSettings(connections=1, batchMessages=2, windowMessages=6)
+
+        self.assertFalse(h.run(h.job(settings)))
+
+        progress = h.progress
+        self.assertEqual(progress.state, JobState.FAILED)
+        assert progress.error is not None
+        self.assertIn("onnection", progress.error)
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [body(0), body(1)])
+        validity = h.mail.uidValidity(USER, "INBOX")
+        self.assertEqual(
+            h.store.outcomes(),
+            {
+                ("INBOX", "m0"): MessageOutcome("INBOX", "m0", "INBOX", len(body(0)), validity, 1),
+                ("INBOX", "m1"): MessageOutcome("INBOX", "m1", "INBOX", len(body(1)), validity, 2),
+            },
+        )
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (2, 0))
+        self.assertEqual(progress.messagesPending, 4)
+        h.finish()
+
+    def test_connectionDroppedErrorSaysLost(self) -> None:
+        """
+        The error of a job whose connection dropped mid-run says that the
+        connection was lost, as the session's own errors do (C{"SELECT:
+        connection lost: ..."}), not that it was closed cleanly.
+        """
+        h = JobHarness(self, dropAfterAppends=0)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+
+        self.assertFalse(h.run(h.job()))
+
+        assert h.progress.error is not None
+        self.assertNotIn("closed cleanly", h.progress.error)
+        self.assertIn("connection lost", h.progress.error.lower())
+        h.finish()
+
+    def test_outcomesNotRecorded(self) -> None:
+        """
+        When the state store cannot record the outcomes, the job fails
+        rather than reporting done: a next run would otherwise append every
+        message again.
+        """
+        h = JobHarness(self)
+        h.store.failWith = PermanentError("disk full")
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+
+        result = h.run(h.job())
+
+        self.flushLoggedErrors(PermanentError)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 3)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (0, 0))
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        self.assertFalse(result)
+        h.finish()
+
+    def test_stop(self) -> None:
+        """
+        A stopped job takes no new work, lets the messages in flight get
+        their outcomes, and ends failed with the reason.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 6)
+        h.source.holdAfter = 1
+        job = h.job(JobSettings(connections=1, batchMessages=1))
+        d = h.start(job)
+        self.assertNoResult(d)
+
+        job.stop()
+        h.source.release()
+        h.endpoint.pump(lambda: d.called)
+
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        self.assertEqual(h.progress.error, "stopped before the end")
+        appended = len(h.mail.mailbox(USER, "INBOX"))
+        self.assertLess(appended, 6)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (appended, 0))
+        h.finish()
+
+    def test_twoConnections(self) -> None:
+        """
+        With two connections, two sessions are opened and both append; every
+        message lands once.
+        """
+        h = JobHarness(self)
+        inbox = h.source.addFolder("INBOX")
+        archive = h.source.addFolder("Archive")
+        populate(h.source, inbox, 8)
+        populate(h.source, archive, 8, start=8)
+        settings = JobSettings(
+            connections=2, batchMessages=1, windowMessages=2, unitMessages=2
+        )
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 2)
+        first, second = h.endpoint.servers
+        self.assertTrue(appendLines(first))
+        self.assertTrue(appendLines(second))
+        self.assertEqual(len(appendLines(first)) + len(appendLines(second)), 16)
+        self.assertEqual(
+            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")), sorted(body(n) for n in range(8))
+        )
+        self.assertEqual(
+            sorted(m.body for m in h.mail.mailbox(USER, "Archive")),
+            sorted(body(n) for n in range(8, 16)),
+        )
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (16, 0))
+        self.assertEqual(h.progress.state, JobState.DONE)
+        h.finish()
+
+    def test_secondConnectionRefused(self) -> None:
+        """
+        If the second connection is refused, the job completes with the
+        first alone.
+        """
+        h = JobHarness(self, refuseConnections=(1,))
+        populate(h.source, h.source.addFolder("INBOX"), 8)
+        settings = JobSettings(connections=2, batchMessages=1, windowMessages=2, unitMessages=2)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 2)
+        self.assertEqual(len(h.endpoint.servers), 1)
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 8)
+        self.assertEqual(
+            [m.body for m in h.mail.mailbox(USER, "INBOX")], [body(n) for n in range(8)]
+        )
+        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(h.progress.messagesDone, 8)
+        h.finish()
+
+    def test_withoutMultiappend(self) -> None:
+        """
+        Without MULTIAPPEND (nor SASL-IR: LOGIN is used), every APPEND
+        carries one message and everything is migrated.
+        """
+        h = JobHarness(self, capabilities=("IMAP4rev1", "LITERAL+", "UIDPLUS"))
+        populate(h.source, h.source.addFolder("INBOX"), 5)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=50))))
+
+        server = h.endpoint.servers[0]
+        self.assertIn(f'0001 LOGIN "{USER}" "{PASSWORD}"'.encode(), server.received)
+        self.assertEqual(len(appendLines(server)), 5)
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [body(n) for n in range(5)])
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (5, 0))
+        h.finish()
+
+    def test_synchronizingLiteralsOnly(self) -> None:
+        """
+        With neither LITERAL+ nor LITERAL-, every literal is synchronizing
+        and everything is migrated, in MULTIAPPEND batches.
+        """
+        h = JobHarness(self, capabilities=("IMAP4rev1", "MULTIAPPEND", "UIDPLUS"))
+        populate(h.source, h.source.addFolder("INBOX"), 5)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=2))))
+
+        server = h.endpoint.servers[0]
+        literals = [line for line in server.received if line.endswith(b"}")]
+        self.assertEqual(len(literals), 5)
+        self.assertFalse([line for line in literals if line.endswith(b"+}")])
+        self.assertEqual(len(appendLines(server)), 3)
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [body(n) for n in range(5)])
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (5, 0))
+        h.finish()
+
+    def test_literalMinus(self) -> None:
+        """
+        With LITERAL- only, messages up to 4096 octets go as
+        non-synchronizing literals, larger ones as synchronizing ones; all
+        are migrated.
+        """
+        h = JobHarness(self, capabilities=("IMAP4rev1", "LITERAL-", "MULTIAPPEND", "UIDPLUS"))
+        inbox = h.source.addFolder("INBOX")
+        bodies = [body(0), body(1, 5000), body(2, 4096), body(3)]
+        for n, b in enumerate(bodies):
+            h.source.add(inbox, f"m{n}", b)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=4))))
+
+        received = h.endpoint.servers[0].received
+        self.assertIn(b"{5000}", b"".join(received))
+        self.assertIn(b"{4096+}", b"".join(received))
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], bodies)
+        h.finish()
+
+    def test_withoutUIDPLUS(self) -> None:
+        """
+        Without UIDPLUS the messages are recorded as appended without UIDs.
+        """
+        h = JobHarness(self, capabilities=("IMAP4rev1", "LITERAL+", "MULTIAPPEND"))
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+
+        self.assertTrue(h.run(h.job()))
+
+        outcomes = h.store.outcomes()
+        self.assertEqual(len(outcomes), 3)
+        for outcome in outcomes.values():
+            self.assertEqual((outcome.appended, outcome.uidValidity, outcome.uid), (True, None, None))
+        h.finish()
+
+    def test_recordedInBatches(self) -> None:
+        """
+        Outcomes are recorded in batches of C{recordEvery}, not one
+        transaction per message.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 10)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=2, recordEvery=3))))
+
+        self.assertEqual([len(batch) for batch in h.store.batches], [3, 3, 3, 1])
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (10, 0))
+        h.finish()
+
+    def test_recordedAfterInterval(self) -> None:
+        """
+        Outcomes waiting for their batch are recorded C{recordInterval}
+        seconds after the first of them, while the job is still running.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 4)
+        h.source.holdAfter = 1
+        settings = JobSettings(connections=1, batchMessages=1, recordEvery=100, recordInterval=5.0)
+
+        d = h.start(h.job(settings))
+
+        self.assertNoResult(d)
+        self.assertEqual(len(h.source.held), 1)
+        self.assertEqual(h.store.batches, [])
+        self.assertEqual(h.progress.messagesDone, 2)
+        h.clock.advance(4.9)
+        self.assertEqual(h.store.batches, [])
+        h.clock.advance(0.1)
+        self.assertEqual([[o.messageKey for o in batch] for batch in h.store.batches], [["m0", "m1"]])
+
+        h.source.release()
+        h.endpoint.pump(lambda: d.called)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(
+            [[o.messageKey for o in batch] for batch in h.store.batches], [["m0", "m1"], ["m2", "m3"]]
+        )
+        h.finish()
+
+    def test_emptySource(self) -> None:
+        """
+        A source with nothing to copy completes after logging out, without
+        APPEND.
+        """
+        h = JobHarness(self)
+        h.source.addFolder("INBOX")
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(appendLines(h.endpoint.servers[0]), [])
+        self.assertIn(b"LOGOUT", h.endpoint.servers[0].received[-1])
+        self.assertEqual(h.progress.state, JobState.DONE)
+        h.finish()
