@@ -61,6 +61,13 @@ class TLSRequired(PermanentError):
     """
 
 
+class TLSFailed(PermanentError):
+    """
+    The TLS handshake failed: the certificate is not trusted, or does not
+    carry the expected host name.
+    """
+
+
 class CommandFailed(ImapmigError):
     """
     The server answered a command with C{NO} or C{BAD}.

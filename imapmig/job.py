@@ -145,8 +145,16 @@ class OutcomeRecorder:
         clock: IReactorTime,
         recordEvery: int,
         recordInterval: float,
+        onError: Callable[[], None] = lambda: None,
     ) -> None:
+        """
+        @param onError: called once if the store fails to record a batch:
+            the job must stop, since what it appends from then on would not
+            be known to the next run.
+        """
         self._jobName = jobName
+        self._onError = onError
+        self.error: str | None = None
         self._store = store
         self._progress = progress
         self._clock = clock
@@ -188,13 +196,18 @@ class OutcomeRecorder:
         batch, self._buffer = self._buffer, []
         d = self._store.recordOutcomes(self._jobName, batch)
 
-        def failed(failure: object) -> None:
-            log.failure(
-                "Could not record {count} outcomes for job {job}",
-                failure=failure,  # type: ignore[arg-type]
+        def failed(failure: Failure) -> None:
+            log.error(
+                "Could not record {count} outcomes for job {job}: {why}",
                 count=len(batch),
                 job=self._jobName,
+                why=str(failure.value),
             )
+            if self.error is None:
+                self.error = (
+                    f"cannot record outcomes in the state database: {failure.value}"
+                )
+                self._onError()
 
         d.addErrback(failed)
         self._writing = d
@@ -267,7 +280,13 @@ class MigrationJob:
         self._selected: dict[int, str] = {}
         self._stopping = False
         self._recorder = OutcomeRecorder(
-            name, store, progress, clock, settings.recordEvery, settings.recordInterval
+            name,
+            store,
+            progress,
+            clock,
+            settings.recordEvery,
+            settings.recordInterval,
+            onError=self.stop,
         )
         self._sessions: list[IMAPSession] = []
 
@@ -305,6 +324,8 @@ class MigrationJob:
             reason = f"internal error: {e!r}"
         else:
             await self._recorder.flush()
+            if self._recorder.error is not None:
+                return self._failed(self._recorder.error)
             if self._stopping:
                 self._lifecycle.fail("stopped before the end")
                 return False
@@ -319,6 +340,9 @@ class MigrationJob:
             )
             return True
         await self._recorder.flush()
+        return self._failed(self._recorder.error or reason)
+
+    def _failed(self, reason: str) -> bool:
         for session in self._sessions:
             session.abort()
         self._sessions = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.mail.imap4 import IMAP4Client
@@ -44,6 +45,15 @@ def setNoDelay(transport: object) -> bool:
         return False
     setTcpNoDelay(True)
     return True
+
+
+def describeConnectionLoss(error: BaseException) -> str:
+    """
+    A short explanation of why a connection ended.
+    """
+    if isinstance(error, ConnectionDone):
+        return "the server closed the connection"
+    return str(error) or type(error).__name__
 
 
 class MigrationIMAP4Client(IMAP4Client):
@@ -124,6 +134,21 @@ class MigrationIMAP4Client(IMAP4Client):
                 pipeline.taggedReceived(tag, rest)
                 return
         IMAP4Client._defaultHandler(self, tag, rest)
+
+    def _extraInfo(self, lines: list[list[object]]) -> None:
+        # Status responses outside a command (OK [CLOSED] after a second
+        # SELECT, the BYE of LOGOUT) are expected; the stock client would
+        # log each as "unhandled".
+        rest = []
+        for response in lines:
+            if response and response[0] in (b"OK", b"BYE", b"PREAUTH"):
+                continue
+            if response and response[0] in (b"NO", b"BAD"):
+                self._log.warn("Server says: {response!r}", response=response)
+                continue
+            rest.append(response)
+        if rest:
+            IMAP4Client._extraInfo(self, rest)
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         IMAP4Client.connectionLost(self, reason)

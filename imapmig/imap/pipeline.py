@@ -46,8 +46,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ConnectionLost
-from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.errors import ConnectionLost, TransientError
+from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.message import formatInternalDate
 
 LITERAL_MINUS_LIMIT = 4096
@@ -172,6 +172,30 @@ def encodeMailboxName(name: str) -> bytes:
 
     encoded = name.encode("imap4-utf-7")
     return b'"' + encoded.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+# Response codes (RFC 5530) saying the server cannot take messages now,
+# whatever the message: the job must stop (and later back off), not record
+# every message as refused.
+TRANSIENT_CODES = frozenset(
+    [b"UNAVAILABLE", b"INUSE", b"SERVERBUG", b"OVERQUOTA", b"CONTACTADMIN", b"EXPUNGEISSUED"]
+)
+
+
+def isTransientRefusal(text: bytes) -> bool:
+    """
+    Whether a C{NO} reply text (after the status) says the server refuses
+    for now rather than refusing this message: a transient response code,
+    or a throttling notice such as Microsoft 365's C{Request is throttled.
+    Suggested Backoff Time: ...}.
+    """
+    if text.startswith(b"["):
+        end = text.find(b"]")
+        code = text[1:end].split(b" ", 1)[0].upper()
+        if code in TRANSIENT_CODES:
+            return True
+    lowered = text[:300].lower()
+    return b"throttl" in lowered or b"backoff" in lowered or b"try again later" in lowered
 
 
 def parseUIDSet(text: bytes) -> list[int]:
@@ -335,7 +359,7 @@ class AppendPipeline:
         @raise ConnectionLost: the connection is gone.
         """
         if self._failure is not None:
-            raise ConnectionLost(str(self._failure.value))
+            self._failure.raiseException()
         queue = self._queue
         size = 0
         for message in messages:
@@ -531,6 +555,15 @@ class AppendPipeline:
             else:
                 for message in messages:
                     outcomes.messageAppended(message, None, None)
+        elif status == b"NO" and isTransientRefusal(rest):
+            # Not this message's fault: keep it (and everything after it)
+            # unsettled and stop sending; the job decides what to do.
+            self._retry.appendleft(messages)
+            self._fail(
+                TransientError(
+                    "the server refuses messages for now: " + text.decode("utf-8", "replace")
+                )
+            )
         elif len(messages) > 1:
             # MULTIAPPEND is atomic: nothing of this batch was stored.
             # Retry the halves first, before anything still queued.
@@ -552,7 +585,22 @@ class AppendPipeline:
         The connection is gone: in-flight messages have an unknown outcome,
         queued ones were never sent; every waiter fails.
         """
-        self._failure = Failure(ConnectionLost(str(reason.value)))
+        if self._failure is not None:
+            return
+        assert reason.value is not None
+        self._fail(
+            ConnectionLost(
+                f"connection lost with {self.messagesInFlight} messages awaiting their "
+                f"reply: {describeConnectionLoss(reason.value)}"
+            )
+        )
+
+    def _fail(self, error: Exception) -> None:
+        """
+        Stop sending, and fail every waiter with C{error}.
+        """
+        if self._failure is None:
+            self._failure = Failure(error)
         self._paused = True
         waiters = self._drainedWaiters + self._hungryWaiters
         self._drainedWaiters = []

@@ -20,17 +20,19 @@ from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import ConnectError, ConnectionDone
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
+from OpenSSL import SSL
+from service_identity import VerificationError
 from twisted.mail.imap4 import Command, IMAP4Exception
 
 from imapmig.errors import (
     AuthenticationFailed,
     CommandFailed,
     ConnectionLost,
-    PermanentError,
+    TLSFailed,
     TLSRequired,
     TransientError,
 )
-from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.pipeline import (
     AppendOutcomes,
     AppendPipeline,
@@ -99,9 +101,30 @@ def capabilitySet(caps: dict[bytes, Any] | None) -> frozenset[bytes]:
     return frozenset(result)
 
 
+def describeTLSError(error: BaseException) -> str | None:
+    """
+    A short explanation of a TLS failure, or L{None} if C{error} is not one.
+    """
+    if isinstance(error, VerificationError):
+        names = []
+        for mismatch in error.errors:
+            identifier = getattr(mismatch, "mismatched_id", None)
+            name = getattr(identifier, "hostname", None) or getattr(identifier, "ip", None)
+            if isinstance(name, bytes):
+                name = name.decode("ascii", "replace")
+            names.append(str(name) if name is not None else str(mismatch))
+        return f"the server's certificate does not match {', '.join(names)}"
+    if isinstance(error, SSL.Error):
+        reasons = [
+            entry[-1] for entry in (error.args[0] if error.args else []) if isinstance(entry, tuple)
+        ]
+        return "; ".join(str(r) for r in reasons if r) or str(error)
+    return None
+
+
 async def _mapped(command: str, d: Deferred[T]) -> T:
     """
-    Await C{d}, mapping Twisted's IMAP and connection errors to ours.
+    Await C{d}, mapping Twisted's IMAP, TLS and connection errors to ours.
     """
     try:
         return await d
@@ -111,11 +134,18 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
             text = text.decode("utf-8", "replace")
         text = str(text)
         raise CommandFailed(command, "NO", parseResponseCode(text), text) from None
-    except (ConnectionDone, ConnectError, ConnectionLost) as e:
-        raise ConnectionLost(f"{command}: connection lost: {e}") from None
+    except ConnectionLost as e:
+        raise ConnectionLost(f"{command}: {e}") from None
     except Exception as e:
-        if type(e).__module__.startswith(("twisted.internet", "OpenSSL")):
-            raise ConnectionLost(f"{command}: {e}") from None
+        tls = describeTLSError(e)
+        if tls is not None:
+            raise TLSFailed(f"TLS handshake failed: {tls}") from None
+        if isinstance(e, (ConnectionDone, ConnectError)) or type(e).__module__.startswith(
+            "twisted.internet"
+        ):
+            raise ConnectionLost(
+                f"{command}: connection lost: {describeConnectionLoss(e)}"
+            ) from None
         raise
 
 
@@ -160,8 +190,8 @@ class IMAPSession:
             )
         try:
             await _mapped("STARTTLS", self._client.startTLS(tlsOptions))
-        except ConnectionLost as e:
-            raise PermanentError(f"{self._description}: TLS handshake failed: {e}") from None
+        except TLSFailed as e:
+            raise TLSFailed(f"{self._description}: {e}") from None
 
     async def login(self, user: str, password: str) -> None:
         """
@@ -339,7 +369,10 @@ async def openSession(
         raise TransientError(f"{description}: cannot connect: {e}") from None
     session = IMAPSession(client, description)
     try:
-        await _mapped("greeting", client.greeted)
+        try:
+            await _mapped("greeting", client.greeted)
+        except TLSFailed as e:
+            raise TLSFailed(f"{description}: {e}") from None
         if starttls:
             await session.startTLS(tlsOptions)
         await session.login(user, password)
