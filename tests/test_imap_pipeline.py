@@ -13,7 +13,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import ConnectionLost
+from imapmig.errors import ConnectionLost, TransientError
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.pipeline import (
     AppendPipeline,
@@ -23,6 +23,7 @@ from imapmig.imap.pipeline import (
     appendArguments,
     chooseLiteralMode,
     encodeMailboxName,
+    isTransientRefusal,
     parseAppendUID,
     parseUIDSet,
 )
@@ -438,3 +439,40 @@ class FlowControlTests(SynchronousTestCase):
         pipeline.selectMailbox("Other")
         pipeline.enqueue([message("b", b"B")])
         self.assertEqual(transport.take(), b'0002 APPEND "Other" {1+}\r\nB\r\n')
+
+
+class TransientRefusalTests(SynchronousTestCase):
+    """
+    A NO that says "not now" stops the pipeline instead of refusing
+    messages.
+    """
+
+    def test_classification(self) -> None:
+        """
+        Transient response codes and throttling notices are recognised;
+        a message-specific refusal is not.
+        """
+        self.assertTrue(isTransientRefusal(b"[UNAVAILABLE] Try later"))
+        self.assertTrue(isTransientRefusal(b"[OVERQUOTA] Account exceeded command or bandwidth limits"))
+        self.assertTrue(
+            isTransientRefusal(b"Request is throttled. Suggested Backoff Time: 299609 milliseconds")
+        )
+        self.assertFalse(isTransientRefusal(b"[LIMIT] Message too large"))
+        self.assertFalse(isTransientRefusal(b"Can't save a zero byte message"))
+
+    def test_stopsWithoutRefusing(self) -> None:
+        """
+        A transient NO on a batch records nothing, sends nothing more, fails
+        the waiters with TransientError, and leaves the messages unsettled.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=2, windowMessages=2
+        )
+        pipeline.enqueue([message(n, b"m") for n in "abc"])
+        transport.clear()
+        drained = pipeline.drained()
+        client.dataReceived(b"0001 NO [UNAVAILABLE] Service busy\r\n")
+        self.failureResultOf(drained, TransientError)
+        self.assertEqual(transport.value(), b"")
+        self.assertEqual(outcomes.refused, [])
+        self.assertEqual(sorted(str(m.origin) for m in pipeline.unsettled()), ["a", "b", "c"])
