@@ -26,9 +26,10 @@ import tempfile
 import threading
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.testing.corpus import CorpusMessage
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
@@ -217,3 +218,49 @@ def digestsByUID(
     finally:
         client.logout()
     return uidValidity, digests
+
+
+def denyAccess(testCase: SynchronousTestCase, path: str) -> None:
+    """
+    Make C{path} (a file or a directory) unreadable for the rest of the
+    test: by its mode where that suffices, and, for root (whom modes do
+    not stop), by making C{open}, C{os.open} and C{os.scandir} raise the
+    C{PermissionError} the kernel would raise for anyone else.  Either way
+    the code under test meets a real C{PermissionError} from the same
+    calls.
+    """
+    import builtins
+    import errno
+
+    mode = os.stat(path).st_mode & 0o7777
+    os.chmod(path, 0)
+    testCase.addCleanup(os.chmod, path, mode)
+    if os.geteuid() != 0:
+        return
+
+    def denied(name: object) -> bool:
+        return isinstance(name, str) and os.path.abspath(name) == os.path.abspath(path)
+
+    def refuse(name: str) -> PermissionError:
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+
+    realOpen, realOsOpen, realScandir = builtins.open, os.open, os.scandir
+
+    def guardedOpen(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if denied(file):
+            raise refuse(file)
+        return realOpen(file, *args, **kwargs)
+
+    def guardedOsOpen(file: Any, *args: Any, **kwargs: Any) -> int:
+        if denied(file):
+            raise refuse(file)
+        return realOsOpen(file, *args, **kwargs)
+
+    def guardedScandir(directory: Any = ".") -> Any:
+        if denied(directory):
+            raise refuse(directory)
+        return realScandir(directory)
+
+    testCase.patch(builtins, "open", guardedOpen)
+    testCase.patch(os, "open", guardedOsOpen)
+    testCase.patch(os, "scandir", guardedScandir)

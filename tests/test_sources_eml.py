@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
@@ -24,6 +24,7 @@ from imapmig.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
+from tests.support import denyAccess
 
 FOLDER = ("Archive", "2019")
 
@@ -231,18 +232,7 @@ class EmlDirectorySourceTests(SynchronousTestCase):
         root = self.directory()
         write(root, "locked/a.eml")
         locked = os.path.join(root, "locked")
-        os.chmod(locked, 0)
-        self.addCleanup(os.chmod, locked, 0o755)
-        try:
-            os.listdir(locked)
-        except PermissionError:
-            pass
-        else:
-            raise SkipTest(
-                "running as root (with CAP_DAC_OVERRIDE), which lists any"
-                " directory whatever its mode, so a permission error cannot be"
-                " provoked"
-            )
+        denyAccess(self, locked)
         source = EmlDirectorySource(root, FOLDER)
         failure = self.failureResultOf(source.listMessages(source.folder), SourceError)
         self.assertIn(locked, str(failure.value))

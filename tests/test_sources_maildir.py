@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
@@ -24,6 +24,7 @@ from imapmig.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource, displayableName
+from tests.support import denyAccess
 
 INBOX = SourceFolder(path=("INBOX",), key="")
 
@@ -525,18 +526,7 @@ class MessageListingTests(MaildirTestCase):
         """
         root = self.maildir()
         cur = os.path.join(root, "cur")
-        os.chmod(cur, 0)
-        self.addCleanup(os.chmod, cur, 0o755)
-        try:
-            os.listdir(cur)
-        except PermissionError:
-            pass
-        else:
-            raise SkipTest(
-                "running as root (with CAP_DAC_OVERRIDE), which lists any"
-                " directory whatever its mode, so a permission error cannot be"
-                " provoked"
-            )
+        denyAccess(self, cur)
         failure = self.failureResultOf(MaildirSource(root).listMessages(INBOX), SourceError)
         self.assertIn(root, str(failure.value))
         self.assertIn("Permission denied", str(failure.value))
@@ -697,16 +687,7 @@ class ReadBodiesTests(MaildirTestCase):
         """
         root = self.maildir()
         path = deliver(root, "cur", "1700000000.a.host:2,S")
-        os.chmod(path, 0)
-        try:
-            open(path, "rb").close()
-        except PermissionError:
-            pass
-        else:
-            raise SkipTest(
-                "running as root (with CAP_DAC_OVERRIDE), which reads any file"
-                " whatever its mode, so a permission error cannot be provoked"
-            )
+        denyAccess(self, path)
         source = MaildirSource(root)
         self.assertEqual(
             self.bodies(source, self.messages(source)),
