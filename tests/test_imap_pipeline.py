@@ -476,3 +476,50 @@ class TransientRefusalTests(SynchronousTestCase):
         self.assertEqual(transport.value(), b"")
         self.assertEqual(outcomes.refused, [])
         self.assertEqual(sorted(str(m.origin) for m in pipeline.unsettled()), ["a", "b", "c"])
+
+
+class LargeLiteralTests(SynchronousTestCase):
+    """
+    A large literal is written slice by slice, as the transport makes room.
+    """
+
+    def test_slicesFollowBackpressure(self) -> None:
+        """
+        Each slice is written only when the transport asks for more; the
+        command line goes with the first slice, and the next command with
+        the last one.
+        """
+        import imapmig.imap.pipeline as module
+
+        self.patch(module, "STREAM_THRESHOLD", 8)
+        self.patch(module, "STREAM_SLICE", 4)
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        writes: list[bytes] = []
+
+        def writeSequence(seq: list[bytes]) -> None:
+            writes.append(b"".join(seq))
+            pipeline.pauseProducing()  # the transport's buffer is full
+
+        self.patch(transport, "writeSequence", writeSequence)
+        pipeline.enqueue([message("big", b"0123456789"), message("small", b"x")])
+        self.assertEqual(writes, [b'0001 APPEND "INBOX" {10+}\r\n0123'])
+        pipeline.resumeProducing()
+        self.assertEqual(writes[1:], [b"4567"])
+        pipeline.resumeProducing()
+        self.assertEqual(writes[2:], [b'89\r\n0002 APPEND "INBOX" {1+}\r\nx\r\n'])
+        client.dataReceived(b"0001 OK [APPENDUID 1 1] ok\r\n0002 OK [APPENDUID 1 2] ok\r\n")
+        self.assertEqual(outcomes.appended, [("big", 1, 1), ("small", 1, 2)])
+
+    def test_synchronizingLargeLiteral(self) -> None:
+        """
+        A large synchronizing literal is streamed after its continuation.
+        """
+        import imapmig.imap.pipeline as module
+
+        self.patch(module, "STREAM_THRESHOLD", 8)
+        self.patch(module, "STREAM_SLICE", 4)
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("big", b"0123456789")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {10}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"0123456789\r\n")

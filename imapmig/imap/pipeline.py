@@ -52,6 +52,12 @@ from imapmig.message import formatInternalDate
 
 LITERAL_MINUS_LIMIT = 4096
 
+# A literal larger than this is written in slices of STREAM_SLICE octets,
+# each only when the transport has room, so that a 30 MB message is never
+# copied whole into the transport's buffer.
+STREAM_THRESHOLD = 1024 * 1024
+STREAM_SLICE = 256 * 1024
+
 
 class LiteralMode(Enum):
     """
@@ -270,6 +276,22 @@ class _AppendCommand:
         self.sentUpTo = 0
 
 
+class _LiteralStream:
+    """
+    A large literal being written slice by slice.
+
+    @ivar index: the message of C{command} whose body it is.
+    @ivar offset: how much of it is written.
+    """
+
+    __slots__ = ("command", "index", "offset")
+
+    def __init__(self, command: _AppendCommand, index: int) -> None:
+        self.command = command
+        self.index = index
+        self.offset = 0
+
+
 @implementer(IPushProducer)
 class AppendPipeline:
     """
@@ -302,6 +324,7 @@ class AppendPipeline:
         self.messagesInFlight = 0
         self.bytesInFlight = 0
         self._blocked: _AppendCommand | None = None
+        self._stream: _LiteralStream | None = None
         self._paused = False
         self._failure: Failure | None = None
         self._drainedWaiters: list[Deferred[None]] = []
@@ -460,7 +483,12 @@ class AppendPipeline:
         """
         if out is None:
             out = []
-        while self._blocked is None and not self._paused:
+        while not self._paused:
+            if self._stream is not None:
+                self._writeSlice(self._stream, out)
+                continue
+            if self._blocked is not None:
+                break
             batch = self._nextBatch()
             if batch is None:
                 break
@@ -477,10 +505,27 @@ class AppendPipeline:
             for waiter in waiters:
                 waiter.callback(None)
 
+    def _writeSlice(self, stream: _LiteralStream, out: list[bytes]) -> None:
+        """
+        Write the next slice of a large literal (after what C{out} holds);
+        after the last slice, append the rest of its command to C{out}.
+        """
+        body = stream.command.messages[stream.index].body
+        end = stream.offset + STREAM_SLICE
+        out.append(memoryview(body)[stream.offset : end])  # type: ignore[arg-type]
+        if end >= len(body):
+            self._stream = None
+            self._writeLiterals(stream.command, stream.index + 1, out)
+            return
+        stream.offset = end
+        self._client.connection.writeSequence(out)
+        out.clear()
+
     def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:
         """
         Append to C{out} the part of C{command} from message C{start} on, up
-        to its end or to the first synchronizing literal.
+        to its end, to the first synchronizing literal, or to the first
+        large literal (which L{_writeSlice} then writes).
         """
         messages = command.messages
         sync = self._sync
@@ -498,6 +543,9 @@ class AppendPipeline:
                 self._blocked = command
                 return
             out.append(b"%s {%d+}\r\n" % (prefix, size))
+            if size > STREAM_THRESHOLD:
+                self._stream = _LiteralStream(command, index)
+                return
             out.append(message.body)
         out.append(b"\r\n")
 
@@ -517,6 +565,10 @@ class AppendPipeline:
             return
         self._blocked = None
         index = command.sentUpTo
+        if len(command.messages[index].body) > STREAM_THRESHOLD:
+            self._stream = _LiteralStream(command, index)
+            self._pump(None)
+            return
         out = [command.messages[index].body]
         self._writeLiterals(command, index + 1, out)
         self._pump(out)
