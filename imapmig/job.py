@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from imapmig.errors import CommandFailed, ImapmigError
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
-from imapmig.message import SourceFolder, SourceMessage
+from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.plan import (
     WorkUnit,
     chooseUnit,
@@ -476,22 +476,22 @@ class MigrationJob:
         await session.logout()
 
     def _prepare(
-        self, unit: WorkUnit, chunk: Sequence[SourceMessage], bodies: Sequence[object]
+        self, unit: WorkUnit, chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]
     ) -> list[OutgoingMessage]:
         outgoing = []
         for message, body in zip(chunk, bodies):
-            if type(body) is bytes:
-                outgoing.append(
-                    OutgoingMessage(body, appendArguments(message.flags, message.internalDate), message)
-                )
-            else:
+            if isinstance(body, UnreadableMessage):
                 self._recorder.add(
                     MessageOutcome(
                         unit.folder.key,
                         message.key,
                         unit.mailbox,
                         message.size,
-                        failure=f"unreadable in the source: {getattr(body, 'reason', body)}",
+                        failure=f"unreadable in the source: {body.reason}",
                     )
+                )
+            else:
+                outgoing.append(
+                    OutgoingMessage(body, appendArguments(message.flags, message.internalDate), message)
                 )
         return outgoing

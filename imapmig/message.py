@@ -88,7 +88,11 @@ class UnreadableMessage:
     reason: str
 
 
-MessageBody = bytes | UnreadableMessage
+MessageBody = bytes | bytearray | UnreadableMessage
+"""
+A message's body as a source reads it (a C{bytearray} for very large
+messages converted in place), or why it could not be read.
+"""
 
 
 def toCRLF(body: bytes) -> bytes:

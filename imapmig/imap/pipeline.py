@@ -135,7 +135,8 @@ class OutgoingMessage:
     """
     One message ready for the wire.
 
-    @ivar body: the message, CRLF line endings, sent as one literal.
+    @ivar body: the message, CRLF line endings, sent as one literal (a
+        C{bytearray} for a very large message converted in place).
     @ivar arguments: what precedes the literal in the APPEND command, with
         a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
         C{b""}.
@@ -145,7 +146,7 @@ class OutgoingMessage:
 
     __slots__ = ("body", "arguments", "origin")
 
-    def __init__(self, body: bytes, arguments: bytes, origin: object) -> None:
+    def __init__(self, body: bytes | bytearray, arguments: bytes, origin: object) -> None:
         self.body = body
         self.arguments = arguments
         self.origin = origin
@@ -512,7 +513,8 @@ class AppendPipeline:
         """
         body = stream.command.messages[stream.index].body
         end = stream.offset + STREAM_SLICE
-        out.append(memoryview(body)[stream.offset : end])  # type: ignore[arg-type]
+        # Transports take bytes only: one slice-sized copy.
+        out.append(bytes(memoryview(body)[stream.offset : end]))
         if end >= len(body):
             self._stream = None
             self._writeLiterals(stream.command, stream.index + 1, out)
@@ -546,7 +548,8 @@ class AppendPipeline:
             if size > STREAM_THRESHOLD:
                 self._stream = _LiteralStream(command, index)
                 return
-            out.append(message.body)
+            body = message.body
+            out.append(body if type(body) is bytes else bytes(body))
         out.append(b"\r\n")
 
     # Receiving, called by the client.
@@ -569,7 +572,8 @@ class AppendPipeline:
             self._stream = _LiteralStream(command, index)
             self._pump(None)
             return
-        out = [command.messages[index].body]
+        body = command.messages[index].body
+        out = [body if type(body) is bytes else bytes(body)]
         self._writeLiterals(command, index + 1, out)
         self._pump(out)
 

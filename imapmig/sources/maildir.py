@@ -11,6 +11,7 @@ are read whole, one C{read} per file, just before they are sent.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from typing import Sequence
@@ -80,6 +81,59 @@ def displayableName(name: str) -> str:
     return name
 
 
+# Files larger than this are converted to CRLF in place (see
+# _readLargeWithCRLF), so that memory holds one copy of a huge message, not
+# two.
+LARGE_FILE = 4 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+def _readLargeWithCRLF(f: "io.FileIO", size: int) -> bytes | bytearray:
+    """
+    Read a large message file with CRLF line endings, holding only the
+    result in memory.
+
+    A first pass counts the bare LFs in chunks.  A file without any CR (a
+    Maildir stores bare LF) is then read into the tail of a buffer of its
+    final size and each line moved forward into place, adding its CR: the
+    write position never passes the read position.  A file that has CRs is
+    read whole and converted as usual (already CRLF, it is not copied).
+    """
+    newlines = 0
+    hasCR = False
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            break
+        newlines += chunk.count(b"\n")
+        hasCR = hasCR or b"\r" in chunk
+    f.seek(0)
+    if hasCR or newlines == 0:
+        return toCRLF(f.readall())
+    total = size + newlines
+    buffer = bytearray(total)
+    view = memoryview(buffer)
+    got = f.readinto(view[newlines:])
+    if got != size:
+        raise OSError(f"file changed while being read ({got} of {size} octets)")
+    read = newlines
+    write = 0
+    find = buffer.find
+    while True:
+        lf = find(b"\n", read)
+        if lf == -1:
+            view[write:] = view[read:]
+            break
+        length = lf - read
+        view[write : write + length] = view[read:lf]
+        write += length
+        view[write : write + 2] = b"\r\n"
+        write += 2
+        read = lf + 1
+    view.release()
+    return buffer
+
+
 def readMessageFile(path: str) -> MessageBody | None:
     """
     Read one message file whole, in one read, with CRLF line endings.
@@ -91,6 +145,9 @@ def readMessageFile(path: str) -> MessageBody | None:
     """
     try:
         with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > LARGE_FILE:
+                return _readLargeWithCRLF(f, size)
             data = f.readall()
     except FileNotFoundError:
         return None
