@@ -693,3 +693,34 @@ class ReadBodiesTests(MaildirTestCase):
             self.bodies(source, self.messages(source)),
             [UnreadableMessage(f"permission denied: {path}")],
         )
+
+
+class LargeFileTests(SynchronousTestCase):
+    """
+    Very large files are converted to CRLF in place.
+    """
+
+    def test_sameAsToCRLF(self) -> None:
+        """
+        Above the large-file threshold, the in-place conversion gives the
+        same octets as L{toCRLF}, for bare-LF, CRLF and mixed files, with
+        and without a final newline.
+        """
+        import random
+
+        import imapmig.sources.maildir as module
+        from imapmig.message import toCRLF
+        from imapmig.sources.maildir import readMessageFile
+
+        self.patch(module, "LARGE_FILE", 16)
+        self.patch(module, "_CHUNK", 7)
+        rng = random.Random(5)
+        path = self.mktemp()
+        samples = [b"\n\nabc\ndef", b"a\r\nb\r\n" * 9, b"x\ny\r\nz\n" * 5, b"no newline at all here"]
+        for _ in range(20):
+            lines = [rng.randbytes(rng.randrange(0, 40)).replace(b"\r", b"") for _ in range(50)]
+            samples.append(b"\n".join(lines))
+        for data in samples:
+            with open(path, "wb") as f:
+                f.write(data)
+            self.assertEqual(bytes(readMessageFile(path)), toCRLF(data))  # type: ignore[arg-type]
