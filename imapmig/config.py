@@ -11,6 +11,7 @@ C{config/imapmig.example.yaml} documents every key.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 import re
@@ -34,6 +35,7 @@ __all__ = [
     "Secret",
     "ServerConfig",
     "StatusConfig",
+    "isLoopbackHost",
     "loadConfig",
     "parseConfig",
 ]
@@ -59,6 +61,9 @@ class ServerConfig:
         the system trust store.
     @ivar timeout: seconds a command may stay outstanding without any reply
         before the connection is dropped.
+    @ivar compress: whether to turn on COMPRESS=DEFLATE (RFC 4978) where
+        the server offers it: the C{compress} key, its C{auto} resolved to
+        true unless the endpoint's host is a loopback address.
     """
 
     name: str
@@ -69,6 +74,7 @@ class ServerConfig:
     tlsHostname: str
     tlsCA: str | None
     timeout: float
+    compress: bool
 
 
 @frozen
@@ -214,7 +220,7 @@ _SETTINGS = (
 # every one of them.
 _TOP_KEYS = ("state", "status", "servers", "defaults", "jobs")
 _STATUS_KEYS = ("listen",)
-_SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout")
+_SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout", "compress")
 _DEFAULTS_KEYS = tuple(s.key for s in _SETTINGS)
 _JOB_KEYS = ("name", "source", "destination") + _DEFAULTS_KEYS
 _SOURCE_KEYS = ("maildir", "eml_dir", "folder")
@@ -274,6 +280,24 @@ def parseConfig(document: object, path: str) -> Config:
     @raise ConfigError: every problem found.
     """
     return _ConfigParser(path).parse(document)
+
+
+def isLoopbackHost(host: str) -> bool:
+    """
+    Whether C{host}, as written in an endpoint string, names this machine:
+    C{localhost} (or a name under C{.localhost}), an address of
+    C{127.0.0.0/8}, or C{::1}.  Other names are not resolved.
+    """
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def _describeYAMLError(error: yaml.MarkedYAMLError) -> str:
@@ -714,10 +738,17 @@ class _ConfigParser:
         )
         ok = ok and timeout is not None
 
+        compress = self._readCompress(
+            server.get("compress", "auto"),
+            _key(path, "compress"),
+            None if endpoint is None else endpoint.host,
+        )
+        ok = ok and compress is not None
+
         if not ok:
             return None
         assert written is not None and endpoint is not None
-        assert starttls is not None and timeout is not None
+        assert starttls is not None and timeout is not None and compress is not None
         return ServerConfig(
             name=name,
             endpoint=written,
@@ -727,6 +758,7 @@ class _ConfigParser:
             tlsHostname=tlsHostname or endpoint.host,
             tlsCA=tlsCA,
             timeout=timeout,
+            compress=compress,
         )
 
     def _readClientEndpoint(
@@ -821,6 +853,26 @@ class _ConfigParser:
             return False
         described = repr(value) if isinstance(value, str) else _describe(value)
         self._problem(path, f"must be 'required' or 'off', not {described}")
+        return None
+
+    def _readCompress(self, value: object, path: str, host: str | None) -> bool | None:
+        """
+        Read C{compress}: C{auto}, C{on} or C{off} (YAML reads the last two
+        as booleans unless quoted).  C{auto} means on unless C{host}, the
+        endpoint's host, is a loopback address: on a local link DEFLATE
+        costs more CPU than the octets it saves.
+
+        @param host: the endpoint's host, or L{None} if the endpoint is
+            invalid (the result then does not matter).
+        """
+        if value == "auto":
+            return host is not None and not isLoopbackHost(host)
+        if value is True or value == "on":
+            return True
+        if value is False or value == "off":
+            return False
+        described = repr(value) if isinstance(value, str) else _describe(value)
+        self._problem(path, f"must be 'auto', 'on' or 'off', not {described}")
         return None
 
     def _readCertificates(self, value: object, path: str) -> str | None:

@@ -83,6 +83,7 @@ def sessionOpener(
             starttls=server.starttls,
             tlsOptions=tlsOptions,
             timeout=server.timeout,
+            compress=server.compress,
         )
 
     return open

@@ -27,6 +27,7 @@ from imapmig.config import (
     PipelineConfig,
     ServerConfig,
     StatusConfig,
+    isLoopbackHost,
     loadConfig,
     parseConfig,
 )
@@ -226,6 +227,7 @@ class ValidConfigTests(ConfigTestCase):
             tlsHostname="mail.example.org",
             tlsCA=None,
             timeout=120.0,
+            compress=True,
         )
         self.assertEqual(loaded.path, self.configPath)
         self.assertEqual(loaded.statePath, self.statePath)
@@ -381,6 +383,7 @@ class ValidConfigTests(ConfigTestCase):
                 tlsHostname="imap.example.com",
                 tlsCA=None,
                 timeout=120.0,
+                compress=True,
             ),
         )
         self.assertEqual(
@@ -415,6 +418,91 @@ class ValidConfigTests(ConfigTestCase):
         self.assertFalse(self.load(text).servers[0].starttls)
         text = self.issueYAML().replace("starttls: required", 'starttls: "off"')
         self.assertFalse(self.load(text).servers[0].starttls)
+
+    def test_compressAutoByDefault(self) -> None:
+        """
+        Without C{compress}, COMPRESS=DEFLATE is used for a remote host and
+        not for a loopback one (C{localhost}, C{127.*}, C{::1}), written
+        positionally or as C{host=}, for C{tcp:} and C{tls:} endpoints.
+        """
+        document = self.document()
+        document["servers"] = {
+            "remote": {"endpoint": "tcp:mail.example.org:143"},
+            "remoteTLS": {"endpoint": "tls:192.0.2.7:993"},
+            "local": {"endpoint": "tcp:127.0.0.1:143", "starttls": False},
+            "local8": {"endpoint": "tcp:127.8.9.10:143", "starttls": False},
+            "localName": {"endpoint": "tls:localhost:993"},
+            "local6": {"endpoint": "tcp:host=\\:\\:1:port=143", "starttls": False},
+        }
+        document["jobs"][0]["destination"]["server"] = "remote"
+        document["jobs"][1]["destination"]["server"] = "local"
+        servers = parseConfig(document, self.configPath).servers
+        self.assertEqual(
+            {server.name: server.compress for server in servers},
+            {
+                "remote": True,
+                "remoteTLS": True,
+                "local": False,
+                "local8": False,
+                "localName": False,
+                "local6": False,
+            },
+        )
+
+    def test_compressOnAndOff(self) -> None:
+        """
+        C{compress: on} uses COMPRESS=DEFLATE even on loopback, C{compress:
+        off} never; YAML reads both as booleans, and their quoted forms mean
+        the same.
+        """
+        text = self.issueYAML().replace(
+            '"tcp:mail.example.org:143"', '"tcp:127.0.0.1:143"\n    starttls: off'
+        ).replace("    starttls: required", "    compress: COMPRESS")
+        for written, expected in [
+            ("on", True),
+            ('"on"', True),
+            ("off", False),
+            ('"off"', False),
+            ("auto", False),
+        ]:
+            loaded = self.load(text.replace("COMPRESS", written))
+            self.assertEqual(loaded.servers[0].compress, expected, written)
+        remote = self.issueYAML().replace(
+            "starttls: required", "starttls: required\n    compress: off"
+        )
+        self.assertFalse(self.load(remote).servers[0].compress)
+
+    def test_badCompress(self) -> None:
+        """
+        C{compress} is C{auto}, C{on} or C{off}, nothing else.
+        """
+        document = self.document()
+        document["servers"]["new"]["compress"] = "deflate"
+        self.assertOnlyProblem(
+            document, "servers.new.compress", "must be 'auto', 'on' or 'off', not 'deflate'"
+        )
+        document["servers"]["new"]["compress"] = 6
+        self.assertOnlyProblem(document, "servers.new.compress", "not an integer")
+
+    def test_isLoopbackHost(self) -> None:
+        """
+        Loopback hosts are C{localhost} and names under C{.localhost},
+        C{127.0.0.0/8}, C{::1} (also IPv4-mapped); nothing else, and no name
+        is resolved.
+        """
+        for host in [
+            "localhost",
+            "LOCALHOST.",
+            "imap.localhost",
+            "127.0.0.1",
+            "127.255.0.3",
+            "::1",
+            "[::1]",
+            "::ffff:127.0.0.1",
+        ]:
+            self.assertTrue(isLoopbackHost(host), host)
+        for host in ["mail.example.org", "10.0.0.1", "::2", "0.0.0.0", "localhost.example.org", ""]:
+            self.assertFalse(isLoopbackHost(host), host)
 
     def test_noPasswordInRepr(self) -> None:
         """

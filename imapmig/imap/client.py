@@ -9,21 +9,31 @@ It reuses the stock parser and commands, and adds:
   - a line limit large enough for a long C{* SEARCH} or C{* LIST} reply;
   - an injected clock for the command timeout;
   - a seam for the APPEND pipeline (L{imapmig.imap.pipeline}), which keeps
-    many tagged commands in flight while the stock client keeps one.
+    many tagged commands in flight while the stock client keeps one;
+  - COMPRESS=DEFLATE (RFC 4978, L{imapmig.imap.compress}).
 
 No migration logic lives here.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.mail.imap4 import IMAP4Client
+from twisted.mail.imap4 import Command, IMAP4Client
 from twisted.python.failure import Failure
+
+from imapmig.imap.compress import (
+    DEFAULT_LEVEL,
+    CompressionStats,
+    DeflateTransport,
+    Inflater,
+    compressionStats,
+)
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -83,6 +93,8 @@ class MigrationIMAP4Client(IMAP4Client):
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
+        self._deflater: DeflateTransport | None = None
+        self._inflater: Inflater | None = None
 
     @property
     def connection(self) -> Any:
@@ -149,6 +161,86 @@ class MigrationIMAP4Client(IMAP4Client):
             rest.append(response)
         if rest:
             IMAP4Client._extraInfo(self, rest)
+
+    def startCompression(self, level: int = DEFAULT_LEVEL) -> Deferred[object]:
+        """
+        Send C{COMPRESS DEFLATE}.  When its tagged C{OK} arrives, and before
+        anything else happens, both directions switch to raw DEFLATE: what
+        the server sent after the C{OK} line is inflated from its next
+        octet on, and every later write is compressed.
+
+        @param level: the DEFLATE level for what we send.
+        @return: fires when compression is on, or fails with the server's
+            refusal (the connection then stays uncompressed).
+        @raise RuntimeError: compression is already on, or the APPEND
+            pipeline has commands in flight.
+        """
+        if self._deflater is not None:
+            raise RuntimeError("compression is already on")
+        if self.pipeline is not None and self.pipeline.busy:
+            raise RuntimeError("COMPRESS while APPEND commands are in flight")
+        d: Deferred[object] = self.sendCommand(Command(b"COMPRESS", b"DEFLATE"))
+        # Added before the caller sees the Deferred, so it runs first: the
+        # switch happens inside the processing of the OK line, before the
+        # rest of that read is parsed and before a queued command is sent.
+        d.addCallback(self._compressionAccepted, level)
+        return d
+
+    def _compressionAccepted(self, result: object, level: int) -> object:
+        self._deflater = DeflateTransport(self.transport, level)
+        self.transport = self._deflater
+        self._inflater = Inflater()
+        # This runs while LineReceiver.dataReceived is splitting lines: the
+        # octets after the OK line, already read, are compressed.  Inflate
+        # them and hand them back; LineReceiver, busy, appends them to its
+        # (now empty) buffer and its loop goes on with them.
+        rest = self.clearLineBuffer()
+        if rest:
+            self._inflateReceived(self._inflater, rest)
+        return result
+
+    def compressionStats(self) -> CompressionStats | None:
+        """
+        Octets before and after compression in each direction, or L{None}
+        if the connection is not compressed.
+        """
+        if self._deflater is None or self._inflater is None:
+            return None
+        return compressionStats(self._deflater, self._inflater)
+
+    def dataReceived(self, data: bytes) -> None:
+        inflater = self._inflater
+        if inflater is None or not data:
+            # Empty data is LineReceiver's resumeProducing asking to parse
+            # what it buffered, which is already plain.
+            IMAP4Client.dataReceived(self, data)
+        else:
+            self._inflateReceived(inflater, data)
+
+    def setLineMode(self, extra: bytes = b"") -> object:
+        # LineReceiver hands what follows a literal back through
+        # self.dataReceived; under compression that is already inflated, so
+        # it must bypass the inflater.
+        self.line_mode = 1
+        if extra:
+            return IMAP4Client.dataReceived(self, extra)
+        return None
+
+    def _inflateReceived(self, inflater: Inflater, data: bytes) -> None:
+        """
+        Inflate compressed octets from the server and parse the result.
+        """
+        try:
+            plain = inflater.inflate(data)
+        except zlib.error as e:
+            self._log.error(
+                "The server's compressed stream is corrupt ({error}); dropping the connection",
+                error=str(e),
+            )
+            self.connection.abortConnection()
+            return
+        if plain:
+            IMAP4Client.dataReceived(self, plain)
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         IMAP4Client.connectionLost(self, reason)

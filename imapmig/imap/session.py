@@ -33,6 +33,7 @@ from imapmig.errors import (
     TransientError,
 )
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.compress import CompressionStats
 from imapmig.imap.pipeline import (
     AppendOutcomes,
     AppendPipeline,
@@ -230,6 +231,34 @@ class IMAPSession:
             await _mapped("CAPABILITY", self._client.getCapabilities(useCache=0))
         )
 
+    async def startCompression(self) -> bool:
+        """
+        Turn on COMPRESS=DEFLATE (RFC 4978) if the server offers it; call it
+        after login, before any other command.  A refusal leaves the
+        connection uncompressed and is only logged.
+
+        @return: whether the connection is now compressed.
+        """
+        if b"COMPRESS=DEFLATE" not in self.capabilities:
+            return False
+        try:
+            await _mapped("COMPRESS", self._client.startCompression())
+        except CommandFailed as e:
+            log.warn(
+                "{session}: the server refused COMPRESS DEFLATE: {text}",
+                session=self._description,
+                text=e.text,
+            )
+            return False
+        return True
+
+    def compressionStats(self) -> CompressionStats | None:
+        """
+        Octets before and after compression in each direction, or L{None}
+        if the connection is not compressed.
+        """
+        return self._client.compressionStats()
+
     async def listMailboxes(self) -> list[MailboxInfo]:
         """
         Every mailbox (C{LIST "" "*"}).
@@ -312,6 +341,18 @@ class IMAPSession:
         except Exception:
             pass
         self._client.connection.loseConnection()
+        stats = self._client.compressionStats()
+        if stats is not None:
+            log.info(
+                "{session}: compression sent {sentPlain} octets as {sentWire}"
+                " ({sentPercent}%), received {receivedWire} octets as {receivedPlain}",
+                session=self._description,
+                sentPlain=stats.sentPlain,
+                sentWire=stats.sentWire,
+                sentPercent=round(100 * stats.sentRatio),
+                receivedWire=stats.receivedWire,
+                receivedPlain=stats.receivedPlain,
+            )
 
     def abort(self) -> None:
         """
@@ -349,9 +390,10 @@ async def openSession(
     starttls: bool,
     tlsOptions: object,
     timeout: float,
+    compress: bool = False,
 ) -> IMAPSession:
     """
-    Connect, secure and log in.
+    Connect, secure, log in, and compress.
 
     @param endpoint: where to connect (already TLS-wrapped for implicit TLS).
     @param clock: an L{IReactorTime} for the command timeout.
@@ -359,6 +401,8 @@ async def openSession(
     @param tlsOptions: the client TLS options for STARTTLS.
     @param timeout: seconds without any reply before the connection is
         dropped.
+    @param compress: turn on COMPRESS=DEFLATE right after login where the
+        server offers it.
     @raise TransientError: connecting failed or the connection was lost.
     @raise PermanentError: TLS, or authentication, was refused.
     """
@@ -376,6 +420,8 @@ async def openSession(
         if starttls:
             await session.startTLS(tlsOptions)
         await session.login(user, password)
+        if compress:
+            await session.startCompression()
     except BaseException:
         session.abort()
         raise
