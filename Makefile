@@ -6,7 +6,7 @@
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN      = $(VENV)/bin
-APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates
+APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2
 
 .PHONY: setup system-packages venv demo test trial typecheck bench clean
 
