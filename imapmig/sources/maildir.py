@@ -95,7 +95,7 @@ def _readLargeWithCRLF(f: "io.FileIO", size: int) -> bytes | bytearray:
 
     A first pass counts the bare LFs in chunks.  A file without any CR (a
     Maildir stores bare LF) is then read into the tail of a buffer of its
-    final size and each line moved forward into place, adding its CR: the
+    final size and converted forward, a chunk at a time, into place: the
     write position never passes the read position.  A file that has CRs is
     read whole and converted as usual (already CRLF, it is not copied).
     """
@@ -116,20 +116,17 @@ def _readLargeWithCRLF(f: "io.FileIO", size: int) -> bytes | bytearray:
     got = f.readinto(view[newlines:])
     if got != size:
         raise OSError(f"file changed while being read ({got} of {size} octets)")
+    # The unread input always lies at least as far ahead of the write
+    # position as it has LFs left, so each chunk, once copied out and
+    # converted, fits before the rest of the input.
     read = newlines
     write = 0
-    find = buffer.find
-    while True:
-        lf = find(b"\n", read)
-        if lf == -1:
-            view[write:] = view[read:]
-            break
-        length = lf - read
-        view[write : write + length] = view[read:lf]
-        write += length
-        view[write : write + 2] = b"\r\n"
-        write += 2
-        read = lf + 1
+    while read < total:
+        end = min(read + _CHUNK, total)
+        piece = view[read:end].tobytes().replace(b"\n", b"\r\n")
+        view[write : write + len(piece)] = piece
+        write += len(piece)
+        read = end
     view.release()
     return buffer
 
