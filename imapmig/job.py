@@ -18,6 +18,7 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 from automat import TypeMachineBuilder
 from twisted.internet.defer import Deferred, DeferredList, succeed
+from twisted.internet.task import deferLater
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -40,6 +41,10 @@ from imapmig.sources import IMessageSource
 from imapmig.state import IStateStore, MessageOutcome
 
 log = Logger()
+
+# The most octets read from the source in one step without letting the
+# reactor run.
+READ_STEP_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -445,8 +450,11 @@ class MigrationJob:
             settings.windowBytes,
             outcomes,
         )
-        chunkMessages = 2 * pipeline.settings.batchMessages
-        chunkBytes = max(pipeline.settings.batchBytes, 1024 * 1024)
+        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
+        # the reactor run between steps: reading blocks it, and the socket
+        # must be kept fed meanwhile.
+        chunkMessages = pipeline.settings.batchMessages
+        chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
         units = self._units
         current: str | None = None
         source = self._source
@@ -469,7 +477,10 @@ class MigrationJob:
                     break
                 bodies = await source.readBodies(unit.folder, chunk)
                 pipeline.enqueue(self._prepare(unit, chunk, bodies))
-                await pipeline.hungry()
+                hungry = pipeline.hungry()
+                if hungry.called:
+                    await deferLater(self._clock, 0)
+                await hungry
         await pipeline.drained()
         selected.pop(worker, None)
         self._sessions.remove(session)

@@ -268,8 +268,21 @@ class JobHarness:
         Start C{job} and pump until nothing moves.
         """
         d = Deferred.fromCoroutine(job.run())
-        self.endpoint.pump(lambda: d.called)
+        self.settle(lambda: d.called)
         return d
+
+    def settle(self, until: Callable[[], bool] = lambda: False) -> None:
+        """
+        Pump the connections and run the calls due now on the clock (the
+        job yields to the reactor between reads), until C{until()} or
+        nothing moves.
+        """
+        while True:
+            self.endpoint.pump(until)
+            now = self.clock.seconds()
+            if until() or not any(c.getTime() <= now for c in self.clock.getDelayedCalls()):
+                return
+            self.clock.advance(0)
 
     def run(self, job: MigrationJob) -> bool:
         """
@@ -681,7 +694,7 @@ class MigrationJobTests(SynchronousTestCase):
 
         job.stop()
         h.source.release()
-        h.endpoint.pump(lambda: d.called)
+        h.settle(lambda: d.called)
 
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
@@ -837,7 +850,7 @@ class MigrationJobTests(SynchronousTestCase):
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 4)
-        h.source.holdAfter = 1
+        h.source.holdAfter = 2  # the job reads one batch (one message) per step
         settings = JobSettings(connections=1, batchMessages=1, recordEvery=100, recordInterval=5.0)
 
         d = h.start(h.job(settings))
@@ -852,7 +865,7 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual([[o.messageKey for o in batch] for batch in h.store.batches], [["m0", "m1"]])
 
         h.source.release()
-        h.endpoint.pump(lambda: d.called)
+        h.settle(lambda: d.called)
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         self.assertEqual(
