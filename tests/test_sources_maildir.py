@@ -724,3 +724,22 @@ class LargeFileTests(SynchronousTestCase):
             with open(path, "wb") as f:
                 f.write(data)
             self.assertEqual(bytes(readMessageFile(path)), toCRLF(data))  # type: ignore[arg-type]
+
+    def test_fileGrewSinceStat(self) -> None:
+        """
+        A file that grew between its fstat and its read is read to its end.
+        """
+        import imapmig.sources.maildir as module
+        from imapmig.sources.maildir import readMessageFile
+
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 100)
+        realFstat = os.fstat
+
+        class Shrunk:
+            def __init__(self, fd: int) -> None:
+                self.st_size = realFstat(fd).st_size - 150
+
+        self.patch(module.os, "fstat", Shrunk)
+        self.assertEqual(readMessageFile(path), b"a\r\n" * 100)

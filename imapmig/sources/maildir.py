@@ -141,11 +141,22 @@ def readMessageFile(path: str) -> MessageBody | None:
         for it under another name).
     """
     try:
-        with open(path, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
             if size > LARGE_FILE:
-                return _readLargeWithCRLF(f, size)
-            data = f.readall()
+                with open(fd, "rb", buffering=0, closefd=False) as f:
+                    return _readLargeWithCRLF(f, size)
+            # One read(2) of the whole file (asking for one octet more
+            # shows whether it grew since the fstat).
+            data = os.read(fd, size + 1)
+            if len(data) > size:
+                rest = [data]
+                while chunk := os.read(fd, _CHUNK):
+                    rest.append(chunk)
+                data = b"".join(rest)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None
     except PermissionError:
