@@ -729,7 +729,6 @@ class LargeFileTests(SynchronousTestCase):
         """
         A file that grew between its fstat and its read is read to its end.
         """
-        import imapmig.sources.maildir as module
         from imapmig.sources.maildir import readMessageFile
 
         path = self.mktemp()
@@ -741,5 +740,5 @@ class LargeFileTests(SynchronousTestCase):
             def __init__(self, fd: int) -> None:
                 self.st_size = realFstat(fd).st_size - 150
 
-        self.patch(module.os, "fstat", Shrunk)
+        self.patch(os, "fstat", Shrunk)
         self.assertEqual(readMessageFile(path), b"a\r\n" * 100)
