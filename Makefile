@@ -42,5 +42,32 @@ trial:
 
 test: setup typecheck trial
 
+# The benchmark (issue 3): bench/run.py's docstring documents it.
+#   make bench        the full matrix (about 25 minutes); BENCH_ARGS adds options
+#   make bench-quick  a smoke run (under a minute)
+BENCH_APT_PACKAGES = isync build-essential dovecot-imapd iproute2
+BENCH_PIP_PACKAGES = matplotlib
+BENCH_ARGS ?=
+
+.PHONY: bench-quick bench-packages
+
+bench-packages: setup
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    missing=""; for p in $(BENCH_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	    if [ -n "$$missing" ]; then \
+	        echo "Installing Debian packages:$$missing"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	    fi; \
+	else \
+	    echo "Not root or no apt-get: make sure these are installed: $(BENCH_APT_PACKAGES)"; \
+	fi
+	$(BIN)/python -m pip install -q $(BENCH_PIP_PACKAGES)
+
+bench: bench-packages
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-quick: bench-packages
+	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) _trial_temp demo build *.egg-info

@@ -1,0 +1,4 @@
+"""
+The benchmark of imapmig against the tools admins use today: see
+L{bench.run}.
+"""

@@ -1,0 +1,320 @@
+# -*- test-case-name: tests.test_bench -*-
+"""
+The clients the benchmark compares, each described by how to run it as one
+process: L{Contender.argv} turns an L{Invocation} (server, account, Maildir,
+a private directory) into a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Callable
+
+from attrs import frozen
+
+from bench.servers import PASSWORD, ServerVariant
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+REPOSITORY = os.path.dirname(BENCH_DIR)
+RAW_SOURCE = os.path.join(BENCH_DIR, "rawappend.c")
+TIMED_SOURCE = os.path.join(BENCH_DIR, "timed.c")
+# twistd, run by the interpreter running the benchmark (no shell wrapper).
+_TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
+
+
+@frozen
+class Invocation:
+    """
+    Everything a client's command line needs for one run.
+
+    @ivar host: the server's address.
+    @ivar port: its plain IMAP port.
+    @ivar user: a fresh account.
+    @ivar maildir: the Maildir to append.
+    @ivar runDir: an empty directory private to this run (configuration,
+        state, a copy of the Maildir).
+    @ivar server: what the server advertises.
+    @ivar rawBinary: the compiled raw writer.
+    """
+
+    host: str
+    port: int
+    user: str
+    maildir: str
+    runDir: str
+    server: ServerVariant
+    rawBinary: str
+
+
+@frozen
+class Contender:
+    """
+    One client of the comparison.
+
+    @ivar name: its key for C{--clients}.
+    @ivar label: its name in the table and the chart.
+    @ivar slow: it sends one command at a time and waits for the reply, so
+        at a round-trip time above zero it runs a capped number of messages.
+    @ivar raw: a variant of the raw writer (the ceiling).
+    @ivar build: makes its command line.
+    @ivar applies: whether it can run against a server variant.
+    @ivar note: a footnote for the table, or C{""}.
+    """
+
+    name: str
+    label: str
+    slow: bool
+    raw: bool
+    build: Callable[[Invocation], list[str]]
+    applies: Callable[[ServerVariant], bool] = lambda server: True
+    note: str = ""
+
+    def argv(self, invocation: Invocation) -> list[str]:
+        """
+        The command line of one run.
+
+        @param invocation: the run's parameters.
+        """
+        return self.build(invocation)
+
+
+def _python(module: str, invocation: Invocation, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--host",
+        invocation.host,
+        "--port",
+        str(invocation.port),
+        "--user",
+        invocation.user,
+        "--password",
+        PASSWORD,
+        "--maildir",
+        invocation.maildir,
+        *extra,
+    ]
+
+
+def _raw(*, select: bool, batch: int) -> Callable[[Invocation], list[str]]:
+    def build(invocation: Invocation) -> list[str]:
+        argv = [
+            invocation.rawBinary,
+            "--host",
+            invocation.host,
+            "--port",
+            str(invocation.port),
+            "--user",
+            invocation.user,
+            "--password",
+            PASSWORD,
+            "--maildir",
+            invocation.maildir,
+            "--literal",
+            invocation.server.literal,
+            "--batch",
+            str(batch),
+        ]
+        return argv + (["--select"] if select else [])
+
+    return build
+
+
+def _mbsync(invocation: Invocation) -> list[str]:
+    # mbsync renames the Maildir's files (it writes UIDs into their names)
+    # and keeps its state: give it a copy made of hard links.
+    copy = os.path.join(invocation.runDir, "Maildir")
+    subprocess.run(["cp", "-al", invocation.maildir, copy], check=True)
+    state = os.path.join(invocation.runDir, "mbsync-state")
+    os.makedirs(state)
+    config = os.path.join(invocation.runDir, "mbsyncrc")
+    with open(config, "w") as f:
+        f.write(
+            f"""\
+MaildirStore near
+Inbox {copy}
+SubFolders Maildir++
+
+IMAPAccount far
+Host {invocation.host}
+Port {invocation.port}
+User {invocation.user}
+Pass {PASSWORD}
+SSLType None
+AuthMechs LOGIN
+
+IMAPStore far
+Account far
+
+Channel bench
+Far :far:
+Near :near:
+Patterns *
+Create Far
+Sync Push
+CopyArrivalDate yes
+SyncState {state}/
+"""
+        )
+    return [shutil.which("mbsync") or "mbsync", "-q", "-c", config, "bench"]
+
+
+def imapmigConfig(
+    invocation: Invocation, *, connections: int | None = None, compress: str | None = None
+) -> str:
+    """
+    Write an imapmig configuration for one run and return its path: the
+    state database in the run's directory, no status listener, plain TCP
+    (no STARTTLS) to the benchmark's server.
+
+    @param invocation: the run's parameters.
+    @param connections: C{defaults: connections}, or L{None} for imapmig's
+        default.
+    @param compress: the server's C{compress} key (C{on}, C{off}), or
+        L{None} to leave it out.
+    """
+    passwordFile = os.path.join(invocation.runDir, "password")
+    with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(PASSWORD + "\n")
+    lines = [
+        f"state: {os.path.join(invocation.runDir, 'state.sqlite')}",
+        "status: off",
+        "servers:",
+        "  bench:",
+        f'    endpoint: "tcp:{invocation.host}:{invocation.port}"',
+        "    starttls: off",
+    ]
+    if compress is not None:
+        lines.append(f'    compress: "{compress}"')
+    if connections is not None:
+        lines += ["defaults:", f"  connections: {connections}"]
+    lines += [
+        "jobs:",
+        "  - name: bench",
+        f"    source: {{maildir: {invocation.maildir}}}",
+        f"    destination: {{server: bench, user: {invocation.user}, "
+        f"password_file: {passwordFile}}}",
+    ]
+    path = os.path.join(invocation.runDir, "imapmig.yaml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def imapmigArgv(config: str, *extra: str) -> list[str]:
+    """
+    The command line of C{twistd -n imapmig} on C{config}, run by this
+    interpreter from this checkout.
+
+    @param config: the configuration file.
+    @param extra: more imapmig options (C{--exit-when-done} is given).
+    """
+    return [sys.executable, "-c", _TWISTD, "-n", "--pidfile=", "imapmig", "--config", config,
+            "--exit-when-done", *extra]  # fmt: skip
+
+
+def _imapmig(
+    *, connections: int | None = None, compress: str | None = None
+) -> Callable[[Invocation], list[str]]:
+    def build(invocation: Invocation) -> list[str]:
+        return imapmigArgv(
+            imapmigConfig(invocation, connections=connections, compress=compress)
+        )
+
+    return build
+
+
+def _multiappend(server: ServerVariant) -> bool:
+    return server.multiappend
+
+
+CONTENDERS: dict[str, Contender] = {
+    c.name: c
+    for c in (
+        Contender(
+            "imaplib",
+            "imaplib loop",
+            slow=True,
+            raw=False,
+            build=lambda i: _python("bench.clients.imaplib_loop", i),
+        ),
+        Contender(
+            "imaplib-nodelay",
+            "imaplib loop + TCP_NODELAY",
+            slow=True,
+            raw=False,
+            build=lambda i: _python("bench.clients.imaplib_loop", i, "--nodelay"),
+        ),
+        Contender(
+            "twisted",
+            "Twisted IMAP4Client",
+            slow=True,
+            raw=False,
+            build=lambda i: _python("bench.clients.twisted_stock", i),
+        ),
+        Contender("mbsync", "mbsync", slow=False, raw=False, build=_mbsync),
+        Contender("imapmig-1", "imapmig, 1 connection", slow=False, raw=False,
+                  build=_imapmig(connections=1)),  # fmt: skip
+        Contender("imapmig", "imapmig, defaults", slow=False, raw=False, build=_imapmig()),
+        Contender("imapmig-4", "imapmig, 4 connections", slow=False, raw=False,
+                  build=_imapmig(connections=4)),  # fmt: skip
+        Contender("imapmig-compress-off", "imapmig, compress off", slow=False, raw=False,
+                  build=_imapmig(compress="off")),  # fmt: skip
+        Contender("imapmig-compress-on", "imapmig, compress on", slow=False, raw=False,
+                  build=_imapmig(compress="on")),  # fmt: skip
+        Contender(
+            "raw",
+            "raw 1/APPEND",
+            slow=False,
+            raw=True,
+            build=_raw(select=False, batch=1),
+            note="into INBOX only",
+        ),
+        Contender(
+            "raw-select",
+            "raw 1/APPEND after SELECT",
+            slow=False,
+            raw=True,
+            build=_raw(select=True, batch=1),
+            note="into INBOX only",
+        ),
+        Contender(
+            "raw-multi50",
+            "raw MULTIAPPEND 50",
+            slow=False,
+            raw=True,
+            build=_raw(select=True, batch=50),
+            applies=_multiappend,
+            note="into INBOX only, after SELECT",
+        ),
+    )
+}
+
+# What each part of the matrix runs by default.
+MAIN_CLIENTS = ("imaplib", "imaplib-nodelay", "twisted", "mbsync", "imapmig-1", "imapmig",
+                "raw", "raw-select", "raw-multi50")  # fmt: skip
+SERVER_CLIENTS = ("imapmig-1", "imapmig", "imapmig-4", "raw", "raw-select", "raw-multi50")
+COMPRESS_CLIENTS = ("imapmig-compress-off", "imapmig-compress-on", "raw-multi50")
+
+
+def buildTools(workDir: str) -> tuple[str, str]:
+    """
+    Compile the raw writer C{bench/rawappend.c} and the process timer
+    C{bench/timed.c} with C{gcc -O2} (again when a source is newer than its
+    binary).
+
+    @param workDir: where the binaries go.
+    @return: the paths of the raw writer and of the timer.
+    """
+    os.makedirs(workDir, exist_ok=True)
+    binaries = []
+    for source in (RAW_SOURCE, TIMED_SOURCE):
+        binary = os.path.join(workDir, os.path.splitext(os.path.basename(source))[0])
+        if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
+            subprocess.run(["gcc", "-O2", "-Wall", "-o", binary, source], check=True)
+        binaries.append(binary)
+    return binaries[0], binaries[1]

@@ -1,0 +1,938 @@
+# -*- test-case-name: tests.test_bench -*-
+"""
+The benchmark of issue 3: imapmig against the tools admins use today and
+against a raw writer that marks the server's ceiling.
+
+    .venv/bin/python -m bench.run [options]      # or: make bench / make bench-quick
+
+It builds what it needs (the corpora under C{bench/work/}, the raw writer
+C{bench/rawappend.c} with C{gcc -O2}), starts a private Dovecot for each
+setting, runs every client the given number of times, and writes:
+
+  - C{bench/results/results.md}: the table (client, RTT, corpus, store,
+    messages/s, MB/s, ratio to the raw ceiling of the same setting, peak RSS,
+    start-up time), the versions of every tool, and the issue's targets;
+  - C{bench/results/chart.png}: messages/s by client and RTT (log scale);
+  - C{bench/results/raw/*.json}: every individual run.
+
+How a figure is measured: each client runs as a whole process (reading the
+Maildir included) into a fresh, never-used Dovecot account; the account's
+message count is checked afterwards (STATUS MESSAGES of every mailbox).  Its
+time is taken net of its start-up: the median of its runs on an empty
+Maildir, measured the same way.  A figure is the median of C{--runs} runs;
+the peak RSS (C{ru_maxrss} from C{os.wait4}) is the largest of them.  The
+raw writer puts everything into INBOX; the other clients recreate the
+folders, which costs a little.  The ceiling of a setting is its fastest raw
+writer variant.
+
+The clients (C{--clients}, comma-separated):
+  imaplib              imaplib one-by-one loop (bench/clients/imaplib_loop.py)
+  imaplib-nodelay      the same with TCP_NODELAY
+  twisted              Twisted's stock IMAP4Client (bench/clients/twisted_stock.py)
+  mbsync               mbsync (isync) pushing the Maildir (Create Far, Sync Push)
+  imapmig-1            imapmig with connections: 1
+  imapmig              imapmig with its defaults
+  imapmig-4            imapmig with connections: 4
+  imapmig-compress-off, imapmig-compress-on
+                       imapmig with compress: off / on
+  raw                  raw writer, one message per APPEND (LITERAL+)
+  raw-select           the same after SELECT INBOX
+  raw-multi50          raw writer, MULTIAPPEND batches of 50 after SELECT
+
+The parts of the matrix (C{--parts}, comma-separated):
+  main      the Dovecot defaults (LITERAL+, MULTIAPPEND): every RTT of --rtt,
+            every corpus of --corpus, every store of --store; without --store,
+            the disk store (slow: Dovecot's fsyncs) runs only the realistic
+            corpus on loopback, tmpfs everything
+  servers   Dovecot without MULTIAPPEND, and with LITERAL- only (no LITERAL+,
+            no MULTIAPPEND, like Gmail): imapmig with 1, default and 4
+            connections and the raw writers that fit; realistic corpus,
+            tmpfs, at loopback and at the largest --rtt (where it appends
+            --cap-servers messages)
+  compress  a 20 Mbit/s link at 20 ms, Dovecot offering COMPRESS=DEFLATE:
+            imapmig with compress off and on, and the raw writer; skipped
+            (and said so) when imapmig does not accept the compress key
+
+Options:
+  --runs N          runs per figure (default 3)
+  --clients LIST    the clients to run (default: each part's own list)
+  --rtt LIST        round-trip times in ms (default 0,2,20); above zero they
+                    need bench/netns.py (two network namespaces and a delay
+                    line); without it they are skipped and said so
+  --corpus LIST     realistic,small (default both)
+  --store LIST      disk,tmpfs (default both, see main above)
+  --messages N      messages per corpus (default 5000)
+  --cap-slow N      messages for the one-command-at-a-time clients (imaplib,
+                    twisted) at an RTT above zero (default 300); their rate
+                    is reported
+  --cap-servers N   messages of the servers part at an RTT above zero, where
+                    LITERAL- costs a round trip per message above 4 KB
+                    (default 1000)
+  --compress-messages N
+                    messages over the 20 Mbit/s link (default 500)
+  --parts LIST      main,servers,compress (default all)
+  --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
+                    realistic corpus, main part only (under a minute)
+  --memory          the memory check instead: imapmig's peak RSS while
+                    migrating a 50,000-message Maildir holding one 30 MB
+                    message (target: under 150 MB); writes memory.md
+  --memory-messages N
+                    messages of the memory check (default 50000)
+  --results DIR     where to write (default bench/results)
+  --workdir DIR     corpora, Dovecot instances, the raw writer (default
+                    bench/work, reused between runs)
+  --timeout S       seconds a single run may take before it is killed
+                    (default 900)
+
+Requires: root for the namespaces, Dovecot (dovecot-imapd), mbsync (isync),
+gcc, iproute2; matplotlib for the chart (the table is written without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import imaplib
+import importlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, ContextManager, Iterator, Sequence
+
+if __package__ in (None, ""):
+    # Run as a script (python bench/run.py): import from this checkout.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from attrs import asdict, frozen
+
+from bench.clients.count import countMessages
+from bench.contenders import (
+    BENCH_DIR,
+    COMPRESS_CLIENTS,
+    CONTENDERS,
+    MAIN_CLIENTS,
+    REPOSITORY,
+    SERVER_CLIENTS,
+    Contender,
+    Invocation,
+    buildTools,
+    imapmigArgv,
+    imapmigConfig,
+)
+from bench.corpora import BuiltCorpus, buildCorpus, emptyCorpus, memoryCorpus, subsetCorpus
+from bench.report import Figure, RunResult, Setting, drawChart, figures, markdownTable
+from bench.servers import (
+    PASSWORD,
+    VARIANTS,
+    BenchServer,
+    capabilitiesWithout,
+    defaultCapabilities,
+)
+
+_LINK_MTU = 9000
+_COMPRESS_RTT_MS = 20.0
+_COMPRESS_RATE = 20_000_000
+_MEMORY_TARGET_MIB = 150
+
+
+@frozen
+class Network:
+    """
+    Where the server listens and where the clients run.
+
+    @ivar serverNamespace: the server's network namespace (L{None}:
+        loopback, this namespace).
+    @ivar clientNamespace: the clients' network namespace.
+    @ivar serverAddress: the address the server listens on.
+    @ivar inNamespace: prefixes a command line to run it in a namespace.
+    """
+
+    serverNamespace: str | None
+    clientNamespace: str | None
+    serverAddress: str
+    inNamespace: Callable[[str, list[str]], list[str]] | None
+
+    def client(self, argv: list[str]) -> list[str]:
+        """
+        C{argv} as run in the clients' namespace.
+        """
+        if self.clientNamespace is None or self.inNamespace is None:
+            return argv
+        return self.inNamespace(self.clientNamespace, argv)
+
+
+LOOPBACK = Network(None, None, "127.0.0.1", None)
+
+
+@frozen
+class Job:
+    """
+    One setting of the plan and the clients to run in it.
+    """
+
+    setting: Setting
+    clients: tuple[str, ...]
+    messages: int
+
+
+class Bench:
+    """
+    Runs the plan and collects the results.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.workDir = os.path.abspath(args.workdir)
+        self.resultsDir = os.path.abspath(args.results)
+        self.rawDir = os.path.join(self.resultsDir, "raw")
+        self.runsDir = os.path.join(self.workDir, "runs")
+        self.stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.sequence = 0
+        self.results: list[RunResult] = []
+        self.notes: list[str] = []
+        self.rawBinary = ""
+        self.timer = ""
+        self._capabilities: list[str] | None = None
+        self._delayLine: str | None = None
+        self._corpora: dict[tuple[str, int], BuiltCorpus] = {}
+
+    # -- preparation ---------------------------------------------------
+
+    def prepare(self) -> None:
+        """
+        Make the directories and compile the raw writer.
+        """
+        # What failed runs of an earlier invocation left for inspection.
+        shutil.rmtree(self.runsDir, ignore_errors=True)
+        for directory in (self.workDir, self.resultsDir, self.rawDir, self.runsDir):
+            os.makedirs(directory, exist_ok=True)
+        self.rawBinary, self.timer = buildTools(self.workDir)
+
+    def corpus(self, profile: str, count: int) -> BuiltCorpus:
+        """
+        The corpus of C{profile}: the first C{count} messages of the
+        C{--messages} corpus.
+        """
+        key = (profile, count)
+        if key not in self._corpora:
+            full = buildCorpus(self.workDir, profile, max(self.args.messages, count))
+            self._corpora[key] = subsetCorpus(self.workDir, full, count)
+        return self._corpora[key]
+
+    def capabilities(self, variant: str) -> str | None:
+        """
+        The C{imap_capability} override of a server variant.
+        """
+        if self._capabilities is None:
+            self._capabilities = defaultCapabilities(self.workDir)
+        return capabilitiesWithout(self._capabilities, VARIANTS[variant])
+
+    # -- running -------------------------------------------------------
+
+    @contextlib.contextmanager
+    def network(self, rttMs: float, rate: int | None) -> Iterator[Network | None]:
+        """
+        The loopback or a delay line of C{rttMs} (and C{rate}); yields
+        L{None} when a delay line cannot be made (the reason is noted).
+        """
+        if not rttMs and rate is None:
+            yield LOOPBACK
+            return
+        try:
+            # Written alongside; imported by name so this module type-checks
+            # with or without it.
+            netns: Any = importlib.import_module("bench.netns")
+        except ImportError as e:
+            self.note(f"RTT {rttMs:g} ms skipped: bench/netns.py is not available ({e})")
+            yield None
+            return
+        try:
+            if self._delayLine is None:
+                self._delayLine = netns.compileDelayLine(self.workDir)
+            # An unlimited link gets jumbo frames: with netns's default MTU
+            # of 65000 the receiver's window stays at two segments (the TUN
+            # device's buffers are large for their content, and Linux grows
+            # the window only for well-filled ones), which throttles a long
+            # MULTIAPPEND to about 5 MB/s at 20 ms.  1500 works too but
+            # costs the relay more CPU than this machine can spare.
+            mtu = _LINK_MTU if rate is None else None
+            manager: ContextManager[Any] = netns.delayedLink(
+                rttMs, rate, mtu=mtu, delayLine=self._delayLine
+            )
+            link = manager.__enter__()
+        except Exception as e:  # noqa: BLE001 -- reported in the results
+            self.note(f"RTT {rttMs:g} ms skipped: the delay line failed: {e!r}")
+            yield None
+            return
+        try:
+            yield Network(
+                serverNamespace=link.serverNamespace,
+                clientNamespace=link.clientNamespace,
+                serverAddress=link.serverAddress,
+                inNamespace=netns.inNamespace,
+            )
+        finally:
+            manager.__exit__(None, None, None)
+
+    def note(self, text: str) -> None:
+        """
+        Record a remark for the results and print it.
+        """
+        if text not in self.notes:
+            self.notes.append(text)
+        print("  note:", text, flush=True)
+
+    def runSetting(
+        self, network: Network, store: str, server: str, compress: bool, jobs: Sequence[Job]
+    ) -> None:
+        """
+        Start one Dovecot and run the jobs that share it.
+        """
+        runs = self.args.runs
+        accounts = sum(len(job.clients) for job in jobs) * runs * 2 + 5
+        base = tempfile.mkdtemp(prefix=f"dovecot-{store}-{server}-", dir=self.workDir)
+        mailRoot = None
+        if store == "tmpfs":
+            mailRoot = tempfile.mkdtemp(prefix="imapmig-bench-", dir="/dev/shm")
+        bench = BenchServer(
+            base,
+            accounts=accounts,
+            fsync=store == "disk",
+            mailRoot=mailRoot,
+            capabilities=self.capabilities(server),
+            compress=compress,
+            namespace=network.serverNamespace,
+            address=network.serverAddress,
+            inNamespace=network.inNamespace,
+        )
+        bench.start()
+        try:
+            for job in jobs:
+                self.runJob(network, bench, job)
+        finally:
+            bench.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+    def runJob(self, network: Network, server: BenchServer, job: Job) -> None:
+        """
+        Run every client of a job C{--runs} times, interleaved, each once on
+        the corpus and once on an empty Maildir.
+        """
+        setting = job.setting
+        print(
+            f"== {setting.part}: {setting.link()}, {setting.store}, {setting.corpus} corpus, "
+            f"server {setting.server}",
+            flush=True,
+        )
+        empty = emptyCorpus(self.workDir)
+        for repetition in range(self.args.runs):
+            for name in job.clients:
+                contender = CONTENDERS[name]
+                count = job.messages
+                if contender.slow and setting.rttMs > 0:
+                    count = min(count, self.args.cap_slow)
+                corpus = self.corpus(setting.corpus, count)
+                for kind, maildir in (("full", corpus), ("empty", empty)):
+                    result = self.runOnce(network, server, setting, contender, kind, maildir,
+                                          repetition)  # fmt: skip
+                    self.record(result)
+
+    def runOnce(
+        self,
+        network: Network,
+        server: BenchServer,
+        setting: Setting,
+        contender: Contender,
+        kind: str,
+        corpus: BuiltCorpus,
+        repetition: int,
+    ) -> RunResult:
+        """
+        Run one client once, as a process, and verify the account.
+        """
+        account = server.freshAccount()
+        runDir = tempfile.mkdtemp(prefix=f"{contender.name}-", dir=self.runsDir)
+        os.chmod(runDir, 0o755)
+        invocation = Invocation(
+            host=server.host,
+            port=server.port,
+            user=account,
+            maildir=corpus.path,
+            runDir=runDir,
+            server=VARIANTS[setting.server],
+            rawBinary=self.rawBinary,
+        )
+        argv = network.client(contender.argv(invocation))
+        seconds, status, usage = _timedProcess(self.timer, argv, runDir, self.args.timeout)
+        problem = ""
+        counted: int | None = None
+        if status != 0:
+            problem = f"exit status {status}: {_tail(os.path.join(runDir, 'stderr'))}"
+        else:
+            try:
+                counted = self.count(network, server, account)
+            except Exception as e:  # noqa: BLE001 -- reported in the results
+                problem = f"cannot count the messages: {e!r}"
+            else:
+                if counted != corpus.messages:
+                    problem = f"{counted} messages in the account, {corpus.messages} expected"
+        ok = not problem
+        if ok:
+            shutil.rmtree(runDir, ignore_errors=True)
+        else:
+            print(f"  FAILED {contender.name} ({kind}): {problem} (see {runDir})", flush=True)
+        server.discard(account)
+        result = RunResult(
+            setting=setting,
+            client=contender.name,
+            kind=kind,
+            repetition=repetition,
+            messages=corpus.messages,
+            octets=corpus.octets,
+            seconds=seconds,
+            maxRssKiB=usage.maxRssKiB,
+            userSeconds=usage.userSeconds,
+            systemSeconds=usage.systemSeconds,
+            exitStatus=status,
+            counted=counted,
+            ok=ok,
+            problem=problem,
+        )
+        if kind == "full" and ok:
+            rate = corpus.messages / seconds if seconds else 0.0
+            print(
+                f"  {contender.label:32} {corpus.messages:>6} messages in {seconds:6.2f} s "
+                f"({rate:,.0f}/s gross), {usage.maxRssKiB / 1024:.0f} MB",
+                flush=True,
+            )
+        return result
+
+    def count(self, network: Network, server: BenchServer, account: str) -> int:
+        """
+        The messages in every mailbox of C{account} (STATUS MESSAGES).
+        """
+        if network.clientNamespace is None:
+            imap = imaplib.IMAP4(server.host, server.port, timeout=120)
+            try:
+                imap.login(account, PASSWORD)
+                return sum(countMessages(imap).values())
+            finally:
+                imap.logout()
+        argv = network.client(
+            [sys.executable, "-m", "bench.clients.count", "--host", server.host,
+             "--port", str(server.port), "--user", account, "--password", PASSWORD]
+        )  # fmt: skip
+        completed = subprocess.run(
+            argv, capture_output=True, cwd=REPOSITORY, env=_environment(), timeout=300
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(completed.stderr.decode("utf-8", "replace")[-500:])
+        return int(json.loads(completed.stdout)["messages"])
+
+    def record(self, result: RunResult) -> None:
+        """
+        Keep a run and write it to C{results/raw/}.
+        """
+        self.results.append(result)
+        self.sequence += 1
+        path = os.path.join(
+            self.rawDir, f"{self.stamp}-{self.sequence:04d}-{result.client}-{result.kind}.json"
+        )
+        with open(path, "w") as f:
+            json.dump(asdict(result), f, indent=1)
+
+
+def _environment() -> dict[str, str]:
+    """
+    The clients' environment: this checkout first on the module path, so
+    imapmig and the clients run from the working tree.
+    """
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=REPOSITORY + (os.pathsep + path if path else ""))
+
+
+@frozen
+class Usage:
+    """
+    What L{_timedProcess} measured of a process.
+
+    @ivar maxRssKiB: its peak resident set size (C{ru_maxrss}).
+    @ivar userSeconds: its user CPU time.
+    @ivar systemSeconds: its system CPU time.
+    """
+
+    maxRssKiB: int
+    userSeconds: float
+    systemSeconds: float
+
+
+def _timedProcess(
+    timer: str, argv: list[str], runDir: str, timeout: float
+) -> tuple[float, int, Usage]:
+    """
+    Run C{argv} under the timer (C{bench/timed.c}: fork, exec, C{wait4});
+    return its wall-clock time, exit status and resource usage.  Killed
+    (with its process group) after C{timeout} seconds.
+    """
+    report = os.path.join(runDir, "timed.json")
+    with open(os.path.join(runDir, "stdout"), "wb") as out, open(
+        os.path.join(runDir, "stderr"), "wb"
+    ) as err:
+        process = subprocess.Popen(
+            [timer, report, *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            cwd=REPOSITORY, env=_environment(), start_new_session=True,
+        )  # fmt: skip
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return float(timeout), -signal.SIGKILL, Usage(0, 0.0, 0.0)
+    with open(report) as f:
+        measured = json.load(f)
+    usage = Usage(
+        maxRssKiB=int(measured["maxrss_kib"]),
+        userSeconds=float(measured["user"]),
+        systemSeconds=float(measured["system"]),
+    )
+    return float(measured["seconds"]), int(measured["status"]), usage
+
+
+def _tail(path: str, size: int = 600) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """
+    Parse the command line (see the module docstring).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", type=_split, default=None)
+    parser.add_argument("--rtt", type=_split, default=["0", "2", "20"])
+    parser.add_argument("--corpus", type=_split, default=["realistic", "small"])
+    parser.add_argument("--store", type=_split, default=None)
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--cap-slow", type=int, default=300)
+    parser.add_argument("--cap-servers", type=int, default=1000)
+    parser.add_argument("--compress-messages", type=int, default=500)
+    parser.add_argument("--parts", type=_split, default=["main", "servers", "compress"])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--memory-messages", type=int, default=50_000)
+    parser.add_argument("--results", default=os.path.join(BENCH_DIR, "results"))
+    parser.add_argument("--workdir", default=os.path.join(BENCH_DIR, "work"))
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages = 300
+        args.runs = 1
+        args.rtt = ["0"]
+        args.store = args.store or ["tmpfs"]
+        args.corpus = ["realistic"]
+        args.parts = ["main"]
+    problems = []
+    for name in args.clients or ():
+        if name not in CONTENDERS:
+            problems.append(f"unknown client {name!r} (known: {', '.join(CONTENDERS)})")
+    for name in args.corpus:
+        if name not in ("realistic", "small"):
+            problems.append(f"unknown corpus {name!r} (realistic, small)")
+    for name in args.store or ():
+        if name not in ("disk", "tmpfs"):
+            problems.append(f"unknown store {name!r} (disk, tmpfs)")
+    for name in args.parts:
+        if name not in ("main", "servers", "compress"):
+            problems.append(f"unknown part {name!r} (main, servers, compress)")
+    try:
+        args.rtt = [float(r) for r in args.rtt]
+    except ValueError:
+        problems.append(f"--rtt takes numbers of milliseconds, not {args.rtt!r}")
+    if args.runs < 1:
+        problems.append("--runs must be at least 1")
+    if problems:
+        parser.error("; ".join(problems))
+    return args
+
+
+def makePlan(args: argparse.Namespace) -> list[Job]:
+    """
+    The settings to run and the clients of each.
+    """
+    plan: list[Job] = []
+
+    def chosen(defaults: Sequence[str]) -> tuple[str, ...]:
+        return tuple(args.clients) if args.clients else tuple(defaults)
+
+    if "main" in args.parts:
+        for rtt in args.rtt:
+            for store in args.store or ["disk", "tmpfs"]:
+                for corpus in args.corpus:
+                    if not args.store and store == "disk" and (rtt or corpus != "realistic"):
+                        # By default the disk store, where Dovecot's fsyncs
+                        # dominate, runs the realistic corpus on loopback
+                        # only: elsewhere it adds time, not information.
+                        continue
+                    plan.append(
+                        Job(Setting("main", store, rtt, None, corpus, "default"),
+                            chosen(MAIN_CLIENTS), args.messages)
+                    )  # fmt: skip
+    if "servers" in args.parts:
+        store = "tmpfs" if "tmpfs" in (args.store or ["tmpfs"]) else args.store[0]
+        corpus = "realistic" if "realistic" in args.corpus else args.corpus[0]
+        rtts = sorted({0.0, max(args.rtt)} & set(args.rtt))
+        for variant in ("no-multiappend", "literal-minus"):
+            for rtt in rtts:
+                clients = tuple(
+                    c for c in chosen(SERVER_CLIENTS) if CONTENDERS[c].applies(VARIANTS[variant])
+                )
+                count = args.messages if rtt == 0 else min(args.messages, args.cap_servers)
+                plan.append(Job(Setting("servers", store, rtt, None, corpus, variant), clients,
+                                count))  # fmt: skip
+    if "compress" in args.parts:
+        clients = tuple(
+            c for c in COMPRESS_CLIENTS if not args.clients or c in args.clients
+        )
+        if clients:
+            plan.append(
+                Job(Setting("compress", "tmpfs", _COMPRESS_RTT_MS, _COMPRESS_RATE, "realistic",
+                            "default", serverCompress=True),
+                    clients, min(args.messages, args.compress_messages))
+            )  # fmt: skip
+    return plan
+
+
+def compressAccepted(bench: Bench) -> bool:
+    """
+    Whether this imapmig accepts the C{compress} server key.
+    """
+    directory = tempfile.mkdtemp(prefix="compress-check-", dir=bench.runsDir)
+    try:
+        invocation = Invocation("127.0.0.1", 143, "probe", emptyCorpus(bench.workDir).path,
+                                directory, VARIANTS["default"], bench.rawBinary)  # fmt: skip
+        config = imapmigConfig(invocation, compress="on")
+        argv = imapmigArgv(config, "--check-config")
+        argv.remove("--exit-when-done")
+        completed = subprocess.run(argv, capture_output=True, cwd=REPOSITORY, env=_environment())
+        return completed.returncode == 0
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def execute(bench: Bench, plan: list[Job]) -> None:
+    """
+    Run the plan: one network at a time, one Dovecot per store and server.
+    """
+    if any(job.setting.part == "compress" for job in plan) and not compressAccepted(bench):
+        bench.note(
+            "compress part skipped: imapmig does not accept the `compress` server key yet"
+        )
+        plan = [job for job in plan if job.setting.part != "compress"]
+    networks: dict[tuple[float, int | None], list[Job]] = {}
+    for job in plan:
+        key = (job.setting.rttMs, job.setting.rateBitsPerSecond)
+        networks.setdefault(key, []).append(job)
+    for (rtt, rate), jobs in networks.items():
+        with bench.network(rtt, rate) as network:
+            if network is None:
+                continue
+            servers: dict[tuple[str, str, bool], list[Job]] = {}
+            for job in jobs:
+                s = job.setting
+                servers.setdefault((s.store, s.server, s.serverCompress), []).append(job)
+            for (store, server, compress), serverJobs in servers.items():
+                bench.runSetting(network, store, server, compress, serverJobs)
+
+
+def _firstLine(argv: list[str]) -> str:
+    try:
+        completed = subprocess.run(argv, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unavailable ({e.__class__.__name__})"
+    text = (completed.stdout or completed.stderr).decode("utf-8", "replace").strip()
+    return text.splitlines()[0] if text else "unknown"
+
+
+def toolVersions() -> dict[str, str]:
+    """
+    The versions of everything the figures depend on.
+    """
+    import twisted
+
+    commit = _firstLine(["git", "-C", REPOSITORY, "rev-parse", "--short=12", "HEAD"])
+    dirty = _firstLine(["git", "-C", REPOSITORY, "status", "--porcelain", "--", "imapmig"])
+    if dirty and dirty != "unknown":
+        commit += " (with uncommitted changes in imapmig/)"
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "imapmig": commit,
+        "Python": platform.python_version(),
+        "Twisted": twisted.__version__,
+        "Dovecot": _firstLine([shutil.which("dovecot") or "/usr/sbin/dovecot", "--version"]),
+        "mbsync": _firstLine(["mbsync", "--version"]),
+        "gcc": _firstLine(["gcc", "--version"]),
+        "iproute2": _firstLine(["ip", "-V"]),
+        "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "CPU": f"{cpu}, {os.cpu_count()} logical CPUs",
+    }
+
+
+def _targets(rows: Sequence[Figure]) -> list[str]:
+    """
+    The issue's targets, each checked against the figures present.
+    """
+    lines = []
+
+    def find(client: str, **where: Any) -> list[Figure]:
+        return [
+            f for f in rows
+            if f.client == client and f.runs
+            and all(getattr(f.setting, k) == v for k, v in where.items())
+        ]  # fmt: skip
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    for store in ("disk", "tmpfs"):
+        for f in find("imapmig", part="main", rttMs=0, corpus="realistic", store=store):
+            if f.ceilingRatio is not None:
+                lines.append(
+                    f"- Loopback, realistic, {store}: imapmig (defaults) at "
+                    f"{f.ceilingRatio:.2f}× the raw ceiling (target ≥ 0.9): "
+                    f"{verdict(f.ceilingRatio >= 0.9)}"
+                )
+    for f in find("imapmig", part="main", corpus="realistic"):
+        if f.setting.rttMs > 0 and f.ceilingRatio is not None:
+            lines.append(
+                f"- {f.setting.link()}, realistic, {f.setting.store}: imapmig at "
+                f"{f.ceilingRatio:.2f}× the raw ceiling (target ≥ 0.8): "
+                f"{verdict(f.ceilingRatio >= 0.8)}"
+            )
+            nodelay = find("imaplib-nodelay", part="main", corpus="realistic",
+                           rttMs=f.setting.rttMs, store=f.setting.store)  # fmt: skip
+            if nodelay and f.setting.rttMs >= 20:
+                factor = f.messagesPerSecond / nodelay[0].messagesPerSecond
+                lines.append(
+                    f"- {f.setting.link()}: imapmig at {factor:.0f}× the imaplib loop with "
+                    f"TCP_NODELAY (target ≥ 20): {verdict(factor >= 20)}"
+                )
+    for f in find("imapmig", part="main", corpus="small"):
+        if f.ceilingRatio is not None:
+            lines.append(
+                f"- Small corpus, {f.setting.link()}, {f.setting.store}: imapmig at "
+                f"{f.ceilingRatio:.2f}× the raw ceiling (target ≥ 0.8): "
+                f"{verdict(f.ceilingRatio >= 0.8)}"
+            )
+    for variant in ("no-multiappend", "literal-minus"):
+        best: dict[float, Figure] = {}
+        for name in ("imapmig", "imapmig-1", "imapmig-4"):
+            for f in find(name, part="servers", server=variant):
+                if f.setting.rttMs not in best or (
+                    f.messagesPerSecond > best[f.setting.rttMs].messagesPerSecond
+                ):
+                    best[f.setting.rttMs] = f
+        for rtt, f in sorted(best.items()):
+            if f.ceilingRatio is not None:
+                lines.append(
+                    f"- Server {variant}, {f.setting.link()}: best imapmig "
+                    f"({CONTENDERS[f.client].label}) at {f.ceilingRatio:.2f}× the best raw "
+                    f"writer (target ≥ 0.9): {verdict(f.ceilingRatio >= 0.9)}"
+                )
+    return lines
+
+
+def writeResults(bench: Bench, command: str, elapsed: float) -> str:
+    """
+    Write results.md and chart.png; return the Markdown.
+    """
+    rows = figures(bench.results)
+    order = list(CONTENDERS)
+    main = [f for f in rows if f.setting.part == "main"]
+    main.sort(key=lambda f: (f.setting.store, f.setting.corpus, f.setting.rttMs,
+                             order.index(f.client)))  # fmt: skip
+    servers = [f for f in rows if f.setting.part == "servers"]
+    servers.sort(key=lambda f: (f.setting.server, f.setting.rttMs, order.index(f.client)))
+    compress = [f for f in rows if f.setting.part == "compress"]
+    chartPath = os.path.join(bench.resultsDir, "chart.png")
+    charted = drawChart(main, chartPath, order)
+    versions = toolVersions()
+    parts = [
+        "# imapmig benchmark results",
+        "",
+        f"Written by `{command}` on {datetime.datetime.now():%Y-%m-%d %H:%M}, "
+        f"in {elapsed / 60:.1f} minutes; {bench.args.runs} run(s) per figure.",
+        "",
+        "Each client runs as a whole process (reading the Maildir included) into a fresh "
+        "Dovecot account, the message count checked afterwards (STATUS MESSAGES). "
+        "Times are net of each client's start-up (the median of its runs on an empty "
+        "Maildir, shown in the last column); each figure is the median of the runs, peak "
+        "RSS (`ru_maxrss`) the largest. **× raw ceiling** divides by the fastest raw-writer "
+        "variant of the same setting (store, RTT, corpus, server). The raw writer "
+        "(`bench/rawappend.c`) appends everything into INBOX; imapmig, mbsync and the "
+        "Python loops recreate the folders, which costs a little. MB are 10^6 octets as "
+        "sent (CRLF line endings). At an RTT above zero the one-command-at-a-time clients "
+        f"(imaplib, Twisted) run the first {bench.args.cap_slow} messages only; their rate "
+        "is reported. The raw writer uses one connection: where Dovecot's per-command cost "
+        "is fsync latency (the disk store), clients with several connections overlap those "
+        "waits and can exceed it.",
+        "",
+        "## Versions",
+        "",
+        "| tool | version |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in versions.items()],
+        "",
+    ]
+    if any(f.setting.rttMs or f.setting.rateBitsPerSecond for f in rows):
+        parts += [
+            "Round-trip times above zero come from `bench/netns.py`: the server and the "
+            "clients in two network namespaces joined by a user-space delay line on TUN "
+            "devices (TCP stays end to end), MTU "
+            f"{_LINK_MTU} on unlimited links and 1500 on the rate-limited one.",
+            "",
+        ]
+    if main:
+        parts += ["## Dovecot defaults (LITERAL+, MULTIAPPEND)", ""]
+        if charted:
+            parts += ["![messages/s by client and RTT](chart.png)", ""]
+        parts += [markdownTable(main)]
+    if servers:
+        parts += [
+            "## Servers without MULTIAPPEND, or with LITERAL- only",
+            "",
+            "`no-multiappend`: Dovecot with MULTIAPPEND hidden (`imap_capability`). "
+            "`literal-minus`: LITERAL+ and MULTIAPPEND hidden, LITERAL- advertised, like "
+            "Gmail: the raw writer sends synchronizing literals above 4096 octets.",
+            "",
+            markdownTable(servers, showServer=True),
+        ]
+    if compress:
+        parts += [
+            "## A 20 Mbit/s link at 20 ms: COMPRESS=DEFLATE",
+            "",
+            "Dovecot offers COMPRESS=DEFLATE (imap_zlib); the raw writer does not compress.",
+            "",
+            markdownTable(compress),
+        ]
+    targets = _targets(rows)
+    if targets:
+        parts += ["## The targets of issue 3", "", *targets, ""]
+    if bench.notes:
+        parts += ["## Notes", "", *[f"- {n}" for n in bench.notes], ""]
+    text = "\n".join(parts)
+    with open(os.path.join(bench.resultsDir, "results.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def memoryCheck(bench: Bench) -> int:
+    """
+    Migrate the 50,000-message Maildir with a 30 MB message with imapmig's
+    defaults and report its peak RSS.
+    """
+    print(f"== Memory check: building the {bench.args.memory_messages}-message Maildir",
+          flush=True)  # fmt: skip
+    corpus = memoryCorpus(bench.workDir, bench.args.memory_messages)
+    setting = Setting("memory", "tmpfs", 0, None, "memory", "default")
+    base = tempfile.mkdtemp(prefix="dovecot-memory-", dir=bench.workDir)
+    mailRoot = tempfile.mkdtemp(prefix="imapmig-bench-", dir="/dev/shm")
+    server = BenchServer(base, accounts=4, fsync=False, mailRoot=mailRoot, capabilities=None,
+                         compress=False, namespace=None, address="127.0.0.1",
+                         inNamespace=None)  # fmt: skip
+    server.start()
+    try:
+        print(f"== Migrating {corpus.messages} messages ({corpus.octets / 1e6:,.0f} MB) "
+              "with imapmig's defaults", flush=True)  # fmt: skip
+        result = bench.runOnce(LOOPBACK, server, setting, CONTENDERS["imapmig"], "full",
+                               corpus, 0)  # fmt: skip
+        bench.record(result)
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    peak = result.maxRssKiB / 1024
+    verdict = "met" if result.ok and peak < _MEMORY_TARGET_MIB else "**missed**"
+    text = "\n".join(
+        [
+            "# imapmig memory check",
+            "",
+            f"Written by `python -m bench.run --memory` on {datetime.datetime.now():%Y-%m-%d %H:%M}.",
+            "",
+            f"- Maildir: {corpus.messages:,} messages, {corpus.octets / 1e6:,.0f} MB, one of "
+            "them about 30 MB (a base64 attachment); Dovecot on tmpfs, loopback.",
+            f"- imapmig with its defaults: {'OK' if result.ok else 'FAILED: ' + result.problem}, "
+            f"{result.seconds:.1f} s, {result.messages / result.seconds:,.0f} messages/s gross.",
+            f"- Peak RSS of the daemon (`ru_maxrss`): **{peak:.0f} MB** "
+            f"(target < {_MEMORY_TARGET_MIB} MB): {verdict}.",
+            f"- CPU: {result.userSeconds:.1f} s user, {result.systemSeconds:.1f} s system.",
+            "",
+            "| tool | version |",
+            "|---|---|",
+            *[f"| {k} | {v} |" for k, v in toolVersions().items()],
+            "",
+        ]
+    )
+    with open(os.path.join(bench.resultsDir, "memory.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0 if result.ok and peak < _MEMORY_TARGET_MIB else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run the benchmark; return the exit status (1 when a run failed).
+
+    @param argv: the command-line arguments (C{sys.argv[1:]} by default).
+    """
+    args = parseArguments(argv)
+    started = time.monotonic()
+    bench = Bench(args)
+    bench.prepare()
+    if args.memory:
+        return memoryCheck(bench)
+    plan = makePlan(args)
+    print(f"== Plan: {len(plan)} settings, {args.runs} run(s) each", flush=True)
+    for job in plan:
+        # Build the corpora before any timing.
+        bench.corpus(job.setting.corpus, job.messages)
+        if any(CONTENDERS[c].slow for c in job.clients) and job.setting.rttMs > 0:
+            bench.corpus(job.setting.corpus, min(job.messages, args.cap_slow))
+    execute(bench, plan)
+    command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    text = writeResults(bench, command.strip(), time.monotonic() - started)
+    print()
+    print(text)
+    print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
+    return 0 if all(r.ok for r in bench.results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
