@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import CommandFailed, ImapmigError
+from imapmig.errors import ImapmigError
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
@@ -219,36 +219,52 @@ class OutcomeRecorder:
         return d
 
 
-class _ConnectionOutcomes:
+class _Target:
     """
-    The outcomes of one connection's pipeline, for the folder it is
-    currently filling.
+    Where a unit's messages go: its source folder's key and the
+    destination mailbox.  One per unit, shared by its messages.
     """
 
-    __slots__ = ("recorder", "folderKey", "mailbox")
+    __slots__ = ("folderKey", "mailbox")
+
+    def __init__(self, folderKey: str, mailbox: str) -> None:
+        self.folderKey = folderKey
+        self.mailbox = mailbox
+
+
+class _PipelineOutcomes:
+    """
+    Turns what a pipeline reports into recorded outcomes.  Each message's
+    origin is C{(target, sourceMessage)}: a connection moves on to the next
+    folder while the replies for the previous one are still arriving.
+    """
+
+    __slots__ = ("recorder",)
 
     def __init__(self, recorder: OutcomeRecorder) -> None:
         self.recorder = recorder
-        self.folderKey = ""
-        self.mailbox = ""
 
     def messageAppended(
         self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
     ) -> None:
-        origin: SourceMessage = message.origin  # type: ignore[assignment]
+        target: _Target
+        source: SourceMessage
+        target, source = message.origin  # type: ignore[misc]
         self.recorder.add(
             MessageOutcome(
-                self.folderKey, origin.key, self.mailbox, len(message.body), uidValidity, uid
+                target.folderKey, source.key, target.mailbox, len(message.body), uidValidity, uid
             )
         )
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        origin: SourceMessage = message.origin  # type: ignore[assignment]
+        target: _Target
+        source: SourceMessage
+        target, source = message.origin  # type: ignore[misc]
         self.recorder.add(
             MessageOutcome(
-                self.folderKey,
-                origin.key,
-                self.mailbox,
+                target.folderKey,
+                source.key,
+                target.mailbox,
                 len(message.body),
                 failure=f"refused by server: {reason}",
             )
@@ -385,14 +401,10 @@ class MigrationJob:
         existing = {info.name for info in await first.listMailboxes()}
         mailboxes = {folder.key: destinationMailbox(folder.path, delimiter) for folder in folders}
         missing = mailboxesToCreate([folder.path for folder in folders], existing, delimiter)
-        uncreatable: dict[str, str] = {}
+        uncreatable = await first.createMailboxes(missing)
         for name in missing:
-            try:
-                await first.create(name)
-                await first.subscribe(name)
+            if name not in uncreatable:
                 log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
-            except CommandFailed as e:
-                uncreatable[name] = e.text
         for folder, pending in plans:
             mailbox = mailboxes[folder.key]
             if mailbox in uncreatable:
@@ -442,7 +454,7 @@ class MigrationJob:
 
     async def _work(self, session: IMAPSession) -> None:
         settings = self._settings
-        outcomes = _ConnectionOutcomes(self._recorder)
+        outcomes = _PipelineOutcomes(self._recorder)
         pipeline = session.appendPipeline(
             settings.batchMessages,
             settings.batchBytes,
@@ -464,19 +476,20 @@ class MigrationJob:
             inUse = {m for w, m in selected.items() if w != worker}
             unit = units.pop(chooseUnit(units, current, inUse))
             if unit.mailbox != current:
-                await pipeline.drained()
-                await session.select(unit.mailbox)
+                # SELECT behind the APPENDs still in flight, without
+                # waiting for their replies.
+                await pipeline.flushed()
+                session.selectPipelined(unit.mailbox)
                 pipeline.selectMailbox(unit.mailbox)
-                outcomes.folderKey = unit.folder.key
-                outcomes.mailbox = unit.mailbox
                 current = unit.mailbox
                 selected[worker] = current
                 self._progress.currentFolder = unit.mailbox
+            target = _Target(unit.folder.key, unit.mailbox)
             for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                 if self._stopping:
                     break
                 bodies = await source.readBodies(unit.folder, chunk)
-                pipeline.enqueue(self._prepare(unit, chunk, bodies))
+                pipeline.enqueue(self._prepare(unit, target, chunk, bodies))
                 hungry = pipeline.hungry()
                 if hungry.called:
                     await deferLater(self._clock, 0)
@@ -487,7 +500,11 @@ class MigrationJob:
         await session.logout()
 
     def _prepare(
-        self, unit: WorkUnit, chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]
+        self,
+        unit: WorkUnit,
+        target: _Target,
+        chunk: Sequence[SourceMessage],
+        bodies: Sequence[MessageBody],
     ) -> list[OutgoingMessage]:
         outgoing = []
         for message, body in zip(chunk, bodies):
@@ -503,6 +520,8 @@ class MigrationJob:
                 )
             else:
                 outgoing.append(
-                    OutgoingMessage(body, appendArguments(message.flags, message.internalDate), message)
+                    OutgoingMessage(
+                        body, appendArguments(message.flags, message.internalDate), (target, message)
+                    )
                 )
         return outgoing

@@ -429,16 +429,34 @@ class FlowControlTests(SynchronousTestCase):
 
     def test_selectMailboxWhileBusy(self) -> None:
         """
-        The mailbox can only change when the pipeline is idle.
+        The mailbox can change while messages for the previous one are
+        queued or in flight: each goes to the mailbox selected when it was
+        enqueued, and no batch mixes mailboxes.
         """
-        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
-        pipeline.enqueue([message("a", b"A")])
-        transport.clear()
-        self.assertRaises(RuntimeError, pipeline.selectMailbox, "Other")
-        client.dataReceived(b"0001 OK ok\r\n")
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=10, windowMessages=2
+        )
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
         pipeline.selectMailbox("Other")
-        pipeline.enqueue([message("b", b"B")])
-        self.assertEqual(transport.take(), b'0002 APPEND "Other" {1+}\r\nB\r\n')
+        pipeline.enqueue([message("c", b"C")])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1+}\r\nA {1+}\r\nB\r\n')
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "Other" {1+}\r\nC\r\n')
+
+    def test_flushed(self) -> None:
+        """
+        flushed() fires once everything queued is written and no command is
+        half-written (here: a synchronizing literal awaiting its
+        continuation).
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A")])
+        flushed = pipeline.flushed()
+        self.assertNoResult(flushed)
+        self.assertFalse(pipeline.betweenCommands)
+        client.dataReceived(b"+ go\r\n")
+        self.successResultOf(flushed)
+        self.assertTrue(pipeline.betweenCommands)
 
 
 class TransientRefusalTests(SynchronousTestCase):

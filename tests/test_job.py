@@ -421,7 +421,24 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(h.contents("Archive"), [])
         self.assertEqual(h.contents("Entwürfe"), [(body(6), ("\\Draft",), None)])
         self.assertEqual(h.contents("a_b"), [(body(7), (), None)])
-        self.assertIn(b'0009 CREATE "Entw&APw-rfe"', h.endpoint.servers[0].received)
+        received = h.endpoint.servers[0].received
+        self.assertIn(b'0007 CREATE "Entw&APw-rfe"', received)
+        # Creations and subscriptions are pipelined: all written before
+        # the first reply; each SELECT follows the previous folder's
+        # APPENDs without waiting for their replies.
+        self.assertEqual(
+            [line for line in received if line[5:].startswith((b"CREATE", b"SUBSCRIBE"))],
+            [
+                b'0005 CREATE "Archive"',
+                b'0006 CREATE "Archive.2019"',
+                b'0007 CREATE "Entw&APw-rfe"',
+                b'0008 CREATE "a_b"',
+                b'0009 SUBSCRIBE "Archive"',
+                b'000A SUBSCRIBE "Archive.2019"',
+                b'000B SUBSCRIBE "Entw&APw-rfe"',
+                b'000C SUBSCRIBE "a_b"',
+            ],
+        )
 
         progress = h.progress
         self.assertEqual(progress.state, JobState.DONE)

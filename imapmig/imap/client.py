@@ -24,7 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.mail.imap4 import Command, IMAP4Client
+from twisted.mail.imap4 import Command, IMAP4Client, IMAP4Exception
 from twisted.python.failure import Failure
 
 from imapmig.imap.compress import (
@@ -93,6 +93,7 @@ class MigrationIMAP4Client(IMAP4Client):
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
+        self._pipelinedCommands: dict[bytes, Deferred[bytes]] = {}
         self._deflater: DeflateTransport | None = None
         self._inflater: Inflater | None = None
 
@@ -133,7 +134,33 @@ class MigrationIMAP4Client(IMAP4Client):
         )
         IMAP4Client.timeoutConnection(self)
 
+    def sendPipelined(self, command: bytes) -> Deferred[bytes]:
+        """
+        Write C{command} now, without waiting for the replies to earlier
+        commands, for commands whose untagged data nobody needs (CREATE,
+        SUBSCRIBE, a SELECT whose details are not used).  Only between
+        commands: never while an APPEND pipeline is half-way through one
+        (see L{AppendPipeline.betweenCommands}).
+
+        @return: fires with the text after C{OK} of the tagged reply, or
+            fails with L{IMAP4Exception} carrying the text after C{NO} or
+            C{BAD}.
+        """
+        tag = self.makeTag()
+        d: Deferred[bytes] = Deferred()
+        self._pipelinedCommands[tag] = d
+        self.connection.write(tag + b" " + command + b"\r\n")
+        return d
+
     def _defaultHandler(self, tag: bytes, rest: bytes) -> None:
+        if self._pipelinedCommands and tag in self._pipelinedCommands:
+            d = self._pipelinedCommands.pop(tag)
+            status, _, text = rest.partition(b" ")
+            if status == b"OK":
+                d.callback(text)
+            else:
+                d.errback(IMAP4Exception(text))
+            return
         pipeline = self.pipeline
         if pipeline is not None and pipeline.busy and self.waiting is None:
             if tag == b"*":
@@ -247,6 +274,9 @@ class MigrationIMAP4Client(IMAP4Client):
         pipeline = self.pipeline
         if pipeline is not None:
             pipeline.connectionLost(reason)
+        pending, self._pipelinedCommands = self._pipelinedCommands, {}
+        for d in pending.values():
+            d.errback(reason)
         if not self.greeted.called:
             self.greeted.errback(reason)
         if not self.closed.called:

@@ -142,14 +142,17 @@ class OutgoingMessage:
         C{b""}.
     @ivar origin: whatever the caller needs to record the outcome (the
         pipeline never looks at it).
+    @ivar mailbox: the destination mailbox, encoded and quoted; stamped by
+        L{AppendPipeline.enqueue}.
     """
 
-    __slots__ = ("body", "arguments", "origin")
+    __slots__ = ("body", "arguments", "origin", "mailbox")
 
     def __init__(self, body: bytes | bytearray, arguments: bytes, origin: object) -> None:
         self.body = body
         self.arguments = arguments
         self.origin = origin
+        self.mailbox = b""
 
 
 _flagArguments: dict[tuple[str, ...], bytes] = {}
@@ -299,8 +302,11 @@ class AppendPipeline:
     Sends APPEND commands on one connection, as many at once as the
     protocol, the window and the transport allow.
 
-    Use: L{selectMailbox} (once idle), L{enqueue} messages, wait on
-    L{hungry} to enqueue more and on L{drained} for the last replies.
+    Use: L{selectMailbox}, L{enqueue} messages for it, wait on L{hungry} to
+    enqueue more and on L{drained} for the last replies.  Each message goes
+    to the mailbox selected when it was enqueued, so the mailbox can change
+    while earlier messages are still queued or in flight; a batch never
+    mixes mailboxes.
 
     @ivar messagesInFlight: messages sent, awaiting their reply.
     @ivar bytesInFlight: their octets.
@@ -330,6 +336,7 @@ class AppendPipeline:
         self._failure: Failure | None = None
         self._drainedWaiters: list[Deferred[None]] = []
         self._hungryWaiters: list[Deferred[None]] = []
+        self._flushedWaiters: list[Deferred[None]] = []
         self._lowWaterMessages = 2 * settings.batchMessages
         self._lowWaterBytes = 2 * settings.batchBytes
         self._sync = settings.literalMode is LiteralMode.SYNC
@@ -366,14 +373,18 @@ class AppendPipeline:
 
     def selectMailbox(self, mailbox: str) -> None:
         """
-        Send the following messages to C{mailbox}.
-
-        @raise RuntimeError: messages for the previous mailbox are still
-            queued or in flight.
+        Send the messages enqueued from now on to C{mailbox}.
         """
-        if not self.idle:
-            raise RuntimeError("selectMailbox on a pipeline that is not idle")
         self._mailbox = encodeMailboxName(mailbox)
+
+    @property
+    def betweenCommands(self) -> bool:
+        """
+        Whether the last command written is complete, so that another
+        command may be written now (no synchronizing literal awaits its
+        continuation, no large literal is half-written).
+        """
+        return self._blocked is None and self._stream is None
 
     def enqueue(self, messages: Iterable[OutgoingMessage]) -> None:
         """
@@ -385,8 +396,10 @@ class AppendPipeline:
         if self._failure is not None:
             self._failure.raiseException()
         queue = self._queue
+        mailbox = self._mailbox
         size = 0
         for message in messages:
+            message.mailbox = mailbox
             queue.append(message)
             size += len(message.body)
         self._queuedBytes += size
@@ -403,6 +416,19 @@ class AppendPipeline:
             return succeed(None)
         waiter: Deferred[None] = Deferred()
         self._hungryWaiters.append(waiter)
+        return waiter
+
+    def flushed(self) -> Deferred[None]:
+        """
+        Fires when everything queued has been written and the pipeline is
+        L{betweenCommands}: then another command may be written.
+        """
+        if self._failure is not None:
+            return fail(self._failure)
+        if not self._queue and not self._retry and self.betweenCommands:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._flushedWaiters.append(waiter)
         return waiter
 
     def drained(self) -> Deferred[None]:
@@ -464,11 +490,13 @@ class AppendPipeline:
             return None
         limit = min(settings.batchMessages, roomMessages)
         limitBytes = min(settings.batchBytes, roomBytes)
+        mailbox = queue[0].mailbox
         batch = []
         size = 0
         while queue and len(batch) < limit:
-            n = len(queue[0].body)
-            if size + n > limitBytes and (batch or inFlight):
+            first = queue[0]
+            n = len(first.body)
+            if (size + n > limitBytes and (batch or inFlight)) or first.mailbox != mailbox:
                 break
             batch.append(queue.popleft())
             size += n
@@ -505,6 +533,15 @@ class AppendPipeline:
             waiters, self._hungryWaiters = self._hungryWaiters, []
             for waiter in waiters:
                 waiter.callback(None)
+        if (
+            self._flushedWaiters
+            and not self._queue
+            and not self._retry
+            and self.betweenCommands
+        ):
+            waiters, self._flushedWaiters = self._flushedWaiters, []
+            for waiter in waiters:
+                waiter.callback(None)
 
     def _writeSlice(self, stream: _LiteralStream, out: list[bytes]) -> None:
         """
@@ -536,7 +573,7 @@ class AppendPipeline:
             message = messages[index]
             size = len(message.body)
             if index == 0:
-                prefix = b"%s APPEND %s%s" % (command.tag, self._mailbox, message.arguments)
+                prefix = b"%s APPEND %s%s" % (command.tag, message.mailbox, message.arguments)
             else:
                 prefix = message.arguments
             if sync or (minus and size > LITERAL_MINUS_LIMIT):
@@ -658,9 +695,10 @@ class AppendPipeline:
         if self._failure is None:
             self._failure = Failure(error)
         self._paused = True
-        waiters = self._drainedWaiters + self._hungryWaiters
+        waiters = self._drainedWaiters + self._hungryWaiters + self._flushedWaiters
         self._drainedWaiters = []
         self._hungryWaiters = []
+        self._flushedWaiters = []
         for waiter in waiters:
             waiter.errback(self._failure)
 

@@ -12,7 +12,7 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
@@ -285,6 +285,60 @@ class IMAPSession:
         await _mapped(
             "CREATE", self._client.sendCommand(Command(b"CREATE", encodeMailboxName(mailbox)))
         )
+
+    async def createMailboxes(self, mailboxes: Sequence[str]) -> dict[str, str]:
+        """
+        Create and subscribe C{mailboxes}, in order (parents first), with
+        every command pipelined: one round trip in all, not two per mailbox.
+
+        @return: the mailboxes that could not be created, each with the
+            server's reply; a refused SUBSCRIBE is only logged.
+        """
+        client = self._client
+        creates = [
+            client.sendPipelined(b"CREATE " + encodeMailboxName(name)) for name in mailboxes
+        ]
+        subscribes = [
+            client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)) for name in mailboxes
+        ]
+        failed: dict[str, str] = {}
+        for name, d in zip(mailboxes, creates):
+            try:
+                await _mapped("CREATE", d)
+            except CommandFailed as e:
+                failed[name] = e.text
+        for name, d in zip(mailboxes, subscribes):
+            try:
+                await _mapped("SUBSCRIBE", d)
+            except CommandFailed as e:
+                if name not in failed:
+                    log.warn(
+                        "{session}: cannot subscribe to {mailbox!r}: {why}",
+                        session=self._description,
+                        mailbox=name,
+                        why=e.text,
+                    )
+        return failed
+
+    def selectPipelined(self, mailbox: str) -> Deferred[bytes]:
+        """
+        SELECT C{mailbox} without waiting for the APPENDs before it to be
+        answered (the APPEND pipeline must be between commands).  Dovecot
+        then keeps the mailbox open for the APPENDs that follow; those name
+        their mailbox anyway, so a refused SELECT costs only speed.
+        """
+        d = self._client.sendPipelined(b"SELECT " + encodeMailboxName(mailbox))
+
+        def refused(failure: Any) -> None:
+            log.warn(
+                "{session}: SELECT {mailbox!r} refused: {why}",
+                session=self._description,
+                mailbox=mailbox,
+                why=str(failure.value),
+            )
+
+        d.addErrback(refused)
+        return d
 
     async def subscribe(self, mailbox: str) -> None:
         """
