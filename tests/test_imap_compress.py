@@ -39,6 +39,7 @@ from tests.test_integration import (
     _serverConfig,
     reactor,
 )
+from tests.test_imap_pipeline import RecordingOutcomes
 
 
 def deflate(data: bytes, compressor: Any = None) -> bytes:
@@ -90,24 +91,6 @@ class RecordingTransport(StringTransport):
     def abortConnection(self) -> None:
         self.aborted = True
         StringTransport.abortConnection(self)
-
-
-class RecordingOutcomes:
-    """
-    Records the pipeline's outcomes.
-    """
-
-    def __init__(self) -> None:
-        self.appended: list[tuple[object, int | None, int | None]] = []
-        self.refused: list[tuple[object, str]] = []
-
-    def messageAppended(
-        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
-    ) -> None:
-        self.appended.append((message.origin, uidValidity, uid))
-
-    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        self.refused.append((message.origin, reason))
 
 
 def greeted(
