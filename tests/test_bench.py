@@ -1,0 +1,98 @@
+"""
+Tests for the benchmark's pure parts: how runs become figures, and how
+server variants hide capabilities.
+"""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from bench.report import RunResult, Setting, figures, markdownTable
+from bench.servers import VARIANTS, capabilitiesWithout
+
+SETTING = Setting("main", "tmpfs", 0.0, None, "realistic", "default")
+
+
+def run(client: str, kind: str, seconds: float, repetition: int = 0, ok: bool = True) -> RunResult:
+    return RunResult(
+        setting=SETTING,
+        client=client,
+        kind=kind,
+        repetition=repetition,
+        messages=1000,
+        octets=10_000_000,
+        seconds=seconds,
+        maxRssKiB=51200,
+        userSeconds=0.1,
+        systemSeconds=0.1,
+        exitStatus=0 if ok else 1,
+        counted=1000 if ok else 3,
+        ok=ok,
+        problem="" if ok else "count mismatch",
+    )
+
+
+class FigureTests(SynchronousTestCase):
+    """
+    bench.report.figures.
+    """
+
+    def test_netOfStartupMedianAndCeiling(self) -> None:
+        """
+        A figure is the median rate net of the median start-up; the ratio
+        divides by the fastest raw writer of the same setting.
+        """
+        results = [
+            run("imapmig", "empty", 0.5),
+            run("imapmig", "empty", 0.7, 1),
+            run("imapmig", "full", 1.6),
+            run("imapmig", "full", 2.6, 1),
+            run("imapmig", "full", 1.1, 2),
+            run("raw-multi50", "empty", 0.0),
+            run("raw-multi50", "full", 0.5),
+        ]
+        byClient = {f.client: f for f in figures(results)}
+        imapmig = byClient["imapmig"]
+        self.assertAlmostEqual(imapmig.startupSeconds, 0.6)
+        self.assertAlmostEqual(imapmig.netSeconds, 1.0)
+        self.assertAlmostEqual(imapmig.messagesPerSecond, 1000.0)
+        self.assertAlmostEqual(imapmig.megabytesPerSecond, 10.0)
+        self.assertEqual(imapmig.runs, 3)
+        self.assertAlmostEqual(byClient["raw-multi50"].messagesPerSecond, 2000.0)
+        assert imapmig.ceilingRatio is not None
+        self.assertAlmostEqual(imapmig.ceilingRatio, 0.5)
+
+    def test_failedRunsCounted(self) -> None:
+        """
+        Failed runs are not figures; they are counted, and a client with no
+        successful run gets a zero figure rather than disappearing.
+        """
+        results = [
+            run("mbsync", "empty", 0.1),
+            run("mbsync", "full", 1.0, ok=False),
+        ]
+        [figure] = figures(results)
+        self.assertEqual((figure.runs, figure.failed, figure.messagesPerSecond), (0, 1, 0.0))
+        self.assertIn("mbsync", markdownTable([figure]))
+
+
+class CapabilityTests(SynchronousTestCase):
+    """
+    bench.servers.capabilitiesWithout.
+    """
+
+    def test_variants(self) -> None:
+        """
+        The default variant overrides nothing; the others hide and add
+        capabilities, keeping the rest in order.
+        """
+        default = ["IMAP4rev1", "LITERAL+", "MULTIAPPEND", "UIDPLUS"]
+        self.assertIsNone(capabilitiesWithout(default, VARIANTS["default"]))
+        self.assertEqual(
+            capabilitiesWithout(default, VARIANTS["no-multiappend"]),
+            "IMAP4rev1 LITERAL+ UIDPLUS",
+        )
+        self.assertEqual(
+            capabilitiesWithout(default, VARIANTS["literal-minus"]),
+            "IMAP4rev1 UIDPLUS LITERAL-",
+        )
