@@ -147,3 +147,24 @@ class BuildServiceTests(SynchronousTestCase):
         self.assertEqual(job.state, JobState.RUNNING)
         self.assertEqual(job.messagesTotal, 1)
         service.stopService()
+
+
+class HeapTests(SynchronousTestCase):
+    """
+    The daemon's malloc setting.
+    """
+
+    def test_limitHeapGrowth(self) -> None:
+        """
+        On glibc (Debian) the mmap threshold is set; elsewhere the call
+        says it could not be.
+        """
+        import platform
+
+        from imapmig.tap import limitHeapGrowth
+
+        applied = limitHeapGrowth()
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            self.assertTrue(applied)
+        else:
+            self.assertIsInstance(applied, bool)
