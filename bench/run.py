@@ -144,7 +144,8 @@ from bench.servers import (
 _LINK_MTU = 9000
 _COMPRESS_RTT_MS = 20.0
 _COMPRESS_RATE = 20_000_000
-_MEMORY_TARGET_MIB = 150
+# The target, in MB (10^6 octets).
+_MEMORY_TARGET_MB = 150
 
 
 @frozen
@@ -893,8 +894,8 @@ def memoryCheck(bench: Bench) -> int:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
-    peak = result.maxRssKiB / 1024
-    verdict = "met" if result.ok and peak < _MEMORY_TARGET_MIB else "**missed**"
+    peak = result.maxRssKiB * 1024 / 1e6
+    verdict = "met" if result.ok and peak < _MEMORY_TARGET_MB else "**missed**"
     text = "\n".join(
         [
             "# imapmig memory check",
@@ -906,7 +907,7 @@ def memoryCheck(bench: Bench) -> int:
             f"- imapmig with its defaults: {'OK' if result.ok else 'FAILED: ' + result.problem}, "
             f"{result.seconds:.1f} s, {result.messages / result.seconds:,.0f} messages/s gross.",
             f"- Peak RSS of the daemon (`ru_maxrss`): **{peak:.0f} MB** "
-            f"(target < {_MEMORY_TARGET_MIB} MB): {verdict}.",
+            f"({result.maxRssKiB / 1024:.0f} MiB; target < {_MEMORY_TARGET_MB} MB): {verdict}.",
             f"- CPU: {result.userSeconds:.1f} s user, {result.systemSeconds:.1f} s system.",
             "",
             "| tool | version |",
@@ -918,7 +919,7 @@ def memoryCheck(bench: Bench) -> int:
     with open(os.path.join(bench.resultsDir, "memory.md"), "w") as f:
         f.write(text)
     print(text)
-    return 0 if result.ok and peak < _MEMORY_TARGET_MIB else 1
+    return 0 if result.ok and peak < _MEMORY_TARGET_MB else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,8 +6,9 @@ sends.  This module imports nothing from the rest of imapmig.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from attrs import frozen
 
@@ -88,10 +89,112 @@ class UnreadableMessage:
     reason: str
 
 
-MessageBody = bytes | bytearray | UnreadableMessage
+def _crlfPiece(chunk: bytes, afterCR: bool) -> bytes:
+    """
+    Convert one chunk of a message to CRLF line endings, as L{toCRLF} does
+    for a whole message: every LF not preceded by a CR gets one.
+
+    @param afterCR: whether the previous chunk ended with a CR (so that a
+        leading LF here already has its CR).
+    """
+    if b"\r" not in chunk:
+        piece = chunk.replace(b"\n", b"\r\n")
+    else:
+        piece = chunk.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    if afterCR and chunk[:1] == b"\n":
+        piece = piece[1:]
+    return piece
+
+
+class StreamedBody:
+    """
+    A message too large to be held in memory: an open file, read and
+    converted to CRLF line endings a slice at a time, each time it is sent.
+
+    The file is opened (and its converted size counted) when the source
+    reads the message; it stays open while the message is queued or in
+    flight, so a Maildir file renamed meanwhile (a flag change) is still
+    read.  A file whose content changes in the meantime no longer gives the
+    size announced: L{slices} raises rather than send other octets.
+
+    @ivar name: the file's name, for messages.
+    """
+
+    __slots__ = ("_fd", "_sourceSize", "_size", "name")
+
+    def __init__(self, fd: int, sourceSize: int, size: int, name: str) -> None:
+        """
+        @param fd: the open file; this object owns and closes it.
+        @param sourceSize: its size in octets.
+        @param size: its size converted to CRLF.
+        @param name: the file's name.
+        """
+        self._fd = fd
+        self._sourceSize = sourceSize
+        self._size = size
+        self.name = name
+
+    @classmethod
+    def fromDescriptor(cls, fd: int, name: str, readSize: int = 1024 * 1024) -> StreamedBody:
+        """
+        Count the converted size of an open file and wrap it.
+
+        @param fd: the open file; the result owns it.
+        @param name: the file's name.
+        @param readSize: octets per read.
+        @raise OSError: it cannot be read.
+        """
+        size = sourceSize = 0
+        afterCR = False
+        while chunk := os.pread(fd, readSize, sourceSize):
+            size += len(_crlfPiece(chunk, afterCR))
+            afterCR = chunk[-1:] == b"\r"
+            sourceSize += len(chunk)
+        return cls(fd, sourceSize, size, name)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """
+        Close the file (done anyway when this object is collected).
+        """
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def slices(self, readSize: int) -> Iterator[bytes]:
+        """
+        The converted message, from its start, in pieces of about
+        C{readSize} octets (at most twice that: each LF gains a CR).
+
+        @raise OSError: the file cannot be read, or no longer gives the
+            size announced (raised before any octet beyond it is given).
+        """
+        given = offset = 0
+        afterCR = False
+        while offset < self._sourceSize:
+            chunk = os.pread(self._fd, min(readSize, self._sourceSize - offset), offset)
+            if not chunk:
+                break
+            piece = _crlfPiece(chunk, afterCR)
+            afterCR = chunk[-1:] == b"\r"
+            offset += len(chunk)
+            given += len(piece)
+            if given > self._size:
+                break
+            yield piece
+        if given != self._size or os.fstat(self._fd).st_size != self._sourceSize:
+            raise OSError(f"{self.name} changed while being sent")
+
+
+MessageBody = bytes | bytearray | StreamedBody | UnreadableMessage
 """
-A message's body as a source reads it (a C{bytearray} for very large
-messages converted in place), or why it could not be read.
+A message's body as a source reads it (a L{StreamedBody} for very large
+messages), or why it could not be read.
 """
 
 

@@ -6,6 +6,7 @@ failure handling.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 
 from twisted.internet.task import Clock
@@ -15,11 +16,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectionLost, TransientError
 from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.message import StreamedBody
 from imapmig.imap.pipeline import (
     AppendPipeline,
     LiteralMode,
     OutgoingMessage,
     PipelineSettings,
+    WRITE_GATHER,
     appendArguments,
     chooseLiteralMode,
     encodeMailboxName,
@@ -400,6 +403,33 @@ class FlowControlTests(SynchronousTestCase):
         pipeline.resumeProducing()
         self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1+}\r\nA\r\n')
 
+
+    def test_writesAboutOneGatherBeforeBackpressure(self) -> None:
+        """
+        Commands are gathered into writes of about WRITE_GATHER octets, and
+        a transport that pauses the pipeline after a write gets no more
+        until it resumes it: what the transport buffers (and joins into one
+        copy) stays about one gather, however large the window.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, windowMessages=100, windowBytes=1 << 30
+        )
+        size = WRITE_GATHER // 3 + 1
+        written: list[int] = []
+
+        def writeSequence(seq: list[bytes]) -> None:
+            written.append(sum(len(piece) for piece in seq))
+            StringTransport.write(transport, b"".join(seq))
+            pipeline.pauseProducing()  # the transport's buffer is full
+
+        self.patch(transport, "writeSequence", writeSequence)
+        pipeline.enqueue([message(str(n), b"x" * size) for n in range(10)])
+        self.assertEqual(len(written), 1)
+        self.assertEqual(transport.value().count(b" APPEND "), 3)
+        pipeline.resumeProducing()
+        self.assertEqual(len(written), 2)
+        self.assertEqual(transport.value().count(b" APPEND "), 6)
+        self.assertLess(max(written), WRITE_GATHER + size + 100)
     def test_hungry(self) -> None:
         """
         hungry() fires once fewer than two batches are queued.
@@ -527,6 +557,69 @@ class LargeLiteralTests(SynchronousTestCase):
         self.assertEqual(writes[2:], [b'89\r\n0002 APPEND "INBOX" {1+}\r\nx\r\n'])
         client.dataReceived(b"0001 OK [APPENDUID 1 1] ok\r\n0002 OK [APPENDUID 1 2] ok\r\n")
         self.assertEqual(outcomes.appended, [("big", 1, 1), ("small", 1, 2)])
+
+    def streamedBody(self, content: bytes) -> tuple[str, StreamedBody]:
+        """
+        A file holding C{content}, and a L{StreamedBody} on it.
+        """
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(content)
+        fd = os.open(path, os.O_RDONLY)
+        return path, StreamedBody.fromDescriptor(fd, path)
+
+    def test_streamedBody(self) -> None:
+        """
+        A L{StreamedBody} is read and converted to CRLF slice by slice as
+        the transport makes room, whatever its size, and sent again whole
+        when its batch is split and retried.
+        """
+        import imapmig.imap.pipeline as module
+
+        self.patch(module, "STREAM_SLICE", 4)
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=2)
+        path, body = self.streamedBody(b"ab\ncd\nef")
+        writes: list[bytes] = []
+
+        def writeSequence(seq: list[bytes]) -> None:
+            writes.append(b"".join(seq))
+            pipeline.pauseProducing()
+
+        self.patch(transport, "writeSequence", writeSequence)
+        pipeline.enqueue([OutgoingMessage(body, b"", "big"), message("small", b"x")])
+        while pipeline.busy and not pipeline.betweenCommands:
+            pipeline.resumeProducing()
+        self.assertEqual(
+            b"".join(writes), b'0001 APPEND "INBOX" {10+}\r\nab\r\ncd\r\nef {1+}\r\nx\r\n'
+        )
+        self.assertEqual(writes[1], b"d\r\nef {1+}\r\nx\r\n")
+        del writes[:]
+        client.dataReceived(b"0001 NO [TOOBIG] too big\r\n")
+        for _ in range(3):
+            pipeline.resumeProducing()
+        self.assertTrue(
+            b"".join(writes).startswith(b'0002 APPEND "INBOX" {10+}\r\nab\r\ncd\r\nef\r\n')
+        )
+
+    def test_streamedBodyChanged(self) -> None:
+        """
+        A streamed file that no longer gives the size announced cannot be
+        sent honestly: its message is refused with the reason and the
+        connection aborted, and it is not among the unsettled messages.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        path, body = self.streamedBody(b"ab\ncd\nef")
+        with open(path, "ab") as f:
+            f.write(b"more")
+        pipeline.enqueue([OutgoingMessage(body, b"", "big")])
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(len(outcomes.refused), 1)
+        self.assertEqual(outcomes.refused[0][0], "big")
+        self.assertIn("changed while being sent", outcomes.refused[0][1])
+        self.assertEqual(pipeline.unsettled(), [])
+        self.assertEqual(pipeline.messagesInFlight, 0)
+        self.assertEqual(pipeline.bytesInFlight, 0)
+        self.flushLoggedErrors()
 
     def test_synchronizingLargeLiteral(self) -> None:
         """

@@ -1006,6 +1006,48 @@ class EmlSourceTests(TestCase):
         _assertContent(self, instance, user, expected)
 
 
+class LargeMessageTests(TestCase):
+    """
+    Messages above the large-file threshold are streamed from their files.
+    """
+
+    async def test_streamedBytesIdentical(self) -> None:
+        """
+        Two 6 MB messages (bare LF, and mixed line endings with a CR at
+        what falls on slice boundaries) and a small one, in one MULTIAPPEND
+        batch, arrive with exactly the octets of L{toCRLF} of their files.
+        """
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        maildir = os.path.join(_directory(self), "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        header = b"From: a@example.com\nSubject: big\n\n"
+        line = b"A" * 75 + b"\n"
+        bodies = {
+            "1700000001.big1.host:2,S": header + line * 80_000,
+            "1700000002.big2.host:2,": header
+            + (b"x" * 62 + b"\r\n" + b"y" * 61 + b"\r") * 48_000
+            + b"end\n",
+            "1700000003.small.host:2,": header + b"small\n",
+        }
+        for name, content in bodies.items():
+            with open(os.path.join(maildir, "cur", name), "wb") as f:
+                f.write(content)
+        config = _config(self, user, {"maildir": maildir}, _plainServer(instance))
+
+        completed, progress = await _runService(config)
+
+        self.assertTrue(completed, progress.error)
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (3, 0))
+        fetched = instance.fetchAll(user.name)["INBOX"]
+        self.assertEqual(
+            [hashlib.sha256(m.body).hexdigest() for m in fetched],
+            [hashlib.sha256(toCRLF(b)).hexdigest() for b in bodies.values()],
+        )
+
+
 class _ConnectionCounter(Protocol):
     """
     Counts, in C{counts}, the connections made to a port, closing each at

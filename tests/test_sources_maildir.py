@@ -697,33 +697,114 @@ class ReadBodiesTests(MaildirTestCase):
 
 class LargeFileTests(SynchronousTestCase):
     """
-    Very large files are converted to CRLF in place.
+    Very large files are not read into memory: they come back as a
+    L{StreamedBody} on the open file.
     """
 
-    def test_sameAsToCRLF(self) -> None:
+    def test_streamedSameAsToCRLF(self) -> None:
         """
-        Above the large-file threshold, the in-place conversion gives the
-        same octets as L{toCRLF}, for bare-LF, CRLF and mixed files, with
-        and without a final newline.
+        Above the large-file threshold, the streamed body has the length
+        and, in slices of any size, the octets that L{toCRLF} gives, for
+        bare-LF, CRLF and mixed files, with and without a final newline,
+        whatever falls on a slice boundary.
         """
         import random
 
         import imapmig.sources.maildir as module
-        from imapmig.message import toCRLF
+        from imapmig.message import StreamedBody, toCRLF
         from imapmig.sources.maildir import readMessageFile
 
-        self.patch(module, "LARGE_FILE", 16)
+        self.patch(module, "LARGE_FILE", 4)
         self.patch(module, "_CHUNK", 7)
         rng = random.Random(5)
         path = self.mktemp()
-        samples = [b"\n\nabc\ndef", b"a\r\nb\r\n" * 9, b"x\ny\r\nz\n" * 5, b"no newline at all here"]
+        samples = [
+            b"\n\nabc\ndef",
+            b"a\r\nb\r\n" * 9,
+            b"x\ny\r\nz\n" * 5,
+            b"no newline at all here",
+            b"\r" * 20 + b"\n" * 20,
+            b"abc\r\r\n\n\r" * 7,
+        ]
         for _ in range(20):
-            lines = [rng.randbytes(rng.randrange(0, 40)).replace(b"\r", b"") for _ in range(50)]
+            lines = [rng.randbytes(rng.randrange(0, 40)) for _ in range(50)]
             samples.append(b"\n".join(lines))
         for data in samples:
             with open(path, "wb") as f:
                 f.write(data)
-            self.assertEqual(bytes(readMessageFile(path)), toCRLF(data))  # type: ignore[arg-type]
+            body = readMessageFile(path)
+            assert isinstance(body, StreamedBody)
+            expected = toCRLF(data)
+            self.assertEqual(len(body), len(expected))
+            for size in (1, 2, 3, 7, 64, 1 << 20):
+                self.assertEqual(b"".join(body.slices(size)), expected)
+            body.close()
+
+    def test_renamedWhileQueued(self) -> None:
+        """
+        The file stays open: renamed after it was read (a flag change), it
+        is still sent whole.
+        """
+        import imapmig.sources.maildir as module
+        from imapmig.message import StreamedBody
+        from imapmig.sources.maildir import readMessageFile
+
+        self.patch(module, "LARGE_FILE", 16)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"line\n" * 10)
+        body = readMessageFile(path)
+        assert isinstance(body, StreamedBody)
+        os.rename(path, path + ":2,S")
+        self.assertEqual(b"".join(body.slices(8)), b"line\r\n" * 10)
+
+    def test_changedWhileQueued(self) -> None:
+        """
+        A file whose content changed after it was read no longer gives the
+        size announced: the slices raise OSError naming it, and never give
+        more octets than announced.
+        """
+        import imapmig.sources.maildir as module
+        from imapmig.message import StreamedBody
+        from imapmig.sources.maildir import readMessageFile
+
+        self.patch(module, "LARGE_FILE", 16)
+        path = self.mktemp()
+        for change in (b"line\n" * 12, b"line\n" * 8, b"l\ne\n" * 25):
+            with open(path, "wb") as f:
+                f.write(b"line\n" * 10)
+            body = readMessageFile(path)
+            assert isinstance(body, StreamedBody)
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(change)
+            given = []
+            with self.assertRaises(OSError) as caught:
+                for piece in body.slices(8):
+                    given.append(piece)
+            self.assertIn("changed while being sent", str(caught.exception))
+            self.assertIn(path, str(caught.exception))
+            self.assertLessEqual(len(b"".join(given)), len(body))
+
+    def test_closedWithTheBody(self) -> None:
+        """
+        The body owns the file descriptor: closing it (or dropping it)
+        closes the file.
+        """
+        import imapmig.sources.maildir as module
+        from imapmig.message import StreamedBody
+        from imapmig.sources.maildir import readMessageFile
+
+        self.patch(module, "LARGE_FILE", 16)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"x\n" * 20)
+        before = len(os.listdir("/proc/self/fd"))
+        body = readMessageFile(path)
+        assert isinstance(body, StreamedBody)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+        del body
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 
     def test_fileGrewSinceStat(self) -> None:
         """

@@ -12,8 +12,8 @@ How it is fast:
     allows: each literal waits for its C{+}, but the next command leaves in
     the same write as the previous literal, not after the previous reply.
   - Every write is one C{writeSequence} of whole commands (command line,
-    literal and CRLF together), so no small trailing segment waits on an
-    ACK.
+    literal and CRLF together, gathered up to about L{WRITE_GATHER}
+    octets), so no small trailing segment waits on an ACK.
   - A window bounded by messages and octets in flight, and backpressure
     from the transport (the pipeline is its push producer), so memory stays
     bounded whatever the source size.
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import deque
 from datetime import datetime
 from enum import Enum
-from typing import Collection, Iterable, Protocol
+from typing import Collection, Iterable, Iterator, Protocol
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
@@ -48,7 +48,7 @@ from zope.interface import implementer
 
 from imapmig.errors import ConnectionLost, TransientError
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
-from imapmig.message import formatInternalDate
+from imapmig.message import StreamedBody, formatInternalDate
 
 LITERAL_MINUS_LIMIT = 4096
 
@@ -57,6 +57,13 @@ LITERAL_MINUS_LIMIT = 4096
 # copied whole into the transport's buffer.
 STREAM_THRESHOLD = 1024 * 1024
 STREAM_SLICE = 256 * 1024
+
+# Whole commands are gathered into one write up to about this many octets;
+# then they are written, and the pump goes on only if the transport has not
+# paused it.  A Twisted transport joins everything it holds into one buffer
+# before sending, so this bounds that copy to about one batch, instead of
+# the whole window.
+WRITE_GATHER = 256 * 1024
 
 
 class LiteralMode(Enum):
@@ -136,7 +143,7 @@ class OutgoingMessage:
     One message ready for the wire.
 
     @ivar body: the message, CRLF line endings, sent as one literal (a
-        C{bytearray} for a very large message converted in place).
+        L{StreamedBody} for a very large message, read as it is sent).
     @ivar arguments: what precedes the literal in the APPEND command, with
         a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
         C{b""}.
@@ -148,7 +155,9 @@ class OutgoingMessage:
 
     __slots__ = ("body", "arguments", "origin", "mailbox")
 
-    def __init__(self, body: bytes | bytearray, arguments: bytes, origin: object) -> None:
+    def __init__(
+        self, body: bytes | bytearray | StreamedBody, arguments: bytes, origin: object
+    ) -> None:
         self.body = body
         self.arguments = arguments
         self.origin = origin
@@ -280,20 +289,36 @@ class _AppendCommand:
         self.sentUpTo = 0
 
 
+def _memorySlices(body: bytes | bytearray) -> Iterator[bytes]:
+    """
+    A body held in memory, in slices of L{STREAM_SLICE} octets (transports
+    take bytes only: one slice-sized copy each).
+    """
+    view = memoryview(body)
+    for start in range(0, len(body), STREAM_SLICE):
+        yield bytes(view[start : start + STREAM_SLICE])
+
+
 class _LiteralStream:
     """
     A large literal being written slice by slice.
 
     @ivar index: the message of C{command} whose body it is.
-    @ivar offset: how much of it is written.
+    @ivar slices: the rest of the literal.
+    @ivar ahead: the next slice, already read (the last slice leaves with
+        the rest of the command, so it is known to be the last).
     """
 
-    __slots__ = ("command", "index", "offset")
+    __slots__ = ("command", "index", "slices", "ahead")
 
     def __init__(self, command: _AppendCommand, index: int) -> None:
         self.command = command
         self.index = index
-        self.offset = 0
+        self.ahead: bytes | None = None
+        body = command.messages[index].body
+        self.slices = (
+            body.slices(STREAM_SLICE) if isinstance(body, StreamedBody) else _memorySlices(body)
+        )
 
 
 @implementer(IPushProducer)
@@ -512,6 +537,7 @@ class AppendPipeline:
         """
         if out is None:
             out = []
+        gathered = 0
         while not self._paused:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
@@ -527,6 +553,11 @@ class AppendPipeline:
             self.messagesInFlight += len(batch)
             self.bytesInFlight += command.size
             self._writeLiterals(command, 0, out)
+            gathered += command.size
+            if gathered >= WRITE_GATHER:
+                self._client.connection.writeSequence(out)
+                out = []
+                gathered = 0
         if out:
             self._client.connection.writeSequence(out)
         if self._hungryWaiters and self._isHungry():
@@ -547,18 +578,49 @@ class AppendPipeline:
         """
         Write the next slice of a large literal (after what C{out} holds);
         after the last slice, append the rest of its command to C{out}.
+
+        A streamed body that can no longer be read as announced cannot be
+        completed honestly: that message is refused with the reason and
+        the connection is aborted (the server discards the unfinished
+        command).
         """
-        body = stream.command.messages[stream.index].body
-        end = stream.offset + STREAM_SLICE
-        # Transports take bytes only: one slice-sized copy.
-        out.append(bytes(memoryview(body)[stream.offset : end]))
-        if end >= len(body):
+        try:
+            piece = stream.ahead
+            if piece is None:
+                piece = next(stream.slices, b"")
+            stream.ahead = next(stream.slices, None)
+        except OSError as e:
+            self._abandonLiteral(stream, out, f"unreadable in the source: {e.strerror or e}")
+            return
+        out.append(piece)
+        if stream.ahead is None:
             self._stream = None
             self._writeLiterals(stream.command, stream.index + 1, out)
             return
-        stream.offset = end
         self._client.connection.writeSequence(out)
         out.clear()
+
+    def _abandonLiteral(self, stream: _LiteralStream, out: list[bytes], reason: str) -> None:
+        """
+        Give up a literal half sent: refuse its message, write what is due
+        and abort the connection.
+        """
+        self._stream = None
+        command = stream.command
+        message = command.messages.pop(stream.index)
+        self.messagesInFlight -= 1
+        self.bytesInFlight -= len(message.body)
+        command.size -= len(message.body)
+        self._log.error(
+            "Cannot finish sending a message, aborting the connection: {reason}",
+            reason=reason,
+        )
+        self._outcomes.messageRefused(message, reason)
+        if out:
+            self._client.connection.writeSequence(out)
+            out.clear()
+        self._paused = True
+        self._client.connection.abortConnection()
 
     def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:
         """
@@ -582,10 +644,10 @@ class AppendPipeline:
                 self._blocked = command
                 return
             out.append(b"%s {%d+}\r\n" % (prefix, size))
-            if size > STREAM_THRESHOLD:
+            body = message.body
+            if size > STREAM_THRESHOLD or isinstance(body, StreamedBody):
                 self._stream = _LiteralStream(command, index)
                 return
-            body = message.body
             out.append(body if type(body) is bytes else bytes(body))
         out.append(b"\r\n")
 
@@ -605,11 +667,11 @@ class AppendPipeline:
             return
         self._blocked = None
         index = command.sentUpTo
-        if len(command.messages[index].body) > STREAM_THRESHOLD:
+        body = command.messages[index].body
+        if len(body) > STREAM_THRESHOLD or isinstance(body, StreamedBody):
             self._stream = _LiteralStream(command, index)
             self._pump(None)
             return
-        body = command.messages[index].body
         out = [body if type(body) is bytes else bytes(body)]
         self._writeLiterals(command, index + 1, out)
         self._pump(out)

@@ -6,12 +6,12 @@ MDAs write it, as a L{imapmig.sources.IMessageSource}.
 Listing reads no message: everything a L{SourceMessage} carries comes from
 the file name (unique name, C{,S=} size, flags after C{2,}, the leading
 delivery timestamp), with one C{stat} only for what the name lacks.  Bodies
-are read whole, one C{read} per file, just before they are sent.
+are read whole, one C{read} per file, just before they are sent (very large
+files are sent from the open file, a slice at a time).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from typing import Sequence
@@ -25,6 +25,7 @@ from imapmig.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
+    StreamedBody,
     UnreadableMessage,
     maildirFlags,
     toCRLF,
@@ -81,59 +82,17 @@ def displayableName(name: str) -> str:
     return name
 
 
-# Files larger than this are converted to CRLF in place (see
-# _readLargeWithCRLF), so that memory holds one copy of a huge message, not
-# two.
+# Files larger than this are not read into memory: they are sent from the
+# open file, converted to CRLF a slice at a time (see StreamedBody).
 LARGE_FILE = 4 * 1024 * 1024
 _CHUNK = 1024 * 1024
 
 
-def _readLargeWithCRLF(f: "io.FileIO", size: int) -> bytes | bytearray:
-    """
-    Read a large message file with CRLF line endings, holding only the
-    result in memory.
-
-    A first pass counts the bare LFs in chunks.  A file without any CR (a
-    Maildir stores bare LF) is then read into the tail of a buffer of its
-    final size and converted forward, a chunk at a time, into place: the
-    write position never passes the read position.  A file that has CRs is
-    read whole and converted as usual (already CRLF, it is not copied).
-    """
-    newlines = 0
-    hasCR = False
-    while True:
-        chunk = f.read(_CHUNK)
-        if not chunk:
-            break
-        newlines += chunk.count(b"\n")
-        hasCR = hasCR or b"\r" in chunk
-    f.seek(0)
-    if hasCR or newlines == 0:
-        return toCRLF(f.readall())
-    total = size + newlines
-    buffer = bytearray(total)
-    view = memoryview(buffer)
-    got = f.readinto(view[newlines:])
-    if got != size:
-        raise OSError(f"file changed while being read ({got} of {size} octets)")
-    # The unread input always lies at least as far ahead of the write
-    # position as it has LFs left, so each chunk, once copied out and
-    # converted, fits before the rest of the input.
-    read = newlines
-    write = 0
-    while read < total:
-        end = min(read + _CHUNK, total)
-        piece = view[read:end].tobytes().replace(b"\n", b"\r\n")
-        view[write : write + len(piece)] = piece
-        write += len(piece)
-        read = end
-    view.release()
-    return buffer
-
-
 def readMessageFile(path: str) -> MessageBody | None:
     """
-    Read one message file whole, in one read, with CRLF line endings.
+    Read one message file whole, in one read, with CRLF line endings; a
+    file larger than L{LARGE_FILE} is left open and returned as a
+    L{StreamedBody}.
 
     @param path: the file.
     @return: the body; an L{UnreadableMessage} saying why it could not be
@@ -142,11 +101,13 @@ def readMessageFile(path: str) -> MessageBody | None:
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        streamed = False
         try:
             size = os.fstat(fd).st_size
             if size > LARGE_FILE:
-                with open(fd, "rb", buffering=0, closefd=False) as f:
-                    return _readLargeWithCRLF(f, size)
+                body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
+                streamed = True
+                return body
             # One read(2) of the whole file (asking for one octet more
             # shows whether it grew since the fstat).
             data = os.read(fd, size + 1)
@@ -156,7 +117,8 @@ def readMessageFile(path: str) -> MessageBody | None:
                     rest.append(chunk)
                 data = b"".join(rest)
         finally:
-            os.close(fd)
+            if not streamed:
+                os.close(fd)
     except FileNotFoundError:
         return None
     except PermissionError:
@@ -237,8 +199,8 @@ def _decodeComponent(raw: str) -> str:
         return displayableName(raw)
 
 
-# (key, unique part, index into _SUBDIRS, the entry, flag letters or None)
-_Scanned = tuple[str, str, int, os.DirEntry[str], str | None]
+# (key, unique part, index into _SUBDIRS, file name, flag letters or None)
+_Scanned = tuple[str, str, int, str, str | None]
 
 
 def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
@@ -253,6 +215,9 @@ def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
     C{new/} and then by file name, the first keeps the unique part, the
     others get C{"<unique>/<subdir>"}, or C{"<unique>/<subdir>/<file name>"}
     if that is taken too.
+
+    Only names are kept (no C{DirEntry}, no full path): a listing of a
+    large folder costs a few strings per message.
 
     @param directory: the folder's directory.
     @return: the files, in no particular order, and whether C{cur/} or
@@ -274,8 +239,9 @@ def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
                 if name.startswith(".") or not entry.is_file():
                     continue
                 unique, letters = _splitName(name)
-                unique = displayableName(unique)
-                scanned = (unique, unique, index, entry, letters)
+                if not unique.isascii():
+                    unique = displayableName(unique)
+                scanned = (unique, unique, index, name, letters)
                 if unique in first:
                     duplicates.setdefault(unique, [first[unique]]).append(scanned)
                 else:
@@ -285,16 +251,41 @@ def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
         return result, found
     result = [s for s in result if s[0] not in duplicates]
     for unique, group in duplicates.items():
-        group.sort(key=lambda s: (s[2], s[3].name))
+        group.sort(key=lambda s: (s[2], s[3]))
         taken = {unique}
         result.append(group[0])
-        for _, _, index, entry, letters in group[1:]:
+        for _, _, index, name, letters in group[1:]:
             key = f"{unique}/{_SUBDIRS[index]}"
             if key in taken:
-                key = f"{key}/{displayableName(entry.name)}"
+                key = f"{key}/{displayableName(name)}"
             taken.add(key)
-            result.append((key, unique, index, entry, letters))
+            result.append((key, unique, index, name, letters))
     return result, found
+
+
+class _FolderFiles:
+    """
+    Where the message files of one folder are: per key, the file's name in
+    C{cur/} or C{new/} (the names the listing already holds, no paths).
+    """
+
+    __slots__ = ("directory", "_names")
+
+    def __init__(self, directory: str, scanned: list[_Scanned]) -> None:
+        self.directory = directory
+        self._names: tuple[dict[str, str], ...] = tuple({} for _ in _SUBDIRS)
+        for key, _, index, name, _ in scanned:
+            self._names[index][key] = name
+
+    def path(self, key: str) -> str | None:
+        """
+        The path of the file of C{key}, or L{None} if it was not listed.
+        """
+        for index, names in enumerate(self._names):
+            name = names.get(key)
+            if name is not None:
+                return os.path.join(self.directory, _SUBDIRS[index], name)
+        return None
 
 
 @implementer(IMessageSource)
@@ -336,7 +327,7 @@ class MaildirSource:
         """
         self.path = path
         self._folderDirectories: dict[str, str] = {}
-        self._messagePaths: dict[str, dict[str, str]] = {}
+        self._messageFiles: dict[str, _FolderFiles] = {}
 
     def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
         """
@@ -412,7 +403,7 @@ class MaildirSource:
             raise SourceError(
                 f"no such Maildir folder: {displayableName(directory)} (no cur/ or new/)"
             )
-        self._messagePaths[folder.key] = {s[0]: s[3].path for s in scanned}
+        self._messageFiles[folder.key] = _FolderFiles(directory, scanned)
         return directory, scanned
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
@@ -423,12 +414,12 @@ class MaildirSource:
             directory is gone or cannot be listed.
         """
         try:
-            _, scanned = self._scan(folder)
+            directory, scanned = self._scan(folder)
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
-        for key, unique, index, entry, letters in scanned:
+        for key, unique, index, name, letters in scanned:
             if not letters:
                 flags: tuple[str, ...] = ()
             else:
@@ -440,7 +431,7 @@ class MaildirSource:
             size = _sizeField(unique)
             if when is None or size is None:
                 try:
-                    status = entry.stat()
+                    status = os.stat(os.path.join(directory, _SUBDIRS[index], name))
                 except OSError:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
@@ -476,17 +467,17 @@ class MaildirSource:
         """
         if not messages:
             return succeed([])
-        paths = self._messagePaths.get(folder.key)
+        files = self._messageFiles.get(folder.key)
         rescanned = False
-        if paths is None:
-            paths, rescanned = self._rescan(folder), True
+        if files is None:
+            files, rescanned = self._rescan(folder), True
         bodies: list[MessageBody] = []
         for message in messages:
-            path = paths.get(message.key)
+            path = files.path(message.key)
             body = None if path is None else readMessageFile(path)
             if body is None and not rescanned:
-                paths, rescanned = self._rescan(folder), True
-                found = paths.get(message.key)
+                files, rescanned = self._rescan(folder), True
+                found = files.path(message.key)
                 if found is not None:
                     path = found
                     body = readMessageFile(path)
@@ -508,13 +499,13 @@ class MaildirSource:
             directory = self.path
         return f"{message.key} in {displayableName(directory)}"
 
-    def _rescan(self, folder: SourceFolder) -> dict[str, str]:
+    def _rescan(self, folder: SourceFolder) -> _FolderFiles:
         """
-        Where the files of C{folder} are now; empty if the folder is gone.
+        Where the files of C{folder} are now; none if the folder is gone.
         """
         try:
             self._scan(folder)
         except SourceError:
-            self._messagePaths.pop(folder.key, None)
-            return {}
-        return self._messagePaths[folder.key]
+            self._messageFiles.pop(folder.key, None)
+            return _FolderFiles(self.path, [])
+        return self._messageFiles[folder.key]
