@@ -56,7 +56,7 @@ The parts of the matrix (C{--parts}, comma-separated):
             (and said so) when imapmig does not accept the compress key
 
 Options:
-  --runs N          runs per figure (default 3)
+  --runs N          runs per figure (default 5)
   --clients LIST    the clients to run (default: each part's own list)
   --rtt LIST        round-trip times in ms (default 0,2,20); above zero they
                     need bench/netns.py (two network namespaces and a delay
@@ -534,7 +534,7 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--clients", type=_split, default=None)
     parser.add_argument("--rtt", type=_split, default=["0", "2", "20"])
     parser.add_argument("--corpus", type=_split, default=["realistic", "small"])
