@@ -47,11 +47,14 @@ class SourceFolder:
     @ivar key: a stable identifier of the folder within its source, used by
         the state store (for a Maildir, the Maildir++ directory name).
     @ivar specialUse: an RFC 6154 attribute such as C{"\\Sent"}, or L{None}.
+    @ivar subscribed: whether the source's user is subscribed to it (a
+        source that has no notion of subscriptions says C{True}).
     """
 
     path: tuple[str, ...]
     key: str
     specialUse: str | None = None
+    subscribed: bool = True
 
 
 @frozen
