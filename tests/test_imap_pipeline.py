@@ -317,6 +317,38 @@ class LiteralMinusTests(SynchronousTestCase):
         self.assertEqual(transport.writeCalls, 2)
 
 
+class BinaryLiteralTests(SynchronousTestCase):
+    """
+    A message marked binary is sent as a C{literal8} (RFC 3516), in every
+    literal mode, and may share a MULTIAPPEND with plain literals.
+    """
+
+    def test_literalPlus(self) -> None:
+        """
+        With LITERAL+ a binary message is C{~{N+}}.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=2)
+        pipeline.enqueue(
+            [
+                OutgoingMessage(b"a\x00b", b"", "nul", binary=True),
+                message("plain", b"x"),
+            ]
+        )
+        self.assertEqual(
+            transport.take(), b'0001 APPEND "INBOX" ~{3+}\r\na\x00b {1+}\r\nx\r\n'
+        )
+
+    def test_synchronizing(self) -> None:
+        """
+        Without LITERAL+ a binary message is C{~{N}} and waits for its C{+}.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([OutgoingMessage(b"a\x00b", b" (\\Seen)", "nul", binary=True)])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" (\\Seen) ~{3}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"a\x00b\r\n")
+
+
 class SynchronizingTests(SynchronousTestCase):
     """
     Without LITERAL+ or LITERAL-, every literal waits for its continuation,

@@ -279,9 +279,10 @@ class MessageListingTests(MaildirTestCase):
 
     def test_flags(self) -> None:
         """
-        The letters after C{2,} become IMAP flags, S R F D T each; C{P} and
-        Dovecot's lowercase keyword letters are ignored; C{!2,} and C{;2,}
-        are recognised as well as C{:2,}.
+        The letters after C{2,} become IMAP flags, S R F D T each; C{P} is
+        dropped, and so are Dovecot's lowercase keyword letters when no
+        C{dovecot-keywords} file names them; C{!2,} and C{;2,} are
+        recognised as well as C{:2,}.
         """
         root = self.maildir()
         names = {
@@ -310,6 +311,26 @@ class MessageListingTests(MaildirTestCase):
         self.assertEqual(
             {m.key: m.flags for m in self.messages(MaildirSource(root))},
             {name.partition(":")[0].split("!")[0].split(";")[0]: f for name, f in names.items()},
+        )
+
+    def test_keywords(self) -> None:
+        """
+        Dovecot's keyword letters become the keywords its
+        C{dovecot-keywords} file names (index 0 is C{a}), after the system
+        flags and in letter order; a letter the file does not name, and
+        malformed lines, are skipped.
+        """
+        root = self.maildir()
+        with open(os.path.join(root, "dovecot-keywords"), "wb") as f:
+            f.write(b"0 $Forwarded\n1 Work\nbogus line\n3 $label1\n40 $TooFar\n")
+        deliver(root, "cur", "1700000001.a.host:2,Sbad")
+        deliver(root, "cur", "1700000002.a.host:2,c")
+        self.assertEqual(
+            {m.key: m.flags for m in self.messages(MaildirSource(root))},
+            {
+                "1700000001.a.host": ("\\Seen", "$Forwarded", "Work", "$label1"),
+                "1700000002.a.host": (),
+            },
         )
 
     def test_new(self) -> None:

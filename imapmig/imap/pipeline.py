@@ -151,17 +151,25 @@ class OutgoingMessage:
         pipeline never looks at it).
     @ivar mailbox: the destination mailbox, encoded and quoted; stamped by
         L{AppendPipeline.enqueue}.
+    @ivar binary: send the body as a C{literal8} (C{~{N}}, RFC 3516), for
+        content a plain literal cannot carry (NUL octets); only where the
+        server offers BINARY.
     """
 
-    __slots__ = ("body", "arguments", "origin", "mailbox")
+    __slots__ = ("body", "arguments", "origin", "mailbox", "binary")
 
     def __init__(
-        self, body: bytes | bytearray | StreamedBody, arguments: bytes, origin: object
+        self,
+        body: bytes | bytearray | StreamedBody,
+        arguments: bytes,
+        origin: object,
+        binary: bool = False,
     ) -> None:
         self.body = body
         self.arguments = arguments
         self.origin = origin
         self.mailbox = b""
+        self.binary = binary
 
 
 _flagArguments: dict[tuple[str, ...], bytes] = {}
@@ -638,12 +646,13 @@ class AppendPipeline:
                 prefix = b"%s APPEND %s%s" % (command.tag, message.mailbox, message.arguments)
             else:
                 prefix = message.arguments
+            opening = b" ~{" if message.binary else b" {"
             if sync or (minus and size > LITERAL_MINUS_LIMIT):
-                out.append(b"%s {%d}\r\n" % (prefix, size))
+                out.append(b"%s%s%d}\r\n" % (prefix, opening, size))
                 command.sentUpTo = index
                 self._blocked = command
                 return
-            out.append(b"%s {%d+}\r\n" % (prefix, size))
+            out.append(b"%s%s%d+}\r\n" % (prefix, opening, size))
             body = message.body
             if size > STREAM_THRESHOLD or isinstance(body, StreamedBody):
                 self._stream = _LiteralStream(command, index)

@@ -148,13 +148,47 @@ def _splitName(name: str) -> tuple[str, str | None]:
     return name[:i], None
 
 
-def _flagsOf(letters: str) -> tuple[str, ...]:
+def _flagsOf(letters: str, keywords: dict[str, str]) -> tuple[str, ...]:
     """
-    The IMAP flags of Maildir info letters (C{P}, "passed", has no IMAP
-    counterpart and is dropped).  Lowercase letters (Dovecot's
-    keywords, whose names live in C{dovecot-keywords}) are ignored for now.
+    The IMAP flags of Maildir info letters: the system flags (C{P},
+    "passed", has no IMAP counterpart and is dropped), then the keywords of
+    Dovecot's lowercase letters, in letter order.
+
+    @param keywords: the folder's C{dovecot-keywords}: letter to keyword.
     """
-    return maildirFlags(letters)
+    flags = maildirFlags(letters)
+    named = [keywords[c] for c in sorted(set(letters)) if "a" <= c <= "z" and c in keywords]
+    return flags + tuple(named) if named else flags
+
+
+# Dovecot names at most 26 keywords per folder, letters a-z, in this file.
+KEYWORDS_FILE = "dovecot-keywords"
+
+
+def readKeywords(directory: str) -> dict[str, str]:
+    """
+    Read a folder's C{dovecot-keywords} file: lines C{"<index> <keyword>"},
+    index 0 being letter C{a}.
+
+    @return: letter to keyword; empty when there is no such file (a Maildir
+        not written by Dovecot), and malformed lines are skipped.
+    """
+    try:
+        with open(os.path.join(directory, KEYWORDS_FILE), "rb") as f:
+            content = f.read(64 * 1024)
+    except OSError:
+        return {}
+    result: dict[str, str] = {}
+    for line in content.splitlines():
+        index, _, name = line.strip().partition(b" ")
+        if not index.isdigit() or not name or int(index) >= 26:
+            continue
+        try:
+            keyword = name.strip().decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        result[chr(ord("a") + int(index))] = keyword
+    return result
 
 
 def _leadingTimestamp(unique: str) -> int | None:
@@ -306,8 +340,9 @@ class MaildirSource:
 
     Messages: the files of C{cur/} and C{new/}, keyed by their unique name
     (before C{:2,}), which survives flag changes.  Flags come from the
-    letters after C{2,} (C{S R F D T}; C{P} has no IMAP counterpart);
-    Dovecot's keyword letters (C{a}-C{z}) are ignored for now.  Files in
+    letters after C{2,} (C{S R F D T}; C{P} has no IMAP counterpart), and
+    Dovecot's keyword letters (C{a}-C{z}) are the keywords its
+    C{dovecot-keywords} file names (a letter it does not name is dropped).  Files in
     C{new/} usually have no info part, hence no flags (not even
     C{\\Seen}); but Dovecot renames a file within C{new/} to
     C{name:2,FS} when its flags change before a client moves it to
@@ -418,6 +453,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
+        keywords = readKeywords(directory)
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
         for key, unique, index, name, letters in scanned:
             if not letters:
@@ -425,7 +461,7 @@ class MaildirSource:
             else:
                 cached = flagsByLetters.get(letters)
                 if cached is None:
-                    cached = flagsByLetters[letters] = _flagsOf(letters)
+                    cached = flagsByLetters[letters] = _flagsOf(letters, keywords)
                 flags = cached
             when: float | None = _leadingTimestamp(unique)
             size = _sizeField(unique)
