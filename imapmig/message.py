@@ -123,19 +123,31 @@ class StreamedBody:
     @ivar name: the file's name, for messages.
     """
 
-    __slots__ = ("_fd", "_sourceSize", "_size", "name")
+    __slots__ = ("_fd", "_sourceSize", "_size", "name", "hasNUL", "isASCII")
 
-    def __init__(self, fd: int, sourceSize: int, size: int, name: str) -> None:
+    def __init__(
+        self,
+        fd: int,
+        sourceSize: int,
+        size: int,
+        name: str,
+        hasNUL: bool = False,
+        isASCII: bool = True,
+    ) -> None:
         """
         @param fd: the open file; this object owns and closes it.
         @param sourceSize: its size in octets.
         @param size: its size converted to CRLF.
         @param name: the file's name.
+        @param hasNUL: whether it holds a NUL octet.
+        @param isASCII: whether every octet is 7-bit ASCII.
         """
         self._fd = fd
         self._sourceSize = sourceSize
         self._size = size
         self.name = name
+        self.hasNUL = hasNUL
+        self.isASCII = isASCII
 
     @classmethod
     def fromDescriptor(cls, fd: int, name: str, readSize: int = 1024 * 1024) -> StreamedBody:
@@ -148,12 +160,17 @@ class StreamedBody:
         @raise OSError: it cannot be read.
         """
         size = sourceSize = 0
-        afterCR = False
+        afterCR = hasNUL = False
+        isASCII = True
         while chunk := os.pread(fd, readSize, sourceSize):
             size += len(_crlfPiece(chunk, afterCR))
             afterCR = chunk[-1:] == b"\r"
             sourceSize += len(chunk)
-        return cls(fd, sourceSize, size, name)
+            if isASCII and not chunk.isascii():
+                isASCII = False
+            if not hasNUL and b"\x00" in chunk:
+                hasNUL = True
+        return cls(fd, sourceSize, size, name, hasNUL, isASCII)
 
     def __len__(self) -> int:
         return self._size
@@ -169,11 +186,27 @@ class StreamedBody:
             fd, self._fd = self._fd, -1
             os.close(fd)
 
-    def slices(self, readSize: int) -> Iterator[bytes]:
+    def head(self, length: int) -> bytes:
+        """
+        The first C{length} octets of the converted message (all of it if
+        shorter).
+        """
+        pieces: list[bytes] = []
+        have = 0
+        for piece in self.slices(max(length, 4096), verify=False):
+            pieces.append(piece)
+            have += len(piece)
+            if have >= length:
+                break
+        return b"".join(pieces)[:length]
+
+    def slices(self, readSize: int, verify: bool = True) -> Iterator[bytes]:
         """
         The converted message, from its start, in pieces of about
         C{readSize} octets (at most twice that: each LF gains a CR).
 
+        @param verify: check that the whole file still gives the size
+            announced.
         @raise OSError: the file cannot be read, or no longer gives the
             size announced (raised before any octet beyond it is given).
         """
@@ -190,7 +223,7 @@ class StreamedBody:
             if given > self._size:
                 break
             yield piece
-        if given != self._size or os.fstat(self._fd).st_size != self._sourceSize:
+        if verify and (given != self._size or os.fstat(self._fd).st_size != self._sourceSize):
             raise OSError(f"{self.name} changed while being sent")
 
 

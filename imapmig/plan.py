@@ -6,6 +6,7 @@ cut into units.  No I/O, no Deferreds.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Collection, Iterator, Sequence
 
 from attrs import frozen
@@ -138,3 +139,146 @@ def chunks(
                 break
         yield messages[start:end]
         start = end
+
+
+# Folder rules and mapping.
+
+
+@frozen
+class FolderRules:
+    """
+    A job's folder rules.
+
+    Patterns and names are folder paths written with C{/} between levels,
+    whatever the separators of the source and the destination
+    (C{"Archive/2019"}); C{INBOX} matches in any case.  In patterns, C{*}
+    matches any run of characters, C{/} included, and C{?} one character
+    (C{fnmatch}, case-sensitive).
+
+    @ivar include: when not empty, only folders matching one of these.
+    @ivar exclude: folders matching one of these are left out (exclusion
+        wins over inclusion).
+    @ivar rename: source path to destination path, applied to the folder
+        and its subfolders (renaming C{"Old"} to C{"New"} turns C{"Old/x"}
+        into C{"New/x"}); the longest matching source path wins.
+    """
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()
+
+
+def folderName(path: tuple[str, ...]) -> str:
+    """
+    A folder path as folder rules write it: levels joined with C{/}, a
+    top-level C{INBOX} in upper case.
+    """
+    parts = list(path)
+    if parts and parts[0].upper() == "INBOX":
+        parts[0] = "INBOX"
+    return "/".join(parts)
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatchcase(name, _inboxUpper(pattern)) for pattern in patterns)
+
+
+def _inboxUpper(pattern: str) -> str:
+    head, sep, tail = pattern.partition("/")
+    return "INBOX" + sep + tail if head.upper() == "INBOX" else pattern
+
+
+def isIncluded(path: tuple[str, ...], rules: FolderRules) -> bool:
+    """
+    Whether the rules keep the folder C{path}.
+    """
+    name = folderName(path)
+    if rules.include and not _matches(name, rules.include):
+        return False
+    return not _matches(name, rules.exclude)
+
+
+def renamedPath(path: tuple[str, ...], rules: FolderRules) -> tuple[str, ...] | None:
+    """
+    The destination path the rename rules give C{path}, or L{None} when no
+    rule applies.
+    """
+    best: tuple[int, tuple[str, ...]] | None = None
+    name = folderName(path)
+    for source, target in rules.rename:
+        source = folderName(tuple(source.split("/")))
+        if name == source or name.startswith(source + "/"):
+            rest = name[len(source) :].lstrip("/")
+            newPath = tuple(p for p in target.split("/") if p) + (
+                tuple(rest.split("/")) if rest else ()
+            )
+            if best is None or len(source) > best[0]:
+                best = (len(source), newPath)
+    return None if best is None else best[1]
+
+
+@frozen
+class FolderMapping:
+    """
+    Where one source folder goes.
+
+    @ivar folder: the source folder.
+    @ivar path: the destination folder's hierarchy.
+    @ivar mailbox: the destination mailbox name (with the destination's
+        delimiter).
+    @ivar specialUse: the RFC 6154 use to give the mailbox if it must be
+        created (the source folder's use, when the destination has no
+        mailbox of that use yet).
+    @ivar how: why it goes there, for the log: C{"name"}, C{"rename"} or
+        C{"special-use"}.
+    """
+
+    folder: SourceFolder
+    path: tuple[str, ...]
+    mailbox: str
+    specialUse: str | None
+    how: str
+
+
+def mapFolders(
+    folders: Sequence[SourceFolder],
+    rules: FolderRules,
+    delimiter: str | None,
+    destinationUses: dict[str, str],
+) -> tuple[list[FolderMapping], list[SourceFolder]]:
+    """
+    Map the source folders onto destination mailboxes.
+
+    In order: folders the rules leave out are set aside; a rename rule
+    decides the destination path; otherwise a folder with a SPECIAL-USE
+    attribute goes to the destination's mailbox of the same use, whatever
+    its name (C{"Gesendete Objekte"} with C{\\Sent} lands in the
+    destination's C{"Sent"}); otherwise the folder keeps its path, its
+    levels joined with the destination's delimiter.  Several source folders
+    may land in one mailbox (their messages are merged).
+
+    @param destinationUses: the destination's mailboxes by special use
+        (C{"\\Sent"} to C{"Sent"}).
+    @return: the mappings, in the order of C{folders}, and the folders
+        left out.
+    """
+    mappings: list[FolderMapping] = []
+    excluded: list[SourceFolder] = []
+    for folder in folders:
+        if not isIncluded(folder.path, rules):
+            excluded.append(folder)
+            continue
+        renamed = renamedPath(folder.path, rules)
+        if renamed is not None:
+            mailbox = destinationMailbox(renamed, delimiter)
+            mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
+            continue
+        use = folder.specialUse
+        if use is not None and use in destinationUses:
+            mailbox = destinationUses[use]
+            path = tuple(mailbox.split(delimiter)) if delimiter else (mailbox,)
+            mappings.append(FolderMapping(folder, path, mailbox, None, "special-use"))
+            continue
+        mailbox = destinationMailbox(folder.path, delimiter)
+        mappings.append(FolderMapping(folder, folder.path, mailbox, use, "name"))
+    return mappings, excluded

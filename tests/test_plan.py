@@ -9,13 +9,19 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.message import SourceFolder, SourceMessage
 from imapmig.plan import (
+    FolderMapping,
+    FolderRules,
     WorkUnit,
     chooseUnit,
     chunks,
     cutUnits,
     destinationMailbox,
+    folderName,
+    isIncluded,
     mailboxesToCreate,
+    mapFolders,
     pendingMessages,
+    renamedPath,
 )
 
 
@@ -112,3 +118,92 @@ class WorkTests(SynchronousTestCase):
         self.assertEqual(chooseUnit(units, None, {"A"}), 2)
         self.assertEqual(chooseUnit(units, None, {"A", "B", "C"}), 0)
         self.assertEqual(chooseUnit(units, "Z", set()), 0)
+
+
+class FolderRulesTests(SynchronousTestCase):
+    """
+    Include and exclude patterns, and renames.
+    """
+
+    def test_folderName(self) -> None:
+        """
+        Rules see paths joined with C{/}, a top-level INBOX in upper case.
+        """
+        self.assertEqual(folderName(("inbox", "a.b", "c")), "INBOX/a.b/c")
+        self.assertEqual(folderName(("Archive",)), "Archive")
+
+    def test_includeExclude(self) -> None:
+        """
+        Without include patterns everything is kept; exclusion wins over
+        inclusion; C{*} crosses levels; INBOX matches in any case.
+        """
+        self.assertTrue(isIncluded(("A",), FolderRules()))
+        rules = FolderRules(include=("Archive*", "inbox"), exclude=("Archive/2019/*",))
+        self.assertTrue(isIncluded(("INBOX",), rules))
+        self.assertTrue(isIncluded(("Archive",), rules))
+        self.assertTrue(isIncluded(("Archive", "2020", "Q1"), rules))
+        self.assertTrue(isIncluded(("Archive", "2019"), rules))
+        self.assertFalse(isIncluded(("Archive", "2019", "Q1"), rules))
+        self.assertFalse(isIncluded(("Trash",), rules))
+        self.assertFalse(isIncluded(("Spam",), FolderRules(exclude=("Spam",))))
+
+    def test_rename(self) -> None:
+        """
+        A rename applies to the folder and its subfolders; the longest
+        matching source wins; other folders are not renamed.
+        """
+        rules = FolderRules(
+            rename=(("Old", "New/Place"), ("Old/Keep", "Kept"), ("inbox/x", "X"))
+        )
+        self.assertEqual(renamedPath(("Old",), rules), ("New", "Place"))
+        self.assertEqual(renamedPath(("Old", "a", "b"), rules), ("New", "Place", "a", "b"))
+        self.assertEqual(renamedPath(("Old", "Keep", "z"), rules), ("Kept", "z"))
+        self.assertEqual(renamedPath(("INBOX", "x"), rules), ("X",))
+        self.assertIsNone(renamedPath(("Older",), rules))
+
+
+class MapFoldersTests(SynchronousTestCase):
+    """
+    L{mapFolders}: rules, renames, special use, then names.
+    """
+
+    def test_order(self) -> None:
+        """
+        Excluded folders are set aside; a rename wins over special use;
+        a folder with a use the destination has lands in that mailbox
+        whatever its name; others keep their path, joined with the
+        destination's delimiter, and carry their use for creation.
+        """
+        sent = SourceFolder(("Gesendete Objekte",), "s", "\\Sent")
+        drafts = SourceFolder(("Entwürfe",), "d", "\\Drafts")
+        junk = SourceFolder(("Spam",), "j", "\\Junk")
+        trash = SourceFolder(("Papierkorb",), "t", "\\Trash")
+        plain = SourceFolder(("Archiv", "2019"), "a")
+        skipped = SourceFolder(("Tmp",), "x")
+        mappings, excluded = mapFolders(
+            [sent, drafts, junk, trash, plain, skipped],
+            FolderRules(exclude=("Tmp",), rename=(("Papierkorb", "Old Trash"),)),
+            "/",
+            {"\\Sent": "Sent", "\\Drafts": "Drafts", "\\Trash": "Trash"},
+        )
+        self.assertEqual(excluded, [skipped])
+        self.assertEqual(
+            mappings,
+            [
+                FolderMapping(sent, ("Sent",), "Sent", None, "special-use"),
+                FolderMapping(drafts, ("Drafts",), "Drafts", None, "special-use"),
+                FolderMapping(junk, ("Spam",), "Spam", "\\Junk", "name"),
+                FolderMapping(trash, ("Old Trash",), "Old Trash", "\\Trash", "rename"),
+                FolderMapping(plain, ("Archiv", "2019"), "Archiv/2019", None, "name"),
+            ],
+        )
+
+    def test_specialUseNestedDestination(self) -> None:
+        """
+        A destination special-use mailbox below another level keeps its
+        hierarchy in the mapping's path.
+        """
+        sent = SourceFolder(("Sent",), "s", "\\Sent")
+        mappings, _ = mapFolders([sent], FolderRules(), ".", {"\\Sent": "INBOX.Sent"})
+        self.assertEqual(mappings[0].path, ("INBOX", "Sent"))
+        self.assertEqual(mappings[0].mailbox, "INBOX.Sent")
