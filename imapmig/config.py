@@ -23,14 +23,18 @@ from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.ssl import Certificate
 
 from imapmig.errors import ConfigError
+from imapmig.plan import FolderRules
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = [
     "Config",
     "DestinationConfig",
     "EmlSourceConfig",
+    "FolderRules",
+    "ImapSourceConfig",
     "JobConfig",
     "MaildirSourceConfig",
+    "MboxSourceConfig",
     "PipelineConfig",
     "Secret",
     "ServerConfig",
@@ -119,7 +123,38 @@ class EmlSourceConfig:
     folder: tuple[str, ...]
 
 
-SourceConfig = MaildirSourceConfig | EmlSourceConfig
+@frozen
+class MboxSourceConfig:
+    """
+    An mbox file (one folder, INBOX), or a directory of mbox files (one
+    folder each), to migrate.
+
+    @ivar path: the file's or directory's absolute path.
+    @ivar quoting: how C{From } lines in bodies were escaped: C{"mboxrd"}
+        (every C{>*From } got one more C{>}) or C{"mboxo"} (only
+        C{From } became C{>From }).
+    """
+
+    path: str
+    quoting: str
+
+
+@frozen
+class ImapSourceConfig:
+    """
+    An account on an IMAP server to migrate from (read-only).
+
+    @ivar server: the server holding the account.
+    @ivar user: the login name.
+    @ivar password: the password (redacted in C{repr}).
+    """
+
+    server: ServerConfig
+    user: str
+    password: Secret
+
+
+SourceConfig = MaildirSourceConfig | EmlSourceConfig | MboxSourceConfig | ImapSourceConfig
 
 
 @frozen
@@ -146,6 +181,11 @@ class JobConfig:
         resource and the state store.
     @ivar connections: parallel connections to the destination.
     @ivar pipeline: the APPEND pipeline's limits for each connection.
+    @ivar folders: which folders to migrate, and where.
+    @ivar identity: how messages already in the destination are recognised:
+        C{"fingerprint"} (Message-ID, a digest of the first header octets,
+        and the size), C{"message-id"} (Message-ID alone, for messages some
+        tool altered), or C{"off"} (the state store only).
     """
 
     name: str
@@ -153,6 +193,8 @@ class JobConfig:
     destination: DestinationConfig
     connections: int
     pipeline: PipelineConfig
+    folders: FolderRules = FolderRules()
+    identity: str = "fingerprint"
 
 
 @frozen
@@ -222,8 +264,15 @@ _TOP_KEYS = ("state", "status", "servers", "defaults", "jobs")
 _STATUS_KEYS = ("listen",)
 _SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout", "compress")
 _DEFAULTS_KEYS = tuple(s.key for s in _SETTINGS)
-_JOB_KEYS = ("name", "source", "destination") + _DEFAULTS_KEYS
-_SOURCE_KEYS = ("maildir", "eml_dir", "folder")
+_JOB_KEYS = ("name", "source", "destination", "folders", "identity") + _DEFAULTS_KEYS
+_SOURCE_KEYS = (
+    "maildir", "eml_dir", "folder", "mbox", "quoting",
+    "server", "user", "password", "password_file",
+)  # fmt: skip
+_SOURCE_KINDS = ("maildir", "eml_dir", "mbox", "server")
+_FOLDERS_KEYS = ("include", "exclude", "rename")
+_IDENTITIES = ("fingerprint", "message-id", "off")
+_QUOTINGS = ("mboxrd", "mboxo")
 _DESTINATION_KEYS = ("server", "user", "password", "password_file")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
@@ -1008,11 +1057,35 @@ class _ConfigParser:
         source = None
         if "source" not in job:
             self._problem(
-                _key(path, "source"), "missing: give {maildir: DIR} or {eml_dir: DIR}"
+                _key(path, "source"),
+                "missing: give {maildir: DIR}, {eml_dir: DIR}, {mbox: PATH}"
+                " or {server: NAME, user: USER, password_file: FILE}",
             )
         else:
-            source = self._readSource(job["source"], _key(path, "source"))
+            source = self._readSource(job["source"], _key(path, "source"), servers)
         ok = ok and source is not None
+
+        folders = FolderRules()
+        if "folders" in job:
+            rules = self._readFolderRules(job["folders"], _key(path, "folders"))
+            if rules is None:
+                ok = False
+            else:
+                folders = rules
+
+        identity = "fingerprint"
+        if "identity" in job:
+            written = self._readString(job["identity"], _key(path, "identity"))
+            if written is None:
+                ok = False
+            elif written not in _IDENTITIES:
+                self._problem(
+                    _key(path, "identity"),
+                    f"unknown identity check {written!r}: use one of {', '.join(_IDENTITIES)}",
+                )
+                ok = False
+            else:
+                identity = written
 
         destination = None
         if "destination" not in job:
@@ -1054,32 +1127,55 @@ class _ConfigParser:
                 batchMessages=settings[_BATCH_MESSAGES.key],
                 batchBytes=settings[_BATCH_BYTES.key],
             ),
+            folders=folders,
+            identity=identity,
         )
 
-    def _readSource(self, value: object, path: str) -> SourceConfig | None:
+    def _readSource(
+        self,
+        value: object,
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+    ) -> SourceConfig | None:
         """
-        Read a job's C{source}: exactly one of C{maildir} and C{eml_dir}.
+        Read a job's C{source}: exactly one of C{maildir}, C{eml_dir},
+        C{mbox} and C{server}, with the keys that kind takes.
         """
         source = self._readMapping(value, path, _SOURCE_KEYS)
         if source is None:
             return None
-        kinds = [kind for kind in ("maildir", "eml_dir") if kind in source]
+        kinds = [kind for kind in _SOURCE_KINDS if kind in source]
         if len(kinds) != 1:
             self._problem(
                 path,
-                "give exactly one of maildir: DIR or eml_dir: DIR"
-                + (", not both" if kinds else ""),
+                "give exactly one of maildir: DIR, eml_dir: DIR, mbox: PATH"
+                " or server: NAME" + (f", not {' and '.join(kinds)}" if kinds else ""),
             )
             return None
-        if kinds == ["maildir"]:
-            if "folder" in source:
+        (kind,) = kinds
+        allowed = {
+            "maildir": {"maildir"},
+            "eml_dir": {"eml_dir", "folder"},
+            "mbox": {"mbox", "quoting"},
+            "server": {"server", "user", "password", "password_file"},
+        }[kind]
+        extra = sorted(set(source) - allowed)
+        if extra:
+            for key in extra:
                 self._problem(
-                    _key(path, "folder"),
-                    "applies only to eml_dir sources"
-                    " (a Maildir brings its own folders)",
+                    _key(path, key),
+                    f"does not apply to a {kind} source (it takes: {', '.join(sorted(allowed))})",
                 )
-                return None
+            return None
+        if kind == "maildir":
             return self._readMaildir(source["maildir"], _key(path, "maildir"))
+        if kind == "mbox":
+            return self._readMbox(source, path)
+        if kind == "server":
+            account = self._readAccount(source, path, servers)
+            if account is None:
+                return None
+            return ImapSourceConfig(*account)
         directory = self._readDirectory(source["eml_dir"], _key(path, "eml_dir"))
         folder = self._readFolder(
             source.get("folder", _DEFAULT_FOLDER), _key(path, "folder")
@@ -1087,6 +1183,100 @@ class _ConfigParser:
         if directory is None or folder is None:
             return None
         return EmlSourceConfig(path=directory, folder=folder)
+
+    def _readMbox(self, source: Mapping[str, object], path: str) -> MboxSourceConfig | None:
+        """
+        Read an mbox source: an existing file or directory, and its quoting.
+        """
+        written = self._readString(source["mbox"], _key(path, "mbox"))
+        quoting = "mboxrd"
+        ok = written is not None
+        if "quoting" in source:
+            value = self._readString(source["quoting"], _key(path, "quoting"))
+            if value is None:
+                ok = False
+            elif value not in _QUOTINGS:
+                self._problem(
+                    _key(path, "quoting"),
+                    f"unknown mbox quoting {value!r}: use mboxrd (the default) or mboxo",
+                )
+                ok = False
+            else:
+                quoting = value
+        if written is None or not ok:
+            return None
+        resolved = self._resolve(written)
+        if not os.path.exists(resolved):
+            self._problem(_key(path, "mbox"), f"{resolved} does not exist")
+            return None
+        if not (os.path.isfile(resolved) or os.path.isdir(resolved)):
+            self._problem(
+                _key(path, "mbox"), f"{resolved} is neither an mbox file nor a directory"
+            )
+            return None
+        if not os.access(resolved, os.R_OK):
+            self._problem(_key(path, "mbox"), f"{resolved} is not readable")
+            return None
+        return MboxSourceConfig(path=resolved, quoting=quoting)
+
+    def _readFolderRules(self, value: object, path: str) -> FolderRules | None:
+        """
+        Read a job's C{folders}: C{include} and C{exclude} lists of
+        patterns, and a C{rename} mapping, all with C{/} between levels.
+        """
+        rules = self._readMapping(value, path, _FOLDERS_KEYS)
+        if rules is None:
+            return None
+        ok = True
+        patterns: dict[str, tuple[str, ...]] = {}
+        for key in ("include", "exclude"):
+            if key not in rules:
+                patterns[key] = ()
+                continue
+            items = rules[key]
+            if isinstance(items, str):
+                items = [items]
+            if not isinstance(items, list):
+                self._problem(
+                    _key(path, key), f"expected a list of folder patterns, not {_describe(items)}"
+                )
+                ok = False
+                continue
+            read = []
+            for index, item in enumerate(items):
+                pattern = self._readString(item, f"{_key(path, key)}[{index}]")
+                if pattern is None:
+                    ok = False
+                elif not pattern.strip("/"):
+                    self._problem(f"{_key(path, key)}[{index}]", "an empty folder pattern")
+                    ok = False
+                else:
+                    read.append(pattern.strip("/"))
+            patterns[key] = tuple(read)
+        renames: list[tuple[str, str]] = []
+        if "rename" in rules:
+            mapping = rules["rename"]
+            if not isinstance(mapping, dict):
+                self._problem(
+                    _key(path, "rename"),
+                    "expected a mapping of source folder to destination folder"
+                    f" (e.g. {{Sent Items: Sent}}), not {_describe(mapping)}",
+                )
+                ok = False
+            else:
+                for source, target in mapping.items():
+                    where = f"{_key(path, 'rename')}[{source!r}]"
+                    sourcePath = self._readFolder(source, where)
+                    targetPath = self._readFolder(target, where)
+                    if sourcePath is None or targetPath is None:
+                        ok = False
+                    else:
+                        renames.append(("/".join(sourcePath), "/".join(targetPath)))
+        if not ok:
+            return None
+        return FolderRules(
+            include=patterns["include"], exclude=patterns["exclude"], rename=tuple(renames)
+        )
 
     def _readMaildir(self, value: object, path: str) -> MaildirSourceConfig | None:
         """
@@ -1138,6 +1328,21 @@ class _ConfigParser:
         destination = self._readMapping(value, path, _DESTINATION_KEYS)
         if destination is None:
             return None
+        account = self._readAccount(destination, path, servers)
+        if account is None:
+            return None
+        return DestinationConfig(*account)
+
+    def _readAccount(
+        self,
+        destination: Mapping[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+    ) -> tuple[ServerConfig, str, Secret] | None:
+        """
+        Read an account: C{server} (one of C{servers}), C{user}, and the
+        password.
+        """
         ok = True
 
         server = None
@@ -1175,7 +1380,7 @@ class _ConfigParser:
         if not ok:
             return None
         assert server is not None and user is not None and password is not None
-        return DestinationConfig(server=server, user=user, password=password)
+        return server, user, password
 
     def _readPassword(
         self, destination: Mapping[str, object], path: str

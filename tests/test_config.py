@@ -23,7 +23,10 @@ from imapmig import config
 from imapmig.config import (
     Config,
     EmlSourceConfig,
+    FolderRules,
+    ImapSourceConfig,
     MaildirSourceConfig,
+    MboxSourceConfig,
     PipelineConfig,
     ServerConfig,
     StatusConfig,
@@ -547,6 +550,10 @@ class ExampleFileTests(ConfigTestCase):
                 replacements[source["maildir"]] = self.maildir
             if "eml_dir" in source:
                 replacements[source["eml_dir"]] = self.emlDir
+            if "mbox" in source:
+                replacements[source["mbox"]] = self.emlDir
+            if "password_file" in source:
+                replacements[source["password_file"]] = self.passwordFile
             if "password_file" in job["destination"]:
                 replacements[job["destination"]["password_file"]] = self.passwordFile
         for written, replacement in replacements.items():
@@ -572,7 +579,12 @@ class ExampleFileTests(ConfigTestCase):
             (config._SERVER_KEYS, {key for server in servers for key in server}),
             (config._DEFAULTS_KEYS, set(document["defaults"])),
             (config._JOB_KEYS, {key for job in jobs for key in job}),
-            (config._SOURCE_KEYS, {key for job in jobs for key in job["source"]}),
+            # An IMAP source takes a password like a destination; the
+            # example shows the inline form under destination only.
+            (
+                tuple(set(config._SOURCE_KEYS) - {"password"}),
+                {key for job in jobs for key in job["source"]},
+            ),
             (
                 config._DESTINATION_KEYS,
                 {key for job in jobs for key in job["destination"]},
@@ -1071,7 +1083,7 @@ class ProblemTests(ConfigTestCase):
         document["jobs"][1]["source"]["folder"] = "Archive//2019"
         problems = self.problems(document)
         self.assertEqual(len(problems), 2, problems)
-        self.assertProblem(problems, "jobs[0].source.folder", "only to eml_dir")
+        self.assertProblem(problems, "jobs[0].source.folder", "does not apply to a maildir source")
         self.assertProblem(problems, "jobs[1].source.folder", "'Archive//2019'")
 
     def test_missingSections(self) -> None:
@@ -1240,3 +1252,120 @@ class ReadPasswordFileTests(SynchronousTestCase):
         writeFile(self.path, b"caf\xe9\n")
         error = self.assertRaises(PasswordFileError, readPasswordFile, self.path)
         self.assertEqual(str(error), f"password file {self.path} is not UTF-8 text")
+
+
+class SourceKindsTests(ConfigTestCase):
+    """
+    mbox and IMAP sources, folder rules and the identity check.
+    """
+
+    def test_mboxFileAndDirectory(self) -> None:
+        """
+        An mbox source names an existing file or directory; quoting defaults
+        to mboxrd.
+        """
+        mbox = writeFile(os.path.join(self.directory, "inbox.mbox"), "From a Mon Jan  1 00:00:00 2001\n\n")
+        document = self.document()
+        document["jobs"][0]["source"] = {"mbox": mbox}
+        document["jobs"][1]["source"] = {"mbox": self.emlDir, "quoting": "mboxo"}
+        loaded = parseConfig(document, self.configPath)
+        self.assertEqual(loaded.jobs[0].source, MboxSourceConfig(mbox, "mboxrd"))
+        self.assertEqual(loaded.jobs[1].source, MboxSourceConfig(self.emlDir, "mboxo"))
+
+    def test_mboxProblems(self) -> None:
+        """
+        A missing mbox path and an unknown quoting are reported at their
+        keys; a key of another source kind is refused by name.
+        """
+        document = self.document()
+        document["jobs"][0]["source"] = {"mbox": "/nonexistent/x.mbox"}
+        document["jobs"][1]["source"] = {"mbox": self.emlDir, "quoting": "mboxcl9", "folder": "X"}
+        problems = self.problems(document)
+        self.assertProblem(problems, "jobs[0].source.mbox", "/nonexistent/x.mbox does not exist")
+        self.assertProblem(problems, "jobs[1].source.folder", "does not apply to a mbox source")
+
+    def test_imapSource(self) -> None:
+        """
+        An IMAP source names a server, a user and a password, like a
+        destination.
+        """
+        document = self.document()
+        document["servers"]["old"] = {"endpoint": "tls:old.example.org:993"}
+        document["jobs"][0]["source"] = {
+            "server": "old",
+            "user": "alice-old",
+            "password_file": self.passwordFile,
+        }
+        loaded = parseConfig(document, self.configPath)
+        source = loaded.jobs[0].source
+        assert isinstance(source, ImapSourceConfig)
+        self.assertEqual(source.server.name, "old")
+        self.assertEqual(source.user, "alice-old")
+        self.assertEqual(source.password.value, FILE_PASSWORD)
+
+    def test_imapSourceProblems(self) -> None:
+        """
+        An unknown server and a missing password are reported under
+        C{source}.
+        """
+        document = self.document()
+        document["jobs"][0]["source"] = {"server": "nope", "user": "a"}
+        problems = self.problems(document)
+        self.assertProblem(problems, "jobs[0].source.server", "no server named 'nope'")
+        self.assertProblem(problems, "jobs[0].source", "missing password")
+
+    def test_twoKinds(self) -> None:
+        """
+        Two source kinds at once are refused, naming both.
+        """
+        document = self.document()
+        document["jobs"][0]["source"] = {"maildir": self.maildir, "mbox": self.emlDir}
+        self.assertOnlyProblem(document, "jobs[0].source", "not maildir and mbox")
+
+    def test_folderRules(self) -> None:
+        """
+        include, exclude (a list or one string) and rename are read into
+        L{FolderRules}, paths with C{/}; defaults: everything, no rename,
+        identity by fingerprint.
+        """
+        document = self.document()
+        document["jobs"][0]["folders"] = {
+            "include": ["INBOX", "Archive*"],
+            "exclude": "Archive/Old",
+            "rename": {"Sent Items": "Sent", "A/B": "C/D"},
+        }
+        document["jobs"][0]["identity"] = "message-id"
+        loaded = parseConfig(document, self.configPath)
+        self.assertEqual(
+            loaded.jobs[0].folders,
+            FolderRules(
+                include=("INBOX", "Archive*"),
+                exclude=("Archive/Old",),
+                rename=(("Sent Items", "Sent"), ("A/B", "C/D")),
+            ),
+        )
+        self.assertEqual(loaded.jobs[0].identity, "message-id")
+        self.assertEqual(loaded.jobs[1].folders, FolderRules())
+        self.assertEqual(loaded.jobs[1].identity, "fingerprint")
+
+    def test_folderRulesProblems(self) -> None:
+        """
+        Wrong types, empty patterns, bad rename targets and an unknown
+        identity are each reported at their path.
+        """
+        document = self.document()
+        document["jobs"][0]["folders"] = {
+            "include": {"a": 1},
+            "exclude": ["ok", ""],
+            "rename": {"A": "B//C"},
+            "bogus": 1,
+        }
+        document["jobs"][1]["folders"] = {"rename": ["A", "B"]}
+        document["jobs"][1]["identity"] = "sha1"
+        problems = self.problems(document)
+        self.assertProblem(problems, "jobs[0].folders.include", "expected a list of folder patterns")
+        self.assertProblem(problems, "jobs[0].folders.exclude[1]", "must not be empty")
+        self.assertProblem(problems, "jobs[0].folders.rename['A']", "an empty name between slashes")
+        self.assertProblem(problems, "jobs[0].folders.bogus", "")
+        self.assertProblem(problems, "jobs[1].folders.rename", "expected a mapping")
+        self.assertProblem(problems, "jobs[1].identity", "unknown identity check 'sha1'")
