@@ -109,40 +109,24 @@ class MemorySource:
             d.callback(bodies)
 
 
-@implementer(IStateStore)
-class RecordingStateStore:
+class RecordingStateStore(MemoryStateStore):
     """
     A L{MemoryStateStore} that remembers every C{recordOutcomes} batch, and
     refuses to record them with C{failWith} if set.
     """
 
     def __init__(self) -> None:
-        self.memory = MemoryStateStore()
+        super().__init__()
+        self.memory = self
         self.batches: list[list[MessageOutcome]] = []
         self.failWith: Exception | None = None
-
-    def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
-        "See L{IStateStore.appendedKeys}."
-        return self.memory.appendedKeys(job, folderKey)
 
     def recordOutcomes(self, job: str, outcomes: Sequence[MessageOutcome]) -> Deferred[None]:
         "See L{IStateStore.recordOutcomes}; the batch is remembered."
         self.batches.append(list(outcomes))
         if self.failWith is not None:
             return fail(self.failWith)
-        return self.memory.recordOutcomes(job, outcomes)
-
-    def failures(self, job: str) -> Deferred[list[MessageOutcome]]:
-        "See L{IStateStore.failures}."
-        return self.memory.failures(job)
-
-    def summary(self, job: str) -> Deferred[tuple[int, int]]:
-        "See L{IStateStore.summary}."
-        return self.memory.summary(job)
-
-    def close(self) -> None:
-        "See L{IStateStore.close}."
-        self.memory.close()
+        return super().recordOutcomes(job, outcomes)
 
     def outcomes(self) -> dict[tuple[str, str], MessageOutcome]:
         """

@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 
@@ -56,6 +56,70 @@ def failed(folderKey: str, messageKey: str, why: str = "NO [TOOBIG] too big") ->
     )
 
 
+def present(folderKey: str, messageKey: str, uid: int | None = None) -> MessageOutcome:
+    """
+    An outcome saying that message C{messageKey} of C{folderKey} was found
+    already in the destination (as UID C{uid}, if known) and not appended.
+    """
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=folderKey,
+        size=100,
+        uidValidity=None if uid is None else 7,
+        uid=uid,
+        alreadyPresent=True,
+    )
+
+
+def noted(
+    folderKey: str, messageKey: str, note: str = "keyword 'two words' dropped"
+) -> MessageOutcome:
+    """
+    An outcome saying that message C{messageKey} of C{folderKey} was
+    appended, with C{note} on what was not carried over exactly.
+    """
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=folderKey,
+        size=100,
+        note=note,
+    )
+
+
+MARK = FolderMark(uidValidity=1700000000, uidNext=4711, highestModSeq=2**62, messages=4000)
+
+
+class MessageOutcomeTests(SynchronousTestCase):
+    """
+    Tests for the L{MessageOutcome} value.
+    """
+
+    def test_positionalDefaults(self) -> None:
+        """
+        An outcome built positionally, as before the fidelity fields were
+        added, has no note, was not already present, and had no line
+        endings converted.
+        """
+        outcome = MessageOutcome("", "m1", "INBOX", 10, 5, 1)
+        self.assertEqual(
+            (outcome.failure, outcome.note, outcome.alreadyPresent, outcome.lineEndingsConverted),
+            (None, None, False, False),
+        )
+        self.assertTrue(outcome.appended)
+
+    def test_appended(self) -> None:
+        """
+        L{MessageOutcome.appended} is whether the message is in the
+        destination: true for one already present or carrying a note, false
+        for a failure.
+        """
+        self.assertTrue(present("INBOX", "1").appended)
+        self.assertTrue(noted("INBOX", "1").appended)
+        self.assertFalse(failed("INBOX", "1").appended)
+
+
 class StateStoreBehaviourMixin(_MixinBase):
     """
     The behaviour every state store shares.  Mixed into a
@@ -82,6 +146,12 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), set())
         self.assertEqual(self.successResultOf(store.failures("job")), [])
         self.assertEqual(self.successResultOf(store.summary("job")), (0, 0))
+        self.assertEqual(
+            self.successResultOf(store.counts("job")), OutcomeCounts(0, 0, 0, 0, 0)
+        )
+        self.assertEqual(self.successResultOf(store.notes("job")), [])
+        self.assertEqual(self.successResultOf(store.destinationMap("job", "INBOX")), {})
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
 
     def test_emptyBatch(self) -> None:
         """
@@ -237,6 +307,22 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.successResultOf(store.recordOutcomes("job", batch[:2]))
         self.assertEqual(self.successResultOf(store.summary("job")), (2, 0))
 
+    def test_surrogateRefused(self) -> None:
+        """
+        A batch holding text that is not valid Unicode (a lone surrogate,
+        as C{surrogateescape} decoding leaves) fails with L{PermanentError}
+        and records none of its outcomes; so does a folder mark for such a
+        folder key.
+        """
+        store = self.makeStore()
+        batch = [appended("INBOX", "1"), noted("INBOX", "2", "keyword '\udcff' dropped")]
+        self.failureResultOf(store.recordOutcomes("job", batch), PermanentError)
+        self.assertEqual(self.successResultOf(store.summary("job")), (0, 0))
+        self.failureResultOf(
+            store.recordFolderMark("job", "Entw\udcfcrfe", MARK), PermanentError
+        )
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "Entw\u00fcrfe")))
+
     def test_closed(self) -> None:
         """
         After L{IStateStore.close}, every call fails with L{PermanentError};
@@ -249,6 +335,299 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.failureResultOf(store.appendedKeys("job", "INBOX"), PermanentError)
         self.failureResultOf(store.failures("job"), PermanentError)
         self.failureResultOf(store.summary("job"), PermanentError)
+        self.failureResultOf(store.counts("job"), PermanentError)
+        self.failureResultOf(store.notes("job"), PermanentError)
+        self.failureResultOf(store.destinationMap("job", "INBOX"), PermanentError)
+        self.failureResultOf(store.folderMark("job", "INBOX"), PermanentError)
+        self.failureResultOf(store.recordFolderMark("job", "INBOX", MARK), PermanentError)
+        self.failureResultOf(store.forgetFolder("job", "INBOX"), PermanentError)
+
+    def test_fidelityFieldsRoundTrip(self) -> None:
+        """
+        An outcome's note, already-present and line-endings flags come back
+        as recorded, through every method that returns outcomes.
+        """
+        store = self.makeStore()
+        inDestination = MessageOutcome(
+            folderKey="INBOX",
+            messageKey="1",
+            mailbox="INBOX",
+            size=1234,
+            uidValidity=9,
+            uid=77,
+            note="keyword 'two words' dropped: not a valid IMAP keyword — ü",
+            alreadyPresent=True,
+            lineEndingsConverted=True,
+        )
+        refused = MessageOutcome(
+            folderKey="INBOX",
+            messageKey="2",
+            mailbox="INBOX",
+            size=99,
+            failure="refused by server: NO [LIMIT] too big",
+            note="flag \\Recent dropped",
+            lineEndingsConverted=True,
+        )
+        plain = appended("INBOX", "3", uid=5)
+        self.successResultOf(store.recordOutcomes("job", [inDestination, refused, plain]))
+        self.assertEqual(self.successResultOf(store.failures("job")), [refused])
+        self.assertEqual(self.successResultOf(store.notes("job")), [inDestination])
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {"1": inDestination, "3": plain},
+        )
+
+    def test_fidelityFieldsReplaced(self) -> None:
+        """
+        A later outcome for the same message replaces the fidelity fields
+        too: a note, already-present or line-endings flag recorded earlier
+        does not linger.
+        """
+        store = self.makeStore()
+        earlier = MessageOutcome(
+            "INBOX", "1", "INBOX", 10, note="lost", alreadyPresent=True, lineEndingsConverted=True
+        )
+        self.successResultOf(store.recordOutcomes("job", [earlier]))
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "1", uid=3)]))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {"1": appended("INBOX", "1", uid=3)},
+        )
+        self.assertEqual(self.successResultOf(store.notes("job")), [])
+
+    def test_alreadyPresentIsAppended(self) -> None:
+        """
+        A message found already in the destination counts as appended for
+        L{IStateStore.appendedKeys} and L{IStateStore.summary}, so that a
+        later pass skips it.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes(
+                "job", [present("INBOX", "1", uid=4), appended("INBOX", "2"), failed("INBOX", "3")]
+            )
+        )
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "2"})
+        self.assertEqual(self.successResultOf(store.summary("job")), (2, 1))
+
+    def test_counts(self) -> None:
+        """
+        L{IStateStore.counts} counts a job's messages by their latest
+        outcome: copied (appended, not already present), already present,
+        failed, and, among those in the destination, with line endings
+        converted and with a note.
+        """
+        store = self.makeStore()
+        converted = MessageOutcome("INBOX", "4", "INBOX", 10, lineEndingsConverted=True)
+        convertedFailure = MessageOutcome(
+            "INBOX", "5", "INBOX", 10, failure="NO", note="lost", lineEndingsConverted=True
+        )
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    appended("INBOX", "1"),
+                    present("INBOX", "2", uid=8),
+                    present("Sent", "2"),
+                    noted("Sent", "3"),
+                    converted,
+                    convertedFailure,
+                    failed("Sent", "6"),
+                ],
+            )
+        )
+        self.successResultOf(store.recordOutcomes("other", [appended("INBOX", "1")]))
+        self.assertEqual(
+            self.successResultOf(store.counts("job")),
+            OutcomeCounts(
+                copied=3, alreadyPresent=2, failed=2, lineEndingsConverted=1, withNotes=1
+            ),
+        )
+        self.assertEqual(self.successResultOf(store.summary("job")), (5, 2))
+        self.assertEqual(
+            self.successResultOf(store.counts("other")), OutcomeCounts(1, 0, 0, 0, 0)
+        )
+
+    def test_countsLatestOutcome(self) -> None:
+        """
+        An outcome replaced by a later one is counted only as the later one.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes(
+                "job", [failed("INBOX", "1"), noted("INBOX", "2"), appended("INBOX", "3")]
+            )
+        )
+        self.successResultOf(
+            store.recordOutcomes(
+                "job", [present("INBOX", "1"), appended("INBOX", "2"), failed("INBOX", "3")]
+            )
+        )
+        self.assertEqual(
+            self.successResultOf(store.counts("job")),
+            OutcomeCounts(
+                copied=1, alreadyPresent=1, failed=1, lineEndingsConverted=0, withNotes=0
+            ),
+        )
+
+    def test_notesOrdered(self) -> None:
+        """
+        L{IStateStore.notes} returns the job's messages in the destination
+        that carry a note, ordered by folder key and then message key,
+        whatever the order they were recorded in; failed messages and
+        messages without a note are left out.
+        """
+        store = self.makeStore()
+        withNote = [
+            noted("Sent", "a", "flag $Junk dropped"),
+            noted("INBOX", "z"),
+            MessageOutcome(
+                "INBOX", "b", "INBOX", 5, note="internal date missing", alreadyPresent=True
+            ),
+            noted("Archive", "q"),
+        ]
+        self.successResultOf(
+            store.recordOutcomes(
+                "job", [withNote[0], failed("Archive", "a"), appended("INBOX", "c"), withNote[1]]
+            )
+        )
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    withNote[2],
+                    withNote[3],
+                    MessageOutcome("INBOX", "d", "INBOX", 5, failure="NO", note="lost"),
+                ],
+            )
+        )
+        self.successResultOf(store.recordOutcomes("other", [noted("INBOX", "a")]))
+        self.assertEqual(
+            self.successResultOf(store.notes("job")),
+            [withNote[3], withNote[2], withNote[1], withNote[0]],
+        )
+
+    def test_destinationMap(self) -> None:
+        """
+        L{IStateStore.destinationMap} maps the key of every message of the
+        folder in the destination (appended or already present) to its
+        latest outcome; failures, other folders and other jobs are left out.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    appended("INBOX", "1", uid=1),
+                    present("INBOX", "2", uid=40),
+                    present("INBOX", "3"),
+                    failed("INBOX", "4"),
+                    appended("INBOX", "5"),
+                    appended("Sent", "1"),
+                ],
+            )
+        )
+        self.successResultOf(
+            store.recordOutcomes("job", [failed("INBOX", "5"), appended("INBOX", "4", uid=41)])
+        )
+        self.successResultOf(store.recordOutcomes("other", [appended("INBOX", "9")]))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {
+                "1": appended("INBOX", "1", uid=1),
+                "2": present("INBOX", "2", uid=40),
+                "3": present("INBOX", "3"),
+                "4": appended("INBOX", "4", uid=41),
+            },
+        )
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "Sent")), {"1": appended("Sent", "1")}
+        )
+        self.assertEqual(self.successResultOf(store.destinationMap("job", "Trash")), {})
+
+    def test_folderMark(self) -> None:
+        """
+        A recorded folder mark is returned as recorded, and a folder without
+        one has none.
+        """
+        store = self.makeStore()
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.recordFolderMark("job", "INBOX", MARK)))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "Sent")))
+
+    def test_folderMarkWithoutModSeq(self) -> None:
+        """
+        A folder mark without a HIGHESTMODSEQ comes back without one.
+        """
+        store = self.makeStore()
+        mark = FolderMark(uidValidity=1, uidNext=1, highestModSeq=None, messages=0)
+        self.successResultOf(store.recordFolderMark("job", "Übersicht", mark))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "Übersicht")), mark)
+
+    def test_folderMarkReplaced(self) -> None:
+        """
+        A later mark for the same folder replaces the earlier one.
+        """
+        store = self.makeStore()
+        later = FolderMark(uidValidity=1700000001, uidNext=1, highestModSeq=None, messages=0)
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", later))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), later)
+
+    def test_folderMarksPerJobAndFolder(self) -> None:
+        """
+        Folder marks are kept apart by job and by folder, and forgetting one
+        leaves the others.
+        """
+        store = self.makeStore()
+        other = FolderMark(uidValidity=2, uidNext=3, highestModSeq=4, messages=5)
+        self.successResultOf(store.recordFolderMark("a", "INBOX", MARK))
+        self.successResultOf(store.recordFolderMark("a", "Sent", other))
+        self.successResultOf(store.recordFolderMark("b", "INBOX", other))
+        self.assertEqual(self.successResultOf(store.folderMark("a", "INBOX")), MARK)
+        self.assertEqual(self.successResultOf(store.folderMark("a", "Sent")), other)
+        self.assertEqual(self.successResultOf(store.folderMark("b", "INBOX")), other)
+        self.assertIsNone(self.successResultOf(store.folderMark("b", "Sent")))
+        self.successResultOf(store.forgetFolder("b", "INBOX"))
+        self.assertEqual(self.successResultOf(store.folderMark("a", "INBOX")), MARK)
+        self.assertEqual(self.successResultOf(store.folderMark("a", "Sent")), other)
+        self.assertIsNone(self.successResultOf(store.folderMark("b", "INBOX")))
+
+    def test_forgetFolder(self) -> None:
+        """
+        L{IStateStore.forgetFolder} deletes the folder's mark but keeps its
+        messages' outcomes; forgetting a folder without a mark is harmless.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes("job", [appended("INBOX", "1"), failed("INBOX", "2")])
+        )
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertIsNone(self.successResultOf(store.forgetFolder("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1"})
+        self.assertEqual(self.successResultOf(store.failures("job")), [failed("INBOX", "2")])
+        self.assertIsNone(self.successResultOf(store.forgetFolder("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.forgetFolder("nobody", "Nowhere")))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+
+    def test_folderMarkOutOfRange(self) -> None:
+        """
+        A folder mark holding a number beyond a 64-bit integer fails with
+        L{PermanentError} and leaves the earlier mark in place.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        for huge in (
+            FolderMark(uidValidity=2**64, uidNext=1, highestModSeq=None, messages=0),
+            FolderMark(uidValidity=1, uidNext=2**63, highestModSeq=None, messages=0),
+            FolderMark(uidValidity=1, uidNext=1, highestModSeq=2**64, messages=0),
+            FolderMark(uidValidity=1, uidNext=1, highestModSeq=None, messages=-(2**63) - 1),
+        ):
+            self.failureResultOf(store.recordFolderMark("job", "INBOX", huge), PermanentError)
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
 
 
 class MemoryStateStoreTests(StateStoreBehaviourMixin, SynchronousTestCase):
@@ -435,3 +814,149 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.assertIn(self.path, str(error))
         with open(self.path, "rb") as f:
             self.assertEqual(f.read(), content)
+
+    def test_folderMarkOneTransaction(self) -> None:
+        """
+        Recording a folder mark is one upsert in one transaction, stamped
+        with the injected clock's time.
+        """
+        store = self.openStore()
+        self.clock.advance(2000)
+        statements: list[str] = []
+        connection = store._connection
+        assert connection is not None
+        connection.set_trace_callback(statements.append)
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        connection.set_trace_callback(None)
+        self.assertEqual(
+            [s.split()[0].upper() for s in statements], ["BEGIN", "INSERT", "COMMIT"]
+        )
+        rows = self.inspect().execute(
+            "SELECT job, folder_key, uidvalidity, uidnext, highestmodseq, messages, updated_at"
+            " FROM folders"
+        )
+        self.assertEqual(
+            rows.fetchall(), [("job", "INBOX", 1700000000, 4711, 2**62, 4000, 2000.0)]
+        )
+
+    def test_folderMarkBusy(self) -> None:
+        """
+        While another connection holds the write lock, recording or
+        forgetting a folder mark fails with L{TransientError} naming the
+        file, and succeeds once the lock is released.
+        """
+        store = self.openStore(busyTimeout=0)
+        other = self.inspect()
+        other.execute("BEGIN IMMEDIATE")
+        failure = self.failureResultOf(
+            store.recordFolderMark("job", "INBOX", MARK), TransientError
+        )
+        self.assertIn(self.path, str(failure.value))
+        self.failureResultOf(store.forgetFolder("job", "INBOX"), TransientError)
+        other.execute("ROLLBACK")
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        self.successResultOf(store.forgetFolder("job", "INBOX"))
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+
+    def writeVersion1(self) -> sqlite3.Connection:
+        """
+        Write a database file at L{path} as imapmig with schema version 1
+        left it (the schema SQL is copied here as it was, not taken from
+        the code under test), holding an appended and a failed message.
+
+        @return: a connection to it, closed when the test ends.
+        """
+        connection = self.inspect()
+        connection.executescript(
+            """
+            BEGIN;
+            CREATE TABLE schema_version (version INTEGER NOT NULL);
+            CREATE TABLE messages (
+                job TEXT NOT NULL,
+                folder_key TEXT NOT NULL,
+                message_key TEXT NOT NULL,
+                mailbox TEXT NOT NULL,
+                size INTEGER NOT NULL,
+                uidvalidity INTEGER,
+                uid INTEGER,
+                failure TEXT,
+                updated_at REAL NOT NULL,
+                PRIMARY KEY (job, folder_key, message_key)
+            ) WITHOUT ROWID;
+            INSERT INTO schema_version (version) VALUES (1);
+            INSERT INTO messages VALUES ('job', 'INBOX', '1', 'INBOX', 100, 7, 3, NULL, 10.0);
+            INSERT INTO messages VALUES ('job', 'INBOX', '2', 'INBOX', 200, NULL, NULL,
+                                         'NO [TOOBIG] too big', 11.0);
+            COMMIT;
+            """
+        )
+        return connection
+
+    def test_migrateFromVersion1(self) -> None:
+        """
+        A version 1 database is upgraded to version 2 when opened: its rows
+        read back with no note, not already present and no line endings
+        converted; it has no folder marks but can record them; and its
+        schema is the same as a new database's.
+        """
+        self.writeVersion1()
+        store = self.openStore()
+        connection = self.inspect()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(2,)]
+        )
+        self.assertEqual(SCHEMA_VERSION, 2)
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {"1": appended("INBOX", "1", uid=3)},
+        )
+        self.assertEqual(self.successResultOf(store.failures("job")), [failed("INBOX", "2")])
+        self.assertEqual(
+            self.successResultOf(store.counts("job")), OutcomeCounts(1, 0, 1, 0, 0)
+        )
+        self.assertEqual(self.successResultOf(store.notes("job")), [])
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        self.successResultOf(store.recordOutcomes("job", [present("INBOX", "2", uid=9)]))
+        self.assertEqual(self.successResultOf(store.summary("job")), (2, 0))
+
+        freshPath = self.mktemp()
+        self.openStore(freshPath)
+        fresh = sqlite3.connect(freshPath)
+        self.addCleanup(fresh.close)
+        for table in ("messages", "folders"):
+            query = f"PRAGMA table_info({table})"
+            self.assertEqual(
+                connection.execute(query).fetchall(), fresh.execute(query).fetchall()
+            )
+
+    def test_migrationAllOrNothing(self) -> None:
+        """
+        A version 1 database that cannot be upgraded (here: a C{folders}
+        table is in the way) is refused with L{PermanentError} naming the
+        file, and left at version 1 without any of the new columns.
+        """
+        connection = self.writeVersion1()
+        connection.execute("CREATE TABLE folders (x)")
+        error = self.assertRaises(PermanentError, SQLiteStateStore, self.path, self.clock.seconds)
+        self.assertIn(self.path, str(error))
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(1,)]
+        )
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(messages)")]
+        self.assertEqual(
+            columns,
+            [
+                "job",
+                "folder_key",
+                "message_key",
+                "mailbox",
+                "size",
+                "uidvalidity",
+                "uid",
+                "failure",
+                "updated_at",
+            ],
+        )

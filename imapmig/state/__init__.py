@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.test_state -*-
 """
-The state store: every source message's outcome, per job.
+The state store: every source message's outcome, and every source folder's
+mark for delta passes, per job.
 
 One interface, L{IStateStore}; SQLite (L{imapmig.state.sqlite}) is the
 embedded default, and an in-memory store (L{imapmig.state.memory}) is its
@@ -27,10 +28,20 @@ class MessageOutcome:
     @ivar size: octets sent (after CRLF conversion), or the source size if
         it was never sent.
     @ivar uidValidity: the destination mailbox's UIDVALIDITY from
-        C{APPENDUID}, if the server has UIDPLUS.
+        C{APPENDUID}, if the server has UIDPLUS; for a message that was
+        C{alreadyPresent}, that of the destination's copy, when known.
     @ivar uid: the message's UID in the destination, likewise.
-    @ivar failure: L{None} when appended; otherwise why not, with the
-        server's text verbatim where the server refused it.
+    @ivar failure: L{None} when the message is in the destination (appended,
+        or found there already); otherwise why not, with the server's text
+        verbatim where the server refused it.
+    @ivar note: what was not carried over exactly although the message is
+        in the destination (for instance C{"keyword 'two words' dropped:
+        not a valid IMAP keyword"}), or L{None} if nothing was lost.
+    @ivar alreadyPresent: the message was found in the destination by its
+        identity, and was not appended again.  Meaningful only when
+        C{failure} is L{None}.
+    @ivar lineEndingsConverted: bare LF line endings were converted to CRLF
+        before the message was sent.
     """
 
     folderKey: str
@@ -40,25 +51,74 @@ class MessageOutcome:
     uidValidity: int | None = None
     uid: int | None = None
     failure: str | None = None
+    note: str | None = None
+    alreadyPresent: bool = False
+    lineEndingsConverted: bool = False
 
     @property
     def appended(self) -> bool:
         """
-        Whether the message is in the destination.
+        Whether the message is in the destination (appended by us, or
+        C{alreadyPresent}).
         """
         return self.failure is None
 
 
+@frozen
+class OutcomeCounts:
+    """
+    How many messages of a job ended how, each counted by its latest
+    outcome.
+
+    @ivar copied: messages appended to the destination (in the destination,
+        and not C{alreadyPresent}).
+    @ivar alreadyPresent: messages found in the destination already, and
+        not appended again.
+    @ivar failed: messages whose latest outcome is a failure.
+    @ivar lineEndingsConverted: messages in the destination whose bare LF
+        line endings were converted to CRLF.
+    @ivar withNotes: messages in the destination with a
+        L{note<MessageOutcome.note>}.
+    """
+
+    copied: int
+    alreadyPresent: int
+    failed: int
+    lineEndingsConverted: int
+    withNotes: int
+
+
+@frozen
+class FolderMark:
+    """
+    Where a pass over one source folder got to, so that the next pass can
+    ask only for what changed since (a delta pass).
+
+    @ivar uidValidity: the source folder's UIDVALIDITY; when it changes,
+        the mark no longer applies.
+    @ivar uidNext: the source folder's UIDNEXT: every message with a lower
+        UID was seen.
+    @ivar highestModSeq: the source folder's HIGHESTMODSEQ (CONDSTORE), or
+        L{None} if the source does not have one.
+    @ivar messages: how many messages the folder held.
+    """
+
+    uidValidity: int
+    uidNext: int
+    highestModSeq: int | None
+    messages: int
+
+
 class IStateStore(Interface):
     """
-    Durable record of outcomes.  Methods return Deferreds so that a
-    networked store (PostgreSQL) fits the same interface.
+    Durable record of outcomes and folder marks.  Methods return Deferreds
+    so that a networked store (PostgreSQL) fits the same interface.
     """
 
     def appendedKeys(job: str, folderKey: str) -> "Deferred[set[str]]":
         """
-        The keys of the messages of C{folderKey} recorded as appended for
-        C{job}.
+        The keys of the messages of C{folderKey} recorded as in the
+        destination for C{job} (appended, or already present).
         """
 
     def recordOutcomes(job: str, outcomes: Sequence[MessageOutcome]) -> "Deferred[None]":
@@ -76,7 +136,49 @@ class IStateStore(Interface):
 
     def summary(job: str) -> "Deferred[tuple[int, int]]":
         """
-        How many messages of C{job} are recorded as appended, and as failed.
+        How many messages of C{job} are recorded as in the destination
+        (appended or already present), and as failed.
+
+        @return: a Deferred firing with C{(appended, failed)}.
+        """
+
+    def counts(job: str) -> "Deferred[OutcomeCounts]":
+        """
+        How many messages of C{job} were copied, were already present,
+        failed, had their line endings converted, and carry a note, each by
+        its latest outcome.
+        """
+
+    def notes(job: str) -> "Deferred[list[MessageOutcome]]":
+        """
+        The messages of C{job} whose latest outcome puts them in the
+        destination with a L{note<MessageOutcome.note>}, ordered by folder
+        key, then message key.
+        """
+
+    def destinationMap(job: str, folderKey: str) -> "Deferred[dict[str, MessageOutcome]]":
+        """
+        The latest outcome of every message of C{folderKey} that is in the
+        destination for C{job} (appended, or already present), by message
+        key.  Failed messages are left out.
+        """
+
+    def folderMark(job: str, folderKey: str) -> "Deferred[FolderMark | None]":
+        """
+        The mark recorded for C{folderKey} of C{job}, or L{None} if there is
+        none.
+        """
+
+    def recordFolderMark(job: str, folderKey: str, mark: FolderMark) -> "Deferred[None]":
+        """
+        Record C{mark} for C{folderKey} of C{job} in one transaction,
+        replacing any earlier mark.
+        """
+
+    def forgetFolder(job: str, folderKey: str) -> "Deferred[None]":
+        """
+        Delete the mark of C{folderKey} of C{job}, if any, so that the next
+        pass over it is a full one.  Its messages' outcomes are kept.
         """
 
     def close() -> None:

@@ -6,17 +6,43 @@ tests, held to the same behaviour tests.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
 
 # The range of SQLite's INTEGER, which the fake enforces too.
 _INTEGER_MIN = -(2**63)
 _INTEGER_MAX = 2**63 - 1
+
+
+def _outOfRange(numbers: Iterable[int | None]) -> int | None:
+    """
+    The first of C{numbers} that SQLite's INTEGER cannot hold, or L{None}
+    if they all fit.
+    """
+    for number in numbers:
+        if number is not None and not _INTEGER_MIN <= number <= _INTEGER_MAX:
+            return number
+    return None
+
+
+def _unencodable(texts: Iterable[str | None]) -> UnicodeEncodeError | None:
+    """
+    Why SQLite would refuse one of C{texts} (it holds a lone surrogate, as
+    C{surrogateescape} decoding leaves), or L{None} if it would take them
+    all.
+    """
+    for text in texts:
+        if text is not None:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return e
+    return None
 
 
 @implementer(IStateStore)
@@ -28,6 +54,8 @@ class MemoryStateStore:
     def __init__(self) -> None:
         # job -> folderKey -> messageKey -> latest outcome
         self._jobs: dict[str, dict[str, dict[str, MessageOutcome]]] | None = {}
+        # job -> folderKey -> mark
+        self._marks: dict[str, dict[str, FolderMark]] = {}
 
     def _open(self) -> dict[str, dict[str, dict[str, MessageOutcome]]]:
         """
@@ -38,6 +66,20 @@ class MemoryStateStore:
         if self._jobs is None:
             raise PermanentError("memory: the state store is closed")
         return self._jobs
+
+    def _latest(self, job: str) -> Iterator[MessageOutcome]:
+        """
+        The latest outcome of every message of C{job}, ordered by folder
+        key, then message key.
+
+        @raise PermanentError: the store was closed.
+        """
+        folders = self._open().get(job, {})
+        return (
+            outcome
+            for folderKey in sorted(folders)
+            for _, outcome in sorted(folders[folderKey].items())
+        )
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """
@@ -58,12 +100,24 @@ class MemoryStateStore:
         except PermanentError as e:
             return fail(e)
         for outcome in outcomes:
-            for number in (outcome.size, outcome.uidValidity, outcome.uid):
-                if number is not None and not _INTEGER_MIN <= number <= _INTEGER_MAX:
-                    # As SQLite refuses it: the whole batch, nothing recorded.
-                    return fail(
-                        PermanentError(f"memory: cannot record outcomes: {number} is out of range")
-                    )
+            number = _outOfRange((outcome.size, outcome.uidValidity, outcome.uid))
+            if number is not None:
+                # As SQLite refuses it: the whole batch, nothing recorded.
+                return fail(
+                    PermanentError(f"memory: cannot record outcomes: {number} is out of range")
+                )
+            error = _unencodable(
+                (
+                    job,
+                    outcome.folderKey,
+                    outcome.messageKey,
+                    outcome.mailbox,
+                    outcome.failure,
+                    outcome.note,
+                )
+            )
+            if error is not None:
+                return fail(PermanentError(f"memory: cannot record outcomes: {error}"))
         if outcomes:
             folders = jobs.setdefault(job, {})
             for outcome in outcomes:
@@ -76,22 +130,14 @@ class MemoryStateStore:
         key.
         """
         try:
-            folders = self._open().get(job, {})
+            return succeed([o for o in self._latest(job) if o.failure is not None])
         except PermanentError as e:
             return fail(e)
-        return succeed(
-            [
-                outcome
-                for folderKey in sorted(folders)
-                for messageKey, outcome in sorted(folders[folderKey].items())
-                if outcome.failure is not None
-            ]
-        )
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """
-        How many messages of C{job} are recorded as appended and how many as
-        failed (each by its latest outcome).
+        How many messages of C{job} are recorded as in the destination and
+        how many as failed (each by its latest outcome).
 
         @return: a Deferred firing with C{(appended, failed)}.
         """
@@ -105,8 +151,89 @@ class MemoryStateStore:
             failed += sum(1 for outcome in outcomes.values() if outcome.failure is not None)
         return succeed((total - failed, failed))
 
+    def counts(self, job: str) -> Deferred[OutcomeCounts]:
+        """
+        See L{IStateStore.counts}.
+        """
+        try:
+            latest = list(self._latest(job))
+        except PermanentError as e:
+            return fail(e)
+        present = [o for o in latest if o.failure is None]
+        return succeed(
+            OutcomeCounts(
+                copied=sum(1 for o in present if not o.alreadyPresent),
+                alreadyPresent=sum(1 for o in present if o.alreadyPresent),
+                failed=len(latest) - len(present),
+                lineEndingsConverted=sum(1 for o in present if o.lineEndingsConverted),
+                withNotes=sum(1 for o in present if o.note is not None),
+            )
+        )
+
+    def notes(self, job: str) -> Deferred[list[MessageOutcome]]:
+        """
+        See L{IStateStore.notes}.  Ordered by folder key, then message key.
+        """
+        try:
+            return succeed(
+                [o for o in self._latest(job) if o.failure is None and o.note is not None]
+            )
+        except PermanentError as e:
+            return fail(e)
+
+    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
+        """
+        See L{IStateStore.destinationMap}.
+        """
+        try:
+            outcomes = self._open().get(job, {}).get(folderKey, {})
+        except PermanentError as e:
+            return fail(e)
+        return succeed({key: o for key, o in outcomes.items() if o.failure is None})
+
+    def folderMark(self, job: str, folderKey: str) -> Deferred[FolderMark | None]:
+        """
+        See L{IStateStore.folderMark}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(self._marks.get(job, {}).get(folderKey))
+
+    def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderMark}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        number = _outOfRange((mark.uidValidity, mark.uidNext, mark.highestModSeq, mark.messages))
+        if number is not None:
+            return fail(
+                PermanentError(f"memory: cannot record the folder mark: {number} is out of range")
+            )
+        error = _unencodable((job, folderKey))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot record the folder mark: {error}"))
+        self._marks.setdefault(job, {})[folderKey] = mark
+        return succeed(None)
+
+    def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
+        """
+        See L{IStateStore.forgetFolder}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        self._marks.get(job, {}).pop(folderKey, None)
+        return succeed(None)
+
     def close(self) -> None:
         """
         See L{IStateStore.close}.  Closing twice is harmless.
         """
         self._jobs = None
+        self._marks = {}

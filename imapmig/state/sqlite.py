@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_state -*-
 """
 The embedded state store: one SQLite file, written one transaction per
-batch of outcomes.
+batch of outcomes or per folder mark.
 
 The standard library's C{sqlite3} module is called synchronously from the
 reactor thread.  That is cheap enough here: in WAL mode with
@@ -18,9 +18,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -44,19 +44,63 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         ) WITHOUT ROWID
         """,
     ),
+    # Version 2: what a message's copy lost or changed, whether it was
+    # found already in the destination, and each folder's mark for delta
+    # passes.
+    2: (
+        "ALTER TABLE messages ADD COLUMN note TEXT",
+        "ALTER TABLE messages ADD COLUMN present INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE messages ADD COLUMN converted INTEGER NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE folders (
+            job TEXT NOT NULL,
+            folder_key TEXT NOT NULL,
+            uidvalidity INTEGER NOT NULL,
+            uidnext INTEGER NOT NULL,
+            highestmodseq INTEGER,
+            messages INTEGER NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (job, folder_key)
+        ) WITHOUT ROWID
+        """,
+    ),
 }
 
 _UPSERT = """
     INSERT INTO messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid,
-        failure, updated_at
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+        failure, note, present, converted, updated_at
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
         mailbox = excluded.mailbox,
         size = excluded.size,
         uidvalidity = excluded.uidvalidity,
         uid = excluded.uid,
         failure = excluded.failure,
+        note = excluded.note,
+        present = excluded.present,
+        converted = excluded.converted,
+        updated_at = excluded.updated_at
+"""
+
+# The columns of a messages row that make a MessageOutcome, in the order
+# _outcome takes them.
+_OUTCOME_COLUMNS = (
+    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
+    " note, present, converted"
+)
+
+_OutcomeRow = tuple[str, str, str, int, int | None, int | None, str | None, str | None, int, int]
+
+_UPSERT_MARK = """
+    INSERT INTO folders (
+        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, updated_at
+    ) VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (job, folder_key) DO UPDATE SET
+        uidvalidity = excluded.uidvalidity,
+        uidnext = excluded.uidnext,
+        highestmodseq = excluded.highestmodseq,
+        messages = excluded.messages,
         updated_at = excluded.updated_at
 """
 
@@ -87,7 +131,7 @@ class SQLiteStateStore:
 
         @param path: the database file (or C{":memory:"}).
         @param seconds: the clock (e.g. C{reactor.seconds}) that stamps each
-            outcome's C{updated_at}.
+            outcome's and each folder mark's C{updated_at}.
         @param busyTimeout: seconds to wait for another connection's write
             lock before giving up with a L{TransientError}.  The wait blocks
             the reactor, so it stays short.
@@ -158,11 +202,11 @@ class SQLiteStateStore:
         See L{IStateStore.recordOutcomes}.  The whole batch is one
         transaction: all of it is recorded, or none of it.
         """
-        try:
-            connection = self._open()
-        except PermanentError as e:
-            return fail(e)
         if not outcomes:
+            try:
+                self._open()
+            except PermanentError as e:
+                return fail(e)
             return succeed(None)
         now = self._seconds()
         rows = [
@@ -175,60 +219,32 @@ class SQLiteStateStore:
                 outcome.uidValidity,
                 outcome.uid,
                 outcome.failure,
+                outcome.note,
+                int(bool(outcome.alreadyPresent)),
+                int(bool(outcome.lineEndingsConverted)),
                 now,
             )
             for outcome in outcomes
         ]
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                connection.executemany(_UPSERT, rows)
-                connection.execute("COMMIT")
-            except BaseException:
-                _rollback(connection)
-                raise
-        except sqlite3.Error as e:
-            return fail(self._error("record outcomes", e))
-        except OverflowError as e:
-            # A number SQLite's 64-bit INTEGER cannot hold.
-            return fail(PermanentError(f"{self._path}: cannot record outcomes: {e}"))
-        return succeed(None)
+        return self._write("record outcomes", _UPSERT, rows)
 
     def failures(self, job: str) -> Deferred[list[MessageOutcome]]:
         """
         See L{IStateStore.failures}.  Ordered by folder key, then message
         key.
         """
-        try:
-            rows = self._open().execute(
-                "SELECT folder_key, message_key, mailbox, size, uidvalidity, uid, failure"
-                " FROM messages WHERE job = ? AND failure IS NOT NULL"
-                " ORDER BY folder_key, message_key",
-                (job,),
-            )
-            return succeed(
-                [
-                    MessageOutcome(
-                        folderKey=folderKey,
-                        messageKey=messageKey,
-                        mailbox=mailbox,
-                        size=size,
-                        uidValidity=uidValidity,
-                        uid=uid,
-                        failure=failure,
-                    )
-                    for (folderKey, messageKey, mailbox, size, uidValidity, uid, failure) in rows
-                ]
-            )
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read failures", e))
+        return self._outcomes(
+            "read failures",
+            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            " WHERE job = ? AND failure IS NOT NULL"
+            " ORDER BY folder_key, message_key",
+            (job,),
+        )
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """
-        How many messages of C{job} are recorded as appended and how many as
-        failed (each by its latest outcome).
+        How many messages of C{job} are recorded as in the destination and
+        how many as failed (each by its latest outcome).
 
         @return: a Deferred firing with C{(appended, failed)}.
         """
@@ -243,6 +259,163 @@ class SQLiteStateStore:
         except sqlite3.Error as e:
             return fail(self._error("read the summary", e))
 
+    def counts(self, job: str) -> Deferred[OutcomeCounts]:
+        """
+        See L{IStateStore.counts}.
+        """
+        try:
+            ((copied, present, failed, converted, withNotes),) = self._open().execute(
+                # sum() of no rows is NULL, hence the coalesce.
+                "SELECT"
+                " coalesce(sum(failure IS NULL AND present = 0), 0),"
+                " coalesce(sum(failure IS NULL AND present != 0), 0),"
+                " count(failure),"
+                " coalesce(sum(failure IS NULL AND converted != 0), 0),"
+                " coalesce(sum(failure IS NULL AND note IS NOT NULL), 0)"
+                " FROM messages WHERE job = ?",
+                (job,),
+            )
+            return succeed(
+                OutcomeCounts(
+                    copied=int(copied),
+                    alreadyPresent=int(present),
+                    failed=int(failed),
+                    lineEndingsConverted=int(converted),
+                    withNotes=int(withNotes),
+                )
+            )
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error("read the counts", e))
+
+    def notes(self, job: str) -> Deferred[list[MessageOutcome]]:
+        """
+        See L{IStateStore.notes}.  Ordered by folder key, then message key.
+        """
+        return self._outcomes(
+            "read notes",
+            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            " WHERE job = ? AND failure IS NULL AND note IS NOT NULL"
+            " ORDER BY folder_key, message_key",
+            (job,),
+        )
+
+    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
+        """
+        See L{IStateStore.destinationMap}.
+        """
+        d = self._outcomes(
+            "read the destination map",
+            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
+            (job, folderKey),
+        )
+        return d.addCallback(lambda outcomes: {o.messageKey: o for o in outcomes})
+
+    def folderMark(self, job: str, folderKey: str) -> Deferred[FolderMark | None]:
+        """
+        See L{IStateStore.folderMark}.
+        """
+        try:
+            row = (
+                self._open()
+                .execute(
+                    "SELECT uidvalidity, uidnext, highestmodseq, messages FROM folders"
+                    " WHERE job = ? AND folder_key = ?",
+                    (job, folderKey),
+                )
+                .fetchone()
+            )
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error("read the folder mark", e))
+        if row is None:
+            return succeed(None)
+        uidValidity, uidNext, highestModSeq, messages = row
+        return succeed(
+            FolderMark(
+                uidValidity=uidValidity,
+                uidNext=uidNext,
+                highestModSeq=highestModSeq,
+                messages=messages,
+            )
+        )
+
+    def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderMark}.
+        """
+        row = (
+            job,
+            folderKey,
+            mark.uidValidity,
+            mark.uidNext,
+            mark.highestModSeq,
+            mark.messages,
+            self._seconds(),
+        )
+        return self._write("record the folder mark", _UPSERT_MARK, [row])
+
+    def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
+        """
+        See L{IStateStore.forgetFolder}.
+        """
+        return self._write(
+            "forget the folder",
+            "DELETE FROM folders WHERE job = ? AND folder_key = ?",
+            [(job, folderKey)],
+        )
+
+    def _write(
+        self, action: str, statement: str, rows: Sequence[tuple[object, ...]]
+    ) -> Deferred[None]:
+        """
+        Execute C{statement} once for each of C{rows}, all in one
+        transaction: every row is written, or none.
+
+        @param action: what the write does, for the error message.
+
+        @return: a Deferred that fails with L{TransientError} if another
+            connection holds the write lock, or with L{PermanentError} if
+            the store is closed or SQLite refuses the rows.
+        """
+        try:
+            connection = self._open()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(statement, rows)
+                connection.execute("COMMIT")
+            except BaseException:
+                _rollback(connection)
+                raise
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error(action, e))
+        except (OverflowError, UnicodeEncodeError) as e:
+            # A number SQLite's 64-bit INTEGER cannot hold, or text that is
+            # not Unicode (a lone surrogate from a surrogateescape'd name).
+            return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
+        return succeed(None)
+
+    def _outcomes(
+        self, action: str, query: str, parameters: tuple[str, ...]
+    ) -> Deferred[list[MessageOutcome]]:
+        """
+        The outcomes that C{query}, selecting L{_OUTCOME_COLUMNS}, finds.
+
+        @param action: what the query reads, for the error message.
+        """
+        try:
+            rows = self._open().execute(query, parameters)
+            return succeed([_outcome(row) for row in rows])
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error(action, e))
+
     def close(self) -> None:
         """
         See L{IStateStore.close}.  Closing twice is harmless.
@@ -250,6 +423,27 @@ class SQLiteStateStore:
         if self._connection is not None:
             connection, self._connection = self._connection, None
             connection.close()
+
+
+def _outcome(row: _OutcomeRow) -> MessageOutcome:
+    """
+    The L{MessageOutcome} of a row of L{_OUTCOME_COLUMNS}.
+    """
+    folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present, converted = (
+        row
+    )
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=mailbox,
+        size=size,
+        uidValidity=uidValidity,
+        uid=uid,
+        failure=failure,
+        note=note,
+        alreadyPresent=bool(present),
+        lineEndingsConverted=bool(converted),
+    )
 
 
 def _migrate(connection: sqlite3.Connection, path: str) -> None:
