@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.errors import ImapmigError
+from imapmig.fidelity import decideFlags, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
@@ -174,11 +175,18 @@ class OutcomeRecorder:
         Note one message's outcome.
         """
         progress = self._progress
-        if outcome.failure is None:
+        if outcome.failure is not None:
+            progress.messagesFailed += 1
+        elif outcome.alreadyPresent:
+            progress.messagesDone += 1
+            progress.messagesAlreadyPresent += 1
+        else:
             progress.messagesDone += 1
             progress.bytesDone += outcome.size
-        else:
-            progress.messagesFailed += 1
+            if outcome.lineEndingsConverted:
+                progress.lineEndingsConverted += 1
+            if outcome.note is not None:
+                progress.messagesWithNotes += 1
         buffer = self._buffer
         buffer.append(outcome)
         if len(buffer) >= self._recordEvery:
@@ -219,6 +227,20 @@ class OutcomeRecorder:
         return d
 
 
+@dataclass(frozen=True)
+class _DestinationTraits:
+    """
+    What the destination can store, as far as preparing a message goes.
+
+    @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
+    @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
+        L{None} when unknown.
+    """
+
+    binary: bool
+    permanentFlags: frozenset[str] | None
+
+
 class _Target:
     """
     Where a unit's messages go: its source folder's key and the
@@ -232,11 +254,31 @@ class _Target:
         self.mailbox = mailbox
 
 
+class _Sent:
+    """
+    What the job needs back when a sent message's outcome arrives: the
+    message's origin (each OutgoingMessage carries one).
+
+    @ivar note: what was not carried over exactly, if anything.
+    @ivar converted: whether its line endings were converted to CRLF.
+    """
+
+    __slots__ = ("target", "source", "note", "converted")
+
+    def __init__(
+        self, target: _Target, source: SourceMessage, note: str | None, converted: bool
+    ) -> None:
+        self.target = target
+        self.source = source
+        self.note = note
+        self.converted = converted
+
+
 class _PipelineOutcomes:
     """
     Turns what a pipeline reports into recorded outcomes.  Each message's
-    origin is C{(target, sourceMessage)}: a connection moves on to the next
-    folder while the replies for the previous one are still arriving.
+    origin is a L{_Sent}: a connection moves on to the next folder while
+    the replies for the previous one are still arriving.
     """
 
     __slots__ = ("recorder",)
@@ -247,24 +289,27 @@ class _PipelineOutcomes:
     def messageAppended(
         self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
     ) -> None:
-        target: _Target
-        source: SourceMessage
-        target, source = message.origin  # type: ignore[misc]
+        sent: _Sent = message.origin  # type: ignore[assignment]
         self.recorder.add(
             MessageOutcome(
-                target.folderKey, source.key, target.mailbox, len(message.body), uidValidity, uid
+                sent.target.folderKey,
+                sent.source.key,
+                sent.target.mailbox,
+                len(message.body),
+                uidValidity,
+                uid,
+                note=sent.note,
+                lineEndingsConverted=sent.converted,
             )
         )
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        target: _Target
-        source: SourceMessage
-        target, source = message.origin  # type: ignore[misc]
+        sent: _Sent = message.origin  # type: ignore[assignment]
         self.recorder.add(
             MessageOutcome(
-                target.folderKey,
-                source.key,
-                target.mailbox,
+                sent.target.folderKey,
+                sent.source.key,
+                sent.target.mailbox,
                 len(message.body),
                 failure=f"refused by server: {reason}",
             )
@@ -472,6 +517,9 @@ class MigrationJob:
         source = self._source
         selected = self._selected
         worker = id(outcomes)
+        destination = _DestinationTraits(
+            binary=b"BINARY" in session.capabilities, permanentFlags=None
+        )
         while units and not self._stopping:
             inUse = {m for w, m in selected.items() if w != worker}
             unit = units.pop(chooseUnit(units, current, inUse))
@@ -489,7 +537,7 @@ class MigrationJob:
                 if self._stopping:
                     break
                 bodies = await source.readBodies(unit.folder, chunk)
-                pipeline.enqueue(self._prepare(unit, target, chunk, bodies))
+                pipeline.enqueue(self._prepare(unit, target, chunk, bodies, destination))
                 hungry = pipeline.hungry()
                 if hungry.called:
                     await deferLater(self._clock, 0)
@@ -505,23 +553,49 @@ class MigrationJob:
         target: _Target,
         chunk: Sequence[SourceMessage],
         bodies: Sequence[MessageBody],
+        destination: _DestinationTraits,
     ) -> list[OutgoingMessage]:
+        """
+        Turn what the source read into messages for the pipeline, deciding
+        per message its flags and literal kind, and recording at once the
+        messages that cannot go.
+        """
         outgoing = []
         for message, body in zip(chunk, bodies):
             if isinstance(body, UnreadableMessage):
-                self._recorder.add(
-                    MessageOutcome(
-                        unit.folder.key,
-                        message.key,
-                        unit.mailbox,
-                        message.size,
-                        failure=f"unreadable in the source: {body.reason}",
+                self._recordFailure(unit, message, f"unreadable in the source: {body.reason}")
+                continue
+            hasNUL, has8bit = needsBinary(body)
+            binary = False
+            if hasNUL or has8bit:
+                if destination.binary:
+                    binary = True
+                elif hasNUL:
+                    self._recordFailure(
+                        unit,
+                        message,
+                        "contains NUL octets, which IMAP carries only in a BINARY"
+                        " literal8 (RFC 3516); the destination does not offer BINARY",
                     )
+                    continue
+                # 8-bit octets without NUL travel in a plain literal: RFC
+                # 3501 literals are CHAR8, every octet but NUL.
+            decision = decideFlags(message.flags, destination.permanentFlags)
+            note = None
+            if decision.dropped:
+                note = "; ".join(f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped)
+            converted = len(body) != message.size
+            outgoing.append(
+                OutgoingMessage(
+                    body,
+                    appendArguments(decision.kept, message.internalDate),
+                    _Sent(target, message, note, converted),
+                    binary,
                 )
-            else:
-                outgoing.append(
-                    OutgoingMessage(
-                        body, appendArguments(message.flags, message.internalDate), (target, message)
-                    )
-                )
+            )
         return outgoing
+
+    def _recordFailure(self, unit: WorkUnit, message: SourceMessage, reason: str) -> None:
+        self._recorder.add(
+            MessageOutcome(unit.folder.key, message.key, unit.mailbox, message.size, failure=reason)
+        )

@@ -33,6 +33,15 @@ class JobProgress:
         appended (not sent again).
     @ivar messagesFailed: messages this run could not migrate, each recorded
         in the state store with its reason.
+    @ivar messagesAlreadyPresent: of C{messagesDone}, those this run found
+        already in the destination (copied by another tool or by hand,
+        recognised by their identity) and did not append.
+    @ivar lineEndingsConverted: messages this run appended with their bare
+        LF line endings converted to CRLF (IMAP requires CRLF).
+    @ivar messagesWithNotes: messages this run appended with something not
+        carried over exactly (a keyword the destination refuses), each
+        recorded in the state store with a note.
+    @ivar foldersExcluded: source folders the job's folder rules leave out.
     @ivar bytesDone: octets appended by this run.
     @ivar error: why the job failed, when it did.
     """
@@ -44,8 +53,12 @@ class JobProgress:
         "messagesDone",
         "messagesAlreadyMigrated",
         "messagesFailed",
+        "messagesAlreadyPresent",
+        "lineEndingsConverted",
+        "messagesWithNotes",
         "bytesDone",
         "foldersTotal",
+        "foldersExcluded",
         "currentFolder",
         "error",
         "startedAt",
@@ -60,8 +73,12 @@ class JobProgress:
         self.messagesDone = 0
         self.messagesAlreadyMigrated = 0
         self.messagesFailed = 0
+        self.messagesAlreadyPresent = 0
+        self.lineEndingsConverted = 0
+        self.messagesWithNotes = 0
         self.bytesDone = 0
         self.foldersTotal = 0
+        self.foldersExcluded = 0
         self.currentFolder: str | None = None
         self.error: str | None = None
         self.startedAt: float | None = None
@@ -77,6 +94,9 @@ class JobProgress:
         self.finishedAt = None
         self.error = None
         self.messagesFailed = 0
+        self.messagesAlreadyPresent = 0
+        self.lineEndingsConverted = 0
+        self.messagesWithNotes = 0
         self.bytesDone = 0
 
     def finished(self, error: str | None = None) -> None:
@@ -104,7 +124,9 @@ class JobProgress:
         rate = None
         if self.startedAt is not None:
             elapsed = (self.finishedAt or now) - self.startedAt
-            migrated = self.messagesDone - self.messagesAlreadyMigrated
+            migrated = (
+                self.messagesDone - self.messagesAlreadyMigrated - self.messagesAlreadyPresent
+            )
             if elapsed > 0:
                 rate = round(migrated / elapsed, 1)
         return {
@@ -114,9 +136,13 @@ class JobProgress:
             "messages_done": self.messagesDone,
             "messages_already_migrated": self.messagesAlreadyMigrated,
             "messages_failed": self.messagesFailed,
+            "messages_already_present": self.messagesAlreadyPresent,
+            "line_endings_converted": self.lineEndingsConverted,
+            "messages_with_notes": self.messagesWithNotes,
             "messages_pending": self.messagesPending,
             "bytes_done": self.bytesDone,
             "folders_total": self.foldersTotal,
+            "folders_excluded": self.foldersExcluded,
             "current_folder": self.currentFolder,
             "error": self.error,
             "started_at": self.startedAt,
@@ -131,6 +157,9 @@ _TOTALLED = (
     "messages_done",
     "messages_already_migrated",
     "messages_failed",
+    "messages_already_present",
+    "line_endings_converted",
+    "messages_with_notes",
     "messages_pending",
     "bytes_done",
 )

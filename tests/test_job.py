@@ -70,11 +70,16 @@ class MemorySource:
         body: MessageBody,
         flags: tuple[str, ...] = (),
         internalDate: datetime | None = None,
+        size: int | None = None,
     ) -> SourceMessage:
         """
         Add a message; an L{UnreadableMessage} body will fail to read.
+
+        @param size: its size as stored, if not that of C{body} (a body
+            the source converted to CRLF).
         """
-        size = len(body) if isinstance(body, bytes) else 100
+        if size is None:
+            size = len(body) if isinstance(body, bytes) else 100
         message = SourceMessage(key, flags, internalDate, size)
         self._messages[folder.key].append(message)
         self._bodies[folder.key, key] = body
@@ -888,3 +893,64 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertIn(b"LOGOUT", h.endpoint.servers[0].received[-1])
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
+
+
+class FidelityTests(SynchronousTestCase):
+    """
+    What a job decides per message: literal kinds, flags, and what it
+    counts.
+    """
+
+    def test_nulWithoutBinary(self) -> None:
+        """
+        A message with a NUL octet cannot go to a destination without
+        BINARY: it is recorded as failed with the reason, and the others
+        go; 8-bit content without NUL goes in a plain literal.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        harness.source.add(inbox, "nul", b"Subject: x\r\n\r\na\x00b\r\n")
+        eightBit = "Subject: é\r\n\r\nGrüße\r\n".encode()
+        harness.source.add(inbox, "8bit", eightBit)
+        self.assertTrue(harness.run(harness.job()))
+        outcomes = harness.store.outcomes()
+        self.assertIn("the destination does not offer BINARY", outcomes["INBOX", "nul"].failure or "")
+        self.assertIsNone(outcomes["INBOX", "8bit"].failure)
+        self.assertEqual([b for b, _, _ in harness.contents("INBOX")], [eightBit])
+        self.assertEqual((harness.progress.messagesDone, harness.progress.messagesFailed), (1, 1))
+        harness.finish()
+
+    def test_flagsAndNotes(self) -> None:
+        """
+        An invalid keyword is not sent: the message goes with its other
+        flags and a note saying what was dropped and why, counted in the
+        progress.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        harness.source.add(inbox, "m", body(1), flags=("\\Seen", "two words", "$Forwarded"))
+        self.assertTrue(harness.run(harness.job()))
+        outcome = harness.store.outcomes()["INBOX", "m"]
+        self.assertIsNone(outcome.failure)
+        self.assertEqual(
+            outcome.note, "flag 'two words' dropped: not a valid IMAP keyword"
+        )
+        self.assertEqual(harness.contents("INBOX")[0][1], ("\\Seen", "$Forwarded"))
+        self.assertEqual(harness.progress.messagesWithNotes, 1)
+        harness.finish()
+
+    def test_lineEndingsConvertedCounted(self) -> None:
+        """
+        A message whose body is longer than its stored size was converted
+        to CRLF: recorded and counted as such; others are not.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        harness.source.add(inbox, "lf", body(1), size=len(body(1)) - 3)
+        harness.source.add(inbox, "crlf", body(2))
+        self.assertTrue(harness.run(harness.job()))
+        outcomes = harness.store.outcomes()
+        self.assertTrue(outcomes["INBOX", "lf"].lineEndingsConverted)
+        self.assertFalse(outcomes["INBOX", "crlf"].lineEndingsConverted)
+        self.assertEqual(harness.progress.lineEndingsConverted, 1)
+        harness.finish()
