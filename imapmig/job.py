@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import ImapmigError
+from imapmig.errors import ImapmigError, SourceError
 from imapmig.fidelity import decideFlags, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
@@ -422,8 +422,23 @@ class MigrationJob:
         folders = await self._source.listFolders()
         plans: list[tuple[SourceFolder, list[SourceMessage]]] = []
         total = already = 0
+        unreadable: list[str] = []
+        readable = []
         for folder in folders:
-            messages = await self._source.listMessages(folder)
+            try:
+                messages = await self._source.listMessages(folder)
+            except SourceError as e:
+                # The other folders are still migrated; the job ends as
+                # failed, naming this one.
+                log.error(
+                    "Job {job}: cannot list the source folder {folder}: {why}",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                    why=str(e),
+                )
+                unreadable.append(f"{'/'.join(folder.path)}: {e}")
+                continue
+            readable.append(folder)
             appended = await self._store.appendedKeys(self.name, folder.key)
             pending = pendingMessages(messages, appended)
             total += len(messages)
@@ -444,8 +459,8 @@ class MigrationJob:
         self._sessions.append(first)
         delimiter = await first.hierarchyDelimiter()
         existing = {info.name for info in await first.listMailboxes()}
-        mailboxes = {folder.key: destinationMailbox(folder.path, delimiter) for folder in folders}
-        missing = mailboxesToCreate([folder.path for folder in folders], existing, delimiter)
+        mailboxes = {folder.key: destinationMailbox(folder.path, delimiter) for folder in readable}
+        missing = mailboxesToCreate([folder.path for folder in readable], existing, delimiter)
         uncreatable = await first.createMailboxes(missing)
         for name in missing:
             if name not in uncreatable:
@@ -470,17 +485,22 @@ class MigrationJob:
         if not self._units:
             await first.logout()
             self._sessions.remove(first)
-            return
-        workers = [Deferred.fromCoroutine(self._work(first))]
-        extra = min(settings.connections, len(self._units)) - 1
-        for _ in range(extra):
-            workers.append(Deferred.fromCoroutine(self._connectAndWork()))
-        results = await DeferredList(workers, consumeErrors=True)
-        errors = [result for ok, result in results if not ok]
-        if errors:
-            self.stop()
-            failure: Failure = errors[0]  # type: ignore[assignment]
-            failure.raiseException()
+        else:
+            workers = [Deferred.fromCoroutine(self._work(first))]
+            extra = min(settings.connections, len(self._units)) - 1
+            for _ in range(extra):
+                workers.append(Deferred.fromCoroutine(self._connectAndWork()))
+            results = await DeferredList(workers, consumeErrors=True)
+            errors = [result for ok, result in results if not ok]
+            if errors:
+                self.stop()
+                failure: Failure = errors[0]  # type: ignore[assignment]
+                failure.raiseException()
+        if unreadable:
+            raise SourceError(
+                f"{len(unreadable)} source folder(s) could not be read (the others were"
+                f" migrated): {'; '.join(unreadable)}"
+            )
 
     async def _connectAndWork(self) -> None:
         try:

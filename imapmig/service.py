@@ -27,13 +27,21 @@ from twisted.internet.ssl import (
 )
 from twisted.logger import Logger
 
-from imapmig.config import Config, EmlSourceConfig, JobConfig, MaildirSourceConfig, ServerConfig
+from imapmig.config import (
+    Config,
+    EmlSourceConfig,
+    JobConfig,
+    MaildirSourceConfig,
+    MboxSourceConfig,
+    ServerConfig,
+)
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.maildir import MaildirSource
+from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.status.resource import buildStatusSite
@@ -96,6 +104,8 @@ def sourceFor(job: JobConfig) -> IMessageSource:
     source = job.source
     if isinstance(source, MaildirSourceConfig):
         return MaildirSource(source.path)
+    if isinstance(source, MboxSourceConfig):
+        return MboxSource(source.path, source.quoting)
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
 

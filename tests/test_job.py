@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from imapmig.errors import PermanentError
+from imapmig.errors import PermanentError, SourceError
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobLifecycle, JobSettings, MigrationJob
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
@@ -51,6 +51,7 @@ class MemorySource:
         self._messages: dict[str, list[SourceMessage]] = {}
         self._bodies: dict[tuple[str, str], MessageBody] = {}
         self.reads = 0
+        self.listingErrors: dict[str, Exception] = {}
         self.holdAfter: int | None = None
         self.held: list[tuple[Deferred[Sequence[MessageBody]], list[MessageBody]]] = []
 
@@ -90,7 +91,9 @@ class MemorySource:
         return succeed(list(self._folders))
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
-        "See L{IMessageSource.listMessages}."
+        "See L{IMessageSource.listMessages}; fails as C{listingErrors} says."
+        if folder.key in self.listingErrors:
+            return fail(self.listingErrors[folder.key])
         return succeed(list(self._messages[folder.key]))
 
     def readBodies(
@@ -953,4 +956,20 @@ class FidelityTests(SynchronousTestCase):
         self.assertTrue(outcomes["INBOX", "lf"].lineEndingsConverted)
         self.assertFalse(outcomes["INBOX", "crlf"].lineEndingsConverted)
         self.assertEqual(harness.progress.lineEndingsConverted, 1)
+        harness.finish()
+
+    def test_unreadableFolder(self) -> None:
+        """
+        A folder the source cannot list does not stop the others: they are
+        migrated, and the job then fails naming the folder and why.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        broken = harness.source.addFolder("Broken")
+        populate(harness.source, inbox, 3)
+        harness.source.listingErrors[broken.key] = SourceError("not an mbox file: /x/Broken")
+        self.assertFalse(harness.run(harness.job()))
+        self.assertEqual(len(harness.contents("INBOX")), 3)
+        self.assertIn("Broken: not an mbox file: /x/Broken", harness.progress.error or "")
+        self.flushLoggedErrors()
         harness.finish()
