@@ -13,7 +13,7 @@ per message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol, Sequence
 
 from automat import TypeMachineBuilder
@@ -227,7 +227,7 @@ class OutcomeRecorder:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass
 class _DestinationTraits:
     """
     What the destination can store, as far as preparing a message goes.
@@ -235,10 +235,15 @@ class _DestinationTraits:
     @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
     @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
         L{None} when unknown.
+    @ivar flagDecisions: flags to send and the note, by the source's flags,
+        as decided for these traits.
     """
 
     binary: bool
     permanentFlags: frozenset[str] | None
+    flagDecisions: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = field(
+        default_factory=dict
+    )
 
 
 class _Target:
@@ -581,6 +586,7 @@ class MigrationJob:
         messages that cannot go.
         """
         outgoing = []
+        flagCache = destination.flagDecisions
         for message, body in zip(chunk, bodies):
             if isinstance(body, UnreadableMessage):
                 self._recordFailure(unit, message, f"unreadable in the source: {body.reason}")
@@ -600,15 +606,22 @@ class MigrationJob:
                     continue
                 # 8-bit octets without NUL travel in a plain literal: RFC
                 # 3501 literals are CHAR8, every octet but NUL.
-            decision = decideFlags(message.flags, destination.permanentFlags)
-            note = None
-            if decision.dropped:
-                note = "; ".join(f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped)
+            # Few distinct flag sets: decide each once per folder.
+            decided = flagCache.get(message.flags)
+            if decided is None:
+                decision = decideFlags(message.flags, destination.permanentFlags)
+                note = None
+                if decision.dropped:
+                    note = "; ".join(
+                        f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
+                    )
+                decided = flagCache[message.flags] = (decision.kept, note)
+            kept, note = decided
             converted = len(body) != message.size
             outgoing.append(
                 OutgoingMessage(
                     body,
-                    appendArguments(decision.kept, message.internalDate),
+                    appendArguments(kept, message.internalDate),
                     _Sent(target, message, note, converted),
                     binary,
                 )
