@@ -10,7 +10,10 @@ It reuses the stock parser and commands, and adds:
   - an injected clock for the command timeout;
   - a seam for the APPEND pipeline (L{imapmig.imap.pipeline}), which keeps
     many tagged commands in flight while the stock client keeps one;
-  - COMPRESS=DEFLATE (RFC 4978, L{imapmig.imap.compress}).
+  - COMPRESS=DEFLATE (RFC 4978, L{imapmig.imap.compress});
+  - pipelined C{UID FETCH} commands whose untagged FETCH responses, bodies
+    included, are read by L{imapmig.imap.fetch.FetchResponseParser}
+    instead of the stock parser (L{MigrationIMAP4Client.fetchInto}).
 
 No migration logic lives here.
 """
@@ -18,9 +21,9 @@ No migration logic lives here.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -34,6 +37,12 @@ from imapmig.imap.compress import (
     Inflater,
     compressionStats,
 )
+from imapmig.imap.fetch import (
+    FetchedItem,
+    FetchParseError,
+    FetchResponseParser,
+    isFetchResponse,
+)
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -41,6 +50,41 @@ if TYPE_CHECKING:
 # Long enough for a SEARCH reply listing millions of UIDs; a line is only
 # buffered while it is being received.
 MAX_LINE_LENGTH = 64 * 1024 * 1024
+
+
+FetchSink = Callable[[FetchedItem], object]
+"""
+Takes each untagged FETCH response read while a L{MigrationIMAP4Client.fetchInto}
+command is in flight.
+"""
+
+
+class CommandRefused(IMAP4Exception):
+    """
+    The tagged C{NO} or C{BAD} reply to a command sent with
+    L{MigrationIMAP4Client.fetchInto} or
+    L{MigrationIMAP4Client.sendCollecting}.
+
+    @ivar status: C{"NO"} or C{"BAD"}.
+    @ivar text: the reply's text after the status, response code included.
+    """
+
+    def __init__(self, status: str, text: bytes) -> None:
+        IMAP4Exception.__init__(self, text)
+        self.status = status
+        self.text = text
+
+
+class _CollectingCommand(Command):
+    """
+    A command whose untagged responses are handed over as the server sent
+    them (the text after C{* }, any literal inline), not parsed.
+    """
+
+    def finish(self, lastLine: bytes, unusedCallback: object) -> None:
+        d: Any = self.defer
+        self.defer = None
+        d.callback((self.lines, lastLine))
 
 
 def setNoDelay(transport: object) -> bool:
@@ -96,6 +140,8 @@ class MigrationIMAP4Client(IMAP4Client):
         self._pipelinedCommands: dict[bytes, Deferred[bytes]] = {}
         self._deflater: DeflateTransport | None = None
         self._inflater: Inflater | None = None
+        self._fetchCommands: dict[bytes, tuple[Deferred[bytes], FetchSink]] = {}
+        self._fetchParser = FetchResponseParser(self._fetchedItem)
 
     @property
     def connection(self) -> Any:
@@ -152,7 +198,135 @@ class MigrationIMAP4Client(IMAP4Client):
         self.connection.write(tag + b" " + command + b"\r\n")
         return d
 
+    def fetchInto(self, command: bytes, sink: FetchSink) -> Deferred[bytes]:
+        """
+        Write C{command} (a C{UID FETCH}, or any command answered with
+        FETCH responses) now, without waiting for the replies to earlier
+        commands, as L{sendPipelined} does.  Until its tagged reply, every
+        untagged FETCH response is read by a L{FetchResponseParser}, not by
+        the stock parser, and handed to C{sink} as a L{FetchedItem}.
+
+        Responses cannot say which command they answer: while several
+        fetch commands are in flight each response goes to the sink of the
+        oldest, so commands whose responses must not be told apart should
+        share a sink (it also receives unsolicited FETCH responses, such as
+        another client's flag changes, which may lack UID and data).
+
+        @return: fires with the text after C{OK} of the tagged reply, after
+            every response before it has reached C{sink}; or fails with
+            L{CommandRefused}, with the L{FetchParseError} of a response
+            that could not be read (the connection is then dropped), or
+            with the reason the connection was lost.
+        """
+        if self.closed.called:
+            return fail(ConnectionDone("the connection is closed"))
+        tag = self.makeTag()
+        d: Deferred[bytes] = Deferred()
+        self._fetchCommands[tag] = (d, sink)
+        self.connection.write(tag + b" " + command + b"\r\n")
+        return d
+
+    def sendCollecting(
+        self, command: bytes, arguments: bytes | None = None
+    ) -> Deferred[tuple[list[bytes], bytes]]:
+        """
+        Send C{command} through the stock queue (one command at a time) and
+        hand over its untagged responses unparsed, for commands whose
+        replies the stock client does not fully read (EXAMINE with
+        CONDSTORE, LIST-EXTENDED).
+
+        @param arguments: the command's arguments, already encoded.
+        @return: fires with the untagged responses received meanwhile (the
+            text after C{* }, literals inline as C{{N}}, CRLF and their
+            octets; see L{imapmig.imap.fetch.parseResponse}) and the tagged
+            C{OK} line after the tag; fails with L{IMAP4Exception} carrying
+            the text after C{NO} or C{BAD}.
+        """
+        d: Deferred[tuple[list[bytes], bytes]] = self.sendCommand(
+            _CollectingCommand(command, arguments)
+        )
+        return d
+
+    def lineReceived(self, line: bytes) -> object:
+        # While a fetch command is in flight, FETCH responses (and the
+        # lines that continue one after a literal) go to the incremental
+        # parser; every other line, and any FETCH while none is, keeps the
+        # stock path.  A stock response already half-way through a literal
+        # (self._parts) owns the next line whatever it looks like.
+        parser = self._fetchParser
+        if parser.inResponse or (
+            self._fetchCommands and self._parts is None and isFetchResponse(line)
+        ):
+            if self.timeout > 0:
+                self.resetTimeout()
+            try:
+                parser.lineReceived(line)
+            except FetchParseError as e:
+                self._fetchParseFailed(e)
+                return None
+            if parser.wantsLiteral:
+                self.setRawMode()
+            return None
+        return IMAP4Client.lineReceived(self, line)
+
+    def rawDataReceived(self, data: bytes) -> object:
+        parser = self._fetchParser
+        if not parser.wantsLiteral:
+            pending = getattr(self, "_pendingSize", None)
+            if pending is not None and len(data) > pending:
+                # The stock code strips CR and LF from what follows a
+                # literal, so a literal that ends its response (a LIST
+                # name sent as a literal) loses the line end, and the next
+                # line (perhaps the tagged reply) is taken for the rest of
+                # that response.  Hand the rest back untouched instead.
+                IMAP4Client.rawDataReceived(self, data[:pending])
+                self.setLineMode(data[pending:])
+                return None
+            return IMAP4Client.rawDataReceived(self, data)
+        if self.timeout > 0:
+            self.resetTimeout()
+        rest = parser.literalReceived(data)
+        if rest is not None:
+            # What follows the literal continues the response: back to
+            # lines (and to the parser, which is still in the response).
+            self.setLineMode(rest)
+        return None
+
+    def _fetchedItem(self, item: FetchedItem) -> None:
+        """
+        Hand a FETCH response to the sink of the oldest fetch command.
+        """
+        for _, sink in self._fetchCommands.values():
+            try:
+                sink(item)
+            except Exception:
+                self._log.failure("A fetch sink failed; dropping the connection")
+                self.connection.loseConnection()
+            return
+
+    def _fetchParseFailed(self, error: FetchParseError) -> None:
+        """
+        A FETCH response could not be read: nothing after it can be trusted.
+        Fail the fetch commands with the reason and drop the connection.
+        """
+        self._log.error(
+            "Unreadable FETCH response from the server ({error}); dropping the connection",
+            error=str(error),
+        )
+        pending, self._fetchCommands = self._fetchCommands, {}
+        for d, _ in pending.values():
+            d.errback(error)
+        self.connection.loseConnection()
+
     def _defaultHandler(self, tag: bytes, rest: bytes) -> None:
+        if self._fetchCommands and tag in self._fetchCommands:
+            d, _ = self._fetchCommands.pop(tag)
+            status, _, text = rest.partition(b" ")
+            if status.upper() == b"OK":
+                d.callback(text)
+            else:
+                d.errback(CommandRefused(status.upper().decode("ascii", "replace"), text))
+            return
         if self._pipelinedCommands and tag in self._pipelinedCommands:
             d = self._pipelinedCommands.pop(tag)
             status, _, text = rest.partition(b" ")
@@ -277,6 +451,10 @@ class MigrationIMAP4Client(IMAP4Client):
         pending, self._pipelinedCommands = self._pipelinedCommands, {}
         for d in pending.values():
             d.errback(reason)
+        self._fetchParser.reset()
+        fetches, self._fetchCommands = self._fetchCommands, {}
+        for fetched, _ in fetches.values():
+            fetched.errback(reason)
         if not self.greeted.called:
             self.greeted.errback(reason)
         if not self.closed.called:

@@ -12,9 +12,9 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import ConnectError, ConnectionDone
@@ -32,8 +32,20 @@ from imapmig.errors import (
     TLSRequired,
     TransientError,
 )
-from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.client import (
+    CommandRefused,
+    FetchSink,
+    MigrationIMAP4Client,
+    describeConnectionLoss,
+)
 from imapmig.imap.compress import CompressionStats
+from imapmig.imap.fetch import (
+    FetchedItem,
+    FetchParseError,
+    Value,
+    formatUIDSet,
+    parseResponse,
+)
 from imapmig.imap.pipeline import (
     AppendOutcomes,
     AppendPipeline,
@@ -70,6 +82,105 @@ class SelectedMailbox:
     uidValidity: int | None
     exists: int
     permanentFlags: tuple[str, ...]
+
+
+@frozen
+class ExaminedMailbox:
+    """
+    What EXAMINE tells about a mailbox opened read-only.
+
+    @ivar name: the mailbox, decoded.
+    @ivar exists: how many messages it holds.
+    @ivar uidValidity: C{UIDVALIDITY}, or L{None} if the server sent none.
+    @ivar uidNext: C{UIDNEXT} (the UID the next message will get), or
+        L{None} if the server sent none.
+    @ivar highestModSeq: C{HIGHESTMODSEQ} (RFC 7162) when the server has
+        CONDSTORE and keeps mod-sequences for this mailbox, else L{None}.
+    """
+
+    name: str
+    exists: int
+    uidValidity: int | None
+    uidNext: int | None
+    highestModSeq: int | None
+
+
+# RFC 6154 attributes, by their lower-case form.
+SPECIAL_USE_ATTRIBUTES = {
+    attribute.lower(): attribute
+    for attribute in (
+        "\\All",
+        "\\Archive",
+        "\\Drafts",
+        "\\Flagged",
+        "\\Junk",
+        "\\Sent",
+        "\\Trash",
+    )
+}
+
+
+@frozen
+class ListedMailbox:
+    """
+    A mailbox as LIST (with LIST-EXTENDED, or LIST and LSUB) shows it.
+
+    @ivar name: decoded from modified UTF-7 (a name that does not decode
+        is read as UTF-8, invalid octets replaced); C{INBOX} in any case
+        is C{"INBOX"}.
+    @ivar wireName: the name exactly as the server sent it, to name the
+        mailbox in later commands.
+    @ivar delimiter: the hierarchy delimiter, or L{None} for a flat name.
+    @ivar attributes: e.g. C{("\\HasChildren", "\\Sent")}, as sent.
+    @ivar subscribed: whether the user is subscribed to it.
+    """
+
+    name: str
+    wireName: bytes
+    delimiter: str | None
+    attributes: tuple[str, ...]
+    subscribed: bool
+
+    @property
+    def selectable(self) -> bool:
+        """
+        Whether the mailbox can hold messages (neither C{\\Noselect} nor
+        C{\\NonExistent}).
+        """
+        return not any(a.lower() in ("\\noselect", "\\nonexistent") for a in self.attributes)
+
+    @property
+    def specialUse(self) -> str | None:
+        """
+        Its RFC 6154 attribute (C{"\\Sent"}, ...) in canonical spelling, or
+        L{None}.
+        """
+        for attribute in self.attributes:
+            canonical = SPECIAL_USE_ATTRIBUTES.get(attribute.lower())
+            if canonical is not None:
+                return canonical
+        return None
+
+
+@frozen
+class FetchedBodies:
+    """
+    What pipelined C{UID FETCH} commands for bodies brought back.
+
+    @ivar bodies: by UID, the message octets as the server sent them, or
+        L{None} where it sent C{NIL}.  A UID absent here got no body.
+    @ivar refusals: per UID set, in the order given, the L{CommandFailed}
+        of its tagged C{NO} or C{BAD}, or L{None} for C{OK}.
+    """
+
+    bodies: dict[int, bytes | None]
+    refusals: tuple[CommandFailed | None, ...]
+
+
+METADATA_ITEMS = b"UID FLAGS INTERNALDATE RFC822.SIZE"
+"""
+The FETCH items of a message listing.
+"""
 
 
 def parseResponseCode(text: str) -> str | None:
@@ -134,7 +245,8 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")
         text = str(text)
-        raise CommandFailed(command, "NO", parseResponseCode(text), text) from None
+        status = e.status if isinstance(e, CommandRefused) else "NO"
+        raise CommandFailed(command, status, parseResponseCode(text), text) from None
     except ConnectionLost as e:
         raise ConnectionLost(f"{command}: {e}") from None
     except Exception as e:
@@ -363,6 +475,179 @@ class IMAPSession:
             permanentFlags=tuple(_str(f) for f in flags),
         )
 
+    async def examine(self, mailbox: str, wireName: bytes | None = None) -> ExaminedMailbox:
+        """
+        Open C{mailbox} read-only (EXAMINE; with the C{CONDSTORE} parameter
+        where the server has CONDSTORE, so HIGHESTMODSEQ is reported and
+        later FETCH responses carry MODSEQ).
+
+        @param wireName: the name as the server listed it (see
+            L{ListedMailbox.wireName}); encoded from C{mailbox} when
+            L{None}.
+        @raise CommandFailed: the server refused (no such mailbox, ...).
+        """
+        argument = encodeMailboxName(mailbox) if wireName is None else _quotedWire(wireName)
+        if b"CONDSTORE" in self.capabilities or b"QRESYNC" in self.capabilities:
+            argument += b" (CONDSTORE)"
+        lines, _ = await _mapped("EXAMINE", self._client.sendCollecting(b"EXAMINE", argument))
+        exists = 0
+        codes: dict[bytes, int | None] = {}
+        for line in lines:
+            head, _, tail = line.partition(b" ")
+            if head.isdigit():
+                if tail[:6].upper() == b"EXISTS":
+                    exists = int(head)
+            elif head.upper() == b"OK" and tail.startswith(b"["):
+                code = tail[1 : tail.find(b"]")].split()
+                if code:
+                    value = code[1] if len(code) > 1 else b""
+                    codes[code[0].upper()] = int(value) if value.isdigit() else None
+        return ExaminedMailbox(
+            name=mailbox,
+            exists=exists,
+            uidValidity=codes.get(b"UIDVALIDITY"),
+            uidNext=codes.get(b"UIDNEXT"),
+            highestModSeq=codes.get(b"HIGHESTMODSEQ"),
+        )
+
+    async def listFolders(self) -> list[ListedMailbox]:
+        """
+        Every mailbox with its attributes and subscription: one C{LIST ""
+        "*" RETURN (SUBSCRIBED SPECIAL-USE)} where the server has
+        LIST-EXTENDED (C{SPECIAL-USE} only where it has SPECIAL-USE),
+        else C{LIST "" "*"} and C{LSUB "" "*"}.  Mailboxes that cannot be
+        selected (C{\\Noselect}, C{\\NonExistent}) are listed too.
+
+        @raise CommandFailed: the server refused.
+        """
+        caps = self.capabilities
+        client = self._client
+        if b"LIST-EXTENDED" in caps:
+            options = b"SUBSCRIBED SPECIAL-USE" if b"SPECIAL-USE" in caps else b"SUBSCRIBED"
+            lines, _ = await _mapped(
+                "LIST", client.sendCollecting(b"LIST", b'"" "*" RETURN (' + options + b")")
+            )
+            return [
+                _listedMailbox(row, None)
+                for row in _listRows(lines, b"LIST", self._description)
+            ]
+        lines, _ = await _mapped("LIST", client.sendCollecting(b"LIST", b'"" "*"'))
+        subscribedLines, _ = await _mapped("LSUB", client.sendCollecting(b"LSUB", b'"" "*"'))
+        subscribed = {
+            _listedMailbox(row, False).name
+            for row in _listRows(subscribedLines, b"LSUB", self._description)
+        }
+        mailboxes = []
+        for row in _listRows(lines, b"LIST", self._description):
+            mailbox = _listedMailbox(row, False)
+            if mailbox.name in subscribed:
+                mailbox = evolve(mailbox, subscribed=True)
+            mailboxes.append(mailbox)
+        return mailboxes
+
+    async def fetchMetadata(
+        self,
+        uidSet: bytes,
+        items: bytes = METADATA_ITEMS,
+        changedSince: int | None = None,
+    ) -> list[FetchedItem]:
+        """
+        C{UID FETCH uidSet (items)} in the mailbox opened last, with
+        C{(CHANGEDSINCE n)} when C{changedSince} is given (RFC 7162; the
+        server must have CONDSTORE).
+
+        An unsolicited FETCH for a message (another client changed its
+        flags) is merged into that message's response, the later value of
+        each item winning; responses without UID are left out.
+
+        @param uidSet: e.g. C{b"1:*"}, C{b"120:*"}, C{b"1:3,7"}; note that
+            C{n:*} also gives the last message when C{n} is beyond it.
+        @return: the responses, by ascending UID.
+        @raise CommandFailed: the server refused.
+        @raise ConnectionLost: the connection was lost, or a response could
+            not be read (the connection is then dropped).
+        """
+        command = b"UID FETCH " + uidSet + b" (" + items + b")"
+        if changedSince is not None:
+            command += b" (CHANGEDSINCE %d)" % changedSince
+        byUID: dict[int, FetchedItem] = {}
+
+        def received(item: FetchedItem) -> None:
+            uid = item.uid
+            if uid is None:
+                return
+            earlier = byUID.get(uid)
+            byUID[uid] = item if earlier is None else _mergedItem(earlier, item)
+
+        await self._fetch(command, received)
+        return [byUID[uid] for uid in sorted(byUID)]
+
+    async def fetchBodies(
+        self, uidSets: Sequence[Sequence[int]], section: bytes = b"BODY.PEEK[]"
+    ) -> FetchedBodies:
+        """
+        Fetch message bodies in the mailbox opened last: one C{UID FETCH
+        <set> (UID <section>)} per UID set, all written at once
+        (pipelined), their responses read as they come.  Only the bodies of
+        the UIDs asked for are kept.
+
+        @param section: C{BODY.PEEK[]} leaves C{\\Seen} alone; the
+            response item is then C{BODY[]}.
+        @return: the bodies and, per UID set, whether it was refused; a
+            refusal is for the caller to judge (a message expunged
+            meanwhile gives C{NO [EXPUNGEISSUED]} on some servers, and no
+            response at all on others).
+        @raise ConnectionLost: the connection was lost, or a response could
+            not be read; raised once every command has ended.
+        """
+        wanted = {uid for uids in uidSets for uid in uids}
+        bodies: dict[int, bytes | None] = {}
+
+        def received(item: FetchedItem) -> None:
+            uid = item.uid
+            if uid is not None and item.sections and uid in wanted:
+                bodies[uid] = item.body
+
+        commands = [
+            self._fetch(
+                b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", received
+            )
+            for uids in uidSets
+        ]
+        refusals: list[CommandFailed | None] = []
+        error: BaseException | None = None
+        for command in commands:
+            try:
+                await command
+            except CommandFailed as e:
+                refusals.append(e)
+            except Exception as e:
+                refusals.append(None)
+                if error is None:
+                    error = e
+            else:
+                refusals.append(None)
+        if error is not None:
+            raise error
+        return FetchedBodies(bodies, tuple(refusals))
+
+    def _fetch(self, command: bytes, sink: FetchSink) -> Deferred[bytes]:
+        """
+        Send a fetch command now (pipelined) with its responses going to
+        C{sink}, and map its errors.
+        """
+
+        async def mapped() -> bytes:
+            try:
+                return await _mapped("UID FETCH", self._client.fetchInto(command, sink))
+            except FetchParseError as e:
+                raise ConnectionLost(
+                    f"{self._description}: UID FETCH: unreadable response: {e}"
+                ) from None
+
+        # Started now, not when awaited: the command is written at once.
+        return Deferred.fromCoroutine(mapped())
+
     def appendPipeline(
         self,
         batchMessages: int,
@@ -427,6 +712,94 @@ def _mailboxInfo(row: Any) -> MailboxInfo:
         name=_str(name),
         delimiter=_str(delimiter) if delimiter not in (None, b"NIL", "NIL") else None,
         attributes=tuple(_str(a) for a in attributes),
+    )
+
+
+def _quotedWire(name: bytes) -> bytes:
+    """
+    A mailbox name as the server sent it, as a quoted string.
+    """
+    return b'"' + name.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+def _decodeMailboxName(name: bytes) -> str:
+    """
+    A mailbox name from modified UTF-7 (RFC 3501 5.1.3); a name that is
+    not valid modified UTF-7 is read as UTF-8.  C{INBOX} is
+    case-insensitive and always given as C{"INBOX"}.
+    """
+    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+
+    try:
+        decoded = name.decode("imap4-utf-7")
+    except (UnicodeError, ValueError):
+        decoded = name.decode("utf-8", "replace")
+    if len(decoded) == 5 and decoded.upper() == "INBOX":
+        return "INBOX"
+    return decoded
+
+
+def _listRows(lines: Sequence[bytes], keyword: bytes, description: str) -> list[list[Value]]:
+    """
+    The parsed C{LIST} (or C{LSUB}) responses among C{lines}, each as
+    C{[attributes, delimiter, name, ...]}; other untagged responses that
+    came meanwhile, and malformed rows (logged), are left out.
+    """
+    rows = []
+    size = len(keyword)
+    for line in lines:
+        if line[:size].upper() != keyword or line[size : size + 1] != b" ":
+            continue
+        try:
+            row = parseResponse(line)[1:]
+        except FetchParseError as e:
+            row = []
+            log.warn(
+                "{session}: unreadable {keyword} response: {error}",
+                session=description,
+                keyword=keyword.decode("ascii"),
+                error=str(e),
+            )
+        if len(row) >= 3 and isinstance(row[0], list) and isinstance(row[2], bytes):
+            rows.append(row)
+    return rows
+
+
+def _listedMailbox(row: list[Value], subscribed: bool | None) -> ListedMailbox:
+    """
+    A L{ListedMailbox} of a parsed LIST row.
+
+    @param subscribed: whether it is subscribed, or L{None} to read its
+        C{\\Subscribed} attribute (LIST-EXTENDED).
+    """
+    rawAttributes, delimiter, name = row[0], row[1], row[2]
+    assert isinstance(rawAttributes, list) and isinstance(name, bytes)
+    attributes = tuple(_str(a) for a in rawAttributes if isinstance(a, bytes))
+    if subscribed is None:
+        subscribed = any(a.lower() == "\\subscribed" for a in attributes)
+    return ListedMailbox(
+        name=_decodeMailboxName(name),
+        wireName=name,
+        delimiter=_str(delimiter) if isinstance(delimiter, bytes) and delimiter else None,
+        attributes=attributes,
+        subscribed=subscribed,
+    )
+
+
+def _mergedItem(earlier: FetchedItem, later: FetchedItem) -> FetchedItem:
+    """
+    Two FETCH responses for one message as one: each item from C{later}
+    where it has it.
+    """
+    return FetchedItem(
+        sequence=later.sequence,
+        uid=later.uid if later.uid is not None else earlier.uid,
+        flags=later.flags if later.flags is not None else earlier.flags,
+        internalDate=later.internalDate or earlier.internalDate,
+        size=later.size if later.size is not None else earlier.size,
+        modSeq=later.modSeq if later.modSeq is not None else earlier.modSeq,
+        sections={**earlier.sections, **later.sections},
+        extra={**earlier.extra, **later.extra},
     )
 
 

@@ -1,0 +1,562 @@
+# -*- test-case-name: tests.test_imap_fetch -*-
+"""
+Reading untagged C{FETCH} responses incrementally, message bodies included.
+
+Twisted's L{IMAP4Client} joins a literal into its response line and parses
+the result a character at a time (C{parseNestedParens}): fine for a flag
+list, hopeless for a body of megabytes.  L{FetchResponseParser} instead
+takes the short, non-literal parts of a response line by line, and the
+octets of each literal as they arrive, in as many pieces as the transport
+delivers.  Literal octets are kept as a list of chunks, never looked at,
+and joined once when the literal is complete (the only copy); the lines
+around them are split by a small tokenizer (atoms, quoted strings with
+backslash escapes, parenthesised lists, C{NIL}, C{{N}} and C{~{N}}
+literals).
+
+A FETCH response looks like this on the wire (RFC 3501 7.4.2, RFC 3516 and
+RFC 7162 for literal8 and MODSEQ)::
+
+    * 1 FETCH (UID 5 RFC822.SIZE 1234 FLAGS (\\Seen) BODY[] {1234}\\r\\n
+    <1234 octets> FLAGS (\\Seen $Forwarded))\\r\\n
+
+The parser has no I/O: the client (L{imapmig.imap.client}) decides which
+lines it gets and switches the transport to raw mode while it asks for
+literal octets.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, TypeAlias, Union
+
+from attrs import field, frozen
+
+__all__ = [
+    "FetchParseError",
+    "FetchResponseParser",
+    "FetchedItem",
+    "Value",
+    "formatUIDSet",
+    "isFetchResponse",
+    "parseInternalDate",
+    "parseResponse",
+]
+
+Value: TypeAlias = Union[bytes, None, list["Value"]]
+"""
+One parsed element of a response: an atom, quoted string or literal as
+bytes, C{NIL} as L{None}, a parenthesised list as a list.
+"""
+
+_SP = 0x20
+_LPAREN = 0x28
+_RPAREN = 0x29
+_DQUOTE = 0x22
+_LBRACE = 0x7B
+_LBRACKET = 0x5B
+_TILDE = 0x7E
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        b"Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1
+    )
+}
+
+# Response items that carry message data (a section), keyed as written.
+_SECTION_PREFIXES = (b"BODY[", b"BINARY[")
+_SECTION_NAMES = frozenset([b"RFC822", b"RFC822.HEADER", b"RFC822.TEXT"])
+# The full message, in the order L{FetchedItem.body} looks for it.
+_FULL_BODY = (b"BODY[]", b"BINARY[]", b"RFC822")
+
+
+# Shared by the many responses that carry no section or other item (a
+# listing of a large folder): read-only, so sharing is safe.
+_NO_SECTIONS: Mapping[bytes, bytes | None] = MappingProxyType({})
+_NO_EXTRA: Mapping[bytes, Value] = MappingProxyType({})
+
+
+def _describeSections(sections: Mapping[bytes, bytes | None]) -> str:
+    """
+    The C{repr} of L{FetchedItem.sections}: sizes, never message octets.
+    """
+    described = (
+        f"{name!r}: {'NIL' if value is None else f'<{len(value)} octets>'}"
+        for name, value in sections.items()
+    )
+    return "{" + ", ".join(described) + "}"
+
+
+class FetchParseError(ValueError):
+    """
+    The server sent a FETCH response this parser cannot read.
+    """
+
+
+@frozen
+class FetchedItem:
+    """
+    One untagged C{FETCH} response, solicited or not.
+
+    Every attribute is L{None} when the response did not carry that item
+    (an unsolicited flag update carries only C{FLAGS}, perhaps C{UID} and
+    C{MODSEQ}).
+
+    @ivar sequence: the message sequence number.
+    @ivar uid: C{UID}.
+    @ivar flags: C{FLAGS}, as the server spelled them (C{\\Recent}
+        included).
+    @ivar internalDate: C{INTERNALDATE}, timezone-aware; L{None} also when
+        the server sent a date this parser cannot read.
+    @ivar size: C{RFC822.SIZE}.
+    @ivar modSeq: C{MODSEQ} (RFC 7162).
+    @ivar sections: the message data, keyed by the item name exactly as the
+        server wrote it (C{b"BODY[]"}, C{b"BODY[]<0>"},
+        C{b"BODY[HEADER.FIELDS (MESSAGE-ID)]"}, C{b"BINARY[]"},
+        C{b"RFC822"}); L{None} where the server sent C{NIL}.  Its C{repr}
+        shows sizes only.
+    @ivar extra: every other item (C{ENVELOPE}, C{BODYSTRUCTURE},
+        C{X-GM-LABELS}, ...), unconverted, keyed as written.
+    """
+
+    sequence: int
+    uid: int | None = None
+    flags: tuple[str, ...] | None = None
+    internalDate: datetime | None = None
+    size: int | None = None
+    modSeq: int | None = None
+    sections: Mapping[bytes, bytes | None] = field(
+        default=_NO_SECTIONS, repr=_describeSections
+    )
+    extra: Mapping[bytes, Value] = field(default=_NO_EXTRA, repr=False)
+
+    @property
+    def body(self) -> bytes | None:
+        """
+        The whole message (C{BODY[]}, C{BINARY[]} or C{RFC822}), or
+        L{None} if the response carried none (or C{NIL}).
+        """
+        sections = self.sections
+        if sections:
+            for name in _FULL_BODY:
+                value = sections.get(name)
+                if value is not None:
+                    return value
+        return None
+
+
+@lru_cache(maxsize=64)
+def _zone(minutes: int) -> timezone:
+    return timezone(timedelta(minutes=minutes))
+
+
+def parseInternalDate(value: bytes) -> datetime:
+    """
+    Parse an RFC 3501 C{date-time} (without its quotes), such as
+    C{b"22-Nov-2026 10:00:00 +0100"} or C{b" 2-Nov-2026 10:00:00 -0500"}.
+
+    @return: a timezone-aware datetime.
+    @raise ValueError: C{value} is not a date-time.
+    """
+    try:
+        date, time, zone = value.split()
+        day, month, year = date.split(b"-")
+        hour, minute, second = time.split(b":")
+        if len(zone) != 5 or zone[0] not in b"+-" or not zone[1:].isdigit():
+            raise ValueError
+        minutes = int(zone[1:3]) * 60 + int(zone[3:5])
+        return datetime(
+            int(year),
+            _MONTHS[month.title()],
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            tzinfo=_zone(-minutes if zone[0] == 0x2D else minutes),
+        )
+    except (ValueError, KeyError):
+        raise ValueError(f"not an IMAP date-time: {value[:40]!r}") from None
+
+
+def isFetchResponse(line: bytes) -> bool:
+    """
+    Whether C{line} starts an untagged C{FETCH} response (C{* <n> FETCH}).
+    Only the first few octets are looked at.
+    """
+    if not line.startswith(b"* "):
+        return False
+    space = line.find(b" ", 2, 24)
+    if space < 3 or not line[2:space].isdigit():
+        return False
+    return line[space + 1 : space + 7].upper() in (b"FETCH ", b"FETCH(")
+
+
+def _quoted(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    """
+    Read a quoted string whose opening quote is just before C{pos}.
+
+    @return: its value (escapes resolved) and the position after its
+        closing quote.
+    """
+    pieces: list[bytes] | None = None
+    start = pos
+    while True:
+        quote = data.find(b'"', pos, end)
+        if quote < 0:
+            raise FetchParseError("unterminated quoted string")
+        backslash = data.find(b"\\", pos, quote)
+        if backslash < 0:
+            if pieces is None:
+                return data[start:quote], quote + 1
+            pieces.append(data[pos:quote])
+            return b"".join(pieces), quote + 1
+        if backslash + 1 >= end:
+            raise FetchParseError("unterminated quoted string")
+        if pieces is None:
+            pieces = []
+        pieces.append(data[pos:backslash])
+        pieces.append(data[backslash + 1 : backslash + 2])
+        pos = backslash + 2
+
+
+def _atom(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    """
+    Read an atom-like token starting at C{pos}: everything up to a space or
+    a parenthesis, where a bracketed part (C{BODY[HEADER.FIELDS (A B)]})
+    may itself hold spaces and parentheses.
+
+    @return: the token and the position after it.
+    """
+    scan = pos
+    while True:
+        stop = end
+        for delimiter in (b" ", b")", b"(", b"["):
+            found = data.find(delimiter, scan, stop)
+            if found >= 0:
+                stop = found
+        if stop < end and data[stop] == _LBRACKET:
+            close = data.find(b"]", stop, end)
+            if close < 0:
+                raise FetchParseError("unterminated section specification")
+            scan = close + 1
+            continue
+        return data[pos:stop], stop
+
+
+def _scan(data: bytes, pos: int, end: int, stack: list[list[Value]]) -> tuple[int, int]:
+    """
+    Tokenize C{data[pos:end]} into the open lists of C{stack} (the
+    innermost last), opening and closing lists as parentheses say, until
+    the end or a literal marker.
+
+    @return: the position reached, and the size announced by the literal
+        marker (C{{N}} or C{~{N}}) that stopped the scan, or -1 if it
+        reached C{end}.
+    @raise FetchParseError: malformed data.
+    """
+    while pos < end:
+        octet = data[pos]
+        if octet == _SP:
+            pos += 1
+            continue
+        if not stack:
+            raise FetchParseError("data after the closing parenthesis")
+        if octet == _LPAREN:
+            inner: list[Value] = []
+            stack[-1].append(inner)
+            stack.append(inner)
+            pos += 1
+        elif octet == _RPAREN:
+            stack.pop()
+            pos += 1
+        elif octet == _DQUOTE:
+            value, pos = _quoted(data, pos + 1, end)
+            stack[-1].append(value)
+        elif octet == _LBRACE or (
+            octet == _TILDE and pos + 1 < end and data[pos + 1] == _LBRACE
+        ):
+            start = pos + (1 if octet == _LBRACE else 2)
+            close = data.find(b"}", start, end)
+            digits = data[start:close]
+            if close < 0 or not digits.isdigit() or len(digits) > 18:
+                raise FetchParseError("malformed literal marker")
+            return close + 1, int(digits)
+        else:
+            atom, pos = _atom(data, pos, end)
+            if len(atom) == 3 and atom.upper() == b"NIL":
+                stack[-1].append(None)
+            else:
+                stack[-1].append(atom)
+    return pos, -1
+
+
+def parseResponse(data: bytes) -> list[Value]:
+    """
+    Parse a complete, small response (the text after C{* }, as Twisted's
+    client hands it over: any literal inline, as C{{N}\\r\\n} followed by
+    its octets) into its elements.  Not for message bodies: see
+    L{FetchResponseParser}.
+
+    @raise FetchParseError: malformed or unbalanced data.
+    """
+    top: list[Value] = []
+    stack = [top]
+    pos, end = 0, len(data)
+    while True:
+        pos, size = _scan(data, pos, end, stack)
+        if size < 0:
+            break
+        if not stack:
+            raise FetchParseError("literal after the closing parenthesis")
+        if data[pos : pos + 2] != b"\r\n" or pos + 2 + size > end:
+            raise FetchParseError("truncated literal")
+        stack[-1].append(data[pos + 2 : pos + 2 + size])
+        pos += 2 + size
+    if len(stack) != 1:
+        raise FetchParseError("unbalanced parentheses")
+    return top
+
+
+def _integer(value: Value, name: bytes) -> int:
+    if isinstance(value, bytes) and value.isdigit():
+        return int(value)
+    raise FetchParseError(f"{name.decode('ascii', 'replace')} is not a number")
+
+
+def _text(value: bytes) -> str:
+    if value.isascii():
+        return value.decode("ascii")
+    return value.decode("utf-8", "replace")
+
+
+def _item(sequence: int, values: list[Value]) -> FetchedItem:
+    """
+    The L{FetchedItem} of a parsed FETCH attribute list
+    (C{[name, value, name, value, ...]}).
+    """
+    if len(values) % 2:
+        raise FetchParseError("a FETCH item without a value")
+    uid = size = modSeq = None
+    flags: tuple[str, ...] | None = None
+    internalDate: datetime | None = None
+    sections: dict[bytes, bytes | None] = {}
+    extra: dict[bytes, Value] = {}
+    for i in range(0, len(values), 2):
+        name, value = values[i], values[i + 1]
+        if not isinstance(name, bytes):
+            raise FetchParseError("a FETCH item name that is not an atom")
+        key = name.upper()
+        if key == b"UID":
+            uid = _integer(value, key)
+        elif key == b"FLAGS":
+            if not isinstance(value, list):
+                raise FetchParseError("FLAGS is not a list")
+            flags = tuple(_text(flag) for flag in value if isinstance(flag, bytes))
+        elif key == b"RFC822.SIZE":
+            size = _integer(value, key)
+        elif key == b"INTERNALDATE":
+            if isinstance(value, bytes):
+                try:
+                    internalDate = parseInternalDate(value)
+                except ValueError:
+                    internalDate = None
+        elif key == b"MODSEQ":
+            if not isinstance(value, list) or len(value) != 1:
+                raise FetchParseError("MODSEQ is not a one-element list")
+            modSeq = _integer(value[0], key)
+        elif key.startswith(_SECTION_PREFIXES) or key in _SECTION_NAMES:
+            if isinstance(value, list):
+                raise FetchParseError("message data that is a list")
+            sections[name] = value
+        else:
+            extra[name] = value
+    return FetchedItem(
+        sequence=sequence,
+        uid=uid,
+        flags=flags,
+        internalDate=internalDate,
+        size=size,
+        modSeq=modSeq,
+        sections=sections or _NO_SECTIONS,
+        extra=extra or _NO_EXTRA,
+    )
+
+
+def formatUIDSet(uids: Iterable[int]) -> bytes:
+    """
+    A compact IMAP sequence set of C{uids}: C{[7, 1, 2, 3, 9, 10]} gives
+    C{b"1:3,7,9:10"}.
+
+    @raise ValueError: C{uids} is empty or holds a number below 1.
+    """
+    ordered = sorted(set(uids))
+    if not ordered or ordered[0] < 1:
+        raise ValueError("a UID set needs UIDs of at least 1")
+    ranges: list[bytes] = []
+    first = last = ordered[0]
+    for uid in ordered[1:]:
+        if uid == last + 1:
+            last = uid
+            continue
+        ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
+        first = last = uid
+    ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
+    return b",".join(ranges)
+
+
+_IDLE = 0
+_LINE = 1
+_LITERAL = 2
+
+
+class FetchResponseParser:
+    """
+    Turns untagged C{FETCH} responses, fed a line or a piece of literal at a
+    time, into L{FetchedItem}s.
+
+    The feeder gives it a line that starts a FETCH response
+    (L{isFetchResponse}) with L{lineReceived}; while L{wantsLiteral} it
+    gives the following octets to L{literalReceived}, in pieces of any
+    size, which hands back what follows the literal; while L{inResponse}
+    (after a literal) the next line continues the same response.  Each
+    complete response goes to C{itemReceived}.
+
+    A response that cannot be parsed raises L{FetchParseError} and leaves
+    the parser idle; the connection cannot be trusted after that.
+    """
+
+    __slots__ = ("_itemReceived", "_state", "_sequence", "_stack", "_root", "_chunks", "_remaining")
+
+    def __init__(self, itemReceived: Callable[[FetchedItem], object]) -> None:
+        """
+        @param itemReceived: called with each complete response.
+        """
+        self._itemReceived = itemReceived
+        self._state = _IDLE
+        self._sequence = 0
+        self._root: list[Value] = []
+        self._stack: list[list[Value]] = []
+        self._chunks: list[bytes | memoryview] = []
+        self._remaining = 0
+
+    @property
+    def inResponse(self) -> bool:
+        """
+        Whether a response has started and not ended: the next line, or
+        the next octets, belong to it.
+        """
+        return self._state != _IDLE
+
+    @property
+    def wantsLiteral(self) -> bool:
+        """
+        Whether the next octets are literal octets, for L{literalReceived}.
+        """
+        return self._state == _LITERAL
+
+    @property
+    def literalRemaining(self) -> int:
+        """
+        How many octets of the current literal are still to come.
+        """
+        return self._remaining if self._state == _LITERAL else 0
+
+    def reset(self) -> None:
+        """
+        Forget a response in progress (the connection was lost).
+        """
+        self._state = _IDLE
+        self._root = []
+        self._stack = []
+        self._chunks = []
+        self._remaining = 0
+
+    def lineReceived(self, line: bytes) -> None:
+        """
+        A line (without its CRLF): the start of a FETCH response when idle,
+        else the continuation of the current one after its literal.
+
+        @raise FetchParseError: the line is malformed (the parser is then
+            idle again).
+        """
+        try:
+            if self._state == _IDLE:
+                pos = self._start(line)
+            elif self._state == _LINE:
+                pos = 0
+            else:
+                raise FetchParseError("a line where literal octets were expected")
+            self._continue(line, pos)
+        except FetchParseError:
+            self.reset()
+            raise
+
+    def literalReceived(self, data: bytes) -> bytes | None:
+        """
+        Octets of the current literal, and perhaps of what follows it.
+
+        @return: L{None} while the literal is incomplete; once complete,
+            the octets that followed it in C{data} (perhaps empty), which
+            belong to the line that continues the response.
+        """
+        remaining = self._remaining
+        size = len(data)
+        if size < remaining:
+            self._chunks.append(data)
+            self._remaining = remaining - size
+            return None
+        if size == remaining:
+            self._chunks.append(data)
+            rest = b""
+        else:
+            self._chunks.append(memoryview(data)[:remaining])
+            rest = data[remaining:]
+        chunks, self._chunks = self._chunks, []
+        self._remaining = 0
+        self._stack[-1].append(b"".join(chunks))
+        self._state = _LINE
+        return rest
+
+    def _start(self, line: bytes) -> int:
+        """
+        Read C{* <n> FETCH (} and open the attribute list.
+
+        @return: the position after the opening parenthesis.
+        """
+        if not isFetchResponse(line):
+            raise FetchParseError("not a FETCH response")
+        space = line.index(b" ", 2)
+        self._sequence = int(line[2:space])
+        pos = space + 6
+        while pos < len(line) and line[pos] == _SP:
+            pos += 1
+        if pos >= len(line) or line[pos] != _LPAREN:
+            raise FetchParseError("FETCH without a parenthesised list")
+        self._root = []
+        self._stack = [self._root]
+        return pos + 1
+
+    def _continue(self, line: bytes, pos: int) -> None:
+        end = len(line)
+        stack = self._stack
+        pos, size = _scan(line, pos, end, stack)
+        if size < 0:
+            if stack:
+                raise FetchParseError("the line ends inside a parenthesised list")
+            self._finish()
+            return
+        if line[pos:].strip(b" ") or not stack:
+            raise FetchParseError("a literal marker that does not end the line")
+        if size == 0:
+            stack[-1].append(b"")
+            self._state = _LINE
+        else:
+            self._remaining = size
+            self._state = _LITERAL
+
+    def _finish(self) -> None:
+        root, sequence = self._root, self._sequence
+        self.reset()
+        self._itemReceived(_item(sequence, root))

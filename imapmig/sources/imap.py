@@ -1,0 +1,576 @@
+# -*- test-case-name: tests.test_sources_imap -*-
+"""
+An IMAP account as an L{imapmig.sources.IMessageSource}: migrating from
+one server to another.
+
+The source is strictly read-only: it opens folders with EXAMINE, reads
+bodies with C{BODY.PEEK[]} (so C{\\Seen} is not set), and never sends
+SELECT, STORE, EXPUNGE or anything else that changes the account.
+
+Folders are what LIST shows (with LIST-EXTENDED, one C{LIST ... RETURN
+(SUBSCRIBED SPECIAL-USE)}; else LIST and LSUB), less those that cannot hold
+messages.  Messages are listed with one C{UID FETCH 1:* (UID FLAGS
+INTERNALDATE RFC822.SIZE)} per folder and keyed C{"<UIDVALIDITY>:<UID>"}:
+as long as the folder keeps its UIDVALIDITY a key names the same message
+for ever.  When the server renumbers a folder (a new UIDVALIDITY, after a
+restore or a mailbox rebuild) every message gets a new key, so the state
+store no longer recognises the copies already made; recognising them again
+by content (Message-ID, digest) is the caller's job, not the source's.
+
+Bodies are read in the caller's batches with pipelined C{UID FETCH <set>
+(UID BODY.PEEK[])} commands, each covering about L{COMMAND_BYTES} octets of
+messages, through the incremental FETCH reader of
+L{imapmig.imap.fetch}: a body arrives as one buffer, never re-parsed.  At
+most one batch of bodies is held at a time.
+
+One connection serves every call, one call at a time (calls made
+meanwhile wait their turn); it is opened on the first call, dropped when a
+call fails with a L{TransientError} (the next call opens a new one) and
+logged out by L{IMAPSource.close}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
+
+from attrs import frozen
+from twisted.internet.defer import Deferred, DeferredLock
+from zope.interface import implementer
+
+from imapmig.errors import CommandFailed, SourceError, TransientError
+from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    toCRLF,
+)
+from imapmig.sources import IMessageSource
+
+__all__ = [
+    "COMMAND_BYTES",
+    "FlagChange",
+    "FolderChanges",
+    "FolderStatus",
+    "IMAPSource",
+    "messageKey",
+    "parseMessageKey",
+]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+COMMAND_BYTES = 8 * 1024 * 1024
+"""
+About how many octets of messages (by RFC822.SIZE) one C{UID FETCH}
+command asks for; a larger message gets a command of its own.
+"""
+
+EXPUNGED = "expunged from the source since it was listed"
+
+# Response codes (RFC 5530) saying the server will not serve now, whatever
+# the message: the call fails with a TransientError rather than record every
+# message as unreadable.  (EXPUNGEISSUED is about messages, see EXPUNGED.)
+_TRANSIENT_CODES = frozenset(["UNAVAILABLE", "INUSE", "LIMIT", "OVERQUOTA", "CONTACTADMIN"])
+
+
+@frozen
+class FolderStatus:
+    """
+    Where a folder stood when it was last listed: what a later delta pass
+    (L{IMAPSource.listMessagesSince}) starts from.
+
+    @ivar uidValidity: C{UIDVALIDITY} (0 if the server gave none).
+    @ivar uidNext: the UID the next message will get: C{UIDNEXT}, or one
+        more than the highest UID listed when the server gave none.
+    @ivar highestModSeq: C{HIGHESTMODSEQ} where the server has CONDSTORE,
+        else L{None}.
+    @ivar exists: how many messages the folder held.
+    """
+
+    uidValidity: int
+    uidNext: int
+    highestModSeq: int | None
+    exists: int
+
+
+@frozen
+class FlagChange:
+    """
+    A message whose flags changed since a delta pass's mod-sequence.
+
+    @ivar key: the message's key (see L{messageKey}).
+    @ivar flags: its flags now, C{\\Recent} left out.
+    """
+
+    key: str
+    flags: tuple[str, ...]
+
+
+@frozen
+class FolderChanges:
+    """
+    What changed in a folder since a given L{FolderStatus}.
+
+    @ivar status: the folder's status now.
+    @ivar uidValidityChanged: the server renumbered the folder: every key
+        changed, and L{newMessages} lists every message of the folder.
+    @ivar newMessages: the messages that arrived since (UID at least the
+        old C{uidNext}), oldest first.
+    @ivar flagChanges: messages listed before whose flags changed since the
+        old mod-sequence, by ascending UID.
+    @ivar flagChangesKnown: whether L{flagChanges} is complete: false when
+        the server has no CONDSTORE, or when no mod-sequence was given.
+    """
+
+    status: FolderStatus
+    uidValidityChanged: bool
+    newMessages: tuple[SourceMessage, ...]
+    flagChanges: tuple[FlagChange, ...]
+    flagChangesKnown: bool
+
+
+def messageKey(uidValidity: int, uid: int) -> str:
+    """
+    The key of a message of an IMAP folder: C{"<UIDVALIDITY>:<UID>"}.
+    """
+    return f"{uidValidity}:{uid}"
+
+
+def parseMessageKey(key: str) -> tuple[int, int] | None:
+    """
+    The UIDVALIDITY and UID of a key made by L{messageKey}, or L{None} if
+    C{key} is not one.
+    """
+    validity, _, uid = key.partition(":")
+    if validity.isdigit() and uid.isdigit() and validity.isascii() and uid.isascii():
+        return int(validity), int(uid)
+    return None
+
+
+def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
+    """
+    The flags of a source message: every flag but C{\\Recent} (which no
+    client may set), system flags and keywords alike.  A flag that is not
+    ASCII (invalid in IMAP, but seen in the wild) is left out: it could not
+    be sent to the destination.
+    """
+    if not flags:
+        return ()
+    return tuple(f for f in flags if f.isascii() and f.lower() != "\\recent")
+
+
+def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
+    """
+    A folder's path from its decoded name: the levels between hierarchy
+    delimiters, C{INBOX} (in any case) as C{"INBOX"} at the top.
+    """
+    path = name.split(delimiter) if delimiter else [name]
+    if path[0].upper() == "INBOX":
+        path[0] = "INBOX"
+    return tuple(path)
+
+
+def _commandGroups(
+    messages: Sequence[tuple[int, SourceMessage]], commandBytes: int
+) -> list[list[int]]:
+    """
+    Cut C{(uid, message)} pairs, in order, into UID groups of about
+    C{commandBytes} octets each (at least one message per group).
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for uid, message in messages:
+        if current and size + message.size > commandBytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(uid)
+        size += message.size
+    if current:
+        groups.append(current)
+    return groups
+
+
+@implementer(IMessageSource)
+class IMAPSource:
+    """
+    The folders and messages of one IMAP account, read-only.
+
+    @ivar description: names the account in errors and logs.
+    """
+
+    def __init__(
+        self,
+        openSession: Callable[[], Awaitable[IMAPSession]],
+        description: str = "IMAP source",
+        commandBytes: int = COMMAND_BYTES,
+    ) -> None:
+        """
+        @param openSession: opens a new logged-in session to the account
+            (as L{imapmig.service.sessionOpener} makes); called on the
+            first call, and again after a call lost the connection.
+        @param description: names the account in errors and logs.
+        @param commandBytes: see L{COMMAND_BYTES}.
+        """
+        self._openSession = openSession
+        self.description = description
+        self._commandBytes = commandBytes
+        self._lock = DeferredLock()
+        self._session: IMAPSession | None = None
+        self._examined: str | None = None
+        self._status: dict[str, FolderStatus] = {}
+        self._wireNames: dict[str, bytes] = {}
+
+    # IMessageSource
+
+    def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
+        """
+        Every folder that can hold messages, C{INBOX} first, then sorted
+        by path (parents before children).  A folder that cannot
+        (C{\\Noselect}, C{\\NonExistent}) is left out, its children not.
+
+        Each folder's C{path} is its decoded name split at the account's
+        hierarchy delimiter, its C{key} the decoded name as listed, its
+        C{specialUse} its RFC 6154 attribute, C{subscribed} from the
+        server.
+
+        @return: a Deferred that fails with L{SourceError} when the server
+            refuses to list, or with a L{TransientError}.
+        """
+        return self._call(self._listFolders)
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        """
+        The messages of C{folder}, by ascending UID, without bodies; the
+        folder's L{FolderStatus} is remembered (L{folderStatus}).
+
+        @return: a Deferred that fails with L{SourceError} when the folder
+            cannot be opened, or with a L{TransientError}.
+        """
+        return self._call(self._listMessages, folder)
+
+    def readBodies(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[MessageBody]]:
+        """
+        The bodies of C{messages}, in the same order, as the server sent
+        them (IMAP bodies are CRLF already; L{toCRLF} fixes the rare one
+        that is not).  A message that is gone (no longer in the folder, or
+        the folder renumbered or gone) is an L{UnreadableMessage} saying
+        so.
+
+        @return: a Deferred that fails with a L{TransientError} when the
+            connection is lost or the server will not serve now.
+        """
+        return self._call(self._readBodies, folder, messages)
+
+    # Delta passes
+
+    def folderStatus(self, folder: SourceFolder) -> FolderStatus | None:
+        """
+        The status of C{folder} when it was last listed or opened, or
+        L{None} if it has not been.
+        """
+        return self._status.get(folder.key)
+
+    def listMessagesSince(
+        self,
+        folder: SourceFolder,
+        uidValidity: int,
+        uidNext: int,
+        modSeq: int | None,
+    ) -> Deferred[FolderChanges]:
+        """
+        What changed in C{folder} since a pass that left it at
+        C{uidValidity}, C{uidNext} and C{modSeq} (a L{FolderStatus} kept
+        from then): the messages that arrived (C{UID FETCH <uidNext>:*}),
+        and, where the server has CONDSTORE and C{modSeq} is given, the
+        flags changed on older ones (C{UID FETCH 1:<uidNext - 1> (UID
+        FLAGS) (CHANGEDSINCE <modSeq>)}).  Messages expunged since are not
+        reported.  If the folder's UIDVALIDITY changed, every message is
+        new.
+        """
+        return self._call(self._listMessagesSince, folder, uidValidity, uidNext, modSeq)
+
+    def close(self) -> Deferred[None]:
+        """
+        Log out (after the call in progress, if any).  A later call opens
+        a new connection.
+        """
+        return Deferred.fromCoroutine(self._close())
+
+    # Implementation
+
+    def _call(
+        self,
+        method: Callable[Concatenate[IMAPSession, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> Deferred[T]:
+        """
+        L{_locked}, as a Deferred.
+        """
+        return Deferred.fromCoroutine(self._locked(method, *args, **kwargs))
+
+    async def _locked(
+        self,
+        method: Callable[Concatenate[IMAPSession, P], Coroutine[Any, Any, T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """
+        Run C{method(session, *args, **kwargs)} alone on the connection,
+        opening it first if needed; a L{TransientError} drops the
+        connection.
+        """
+        await self._lock.acquire()
+        try:
+            session = self._session
+            if session is None:
+                session = self._session = await self._openSession()
+                self._examined = None
+            try:
+                return await method(session, *args, **kwargs)
+            except TransientError:
+                self._session = None
+                self._examined = None
+                session.abort()
+                raise
+        finally:
+            self._lock.release()
+
+    async def _close(self) -> None:
+        await self._lock.acquire()
+        try:
+            session, self._session, self._examined = self._session, None, None
+            if session is not None:
+                await session.logout()
+        finally:
+            self._lock.release()
+
+    def _refused(self, what: str, error: CommandFailed) -> TransientError | None:
+        """
+        The L{TransientError} to raise for a refusal that says "not now"
+        (a transient response code, a C{BAD}... is not), else L{None}.
+        """
+        if error.code in _TRANSIENT_CODES:
+            return TransientError(f"{self.description}: {what}: {error.status} {error.text}")
+        return None
+
+    async def _listFolders(self, session: IMAPSession) -> Sequence[SourceFolder]:
+        try:
+            listed = await session.listFolders()
+        except CommandFailed as e:
+            raise self._refused("LIST", e) or SourceError(
+                f"{self.description}: cannot list the folders: {e.status} {e.text}"
+            ) from None
+        folders = []
+        wireNames = {}
+        for mailbox in listed:
+            if not mailbox.selectable:
+                continue
+            folders.append(
+                SourceFolder(
+                    path=folderPath(mailbox.name, mailbox.delimiter),
+                    key=mailbox.name,
+                    specialUse=mailbox.specialUse,
+                    subscribed=mailbox.subscribed,
+                )
+            )
+            wireNames[mailbox.name] = mailbox.wireName
+        folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
+        self._wireNames = wireNames
+        return folders
+
+    async def _examine(self, session: IMAPSession, folder: SourceFolder) -> ExaminedMailbox:
+        """
+        EXAMINE C{folder} and remember its status.
+
+        @raise CommandFailed: the server refused.
+        """
+        self._examined = None
+        examined = await session.examine(folder.key, self._wireNames.get(folder.key))
+        self._examined = folder.key
+        previous = self._status.get(folder.key)
+        uidNext = examined.uidNext
+        if uidNext is None:
+            # Until the listing says better: the UIDs seen so far.
+            uidNext = previous.uidNext if previous is not None else 1
+        self._status[folder.key] = FolderStatus(
+            uidValidity=examined.uidValidity or 0,
+            uidNext=uidNext,
+            highestModSeq=examined.highestModSeq,
+            exists=examined.exists,
+        )
+        return examined
+
+    async def _examineForListing(
+        self, session: IMAPSession, folder: SourceFolder
+    ) -> ExaminedMailbox:
+        try:
+            return await self._examine(session, folder)
+        except CommandFailed as e:
+            raise self._refused("EXAMINE", e) or SourceError(
+                f"{self.description}: cannot open the folder {folder.key!r}: "
+                f"{e.status} {e.text}"
+            ) from None
+
+    async def _fetchMessages(
+        self, session: IMAPSession, folder: SourceFolder, uidSet: bytes
+    ) -> list[FetchedItem]:
+        try:
+            return await session.fetchMetadata(uidSet)
+        except CommandFailed as e:
+            raise self._refused("UID FETCH", e) or SourceError(
+                f"{self.description}: cannot list the messages of {folder.key!r}: "
+                f"{e.status} {e.text}"
+            ) from None
+
+    def _messages(
+        self, folder: SourceFolder, uidValidity: int, items: Sequence[FetchedItem], fromUID: int
+    ) -> list[SourceMessage]:
+        """
+        The L{SourceMessage}s of listing responses with a UID of at least
+        C{fromUID}, and the folder's C{uidNext} raised past them.
+        """
+        messages = [
+            SourceMessage(
+                key=messageKey(uidValidity, item.uid),
+                flags=sourceFlags(item.flags),
+                internalDate=item.internalDate,
+                size=item.size or 0,
+            )
+            for item in items
+            if item.uid is not None and item.uid >= fromUID
+        ]
+        highest = max((item.uid for item in items if item.uid is not None), default=0)
+        status = self._status[folder.key]
+        if highest >= status.uidNext:
+            self._status[folder.key] = FolderStatus(
+                status.uidValidity, highest + 1, status.highestModSeq, status.exists
+            )
+        return messages
+
+    async def _listMessages(
+        self, session: IMAPSession, folder: SourceFolder
+    ) -> Sequence[SourceMessage]:
+        examined = await self._examineForListing(session, folder)
+        uidValidity = self._status[folder.key].uidValidity
+        if examined.exists == 0:
+            return []
+        items = await self._fetchMessages(session, folder, b"1:*")
+        return self._messages(folder, uidValidity, items, 1)
+
+    async def _listMessagesSince(
+        self,
+        session: IMAPSession,
+        folder: SourceFolder,
+        uidValidity: int,
+        uidNext: int,
+        modSeq: int | None,
+    ) -> FolderChanges:
+        examined = await self._examineForListing(session, folder)
+        status = self._status[folder.key]
+        if status.uidValidity != uidValidity:
+            items = (
+                await self._fetchMessages(session, folder, b"1:*") if examined.exists else []
+            )
+            messages = self._messages(folder, status.uidValidity, items, 1)
+            return FolderChanges(self._status[folder.key], True, tuple(messages), (), False)
+        newMessages: list[SourceMessage] = []
+        if examined.exists and (examined.uidNext is None or examined.uidNext > uidNext):
+            items = await self._fetchMessages(session, folder, b"%d:*" % max(uidNext, 1))
+            newMessages = self._messages(folder, uidValidity, items, uidNext)
+        changes: list[FlagChange] = []
+        known = False
+        condstore = bool({b"CONDSTORE", b"QRESYNC"} & session.capabilities)
+        if modSeq is not None and condstore and examined.highestModSeq is not None:
+            known = True
+            if uidNext > 1 and examined.highestModSeq > modSeq:
+                try:
+                    changed = await session.fetchMetadata(
+                        b"1:%d" % (uidNext - 1), b"UID FLAGS", changedSince=modSeq
+                    )
+                except CommandFailed as e:
+                    raise self._refused("UID FETCH", e) or SourceError(
+                        f"{self.description}: cannot read the flag changes of "
+                        f"{folder.key!r}: {e.status} {e.text}"
+                    ) from None
+                changes = [
+                    FlagChange(messageKey(uidValidity, item.uid), sourceFlags(item.flags))
+                    for item in changed
+                    if item.uid is not None and item.uid < uidNext and item.flags is not None
+                ]
+        return FolderChanges(
+            self._status[folder.key], False, tuple(newMessages), tuple(changes), known
+        )
+
+    async def _readBodies(
+        self, session: IMAPSession, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Sequence[MessageBody]:
+        if not messages:
+            return []
+        if self._examined != folder.key or folder.key not in self._status:
+            try:
+                await self._examine(session, folder)
+            except CommandFailed as e:
+                transient = self._refused("EXAMINE", e)
+                if transient is not None:
+                    raise transient from None
+                gone = UnreadableMessage(
+                    f"the source folder {folder.key!r} cannot be opened: {e.status} {e.text}"
+                )
+                return [gone] * len(messages)
+        uidValidity = self._status[folder.key].uidValidity
+        uids: list[int | None] = []
+        wanted: list[tuple[int, SourceMessage]] = []
+        for message in messages:
+            parsed = parseMessageKey(message.key)
+            if parsed is None or parsed[0] != uidValidity:
+                uids.append(None)
+            else:
+                uids.append(parsed[1])
+                wanted.append((parsed[1], message))
+        groups = _commandGroups(wanted, self._commandBytes) if wanted else []
+        fetched = await session.fetchBodies(groups)
+        refusalOf: dict[int, CommandFailed] = {}
+        for group, refusal in zip(groups, fetched.refusals):
+            if refusal is None:
+                continue
+            if refusal.status != "NO":
+                raise refusal
+            transient = self._refused("UID FETCH", refusal)
+            if transient is not None:
+                raise transient
+            for refused in group:
+                refusalOf[refused] = refusal
+        bodies: list[MessageBody] = []
+        for uid in uids:
+            if uid is None:
+                bodies.append(
+                    UnreadableMessage(
+                        f"the source folder was renumbered (UIDVALIDITY {uidValidity}) "
+                        "since it was listed"
+                    )
+                )
+                continue
+            if uid in fetched.bodies:
+                body = fetched.bodies[uid]
+                bodies.append(
+                    UnreadableMessage("the source server sent NIL for its body")
+                    if body is None
+                    else toCRLF(body)
+                )
+                continue
+            refusal = refusalOf.get(uid)
+            if refusal is None or refusal.code == "EXPUNGEISSUED":
+                bodies.append(UnreadableMessage(EXPUNGED))
+            else:
+                bodies.append(
+                    UnreadableMessage(f"the source server refused to send it: NO {refusal.text}")
+                )
+        return bodies
+

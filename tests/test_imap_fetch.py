@@ -1,0 +1,1065 @@
+"""
+Tests for L{imapmig.imap.fetch} (the incremental FETCH response reader),
+for the client's hook that routes FETCH responses to it
+(L{MigrationIMAP4Client.fetchInto}, L{MigrationIMAP4Client.sendCollecting}),
+and for the session methods built on them (L{IMAPSession.examine},
+L{IMAPSession.listFolders}, L{IMAPSession.fetchMetadata},
+L{IMAPSession.fetchBodies}).
+
+Every server reply here is the exact octets a server sends: Dovecot 2.3's
+formats where it has one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import zlib
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.mail.imap4 import IMAP4Exception
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import CommandFailed, ConnectionLost
+from imapmig.imap.client import CommandRefused, MigrationIMAP4Client
+from imapmig.imap.fetch import (
+    FetchedItem,
+    FetchParseError,
+    FetchResponseParser,
+    formatUIDSet,
+    isFetchResponse,
+    parseInternalDate,
+    parseResponse,
+)
+from imapmig.imap.session import IMAPSession, ListedMailbox
+
+CET = timezone(timedelta(hours=1))
+
+
+def messageOf(size: int, seed: int = 0) -> bytes:
+    """
+    A message of exactly C{size} octets, CRLF line endings, with octets a
+    parser must not interpret (parentheses, braces, quotes, a line that
+    looks like a FETCH response and one that looks like a tagged reply).
+    """
+    head = (
+        b"Message-ID: <%d@example.org>\r\nSubject: (not) {a} \"literal\"\r\n\r\n"
+        b"* 1 FETCH (UID 1)\r\n0001 OK done\r\n" % seed
+    )
+    filler = b"0123456789abcdef(){}[]\"\\ line\r\n"
+    body = head + filler * (size // len(filler) + 1)
+    return body[:size]
+
+
+class Collected:
+    """
+    A sink that keeps every item.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[FetchedItem] = []
+
+    def __call__(self, item: FetchedItem) -> None:
+        self.items.append(item)
+
+
+def feedWire(parser: FetchResponseParser, wire: bytes, chunk: int) -> None:
+    """
+    Feed C{wire} to C{parser} the way the client does, C{chunk} octets per
+    read: lines in line mode, literal octets while it wants them.
+    """
+    buffer = b""
+    for i in range(0, len(wire), chunk):
+        buffer += wire[i : i + chunk]
+        while buffer:
+            if parser.wantsLiteral:
+                rest = parser.literalReceived(buffer)
+                buffer = b"" if rest is None else rest
+                continue
+            line, sep, after = buffer.partition(b"\r\n")
+            if not sep:
+                break
+            buffer = after
+            parser.lineReceived(line)
+    assert buffer == b"", buffer
+
+
+class ParserTests(SynchronousTestCase):
+    """
+    L{FetchResponseParser} reads FETCH responses fed a line or a piece of
+    literal at a time.
+    """
+
+    def parse(self, wire: bytes, chunk: int = 1 << 20) -> list[FetchedItem]:
+        """
+        The items of C{wire}, fed C{chunk} octets per read.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        feedWire(parser, wire, chunk)
+        self.assertFalse(parser.inResponse)
+        return sink.items
+
+    def test_dovecotResponseWithBody(self) -> None:
+        """
+        Dovecot's reply to C{UID FETCH (UID RFC822.SIZE FLAGS INTERNALDATE
+        BODY.PEEK[])} gives every item, the body octet for octet.
+        """
+        body = messageOf(1234)
+        wire = (
+            b"* 1 FETCH (UID 5 RFC822.SIZE 1234 FLAGS (\\Seen $Forwarded) "
+            b'INTERNALDATE "22-Nov-2026 10:00:00 +0100" BODY[] {1234}\r\n' + body + b")\r\n"
+        )
+        [item] = self.parse(wire)
+        self.assertEqual(item.sequence, 1)
+        self.assertEqual(item.uid, 5)
+        self.assertEqual(item.size, 1234)
+        self.assertEqual(item.flags, ("\\Seen", "$Forwarded"))
+        self.assertEqual(item.internalDate, datetime(2026, 11, 22, 10, 0, 0, tzinfo=CET))
+        self.assertIsNone(item.modSeq)
+        self.assertEqual(item.body, body)
+        self.assertEqual(dict(item.sections), {b"BODY[]": body})
+
+    def test_anyChunking(self) -> None:
+        """
+        The same two responses give the same items whatever the read
+        boundaries, down to one octet per read.
+        """
+        first, second = messageOf(300, 1), messageOf(17, 2)
+        wire = (
+            b"* 1 FETCH (UID 5 BODY[] {300}\r\n" + first + b" FLAGS (\\Seen))\r\n"
+            b"* 2 FETCH (UID 6 BODY[] {17}\r\n" + second + b")\r\n"
+        )
+        expected = self.parse(wire)
+        self.assertEqual([i.body for i in expected], [first, second])
+        self.assertEqual(expected[0].flags, ("\\Seen",))
+        for chunk in (1, 2, 3, 7, 64, 299, 301):
+            self.assertEqual(self.parse(wire, chunk), expected, f"chunk {chunk}")
+
+    def test_modSeq(self) -> None:
+        """
+        C{MODSEQ (n)} (RFC 7162) is read, as Dovecot sends it once
+        CONDSTORE is on.
+        """
+        [item] = self.parse(b"* 3 FETCH (UID 9 MODSEQ (624140003) FLAGS (\\Seen))\r\n")
+        self.assertEqual((item.uid, item.modSeq, item.flags), (9, 624140003, ("\\Seen",)))
+        self.assertIsNone(item.body)
+        self.assertEqual(dict(item.sections), {})
+
+    def test_itemsAfterTheLiteral(self) -> None:
+        """
+        Items after a literal, on the line that continues the response,
+        are read too.
+        """
+        wire = b"* 2 FETCH (BODY[] {5}\r\nhello FLAGS (\\Answered) UID 7 RFC822.SIZE 5)\r\n"
+        [item] = self.parse(wire)
+        self.assertEqual(
+            (item.uid, item.flags, item.size, item.body), (7, ("\\Answered",), 5, b"hello")
+        )
+
+    def test_emptyLiteral(self) -> None:
+        """
+        A literal of 0 octets is an empty body; the response goes on with
+        the next line.
+        """
+        [item] = self.parse(b"* 4 FETCH (UID 8 BODY[] {0}\r\n)\r\n")
+        self.assertEqual(item.body, b"")
+        self.assertEqual(item.uid, 8)
+
+    def test_severalLiterals(self) -> None:
+        """
+        Several literals in one response each land under their own
+        section name, written as the server wrote it.
+        """
+        header = b"Message-ID: <1@example.org>\r\n\r\n"
+        body = messageOf(100)
+        wire = (
+            b"* 1 FETCH (UID 3 BODY[HEADER.FIELDS (MESSAGE-ID)] {%d}\r\n" % len(header)
+            + header
+            + b" BODY[]<0> {10}\r\n"
+            + body[:10]
+            + b" BODY[] {100}\r\n"
+            + body
+            + b")\r\n"
+        )
+        [item] = self.parse(wire)
+        self.assertEqual(
+            dict(item.sections),
+            {
+                b"BODY[HEADER.FIELDS (MESSAGE-ID)]": header,
+                b"BODY[]<0>": body[:10],
+                b"BODY[]": body,
+            },
+        )
+        self.assertEqual(item.body, body)
+
+    def test_literal8(self) -> None:
+        """
+        A C{~{N}} literal8 (RFC 3516, BINARY) carries any octets, NUL
+        included.
+        """
+        binary = b"\x00\x01\xff\r\n\x00"
+        [item] = self.parse(b"* 1 FETCH (UID 2 BINARY[] ~{6}\r\n" + binary + b")\r\n")
+        self.assertEqual(item.sections[b"BINARY[]"], binary)
+        self.assertEqual(item.body, binary)
+
+    def test_quotedAndNilSections(self) -> None:
+        """
+        A section may come as a quoted string (escapes resolved) or as
+        C{NIL}.
+        """
+        [item] = self.parse(
+            b'* 1 FETCH (UID 2 BODY[1] "a \\"quoted\\" \\\\ text" BODY[2] NIL)\r\n'
+        )
+        self.assertEqual(item.sections[b"BODY[1]"], b'a "quoted" \\ text')
+        self.assertIsNone(item.sections[b"BODY[2]"])
+        self.assertIsNone(item.body)
+
+    def test_nilBody(self) -> None:
+        """
+        C{BODY[] NIL} is a section present with no content.
+        """
+        [item] = self.parse(b"* 1 FETCH (UID 2 BODY[] NIL)\r\n")
+        self.assertIn(b"BODY[]", item.sections)
+        self.assertIsNone(item.body)
+
+    def test_unsolicitedFlagUpdate(self) -> None:
+        """
+        An unsolicited flag update (another client's STORE) has flags and
+        nothing else.
+        """
+        [item] = self.parse(b"* 12 FETCH (FLAGS (\\Deleted \\Seen))\r\n")
+        self.assertEqual(item, FetchedItem(sequence=12, flags=("\\Deleted", "\\Seen")))
+
+    def test_otherItemsKept(self) -> None:
+        """
+        Items the parser does not know (nested lists, NIL inside) are kept
+        unconverted, and do not confuse what follows.
+        """
+        wire = (
+            b'* 1 FETCH (X-GM-LABELS ("\\\\Important" work) BODYSTRUCTURE ("text" "plain" '
+            b'("charset" "utf-8") NIL NIL "7bit" 12 1 NIL NIL NIL NIL) UID 4)\r\n'
+        )
+        [item] = self.parse(wire)
+        self.assertEqual(item.uid, 4)
+        self.assertEqual(item.extra[b"X-GM-LABELS"], [b"\\Important", b"work"])
+        structure = item.extra[b"BODYSTRUCTURE"]
+        assert isinstance(structure, list)
+        self.assertEqual(structure[:3], [b"text", b"plain", [b"charset", b"utf-8"]])
+        self.assertIsNone(structure[3])
+
+    def test_lowerCaseNames(self) -> None:
+        """
+        Item names are case-insensitive (C{fetch}, C{uid}, C{nil}); section
+        keys keep the server's spelling.
+        """
+        [item] = self.parse(b"* 1 fetch (uid 2 flags () body[] {1}\r\nx rfc822.size 1)\r\n")
+        self.assertEqual((item.uid, item.flags), (2, ()))
+        self.assertEqual(item.sections, {b"body[]": b"x"})
+
+    def test_bigLiteralInPieces(self) -> None:
+        """
+        A 20 MB literal fed in 64 KiB reads arrives whole and exact, and
+        the parser keeps asking for octets until the last one.
+        """
+        size = 20 * 1024 * 1024
+        body = messageOf(size)
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 1 RFC822.SIZE %d BODY[] {%d}" % (size, size))
+        piece = 64 * 1024
+        for offset in range(0, size - piece, piece):
+            self.assertTrue(parser.wantsLiteral)
+            self.assertIsNone(parser.literalReceived(body[offset : offset + piece]))
+        self.assertEqual(parser.literalRemaining, size - (size // piece - 1) * piece)
+        rest = parser.literalReceived(body[(size // piece - 1) * piece :] + b")\r\n* 2 FE")
+        self.assertEqual(rest, b")\r\n* 2 FE")
+        self.assertFalse(parser.wantsLiteral)
+        self.assertTrue(parser.inResponse)
+        parser.lineReceived(b")")
+        [item] = sink.items
+        body2 = item.body
+        assert body2 is not None
+        self.assertEqual(len(body2), size)
+        self.assertEqual(hashlib.sha256(body2).digest(), hashlib.sha256(body).digest())
+
+    def test_restAfterLiteral(self) -> None:
+        """
+        The octets that follow a literal in the same read are handed back,
+        for the line that continues the response.
+        """
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (BODY[] {3}")
+        self.assertIsNone(parser.literalReceived(b"ab"))
+        self.assertEqual(parser.literalReceived(b"c"), b"")
+        self.assertTrue(parser.inResponse)
+
+    def test_malformed(self) -> None:
+        """
+        A malformed response raises L{FetchParseError} and leaves the
+        parser idle, ready for the next response.
+        """
+        for line in [
+            b"* 1 FETCH UID 4",
+            b"* 1 FETCH (UID 4",
+            b"* 1 FETCH (UID 4))",
+            b"* 1 FETCH (UID)",
+            b"* 1 FETCH (UID x)",
+            b'* 1 FETCH (UID 4 BODY[] "unterminated)',
+            b"* 1 FETCH (UID 4 BODY[] {3} FLAGS ())",
+            b"* 1 FETCH (UID 4 BODY[] {x})",
+            b"* 1 FETCH (BODY[HEADER {3}",
+            b"* 1 FETCH (MODSEQ 4)",
+            b"* 1 FETCH (FLAGS \\Seen)",
+            b"* 1 FETCH (BODY[] (a b))",
+            b"* x FETCH (UID 4)",
+        ]:
+            sink = Collected()
+            parser = FetchResponseParser(sink)
+            self.assertRaises(FetchParseError, parser.lineReceived, line)
+            self.assertFalse(parser.inResponse, line)
+            parser.lineReceived(b"* 2 FETCH (UID 5)")
+            self.assertEqual([i.uid for i in sink.items], [5], line)
+
+    def test_lineWhileLiteralExpected(self) -> None:
+        """
+        A line given while literal octets are expected is an error.
+        """
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (BODY[] {3}")
+        self.assertRaises(FetchParseError, parser.lineReceived, b")")
+        self.assertFalse(parser.inResponse)
+
+    def test_reset(self) -> None:
+        """
+        L{FetchResponseParser.reset} forgets a response half-way through.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (BODY[] {3}")
+        parser.literalReceived(b"a")
+        parser.reset()
+        self.assertFalse(parser.inResponse)
+        parser.lineReceived(b"* 2 FETCH (UID 5)")
+        self.assertEqual([i.uid for i in sink.items], [5])
+
+    def test_reprShowsNoOctets(self) -> None:
+        """
+        An item's C{repr} gives section sizes, never message octets.
+        """
+        [item] = self.parse(b"* 1 FETCH (UID 2 BODY[] {6}\r\nsecret BODY[1] NIL)\r\n")
+        text = repr(item)
+        self.assertNotIn("secret", text)
+        self.assertIn("<6 octets>", text)
+
+
+class HelperTests(SynchronousTestCase):
+    """
+    The module's small functions.
+    """
+
+    def test_isFetchResponse(self) -> None:
+        """
+        Only an untagged C{<number> FETCH} response is recognised, in any
+        case.
+        """
+        for line in [b"* 1 FETCH (UID 1)", b"* 123456 fetch (FLAGS ())", b"* 1 FETCH(UID 1)"]:
+            self.assertTrue(isFetchResponse(line), line)
+        for line in [
+            b"* 1 EXISTS",
+            b"* OK [UIDNEXT 4] Predicted next UID",
+            b"* FETCH (UID 1)",
+            b"0001 FETCH (UID 1)",
+            b"* 1 FETCHED",
+            b"+ FETCH",
+            b"",
+        ]:
+            self.assertFalse(isFetchResponse(line), line)
+
+    def test_internalDate(self) -> None:
+        """
+        RFC 3501 date-times are read with their offset; a day may be
+        space-padded.
+        """
+        self.assertEqual(
+            parseInternalDate(b"22-Nov-2026 10:00:00 +0100"),
+            datetime(2026, 11, 22, 10, 0, 0, tzinfo=CET),
+        )
+        when = parseInternalDate(b" 2-Jan-2020 23:59:58 -0530")
+        self.assertEqual(when.utcoffset(), -timedelta(hours=5, minutes=30))
+        self.assertEqual(
+            when.astimezone(timezone.utc), datetime(2020, 1, 3, 5, 29, 58, tzinfo=timezone.utc)
+        )
+        for bad in [b"", b"22-Nov-2026", b"22-Foo-2026 10:00:00 +0100", b"22-Nov-2026 10:00 +0100",
+                    b"22-Nov-2026 10:00:00 0100", b"31-Feb-2026 10:00:00 +0100"]:
+            self.assertRaises(ValueError, parseInternalDate, bad)
+
+    def test_unreadableDateIsNone(self) -> None:
+        """
+        A response with an INTERNALDATE that cannot be read gives
+        L{None}, the rest of the response intact.
+        """
+        items: list[FetchedItem] = []
+        parser = FetchResponseParser(items.append)
+        parser.lineReceived(b'* 1 FETCH (INTERNALDATE "yesterday" UID 3)')
+        self.assertEqual((items[0].internalDate, items[0].uid), (None, 3))
+
+    def test_parseResponse(self) -> None:
+        """
+        L{parseResponse} reads a complete small response, literals inline
+        as Twisted's client joins them.
+        """
+        self.assertEqual(
+            parseResponse(b'LIST (\\HasNoChildren \\Sent) "/" {5}\r\na"b c'),
+            [b"LIST", [b"\\HasNoChildren", b"\\Sent"], b"/", b'a"b c'],
+        )
+        self.assertEqual(parseResponse(b'LIST () NIL INBOX'), [b"LIST", [], None, b"INBOX"])
+        for bad in [b"LIST (a", b"LIST a)", b"LIST {5}\r\nab", b"LIST {2}ab"]:
+            self.assertRaises(FetchParseError, parseResponse, bad)
+
+    def test_formatUIDSet(self) -> None:
+        """
+        UID sets are compact ranges, in ascending order, duplicates merged.
+        """
+        self.assertEqual(formatUIDSet([7, 1, 2, 3, 9, 10, 3]), b"1:3,7,9:10")
+        self.assertEqual(formatUIDSet([4]), b"4")
+        self.assertRaises(ValueError, formatUIDSet, [])
+        self.assertRaises(ValueError, formatUIDSet, [0, 1])
+
+
+# The client hook.
+
+
+class RecordingTransport(StringTransport):
+    """
+    A L{StringTransport} with the TCP option the client sets.
+    """
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        pass
+
+
+def greeted(
+    caps: bytes = b"IMAP4rev1 LITERAL+", timeout: float = 0, clock: Clock | None = None
+) -> tuple[MigrationIMAP4Client, RecordingTransport]:
+    """
+    A client connected to a transport and greeted, nothing written yet.
+    """
+    client = MigrationIMAP4Client(clock or Clock(), timeout)
+    transport = RecordingTransport()
+    client.makeConnection(transport)
+    client.dataReceived(b"* OK [CAPABILITY " + caps + b"] ready\r\n")
+    return client, transport
+
+
+def feedInChunks(client: MigrationIMAP4Client, wire: bytes, chunk: int) -> None:
+    """
+    Deliver C{wire} to C{client}, C{chunk} octets per read.
+    """
+    for i in range(0, len(wire), chunk):
+        client.dataReceived(wire[i : i + chunk])
+
+
+class ClientHookTests(SynchronousTestCase):
+    """
+    L{MigrationIMAP4Client.fetchInto}: FETCH responses go to the
+    incremental parser while fetch commands are in flight; everything else
+    keeps Twisted's path.
+    """
+
+    def test_fetchInto(self) -> None:
+        """
+        The command is written at once with its own tag; its FETCH
+        responses reach the sink; its tagged OK fires the Deferred with the
+        text after OK.
+        """
+        client, transport = greeted()
+        sink = Collected()
+        d = client.fetchInto(b"UID FETCH 5 (UID BODY.PEEK[])", sink)
+        self.assertEqual(transport.value(), b"0001 UID FETCH 5 (UID BODY.PEEK[])\r\n")
+        body = messageOf(500)
+        client.dataReceived(
+            b"* 1 FETCH (UID 5 BODY[] {500}\r\n" + body + b")\r\n"
+            b"0001 OK Fetch completed (0.001 + 0.000 secs).\r\n"
+        )
+        self.assertEqual(self.successResultOf(d), b"Fetch completed (0.001 + 0.000 secs).")
+        self.assertEqual([(i.uid, i.body) for i in sink.items], [(5, body)])
+        self.assertFalse(transport.disconnecting)
+
+    def test_pipelinedPairWithUnsolicitedData(self) -> None:
+        """
+        Two fetch commands in flight at once: each response goes to the
+        sink of the oldest command still in flight; an unsolicited flag
+        update goes to a sink too; C{EXISTS} and C{RECENT} in between keep
+        the stock path; every read split gives the same result.
+        """
+        first, second, third = messageOf(70_000, 1), messageOf(3, 2), messageOf(0, 3)
+        wire = (
+            b"* 1 FETCH (UID 10 BODY[] {70000}\r\n" + first + b")\r\n"
+            b"* 7 EXISTS\r\n"
+            b"* 1 RECENT\r\n"
+            b"* 3 FETCH (FLAGS (\\Seen))\r\n"
+            b"0001 OK Fetch completed.\r\n"
+            b"* 2 FETCH (UID 11 BODY[] {3}\r\n" + second + b" FLAGS ())\r\n"
+            b"* 4 FETCH (UID 13 BODY[] {0}\r\n" + third + b")\r\n"
+            b"0002 OK Fetch completed.\r\n"
+        )
+        for chunk in (1, 5, 4096, 65536, len(wire)):
+            client, transport = greeted()
+            news: list[tuple[object, object]] = []
+            client.newMessages = (  # type: ignore[method-assign]
+                lambda exists, recent: news.append((exists, recent))
+            )
+            sinks = Collected(), Collected()
+            d1 = client.fetchInto(b"UID FETCH 10 (UID BODY.PEEK[])", sinks[0])
+            d2 = client.fetchInto(b"UID FETCH 11:13 (UID BODY.PEEK[])", sinks[1])
+            self.assertEqual(
+                transport.value(),
+                b"0001 UID FETCH 10 (UID BODY.PEEK[])\r\n"
+                b"0002 UID FETCH 11:13 (UID BODY.PEEK[])\r\n",
+            )
+            feedInChunks(client, wire, chunk)
+            self.successResultOf(d1)
+            self.successResultOf(d2)
+            self.assertEqual(
+                [(i.sequence, i.uid, i.body, i.flags) for i in sinks[0].items],
+                [(1, 10, first, None), (3, None, None, ("\\Seen",))],
+                f"chunk {chunk}",
+            )
+            self.assertEqual(
+                [(i.uid, i.body) for i in sinks[1].items], [(11, second), (13, b"")]
+            )
+            self.assertIn((7, None), news)
+            self.assertIn((None, 1), news)
+            self.assertFalse(transport.disconnecting)
+
+    def test_stockPathWithoutSink(self) -> None:
+        """
+        With no fetch command in flight a FETCH response keeps Twisted's
+        path: an unsolicited one reaches C{flagsChanged}, and a stock FETCH
+        command gets its reply.
+        """
+        client, transport = greeted()
+        changed: list[object] = []
+        client.flagsChanged = changed.append  # type: ignore[method-assign]
+        client.dataReceived(b"* 3 FETCH (FLAGS (\\Seen))\r\n")
+        self.assertEqual(changed, [{3: ["\\Seen"]}])
+        d = client.fetchMessage("1")
+        client.dataReceived(b"* 1 FETCH (RFC822 {5}\r\nhello)\r\n0001 OK done\r\n")
+        self.assertEqual(self.successResultOf(d), {1: {"RFC822": "hello"}})
+
+    def test_stockCommandAlongside(self) -> None:
+        """
+        A stock command (NOOP) queued while fetches are in flight gets its
+        own untagged data and reply, and the fetch its responses.
+        """
+        client, transport = greeted()
+        sink = Collected()
+        noop = client.noop()
+        d = client.fetchInto(b"UID FETCH 1 (UID FLAGS)", sink)
+        client.dataReceived(
+            b"* 1 FETCH (UID 1 FLAGS (\\Seen))\r\n* 2 EXISTS\r\n"
+            b"0001 OK NOOP done\r\n0002 OK Fetch done\r\n"
+        )
+        self.assertEqual(self.successResultOf(noop), [[b"2", b"EXISTS"]])
+        self.successResultOf(d)
+        self.assertEqual([i.uid for i in sink.items], [1])
+
+    def test_literal8(self) -> None:
+        """
+        A C{~{N}} literal8 in a BINARY response is read as a literal.
+        """
+        client, transport = greeted()
+        sink = Collected()
+        d = client.fetchInto(b"UID FETCH 2 (UID BINARY.PEEK[])", sink)
+        client.dataReceived(b"* 1 FETCH (UID 2 BINARY[] ~{4}\r\n\x00\r\n\xff)\r\n0001 OK done\r\n")
+        self.successResultOf(d)
+        self.assertEqual(sink.items[0].body, b"\x00\r\n\xff")
+
+    def test_refused(self) -> None:
+        """
+        A tagged NO or BAD fails the Deferred with L{CommandRefused}
+        carrying the status and text; responses before it were delivered.
+        """
+        client, transport = greeted()
+        sink = Collected()
+        no = client.fetchInto(b"UID FETCH 1:2 (UID BODY.PEEK[])", sink)
+        bad = client.fetchInto(b"UID FETCH x (UID)", sink)
+        client.dataReceived(
+            b"* 1 FETCH (UID 1 BODY[] {1}\r\na)\r\n"
+            b"0001 NO [EXPUNGEISSUED] Some of the requested messages no longer exist\r\n"
+            b"0002 BAD Error in IMAP command UID FETCH: Invalid uidset\r\n"
+        )
+        error = self.failureResultOf(no, CommandRefused).value
+        self.assertEqual(error.status, "NO")
+        self.assertEqual(
+            error.text, b"[EXPUNGEISSUED] Some of the requested messages no longer exist"
+        )
+        self.assertEqual(self.failureResultOf(bad, CommandRefused).value.status, "BAD")
+        self.assertEqual([i.uid for i in sink.items], [1])
+
+    def test_connectionLostMidLiteral(self) -> None:
+        """
+        A connection lost in the middle of a literal fails every fetch in
+        flight; a later fetch fails at once.
+        """
+        client, transport = greeted()
+        d1 = client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", Collected())
+        d2 = client.fetchInto(b"UID FETCH 2 (UID BODY.PEEK[])", Collected())
+        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {100}\r\nabc")
+        client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(d1, ConnectionDone)
+        self.failureResultOf(d2, ConnectionDone)
+        self.failureResultOf(client.fetchInto(b"NOOP", Collected()), ConnectionDone)
+
+    def test_unreadableResponse(self) -> None:
+        """
+        A FETCH response the parser cannot read fails the fetches in flight
+        with L{FetchParseError} and drops the connection.
+        """
+        client, transport = greeted()
+        d = client.fetchInto(b"UID FETCH 1 (UID)", Collected())
+        client.dataReceived(b"* 1 FETCH (UID 1 (\r\n0001 OK done\r\n")
+        self.failureResultOf(d, FetchParseError)
+        self.assertTrue(transport.disconnecting)
+
+    def test_failingSinkDropsConnection(self) -> None:
+        """
+        A sink that raises is a bug: it is logged and the connection
+        dropped.
+        """
+        client, transport = greeted()
+
+        def sink(item: FetchedItem) -> None:
+            raise RuntimeError("bug")
+
+        client.fetchInto(b"UID FETCH 1 (UID)", sink)
+        client.dataReceived(b"* 1 FETCH (UID 1)\r\n")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertTrue(transport.disconnecting)
+
+    def test_literalKeepsConnectionAlive(self) -> None:
+        """
+        Literal octets count as activity for the idle timeout, however long
+        the literal takes.
+        """
+        clock = Clock()
+        client, transport = greeted(timeout=30, clock=clock)
+        d = client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", Collected())
+        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {10}\r\n")
+        for _ in range(10):
+            clock.advance(20)
+            client.dataReceived(b"x")
+        clock.advance(20)
+        client.dataReceived(b")\r\n0001 OK done\r\n")
+        self.successResultOf(d)
+        self.assertFalse(transport.disconnecting)
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_bigBodyThroughClient(self) -> None:
+        """
+        A 20 MB body read through the client in 64 KiB reads arrives exact.
+        """
+        size = 20 * 1024 * 1024
+        body = messageOf(size)
+        client, transport = greeted()
+        sink = Collected()
+        d = client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", sink)
+        wire = b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % size + body + b")\r\n0001 OK done\r\n"
+        feedInChunks(client, wire, 64 * 1024)
+        self.successResultOf(d)
+        got = sink.items[0].body
+        assert got is not None
+        self.assertEqual(hashlib.sha256(got).digest(), hashlib.sha256(body).digest())
+
+    def test_sendCollecting(self) -> None:
+        """
+        L{MigrationIMAP4Client.sendCollecting} hands over the untagged
+        responses unparsed, a literal inline, and the tagged line.
+        """
+        client, transport = greeted()
+        d = client.sendCollecting(b"LIST", b'"" "*"')
+        self.assertEqual(transport.value(), b'0001 LIST "" "*"\r\n')
+        client.dataReceived(
+            b'* LIST (\\HasNoChildren) "/" {3}\r\na"b\r\n'
+            b'* LIST () "/" INBOX\r\n0001 OK List done\r\n'
+        )
+        lines, tagged = self.successResultOf(d)
+        self.assertEqual(lines[1], b'LIST () "/" INBOX')
+        self.assertEqual(parseResponse(lines[0])[-1], b'a"b')
+        self.assertEqual(tagged, b"OK List done")
+        failed = client.sendCollecting(b"LIST", b'"" "*"')
+        client.dataReceived(b"0002 NO nope\r\n")
+        self.failureResultOf(failed, IMAP4Exception)
+
+    def test_stockLiteralEndingTheLine(self) -> None:
+        """
+        A literal that ends a stock response (a LIST name sent as a
+        literal) ends it there, wherever the read boundaries fall: the
+        line after it (here the tagged reply) is not taken for the rest of
+        the response, as Twisted's own code, which strips the line end,
+        would take it.
+        """
+        wire = b'* LIST () "/" {3}\r\nabc\r\n* LIST () "/" INBOX\r\n0001 OK done\r\n'
+        for split in range(len(wire) + 1):
+            client, transport = greeted()
+            d = client.list("", "*")
+            client.dataReceived(wire[:split])
+            client.dataReceived(wire[split:])
+            self.assertEqual(
+                self.successResultOf(d),
+                [((), "/", "abc"), ((), "/", "INBOX")],
+                f"split at {split}",
+            )
+
+
+def deflate(data: bytes, compressor: Any) -> bytes:
+    """
+    C{data} as a compressing server sends it: raw DEFLATE, sync-flushed.
+    """
+    return bytes(compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH))
+
+
+class CompressedFetchTests(SynchronousTestCase):
+    """
+    FETCH responses read under COMPRESS=DEFLATE.
+    """
+
+    def test_compressedBodies(self) -> None:
+        """
+        Compressed FETCH responses carrying literals give the exact bodies,
+        whatever the read boundaries; the command leaves compressed.
+        """
+        bodies = [messageOf(100_000, 1), messageOf(10, 2)]
+        plain = (
+            b"* 1 FETCH (UID 1 BODY[] {100000}\r\n" + bodies[0] + b")\r\n"
+            b"* 9 EXISTS\r\n"
+            b"* 2 FETCH (UID 2 BODY[] {10}\r\n" + bodies[1] + b" FLAGS (\\Seen))\r\n"
+            b"0002 OK done\r\n"
+        )
+        for chunk in (1, 7, 1000, 1 << 20):
+            client, transport = greeted(b"IMAP4rev1 COMPRESS=DEFLATE")
+            client.startCompression()
+            client.dataReceived(b"0001 OK Begin compression\r\n")
+            transport.clear()
+            sink = Collected()
+            d = client.fetchInto(b"UID FETCH 1:2 (UID BODY.PEEK[])", sink)
+            self.assertEqual(
+                zlib.decompressobj(-15).decompress(transport.value()),
+                b"0002 UID FETCH 1:2 (UID BODY.PEEK[])\r\n",
+            )
+            wire = deflate(plain, zlib.compressobj(6, zlib.DEFLATED, -15))
+            feedInChunks(client, wire, chunk)
+            self.successResultOf(d)
+            self.assertEqual([i.body for i in sink.items], bodies, f"chunk {chunk}")
+            self.assertFalse(transport.disconnecting)
+
+
+# The session.
+
+
+def connectedSession(caps: bytes) -> tuple[IMAPSession, RecordingTransport]:
+    """
+    A session over a greeted client whose capabilities after login are
+    C{caps}.
+    """
+    client, transport = greeted(caps)
+    session = IMAPSession(client, "test")
+    session.capabilities = frozenset(caps.upper().split())
+    return session, transport
+
+
+def reply(session: IMAPSession, transport: StringTransport, expected: bytes, wire: bytes) -> None:
+    """
+    Check that C{expected} was written, then feed C{wire}.
+    """
+    written = transport.value()
+    transport.clear()
+    if written != expected:
+        raise AssertionError(f"written {written!r}, expected {expected!r}")
+    session.client.dataReceived(wire)
+
+
+DOVECOT_EXAMINE = (
+    b"* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $Forwarded)\r\n"
+    b"* OK [PERMANENTFLAGS ()] Read-only mailbox.\r\n"
+    b"* 3 EXISTS\r\n"
+    b"* 0 RECENT\r\n"
+    b"* OK [UIDVALIDITY 1763890000] UIDs valid\r\n"
+    b"* OK [UIDNEXT 4] Predicted next UID\r\n"
+    b"* OK [HIGHESTMODSEQ 7] Highest\r\n"
+    b"0001 OK [READ-ONLY] Examine completed (0.001 + 0.000 secs).\r\n"
+)
+
+
+class SessionTests(SynchronousTestCase):
+    """
+    The read-side session methods.
+    """
+
+    def test_examineWithCondstore(self) -> None:
+        """
+        With CONDSTORE, EXAMINE carries the CONDSTORE parameter, and
+        EXISTS, UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ are read.
+        """
+        session, transport = connectedSession(b"IMAP4rev1 CONDSTORE")
+        d = Deferred.fromCoroutine(session.examine("Entwürfe"))
+        reply(session, transport, b'0001 EXAMINE "Entw&APw-rfe" (CONDSTORE)\r\n', DOVECOT_EXAMINE)
+        examined = self.successResultOf(d)
+        self.assertEqual(
+            (
+                examined.name,
+                examined.exists,
+                examined.uidValidity,
+                examined.uidNext,
+                examined.highestModSeq,
+            ),
+            ("Entwürfe", 3, 1763890000, 4, 7),
+        )
+
+    def test_examineWithoutCondstore(self) -> None:
+        """
+        Without CONDSTORE the parameter is left out and there is no
+        HIGHESTMODSEQ; the wire name, when given, is used as is.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.examine("a\"b", b'a"b'))
+        reply(
+            session,
+            transport,
+            b'0001 EXAMINE "a\\"b"\r\n',
+            b"* 0 EXISTS\r\n* OK [UIDVALIDITY 5] ok\r\n* OK [NOMODSEQ] none\r\n"
+            b"0001 OK [READ-ONLY] done\r\n",
+        )
+        examined = self.successResultOf(d)
+        self.assertEqual(
+            (examined.exists, examined.uidValidity, examined.uidNext, examined.highestModSeq),
+            (0, 5, None, None),
+        )
+
+    def test_examineRefused(self) -> None:
+        """
+        A refused EXAMINE raises L{CommandFailed}.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.examine("Gone"))
+        reply(
+            session,
+            transport,
+            b'0001 EXAMINE "Gone"\r\n',
+            b"0001 NO Mailbox doesn't exist: Gone\r\n",
+        )
+        error = self.failureResultOf(d, CommandFailed).value
+        self.assertEqual((error.command, error.status), ("EXAMINE", "NO"))
+
+    def test_listFoldersExtended(self) -> None:
+        """
+        With LIST-EXTENDED and SPECIAL-USE one LIST with RETURN options
+        gives names (decoded), delimiters, attributes and subscriptions.
+        """
+        session, transport = connectedSession(b"IMAP4rev1 LIST-EXTENDED SPECIAL-USE")
+        d = Deferred.fromCoroutine(session.listFolders())
+        reply(
+            session,
+            transport,
+            b'0001 LIST "" "*" RETURN (SUBSCRIBED SPECIAL-USE)\r\n',
+            b'* LIST (\\HasChildren \\Subscribed) "/" INBOX\r\n'
+            b'* LIST (\\HasNoChildren \\Subscribed \\Sent) "/" Sent\r\n'
+            b'* LIST (\\HasNoChildren) "/" "Entw&APw-rfe"\r\n'
+            b'* LIST (\\Noselect \\HasChildren) "/" Archive\r\n'
+            b'* LIST (\\NonExistent \\Subscribed) "/" Old\r\n'
+            b'* LIST (\\HasNoChildren) "/" {6}\r\nIN"BOX\r\n'
+            b"0001 OK List completed (0.001 + 0.000 secs).\r\n",
+        )
+        listed = self.successResultOf(d)
+        self.assertEqual(
+            [(m.name, m.delimiter, m.subscribed, m.selectable, m.specialUse) for m in listed],
+            [
+                ("INBOX", "/", True, True, None),
+                ("Sent", "/", True, True, "\\Sent"),
+                ("Entwürfe", "/", False, True, None),
+                ("Archive", "/", False, False, None),
+                ("Old", "/", True, False, None),
+                ('IN"BOX', "/", False, True, None),
+            ],
+        )
+        self.assertEqual(listed[2].wireName, b"Entw&APw-rfe")
+
+    def test_listFoldersWithLsub(self) -> None:
+        """
+        Without LIST-EXTENDED, LIST then LSUB; subscriptions come from
+        LSUB.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.listFolders())
+        reply(
+            session,
+            transport,
+            b'0001 LIST "" "*"\r\n',
+            b'* LIST (\\HasNoChildren) "." INBOX\r\n'
+            b'* LIST (\\HasNoChildren \\Trash) "." Trash\r\n'
+            b'* LIST (\\HasNoChildren) "." "a.b"\r\n'
+            b"0001 OK done\r\n",
+        )
+        reply(
+            session,
+            transport,
+            b'0002 LSUB "" "*"\r\n',
+            b'* LSUB () "." inbox\r\n* LSUB () "." "a.b"\r\n0002 OK done\r\n',
+        )
+        listed = self.successResultOf(d)
+        self.assertEqual(
+            [(m.name, m.subscribed, m.specialUse) for m in listed],
+            [("INBOX", True, None), ("Trash", False, "\\Trash"), ("a.b", True, None)],
+        )
+
+    def test_listedMailboxAttributesCaseInsensitive(self) -> None:
+        """
+        Attributes are matched whatever their case.
+        """
+        mailbox = ListedMailbox("x", b"x", None, ("\\NOSELECT", "\\junk"), False)
+        self.assertFalse(mailbox.selectable)
+        self.assertEqual(mailbox.specialUse, "\\Junk")
+
+    def test_fetchMetadata(self) -> None:
+        """
+        C{UID FETCH <set> (UID FLAGS INTERNALDATE RFC822.SIZE)}; the
+        responses by UID, an unsolicited flag update merged into its
+        message, one without UID left out.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.fetchMetadata(b"1:*"))
+        reply(
+            session,
+            transport,
+            b"0001 UID FETCH 1:* (UID FLAGS INTERNALDATE RFC822.SIZE)\r\n",
+            b'* 2 FETCH (UID 9 FLAGS () INTERNALDATE "01-Jan-2020 00:00:00 +0000" '
+            b"RFC822.SIZE 20)\r\n"
+            b'* 1 FETCH (UID 3 FLAGS (\\Seen) INTERNALDATE "22-Nov-2026 10:00:00 +0100" '
+            b"RFC822.SIZE 1234)\r\n"
+            b"* 1 FETCH (UID 3 FLAGS (\\Seen \\Flagged))\r\n"
+            b"* 5 FETCH (FLAGS (\\Deleted))\r\n"
+            b"0001 OK Fetch completed.\r\n",
+        )
+        items = self.successResultOf(d)
+        self.assertEqual(
+            [(i.uid, i.flags, i.size) for i in items],
+            [(3, ("\\Seen", "\\Flagged"), 1234), (9, (), 20)],
+        )
+        self.assertEqual(items[0].internalDate, datetime(2026, 11, 22, 10, 0, tzinfo=CET))
+
+    def test_fetchMetadataChangedSince(self) -> None:
+        """
+        C{changedSince} adds the CHANGEDSINCE modifier (RFC 7162).
+        """
+        session, transport = connectedSession(b"IMAP4rev1 CONDSTORE")
+        d = Deferred.fromCoroutine(session.fetchMetadata(b"1:99", b"UID FLAGS", changedSince=5))
+        reply(
+            session,
+            transport,
+            b"0001 UID FETCH 1:99 (UID FLAGS) (CHANGEDSINCE 5)\r\n",
+            b"* 4 FETCH (UID 7 MODSEQ (9) FLAGS (\\Answered))\r\n0001 OK done\r\n",
+        )
+        [item] = self.successResultOf(d)
+        self.assertEqual((item.uid, item.modSeq, item.flags), (7, 9, ("\\Answered",)))
+
+    def test_fetchBodiesPipelined(self) -> None:
+        """
+        One command per UID set, all written before any reply; bodies kept
+        only for the UIDs asked; a refusal reported per set.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.fetchBodies([[1, 2, 3], [7]]))
+        one, two = messageOf(50, 1), messageOf(60, 2)
+        reply(
+            session,
+            transport,
+            b"0001 UID FETCH 1:3 (UID BODY.PEEK[])\r\n0002 UID FETCH 7 (UID BODY.PEEK[])\r\n",
+            b"* 1 FETCH (UID 1 BODY[] {50}\r\n" + one + b")\r\n"
+            b"* 2 FETCH (UID 3 BODY[] NIL)\r\n"
+            b"* 9 FETCH (UID 20 BODY[] {1}\r\nx)\r\n"
+            b"* 3 FETCH (UID 2 FLAGS (\\Seen))\r\n"
+            b"0001 OK Fetch completed.\r\n"
+            b"* 4 FETCH (UID 7 BODY[] {60}\r\n" + two + b")\r\n"
+            b"0002 NO [SERVERBUG] Internal error\r\n",
+        )
+        result = self.successResultOf(d)
+        self.assertEqual(result.bodies, {1: one, 3: None, 7: two})
+        self.assertIsNone(result.refusals[0])
+        refusal = result.refusals[1]
+        assert refusal is not None
+        self.assertEqual((refusal.status, refusal.code), ("NO", "SERVERBUG"))
+
+    def test_fetchBodiesBad(self) -> None:
+        """
+        A C{BAD} reply is reported with its status.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.fetchBodies([[1]]))
+        reply(session, transport, b"0001 UID FETCH 1 (UID BODY.PEEK[])\r\n", b"0001 BAD Error\r\n")
+        refusal = self.successResultOf(d).refusals[0]
+        assert refusal is not None
+        self.assertEqual(refusal.status, "BAD")
+
+    def test_fetchBodiesConnectionLost(self) -> None:
+        """
+        A connection lost while bodies arrive raises L{ConnectionLost},
+        once every command has ended.
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.fetchBodies([[1], [2]]))
+        session.client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {10}\r\nabc")
+        session.client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(d, ConnectionLost)
+
+    def test_fetchUnreadable(self) -> None:
+        """
+        An unreadable FETCH response raises L{ConnectionLost} (the
+        connection is dropped).
+        """
+        session, transport = connectedSession(b"IMAP4rev1")
+        d = Deferred.fromCoroutine(session.fetchMetadata(b"1:*"))
+        session.client.dataReceived(b"* 1 FETCH (UID 1 FLAGS\r\n")
+        self.assertIn("unreadable", str(self.failureResultOf(d, ConnectionLost).value))
+        self.assertTrue(transport.disconnecting)
+
+
+class RandomSplitTests(SynchronousTestCase):
+    """
+    A long pipelined exchange survives random read boundaries.
+    """
+
+    def test_randomSplits(self) -> None:
+        """
+        Fifty responses with bodies of random sizes, EXISTS and flag
+        updates among them, split at random places, give every body.
+        """
+        rng = random.Random(7)
+        bodies = {
+            uid: messageOf(rng.choice([0, 1, 2, 100, 5000, 70000]), uid) for uid in range(1, 51)
+        }
+        parts = []
+        for uid, body in bodies.items():
+            head = b"* %d FETCH (UID %d BODY[] {%d}\r\n" % (uid, uid, len(body))
+            parts.append(head + body + b")\r\n")
+            if uid % 7 == 0:
+                parts.append(b"* %d EXISTS\r\n* %d FETCH (FLAGS (\\Seen))\r\n" % (uid + 100, uid))
+        wire = b"".join(parts) + b"0001 OK done\r\n"
+        for _ in range(5):
+            client, transport = greeted()
+            sink = Collected()
+            d = client.fetchInto(b"UID FETCH 1:50 (UID BODY.PEEK[])", sink)
+            pos = 0
+            while pos < len(wire):
+                step = rng.randint(1, 20000)
+                client.dataReceived(wire[pos : pos + step])
+                pos += step
+            self.successResultOf(d)
+            self.assertEqual({i.uid: i.body for i in sink.items if i.uid is not None}, bodies)
