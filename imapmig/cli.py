@@ -1,12 +1,23 @@
 # -*- test-case-name: tests.test_cli -*-
 """
-The C{imapmig} command: what the state database says, for admins.
+The C{imapmig} command, for admins.
 
     imapmig report --config FILE [--job NAME] [--json]
 
-prints, per job, how many messages are recorded as appended and as failed,
-and every failed message with its reason.  Exit status 0, or 2 on an
+prints what the state database says, per job: how many messages were
+copied, found already present and failed, how many had their line endings
+converted, every failed message with its reason and every message with a
+note (something not carried over exactly).  Exit status 0, or 2 on an
 invalid configuration.
+
+    imapmig verify --config FILE [--job NAME] [--report FILE]
+
+compares each job's source with its destination, folder by folder: every
+message's SHA-256, flags and INTERNALDATE.  It prints a summary and every
+difference, writes the whole report as JSON (default
+C{imapmig-verify.json}), and exits 0 when there is no difference, 1 when
+there is any (or a job could not be verified), 2 on an invalid
+configuration.
 """
 
 from __future__ import annotations
@@ -14,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence, TextIO, TypeVar
+from typing import Any, Callable, Coroutine, Sequence, TextIO, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
-from imapmig.config import loadConfig
-from imapmig.errors import ConfigError, PermanentError
+from imapmig.config import Config, loadConfig
+from imapmig.errors import ConfigError, ImapmigError, PermanentError
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 
@@ -45,13 +57,18 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
     """
     document = []
     for job in jobs:
-        appended, failed = _now(store.summary(job))
+        counts = _now(store.counts(job))
         failures = _now(store.failures(job))
+        notes = _now(store.notes(job))
         document.append(
             {
                 "job": job,
-                "appended": appended,
-                "failed": failed,
+                "appended": counts.copied + counts.alreadyPresent,
+                "copied": counts.copied,
+                "already_present": counts.alreadyPresent,
+                "failed": counts.failed,
+                "line_endings_converted": counts.lineEndingsConverted,
+                "with_notes": counts.withNotes,
                 "failures": [
                     {
                         "folder_key": f.folderKey,
@@ -62,6 +79,16 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                     }
                     for f in failures
                 ],
+                "notes": [
+                    {
+                        "folder_key": n.folderKey,
+                        "message_key": n.messageKey,
+                        "mailbox": n.mailbox,
+                        "uid": n.uid,
+                        "note": n.note,
+                    }
+                    for n in notes
+                ],
             }
         )
     if asJSON:
@@ -70,13 +97,77 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         return
     for entry in document:
         out.write(
-            f"{entry['job']}: {entry['appended']} appended, {entry['failed']} failed\n"
+            f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
+            f" {entry['already_present']} already present), {entry['failed']} failed;"
+            f" line endings converted in {entry['line_endings_converted']},"
+            f" {entry['with_notes']} with notes\n"
         )
         for failure in entry["failures"]:  # type: ignore[attr-defined]
             out.write(
-                f"  {failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
+                f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
                 f"\t{failure['reason']}\n"
             )
+        for note in entry["notes"]:  # type: ignore[attr-defined]
+            out.write(
+                f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
+                f"\t{note['note']}\n"
+            )
+
+
+async def verify(
+    config: Config,
+    jobs: Sequence[str],
+    store: IStateStore,
+    reactor: Any,
+    reportPath: str,
+    out: TextIO,
+) -> int:
+    """
+    Verify C{jobs}: print a summary and every difference to C{out}, write
+    the JSON report to C{reportPath}.
+
+    @return: the exit status: 0 without differences, 1 otherwise.
+    """
+    from imapmig.service import sessionOpener, sourceFor
+    from imapmig.verify import verifyJob
+
+    document: list[dict[str, object]] = []
+    status = 0
+    for job in config.jobs:
+        if job.name not in jobs:
+            continue
+        destination = job.destination
+        openDestination = sessionOpener(
+            reactor, destination.server, destination.user, destination.password.value
+        )
+        try:
+            result = await verifyJob(
+                job.name, sourceFor(job, reactor), job.folders, openDestination, store
+            )
+        except ImapmigError as e:
+            out.write(f"{job.name}: cannot verify: {e}\n")
+            document.append({"job": job.name, "error": str(e)})
+            status = 1
+            continue
+        differences = result.differences
+        sourceCount = sum(m.sourceMessages for m in result.mailboxes)
+        destinationCount = sum(m.destinationMessages for m in result.mailboxes)
+        out.write(
+            f"{job.name}: {len(result.mailboxes)} mailboxes, {sourceCount} source messages,"
+            f" {destinationCount} in the destination: {len(differences)} differences\n"
+        )
+        for d in differences:
+            where = d.folder or "-"
+            what = d.messageKey or (f"UID {d.uid}" if d.uid is not None else "-")
+            out.write(f"  {d.kind}\t{d.mailbox}\t{where}\t{what}\t{d.detail}\n")
+        if differences:
+            status = 1
+        document.append(result.toJSON())
+    with open(reportPath, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    out.write(f"report written to {reportPath}\n")
+    return status
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
@@ -91,6 +182,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     reportParser.add_argument("--config", required=True, help="the YAML configuration")
     reportParser.add_argument("--job", action="append", help="only this job (repeatable)")
     reportParser.add_argument("--json", action="store_true", help="JSON output")
+    verifyParser = commands.add_parser(
+        "verify", help="compare each job's source and destination, message by message"
+    )
+    verifyParser.add_argument("--config", required=True, help="the YAML configuration")
+    verifyParser.add_argument("--job", action="append", help="only this job (repeatable)")
+    verifyParser.add_argument(
+        "--report", default="imapmig-verify.json", help="where to write the JSON report"
+    )
     args = parser.parse_args(argv)
     try:
         config = loadConfig(args.config)
@@ -109,10 +208,39 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         sys.stderr.write(f"{e}\n")
         return 2
     try:
-        report(store, args.job or names, args.json, out)
+        if args.command == "report":
+            report(store, args.job or names, args.json, out)
+            return 0
+        return _runReactor(
+            lambda reactor: verify(config, args.job or names, store, reactor, args.report, out)
+        )
     finally:
         store.close()
-    return 0
+
+
+def _runReactor(main: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
+    """
+    Run C{main(reactor)} on the global reactor until it ends; return its
+    result.
+    """
+    from twisted.internet import reactor
+
+    results: list[int] = []
+
+    def done(result: object) -> None:
+        if isinstance(result, Failure):
+            sys.stderr.write(result.getTraceback())
+            results.append(1)
+        else:
+            results.append(int(result))  # type: ignore[call-overload]
+        reactor.stop()
+
+    def start() -> None:
+        Deferred.fromCoroutine(main(reactor)).addBoth(done)
+
+    reactor.callWhenRunning(start)
+    reactor.run()
+    return results[0] if results else 1
 
 
 if __name__ == "__main__":

@@ -97,9 +97,11 @@ def sessionOpener(
     return open
 
 
-def sourceFor(job: JobConfig) -> IMessageSource:
+def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
     """
     The source a job's configuration names.
+
+    @param reactor: the reactor a network source connects with.
     """
     source = job.source
     if isinstance(source, MaildirSourceConfig):
@@ -215,7 +217,7 @@ def buildService(
         jobs.append(
             MigrationJob(
                 jobConfig.name,
-                sourceFor(jobConfig),
+                sourceFor(jobConfig, reactor),
                 store,
                 progress.addJob(jobConfig.name),
                 sessionOpener(

@@ -26,22 +26,30 @@ class ReportTests(SynchronousTestCase):
         self.store.recordOutcomes(
             "alice",
             [
-                MessageOutcome("", "m1", "INBOX", 10, 5, 1),
+                MessageOutcome("", "m1", "INBOX", 10, 5, 1, lineEndingsConverted=True),
                 MessageOutcome(".Sent", "m2", "Sent", 20, failure="refused by server: NO [LIMIT] too big"),
+                MessageOutcome("", "m3", "INBOX", 10, 5, 2, alreadyPresent=True),
+                MessageOutcome(
+                    "", "m4", "INBOX", 10, 5, 3,
+                    note="flag 'a b' dropped: not a valid IMAP keyword",
+                ),  # fmt: skip
             ],
         )
 
     def test_text(self) -> None:
         """
-        The text report gives the counts and each failure with its mailbox,
-        key and reason.
+        The text report gives the counts (copied, already present, failed,
+        converted, with notes), each failure with its mailbox, key and
+        reason, and each note.
         """
         out = io.StringIO()
         report(self.store, ["alice"], False, out)
         self.assertEqual(
             out.getvalue(),
-            "alice: 1 appended, 1 failed\n"
-            "  Sent\t.Sent/m2\trefused by server: NO [LIMIT] too big\n",
+            "alice: 3 appended (2 copied, 1 already present), 1 failed;"
+            " line endings converted in 1, 1 with notes\n"
+            "  failed\tSent\t.Sent/m2\trefused by server: NO [LIMIT] too big\n"
+            "  note\tINBOX\t/m4\tflag 'a b' dropped: not a valid IMAP keyword\n",
         )
 
     def test_json(self) -> None:
@@ -51,7 +59,11 @@ class ReportTests(SynchronousTestCase):
         out = io.StringIO()
         report(self.store, ["alice"], True, out)
         [entry] = json.loads(out.getvalue())
-        self.assertEqual((entry["appended"], entry["failed"]), (1, 1))
+        self.assertEqual(
+            (entry["appended"], entry["copied"], entry["already_present"], entry["failed"]),
+            (3, 2, 1, 1),
+        )
+        self.assertEqual(entry["notes"][0]["message_key"], "m4")
         self.assertEqual(entry["failures"][0]["reason"], "refused by server: NO [LIMIT] too big")
 
     def test_mainFromConfig(self) -> None:
@@ -76,5 +88,9 @@ class ReportTests(SynchronousTestCase):
             )
         out = io.StringIO()
         self.assertEqual(main(["report", "--config", config], out), 0)
-        self.assertEqual(out.getvalue(), "alice: 1 appended, 0 failed\n")
+        self.assertEqual(
+            out.getvalue(),
+            "alice: 1 appended (1 copied, 0 already present), 0 failed;"
+            " line endings converted in 0, 0 with notes\n",
+        )
         self.assertEqual(main(["report", "--config", config, "--job", "bob"], out), 2)

@@ -1,0 +1,434 @@
+# -*- test-case-name: tests.test_verify -*-
+"""
+Verification: does the destination hold the source, byte for byte?
+
+For each source folder (after the job's folder rules, as the migration maps
+it), every message is read on both sides and compared: its SHA-256, its
+flags (C{\\Recent} aside) and its INTERNALDATE (the instant).  Messages are
+paired by the state store's record of where each one went (its UID in the
+destination, under the same UIDVALIDITY); messages the store does not place
+are paired by content.  What is left over on either side is a difference,
+whoever caused it: a message missing or changed in the destination, one
+that is there but not in the source, a flag or a date that differs.
+
+Nothing is written on either side: the source is read as the migration
+reads it, the destination with C{EXAMINE} and C{BODY.PEEK[]}.  Bodies are
+hashed as they arrive, a bounded batch at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from datetime import datetime, timezone
+from typing import Awaitable, Callable, Iterable, Sequence
+
+from attrs import frozen
+from twisted.logger import Logger
+
+from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
+from imapmig.plan import FolderMapping, FolderRules, chunks, mapFolders
+from imapmig.sources import IMessageSource
+from imapmig.state import IStateStore, MessageOutcome
+
+log = Logger()
+
+# Octets of message bodies read (on either side) per batch.
+BATCH_BYTES = 8 * 1024 * 1024
+BATCH_MESSAGES = 500
+
+
+@frozen
+class MessageFacts:
+    """
+    What is compared of one message.
+
+    @ivar sha256: the digest of its octets (CRLF line endings, as IMAP
+        carries them), hex.
+    @ivar flags: its flags and keywords, C{\\Recent} left out, sorted.
+    @ivar internalDate: its INTERNALDATE in UTC, or L{None} when the source
+        has none (the server then chose it: not compared).
+    @ivar size: its size in octets.
+    """
+
+    sha256: str
+    flags: tuple[str, ...]
+    internalDate: datetime | None
+    size: int
+
+
+@frozen
+class Difference:
+    """
+    One difference between the source and the destination.
+
+    @ivar kind: C{"missing"} (in the source, not in the destination),
+        C{"unexpected"} (in the destination, not in the source),
+        C{"content"}, C{"flags"} or C{"date"} (a pair that differs),
+        C{"unreadable"} (the source could not be read).
+    @ivar mailbox: the destination mailbox.
+    @ivar folder: the source folder, levels joined with C{/} (L{None} for
+        an unexpected message).
+    @ivar messageKey: the source message's key, if any.
+    @ivar uid: the destination message's UID, if any.
+    @ivar detail: what differs, for the admin.
+    """
+
+    kind: str
+    mailbox: str
+    folder: str | None
+    messageKey: str | None
+    uid: int | None
+    detail: str
+
+
+@frozen
+class MailboxReport:
+    """
+    The comparison of one destination mailbox with the source folders
+    mapped to it.
+
+    @ivar mailbox: the destination mailbox.
+    @ivar folders: the source folders, levels joined with C{/}.
+    @ivar sourceMessages: messages in those folders.
+    @ivar destinationMessages: messages in the mailbox.
+    @ivar matched: pairs found (equal or not).
+    @ivar differences: every difference found.
+    """
+
+    mailbox: str
+    folders: tuple[str, ...]
+    sourceMessages: int
+    destinationMessages: int
+    matched: int
+    differences: tuple[Difference, ...]
+
+
+@frozen
+class VerifyReport:
+    """
+    The comparison of a job's source and destination.
+
+    @ivar job: the job's name.
+    @ivar mailboxes: one report per destination mailbox.
+    @ivar excludedFolders: source folders the folder rules leave out (not
+        compared).
+    """
+
+    job: str
+    mailboxes: tuple[MailboxReport, ...]
+    excludedFolders: tuple[str, ...]
+
+    @property
+    def differences(self) -> list[Difference]:
+        """
+        Every difference, mailbox by mailbox.
+        """
+        return [d for mailbox in self.mailboxes for d in mailbox.differences]
+
+    def toJSON(self) -> dict[str, object]:
+        """
+        A JSON-ready view of the report.
+        """
+        return {
+            "job": self.job,
+            "differences": len(self.differences),
+            "excluded_folders": list(self.excludedFolders),
+            "mailboxes": [
+                {
+                    "mailbox": m.mailbox,
+                    "folders": list(m.folders),
+                    "source_messages": m.sourceMessages,
+                    "destination_messages": m.destinationMessages,
+                    "matched": m.matched,
+                    "differences": [
+                        {
+                            "kind": d.kind,
+                            "folder": d.folder,
+                            "message_key": d.messageKey,
+                            "uid": d.uid,
+                            "detail": d.detail,
+                        }
+                        for d in m.differences
+                    ],
+                }
+                for m in self.mailboxes
+            ],
+        }
+
+
+def _sortedFlags(flags: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({f for f in flags if f.lower() != "\\recent"}, key=str.lower))
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    return None if when is None else when.astimezone(timezone.utc)
+
+
+def _digest(body: bytes | bytearray | StreamedBody) -> str:
+    if isinstance(body, StreamedBody):
+        digest = hashlib.sha256()
+        for piece in body.slices(1024 * 1024):
+            digest.update(piece)
+        return digest.hexdigest()
+    return hashlib.sha256(body).hexdigest()
+
+
+def _folderName(folder: SourceFolder) -> str:
+    return "/".join(folder.path)
+
+
+class _SourceSide:
+    """
+    The source messages of one mailbox: facts by (folder, key).
+    """
+
+    def __init__(self) -> None:
+        self.facts: dict[tuple[str, str], MessageFacts] = {}
+        self.folderNames: dict[str, str] = {}
+        self.unreadable: list[Difference] = []
+
+
+async def _readSource(
+    source: IMessageSource,
+    mailbox: str,
+    folders: Sequence[SourceFolder],
+) -> _SourceSide:
+    side = _SourceSide()
+    for folder in folders:
+        name = _folderName(folder)
+        side.folderNames[folder.key] = name
+        messages: Sequence[SourceMessage] = await source.listMessages(folder)
+        for chunk in chunks(messages, BATCH_MESSAGES, BATCH_BYTES):
+            bodies = await source.readBodies(folder, chunk)
+            for message, body in zip(chunk, bodies):
+                if isinstance(body, UnreadableMessage):
+                    side.unreadable.append(
+                        Difference(
+                            "unreadable", mailbox, name, message.key, None,
+                            f"cannot read the source message: {body.reason}",
+                        )  # fmt: skip
+                    )
+                    continue
+                side.facts[folder.key, message.key] = MessageFacts(
+                    _digest(body),
+                    _sortedFlags(message.flags),
+                    _utc(message.internalDate),
+                    len(body),
+                )
+    return side
+
+
+async def _readDestination(
+    session: IMAPSession, mailbox: ListedMailbox | None
+) -> tuple[int | None, dict[int, MessageFacts]]:
+    """
+    The messages of a destination mailbox: its UIDVALIDITY and facts by
+    UID; nothing when it does not exist.
+    """
+    if mailbox is None:
+        return None, {}
+    examined = await session.examine(mailbox.name, mailbox.wireName)
+    if examined.exists == 0:
+        return examined.uidValidity, {}
+    items = await session.fetchMetadata(b"1:*", b"UID FLAGS INTERNALDATE RFC822.SIZE")
+    metadata = {item.uid: item for item in items if item.uid is not None}
+    facts: dict[int, MessageFacts] = {}
+    uids = sorted(metadata)
+    batch: list[int] = []
+    size = 0
+
+    async def flush() -> None:
+        nonlocal batch, size
+        if not batch:
+            return
+        fetched = await session.fetchBodies([batch])
+        for uid in batch:
+            body = fetched.bodies.get(uid)
+            item = metadata[uid]
+            if body is None:
+                continue
+            facts[uid] = MessageFacts(
+                hashlib.sha256(body).hexdigest(),
+                _sortedFlags(item.flags or ()),
+                _utc(item.internalDate),
+                len(body),
+            )
+        batch, size = [], 0
+
+    for uid in uids:
+        batch.append(uid)
+        size += metadata[uid].size or 0
+        if size >= BATCH_BYTES or len(batch) >= BATCH_MESSAGES:
+            await flush()
+    await flush()
+    return examined.uidValidity, facts
+
+
+def compareMailbox(
+    mailbox: str,
+    source: _SourceSide,
+    uidValidity: int | None,
+    destination: dict[int, MessageFacts],
+    recorded: dict[str, dict[str, MessageOutcome]],
+    failures: dict[tuple[str, str], str],
+) -> MailboxReport:
+    """
+    Pair and compare the messages of one mailbox.
+
+    @param recorded: per folder key, the state store's record of where each
+        message went (L{IStateStore.destinationMap}).
+    @param failures: the failure the state store records for a message not
+        migrated, by (folder key, message key).
+    """
+    differences: list[Difference] = list(source.unreadable)
+    unpairedSource: dict[tuple[str, str], MessageFacts] = dict(source.facts)
+    unpairedDestination = dict(destination)
+    pairs: list[tuple[tuple[str, str], int]] = []
+    # Pairs the state store knows.
+    for (folderKey, messageKey) in list(unpairedSource):
+        outcome = recorded.get(folderKey, {}).get(messageKey)
+        if (
+            outcome is not None
+            and outcome.uid is not None
+            and outcome.uidValidity == uidValidity
+            and outcome.uid in unpairedDestination
+        ):
+            pairs.append(((folderKey, messageKey), outcome.uid))
+            del unpairedSource[folderKey, messageKey]
+            del unpairedDestination[outcome.uid]
+    # The rest by content: the same facts first, then the same octets.
+    for exact in (True, False):
+        index: dict[object, list[int]] = defaultdict(list)
+        for uid, facts in sorted(unpairedDestination.items()):
+            index[facts if exact else facts.sha256].append(uid)
+        for key, facts in list(unpairedSource.items()):
+            candidates = index.get(facts if exact else facts.sha256)
+            if candidates:
+                uid = candidates.pop(0)
+                pairs.append((key, uid))
+                del unpairedSource[key]
+                del unpairedDestination[uid]
+    for (folderKey, messageKey), uid in pairs:
+        expected = source.facts[folderKey, messageKey]
+        actual = destination[uid]
+        folder = source.folderNames[folderKey]
+        if expected.sha256 != actual.sha256:
+            differences.append(
+                Difference(
+                    "content", mailbox, folder, messageKey, uid,
+                    f"the octets differ (source {expected.size} octets, SHA-256"
+                    f" {expected.sha256[:16]}…; destination {actual.size} octets,"
+                    f" {actual.sha256[:16]}…)",
+                )  # fmt: skip
+            )
+        if expected.flags != actual.flags:
+            differences.append(
+                Difference(
+                    "flags", mailbox, folder, messageKey, uid,
+                    f"source flags ({' '.join(expected.flags)}), destination flags"
+                    f" ({' '.join(actual.flags)})",
+                )  # fmt: skip
+            )
+        if (
+            expected.internalDate is not None
+            and actual.internalDate is not None
+            and expected.internalDate != actual.internalDate
+        ):
+            differences.append(
+                Difference(
+                    "date", mailbox, folder, messageKey, uid,
+                    f"source INTERNALDATE {expected.internalDate.isoformat()},"
+                    f" destination {actual.internalDate.isoformat()}",
+                )  # fmt: skip
+            )
+    for (folderKey, messageKey), facts in sorted(unpairedSource.items()):
+        why = failures.get((folderKey, messageKey))
+        detail = "not in the destination"
+        if why is not None:
+            detail += f" (imapmig recorded it as failed: {why})"
+        differences.append(
+            Difference(
+                "missing", mailbox, source.folderNames[folderKey], messageKey, None, detail
+            )
+        )
+    for uid, facts in sorted(unpairedDestination.items()):
+        differences.append(
+            Difference(
+                "unexpected", mailbox, None, None, uid,
+                f"in the destination ({facts.size} octets, SHA-256 {facts.sha256[:16]}…)"
+                " but in no source folder mapped to it",
+            )  # fmt: skip
+        )
+    return MailboxReport(
+        mailbox,
+        tuple(sorted(set(source.folderNames.values()))),
+        len(source.facts) + len(source.unreadable),
+        len(destination),
+        len(pairs),
+        tuple(differences),
+    )
+
+
+async def verifyJob(
+    job: str,
+    source: IMessageSource,
+    rules: FolderRules,
+    openDestination: Callable[[], Awaitable[IMAPSession]],
+    store: IStateStore,
+) -> VerifyReport:
+    """
+    Compare a job's source with its destination account.
+
+    @param job: the job's name (its records in C{store}).
+    @param source: the job's L{imapmig.sources.IMessageSource}.
+    @param rules: the job's folder rules.
+    @param openDestination: opens a logged-in session to the destination.
+    @return: the report; its C{differences} are empty when the destination
+        holds the source exactly.
+    """
+    session = await openDestination()
+    try:
+        listed = await session.listFolders()
+        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
+        byName = {
+            ("INBOX" if m.name.upper() == "INBOX" else m.name): m for m in listed if m.selectable
+        }
+        uses = {}
+        for m in listed:
+            use = m.specialUse
+            if use is not None and m.selectable and use not in uses:
+                uses[use] = m.name
+        folders = await source.listFolders()
+        mappings, excluded = mapFolders(folders, rules, delimiter, uses)
+        byMailbox: dict[str, list[FolderMapping]] = defaultdict(list)
+        for mapping in mappings:
+            byMailbox[mapping.mailbox].append(mapping)
+        failures = {
+            (f.folderKey, f.messageKey): f.failure or "" for f in await store.failures(job)
+        }
+        reports = []
+        for mailbox, group in byMailbox.items():
+            groupFolders = [m.folder for m in group]
+            sourceSide = await _readSource(source, mailbox, groupFolders)
+            recorded = {
+                f.key: await store.destinationMap(job, f.key) for f in groupFolders
+            }
+            uidValidity, destination = await _readDestination(session, byName.get(mailbox))
+            report = compareMailbox(
+                mailbox, sourceSide, uidValidity, destination, recorded, failures
+            )
+            log.info(
+                "verify {job}: {mailbox}: {source} source messages, {destination} in the"
+                " destination, {differences} differences",
+                job=job,
+                mailbox=mailbox,
+                source=report.sourceMessages,
+                destination=report.destinationMessages,
+                differences=len(report.differences),
+            )
+            reports.append(report)
+    finally:
+        await session.logout()
+    return VerifyReport(job, tuple(reports), tuple(_folderName(f) for f in excluded))

@@ -1,0 +1,133 @@
+"""
+Tests for L{imapmig.verify}: how messages are paired and what counts as a
+difference.  (The whole command against real Dovecots is in
+L{tests.test_fidelity_integration}.)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.state import MessageOutcome
+from imapmig.verify import Difference, MessageFacts, _SourceSide, compareMailbox
+
+UTC = timezone.utc
+WHEN = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def facts(
+    content: str, flags: tuple[str, ...] = (), when: datetime | None = WHEN
+) -> MessageFacts:
+    return MessageFacts(content * 4, flags, when, len(content))
+
+
+def side(messages: dict[str, MessageFacts], folder: str = "F") -> _SourceSide:
+    result = _SourceSide()
+    result.folderNames[folder] = folder
+    for key, value in messages.items():
+        result.facts[folder, key] = value
+    return result
+
+
+class CompareMailboxTests(SynchronousTestCase):
+    """
+    L{compareMailbox}.
+    """
+
+    def test_identical(self) -> None:
+        """
+        The same messages on both sides, paired by content (the state store
+        knows nothing), give no difference.
+        """
+        source = side({"a": facts("a"), "b": facts("b", ("\\Seen",))})
+        report = compareMailbox(
+            "M", source, 7, {1: facts("b", ("\\Seen",)), 2: facts("a")}, {}, {}
+        )
+        self.assertEqual((report.matched, report.differences), (2, ()))
+
+    def test_pairedByStateStore(self) -> None:
+        """
+        The state store's UID pairs a message even when its content changed
+        in the destination, which is then a content difference for that
+        UID; a UIDVALIDITY that changed makes the record useless.
+        """
+        source = side({"a": facts("a")})
+        recorded = {"F": {"a": MessageOutcome("F", "a", "M", 1, 7, 2)}}
+        report = compareMailbox("M", source, 7, {2: facts("z")}, recorded, {})
+        self.assertEqual([d.kind for d in report.differences], ["content"])
+        self.assertEqual(report.differences[0].uid, 2)
+        report = compareMailbox("M", source, 8, {2: facts("z")}, recorded, {})
+        self.assertEqual(
+            sorted(d.kind for d in report.differences), ["missing", "unexpected"]
+        )
+
+    def test_flagsAndDates(self) -> None:
+        """
+        A flag or an INTERNALDATE that differs is a difference; a source
+        without a date (the server chose one) is not compared on it.
+        """
+        source = side(
+            {"a": facts("a", ("\\Seen",)), "b": facts("b"), "c": facts("c", when=None)}
+        )
+        later = datetime(2021, 1, 1, tzinfo=UTC)
+        report = compareMailbox(
+            "M",
+            source,
+            1,
+            {1: facts("a", ("\\Seen", "$X")), 2: facts("b", when=later), 3: facts("c", when=later)},
+            {},
+            {},
+        )
+        self.assertEqual(sorted(d.kind for d in report.differences), ["date", "flags"])
+
+    def test_missingWithRecordedFailure(self) -> None:
+        """
+        A source message not in the destination is missing, with the
+        failure imapmig recorded for it if any; a destination message no
+        source message pairs with is unexpected.
+        """
+        source = side({"a": facts("a"), "b": facts("b")})
+        report = compareMailbox(
+            "M", source, 1, {5: facts("x")}, {}, {("F", "a"): "refused by server: NO too big"}
+        )
+        self.assertEqual(
+            report.differences,
+            (
+                Difference(
+                    "missing", "M", "F", "a", None,
+                    "not in the destination (imapmig recorded it as failed:"
+                    " refused by server: NO too big)",
+                ),  # fmt: skip
+                Difference("missing", "M", "F", "b", None, "not in the destination"),
+                Difference(
+                    "unexpected", "M", None, None, 5,
+                    "in the destination (1 octets, SHA-256 xxxx…) but in no source"
+                    " folder mapped to it",
+                ),  # fmt: skip
+            ),
+        )
+
+    def test_duplicatesCounted(self) -> None:
+        """
+        Two identical source messages need two destination copies: one copy
+        leaves one missing.
+        """
+        source = side({"a": facts("d"), "b": facts("d")})
+        report = compareMailbox("M", source, 1, {1: facts("d")}, {}, {})
+        self.assertEqual([d.kind for d in report.differences], ["missing"])
+        report = compareMailbox("M", source, 1, {1: facts("d"), 2: facts("d")}, {}, {})
+        self.assertEqual(report.differences, ())
+
+    def test_exactPairsFirst(self) -> None:
+        """
+        Among identical contents, pairs with the same flags and date are
+        made first, so a flag difference is reported for the right pair
+        only.
+        """
+        source = side({"a": facts("d", ("\\Seen",)), "b": facts("d")})
+        report = compareMailbox(
+            "M", source, 1, {1: facts("d"), 2: facts("d", ("\\Seen",))}, {}, {}
+        )
+        self.assertEqual(report.differences, ())
