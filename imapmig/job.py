@@ -23,23 +23,27 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import ImapmigError, SourceError
+from imapmig.errors import CommandFailed, ImapmigError, SourceError
 from imapmig.fidelity import decideFlags, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
+from imapmig.presence import FINGERPRINT, OFF, PresenceIndex, indexMailbox
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.plan import (
+    FolderMapping,
+    FolderRules,
     WorkUnit,
     chooseUnit,
     chunks,
     cutUnits,
-    destinationMailbox,
+    isIncluded,
     mailboxesToCreate,
-    pendingMessages,
+    mapFolders,
 )
 from imapmig.progress import JobProgress
 from imapmig.sources import IMessageSource
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.sources.imap import FlagChange, IMAPSource
+from imapmig.state import FolderMark, IStateStore, MessageOutcome
 
 log = Logger()
 
@@ -235,12 +239,15 @@ class _DestinationTraits:
     @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
     @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
         L{None} when unknown.
+    @ivar presence: what the mailbox already holds that no record accounts
+        for, or L{None}.
     @ivar flagDecisions: flags to send and the note, by the source's flags,
         as decided for these traits.
     """
 
     binary: bool
     permanentFlags: frozenset[str] | None
+    presence: PresenceIndex | None = None
     flagDecisions: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = field(
         default_factory=dict
     )
@@ -338,8 +345,21 @@ class MigrationJob:
         openSession: Callable[[], Awaitable[IMAPSession]],
         clock: IReactorTime,
         settings: JobSettings,
+        rules: FolderRules = FolderRules(),
+        identity: str = FINGERPRINT,
     ) -> None:
+        """
+        @param rules: which source folders to migrate, and where.
+        @param identity: how messages already in the destination are
+            recognised (L{imapmig.presence}): C{"fingerprint"},
+            C{"message-id"} or C{"off"}.
+        """
         self.name = name
+        self._rules = rules
+        self._identity = identity
+        self._presence: dict[str, PresenceIndex] = {}
+        self._permanentFlags: dict[str, frozenset[str] | None] = {}
+        self._deltaCounts: dict[str, int] = {}
         self._source = source
         self._store = store
         self._progress = progress
@@ -387,7 +407,11 @@ class MigrationJob:
         self._lifecycle.start()
         self._stopping = False
         try:
-            await self._copy()
+            try:
+                await self._copy()
+            finally:
+                if isinstance(self._source, IMAPSource):
+                    await self._source.close()
         except ImapmigError as e:
             reason = str(e)
         except Exception as e:
@@ -424,14 +448,27 @@ class MigrationJob:
     async def _copy(self) -> None:
         settings = self._settings
         progress = self._progress
-        folders = await self._source.listFolders()
-        plans: list[tuple[SourceFolder, list[SourceMessage]]] = []
-        total = already = 0
-        unreadable: list[str] = []
-        readable = []
+        source = self._source
+        folders = await source.listFolders()
+        included = [f for f in folders if isIncluded(f.path, self._rules)]
+        progress.foldersTotal = len(included)
+        progress.foldersExcluded = len(folders) - len(included)
         for folder in folders:
+            if folder not in included:
+                log.info(
+                    "Job {job}: folder {folder} left out by the folder rules",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                )
+
+        # What is left to copy, folder by folder.
+        unreadable: list[str] = []
+        listings: list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]] = []
+        recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
+        total = already = 0
+        for folder in included:
             try:
-                messages = await self._source.listMessages(folder)
+                messages, flagChanges = await self._listFolder(folder)
             except SourceError as e:
                 # The other folders are still migrated; the job ends as
                 # failed, naming this one.
@@ -443,35 +480,113 @@ class MigrationJob:
                 )
                 unreadable.append(f"{'/'.join(folder.path)}: {e}")
                 continue
-            readable.append(folder)
-            appended = await self._store.appendedKeys(self.name, folder.key)
-            pending = pendingMessages(messages, appended)
-            total += len(messages)
-            already += len(messages) - len(pending)
-            plans.append((folder, pending))
+            recorded = await self._store.destinationMap(self.name, folder.key)
+            recordedByFolder[folder.key] = recorded
+            pending = [m for m in messages if m.key not in recorded]
+            listedCount = self._listedCount(folder, messages)
+            total += listedCount
+            already += listedCount - len(pending)
+            listings.append((folder, pending, flagChanges))
         progress.messagesTotal = total
         progress.messagesDone = already
         progress.messagesAlreadyMigrated = already
-        progress.foldersTotal = len(folders)
         log.info(
             "Job {job}: {total} messages in {folders} folders, {pending} to copy",
             job=self.name,
             total=total,
-            folders=len(folders),
+            folders=len(included),
             pending=total - already,
         )
+
+        # Where each folder goes.
         first = await self._openSession()
         self._sessions.append(first)
-        delimiter = await first.hierarchyDelimiter()
-        existing = {info.name for info in await first.listMailboxes()}
-        mailboxes = {folder.key: destinationMailbox(folder.path, delimiter) for folder in readable}
-        missing = mailboxesToCreate([folder.path for folder in readable], existing, delimiter)
-        uncreatable = await first.createMailboxes(missing)
+        listed = await first.listFolders()
+        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
+        if delimiter is None:
+            delimiter = await first.hierarchyDelimiter()
+        existing = {("INBOX" if m.name.upper() == "INBOX" else m.name) for m in listed}
+        subscribed = {m.name for m in listed if m.subscribed}
+        uses: dict[str, str] = {}
+        for m in listed:
+            if m.specialUse is not None and m.selectable:
+                uses.setdefault(m.specialUse, m.name)
+        mappings, _ = mapFolders(
+            [folder for folder, _, _ in listings], FolderRules(rename=self._rules.rename),
+            delimiter, uses,
+        )  # fmt: skip
+        plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
+        accounted: dict[str, list[MessageOutcome]] = {}
+        for mapping, (folder, pending, flagChanges) in zip(mappings, listings):
+            if mapping.how != "name":
+                log.info(
+                    "Job {job}: folder {folder} goes to {mailbox} ({how})",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                    mailbox=mapping.mailbox,
+                    how=mapping.how,
+                )
+            recorded = recordedByFolder[folder.key]
+            plans.append((mapping, pending))
+            accounted.setdefault(mapping.mailbox, []).extend(recorded.values())
+            if flagChanges:
+                await self._applyFlagChanges(first, mapping.mailbox, flagChanges, recorded)
+
+        # The destination folders: created where missing (with their use
+        # where the server can), subscribed as in the source.
+        missing = mailboxesToCreate([m.path for m in mappings], existing, delimiter)
+        createUses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
+        toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
+        uncreatable = await first.createMailboxes(
+            missing,
+            {name: use for name, use in createUses.items() if name in missing},
+            subscribe=toSubscribe,
+        )
         for name in missing:
             if name not in uncreatable:
                 log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
-        for folder, pending in plans:
-            mailbox = mailboxes[folder.key]
+        unsubscribed = sorted(
+            name for name in toSubscribe if name in existing and name not in subscribed
+        )
+        if unsubscribed:
+            await first.subscribeMailboxes(unsubscribed)
+
+        # What each target mailbox can store, and what it already holds.
+        targets = sorted({m.mailbox for m, pending in plans if pending} - set(uncreatable))
+        for mailbox in targets:
+            try:
+                self._permanentFlags[mailbox] = await first.permanentFlags(mailbox)
+            except CommandFailed as e:
+                log.warn(
+                    "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
+                    job=self.name,
+                    mailbox=mailbox,
+                    why=e.text,
+                )
+                self._permanentFlags[mailbox] = None
+            if self._identity != OFF and mailbox in existing:
+                records = accounted.get(mailbox, [])
+                validity = records[0].uidValidity if records else None
+                index = await indexMailbox(
+                    first,
+                    mailbox,
+                    self._identity,
+                    {r.uid for r in records if r.uid is not None and r.uidValidity == validity},
+                    validity,
+                )
+                if index is not None:
+                    log.info(
+                        "Job {job}: {mailbox} already holds {count} messages no record"
+                        " accounts for; those found in the source will not be appended again",
+                        job=self.name,
+                        mailbox=mailbox,
+                        count=len(index),
+                    )
+                    self._presence[mailbox] = index
+
+        for mapping, pending in plans:
+            mailbox = mapping.mailbox
+            folder = mapping.folder
             if mailbox in uncreatable:
                 for message in pending:
                     self._recorder.add(
@@ -506,6 +621,96 @@ class MigrationJob:
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
                 f" migrated): {'; '.join(unreadable)}"
             )
+        await self._recordFolderMarks([m.folder for m, _ in plans])
+
+    async def _listFolder(
+        self, folder: SourceFolder
+    ) -> tuple[Sequence[SourceMessage], Sequence[FlagChange]]:
+        """
+        The messages of a source folder, and the flag changes to apply to
+        copies made by an earlier run.
+
+        An IMAP source whose folder is unchanged since the last completed
+        run (same UIDVALIDITY) lists only the messages that arrived since,
+        and the flag changes since (with CONDSTORE); otherwise every
+        message is listed.
+        """
+        source = self._source
+        if isinstance(source, IMAPSource):
+            mark = await self._store.folderMark(self.name, folder.key)
+            if mark is not None:
+                changes = await source.listMessagesSince(
+                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq
+                )
+                if not changes.uidValidityChanged:
+                    self._deltaCounts[folder.key] = changes.status.exists
+                    return changes.newMessages, changes.flagChanges
+                log.warn(
+                    "Job {job}: the source folder {folder} has a new UIDVALIDITY: its"
+                    " messages are listed again and recognised by content in the destination",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                )
+                await self._store.forgetFolder(self.name, folder.key)
+        return await source.listMessages(folder), ()
+
+    def _listedCount(self, folder: SourceFolder, messages: Sequence[SourceMessage]) -> int:
+        """
+        How many messages the folder holds: all of them when listed whole,
+        the server's count on a delta pass.
+        """
+        return max(self._deltaCounts.pop(folder.key, 0), len(messages))
+
+    async def _applyFlagChanges(
+        self,
+        session: IMAPSession,
+        mailbox: str,
+        changes: Sequence[FlagChange],
+        recorded: dict[str, MessageOutcome],
+    ) -> None:
+        """
+        Set the flags of destination copies to their source's current
+        flags (a delta pass with CONDSTORE).
+        """
+        examined = await session.examine(mailbox)
+        stores: list[tuple[int, tuple[str, ...]]] = []
+        for change in changes:
+            outcome = recorded.get(change.key)
+            if (
+                outcome is None
+                or outcome.uid is None
+                or outcome.uidValidity != examined.uidValidity
+            ):
+                continue
+            stores.append((outcome.uid, decideFlags(change.flags, None).kept))
+        if stores:
+            applied = await session.storeFlags(mailbox, stores)
+            log.info(
+                "Job {job}: {count} flag changes applied in {mailbox}",
+                job=self.name,
+                count=applied,
+                mailbox=mailbox,
+            )
+
+    async def _recordFolderMarks(self, folders: Sequence[SourceFolder]) -> None:
+        """
+        After a completed pass, remember where each IMAP source folder
+        stood, for the next pass's delta.
+        """
+        source = self._source
+        if not isinstance(source, IMAPSource) or self._stopping:
+            return
+        if self._progress.messagesFailed:
+            # Failed messages are retried by listing the folder whole.
+            return
+        for folder in folders:
+            status = source.folderStatus(folder)
+            if status is not None:
+                await self._store.recordFolderMark(
+                    self.name,
+                    folder.key,
+                    FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
+                )
 
     async def _connectAndWork(self) -> None:
         try:
@@ -542,9 +747,8 @@ class MigrationJob:
         source = self._source
         selected = self._selected
         worker = id(outcomes)
-        destination = _DestinationTraits(
-            binary=b"BINARY" in session.capabilities, permanentFlags=None
-        )
+        binary = b"BINARY" in session.capabilities
+        traits: dict[str, _DestinationTraits] = {}
         while units and not self._stopping:
             inUse = {m for w, m in selected.items() if w != worker}
             unit = units.pop(chooseUnit(units, current, inUse))
@@ -558,6 +762,13 @@ class MigrationJob:
                 selected[worker] = current
                 self._progress.currentFolder = unit.mailbox
             target = _Target(unit.folder.key, unit.mailbox)
+            destination = traits.get(unit.mailbox)
+            if destination is None:
+                destination = traits[unit.mailbox] = _DestinationTraits(
+                    binary,
+                    self._permanentFlags.get(unit.mailbox),
+                    self._presence.get(unit.mailbox),
+                )
             for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                 if self._stopping:
                     break
@@ -591,6 +802,22 @@ class MigrationJob:
             if isinstance(body, UnreadableMessage):
                 self._recordFailure(unit, message, f"unreadable in the source: {body.reason}")
                 continue
+            presence = destination.presence
+            if presence is not None:
+                uid = presence.take(body)
+                if uid is not None:
+                    self._recorder.add(
+                        MessageOutcome(
+                            unit.folder.key,
+                            message.key,
+                            unit.mailbox,
+                            len(body),
+                            presence.uidValidity,
+                            uid,
+                            alreadyPresent=True,
+                        )
+                    )
+                    continue
             hasNUL, has8bit = needsBinary(body)
             binary = False
             if hasNUL or has8bit:

@@ -30,6 +30,7 @@ from twisted.logger import Logger
 from imapmig.config import (
     Config,
     EmlSourceConfig,
+    ImapSourceConfig,
     JobConfig,
     MaildirSourceConfig,
     MboxSourceConfig,
@@ -40,6 +41,7 @@ from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
+from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
@@ -108,6 +110,11 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return MaildirSource(source.path)
     if isinstance(source, MboxSourceConfig):
         return MboxSource(source.path, source.quoting)
+    if isinstance(source, ImapSourceConfig):
+        return IMAPSource(
+            sessionOpener(reactor, source.server, source.user, source.password.value),
+            description=f"{source.user} at {source.server.endpoint}",
+        )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
 
@@ -225,6 +232,8 @@ def buildService(
                 ),
                 reactor,
                 settingsFor(jobConfig),
+                jobConfig.folders,
+                jobConfig.identity,
             )
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)

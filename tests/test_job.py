@@ -371,8 +371,10 @@ class MigrationJobTests(SynchronousTestCase):
     def test_migratesEverything(self) -> None:
         """
         Every message lands in the right mailbox with its flags and date;
-        missing folders and their parents are created and subscribed (names
-        in modified UTF-7 on the wire, a delimiter inside a name replaced);
+        missing folders and their parents are created (names in modified
+        UTF-7 on the wire, a delimiter inside a name replaced); the source's
+        subscribed folders are subscribed, INBOX included, parents that are
+        no source folder are not;
         the progress says done with the right counters; the state store has
         every outcome with the APPENDUID UIDs.
         """
@@ -397,7 +399,7 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(
             h.mail.mailboxes(USER), ["INBOX", "Archive", "Archive.2019", "Entwürfe", "a_b"]
         )
-        self.assertEqual(h.mail.subscriptions(USER), ["Archive", "Archive.2019", "Entwürfe", "a_b"])
+        self.assertEqual(h.mail.subscriptions(USER), ["Archive.2019", "Entwürfe", "a_b", "INBOX"])
         self.assertEqual(
             h.contents("INBOX"),
             [
@@ -425,10 +427,10 @@ class MigrationJobTests(SynchronousTestCase):
                 b'0006 CREATE "Archive.2019"',
                 b'0007 CREATE "Entw&APw-rfe"',
                 b'0008 CREATE "a_b"',
-                b'0009 SUBSCRIBE "Archive"',
-                b'000A SUBSCRIBE "Archive.2019"',
-                b'000B SUBSCRIBE "Entw&APw-rfe"',
-                b'000C SUBSCRIBE "a_b"',
+                b'0009 SUBSCRIBE "Archive.2019"',
+                b'000A SUBSCRIBE "Entw&APw-rfe"',
+                b'000B SUBSCRIBE "a_b"',
+                b'000C SUBSCRIBE "INBOX"',
             ],
         )
 

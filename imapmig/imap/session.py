@@ -12,7 +12,7 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
@@ -398,20 +398,37 @@ class IMAPSession:
             "CREATE", self._client.sendCommand(Command(b"CREATE", encodeMailboxName(mailbox)))
         )
 
-    async def createMailboxes(self, mailboxes: Sequence[str]) -> dict[str, str]:
+    async def createMailboxes(
+        self,
+        mailboxes: Sequence[str],
+        uses: Mapping[str, str] | None = None,
+        subscribe: Collection[str] | None = None,
+    ) -> dict[str, str]:
         """
         Create and subscribe C{mailboxes}, in order (parents first), with
         every command pipelined: one round trip in all, not two per mailbox.
 
+        @param uses: the RFC 6154 use to give some of them (C{CREATE name
+            (USE (\\Sent))}, RFC 6154 CREATE-SPECIAL-USE), where the server
+            offers it.
+        @param subscribe: the ones to subscribe to (by default all).
         @return: the mailboxes that could not be created, each with the
             server's reply; a refused SUBSCRIBE is only logged.
         """
         client = self._client
-        creates = [
-            client.sendPipelined(b"CREATE " + encodeMailboxName(name)) for name in mailboxes
+        withUse = b"CREATE-SPECIAL-USE" in self.capabilities and uses
+        creates = []
+        for name in mailboxes:
+            command = b"CREATE " + encodeMailboxName(name)
+            use = uses.get(name) if withUse and uses else None
+            if use is not None:
+                command += b" (USE (" + use.encode("ascii") + b"))"
+            creates.append(client.sendPipelined(command))
+        toSubscribe = [
+            name for name in mailboxes if subscribe is None or name in subscribe
         ]
         subscribes = [
-            client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)) for name in mailboxes
+            client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)) for name in toSubscribe
         ]
         failed: dict[str, str] = {}
         for name, d in zip(mailboxes, creates):
@@ -419,7 +436,7 @@ class IMAPSession:
                 await _mapped("CREATE", d)
             except CommandFailed as e:
                 failed[name] = e.text
-        for name, d in zip(mailboxes, subscribes):
+        for name, d in zip(toSubscribe, subscribes):
             try:
                 await _mapped("SUBSCRIBE", d)
             except CommandFailed as e:
@@ -431,6 +448,83 @@ class IMAPSession:
                         why=e.text,
                     )
         return failed
+
+    async def subscribeMailboxes(self, mailboxes: Sequence[str]) -> None:
+        """
+        Subscribe to C{mailboxes}, pipelined; a refusal is only logged.
+        """
+        client = self._client
+        pending = [
+            (name, client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)))
+            for name in mailboxes
+        ]
+        for name, d in pending:
+            try:
+                await _mapped("SUBSCRIBE", d)
+            except CommandFailed as e:
+                log.warn(
+                    "{session}: cannot subscribe to {mailbox!r}: {why}",
+                    session=self._description,
+                    mailbox=name,
+                    why=e.text,
+                )
+
+    async def permanentFlags(self, mailbox: str) -> frozenset[str] | None:
+        """
+        SELECT C{mailbox} and return its PERMANENTFLAGS (C{"\\*"} among
+        them when new keywords may be created), or L{None} when the server
+        does not say.  Only between APPEND pipelines.
+
+        @raise CommandFailed: the server refused the SELECT.
+        """
+        lines, _ = await _mapped(
+            "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
+        )
+        for line in lines:
+            if line[:19].upper() == b"OK [PERMANENTFLAGS ":
+                inner = line[line.find(b"(") + 1 : line.find(b")")]
+                return frozenset(flag.decode("ascii", "replace") for flag in inner.split())
+        return None
+
+    async def storeFlags(
+        self, mailbox: str, changes: Sequence[tuple[int, tuple[str, ...]]]
+    ) -> int:
+        """
+        SELECT C{mailbox} and set each message's flags exactly (C{UID STORE
+        uid FLAGS.SILENT (...)}), every command pipelined.
+
+        @param changes: C{(uid, flags)} pairs.
+        @return: how many the server accepted; a refusal is logged.
+        @raise CommandFailed: the SELECT was refused.
+        """
+        await _mapped(
+            "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
+        )
+        client = self._client
+        pending = [
+            (
+                uid,
+                client.sendPipelined(
+                    b"UID STORE %d FLAGS.SILENT (%s)"
+                    % (uid, " ".join(flags).encode("ascii"))
+                ),
+            )
+            for uid, flags in changes
+        ]
+        applied = 0
+        for uid, d in pending:
+            try:
+                await _mapped("UID STORE", d)
+                applied += 1
+            except CommandFailed as e:
+                log.warn(
+                    "{session}: cannot set the flags of UID {uid} in {mailbox!r}: {why}",
+                    session=self._description,
+                    uid=uid,
+                    mailbox=mailbox,
+                    why=e.text,
+                )
+        return applied
 
     def selectPipelined(self, mailbox: str) -> Deferred[bytes]:
         """

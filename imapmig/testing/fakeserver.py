@@ -7,7 +7,8 @@ deterministically through L{twisted.test.iosim} or a
 L{twisted.internet.testing.StringTransport}: no socket, no reactor.
 
 It implements only what a migration uses (CAPABILITY, LOGIN, AUTHENTICATE
-PLAIN with an initial response, LIST, CREATE, SUBSCRIBE, SELECT, APPEND
+PLAIN with an initial response, LIST, LSUB, CREATE, SUBSCRIBE, SELECT,
+EXAMINE, UID FETCH of metadata and bodies, APPEND
 with MULTIAPPEND, NOOP, LOGOUT), and that part as the RFCs say:
 synchronizing literals wait for C{+}, non-synchronizing ones (RFC 7888) are
 read even when the command is rejected, LITERAL- refuses them above 4096
@@ -178,6 +179,44 @@ class _Token:
     items: tuple[bytes, ...] = ()
 
 
+_UID_FETCH = re.compile(rb"([^ ]+) UID FETCH ([0-9:*,]+) \((.*)\)", re.IGNORECASE)
+_PARTIAL = re.compile(rb"BODY\.PEEK\[\]<([0-9]+)\.([0-9]+)>")
+
+
+def _uidsIn(uidSet: bytes, largest: int) -> set[int]:
+    """
+    The UIDs a UID set names (C{*} being the largest UID in use).
+    """
+    result: set[int] = set()
+    for part in uidSet.split(b","):
+        low, _, high = part.partition(b":")
+        first = largest if low == b"*" else int(low)
+        last = first if not high else largest if high == b"*" else int(high)
+        result.update(range(min(first, last), max(first, last) + 1))
+    return result
+
+
+def _headerField(message: bytes, name: bytes) -> bytes:
+    """
+    What C{BODY[HEADER.FIELDS (NAME)]} returns: the field's lines, then a
+    blank line.
+    """
+    end = message.find(b"\r\n\r\n")
+    header = message[: end + 2] if end >= 0 else message
+    lines = header.split(b"\r\n")
+    kept: list[bytes] = []
+    taking = False
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            if taking:
+                kept.append(line)
+            continue
+        taking = line.lower().startswith(name + b":")
+        if taking:
+            kept.append(line)
+    return b"".join(line + b"\r\n" for line in kept) + b"\r\n"
+
+
 def _tokenize(line: bytes) -> list[_Token]:
     """
     Split a command line (without a trailing literal marker) into atoms,
@@ -281,6 +320,11 @@ class FakeIMAPServer(LineReceiver):
         if self._closed:
             return
         self.received.append(line)
+        if not self._tokens:
+            fetch = _UID_FETCH.fullmatch(line)
+            if fetch is not None:
+                self._uidFetch(fetch.group(1), fetch.group(2), fetch.group(3))
+                return
         marker = _LITERAL.search(line)
         try:
             self._tokens.extend(_tokenize(line[: marker.start()] if marker else line))
@@ -341,6 +385,8 @@ class FakeIMAPServer(LineReceiver):
             "CREATE": self._create,
             "SUBSCRIBE": self._subscribe,
             "SELECT": self._select,
+            "EXAMINE": self._examine,
+            "LSUB": self._lsub,
             "APPEND": self._append,
         }.get(name)
         if authenticated is not None:
@@ -446,10 +492,11 @@ class FakeIMAPServer(LineReceiver):
         self.store.subscribe(self.user, name)
         return b"OK Subscribe completed."
 
-    def _select(self, args: list[_Token]) -> bytes:
+    def _select(self, args: list[_Token], readOnly: bool = False) -> bytes:
+        command = b"EXAMINE" if readOnly else b"SELECT"
         name = self._mailboxArgument(args)
         if name is None:
-            return b"BAD SELECT expects a mailbox name"
+            return command + b" expects a mailbox name"
         assert self.user is not None
         self.selected = None
         if name not in self.store.mailboxes(self.user):
@@ -459,9 +506,63 @@ class FakeIMAPServer(LineReceiver):
         self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
         self.sendLine(b"* 0 RECENT")
         self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(self.user, name),))
-        self.sendLine(b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (flags,))
+        if readOnly:
+            self.sendLine(b"* OK [PERMANENTFLAGS ()] Read-only mailbox.")
+        else:
+            self.sendLine(b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (flags,))
         self.selected = name
+        if readOnly:
+            return b"OK [READ-ONLY] Examine completed."
         return b"OK [READ-WRITE] Select completed."
+
+    def _examine(self, args: list[_Token]) -> bytes:
+        return self._select(args, readOnly=True)
+
+    def _lsub(self, args: list[_Token]) -> bytes:
+        if len(args) != 2 or args[0].value != b"" or args[1].value != b"*":
+            return b"BAD LSUB supports LSUB \"\" \"*\" only"
+        assert self.user is not None
+        quoted = _quote(self.store.delimiter.encode("ascii"))
+        for name in self.store.subscriptions(self.user):
+            self.sendLine(b"* LSUB () %s %s" % (quoted, _quote(name.encode("imap4-utf-7"))))
+        return b"OK Lsub completed."
+
+    def _uidFetch(self, tag: bytes, uidSet: bytes, items: bytes) -> None:
+        """
+        C{UID FETCH} of the items a migration asks for (UID, FLAGS,
+        INTERNALDATE, RFC822.SIZE, BODY.PEEK[], BODY.PEEK[]<0.N> and
+        BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]) in the selected mailbox.
+        """
+        if self.user is None or self.selected is None:
+            self.sendLine(tag + b" BAD No mailbox selected")
+            return
+        messages = self.store.mailbox(self.user, self.selected)
+        wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
+        upper = items.upper()
+        partial = _PARTIAL.search(upper)
+        for sequence, message in enumerate(messages, 1):
+            if message.uid not in wanted:
+                continue
+            parts = [b"UID %d" % message.uid]
+            if b"RFC822.SIZE" in upper:
+                parts.append(b"RFC822.SIZE %d" % len(message.body))
+            if b"FLAGS" in upper:
+                parts.append(b"FLAGS (%s)" % " ".join(message.flags).encode("ascii"))
+            if b"INTERNALDATE" in upper:
+                date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
+                parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))
+            if b"HEADER.FIELDS (MESSAGE-ID)" in upper:
+                value = _headerField(message.body, b"message-id")
+                parts.append(b"BODY[HEADER.FIELDS (MESSAGE-ID)] {%d}\r\n%s" % (len(value), value))
+            if partial is not None:
+                start, length = int(partial.group(1)), int(partial.group(2))
+                piece = message.body[start : start + length]
+                parts.append(b"BODY[]<%d> {%d}\r\n%s" % (start, len(piece), piece))
+            elif b"BODY.PEEK[]" in upper:
+                parts.append(b"BODY[] {%d}\r\n%s" % (len(message.body), message.body))
+            self.transport.write(  # type: ignore[union-attr]
+                b"* %d FETCH (%s)\r\n" % (sequence, b" ".join(parts)))
+        self.sendLine(tag + b" OK Fetch completed.")
 
     def _append(self, args: list[_Token]) -> bytes | None:
         if self.dropAfterAppends is not None and self._appends >= self.dropAfterAppends:
