@@ -50,12 +50,26 @@ class MessageFacts:
     @ivar internalDate: its INTERNALDATE in UTC, or L{None} when the source
         has none (the server then chose it: not compared).
     @ivar size: its size in octets.
+    @ivar servedSha256: for a source message with NUL octets, the digest
+        with each NUL as C{0x80}, as Dovecot serves it; else L{None}.
     """
 
     sha256: str
     flags: tuple[str, ...]
     internalDate: datetime | None
     size: int
+    servedSha256: str | None = None
+
+    def digests(self) -> tuple[str, ...]:
+        """
+        The digests the destination may show for this message: its own,
+        and for a message with NUL octets the one of the octets as IMAP
+        servers serve them in C{BODY[]} (RFC 3501 literals carry no NUL:
+        Dovecot shows it as C{0x80}).
+        """
+        if self.servedSha256 is None:
+            return (self.sha256,)
+        return (self.sha256, self.servedSha256)
 
 
 @frozen
@@ -166,13 +180,25 @@ def _utc(when: datetime | None) -> datetime | None:
     return None if when is None else when.astimezone(timezone.utc)
 
 
-def _digest(body: bytes | bytearray | StreamedBody) -> str:
+def _digests(body: bytes | bytearray | StreamedBody) -> tuple[str, str | None]:
+    """
+    The SHA-256 of a body, and of the body with NUL octets shown as
+    C{0x80} when it has any.
+    """
+    digest = hashlib.sha256()
+    served = None
     if isinstance(body, StreamedBody):
-        digest = hashlib.sha256()
+        if body.hasNUL:
+            served = hashlib.sha256()
         for piece in body.slices(1024 * 1024):
             digest.update(piece)
-        return digest.hexdigest()
-    return hashlib.sha256(body).hexdigest()
+            if served is not None:
+                served.update(piece.replace(b"\x00", b"\x80"))
+    else:
+        digest.update(body)
+        if b"\x00" in body:
+            served = hashlib.sha256(bytes(body).replace(b"\x00", b"\x80"))
+    return digest.hexdigest(), None if served is None else served.hexdigest()
 
 
 def _folderName(folder: SourceFolder) -> str:
@@ -211,11 +237,13 @@ async def _readSource(
                         )  # fmt: skip
                     )
                     continue
+                digest, served = _digests(body)
                 side.facts[folder.key, message.key] = MessageFacts(
-                    _digest(body),
+                    digest,
                     _sortedFlags(message.flags),
                     _utc(message.internalDate),
                     len(body),
+                    served,
                 )
     return side
 
@@ -266,6 +294,12 @@ async def _readDestination(
     return examined.uidValidity, facts
 
 
+def _pairing(digest: str, facts: MessageFacts, exact: bool) -> object:
+    if exact:
+        return (digest, facts.flags, facts.internalDate)
+    return digest
+
+
 def compareMailbox(
     mailbox: str,
     source: _SourceSide,
@@ -298,23 +332,26 @@ def compareMailbox(
             pairs.append(((folderKey, messageKey), outcome.uid))
             del unpairedSource[folderKey, messageKey]
             del unpairedDestination[outcome.uid]
-    # The rest by content: the same facts first, then the same octets.
+    # The rest by content: the same octets, flags and date first, then the
+    # same octets.
     for exact in (True, False):
         index: dict[object, list[int]] = defaultdict(list)
         for uid, facts in sorted(unpairedDestination.items()):
-            index[facts if exact else facts.sha256].append(uid)
+            index[_pairing(facts.sha256, facts, exact)].append(uid)
         for key, facts in list(unpairedSource.items()):
-            candidates = index.get(facts if exact else facts.sha256)
-            if candidates:
-                uid = candidates.pop(0)
-                pairs.append((key, uid))
-                del unpairedSource[key]
-                del unpairedDestination[uid]
+            for digest in facts.digests():
+                candidates = index.get(_pairing(digest, facts, exact))
+                if candidates:
+                    uid = candidates.pop(0)
+                    pairs.append((key, uid))
+                    del unpairedSource[key]
+                    del unpairedDestination[uid]
+                    break
     for (folderKey, messageKey), uid in pairs:
         expected = source.facts[folderKey, messageKey]
         actual = destination[uid]
         folder = source.folderNames[folderKey]
-        if expected.sha256 != actual.sha256:
+        if actual.sha256 not in expected.digests():
             differences.append(
                 Difference(
                     "content", mailbox, folder, messageKey, uid,

@@ -131,3 +131,17 @@ class CompareMailboxTests(SynchronousTestCase):
             "M", source, 1, {1: facts("d"), 2: facts("d", ("\\Seen",))}, {}, {}
         )
         self.assertEqual(report.differences, ())
+
+    def test_nulAsServed(self) -> None:
+        """
+        A source message with NUL octets matches a destination copy served
+        with each NUL as 0x80 (as Dovecot serves BODY[]), and only that.
+        """
+        served = MessageFacts("served" * 4, (), WHEN, 3)
+        source = side(
+            {"n": MessageFacts("exact" * 4, (), WHEN, 3, servedSha256="served" * 4)}
+        )
+        report = compareMailbox("M", source, 1, {1: served}, {}, {})
+        self.assertEqual((report.matched, report.differences), (1, ()))
+        report = compareMailbox("M", source, 1, {1: facts("other")}, {}, {})
+        self.assertEqual(sorted(d.kind for d in report.differences), ["missing", "unexpected"])
