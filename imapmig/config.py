@@ -15,7 +15,7 @@ import ipaddress
 import math
 import os
 import re
-from typing import Collection, Mapping
+from typing import Collection, Mapping, Sequence
 
 import yaml
 from attrs import frozen
@@ -1075,17 +1075,13 @@ class _ConfigParser:
 
         identity = "fingerprint"
         if "identity" in job:
-            written = self._readString(job["identity"], _key(path, "identity"))
-            if written is None:
-                ok = False
-            elif written not in _IDENTITIES:
-                self._problem(
-                    _key(path, "identity"),
-                    f"unknown identity check {written!r}: use one of {', '.join(_IDENTITIES)}",
-                )
+            chosen = self._readChoice(
+                job["identity"], _key(path, "identity"), _IDENTITIES, "identity check"
+            )
+            if chosen is None:
                 ok = False
             else:
-                identity = written
+                identity = chosen
 
         destination = None
         if "destination" not in job:
@@ -1192,17 +1188,13 @@ class _ConfigParser:
         quoting = "mboxrd"
         ok = written is not None
         if "quoting" in source:
-            value = self._readString(source["quoting"], _key(path, "quoting"))
-            if value is None:
-                ok = False
-            elif value not in _QUOTINGS:
-                self._problem(
-                    _key(path, "quoting"),
-                    f"unknown mbox quoting {value!r}: use mboxrd (the default) or mboxo",
-                )
+            chosen = self._readChoice(
+                source["quoting"], _key(path, "quoting"), _QUOTINGS, "mbox quoting"
+            )
+            if chosen is None:
                 ok = False
             else:
-                quoting = value
+                quoting = chosen
         if written is None or not ok:
             return None
         resolved = self._resolve(written)
@@ -1218,6 +1210,24 @@ class _ConfigParser:
             self._problem(_key(path, "mbox"), f"{resolved} is not readable")
             return None
         return MboxSourceConfig(path=resolved, quoting=quoting)
+
+    def _readChoice(
+        self, value: object, path: str, choices: Sequence[str], what: str
+    ) -> str | None:
+        """
+        Read one of C{choices} (the first being the default).
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        if written not in choices:
+            self._problem(
+                path,
+                f"unknown {what} {written!r}: use {choices[0]} (the default)"
+                f" or {', '.join(choices[1:])}",
+            )
+            return None
+        return written
 
     def _readFolderRules(self, value: object, path: str) -> FolderRules | None:
         """
