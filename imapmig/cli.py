@@ -129,6 +129,7 @@ async def verify(
     @return: the exit status: 0 without differences, 1 otherwise.
     """
     from imapmig.service import sessionOpener, sourceFor
+    from imapmig.sources.imap import IMAPSource
     from imapmig.verify import verifyJob
 
     document: list[dict[str, object]] = []
@@ -140,10 +141,13 @@ async def verify(
         openDestination = sessionOpener(
             reactor, destination.server, destination.user, destination.password.value
         )
+        source = sourceFor(job, reactor)
         try:
-            result = await verifyJob(
-                job.name, sourceFor(job, reactor), job.folders, openDestination, store
-            )
+            try:
+                result = await verifyJob(job.name, source, job.folders, openDestination, store)
+            finally:
+                if isinstance(source, IMAPSource):
+                    await source.close()
         except ImapmigError as e:
             out.write(f"{job.name}: cannot verify: {e}\n")
             document.append({"job": job.name, "error": str(e)})
