@@ -512,13 +512,9 @@ class MigrationJob:
             if m.specialUse is not None and m.selectable:
                 uses.setdefault(m.specialUse, m.name)
         mappings, _ = mapFolders(
-            [folder for folder, _, _ in listings],
-            FolderRules(rename=self._rules.rename),
-            delimiter,
-            uses,
-            createsWithUse=b"CREATE-SPECIAL-USE" in first.capabilities,
-            existing=existing,
-        )
+            [folder for folder, _, _ in listings], FolderRules(rename=self._rules.rename),
+            delimiter, uses,
+        )  # fmt: skip
         plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
         accounted: dict[str, list[MessageOutcome]] = {}
         for mapping, (folder, pending, flagChanges) in zip(mappings, listings):

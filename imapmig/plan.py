@@ -245,8 +245,6 @@ def mapFolders(
     rules: FolderRules,
     delimiter: str | None,
     destinationUses: dict[str, str],
-    createsWithUse: bool = False,
-    existing: Collection[str] = (),
 ) -> tuple[list[FolderMapping], list[SourceFolder]]:
     """
     Map the source folders onto destination mailboxes.
@@ -261,29 +259,21 @@ def mapFolders(
 
     @param destinationUses: the destination's mailboxes by special use
         (C{"\\Sent"} to C{"Sent"}).
-    @param createsWithUse: the destination gives a mailbox created for a
-        folder with a use that use (CREATE-SPECIAL-USE): later folders with
-        the same use then go to it too, as they will on the next run.
-    @param existing: the destination's mailboxes (those are not created,
-        so they get no use).
     @return: the mappings, in the order of C{folders}, and the folders
         left out.
     """
     mappings: list[FolderMapping] = []
     excluded: list[SourceFolder] = []
-    destinationUses = dict(destinationUses)
     for folder in folders:
         if not isIncluded(folder.path, rules):
             excluded.append(folder)
             continue
-        use = folder.specialUse
         renamed = renamedPath(folder.path, rules)
         if renamed is not None:
             mailbox = destinationMailbox(renamed, delimiter)
-            mappings.append(FolderMapping(folder, renamed, mailbox, use, "rename"))
-            if use is not None and createsWithUse and mailbox not in existing:
-                destinationUses.setdefault(use, mailbox)
+            mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
             continue
+        use = folder.specialUse
         if use is not None and use in destinationUses:
             mailbox = destinationUses[use]
             path = tuple(mailbox.split(delimiter)) if delimiter else (mailbox,)
@@ -291,6 +281,4 @@ def mapFolders(
             continue
         mailbox = destinationMailbox(folder.path, delimiter)
         mappings.append(FolderMapping(folder, folder.path, mailbox, use, "name"))
-        if use is not None and createsWithUse and mailbox not in existing:
-            destinationUses[use] = mailbox
     return mappings, excluded

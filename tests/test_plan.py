@@ -207,23 +207,3 @@ class MapFoldersTests(SynchronousTestCase):
         mappings, _ = mapFolders([sent], FolderRules(), ".", {"\\Sent": "INBOX.Sent"})
         self.assertEqual(mappings[0].path, ("INBOX", "Sent"))
         self.assertEqual(mappings[0].mailbox, "INBOX.Sent")
-
-    def test_createdWithUseClaimsIt(self) -> None:
-        """
-        Where the destination creates mailboxes with their use, the first
-        folder of a use the destination lacks claims it: later folders of
-        that use go to the same mailbox, as they will once it exists.
-        Without CREATE-SPECIAL-USE, or for a mailbox that exists already
-        (it gets no use), each keeps its own name.
-        """
-        sent = SourceFolder(("Sent",), "s", "\\Sent")
-        items = SourceFolder(("Sent Items",), "i", "\\Sent")
-        mappings, _ = mapFolders([sent, items], FolderRules(), "/", {}, createsWithUse=True)
-        self.assertEqual([m.mailbox for m in mappings], ["Sent", "Sent"])
-        self.assertEqual([m.how for m in mappings], ["name", "special-use"])
-        mappings, _ = mapFolders([sent, items], FolderRules(), "/", {})
-        self.assertEqual([m.mailbox for m in mappings], ["Sent", "Sent Items"])
-        mappings, _ = mapFolders(
-            [sent, items], FolderRules(), "/", {}, createsWithUse=True, existing={"Sent"}
-        )
-        self.assertEqual([m.mailbox for m in mappings], ["Sent", "Sent Items"])
