@@ -253,6 +253,43 @@ class _DestinationTraits:
     )
 
 
+@dataclass(frozen=True)
+class _DestinationView:
+    """
+    The destination's mailboxes as LIST shows them.
+
+    @ivar delimiter: its hierarchy delimiter.
+    @ivar existing: every mailbox (C{INBOX} spelled so).
+    @ivar subscribed: the subscribed ones.
+    @ivar uses: a selectable mailbox per special use.
+    """
+
+    delimiter: str | None
+    existing: frozenset[str]
+    subscribed: frozenset[str]
+    uses: dict[str, str]
+
+    @classmethod
+    async def read(cls, session: IMAPSession) -> _DestinationView:
+        """
+        LIST the destination's mailboxes.
+        """
+        listed = await session.listFolders()
+        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
+        if delimiter is None:
+            delimiter = await session.hierarchyDelimiter()
+        uses: dict[str, str] = {}
+        for m in listed:
+            if m.specialUse is not None and m.selectable:
+                uses.setdefault(m.specialUse, m.name)
+        return cls(
+            delimiter,
+            frozenset("INBOX" if m.name.upper() == "INBOX" else m.name for m in listed),
+            frozenset(m.name for m in listed if m.subscribed),
+            uses,
+        )
+
+
 class _Target:
     """
     Where a unit's messages go: its source folder's key and the
@@ -501,20 +538,23 @@ class MigrationJob:
         # Where each folder goes.
         first = await self._openSession()
         self._sessions.append(first)
-        listed = await first.listFolders()
-        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
-        if delimiter is None:
-            delimiter = await first.hierarchyDelimiter()
-        existing = {("INBOX" if m.name.upper() == "INBOX" else m.name) for m in listed}
-        subscribed = {m.name for m in listed if m.subscribed}
-        uses: dict[str, str] = {}
-        for m in listed:
-            if m.specialUse is not None and m.selectable:
-                uses.setdefault(m.specialUse, m.name)
-        mappings, _ = mapFolders(
-            [folder for folder, _, _ in listings], FolderRules(rename=self._rules.rename),
-            delimiter, uses,
-        )  # fmt: skip
+        view = await _DestinationView.read(first)
+        sourceFolders = [folder for folder, _, _ in listings]
+        renames = FolderRules(rename=self._rules.rename)
+        mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
+        # A folder with a use the destination lacks: its mailbox is created
+        # first, alone; the server may give it the use (by its configuration,
+        # or CREATE-SPECIAL-USE), and then every folder of that use goes
+        # there, as it will on every later run and for verify.
+        claiming: dict[str, FolderMapping] = {}
+        for mapping in mappings:
+            use = mapping.specialUse
+            if use is not None and mapping.mailbox not in view.existing:
+                claiming.setdefault(use, mapping)
+        if claiming:
+            await self._createMailboxes(first, view, list(claiming.values()))
+            view = await _DestinationView.read(first)
+            mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
         plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
         accounted: dict[str, list[MessageOutcome]] = {}
         for mapping, (folder, pending, flagChanges) in zip(mappings, listings):
@@ -534,22 +574,8 @@ class MigrationJob:
 
         # The destination folders: created where missing (with their use
         # where the server can), subscribed as in the source.
-        missing = mailboxesToCreate([m.path for m in mappings], existing, delimiter)
-        createUses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
-        toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
-        uncreatable = await first.createMailboxes(
-            missing,
-            {name: use for name, use in createUses.items() if name in missing},
-            subscribe=toSubscribe,
-        )
-        for name in missing:
-            if name not in uncreatable:
-                log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
-        unsubscribed = sorted(
-            name for name in toSubscribe if name in existing and name not in subscribed
-        )
-        if unsubscribed:
-            await first.subscribeMailboxes(unsubscribed)
+        uncreatable = await self._createMailboxes(first, view, mappings)
+        existing = view.existing
 
         # What each target mailbox can store, and what it already holds.
         targets = sorted({m.mailbox for m, pending in plans if pending} - set(uncreatable))
@@ -622,6 +648,36 @@ class MigrationJob:
                 f" migrated): {'; '.join(unreadable)}"
             )
         await self._recordFolderMarks([m.folder for m, _ in plans])
+
+    async def _createMailboxes(
+        self, session: IMAPSession, view: _DestinationView, mappings: Sequence[FolderMapping]
+    ) -> dict[str, str]:
+        """
+        Create the destination mailboxes C{mappings} need that C{view} does
+        not show (parents first, with their use where the server can), and
+        subscribe those whose source folder is subscribed.
+
+        @return: the mailboxes that could not be created, with why.
+        """
+        missing = mailboxesToCreate([m.path for m in mappings], view.existing, view.delimiter)
+        uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
+        toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
+        uncreatable = await session.createMailboxes(
+            missing,
+            {name: use for name, use in uses.items() if name in missing},
+            subscribe=toSubscribe,
+        )
+        for name in missing:
+            if name not in uncreatable:
+                log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
+        unsubscribed = sorted(
+            name
+            for name in toSubscribe
+            if name in view.existing and name not in view.subscribed
+        )
+        if unsubscribed:
+            await session.subscribeMailboxes(unsubscribed)
+        return uncreatable
 
     async def _listFolder(
         self, folder: SourceFolder
