@@ -253,9 +253,10 @@ def mapFolders(
     decides the destination path; otherwise a folder with a SPECIAL-USE
     attribute goes to the destination's mailbox of the same use, whatever
     its name (C{"Gesendete Objekte"} with C{\\Sent} lands in the
-    destination's C{"Sent"}); otherwise the folder keeps its path, its
-    levels joined with the destination's delimiter.  Several source folders
-    may land in one mailbox (their messages are merged).
+    destination's C{"Sent"}), the first source folder of each use only (a
+    Maildir with both C{Sent} and C{Sent Items} keeps them apart);
+    otherwise the folder keeps its path, its levels joined with the
+    destination's delimiter.
 
     @param destinationUses: the destination's mailboxes by special use
         (C{"\\Sent"} to C{"Sent"}).
@@ -264,6 +265,7 @@ def mapFolders(
     """
     mappings: list[FolderMapping] = []
     excluded: list[SourceFolder] = []
+    claimed: set[str] = set()
     for folder in folders:
         if not isIncluded(folder.path, rules):
             excluded.append(folder)
@@ -274,11 +276,16 @@ def mapFolders(
             mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
             continue
         use = folder.specialUse
-        if use is not None and use in destinationUses:
+        if use is not None and use in destinationUses and use not in claimed:
+            claimed.add(use)
             mailbox = destinationUses[use]
             path = tuple(mailbox.split(delimiter)) if delimiter else (mailbox,)
             mappings.append(FolderMapping(folder, path, mailbox, None, "special-use"))
             continue
         mailbox = destinationMailbox(folder.path, delimiter)
+        if use is not None and use in claimed:
+            # Another source folder of this use went to the destination's
+            # mailbox of that use: this one stays a folder of its own.
+            use = None
         mappings.append(FolderMapping(folder, folder.path, mailbox, use, "name"))
     return mappings, excluded

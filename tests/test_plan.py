@@ -207,3 +207,17 @@ class MapFoldersTests(SynchronousTestCase):
         mappings, _ = mapFolders([sent], FolderRules(), ".", {"\\Sent": "INBOX.Sent"})
         self.assertEqual(mappings[0].path, ("INBOX", "Sent"))
         self.assertEqual(mappings[0].mailbox, "INBOX.Sent")
+
+    def test_oneFolderPerUse(self) -> None:
+        """
+        Only the first source folder of a use goes to the destination's
+        mailbox of that use; a second one keeps its own name (and no use
+        to create it with).
+        """
+        sent = SourceFolder(("Sent",), "s", "\\Sent")
+        items = SourceFolder(("Sent Items",), "i", "\\Sent")
+        mappings, _ = mapFolders([sent, items], FolderRules(), "/", {"\\Sent": "Gesendet"})
+        self.assertEqual(
+            [(m.mailbox, m.specialUse, m.how) for m in mappings],
+            [("Gesendet", None, "special-use"), ("Sent Items", None, "name")],
+        )
