@@ -502,6 +502,7 @@ class MigrationJob:
         unreadable: list[str] = []
         listings: list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]] = []
         recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
+        accountedByFolder: dict[str, list[MessageOutcome]] = {}
         total = already = 0
         for folder in included:
             try:
@@ -520,6 +521,16 @@ class MigrationJob:
             recorded = await self._store.destinationMap(self.name, folder.key)
             recordedByFolder[folder.key] = recorded
             pending = [m for m in messages if m.key not in recorded]
+            if folder.key in self._deltaCounts:
+                # A delta pass: every record is of a message still there.
+                accountedByFolder[folder.key] = list(recorded.values())
+            else:
+                # Records of messages the source no longer lists under these
+                # keys (a new UIDVALIDITY, a rewritten mbox) account for
+                # nothing: their copies are found again by identity.
+                accountedByFolder[folder.key] = [
+                    recorded[m.key] for m in messages if m.key in recorded
+                ]
             listedCount = self._listedCount(folder, messages)
             total += listedCount
             already += listedCount - len(pending)
@@ -568,7 +579,7 @@ class MigrationJob:
                 )
             recorded = recordedByFolder[folder.key]
             plans.append((mapping, pending))
-            accounted.setdefault(mapping.mailbox, []).extend(recorded.values())
+            accounted.setdefault(mapping.mailbox, []).extend(accountedByFolder[folder.key])
             if flagChanges:
                 await self._applyFlagChanges(first, mapping.mailbox, flagChanges, recorded)
 
