@@ -60,7 +60,7 @@ import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from imaplib import IMAP4
+from imaplib import IMAP4, Time2Internaldate
 from typing import Sequence
 
 from attrs import frozen
@@ -210,7 +210,7 @@ class DovecotInstance:
         ),
         capabilities: str | None = None,
         separator: str = ".",
-        specialUse: bool = True,
+        specialUse: bool | Sequence[tuple[str, str]] = True,
         fsync: bool = False,
         compress: bool = False,
         mailRoot: str | None = None,
@@ -229,7 +229,11 @@ class DovecotInstance:
             C{"."} or C{"/"}.
         @param specialUse: declare Sent, Drafts, Trash, Junk and Archive
             with their special-use attributes (not pre-created) so the
-            server advertises SPECIAL-USE.
+            server advertises SPECIAL-USE.  A sequence of C{(name, use)}
+            pairs, e.g. C{[("Gesendet", "\\Sent")]}, declares those
+            mailboxes instead, likewise not pre-created (a test creates
+            them, as a user would, before a migration that should find
+            them).  Several names may share a use.
         @param fsync: C{mail_fsync = optimized} when true, C{never} (fast,
             for tests) when false.
         @param compress: load the C{imap_zlib} plugin, which advertises
@@ -386,12 +390,18 @@ class DovecotInstance:
         finally:
             client.logout()
 
-    def fetchAll(self, user: str) -> dict[str, list[FetchedMessage]]:
+    def fetchAll(
+        self, user: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[str, list[FetchedMessage]]:
         """
         Read every message of every selectable mailbox of C{user}, in UID
         order, without setting C{\\Seen}.
 
         @param user: the login name.
+        @param bodyItem: the FETCH item giving the body: C{BODY.PEEK[]}
+            (what Dovecot serves: a NUL as C{0x80}), or C{BINARY.PEEK[]}
+            (RFC 3516: the NUL as stored, but base64 and quoted-printable
+            parts decoded).
         @return: the messages by decoded mailbox name (hierarchy joined
             with the server's delimiter, e.g. C{"Archive.2019"}).
         """
@@ -402,10 +412,88 @@ class DovecotInstance:
                 lowered = {a.lower() for a in attributes}
                 if "\\noselect" in lowered or "\\nonexistent" in lowered:
                     continue
-                result[name] = _fetchMailbox(client, name)
+                byUID = _fetchMailbox(client, name, bodyItem)
+                result[name] = [byUID[uid] for uid in sorted(byUID)]
         finally:
             client.logout()
         return result
+
+    def fetchMailbox(
+        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[int, FetchedMessage]:
+        """
+        Read every message of one mailbox of C{user}, without setting
+        C{\\Seen}.
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name, hierarchy joined with the
+            server's delimiter.
+        @param bodyItem: as for L{fetchAll}.
+        @return: the messages by UID.
+        """
+        client = self._login(user)
+        try:
+            return _fetchMailbox(client, mailbox, bodyItem)
+        finally:
+            client.logout()
+
+    def uidValidity(self, user: str, mailbox: str) -> int:
+        """
+        The UIDVALIDITY of one mailbox of C{user}.
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name.
+        """
+        client = self._login(user)
+        try:
+            typ, data = client.select(quoteMailbox(mailbox), readonly=True)
+            _check(typ, data, f"EXAMINE {mailbox}")
+            typ, data = client.response("UIDVALIDITY")
+            value = data[0]
+            if not isinstance(value, bytes):
+                raise IMAP4.error(f"no UIDVALIDITY for {mailbox!r}")
+            return int(value)
+        finally:
+            client.logout()
+
+    def imapClient(self, user: str) -> IMAP4:
+        """
+        An L{imaplib} client logged in as C{user} on the plain port, for a
+        test to change an account the way another mail client would
+        (C{CREATE}, C{STORE}, C{EXPUNGE}, ...); the caller logs it out.
+        Mailbox arguments go through L{quoteMailbox}.
+
+        @param user: the login name.
+        """
+        return self._login(user)
+
+    def appendMessage(
+        self,
+        user: str,
+        mailbox: str,
+        body: bytes,
+        flags: Sequence[str] = (),
+        internalDate: datetime | None = None,
+    ) -> tuple[int, int]:
+        """
+        Append one message to a mailbox of C{user}, exactly as given:
+        unlike L{IMAP4.append}, the body's line endings are not touched (a
+        bare CR stays a bare CR).
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name; it must exist.
+        @param body: the message, normally with CRLF line endings.
+        @param flags: its flags and keywords.
+        @param internalDate: its INTERNALDATE, timezone-aware; the server's
+            clock when L{None}.
+        @return: the mailbox's UIDVALIDITY and the message's UID, from the
+            server's C{APPENDUID} (UIDPLUS).
+        """
+        client = self._login(user)
+        try:
+            return _appendExact(client, mailbox, body, flags, internalDate)
+        finally:
+            client.logout()
 
     # -- internals ---------------------------------------------------------
 
@@ -561,8 +649,14 @@ class DovecotInstance:
             "  inbox = yes",
             f"  separator = {self._separator}",
         ]
-        if self._specialUse:
-            for name, use in _SPECIAL_USE:
+        if self._specialUse is True:
+            declared: Sequence[tuple[str, str]] = _SPECIAL_USE
+        elif self._specialUse is False:
+            declared = ()
+        else:
+            declared = self._specialUse
+        if declared:
+            for name, use in declared:
                 lines += [
                     f"  mailbox {name} {{",
                     f"    special_use = {use}",
@@ -741,9 +835,52 @@ def _listAll(client: IMAP4) -> list[tuple[tuple[str, ...], str, str]]:
     return result
 
 
-def _fetchMailbox(client: IMAP4, name: str) -> list[FetchedMessage]:
+def quoteMailbox(name: str) -> str:
     """
-    Read every message of mailbox C{name} in chunks, in UID order.
+    A mailbox argument for an L{imaplib} command: C{name} (decoded, e.g.
+    C{"Entwürfe"}) in modified UTF-7, as an IMAP quoted string.
+
+    @param name: the decoded mailbox name.
+    """
+    return _quote(name)
+
+
+_APPENDUID = re.compile(rb"\[APPENDUID (\d+) (\d+)\]", re.IGNORECASE)
+
+
+def _appendExact(
+    client: IMAP4,
+    mailbox: str,
+    body: bytes,
+    flags: Sequence[str],
+    internalDate: datetime | None,
+) -> tuple[int, int]:
+    """
+    C{APPEND} C{body} unchanged (L{IMAP4.append} would rewrite every CR
+    and LF as CRLF) and return the C{APPENDUID} response code's values.
+    """
+    arguments = [_quote(mailbox)]
+    if flags:
+        arguments.append("(" + " ".join(flags) + ")")
+    if internalDate is not None:
+        arguments.append(Time2Internaldate(internalDate))
+    # typeshed types it str, but imaplib sends bytes as they are.
+    client.literal = body  # type: ignore[assignment]
+    typ, data = client._simple_command("APPEND", *arguments)
+    _check(typ, data, f"APPEND to {mailbox}")
+    match = _APPENDUID.search(b" ".join(bytes(d) for d in data if isinstance(d, bytes)))
+    if match is None:
+        raise IMAP4.error(f"no APPENDUID in the reply to APPEND: {data!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _fetchMailbox(
+    client: IMAP4, name: str, bodyItem: str = "BODY.PEEK[]"
+) -> dict[int, FetchedMessage]:
+    """
+    Read every message of mailbox C{name} in chunks.
+
+    @return: the messages by UID.
     """
     typ, data = client.select(_quote(name), readonly=True)
     _check(typ, data, f"EXAMINE {name}")
@@ -754,11 +891,11 @@ def _fetchMailbox(client: IMAP4, name: str) -> list[FetchedMessage]:
     for start in range(0, len(uids), _FETCH_CHUNK):
         chunk = uids[start : start + _FETCH_CHUNK]
         typ, data = client.uid(
-            "FETCH", f"{chunk[0]}:{chunk[-1]}", "(UID FLAGS INTERNALDATE BODY.PEEK[])"
+            "FETCH", f"{chunk[0]}:{chunk[-1]}", f"(UID FLAGS INTERNALDATE {bodyItem})"
         )
         _check(typ, data, f"UID FETCH in {name}")
         messages.update(_parseFetch(data))
-    return [messages[uid] for uid in sorted(messages)]
+    return messages
 
 
 def _parseFetch(data: Sequence[object]) -> dict[int, FetchedMessage]:
