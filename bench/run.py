@@ -81,6 +81,12 @@ Options:
                     message (target: under 150 MB); writes memory.md
   --memory-messages N
                     messages of the memory check (default 50000)
+  --delta           the delta-pass check instead (bench/delta.py): a
+                    server-to-server migration of a large account, then a
+                    pass with nothing changed and one after 10 new
+                    messages, each timed; writes delta.md
+  --delta-messages N
+                    messages of the delta check (default 100000)
   --results DIR     where to write (default bench/results; with --quick
                     bench/work/quick-results, so a smoke run leaves the
                     real table alone)
@@ -547,6 +553,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-messages", type=int, default=50_000)
+    parser.add_argument("--delta", action="store_true")
+    parser.add_argument("--delta-messages", type=int, default=100_000)
     parser.add_argument("--results", default=None)
     parser.add_argument("--workdir", default=os.path.join(BENCH_DIR, "work"))
     parser.add_argument("--timeout", type=float, default=900.0)
@@ -934,6 +942,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.prepare()
     if args.memory:
         return memoryCheck(bench)
+    if args.delta:
+        from bench.delta import deltaCheck
+
+        return deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages, toolVersions())
     plan = makePlan(args)
     print(f"== Plan: {len(plan)} settings, {args.runs} run(s) each", flush=True)
     for job in plan:

@@ -218,6 +218,19 @@ class BenchServer:
         self._next += 1
         return name
 
+    def loadMaildir(self, account: str, maildir: str) -> None:
+        """
+        Give C{account} a copy of C{maildir} as its mail, for an IMAP
+        source.
+
+        @param account: an account from L{freshAccount}.
+        @param maildir: a Maildir with Maildir++ folders.
+        """
+        target = self._instance.maildirPath(account)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(maildir, target)
+        self._instance.chownHome(account)
+
     def discard(self, account: str) -> None:
         """
         Delete what an account holds, once its run is verified, so the mail
