@@ -602,14 +602,11 @@ class MigrationJob:
                 )
                 self._permanentFlags[mailbox] = None
             if self._identity != OFF and mailbox in existing:
-                records = accounted.get(mailbox, [])
-                validity = records[0].uidValidity if records else None
                 index = await indexMailbox(
                     first,
                     mailbox,
                     self._identity,
-                    {r.uid for r in records if r.uid is not None and r.uidValidity == validity},
-                    validity,
+                    [(r.uidValidity, r.uid) for r in accounted.get(mailbox, []) if r.uid is not None],
                 )
                 if index is not None:
                     log.info(

@@ -100,8 +100,7 @@ async def indexMailbox(
     session: IMAPSession,
     mailbox: str,
     mode: str,
-    accounted: Collection[int],
-    accountedUIDValidity: int | None,
+    accounted: Collection[tuple[int | None, int]],
 ) -> PresenceIndex | None:
     """
     Index what C{mailbox} holds beyond the messages our records place in
@@ -109,12 +108,13 @@ async def indexMailbox(
 
     @param session: a destination session, between pipelines; the mailbox
         is left examined.
-    @param accounted: UIDs of messages our records place in the mailbox
-        (left out of the index), valid under C{accountedUIDValidity}.
+    @param accounted: C{(uidValidity, uid)} of the messages our records
+        place in the mailbox (left out of the index when the mailbox still
+        has that UIDVALIDITY).
     @return: the index, or L{None} when the mailbox holds nothing else.
     """
     examined = await session.examine(mailbox)
-    known = set(accounted) if accountedUIDValidity == examined.uidValidity else set()
+    known = {uid for validity, uid in accounted if validity == examined.uidValidity}
     if examined.exists <= len(known):
         return None
     index = PresenceIndex(mailbox, mode, examined.uidValidity)
