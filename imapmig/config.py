@@ -140,9 +140,9 @@ class MboxSourceConfig:
 
 
 @frozen
-class ImapSourceConfig:
+class AccountConfig:
     """
-    An account on an IMAP server to migrate from (read-only).
+    An account on an IMAP server.
 
     @ivar server: the server holding the account.
     @ivar user: the login name.
@@ -152,24 +152,23 @@ class ImapSourceConfig:
     server: ServerConfig
     user: str
     password: Secret
+
+
+@frozen
+class ImapSourceConfig(AccountConfig):
+    """
+    An account on an IMAP server to migrate from (read-only).
+    """
 
 
 SourceConfig = MaildirSourceConfig | EmlSourceConfig | MboxSourceConfig | ImapSourceConfig
 
 
 @frozen
-class DestinationConfig:
+class DestinationConfig(AccountConfig):
     """
     The account a job migrates into.
-
-    @ivar server: the server holding the account.
-    @ivar user: the login name.
-    @ivar password: the password (redacted in C{repr}).
     """
-
-    server: ServerConfig
-    user: str
-    password: Secret
 
 
 @frozen

@@ -39,6 +39,7 @@ from imapmig.plan import (
     isIncluded,
     mailboxesToCreate,
     mapFolders,
+    pendingMessages,
 )
 from imapmig.progress import JobProgress
 from imapmig.sources import IMessageSource
@@ -520,7 +521,7 @@ class MigrationJob:
                 continue
             recorded = await self._store.destinationMap(self.name, folder.key)
             recordedByFolder[folder.key] = recorded
-            pending = [m for m in messages if m.key not in recorded]
+            pending = pendingMessages(messages, recorded)
             if folder.key in self._deltaCounts:
                 # A delta pass: every record is of a message still there.
                 accountedByFolder[folder.key] = list(recorded.values())

@@ -264,3 +264,19 @@ def denyAccess(testCase: SynchronousTestCase, path: str) -> None:
     testCase.patch(builtins, "open", guardedOpen)
     testCase.patch(os, "open", guardedOsOpen)
     testCase.patch(os, "scandir", guardedScandir)
+
+
+def newDirectory(testCase: SynchronousTestCase) -> str:
+    """
+    A new directory for one test's files.
+    """
+    path = os.path.abspath(str(testCase.mktemp()))
+    os.makedirs(path)
+    return path
+
+
+def plainServer(instance: DovecotInstance) -> dict[str, object]:
+    """
+    The C{servers} entry of C{instance}'s plain port, without STARTTLS.
+    """
+    return {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"}

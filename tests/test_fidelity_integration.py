@@ -74,6 +74,8 @@ from imapmig.testing.hardcases import (
     writeHardMbox,
 )
 from tests.support import freshUser, sharedDovecot, writePasswordFile
+from tests.support import newDirectory as _directory
+from tests.support import plainServer as _plainServer
 
 # Only the integration tests use the global reactor: they run the daemon
 # and the verify command for real.
@@ -163,20 +165,6 @@ def freshSlashUser() -> DovecotUser:
 # Configuring and running the daemon and the commands.
 
 
-def _directory(testCase: TestCase) -> str:
-    """
-    A new directory for one test's files.
-    """
-    path = os.path.abspath(str(testCase.mktemp()))
-    os.makedirs(path)
-    return path
-
-
-def _plainServer(instance: DovecotInstance) -> dict[str, object]:
-    """
-    The C{servers} entry of C{instance}'s plain port, without STARTTLS.
-    """
-    return {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"}
 
 
 def _writeConfig(

@@ -31,10 +31,10 @@ from imapmig.imap.session import IMAPSession
 from imapmig.service import sessionOpener
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
+from tests.support import newDirectory as _directory
 from tests.test_integration import (
     _assertContent,
     _config,
-    _directory,
     _runService,
     _serverConfig,
     reactor,

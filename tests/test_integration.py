@@ -48,6 +48,8 @@ from imapmig.testing.corpus import (
     writeMaildir,
 )
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
+from tests.support import newDirectory as _directory
+from tests.support import plainServer as _plainServer
 from tests.support import (
     corpusView,
     digestsByUID,
@@ -76,20 +78,6 @@ _SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(imapmig.__file__)
 # Building configurations and running the daemon.
 
 
-def _directory(testCase: TestCase) -> str:
-    """
-    A new directory for one test's files.
-    """
-    path = os.path.abspath(str(testCase.mktemp()))
-    os.makedirs(path)
-    return path
-
-
-def _plainServer(instance: DovecotInstance) -> dict[str, object]:
-    """
-    The C{servers} entry of C{instance}'s plain port, without STARTTLS.
-    """
-    return {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"}
 
 
 def _implicitTLSServer(
