@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_cli -*-
 """
-The C{imapmig} command, for admins.
+The imapmig command, for admins.
 
     imapmig report --config FILE [--job NAME] [--json]
 
