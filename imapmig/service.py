@@ -114,6 +114,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return IMAPSource(
             sessionOpener(reactor, source.server, source.user, source.password.value),
             description=f"{source.user} at {source.server.endpoint}",
+            connections=job.connections,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)

@@ -148,6 +148,17 @@ def _uidsIn(uidSet: bytes, uids: Sequence[int]) -> list[int]:
     return sorted(chosen)
 
 
+class _ConnectionState:
+    """
+    What one connection to a L{ScriptedAccount} has done: the folder it
+    has open, whether it enabled CONDSTORE.
+    """
+
+    def __init__(self) -> None:
+        self.examined: FakeFolder | None = None
+        self.condstore = False
+
+
 class ScriptedAccount:
     """
     One account of a fake server answering the read-only commands the
@@ -167,8 +178,8 @@ class ScriptedAccount:
         self.commands: list[bytes] = []
         self.forbidden: list[bytes] = []
         self.interceptors: list[Interceptor] = []
-        self._examined: FakeFolder | None = None
-        self._condstore = False
+        self._connections: dict[object, _ConnectionState] = {}
+        self._connection = _ConnectionState()
 
     def folder(self, name: str, **kwargs: Any) -> FakeFolder:
         """
@@ -177,10 +188,14 @@ class ScriptedAccount:
         folder = self.folders[name] = FakeFolder(1700000000 + len(self.folders) + 1, **kwargs)
         return folder
 
-    def handle(self, line: bytes) -> bytes:
+    def handle(self, line: bytes, connection: object = None) -> bytes:
         """
         The server's reply to one command line.
+
+        @param connection: identifies the connection it came on (which has
+            its own folder open).
         """
+        self._connection = self._connections.setdefault(connection, _ConnectionState())
         tag, _, command = line.partition(b" ")
         self.commands.append(command)
         for interceptor in self.interceptors:
@@ -239,12 +254,13 @@ class ScriptedAccount:
         assert match is not None, command
         name = _unquote(match.group(1)).decode("imap4-utf-7")
         folder = self.folders.get("INBOX" if name.upper() == "INBOX" else name)
-        self._examined = None
+        state = self._connection
+        state.examined = None
         if folder is None or "\\Noselect" in folder.attributes:
             return tag + b" NO Mailbox doesn't exist: " + name.encode("utf-8") + b"\r\n"
         if match.group(2):
-            self._condstore = True
-        self._examined = folder
+            state.condstore = True
+        state.examined = folder
         lines = [
             b"* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft $Forwarded)",
             b"* OK [PERMANENTFLAGS ()] Read-only mailbox.",
@@ -253,7 +269,7 @@ class ScriptedAccount:
             b"* OK [UIDVALIDITY %d] UIDs valid" % folder.uidValidity,
             b"* OK [UIDNEXT %d] Predicted next UID" % folder.uidNext,
         ]
-        if self._condstore:
+        if state.condstore:
             lines.append(b"* OK [HIGHESTMODSEQ %d] Highest" % folder.highestModSeq)
         lines.append(tag + b" OK [READ-ONLY] Examine completed (0.001 + 0.000 secs).")
         return b"\r\n".join(lines) + b"\r\n"
@@ -263,7 +279,8 @@ class ScriptedAccount:
         Answer UID FETCH of the items the source asks for, with MODSEQ once
         CONDSTORE is on, honouring CHANGEDSINCE.
         """
-        folder = self._examined
+        folder = self._connection.examined
+        condstore = self._connection.condstore
         if folder is None:
             return tag + b" BAD No mailbox selected\r\n"
         match = re.match(rb"UID FETCH (\S+) \(([^)]*)\)(?: \(CHANGEDSINCE (\d+)\))?$", command)
@@ -280,7 +297,7 @@ class ScriptedAccount:
             for item in items:
                 if item == b"UID":
                     parts.append(b"UID %d" % uid)
-                    if self._condstore:
+                    if condstore:
                         parts.append(b"MODSEQ (%d)" % message.modSeq)
                 elif item == b"FLAGS":
                     parts.append(b"FLAGS (" + " ".join(message.flags).encode("ascii") + b")")
@@ -344,7 +361,7 @@ class Harness:
                 transport.clear()
                 progress = True
                 for line in data.split(b"\r\n")[:-1]:
-                    reply = self.account.handle(line)
+                    reply = self.account.handle(line, session)
                     if reply == DROP:
                         session.client.connectionLost(Failure(ConnectionDone()))
                         break
@@ -880,6 +897,112 @@ class BodyTests(SourceTestCase):
         self.run_(self.source.close())
         self.assertEqual(self.account.commands[-1], b"LOGOUT")
         self.assertTrue(self.harness.opened[0][1].disconnecting)
+
+
+class ConnectionPoolTests(SourceTestCase):
+    """
+    An L{IMAPSource} given several connections keeps each worker's folder
+    open on a connection of its own.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.source = IMAPSource(self.harness.open, "alice", connections=2)
+        self.account.folders["INBOX"].add(body(1))
+        self.account.folders["INBOX"].add(body(2))
+        self.account.folder("Sent").add(body(3))
+        self.account.folders["Sent"].add(body(4))
+        self.inbox, self.inboxMessages = self.listed("INBOX")
+        self.sent, self.sentMessages = self.listed("Sent")
+
+    def listed(self, key: str) -> tuple[SourceFolder, list[SourceMessage]]:
+        folder = self.folderNamed(key)
+        return folder, self.run_(self.source.listMessages(folder))
+
+    def examines(self, start: int) -> list[bytes]:
+        return [c for c in self.commandsSince(start) if c.startswith(b"EXAMINE")]
+
+    def test_twoWorkersTwoFolders(self) -> None:
+        """
+        Two workers reading two folders in turn, concurrently, each open
+        their folder once: the second call opens a second connection, and
+        later calls go to the connection with their folder open.
+        """
+        start = len(self.account.commands)
+        for n in range(3):
+            inbox = self.source.readBodies(self.inbox, self.inboxMessages[n % 2 :][:1])
+            sent = self.source.readBodies(self.sent, self.sentMessages[n % 2 :][:1])
+            self.harness.pump()
+            self.assertEqual(self.successResultOf(inbox), [body(1 + n % 2)])
+            self.assertEqual(self.successResultOf(sent), [body(3 + n % 2)])
+        # Listing INBOX, then Sent, left one open on each connection:
+        # neither is opened again for all the reading.
+        self.assertEqual(len(self.harness.opened), 2)
+        self.assertEqual(self.examines(start), [])
+
+    def test_withinLimit(self) -> None:
+        """
+        Calls about a third folder, one after another, reuse a connection
+        rather than open a third.
+        """
+        self.account.folder("Work").add(body(5))
+        work, workMessages = self.listed("Work")
+        self.assertEqual(self.run_(self.source.readBodies(work, workMessages)), [body(5)])
+        self.assertEqual(self.run_(self.source.readBodies(self.inbox, self.inboxMessages[:1])),
+                         [body(1)])  # fmt: skip
+        self.assertEqual(len(self.harness.opened), 2)
+
+    def test_atMost(self) -> None:
+        """
+        No more connections than given are opened: a third concurrent call
+        waits its turn on the connection with its folder open.
+        """
+        start = len(self.account.commands)
+        calls = [
+            self.source.readBodies(self.inbox, self.inboxMessages),
+            self.source.readBodies(self.sent, self.sentMessages),
+            self.source.readBodies(self.sent, self.sentMessages[:1]),
+        ]
+        self.harness.pump()
+        self.assertEqual(
+            [self.successResultOf(d) for d in calls],
+            [[body(1), body(2)], [body(3), body(4)], [body(3)]],
+        )
+        self.assertEqual(len(self.harness.opened), 2)
+        self.assertEqual(self.examines(start), [])
+
+    def test_extraConnectionRefused(self) -> None:
+        """
+        When the server refuses an extra connection, the calls are served
+        by those open, and no more is tried.
+        """
+        opened = self.harness.open
+
+        async def refuseExtra() -> IMAPSession:
+            if self.harness.opened:
+                raise TransientError("too many connections")
+            return await opened()
+
+        self.harness.opened.clear()
+        self.source = IMAPSource(refuseExtra, "alice", connections=2)
+        first = self.source.readBodies(self.inbox, self.inboxMessages)
+        second = self.source.readBodies(self.sent, self.sentMessages)
+        self.harness.pump()
+        self.assertEqual(self.successResultOf(first), [body(1), body(2)])
+        self.assertEqual(self.successResultOf(second), [body(3), body(4)])
+        self.assertEqual(len(self.harness.opened), 1)
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+
+    def test_closeAll(self) -> None:
+        """
+        L{IMAPSource.close} logs out every connection.
+        """
+        self.source.readBodies(self.inbox, self.inboxMessages)
+        self.source.readBodies(self.sent, self.sentMessages)
+        self.harness.pump()
+        self.run_(self.source.close())
+        self.assertEqual(self.account.commands.count(b"LOGOUT"), 2)
+        self.assertTrue(all(transport.disconnecting for _, transport in self.harness.opened))
 
 
 class DeltaTests(SourceTestCase):

@@ -23,10 +23,18 @@ messages, through the incremental FETCH reader of
 L{imapmig.imap.fetch}: a body arrives as one buffer, never re-parsed.  At
 most one batch of bodies is held at a time.
 
-One connection serves every call, one call at a time (calls made
-meanwhile wait their turn); it is opened on the first call, dropped when a
-call fails with a L{TransientError} (the next call opens a new one) and
-logged out by L{IMAPSource.close}.
+Calls are served by a small pool of connections, at most as many as the
+job has workers, one call at a time on each: a call goes to an idle
+connection that has its folder open already, else to an idle one with no
+folder open, else to a new one while the pool may grow, else to any idle
+one, else it waits its turn on the connection with its folder open (or the
+least busy).  So two workers
+reading two folders each keep their own folder open instead of
+re-EXAMINEing it on every read.  A connection is opened when first needed;
+if the server refuses an extra one (many limit connections per account)
+the pool stays at the size it has.  A connection is dropped when a call on
+it fails with a L{TransientError} (the next call opens a new one) and every
+one is logged out by L{IMAPSource.close}.
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ from attrs import frozen
 from twisted.internet.defer import Deferred, DeferredLock
 from zope.interface import implementer
 
-from imapmig.errors import CommandFailed, SourceError, TransientError
+from twisted.logger import Logger
+
+from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
 from imapmig.imap.fetch import FetchedItem
 from imapmig.imap.session import ExaminedMailbox, IMAPSession
 from imapmig.message import (
@@ -74,6 +84,25 @@ EXPUNGED = "expunged from the source since it was listed"
 # the message: the call fails with a TransientError rather than record every
 # message as unreadable.  (EXPUNGEISSUED is about messages, see EXPUNGED.)
 _TRANSIENT_CODES = frozenset(["UNAVAILABLE", "INUSE", "LIMIT", "OVERQUOTA", "CONTACTADMIN"])
+
+
+log = Logger()
+
+
+class _Reader:
+    """
+    One connection of an L{IMAPSource}'s pool.
+
+    @ivar lock: held by the call running on it.
+    @ivar session: the logged-in session, or L{None} until opened (or after
+        it was dropped).
+    @ivar examined: the key of the folder it has open, if any.
+    """
+
+    def __init__(self) -> None:
+        self.lock = DeferredLock()
+        self.session: IMAPSession | None = None
+        self.examined: str | None = None
 
 
 @frozen
@@ -207,6 +236,7 @@ class IMAPSource:
         openSession: Callable[[], Awaitable[IMAPSession]],
         description: str = "IMAP source",
         commandBytes: int = COMMAND_BYTES,
+        connections: int = 1,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -214,13 +244,14 @@ class IMAPSource:
             first call, and again after a call lost the connection.
         @param description: names the account in errors and logs.
         @param commandBytes: see L{COMMAND_BYTES}.
+        @param connections: the most connections to open at once (the
+            job's workers, so that each can keep its own folder open).
         """
         self._openSession = openSession
         self.description = description
         self._commandBytes = commandBytes
-        self._lock = DeferredLock()
-        self._session: IMAPSession | None = None
-        self._examined: str | None = None
+        self._connections = max(1, connections)
+        self._readers: list[_Reader] = []
         self._status: dict[str, FolderStatus] = {}
         self._wireNames: dict[str, bytes] = {}
 
@@ -240,7 +271,7 @@ class IMAPSource:
         @return: a Deferred that fails with L{SourceError} when the server
             refuses to list, or with a L{TransientError}.
         """
-        return self._call(self._listFolders)
+        return self._call(self._listFolders, None)
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
         """
@@ -250,7 +281,7 @@ class IMAPSource:
         @return: a Deferred that fails with L{SourceError} when the folder
             cannot be opened, or with a L{TransientError}.
         """
-        return self._call(self._listMessages, folder)
+        return self._call(self._listMessages, folder, folder)
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
@@ -265,7 +296,7 @@ class IMAPSource:
         @return: a Deferred that fails with a L{TransientError} when the
             connection is lost or the server will not serve now.
         """
-        return self._call(self._readBodies, folder, messages)
+        return self._call(self._readBodies, folder, folder, messages)
 
     # Delta passes
 
@@ -293,7 +324,7 @@ class IMAPSource:
         reported.  If the folder's UIDVALIDITY changed, every message is
         new.
         """
-        return self._call(self._listMessagesSince, folder, uidValidity, uidNext, modSeq)
+        return self._call(self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq)
 
     def close(self) -> Deferred[None]:
         """
@@ -306,50 +337,103 @@ class IMAPSource:
 
     def _call(
         self,
-        method: Callable[Concatenate[IMAPSession, P], Coroutine[Any, Any, T]],
+        method: Callable[Concatenate[_Reader, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> Deferred[T]:
         """
-        L{_locked}, as a Deferred.
+        L{_onReader}, as a Deferred.
         """
-        return Deferred.fromCoroutine(self._locked(method, *args, **kwargs))
+        return Deferred.fromCoroutine(self._onReader(method, folder, *args, **kwargs))
 
-    async def _locked(
+    def _chooseReader(self, folderKey: str | None) -> _Reader:
+        """
+        The connection a call about C{folderKey} (L{None}: about no folder)
+        should run on; see the module's docstring.
+        """
+        idle = [reader for reader in self._readers if not reader.lock.locked]
+        opened = [reader for reader in idle if reader.session is not None]
+        for reader in opened:
+            if folderKey is None or reader.examined == folderKey:
+                return reader
+        for reader in opened:
+            if reader.examined is None:
+                return reader
+        if len(self._readers) < self._connections:
+            # A connection of its own rather than close another worker's
+            # folder.
+            reader = _Reader()
+            self._readers.append(reader)
+            return reader
+        if idle:
+            return (opened or idle)[0]
+        for reader in self._readers:
+            if folderKey is not None and reader.examined == folderKey:
+                return reader
+        return min(self._readers, key=lambda reader: len(reader.lock.waiting))
+
+    async def _onReader(
         self,
-        method: Callable[Concatenate[IMAPSession, P], Coroutine[Any, Any, T]],
+        method: Callable[Concatenate[_Reader, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
         """
-        Run C{method(session, *args, **kwargs)} alone on the connection,
-        opening it first if needed; a L{TransientError} drops the
-        connection.
+        Run C{method(reader, session, *args, **kwargs)} alone on a connection
+        of the pool (L{_chooseReader}), opening it first if needed; a
+        L{TransientError} drops that connection.
         """
-        await self._lock.acquire()
+        reader = self._chooseReader(None if folder is None else folder.key)
+        await reader.lock.acquire()
         try:
-            session = self._session
+            session = reader.session
             if session is None:
-                session = self._session = await self._openSession()
-                self._examined = None
+                try:
+                    session = await self._openSession()
+                except ImapmigError as e:
+                    if not any(other.session is not None for other in self._readers):
+                        raise
+                    # An extra connection refused: carry on with those open.
+                    if reader in self._readers:
+                        self._readers.remove(reader)
+                    self._connections = max(1, len(self._readers))
+                    log.warn(
+                        "{source}: an extra connection was refused, reading with "
+                        "{count} connection(s): {why}",
+                        source=self.description,
+                        count=self._connections,
+                        why=str(e),
+                    )
+                    reader.lock.release()
+                    reader = self._chooseReader(None if folder is None else folder.key)
+                    await reader.lock.acquire()
+                    session = reader.session
+                    if session is None:
+                        session = await self._openSession()
+                reader.session = session
+                reader.examined = None
             try:
-                return await method(session, *args, **kwargs)
+                return await method(reader, session, *args, **kwargs)
             except TransientError:
-                self._session = None
-                self._examined = None
+                reader.session = None
+                reader.examined = None
                 session.abort()
                 raise
         finally:
-            self._lock.release()
+            reader.lock.release()
 
     async def _close(self) -> None:
-        await self._lock.acquire()
-        try:
-            session, self._session, self._examined = self._session, None, None
-            if session is not None:
-                await session.logout()
-        finally:
-            self._lock.release()
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            await reader.lock.acquire()
+            try:
+                session, reader.session, reader.examined = reader.session, None, None
+                if session is not None:
+                    await session.logout()
+            finally:
+                reader.lock.release()
 
     def _refused(self, what: str, error: CommandFailed) -> TransientError | None:
         """
@@ -360,7 +444,7 @@ class IMAPSource:
             return TransientError(f"{self.description}: {what}: {error.status} {error.text}")
         return None
 
-    async def _listFolders(self, session: IMAPSession) -> Sequence[SourceFolder]:
+    async def _listFolders(self, reader: _Reader, session: IMAPSession) -> Sequence[SourceFolder]:
         try:
             listed = await session.listFolders()
         except CommandFailed as e:
@@ -385,15 +469,17 @@ class IMAPSource:
         self._wireNames = wireNames
         return folders
 
-    async def _examine(self, session: IMAPSession, folder: SourceFolder) -> ExaminedMailbox:
+    async def _examine(
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
+    ) -> ExaminedMailbox:
         """
         EXAMINE C{folder} and remember its status.
 
         @raise CommandFailed: the server refused.
         """
-        self._examined = None
+        reader.examined = None
         examined = await session.examine(folder.key, self._wireNames.get(folder.key))
-        self._examined = folder.key
+        reader.examined = folder.key
         previous = self._status.get(folder.key)
         uidNext = examined.uidNext
         if uidNext is None:
@@ -408,10 +494,10 @@ class IMAPSource:
         return examined
 
     async def _examineForListing(
-        self, session: IMAPSession, folder: SourceFolder
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
     ) -> ExaminedMailbox:
         try:
-            return await self._examine(session, folder)
+            return await self._examine(reader, session, folder)
         except CommandFailed as e:
             raise self._refused("EXAMINE", e) or SourceError(
                 f"{self.description}: cannot open the folder {folder.key!r}: "
@@ -455,9 +541,9 @@ class IMAPSource:
         return messages
 
     async def _listMessages(
-        self, session: IMAPSession, folder: SourceFolder
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
     ) -> Sequence[SourceMessage]:
-        examined = await self._examineForListing(session, folder)
+        examined = await self._examineForListing(reader, session, folder)
         uidValidity = self._status[folder.key].uidValidity
         if examined.exists == 0:
             return []
@@ -466,13 +552,14 @@ class IMAPSource:
 
     async def _listMessagesSince(
         self,
+        reader: _Reader,
         session: IMAPSession,
         folder: SourceFolder,
         uidValidity: int,
         uidNext: int,
         modSeq: int | None,
     ) -> FolderChanges:
-        examined = await self._examineForListing(session, folder)
+        examined = await self._examineForListing(reader, session, folder)
         status = self._status[folder.key]
         if status.uidValidity != uidValidity:
             items = (
@@ -509,13 +596,17 @@ class IMAPSource:
         )
 
     async def _readBodies(
-        self, session: IMAPSession, folder: SourceFolder, messages: Sequence[SourceMessage]
+        self,
+        reader: _Reader,
+        session: IMAPSession,
+        folder: SourceFolder,
+        messages: Sequence[SourceMessage],
     ) -> Sequence[MessageBody]:
         if not messages:
             return []
-        if self._examined != folder.key or folder.key not in self._status:
+        if reader.examined != folder.key or folder.key not in self._status:
             try:
-                await self._examine(session, folder)
+                await self._examine(reader, session, folder)
             except CommandFailed as e:
                 transient = self._refused("EXAMINE", e)
                 if transient is not None:
