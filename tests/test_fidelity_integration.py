@@ -641,8 +641,9 @@ class EverySourceTests(TestCase):
         account of another (separator C{/}): the hierarchy is translated
         (C{Archive.2019.Q1.Jan.Week1} becomes C{Archive/2019/Q1/Jan/Week1}),
         the special-use folders land in mailboxes of the same use, every
-        message arrives with the octets the source serves, its flags and
-        its INTERNALDATE; report and verify as for a Maildir.
+        message arrives with the octets the source stores (the NUL byte,
+        served as 0x80 in C{BODY[]}, read back from C{BINARY[]}), its flags
+        and its INTERNALDATE; report and verify as for a Maildir.
         """
         requireDovecot(self)
         cases = hardCases(large=False)
@@ -658,6 +659,7 @@ class EverySourceTests(TestCase):
         report = _report(self, config)
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(cases, "/"), report)
+        _assertExactInbox(self, instance, user, cases)
         _assertReadableNames(self, instance, user, "/")
         _assertSpecialUse(self, instance, user, SPECIAL_FOLDERS)
         _assertVerified(self, await _verify(config), len(cases))

@@ -306,7 +306,16 @@ class ScriptedAccount:
                 elif item == b"RFC822.SIZE":
                     parts.append(b"RFC822.SIZE %d" % len(message.body))
                 elif item == b"BODY.PEEK[]":
-                    parts.append(b"BODY[] {%d}\r\n" % len(message.body) + message.body)
+                    # A literal cannot carry NUL: Dovecot sends 0x80.
+                    sent = message.body.replace(b"\0", b"\x80")
+                    parts.append(b"BODY[] {%d}\r\n" % len(sent) + sent)
+                elif item == b"BINARY.PEEK[]":
+                    # Dovecot decodes the Content-Transfer-Encoding (here,
+                    # the header only) and sends NUL in a literal8.
+                    sent = message.body.replace(
+                        b"Content-Transfer-Encoding: 8bit", b"Content-Transfer-Encoding: binary"
+                    )
+                    parts.append(b"BINARY[] ~{%d}\r\n" % len(sent) + sent)
                 else:
                     raise AssertionError(f"unexpected item {item!r}")
             out.append(b"* %d FETCH (" % (uids.index(uid) + 1) + b" ".join(parts) + b")\r\n")
@@ -788,6 +797,54 @@ class BodyTests(SourceTestCase):
         self.assertEqual(
             self.run_(self.source.readBodies(folder, messages)), [b"Subject: x\r\n\r\nbody\r\n"]
         )
+
+    def test_nulRestored(self) -> None:
+        """
+        A message with NUL, which C{BODY[]} carries as 0x80, is read as
+        stored, from C{BINARY.PEEK[]} asked for it alone.
+        """
+        inbox = self.account.folders["INBOX"]
+        stored = b"Subject: nul\r\n\r\nbefore\0after \x80\r\n"
+        inbox.add(body(1))
+        inbox.add(stored)
+        folder, messages = self.listed()
+        start = len(self.account.commands)
+        self.assertEqual(self.run_(self.source.readBodies(folder, messages)), [body(1), stored])
+        self.assertEqual(
+            self.commandsSince(start),
+            [b"UID FETCH 1:2 (UID BODY.PEEK[])", b"UID FETCH 2 (UID BINARY.PEEK[])"],
+        )
+
+    def test_binaryNotTheMessage(self) -> None:
+        """
+        Where C{BINARY[]} is not C{BODY[]} but for NULs (the server decoded
+        a Content-Transfer-Encoding), or has no NUL, C{BODY[]} is kept.
+        """
+        inbox = self.account.folders["INBOX"]
+        decoded = b"Content-Transfer-Encoding: 8bit\r\n\r\nx\0\x80y\r\n"
+        utf8 = b"Subject: \xe2\x80\xa6\r\n\r\n\xe2\x80\xa6\r\n"
+        inbox.add(decoded)
+        inbox.add(utf8)
+        folder, messages = self.listed()
+        self.assertEqual(
+            self.run_(self.source.readBodies(folder, messages)),
+            [decoded.replace(b"\0", b"\x80"), utf8],
+        )
+
+    def test_nulWithoutBinary(self) -> None:
+        """
+        A server without BINARY is not asked for C{BINARY[]}: its
+        C{BODY[]} is what there is.
+        """
+        self.account.capabilities = PLAIN_CAPABILITIES
+        self.account.folders["INBOX"].add(b"Subject: nul\r\n\r\na\0b\r\n")
+        folder, messages = self.listed()
+        start = len(self.account.commands)
+        self.assertEqual(
+            self.run_(self.source.readBodies(folder, messages)),
+            [b"Subject: nul\r\n\r\na\x80b\r\n"],
+        )
+        self.assertEqual(self.commandsSince(start), [b"UID FETCH 1 (UID BODY.PEEK[])"])
 
     def test_unsolicitedResponsesMixedIn(self) -> None:
         """

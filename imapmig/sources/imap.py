@@ -21,7 +21,9 @@ Bodies are read in the caller's batches with pipelined C{UID FETCH <set>
 (UID BODY.PEEK[])} commands, each covering about L{COMMAND_BYTES} octets of
 messages, through the incremental FETCH reader of
 L{imapmig.imap.fetch}: a body arrives as one buffer, never re-parsed.  At
-most one batch of bodies is held at a time.
+most one batch of bodies is held at a time.  A body holding 0x80 is
+fetched again as C{BINARY[]} where the server has BINARY, to put back NUL
+octets C{BODY[]} cannot carry (see L{IMAPSource._restoreNULs}).
 
 Calls are served by a small pool of connections, at most as many as the
 job has workers, one call at a time on each: a call goes to an idle
@@ -203,21 +205,21 @@ def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
 
 
 def _commandGroups(
-    messages: Sequence[tuple[int, SourceMessage]], commandBytes: int
+    messages: Sequence[tuple[int, int]], commandBytes: int
 ) -> list[list[int]]:
     """
-    Cut C{(uid, message)} pairs, in order, into UID groups of about
+    Cut C{(uid, size)} pairs, in order, into UID groups of about
     C{commandBytes} octets each (at least one message per group).
     """
     groups: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for uid, message in messages:
-        if current and size + message.size > commandBytes:
+    for uid, messageSize in messages:
+        if current and size + messageSize > commandBytes:
             groups.append(current)
             current, size = [], 0
         current.append(uid)
-        size += message.size
+        size += messageSize
     if current:
         groups.append(current)
     return groups
@@ -617,16 +619,18 @@ class IMAPSource:
                 return [gone] * len(messages)
         uidValidity = self._status[folder.key].uidValidity
         uids: list[int | None] = []
-        wanted: list[tuple[int, SourceMessage]] = []
+        wanted: list[tuple[int, int]] = []
         for message in messages:
             parsed = parseMessageKey(message.key)
             if parsed is None or parsed[0] != uidValidity:
                 uids.append(None)
             else:
                 uids.append(parsed[1])
-                wanted.append((parsed[1], message))
+                wanted.append((parsed[1], message.size))
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
         fetched = await session.fetchBodies(groups)
+        if b"BINARY" in session.capabilities:
+            await self._restoreNULs(session, fetched.bodies)
         refusalOf: dict[int, CommandFailed] = {}
         for group, refusal in zip(groups, fetched.refusals):
             if refusal is None:
@@ -665,3 +669,38 @@ class IMAPSource:
                 )
         return bodies
 
+    async def _restoreNULs(self, session: IMAPSession, bodies: dict[int, bytes | None]) -> None:
+        """
+        Put back the NUL octets the server replaced in C{BODY[]}.
+
+        A literal cannot carry NUL, so a server sends C{BODY[]} with each
+        NUL replaced (Dovecot sends 0x80); only C{BINARY[]} (RFC 3516,
+        C{literal8}) carries them.  But C{BINARY[]} also decodes the
+        message's Content-Transfer-Encoding, rewriting its headers, so it
+        cannot simply replace C{BODY[]}.  For each body holding 0x80 (the
+        only ones that can have lost a NUL) C{BINARY.PEEK[]} is fetched
+        too, and used only when it holds NUL and is C{BODY[]} exactly but
+        for NUL where C{BODY[]} has 0x80: the message as stored.
+
+        @param bodies: C{BODY[]} by UID, updated in place.
+        """
+        candidates = sorted(
+            uid for uid, body in bodies.items() if body is not None and b"\x80" in body
+        )
+        if not candidates:
+            return
+        groups = _commandGroups(
+            [(uid, len(bodies[uid] or b"")) for uid in candidates], self._commandBytes
+        )
+        binary = await session.fetchBodies(groups, b"BINARY.PEEK[]")
+        for uid in candidates:
+            stored = binary.bodies.get(uid)
+            body = bodies[uid]
+            if (
+                stored is not None
+                and body is not None
+                and len(stored) == len(body)
+                and b"\0" in stored
+                and stored.replace(b"\0", b"\x80") == body
+            ):
+                bodies[uid] = stored
