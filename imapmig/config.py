@@ -185,6 +185,10 @@ class JobConfig:
         C{"fingerprint"} (Message-ID, a digest of the first header octets,
         and the size), C{"message-id"} (Message-ID alone, for messages some
         tool altered), or C{"off"} (the state store only).
+    @ivar eightBit: what becomes of a message with 8-bit octets (and no
+        NUL) when the destination lacks BINARY: C{"literal"} (sent in an
+        ordinary literal, which RFC 3501 allows) or C{"fail"} (recorded as
+        failed with the reason).
     """
 
     name: str
@@ -194,6 +198,7 @@ class JobConfig:
     pipeline: PipelineConfig
     folders: FolderRules = FolderRules()
     identity: str = "fingerprint"
+    eightBit: str = "literal"
 
 
 @frozen
@@ -263,7 +268,7 @@ _TOP_KEYS = ("state", "status", "servers", "defaults", "jobs")
 _STATUS_KEYS = ("listen",)
 _SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout", "compress")
 _DEFAULTS_KEYS = tuple(s.key for s in _SETTINGS)
-_JOB_KEYS = ("name", "source", "destination", "folders", "identity") + _DEFAULTS_KEYS
+_JOB_KEYS = ("name", "source", "destination", "folders", "identity", "eight_bit") + _DEFAULTS_KEYS
 _SOURCE_KEYS = (
     "maildir", "eml_dir", "folder", "mbox", "quoting",
     "server", "user", "password", "password_file",
@@ -271,6 +276,7 @@ _SOURCE_KEYS = (
 _SOURCE_KINDS = ("maildir", "eml_dir", "mbox", "server")
 _FOLDERS_KEYS = ("include", "exclude", "rename")
 _IDENTITIES = ("fingerprint", "message-id", "off")
+_EIGHT_BIT = ("literal", "fail")
 _QUOTINGS = ("mboxrd", "mboxo")
 _DESTINATION_KEYS = ("server", "user", "password", "password_file")
 
@@ -1082,6 +1088,16 @@ class _ConfigParser:
             else:
                 identity = chosen
 
+        eightBit = "literal"
+        if "eight_bit" in job:
+            chosen = self._readChoice(
+                job["eight_bit"], _key(path, "eight_bit"), _EIGHT_BIT, "eight_bit choice"
+            )
+            if chosen is None:
+                ok = False
+            else:
+                eightBit = chosen
+
         destination = None
         if "destination" not in job:
             self._problem(
@@ -1124,6 +1140,7 @@ class _ConfigParser:
             ),
             folders=folders,
             identity=identity,
+            eightBit=eightBit,
         )
 
     def _readSource(

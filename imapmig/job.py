@@ -385,16 +385,21 @@ class MigrationJob:
         settings: JobSettings,
         rules: FolderRules = FolderRules(),
         identity: str = FINGERPRINT,
+        eightBit: str = "literal",
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
         @param identity: how messages already in the destination are
             recognised (L{imapmig.presence}): C{"fingerprint"},
             C{"message-id"} or C{"off"}.
+        @param eightBit: a message with 8-bit octets (no NUL) for a
+            destination without BINARY: C{"literal"} sends it in an ordinary
+            literal, C{"fail"} records it as failed.
         """
         self.name = name
         self._rules = rules
         self._identity = identity
+        self._eightBitFails = eightBit == "fail"
         self._presence: dict[str, PresenceIndex] = {}
         self._permanentFlags: dict[str, frozenset[str] | None] = {}
         self._deltaCounts: dict[str, int] = {}
@@ -896,8 +901,16 @@ class MigrationJob:
                         " literal8 (RFC 3516); the destination does not offer BINARY",
                     )
                     continue
-                # 8-bit octets without NUL travel in a plain literal: RFC
-                # 3501 literals are CHAR8, every octet but NUL.
+                elif self._eightBitFails:
+                    self._recordFailure(
+                        unit,
+                        message,
+                        "contains 8-bit octets and the destination does not offer BINARY"
+                        " (RFC 3516); the job's eight_bit setting is 'fail'",
+                    )
+                    continue
+                # Otherwise 8-bit octets without NUL travel in a plain
+                # literal: RFC 3501 literals are CHAR8, every octet but NUL.
             # Few distinct flag sets: decide each once per folder.
             decided = flagCache.get(message.flags)
             if decided is None:

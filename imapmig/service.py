@@ -235,6 +235,7 @@ def buildService(
                 settingsFor(jobConfig),
                 jobConfig.folders,
                 jobConfig.identity,
+                jobConfig.eightBit,
             )
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)

@@ -1335,6 +1335,7 @@ class SourceKindsTests(ConfigTestCase):
             "rename": {"Sent Items": "Sent", "A/B": "C/D"},
         }
         document["jobs"][0]["identity"] = "message-id"
+        document["jobs"][0]["eight_bit"] = "fail"
         loaded = parseConfig(document, self.configPath)
         self.assertEqual(
             loaded.jobs[0].folders,
@@ -1347,6 +1348,7 @@ class SourceKindsTests(ConfigTestCase):
         self.assertEqual(loaded.jobs[0].identity, "message-id")
         self.assertEqual(loaded.jobs[1].folders, FolderRules())
         self.assertEqual(loaded.jobs[1].identity, "fingerprint")
+        self.assertEqual((loaded.jobs[0].eightBit, loaded.jobs[1].eightBit), ("fail", "literal"))
 
     def test_folderRulesProblems(self) -> None:
         """
@@ -1362,6 +1364,7 @@ class SourceKindsTests(ConfigTestCase):
         }
         document["jobs"][1]["folders"] = {"rename": ["A", "B"]}
         document["jobs"][1]["identity"] = "sha1"
+        document["jobs"][1]["eight_bit"] = "drop"
         problems = self.problems(document)
         self.assertProblem(problems, "jobs[0].folders.include", "expected a list of folder patterns")
         self.assertProblem(problems, "jobs[0].folders.exclude[1]", "must not be empty")
@@ -1369,3 +1372,4 @@ class SourceKindsTests(ConfigTestCase):
         self.assertProblem(problems, "jobs[0].folders.bogus", "")
         self.assertProblem(problems, "jobs[1].folders.rename", "expected a mapping")
         self.assertProblem(problems, "jobs[1].identity", "unknown identity check 'sha1'")
+        self.assertProblem(problems, "jobs[1].eight_bit", "unknown eight_bit choice 'drop'")

@@ -241,6 +241,7 @@ class JobHarness:
         settings: JobSettings = JobSettings(connections=1),
         password: str = PASSWORD,
         identity: str = "fingerprint",
+        eightBit: str = "literal",
     ) -> MigrationJob:
         """
         A job copying the source into the account.
@@ -260,7 +261,7 @@ class JobHarness:
 
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
-            identity=identity,
+            identity=identity, eightBit=eightBit,
         )  # fmt: skip
 
     def start(self, job: MigrationJob) -> Deferred[bool]:
@@ -931,6 +932,24 @@ class FidelityTests(SynchronousTestCase):
         self.assertIsNone(outcomes["INBOX", "8bit"].failure)
         self.assertEqual([b for b, _, _ in harness.contents("INBOX")], [eightBit])
         self.assertEqual((harness.progress.messagesDone, harness.progress.messagesFailed), (1, 1))
+        harness.finish()
+
+    def test_eightBitFails(self) -> None:
+        """
+        With C{eight_bit: fail}, a message with 8-bit octets for a
+        destination without BINARY is recorded as failed with the reason;
+        an ASCII message goes.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        harness.source.add(inbox, "8bit", "Subject: é\r\n\r\nGrüße\r\n".encode())
+        harness.source.add(inbox, "ascii", body(1))
+        self.assertTrue(harness.run(harness.job(eightBit="fail")))
+        outcomes = harness.store.outcomes()
+        self.assertIn("contains 8-bit octets", outcomes["INBOX", "8bit"].failure or "")
+        self.assertIn("eight_bit", outcomes["INBOX", "8bit"].failure or "")
+        self.assertIsNone(outcomes["INBOX", "ascii"].failure)
+        self.assertEqual([b for b, _, _ in harness.contents("INBOX")], [body(1)])
         harness.finish()
 
     def test_flagsAndNotes(self) -> None:
