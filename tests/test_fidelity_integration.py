@@ -635,6 +635,31 @@ class EverySourceTests(TestCase):
         _assertExactInbox(self, instance, user, expected)
         _assertVerified(self, await _verify(config), len(cases))
 
+    async def test_mboxWithStatusFields(self) -> None:
+        """
+        The corpus as mboxo files whose messages carry their flags in
+        C{Status}, C{X-Status} and C{X-Keywords} fields (as mutt and
+        Dovecot write them): every message arrives with those flags, and
+        with its octets, the status fields kept.
+        """
+        requireDovecot(self)
+        cases = hardCases(large=False)
+        instance = slashDovecot()
+        user = freshSlashUser()
+        mbox = os.path.join(_directory(self), "mbox")
+        writeHardMbox(mbox, cases, "mboxo", withStatusHeaders=True)
+        expected = expectedFromMbox(cases, "mboxo", withStatusHeaders=True, keepStatusFields=True)
+        self.assertTrue(any("\\Seen" in case.flags for case in expected))
+        config = _writeConfig(self, (instance, user), {"mbox": mbox, "quoting": "mboxo"})
+
+        await _migrate(self, config)
+
+        report = _report(self, config)
+        _assertCounts(self, report, len(cases), 0)
+        _assertDestination(self, instance, user, expectedByMailbox(expected, "/"), report)
+        _assertExactInbox(self, instance, user, expected)
+        _assertVerified(self, await _verify(config), len(cases))
+
     async def test_imap(self) -> None:
         """
         The corpus served by one Dovecot (separator C{.}) migrated into an

@@ -875,6 +875,7 @@ def expectedFromMbox(
     quoting: str = "mboxrd",
     *,
     withStatusHeaders: bool = False,
+    keepStatusFields: bool = False,
 ) -> tuple[HardMessage, ...]:
     """
     What a faithful reader of L{writeHardMbox}'s files gets back: all an
@@ -885,7 +886,9 @@ def expectedFromMbox(
       - L{HardMessage.flags} are empty, or with C{withStatusHeaders} the
         flags and keywords the status fields carry; the expected bytes are
         then those without the status fields (a reader removes the fields
-        it interprets, as Dovecot's mbox driver does).
+        it interprets, as Dovecot's mbox driver does), or with
+        C{keepStatusFields} those with them (imapmig's reader keeps every
+        octet of the message).
       - L{HardMessage.raw} gains a final LF when it lacks one.  With
         C{mboxo} every line that started with C{>From } comes back as
         C{From } (the quoting is ambiguous); with C{mboxrd} the bytes come
@@ -894,13 +897,16 @@ def expectedFromMbox(
     @param cases: the messages written.
     @param quoting: as given to L{writeHardMbox}.
     @param withStatusHeaders: as given to L{writeHardMbox}.
-    @return: one message per case, in the same order.
+    @param keepStatusFields: the reader keeps the status fields in the
+        message (with C{withStatusHeaders}).
     @raise ValueError: an unknown C{quoting}.
     """
     _checkQuoting(quoting)
     result = []
     for case in cases:
-        raw = case.raw if case.raw.endswith(b"\n") else case.raw + b"\n"
+        raw = _withStatus(case) if withStatusHeaders and keepStatusFields else case.raw
+        if not raw.endswith(b"\n"):
+            raw += b"\n"
         if quoting == "mboxo":
             raw = _MBOXO_QUOTED.sub(b"From ", raw)
         result.append(
