@@ -618,7 +618,7 @@ class EverySourceTests(TestCase):
         Maildir.
         """
         requireDovecot(self)
-        cases = hardCases(large=False)
+        cases = hardCases(large=True)
         instance = slashDovecot()
         user = freshSlashUser()
         mbox = os.path.join(_directory(self), "mbox")
@@ -643,7 +643,7 @@ class EverySourceTests(TestCase):
         with its octets, the status fields kept.
         """
         requireDovecot(self)
-        cases = hardCases(large=False)
+        cases = hardCases(large=True)
         instance = slashDovecot()
         user = freshSlashUser()
         mbox = os.path.join(_directory(self), "mbox")
@@ -671,7 +671,7 @@ class EverySourceTests(TestCase):
         and its INTERNALDATE; report and verify as for a Maildir.
         """
         requireDovecot(self)
-        cases = hardCases(large=False)
+        cases = hardCases(large=True)
         source = sharedDovecot()
         sourceUser = freshUser(source)
         loadIntoDovecot(source, sourceUser.name, cases)
