@@ -7,10 +7,12 @@ login and STARTTLS decisions.
 from __future__ import annotations
 
 import base64
+from typing import cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import AuthenticationFailed, CommandFailed, TLSRequired
@@ -69,6 +71,22 @@ class ClientTests(SynchronousTestCase):
         self.assertGreaterEqual(MAX_LINE_LENGTH, 1 << 20)
         client.dataReceived(b"* SEARCH " + b"123456 " * 100000 + b"\r\n")
         self.assertFalse(transport.disconnecting)
+
+    def test_unsolicitedLoggedShort(self) -> None:
+        """
+        An unsolicited response the client does not act on is logged by
+        its start only, however long it is.
+        """
+        client, transport, clock = greeted()
+        events: list[LogEvent] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        client.dataReceived(b"* SEARCH " + b"123456 " * 100000 + b"\r\n")
+        texts = [formatEvent(event) for event in events]
+        self.assertEqual(len(texts), 1, texts)
+        self.assertIn("Unsolicited response ignored: b'SEARCH' b'123456'", texts[0])
+        self.assertLess(len(texts[0]), 300)
 
     def test_timeout(self) -> None:
         """

@@ -357,9 +357,16 @@ class MigrationIMAP4Client(IMAP4Client):
             if response and response[0] in (b"OK", b"BYE", b"PREAUTH"):
                 continue
             if response and response[0] in (b"NO", b"BAD"):
-                self._log.warn("Server says: {response!r}", response=response)
+                self._log.warn("Server says: {response}", response=_summary(response))
                 continue
-            rest.append(response)
+            if _understoodByTwisted(response):
+                rest.append(response)
+            else:
+                # The stock client would log the whole response (a SEARCH
+                # result can be megabytes): log its start only.
+                self._log.info(
+                    "Unsolicited response ignored: {response}", response=_summary(response)
+                )
         if rest:
             IMAP4Client._extraInfo(self, rest)
 
@@ -459,3 +466,42 @@ class MigrationIMAP4Client(IMAP4Client):
             self.greeted.errback(reason)
         if not self.closed.called:
             self.closed.callback(None)
+
+
+_SUMMARY_LENGTH = 200
+
+
+def _summary(response: list[object]) -> str:
+    """
+    The start of a parsed response, for a log line: at most
+    L{_SUMMARY_LENGTH} characters, however large the response.
+    """
+    parts: list[str] = []
+    length = 0
+    for element in response:
+        if isinstance(element, list):
+            text = "(" + _summary(element) + ")"
+        elif isinstance(element, bytes):
+            text = repr(element[:_SUMMARY_LENGTH])
+        else:
+            text = repr(element)
+        parts.append(text)
+        length += len(text)
+        if length > _SUMMARY_LENGTH:
+            break
+    summary = " ".join(parts)
+    if len(summary) > _SUMMARY_LENGTH or len(parts) < len(response):
+        summary = summary[:_SUMMARY_LENGTH] + " ..."
+    return summary
+
+
+def _understoodByTwisted(response: list[object]) -> bool:
+    """
+    Whether L{IMAP4Client._extraInfo} acts on an unsolicited response
+    (mode, EXISTS, RECENT, FETCH) rather than just log it.
+    """
+    if len(response) == 1:
+        return response[0] in ([b"READ-ONLY"], [b"READ-WRITE"])
+    if len(response) == 2:
+        return response[1] in (b"EXISTS", b"RECENT")
+    return len(response) == 3 and response[1] == b"FETCH"
