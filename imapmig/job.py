@@ -27,7 +27,7 @@ from imapmig.errors import CommandFailed, ImapmigError, SourceError
 from imapmig.fidelity import decideFlags, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
-from imapmig.presence import FINGERPRINT, OFF, PresenceIndex, indexMailbox
+from imapmig.presence import FINGERPRINT, OFF, PresenceIndex, holdsOthers, indexMailbox
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.plan import (
     FolderMapping,
@@ -369,6 +369,15 @@ class _PipelineOutcomes:
 # The copying.
 
 
+def _abandonSession(session: IMAPSession | None) -> None:
+    """
+    Drop an extra session the job no longer needs (it failed before the
+    session could work).
+    """
+    if session is not None:
+        session.abort()
+
+
 class MigrationJob:
     """
     Copies one source into one destination account.
@@ -555,65 +564,82 @@ class MigrationJob:
         # Where each folder goes.
         first = await self._openSession()
         self._sessions.append(first)
-        view = await _DestinationView.read(first)
-        sourceFolders = [folder for folder, _, _ in listings]
-        renames = FolderRules(rename=self._rules.rename)
-        mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
-        # A folder with a use the destination lacks: its mailbox is created
-        # first, alone; the server may give it the use (by its configuration,
-        # or CREATE-SPECIAL-USE), and then every folder of that use goes
-        # there, as it will on every later run and for verify.
-        claiming: dict[str, FolderMapping] = {}
-        for mapping in mappings:
-            use = mapping.specialUse
-            if use is not None and mapping.mailbox not in view.existing:
-                claiming.setdefault(use, mapping)
-        if claiming:
-            await self._createMailboxes(first, view, list(claiming.values()))
+        # The other connections log in while this one prepares the
+        # destination: at 20 ms of RTT that overlaps about four round trips.
+        expectedUnits = sum(
+            sum(1 for _ in chunks(pending, settings.unitMessages, settings.unitBytes))
+            for _, pending, _ in listings
+        )
+        openings = [
+            Deferred.fromCoroutine(self._openExtraSession())
+            for _ in range(min(settings.connections, expectedUnits) - 1)
+        ]
+        try:
             view = await _DestinationView.read(first)
+            sourceFolders = [folder for folder, _, _ in listings]
+            renames = FolderRules(rename=self._rules.rename)
             mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
-        plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
-        accounted: dict[str, list[MessageOutcome]] = {}
-        for mapping, (folder, pending, flagChanges) in zip(mappings, listings):
-            if mapping.how != "name":
-                log.info(
-                    "Job {job}: folder {folder} goes to {mailbox} ({how})",
-                    job=self.name,
-                    folder="/".join(folder.path),
-                    mailbox=mapping.mailbox,
-                    how=mapping.how,
-                )
-            recorded = recordedByFolder[folder.key]
-            plans.append((mapping, pending))
-            accounted.setdefault(mapping.mailbox, []).extend(accountedByFolder[folder.key])
-            if flagChanges:
-                await self._applyFlagChanges(first, mapping.mailbox, flagChanges, recorded)
+            # A folder with a use the destination lacks: its mailbox is created
+            # first, alone; the server may give it the use (by its configuration,
+            # or CREATE-SPECIAL-USE), and then every folder of that use goes
+            # there, as it will on every later run and for verify.
+            claiming: dict[str, FolderMapping] = {}
+            for mapping in mappings:
+                use = mapping.specialUse
+                if use is not None and mapping.mailbox not in view.existing:
+                    claiming.setdefault(use, mapping)
+            if claiming:
+                await self._createMailboxes(first, view, list(claiming.values()))
+                view = await _DestinationView.read(first)
+                mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
+            plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
+            accounted: dict[str, list[MessageOutcome]] = {}
+            for mapping, (folder, pending, flagChanges) in zip(mappings, listings):
+                if mapping.how != "name":
+                    log.info(
+                        "Job {job}: folder {folder} goes to {mailbox} ({how})",
+                        job=self.name,
+                        folder="/".join(folder.path),
+                        mailbox=mapping.mailbox,
+                        how=mapping.how,
+                    )
+                recorded = recordedByFolder[folder.key]
+                plans.append((mapping, pending))
+                accounted.setdefault(mapping.mailbox, []).extend(accountedByFolder[folder.key])
+                if flagChanges:
+                    await self._applyFlagChanges(first, mapping.mailbox, flagChanges, recorded)
 
-        # The destination folders: created where missing (with their use
-        # where the server can), subscribed as in the source.
-        uncreatable = await self._createMailboxes(first, view, mappings)
-        existing = view.existing
+            # The destination folders: created where missing (with their use
+            # where the server can), subscribed as in the source.
+            uncreatable = await self._createMailboxes(first, view, mappings)
+            existing = view.existing
 
-        # What each target mailbox can store, and what it already holds.
-        targets = sorted({m.mailbox for m, pending in plans if pending} - set(uncreatable))
-        for mailbox in targets:
-            try:
-                self._permanentFlags[mailbox] = await first.permanentFlags(mailbox)
-            except CommandFailed as e:
-                log.warn(
-                    "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
-                    job=self.name,
-                    mailbox=mailbox,
-                    why=e.text,
-                )
-                self._permanentFlags[mailbox] = None
-            if self._identity != OFF and mailbox in existing:
-                index = await indexMailbox(
-                    first,
-                    mailbox,
-                    self._identity,
-                    [(r.uidValidity, r.uid) for r in accounted.get(mailbox, []) if r.uid is not None],
-                )
+            # What each target mailbox can store, and what it already holds.
+            targets = sorted({m.mailbox for m, pending in plans if pending} - set(uncreatable))
+            # One round trip for all of them: SELECT each, pipelined.
+            states = await first.selectEach(targets) if targets else {}
+            for mailbox in targets:
+                state = states[mailbox]
+                if isinstance(state, CommandFailed):
+                    log.warn(
+                        "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
+                        job=self.name,
+                        mailbox=mailbox,
+                        why=state.text,
+                    )
+                    self._permanentFlags[mailbox] = None
+                else:
+                    self._permanentFlags[mailbox] = state.permanentFlags
+                if self._identity == OFF or mailbox not in existing:
+                    continue
+                placed = [
+                    (r.uidValidity, r.uid) for r in accounted.get(mailbox, []) if r.uid is not None
+                ]
+                if not isinstance(state, CommandFailed) and not holdsOthers(
+                    state.exists, state.uidValidity, placed
+                ):
+                    continue
+                index = await indexMailbox(first, mailbox, self._identity, placed)
                 if index is not None:
                     log.info(
                         "Job {job}: {mailbox} already holds {count} messages no record"
@@ -624,32 +650,42 @@ class MigrationJob:
                     )
                     self._presence[mailbox] = index
 
-        for mapping, pending in plans:
-            mailbox = mapping.mailbox
-            folder = mapping.folder
-            if mailbox in uncreatable:
-                for message in pending:
-                    self._recorder.add(
-                        MessageOutcome(
-                            folder.key,
-                            message.key,
-                            mailbox,
-                            message.size,
-                            failure=f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
+            for mapping, pending in plans:
+                mailbox = mapping.mailbox
+                folder = mapping.folder
+                if mailbox in uncreatable:
+                    for message in pending:
+                        self._recorder.add(
+                            MessageOutcome(
+                                folder.key,
+                                message.key,
+                                mailbox,
+                                message.size,
+                                failure=f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
+                            )
                         )
+                    continue
+                self._units.extend(
+                    cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
+                )
+        except BaseException:
+            for opening in openings:
+                opening.addCallback(_abandonSession).addErrback(
+                    lambda failure: log.failure(
+                        "Job {job}: an extra connection failed", failure, job=self.name
                     )
-                continue
-            self._units.extend(
-                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
-            )
+                )
+            raise
         if not self._units:
+            for opening in openings:
+                extra = await opening
+                if extra is not None:
+                    await extra.logout()
             await first.logout()
             self._sessions.remove(first)
         else:
             workers = [Deferred.fromCoroutine(self._work(first))]
-            extra = min(settings.connections, len(self._units)) - 1
-            for _ in range(extra):
-                workers.append(Deferred.fromCoroutine(self._connectAndWork()))
+            workers.extend(Deferred.fromCoroutine(self._workOn(opening)) for opening in openings)
             results = await DeferredList(workers, consumeErrors=True)
             errors = [result for ok, result in results if not ok]
             if errors:
@@ -782,17 +818,29 @@ class MigrationJob:
                     FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
                 )
 
-    async def _connectAndWork(self) -> None:
+    async def _openExtraSession(self) -> IMAPSession | None:
+        """
+        Open one more destination connection, or L{None} if the server
+        refuses it: the job goes on with the connections it has (a server
+        that limits connections per account is common).
+        """
         try:
-            session = await self._openSession()
+            return await self._openSession()
         except ImapmigError as e:
-            # The job goes on with the connections it has; a server that
-            # limits connections per account is common.
             log.warn(
                 "Job {job}: extra connection refused, continuing with fewer: {why}",
                 job=self.name,
                 why=str(e),
             )
+            return None
+
+    async def _workOn(self, opening: Deferred[IMAPSession | None]) -> None:
+        """
+        Work on the session C{opening} gives, once open; a session with no
+        unit left to take (the job is small, or stopped) is logged out.
+        """
+        session = await opening
+        if session is None:
             return
         self._sessions.append(session)
         await self._work(session)

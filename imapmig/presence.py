@@ -96,6 +96,20 @@ class PresenceIndex:
         return uids.pop(0)
 
 
+def holdsOthers(
+    exists: int, uidValidity: int | None, accounted: Collection[tuple[int | None, int]]
+) -> bool:
+    """
+    Whether a mailbox holding C{exists} messages under C{uidValidity} may
+    hold some that our records do not place there.
+
+    @param accounted: C{(uidValidity, uid)} of the messages our records
+        place in the mailbox.
+    """
+    known = {uid for validity, uid in accounted if validity == uidValidity}
+    return exists > len(known)
+
+
 async def indexMailbox(
     session: IMAPSession,
     mailbox: str,
@@ -114,9 +128,9 @@ async def indexMailbox(
     @return: the index, or L{None} when the mailbox holds nothing else.
     """
     examined = await session.examine(mailbox)
-    known = {uid for validity, uid in accounted if validity == examined.uidValidity}
-    if examined.exists <= len(known):
+    if not holdsOthers(examined.exists, examined.uidValidity, accounted):
         return None
+    known = {uid for validity, uid in accounted if validity == examined.uidValidity}
     index = PresenceIndex(mailbox, mode, examined.uidValidity)
     for item in await session.fetchMetadata(b"1:*", _ITEMS):
         uid = item.uid

@@ -10,14 +10,16 @@ import base64
 from typing import cast
 
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import AuthenticationFailed, CommandFailed, TLSRequired
-from imapmig.imap.client import MAX_LINE_LENGTH, MigrationIMAP4Client
-from imapmig.imap.session import IMAPSession, capabilitySet, parseResponseCode
+from imapmig.imap.client import MAX_LINE_LENGTH, CommandRefused, MigrationIMAP4Client
+from imapmig.imap.session import IMAPSession, MailboxState, capabilitySet, parseResponseCode
 
 
 class NoDelayTransport(StringTransport):
@@ -101,15 +103,50 @@ class ClientTests(SynchronousTestCase):
         self.assertTrue(transport.disconnecting)
         self.failureResultOf(d)
 
+    def test_pipelinedCollecting(self) -> None:
+        """
+        Commands sent with C{sendPipelinedCollecting} are written at once,
+        without waiting for earlier replies; the untagged responses before
+        each tagged reply are that command's, and a refusal fails only its
+        own command.
+        """
+        client, transport, clock = greeted()
+        first = client.sendPipelinedCollecting(b'SELECT "A"')
+        second = client.sendPipelinedCollecting(b'SELECT "B"')
+        third = client.sendPipelinedCollecting(b'SELECT "C"')
+        self.assertEqual(
+            transport.value(), b'0001 SELECT "A"\r\n0002 SELECT "B"\r\n0003 SELECT "C"\r\n'
+        )
+        client.dataReceived(
+            b"* 3 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n0001 OK [READ-WRITE] done\r\n"
+            b"0002 NO [NONEXISTENT] no such mailbox\r\n"
+            b"* 0 EXISTS\r\n0003 OK done\r\n"
+        )
+        self.assertEqual(
+            self.successResultOf(first),
+            ([b"3 EXISTS", b"OK [UIDVALIDITY 7] ok"], b"[READ-WRITE] done"),
+        )
+        refused = self.failureResultOf(second, CommandRefused)
+        self.assertEqual(refused.value.text, b"[NONEXISTENT] no such mailbox")
+        self.assertEqual(self.successResultOf(third), ([b"0 EXISTS"], b"done"))
+
+    def test_pipelinedCollectingConnectionLost(self) -> None:
+        """
+        A collecting command still unanswered when the connection is lost
+        fails with the reason; one sent after fails at once.
+        """
+        client, transport, clock = greeted()
+        d = client.sendPipelinedCollecting(b'SELECT "A"')
+        client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(d, ConnectionDone)
+        self.failureResultOf(client.sendPipelinedCollecting(b'SELECT "B"'), ConnectionDone)
+
     def test_connectionLostBeforeGreeting(self) -> None:
         """
         A connection lost before the greeting fails C{greeted}.
         """
         client = MigrationIMAP4Client(Clock())
         client.makeConnection(NoDelayTransport())
-        from twisted.internet.error import ConnectionDone
-        from twisted.python.failure import Failure
-
         client.connectionLost(Failure(ConnectionDone()))
         self.failureResultOf(client.greeted, ConnectionDone)
 
@@ -180,6 +217,40 @@ class SessionTests(SynchronousTestCase):
         client.dataReceived(b"0001 NO [CANNOT] Invalid mailbox name\r\n")
         failure = self.failureResultOf(d, CommandFailed)
         self.assertEqual(failure.value.code, "CANNOT")
+
+    def test_selectEach(self) -> None:
+        """
+        C{selectEach} SELECTs every mailbox in one round trip and reads
+        each one's EXISTS, UIDVALIDITY and PERMANENTFLAGS; a mailbox the
+        server refuses comes back as its CommandFailed.
+        """
+        client, transport, clock = greeted()
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.selectEach(["INBOX", "Entwürfe", "Gone"]))
+        self.assertEqual(
+            transport.value(),
+            b'0001 SELECT "INBOX"\r\n0002 SELECT "Entw&APw-rfe"\r\n0003 SELECT "Gone"\r\n',
+        )
+        client.dataReceived(
+            b"* FLAGS (\\Answered \\Seen $Forwarded)\r\n"
+            b"* OK [PERMANENTFLAGS (\\Answered \\Seen $Forwarded \\*)] Flags permitted.\r\n"
+            b"* 12 EXISTS\r\n* 0 RECENT\r\n* OK [UIDVALIDITY 1700000000] UIDs valid\r\n"
+            b"* OK [UIDNEXT 13] Predicted next UID\r\n0001 OK [READ-WRITE] Select completed.\r\n"
+            b"* OK [CLOSED] Previous mailbox closed.\r\n* 0 EXISTS\r\n"
+            b"* OK [UIDVALIDITY 1700000001] UIDs valid\r\n0002 OK [READ-WRITE] done\r\n"
+            b"0003 NO [NONEXISTENT] Mailbox doesn't exist: Gone\r\n"
+        )
+        states = self.successResultOf(d)
+        self.assertEqual(
+            states["INBOX"],
+            MailboxState(
+                "INBOX", 12, 1700000000, frozenset({"\\Answered", "\\Seen", "$Forwarded", "\\*"})
+            ),
+        )
+        self.assertEqual(states["Entwürfe"], MailboxState("Entwürfe", 0, 1700000001, None))
+        refused = states["Gone"]
+        assert isinstance(refused, CommandFailed)
+        self.assertEqual(refused.code, "NONEXISTENT")
 
     def test_parseResponseCode(self) -> None:
         """

@@ -162,6 +162,8 @@ class MemoryEndpoint:
         self.attempts = 0
         self.servers: list[FakeIMAPServer] = []
         self.pumps: list[iosim.IOPump] = []
+        self.arrivals: list[list[int]] = []
+        self._step = 0
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
         "See L{IStreamClientEndpoint.connect}."
@@ -182,6 +184,7 @@ class MemoryEndpoint:
         )
         self.servers.append(server)
         self.pumps.append(pump)
+        self.arrivals.append([])
         return succeed(client)
 
     def pump(self, until: Callable[[], bool] = lambda: False) -> None:
@@ -195,9 +198,33 @@ class MemoryEndpoint:
             moved = False
             for pump in list(self.pumps):
                 moved = pump.pump() or moved
+            self._step += 1
+            for server, arrivals in zip(self.servers, self.arrivals):
+                arrivals.extend([self._step] * (len(server.received) - len(arrivals)))
             if not moved:
                 return
         raise AssertionError("the connections never went quiet")
+
+    def flights(self, connection: int) -> list[list[bytes]]:
+        """
+        The command lines the server of C{connection} received, grouped by
+        the pump step that carried them: commands in one group were sent
+        without waiting for each other's replies.
+        """
+        groups: dict[int, list[bytes]] = {}
+        for step, line in zip(self.arrivals[connection], self.servers[connection].received):
+            groups.setdefault(step, []).append(line)
+        return list(groups.values())
+
+    def arrival(self, connection: int, command: bytes) -> int:
+        """
+        The pump step at which the server of C{connection} received its
+        first C{command} (C{b"SELECT"}, C{b"LOGIN"}).
+        """
+        for step, line in zip(self.arrivals[connection], self.servers[connection].received):
+            if line.split(b" ")[1:2] == [command]:
+                return step
+        raise AssertionError(f"connection {connection} never received {command!r}")
 
 
 def appendLines(server: FakeIMAPServer) -> list[bytes]:
@@ -756,6 +783,90 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (16, 0))
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
+
+    def test_selectsInOneRoundTrip(self) -> None:
+        """
+        Before appending, the job SELECTs every target mailbox (for its
+        PERMANENTFLAGS) in one round trip, not one per mailbox: at 20 ms of
+        RTT each round trip costs the whole connection 20 ms.
+        """
+        h = JobHarness(self)
+        for n, name in enumerate(["INBOX", "Archive", "Sent", "Lists"]):
+            populate(h.source, h.source.addFolder(name), 2, start=2 * n)
+
+        self.assertTrue(h.run(h.job()))
+
+        selects = [
+            [line.split(b" ", 1)[1] for line in flight if b" SELECT " in line]
+            for flight in h.endpoint.flights(0)
+        ]
+        firstSelects = next(flight for flight in selects if flight)
+        self.assertEqual(
+            sorted(firstSelects),
+            [b'SELECT "Archive"', b'SELECT "INBOX"', b'SELECT "Lists"', b'SELECT "Sent"'],
+        )
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 4)
+        h.finish()
+
+    def test_extraConnectionsOpenEarly(self) -> None:
+        """
+        The extra connections log in while the first prepares the
+        destination (LIST, CREATE, SELECT), not after it.
+        """
+        h = JobHarness(self)
+        for n, name in enumerate(["INBOX", "Archive"]):
+            populate(h.source, h.source.addFolder(name), 4, start=4 * n)
+        settings = JobSettings(connections=3, unitMessages=2)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 3)
+        firstSelect = h.endpoint.arrival(0, b"SELECT")
+        self.assertLess(h.endpoint.arrival(1, b"AUTHENTICATE"), firstSelect)
+        self.assertLess(h.endpoint.arrival(2, b"AUTHENTICATE"), firstSelect)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")) + len(h.mail.mailbox(USER, "Archive")), 8)
+        h.finish()
+
+    def test_extraConnectionsOnlyForUnits(self) -> None:
+        """
+        No more connections are opened than there are units of work.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+        settings = JobSettings(connections=4, unitMessages=2)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 2)
+        h.finish()
+
+    def test_extraConnectionsDroppedOnFailure(self) -> None:
+        """
+        When the first connection fails while it prepares the destination,
+        the extra connections opened meanwhile are dropped with it.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 4)
+
+        class DropsOnSelect(FakeIMAPServer):
+            def lineReceived(self, line: bytes) -> None:
+                if b" SELECT " in line:
+                    self.transport.loseConnection()  # type: ignore[union-attr]
+                    return
+                FakeIMAPServer.lineReceived(self, line)
+
+        def makeServer(attempt: int) -> FakeIMAPServer:
+            kind = DropsOnSelect if attempt == 0 else FakeIMAPServer
+            return kind(h.mail, DEFAULT_CAPABILITIES)
+
+        h.endpoint = MemoryEndpoint(h.clock, makeServer)
+        d = h.start(h.job(JobSettings(connections=2, unitMessages=2)))
+        h.endpoint.pump()
+
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.endpoint.attempts, 2)
+        self.assertTrue(all(pump.clientIO.disconnected for pump in h.endpoint.pumps))
+        self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
 
     def test_secondConnectionRefused(self) -> None:
         """

@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.fidelity import identityOf
-from imapmig.presence import FINGERPRINT, MESSAGE_ID, PresenceIndex
+from imapmig.presence import FINGERPRINT, MESSAGE_ID, PresenceIndex, holdsOthers
 
 A = b"Message-ID: <a@x>\r\nSubject: a\r\n\r\nbody a\r\n"
 A_ALTERED = b"X-TUID: 123\r\nMessage-ID: <a@x>\r\nSubject: a\r\n\r\nbody a\r\n"
@@ -49,3 +49,21 @@ class PresenceIndexTests(SynchronousTestCase):
         self.assertEqual(len(index), 1)
         self.assertEqual(index.take(A), 10)
         self.assertIsNone(index.take(NO_ID))
+
+
+class HoldsOthersTests(SynchronousTestCase):
+    """
+    L{holdsOthers}: whether a mailbox may hold messages no record places
+    there, from what SELECT told.
+    """
+
+    def test_holdsOthers(self) -> None:
+        """
+        Only records under the mailbox's current UIDVALIDITY count; a
+        mailbox holding more messages than they place may hold others.
+        """
+        self.assertFalse(holdsOthers(0, 7, []))
+        self.assertFalse(holdsOthers(2, 7, [(7, 1), (7, 2)]))
+        self.assertTrue(holdsOthers(3, 7, [(7, 1), (7, 2)]))
+        self.assertTrue(holdsOthers(2, 8, [(7, 1), (7, 2)]))
+        self.assertTrue(holdsOthers(1, None, [(7, 1)]))

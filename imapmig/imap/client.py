@@ -138,6 +138,7 @@ class MigrationIMAP4Client(IMAP4Client):
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
         self._pipelinedCommands: dict[bytes, Deferred[bytes]] = {}
+        self._collectingCommands: dict[bytes, tuple[Deferred[tuple[list[bytes], bytes]], list[bytes]]] = {}
         self._deflater: DeflateTransport | None = None
         self._inflater: Inflater | None = None
         self._fetchCommands: dict[bytes, tuple[Deferred[bytes], FetchSink]] = {}
@@ -195,6 +196,29 @@ class MigrationIMAP4Client(IMAP4Client):
         tag = self.makeTag()
         d: Deferred[bytes] = Deferred()
         self._pipelinedCommands[tag] = d
+        self.connection.write(tag + b" " + command + b"\r\n")
+        return d
+
+    def sendPipelinedCollecting(self, command: bytes) -> Deferred[tuple[list[bytes], bytes]]:
+        """
+        Write C{command} now, as L{sendPipelined} does, and hand over its
+        untagged responses unparsed, as L{sendCollecting} does: for several
+        SELECTs in one round trip.  Servers answer commands that change the
+        selected mailbox one after the other, so the untagged responses
+        that arrive while no stock command is waiting go to the oldest such
+        command still unanswered.  Send these only while no other pipelined
+        command is in flight, or that command's untagged responses are
+        counted as this one's.
+
+        @return: fires with the untagged responses (the text after C{* })
+            and the text after C{OK} of the tagged reply; fails with
+            L{CommandRefused}.
+        """
+        if self.closed.called:
+            return fail(ConnectionDone("the connection is closed"))
+        tag = self.makeTag()
+        d: Deferred[tuple[list[bytes], bytes]] = Deferred()
+        self._collectingCommands[tag] = (d, [])
         self.connection.write(tag + b" " + command + b"\r\n")
         return d
 
@@ -346,6 +370,19 @@ class MigrationIMAP4Client(IMAP4Client):
             if pipeline.ownsTag(tag):
                 pipeline.taggedReceived(tag, rest)
                 return
+        collecting = self._collectingCommands
+        if collecting:
+            if tag == b"*" and self.waiting is None:
+                next(iter(collecting.values()))[1].append(rest)
+                return
+            if tag in collecting:
+                collected, lines = collecting.pop(tag)
+                status, _, text = rest.partition(b" ")
+                if status.upper() == b"OK":
+                    collected.callback((lines, text))
+                else:
+                    collected.errback(CommandRefused(status.upper().decode("ascii", "replace"), text))
+                return
         IMAP4Client._defaultHandler(self, tag, rest)
 
     def _extraInfo(self, lines: list[list[object]]) -> None:
@@ -458,6 +495,9 @@ class MigrationIMAP4Client(IMAP4Client):
         pending, self._pipelinedCommands = self._pipelinedCommands, {}
         for d in pending.values():
             d.errback(reason)
+        collecting, self._collectingCommands = self._collectingCommands, {}
+        for collected, _ in collecting.values():
+            collected.errback(reason)
         self._fetchParser.reset()
         fetches, self._fetchCommands = self._fetchCommands, {}
         for fetched, _ in fetches.values():

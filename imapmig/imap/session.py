@@ -85,6 +85,25 @@ class SelectedMailbox:
 
 
 @frozen
+class MailboxState:
+    """
+    What SELECT tells about a mailbox before messages are appended to it.
+
+    @ivar name: the mailbox, decoded.
+    @ivar exists: how many messages it holds.
+    @ivar uidValidity: C{UIDVALIDITY}, or L{None} if the server sent none.
+    @ivar permanentFlags: its C{PERMANENTFLAGS} (C{"\\*"} among them when
+        new keywords may be created), or L{None} when the server did not
+        say.
+    """
+
+    name: str
+    exists: int
+    uidValidity: int | None
+    permanentFlags: frozenset[str] | None
+
+
+@frozen
 class ExaminedMailbox:
     """
     What EXAMINE tells about a mailbox opened read-only.
@@ -469,22 +488,31 @@ class IMAPSession:
                     why=e.text,
                 )
 
-    async def permanentFlags(self, mailbox: str) -> frozenset[str] | None:
+    async def selectEach(
+        self, mailboxes: Sequence[str]
+    ) -> dict[str, MailboxState | CommandFailed]:
         """
-        SELECT C{mailbox} and return its PERMANENTFLAGS (C{"\\*"} among
-        them when new keywords may be created), or L{None} when the server
-        does not say.  Only between APPEND pipelines.
+        SELECT each of C{mailboxes}, every command pipelined: one round trip
+        in all, not one per mailbox.  The last one is left selected.  Only
+        between APPEND pipelines, with no other command in flight.
 
-        @raise CommandFailed: the server refused the SELECT.
+        @return: each mailbox's state, or the server's refusal.
         """
-        lines, _ = await _mapped(
-            "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
-        )
-        for line in lines:
-            if line[:19].upper() == b"OK [PERMANENTFLAGS ":
-                inner = line[line.find(b"(") + 1 : line.find(b")")]
-                return frozenset(flag.decode("ascii", "replace") for flag in inner.split())
-        return None
+        client = self._client
+        pending = [
+            (name, client.sendPipelinedCollecting(b"SELECT " + encodeMailboxName(name)))
+            for name in mailboxes
+        ]
+        states: dict[str, MailboxState | CommandFailed] = {}
+        for name, d in pending:
+            try:
+                lines, _ = await _mapped("SELECT", d)
+            except CommandFailed as e:
+                states[name] = e
+                continue
+            exists, codes, permanentFlags = _openedState(lines)
+            states[name] = MailboxState(name, exists, codes.get(b"UIDVALIDITY"), permanentFlags)
+        return states
 
     async def storeFlags(
         self, mailbox: str, changes: Sequence[tuple[int, tuple[str, ...]]]
@@ -584,18 +612,7 @@ class IMAPSession:
         if b"CONDSTORE" in self.capabilities or b"QRESYNC" in self.capabilities:
             argument += b" (CONDSTORE)"
         lines, _ = await _mapped("EXAMINE", self._client.sendCollecting(b"EXAMINE", argument))
-        exists = 0
-        codes: dict[bytes, int | None] = {}
-        for line in lines:
-            head, _, tail = line.partition(b" ")
-            if head.isdigit():
-                if tail[:6].upper() == b"EXISTS":
-                    exists = int(head)
-            elif head.upper() == b"OK" and tail.startswith(b"["):
-                code = tail[1 : tail.find(b"]")].split()
-                if code:
-                    value = code[1] if len(code) > 1 else b""
-                    codes[code[0].upper()] = int(value) if value.isdigit() else None
+        exists, codes, _ = _openedState(lines)
         return ExaminedMailbox(
             name=mailbox,
             exists=exists,
@@ -792,6 +809,38 @@ class IMAPSession:
         Drop the connection now.
         """
         self._client.connection.abortConnection()
+
+
+def _openedState(
+    lines: Sequence[bytes],
+) -> tuple[int, dict[bytes, int | None], frozenset[str] | None]:
+    """
+    Read the untagged responses to SELECT or EXAMINE.
+
+    @return: C{EXISTS}; the numeric response codes of the C{OK} responses
+        (C{UIDVALIDITY}, C{UIDNEXT}, C{HIGHESTMODSEQ}; L{None} for a code
+        without a number); and C{PERMANENTFLAGS}, or L{None} if not sent.
+    """
+    exists = 0
+    codes: dict[bytes, int | None] = {}
+    permanentFlags: frozenset[str] | None = None
+    for line in lines:
+        head, _, tail = line.partition(b" ")
+        if head.isdigit():
+            if tail[:6].upper() == b"EXISTS":
+                exists = int(head)
+        elif head.upper() == b"OK" and tail.startswith(b"["):
+            if tail[:16].upper() == b"[PERMANENTFLAGS ":
+                inner = tail[tail.find(b"(") + 1 : tail.find(b")")]
+                permanentFlags = frozenset(
+                    flag.decode("ascii", "replace") for flag in inner.split()
+                )
+                continue
+            code = tail[1 : tail.find(b"]")].split()
+            if code:
+                value = code[1] if len(code) > 1 else b""
+                codes[code[0].upper()] = int(value) if value.isdigit() else None
+    return exists, codes, permanentFlags
 
 
 def _str(value: object) -> str:
