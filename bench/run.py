@@ -49,8 +49,8 @@ The parts of the matrix (C{--parts}, comma-separated):
   servers   Dovecot without MULTIAPPEND, and with LITERAL- only (no LITERAL+,
             no MULTIAPPEND, like Gmail): imapmig with 1, default and 4
             connections and the raw writers that fit; realistic corpus,
-            tmpfs, at loopback and at the largest --rtt (where it appends
-            --cap-servers messages)
+            tmpfs, at loopback and at the largest --rtt (where the LITERAL-
+            server takes --cap-servers messages)
   compress  a 20 Mbit/s link at 20 ms, Dovecot offering COMPRESS=DEFLATE:
             imapmig with compress off and on, and the raw writer; skipped
             (and said so) when imapmig does not accept the compress key
@@ -67,9 +67,9 @@ Options:
   --cap-slow N      messages for the one-command-at-a-time clients (imaplib,
                     twisted) at an RTT above zero (default 300); their rate
                     is reported
-  --cap-servers N   messages of the servers part at an RTT above zero, where
-                    LITERAL- costs a round trip per message above 4 KB
-                    (default 400)
+  --cap-servers N   messages for the LITERAL- server at an RTT above zero,
+                    where a synchronizing literal costs a round trip per
+                    message above 4 KB (default 400)
   --compress-messages N
                     messages over the 20 Mbit/s link (default 500)
   --parts LIST      main,servers,compress (default all)
@@ -631,7 +631,10 @@ def makePlan(args: argparse.Namespace) -> list[Job]:
                 clients = tuple(
                     c for c in chosen(SERVER_CLIENTS) if CONTENDERS[c].applies(VARIANTS[variant])
                 )
-                count = args.messages if rtt == 0 else min(args.messages, args.cap_servers)
+                if rtt and variant == "literal-minus":
+                    count = min(args.messages, args.cap_servers)
+                else:
+                    count = args.messages
                 plan.append(Job(Setting("servers", store, rtt, None, corpus, variant), clients,
                                 count))  # fmt: skip
     if "compress" in args.parts:

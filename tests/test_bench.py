@@ -8,6 +8,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from bench.report import RunResult, Setting, figures, markdownTable
+from bench.run import makePlan, parseArguments
 from bench.servers import VARIANTS, capabilitiesWithout
 
 SETTING = Setting("main", "tmpfs", 0.0, None, "realistic", "default")
@@ -95,4 +96,30 @@ class CapabilityTests(SynchronousTestCase):
         self.assertEqual(
             capabilitiesWithout(default, VARIANTS["literal-minus"]),
             "IMAP4rev1 UIDPLUS LITERAL-",
+        )
+
+
+class PlanTests(SynchronousTestCase):
+    """
+    bench.run.makePlan: which settings run, with how many messages.
+    """
+
+    def test_serversCapOnlyLiteralMinus(self) -> None:
+        """
+        At an RTT above zero only the LITERAL- server runs a capped number
+        of messages (a synchronizing literal costs a round trip each); the
+        server without MULTIAPPEND still pipelines, and a run of a few
+        hundred messages there would be shorter than the noise of the
+        start-up it is net of.
+        """
+        plan = makePlan(parseArguments(["--parts", "servers"]))
+        counts = {(job.setting.server, job.setting.rttMs): job.messages for job in plan}
+        self.assertEqual(
+            counts,
+            {
+                ("no-multiappend", 0.0): 5000,
+                ("no-multiappend", 20.0): 5000,
+                ("literal-minus", 0.0): 5000,
+                ("literal-minus", 20.0): 400,
+            },
         )
