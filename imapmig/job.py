@@ -14,7 +14,7 @@ per message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence, TypeVar
 
 from automat import TypeMachineBuilder
 from twisted.internet.defer import Deferred, DeferredList, succeed
@@ -46,6 +46,8 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
 from imapmig.state import FolderMark, IStateStore, MessageOutcome
 
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 log = Logger()
 
 # The most octets read from the source in one step without letting the
@@ -369,6 +371,20 @@ class _PipelineOutcomes:
 # The copying.
 
 
+async def _bothOf(first: Deferred[_T], second: Deferred[_U]) -> tuple[_T, _U]:
+    """
+    The results of two commands (or runs of commands) already sent
+    together, once both have their replies.  If either failed, the first
+    failure is raised and the other's is consumed, not left unhandled.
+    """
+    sent: list[Deferred[Any]] = [first, second]
+    results: list[tuple[bool, Any]] = await DeferredList(sent, consumeErrors=True)
+    for ok, value in results:
+        if not ok:
+            value.raiseException()
+    return results[0][1], results[1][1]
+
+
 def _abandonSession(session: IMAPSession | None) -> None:
     """
     Drop an extra session the job no longer needs (it failed before the
@@ -589,8 +605,12 @@ class MigrationJob:
                 if use is not None and mapping.mailbox not in view.existing:
                     claiming.setdefault(use, mapping)
             if claiming:
-                await self._createMailboxes(first, view, list(claiming.values()))
-                view = await _DestinationView.read(first)
+                # The LIST goes right behind the CREATEs: one round trip.
+                claimed = Deferred.fromCoroutine(
+                    self._createMailboxes(first, view, list(claiming.values()))
+                )
+                listed = Deferred.fromCoroutine(_DestinationView.read(first))
+                _, view = await _bothOf(claimed, listed)
                 mappings, _ = mapFolders(sourceFolders, renames, view.delimiter, view.uses)
             plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
             accounted: dict[str, list[MessageOutcome]] = {}
@@ -610,15 +630,17 @@ class MigrationJob:
                     await self._applyFlagChanges(first, mapping.mailbox, flagChanges, recorded)
 
             # The destination folders: created where missing (with their use
-            # where the server can), subscribed as in the source.
-            uncreatable = await self._createMailboxes(first, view, mappings)
+            # where the server can), subscribed as in the source; and what
+            # each target mailbox can store and already holds (SELECT).  All
+            # these commands go in one flight: one round trip in all.
+            targets = sorted({m.mailbox for m, pending in plans if pending})
+            creating = Deferred.fromCoroutine(self._createMailboxes(first, view, mappings))
+            selecting = Deferred.fromCoroutine(first.selectEach(targets))
+            uncreatable, states = await _bothOf(creating, selecting)
             existing = view.existing
-
-            # What each target mailbox can store, and what it already holds.
-            targets = sorted({m.mailbox for m, pending in plans if pending} - set(uncreatable))
-            # One round trip for all of them: SELECT each, pipelined.
-            states = await first.selectEach(targets) if targets else {}
             for mailbox in targets:
+                if mailbox in uncreatable:
+                    continue
                 state = states[mailbox]
                 if isinstance(state, CommandFailed):
                     log.warn(
@@ -712,21 +734,24 @@ class MigrationJob:
         missing = mailboxesToCreate([m.path for m in mappings], view.existing, view.delimiter)
         uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
         toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
-        uncreatable = await session.createMailboxes(
-            missing,
-            {name: use for name, use in uses.items() if name in missing},
-            subscribe=toSubscribe,
+        # Every command is written before the first reply is awaited.
+        creating = Deferred.fromCoroutine(
+            session.createMailboxes(
+                missing,
+                {name: use for name, use in uses.items() if name in missing},
+                subscribe=toSubscribe,
+            )
         )
-        for name in missing:
-            if name not in uncreatable:
-                log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
         unsubscribed = sorted(
             name
             for name in toSubscribe
             if name in view.existing and name not in view.subscribed
         )
-        if unsubscribed:
-            await session.subscribeMailboxes(unsubscribed)
+        subscribing = Deferred.fromCoroutine(session.subscribeMailboxes(unsubscribed))
+        uncreatable, _ = await _bothOf(creating, subscribing)
+        for name in missing:
+            if name not in uncreatable:
+                log.info("Job {job}: created mailbox {mailbox!r}", job=self.name, mailbox=name)
         return uncreatable
 
     async def _listFolder(

@@ -173,6 +173,21 @@ class SessionTests(SynchronousTestCase):
         self.successResultOf(d)
         self.assertIn(b"MULTIAPPEND", session.capabilities)
 
+    def test_loginCapabilityCode(self) -> None:
+        """
+        A CAPABILITY response code in the tagged OK of the login gives the
+        session its capabilities: no CAPABILITY command follows (RFC 3501
+        6.2.3), a round trip saved on every connection.
+        """
+        client, transport, clock = greeted(b"IMAP4rev1 SASL-IR AUTH=PLAIN")
+        session = IMAPSession(client, "alice at test")
+        d = Deferred.fromCoroutine(session.login("alice", "pw"))
+        transport.clear()
+        client.dataReceived(b"0001 OK [CAPABILITY IMAP4rev1 literal+ MULTIAPPEND] Logged in\r\n")
+        self.successResultOf(d)
+        self.assertEqual(transport.value(), b"")
+        self.assertEqual(session.capabilities, {b"IMAP4REV1", b"LITERAL+", b"MULTIAPPEND"})
+
     def test_loginQuoted(self) -> None:
         """
         Without SASL-IR, LOGIN sends quoted strings with escapes.

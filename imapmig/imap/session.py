@@ -232,6 +232,20 @@ def capabilitySet(caps: dict[bytes, Any] | None) -> frozenset[bytes]:
     return frozenset(result)
 
 
+def capabilitiesInReply(reply: bytes) -> frozenset[bytes] | None:
+    """
+    The capabilities of a C{CAPABILITY} response code in a tagged C{OK}
+    (C{b"OK [CAPABILITY IMAP4rev1 LITERAL+] Logged in"}), upper-cased as
+    L{capabilitySet} gives them, or L{None} when the reply has none.
+    """
+    if reply[:15].upper() != b"OK [CAPABILITY ":
+        return None
+    end = reply.find(b"]", 15)
+    if end == -1:
+        return None
+    return frozenset(atom.upper() for atom in reply[15:end].split())
+
+
 def describeTLSError(error: BaseException) -> str | None:
     """
     A short explanation of a TLS failure, or L{None} if C{error} is not one.
@@ -353,14 +367,21 @@ class IMAPSession:
                 )
             command = Command(b"LOGIN", _quoted(user) + b" " + _quoted(password))
         try:
-            await _mapped("LOGIN", self._client.sendCommand(command))
+            _, reply = await _mapped("LOGIN", self._client.sendCommand(command))
         except CommandFailed as e:
             raise AuthenticationFailed(
                 f"{self._description}: login refused: {e.text}"
             ) from None
-        self.capabilities = capabilitySet(
-            await _mapped("CAPABILITY", self._client.getCapabilities(useCache=0))
-        )
+        # RFC 3501 6.2.3: a CAPABILITY code in the tagged OK makes a
+        # CAPABILITY command unnecessary (Dovecot sends one): a round trip
+        # saved on every connection.
+        automatic = capabilitiesInReply(reply)
+        if automatic is not None:
+            self.capabilities = automatic
+        else:
+            self.capabilities = capabilitySet(
+                await _mapped("CAPABILITY", self._client.getCapabilities(useCache=0))
+            )
 
     async def startCompression(self) -> bool:
         """
