@@ -4,35 +4,23 @@ The benchmark's private Dovecot: L{imapmig.testing.dovecot.DovecotInstance}
 with a pool of accounts (a fresh, never-used one for every run) and, when a
 delay line is in use, running inside the server's network namespace and
 listening on the server's address there.
-
-L{DovecotInstance} listens on 127.0.0.1 only and runs C{dovecot} itself.
-Until it takes a listening address and a command prefix, L{NamespacedDovecot}
-adapts it from the outside: it rewrites the addresses in the configuration
-the instance wrote, launches C{dovecot} through C{ip netns exec}, and probes
-the greeting from inside the namespace.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
-import subprocess
-import sys
 import tempfile
-import time
 from typing import Callable, Sequence
 
 from attrs import frozen
 
-from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
+from imapmig.testing.dovecot import DovecotInstance, DovecotUser
 
 PASSWORD = "bench-password"
 
 # The post-login capabilities Dovecot 2.3 advertises are read from the
 # server itself (see L{capabilitiesWithout}); these are what the variants
 # remove or add.
-_START_TIMEOUT = 15.0
 
 
 @frozen
@@ -162,28 +150,20 @@ class BenchServer:
         users = [DovecotUser(name, PASSWORD) for name in self._names]
         self.host = address
         self._mailRoot = mailRoot
-        if namespace is None:
-            self._instance: DovecotInstance = DovecotInstance(
-                baseDir,
-                users=users,
-                fsync=fsync,
-                mailRoot=mailRoot,
-                capabilities=capabilities,
-                compress=compress,
-            )
-        else:
+        prefix: list[str] = []
+        if namespace is not None:
             assert inNamespace is not None
-            self._instance = NamespacedDovecot(
-                baseDir,
-                namespace=namespace,
-                address=address,
-                inNamespace=inNamespace,
-                users=users,
-                fsync=fsync,
-                mailRoot=mailRoot,
-                capabilities=capabilities,
-                compress=compress,
-            )
+            prefix = inNamespace(namespace, [])
+        self._instance = DovecotInstance(
+            baseDir,
+            users=users,
+            fsync=fsync,
+            mailRoot=mailRoot,
+            capabilities=capabilities,
+            compress=compress,
+            address=address,
+            commandPrefix=prefix,
+        )
 
     @property
     def port(self) -> int:
@@ -245,85 +225,3 @@ class BenchServer:
         The end of Dovecot's log.
         """
         return self._instance.logTail()
-
-
-class NamespacedDovecot(DovecotInstance):
-    """
-    A L{DovecotInstance} running in a network namespace and listening on an
-    address there (adapted from the outside; see the module docstring).
-    """
-
-    def __init__(
-        self,
-        baseDir: str,
-        *,
-        namespace: str,
-        address: str,
-        inNamespace: Callable[[str, list[str]], list[str]],
-        users: Sequence[DovecotUser],
-        fsync: bool,
-        mailRoot: str | None,
-        capabilities: str | None,
-        compress: bool,
-    ) -> None:
-        DovecotInstance.__init__(
-            self,
-            baseDir,
-            users=users,
-            fsync=fsync,
-            mailRoot=mailRoot,
-            capabilities=capabilities,
-            compress=compress,
-        )
-        self._namespace = namespace
-        self._address = address
-        self._inNamespace = inNamespace
-
-    def _writeConfig(self) -> None:
-        DovecotInstance._writeConfig(self)
-        path = os.path.join(self.baseDir, "dovecot.conf")
-        with open(path) as f:
-            text = f.read()
-        text = text.replace("listen = 127.0.0.1", f"listen = {self._address}")
-        text = text.replace("address = 127.0.0.1", f"address = {self._address}")
-        with open(path, "w") as f:
-            f.write(text)
-
-    def _launch(self, binary: str) -> None:
-        wrapper = os.path.join(self.baseDir, "dovecot-in-namespace")
-        with open(wrapper, "w") as f:
-            command = " ".join(_shellQuote(a) for a in self._inNamespace(self._namespace, [binary]))
-            f.write(f'#!/bin/sh\nexec {command} "$@"\n')
-        os.chmod(wrapper, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-        DovecotInstance._launch(self, wrapper)
-
-    def _waitUntilReady(self) -> None:
-        probe = (
-            "import socket,sys\n"
-            "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=2)\n"
-            "sys.exit(0 if s.recv(100).startswith(b'* OK') else 1)\n"
-        )
-        argv = self._inNamespace(
-            self._namespace, [sys.executable, "-c", probe, self._address, str(self.port)]
-        )
-        deadline = time.monotonic() + _START_TIMEOUT
-        while True:
-            process = self._process
-            if process is not None and process.poll() is not None:
-                raise DovecotStartFailed(
-                    f"dovecot exited with status {process.returncode}\n" + self.logTail()
-                )
-            if subprocess.run(argv, capture_output=True).returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise DovecotStartFailed(
-                    f"dovecot did not greet on {self._address}:{self.port} in "
-                    f"namespace {self._namespace}\n" + self.logTail()
-                )
-            time.sleep(0.05)
-
-
-def _shellQuote(argument: str) -> str:
-    import shlex
-
-    return shlex.quote(argument)

@@ -252,6 +252,41 @@ class DovecotInstanceTests(SynchronousTestCase):
         )
         instance.stop()
 
+    def test_addressAndCommandPrefix(self) -> None:
+        """
+        With C{address} and C{commandPrefix} (as the benchmark runs it in a
+        network namespace), Dovecot and the probe of its greeting run
+        through the prefix, the listeners bind that address only, and
+        L{DovecotInstance.stop} ends the process the prefix became.
+        """
+        base = self.mktemp()
+        os.makedirs(base)
+        calls = os.path.join(base, "calls")
+        prefix = os.path.join(base, "prefix")
+        with open(prefix, "w") as f:
+            f.write(f'#!/bin/sh\necho "$1" >> {calls}\nexec "$@"\n')
+        os.chmod(prefix, 0o755)
+        instance = DovecotInstance(
+            os.path.join(base, "dovecot"), address="127.0.0.2", commandPrefix=[prefix]
+        )
+        instance.start()
+        self.addCleanup(instance.stop)
+
+        with open(calls) as f:
+            programs = f.read().split()
+        self.assertEqual(programs[0], dovecot.findDovecot())
+        self.assertEqual(set(programs[1:]), {sys.executable})
+        client = instance.imapClient("alice")
+        self.assertEqual(client.noop()[0], "OK")
+        client.logout()
+        self.assertRaises(
+            ConnectionRefusedError, socket.create_connection, ("127.0.0.1", instance.port)
+        )
+        pid = instance.pid
+        assert pid is not None
+        instance.stop()
+        self.assertRaises(ProcessLookupError, os.kill, pid, 0)
+
     def test_startFailureShowsLog(self) -> None:
         """
         When Dovecot refuses its configuration, L{start} raises

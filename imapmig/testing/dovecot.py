@@ -7,7 +7,10 @@ L{DovecotInstance} writes a standalone configuration (nothing of
 C{/etc/dovecot} is read), a private certificate authority and a server
 certificate, then runs C{dovecot -F -c FILE} as a child process listening on
 two free ports of 127.0.0.1: one for plain IMAP (STARTTLS offered) and one for
-implicit TLS.  Several instances can run at once.
+implicit TLS.  Several instances can run at once.  The benchmark runs one in
+a network namespace of its own: it gives the address to listen on there and
+the command prefix (C{ip netns exec NAME}) that runs Dovecot, and the probe
+of its greeting, inside that namespace.
 
 Everything here is synchronous and blocking: it runs outside any reactor,
 before and after the code under test, so polling with C{time.sleep} and
@@ -186,8 +189,10 @@ def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
 
 class DovecotInstance:
     """
-    A private Dovecot serving IMAP on 127.0.0.1, for tests.
+    A private Dovecot serving IMAP on 127.0.0.1 (or an address in a network
+    namespace), for tests and the benchmark.
 
+    @ivar address: the IPv4 address it listens on.
     @ivar baseDir: the directory holding the configuration, certificates,
         password file, log and (by default) the users' homes.
     @ivar users: the accounts.
@@ -214,6 +219,8 @@ class DovecotInstance:
         fsync: bool = False,
         compress: bool = False,
         mailRoot: str | None = None,
+        address: str = "127.0.0.1",
+        commandPrefix: Sequence[str] = (),
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -240,6 +247,15 @@ class DovecotInstance:
             COMPRESS=DEFLATE.
         @param mailRoot: the directory holding one home per user, e.g. on
             a tmpfs or a disk for the benchmark; C{baseDir/home} by default.
+        @param address: the IPv4 address both listeners bind; an address
+            other than 127.0.0.1 belongs to a network namespace that
+            C{commandPrefix} enters.
+        @param commandPrefix: the command line that runs its arguments where
+            Dovecot should run, e.g. C{["ip", "netns", "exec", "srv"]}; it
+            must exec them (the process started is the one stopped).  With
+            a prefix, readiness is probed by a child process run through it
+            (the plain port only), and the L{imaplib} helpers of this class,
+            which connect from this process, cannot reach the server.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -257,6 +273,8 @@ class DovecotInstance:
         self._mailRoot = os.path.abspath(
             mailRoot if mailRoot is not None else os.path.join(self.baseDir, "home")
         )
+        self.address = address
+        self._commandPrefix = tuple(commandPrefix)
         self.port = 0
         self.tlsPort = 0
         self.caCertificatePath = os.path.join(self.baseDir, "tls", "ca.pem")
@@ -507,7 +525,7 @@ class DovecotInstance:
         raise KeyError(f"no user {user!r} in {self!r}")
 
     def _login(self, user: str) -> IMAP4:
-        client = IMAP4("127.0.0.1", self.port, timeout=60)
+        client = IMAP4(self.address, self.port, timeout=60)
         try:
             client.login(user, self._password(user))
         except BaseException:
@@ -592,7 +610,7 @@ class DovecotInstance:
             f"state_dir = {stateDir}",
             f"instance_name = imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
             f"log_path = {self._logPath}",
-            "listen = 127.0.0.1",
+            f"listen = {self.address}",
             "protocols = imap",
             "ssl = yes",
             f"ssl_cert = <{os.path.join(tlsDir, 'server.pem')}",
@@ -618,11 +636,11 @@ class DovecotInstance:
             "}",
             "service imap-login {",
             "  inet_listener imap {",
-            "    address = 127.0.0.1",
+            f"    address = {self.address}",
             f"    port = {self.port}",
             "  }",
             "  inet_listener imaps {",
-            "    address = 127.0.0.1",
+            f"    address = {self.address}",
             f"    port = {self.tlsPort}",
             "    ssl = yes",
             "  }",
@@ -686,7 +704,7 @@ class DovecotInstance:
     def _launch(self, binary: str) -> None:
         with open(self._outputPath, "ab") as output:
             self._process = subprocess.Popen(
-                [binary, "-F", "-c", self._configPath],
+                [*self._commandPrefix, binary, "-F", "-c", self._configPath],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
@@ -697,9 +715,10 @@ class DovecotInstance:
 
     def _waitUntilReady(self) -> None:
         assert self._process is not None
-        context = ssl.create_default_context(cafile=self.caCertificatePath)
+        pending: dict[int, ssl.SSLContext | None] = {self.port: None}
+        if not self._commandPrefix:
+            pending[self.tlsPort] = ssl.create_default_context(cafile=self.caCertificatePath)
         deadline = time.monotonic() + _START_TIMEOUT
-        pending = {self.port: None, self.tlsPort: context}
         problem = "no answer"
         while pending:
             if self._process.poll() is not None:
@@ -709,13 +728,13 @@ class DovecotInstance:
                 )
             if time.monotonic() > deadline:
                 raise DovecotStartFailed(
-                    f"dovecot did not greet on port(s) {sorted(pending)} within "
-                    f"{_START_TIMEOUT} s ({problem})\n" + self.logTail()
+                    f"dovecot did not greet on {self.address} port(s) {sorted(pending)} "
+                    f"within {_START_TIMEOUT} s ({problem})\n" + self.logTail()
                 )
             for port, tls in list(pending.items()):
                 try:
-                    greeting = _readGreeting(port, tls)
-                except (OSError, ssl.SSLError) as e:
+                    greeting = self._readGreeting(port, tls)
+                except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
                     problem = repr(e)
                     continue
                 if greeting.startswith(b"* OK"):
@@ -725,13 +744,36 @@ class DovecotInstance:
             if pending:
                 time.sleep(0.02)
 
+    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
+        """
+        The first line the server sends on C{port}: read here, or by a child
+        process run through the command prefix (plain ports only).
+        """
+        if not self._commandPrefix:
+            return _readGreeting(self.address, port, context)
+        assert context is None
+        probe = (
+            "import socket, sys\n"
+            "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+            "sys.stdout.buffer.write(s.recv(4096))\n"
+        )
+        result = subprocess.run(
+            [*self._commandPrefix, sys.executable, "-c", probe, self.address, str(port)],
+            capture_output=True,
+            timeout=10,
+        )
+        if result.returncode != 0:
+            lines = result.stderr.strip().splitlines() or [b"no output"]
+            raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
+        return result.stdout.split(b"\r\n", 1)[0]
 
-def _readGreeting(port: int, context: ssl.SSLContext | None) -> bytes:
+
+def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> bytes:
     """
-    Connect to C{port} on loopback (over TLS when C{context} is given) and
+    Connect to C{port} on C{address} (over TLS when C{context} is given) and
     return the first line the server sends.
     """
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+    with socket.create_connection((address, port), timeout=2) as raw:
         sock: socket.socket = raw
         if context is not None:
             sock = context.wrap_socket(raw, server_hostname="localhost")
