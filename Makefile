@@ -43,7 +43,7 @@ trial:
 test: setup typecheck trial
 
 # The benchmark (issue 3): bench/run.py's docstring documents it.
-#   make bench        the full matrix (about 25 minutes); BENCH_ARGS adds options
+#   make bench        the full matrix (about 60 minutes); BENCH_ARGS adds options
 #   make bench-quick  a smoke run (under a minute)
 BENCH_APT_PACKAGES = isync build-essential dovecot-imapd iproute2
 BENCH_PIP_PACKAGES = matplotlib
