@@ -36,10 +36,12 @@ from imapmig.plan import (
     chooseUnit,
     chunks,
     cutUnits,
+    guidedShare,
     isIncluded,
     mailboxesToCreate,
     mapFolders,
     pendingMessages,
+    takeShare,
 )
 from imapmig.progress import JobProgress
 from imapmig.sources import IMessageSource
@@ -387,8 +389,8 @@ async def _bothOf(first: Deferred[_T], second: Deferred[_U]) -> tuple[_T, _U]:
 
 def _abandonSession(session: IMAPSession | None) -> None:
     """
-    Drop an extra session the job no longer needs (it failed before the
-    session could work).
+    Drop a session the job no longer needs (it failed before the session
+    could work).
     """
     if session is not None:
         session.abort()
@@ -436,6 +438,8 @@ class MigrationJob:
         self._settings = settings
         self._lifecycle = JobLifecycle(progress)
         self._units: list[WorkUnit] = []
+        # Messages in self._units, not yet taken by a connection.
+        self._untaken = 0
         self._selected: dict[int, str] = {}
         self._stopping = False
         self._recorder = OutcomeRecorder(
@@ -463,6 +467,7 @@ class MigrationJob:
         """
         self._stopping = True
         self._units.clear()
+        self._untaken = 0
 
     async def run(self) -> bool:
         """
@@ -514,7 +519,47 @@ class MigrationJob:
         return False
 
     async def _copy(self) -> None:
-        settings = self._settings
+        # The first destination connection logs in while the source is
+        # listed: its greeting and login (about 16 ms on a local Dovecot,
+        # two round trips or more over a network) overlap the listing.
+        opening = Deferred.fromCoroutine(self._openFirstSession())
+        try:
+            listed = await self._listSource(opening)
+        except BaseException:
+            opening.addCallback(_abandonSession).addErrback(
+                lambda failure: log.failure(
+                    "Job {job}: the first connection failed", failure, job=self.name
+                )
+            )
+            raise
+        first = await opening
+        self._sessions.append(first)
+        await self._copyListed(first, *listed)
+
+    async def _openFirstSession(self) -> IMAPSession:
+        return await self._openSession()
+
+    async def _listSource(
+        self, opening: Deferred[IMAPSession]
+    ) -> tuple[
+        list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]],
+        dict[str, dict[str, MessageOutcome]],
+        dict[str, list[MessageOutcome]],
+        list[str],
+    ]:
+        """
+        List the included source folders and what of each is left to copy;
+        set the progress totals.
+
+        @param opening: the first destination connection, logging in
+            meanwhile: while it is, the reactor runs between folders (a
+            Maildir or mbox is listed without yielding), so that its
+            greeting and login go on.
+        @return: per folder what is left to copy (and, on a delta pass, the
+            flag changes); per folder the records of its messages, and
+            those that account for messages still in the source; and the
+            folders that could not be read.
+        """
         progress = self._progress
         source = self._source
         folders = await source.listFolders()
@@ -566,6 +611,8 @@ class MigrationJob:
             total += listedCount
             already += listedCount - len(pending)
             listings.append((folder, pending, flagChanges))
+            if not opening.called:
+                await deferLater(self._clock, 0)
         progress.messagesTotal = total
         progress.messagesDone = already
         progress.messagesAlreadyMigrated = already
@@ -576,10 +623,22 @@ class MigrationJob:
             folders=len(included),
             pending=total - already,
         )
+        return listings, recordedByFolder, accountedByFolder, unreadable
 
+    async def _copyListed(
+        self,
+        first: IMAPSession,
+        listings: list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]],
+        recordedByFolder: dict[str, dict[str, MessageOutcome]],
+        accountedByFolder: dict[str, list[MessageOutcome]],
+        unreadable: list[str],
+    ) -> None:
+        """
+        Copy what L{_listSource} found left to copy, over C{first} and the
+        job's other connections.
+        """
+        settings = self._settings
         # Where each folder goes.
-        first = await self._openSession()
-        self._sessions.append(first)
         # The other connections log in while this one prepares the
         # destination: at 20 ms of RTT that overlaps about four round trips.
         expectedUnits = sum(
@@ -698,6 +757,7 @@ class MigrationJob:
                     )
                 )
             raise
+        self._untaken = sum(len(unit.messages) for unit in self._units)
         if not self._units:
             for opening in openings:
                 extra = await opening
@@ -894,7 +954,9 @@ class MigrationJob:
         traits: dict[str, _DestinationTraits] = {}
         while units and not self._stopping:
             inUse = {m for w, m in selected.items() if w != worker}
-            unit = units.pop(chooseUnit(units, current, inUse))
+            share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
+            unit = takeShare(units, chooseUnit(units, current, inUse), share)
+            self._untaken -= len(unit.messages)
             if unit.mailbox != current:
                 # SELECT behind the APPENDs still in flight, without
                 # waiting for their replies.

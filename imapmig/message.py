@@ -7,14 +7,14 @@ sends.  This module imports nothing from the rest of imapmig.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Iterator, Sequence
 
 from attrs import frozen
 
-_MONTHS = (
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+_MONTH_OCTETS = (
+    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun",
+    b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
 )  # fmt: skip
 
 # Maildir info letters (after ":2,") and their IMAP flags, in the ASCII
@@ -259,27 +259,29 @@ def formatInternalDate(when: datetime) -> bytes:
     Format C{when} as an RFC 3501 C{date-time}, with its quotes:
     C{b'"22-Nov-2026 04:38:25 +0000"'}.
 
+    Called once per message sent: formatted as bytes directly, with UTC
+    (the common case) taking no arithmetic.
+
     @param when: a timezone-aware datetime.
     @return: the quoted date-time, ready for the wire.
     """
-    offset = when.utcoffset() or timedelta(0)
-    minutes = int(offset.total_seconds()) // 60
-    sign = "+" if minutes >= 0 else "-"
-    minutes = abs(minutes)
-    return (
-        '"%02d-%s-%04d %02d:%02d:%02d %s%02d%02d"'
-        % (
-            when.day,
-            _MONTHS[when.month - 1],
-            when.year,
-            when.hour,
-            when.minute,
-            when.second,
-            sign,
-            minutes // 60,
-            minutes % 60,
-        )
-    ).encode("ascii")
+    offset = when.utcoffset()
+    if not offset:
+        zone = b"+0000"
+    else:
+        minutes = int(offset.total_seconds()) // 60
+        sign = b"+" if minutes >= 0 else b"-"
+        minutes = abs(minutes)
+        zone = b"%s%02d%02d" % (sign, minutes // 60, minutes % 60)
+    return b'"%02d-%s-%04d %02d:%02d:%02d %s"' % (
+        when.day,
+        _MONTH_OCTETS[when.month - 1],
+        when.year,
+        when.hour,
+        when.minute,
+        when.second,
+        zone,
+    )
 
 
 def utcFromTimestamp(timestamp: float) -> datetime:

@@ -73,7 +73,8 @@ def pendingMessages(
 @frozen
 class WorkUnit:
     """
-    A run of pending messages of one folder, taken by one connection.
+    A run of pending messages of one folder; a connection takes it, or a
+    share of it (L{takeShare}).
     """
 
     folder: SourceFolder
@@ -118,6 +119,35 @@ def chooseUnit(
         if free is None and unit.mailbox not in inUse:
             free = index
     return 0 if free is None else free
+
+
+def guidedShare(remaining: int, connections: int, minimum: int) -> int:
+    """
+    How many messages a connection takes next (guided self-scheduling):
+    a fair share of what is left, C{remaining / (2 * connections)} rounded
+    up, but at least C{minimum}.  Large shares early keep each connection
+    in its mailbox; small ones at the end let the connections finish
+    together, where whole units would leave one connection alone with the
+    last of them while the others wait.
+
+    @param remaining: messages not yet taken by any connection.
+    @param connections: the job's connections.
+    @param minimum: the smallest share worth taking (a batch).
+    """
+    return max(minimum, -(-remaining // (2 * max(connections, 1))))
+
+
+def takeShare(units: list[WorkUnit], index: int, share: int) -> WorkUnit:
+    """
+    Take the first C{share} messages of C{units[index]}; the rest stays in
+    its place.  A unit of C{share} messages or fewer is taken whole, and
+    removed from C{units}.
+    """
+    unit = units[index]
+    if len(unit.messages) <= share:
+        return units.pop(index)
+    units[index] = WorkUnit(unit.folder, unit.mailbox, unit.messages[share:])
+    return WorkUnit(unit.folder, unit.mailbox, unit.messages[:share])
 
 
 def chunks(

@@ -52,6 +52,8 @@ class MemorySource:
         self._bodies: dict[tuple[str, str], MessageBody] = {}
         self.reads = 0
         self.listingErrors: dict[str, Exception] = {}
+        self.foldersError: Exception | None = None
+        self.onListing: Callable[[SourceFolder], None] = lambda folder: None
         self.holdAfter: int | None = None
         self.held: list[tuple[Deferred[Sequence[MessageBody]], list[MessageBody]]] = []
 
@@ -87,11 +89,17 @@ class MemorySource:
         return message
 
     def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
-        "See L{IMessageSource.listFolders}."
+        "See L{IMessageSource.listFolders}; fails with C{foldersError} if set."
+        if self.foldersError is not None:
+            return fail(self.foldersError)
         return succeed(list(self._folders))
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
-        "See L{IMessageSource.listMessages}; fails as C{listingErrors} says."
+        """
+        See L{IMessageSource.listMessages}: at once (like a Maildir), after
+        calling C{onListing}; fails as C{listingErrors} says.
+        """
+        self.onListing(folder)
         if folder.key in self.listingErrors:
             return fail(self.listingErrors[folder.key])
         return succeed(list(self._messages[folder.key]))
@@ -191,13 +199,16 @@ class MemoryEndpoint:
         """
         Move bytes on every connection, one step each in turn (so that
         connections progress together), until C{until()} or nothing moves.
+        The clock is left alone: L{JobHarness.settle} runs the calls due
+        once nothing moves, as a reactor runs its timed calls between
+        rounds of I/O.
         """
         for _ in range(100000):
             if until():
                 return
             moved = False
             for pump in list(self.pumps):
-                moved = pump.pump() or moved
+                moved = pump.pump(advanceClock=False) or moved
             self._step += 1
             for server, arrivals in zip(self.servers, self.arrivals):
                 arrivals.extend([self._step] * (len(server.received) - len(arrivals)))
@@ -784,6 +795,42 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
 
+    def test_twoConnectionsShareOneUnit(self) -> None:
+        """
+        Connections take shares of what is left, smaller towards the end,
+        not whole units: with a folder of 30 messages in one unit and one
+        of 10, the connection that took the small folder helps with the
+        large one, and both end with about half.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 30)
+        populate(h.source, h.source.addFolder("Archive"), 10, start=30)
+        settings = JobSettings(connections=2, batchMessages=1, windowMessages=2, unitMessages=30)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        first, second = h.endpoint.servers
+        self.assertEqual(len(appendLines(first)) + len(appendLines(second)), 40)
+        for server in (first, second):
+            self.assertTrue([line for line in appendLines(server) if b' "INBOX" ' in line])
+        # They end together: the last APPENDs of the two arrive within a
+        # few steps of each other (the one that took the small folder
+        # would otherwise have ended 20 steps before the other).
+        lastAppends = [
+            max(step for step, line in zip(h.endpoint.arrivals[c], server.received) if b" APPEND " in line)
+            for c, server in enumerate((first, second))
+        ]
+        self.assertLessEqual(abs(lastAppends[0] - lastAppends[1]), 10)
+        self.assertEqual(
+            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")), sorted(body(n) for n in range(30))
+        )
+        self.assertEqual(
+            sorted(m.body for m in h.mail.mailbox(USER, "Archive")),
+            sorted(body(n) for n in range(30, 40)),
+        )
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
+        h.finish()
+
     def test_preparedInOneRoundTrip(self) -> None:
         """
         Before appending, the job creates the missing mailboxes, subscribes
@@ -862,6 +909,46 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertLess(h.endpoint.arrival(2, b"AUTHENTICATE"), firstSelect)
         self.assertEqual(len(h.mail.mailbox(USER, "INBOX")) + len(h.mail.mailbox(USER, "Archive")), 8)
         h.finish()
+
+    def test_logsInWhileListing(self) -> None:
+        """
+        The first connection logs in while the source is listed: a source
+        that lists each folder at once (a Maildir) is listed with the
+        reactor running between folders, so the greeting and the login go
+        on meanwhile.
+        """
+        h = JobHarness(self)
+        names = ["INBOX", "A", "B", "C", "D", "E"]
+        for n, name in enumerate(names):
+            populate(h.source, h.source.addFolder(name), 1, start=n)
+        seen: list[list[bytes]] = []
+        h.source.onListing = lambda folder: seen.append(
+            [line.split(b" ")[1] for server in h.endpoint.servers for line in server.received]
+        )
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(len(seen), len(names))
+        self.assertEqual(seen[0], [])
+        self.assertIn(b"AUTHENTICATE", seen[-1])
+        self.assertEqual(len(h.mail.mailbox(USER, "E")), 1)
+        h.finish()
+
+    def test_listingFailsConnectionDropped(self) -> None:
+        """
+        When the source cannot be listed at all, the job fails saying why,
+        and the destination connection opened meanwhile is dropped.
+        """
+        h = JobHarness(self)
+        h.source.foldersError = SourceError("no such Maildir: /x/Maildir")
+
+        self.assertFalse(h.run(h.job()))
+
+        self.assertIn("no such Maildir: /x/Maildir", h.progress.error or "")
+        self.assertEqual(h.endpoint.attempts, 1)
+        self.assertTrue(all(pump.clientIO.disconnected for pump in h.endpoint.pumps))
+        self.assertEqual(h.store.batches, [])
+        self.flushLoggedErrors()
 
     def test_extraConnectionsOnlyForUnits(self) -> None:
         """

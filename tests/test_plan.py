@@ -17,11 +17,13 @@ from imapmig.plan import (
     cutUnits,
     destinationMailbox,
     folderName,
+    guidedShare,
     isIncluded,
     mailboxesToCreate,
     mapFolders,
     pendingMessages,
     renamedPath,
+    takeShare,
 )
 
 
@@ -118,6 +120,36 @@ class WorkTests(SynchronousTestCase):
         self.assertEqual(chooseUnit(units, None, {"A"}), 2)
         self.assertEqual(chooseUnit(units, None, {"A", "B", "C"}), 0)
         self.assertEqual(chooseUnit(units, "Z", set()), 0)
+
+    def test_guidedShare(self) -> None:
+        """
+        A share is a quarter of what is left with two connections (rounded
+        up), never less than the minimum.
+        """
+        self.assertEqual(guidedShare(5000, 2, 50), 1250)
+        self.assertEqual(guidedShare(5001, 2, 50), 1251)
+        self.assertEqual(guidedShare(300, 2, 50), 75)
+        self.assertEqual(guidedShare(120, 2, 50), 50)
+        self.assertEqual(guidedShare(10, 1, 1), 5)
+        self.assertEqual(guidedShare(0, 0, 1), 1)
+
+    def test_takeShare(self) -> None:
+        """
+        A share is the unit's first messages, the rest left in its place;
+        a unit no larger than the share is taken whole and removed.
+        """
+        folder = SourceFolder(("x",), "")
+        listed = tuple(messages(1, 2, 3, 4, 5))
+        units = [WorkUnit(folder, "A", listed), WorkUnit(folder, "B", listed[:1])]
+
+        taken = takeShare(units, 0, 2)
+
+        self.assertEqual(taken, WorkUnit(folder, "A", listed[:2]))
+        self.assertEqual(units, [WorkUnit(folder, "A", listed[2:]), WorkUnit(folder, "B", listed[:1])])
+        self.assertEqual(takeShare(units, 0, 3), WorkUnit(folder, "A", listed[2:]))
+        self.assertEqual(units, [WorkUnit(folder, "B", listed[:1])])
+        self.assertEqual(takeShare(units, 0, 3), WorkUnit(folder, "B", listed[:1]))
+        self.assertEqual(units, [])
 
 
 class FolderRulesTests(SynchronousTestCase):

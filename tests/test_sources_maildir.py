@@ -844,3 +844,42 @@ class LargeFileTests(SynchronousTestCase):
 
         self.patch(os, "fstat", Shrunk)
         self.assertEqual(readMessageFile(path), b"a\r\n" * 100)
+
+    def test_listedSizeReadWithoutFstat(self) -> None:
+        """
+        Given the size the listing saw, a small file is read with no
+        C{fstat}; a file that shrank since is read as it is now.
+        """
+        from imapmig.sources.maildir import readMessageFile
+
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 100)
+
+        def noFstat(fd: int) -> os.stat_result:
+            raise AssertionError("fstat called")
+
+        self.patch(os, "fstat", noFstat)
+        self.assertEqual(readMessageFile(path, 200), b"a\r\n" * 100)
+        self.assertEqual(readMessageFile(path, 5000), b"a\r\n" * 100)
+
+    def test_grewSinceListed(self) -> None:
+        """
+        A file that grew since it was listed is read to its end; one that
+        grew past the large-file threshold is streamed.
+        """
+        import imapmig.sources.maildir as module
+        from imapmig.message import StreamedBody
+        from imapmig.sources.maildir import readMessageFile
+
+        self.patch(module, "LARGE_FILE", 1000)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 300)
+        self.assertEqual(readMessageFile(path, 10), b"a\r\n" * 300)
+        with open(path, "wb") as f:
+            f.write(b"b\n" * 600)
+        body = readMessageFile(path, 10)
+        assert isinstance(body, StreamedBody)
+        self.assertEqual(b"".join(body.slices(64)), b"b\r\n" * 600)
+        body.close()

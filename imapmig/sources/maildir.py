@@ -88,13 +88,16 @@ LARGE_FILE = 4 * 1024 * 1024
 _CHUNK = 1024 * 1024
 
 
-def readMessageFile(path: str) -> MessageBody | None:
+def readMessageFile(path: str, listedSize: int = 0) -> MessageBody | None:
     """
     Read one message file whole, in one read, with CRLF line endings; a
     file larger than L{LARGE_FILE} is left open and returned as a
     L{StreamedBody}.
 
     @param path: the file.
+    @param listedSize: its size as the listing saw it, if known (else 0).
+        A small file of known size is read with no C{fstat}: one C{read}
+        asks for one octet more, which shows whether it grew since.
     @return: the body; an L{UnreadableMessage} saying why it could not be
         read; or L{None} when the file does not exist (the caller may look
         for it under another name).
@@ -103,15 +106,22 @@ def readMessageFile(path: str) -> MessageBody | None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         streamed = False
         try:
-            size = os.fstat(fd).st_size
+            size = listedSize
+            if not 0 < size <= LARGE_FILE:
+                size = os.fstat(fd).st_size
             if size > LARGE_FILE:
                 body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
                 streamed = True
                 return body
-            # One read(2) of the whole file (asking for one octet more
-            # shows whether it grew since the fstat).
             data = os.read(fd, size + 1)
             if len(data) > size:
+                # It grew since it was listed (or since the fstat): take
+                # its size now, and stream it if it has become large.
+                size = os.fstat(fd).st_size
+                if size > LARGE_FILE:
+                    body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
+                    streamed = True
+                    return body
                 rest = [data]
                 while chunk := os.read(fd, _CHUNK):
                     rest.append(chunk)
@@ -303,11 +313,12 @@ class _FolderFiles:
     C{cur/} or C{new/} (the names the listing already holds, no paths).
     """
 
-    __slots__ = ("directory", "_names")
+    __slots__ = ("directory", "_names", "_prefixes")
 
     def __init__(self, directory: str, scanned: list[_Scanned]) -> None:
         self.directory = directory
         self._names: tuple[dict[str, str], ...] = tuple({} for _ in _SUBDIRS)
+        self._prefixes = _subdirectoryPrefixes(directory)
         for key, _, index, name, _ in scanned:
             self._names[index][key] = name
 
@@ -315,11 +326,20 @@ class _FolderFiles:
         """
         The path of the file of C{key}, or L{None} if it was not listed.
         """
-        for index, names in enumerate(self._names):
+        for prefix, names in zip(self._prefixes, self._names):
             name = names.get(key)
             if name is not None:
-                return os.path.join(self.directory, _SUBDIRS[index], name)
+                return prefix + name
         return None
+
+
+def _subdirectoryPrefixes(directory: str) -> tuple[str, ...]:
+    """
+    The paths of a folder's C{cur/} and C{new/}, each with its trailing
+    slash: a file's path is one concatenation away (C{os.path.join} costs
+    more than the C{open} it serves, for a small message).
+    """
+    return tuple(os.path.join(directory, subdir, "") for subdir in _SUBDIRS)
 
 
 @implementer(IMessageSource)
@@ -454,6 +474,7 @@ class MaildirSource:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
         keywords = readKeywords(directory)
+        prefixes = _subdirectoryPrefixes(directory)
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
         for key, unique, index, name, letters in scanned:
             if not letters:
@@ -467,7 +488,7 @@ class MaildirSource:
             size = _sizeField(unique)
             if when is None or size is None:
                 try:
-                    status = os.stat(os.path.join(directory, _SUBDIRS[index], name))
+                    status = os.stat(prefixes[index] + name)
                 except OSError:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
@@ -510,13 +531,13 @@ class MaildirSource:
         bodies: list[MessageBody] = []
         for message in messages:
             path = files.path(message.key)
-            body = None if path is None else readMessageFile(path)
+            body = None if path is None else readMessageFile(path, message.size)
             if body is None and not rescanned:
                 files, rescanned = self._rescan(folder), True
                 found = files.path(message.key)
                 if found is not None:
                     path = found
-                    body = readMessageFile(path)
+                    body = readMessageFile(path, message.size)
             if body is None:
                 body = UnreadableMessage(f"file vanished: {self._whereWas(folder, message, path)}")
             bodies.append(body)
