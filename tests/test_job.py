@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime, timedelta, timezone
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Iterable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
@@ -332,6 +332,16 @@ class JobHarness:
         self.endpoint.pump()
         return result
 
+    def assertHolds(self, mailbox: str, numbers: Iterable[int]) -> None:
+        """
+        Check that C{mailbox} holds exactly the messages L{body} numbers
+        C{numbers}, in any order.
+        """
+        self.test.assertEqual(
+            sorted(m.body for m in self.mail.mailbox(USER, mailbox)),
+            sorted(body(n) for n in numbers),
+        )
+
     def contents(self, mailbox: str) -> list[tuple[bytes, tuple[str, ...], str | None]]:
         """
         The destination mailbox's messages as (body, flags, date).
@@ -592,10 +602,7 @@ class MigrationJobTests(SynchronousTestCase):
 
         # The batch of six was refused whole and split until m3 was alone.
         self.assertEqual(len(appendLines(h.endpoint.servers[0])), 5)
-        self.assertEqual(
-            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")),
-            sorted(body(n) for n in range(6) if n != 3),
-        )
+        h.assertHolds("INBOX", [n for n in range(6) if n != 3])
         self.assertEqual(
             self.successResultOf(h.store.failures(JOB)),
             [
@@ -784,13 +791,8 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertTrue(appendLines(first))
         self.assertTrue(appendLines(second))
         self.assertEqual(len(appendLines(first)) + len(appendLines(second)), 16)
-        self.assertEqual(
-            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")), sorted(body(n) for n in range(8))
-        )
-        self.assertEqual(
-            sorted(m.body for m in h.mail.mailbox(USER, "Archive")),
-            sorted(body(n) for n in range(8, 16)),
-        )
+        h.assertHolds("INBOX", range(8))
+        h.assertHolds("Archive", range(8, 16))
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (16, 0))
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
@@ -800,7 +802,7 @@ class MigrationJobTests(SynchronousTestCase):
         Connections take shares of what is left, smaller towards the end,
         not whole units: with a folder of 30 messages in one unit and one
         of 10, the connection that took the small folder helps with the
-        large one, and both end with about half.
+        large one, and both end together.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 30)
@@ -821,13 +823,8 @@ class MigrationJobTests(SynchronousTestCase):
             for c, server in enumerate((first, second))
         ]
         self.assertLessEqual(abs(lastAppends[0] - lastAppends[1]), 10)
-        self.assertEqual(
-            sorted(m.body for m in h.mail.mailbox(USER, "INBOX")), sorted(body(n) for n in range(30))
-        )
-        self.assertEqual(
-            sorted(m.body for m in h.mail.mailbox(USER, "Archive")),
-            sorted(body(n) for n in range(30, 40)),
-        )
+        h.assertHolds("INBOX", range(30))
+        h.assertHolds("Archive", range(30, 40))
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
         h.finish()
 
