@@ -883,3 +883,25 @@ class LargeFileTests(SynchronousTestCase):
         assert isinstance(body, StreamedBody)
         self.assertEqual(b"".join(body.slices(64)), b"b\r\n" * 600)
         body.close()
+
+    def test_subdirectoryDescriptors(self) -> None:
+        """
+        Files are looked up by name in C{cur/} and C{new/}, each opened
+        once; a file or a subdirectory that is gone gives L{None}; the
+        descriptors are closed on leaving.
+        """
+        from imapmig.sources.maildir import _SubdirectoryDescriptors
+
+        folder = self.mktemp()
+        os.makedirs(os.path.join(folder, "cur"))
+        with open(os.path.join(folder, "cur", "m1:2,S"), "wb") as f:
+            f.write(b"x" * 7)
+        before = len(os.listdir("/proc/self/fd"))
+        with _SubdirectoryDescriptors(folder) as descriptors:
+            status = descriptors.stat(0, "m1:2,S")
+            assert status is not None
+            self.assertEqual(status.st_size, 7)
+            self.assertIsNone(descriptors.stat(0, "gone"))
+            self.assertIsNone(descriptors.stat(1, "m2"))
+            self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)

@@ -219,6 +219,8 @@ def _sizeField(unique: str) -> int | None:
     """
     The size in the C{,S=NNNN} field of a unique name, if any.
     """
+    if ",S=" not in unique:
+        return None
     match = _SIZE_FIELD.search(unique)
     return None if match is None else int(match.group(1))
 
@@ -331,6 +333,46 @@ class _FolderFiles:
             if name is not None:
                 return prefix + name
         return None
+
+
+class _SubdirectoryDescriptors:
+    """
+    A folder's C{cur/} and C{new/} opened as directories, each once, so
+    that a file in them is looked up by its name alone (C{fstatat}): a
+    listing that must C{stat} every file (names without C{S=}) does not
+    walk the whole path again for each.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self._prefixes = _subdirectoryPrefixes(directory)
+        self._descriptors: list[int | None] = [None] * len(_SUBDIRS)
+
+    def __enter__(self) -> _SubdirectoryDescriptors:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for fd in self._descriptors:
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+    def stat(self, index: int, name: str) -> os.stat_result | None:
+        """
+        The status of the file C{name} in subdirectory C{index}, or
+        L{None} if it cannot be had (renamed or deleted since the scan).
+        """
+        fd = self._descriptors[index]
+        if fd is None:
+            try:
+                fd = os.open(self._prefixes[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                fd = -1
+            self._descriptors[index] = fd
+        try:
+            if fd < 0:
+                return os.stat(self._prefixes[index] + name)
+            return os.stat(name, dir_fd=fd)
+        except OSError:
+            return None
 
 
 def _subdirectoryPrefixes(directory: str) -> tuple[str, ...]:
@@ -474,31 +516,28 @@ class MaildirSource:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
         keywords = readKeywords(directory)
-        prefixes = _subdirectoryPrefixes(directory)
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
-        for key, unique, index, name, letters in scanned:
-            if not letters:
-                flags: tuple[str, ...] = ()
-            else:
-                cached = flagsByLetters.get(letters)
-                if cached is None:
-                    cached = flagsByLetters[letters] = _flagsOf(letters, keywords)
-                flags = cached
-            when: float | None = _leadingTimestamp(unique)
-            size = _sizeField(unique)
-            if when is None or size is None:
-                try:
-                    status = os.stat(prefixes[index] + name)
-                except OSError:
+        with _SubdirectoryDescriptors(directory) as descriptors:
+            for key, unique, index, name, letters in scanned:
+                if not letters:
+                    flags: tuple[str, ...] = ()
+                else:
+                    cached = flagsByLetters.get(letters)
+                    if cached is None:
+                        cached = flagsByLetters[letters] = _flagsOf(letters, keywords)
+                    flags = cached
+                when: float | None = _leadingTimestamp(unique)
+                size = _sizeField(unique)
+                if when is None or size is None:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
-                    status = None
-                if status is not None:
-                    if when is None:
-                        when = status.st_mtime
-                    if size is None:
-                        size = status.st_size
-            rows.append((-1.0 if when is None else when, key, flags, size))
+                    status = descriptors.stat(index, name)
+                    if status is not None:
+                        if when is None:
+                            when = status.st_mtime
+                        if size is None:
+                            size = status.st_size
+                rows.append((-1.0 if when is None else when, key, flags, size))
         rows.sort()
         messages = [
             SourceMessage(
