@@ -50,6 +50,11 @@ from imapmig.state import FolderMark, IStateStore, MessageOutcome
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
+
+# A source folder, what is left to copy of it, and (on a delta pass) the
+# flag changes of messages already copied.
+_FolderToCopy = tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]
+
 log = Logger()
 
 # The most octets read from the source in one step without letting the
@@ -537,12 +542,17 @@ class MigrationJob:
         await self._copyListed(first, *listed)
 
     async def _openFirstSession(self) -> IMAPSession:
+        """
+        Open the first destination connection, as a coroutine (the
+        C{openSession} given may return any awaitable, and
+        C{Deferred.fromCoroutine} needs a coroutine).
+        """
         return await self._openSession()
 
     async def _listSource(
         self, opening: Deferred[IMAPSession]
     ) -> tuple[
-        list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]],
+        list[_FolderToCopy],
         dict[str, dict[str, MessageOutcome]],
         dict[str, list[MessageOutcome]],
         list[str],
@@ -576,7 +586,7 @@ class MigrationJob:
 
         # What is left to copy, folder by folder.
         unreadable: list[str] = []
-        listings: list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]] = []
+        listings: list[_FolderToCopy] = []
         recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
         accountedByFolder: dict[str, list[MessageOutcome]] = {}
         total = already = 0
@@ -628,7 +638,7 @@ class MigrationJob:
     async def _copyListed(
         self,
         first: IMAPSession,
-        listings: list[tuple[SourceFolder, list[SourceMessage], Sequence[FlagChange]]],
+        listings: list[_FolderToCopy],
         recordedByFolder: dict[str, dict[str, MessageOutcome]],
         accountedByFolder: dict[str, list[MessageOutcome]],
         unreadable: list[str],

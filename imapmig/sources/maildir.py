@@ -106,22 +106,21 @@ def readMessageFile(path: str, listedSize: int = 0) -> MessageBody | None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         streamed = False
         try:
-            size = listedSize
-            if not 0 < size <= LARGE_FILE:
-                size = os.fstat(fd).st_size
+            size = listedSize if 0 < listedSize <= LARGE_FILE else os.fstat(fd).st_size
+            data = b""
+            grew = False
+            if size <= LARGE_FILE:
+                data = os.read(fd, size + 1)
+                # An octet more than expected: it grew since it was listed
+                # (or since the fstat); take its size now.
+                grew = len(data) > size
+                if grew:
+                    size = os.fstat(fd).st_size
             if size > LARGE_FILE:
                 body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
                 streamed = True
                 return body
-            data = os.read(fd, size + 1)
-            if len(data) > size:
-                # It grew since it was listed (or since the fstat): take
-                # its size now, and stream it if it has become large.
-                size = os.fstat(fd).st_size
-                if size > LARGE_FILE:
-                    body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
-                    streamed = True
-                    return body
+            if grew:
                 rest = [data]
                 while chunk := os.read(fd, _CHUNK):
                     rest.append(chunk)
