@@ -28,6 +28,7 @@ from imapmig.config import (
     MaildirSourceConfig,
     MboxSourceConfig,
     PipelineConfig,
+    RetryConfig,
     ServerConfig,
     StatusConfig,
     isLoopbackHost,
@@ -1349,6 +1350,38 @@ class SourceKindsTests(ConfigTestCase):
         self.assertEqual(loaded.jobs[1].folders, FolderRules())
         self.assertEqual(loaded.jobs[1].identity, "fingerprint")
         self.assertEqual((loaded.jobs[0].eightBit, loaded.jobs[1].eightBit), ("fail", "literal"))
+
+    def test_identityOffUnquoted(self) -> None:
+        """
+        C{identity: off} written unquoted (which YAML reads as false) means
+        the identity check is off, as C{status: off} and C{starttls: off}
+        do; C{true} is still refused.
+        """
+        document = self.document()
+        document["jobs"][0]["identity"] = yaml.safe_load("off")
+        self.assertEqual(parseConfig(document, self.configPath).jobs[0].identity, "off")
+        document["jobs"][0]["identity"] = True
+        self.assertProblem(self.problems(document), "jobs[0].identity", "expected a string")
+
+    def test_retrySettings(self) -> None:
+        """
+        The retry settings come from C{defaults}, each job may override
+        them, and C{stop_timeout} is read at the top.
+        """
+        document = self.document()
+        document["defaults"] = {"retry_attempts": 4, "quota_pause": 60}
+        document["jobs"][1]["message_attempts"] = 7
+        document["jobs"][1]["retry_max_delay"] = 20
+        document["stop_timeout"] = 5
+        loaded = parseConfig(document, self.configPath)
+        self.assertEqual(loaded.jobs[0].retry, RetryConfig(4, 300, 3, 60))
+        self.assertEqual(loaded.jobs[1].retry, RetryConfig(4, 20, 7, 60))
+        self.assertEqual(loaded.stopTimeout, 5.0)
+        document["stop_timeout"] = 0
+        document["jobs"][0]["retry_attempts"] = 0
+        problems = self.problems(document)
+        self.assertProblem(problems, "stop_timeout", "must be greater than 0 seconds")
+        self.assertProblem(problems, "jobs[0].retry_attempts", "must be at least 1")
 
     def test_folderRulesProblems(self) -> None:
         """

@@ -1,0 +1,213 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+The configuration: a YAML file parsed once into a tree of frozen values
+(L{imapmig.config.model}).
+
+Every problem found is collected, each with the path of the offending key
+(C{jobs[1].destination.server}), and reported together in one
+L{ConfigError}; no C{dict} travels past this package.
+C{config/imapmig.example.yaml} documents every key.  Each section has its
+reader: L{servers}, L{accounts}, L{sources}, L{jobs}, over the plain
+value readers of L{reader}.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import yaml
+
+from imapmig.config.accounts import _DESTINATION_KEYS
+from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS, JobsReader
+from imapmig.config.model import (
+    AccountConfig,
+    Config,
+    DestinationConfig,
+    EmlSourceConfig,
+    ImapSourceConfig,
+    JobConfig,
+    MaildirSourceConfig,
+    MboxSourceConfig,
+    PipelineConfig,
+    RetryConfig,
+    ServerConfig,
+    SourceConfig,
+    StatusConfig,
+)
+from imapmig.config.reader import _describe, _describeYAMLError
+from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
+from imapmig.config.sources import _SOURCE_KEYS
+from imapmig.errors import ConfigError
+from imapmig.plan import FolderRules
+from imapmig.secrets import Secret
+
+__all__ = [
+    "AccountConfig",
+    "Config",
+    "DestinationConfig",
+    "EmlSourceConfig",
+    "FolderRules",
+    "ImapSourceConfig",
+    "JobConfig",
+    "MaildirSourceConfig",
+    "MboxSourceConfig",
+    "PipelineConfig",
+    "RetryConfig",
+    "Secret",
+    "ServerConfig",
+    "SourceConfig",
+    "StatusConfig",
+    "isLoopbackHost",
+    "loadConfig",
+    "parseConfig",
+    "_DEFAULTS_KEYS",
+    "_DESTINATION_KEYS",
+    "_JOB_KEYS",
+    "_SERVER_KEYS",
+    "_SETTINGS",
+    "_SOURCE_KEYS",
+]
+
+
+_DEFAULT_STATE_PATH = "/var/lib/imapmig/state.sqlite"
+_DEFAULT_STOP_TIMEOUT = 30.0
+
+# The keys of each section; the tests check that the example file uses
+# every one of them.
+_TOP_KEYS = ("state", "status", "stop_timeout", "servers", "defaults", "jobs")
+_STATUS_KEYS = ("listen",)
+
+
+def loadConfig(path: str) -> Config:
+    """
+    Read and validate the configuration file at C{path}.
+
+    @param path: the file's path; it names the file in error messages and
+        relative paths inside it are resolved against its directory.
+    @return: the configuration.
+    @raise ConfigError: the file cannot be read or is not valid YAML (one
+        problem), or any problem with its content (every problem found).
+    """
+    try:
+        with open(path, "rb") as f:
+            content = f.read()
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{path}: is a directory, not a file"]) from None
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot be read: {e.strerror}"]) from None
+    try:
+        document = yaml.safe_load(content)
+    except yaml.MarkedYAMLError as e:
+        raise ConfigError([f"{path}: {_describeYAMLError(e)}"]) from None
+    except yaml.YAMLError as e:
+        # e.g. a ReaderError (bad encoding): its text spans lines.
+        oneLine = " ".join(str(e).split())
+        raise ConfigError([f"{path}: invalid YAML: {oneLine}"]) from None
+    return parseConfig(document, path)
+
+
+def parseConfig(document: object, path: str) -> Config:
+    """
+    Validate an already loaded YAML document.
+
+    @param document: what C{yaml.safe_load} returned.
+    @param path: the file it came from: names it in error messages, and
+        relative paths are resolved against its directory.
+    @return: the configuration.
+    @raise ConfigError: every problem found.
+    """
+    return _ConfigParser(path).parse(document)
+
+
+class _ConfigParser(JobsReader, ServersReader):
+    """
+    Walks a YAML document, building the configuration and collecting every
+    problem.
+    """
+
+    def parse(self, document: object) -> Config:
+        """
+        Build the configuration from C{document}.
+
+        @raise ConfigError: every problem found.
+        """
+        if document is None:
+            raise ConfigError([f"{self._path}: the file is empty"])
+        if not isinstance(document, dict):
+            raise ConfigError(
+                [
+                    f"{self._path}: the document must be a mapping of settings"
+                    f" ({', '.join(_TOP_KEYS)}), not {_describe(document)}"
+                ]
+            )
+        top = self._readMapping(document, "", _TOP_KEYS)
+        assert top is not None
+
+        statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
+        status = self._readStatus(top)
+        servers = self._readServers(top)
+        defaults = self._readDefaults(top)
+        jobs = self._readJobs(top, servers, defaults)
+        stopTimeout = self._readSeconds(
+            top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
+        )
+
+        if self._problems:
+            raise ConfigError(self._problems)
+        assert statePath is not None and servers is not None and jobs is not None
+        assert stopTimeout is not None
+        return Config(
+            stopTimeout=stopTimeout,
+            path=os.path.abspath(self._path),
+            statePath=statePath,
+            status=status,
+            servers=tuple(s for s in servers.values() if s is not None),
+            jobs=jobs,
+        )
+
+    def _readStatePath(self, value: object) -> str | None:
+        """
+        Read C{state}: the SQLite database, in an existing directory.
+        """
+        written = self._readString(value, "state")
+        if written is None:
+            return None
+        resolved = self._resolve(written)
+        parent = os.path.dirname(resolved)
+        if os.path.isdir(resolved):
+            self._problem("state", f"{resolved} is a directory; give a file name in it")
+        elif not os.path.isdir(parent):
+            self._problem("state", f"directory {parent} does not exist")
+        elif not os.access(parent, os.W_OK | os.X_OK):
+            self._problem("state", f"directory {parent} is not writable")
+        else:
+            return resolved
+        return None
+
+    def _readStatus(self, top: Mapping[str, object]) -> StatusConfig | None:
+        """
+        Read C{status}: absent means the default listener, C{off} none.
+        """
+        if "status" not in top:
+            return StatusConfig(listen=_DEFAULT_LISTEN)
+        value = top["status"]
+        if value is False or value == "off":
+            return None
+        if not isinstance(value, dict):
+            self._problem(
+                "status",
+                "expected a mapping {listen: ENDPOINT} or off,"
+                f" got {_describe(value)}",
+            )
+            return None
+        status = self._readMapping(value, "status", _STATUS_KEYS)
+        assert status is not None
+        listen = self._readString(
+            status.get("listen", _DEFAULT_LISTEN), "status.listen"
+        )
+        if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
+            return None
+        return StatusConfig(listen=listen)

@@ -1,0 +1,222 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+The configuration's values: frozen, typed, parsed once by
+L{imapmig.config}.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from imapmig.plan import FolderRules
+from imapmig.secrets import Secret
+
+@frozen
+class ServerConfig:
+    """
+    A destination IMAP server.
+
+    @ivar name: its name under C{servers}.
+    @ivar endpoint: the endpoint string as written (C{tcp:HOST:PORT} or
+        C{tls:HOST:PORT}).
+    @ivar starttls: whether to upgrade the connection with STARTTLS before
+        logging in, refusing servers that do not offer it.
+    @ivar implicitTLS: whether TLS starts as soon as the connection is made
+        (a C{tls:} endpoint).
+    @ivar tcpEndpoint: the description to give C{clientFromString}: the
+        endpoint itself for C{tcp:}, rewritten to C{tcp:} for C{tls:} (TLS
+        is then layered on it with L{tlsHostname} and L{tlsCA}).
+    @ivar tlsHostname: the name the server's certificate must carry.
+    @ivar tlsCA: a PEM file of the certificates to trust, or L{None} for
+        the system trust store.
+    @ivar timeout: seconds a command may stay outstanding without any reply
+        before the connection is dropped.
+    @ivar compress: whether to turn on COMPRESS=DEFLATE (RFC 4978) where
+        the server offers it: the C{compress} key, its C{auto} resolved to
+        true unless the endpoint's host is a loopback address.
+    """
+
+    name: str
+    endpoint: str
+    starttls: bool
+    implicitTLS: bool
+    tcpEndpoint: str
+    tlsHostname: str
+    tlsCA: str | None
+    timeout: float
+    compress: bool
+
+
+@frozen
+class PipelineConfig:
+    """
+    Limits of one connection's APPEND pipeline.
+
+    @ivar windowMessages: messages in flight awaiting their reply.
+    @ivar windowBytes: octets in flight awaiting their reply.
+    @ivar batchMessages: messages per MULTIAPPEND command (1: no MULTIAPPEND).
+    @ivar batchBytes: octets per MULTIAPPEND command.
+    """
+
+    windowMessages: int
+    windowBytes: int
+    batchMessages: int
+    batchBytes: int
+
+
+@frozen
+class RetryConfig:
+    """
+    How a job retries after a transient failure (a lost connection, a
+    timeout, a busy server).
+
+    @ivar attempts: consecutive attempts that migrate nothing before the
+        job fails.
+    @ivar maxDelay: the longest wait between attempts, in seconds.
+    @ivar messageAttempts: how many connection failures a message may be
+        first in line for before it is recorded as failed.
+    @ivar quotaPause: seconds a job pauses when the server says it is over
+        quota or over a bandwidth limit.
+    """
+
+    attempts: int = 10
+    maxDelay: int = 300
+    messageAttempts: int = 3
+    quotaPause: int = 3600
+
+
+@frozen
+class MaildirSourceConfig:
+    """
+    A Maildir (with Maildir++ subfolders) to migrate.
+
+    @ivar path: the Maildir's absolute path.
+    """
+
+    path: str
+
+
+@frozen
+class EmlSourceConfig:
+    """
+    A directory of C{.eml} files to migrate into one folder.
+
+    @ivar path: the directory's absolute path.
+    @ivar folder: the destination folder's hierarchy, one component per
+        level: C{("INBOX",)}, C{("Archive", "2019")}.
+    """
+
+    path: str
+    folder: tuple[str, ...]
+
+
+@frozen
+class MboxSourceConfig:
+    """
+    An mbox file (one folder, INBOX), or a directory of mbox files (one
+    folder each), to migrate.
+
+    @ivar path: the file's or directory's absolute path.
+    @ivar quoting: how C{From } lines in bodies were escaped: C{"mboxrd"}
+        (every C{>*From } got one more C{>}) or C{"mboxo"} (only
+        C{From } became C{>From }).
+    """
+
+    path: str
+    quoting: str
+
+
+@frozen
+class AccountConfig:
+    """
+    An account on an IMAP server.
+
+    @ivar server: the server holding the account.
+    @ivar user: the login name.
+    @ivar password: the password (redacted in C{repr}).
+    """
+
+    server: ServerConfig
+    user: str
+    password: Secret
+
+
+@frozen
+class ImapSourceConfig(AccountConfig):
+    """
+    An account on an IMAP server to migrate from (read-only).
+    """
+
+
+SourceConfig = MaildirSourceConfig | EmlSourceConfig | MboxSourceConfig | ImapSourceConfig
+
+
+@frozen
+class DestinationConfig(AccountConfig):
+    """
+    The account a job migrates into.
+    """
+
+
+@frozen
+class JobConfig:
+    """
+    One migration: a source into a destination account.
+
+    @ivar name: unique among jobs; names the job in logs, the status
+        resource and the state store.
+    @ivar connections: parallel connections to the destination.
+    @ivar pipeline: the APPEND pipeline's limits for each connection.
+    @ivar folders: which folders to migrate, and where.
+    @ivar identity: how messages already in the destination are recognised:
+        C{"fingerprint"} (Message-ID, a digest of the first header octets,
+        and the size), C{"message-id"} (Message-ID alone, for messages some
+        tool altered), or C{"off"} (the state store only).
+    @ivar eightBit: what becomes of a message with 8-bit octets (and no
+        NUL) when the destination lacks BINARY: C{"literal"} (sent in an
+        ordinary literal, which RFC 3501 allows) or C{"fail"} (recorded as
+        failed with the reason).
+    """
+
+    name: str
+    source: SourceConfig
+    destination: DestinationConfig
+    connections: int
+    pipeline: PipelineConfig
+    folders: FolderRules = FolderRules()
+    identity: str = "fingerprint"
+    eightBit: str = "literal"
+    retry: RetryConfig = RetryConfig()
+
+
+@frozen
+class StatusConfig:
+    """
+    The status web resource.
+
+    @ivar listen: a server endpoint string (C{tcp:8025:interface=127.0.0.1}).
+    """
+
+    listen: str
+
+
+@frozen
+class Config:
+    """
+    The whole configuration.
+
+    @ivar path: the configuration file's absolute path.
+    @ivar statePath: the SQLite state database's absolute path.
+    @ivar status: the status resource, or L{None} when disabled.
+    @ivar servers: every configured server, in file order.
+    @ivar jobs: every job, in file order.
+    @ivar stopTimeout: seconds a stopping daemon waits for the replies to
+        the messages in flight.
+    """
+
+    path: str
+    statePath: str
+    status: StatusConfig | None
+    servers: tuple[ServerConfig, ...]
+    jobs: tuple[JobConfig, ...]
+    stopTimeout: float = 30.0

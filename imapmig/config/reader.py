@@ -1,0 +1,210 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+What every section of the configuration is read with: a collector of
+problems, each named by its file and key path, and readers of plain
+values (strings, integers, seconds, directories, choices).
+
+Each C{_read*} method returns the value it read, or L{None} after
+recording why it could not.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from typing import Collection, Sequence
+
+import yaml
+
+# What a job or server name may be.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
+
+
+def _describeYAMLError(error: yaml.MarkedYAMLError) -> str:
+    """
+    Describe a YAML syntax error in one line: where, what, and where the
+    construct it interrupted began.
+    """
+
+    def position(mark: yaml.Mark) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    mark = error.problem_mark or error.context_mark
+    where = "" if mark is None else f"{position(mark)}: "
+    what = error.problem or error.context or "syntax error"
+    context = ""
+    if error.problem and error.context:
+        context = f" ({error.context}"
+        if error.context_mark is not None and error.context_mark is not mark:
+            context += f" at {position(error.context_mark)}"
+        context += ")"
+    return f"{where}invalid YAML: {what}{context}"
+
+
+def _describe(value: object) -> str:
+    """
+    Name the YAML type of C{value}, for an error message.  Never the value
+    itself: it may be a password.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _key(path: str, key: str) -> str:
+    """
+    The path of C{key} inside the mapping at C{path}.
+    """
+    return f"{path}.{key}" if path else key
+
+
+class ConfigReader:
+    """
+    The base of the configuration's section readers: one file's problems.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._directory = os.path.dirname(os.path.abspath(path))
+        self._problems: list[str] = []
+
+    def _problem(self, path: str, message: str) -> None:
+        """
+        Record a problem with the key at C{path} (the whole document if
+        empty).
+        """
+        where = f"{path}: " if path else ""
+        self._problems.append(f"{self._path}: {where}{message}")
+
+    def _resolve(self, path: str) -> str:
+        """
+        The absolute form of a path written in the file: relative paths are
+        relative to the file's directory.
+        """
+        return os.path.abspath(os.path.join(self._directory, path))
+
+    def _readMapping(
+        self, value: object, path: str, keys: Collection[str]
+    ) -> dict[str, object] | None:
+        """
+        Read a mapping whose keys must be among C{keys}.  Unknown keys are
+        problems, with a hint when one is close to a known key; the known
+        keys are returned even then, so their values are checked too.
+        """
+        if not isinstance(value, dict):
+            self._problem(path, f"expected a mapping, got {_describe(value)}")
+            return None
+        result: dict[str, object] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                self._problem(path, f"key {key!r} is {_describe(key)}, not a string")
+            elif key not in keys:
+                close = difflib.get_close_matches(key, keys, n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else f"known keys: {', '.join(keys)}"
+                )
+                self._problem(_key(path, key), f"unknown key {key!r} ({hint})")
+            else:
+                result[key] = item
+        return result
+
+    def _readString(self, value: object, path: str) -> str | None:
+        """
+        Read a non-empty string.
+        """
+        if not isinstance(value, str):
+            hint = (
+                " (quote it to make YAML read it as text)"
+                if isinstance(value, (bool, int, float))
+                else ""
+            )
+            self._problem(path, f"expected a string, got {_describe(value)}{hint}")
+            return None
+        if not value:
+            self._problem(path, "must not be empty")
+            return None
+        return value
+
+    def _readInteger(
+        self, value: object, path: str, minimum: int, maximum: int | None
+    ) -> int | None:
+        """
+        Read an integer within bounds.  YAML's C{true} and C{false} are
+        booleans, not integers, whatever Python thinks.
+        """
+        if isinstance(value, bool) or not isinstance(value, int):
+            self._problem(path, f"expected an integer, got {_describe(value)}")
+            return None
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = (
+                f"at least {minimum}"
+                if maximum is None
+                else f"between {minimum} and {maximum}"
+            )
+            self._problem(path, f"must be {bounds}, not {value}")
+            return None
+        return value
+
+    def _readSeconds(self, value: object, path: str) -> float | None:
+        """
+        Read a finite, positive number of seconds.
+        """
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self._problem(path, f"expected a number of seconds, got {_describe(value)}")
+            return None
+        if not (math.isfinite(value) and value > 0):
+            self._problem(path, f"must be greater than 0 seconds, not {value}")
+            return None
+        return float(value)
+
+    def _readDirectory(self, value: object, path: str) -> str | None:
+        """
+        Read the path of an existing, readable directory.
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        resolved = self._resolve(written)
+        if not os.path.exists(resolved):
+            self._problem(path, f"no such directory: {resolved}")
+        elif not os.path.isdir(resolved):
+            self._problem(path, f"not a directory: {resolved}")
+        elif not os.access(resolved, os.R_OK | os.X_OK):
+            self._problem(path, f"{resolved} cannot be read (permission denied)")
+        else:
+            return resolved
+        return None
+
+    def _readChoice(
+        self, value: object, path: str, choices: Sequence[str], what: str
+    ) -> str | None:
+        """
+        Read one of C{choices} (the first being the default).
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        if written not in choices:
+            self._problem(
+                path,
+                f"unknown {what} {written!r}: use {choices[0]} (the default)"
+                f" or {', '.join(choices[1:])}",
+            )
+            return None
+        return written

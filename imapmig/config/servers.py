@@ -1,0 +1,415 @@
+# -*- test-case-name: tests.test_config -*-
+"""
+The C{servers} section, and endpoint strings: every server's endpoint,
+TLS and timeout.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Mapping
+
+from attrs import frozen
+from twisted.internet.endpoints import clientFromString, serverFromString
+from twisted.internet.ssl import Certificate
+
+from imapmig.config.model import ServerConfig
+from imapmig.config.reader import ConfigReader, _NAME, _describe, _key
+
+_DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
+
+
+_DEFAULT_TIMEOUT = 120.0
+
+_SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout", "compress")
+
+# Twisted's endpoint constructors only store the reactor they are given, so
+# a placeholder lets Twisted's own parsers validate an endpoint string here
+# without fetching the global reactor (only imapmig.tap may) and without
+# listening or connecting.
+_NO_REACTOR = object()
+
+_TLS_ENDPOINT_ARGUMENTS = frozenset(
+    ["trustRoots", "certificate", "privateKey", "caCertsDir", "certKey", "hostname"]
+)
+
+
+def isLoopbackHost(host: str) -> bool:
+    """
+    Whether C{host}, as written in an endpoint string, names this machine:
+    C{localhost} (or a name under C{.localhost}), an address of
+    C{127.0.0.0/8}, or C{::1}.  Other names are not resolved.
+    """
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def _splitEndpoint(description: str) -> tuple[list[str], dict[str, str]]:
+    """
+    Split an endpoint string the way Twisted's parser does: C{:} separates
+    arguments, the first C{=} of an argument separates a keyword from its
+    value, and a backslash makes the next character literal (C{\\:}).
+
+    @return: the positional arguments (the prefix first, if C{description}
+        has one) and the keyword
+        arguments.
+    @raise ValueError: the string ends with a lone backslash.
+    """
+    args: list[str] = []
+    kwargs: dict[str, str] = {}
+    # The argument being read: its keyword, once its "=" is seen, and the
+    # characters read so far.
+    keyword: str | None = None
+    current = ""
+
+    def endArgument() -> None:
+        if keyword is None:
+            args.append(current)
+        else:
+            kwargs[keyword] = current
+
+    characters = iter(description)
+    for c in characters:
+        if c == ":":
+            endArgument()
+            keyword, current = None, ""
+        elif c == "=" and keyword is None:
+            keyword, current = current, ""
+        elif c == "\\":
+            try:
+                current += next(characters)
+            except StopIteration:
+                raise ValueError("it ends with a lone backslash") from None
+        else:
+            current += c
+    endArgument()
+    return args, kwargs
+
+
+def _twistedMessage(error: Exception) -> str:
+    """
+    The message of an exception raised by Twisted's endpoint parser,
+    without the name of the constructor it comes from.
+    """
+    return re.sub(r"^[\w.]+\(\) ", "", str(error)) or type(error).__name__
+
+
+@frozen
+class _ClientEndpoint:
+    """
+    What a valid C{servers.*.endpoint} string says.
+    """
+
+    implicitTLS: bool
+    tcpEndpoint: str
+    host: str
+
+
+class ServersReader(ConfigReader):
+    """
+    Reads C{servers}, and checks server endpoint strings.
+    """
+
+    def _checkServerEndpoint(self, description: str, path: str) -> bool:
+        """
+        Check a server endpoint string with Twisted's own parser.
+        """
+        try:
+            serverFromString(_NO_REACTOR, description)
+        except Exception as e:
+            # Parsing may raise anything the endpoint parser or its plugin
+            # raises; each is a problem with the string.
+            self._problem(
+                path,
+                f"invalid endpoint {description!r}: {_twistedMessage(e)}"
+                f" (e.g. {_DEFAULT_LISTEN!r})",
+            )
+            return False
+        args, kwargs = _splitEndpoint(description)
+        if args[0].lower() in ("tcp", "ssl"):
+            port = args[1] if len(args) > 1 else kwargs.get("port", "0")
+            if not 0 <= int(port) <= 65535:
+                self._problem(path, f"port {port} is out of range (0-65535)")
+                return False
+        return True
+
+    def _readServers(
+        self, top: Mapping[str, object]
+    ) -> dict[str, ServerConfig | None] | None:
+        """
+        Read C{servers}.  The result maps every name declared to its
+        configuration, or to L{None} if that is invalid.
+        """
+        if "servers" not in top:
+            self._problem("servers", "missing: at least one server is required")
+            return None
+        value = top["servers"]
+        if not isinstance(value, dict):
+            self._problem(
+                "servers",
+                f"expected a mapping of names to servers, got {_describe(value)}",
+            )
+            return None
+        if not value:
+            self._problem("servers", "at least one server is required")
+        servers: dict[str, ServerConfig | None] = {}
+        for name, item in value.items():
+            if not isinstance(name, str):
+                self._problem(
+                    "servers",
+                    f"server name {name!r} is {_describe(name)}, not a string",
+                )
+                continue
+            path = _key("servers", name)
+            if not _NAME.fullmatch(name):
+                self._problem(
+                    path,
+                    f"invalid server name {name!r}: use letters, digits and . _ @ -,"
+                    " starting with a letter or digit",
+                )
+            servers[name] = self._readServer(name, item, path)
+        return servers
+
+    def _readServer(self, name: str, value: object, path: str) -> ServerConfig | None:
+        """
+        Read one server.
+        """
+        server = self._readMapping(value, path, _SERVER_KEYS)
+        if server is None:
+            return None
+        ok = True
+
+        endpoint: _ClientEndpoint | None = None
+        written = None
+        if "endpoint" not in server:
+            self._problem(
+                _key(path, "endpoint"),
+                "missing: give 'tcp:HOST:PORT' (STARTTLS)"
+                " or 'tls:HOST:PORT' (implicit TLS)",
+            )
+        else:
+            written = self._readString(server["endpoint"], _key(path, "endpoint"))
+            if written is not None:
+                endpoint = self._readClientEndpoint(written, _key(path, "endpoint"))
+        ok = ok and endpoint is not None
+
+        starttls: bool | None = None
+        if "starttls" in server:
+            starttls = self._readStarttls(server["starttls"], _key(path, "starttls"))
+            ok = ok and starttls is not None
+            if starttls and endpoint is not None and endpoint.implicitTLS:
+                self._problem(
+                    _key(path, "starttls"),
+                    "must be off (or absent) with the implicit TLS endpoint"
+                    f" {written!r}; STARTTLS is for tcp: endpoints",
+                )
+                ok = False
+        elif endpoint is not None:
+            starttls = not endpoint.implicitTLS
+
+        tlsCA = None
+        if server.get("tls_ca") is not None:
+            tlsCA = self._readCertificates(server["tls_ca"], _key(path, "tls_ca"))
+            ok = ok and tlsCA is not None
+        tlsHostname = None
+        if server.get("tls_hostname") is not None:
+            tlsHostname = self._readString(
+                server["tls_hostname"], _key(path, "tls_hostname")
+            )
+            ok = ok and tlsHostname is not None
+        if endpoint is not None and starttls is False and not endpoint.implicitTLS:
+            for key in ("tls_ca", "tls_hostname"):
+                if server.get(key) is not None:
+                    self._problem(
+                        _key(path, key),
+                        "has no effect without TLS (starttls: off on a tcp: endpoint)",
+                    )
+                    ok = False
+
+        timeout = self._readSeconds(
+            server.get("timeout", _DEFAULT_TIMEOUT), _key(path, "timeout")
+        )
+        ok = ok and timeout is not None
+
+        compress = self._readCompress(
+            server.get("compress", "auto"),
+            _key(path, "compress"),
+            None if endpoint is None else endpoint.host,
+        )
+        ok = ok and compress is not None
+
+        if not ok:
+            return None
+        assert written is not None and endpoint is not None
+        assert starttls is not None and timeout is not None and compress is not None
+        return ServerConfig(
+            name=name,
+            endpoint=written,
+            starttls=starttls,
+            implicitTLS=endpoint.implicitTLS,
+            tcpEndpoint=endpoint.tcpEndpoint,
+            tlsHostname=tlsHostname or endpoint.host,
+            tlsCA=tlsCA,
+            timeout=timeout,
+            compress=compress,
+        )
+
+    def _readClientEndpoint(
+        self, description: str, path: str
+    ) -> _ClientEndpoint | None:
+        """
+        Read a destination server's endpoint string: C{tcp:HOST:PORT} or
+        C{tls:HOST:PORT}, with optional C{timeout=} and C{bindAddress=}.
+        """
+        prefix, colon, rest = description.partition(":")
+        if not colon or prefix.lower() not in ("tcp", "tls"):
+            instead = ""
+            if prefix.lower() == "ssl":
+                instead = " (write tls: for implicit TLS)"
+            self._problem(
+                path,
+                f"unsupported endpoint {description!r}{instead}: only 'tcp:HOST:PORT'"
+                " (plain TCP, upgraded with STARTTLS unless starttls: off) and"
+                " 'tls:HOST:PORT' (implicit TLS) are supported, because TLS is"
+                " configured with starttls, tls_ca and tls_hostname",
+            )
+            return None
+        implicitTLS = prefix.lower() == "tls"
+        try:
+            args, kwargs = _splitEndpoint(rest)
+        except ValueError as e:
+            self._problem(path, f"invalid endpoint {description!r}: {e}")
+            return None
+        tlsArguments = sorted(_TLS_ENDPOINT_ARGUMENTS.intersection(kwargs))
+        if tlsArguments:
+            self._problem(
+                path,
+                "TLS arguments in the endpoint string are not supported"
+                f" ({', '.join(a + '=' for a in tlsArguments)}): set the CA"
+                " certificates to trust with tls_ca and the name to verify"
+                " with tls_hostname",
+            )
+            return None
+        usage = f"expected '{prefix}:HOST:PORT[:timeout=SECONDS][:bindAddress=ADDRESS]'"
+        if len(args) > 2:
+            self._problem(
+                path,
+                f"invalid endpoint {description!r}: unexpected argument"
+                f" {args[2]!r}; {usage}",
+            )
+            return None
+        tcpEndpoint = "tcp:" + rest
+        try:
+            # implicit TLS is layered over TCP later; parsing the tcp: form
+            # makes Twisted check the port and reject unknown arguments.
+            clientFromString(_NO_REACTOR, tcpEndpoint)
+        except Exception as e:
+            # The parser raises ValueError, TypeError or worse: all mean the
+            # string is wrong.
+            self._problem(
+                path, f"invalid endpoint {description!r}: {_twistedMessage(e)}; {usage}"
+            )
+            return None
+        host = kwargs.get("host", "")
+        port = kwargs.get("port", "")
+        if len(args) == 2:
+            host, port = args
+        elif len(args) == 1:
+            if "host" in kwargs:
+                port = args[0]
+            else:
+                host = args[0]
+        if not host:
+            self._problem(
+                path, f"invalid endpoint {description!r}: the host is empty; {usage}"
+            )
+            return None
+        if not 1 <= int(port) <= 65535:
+            self._problem(
+                path,
+                f"invalid endpoint {description!r}:"
+                f" port {port} is out of range (1-65535)",
+            )
+            return None
+        return _ClientEndpoint(
+            implicitTLS=implicitTLS, tcpEndpoint=tcpEndpoint, host=host
+        )
+
+    def _readStarttls(self, value: object, path: str) -> bool | None:
+        """
+        Read C{starttls}: C{required} or C{off} (which YAML reads as
+        C{false} unless quoted).
+        """
+        if value == "required":
+            return True
+        if value is False or value == "off":
+            return False
+        described = repr(value) if isinstance(value, str) else _describe(value)
+        self._problem(path, f"must be 'required' or 'off', not {described}")
+        return None
+
+    def _readCompress(self, value: object, path: str, host: str | None) -> bool | None:
+        """
+        Read C{compress}: C{auto}, C{on} or C{off} (YAML reads the last two
+        as booleans unless quoted).  C{auto} means on unless C{host}, the
+        endpoint's host, is a loopback address: on a local link DEFLATE
+        costs more CPU than the octets it saves.
+
+        @param host: the endpoint's host, or L{None} if the endpoint is
+            invalid (the result then does not matter).
+        """
+        if value == "auto":
+            return host is not None and not isLoopbackHost(host)
+        if value is True or value == "on":
+            return True
+        if value is False or value == "off":
+            return False
+        described = repr(value) if isinstance(value, str) else _describe(value)
+        self._problem(path, f"must be 'auto', 'on' or 'off', not {described}")
+        return None
+
+    def _readCertificates(self, value: object, path: str) -> str | None:
+        """
+        Read C{tls_ca}: a file of one or more PEM certificates.
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        resolved = self._resolve(written)
+        try:
+            with open(resolved, "rb") as f:
+                pem = f.read()
+        except FileNotFoundError:
+            self._problem(path, f"no such file: {resolved}")
+            return None
+        except OSError as e:
+            self._problem(path, f"{resolved} cannot be read: {e.strerror}")
+            return None
+        blocks = re.findall(
+            rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", pem, re.DOTALL
+        )
+        if not blocks:
+            self._problem(path, f"{resolved} contains no PEM certificate")
+            return None
+        for number, block in enumerate(blocks, 1):
+            try:
+                Certificate.loadPEM(block)
+            except Exception:
+                # OpenSSL's errors are a list of internal codes; the number
+                # of the certificate is what helps.
+                self._problem(
+                    path,
+                    f"certificate {number} in {resolved} is not a valid"
+                    " PEM certificate",
+                )
+                return None
+        return resolved
