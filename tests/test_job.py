@@ -137,12 +137,14 @@ class RecordingStateStore(MemoryStateStore):
         self.batches: list[list[MessageOutcome]] = []
         self.failWith: Exception | None = None
 
-    def recordOutcomes(self, job: str, outcomes: Sequence[MessageOutcome]) -> Deferred[None]:
+    def recordOutcomes(
+        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+    ) -> Deferred[None]:
         "See L{IStateStore.recordOutcomes}; the batch is remembered."
         self.batches.append(list(outcomes))
         if self.failWith is not None:
             return fail(self.failWith)
-        return super().recordOutcomes(job, outcomes)
+        return super().recordOutcomes(job, outcomes, settled)
 
     def outcomes(self) -> dict[tuple[str, str], MessageOutcome]:
         """

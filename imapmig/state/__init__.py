@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_state -*-
 """
-The state store: every source message's outcome, and every source folder's
-mark for delta passes, per job.
+The state store: every source message's outcome, every source folder's mark
+for delta passes, and the journal of batches in flight, per job.
 
 One interface, L{IStateStore}; SQLite (L{imapmig.state.sqlite}) is the
 embedded default, and an in-memory store (L{imapmig.state.memory}) is its
@@ -65,6 +65,49 @@ class MessageOutcome:
 
 
 @frozen
+class JournalMessage:
+    """
+    One message of a batch in flight, as the journal records it.
+
+    @ivar folderKey: the source folder's key (L{imapmig.message.SourceFolder.key}).
+    @ivar messageKey: the message's key within that folder.
+    @ivar size: octets as sent.
+    @ivar head: a short digest (at most 255 octets; the job passes 8) of
+        the first octets as sent, to recognise the message in the
+        destination.
+    """
+
+    folderKey: str
+    messageKey: str
+    size: int
+    head: bytes
+
+
+@frozen
+class JournalEntry:
+    """
+    A batch of messages that was about to be sent to the destination and
+    has not been settled since: some or all of its messages may be stored
+    there without an outcome recorded.
+
+    @ivar entryId: assigned by the store, increasing in write order and
+        never reused.
+    @ivar mailbox: the destination mailbox (decoded).
+    @ivar uidValidity: the destination mailbox's UIDVALIDITY when the batch
+        was sent, if known.
+    @ivar uidFloor: any message of the batch that was stored has a UID of
+        at least this (the UIDNEXT seen before sending), if known.
+    @ivar messages: the batch's messages, in the order they were sent.
+    """
+
+    entryId: int
+    mailbox: str
+    uidValidity: int | None
+    uidFloor: int | None
+    messages: tuple[JournalMessage, ...]
+
+
+@frozen
 class OutcomeCounts:
     """
     How many messages of a job ended how, each counted by its latest
@@ -121,11 +164,53 @@ class IStateStore(Interface):
         destination for C{job} (appended, or already present).
         """
 
-    def recordOutcomes(job: str, outcomes: Sequence[MessageOutcome]) -> "Deferred[None]":
+    def recordOutcomes(
+        job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+    ) -> "Deferred[None]":
         """
-        Record C{outcomes} for C{job} in one transaction.  A later outcome
-        for the same message replaces an earlier one (a message that failed
-        once and was appended by a later run is recorded as appended).
+        Record C{outcomes} for C{job} and delete the journal entries
+        C{settled}, all in one transaction.  A later outcome for the same
+        message replaces an earlier one (a message that failed once and was
+        appended by a later run is recorded as appended).
+
+        @param settled: the L{entryId<JournalEntry.entryId>}s of C{job}'s
+            journal entries whose every message has an outcome (in
+            C{outcomes} or recorded before); may be given with no
+            C{outcomes}.  An id that is not an unsettled entry of C{job} is
+            ignored, so settling twice is harmless.
+        """
+
+    def journalBatch(
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> "Deferred[int]":
+        """
+        Record, in one durable transaction, that C{messages} are about to be
+        sent to C{mailbox} for C{job}.  The entry stays in the journal until
+        a L{recordOutcomes} settles it.
+
+        @param uidValidity: see L{JournalEntry.uidValidity}.
+        @param uidFloor: see L{JournalEntry.uidFloor}.
+
+        @return: a Deferred firing with the new entry's
+            L{entryId<JournalEntry.entryId>} once it is recorded; if it
+            fails, the batch must not be sent.
+        """
+
+    def journal(job: str) -> "Deferred[list[JournalEntry]]":
+        """
+        The unsettled journal entries of C{job}, by
+        L{entryId<JournalEntry.entryId>}.
+        """
+
+    def recordedUIDs(job: str, mailbox: str, uidValidity: int, fromUID: int) -> "Deferred[set[int]]":
+        """
+        The destination UIDs, at least C{fromUID}, that the latest outcomes
+        of C{job}'s messages hold in C{mailbox} with C{uidValidity}
+        (appended, or already present).
         """
 
     def failures(job: str) -> "Deferred[list[MessageOutcome]]":

@@ -12,7 +12,15 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError
-from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
+from imapmig.state import (
+    FolderMark,
+    IStateStore,
+    JournalEntry,
+    JournalMessage,
+    MessageOutcome,
+    OutcomeCounts,
+)
+from imapmig.state._packing import packMessages
 
 # The range of SQLite's INTEGER, which the fake enforces too.
 _INTEGER_MIN = -(2**63)
@@ -56,6 +64,9 @@ class MemoryStateStore:
         self._jobs: dict[str, dict[str, dict[str, MessageOutcome]]] | None = {}
         # job -> folderKey -> mark
         self._marks: dict[str, dict[str, FolderMark]] = {}
+        # job -> entryId -> unsettled entry
+        self._journal: dict[str, dict[int, JournalEntry]] = {}
+        self._lastEntryId = 0
 
     def _open(self) -> dict[str, dict[str, dict[str, MessageOutcome]]]:
         """
@@ -91,7 +102,9 @@ class MemoryStateStore:
             return fail(e)
         return succeed({key for key, outcome in outcomes.items() if outcome.failure is None})
 
-    def recordOutcomes(self, job: str, outcomes: Sequence[MessageOutcome]) -> Deferred[None]:
+    def recordOutcomes(
+        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+    ) -> Deferred[None]:
         """
         See L{IStateStore.recordOutcomes}.
         """
@@ -118,11 +131,88 @@ class MemoryStateStore:
             )
             if error is not None:
                 return fail(PermanentError(f"memory: cannot record outcomes: {error}"))
+        number = _outOfRange(settled)
+        if number is not None:
+            return fail(PermanentError(f"memory: cannot record outcomes: {number} is out of range"))
         if outcomes:
             folders = jobs.setdefault(job, {})
             for outcome in outcomes:
                 folders.setdefault(outcome.folderKey, {})[outcome.messageKey] = outcome
+        entries = self._journal.get(job, {})
+        for entryId in settled:
+            entries.pop(entryId, None)
         return succeed(None)
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.journalBatch}.
+        """
+        try:
+            self._open()
+            # What SQLite's store refuses to pack, this one refuses too.
+            packMessages(messages)
+        except PermanentError as e:
+            return fail(e)
+        except ValueError as e:
+            return fail(PermanentError(f"memory: cannot journal the batch: {e}"))
+        number = _outOfRange((uidValidity, uidFloor))
+        if number is not None:
+            return fail(
+                PermanentError(f"memory: cannot journal the batch: {number} is out of range")
+            )
+        error = _unencodable((job, mailbox))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot journal the batch: {error}"))
+        self._lastEntryId += 1
+        entry = JournalEntry(self._lastEntryId, mailbox, uidValidity, uidFloor, tuple(messages))
+        self._journal.setdefault(job, {})[entry.entryId] = entry
+        return succeed(entry.entryId)
+
+    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
+        """
+        See L{IStateStore.journal}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        entries = self._journal.get(job, {})
+        return succeed([entries[entryId] for entryId in sorted(entries)])
+
+    def recordedUIDs(
+        self, job: str, mailbox: str, uidValidity: int, fromUID: int
+    ) -> Deferred[set[int]]:
+        """
+        See L{IStateStore.recordedUIDs}.
+        """
+        try:
+            folders = self._open().get(job, {})
+        except PermanentError as e:
+            return fail(e)
+        number = _outOfRange((uidValidity, fromUID))
+        if number is not None:
+            return fail(
+                PermanentError(f"memory: cannot read recorded UIDs: {number} is out of range")
+            )
+        return succeed(
+            {
+                outcome.uid
+                for outcomes in folders.values()
+                for outcome in outcomes.values()
+                if outcome.failure is None
+                and outcome.mailbox == mailbox
+                and outcome.uidValidity == uidValidity
+                and outcome.uid is not None
+                and outcome.uid >= fromUID
+            }
+        )
 
     def failures(self, job: str) -> Deferred[list[MessageOutcome]]:
         """
@@ -237,3 +327,4 @@ class MemoryStateStore:
         """
         self._jobs = None
         self._marks = {}
+        self._journal = {}

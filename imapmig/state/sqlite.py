@@ -1,70 +1,50 @@
 # -*- test-case-name: tests.test_state -*-
 """
 The embedded state store: one SQLite file, written one transaction per
-batch of outcomes or per folder mark.
+batch of outcomes, per journal entry or per folder mark.
 
 The standard library's C{sqlite3} module is called synchronously from the
 reactor thread.  That is cheap enough here: in WAL mode with
 C{synchronous=NORMAL} a commit does not wait for the disk, and a batch of
 thousands of outcomes is one C{executemany} in one transaction.
+
+Durability: a committed transaction is in the write-ahead log, in the
+operating system's cache, before the call returns, so it survives the
+process being killed (SIGKILL, a crash); it may not survive a power loss
+or a kernel crash before the next checkpoint, which then rolls the database
+back to an earlier, consistent state.
+
+One daemon owns the file: it holds L{StateFileLock} on C{<file>.lock} from
+open to close.  Readers (C{imapmig report}, C{imapmig verify}) open it
+C{readOnly}, without the lock, while the daemon writes.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
+from urllib.parse import quote
 
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
+from imapmig.state import (
+    FolderMark,
+    IStateStore,
+    JournalEntry,
+    JournalMessage,
+    MessageOutcome,
+    OutcomeCounts,
+)
+from imapmig.state._packing import packMessages, unpackMessages
+from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion, rollback
+from imapmig.state.lock import StateFileLock
 
-SCHEMA_VERSION = 2
-"""
-The newest schema this code knows; a database with a newer one is refused.
-"""
+_T = TypeVar("_T")
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    # Each entry upgrades a database from the previous version to its key;
-    # version 1 creates the schema in an empty database.
-    1: (
-        """
-        CREATE TABLE messages (
-            job TEXT NOT NULL,
-            folder_key TEXT NOT NULL,
-            message_key TEXT NOT NULL,
-            mailbox TEXT NOT NULL,
-            size INTEGER NOT NULL,
-            uidvalidity INTEGER,
-            uid INTEGER,
-            failure TEXT,
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (job, folder_key, message_key)
-        ) WITHOUT ROWID
-        """,
-    ),
-    # Version 2: what a message's copy lost or changed, whether it was
-    # found already in the destination, and each folder's mark for delta
-    # passes.
-    2: (
-        "ALTER TABLE messages ADD COLUMN note TEXT",
-        "ALTER TABLE messages ADD COLUMN present INTEGER NOT NULL DEFAULT 0",
-        "ALTER TABLE messages ADD COLUMN converted INTEGER NOT NULL DEFAULT 0",
-        """
-        CREATE TABLE folders (
-            job TEXT NOT NULL,
-            folder_key TEXT NOT NULL,
-            uidvalidity INTEGER NOT NULL,
-            uidnext INTEGER NOT NULL,
-            highestmodseq INTEGER,
-            messages INTEGER NOT NULL,
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (job, folder_key)
-        ) WITHOUT ROWID
-        """,
-    ),
-}
+__all__ = ["SCHEMA_VERSION", "SQLiteStateStore"]
 
 _UPSERT = """
     INSERT INTO messages (
@@ -104,9 +84,28 @@ _UPSERT_MARK = """
         updated_at = excluded.updated_at
 """
 
+_INSERT_ENTRY = """
+    INSERT INTO journal (entry_id, job, mailbox, uidvalidity, uid_floor, messages, written_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+
+_SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
+
 # SQLITE_BUSY and SQLITE_LOCKED: another connection holds the write lock,
 # which may be gone by the next attempt.
 _BUSY_CODES = frozenset({5, 6})
+
+# What a primary result code (the low byte of an extended one) means for
+# the admin, for the codes a broken file or disk gives.  None is retried.
+_CAUSES = {
+    3: "permission denied",  # SQLITE_PERM
+    8: "the state database is read-only",  # SQLITE_READONLY
+    10: "an I/O error",  # SQLITE_IOERR
+    11: "the state database is corrupt",  # SQLITE_CORRUPT
+    13: "the disk or the state database is full",  # SQLITE_FULL
+    14: "the file cannot be opened",  # SQLITE_CANTOPEN
+    26: "the file is not a SQLite database, or is corrupt",  # SQLITE_NOTADB
+}
 
 
 @implementer(IStateStore)
@@ -124,40 +123,83 @@ class SQLiteStateStore:
         path: str,
         seconds: Callable[[], float],
         busyTimeout: float = 1.0,
+        readOnly: bool = False,
     ) -> None:
         """
         Open the database at C{path}, creating the file and the schema if
-        they do not exist.
+        they do not exist, and take its L{StateFileLock}.
 
-        @param path: the database file (or C{":memory:"}).
+        @param path: the database file (or C{":memory:"}, which takes no
+            lock).
         @param seconds: the clock (e.g. C{reactor.seconds}) that stamps each
-            outcome's and each folder mark's C{updated_at}.
+            outcome's, journal entry's and folder mark's time, and the lock.
         @param busyTimeout: seconds to wait for another connection's write
             lock before giving up with a L{TransientError}.  The wait blocks
             the reactor, so it stays short.
+        @param readOnly: open an existing file to read it only, beside the
+            daemon that owns it: no lock, no upgrade, no write.
 
-        @raise PermanentError: the file cannot be opened or created, is not a
-            SQLite database, or has a schema newer than L{SCHEMA_VERSION}.
+        @raise PermanentError: another daemon holds the lock; the file
+            cannot be opened, created or written (read-only, full); it is
+            not a SQLite database; or its schema is newer than
+            L{SCHEMA_VERSION}.  The message names the file and the cause.
         """
         self._path = path
         self._seconds = seconds
+        self._lock: StateFileLock | None = None
+        self._version = SCHEMA_VERSION
+        self._lastEntryId = 0
+        if path != ":memory:" and not readOnly:
+            self._lock = StateFileLock.acquire(path, seconds)
+        try:
+            self._connection: sqlite3.Connection | None = self._connect(busyTimeout, readOnly)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+
+    def _connect(self, busyTimeout: float, readOnly: bool) -> sqlite3.Connection:
+        """
+        Open the connection; then, unless C{readOnly}, bring its schema up
+        to date and check that it can be written.
+
+        @raise PermanentError: see L{__init__}.
+        """
         try:
             # isolation_level=None: no implicit transactions; each write
             # below opens and commits its own, explicitly.
-            connection = sqlite3.connect(path, timeout=busyTimeout, isolation_level=None)
+            if readOnly:
+                connection = sqlite3.connect(
+                    "file:" + quote(os.path.abspath(self._path)) + "?mode=ro",
+                    timeout=busyTimeout,
+                    isolation_level=None,
+                    uri=True,
+                )
+            else:
+                connection = sqlite3.connect(
+                    self._path, timeout=busyTimeout, isolation_level=None
+                )
         except sqlite3.Error as e:
-            raise PermanentError(f"{path}: cannot open the state database: {e}") from e
+            raise self._error("open the state database", e) from None
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            _migrate(connection, path)
+            if readOnly:
+                self._version = readVersion(connection, self._path)
+            else:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=NORMAL")
+                checkIntegrity(connection, self._path)
+                migrate(connection, self._path)
+                self._version = SCHEMA_VERSION
+                (self._lastEntryId,) = connection.execute(
+                    "SELECT coalesce(max(entry_id), 0) FROM journal"
+                ).fetchone()
         except sqlite3.Error as e:
             connection.close()
-            raise PermanentError(f"{path}: cannot open the state database: {e}") from e
+            raise self._error("open the state database", e) from None
         except BaseException:
             connection.close()
             raise
-        self._connection: sqlite3.Connection | None = connection
+        return connection
 
     def __repr__(self) -> str:
         return f"<SQLiteStateStore {self._path!r}>"
@@ -174,35 +216,42 @@ class SQLiteStateStore:
 
     def _error(self, action: str, e: sqlite3.Error) -> Exception:
         """
-        The imapmig error for C{e}, raised while doing C{action}.
+        The imapmig error for C{e}, raised while doing C{action}: a
+        L{TransientError} if another connection holds the write lock, a
+        L{PermanentError} naming the file and the cause otherwise.
         """
-        message = f"{self._path}: cannot {action}: {e}"
-        if getattr(e, "sqlite_errorcode", None) in _BUSY_CODES:
-            return TransientError(message)
-        return PermanentError(message)
+        code = getattr(e, "sqlite_errorcode", None)
+        if code is None:
+            return PermanentError(f"{self._path}: cannot {action}: {e}")
+        if code & 0xFF in _BUSY_CODES:
+            return TransientError(f"{self._path}: cannot {action}: {e}")
+        cause = _CAUSES.get(code & 0xFF)
+        if cause is None:
+            return PermanentError(f"{self._path}: cannot {action}: {e}")
+        name = getattr(e, "sqlite_errorname", code)
+        return PermanentError(f"{self._path}: cannot {action}: {cause} ({name}: {e})")
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """
         See L{IStateStore.appendedKeys}.
         """
-        try:
-            rows = self._open().execute(
-                "SELECT message_key FROM messages"
-                " WHERE job = ? AND folder_key = ? AND failure IS NULL",
-                (job, folderKey),
-            )
-            return succeed({key for (key,) in rows})
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read appended messages", e))
+        return self._read(
+            "read appended messages",
+            "SELECT message_key FROM messages"
+            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
+            (job, folderKey),
+            lambda rows: {key for (key,) in rows},
+        )
 
-    def recordOutcomes(self, job: str, outcomes: Sequence[MessageOutcome]) -> Deferred[None]:
+    def recordOutcomes(
+        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+    ) -> Deferred[None]:
         """
-        See L{IStateStore.recordOutcomes}.  The whole batch is one
-        transaction: all of it is recorded, or none of it.
+        See L{IStateStore.recordOutcomes}.  The outcomes and the deletion
+        of the settled journal entries are one transaction: all of it is
+        recorded, or none of it.
         """
-        if not outcomes:
+        if not outcomes and not settled:
             try:
                 self._open()
             except PermanentError as e:
@@ -226,7 +275,94 @@ class SQLiteStateStore:
             )
             for outcome in outcomes
         ]
-        return self._write("record outcomes", _UPSERT, rows)
+        entries = [(entryId, job) for entryId in settled]
+
+        def write(connection: sqlite3.Connection) -> None:
+            if rows:
+                connection.executemany(_UPSERT, rows)
+            if entries:
+                connection.executemany(_SETTLE, entries)
+
+        return self._transaction("record outcomes", write)
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.journalBatch}: one row, one transaction.
+        """
+        try:
+            blob = packMessages(messages)
+        except ValueError as e:
+            return fail(PermanentError(f"{self._path}: cannot journal the batch: {e}"))
+        # Numbered here, one more than any entry this store wrote or found
+        # at open: never the id of an entry settled since, so a stale id
+        # cannot settle a newer entry.
+        entryId = self._lastEntryId + 1
+        row = (entryId, job, mailbox, uidValidity, uidFloor, blob, self._seconds())
+
+        def write(connection: sqlite3.Connection) -> int:
+            connection.execute(_INSERT_ENTRY, row)
+            # Even if the commit fails: an id is skipped, never reused.
+            self._lastEntryId = entryId
+            return entryId
+
+        return self._transaction("journal the batch", write)
+
+    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
+        """
+        See L{IStateStore.journal}.
+        """
+        if self._version < 3:
+            # A version-2 database opened read-only has no journal yet.
+            try:
+                self._open()
+            except PermanentError as e:
+                return fail(e)
+            return succeed([])
+
+        def entries(
+            rows: list[tuple[int, str, int | None, int | None, bytes]],
+        ) -> list[JournalEntry]:
+            result = []
+            for entryId, mailbox, uidValidity, uidFloor, blob in rows:
+                try:
+                    messages = unpackMessages(blob)
+                except ValueError as e:
+                    raise PermanentError(
+                        f"{self._path}: cannot read journal entry {entryId}: {e}"
+                    ) from None
+                result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
+            return result
+
+        return self._read(
+            "read the journal",
+            "SELECT entry_id, mailbox, uidvalidity, uid_floor, messages FROM journal"
+            " WHERE job = ? ORDER BY entry_id",
+            (job,),
+            entries,
+        )
+
+    def recordedUIDs(
+        self, job: str, mailbox: str, uidValidity: int, fromUID: int
+    ) -> Deferred[set[int]]:
+        """
+        See L{IStateStore.recordedUIDs}.  It reads every record of C{job}:
+        it is asked after a lost connection, not per batch, and an index
+        for it would cost every recorded outcome.
+        """
+        return self._read(
+            "read recorded UIDs",
+            "SELECT uid FROM messages WHERE job = ? AND mailbox = ? AND uidvalidity = ?"
+            " AND uid >= ? AND failure IS NULL",
+            (job, mailbox, uidValidity, fromUID),
+            lambda rows: {uid for (uid,) in rows},
+        )
 
     def failures(self, job: str) -> Deferred[list[MessageOutcome]]:
         """
@@ -248,46 +384,46 @@ class SQLiteStateStore:
 
         @return: a Deferred firing with C{(appended, failed)}.
         """
-        try:
-            ((total, failed),) = self._open().execute(
-                "SELECT count(*), count(failure) FROM messages WHERE job = ?",
-                (job,),
-            )
-            return succeed((int(total) - int(failed), int(failed)))
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read the summary", e))
+
+        def summarise(rows: list[tuple[int, int]]) -> tuple[int, int]:
+            ((total, failed),) = rows
+            return (int(total) - int(failed), int(failed))
+
+        return self._read(
+            "read the summary",
+            "SELECT count(*), count(failure) FROM messages WHERE job = ?",
+            (job,),
+            summarise,
+        )
 
     def counts(self, job: str) -> Deferred[OutcomeCounts]:
         """
         See L{IStateStore.counts}.
         """
-        try:
-            ((copied, present, failed, converted, withNotes),) = self._open().execute(
-                # sum() of no rows is NULL, hence the coalesce.
-                "SELECT"
-                " coalesce(sum(failure IS NULL AND present = 0), 0),"
-                " coalesce(sum(failure IS NULL AND present != 0), 0),"
-                " count(failure),"
-                " coalesce(sum(failure IS NULL AND converted != 0), 0),"
-                " coalesce(sum(failure IS NULL AND note IS NOT NULL), 0)"
-                " FROM messages WHERE job = ?",
-                (job,),
+
+        def count(rows: list[tuple[int, int, int, int, int]]) -> OutcomeCounts:
+            ((copied, present, failed, converted, withNotes),) = rows
+            return OutcomeCounts(
+                copied=int(copied),
+                alreadyPresent=int(present),
+                failed=int(failed),
+                lineEndingsConverted=int(converted),
+                withNotes=int(withNotes),
             )
-            return succeed(
-                OutcomeCounts(
-                    copied=int(copied),
-                    alreadyPresent=int(present),
-                    failed=int(failed),
-                    lineEndingsConverted=int(converted),
-                    withNotes=int(withNotes),
-                )
-            )
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read the counts", e))
+
+        return self._read(
+            "read the counts",
+            # sum() of no rows is NULL, hence the coalesce.
+            "SELECT"
+            " coalesce(sum(failure IS NULL AND present = 0), 0),"
+            " coalesce(sum(failure IS NULL AND present != 0), 0),"
+            " count(failure),"
+            " coalesce(sum(failure IS NULL AND converted != 0), 0),"
+            " coalesce(sum(failure IS NULL AND note IS NOT NULL), 0)"
+            " FROM messages WHERE job = ?",
+            (job,),
+            count,
+        )
 
     def notes(self, job: str) -> Deferred[list[MessageOutcome]]:
         """
@@ -317,30 +453,24 @@ class SQLiteStateStore:
         """
         See L{IStateStore.folderMark}.
         """
-        try:
-            row = (
-                self._open()
-                .execute(
-                    "SELECT uidvalidity, uidnext, highestmodseq, messages FROM folders"
-                    " WHERE job = ? AND folder_key = ?",
-                    (job, folderKey),
-                )
-                .fetchone()
-            )
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read the folder mark", e))
-        if row is None:
-            return succeed(None)
-        uidValidity, uidNext, highestModSeq, messages = row
-        return succeed(
-            FolderMark(
+
+        def mark(rows: list[tuple[int, int, int | None, int]]) -> FolderMark | None:
+            if not rows:
+                return None
+            ((uidValidity, uidNext, highestModSeq, messages),) = rows
+            return FolderMark(
                 uidValidity=uidValidity,
                 uidNext=uidNext,
                 highestModSeq=highestModSeq,
                 messages=messages,
             )
+
+        return self._read(
+            "read the folder mark",
+            "SELECT uidvalidity, uidnext, highestmodseq, messages FROM folders"
+            " WHERE job = ? AND folder_key = ?",
+            (job, folderKey),
+            mark,
         )
 
     def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
@@ -356,39 +486,45 @@ class SQLiteStateStore:
             mark.messages,
             self._seconds(),
         )
-        return self._write("record the folder mark", _UPSERT_MARK, [row])
+        return self._transaction(
+            "record the folder mark", lambda connection: _execute(connection, _UPSERT_MARK, row)
+        )
 
     def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
         """
         See L{IStateStore.forgetFolder}.
         """
-        return self._write(
+        return self._transaction(
             "forget the folder",
-            "DELETE FROM folders WHERE job = ? AND folder_key = ?",
-            [(job, folderKey)],
+            lambda connection: _execute(
+                connection,
+                "DELETE FROM folders WHERE job = ? AND folder_key = ?",
+                (job, folderKey),
+            ),
         )
 
-    def _write(
-        self, action: str, statement: str, rows: Sequence[tuple[object, ...]]
-    ) -> Deferred[None]:
+    def _transaction(
+        self, action: str, write: Callable[[sqlite3.Connection], _T]
+    ) -> Deferred[_T]:
         """
-        Execute C{statement} once for each of C{rows}, all in one
-        transaction: every row is written, or none.
+        Call C{write} with the connection inside one transaction: all it
+        writes is committed, or none of it.
 
         @param action: what the write does, for the error message.
 
-        @return: a Deferred that fails with L{TransientError} if another
+        @return: a Deferred that fires with what C{write} returns once it
+            is committed, or fails with L{TransientError} if another
             connection holds the write lock, or with L{PermanentError} if
-            the store is closed or SQLite refuses the rows.
+            the store is closed or SQLite refuses the write.
         """
         try:
             connection = self._open()
             connection.execute("BEGIN IMMEDIATE")
             try:
-                connection.executemany(statement, rows)
+                result = write(connection)
                 connection.execute("COMMIT")
             except BaseException:
-                _rollback(connection)
+                rollback(connection)
                 raise
         except PermanentError as e:
             return fail(e)
@@ -398,7 +534,29 @@ class SQLiteStateStore:
             # A number SQLite's 64-bit INTEGER cannot hold, or text that is
             # not Unicode (a lone surrogate from a surrogateescape'd name).
             return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
-        return succeed(None)
+        return succeed(result)
+
+    def _read(
+        self,
+        action: str,
+        query: str,
+        parameters: tuple[object, ...],
+        convert: Callable[[list[Any]], _T],
+    ) -> Deferred[_T]:
+        """
+        What C{convert} makes of the rows C{query} finds.
+
+        @param action: what the query reads, for the error message.
+        """
+        try:
+            rows = self._open().execute(query, parameters).fetchall()
+            return succeed(convert(rows))
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error(action, e))
+        except (OverflowError, UnicodeEncodeError) as e:
+            return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
 
     def _outcomes(
         self, action: str, query: str, parameters: tuple[str, ...]
@@ -408,21 +566,33 @@ class SQLiteStateStore:
 
         @param action: what the query reads, for the error message.
         """
-        try:
-            rows = self._open().execute(query, parameters)
-            return succeed([_outcome(row) for row in rows])
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error(action, e))
+        return self._read(
+            action, query, parameters, lambda rows: [_outcome(row) for row in rows]
+        )
 
     def close(self) -> None:
         """
-        See L{IStateStore.close}.  Closing twice is harmless.
+        See L{IStateStore.close}; releases the lock too.  Closing twice is
+        harmless.
         """
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            connection.close()
+        connection, self._connection = self._connection, None
+        try:
+            if connection is not None:
+                connection.close()
+        except sqlite3.Error:
+            # Every transaction is committed or rolled back already; there
+            # is nothing left to lose, and the lock must still go.
+            pass
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+
+def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:
+    """
+    Execute C{statement} with C{row}'s parameters.
+    """
+    connection.execute(statement, row)
 
 
 def _outcome(row: _OutcomeRow) -> MessageOutcome:
@@ -444,49 +614,3 @@ def _outcome(row: _OutcomeRow) -> MessageOutcome:
         alreadyPresent=bool(present),
         lineEndingsConverted=bool(converted),
     )
-
-
-def _migrate(connection: sqlite3.Connection, path: str) -> None:
-    """
-    Bring the schema of the database on C{connection} to L{SCHEMA_VERSION},
-    in one transaction.
-
-    @raise PermanentError: the database's schema is newer than this code.
-    """
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        (hasVersion,) = connection.execute(
-            "SELECT count(*) FROM sqlite_master"
-            " WHERE type = 'table' AND name = 'schema_version'"
-        ).fetchone()
-        if hasVersion:
-            (version,) = connection.execute(
-                "SELECT coalesce(max(version), 0) FROM schema_version"
-            ).fetchone()
-        else:
-            connection.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-            version = 0
-        if version > SCHEMA_VERSION:
-            raise PermanentError(
-                f"{path}: the state database has schema version {version}, newer"
-                f" than this imapmig knows ({SCHEMA_VERSION}); upgrade imapmig"
-            )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[target]:
-                connection.execute(statement)
-        if version < SCHEMA_VERSION:
-            connection.execute("DELETE FROM schema_version")
-            connection.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        connection.execute("COMMIT")
-    except BaseException:
-        _rollback(connection)
-        raise
-
-
-def _rollback(connection: sqlite3.Connection) -> None:
-    """
-    Roll back the transaction open on C{connection}, if SQLite has not
-    already done so itself (as it does after some errors).
-    """
-    if connection.in_transaction:
-        connection.execute("ROLLBACK")

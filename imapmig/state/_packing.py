@@ -1,0 +1,117 @@
+# -*- test-case-name: tests.test_state_journal -*-
+"""
+The compact binary form of a journal entry's messages: one BLOB per batch,
+so that journaling a batch costs one row, not one per message.
+
+Layout, little-endian::
+
+    u8   format (1)
+    u32  number of distinct folder keys F
+    F x  (u32 length, UTF-8 folder key)
+    then, per message, in order:
+    u32  index of its folder key among the F
+    u32  length of its message key
+    i64  size
+    u8   length of its head
+         the UTF-8 message key, then the head
+
+A batch usually comes from one folder, so each folder key is written once.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from imapmig.state import JournalMessage
+
+_FORMAT = 1
+_HEADER = struct.Struct("<BI")
+_LENGTH = struct.Struct("<I")
+_MESSAGE = struct.Struct("<IIqB")
+
+
+def packMessages(messages: Sequence[JournalMessage]) -> bytes:
+    """
+    The packed form of C{messages}.
+
+    @raise ValueError: a key is not valid Unicode (a lone surrogate), a size
+        is beyond a signed 64-bit integer, or a head is longer than 255
+        octets; the message says which.
+    """
+    folders: dict[str, int] = {}
+    parts: list[bytes] = []
+    pack = _MESSAGE.pack
+    try:
+        for message in messages:
+            folder = folders.setdefault(message.folderKey, len(folders))
+            key = message.messageKey.encode("utf-8")
+            head = message.head
+            if len(head) > 255:
+                raise ValueError(f"a journal head is at most 255 octets, not {len(head)}")
+            parts.append(pack(folder, len(key), message.size, len(head)))
+            parts.append(key)
+            parts.append(head)
+        header = [_HEADER.pack(_FORMAT, len(folders))]
+        for name in folders:
+            encoded = name.encode("utf-8")
+            header.append(_LENGTH.pack(len(encoded)))
+            header.append(encoded)
+    except UnicodeEncodeError as e:
+        raise ValueError(str(e)) from None
+    except struct.error:
+        raise ValueError(f"a size is out of range in {_sizes(messages)}") from None
+    return b"".join(header + parts)
+
+
+def _sizes(messages: Sequence[JournalMessage]) -> str:
+    """
+    The first size of C{messages} a signed 64-bit integer cannot hold,
+    for an error message.
+    """
+    for message in messages:
+        if not -(2**63) <= message.size < 2**63:
+            return str(message.size)
+    return "the batch"
+
+
+def unpackMessages(blob: bytes) -> tuple[JournalMessage, ...]:
+    """
+    The messages C{blob}, made by L{packMessages}, holds.
+
+    @raise ValueError: C{blob} is not of that form.
+    """
+    try:
+        form, folderCount = _HEADER.unpack_from(blob, 0)
+        if form != _FORMAT:
+            raise ValueError(f"unknown journal format {form}")
+        offset = _HEADER.size
+        folders = []
+        for _ in range(folderCount):
+            (length,) = _LENGTH.unpack_from(blob, offset)
+            offset += _LENGTH.size
+            folders.append(_take(blob, offset, length).decode("utf-8"))
+            offset += length
+        messages = []
+        while offset < len(blob):
+            folder, keyLength, size, headLength = _MESSAGE.unpack_from(blob, offset)
+            offset += _MESSAGE.size
+            key = _take(blob, offset, keyLength).decode("utf-8")
+            offset += keyLength
+            head = _take(blob, offset, headLength)
+            offset += headLength
+            messages.append(JournalMessage(folders[folder], key, size, head))
+    except (struct.error, ValueError, IndexError) as e:
+        raise ValueError(f"malformed journal entry: {e}") from None
+    return tuple(messages)
+
+
+def _take(blob: bytes, offset: int, length: int) -> bytes:
+    """
+    The C{length} octets of C{blob} at C{offset}.
+
+    @raise ValueError: C{blob} ends before.
+    """
+    if offset + length > len(blob):
+        raise ValueError("truncated")
+    return blob[offset : offset + length]
