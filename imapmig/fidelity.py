@@ -210,3 +210,24 @@ def identityOf(body: bytes | bytearray | StreamedBody) -> MessageIdentity:
         start = bytes(body[:_HEADER_SEARCH])
     header = start[: headerEnd(start)]
     return MessageIdentity(messageIdOf(header), fingerprintOf(start), len(body))
+
+
+JOURNAL_HEAD_OCTETS = 1024
+"""
+How many first octets of a message the in-flight journal digests: enough
+to tell apart messages of the same size, few enough to fetch back cheaply
+(C{BODY.PEEK[]<0.1024>}) when reconciling.
+"""
+
+
+def journalHead(start: bytes | bytearray | StreamedBody) -> bytes:
+    """
+    The journal's digest (8 octets) of a message's first
+    L{JOURNAL_HEAD_OCTETS} octets, as sent (CRLF line endings), or as a
+    server returns them with C{BODY[]<0>}.
+    """
+    if isinstance(start, StreamedBody):
+        head = start.head(JOURNAL_HEAD_OCTETS)
+    else:
+        head = bytes(start[:JOURNAL_HEAD_OCTETS])
+    return hashlib.blake2b(head, digest_size=8).digest()

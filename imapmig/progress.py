@@ -17,9 +17,18 @@ class JobState(Enum):
     """
 
     QUEUED = "queued"
+    CONNECTING = "connecting"
     RUNNING = "running"
+    BACKING_OFF = "backing_off"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
     DONE = "done"
     FAILED = "failed"
+
+
+def _queued() -> JobState:
+    return JobState.QUEUED
 
 
 class JobProgress:
@@ -44,11 +53,18 @@ class JobProgress:
     @ivar foldersExcluded: source folders the job's folder rules leave out.
     @ivar bytesDone: octets appended by this run.
     @ivar error: why the job failed, when it did.
+    @ivar waitingFor: why the job is backing off or paused, while it is.
+    @ivar retryAt: when it tries again, while it is.
+    @ivar reconnects: how many times this run connected again after a
+        transient failure.
     """
 
     __slots__ = (
         "name",
-        "state",
+        "_stateOf",
+        "waitingFor",
+        "retryAt",
+        "reconnects",
         "messagesTotal",
         "messagesDone",
         "messagesAlreadyMigrated",
@@ -68,7 +84,10 @@ class JobProgress:
 
     def __init__(self, name: str, seconds: Callable[[], float]) -> None:
         self.name = name
-        self.state = JobState.QUEUED
+        self._stateOf: Callable[[], JobState] = _queued
+        self.waitingFor: str | None = None
+        self.retryAt: float | None = None
+        self.reconnects = 0
         self.messagesTotal = 0
         self.messagesDone = 0
         self.messagesAlreadyMigrated = 0
@@ -85,11 +104,36 @@ class JobProgress:
         self.finishedAt: float | None = None
         self._seconds = seconds
 
+    @property
+    def state(self) -> JobState:
+        """
+        Where the job is: read from its lifecycle machine, the one owner of
+        that state.
+        """
+        return self._stateOf()
+
+    def showState(self, stateOf: Callable[[], JobState]) -> None:
+        """
+        Read the job's state from C{stateOf} (its lifecycle machine) from
+        now on.
+        """
+        self._stateOf = stateOf
+
+    def waiting(self, reason: str | None, until: float | None) -> None:
+        """
+        The job waits until C{until} (a time of the clock) because of
+        C{reason}; L{None} for both when it no longer waits.
+        """
+        self.waitingFor = reason
+        self.retryAt = until
+
     def started(self) -> None:
         """
         The job began running.
         """
-        self.state = JobState.RUNNING
+        self.reconnects = 0
+        self.waitingFor = None
+        self.retryAt = None
         self.startedAt = self._seconds()
         self.finishedAt = None
         self.error = None
@@ -101,10 +145,11 @@ class JobProgress:
 
     def finished(self, error: str | None = None) -> None:
         """
-        The job ended: done, or failed because of C{error}.
+        The job ended: done, or failed (or was stopped) because of C{error}.
         """
-        self.state = JobState.DONE if error is None else JobState.FAILED
         self.error = error
+        self.waitingFor = None
+        self.retryAt = None
         self.finishedAt = self._seconds()
         self.currentFolder = None
 
@@ -145,6 +190,9 @@ class JobProgress:
             "folders_excluded": self.foldersExcluded,
             "current_folder": self.currentFolder,
             "error": self.error,
+            "waiting_for": self.waitingFor,
+            "retry_at": self.retryAt,
+            "reconnects": self.reconnects,
             "started_at": self.startedAt,
             "finished_at": self.finishedAt,
             "elapsed_seconds": None if elapsed is None else round(elapsed, 3),

@@ -37,7 +37,7 @@ from imapmig.config import (
     ServerConfig,
 )
 from imapmig.imap.session import IMAPSession, openSession
-from imapmig.job import JobSettings, MigrationJob
+from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
@@ -120,9 +120,11 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
     return EmlDirectorySource(source.path, source.folder)
 
 
-def settingsFor(job: JobConfig) -> JobSettings:
+def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
     """
     The copying settings of a job.
+
+    @param stopTimeout: the daemon's C{stop_timeout}.
     """
     pipeline = job.pipeline
     return JobSettings(
@@ -131,6 +133,20 @@ def settingsFor(job: JobConfig) -> JobSettings:
         batchBytes=pipeline.batchBytes,
         windowMessages=pipeline.windowMessages,
         windowBytes=pipeline.windowBytes,
+        stopTimeout=stopTimeout,
+    )
+
+
+def retryPolicyFor(job: JobConfig) -> RetryPolicy:
+    """
+    How a job retries transient failures.
+    """
+    retry = job.retry
+    return RetryPolicy(
+        attempts=retry.attempts,
+        maxDelay=float(retry.maxDelay),
+        messageAttempts=retry.messageAttempts,
+        pause=float(retry.quotaPause),
     )
 
 
@@ -160,7 +176,13 @@ class JobQueueService(Service):
             if not self.running:
                 break
             self._current = job
-            completed = await job.run()
+            try:
+                completed = await job.run()
+            except Exception:
+                # A bug of ours: the queue goes on, and the daemon still
+                # exits when told to.
+                log.failure("Job {job} crashed", job=job.name)
+                completed = False
             allCompleted = allCompleted and completed
         self._current = None
         log.info(
@@ -232,10 +254,11 @@ def buildService(
                     reactor, destination.server, destination.user, destination.password.value
                 ),
                 reactor,
-                settingsFor(jobConfig),
+                settingsFor(jobConfig, config.stopTimeout),
                 jobConfig.folders,
                 jobConfig.identity,
                 jobConfig.eightBit,
+                retryPolicyFor(jobConfig),
             )
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)

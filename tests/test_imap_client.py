@@ -259,7 +259,11 @@ class SessionTests(SynchronousTestCase):
         self.assertEqual(
             states["INBOX"],
             MailboxState(
-                "INBOX", 12, 1700000000, frozenset({"\\Answered", "\\Seen", "$Forwarded", "\\*"})
+                "INBOX",
+                12,
+                1700000000,
+                frozenset({"\\Answered", "\\Seen", "$Forwarded", "\\*"}),
+                uidNext=13,
             ),
         )
         self.assertEqual(states["Entwürfe"], MailboxState("Entwürfe", 0, 1700000001, None))

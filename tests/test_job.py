@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime, timedelta, timezone
-from typing import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
@@ -21,12 +21,13 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, SourceError
+from imapmig.fidelity import journalHead
 from imapmig.imap.session import IMAPSession, openSession
-from imapmig.job import JobLifecycle, JobSettings, MigrationJob
+from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.sources import IMessageSource
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state import IStateStore, JournalMessage, MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 
@@ -136,6 +137,8 @@ class RecordingStateStore(MemoryStateStore):
         self.memory = self
         self.batches: list[list[MessageOutcome]] = []
         self.failWith: Exception | None = None
+        self.journaled: list[list[JournalMessage]] = []
+        self.journalFailWith: Exception | None = None
 
     def recordOutcomes(
         self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
@@ -145,6 +148,20 @@ class RecordingStateStore(MemoryStateStore):
         if self.failWith is not None:
             return fail(self.failWith)
         return super().recordOutcomes(job, outcomes, settled)
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        "See L{IStateStore.journalBatch}; the entry is remembered."
+        self.journaled.append(list(messages))
+        if self.journalFailWith is not None:
+            return fail(self.journalFailWith)
+        return super().journalBatch(job, mailbox, uidValidity, uidFloor, messages)
 
     def outcomes(self) -> dict[tuple[str, str], MessageOutcome]:
         """
@@ -282,9 +299,11 @@ class JobHarness:
         password: str = PASSWORD,
         identity: str = "fingerprint",
         eightBit: str = "literal",
+        retry: RetryPolicy = RetryPolicy(),
     ) -> MigrationJob:
         """
-        A job copying the source into the account.
+        A job copying the source into the account (its backoff without
+        jitter).
         """
 
         def openDestination() -> Awaitable[IMAPSession]:
@@ -301,7 +320,7 @@ class JobHarness:
 
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
-            identity=identity, eightBit=eightBit,
+            identity=identity, eightBit=eightBit, retry=retry, jitter=lambda: 0.0,
         )  # fmt: skip
 
     def start(self, job: MigrationJob) -> Deferred[bool]:
@@ -327,12 +346,27 @@ class JobHarness:
 
     def run(self, job: MigrationJob) -> bool:
         """
-        Run C{job} to its end, then let every connection close.
+        Run C{job} to its end, moving the clock on to the next timed call
+        whenever nothing else moves (a backoff, a timeout), then let every
+        connection close.
         """
         d = self.start(job)
+        self.waitFor(d)
         result = self.test.successResultOf(d)
         self.endpoint.pump()
         return result
+
+    def waitFor(self, d: Deferred[bool]) -> None:
+        """
+        Pump, and move the clock on to the next timed call whenever
+        nothing moves, until C{d} has its result.
+        """
+        for _ in range(10000):
+            self.settle(lambda: d.called)
+            calls = self.clock.getDelayedCalls()
+            if d.called or not calls:
+                return
+            self.clock.advance(min(c.getTime() for c in calls) - self.clock.seconds())
 
     def assertHolds(self, mailbox: str, numbers: Iterable[int]) -> None:
         """
@@ -395,31 +429,6 @@ class SourceAndStoreFakesTests(SynchronousTestCase):
         self.assertTrue(
             verifyObject(IStreamClientEndpoint, MemoryEndpoint(Clock(), lambda attempt: None))
         )
-
-
-class LifecycleTests(SynchronousTestCase):
-    """
-    L{JobLifecycle} reflected in the progress.
-    """
-
-    def test_lifecycle(self) -> None:
-        """
-        Queued, running, then done or failed with the reason; a finished job
-        may start again.
-        """
-        clock = Clock()
-        progress = JobProgress("j", clock.seconds)
-        lifecycle = JobLifecycle(progress)
-        self.assertIs(progress.state, JobState.QUEUED)
-        lifecycle.start()
-        self.assertIs(progress.state, JobState.RUNNING)
-        lifecycle.fail("boom")
-        self.assertEqual((progress.state, progress.error), (JobState.FAILED, "boom"))
-        lifecycle.start()
-        self.assertEqual((progress.state, progress.error), (JobState.RUNNING, None))
-        lifecycle.succeed()
-        self.assertIs(progress.state, JobState.DONE)
-        self.assertEqual(clock.getDelayedCalls(), [])
 
 
 class MigrationJobTests(SynchronousTestCase):
@@ -621,19 +630,25 @@ class MigrationJobTests(SynchronousTestCase):
 
     def test_transientRefusal(self) -> None:
         """
-        A refusal the server marks as temporary (C{[UNAVAILABLE]}, which
-        L{imapmig.errors.TransientError} names as transient) is not recorded
-        as a permanent failure of every message: the job does not end done,
-        and a next run tries the messages again.
+        A refusal the server marks as temporary (C{[UNAVAILABLE]}) is not
+        recorded as a failure of every message: the job backs off and tries
+        again, and fails after its attempts in a row that migrated nothing,
+        saying why; a next run tries the messages again.
         """
         h = JobHarness(self, refuse=lambda b: "NO [UNAVAILABLE] Temporary failure, try later")
         populate(h.source, h.source.addFolder("INBOX"), 4)
 
-        result = h.run(h.job(JobSettings(connections=1, batchMessages=4)))
+        result = h.run(h.job(JobSettings(connections=1, batchMessages=4), retry=RetryPolicy(attempts=2)))
 
-        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
-        self.assertNotEqual(h.progress.state, JobState.DONE)
         self.assertFalse(result)
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        assert h.progress.error is not None
+        self.assertIn("gave up after 2 attempts", h.progress.error)
+        self.assertIn("UNAVAILABLE", h.progress.error)
+        self.assertEqual(h.endpoint.attempts, 3)
+        # The refused batch stays journaled: the next run settles it.
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
         h.finish()
 
     def test_unreadableMessage(self) -> None:
@@ -685,47 +700,46 @@ class MigrationJobTests(SynchronousTestCase):
 
     def test_connectionDropped(self) -> None:
         """
-        When the connection drops mid-run the job fails; the outcomes
-        received before the drop are recorded, the messages in flight are
-        not recorded at all.
+        When the connection drops mid-run the job connects again, settles
+        the batch that was in flight, and finishes in the same run: every
+        message once in the destination, every outcome recorded, the
+        journal empty.
         """
         h = JobHarness(self, dropAfterAppends=1)
         populate(h.source, h.source.addFolder("INBOX"), 6)
         settings = JobSettings(connections=1, batchMessages=2, windowMessages=6)
 
-        self.assertFalse(h.run(h.job(settings)))
+        self.assertTrue(h.run(h.job(settings, identity="off")))
 
         progress = h.progress
-        self.assertEqual(progress.state, JobState.FAILED)
-        assert progress.error is not None
-        self.assertIn("onnection", progress.error)
-        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [body(0), body(1)])
+        self.assertEqual(progress.state, JobState.DONE)
+        h.assertHolds("INBOX", range(6))
         validity = h.mail.uidValidity(USER, "INBOX")
+        outcomes = h.store.outcomes()
         self.assertEqual(
-            h.store.outcomes(),
-            {
-                ("INBOX", "m0"): MessageOutcome("INBOX", "m0", "INBOX", len(body(0)), validity, 1),
-                ("INBOX", "m1"): MessageOutcome("INBOX", "m1", "INBOX", len(body(1)), validity, 2),
-            },
+            sorted((o.messageKey, o.uidValidity, o.failure) for o in outcomes.values()),
+            [(f"m{n}", validity, None) for n in range(6)],
         )
-        self.assertEqual((progress.messagesDone, progress.messagesFailed), (2, 0))
-        self.assertEqual(progress.messagesPending, 4)
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (6, 0))
+        self.assertEqual(progress.reconnects, 2)
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
 
     def test_connectionDroppedErrorSaysLost(self) -> None:
         """
-        The error of a job whose connection dropped mid-run says that the
-        connection was lost, as the session's own errors do (C{"SELECT:
-        connection lost: ..."}), not that it was closed cleanly.
+        A job whose every connection drops fails after its attempts, with
+        an error that says the connection was lost, not that it was closed
+        cleanly.
         """
         h = JobHarness(self, dropAfterAppends=0)
         populate(h.source, h.source.addFolder("INBOX"), 2)
 
-        self.assertFalse(h.run(h.job()))
+        self.assertFalse(h.run(h.job(retry=RetryPolicy(attempts=3, messageAttempts=10))))
 
         assert h.progress.error is not None
         self.assertNotIn("closed cleanly", h.progress.error)
         self.assertIn("connection lost", h.progress.error.lower())
+        self.assertEqual(h.endpoint.attempts, 4)
         h.finish()
 
     def test_outcomesNotRecorded(self) -> None:
@@ -750,7 +764,7 @@ class MigrationJobTests(SynchronousTestCase):
     def test_stop(self) -> None:
         """
         A stopped job takes no new work, lets the messages in flight get
-        their outcomes, and ends failed with the reason.
+        their outcomes, and ends stopped.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 6)
@@ -760,16 +774,18 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertNoResult(d)
 
         job.stop()
+        self.assertEqual(h.progress.state, JobState.STOPPING)
         h.source.release()
         h.settle(lambda: d.called)
 
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
-        self.assertEqual(h.progress.state, JobState.FAILED)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
         self.assertEqual(h.progress.error, "stopped before the end")
         appended = len(h.mail.mailbox(USER, "INBOX"))
         self.assertLess(appended, 6)
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (appended, 0))
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
 
     def test_twoConnections(self) -> None:
@@ -965,7 +981,8 @@ class MigrationJobTests(SynchronousTestCase):
     def test_extraConnectionsDroppedOnFailure(self) -> None:
         """
         When the first connection fails while it prepares the destination,
-        the extra connections opened meanwhile are dropped with it.
+        the extra connections opened meanwhile are dropped with it; the job
+        backs off, then connects again and finishes.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 4)
@@ -985,10 +1002,15 @@ class MigrationJobTests(SynchronousTestCase):
         d = h.start(h.job(JobSettings(connections=2, unitMessages=2)))
         h.endpoint.pump()
 
-        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
         self.assertEqual(h.endpoint.attempts, 2)
         self.assertTrue(all(pump.clientIO.disconnected for pump in h.endpoint.pumps))
         self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.assertHolds("INBOX", range(4))
+        h.finish()
 
     def test_secondConnectionRefused(self) -> None:
         """
@@ -1276,3 +1298,285 @@ class FidelityTests(SynchronousTestCase):
         self.assertTrue(harness.run(harness.job(identity="off")))
         self.assertEqual(len(harness.contents("INBOX")), 2)
         harness.finish()
+
+
+class StoreThenDropServer(FakeIMAPServer):
+    """
+    A fake server that stores the APPEND carrying a given body and then
+    closes the connection without answering it: the reply is lost, the
+    messages are in the mailbox.
+    """
+
+    dropOn: bytes = b""
+
+    def _append(self, args: list[Any]) -> bytes | None:
+        reply = FakeIMAPServer._append(self, args)
+        if any(self.dropOn in m.body for m in self.store.mailbox(self.user or "", "INBOX")):
+            if not getattr(self, "_dropped", False):
+                self._dropped = True
+                self._close()
+                return None
+        return reply
+
+
+class SilentAppendServer(FakeIMAPServer):
+    """
+    A fake server that reads APPEND commands and never answers them.
+    """
+
+    def _append(self, args: list[Any]) -> bytes | None:
+        return None
+
+
+class KillerMessageServer(FakeIMAPServer):
+    """
+    A fake server that drops the connection, unanswered and unstored,
+    whenever an APPEND carries a given body.
+    """
+
+    poison: bytes = b""
+
+    def _append(self, args: list[Any]) -> bytes | None:
+        if any(self.poison in a.value for a in args):
+            self._close()
+            return None
+        return FakeIMAPServer._append(self, args)
+
+
+class ResilienceTests(SynchronousTestCase):
+    """
+    L{MigrationJob} across lost connections and crashes: exactly once by
+    the journal, never by recognising content (C{identity: off}).
+    """
+
+    def test_journaledBeforeSent(self) -> None:
+        """
+        Every message sent was journaled first; when the run ends every
+        entry is settled.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 5)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=2), identity="off")))
+
+        journaled = [m.messageKey for entry in h.store.journaled for m in entry]
+        self.assertEqual(sorted(journaled), [f"m{n}" for n in range(5)])
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_journalUnwritable(self) -> None:
+        """
+        When the journal cannot be written, nothing is sent and the job
+        fails at once with the store's error: no retry.
+        """
+        h = JobHarness(self)
+        h.store.journalFailWith = PermanentError("state.sqlite: disk full")
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+
+        self.assertFalse(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
+        self.assertEqual(appendLines(h.endpoint.servers[0]), [])
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        self.assertIn("disk full", h.progress.error or "")
+        self.assertEqual(h.endpoint.attempts, 1)
+        h.finish()
+
+    def test_replyLostAfterStore(self) -> None:
+        """
+        The server stored a batch but its reply was lost with the
+        connection: the next attempt finds those messages by the journal
+        (UID, size and head) and does not send them again, though the
+        identity check is off.
+        """
+        h = JobHarness(self)
+
+        def makeServer(attempt: int) -> FakeIMAPServer:
+            server = StoreThenDropServer(h.mail, DEFAULT_CAPABILITIES)
+            server.dropOn = body(3) if attempt == 0 else b"\0never"
+            return server
+
+        h.endpoint = MemoryEndpoint(h.clock, makeServer)
+        populate(h.source, h.source.addFolder("INBOX"), 6)
+        settings = JobSettings(connections=1, batchMessages=2, windowMessages=2)
+
+        self.assertTrue(h.run(h.job(settings, identity="off")))
+
+        h.assertHolds("INBOX", range(6))
+        validity = h.mail.uidValidity(USER, "INBOX")
+        outcomes = h.store.outcomes()
+        self.assertEqual(
+            {k: (o.uidValidity, o.uid) for (_, k), o in outcomes.items() if k in ("m2", "m3")},
+            {"m2": (validity, 3), "m3": (validity, 4)},
+        )
+        second = appendLines(h.endpoint.servers[1])
+        self.assertEqual(len(second), 1)
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_crashLeftJournal(self) -> None:
+        """
+        A run that starts with entries in the journal (the last run was
+        killed) settles them first: messages that arrived are recorded with
+        their UID and not sent again; the others are sent.
+        """
+        h = JobHarness(self)
+        inbox = h.source.addFolder("INBOX")
+        populate(h.source, inbox, 4)
+        validity = h.mail.uidValidity(USER, "INBOX")
+        h.mail.append(USER, "INBOX", [(body(0), (), None), (body(1), (), None)])
+        self.successResultOf(
+            h.store.journalBatch(
+                JOB,
+                "INBOX",
+                validity,
+                1,
+                [
+                    JournalMessage("INBOX", f"m{n}", len(body(n)), journalHead(body(n)))
+                    for n in range(3)
+                ],
+            )
+        )
+
+        self.assertTrue(h.run(h.job(identity="off")))
+
+        h.assertHolds("INBOX", range(4))
+        outcomes = h.store.outcomes()
+        self.assertEqual((outcomes["INBOX", "m0"].uid, outcomes["INBOX", "m1"].uid), (1, 2))
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 1)
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_crashLeftJournalNewUIDValidity(self) -> None:
+        """
+        An entry journaled under another UIDVALIDITY (the mailbox was
+        recreated since) cannot be matched by UID: its messages are sent
+        again.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        validity = h.mail.uidValidity(USER, "INBOX")
+        self.successResultOf(
+            h.store.journalBatch(
+                JOB, "INBOX", validity + 1, 1,
+                [JournalMessage("INBOX", "m0", len(body(0)), journalHead(body(0)))],
+            )
+        )  # fmt: skip
+
+        self.assertTrue(h.run(h.job(identity="off")))
+
+        h.assertHolds("INBOX", range(2))
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_loginRefusedIsNotRetried(self) -> None:
+        """
+        An authentication failure fails the job once: one connection, no
+        retry storm.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+
+        self.assertFalse(h.run(h.job(password="wrong-pw")))
+
+        self.assertEqual(h.endpoint.attempts, 1)
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        h.finish()
+
+    def test_connectionRefusedThenAccepted(self) -> None:
+        """
+        Connections refused at first (the server restarting) are retried
+        with backoff on the clock: 1 s, then 2 s; the job then finishes.
+        """
+        h = JobHarness(self, refuseConnections=(0, 1))
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+        d = h.start(h.job())
+        self.assertEqual(h.endpoint.attempts, 1)
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        h.clock.advance(1)
+        h.settle(lambda: d.called)
+        self.assertEqual(h.endpoint.attempts, 2)
+        h.clock.advance(1.9)
+        self.assertEqual(h.endpoint.attempts, 2)
+        h.clock.advance(0.1)
+        h.waitFor(d)
+
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.assertHolds("INBOX", range(3))
+        self.assertEqual(h.progress.reconnects, 2)
+        h.finish()
+
+    def test_stopWhileBackingOff(self) -> None:
+        """
+        A job stopped while it waits to retry ends at once, stopped, with
+        nothing left on the clock.
+        """
+        h = JobHarness(self, refuseConnections=range(100))
+        populate(h.source, h.source.addFolder("INBOX"), 1)
+        job = h.job()
+        d = h.start(job)
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+
+        job.stop()
+
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.endpoint.attempts, 1)
+        h.finish()
+
+    def test_stopTimeout(self) -> None:
+        """
+        A stopping job whose replies do not come drops its connections
+        after C{stopTimeout}; what was in flight stays journaled for the
+        next run.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: SilentAppendServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        job = h.job(JobSettings(connections=1, stopTimeout=5.0))
+        d = h.start(job)
+        self.assertNoResult(d)
+
+        job.stop()
+        h.clock.advance(4.9)
+        h.settle(lambda: d.called)
+        self.assertNoResult(d)
+        h.clock.advance(0.1)
+        h.settle(lambda: d.called)
+
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        h.endpoint.pump()
+        h.finish()
+
+    def test_messageThatKillsTheConnection(self) -> None:
+        """
+        A message that makes the server drop the connection every time is
+        recorded as failed after C{messageAttempts} tries, with the last
+        error; the others are migrated.
+        """
+        h = JobHarness(self)
+
+        def makeServer(attempt: int) -> FakeIMAPServer:
+            server = KillerMessageServer(h.mail, DEFAULT_CAPABILITIES)
+            server.poison = body(2)
+            return server
+
+        h.endpoint = MemoryEndpoint(h.clock, makeServer)
+        populate(h.source, h.source.addFolder("INBOX"), 5)
+        settings = JobSettings(connections=1, batchMessages=1, windowMessages=1)
+
+        self.assertTrue(h.run(h.job(settings, identity="off", retry=RetryPolicy(messageAttempts=3))))
+
+        h.assertHolds("INBOX", [0, 1, 3, 4])
+        failures = self.successResultOf(h.store.failures(JOB))
+        self.assertEqual([f.messageKey for f in failures], ["m2"])
+        assert failures[0].failure is not None
+        self.assertIn("not stored after 3 attempts", failures[0].failure)
+        self.assertIn("onnection", failures[0].failure)
+        self.assertEqual(h.progress.state, JobState.DONE)
+        h.finish()

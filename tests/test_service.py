@@ -144,7 +144,7 @@ class BuildServiceTests(SynchronousTestCase):
         )
         self.assertEqual([(host, port) for host, port, *_ in reactor.tcpClients], [("mail.example", 1143)])
         job = list(service.progress)[0]
-        self.assertEqual(job.state, JobState.RUNNING)
+        self.assertEqual(job.state, JobState.CONNECTING)
         # The job lets the reactor run between listed folders while its
         # connection is opening.
         reactor.advance(0)

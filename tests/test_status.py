@@ -20,9 +20,22 @@ from twisted.web.iweb import IResponse
 from twisted.web.resource import IResource
 from twisted.web.server import Site
 
-from imapmig.progress import MigrationProgress
+from imapmig.job import JobInputs, JobLifecycle
+from imapmig.progress import JobProgress, MigrationProgress
 from imapmig.status.resource import StatusResource, buildStatusSite
 
+
+
+def running(progress: JobProgress, clock: Clock) -> JobInputs:
+    """
+    Drive C{progress} with a real job lifecycle into its running state.
+
+    @return: the lifecycle, for later inputs.
+    """
+    lifecycle = JobLifecycle(progress, clock)
+    lifecycle.start()
+    lifecycle.connected()
+    return lifecycle
 
 class TableCells(HTMLParser):
     """
@@ -111,7 +124,7 @@ class StatusResourceTests(SynchronousTestCase):
         """
         alpha = self.progress.addJob("alpha")
         beta = self.progress.addJob("beta")
-        alpha.started()
+        running(alpha, self.clock)
         alpha.messagesTotal = 100
         alpha.messagesDone = 40
         alpha.messagesFailed = 2
@@ -160,7 +173,20 @@ class StatusResourceTests(SynchronousTestCase):
             ),
             (130, 40, 2, 4096),
         )
-        self.assertEqual(totals["jobs"], {"queued": 1, "running": 1, "done": 0, "failed": 0})
+        self.assertEqual(
+            totals["jobs"],
+            {
+                "queued": 1,
+                "connecting": 0,
+                "running": 1,
+                "backing_off": 0,
+                "paused": 0,
+                "stopping": 0,
+                "stopped": 0,
+                "done": 0,
+                "failed": 0,
+            },
+        )
         self.assertEqual(status, json.loads(json.dumps(self.progress.snapshot())))
 
     def test_jsonHeaders(self) -> None:
@@ -197,7 +223,7 @@ class StatusResourceTests(SynchronousTestCase):
         """
         job = self.progress.addJob("alpha")
         first = json.loads(self.request("GET", "/status.json")[1])
-        job.started()
+        lifecycle = running(job, self.clock)
         job.messagesTotal = 10
         job.messagesDone = 7
         job.bytesDone = 700
@@ -219,7 +245,7 @@ class StatusResourceTests(SynchronousTestCase):
             ),
             ("running", 7, 700),
         )
-        job.finished("LOGIN failed")
+        lifecycle.fail("LOGIN failed")
         rows, _ = tableRows(self.request("GET", "/")[1])
         self.assertEqual(rows[1][1], "failed")
         self.assertEqual(rows[1][6], "LOGIN failed")
@@ -260,12 +286,30 @@ class StatusResourceTests(SynchronousTestCase):
         [policy] = self.header(response, b"content-security-policy") or [b""]
         self.assertIn(b"default-src 'none'", policy)
 
+    def test_backingOff(self) -> None:
+        """
+        A job that backs off shows it and why, on the page and in the JSON
+        (with when it tries again).
+        """
+        job = self.progress.addJob("alpha")
+        lifecycle = running(job, self.clock)
+        lifecycle.backOff("connection lost: reset by the server", 8.0)
+        status = json.loads(self.request("GET", "/status.json")[1])
+        self.assertEqual(
+            (status["jobs"][0]["state"], status["jobs"][0]["waiting_for"], status["jobs"][0]["retry_at"]),
+            ("backing_off", "connection lost: reset by the server", self.clock.seconds() + 8.0),
+        )
+        rows, _ = tableRows(self.request("GET", "/")[1])
+        self.assertEqual(rows[1][1], "backing off: connection lost: reset by the server")
+        lifecycle.stop()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_pageEscapes(self) -> None:
         """
         Job names and errors appear on the page as text, never as markup.
         """
         job = self.progress.addJob("<script>alert('x')</script>")
-        job.finished('NO [ALERT] "quota" & <b>more</b>')
+        running(job, self.clock).fail('NO [ALERT] "quota" & <b>more</b>')
         _, body = self.request("GET", "/")
         self.assertNotIn(b"<script>", body)
         self.assertNotIn(b"<b>", body)

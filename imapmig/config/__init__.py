@@ -61,6 +61,7 @@ __all__ = [
     "isLoopbackHost",
     "loadConfig",
     "parseConfig",
+    "_DEFAULT_LISTEN",
     "_DEFAULTS_KEYS",
     "_DESTINATION_KEYS",
     "_JOB_KEYS",

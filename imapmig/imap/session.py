@@ -95,12 +95,15 @@ class MailboxState:
     @ivar permanentFlags: its C{PERMANENTFLAGS} (C{"\\*"} among them when
         new keywords may be created), or L{None} when the server did not
         say.
+    @ivar uidNext: C{UIDNEXT}, the UID the next message will get at the
+        least, or L{None} if the server sent none.
     """
 
     name: str
     exists: int
     uidValidity: int | None
     permanentFlags: frozenset[str] | None
+    uidNext: int | None = None
 
 
 @frozen
@@ -532,7 +535,9 @@ class IMAPSession:
                 states[name] = e
                 continue
             exists, codes, permanentFlags = _openedState(lines)
-            states[name] = MailboxState(name, exists, codes.get(b"UIDVALIDITY"), permanentFlags)
+            states[name] = MailboxState(
+                name, exists, codes.get(b"UIDVALIDITY"), permanentFlags, codes.get(b"UIDNEXT")
+            )
         return states
 
     async def storeFlags(

@@ -193,6 +193,18 @@ tfoot th, tfoot td {{ font-weight: bold; }}
 """
 
 
+def _state(job: dict[str, object]) -> str:
+    """
+    A job's state, in words, with why it waits while it backs off or is
+    paused.
+    """
+    state = str(job.get("state") or "").replace("_", " ")
+    waiting = job.get("waiting_for")
+    if waiting:
+        return _text(f"{state}: {waiting}")
+    return _text(state or None)
+
+
 def renderStatusPage(snapshot: dict[str, object]) -> str:
     """
     The HTML page for C{snapshot} (as L{MigrationProgress.snapshot} returns
@@ -204,7 +216,7 @@ def renderStatusPage(snapshot: dict[str, object]) -> str:
     rows = [
         "<tr>"
         f'<th scope="row">{_text(job.get("name"))}</th>'
-        f'<td>{_text(job.get("state"))}</td>'
+        f'<td>{_state(job)}</td>'
         f'<td class="n">{_doneOfTotal(job)}</td>'
         f'<td class="n">{_count(job.get("messages_failed"))}</td>'
         f'<td class="n">{_bytes(job.get("bytes_done"))}</td>'

@@ -1,0 +1,24 @@
+"""
+Migration jobs: one source drained into one destination account.
+
+  - L{migration}: L{MigrationJob}, a run of attempts, and its settings;
+  - L{lifecycle}: the job's state machine;
+  - L{retry}: how transient failures are retried;
+  - L{destination}: preparing the destination's mailboxes;
+  - L{recording}: the in-flight journal and the outcomes;
+  - L{reconcile}: settling the journal against the destination.
+"""
+
+from imapmig.job.lifecycle import JobInputs, JobLifecycle
+from imapmig.job.migration import JobSettings, MigrationJob
+from imapmig.job.recording import OutcomeRecorder
+from imapmig.job.retry import RetryPolicy
+
+__all__ = [
+    "JobInputs",
+    "JobLifecycle",
+    "JobSettings",
+    "MigrationJob",
+    "OutcomeRecorder",
+    "RetryPolicy",
+]

@@ -1,0 +1,305 @@
+# -*- test-case-name: tests.test_job -*-
+"""
+Preparing the destination account for a job's messages: where each source
+folder goes, the mailboxes to create and subscribe, and what each target
+mailbox is (UIDVALIDITY, UIDNEXT, PERMANENTFLAGS) and already holds.
+
+Every command of the preparation is pipelined where the protocol allows:
+CREATE, SUBSCRIBE and SELECT of every target go in one flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence, TypeVar
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.logger import Logger
+
+from imapmig.errors import CommandFailed
+from imapmig.fidelity import decideFlags
+from imapmig.imap.session import IMAPSession
+from imapmig.message import SourceFolder, SourceMessage
+from imapmig.plan import FolderMapping, FolderRules, mailboxesToCreate, mapFolders
+from imapmig.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
+from imapmig.sources.imap import FlagChange
+from imapmig.state import MessageOutcome
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
+
+log = Logger()
+
+
+@dataclass
+class FolderToCopy:
+    """
+    A listed source folder: what is left to copy of it; on a delta pass the
+    flag changes of messages already copied; the records of its messages in
+    the destination, and those of them that account for messages the
+    source still lists.
+    """
+
+    folder: SourceFolder
+    pending: list[SourceMessage]
+    flagChanges: Sequence[FlagChange]
+    recorded: dict[str, MessageOutcome]
+    accounted: list[MessageOutcome]
+
+
+@dataclass
+class TargetMailbox:
+    """
+    What the job knows of one destination mailbox it appends to.
+
+    @ivar uidValidity: its UIDVALIDITY, or L{None} when unknown.
+    @ivar uidFloor: a UID at or below the one the next message will get
+        (UIDNEXT at SELECT, raised by every APPENDUID), or L{None}.
+    @ivar permanentFlags: its PERMANENTFLAGS, or L{None} when unknown.
+    @ivar presence: what it already holds that no record accounts for.
+    """
+
+    uidValidity: int | None = None
+    uidFloor: int | None = None
+    permanentFlags: frozenset[str] | None = None
+    presence: PresenceIndex | None = None
+
+
+@dataclass
+class PreparedDestination:
+    """
+    The destination, ready for the job's messages.
+
+    @ivar plans: each folder's mapping and what is left to copy of it.
+    @ivar uncreatable: mailboxes that could not be created, with why.
+    @ivar targets: every mailbox messages go to.
+    """
+
+    plans: list[tuple[FolderMapping, list[SourceMessage]]]
+    uncreatable: dict[str, str]
+    targets: dict[str, TargetMailbox] = field(default_factory=dict)
+
+
+async def bothOf(first: Deferred[_T], second: Deferred[_U]) -> tuple[_T, _U]:
+    """
+    The results of two commands (or runs of commands) already sent
+    together, once both have their replies.  If either failed, the first
+    failure is raised and the other's is consumed, not left unhandled.
+    """
+    sent: list[Deferred[Any]] = [first, second]
+    results: list[tuple[bool, Any]] = await DeferredList(sent, consumeErrors=True)
+    for ok, value in results:
+        if not ok:
+            value.raiseException()
+    return results[0][1], results[1][1]
+
+
+@dataclass(frozen=True)
+class DestinationView:
+    """
+    The destination's mailboxes as LIST shows them.
+
+    @ivar delimiter: its hierarchy delimiter.
+    @ivar existing: every mailbox (C{INBOX} spelled so).
+    @ivar subscribed: the subscribed ones.
+    @ivar uses: a selectable mailbox per special use.
+    """
+
+    delimiter: str | None
+    existing: frozenset[str]
+    subscribed: frozenset[str]
+    uses: dict[str, str]
+
+    @classmethod
+    async def read(cls, session: IMAPSession) -> DestinationView:
+        """
+        LIST the destination's mailboxes.
+        """
+        listed = await session.listFolders()
+        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
+        if delimiter is None:
+            delimiter = await session.hierarchyDelimiter()
+        uses: dict[str, str] = {}
+        for m in listed:
+            if m.specialUse is not None and m.selectable:
+                uses.setdefault(m.specialUse, m.name)
+        return cls(
+            delimiter,
+            frozenset("INBOX" if m.name.upper() == "INBOX" else m.name for m in listed),
+            frozenset(m.name for m in listed if m.subscribed),
+            uses,
+        )
+
+
+class DestinationPreparation:
+    """
+    Prepares one job's destination over one session.
+    """
+
+    def __init__(
+        self, jobName: str, session: IMAPSession, rules: FolderRules, identity: str
+    ) -> None:
+        """
+        @param rules: the job's folder rules (only C{rename} matters here).
+        @param identity: the job's identity check (L{imapmig.presence}).
+        """
+        self._job = jobName
+        self._session = session
+        self._renames = FolderRules(rename=rules.rename)
+        self._identity = identity
+
+    async def prepare(self, listings: Sequence[FolderToCopy]) -> PreparedDestination:
+        """
+        Map the listed folders to mailboxes, create and subscribe what is
+        missing, apply a delta pass's flag changes, SELECT every target and
+        index what it already holds.
+        """
+        session = self._session
+        view = await DestinationView.read(session)
+        sourceFolders = [listing.folder for listing in listings]
+        mappings, _ = mapFolders(sourceFolders, self._renames, view.delimiter, view.uses)
+        # A folder with a use the destination lacks: its mailbox is created
+        # first, alone; the server may give it the use (by its
+        # configuration, or CREATE-SPECIAL-USE), and then every folder of
+        # that use goes there, as it will on every later run and for verify.
+        claiming: dict[str, FolderMapping] = {}
+        for mapping in mappings:
+            use = mapping.specialUse
+            if use is not None and mapping.mailbox not in view.existing:
+                claiming.setdefault(use, mapping)
+        if claiming:
+            # The LIST goes right behind the CREATEs: one round trip.
+            claimed = Deferred.fromCoroutine(
+                self._createMailboxes(view, list(claiming.values()))
+            )
+            listed = Deferred.fromCoroutine(DestinationView.read(session))
+            _, view = await bothOf(claimed, listed)
+            mappings, _ = mapFolders(sourceFolders, self._renames, view.delimiter, view.uses)
+        plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
+        accounted: dict[str, list[MessageOutcome]] = {}
+        for mapping, listing in zip(mappings, listings):
+            if mapping.how != "name":
+                log.info(
+                    "Job {job}: folder {folder} goes to {mailbox} ({how})",
+                    job=self._job,
+                    folder="/".join(listing.folder.path),
+                    mailbox=mapping.mailbox,
+                    how=mapping.how,
+                )
+            plans.append((mapping, listing.pending))
+            accounted.setdefault(mapping.mailbox, []).extend(listing.accounted)
+            if listing.flagChanges:
+                await self._applyFlagChanges(
+                    mapping.mailbox, listing.flagChanges, listing.recorded
+                )
+
+        # The destination folders: created where missing (with their use
+        # where the server can), subscribed as in the source; and what each
+        # target mailbox can store and already holds (SELECT).  All these
+        # commands go in one flight: one round trip in all.
+        names = sorted({m.mailbox for m, pending in plans if pending})
+        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
+        selecting = Deferred.fromCoroutine(session.selectEach(names))
+        uncreatable, states = await bothOf(creating, selecting)
+        prepared = PreparedDestination(plans, uncreatable)
+        for mailbox in names:
+            if mailbox in uncreatable:
+                continue
+            target = prepared.targets[mailbox] = TargetMailbox()
+            state = states[mailbox]
+            if isinstance(state, CommandFailed):
+                log.warn(
+                    "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
+                    job=self._job,
+                    mailbox=mailbox,
+                    why=state.text,
+                )
+            else:
+                target.permanentFlags = state.permanentFlags
+                target.uidValidity = state.uidValidity
+                target.uidFloor = state.uidNext
+            if self._identity == OFF or mailbox not in view.existing:
+                continue
+            placed = [
+                (r.uidValidity, r.uid) for r in accounted.get(mailbox, []) if r.uid is not None
+            ]
+            if not isinstance(state, CommandFailed) and not holdsOthers(
+                state.exists, state.uidValidity, placed
+            ):
+                continue
+            index = await indexMailbox(session, mailbox, self._identity, placed)
+            if index is not None:
+                log.info(
+                    "Job {job}: {mailbox} already holds {count} messages no record"
+                    " accounts for; those found in the source will not be appended again",
+                    job=self._job,
+                    mailbox=mailbox,
+                    count=len(index),
+                )
+                target.presence = index
+        return prepared
+
+    async def _createMailboxes(
+        self, view: DestinationView, mappings: Sequence[FolderMapping]
+    ) -> dict[str, str]:
+        """
+        Create the destination mailboxes C{mappings} need that C{view} does
+        not show (parents first, with their use where the server can), and
+        subscribe those whose source folder is subscribed.
+
+        @return: the mailboxes that could not be created, with why.
+        """
+        session = self._session
+        missing = mailboxesToCreate([m.path for m in mappings], view.existing, view.delimiter)
+        uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
+        toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
+        # Every command is written before the first reply is awaited.
+        creating = Deferred.fromCoroutine(
+            session.createMailboxes(
+                missing,
+                {name: use for name, use in uses.items() if name in missing},
+                subscribe=toSubscribe,
+            )
+        )
+        unsubscribed = sorted(
+            name
+            for name in toSubscribe
+            if name in view.existing and name not in view.subscribed
+        )
+        subscribing = Deferred.fromCoroutine(session.subscribeMailboxes(unsubscribed))
+        uncreatable, _ = await bothOf(creating, subscribing)
+        for name in missing:
+            if name not in uncreatable:
+                log.info("Job {job}: created mailbox {mailbox!r}", job=self._job, mailbox=name)
+        return uncreatable
+
+    async def _applyFlagChanges(
+        self,
+        mailbox: str,
+        changes: Sequence[FlagChange],
+        recorded: dict[str, MessageOutcome],
+    ) -> None:
+        """
+        Set the flags of destination copies to their source's current
+        flags (a delta pass with CONDSTORE).
+        """
+        session = self._session
+        examined = await session.examine(mailbox)
+        stores: list[tuple[int, tuple[str, ...]]] = []
+        for change in changes:
+            outcome = recorded.get(change.key)
+            if (
+                outcome is None
+                or outcome.uid is None
+                or outcome.uidValidity != examined.uidValidity
+            ):
+                continue
+            stores.append((outcome.uid, decideFlags(change.flags, None).kept))
+        if stores:
+            applied = await session.storeFlags(mailbox, stores)
+            log.info(
+                "Job {job}: {count} flag changes applied in {mailbox}",
+                job=self._job,
+                count=applied,
+                mailbox=mailbox,
+            )

@@ -1,0 +1,891 @@
+# -*- test-case-name: tests.test_job -*-
+"""
+One migration job: a source drained into one destination account.
+
+A run is a series of attempts under the job's lifecycle machine
+(L{imapmig.job.lifecycle}).  Each attempt connects, settles the in-flight
+journal against the destination (L{imapmig.job.reconcile}), lists the
+source, subtracts what the state store records, prepares the destination
+(L{imapmig.job.destination}), then lets each connection take units of work
+(a run of messages of one folder), SELECT the folder and feed its APPEND
+pipeline.  Every batch is journaled before it leaves and its outcomes are
+recorded in batches (L{imapmig.job.recording}).
+
+A transient failure (a lost connection, a timeout, a busy server) ends the
+attempt: the job backs off (exponential, with jitter: L{RetryPolicy}) and
+tries again, and the next attempt's reconciliation finds out what of the
+batches in flight arrived.  A permanent failure (credentials refused, TLS
+refused, the state database unwritable) fails the job at once.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence
+
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from imapmig.errors import (
+    CommandFailed,
+    ConnectionLost,
+    ImapmigError,
+    PermanentError,
+    SourceError,
+    TransientError,
+)
+from imapmig.fidelity import decideFlags, needsBinary
+from imapmig.imap.pipeline import OutgoingMessage, appendArguments
+from imapmig.imap.session import IMAPSession
+from imapmig.job.destination import (
+    DestinationPreparation,
+    FolderToCopy,
+    TargetMailbox,
+)
+from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.reconcile import reconcileJournal
+from imapmig.job.recording import OutcomeRecorder, PipelineOutcomes, Sent, Target
+from imapmig.job.retry import RetryPolicy
+from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.plan import (
+    FolderRules,
+    WorkUnit,
+    chooseUnit,
+    chunks,
+    cutUnits,
+    guidedShare,
+    isIncluded,
+    pendingMessages,
+    takeShare,
+)
+from imapmig.presence import FINGERPRINT, PresenceIndex
+from imapmig.progress import JobProgress, JobState
+from imapmig.sources import IMessageSource
+from imapmig.sources.imap import FlagChange, IMAPSource
+from imapmig.state import FolderMark, IStateStore, JournalEntry, MessageOutcome
+
+log = Logger()
+
+# The most octets read from the source in one step without letting the
+# reactor run.
+READ_STEP_BYTES = 1024 * 1024
+
+# Response codes (RFC 5530) of a refused command that may succeed later.
+_TRANSIENT_CODES = frozenset({"UNAVAILABLE", "INUSE", "SERVERBUG", "LIMIT"})
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """
+    How a job copies.
+
+    @ivar connections: parallel connections to the destination.
+    @ivar batchMessages: messages per MULTIAPPEND command.
+    @ivar batchBytes: octets per MULTIAPPEND command.
+    @ivar windowMessages: messages in flight per connection.
+    @ivar windowBytes: octets in flight per connection.
+    @ivar recordEvery: outcomes buffered before a state-store transaction.
+    @ivar recordInterval: seconds after which buffered outcomes are
+        recorded anyway.
+    @ivar stopTimeout: seconds a stopping job waits for the replies to
+        the messages in flight before it drops its connections (what was
+        in flight is journaled, and settled by the next run).
+    """
+
+    connections: int = 2
+    batchMessages: int = 50
+    batchBytes: int = 8 * 1024 * 1024
+    windowMessages: int = 1000
+    windowBytes: int = 32 * 1024 * 1024
+    recordEvery: int = 2000
+    recordInterval: float = 1.0
+    unitMessages: int = 2000
+    unitBytes: int = 64 * 1024 * 1024
+    stopTimeout: float = 30.0
+
+
+def isTransient(error: BaseException) -> bool:
+    """
+    Whether the job should connect again after C{error} rather than fail:
+    a lost connection, a timeout, a protocol error, or a command refused
+    with a code saying "not now".
+    """
+    if isinstance(error, TransientError):
+        return True
+    return isinstance(error, CommandFailed) and error.code in _TRANSIENT_CODES
+
+
+class _Attempt:
+    """
+    One attempt's connections: when the attempt ends, every one still open
+    is dropped, and one that finishes opening afterwards is dropped at
+    once.
+    """
+
+    def __init__(self) -> None:
+        self.sessions: list[IMAPSession] = []
+        self.over = False
+
+    def adopt(self, session: IMAPSession) -> IMAPSession:
+        if self.over:
+            session.abort()
+            raise ConnectionLost("the attempt ended while this connection was opening")
+        self.sessions.append(session)
+        return session
+
+    def release(self, session: IMAPSession) -> None:
+        if session in self.sessions:
+            self.sessions.remove(session)
+
+    def end(self) -> None:
+        self.over = True
+        sessions, self.sessions = self.sessions, []
+        for session in sessions:
+            session.abort()
+
+
+def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
+    """
+    Let a connection still opening end quietly: the attempt no longer
+    needs it (L{_Attempt.adopt} drops it when it opens).
+    """
+    opening.addErrback(
+        lambda failure: log.debug(
+            "Job {job}: a connection no longer needed failed: {why}",
+            job=jobName,
+            why=str(failure.value),
+        )
+    )
+
+
+@dataclass
+class _DestinationTraits:
+    """
+    What the destination can store, as far as preparing a message goes.
+
+    @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
+    @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
+        L{None} when unknown.
+    @ivar presence: what the mailbox already holds that no record accounts
+        for, or L{None}.
+    @ivar flagDecisions: flags to send and the note, by the source's flags,
+        as decided for these traits.
+    """
+
+    binary: bool
+    permanentFlags: frozenset[str] | None
+    presence: PresenceIndex | None = None
+    flagDecisions: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = field(
+        default_factory=dict
+    )
+
+
+async def _ready(session: IMAPSession) -> IMAPSession:
+    """
+    A session already open, as a coroutine (for C{Deferred.fromCoroutine}).
+    """
+    return session
+
+
+class MigrationJob:
+    """
+    Copies one source into one destination account.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: IMessageSource,
+        store: IStateStore,
+        progress: JobProgress,
+        openSession: Callable[[], Awaitable[IMAPSession]],
+        clock: IReactorTime,
+        settings: JobSettings,
+        rules: FolderRules = FolderRules(),
+        identity: str = FINGERPRINT,
+        eightBit: str = "literal",
+        retry: RetryPolicy = RetryPolicy(),
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        """
+        @param rules: which source folders to migrate, and where.
+        @param identity: how messages already in the destination are
+            recognised (L{imapmig.presence}): C{"fingerprint"},
+            C{"message-id"} or C{"off"}.
+        @param eightBit: a message with 8-bit octets (no NUL) for a
+            destination without BINARY: C{"literal"} sends it in an ordinary
+            literal, C{"fail"} records it as failed.
+        @param retry: how transient failures are retried.
+        @param jitter: the backoff's noise, 0 to 1 second.
+        """
+        self.name = name
+        self._rules = rules
+        self._identity = identity
+        self._eightBitFails = eightBit == "fail"
+        self._retry = retry
+        self._delays = retry.delays(jitter)
+        self._deltaCounts: dict[str, int] = {}
+        self._source = source
+        self._store = store
+        self._progress = progress
+        self._openSession = openSession
+        self._clock = clock
+        self._settings = settings
+        self._lifecycle = JobLifecycle(progress, clock)
+        self._units: list[WorkUnit] = []
+        # Messages in self._units, not yet taken by a connection.
+        self._untaken = 0
+        self._selected: dict[int, str] = {}
+        self._targets: dict[str, TargetMailbox] = {}
+        self._uidFloors: dict[str, int] = {}
+        self._stopping = False
+        self._stopTimer: IDelayedCall | None = None
+        self._attempt: _Attempt | None = None
+        # Per message key, how many times it was first in line, not
+        # stored, when a connection failed; and the last such failure.
+        self._strikes: dict[tuple[str, str], int] = {}
+        self._lastError = ""
+        # Messages recorded as failed by this run: not tried again by its
+        # later attempts.
+        self._failedThisRun: set[tuple[str, str]] = set()
+        self._recorder = OutcomeRecorder(
+            name,
+            store,
+            progress,
+            clock,
+            settings.recordEvery,
+            settings.recordInterval,
+            onError=self._storeFailed,
+        )
+
+    @property
+    def progress(self) -> JobProgress:
+        """
+        This job's live counters.
+        """
+        return self._progress
+
+    def stop(self) -> None:
+        """
+        Take no new messages: the run ends once the replies to the messages
+        in flight are recorded, or after the settings' C{stopTimeout}, when
+        the connections are dropped (what was in flight stays journaled).
+        """
+        self._stopping = True
+        self._units.clear()
+        self._untaken = 0
+        wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
+        self._lifecycle.stop()
+        if wasActive and self._stopTimer is None:
+            self._stopTimer = self._clock.callLater(
+                self._settings.stopTimeout, self._stopTimedOut
+            )
+
+    def _stopTimedOut(self) -> None:
+        self._stopTimer = None
+        attempt = self._attempt
+        if attempt is not None and attempt.sessions:
+            log.warn(
+                "Job {job}: replies still awaited {timeout} s after the stop; dropping"
+                " the connections (what was in flight is journaled for the next run)",
+                job=self.name,
+                timeout=self._settings.stopTimeout,
+            )
+            attempt.end()
+
+    def _storeFailed(self) -> None:
+        """
+        The state store could not record outcomes: nothing more may be sent
+        (the journal covers what is in flight), so drop the connections.
+        """
+        self._units.clear()
+        self._untaken = 0
+        if self._attempt is not None:
+            self._attempt.end()
+
+    async def run(self) -> bool:
+        """
+        Run the job to its end, connecting again after transient failures.
+
+        @return: C{True} if it completed (every message migrated or recorded
+            as failed), C{False} if it failed (the reason is in the
+            progress) or was stopped.
+        """
+        self._lifecycle.start()
+        self._stopping = False
+        self._strikes.clear()
+        self._recorder.startRun()
+        self._failedThisRun = self._recorder.failedKeys
+        fruitless = 0
+        try:
+            while True:
+                before = self._recorder.settledCount
+                error = await self._attemptOnce()
+                if self._stopping:
+                    self._lifecycle.stopped()
+                    log.info("Job {job}: stopped", job=self.name)
+                    return False
+                if error is None:
+                    self._lifecycle.succeed()
+                    log.info(
+                        "Job {job} done: {done} of {total} messages in the destination, "
+                        "{failed} failed",
+                        job=self.name,
+                        done=self._progress.messagesDone,
+                        total=self._progress.messagesTotal,
+                        failed=self._progress.messagesFailed,
+                    )
+                    return True
+                reason = str(error) or type(error).__name__
+                if not isTransient(error):
+                    return self._failed(reason)
+                if self._recorder.settledCount > before:
+                    fruitless = 0
+                fruitless += 1
+                if fruitless > self._retry.attempts:
+                    return self._failed(
+                        f"gave up after {self._retry.attempts} attempts in a row that"
+                        f" migrated nothing; the last: {reason}"
+                    )
+                if not await self._waitToRetry(error, reason, fruitless):
+                    return False
+        finally:
+            if self._stopTimer is not None and self._stopTimer.active():
+                self._stopTimer.cancel()
+            self._stopTimer = None
+
+    async def _waitToRetry(self, error: BaseException, reason: str, fruitless: int) -> bool:
+        """
+        Back off (or pause, when the server says so) before the next
+        attempt.
+
+        @return: whether to go on (C{False}: the job was stopped meanwhile).
+        """
+        self._lastError = reason
+        pause = getattr(error, "pause", False)
+        retryAfter: float | None = getattr(error, "retryAfter", None)
+        if pause:
+            delay = retryAfter if retryAfter is not None else self._retry.pause
+            self._lifecycle.pause(reason, delay)
+            what = "pausing"
+        else:
+            delay = retryAfter if retryAfter is not None else self._delays(fruitless - 1)
+            self._lifecycle.backOff(reason, delay)
+            what = "connecting again"
+        log.warn(
+            "Job {job}: {why}; {what} in {delay:.1f} s (attempt {attempt} of {attempts}"
+            " without progress)",
+            job=self.name,
+            why=reason,
+            what=what,
+            delay=delay,
+            attempt=fruitless,
+            attempts=self._retry.attempts,
+        )
+        try:
+            await self._lifecycle.waited()
+        except CancelledError:
+            log.info("Job {job}: stopped while waiting to retry", job=self.name)
+            return False
+        self._progress.reconnects += 1
+        self._lifecycle.retry()
+        return True
+
+    def _failed(self, reason: str) -> bool:
+        log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
+        self._lifecycle.fail(reason)
+        return False
+
+    async def _attemptOnce(self) -> BaseException | None:
+        """
+        One attempt: connect, reconcile, list, copy.
+
+        @return: what ended it early, or L{None} when it copied everything.
+        """
+        attempt = self._attempt = _Attempt()
+        error: BaseException | None = None
+        try:
+            try:
+                await self._copy(attempt)
+            finally:
+                if isinstance(self._source, IMAPSource):
+                    await self._source.close()
+        except ImapmigError as e:
+            error = e
+        except Exception as e:
+            log.failure("Job {job} crashed", job=self.name)
+            error = PermanentError(f"internal error: {e!r}")
+        attempt.end()
+        self._attempt = None
+        self._units.clear()
+        self._untaken = 0
+        self._selected.clear()
+        await self._recorder.flush()
+        if self._recorder.error is not None:
+            return PermanentError(self._recorder.error)
+        return error
+
+    async def _open(self, attempt: _Attempt) -> IMAPSession:
+        """
+        Open a destination connection for C{attempt}.
+        """
+        return attempt.adopt(await self._openSession())
+
+    async def _copy(self, attempt: _Attempt) -> None:
+        # The first destination connection logs in while the source is
+        # listed: its greeting and login (about 16 ms on a local Dovecot,
+        # two round trips or more over a network) overlap the listing.
+        # Unless batches were in flight when the last attempt or run ended:
+        # they are settled first, for the listing to know what is left.
+        opening = Deferred.fromCoroutine(self._open(attempt))
+        try:
+            entries = await self._store.journal(self.name)
+            if entries:
+                first = await opening
+                await self._reconcile(first, entries)
+                opening = Deferred.fromCoroutine(_ready(first))
+            listings, unreadable = await self._listSource(opening)
+        except BaseException:
+            _consume(opening, self.name)
+            raise
+        first = await opening
+        if not self._stopping:
+            await self._copyListed(attempt, first, listings)
+        if unreadable:
+            raise SourceError(
+                f"{len(unreadable)} source folder(s) could not be read (the others were"
+                f" migrated): {'; '.join(unreadable)}"
+            )
+        if not self._stopping:
+            await self._recordFolderMarks([listing.folder for listing in listings])
+
+    async def _reconcile(self, session: IMAPSession, entries: Sequence[JournalEntry]) -> None:
+        """
+        Settle the journal's C{entries}; the first message of each mailbox
+        that had not arrived earns a strike, and one with too many strikes
+        is recorded as failed (it may be what makes the server drop the
+        connection).
+        """
+        result = await reconcileJournal(self.name, session, self._store, entries)
+        for mailbox, missing in result.missing.items():
+            first = missing[0]
+            key = (first.folderKey, first.messageKey)
+            strikes = self._strikes[key] = self._strikes.get(key, 0) + 1
+            if strikes >= self._retry.messageAttempts:
+                log.error(
+                    "Job {job}: message {key} in {folder} was first in line when the"
+                    " connection failed {count} times; recorded as failed",
+                    job=self.name,
+                    key=first.messageKey,
+                    folder=first.folderKey,
+                    count=strikes,
+                )
+                self._recorder.add(
+                    MessageOutcome(
+                        first.folderKey,
+                        first.messageKey,
+                        mailbox,
+                        first.size,
+                        failure=(
+                            f"not stored after {strikes} attempts, each ended by a"
+                            f" failed connection; the last: {self._lastError}"
+                        ),
+                    )
+                )
+        await self._recorder.flush()
+
+    async def _listSource(
+        self, opening: Deferred[IMAPSession]
+    ) -> tuple[list[FolderToCopy], list[str]]:
+        """
+        List the included source folders and what of each is left to copy;
+        set the progress totals.
+
+        @param opening: the first destination connection, logging in
+            meanwhile: while it is, the reactor runs between folders (a
+            Maildir or mbox is listed without yielding), so that its
+            greeting and login go on.
+        @return: per folder what is left to copy, and the folders that
+            could not be read.
+        """
+        progress = self._progress
+        source = self._source
+        folders = await source.listFolders()
+        included = [f for f in folders if isIncluded(f.path, self._rules)]
+        progress.foldersTotal = len(included)
+        progress.foldersExcluded = len(folders) - len(included)
+        for folder in folders:
+            if folder not in included:
+                log.info(
+                    "Job {job}: folder {folder} left out by the folder rules",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                )
+
+        # What is left to copy, folder by folder.
+        unreadable: list[str] = []
+        listings: list[FolderToCopy] = []
+        failedThisRun = self._failedThisRun
+        total = already = 0
+        for folder in included:
+            try:
+                messages, flagChanges = await self._listFolder(folder)
+            except SourceError as e:
+                # The other folders are still migrated; the job ends as
+                # failed, naming this one.
+                log.error(
+                    "Job {job}: cannot list the source folder {folder}: {why}",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                    why=str(e),
+                )
+                unreadable.append(f"{'/'.join(folder.path)}: {e}")
+                continue
+            recorded = await self._store.destinationMap(self.name, folder.key)
+            pending = pendingMessages(messages, recorded)
+            listedCount = self._listedCount(folder, messages)
+            total += listedCount
+            already += listedCount - len(pending)
+            if failedThisRun:
+                # Recorded as failed by an earlier attempt of this run: not
+                # tried again until the next run.
+                pending = [m for m in pending if (folder.key, m.key) not in failedThisRun]
+            if folder.key in self._deltaCounts:
+                # A delta pass: every record is of a message still there.
+                accounted = list(recorded.values())
+            else:
+                # Records of messages the source no longer lists under
+                # these keys (a new UIDVALIDITY, a rewritten mbox) account
+                # for nothing: their copies are found again by identity.
+                accounted = [recorded[m.key] for m in messages if m.key in recorded]
+            listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
+            if not opening.called:
+                await deferLater(self._clock, 0)
+        recorder = self._recorder
+        progress.messagesTotal = total
+        progress.messagesDone = already
+        progress.messagesAlreadyMigrated = already - recorder.appended - recorder.present
+        log.info(
+            "Job {job}: {total} messages in {folders} folders, {pending} to copy",
+            job=self.name,
+            total=total,
+            folders=len(included),
+            pending=total - already,
+        )
+        return listings, unreadable
+
+    async def _copyListed(
+        self, attempt: _Attempt, first: IMAPSession, listings: list[FolderToCopy]
+    ) -> None:
+        """
+        Copy what L{_listSource} found left to copy, over C{first} and the
+        job's other connections.
+        """
+        settings = self._settings
+        # The other connections log in while this one prepares the
+        # destination: at 20 ms of RTT that overlaps about four round trips.
+        expectedUnits = sum(
+            sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
+            for listing in listings
+        )
+        openings = [
+            Deferred.fromCoroutine(self._openExtraSession(attempt))
+            for _ in range(min(settings.connections, expectedUnits) - 1)
+        ]
+        try:
+            prepared = await DestinationPreparation(
+                self.name, first, self._rules, self._identity
+            ).prepare(listings)
+        except BaseException:
+            for opening in openings:
+                opening.addErrback(lambda failure: None)
+            raise
+        self._targets = prepared.targets
+        self._uidFloors = {
+            mailbox: target.uidFloor
+            for mailbox, target in prepared.targets.items()
+            if target.uidFloor is not None
+        }
+        uncreatable = prepared.uncreatable
+        for mapping, pending in prepared.plans:
+            mailbox = mapping.mailbox
+            folder = mapping.folder
+            if mailbox in uncreatable:
+                for message in pending:
+                    self._recordFailure(
+                        folder,
+                        mailbox,
+                        message,
+                        f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
+                    )
+                continue
+            self._units.extend(
+                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
+            )
+        self._untaken = sum(len(unit.messages) for unit in self._units)
+        self._lifecycle.connected()
+        if not self._units:
+            for opening in openings:
+                extra = await opening
+                if extra is not None:
+                    attempt.release(extra)
+                    await extra.logout()
+            attempt.release(first)
+            await first.logout()
+            return
+        workers = [Deferred.fromCoroutine(self._work(attempt, first))]
+        workers.extend(Deferred.fromCoroutine(self._workOn(attempt, opening)) for opening in openings)
+        results = await DeferredList(workers, consumeErrors=True)
+        errors = [result for ok, result in results if not ok]
+        if errors:
+            failure: Failure = errors[0]  # type: ignore[assignment]
+            failure.raiseException()
+
+    async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
+        """
+        Open one more destination connection, or L{None} if the server
+        refuses it: the job goes on with the connections it has (a server
+        that limits connections per account is common).
+        """
+        try:
+            return await self._open(attempt)
+        except ImapmigError as e:
+            if not attempt.over:
+                log.warn(
+                    "Job {job}: extra connection refused, continuing with fewer: {why}",
+                    job=self.name,
+                    why=str(e),
+                )
+            return None
+
+    async def _workOn(self, attempt: _Attempt, opening: Deferred[IMAPSession | None]) -> None:
+        """
+        Work on the session C{opening} gives, once open; a session with no
+        unit left to take (the job is small, or stopped) is logged out.
+        """
+        session = await opening
+        if session is None:
+            return
+        await self._work(attempt, session)
+
+    async def _work(self, attempt: _Attempt, session: IMAPSession) -> None:
+        settings = self._settings
+        recorder = self._recorder
+        outcomes = PipelineOutcomes(recorder, self._uidFloors)
+        pipeline = session.appendPipeline(
+            settings.batchMessages,
+            settings.batchBytes,
+            settings.windowMessages,
+            settings.windowBytes,
+            outcomes,
+        )
+        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
+        # the reactor run between steps: reading blocks it, and the socket
+        # must be kept fed meanwhile.
+        chunkMessages = pipeline.settings.batchMessages
+        chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
+        units = self._units
+        current: str | None = None
+        source = self._source
+        selected = self._selected
+        worker = id(outcomes)
+        binary = b"BINARY" in session.capabilities
+        traits: dict[str, _DestinationTraits] = {}
+        floors = self._uidFloors
+        target = TargetMailbox()
+        try:
+            while units and not self._stopping:
+                inUse = {m for w, m in selected.items() if w != worker}
+                share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
+                unit = takeShare(units, chooseUnit(units, current, inUse), share)
+                self._untaken -= len(unit.messages)
+                if unit.mailbox != current:
+                    # SELECT behind the APPENDs still in flight, without
+                    # waiting for their replies.
+                    await pipeline.flushed()
+                    session.selectPipelined(unit.mailbox)
+                    pipeline.selectMailbox(unit.mailbox)
+                    current = unit.mailbox
+                    selected[worker] = current
+                    self._progress.currentFolder = unit.mailbox
+                    target = self._targets.get(current) or TargetMailbox()
+                sent = Target(unit.folder.key, unit.mailbox)
+                destination = traits.get(unit.mailbox)
+                if destination is None:
+                    destination = traits[unit.mailbox] = _DestinationTraits(
+                        binary, target.permanentFlags, target.presence
+                    )
+                for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
+                    if self._stopping:
+                        break
+                    bodies = await source.readBodies(unit.folder, chunk)
+                    outgoing = self._prepare(unit, sent, chunk, bodies, destination)
+                    if not outgoing:
+                        continue
+                    # Journaled before a single octet of it leaves.
+                    await recorder.journal(
+                        current, target.uidValidity, floors.get(current), outgoing
+                    )
+                    if attempt.over:
+                        return
+                    pipeline.enqueue(outgoing)
+                    hungry = pipeline.hungry()
+                    if hungry.called:
+                        await deferLater(self._clock, 0)
+                    await hungry
+            await pipeline.drained()
+        finally:
+            selected.pop(worker, None)
+        attempt.release(session)
+        await session.logout()
+
+    async def _listFolder(
+        self, folder: SourceFolder
+    ) -> tuple[Sequence[SourceMessage], Sequence[FlagChange]]:
+        """
+        The messages of a source folder, and the flag changes to apply to
+        copies made by an earlier run.
+
+        An IMAP source whose folder is unchanged since the last completed
+        run (same UIDVALIDITY) lists only the messages that arrived since,
+        and the flag changes since (with CONDSTORE); otherwise every
+        message is listed.
+        """
+        source = self._source
+        if isinstance(source, IMAPSource):
+            mark = await self._store.folderMark(self.name, folder.key)
+            if mark is not None:
+                changes = await source.listMessagesSince(
+                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq
+                )
+                if not changes.uidValidityChanged:
+                    self._deltaCounts[folder.key] = changes.status.exists
+                    return changes.newMessages, changes.flagChanges
+                log.warn(
+                    "Job {job}: the source folder {folder} has a new UIDVALIDITY: its"
+                    " messages are listed again and recognised by content in the destination",
+                    job=self.name,
+                    folder="/".join(folder.path),
+                )
+                await self._store.forgetFolder(self.name, folder.key)
+        return await source.listMessages(folder), ()
+
+    def _listedCount(self, folder: SourceFolder, messages: Sequence[SourceMessage]) -> int:
+        """
+        How many messages the folder holds: all of them when listed whole,
+        the server's count on a delta pass.
+        """
+        return max(self._deltaCounts.pop(folder.key, 0), len(messages))
+
+    async def _recordFolderMarks(self, folders: Sequence[SourceFolder]) -> None:
+        """
+        After a completed pass, remember where each IMAP source folder
+        stood, for the next pass's delta.
+        """
+        source = self._source
+        if not isinstance(source, IMAPSource) or self._stopping:
+            return
+        if self._progress.messagesFailed:
+            # Failed messages are retried by listing the folder whole.
+            return
+        for folder in folders:
+            status = source.folderStatus(folder)
+            if status is not None:
+                await self._store.recordFolderMark(
+                    self.name,
+                    folder.key,
+                    FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
+                )
+
+    def _prepare(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        chunk: Sequence[SourceMessage],
+        bodies: Sequence[MessageBody],
+        destination: _DestinationTraits,
+    ) -> list[OutgoingMessage]:
+        """
+        Turn what the source read into messages for the pipeline, deciding
+        per message its flags and literal kind, and recording at once the
+        messages that cannot go.
+        """
+        outgoing = []
+        flagCache = destination.flagDecisions
+        for message, body in zip(chunk, bodies):
+            if isinstance(body, UnreadableMessage):
+                self._recordFailure(unit.folder, unit.mailbox, message, f"unreadable in the source: {body.reason}")
+                continue
+            presence = destination.presence
+            if presence is not None:
+                uid = presence.take(body)
+                if uid is not None:
+                    self._recorder.add(
+                        MessageOutcome(
+                            unit.folder.key,
+                            message.key,
+                            unit.mailbox,
+                            len(body),
+                            presence.uidValidity,
+                            uid,
+                            alreadyPresent=True,
+                        )
+                    )
+                    continue
+            hasNUL, has8bit = needsBinary(body)
+            binary = False
+            if hasNUL or has8bit:
+                if destination.binary:
+                    binary = True
+                elif hasNUL:
+                    self._recordFailure(
+                        unit.folder,
+                        unit.mailbox,
+                        message,
+                        "contains NUL octets, which IMAP carries only in a BINARY"
+                        " literal8 (RFC 3516); the destination does not offer BINARY",
+                    )
+                    continue
+                elif self._eightBitFails:
+                    self._recordFailure(
+                        unit.folder,
+                        unit.mailbox,
+                        message,
+                        "contains 8-bit octets and the destination does not offer BINARY"
+                        " (RFC 3516); the job's eight_bit setting is 'fail'",
+                    )
+                    continue
+                # Otherwise 8-bit octets without NUL travel in a plain
+                # literal: RFC 3501 literals are CHAR8, every octet but NUL.
+            # Few distinct flag sets: decide each once per folder.
+            decided = flagCache.get(message.flags)
+            if decided is None:
+                decision = decideFlags(message.flags, destination.permanentFlags)
+                note = None
+                if decision.dropped:
+                    note = "; ".join(
+                        f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
+                    )
+                decided = flagCache[message.flags] = (decision.kept, note)
+            kept, note = decided
+            converted = len(body) != message.size
+            outgoing.append(
+                OutgoingMessage(
+                    body,
+                    appendArguments(kept, message.internalDate),
+                    Sent(target, message, note, converted),
+                    binary,
+                )
+            )
+        return outgoing
+
+    def _recordFailure(
+        self, folder: SourceFolder, mailbox: str, message: SourceMessage, reason: str
+    ) -> None:
+        self._recorder.add(
+            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason)
+        )

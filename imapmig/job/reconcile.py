@@ -1,0 +1,209 @@
+# -*- test-case-name: tests.test_job_reconcile -*-
+"""
+Settling the in-flight journal against the destination, before anything
+is sent again.
+
+An entry of the journal is a batch that was about to be sent when the job
+lost track of it (a lost connection, a crash): some, all or none of its
+messages may be in the destination.  For each mailbox, the messages whose
+UID is at least the entry's UID floor, under the same UIDVALIDITY, and not
+held by a recorded outcome, are fetched back (size and the first
+L{JOURNAL_HEAD_OCTETS} octets: about a kilobyte each, never a body) and
+matched to the journaled messages in the order they were sent, by size and
+head digest.  A match is recorded as appended with its UID; the others are
+left unrecorded, so the job lists them as still to copy.  This never
+depends on the job's identity check: it holds with C{identity: off}.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from twisted.logger import Logger
+
+from imapmig.errors import CommandFailed
+from imapmig.fidelity import JOURNAL_HEAD_OCTETS, journalHead
+from imapmig.imap.session import IMAPSession
+from imapmig.state import IStateStore, JournalEntry, JournalMessage, MessageOutcome
+
+log = Logger()
+
+_ITEMS = b"UID RFC822.SIZE BODY.PEEK[]<0.%d>" % JOURNAL_HEAD_OCTETS
+_HEAD_SECTION = b"BODY[]<0>"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """
+    A destination message that may be one of the journaled ones.
+    """
+
+    uid: int
+    size: int
+    head: bytes
+
+
+def matchArrivals(
+    entries: Sequence[JournalEntry], candidates: Iterable[Candidate]
+) -> dict[tuple[str, str], int]:
+    """
+    Which journaled messages arrived, and under which UID.
+
+    Entries are taken in the order they were written and their messages in
+    the order they were sent; each takes the lowest unclaimed candidate of
+    its size and head digest at or above its entry's UID floor.  Each
+    candidate answers for one message at most: two identical messages sent
+    need two copies.
+
+    @param entries: the journal entries of one mailbox, all under the
+        mailbox's current UIDVALIDITY.
+    @param candidates: the mailbox's messages at or above the lowest floor
+        that no recorded outcome holds.
+    @return: by C{(folderKey, messageKey)}, the UID of its copy.
+    """
+    byIdentity: dict[tuple[int, bytes], list[int]] = {}
+    for candidate in candidates:
+        byIdentity.setdefault((candidate.size, candidate.head), []).append(candidate.uid)
+    for uids in byIdentity.values():
+        uids.sort()
+    arrived: dict[tuple[str, str], int] = {}
+    for entry in sorted(entries, key=lambda e: e.entryId):
+        floor = entry.uidFloor or 0
+        for message in entry.messages:
+            uids = byIdentity.get((message.size, message.head), [])
+            if not uids:
+                continue
+            at = bisect_left(uids, floor)
+            if at < len(uids):
+                arrived[(message.folderKey, message.messageKey)] = uids.pop(at)
+    return arrived
+
+
+@dataclass
+class Reconciliation:
+    """
+    What reconciling the journal found.
+
+    @ivar arrived: journaled messages found in the destination (recorded
+        as appended).
+    @ivar missing: journaled messages not there, to be sent again, by
+        mailbox, in the order they were sent.
+    @ivar known: journaled messages that already had an outcome.
+    """
+
+    arrived: int = 0
+    missing: dict[str, list[JournalMessage]] = field(default_factory=dict)
+    known: int = 0
+
+
+async def reconcileJournal(
+    jobName: str,
+    session: IMAPSession,
+    store: IStateStore,
+    entries: Sequence[JournalEntry],
+) -> Reconciliation:
+    """
+    Settle C{entries} against the destination over C{session}, record the
+    messages found there, and delete the entries, in one transaction.
+
+    @raise ImapmigError: the destination or the store failed; the journal
+        is then left as it was, for the next attempt.
+    """
+    result = Reconciliation()
+    outcomes: list[MessageOutcome] = []
+    byMailbox: dict[str, list[JournalEntry]] = {}
+    for entry in entries:
+        byMailbox.setdefault(entry.mailbox, []).append(entry)
+    recordedByFolder: dict[str, set[str]] = {}
+    for mailbox, mailboxEntries in byMailbox.items():
+        pending: list[tuple[JournalEntry, JournalMessage]] = []
+        for entry in mailboxEntries:
+            for message in entry.messages:
+                recorded = recordedByFolder.get(message.folderKey)
+                if recorded is None:
+                    recorded = recordedByFolder[message.folderKey] = set(
+                        await store.destinationMap(jobName, message.folderKey)
+                    )
+                if message.messageKey in recorded:
+                    result.known += 1
+                else:
+                    pending.append((entry, message))
+        if not pending:
+            continue
+        arrived, uidValidity = await _arrivals(jobName, session, store, mailbox, mailboxEntries)
+        for entry, message in pending:
+            uid = arrived.get((message.folderKey, message.messageKey))
+            if uid is None:
+                result.missing.setdefault(mailbox, []).append(message)
+                continue
+            result.arrived += 1
+            outcomes.append(
+                MessageOutcome(
+                    message.folderKey,
+                    message.messageKey,
+                    mailbox,
+                    message.size,
+                    uidValidity,
+                    uid,
+                )
+            )
+    await store.recordOutcomes(jobName, outcomes, settled=[e.entryId for e in entries])
+    log.info(
+        "Job {job}: reconciled {count} messages in flight when the last run or"
+        " connection ended: {arrived} had arrived, {missing} will be sent again",
+        job=jobName,
+        count=sum(len(e.messages) for e in entries),
+        arrived=result.arrived,
+        missing=sum(len(m) for m in result.missing.values()),
+    )
+    return result
+
+
+async def _arrivals(
+    jobName: str,
+    session: IMAPSession,
+    store: IStateStore,
+    mailbox: str,
+    entries: Sequence[JournalEntry],
+) -> tuple[dict[tuple[str, str], int], int | None]:
+    """
+    Which of the messages journaled for C{mailbox} are there.
+
+    @return: their UIDs by key, and the mailbox's UIDVALIDITY.
+    """
+    try:
+        examined = await session.examine(mailbox)
+    except CommandFailed as e:
+        log.warn(
+            "Job {job}: cannot open {mailbox!r} to reconcile ({why}); its messages"
+            " in flight will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+            why=e.text,
+        )
+        return {}, None
+    uidValidity = examined.uidValidity
+    valid = [e for e in entries if e.uidValidity is None or e.uidValidity == uidValidity]
+    if len(valid) < len(entries):
+        log.warn(
+            "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
+            " it; those messages will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+        )
+    if not valid or not examined.exists:
+        return {}, uidValidity
+    floor = max(1, min(e.uidFloor or 1 for e in valid))
+    held: set[int] = set()
+    if uidValidity is not None:
+        held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
+    candidates = []
+    for item in await session.fetchMetadata(b"%d:*" % floor, _ITEMS):
+        uid = item.uid
+        if uid is None or uid < floor or uid in held or item.size is None:
+            continue
+        start = item.sections.get(_HEAD_SECTION) or b""
+        candidates.append(Candidate(uid, item.size, journalHead(start)))
+    return matchArrivals(valid, candidates), uidValidity

@@ -1,0 +1,295 @@
+# -*- test-case-name: tests.test_job_recording -*-
+"""
+Recording what became of each message: the in-flight journal written
+before a batch leaves, and the outcomes written in batches afterwards.
+
+Exactly once rests on one rule: a batch is journaled (its mailbox, the
+mailbox's UIDVALIDITY, a UID floor, each message's key, size and head
+digest) in its own transaction before any of it is written to the server,
+and its journal entry is deleted only in the transaction that records the
+last of its outcomes.  Whatever happens in between (a lost connection, a
+SIGKILL), the entry is still there for L{imapmig.job.reconcile} to settle
+against the destination before anything is sent again.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from imapmig.fidelity import journalHead
+from imapmig.imap.pipeline import OutgoingMessage
+from imapmig.message import SourceMessage
+from imapmig.progress import JobProgress
+from imapmig.state import IStateStore, JournalMessage, MessageOutcome
+
+log = Logger()
+
+
+class JournalTicket:
+    """
+    One journal entry of this run: how many of its messages still wait for
+    their outcome.
+    """
+
+    __slots__ = ("entryId", "remaining")
+
+    def __init__(self, entryId: int, remaining: int) -> None:
+        self.entryId = entryId
+        self.remaining = remaining
+
+
+class Target:
+    """
+    Where a unit's messages go: its source folder's key and the
+    destination mailbox.  One per unit, shared by its messages.
+    """
+
+    __slots__ = ("folderKey", "mailbox")
+
+    def __init__(self, folderKey: str, mailbox: str) -> None:
+        self.folderKey = folderKey
+        self.mailbox = mailbox
+
+
+class Sent:
+    """
+    What the job needs back when a sent message's outcome arrives (each
+    L{OutgoingMessage} carries one as its origin).
+
+    @ivar note: what was not carried over exactly, if anything.
+    @ivar converted: whether its line endings were converted to CRLF.
+    @ivar ticket: its batch's journal entry, once journaled.
+    """
+
+    __slots__ = ("target", "source", "note", "converted", "ticket")
+
+    def __init__(
+        self, target: Target, source: SourceMessage, note: str | None, converted: bool
+    ) -> None:
+        self.target = target
+        self.source = source
+        self.note = note
+        self.converted = converted
+        self.ticket: JournalTicket | None = None
+
+
+class OutcomeRecorder:
+    """
+    Journals batches before they leave, and buffers outcomes to record them
+    one batch per transaction (every C{recordEvery} outcomes, or
+    C{recordInterval} seconds after the first unrecorded one), with the
+    journal entries they settle; updates the progress counters as each
+    outcome arrives.
+
+    @ivar error: why the store could not record, once it could not.
+    @ivar appended: messages appended by this run (this recorder).
+    @ivar present: messages this run found already in the destination.
+    @ivar failedKeys: C{(folderKey, messageKey)} of the messages recorded
+        as failed by this run.
+    """
+
+    def __init__(
+        self,
+        jobName: str,
+        store: IStateStore,
+        progress: JobProgress,
+        clock: IReactorTime,
+        recordEvery: int,
+        recordInterval: float,
+        onError: Callable[[], None] = lambda: None,
+    ) -> None:
+        """
+        @param onError: called once if the store fails to record a batch:
+            the job must stop.
+        """
+        self._jobName = jobName
+        self._onError = onError
+        self.error: str | None = None
+        self._store = store
+        self._progress = progress
+        self._clock = clock
+        self._recordEvery = recordEvery
+        self._recordInterval = recordInterval
+        self._buffer: list[MessageOutcome] = []
+        self._settled: list[int] = []
+        self._timer: IDelayedCall | None = None
+        self._writing: Deferred[None] | None = None
+        self.appended = 0
+        self.present = 0
+        self.failedKeys: set[tuple[str, str]] = set()
+
+    def startRun(self) -> None:
+        """
+        A new run begins: count its outcomes from zero.
+        """
+        self.appended = 0
+        self.present = 0
+        self.failedKeys = set()
+
+    @property
+    def settledCount(self) -> int:
+        """
+        Messages this run gave an outcome: appended, found present, or
+        failed.
+        """
+        return self.appended + self.present + len(self.failedKeys)
+
+    def journal(
+        self,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[OutgoingMessage],
+    ) -> Deferred[None]:
+        """
+        Journal C{messages} (about to be sent to C{mailbox}) as one entry,
+        and give each its ticket.
+
+        @param uidFloor: every one of them that the server stores gets a
+            UID at least this (the mailbox's UIDNEXT as last known).
+        @return: fires once the entry is durable; fails with the store's
+            error, and then none of them may be sent.
+        """
+        entries = []
+        for message in messages:
+            sent: Sent = message.origin  # type: ignore[assignment]
+            entries.append(
+                JournalMessage(
+                    sent.target.folderKey,
+                    sent.source.key,
+                    len(message.body),
+                    journalHead(message.body),
+                )
+            )
+        d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, entries)
+
+        def journaled(entryId: int) -> None:
+            ticket = JournalTicket(entryId, len(messages))
+            for message in messages:
+                message.origin.ticket = ticket  # type: ignore[attr-defined]
+
+        return d.addCallback(journaled)
+
+    def add(self, outcome: MessageOutcome, ticket: JournalTicket | None = None) -> None:
+        """
+        Note one message's outcome; C{ticket} is its journal entry, if it
+        was sent.
+        """
+        progress = self._progress
+        if outcome.failure is not None:
+            progress.messagesFailed += 1
+            self.failedKeys.add((outcome.folderKey, outcome.messageKey))
+        elif outcome.alreadyPresent:
+            progress.messagesDone += 1
+            progress.messagesAlreadyPresent += 1
+            self.present += 1
+        else:
+            progress.messagesDone += 1
+            progress.bytesDone += outcome.size
+            self.appended += 1
+            if outcome.lineEndingsConverted:
+                progress.lineEndingsConverted += 1
+            if outcome.note is not None:
+                progress.messagesWithNotes += 1
+        buffer = self._buffer
+        buffer.append(outcome)
+        if ticket is not None:
+            ticket.remaining -= 1
+            if not ticket.remaining:
+                self._settled.append(ticket.entryId)
+        if len(buffer) >= self._recordEvery:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._clock.callLater(self._recordInterval, self.flush)
+
+    def flush(self) -> Deferred[None]:
+        """
+        Record the buffered outcomes, and delete the journal entries they
+        settle, now.
+
+        @return: fires when they are recorded.
+        """
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+        if not self._buffer and not self._settled:
+            return self._writing if self._writing is not None else succeed(None)
+        batch, self._buffer = self._buffer, []
+        settled, self._settled = self._settled, []
+        d = self._store.recordOutcomes(self._jobName, batch, settled=settled)
+
+        def failed(failure: Failure) -> None:
+            log.error(
+                "Could not record {count} outcomes for job {job}: {why}",
+                count=len(batch),
+                job=self._jobName,
+                why=str(failure.value),
+            )
+            if self.error is None:
+                self.error = (
+                    f"cannot record outcomes in the state database: {failure.value}"
+                )
+                self._onError()
+
+        d.addErrback(failed)
+        self._writing = d
+        return d
+
+
+class PipelineOutcomes:
+    """
+    Turns what a pipeline reports into recorded outcomes.  Each message's
+    origin is a L{Sent}: a connection moves on to the next folder while the
+    replies for the previous one are still arriving.
+    """
+
+    __slots__ = ("recorder", "uidFloors")
+
+    def __init__(self, recorder: OutcomeRecorder, uidFloors: dict[str, int]) -> None:
+        """
+        @param uidFloors: per destination mailbox, a UID below every UID
+            the server will give a message appended from now on; raised as
+            APPENDUIDs arrive.
+        """
+        self.recorder = recorder
+        self.uidFloors = uidFloors
+
+    def messageAppended(
+        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    ) -> None:
+        sent: Sent = message.origin  # type: ignore[assignment]
+        mailbox = sent.target.mailbox
+        if uid is not None and uid >= self.uidFloors.get(mailbox, 0):
+            self.uidFloors[mailbox] = uid + 1
+        self.recorder.add(
+            MessageOutcome(
+                sent.target.folderKey,
+                sent.source.key,
+                mailbox,
+                len(message.body),
+                uidValidity,
+                uid,
+                note=sent.note,
+                lineEndingsConverted=sent.converted,
+            ),
+            sent.ticket,
+        )
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        sent: Sent = message.origin  # type: ignore[assignment]
+        self.recorder.add(
+            MessageOutcome(
+                sent.target.folderKey,
+                sent.source.key,
+                sent.target.mailbox,
+                len(message.body),
+                failure=f"refused by server: {reason}",
+            ),
+            sent.ticket,
+        )
