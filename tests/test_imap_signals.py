@@ -49,7 +49,7 @@ class RefusalTests(SynchronousTestCase):
         its code: wait for UNAVAILABLE, INUSE, SERVERBUG, CORRUPTION;
         pause for OVERQUOTA and CONTACTADMIN; the mailbox for NONEXISTENT;
         a new session for EXPIRED and the other login codes; the message
-        alone for LIMIT, CANNOT, NOPERM.
+        alone for LIMIT, CANNOT, NOPERM, EXPUNGEISSUED.
         """
         expected = [
             (RETRY, b"[UNAVAILABLE] User's backend down for maintenance"),
@@ -67,6 +67,7 @@ class RefusalTests(SynchronousTestCase):
             (REFUSE, b"[CANNOT] Adjacent slashes are not supported"),
             (REFUSE, b"[NOPERM] Access denied"),
             (REFUSE, b'[ALREADYEXISTS] Mailbox "that" already exists'),
+            (REFUSE, b"[EXPUNGEISSUED] Some of the requested messages no longer exist"),
         ]
         for action, text in expected:
             self.assertAction(action, text)

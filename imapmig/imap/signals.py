@@ -13,8 +13,8 @@ of the text (Microsoft 365's throttling notice, Gmail's bandwidth limit,
   - L{SignalAction.RETRY}: wait and try again (L{ServerBusy}), as long as
     the server says where it says (L{ServerSignal.retryAfter}), else as
     long as the retry policy says: C{[UNAVAILABLE]}, C{[INUSE]},
-    C{[SERVERBUG]}, C{[CORRUPTION]}, C{[EXPUNGEISSUED]}, Gmail's
-    C{[THROTTLED]}, throttling notices, too many connections.
+    C{[SERVERBUG]}, C{[CORRUPTION]}, Gmail's C{[THROTTLED]}, throttling
+    notices, too many connections.
   - L{SignalAction.PAUSE}: stop the job until a configured time and show
     why (L{QuotaExceeded}): C{[OVERQUOTA]}, C{[CONTACTADMIN]}, Gmail's
     bandwidth limit, "over quota".
@@ -27,14 +27,20 @@ of the text (Microsoft 365's throttling notice, Gmail's bandwidth limit,
     either works or fails the job once, as any failed login does).
   - L{SignalAction.REFUSE}: the command failed for what it carried: the
     message alone is refused and recorded with the server's text, the job
-    goes on: C{[LIMIT]}, C{[TOOBIG]}, C{[CANNOT]}, C{[NOPERM]}, and any
-    reply nothing above matches (as before this module existed).
+    goes on: C{[LIMIT]}, C{[TOOBIG]}, C{[CANNOT]}, C{[NOPERM]},
+    C{[EXPUNGEISSUED]}, and any reply nothing above matches (as before
+    this module existed).
 
-Deliberate choices: C{[SERVERBUG]} and C{[CORRUPTION]} are retried, not
-refused: a server's own fault usually passes (a failed write, an index
-being rebuilt), and retries are bounded by the job.  C{[LIMIT]} wins over
-a "try again later" in the same text: the code is the machine-readable
-part.  A C{BYE} never refuses a message: nothing in it says which one.
+Deliberate choices: C{[SERVERBUG]} and C{[CORRUPTION]} (RFC 5530 does not
+call them temporary) are retried when storing: a server that fails to
+store usually fails for itself (a failed write, a read-only file system,
+an index being rebuilt), and refusing would record every message of the
+run as failed in seconds; retries are bounded by the job, which records a
+message that keeps failing.  A source reading what it stores treats them
+as about the messages asked for (L{imapmig.sources.imap}): a corrupt mail
+file fails the same way every time.  C{[LIMIT]} wins over a "try again
+later" in the same text: the code is the machine-readable part.  A
+C{BYE} never refuses a message: nothing in it says which one.
 
 Nothing here does I/O or keeps state; reply texts are looked at only as
 far as L{TEXT_LIMIT} octets.
@@ -104,7 +110,6 @@ _CODE_ACTIONS = {
     "INUSE": SignalAction.RETRY,
     "SERVERBUG": SignalAction.RETRY,
     "CORRUPTION": SignalAction.RETRY,
-    "EXPUNGEISSUED": SignalAction.RETRY,
     "OVERQUOTA": SignalAction.PAUSE,
     "CONTACTADMIN": SignalAction.PAUSE,
     "NONEXISTENT": SignalAction.RECREATE_MAILBOX,
@@ -117,6 +122,8 @@ _CODE_ACTIONS = {
     "NOPERM": SignalAction.REFUSE,
     "ALREADYEXISTS": SignalAction.REFUSE,
     "CLIENTBUG": SignalAction.REFUSE,
+    # Messages asked for were expunged meanwhile: about those messages.
+    "EXPUNGEISSUED": SignalAction.REFUSE,
     # RFC 3501 7.1: APPEND to a mailbox that does not exist.
     "TRYCREATE": SignalAction.RECREATE_MAILBOX,
     # RFC 4469 (CATENATE) and RFC 7889 (APPENDLIMIT): the message is too
