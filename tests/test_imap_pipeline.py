@@ -649,6 +649,14 @@ class ServerSignalTests(SynchronousTestCase):
         )
         self.assertNothingSettled(outcomes, pipeline, transport)
 
+    def test_bareBye(self) -> None:
+        """
+        A BYE with no text at all, in any case, ends the pipeline too.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(b"* bye\r\n")
+        self.assertEqual(str(failure.value), "APPEND: the server ended the connection: BYE")
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
     def test_expiredSession(self) -> None:
         """
         C{NO [EXPIRED]} in the middle of a session refuses nothing: the

@@ -690,8 +690,9 @@ class AppendPipeline:
         """
         if text.endswith((b" EXISTS", b" RECENT")):
             return
-        if text[:4].upper() == b"BYE ":
-            error = classifyBye(text[4:]).error("APPEND")
+        status, _, rest = text.partition(b" ")
+        if status.upper() == b"BYE":
+            error = classifyBye(rest).error("APPEND")
             assert error is not None
             self._fail(error)
             return

@@ -191,7 +191,7 @@ class ServerSignal:
         """
         The reply as the record shows it: C{"NO [OVERQUOTA] Quota exceeded"}.
         """
-        return f"{self.status} {self.text}"
+        return f"{self.status} {self.text}" if self.text else self.status
 
     def error(self, context: str, mailbox: str | None = None) -> TransientError | None:
         """
