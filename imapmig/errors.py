@@ -92,3 +92,71 @@ class SourceError(PermanentError):
     problem on the folder); a single unreadable message is not an error but
     an outcome recorded for that message.
     """
+
+
+class ServerBusy(TransientError):
+    """
+    The server asks to wait and try again: a C{NO}/C{BAD} or C{BYE} with
+    C{[UNAVAILABLE]}, C{[INUSE]}, C{[SERVERBUG]}, C{[CORRUPTION]}, a
+    throttling notice (Microsoft 365's C{Request is throttled. Suggested
+    Backoff Time: N milliseconds}), "try again later", too many
+    connections.  Nothing is wrong with the messages: they stay unsent
+    (or, after a C{BYE}, of unknown outcome, as after any lost
+    connection).
+
+    @ivar text: the server's text after the status, a short escaped
+        excerpt, for the record.
+    @ivar code: the response code's atom, upper-cased, or L{None}.
+    @ivar retryAfter: seconds the server asked to wait, or L{None}: wait as
+        the retry policy says.
+    """
+
+    def __init__(
+        self, message: str, text: str, code: str | None = None, retryAfter: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.text = text
+        self.code = code
+        self.retryAfter = retryAfter
+
+
+class QuotaExceeded(TransientError):
+    """
+    The account is over a quota or limit that only time or an
+    administrator lifts: C{[OVERQUOTA]}, C{[CONTACTADMIN]}, Gmail's
+    C{Account exceeded command or bandwidth limits}.  Retrying soon is
+    pointless: the job pauses (until a configured time) and says why.
+    Nothing is wrong with the messages.
+
+    Catch it before L{TransientError}: it is one, so that code unaware of
+    pausing still treats it as "not now".
+
+    @ivar text: the server's text after the status, a short escaped
+        excerpt, for the record.
+    @ivar code: the response code's atom, upper-cased, or L{None}.
+    """
+
+    def __init__(self, message: str, text: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.text = text
+        self.code = code
+
+
+class MailboxMissing(TransientError):
+    """
+    The destination mailbox an APPEND went to does not exist
+    (C{[TRYCREATE]}, C{[NONEXISTENT]}): someone deleted it during the
+    run.  Every message for it would be refused, so none is: they stay
+    unsent, and the job creates the mailbox again before it resumes.
+
+    @ivar mailbox: the mailbox's name, decoded.
+    @ivar text: the server's text after the status, a short escaped
+        excerpt.
+    @ivar code: the response code's atom, upper-cased, or L{None}.
+    """
+
+    def __init__(self, message: str, mailbox: str, text: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.mailbox = mailbox
+        self.text = text
+        self.code = code

@@ -12,7 +12,9 @@ formats where it has one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import random
 import zlib
 from datetime import datetime, timedelta, timezone
@@ -24,20 +26,26 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.mail.imap4 import IMAP4Exception
 from twisted.python.failure import Failure
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import CommandFailed, ConnectionLost
 from imapmig.imap.client import CommandRefused, MigrationIMAP4Client
 from imapmig.imap.fetch import (
+    DEFAULT_MAX_LITERAL,
     FetchedItem,
+    FetchLimits,
     FetchParseError,
     FetchResponseParser,
+    FetchSpoolError,
     formatUIDSet,
     isFetchResponse,
     parseInternalDate,
     parseResponse,
 )
 from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.spool import SpooledLiteral
 
 CET = timezone(timedelta(hours=1))
 
@@ -1063,3 +1071,442 @@ class RandomSplitTests(SynchronousTestCase):
                 pos += step
             self.successResultOf(d)
             self.assertEqual({i.uid: i.body for i in sink.items if i.uid is not None}, bodies)
+
+
+def openDescriptors() -> set[str]:
+    """
+    What the open file descriptors of this process point to.
+    """
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(f"{fd} {os.readlink(f'/proc/self/fd/{fd}')}")
+        except OSError:
+            pass
+    return found
+
+
+class LimitTests(SynchronousTestCase):
+    """
+    L{FetchLimits}: a literal beyond the limits fails its response when its
+    marker arrives, before any octet of it is read.
+    """
+
+    def test_hugeLiteral(self) -> None:
+        """
+        A body announced as C{{99999999999}} fails at once with the default
+        limits, naming the size and the limit; the parser is idle, holding
+        nothing.
+        """
+        parser = FetchResponseParser(Collected())
+        with self.assertRaises(FetchParseError) as caught:
+            parser.lineReceived(b"* 1 FETCH (UID 5 BODY[] {99999999999}")
+        self.assertEqual(
+            str(caught.exception),
+            "a literal of 99999999999 octets announced, above the limit of "
+            f"{DEFAULT_MAX_LITERAL} octets per response",
+        )
+        self.assertFalse(parser.inResponse)
+        self.assertFalse(parser.wantsLiteral)
+
+    def test_atTheLimit(self) -> None:
+        """
+        A literal of exactly the limit is read.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink, FetchLimits(maxLiteral=10))
+        feedWire(parser, b"* 1 FETCH (UID 5 BODY[] {10}\r\n0123456789)\r\n", 3)
+        self.assertEqual([i.body for i in sink.items], [b"0123456789"])
+
+    def test_perResponse(self) -> None:
+        """
+        The limit is on all the literals of one response together; the
+        next response starts afresh.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink, FetchLimits(maxLiteral=10))
+        parser.lineReceived(b"* 1 FETCH (UID 5 BODY[1] {6}")
+        self.assertEqual(parser.literalReceived(b"abcdef"), b"")
+        with self.assertRaises(FetchParseError) as caught:
+            parser.lineReceived(b" BODY[2] {5}")
+        self.assertIn(
+            "a literal of 5 octets announced after 6 in the same response", str(caught.exception)
+        )
+        feedWire(parser, b"* 2 FETCH (UID 6 BODY[] {10}\r\n0123456789)\r\n", 4)
+        self.assertEqual([i.uid for i in sink.items], [6])
+
+    def test_maxTotal(self) -> None:
+        """
+        C{maxTotal} bounds the literals of every response until the limits
+        are set again.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink, FetchLimits(maxLiteral=100, maxTotal=15))
+        feedWire(parser, b"* 1 FETCH (UID 5 BODY[] {10}\r\n0123456789)\r\n", 100)
+        with self.assertRaises(FetchParseError) as caught:
+            parser.lineReceived(b"* 2 FETCH (UID 6 BODY[] {10}")
+        self.assertEqual(
+            str(caught.exception),
+            "a literal of 10 octets announced after 10, above the 15 octets expected "
+            "for the messages asked for",
+        )
+        parser.limits = FetchLimits(maxLiteral=100, maxTotal=15)
+        feedWire(parser, b"* 2 FETCH (UID 6 BODY[] {10}\r\n0123456789)\r\n", 100)
+        self.assertEqual([i.uid for i in sink.items], [5, 6])
+
+    def test_throughTheClient(self) -> None:
+        """
+        Through the client, a huge literal fails the fetch command with
+        L{FetchParseError} and drops the connection, having buffered
+        nothing of it.
+        """
+        client, transport = greeted()
+        d = client.fetchInto(b"UID FETCH 5 (UID BODY.PEEK[])", Collected())
+        client.dataReceived(b"* 1 FETCH (UID 5 BODY[] {99999999999}\r\n" + b"x" * 65536)
+        self.failureResultOf(d, FetchParseError)
+        self.assertTrue(transport.disconnecting)
+
+
+class SpoolTests(SynchronousTestCase):
+    """
+    Literals of message data above L{FetchLimits.spoolAbove} go to an
+    unlinked temporary file as they arrive.
+    """
+
+    def setUp(self) -> None:
+        self.directory = self.mktemp()
+        os.mkdir(self.directory)
+        self.sink = Collected()
+        self.parser = FetchResponseParser(
+            self.sink, FetchLimits(spoolAbove=100, spoolDirectory=self.directory)
+        )
+
+    def test_spooled(self) -> None:
+        """
+        A body above the threshold arrives in a L{SpooledLiteral}, octet
+        for octet whatever the read boundaries; it is absent from
+        C{sections}; the items after it are read.
+        """
+        body = messageOf(1000)
+        wire = b"* 1 FETCH (UID 5 BODY[] {1000}\r\n" + body + b" FLAGS (\\Seen))\r\n"
+        for chunk in (1, 7, 999, 4096):
+            del self.sink.items[:]
+            feedWire(self.parser, wire, chunk)
+            [item] = self.sink.items
+            spool = item.spooledBody
+            assert spool is not None
+            self.assertEqual(len(spool), 1000)
+            self.assertEqual(b"".join(spool.slices(64)), body)
+            self.assertIsNone(item.body)
+            self.assertTrue(item.hasBody)
+            self.assertEqual(dict(item.sections), {})
+            self.assertEqual(item.flags, ("\\Seen",))
+            self.assertIn("<SpooledLiteral of 1000 octets>", repr(item))
+            spool.close()
+
+    def test_smallInMemory(self) -> None:
+        """
+        A body of the threshold or less stays in memory: one buffer.
+        """
+        feedWire(self.parser, b"* 1 FETCH (UID 5 BODY[] {100}\r\n" + b"x" * 100 + b")\r\n", 30)
+        [item] = self.sink.items
+        self.assertEqual(item.body, b"x" * 100)
+        self.assertEqual(dict(item.spooled), {})
+
+    def test_memoryPerResponse(self) -> None:
+        """
+        Literals held in memory for one response stay within the threshold
+        together: the one that would go beyond is spooled.
+        """
+        wire = b"* 1 FETCH (UID 5 BODY[1] {60}\r\n" + b"a" * 60 + b" BODY[2] {60}\r\n" + b"b" * 60
+        feedWire(self.parser, wire + b")\r\n", 1000)
+        [item] = self.sink.items
+        self.assertEqual(dict(item.sections), {b"BODY[1]": b"a" * 60})
+        spool = item.spooled[b"BODY[2]"]
+        self.assertEqual(b"".join(spool.slices(1000)), b"b" * 60)
+        spool.close()
+
+    def test_notMessageData(self) -> None:
+        """
+        With spooling on, a large literal that is not message data (inside
+        an ENVELOPE) is refused: it could only be held in memory.
+        """
+        with self.assertRaises(FetchParseError) as caught:
+            self.parser.lineReceived(b'* 1 FETCH (UID 5 ENVELOPE ("date" {500}')
+        self.assertIn("not message data", str(caught.exception))
+        self.assertRaises(FetchParseError, self.parser.lineReceived, b"* 1 FETCH (X-NAME {500}")
+
+    def test_unlinkedInTheDirectory(self) -> None:
+        """
+        The file is made in the spool directory and has no name there,
+        even while it is being written.
+        """
+        before = openDescriptors()
+        self.parser.lineReceived(b"* 1 FETCH (UID 5 BODY[] {1000}")
+        self.parser.literalReceived(b"x" * 10)
+        self.assertEqual(os.listdir(self.directory), [])
+        [opened] = openDescriptors() - before
+        self.assertIn(os.path.abspath(self.directory) + "/imapmig-literal-", opened)
+        self.assertTrue(opened.endswith(" (deleted)"), opened)
+        self.parser.reset()
+        self.assertEqual(openDescriptors() - before, set())
+
+    def test_filesClosed(self) -> None:
+        """
+        The files of a response that fails to parse, of a response reset,
+        and of a name sent twice, are closed.
+        """
+        before = openDescriptors()
+        body = b"x" * 200
+        self.assertRaises(
+            FetchParseError,
+            feedWire,
+            self.parser,
+            b"* 1 FETCH (UID 5 BODY[] {200}\r\n" + body + b" FLAGS)\r\n",
+            50,
+        )
+        self.assertEqual(openDescriptors() - before, set())
+        feedWire(
+            self.parser,
+            b"* 1 FETCH (UID 5 BODY[] {200}\r\n" + body + b" BODY[] {200}\r\n" + body + b")\r\n",
+            50,
+        )
+        [item] = self.sink.items
+        self.assertEqual(len(openDescriptors() - before), 1)
+        spool = item.spooledBody
+        assert spool is not None
+        spool.close()
+        self.assertEqual(openDescriptors() - before, set())
+
+    def test_noDirectory(self) -> None:
+        """
+        A spool directory that does not exist fails the response at the
+        literal's marker with L{FetchSpoolError}, naming the directory.
+        """
+        missing = os.path.join(self.directory, "missing")
+        self.parser.limits = FetchLimits(spoolAbove=100, spoolDirectory=missing)
+        with self.assertRaises(FetchSpoolError) as caught:
+            self.parser.lineReceived(b"* 1 FETCH (UID 5 BODY[] {1000}")
+        self.assertIn(missing, str(caught.exception))
+        self.assertFalse(self.parser.inResponse)
+
+    def test_diskFull(self) -> None:
+        """
+        A disk without room for the literal fails at its marker (its space
+        is reserved when the file is made); a write that fails later fails
+        the octets that bring it, with L{FetchSpoolError}, and closes the
+        file.
+        """
+        def full(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        self.patch(os, "posix_fallocate", full)
+        with self.assertRaises(FetchSpoolError) as caught:
+            self.parser.lineReceived(b"* 1 FETCH (UID 5 BODY[] {1000}")
+        self.assertIn("No space left on device", str(caught.exception))
+
+        def unsupported(fd: int, offset: int, length: int) -> None:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+        self.patch(os, "posix_fallocate", unsupported)
+        before = openDescriptors()
+        self.parser.lineReceived(b"* 1 FETCH (UID 5 BODY[] {1000}")
+
+        def failing(fd: int, data: bytes, offset: int) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        self.patch(os, "pwrite", failing)
+        self.assertRaises(FetchSpoolError, self.parser.literalReceived, b"x" * 10)
+        self.assertFalse(self.parser.inResponse)
+        self.assertEqual(openDescriptors() - before, set())
+
+
+class SpooledLiteralTests(SynchronousTestCase):
+    """
+    L{SpooledLiteral}: written once, read back in slices.
+    """
+
+    def test_roundTrip(self) -> None:
+        """
+        What is written is read back whole, in slices, at offsets; a
+        search finds an octet; L{detach} hands over the descriptor at the
+        start of the file.
+        """
+        spool = SpooledLiteral.create(10)
+        spool.write(b"01234")
+        self.assertFalse(spool.complete)
+        spool.write(memoryview(b"\x806789"))
+        self.assertTrue(spool.complete)
+        self.assertEqual(list(spool.slices(4)), [b"0123", b"4\x8067", b"89"])
+        self.assertEqual(spool.read(3, 4), b"34\x806")
+        self.assertTrue(spool.contains(b"\x80", 3))
+        self.assertFalse(spool.contains(b"\x00"))
+        fd = spool.detach()
+        try:
+            self.assertEqual(os.read(fd, 100), b"01234\x806789")
+            spool.close()
+            os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def test_overlong(self) -> None:
+        """
+        More octets than announced are refused.
+        """
+        spool = SpooledLiteral.create(3)
+        self.assertRaises(ValueError, spool.write, b"abcd")
+        spool.close()
+        self.assertRaises(ValueError, spool.write, b"a")
+
+    def test_incomplete(self) -> None:
+        """
+        A literal not all written cannot be read as one.
+        """
+        spool = SpooledLiteral.create(5)
+        spool.write(b"ab")
+        self.assertRaises(ValueError, list, spool.slices(10))
+        spool.close()
+
+
+def _fuzzFeed(parser: FetchResponseParser, wire: bytes, cuts: list[int]) -> None:
+    """
+    Feed C{wire} to C{parser} as the client does, cut at C{cuts}: lines
+    that start no FETCH response while it is idle are skipped (the client
+    gives them to the stock parser); a L{FetchParseError} ends the feed
+    (the client drops the connection).  Checks after every step that what
+    the parser accepted is within its limits.
+    """
+    limits = parser.limits
+    buffer = b""
+    previous = 0
+    for cut in sorted(set(cuts)) + [len(wire)]:
+        buffer += wire[previous:cut]
+        previous = cut
+        while buffer:
+            assert parser.literalRemaining <= limits.maxLiteral
+            if parser.wantsLiteral:
+                try:
+                    rest = parser.literalReceived(buffer)
+                except FetchParseError:
+                    return
+                buffer = b"" if rest is None else rest
+                continue
+            line, sep, after = buffer.partition(b"\r\n")
+            if not sep:
+                break
+            buffer = after
+            if not parser.inResponse and not isFetchResponse(line):
+                continue
+            try:
+                parser.lineReceived(line)
+            except FetchParseError:
+                return
+
+
+_atoms = st.sampled_from(
+    [b"UID", b"FLAGS", b"BODY[]", b"BODY[1.2]", b"BINARY[]", b"RFC822.SIZE", b"NIL", b"\\Seen",
+     b"MODSEQ", b"INTERNALDATE", b"ENVELOPE", b"X-GM-LABELS", b"12", b"0"]
+)  # fmt: skip
+_tokens = st.one_of(
+    _atoms,
+    st.sampled_from([b"(", b")", b" ", b'"', b'"a\\"b"', b"\r\n", b"{", b"}", b"~{", b"[", b"]"]),
+    st.integers(min_value=0, max_value=2**40).map(lambda n: b"{%d}\r\n" % n),
+    st.binary(max_size=8),
+)
+# Bytes that look like FETCH responses often enough to go deep.
+_fetchish = st.lists(_tokens, max_size=40).map(lambda parts: b"* 1 FETCH (" + b"".join(parts))
+
+_FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=300)
+
+
+def _cuts(wire: bytes) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(min_value=0, max_value=len(wire)), max_size=12)
+
+
+class FuzzTests(SynchronousTestCase):
+    """
+    Arbitrary input, split anywhere, raises nothing but L{FetchParseError}
+    and keeps within the limits; valid responses read the same whatever
+    the splits.
+    """
+
+    @_FUZZ
+    @given(data=st.data(), wire=st.one_of(st.binary(max_size=300), _fetchish))
+    def test_arbitraryBytes(self, data: st.DataObject, wire: bytes) -> None:
+        """
+        Any octets cut anywhere: only L{FetchParseError}; every item
+        within the limits, no more than C{spoolAbove} octets of them in
+        memory, nothing spooled beyond C{maxLiteral}.
+        """
+        items: list[FetchedItem] = []
+        limits = FetchLimits(maxLiteral=64, maxTotal=200, spoolAbove=16)
+        parser = FetchResponseParser(items.append, limits)
+        _fuzzFeed(parser, wire, data.draw(_cuts(wire)))
+        parser.reset()
+        for item in items:
+            held = sum(len(value or b"") for value in item.sections.values())
+            self.assertLessEqual(held, 16)
+            spooled = sum(len(spool) for spool in item.spooled.values())
+            self.assertLessEqual(held + spooled, 64)
+            for spool in item.spooled.values():
+                self.assertTrue(spool.complete)
+                spool.close()
+
+    @_FUZZ
+    @given(wire=st.one_of(st.binary(max_size=300), _fetchish.map(lambda w: w[10:])))
+    def test_parseResponse(self, wire: bytes) -> None:
+        """
+        L{parseResponse} of any octets gives a list or raises
+        L{FetchParseError}.
+        """
+        try:
+            self.assertIsInstance(parseResponse(wire), list)
+        except FetchParseError:
+            pass
+
+    @_FUZZ
+    @given(
+        data=st.data(),
+        responses=st.lists(
+            st.tuples(
+                st.integers(min_value=1, max_value=2**32),
+                st.lists(st.sampled_from(["\\Seen", "\\Answered", "$Forwarded", "Junk"])),
+                st.binary(max_size=200),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        spoolAbove=st.sampled_from([None, 0, 50]),
+    )
+    def test_validRoundTrip(
+        self,
+        data: st.DataObject,
+        responses: list[tuple[int, list[str], bytes, bool]],
+        spoolAbove: int | None,
+    ) -> None:
+        """
+        Valid responses (bodies of any octets, as literals or literal8,
+        items before and after them) read back exactly, whatever the cuts,
+        in memory or spooled.
+        """
+        wire = b"".join(
+            b"* %d FETCH (UID %d BODY[] %s{%d}\r\n%s FLAGS (%s))\r\n"
+            % (n, uid, b"~" if binary else b"", len(body), body, " ".join(flags).encode())
+            for n, (uid, flags, body, binary) in enumerate(responses, 1)
+        )
+        items: list[FetchedItem] = []
+        parser = FetchResponseParser(items.append, FetchLimits(spoolAbove=spoolAbove))
+        cuts = data.draw(_cuts(wire))
+        _fuzzFeed(parser, wire, cuts)
+        self.assertFalse(parser.inResponse)
+        read = []
+        for item in items:
+            spool = item.spooledBody
+            if spool is not None:
+                body = b"".join(spool.slices(17))
+                spool.close()
+            else:
+                body = item.body or b""
+            read.append((item.uid, list(item.flags or ()), body))
+        self.assertEqual(read, [(uid, flags, body) for uid, flags, body, _ in responses])

@@ -14,7 +14,9 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import ConnectionLost, TransientError
+from twisted.internet.error import ConnectionDone
+
+from imapmig.errors import ConnectionLost, MailboxMissing, QuotaExceeded, ServerBusy
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.message import StreamedBody
 from imapmig.imap.pipeline import (
@@ -26,7 +28,6 @@ from imapmig.imap.pipeline import (
     appendArguments,
     chooseLiteralMode,
     encodeMailboxName,
-    isTransientRefusal,
     parseAppendUID,
     parseUIDSet,
 )
@@ -521,29 +522,19 @@ class FlowControlTests(SynchronousTestCase):
         self.assertTrue(pipeline.betweenCommands)
 
 
-class TransientRefusalTests(SynchronousTestCase):
+class ServerSignalTests(SynchronousTestCase):
     """
-    A NO that says "not now" stops the pipeline instead of refusing
-    messages.
+    A refusal or a BYE that says "not now" or "not here" stops the
+    pipeline with a typed error instead of refusing messages; one about
+    the message refuses that message alone.
     """
 
-    def test_classification(self) -> None:
+    def stopped(
+        self, reply: bytes
+    ) -> tuple[Failure, RecordingOutcomes, AppendPipeline, CountingTransport]:
         """
-        Transient response codes and throttling notices are recognised;
-        a message-specific refusal is not.
-        """
-        self.assertTrue(isTransientRefusal(b"[UNAVAILABLE] Try later"))
-        self.assertTrue(isTransientRefusal(b"[OVERQUOTA] Account exceeded command or bandwidth limits"))
-        self.assertTrue(
-            isTransientRefusal(b"Request is throttled. Suggested Backoff Time: 299609 milliseconds")
-        )
-        self.assertFalse(isTransientRefusal(b"[LIMIT] Message too large"))
-        self.assertFalse(isTransientRefusal(b"Can't save a zero byte message"))
-
-    def test_stopsWithoutRefusing(self) -> None:
-        """
-        A transient NO on a batch records nothing, sends nothing more, fails
-        the waiters with TransientError, and leaves the messages unsettled.
+        Send messages a, b, c with two per batch, let the server answer the
+        first batch with C{reply}, and return the failure of L{drained}.
         """
         transport, pipeline, outcomes, client = connect(
             LiteralMode.PLUS, batchMessages=2, windowMessages=2
@@ -551,11 +542,179 @@ class TransientRefusalTests(SynchronousTestCase):
         pipeline.enqueue([message(n, b"m") for n in "abc"])
         transport.clear()
         drained = pipeline.drained()
-        client.dataReceived(b"0001 NO [UNAVAILABLE] Service busy\r\n")
-        self.failureResultOf(drained, TransientError)
+        client.dataReceived(reply)
+        return self.failureResultOf(drained), outcomes, pipeline, transport
+
+    def assertNothingSettled(
+        self, outcomes: RecordingOutcomes, pipeline: AppendPipeline, transport: CountingTransport
+    ) -> None:
+        """
+        Nothing more was sent, nothing recorded, and a, b, c are unsettled.
+        """
         self.assertEqual(transport.value(), b"")
         self.assertEqual(outcomes.refused, [])
+        self.assertEqual(outcomes.appended, [])
         self.assertEqual(sorted(str(m.origin) for m in pipeline.unsettled()), ["a", "b", "c"])
+
+    def test_unavailable(self) -> None:
+        """
+        C{NO [UNAVAILABLE]} (RFC 5530) on a batch records nothing, sends
+        nothing more, and fails the waiters with L{ServerBusy} without a
+        wait of the server's: the retry policy's applies.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"0001 NO [UNAVAILABLE] User's backend down for maintenance\r\n"
+        )
+        error = failure.value
+        assert isinstance(error, ServerBusy)
+        self.assertEqual(error.code, "UNAVAILABLE")
+        self.assertIsNone(error.retryAfter)
+        self.assertEqual(error.text, "[UNAVAILABLE] User's backend down for maintenance")
+        self.assertNothingSettled(outcomes, pipeline, transport)
+        self.assertRaises(ServerBusy, pipeline.enqueue, [message("d", b"m")])
+
+    def test_throttled(self) -> None:
+        """
+        Microsoft 365's throttling notice (a NO to APPEND, as imapsync
+        issue 198 quotes it) fails with L{ServerBusy} carrying the wait it
+        suggests, in seconds.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"0001 NO Request is throttled. Suggested Backoff Time: 299609 milliseconds\r\n"
+        )
+        error = failure.value
+        assert isinstance(error, ServerBusy)
+        self.assertEqual(error.retryAfter, 299.609)
+        self.assertIn("299.609 s", str(error))
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_throttledThenBye(self) -> None:
+        """
+        Microsoft 365 may throttle with a BAD and then say BYE
+        (email-oauth2-proxy issue 191 quotes both lines): the throttling,
+        which came first, is what the pipeline fails with.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"0001 BAD Request is throttled. Suggested Backoff Time: 89117 milliseconds\r\n"
+            b"* BYE Connection closed. 14\r\n"
+        )
+        error = failure.value
+        assert isinstance(error, ServerBusy)
+        self.assertEqual(error.retryAfter, 89.117)
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_overQuota(self) -> None:
+        """
+        C{NO [OVERQUOTA]} (Dovecot's default wording) fails with
+        L{QuotaExceeded}: the job pauses; nothing is refused.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"0001 NO [OVERQUOTA] Quota exceeded (mailbox for user is full)\r\n"
+        )
+        error = failure.value
+        assert isinstance(error, QuotaExceeded)
+        self.assertEqual(error.code, "OVERQUOTA")
+        self.assertEqual(error.text, "[OVERQUOTA] Quota exceeded (mailbox for user is full)")
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_gmailBandwidthBye(self) -> None:
+        """
+        Gmail's goodbye past its bandwidth limit (as mbsync reports it:
+        "unexpected BYE response: [OVERQUOTA] Account exceeded command or
+        bandwidth limits.") fails the pipeline at once with
+        L{QuotaExceeded}, before the connection closes; the messages in
+        flight stay unsettled, and the close changes nothing.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"* BYE [OVERQUOTA] Account exceeded command or bandwidth limits.\r\n"
+        )
+        self.assertIsInstance(failure.value, QuotaExceeded)
+        pipeline.connectionLost(Failure(ConnectionDone()))
+        self.assertIsInstance(self.failureResultOf(pipeline.drained()).value, QuotaExceeded)
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_plainBye(self) -> None:
+        """
+        A BYE that gives no reason fails the pipeline with
+        L{ConnectionLost} saying the server ended the connection, and
+        what it said.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(b"* BYE Server shutting down.\r\n")
+        error = failure.value
+        self.assertIsInstance(error, ConnectionLost)
+        self.assertNotIsInstance(error, (ServerBusy, QuotaExceeded))
+        self.assertEqual(
+            str(error),
+            "APPEND: the server ended the connection: BYE Server shutting down.",
+        )
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_bareBye(self) -> None:
+        """
+        A BYE with no text at all, in any case, ends the pipeline too.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(b"* bye\r\n")
+        self.assertEqual(str(failure.value), "APPEND: the server ended the connection: BYE")
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_expiredSession(self) -> None:
+        """
+        C{NO [EXPIRED]} in the middle of a session refuses nothing: the
+        session is over (L{ConnectionLost}), and logging in again decides.
+        """
+        failure, outcomes, pipeline, transport = self.stopped(
+            b"0001 NO [EXPIRED] That password isn't valid any more\r\n"
+        )
+        self.assertIsInstance(failure.value, ConnectionLost)
+        self.assertNothingSettled(outcomes, pipeline, transport)
+
+    def test_mailboxGone(self) -> None:
+        """
+        C{NO [TRYCREATE]} refuses nothing: the pipeline fails with
+        L{MailboxMissing} naming the mailbox, decoded.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.selectMailbox("Entw\u00fcrfe")
+        pipeline.enqueue([message("a", b"m")])
+        drained = pipeline.drained()
+        client.dataReceived(b"0001 NO [TRYCREATE] Mailbox doesn't exist: Entw&APw-rfe\r\n")
+        error = self.failureResultOf(drained).value
+        assert isinstance(error, MailboxMissing)
+        self.assertEqual(error.mailbox, "Entw\u00fcrfe")
+        self.assertEqual(error.code, "TRYCREATE")
+        self.assertEqual(outcomes.refused, [])
+        self.assertEqual([m.origin for m in pipeline.unsettled()], ["a"])
+
+    def test_tooBigBatchSplit(self) -> None:
+        """
+        C{NO [TOOBIG]} (RFC 7889) on a MULTIAPPEND batch refuses only the
+        message at fault, found by splitting; the others are appended.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=4)
+        pipeline.enqueue([message(n, b"m") for n in "abcd"])
+        client.dataReceived(b"0001 NO [TOOBIG] Message exceeds the APPENDLIMIT\r\n")
+        client.dataReceived(
+            b"0002 OK [APPENDUID 1 1:2] ok\r\n0003 NO [TOOBIG] Message exceeds the APPENDLIMIT\r\n"
+        )
+        client.dataReceived(
+            b"0004 OK [APPENDUID 1 3] ok\r\n0005 NO [TOOBIG] Message exceeds the APPENDLIMIT\r\n"
+        )
+        self.successResultOf(pipeline.drained())
+        self.assertEqual(outcomes.appended, [("a", 1, 1), ("b", 1, 2), ("c", 1, 3)])
+        self.assertEqual(outcomes.refused, [("d", "NO [TOOBIG] Message exceeds the APPENDLIMIT")])
+
+    def test_unprintableReason(self) -> None:
+        """
+        A refusal's text is recorded as a short excerpt, unprintable
+        octets escaped.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message("a", b"m")])
+        client.dataReceived(b"0001 NO bad\x00\x1b[31m" + b"x" * 500 + b"\r\n")
+        [(origin, reason)] = outcomes.refused
+        self.assertTrue(reason.startswith("NO bad\\x00\\x1b[31mxxx"), reason)
+        self.assertTrue(reason.endswith(" ..."), reason)
+        self.assertLess(len(reason), 220)
 
 
 class LargeLiteralTests(SynchronousTestCase):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import imaplib
+import os
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
@@ -24,13 +25,28 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
-from imapmig.errors import CommandFailed, ConnectionLost, SourceError, TransientError
+from imapmig.errors import (
+    CommandFailed,
+    ConnectionLost,
+    QuotaExceeded,
+    ServerBusy,
+    SourceError,
+    TransientError,
+)
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    StreamedBody,
+    UnreadableMessage,
+    toCRLF,
+)
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import (
     EXPUNGED,
+    SPOOL_ABOVE,
     FlagChange,
     FolderStatus,
     IMAPSource,
@@ -956,6 +972,237 @@ class BodyTests(SourceTestCase):
         self.assertTrue(self.harness.opened[0][1].disconnecting)
 
 
+def openDescriptors() -> int:
+    """
+    How many file descriptors this process has open.
+    """
+    return len(os.listdir("/proc/self/fd"))
+
+
+class ServerSignalTests(SourceTestCase):
+    """
+    What the source does with a server's "not now": wait, pause, or
+    refuse the messages.
+    """
+
+    def listed(self) -> tuple[SourceFolder, list[SourceMessage]]:
+        """
+        INBOX with one message, listed.
+        """
+        self.account.folders["INBOX"].add(body(1))
+        folder = self.folderNamed("INBOX")
+        return folder, self.run_(self.source.listMessages(folder))
+
+    def refuseFetch(self, reply: bytes) -> None:
+        """
+        Answer every UID FETCH with C{reply} after the tag.
+        """
+        self.account.interceptors.append(
+            lambda tag, command: tag + b" " + reply + b"\r\n"
+            if command.startswith(b"UID FETCH")
+            else None
+        )
+
+    def test_quota(self) -> None:
+        """
+        Gmail's bandwidth refusal of a FETCH (ha-email-sensor issue 16:
+        "FETCH => [OVERQUOTA] Account exceeded command or bandwidth
+        limits.") fails the call with L{QuotaExceeded}: pause.
+        """
+        folder, messages = self.listed()
+        self.refuseFetch(b"NO [OVERQUOTA] Account exceeded command or bandwidth limits.")
+        error = self.fails(self.source.readBodies(folder, messages), QuotaExceeded)
+        self.assertEqual(
+            str(error),
+            "alice at source: UID FETCH: the account is over a server limit: "
+            "NO [OVERQUOTA] Account exceeded command or bandwidth limits.",
+        )
+
+    def test_throttledWithBad(self) -> None:
+        """
+        Microsoft 365 throttles a FETCH with a BAD: the call fails with
+        L{ServerBusy} and the wait it suggests, not with the BAD.
+        """
+        folder, messages = self.listed()
+        self.refuseFetch(b"BAD Request is throttled. Suggested Backoff Time: 89117 milliseconds")
+        error = self.fails(self.source.readBodies(folder, messages), ServerBusy)
+        self.assertEqual(error.retryAfter, 89.117)  # type: ignore[attr-defined]
+
+    def test_limitRefusesMessages(self) -> None:
+        """
+        C{NO [LIMIT]} on a FETCH is about what was asked: the messages are
+        unreadable, with the server's text.
+        """
+        folder, messages = self.listed()
+        self.refuseFetch(b"NO [LIMIT] Too many messages in one FETCH")
+        [read] = self.run_(self.source.readBodies(folder, messages))
+        self.assertEqual(
+            read,
+            UnreadableMessage(
+                "the source server refused to send it: NO [LIMIT] Too many messages in one FETCH"
+            ),
+        )
+
+
+class SpoolTests(SourceTestCase):
+    """
+    Bodies above the spool threshold come as L{StreamedBody}s on unlinked
+    temporary files; what the server may send is bounded by what it
+    listed.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.directory = self.mktemp()
+        os.mkdir(self.directory)
+        self.source = IMAPSource(
+            self.harness.open, "alice at source", spoolAbove=1000, spoolDirectory=self.directory
+        )
+        self.inbox = self.account.folders["INBOX"]
+
+    def read(self) -> list[MessageBody]:
+        """
+        List INBOX and read every message of it.
+        """
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        read: list[MessageBody] = self.run_(self.source.readBodies(folder, messages))
+        return read
+
+    def test_spooled(self) -> None:
+        """
+        A body above the threshold is a L{StreamedBody} giving the message
+        octet for octet; one at or below it is bytes; the spool directory
+        shows no file.
+        """
+        large, small = body(1, 5000), body(2, 500)
+        self.inbox.add(large)
+        self.inbox.add(small)
+        before = openDescriptors()
+        streamed, inMemory = self.read()
+        assert isinstance(streamed, StreamedBody)
+        self.assertEqual(len(streamed), len(large))
+        self.assertEqual(b"".join(streamed.slices(777)), large)
+        self.assertFalse(streamed.hasNUL)
+        self.assertEqual(inMemory, small)
+        self.assertEqual(os.listdir(self.directory), [])
+        self.assertEqual(openDescriptors(), before + 1)
+        streamed.close()
+        self.assertEqual(openDescriptors(), before)
+
+    def test_bareLineFeeds(self) -> None:
+        """
+        A spooled body with bare LFs gives CRLF, as L{toCRLF} would.
+        """
+        stored = b"Subject: x\n\n" + b"line\n" * 1000 + b"last\r\n"
+        self.inbox.add(stored)
+        [streamed] = self.read()
+        assert isinstance(streamed, StreamedBody)
+        self.assertEqual(b"".join(streamed.slices(100)), toCRLF(stored))
+        streamed.close()
+
+    def test_nulRestored(self) -> None:
+        """
+        A spooled body holding 0x80 is checked against its spooled
+        C{BINARY[]}, searched and compared a slice at a time, and the
+        message as stored (with its NULs) is what is given.
+        """
+        stored = b"Subject: nul\r\n\r\n" + b"before\0after \x80\r\n" * 300
+        self.inbox.add(stored)
+        before = openDescriptors()
+        [streamed] = self.read()
+        assert isinstance(streamed, StreamedBody)
+        self.assertTrue(streamed.hasNUL)
+        self.assertEqual(b"".join(streamed.slices(1000)), stored)
+        self.assertEqual(openDescriptors(), before + 1)
+        streamed.close()
+
+    def test_overListedSize(self) -> None:
+        """
+        A body literal far larger than the size the server listed fails
+        the call with L{ConnectionLost} before it is read, drops the
+        connection, and leaves no file open.
+        """
+        self.inbox.add(body(1, 500))
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        self.account.interceptors.append(
+            lambda tag, command: b"* 1 FETCH (UID 1 BODY[] {99999999999}\r\n" + b"x" * 65536
+            if command.startswith(b"UID FETCH")
+            else None
+        )
+        before = openDescriptors()
+        error = self.fails(self.source.readBodies(folder, messages), ConnectionLost)
+        self.assertIn("a literal of 99999999999 octets announced", str(error))
+        [(session, transport)] = self.harness.opened
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(openDescriptors(), before)
+
+    def test_moreThanListed(self) -> None:
+        """
+        Bodies adding up to more than twice what was listed (each within
+        bounds on its own: here, the same message sent again and again)
+        fail the call with L{ConnectionLost}.
+        """
+        self.inbox.add(body(1, 30_000))
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        flood = b"".join(
+            b"* 1 FETCH (UID 1 BODY[] {30000}\r\n" + b"x" * 30000 + b")\r\n" for _ in range(8)
+        )
+        self.account.interceptors.append(
+            lambda tag, command: flood + tag + b" OK done\r\n"
+            if command.startswith(b"UID FETCH")
+            else None
+        )
+        error = self.fails(self.source.readBodies(folder, messages), ConnectionLost)
+        self.assertIn("octets expected for the messages asked for", str(error))
+
+    def test_tooLarge(self) -> None:
+        """
+        A message listed larger than C{maxMessageBytes} is unreadable,
+        saying why, and is not fetched.
+        """
+        self.source = IMAPSource(self.harness.open, "alice at source", maxMessageBytes=1000)
+        self.inbox.add(body(1, 2000))
+        self.inbox.add(body(2, 500))
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        start = len(self.account.commands)
+        read = self.run_(self.source.readBodies(folder, messages))
+        self.assertEqual(
+            read,
+            [
+                UnreadableMessage(
+                    f"listed at {len(body(1, 2000))} octets, more than the 1000 read from a source"
+                ),
+                body(2, 500),
+            ],
+        )
+        self.assertEqual(self.commandsSince(start), [b"UID FETCH 2 (UID BODY.PEEK[])"])
+
+    def test_unwantedSpoolsClosed(self) -> None:
+        """
+        Spooled bodies of messages not asked for, and a body sent twice,
+        leave no file open.
+        """
+        self.inbox.add(body(1, 5000))
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        other = b"* 9 FETCH (UID 9 BODY[] {3000}\r\n" + b"y" * 3000 + b")\r\n"
+        again = b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % len(body(1, 5000)) + body(1, 5000) + b")\r\n"
+        self.account.interceptors.append(
+            lambda tag, command: other + again + again + tag + b" OK done\r\n"
+            if command.startswith(b"UID FETCH")
+            else None
+        )
+        before = openDescriptors()
+        [streamed] = self.run_(self.source.readBodies(folder, messages))
+        assert isinstance(streamed, StreamedBody)
+        self.assertEqual(openDescriptors(), before + 1)
+        streamed.close()
+
+
 class ConnectionPoolTests(SourceTestCase):
     """
     An L{IMAPSource} given several connections keeps each worker's folder
@@ -1231,12 +1478,17 @@ MINIMAL_CAPABILITIES = "IMAP4rev1 SASL-IR LITERAL+ UIDPLUS"
 
 def _bodies(bodies: Sequence[MessageBody]) -> list[bytes]:
     """
-    C{bodies}, checked to be all in-memory bodies.
+    C{bodies}, checked to be all readable: in memory, or a
+    L{StreamedBody} (a spooled body) read whole.
     """
     result = []
     for each in bodies:
-        assert isinstance(each, bytes), each
-        result.append(each)
+        if isinstance(each, StreamedBody):
+            result.append(b"".join(each.slices(1 << 20)))
+            each.close()
+        else:
+            assert isinstance(each, bytes), each
+            result.append(each)
     return result
 
 
@@ -1381,7 +1633,12 @@ class DovecotSourceTests(TestCase):
             assert status is not None
             self.assertEqual((status.exists, status.uidNext), (len(expected), len(expected) + 1))
             self.assertEqual(status.highestModSeq is not None, condstore)
-            bodies = _bodies(await source.readBodies(folder, list(reversed(messages))))
+            read = await source.readBodies(folder, list(reversed(messages)))
+            self.assertEqual(
+                [isinstance(b, StreamedBody) for b in read],
+                [len(b) > SPOOL_ABOVE for b, _, _ in reversed(expected)],
+            )
+            bodies = _bodies(read)
             self.assertEqual(_digests(bodies), _digests([b for b, _, _ in reversed(expected)]))
         again = await source.listMessages(byKey["INBOX"])
         self.assertEqual(

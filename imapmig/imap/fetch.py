@@ -19,13 +19,23 @@ RFC 7162 for literal8 and MODSEQ)::
     * 1 FETCH (UID 5 RFC822.SIZE 1234 FLAGS (\\Seen) BODY[] {1234}\\r\\n
     <1234 octets> FLAGS (\\Seen $Forwarded))\\r\\n
 
-The parser has no I/O: the client (L{imapmig.imap.client}) decides which
-lines it gets and switches the transport to raw mode while it asks for
-literal octets.
+The parser does no network I/O: the client (L{imapmig.imap.client})
+decides which lines it gets and switches the transport to raw mode while it
+asks for literal octets.
+
+Bounded whatever the server sends (L{FetchLimits}): a literal is checked
+against the limits when its marker arrives, before any of its octets is
+read, and a response announcing more literal octets than allowed fails
+with L{FetchParseError} (the client then drops the connection).  A
+literal of message data larger than L{FetchLimits.spoolAbove} is written
+to an unlinked temporary file as it arrives (a L{SpooledLiteral}, in
+L{FetchedItem.spooled}), never held in memory; literals up to that size
+stay one buffer each, joined once when complete.
 """
 
 from __future__ import annotations
 
+import tempfile
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import MappingProxyType
@@ -33,9 +43,14 @@ from typing import Callable, Iterable, Mapping, TypeAlias, Union
 
 from attrs import field, frozen
 
+from imapmig.imap.spool import SpooledLiteral
+
 __all__ = [
+    "DEFAULT_MAX_LITERAL",
+    "FetchLimits",
     "FetchParseError",
     "FetchResponseParser",
+    "FetchSpoolError",
     "FetchedItem",
     "Value",
     "formatUIDSet",
@@ -71,11 +86,20 @@ _SECTION_NAMES = frozenset([b"RFC822", b"RFC822.HEADER", b"RFC822.TEXT"])
 # The full message, in the order L{FetchedItem.body} looks for it.
 _FULL_BODY = (b"BODY[]", b"BINARY[]", b"RFC822")
 
+DEFAULT_MAX_LITERAL = 256 * 1024 * 1024
+"""
+The most literal octets one FETCH response may announce, unless the
+parser's L{FetchLimits} say otherwise: well above the largest message
+common servers accept (Microsoft 365: 150 MB; Gmail: 25 MB), far below
+what would exhaust a small machine.
+"""
+
 
 # Shared by the many responses that carry no section or other item (a
 # listing of a large folder): read-only, so sharing is safe.
 _NO_SECTIONS: Mapping[bytes, bytes | None] = MappingProxyType({})
 _NO_EXTRA: Mapping[bytes, Value] = MappingProxyType({})
+_NO_SPOOLED: Mapping[bytes, SpooledLiteral] = MappingProxyType({})
 
 
 def _describeSections(sections: Mapping[bytes, bytes | None]) -> str:
@@ -89,10 +113,57 @@ def _describeSections(sections: Mapping[bytes, bytes | None]) -> str:
     return "{" + ", ".join(described) + "}"
 
 
+def _describeSpooled(spooled: Mapping[bytes, SpooledLiteral]) -> str:
+    """
+    The C{repr} of L{FetchedItem.spooled}.
+    """
+    return "{" + ", ".join(f"{name!r}: {value!r}" for name, value in spooled.items()) + "}"
+
+
 class FetchParseError(ValueError):
     """
-    The server sent a FETCH response this parser cannot read.
+    The server sent a FETCH response this parser cannot read, or one
+    beyond its L{FetchLimits}.
     """
+
+
+class FetchSpoolError(FetchParseError):
+    """
+    A literal could not be written to its temporary file (a full disk, a
+    spool directory that is missing or not writable).  Not the server's
+    fault, but the response cannot be read either: the client treats it as
+    any L{FetchParseError} and drops the connection.
+    """
+
+
+@frozen
+class FetchLimits:
+    """
+    What a L{FetchResponseParser} accepts, and what it keeps in memory.
+
+    @ivar maxLiteral: the most literal octets one response may announce
+        (one literal or several together); more fails the response before
+        any of them is read.
+    @ivar maxTotal: the most literal octets all responses together may
+        announce from when these limits were set on the parser, or L{None}
+        for no such bound: a caller that knows what it asked for (the
+        listed sizes of the messages it fetches) bounds what a server can
+        make it store.
+    @ivar spoolAbove: literals of message data (C{BODY[...]},
+        C{BINARY[...]}, C{RFC822...}) larger than this go to a temporary
+        file, as do those that would take the literals of one response
+        held in memory above it; L{None}: every literal is held in memory.
+        With spooling on, a literal that is not message data and would
+        take a response above it is refused.
+    @ivar spoolDirectory: where temporary files go; L{None}: the default
+        temporary directory (L{tempfile.gettempdir}: C{$TMPDIR}, else
+        C{/tmp}).
+    """
+
+    maxLiteral: int = DEFAULT_MAX_LITERAL
+    maxTotal: int | None = None
+    spoolAbove: int | None = None
+    spoolDirectory: str | None = None
 
 
 @frozen
@@ -119,6 +190,11 @@ class FetchedItem:
         shows sizes only.
     @ivar extra: every other item (C{ENVELOPE}, C{BODYSTRUCTURE},
         C{X-GM-LABELS}, ...), unconverted, keyed as written.
+    @ivar spooled: message data the parser spooled to temporary files
+        (L{FetchLimits.spoolAbove}), keyed as in C{sections}, where those
+        items then are absent.  Only a parser with spooling on makes
+        these; whoever receives the item owns them (close what is not
+        kept).
     """
 
     sequence: int
@@ -131,12 +207,36 @@ class FetchedItem:
         default=_NO_SECTIONS, repr=_describeSections
     )
     extra: Mapping[bytes, Value] = field(default=_NO_EXTRA, repr=False)
+    spooled: Mapping[bytes, SpooledLiteral] = field(default=_NO_SPOOLED, repr=_describeSpooled)
+
+    @property
+    def hasBody(self) -> bool:
+        """
+        Whether the response carried the whole message (C{BODY[]},
+        C{BINARY[]} or C{RFC822}), in memory, spooled, or C{NIL}.
+        """
+        return any(name in self.sections or name in self.spooled for name in _FULL_BODY)
+
+    @property
+    def spooledBody(self) -> SpooledLiteral | None:
+        """
+        The whole message, if the parser spooled it (then L{body} is
+        L{None}).
+        """
+        spooled = self.spooled
+        if spooled:
+            for name in _FULL_BODY:
+                value = spooled.get(name)
+                if value is not None:
+                    return value
+        return None
 
     @property
     def body(self) -> bytes | None:
         """
-        The whole message (C{BODY[]}, C{BINARY[]} or C{RFC822}), or
-        L{None} if the response carried none (or C{NIL}).
+        The whole message (C{BODY[]}, C{BINARY[]} or C{RFC822}) held in
+        memory, or L{None} if the response carried none (or C{NIL}, or it
+        was spooled: see L{spooledBody}).
         """
         sections = self.sections
         if sections:
@@ -331,10 +431,18 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "replace")
 
 
-def _item(sequence: int, values: list[Value]) -> FetchedItem:
+def _item(
+    sequence: int,
+    values: list[Value],
+    spooled: list[tuple[int, bytes, SpooledLiteral]] | None = None,
+) -> FetchedItem:
     """
     The L{FetchedItem} of a parsed FETCH attribute list
     (C{[name, value, name, value, ...]}).
+
+    @param spooled: the literals spooled while the list was read: the
+        index of each one's placeholder in C{values}, its item name, and
+        the spool.
     """
     if len(values) % 2:
         raise FetchParseError("a FETCH item without a value")
@@ -343,7 +451,17 @@ def _item(sequence: int, values: list[Value]) -> FetchedItem:
     internalDate: datetime | None = None
     sections: dict[bytes, bytes | None] = {}
     extra: dict[bytes, Value] = {}
+    spools: dict[bytes, SpooledLiteral] = {}
+    placeholders: set[int] = set()
+    for index, spoolName, spool in spooled or ():
+        earlier = spools.get(spoolName)
+        if earlier is not None:
+            earlier.close()
+        spools[spoolName] = spool
+        placeholders.add(index)
     for i in range(0, len(values), 2):
+        if i + 1 in placeholders:
+            continue
         name, value = values[i], values[i + 1]
         if not isinstance(name, bytes):
             raise FetchParseError("a FETCH item name that is not an atom")
@@ -381,6 +499,7 @@ def _item(sequence: int, values: list[Value]) -> FetchedItem:
         modSeq=modSeq,
         sections=sections or _NO_SECTIONS,
         extra=extra or _NO_EXTRA,
+        spooled=spools or _NO_SPOOLED,
     )
 
 
@@ -423,23 +542,64 @@ class FetchResponseParser:
     (after a literal) the next line continues the same response.  Each
     complete response goes to C{itemReceived}.
 
-    A response that cannot be parsed raises L{FetchParseError} and leaves
-    the parser idle; the connection cannot be trusted after that.
+    Each literal is checked against L{limits} when its marker arrives, and
+    held in memory or spooled to a temporary file as they say.  A response
+    that cannot be parsed, or is beyond the limits, raises
+    L{FetchParseError} and leaves the parser idle (any file of that
+    response closed); the connection cannot be trusted after that.
     """
 
-    __slots__ = ("_itemReceived", "_state", "_sequence", "_stack", "_root", "_chunks", "_remaining")
+    __slots__ = (
+        "_itemReceived",
+        "_limits",
+        "_state",
+        "_sequence",
+        "_stack",
+        "_root",
+        "_chunks",
+        "_remaining",
+        "_spool",
+        "_spooled",
+        "_responseOctets",
+        "_memoryOctets",
+        "_totalOctets",
+    )
 
-    def __init__(self, itemReceived: Callable[[FetchedItem], object]) -> None:
+    def __init__(
+        self, itemReceived: Callable[[FetchedItem], object], limits: FetchLimits = FetchLimits()
+    ) -> None:
         """
         @param itemReceived: called with each complete response.
+        @param limits: what is accepted and what is spooled; see
+            L{limits}.
         """
         self._itemReceived = itemReceived
+        self._limits = limits
         self._state = _IDLE
         self._sequence = 0
         self._root: list[Value] = []
         self._stack: list[list[Value]] = []
         self._chunks: list[bytes | memoryview] = []
         self._remaining = 0
+        self._spool: SpooledLiteral | None = None
+        self._spooled: list[tuple[int, bytes, SpooledLiteral]] = []
+        self._responseOctets = 0
+        self._memoryOctets = 0
+        self._totalOctets = 0
+
+    @property
+    def limits(self) -> FetchLimits:
+        """
+        What the parser accepts and spools.  Setting new limits starts
+        counting L{FetchLimits.maxTotal} afresh; they apply from the next
+        literal marker on.
+        """
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: FetchLimits) -> None:
+        self._limits = limits
+        self._totalOctets = 0
 
     @property
     def inResponse(self) -> bool:
@@ -465,21 +625,30 @@ class FetchResponseParser:
 
     def reset(self) -> None:
         """
-        Forget a response in progress (the connection was lost).
+        Forget a response in progress (the connection was lost), closing
+        the files of its spooled literals.
         """
         self._state = _IDLE
         self._root = []
         self._stack = []
         self._chunks = []
         self._remaining = 0
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            spool.close()
+        spooled, self._spooled = self._spooled, []
+        for _, _, done in spooled:
+            done.close()
+        self._responseOctets = 0
+        self._memoryOctets = 0
 
     def lineReceived(self, line: bytes) -> None:
         """
         A line (without its CRLF): the start of a FETCH response when idle,
         else the continuation of the current one after its literal.
 
-        @raise FetchParseError: the line is malformed (the parser is then
-            idle again).
+        @raise FetchParseError: the line is malformed, or announces a
+            literal beyond the limits (the parser is then idle again).
         """
         try:
             if self._state == _IDLE:
@@ -500,24 +669,50 @@ class FetchResponseParser:
         @return: L{None} while the literal is incomplete; once complete,
             the octets that followed it in C{data} (perhaps empty), which
             belong to the line that continues the response.
+        @raise FetchSpoolError: a spooled literal could not be written (the
+            parser is then idle again).
         """
         remaining = self._remaining
         size = len(data)
+        spool = self._spool
         if size < remaining:
-            self._chunks.append(data)
+            if spool is None:
+                self._chunks.append(data)
+            else:
+                self._write(spool, data)
             self._remaining = remaining - size
             return None
         if size == remaining:
-            self._chunks.append(data)
+            piece: bytes | memoryview = data
             rest = b""
         else:
-            self._chunks.append(memoryview(data)[:remaining])
+            piece = memoryview(data)[:remaining]
             rest = data[remaining:]
-        chunks, self._chunks = self._chunks, []
         self._remaining = 0
-        self._stack[-1].append(b"".join(chunks))
+        if spool is None:
+            self._chunks.append(piece)
+            chunks, self._chunks = self._chunks, []
+            self._stack[-1].append(b"".join(chunks))
+        else:
+            self._write(spool, piece)
+            self._spool = None
+            root = self._root
+            name = root[-1]
+            assert isinstance(name, bytes)
+            self._spooled.append((len(root), name, spool))
+            root.append(b"")
         self._state = _LINE
         return rest
+
+    def _write(self, spool: SpooledLiteral, data: bytes | memoryview) -> None:
+        try:
+            spool.write(data)
+        except OSError as e:
+            self.reset()
+            raise FetchSpoolError(
+                f"cannot write a literal of {len(spool)} octets to a temporary file: "
+                f"{e.strerror or e}"
+            ) from None
 
     def _start(self, line: bytes) -> int:
         """
@@ -536,6 +731,9 @@ class FetchResponseParser:
             raise FetchParseError("FETCH without a parenthesised list")
         self._root = []
         self._stack = [self._root]
+        self._spooled = []
+        self._responseOctets = 0
+        self._memoryOctets = 0
         return pos + 1
 
     def _continue(self, line: bytes, pos: int) -> None:
@@ -553,10 +751,76 @@ class FetchResponseParser:
             stack[-1].append(b"")
             self._state = _LINE
         else:
+            self._admit(size)
             self._remaining = size
             self._state = _LITERAL
 
+    def _admit(self, size: int) -> None:
+        """
+        Check a literal of C{size} octets against the limits, before any of
+        it is read, and decide where it goes: memory, or a new spool.
+
+        @raise FetchParseError: it is beyond the limits.
+        @raise FetchSpoolError: its spool cannot be created.
+        """
+        limits = self._limits
+        before = self._responseOctets
+        if before + size > limits.maxLiteral:
+            after = f" after {before} in the same response" if before else ""
+            raise FetchParseError(
+                f"a literal of {size} octets announced{after}, "
+                f"above the limit of {limits.maxLiteral} octets per response"
+            )
+        total = self._totalOctets
+        if limits.maxTotal is not None and total + size > limits.maxTotal:
+            raise FetchParseError(
+                f"a literal of {size} octets announced after {total}, "
+                f"above the {limits.maxTotal} octets expected for the messages asked for"
+            )
+        spoolAbove = limits.spoolAbove
+        if spoolAbove is not None and self._memoryOctets + size > spoolAbove:
+            if not self._atMessageData():
+                raise FetchParseError(
+                    f"a literal of {size} octets that is not message data, "
+                    f"above the {spoolAbove} octets held in memory"
+                )
+            try:
+                self._spool = SpooledLiteral.create(size, limits.spoolDirectory)
+            except OSError as e:
+                raise FetchSpoolError(
+                    f"cannot create a temporary file for a literal of {size} octets "
+                    f"in {limits.spoolDirectory or tempfile.gettempdir()}: {e.strerror or e}"
+                ) from None
+        else:
+            self._memoryOctets += size
+        self._responseOctets = before + size
+        self._totalOctets = total + size
+
+    def _atMessageData(self) -> bool:
+        """
+        Whether the literal about to be read is the value of a message data
+        item (C{BODY[]}, C{BINARY[1]}, C{RFC822}) of the attribute list.
+        """
+        stack = self._stack
+        if len(stack) != 1:
+            return False
+        root = stack[0]
+        if len(root) % 2 != 1:
+            return False
+        name = root[-1]
+        if not isinstance(name, bytes):
+            return False
+        key = name.upper()
+        return key.startswith(_SECTION_PREFIXES) or key in _SECTION_NAMES
+
     def _finish(self) -> None:
-        root, sequence = self._root, self._sequence
+        root, sequence, spooled = self._root, self._sequence, self._spooled
+        self._spooled = []
         self.reset()
-        self._itemReceived(_item(sequence, root))
+        try:
+            item = _item(sequence, root, spooled)
+        except FetchParseError:
+            for _, _, spool in spooled:
+                spool.close()
+            raise
+        self._itemReceived(item)

@@ -21,10 +21,16 @@ How it is fast:
 How it fails honestly:
   - A tagged C{OK} carrying C{[APPENDUID v uids]} (RFC 4315) gives each
     message its destination UID.
-  - A C{NO}/C{BAD} for one message records that message as refused with the
-    server's text; the rest keep flowing.
+  - A C{NO}/C{BAD} about the message (C{[LIMIT]}, C{[TOOBIG]}, or any
+    refusal not below) records that message as refused with the server's
+    text; the rest keep flowing.
   - MULTIAPPEND is atomic: a refused batch is split in halves and retried
     until only the messages at fault are refused.
+  - A C{NO}/C{BAD} or C{BYE} that says "not now" or "not here" (see
+    L{imapmig.imap.signals}: wait, pause, mailbox gone, session over)
+    refuses nothing: sending stops, the messages stay unsettled, and the
+    pipeline fails with the typed error the job acts on (L{ServerBusy},
+    L{QuotaExceeded}, L{MailboxMissing}, L{ConnectionLost}).
   - A lost connection leaves the outcome of in-flight messages unknown: they
     are reported as neither appended nor refused.
 
@@ -34,6 +40,7 @@ the state store.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from datetime import datetime
 from enum import Enum
@@ -46,8 +53,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ConnectionLost, TransientError
+from imapmig.errors import ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.message import StreamedBody, formatInternalDate
 
 LITERAL_MINUS_LIMIT = 4096
@@ -201,28 +209,15 @@ def encodeMailboxName(name: str) -> bytes:
     return b'"' + encoded.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
 
 
-# Response codes (RFC 5530) saying the server cannot take messages now,
-# whatever the message: the job must stop (and later back off), not record
-# every message as refused.
-TRANSIENT_CODES = frozenset(
-    [b"UNAVAILABLE", b"INUSE", b"SERVERBUG", b"OVERQUOTA", b"CONTACTADMIN", b"EXPUNGEISSUED"]
-)
-
-
-def isTransientRefusal(text: bytes) -> bool:
+def decodeMailboxName(wire: bytes) -> str:
     """
-    Whether a C{NO} reply text (after the status) says the server refuses
-    for now rather than refusing this message: a transient response code,
-    or a throttling notice such as Microsoft 365's C{Request is throttled.
-    Suggested Backoff Time: ...}.
+    The name of a mailbox encoded by L{encodeMailboxName}.
     """
-    if text.startswith(b"["):
-        end = text.find(b"]")
-        code = text[1:end].split(b" ", 1)[0].upper()
-        if code in TRANSIENT_CODES:
-            return True
-    lowered = text[:300].lower()
-    return b"throttl" in lowered or b"backoff" in lowered or b"try again later" in lowered
+    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+
+    if wire[:1] == b'"' and wire[-1:] == b'"':
+        wire = re.sub(rb"\\(.)", rb"\1", wire[1:-1], flags=re.DOTALL)
+    return wire.decode("imap4-utf-7", "replace")
 
 
 def parseUIDSet(text: bytes) -> list[int]:
@@ -670,7 +665,7 @@ class AppendPipeline:
         if command is None:
             self._log.error(
                 "Unexpected continuation request from the server: {text}",
-                text=text[:200].decode("utf-8", "replace"),
+                text=excerpt(text),
             )
             self._client.connection.loseConnection()
             return
@@ -688,18 +683,32 @@ class AppendPipeline:
     def untaggedReceived(self, text: bytes) -> None:
         """
         An untagged reply while APPENDs are in flight: C{EXISTS} and
-        C{RECENT} are expected and ignored; anything else is logged.
+        C{RECENT} are expected and ignored; a C{BYE} fails the pipeline at
+        once with what it means (L{classifyBye}: L{ServerBusy},
+        L{QuotaExceeded}, or L{ConnectionLost}), the messages in flight
+        left unsettled; anything else worth an admin's eye is logged.
         """
         if text.endswith((b" EXISTS", b" RECENT")):
             return
-        if text.startswith((b"BYE", b"NO", b"BAD")) or b"[ALERT]" in text:
-            self._log.warn(
-                "Server says: {text}", text=text[:500].decode("utf-8", "replace")
-            )
+        status, _, rest = text.partition(b" ")
+        if status.upper() == b"BYE":
+            error = classifyBye(rest).error("APPEND")
+            assert error is not None
+            self._fail(error)
+            return
+        if text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
+            self._log.warn("Server says: {text}", text=excerpt(text))
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """
         The reply to one of our APPEND commands.
+
+        A refusal is classified (L{classifyRefusal}): one that says "not
+        now" or "not here" (wait, pause, mailbox gone, session over) keeps
+        the command's messages, and everything after them, unsettled and
+        fails the pipeline with the error the job acts on; one that is
+        about what was sent refuses the message (a MULTIAPPEND batch is
+        split first, to find the messages at fault).
         """
         command = self._inFlight.pop(tag)
         messages = command.messages
@@ -719,25 +728,21 @@ class AppendPipeline:
             else:
                 for message in messages:
                     outcomes.messageAppended(message, None, None)
-        elif status == b"NO" and isTransientRefusal(rest):
-            # Not this message's fault: keep it (and everything after it)
-            # unsettled and stop sending; the job decides what to do.
-            self._retry.appendleft(messages)
-            self._fail(
-                TransientError(
-                    "the server refuses messages for now: " + text.decode("utf-8", "replace")
-                )
-            )
-        elif len(messages) > 1:
-            # MULTIAPPEND is atomic: nothing of this batch was stored.
-            # Retry the halves first, before anything still queued.
-            middle = len(messages) // 2
-            self._retry.appendleft(messages[middle:])
-            self._retry.appendleft(messages[:middle])
         else:
-            self._outcomes.messageRefused(
-                messages[0], text.decode("utf-8", "replace")
-            )
+            signal = classifyRefusal(status, rest)
+            if signal.action is not SignalAction.REFUSE:
+                self._retry.appendleft(messages)
+                error = signal.error("APPEND", decodeMailboxName(messages[0].mailbox))
+                assert error is not None
+                self._fail(error)
+            elif len(messages) > 1:
+                # MULTIAPPEND is atomic: nothing of this batch was stored.
+                # Retry the halves first, before anything still queued.
+                middle = len(messages) // 2
+                self._retry.appendleft(messages[middle:])
+                self._retry.appendleft(messages[:middle])
+            else:
+                self._outcomes.messageRefused(messages[0], signal.reply)
         self._pump(None)
         if self._drainedWaiters and self.idle:
             waiters, self._drainedWaiters = self._drainedWaiters, []

@@ -21,7 +21,18 @@ Bodies are read in the caller's batches with pipelined C{UID FETCH <set>
 (UID BODY.PEEK[])} commands, each covering about L{COMMAND_BYTES} octets of
 messages, through the incremental FETCH reader of
 L{imapmig.imap.fetch}: a body arrives as one buffer, never re-parsed.  At
-most one batch of bodies is held at a time.  A body holding 0x80 is
+most one batch of bodies is held at a time, and none larger than
+L{SPOOL_ABOVE} octets: a larger one is written to an unlinked temporary
+file as it arrives and handed on as a L{StreamedBody}, read a slice at a
+time as it is sent.
+
+What the server may send is bounded by what it listed: a body literal
+larger than twice the largest RFC822.SIZE of the batch (plus
+L{SIZE_SLACK}), or bodies adding up to more than twice the batch's listed
+total, fail the connection before they are read (the server is broken or
+hostile; the call fails with a L{ConnectionLost}).  A message listed
+larger than C{maxMessageBytes} is not fetched at all: it is unreadable,
+with the reason.  A body holding 0x80 is
 fetched again as C{BINARY[]} where the server has BINARY, to put back NUL
 octets C{BODY[]} cannot carry (see L{IMAPSource._restoreNULs}).
 
@@ -41,6 +52,7 @@ one is logged out by L{IMAPSource.close}.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
 
 from attrs import frozen
@@ -50,12 +62,20 @@ from zope.interface import implementer
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
-from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.fetch import (
+    FetchedItem,
+    FetchLimits,
+    FetchResponseParser,
+    formatUIDSet,
+)
 from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.imap.signals import SignalAction, classifyRefusal
+from imapmig.imap.spool import SpooledLiteral
 from imapmig.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
+    StreamedBody,
     UnreadableMessage,
     toCRLF,
 )
@@ -63,6 +83,9 @@ from imapmig.sources import IMessageSource
 
 __all__ = [
     "COMMAND_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "SIZE_SLACK",
+    "SPOOL_ABOVE",
     "FlagChange",
     "FolderChanges",
     "FolderStatus",
@@ -80,12 +103,45 @@ About how many octets of messages (by RFC822.SIZE) one C{UID FETCH}
 command asks for; a larger message gets a command of its own.
 """
 
+SPOOL_ABOVE = 4 * 1024 * 1024
+"""
+A body larger than this many octets is spooled to a temporary file as it
+arrives rather than held in memory (as a Maildir source streams files
+larger than its C{LARGE_FILE}, the same size).
+"""
+
+MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+"""
+The largest message read from the source, in octets: one listed larger is
+recorded as unreadable without being fetched.  With spooling it costs disk,
+not memory; without (C{spoolAbove=None}) it is also the memory one body may
+take.
+"""
+
+SIZE_SLACK = 64 * 1024
+"""
+Octets allowed beyond twice the listed sizes (servers that estimate
+RFC822.SIZE, such as Exchange, may send a little more than they list).
+"""
+
+LISTING_LIMITS = FetchLimits(maxLiteral=1024 * 1024)
+"""
+What a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE RFC822.SIZE)})
+may carry in literals: none is expected.
+"""
+
 EXPUNGED = "expunged from the source since it was listed"
 
-# Response codes (RFC 5530) saying the server will not serve now, whatever
-# the message: the call fails with a TransientError rather than record every
-# message as unreadable.  (EXPUNGEISSUED is about messages, see EXPUNGED.)
-_TRANSIENT_CODES = frozenset(["UNAVAILABLE", "INUSE", "LIMIT", "OVERQUOTA", "CONTACTADMIN"])
+# Octets read at a time when comparing spooled bodies.
+_COMPARE_STEP = 1024 * 1024
+
+_Body = bytes | SpooledLiteral | None
+
+# Refusals that say the server failed on what it was asked to read (a
+# corrupt mail file gives "NO [SERVERBUG] Internal error occurred" on every
+# FETCH of it): about those messages or that folder, not "try later", as
+# the signals module would have it for a server storing messages.
+_ABOUT_WHAT_WAS_ASKED = frozenset(["SERVERBUG", "CORRUPTION"])
 
 
 log = Logger()
@@ -225,6 +281,130 @@ def _commandGroups(
     return groups
 
 
+def _fetchParser(session: IMAPSession) -> FetchResponseParser:
+    """
+    The FETCH reader of C{session}'s connection, whose limits each call
+    sets.  The client offers no accessor yet: this is the one place that
+    reaches into it (to be replaced by C{MigrationIMAP4Client.fetchLimits}).
+    """
+    parser: FetchResponseParser = session.client._fetchParser
+    return parser
+
+
+def _fetchInto(
+    session: IMAPSession, command: bytes, sink: Callable[[FetchedItem], object]
+) -> Deferred[bytes]:
+    """
+    Send a fetch command now (pipelined), its responses to C{sink}, its
+    errors mapped by the session (L{CommandFailed}, L{ConnectionLost}).
+    The session offers this privately only: this is the one place that
+    calls it (to be replaced by a public C{IMAPSession.fetchInto}).
+    """
+    return session._fetch(command, sink)
+
+
+def _bodyLimits(
+    sizes: Sequence[int], maxMessageBytes: int, spoolAbove: int | None, spoolDirectory: str | None
+) -> FetchLimits:
+    """
+    The limits for fetching bodies whose listed sizes are C{sizes}: each
+    literal at most twice the largest (and at most C{maxMessageBytes}),
+    all of them at most twice their total, both plus L{SIZE_SLACK}; a size
+    of 0 (none listed) leaves only C{maxMessageBytes}.
+    """
+    if sizes and all(size > 0 for size in sizes):
+        return FetchLimits(
+            maxLiteral=min(maxMessageBytes, 2 * max(sizes) + SIZE_SLACK),
+            maxTotal=2 * sum(sizes) + SIZE_SLACK,
+            spoolAbove=spoolAbove,
+            spoolDirectory=spoolDirectory,
+        )
+    return FetchLimits(
+        maxLiteral=maxMessageBytes, spoolAbove=spoolAbove, spoolDirectory=spoolDirectory
+    )
+
+
+class _BodySink:
+    """
+    Keeps the whole-message body of each UID asked for, from the FETCH
+    responses of body fetches; closes every spooled literal it does not
+    keep.
+
+    @ivar bodies: by UID, the body in memory, spooled, or L{None} for
+        C{NIL}.
+    """
+
+    def __init__(self, wanted: set[int]) -> None:
+        self._wanted = wanted
+        self.bodies: dict[int, _Body] = {}
+
+    def __call__(self, item: FetchedItem) -> None:
+        uid = item.uid
+        spooled = item.spooledBody
+        body: _Body = spooled if spooled is not None else item.body
+        for spool in item.spooled.values():
+            if spool is not body:
+                spool.close()
+        if uid is None or uid not in self._wanted or not item.hasBody:
+            if spooled is not None:
+                spooled.close()
+            return
+        previous = self.bodies.get(uid)
+        if isinstance(previous, SpooledLiteral):
+            previous.close()
+        self.bodies[uid] = body
+
+    def close(self) -> None:
+        """
+        Close every spooled body kept.
+        """
+        for body in self.bodies.values():
+            if isinstance(body, SpooledLiteral):
+                body.close()
+
+
+def _holds(body: bytes | SpooledLiteral, octet: bytes) -> bool:
+    """
+    Whether C{body} holds C{octet}.
+
+    @raise OSError: a spooled body cannot be read.
+    """
+    if isinstance(body, SpooledLiteral):
+        return body.contains(octet)
+    return octet in body
+
+
+def _isBodyButNUL(stored: bytes | SpooledLiteral, body: bytes | SpooledLiteral) -> bool:
+    """
+    Whether C{stored} (C{BINARY[]}) holds NUL and is C{body} (C{BODY[]})
+    exactly but for NUL where C{body} has 0x80.
+
+    @raise OSError: a spooled body cannot be read.
+    """
+    if len(stored) != len(body):
+        return False
+    if isinstance(stored, bytes) and isinstance(body, bytes):
+        return b"\0" in stored and stored.replace(b"\0", b"\x80") == body
+    sawNUL = False
+    for offset in range(0, len(body), _COMPARE_STEP):
+        ours = _readAt(stored, offset)
+        theirs = _readAt(body, offset)
+        if len(ours) != len(theirs):
+            return False
+        if b"\0" in ours:
+            sawNUL = True
+            ours = ours.replace(b"\0", b"\x80")
+        if ours != theirs:
+            return False
+    return sawNUL
+
+
+def _readAt(body: bytes | SpooledLiteral, offset: int) -> bytes:
+    if isinstance(body, SpooledLiteral):
+        return body.read(offset, _COMPARE_STEP)
+    return body[offset : offset + _COMPARE_STEP]
+
+
 @implementer(IMessageSource)
 class IMAPSource:
     """
@@ -239,6 +419,9 @@ class IMAPSource:
         description: str = "IMAP source",
         commandBytes: int = COMMAND_BYTES,
         connections: int = 1,
+        spoolAbove: int | None = SPOOL_ABOVE,
+        spoolDirectory: str | None = None,
+        maxMessageBytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -248,11 +431,20 @@ class IMAPSource:
         @param commandBytes: see L{COMMAND_BYTES}.
         @param connections: the most connections to open at once (the
             job's workers, so that each can keep its own folder open).
+        @param spoolAbove: see L{SPOOL_ABOVE}; L{None} holds every body in
+            memory.
+        @param spoolDirectory: where spooled bodies go, as unlinked files;
+            L{None}: the default temporary directory (L{tempfile.gettempdir}:
+            C{$TMPDIR}, else C{/tmp}).
+        @param maxMessageBytes: see L{MAX_MESSAGE_BYTES}.
         """
         self._openSession = openSession
         self.description = description
         self._commandBytes = commandBytes
         self._connections = max(1, connections)
+        self._spoolAbove = spoolAbove
+        self._spoolDirectory = spoolDirectory
+        self._maxMessageBytes = maxMessageBytes
         self._readers: list[_Reader] = []
         self._status: dict[str, FolderStatus] = {}
         self._wireNames: dict[str, bytes] = {}
@@ -291,12 +483,16 @@ class IMAPSource:
         """
         The bodies of C{messages}, in the same order, as the server sent
         them (IMAP bodies are CRLF already; L{toCRLF} fixes the rare one
-        that is not).  A message that is gone (no longer in the folder, or
-        the folder renumbered or gone) is an L{UnreadableMessage} saying
+        that is not); one larger than the spool threshold as a
+        L{StreamedBody} on its temporary file.  A message that is gone (no
+        longer in the folder, or the folder renumbered or gone), or listed
+        larger than C{maxMessageBytes}, is an L{UnreadableMessage} saying
         so.
 
         @return: a Deferred that fails with a L{TransientError} when the
-            connection is lost or the server will not serve now.
+            connection is lost, a response is beyond what was listed, or
+            the server will not serve now (L{ServerBusy}, or
+            L{QuotaExceeded}: pause).
         """
         return self._call(self._readBodies, folder, folder, messages)
 
@@ -439,11 +635,16 @@ class IMAPSource:
 
     def _refused(self, what: str, error: CommandFailed) -> TransientError | None:
         """
-        The L{TransientError} to raise for a refusal that says "not now"
-        (a transient response code, a C{BAD}... is not), else L{None}.
+        The error to raise for a refusal that says "not now" or "not this
+        session" (L{classifyRefusal}: L{ServerBusy}, L{QuotaExceeded},
+        L{ConnectionLost}), else L{None}: the refusal is about what was
+        asked (a folder, messages).
         """
-        if error.code in _TRANSIENT_CODES:
-            return TransientError(f"{self.description}: {what}: {error.status} {error.text}")
+        signal = classifyRefusal(error.status, error.text)
+        if signal.code in _ABOUT_WHAT_WAS_ASKED:
+            return None
+        if signal.action in (SignalAction.RETRY, SignalAction.PAUSE, SignalAction.RECONNECT):
+            return signal.error(f"{self.description}: {what}")
         return None
 
     async def _listFolders(self, reader: _Reader, session: IMAPSession) -> Sequence[SourceFolder]:
@@ -509,6 +710,7 @@ class IMAPSource:
     async def _fetchMessages(
         self, session: IMAPSession, folder: SourceFolder, uidSet: bytes
     ) -> list[FetchedItem]:
+        _fetchParser(session).limits = LISTING_LIMITS
         try:
             return await session.fetchMetadata(uidSet)
         except CommandFailed as e:
@@ -579,6 +781,7 @@ class IMAPSource:
         if modSeq is not None and condstore and examined.highestModSeq is not None:
             known = True
             if uidNext > 1 and examined.highestModSeq > modSeq:
+                _fetchParser(session).limits = LISTING_LIMITS
                 try:
                     changed = await session.fetchMetadata(
                         b"1:%d" % (uidNext - 1), b"UID FLAGS", changedSince=modSeq
@@ -620,29 +823,60 @@ class IMAPSource:
         uidValidity = self._status[folder.key].uidValidity
         uids: list[int | None] = []
         wanted: list[tuple[int, int]] = []
+        tooLarge: dict[int, int] = {}
         for message in messages:
             parsed = parseMessageKey(message.key)
             if parsed is None or parsed[0] != uidValidity:
                 uids.append(None)
+                continue
+            uids.append(parsed[1])
+            if message.size > self._maxMessageBytes:
+                tooLarge[parsed[1]] = message.size
             else:
-                uids.append(parsed[1])
                 wanted.append((parsed[1], message.size))
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
-        fetched = await session.fetchBodies(groups)
-        if b"BINARY" in session.capabilities:
-            await self._restoreNULs(session, fetched.bodies)
-        refusalOf: dict[int, CommandFailed] = {}
-        for group, refusal in zip(groups, fetched.refusals):
-            if refusal is None:
-                continue
-            if refusal.status != "NO":
-                raise refusal
-            transient = self._refused("UID FETCH", refusal)
-            if transient is not None:
-                raise transient
-            for refused in group:
-                refusalOf[refused] = refusal
+        fetched, refusals = await self._fetchBodies(
+            session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
+        )
+        try:
+            if b"BINARY" in session.capabilities:
+                await self._restoreNULs(session, fetched)
+            refusalOf: dict[int, CommandFailed] = {}
+            for group, refusal in zip(groups, refusals):
+                if refusal is None:
+                    continue
+                transient = self._refused("UID FETCH", refusal)
+                if transient is not None:
+                    raise transient
+                if refusal.status != "NO":
+                    raise refusal
+                for refused in group:
+                    refusalOf[refused] = refusal
+            return self._bodies(folder, uids, uidValidity, fetched, refusalOf, tooLarge)
+        except OSError as e:
+            raise TransientError(
+                f"{self.description}: a spooled body cannot be read: {e.strerror or e}"
+            ) from None
+        finally:
+            for body in fetched.values():
+                if isinstance(body, SpooledLiteral):
+                    body.close()
+
+    def _bodies(
+        self,
+        folder: SourceFolder,
+        uids: Sequence[int | None],
+        uidValidity: int,
+        fetched: dict[int, _Body],
+        refusalOf: dict[int, CommandFailed],
+        tooLarge: dict[int, int],
+    ) -> list[MessageBody]:
+        """
+        What L{readBodies} returns for C{uids}, from what was fetched; a
+        spooled body becomes a L{StreamedBody} that owns its file.
+        """
         bodies: list[MessageBody] = []
+        made: dict[int, MessageBody] = {}
         for uid in uids:
             if uid is None:
                 bodies.append(
@@ -652,13 +886,20 @@ class IMAPSource:
                     )
                 )
                 continue
-            if uid in fetched.bodies:
-                body = fetched.bodies[uid]
+            if uid in made:
+                bodies.append(made[uid])
+                continue
+            if uid in tooLarge:
                 bodies.append(
-                    UnreadableMessage("the source server sent NIL for its body")
-                    if body is None
-                    else toCRLF(body)
+                    UnreadableMessage(
+                        f"listed at {tooLarge[uid]} octets, more than the {self._maxMessageBytes} "
+                        "read from a source"
+                    )
                 )
+                continue
+            if uid in fetched:
+                body = made[uid] = self._messageBody(folder, uid, fetched.pop(uid))
+                bodies.append(body)
                 continue
             refusal = refusalOf.get(uid)
             if refusal is None or refusal.code == "EXPUNGEISSUED":
@@ -669,7 +910,72 @@ class IMAPSource:
                 )
         return bodies
 
-    async def _restoreNULs(self, session: IMAPSession, bodies: dict[int, bytes | None]) -> None:
+    def _messageBody(self, folder: SourceFolder, uid: int, body: _Body) -> MessageBody:
+        """
+        One fetched body as a source hands it on: CRLF in memory, or a
+        L{StreamedBody} on its spool file (converted to CRLF as it is
+        read, as L{toCRLF} would).
+        """
+        if body is None:
+            return UnreadableMessage("the source server sent NIL for its body")
+        if isinstance(body, SpooledLiteral):
+            fd = body.detach()
+            try:
+                return StreamedBody.fromDescriptor(fd, f"{folder.key} UID {uid} (spooled)")
+            except OSError as e:
+                os.close(fd)
+                return UnreadableMessage(f"the spooled body cannot be read: {e.strerror or e}")
+        return toCRLF(body)
+
+    async def _fetchBodies(
+        self,
+        session: IMAPSession,
+        groups: Sequence[Sequence[int]],
+        section: bytes,
+        sizes: Sequence[int],
+    ) -> tuple[dict[int, _Body], list[CommandFailed | None]]:
+        """
+        Fetch C{section} of the UIDs of C{groups}, one C{UID FETCH} per
+        group, all written at once, within the limits of the listed
+        C{sizes} (L{_bodyLimits}).
+
+        @return: the bodies by UID (a UID absent got none), and per group
+            its refusal or L{None}.
+        @raise ConnectionLost: the connection was lost, or a response could
+            not be read or was beyond the limits; raised once every command
+            has ended, every spool closed.
+        """
+        if not groups:
+            return {}, []
+        _fetchParser(session).limits = _bodyLimits(
+            sizes, self._maxMessageBytes, self._spoolAbove, self._spoolDirectory
+        )
+        sink = _BodySink({uid for group in groups for uid in group})
+        commands = [
+            _fetchInto(
+                session, b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", sink
+            )
+            for uids in groups
+        ]
+        refusals: list[CommandFailed | None] = []
+        error: BaseException | None = None
+        for command in commands:
+            try:
+                await command
+            except CommandFailed as e:
+                refusals.append(e)
+            except Exception as e:
+                refusals.append(None)
+                if error is None:
+                    error = e
+            else:
+                refusals.append(None)
+        if error is not None:
+            sink.close()
+            raise error
+        return sink.bodies, refusals
+
+    async def _restoreNULs(self, session: IMAPSession, bodies: dict[int, _Body]) -> None:
         """
         Put back the NUL octets the server replaced in C{BODY[]}.
 
@@ -680,27 +986,36 @@ class IMAPSource:
         cannot simply replace C{BODY[]}.  For each body holding 0x80 (the
         only ones that can have lost a NUL) C{BINARY.PEEK[]} is fetched
         too, and used only when it holds NUL and is C{BODY[]} exactly but
-        for NUL where C{BODY[]} has 0x80: the message as stored.
+        for NUL where C{BODY[]} has 0x80: the message as stored.  Spooled
+        bodies are searched and compared a slice at a time.
 
-        @param bodies: C{BODY[]} by UID, updated in place.
+        @param bodies: C{BODY[]} by UID, updated in place (a spool replaced
+            is closed).
+        @raise OSError: a spooled body cannot be read.
         """
-        candidates = sorted(
-            uid for uid, body in bodies.items() if body is not None and b"\x80" in body
-        )
+        candidates: list[tuple[int, bytes | SpooledLiteral]] = [
+            (uid, body)
+            for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
+            if body is not None and _holds(body, b"\x80")
+        ]
         if not candidates:
             return
-        groups = _commandGroups(
-            [(uid, len(bodies[uid] or b"")) for uid in candidates], self._commandBytes
+        sizes = [(uid, len(body)) for uid, body in candidates]
+        binary, _ = await self._fetchBodies(
+            session,
+            _commandGroups(sizes, self._commandBytes),
+            b"BINARY.PEEK[]",
+            [size for _, size in sizes],
         )
-        binary = await session.fetchBodies(groups, b"BINARY.PEEK[]")
-        for uid in candidates:
-            stored = binary.bodies.get(uid)
-            body = bodies[uid]
-            if (
-                stored is not None
-                and body is not None
-                and len(stored) == len(body)
-                and b"\0" in stored
-                and stored.replace(b"\0", b"\x80") == body
-            ):
-                bodies[uid] = stored
+        try:
+            for uid, body in candidates:
+                stored = binary.get(uid)
+                if stored is not None and _isBodyButNUL(stored, body):
+                    del binary[uid]
+                    if isinstance(body, SpooledLiteral):
+                        body.close()
+                    bodies[uid] = stored
+        finally:
+            for left in binary.values():
+                if isinstance(left, SpooledLiteral):
+                    left.close()
