@@ -1580,3 +1580,101 @@ class ResilienceTests(SynchronousTestCase):
         self.assertIn("onnection", failures[0].failure)
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
+
+
+class ServerSignalTests(SynchronousTestCase):
+    """
+    L{MigrationJob} acting on what a server says about itself.
+    """
+
+    def refusingFirst(self, h: JobHarness, reply: str, times: int = 1) -> None:
+        """
+        Make the server answer the first C{times} APPENDs with C{reply}.
+        """
+        count = [0]
+
+        def refuse(body: bytes) -> str | None:
+            count[0] += 1
+            return reply if count[0] <= times else None
+
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: FakeIMAPServer(h.mail, DEFAULT_CAPABILITIES, refuse)
+        )
+
+    def test_suggestedBackoff(self) -> None:
+        """
+        Microsoft 365's C{Suggested Backoff Time} is how long the job
+        waits before it tries again, whatever its own backoff says.
+        """
+        h = JobHarness(self)
+        self.refusingFirst(h, "NO Request is throttled. Suggested Backoff Time: 5000 milliseconds")
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+        d = h.start(h.job(JobSettings(connections=1, batchMessages=3), identity="off"))
+
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        self.assertEqual(h.progress.retryAt, h.clock.seconds() + 5.0)
+        assert h.progress.waitingFor is not None
+        self.assertIn("throttled", h.progress.waitingFor)
+        h.clock.advance(4.9)
+        self.assertEqual(h.endpoint.attempts, 1)
+        h.waitFor(d)
+
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.assertHolds("INBOX", range(3))
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
+        h.finish()
+
+    def test_overQuotaPauses(self) -> None:
+        """
+        C{[OVERQUOTA]} pauses the job for its C{pause} seconds, showing the
+        server's words; then it tries again and finishes.
+        """
+        h = JobHarness(self)
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded (mailbox for user is full)")
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        d = h.start(h.job(identity="off", retry=RetryPolicy(pause=600)))
+
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, h.clock.seconds() + 600)
+        self.assertIn("OVERQUOTA", h.progress.waitingFor or "")
+        h.waitFor(d)
+
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.assertHolds("INBOX", range(2))
+        h.finish()
+
+    def test_tooBigFailsOneMessage(self) -> None:
+        """
+        C{[TOOBIG]} fails that message only, recorded with the server's
+        reply; the job goes on without retrying.
+        """
+        h = JobHarness(
+            self, refuse=lambda b: "NO [TOOBIG] Message too large" if b == body(1) else None
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+
+        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=3))))
+
+        h.assertHolds("INBOX", [0, 2])
+        [failure] = self.successResultOf(h.store.failures(JOB))
+        self.assertEqual(failure.messageKey, "m1")
+        self.assertIn("TOOBIG", failure.failure or "")
+        self.assertEqual(h.endpoint.attempts, 1)
+        h.finish()
+
+    def test_mailboxDeletedMidRun(self) -> None:
+        """
+        A destination mailbox deleted during the run (C{[TRYCREATE]}) is
+        created again by the next attempt, and the messages go there.
+        """
+        h = JobHarness(self)
+        self.refusingFirst(h, "NO [TRYCREATE] Mailbox doesn't exist: Archive")
+        populate(h.source, h.source.addFolder("Archive"), 2)
+
+        self.assertTrue(h.run(h.job(identity="off")))
+
+        h.assertHolds("Archive", range(2))
+        self.assertEqual(h.endpoint.attempts, 2)
+        h.finish()

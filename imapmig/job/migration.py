@@ -35,6 +35,8 @@ from imapmig.errors import (
     ConnectionLost,
     ImapmigError,
     PermanentError,
+    QuotaExceeded,
+    ServerBusy,
     SourceError,
     TransientError,
 )
@@ -366,10 +368,9 @@ class MigrationJob:
         @return: whether to go on (C{False}: the job was stopped meanwhile).
         """
         self._lastError = reason
-        pause = getattr(error, "pause", False)
-        retryAfter: float | None = getattr(error, "retryAfter", None)
-        if pause:
-            delay = retryAfter if retryAfter is not None else self._retry.pause
+        retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
+        if isinstance(error, QuotaExceeded):
+            delay = self._retry.pause
             self._lifecycle.pause(reason, delay)
             what = "pausing"
         else:
