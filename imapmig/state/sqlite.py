@@ -180,7 +180,7 @@ class SQLiteStateStore:
                     self._path, timeout=busyTimeout, isolation_level=None
                 )
         except sqlite3.Error as e:
-            raise self._error("open the state database", e) from None
+            raise self._openError(e) from None
         try:
             if readOnly:
                 self._version = readVersion(connection, self._path)
@@ -195,7 +195,7 @@ class SQLiteStateStore:
                 ).fetchone()
         except sqlite3.Error as e:
             connection.close()
-            raise self._error("open the state database", e) from None
+            raise self._openError(e) from None
         except BaseException:
             connection.close()
             raise
@@ -230,6 +230,18 @@ class SQLiteStateStore:
             return PermanentError(f"{self._path}: cannot {action}: {e}")
         name = getattr(e, "sqlite_errorname", code)
         return PermanentError(f"{self._path}: cannot {action}: {cause} ({name}: {e})")
+
+    def _openError(self, e: sqlite3.Error) -> PermanentError:
+        """
+        The error for C{e}, raised while opening the database: permanent
+        even where a later write would be retried (SQLITE_BUSY: another
+        process, not an imapmig that takes the lock, is writing the file),
+        since the daemon cannot start without its state.
+        """
+        error = self._error("open the state database", e)
+        if isinstance(error, PermanentError):
+            return error
+        return PermanentError(f"{error} (another process is writing it)")
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """
