@@ -8,6 +8,7 @@ L{SQLiteStateStore} holds it.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import stat
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig import cli
 from imapmig.errors import PermanentError
 from imapmig.state.lock import StateFileLock
 from imapmig.state.sqlite import SQLiteStateStore
@@ -271,3 +273,33 @@ class SQLiteStoreLockTests(SynchronousTestCase):
         self.assertRaises(PermanentError, SQLiteStateStore, self.path, self.clock.seconds)
         lock = StateFileLock.acquire(self.path, self.clock.seconds)
         lock.release()
+
+
+class ReportBesideDaemonTests(SynchronousTestCase):
+    """
+    C{imapmig report} reads the state database while the daemon owns it.
+    """
+
+    def test_report(self) -> None:
+        """
+        With a store holding the database's lock (as the running daemon
+        does), C{imapmig report} reads what it recorded, and exits 0.
+        """
+        base = os.path.abspath(self.mktemp())
+        maildir = os.path.join(base, "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        state = os.path.join(base, "state.sqlite")
+        owner = SQLiteStateStore(state, seconds=lambda: 1.0)
+        self.addCleanup(owner.close)
+        self.successResultOf(owner.recordOutcomes("alice", [appended("INBOX", "m1")]))
+        config = os.path.join(base, "c.yaml")
+        with open(config, "w") as f:
+            f.write(
+                f"state: {state}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"
+                " destination: {server: s, user: a, password: p}}]\n"
+            )
+        out = io.StringIO()
+        self.assertEqual(cli.main(["report", "--config", config], out), 0)
+        self.assertTrue(out.getvalue().startswith("alice: 1 appended"), out.getvalue())
