@@ -35,6 +35,10 @@ from tests.statesupport import (
 )
 from tests.test_state import appended
 
+# A busy timeout no test would wait out: a failure that waited for it
+# would show.
+BUSY_TIMEOUT = 60.0
+
 BATCH = [JournalMessage("INBOX", str(n), 100, b"12345678") for n in range(50)]
 
 
@@ -112,9 +116,11 @@ class StoreFailureTests(SynchronousTestCase):
         When the database cannot grow (here its C{max_page_count} is
         reached, as a full disk would stop it), journaling a batch and
         recording outcomes fail with L{PermanentError} saying it is full,
-        nothing is written, and once there is room again both succeed.
+        at once (a long busy timeout is not waited for), nothing is
+        written, and once there is room again both succeed.
         """
-        store = self.openStore()
+        store = self.openStore(busyTimeout=BUSY_TIMEOUT)
+        started = time.monotonic()
         connection = self.connection(store)
         (pages,) = connection.execute("PRAGMA page_count").fetchone()
         connection.execute(f"PRAGMA max_page_count = {pages}")
@@ -126,6 +132,7 @@ class StoreFailureTests(SynchronousTestCase):
         bigBatch = [JournalMessage("INBOX", f"{n:06d}" * 40, 1, b"") for n in range(500)]
         failure = self.failureResultOf(store.journalBatch("job", "INBOX", 7, 1, bigBatch))
         self.assertNamed(failure.value, "full", "SQLITE_FULL")
+        self.assertLess(time.monotonic() - started, BUSY_TIMEOUT / 2)
         self.assertEqual(self.successResultOf(store.summary("job")), (0, 0))
         self.assertEqual(self.successResultOf(store.journal("job")), [])
         connection.execute("PRAGMA max_page_count = 1000000")
@@ -137,9 +144,11 @@ class StoreFailureTests(SynchronousTestCase):
         When the database stops taking writes while open (here the
         connection is made C{query_only}, which SQLite enforces as it does
         a read-only file), journaling, recording and settling fail with
-        L{PermanentError} saying it is read-only, while reads still work.
+        L{PermanentError} saying it is read-only, at once, while reads
+        still work.
         """
-        store = self.openStore()
+        store = self.openStore(busyTimeout=BUSY_TIMEOUT)
+        started = time.monotonic()
         entryId = self.successResultOf(store.journalBatch("job", "INBOX", 7, 1, BATCH))
         self.connection(store).execute("PRAGMA query_only = 1")
         for d in [
@@ -148,6 +157,7 @@ class StoreFailureTests(SynchronousTestCase):
             store.recordOutcomes("job", [], [entryId]),
         ]:
             self.assertNamed(self.failureResultOf(d).value, "read-only", "SQLITE_READONLY")
+        self.assertLess(time.monotonic() - started, BUSY_TIMEOUT / 2)
         self.assertEqual(len(self.successResultOf(store.journal("job"))), 1)
 
     def test_readOnlyFileRefusedAtOpen(self) -> None:
