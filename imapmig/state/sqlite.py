@@ -96,7 +96,8 @@ _SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
 _BUSY_CODES = frozenset({5, 6})
 
 # What a primary result code (the low byte of an extended one) means for
-# the admin, for the codes a broken file or disk gives.  None is retried.
+# the admin, for the codes a broken file or disk gives; none of them is
+# worth retrying.
 _CAUSES = {
     3: "permission denied",  # SQLITE_PERM
     8: "the state database is read-only",  # SQLITE_READONLY
