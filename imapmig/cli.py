@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             sys.stderr.write(f"{args.config}: no job named {name!r} (jobs: {', '.join(names)})\n")
             return 2
     try:
-        store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0)
+        store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
     except PermanentError as e:
         sys.stderr.write(f"{e}\n")
         return 2

@@ -11,9 +11,10 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from twisted.application.service import IService
+from twisted.internet.error import ReactorNotRunning
 from twisted.python import usage
 
 from imapmig.config import Config, loadConfig
@@ -117,6 +118,37 @@ def limitHeapGrowth() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
+def exitWhenDone(reactor: Any) -> Callable[[bool], None]:
+    """
+    The C{whenDone} of C{--exit-when-done}: stop C{reactor}, and make the
+    process exit with L{EXIT_OK} if every job completed, L{EXIT_JOB_FAILED}
+    otherwise.
+
+    The queue may drain before the reactor runs: twistd starts the services
+    first, and a job can fail without waiting for anything (its state
+    database is corrupt, its source cannot be listed).  Stopping a reactor
+    that is not running raises L{ReactorNotRunning} and the process would
+    run for ever; so the stop waits until the reactor runs.
+
+    @param reactor: an L{IReactorCore}.
+    """
+
+    def stop() -> None:
+        try:
+            reactor.stop()
+        except ReactorNotRunning:
+            # Already stopping (a signal came first): nothing to add.
+            pass
+
+    def whenDone(allCompleted: bool) -> None:
+        status = EXIT_OK if allCompleted else EXIT_JOB_FAILED
+        if status != EXIT_OK:
+            atexit.register(_exitStatusAtExit, status)
+        reactor.callWhenRunning(stop)
+
+    return whenDone
+
+
 def makeService(options: Options) -> IService:
     """
     Build the daemon from the parsed options.
@@ -127,16 +159,7 @@ def makeService(options: Options) -> IService:
 
     from imapmig.service import buildService
 
-    whenDone = None
-    if options["exit-when-done"]:
-        anyReactor: Any = reactor
-
-        def whenDone(allCompleted: bool) -> None:
-            status = EXIT_OK if allCompleted else EXIT_JOB_FAILED
-            if status != EXIT_OK:
-                atexit.register(_exitStatusAtExit, status)
-            anyReactor.stop()
-
+    whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
     try:
         return buildService(options.config, reactor, whenDone=whenDone)
     except (ConfigError, PermanentError) as e:

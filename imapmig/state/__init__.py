@@ -154,8 +154,18 @@ class FolderMark:
 
 class IStateStore(Interface):
     """
-    Durable record of outcomes and folder marks.  Methods return Deferreds
-    so that a networked store (PostgreSQL) fits the same interface.
+    Durable record of outcomes, folder marks and the journal of batches in
+    flight.  Methods return Deferreds so that a networked store
+    (PostgreSQL) fits the same interface.
+
+    The journal makes copying exactly-once without recognising content:
+    a batch is journaled (L{journalBatch}) before it leaves, and settled in
+    the transaction that records its messages' outcomes
+    (L{recordOutcomes}'s C{settled}); after a crash or a lost connection
+    the entries still in L{journal} are the batches whose fate the
+    destination alone knows, to be reconciled against it (with
+    L{recordedUIDs}, the UIDs above an entry's floor that are accounted
+    for already) before anything is sent again.
     """
 
     def appendedKeys(job: str, folderKey: str) -> "Deferred[set[str]]":

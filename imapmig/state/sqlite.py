@@ -96,7 +96,8 @@ _SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
 _BUSY_CODES = frozenset({5, 6})
 
 # What a primary result code (the low byte of an extended one) means for
-# the admin, for the codes a broken file or disk gives.  None is retried.
+# the admin, for the codes a broken file or disk gives; none of them is
+# worth retrying.
 _CAUSES = {
     3: "permission denied",  # SQLITE_PERM
     8: "the state database is read-only",  # SQLITE_READONLY
@@ -180,7 +181,7 @@ class SQLiteStateStore:
                     self._path, timeout=busyTimeout, isolation_level=None
                 )
         except sqlite3.Error as e:
-            raise self._error("open the state database", e) from None
+            raise self._openError(e) from None
         try:
             if readOnly:
                 self._version = readVersion(connection, self._path)
@@ -195,7 +196,7 @@ class SQLiteStateStore:
                 ).fetchone()
         except sqlite3.Error as e:
             connection.close()
-            raise self._error("open the state database", e) from None
+            raise self._openError(e) from None
         except BaseException:
             connection.close()
             raise
@@ -230,6 +231,18 @@ class SQLiteStateStore:
             return PermanentError(f"{self._path}: cannot {action}: {e}")
         name = getattr(e, "sqlite_errorname", code)
         return PermanentError(f"{self._path}: cannot {action}: {cause} ({name}: {e})")
+
+    def _openError(self, e: sqlite3.Error) -> PermanentError:
+        """
+        The error for C{e}, raised while opening the database: permanent
+        even where a later write would be retried (SQLITE_BUSY: another
+        process, not an imapmig that takes the lock, is writing the file),
+        since the daemon cannot start without its state.
+        """
+        error = self._error("open the state database", e)
+        if isinstance(error, PermanentError):
+            return error
+        return PermanentError(f"{error} (another process is writing it)")
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """

@@ -1,0 +1,99 @@
+# -*- test-case-name: tests.test_tap -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods are unannotated.)
+"""
+Tests for L{imapmig.tap.exitWhenDone}: C{--exit-when-done} stops the
+reactor whenever the queue drains, even before the reactor runs.
+
+The daemon itself is run in a child process by
+L{tests.test_state_failures.DaemonTests} and L{tests.test_integration}.
+"""
+
+from __future__ import annotations
+
+import atexit
+from typing import Callable
+
+from twisted.internet.error import ReactorNotRunning
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig import tap
+
+
+class _CoreReactor:
+    """
+    The part of L{IReactorCore} that L{tap.exitWhenDone} uses, as a real
+    reactor behaves: C{stop} raises L{ReactorNotRunning} unless the reactor
+    runs and was not stopped yet; C{callWhenRunning} calls at once while it
+    runs, and at start-up otherwise.
+    """
+
+    def __init__(self) -> None:
+        self.running = False
+        self.stopping = False
+        self.stops = 0
+        self._atStartup: list[Callable[[], object]] = []
+
+    def callWhenRunning(self, f: Callable[[], object]) -> None:
+        "Call C{f} now if running, else at start-up."
+        if self.running:
+            f()
+        else:
+            self._atStartup.append(f)
+
+    def stop(self) -> None:
+        "Begin stopping, or raise L{ReactorNotRunning}."
+        if not self.running or self.stopping:
+            raise ReactorNotRunning("Can't stop reactor that isn't running.")
+        self.stopping = True
+        self.stops += 1
+
+    def run(self) -> None:
+        "Start: run the start-up calls."
+        self.running = True
+        for f in self._atStartup:
+            f()
+
+
+class ExitWhenDoneTests(SynchronousTestCase):
+    """
+    L{tap.exitWhenDone}.
+    """
+
+    def setUp(self) -> None:
+        self.reactor = _CoreReactor()
+        self.atExit: list[tuple[object, ...]] = []
+        self.patch(atexit, "register", lambda *args: self.atExit.append(args))
+
+    def test_beforeReactorRuns(self) -> None:
+        """
+        A queue that drains before the reactor runs (twistd starts the
+        services first) stops the reactor as soon as it runs, raising
+        nothing.
+        """
+        tap.exitWhenDone(self.reactor)(False)
+        self.assertEqual(self.reactor.stops, 0)
+        self.reactor.run()
+        self.assertEqual(self.reactor.stops, 1)
+        self.assertEqual(self.atExit, [(tap._exitStatusAtExit, tap.EXIT_JOB_FAILED)])
+
+    def test_whileRunning(self) -> None:
+        """
+        A queue that drains while the reactor runs stops it at once; when
+        every job completed, the exit status is left at 0.
+        """
+        self.reactor.run()
+        tap.exitWhenDone(self.reactor)(True)
+        self.assertEqual(self.reactor.stops, 1)
+        self.assertEqual(self.atExit, [])
+
+    def test_alreadyStopping(self) -> None:
+        """
+        A queue that drains while the reactor is already stopping (a
+        signal came first) adds nothing and raises nothing.
+        """
+        self.reactor.run()
+        self.reactor.stop()
+        tap.exitWhenDone(self.reactor)(False)
+        self.assertEqual(self.reactor.stops, 1)
+        self.assertEqual(self.atExit, [(tap._exitStatusAtExit, tap.EXIT_JOB_FAILED)])
