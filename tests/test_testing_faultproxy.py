@@ -570,6 +570,7 @@ class EndingTests(SynchronousTestCase):
         self.assertNoResult(idle)
         connection.serverGone()
         self.successResultOf(idle)
+        self.assertEqual(proxy.closedByServer, 0)
 
     def test_serverClosesCleanly(self) -> None:
         """
@@ -581,6 +582,7 @@ class EndingTests(SynchronousTestCase):
         connection.serverGone()
         self.assertTrue(connection.client.disconnecting)
         self.assertFalse(_aborted(connection.client))
+        self.assertEqual(proxy.closedByServer, 1)
 
     def test_serverReset(self) -> None:
         """
@@ -590,6 +592,7 @@ class EndingTests(SynchronousTestCase):
         connection = _Connection(proxy, reactor)
         connection.serverGone(Failure(ConnectionLost()))
         self.assertTrue(_aborted(connection.client))
+        self.assertEqual(proxy.closedByServer, 1)
 
     def test_serverUnreachable(self) -> None:
         """

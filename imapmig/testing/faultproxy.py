@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 from enum import Enum
 from typing import Callable, Container, Iterable, Protocol as TypingProtocol, Union, cast
 
@@ -64,6 +65,7 @@ from twisted.internet.interfaces import (
     IPushProducer,
     IReactorTCP,
     IReactorTime,
+    ISystemHandle,
     IWriteDescriptor,
 )
 from twisted.internet.protocol import Factory, Protocol, connectionDone
@@ -428,6 +430,7 @@ class ConnectionRelay:
         self._cancelDrips()
         client = self._ends[Direction.TO_CLIENT]
         if self._relaying and client is not None and self._clientOpen:
+            self._proxy.closedByServer += 1
             if reason.check(ConnectionDone):
                 client.loseConnection()
             else:
@@ -636,6 +639,7 @@ class _ClientSide(Protocol):
         self._relay: ConnectionRelay | None = None
 
     def connectionMade(self) -> None:
+        self._proxy.tune(self.transport)
         self._relay = self._proxy.accepted(cast(RelayTransport, self.transport))
 
     def dataReceived(self, data: bytes) -> None:
@@ -652,10 +656,12 @@ class _ServerSide(Protocol):
     The proxy's connection to the server: hands everything to its relay.
     """
 
-    def __init__(self, relay: ConnectionRelay) -> None:
+    def __init__(self, proxy: FaultProxy, relay: ConnectionRelay) -> None:
+        self._proxy = proxy
         self._relay = relay
 
     def connectionMade(self) -> None:
+        self._proxy.tune(self.transport)
         self._relay.serverConnected(cast(RelayTransport, self.transport))
 
     def dataReceived(self, data: bytes) -> None:
@@ -683,6 +689,9 @@ class FaultProxy:
     @ivar connections: how many connections were accepted.
     @ivar octets: the octets relayed each way, over every connection.
     @ivar fired: every fault fired, in order.
+    @ivar closedByServer: how many connections the server ended (closed
+        or reset) while the client's was open, no fault of the proxy's
+        having ended them first.
     @ivar relays: every connection's relay, in the order accepted.
     """
 
@@ -693,6 +702,7 @@ class FaultProxy:
         host: str,
         port: int,
         faults: Iterable[Fault] = (),
+        socketBuffer: int | None = None,
     ) -> None:
         """
         @param reactor: connects to the server and listens.
@@ -701,11 +711,18 @@ class FaultProxy:
         @param port: the server's port.
         @param faults: the faults, in the order they are tried when several
             are due at the same octet.
+        @param socketBuffer: when given, the size in octets of the kernel's
+            receive and send buffers of each of the proxy's sockets, instead
+            of loopback's autotuned megabytes: a stall then fills the
+            buffers, and blocks the writers, after that much rather than
+            after the whole migration.
         """
         self.upstream = (host, port)
+        self.socketBuffer = socketBuffer
         self.connections = 0
         self.octets = {d: 0 for d in Direction}
         self.fired: list[FiredFault] = []
+        self.closedByServer = 0
         self.relays: list[ConnectionRelay] = []
         self._reactor = reactor
         self._clock = clock
@@ -820,7 +837,19 @@ class FaultProxy:
             for _, waiting in ready:
                 waiting.callback(None)
 
-    # -- called by the relays ------------------------------------------------
+    # -- called by the protocols and the relays ------------------------------
+
+    def tune(self, transport: object) -> None:
+        """
+        Set the socket buffers of a new connection's socket (see
+        C{socketBuffer}), when asked to and it has a socket.
+        """
+        if self.socketBuffer is None or not ISystemHandle.providedBy(transport):
+            return
+        handle = transport.getHandle()
+        if isinstance(handle, socket.socket):
+            for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                handle.setsockopt(socket.SOL_SOCKET, option, self.socketBuffer)
 
     def accepted(self, client: RelayTransport) -> ConnectionRelay:
         """
@@ -835,7 +864,7 @@ class FaultProxy:
         self._open.add(relay)
         host, port = self.upstream
         connecting = TCP4ClientEndpoint(self._reactor, host, port).connect(
-            Factory.forProtocol(lambda: _ServerSide(relay))
+            Factory.forProtocol(lambda: _ServerSide(self, relay))
         )
         connecting.addErrback(relay.serverUnreachable)
         self._wake()
