@@ -21,6 +21,7 @@ from imapmig.testing.faultproxy import (
     Close,
     CutLiteral,
     Direction,
+    Discard,
     Drip,
     FaultProxy,
     FiredFault,
@@ -460,18 +461,47 @@ class StallTests(SynchronousTestCase):
 
     def test_clientLeavesWhileStalled(self) -> None:
         """
-        When the client goes away during a stall, the server's connection is
-        aborted (it would never end otherwise), and the proxy is idle.
+        When the client goes away during a stall, what it sent beyond the
+        stall is dropped, the server sees the end of its input and is read
+        from again, and the proxy is idle once the server has closed.
         """
         proxy, reactor = _proxy(Stall(TO_SERVER, 1))
         connection = _Connection(proxy, reactor)
         connection.fromClient(b"ab")
         idle = proxy.whenIdle()
         connection.clientGone(Failure(ConnectionLost()))
-        self.assertTrue(_aborted(connection.server))
+        self.assertEqual(connection.toServer(), b"a")
+        self.assertTrue(connection.server.writeClosed)
+        self.assertEqual(connection.server.producerState, "producing")
         self.assertNoResult(idle)
-        connection.serverGone(Failure(ConnectionLost()))
+        connection.serverGone()
         self.successResultOf(idle)
+
+
+class DiscardTests(SynchronousTestCase):
+    """
+    L{Discard} drops what goes one way, and keeps reading.
+    """
+
+    def test_dropsAndKeepsReading(self) -> None:
+        """
+        After exactly N octets from the client, what it sends is dropped
+        (counted as received, not relayed) while it is still read from;
+        replies still flow; once the client goes away the server sees the
+        end of its input.
+        """
+        proxy, reactor = _proxy(Discard(TO_SERVER, 5))
+        connection = _Connection(proxy, reactor)
+        connection.fromClient(b"0123456789")
+        connection.fromClient(b"more")
+        connection.fromServer(b"reply")
+        self.assertEqual(connection.toServer(), b"01234")
+        self.assertEqual(connection.toClient(), b"reply")
+        self.assertEqual(connection.client.producerState, "producing")
+        self.assertEqual(proxy.relays[0].receivedOctets[TO_SERVER], 14)
+        self.assertEqual(proxy.octets[TO_SERVER], 5)
+        connection.clientGone()
+        self.assertTrue(connection.server.writeClosed)
 
 
 class DripTests(SynchronousTestCase):
@@ -515,7 +545,8 @@ class DripTests(SynchronousTestCase):
         self.assertEqual(len(reactor.getDelayedCalls()), 1)
         connection.clientGone()
         self.assertEqual(reactor.getDelayedCalls(), [])
-        self.assertTrue(_aborted(connection.server))
+        self.assertEqual(connection.toServer(), b"")
+        self.assertTrue(connection.server.writeClosed)
 
 
 class CutLiteralTests(SynchronousTestCase):

@@ -15,6 +15,9 @@ L{Fault}s fires on that connection:
     so the kernel buffers fill and the writers really block.
   - L{Drip}: after N octets, one direction is relayed one octet per
     interval, on the injected clock.
+  - L{Discard}: after N octets, what goes in one direction is read and
+    dropped (a black hole); the connections stay open, and the proxy still
+    notices when the sender goes away.
   - L{CutLiteral}: the first half of the octets of the n-th literal the
     client opens (C{{size}} or C{{size+}} at the end of a line) are relayed,
     then both connections are aborted.
@@ -170,6 +173,20 @@ class Drip:
 
 
 @frozen
+class Discard:
+    """
+    Once C{afterOctets} octets went in C{direction}, read and drop what
+    comes that way; the connections stay open.  C{connections} and
+    C{times} as for L{Reset}.
+    """
+
+    direction: Direction
+    afterOctets: int
+    connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
+    times: int | None = None
+
+
+@frozen
 class CutLiteral:
     """
     Relay the first half of the octets of the C{literal}-th literal (from
@@ -182,7 +199,7 @@ class CutLiteral:
     times: int | None = None
 
 
-Fault = Union[Reset, Close, Stall, Drip, CutLiteral]
+Fault = Union[Reset, Close, Stall, Drip, Discard, CutLiteral]
 
 
 @frozen
@@ -274,6 +291,7 @@ class _Mode(Enum):
     PASS = "pass"
     STALLED = "stalled"
     DRIPPING = "dripping"
+    DISCARDING = "discarding"
 
 
 @implementer(IPushProducer)
@@ -384,7 +402,7 @@ class ConnectionRelay:
         C{data} arrived, going in C{direction}.
         """
         self.receivedOctets[direction] += len(data)
-        if not self._relaying:
+        if not self._relaying or self._modes[direction] is _Mode.DISCARDING:
             return
         if direction is Direction.TO_SERVER:
             self._literals.feed(data)
@@ -401,8 +419,9 @@ class ConnectionRelay:
     def clientLost(self, reason: Failure) -> None:
         """
         The client's connection is closed.  The server then sees the end of
-        its input, and the server's connection stays open until the server
-        closes it, unless a stall or a drip holds it: then it is aborted.
+        its input (what was held back by a stall or a drip is dropped), and
+        the server's connection stays open, read from and its data dropped,
+        until the server closes it.
         """
         self._clientOpen = False
         self._ends[Direction.TO_CLIENT] = None
@@ -410,13 +429,10 @@ class ConnectionRelay:
         server = self._ends[Direction.TO_SERVER]
         if self._relaying and server is not None and self._serverOpen:
             self._relaying = False
-            if any(mode is not _Mode.PASS for mode in self._modes.values()):
-                _reset(server)
-            else:
-                server.loseWriteConnection()
-                if self._paused[Direction.TO_CLIENT]:
-                    self._paused[Direction.TO_CLIENT] = False
-                    server.resumeProducing()
+            server.loseWriteConnection()
+            if self._paused[Direction.TO_CLIENT]:
+                self._paused[Direction.TO_CLIENT] = False
+                server.resumeProducing()
         self._relaying = False
         self._checkEnded()
 
@@ -551,6 +567,11 @@ class ConnectionRelay:
                 self._modes[direction] = _Mode.STALLED
                 self._cancelDrip(direction)
                 self._updateReading(direction)
+        elif isinstance(fault, Discard):
+            self._modes[fault.direction] = _Mode.DISCARDING
+            self._cancelDrip(fault.direction)
+            self._held[fault.direction].clear()
+            self._updateReading(fault.direction)
         else:
             self._modes[fault.direction] = _Mode.DRIPPING
             self._dripIntervals[fault.direction] = fault.interval
@@ -561,9 +582,9 @@ class ConnectionRelay:
 
     def _updateReading(self, direction: Direction) -> None:
         """
-        Read the source of C{direction} only while what it sends can go on:
-        never while stalled, while octets wait to drip or to be relayed, or
-        while the other side's buffer is full.
+        Read the source of C{direction} only while what it sends can go on
+        (or is discarded): never while stalled, while octets wait to drip
+        or to be relayed, or while the other side's buffer is full.
         """
         if not self._relaying:
             return
@@ -574,6 +595,8 @@ class ConnectionRelay:
         held = bool(self._held[direction])
         if mode is _Mode.STALLED:
             pause = True
+        elif mode is _Mode.DISCARDING:
+            pause = False
         elif mode is _Mode.DRIPPING:
             pause = held
         else:
