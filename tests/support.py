@@ -22,15 +22,26 @@ import imaplib
 import os
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+import yaml
+from attrs import frozen
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+from twisted.internet import defer
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.error import ProcessExitedAlready
+from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+import imapmig
 from imapmig.testing.corpus import CorpusMessage
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
 
@@ -280,3 +291,349 @@ def plainServer(instance: DovecotInstance) -> dict[str, object]:
     The C{servers} entry of C{instance}'s plain port, without STARTTLS.
     """
     return {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"}
+
+
+# Running the daemon as a child process, and what a resilience test needs
+# around it: dedicated and private Dovecots, configuration files, and a
+# message-by-message account of what arrived.
+
+
+def dedicatedDovecot(purpose: str) -> DovecotInstance:
+    """
+    A running private Dovecot with Dovecot's default capabilities, shared
+    only by the tests that name the same C{purpose}, started on first use
+    and stopped with the others when the process exits.  Take accounts with
+    L{freshUser}, as from L{sharedDovecot}: a suite that would take more
+    accounts than one instance has gets instances of its own this way.
+
+    @param purpose: a name for the instance, e.g. C{"resilience"}.
+    """
+    # The key cannot be a capability list, so it never meets sharedDovecot's.
+    key = "\0" + purpose
+    instance = _instances.get(key)
+    if instance is None:
+        instance = DovecotInstance(
+            os.path.join(_rootDirectory(), f"dovecot{len(_instances)}"),
+            users=[
+                DovecotUser(f"user{n:02d}", f"password-{n:02d}")
+                for n in range(1, USERS_PER_INSTANCE + 1)
+            ],
+        )
+        _instances[key] = instance
+        _usersTaken[key] = 0
+        instance.start()
+    return instance
+
+
+def privateDovecot(testCase: SynchronousTestCase) -> DovecotInstance:
+    """
+    A running Dovecot of one test's own, with one account (C{user01}),
+    stopped when the test ends: for a test that stops or restarts the
+    server.
+    """
+    instance = DovecotInstance(
+        tempfile.mkdtemp(prefix="private-", dir=_rootDirectory()),
+        users=[DovecotUser("user01", "password-01")],
+    )
+    testCase.addCleanup(instance.stop)
+    instance.start()
+    return instance
+
+
+def restartDovecot(reactor: Any, instance: DovecotInstance) -> Deferred[None]:
+    """
+    Stop C{instance} now and start it again with the same accounts and
+    mail.  C{SIGTERM} goes, before this returns, to every process of the
+    instance (its master runs in a process group of its own), as a
+    machine's shutdown would send it: each IMAP session ends at once with
+    C{* BYE Server shutting down.}  (Signalled alone, the master lets its
+    sessions run on for up to 30 s.)  Waiting for it to exit and to greet again happens in a
+    thread of C{reactor}'s pool, so that the reactor keeps running
+    meanwhile.  It listens on new ports afterwards (C{instance.port}):
+    point a proxy at them.
+
+    @param reactor: the running reactor.
+    @return: fires once it greets again.
+    """
+    if instance.pid is not None:
+        os.killpg(instance.pid, signal.SIGTERM)
+
+    def restart() -> None:
+        instance.stop()
+        instance.start()
+
+    return deferToThreadPool(reactor, reactor.getThreadPool(), restart)
+
+
+def writeDaemonConfig(
+    directory: str,
+    user: DovecotUser,
+    source: Mapping[str, object],
+    server: Mapping[str, object],
+    **jobSettings: object,
+) -> str:
+    """
+    Write the YAML configuration of one job, C{job}, migrating C{source} into
+    C{user}'s account on C{server}, its state database and password file
+    beside it in C{directory}, the status listener off.
+
+    @param jobSettings: more keys of the job, e.g. C{identity="off"}
+        (written quoted, as YAML needs it).
+    @return: the configuration file's path.
+    """
+    passwordFile = os.path.join(directory, "password")
+    if not os.path.exists(passwordFile):
+        writePasswordFile(passwordFile, user.password)
+    document = {
+        "state": os.path.join(directory, "state.sqlite"),
+        "status": "off",
+        "servers": {"dovecot": dict(server)},
+        "jobs": [
+            {
+                "name": "job",
+                "source": dict(source),
+                "destination": {
+                    "server": "dovecot",
+                    "user": user.name,
+                    "password_file": passwordFile,
+                },
+                **jobSettings,
+            }
+        ],
+    }
+    path = os.path.join(directory, "imapmig.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(document, f)
+    return path
+
+
+SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(imapmig.__file__)))
+"""
+The directory holding the C{imapmig} package under test (and its twistd
+plugin), which a child process must import.
+"""
+
+
+def twistdCommand(configPath: str) -> list[str]:
+    """
+    The command line that runs C{twistd -n imapmig --config configPath
+    --exit-when-done} with this Python, from L{SOURCE_TREE}.
+    """
+    return [
+        sys.executable,
+        # "python -m twisted.scripts.twistd" would exit 0 doing nothing:
+        # that module has no __main__ block.
+        "-c",
+        "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()",
+        "-n",
+        "--pidfile=",
+        "imapmig",
+        "--config",
+        configPath,
+        "--exit-when-done",
+    ]
+
+
+def sourceTreeEnvironment() -> dict[str, str]:
+    """
+    This process's environment with L{SOURCE_TREE} first on C{PYTHONPATH}.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [SOURCE_TREE] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    return env
+
+
+_OUTPUT_KEPT = 256 * 1024
+
+
+class DaemonTimedOut(Exception):
+    """
+    The daemon did not exit within the time a test allowed; it was killed.
+    """
+
+
+class DaemonProcess(ProcessProtocol):
+    """
+    The daemon running as a child process (L{startDaemon}).
+
+    @ivar status: once it has exited, its exit status, or minus the signal
+        that killed it (as L{subprocess} reports it); L{None} before.
+    @ivar output: the last 256 KiB (at least) of its standard output and
+        error, interleaved as they arrived.
+    @ivar pid: its process id.
+    """
+
+    def __init__(self) -> None:
+        self.output = bytearray()
+        self.pid = 0
+        self.status: int | None = None
+        self._waiting: list[Deferred[int]] = []
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.pid = self.transport.pid
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+        if len(self.output) > 2 * _OUTPUT_KEPT:
+            del self.output[:-_OUTPUT_KEPT]
+
+    errReceived = outReceived
+
+    def processEnded(self, reason: Failure) -> None:
+        signal = getattr(reason.value, "signal", None)
+        if signal is not None:
+            self.status = -signal
+        else:
+            self.status = getattr(reason.value, "exitCode", 0) or 0
+        waiting, self._waiting = self._waiting, []
+        for each in waiting:
+            each.callback(self.status)
+
+    def whenEnded(self) -> Deferred[int]:
+        """
+        Fire with L{status} once it has exited (at once if it has).
+        """
+        if self.status is not None:
+            return succeed(self.status)
+        waiting: Deferred[int] = Deferred()
+        self._waiting.append(waiting)
+        return waiting
+
+    def kill(self) -> None:
+        """
+        Kill it with C{SIGKILL} (no chance to clean up), unless it has ended.
+        """
+        if self.status is None and self.transport is not None:
+            try:
+                self.transport.signalProcess("KILL")
+            except ProcessExitedAlready:
+                pass
+
+    def tail(self, lines: int = 30) -> str:
+        """
+        The last C{lines} lines of its output, for a failure message.
+        """
+        text = bytes(self.output).decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def exited(self, reactor: Any, timeout: float) -> int:
+        """
+        Wait until it exits, at most C{timeout} seconds, then kill it.
+
+        @return: its exit status (see L{status}).
+        @raise DaemonTimedOut: it had not exited in time; the message gives
+            its output's tail.
+        """
+        try:
+            return await self.whenEnded().addTimeout(timeout, reactor)
+        except defer.TimeoutError:
+            self.kill()
+            await self.whenEnded()
+            raise DaemonTimedOut(
+                f"the daemon (pid {self.pid}) had not exited after {timeout} s and was"
+                f" killed; its output ends:\n{self.tail()}"
+            ) from None
+
+
+def startDaemon(testCase: SynchronousTestCase, reactor: Any, configPath: str) -> DaemonProcess:
+    """
+    Start C{twistd -n imapmig --config configPath --exit-when-done} (from
+    L{SOURCE_TREE}) in a child process of C{reactor}; it is killed, if still
+    running, when the test ends.
+    """
+    daemon = DaemonProcess()
+    reactor.spawnProcess(
+        daemon,
+        sys.executable,
+        twistdCommand(configPath),
+        env=sourceTreeEnvironment(),
+        path=SOURCE_TREE,
+    )
+
+    async def reap() -> None:
+        daemon.kill()
+        await daemon.whenEnded()
+
+    testCase.addCleanup(lambda: Deferred.fromCoroutine(reap()))
+    return daemon
+
+
+@frozen
+class Deliveries:
+    """
+    What a destination account holds of a corpus, message by message (by
+    mailbox and SHA-256 of the body).
+
+    @ivar expected: how many source messages there are.
+    @ivar held: how many messages the account holds.
+    @ivar lost: the source messages the account does not hold.
+    @ivar duplicated: each source message held more than once, with how
+        many copies.
+    @ivar unexpected: how many held messages are no source message.
+    """
+
+    expected: int
+    held: int
+    lost: tuple[CorpusMessage, ...]
+    duplicated: tuple[tuple[CorpusMessage, int], ...]
+    unexpected: int
+
+    @property
+    def exactlyOnce(self) -> bool:
+        """
+        Whether every source message is held exactly once, and nothing else.
+        """
+        return not (self.lost or self.duplicated or self.unexpected)
+
+    @property
+    def extraCopies(self) -> int:
+        """
+        How many copies beyond the first the duplicated messages have.
+        """
+        return sum(copies - 1 for _, copies in self.duplicated)
+
+    def summary(self) -> str:
+        """
+        One line: expected, held, lost, duplicated, unexpected.
+        """
+        return (
+            f"{self.expected} source messages, {self.held} held: {len(self.lost)} lost,"
+            f" {len(self.duplicated)} duplicated ({self.extraCopies} extra copies),"
+            f" {self.unexpected} unexpected"
+        )
+
+
+def deliveries(
+    fetched: Mapping[str, list[FetchedMessage]], messages: Iterable[CorpusMessage]
+) -> Deliveries:
+    """
+    Account for each of C{messages} in what an account holds.
+
+    @param fetched: every mailbox of the account, read directly from the
+        server (L{DovecotInstance.fetchAll}), not through any proxy.
+    """
+    held: Counter[tuple[str, str]] = Counter()
+    for name, inMailbox in fetched.items():
+        for each in inMailbox:
+            held[(name, hashlib.sha256(each.body).hexdigest())] += 1
+    total = sum(held.values())
+    lost = []
+    duplicated = []
+    expected = 0
+    for message in messages:
+        expected += 1
+        copies = held.pop((mailboxName(message.folder), message.sha256), 0)
+        if copies == 0:
+            lost.append(message)
+        elif copies > 1:
+            duplicated.append((message, copies))
+    return Deliveries(
+        expected=expected,
+        held=total,
+        lost=tuple(lost),
+        duplicated=tuple(duplicated),
+        unexpected=sum(held.values()),
+    )
