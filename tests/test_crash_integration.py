@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 from typing import Any
 
@@ -136,6 +137,7 @@ class _CrashRun:
     viewMatches: bool
     elapsed: float
     finalOutput: str
+    reconciled: tuple[int, int] = (0, 0)
 
     def report(self) -> str:
         """
@@ -147,8 +149,25 @@ class _CrashRun:
             f" in {self.elapsed:.0f} s; {self.deliveries.summary()};"
             f" flags and dates {'match' if self.viewMatches else 'DIFFER'};"
             f" killed after {list(self.killedAt)} octets to the server;"
-            f" exit statuses {list(self.statuses)}"
+            f" exit statuses {list(self.statuses)};"
+            f" the journal found {self.reconciled[0]} messages in flight already"
+            f" stored and {self.reconciled[1]} to send again"
         )
+
+
+_RECONCILED = re.compile(rb"(\d+) had arrived, (\d+) will be sent again")
+
+
+def reconciledIn(output: bytes) -> tuple[int, int]:
+    """
+    What the daemon's reconciliations of its journal found, as it logged
+    them: messages in flight already stored, and to be sent again.
+    """
+    arrived = again = 0
+    for match in _RECONCILED.finditer(output):
+        arrived += int(match.group(1))
+        again += int(match.group(2))
+    return arrived, again
 
 
 class CrashTests(TestCase):
@@ -191,6 +210,7 @@ class CrashTests(TestCase):
         started = reactor.seconds()
         killedAt: list[int] = []
         statuses: list[int] = []
+        arrived = again = 0
         for point in killPoints(rng, total, KILLS):
             # The run's first connection to carry `point` octets to the
             # server stops there: what the server received is cut at that
@@ -210,10 +230,14 @@ class CrashTests(TestCase):
                 reached.cancel()
                 reached.addErrback(lambda reason: reason.trap(CancelledError))
             statuses.append(await daemon.whenEnded())
+            found = reconciledIn(bytes(daemon.output))
+            arrived, again = arrived + found[0], again + found[1]
             await proxy.whenIdle().addTimeout(IDLE_BOUND, reactor)
         proxy.setFaults([])
         daemon = startDaemon(self, reactor, configPath)
         statuses.append(await daemon.exited(reactor, RUN_BOUND))
+        found = reconciledIn(bytes(daemon.output))
+        arrived, again = arrived + found[0], again + found[1]
         elapsed = reactor.seconds() - started
         await proxy.stop()
         fetched = instance.fetchAll(user.name)
@@ -226,6 +250,7 @@ class CrashTests(TestCase):
             viewMatches=fetchedView(fetched) == corpusView(corpus.messages),
             elapsed=elapsed,
             finalOutput=daemon.tail(),
+            reconciled=(arrived, again),
         )
 
     def _assertExactlyOnce(self, run: _CrashRun) -> None:
