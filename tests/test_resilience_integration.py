@@ -122,7 +122,7 @@ class _Outcome:
             f" {self.deliveries.summary()};"
             f" flags and dates {'match' if self.viewMatches else 'DIFFER'};"
             f" {self.proxy.connections} connections"
-            f" ({self.proxy.closedByServer} ended by the server),"
+            f" ({self.proxy.closedByServer} closed first by the server),"
             f" {self.proxy.octets[TO_SERVER]} octets to the server;"
             f" faults fired: [{fired}]"
             + (f"; {self.problem}" if self.problem else "")
@@ -229,6 +229,15 @@ class ResilienceTests(TestCase):
         self.assertEqual(outcome.status, 0, failure)
         self.assertTrue(outcome.deliveries.exactlyOnce, failure)
         self.assertTrue(outcome.viewMatches, failure)
+
+    async def test_passThrough(self) -> None:
+        """
+        Through the proxy without a fault, the migration completes and every
+        message arrives exactly once: the proxy and the accounting tell the
+        truth, so a failure of the other tests is the fault's doing.
+        """
+        outcome = await self._migrate()
+        self._assertRecovered(outcome, faultsAtLeast=0)
 
     async def test_resetClientToServer(self) -> None:
         """

@@ -714,7 +714,8 @@ class FaultProxy:
     @ivar fired: every fault fired, in order.
     @ivar closedByServer: how many connections the server ended (closed
         or reset) while the client's was open, no fault of the proxy's
-        having ended them first.
+        having ended them first; an IMAP server closes first after LOGOUT
+        too.
     @ivar relays: every connection's relay, in the order accepted.
     """
 
