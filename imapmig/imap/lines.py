@@ -20,6 +20,7 @@ brought it, joined once when its CRLF arrives.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from twisted.protocols.basic import LineReceiver
 
@@ -28,9 +29,9 @@ class LinearLineReceiver(LineReceiver):
     """
     A L{LineReceiver} whose line splitting is linear in the octets received.
 
-    The delimiter is always CRLF.  What it does not keep of
-    L{LineReceiver}: pausing (C{pauseProducing} on the protocol itself);
-    nothing here uses it.
+    The delimiter is always CRLF.  Pausing (C{pauseProducing} on the
+    protocol) works as in L{LineReceiver}: what arrives meanwhile is kept
+    and handled on C{resumeProducing}.
 
     @ivar MAX_LENGTH: the longest line accepted; a longer one is handed to
         L{lineLengthExceeded} (its start only) as soon as it is known to be
@@ -52,23 +53,23 @@ class LinearLineReceiver(LineReceiver):
         Whether to stop handing over what was received (the connection is
         being closed); the rest is discarded.
         """
-        transport = self.transport
+        transport: Any = self.transport
         return transport is not None and bool(transport.disconnecting)
 
     def dataReceived(self, data: bytes) -> None:
         """
         Split C{data} into lines (or hand it over raw), after what is
         already buffered.  Data received while this runs (from a callback
-        of C{lineReceived}) is queued and handled in order.
+        of C{lineReceived}) or while paused is queued and handled in order.
         """
+        queued = self._queued
+        if data:
+            queued.append(data)
         if self._receiving:
-            self._queued.append(data)
             return
         self._receiving = True
         try:
-            self._consume(data)
-            queued = self._queued
-            while queued and not self.stopReading():
+            while queued and not self.paused and not self.stopReading():
                 self._consume(queued.popleft())
         finally:
             self._receiving = False
@@ -78,7 +79,11 @@ class LinearLineReceiver(LineReceiver):
         self._pos = 0
         while self._pos < len(self._data):
             if self.stopReading():
-                return
+                break
+            if self.paused:
+                # Kept for resumeProducing, before anything queued.
+                self._queued.appendleft(self._data[self._pos :])
+                break
             if self.line_mode:
                 self._lines()
             else:
@@ -110,9 +115,9 @@ class LinearLineReceiver(LineReceiver):
             line = data[pos:end]
             self._pos = pos = end + 2
             self.lineReceived(line)
-            if self._data is not data or self.stopReading():
-                # clearLineBuffer took the rest, or the connection is
-                # closing.
+            if self._data is not data or self.paused or self.stopReading():
+                # clearLineBuffer took the rest, the protocol was paused,
+                # or the connection is closing.
                 return
             pos = self._pos
 
@@ -144,7 +149,7 @@ class LinearLineReceiver(LineReceiver):
         self._partialSize = 0
         self._pos = after
         self.lineReceived(line)
-        return self._data is data and not self.stopReading()
+        return self._data is data and not self.paused and not self.stopReading()
 
     def _keepPartial(self, piece: bytes) -> None:
         self._pos = len(self._data)
@@ -174,7 +179,9 @@ class LinearLineReceiver(LineReceiver):
             if self._receiving:
                 self._queued.appendleft(extra)
             else:
-                self.dataReceived(extra)
+                # Not self.dataReceived: a subclass may decode what it
+                # receives (decompress), and C{extra} is already decoded.
+                LinearLineReceiver.dataReceived(self, extra)
 
     def clearLineBuffer(self) -> bytes:
         """
