@@ -12,7 +12,6 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from attrs import evolve, frozen
@@ -308,7 +307,9 @@ def _retold(error: E, text: str) -> E:
     """
     C{error}, same class and attributes, with C{text} as its message.
     """
-    retold = copy.copy(error)
+    # Not copy.copy: these errors' constructors take more than a message.
+    retold = type(error).__new__(type(error))
+    retold.__dict__.update(error.__dict__)
     retold.args = (text,)
     return retold
 
