@@ -98,8 +98,8 @@ def escapedExcerpt(data: bytes, limit: int = 80) -> str:
     """
     At most C{limit} octets of peer data, fit for a log line or an error
     text: printable ASCII as is, a backslash doubled, everything else
-    escaped (C{\\r}, C{\\n}, C{\\t}, C{\\xNN}), and C{...} with the full
-    size when it was cut.
+    escaped (C{\\r}, C{\\n}, C{\\t}, C{\\xNN}), and C{...} when it was
+    cut.
 
     @param data: octets a peer sent; only the first C{limit} are looked at.
     """
@@ -108,7 +108,7 @@ def escapedExcerpt(data: bytes, limit: int = 80) -> str:
     if not (head.isascii() and text.isprintable() and "\\" not in text):
         text = "".join(_ESCAPES[octet] for octet in head)
     if len(data) > limit:
-        text += f"... ({len(data)} octets)"
+        text += "..."
     return text
 
 

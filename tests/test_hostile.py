@@ -196,7 +196,7 @@ class HostileServerTests(SynchronousTestCase):
             tracemalloc.stop()
         error = self.failureResultOf(d, ProtocolError).value
         self.assertEqual(error.what, f"a line longer than {MAX_LINE_LENGTH} octets")
-        self.assertEqual(error.excerpt, "* LIST " + "a" * 73 + f"... ({MAX_LINE_LENGTH} octets)")
+        self.assertEqual(error.excerpt, "* LIST " + "a" * 73 + "...")
         self.assertLess(peak, 4 * MAX_LINE_LENGTH)
         self.assertCleanFailure(hostile, "a line longer than")
 

@@ -116,12 +116,12 @@ class LinearLineReceiverTests(SynchronousTestCase):
 
     def test_tooLongInOneRead(self) -> None:
         """
-        A complete line over the limit is refused with its start, and
-        nothing after it is handed over.
+        A complete line over the limit is refused with its start (here the
+        whole of it), and nothing after it is handed over.
         """
         protocol = connected()
         protocol.dataReceived(b"ok\r\n" + b"y" * 101 + b"\r\nafter\r\n")
-        self.assertEqual(protocol.events, [("line", b"ok"), ("exceeded", b"y" * 100)])
+        self.assertEqual(protocol.events, [("line", b"ok"), ("exceeded", b"y" * 101)])
 
     def test_tooLongUnfinished(self) -> None:
         """
@@ -134,7 +134,23 @@ class LinearLineReceiverTests(SynchronousTestCase):
         protocol.dataReceived(b"z" * 41)
         self.assertEqual(protocol.events, [])
         protocol.dataReceived(b"z")
-        self.assertEqual(protocol.events, [("exceeded", b"z" * 100)])
+        self.assertEqual(protocol.events, [("exceeded", b"z" * 102)])
+
+    def test_tooLongHandsOverItsStartOnly(self) -> None:
+        """
+        Of a line far too long, only the first KiB is handed over: the
+        whole line is never copied.
+        """
+
+        class Big(Recorder):
+            MAX_LENGTH = 64 * 1024
+
+        protocol = Big()
+        protocol.makeConnection(StringTransport())
+        for _ in range(3):
+            protocol.dataReceived(b"q" * 40_000)
+        protocol.dataReceived(b"w" * 200_000 + b"\r\n")
+        self.assertEqual(protocol.events, [("exceeded", b"q" * 1024)])
 
     def test_clearLineBufferInsideLineReceived(self) -> None:
         """

@@ -25,6 +25,27 @@ from typing import Any
 from twisted.protocols.basic import LineReceiver
 
 
+_START = 1024
+"""
+How much of a line too long is handed to C{lineLengthExceeded}.
+"""
+
+
+def _startOf(pieces: list[bytes]) -> bytes:
+    """
+    The first L{_START} octets of the concatenation of C{pieces}, joining
+    only as many as needed.
+    """
+    taken = []
+    size = 0
+    for piece in pieces:
+        taken.append(piece)
+        size += len(piece)
+        if size >= _START:
+            break
+    return b"".join(taken)[:_START]
+
+
 class LinearLineReceiver(LineReceiver):
     """
     A L{LineReceiver} whose line splitting is linear in the octets received.
@@ -33,9 +54,9 @@ class LinearLineReceiver(LineReceiver):
     protocol) works as in L{LineReceiver}: what arrives meanwhile is kept
     and handled on C{resumeProducing}.
 
-    @ivar MAX_LENGTH: the longest line accepted; a longer one is handed to
-        L{lineLengthExceeded} (its start only) as soon as it is known to be
-        too long, and reading stops.
+    @ivar MAX_LENGTH: the longest line accepted; for a longer one, as soon
+        as it is known to be too long, its first L{_START} octets are handed
+        to L{lineLengthExceeded}, and nothing more is read.
     """
 
     delimiter = b"\r\n"
@@ -110,7 +131,7 @@ class LinearLineReceiver(LineReceiver):
                 self._keepPartial(data[pos:] if pos else data)
                 return
             if end - pos > limit:
-                self._exceeded(data[pos : pos + limit])
+                self._exceeded(data[pos : min(end, pos + _START)])
                 return
             line = data[pos:end]
             self._pos = pos = end + 2
@@ -139,7 +160,7 @@ class LinearLineReceiver(LineReceiver):
             after, tail = end + 2, 0
         size = self._partialSize + (end - pos) + tail
         if size > self.MAX_LENGTH:
-            self._exceeded(b"".join(partial)[: self.MAX_LENGTH])
+            self._exceeded(_startOf(partial))
             return False
         partial.append(data[pos:end])
         line = b"".join(partial)
@@ -156,16 +177,22 @@ class LinearLineReceiver(LineReceiver):
         size = self._partialSize + len(piece)
         # One octet over the limit may be the CR of the delimiter.
         if size > self.MAX_LENGTH + 1:
-            self._exceeded((b"".join(self._partial) + piece)[: self.MAX_LENGTH])
+            self._exceeded(_startOf(self._partial + [piece]))
             return
         self._partial.append(piece)
         self._partialSize = size
 
     def _exceeded(self, start: bytes) -> None:
         """
-        A line is too long: drop everything buffered and say so.
+        A line is too long: drop everything buffered and hand its start
+        (about L{_START} octets: never a copy of the whole line) to
+        C{lineLengthExceeded}.
         """
-        self.clearLineBuffer()
+        self._partial = []
+        self._partialSize = 0
+        self._queued.clear()
+        self._data = b""
+        self._pos = 0
         self.lineLengthExceeded(start)
 
     def setLineMode(self, extra: bytes = b"") -> None:
