@@ -825,6 +825,10 @@ class IMAPSession:
                 self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
             )
             self._pipeline = AppendPipeline(self._client, settings, outcomes)
+            # The transport resuming the pipeline (the server read what was
+            # buffered) is progress for the reply deadline: a large APPEND
+            # on a slow link is not a stall.
+            self._client.watchWrites(self._pipeline)
         return self._pipeline
 
     async def logout(self) -> None:
