@@ -12,11 +12,13 @@ from typing import cast
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionAborted, ConnectionDone
 from twisted.internet.error import ConnectionLost as TwistedConnectionLost
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from imapmig.errors import (
     AuthenticationFailed,
@@ -399,6 +401,7 @@ class DeadlineTests(SynchronousTestCase):
         self.assertFalse(transport.aborted)
 
 
+@implementer(IPushProducer)
 class Producer:
     """
     Records pause and resume calls.
