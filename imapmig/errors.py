@@ -160,3 +160,94 @@ class MailboxMissing(TransientError):
         self.mailbox = mailbox
         self.text = text
         self.code = code
+
+
+def escapedExcerpt(data: bytes, limit: int = 80) -> str:
+    """
+    At most C{limit} octets of peer data, fit for a log line or an error
+    text: printable ASCII as is, a backslash doubled, everything else
+    escaped (C{\\r}, C{\\n}, C{\\t}, C{\\xNN}), and C{...} when it was
+    cut.
+
+    @param data: octets a peer sent; only the first C{limit} are looked at.
+    """
+    head = data[:limit]
+    text = head.decode("latin-1")
+    if not (head.isascii() and text.isprintable() and "\\" not in text):
+        text = "".join(_ESCAPES[octet] for octet in head)
+    if len(data) > limit:
+        text += "..."
+    return text
+
+
+_ESCAPES = tuple(
+    "\\\\"
+    if octet == 0x5C
+    else {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(octet)
+    or (chr(octet) if 0x20 <= octet < 0x7F else f"\\x{octet:02x}")
+    for octet in range(256)
+)
+
+
+class ConnectionDropped(ConnectionLost):
+    """
+    imapmig itself ended the connection (with C{abortConnection}) because
+    the server broke the protocol or stopped answering; every command
+    outstanding on it fails with this error.
+
+    @ivar reason: why, for the record: C{"no reply to APPEND within
+        120 s"}.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ReplyTimeout(ConnectionDropped):
+    """
+    Something owed by the server (its greeting, the reply to a command,
+    reading what imapmig sent, closing after LOGOUT) did not come within
+    the server's C{timeout}, counting from the last real progress.
+
+    @ivar awaited: what was owed: C{"the greeting"}, C{"APPEND"}.
+    @ivar seconds: the timeout.
+    """
+
+    def __init__(self, reason: str, awaited: str, seconds: float) -> None:
+        self.awaited = awaited
+        self.seconds = seconds
+        super().__init__(reason)
+
+
+class ProtocolError(ConnectionDropped):
+    """
+    The server sent something the IMAP protocol does not allow at that
+    point (an unparseable line, a reply with a tag imapmig never sent, a
+    continuation request nobody asked for, a line or literal beyond
+    imapmig's limits, an untagged flood): nothing after it can be trusted.
+
+    @ivar what: what was wrong, in words: C{"a reply with an unknown
+        tag"}.
+    @ivar excerpt: the start of what the server sent, escaped (see
+        L{escapedExcerpt}), or C{""}.
+    """
+
+    def __init__(self, what: str, data: bytes = b"") -> None:
+        self.what = what
+        self.excerpt = escapedExcerpt(data)
+        super().__init__(f"{what}: {self.excerpt}" if data else what)
+
+
+class ServerBye(ConnectionLost):
+    """
+    The server said C{BYE} (outside LOGOUT) and closed the connection:
+    shutting down, too many connections, a bandwidth or session limit.
+
+    @ivar text: what it said after C{BYE}, escaped and cut to a few
+        hundred characters.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(f"the server said BYE: {text}")

@@ -10,15 +10,33 @@ import base64
 from typing import cast
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionDone
+from twisted.internet.error import ConnectionAborted, ConnectionDone
+from twisted.internet.error import ConnectionLost as TwistedConnectionLost
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
-from imapmig.errors import AuthenticationFailed, CommandFailed, TLSRequired
-from imapmig.imap.client import MAX_LINE_LENGTH, CommandRefused, MigrationIMAP4Client
+from imapmig.errors import (
+    AuthenticationFailed,
+    CommandFailed,
+    ProtocolError,
+    ReplyTimeout,
+    ServerBusy,
+    ServerBye,
+    TLSRequired,
+    escapedExcerpt,
+)
+from imapmig.imap.client import (
+    MAX_LINE_LENGTH,
+    MAX_RESPONSE_LENGTH,
+    CommandRefused,
+    MigrationIMAP4Client,
+    describeConnectionLoss,
+)
 from imapmig.imap.session import IMAPSession, MailboxState, capabilitySet, parseResponseCode
 
 
@@ -28,6 +46,11 @@ class NoDelayTransport(StringTransport):
     """
 
     noDelay = False
+    aborted = False
+
+    def abortConnection(self) -> None:
+        self.aborted = True
+        StringTransport.abortConnection(self)
 
     def setTcpNoDelay(self, enabled: bool) -> None:
         self.noDelay = enabled
@@ -66,13 +89,16 @@ class ClientTests(SynchronousTestCase):
 
     def test_longLineAccepted(self) -> None:
         """
-        An untagged line far longer than Twisted's 16 KB default does not
-        drop the connection.
+        An untagged line far longer than Twisted's 16 KB default, up to
+        L{MAX_LINE_LENGTH}, does not drop the connection; one octet more
+        does.
         """
         client, transport, clock = greeted()
-        self.assertGreaterEqual(MAX_LINE_LENGTH, 1 << 20)
-        client.dataReceived(b"* SEARCH " + b"123456 " * 100000 + b"\r\n")
+        self.assertEqual(MAX_LINE_LENGTH, 1 << 20)
+        client.dataReceived(b"* SEARCH " + b"1" * (MAX_LINE_LENGTH - 9) + b"\r\n")
         self.assertFalse(transport.disconnecting)
+        client.dataReceived(b"* SEARCH " + b"1" * (MAX_LINE_LENGTH - 8) + b"\r\n")
+        self.assertTrue(transport.aborted)
 
     def test_unsolicitedLoggedShort(self) -> None:
         """
@@ -86,9 +112,10 @@ class ClientTests(SynchronousTestCase):
         self.addCleanup(globalLogPublisher.removeObserver, observer)
         client.dataReceived(b"* SEARCH " + b"123456 " * 100000 + b"\r\n")
         texts = [formatEvent(event) for event in events]
+        self.assertFalse(transport.disconnecting)
         self.assertEqual(len(texts), 1, texts)
-        self.assertIn("Unsolicited response ignored: b'SEARCH' b'123456'", texts[0])
-        self.assertLess(len(texts[0]), 300)
+        self.assertIn("unsolicited response ignored: SEARCH 123456 123456", texts[0])
+        self.assertLess(len(texts[0]), 200)
 
     def test_timeout(self) -> None:
         """
@@ -100,8 +127,8 @@ class ClientTests(SynchronousTestCase):
         clock.advance(29)
         self.assertFalse(transport.disconnecting)
         clock.advance(2)
-        self.assertTrue(transport.disconnecting)
-        self.failureResultOf(d)
+        self.assertTrue(transport.aborted)
+        self.failureResultOf(d, ReplyTimeout)
 
     def test_pipelinedCollecting(self) -> None:
         """
@@ -278,3 +305,244 @@ class SessionTests(SynchronousTestCase):
         self.assertEqual(parseResponseCode("[TRYCREATE] no"), "TRYCREATE")
         self.assertEqual(parseResponseCode("[appenduid 1 2] ok"), "APPENDUID")
         self.assertIsNone(parseResponseCode("no code"))
+
+
+class DeadlineTests(SynchronousTestCase):
+    """
+    The reply deadline as the client drives it.
+    """
+
+    def test_idleConnectionNeverTimesOut(self) -> None:
+        """
+        With nothing owed (greeted, no command in flight) the deadline does
+        not run, however long the connection stays idle.
+        """
+        client, transport, clock = greeted()
+        self.assertEqual(clock.getDelayedCalls(), [])
+        clock.advance(3600)
+        self.assertFalse(transport.disconnecting)
+
+    def test_eachReplyIsProgress(self) -> None:
+        """
+        With several commands in flight, each tagged reply gives the rest
+        the full timeout again; the last one stops the deadline.
+        """
+        client, transport, clock = greeted()
+        first = client.sendPipelined(b"CREATE a")
+        second = client.sendPipelined(b"CREATE b")
+        clock.advance(25)
+        client.dataReceived(b"0001 OK done\r\n")
+        clock.advance(25)
+        self.assertFalse(transport.disconnecting)
+        client.dataReceived(b"0002 OK done\r\n")
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_untaggedIsNotProgress(self) -> None:
+        """
+        Untagged responses (keep-alives, EXISTS) do not extend the
+        deadline: the command fails with L{ReplyTimeout} naming it.
+        """
+        client, transport, clock = greeted()
+        d = client.sendPipelined(b"SELECT INBOX")
+        for _ in range(30):
+            clock.advance(1)
+            client.dataReceived(b"* OK still here\r\n* 3 EXISTS\r\n")
+        error = self.failureResultOf(d, ReplyTimeout).value
+        self.assertEqual(str(error), "no reply to SELECT within 30 s")
+        self.assertTrue(transport.aborted)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_resumedWritesAreProgress(self) -> None:
+        """
+        The transport resuming a watched producer (the server read a full
+        buffer of a large literal) is progress; a pause alone is owed time.
+        """
+        client, transport, clock = greeted()
+        producer = Producer()
+        transport.registerProducer(producer, True)
+        client.watchWrites(producer)
+        wrapper = transport.producer
+        assert wrapper is not None
+        d = client.sendPipelined(b"NOOP")
+        for _ in range(5):
+            clock.advance(20)
+            wrapper.pauseProducing()
+            wrapper.resumeProducing()
+        self.assertEqual(producer.calls, ["pause", "resume"] * 5)
+        self.assertNoResult(d)
+        client.dataReceived(b"0001 OK done\r\n")
+        self.successResultOf(d)
+        wrapper.pauseProducing()
+        clock.advance(30)
+        self.assertTrue(transport.aborted)
+        self.assertEqual(
+            str(client.dropReason), "the server read nothing imapmig sent for 30 s"
+        )
+
+    def test_closeIsBounded(self) -> None:
+        """
+        C{close} closes cleanly, and aborts if the connection is not gone
+        within the timeout (a server that stops reading cannot leave it
+        half-closed).
+        """
+        client, transport, clock = greeted()
+        client.close()
+        self.assertTrue(transport.disconnecting)
+        self.assertFalse(transport.aborted)
+        clock.advance(30)
+        self.assertTrue(transport.aborted)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_closeDone(self) -> None:
+        """
+        A connection that closes in time leaves nothing scheduled.
+        """
+        client, transport, clock = greeted()
+        client.close()
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertFalse(transport.aborted)
+
+
+@implementer(IPushProducer)
+class Producer:
+    """
+    Records pause and resume calls.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pauseProducing(self) -> None:
+        self.calls.append("pause")
+
+    def resumeProducing(self) -> None:
+        self.calls.append("resume")
+
+    def stopProducing(self) -> None:
+        self.calls.append("stop")
+
+
+class ConnectionLossTests(SynchronousTestCase):
+    """
+    Who ended a connection, and what pending commands fail with.
+    """
+
+    def test_describe(self) -> None:
+        """
+        Each way a connection ends is told apart.
+        """
+        self.assertEqual(
+            describeConnectionLoss(ReplyTimeout("no reply to APPEND within 120 s", "APPEND", 120)),
+            "imapmig dropped the connection: no reply to APPEND within 120 s",
+        )
+        self.assertEqual(
+            describeConnectionLoss(ConnectionDone()), "the server closed the connection"
+        )
+        self.assertEqual(
+            describeConnectionLoss(TwistedConnectionLost()),
+            "the connection was reset by the server",
+        )
+        self.assertEqual(
+            describeConnectionLoss(ConnectionAborted()), "imapmig aborted the connection"
+        )
+        self.assertEqual(
+            describeConnectionLoss(ServerBye("Server shutting down")),
+            "the server said BYE: Server shutting down",
+        )
+
+    def test_droppedReasonReplacesAbort(self) -> None:
+        """
+        After imapmig drops a connection, the transport's ConnectionAborted
+        is reported as the reason imapmig recorded.
+        """
+        client, transport, clock = greeted()
+        pipelined = client.sendPipelined(b"NOOP")
+        client.dataReceived(b"ZZZZ OK what\r\n")
+        self.failureResultOf(pipelined, ProtocolError)
+        later = client.sendPipelined(b"NOOP")
+        client.connectionLost(Failure(ConnectionAborted()))
+        error = self.failureResultOf(later, ProtocolError).value
+        self.assertIn("a reply with an unknown tag", describeConnectionLoss(error))
+
+    def test_serverBye(self) -> None:
+        """
+        A BYE outside LOGOUT fails what is pending with L{ServerBye} at
+        once, and closes the connection (bounded); a BYE that asks to
+        wait (C{[UNAVAILABLE]}) fails it with L{ServerBusy} instead, for
+        the job to wait before it connects again.
+        """
+        client, transport, clock = greeted()
+        d = client.sendPipelined(b"SELECT INBOX")
+        client.dataReceived(b"* BYE Server shutting down\r\n")
+        self.assertEqual(self.failureResultOf(d, ServerBye).value.text, "Server shutting down")
+        self.assertTrue(transport.disconnecting)
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+        client, transport, clock = greeted()
+        d = client.sendPipelined(b"SELECT INBOX")
+        client.dataReceived(b"* BYE [UNAVAILABLE] maintenance\r\n")
+        busy = self.failureResultOf(d, ServerBusy).value
+        self.assertEqual((busy.code, busy.text), ("UNAVAILABLE", "[UNAVAILABLE] maintenance"))
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_logoutByeExpected(self) -> None:
+        """
+        The BYE of LOGOUT is not a L{ServerBye}: logout succeeds and the
+        connection is closed cleanly.
+        """
+        client, transport, clock = greeted()
+        d = client.logout()
+        client.dataReceived(b"* BYE bye\r\n0001 OK done\r\n")
+        self.successResultOf(d)
+        self.assertTrue(transport.disconnecting)
+        self.assertFalse(transport.aborted)
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_escapedExcerpt(self) -> None:
+        """
+        Excerpts of peer data are at most 80 octets, non-printables
+        escaped, cut ones marked.
+        """
+        self.assertEqual(escapedExcerpt(b"OK fine"), "OK fine")
+        self.assertEqual(escapedExcerpt(b"a\\b\r\n\x00\xff\t"), "a\\\\b\\r\\n\\x00\\xff\\t")
+        self.assertEqual(escapedExcerpt(b"x" * 81), "x" * 80 + "...")
+        self.assertEqual(escapedExcerpt(b"\xff" * 1000), "\\xff" * 80 + "...")
+
+
+class BoundsTests(SynchronousTestCase):
+    """
+    What a server can make the client hold.
+    """
+
+    def test_literalOutsideFetchCapped(self) -> None:
+        """
+        A literal in a response other than FETCH larger than
+        L{MAX_RESPONSE_LENGTH} is refused when announced; one that fits is
+        read.
+        """
+        client, transport, clock = greeted()
+        d = client.sendCollecting(b"LIST", b'"" "*"')
+        client.dataReceived(b'* LIST () "/" {5}\r\nINBOX\r\n')
+        client.dataReceived(b'* LIST () "/" {%d}\r\n' % (MAX_RESPONSE_LENGTH + 1))
+        error = self.failureResultOf(d, ProtocolError).value
+        self.assertIn(f"a literal of {MAX_RESPONSE_LENGTH + 1} octets outside a FETCH", str(error))
+
+    def test_existsKeptOnce(self) -> None:
+        """
+        However many EXISTS come during a SELECT, it collects the last one
+        only; EXPUNGE not at all.
+        """
+        client, transport, clock = greeted()
+        d = client.sendCollecting(b"SELECT", b"INBOX")
+        client.dataReceived(
+            b"* 1 EXISTS\r\n* 0 RECENT\r\n* FLAGS ()\r\n" + b"* 2 EXPUNGE\r\n* 5 EXISTS\r\n" * 1000
+        )
+        client.dataReceived(b"0001 OK done\r\n")
+        lines, _ = self.successResultOf(d)
+        self.assertEqual(lines, [b"5 EXISTS", b"0 RECENT", b"FLAGS ()"])

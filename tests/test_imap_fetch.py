@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import CommandFailed, ConnectionLost
+from imapmig.errors import CommandFailed, ConnectionDropped, ConnectionLost, ProtocolError, ReplyTimeout
 from imapmig.imap.client import CommandRefused, MigrationIMAP4Client
 from imapmig.imap.fetch import (
     DEFAULT_MAX_LITERAL,
@@ -629,12 +629,14 @@ class ClientHookTests(SynchronousTestCase):
     def test_unreadableResponse(self) -> None:
         """
         A FETCH response the parser cannot read fails the fetches in flight
-        with L{FetchParseError} and drops the connection.
+        with L{ProtocolError} naming the parser's complaint, and drops the
+        connection.
         """
         client, transport = greeted()
         d = client.fetchInto(b"UID FETCH 1 (UID)", Collected())
         client.dataReceived(b"* 1 FETCH (UID 1 (\r\n0001 OK done\r\n")
-        self.failureResultOf(d, FetchParseError)
+        error = self.failureResultOf(d, ProtocolError).value
+        self.assertIn("unreadable FETCH response", str(error))
         self.assertTrue(transport.disconnecting)
 
     def test_failingSinkDropsConnection(self) -> None:
@@ -647,30 +649,37 @@ class ClientHookTests(SynchronousTestCase):
         def sink(item: FetchedItem) -> None:
             raise RuntimeError("bug")
 
-        client.fetchInto(b"UID FETCH 1 (UID)", sink)
+        d = client.fetchInto(b"UID FETCH 1 (UID)", sink)
         client.dataReceived(b"* 1 FETCH (UID 1)\r\n")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
         self.assertTrue(transport.disconnecting)
+        self.failureResultOf(d, ConnectionDropped)
 
     def test_literalKeepsConnectionAlive(self) -> None:
         """
-        Literal octets count as activity for the idle timeout, however long
-        the literal takes.
+        Literal octets are progress for the reply deadline, every 64 KiB of
+        them, however long the literal takes; a trickle is not.
         """
         clock = Clock()
         client, transport = greeted(timeout=30, clock=clock)
         d = client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", Collected())
-        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {10}\r\n")
+        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {655360}\r\n")
         for _ in range(10):
             clock.advance(20)
-            client.dataReceived(b"x")
+            client.dataReceived(b"x" * 65536)
         clock.advance(20)
         client.dataReceived(b")\r\n0001 OK done\r\n")
         self.successResultOf(d)
         self.assertFalse(transport.disconnecting)
+        d = client.fetchInto(b"UID FETCH 2 (UID BODY.PEEK[])", Collected())
+        client.dataReceived(b"* 2 FETCH (UID 2 BODY[] {10}\r\n")
+        for _ in range(2):
+            clock.advance(20)
+            client.dataReceived(b"x")
+        self.assertTrue(transport.disconnecting)
+        self.failureResultOf(d, ReplyTimeout)
         client.connectionLost(Failure(ConnectionDone()))
         self.assertEqual(clock.getDelayedCalls(), [])
-
     def test_bigBodyThroughClient(self) -> None:
         """
         A 20 MB body read through the client in 64 KiB reads arrives exact.
@@ -1156,15 +1165,17 @@ class LimitTests(SynchronousTestCase):
 
     def test_throughTheClient(self) -> None:
         """
-        Through the client, a huge literal fails the fetch command with
-        L{FetchParseError} and drops the connection, having buffered
-        nothing of it.
+        Through the client, a huge literal fails the fetch command with a
+        L{ProtocolError} naming the limit, and drops the connection, having
+        buffered nothing of it.
         """
         client, transport = greeted()
         d = client.fetchInto(b"UID FETCH 5 (UID BODY.PEEK[])", Collected())
         client.dataReceived(b"* 1 FETCH (UID 5 BODY[] {99999999999}\r\n" + b"x" * 65536)
-        self.failureResultOf(d, FetchParseError)
-        self.assertTrue(transport.disconnecting)
+        failure = self.failureResultOf(d, ProtocolError)
+        self.assertIn("above the limit", str(failure.value))
+        self.assertTrue(transport.disconnecting or transport.disconnected)
+        self.flushLoggedErrors()
 
 
 class SpoolTests(SynchronousTestCase):

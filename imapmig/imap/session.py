@@ -15,7 +15,7 @@ import base64
 from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
 
 from attrs import evolve, frozen
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout
 from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import ConnectError, ConnectionDone
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -28,6 +28,7 @@ from imapmig.errors import (
     AuthenticationFailed,
     CommandFailed,
     ConnectionLost,
+    ImapmigError,
     TLSFailed,
     TLSRequired,
     TransientError,
@@ -273,6 +274,10 @@ def describeTLSError(error: BaseException) -> str | None:
 async def _mapped(command: str, d: Deferred[T]) -> T:
     """
     Await C{d}, mapping Twisted's IMAP, TLS and connection errors to ours.
+
+    A lost connection keeps its class (L{ReplyTimeout}, L{ProtocolError},
+    L{ServerBye} and the other L{ConnectionLost}s) and its attributes, its
+    text saying which command it interrupted and who ended it.
     """
     try:
         return await d
@@ -284,7 +289,7 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
         status = e.status if isinstance(e, CommandRefused) else "NO"
         raise CommandFailed(command, status, parseResponseCode(text), text) from None
     except ConnectionLost as e:
-        raise ConnectionLost(f"{command}: {e}") from None
+        raise _retold(e, f"{command}: {describeConnectionLoss(e)}") from None
     except Exception as e:
         tls = describeTLSError(e)
         if tls is not None:
@@ -296,6 +301,20 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
                 f"{command}: connection lost: {describeConnectionLoss(e)}"
             ) from None
         raise
+
+
+E = TypeVar("E", bound=ImapmigError)
+
+
+def _retold(error: E, text: str) -> E:
+    """
+    C{error}, same class and attributes, with C{text} as its message.
+    """
+    # Not copy.copy: these errors' constructors take more than a message.
+    retold = type(error).__new__(type(error))
+    retold.__dict__.update(error.__dict__)
+    retold.args = (text,)
+    return retold
 
 
 class IMAPSession:
@@ -331,7 +350,7 @@ class IMAPSession:
 
         @raise TLSRequired: the server does not offer it.
         """
-        caps = capabilitySet(await _mapped("CAPABILITY", self._client.getCapabilities()))
+        caps = await self._capabilities()
         if b"STARTTLS" not in caps:
             raise TLSRequired(
                 f"{self._description}: server does not offer STARTTLS "
@@ -350,7 +369,7 @@ class IMAPSession:
 
         @raise AuthenticationFailed: the server refused.
         """
-        caps = capabilitySet(await _mapped("CAPABILITY", self._client.getCapabilities()))
+        caps = await self._capabilities()
         if b"LOGINDISABLED" in caps and b"AUTH=PLAIN" not in caps:
             raise AuthenticationFailed(
                 f"{self._description}: server refuses cleartext login (LOGINDISABLED)"
@@ -382,9 +401,17 @@ class IMAPSession:
         if automatic is not None:
             self.capabilities = automatic
         else:
-            self.capabilities = capabilitySet(
-                await _mapped("CAPABILITY", self._client.getCapabilities(useCache=0))
-            )
+            self.capabilities = await self._capabilities(useCache=False)
+
+    async def _capabilities(self, useCache: bool = True) -> frozenset[bytes]:
+        """
+        The server's capabilities: those of the greeting or of the last
+        CAPABILITY command, or a new CAPABILITY command.
+        """
+        caps: dict[bytes, Any] = await _mapped(
+            "CAPABILITY", self._client.getCapabilities(useCache=int(useCache))
+        )
+        return capabilitySet(caps)
 
     async def startCompression(self) -> bool:
         """
@@ -418,16 +445,16 @@ class IMAPSession:
         """
         Every mailbox (C{LIST "" "*"}).
         """
-        rows = await _mapped("LIST", self._client.list("", "*"))
-        return [_mailboxInfo(row) for row in rows]
+        lines, _ = await _mapped("LIST", self._client.sendCollecting(b"LIST", b'"" "*"'))
+        return [_mailboxInfo(row) for row in _listRows(lines, b"LIST", self._description)]
 
     async def hierarchyDelimiter(self) -> str | None:
         """
         The hierarchy delimiter of the personal namespace (C{LIST "" ""}),
         or L{None} for a flat server.
         """
-        rows = await _mapped("LIST", self._client.list("", ""))
-        for row in rows:
+        lines, _ = await _mapped("LIST", self._client.sendCollecting(b"LIST", b'"" ""'))
+        for row in _listRows(lines, b"LIST", self._description):
             info = _mailboxInfo(row)
             if info.delimiter:
                 return info.delimiter
@@ -590,6 +617,9 @@ class IMAPSession:
         d = self._client.sendPipelined(b"SELECT " + encodeMailboxName(mailbox))
 
         def refused(failure: Any) -> None:
+            if not failure.check(IMAP4Exception):
+                # The connection ended: the APPEND pipeline says so.
+                return
             log.warn(
                 "{session}: SELECT {mailbox!r} refused: {why}",
                 session=self._description,
@@ -614,13 +644,15 @@ class IMAPSession:
         Select C{mailbox}: Dovecot then keeps it open between APPENDs, which
         more than doubles how many it absorbs.
         """
-        info = await _mapped("SELECT", self._client.select(mailbox))
-        flags = info.get("PERMANENTFLAGS") or ()
+        lines, _ = await _mapped(
+            "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
+        )
+        exists, codes, permanentFlags = _openedState(lines)
         return SelectedMailbox(
             name=mailbox,
-            uidValidity=info.get("UIDVALIDITY"),
-            exists=int(info.get("EXISTS") or 0),
-            permanentFlags=tuple(_str(f) for f in flags),
+            uidValidity=codes.get(b"UIDVALIDITY"),
+            exists=exists,
+            permanentFlags=tuple(sorted(permanentFlags or ())),
         )
 
     async def examine(self, mailbox: str, wireName: bytes | None = None) -> ExaminedMailbox:
@@ -775,12 +807,7 @@ class IMAPSession:
         """
 
         async def mapped() -> bytes:
-            try:
-                return await _mapped("UID FETCH", self._client.fetchInto(command, sink))
-            except FetchParseError as e:
-                raise ConnectionLost(
-                    f"{self._description}: UID FETCH: unreadable response: {e}"
-                ) from None
+            return await _mapped("UID FETCH", self._client.fetchInto(command, sink))
 
         # Started now, not when awaited: the command is written at once.
         return Deferred.fromCoroutine(mapped())
@@ -803,11 +830,17 @@ class IMAPSession:
                 self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
             )
             self._pipeline = AppendPipeline(self._client, settings, outcomes)
+            # The transport resuming the pipeline (the server read what was
+            # buffered) is progress for the reply deadline: a large APPEND
+            # on a slow link is not a stall.
+            self._client.watchWrites(self._pipeline)
         return self._pipeline
 
     async def logout(self) -> None:
         """
-        Say goodbye and close; errors on the way out are ignored.
+        Say goodbye and close; errors on the way out are ignored.  Bounded:
+        an unanswered LOGOUT is given up after the timeout, and a
+        connection that does not close within the timeout is aborted.
         """
         if self._pipeline is not None:
             self._pipeline.close()
@@ -816,7 +849,7 @@ class IMAPSession:
             await _mapped("LOGOUT", self._client.logout())
         except Exception:
             pass
-        self._client.connection.loseConnection()
+        self._client.close()
         stats = self._client.compressionStats()
         if stats is not None:
             log.info(
@@ -830,11 +863,12 @@ class IMAPSession:
                 receivedPlain=stats.receivedPlain,
             )
 
-    def abort(self) -> None:
+    def abort(self, reason: str = "the session was abandoned") -> None:
         """
-        Drop the connection now.
+        Drop the connection now (C{abortConnection}); what is pending fails
+        with L{ConnectionDropped} carrying C{reason}.
         """
-        self._client.connection.abortConnection()
+        self._client.abort(reason)
 
 
 def _openedState(
@@ -875,12 +909,16 @@ def _str(value: object) -> str:
     return str(value)
 
 
-def _mailboxInfo(row: Any) -> MailboxInfo:
-    attributes, delimiter, name = row
+def _mailboxInfo(row: list[Value]) -> MailboxInfo:
+    """
+    A L{MailboxInfo} of a parsed LIST row (see L{_listRows}).
+    """
+    attributes, delimiter, name = row[0], row[1], row[2]
+    assert isinstance(attributes, list) and isinstance(name, bytes)
     return MailboxInfo(
-        name=_str(name),
-        delimiter=_str(delimiter) if delimiter not in (None, b"NIL", "NIL") else None,
-        attributes=tuple(_str(a) for a in attributes),
+        name=_decodeMailboxName(name),
+        delimiter=_str(delimiter) if isinstance(delimiter, bytes) and delimiter else None,
+        attributes=tuple(_str(a) for a in attributes if isinstance(a, bytes)),
     )
 
 
@@ -995,16 +1033,28 @@ async def openSession(
     @param clock: an L{IReactorTime} for the command timeout.
     @param starttls: upgrade with STARTTLS, and refuse a server without it.
     @param tlsOptions: the client TLS options for STARTTLS.
-    @param timeout: seconds without any reply before the connection is
-        dropped.
+    @param timeout: how long the server may leave us waiting without
+        progress at each step: connecting, the greeting (and an implicit
+        TLS handshake before it), STARTTLS and its handshake, login, and
+        every later command (see L{imapmig.imap.deadline}).
     @param compress: turn on COMPRESS=DEFLATE right after login where the
         server offers it.
-    @raise TransientError: connecting failed or the connection was lost.
+    @raise TransientError: connecting failed or timed out.
+    @raise ConnectionLost: the connection was lost or dropped on the way
+        (L{ReplyTimeout}, L{ProtocolError}, L{ServerBye} among them), the
+        text naming the server.
     @raise PermanentError: TLS, or authentication, was refused.
     """
-    client = MigrationIMAP4Client(clock, timeout)
+    client = MigrationIMAP4Client(clock, timeout, peer=description)
+    connecting = connectProtocol(endpoint, client)
+    if timeout > 0:
+        connecting.addTimeout(timeout, clock)
     try:
-        await connectProtocol(endpoint, client)
+        await connecting
+    except DeferredTimeout:
+        raise TransientError(
+            f"{description}: cannot connect: no connection within {timeout:g} s"
+        ) from None
     except Exception as e:
         raise TransientError(f"{description}: cannot connect: {e}") from None
     session = IMAPSession(client, description)
@@ -1018,6 +1068,9 @@ async def openSession(
         await session.login(user, password)
         if compress:
             await session.startCompression()
+    except ConnectionLost as e:
+        session.abort()
+        raise _retold(e, f"{description}: {e}") from None
     except BaseException:
         session.abort()
         raise
