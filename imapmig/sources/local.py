@@ -172,7 +172,6 @@ class OpenTree:
     manager: the root stays open until it exits.
 
     @ivar root: the root as configured.
-    @ivar realRoot: the root with every symbolic link resolved.
     @ivar fd: the root, open.
     """
 
@@ -182,8 +181,18 @@ class OpenTree:
         @raise OSError: it cannot be opened as a directory.
         """
         self.root = root
-        self.realRoot = os.path.realpath(root)
-        self.fd = os.open(self.realRoot, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._realRoot: str | None = None
+        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    @property
+    def realRoot(self) -> str:
+        """
+        The root with every symbolic link resolved (found when first asked
+        for: only symbolic links below the root need it).
+        """
+        if self._realRoot is None:
+            self._realRoot = os.path.realpath(self.root)
+        return self._realRoot
 
     def __enter__(self) -> OpenTree:
         return self

@@ -246,6 +246,8 @@ class _OpenFolder:
         """
         self.relative = relative
         self.shown = carriedName(os.path.join(root, relative) if relative else root)
+        # Joined once: a path per message would cost more than its open.
+        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in _SUBDIRS)
         try:
             self.tree = OpenTree(root)
         except OSError as e:
@@ -301,7 +303,7 @@ class _OpenFolder:
         """
         Subdirectory C{index}, as shown to the admin.
         """
-        return os.path.join(self.shown, _SUBDIRS[index])
+        return self._shownDirectories[index]
 
     def stat(self, index: int, name: str) -> os.stat_result | None:
         """
@@ -359,7 +361,7 @@ class _OpenFolder:
             fd = self.descriptors[index]
             if fd is None:
                 return None
-            return readMessageFile(name, size, fd, self.shownDirectory(index))
+            return readMessageFile(name, size, fd, self._shownDirectories[index])
         if irregular.reason is not None:
             return UnreadableMessage(irregular.reason)
         try:
@@ -694,7 +696,17 @@ class MaildirSource:
         try:
             for message in messages:
                 located = seen = files.locate(message.key)
-                body = None if located is None else opened.read(*located, message.size)
+                if located is None:
+                    body = None
+                else:
+                    index, name, irregular = located
+                    fd = opened.descriptors[index]
+                    if irregular is None and fd is not None:
+                        # The common case, inline: one open, read, close.
+                        shown = opened.shownDirectory(index)
+                        body = readMessageFile(name, message.size, fd, shown)
+                    else:
+                        body = opened.read(index, name, irregular, message.size)
                 if body is None and not rescanned:
                     files, rescanned = self._rescan(folder), True
                     opened.close()
