@@ -303,3 +303,24 @@ class EmlDirectorySourceTests(SynchronousTestCase):
                 "sub/inner.eml": b"inner\r\n",
             },
         )
+
+    def test_deep(self) -> None:
+        """
+        Files 300 directories deep are listed (the walk keeps no stack
+        frame per level); a directory whose path the system cannot take
+        fails the listing with L{SourceError}.
+        """
+        root = self.directory()
+        relative = "/".join(["d"] * 300) + "/m.eml"
+        write(root, relative)
+        source = EmlDirectorySource(root, FOLDER)
+        self.assertEqual([m.key for m in self.messages(source)], [relative])
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(25):
+            os.mkdir("l" * 200, dir_fd=fd)
+            deeper = os.open("l" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(fd)
+        failure = self.failureResultOf(source.listMessages(source.folder), SourceError)
+        self.assertIn("File name too long", str(failure.value))

@@ -1331,3 +1331,38 @@ class IrregularEntryTests(MboxTestCase):
         self.assertEqual(
             str(failure.value), f"not an mbox file or directory: not a regular file: FIFO: {path}"
         )
+
+
+class DeepTreeTests(MboxTestCase):
+    """
+    Deep directory trees neither recurse nor hang: the walk is iterative.
+    """
+
+    def test_deep(self) -> None:
+        """
+        Folders 300 levels deep are listed (the walk keeps no stack frame
+        per level).
+        """
+        root = self.directory()
+        relative = "/".join(["A.sbd"] * 300)
+        self.write(os.path.join(root, relative, "Leaf"), mboxOf([b"deep\n"]))
+        [folder] = self.folders(MboxSource(root))
+        self.assertEqual(folder.path, ("A",) * 300 + ("Leaf",))
+
+    def test_pathTooLong(self) -> None:
+        """
+        A directory whose path the system cannot take (longer than
+        C{PATH_MAX}) fails the listing with L{SourceError}, naming it.
+        """
+        root = self.directory()
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(25):
+            os.mkdir("d" * 200, dir_fd=fd)
+            deeper = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(fd)
+        self.write(os.path.join(root, "Top"), mboxOf([b"top\n"]))
+        failure = self.failureResultOf(MboxSource(root).listFolders(), SourceError)
+        self.assertIn("File name too long", str(failure.value))
+        self.assertIn(root, str(failure.value))
