@@ -1135,6 +1135,27 @@ class FolderSafetyTests(MaildirTestCase):
             },
         )
 
+    def test_folderLinkToNothing(self) -> None:
+        """
+        A Maildir++ name that is a symbolic link to nothing (a shared
+        folder not mounted) is listed, and listing it fails saying so; a
+        plain C{.X} directory without C{cur/} or C{new/}, or a link to a
+        file, is no folder.
+        """
+        os.symlink(os.path.join(self.base, "unmounted"), os.path.join(self.root, ".Shared"))
+        os.makedirs(os.path.join(self.root, ".Trash-1000"))
+        with open(os.path.join(self.base, "file"), "wb"):
+            pass
+        os.symlink(os.path.join(self.base, "file"), os.path.join(self.root, ".linkToFile"))
+        self.assertEqual(
+            self.listing(),
+            {
+                "": [],
+                ".Shared": "cannot list the Maildir folder"
+                f" {self.root}/.Shared: symbolic link to nothing",
+            },
+        )
+
     def test_curNotADirectory(self) -> None:
         """
         A folder whose C{cur} is a file (beside a C{new/}) fails its

@@ -191,6 +191,10 @@ def _isMaildirFolder(directory: str) -> bool | None:
             continue
         except OSError:
             unknown = True
+    if not unknown and os.path.islink(directory) and not os.path.exists(directory):
+        # A link to nothing (an unmounted shared folder?): it may have been
+        # a folder, and its listing says why it cannot be read.
+        return None
     return None if unknown else False
 
 
@@ -607,6 +611,11 @@ class MaildirSource:
         opened = _OpenFolder(self.path, self._relativeOf(folder))
         try:
             if not opened.found:
+                directory = os.path.join(self.path, opened.relative)
+                if os.path.islink(directory) and not os.path.exists(directory):
+                    raise SourceError(
+                        f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
+                    )
                 raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
             try:
                 scanned = _scanFolder(opened)
@@ -763,12 +772,13 @@ def _isFolderDirectory(entry: os.DirEntry[str]) -> bool:
     """
     Whether an entry of the Maildir may be a Maildir++ folder: a directory
     (or a link to one) named C{.X}; an entry that cannot be told (a
-    symbolic link loop) may be, and listing it says why it cannot be read.
+    symbolic link loop, a link to nothing) may be, and listing it says why
+    it cannot be read.
     """
     name = entry.name
     if not name.startswith(".") or name in (".", ".."):
         return False
     try:
-        return entry.is_dir()
+        return entry.is_dir() or (entry.is_symlink() and not os.path.exists(entry.path))
     except OSError:
         return True
