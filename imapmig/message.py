@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from attrs import frozen
 
@@ -120,6 +120,10 @@ class StreamedBody:
     read.  A file whose content changes in the meantime no longer gives the
     size announced: L{slices} raises rather than send other octets.
 
+    A source whose messages are not whole files (a region of an mbox
+    file, unescaped as it is read) subclasses this and overrides
+    L{_octets} and L{_unchanged}.
+
     @ivar name: the file's name, for messages.
     """
 
@@ -159,17 +163,15 @@ class StreamedBody:
         @param readSize: octets per read.
         @raise OSError: it cannot be read.
         """
-        size = sourceSize = 0
-        afterCR = hasNUL = False
-        isASCII = True
-        while chunk := os.pread(fd, readSize, sourceSize):
-            size += len(_crlfPiece(chunk, afterCR))
-            afterCR = chunk[-1:] == b"\r"
-            sourceSize += len(chunk)
-            if isASCII and not chunk.isascii():
-                isASCII = False
-            if not hasNUL and b"\x00" in chunk:
-                hasNUL = True
+        sourceSize = 0
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal sourceSize
+            while chunk := os.pread(fd, readSize, sourceSize):
+                sourceSize += len(chunk)
+                yield chunk
+
+        size, hasNUL, isASCII = measure(chunks())
         return cls(fd, sourceSize, size, name, hasNUL, isASCII)
 
     def __len__(self) -> int:
@@ -200,6 +202,29 @@ class StreamedBody:
                 break
         return b"".join(pieces)[:length]
 
+    def _octets(self, readSize: int) -> Iterator[bytes]:
+        """
+        The message as the source stores it, from its start, in non-empty
+        pieces of about C{readSize} octets, never beyond the size counted
+        when it was read.
+
+        @raise OSError: it cannot be read.
+        """
+        offset = 0
+        while offset < self._sourceSize:
+            chunk = os.pread(self._fd, min(readSize, self._sourceSize - offset), offset)
+            if not chunk:
+                break
+            offset += len(chunk)
+            yield chunk
+
+    def _unchanged(self) -> bool:
+        """
+        Whether the source still holds the message as it was counted
+        (called after every octet of it was given).
+        """
+        return os.fstat(self._fd).st_size == self._sourceSize
+
     def slices(self, readSize: int, verify: bool = True) -> Iterator[bytes]:
         """
         The converted message, from its start, in pieces of about
@@ -210,21 +235,39 @@ class StreamedBody:
         @raise OSError: the file cannot be read, or no longer gives the
             size announced (raised before any octet beyond it is given).
         """
-        given = offset = 0
+        given = 0
         afterCR = False
-        while offset < self._sourceSize:
-            chunk = os.pread(self._fd, min(readSize, self._sourceSize - offset), offset)
-            if not chunk:
-                break
+        for chunk in self._octets(readSize):
             piece = _crlfPiece(chunk, afterCR)
             afterCR = chunk[-1:] == b"\r"
-            offset += len(chunk)
             given += len(piece)
             if given > self._size:
                 break
             yield piece
-        if verify and (given != self._size or os.fstat(self._fd).st_size != self._sourceSize):
+        if verify and (given != self._size or not self._unchanged()):
             raise OSError(f"{self.name} changed while being sent")
+
+
+def measure(chunks: Iterable[bytes]) -> tuple[int, bool, bool]:
+    """
+    Count what L{StreamedBody} needs to know of a message before it is
+    sent.
+
+    @param chunks: the message as stored, in order, in non-empty pieces.
+    @return: its size converted to CRLF, whether it holds a NUL octet, and
+        whether every octet is 7-bit ASCII.
+    """
+    size = 0
+    afterCR = hasNUL = False
+    isASCII = True
+    for chunk in chunks:
+        size += len(_crlfPiece(chunk, afterCR))
+        afterCR = chunk[-1:] == b"\r"
+        if isASCII and not chunk.isascii():
+            isASCII = False
+        if not hasNUL and b"\x00" in chunk:
+            hasNUL = True
+    return size, hasNUL, isASCII
 
 
 MessageBody = bytes | bytearray | StreamedBody | UnreadableMessage

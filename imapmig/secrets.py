@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.test_secrets,tests.test_config -*-
 """
 Secrets: passwords read from files that only their owner may read, and
 L{Secret}, the value that carries one without ever showing it.
@@ -30,6 +30,14 @@ class Secret:
     __str__ = __repr__
 
 
+MAX_PASSWORD_FILE = 64 * 1024
+"""
+The largest password file read, in octets: a password is one line, and a
+file larger than this is a mistake (a mail spool, a disk image) that must
+not be read into memory.
+"""
+
+
 class PasswordFileError(ValueError):
     """
     A password file cannot be used.  The message names the file and says
@@ -50,7 +58,9 @@ def readPasswordFile(path: str) -> str:
         C{\\r\\n}).
     @raise PasswordFileError: the file does not exist, cannot be read, is a
         directory or not a regular file, is accessible to group or others
-        (mode C{& 0o077}), is not UTF-8 text, or its first line is empty.
+        (mode C{& 0o077}), is larger than L{MAX_PASSWORD_FILE} octets (at
+        most that many and one more are ever read), is not UTF-8 text, or
+        its first line is empty.
     """
     try:
         # O_NONBLOCK: opening a FIFO by mistake must not hang the daemon;
@@ -70,7 +80,8 @@ def readPasswordFile(path: str) -> str:
         ) from None
     try:
         # fstat after open: the checks apply to the very file read below.
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if stat.S_ISDIR(mode):
             raise PasswordFileError(f"password file {path} is a directory")
         if not stat.S_ISREG(mode):
@@ -80,8 +91,13 @@ def readPasswordFile(path: str) -> str:
                 f"password file {path} is accessible to group or others"
                 f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
             )
+        if status.st_size > MAX_PASSWORD_FILE:
+            raise _tooLarge(path)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            content = f.read()
+            # One octet more than allowed shows a file that grew since.
+            content = f.read(MAX_PASSWORD_FILE + 1)
+        if len(content) > MAX_PASSWORD_FILE:
+            raise _tooLarge(path)
     except OSError as e:
         raise PasswordFileError(
             f"password file {path} cannot be read: {e.strerror}"
@@ -100,3 +116,13 @@ def readPasswordFile(path: str) -> str:
     except UnicodeDecodeError:
         # The decoder's own message quotes an octet of the password.
         raise PasswordFileError(f"password file {path} is not UTF-8 text") from None
+
+
+def _tooLarge(path: str) -> PasswordFileError:
+    """
+    The error for a password file larger than L{MAX_PASSWORD_FILE}.
+    """
+    return PasswordFileError(
+        f"password file {path} is larger than {MAX_PASSWORD_FILE // 1024} KiB"
+        f" ({MAX_PASSWORD_FILE} octets): refused unread (the password is its first line)"
+    )

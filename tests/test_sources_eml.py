@@ -24,7 +24,7 @@ from imapmig.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
-from tests.support import denyAccess
+from tests.localfiles import describeUnprivileged, makeSocket, makeUnreadable
 
 FOLDER = ("Archive", "2019")
 
@@ -161,15 +161,17 @@ class EmlDirectorySourceTests(SynchronousTestCase):
 
     def test_nonUTF8Name(self) -> None:
         """
-        A file name that is not UTF-8 gives a key with its undecodable bytes
-        shown as C{\\xNN}, and the file is read through that key.
+        A file name that is not UTF-8 gives a key with each undecodable
+        octet carried as C{%XX}, and the file is read through that key, by
+        this instance and by a fresh one.
         """
         root = self.directory()
         write(root, os.fsdecode(b"caf\xe9/m.eml"), b"x\n")
         source = EmlDirectorySource(root, FOLDER)
         [message] = self.messages(source)
-        self.assertEqual(message.key, "caf\\xe9/m.eml")
+        self.assertEqual(message.key, "caf%E9/m.eml")
         self.assertEqual(self.bodies(source, [message]), [b"x\r\n"])
+        self.assertEqual(self.bodies(EmlDirectorySource(root, FOLDER), [message]), [b"x\r\n"])
 
     def test_bodies(self) -> None:
         """
@@ -227,12 +229,98 @@ class EmlDirectorySourceTests(SynchronousTestCase):
         """
         A subdirectory that cannot be listed fails the listing with
         L{SourceError} naming it, rather than leaving its messages behind
-        silently.
+        silently (checked where the kernel refuses: see
+        L{tests.localfiles}).
+        """
+        root = os.path.abspath(self.directory())
+        write(root, "locked/a.eml")
+        write(root, "b.eml")
+        locked = os.path.join(root, "locked")
+        makeUnreadable(self, locked)
+        self.assertEqual(
+            describeUnprivileged(self, "eml", root),
+            {"folders": {"": {"error": f"cannot list {locked}: Permission denied"}}},
+        )
+
+    def test_unreadableFile(self) -> None:
+        """
+        A file that cannot be read is an L{UnreadableMessage} saying so;
+        the others are read.
+        """
+        root = os.path.abspath(self.directory())
+        locked = write(root, "a.eml")
+        write(root, "b.eml", b"b\n")
+        makeUnreadable(self, locked)
+        self.assertEqual(
+            describeUnprivileged(self, "eml", root),
+            {"folders": {"": {"a.eml": f"permission denied: {locked}", "b.eml": 3}}},
+        )
+
+    def test_special(self) -> None:
+        """
+        A C{.eml} entry that is a FIFO or a socket, or a link
+        leading out of the directory, to nothing or into a loop, and a
+        link to a directory out of the directory, are each listed and
+        unreadable with the reason; a link to a C{.eml} file inside is
+        read; a link to a directory inside is not followed (its files are
+        listed once, where they are); other names are no messages.
+        """
+        base = os.path.abspath(self.directory())
+        root = os.path.join(base, "export")
+        write(root, "good.eml", b"good\n")
+        write(root, "sub/inner.eml", b"inner\n")
+        secret = write(base, "secret.eml", b"secret\n")
+        write(base, "outsideDir/hidden.eml", b"hidden\n")
+        os.mkfifo(os.path.join(root, "fifo.eml"))
+        os.mkfifo(os.path.join(root, "fifo.txt"))
+        makeSocket(self, os.path.join(root, "socket.eml"))
+        write(root, "dir.eml/in.eml", b"in\n")
+        os.symlink(secret, os.path.join(root, "outside.eml"))
+        os.symlink(os.path.join(base, "outsideDir"), os.path.join(root, "outsideDir"))
+        os.symlink("loop.eml", os.path.join(root, "loop.eml"))
+        os.symlink("missing.eml", os.path.join(root, "dangling.eml"))
+        os.symlink("missing", os.path.join(root, "dangling"))
+        os.symlink("good.eml", os.path.join(root, "alias.eml"))
+        os.symlink("sub", os.path.join(root, "subAlias"))
+        os.symlink(secret, os.path.join(root, "secretButNotEml"))
+        source = EmlDirectorySource(root, FOLDER)
+        messages = self.messages(source)
+        leaves = "symbolic link leading out of the source directory, not followed:"
+        self.assertEqual(
+            dict(zip([m.key for m in messages], self.bodies(source, messages))),
+            {
+                "alias.eml": b"good\r\n",
+                "dangling.eml": UnreadableMessage(f"symbolic link to nothing: {root}/dangling.eml"),
+                "dir.eml/in.eml": b"in\r\n",
+                "fifo.eml": UnreadableMessage(f"not a regular file: FIFO: {root}/fifo.eml"),
+                "good.eml": b"good\r\n",
+                "loop.eml": UnreadableMessage(f"symbolic link loop: {root}/loop.eml"),
+                "outside.eml": UnreadableMessage(f"{leaves} {root}/outside.eml -> {secret}"),
+                "outsideDir": UnreadableMessage(
+                    f"{leaves} {root}/outsideDir -> {base}/outsideDir"
+                ),
+                "socket.eml": UnreadableMessage(f"not a regular file: socket: {root}/socket.eml"),
+                "sub/inner.eml": b"inner\r\n",
+            },
+        )
+
+    def test_deep(self) -> None:
+        """
+        Files 300 directories deep are listed (the walk keeps no stack
+        frame per level); a directory whose path the system cannot take
+        fails the listing with L{SourceError}.
         """
         root = self.directory()
-        write(root, "locked/a.eml")
-        locked = os.path.join(root, "locked")
-        denyAccess(self, locked)
+        relative = "/".join(["d"] * 300) + "/m.eml"
+        write(root, relative)
         source = EmlDirectorySource(root, FOLDER)
+        self.assertEqual([m.key for m in self.messages(source)], [relative])
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(25):
+            os.mkdir("l" * 200, dir_fd=fd)
+            deeper = os.open("l" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(fd)
         failure = self.failureResultOf(source.listMessages(source.folder), SourceError)
-        self.assertIn(locked, str(failure.value))
+        self.assertIn("File name too long", str(failure.value))

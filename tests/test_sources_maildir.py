@@ -9,8 +9,10 @@ temporary directory.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Sequence
 
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -23,8 +25,9 @@ from imapmig.message import (
     utcFromTimestamp,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.maildir import MaildirSource, displayableName
-from tests.support import denyAccess
+from imapmig.sources.local import originalName
+from imapmig.sources.maildir import MaildirSource
+from tests.localfiles import describeUnprivileged, makeSocket, makeUnreadable
 
 INBOX = SourceFolder(path=("INBOX",), key="")
 
@@ -184,19 +187,48 @@ class FolderTests(MaildirTestCase):
 
     def test_nonUTF8Name(self) -> None:
         """
-        A directory name that is not UTF-8 is listed with its undecodable
-        bytes shown as C{\\xNN}, in its path and key, and its messages can
-        still be listed and read through that key.
+        A directory name that is not UTF-8 is listed with each undecodable
+        octet carried as C{%XX}, in its path and key, with a warning naming
+        it; its messages can be listed and read through that key, by this
+        instance and by a fresh one that never listed the folders.
         """
         root = self.maildir()
         raw = os.fsdecode(b".caf\xe9")
         folderDir = makeFolder(os.path.join(root, raw))
         deliver(folderDir, "cur", "1700000000.M1P1.host:2,S", b"a\n")
         source = MaildirSource(root)
-        [_, folder] = self.successResultOf(source.listFolders())
-        self.assertEqual((folder.path, folder.key), (("caf\\xe9",), ".caf\\xe9"))
+        with capturedLogs() as events:
+            [_, folder] = self.successResultOf(source.listFolders())
+        self.assertEqual((folder.path, folder.key), (("caf%E9",), ".caf%E9"))
+        self.assertEqual(
+            [formatEvent(e) for e in events],
+            [
+                "Source folder name is not valid UTF-8: carried as .caf%E9"
+                f" ({root}/.caf%E9)"
+            ],
+        )
+        self.assertEqual(events[0]["log_level"], LogLevel.warn)
         [message] = self.messages(source, folder)
         self.assertEqual(self.bodies(source, [message], folder), [b"a\r\n"])
+        fresh = MaildirSource(root)
+        self.assertEqual(self.bodies(fresh, [message], folder), [b"a\r\n"])
+        self.assertEqual(self.messages(MaildirSource(root), folder), [message])
+
+    def test_percentInName(self) -> None:
+        """
+        A valid UTF-8 name holding a C{%} that would read as a carried
+        octet is carried with that C{%} as C{%25}, so that it cannot be
+        taken for the name of another directory; other names with a C{%}
+        stay as they are.
+        """
+        root = self.maildir()
+        makeFolder(os.path.join(root, ".caf%E9"))
+        makeFolder(os.path.join(root, os.fsdecode(b".caf\xe9")))
+        makeFolder(os.path.join(root, ".100% sure"))
+        self.assertEqual(
+            sorted(f.key for f in self.folders(root)[1:]),
+            [".100% sure", ".caf%25E9", ".caf%E9"],
+        )
 
     def test_specialUse(self) -> None:
         """
@@ -376,16 +408,27 @@ class MessageListingTests(MaildirTestCase):
 
     def test_ignored(self) -> None:
         """
-        Files in C{tmp/}, dotfiles, and subdirectories of C{cur/} and
-        C{new/} are not messages.
+        Files in C{tmp/} and dotfiles are not messages; a subdirectory of
+        C{cur/} is not skipped silently: it is listed, and reading it says
+        it is not a regular file.
         """
         root = self.maildir()
         deliver(root, "tmp", "1700000000.a.host")
         deliver(root, "cur", ".1700000001.b.host:2,S")
         deliver(root, "new", ".hidden")
-        os.makedirs(os.path.join(root, "cur", "1700000002.c.host:2,S"))
+        subdirectory = os.path.join(root, "cur", "1700000002.c.host:2,S")
+        os.makedirs(subdirectory)
         deliver(root, "cur", "1700000003.d.host:2,S")
-        self.assertEqual([m.key for m in self.messages(MaildirSource(root))], ["1700000003.d.host"])
+        source = MaildirSource(root)
+        messages = self.messages(source)
+        self.assertEqual([m.key for m in messages], ["1700000002.c.host", "1700000003.d.host"])
+        self.assertEqual(
+            self.bodies(source, messages),
+            [
+                UnreadableMessage(f"not a regular file: directory: {subdirectory}"),
+                b"Subject: x\r\n\r\nbody\r\n",
+            ],
+        )
 
     def test_internalDateFromName(self) -> None:
         """
@@ -486,15 +529,15 @@ class MessageListingTests(MaildirTestCase):
 
     def test_nonUTF8MessageName(self) -> None:
         """
-        A file name that is not UTF-8 gives a key with its undecodable bytes
-        shown as C{\\xNN}, and the file is read through that key.
+        A file name that is not UTF-8 gives a key with its undecodable
+        octets carried as C{%XX}, and the file is read through that key.
         """
         root = self.maildir()
         deliver(root, "cur", os.fsdecode(b"1700000000.caf\xe9:2,S"), b"x\n")
         source = MaildirSource(root)
         [message] = self.messages(source)
-        self.assertEqual(message.key, "1700000000.caf\\xe9")
-        self.assertEqual(displayableName(message.key), message.key)
+        self.assertEqual(message.key, "1700000000.caf%E9")
+        self.assertEqual(os.fsencode(originalName(message.key)), b"1700000000.caf\xe9")
         self.assertEqual(self.bodies(source, [message]), [b"x\r\n"])
 
     def test_subfolder(self) -> None:
@@ -542,15 +585,51 @@ class MessageListingTests(MaildirTestCase):
 
     def test_folderUnreadable(self) -> None:
         """
-        Listing a folder whose C{cur/} cannot be read fails with
-        L{SourceError} naming it.
+        Listing a folder whose C{cur/} the process may not read fails with
+        L{SourceError} naming it (checked where the kernel refuses: see
+        L{tests.unprivileged}).
         """
         root = self.maildir()
-        cur = os.path.join(root, "cur")
-        denyAccess(self, cur)
-        failure = self.failureResultOf(MaildirSource(root).listMessages(INBOX), SourceError)
-        self.assertIn(root, str(failure.value))
-        self.assertIn("Permission denied", str(failure.value))
+        deliver(root, "new", "1700000000.a.host")
+        makeUnreadable(self, os.path.join(root, "cur"))
+        described = describeUnprivileged(self, "maildir", root)
+        self.assertEqual(
+            described,
+            {
+                "folders": {
+                    "": {
+                        "error": "cannot list the Maildir folder"
+                        f" {os.path.abspath(root)}: Permission denied"
+                    }
+                }
+            },
+        )
+
+    def test_unreadableSubfolder(self) -> None:
+        """
+        A Maildir++ folder that the process may not enter (mode 000) is
+        listed, not skipped: listing its messages fails with L{SourceError}
+        naming it (which fails the job naming it), and the other folders
+        are read.
+        """
+        root = self.maildir()
+        deliver(root, "cur", "1700000000.a.host:2,S", b"a\n")
+        locked = makeFolder(os.path.join(root, ".Locked"))
+        deliver(locked, "cur", "1700000000.l.host:2,S", b"l\n")
+        makeUnreadable(self, locked)
+        described = describeUnprivileged(self, "maildir", root)
+        self.assertEqual(
+            described,
+            {
+                "folders": {
+                    "": {"1700000000.a.host": 3},
+                    ".Locked": {
+                        "error": "cannot list the Maildir folder"
+                        f" {os.path.abspath(locked)}: Permission denied"
+                    },
+                }
+            },
+        )
 
     def test_badFolderKey(self) -> None:
         """
@@ -704,204 +783,405 @@ class ReadBodiesTests(MaildirTestCase):
     def test_permissionDenied(self) -> None:
         """
         A file the process may not read is an L{UnreadableMessage} saying
-        so, with its path.
+        so, with its path (checked where the kernel refuses: see
+        L{tests.unprivileged}).
         """
         root = self.maildir()
         path = deliver(root, "cur", "1700000000.a.host:2,S")
-        denyAccess(self, path)
-        source = MaildirSource(root)
+        deliver(root, "cur", "1700000001.b.host:2,S", b"b\n")
+        makeUnreadable(self, path)
         self.assertEqual(
-            self.bodies(source, self.messages(source)),
-            [UnreadableMessage(f"permission denied: {path}")],
+            describeUnprivileged(self, "maildir", root),
+            {
+                "folders": {
+                    "": {
+                        "1700000000.a.host": f"permission denied: {os.path.abspath(path)}",
+                        "1700000001.b.host": 3,
+                    }
+                }
+            },
         )
 
 
-class LargeFileTests(SynchronousTestCase):
+class OpenFolderTests(SynchronousTestCase):
     """
-    Very large files are not read into memory: they come back as a
-    L{StreamedBody} on the open file.
+    L{_OpenFolder}: a folder's C{cur/} and C{new/}, opened once.
     """
 
-    def test_streamedSameAsToCRLF(self) -> None:
-        """
-        Above the large-file threshold, the streamed body has the length
-        and, in slices of any size, the octets that L{toCRLF} gives, for
-        bare-LF, CRLF and mixed files, with and without a final newline,
-        whatever falls on a slice boundary.
-        """
-        import random
-
-        import imapmig.sources.maildir as module
-        from imapmig.message import StreamedBody, toCRLF
-        from imapmig.sources.maildir import readMessageFile
-
-        self.patch(module, "LARGE_FILE", 4)
-        self.patch(module, "_CHUNK", 7)
-        rng = random.Random(5)
-        path = self.mktemp()
-        samples = [
-            b"\n\nabc\ndef",
-            b"a\r\nb\r\n" * 9,
-            b"x\ny\r\nz\n" * 5,
-            b"no newline at all here",
-            b"\r" * 20 + b"\n" * 20,
-            b"abc\r\r\n\n\r" * 7,
-        ]
-        for _ in range(20):
-            lines = [rng.randbytes(rng.randrange(0, 40)) for _ in range(50)]
-            samples.append(b"\n".join(lines))
-        for data in samples:
-            with open(path, "wb") as f:
-                f.write(data)
-            body = readMessageFile(path)
-            assert isinstance(body, StreamedBody)
-            expected = toCRLF(data)
-            self.assertEqual(len(body), len(expected))
-            for size in (1, 2, 3, 7, 64, 1 << 20):
-                self.assertEqual(b"".join(body.slices(size)), expected)
-            body.close()
-
-    def test_renamedWhileQueued(self) -> None:
-        """
-        The file stays open: renamed after it was read (a flag change), it
-        is still sent whole.
-        """
-        import imapmig.sources.maildir as module
-        from imapmig.message import StreamedBody
-        from imapmig.sources.maildir import readMessageFile
-
-        self.patch(module, "LARGE_FILE", 16)
-        path = self.mktemp()
-        with open(path, "wb") as f:
-            f.write(b"line\n" * 10)
-        body = readMessageFile(path)
-        assert isinstance(body, StreamedBody)
-        os.rename(path, path + ":2,S")
-        self.assertEqual(b"".join(body.slices(8)), b"line\r\n" * 10)
-
-    def test_changedWhileQueued(self) -> None:
-        """
-        A file whose content changed after it was read no longer gives the
-        size announced: the slices raise OSError naming it, and never give
-        more octets than announced.
-        """
-        import imapmig.sources.maildir as module
-        from imapmig.message import StreamedBody
-        from imapmig.sources.maildir import readMessageFile
-
-        self.patch(module, "LARGE_FILE", 16)
-        path = self.mktemp()
-        for change in (b"line\n" * 12, b"line\n" * 8, b"l\ne\n" * 25):
-            with open(path, "wb") as f:
-                f.write(b"line\n" * 10)
-            body = readMessageFile(path)
-            assert isinstance(body, StreamedBody)
-            with open(path, "r+b") as f:
-                f.truncate(0)
-                f.write(change)
-            given = []
-            with self.assertRaises(OSError) as caught:
-                for piece in body.slices(8):
-                    given.append(piece)
-            self.assertIn("changed while being sent", str(caught.exception))
-            self.assertIn(path, str(caught.exception))
-            self.assertLessEqual(len(b"".join(given)), len(body))
-
-    def test_closedWithTheBody(self) -> None:
-        """
-        The body owns the file descriptor: closing it (or dropping it)
-        closes the file.
-        """
-        import imapmig.sources.maildir as module
-        from imapmig.message import StreamedBody
-        from imapmig.sources.maildir import readMessageFile
-
-        self.patch(module, "LARGE_FILE", 16)
-        path = self.mktemp()
-        with open(path, "wb") as f:
-            f.write(b"x\n" * 20)
-        before = len(os.listdir("/proc/self/fd"))
-        body = readMessageFile(path)
-        assert isinstance(body, StreamedBody)
-        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
-        del body
-        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
-
-    def test_fileGrewSinceStat(self) -> None:
-        """
-        A file that grew between its fstat and its read is read to its end.
-        """
-        from imapmig.sources.maildir import readMessageFile
-
-        path = self.mktemp()
-        with open(path, "wb") as f:
-            f.write(b"a\n" * 100)
-        realFstat = os.fstat
-
-        class Shrunk:
-            def __init__(self, fd: int) -> None:
-                self.st_size = realFstat(fd).st_size - 150
-
-        self.patch(os, "fstat", Shrunk)
-        self.assertEqual(readMessageFile(path), b"a\r\n" * 100)
-
-    def test_listedSizeReadWithoutFstat(self) -> None:
-        """
-        Given the size the listing saw, a small file is read with no
-        C{fstat}; a file that shrank since is read as it is now.
-        """
-        from imapmig.sources.maildir import readMessageFile
-
-        path = self.mktemp()
-        with open(path, "wb") as f:
-            f.write(b"a\n" * 100)
-
-        def noFstat(fd: int) -> os.stat_result:
-            raise AssertionError("fstat called")
-
-        self.patch(os, "fstat", noFstat)
-        self.assertEqual(readMessageFile(path, 200), b"a\r\n" * 100)
-        self.assertEqual(readMessageFile(path, 5000), b"a\r\n" * 100)
-
-    def test_grewSinceListed(self) -> None:
-        """
-        A file that grew since it was listed is read to its end; one that
-        grew past the large-file threshold is streamed.
-        """
-        import imapmig.sources.maildir as module
-        from imapmig.message import StreamedBody
-        from imapmig.sources.maildir import readMessageFile
-
-        self.patch(module, "LARGE_FILE", 1000)
-        path = self.mktemp()
-        with open(path, "wb") as f:
-            f.write(b"a\n" * 300)
-        self.assertEqual(readMessageFile(path, 10), b"a\r\n" * 300)
-        with open(path, "wb") as f:
-            f.write(b"b\n" * 600)
-        body = readMessageFile(path, 10)
-        assert isinstance(body, StreamedBody)
-        self.assertEqual(b"".join(body.slices(64)), b"b\r\n" * 600)
-        body.close()
-
-    def test_subdirectoryDescriptors(self) -> None:
+    def test_descriptors(self) -> None:
         """
         Files are looked up by name in C{cur/} and C{new/}, each opened
         once; a file or a subdirectory that is gone gives L{None}; the
-        descriptors are closed on leaving.
+        descriptors (and the Maildir's) are closed on leaving.
         """
-        from imapmig.sources.maildir import _SubdirectoryDescriptors
+        from imapmig.sources.maildir import _OpenFolder
 
         folder = self.mktemp()
         os.makedirs(os.path.join(folder, "cur"))
         with open(os.path.join(folder, "cur", "m1:2,S"), "wb") as f:
             f.write(b"x" * 7)
         before = len(os.listdir("/proc/self/fd"))
-        with _SubdirectoryDescriptors(folder) as descriptors:
-            status = descriptors.stat(0, "m1:2,S")
+        with _OpenFolder(folder, "") as opened:
+            status = opened.stat(0, "m1:2,S")
             assert status is not None
             self.assertEqual(status.st_size, 7)
-            self.assertIsNone(descriptors.stat(0, "gone"))
-            self.assertIsNone(descriptors.stat(1, "m2"))
-            self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+            self.assertIsNone(opened.stat(0, "gone"))
+            self.assertIsNone(opened.stat(1, "m2"))
+            self.assertEqual(len(os.listdir("/proc/self/fd")), before + 2)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
+
+class IrregularEntryTests(MaildirTestCase):
+    """
+    What is not a regular message file in C{cur/} or C{new/} is listed and
+    recorded as unreadable with the reason, never read, followed out of the
+    Maildir or skipped silently; a symbolic link inside the Maildir is read.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        self.root = makeFolder(os.path.join(self.base, "Maildir"))
+        self.secret = os.path.join(self.base, "secret")
+        with open(self.secret, "wb") as f:
+            f.write(b"root:secret\n")
+        deliver(self.root, "cur", "1700000000.ok.host:2,S", b"ok\n")
+
+    def listAndRead(self) -> dict[str, MessageBody]:
+        """
+        Every message of INBOX and what reading it gives.
+        """
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        return dict(zip([m.key for m in messages], self.bodies(source, messages)))
+
+    def test_linkOutside(self) -> None:
+        """
+        A symbolic link leading out of the Maildir (absolute, relative, or
+        to a device) is listed with the flags its name gives, and not read.
+        """
+        cur = os.path.join(self.root, "cur")
+        os.symlink(self.secret, os.path.join(cur, "1700000001.abs.host:2,S"))
+        os.symlink("../../secret", os.path.join(cur, "1700000002.rel.host:2,FS"))
+        os.symlink("/dev/zero", os.path.join(cur, "1700000003.zero.host"))
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        self.assertEqual(
+            [(m.key, m.flags) for m in messages],
+            [
+                ("1700000000.ok.host", ("\\Seen",)),
+                ("1700000001.abs.host", ("\\Seen",)),
+                ("1700000002.rel.host", ("\\Flagged", "\\Seen")),
+                ("1700000003.zero.host", ()),
+            ],
+        )
+        self.assertEqual(
+            self.bodies(source, messages),
+            [
+                b"ok\r\n",
+                UnreadableMessage(
+                    "symbolic link leading out of the source directory, not followed:"
+                    f" {cur}/1700000001.abs.host:2,S -> {self.secret}"
+                ),
+                UnreadableMessage(
+                    "symbolic link leading out of the source directory, not followed:"
+                    f" {cur}/1700000002.rel.host:2,FS -> {self.secret}"
+                ),
+                UnreadableMessage(
+                    "symbolic link leading out of the source directory, not followed:"
+                    f" {cur}/1700000003.zero.host -> /dev/zero"
+                ),
+            ],
+        )
+
+    def test_linkInside(self) -> None:
+        """
+        A symbolic link to a regular file inside the Maildir is read, dated
+        and sized by its target when its name does not say.
+        """
+        other = makeFolder(os.path.join(self.root, ".Other"))
+        target = deliver(other, "cur", "target:2,S", b"shared\n", mtime=1600000000)
+        os.symlink("../.Other/cur/target:2,S", os.path.join(self.root, "new", "linked"))
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        self.assertEqual(
+            [(m.key, m.internalDate, m.size) for m in messages],
+            [
+                ("linked", utcFromTimestamp(1600000000), 7),
+                ("1700000000.ok.host", utcFromTimestamp(1700000000), 3),
+            ],
+        )
+        self.assertEqual(self.bodies(source, messages), [b"shared\r\n", b"ok\r\n"])
+        self.assertTrue(os.path.exists(target))
+
+    def test_specialFiles(self) -> None:
+        """
+        A FIFO, a socket, a directory, and a link to a FIFO inside the
+        Maildir are each listed and recorded as not a regular file, with
+        what they are; a FIFO never blocks.
+        """
+        cur = os.path.join(self.root, "cur")
+        os.mkfifo(os.path.join(cur, "1700000001.fifo.host:2,S"))
+        makeSocket(self, os.path.join(cur, "1700000002.sock.host:2,S"))
+        os.mkdir(os.path.join(cur, "1700000003.dir.host:2,S"))
+        os.symlink("1700000001.fifo.host:2,S", os.path.join(cur, "1700000004.tofifo.host"))
+        self.assertEqual(
+            self.listAndRead(),
+            {
+                "1700000000.ok.host": b"ok\r\n",
+                "1700000001.fifo.host": UnreadableMessage(
+                    f"not a regular file: FIFO: {cur}/1700000001.fifo.host:2,S"
+                ),
+                "1700000002.sock.host": UnreadableMessage(
+                    f"not a regular file: socket: {cur}/1700000002.sock.host:2,S"
+                ),
+                "1700000003.dir.host": UnreadableMessage(
+                    f"not a regular file: directory: {cur}/1700000003.dir.host:2,S"
+                ),
+                "1700000004.tofifo.host": UnreadableMessage(
+                    "not a regular file: symbolic link to a FIFO:"
+                    f" {cur}/1700000004.tofifo.host"
+                ),
+            },
+        )
+
+    def test_device(self) -> None:
+        """
+        A device node (made with C{mknod}, where the process may) is
+        listed and recorded as one, never read.
+        """
+        path = os.path.join(self.root, "new", "1700000001.dev.host")
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+        except PermissionError:
+            raise self.skipTest("mknod needs CAP_MKNOD")
+        self.assertEqual(
+            self.listAndRead()["1700000001.dev.host"],
+            UnreadableMessage(f"not a regular file: character device: {path}"),
+        )
+
+    def test_loopAndNothing(self) -> None:
+        """
+        A symbolic link loop, or a link to nothing, costs only that entry:
+        the folder is listed and the others read.
+        """
+        new = os.path.join(self.root, "new")
+        os.symlink("1700000001.loop.host", os.path.join(new, "1700000001.loop.host"))
+        os.symlink("a", os.path.join(new, "b"))
+        os.symlink("b", os.path.join(new, "a"))
+        os.symlink("missing", os.path.join(new, "1700000002.dangling.host"))
+        self.assertEqual(
+            self.listAndRead(),
+            {
+                "1700000000.ok.host": b"ok\r\n",
+                "1700000001.loop.host": UnreadableMessage(
+                    f"symbolic link loop: {new}/1700000001.loop.host"
+                ),
+                "a": UnreadableMessage(f"symbolic link loop: {new}/a"),
+                "b": UnreadableMessage(f"symbolic link loop: {new}/b"),
+                "1700000002.dangling.host": UnreadableMessage(
+                    f"symbolic link to nothing: {new}/1700000002.dangling.host"
+                ),
+            },
+        )
+
+    def test_swappedForLinkAfterListing(self) -> None:
+        """
+        A file replaced by a symbolic link out of the Maildir between the
+        listing and the reading is not followed.
+        """
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        path = os.path.join(self.root, "cur", "1700000000.ok.host:2,S")
+        os.unlink(path)
+        os.symlink(self.secret, path)
+        self.assertEqual(
+            self.bodies(source, messages),
+            [
+                UnreadableMessage(
+                    f"became a symbolic link since it was listed, not followed: {path}"
+                )
+            ],
+        )
+
+    def test_swappedForFifoAfterListing(self) -> None:
+        """
+        A file replaced by a FIFO between the listing and the reading is
+        refused without blocking.
+        """
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        path = os.path.join(self.root, "cur", "1700000000.ok.host:2,S")
+        os.unlink(path)
+        os.mkfifo(path)
+        self.assertEqual(
+            self.bodies(source, messages),
+            [UnreadableMessage(f"not a regular file: FIFO: {path}")],
+        )
+
+    def test_curSwappedAfterListing(self) -> None:
+        """
+        C{cur/} replaced by a link out of the Maildir between the listing
+        and the reading gives unreadable messages (the folder cannot be
+        opened), and nothing outside is read, though a file of the listed
+        name waits there.
+        """
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        cur = os.path.join(self.root, "cur")
+        os.rename(cur, cur + ".moved")
+        elsewhere = makeFolder(os.path.join(self.base, "elsewhere"))
+        deliver(elsewhere, "cur", "1700000000.ok.host:2,S", b"root:secret\n")
+        os.symlink(os.path.join(elsewhere, "cur"), cur)
+        [body] = self.bodies(source, messages)
+        self.assertEqual(
+            body,
+            UnreadableMessage(
+                f"cannot list the Maildir folder {self.root}: symbolic link leading out of"
+                f" the source directory, not followed: {cur} -> {elsewhere}/cur"
+            ),
+        )
+
+
+class FolderSafetyTests(MaildirTestCase):
+    """
+    Folders that cannot be read as they are fail their listing, naming
+    them; links between folders inside the Maildir are followed.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.mktemp())
+        self.root = makeFolder(os.path.join(self.base, "Maildir"))
+        self.elsewhere = makeFolder(os.path.join(self.base, "elsewhere"))
+        deliver(self.elsewhere, "cur", "1700000000.x.host:2,S", b"elsewhere\n")
+
+    def listing(self) -> dict[str, object]:
+        """
+        Per folder key, its messages' keys, or why they cannot be listed.
+        """
+        source = MaildirSource(self.root)
+        result: dict[str, object] = {}
+        for folder in self.folders(self.root):
+            d = source.listMessages(folder)
+            outcome: list[object] = []
+            d.addCallbacks(
+                lambda ms: outcome.append([m.key for m in ms]),
+                lambda f: outcome.append(str(f.trap(SourceError) and f.value)),
+            )
+            result[folder.key] = outcome[0]
+        return result
+
+    def test_folderLinkOutside(self) -> None:
+        """
+        A Maildir++ folder that is a symbolic link out of the Maildir is
+        listed, and listing its messages fails naming it and its target.
+        """
+        os.symlink(self.elsewhere, os.path.join(self.root, ".Shared"))
+        self.assertEqual(
+            self.listing(),
+            {
+                "": [],
+                ".Shared": f"cannot list the Maildir folder {self.root}/.Shared: symbolic link"
+                " leading out of the source directory, not followed:"
+                f" {self.root}/.Shared/cur -> {self.elsewhere}/cur",
+            },
+        )
+
+    def test_curLinkOutside(self) -> None:
+        """
+        A folder whose C{cur/} is a symbolic link out of the Maildir fails
+        its listing, naming it.
+        """
+        sub = makeFolder(os.path.join(self.root, ".A"), ("new",))
+        os.symlink(os.path.join(self.elsewhere, "cur"), os.path.join(sub, "cur"))
+        self.assertEqual(
+            self.listing()[".A"],
+            f"cannot list the Maildir folder {sub}: symbolic link leading out of the source"
+            f" directory, not followed: {sub}/cur -> {self.elsewhere}/cur",
+        )
+
+    def test_linksInside(self) -> None:
+        """
+        A folder, or a C{cur/}, that is a symbolic link inside the Maildir
+        is followed.
+        """
+        real = makeFolder(os.path.join(self.root, ".Real"))
+        deliver(real, "cur", "1700000001.r.host:2,S")
+        os.symlink(".Real", os.path.join(self.root, ".Alias"))
+        sub = makeFolder(os.path.join(self.root, ".B"), ("new",))
+        os.symlink("../.Real/cur", os.path.join(sub, "cur"))
+        self.assertEqual(
+            self.listing(),
+            {
+                "": [],
+                ".Alias": ["1700000001.r.host"],
+                ".B": ["1700000001.r.host"],
+                ".Real": ["1700000001.r.host"],
+            },
+        )
+
+    def test_folderLoop(self) -> None:
+        """
+        A Maildir++ name that is a symbolic link loop is listed, and
+        listing it fails naming it; the other folders are listed.
+        """
+        os.symlink(".Loop", os.path.join(self.root, ".Loop"))
+        makeFolder(os.path.join(self.root, ".Fine"))
+        self.assertEqual(
+            self.listing(),
+            {
+                "": [],
+                ".Fine": [],
+                ".Loop": f"cannot list the Maildir folder {self.root}/.Loop: symbolic link loop",
+            },
+        )
+
+    def test_folderLinkToNothing(self) -> None:
+        """
+        A Maildir++ name that is a symbolic link to nothing (a shared
+        folder not mounted) is listed, and listing it fails saying so; a
+        plain C{.X} directory without C{cur/} or C{new/}, or a link to a
+        file, is no folder.
+        """
+        os.symlink(os.path.join(self.base, "unmounted"), os.path.join(self.root, ".Shared"))
+        os.makedirs(os.path.join(self.root, ".Trash-1000"))
+        with open(os.path.join(self.base, "file"), "wb"):
+            pass
+        os.symlink(os.path.join(self.base, "file"), os.path.join(self.root, ".linkToFile"))
+        self.assertEqual(
+            self.listing(),
+            {
+                "": [],
+                ".Shared": "cannot list the Maildir folder"
+                f" {self.root}/.Shared: symbolic link to nothing",
+            },
+        )
+
+    def test_curNotADirectory(self) -> None:
+        """
+        A folder whose C{cur} is a file (beside a C{new/}) fails its
+        listing rather than losing C{cur}'s messages silently.
+        """
+        sub = makeFolder(os.path.join(self.root, ".A"), ("new",))
+        with open(os.path.join(sub, "cur"), "wb"):
+            pass
+        self.assertEqual(
+            self.listing()[".A"],
+            f"cannot list the Maildir folder {sub}: cur/ is not a directory",
+        )
+
+    def test_keywordsFileNotRegular(self) -> None:
+        """
+        A C{dovecot-keywords} that is a FIFO, or a link out of the Maildir,
+        is not read (no keywords, no blocking).
+        """
+        deliver(self.root, "cur", "1700000000.a.host:2,Sa")
+        with open(os.path.join(self.elsewhere, "keywords"), "wb") as f:
+            f.write(b"0 $Leaked\n")
+        keywords = os.path.join(self.root, "dovecot-keywords")
+        os.symlink(os.path.join(self.elsewhere, "keywords"), keywords)
+        [message] = self.messages(MaildirSource(self.root))
+        self.assertEqual(message.flags, ("\\Seen",))
+        os.unlink(keywords)
+        os.mkfifo(keywords)
+        [message] = self.messages(MaildirSource(self.root))
+        self.assertEqual(message.flags, ("\\Seen",))

@@ -14,15 +14,25 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Sequence
 
+from twisted.logger import LogLevel, capturedLogs, formatEvent
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+import imapmig.sources.local as local
 import imapmig.sources.mbox as module
 from imapmig.errors import SourceError
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage, toCRLF
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    StreamedBody,
+    UnreadableMessage,
+    toCRLF,
+)
 from imapmig.sources import IMessageSource
 from imapmig.sources.mbox import MboxQuoting, MboxSource, parseFromLineDate
-from tests.support import denyAccess
+from tests.localfiles import describeUnprivileged, makeSocket, makeUnreadable
 
 INBOX = SourceFolder(path=("INBOX",), key="")
 
@@ -73,6 +83,19 @@ def mboxOf(
     C{From} line, escaped, followed by an empty line.
     """
     return b"".join(fromLine + newline + escape(body) + newline for body in bodies)
+
+
+def whole(body: MessageBody) -> MessageBody:
+    """
+    A body as it is sent: a streamed body's slices joined (checking it
+    gives the length it announced).
+    """
+    if not isinstance(body, StreamedBody):
+        return body
+    data = b"".join(body.slices(64 * 1024))
+    assert len(data) == len(body), (len(data), len(body))
+    body.close()
+    return data
 
 
 class MboxTestCase(SynchronousTestCase):
@@ -154,7 +177,7 @@ class MboxTestCase(SynchronousTestCase):
         @return: the messages listed.
         """
         messages, bodies = self.roundTrip(content, quoting)
-        self.assertEqual(bodies, [toCRLF(o) for o in originals])
+        self.assertEqual([whole(b) for b in bodies], [toCRLF(o) for o in originals])
         self.assertEqual([m.size for m in messages], [len(o) for o in originals])
         return messages
 
@@ -304,15 +327,22 @@ class FolderTests(MboxTestCase):
 
     def test_nonUTF8Name(self) -> None:
         """
-        A file name that is not UTF-8 gives a folder name and key with its
-        undecodable bytes shown as C{\\xNN}; its messages are listed and
-        read through that key, by this instance and by a fresh one.
+        A file name that is not UTF-8 gives a folder name and key with each
+        undecodable octet carried as C{%XX}, and a warning naming it; its
+        messages are listed and read through that key, by this instance and
+        by a fresh one.
         """
         root = self.directory()
         self.write(os.path.join(root, os.fsdecode(b"caf\xe9.mbox")), mboxOf([b"x\n"]))
         source = MboxSource(root)
-        [folder] = self.folders(source)
-        self.assertEqual((folder.path, folder.key), (("caf\\xe9",), "caf\\xe9.mbox"))
+        with capturedLogs() as events:
+            [folder] = self.folders(source)
+        self.assertEqual((folder.path, folder.key), (("caf%E9",), "caf%E9.mbox"))
+        self.assertEqual(
+            [formatEvent(e) for e in events],
+            [f"Source folder name is not valid UTF-8: carried as caf%E9 ({root}/caf%E9.mbox)"],
+        )
+        self.assertEqual(events[0]["log_level"], LogLevel.warn)
         messages = self.messages(source, folder)
         self.assertEqual(self.bodies(source, messages, folder), [b"x\r\n"])
         self.assertEqual(self.bodies(MboxSource(root), messages, folder), [b"x\r\n"])
@@ -342,14 +372,37 @@ class FolderTests(MboxTestCase):
     def test_unreadableDirectory(self) -> None:
         """
         A subdirectory that cannot be listed fails the listing with
-        L{SourceError} naming it, rather than leaving its folders behind.
+        L{SourceError} naming it, rather than leaving its folders behind
+        (checked where the kernel refuses: see L{tests.localfiles}).
         """
-        root = self.directory()
+        root = os.path.abspath(self.directory())
         self.write(os.path.join(root, "A.sbd", "B"), b"")
+        self.write(os.path.join(root, "A"), b"")
         locked = os.path.join(root, "A.sbd")
-        denyAccess(self, locked)
-        failure = self.failureResultOf(MboxSource(root).listFolders(), SourceError)
-        self.assertIn(locked, str(failure.value))
+        makeUnreadable(self, locked)
+        self.assertEqual(
+            describeUnprivileged(self, "mbox", root),
+            {"error": f"cannot list {locked}: Permission denied"},
+        )
+
+    def test_unreadableFile(self) -> None:
+        """
+        A file in the directory that cannot be read fails the listing of
+        its own folder, naming it; the others are read.
+        """
+        root = os.path.abspath(self.directory())
+        locked = self.write(os.path.join(root, "Locked"), mboxOf([b"a\n"]))
+        self.write(os.path.join(root, "Open"), mboxOf([b"b\n"]))
+        makeUnreadable(self, locked)
+        self.assertEqual(
+            describeUnprivileged(self, "mbox", root),
+            {
+                "folders": {
+                    "Locked": {"error": f"permission denied: {locked}"},
+                    "Open": {"0": 3},
+                }
+            },
+        )
 
     def test_unknownFolder(self) -> None:
         """
@@ -405,12 +458,15 @@ class NotMboxTests(MboxTestCase):
     def test_unreadable(self) -> None:
         """
         A file that cannot be read fails the listing with L{SourceError}
-        naming it.
+        naming it (checked where the kernel refuses: see
+        L{tests.localfiles}).
         """
-        path = self.mbox(mboxOf([b"a\n"]))
-        denyAccess(self, path)
-        failure = self.failureResultOf(MboxSource(path).listMessages(INBOX), SourceError)
-        self.assertEqual(str(failure.value), f"permission denied: {path}")
+        path = os.path.abspath(self.mbox(mboxOf([b"a\n"])))
+        makeUnreadable(self, path)
+        self.assertEqual(
+            describeUnprivileged(self, "mbox", path),
+            {"folders": {"": {"error": f"permission denied: {path}"}}},
+        )
 
 
 class SeparatorTests(MboxTestCase):
@@ -553,6 +609,12 @@ class SeparatorTests(MboxTestCase):
         originals = [b"A: 1\n\nsmall\n", big, b"A: 3\n\nsmall\n"]
         messages = self.assertBodies(mboxOf(originals), originals)
         self.assertGreater(messages[1].size, 6 * 1024 * 1024)
+        source = MboxSource(self.mbox(mboxOf(originals)))
+        bodies = self.bodies(source, self.messages(source))
+        self.assertIsInstance(bodies[1], StreamedBody)
+        self.assertEqual([type(b) for b in bodies[::2]], [bytes, bytes])
+        for body in bodies:
+            whole(body)
 
     def test_smallReads(self) -> None:
         """
@@ -1004,18 +1066,23 @@ class ReadBodiesTests(MboxTestCase):
         assert isinstance(body, UnreadableMessage)
         self.assertIn(path, body.reason)
 
-    def test_permissionDenied(self) -> None:
+    def test_openFailures(self) -> None:
         """
-        A file the process may no longer read is an L{UnreadableMessage}
-        saying so, with its path.
+        Why a file listed earlier cannot be opened now is said for each
+        message: permission denied, gone, a link loop, or the system's
+        explanation.  (The kernel's refusal itself is checked by
+        L{NotMboxTests.test_unreadable}.)
         """
-        path = self.mbox(mboxOf([b"a\n"]))
-        source = MboxSource(path)
-        messages = self.messages(source)
-        denyAccess(self, path)
-        self.assertEqual(
-            self.bodies(source, messages), [UnreadableMessage(f"permission denied: {path}")]
-        )
+        import errno
+
+        cases = [
+            (PermissionError(errno.EACCES, "Permission denied"), "permission denied: /m"),
+            (FileNotFoundError(errno.ENOENT, "No such file"), "file vanished: /m"),
+            (OSError(errno.ELOOP, "Too many levels"), "symbolic link loop: /m"),
+            (OSError(errno.EIO, "Input/output error"), "cannot read /m: Input/output error"),
+        ]
+        for error, reason in cases:
+            self.assertEqual(module._openFailure("/m", error), reason)
 
     def test_noDescriptorLeak(self) -> None:
         """
@@ -1030,3 +1097,272 @@ class ReadBodiesTests(MboxTestCase):
             self.bodies(source, messages)
             self.failureResultOf(MboxSource(bad).listMessages(INBOX), SourceError)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
+
+class StreamingTests(MboxTestCase):
+    """
+    A message larger than L{LARGE_MESSAGE} is not held in memory: it is
+    sent from its region of the file, unescaped and converted to CRLF a
+    slice at a time.
+    """
+
+    def test_unescaperAsTheWholeMessage(self) -> None:
+        """
+        Fed in pieces of any size, L{Unescaper} gives what the regular
+        expression gives over the whole message, for mboxrd and mboxo, with
+        escapes across piece boundaries and runs of C{>} longer than it
+        holds back.
+        """
+        from imapmig.sources.mboxstream import Unescaper
+
+        rng = random.Random(7)
+        pool = [b">From x", b">>From y", b"From z", b">" * 200 + b"From w", b">" * 150, b">Fro",
+                b">", b"", b"text", b"> quoted", b"\r", b">From", b">>>From "]
+        for _ in range(400):
+            data = b"\n".join(rng.choice(pool) for _ in range(rng.randrange(0, 30)))
+            if rng.random() < 0.5:
+                data += b"\n"
+            for quoting in MboxQuoting:
+                expected = module._UNESCAPE[quoting].sub(rb"\1", data)
+                unescaper = Unescaper(quoting is MboxQuoting.MBOXO)
+                pieces = []
+                at = 0
+                while at < len(data):
+                    step = rng.choice([1, 2, 3, 5, 8, 64, 1000])
+                    pieces.append(unescaper.feed(data[at : at + step]))
+                    at += step
+                pieces.append(unescaper.end())
+                self.assertEqual(b"".join(pieces), expected, (quoting, data))
+
+    def test_streamedAsWhole(self) -> None:
+        """
+        With a small threshold and small reads, random mboxrd, mboxo and
+        CRLF files give streamed bodies with exactly the octets and length
+        the whole message would have, under the same keys.
+        """
+        rng = random.Random(12)
+        pool = [b"From x", b">From y", b">>From z", b">" * 80 + b"From w", b"", b"text",
+                b"\x00\xff", b"a\rb", b"> q"]
+        cases = []
+        for seed in range(8):
+            quoting = MboxQuoting.MBOXO if seed % 2 else MboxQuoting.MBOXRD
+            newline = b"\r\n" if seed % 3 == 2 else b"\n"
+            escape = escapeO if quoting is MboxQuoting.MBOXO else escapeRD
+            bodies = []
+            for _ in range(rng.randrange(1, 5)):
+                lines = [rng.choice(pool) for _ in range(rng.randrange(0, 40))]
+                if quoting is MboxQuoting.MBOXO:
+                    lines = [line for line in lines if not line.startswith(b">")]
+                bodies.append(newline.join([b"Subject: s", b""] + lines) + newline)
+            cases.append((mboxOf(bodies, escape, newline=newline), bodies, quoting))
+        self.patch(local, "LARGE_MESSAGE", 20)
+        self.patch(module, "LARGE_MESSAGE", 20)
+        for readSize in (1, 3, 7, 64):
+            self.patch(module, "READ_CHUNK", readSize)
+            for content, originals, quoting in cases:
+                source = MboxSource(self.mbox(content), quoting)
+                messages = self.messages(source)
+                read = self.bodies(source, messages)
+                for body, original, message in zip(read, originals, messages):
+                    if message.size > 20:
+                        self.assertIsInstance(body, StreamedBody)
+                    self.assertEqual(whole(body), toCRLF(original))
+
+    def test_changedWhileQueued(self) -> None:
+        """
+        A streamed message whose file was rewritten after it was read
+        raises, naming the file, rather than send other octets; one whose
+        file was only appended to is sent.
+        """
+        self.patch(module, "LARGE_MESSAGE", 10)
+        big = b"Subject: big\n\n" + b"line\n" * 20
+        path = self.mbox(mboxOf([big]))
+        source = MboxSource(path)
+        messages = self.messages(source)
+        [body] = self.bodies(source, messages)
+        assert isinstance(body, StreamedBody)
+        with open(path, "ab") as f:
+            f.write(mboxOf([b"later\n"]))
+        self.assertEqual(whole(body), toCRLF(big))
+        [body] = self.bodies(source, messages)
+        assert isinstance(body, StreamedBody)
+        self.write(path, mboxOf([big.replace(b"line", b"LINE")], fromLine=FROM.upper()))
+        with self.assertRaises(OSError) as caught:
+            b"".join(body.slices(16))
+        self.assertIn(path, str(caught.exception))
+        body.close()
+
+    def test_truncatedLarge(self) -> None:
+        """
+        A large message the file no longer holds whole is an
+        L{UnreadableMessage}, and nothing of it is held.
+        """
+        self.patch(module, "LARGE_MESSAGE", 10)
+        path = self.mbox(mboxOf([b"Subject: big\n\n" + b"line\n" * 20]))
+        source = MboxSource(path)
+        messages = self.messages(source)
+        os.truncate(path, 60)
+        [body] = self.bodies(source, messages)
+        assert isinstance(body, UnreadableMessage)
+        self.assertIn(f"{path} was truncated", body.reason)
+
+    def test_noDescriptorLeak(self) -> None:
+        """
+        A streamed body holds one descriptor, closed with it.
+        """
+        self.patch(module, "LARGE_MESSAGE", 10)
+        source = MboxSource(self.mbox(mboxOf([b"Subject: big\n\n" + b"line\n" * 20])))
+        messages = self.messages(source)
+        before = len(os.listdir("/proc/self/fd"))
+        [body] = self.bodies(source, messages)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+        del body
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
+
+class IrregularEntryTests(MboxTestCase):
+    """
+    What is not a regular mbox file in the directory is listed as a folder
+    that cannot be read, with the reason, never read, followed out of the
+    directory or skipped silently; a link inside the directory is read.
+    """
+
+    def setUp(self) -> None:
+        self.base = os.path.abspath(self.directory())
+        self.root = os.path.join(self.base, "Mail")
+        self.write(os.path.join(self.root, "Good"), mboxOf([b"good\n"]))
+        self.secret = self.write(os.path.join(self.base, "secret"), mboxOf([b"secret\n"]))
+        os.makedirs(os.path.join(self.base, "outsideDir"))
+        self.write(os.path.join(self.base, "outsideDir", "Hidden"), mboxOf([b"hidden\n"]))
+
+    def listing(self) -> dict[str, object]:
+        """
+        Per folder key, its path and its messages' bodies, or why they
+        cannot be listed.
+        """
+        source = MboxSource(self.root)
+        result: dict[str, object] = {}
+        for folder in self.folders(source):
+            d = source.listMessages(folder)
+            got: list[object] = []
+            d.addBoth(got.append)
+            [outcome] = got
+            if isinstance(outcome, Failure):
+                outcome.trap(SourceError)
+                result[folder.key] = (folder.path, str(outcome.value))
+            else:
+                assert isinstance(outcome, list)
+                result[folder.key] = (folder.path, self.bodies(source, outcome, folder))
+        return result
+
+    def test_special(self) -> None:
+        """
+        A FIFO, a socket and links leading out of the directory (to a file
+        or a directory), to nothing or into a loop each give a folder whose
+        listing fails saying why; a link to a file inside is read; a link to
+        a directory inside is not followed (its folders are listed where
+        they are, once).
+        """
+        root = self.root
+        os.mkfifo(os.path.join(root, "Fifo"))
+        makeSocket(self, os.path.join(root, "Socket"))
+        os.symlink(self.secret, os.path.join(root, "Outside"))
+        os.symlink(os.path.join(self.base, "outsideDir"), os.path.join(root, "OutsideDir"))
+        os.symlink("Loop", os.path.join(root, "Loop"))
+        os.symlink("missing", os.path.join(root, "Dangling"))
+        os.symlink("Good", os.path.join(root, "Alias"))
+        os.makedirs(os.path.join(root, "Sub.sbd"))
+        self.write(os.path.join(root, "Sub.sbd", "Child"), mboxOf([b"child\n"]))
+        os.symlink("Sub.sbd", os.path.join(root, "SubAlias.sbd"))
+        leaves = "symbolic link leading out of the source directory, not followed:"
+        self.assertEqual(
+            self.listing(),
+            {
+                "Alias": (("Alias",), [b"good\r\n"]),
+                "Dangling": (("Dangling",), f"symbolic link to nothing: {root}/Dangling"),
+                "Fifo": (("Fifo",), f"not a regular file: FIFO: {root}/Fifo"),
+                "Good": (("Good",), [b"good\r\n"]),
+                "Loop": (("Loop",), f"symbolic link loop: {root}/Loop"),
+                "Outside": (("Outside",), f"{leaves} {root}/Outside -> {self.secret}"),
+                "OutsideDir": (
+                    ("OutsideDir",),
+                    f"{leaves} {root}/OutsideDir -> {self.base}/outsideDir",
+                ),
+                "Socket": (("Socket",), f"not a regular file: socket: {root}/Socket"),
+                "Sub.sbd/Child": (("Sub", "Child"), [b"child\r\n"]),
+            },
+        )
+
+    def test_swappedAfterListing(self) -> None:
+        """
+        A file replaced by a link out of the directory, or by a FIFO, after
+        the listing is not read: its messages are unreadable, with the
+        reason, and reading never blocks.
+        """
+        source = MboxSource(self.root)
+        [folder] = self.folders(source)
+        messages = self.messages(source, folder)
+        path = os.path.join(self.root, "Good")
+        os.unlink(path)
+        os.symlink(self.secret, path)
+        self.assertEqual(
+            self.bodies(source, messages, folder),
+            [
+                UnreadableMessage(
+                    "symbolic link leading out of the source directory, not followed:"
+                    f" {path} -> {self.secret}"
+                )
+            ],
+        )
+        os.unlink(path)
+        os.mkfifo(path)
+        [body] = self.bodies(source, messages, folder)
+        assert isinstance(body, UnreadableMessage)
+        self.assertIn(path, body.reason)
+
+    def test_singleFileSpecial(self) -> None:
+        """
+        A source path that is a FIFO fails with L{SourceError} saying so,
+        without blocking.
+        """
+        path = os.path.join(self.base, "fifo")
+        os.mkfifo(path)
+        failure = self.failureResultOf(MboxSource(path).listFolders(), SourceError)
+        self.assertEqual(
+            str(failure.value), f"not an mbox file or directory: not a regular file: FIFO: {path}"
+        )
+
+
+class DeepTreeTests(MboxTestCase):
+    """
+    Deep directory trees neither recurse nor hang: the walk is iterative.
+    """
+
+    def test_deep(self) -> None:
+        """
+        Folders 300 levels deep are listed (the walk keeps no stack frame
+        per level).
+        """
+        root = self.directory()
+        relative = "/".join(["A.sbd"] * 300)
+        self.write(os.path.join(root, relative, "Leaf"), mboxOf([b"deep\n"]))
+        [folder] = self.folders(MboxSource(root))
+        self.assertEqual(folder.path, ("A",) * 300 + ("Leaf",))
+
+    def test_pathTooLong(self) -> None:
+        """
+        A directory whose path the system cannot take (longer than
+        C{PATH_MAX}) fails the listing with L{SourceError}, naming it.
+        """
+        root = self.directory()
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(25):
+            os.mkdir("d" * 200, dir_fd=fd)
+            deeper = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(fd)
+        self.write(os.path.join(root, "Top"), mboxOf([b"top\n"]))
+        failure = self.failureResultOf(MboxSource(root).listFolders(), SourceError)
+        self.assertIn("File name too long", str(failure.value))
+        self.assertIn(root, str(failure.value))

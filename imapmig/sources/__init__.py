@@ -32,6 +32,15 @@ class IMessageSource(Interface):
         """
         The messages of C{folder}, without their bodies, in a stable order
         (oldest first where the source knows).
+
+        Nothing is skipped silently: an entry that stands for a message but
+        cannot be read (a file that is not a regular file, a symbolic link
+        leading out of the source) is listed, and L{readBodies} gives an
+        L{imapmig.message.UnreadableMessage} with the reason for it.
+
+        @raise imapmig.errors.SourceError: (as a failure) the folder cannot
+            be listed (gone, no permission, not what it should be); never
+            an empty listing instead.
         """
 
     def readBodies(

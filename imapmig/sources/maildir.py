@@ -12,12 +12,16 @@ files are sent from the open file, a slice at a time).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from typing import Sequence
 
 import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
@@ -25,23 +29,35 @@ from imapmig.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
-    StreamedBody,
     UnreadableMessage,
     maildirFlags,
-    toCRLF,
     utcFromTimestamp,
 )
 from imapmig.sources import IMessageSource
+from imapmig.sources.local import (
+    LeavesTree,
+    OpenTree,
+    carriedName,
+    fileKind,
+    hasUndecodable,
+    linkProblem,
+    notRegular,
+    originalName,
+    readMessageFile,
+    readOpenFile,
+)
 
-__all__ = ["MaildirSource", "readMessageFile", "displayableName"]
+__all__ = ["MaildirSource", "SPECIAL_USE"]
+
+log = Logger()
 
 # Scanned in this order: for duplicate unique names, cur/ wins the plain key.
 _SUBDIRS = ("cur", "new")
 
 
 # Well-known top-level folder names and their RFC 6154 attributes, matched
-# case-insensitively.
-_SPECIAL_USE = {
+# case-insensitively (the mbox source uses them too).
+SPECIAL_USE = {
     "sent": "\\Sent",
     "sent messages": "\\Sent",
     "sent items": "\\Sent",
@@ -60,81 +76,6 @@ _EARLIEST = 315532800
 _LATEST = 4102444800
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
-
-
-def displayableName(name: str) -> str:
-    """
-    Return a file name as a string that can be encoded as UTF-8.
-
-    Python decodes file names that are not UTF-8 with C{surrogateescape};
-    such a string cannot be stored in SQLite nor sent as a mailbox name.
-    Its undecodable bytes are shown as C{\\xNN} instead.
-
-    @param name: a file name as C{os} returns it.
-    @return: C{name} itself when it is valid Unicode.
-    """
-    if name.isascii():
-        return name
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return name
-
-
-# Files larger than this are not read into memory: they are sent from the
-# open file, converted to CRLF a slice at a time (see StreamedBody).
-LARGE_FILE = 4 * 1024 * 1024
-_CHUNK = 1024 * 1024
-
-
-def readMessageFile(path: str, listedSize: int = 0) -> MessageBody | None:
-    """
-    Read one message file whole, in one read, with CRLF line endings; a
-    file larger than L{LARGE_FILE} is left open and returned as a
-    L{StreamedBody}.
-
-    @param path: the file.
-    @param listedSize: its size as the listing saw it, if known (else 0).
-        A small file of known size is read with no C{fstat}: one C{read}
-        asks for one octet more, which shows whether it grew since.
-    @return: the body; an L{UnreadableMessage} saying why it could not be
-        read; or L{None} when the file does not exist (the caller may look
-        for it under another name).
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        streamed = False
-        try:
-            size = listedSize if 0 < listedSize <= LARGE_FILE else os.fstat(fd).st_size
-            data = b""
-            grew = False
-            if size <= LARGE_FILE:
-                data = os.read(fd, size + 1)
-                # An octet more than expected: it grew since it was listed
-                # (or since the fstat); take its size now.
-                grew = len(data) > size
-                if grew:
-                    size = os.fstat(fd).st_size
-            if size > LARGE_FILE:
-                body = StreamedBody.fromDescriptor(fd, displayableName(path), _CHUNK)
-                streamed = True
-                return body
-            if grew:
-                rest = [data]
-                while chunk := os.read(fd, _CHUNK):
-                    rest.append(chunk)
-                data = b"".join(rest)
-        finally:
-            if not streamed:
-                os.close(fd)
-    except FileNotFoundError:
-        return None
-    except PermissionError:
-        return UnreadableMessage(f"permission denied: {displayableName(path)}")
-    except OSError as e:
-        return UnreadableMessage(f"cannot read {displayableName(path)}: {e.strerror or e}")
-    return toCRLF(data)
 
 
 def _splitName(name: str) -> tuple[str, str | None]:
@@ -174,19 +115,29 @@ def _flagsOf(letters: str, keywords: dict[str, str]) -> tuple[str, ...]:
 KEYWORDS_FILE = "dovecot-keywords"
 
 
-def readKeywords(directory: str) -> dict[str, str]:
+def readKeywords(tree: OpenTree, folder: str) -> dict[str, str]:
     """
     Read a folder's C{dovecot-keywords} file: lines C{"<index> <keyword>"},
     index 0 being letter C{a}.
 
+    @param tree: the Maildir, open.
+    @param folder: the folder's directory, relative to the Maildir.
     @return: letter to keyword; empty when there is no such file (a Maildir
-        not written by Dovecot), and malformed lines are skipped.
+        not written by Dovecot) or it is not a regular file inside the
+        Maildir, and malformed lines are skipped.
     """
     try:
-        with open(os.path.join(directory, KEYWORDS_FILE), "rb") as f:
-            content = f.read(64 * 1024)
+        fd = tree.open(os.path.join(folder, KEYWORDS_FILE))
+    except (OSError, LeavesTree):
+        return {}
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {}
+        content = os.read(fd, 64 * 1024)
     except OSError:
         return {}
+    finally:
+        os.close(fd)
     result: dict[str, str] = {}
     for line in content.splitlines():
         index, _, name = line.strip().partition(b" ")
@@ -224,37 +175,223 @@ def _sizeField(unique: str) -> int | None:
     return None if match is None else int(match.group(1))
 
 
-def _isMaildirFolder(directory: str) -> bool:
+def _isMaildirFolder(directory: str) -> bool | None:
     """
     Whether C{directory} holds a Maildir folder (a C{cur} or C{new} in it).
+
+    @return: L{None} when that cannot be told (no permission to look, a
+        symbolic link loop): listing its messages will say why.
     """
-    return os.path.isdir(os.path.join(directory, "cur")) or os.path.isdir(
-        os.path.join(directory, "new")
-    )
+    unknown = False
+    for subdir in _SUBDIRS:
+        try:
+            if stat.S_ISDIR(os.stat(os.path.join(directory, subdir)).st_mode):
+                return True
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            unknown = True
+    if not unknown and os.path.islink(directory) and not os.path.exists(directory):
+        # A link to nothing (an unmounted shared folder?): it may have been
+        # a folder, and its listing says why it cannot be read.
+        return None
+    return None if unknown else False
 
 
 def _decodeComponent(raw: str) -> str:
     """
     Decode one level of a Maildir++ folder name from modified UTF-7; a name
-    that is not valid modified UTF-7 keeps its raw form.
+    that is not valid modified UTF-7 keeps its raw form (carried, if it is
+    not UTF-8).
     """
     try:
         return raw.encode("ascii").decode("imap4-utf-7")
     except UnicodeError:
-        return displayableName(raw)
+        return carriedName(raw)
 
 
-# (key, unique part, index into _SUBDIRS, file name, flag letters or None)
-_Scanned = tuple[str, str, int, str, str | None]
+@frozen
+class _Irregular:
+    """
+    An entry of C{cur/} or C{new/} that is not a regular file.
+
+    @ivar reason: why it is not read; L{None} for a symbolic link to a
+        regular file inside the Maildir, which is read.
+    @ivar target: that file, relative to the Maildir.
+    @ivar status: that file's status.
+    """
+
+    reason: str | None
+    target: str = ""
+    status: os.stat_result | None = None
 
 
-def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
+class _OpenFolder:
+    """
+    A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir (see
+    L{imapmig.sources.local}) for one listing or one batch of reads, so
+    that files are opened and looked up by their names alone.  A context
+    manager: everything is closed on leaving.
+
+    @ivar tree: the Maildir, open.
+    @ivar relative: the folder's directory, relative to the Maildir.
+    @ivar shown: the folder's directory, as shown to the admin.
+    @ivar descriptors: per subdirectory, its descriptor, or L{None} when
+        it does not exist.
+    """
+
+    def __init__(self, root: str, relative: str) -> None:
+        """
+        @param root: the Maildir.
+        @param relative: the folder's directory, relative to it.
+        @raise SourceError: the Maildir or a subdirectory that exists
+            cannot be opened (no permission, not a directory, a symbolic
+            link leading out of the Maildir or into a loop).
+        """
+        self.relative = relative
+        self.shown = carriedName(os.path.join(root, relative) if relative else root)
+        # Joined once: a path per message would cost more than its open.
+        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in _SUBDIRS)
+        try:
+            self.tree = OpenTree(root)
+        except OSError as e:
+            raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}")
+        self.descriptors: list[int | None] = []
+        try:
+            for subdir in _SUBDIRS:
+                self.descriptors.append(self._openSubdirectory(subdir))
+        except BaseException:
+            self.close()
+            raise
+
+    def _openSubdirectory(self, subdir: str) -> int | None:
+        """
+        Open C{cur/} or C{new/}; L{None} if it does not exist.
+        """
+        try:
+            return self.tree.open(os.path.join(self.relative, subdir), os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        except LeavesTree as e:
+            why = linkProblem(carriedName(os.path.join(self.tree.root, e.path)), e)
+        except NotADirectoryError:
+            why = f"{subdir}/ is not a directory"
+        except OSError as e:
+            why = "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise SourceError(f"cannot list the Maildir folder {self.shown}: {why}")
+
+    @property
+    def found(self) -> bool:
+        """
+        Whether C{cur/} or C{new/} exists.
+        """
+        return any(fd is not None for fd in self.descriptors)
+
+    def __enter__(self) -> _OpenFolder:
+        return self
+
+    def __exit__(self, *excInfo: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """
+        Close everything.
+        """
+        for fd in self.descriptors:
+            if fd is not None:
+                os.close(fd)
+        self.descriptors = [None] * len(self.descriptors)
+        self.tree.close()
+
+    def shownDirectory(self, index: int) -> str:
+        """
+        Subdirectory C{index}, as shown to the admin.
+        """
+        return self._shownDirectories[index]
+
+    def stat(self, index: int, name: str) -> os.stat_result | None:
+        """
+        The status of the file C{name} in subdirectory C{index} (not
+        following a symbolic link), or L{None} if it cannot be had (renamed
+        or deleted since the scan).
+        """
+        fd = self.descriptors[index]
+        if fd is None:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+
+    def classify(self, index: int, entry: os.DirEntry[str]) -> _Irregular | None:
+        """
+        What to do with an entry of subdirectory C{index} that is not a
+        regular file.
+
+        @return: L{None} if it is gone.
+        """
+        shown = os.path.join(self.shownDirectory(index), carriedName(entry.name))
+        try:
+            if not entry.is_symlink():
+                return _Irregular(notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return _Irregular(f"cannot read {shown}: {e.strerror or e}")
+        relative = os.path.join(self.relative, _SUBDIRS[index], entry.name)
+        try:
+            target = self.tree.resolve(relative)
+            status = os.stat(os.path.join(self.tree.realRoot, target))
+        except (LeavesTree, OSError) as e:
+            return _Irregular(linkProblem(shown, e))
+        if not stat.S_ISREG(status.st_mode):
+            return _Irregular(
+                f"not a regular file: symbolic link to a {fileKind(status.st_mode)}: {shown}"
+            )
+        return _Irregular(None, target, status)
+
+    def read(
+        self, index: int, name: str, irregular: _Irregular | None, size: int
+    ) -> MessageBody | None:
+        """
+        Read the file C{name} of subdirectory C{index}, as L{readMessageFile}
+        does (L{None} when it is gone).
+
+        @param irregular: what the listing found it to be, if not a
+            regular file.
+        @param size: its size as listed.
+        """
+        if irregular is None:
+            fd = self.descriptors[index]
+            if fd is None:
+                return None
+            return readMessageFile(name, size, fd, self._shownDirectories[index])
+        if irregular.reason is not None:
+            return UnreadableMessage(irregular.reason)
+        try:
+            fd = self.tree.open(irregular.target)
+        except FileNotFoundError:
+            return None
+        except (LeavesTree, OSError) as e:
+            shown = os.path.join(self.shownDirectory(index), carriedName(name))
+            return UnreadableMessage(linkProblem(shown, e))
+        return readOpenFile(fd, self.shownDirectory(index), name, size)
+
+
+# (key, unique part, index into _SUBDIRS, file name, flag letters or None,
+# what it is if not a regular file)
+_Scanned = tuple[str, str, int, str, str | None, _Irregular | None]
+
+
+def _scanFolder(folder: _OpenFolder) -> list[_Scanned]:
     """
     List the message files of one Maildir folder: C{cur/} and C{new/},
-    without dotfiles and subdirectories; C{tmp/} holds deliveries in
-    progress and is never read.
+    without dotfiles; C{tmp/} holds deliveries in progress and is never
+    read.  Entries that are not regular files are listed too, with what
+    they are.
 
-    Each file's key is its unique part.  Files that share a unique part
+    Each file's key is its unique part (in the form of
+    L{imapmig.sources.local.carriedName}).  Files that share a unique part
     (copies, or a crash between the link and the unlink of a rename) all
     stay, with distinct deterministic keys: sorted with C{cur/} before
     C{new/} and then by file name, the first keeps the unique part, the
@@ -262,125 +399,83 @@ def _scanFolder(directory: str) -> tuple[list[_Scanned], bool]:
     if that is taken too.
 
     Only names are kept (no C{DirEntry}, no full path): a listing of a
-    large folder costs a few strings per message.
+    large folder costs a few strings per message.  A regular file costs no
+    system call beyond the directory's reading.
 
-    @param directory: the folder's directory.
-    @return: the files, in no particular order, and whether C{cur/} or
-        C{new/} exists at all.
-    @raise OSError: C{cur/} or C{new/} exists but cannot be listed.
+    @param folder: the folder, open.
+    @return: the files, in no particular order.
+    @raise OSError: C{cur/} or C{new/} cannot be read.
     """
     first: dict[str, _Scanned] = {}
     duplicates: dict[str, list[_Scanned]] = {}
-    found = False
-    for index, subdir in enumerate(_SUBDIRS):
-        try:
-            entries = os.scandir(os.path.join(directory, subdir))
-        except (FileNotFoundError, NotADirectoryError):
+    for index, fd in enumerate(folder.descriptors):
+        if fd is None:
             continue
-        found = True
-        with entries:
+        with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith(".") or not entry.is_file():
+                if name.startswith("."):
                     continue
+                irregular = None
+                if not entry.is_file(follow_symlinks=False):
+                    irregular = folder.classify(index, entry)
+                    if irregular is None:
+                        continue
                 unique, letters = _splitName(name)
-                if not unique.isascii():
-                    unique = displayableName(unique)
-                scanned = (unique, unique, index, name, letters)
+                if not unique.isascii() or "%" in unique:
+                    unique = carriedName(unique)
+                scanned = (unique, unique, index, name, letters, irregular)
                 if unique in first:
                     duplicates.setdefault(unique, [first[unique]]).append(scanned)
                 else:
                     first[unique] = scanned
     result = list(first.values())
     if not duplicates:
-        return result, found
+        return result
     result = [s for s in result if s[0] not in duplicates]
     for unique, group in duplicates.items():
         group.sort(key=lambda s: (s[2], s[3]))
         taken = {unique}
         result.append(group[0])
-        for _, _, index, name, letters in group[1:]:
+        for _, _, index, name, letters, irregular in group[1:]:
             key = f"{unique}/{_SUBDIRS[index]}"
             if key in taken:
-                key = f"{key}/{displayableName(name)}"
+                key = f"{key}/{carriedName(name)}"
             taken.add(key)
-            result.append((key, unique, index, name, letters))
-    return result, found
+            result.append((key, unique, index, name, letters, irregular))
+    return result
 
 
 class _FolderFiles:
     """
     Where the message files of one folder are: per key, the file's name in
-    C{cur/} or C{new/} (the names the listing already holds, no paths).
+    C{cur/} or C{new/} (the names the listing already holds, no paths), and
+    what the entries that are not regular files are.
+
+    @ivar relative: the folder's directory, relative to the Maildir.
     """
 
-    __slots__ = ("directory", "_names", "_prefixes")
+    __slots__ = ("relative", "_names", "_irregular")
 
-    def __init__(self, directory: str, scanned: list[_Scanned]) -> None:
-        self.directory = directory
+    def __init__(self, relative: str, scanned: list[_Scanned]) -> None:
+        self.relative = relative
         self._names: tuple[dict[str, str], ...] = tuple({} for _ in _SUBDIRS)
-        self._prefixes = _subdirectoryPrefixes(directory)
-        for key, _, index, name, _ in scanned:
+        self._irregular: dict[str, _Irregular] = {}
+        for key, _, index, name, _, irregular in scanned:
             self._names[index][key] = name
+            if irregular is not None:
+                self._irregular[key] = irregular
 
-    def path(self, key: str) -> str | None:
+    def locate(self, key: str) -> tuple[int, str, _Irregular | None] | None:
         """
-        The path of the file of C{key}, or L{None} if it was not listed.
+        The subdirectory and name of the file of C{key}, and what it is if
+        not a regular file; L{None} if it was not listed.
         """
-        for prefix, names in zip(self._prefixes, self._names):
+        for index, names in enumerate(self._names):
             name = names.get(key)
             if name is not None:
-                return prefix + name
+                return index, name, self._irregular.get(key) if self._irregular else None
         return None
-
-
-class _SubdirectoryDescriptors:
-    """
-    A folder's C{cur/} and C{new/} opened as directories, each once, so
-    that a file in them is looked up by its name alone (C{fstatat}): a
-    listing that must C{stat} every file (names without C{S=}) does not
-    walk the whole path again for each.
-    """
-
-    def __init__(self, directory: str) -> None:
-        self._prefixes = _subdirectoryPrefixes(directory)
-        self._descriptors: list[int | None] = [None] * len(_SUBDIRS)
-
-    def __enter__(self) -> _SubdirectoryDescriptors:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for fd in self._descriptors:
-            if fd is not None and fd >= 0:
-                os.close(fd)
-
-    def stat(self, index: int, name: str) -> os.stat_result | None:
-        """
-        The status of the file C{name} in subdirectory C{index}, or
-        L{None} if it cannot be had (renamed or deleted since the scan).
-        """
-        fd = self._descriptors[index]
-        if fd is None:
-            try:
-                fd = os.open(self._prefixes[index], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError:
-                fd = -1
-            self._descriptors[index] = fd
-        try:
-            if fd < 0:
-                return os.stat(self._prefixes[index] + name)
-            return os.stat(name, dir_fd=fd)
-        except OSError:
-            return None
-
-
-def _subdirectoryPrefixes(directory: str) -> tuple[str, ...]:
-    """
-    The paths of a folder's C{cur/} and C{new/}, each with its trailing
-    slash: a file's path is one concatenation away (C{os.path.join} costs
-    more than the C{open} it serves, for a small message).
-    """
-    return tuple(os.path.join(directory, subdir, "") for subdir in _SUBDIRS)
 
 
 @implementer(IMessageSource)
@@ -392,8 +487,10 @@ class MaildirSource:
     C{new/}); each subdirectory C{.A.B} with C{cur/} or C{new/} is the
     folder C{("A", "B")}, keyed by its directory name.  Each level of the
     name is decoded from modified UTF-7 (as Dovecot and Courier write
-    C{&APw-}); a level that does not decode keeps its raw form (and
-    non-UTF-8 bytes are shown as C{\\xNN}).  Dovecot's C{.INBOX.x} is
+    C{&APw-}); a level that does not decode keeps its raw form (a name
+    that is not UTF-8 is carried in the reversible form of
+    L{imapmig.sources.local.carriedName}, and a warning names it).
+    Dovecot's C{.INBOX.x} is
     C{("INBOX", "x")}.  Missing parents (C{.A.B} without C{.A}) are not
     invented; the destination side creates them.  Top-level folders with a
     well-known name (C{Sent}, C{Sent Items}, C{Drafts}, C{Trash}, C{Junk},
@@ -412,7 +509,19 @@ class MaildirSource:
     the file's mtime; the size is the name's C{,S=} field, else the file's.
     Oldest first.
 
-    Files are read on the calling thread, with blocking system calls.
+    What is not a message is recorded, never skipped silently: an entry of
+    C{cur/} or C{new/} that is not a regular file (a FIFO, a socket, a
+    device, a directory), a symbolic link leading out of the Maildir, to
+    nothing, or into a loop, is listed (with the flags and date its name
+    gives) and reading it gives an L{UnreadableMessage} saying why; a link
+    to a regular file inside the Maildir is read.  A folder that cannot be
+    listed (no permission, C{cur/} not a directory, a folder or its
+    C{cur/} linked out of the Maildir) fails L{listMessages} with
+    L{SourceError} naming it.  Names starting with C{.} are not messages
+    (the Maildir specification) and are skipped.
+
+    Files are opened beneath the Maildir as L{imapmig.sources.local}
+    describes, on the calling thread, with blocking system calls.
 
     @ivar path: the Maildir's directory.
     """
@@ -436,71 +545,89 @@ class MaildirSource:
         root = self.path
         try:
             with os.scandir(root) as entries:
-                names = sorted(e.name for e in entries if e.name.startswith(".") and e.is_dir())
+                names = sorted(e.name for e in entries if _isFolderDirectory(e))
         except FileNotFoundError:
-            return fail(SourceError(f"no such Maildir: {root}"))
+            return fail(SourceError(f"no such Maildir: {carriedName(root)}"))
         except NotADirectoryError:
-            return fail(SourceError(f"not a Maildir: {root} is not a directory"))
+            return fail(SourceError(f"not a Maildir: {carriedName(root)} is not a directory"))
         except OSError as e:
-            return fail(SourceError(f"cannot read the Maildir {root}: {e.strerror or e}"))
+            why = e.strerror or e
+            return fail(SourceError(f"cannot read the Maildir {carriedName(root)}: {why}"))
         folders: list[SourceFolder] = []
         directories: dict[str, str] = {}
-        if _isMaildirFolder(root):
+        if _isMaildirFolder(root) is not False:
             folders.append(SourceFolder(path=("INBOX",), key=""))
-            directories[""] = root
+            directories[""] = ""
         for name in names:
-            directory = os.path.join(root, name)
-            if not _isMaildirFolder(directory):
+            if _isMaildirFolder(os.path.join(root, name)) is False:
                 continue
             path = tuple(_decodeComponent(level) for level in name[1:].split("."))
-            specialUse = _SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
-            key = displayableName(name)
+            specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
+            key = carriedName(name)
+            if hasUndecodable(name):
+                log.warn(
+                    "Source folder name is not valid UTF-8: carried as {folder} ({directory})",
+                    folder=key,
+                    directory=carriedName(os.path.join(root, name)),
+                )
             folders.append(SourceFolder(path=path, key=key, specialUse=specialUse))
-            directories[key] = directory
+            directories[key] = name
         if not folders:
             return fail(
-                SourceError(f"not a Maildir: {root} has no cur/ or new/ and no Maildir++ folder")
+                SourceError(
+                    f"not a Maildir: {carriedName(root)} has no cur/ or new/"
+                    " and no Maildir++ folder"
+                )
             )
         folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
         self._folderDirectories = directories
         return succeed(folders)
 
-    def _directoryOf(self, folder: SourceFolder) -> str:
+    def _relativeOf(self, folder: SourceFolder) -> str:
         """
-        The directory of C{folder}.
+        The directory of C{folder}, relative to the Maildir.
 
         @raise SourceError: the key cannot be a folder of this Maildir.
         """
         directory = self._folderDirectories.get(folder.key)
         if directory is not None:
             return directory
-        key = folder.key
-        if key == "":
-            return self.path
-        if not key.startswith(".") or key in (".", "..") or "/" in key or os.sep in key:
-            raise SourceError(f"not a Maildir++ folder name: {key!r} in {self.path}")
-        return os.path.join(self.path, key)
+        if folder.key == "":
+            return ""
+        name = originalName(folder.key)
+        if not name.startswith(".") or name in (".", "..") or "/" in name:
+            raise SourceError(
+                f"not a Maildir++ folder name: {folder.key!r} in {carriedName(self.path)}"
+            )
+        return name
 
-    def _scan(self, folder: SourceFolder) -> tuple[str, list[_Scanned]]:
+    def _open(self, folder: SourceFolder) -> tuple[_OpenFolder, list[_Scanned]]:
         """
-        Scan C{folder}, remember where each message's file is, and return
-        the folder's directory and the scan.
+        Open and scan C{folder}, and remember where each message's file is.
 
+        @return: the folder, open (the caller closes it), and the scan.
         @raise SourceError: the folder is gone or cannot be listed.
         """
-        directory = self._directoryOf(folder)
+        opened = _OpenFolder(self.path, self._relativeOf(folder))
         try:
-            scanned, found = _scanFolder(directory)
-        except OSError as e:
-            raise SourceError(
-                f"cannot list the Maildir folder {displayableName(directory)}: {e.strerror or e}"
-            ) from e
-        if not found:
-            raise SourceError(
-                f"no such Maildir folder: {displayableName(directory)} (no cur/ or new/)"
-            )
-        self._messageFiles[folder.key] = _FolderFiles(directory, scanned)
-        return directory, scanned
+            if not opened.found:
+                directory = os.path.join(self.path, opened.relative)
+                if os.path.islink(directory) and not os.path.exists(directory):
+                    raise SourceError(
+                        f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
+                    )
+                raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
+            try:
+                scanned = _scanFolder(opened)
+            except OSError as e:
+                raise SourceError(
+                    f"cannot list the Maildir folder {opened.shown}: {e.strerror or e}"
+                ) from e
+        except BaseException:
+            opened.close()
+            raise
+        self._messageFiles[folder.key] = _FolderFiles(opened.relative, scanned)
+        return opened, scanned
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
         """
@@ -510,14 +637,14 @@ class MaildirSource:
             directory is gone or cannot be listed.
         """
         try:
-            directory, scanned = self._scan(folder)
+            opened, scanned = self._open(folder)
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
-        keywords = readKeywords(directory)
         rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
-        with _SubdirectoryDescriptors(directory) as descriptors:
-            for key, unique, index, name, letters in scanned:
+        with opened:
+            keywords = readKeywords(opened.tree, opened.relative)
+            for key, unique, index, name, letters, irregular in scanned:
                 if not letters:
                     flags: tuple[str, ...] = ()
                 else:
@@ -530,7 +657,10 @@ class MaildirSource:
                 if when is None or size is None:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
-                    status = descriptors.stat(index, name)
+                    if irregular is None:
+                        status = opened.stat(index, name)
+                    else:
+                        status = irregular.status
                     if status is not None:
                         if when is None:
                             when = status.st_mtime
@@ -557,7 +687,8 @@ class MaildirSource:
 
         A file renamed since the listing (a flag change by a live MDA or
         client) is found again by scanning the folder once more (once per
-        call); a file that is still missing, or cannot be read, is an
+        call); a file that is still missing, or cannot be read, or was
+        listed as something else than a regular file, is an
         L{UnreadableMessage} saying why.
         """
         if not messages:
@@ -566,41 +697,88 @@ class MaildirSource:
         rescanned = False
         if files is None:
             files, rescanned = self._rescan(folder), True
+        try:
+            opened = _OpenFolder(self.path, files.relative)
+        except SourceError as e:
+            return succeed([UnreadableMessage(str(e)) for _ in messages])
         bodies: list[MessageBody] = []
-        for message in messages:
-            path = files.path(message.key)
-            body = None if path is None else readMessageFile(path, message.size)
-            if body is None and not rescanned:
-                files, rescanned = self._rescan(folder), True
-                found = files.path(message.key)
-                if found is not None:
-                    path = found
-                    body = readMessageFile(path, message.size)
-            if body is None:
-                body = UnreadableMessage(f"file vanished: {self._whereWas(folder, message, path)}")
-            bodies.append(body)
+        try:
+            for message in messages:
+                located = seen = files.locate(message.key)
+                if located is None:
+                    body = None
+                else:
+                    index, name, irregular = located
+                    fd = opened.descriptors[index]
+                    if irregular is None and fd is not None:
+                        # The common case, inline: one open, read, close.
+                        shown = opened.shownDirectory(index)
+                        body = readMessageFile(name, message.size, fd, shown)
+                    else:
+                        body = opened.read(index, name, irregular, message.size)
+                if body is None and not rescanned:
+                    files, rescanned = self._rescan(folder), True
+                    opened.close()
+                    opened = _OpenFolder(self.path, files.relative)
+                    located = files.locate(message.key)
+                    if located is not None:
+                        seen = located
+                        body = opened.read(*located, message.size)
+                if body is None:
+                    body = UnreadableMessage(
+                        f"file vanished: {self._whereWas(opened, message, seen)}"
+                    )
+                bodies.append(body)
+        except SourceError as e:
+            # The folder became unreadable while being read again.
+            bodies.extend(UnreadableMessage(str(e)) for _ in messages[len(bodies) :])
+        finally:
+            opened.close()
         return succeed(bodies)
 
-    def _whereWas(self, folder: SourceFolder, message: SourceMessage, path: str | None) -> str:
+    def _whereWas(
+        self,
+        opened: _OpenFolder,
+        message: SourceMessage,
+        located: tuple[int, str, _Irregular | None] | None,
+    ) -> str:
         """
         Name the file of C{message} for the admin: its last known path, or
         its key and folder when it was never seen.
         """
-        if path is not None:
-            return displayableName(path)
-        try:
-            directory = self._directoryOf(folder)
-        except SourceError:
-            directory = self.path
-        return f"{message.key} in {displayableName(directory)}"
+        if located is not None:
+            index, name, _ = located
+            return os.path.join(opened.shownDirectory(index), carriedName(name))
+        return f"{message.key} in {opened.shown}"
 
     def _rescan(self, folder: SourceFolder) -> _FolderFiles:
         """
         Where the files of C{folder} are now; none if the folder is gone.
         """
         try:
-            self._scan(folder)
+            opened, _ = self._open(folder)
         except SourceError:
             self._messageFiles.pop(folder.key, None)
-            return _FolderFiles(self.path, [])
+            try:
+                relative = self._relativeOf(folder)
+            except SourceError:
+                relative = ""
+            return _FolderFiles(relative, [])
+        opened.close()
         return self._messageFiles[folder.key]
+
+
+def _isFolderDirectory(entry: os.DirEntry[str]) -> bool:
+    """
+    Whether an entry of the Maildir may be a Maildir++ folder: a directory
+    (or a link to one) named C{.X}; an entry that cannot be told (a
+    symbolic link loop, a link to nothing) may be, and listing it says why
+    it cannot be read.
+    """
+    name = entry.name
+    if not name.startswith(".") or name in (".", ".."):
+        return False
+    try:
+        return entry.is_dir() or (entry.is_symlink() and not os.path.exists(entry.path))
+    except OSError:
+        return True

@@ -11,9 +11,10 @@ Evolution, mutt, Apple Mail exports and most archiving tools write them:
 
   - each regular file is one folder, named after its file name with a
     trailing C{.mbox} or C{.mbx} (in any case) removed.  Names are taken
-    as they are on disk (UTF-8; bytes that are not UTF-8 are shown as
-    C{\\xNN}).  At the top level, a file named C{Inbox} (in any case) is
-    C{INBOX};
+    as they are on disk (UTF-8; a name that is not UTF-8 is carried in the
+    reversible form of L{imapmig.sources.local.carriedName}, and a
+    warning names it).  At the top level, a file named C{Inbox} (in any
+    case) is C{INBOX};
   - a subdirectory C{X.sbd/} (Thunderbird), C{X.mbox/} or plain C{X/} holds
     the children of folder C{X}: C{X.sbd/child} is the folder
     C{("X", "child")}.  A parent that has no file of its own is not
@@ -26,8 +27,9 @@ Evolution, mutt, Apple Mail exports and most archiving tools write them:
     index files and the few metadata files Thunderbird keeps beside its
     mailboxes (C{msgFilterRules.dat}, C{popstate.dat}, C{filterlog.html},
     C{junklog.html}, C{feeds.json}, C{feeditems.json},
-    C{virtualFolders.dat}).  Symbolic links to files are followed, to
-    directories not;
+    C{virtualFolders.dat}).  Symbolic links to files inside the directory
+    are followed; to directories inside it not (their target is listed
+    where it is);
   - a folder's key is its file's path relative to the directory, with C{/}
     separators (C{Archive.sbd/2019}).  Two files may give the same folder
     name (C{Sent} and C{Sent.mbox}): they stay two folders with distinct
@@ -38,7 +40,13 @@ C{Junk}, C{Archive}, ...) carry their RFC 6154 attribute, as for a Maildir.
 
 A file that does not start with C{From } is not an mbox: listing its
 messages fails with L{SourceError} naming it (which fails the job).  An
-empty file is an empty folder.
+empty file is an empty folder.  Nothing is skipped silently: an entry that
+is not a regular file (a FIFO, a socket, a device), or a symbolic link
+leading out of the directory (to a file or a directory), to nothing or
+into a loop, is listed as a folder (named as a file would be) whose
+listing fails with L{SourceError} saying why; so does a file that cannot
+be read.  A directory that cannot be listed fails L{listFolders}.  Files
+are opened beneath the directory as L{imapmig.sources.local} describes.
 
 Messages
 ========
@@ -116,8 +124,10 @@ Messages come in file order.
 Listing reads each file once, in chunks of 1 MiB, finding separators with
 C{bytes.find}; only the C{From} line and the header of each message are
 copied out, and at most 256 KiB of a header is examined.  Bodies are read
-just before they are sent, one C{pread} each, whole (a very large message
-is held in memory while it is sent).  Before reading, the source checks
+just before they are sent, one C{pread} each, whole; a message larger than
+4 MiB is not held in memory: it is read once to count its size, and sent
+from its region of the file a slice at a time, unescaped and converted as
+it is read (L{imapmig.sources.mboxstream}).  Before reading, the source checks
 that the message's C{From } line is still the same at its offset, that the
 next message's C{From} line is still where it was, and that the file
 still holds the whole message: a file rewritten or truncated since the
@@ -129,6 +139,7 @@ read on the calling thread, with blocking system calls.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
 import stat
@@ -141,6 +152,9 @@ from typing import Sequence
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
+from attrs import frozen
+from twisted.logger import Logger
+
 from imapmig.errors import SourceError
 from imapmig.message import (
     MessageBody,
@@ -150,9 +164,24 @@ from imapmig.message import (
     toCRLF,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.maildir import _SPECIAL_USE, displayableName
+from imapmig.sources.local import (
+    FILE_FLAGS,
+    LARGE_MESSAGE,
+    READ_CHUNK,
+    LeavesTree,
+    OpenTree,
+    carriedName,
+    fileKind,
+    hasUndecodable,
+    linkProblem,
+    notRegular,
+)
+from imapmig.sources.maildir import SPECIAL_USE
+from imapmig.sources.mboxstream import RegionBody
 
 __all__ = ["MboxSource", "MboxQuoting", "parseFromLineDate"]
+
+log = Logger()
 
 
 class MboxQuoting(enum.Enum):
@@ -701,16 +730,16 @@ class _MessageIndex:
     (its first L{_FROM_LINE_LIMIT} octets).  Compact arrays: a listing of
     a large file costs 36 octets per message here.
 
-    @ivar path: the file.
+    @ivar file: the file.
     """
 
-    __slots__ = ("path", "offsets", "starts", "lengths", "escapes", "fromLineChecks")
+    __slots__ = ("file", "offsets", "starts", "lengths", "escapes", "fromLineChecks")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, file: _MboxFile) -> None:
         """
-        @param path: the file.
+        @param file: the file.
         """
-        self.path = path
+        self.file = file
         self.offsets: array[int] = array("q")
         self.starts: array[int] = array("q")
         self.lengths: array[int] = array("q")
@@ -766,30 +795,67 @@ def _headerBounds(window: _Window, lineEnd: int, crlf: bool) -> tuple[int, int |
     return limit, None
 
 
+@frozen
+class _MboxFile:
+    """
+    Where the file of one folder is.
+
+    @ivar relative: its path relative to the source's directory, as the
+        system takes it; L{None} when the source is this one file.
+    @ivar shown: its path as shown to the admin.
+    @ivar problem: why it is not read (not a regular file, a symbolic link
+        leading out of the directory...), if so.
+    """
+
+    relative: str | None
+    shown: str
+    problem: str | None = None
+
+
+def _openFile(root: str, file: _MboxFile) -> int:
+    """
+    Open the mbox file of a folder (with C{O_NONBLOCK}: a FIFO must not
+    block), beneath the source's directory.
+
+    @param root: the source's path.
+    @raise LeavesTree: it is a symbolic link leading out of the directory.
+    @raise OSError: it cannot be opened.
+    """
+    if file.relative is None:
+        return os.open(root, FILE_FLAGS & ~os.O_NOFOLLOW)
+    with OpenTree(root) as tree:
+        return tree.open(file.relative)
+
+
 def _scanFile(
-    path: str, quoting: MboxQuoting
+    root: str, file: _MboxFile, quoting: MboxQuoting
 ) -> tuple[list[SourceMessage], _MessageIndex]:
     """
     List the messages of one mbox file.
 
+    @param root: the source's path.
     @return: the messages, in file order, and where they lie.
     @raise SourceError: the file cannot be opened or read, or is not an
         mbox.
     """
-    name = displayableName(path)
+    name = file.shown
+    if file.problem is not None:
+        raise SourceError(file.problem)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = _openFile(root, file)
     except FileNotFoundError as e:
         raise SourceError(f"no such mbox file: {name}") from e
     except PermissionError as e:
         raise SourceError(f"permission denied: {name}") from e
-    except OSError as e:
+    except (LeavesTree, OSError) as e:
+        if isinstance(e, LeavesTree) or e.errno == errno.ELOOP:
+            raise SourceError(linkProblem(name, e)) from e
         raise SourceError(f"cannot open the mbox file {name}: {e.strerror or e}") from e
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise SourceError(f"not an mbox file: {name} is not a regular file")
-        return _scanMessages(_Window(fd, status.st_size), path, quoting)
+            raise SourceError(f"not an mbox file: {notRegular(name, status.st_mode)}")
+        return _scanMessages(_Window(fd, status.st_size), file, quoting)
     except OSError as e:
         raise SourceError(f"cannot read the mbox file {name}: {e.strerror or e}") from e
     finally:
@@ -797,7 +863,7 @@ def _scanFile(
 
 
 def _scanMessages(
-    window: _Window, path: str, quoting: MboxQuoting
+    window: _Window, file: _MboxFile, quoting: MboxQuoting
 ) -> tuple[list[SourceMessage], _MessageIndex]:
     """
     The scan of L{_scanFile}, over the open file's view.
@@ -806,13 +872,13 @@ def _scanMessages(
     @raise SourceError: the file is not an mbox.
     """
     size = window.size
-    index = _MessageIndex(path)
+    index = _MessageIndex(file)
     messages: list[SourceMessage] = []
     if size == 0:
         return messages, index
     if window.slice(0, 5) != b"From ":
         raise SourceError(
-            f"not an mbox file: {displayableName(path)} does not start with a 'From ' line"
+            f"not an mbox file: {file.shown} does not start with a 'From ' line"
         )
     flagCache: dict[tuple[tuple[bytes, ...], ...], tuple[str, ...]] = {}
     fromOffset = 0
@@ -865,63 +931,104 @@ def _scanMessages(
 def _levelName(name: str, suffixes: tuple[str, ...], top: bool) -> str:
     """
     The folder name for a file or directory name: a trailing suffix among
-    C{suffixes} removed, undecodable bytes shown as C{\\xNN}, and C{Inbox}
-    at the top level made C{INBOX}.
+    C{suffixes} removed, a name that is not UTF-8 carried, and C{Inbox} at
+    the top level made C{INBOX}.
     """
     lower = name.lower()
     for suffix in suffixes:
         if lower.endswith(suffix) and len(name) > len(suffix):
             name = name[: -len(suffix)]
             break
-    name = displayableName(name)
+    name = carriedName(name)
     if top and name.casefold() == "inbox":
         return "INBOX"
     return name
 
 
-# (folder path, key, file path)
-_Found = tuple[tuple[str, ...], str, str]
+# (folder path, key, file)
+_Found = tuple[tuple[str, ...], str, _MboxFile]
 
 
-def _walk(root: str) -> list[_Found]:
+def _problemOf(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[str]) -> str | None:
     """
-    Every mbox file under the directory C{root}, as a folder, unsorted.
+    Why an entry that is not a regular file is not read as an mbox file.
+
+    @return: the reason; L{None} for a symbolic link to a regular file
+        inside the directory (read through the link).
+    @raise FileNotFoundError: it is gone.
+    @raise IsADirectoryError: it is a symbolic link to a directory inside
+        the directory (whose folders are listed where it is).
+    """
+    try:
+        isLink = entry.is_symlink()
+        if not isLink:
+            return notRegular(shown, entry.stat(follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return f"cannot read {shown}: {e.strerror or e}"
+    try:
+        target = tree.resolve(relative)
+        mode = os.stat(os.path.join(tree.realRoot, target)).st_mode
+    except (LeavesTree, OSError) as e:
+        return linkProblem(shown, e)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(relative)
+    if not stat.S_ISREG(mode):
+        return f"not a regular file: symbolic link to a {fileKind(mode)}: {shown}"
+    return None
+
+
+def _walk(tree: OpenTree) -> list[_Found]:
+    """
+    Every mbox file under the source's directory, as a folder, unsorted;
+    and every entry that is not a regular file, as a folder that cannot be
+    read.
 
     @raise SourceError: a directory cannot be listed.
     """
     found: list[_Found] = []
-    rootIsBundle = os.path.basename(os.path.normpath(root)).lower().endswith(".mbox")
-    pending: list[tuple[str, tuple[str, ...], str, bool]] = [(root, (), "", rootIsBundle)]
+    rootIsBundle = os.path.basename(os.path.normpath(tree.root)).lower().endswith(".mbox")
+    pending: list[tuple[str, tuple[str, ...], str, bool]] = [("", (), "", rootIsBundle)]
     while pending:
-        directory, parent, prefix, bundle = pending.pop()
+        relative, parent, prefix, bundle = pending.pop()
+        directory = tree.path(relative)
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     name = entry.name
                     if name.startswith("."):
                         continue
-                    key = prefix + displayableName(name)
+                    key = prefix + carriedName(name)
                     lower = name.lower()
+                    entryRelative = os.path.join(relative, name)
                     if entry.is_dir(follow_symlinks=False):
                         level = _levelName(name, _DIRECTORY_SUFFIXES, not parent)
                         pending.append(
-                            (entry.path, parent + (level,), key + "/", lower.endswith(".mbox"))
+                            (entryRelative, parent + (level,), key + "/", lower.endswith(".mbox"))
                         )
-                    elif not entry.is_file():
                         continue
-                    elif bundle and name == _BUNDLE_FILE:
-                        found.append((parent or ("INBOX",), key, entry.path))
-                    elif (
+                    if (
                         lower.endswith(".msf")
                         or lower in _THUNDERBIRD_METADATA
                         or (bundle and name == _BUNDLE_INDEX)
                     ):
                         continue
+                    shown = carriedName(entry.path)
+                    problem = None
+                    if not entry.is_file(follow_symlinks=False):
+                        try:
+                            problem = _problemOf(tree, entryRelative, shown, entry)
+                        except (FileNotFoundError, IsADirectoryError):
+                            continue
+                    file = _MboxFile(entryRelative, shown, problem)
+                    if bundle and name == _BUNDLE_FILE:
+                        found.append((parent or ("INBOX",), key, file))
                     else:
                         level = _levelName(name, _FILE_SUFFIXES, not parent)
-                        found.append((parent + (level,), key, entry.path))
+                        found.append((parent + (level,), key, file))
         except OSError as e:
-            raise SourceError(f"cannot list {displayableName(directory)}: {e.strerror or e}") from e
+            raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
     return found
 
 
@@ -949,7 +1056,7 @@ class MboxSource:
             raise ValueError(
                 f"unknown mbox quoting {quoting!r}: expected 'mboxrd' or 'mboxo'"
             ) from None
-        self._files: dict[str, str] | None = None
+        self._files: dict[str, _MboxFile] | None = None
         self._indexes: dict[str, _MessageIndex] = {}
 
     def _findFolders(self) -> list[SourceFolder]:
@@ -960,30 +1067,38 @@ class MboxSource:
             directory holding no mbox file.
         """
         root = self.path
+        shown = carriedName(root)
         try:
             mode = os.stat(root).st_mode
         except FileNotFoundError as e:
-            raise SourceError(f"no such mbox file or directory: {displayableName(root)}") from e
+            raise SourceError(f"no such mbox file or directory: {shown}") from e
         except OSError as e:
-            raise SourceError(f"cannot read {displayableName(root)}: {e.strerror or e}") from e
+            raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
         if stat.S_ISREG(mode):
-            self._files = {"": root}
+            self._files = {"": _MboxFile(None, shown)}
             return [SourceFolder(path=("INBOX",), key="")]
         if not stat.S_ISDIR(mode):
-            raise SourceError(f"not an mbox file or directory: {displayableName(root)}")
-        found = _walk(root)
+            raise SourceError(f"not an mbox file or directory: {notRegular(shown, mode)}")
+        try:
+            tree = OpenTree(root)
+        except OSError as e:
+            raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+        with tree:
+            found = _walk(tree)
         if not found:
-            raise SourceError(f"no mbox files in the directory {displayableName(root)}")
-        folders = [
-            SourceFolder(
-                path=path,
-                key=key,
-                specialUse=_SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None,
-            )
-            for path, key, _ in found
-        ]
+            raise SourceError(f"no mbox files in the directory {shown}")
+        folders = []
+        for path, key, file in found:
+            if file.relative is not None and hasUndecodable(file.relative):
+                log.warn(
+                    "Source folder name is not valid UTF-8: carried as {folder} ({file})",
+                    folder="/".join(path),
+                    file=file.shown,
+                )
+            specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
+            folders.append(SourceFolder(path=path, key=key, specialUse=specialUse))
         folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
-        self._files = {key: filePath for _, key, filePath in found}
+        self._files = {key: file for _, key, file in found}
         return folders
 
     def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
@@ -1002,7 +1117,7 @@ class MboxSource:
         result: Sequence[SourceFolder] = folders
         return succeed(result)
 
-    def _fileOf(self, folder: SourceFolder) -> str:
+    def _fileOf(self, folder: SourceFolder) -> _MboxFile:
         """
         The file of C{folder}, looking for the folders first if that was
         not done yet.
@@ -1012,12 +1127,10 @@ class MboxSource:
         if self._files is None or folder.key not in self._files:
             self._findFolders()
         assert self._files is not None
-        path = self._files.get(folder.key)
-        if path is None:
-            raise SourceError(
-                f"no mbox folder {folder.key!r} in {displayableName(self.path)}"
-            )
-        return path
+        file = self._files.get(folder.key)
+        if file is None:
+            raise SourceError(f"no mbox folder {folder.key!r} in {carriedName(self.path)}")
+        return file
 
     def _scan(self, folder: SourceFolder) -> list[SourceMessage]:
         """
@@ -1025,7 +1138,7 @@ class MboxSource:
 
         @raise SourceError: the file is gone, unreadable or not an mbox.
         """
-        messages, index = _scanFile(self._fileOf(folder), self.quoting)
+        messages, index = _scanFile(self.path, self._fileOf(folder), self.quoting)
         self._indexes[folder.key] = index
         return messages
 
@@ -1074,9 +1187,9 @@ class MboxSource:
                     index = newIndex
                     positions = [index.find(_offsetOf(m.key)) for m in messages]
         try:
-            fd = os.open(index.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            reason = _openFailure(index.path, e)
+            fd = _openFile(self.path, index.file)
+        except (LeavesTree, OSError) as e:
+            reason = _openFailure(index.file.shown, e)
             bodies.extend(UnreadableMessage(reason) for _ in messages)
             return succeed(bodies)
         try:
@@ -1084,8 +1197,7 @@ class MboxSource:
                 if position < 0:
                     bodies.append(
                         UnreadableMessage(
-                            f"no message at offset {message.key} in "
-                            f"{displayableName(index.path)}"
+                            f"no message at offset {message.key} in {index.file.shown}"
                         )
                     )
                 else:
@@ -1117,11 +1229,14 @@ def _offsetOf(key: str) -> int:
     return -1
 
 
-def _openFailure(path: str, error: OSError) -> str:
+def _openFailure(name: str, error: LeavesTree | OSError) -> str:
     """
     Why an mbox file could not be opened, for an L{UnreadableMessage}.
+
+    @param name: the file, as shown to the admin.
     """
-    name = displayableName(path)
+    if isinstance(error, LeavesTree) or error.errno == errno.ELOOP:
+        return linkProblem(name, error)
     if isinstance(error, FileNotFoundError):
         return f"file vanished: {name}"
     if isinstance(error, PermissionError):
@@ -1129,10 +1244,41 @@ def _openFailure(path: str, error: OSError) -> str:
     return f"cannot read {name}: {error.strerror or error}"
 
 
+def _placeProblem(fd: int, index: _MessageIndex, position: int) -> str | None:
+    """
+    Why a message of an open mbox file is no longer where the listing
+    found it, if it is not: the file may only have been appended to since,
+    so the message's C{From} line, and the next one, must be where they
+    were.
+
+    @raise OSError: the file cannot be read.
+    """
+    offset = index.offsets[position]
+    start = index.starts[position]
+    following = index.offsets[position + 1] if position + 1 < len(index.offsets) else -1
+    lineLength = min(start - 1 - offset, _FROM_LINE_LIMIT)
+    if offset:
+        before = os.pread(fd, lineLength + 1, offset - 1)
+    else:
+        before = b"\n" + os.pread(fd, lineLength, 0)
+    after = os.pread(fd, 6, following - 1) if following > 0 else b"\nFrom "
+    if (
+        not before.startswith(b"\nFrom ")
+        or zlib.crc32(before[1:]) != index.fromLineChecks[position]
+        or after != b"\nFrom "
+    ):
+        return (
+            f"{index.file.shown} changed since it was listed: the message at offset"
+            f" {offset} moved"
+        )
+    return None
+
+
 def _readMessage(fd: int, index: _MessageIndex, position: int, quoting: MboxQuoting) -> MessageBody:
     """
     Read, check and unescape one message of an open mbox file, and convert
-    it to CRLF.
+    it to CRLF; a message larger than L{LARGE_MESSAGE} is sent from the
+    file (a L{RegionBody} on a duplicate of C{fd}).
 
     @param index: where the file's messages lie.
     @param position: the message's place in C{index}.
@@ -1141,37 +1287,40 @@ def _readMessage(fd: int, index: _MessageIndex, position: int, quoting: MboxQuot
     start = index.starts[position]
     length = index.lengths[position]
     escapes = index.escapes[position]
-    following = index.offsets[position + 1] if position + 1 < len(index.offsets) else -1
-    name = displayableName(index.path)
-    lineLength = min(start - 1 - offset, _FROM_LINE_LIMIT)
+    name = index.file.shown
+    truncated = UnreadableMessage(
+        f"{name} was truncated: the message at offset {offset} ends at "
+        f"{start + length}, beyond the end of the file"
+    )
+    differs = UnreadableMessage(
+        f"{name} changed since it was listed: the message at offset {offset} differs"
+    )
     try:
-        if offset:
-            before = os.pread(fd, lineLength + 1, offset - 1)
-        else:
-            before = b"\n" + os.pread(fd, lineLength, 0)
-        after = os.pread(fd, 6, following - 1) if following > 0 else b"\nFrom "
+        problem = _placeProblem(fd, index, position)
+        if problem is not None:
+            return UnreadableMessage(problem)
+        if length - escapes > LARGE_MESSAGE:
+            if os.fstat(fd).st_size < start + length:
+                return truncated
+            body = RegionBody.measured(
+                os.dup(fd),
+                start,
+                length,
+                length - escapes,
+                escapes > 0,
+                quoting is MboxQuoting.MBOXO,
+                name,
+                lambda opened: _placeProblem(opened, index, position),
+                READ_CHUNK,
+            )
+            return differs if body is None else body
         data = os.pread(fd, length, start)
     except OSError as e:
         return UnreadableMessage(f"cannot read {name}: {e.strerror or e}")
-    # The file may only have been appended to since the listing: the
-    # message's From line, and the next one, are where they were.
-    if (
-        not before.startswith(b"\nFrom ")
-        or zlib.crc32(before[1:]) != index.fromLineChecks[position]
-        or after != b"\nFrom "
-    ):
-        return UnreadableMessage(
-            f"{name} changed since it was listed: the message at offset {offset} moved"
-        )
     if len(data) < length:
-        return UnreadableMessage(
-            f"{name} was truncated: the message at offset {offset} ends at "
-            f"{start + length}, beyond the end of the file"
-        )
+        return truncated
     if escapes:
         data = _UNESCAPE[quoting].sub(rb"\1", data)
         if len(data) != length - escapes:
-            return UnreadableMessage(
-                f"{name} changed since it was listed: the message at offset {offset} differs"
-            )
+            return differs
     return toCRLF(data)

@@ -1,0 +1,417 @@
+# -*- test-case-name: tests.test_sources_local -*-
+"""
+What the sources reading local files (Maildir, mbox, C{.eml}) share:
+opening files beneath the source's directory without ever leaving it,
+reading one message file, and carrying file names that are not UTF-8.
+
+The directory an admin configures (and every directory above it) is
+trusted; everything below it is not: its owner may put symbolic links,
+FIFOs, sockets or loops there, and change them while the source reads.
+So files below the root are opened one path component at a time, relative
+to the directory opened before, never following a symbolic link
+(C{O_NOFOLLOW}); a link is followed only after its target has been
+resolved and found inside the root, and the target is then opened the same
+way, so that a link changed in between is refused rather than followed.
+Files are opened with C{O_NONBLOCK} (a FIFO must not block the reactor) and
+checked, with C{fstat} on what was opened, to be regular files.
+
+Names
+=====
+Python decodes a file name that is not UTF-8 with C{surrogateescape}; such
+a string can be neither stored in SQLite nor sent as a mailbox name.  A
+name is carried instead in a reversible form (L{carriedName}, undone by
+L{originalName}): each octet that is not part of valid UTF-8 becomes
+C{%XX} (two upper-case hexadecimal digits, 80 to FF); and so that the form
+stays unambiguous, a C{%} already in a name is written C{%25} when it is
+followed by C{25} or by two upper-case hexadecimal digits from C{80} to
+C{FF}.  Every other name (all valid UTF-8 names without such a C{%}) is
+carried unchanged.  The octets C{caf\\xe9} give C{caf%E9}; the valid name
+C{caf%E9} gives C{caf%25E9}.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from types import TracebackType
+
+from imapmig.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+
+__all__ = [
+    "FILE_FLAGS",
+    "LARGE_MESSAGE",
+    "READ_CHUNK",
+    "LeavesTree",
+    "OpenTree",
+    "carriedName",
+    "fileKind",
+    "hasUndecodable",
+    "linkProblem",
+    "notRegular",
+    "originalName",
+    "readMessageFile",
+    "readOpenFile",
+    "shownPath",
+]
+
+# Messages larger than this are not read into memory: they are sent from
+# the open file, converted a slice at a time (see StreamedBody).
+LARGE_MESSAGE = 4 * 1024 * 1024
+
+# Octets per read of a large message.
+READ_CHUNK = 1024 * 1024
+
+# What carriedName replaces: an undecodable octet, or a "%" that would
+# otherwise read as the escape of one (or of "%" itself).
+_TO_CARRY = re.compile("[\udc80-\udcff]|%(?=25|[89A-F][0-9A-F])")
+_CARRIED = re.compile("%(25|[89A-F][0-9A-F])")
+
+
+def _carry(match: re.Match[str]) -> str:
+    found = match.group()
+    if found == "%":
+        return "%25"
+    return "%%%02X" % (ord(found) - 0xDC00)
+
+
+def _uncarry(match: re.Match[str]) -> str:
+    value = int(match.group(1), 16)
+    return "%" if value == 0x25 else chr(0xDC00 + value)
+
+
+def carriedName(name: str) -> str:
+    """
+    The reversible form of a file name in which it is stored, logged and
+    sent (see the module's documentation).
+
+    @param name: a file name as C{os} returns it (undecodable octets as
+        C{surrogateescape} code points).
+    @return: C{name} itself when it is valid UTF-8 without an ambiguous
+        C{%}; otherwise its carried form, which is always valid UTF-8.
+    """
+    if "%" not in name and (name.isascii() or not hasUndecodable(name)):
+        return name
+    return _TO_CARRY.sub(_carry, name)
+
+
+def originalName(carried: str) -> str:
+    """
+    Undo L{carriedName}: C{originalName(carriedName(n)) == n} for every
+    name C{n}.
+
+    @param carried: a name as L{carriedName} gives it.
+    @return: the file name, as C{os} takes it.
+    """
+    if "%" not in carried:
+        return carried
+    return _CARRIED.sub(_uncarry, carried)
+
+
+def hasUndecodable(name: str) -> bool:
+    """
+    Whether a file name holds octets that are not valid UTF-8.
+    """
+    if name.isascii():
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_KINDS = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISREG, "regular file"),
+)
+
+
+def fileKind(mode: int) -> str:
+    """
+    What kind of file a C{st_mode} describes, for messages:
+    C{"FIFO"}, C{"socket"}, C{"character device"}, ...
+    """
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return "file of unknown type"
+
+
+class LeavesTree(Exception):
+    """
+    A symbolic link below a source's root leads out of it: it is not
+    followed.
+
+    @ivar path: the path that was to be opened, relative to the root.
+    @ivar target: where it leads, resolved.
+    """
+
+    def __init__(self, path: str, target: str) -> None:
+        super().__init__(path, target)
+        self.path = path
+        self.target = target
+
+
+# Opens of directories on the way; files add their own flags.
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A file below the root: a FIFO must not block, a link is not followed.
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class OpenTree:
+    """
+    A source's root directory, open, for opening what lies beneath it
+    without leaving it (see the module's documentation).  A context
+    manager: the root stays open until it exits.
+
+    @ivar root: the root as configured.
+    @ivar fd: the root, open.
+    """
+
+    def __init__(self, root: str) -> None:
+        """
+        @param root: the directory.
+        @raise OSError: it cannot be opened as a directory.
+        """
+        self.root = root
+        self._realRoot: str | None = None
+        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    @property
+    def realRoot(self) -> str:
+        """
+        The root with every symbolic link resolved (found when first asked
+        for: only symbolic links below the root need it).
+        """
+        if self._realRoot is None:
+            self._realRoot = os.path.realpath(self.root)
+        return self._realRoot
+
+    def __enter__(self) -> OpenTree:
+        return self
+
+    def __exit__(
+        self,
+        excType: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """
+        Close the root.
+        """
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def path(self, relative: str) -> str:
+        """
+        The path of C{relative} under the root as configured, for messages.
+        """
+        return os.path.join(self.root, relative) if relative else self.root
+
+    def open(self, relative: str, flags: int = FILE_FLAGS) -> int:
+        """
+        Open C{relative} beneath the root.  Symbolic links on the way (the
+        file's own included) are followed only when their target lies
+        inside the root.
+
+        @param relative: a path relative to the root, C{/} between levels,
+            without C{.} or C{..} levels (C{""} is the root itself).
+        @param flags: the C{os.open} flags of the last level.
+        @return: the open file, which the caller closes.
+        @raise LeavesTree: a symbolic link on the way leads out of the root.
+        @raise OSError: it cannot be opened (C{ELOOP} for a symbolic link
+            loop, or for a link put in place after it was resolved).
+        """
+        try:
+            return self._walk(relative, flags)
+        except OSError as e:
+            # O_NOFOLLOW refuses a link with ELOOP, or ENOTDIR when a
+            # directory was asked for: resolve it, and open its target.
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        return self._walk(self.resolve(relative), flags)
+
+    def resolve(self, relative: str) -> str:
+        """
+        Where C{relative} leads, every symbolic link resolved, relative to
+        the root.
+
+        @raise LeavesTree: it leads out of the root.
+        @raise OSError: it cannot be resolved (C{ENOENT} for a link to
+            nothing, C{ELOOP} for a loop).
+        """
+        real = os.path.realpath(os.path.join(self.realRoot, relative), strict=True)
+        if os.path.commonpath([real, self.realRoot]) != self.realRoot:
+            raise LeavesTree(relative, real)
+        inside = os.path.relpath(real, self.realRoot)
+        return "" if inside == "." else inside
+
+    def _walk(self, relative: str, flags: int) -> int:
+        """
+        Open C{relative} one level at a time from the root, following no
+        symbolic link.
+        """
+        parts = [part for part in relative.split("/") if part]
+        if any(part in (".", "..") for part in parts):
+            raise OSError(errno.EINVAL, f"not a path beneath the root: {relative!r}")
+        if not parts:
+            return os.open(".", flags & ~os.O_NOFOLLOW, dir_fd=self.fd)
+        directory = self.fd
+        try:
+            for part in parts[:-1]:
+                opened = os.open(part, _DIRECTORY, dir_fd=directory)
+                if directory != self.fd:
+                    os.close(directory)
+                directory = opened
+            return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=directory)
+        finally:
+            if directory != self.fd:
+                os.close(directory)
+
+
+def linkProblem(path: str, error: Exception) -> str:
+    """
+    Why a file reached through a symbolic link is not read, for the admin.
+
+    @param path: the link (or the path holding it), as it is to be shown.
+    @param error: what resolving or opening it raised.
+    """
+    if isinstance(error, LeavesTree):
+        return (
+            f"symbolic link leading out of the source directory, not followed:"
+            f" {path} -> {carriedName(error.target)}"
+        )
+    if isinstance(error, FileNotFoundError):
+        return f"symbolic link to nothing: {path}"
+    if isinstance(error, OSError) and error.errno == errno.ELOOP:
+        return f"symbolic link loop: {path}"
+    if isinstance(error, OSError):
+        return f"cannot follow the symbolic link {path}: {error.strerror or error}"
+    return f"cannot follow the symbolic link {path}: {error}"
+
+
+def notRegular(path: str, mode: int) -> str:
+    """
+    Why a file that is not a regular file is not read, for the admin.
+    """
+    return f"not a regular file: {fileKind(mode)}: {path}"
+
+
+def shownPath(directory: str | None, name: str) -> str:
+    """
+    A file's path as shown to the admin: C{name} (carried) in
+    C{directory} (already carried), if any.
+    """
+    shown = carriedName(name)
+    return shown if directory is None else os.path.join(directory, shown)
+
+
+def readMessageFile(
+    name: str, listedSize: int = 0, dirFd: int | None = None, directory: str | None = None
+) -> MessageBody | None:
+    """
+    Open and read one message file that was a regular file when listed
+    (see L{readOpenFile}), never following a symbolic link and never
+    blocking on a FIFO.
+
+    @param name: the file, relative to C{dirFd} if given.
+    @param listedSize: its size as the listing saw it, if known (else 0).
+    @param dirFd: the open directory holding it.
+    @param directory: that directory as shown to the admin, if any.
+    @return: the body; an L{UnreadableMessage} saying why it could not be
+        read; or L{None} when the file does not exist (the caller may look
+        for it under another name).
+    """
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return UnreadableMessage(
+                "became a symbolic link since it was listed, not followed:"
+                f" {shownPath(directory, name)}"
+            )
+        return _unreadable(shownPath(directory, name), e)
+    return readOpenFile(fd, directory, name, listedSize)
+
+
+def _unreadable(shown: str, error: OSError) -> UnreadableMessage:
+    """
+    An L{UnreadableMessage} for a file that could not be opened or read.
+    """
+    if isinstance(error, PermissionError):
+        return UnreadableMessage(f"permission denied: {shown}")
+    if error.errno == errno.ENXIO:
+        # What opening a socket gives.
+        return UnreadableMessage(f"not a regular file: {shown}")
+    return UnreadableMessage(f"cannot read {shown}: {error.strerror or error}")
+
+
+def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0) -> MessageBody:
+    """
+    Read one open message file whole, in one read, with CRLF line endings;
+    a file larger than L{LARGE_MESSAGE} is returned as a L{StreamedBody}
+    that owns C{fd}, else C{fd} is closed.
+
+    A small file of known size is read with no C{fstat}: one C{read} asks
+    for one octet more, which shows whether it grew since; a read that
+    does not give the size expected is checked with C{fstat} (a FIFO or
+    other special file put in place of the message is refused).
+
+    @param fd: the file, opened with C{O_NONBLOCK}; this function owns it.
+    @param directory: the directory holding it, as shown to the admin.
+    @param name: its name (or path) in that directory.
+    @param listedSize: its size as the listing saw it, if known (else 0).
+    """
+    streamed = False
+    try:
+        try:
+            if 0 < listedSize <= LARGE_MESSAGE:
+                size = listedSize
+            else:
+                status = os.fstat(fd)
+                if not stat.S_ISREG(status.st_mode):
+                    return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
+                size = status.st_size
+            data = b""
+            grew = False
+            if size <= LARGE_MESSAGE:
+                data = os.read(fd, size + 1)
+                if len(data) != size:
+                    # It grew (an octet more than expected), shrank, or is
+                    # not a regular file at all.
+                    status = os.fstat(fd)
+                    if not stat.S_ISREG(status.st_mode):
+                        return UnreadableMessage(
+                            notRegular(shownPath(directory, name), status.st_mode)
+                        )
+                    grew = len(data) > size
+                    if grew:
+                        size = status.st_size
+            if size > LARGE_MESSAGE:
+                body = StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
+                streamed = True
+                return body
+            if grew:
+                rest = [data]
+                while chunk := os.read(fd, READ_CHUNK):
+                    rest.append(chunk)
+                data = b"".join(rest)
+        finally:
+            if not streamed:
+                os.close(fd)
+    except OSError as e:
+        return _unreadable(shownPath(directory, name), e)
+    return toCRLF(data)
