@@ -322,22 +322,37 @@ class DeadlineTests(SynchronousTestCase):
         clock.advance(3600)
         self.assertFalse(transport.disconnecting)
 
-    def test_eachReplyIsProgress(self) -> None:
+    def test_eachReplyIsDueWithinTheTimeoutOfItsSending(self) -> None:
         """
-        With several commands in flight, each tagged reply gives the rest
-        the full timeout again; the last one stops the deadline.
+        With several commands in flight, each reply is due within the
+        timeout of its own command's sending, however many replies to
+        other commands arrive meanwhile (a server dripping replies cannot
+        hold a window of commands for ever); the last reply stops the
+        deadline.
         """
         client, transport, clock = greeted()
         first = client.sendPipelined(b"CREATE a")
+        clock.advance(10)
         second = client.sendPipelined(b"CREATE b")
-        clock.advance(25)
+        clock.advance(15)
         client.dataReceived(b"0001 OK done\r\n")
-        clock.advance(25)
+        clock.advance(14.9)
         self.assertFalse(transport.disconnecting)
         client.dataReceived(b"0002 OK done\r\n")
         self.successResultOf(first)
         self.successResultOf(second)
         self.assertEqual(clock.getDelayedCalls(), [])
+
+        client, transport, clock = greeted()
+        first = client.sendPipelined(b"CREATE a")
+        second = client.sendPipelined(b"CREATE b")
+        clock.advance(25)
+        client.dataReceived(b"0001 OK done\r\n")
+        self.successResultOf(first)
+        clock.advance(5)
+        self.assertIsInstance(self.failureResultOf(second).value, ReplyTimeout)
+        self.assertTrue(transport.aborted)
+        self.flushLoggedErrors()
 
     def test_untaggedIsNotProgress(self) -> None:
         """

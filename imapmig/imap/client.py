@@ -230,6 +230,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self._clock = clock
         self._peer = peer
         self._deadline = ReplyDeadline(clock, timeout, self._expired) if timeout > 0 else None
+        # When each command still unanswered was sent, oldest first.
+        self._sentAt: dict[bytes, float] = {}
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
@@ -379,12 +381,16 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
 
     def _settled(self) -> None:
         """
-        A reply came: progress if more is owed, else stop the deadline.
+        A reply came: if more is owed, the deadline runs from when the
+        oldest command still unanswered was sent (each command's reply is
+        due within the timeout of its sending, however many replies to
+        other commands arrive meanwhile: a server dripping replies cannot
+        hold a window of commands for ever); else stop the deadline.
         """
         deadline = self._deadline
         if deadline is not None:
             if self._owed():
-                deadline.progress()
+                deadline.progress(since=next(iter(self._sentAt.values()), None))
             else:
                 deadline.disarm()
 
@@ -403,7 +409,15 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         buffered, which is progress.
         """
         self._writesPaused = False
-        self._settled()
+        deadline = self._deadline
+        if deadline is not None:
+            # Not since the oldest command was sent: while its literal is
+            # still being written (a large message on a slow link), what is
+            # owed is reading it, and reading is progressing.
+            if self._owed():
+                deadline.progress()
+            else:
+                deadline.disarm()
 
     def watchWrites(self, producer: IPushProducer) -> None:
         """
@@ -488,6 +502,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         deadline = self._deadline
         if deadline is not None:
             deadline.arm()
+            self._sentAt[tag] = self._clock.seconds()
         return tag
 
     def sendCommand(self, cmd: Command) -> Deferred[Any]:
@@ -820,6 +835,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             if status not in _STATUSES:
                 self._violation("a tagged reply that is not OK, NO or BAD", tag + b" " + rest)
                 return
+        self._sentAt.pop(tag, None)
         command = self._commands.pop(tag, None)
         if command is None:
             pipeline = self.pipeline

@@ -74,13 +74,25 @@ class ReplyDeadline:
             self._octets = 0
             self._call = self._clock.callLater(self.seconds, self._check)
 
-    def progress(self) -> None:
+    def progress(self, since: float | None = None) -> None:
         """
-        Real progress: the full timeout starts again (if the deadline runs).
+        Real progress: the full timeout starts again (if the deadline runs),
+        from now or from C{since}.
+
+        @param since: when what is owed now began to be owed (the oldest
+            command still unanswered was sent), if earlier than now: the
+            deadline then runs from that moment, and may be over at once.
         """
-        if self._call is not None:
-            self._expiresAt = self._clock.seconds() + self.seconds
-            self._octets = 0
+        call = self._call
+        if call is None:
+            return
+        now = self._clock.seconds()
+        start = now if since is None else min(since, now)
+        self._expiresAt = start + self.seconds
+        self._octets = 0
+        if self._expiresAt < call.getTime():
+            call.cancel()
+            self._call = self._clock.callLater(max(0.0, self._expiresAt - now), self._check)
 
     def received(self, octets: int) -> None:
         """
