@@ -785,6 +785,12 @@ class MigrationJobTests(SynchronousTestCase):
         appended = len(h.mail.mailbox(USER, "INBOX"))
         self.assertLess(appended, 6)
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (appended, 0))
+        # The unit being sent stays journaled: the next run settles it and
+        # copies the rest, each message once.
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        h.source.holdAfter = None
+        self.assertTrue(h.run(job))
+        h.assertHolds("INBOX", range(6))
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
 

@@ -20,7 +20,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import JournalEntry, JournalMessage, MessageOutcome, OutcomeCounts
+from imapmig.state import FolderKeys, JournalEntry, JournalMessage, MessageOutcome, OutcomeCounts
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
@@ -98,6 +98,26 @@ class JournalBehaviourMixin(_MixinBase):
         self.assertEqual(
             self.successResultOf(store.journal("job")),
             [JournalEntry(entryId, "Gr\u00fc\u00dfe", 1700000000, 4711, BATCH)],
+        )
+
+    def test_folderKeys(self) -> None:
+        """
+        A unit journaled as one folder's keys (L{FolderKeys}, the job's
+        form) reads back as its messages, keys in order, without sizes or
+        heads; a key holding a NUL is refused.
+        """
+        store = self.makeStore()
+        keys = FolderKeys(".Archive", ["1600000000.M1P1.host,S=12:2,S", "caf%E9", "k:3"])
+        entryId = self.successResultOf(store.journalBatch("j", "Archive", 7, 10, keys))
+        [entry] = self.successResultOf(store.journal("j"))
+        self.assertEqual(entry.entryId, entryId)
+        self.assertEqual(
+            list(entry.messages),
+            [JournalMessage(".Archive", key, 0, b"") for key in keys.keys],
+        )
+        self.failureResultOf(
+            store.journalBatch("j", "Archive", 7, 10, FolderKeys("INBOX", ["a\0b"])),
+            PermanentError,
         )
 
     def test_unknownUIDs(self) -> None:

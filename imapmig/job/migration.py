@@ -40,7 +40,7 @@ from imapmig.errors import (
     SourceError,
     TransientError,
 )
-from imapmig.fidelity import decideFlags, needsBinary
+from imapmig.fidelity import decideFlags, journalHead, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
 from imapmig.job.destination import (
@@ -50,7 +50,13 @@ from imapmig.job.destination import (
 )
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.reconcile import reconcileJournal
-from imapmig.job.recording import OutcomeRecorder, PipelineOutcomes, Sent, Target
+from imapmig.job.recording import (
+    JournalTicket,
+    OutcomeRecorder,
+    PipelineOutcomes,
+    Sent,
+    Target,
+)
 from imapmig.job.retry import RetryPolicy
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.plan import (
@@ -75,6 +81,11 @@ log = Logger()
 # The most octets read from the source in one step without letting the
 # reactor run.
 READ_STEP_BYTES = 1024 * 1024
+
+
+# A listed source folder: its messages and, on a delta pass, the flag
+# changes of messages already copied.
+_Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
 
 # Response codes (RFC 5530) of a refused command that may succeed later.
 _TRANSIENT_CODES = frozenset({"UNAVAILABLE", "INUSE", "SERVERBUG", "LIMIT"})
@@ -440,16 +451,17 @@ class MigrationJob:
         # The first destination connection logs in while the source is
         # listed: its greeting and login (about 16 ms on a local Dovecot,
         # two round trips or more over a network) overlap the listing.
-        # Unless batches were in flight when the last attempt or run ended:
-        # they are settled first, for the listing to know what is left.
+        # Units still journaled (being sent when the last attempt or run
+        # ended) are then settled, before what is left to copy is known.
         opening = Deferred.fromCoroutine(self._open(attempt))
         try:
+            listed, unreadable = await self._listSource(opening)
             entries = await self._store.journal(self.name)
             if entries:
                 first = await opening
-                await self._reconcile(first, entries)
+                await self._reconcile(first, entries, listed)
                 opening = Deferred.fromCoroutine(_ready(first))
-            listings, unreadable = await self._listSource(opening)
+            listings = await self._plan(listed)
         except BaseException:
             _consume(opening, self.name)
             raise
@@ -464,14 +476,32 @@ class MigrationJob:
         if not self._stopping:
             await self._recordFolderMarks([listing.folder for listing in listings])
 
-    async def _reconcile(self, session: IMAPSession, entries: Sequence[JournalEntry]) -> None:
+    async def _reconcile(
+        self, session: IMAPSession, entries: Sequence[JournalEntry], listed: Sequence[_Listed]
+    ) -> None:
         """
-        Settle the journal's C{entries}; the first message of each mailbox
-        that had not arrived earns a strike, and one with too many strikes
-        is recorded as failed (it may be what makes the server drop the
+        Settle the journal's C{entries}, reading their messages again from
+        the source as listed; the first message of each mailbox that had
+        not arrived earns a strike, and one with too many strikes is
+        recorded as failed (it may be what makes the server drop the
         connection).
         """
-        result = await reconcileJournal(self.name, session, self._store, entries)
+        byFolder = {folder.key: (folder, {m.key: m for m in messages}) for folder, messages, _ in listed}
+
+        async def measure(folderKey: str, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+            known = byFolder.get(folderKey)
+            if known is None:
+                return {}
+            folder, messages = known
+            wanted = [messages[key] for key in keys if key in messages]
+            bodies = await self._source.readBodies(folder, wanted)
+            return {
+                message.key: (len(body), journalHead(body))
+                for message, body in zip(wanted, bodies)
+                if not isinstance(body, UnreadableMessage)
+            }
+
+        result = await reconcileJournal(self.name, session, self._store, entries, measure)
         for mailbox, missing in result.missing.items():
             first = missing[0]
             key = (first.folderKey, first.messageKey)
@@ -501,17 +531,16 @@ class MigrationJob:
 
     async def _listSource(
         self, opening: Deferred[IMAPSession]
-    ) -> tuple[list[FolderToCopy], list[str]]:
+    ) -> tuple[list[_Listed], list[str]]:
         """
-        List the included source folders and what of each is left to copy;
-        set the progress totals.
+        List the included source folders and their messages.
 
         @param opening: the first destination connection, logging in
             meanwhile: while it is, the reactor runs between folders (a
             Maildir or mbox is listed without yielding), so that its
             greeting and login go on.
-        @return: per folder what is left to copy, and the folders that
-            could not be read.
+        @return: each folder's messages (and, on a delta pass, flag
+            changes), and the folders that could not be read.
         """
         progress = self._progress
         source = self._source
@@ -526,12 +555,8 @@ class MigrationJob:
                     job=self.name,
                     folder="/".join(folder.path),
                 )
-
-        # What is left to copy, folder by folder.
         unreadable: list[str] = []
-        listings: list[FolderToCopy] = []
-        failedThisRun = self._failedThisRun
-        total = already = 0
+        listed: list[_Listed] = []
         for folder in included:
             try:
                 messages, flagChanges = await self._listFolder(folder)
@@ -546,6 +571,21 @@ class MigrationJob:
                 )
                 unreadable.append(f"{'/'.join(folder.path)}: {e}")
                 continue
+            listed.append((folder, messages, flagChanges))
+            if not opening.called:
+                await deferLater(self._clock, 0)
+        return listed, unreadable
+
+    async def _plan(self, listed: Sequence[_Listed]) -> list[FolderToCopy]:
+        """
+        What of each listed folder is left to copy, by the state store's
+        records; set the progress totals.
+        """
+        progress = self._progress
+        listings: list[FolderToCopy] = []
+        failedThisRun = self._failedThisRun
+        total = already = 0
+        for folder, messages, flagChanges in listed:
             recorded = await self._store.destinationMap(self.name, folder.key)
             pending = pendingMessages(messages, recorded)
             listedCount = self._listedCount(folder, messages)
@@ -564,8 +604,6 @@ class MigrationJob:
                 # for nothing: their copies are found again by identity.
                 accounted = [recorded[m.key] for m in messages if m.key in recorded]
             listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
-            if not opening.called:
-                await deferLater(self._clock, 0)
         recorder = self._recorder
         progress.messagesTotal = total
         progress.messagesDone = already
@@ -574,10 +612,10 @@ class MigrationJob:
             "Job {job}: {total} messages in {folders} folders, {pending} to copy",
             job=self.name,
             total=total,
-            folders=len(included),
+            folders=len(listed),
             pending=total - already,
         )
-        return listings, unreadable
+        return listings
 
     async def _copyListed(
         self, attempt: _Attempt, first: IMAPSession, listings: list[FolderToCopy]
@@ -696,7 +734,6 @@ class MigrationJob:
         worker = id(outcomes)
         binary = b"BINARY" in session.capabilities
         traits: dict[str, _DestinationTraits] = {}
-        floors = self._uidFloors
         target = TargetMailbox()
         try:
             while units and not self._stopping:
@@ -714,7 +751,17 @@ class MigrationJob:
                     selected[worker] = current
                     self._progress.currentFolder = unit.mailbox
                     target = self._targets.get(current) or TargetMailbox()
-                sent = Target(unit.folder.key, unit.mailbox)
+                # The unit is journaled before a single octet of it leaves.
+                ticket = await self._recorder.journal(
+                    unit.mailbox,
+                    target.uidValidity,
+                    self._uidFloors.get(unit.mailbox),
+                    unit.folder.key,
+                    unit.messages,
+                )
+                if attempt.over:
+                    return
+                sent = Target(unit.folder.key, unit.mailbox, ticket)
                 destination = traits.get(unit.mailbox)
                 if destination is None:
                     destination = traits[unit.mailbox] = _DestinationTraits(
@@ -724,16 +771,7 @@ class MigrationJob:
                     if self._stopping:
                         break
                     bodies = await source.readBodies(unit.folder, chunk)
-                    outgoing = self._prepare(unit, sent, chunk, bodies, destination)
-                    if not outgoing:
-                        continue
-                    # Journaled before a single octet of it leaves.
-                    await recorder.journal(
-                        current, target.uidValidity, floors.get(current), outgoing
-                    )
-                    if attempt.over:
-                        return
-                    pipeline.enqueue(outgoing)
+                    pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
                     hungry = pipeline.hungry()
                     if hungry.called:
                         await deferLater(self._clock, 0)
@@ -819,7 +857,13 @@ class MigrationJob:
         flagCache = destination.flagDecisions
         for message, body in zip(chunk, bodies):
             if isinstance(body, UnreadableMessage):
-                self._recordFailure(unit.folder, unit.mailbox, message, f"unreadable in the source: {body.reason}")
+                self._recordFailure(
+                    unit.folder,
+                    unit.mailbox,
+                    message,
+                    f"unreadable in the source: {body.reason}",
+                    target.ticket,
+                )
                 continue
             presence = destination.presence
             if presence is not None:
@@ -834,7 +878,8 @@ class MigrationJob:
                             presence.uidValidity,
                             uid,
                             alreadyPresent=True,
-                        )
+                        ),
+                        target.ticket,
                     )
                     continue
             hasNUL, has8bit = needsBinary(body)
@@ -849,6 +894,7 @@ class MigrationJob:
                         message,
                         "contains NUL octets, which IMAP carries only in a BINARY"
                         " literal8 (RFC 3516); the destination does not offer BINARY",
+                        target.ticket,
                     )
                     continue
                 elif self._eightBitFails:
@@ -858,6 +904,7 @@ class MigrationJob:
                         message,
                         "contains 8-bit octets and the destination does not offer BINARY"
                         " (RFC 3516); the job's eight_bit setting is 'fail'",
+                        target.ticket,
                     )
                     continue
                 # Otherwise 8-bit octets without NUL travel in a plain
@@ -885,8 +932,14 @@ class MigrationJob:
         return outgoing
 
     def _recordFailure(
-        self, folder: SourceFolder, mailbox: str, message: SourceMessage, reason: str
+        self,
+        folder: SourceFolder,
+        mailbox: str,
+        message: SourceMessage,
+        reason: str,
+        ticket: JournalTicket | None = None,
     ) -> None:
         self._recorder.add(
-            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason)
+            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason),
+            ticket,
         )

@@ -3,23 +3,26 @@
 Settling the in-flight journal against the destination, before anything
 is sent again.
 
-An entry of the journal is a batch that was about to be sent when the job
+An entry of the journal is a unit of work that was being sent when the job
 lost track of it (a lost connection, a crash): some, all or none of its
 messages may be in the destination.  For each mailbox, the messages whose
 UID is at least the entry's UID floor, under the same UIDVALIDITY, and not
 held by a recorded outcome, are fetched back (size and the first
-L{JOURNAL_HEAD_OCTETS} octets: about a kilobyte each, never a body) and
-matched to the journaled messages in the order they were sent, by size and
-head digest.  A match is recorded as appended with its UID; the others are
-left unrecorded, so the job lists them as still to copy.  This never
-depends on the job's identity check: it holds with C{identity: off}.
+L{JOURNAL_HEAD_OCTETS} octets: about a kilobyte each, never a body).  The
+journaled messages are then read again from the source, in the order they
+were sent, a batch at a time, and matched by their size and head digest as
+sent; reading stops as soon as every candidate is matched (a connection's
+messages arrive in the order it sent them, so what arrived is a prefix).  A
+match is recorded as appended with its UID; the others are left
+unrecorded, so the job lists them as still to copy.  This never depends on
+the job's identity check: it holds with C{identity: off}.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Awaitable, Callable, Iterable, Sequence
 
 from twisted.logger import Logger
 
@@ -45,6 +48,39 @@ class Candidate:
     head: bytes
 
 
+class CandidatePool:
+    """
+    The destination messages that may be journaled ones, each to be taken
+    once, by size and head digest, the lowest UID at or above a floor
+    first.
+    """
+
+    def __init__(self, candidates: Iterable[Candidate]) -> None:
+        self._byIdentity: dict[tuple[int, bytes], list[int]] = {}
+        self.remaining = 0
+        for candidate in candidates:
+            self._byIdentity.setdefault((candidate.size, candidate.head), []).append(
+                candidate.uid
+            )
+            self.remaining += 1
+        for uids in self._byIdentity.values():
+            uids.sort()
+
+    def take(self, size: int, head: bytes, floor: int) -> int | None:
+        """
+        The UID of an unclaimed candidate of this size and head at or above
+        C{floor}, now claimed; or L{None}.
+        """
+        uids = self._byIdentity.get((size, head))
+        if not uids:
+            return None
+        at = bisect_left(uids, floor)
+        if at == len(uids):
+            return None
+        self.remaining -= 1
+        return uids.pop(at)
+
+
 def matchArrivals(
     entries: Sequence[JournalEntry], candidates: Iterable[Candidate]
 ) -> dict[tuple[str, str], int]:
@@ -58,27 +94,33 @@ def matchArrivals(
     need two copies.
 
     @param entries: the journal entries of one mailbox, all under the
-        mailbox's current UIDVALIDITY.
+        mailbox's current UIDVALIDITY, each message with its size and head
+        as sent.
     @param candidates: the mailbox's messages at or above the lowest floor
         that no recorded outcome holds.
     @return: by C{(folderKey, messageKey)}, the UID of its copy.
     """
-    byIdentity: dict[tuple[int, bytes], list[int]] = {}
-    for candidate in candidates:
-        byIdentity.setdefault((candidate.size, candidate.head), []).append(candidate.uid)
-    for uids in byIdentity.values():
-        uids.sort()
+    pool = CandidatePool(candidates)
     arrived: dict[tuple[str, str], int] = {}
     for entry in sorted(entries, key=lambda e: e.entryId):
         floor = entry.uidFloor or 0
         for message in entry.messages:
-            uids = byIdentity.get((message.size, message.head), [])
-            if not uids:
-                continue
-            at = bisect_left(uids, floor)
-            if at < len(uids):
-                arrived[(message.folderKey, message.messageKey)] = uids.pop(at)
+            uid = pool.take(message.size, message.head, floor)
+            if uid is not None:
+                arrived[(message.folderKey, message.messageKey)] = uid
     return arrived
+
+
+MeasureSent = Callable[[str, Sequence[str]], Awaitable[dict[str, tuple[int, bytes]]]]
+"""
+Reads messages of a source folder again: given the folder's key and
+message keys, their size and head digest as they are sent
+(L{journalHead}), by key; a message the source no longer has, or cannot
+read, is left out.
+"""
+
+# Journaled messages read again from the source at a time.
+_MEASURE_BATCH = 50
 
 
 @dataclass
@@ -103,10 +145,13 @@ async def reconcileJournal(
     session: IMAPSession,
     store: IStateStore,
     entries: Sequence[JournalEntry],
+    measure: MeasureSent,
 ) -> Reconciliation:
     """
     Settle C{entries} against the destination over C{session}, record the
     messages found there, and delete the entries, in one transaction.
+
+    @param measure: reads journaled messages again from the source.
 
     @raise ImapmigError: the destination or the store failed; the journal
         is then left as it was, for the next attempt.
@@ -132,7 +177,9 @@ async def reconcileJournal(
                     pending.append((entry, message))
         if not pending:
             continue
-        arrived, uidValidity = await _arrivals(jobName, session, store, mailbox, mailboxEntries)
+        arrived, uidValidity = await _arrivals(
+            jobName, session, store, mailbox, pending, measure
+        )
         for entry, message in pending:
             uid = arrived.get((message.folderKey, message.messageKey))
             if uid is None:
@@ -151,8 +198,8 @@ async def reconcileJournal(
             )
     await store.recordOutcomes(jobName, outcomes, settled=[e.entryId for e in entries])
     log.info(
-        "Job {job}: reconciled {count} messages in flight when the last run or"
-        " connection ended: {arrived} had arrived, {missing} will be sent again",
+        "Job {job}: reconciled {count} journaled messages (being sent when the last"
+        " run or connection ended): {arrived} had arrived, {missing} will be sent again",
         job=jobName,
         count=sum(len(e.messages) for e in entries),
         arrived=result.arrived,
@@ -166,10 +213,12 @@ async def _arrivals(
     session: IMAPSession,
     store: IStateStore,
     mailbox: str,
-    entries: Sequence[JournalEntry],
+    pending: Sequence[tuple[JournalEntry, JournalMessage]],
+    measure: MeasureSent,
 ) -> tuple[dict[tuple[str, str], int], int | None]:
     """
-    Which of the messages journaled for C{mailbox} are there.
+    Which of the messages journaled for C{mailbox} and still without an
+    outcome (C{pending}, in the order they were sent) are there.
 
     @return: their UIDs by key, and the mailbox's UIDVALIDITY.
     """
@@ -185,8 +234,12 @@ async def _arrivals(
         )
         return {}, None
     uidValidity = examined.uidValidity
-    valid = [e for e in entries if e.uidValidity is None or e.uidValidity == uidValidity]
-    if len(valid) < len(entries):
+    valid = [
+        (entry, message)
+        for entry, message in pending
+        if entry.uidValidity is None or entry.uidValidity == uidValidity
+    ]
+    if len(valid) < len(pending):
         log.warn(
             "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
             " it; those messages will be sent again",
@@ -195,7 +248,7 @@ async def _arrivals(
         )
     if not valid or not examined.exists:
         return {}, uidValidity
-    floor = max(1, min(e.uidFloor or 1 for e in valid))
+    floor = max(1, min(entry.uidFloor or 1 for entry, _ in valid))
     held: set[int] = set()
     if uidValidity is not None:
         held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
@@ -206,4 +259,21 @@ async def _arrivals(
             continue
         start = item.sections.get(_HEAD_SECTION) or b""
         candidates.append(Candidate(uid, item.size, journalHead(start)))
-    return matchArrivals(valid, candidates), uidValidity
+    pool = CandidatePool(candidates)
+    arrived: dict[tuple[str, str], int] = {}
+    for offset in range(0, len(valid), _MEASURE_BATCH):
+        if not pool.remaining:
+            break
+        batch = valid[offset : offset + _MEASURE_BATCH]
+        measured: dict[str, dict[str, tuple[int, bytes]]] = {}
+        for folderKey in {message.folderKey for _, message in batch}:
+            keys = [m.messageKey for _, m in batch if m.folderKey == folderKey]
+            measured[folderKey] = await measure(folderKey, keys)
+        for entry, message in batch:
+            sent = measured[message.folderKey].get(message.messageKey)
+            if sent is None:
+                continue
+            uid = pool.take(sent[0], sent[1], entry.uidFloor or 0)
+            if uid is not None:
+                arrived[(message.folderKey, message.messageKey)] = uid
+    return arrived, uidValidity

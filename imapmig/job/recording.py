@@ -3,13 +3,16 @@
 Recording what became of each message: the in-flight journal written
 before a batch leaves, and the outcomes written in batches afterwards.
 
-Exactly once rests on one rule: a batch is journaled (its mailbox, the
-mailbox's UIDVALIDITY, a UID floor, each message's key, size and head
-digest) in its own transaction before any of it is written to the server,
-and its journal entry is deleted only in the transaction that records the
-last of its outcomes.  Whatever happens in between (a lost connection, a
-SIGKILL), the entry is still there for L{imapmig.job.reconcile} to settle
-against the destination before anything is sent again.
+Exactly once rests on one rule: a unit of work (a run of up to a few
+thousand messages of one folder, as a connection takes it) is journaled (its
+mailbox, the mailbox's UIDVALIDITY, a UID floor, each message's key) in its
+own transaction before any of it is written to the server, and its journal
+entry is deleted only in the transaction that records the last of its
+outcomes.  Whatever happens in between (a lost connection, a SIGKILL), the
+entry is still there for L{imapmig.job.reconcile} to settle against the
+destination before anything is sent again.  Nothing is computed per message
+for the journal on the hot path: reconciling reads the source again for
+what it needs to recognise a message (its size and first octets as sent).
 """
 
 from __future__ import annotations
@@ -21,11 +24,10 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.fidelity import journalHead
 from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.message import SourceMessage
 from imapmig.progress import JobProgress
-from imapmig.state import IStateStore, JournalMessage, MessageOutcome
+from imapmig.state import FolderKeys, IStateStore, MessageOutcome
 
 log = Logger()
 
@@ -46,14 +48,16 @@ class JournalTicket:
 class Target:
     """
     Where a unit's messages go: its source folder's key and the
-    destination mailbox.  One per unit, shared by its messages.
+    destination mailbox, and the unit's journal entry.  One per unit,
+    shared by its messages.
     """
 
-    __slots__ = ("folderKey", "mailbox")
+    __slots__ = ("folderKey", "mailbox", "ticket")
 
-    def __init__(self, folderKey: str, mailbox: str) -> None:
+    def __init__(self, folderKey: str, mailbox: str, ticket: JournalTicket | None = None) -> None:
         self.folderKey = folderKey
         self.mailbox = mailbox
+        self.ticket = ticket
 
 
 class Sent:
@@ -63,10 +67,9 @@ class Sent:
 
     @ivar note: what was not carried over exactly, if anything.
     @ivar converted: whether its line endings were converted to CRLF.
-    @ivar ticket: its batch's journal entry, once journaled.
     """
 
-    __slots__ = ("target", "source", "note", "converted", "ticket")
+    __slots__ = ("target", "source", "note", "converted")
 
     def __init__(
         self, target: Target, source: SourceMessage, note: str | None, converted: bool
@@ -75,7 +78,6 @@ class Sent:
         self.source = source
         self.note = note
         self.converted = converted
-        self.ticket: JournalTicket | None = None
 
 
 class OutcomeRecorder:
@@ -144,36 +146,22 @@ class OutcomeRecorder:
         mailbox: str,
         uidValidity: int | None,
         uidFloor: int | None,
-        messages: Sequence[OutgoingMessage],
-    ) -> Deferred[None]:
+        folderKey: str,
+        messages: Sequence[SourceMessage],
+    ) -> Deferred[JournalTicket]:
         """
-        Journal C{messages} (about to be sent to C{mailbox}) as one entry,
-        and give each its ticket.
+        Journal C{messages} (a unit about to be sent to C{mailbox}) as one
+        entry.
 
         @param uidFloor: every one of them that the server stores gets a
             UID at least this (the mailbox's UIDNEXT as last known).
-        @return: fires once the entry is durable; fails with the store's
-            error, and then none of them may be sent.
+        @return: fires with the entry's ticket once it is durable (every
+            outcome of these messages must then be added with it); fails
+            with the store's error, and then none of them may be sent.
         """
-        entries = []
-        for message in messages:
-            sent: Sent = message.origin  # type: ignore[assignment]
-            entries.append(
-                JournalMessage(
-                    sent.target.folderKey,
-                    sent.source.key,
-                    len(message.body),
-                    journalHead(message.body),
-                )
-            )
-        d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, entries)
-
-        def journaled(entryId: int) -> None:
-            ticket = JournalTicket(entryId, len(messages))
-            for message in messages:
-                message.origin.ticket = ticket  # type: ignore[attr-defined]
-
-        return d.addCallback(journaled)
+        keys = FolderKeys(folderKey, [m.key for m in messages])
+        d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
+        return d.addCallback(JournalTicket, len(keys))
 
     def add(self, outcome: MessageOutcome, ticket: JournalTicket | None = None) -> None:
         """
@@ -278,7 +266,7 @@ class PipelineOutcomes:
                 note=sent.note,
                 lineEndingsConverted=sent.converted,
             ),
-            sent.ticket,
+            sent.target.ticket,
         )
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
@@ -291,5 +279,5 @@ class PipelineOutcomes:
                 len(message.body),
                 failure=f"refused by server: {reason}",
             ),
-            sent.ticket,
+            sent.target.ticket,
         )

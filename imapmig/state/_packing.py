@@ -16,6 +16,14 @@ Layout, little-endian::
          the UTF-8 message key, then the head
 
 A batch usually comes from one folder, so each folder key is written once.
+
+Format 2, for a L{FolderKeys} (one folder's keys, no sizes or heads),
+packed in one step rather than per message::
+
+    u8   format (2)
+    u32  length of the UTF-8 folder key, then the folder key
+         the UTF-8 message keys, each followed by a NUL (no source's key
+         holds a NUL: file names cannot, IMAP keys are digits)
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from __future__ import annotations
 import struct
 from typing import Sequence
 
-from imapmig.state import JournalMessage
+from imapmig.state import FolderKeys, JournalMessage
 
 _FORMAT = 1
 _HEADER = struct.Struct("<BI")
@@ -39,6 +47,8 @@ def packMessages(messages: Sequence[JournalMessage]) -> bytes:
         is beyond a signed 64-bit integer, or a head is longer than 255
         octets; the message says which.
     """
+    if isinstance(messages, FolderKeys):
+        return _packFolderKeys(messages)
     folders: dict[str, int] = {}
     parts: list[bytes] = []
     pack = _MESSAGE.pack
@@ -64,6 +74,43 @@ def packMessages(messages: Sequence[JournalMessage]) -> bytes:
     return b"".join(header + parts)
 
 
+_KEYS_FORMAT = 2
+_KEYS_HEADER = struct.Struct("<BI")
+
+
+def _packFolderKeys(messages: FolderKeys) -> bytes:
+    """
+    The packed form (format 2) of one folder's keys.
+
+    @raise ValueError: a key holds a NUL or is not valid Unicode.
+    """
+    try:
+        folder = messages.folderKey.encode("utf-8")
+        keys = "\0".join(messages.keys).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(str(e)) from None
+    if keys.count(b"\0") != len(messages.keys) - 1:
+        raise ValueError("a message key holds a NUL")
+    if not messages.keys:
+        return _KEYS_HEADER.pack(_KEYS_FORMAT, len(folder)) + folder
+    return _KEYS_HEADER.pack(_KEYS_FORMAT, len(folder)) + folder + keys + b"\0"
+
+
+def _unpackFolderKeys(blob: bytes) -> tuple[JournalMessage, ...]:
+    """
+    The messages of a format 2 C{blob}.
+    """
+    _, length = _KEYS_HEADER.unpack_from(blob, 0)
+    start = _KEYS_HEADER.size
+    folder = _take(blob, start, length).decode("utf-8")
+    rest = blob[start + length :]
+    if rest and not rest.endswith(b"\0"):
+        raise ValueError("truncated")
+    return tuple(
+        JournalMessage(folder, key.decode("utf-8"), 0, b"") for key in rest.split(b"\0")[:-1]
+    )
+
+
 def _sizes(messages: Sequence[JournalMessage]) -> str:
     """
     The first size of C{messages} a signed 64-bit integer cannot hold,
@@ -83,6 +130,8 @@ def unpackMessages(blob: bytes) -> tuple[JournalMessage, ...]:
     """
     try:
         form, folderCount = _HEADER.unpack_from(blob, 0)
+        if form == _KEYS_FORMAT:
+            return _unpackFolderKeys(blob)
         if form != _FORMAT:
             raise ValueError(f"unknown journal format {form}")
         offset = _HEADER.size
