@@ -1684,3 +1684,70 @@ class ServerSignalTests(SynchronousTestCase):
         h.assertHolds("Archive", range(2))
         self.assertEqual(h.endpoint.attempts, 2)
         h.finish()
+
+
+class ReconcileEdgeTests(SynchronousTestCase):
+    """
+    Reconciling the journal where a copy could be taken for the wrong
+    message's.
+    """
+
+    def test_recordedWithoutUIDClaimsItsCopy(self) -> None:
+        """
+        On a server without UIDPLUS, a message recorded as appended (without
+        a UID) claims its own copy when its unit is reconciled: an identical
+        message of the same unit that was never sent is not taken for
+        arrived, and is sent.
+        """
+        caps = tuple(c for c in DEFAULT_CAPABILITIES if c != "UIDPLUS")
+        h = JobHarness(self, capabilities=caps)
+        inbox = h.source.addFolder("INBOX")
+        same = body(7)
+        h.source.add(inbox, "m0", same)
+        h.source.add(inbox, "m1", same)
+        h.mail.append(USER, "INBOX", [(same, (), None)])
+        validity = h.mail.uidValidity(USER, "INBOX")
+        self.successResultOf(
+            h.store.recordOutcomes(JOB, [MessageOutcome("INBOX", "m0", "INBOX", len(same))])
+        )
+        self.successResultOf(
+            h.store.journalBatch(
+                JOB, "INBOX", validity, 1,
+                [JournalMessage("INBOX", "m0", 0, b""), JournalMessage("INBOX", "m1", 0, b"")],
+            )
+        )  # fmt: skip
+
+        self.assertTrue(h.run(h.job(identity="off")))
+
+        self.assertEqual([m.body for m in h.mail.mailbox(USER, "INBOX")], [same, same])
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_unmeasurableKeepsTheEntry(self) -> None:
+        """
+        A journaled message that cannot be read again from the source (its
+        folder cannot be listed now) while copies are unaccounted for keeps
+        its entry in the journal: nothing is settled on a guess.
+        """
+        h = JobHarness(self)
+        inbox = h.source.addFolder("INBOX")
+        populate(h.source, inbox, 2)
+        h.mail.append(USER, "INBOX", [(body(0), (), None)])
+        validity = h.mail.uidValidity(USER, "INBOX")
+        h.source.listingErrors["INBOX"] = SourceError("INBOX: Permission denied")
+        self.successResultOf(
+            h.store.journalBatch(
+                JOB, "INBOX", validity, 1,
+                [JournalMessage("INBOX", "m0", 0, b""), JournalMessage("INBOX", "m1", 0, b"")],
+            )
+        )  # fmt: skip
+
+        self.assertFalse(h.run(h.job(identity="off")))
+
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        self.flushLoggedErrors()
+        del h.source.listingErrors["INBOX"]
+        self.assertTrue(h.run(h.job(identity="off")))
+        h.assertHolds("INBOX", range(2))
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()

@@ -12,7 +12,7 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, Callable, Collection, Mapping, Sequence, TypeVar
+from typing import Any, Collection, Mapping, Sequence, TypeVar
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout
@@ -269,6 +269,31 @@ def describeTLSError(error: BaseException) -> str | None:
         ]
         return "; ".join(str(r) for r in reasons if r) or str(error)
     return None
+
+
+async def refusalsOf(
+    commands: Sequence[Deferred[bytes]],
+) -> tuple[list[CommandFailed | None], BaseException | None]:
+    """
+    Await every one of C{commands} (already sent, pipelined), in order.
+
+    @return: per command its refusal (L{CommandFailed}) or L{None}; and the
+        first other error, to raise once every command has ended.
+    """
+    refusals: list[CommandFailed | None] = []
+    error: BaseException | None = None
+    for command in commands:
+        try:
+            await command
+        except CommandFailed as e:
+            refusals.append(e)
+        except Exception as e:
+            refusals.append(None)
+            if error is None:
+                error = e
+        else:
+            refusals.append(None)
+    return refusals, error
 
 
 async def _mapped(command: str, d: Deferred[T]) -> T:
@@ -783,19 +808,7 @@ class IMAPSession:
             )
             for uids in uidSets
         ]
-        refusals: list[CommandFailed | None] = []
-        error: BaseException | None = None
-        for command in commands:
-            try:
-                await command
-            except CommandFailed as e:
-                refusals.append(e)
-            except Exception as e:
-                refusals.append(None)
-                if error is None:
-                    error = e
-            else:
-                refusals.append(None)
+        refusals, error = await refusalsOf(commands)
         if error is not None:
             raise error
         return FetchedBodies(bodies, tuple(refusals))

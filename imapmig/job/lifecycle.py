@@ -207,6 +207,10 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
     def toStopping(inputs: JobInputs, core: _Core) -> None:
         pass
 
+    @stopping.upon(JobInputs.connected).loop()
+    def stillStopping(inputs: JobInputs, core: _Core) -> None:
+        pass
+
     @queued.upon(JobInputs.stop).loop()
     @stopping.upon(JobInputs.stop).loop()
     @stopped.upon(JobInputs.stop).loop()

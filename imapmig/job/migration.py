@@ -456,7 +456,7 @@ class MigrationJob:
         opening = Deferred.fromCoroutine(self._open(attempt))
         try:
             listed, unreadable = await self._listSource(opening)
-            entries = await self._store.journal(self.name)
+            entries = [] if self._stopping else await self._store.journal(self.name)
             if entries:
                 first = await opening
                 await self._reconcile(first, entries, listed)
@@ -502,6 +502,8 @@ class MigrationJob:
             }
 
         result = await reconcileJournal(self.name, session, self._store, entries, measure)
+        # Messages found in the destination are this run's work: progress.
+        self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():
             first = missing[0]
             key = (first.folderKey, first.messageKey)
@@ -558,6 +560,8 @@ class MigrationJob:
         unreadable: list[str] = []
         listed: list[_Listed] = []
         for folder in included:
+            if self._stopping:
+                break
             try:
                 messages, flagChanges = await self._listFolder(folder)
             except SourceError as e:
@@ -643,6 +647,8 @@ class MigrationJob:
             for opening in openings:
                 opening.addErrback(lambda failure: None)
             raise
+        if self._stopping:
+            return
         self._targets = prepared.targets
         self._uidFloors = {
             mailbox: target.uidFloor
@@ -767,15 +773,20 @@ class MigrationJob:
                     destination = traits[unit.mailbox] = _DestinationTraits(
                         binary, target.permanentFlags, target.presence
                     )
+                enqueued = False
                 for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                     if self._stopping:
                         break
                     bodies = await source.readBodies(unit.folder, chunk)
                     pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
+                    enqueued = True
                     hungry = pipeline.hungry()
                     if hungry.called:
                         await deferLater(self._clock, 0)
                     await hungry
+                if not enqueued:
+                    # Stopped before any of it left: nothing to reconcile.
+                    recorder.unsent(ticket)
             await pipeline.drained()
         finally:
             selected.pop(worker, None)

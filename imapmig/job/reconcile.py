@@ -158,45 +158,51 @@ async def reconcileJournal(
     """
     result = Reconciliation()
     outcomes: list[MessageOutcome] = []
+    undecided: set[int] = set()
     byMailbox: dict[str, list[JournalEntry]] = {}
     for entry in entries:
         byMailbox.setdefault(entry.mailbox, []).append(entry)
-    recordedByFolder: dict[str, set[str]] = {}
+    recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
     for mailbox, mailboxEntries in byMailbox.items():
-        pending: list[tuple[JournalEntry, JournalMessage]] = []
+        # In the order sent: the messages without an outcome, and those
+        # with one but no UID (a server without UIDPLUS), which must claim
+        # their copy first lest another message take it for its own.
+        pending: list[_Pending] = []
         for entry in mailboxEntries:
             for message in entry.messages:
                 recorded = recordedByFolder.get(message.folderKey)
                 if recorded is None:
-                    recorded = recordedByFolder[message.folderKey] = set(
-                        await store.destinationMap(jobName, message.folderKey)
+                    recorded = recordedByFolder[message.folderKey] = await store.destinationMap(
+                        jobName, message.folderKey
                     )
-                if message.messageKey in recorded:
-                    result.known += 1
+                outcome = recorded.get(message.messageKey)
+                if outcome is None:
+                    pending.append(_Pending(entry, message, False))
                 else:
-                    pending.append((entry, message))
-        if not pending:
+                    result.known += 1
+                    if outcome.uid is None:
+                        pending.append(_Pending(entry, message, True))
+        if not any(not p.known for p in pending):
             continue
-        arrived, uidValidity = await _arrivals(
-            jobName, session, store, mailbox, pending, measure
-        )
-        for entry, message in pending:
-            uid = arrived.get((message.folderKey, message.messageKey))
-            if uid is None:
+        found = await _arrivals(jobName, session, store, mailbox, pending, measure)
+        undecided |= found.undecided
+        for each in pending:
+            if each.known:
+                continue
+            message = each.message
+            arrival = found.arrived.get((message.folderKey, message.messageKey))
+            if arrival is None:
                 result.missing.setdefault(mailbox, []).append(message)
                 continue
             result.arrived += 1
+            uid, size = arrival
             outcomes.append(
                 MessageOutcome(
-                    message.folderKey,
-                    message.messageKey,
-                    mailbox,
-                    message.size,
-                    uidValidity,
-                    uid,
+                    message.folderKey, message.messageKey, mailbox, size, found.uidValidity, uid
                 )
             )
-    await store.recordOutcomes(jobName, outcomes, settled=[e.entryId for e in entries])
+    settled = [e.entryId for e in entries if e.entryId not in undecided]
+    await store.recordOutcomes(jobName, outcomes, settled=settled)
     log.info(
         "Job {job}: reconciled {count} journaled messages (being sent when the last"
         " run or connection ended): {arrived} had arrived, {missing} will be sent again",
@@ -205,7 +211,51 @@ async def reconcileJournal(
         arrived=result.arrived,
         missing=sum(len(m) for m in result.missing.values()),
     )
+    if undecided:
+        log.warn(
+            "Job {job}: {count} journal entries kept: some of their messages could not be"
+            " read again from the source to be recognised (a folder that cannot be listed);"
+            " they are reconciled again on the next attempt",
+            job=jobName,
+            count=len(undecided),
+        )
     return result
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """
+    A journaled message to recognise.
+
+    @ivar known: it already has an outcome (without a UID): it claims its
+        copy, and nothing is recorded for it.
+    """
+
+    entry: JournalEntry
+    message: JournalMessage
+    known: bool
+
+
+@dataclass
+class _Found:
+    """
+    What the destination showed of one mailbox's journaled messages.
+
+    @ivar arrived: by C{(folderKey, messageKey)}, the UID and size of its
+        copy.
+    @ivar uidValidity: the mailbox's UIDVALIDITY.
+    @ivar undecided: entries some of whose messages could not be measured
+        while copies were still unaccounted for: not to be settled.
+    """
+
+    arrived: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    uidValidity: int | None = None
+    undecided: set[int] = field(default_factory=set)
+
+
+# Response codes of an EXAMINE refusal that mean the mailbox is not there
+# (so nothing of what was sent to it is there either).
+_ABSENT = frozenset({"NONEXISTENT", "TRYCREATE"})
 
 
 async def _arrivals(
@@ -213,32 +263,32 @@ async def _arrivals(
     session: IMAPSession,
     store: IStateStore,
     mailbox: str,
-    pending: Sequence[tuple[JournalEntry, JournalMessage]],
+    pending: Sequence[_Pending],
     measure: MeasureSent,
-) -> tuple[dict[tuple[str, str], int], int | None]:
+) -> _Found:
     """
-    Which of the messages journaled for C{mailbox} and still without an
-    outcome (C{pending}, in the order they were sent) are there.
+    Which of the messages journaled for C{mailbox} (C{pending}, in the
+    order they were sent) are there.
 
-    @return: their UIDs by key, and the mailbox's UIDVALIDITY.
+    @raise CommandFailed: the server refused to EXAMINE the mailbox for a
+        reason other than its absence: the journal stays as it is.
     """
+    found = _Found()
     try:
         examined = await session.examine(mailbox)
     except CommandFailed as e:
+        if e.code not in _ABSENT:
+            raise
         log.warn(
-            "Job {job}: cannot open {mailbox!r} to reconcile ({why}); its messages"
+            "Job {job}: {mailbox!r} is not in the destination ({why}); its messages"
             " in flight will be sent again",
             job=jobName,
             mailbox=mailbox,
             why=e.text,
         )
-        return {}, None
-    uidValidity = examined.uidValidity
-    valid = [
-        (entry, message)
-        for entry, message in pending
-        if entry.uidValidity is None or entry.uidValidity == uidValidity
-    ]
+        return found
+    uidValidity = found.uidValidity = examined.uidValidity
+    valid = [p for p in pending if p.entry.uidValidity is None or p.entry.uidValidity == uidValidity]
     if len(valid) < len(pending):
         log.warn(
             "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
@@ -247,8 +297,8 @@ async def _arrivals(
             mailbox=mailbox,
         )
     if not valid or not examined.exists:
-        return {}, uidValidity
-    floor = max(1, min(entry.uidFloor or 1 for entry, _ in valid))
+        return found
+    floor = max(1, min(p.entry.uidFloor or 1 for p in valid))
     held: set[int] = set()
     if uidValidity is not None:
         held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
@@ -260,20 +310,22 @@ async def _arrivals(
         start = item.sections.get(_HEAD_SECTION) or b""
         candidates.append(Candidate(uid, item.size, journalHead(start)))
     pool = CandidatePool(candidates)
-    arrived: dict[tuple[str, str], int] = {}
     for offset in range(0, len(valid), _MEASURE_BATCH):
         if not pool.remaining:
             break
         batch = valid[offset : offset + _MEASURE_BATCH]
         measured: dict[str, dict[str, tuple[int, bytes]]] = {}
-        for folderKey in {message.folderKey for _, message in batch}:
-            keys = [m.messageKey for _, m in batch if m.folderKey == folderKey]
+        for folderKey in {p.message.folderKey for p in batch}:
+            keys = [p.message.messageKey for p in batch if p.message.folderKey == folderKey]
             measured[folderKey] = await measure(folderKey, keys)
-        for entry, message in batch:
+        for each in batch:
+            message = each.message
             sent = measured[message.folderKey].get(message.messageKey)
             if sent is None:
+                if pool.remaining:
+                    found.undecided.add(each.entry.entryId)
                 continue
-            uid = pool.take(sent[0], sent[1], entry.uidFloor or 0)
-            if uid is not None:
-                arrived[(message.folderKey, message.messageKey)] = uid
-    return arrived, uidValidity
+            uid = pool.take(sent[0], sent[1], each.entry.uidFloor or 0)
+            if uid is not None and not each.known:
+                found.arrived[(message.folderKey, message.messageKey)] = (uid, sent[0])
+    return found

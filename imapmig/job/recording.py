@@ -127,11 +127,23 @@ class OutcomeRecorder:
 
     def startRun(self) -> None:
         """
-        A new run begins: count its outcomes from zero.
+        A new run begins: count its outcomes from zero, and forget a store
+        failure of an earlier run (a reload may have fixed it).
         """
         self.appended = 0
         self.present = 0
         self.failedKeys = set()
+        self.error = None
+
+    def unsent(self, ticket: JournalTicket) -> None:
+        """
+        None of the messages of C{ticket}'s unit was sent (the job stopped
+        first): its journal entry is settled with the next flush, with no
+        outcome.
+        """
+        if ticket.remaining:
+            ticket.remaining = 0
+            self._settled.append(ticket.entryId)
 
     @property
     def settledCount(self) -> int:

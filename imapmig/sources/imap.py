@@ -68,7 +68,7 @@ from imapmig.imap.fetch import (
     FetchResponseParser,
     formatUIDSet,
 )
-from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.imap.session import ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.message import (
@@ -957,19 +957,7 @@ class IMAPSource:
             )
             for uids in groups
         ]
-        refusals: list[CommandFailed | None] = []
-        error: BaseException | None = None
-        for command in commands:
-            try:
-                await command
-            except CommandFailed as e:
-                refusals.append(e)
-            except Exception as e:
-                refusals.append(None)
-                if error is None:
-                    error = e
-            else:
-                refusals.append(None)
+        refusals, error = await refusalsOf(commands)
         if error is not None:
             sink.close()
             raise error
