@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -149,6 +150,32 @@ def exitWhenDone(reactor: Any) -> Callable[[bool], None]:
     return whenDone
 
 
+# Signals that stop the daemon gracefully (systemctl stop, kill, Ctrl-C).
+_GRACEFUL_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def exitZeroAfterGracefulStop(reactor: Any) -> None:
+    """
+    Make a stop by C{SIGTERM} or C{SIGINT} end the process with status 0.
+
+    twistd ends a process stopped by a signal by sending it that signal
+    again once it has cleaned up, so that its parent sees it die of it.
+    imapmig's stop is graceful (no new messages, the replies in flight
+    recorded, every connection logged out or its unit left journaled for
+    the next run): it is a success, and says so with its exit status.  Twisted
+    keeps the signal in the reactor's C{_exitSignal} (no public API); it is
+    cleared after the shutdown, when every service has stopped.
+
+    @param reactor: the global reactor.
+    """
+
+    def clear() -> None:
+        if getattr(reactor, "_exitSignal", None) in _GRACEFUL_SIGNALS:
+            reactor._exitSignal = None
+
+    reactor.addSystemEventTrigger("after", "shutdown", clear)
+
+
 def makeService(options: Options) -> IService:
     """
     Build the daemon from the parsed options.
@@ -160,6 +187,7 @@ def makeService(options: Options) -> IService:
     from imapmig.service import buildService
 
     whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
+    exitZeroAfterGracefulStop(reactor)
     try:
         return buildService(options.config, reactor, whenDone=whenDone)
     except (ConfigError, PermanentError) as e:

@@ -388,3 +388,58 @@ def _busiest(proxy: FaultProxy) -> ConnectionRelay:
     """
     open_ = [r for r in proxy.relays if not r.ended]
     return max(open_ or proxy.relays, key=lambda r: r.relayed[TO_SERVER])
+
+
+class StopTests(TestCase):
+    """
+    C{SIGTERM} (C{systemctl stop}) in the middle of a migration.
+    """
+
+    async def test_sigtermThenRestart(self) -> None:
+        """
+        C{SIGTERM} once L{FAULT_POINT} octets went to the server: the daemon
+        stops taking messages, records the replies in flight, logs that the
+        job stopped and exits 0, having duplicated nothing; started again,
+        it finishes, and every message is in the account exactly once
+        (C{identity: "off"}).
+        """
+        requireDovecot(self)
+        instance = dedicatedDovecot("resilience")
+        user = freshUser(instance)
+        directory = newDirectory(self)
+        maildir = os.path.join(directory, "Maildir")
+        corpus = writeMaildir(maildir, MESSAGES, seed=17, folders=FOLDERS, profile="small")
+        proxy = FaultProxy(reactor, reactor, "127.0.0.1", instance.port)
+        port = await proxy.listen()
+        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
+        configPath = writeDaemonConfig(
+            directory,
+            user,
+            {"maildir": maildir},
+            {"endpoint": f"tcp:127.0.0.1:{port}", "starttls": "off", "compress": "off"},
+            identity="off",
+        )
+        daemon = startDaemon(self, reactor, configPath)
+        reached = proxy.whenOctets(TO_SERVER, FAULT_POINT)
+        race: list[Deferred[Any]] = [reached, daemon.whenEnded()]
+        await DeferredList(race, fireOnOneCallback=True, fireOnOneErrback=True)
+        self.assertTrue(reached.called, "the daemon ended before the signal: " + daemon.tail())
+        assert daemon.transport is not None
+        daemon.transport.signalProcess("TERM")
+        status = await daemon.exited(reactor, RUN_BOUND)
+        self.assertEqual(status, 0, daemon.tail())
+        self.assertIn(b"Job job: stopped", bytes(daemon.output), daemon.tail())
+        self.assertNotIn(b"Traceback", bytes(daemon.output), daemon.tail())
+        partial = deliveries(instance.fetchAll(user.name), corpus.messages)
+        self.assertEqual((partial.duplicated, partial.unexpected), ((), 0), partial.summary())
+
+        again = startDaemon(self, reactor, configPath)
+        self.assertEqual(await again.exited(reactor, RUN_BOUND), 0, again.tail())
+        fetched = instance.fetchAll(user.name)
+        final = deliveries(fetched, corpus.messages)
+        sys.stdout.write(
+            f"\ntest_sigtermThenRestart: after SIGTERM {len(corpus.messages) - len(partial.lost)}"
+            f" of {len(corpus.messages)} held; after the restart {final.summary()}\n"
+        )
+        self.assertTrue(final.exactlyOnce, final.summary())
+        self.assertEqual(fetchedView(fetched), corpusView(corpus.messages))

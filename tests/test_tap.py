@@ -97,3 +97,55 @@ class ExitWhenDoneTests(SynchronousTestCase):
         tap.exitWhenDone(self.reactor)(False)
         self.assertEqual(self.reactor.stops, 1)
         self.assertEqual(self.atExit, [(tap._exitStatusAtExit, tap.EXIT_JOB_FAILED)])
+
+
+class _TriggerReactor:
+    """
+    A reactor's system event triggers and its C{_exitSignal}, as twistd
+    reads it after the reactor stopped.
+    """
+
+    def __init__(self) -> None:
+        self._exitSignal: int | None = None
+        self.triggers: list[tuple[str, str, Callable[[], None]]] = []
+
+    def addSystemEventTrigger(self, phase: str, event: str, f: Callable[[], None]) -> None:
+        self.triggers.append((phase, event, f))
+
+    def shutDown(self) -> None:
+        for phase, event, f in self.triggers:
+            if (phase, event) == ("after", "shutdown"):
+                f()
+
+
+class ExitZeroAfterGracefulStopTests(SynchronousTestCase):
+    """
+    L{tap.exitZeroAfterGracefulStop}: stopped by SIGTERM or SIGINT, the
+    daemon exits 0 rather than dying of the signal again.
+    """
+
+    def test_sigterm(self) -> None:
+        """
+        After a shutdown caused by C{SIGTERM} (or C{SIGINT}), the signal
+        twistd would send again is cleared.
+        """
+        import signal
+
+        for number in (signal.SIGTERM, signal.SIGINT):
+            reactor = _TriggerReactor()
+            tap.exitZeroAfterGracefulStop(reactor)
+            reactor._exitSignal = number
+            reactor.shutDown()
+            self.assertIsNone(reactor._exitSignal)
+
+    def test_otherSignal(self) -> None:
+        """
+        Any other signal (C{SIGHUP}) is left for twistd to report.
+        """
+        import signal
+
+        reactor = _TriggerReactor()
+        tap.exitZeroAfterGracefulStop(reactor)
+        reactor._exitSignal = signal.SIGHUP
+        reactor.shutDown()
+        self.assertEqual(reactor._exitSignal, signal.SIGHUP)
