@@ -42,8 +42,9 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
-from imapmig.testing.corpus import CorpusMessage
+from imapmig.testing.corpus import Corpus, CorpusMessage, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
+from imapmig.testing.faultproxy import Fault, FaultProxy
 
 USERS_PER_INSTANCE = 24
 """
@@ -363,6 +364,57 @@ def restartDovecot(reactor: Any, instance: DovecotInstance) -> Deferred[None]:
         instance.start()
 
     return deferToThreadPool(reactor, reactor.getThreadPool(), restart)
+
+
+@frozen
+class ProxiedMigration:
+    """
+    What L{proxiedMigration} set up: a Maildir corpus, a fault proxy before
+    a Dovecot, and a daemon configuration migrating the one into the other
+    through the proxy.
+    """
+
+    corpus: Corpus
+    proxy: FaultProxy
+    configPath: str
+
+
+async def proxiedMigration(
+    testCase: SynchronousTestCase,
+    reactor: Any,
+    instance: DovecotInstance,
+    user: DovecotUser,
+    messages: int,
+    seed: int,
+    folders: Iterable[tuple[str, ...]],
+    profile: str = "small",
+    faults: Iterable[Fault] = (),
+    socketBuffer: int | None = None,
+    server: Mapping[str, object] | None = None,
+    **jobSettings: object,
+) -> ProxiedMigration:
+    """
+    Write a Maildir of C{messages} messages, start a L{FaultProxy} to
+    C{instance} (stopped when the test ends), and write the daemon's
+    configuration: plain TCP to the proxy, no compression.
+
+    @param server: more keys of the server (C{timeout}).
+    @param jobSettings: more keys of the job (C{identity="off"}).
+    """
+    directory = newDirectory(testCase)
+    maildir = os.path.join(directory, "Maildir")
+    corpus = writeMaildir(maildir, messages, seed=seed, folders=tuple(folders), profile=profile)
+    proxy = FaultProxy(reactor, reactor, "127.0.0.1", instance.port, faults, socketBuffer=socketBuffer)
+    port = await proxy.listen()
+    testCase.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
+    configPath = writeDaemonConfig(
+        directory,
+        user,
+        {"maildir": maildir},
+        {"endpoint": f"tcp:127.0.0.1:{port}", "starttls": "off", "compress": "off", **(server or {})},
+        **jobSettings,
+    )
+    return ProxiedMigration(corpus, proxy, configPath)
 
 
 def writeDaemonConfig(

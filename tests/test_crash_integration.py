@@ -35,19 +35,17 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
-from imapmig.testing.faultproxy import Direction, Discard, FaultProxy
+from imapmig.testing.faultproxy import Direction, Discard
 from tests.support import (
+    proxiedMigration,
     Deliveries,
     corpusView,
     dedicatedDovecot,
     deliveries,
     fetchedView,
     freshUser,
-    newDirectory,
     startDaemon,
-    writeDaemonConfig,
 )
 
 # These tests run the daemon for real, on the global reactor.
@@ -192,20 +190,11 @@ class CrashTests(TestCase):
         rng = random.Random(f"{seed}:{identity}")
         instance = dedicatedDovecot("crash")
         user = freshUser(instance)
-        directory = newDirectory(self)
-        maildir = os.path.join(directory, "Maildir")
-        corpus = writeMaildir(maildir, MESSAGES, seed=16, folders=FOLDERS, profile="small")
-        proxy = FaultProxy(reactor, reactor, "127.0.0.1", instance.port)
-        port = await proxy.listen()
-        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
-        configPath = writeDaemonConfig(
-            directory,
-            user,
-            {"maildir": maildir},
-            {"endpoint": f"tcp:127.0.0.1:{port}", "starttls": "off", "compress": "off"},
-            identity=identity,
-            connections=CONNECTIONS,
-        )
+        migration = await proxiedMigration(
+            self, reactor, instance, user, MESSAGES, 16, FOLDERS,
+            identity=identity, connections=CONNECTIONS,
+        )  # fmt: skip
+        corpus, proxy, configPath = migration.corpus, migration.proxy, migration.configPath
         total = int(sum(m.size for m in corpus.messages) * KILLED_SPAN / CONNECTIONS)
         started = reactor.seconds()
         killedAt: list[int] = []

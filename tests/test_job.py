@@ -1751,3 +1751,43 @@ class ReconcileEdgeTests(SynchronousTestCase):
         h.assertHolds("INBOX", range(2))
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
+
+
+class CommandRefusedForNowTests(SynchronousTestCase):
+    """
+    A command other than APPEND refused "for now" is read as the APPEND
+    pipeline reads its refusals.
+    """
+
+    def test_listUnavailable(self) -> None:
+        """
+        LIST refused with C{[UNAVAILABLE]} makes the job back off and try
+        again, not fail; a refusal with no such meaning fails it.
+        """
+        h = JobHarness(self)
+        refusals = [b"NO [UNAVAILABLE] Internal error, try again later"]
+
+        class RefusesListOnce(FakeIMAPServer):
+            def lineReceived(self, line: bytes) -> None:
+                tag, _, rest = line.partition(b" ")
+                if rest.startswith(b"LIST") and refusals:
+                    self.sendLine(tag + b" " + refusals.pop())
+                    return
+                FakeIMAPServer.lineReceived(self, line)
+
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: RefusesListOnce(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        d = h.start(h.job())
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.assertHolds("INBOX", range(2))
+
+        refusals.append(b"NO [NOPERM] Permission denied")
+        self.assertFalse(h.run(h.job()))
+        self.assertEqual(h.progress.state, JobState.FAILED)
+        self.assertIn("NOPERM", h.progress.error or "")
+        h.finish()

@@ -18,7 +18,6 @@ the process's exit), with timeouts only as a safety net.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Callable, Coroutine, Iterable
 
@@ -28,7 +27,6 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
 
-from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from imapmig.testing.faultproxy import (
     Close,
@@ -42,6 +40,7 @@ from imapmig.testing.faultproxy import (
     Stall,
 )
 from tests.support import (
+    proxiedMigration,
     DaemonProcess,
     DaemonTimedOut,
     Deliveries,
@@ -50,11 +49,9 @@ from tests.support import (
     deliveries,
     fetchedView,
     freshUser,
-    newDirectory,
     privateDovecot,
     restartDovecot,
     startDaemon,
-    writeDaemonConfig,
 )
 
 # These tests run the daemon for real, on the global reactor.
@@ -164,27 +161,22 @@ class ResilienceTests(TestCase):
             instance = dedicatedDovecot("resilience")
         if user is None:
             user = freshUser(instance)
-        directory = newDirectory(self)
-        maildir = os.path.join(directory, "Maildir")
-        corpus = writeMaildir(maildir, MESSAGES, seed=15, folders=FOLDERS, profile=profile)
-        proxy = FaultProxy(
-            reactor, reactor, "127.0.0.1", instance.port, faults, socketBuffer=SOCKET_BUFFER
-        )
-        port = await proxy.listen()
-        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
-        configPath = writeDaemonConfig(
-            directory,
+        migration = await proxiedMigration(
+            self,
+            reactor,
+            instance,
             user,
-            {"maildir": maildir},
-            {
-                "endpoint": f"tcp:127.0.0.1:{port}",
-                "starttls": "off",
-                "compress": "off",
-                "timeout": SERVER_TIMEOUT,
-            },
+            MESSAGES,
+            15,
+            FOLDERS,
+            profile=profile,
+            faults=faults,
+            socketBuffer=SOCKET_BUFFER,
+            server={"timeout": SERVER_TIMEOUT},
             identity="off",
             **jobSettings,
         )
+        corpus, proxy, configPath = migration.corpus, migration.proxy, migration.configPath
         started = reactor.seconds()
         daemon = startDaemon(self, reactor, configPath)
         acting = None
@@ -406,19 +398,10 @@ class StopTests(TestCase):
         requireDovecot(self)
         instance = dedicatedDovecot("resilience")
         user = freshUser(instance)
-        directory = newDirectory(self)
-        maildir = os.path.join(directory, "Maildir")
-        corpus = writeMaildir(maildir, MESSAGES, seed=17, folders=FOLDERS, profile="small")
-        proxy = FaultProxy(reactor, reactor, "127.0.0.1", instance.port)
-        port = await proxy.listen()
-        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
-        configPath = writeDaemonConfig(
-            directory,
-            user,
-            {"maildir": maildir},
-            {"endpoint": f"tcp:127.0.0.1:{port}", "starttls": "off", "compress": "off"},
-            identity="off",
+        migration = await proxiedMigration(
+            self, reactor, instance, user, MESSAGES, 17, FOLDERS, identity="off"
         )
+        corpus, proxy, configPath = migration.corpus, migration.proxy, migration.configPath
         daemon = startDaemon(self, reactor, configPath)
         reached = proxy.whenOctets(TO_SERVER, FAULT_POINT)
         race: list[Deferred[Any]] = [reached, daemon.whenEnded()]

@@ -43,6 +43,7 @@ from imapmig.errors import (
 from imapmig.fidelity import decideFlags, journalHead, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
+from imapmig.imap.signals import classifyRefusal
 from imapmig.job.destination import (
     DestinationPreparation,
     FolderToCopy,
@@ -87,10 +88,6 @@ READ_STEP_BYTES = 1024 * 1024
 # changes of messages already copied.
 _Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
 
-# Response codes (RFC 5530) of a refused command that may succeed later.
-_TRANSIENT_CODES = frozenset({"UNAVAILABLE", "INUSE", "SERVERBUG", "LIMIT"})
-
-
 @dataclass(frozen=True)
 class JobSettings:
     """
@@ -121,15 +118,18 @@ class JobSettings:
     stopTimeout: float = 30.0
 
 
-def isTransient(error: BaseException) -> bool:
+def asRetryable(error: BaseException) -> BaseException:
     """
-    Whether the job should connect again after C{error} rather than fail:
-    a lost connection, a timeout, a protocol error, or a command refused
-    with a code saying "not now".
+    C{error}, or, for a command the server refused for now (C{NO
+    [UNAVAILABLE]} to a SELECT, a throttling notice to a LIST), the
+    L{TransientError} that says what the refusal means, as the APPEND
+    pipeline reads its refusals (L{imapmig.imap.signals}).
     """
-    if isinstance(error, TransientError):
-        return True
-    return isinstance(error, CommandFailed) and error.code in _TRANSIENT_CODES
+    if isinstance(error, CommandFailed):
+        meant = classifyRefusal(error.status, error.text).error(error.command)
+        if meant is not None:
+            return meant
+    return error
 
 
 class _Attempt:
@@ -354,7 +354,8 @@ class MigrationJob:
                     )
                     return True
                 reason = str(error) or type(error).__name__
-                if not isTransient(error):
+                error = asRetryable(error)
+                if not isinstance(error, TransientError):
                     return self._failed(reason)
                 if self._recorder.settledCount > before:
                     fruitless = 0

@@ -132,12 +132,10 @@ class Reconciliation:
         as appended).
     @ivar missing: journaled messages not there, to be sent again, by
         mailbox, in the order they were sent.
-    @ivar known: journaled messages that already had an outcome.
     """
 
     arrived: int = 0
     missing: dict[str, list[JournalMessage]] = field(default_factory=dict)
-    known: int = 0
 
 
 async def reconcileJournal(
@@ -178,10 +176,8 @@ async def reconcileJournal(
                 outcome = recorded.get(message.messageKey)
                 if outcome is None:
                     pending.append(_Pending(entry, message, False))
-                else:
-                    result.known += 1
-                    if outcome.uid is None:
-                        pending.append(_Pending(entry, message, True))
+                elif outcome.uid is None:
+                    pending.append(_Pending(entry, message, True))
         if not any(not p.known for p in pending):
             continue
         found = await _arrivals(jobName, session, store, mailbox, pending, measure)

@@ -82,7 +82,7 @@ class Sent:
 
 class OutcomeRecorder:
     """
-    Journals batches before they leave, and buffers outcomes to record them
+    Journals units of work before they leave, and buffers outcomes to record them
     one batch per transaction (every C{recordEvery} outcomes, or
     C{recordInterval} seconds after the first unrecorded one), with the
     journal entries they settle; updates the progress counters as each
