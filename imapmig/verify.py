@@ -4,7 +4,8 @@ Verification: does the destination hold the source, byte for byte?
 
 For each source folder (after the job's folder rules, as the migration maps
 it), every message is read on both sides and compared: its SHA-256, its
-flags (C{\\Recent} aside) and its INTERNALDATE (the instant).  Messages are
+flags (C{\\Recent} aside, compared without regard to case, as RFC 3501
+says flags are) and its INTERNALDATE (the instant).  Messages are
 paired by the state store's record of where each one went (its UID in the
 destination, under the same UIDVALIDITY); messages the store does not place
 are paired by content.  What is left over on either side is a difference,
@@ -46,7 +47,8 @@ class MessageFacts:
 
     @ivar sha256: the digest of its octets (CRLF line endings, as IMAP
         carries them), hex.
-    @ivar flags: its flags and keywords, C{\\Recent} left out, sorted.
+    @ivar flags: its flags and keywords as spelled, C{\\Recent} left out,
+        one of each regardless of case, sorted.
     @ivar internalDate: its INTERNALDATE in UTC, or L{None} when the source
         has none (the server then chose it: not compared).
     @ivar size: its size in octets.
@@ -59,6 +61,14 @@ class MessageFacts:
     internalDate: datetime | None
     size: int
     servedSha256: str | None = None
+
+    @property
+    def flagKey(self) -> frozenset[str]:
+        """
+        The flags as compared: IMAP flags and keywords are
+        case-insensitive (RFC 3501 2.3.2), so C{\\seen} is C{\\Seen}.
+        """
+        return frozenset(_flagKey(flag) for flag in self.flags)
 
     def digests(self) -> tuple[str, ...]:
         """
@@ -172,8 +182,29 @@ class VerifyReport:
         }
 
 
+def _flagKey(flag: str) -> str:
+    """
+    A flag as compared: ASCII letters lower-cased (flags are atoms; a
+    non-ASCII keyword, which no server should hold, keeps its other
+    characters as they are).
+    """
+    return flag.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def _sortedFlags(flags: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted({f for f in flags if f.lower() != "\\recent"}, key=str.lower))
+    """
+    C{flags} without C{\\Recent} (only a server sets it) and with one
+    spelling of each flag whatever its case (the first), sorted.
+    """
+    kept: dict[str, str] = {}
+    for flag in flags:
+        key = _flagKey(flag)
+        if key != "\\recent":
+            kept.setdefault(key, flag)
+    return tuple(sorted(kept.values(), key=_flagKey))
 
 
 def _utc(when: datetime | None) -> datetime | None:
@@ -296,7 +327,7 @@ async def _readDestination(
 
 def _pairing(digest: str, facts: MessageFacts, exact: bool) -> object:
     if exact:
-        return (digest, facts.flags, facts.internalDate)
+        return (digest, facts.flagKey, facts.internalDate)
     return digest
 
 
@@ -360,7 +391,7 @@ def compareMailbox(
                     f" {actual.sha256[:16]}…)",
                 )  # fmt: skip
             )
-        if expected.flags != actual.flags:
+        if expected.flagKey != actual.flagKey:
             differences.append(
                 Difference(
                     "flags", mailbox, folder, messageKey, uid,
