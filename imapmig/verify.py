@@ -5,7 +5,10 @@ Verification: does the destination hold the source, byte for byte?
 For each source folder (after the job's folder rules, as the migration maps
 it), every message is read on both sides and compared: its SHA-256, its
 flags (C{\\Recent} aside, compared without regard to case, as RFC 3501
-says flags are) and its INTERNALDATE (the instant).  Messages are
+says flags are) and its INTERNALDATE (the instant: for a Maildir or mbox
+source, the one its file name or C{From } line holds, read by
+L{imapmig.expected} rather than by the source reader, so that a reader's
+mistake shows).  Messages are
 paired by the state store's record of where each one went (its UID in the
 destination, under the same UIDVALIDITY); messages the store does not place
 are paired by content.  What is left over on either side is a difference,
@@ -27,10 +30,13 @@ from typing import Awaitable, Callable, Iterable, Sequence
 from attrs import frozen
 from twisted.logger import Logger
 
+from imapmig.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
 from imapmig.plan import FolderMapping, FolderRules, chunks, mapFolders
 from imapmig.sources import IMessageSource
+from imapmig.sources.maildir import MaildirSource
+from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
 
 log = Logger()
@@ -54,6 +60,9 @@ class MessageFacts:
     @ivar size: its size in octets.
     @ivar servedSha256: for a source message with NUL octets, the digest
         with each NUL as C{0x80}, as Dovecot serves it; else L{None}.
+    @ivar dateOrigin: for a source message, where L{internalDate} was read
+        independently of the source reader (C{"its Maildir name"}, C{"its
+        From_ line"}), or L{None} when it is the reader's.
     """
 
     sha256: str
@@ -61,6 +70,7 @@ class MessageFacts:
     internalDate: datetime | None
     size: int
     servedSha256: str | None = None
+    dateOrigin: str | None = None
 
     @property
     def flagKey(self) -> frozenset[str]:
@@ -232,6 +242,30 @@ def _digests(body: bytes | bytearray | StreamedBody) -> tuple[str, str | None]:
     return digest.hexdigest(), None if served is None else served.hexdigest()
 
 
+def _expectedDate(
+    source: IMessageSource, folder: SourceFolder, message: SourceMessage
+) -> tuple[datetime | None, str | None]:
+    """
+    The INTERNALDATE C{message} should have, read by L{imapmig.expected}
+    (not by the source's reader) where the format holds one: a Maildir
+    name's delivery time, an mbox C{From } line's asctime date; else the
+    reader's.
+
+    @return: the date in UTC (or L{None}), and where it was read
+        independently (or L{None}: the reader's).
+    """
+    if isinstance(source, MaildirSource):
+        when = maildirDeliveryDate(message.key)
+        if when is not None:
+            return when, "its Maildir name"
+    elif isinstance(source, MboxSource):
+        line = source.fromLine(folder, message.key)
+        when = None if line is None else fromLineDate(line)
+        if when is not None:
+            return _utc(when), "its From_ line"
+    return _utc(message.internalDate), None
+
+
 def _folderName(folder: SourceFolder) -> str:
     return "/".join(folder.path)
 
@@ -269,12 +303,14 @@ async def _readSource(
                     )
                     continue
                 digest, served = _digests(body)
+                when, origin = _expectedDate(source, folder, message)
                 side.facts[folder.key, message.key] = MessageFacts(
                     digest,
                     _sortedFlags(message.flags),
-                    _utc(message.internalDate),
+                    when,
                     len(body),
                     served,
+                    origin,
                 )
     return side
 
@@ -407,8 +443,9 @@ def compareMailbox(
             differences.append(
                 Difference(
                     "date", mailbox, folder, messageKey, uid,
-                    f"source INTERNALDATE {expected.internalDate.isoformat()},"
-                    f" destination {actual.internalDate.isoformat()}",
+                    f"source INTERNALDATE {expected.internalDate.isoformat()}"
+                    + (f" (from {expected.dateOrigin})" if expected.dateOrigin else "")
+                    + f", destination {actual.internalDate.isoformat()}",
                 )  # fmt: skip
             )
     for (folderKey, messageKey), facts in sorted(unpairedSource.items()):

@@ -1160,6 +1160,29 @@ class MboxSource:
             return fail(e)
         return succeed(messages)
 
+    def fromLine(self, folder: SourceFolder, key: str) -> bytes | None:
+        """
+        The C{From } line at the start of the message keyed C{key}, as it
+        is in the file (at most 1,000 octets, without its line end), for
+        a check that reads its date independently (L{imapmig.expected});
+        L{None} when the key is not an offset or the file or line cannot
+        be read there.
+        """
+        if not (key.isascii() and key.isdigit()):
+            return None
+        try:
+            fd = _openFile(self.path, self._fileOf(folder))
+        except (SourceError, LeavesTree, OSError):
+            return None
+        try:
+            head = os.pread(fd, 1000, int(key))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        line = head.split(b"\n", 1)[0].rstrip(b"\r")
+        return line if line.startswith(b"From ") else None
+
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
     ) -> Deferred[Sequence[MessageBody]]:
