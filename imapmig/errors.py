@@ -63,9 +63,29 @@ class TLSRequired(PermanentError):
 
 class TLSFailed(PermanentError):
     """
-    The TLS handshake failed: the certificate is not trusted, or does not
-    carry the expected host name.
+    The server's TLS is unusable as configured: its certificate is not
+    trusted or does not carry the expected host name, it refused the
+    handshake with a TLS alert, or it ended the handshake with a
+    C{close_notify}.  Permanent, so the job fails at once (no retry
+    storm): the server answered, at the TLS layer, and will answer the
+    same until someone changes its configuration or imapmig's.
     """
+
+
+class NotTLS(TLSFailed):
+    """
+    TLS was expected (an implicit-TLS port, or the handshake after
+    STARTTLS) but what the server sent is not a TLS record: it speaks
+    plain IMAP (or something else) on that port.  Permanent: a
+    configuration mistake, which retrying does not fix.
+
+    @ivar excerpt: the start of what the server sent, escaped (see
+        L{escapedExcerpt}).
+    """
+
+    def __init__(self, message: str, excerpt: str) -> None:
+        super().__init__(message)
+        self.excerpt = excerpt
 
 
 class CommandFailed(ImapmigError):
@@ -237,6 +257,24 @@ class ProtocolError(ConnectionDropped):
         self.what = what
         self.excerpt = escapedExcerpt(data)
         super().__init__(f"{what}: {self.excerpt}" if data else what)
+
+
+class TLSInterrupted(ConnectionLost):
+    """
+    The connection ended during the TLS handshake without any answer from
+    the server's TLS layer: reset, or closed with no TLS alert.  Transient,
+    like any lost connection: a server restarting or a middlebox dropping
+    connections looks like this, and the job's bounded retries (with
+    backoff) decide; a server whose TLS never answers fails the job once
+    they are spent.
+
+    @ivar closed: C{True} if the server closed the connection (FIN),
+        C{False} if it was reset.
+    """
+
+    def __init__(self, message: str, closed: bool) -> None:
+        super().__init__(message)
+        self.closed = closed
 
 
 class ServerBye(ConnectionLost):

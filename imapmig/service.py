@@ -37,6 +37,7 @@ from imapmig.config import (
     ServerConfig,
 )
 from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
@@ -58,7 +59,8 @@ _PEM_CERTIFICATE = re.compile(
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
     Client TLS options for C{server}: verify its certificate against
-    C{tls_ca} (or the system's trust store) and its host name.
+    C{tls_ca} (or the system's trust store) and its host name; watched, so
+    that a failed handshake says how (L{imapmig.imap.tls}).
     """
     if server.tlsCA is None:
         trustRoot = platformTrust()
@@ -68,7 +70,7 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
         trustRoot = trustRootFromCertificates(
             [Certificate.loadPEM(block) for block in _PEM_CERTIFICATE.findall(pem)]
         )
-    return optionsForClientTLS(server.tlsHostname, trustRoot=trustRoot)
+    return WatchedClientTLS(optionsForClientTLS(server.tlsHostname, trustRoot=trustRoot))
 
 
 def sessionOpener(

@@ -4,7 +4,11 @@ Verification: does the destination hold the source, byte for byte?
 
 For each source folder (after the job's folder rules, as the migration maps
 it), every message is read on both sides and compared: its SHA-256, its
-flags (C{\\Recent} aside) and its INTERNALDATE (the instant).  Messages are
+flags (C{\\Recent} aside, compared without regard to case, as RFC 3501
+says flags are) and its INTERNALDATE (the instant: for a Maildir or mbox
+source, the one its file name or C{From } line holds, read by
+L{imapmig.expected} rather than by the source reader, so that a reader's
+mistake shows).  Messages are
 paired by the state store's record of where each one went (its UID in the
 destination, under the same UIDVALIDITY); messages the store does not place
 are paired by content.  What is left over on either side is a difference,
@@ -26,10 +30,13 @@ from typing import Awaitable, Callable, Iterable, Sequence
 from attrs import frozen
 from twisted.logger import Logger
 
+from imapmig.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
 from imapmig.plan import FolderMapping, FolderRules, chunks, mapFolders
 from imapmig.sources import IMessageSource
+from imapmig.sources.maildir import MaildirSource
+from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
 
 log = Logger()
@@ -46,12 +53,16 @@ class MessageFacts:
 
     @ivar sha256: the digest of its octets (CRLF line endings, as IMAP
         carries them), hex.
-    @ivar flags: its flags and keywords, C{\\Recent} left out, sorted.
+    @ivar flags: its flags and keywords as spelled, C{\\Recent} left out,
+        one of each regardless of case, sorted.
     @ivar internalDate: its INTERNALDATE in UTC, or L{None} when the source
         has none (the server then chose it: not compared).
     @ivar size: its size in octets.
     @ivar servedSha256: for a source message with NUL octets, the digest
         with each NUL as C{0x80}, as Dovecot serves it; else L{None}.
+    @ivar dateOrigin: for a source message, where L{internalDate} was read
+        independently of the source reader (C{"its Maildir name"}, C{"its
+        From_ line"}), or L{None} when it is the reader's.
     """
 
     sha256: str
@@ -59,6 +70,15 @@ class MessageFacts:
     internalDate: datetime | None
     size: int
     servedSha256: str | None = None
+    dateOrigin: str | None = None
+
+    @property
+    def flagKey(self) -> frozenset[str]:
+        """
+        The flags as compared: IMAP flags and keywords are
+        case-insensitive (RFC 3501 2.3.2), so C{\\seen} is C{\\Seen}.
+        """
+        return frozenset(_flagKey(flag) for flag in self.flags)
 
     def digests(self) -> tuple[str, ...]:
         """
@@ -172,8 +192,29 @@ class VerifyReport:
         }
 
 
+def _flagKey(flag: str) -> str:
+    """
+    A flag as compared: ASCII letters lower-cased (flags are atoms; a
+    non-ASCII keyword, which no server should hold, keeps its other
+    characters as they are).
+    """
+    return flag.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def _sortedFlags(flags: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted({f for f in flags if f.lower() != "\\recent"}, key=str.lower))
+    """
+    C{flags} without C{\\Recent} (only a server sets it) and with one
+    spelling of each flag whatever its case (the first), sorted.
+    """
+    kept: dict[str, str] = {}
+    for flag in flags:
+        key = _flagKey(flag)
+        if key != "\\recent":
+            kept.setdefault(key, flag)
+    return tuple(sorted(kept.values(), key=_flagKey))
 
 
 def _utc(when: datetime | None) -> datetime | None:
@@ -199,6 +240,30 @@ def _digests(body: bytes | bytearray | StreamedBody) -> tuple[str, str | None]:
         if b"\x00" in body:
             served = hashlib.sha256(bytes(body).replace(b"\x00", b"\x80"))
     return digest.hexdigest(), None if served is None else served.hexdigest()
+
+
+def _expectedDate(
+    source: IMessageSource, folder: SourceFolder, message: SourceMessage
+) -> tuple[datetime | None, str | None]:
+    """
+    The INTERNALDATE C{message} should have, read by L{imapmig.expected}
+    (not by the source's reader) where the format holds one: a Maildir
+    name's delivery time, an mbox C{From } line's asctime date; else the
+    reader's.
+
+    @return: the date in UTC (or L{None}), and where it was read
+        independently (or L{None}: the reader's).
+    """
+    if isinstance(source, MaildirSource):
+        when = maildirDeliveryDate(message.key)
+        if when is not None:
+            return when, "its Maildir name"
+    elif isinstance(source, MboxSource):
+        line = source.fromLine(folder, message.key)
+        when = None if line is None else fromLineDate(line)
+        if when is not None:
+            return _utc(when), "its From_ line"
+    return _utc(message.internalDate), None
 
 
 def _folderName(folder: SourceFolder) -> str:
@@ -238,12 +303,14 @@ async def _readSource(
                     )
                     continue
                 digest, served = _digests(body)
+                when, origin = _expectedDate(source, folder, message)
                 side.facts[folder.key, message.key] = MessageFacts(
                     digest,
                     _sortedFlags(message.flags),
-                    _utc(message.internalDate),
+                    when,
                     len(body),
                     served,
+                    origin,
                 )
     return side
 
@@ -296,7 +363,7 @@ async def _readDestination(
 
 def _pairing(digest: str, facts: MessageFacts, exact: bool) -> object:
     if exact:
-        return (digest, facts.flags, facts.internalDate)
+        return (digest, facts.flagKey, facts.internalDate)
     return digest
 
 
@@ -360,7 +427,7 @@ def compareMailbox(
                     f" {actual.sha256[:16]}…)",
                 )  # fmt: skip
             )
-        if expected.flags != actual.flags:
+        if expected.flagKey != actual.flagKey:
             differences.append(
                 Difference(
                     "flags", mailbox, folder, messageKey, uid,
@@ -376,8 +443,9 @@ def compareMailbox(
             differences.append(
                 Difference(
                     "date", mailbox, folder, messageKey, uid,
-                    f"source INTERNALDATE {expected.internalDate.isoformat()},"
-                    f" destination {actual.internalDate.isoformat()}",
+                    f"source INTERNALDATE {expected.internalDate.isoformat()}"
+                    + (f" (from {expected.dateOrigin})" if expected.dateOrigin else "")
+                    + f", destination {actual.internalDate.isoformat()}",
                 )  # fmt: skip
             )
     for (folderKey, messageKey), facts in sorted(unpairedSource.items()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from datetime import datetime, timezone
 from typing import Sequence
 
 from twisted.logger import LogLevel, capturedLogs, formatEvent
@@ -22,6 +23,7 @@ from imapmig.message import (
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
+    formatInternalDate,
     utcFromTimestamp,
 )
 from imapmig.sources import IMessageSource
@@ -442,18 +444,41 @@ class MessageListingTests(MaildirTestCase):
         assert message.internalDate is not None
         self.assertEqual(message.internalDate.utcoffset(), utcFromTimestamp(0).utcoffset())
 
-    def test_internalDateFromMtime(self) -> None:
+    def test_internalDateAnyYear(self) -> None:
         """
-        When the name has no plausible leading timestamp (none, a counter, a
-        time before 1980 or after 2099), INTERNALDATE is the file's mtime.
+        The name's leading integer is the delivery time at any date an
+        INTERNALDATE can express: the epoch itself, 1973, 1979 (before
+        1980, once replaced by the mtime), 2100 and the last second of
+        the year 9999; never the file's mtime.
         """
         root = self.maildir()
-        names = ["msg.host", "12", "100000000.x", "5000000000.x", "1700000000x.y"]
-        for i, name in enumerate(names):
-            deliver(root, "cur", name + ":2,S", mtime=1400000000 + i)
+        times = [0, 12, 100000000, 315532799, 5000000000, 253402300799]
+        for when in times:
+            deliver(root, "cur", f"{when}.M1P2.host:2,S", mtime=1400000000)
         self.assertEqual(
             [(m.key, m.internalDate) for m in self.messages(MaildirSource(root))],
-            [(name, utcFromTimestamp(1400000000 + i)) for i, name in enumerate(names)],
+            [(f"{when}.M1P2.host", utcFromTimestamp(when)) for when in times],
+        )
+        last = self.messages(MaildirSource(root))[-1].internalDate
+        assert last is not None
+        self.assertEqual(formatInternalDate(last), b'"31-Dec-9999 23:59:59 +0000"')
+
+    def test_internalDateFromMtime(self) -> None:
+        """
+        When the name holds no usable time (no leading integer, one with
+        letters attached, one beyond the year 9999: a counter or
+        milliseconds), INTERNALDATE is the file's mtime, a date before
+        1970 included.
+        """
+        root = self.maildir()
+        names = ["msg.host", "1700000000x.y", "253402300800.x", "1700000000123.x", "9" * 200]
+        for i, name in enumerate(names):
+            deliver(root, "cur", name + ":2,S", mtime=1400000000 + i)
+        deliver(root, "cur", "old.host:2,S", mtime=-315619200)
+        self.assertEqual(
+            [(m.key, m.internalDate) for m in self.messages(MaildirSource(root))],
+            [("old.host", datetime(1960, 1, 1, tzinfo=timezone.utc))]
+            + [(name, utcFromTimestamp(1400000000 + i)) for i, name in enumerate(names)],
         )
 
     def test_size(self) -> None:

@@ -778,7 +778,8 @@ class DateTests(MboxTestCase):
 
     def test_formats(self) -> None:
         """
-        asctime dates, with a space-padded day or without seconds, with a
+        asctime dates (any four-digit year: the epoch, before 1970, after
+        2099), with a space-padded day or without seconds, with a
         time zone after or before the year (numeric or a known
         abbreviation, an unknown one counting as UTC) or none (UTC), an
         RFC 5322 date, a missing sender and trailing UUCP words are read.
@@ -811,6 +812,11 @@ class DateTests(MboxTestCase):
             b"From a Tue Nov 22 10:00:00 2026 remote from uucp": at(2026, 11, 22, 10),
             b"From  Tue Nov 22 10:00:00 2026": at(2026, 11, 22, 10),
             b"From a tue nov 22 23:59:60 2026": at(2026, 11, 22, 23, 59, 59),
+            b"From MAILER-DAEMON Thu Jan  1 00:00:00 1970": at(1970, 1, 1, 0),
+            b"From a Fri Dec 13 20:45:52 1901": at(1901, 12, 13, 20, 45, 52),
+            b"From a Wed Dec 31 23:59:59 1969": at(1969, 12, 31, 23, 59, 59),
+            b"From a Fri Jan  1 00:00:00 2100": at(2100, 1, 1, 0),
+            b"From a Fri Dec 31 23:59:59 9999 +0100": at(9999, 12, 31, 23, 59, 59, minutes=60),
         }
         for line, expected in lines.items():
             self.assertEqual(parseFromLineDate(line), expected, line)
@@ -821,7 +827,7 @@ class DateTests(MboxTestCase):
 
     def test_unparseable(self) -> None:
         """
-        A date that cannot be read, or is implausible, leaves the
+        A date that cannot be read, or whose year has not four digits, leaves the
         INTERNALDATE to the server (L{None}), and the message is listed and
         read all the same.
         """
@@ -831,7 +837,8 @@ class DateTests(MboxTestCase):
             b"From a Tue Nov 31 10:00:00 2026",
             b"From a Tue Nov 22 25:00:00 2026",
             b"From a Tue Nov 22 10:00:00",
-            b"From a Tue Nov 22 10:00:00 1901",
+            b"From a Tue Nov 22 10:00:00 0999",
+            b"From a Tue Nov 22 10:00:00 10000",
             b"From a Tue Nov 22 10:00:00 26",
             b"From \xff\xfe Tue Xyz 22 10:00:00 2026",
         ]

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.state import MessageOutcome
-from imapmig.verify import Difference, MessageFacts, _SourceSide, compareMailbox
+from imapmig.verify import Difference, MessageFacts, _SourceSide, _sortedFlags, compareMailbox
 
 UTC = timezone.utc
 WHEN = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -81,6 +81,44 @@ class CompareMailboxTests(SynchronousTestCase):
             {},
         )
         self.assertEqual(sorted(d.kind for d in report.differences), ["date", "flags"])
+
+    def test_flagsCaseInsensitive(self) -> None:
+        """
+        Flags and keywords are compared without regard to ASCII case (RFC
+        3501): a server that returns C{\\seen} and C{$forwarded} for
+        C{\\Seen} and C{$Forwarded} shows no difference, and such pairs
+        are paired as exact; a flag really missing still is a difference,
+        its detail showing each side's spelling.
+        """
+        source = side(
+            {
+                "a": facts("a", ("\\Seen", "$Forwarded")),
+                "b": facts("a", ("\\Flagged",)),
+                "c": facts("c", ("\\Answered", "NonJunk")),
+            }
+        )
+        destination = {
+            1: facts("a", ("\\FLAGGED",)),
+            2: facts("a", ("$forwarded", "\\seen")),
+            3: facts("c", ("\\answered",)),
+        }
+        report = compareMailbox("M", source, 1, destination, {}, {})
+        self.assertEqual(report.matched, 3)
+        self.assertEqual(
+            [(d.kind, d.messageKey, d.detail) for d in report.differences],
+            [("flags", "c", "source flags (\\Answered NonJunk), destination flags (\\answered)")],
+        )
+
+    def test_sortedFlags(self) -> None:
+        """
+        The flags kept for comparison leave out C{\\Recent} in any case and
+        keep one spelling (the first) of a flag given twice in different
+        cases, sorted without regard to case.
+        """
+        self.assertEqual(
+            _sortedFlags(["\\seen", "\\RECENT", "$b", "\\Seen", "$A", "\\recent"]),
+            ("$A", "$b", "\\seen"),
+        )
 
     def test_missingWithRecordedFailure(self) -> None:
         """

@@ -33,9 +33,10 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Any, cast
 
+from OpenSSL import SSL
 from twisted.internet import error as netError
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Client, IMAP4Exception, parseNestedParens
 from twisted.python.failure import Failure
@@ -69,6 +70,7 @@ from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
 from imapmig.imap.fetch import FetchedItem, FetchParseError, FetchResponseParser, isFetchResponse
 from imapmig.imap.lines import LinearLineReceiver
+from imapmig.imap.tls import handshakeFailure, watched
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -195,6 +197,7 @@ class _WatchedProducer:
         self._producer.stopProducing()
 
 
+@implementer(IHandshakeListener)
 class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
     """
     An L{IMAP4Client} for migrations.
@@ -250,6 +253,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self._dropped: ConnectionDropped | None = None
         self._lost: Failure | None = None
         self._unsolicited = 0
+        self._handshaking = False
 
     @property
     def connection(self) -> Any:
@@ -282,6 +286,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
     def connectionMade(self) -> None:
         # Not IMAP4Client.connectionMade: it would start TimeoutMixin.
         setNoDelay(self.transport)
+        # Under an implicit-TLS wrapper the handshake starts now.
+        self._handshaking = isinstance(self._tlsHandle(), SSL.Connection)
         if self._deadline is not None:
             self._deadline.arm()
 
@@ -289,11 +295,31 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         if not self.greeted.called:
             self.greeted.callback(caps)
 
+    def handshakeCompleted(self) -> None:
+        """
+        The TLS handshake (implicit, or after STARTTLS) finished.
+        """
+        self._handshaking = False
+
+    def _tlsHandle(self) -> object:
+        """
+        The transport's OpenSSL connection under TLS, its socket (or
+        L{None}) otherwise.
+        """
+        getHandle = getattr(self.transport, "getHandle", None)
+        return getHandle() if getHandle is not None else None
+
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         if self._dropped is not None:
             reason = Failure(self._dropped)
         elif self._byeText is not None and not self._loggingOut:
             reason = Failure(ServerBye(self._byeText))
+        elif self._handshaking:
+            # Said once here, with what the server sent, rather than by
+            # whichever command was waiting (the greeting, CAPABILITY).
+            tls = handshakeFailure(reason.value, self._tlsHandle()) if reason.value is not None else None
+            if tls is not None:
+                reason = Failure(tls)
         self._failAll(reason)
         if self._deadline is not None:
             self._deadline.disarm()
@@ -672,7 +698,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             self._violation("data after the STARTTLS reply, before the TLS handshake", injected)
             assert self._dropped is not None
             return Failure(self._dropped)
-        self.connection.startTLS(context)
+        self._handshaking = True
+        self.connection.startTLS(watched(context))
         self._capCache = None
         self.startedTLS = True
         # STARTTLS swaps the transport's protocol stack; set the option again

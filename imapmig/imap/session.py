@@ -20,8 +20,6 @@ from twisted.internet.endpoints import connectProtocol
 from twisted.internet.error import ConnectError, ConnectionDone
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
-from OpenSSL import SSL
-from service_identity import VerificationError
 from twisted.mail.imap4 import Command, IMAP4Exception
 
 from imapmig.errors import (
@@ -30,6 +28,7 @@ from imapmig.errors import (
     ConnectionLost,
     ImapmigError,
     TLSFailed,
+    TLSInterrupted,
     TLSRequired,
     TransientError,
 )
@@ -40,6 +39,7 @@ from imapmig.imap.client import (
     describeConnectionLoss,
 )
 from imapmig.imap.compress import CompressionStats
+from imapmig.imap.tls import describeTLSError
 from imapmig.imap.fetch import (
     FetchedItem,
     FetchParseError,
@@ -250,27 +250,6 @@ def capabilitiesInReply(reply: bytes) -> frozenset[bytes] | None:
     return frozenset(atom.upper() for atom in reply[15:end].split())
 
 
-def describeTLSError(error: BaseException) -> str | None:
-    """
-    A short explanation of a TLS failure, or L{None} if C{error} is not one.
-    """
-    if isinstance(error, VerificationError):
-        names = []
-        for mismatch in error.errors:
-            identifier = getattr(mismatch, "mismatched_id", None)
-            name = getattr(identifier, "hostname", None) or getattr(identifier, "ip", None)
-            if isinstance(name, bytes):
-                name = name.decode("ascii", "replace")
-            names.append(str(name) if name is not None else str(mismatch))
-        return f"the server's certificate does not match {', '.join(names)}"
-    if isinstance(error, SSL.Error):
-        reasons = [
-            entry[-1] for entry in (error.args[0] if error.args else []) if isinstance(entry, tuple)
-        ]
-        return "; ".join(str(r) for r in reasons if r) or str(error)
-    return None
-
-
 async def refusalsOf(
     commands: Sequence[Deferred[bytes]],
 ) -> tuple[list[CommandFailed | None], BaseException | None]:
@@ -313,6 +292,9 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
         text = str(text)
         status = e.status if isinstance(e, CommandRefused) else "NO"
         raise CommandFailed(command, status, parseResponseCode(text), text) from None
+    except TLSInterrupted:
+        # The handshake, not the command waiting for it, was interrupted.
+        raise
     except ConnectionLost as e:
         raise _retold(e, f"{command}: {describeConnectionLoss(e)}") from None
     except Exception as e:
@@ -381,10 +363,7 @@ class IMAPSession:
                 f"{self._description}: server does not offer STARTTLS "
                 "(set starttls: off to allow cleartext, or use a tls: endpoint)"
             )
-        try:
-            await _mapped("STARTTLS", self._client.startTLS(tlsOptions))
-        except TLSFailed as e:
-            raise TLSFailed(f"{self._description}: {e}") from None
+        await _mapped("STARTTLS", self._client.startTLS(tlsOptions))
 
     async def login(self, user: str, password: str) -> None:
         """
@@ -1072,16 +1051,13 @@ async def openSession(
         raise TransientError(f"{description}: cannot connect: {e}") from None
     session = IMAPSession(client, description)
     try:
-        try:
-            await _mapped("greeting", client.greeted)
-        except TLSFailed as e:
-            raise TLSFailed(f"{description}: {e}") from None
+        await _mapped("greeting", client.greeted)
         if starttls:
             await session.startTLS(tlsOptions)
         await session.login(user, password)
         if compress:
             await session.startCompression()
-    except ConnectionLost as e:
+    except (ConnectionLost, TLSFailed) as e:
         session.abort()
         raise _retold(e, f"{description}: {e}") from None
     except BaseException:

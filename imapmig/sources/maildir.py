@@ -70,10 +70,13 @@ SPECIAL_USE = {
     "archive": "\\Archive",
 }
 
-# A leading integer outside [1980-01-01, 2100-01-01) is not taken for a
-# delivery time (some writers use counters or random names).
-_EARLIEST = 315532800
-_LATEST = 4102444800
+# The Maildir specification starts a unique name with the delivery time in
+# seconds since the start of 1970 (UTC): any such integer is honoured, from
+# 0 (1970-01-01, which an INTERNALDATE expresses) up to the last second an
+# INTERNALDATE's four-digit year can carry (9999-12-31 23:59:59).  A larger
+# integer (a counter, milliseconds) holds no usable time.
+_LATEST = 253402300800
+_LATEST_DIGITS = len(str(_LATEST))
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
 
@@ -154,13 +157,17 @@ def readKeywords(tree: OpenTree, folder: str) -> dict[str, str]:
 def _leadingTimestamp(unique: str) -> int | None:
     """
     The delivery time in a unique name such as C{1700000000.M123P45.host}:
-    its leading integer, if that is a plausible POSIX time.
+    its leading integer, seconds since 1970-01-01 UTC as the Maildir
+    specification says, at any date an INTERNALDATE can express (1970 to
+    9999; L{_LATEST}).  L{None} when the name starts with no integer or one
+    beyond year 9999: only then has the name no usable time (and the
+    caller falls back to the file's mtime).
     """
     dot = unique.find(".")
     head = unique if dot < 0 else unique[:dot]
-    if head.isascii() and head.isdigit():
+    if head.isascii() and head.isdigit() and len(head) <= _LATEST_DIGITS:
         when = int(head)
-        if _EARLIEST <= when < _LATEST:
+        if when < _LATEST:
             return when
     return None
 
@@ -505,8 +512,9 @@ class MaildirSource:
     C{\\Seen}); but Dovecot renames a file within C{new/} to
     C{name:2,FS} when its flags change before a client moves it to
     C{cur/}, so an info part counts wherever it is.
-    INTERNALDATE is the leading timestamp of the name when plausible, else
-    the file's mtime; the size is the name's C{,S=} field, else the file's.
+    INTERNALDATE is the delivery time the name starts with (seconds since
+    1970-01-01 UTC, at any date up to the year 9999; L{_leadingTimestamp}),
+    else the file's mtime (whatever its date, before 1970 included); the size is the name's C{,S=} field, else the file's.
     Oldest first.
 
     What is not a message is recorded, never skipped silently: an entry of
@@ -641,7 +649,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
-        rows: list[tuple[float, str, tuple[str, ...], int | None]] = []
+        rows: list[tuple[float | None, str, tuple[str, ...], int | None]] = []
         with opened:
             keywords = readKeywords(opened.tree, opened.relative)
             for key, unique, index, name, letters, irregular in scanned:
@@ -666,13 +674,15 @@ class MaildirSource:
                             when = status.st_mtime
                         if size is None:
                             size = status.st_size
-                rows.append((-1.0 if when is None else when, key, flags, size))
-        rows.sort()
+                rows.append((when, key, flags, size))
+        # Undated first; a file dated before 1970 (a negative mtime) keeps
+        # its date.
+        rows.sort(key=lambda row: (row[0] is not None, row[0] or 0.0, row[1]))
         messages = [
             SourceMessage(
                 key=key,
                 flags=flags,
-                internalDate=None if when < 0 else utcFromTimestamp(when),
+                internalDate=None if when is None else utcFromTimestamp(when),
                 size=0 if size is None else size,
             )
             for when, key, flags, size in rows

@@ -99,9 +99,10 @@ Each message's:
     the C{22 Nov 2026 10:00:00 +0100} order.  A numeric offset or a common
     zone abbreviation (C{UTC}, C{GMT}, C{CET}, C{CEST}, C{EST}, C{PDT},
     ...) is honoured; a date without one, or with one that is unknown or
-    ambiguous (C{IST}), is taken as UTC.  A date that cannot be read, or
-    whose year is before 1970 or after 2099, leaves the INTERNALDATE to the
-    server;
+    ambiguous (C{IST}), is taken as UTC.  Any four-digit year is honoured
+    (the one an INTERNALDATE carries), before 1970 and after 2099
+    included; a date that cannot be read, or whose year has not four
+    digits, leaves the INTERNALDATE to the server;
   - flags come from its header section only (up to its first empty line,
     or the next C{From } line; never its body): C{Status:}
     C{R} is C{\\Seen} (C{O}, "old", is no flag); C{X-Status:} C{A} is
@@ -318,8 +319,12 @@ _ZONES = {
     "NZDT": 780,
 }
 
-_EARLIEST_YEAR = 1970
-_LATEST_YEAR = 2099
+# Any year an INTERNALDATE can carry (RFC 3501 date-year is 4DIGIT) is the
+# From_ line's to give: a date before 1970 (a negative time_t, 1901-12-13
+# from a 32-bit clamp) or after 2099 is still the date the source holds.
+# What the destination does with it is the destination's (verify shows it).
+_EARLIEST_YEAR = 1000
+_LATEST_YEAR = 9999
 
 
 def _number(token: str, low: int, high: int) -> int | None:
@@ -418,8 +423,8 @@ def parseFromLineDate(line: bytes) -> datetime | None:
     missing.  Without a known zone, the time is taken as UTC.
 
     @param line: the C{From } line, with or without its line end.
-    @return: the date, or L{None} when none can be read (or it is before
-        1970 or after 2099).
+    @return: the date, or L{None} when none can be read (its year must
+        have four digits, 1000 to 9999, as an INTERNALDATE's).
     """
     tokens = line.decode("latin-1").split()
     for i in range(1, len(tokens) - 2):
@@ -1154,6 +1159,29 @@ class MboxSource:
         except SourceError as e:
             return fail(e)
         return succeed(messages)
+
+    def fromLine(self, folder: SourceFolder, key: str) -> bytes | None:
+        """
+        The C{From } line at the start of the message keyed C{key}, as it
+        is in the file (at most 1,000 octets, without its line end), for
+        a check that reads its date independently (L{imapmig.expected});
+        L{None} when the key is not an offset or the file or line cannot
+        be read there.
+        """
+        if not (key.isascii() and key.isdigit()):
+            return None
+        try:
+            fd = _openFile(self.path, self._fileOf(folder))
+        except (SourceError, LeavesTree, OSError):
+            return None
+        try:
+            head = os.pread(fd, 1000, int(key))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        line = head.split(b"\n", 1)[0].rstrip(b"\r")
+        return line if line.startswith(b"From ") else None
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]

@@ -33,6 +33,17 @@ DEFAULT_GREETING = (
     b" hostile server ready\r\n"
 )
 
+STARTTLS_GREETING = (
+    b"* OK [CAPABILITY IMAP4rev1 STARTTLS LITERAL+ MULTIAPPEND UIDPLUS SASL-IR AUTH=PLAIN]"
+    b" hostile server ready\r\n"
+)
+
+CLOSE_NOTIFY = bytes.fromhex("15030300020100")
+"""
+A TLS alert record (TLS 1.2 framing), warning level, C{close_notify}: what
+Courier-IMAP sent right after C{OK Begin SSL/TLS negotiation}.
+"""
+
 _LITERAL = re.compile(rb"\{(\d+)(\+?)\}$")
 _CHUNK = 64 * 1024
 
@@ -166,6 +177,41 @@ class After(Step):
         raise AssertionError("resolved by the server")
 
 
+@frozen
+class BreakHandshake(Step):
+    """
+    Accept STARTTLS (C{OK Begin SSL/TLS negotiation now.}), then, when the
+    client's first TLS octets (its ClientHello) arrive, send C{answer}
+    instead of a ServerHello and end the connection as C{end} says:
+    C{"close"} (FIN), C{"reset"} (RST) or C{"open"} (leave it open).
+    Played as the greeting (C{tag} C{*}) it does the same without the
+    OK: an implicit-TLS port that misbehaves.
+    """
+
+    answer: bytes = b""
+    end: str = "close"
+
+    def play(self, server: HostileIMAPServer, tag: bytes) -> None:
+        if tag != b"*":
+            server.transport.write(  # type: ignore[union-attr]
+                tag + b" OK Begin SSL/TLS negotiation now.\r\n"
+            )
+        server.handshake = self
+
+    def clientHello(self, server: HostileIMAPServer) -> None:
+        """
+        The client's first TLS octets arrived.
+        """
+        transport = server.transport
+        assert transport is not None
+        if self.answer:
+            transport.write(self.answer)
+        if self.end == "close":
+            transport.loseConnection()
+        elif self.end == "reset":
+            transport.abortConnection()  # type: ignore[attr-defined]
+
+
 @implementer(IPullProducer)
 class _Repeater:
     """
@@ -238,6 +284,8 @@ class HostileIMAPServer(LineReceiver):
         self._literalLeft = 0
         self._command: tuple[bytes, str, Step | None] | None = None
         self._uidNext = 1
+        self.handshake: BreakHandshake | None = None
+        self._deaf = False
 
     def connectionMade(self) -> None:
         if self.greeting is None:
@@ -260,6 +308,13 @@ class HostileIMAPServer(LineReceiver):
 
     def dataReceived(self, data: bytes) -> None:
         self.octetsReceived += len(data)
+        if self._deaf:
+            return
+        if self.handshake is not None:
+            # TLS from here on, which this server does not speak.
+            self._deaf = True
+            self.handshake.clientHello(self)
+            return
         LineReceiver.dataReceived(self, data)
 
     def lineReceived(self, line: bytes) -> None:

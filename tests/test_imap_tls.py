@@ -1,0 +1,493 @@
+"""
+Tests for L{imapmig.imap.tls}: every way a TLS handshake fails ends in a
+clear error of imapmig's, naming the server, never an internal error.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from OpenSSL import SSL
+from twisted.internet import reactor as globalReactor
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, wrapClientTLS
+from twisted.internet.error import ConnectionDone, ConnectionLost
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.ssl import optionsForClientTLS
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from imapmig.config import parseConfig
+from imapmig.errors import (
+    ImapmigError,
+    NotTLS,
+    PermanentError,
+    TLSFailed,
+    TLSInterrupted,
+    TransientError,
+)
+from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.session import openSession
+from imapmig.imap.tls import (
+    HandshakeClosed,
+    WatchedClientTLS,
+    WatchedConnection,
+    describeTLSError,
+    handshakeFailure,
+    watched,
+)
+from imapmig.progress import JobState
+from imapmig.service import buildService
+from imapmig.testing.hostile import (
+    CLOSE_NOTIFY,
+    STARTTLS_GREETING,
+    BreakHandshake,
+    HostileIMAPServer,
+    Send,
+)
+from tests.support import newDirectory, writePasswordFile
+
+# A TLS alert record, fatal, handshake_failure: a server that speaks TLS
+# and refuses this client's offer.
+HANDSHAKE_FAILURE_ALERT = bytes.fromhex("15030300020228")
+
+PLAIN_GREETING = b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] plain IMAP here\r\n"
+
+
+class _OneProtocolFactory(Factory):
+    """
+    Builds the one protocol it was given.
+    """
+
+    def __init__(self, protocol: Protocol) -> None:
+        self._protocol = protocol
+
+    def buildProtocol(self, addr: object) -> Protocol:
+        return self._protocol
+
+
+def _implicitTLS(
+    options: Any = None,
+) -> tuple[MigrationIMAP4Client, TLSMemoryBIOProtocol, StringTransport]:
+    """
+    A client under an implicit-TLS wrapper, in memory: its ClientHello is
+    in the transport, and what the server sends is fed to the wrapper.
+    """
+    client = MigrationIMAP4Client(Clock(), 0, peer="alice at tls:127.0.0.1:993")
+    if options is None:
+        options = WatchedClientTLS(optionsForClientTLS("imap.example"))
+    factory = TLSMemoryBIOFactory(options, True, _OneProtocolFactory(client))
+    wrapper = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 993))
+    transport = StringTransport()
+    wrapper.makeConnection(transport)
+    return client, wrapper, transport
+
+
+class ImplicitTLSMemoryTests(SynchronousTestCase):
+    """
+    A client under Twisted's TLS wrapper with watched options, over a
+    memory transport, against each way a server can break the handshake.
+    """
+
+    def _lost(
+        self, answer: bytes, ending: Failure, options: Any = None
+    ) -> ImapmigError:
+        """
+        Start the handshake, feed C{answer} as the server's, end the
+        connection with C{ending}, and return the error the greeting
+        failed with (no other error logged).
+        """
+        client, wrapper, transport = _implicitTLS(options)
+        self.assertTrue(transport.value(), "no ClientHello was sent")
+        if answer:
+            wrapper.dataReceived(answer)
+        wrapper.connectionLost(ending)
+        failure = self.failureResultOf(client.greeted, ImapmigError)
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertTrue(client.closed.called)
+        error = failure.value
+        assert isinstance(error, ImapmigError)
+        return error
+
+    def test_closeNotify(self) -> None:
+        """
+        A C{close_notify} alert instead of a ServerHello (what Courier
+        sent) is a permanent L{TLSFailed} saying so, not an C{IndexError}
+        from Twisted's TLS layer.
+        """
+        error = self._lost(CLOSE_NOTIFY, Failure(ConnectionDone()))
+        self.assertIsInstance(error, TLSFailed)
+        self.assertIsInstance(error, PermanentError)
+        self.assertEqual(str(error), "the server ended the TLS handshake (close_notify)")
+
+    def test_closeNotifyUnwatched(self) -> None:
+        """
+        Without the watch, the same C{close_notify} makes Twisted's TLS
+        layer raise C{IndexError} (the defect the watch exists for): if
+        this test fails, Twisted fixed it and the watch's conversion may
+        go.
+        """
+        client, wrapper, transport = _implicitTLS(optionsForClientTLS("imap.example"))
+        self.assertRaises(IndexError, wrapper.dataReceived, CLOSE_NOTIFY)
+
+    def test_alert(self) -> None:
+        """
+        A TLS alert (the server speaks TLS and refuses the handshake) is a
+        permanent L{TLSFailed} with OpenSSL's reason, not L{NotTLS}.
+        """
+        error = self._lost(HANDSHAKE_FAILURE_ALERT, Failure(ConnectionDone()))
+        self.assertIsInstance(error, TLSFailed)
+        self.assertNotIsInstance(error, NotTLS)
+        self.assertIn("TLS handshake failed", str(error))
+        self.assertIn("handshake failure", str(error))
+
+    def test_plainIMAP(self) -> None:
+        """
+        An implicit-TLS port that answers in plain IMAP is a permanent
+        L{NotTLS} quoting the start of the answer, escaped.
+        """
+        error = self._lost(PLAIN_GREETING, Failure(ConnectionDone()))
+        self.assertIsInstance(error, NotTLS)
+        assert isinstance(error, NotTLS)
+        self.assertEqual(error.excerpt, "* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] plain IMAP here\\r\\n")
+        self.assertEqual(
+            str(error),
+            'not TLS: the server answered "* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN]'
+            ' plain IMAP here\\r\\n"',
+        )
+
+    def test_binaryGarbage(self) -> None:
+        """
+        Octets that are neither TLS nor text are quoted escaped and cut at
+        80 octets.
+        """
+        error = self._lost(b"\x00\xff" * 100, Failure(ConnectionDone()))
+        self.assertIsInstance(error, NotTLS)
+        assert isinstance(error, NotTLS)
+        self.assertEqual(error.excerpt, "\\x00\\xff" * 40 + "...")
+
+    def test_reset(self) -> None:
+        """
+        A reset during the handshake is a transient L{TLSInterrupted}
+        saying so.
+        """
+        error = self._lost(b"", Failure(ConnectionLost()))
+        self.assertIsInstance(error, TLSInterrupted)
+        self.assertIsInstance(error, TransientError)
+        assert isinstance(error, TLSInterrupted)
+        self.assertFalse(error.closed)
+        self.assertEqual(str(error), "connection reset during the TLS handshake")
+
+    def test_closed(self) -> None:
+        """
+        A clean close during the handshake, with no TLS alert, is a
+        transient L{TLSInterrupted} saying the server closed it.
+        """
+        error = self._lost(b"", Failure(ConnectionDone()))
+        self.assertIsInstance(error, TLSInterrupted)
+        assert isinstance(error, TLSInterrupted)
+        self.assertTrue(error.closed)
+        self.assertEqual(
+            str(error),
+            "the server closed the connection during the TLS handshake (no TLS alert)",
+        )
+
+    def test_partialRecordThenClose(self) -> None:
+        """
+        The start of a TLS record and then a close is an interrupted
+        handshake, not L{NotTLS}.
+        """
+        error = self._lost(b"\x16\x03\x03\x00", Failure(ConnectionDone()))
+        self.assertIsInstance(error, TLSInterrupted)
+
+    def test_watchedConnectionIsAnOpenSSLConnection(self) -> None:
+        """
+        The wrapper's handle stays an L{SSL.Connection} (code that checks
+        for TLS by its type still sees it), now a L{WatchedConnection},
+        and keeps the host name the wrapped options set up.
+        """
+        client, wrapper, transport = _implicitTLS()
+        handle = wrapper.getHandle()
+        self.assertIsInstance(handle, SSL.Connection)
+        self.assertIsInstance(handle, WatchedConnection)
+        self.assertEqual(handle.get_servername(), b"imap.example")
+        wrapper.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(client.greeted)
+
+
+class MappingTests(SynchronousTestCase):
+    """
+    L{handshakeFailure}, L{describeTLSError} and L{watched} alone.
+    """
+
+    def test_unwatchedHandle(self) -> None:
+        """
+        Without a L{WatchedConnection} the mapping still classifies by the
+        reason, only without an excerpt.
+        """
+        closed = handshakeFailure(ConnectionDone(), None)
+        reset = handshakeFailure(ConnectionLost(), object())
+        self.assertIsInstance(closed, TLSInterrupted)
+        self.assertIsInstance(reset, TLSInterrupted)
+        self.assertIsInstance(handshakeFailure(HandshakeClosed(), None), TLSFailed)
+
+    def test_unknown(self) -> None:
+        """
+        A reason that is none of the known endings is left alone
+        (L{None}); an error of imapmig's is kept as it is.
+        """
+        self.assertIsNone(handshakeFailure(ValueError("x"), None))
+        error = TLSFailed("the server's certificate does not match x")
+        self.assertIs(handshakeFailure(error, None), error)
+
+    def test_emptyOpenSSLError(self) -> None:
+        """
+        An OpenSSL error without arguments (the shape that crashed
+        Twisted) is described by its type, never an C{IndexError}.
+        """
+        self.assertEqual(describeTLSError(SSL.ZeroReturnError()), "ZeroReturnError")
+        self.assertEqual(describeTLSError(SSL.Error([])), "Error")
+        self.assertEqual(
+            describeTLSError(SSL.Error([("SSL routines", "", "certificate verify failed")])),
+            "certificate verify failed",
+        )
+
+    def test_watchedOnce(self) -> None:
+        """
+        L{watched} wraps client TLS options once, and leaves anything else
+        (no options, a test's stand-in) alone.
+        """
+        options = optionsForClientTLS("imap.example")
+        once = watched(options)
+        self.assertIsInstance(once, WatchedClientTLS)
+        self.assertIs(watched(once), once)
+        self.assertIsNone(watched(None))
+
+
+class _Listening:
+    """
+    A hostile server listening on loopback for one test.
+    """
+
+    def __init__(self, greeting: bytes | BreakHandshake, script: dict[str, Any]) -> None:
+        self.greeting = greeting
+        self.script = script
+        self.servers: list[HostileIMAPServer] = []
+
+    def build(self) -> HostileIMAPServer:
+        greeting = (
+            self.greeting if isinstance(self.greeting, BreakHandshake) else Send(self.greeting)
+        )
+        server = HostileIMAPServer(globalReactor, self.script, greeting=greeting)
+        self.servers.append(server)
+        return server
+
+    async def listen(self, testCase: TestCase) -> int:
+        endpoint = TCP4ServerEndpoint(globalReactor, 0, interface="127.0.0.1")
+        port = await endpoint.listen(Factory.forProtocol(self.build))
+        testCase.addCleanup(port.stopListening)
+        number: int = port.getHost().port
+        return number
+
+
+class LoopbackHandshakeTests(TestCase):
+    """
+    L{openSession} over real loopback sockets against a server that breaks
+    the TLS handshake: each way ends in an error of imapmig's naming the
+    server (C{user at endpoint}), and nothing is logged as unhandled.
+    """
+
+    async def _open(
+        self,
+        greeting: bytes | BreakHandshake,
+        script: dict[str, Any],
+        implicit: bool = False,
+    ) -> ImapmigError:
+        listening = _Listening(greeting, script)
+        port = await listening.listen(self)
+        options = WatchedClientTLS(optionsForClientTLS("localhost"))
+        endpoint: Any = TCP4ClientEndpoint(globalReactor, "127.0.0.1", port)
+        if implicit:
+            endpoint = wrapClientTLS(options, endpoint)
+        description = f"alice at {'tls' if implicit else 'tcp'}:127.0.0.1:{port}"
+        try:
+            await openSession(
+                endpoint,
+                globalReactor,
+                description=description,
+                user="alice",
+                password="secret",
+                starttls=not implicit,
+                tlsOptions=options,
+                timeout=10,
+            )
+        except ImapmigError as e:
+            error = e
+        else:
+            self.fail("the session opened")
+        self.assertTrue(str(error).startswith(description + ": "), str(error))
+        self.assertEqual(self.flushLoggedErrors(), [])
+        for server in listening.servers:
+            self.assertNotIn(b"LOGIN", b" ".join(server.received).upper())
+        await _closed(listening)
+        return error
+
+    async def test_starttlsCloseNotify(self) -> None:
+        """
+        STARTTLS accepted, then C{close_notify} instead of a ServerHello
+        (Courier-IMAP's behaviour): a permanent L{TLSFailed} saying the
+        server ended the handshake.
+        """
+        error = await self._open(
+            STARTTLS_GREETING, {"STARTTLS": BreakHandshake(CLOSE_NOTIFY, "close")}
+        )
+        self.assertIsInstance(error, TLSFailed)
+        self.assertTrue(str(error).endswith(": the server ended the TLS handshake (close_notify)"))
+
+    async def test_starttlsCloseNotifyLeftOpen(self) -> None:
+        """
+        C{close_notify} with the connection left open fails the same way
+        (the client ends the connection).
+        """
+        error = await self._open(
+            STARTTLS_GREETING, {"STARTTLS": BreakHandshake(CLOSE_NOTIFY, "open")}
+        )
+        self.assertIsInstance(error, TLSFailed)
+        self.assertIn("close_notify", str(error))
+
+    async def test_starttlsReset(self) -> None:
+        """
+        A reset during the STARTTLS handshake: a transient
+        L{TLSInterrupted}.
+        """
+        error = await self._open(STARTTLS_GREETING, {"STARTTLS": BreakHandshake(b"", "reset")})
+        self.assertIsInstance(error, TLSInterrupted)
+        self.assertTrue(str(error).endswith(": connection reset during the TLS handshake"))
+
+    async def test_starttlsClosed(self) -> None:
+        """
+        A clean close during the STARTTLS handshake: a transient
+        L{TLSInterrupted} saying the server closed it.
+        """
+        error = await self._open(STARTTLS_GREETING, {"STARTTLS": BreakHandshake(b"", "close")})
+        self.assertIsInstance(error, TLSInterrupted)
+        self.assertIn("the server closed the connection during the TLS handshake", str(error))
+
+    async def test_starttlsPlainAnswer(self) -> None:
+        """
+        Plain text instead of a ServerHello after STARTTLS: a permanent
+        L{NotTLS} quoting it.
+        """
+        error = await self._open(
+            STARTTLS_GREETING,
+            {"STARTTLS": BreakHandshake(b"* BAD I do not speak TLS\r\n", "open")},
+        )
+        self.assertIsInstance(error, NotTLS)
+        self.assertIn('not TLS: the server answered "* BAD I do not speak TLS\\r\\n"', str(error))
+
+    async def test_implicitTLSPlainIMAP(self) -> None:
+        """
+        An implicit-TLS endpoint whose port speaks plain IMAP: a permanent
+        L{NotTLS} quoting its greeting.
+        """
+        error = await self._open(PLAIN_GREETING, {}, implicit=True)
+        self.assertIsInstance(error, NotTLS)
+        self.assertIn('not TLS: the server answered "* OK [CAPABILITY', str(error))
+
+    async def test_implicitTLSCloseNotify(self) -> None:
+        """
+        An implicit-TLS port that answers the ClientHello with
+        C{close_notify}: a permanent L{TLSFailed}.
+        """
+        error = await self._open(BreakHandshake(CLOSE_NOTIFY, "close"), {}, implicit=True)
+        self.assertIsInstance(error, TLSFailed)
+        self.assertIn("close_notify", str(error))
+
+
+async def _closed(listening: _Listening) -> None:
+    """
+    Wait until every server connection of C{listening} is gone (trial
+    fails a test that leaves a socket behind).
+    """
+    for server in listening.servers:
+        if not server.lost:
+            done: Deferred[None] = Deferred()
+            original = server.connectionLost
+
+            def lost(reason: object = None, original: Any = original, done: Any = done) -> None:
+                original(reason)
+                done.callback(None)
+
+            server.connectionLost = lost  # type: ignore[method-assign]
+            await done
+
+
+class JobTLSFailureTests(TestCase):
+    """
+    The daemon's job, against a server whose STARTTLS handshake ends in
+    C{close_notify}, fails with a clear TLS error naming the server: not a
+    crash, no retry.
+    """
+
+    async def test_closeNotifyFailsTheJob(self) -> None:
+        """
+        The job's state is failed, its error names the server and says
+        the server ended the TLS handshake, nothing is logged as a crash,
+        and there was one connection (a permanent failure: no retry).
+        """
+        listening = _Listening(
+            STARTTLS_GREETING, {"STARTTLS": BreakHandshake(CLOSE_NOTIFY, "close")}
+        )
+        port = await listening.listen(self)
+        directory = newDirectory(self)
+        emlDirectory = os.path.join(directory, "eml")
+        os.mkdir(emlDirectory)
+        with open(os.path.join(emlDirectory, "1.eml"), "wb") as f:
+            f.write(b"Subject: one\r\n\r\nbody\r\n")
+        document = {
+            "state": os.path.join(directory, "state.sqlite"),
+            "status": "off",
+            "servers": {
+                "courier": {
+                    "endpoint": f"tcp:127.0.0.1:{port}",
+                    "starttls": "required",
+                    "tls_hostname": "localhost",
+                }
+            },
+            "jobs": [
+                {
+                    "name": "tls",
+                    "source": {"eml_dir": emlDirectory},
+                    "destination": {
+                        "server": "courier",
+                        "user": "alice",
+                        "password_file": writePasswordFile(
+                            os.path.join(directory, "password"), "secret"
+                        ),
+                    },
+                }
+            ],
+        }
+        config = parseConfig(document, os.path.join(directory, "imapmig.yaml"))
+        finished: Deferred[bool] = Deferred()
+        service = buildService(config, globalReactor, whenDone=finished.callback)
+        service.startService()
+        try:
+            completed = await finished.addTimeout(30, globalReactor)
+        finally:
+            await service.stopService()
+        await _closed(listening)
+        progress = service.progress.job("tls")
+        self.assertFalse(completed)
+        self.assertEqual(progress.state, JobState.FAILED)
+        self.assertEqual(
+            progress.error,
+            f"alice at tcp:127.0.0.1:{port}: the server ended the TLS handshake (close_notify)",
+        )
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertEqual(len(listening.servers), 1)
