@@ -37,7 +37,10 @@ Observed with Debian's 3.6.1 (bookworm):
   - TLS: STARTTLS on the plain port and implicit TLS on L{tlsPort}, both
     with the private CA's server certificate.
   - Cyrus sets C{TCP_NODELAY} on its connections.
-  - Stopping (TERM to the master's process group) takes about 0.1 s.
+  - A failed login is answered at once (C{failedloginpause: 0}; Cyrus's
+    default waits 3 s): C{NO Login failed: authentication failure}.
+  - Starting takes about 0.4 s, stopping (TERM to every process of the
+    instance) about 0.05 s.
 """
 
 from __future__ import annotations
@@ -206,6 +209,8 @@ class CyrusInstance(PrivateServer):
             "unixhierarchysep": flag,
             "munge8bit": "yes" if self._munge8bit else "no",
             "allowplaintext": "yes",
+            # A failed login is answered at once (default: after 3 s).
+            "failedloginpause": "0",
             "sasl_pwcheck_method": "auxprop",
             "sasl_auxprop_plugin": "sasldb",
             "sasl_sasldb_path": self._saslPath,

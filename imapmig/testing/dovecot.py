@@ -37,6 +37,14 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
     holds only C{INBOX} and a migration starts from an empty destination.
   - C{separator} changes the hierarchy separator the inbox namespace shows
     over IMAP; the Maildir++ directories on disk keep C{.} either way.
+  - C{inboxPrefix="INBOX."} gives the inbox namespace that prefix, as
+    Courier and Cyrus with C{altnamespace: no} have it: NAMESPACE
+    C{(("INBOX." ".")) NIL NIL}, every folder under C{INBOX.} (on disk the
+    same C{.Sent} directory as without it), and a name outside the prefix
+    refused with C{NO Client tried to access nonexistent namespace.
+    (Mailbox name should probably be prefixed with: INBOX.)}.  The
+    special-use mailboxes keep their attributes (C{INBOX.Sent} is
+    C{\\Sent}).
   - A failed login is answered after about 0.5 s, and the per-IP penalty
     that would delay later logins by up to 15 s is disabled (by closing
     anvil's C{anvil-auth-penalty} socket; the auth process logs one error

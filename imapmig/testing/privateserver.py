@@ -3,7 +3,7 @@
 What the private Cyrus and Courier of L{imapmig.testing.cyrus} and
 L{imapmig.testing.courier} share: finding the servers unpacked by
 C{.ci/install-servers}, skipping or failing a test when they are missing,
-running one as a process group of its own, waiting for its greeting,
+running one as a session of its own, waiting for its greeting,
 stopping it with nothing left behind, and reading an account back with
 L{imaplib} through the same helpers as L{imapmig.testing.dovecot}.
 
@@ -111,7 +111,7 @@ def requireServer(
 
 class PrivateServer:
     """
-    A server running privately on loopback as a process group of its own
+    A server running privately on loopback as a session of its own
     (a subclass says how to configure and launch it).
 
     @ivar baseDir: the directory holding everything of this instance.
@@ -121,7 +121,7 @@ class PrivateServer:
     @ivar tlsPort: the implicit-TLS port, chosen at L{start}; 0 before.
     @ivar caCertificatePath: the PEM file of the private CA that signed
         the server certificate (names C{localhost} and C{127.0.0.1}).
-    @ivar pid: the launched process's id (leader of its process group)
+    @ivar pid: the launched process's id (leader of its session)
         while running, else L{None}.
     """
 
@@ -216,20 +216,20 @@ class PrivateServer:
 
     def stop(self) -> None:
         """
-        Send TERM to every process of the instance's process group, wait
-        until the group is empty (KILL after 10 s).  Idempotent.
+        Send TERM to every process of the instance's session, wait until
+        none is left (KILL after 10 s).  Idempotent.
         """
         process = self._process
         if process is not None:
-            group = process.pid
-            _signalGroup(group, signal.SIGTERM)
+            session = process.pid
+            _signalSession(session, signal.SIGTERM)
             deadline = time.monotonic() + _STOP_TIMEOUT
             while True:
                 process.poll()
-                if not processesInGroup(group):
+                if not processesInSession(session):
                     break
                 if time.monotonic() > deadline:
-                    _signalGroup(group, signal.SIGKILL)
+                    _signalSession(session, signal.SIGKILL)
                     deadline = time.monotonic() + _STOP_TIMEOUT
                 time.sleep(0.02)
             process.wait()
@@ -239,12 +239,12 @@ class PrivateServer:
 
     def processes(self) -> list[int]:
         """
-        The ids of the live processes of this instance (its process group);
-        empty once stopped.
+        The ids of the live processes of this instance (its session: it is
+        launched as a session leader); empty once stopped.
         """
         if self._process is None:
             return []
-        return processesInGroup(self._process.pid)
+        return processesInSession(self._process.pid)
 
     # -- inspection (as DovecotInstance offers) ------------------------------
 
@@ -410,10 +410,11 @@ class PrivateServer:
                 time.sleep(0.05)
 
 
-def processesInGroup(group: int) -> list[int]:
+def processesInSession(session: int) -> list[int]:
     """
-    The ids of the live (not zombie) processes whose process group is
-    C{group}, read from C{/proc}.
+    The ids of the live (not zombie) processes of session C{session}, read
+    from C{/proc}.  A session, not a process group: C{couriertcpd} moves
+    itself into a process group of its own.
     """
     found = []
     for entry in os.listdir("/proc"):
@@ -426,16 +427,17 @@ def processesInGroup(group: int) -> list[int]:
             continue
         # The command name is in parentheses and may hold spaces.
         fields = stat[stat.rindex(b")") + 2 :].split()
-        if fields[0] != b"Z" and int(fields[2]) == group:
+        if fields[0] != b"Z" and int(fields[3]) == session:
             found.append(int(entry))
     return found
 
 
-def _signalGroup(group: int, signum: int) -> None:
-    try:
-        os.killpg(group, signum)
-    except ProcessLookupError:
-        pass
+def _signalSession(session: int, signum: int) -> None:
+    for pid in processesInSession(session):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def checkUser(user: IMAPUser) -> None:
