@@ -8,9 +8,9 @@ VENV    ?= .venv
 BIN      = $(VENV)/bin
 APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2
 
-.PHONY: setup system-packages venv demo test trial typecheck bench clean
+.PHONY: setup system-packages servers venv demo test trial typecheck bench clean
 
-setup: system-packages venv
+setup: system-packages servers venv
 
 system-packages:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -21,6 +21,15 @@ system-packages:
 	    fi; \
 	else \
 	    echo "Not root or no apt-get: make sure these are installed: $(APT_PACKAGES)"; \
+	fi
+
+# Cyrus and Courier beside Dovecot, unpacked into /opt/imapmig-servers
+# (.ci/install-servers says how); a second run does nothing.
+servers: system-packages
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    .ci/install-servers; \
+	else \
+	    echo "Not root or no apt-get: the Cyrus and Courier tests need .ci/install-servers run as root"; \
 	fi
 
 $(BIN)/python:

@@ -236,6 +236,42 @@ class DovecotInstanceTests(SynchronousTestCase):
             os.path.isdir(os.path.join(instance.maildirPath("alice"), ".Archive.2019"))
         )
 
+    def test_inboxPrefix(self) -> None:
+        """
+        With C{inboxPrefix="INBOX."} NAMESPACE shows C{(("INBOX." "."))},
+        a folder outside the prefix is refused with Dovecot's
+        "nonexistent namespace" reply, and one under it is created (on disk
+        the same Maildir++ directory as without the prefix) and keeps its
+        special-use attribute.
+        """
+        instance = DovecotInstance(self.mktemp(), inboxPrefix="INBOX.")
+        instance.start()
+        self.addCleanup(instance.stop)
+        client = imaplib.IMAP4("127.0.0.1", instance.port)
+        try:
+            client.login("alice", "alice-pw")
+            self.assertEqual(client.namespace(), ("OK", [b'(("INBOX." ".")) NIL NIL']))
+            typ, data = client.create("Sent")
+            self.assertEqual(typ, "NO")
+            self.assertIn(b"Client tried to access nonexistent namespace", data[0])
+            self.assertEqual(client.create("INBOX.Sent.2019")[0], "OK")
+        finally:
+            client.logout()
+        attributes = {name: attrs for attrs, _, name in instance.listMailboxes("alice")}
+        self.assertEqual(set(attributes), {"INBOX", "INBOX.Sent", "INBOX.Sent.2019"})
+        self.assertIn("\\Sent", attributes["INBOX.Sent"])
+        self.assertTrue(
+            os.path.isdir(os.path.join(instance.maildirPath("alice"), ".Sent.2019"))
+        )
+
+    def test_inboxPrefixMatchesSeparator(self) -> None:
+        """
+        The prefix can only be C{INBOX} followed by the separator.
+        """
+        self.assertRaises(ValueError, DovecotInstance, "x", inboxPrefix="INBOX/")
+        self.assertRaises(ValueError, DovecotInstance, "x", separator="/", inboxPrefix="INBOX.")
+        self.assertRaises(ValueError, DovecotInstance, "x", inboxPrefix="Mail.")
+
     def test_stop(self) -> None:
         """
         L{DovecotInstance.stop} ends the master process and closes the

@@ -37,6 +37,14 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
     holds only C{INBOX} and a migration starts from an empty destination.
   - C{separator} changes the hierarchy separator the inbox namespace shows
     over IMAP; the Maildir++ directories on disk keep C{.} either way.
+  - C{inboxPrefix="INBOX."} gives the inbox namespace that prefix, as
+    Courier and Cyrus with C{altnamespace: no} have it: NAMESPACE
+    C{(("INBOX." ".")) NIL NIL}, every folder under C{INBOX.} (on disk the
+    same C{.Sent} directory as without it), and a name outside the prefix
+    refused with C{NO Client tried to access nonexistent namespace.
+    (Mailbox name should probably be prefixed with: INBOX.)}.  The
+    special-use mailboxes keep their attributes (C{INBOX.Sent} is
+    C{\\Sent}).
   - A failed login is answered after about 0.5 s, and the per-IP penalty
     that would delay later logins by up to 15 s is disabled (by closing
     anvil's C{anvil-auth-penalty} socket; the auth process logs one error
@@ -215,6 +223,7 @@ class DovecotInstance:
         ),
         capabilities: str | None = None,
         separator: str = ".",
+        inboxPrefix: str = "",
         specialUse: bool | Sequence[tuple[str, str]] = True,
         fsync: bool = False,
         compress: bool = False,
@@ -234,6 +243,10 @@ class DovecotInstance:
             MULTIAPPEND.
         @param separator: the hierarchy separator of the inbox namespace,
             C{"."} or C{"/"}.
+        @param inboxPrefix: the prefix of the inbox (personal) namespace:
+            C{""} (Dovecot's default: folders at the top level) or
+            C{"INBOX" + separator}, e.g. C{"INBOX."}, as Courier and Cyrus
+            with C{altnamespace: no} have it (every folder under C{INBOX.}).
         @param specialUse: declare Sent, Drafts, Trash, Junk and Archive
             with their special-use attributes (not pre-created) so the
             server advertises SPECIAL-USE.  A sequence of C{(name, use)}
@@ -259,6 +272,8 @@ class DovecotInstance:
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
+        if inboxPrefix not in ("", "INBOX" + separator):
+            raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
         for user in users:
             for value in (user.name, user.password):
                 if not value or any(c in value for c in ":\r\n\0"):
@@ -267,6 +282,7 @@ class DovecotInstance:
         self.users = tuple(users)
         self._capabilities = capabilities
         self._separator = separator
+        self._inboxPrefix = inboxPrefix
         self._specialUse = specialUse
         self._fsync = fsync
         self._compress = compress
@@ -534,36 +550,7 @@ class DovecotInstance:
         return client
 
     def _writeCertificates(self) -> None:
-        tlsDir = os.path.dirname(self.caCertificatePath)
-        serverCert = os.path.join(tlsDir, "server.pem")
-        if os.path.exists(serverCert) and os.path.exists(self.caCertificatePath):
-            return
-        os.makedirs(tlsDir, exist_ok=True)
-        os.chmod(tlsDir, 0o755)
-        opensslConfig = os.path.join(tlsDir, "openssl.cnf")
-        with open(opensslConfig, "w") as f:
-            f.write(_OPENSSL_CONFIG)
-        ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        serial = str(uuid.uuid4().int >> 64)
-        commands = [
-            ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
-             *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
-             "-subj", "/CN=imapmig test CA " + serial],
-            ["openssl", "req", "-new", "-config", opensslConfig,
-             *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
-            ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
-             "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
-             "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
-        ]  # fmt: skip
-        for command in commands:
-            completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
-            if completed.returncode != 0:
-                raise DovecotStartFailed(
-                    f"{' '.join(command)} failed:\n"
-                    + completed.stderr.decode("utf-8", "replace")
-                )
-        os.rename(os.path.join(tlsDir, "ca.tmp"), self.caCertificatePath)
-        os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
+        writeTestCertificates(os.path.dirname(self.caCertificatePath))
 
     def _writeUsers(self) -> None:
         uid, gid = self._mailIds()
@@ -667,6 +654,8 @@ class DovecotInstance:
             "  inbox = yes",
             f"  separator = {self._separator}",
         ]
+        if self._inboxPrefix:
+            lines.append(f"  prefix = {self._inboxPrefix}")
         if self._specialUse is True:
             declared: Sequence[tuple[str, str]] = _SPECIAL_USE
         elif self._specialUse is False:
@@ -766,6 +755,49 @@ class DovecotInstance:
             lines = result.stderr.strip().splitlines() or [b"no output"]
             raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
         return result.stdout.split(b"\r\n", 1)[0]
+
+
+def writeTestCertificates(tlsDir: str) -> None:
+    """
+    Write a private certificate authority (C{ca.pem}) and a server
+    certificate it signed (C{server.pem}, key in C{server.key}; subject
+    alternative names C{DNS:localhost} and C{IP:127.0.0.1}) into C{tlsDir},
+    unless both certificates are there already.  Every private server of
+    L{imapmig.testing} uses it.
+
+    @param tlsDir: the directory, created if missing.
+    @raise DovecotStartFailed: C{openssl} failed, with its error output.
+    """
+    caCertificatePath = os.path.join(tlsDir, "ca.pem")
+    serverCert = os.path.join(tlsDir, "server.pem")
+    if os.path.exists(serverCert) and os.path.exists(caCertificatePath):
+        return
+    os.makedirs(tlsDir, exist_ok=True)
+    os.chmod(tlsDir, 0o755)
+    opensslConfig = os.path.join(tlsDir, "openssl.cnf")
+    with open(opensslConfig, "w") as f:
+        f.write(_OPENSSL_CONFIG)
+    ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    serial = str(uuid.uuid4().int >> 64)
+    commands = [
+        ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
+         *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
+         "-subj", "/CN=imapmig test CA " + serial],
+        ["openssl", "req", "-new", "-config", opensslConfig,
+         *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
+        ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
+         "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
+         "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
+    ]  # fmt: skip
+    for command in commands:
+        completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
+        if completed.returncode != 0:
+            raise DovecotStartFailed(
+                f"{' '.join(command)} failed:\n"
+                + completed.stderr.decode("utf-8", "replace")
+            )
+    os.rename(os.path.join(tlsDir, "ca.tmp"), caCertificatePath)
+    os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
 
 
 def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> bytes:

@@ -1,0 +1,463 @@
+# -*- test-case-name: tests.test_testing_cyrus,tests.test_testing_courier -*-
+"""
+What the private Cyrus and Courier of L{imapmig.testing.cyrus} and
+L{imapmig.testing.courier} share: finding the servers unpacked by
+C{.ci/install-servers}, skipping or failing a test when they are missing,
+running one as a session of its own, waiting for its greeting,
+stopping it with nothing left behind, and reading an account back with
+L{imaplib} through the same helpers as L{imapmig.testing.dovecot}.
+
+Like C{dovecot.py}, everything here is synchronous and blocking and runs
+outside any reactor.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from datetime import datetime
+from imaplib import IMAP4
+from typing import Mapping, Sequence
+
+from twisted.trial import unittest
+
+from imapmig.testing.dovecot import (
+    DovecotStartFailed,
+    DovecotUser,
+    FetchedMessage,
+    _appendExact,
+    _check,
+    _fetchMailbox,
+    _freePorts,
+    _listAll,
+    _makeTraversable,
+    _readGreeting,
+    quoteMailbox,
+    writeTestCertificates,
+)
+
+SERVERS_ROOT = os.environ.get("IMAPMIG_SERVERS_ROOT", "/opt/imapmig-servers")
+"""
+Where C{.ci/install-servers} unpacks Cyrus and Courier (C{tree/} below it);
+the environment variable C{IMAPMIG_SERVERS_ROOT} moves it, for both.
+"""
+
+IMAPUser = DovecotUser
+"""
+An account of any private server: a login name and a plain-text password.
+"""
+
+_START_TIMEOUT = 15.0
+_STOP_TIMEOUT = 10.0
+_RUNNING: set[PrivateServer] = set()
+
+
+class ServerNotFound(Exception):
+    """
+    The server is not installed where C{.ci/install-servers} puts it.
+    """
+
+
+class ServerStartFailed(Exception):
+    """
+    A private server did not start; the message carries its log tail.
+    """
+
+
+def tree() -> str:
+    """
+    The directory the Debian packages were unpacked into
+    (C{SERVERS_ROOT/tree}).
+    """
+    return os.path.join(SERVERS_ROOT, "tree")
+
+
+def requireServer(
+    testCase: unittest.SynchronousTestCase | None, name: str, find: object
+) -> None:
+    """
+    Call C{find} (which raises L{ServerNotFound} when the server is
+    missing); when it is missing, skip loudly, or fail on CI (C{CI=true}),
+    as L{imapmig.testing.dovecot.requireDovecot} does for Dovecot.
+
+    @param testCase: the test asking, whose C{failureException} is raised
+        on CI; L{AssertionError} without one.
+    @param name: the server's name for the messages, e.g. C{"Cyrus"}.
+    @param find: a callable of no argument.
+    @raise twisted.trial.unittest.SkipTest: missing, not on CI.
+    """
+    assert callable(find)
+    try:
+        find()
+        return
+    except ServerNotFound as e:
+        problem = str(e)
+    if os.environ.get("CI") == "true":
+        failure = AssertionError if testCase is None else testCase.failureException
+        raise failure(
+            f"{name} is not usable but CI=true: the real-{name} tests must run on CI "
+            f"(run .ci/install-servers as root): {problem}"
+        )
+    sys.stderr.write(
+        f"\n*** SKIPPING real-{name} tests: {problem}; run .ci/install-servers as root ***\n"
+    )
+    raise unittest.SkipTest(f"{name} not usable: {problem}")
+
+
+class PrivateServer:
+    """
+    A server running privately on loopback as a session of its own
+    (a subclass says how to configure and launch it).
+
+    @ivar baseDir: the directory holding everything of this instance.
+    @ivar address: the IPv4 address it listens on (127.0.0.1).
+    @ivar users: the accounts, in the order added.
+    @ivar port: the plain IMAP port, chosen at L{start}; 0 before.
+    @ivar tlsPort: the implicit-TLS port, chosen at L{start}; 0 before.
+    @ivar caCertificatePath: the PEM file of the private CA that signed
+        the server certificate (names C{localhost} and C{127.0.0.1}).
+    @ivar pid: the launched process's id (leader of its session)
+        while running, else L{None}.
+    """
+
+    name = "server"
+
+    def __init__(self, baseDir: str, users: Sequence[IMAPUser], address: str) -> None:
+        for user in users:
+            checkUser(user)
+        self.baseDir = os.path.abspath(baseDir)
+        self.users: list[IMAPUser] = list(users)
+        self.address = address
+        self.port = 0
+        self.tlsPort = 0
+        self.tlsDir = os.path.join(self.baseDir, "tls")
+        self.caCertificatePath = os.path.join(self.tlsDir, "ca.pem")
+        self.pid: int | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._outputPath = os.path.join(self.baseDir, "output.log")
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
+        )
+
+    # -- what a subclass provides -------------------------------------------
+
+    def _prepare(self) -> None:
+        """
+        Write what does not depend on the ports (accounts, directories).
+        """
+        raise NotImplementedError()
+
+    def _configure(self) -> tuple[list[str], Mapping[str, str] | None]:
+        """
+        Write what depends on L{port} and L{tlsPort}.
+
+        @return: the command line to run and its environment (L{None}: this
+            process's).
+        """
+        raise NotImplementedError()
+
+    def _logPaths(self) -> list[str]:
+        """
+        The files L{logTail} reads besides the launched process's output.
+        """
+        return []
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """
+        Write the certificates, accounts and configuration, launch the
+        server and wait until both ports greet.  Does nothing when running.
+
+        @raise ServerNotFound: the server is not installed.
+        @raise ServerStartFailed: it did not greet within 15 seconds (after
+            a few attempts with other ports), with its log tail.
+        """
+        if self._process is not None:
+            return
+        os.makedirs(self.baseDir, exist_ok=True)
+        os.chmod(self.baseDir, 0o755)
+        _makeTraversable(self.baseDir)
+        try:
+            writeTestCertificates(self.tlsDir)
+        except DovecotStartFailed as e:
+            raise ServerStartFailed(str(e)) from None
+        self._prepare()
+        for attempt in range(3):
+            self.port, self.tlsPort = _freePorts(2)
+            command, environment = self._configure()
+            with open(self._outputPath, "ab") as output:
+                self._process = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=None if environment is None else dict(environment),
+                    cwd=self.baseDir,
+                    start_new_session=True,
+                )
+            self.pid = self._process.pid
+            _RUNNING.add(self)
+            try:
+                self._waitUntilReady()
+            except ServerStartFailed as e:
+                self.stop()
+                if attempt == 2 or "in use" not in str(e):
+                    raise
+            else:
+                return
+
+    def stop(self) -> None:
+        """
+        Send TERM to every process of the instance's session, wait until
+        none is left (KILL after 10 s).  Idempotent.
+        """
+        process = self._process
+        if process is not None:
+            session = process.pid
+            _signalSession(session, signal.SIGTERM)
+            deadline = time.monotonic() + _STOP_TIMEOUT
+            while True:
+                process.poll()
+                if not processesInSession(session):
+                    break
+                if time.monotonic() > deadline:
+                    _signalSession(session, signal.SIGKILL)
+                    deadline = time.monotonic() + _STOP_TIMEOUT
+                time.sleep(0.02)
+            process.wait()
+            self._process = None
+            self.pid = None
+        _RUNNING.discard(self)
+
+    def processes(self) -> list[int]:
+        """
+        The ids of the live processes of this instance (its session: it is
+        launched as a session leader); empty once stopped.
+        """
+        if self._process is None:
+            return []
+        return processesInSession(self._process.pid)
+
+    # -- inspection (as DovecotInstance offers) ------------------------------
+
+    def logTail(self, lines: int = 40) -> str:
+        """
+        The last C{lines} lines of the server's output and log files.
+        """
+        parts = []
+        for path in [self._outputPath, *self._logPaths()]:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 200 * lines))
+                    text = f.read().decode("utf-8", "replace")
+            except OSError:
+                continue
+            tail = "\n".join(text.splitlines()[-lines:])
+            if tail:
+                parts.append(f"--- {path}\n{tail}")
+        return "\n".join(parts)
+
+    def imapClient(self, user: str) -> IMAP4:
+        """
+        An L{imaplib} client logged in as C{user} on the plain port; the
+        caller logs it out.  Mailbox arguments go through L{quoteMailbox}.
+        """
+        client = IMAP4(self.address, self.port, timeout=60)
+        try:
+            client.login(user, self.password(user))
+        except BaseException:
+            client.shutdown()
+            raise
+        return client
+
+    def password(self, user: str) -> str:
+        """
+        The password of account C{user}.
+
+        @raise KeyError: there is no such account.
+        """
+        for each in self.users:
+            if each.name == user:
+                return each.password
+        raise KeyError(f"no user {user!r} in {self!r}")
+
+    def user(self, name: str) -> IMAPUser:
+        """
+        The account called C{name}.
+
+        @raise KeyError: there is no such account.
+        """
+        return IMAPUser(name, self.password(name))
+
+    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
+        """
+        The mailboxes of C{user} as C{LIST "" "*"} shows them: one
+        C{(attributes, delimiter, decoded name)} each.
+        """
+        client = self.imapClient(user)
+        try:
+            return _listAll(client)
+        finally:
+            client.logout()
+
+    def fetchAll(
+        self, user: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[str, list[FetchedMessage]]:
+        """
+        Every message of every selectable mailbox of C{user}, in UID order,
+        by the full decoded mailbox name the server shows (with its
+        personal prefix, e.g. C{"INBOX.Sent"} on Courier).
+        """
+        client = self.imapClient(user)
+        result: dict[str, list[FetchedMessage]] = {}
+        try:
+            for attributes, _delimiter, name in _listAll(client):
+                lowered = {a.lower() for a in attributes}
+                if "\\noselect" in lowered or "\\nonexistent" in lowered:
+                    continue
+                byUID = _fetchMailbox(client, name, bodyItem)
+                result[name] = [byUID[uid] for uid in sorted(byUID)]
+        finally:
+            client.logout()
+        return result
+
+    def fetchMailbox(
+        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[int, FetchedMessage]:
+        """
+        Every message of one mailbox of C{user}, by UID, without setting
+        C{\\Seen}.
+        """
+        client = self.imapClient(user)
+        try:
+            return _fetchMailbox(client, mailbox, bodyItem)
+        finally:
+            client.logout()
+
+    def createMailbox(self, user: str, mailbox: str) -> None:
+        """
+        Create a mailbox of C{user} (the full name, prefix included).
+        """
+        client = self.imapClient(user)
+        try:
+            typ, data = client.create(quoteMailbox(mailbox))
+            _check(typ, data, f"CREATE {mailbox}")
+        finally:
+            client.logout()
+
+    def appendMessage(
+        self,
+        user: str,
+        mailbox: str,
+        body: bytes,
+        flags: Sequence[str] = (),
+        internalDate: datetime | None = None,
+    ) -> tuple[int, int]:
+        """
+        Append one message, its octets unchanged, to an existing mailbox of
+        C{user}.
+
+        @return: the mailbox's UIDVALIDITY and the message's UID, from the
+            server's C{APPENDUID}.
+        """
+        client = self.imapClient(user)
+        try:
+            return _appendExact(client, mailbox, body, flags, internalDate)
+        finally:
+            client.logout()
+
+    # -- internals ---------------------------------------------------------
+
+    def _waitUntilReady(self) -> None:
+        assert self._process is not None
+        pending: dict[int, ssl.SSLContext | None] = {
+            self.port: None,
+            self.tlsPort: ssl.create_default_context(cafile=self.caCertificatePath),
+        }
+        deadline = time.monotonic() + _START_TIMEOUT
+        problem = "no answer"
+        while pending:
+            if self._process.poll() is not None:
+                raise ServerStartFailed(
+                    f"{self.name} exited with status {self._process.returncode}\n"
+                    + self.logTail()
+                )
+            if time.monotonic() > deadline:
+                raise ServerStartFailed(
+                    f"{self.name} did not greet on {self.address} port(s) {sorted(pending)}"
+                    f" within {_START_TIMEOUT} s ({problem})\n" + self.logTail()
+                )
+            for port, context in list(pending.items()):
+                try:
+                    greeting = _readGreeting(self.address, port, context)
+                except (OSError, ssl.SSLError) as e:
+                    problem = repr(e)
+                    continue
+                if greeting.startswith(b"* OK"):
+                    del pending[port]
+                else:
+                    problem = f"greeting {greeting[:80]!r}"
+            if pending:
+                time.sleep(0.05)
+
+
+def processesInSession(session: int) -> list[int]:
+    """
+    The ids of the live (not zombie) processes of session C{session}, read
+    from C{/proc}.  A session, not a process group: C{couriertcpd} moves
+    itself into a process group of its own.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] != b"Z" and int(fields[3]) == session:
+            found.append(int(entry))
+    return found
+
+
+def _signalSession(session: int, signum: int) -> None:
+    for pid in processesInSession(session):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def checkUser(user: IMAPUser) -> None:
+    """
+    Refuse an account name or password no server's user file can hold.
+
+    @raise ValueError: empty, or with a space, tab, C{:}, C{|}, NUL or a
+        line break.
+    """
+    for value in (user.name, user.password):
+        if not value or any(c in value for c in ":|\t \r\n\0"):
+            raise ValueError(f"unusable user name or password for {user.name!r}")
+
+
+def _stopAll() -> None:
+    """
+    Stop every instance still running when the process exits.
+    """
+    for instance in list(_RUNNING):
+        instance.stop()
+
+
+atexit.register(_stopAll)
