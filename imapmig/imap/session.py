@@ -492,6 +492,16 @@ class IMAPSession:
                 return info.delimiter
         return None
 
+    @property
+    def knowsNamespaces(self) -> bool:
+        """
+        Whether L{namespaces} has more to say than the empty prefix: the
+        server offers NAMESPACE, or the configuration overrides it.
+        Without, a caller that LISTs anyway reads the delimiter from
+        there, saving L{namespaces}' C{LIST "" ""}.
+        """
+        return self.namespaceOverride is not None or b"NAMESPACE" in self.capabilities
+
     async def namespaces(self) -> ServerNamespaces:
         """
         The account's namespaces: the configuration's override if any

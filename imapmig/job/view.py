@@ -41,7 +41,7 @@ class DestinationView:
             is asked (L{IMAPSession.namespaces}).
         """
         if namespace is None:
-            if session.namespaceOverride is None and b"NAMESPACE" not in session.capabilities:
+            if not session.knowsNamespaces:
                 # No NAMESPACE: the empty prefix, and LIST's delimiter
                 # below, without a LIST "" "" of its own.
                 namespace = PersonalNamespace()
