@@ -15,13 +15,13 @@ import imaplib
 import os
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from twisted.logger import formatEvent, globalLogPublisher
+from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
@@ -550,8 +550,9 @@ class NamespaceFolderTests(SourceTestCase):
         self.account.folder("#shared.team.x")
         self.account.folder("Stray")
         events: list[dict[str, Any]] = []
-        globalLogPublisher.addObserver(events.append)
-        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
         folders = self.run_(self.source.listFolders())
         self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
         lines = sorted(
