@@ -167,7 +167,11 @@ class PrefixedDestinationTests(TestCase):
         sourcePassword = writePasswordFile(
             os.path.join(directory, "source-password"), sourceUser.password
         )
-        source = {"server": "prefixed", "user": sourceUser.name, "password_file": sourcePassword}
+        source: dict[str, object] = {
+            "server": "prefixed",
+            "user": sourceUser.name,
+            "password_file": sourcePassword,
+        }
         config = _config(self, source, target, user, {"prefixed": plainServer(prefixed)})
 
         progress = await _run(config)
