@@ -26,33 +26,17 @@ JOB = "ns"
 FOLDERS = (("INBOX",), ("Sent",), ("Archive",), ("Archive", "2019"), ("INBOX", "Lists"))
 
 
-class PrefixedDovecot(DovecotInstance):
-    """
-    A Dovecot whose inbox namespace has C{prefix = INBOX.}: every folder
-    but INBOX lives under C{INBOX.}, and a name outside it is refused
-    ("Client tried to access nonexistent namespace").
-    """
-
-    def _writeConfig(self) -> None:
-        # The test support of imapmig.testing.dovecot writes no prefix;
-        # this adds it to the inbox namespace it wrote, and nothing else.
-        super()._writeConfig()
-        with open(self._configPath) as f:
-            text = f.read()
-        marker = "namespace inbox {\n"
-        assert marker in text
-        text = text.replace(marker, marker + "  prefix = INBOX.\n", 1)
-        with open(self._configPath, "w") as f:
-            f.write(text)
-
-
 def _prefixedDovecot(testCase: TestCase) -> DovecotInstance:
     """
-    A running L{PrefixedDovecot} of one test's own, stopped when it ends.
+    A running Dovecot of one test's own whose inbox namespace has C{prefix =
+    INBOX.}: every folder but INBOX lives under C{INBOX.}, and a name
+    outside it is refused ("Client tried to access nonexistent
+    namespace").  Stopped when the test ends.
     """
-    instance = PrefixedDovecot(
+    instance = DovecotInstance(
         tempfile.mkdtemp(prefix="prefixed-", dir=_rootDirectory()),
         users=[DovecotUser("user01", "password-01")],
+        inboxPrefix="INBOX.",
     )
     testCase.addCleanup(instance.stop)
     instance.start()
