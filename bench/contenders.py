@@ -100,7 +100,9 @@ def _python(module: str, invocation: Invocation, *extra: str) -> list[str]:
     ]
 
 
-def _raw(*, select: bool, batch: int) -> Callable[[Invocation], list[str]]:
+def _raw(
+    *, select: bool, batch: int, syncWait: bool = False, connections: int = 1
+) -> Callable[[Invocation], list[str]]:
     def build(invocation: Invocation) -> list[str]:
         argv = [
             invocation.rawBinary,
@@ -119,6 +121,10 @@ def _raw(*, select: bool, batch: int) -> Callable[[Invocation], list[str]]:
             "--batch",
             str(batch),
         ]
+        if syncWait:
+            argv.append("--sync-wait")
+        if connections > 1:
+            argv += ["--connections", str(connections)]
         return argv + (["--select"] if select else [])
 
     return build
@@ -291,6 +297,22 @@ CONTENDERS: dict[str, Contender] = {
             applies=_multiappend,
             note="into INBOX only, after SELECT",
         ),
+        Contender(
+            "raw-wait",
+            "raw 1/APPEND, waits before a sync literal",
+            slow=False,
+            raw=True,
+            build=_raw(select=False, batch=1, syncWait=True),
+            note="into INBOX only",
+        ),
+        Contender(
+            "raw-wait-2",
+            "raw 1/APPEND, waits before a sync literal, 2 connections",
+            slow=False,
+            raw=True,
+            build=_raw(select=False, batch=1, syncWait=True, connections=2),
+            note="into INBOX only",
+        ),
     )
 }
 
@@ -299,6 +321,9 @@ MAIN_CLIENTS = ("imaplib", "imaplib-nodelay", "twisted", "mbsync", "imapmig-1", 
                 "raw", "raw-select", "raw-multi50")  # fmt: skip
 SERVER_CLIENTS = ("imapmig-1", "imapmig", "imapmig-4", "raw", "raw-select", "raw-multi50")
 COMPRESS_CLIENTS = ("imapmig-compress-off", "imapmig-compress-on", "raw-multi50")
+# imapmig's default is 2 connections: each is compared with the raw writer
+# on as many.
+NAGLE_CLIENTS = ("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "raw-wait-2")
 
 
 def buildTools(workDir: str) -> tuple[str, str]:

@@ -19,7 +19,14 @@
  *   minus  {N+} up to 4096 octets, synchronizing {N} above (LITERAL-)
  *   sync   synchronizing {N} for every literal (plain IMAP4rev1)
  * A synchronizing literal waits for the server's "+" before its octets;
- * the commands before it stay in flight.
+ * the commands before it stay in flight.  With --sync-wait, a command with
+ * a synchronizing literal is not started before every earlier command has
+ * its tagged reply (against a server that leaves Nagle on, the "+" would
+ * otherwise wait behind the earlier reply for the client's delayed ACK).
+ *
+ * --connections N forks N-1 more processes; each logs in on its own
+ * connection and appends every N-th message (its share), and the first
+ * exits 0 only when every one did.
  *
  * On success it prints one JSON object on standard output:
  *   {"messages": N, "octets": N, "commands": N, "ok": N, "no": N}
@@ -43,6 +50,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,7 +63,7 @@
 
 struct options {
     const char *host, *port, *user, *password, *maildir, *mailbox;
-    int select, batch, literal;
+    int select, batch, literal, syncWait, connections;
     size_t window;
     long limit;
 };
@@ -76,6 +84,7 @@ struct command {
     int ownedCount;
     size_t octets;
     int active;
+    int hasSync; /* it holds a synchronizing literal */
 };
 
 static void die(const char *format, ...) {
@@ -315,7 +324,7 @@ static void commandAdd(struct command *c, void *base, size_t length, int owned) 
 static void usage(void) {
     fputs("usage: rawappend --host H --port P --user U --password PW --maildir DIR\n"
           "       [--mailbox INBOX] [--select] [--batch N] [--literal plus|minus|sync]\n"
-          "       [--window OCTETS] [--limit N]\n",
+          "       [--window OCTETS] [--limit N] [--sync-wait] [--connections N]\n",
           stderr);
     exit(2);
 }
@@ -326,11 +335,16 @@ int main(int argc, char **argv) {
     o.batch = 1;
     o.literal = LITERAL_PLUS;
     o.window = 64u << 20;
+    o.connections = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--select")) {
             o.select = 1;
+            continue;
+        }
+        if (!strcmp(a, "--sync-wait")) {
+            o.syncWait = 1;
             continue;
         }
         if (!v)
@@ -354,6 +368,8 @@ int main(int argc, char **argv) {
             o.window = (size_t)atoll(v);
         else if (!strcmp(a, "--limit"))
             o.limit = atol(v);
+        else if (!strcmp(a, "--connections"))
+            o.connections = atoi(v);
         else if (!strcmp(a, "--literal")) {
             if (!strcmp(v, "plus"))
                 o.literal = LITERAL_PLUS;
@@ -367,8 +383,24 @@ int main(int argc, char **argv) {
             usage();
     }
     if (!o.host || !o.port || !o.user || !o.password || !o.maildir || o.batch < 1 ||
-        o.batch > MAX_IOV / 4 - 1)
+        o.batch > MAX_IOV / 4 - 1 || o.connections < 1)
         usage();
+
+    /* Each process takes every N-th message from its share's index on. */
+    int share = 0;
+    pid_t children[64];
+    if (o.connections > 64)
+        usage();
+    for (int k = 1; k < o.connections; k++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork: %s", strerror(errno));
+        if (pid == 0) {
+            share = k;
+            break;
+        }
+        children[k] = pid;
+    }
 
     int fd = connectTo(o.host, o.port);
     char line[8192];
@@ -386,6 +418,12 @@ int main(int argc, char **argv) {
 
     struct files files = {0};
     listMaildir(&files, o.maildir);
+    if (o.connections > 1) {
+        size_t kept = 0;
+        for (size_t i = (size_t)share; i < files.count; i += (size_t)o.connections)
+            files.paths[kept++] = files.paths[i];
+        files.count = kept;
+    }
     size_t total = files.count;
     if (o.limit > 0 && (size_t)o.limit < total)
         total = (size_t)o.limit;
@@ -423,8 +461,10 @@ int main(int argc, char **argv) {
                     n++;
                 }
                 commandAdd(&c, attributes, (size_t)n, 1);
-                if (sync)
+                if (sync) {
                     c.barrier[c.barrierCount++] = c.iovCount;
+                    c.hasSync = 1;
+                }
                 commandAdd(&c, body, length, 1);
                 batchOctets += length;
                 octets += length;
@@ -437,8 +477,12 @@ int main(int argc, char **argv) {
         }
 
         struct pollfd pfd = {fd, POLLIN, 0};
-        int writable = c.active && (c.barrierNext == c.barrierCount ||
-                                    c.iovNext < c.barrier[c.barrierNext] || continuation);
+        /* This command is number sent - 1: with --sync-wait, one holding a
+         * synchronizing literal starts once the earlier ones are answered. */
+        int held = o.syncWait && c.active && c.hasSync && c.iovNext == 0 && acked + 1 < sent;
+        int writable = c.active && !held &&
+                       (c.barrierNext == c.barrierCount || c.iovNext < c.barrier[c.barrierNext] ||
+                        continuation);
         if (writable)
             pfd.events |= POLLOUT;
         if (poll(&pfd, 1, 120000) <= 0)
@@ -502,5 +546,15 @@ int main(int argc, char **argv) {
     close(fd);
     printf("{\"messages\": %zu, \"octets\": %zu, \"commands\": %zu, \"ok\": %zu, \"no\": %zu}\n",
            next, octets, sent, ok, no);
-    return no ? 1 : 0;
+    fflush(stdout);
+    int failed = no != 0;
+    if (share == 0) {
+        for (int k = 1; k < o.connections; k++) {
+            int status;
+            if (waitpid(children[k], &status, 0) < 0 || !WIFEXITED(status) ||
+                WEXITSTATUS(status) != 0)
+                failed = 1;
+        }
+    }
+    return failed;
 }

@@ -20,13 +20,16 @@ class Setting:
     """
     What one group of runs shares.
 
-    @ivar part: C{"main"}, C{"servers"} or C{"compress"}.
+    @ivar part: C{"main"}, C{"servers"}, C{"compress"} or C{"nagle"}.
     @ivar store: C{"disk"} or C{"tmpfs"}.
     @ivar rttMs: the round-trip time added by the delay line (0: loopback).
     @ivar rateBitsPerSecond: the delay line's rate limit, if any.
     @ivar corpus: C{"realistic"} or C{"small"}.
     @ivar server: the server variant's name.
     @ivar serverCompress: the server offers COMPRESS=DEFLATE.
+    @ivar nagle: the clients reach the server through
+        L{imapmig.testing.naglerelay}, so it behaves as a server that
+        leaves Nagle's algorithm on.
     """
 
     part: str
@@ -36,13 +39,15 @@ class Setting:
     corpus: str
     server: str
     serverCompress: bool = False
+    nagle: bool = False
 
     def link(self) -> str:
         """
-        The link, for the table: C{loopback}, C{20 ms}, C{20 ms, 20 Mbit/s}.
+        The link, for the table: C{loopback}, C{20 ms}, C{20 ms, 20 Mbit/s},
+        C{loopback, server Nagle on}.
         """
         if not self.rttMs and self.rateBitsPerSecond is None:
-            return "loopback"
+            return "loopback, server Nagle on" if self.nagle else "loopback"
         text = f"{self.rttMs:g} ms"
         if self.rateBitsPerSecond is not None:
             text += f", {self.rateBitsPerSecond / 1e6:g} Mbit/s"

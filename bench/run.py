@@ -38,6 +38,10 @@ The clients (C{--clients}, comma-separated):
   raw                  raw writer, one message per APPEND (LITERAL+)
   raw-select           the same after SELECT INBOX
   raw-multi50          raw writer, MULTIAPPEND batches of 50 after SELECT
+  raw-wait             raw writer, one message per APPEND; a command with a
+                       synchronizing literal starts once every earlier one
+                       is answered (--sync-wait)
+  raw-wait-2           the same on 2 connections (imapmig's default)
 
 The parts of the matrix (C{--parts}, comma-separated):
   main      the Dovecot defaults (LITERAL+, MULTIAPPEND): every RTT of --rtt,
@@ -54,6 +58,14 @@ The parts of the matrix (C{--parts}, comma-separated):
   compress  a 20 Mbit/s link at 20 ms, Dovecot offering COMPRESS=DEFLATE:
             imapmig with compress off and on, and the raw writer; skipped
             (and said so) when imapmig does not accept the compress key
+  nagle     a server that leaves Nagle's algorithm on and offers
+            synchronizing literals only (like Courier-IMAP): Dovecot with
+            LITERAL+, LITERAL- and MULTIAPPEND hidden, reached through
+            imapmig/testing/naglerelay.py (its client-facing socket keeps
+            Nagle on), and the same Dovecot reached directly (no stall);
+            imaplib with TCP_NODELAY, imapmig with 1 and 2 connections,
+            the raw writers; small corpus, tmpfs, loopback,
+            --nagle-messages messages
 
 Options:
   --runs N          runs per figure (default 5)
@@ -72,7 +84,9 @@ Options:
                     message above 4 KB (default 400)
   --compress-messages N
                     messages over the 20 Mbit/s link (default 500)
-  --parts LIST      main,servers,compress (default all)
+  --nagle-messages N
+                    messages of the nagle part (default 2000)
+  --parts LIST      main,servers,compress,nagle (default all)
   --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
                     realistic corpus, main part only (under a minute); its
                     figures are dominated by start-up and mean nothing
@@ -129,6 +143,7 @@ from bench.contenders import (
     COMPRESS_CLIENTS,
     CONTENDERS,
     MAIN_CLIENTS,
+    NAGLE_CLIENTS,
     REPOSITORY,
     SERVER_CLIENTS,
     Contender,
@@ -327,15 +342,24 @@ class Bench:
         bench.start()
         try:
             for job in jobs:
-                self.runJob(network, bench, job)
+                if job.setting.nagle:
+                    with nagleRelay(bench.host, bench.port) as port:
+                        self.runJob(network, bench, job, port)
+                else:
+                    self.runJob(network, bench, job)
         finally:
             bench.stop()
             shutil.rmtree(base, ignore_errors=True)
 
-    def runJob(self, network: Network, server: BenchServer, job: Job) -> None:
+    def runJob(
+        self, network: Network, server: BenchServer, job: Job, port: int | None = None
+    ) -> None:
         """
         Run every client of a job C{--runs} times, interleaved, each once on
         the corpus and once on an empty Maildir.
+
+        @param port: where the clients connect (a relay in front of the
+            server), or L{None} for the server's own port.
         """
         setting = job.setting
         print(
@@ -353,7 +377,7 @@ class Bench:
                 corpus = self.corpus(setting.corpus, count)
                 for kind, maildir in (("full", corpus), ("empty", empty)):
                     result = self.runOnce(network, server, setting, contender, kind, maildir,
-                                          repetition)  # fmt: skip
+                                          repetition, port)  # fmt: skip
                     self.record(result)
 
     def runOnce(
@@ -365,16 +389,19 @@ class Bench:
         kind: str,
         corpus: BuiltCorpus,
         repetition: int,
+        port: int | None = None,
     ) -> RunResult:
         """
         Run one client once, as a process, and verify the account.
+
+        @param port: where the client connects, if not the server's port.
         """
         account = server.freshAccount()
         runDir = tempfile.mkdtemp(prefix=f"{contender.name}-", dir=self.runsDir)
         os.chmod(runDir, 0o755)
         invocation = Invocation(
             host=server.host,
-            port=server.port,
+            port=server.port if port is None else port,
             user=account,
             maildir=corpus.path,
             runDir=runDir,
@@ -459,6 +486,28 @@ class Bench:
         )
         with open(path, "w") as f:
             json.dump(asdict(result), f, indent=1)
+
+
+@contextlib.contextmanager
+def nagleRelay(host: str, port: int) -> Iterator[int]:
+    """
+    Run L{imapmig.testing.naglerelay} in front of C{host}:C{port}, as its
+    own process (its threads must not share this one's interpreter with
+    anything timed); yield the port it listens on.
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "imapmig.testing.naglerelay", "--upstream", f"{host}:{port}"],
+        stdout=subprocess.PIPE, cwd=REPOSITORY, env=_environment(),
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline().split()
+        if len(ready) != 2 or ready[0] != b"ready":
+            raise RuntimeError(f"the Nagle relay did not start: {ready!r}")
+        yield int(ready[1])
+    finally:
+        process.terminate()
+        process.wait()
 
 
 def _environment() -> dict[str, str]:
@@ -549,7 +598,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cap-slow", type=int, default=300)
     parser.add_argument("--cap-servers", type=int, default=400)
     parser.add_argument("--compress-messages", type=int, default=500)
-    parser.add_argument("--parts", type=_split, default=["main", "servers", "compress"])
+    parser.add_argument("--nagle-messages", type=int, default=2000)
+    parser.add_argument("--parts", type=_split, default=["main", "servers", "compress", "nagle"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-messages", type=int, default=50_000)
@@ -584,8 +634,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in ("disk", "tmpfs"):
             problems.append(f"unknown store {name!r} (disk, tmpfs)")
     for name in args.parts:
-        if name not in ("main", "servers", "compress"):
-            problems.append(f"unknown part {name!r} (main, servers, compress)")
+        if name not in ("main", "servers", "compress", "nagle"):
+            problems.append(f"unknown part {name!r} (main, servers, compress, nagle)")
     try:
         args.rtt = [float(r) for r in args.rtt]
     except ValueError:
@@ -637,6 +687,12 @@ def makePlan(args: argparse.Namespace) -> list[Job]:
                     count = args.messages
                 plan.append(Job(Setting("servers", store, rtt, None, corpus, variant), clients,
                                 count))  # fmt: skip
+    if "nagle" in args.parts:
+        clients = chosen(NAGLE_CLIENTS)
+        count = min(args.messages, args.nagle_messages)
+        for nagle in (True, False):
+            plan.append(Job(Setting("nagle", "tmpfs", 0.0, None, "small", "sync-only",
+                                    nagle=nagle), clients, count))  # fmt: skip
     if "compress" in args.parts:
         clients = tuple(
             c for c in COMPRESS_CLIENTS if not args.clients or c in args.clients
@@ -779,6 +835,23 @@ def _targets(rows: Sequence[Figure]) -> list[str]:
                 f"{f.ceilingRatio:.2f}× the raw ceiling (target ≥ 0.8): "
                 f"{verdict(f.ceilingRatio >= 0.8)}"
             )
+    for name in ("imapmig-1", "imapmig"):
+        stalled = find(name, part="nagle", nagle=True)
+        direct = find(name, part="nagle", nagle=False)
+        loop = find("imaplib-nodelay", part="nagle", nagle=True)
+        if stalled and direct:
+            factor = stalled[0].messagesPerSecond / direct[0].messagesPerSecond
+            lines.append(
+                f"- Server leaving Nagle on, synchronizing literals only: "
+                f"{CONTENDERS[name].label} at {factor:.2f}× its rate without the stall "
+                f"(target ≥ 0.5): {verdict(factor >= 0.5)}"
+            )
+        if stalled and loop:
+            factor = stalled[0].messagesPerSecond / loop[0].messagesPerSecond
+            lines.append(
+                f"- Server leaving Nagle on: {CONTENDERS[name].label} at {factor:.2f}× the "
+                f"imaplib loop with TCP_NODELAY (target > 1): {verdict(factor > 1)}"
+            )
     for variant in ("no-multiappend", "literal-minus"):
         best: dict[float, Figure] = {}
         for name in ("imapmig", "imapmig-1", "imapmig-4"):
@@ -809,6 +882,8 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
     servers = [f for f in rows if f.setting.part == "servers"]
     servers.sort(key=lambda f: (f.setting.server, f.setting.rttMs, order.index(f.client)))
     compress = [f for f in rows if f.setting.part == "compress"]
+    nagle = [f for f in rows if f.setting.part == "nagle"]
+    nagle.sort(key=lambda f: (not f.setting.nagle, order.index(f.client)))
     chartPath = os.path.join(bench.resultsDir, "chart.png")
     charted = drawChart(main, chartPath, order)
     versions = toolVersions()
@@ -870,9 +945,23 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "",
             markdownTable(compress),
         ]
+    if nagle:
+        parts += [
+            "## A server that leaves Nagle on, synchronizing literals only",
+            "",
+            "`sync-only`: Dovecot with LITERAL+, LITERAL- and MULTIAPPEND hidden. "
+            "`loopback, server Nagle on`: reached through `imapmig/testing/naglerelay.py`, "
+            "whose client-facing socket keeps Nagle's algorithm on, as Courier-IMAP's does; "
+            "`loopback`: the same Dovecot reached directly. The raw writer `raw 1/APPEND` "
+            "puts the next command behind each literal (it stalls on the delayed ACK); "
+            "`raw ... waits` starts a command with a synchronizing literal only once "
+            "every earlier one is answered.",
+            "",
+            markdownTable(nagle, showServer=True),
+        ]
     targets = _targets(rows)
     if targets:
-        parts += ["## The targets of issue 3", "", *targets, ""]
+        parts += ["## The targets of issues 3 and 16", "", *targets, ""]
     if bench.notes:
         parts += ["## Notes", "", *[f"- {n}" for n in bench.notes], ""]
     text = "\n".join(parts)

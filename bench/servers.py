@@ -28,10 +28,12 @@ class ServerVariant:
     """
     What the server advertises.
 
-    @ivar name: C{"default"}, C{"no-multiappend"} or C{"literal-minus"}.
+    @ivar name: C{"default"}, C{"no-multiappend"}, C{"literal-minus"} or
+        C{"sync-only"}.
     @ivar description: for the table.
     @ivar multiappend: MULTIAPPEND is offered.
-    @ivar literal: C{"plus"} (LITERAL+) or C{"minus"} (LITERAL- only).
+    @ivar literal: C{"plus"} (LITERAL+), C{"minus"} (LITERAL- only) or
+        C{"sync"} (neither: every literal synchronizing).
     @ivar remove: capabilities hidden from the default list.
     @ivar add: capabilities added to it.
     """
@@ -62,6 +64,13 @@ VARIANTS = {
             "minus",
             remove=("MULTIAPPEND", "LITERAL+"),
             add=("LITERAL-",),
+        ),
+        ServerVariant(
+            "sync-only",
+            "Dovecot, synchronizing literals only (no LITERAL+/-, no MULTIAPPEND)",
+            False,
+            "sync",
+            remove=("MULTIAPPEND", "LITERAL+", "LITERAL-"),
         ),
     )
 }

@@ -123,3 +123,22 @@ class PlanTests(SynchronousTestCase):
                 ("literal-minus", 20.0): 400,
             },
         )
+
+    def test_naglePart(self) -> None:
+        """
+        The nagle part runs the synchronizing-only server through the Nagle
+        relay and directly, on loopback with the small corpus, the imaplib
+        loop, imapmig on 1 and 2 connections and the raw writers side by
+        side in each, C{--nagle-messages} messages.
+        """
+        plan = makePlan(parseArguments(["--parts", "nagle", "--nagle-messages", "1500"]))
+        self.assertEqual(
+            [(j.setting.server, j.setting.nagle, j.setting.rttMs, j.setting.corpus,
+              j.messages) for j in plan],
+            [("sync-only", True, 0.0, "small", 1500), ("sync-only", False, 0.0, "small", 1500)],
+        )  # fmt: skip
+        self.assertEqual(
+            {j.clients for j in plan},
+            {("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "raw-wait-2")},
+        )
+        self.assertEqual(plan[0].setting.link(), "loopback, server Nagle on")

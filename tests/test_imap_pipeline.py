@@ -292,30 +292,75 @@ class MultiappendTests(SynchronousTestCase):
 
 class LiteralMinusTests(SynchronousTestCase):
     """
-    LITERAL- allows non-synchronizing literals up to 4096 octets only.
+    LITERAL- allows non-synchronizing literals up to 4096 octets only; a
+    command with a larger literal is written only when no reply is due.
     """
 
     def test_smallNonSyncLargeSync(self) -> None:
         """
-        A literal of 4096 octets is non-synchronizing; one of 4097 waits for
-        the continuation, and the next command follows its literal in the
+        A literal of 4096 octets is non-synchronizing; the command with one
+        of 4097 waits for the reply to the earlier command, then for its
+        continuation; the next small command follows its literal in the
         same write.
         """
         transport, pipeline, outcomes, client = connect(LiteralMode.MINUS)
         small = b"s" * 4096
         large = b"L" * 4097
         pipeline.enqueue([message("a", small), message("b", large), message("c", b"c")])
-        self.assertEqual(
-            transport.take(),
-            b'0001 APPEND "INBOX" {4096+}\r\n' + small + b"\r\n"
-            b'0002 APPEND "INBOX" {4097}\r\n',
-        )
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {4096+}\r\n' + small + b"\r\n")
+        client.dataReceived(b"0001 OK [APPENDUID 1 1] ok\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {4097}\r\n')
         client.dataReceived(b"+ OK\r\n")
-        self.assertEqual(transport.writeCalls, 2)
+        self.assertEqual(transport.writeCalls, 3)
         self.assertEqual(
             transport.take(), large + b'\r\n0003 APPEND "INBOX" {1+}\r\nc\r\n'
         )
-        self.assertEqual(transport.writeCalls, 2)
+        self.assertEqual(transport.writeCalls, 3)
+        client.dataReceived(b"0002 OK [APPENDUID 1 2] ok\r\n0003 OK [APPENDUID 1 3] ok\r\n")
+        self.assertEqual(outcomes.appended, [("a", 1, 1), ("b", 1, 2), ("c", 1, 3)])
+        self.assertTrue(pipeline.idle)
+
+    def test_smallOnesPipelinedUntilALargeOne(self) -> None:
+        """
+        Small messages are all written before any reply; the large one
+        after them waits until every one of them is answered, not just the
+        first.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.MINUS)
+        large = b"L" * 5000
+        pipeline.enqueue([message("a", b"a"), message("b", b"b"), message("c", large)])
+        self.assertEqual(
+            transport.take(),
+            b'0001 APPEND "INBOX" {1+}\r\na\r\n0002 APPEND "INBOX" {1+}\r\nb\r\n',
+        )
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take(), b"")
+        client.dataReceived(b"0002 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0003 APPEND "INBOX" {5000}\r\n')
+        client.dataReceived(b"+ go\r\n0003 OK ok\r\n")
+        self.assertEqual(transport.take(), large + b"\r\n")
+        self.assertEqual(outcomes.appended, [("a", None, None), ("b", None, None),
+                                             ("c", None, None)])  # fmt: skip
+
+    def test_multiappendBatchWithALargeMessage(self) -> None:
+        """
+        A MULTIAPPEND batch holding one literal above 4096 octets waits,
+        whole, for the replies due; its small literals stay
+        non-synchronizing, its large one waits for the continuation.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.MINUS, batchMessages=2)
+        large = b"L" * 5000
+        pipeline.enqueue([message("a", b"a"), message("b", b"b")])
+        pipeline.enqueue([message("c", b"c"), message("d", large)])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1+}\r\na {1+}\r\nb\r\n')
+        client.dataReceived(b"0001 OK [APPENDUID 4 1:2] ok\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {1+}\r\nc {5000}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), large + b"\r\n")
+        client.dataReceived(b"0002 OK [APPENDUID 4 3:4] ok\r\n")
+        self.assertEqual(
+            outcomes.appended, [("a", 4, 1), ("b", 4, 2), ("c", 4, 3), ("d", 4, 4)]
+        )
 
 
 class BinaryLiteralTests(SynchronousTestCase):
@@ -353,23 +398,110 @@ class BinaryLiteralTests(SynchronousTestCase):
 class SynchronizingTests(SynchronousTestCase):
     """
     Without LITERAL+ or LITERAL-, every literal waits for its continuation,
-    but the next command leaves with the previous literal.
+    and each command waits for the previous one's tagged reply: a server
+    that leaves Nagle on would otherwise hold the next command's C{+}
+    behind that reply until the client's delayed ACK (about 40 ms).
     """
 
-    def test_nextCommandWithPreviousLiteral(self) -> None:
+    def test_nextCommandAfterTaggedReply(self) -> None:
         """
-        After the C{+}, the literal, its CRLF and the next command line
-        leave in one write, before the first command's tagged reply.
+        After the C{+}, the literal and its CRLF are written alone; the next
+        command line leaves only once the first command's tagged reply has
+        arrived.
         """
         transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
         pipeline.enqueue([message("a", b"A\r\n", ("\\Seen",)), message("b", b"B\r\n")])
         self.assertEqual(transport.take(), b'0001 APPEND "INBOX" (\\Seen) {3}\r\n')
         client.dataReceived(b"+ Ready for literal data\r\n")
-        self.assertEqual(transport.take(), b'A\r\n\r\n0002 APPEND "INBOX" {3}\r\n')
+        self.assertEqual(transport.take(), b"A\r\n\r\n")
+        self.assertEqual(pipeline.messagesInFlight, 1)
+        self.assertEqual([m.origin for m in pipeline.unsettled()], ["a", "b"])
+        client.dataReceived(b"0001 OK [APPENDUID 3 1] ok\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {3}\r\n')
         client.dataReceived(b"+ Ready\r\n")
         self.assertEqual(transport.take(), b"B\r\n\r\n")
-        client.dataReceived(b"0001 OK [APPENDUID 3 1] ok\r\n0002 OK [APPENDUID 3 2] ok\r\n")
+        drained = pipeline.drained()
+        client.dataReceived(b"0002 OK [APPENDUID 3 2] ok\r\n")
+        self.successResultOf(drained)
         self.assertEqual(outcomes.appended, [("a", 3, 1), ("b", 3, 2)])
+        self.assertEqual(transport.writeCalls, 4)
+
+    def test_refusedAfterLiteral(self) -> None:
+        """
+        A message refused after its literal is recorded with the server's
+        text, and the next command follows that reply.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        transport.take()
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"A\r\n")
+        client.dataReceived(b"0001 NO [LIMIT] Too big\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {1}\r\n')
+        self.assertEqual(outcomes.refused, [("a", "NO [LIMIT] Too big")])
+
+    def test_heldCommandUnsettledOnLoss(self) -> None:
+        """
+        A lost connection leaves the command held behind a reply unsettled
+        with the one in flight, neither appended nor refused.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        client.dataReceived(b"+ go\r\n")
+        drained = pipeline.drained()
+        client.connectionLost(Failure(ConnectionLost("gone")))
+        self.failureResultOf(drained, ConnectionLost)
+        self.assertEqual(sorted(m.origin for m in pipeline.unsettled()), ["a", "b"])
+        self.assertEqual((outcomes.appended, outcomes.refused), ([], []))
+
+    def test_flushedWaitsForTheHeldCommand(self) -> None:
+        """
+        flushed() fires only once the command held behind a reply has been
+        written and its literal sent: until then another command may not
+        be written.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC)
+        pipeline.enqueue([message("a", b"A"), message("b", b"B")])
+        flushed = pipeline.flushed()
+        client.dataReceived(b"+ go\r\n")
+        self.assertTrue(pipeline.betweenCommands)
+        self.assertNoResult(flushed)
+        client.dataReceived(b"0001 OK ok\r\n+ go\r\n")
+        self.successResultOf(flushed)
+
+    def test_multiappendBatchesOneAtATime(self) -> None:
+        """
+        With MULTIAPPEND each literal of a batch waits for its own C{+}
+        (the server sends nothing else meanwhile), and the next batch waits
+        for the tagged reply of the previous one; a refused batch is split
+        and its halves go one after the other.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.SYNC, batchMessages=2)
+        pipeline.enqueue([message(n, n.encode()) for n in "abcd"])
+        self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"a {1}\r\n")
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"b\r\n")
+        client.dataReceived(b"0001 NO [LIMIT] too big\r\n")
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"a\r\n")
+        client.dataReceived(b"0002 OK [APPENDUID 2 1] ok\r\n")
+        self.assertEqual(transport.take(), b'0003 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"b\r\n")
+        client.dataReceived(b"0003 NO [LIMIT] too big\r\n")
+        self.assertEqual(transport.take(), b'0004 APPEND "INBOX" {1}\r\n')
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"c {1}\r\n")
+        client.dataReceived(b"+ go\r\n")
+        self.assertEqual(transport.take(), b"d\r\n")
+        drained = pipeline.drained()
+        client.dataReceived(b"0004 OK [APPENDUID 2 2:3] ok\r\n")
+        self.successResultOf(drained)
+        self.assertEqual(outcomes.appended, [("a", 2, 1), ("c", 2, 2), ("d", 2, 3)])
+        self.assertEqual(outcomes.refused, [("b", "NO [LIMIT] too big")])
 
     def test_multiappendSynchronizing(self) -> None:
         """
