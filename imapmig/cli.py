@@ -60,6 +60,7 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         counts = _now(store.counts(job))
         failures = _now(store.failures(job))
         notes = _now(store.notes(job))
+        fallbacks = _now(store.folderFallbacks(job))
         document.append(
             {
                 "job": job,
@@ -89,6 +90,10 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                     }
                     for n in notes
                 ],
+                "folder_fallbacks": [
+                    {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
+                    for f in fallbacks
+                ],
             }
         )
     if asJSON:
@@ -111,6 +116,11 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
             out.write(
                 f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
                 f"\t{note['note']}\n"
+            )
+        for fallback in entry["folder_fallbacks"]:  # type: ignore[attr-defined]
+            out.write(
+                f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
+                f"\t{fallback['reason']}\n"
             )
 
 

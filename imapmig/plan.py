@@ -14,35 +14,115 @@ from attrs import frozen
 from imapmig.message import SourceFolder, SourceMessage
 
 
-def destinationMailbox(path: tuple[str, ...], delimiter: str | None) -> str:
+@frozen
+class PersonalNamespace:
+    """
+    The personal namespace of an account (RFC 2342): where its own
+    folders live.
+
+    A server with C{NAMESPACE (("INBOX." ".")) NIL NIL} (Courier, Cyrus
+    with C{altnamespace: no}) keeps every folder but C{INBOX} under
+    C{INBOX.}; most others have the empty prefix.  Folder paths in
+    imapmig never hold the prefix: C{INBOX.Sent} there and C{Sent} on a
+    server with the empty prefix are both the path C{("Sent",)}.
+
+    @ivar prefix: the prefix every personal mailbox name but C{INBOX}
+        starts with (C{""} or e.g. C{"INBOX."}); when not empty it
+        usually ends with the delimiter.
+    @ivar delimiter: the hierarchy delimiter, or L{None} on a flat server.
+    """
+
+    prefix: str = ""
+    delimiter: str | None = None
+
+    def mailbox(self, path: tuple[str, ...]) -> str:
+        """
+        The mailbox name of the folder C{path}: the prefix, then the
+        levels joined with the delimiter (see L{destinationMailbox}).
+
+        C{INBOX} itself never takes the prefix.  Where the prefix is
+        C{INBOX} and the delimiter (C{"INBOX."}), the path C{("INBOX",
+        "x")} is the mailbox C{INBOX.x}, the same as C{("x",)}: both
+        spell the one mailbox such a server has for them.
+        """
+        joiner = self.delimiter or "_"
+        parts = [component.replace(joiner, "_") for component in path]
+        if not parts:
+            return self.prefix
+        if parts[0].upper() == "INBOX":
+            parts[0] = "INBOX"
+            if len(parts) == 1 or not self._inboxPrefix():
+                return joiner.join(parts)
+            parts = parts[1:]
+        return self.prefix + joiner.join(parts)
+
+    def path(self, mailbox: str) -> tuple[str, ...]:
+        """
+        The folder path of a mailbox name: the prefix stripped, the rest
+        split at the delimiter; the inverse of L{mailbox} for a name it
+        gives.  A name outside the prefix is split whole.
+        """
+        if mailbox.upper() == "INBOX":
+            return ("INBOX",)
+        stripped = bool(self.prefix) and (
+            mailbox.startswith(self.prefix)
+            or (self._inboxPrefix() and mailbox.upper().startswith(self.prefix.upper()))
+        )
+        # INBOX is case-insensitive, and so is an INBOX. prefix.
+        rest = mailbox[len(self.prefix) :] if stripped else mailbox
+        parts = rest.split(self.delimiter) if self.delimiter else [rest]
+        if not stripped and parts[0].upper() == "INBOX":
+            parts[0] = "INBOX"
+        return tuple(parts)
+
+    def holds(self, mailbox: str) -> bool:
+        """
+        Whether the mailbox name lies in this namespace: C{INBOX}, or a
+        name starting with the prefix (every name, for the empty prefix).
+        """
+        if mailbox.upper() == "INBOX" or not self.prefix:
+            return True
+        if mailbox.startswith(self.prefix):
+            return True
+        return self._inboxPrefix() and mailbox.upper().startswith(self.prefix.upper())
+
+    def _inboxPrefix(self) -> bool:
+        """
+        Whether the prefix is C{INBOX} followed by the delimiter.
+        """
+        return (
+            self.delimiter is not None
+            and self.prefix.upper() == "INBOX" + self.delimiter.upper()
+        )
+
+
+def destinationMailbox(path: tuple[str, ...], namespace: PersonalNamespace) -> str:
     """
     The destination mailbox name for a source folder's hierarchy.
 
-    The components are joined with the destination's hierarchy delimiter;
-    a delimiter inside a component (a source folder named C{"a.b"} on a
+    The components are joined with the destination's hierarchy delimiter,
+    behind its personal namespace prefix (C{INBOX} itself takes none); a
+    delimiter inside a component (a source folder named C{"a.b"} on a
     server whose delimiter is C{"."}) is replaced by C{"_"}, so the folder
     does not turn into a hierarchy.  A top-level C{INBOX} is spelled in
     upper case, as RFC 3501 treats it case-insensitively.
 
     @param path: the folder's components, e.g. C{("Archive", "2019")}.
-    @param delimiter: the destination's delimiter, L{None} on a flat server
-        (then C{"_"} joins the components).
+    @param namespace: the destination's personal namespace; a flat server
+        (no delimiter) joins the components with C{"_"}.
     """
-    joiner = delimiter or "_"
-    parts = [component.replace(joiner, "_") for component in path]
-    if parts and parts[0].upper() == "INBOX":
-        parts[0] = "INBOX"
-    return joiner.join(parts)
+    return namespace.mailbox(path)
 
 
 def mailboxesToCreate(
     wanted: Sequence[tuple[str, ...]],
     existing: Collection[str],
-    delimiter: str | None,
+    namespace: PersonalNamespace,
 ) -> list[str]:
     """
     The mailboxes to create, parents before children, so that every folder
-    in C{wanted} exists with its whole hierarchy.
+    in C{wanted} exists with its whole hierarchy.  The namespace prefix
+    itself is never created (C{INBOX.} is C{INBOX}, which exists).
 
     @param existing: mailbox names the destination already has; C{INBOX}
         always exists.
@@ -52,7 +132,7 @@ def mailboxesToCreate(
     result: list[str] = []
     for path in wanted:
         for depth in range(1, len(path) + 1):
-            name = destinationMailbox(path[:depth], delimiter)
+            name = namespace.mailbox(path[:depth])
             if name not in have:
                 have.add(name)
                 result.append(name)
@@ -273,7 +353,7 @@ class FolderMapping:
 def mapFolders(
     folders: Sequence[SourceFolder],
     rules: FolderRules,
-    delimiter: str | None,
+    namespace: PersonalNamespace,
     destinationUses: dict[str, str],
 ) -> tuple[list[FolderMapping], list[SourceFolder]]:
     """
@@ -285,11 +365,13 @@ def mapFolders(
     its name (C{"Gesendete Objekte"} with C{\\Sent} lands in the
     destination's C{"Sent"}), the first source folder of each use only (a
     Maildir with both C{Sent} and C{Sent Items} keeps them apart);
-    otherwise the folder keeps its path, its levels joined with the
-    destination's delimiter.
+    otherwise the folder keeps its path, under the destination's personal
+    namespace (L{PersonalNamespace.mailbox}).  Two folders may map onto
+    one mailbox (see L{sharedMailboxes}).
 
+    @param namespace: the destination's personal namespace.
     @param destinationUses: the destination's mailboxes by special use
-        (C{"\\Sent"} to C{"Sent"}).
+        (C{"\\Sent"} to C{"Sent"}), full names as listed.
     @return: the mappings, in the order of C{folders}, and the folders
         left out.
     """
@@ -302,20 +384,35 @@ def mapFolders(
             continue
         renamed = renamedPath(folder.path, rules)
         if renamed is not None:
-            mailbox = destinationMailbox(renamed, delimiter)
+            mailbox = namespace.mailbox(renamed)
             mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
             continue
         use = folder.specialUse
         if use is not None and use in destinationUses and use not in claimed:
             claimed.add(use)
             mailbox = destinationUses[use]
-            path = tuple(mailbox.split(delimiter)) if delimiter else (mailbox,)
-            mappings.append(FolderMapping(folder, path, mailbox, None, "special-use"))
+            mappings.append(
+                FolderMapping(folder, namespace.path(mailbox), mailbox, None, "special-use")
+            )
             continue
-        mailbox = destinationMailbox(folder.path, delimiter)
+        mailbox = namespace.mailbox(folder.path)
         if use is not None and use in claimed:
             # Another source folder of this use went to the destination's
             # mailbox of that use: this one stays a folder of its own.
             use = None
         mappings.append(FolderMapping(folder, folder.path, mailbox, use, "name"))
     return mappings, excluded
+
+
+def sharedMailboxes(mappings: Sequence[FolderMapping]) -> dict[str, list[FolderMapping]]:
+    """
+    The mailboxes more than one source folder maps onto, each with those
+    mappings in order: C{INBOX/x} and C{x} onto C{INBOX.x} on a server
+    whose prefix is C{INBOX.}, a folder and a rename onto the same path.
+    Their messages are merged in that mailbox (each message keeps its own
+    record, by source folder); the caller logs it.
+    """
+    byMailbox: dict[str, list[FolderMapping]] = {}
+    for mapping in mappings:
+        byMailbox.setdefault(mapping.mailbox, []).append(mapping)
+    return {mailbox: group for mailbox, group in byMailbox.items() if len(group) > 1}

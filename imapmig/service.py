@@ -85,8 +85,8 @@ def sessionOpener(
         endpoint = wrapClientTLS(tlsOptions, endpoint)
     description = f"{user} at {server.endpoint}"
 
-    def open() -> Awaitable[IMAPSession]:
-        return openSession(
+    async def open() -> IMAPSession:
+        session = await openSession(
             endpoint,
             reactor,
             description=description,
@@ -97,6 +97,9 @@ def sessionOpener(
             timeout=server.timeout,
             compress=server.compress,
         )
+        # The server's namespace key: believed instead of NAMESPACE.
+        session.namespaceOverride = server.namespace
+        return session
 
     return open
 
@@ -117,6 +120,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
             sessionOpener(reactor, source.server, source.user, source.password.value),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
+            include=job.folders.include,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
@@ -136,6 +140,7 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         windowMessages=pipeline.windowMessages,
         windowBytes=pipeline.windowBytes,
         stopTimeout=stopTimeout,
+        folderNameFallback=job.folderNameFallback,
     )
 
 

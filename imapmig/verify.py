@@ -33,6 +33,8 @@ from twisted.logger import Logger
 from imapmig.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
+from imapmig.job.foldernames import withRecordedFallbacks
+from imapmig.job.view import DestinationView
 from imapmig.plan import FolderMapping, FolderRules, chunks, mapFolders
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
@@ -495,8 +497,8 @@ async def verifyJob(
     """
     session = await openDestination()
     try:
+        view = await DestinationView.read(session)
         listed = await session.listFolders()
-        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
         byName = {
             ("INBOX" if m.name.upper() == "INBOX" else m.name): m for m in listed if m.selectable
         }
@@ -506,7 +508,10 @@ async def verifyJob(
             if use is not None and m.selectable and use not in uses:
                 uses[use] = m.name
         folders = await source.listFolders()
-        mappings, excluded = mapFolders(folders, rules, delimiter, uses)
+        mappings, excluded = mapFolders(folders, rules, view.namespace, uses)
+        # Where the job fell back to a safe spelling, so does verify.
+        fallbacks = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
+        mappings = withRecordedFallbacks(mappings, fallbacks, view.existing, view.namespace)
         byMailbox: dict[str, list[FolderMapping]] = defaultdict(list)
         for mapping in mappings:
             byMailbox[mapping.mailbox].append(mapping)

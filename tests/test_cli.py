@@ -11,7 +11,7 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.cli import main, report
-from imapmig.state import MessageOutcome
+from imapmig.state import FolderFallback, MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 
@@ -35,12 +35,16 @@ class ReportTests(SynchronousTestCase):
                 ),  # fmt: skip
             ],
         )
+        self.store.recordFolderFallback(
+            "alice", FolderFallback('Say "hi"', "Say _hi_", "Invalid mailbox name")
+        )
 
     def test_text(self) -> None:
         """
         The text report gives the counts (copied, already present, failed,
         converted, with notes), each failure with its mailbox, key and
-        reason, and each note.
+        reason, each note, and each folder created under a fallback name
+        with the server's refusal.
         """
         out = io.StringIO()
         report(self.store, ["alice"], False, out)
@@ -49,7 +53,8 @@ class ReportTests(SynchronousTestCase):
             "alice: 3 appended (2 copied, 1 already present), 1 failed;"
             " line endings converted in 1, 1 with notes\n"
             "  failed\tSent\t.Sent/m2\trefused by server: NO [LIMIT] too big\n"
-            "  note\tINBOX\t/m4\tflag 'a b' dropped: not a valid IMAP keyword\n",
+            "  note\tINBOX\t/m4\tflag 'a b' dropped: not a valid IMAP keyword\n"
+            '  folder\tSay "hi"\t-> Say _hi_\tInvalid mailbox name\n',
         )
 
     def test_json(self) -> None:
@@ -65,6 +70,10 @@ class ReportTests(SynchronousTestCase):
         )
         self.assertEqual(entry["notes"][0]["message_key"], "m4")
         self.assertEqual(entry["failures"][0]["reason"], "refused by server: NO [LIMIT] too big")
+        self.assertEqual(
+            entry["folder_fallbacks"],
+            [{"mailbox": 'Say "hi"', "fallback": "Say _hi_", "reason": "Invalid mailbox name"}],
+        )
 
     def test_mainFromConfig(self) -> None:
         """

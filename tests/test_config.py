@@ -37,6 +37,7 @@ from imapmig.config import (
 )
 from imapmig.errors import ConfigError
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.plan import PersonalNamespace
 from tests.support import denyAccess
 
 # The issue's example, exactly as written there.
@@ -524,6 +525,69 @@ class ValidConfigTests(ConfigTestCase):
         loaded = self.load(self.issueYAML())
         self.assertRaises(AttributeError, setattr, loaded, "statePath", "/tmp/x")
         self.assertRaises(AttributeError, setattr, loaded.jobs[0], "connections", 9)
+
+
+class NamespaceAndFallbackConfigTests(ConfigTestCase):
+    """
+    A server's C{namespace} override and a job's C{folder_name_fallback}.
+    """
+
+    def test_namespaceAbsent(self) -> None:
+        """
+        Without C{namespace}, the server is asked (L{None}); the fallback
+        is on by default.
+        """
+        loaded = parseConfig(self.document(), self.configPath)
+        self.assertIsNone(loaded.servers[0].namespace)
+        self.assertTrue(loaded.jobs[0].folderNameFallback)
+
+    def test_namespace(self) -> None:
+        """
+        C{namespace} gives the personal namespace to believe: a prefix
+        ending with its separator, the empty prefix (the default when
+        absent), or a flat server's null separator.
+        """
+        for written, expected in [
+            ({"prefix": "INBOX.", "separator": "."}, PersonalNamespace("INBOX.", ".")),
+            ({"separator": "/"}, PersonalNamespace("", "/")),
+            ({"prefix": "", "separator": None}, PersonalNamespace("", None)),
+        ]:
+            document = self.document()
+            document["servers"]["new"]["namespace"] = written
+            loaded = parseConfig(document, self.configPath)
+            self.assertEqual(loaded.servers[0].namespace, expected)
+
+    def test_badNamespace(self) -> None:
+        """
+        A bad C{namespace} is one problem naming the file and the field.
+        """
+        for written, path, fragment in [
+            ("INBOX.", "servers.new.namespace", "expected a mapping"),
+            ({"prefix": "INBOX."}, "servers.new.namespace.separator", "missing"),
+            ({"prefix": 1, "separator": "."}, "servers.new.namespace.prefix", "expected a string"),
+            ({"separator": ".."}, "servers.new.namespace.separator", "one character"),
+            ({"separator": 7}, "servers.new.namespace.separator", "one character"),
+            (
+                {"prefix": "INBOX", "separator": "."},
+                "servers.new.namespace.prefix",
+                "'INBOX' must end with the separator '.' (e.g. 'INBOX.')",
+            ),
+            ({"prefix": "", "separator": ".", "sep": "."}, "servers.new.namespace.sep", "unknown key"),
+        ]:
+            document = self.document()
+            document["servers"]["new"]["namespace"] = written
+            self.assertOnlyProblem(document, path, fragment)
+
+    def test_folderNameFallback(self) -> None:
+        """
+        C{folder_name_fallback: false} turns the fallback off; anything but
+        a boolean is a problem.
+        """
+        document = self.document()
+        document["jobs"][0]["folder_name_fallback"] = False
+        self.assertFalse(parseConfig(document, self.configPath).jobs[0].folderNameFallback)
+        document["jobs"][0]["folder_name_fallback"] = "no way"
+        self.assertOnlyProblem(document, "jobs[0].folder_name_fallback", "must be true or false")
 
 
 class ExampleFileTests(ConfigTestCase):

@@ -27,7 +27,7 @@ from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.sources import IMessageSource
-from imapmig.state import IStateStore, JournalMessage, MessageOutcome
+from imapmig.state import FolderFallback, IStateStore, JournalMessage, MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 
@@ -429,6 +429,13 @@ class SourceAndStoreFakesTests(SynchronousTestCase):
         self.assertTrue(
             verifyObject(IStreamClientEndpoint, MemoryEndpoint(Clock(), lambda attempt: None))
         )
+
+
+def refuseUnsafe(name: str) -> bytes | None:
+    """
+    Refuse a mailbox name with C{*} as Dovecot refuses an invalid one.
+    """
+    return b"NO [CANNOT] Invalid mailbox name" if "*" in name else None
 
 
 class MigrationJobTests(SynchronousTestCase):
@@ -888,28 +895,114 @@ class MigrationJobTests(SynchronousTestCase):
 
     def test_uncreatableMailboxInTheFlight(self) -> None:
         """
-        A mailbox the server refuses to create (and so to SELECT) in that
-        flight fails only its own messages, each recorded with the reason.
+        With C{folderNameFallback} off, a mailbox the server refuses to
+        create (and so to SELECT) in that flight fails only its own
+        messages, each recorded with the reason.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 2)
         populate(h.source, h.source.addFolder("Bad*Name"), 2, start=2)
+        h.mail.refuseCreate = refuseUnsafe
 
-        class RefusesName(FakeIMAPServer):
-            def lineReceived(self, line: bytes) -> None:
-                if line.endswith(b' CREATE "Bad*Name"'):
-                    self.received.append(line)
-                    self.sendLine(line.split(b" ")[0] + b" NO [CANNOT] Invalid mailbox name")
-                    return
-                FakeIMAPServer.lineReceived(self, line)
-
-        h.endpoint = MemoryEndpoint(h.clock, lambda attempt: RefusesName(h.mail))
-        self.assertTrue(h.run(h.job()))
+        self.assertTrue(h.run(h.job(JobSettings(folderNameFallback=False))))
 
         self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 2)
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX"])
         failures = sorted(o.failure or "" for o in h.store.outcomes().values() if o.failure)
         self.assertEqual(len(failures), 2)
         self.assertIn("cannot create mailbox 'Bad*Name'", failures[0])
+        self.assertEqual(self.successResultOf(h.store.folderFallbacks(JOB)), [])
+        h.finish()
+
+    def test_folderNameFallback(self) -> None:
+        """
+        A folder whose name the server refuses as invalid is created under
+        its safe spelling (parents too), its messages go there, and the
+        fallback is recorded; a rerun appends nothing and does not ask for
+        the refused name again.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        populate(h.source, h.source.addFolder("Bad*Name"), 2, start=2)
+        populate(h.source, h.source.addFolder("Bad*Name", "child"), 1, start=4)
+        h.mail.refuseCreate = refuseUnsafe
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "Bad_Name", "Bad_Name.child"])
+        self.assertEqual(len(h.mail.mailbox(USER, "Bad_Name")), 2)
+        self.assertEqual(len(h.mail.mailbox(USER, "Bad_Name.child")), 1)
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        self.assertEqual(
+            self.successResultOf(h.store.folderFallbacks(JOB)),
+            [
+                FolderFallback("Bad*Name", "Bad_Name", "[CANNOT] Invalid mailbox name"),
+                FolderFallback(
+                    "Bad*Name.child", "Bad_Name.child", "[CANNOT] Invalid mailbox name"
+                ),
+            ],
+        )
+
+        self.assertTrue(h.run(h.job()))
+        received = [line for server in h.endpoint.servers for line in server.received]
+        self.assertEqual(
+            len([line for line in received if line.endswith(b'CREATE "Bad*Name"')]), 1
+        )
+        self.assertEqual(len(h.mail.mailbox(USER, "Bad_Name")), 2)
+        h.finish()
+
+    def test_folderNameFallbackRefused(self) -> None:
+        """
+        When the safe spelling is refused too, the folder's messages are
+        recorded as failed with both replies.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Bad*Name"), 2)
+
+        def refuseBoth(name: str) -> bytes | None:
+            if name.startswith("Bad"):
+                return b"NO Invalid mailbox name"
+            return None
+
+        h.mail.refuseCreate = refuseBoth
+        self.assertTrue(h.run(h.job()))
+
+        failures = sorted(o.failure or "" for o in h.store.outcomes().values() if o.failure)
+        self.assertEqual(len(failures), 2)
+        self.assertEqual(
+            failures[0],
+            "cannot create mailbox 'Bad*Name': Invalid mailbox name; the fallback name"
+            " 'Bad_Name' was refused too: Invalid mailbox name",
+        )
+        self.assertEqual(self.successResultOf(h.store.folderFallbacks(JOB)), [])
+        h.finish()
+
+    def test_prefixedDestination(self) -> None:
+        """
+        Into a server whose personal namespace is C{INBOX.} (Courier),
+        folders go under the prefix: C{Sent} into C{INBOX.Sent}, the
+        source's C{INBOX/x} and C{x} both into C{INBOX.x}; INBOX itself is
+        not created; a rerun appends nothing.
+        """
+        h = JobHarness(self, capabilities=DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        h.mail.prefix = "INBOX."
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        populate(h.source, h.source.addFolder("Sent"), 1, start=2)
+        populate(h.source, h.source.addFolder("INBOX", "x"), 1, start=3)
+        populate(h.source, h.source.addFolder("x"), 1, start=4)
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "INBOX.Sent", "INBOX.x"])
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 2)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX.Sent")), 1)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX.x")), 2)
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        received = [line for server in h.endpoint.servers for line in server.received]
+        self.assertIn(b"NAMESPACE", [line.partition(b" ")[2] for line in received])
+
+        self.assertTrue(h.run(h.job()))
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX.x")), 2)
         h.finish()
 
     def test_extraConnectionsOpenEarly(self) -> None:

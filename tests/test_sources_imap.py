@@ -15,12 +15,13 @@ import imaplib
 import os
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
@@ -35,6 +36,7 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
+from imapmig.plan import PersonalNamespace
 from imapmig.message import (
     MessageBody,
     SourceFolder,
@@ -196,6 +198,8 @@ class ScriptedAccount:
         self.interceptors: list[Interceptor] = []
         self._connections: dict[object, _ConnectionState] = {}
         self._connection = _ConnectionState()
+        # What NAMESPACE answers: Dovecot's default, the empty prefix.
+        self.namespaceText = b'(("" "' + delimiter.encode("ascii") + b'")) NIL NIL'
 
     def folder(self, name: str, **kwargs: Any) -> FakeFolder:
         """
@@ -229,6 +233,8 @@ class ScriptedAccount:
             return self._list(tag, verb, command)
         if verb == b"EXAMINE":
             return self._examine(tag, command)
+        if verb == b"NAMESPACE":
+            return b"* NAMESPACE " + self.namespaceText + b"\r\n" + tag + b" OK Namespace completed.\r\n"
         if verb == b"UID FETCH":
             return self._fetch(tag, command)
         if verb == b"LOGOUT":
@@ -488,7 +494,9 @@ class FolderTests(SourceTestCase):
                 SourceFolder(("Sent",), "Sent", "\\Sent", True),
             ],
         )
-        self.assertEqual(account.commands, [b'LIST "" "*" RETURN (SUBSCRIBED SPECIAL-USE)'])
+        self.assertEqual(
+            account.commands, [b"NAMESPACE", b'LIST "" "*" RETURN (SUBSCRIBED SPECIAL-USE)']
+        )
         self.assertEqual(len(self.harness.opened), 1)
 
     def test_refused(self) -> None:
@@ -498,6 +506,107 @@ class FolderTests(SourceTestCase):
         self.account.interceptors.append(lambda tag, command: tag + b" NO [SERVERBUG] oops\r\n")
         error = self.fails(self.source.listFolders(), SourceError)
         self.assertIn("SERVERBUG", str(error))
+
+
+class NamespaceFolderTests(SourceTestCase):
+    """
+    L{IMAPSource.listFolders} strips the personal namespace's prefix and
+    leaves other namespaces out unless an include rule names them.
+    """
+
+    delimiter = "."
+
+    def test_courierPrefix(self) -> None:
+        """
+        On a server whose prefix is C{INBOX.} (Courier), C{INBOX.Sent} is
+        the path C{("Sent",)}, C{INBOX} stays C{("INBOX",)}; keys stay the
+        names as listed.
+        """
+        self.account.namespaceText = b'(("INBOX." ".")) NIL NIL'
+        self.account.folder("INBOX.Sent")
+        self.account.folder("INBOX.Archive.2019")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual(
+            [(f.path, f.key) for f in folders],
+            [
+                (("INBOX",), "INBOX"),
+                (("Archive", "2019"), "INBOX.Archive.2019"),
+                (("Sent",), "INBOX.Sent"),
+            ],
+        )
+
+    def test_sharedLeftOut(self) -> None:
+        """
+        Mailboxes in other users' and shared namespaces, and outside the
+        personal prefix, are left out, with one log line per namespace
+        saying how many.
+        """
+        self.account.namespaceText = (
+            b'(("INBOX." ".")) (("#users." ".")) (("#shared." "."))'
+        )
+        self.account.folder("INBOX.Sent")
+        self.account.folder("#users.bob.INBOX")
+        self.account.folder("#shared.team")
+        self.account.folder("#shared.team.x")
+        self.account.folder("Stray")
+        events: list[dict[str, Any]] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
+        lines = sorted(
+            formatEvent(e) for e in events if "left out" in e.get("log_format", "")
+        )
+        self.assertEqual(
+            lines,
+            [
+                "alice at source: 1 mailboxes in the other users' namespace left out"
+                " ('#users.bob.INBOX'); a folder rule (include) naming them copies them",
+                "alice at source: 1 mailboxes outside the personal namespace left"
+                " out ('Stray'); a folder rule (include) naming them copies them",
+                "alice at source: 2 mailboxes in the shared namespace left out"
+                " ('#shared.team', '#shared.team.x'); a folder rule (include) naming"
+                " them copies them",
+            ],
+        )
+
+    def test_includeNamesShared(self) -> None:
+        """
+        An include rule naming a shared mailbox explicitly (no wildcard in
+        its first level) lists it, with its whole name as its path; C{*}
+        alone does not.
+        """
+        self.account.namespaceText = b'(("" ".")) NIL (("#shared." "."))'
+        self.account.folder("Sent")
+        self.account.folder("#shared.team")
+        self.source = IMAPSource(
+            self.harness.open, "alice at source", include=("*", "#shared/*")
+        )
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual(
+            [f.path for f in folders], [("INBOX",), ("#shared", "team"), ("Sent",)]
+        )
+        self.source = IMAPSource(self.harness.open, "alice at source", include=("*",))
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
+
+    def test_override(self) -> None:
+        """
+        The configuration's override is believed over NAMESPACE.
+        """
+        self.account.namespaceText = b'(("" ".")) NIL NIL'
+        self.account.folder("INBOX.Sent")
+
+        async def opened() -> IMAPSession:
+            session = await self.harness.open()
+            session.namespaceOverride = PersonalNamespace("INBOX.", ".")
+            return session
+
+        self.source = IMAPSource(opened, "alice at source")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
+        self.assertNotIn(b"NAMESPACE", self.account.commands)
 
 
 class PlainServerFolderTests(SourceTestCase):
@@ -679,10 +788,10 @@ class BodyTests(SourceTestCase):
         d = self.source.readBodies(folder, messages)
         self.assertEqual(
             self.harness.pending(),
-            b"0004 UID FETCH 1:2 (UID BODY.PEEK[])\r\n"
-            b"0005 UID FETCH 3 (UID BODY.PEEK[])\r\n"
-            b"0006 UID FETCH 4 (UID BODY.PEEK[])\r\n"
-            b"0007 UID FETCH 5:6 (UID BODY.PEEK[])\r\n",
+            b"0005 UID FETCH 1:2 (UID BODY.PEEK[])\r\n"
+            b"0006 UID FETCH 3 (UID BODY.PEEK[])\r\n"
+            b"0007 UID FETCH 4 (UID BODY.PEEK[])\r\n"
+            b"0008 UID FETCH 5:6 (UID BODY.PEEK[])\r\n",
         )
         read = self.run_(d)
         self.assertEqual(read, [inbox.messages[uid].body for uid in range(1, 7)])

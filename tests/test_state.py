@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import FolderMark, IStateStore, MessageOutcome, OutcomeCounts
+from imapmig.state import FolderFallback, FolderMark, IStateStore, MessageOutcome, OutcomeCounts
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 
@@ -152,6 +152,25 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.assertEqual(self.successResultOf(store.notes("job")), [])
         self.assertEqual(self.successResultOf(store.destinationMap("job", "INBOX")), {})
         self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+
+    def test_folderFallbacks(self) -> None:
+        """
+        Folder fallbacks are recorded per job, read back by mailbox, and a
+        later record for a mailbox replaces the earlier one.
+        """
+        store = self.makeStore()
+        self.assertEqual(self.successResultOf(store.folderFallbacks("job")), [])
+        first = FolderFallback("b\\x", "b_x", "NO Invalid mailbox name")
+        second = FolderFallback("a\"y", "a_y", "NO [CANNOT] Invalid name")
+        self.successResultOf(store.recordFolderFallback("job", first))
+        self.successResultOf(store.recordFolderFallback("job", second))
+        self.successResultOf(store.recordFolderFallback("other", first))
+        replaced = FolderFallback("b\\x", "b_x", "refused again")
+        self.successResultOf(store.recordFolderFallback("job", replaced))
+        self.assertEqual(
+            self.successResultOf(store.folderFallbacks("job")), [second, replaced]
+        )
+        self.assertEqual(self.successResultOf(store.folderFallbacks("other")), [first])
 
     def test_emptyBatch(self) -> None:
         """

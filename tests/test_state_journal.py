@@ -20,7 +20,14 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import FolderKeys, JournalEntry, JournalMessage, MessageOutcome, OutcomeCounts
+from imapmig.state import (
+    FolderFallback,
+    FolderKeys,
+    JournalEntry,
+    JournalMessage,
+    MessageOutcome,
+    OutcomeCounts,
+)
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
@@ -567,16 +574,21 @@ class SQLiteJournalTests(SynchronousTestCase):
 
     def test_migrateFromVersion2(self) -> None:
         """
-        A version 2 database is upgraded to version 3 when opened: its
-        outcomes and folder marks read back as before, its journal is empty
-        and takes entries, and its schema is a new database's.
+        A version 2 database is upgraded to the newest version (4) when
+        opened: its outcomes and folder marks read back as before, its
+        journal is empty and takes entries, it has no folder fallbacks and
+        takes them, and its schema is a new database's.
         """
         connection = self.writeVersion2()
         store = self.openStore()
-        self.assertEqual(SCHEMA_VERSION, 3)
+        self.assertEqual(SCHEMA_VERSION, 4)
         self.assertEqual(
-            connection.execute("SELECT version FROM schema_version").fetchall(), [(3,)]
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(4,)]
         )
+        self.assertEqual(self.successResultOf(store.folderFallbacks("job")), [])
+        fallback = FolderFallback("Say \"hi\"", "Say _hi_", "Invalid mailbox name")
+        self.successResultOf(store.recordFolderFallback("job", fallback))
+        self.assertEqual(self.successResultOf(store.folderFallbacks("job")), [fallback])
         self.assertEqual(
             self.successResultOf(store.destinationMap("job", "INBOX")),
             {"1": appended("INBOX", "1", uid=3)},

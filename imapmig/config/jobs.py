@@ -52,7 +52,15 @@ _SETTINGS = (
 
 
 _DEFAULTS_KEYS = tuple(s.key for s in _SETTINGS)
-_JOB_KEYS = ("name", "source", "destination", "folders", "identity", "eight_bit") + _DEFAULTS_KEYS
+_JOB_KEYS = (
+    "name",
+    "source",
+    "destination",
+    "folders",
+    "identity",
+    "eight_bit",
+    "folder_name_fallback",
+) + _DEFAULTS_KEYS
 _IDENTITIES = ("fingerprint", "message-id", "off")
 _EIGHT_BIT = ("literal", "fail")
 
@@ -199,6 +207,18 @@ class JobsReader(SourcesReader):
             else:
                 eightBit = chosen
 
+        folderNameFallback = True
+        if "folder_name_fallback" in job:
+            value = job["folder_name_fallback"]
+            if isinstance(value, bool):
+                folderNameFallback = value
+            else:
+                self._problem(
+                    _key(path, "folder_name_fallback"),
+                    f"must be true or false, not {_describe(value)}",
+                )
+                ok = False
+
         destination = None
         if "destination" not in job:
             self._problem(
@@ -242,6 +262,7 @@ class JobsReader(SourcesReader):
             folders=folders,
             identity=identity,
             eightBit=eightBit,
+            folderNameFallback=folderNameFallback,
             retry=RetryConfig(
                 attempts=settings[_RETRY_ATTEMPTS.key],
                 maxDelay=settings[_RETRY_MAX_DELAY.key],

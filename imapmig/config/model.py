@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from imapmig.plan import FolderRules
+from imapmig.plan import FolderRules, PersonalNamespace
 from imapmig.secrets import Secret
 
 @frozen
@@ -34,6 +34,9 @@ class ServerConfig:
     @ivar compress: whether to turn on COMPRESS=DEFLATE (RFC 4978) where
         the server offers it: the C{compress} key, its C{auto} resolved to
         true unless the endpoint's host is a loopback address.
+    @ivar namespace: the personal namespace to believe instead of the
+        server's NAMESPACE response (the C{namespace} key, for a server
+        that lies or has none), or L{None} to ask the server.
     """
 
     name: str
@@ -45,6 +48,7 @@ class ServerConfig:
     tlsCA: str | None
     timeout: float
     compress: bool
+    namespace: PersonalNamespace | None = None
 
 
 @frozen
@@ -176,6 +180,8 @@ class JobConfig:
         NUL) when the destination lacks BINARY: C{"literal"} (sent in an
         ordinary literal, which RFC 3501 allows) or C{"fail"} (recorded as
         failed with the reason).
+    @ivar folderNameFallback: whether a folder whose name the destination
+        refuses is created under a safe spelling (C{folder_name_fallback}).
     """
 
     name: str
@@ -187,6 +193,7 @@ class JobConfig:
     identity: str = "fingerprint"
     eightBit: str = "literal"
     retry: RetryConfig = RetryConfig()
+    folderNameFallback: bool = True
 
 
 @frozen

@@ -16,13 +16,23 @@ from twisted.internet.ssl import Certificate
 
 from imapmig.config.model import ServerConfig
 from imapmig.config.reader import ConfigReader, _NAME, _describe, _key
+from imapmig.plan import PersonalNamespace
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
 
 
 _DEFAULT_TIMEOUT = 120.0
 
-_SERVER_KEYS = ("endpoint", "starttls", "tls_ca", "tls_hostname", "timeout", "compress")
+_SERVER_KEYS = (
+    "endpoint",
+    "starttls",
+    "tls_ca",
+    "tls_hostname",
+    "timeout",
+    "compress",
+    "namespace",
+)
+_NAMESPACE_KEYS = ("prefix", "separator")
 
 # Twisted's endpoint constructors only store the reactor they are given, so
 # a placeholder lets Twisted's own parsers validate an endpoint string here
@@ -247,6 +257,11 @@ class ServersReader(ConfigReader):
         )
         ok = ok and compress is not None
 
+        namespace = None
+        if server.get("namespace") is not None:
+            namespace = self._readNamespace(server["namespace"], _key(path, "namespace"))
+            ok = ok and namespace is not None
+
         if not ok:
             return None
         assert written is not None and endpoint is not None
@@ -261,6 +276,7 @@ class ServersReader(ConfigReader):
             tlsCA=tlsCA,
             timeout=timeout,
             compress=compress,
+            namespace=namespace,
         )
 
     def _readClientEndpoint(
@@ -343,6 +359,50 @@ class ServersReader(ConfigReader):
         return _ClientEndpoint(
             implicitTLS=implicitTLS, tcpEndpoint=tcpEndpoint, host=host
         )
+
+    def _readNamespace(self, value: object, path: str) -> PersonalNamespace | None:
+        """
+        Read C{namespace}: C{{prefix: "INBOX.", separator: "."}}, the
+        personal namespace to believe instead of the server's NAMESPACE.
+        C{prefix} may be empty; C{separator} is one character, or null for
+        a flat server; a non-empty prefix that does not end with the
+        separator is refused (folders would be glued to it).
+        """
+        namespace = self._readMapping(value, path, _NAMESPACE_KEYS)
+        if namespace is None:
+            return None
+        ok = True
+        prefix = namespace.get("prefix", "")
+        if not isinstance(prefix, str):
+            self._problem(
+                _key(path, "prefix"), f"expected a string (\"\" or \"INBOX.\"), got {_describe(prefix)}"
+            )
+            ok = False
+        if "separator" not in namespace:
+            self._problem(
+                _key(path, "separator"),
+                "missing: the hierarchy separator, e.g. \".\" or \"/\" (null for a flat server)",
+            )
+            return None
+        separator = namespace["separator"]
+        if separator is not None and (not isinstance(separator, str) or len(separator) != 1):
+            described = repr(separator) if isinstance(separator, str) else _describe(separator)
+            self._problem(
+                _key(path, "separator"),
+                f"must be one character (e.g. \".\" or \"/\") or null, not {described}",
+            )
+            ok = False
+        if not ok:
+            return None
+        assert isinstance(prefix, str) and (separator is None or isinstance(separator, str))
+        if prefix and separator is not None and not prefix.endswith(separator):
+            self._problem(
+                _key(path, "prefix"),
+                f"{prefix!r} must end with the separator {separator!r}"
+                f" (e.g. {prefix + separator!r})",
+            )
+            return None
+        return PersonalNamespace(prefix, separator)
 
     def _readStarttls(self, value: object, path: str) -> bool | None:
         """

@@ -27,6 +27,7 @@ from imapmig.errors import (
     CommandFailed,
     ConnectionLost,
     ImapmigError,
+    ProtocolError,
     TLSFailed,
     TLSInterrupted,
     TLSRequired,
@@ -39,6 +40,7 @@ from imapmig.imap.client import (
     describeConnectionLoss,
 )
 from imapmig.imap.compress import CompressionStats
+from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
 from imapmig.imap.tls import describeTLSError
 from imapmig.imap.fetch import (
     FetchedItem,
@@ -53,6 +55,7 @@ from imapmig.imap.pipeline import (
     PipelineSettings,
     encodeMailboxName,
 )
+from imapmig.plan import PersonalNamespace
 
 T = TypeVar("T")
 
@@ -329,12 +332,16 @@ class IMAPSession:
     One logged-in IMAP connection.
 
     @ivar capabilities: the server's capabilities after login.
+    @ivar namespaceOverride: the personal namespace the configuration
+        gives the server (its C{namespace} key), believed instead of its
+        NAMESPACE response; L{None} to ask.
     """
 
     def __init__(self, client: MigrationIMAP4Client, description: str) -> None:
         self._client = client
         self._description = description
         self.capabilities: frozenset[bytes] = frozenset()
+        self.namespaceOverride: PersonalNamespace | None = None
         self._pipeline: AppendPipeline | None = None
 
     @property
@@ -463,6 +470,45 @@ class IMAPSession:
             if info.delimiter:
                 return info.delimiter
         return None
+
+    @property
+    def knowsNamespaces(self) -> bool:
+        """
+        Whether L{namespaces} has more to say than the empty prefix: the
+        server offers NAMESPACE, or the configuration overrides it.
+        Without, a caller that LISTs anyway reads the delimiter from
+        there, saving L{namespaces}' C{LIST "" ""}.
+        """
+        return self.namespaceOverride is not None or b"NAMESPACE" in self.capabilities
+
+    async def namespaces(self) -> ServerNamespaces:
+        """
+        The account's namespaces: the configuration's override if any
+        (personal only, nothing asked); else the NAMESPACE response (RFC
+        2342) where the server offers it; else the empty prefix with the
+        delimiter of C{LIST "" ""}.
+
+        @raise ProtocolError: the NAMESPACE response is missing or
+            malformed.
+        @raise CommandFailed: the server refused the command.
+        """
+        if self.namespaceOverride is not None:
+            return ServerNamespaces(personal=(self.namespaceOverride,))
+        if b"NAMESPACE" not in self.capabilities:
+            return ServerNamespaces(
+                personal=(PersonalNamespace("", await self.hierarchyDelimiter()),)
+            )
+        lines, _ = await _mapped("NAMESPACE", self._client.sendCollecting(b"NAMESPACE"))
+        try:
+            namespaces = namespaceResponse(lines)
+        except ProtocolError as e:
+            raise _retold(e, f"{self._description}: {e}") from None
+        if not namespaces.personal:
+            # No personal namespace (NIL): folders are still created at
+            # the top, with LIST's delimiter.
+            personal = PersonalNamespace("", await self.hierarchyDelimiter())
+            namespaces = evolve(namespaces, personal=(personal,))
+        return namespaces
 
     async def create(self, mailbox: str) -> None:
         """

@@ -19,11 +19,20 @@ from twisted.logger import Logger
 from imapmig.errors import CommandFailed
 from imapmig.fidelity import decideFlags
 from imapmig.imap.session import IMAPSession
+from imapmig.job.view import DestinationView
 from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import FolderMapping, FolderRules, mailboxesToCreate, mapFolders
+from imapmig.job.foldernames import FolderNameFallback, withRecordedFallbacks
+from imapmig.plan import (
+    FolderMapping,
+    FolderRules,
+    PersonalNamespace,
+    mailboxesToCreate,
+    mapFolders,
+    sharedMailboxes,
+)
 from imapmig.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
 from imapmig.sources.imap import FlagChange
-from imapmig.state import MessageOutcome
+from imapmig.state import IStateStore, MessageOutcome
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -94,59 +103,46 @@ async def bothOf(first: Deferred[_T], second: Deferred[_U]) -> tuple[_T, _U]:
     return results[0][1], results[1][1]
 
 
-@dataclass(frozen=True)
-class DestinationView:
-    """
-    The destination's mailboxes as LIST shows them.
-
-    @ivar delimiter: its hierarchy delimiter.
-    @ivar existing: every mailbox (C{INBOX} spelled so).
-    @ivar subscribed: the subscribed ones.
-    @ivar uses: a selectable mailbox per special use.
-    """
-
-    delimiter: str | None
-    existing: frozenset[str]
-    subscribed: frozenset[str]
-    uses: dict[str, str]
-
-    @classmethod
-    async def read(cls, session: IMAPSession) -> DestinationView:
-        """
-        LIST the destination's mailboxes.
-        """
-        listed = await session.listFolders()
-        delimiter = next((m.delimiter for m in listed if m.delimiter), None)
-        if delimiter is None:
-            delimiter = await session.hierarchyDelimiter()
-        uses: dict[str, str] = {}
-        for m in listed:
-            if m.specialUse is not None and m.selectable:
-                uses.setdefault(m.specialUse, m.name)
-        return cls(
-            delimiter,
-            frozenset("INBOX" if m.name.upper() == "INBOX" else m.name for m in listed),
-            frozenset(m.name for m in listed if m.subscribed),
-            uses,
-        )
-
-
 class DestinationPreparation:
     """
     Prepares one job's destination over one session.
     """
 
     def __init__(
-        self, jobName: str, session: IMAPSession, rules: FolderRules, identity: str
+        self,
+        jobName: str,
+        session: IMAPSession,
+        rules: FolderRules,
+        identity: str,
+        store: IStateStore | None = None,
+        nameFallback: bool = True,
     ) -> None:
         """
         @param rules: the job's folder rules (only C{rename} matters here).
         @param identity: the job's identity check (L{imapmig.presence}).
+        @param store: where folder fallbacks are recorded and read back
+            (L{imapmig.job.foldernames}); L{None}: not recorded.
+        @param nameFallback: whether a folder whose name the destination
+            refuses is created under a safe spelling (the job's
+            C{folder_name_fallback}).
         """
         self._job = jobName
         self._session = session
         self._renames = FolderRules(rename=rules.rename)
         self._identity = identity
+        self._store = store
+        self._nameFallback = nameFallback
+        self._recorded: dict[str, str] = {}
+
+    def _map(
+        self, folders: Sequence[SourceFolder], view: DestinationView
+    ) -> list[FolderMapping]:
+        """
+        Map C{folders} onto the mailboxes of C{view}, through the fallbacks
+        earlier runs recorded.
+        """
+        mappings, _ = mapFolders(folders, self._renames, view.namespace, view.uses)
+        return withRecordedFallbacks(mappings, self._recorded, view.existing, view.namespace)
 
     async def prepare(self, listings: Sequence[FolderToCopy]) -> PreparedDestination:
         """
@@ -156,8 +152,11 @@ class DestinationPreparation:
         """
         session = self._session
         view = await DestinationView.read(session)
+        fallback = FolderNameFallback(self._job, session, view.namespace, self._store)
+        if self._nameFallback:
+            self._recorded = await fallback.recorded()
         sourceFolders = [listing.folder for listing in listings]
-        mappings, _ = mapFolders(sourceFolders, self._renames, view.delimiter, view.uses)
+        mappings = self._map(sourceFolders, view)
         # A folder with a use the destination lacks: its mailbox is created
         # first, alone; the server may give it the use (by its
         # configuration, or CREATE-SPECIAL-USE), and then every folder of
@@ -172,9 +171,10 @@ class DestinationPreparation:
             claimed = Deferred.fromCoroutine(
                 self._createMailboxes(view, list(claiming.values()))
             )
-            listed = Deferred.fromCoroutine(DestinationView.read(session))
+            listed = Deferred.fromCoroutine(DestinationView.read(session, view.namespace))
             _, view = await bothOf(claimed, listed)
-            mappings, _ = mapFolders(sourceFolders, self._renames, view.delimiter, view.uses)
+            mappings = self._map(sourceFolders, view)
+        self._logShared(mappings)
         plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
         accounted: dict[str, list[MessageOutcome]] = {}
         for mapping, listing in zip(mappings, listings):
@@ -201,6 +201,11 @@ class DestinationPreparation:
         creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
         selecting = Deferred.fromCoroutine(session.selectEach(names))
         uncreatable, states = await bothOf(creating, selecting)
+        if uncreatable and self._nameFallback:
+            plans, uncreatable, states = await fallback.fallBackPlans(
+                plans, uncreatable, states, view.existing
+            )
+            names = sorted({m.mailbox for m, pending in plans if pending})
         prepared = PreparedDestination(plans, uncreatable)
         for mailbox in names:
             if mailbox in uncreatable:
@@ -239,6 +244,20 @@ class DestinationPreparation:
                 target.presence = index
         return prepared
 
+    def _logShared(self, mappings: Sequence[FolderMapping]) -> None:
+        """
+        Log each mailbox more than one source folder goes to: their
+        messages are merged there (each keeps its own record).
+        """
+        for mailbox, group in sharedMailboxes(mappings).items():
+            log.warn(
+                "Job {job}: folders {folders} all go to {mailbox!r}; their messages are"
+                " merged there",
+                job=self._job,
+                folders=", ".join(repr("/".join(m.folder.path)) for m in group),
+                mailbox=mailbox,
+            )
+
     async def _createMailboxes(
         self, view: DestinationView, mappings: Sequence[FolderMapping]
     ) -> dict[str, str]:
@@ -250,7 +269,13 @@ class DestinationPreparation:
         @return: the mailboxes that could not be created, with why.
         """
         session = self._session
-        missing = mailboxesToCreate([m.path for m in mappings], view.existing, view.delimiter)
+        # A mailbox the destination has needs no parent created (a
+        # special-use mailbox outside the namespace prefix, say).
+        missing = mailboxesToCreate(
+            [m.path for m in mappings if m.mailbox not in view.existing],
+            view.existing,
+            view.namespace,
+        )
         uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
         toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
         # Every command is written before the first reply is awaited.

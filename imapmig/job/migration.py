@@ -104,6 +104,9 @@ class JobSettings:
     @ivar stopTimeout: seconds a stopping job waits for the replies to
         the messages in flight before it drops its connections (what was
         in flight is journaled, and settled by the next run).
+    @ivar folderNameFallback: whether a folder whose name the destination
+        refuses is created under a safe spelling
+        (L{imapmig.job.foldernames}).
     """
 
     connections: int = 2
@@ -116,6 +119,7 @@ class JobSettings:
     unitMessages: int = 2000
     unitBytes: int = 64 * 1024 * 1024
     stopTimeout: float = 30.0
+    folderNameFallback: bool = True
 
 
 def asRetryable(error: BaseException) -> BaseException:
@@ -642,7 +646,12 @@ class MigrationJob:
         ]
         try:
             prepared = await DestinationPreparation(
-                self.name, first, self._rules, self._identity
+                self.name,
+                first,
+                self._rules,
+                self._identity,
+                self._store,
+                settings.folderNameFallback,
             ).prepare(listings)
         except BaseException:
             for opening in openings:

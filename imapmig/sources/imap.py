@@ -68,6 +68,7 @@ from imapmig.imap.fetch import (
     FetchResponseParser,
     formatUIDSet,
 )
+from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
@@ -79,6 +80,7 @@ from imapmig.message import (
     UnreadableMessage,
     toCRLF,
 )
+from imapmig.plan import FolderRules, PersonalNamespace, isIncluded
 from imapmig.sources import IMessageSource
 
 __all__ = [
@@ -260,6 +262,52 @@ def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
     return tuple(path)
 
 
+def namespacePath(
+    spaces: ServerNamespaces, name: str, delimiter: str | None
+) -> tuple[str, ...] | None:
+    """
+    The folder path of a listed mailbox in the personal namespace: its
+    name without the personal prefix, split at the delimiter (C{INBOX.Sent}
+    on Courier and C{Sent} on Dovecot are both C{("Sent",)}); or L{None}
+    for a mailbox outside it (another user's, shared, or not under the
+    prefix).
+
+    @param delimiter: the delimiter LIST gave the mailbox, used where the
+        namespace has none.
+    """
+    if spaces.foreignKind(name) is not None:
+        return None
+    personal = spaces.personalNamespace()
+    if not personal.holds(name):
+        return None
+    if personal.delimiter is None:
+        personal = PersonalNamespace(personal.prefix, delimiter)
+    return personal.path(name)
+
+
+def namesExplicitly(patterns: Sequence[str], path: tuple[str, ...]) -> bool:
+    """
+    Whether one of the C{include} patterns names the folder C{path}
+    explicitly: it matches, and its first level has no wildcard
+    (C{"shared/*"} names the folders below C{shared}; C{"*"} names none).
+    """
+    for pattern in patterns:
+        top = pattern.split("/", 1)[0]
+        if "*" in top or "?" in top or "[" in top:
+            continue
+        if isIncluded(path, FolderRules(include=(pattern,))):
+            return True
+    return False
+
+
+def _someNames(names: Sequence[str], shown: int = 5) -> str:
+    """
+    The first few of C{names}, for a log line.
+    """
+    text = ", ".join(repr(n) for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _commandGroups(
     messages: Sequence[tuple[int, int]], commandBytes: int
 ) -> list[list[int]]:
@@ -422,6 +470,7 @@ class IMAPSource:
         spoolAbove: int | None = SPOOL_ABOVE,
         spoolDirectory: str | None = None,
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
+        include: Sequence[str] = (),
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -437,6 +486,9 @@ class IMAPSource:
             L{None}: the default temporary directory (L{tempfile.gettempdir}:
             C{$TMPDIR}, else C{/tmp}).
         @param maxMessageBytes: see L{MAX_MESSAGE_BYTES}.
+        @param include: the job's C{include} folder patterns: a mailbox
+            outside the personal namespace is listed only if one of them
+            names it explicitly (L{namesExplicitly}).
         """
         self._openSession = openSession
         self.description = description
@@ -448,6 +500,8 @@ class IMAPSource:
         self._readers: list[_Reader] = []
         self._status: dict[str, FolderStatus] = {}
         self._wireNames: dict[str, bytes] = {}
+        self._include = tuple(include)
+        self._spaces: ServerNamespaces | None = None
 
     # IMessageSource
 
@@ -648,6 +702,7 @@ class IMAPSource:
         return None
 
     async def _listFolders(self, reader: _Reader, session: IMAPSession) -> Sequence[SourceFolder]:
+        spaces = await self._namespaces(session)
         try:
             listed = await session.listFolders()
         except CommandFailed as e:
@@ -656,21 +711,60 @@ class IMAPSource:
             ) from None
         folders = []
         wireNames = {}
+        leftOut: dict[str, list[str]] = {}
         for mailbox in listed:
             if not mailbox.selectable:
                 continue
+            path = namespacePath(spaces, mailbox.name, mailbox.delimiter)
+            if path is None:
+                path = folderPath(mailbox.name, mailbox.delimiter)
+                if not namesExplicitly(self._include, path):
+                    kind = spaces.foreignKind(mailbox.name)
+                    where = (
+                        f"in the {kind} namespace" if kind else "outside the personal namespace"
+                    )
+                    leftOut.setdefault(where, []).append(mailbox.name)
+                    continue
             folders.append(
                 SourceFolder(
-                    path=folderPath(mailbox.name, mailbox.delimiter),
+                    path=path,
                     key=mailbox.name,
                     specialUse=mailbox.specialUse,
                     subscribed=mailbox.subscribed,
                 )
             )
             wireNames[mailbox.name] = mailbox.wireName
+        for where, names in leftOut.items():
+            log.info(
+                "{source}: {count} mailboxes {where} left out ({names});"
+                " a folder rule (include) naming them copies them",
+                source=self.description,
+                count=len(names),
+                where=where,
+                names=_someNames(names),
+            )
         folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
         self._wireNames = wireNames
         return folders
+
+    async def _namespaces(self, session: IMAPSession) -> ServerNamespaces:
+        """
+        The account's namespaces (L{IMAPSession.namespaces}), asked once, a
+        refusal mapped as for LIST.  Without NAMESPACE, the empty prefix
+        (each mailbox's delimiter is LIST's).
+        """
+        if self._spaces is not None:
+            return self._spaces
+        if not session.knowsNamespaces:
+            self._spaces = ServerNamespaces()
+            return self._spaces
+        try:
+            self._spaces = await session.namespaces()
+            return self._spaces
+        except CommandFailed as e:
+            raise self._refused("NAMESPACE", e) or SourceError(
+                f"{self.description}: cannot read the namespaces: {e.status} {e.text}"
+            ) from None
 
     async def _examine(
         self, reader: _Reader, session: IMAPSession, folder: SourceFolder

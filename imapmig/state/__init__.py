@@ -183,6 +183,22 @@ class FolderMark:
     messages: int
 
 
+@frozen
+class FolderFallback:
+    """
+    A destination folder created under a safe spelling because the server
+    refused its name (L{imapmig.job.foldernames}).
+
+    @ivar mailbox: the mailbox name the folder would have had.
+    @ivar fallback: the mailbox it was created as, and messages go to.
+    @ivar reason: the server's refusal of C{mailbox}.
+    """
+
+    mailbox: str
+    fallback: str
+    reason: str
+
+
 class IStateStore(Interface):
     """
     Durable record of outcomes, folder marks and the journal of batches in
@@ -305,6 +321,18 @@ class IStateStore(Interface):
         """
         Delete the mark of C{folderKey} of C{job}, if any, so that the next
         pass over it is a full one.  Its messages' outcomes are kept.
+        """
+
+    def recordFolderFallback(job: str, fallback: FolderFallback) -> "Deferred[None]":
+        """
+        Record, in one transaction, that C{job}'s mailbox
+        C{fallback.mailbox} lives under the name C{fallback.fallback},
+        replacing an earlier record for that mailbox.
+        """
+
+    def folderFallbacks(job: str) -> "Deferred[list[FolderFallback]]":
+        """
+        The fallback names recorded for C{job}, by mailbox.
         """
 
     def close() -> None:

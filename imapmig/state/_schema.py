@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -70,6 +70,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             messages BLOB NOT NULL,
             written_at REAL NOT NULL
         )
+        """,
+    ),
+    # Version 4: destination folders created under a safe spelling because
+    # the server refused their names (imapmig.job.foldernames).
+    4: (
+        """
+        CREATE TABLE folder_fallbacks (
+            job TEXT NOT NULL,
+            mailbox TEXT NOT NULL,
+            fallback TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (job, mailbox)
+        ) WITHOUT ROWID
         """,
     ),
 }

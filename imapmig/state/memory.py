@@ -13,6 +13,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.state import (
+    FolderFallback,
     FolderMark,
     IStateStore,
     JournalEntry,
@@ -67,6 +68,7 @@ class MemoryStateStore:
         # job -> entryId -> unsettled entry
         self._journal: dict[str, dict[int, JournalEntry]] = {}
         self._lastEntryId = 0
+        self._fallbacks: dict[str, dict[str, FolderFallback]] = {}
 
     def _open(self) -> dict[str, dict[str, dict[str, MessageOutcome]]]:
         """
@@ -321,6 +323,31 @@ class MemoryStateStore:
         self._marks.get(job, {}).pop(folderKey, None)
         return succeed(None)
 
+    def recordFolderFallback(self, job: str, fallback: FolderFallback) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderFallback}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        error = _unencodable((job, fallback.mailbox, fallback.fallback, fallback.reason))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot record the folder fallback: {error}"))
+        self._fallbacks.setdefault(job, {})[fallback.mailbox] = fallback
+        return succeed(None)
+
+    def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
+        """
+        See L{IStateStore.folderFallbacks}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        recorded = self._fallbacks.get(job, {})
+        return succeed([recorded[mailbox] for mailbox in sorted(recorded)])
+
     def close(self) -> None:
         """
         See L{IStateStore.close}.  Closing twice is harmless.
@@ -328,3 +355,4 @@ class MemoryStateStore:
         self._jobs = None
         self._marks = {}
         self._journal = {}
+        self._fallbacks = {}

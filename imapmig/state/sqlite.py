@@ -31,6 +31,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
+    FolderFallback,
     FolderMark,
     IStateStore,
     JournalEntry,
@@ -514,6 +515,33 @@ class SQLiteStateStore:
                 "DELETE FROM folders WHERE job = ? AND folder_key = ?",
                 (job, folderKey),
             ),
+        )
+
+    def recordFolderFallback(self, job: str, fallback: FolderFallback) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderFallback}.
+        """
+        row = (job, fallback.mailbox, fallback.fallback, fallback.reason, self._seconds())
+        return self._transaction(
+            "record the folder fallback",
+            lambda connection: _execute(
+                connection,
+                "INSERT OR REPLACE INTO folder_fallbacks"
+                " (job, mailbox, fallback, reason, updated_at) VALUES (?, ?, ?, ?, ?)",
+                row,
+            ),
+        )
+
+    def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
+        """
+        See L{IStateStore.folderFallbacks}.
+        """
+        return self._read(
+            "read the folder fallbacks",
+            "SELECT mailbox, fallback, reason FROM folder_fallbacks"
+            " WHERE job = ? ORDER BY mailbox",
+            (job,),
+            lambda rows: [FolderFallback(*row) for row in rows],
         )
 
     def _transaction(

@@ -7,7 +7,7 @@ deterministically through L{twisted.test.iosim} or a
 L{twisted.internet.testing.StringTransport}: no socket, no reactor.
 
 It implements only what a migration uses (CAPABILITY, LOGIN, AUTHENTICATE
-PLAIN with an initial response, LIST, LSUB, CREATE, SUBSCRIBE, SELECT,
+PLAIN with an initial response, LIST, LSUB, NAMESPACE, CREATE, SUBSCRIBE, SELECT,
 EXAMINE, UID FETCH of metadata and bodies, APPEND
 with MULTIAPPEND, NOOP, LOGOUT), and that part as the RFCs say:
 synchronizing literals wait for C{+}, non-synchronizing ones (RFC 7888) are
@@ -67,12 +67,30 @@ class FakeMailStore:
     subscriptions.  Several L{FakeIMAPServer} connections may share one.
     """
 
-    def __init__(self, users: dict[str, str], delimiter: str = ".") -> None:
+    def __init__(
+        self,
+        users: dict[str, str],
+        delimiter: str = ".",
+        prefix: str = "",
+        namespaceText: bytes | None = None,
+        refuseCreate: Callable[[str], bytes | None] = lambda name: None,
+    ) -> None:
         """
         @param users: user name to password.
         @param delimiter: the hierarchy delimiter LIST shows.
+        @param prefix: the personal namespace's prefix (C{"INBOX."} as on
+            Courier): CREATE refuses a name outside it, but C{INBOX},
+            with C{NO Invalid mailbox name}, as Courier does.
+        @param namespaceText: what NAMESPACE answers after C{* NAMESPACE }
+            (where the server advertises NAMESPACE); by default the
+            personal namespace of C{prefix} and C{delimiter}, no others.
+        @param refuseCreate: called with each name to CREATE; a reply
+            such as C{b"NO [CANNOT] Invalid mailbox name"} refuses it.
         """
         self.delimiter = delimiter
+        self.prefix = prefix
+        self.namespaceText = namespaceText
+        self.refuseCreate = refuseCreate
         self._passwords = dict(users)
         self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
         self._subscriptions: dict[str, list[str]] = {user: [] for user in users}
@@ -382,6 +400,7 @@ class FakeIMAPServer(LineReceiver):
         }.get(name)
         authenticated = {
             "LIST": self._list,
+            "NAMESPACE": self._namespace,
             "CREATE": self._create,
             "SUBSCRIBE": self._subscribe,
             "SELECT": self._select,
@@ -470,6 +489,18 @@ class FakeIMAPServer(LineReceiver):
                 )
         return b"OK List completed."
 
+    def _namespace(self, args: list[_Token]) -> bytes:
+        if "NAMESPACE" not in self._caps:
+            return b"BAD Unknown command"
+        text = self.store.namespaceText
+        if text is None:
+            text = b"((%s %s)) NIL NIL" % (
+                _quote(self.store.prefix.encode("imap4-utf-7")),
+                _quote(self.store.delimiter.encode("ascii")),
+            )
+        self.sendLine(b"* NAMESPACE " + text)
+        return b"OK Namespace completed."
+
     def _mailboxArgument(self, args: list[_Token]) -> str | None:
         if len(args) != 1 or args[0].kind is _Kind.LIST:
             return None
@@ -480,6 +511,12 @@ class FakeIMAPServer(LineReceiver):
         if name is None:
             return b"BAD CREATE expects a mailbox name"
         assert self.user is not None
+        prefix = self.store.prefix
+        if prefix and name.upper() != "INBOX" and not name.startswith(prefix):
+            return b"NO Invalid mailbox name."
+        refusal = self.store.refuseCreate(name)
+        if refusal is not None:
+            return refusal
         if not self.store.create(self.user, name):
             return b"NO [ALREADYEXISTS] Mailbox already exists"
         return b"OK Create completed."

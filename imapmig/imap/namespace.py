@@ -1,0 +1,149 @@
+# -*- test-case-name: tests.test_imap_namespace -*-
+"""
+The NAMESPACE response (RFC 2342): where an account's personal folders,
+other users' and shared folders live.
+
+C{* NAMESPACE (("" "/")) (("~" "/")) (("#shared/" "/"))} holds three
+lists (personal, other users', shared), each L{None} (C{NIL}) or a list
+of namespaces: a prefix, a delimiter (or C{NIL}), and possibly extension
+data (RFC 2342 section 5, RFC 5255), which is ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from attrs import frozen
+
+from imapmig.errors import ProtocolError
+from imapmig.imap.fetch import FetchParseError, Value, parseResponse
+from imapmig.plan import PersonalNamespace
+
+MAX_NAMESPACES = 100
+"""
+The most namespaces of one kind read from a response; a server announcing
+more is not believed.
+"""
+
+
+@frozen
+class ServerNamespaces:
+    """
+    What a server's NAMESPACE response says.
+
+    @ivar personal: the personal namespaces, the first one being where
+        new folders go.
+    @ivar others: other users' namespaces (C{"~"}, C{"#user/"}).
+    @ivar shared: shared namespaces (C{"#shared/"}, C{"#public."}).
+    """
+
+    personal: tuple[PersonalNamespace, ...] = ()
+    others: tuple[PersonalNamespace, ...] = ()
+    shared: tuple[PersonalNamespace, ...] = ()
+
+    def personalNamespace(self) -> PersonalNamespace:
+        """
+        The personal namespace folders are read from and created in: the
+        first one announced, else the empty prefix without a delimiter.
+        """
+        return self.personal[0] if self.personal else PersonalNamespace()
+
+    def foreignKind(self, mailbox: str) -> str | None:
+        """
+        Which non-personal namespace a mailbox name lies in: C{"other
+        users'"}, C{"shared"}, or L{None} for neither.  The longest
+        matching prefix decides, so C{"#shared/x"} is shared even when the
+        personal prefix is empty (which every name starts with).
+        """
+        best: tuple[int, str | None] = (-1, None)
+        personal = self.personalNamespace()
+        if personal.holds(mailbox):
+            best = (len(personal.prefix), None)
+        for kind, spaces in (("other users'", self.others), ("shared", self.shared)):
+            for space in spaces:
+                if space.prefix and mailbox.startswith(space.prefix):
+                    if len(space.prefix) > best[0]:
+                        best = (len(space.prefix), kind)
+                elif space.prefix and mailbox + (space.delimiter or "") == space.prefix:
+                    # The namespace's root itself ("#shared" for "#shared/").
+                    if len(space.prefix) > best[0]:
+                        best = (len(space.prefix), kind)
+        return best[1]
+
+
+def _decode(value: bytes) -> str:
+    """
+    A prefix or delimiter: modified UTF-7 (RFC 3501 5.1.3), else UTF-8.
+    """
+    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+
+    try:
+        return value.decode("imap4-utf-7")
+    except (UnicodeError, ValueError):
+        return value.decode("utf-8", "replace")
+
+
+def _namespaces(value: Value, which: str, line: bytes) -> tuple[PersonalNamespace, ...]:
+    """
+    One of the three lists of a NAMESPACE response.
+
+    @raise ProtocolError: it is neither C{NIL} nor a list of namespaces.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
+    if len(value) > MAX_NAMESPACES:
+        raise ProtocolError(
+            f"a NAMESPACE response with more than {MAX_NAMESPACES} {which} namespaces", line
+        )
+    spaces = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) < 2
+            or not isinstance(entry[0], bytes)
+            or not (entry[1] is None or isinstance(entry[1], bytes))
+        ):
+            raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
+        delimiter = entry[1]
+        spaces.append(
+            PersonalNamespace(_decode(entry[0]), _decode(delimiter) if delimiter else None)
+        )
+    return tuple(spaces)
+
+
+def parseNamespaceResponse(line: bytes) -> ServerNamespaces:
+    """
+    Read one untagged NAMESPACE response: the text after C{* }, starting
+    with C{NAMESPACE}.
+
+    @raise ProtocolError: it is malformed (not three lists or C{NIL}s, a
+        namespace without a prefix and a delimiter, unbalanced
+        parentheses, too many namespaces); the error names what was wrong
+        and shows the start of the line, escaped.
+    """
+    try:
+        parsed = parseResponse(line)
+    except FetchParseError as e:
+        raise ProtocolError(f"a malformed NAMESPACE response ({e})", line) from None
+    if len(parsed) < 4 or not isinstance(parsed[0], bytes) or parsed[0].upper() != b"NAMESPACE":
+        raise ProtocolError("a malformed NAMESPACE response (not three lists)", line)
+    return ServerNamespaces(
+        _namespaces(parsed[1], "personal", line),
+        _namespaces(parsed[2], "other users'", line),
+        _namespaces(parsed[3], "shared", line),
+    )
+
+
+def namespaceResponse(lines: Sequence[bytes]) -> ServerNamespaces:
+    """
+    The NAMESPACE response among the untagged responses to a NAMESPACE
+    command (others may have come meanwhile).
+
+    @raise ProtocolError: there is none, or it is malformed.
+    """
+    for line in lines:
+        if line[:10].upper() == b"NAMESPACE ":
+            return parseNamespaceResponse(line)
+    raise ProtocolError("no NAMESPACE response to NAMESPACE")

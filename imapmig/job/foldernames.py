@@ -1,0 +1,272 @@
+# -*- test-case-name: tests.test_job_foldernames -*-
+"""
+Folder names a destination refuses: recognising the refusal, and the safe
+spelling a folder is created under instead.
+
+Servers differ in the names they take: Cyrus refuses C{\\} and C{"},
+Courier some emoji, every server its own delimiter inside a level.  When
+CREATE is refused as an invalid name, the folder is created under a safe
+spelling of its path (L{safePath}): deterministic, so a later run lands in
+the same mailbox, and recorded in the state store so C{imapmig report}
+shows it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Collection, Mapping, Sequence
+
+from attrs import evolve
+from twisted.logger import Logger
+
+from imapmig.errors import CommandFailed
+from imapmig.imap.session import IMAPSession, MailboxState
+from imapmig.message import SourceMessage
+from imapmig.imap.signals import TEXT_LIMIT
+from imapmig.plan import FolderMapping, PersonalNamespace, mailboxesToCreate
+from imapmig.state import FolderFallback, IStateStore
+
+log = Logger()
+
+SAFE_PUNCTUATION = frozenset(" -_.,+@()'")
+"""
+The characters besides letters and digits a safe spelling keeps (but the
+destination's delimiter).
+"""
+
+_INVALID_NAME = re.compile(
+    r"(invalid|illegal|bad|not valid|not allowed|unsupported)[^.;]{0,30}\b(mailbox|folder)?"
+    r"\s*name|name[^.;]{0,40}\b(invalid|illegal|not valid|not allowed|must not)",
+    re.IGNORECASE,
+)
+
+# Response codes that say the refusal is about something else than the name.
+_OTHER_CODES = frozenset(
+    {"ALREADYEXISTS", "NOPERM", "OVERQUOTA", "LIMIT", "UNAVAILABLE", "INUSE", "SERVERBUG"}
+)
+
+
+def safeComponent(component: str, delimiter: str | None) -> str:
+    """
+    The safe spelling of one level of a folder path: letters and digits
+    (of any script, but outside the Basic Multilingual Plane, where
+    emoji are), and L{SAFE_PUNCTUATION} but the delimiter, are kept; every
+    other character becomes C{"_"}.  Spaces at either end become C{"_"}
+    too, and an empty level is C{"_"}.
+    """
+    kept = "".join(
+        c
+        if (c.isalnum() and ord(c) <= 0xFFFF or c in SAFE_PUNCTUATION) and c != delimiter
+        else "_"
+        for c in component
+    )
+    size = len(kept)
+    lead = size - len(kept.lstrip(" "))
+    if lead == size:
+        return "_" * size or "_"
+    trail = size - len(kept.rstrip(" "))
+    return "_" * lead + kept[lead : size - trail] + "_" * trail
+
+
+def safePath(path: tuple[str, ...], delimiter: str | None) -> tuple[str, ...]:
+    """
+    The safe spelling of a folder path, level by level (L{safeComponent});
+    a top-level C{INBOX} stays.
+    """
+    return tuple(
+        "INBOX" if depth == 0 and part.upper() == "INBOX" else safeComponent(part, delimiter)
+        for depth, part in enumerate(path)
+    )
+
+
+def fallbackMailbox(path: tuple[str, ...], namespace: PersonalNamespace) -> str | None:
+    """
+    The mailbox a folder refused under its own name is created as, or
+    L{None} when its safe spelling is the name already (nothing to fall
+    back to).
+    """
+    fallback = namespace.mailbox(safePath(path, namespace.delimiter))
+    return None if fallback == namespace.mailbox(path) else fallback
+
+
+def refusedAsInvalidName(text: str) -> bool:
+    """
+    Whether the server's reply to CREATE refuses the name itself: the
+    C{[CANNOT]} response code (RFC 5530: Dovecot's "Invalid mailbox name"),
+    or no code and a text that says the name is invalid (Courier's and
+    Cyrus's "Invalid mailbox name", Dovecot's "Name must not have ...").
+    A code that says something else (C{[NOPERM]}, C{[OVERQUOTA]},
+    C{[ALREADYEXISTS]}, ...) never is.
+
+    @param text: the reply text after C{NO} or C{BAD}.
+    """
+    text = text[:TEXT_LIMIT]
+    if text.startswith("["):
+        code = text[1 : text.find("]")].split(" ", 1)[0].upper() if "]" in text else ""
+        if code == "CANNOT":
+            return True
+        if code in _OTHER_CODES:
+            return False
+    return _INVALID_NAME.search(text) is not None
+
+
+def withRecordedFallbacks(
+    mappings: Sequence[FolderMapping],
+    recorded: Mapping[str, str],
+    existing: Collection[str],
+    namespace: PersonalNamespace,
+) -> list[FolderMapping]:
+    """
+    The mappings with each mailbox an earlier run fell back from (and
+    the destination still does not have) replaced by its recorded
+    fallback, so a rerun does not ask the server for the refused name
+    again.
+
+    @param recorded: fallback mailbox by refused mailbox (the state
+        store's L{FolderFallback}s).
+    """
+    result = []
+    for mapping in mappings:
+        fallback = recorded.get(mapping.mailbox)
+        if fallback is not None and mapping.mailbox not in existing:
+            mapping = evolve(
+                mapping,
+                path=safePath(mapping.path, namespace.delimiter),
+                mailbox=fallback,
+                how="fallback",
+            )
+        result.append(mapping)
+    return result
+
+
+class FolderNameFallback:
+    """
+    Creates, under their safe spelling, the folders whose CREATE the
+    destination refused as an invalid name, and records each fallback.
+    """
+
+    def __init__(
+        self,
+        jobName: str,
+        session: IMAPSession,
+        namespace: PersonalNamespace,
+        store: IStateStore | None,
+    ) -> None:
+        """
+        @param namespace: the destination's personal namespace.
+        @param store: where fallbacks are recorded, or L{None} (not
+            recorded).
+        """
+        self._job = jobName
+        self._session = session
+        self._namespace = namespace
+        self._store = store
+
+    async def recorded(self) -> dict[str, str]:
+        """
+        The fallbacks earlier runs recorded: fallback by refused mailbox.
+        """
+        if self._store is None:
+            return {}
+        return {f.mailbox: f.fallback for f in await self._store.folderFallbacks(self._job)}
+
+    async def fallBack(
+        self,
+        mappings: Sequence[FolderMapping],
+        uncreatable: Mapping[str, str],
+        existing: Collection[str],
+    ) -> tuple[list[FolderMapping], dict[str, str]]:
+        """
+        Create the safe spelling of each mailbox in C{uncreatable} that
+        was refused as an invalid name, parents first, and send its
+        folders there.
+
+        @param uncreatable: the server's refusal by mailbox.
+        @param existing: the destination's mailboxes.
+        @return: the mappings, those that fell back pointing at their
+            fallback (C{how} C{"fallback"}); and the mailboxes still not
+            created, each refusal naming both replies where a fallback was
+            refused too.
+        """
+        namespace = self._namespace
+        targets: dict[str, tuple[str, tuple[str, ...]]] = {}
+        subscribe: set[str] = set()
+        for mapping in mappings:
+            why = uncreatable.get(mapping.mailbox)
+            if why is None or not refusedAsInvalidName(why):
+                continue
+            fallback = fallbackMailbox(mapping.path, namespace)
+            if fallback is None:
+                continue
+            targets[mapping.mailbox] = (fallback, safePath(mapping.path, namespace.delimiter))
+            if mapping.folder.subscribed:
+                subscribe.add(fallback)
+        remaining = dict(uncreatable)
+        if not targets:
+            return list(mappings), remaining
+        missing = mailboxesToCreate([path for _, path in targets.values()], existing, namespace)
+        refused = await self._session.createMailboxes(missing, None, subscribe=subscribe)
+        for mailbox, (fallback, _) in targets.items():
+            why = remaining[mailbox]
+            if fallback in refused:
+                remaining[mailbox] = (
+                    f"{why}; the fallback name {fallback!r} was refused too: {refused[fallback]}"
+                )
+                log.warn(
+                    "Job {job}: the destination refused the folder name {mailbox!r} ({why})"
+                    " and its fallback {fallback!r} ({fallbackWhy})",
+                    job=self._job,
+                    mailbox=mailbox,
+                    why=why,
+                    fallback=fallback,
+                    fallbackWhy=refused[fallback],
+                )
+                continue
+            del remaining[mailbox]
+            log.warn(
+                "Job {job}: the destination refused the folder name {mailbox!r} ({why});"
+                " its messages go to {fallback!r}",
+                job=self._job,
+                mailbox=mailbox,
+                why=why,
+                fallback=fallback,
+            )
+            if self._store is not None:
+                await self._store.recordFolderFallback(
+                    self._job, FolderFallback(mailbox, fallback, why)
+                )
+        result = []
+        for mapping in mappings:
+            target = targets.get(mapping.mailbox)
+            if target is not None and mapping.mailbox not in remaining:
+                mapping = evolve(mapping, path=target[1], mailbox=target[0], how="fallback")
+            result.append(mapping)
+        return result, remaining
+
+    async def fallBackPlans(
+        self,
+        plans: list[tuple[FolderMapping, list[SourceMessage]]],
+        uncreatable: dict[str, str],
+        states: dict[str, MailboxState | CommandFailed],
+        existing: Collection[str],
+    ) -> tuple[
+        list[tuple[FolderMapping, list[SourceMessage]]],
+        dict[str, str],
+        dict[str, MailboxState | CommandFailed],
+    ]:
+        """
+        L{fallBack} for a job's plans (each folder's mapping and pending
+        messages), and SELECT the fallback mailboxes, in one flight.
+
+        @param states: the SELECT results of the plans' mailboxes so far.
+        @return: the plans, the mailboxes still not created, and the
+            SELECT results with those of the fallbacks.
+        """
+        mappings, uncreatable = await self.fallBack(
+            [m for m, _ in plans], uncreatable, existing
+        )
+        plans = [(mapping, pending) for mapping, (_, pending) in zip(mappings, plans)]
+        moved = sorted({m.mailbox for m in mappings if m.how == "fallback"} - set(states))
+        if moved:
+            states = {**states, **await self._session.selectEach(moved)}
+        return plans, uncreatable, states

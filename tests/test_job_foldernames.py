@@ -1,0 +1,87 @@
+"""
+Tests for L{imapmig.job.foldernames}: recognising a refused name, and the
+safe spelling a folder falls back to.
+"""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.job.foldernames import (
+    fallbackMailbox,
+    refusedAsInvalidName,
+    safeComponent,
+    safePath,
+)
+from imapmig.plan import PersonalNamespace
+
+
+class SafeSpellingTests(SynchronousTestCase):
+    """
+    L{safeComponent}, L{safePath} and L{fallbackMailbox}.
+    """
+
+    def test_safeComponent(self) -> None:
+        """
+        Letters and digits of any script in the BMP and a few punctuation
+        marks are kept; the delimiter, quotes, backslashes, wildcards and
+        emoji become C{_}; spaces at either end too; the result is the
+        same every time.
+        """
+        self.assertEqual(safeComponent('Say "hi"', "."), "Say _hi_")
+        self.assertEqual(safeComponent("Back\\slash", "/"), "Back_slash")
+        self.assertEqual(safeComponent("Entwürfe (alt)", "."), "Entwürfe (alt)")
+        self.assertEqual(safeComponent("a.b/c*%", "."), "a_b_c__")
+        self.assertEqual(safeComponent("Party \U0001f389", "."), "Party _")
+        self.assertEqual(safeComponent(" x ", "."), "_x_")
+        self.assertEqual(safeComponent("", "."), "_")
+        self.assertEqual(safeComponent("   ", "."), "___")
+
+    def test_safePathKeepsInbox(self) -> None:
+        """
+        A top-level INBOX stays INBOX; deeper levels are spelled safely.
+        """
+        self.assertEqual(safePath(("inbox", 'a"b'), "."), ("INBOX", "a_b"))
+
+    def test_fallbackMailbox(self) -> None:
+        """
+        The fallback is the safe path under the namespace; L{None} when the
+        name is safe already (nothing to fall back to).
+        """
+        courier = PersonalNamespace("INBOX.", ".")
+        self.assertEqual(fallbackMailbox(('Say "hi"', "x"), courier), "INBOX.Say _hi_.x")
+        self.assertIsNone(fallbackMailbox(("Sent",), courier))
+
+
+class RefusalTests(SynchronousTestCase):
+    """
+    L{refusedAsInvalidName}.
+    """
+
+    def test_invalidName(self) -> None:
+        """
+        C{[CANNOT]}, and the wordings of Courier, Cyrus and Dovecot without
+        a code, are refusals of the name.
+        """
+        for text in [
+            "[CANNOT] Invalid mailbox name",
+            "Invalid mailbox name.",
+            "Invalid mailbox name",
+            "[CANNOT] Mailbox name is not valid mUTF-7",
+            "Name must not have '/' characters.",
+        ]:
+            self.assertTrue(refusedAsInvalidName(text), text)
+
+    def test_otherRefusals(self) -> None:
+        """
+        Refusals for other reasons are not, even when the text mentions a
+        name.
+        """
+        for text in [
+            "[ALREADYEXISTS] Mailbox already exists",
+            "[NOPERM] Permission denied for this name",
+            "[OVERQUOTA] Quota exceeded",
+            "Permission denied",
+            "Mailbox already exists",
+        ]:
+            self.assertFalse(refusedAsInvalidName(text), text)
