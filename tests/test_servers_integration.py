@@ -303,7 +303,9 @@ class ServerRoundTripTests(TestCase):
     namespace settings) and Courier, and back out of each into Dovecot.
     """
 
-    async def _roundTrip(self, instance: CyrusInstance | CourierInstance, behaviour: ServerBehaviour) -> None:
+    async def _roundTrip(
+        self, instance: CyrusInstance | CourierInstance, behaviour: ServerBehaviour
+    ) -> None:
         """
         Both corpora from Maildirs into C{instance} (two jobs, two
         accounts), twice, then out of it into two fresh Dovecot accounts,
@@ -327,7 +329,8 @@ class ServerRoundTripTests(TestCase):
         )
         await self._runTwice(config, instance, USERS)
         self._assertInto(instance, config, corpus, cases, behaviour)
-        self._assertVerifiedInto(instance, await verifyJobs(reactor, config, JOBS), cases, behaviour)
+        verified = await verifyJobs(reactor, config, JOBS)
+        self._assertVerifiedInto(instance, verified, cases, behaviour)
         await self._assertOutOf(instance)
 
     async def _runTwice(
@@ -342,7 +345,8 @@ class ServerRoundTripTests(TestCase):
         first = {u.name: _counts(server, u.name) for u in users}
         report = reportJobs(self, config, JOBS)
         await migrate(self, reactor, config, timeout=180)
-        self.assertEqual({u.name: _counts(server, u.name) for u in users}, first, "the rerun appended")
+        again = {u.name: _counts(server, u.name) for u in users}
+        self.assertEqual(again, first, "the rerun appended")
         self.assertEqual(reportJobs(self, config, JOBS), report, "the rerun changed the report")
 
     def _assertInto(
@@ -386,7 +390,9 @@ class ServerRoundTripTests(TestCase):
         )
         # The report names the destination's full mailboxes; the views, folders.
         fallback = {
-            _folderName(f["mailbox"], prefix, separator): _folderName(f["fallback"], prefix, separator)
+            _folderName(f["mailbox"], prefix, separator): _folderName(
+                f["fallback"], prefix, separator
+            )
             for f in behaviour.fallbacks
         }
         expected: dict[str, Counter[View]] = {}
@@ -398,7 +404,9 @@ class ServerRoundTripTests(TestCase):
             view = _view(body.replace(b"\0", b"\x80"), case.flags, case.internalDate)
             expected.setdefault(fallback.get(folder, folder), Counter())[view] += 1
         fetched = instance.fetchAll(HARD)
-        self.assertEqual(_views(fetched, prefix, separator), expected, "the hard cases in the server")
+        self.assertEqual(
+            _views(fetched, prefix, separator), expected, "the hard cases in the server"
+        )
         # The NUL, where the server took it, stored as a NUL.
         if "nul-byte" not in behaviour.refused:
             self.assertEqual(_bodyOf(fetched, "nul-byte")[1], _case(cases, "nul-byte").imapBytes)
@@ -420,10 +428,17 @@ class ServerRoundTripTests(TestCase):
         """
         status, document, output = verified
         names = {key: name for name, key in _keysByName(cases).items()}
-        found = sorted((kind, mailbox, names[key]) for kind, mailbox, _, key, _ in verifyDifferences(document))
+        found = sorted(
+            (kind, mailbox, names[key])
+            for kind, mailbox, _, key, _ in verifyDifferences(document)
+        )
+
+        def where(name: str) -> str:
+            return instance.mailboxName(_case(cases, name).folder)
+
         wanted = sorted(
-            [("missing", instance.mailboxName(_case(cases, n).folder), n) for n in behaviour.refused]
-            + [("content", instance.mailboxName(_case(cases, n).folder), n) for n in behaviour.rewritten]
+            [("missing", where(n), n) for n in behaviour.refused]
+            + [("content", where(n), n) for n in behaviour.rewritten]
         )
         self.assertEqual(found, wanted, output)
         self.assertEqual(status, 1 if wanted else 0, output)
@@ -471,7 +486,10 @@ class ServerRoundTripTests(TestCase):
         sizes = {job: sum(sum(c.values()) for c in views.values()) for job, views in held.items()}
         report = reportJobs(self, config, JOBS)
         self.assertEqual(
-            {job: (r["copied"], r["failed"], r["failures"], r["folder_fallbacks"]) for job, r in report.items()},
+            {
+                job: (r["copied"], r["failed"], r["failures"], r["folder_fallbacks"])
+                for job, r in report.items()
+            },
             {job: (sizes[job], 0, [], []) for job in JOBS},
         )
         status, document, output = await verifyJobs(reactor, config, JOBS)
