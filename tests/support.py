@@ -19,6 +19,8 @@ from __future__ import annotations
 import atexit
 import hashlib
 import imaplib
+import io
+import json
 import os
 import re
 import shutil
@@ -28,20 +30,26 @@ import tempfile
 import threading
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 from attrs import frozen
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
-from twisted.internet import defer
+from twisted.internet import defer, tcp
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ProcessExitedAlready
 from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
+from imapmig import cli
+from imapmig.config import Config
+from imapmig.progress import JobProgress
+from imapmig.service import buildService
+from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import Corpus, CorpusMessage, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
 from imapmig.testing.faultproxy import Fault, FaultProxy
@@ -688,4 +696,114 @@ def deliveries(
         lost=tuple(lost),
         duplicated=tuple(duplicated),
         unexpected=sum(held.values()),
+    )
+
+
+# Running the daemon in this process (on the global reactor, as the
+# integration tests do), then imapmig verify and imapmig report on its jobs.
+
+
+async def settleConnections(reactor: Any) -> None:
+    """
+    Wait until every TCP connection the code under test opened is closed
+    (a session closes its connection a reactor turn or so after its LOGOUT
+    reply); trial fails a test that leaves a socket behind.
+
+    @raise AssertionError: connections are still open after 5 s.
+    """
+    for _ in range(500):
+        if not any(
+            isinstance(selectable, (tcp.Client, tcp.Server))
+            for selectable in reactor.getReaders() + reactor.getWriters()
+        ):
+            return
+        await deferLater(reactor, 0.01, lambda: None)
+    raise AssertionError("connections still open 5 s after the run")
+
+
+async def migrate(
+    testCase: SynchronousTestCase,
+    reactor: Any,
+    config: Config,
+    timeout: float = 60,
+) -> dict[str, JobProgress]:
+    """
+    Run the daemon built from C{config} until its queue is drained, stop
+    it, and assert that every job completed.
+
+    @param timeout: seconds the run may take.
+    @return: each job's progress, by job name.
+    """
+    finished: Deferred[bool] = Deferred()
+    service = buildService(config, reactor, whenDone=finished.callback)
+    service.startService()
+    try:
+        completed = await finished.addTimeout(timeout, reactor)
+    finally:
+        await service.stopService()
+        await settleConnections(reactor)
+    progress = {job.name: service.progress.job(job.name) for job in config.jobs}
+    testCase.assertTrue(
+        completed,
+        "a job did not complete: "
+        + "; ".join(f"{name}: {p.error}" for name, p in progress.items()),
+    )
+    return progress
+
+
+async def verifyJobs(
+    reactor: Any, config: Config, jobs: Sequence[str]
+) -> tuple[int, list[dict[str, Any]], str]:
+    """
+    Run C{imapmig verify} on C{jobs} of C{config} through L{cli.verify}.
+
+    @return: its exit status, its JSON report and what it printed.
+    """
+    reportPath = os.path.join(os.path.dirname(config.path), "imapmig-verify.json")
+    out = io.StringIO()
+    store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
+    try:
+        status = await cli.verify(config, list(jobs), store, reactor, reportPath, out)
+    finally:
+        store.close()
+    try:
+        await settleConnections(reactor)
+    except AssertionError as e:
+        # Say what verify found too: the leak may hide another failure.
+        raise AssertionError(f"after imapmig verify: {e}; it printed:\n{out.getvalue()}")
+    with open(reportPath, encoding="utf-8") as f:
+        document: list[dict[str, Any]] = json.load(f)
+    return status, document, out.getvalue()
+
+
+def reportJobs(
+    testCase: SynchronousTestCase, config: Config, jobs: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """
+    Run C{imapmig report --json} on C{jobs} of C{config} through
+    L{cli.main}, asserting that it exits 0.
+
+    @return: each job's entry of the report, by job name.
+    """
+    out = io.StringIO()
+    argv = ["report", "--config", config.path, "--json"]
+    for job in jobs:
+        argv += ["--job", job]
+    status = cli.main(argv, out=out)
+    testCase.assertEqual(status, 0, out.getvalue())
+    entries: list[dict[str, Any]] = json.loads(out.getvalue())
+    testCase.assertEqual(sorted(e["job"] for e in entries), sorted(jobs))
+    return {entry["job"]: entry for entry in entries}
+
+
+def verifyDifferences(document: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    """
+    Every difference of a verify report, as C{(kind, mailbox, folder,
+    message key, UID)}, sorted.
+    """
+    return sorted(
+        (d["kind"], mailbox["mailbox"], d["folder"], d["message_key"], d["uid"])
+        for entry in document
+        for mailbox in entry.get("mailboxes", ())
+        for d in mailbox["differences"]
     )

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import io
-import json
 import os
 import shutil
 import tempfile
@@ -45,16 +43,9 @@ from typing import Any, Mapping, Sequence
 import attrs
 import yaml
 from twisted.internet import reactor as _globalReactor
-from twisted.internet import tcp
-from twisted.internet.defer import Deferred
-from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from imapmig import cli
 from imapmig.config import Config, loadConfig
-from imapmig.progress import JobProgress
-from imapmig.service import buildService
-from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.dovecot import (
     DovecotInstance,
     DovecotUser,
@@ -73,7 +64,8 @@ from imapmig.testing.hardcases import (
     writeHardMaildir,
     writeHardMbox,
 )
-from tests.support import freshUser, sharedDovecot, writePasswordFile
+from tests.support import freshUser, migrate, reportJobs, sharedDovecot, verifyDifferences
+from tests.support import verifyJobs, writePasswordFile
 from tests.support import newDirectory as _directory
 from tests.support import plainServer as _plainServer
 
@@ -222,81 +214,6 @@ def _writeConfig(
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(document, f, allow_unicode=True)
     return loadConfig(path)
-
-
-async def _settle() -> None:
-    """
-    Wait until every TCP connection the code under test opened is closed
-    (a session closes its connection a reactor turn or so after its LOGOUT
-    reply); trial fails a test that leaves a socket behind.
-    """
-    for _ in range(500):
-        if not any(
-            isinstance(selectable, (tcp.Client, tcp.Server))
-            for selectable in reactor.getReaders() + reactor.getWriters()
-        ):
-            return
-        await deferLater(reactor, 0.01, lambda: None)
-    raise AssertionError("connections still open 5 s after the run")
-
-
-async def _migrate(testCase: TestCase, config: Config) -> JobProgress:
-    """
-    Run the daemon built from C{config} until its queue is drained, stop
-    it, and assert that the job completed.
-
-    @return: the job's progress.
-    """
-    finished: Deferred[bool] = Deferred()
-    service = buildService(config, reactor, whenDone=finished.callback)
-    service.startService()
-    try:
-        completed = await finished.addTimeout(60, reactor)
-    finally:
-        await service.stopService()
-        await _settle()
-    progress = service.progress.job(JOB)
-    testCase.assertTrue(completed, f"the job did not complete: {progress.error}")
-    return progress
-
-
-async def _verify(config: Config) -> tuple[int, list[dict[str, Any]], str]:
-    """
-    Run C{imapmig verify} on C{config}'s job through L{cli.verify}, on the
-    global reactor.
-
-    @return: its exit status, its JSON report and what it printed.
-    """
-    reportPath = os.path.join(os.path.dirname(config.path), "imapmig-verify.json")
-    out = io.StringIO()
-    store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
-    try:
-        status = await cli.verify(config, [JOB], store, reactor, reportPath, out)
-    finally:
-        store.close()
-    try:
-        await _settle()
-    except AssertionError as e:
-        # Say what verify found too: the leak may hide another failure.
-        raise AssertionError(f"after imapmig verify: {e}; it printed:\n{out.getvalue()}")
-    with open(reportPath, encoding="utf-8") as f:
-        document: list[dict[str, Any]] = json.load(f)
-    return status, document, out.getvalue()
-
-
-def _report(testCase: TestCase, config: Config) -> dict[str, Any]:
-    """
-    Run C{imapmig report --json} on C{config}'s job through L{cli.main}.
-
-    @return: the job's entry of the report.
-    """
-    out = io.StringIO()
-    status = cli.main(["report", "--config", config.path, "--job", JOB, "--json"], out=out)
-    testCase.assertEqual(status, 0, out.getvalue())
-    (entry,) = json.loads(out.getvalue())
-    testCase.assertEqual(entry["job"], JOB)
-    result: dict[str, Any] = entry
-    return result
 
 
 # What to expect.
@@ -513,19 +430,6 @@ def _assertExactInbox(
     )
 
 
-def _differences(document: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-    """
-    Every difference of a verify report, as C{(kind, mailbox, folder,
-    message key, UID)}, sorted.
-    """
-    return sorted(
-        (d["kind"], mailbox["mailbox"], d["folder"], d["message_key"], d["uid"])
-        for entry in document
-        for mailbox in entry.get("mailboxes", ())
-        for d in mailbox["differences"]
-    )
-
-
 def _assertVerified(
     testCase: TestCase,
     result: tuple[int, list[dict[str, Any]], str],
@@ -543,7 +447,7 @@ def _assertVerified(
     (entry,) = document
     testCase.assertNotIn("error", entry, output)
     testCase.assertEqual((entry["job"], entry["differences"]), (JOB, 0), output)
-    testCase.assertEqual(_differences(document), [], output)
+    testCase.assertEqual(verifyDifferences(document), [], output)
     testCase.assertEqual(status, 0, output)
     mailboxes = entry["mailboxes"]
     totals = tuple(
@@ -597,15 +501,15 @@ class EverySourceTests(TestCase):
         writeHardMaildir(maildir, cases)
         config = _writeConfig(self, (instance, user), {"maildir": maildir})
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(cases, "/"), report)
         _assertReadableNames(self, instance, user, "/")
         _assertSpecialUse(self, instance, user, SPECIAL_FOLDERS)
         _assertExactInbox(self, instance, user, cases)
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
     async def test_mbox(self) -> None:
         """
@@ -626,14 +530,14 @@ class EverySourceTests(TestCase):
         expected = expectedFromMbox(cases, "mboxrd")
         config = _writeConfig(self, (instance, user), {"mbox": mbox, "quoting": "mboxrd"})
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(expected, "/"), report)
         _assertReadableNames(self, instance, user, "/")
         _assertExactInbox(self, instance, user, expected)
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
     async def test_mboxWithStatusFields(self) -> None:
         """
@@ -652,13 +556,13 @@ class EverySourceTests(TestCase):
         self.assertTrue(any("\\Seen" in case.flags for case in expected))
         config = _writeConfig(self, (instance, user), {"mbox": mbox, "quoting": "mboxo"})
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(expected, "/"), report)
         _assertExactInbox(self, instance, user, expected)
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
     async def test_imap(self) -> None:
         """
@@ -679,15 +583,15 @@ class EverySourceTests(TestCase):
         user = freshSlashUser()
         config = _writeConfig(self, (instance, user), sourceAccount=(source, sourceUser))
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(cases, "/"), report)
         _assertExactInbox(self, instance, user, cases)
         _assertReadableNames(self, instance, user, "/")
         _assertSpecialUse(self, instance, user, SPECIAL_FOLDERS)
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
 
 class FolderMappingTests(TestCase):
@@ -721,9 +625,9 @@ class FolderMappingTests(TestCase):
             client.logout()
         config = _writeConfig(self, (instance, user), sourceAccount=(source, sourceUser))
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         moved = _renamed(cases, {"Sent": "Gesendet", "Trash": "Papierkorb"})
         _assertDestination(self, instance, user, expectedByMailbox(moved, "/"), report)
@@ -742,7 +646,7 @@ class FolderMappingTests(TestCase):
                 "Archive": "\\Archive",
             },
         )
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
     async def test_folderRules(self) -> None:
         """
@@ -765,7 +669,7 @@ class FolderMappingTests(TestCase):
             folders={"exclude": ["Junk"], "rename": {"Archive": "Old/Archive"}},
         )
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
         kept = [
             attrs.evolve(case, folder=("Old",) + case.folder)
@@ -775,7 +679,7 @@ class FolderMappingTests(TestCase):
             if case.folder != ("Junk",)
         ]
         self.assertLess(len(kept), len(cases))
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(kept), 0)
         _assertDestination(self, instance, user, expectedByMailbox(kept, "/"), report)
         names = {name for _, _, name in instance.listMailboxes(user.name)}
@@ -786,7 +690,7 @@ class FolderMappingTests(TestCase):
         _assertNames(
             self, instance, user, ["Old/Archive", "Old/Archive/2019/Q1/Jan/Week1"]
         )
-        _assertVerified(self, await _verify(config), len(kept), excluded=["Junk"])
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(kept), excluded=["Junk"])
 
 
 class AlreadyPresentTests(TestCase):
@@ -835,12 +739,12 @@ class AlreadyPresentTests(TestCase):
             )
         config = _writeConfig(self, (instance, user), {"maildir": maildir})
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases) - len(byHand), len(byHand))
         _assertDestination(self, instance, user, expectedByMailbox(cases, "/"), report)
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
 
 class IMAPPassesTests(TestCase):
@@ -867,8 +771,8 @@ class IMAPPassesTests(TestCase):
         user = freshUser(instance)
         config = _writeConfig(self, (instance, user), sourceAccount=(source, sourceUser))
 
-        await _migrate(self, config)
-        report = _report(self, config)
+        await migrate(self, reactor, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(cases, "."), report)
         before = {name: len(m) for name, m in instance.fetchAll(user.name).items()}
@@ -909,9 +813,9 @@ class IMAPPassesTests(TestCase):
             for case in cases
         ] + extra
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases) + 3, 0)
         after = {name: len(m) for name, m in instance.fetchAll(user.name).items()}
         self.assertEqual(
@@ -919,7 +823,7 @@ class IMAPPassesTests(TestCase):
             {"INBOX": 2, "Ärger.Ünter": 1},
         )
         _assertDestination(self, instance, user, expectedByMailbox(now, "."), report)
-        _assertVerified(self, await _verify(config), len(now))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(now))
 
     async def test_uidValidityChanged(self) -> None:
         """
@@ -939,8 +843,8 @@ class IMAPPassesTests(TestCase):
         user = freshUser(instance)
         config = _writeConfig(self, (instance, user), sourceAccount=(source, sourceUser))
 
-        await _migrate(self, config)
-        report = _report(self, config)
+        await migrate(self, reactor, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
 
         folder = "Tom & Jerry"
@@ -960,12 +864,12 @@ class IMAPPassesTests(TestCase):
             )
         self.assertNotEqual(source.uidValidity(sourceUser.name, folder), oldValidity)
 
-        await _migrate(self, config)
+        await migrate(self, reactor, config)
 
-        report = _report(self, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertDestination(self, instance, user, expectedByMailbox(cases, "."), report)
         _assertCounts(self, report, len(cases), len(recreated))
-        _assertVerified(self, await _verify(config), len(cases))
+        _assertVerified(self, await verifyJobs(reactor, config, [JOB]), len(cases))
 
 
 class VerifyFindsDifferencesTests(TestCase):
@@ -990,8 +894,8 @@ class VerifyFindsDifferencesTests(TestCase):
         maildir = os.path.join(_directory(self), "Maildir")
         writeHardMaildir(maildir, cases)
         config = _writeConfig(self, (instance, user), {"maildir": maildir})
-        await _migrate(self, config)
-        report = _report(self, config)
+        await migrate(self, reactor, config)
+        report = reportJobs(self, config, [JOB])[JOB]
         _assertCounts(self, report, len(cases), 0)
         _assertDestination(self, instance, user, expectedByMailbox(cases, "/"), report)
 
@@ -1022,10 +926,10 @@ class VerifyFindsDifferencesTests(TestCase):
             datetime(2023, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
         )
 
-        status, document, output = await _verify(config)
+        status, document, output = await verifyJobs(reactor, config, [JOB])
 
         self.assertEqual(
-            _differences(document),
+            verifyDifferences(document),
             [
                 ("flags", "INBOX", "INBOX", _maildirKey(cases, "flag-seen"), flaggedUID),
                 (
