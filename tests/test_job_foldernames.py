@@ -9,6 +9,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.foldernames import (
     fallbackMailbox,
+    mayBeRefusedForItsName,
     refusedAsInvalidName,
     safeComponent,
     safePath,
@@ -85,3 +86,31 @@ class RefusalTests(SynchronousTestCase):
             "Mailbox already exists",
         ]:
             self.assertFalse(refusedAsInvalidName(text), text)
+
+
+class MayBeRefusedForItsNameTests(SynchronousTestCase):
+    """
+    L{mayBeRefusedForItsName}: whether a safe spelling is worth one try.
+    """
+
+    def test_sayingSo(self) -> None:
+        """
+        A refusal that says the name is invalid is one.
+        """
+        self.assertTrue(mayBeRefusedForItsName("[CANNOT] Invalid mailbox name"))
+        self.assertTrue(mayBeRefusedForItsName("Invalid mailbox name."))
+
+    def test_withoutCode(self) -> None:
+        """
+        A refusal with no response code says nothing either way (Courier's
+        answer to a name outside the Basic Multilingual Plane), so it is
+        one.
+        """
+        self.assertTrue(mayBeRefusedForItsName("Error in IMAP command received by server."))
+
+    def test_otherCode(self) -> None:
+        """
+        A refusal whose code names another reason is not.
+        """
+        for text in ["[NOPERM] Permission denied", "[OVERQUOTA] Quota exceeded"]:
+            self.assertFalse(mayBeRefusedForItsName(text), text)

@@ -110,6 +110,21 @@ def refusedAsInvalidName(text: str) -> bool:
     return _INVALID_NAME.search(text) is not None
 
 
+def mayBeRefusedForItsName(text: str) -> bool:
+    """
+    Whether a refusal of CREATE may be about the name, so that a safe
+    spelling is worth one try: a refusal that says so
+    (L{refusedAsInvalidName}), or one with no response code at all, which
+    says nothing either way (Courier refuses a name with a character
+    outside the Basic Multilingual Plane with C{NO Error in IMAP command
+    received by server.}).  Only a name the safe spelling changes is
+    tried again, once; a second refusal is recorded with both replies.
+
+    @param text: the reply text after C{NO} or C{BAD}.
+    """
+    return refusedAsInvalidName(text) or not text.startswith("[")
+
+
 def withRecordedFallbacks(
     mappings: Sequence[FolderMapping],
     recorded: Mapping[str, str],
@@ -193,7 +208,7 @@ class FolderNameFallback:
         subscribe: set[str] = set()
         for mapping in mappings:
             why = uncreatable.get(mapping.mailbox)
-            if why is None or not refusedAsInvalidName(why):
+            if why is None or not mayBeRefusedForItsName(why):
                 continue
             fallback = fallbackMailbox(mapping.path, namespace)
             if fallback is None:
