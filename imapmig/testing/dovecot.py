@@ -195,7 +195,142 @@ def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
     raise unittest.SkipTest("dovecot not installed")
 
 
-class DovecotInstance:
+class AccountReader:
+    """
+    Reading and changing an account of a private server the way another
+    mail client would, with L{imaplib}, outside any reactor: what the tests
+    use to check what a migration left, whichever server it is.  A
+    subclass says how to log in (L{imapClient}).
+    """
+
+    def imapClient(self, user: str) -> IMAP4:
+        """
+        An L{imaplib} client logged in as C{user}; the caller logs it out.
+        """
+        raise NotImplementedError()
+
+    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
+        """
+        The mailboxes of C{user}, as C{LIST "" "*"} shows them.
+
+        @param user: the login name.
+        @return: one C{(attributes, delimiter, name)} per mailbox, the name
+            decoded from modified UTF-7.
+        """
+        client = self.imapClient(user)
+        try:
+            return _listAll(client)
+        finally:
+            client.logout()
+
+    def fetchAll(
+        self, user: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[str, list[FetchedMessage]]:
+        """
+        Read every message of every selectable mailbox of C{user}, in UID
+        order, without setting C{\\Seen}.
+
+        @param user: the login name.
+        @param bodyItem: the FETCH item giving the body: C{BODY.PEEK[]}
+            (what Dovecot serves: a NUL as C{0x80}), or C{BINARY.PEEK[]}
+            (RFC 3516: the NUL as stored, but base64 and quoted-printable
+            parts decoded).
+        @return: the messages by the full decoded mailbox name the server
+            shows (hierarchy joined with its delimiter, with its personal
+            prefix: C{"Archive.2019"}, C{"INBOX.Sent"} on Courier).
+        """
+        client = self.imapClient(user)
+        result: dict[str, list[FetchedMessage]] = {}
+        try:
+            for attributes, _delimiter, name in _listAll(client):
+                lowered = {a.lower() for a in attributes}
+                if "\\noselect" in lowered or "\\nonexistent" in lowered:
+                    continue
+                byUID = _fetchMailbox(client, name, bodyItem)
+                result[name] = [byUID[uid] for uid in sorted(byUID)]
+        finally:
+            client.logout()
+        return result
+
+    def fetchMailbox(
+        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
+    ) -> dict[int, FetchedMessage]:
+        """
+        Read every message of one mailbox of C{user}, without setting
+        C{\\Seen}.
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name, hierarchy joined with the
+            server's delimiter.
+        @param bodyItem: as for L{fetchAll}.
+        @return: the messages by UID.
+        """
+        client = self.imapClient(user)
+        try:
+            return _fetchMailbox(client, mailbox, bodyItem)
+        finally:
+            client.logout()
+
+    def uidValidity(self, user: str, mailbox: str) -> int:
+        """
+        The UIDVALIDITY of one mailbox of C{user}.
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name.
+        """
+        client = self.imapClient(user)
+        try:
+            typ, data = client.select(quoteMailbox(mailbox), readonly=True)
+            _check(typ, data, f"EXAMINE {mailbox}")
+            typ, data = client.response("UIDVALIDITY")
+            value = data[0]
+            if not isinstance(value, bytes):
+                raise IMAP4.error(f"no UIDVALIDITY for {mailbox!r}")
+            return int(value)
+        finally:
+            client.logout()
+
+    def appendMessage(
+        self,
+        user: str,
+        mailbox: str,
+        body: bytes,
+        flags: Sequence[str] = (),
+        internalDate: datetime | None = None,
+    ) -> tuple[int, int]:
+        """
+        Append one message to a mailbox of C{user}, exactly as given:
+        unlike L{IMAP4.append}, the body's line endings are not touched (a
+        bare CR stays a bare CR).
+
+        @param user: the login name.
+        @param mailbox: the decoded mailbox name; it must exist.
+        @param body: the message, normally with CRLF line endings.
+        @param flags: its flags and keywords.
+        @param internalDate: its INTERNALDATE, timezone-aware; the server's
+            clock when L{None}.
+        @return: the mailbox's UIDVALIDITY and the message's UID, from the
+            server's C{APPENDUID} (UIDPLUS).
+        """
+        client = self.imapClient(user)
+        try:
+            return _appendExact(client, mailbox, body, flags, internalDate)
+        finally:
+            client.logout()
+
+    def createMailbox(self, user: str, mailbox: str) -> None:
+        """
+        Create a mailbox of C{user} (the full name, prefix included).
+        """
+        client = self.imapClient(user)
+        try:
+            typ, data = client.create(quoteMailbox(mailbox))
+            _check(typ, data, f"CREATE {mailbox}")
+        finally:
+            client.logout()
+
+
+class DovecotInstance(AccountReader):
     """
     A private Dovecot serving IMAP on 127.0.0.1 (or an address in a network
     namespace), for tests and the benchmark.
@@ -410,86 +545,6 @@ class DovecotInstance:
                 parts.append(f"--- {path}\n{tail}")
         return "\n".join(parts)
 
-    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
-        """
-        The mailboxes of C{user}, as C{LIST "" "*"} shows them.
-
-        @param user: the login name.
-        @return: one C{(attributes, delimiter, name)} per mailbox, the name
-            decoded from modified UTF-7.
-        """
-        client = self._login(user)
-        try:
-            return _listAll(client)
-        finally:
-            client.logout()
-
-    def fetchAll(
-        self, user: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[str, list[FetchedMessage]]:
-        """
-        Read every message of every selectable mailbox of C{user}, in UID
-        order, without setting C{\\Seen}.
-
-        @param user: the login name.
-        @param bodyItem: the FETCH item giving the body: C{BODY.PEEK[]}
-            (what Dovecot serves: a NUL as C{0x80}), or C{BINARY.PEEK[]}
-            (RFC 3516: the NUL as stored, but base64 and quoted-printable
-            parts decoded).
-        @return: the messages by decoded mailbox name (hierarchy joined
-            with the server's delimiter, e.g. C{"Archive.2019"}).
-        """
-        client = self._login(user)
-        result: dict[str, list[FetchedMessage]] = {}
-        try:
-            for attributes, _delimiter, name in _listAll(client):
-                lowered = {a.lower() for a in attributes}
-                if "\\noselect" in lowered or "\\nonexistent" in lowered:
-                    continue
-                byUID = _fetchMailbox(client, name, bodyItem)
-                result[name] = [byUID[uid] for uid in sorted(byUID)]
-        finally:
-            client.logout()
-        return result
-
-    def fetchMailbox(
-        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[int, FetchedMessage]:
-        """
-        Read every message of one mailbox of C{user}, without setting
-        C{\\Seen}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name, hierarchy joined with the
-            server's delimiter.
-        @param bodyItem: as for L{fetchAll}.
-        @return: the messages by UID.
-        """
-        client = self._login(user)
-        try:
-            return _fetchMailbox(client, mailbox, bodyItem)
-        finally:
-            client.logout()
-
-    def uidValidity(self, user: str, mailbox: str) -> int:
-        """
-        The UIDVALIDITY of one mailbox of C{user}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name.
-        """
-        client = self._login(user)
-        try:
-            typ, data = client.select(quoteMailbox(mailbox), readonly=True)
-            _check(typ, data, f"EXAMINE {mailbox}")
-            typ, data = client.response("UIDVALIDITY")
-            value = data[0]
-            if not isinstance(value, bytes):
-                raise IMAP4.error(f"no UIDVALIDITY for {mailbox!r}")
-            return int(value)
-        finally:
-            client.logout()
-
     def imapClient(self, user: str) -> IMAP4:
         """
         An L{imaplib} client logged in as C{user} on the plain port, for a
@@ -500,34 +555,6 @@ class DovecotInstance:
         @param user: the login name.
         """
         return self._login(user)
-
-    def appendMessage(
-        self,
-        user: str,
-        mailbox: str,
-        body: bytes,
-        flags: Sequence[str] = (),
-        internalDate: datetime | None = None,
-    ) -> tuple[int, int]:
-        """
-        Append one message to a mailbox of C{user}, exactly as given:
-        unlike L{IMAP4.append}, the body's line endings are not touched (a
-        bare CR stays a bare CR).
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name; it must exist.
-        @param body: the message, normally with CRLF line endings.
-        @param flags: its flags and keywords.
-        @param internalDate: its INTERNALDATE, timezone-aware; the server's
-            clock when L{None}.
-        @return: the mailbox's UIDVALIDITY and the message's UID, from the
-            server's C{APPENDUID} (UIDPLUS).
-        """
-        client = self._login(user)
-        try:
-            return _appendExact(client, mailbox, body, flags, internalDate)
-        finally:
-            client.logout()
 
     # -- internals ---------------------------------------------------------
 

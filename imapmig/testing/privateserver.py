@@ -20,24 +20,18 @@ import ssl
 import subprocess
 import sys
 import time
-from datetime import datetime
 from imaplib import IMAP4
 from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
 from imapmig.testing.dovecot import (
+    AccountReader,
     DovecotStartFailed,
     DovecotUser,
-    FetchedMessage,
-    _appendExact,
-    _check,
-    _fetchMailbox,
     _freePorts,
-    _listAll,
     _makeTraversable,
     _readGreeting,
-    quoteMailbox,
     writeTestCertificates,
 )
 
@@ -109,7 +103,7 @@ def requireServer(
     raise unittest.SkipTest(f"{name} not usable: {problem}")
 
 
-class PrivateServer:
+class PrivateServer(AccountReader):
     """
     A server running privately on loopback as a session of its own
     (a subclass says how to configure and launch it).
@@ -297,83 +291,6 @@ class PrivateServer:
         @raise KeyError: there is no such account.
         """
         return IMAPUser(name, self.password(name))
-
-    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
-        """
-        The mailboxes of C{user} as C{LIST "" "*"} shows them: one
-        C{(attributes, delimiter, decoded name)} each.
-        """
-        client = self.imapClient(user)
-        try:
-            return _listAll(client)
-        finally:
-            client.logout()
-
-    def fetchAll(
-        self, user: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[str, list[FetchedMessage]]:
-        """
-        Every message of every selectable mailbox of C{user}, in UID order,
-        by the full decoded mailbox name the server shows (with its
-        personal prefix, e.g. C{"INBOX.Sent"} on Courier).
-        """
-        client = self.imapClient(user)
-        result: dict[str, list[FetchedMessage]] = {}
-        try:
-            for attributes, _delimiter, name in _listAll(client):
-                lowered = {a.lower() for a in attributes}
-                if "\\noselect" in lowered or "\\nonexistent" in lowered:
-                    continue
-                byUID = _fetchMailbox(client, name, bodyItem)
-                result[name] = [byUID[uid] for uid in sorted(byUID)]
-        finally:
-            client.logout()
-        return result
-
-    def fetchMailbox(
-        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[int, FetchedMessage]:
-        """
-        Every message of one mailbox of C{user}, by UID, without setting
-        C{\\Seen}.
-        """
-        client = self.imapClient(user)
-        try:
-            return _fetchMailbox(client, mailbox, bodyItem)
-        finally:
-            client.logout()
-
-    def createMailbox(self, user: str, mailbox: str) -> None:
-        """
-        Create a mailbox of C{user} (the full name, prefix included).
-        """
-        client = self.imapClient(user)
-        try:
-            typ, data = client.create(quoteMailbox(mailbox))
-            _check(typ, data, f"CREATE {mailbox}")
-        finally:
-            client.logout()
-
-    def appendMessage(
-        self,
-        user: str,
-        mailbox: str,
-        body: bytes,
-        flags: Sequence[str] = (),
-        internalDate: datetime | None = None,
-    ) -> tuple[int, int]:
-        """
-        Append one message, its octets unchanged, to an existing mailbox of
-        C{user}.
-
-        @return: the mailbox's UIDVALIDITY and the message's UID, from the
-            server's C{APPENDUID}.
-        """
-        client = self.imapClient(user)
-        try:
-            return _appendExact(client, mailbox, body, flags, internalDate)
-        finally:
-            client.logout()
 
     # -- internals ---------------------------------------------------------
 
