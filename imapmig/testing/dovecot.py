@@ -72,7 +72,7 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from imaplib import IMAP4, Time2Internaldate
-from typing import Sequence
+from typing import Callable, Sequence
 
 from attrs import frozen
 from twisted.trial import unittest
@@ -734,31 +734,10 @@ class DovecotInstance(AccountReader):
         pending: dict[int, ssl.SSLContext | None] = {self.port: None}
         if not self._commandPrefix:
             pending[self.tlsPort] = ssl.create_default_context(cafile=self.caCertificatePath)
-        deadline = time.monotonic() + _START_TIMEOUT
-        problem = "no answer"
-        while pending:
-            if self._process.poll() is not None:
-                raise DovecotStartFailed(
-                    f"dovecot exited with status {self._process.returncode}\n"
-                    + self.logTail()
-                )
-            if time.monotonic() > deadline:
-                raise DovecotStartFailed(
-                    f"dovecot did not greet on {self.address} port(s) {sorted(pending)} "
-                    f"within {_START_TIMEOUT} s ({problem})\n" + self.logTail()
-                )
-            for port, tls in list(pending.items()):
-                try:
-                    greeting = self._readGreeting(port, tls)
-                except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
-                    problem = repr(e)
-                    continue
-                if greeting.startswith(b"* OK"):
-                    del pending[port]
-                else:
-                    problem = f"greeting {greeting[:80]!r}"
-            if pending:
-                time.sleep(0.02)
+        waitForGreetings(
+            "dovecot", self._process, self.address, pending, self._readGreeting, self.logTail,
+            DovecotStartFailed, _START_TIMEOUT,
+        )  # fmt: skip
 
     def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
         """
@@ -782,6 +761,47 @@ class DovecotInstance(AccountReader):
             lines = result.stderr.strip().splitlines() or [b"no output"]
             raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
         return result.stdout.split(b"\r\n", 1)[0]
+
+
+def waitForGreetings(
+    name: str,
+    process: subprocess.Popen[bytes],
+    address: str,
+    pending: dict[int, ssl.SSLContext | None],
+    readGreeting: Callable[[int, ssl.SSLContext | None], bytes],
+    logTail: Callable[[], str],
+    failure: type[Exception],
+    timeout: float,
+) -> None:
+    """
+    Wait until a server just started greets (C{* OK}) on every port of
+    C{pending} (with TLS where a context is given), polling.
+
+    @raise failure: the process exited, or C{timeout} seconds passed; the
+        message ends with C{logTail()}.
+    """
+    deadline = time.monotonic() + timeout
+    problem = "no answer"
+    while pending:
+        if process.poll() is not None:
+            raise failure(f"{name} exited with status {process.returncode}\n" + logTail())
+        if time.monotonic() > deadline:
+            raise failure(
+                f"{name} did not greet on {address} port(s) {sorted(pending)}"
+                f" within {timeout} s ({problem})\n" + logTail()
+            )
+        for port, context in list(pending.items()):
+            try:
+                greeting = readGreeting(port, context)
+            except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
+                problem = repr(e)
+                continue
+            if greeting.startswith(b"* OK"):
+                del pending[port]
+            else:
+                problem = f"greeting {greeting[:80]!r}"
+        if pending:
+            time.sleep(0.02)
 
 
 def writeTestCertificates(tlsDir: str) -> None:

@@ -32,6 +32,7 @@ from imapmig.testing.dovecot import (
     _freePorts,
     _makeTraversable,
     _readGreeting,
+    waitForGreetings,
     writeTestCertificates,
 )
 
@@ -300,31 +301,11 @@ class PrivateServer(AccountReader):
             self.port: None,
             self.tlsPort: ssl.create_default_context(cafile=self.caCertificatePath),
         }
-        deadline = time.monotonic() + _START_TIMEOUT
-        problem = "no answer"
-        while pending:
-            if self._process.poll() is not None:
-                raise ServerStartFailed(
-                    f"{self.name} exited with status {self._process.returncode}\n"
-                    + self.logTail()
-                )
-            if time.monotonic() > deadline:
-                raise ServerStartFailed(
-                    f"{self.name} did not greet on {self.address} port(s) {sorted(pending)}"
-                    f" within {_START_TIMEOUT} s ({problem})\n" + self.logTail()
-                )
-            for port, context in list(pending.items()):
-                try:
-                    greeting = _readGreeting(self.address, port, context)
-                except (OSError, ssl.SSLError) as e:
-                    problem = repr(e)
-                    continue
-                if greeting.startswith(b"* OK"):
-                    del pending[port]
-                else:
-                    problem = f"greeting {greeting[:80]!r}"
-            if pending:
-                time.sleep(0.05)
+        waitForGreetings(
+            self.name, self._process, self.address, pending,
+            lambda port, context: _readGreeting(self.address, port, context),
+            self.logTail, ServerStartFailed, _START_TIMEOUT,
+        )  # fmt: skip
 
 
 def processesInSession(session: int) -> list[int]:
