@@ -27,9 +27,9 @@ class Setting:
     @ivar corpus: C{"realistic"} or C{"small"}.
     @ivar server: the server variant's name.
     @ivar serverCompress: the server offers COMPRESS=DEFLATE.
-    @ivar nagle: the clients reach the server through
-        L{imapmig.testing.naglerelay}, so it behaves as a server that
-        leaves Nagle's algorithm on.
+    @ivar nagle: the server runs with C{bench/naglekeep.c} preloaded, which
+        ignores its C{TCP_NODELAY} and C{TCP_CORK}: a server that leaves
+        Nagle's algorithm on.
     """
 
     part: str

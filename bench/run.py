@@ -60,12 +60,13 @@ The parts of the matrix (C{--parts}, comma-separated):
             (and said so) when imapmig does not accept the compress key
   nagle     a server that leaves Nagle's algorithm on and offers
             synchronizing literals only (like Courier-IMAP): Dovecot with
-            LITERAL+, LITERAL- and MULTIAPPEND hidden, reached through
-            imapmig/testing/naglerelay.py (its client-facing socket keeps
-            Nagle on), and the same Dovecot reached directly (no stall);
-            imaplib with TCP_NODELAY, imapmig with 1 and 2 connections,
-            the raw writers; small corpus, tmpfs, loopback,
-            --nagle-messages messages
+            LITERAL+, LITERAL- and MULTIAPPEND hidden, run with
+            bench/naglekeep.c preloaded (it ignores Dovecot's TCP_NODELAY
+            and TCP_CORK, so Nagle stays on), and an identical Dovecot
+            without it (no stall), both running at once and every client
+            run on each in turn; imaplib with TCP_NODELAY, imapmig with 1
+            and 2 connections, the raw writers; small corpus, tmpfs,
+            loopback, --nagle-messages messages
 
 Options:
   --runs N          runs per figure (default 5)
@@ -158,6 +159,7 @@ from bench.servers import (
     PASSWORD,
     VARIANTS,
     BenchServer,
+    buildNagleShim,
     capabilitiesWithout,
     defaultCapabilities,
 )
@@ -342,24 +344,71 @@ class Bench:
         bench.start()
         try:
             for job in jobs:
-                if job.setting.nagle:
-                    with nagleRelay(bench.host, bench.port) as port:
-                        self.runJob(network, bench, job, port)
-                else:
-                    self.runJob(network, bench, job)
+                self.runJob(network, bench, job)
         finally:
             bench.stop()
             shutil.rmtree(base, ignore_errors=True)
 
+    def runSideBySide(self, network: Network, jobs: Sequence[Job]) -> None:
+        """
+        Start one Dovecot per job (with the Nagle shim preloaded for a job
+        whose setting says C{nagle}), all at once, and run every client on
+        each in turn, so that the load of the machine weighs on all alike.
+
+        @param jobs: jobs sharing store, server variant and clients.
+        """
+        runs = self.args.runs
+        servers: list[BenchServer] = []
+        bases: list[str] = []
+        try:
+            for job in jobs:
+                setting = job.setting
+                accounts = len(job.clients) * runs * 2 + 5
+                base = tempfile.mkdtemp(
+                    prefix=f"dovecot-{setting.store}-{setting.server}-", dir=self.workDir
+                )
+                bases.append(base)
+                mailRoot = None
+                if setting.store == "tmpfs":
+                    mailRoot = tempfile.mkdtemp(prefix="imapmig-bench-", dir="/dev/shm")
+                server = BenchServer(
+                    base,
+                    accounts=accounts,
+                    fsync=setting.store == "disk",
+                    mailRoot=mailRoot,
+                    capabilities=self.capabilities(setting.server),
+                    compress=setting.serverCompress,
+                    namespace=network.serverNamespace,
+                    address=network.serverAddress,
+                    inNamespace=network.inNamespace,
+                    preload=buildNagleShim(self.workDir) if setting.nagle else None,
+                )
+                servers.append(server)
+                server.start()
+            for repetition in range(runs):
+                for name in jobs[0].clients:
+                    for job, server in zip(jobs, servers):
+                        self.runJob(network, server, job, repetition, (name,))
+        finally:
+            for server in servers:
+                server.stop()
+            for base in bases:
+                shutil.rmtree(base, ignore_errors=True)
+
     def runJob(
-        self, network: Network, server: BenchServer, job: Job, port: int | None = None
+        self,
+        network: Network,
+        server: BenchServer,
+        job: Job,
+        only: int | None = None,
+        clients: Sequence[str] | None = None,
     ) -> None:
         """
         Run every client of a job C{--runs} times, interleaved, each once on
         the corpus and once on an empty Maildir.
 
-        @param port: where the clients connect (a relay in front of the
-            server), or L{None} for the server's own port.
+        @param only: run that repetition only, not C{--runs} of them.
+        @param clients: run these of the job's clients only.
         """
         setting = job.setting
         print(
@@ -368,8 +417,9 @@ class Bench:
             flush=True,
         )
         empty = emptyCorpus(self.workDir)
-        for repetition in range(self.args.runs):
-            for name in job.clients:
+        repetitions = range(self.args.runs) if only is None else (only,)
+        for repetition in repetitions:
+            for name in job.clients if clients is None else clients:
                 contender = CONTENDERS[name]
                 count = job.messages
                 if contender.slow and setting.rttMs > 0:
@@ -377,7 +427,7 @@ class Bench:
                 corpus = self.corpus(setting.corpus, count)
                 for kind, maildir in (("full", corpus), ("empty", empty)):
                     result = self.runOnce(network, server, setting, contender, kind, maildir,
-                                          repetition, port)  # fmt: skip
+                                          repetition)  # fmt: skip
                     self.record(result)
 
     def runOnce(
@@ -389,19 +439,16 @@ class Bench:
         kind: str,
         corpus: BuiltCorpus,
         repetition: int,
-        port: int | None = None,
     ) -> RunResult:
         """
         Run one client once, as a process, and verify the account.
-
-        @param port: where the client connects, if not the server's port.
         """
         account = server.freshAccount()
         runDir = tempfile.mkdtemp(prefix=f"{contender.name}-", dir=self.runsDir)
         os.chmod(runDir, 0o755)
         invocation = Invocation(
             host=server.host,
-            port=server.port if port is None else port,
+            port=server.port,
             user=account,
             maildir=corpus.path,
             runDir=runDir,
@@ -486,28 +533,6 @@ class Bench:
         )
         with open(path, "w") as f:
             json.dump(asdict(result), f, indent=1)
-
-
-@contextlib.contextmanager
-def nagleRelay(host: str, port: int) -> Iterator[int]:
-    """
-    Run L{imapmig.testing.naglerelay} in front of C{host}:C{port}, as its
-    own process (its threads must not share this one's interpreter with
-    anything timed); yield the port it listens on.
-    """
-    process = subprocess.Popen(
-        [sys.executable, "-m", "imapmig.testing.naglerelay", "--upstream", f"{host}:{port}"],
-        stdout=subprocess.PIPE, cwd=REPOSITORY, env=_environment(),
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        ready = process.stdout.readline().split()
-        if len(ready) != 2 or ready[0] != b"ready":
-            raise RuntimeError(f"the Nagle relay did not start: {ready!r}")
-        yield int(ready[1])
-    finally:
-        process.terminate()
-        process.wait()
 
 
 def _environment() -> dict[str, str]:
@@ -740,9 +765,14 @@ def execute(bench: Bench, plan: list[Job]) -> None:
         with bench.network(rtt, rate) as network:
             if network is None:
                 continue
+            nagle = [job for job in jobs if job.setting.part == "nagle"]
+            if nagle:
+                bench.runSideBySide(network, nagle)
             servers: dict[tuple[str, str, bool], list[Job]] = {}
             for job in jobs:
                 s = job.setting
+                if s.part == "nagle":
+                    continue
                 servers.setdefault((s.store, s.server, s.serverCompress), []).append(job)
             for (store, server, compress), serverJobs in servers.items():
                 bench.runSetting(network, store, server, compress, serverJobs)
@@ -950,9 +980,12 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "## A server that leaves Nagle on, synchronizing literals only",
             "",
             "`sync-only`: Dovecot with LITERAL+, LITERAL- and MULTIAPPEND hidden. "
-            "`loopback, server Nagle on`: reached through `imapmig/testing/naglerelay.py`, "
-            "whose client-facing socket keeps Nagle's algorithm on, as Courier-IMAP's does; "
-            "`loopback`: the same Dovecot reached directly. The raw writer `raw 1/APPEND` "
+            "`loopback, server Nagle on`: that Dovecot with `bench/naglekeep.c` preloaded "
+            "(LD_PRELOAD, passed to its children by `import_environment`), whose "
+            "`setsockopt` ignores `TCP_NODELAY` and `TCP_CORK`, so the server leaves "
+            "Nagle's algorithm on, as Courier-IMAP does; `loopback`: an identical Dovecot "
+            "without it. Both run at once and every client runs on each in turn. "
+            "The raw writer `raw 1/APPEND` "
             "puts the next command behind each literal (it stalls on the delayed ACK); "
             "`raw ... waits` starts a command with a synchronizing literal only once "
             "every earlier one is answered.",

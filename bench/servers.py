@@ -8,7 +8,9 @@ listening on the server's address there.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 from typing import Callable, Sequence
 
@@ -17,6 +19,8 @@ from attrs import frozen
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser
 
 PASSWORD = "bench-password"
+# The LD_PRELOAD shim that makes Dovecot leave Nagle's algorithm on.
+NAGLE_SHIM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "naglekeep.c")
 
 # The post-login capabilities Dovecot 2.3 advertises are read from the
 # server itself (see L{capabilitiesWithout}); these are what the variants
@@ -117,6 +121,27 @@ def defaultCapabilities(workDir: str) -> list[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def buildNagleShim(workDir: str) -> str:
+    """
+    Compile C{bench/naglekeep.c}, the shim that makes a server leave
+    Nagle's algorithm on, with C{gcc -O2 -shared} (again when the source is
+    newer than the library).
+
+    @param workDir: where the library goes.
+    @return: the path of C{naglekeep.so}.
+    """
+    os.makedirs(workDir, exist_ok=True)
+    library = os.path.join(workDir, "naglekeep.so")
+    if not os.path.exists(library) or os.path.getmtime(library) < os.path.getmtime(
+        NAGLE_SHIM_SOURCE
+    ):
+        subprocess.run(
+            ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", library, NAGLE_SHIM_SOURCE, "-ldl"],
+            check=True,
+        )
+    return library
+
+
 class BenchServer:
     """
     A private Dovecot for one setting: its mail store, its capabilities, the
@@ -139,6 +164,7 @@ class BenchServer:
         namespace: str | None,
         address: str,
         inNamespace: Callable[[str, list[str]], list[str]] | None,
+        preload: str | None = None,
     ) -> None:
         """
         @param baseDir: the instance's directory.
@@ -153,6 +179,8 @@ class BenchServer:
         @param address: the address to listen on.
         @param inNamespace: L{bench.netns.inNamespace} when C{namespace} is
             given.
+        @param preload: a shared object Dovecot's processes load first
+            (C{LD_PRELOAD}), e.g. L{buildNagleShim}'s, or L{None}.
         """
         self._names = [f"b{i:05d}" for i in range(accounts)]
         self._next = 0
@@ -172,6 +200,7 @@ class BenchServer:
             compress=compress,
             address=address,
             commandPrefix=prefix,
+            preload=preload,
         )
 
     @property

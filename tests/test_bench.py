@@ -126,8 +126,8 @@ class PlanTests(SynchronousTestCase):
 
     def test_naglePart(self) -> None:
         """
-        The nagle part runs the synchronizing-only server through the Nagle
-        relay and directly, on loopback with the small corpus, the imaplib
+        The nagle part runs the synchronizing-only server with the Nagle
+        shim preloaded and without it, on loopback with the small corpus, the imaplib
         loop, imapmig on 1 and 2 connections and the raw writers side by
         side in each, C{--nagle-messages} messages.
         """

@@ -365,6 +365,7 @@ class DovecotInstance(AccountReader):
         mailRoot: str | None = None,
         address: str = "127.0.0.1",
         commandPrefix: Sequence[str] = (),
+        preload: str | None = None,
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -404,6 +405,11 @@ class DovecotInstance(AccountReader):
             a prefix, readiness is probed by a child process run through it
             (the plain port only), and the L{imaplib} helpers of this class,
             which connect from this process, cannot reach the server.
+        @param preload: a shared object every Dovecot process loads first
+            (C{LD_PRELOAD}), e.g. the benchmark's C{naglekeep.so}, which
+            makes the server leave Nagle's algorithm on.  Dovecot clears
+            its children's environment, so the variable is also listed in
+            C{import_environment}.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -426,6 +432,7 @@ class DovecotInstance(AccountReader):
         )
         self.address = address
         self._commandPrefix = tuple(commandPrefix)
+        self._preload = None if preload is None else os.path.abspath(preload)
         self.port = 0
         self.tlsPort = 0
         self.caCertificatePath = os.path.join(self.baseDir, "tls", "ca.pem")
@@ -711,6 +718,13 @@ class DovecotInstance(AccountReader):
             ]
         if self._capabilities is not None:
             lines.append(f"imap_capability = {self._capabilities}")
+        if self._preload is not None:
+            # Dovecot 2.3's default list, plus the variable its children
+            # need to load the shim too.
+            lines.append(
+                "import_environment = TZ CORE_OUTOFMEM CORE_ERROR LISTEN_PID LISTEN_FDS "
+                "NOTIFY_SOCKET LD_PRELOAD"
+            )
         if self._compress:
             lines += ["protocol imap {", "  mail_plugins = $mail_plugins imap_zlib", "}"]
         with open(self._configPath, "w") as f:
@@ -718,9 +732,13 @@ class DovecotInstance(AccountReader):
         os.chmod(self._configPath, 0o644)
 
     def _launch(self, binary: str) -> None:
+        environment = None
+        if self._preload is not None:
+            environment = dict(os.environ, LD_PRELOAD=self._preload)
         with open(self._outputPath, "ab") as output:
             self._process = subprocess.Popen(
                 [*self._commandPrefix, binary, "-F", "-c", self._configPath],
+                env=environment,
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
