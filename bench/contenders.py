@@ -325,6 +325,9 @@ COMPRESS_CLIENTS = ("imapmig-compress-off", "imapmig-compress-on", "raw-multi50"
 # on as many.
 NAGLE_CLIENTS = ("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "raw-wait-2")
 
+# Under LITERAL- the raw writer has no mode of its own to compare with.
+NAGLE_MINUS_CLIENTS = ("imaplib-nodelay", "imapmig-1", "imapmig")
+
 
 def buildTools(workDir: str) -> tuple[str, str]:
     """

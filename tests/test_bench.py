@@ -129,16 +129,21 @@ class PlanTests(SynchronousTestCase):
         The nagle part runs the synchronizing-only server with the Nagle
         shim preloaded and without it, on loopback with the small corpus, the imaplib
         loop, imapmig on 1 and 2 connections and the raw writers side by
-        side in each, C{--nagle-messages} messages.
+        side in each, C{--nagle-messages} messages; then the LITERAL-
+        server the same two ways with the realistic corpus, the imaplib
+        loop and imapmig.
         """
         plan = makePlan(parseArguments(["--parts", "nagle", "--nagle-messages", "1500"]))
         self.assertEqual(
             [(j.setting.server, j.setting.nagle, j.setting.rttMs, j.setting.corpus,
               j.messages) for j in plan],
-            [("sync-only", True, 0.0, "small", 1500), ("sync-only", False, 0.0, "small", 1500)],
+            [("sync-only", True, 0.0, "small", 1500), ("sync-only", False, 0.0, "small", 1500),
+             ("literal-minus", True, 0.0, "realistic", 1500),
+             ("literal-minus", False, 0.0, "realistic", 1500)],
         )  # fmt: skip
         self.assertEqual(
-            {j.clients for j in plan},
-            {("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "raw-wait-2")},
+            [j.clients for j in plan],
+            [("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "raw-wait-2")] * 2
+            + [("imaplib-nodelay", "imapmig-1", "imapmig")] * 2,
         )
         self.assertEqual(plan[0].setting.link(), "loopback, server Nagle on")

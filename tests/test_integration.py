@@ -35,6 +35,7 @@ from twisted.trial.unittest import TestCase
 
 import imapmig
 from imapmig.config import Config, ServerConfig, parseConfig
+from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
 from imapmig.imap.pipeline import AppendOutcomes, AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.imap.session import IMAPSession
 from imapmig.message import toCRLF
@@ -560,7 +561,8 @@ def _tcpSocket(transport: Any) -> socket.socket:
 class NoDelayTests(TestCase):
     """
     Every connection to the destination has Nagle's algorithm off, read back
-    from the kernel: plain TCP, implicit TLS, and after STARTTLS.
+    from the kernel, and can acknowledge each read at once (C{TCP_QUICKACK}):
+    plain TCP, implicit TLS, and after STARTTLS.
     """
 
     async def _assertNoDelay(
@@ -581,6 +583,12 @@ class NoDelayTests(TestCase):
             self.assertEqual(isinstance(transport.getHandle(), TLSConnection), tls)
             sock = _tcpSocket(transport)
             self.assertNotEqual(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), 0)
+            # Immediate ACKs (for synchronizing literals) find the same
+            # socket through the same wrappers, and the kernel takes them.
+            self.assertIs(tcpSocketOf(transport), sock)
+            self.assertTrue(session.client.acknowledgeEachRead())
+            ImmediateAcks(sock).rearm()
+            self.assertEqual(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK), 1)
         finally:
             await session.logout()
             await session.client.closed

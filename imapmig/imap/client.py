@@ -49,6 +49,7 @@ from imapmig.errors import (
     ServerBye,
     escapedExcerpt,
 )
+from imapmig.imap.acks import ImmediateAcks
 from imapmig.imap.commands import (
     CollectedCommand,
     CollectingCommand,
@@ -254,6 +255,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self._lost: Failure | None = None
         self._unsolicited = 0
         self._handshaking = False
+        self._acks: ImmediateAcks | None = None
 
     @property
     def connection(self) -> Any:
@@ -724,9 +726,32 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
     def stopReading(self) -> bool:
         return self._lost is not None or LinearLineReceiver.stopReading(self)
 
+    def acknowledgeEachRead(self) -> bool:
+        """
+        From now on, have the kernel acknowledge each read at once
+        (L{imapmig.imap.acks}): for a pipeline that waits with several
+        replies due, on a server that may leave Nagle on.
+
+        @return: whether it could (Linux, a TCP socket under the
+            transport).
+        """
+        if self._acks is None:
+            self._acks = ImmediateAcks.forTransport(self.transport)
+        return self._acks is not None
+
+    @property
+    def acknowledgingEachRead(self) -> bool:
+        """
+        Whether the kernel is told to acknowledge each read at once.
+        """
+        return self._acks is not None and self._acks.active
+
     def dataReceived(self, data: bytes) -> None:
         if self._lost is not None:
             return
+        acks = self._acks
+        if acks is not None and data:
+            acks.rearm()
         deadline = self._deadline
         if deadline is not None:
             deadline.received(len(data))

@@ -382,6 +382,11 @@ class AppendPipeline:
         self._minus = settings.literalMode is LiteralMode.MINUS
         client.pipeline = self
         client.connection.registerProducer(self, True)
+        if self._sync or self._minus:
+            # Waiting with replies due (before a synchronizing literal),
+            # imapmig has nothing to send that would carry the ACK a
+            # server that leaves Nagle on waits for.
+            client.acknowledgeEachRead()
 
     @property
     def settings(self) -> PipelineSettings:
