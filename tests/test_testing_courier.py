@@ -7,54 +7,20 @@ integration tests rely on.
 from __future__ import annotations
 
 import imaplib
-import io
 import os
 import ssl
-import sys
 
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.testing import courier, privateserver
+from imapmig.testing import privateserver
 from imapmig.testing.courier import (
     CourierInstance,
     IMAPUser,
     requireCourier,
     startCourier,
 )
-from imapmig.testing.privateserver import ServerNotFound
 
 _MESSAGE = b"From: a@example.org\r\nSubject: round trip\r\n\r\nHello, Courier.\r\n"
-
-
-def _missing() -> str:
-    raise ServerNotFound("not here")
-
-
-class RequireCourierTests(SynchronousTestCase):
-    """
-    L{requireCourier} skips loudly, or fails on CI, when Courier is missing.
-    """
-
-    def setUp(self) -> None:
-        self.patch(courier, "findCourier", _missing)
-        self.stderr = io.StringIO()
-        self.patch(sys, "stderr", self.stderr)
-
-    def test_skipsLoudly(self) -> None:
-        """
-        Outside CI a missing Courier skips the test and says so on stderr.
-        """
-        self.patch(os, "environ", {})
-        self.assertRaises(SkipTest, requireCourier, self)
-        self.assertIn("*** SKIPPING real-Courier tests: not here", self.stderr.getvalue())
-
-    def test_failsOnCI(self) -> None:
-        """
-        With C{CI=true} a missing Courier fails the test instead.
-        """
-        self.patch(os, "environ", {"CI": "true"})
-        self.assertRaises(self.failureException, requireCourier, self)
-        self.assertRaises(AssertionError, requireCourier)
 
 
 class CourierInstanceTests(SynchronousTestCase):

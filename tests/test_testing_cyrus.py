@@ -7,49 +7,14 @@ tests rely on, with both namespace settings.
 from __future__ import annotations
 
 import imaplib
-import io
-import os
 import ssl
-import sys
 
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.testing import cyrus, privateserver
+from imapmig.testing import privateserver
 from imapmig.testing.cyrus import CyrusInstance, IMAPUser, requireCyrus, startCyrus
-from imapmig.testing.privateserver import ServerNotFound
 
 _MESSAGE = b"From: a@example.org\r\nSubject: round trip\r\n\r\nHello, Cyrus.\r\n"
-
-
-def _missing() -> str:
-    raise ServerNotFound("not here")
-
-
-class RequireCyrusTests(SynchronousTestCase):
-    """
-    L{requireCyrus} skips loudly, or fails on CI, when Cyrus is missing.
-    """
-
-    def setUp(self) -> None:
-        self.patch(cyrus, "findCyrus", _missing)
-        self.stderr = io.StringIO()
-        self.patch(sys, "stderr", self.stderr)
-
-    def test_skipsLoudly(self) -> None:
-        """
-        Outside CI a missing Cyrus skips the test and says so on stderr.
-        """
-        self.patch(os, "environ", {})
-        self.assertRaises(SkipTest, requireCyrus, self)
-        self.assertIn("*** SKIPPING real-Cyrus tests: not here", self.stderr.getvalue())
-
-    def test_failsOnCI(self) -> None:
-        """
-        With C{CI=true} a missing Cyrus fails the test instead.
-        """
-        self.patch(os, "environ", {"CI": "true"})
-        self.assertRaises(self.failureException, requireCyrus, self)
-        self.assertRaises(AssertionError, requireCyrus)
 
 
 class CyrusInstanceTests(SynchronousTestCase):
