@@ -52,11 +52,11 @@ from imapmig.sources.imap import (
     FlagChange,
     FolderStatus,
     IMAPSource,
-    folderPath,
     messageKey,
     parseMessageKey,
     sourceFlags,
 )
+from imapmig.sources.imapfolders import folderPath
 
 CET = timezone(timedelta(hours=1))
 EST = timezone(-timedelta(hours=5))

@@ -80,8 +80,8 @@ from imapmig.message import (
     UnreadableMessage,
     toCRLF,
 )
-from imapmig.plan import FolderRules, PersonalNamespace, isIncluded
 from imapmig.sources import IMessageSource
+from imapmig.sources.imapfolders import someNames, sourceFolders
 
 __all__ = [
     "COMMAND_BYTES",
@@ -249,63 +249,6 @@ def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
     if not flags:
         return ()
     return tuple(f for f in flags if f.isascii() and f.lower() != "\\recent")
-
-
-def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
-    """
-    A folder's path from its decoded name: the levels between hierarchy
-    delimiters, C{INBOX} (in any case) as C{"INBOX"} at the top.
-    """
-    path = name.split(delimiter) if delimiter else [name]
-    if path[0].upper() == "INBOX":
-        path[0] = "INBOX"
-    return tuple(path)
-
-
-def namespacePath(
-    spaces: ServerNamespaces, name: str, delimiter: str | None
-) -> tuple[str, ...] | None:
-    """
-    The folder path of a listed mailbox in the personal namespace: its
-    name without the personal prefix, split at the delimiter (C{INBOX.Sent}
-    on Courier and C{Sent} on Dovecot are both C{("Sent",)}); or L{None}
-    for a mailbox outside it (another user's, shared, or not under the
-    prefix).
-
-    @param delimiter: the delimiter LIST gave the mailbox, used where the
-        namespace has none.
-    """
-    if spaces.foreignKind(name) is not None:
-        return None
-    personal = spaces.personalNamespace()
-    if not personal.holds(name):
-        return None
-    if personal.delimiter is None:
-        personal = PersonalNamespace(personal.prefix, delimiter)
-    return personal.path(name)
-
-
-def namesExplicitly(patterns: Sequence[str], path: tuple[str, ...]) -> bool:
-    """
-    Whether one of the C{include} patterns names the folder C{path}
-    explicitly: it matches, and its first level has no wildcard
-    (C{"shared/*"} names the folders below C{shared}; C{"*"} names none).
-    """
-    for pattern in patterns:
-        top = pattern.split("/", 1)[0]
-        if "*" in top or "?" in top or "[" in top:
-            continue
-        if isIncluded(path, FolderRules(include=(pattern,))):
-            return True
-    return False
-
-
-def _someNames(names: Sequence[str], shown: int = 5) -> str:
-    """
-    The first few of C{names}, for a log line.
-    """
-    text = ", ".join(repr(n) for n in names[:shown])
-    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _commandGroups(
@@ -709,31 +652,7 @@ class IMAPSource:
             raise self._refused("LIST", e) or SourceError(
                 f"{self.description}: cannot list the folders: {e.status} {e.text}"
             ) from None
-        folders = []
-        wireNames = {}
-        leftOut: dict[str, list[str]] = {}
-        for mailbox in listed:
-            if not mailbox.selectable:
-                continue
-            path = namespacePath(spaces, mailbox.name, mailbox.delimiter)
-            if path is None:
-                path = folderPath(mailbox.name, mailbox.delimiter)
-                if not namesExplicitly(self._include, path):
-                    kind = spaces.foreignKind(mailbox.name)
-                    where = (
-                        f"in the {kind} namespace" if kind else "outside the personal namespace"
-                    )
-                    leftOut.setdefault(where, []).append(mailbox.name)
-                    continue
-            folders.append(
-                SourceFolder(
-                    path=path,
-                    key=mailbox.name,
-                    specialUse=mailbox.specialUse,
-                    subscribed=mailbox.subscribed,
-                )
-            )
-            wireNames[mailbox.name] = mailbox.wireName
+        folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
         for where, names in leftOut.items():
             log.info(
                 "{source}: {count} mailboxes {where} left out ({names});"
@@ -741,9 +660,8 @@ class IMAPSource:
                 source=self.description,
                 count=len(names),
                 where=where,
-                names=_someNames(names),
+                names=someNames(names),
             )
-        folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
         self._wireNames = wireNames
         return folders
 
