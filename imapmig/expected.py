@@ -29,7 +29,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
 
 _ASCTIME = re.compile(
-    rb" ([A-Za-z]{3}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2})(?::([0-9]{2}))? ([0-9]{4})"
+    rb" ([A-Za-z]{3}) +([0-9]{1,2}) ([0-9]{2}):([0-9]{2})(?::([0-9]{2}))? ([1-9][0-9]{3})"
     rb"(?: ([+-])([0-9]{2})([0-9]{2}))?(?: remote from .*)? *$"
 )
 
@@ -43,7 +43,11 @@ def maildirDeliveryDate(unique: str) -> datetime | None:
     @param unique: the name without its info part (C{:2,...}).
     """
     head = unique.partition(".")[0]
-    if not head or not all("0" <= c <= "9" for c in head) or len(head) > 15:
+    if not head or not all("0" <= c <= "9" for c in head):
+        return None
+    # Value, not length: leading zeros are allowed, and twelve significant
+    # digits already pass the year 9999.
+    if len(head.lstrip("0")) > 12:
         return None
     try:
         when = _EPOCH + timedelta(seconds=int(head))

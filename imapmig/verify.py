@@ -220,7 +220,17 @@ def _sortedFlags(flags: Iterable[str]) -> tuple[str, ...]:
 
 
 def _utc(when: datetime | None) -> datetime | None:
-    return None if when is None else when.astimezone(timezone.utc)
+    """
+    C{when} in UTC, to compare instants and show them alike; as it is when
+    UTC cannot hold it (9999-12-31 23:30 -0500 is in the year 10000 there):
+    aware datetimes still compare as instants.
+    """
+    if when is None:
+        return None
+    try:
+        return when.astimezone(timezone.utc)
+    except OverflowError:
+        return when
 
 
 def _digests(body: bytes | bytearray | StreamedBody) -> tuple[str, str | None]:

@@ -45,6 +45,11 @@ class MaildirDeliveryDateTests(SynchronousTestCase):
         self.assertEqual(
             maildirDeliveryDate("253402300799.x"), datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
         )
+        # By value: leading zeros are allowed, as the Maildir reader allows
+        # them.
+        self.assertEqual(
+            maildirDeliveryDate("0000000000000000.x"), datetime(1970, 1, 1, tzinfo=UTC)
+        )
 
     def test_noTime(self) -> None:
         """
@@ -81,13 +86,15 @@ class FromLineDateTests(SynchronousTestCase):
     def test_otherSpellings(self) -> None:
         """
         Spellings it does not read (a zone name, the RFC 5322 order, no
-        year, an impossible day) give no expectation.
+        year, an impossible day, a year before 1000, as the mbox reader
+        has it) give no expectation.
         """
         for line in [
             b"From a Tue Nov 22 10:00:00 CET 2026",
             b"From a Sat, 22 Nov 2026 10:00:00 +0100",
             b"From a Tue Nov 22 10:00:00",
             b"From a Tue Nov 31 10:00:00 2026",
+            b"From a Mon Jan  1 00:00:00 0001 +0100",
             b"From a",
         ]:
             self.assertIsNone(fromLineDate(line), line)

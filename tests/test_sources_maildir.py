@@ -455,9 +455,15 @@ class MessageListingTests(MaildirTestCase):
         times = [0, 12, 100000000, 315532799, 5000000000, 253402300799]
         for when in times:
             deliver(root, "cur", f"{when}.M1P2.host:2,S", mtime=1400000000)
+        # Leading zeros are read by value, as verify (imapmig.expected) does.
+        deliver(root, "cur", "0000000000000000.M1P3.host:2,S", mtime=1400000000)
         self.assertEqual(
             [(m.key, m.internalDate) for m in self.messages(MaildirSource(root))],
-            [(f"{when}.M1P2.host", utcFromTimestamp(when)) for when in times],
+            [
+                ("0.M1P2.host", utcFromTimestamp(0)),
+                ("0000000000000000.M1P3.host", utcFromTimestamp(0)),
+            ]
+            + [(f"{when}.M1P2.host", utcFromTimestamp(when)) for when in times[1:]],
         )
         last = self.messages(MaildirSource(root))[-1].internalDate
         assert last is not None

@@ -6,12 +6,19 @@ L{tests.test_fidelity_integration}.)
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.state import MessageOutcome
-from imapmig.verify import Difference, MessageFacts, _SourceSide, _sortedFlags, compareMailbox
+from imapmig.verify import (
+    Difference,
+    MessageFacts,
+    _SourceSide,
+    _sortedFlags,
+    _utc,
+    compareMailbox,
+)
 
 UTC = timezone.utc
 WHEN = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -81,6 +88,25 @@ class CompareMailboxTests(SynchronousTestCase):
             {},
         )
         self.assertEqual(sorted(d.kind for d in report.differences), ["date", "flags"])
+
+    def test_datesBeyondUTC(self) -> None:
+        """
+        A date UTC cannot hold (9999-12-31 23:30 -0500 is in the year 10000
+        there) is kept as it is, not an error, and still compares as an
+        instant; others are put in UTC.
+        """
+        late = datetime(9999, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-5)))
+        self.assertEqual(_utc(late), late)
+        self.assertEqual(_utc(late).utcoffset(), timedelta(hours=-5))  # type: ignore[union-attr]
+        early = datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))
+        self.assertEqual(_utc(early), early)
+        plain = datetime(2020, 1, 2, 4, 4, 5, tzinfo=timezone(timedelta(hours=1)))
+        self.assertEqual(_utc(plain), WHEN)
+        self.assertEqual(_utc(plain).tzinfo, UTC)  # type: ignore[union-attr]
+        report = compareMailbox(
+            "M", side({"a": facts("a", when=_utc(late))}), 1, {1: facts("a", when=late)}, {}, {}
+        )
+        self.assertEqual(report.differences, ())
 
     def test_flagsCaseInsensitive(self) -> None:
         """

@@ -319,7 +319,9 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         elif self._handshaking:
             # Said once here, with what the server sent, rather than by
             # whichever command was waiting (the greeting, CAPABILITY).
-            tls = handshakeFailure(reason.value, self._tlsHandle()) if reason.value is not None else None
+            tls = None
+            if reason.value is not None:
+                tls = handshakeFailure(reason.value, self._tlsHandle())
             if tls is not None:
                 reason = Failure(tls)
         self._failAll(reason)

@@ -128,7 +128,10 @@ class WatchedClientTLS:
         connection = self._options.clientConnectionForTLS(tlsProtocol)
         # Same object, one more layer of behaviour: its context, SNI and
         # verification callbacks, set by the wrapped options, all stay.
-        connection.__class__ = WatchedConnection
+        # Only a plain SSL.Connection: a subclass of the options' own would
+        # lose its behaviour, so it is left unwatched.
+        if type(connection) is SSL.Connection:
+            connection.__class__ = WatchedConnection
         return connection
 
 

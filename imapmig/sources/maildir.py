@@ -165,7 +165,9 @@ def _leadingTimestamp(unique: str) -> int | None:
     """
     dot = unique.find(".")
     head = unique if dot < 0 else unique[:dot]
-    if head.isascii() and head.isdigit() and len(head) <= _LATEST_DIGITS:
+    # By value, not length: leading zeros are allowed (as verify's own
+    # reading, imapmig.expected, allows them).
+    if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= _LATEST_DIGITS:
         when = int(head)
         if when < _LATEST:
             return when
@@ -514,7 +516,8 @@ class MaildirSource:
     C{cur/}, so an info part counts wherever it is.
     INTERNALDATE is the delivery time the name starts with (seconds since
     1970-01-01 UTC, at any date up to the year 9999; L{_leadingTimestamp}),
-    else the file's mtime (whatever its date, before 1970 included); the size is the name's C{,S=} field, else the file's.
+    else the file's mtime (whatever its date, before 1970 included); the
+    size is the name's C{,S=} field, else the file's.
     Oldest first.
 
     What is not a message is recorded, never skipped silently: an entry of
