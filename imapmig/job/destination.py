@@ -202,7 +202,7 @@ class DestinationPreparation:
         (uncreatable, present), states = await bothOf(creating, selecting)
         if uncreatable and self._nameFallback:
             # What this flight created counts as existing: a fallback that
-            # names one of them (C{Bad*Name} to a C{Bad_Name} the source
+            # names one of them (Bad*Name to a Bad_Name the source
             # has too) goes there, as it will on every later run.
             plans, uncreatable, states = await fallback.fallBackPlans(
                 plans, uncreatable, states, view.existing | present
