@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
@@ -975,6 +976,178 @@ class MigrationJobTests(SynchronousTestCase):
             " 'Bad_Name' was refused too: Invalid mailbox name",
         )
         self.assertEqual(self.successResultOf(h.store.folderFallbacks(JOB)), [])
+        h.finish()
+
+    def test_folderNameFallbackToFolderCreatedThisRun(self) -> None:
+        """
+        A fallback that names a folder the same run created (the source
+        has C{Bad*Name} and C{Bad_Name}) goes there: its messages are
+        copied, not failed, the fallback is recorded, and a rerun appends
+        nothing; every run agrees.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 1)
+        populate(h.source, h.source.addFolder("Bad*Name"), 2, start=1)
+        populate(h.source, h.source.addFolder("Bad_Name"), 2, start=3)
+        h.mail.refuseCreate = refuseUnsafe
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "Bad_Name"])
+        h.assertHolds("Bad_Name", range(1, 5))
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        self.assertEqual(
+            self.successResultOf(h.store.folderFallbacks(JOB)),
+            [FolderFallback("Bad*Name", "Bad_Name", "[CANNOT] Invalid mailbox name")],
+        )
+        received = [line for server in h.endpoint.servers for line in server.received]
+        self.assertEqual(len([line for line in received if b'CREATE "Bad_Name"' in line]), 1)
+
+        self.assertTrue(h.run(h.job()))
+        h.assertHolds("Bad_Name", range(1, 5))
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        h.finish()
+
+    def test_folderNameFallbackUnderParentCreatedThisRun(self) -> None:
+        """
+        The parent of a fallback that the same run created is not created
+        a second time.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("P"), 1)
+        populate(h.source, h.source.addFolder("P", "Bad*Name"), 2, start=1)
+        h.mail.refuseCreate = refuseUnsafe
+
+        self.assertTrue(h.run(h.job()))
+
+        h.assertHolds("P.Bad_Name", [1, 2])
+        received = [line for server in h.endpoint.servers for line in server.received]
+        self.assertEqual(
+            [line.partition(b" ")[2] for line in received if b" CREATE " in line],
+            [b'CREATE "P"', b'CREATE "P.Bad*Name"', b'CREATE "P.Bad_Name"'],
+        )
+        h.finish()
+
+    def test_folderNameFallbackAlreadyExists(self) -> None:
+        """
+        A fallback whose CREATE says it exists already (another client made
+        it since the LIST) is used: the folder's messages go there.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Bad*Name"), 2)
+
+        def madeMeanwhile(name: str) -> bytes | None:
+            if name == "Bad_Name":
+                h.mail.create(USER, name)
+                return b"NO [ALREADYEXISTS] Mailbox already exists"
+            return refuseUnsafe(name)
+
+        h.mail.refuseCreate = madeMeanwhile
+        self.assertTrue(h.run(h.job()))
+
+        h.assertHolds("Bad_Name", [0, 1])
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        self.assertEqual(
+            [f.fallback for f in self.successResultOf(h.store.folderFallbacks(JOB))],
+            ["Bad_Name"],
+        )
+        h.finish()
+
+    def test_createAlreadyExists(self) -> None:
+        """
+        A mailbox whose CREATE says it exists already (made since the LIST)
+        is used, not failed.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Lists"), 2)
+
+        def madeMeanwhile(name: str) -> bytes | None:
+            h.mail.create(USER, name)
+            return b"NO [ALREADYEXISTS] Mailbox already exists"
+
+        h.mail.refuseCreate = madeMeanwhile
+        self.assertTrue(h.run(h.job()))
+
+        h.assertHolds("Lists", [0, 1])
+        self.assertFalse(any(o.failure for o in h.store.outcomes().values()))
+        h.finish()
+
+    def test_codelessRefusalNoFallback(self) -> None:
+        """
+        A refusal without response code that does not say the name is
+        invalid (a busy server) fails the folder's messages for this run
+        without a fallback being taken or recorded; the next run creates
+        the folder under its own name.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Café (alt) #1"), 2)
+        refusals = [b"NO Server busy, try again later"]
+        h.mail.refuseCreate = lambda name: refusals.pop() if refusals else None
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX"])
+        self.assertEqual(self.successResultOf(h.store.folderFallbacks(JOB)), [])
+        failures = {o.failure for o in h.store.outcomes().values() if o.failure}
+        self.assertEqual(
+            failures,
+            {"cannot create mailbox 'Café (alt) #1': Server busy, try again later"},
+        )
+
+        self.assertTrue(h.run(h.job()))
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "Café (alt) #1"])
+        h.assertHolds("Café (alt) #1", [0, 1])
+        h.finish()
+
+    def test_folderNameFallbackSharedLogged(self) -> None:
+        """
+        Refused folders whose fallbacks are one mailbox are logged as
+        merged there, once.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Bad*Name"), 2)
+        populate(h.source, h.source.addFolder("Bad?Name"), 2, start=2)
+        h.mail.refuseCreate = lambda name: (
+            b"NO [CANNOT] Invalid mailbox name" if "*" in name or "?" in name else None
+        )
+
+        with capturedLogs() as events:
+            self.assertTrue(h.run(h.job()))
+
+        h.assertHolds("Bad_Name", range(4))
+        shared = [formatEvent(e) for e in events if "merged there" in e.get("log_format", "")]
+        self.assertEqual(
+            shared,
+            [
+                "Job alice-job: folders 'Bad*Name', 'Bad?Name' all go to 'Bad_Name';"
+                " their messages are merged there"
+            ],
+        )
+        h.finish()
+
+    def test_sharedLoggedOnce(self) -> None:
+        """
+        Folders that map onto one mailbox without any fallback are logged
+        as merged there once.
+        """
+        h = JobHarness(self, capabilities=DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        h.mail.prefix = "INBOX."
+        populate(h.source, h.source.addFolder("INBOX", "x"), 1)
+        populate(h.source, h.source.addFolder("x"), 1, start=1)
+        populate(h.source, h.source.addFolder("Bad*Name"), 1, start=2)
+        h.mail.refuseCreate = refuseUnsafe
+
+        with capturedLogs() as events:
+            self.assertTrue(h.run(h.job()))
+
+        shared = [formatEvent(e) for e in events if "merged there" in e.get("log_format", "")]
+        self.assertEqual(
+            shared,
+            [
+                "Job alice-job: folders 'INBOX/x', 'x' all go to 'INBOX.x'; their messages"
+                " are merged there"
+            ],
+        )
         h.finish()
 
     def test_prefixedDestination(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.foldernames import (
+    alreadyExists,
     fallbackMailbox,
     mayBeRefusedForItsName,
     refusedAsInvalidName,
@@ -37,6 +38,19 @@ class SafeSpellingTests(SynchronousTestCase):
         self.assertEqual(safeComponent(" x ", "."), "_x_")
         self.assertEqual(safeComponent("", "."), "_")
         self.assertEqual(safeComponent("   ", "."), "___")
+
+    def test_safeComponentDots(self) -> None:
+        """
+        A level made only of dots, and dots at the start of a level, become
+        C{_} one for one (servers refuse C{.}, C{..} and C{.name}); dots
+        further in are kept where the delimiter is not a dot.
+        """
+        self.assertEqual(safeComponent(".", "/"), "_")
+        self.assertEqual(safeComponent("..", "/"), "__")
+        self.assertEqual(safeComponent(".hidden", "/"), "_hidden")
+        self.assertEqual(safeComponent(" .x. ", "/"), "__x._")
+        self.assertEqual(safeComponent("v1.2", "/"), "v1.2")
+        self.assertEqual(fallbackMailbox(("a", ".."), PersonalNamespace("", "/")), "a/__")
 
     def test_safePathKeepsInbox(self) -> None:
         """
@@ -95,22 +109,57 @@ class MayBeRefusedForItsNameTests(SynchronousTestCase):
 
     def test_sayingSo(self) -> None:
         """
-        A refusal that says the name is invalid is one.
+        A refusal that says the name is invalid is one, whatever the name.
         """
-        self.assertTrue(mayBeRefusedForItsName("[CANNOT] Invalid mailbox name"))
-        self.assertTrue(mayBeRefusedForItsName("Invalid mailbox name."))
+        self.assertTrue(mayBeRefusedForItsName("[CANNOT] Invalid mailbox name", "a*b"))
+        self.assertTrue(mayBeRefusedForItsName("Invalid mailbox name.", "a*b"))
 
-    def test_withoutCode(self) -> None:
+    def test_withoutCodeOutsideBasicPlane(self) -> None:
         """
-        A refusal with no response code says nothing either way (Courier's
-        answer to a name outside the Basic Multilingual Plane), so it is
-        one.
+        A refusal with no response code of a name with a character outside
+        the Basic Multilingual Plane is one (Courier's answer to an emoji).
         """
-        self.assertTrue(mayBeRefusedForItsName("Error in IMAP command received by server."))
+        self.assertTrue(
+            mayBeRefusedForItsName(
+                "Error in IMAP command received by server.", "INBOX.Party \U0001f389"
+            )
+        )
+
+    def test_withoutCodeOtherwise(self) -> None:
+        """
+        A refusal with no response code that does not say the name is
+        invalid is not one for a name within the Basic Multilingual Plane:
+        it may be transient, and a fallback is kept for good.
+        """
+        for name in ["Archive", "Café (alt) #1", "日本語"]:
+            self.assertFalse(mayBeRefusedForItsName("Server busy, try again later", name))
+            self.assertFalse(
+                mayBeRefusedForItsName("Error in IMAP command received by server.", name)
+            )
 
     def test_otherCode(self) -> None:
         """
-        A refusal whose code names another reason is not.
+        A refusal whose code names another reason is not, even for a name
+        outside the Basic Multilingual Plane.
         """
         for text in ["[NOPERM] Permission denied", "[OVERQUOTA] Quota exceeded"]:
-            self.assertFalse(mayBeRefusedForItsName(text), text)
+            self.assertFalse(mayBeRefusedForItsName(text, "a*b"), text)
+            self.assertFalse(mayBeRefusedForItsName(text, "Party \U0001f389"), text)
+
+
+class AlreadyExistsTests(SynchronousTestCase):
+    """
+    L{alreadyExists}.
+    """
+
+    def test_code(self) -> None:
+        """
+        Only the C{[ALREADYEXISTS]} response code (any case) says the
+        mailbox is there; a text saying so without the code is not taken
+        on its word.
+        """
+        self.assertTrue(alreadyExists("[ALREADYEXISTS] Mailbox already exists"))
+        self.assertTrue(alreadyExists("[alreadyexists] exists"))
+        self.assertFalse(alreadyExists("Mailbox already exists"))
+        self.assertFalse(alreadyExists("[CANNOT] Invalid mailbox name"))
+        self.assertFalse(alreadyExists("[ALREADYEXISTS"))

@@ -21,7 +21,7 @@ from imapmig.fidelity import decideFlags
 from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
 from imapmig.message import SourceFolder, SourceMessage
-from imapmig.job.foldernames import FolderNameFallback, withRecordedFallbacks
+from imapmig.job.foldernames import FolderNameFallback, alreadyExists, withRecordedFallbacks
 from imapmig.plan import (
     FolderMapping,
     FolderRules,
@@ -174,7 +174,6 @@ class DestinationPreparation:
             listed = Deferred.fromCoroutine(DestinationView.read(session, view.namespace))
             _, view = await bothOf(claimed, listed)
             mappings = self._map(sourceFolders, view)
-        self._logShared(mappings)
         plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
         accounted: dict[str, list[MessageOutcome]] = {}
         for mapping, listing in zip(mappings, listings):
@@ -200,12 +199,18 @@ class DestinationPreparation:
         names = sorted({m.mailbox for m, pending in plans if pending})
         creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
         selecting = Deferred.fromCoroutine(session.selectEach(names))
-        uncreatable, states = await bothOf(creating, selecting)
+        (uncreatable, present), states = await bothOf(creating, selecting)
         if uncreatable and self._nameFallback:
+            # What this flight created counts as existing: a fallback that
+            # names one of them (Bad*Name to a Bad_Name the source
+            # has too) goes there, as it will on every later run.
             plans, uncreatable, states = await fallback.fallBackPlans(
-                plans, uncreatable, states, view.existing
+                plans, uncreatable, states, view.existing | present
             )
             names = sorted({m.mailbox for m, pending in plans if pending})
+        # Logged once the fallbacks are known: two refused names may fall
+        # back to one safe spelling.
+        self._logShared([mapping for mapping, _ in plans])
         prepared = PreparedDestination(plans, uncreatable)
         for mailbox in names:
             if mailbox in uncreatable:
@@ -260,13 +265,16 @@ class DestinationPreparation:
 
     async def _createMailboxes(
         self, view: DestinationView, mappings: Sequence[FolderMapping]
-    ) -> dict[str, str]:
+    ) -> tuple[dict[str, str], frozenset[str]]:
         """
         Create the destination mailboxes C{mappings} need that C{view} does
         not show (parents first, with their use where the server can), and
-        subscribe those whose source folder is subscribed.
+        subscribe those whose source folder is subscribed.  A mailbox whose
+        CREATE says it exists already (C{[ALREADYEXISTS]}: made since the
+        LIST) is there to use.
 
-        @return: the mailboxes that could not be created, with why.
+        @return: the mailboxes that could not be created, with why; and
+            those created, or found existing.
         """
         session = self._session
         # A mailbox the destination has needs no parent created (a
@@ -292,11 +300,12 @@ class DestinationPreparation:
             if name in view.existing and name not in view.subscribed
         )
         subscribing = Deferred.fromCoroutine(session.subscribeMailboxes(unsubscribed))
-        uncreatable, _ = await bothOf(creating, subscribing)
+        refused, _ = await bothOf(creating, subscribing)
+        uncreatable = {name: why for name, why in refused.items() if not alreadyExists(why)}
         for name in missing:
-            if name not in uncreatable:
+            if name not in refused:
                 log.info("Job {job}: created mailbox {mailbox!r}", job=self._job, mailbox=name)
-        return uncreatable
+        return uncreatable, frozenset(missing) - frozenset(uncreatable)
 
     async def _applyFlagChanges(
         self,

@@ -51,8 +51,10 @@ def safeComponent(component: str, delimiter: str | None) -> str:
     The safe spelling of one level of a folder path: letters and digits
     (of any script, but outside the Basic Multilingual Plane, where
     emoji are), and L{SAFE_PUNCTUATION} but the delimiter, are kept; every
-    other character becomes C{"_"}.  Spaces at either end become C{"_"}
-    too, and an empty level is C{"_"}.
+    other character becomes C{"_"}.  Spaces and dots at the start (so a
+    level made only of dots, C{"."} or C{".."}, and a hidden-looking
+    C{".name"}), and spaces at the end, become C{"_"} too, one for one;
+    an empty level is C{"_"}.
     """
     kept = "".join(
         c
@@ -61,7 +63,7 @@ def safeComponent(component: str, delimiter: str | None) -> str:
         for c in component
     )
     size = len(kept)
-    lead = size - len(kept.lstrip(" "))
+    lead = size - len(kept.lstrip(" ."))
     if lead == size:
         return "_" * size or "_"
     trail = size - len(kept.rstrip(" "))
@@ -89,6 +91,16 @@ def fallbackMailbox(path: tuple[str, ...], namespace: PersonalNamespace) -> str 
     return None if fallback == namespace.mailbox(path) else fallback
 
 
+def _responseCode(text: str) -> str:
+    """
+    The response code atom a reply text starts with (upper case), or
+    C{""} when it has none.
+    """
+    if not text.startswith("[") or "]" not in text:
+        return ""
+    return text[1 : text.find("]")].split(" ", 1)[0].upper()
+
+
 def refusedAsInvalidName(text: str) -> bool:
     """
     Whether the server's reply to CREATE refuses the name itself: the
@@ -101,28 +113,51 @@ def refusedAsInvalidName(text: str) -> bool:
     @param text: the reply text after C{NO} or C{BAD}.
     """
     text = text[:TEXT_LIMIT]
-    if text.startswith("["):
-        code = text[1 : text.find("]")].split(" ", 1)[0].upper() if "]" in text else ""
-        if code == "CANNOT":
-            return True
-        if code in _OTHER_CODES:
-            return False
+    code = _responseCode(text)
+    if code == "CANNOT":
+        return True
+    if code in _OTHER_CODES:
+        return False
     return _INVALID_NAME.search(text) is not None
 
 
-def mayBeRefusedForItsName(text: str) -> bool:
+def outsideBasicPlane(name: str) -> bool:
+    """
+    Whether C{name} has a character outside the Basic Multilingual Plane
+    (above U+FFFF: emoji, say), which Courier refuses in a folder name.
+    """
+    return any(ord(c) > 0xFFFF for c in name)
+
+
+def mayBeRefusedForItsName(text: str, name: str) -> bool:
     """
     Whether a refusal of CREATE may be about the name, so that a safe
     spelling is worth one try: a refusal that says so
-    (L{refusedAsInvalidName}), or one with no response code at all, which
-    says nothing either way (Courier refuses a name with a character
-    outside the Basic Multilingual Plane with C{NO Error in IMAP command
-    received by server.}).  Only a name the safe spelling changes is
+    (L{refusedAsInvalidName}), or one with no response code at all for a
+    name with a character outside the Basic Multilingual Plane
+    (L{outsideBasicPlane}): Courier refuses such a name with a bare C{NO
+    Error in IMAP command received by server.}.  Any other code-less
+    refusal (C{NO Server busy, try again later}) is not: a fallback is
+    recorded and kept by every later run, so it is not taken on a reply
+    that may be transient.  Only a name the safe spelling changes is
     tried again, once; a second refusal is recorded with both replies.
 
     @param text: the reply text after C{NO} or C{BAD}.
+    @param name: the mailbox name refused.
     """
-    return refusedAsInvalidName(text) or not text.startswith("[")
+    if refusedAsInvalidName(text):
+        return True
+    return not text.startswith("[") and outsideBasicPlane(name)
+
+
+def alreadyExists(text: str) -> bool:
+    """
+    Whether a refusal of CREATE says the mailbox exists already (the
+    C{[ALREADYEXISTS]} response code, RFC 5530): it is there to use.
+
+    @param text: the reply text after C{NO} or C{BAD}.
+    """
+    return _responseCode(text[:TEXT_LIMIT]) == "ALREADYEXISTS"
 
 
 def withRecordedFallbacks(
@@ -197,7 +232,9 @@ class FolderNameFallback:
         folders there.
 
         @param uncreatable: the server's refusal by mailbox.
-        @param existing: the destination's mailboxes.
+        @param existing: the destination's mailboxes, with those this run
+            created (or found existing) already: a fallback among them is
+            used as it is, not created again.
         @return: the mappings, those that fell back pointing at their
             fallback (C{how} C{"fallback"}); and the mailboxes still not
             created, each refusal naming both replies where a fallback was
@@ -208,7 +245,7 @@ class FolderNameFallback:
         subscribe: set[str] = set()
         for mapping in mappings:
             why = uncreatable.get(mapping.mailbox)
-            if why is None or not mayBeRefusedForItsName(why):
+            if why is None or not mayBeRefusedForItsName(why, mapping.mailbox):
                 continue
             fallback = fallbackMailbox(mapping.path, namespace)
             if fallback is None:
@@ -221,6 +258,8 @@ class FolderNameFallback:
             return list(mappings), remaining
         missing = mailboxesToCreate([path for _, path in targets.values()], existing, namespace)
         refused = await self._session.createMailboxes(missing, None, subscribe=subscribe)
+        # Made meanwhile (by another client, or a race): there to use.
+        refused = {name: why for name, why in refused.items() if not alreadyExists(why)}
         for mailbox, (fallback, _) in targets.items():
             why = remaining[mailbox]
             if fallback in refused:

@@ -6,13 +6,13 @@ subscriptions and special uses, and the personal namespace new ones go in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from attrs import frozen
 
 from imapmig.imap.session import IMAPSession
 from imapmig.plan import PersonalNamespace
 
 
-@dataclass(frozen=True)
+@frozen
 class DestinationView:
     """
     The destination's mailboxes as LIST shows them, and where new ones go.
