@@ -101,6 +101,55 @@ class ParseTests(SynchronousTestCase):
             self.assertIn("NAMESPACE", str(error), line)
             self.assertNotIn("\x00", str(error))
 
+    def test_prefixWithoutDelimiter(self) -> None:
+        """
+        A personal prefix that does not end with its delimiter takes it, so
+        that folders are not glued onto the prefix: C{INBOX} with C{.} is
+        C{INBOX.}, C{INBOX.Sent} the path C{("Sent",)}.  Other users' and
+        shared prefixes are left as sent.
+        """
+        parsed = parseNamespaceResponse(
+            b'NAMESPACE (("INBOX" ".")("#mh/" "/")) (("~" "/")) (("#shared" "/"))'
+        )
+        self.assertEqual(
+            parsed.personal, (PersonalNamespace("INBOX.", "."), PersonalNamespace("#mh/", "/"))
+        )
+        self.assertEqual(parsed.others, (PersonalNamespace("~", "/"),))
+        self.assertEqual(parsed.shared, (PersonalNamespace("#shared", "/"),))
+        personal = parsed.personalNamespace()
+        self.assertEqual(personal.mailbox(("Sent",)), "INBOX.Sent")
+        self.assertEqual(personal.path("INBOX.Sent"), ("Sent",))
+
+    def test_prefixWithoutDelimiterFlat(self) -> None:
+        """
+        A prefix with a C{NIL} delimiter, or the empty prefix, is left as
+        sent.
+        """
+        self.assertEqual(
+            parseNamespaceResponse(b'NAMESPACE (("INBOX" NIL)) NIL NIL').personal,
+            (PersonalNamespace("INBOX", None),),
+        )
+        self.assertEqual(
+            parseNamespaceResponse(b'NAMESPACE (("" "/")) NIL NIL').personal,
+            (PersonalNamespace("", "/"),),
+        )
+
+    def test_delimiterNotOneCharacter(self) -> None:
+        """
+        A delimiter of more than one character, or NUL, in any of the three
+        lists is a malformed response (RFC 2342 allows one character).
+        """
+        for line in [
+            b'NAMESPACE (("" "//")) NIL NIL',
+            b'NAMESPACE (("INBOX." "ab")) NIL NIL',
+            b'NAMESPACE (("" "\x00")) NIL NIL',
+            b'NAMESPACE (("" "/")) (("~" "::")) NIL',
+            b'NAMESPACE (("" "/")) NIL (("#s/" "/-"))',
+        ]:
+            error = self.assertRaises(ProtocolError, parseNamespaceResponse, line)
+            self.assertIn("one character", str(error), line)
+            self.assertNotIn("\x00", str(error))
+
     def test_bounded(self) -> None:
         """
         More than L{MAX_NAMESPACES} namespaces of a kind are refused.
@@ -223,3 +272,18 @@ class SessionTests(SynchronousTestCase):
         self.pump.flush()
         error = self.failureResultOf(d, ProtocolError).value
         self.assertTrue(str(error).startswith("alice at memory: a malformed NAMESPACE response"))
+
+    def test_malformedPointsToOverride(self) -> None:
+        """
+        The error for a malformed response (here a two-character
+        delimiter) says that the server's C{namespace:} setting in the
+        configuration overrides it.
+        """
+        store = FakeMailStore({"alice": "secret"}, namespaceText=b'(("" "//")) NIL NIL')
+        session, _ = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        d = Deferred.fromCoroutine(session.namespaces())
+        self.pump.flush()
+        error = self.failureResultOf(d, ProtocolError).value
+        self.assertIn("one character", str(error))
+        self.assertIn("namespace:", str(error))
+        self.assertIn("configuration", str(error))

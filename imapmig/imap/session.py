@@ -502,7 +502,11 @@ class IMAPSession:
         try:
             namespaces = namespaceResponse(lines)
         except ProtocolError as e:
-            raise _retold(e, f"{self._description}: {e}") from None
+            raise _retold(
+                e,
+                f"{self._description}: {e}; a namespace: setting for this server"
+                " in the configuration replaces the personal namespace it announces",
+            ) from None
         if not namespaces.personal:
             # No personal namespace (NIL): folders are still created at
             # the top, with LIST's delimiter.
