@@ -6,10 +6,11 @@ offers it.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublisher
 from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -250,16 +251,61 @@ class SessionTests(SynchronousTestCase):
 
     def test_override(self) -> None:
         """
-        The configuration's override is believed: nothing is sent.
+        With the configuration's override, a server offering NAMESPACE is
+        still asked: the override replaces only the personal namespace,
+        marked configured; other users' and shared ones are the server's.
         """
-        store = FakeMailStore({"alice": "secret"}, prefix="INBOX.")
+        store = FakeMailStore(
+            {"alice": "secret"}, namespaceText=b'(("INBOX." ".")) (("user." ".")) (("shared." "."))'
+        )
         session, server = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
-        session.namespaceOverride = PersonalNamespace("", "/")
+        session.namespaceOverride = PersonalNamespace("", ".")
+        spaces = self.drive(session.namespaces())
+        self.assertEqual(
+            spaces,
+            ServerNamespaces(
+                personal=(PersonalNamespace("", ".", configured=True),),
+                others=(PersonalNamespace("user.", "."),),
+                shared=(PersonalNamespace("shared.", "."),),
+            ),
+        )
+        self.assertEqual(server.received[-1][5:], b"NAMESPACE")
+
+    def test_overrideNotOffered(self) -> None:
+        """
+        With the override and a server without NAMESPACE, the override
+        alone: nothing is sent.
+        """
+        session, server = self.connect(FakeMailStore({"alice": "secret"}))
+        session.namespaceOverride = PersonalNamespace("INBOX.", ".")
         sent = len(server.received)
         spaces = self.drive(session.namespaces())
-        assert isinstance(spaces, ServerNamespaces)
-        self.assertEqual(spaces.personalNamespace(), PersonalNamespace("", "/"))
+        self.assertEqual(
+            spaces, ServerNamespaces(personal=(PersonalNamespace("INBOX.", ".", configured=True),))
+        )
         self.assertEqual(len(server.received), sent)
+
+    def test_overrideMalformed(self) -> None:
+        """
+        With the override, a malformed NAMESPACE response is one warning,
+        and the override alone is believed.
+        """
+        store = FakeMailStore({"alice": "secret"}, namespaceText=b'(("" "//")) NIL NIL')
+        session, _ = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        session.namespaceOverride = PersonalNamespace("", None)
+        events: list[dict[str, Any]] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        spaces = self.drive(session.namespaces())
+        self.assertEqual(
+            spaces, ServerNamespaces(personal=(PersonalNamespace("", None, configured=True),))
+        )
+        warnings = [e for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(len(warnings), 1)
+        text = formatEvent(warnings[0])
+        self.assertTrue(text.startswith("alice at memory: a malformed NAMESPACE response"), text)
+        self.assertIn("the configured namespace alone", text)
 
     def test_malformed(self) -> None:
         """

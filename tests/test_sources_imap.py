@@ -606,7 +606,46 @@ class NamespaceFolderTests(SourceTestCase):
         self.source = IMAPSource(opened, "alice at source")
         folders = self.run_(self.source.listFolders())
         self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
-        self.assertNotIn(b"NAMESPACE", self.account.commands)
+
+    def test_overrideLeavesSharedOut(self) -> None:
+        """
+        With the override, NAMESPACE is still asked: an empty configured
+        prefix does not make other users' and shared mailboxes personal.
+        """
+        self.account.namespaceText = b'(("" ".")) (("user." ".")) (("shared." "."))'
+        self.account.folder("Sent")
+        self.account.folder("user.bob.INBOX")
+        self.account.folder("shared.team")
+
+        async def opened() -> IMAPSession:
+            session = await self.harness.open()
+            session.namespaceOverride = PersonalNamespace("", ".")
+            return session
+
+        self.source = IMAPSource(opened, "alice at source")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
+        self.assertIn(b"NAMESPACE", self.account.commands)
+
+    def test_overrideFlat(self) -> None:
+        """
+        An override without a separator makes the server flat: a listed
+        name is one level even where LIST shows a delimiter; a NAMESPACE
+        without a delimiter takes LIST's.
+        """
+        self.account.namespaceText = b'(("" NIL)) NIL NIL'
+        self.account.folder("a.b")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("a", "b")])
+
+        async def opened() -> IMAPSession:
+            session = await self.harness.open()
+            session.namespaceOverride = PersonalNamespace("", None)
+            return session
+
+        self.source = IMAPSource(opened, "alice at source")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("a.b",)])
 
 
 class PlainServerFolderTests(SourceTestCase):

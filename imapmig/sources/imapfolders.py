@@ -43,14 +43,15 @@ def namespacePath(
     prefix).
 
     @param delimiter: the delimiter LIST gave the mailbox, used where the
-        namespace has none.
+        server's namespace has none (a configured one is believed, so
+        L{None} there keeps the name whole).
     """
     if spaces.foreignKind(name) is not None:
         return None
     personal = spaces.personalNamespace()
     if not personal.holds(name):
         return None
-    if personal.delimiter is None:
+    if personal.delimiter is None and not personal.configured:
         personal = PersonalNamespace(personal.prefix, delimiter)
     return personal.path(name)
 
