@@ -30,10 +30,14 @@ class PersonalNamespace:
         starts with (C{""} or e.g. C{"INBOX."}); when not empty it
         usually ends with the delimiter.
     @ivar delimiter: the hierarchy delimiter, or L{None} on a flat server.
+    @ivar configured: whether the configuration gave it (a server's
+        C{namespace} setting) rather than the server: its delimiter is then
+        believed even when L{None}, never replaced by the one LIST shows.
     """
 
     prefix: str = ""
     delimiter: str | None = None
+    configured: bool = False
 
     def mailbox(self, path: tuple[str, ...]) -> str:
         """

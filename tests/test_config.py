@@ -543,14 +543,14 @@ class NamespaceAndFallbackConfigTests(ConfigTestCase):
 
     def test_namespace(self) -> None:
         """
-        C{namespace} gives the personal namespace to believe: a prefix
-        ending with its separator, the empty prefix (the default when
-        absent), or a flat server's null separator.
+        C{namespace} gives the personal namespace to believe, marked
+        configured: a prefix ending with its separator, the empty prefix
+        (the default when absent), or a flat server's null separator.
         """
         for written, expected in [
-            ({"prefix": "INBOX.", "separator": "."}, PersonalNamespace("INBOX.", ".")),
-            ({"separator": "/"}, PersonalNamespace("", "/")),
-            ({"prefix": "", "separator": None}, PersonalNamespace("", None)),
+            ({"prefix": "INBOX.", "separator": "."}, PersonalNamespace("INBOX.", ".", True)),
+            ({"separator": "/"}, PersonalNamespace("", "/", True)),
+            ({"prefix": "", "separator": None}, PersonalNamespace("", None, True)),
         ]:
             document = self.document()
             document["servers"]["new"]["namespace"] = written
@@ -573,6 +573,11 @@ class NamespaceAndFallbackConfigTests(ConfigTestCase):
                 "'INBOX' must end with the separator '.' (e.g. 'INBOX.')",
             ),
             ({"prefix": "", "separator": ".", "sep": "."}, "servers.new.namespace.sep", "unknown key"),
+            (
+                {"prefix": "INBOX.", "separator": None},
+                "servers.new.namespace.prefix",
+                "'INBOX.' must be empty where the separator is null (a flat server)",
+            ),
         ]:
             document = self.document()
             document["servers"]["new"]["namespace"] = written

@@ -6,10 +6,11 @@ offers it.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublisher
 from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -99,6 +100,55 @@ class ParseTests(SynchronousTestCase):
         ]:
             error = self.assertRaises(ProtocolError, parseNamespaceResponse, line)
             self.assertIn("NAMESPACE", str(error), line)
+            self.assertNotIn("\x00", str(error))
+
+    def test_prefixWithoutDelimiter(self) -> None:
+        """
+        A personal prefix that does not end with its delimiter takes it, so
+        that folders are not glued onto the prefix: C{INBOX} with C{.} is
+        C{INBOX.}, C{INBOX.Sent} the path C{("Sent",)}.  Other users' and
+        shared prefixes are left as sent.
+        """
+        parsed = parseNamespaceResponse(
+            b'NAMESPACE (("INBOX" ".")("#mh/" "/")) (("~" "/")) (("#shared" "/"))'
+        )
+        self.assertEqual(
+            parsed.personal, (PersonalNamespace("INBOX.", "."), PersonalNamespace("#mh/", "/"))
+        )
+        self.assertEqual(parsed.others, (PersonalNamespace("~", "/"),))
+        self.assertEqual(parsed.shared, (PersonalNamespace("#shared", "/"),))
+        personal = parsed.personalNamespace()
+        self.assertEqual(personal.mailbox(("Sent",)), "INBOX.Sent")
+        self.assertEqual(personal.path("INBOX.Sent"), ("Sent",))
+
+    def test_prefixWithoutDelimiterFlat(self) -> None:
+        """
+        A prefix with a C{NIL} delimiter, or the empty prefix, is left as
+        sent.
+        """
+        self.assertEqual(
+            parseNamespaceResponse(b'NAMESPACE (("INBOX" NIL)) NIL NIL').personal,
+            (PersonalNamespace("INBOX", None),),
+        )
+        self.assertEqual(
+            parseNamespaceResponse(b'NAMESPACE (("" "/")) NIL NIL').personal,
+            (PersonalNamespace("", "/"),),
+        )
+
+    def test_delimiterNotOneCharacter(self) -> None:
+        """
+        A delimiter of more than one character, or NUL, in any of the three
+        lists is a malformed response (RFC 2342 allows one character).
+        """
+        for line in [
+            b'NAMESPACE (("" "//")) NIL NIL',
+            b'NAMESPACE (("INBOX." "ab")) NIL NIL',
+            b'NAMESPACE (("" "\x00")) NIL NIL',
+            b'NAMESPACE (("" "/")) (("~" "::")) NIL',
+            b'NAMESPACE (("" "/")) NIL (("#s/" "/-"))',
+        ]:
+            error = self.assertRaises(ProtocolError, parseNamespaceResponse, line)
+            self.assertIn("one character", str(error), line)
             self.assertNotIn("\x00", str(error))
 
     def test_bounded(self) -> None:
@@ -201,16 +251,61 @@ class SessionTests(SynchronousTestCase):
 
     def test_override(self) -> None:
         """
-        The configuration's override is believed: nothing is sent.
+        With the configuration's override, a server offering NAMESPACE is
+        still asked: the override replaces only the personal namespace,
+        marked configured; other users' and shared ones are the server's.
         """
-        store = FakeMailStore({"alice": "secret"}, prefix="INBOX.")
+        store = FakeMailStore(
+            {"alice": "secret"}, namespaceText=b'(("INBOX." ".")) (("user." ".")) (("shared." "."))'
+        )
         session, server = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
-        session.namespaceOverride = PersonalNamespace("", "/")
+        session.namespaceOverride = PersonalNamespace("", ".")
+        spaces = self.drive(session.namespaces())
+        self.assertEqual(
+            spaces,
+            ServerNamespaces(
+                personal=(PersonalNamespace("", ".", configured=True),),
+                others=(PersonalNamespace("user.", "."),),
+                shared=(PersonalNamespace("shared.", "."),),
+            ),
+        )
+        self.assertEqual(server.received[-1][5:], b"NAMESPACE")
+
+    def test_overrideNotOffered(self) -> None:
+        """
+        With the override and a server without NAMESPACE, the override
+        alone: nothing is sent.
+        """
+        session, server = self.connect(FakeMailStore({"alice": "secret"}))
+        session.namespaceOverride = PersonalNamespace("INBOX.", ".")
         sent = len(server.received)
         spaces = self.drive(session.namespaces())
-        assert isinstance(spaces, ServerNamespaces)
-        self.assertEqual(spaces.personalNamespace(), PersonalNamespace("", "/"))
+        self.assertEqual(
+            spaces, ServerNamespaces(personal=(PersonalNamespace("INBOX.", ".", configured=True),))
+        )
         self.assertEqual(len(server.received), sent)
+
+    def test_overrideMalformed(self) -> None:
+        """
+        With the override, a malformed NAMESPACE response is one warning,
+        and the override alone is believed.
+        """
+        store = FakeMailStore({"alice": "secret"}, namespaceText=b'(("" "//")) NIL NIL')
+        session, _ = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        session.namespaceOverride = PersonalNamespace("", None)
+        events: list[dict[str, Any]] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        spaces = self.drive(session.namespaces())
+        self.assertEqual(
+            spaces, ServerNamespaces(personal=(PersonalNamespace("", None, configured=True),))
+        )
+        warnings = [e for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(len(warnings), 1)
+        text = formatEvent(warnings[0])
+        self.assertTrue(text.startswith("alice at memory: a malformed NAMESPACE response"), text)
+        self.assertIn("the configured namespace alone", text)
 
     def test_malformed(self) -> None:
         """
@@ -223,3 +318,18 @@ class SessionTests(SynchronousTestCase):
         self.pump.flush()
         error = self.failureResultOf(d, ProtocolError).value
         self.assertTrue(str(error).startswith("alice at memory: a malformed NAMESPACE response"))
+
+    def test_malformedPointsToOverride(self) -> None:
+        """
+        The error for a malformed response (here a two-character
+        delimiter) says that the server's C{namespace:} setting in the
+        configuration overrides it.
+        """
+        store = FakeMailStore({"alice": "secret"}, namespaceText=b'(("" "//")) NIL NIL')
+        session, _ = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        d = Deferred.fromCoroutine(session.namespaces())
+        self.pump.flush()
+        error = self.failureResultOf(d, ProtocolError).value
+        self.assertIn("one character", str(error))
+        self.assertIn("namespace:", str(error))
+        self.assertIn("configuration", str(error))

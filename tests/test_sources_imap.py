@@ -56,7 +56,7 @@ from imapmig.sources.imap import (
     parseMessageKey,
     sourceFlags,
 )
-from imapmig.sources.imapfolders import folderPath
+from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, folderPath
 
 CET = timezone(timedelta(hours=1))
 EST = timezone(-timedelta(hours=5))
@@ -555,21 +555,41 @@ class NamespaceFolderTests(SourceTestCase):
         self.addCleanup(globalLogPublisher.removeObserver, observer)
         folders = self.run_(self.source.listFolders())
         self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
-        lines = sorted(
-            formatEvent(e) for e in events if "left out" in e.get("log_format", "")
-        )
+        leftOut = [e for e in events if "left out" in e.get("log_format", "")]
+        lines = sorted(formatEvent(e) for e in leftOut)
         self.assertEqual(
             lines,
             [
-                "alice at source: 1 mailboxes in the other users' namespace left out"
-                " ('#users.bob.INBOX'); a folder rule (include) naming them copies them",
+                "alice at source: 1 mailboxes in the other users' namespace left out,"
+                " among them ['#users.bob.INBOX']; a folder rule (include) naming them"
+                " copies them",
                 "alice at source: 1 mailboxes outside the personal namespace left"
-                " out ('Stray'); a folder rule (include) naming them copies them",
-                "alice at source: 2 mailboxes in the shared namespace left out"
-                " ('#shared.team', '#shared.team.x'); a folder rule (include) naming"
+                " out, among them ['Stray']; a folder rule (include) naming them copies them",
+                "alice at source: 2 mailboxes in the shared namespace left out, among"
+                " them ['#shared.team', '#shared.team.x']; a folder rule (include) naming"
                 " them copies them",
             ],
         )
+        # Structured: the names as a list, not pre-formatted text.
+        shared = [e for e in leftOut if e["where"] == "in the shared namespace"]
+        self.assertEqual(shared[0]["names"], ["#shared.team", "#shared.team.x"])
+
+    def test_manyLeftOut(self) -> None:
+        """
+        Of many mailboxes left out, the log event holds their count and
+        the first L{LEFT_OUT_SHOWN} names only.
+        """
+        self.account.namespaceText = b'(("" ".")) NIL (("#shared." "."))'
+        for n in range(LEFT_OUT_SHOWN + 3):
+            self.account.folder(f"#shared.f{n:02}")
+        events: list[dict[str, Any]] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.run_(self.source.listFolders())
+        [event] = [e for e in events if "left out" in e.get("log_format", "")]
+        self.assertEqual(event["count"], LEFT_OUT_SHOWN + 3)
+        self.assertEqual(event["names"], [f"#shared.f{n:02}" for n in range(LEFT_OUT_SHOWN)])
 
     def test_includeNamesShared(self) -> None:
         """
@@ -606,7 +626,46 @@ class NamespaceFolderTests(SourceTestCase):
         self.source = IMAPSource(opened, "alice at source")
         folders = self.run_(self.source.listFolders())
         self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
-        self.assertNotIn(b"NAMESPACE", self.account.commands)
+
+    def test_overrideLeavesSharedOut(self) -> None:
+        """
+        With the override, NAMESPACE is still asked: an empty configured
+        prefix does not make other users' and shared mailboxes personal.
+        """
+        self.account.namespaceText = b'(("" ".")) (("user." ".")) (("shared." "."))'
+        self.account.folder("Sent")
+        self.account.folder("user.bob.INBOX")
+        self.account.folder("shared.team")
+
+        async def opened() -> IMAPSession:
+            session = await self.harness.open()
+            session.namespaceOverride = PersonalNamespace("", ".")
+            return session
+
+        self.source = IMAPSource(opened, "alice at source")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("Sent",)])
+        self.assertIn(b"NAMESPACE", self.account.commands)
+
+    def test_overrideFlat(self) -> None:
+        """
+        An override without a separator makes the server flat: a listed
+        name is one level even where LIST shows a delimiter; a NAMESPACE
+        without a delimiter takes LIST's.
+        """
+        self.account.namespaceText = b'(("" NIL)) NIL NIL'
+        self.account.folder("a.b")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("a", "b")])
+
+        async def opened() -> IMAPSession:
+            session = await self.harness.open()
+            session.namespaceOverride = PersonalNamespace("", None)
+            return session
+
+        self.source = IMAPSource(opened, "alice at source")
+        folders = self.run_(self.source.listFolders())
+        self.assertEqual([f.path for f in folders], [("INBOX",), ("a.b",)])
 
 
 class PlainServerFolderTests(SourceTestCase):

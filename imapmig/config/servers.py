@@ -366,7 +366,8 @@ class ServersReader(ConfigReader):
         personal namespace to believe instead of the server's NAMESPACE.
         C{prefix} may be empty; C{separator} is one character, or null for
         a flat server; a non-empty prefix that does not end with the
-        separator is refused (folders would be glued to it).
+        separator, or with a null separator, is refused (folders would be
+        glued to it).
         """
         namespace = self._readMapping(value, path, _NAMESPACE_KEYS)
         if namespace is None:
@@ -402,7 +403,13 @@ class ServersReader(ConfigReader):
                 f" (e.g. {prefix + separator!r})",
             )
             return None
-        return PersonalNamespace(prefix, separator)
+        if prefix and separator is None:
+            self._problem(
+                _key(path, "prefix"),
+                f"{prefix!r} must be empty where the separator is null (a flat server)",
+            )
+            return None
+        return PersonalNamespace(prefix, separator, configured=True)
 
     def _readStarttls(self, value: object, path: str) -> bool | None:
         """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
 from attrs import frozen
 
 from imapmig.errors import ProtocolError
@@ -75,19 +76,23 @@ def _decode(value: bytes) -> str:
     """
     A prefix or delimiter: modified UTF-7 (RFC 3501 5.1.3), else UTF-8.
     """
-    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
-
     try:
         return value.decode("imap4-utf-7")
     except (UnicodeError, ValueError):
         return value.decode("utf-8", "replace")
 
 
-def _namespaces(value: Value, which: str, line: bytes) -> tuple[PersonalNamespace, ...]:
+def _namespaces(
+    value: Value, which: str, line: bytes, personal: bool = False
+) -> tuple[PersonalNamespace, ...]:
     """
     One of the three lists of a NAMESPACE response.
 
-    @raise ProtocolError: it is neither C{NIL} nor a list of namespaces.
+    @param personal: whether it is the personal list, where a non-empty
+        prefix that does not end with its delimiter (C{("INBOX" ".")})
+        takes it (C{INBOX.}), so that folder names are not glued onto it.
+    @raise ProtocolError: it is neither C{NIL} nor a list of namespaces,
+        or a delimiter is not one character (or is NUL).
     """
     if value is None:
         return ()
@@ -106,10 +111,17 @@ def _namespaces(value: Value, which: str, line: bytes) -> tuple[PersonalNamespac
             or not (entry[1] is None or isinstance(entry[1], bytes))
         ):
             raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
-        delimiter = entry[1]
-        spaces.append(
-            PersonalNamespace(_decode(entry[0]), _decode(delimiter) if delimiter else None)
-        )
+        prefix = _decode(entry[0])
+        delimiter = _decode(entry[1]) if entry[1] else None
+        if delimiter is not None and (len(delimiter) != 1 or delimiter == "\0"):
+            raise ProtocolError(
+                f"a malformed NAMESPACE response ({which}: a delimiter must be"
+                " one character, not NUL)",
+                line,
+            )
+        if personal and prefix and delimiter is not None and not prefix.endswith(delimiter):
+            prefix += delimiter
+        spaces.append(PersonalNamespace(prefix, delimiter))
     return tuple(spaces)
 
 
@@ -118,10 +130,14 @@ def parseNamespaceResponse(line: bytes) -> ServerNamespaces:
     Read one untagged NAMESPACE response: the text after C{* }, starting
     with C{NAMESPACE}.
 
+    A personal prefix that does not end with its delimiter takes it
+    (C{("INBOX" ".")} is C{INBOX.}).
+
     @raise ProtocolError: it is malformed (not three lists or C{NIL}s, a
-        namespace without a prefix and a delimiter, unbalanced
-        parentheses, too many namespaces); the error names what was wrong
-        and shows the start of the line, escaped.
+        namespace without a prefix and a delimiter, a delimiter that is
+        not one character or is NUL, unbalanced parentheses, too many
+        namespaces); the error names what was wrong and shows the start
+        of the line, escaped.
     """
     try:
         parsed = parseResponse(line)
@@ -130,7 +146,7 @@ def parseNamespaceResponse(line: bytes) -> ServerNamespaces:
     if len(parsed) < 4 or not isinstance(parsed[0], bytes) or parsed[0].upper() != b"NAMESPACE":
         raise ProtocolError("a malformed NAMESPACE response (not three lists)", line)
     return ServerNamespaces(
-        _namespaces(parsed[1], "personal", line),
+        _namespaces(parsed[1], "personal", line, personal=True),
         _namespaces(parsed[2], "other users'", line),
         _namespaces(parsed[3], "shared", line),
     )

@@ -333,8 +333,9 @@ class IMAPSession:
 
     @ivar capabilities: the server's capabilities after login.
     @ivar namespaceOverride: the personal namespace the configuration
-        gives the server (its C{namespace} key), believed instead of its
-        NAMESPACE response; L{None} to ask.
+        gives the server (its C{namespace} key), believed instead of the
+        personal namespace of its NAMESPACE response (see L{namespaces});
+        L{None} for the server's.
     """
 
     def __init__(self, client: MigrationIMAP4Client, description: str) -> None:
@@ -483,26 +484,44 @@ class IMAPSession:
 
     async def namespaces(self) -> ServerNamespaces:
         """
-        The account's namespaces: the configuration's override if any
-        (personal only, nothing asked); else the NAMESPACE response (RFC
-        2342) where the server offers it; else the empty prefix with the
-        delimiter of C{LIST "" ""}.
+        The account's namespaces: the NAMESPACE response (RFC 2342) where
+        the server offers it, else the empty prefix with the delimiter of
+        C{LIST "" ""}.  The configuration's override, if any, replaces the
+        personal namespace only (marked configured), so that other users'
+        and shared mailboxes are still known; where the server does not
+        offer NAMESPACE, or its response is malformed (one warning), the
+        override alone.
 
         @raise ProtocolError: the NAMESPACE response is missing or
-            malformed.
+            malformed, and there is no override.
         @raise CommandFailed: the server refused the command.
         """
-        if self.namespaceOverride is not None:
-            return ServerNamespaces(personal=(self.namespaceOverride,))
+        override = self.namespaceOverride
+        if override is not None:
+            override = evolve(override, configured=True)
         if b"NAMESPACE" not in self.capabilities:
-            return ServerNamespaces(
-                personal=(PersonalNamespace("", await self.hierarchyDelimiter()),)
-            )
+            if override is None:
+                override = PersonalNamespace("", await self.hierarchyDelimiter())
+            return ServerNamespaces(personal=(override,))
         lines, _ = await _mapped("NAMESPACE", self._client.sendCollecting(b"NAMESPACE"))
         try:
             namespaces = namespaceResponse(lines)
         except ProtocolError as e:
-            raise _retold(e, f"{self._description}: {e}") from None
+            if override is None:
+                raise _retold(
+                    e,
+                    f"{self._description}: {e}; a namespace: setting for this server"
+                    " in the configuration replaces the personal namespace it announces",
+                ) from None
+            log.warn(
+                "{session}: {problem}; believing the configured namespace alone"
+                " (other users' and shared namespaces unknown)",
+                session=self._description,
+                problem=str(e),
+            )
+            return ServerNamespaces(personal=(override,))
+        if override is not None:
+            return evolve(namespaces, personal=(override,))
         if not namespaces.personal:
             # No personal namespace (NIL): folders are still created at
             # the top, with LIST's delimiter.

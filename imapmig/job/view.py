@@ -19,7 +19,7 @@ class DestinationView:
 
     @ivar namespace: its personal namespace (NAMESPACE, or the
         configuration's override), with LIST's delimiter where NAMESPACE
-        gave none.
+        gave none (a configured one is believed, flat or not).
     @ivar existing: every mailbox (C{INBOX} spelled so).
     @ivar subscribed: the subscribed ones.
     @ivar uses: a selectable mailbox per special use.
@@ -48,7 +48,7 @@ class DestinationView:
             else:
                 namespace = (await session.namespaces()).personalNamespace()
         listed = await session.listFolders()
-        if namespace.delimiter is None:
+        if namespace.delimiter is None and not namespace.configured:
             delimiter = next((m.delimiter for m in listed if m.delimiter), None)
             if delimiter is None:
                 delimiter = await session.hierarchyDelimiter()

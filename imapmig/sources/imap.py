@@ -81,7 +81,7 @@ from imapmig.message import (
     toCRLF,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.imapfolders import someNames, sourceFolders
+from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 
 __all__ = [
     "COMMAND_BYTES",
@@ -655,12 +655,12 @@ class IMAPSource:
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
         for where, names in leftOut.items():
             log.info(
-                "{source}: {count} mailboxes {where} left out ({names});"
+                "{source}: {count} mailboxes {where} left out, among them {names};"
                 " a folder rule (include) naming them copies them",
                 source=self.description,
                 count=len(names),
                 where=where,
-                names=someNames(names),
+                names=names[:LEFT_OUT_SHOWN],
             )
         self._wireNames = wireNames
         return folders

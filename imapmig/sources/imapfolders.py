@@ -18,7 +18,13 @@ from imapmig.imap.session import ListedMailbox
 from imapmig.message import SourceFolder
 from imapmig.plan import FolderRules, PersonalNamespace, isIncluded
 
-__all__ = ["folderPath", "namesExplicitly", "namespacePath", "someNames", "sourceFolders"]
+__all__ = ["LEFT_OUT_SHOWN", "folderPath", "namesExplicitly", "namespacePath", "sourceFolders"]
+
+LEFT_OUT_SHOWN = 5
+"""
+How many of the mailboxes left out of a source (L{sourceFolders}) its log
+line names; it counts them all.
+"""
 
 
 def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
@@ -43,14 +49,15 @@ def namespacePath(
     prefix).
 
     @param delimiter: the delimiter LIST gave the mailbox, used where the
-        namespace has none.
+        server's namespace has none (a configured one is believed, so
+        L{None} there keeps the name whole).
     """
     if spaces.foreignKind(name) is not None:
         return None
     personal = spaces.personalNamespace()
     if not personal.holds(name):
         return None
-    if personal.delimiter is None:
+    if personal.delimiter is None and not personal.configured:
         personal = PersonalNamespace(personal.prefix, delimiter)
     return personal.path(name)
 
@@ -68,14 +75,6 @@ def namesExplicitly(patterns: Sequence[str], path: tuple[str, ...]) -> bool:
         if isIncluded(path, FolderRules(include=(pattern,))):
             return True
     return False
-
-
-def someNames(names: Sequence[str], shown: int = 5) -> str:
-    """
-    The first few of C{names}, for a log line.
-    """
-    text = ", ".join(repr(n) for n in names[:shown])
-    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def sourceFolders(
