@@ -14,7 +14,7 @@ from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublish
 from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import ProtocolError
+from imapmig.errors import CommandFailed, ProtocolError
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.namespace import (
     MAX_NAMESPACES,
@@ -318,6 +318,37 @@ class SessionTests(SynchronousTestCase):
         self.pump.flush()
         error = self.failureResultOf(d, ProtocolError).value
         self.assertTrue(str(error).startswith("alice at memory: a malformed NAMESPACE response"))
+
+    def test_overrideRefused(self) -> None:
+        """
+        With the override, a server that offers NAMESPACE and refuses it is
+        one warning, and the override alone is believed; without the
+        override the refusal is the caller's.
+        """
+        store = FakeMailStore({"alice": "secret"})
+        store.namespaceRefusal = b"NO Not today"
+        session, _ = self.connect(store, DEFAULT_CAPABILITIES + ("NAMESPACE",))
+        session.namespaceOverride = PersonalNamespace("INBOX.", ".")
+        events: list[dict[str, Any]] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        spaces = self.drive(session.namespaces())
+        self.assertEqual(
+            spaces, ServerNamespaces(personal=(PersonalNamespace("INBOX.", ".", configured=True),))
+        )
+        warnings = [formatEvent(e) for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(
+            warnings,
+            [
+                "alice at memory: the server refused NAMESPACE (NO Not today); believing the"
+                " configured namespace alone (other users' and shared namespaces unknown)"
+            ],
+        )
+        session.namespaceOverride = None
+        d = Deferred.fromCoroutine(session.namespaces())
+        self.pump.flush()
+        self.assertEqual(self.failureResultOf(d, CommandFailed).value.text, "Not today")
 
     def test_malformedPointsToOverride(self) -> None:
         """

@@ -490,11 +490,13 @@ class IMAPSession:
         personal namespace only (marked configured), so that other users'
         and shared mailboxes are still known; where the server does not
         offer NAMESPACE, or its response is malformed (one warning), the
-        override alone.
+        override alone; where it refuses NAMESPACE, the override alone
+        too (one warning).
 
         @raise ProtocolError: the NAMESPACE response is missing or
             malformed, and there is no override.
-        @raise CommandFailed: the server refused the command.
+        @raise CommandFailed: the server refused the command, and there is
+            no override.
         """
         override = self.namespaceOverride
         if override is not None:
@@ -503,7 +505,21 @@ class IMAPSession:
             if override is None:
                 override = PersonalNamespace("", await self.hierarchyDelimiter())
             return ServerNamespaces(personal=(override,))
-        lines, _ = await _mapped("NAMESPACE", self._client.sendCollecting(b"NAMESPACE"))
+        try:
+            lines, _ = await _mapped("NAMESPACE", self._client.sendCollecting(b"NAMESPACE"))
+        except CommandFailed as e:
+            if override is None:
+                raise
+            # The override is there for a server whose NAMESPACE cannot be
+            # believed; one that offers it and then refuses it is one.
+            log.warn(
+                "{session}: the server refused NAMESPACE ({status} {text}); believing the"
+                " configured namespace alone (other users' and shared namespaces unknown)",
+                session=self._description,
+                status=e.status,
+                text=e.text,
+            )
+            return ServerNamespaces(personal=(override,))
         try:
             namespaces = namespaceResponse(lines)
         except ProtocolError as e:

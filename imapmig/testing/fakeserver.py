@@ -90,6 +90,8 @@ class FakeMailStore:
         self.delimiter = delimiter
         self.prefix = prefix
         self.namespaceText = namespaceText
+        # A reply such as b"NO Not now" refuses NAMESPACE (tests set it).
+        self.namespaceRefusal: bytes | None = None
         self.refuseCreate = refuseCreate
         self._passwords = dict(users)
         self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
@@ -492,6 +494,8 @@ class FakeIMAPServer(LineReceiver):
     def _namespace(self, args: list[_Token]) -> bytes:
         if "NAMESPACE" not in self._caps:
             return b"BAD Unknown command"
+        if self.store.namespaceRefusal is not None:
+            return self.store.namespaceRefusal
         text = self.store.namespaceText
         if text is None:
             text = b"((%s %s)) NIL NIL" % (
