@@ -54,9 +54,10 @@ from imapmig.testing.corpus import Corpus, CorpusMessage, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
 from imapmig.testing.faultproxy import Fault, FaultProxy
 
-USERS_PER_INSTANCE = 24
+USERS_PER_INSTANCE = 96
 """
-Accounts each shared instance is started with; one per test that uses it.
+Accounts each shared instance is started with; one per test that uses it
+(the whole suite in one process takes about sixty).
 """
 
 _instances: dict[str | None, DovecotInstance] = {}

@@ -24,11 +24,9 @@ from typing import Any, Callable
 
 from OpenSSL.SSL import Connection as TLSConnection
 from twisted.internet import reactor as _globalReactor
-from twisted.internet import tcp
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
 from twisted.internet.protocol import Factory, Protocol, connectionDone
-from twisted.internet.task import deferLater
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
@@ -57,6 +55,7 @@ from tests.support import (
     fetchedView,
     freshUser,
     mailboxName,
+    settleConnections,
     sharedDovecot,
     writePasswordFile,
 )
@@ -153,23 +152,6 @@ def _config(
     return parseConfig(document, os.path.join(directory, "imapmig.yaml"))
 
 
-async def _settle() -> None:
-    """
-    Wait until every TCP connection the code under test (or a test's proxy)
-    opened is closed: a session closes its connection after its LOGOUT
-    reply, a reactor turn or so after the job reports its end, and trial
-    fails a test that leaves a socket behind.
-    """
-    for _ in range(500):
-        if not any(
-            isinstance(selectable, (tcp.Client, tcp.Server))
-            for selectable in reactor.getReaders() + reactor.getWriters()
-        ):
-            return
-        await deferLater(reactor, 0.01, lambda: None)
-    raise AssertionError("connections still open 5 s after the run")
-
-
 async def _runService(config: Config) -> tuple[bool, JobProgress]:
     """
     Run the daemon built from C{config} until its queue is drained, then
@@ -185,7 +167,7 @@ async def _runService(config: Config) -> tuple[bool, JobProgress]:
         allCompleted = await finished.addTimeout(60, reactor)
     finally:
         await service.stopService()
-        await _settle()
+        await settleConnections(reactor)
     return allCompleted, service.progress.job(JOB)
 
 

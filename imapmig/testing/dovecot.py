@@ -538,19 +538,7 @@ class DovecotInstance(AccountReader):
         The last C{lines} lines of Dovecot's log (and of its standard output
         and error, where configuration errors are reported).
         """
-        parts = []
-        for path in (self._outputPath, self._logPath):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    f.seek(max(0, f.tell() - 200 * lines))
-                    text = f.read().decode("utf-8", "replace")
-            except OSError:
-                continue
-            tail = "\n".join(text.splitlines()[-lines:])
-            if tail:
-                parts.append(f"--- {path}\n{tail}")
-        return "\n".join(parts)
+        return tailOfFiles((self._outputPath, self._logPath), lines)
 
     def imapClient(self, user: str) -> IMAP4:
         """
@@ -779,6 +767,27 @@ class DovecotInstance(AccountReader):
             lines = result.stderr.strip().splitlines() or [b"no output"]
             raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
         return result.stdout.split(b"\r\n", 1)[0]
+
+
+def tailOfFiles(paths: Sequence[str], lines: int) -> str:
+    """
+    The last C{lines} lines of each file of C{paths} that exists and is
+    not empty, each under a C{--- PATH} line: what a test shows of a
+    server's logs when it fails.
+    """
+    parts = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200 * lines))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        tail = "\n".join(text.splitlines()[-lines:])
+        if tail:
+            parts.append(f"--- {path}\n{tail}")
+    return "\n".join(parts)
 
 
 def waitForGreetings(

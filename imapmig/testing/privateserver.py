@@ -32,6 +32,7 @@ from imapmig.testing.dovecot import (
     _freePorts,
     _makeTraversable,
     _readGreeting,
+    tailOfFiles,
     waitForGreetings,
     writeTestCertificates,
 )
@@ -247,19 +248,7 @@ class PrivateServer(AccountReader):
         """
         The last C{lines} lines of the server's output and log files.
         """
-        parts = []
-        for path in [self._outputPath, *self._logPaths()]:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    f.seek(max(0, f.tell() - 200 * lines))
-                    text = f.read().decode("utf-8", "replace")
-            except OSError:
-                continue
-            tail = "\n".join(text.splitlines()[-lines:])
-            if tail:
-                parts.append(f"--- {path}\n{tail}")
-        return "\n".join(parts)
+        return tailOfFiles([self._outputPath, *self._logPaths()], lines)
 
     def imapClient(self, user: str) -> IMAP4:
         """
