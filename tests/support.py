@@ -57,7 +57,7 @@ from imapmig.testing.faultproxy import Fault, FaultProxy
 USERS_PER_INSTANCE = 96
 """
 Accounts each shared instance is started with; one per test that uses it
-(the whole suite in one process takes about sixty).
+(the whole suite in one process takes more than 24; room to grow).
 """
 
 _instances: dict[str | None, DovecotInstance] = {}
