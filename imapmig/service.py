@@ -96,9 +96,8 @@ def sessionOpener(
             tlsOptions=tlsOptions,
             timeout=server.timeout,
             compress=server.compress,
+            namespaceOverride=server.namespace,
         )
-        # The server's namespace key: believed instead of NAMESPACE.
-        session.namespaceOverride = server.namespace
         return session
 
     return open

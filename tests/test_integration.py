@@ -37,6 +37,7 @@ from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
 from imapmig.imap.pipeline import AppendOutcomes, AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.imap.session import IMAPSession
 from imapmig.message import toCRLF
+from imapmig.plan import PersonalNamespace
 from imapmig.progress import JobProgress, JobState
 from imapmig.service import buildService, sessionOpener
 from imapmig.state.sqlite import SQLiteStateStore
@@ -538,6 +539,34 @@ def _tcpSocket(transport: Any) -> socket.socket:
     sock = transport.socket
     assert isinstance(sock, socket.socket)
     return sock
+
+
+class NamespaceOverrideTests(TestCase):
+    """
+    A server's C{namespace} key reaches the sessions the daemon opens.
+    """
+
+    async def test_override(self) -> None:
+        """
+        With C{namespace: {prefix: "", separator: "/"}} on a Dovecot whose
+        NAMESPACE says C{.}, the session believes the configured personal
+        namespace (marked configured).
+        """
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        serverConfig = _serverConfig(
+            self, instance, **_plainServer(instance), namespace={"prefix": "", "separator": "/"}
+        )
+        session = await sessionOpener(reactor, serverConfig, user.name, user.password)()
+        try:
+            spaces = await session.namespaces()
+            self.assertEqual(
+                spaces.personalNamespace(), PersonalNamespace("", "/", configured=True)
+            )
+        finally:
+            await session.logout()
+            await session.client.closed
 
 
 class NoDelayTests(TestCase):

@@ -338,11 +338,16 @@ class IMAPSession:
         L{None} for the server's.
     """
 
-    def __init__(self, client: MigrationIMAP4Client, description: str) -> None:
+    def __init__(
+        self,
+        client: MigrationIMAP4Client,
+        description: str,
+        namespaceOverride: PersonalNamespace | None = None,
+    ) -> None:
         self._client = client
         self._description = description
         self.capabilities: frozenset[bytes] = frozenset()
-        self.namespaceOverride: PersonalNamespace | None = None
+        self.namespaceOverride = namespaceOverride
         self._pipeline: AppendPipeline | None = None
 
     @property
@@ -1098,6 +1103,7 @@ async def openSession(
     tlsOptions: object,
     timeout: float,
     compress: bool = False,
+    namespaceOverride: PersonalNamespace | None = None,
 ) -> IMAPSession:
     """
     Connect, secure, log in, and compress.
@@ -1110,6 +1116,8 @@ async def openSession(
         progress at each step: connecting, the greeting (and an implicit
         TLS handshake before it), STARTTLS and its handshake, login, and
         every later command (see L{imapmig.imap.deadline}).
+    @param namespaceOverride: the server's configured personal namespace
+        (see L{IMAPSession.namespaces}), if any.
     @param compress: turn on COMPRESS=DEFLATE right after login where the
         server offers it.
     @raise TransientError: connecting failed or timed out.
@@ -1130,7 +1138,7 @@ async def openSession(
         ) from None
     except Exception as e:
         raise TransientError(f"{description}: cannot connect: {e}") from None
-    session = IMAPSession(client, description)
+    session = IMAPSession(client, description, namespaceOverride)
     try:
         await _mapped("greeting", client.greeted)
         if starttls:
