@@ -508,17 +508,13 @@ async def verifyJob(
     session = await openDestination()
     try:
         view = await DestinationView.read(session)
-        listed = await session.listFolders()
         byName = {
-            ("INBOX" if m.name.upper() == "INBOX" else m.name): m for m in listed if m.selectable
+            ("INBOX" if m.name.upper() == "INBOX" else m.name): m
+            for m in view.listed
+            if m.selectable
         }
-        uses = {}
-        for m in listed:
-            use = m.specialUse
-            if use is not None and m.selectable and use not in uses:
-                uses[use] = m.name
         folders = await source.listFolders()
-        mappings, excluded = mapFolders(folders, rules, view.namespace, uses)
+        mappings, excluded = mapFolders(folders, rules, view.namespace, view.uses)
         # Where the job fell back to a safe spelling, so does verify.
         fallbacks = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
         mappings = withRecordedFallbacks(mappings, fallbacks, view.existing, view.namespace)

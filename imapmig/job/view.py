@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from imapmig.imap.session import IMAPSession
+from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.plan import PersonalNamespace
 
 
@@ -23,12 +23,14 @@ class DestinationView:
     @ivar existing: every mailbox (C{INBOX} spelled so).
     @ivar subscribed: the subscribed ones.
     @ivar uses: a selectable mailbox per special use.
+    @ivar listed: the mailboxes as LIST showed them.
     """
 
     namespace: PersonalNamespace
     existing: frozenset[str]
     subscribed: frozenset[str]
     uses: dict[str, str]
+    listed: tuple[ListedMailbox, ...] = ()
 
     @classmethod
     async def read(
@@ -62,4 +64,5 @@ class DestinationView:
             frozenset("INBOX" if m.name.upper() == "INBOX" else m.name for m in listed),
             frozenset(m.name for m in listed if m.subscribed),
             uses,
+            tuple(listed),
         )
