@@ -30,9 +30,12 @@ from typing import Any, Mapping, Sequence
 import yaml
 from attrs import frozen
 from twisted.internet import reactor as _globalReactor
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from imapmig.config import Config, loadConfig
+from imapmig.progress import JobState
+from imapmig.service import buildService
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.courier import CourierInstance, startCourier
 from imapmig.testing.cyrus import CyrusInstance, startCyrus
@@ -46,7 +49,7 @@ from imapmig.testing.hardcases import (
 )
 from imapmig.testing.privateserver import IMAPUser, PrivateServer
 from tests.support import corpusView, freshUser, migrate, newDirectory, reportJobs, sharedDovecot
-from tests.support import verifyDifferences, verifyJobs, writePasswordFile
+from tests.support import settleConnections, verifyDifferences, verifyJobs, writePasswordFile
 
 reactor: Any = _globalReactor
 
@@ -582,3 +585,67 @@ def _cyrusBehaviour(instance: CyrusInstance, munge8bit: bool) -> ServerBehaviour
         ),
         rewritten=rewritten,
     )
+
+
+class CourierTLSTests(TestCase):
+    """
+    TLS with the real Courier-IMAP: STARTTLS works, and a Courier that
+    cannot start TLS (its key unreadable by the C{courier} user) answers
+    C{OK Begin SSL/TLS negotiation} and ends the handshake with
+    C{close_notify}, which fails the job with a clear error naming the
+    server, not a crash.
+    """
+
+    async def _migrateOverTLS(self, instance: CourierInstance) -> tuple[bool, Any]:
+        """
+        Run one job of three messages into C{instance} over STARTTLS,
+        verifying its certificate with its private CA.
+        """
+        user = IMAPUser("tlsuser", "tls-password-1")
+        instance.addUser(user)
+        maildir = os.path.join(newDirectory(self), "Maildir")
+        writeMaildir(maildir, 3, seed=16, profile="small")
+        server = {
+            "endpoint": f"tcp:127.0.0.1:{instance.port}",
+            "starttls": "required",
+            "tls_ca": instance.caCertificatePath,
+            "tls_hostname": "localhost",
+        }
+        config = _writeConfig(
+            self, {"courier": server}, [("tls", {"maildir": maildir}, "courier", user)]
+        )
+        finished: Deferred[bool] = Deferred()
+        service = buildService(config, reactor, whenDone=finished.callback)
+        service.startService()
+        try:
+            completed = await finished.addTimeout(60, reactor)
+        finally:
+            await service.stopService()
+        await settleConnections(reactor)
+        return completed, service.progress.job("tls")
+
+    async def test_startTLS(self) -> None:
+        """
+        Over STARTTLS every message arrives.
+        """
+        instance = startCourier(self)
+        completed, progress = await self._migrateOverTLS(instance)
+        self.assertTrue(completed, progress.error)
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (3, 0))
+
+    async def test_handshakeEnded(self) -> None:
+        """
+        A Courier that cannot start TLS fails the job at once with the
+        server's name and what happened; nothing is logged as a crash.
+        """
+        instance = startCourier(self)
+        instance.breakStartTLS()
+        completed, progress = await self._migrateOverTLS(instance)
+        self.assertFalse(completed)
+        self.assertEqual(progress.state, JobState.FAILED)
+        self.assertEqual(
+            progress.error,
+            f"tlsuser at tcp:127.0.0.1:{instance.port}:"
+            " the server ended the TLS handshake (close_notify)",
+        )
+        self.assertEqual(self.flushLoggedErrors(), [])

@@ -187,6 +187,18 @@ class CourierInstance(PrivateServer):
         if os.path.isdir(self._etc):
             self._writeUsers()
 
+    def breakStartTLS(self) -> None:
+        """
+        Misconfigure STARTTLS as an admin might: the key and certificate
+        become readable by root only, so C{couriertls}, which runs as the
+        C{courier} user, cannot start.  Courier then answers C{OK Begin
+        SSL/TLS negotiation now.} and ends the handshake at once with a TLS
+        C{close_notify} (what issue 16 saw).  Call it after L{start}.
+        """
+        certificate = os.path.join(self._etc, "server-and-key.pem")
+        os.chown(certificate, 0, 0)
+        os.chmod(certificate, 0o600)
+
     # -- PrivateServer -------------------------------------------------------
 
     def _prepare(self) -> None:
