@@ -880,16 +880,21 @@ def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> by
     return the first line the server sends.
     """
     with socket.create_connection((address, port), timeout=2) as raw:
+        # wrap_socket takes the descriptor over from raw: the TLS socket
+        # must be closed itself, or it lingers until collected.
         sock: socket.socket = raw
         if context is not None:
             sock = context.wrap_socket(raw, server_hostname="localhost")
-        data = b""
-        while b"\r\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        return data.split(b"\r\n", 1)[0]
+        try:
+            data = b""
+            while b"\r\n" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.split(b"\r\n", 1)[0]
+        finally:
+            sock.close()
 
 
 def _freePorts(count: int) -> list[int]:
