@@ -18,22 +18,36 @@ difference, writes the whole report as JSON (default
 C{imapmig-verify.json}), and exits 0 when there is no difference, 1 when
 there is any (or a job could not be verified), 2 on an invalid
 configuration.
+
+    imapmig plan --config FILE [--job NAME] [--json]
+
+shows, per job, what a run would do now, writing nothing anywhere: the
+source's folders with their message counts and sizes, the destination
+mailbox each goes to (and why), the messages the state database records
+as migrated and those left to copy, and the mailboxes the run would
+create.  Exit status 0, 1 when a job could not be planned (each says
+why), 2 on an invalid configuration.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any, Callable, Coroutine, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence, TextIO, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from imapmig.config import Config, loadConfig
+from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
 from imapmig.errors import ConfigError, ImapmigError, PermanentError
 from imapmig.state import IStateStore
+from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+
+if TYPE_CHECKING:
+    from imapmig.preview import JobPlan
 
 T = TypeVar("T")
 
@@ -184,6 +198,148 @@ async def verify(
     return status
 
 
+def _octets(size: int) -> str:
+    """
+    C{size} for a reader: octets, kB, MB or GB (powers of 1000).
+    """
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def _sourceDescription(job: JobConfig) -> str:
+    """
+    The job's source, for the admin: the account or the path.
+    """
+    source = job.source
+    if isinstance(source, ImapSourceConfig):
+        return f"IMAP {source.user} at {source.server.endpoint}"
+    kind = type(source).__name__.replace("SourceConfig", "").lower()
+    return f"{kind} {source.path}"
+
+
+def _writePlan(preview: JobPlan, out: TextIO) -> None:
+    """
+    Write one job's plan as a table.
+    """
+    namespace = preview.namespace
+    out.write(
+        f"  destination namespace: prefix {namespace.prefix!r},"
+        f" delimiter {namespace.delimiter!r}\n"
+    )
+    rows = [("folder", "messages", "size", "mailbox", "how", "migrated", "to copy")]
+    for f in preview.folders:
+        folder = f.folder + (f" ({f.specialUse})" if f.specialUse else "")
+        if f.error is not None:
+            rows.append((folder, "-", "-", f.mailbox or "-", "unreadable", "-", "-"))
+            continue
+        if f.mailbox is None:
+            mailbox, how = "-", "left out by the folder rules"
+        else:
+            mailbox = f.mailbox + ("" if f.mailboxExists else " (new)")
+            how = f.how
+        rows.append(
+            (
+                folder,
+                str(f.messages),
+                _octets(f.size),
+                mailbox,
+                how,
+                str(f.migrated) if f.mailbox is not None else "-",
+                (f"{f.toCopy} ({_octets(f.toCopySize)})" if f.toCopy else "0")
+                if f.mailbox is not None
+                else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+    for f in preview.unreadable:
+        out.write(f"  cannot list {f.folder}: {f.error}\n")
+    for name, use in preview.create:
+        out.write(f"  would create {name}" + (f" ({use})" if use else "") + "\n")
+    for name in preview.subscribe:
+        out.write(f"  would subscribe {name}\n")
+    totals = preview.totals()
+    failedBefore = sum(f.failedBefore for f in preview.folders)
+    out.write(
+        f"  total: {totals['messages']} messages ({_octets(totals['size'])}) in"
+        f" {totals['folders']} folders ({totals['excluded_folders']} left out):"
+        f" {totals['migrated']} migrated, {totals['to_copy']} to copy"
+        f" ({_octets(totals['to_copy_size'])})"
+        + (f", {failedBefore} of them failed before" if failedBefore else "")
+        + f"; {totals['mailboxes_to_create']} mailboxes to create\n"
+    )
+
+
+async def plan(
+    config: Config,
+    jobs: Sequence[str],
+    store: IStateStore,
+    reactor: Any,
+    asJSON: bool,
+    out: TextIO,
+) -> int:
+    """
+    Plan C{jobs} (L{imapmig.preview.previewJob}) and write each plan to
+    C{out}, as text tables or one JSON document.  Nothing is written
+    anywhere else.
+
+    @return: the exit status: 0 when every job was planned, 1 otherwise.
+    """
+    from imapmig.preview import previewJob
+    from imapmig.service import sessionOpener, sourceFor
+    from imapmig.sources.imap import IMAPSource
+
+    document: list[dict[str, object]] = []
+    status = 0
+    for job in config.jobs:
+        if job.name not in jobs:
+            continue
+        destination = job.destination
+        openDestination = sessionOpener(
+            reactor, destination.server, destination.user, destination.password.value
+        )
+        source = sourceFor(job, reactor)
+        header = (
+            f"{job.name}: {_sourceDescription(job)} -> {destination.user} at"
+            f" {destination.server.endpoint}"
+        )
+        try:
+            try:
+                preview = await previewJob(
+                    job.name,
+                    source,
+                    job.folders,
+                    openDestination,
+                    store,
+                    job.folderNameFallback,
+                )
+            finally:
+                if isinstance(source, IMAPSource):
+                    await source.close()
+        except ImapmigError as e:
+            status = 1
+            document.append({"job": job.name, "error": str(e)})
+            if not asJSON:
+                out.write(f"{header}\n  cannot plan: {e}\n")
+            continue
+        if preview.unreadable:
+            status = 1
+        entry = preview.toJSON()
+        entry["source"] = _sourceDescription(job)
+        entry["destination"] = f"{destination.user} at {destination.server.endpoint}"
+        document.append(entry)
+        if not asJSON:
+            out.write(header + "\n")
+            _writePlan(preview, out)
+    if asJSON:
+        json.dump(document, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    return status
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """
     Run the command; return its exit status.
@@ -204,6 +360,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     verifyParser.add_argument(
         "--report", default="imapmig-verify.json", help="where to write the JSON report"
     )
+    planParser = commands.add_parser(
+        "plan", help="what a run would copy and create, writing nothing"
+    )
+    planParser.add_argument("--config", required=True, help="the YAML configuration")
+    planParser.add_argument("--job", action="append", help="only this job (repeatable)")
+    planParser.add_argument("--json", action="store_true", help="JSON output")
     args = parser.parse_args(argv)
     try:
         config = loadConfig(args.config)
@@ -216,8 +378,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         if name not in names:
             sys.stderr.write(f"{args.config}: no job named {name!r} (jobs: {', '.join(names)})\n")
             return 2
+    store: IStateStore
     try:
-        store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
+        if args.command == "plan" and not os.path.exists(config.statePath):
+            # No state database yet: nothing was copied, and plan creates
+            # none.
+            store = MemoryStateStore()
+        else:
+            store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
     except PermanentError as e:
         sys.stderr.write(f"{e}\n")
         return 2
@@ -225,6 +393,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         if args.command == "report":
             report(store, args.job or names, args.json, out)
             return 0
+        if args.command == "plan":
+            return _runReactor(
+                lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)
+            )
         return _runReactor(
             lambda reactor: verify(config, args.job or names, store, reactor, args.report, out)
         )
