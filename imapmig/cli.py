@@ -163,7 +163,11 @@ async def verify(
             continue
         destination = job.destination
         openDestination = sessionOpener(
-            reactor, destination.server, destination.user, destination.password.value
+            reactor,
+            destination.server,
+            destination.user,
+            destination.password.value,
+            destination.admin,
         )
         source = sourceFor(job, reactor)
         try:

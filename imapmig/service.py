@@ -36,6 +36,7 @@ from imapmig.config import (
     MboxSourceConfig,
     ServerConfig,
 )
+from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
@@ -74,11 +75,17 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
 
 
 def sessionOpener(
-    reactor: Any, server: ServerConfig, user: str, password: str
+    reactor: Any, server: ServerConfig, user: str, password: str, admin: str | None = None
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
+
+    @param password: the user's password, or the admin's with C{admin}.
+    @param admin: the admin who logs in on behalf of C{user}, if any.
     """
+    credentials: Credentials = (
+        PasswordLogin(user, password) if admin is None else AdminLogin(user, admin, password)
+    )
     tlsOptions = tlsOptionsFor(server)
     endpoint = clientFromString(reactor, server.tcpEndpoint)
     if server.implicitTLS:
@@ -90,8 +97,7 @@ def sessionOpener(
             endpoint,
             reactor,
             description=description,
-            user=user,
-            password=password,
+            credentials=credentials,
             starttls=server.starttls,
             tlsOptions=tlsOptions,
             timeout=server.timeout,
@@ -116,7 +122,9 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
-            sessionOpener(reactor, source.server, source.user, source.password.value),
+            sessionOpener(
+                reactor, source.server, source.user, source.password.value, source.admin
+            ),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
@@ -257,7 +265,11 @@ def buildService(
                 store,
                 progress.addJob(jobConfig.name),
                 sessionOpener(
-                    reactor, destination.server, destination.user, destination.password.value
+                    reactor,
+                    destination.server,
+                    destination.user,
+                    destination.password.value,
+                    destination.admin,
                 ),
                 reactor,
                 settingsFor(jobConfig, config.stopTimeout),

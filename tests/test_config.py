@@ -626,6 +626,9 @@ class ExampleFileTests(ConfigTestCase):
                 replacements[source["password_file"]] = self.passwordFile
             if "password_file" in job["destination"]:
                 replacements[job["destination"]["password_file"]] = self.passwordFile
+            if "admin" in job["destination"]:
+                admin = job["destination"]["admin"]
+                replacements[admin["password_file"]] = self.passwordFile
         for written, replacement in replacements.items():
             text = text.replace(written, replacement)
         loaded = self.load(text)
@@ -649,10 +652,11 @@ class ExampleFileTests(ConfigTestCase):
             (config._SERVER_KEYS, {key for server in servers for key in server}),
             (config._DEFAULTS_KEYS, set(document["defaults"])),
             (config._JOB_KEYS, {key for job in jobs for key in job}),
-            # An IMAP source takes a password like a destination; the
-            # example shows the inline form under destination only.
+            # An IMAP source takes a password or an admin like a
+            # destination; the example shows the inline password and the
+            # admin under destination only.
             (
-                tuple(set(config._SOURCE_KEYS) - {"password"}),
+                tuple(set(config._SOURCE_KEYS) - {"password", "admin"}),
                 {key for job in jobs for key in job["source"]},
             ),
             (
@@ -777,7 +781,7 @@ class ProblemTests(ConfigTestCase):
         self.assertOnlyProblem(
             document,
             "jobs[0].destination.zzz",
-            "unknown key 'zzz' (known keys: server, user, password, password_file)",
+            "unknown key 'zzz' (known keys: server, user, password, password_file, admin)",
         )
 
     def test_wrongType(self) -> None:

@@ -1,7 +1,9 @@
 # -*- test-case-name: tests.test_config -*-
 """
 Accounts: a server, a user and a password (or password file), for a
-destination or an IMAP source.
+destination or an IMAP source; or, instead of the user's password, an
+admin credential (C{admin: {user: NAME, password_file: FILE}}) that logs
+in on behalf of the user (a "master user").
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from imapmig.config.reader import ConfigReader, _key
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 
-_DESTINATION_KEYS = ("server", "user", "password", "password_file")
+_DESTINATION_KEYS = ("server", "user", "password", "password_file", "admin")
+
+_ADMIN_KEYS = ("user", "password", "password_file")
 
 
 class AccountsReader(ConfigReader):
@@ -43,10 +47,14 @@ class AccountsReader(ConfigReader):
         destination: Mapping[str, object],
         path: str,
         servers: Mapping[str, ServerConfig | None] | None,
-    ) -> tuple[ServerConfig, str, Secret] | None:
+    ) -> tuple[ServerConfig, str, Secret, str | None] | None:
         """
         Read an account: C{server} (one of C{servers}), C{user}, and the
-        password.
+        user's password or an C{admin} credential.
+
+        @return: the server, the user, the password to log in with (the
+            admin's when there is an admin), and the admin's login name
+            or L{None}.
         """
         ok = True
 
@@ -79,13 +87,47 @@ class AccountsReader(ConfigReader):
             user = self._readString(destination["user"], _key(path, "user"))
         ok = ok and user is not None
 
-        password = self._readPassword(destination, path)
+        admin = None
+        if "admin" in destination:
+            admin = self._readAdmin(destination, path)
+            password = None if admin is None else admin[1]
+        else:
+            password = self._readPassword(destination, path)
         ok = ok and password is not None
 
         if not ok:
             return None
         assert server is not None and user is not None and password is not None
-        return server, user, password
+        return server, user, password, None if admin is None else admin[0]
+
+    def _readAdmin(
+        self, destination: Mapping[str, object], path: str
+    ) -> tuple[str, Secret] | None:
+        """
+        Read C{admin}: the admin's C{user} and exactly one of its
+        C{password} and C{password_file}, given instead of the user's
+        password.
+        """
+        if "password" in destination or "password_file" in destination:
+            self._problem(
+                path,
+                "give the user's password (password or password_file) or an admin"
+                " credential (admin), not both",
+            )
+            return None
+        adminPath = _key(path, "admin")
+        admin = self._readMapping(destination["admin"], adminPath, _ADMIN_KEYS)
+        if admin is None:
+            return None
+        name = None
+        if "user" not in admin:
+            self._problem(_key(adminPath, "user"), "missing: the admin's login name")
+        else:
+            name = self._readString(admin["user"], _key(adminPath, "user"))
+        password = self._readPassword(admin, adminPath)
+        if name is None or password is None:
+            return None
+        return name, password
 
     def _readPassword(
         self, destination: Mapping[str, object], path: str

@@ -136,13 +136,19 @@ class AccountConfig:
     An account on an IMAP server.
 
     @ivar server: the server holding the account.
-    @ivar user: the login name.
-    @ivar password: the password (redacted in C{repr}).
+    @ivar user: the account's user name (its login name, or the user an
+        admin acts for).
+    @ivar password: the password to log in with (redacted in C{repr}):
+        the user's, or the admin's when there is an L{admin}.
+    @ivar admin: the login name of an admin ("master user") who logs in
+        on behalf of L{user} (SASL PLAIN with an authorization identity),
+        or L{None} for the user's own login.
     """
 
     server: ServerConfig
     user: str
     password: Secret
+    admin: str | None = None
 
 
 @frozen

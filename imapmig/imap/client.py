@@ -31,7 +31,7 @@ No migration logic lives here.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from OpenSSL import SSL
 from twisted.internet import error as netError
@@ -256,6 +256,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self._unsolicited = 0
         self._handshaking = False
         self._acks: ImmediateAcks | None = None
+        # Answers the continuation requests of an AUTHENTICATE in flight.
+        self._responder: Callable[[bytes], bytes | None] | None = None
 
     @property
     def connection(self) -> Any:
@@ -598,6 +600,35 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         d: Deferred[bytes] = Deferred()
         self._sendNow(PendingCommand(self.makeTag(), commandName(command), d), command)
         return d
+
+    def sendAuthenticate(
+        self, command: bytes, respond: Callable[[bytes], bytes | None]
+    ) -> Deferred[tuple[list[bytes], bytes]]:
+        """
+        Write C{command} (an C{AUTHENTICATE}) now, with no other command in
+        flight, and answer each continuation request until its tagged reply
+        with the line C{respond} returns for the request's text (the text
+        after C{+ }).  The line is written as given: encoding is the
+        caller's (L{imapmig.imap.auth}).  A request C{respond} has no
+        answer for (L{None}) is a protocol violation.
+
+        @return: fires with the untagged responses received meanwhile and
+            the tagged reply after the tag (C{b"OK [CAPABILITY ...] ..."}),
+            or fails with L{CommandRefused} or with why the connection
+            ended.
+        """
+        if self._lost is not None:
+            return self._failed()
+        d: Deferred[tuple[list[bytes], bytes]] = Deferred()
+
+        def answered(result: Any) -> Any:
+            self._responder = None
+            return result
+
+        self._responder = respond
+        entry = CollectedCommand(self.makeTag(), commandName(command), d, [], whole=True)
+        self._sendNow(entry, command)
+        return d.addBoth(answered)
 
     def sendPipelinedCollecting(self, command: bytes) -> Deferred[tuple[list[bytes], bytes]]:
         """
@@ -1020,6 +1051,16 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self.close()
 
     def _continuation(self, rest: bytes) -> None:
+        responder = self._responder
+        if responder is not None:
+            response = responder(rest)
+            if response is None:
+                self._violation("a continuation request nobody asked for", b"+ " + rest)
+                return
+            if self._deadline is not None:
+                self._deadline.progress()
+            self.connection.write(response + b"\r\n")
+            return
         pipeline = self.pipeline
         if pipeline is None or not pipeline.busy or pipeline.betweenCommands:
             self._violation("a continuation request nobody asked for", b"+ " + rest)

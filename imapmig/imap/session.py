@@ -12,7 +12,7 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, Collection, Mapping, Sequence, TypeVar
+from typing import Any, Collection, Mapping, Sequence, TypeVar, cast
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout
@@ -38,6 +38,14 @@ from imapmig.imap.client import (
     FetchSink,
     MigrationIMAP4Client,
     describeConnectionLoss,
+)
+from imapmig.imap.auth import (
+    Credentials,
+    PasswordLogin,
+    SASLMechanism,
+    decodeChallenge,
+    encodeResponse,
+    mechanismFor,
 )
 from imapmig.imap.compress import CompressionStats
 from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
@@ -380,33 +388,36 @@ class IMAPSession:
 
     async def login(self, user: str, password: str) -> None:
         """
-        Log in: AUTHENTICATE PLAIN with an initial response where the server
-        offers SASL-IR (any password octets, one round trip), LOGIN
-        otherwise.  The password never appears in an error or a log.
+        Log in as C{user} with their password (see L{authenticate}).
 
         @raise AuthenticationFailed: the server refused.
+        """
+        await self.authenticate(PasswordLogin(user, password))
+
+    async def authenticate(self, credentials: Credentials) -> None:
+        """
+        Log in with C{credentials}, by the mechanism L{mechanismFor} chooses
+        from the server's capabilities: AUTHENTICATE with an initial
+        response where the server offers SASL-IR, else answering its
+        continuation request; LOGIN for a user's password on a server
+        without SASL-IR.  No password appears in an error or a log.
+
+        @raise AuthenticationFailed: the server refused (a refused
+            AUTHENTICATE as a refused LOGIN), or offers no way to carry
+            C{credentials}.
         """
         caps = await self._capabilities()
         if b"LOGINDISABLED" in caps and b"AUTH=PLAIN" not in caps:
             raise AuthenticationFailed(
                 f"{self._description}: server refuses cleartext login (LOGINDISABLED)"
             )
-        if b"SASL-IR" in caps and b"AUTH=PLAIN" in caps:
-            token = base64.b64encode(
-                b"\0" + user.encode("utf-8") + b"\0" + password.encode("utf-8")
-            )
-            command = Command(b"AUTHENTICATE", b"PLAIN " + token)
-        else:
-            if not (user.isascii() and password.isascii()) or any(
-                c in user + password for c in "\r\n\0"
-            ):
-                raise AuthenticationFailed(
-                    f"{self._description}: the user name or password has characters "
-                    "LOGIN cannot carry and the server offers no SASL-IR AUTH=PLAIN"
-                )
-            command = Command(b"LOGIN", _quoted(user) + b" " + _quoted(password))
+        mechanism = mechanismFor(credentials, caps, self._description)
         try:
-            _, reply = await _mapped("LOGIN", self._client.sendCommand(command))
+            if mechanism is None:
+                assert isinstance(credentials, PasswordLogin)
+                reply = await self._logIn(credentials)
+            else:
+                reply = await self._saslExchange(mechanism, b"SASL-IR" in caps)
         except CommandFailed as e:
             raise AuthenticationFailed(
                 f"{self._description}: login refused: {e.text}"
@@ -419,6 +430,51 @@ class IMAPSession:
             self.capabilities = automatic
         else:
             self.capabilities = await self._capabilities(useCache=False)
+
+    async def _logIn(self, credentials: PasswordLogin) -> bytes:
+        """
+        The LOGIN command: the tagged reply after C{OK}.
+        """
+        user, password = credentials.user, credentials.password
+        if not (user.isascii() and password.isascii()) or any(
+            c in user + password for c in "\r\n\0"
+        ):
+            raise AuthenticationFailed(
+                f"{self._description}: the user name or password has characters "
+                "LOGIN cannot carry and the server offers no SASL-IR AUTH=PLAIN"
+            )
+        command = Command(b"LOGIN", _quoted(user) + b" " + _quoted(password))
+        _, reply = await _mapped("LOGIN", self._client.sendCommand(command))
+        return cast(bytes, reply)
+
+    async def _saslExchange(self, mechanism: SASLMechanism, initial: bool) -> bytes:
+        """
+        AUTHENTICATE with C{mechanism}: its first message on the command
+        line when C{initial} (SASL-IR, RFC 4959), else in answer to the
+        first continuation request.  A challenge the mechanism does not
+        expect (or that is not base64) is a protocol violation.
+
+        @return: the tagged reply after C{OK}.
+        """
+        command = b"AUTHENTICATE " + mechanism.name
+        if initial:
+            command += b" " + encodeResponse(mechanism.initialResponse())
+        answered = initial
+
+        def respond(text: bytes) -> bytes | None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                return base64.b64encode(mechanism.initialResponse())
+            challenge = decodeChallenge(text)
+            if challenge is None:
+                return None
+            response = mechanism.challenged(challenge)
+            return None if response is None else base64.b64encode(response)
+
+        # Mapped as LOGIN: the step, whichever command carries it.
+        _, reply = await _mapped("LOGIN", self._client.sendAuthenticate(command, respond))
+        return reply
 
     async def _capabilities(self, useCache: bool = True) -> frozenset[bytes]:
         """
@@ -1097,8 +1153,9 @@ async def openSession(
     clock: Any,
     *,
     description: str,
-    user: str,
-    password: str,
+    user: str = "",
+    password: str = "",
+    credentials: Credentials | None = None,
     starttls: bool,
     tlsOptions: object,
     timeout: float,
@@ -1109,6 +1166,9 @@ async def openSession(
     Connect, secure, log in, and compress.
 
     @param endpoint: where to connect (already TLS-wrapped for implicit TLS).
+    @param user: the login name, with C{password}, for a user's own login.
+    @param credentials: how to log in (L{imapmig.imap.auth}), in place of
+        C{user} and C{password}.
     @param clock: an L{IReactorTime} for the command timeout.
     @param starttls: upgrade with STARTTLS, and refuse a server without it.
     @param tlsOptions: the client TLS options for STARTTLS.
@@ -1143,7 +1203,9 @@ async def openSession(
         await _mapped("greeting", client.greeted)
         if starttls:
             await session.startTLS(tlsOptions)
-        await session.login(user, password)
+        await session.authenticate(
+            PasswordLogin(user, password) if credentials is None else credentials
+        )
         if compress:
             await session.startCompression()
     except (ConnectionLost, TLSFailed) as e:

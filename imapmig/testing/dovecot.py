@@ -339,6 +339,8 @@ class DovecotInstance(AccountReader):
     @ivar baseDir: the directory holding the configuration, certificates,
         password file, log and (by default) the users' homes.
     @ivar users: the accounts.
+    @ivar masterUsers: the admins who may log in as any user (SASL PLAIN
+        with an authorization identity); see C{__init__}.
     @ivar port: the plain IMAP port (STARTTLS offered), chosen at
         L{start}; 0 before.
     @ivar tlsPort: the implicit-TLS port, chosen at L{start}; 0 before.
@@ -366,6 +368,7 @@ class DovecotInstance(AccountReader):
         address: str = "127.0.0.1",
         commandPrefix: Sequence[str] = (),
         preload: str | None = None,
+        masterUsers: Sequence[DovecotUser] = (),
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -410,17 +413,23 @@ class DovecotInstance(AccountReader):
             makes the server leave Nagle's algorithm on.  Dovecot clears
             its children's environment, so the variable is also listed in
             C{import_environment}.
+        @param masterUsers: admins ("master users") who may log in as any
+            user with SASL PLAIN, giving the user as authorization identity
+            (a master passdb, C{pass = yes}: the user must exist); they
+            have no mailbox of their own.  No master user separator is
+            set, so PLAIN's authorization identity is the only way in.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
         if inboxPrefix not in ("", "INBOX" + separator):
             raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
-        for user in users:
+        for user in (*users, *masterUsers):
             for value in (user.name, user.password):
                 if not value or any(c in value for c in ":\r\n\0"):
                     raise ValueError(f"unusable user name or password for {user.name!r}")
         self.baseDir = os.path.abspath(baseDir)
         self.users = tuple(users)
+        self.masterUsers = tuple(masterUsers)
         self._capabilities = capabilities
         self._separator = separator
         self._inboxPrefix = inboxPrefix
@@ -444,6 +453,7 @@ class DovecotInstance(AccountReader):
         self._outputPath = os.path.join(self.baseDir, "dovecot.out")
         self._configPath = os.path.join(self.baseDir, "dovecot.conf")
         self._passwdPath = os.path.join(self.baseDir, "passwd")
+        self._mastersPath = os.path.join(self.baseDir, "masters")
 
     def __repr__(self) -> str:
         return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
@@ -590,6 +600,9 @@ class DovecotInstance(AccountReader):
         with open(self._passwdPath, "w") as f:
             f.writelines(lines)
         os.chmod(self._passwdPath, 0o644)
+        with open(self._mastersPath, "w") as f:
+            f.writelines(f"{user.name}:{{PLAIN}}{user.password}\n" for user in self.masterUsers)
+        os.chmod(self._mastersPath, 0o644)
 
     def _mailIds(self) -> tuple[int, int]:
         if os.geteuid() == 0:
@@ -635,6 +648,17 @@ class DovecotInstance(AccountReader):
             "mail_location = maildir:~/Maildir",
             "mail_fsync = " + ("optimized" if self._fsync else "never"),
             "mail_max_userip_connections = 1000",
+        ]
+        if self.masterUsers:
+            lines += [
+                "passdb {",
+                "  driver = passwd-file",
+                "  master = yes",
+                f"  args = scheme=PLAIN username_format=%u {self._mastersPath}",
+                "  pass = yes",
+                "}",
+            ]
+        lines += [
             "passdb {",
             "  driver = passwd-file",
             f"  args = scheme=PLAIN username_format=%u {self._passwdPath}",
