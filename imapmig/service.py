@@ -48,7 +48,6 @@ from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
-from imapmig.status.resource import buildStatusSite
 
 log = Logger()
 
@@ -281,6 +280,10 @@ def buildService(
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)
     if config.status is not None:
+        # Imported here: twisted.web costs ~30 ms of start-up that a daemon
+        # without a status page need not pay (bench/startup.py).
+        from imapmig.status.resource import buildStatusSite
+
         listener = strports.service(
             config.status.listen, buildStatusSite(progress, reactor), reactor=reactor
         )

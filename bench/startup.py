@@ -1,0 +1,224 @@
+"""
+How long the daemon takes to start, run one job with nothing to do and exit.
+
+    python bench/startup.py [--runs N] [--profile FILE] [--importtime FILE]
+
+Starts a private Dovecot on loopback (L{imapmig.testing.dovecot}), writes
+two configurations with one job each, an empty Maildir into an empty
+account over plain IMAP (C{starttls: off}), one with C{status: off} and one
+with the status page listening on a free loopback port, then runs the whole
+process
+
+    python -c "...twistd run()" -n --pidfile= imapmig --config FILE --exit-when-done
+
+C{--runs} times for each (interleaved, after one unmeasured warm-up run of
+each), from the source tree this script sits in, and prints the median,
+minimum and maximum wall-clock time from C{fork} to exit.  Every run must
+exit with status 0.  The runs keep their bytecode in a private cache
+(C{PYTHONPYCACHEPREFIX} in the temporary directory, filled by the warm-up
+run), as an installed daemon has it (pip compiles the C{.pyc} files at
+install); C{--no-bytecode-cache} compiles every module from source in
+every run instead (C{PYTHONDONTWRITEBYTECODE=1}, this development
+environment's setting).  The state database is removed before each run so that
+every run opens and creates it afresh, as a first run does.
+
+C{--profile FILE} also runs the C{status: off} configuration once under
+C{cProfile} and writes the statistics to C{FILE} (read them with
+C{python -m pstats FILE}); C{--importtime FILE} runs it once with
+C{python -X importtime} and writes the import log (stderr) to C{FILE}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, SOURCE_TREE)
+
+from imapmig.testing.dovecot import DovecotInstance, DovecotUser  # noqa: E402
+
+_RUN_TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()\n"
+
+
+def _runnerScript(directory: str) -> str:
+    # twisted.scripts.twistd has no __main__ block: "python -m" would do nothing.
+    path = os.path.join(directory, "twistd-run.py")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(_RUN_TWISTD)
+    return path
+
+
+def _freePort() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def writeConfig(directory: str, port: int, status: str) -> str:
+    """
+    Write a configuration of one job, an empty Maildir into C{user}'s
+    account on 127.0.0.1:C{port}, with C{status} as its C{status} setting.
+
+    @return: the configuration file's path.
+    """
+    os.makedirs(directory, exist_ok=True)
+    maildir = os.path.join(directory, "Maildir")
+    for sub in ("cur", "new", "tmp"):
+        os.makedirs(os.path.join(maildir, sub), exist_ok=True)
+    passwordFile = os.path.join(directory, "password")
+    with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write("user-pw\n")
+    path = os.path.join(directory, "imapmig.yaml")
+    with open(path, "w") as f:
+        f.write(
+            f"""\
+state: {directory}/state.sqlite
+status: {status}
+servers:
+  dovecot:
+    endpoint: "tcp:127.0.0.1:{port}"
+    starttls: "off"
+jobs:
+  - name: job
+    source: {{maildir: {maildir}}}
+    destination: {{server: dovecot, user: user, password_file: {passwordFile}}}
+"""
+        )
+    return path
+
+
+def command(configPath: str, pythonOptions: tuple[str, ...] = ()) -> list[str]:
+    """
+    The twistd command line that runs C{configPath} to completion.
+    """
+    return [
+        sys.executable,
+        *pythonOptions,
+        # A script rather than -c, so that cProfile can run it too.
+        _runnerScript(os.path.dirname(configPath)),
+        "-n",
+        "--pidfile=",
+        "imapmig",
+        "--config",
+        configPath,
+        "--exit-when-done",
+    ]
+
+
+_pycachePrefix: str | None = None
+"""
+Where the runs keep their bytecode (L{None}: they compile every module
+from source, as with C{PYTHONDONTWRITEBYTECODE=1}).
+"""
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SOURCE_TREE
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if _pycachePrefix is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = _pycachePrefix
+    return env
+
+
+def runOnce(configPath: str, pythonOptions: tuple[str, ...] = ()) -> tuple[float, bytes, bytes]:
+    """
+    Run the daemon on C{configPath} once, its state database removed first.
+
+    @return: the wall-clock seconds from start to exit, stdout and stderr.
+    @raise RuntimeError: the daemon did not exit with status 0.
+    """
+    state = os.path.join(os.path.dirname(configPath), "state.sqlite")
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.exists(state + suffix):
+            os.remove(state + suffix)
+    started = time.perf_counter()
+    done = subprocess.run(
+        command(configPath, pythonOptions),
+        capture_output=True,
+        env=_environment(),
+        cwd=os.path.dirname(configPath),
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"exit status {done.returncode}:\n{done.stdout.decode(errors='replace')}"
+            f"{done.stderr.decode(errors='replace')}"
+        )
+    return elapsed, done.stdout, done.stderr
+
+
+def main(argv: list[str] | None = None) -> int:
+    """
+    Measure; print one line per configuration.  Return the exit status.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="measured runs of each (10)")
+    parser.add_argument("--profile", help="write cProfile statistics of one run here")
+    parser.add_argument("--importtime", help="write -X importtime output of one run here")
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="compile every module from source in every run (PYTHONDONTWRITEBYTECODE=1)",
+    )
+    args = parser.parse_args(argv)
+
+    base = tempfile.mkdtemp(prefix="imapmig-startup-")
+    global _pycachePrefix
+    _pycachePrefix = None if args.no_bytecode_cache else os.path.join(base, "pycache")
+    dovecot = DovecotInstance(
+        os.path.join(base, "dovecot"), users=(DovecotUser("user", "user-pw"),)
+    )
+    dovecot.start()
+    try:
+        configs = {
+            "status off": writeConfig(os.path.join(base, "off"), dovecot.port, "off"),
+            "status on": writeConfig(
+                os.path.join(base, "on"),
+                dovecot.port,
+                f'{{listen: "tcp:{_freePort()}:interface=127.0.0.1"}}',
+            ),
+        }
+        times: dict[str, list[float]] = {name: [] for name in configs}
+        for path in configs.values():
+            runOnce(path)
+        for _ in range(args.runs):
+            for name, path in configs.items():
+                times[name].append(runOnce(path)[0])
+        for name, samples in times.items():
+            print(
+                f"{name:11} median {statistics.median(samples):.3f} s"
+                f"  min {min(samples):.3f}  max {max(samples):.3f}  ({len(samples)} runs)"
+            )
+        if args.profile:
+            runOnce(
+                configs["status off"],
+                ("-m", "cProfile", "-o", os.path.abspath(args.profile)),
+            )
+            print(f"cProfile statistics: {args.profile}")
+        if args.importtime:
+            _, _, stderr = runOnce(configs["status off"], ("-X", "importtime"))
+            with open(args.importtime, "wb") as f:
+                f.write(stderr)
+            print(f"import times: {args.importtime}")
+    finally:
+        dovecot.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
