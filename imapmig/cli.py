@@ -152,7 +152,7 @@ async def verify(
 
     @return: the exit status: 0 without differences, 1 otherwise.
     """
-    from imapmig.service import sessionOpener, sourceFor
+    from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
     from imapmig.verify import verifyJob
 
@@ -161,14 +161,7 @@ async def verify(
     for job in config.jobs:
         if job.name not in jobs:
             continue
-        destination = job.destination
-        openDestination = sessionOpener(
-            reactor,
-            destination.server,
-            destination.user,
-            destination.password.value,
-            destination.admin,
-        )
+        openDestination = destinationOpener(job, reactor)
         source = sourceFor(job, reactor)
         try:
             try:
@@ -293,7 +286,7 @@ async def plan(
     @return: the exit status: 0 when every job was planned, 1 otherwise.
     """
     from imapmig.preview import previewJob
-    from imapmig.service import sessionOpener, sourceFor
+    from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
 
     document: list[dict[str, object]] = []
@@ -302,9 +295,7 @@ async def plan(
         if job.name not in jobs:
             continue
         destination = job.destination
-        openDestination = sessionOpener(
-            reactor, destination.server, destination.user, destination.password.value
-        )
+        openDestination = destinationOpener(job, reactor)
         source = sourceFor(job, reactor)
         header = (
             f"{job.name}: {_sourceDescription(job)} -> {destination.user} at"

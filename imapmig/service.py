@@ -108,6 +108,21 @@ def sessionOpener(
     return open
 
 
+def destinationOpener(job: JobConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    Opens a logged-in session to a job's destination account (as its user,
+    or as the admin on its behalf).
+    """
+    destination = job.destination
+    return sessionOpener(
+        reactor,
+        destination.server,
+        destination.user,
+        destination.password.value,
+        destination.admin,
+    )
+
+
 def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
     """
     The source a job's configuration names.
@@ -256,20 +271,13 @@ def buildService(
     root = MigrationService(store, progress)
     jobs = []
     for jobConfig in config.jobs:
-        destination = jobConfig.destination
         jobs.append(
             MigrationJob(
                 jobConfig.name,
                 sourceFor(jobConfig, reactor),
                 store,
                 progress.addJob(jobConfig.name),
-                sessionOpener(
-                    reactor,
-                    destination.server,
-                    destination.user,
-                    destination.password.value,
-                    destination.admin,
-                ),
+                destinationOpener(jobConfig, reactor),
                 reactor,
                 settingsFor(jobConfig, config.stopTimeout),
                 jobConfig.folders,
