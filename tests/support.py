@@ -722,18 +722,16 @@ async def settleConnections(reactor: Any) -> None:
     raise AssertionError("connections still open 5 s after the run")
 
 
-async def migrate(
-    testCase: SynchronousTestCase,
-    reactor: Any,
-    config: Config,
-    timeout: float = 60,
-) -> dict[str, JobProgress]:
+async def runDaemon(
+    reactor: Any, config: Config, timeout: float = 60
+) -> tuple[bool, dict[str, JobProgress]]:
     """
-    Run the daemon built from C{config} until its queue is drained, stop
-    it, and assert that every job completed.
+    Run the daemon built from C{config} until its queue is drained, then
+    stop it and wait for its connections to close.
 
     @param timeout: seconds the run may take.
-    @return: each job's progress, by job name.
+    @return: whether every job completed (what C{whenDone} reported), and
+        each job's progress, by job name.
     """
     finished: Deferred[bool] = Deferred()
     service = buildService(config, reactor, whenDone=finished.callback)
@@ -743,7 +741,22 @@ async def migrate(
     finally:
         await service.stopService()
         await settleConnections(reactor)
-    progress = {job.name: service.progress.job(job.name) for job in config.jobs}
+    return completed, {job.name: service.progress.job(job.name) for job in config.jobs}
+
+
+async def migrate(
+    testCase: SynchronousTestCase,
+    reactor: Any,
+    config: Config,
+    timeout: float = 60,
+) -> dict[str, JobProgress]:
+    """
+    Run the daemon (L{runDaemon}) and assert that every job completed.
+
+    @param timeout: seconds the run may take.
+    @return: each job's progress, by job name.
+    """
+    completed, progress = await runDaemon(reactor, config, timeout)
     testCase.assertTrue(
         completed,
         "a job did not complete: "

@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 from OpenSSL.SSL import Connection as TLSConnection
 from twisted.internet import reactor as _globalReactor
-from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.utils import getProcessOutputAndValue
@@ -39,7 +38,7 @@ from imapmig.imap.session import IMAPSession
 from imapmig.message import toCRLF
 from imapmig.plan import PersonalNamespace
 from imapmig.progress import JobProgress, JobState
-from imapmig.service import buildService, sessionOpener
+from imapmig.service import sessionOpener
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import (
     CorpusMessage,
@@ -56,7 +55,7 @@ from tests.support import (
     fetchedView,
     freshUser,
     mailboxName,
-    settleConnections,
+    runDaemon,
     sharedDovecot,
     writePasswordFile,
 )
@@ -155,21 +154,12 @@ def _config(
 
 async def _runService(config: Config) -> tuple[bool, JobProgress]:
     """
-    Run the daemon built from C{config} until its queue is drained, then
-    stop it.
+    Run the daemon built from C{config} (L{runDaemon}).
 
-    @return: what C{whenDone} reported (whether every job completed), and
-        the progress of job C{JOB}.
+    @return: whether every job completed, and the progress of job C{JOB}.
     """
-    finished: Deferred[bool] = Deferred()
-    service = buildService(config, reactor, whenDone=finished.callback)
-    service.startService()
-    try:
-        allCompleted = await finished.addTimeout(60, reactor)
-    finally:
-        await service.stopService()
-        await settleConnections(reactor)
-    return allCompleted, service.progress.job(JOB)
+    completed, progress = await runDaemon(reactor, config)
+    return completed, progress[JOB]
 
 
 def _assertContent(

@@ -12,7 +12,6 @@ import tempfile
 from typing import Any
 
 from twisted.internet import reactor as _globalReactor
-from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.trial.unittest import TestCase
 
@@ -21,7 +20,6 @@ from imapmig.errors import AuthenticationFailed
 from imapmig.imap.auth import AdminLogin
 from imapmig.imap.session import openSession
 from imapmig.progress import JobProgress, JobState
-from imapmig.service import buildService
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.support import (
@@ -30,6 +28,7 @@ from tests.support import (
     fetchedView,
     newDirectory,
     plainServer,
+    runDaemon,
     settleConnections,
     writePasswordFile,
 )
@@ -92,20 +91,12 @@ def _adminConfig(testCase: TestCase, instance: DovecotInstance, maildir: str, pa
 
 async def _runService(config: Config) -> tuple[bool, JobProgress]:
     """
-    Run the daemon built from C{config} until its queue is drained, then
-    stop it.
+    Run the daemon built from C{config} (L{runDaemon}).
 
     @return: whether every job completed, and the progress of job C{JOB}.
     """
-    finished: Deferred[bool] = Deferred()
-    service = buildService(config, reactor, whenDone=finished.callback)
-    service.startService()
-    try:
-        allCompleted = await finished.addTimeout(60, reactor)
-    finally:
-        await service.stopService()
-        await settleConnections(reactor)
-    return allCompleted, service.progress.job(JOB)
+    completed, progress = await runDaemon(reactor, config)
+    return completed, progress[JOB]
 
 
 class MasterUserTests(TestCase):

@@ -30,12 +30,10 @@ from typing import Any, Mapping, Sequence
 import yaml
 from attrs import frozen
 from twisted.internet import reactor as _globalReactor
-from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from imapmig.config import Config, loadConfig
 from imapmig.progress import JobState
-from imapmig.service import buildService
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.courier import CourierInstance, startCourier
 from imapmig.testing.cyrus import CyrusInstance, startCyrus
@@ -49,7 +47,7 @@ from imapmig.testing.hardcases import (
 )
 from imapmig.testing.privateserver import IMAPUser, PrivateServer
 from tests.support import corpusView, freshUser, migrate, newDirectory, reportJobs, sharedDovecot
-from tests.support import settleConnections, verifyDifferences, verifyJobs, writePasswordFile
+from tests.support import runDaemon, verifyDifferences, verifyJobs, writePasswordFile
 
 reactor: Any = _globalReactor
 
@@ -614,15 +612,8 @@ class CourierTLSTests(TestCase):
         config = _writeConfig(
             self, {"courier": server}, [("tls", {"maildir": maildir}, "courier", user)]
         )
-        finished: Deferred[bool] = Deferred()
-        service = buildService(config, reactor, whenDone=finished.callback)
-        service.startService()
-        try:
-            completed = await finished.addTimeout(60, reactor)
-        finally:
-            await service.stopService()
-        await settleConnections(reactor)
-        return completed, service.progress.job("tls")
+        completed, progress = await runDaemon(reactor, config)
+        return completed, progress["tls"]
 
     async def test_startTLS(self) -> None:
         """
