@@ -63,16 +63,17 @@ def main(rows: int, perRowFiles: bool) -> None:
     configPath = os.path.join(directory, "imapmig.yaml")
     with open(configPath, "w") as f:
         yaml.safe_dump(document, f)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.perf_counter()
     from imapmig.config import loadConfig
 
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
     config = loadConfig(configPath)
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
-        f"{len(config.jobs)} jobs: loadConfig {elapsed:.3f} s (imports included);"
-        f" peak RSS {peak / 1024:.1f} MB ({before / 1024:.1f} MB before the import)"
+        f"{len(config.jobs)} jobs: loadConfig {elapsed:.3f} s;"
+        f" peak RSS {peak / 1024:.1f} MB ({before / 1024:.1f} MB before loading,"
+        " imports done)"
     )
     shutil.rmtree(directory)
 
