@@ -614,6 +614,8 @@ class ExampleFileTests(ConfigTestCase):
                 os.path.join(self.directory, "ca.pem"), selfSignedPEM(), 0o644
             ),
         }
+        for credential in document["credentials"].values():
+            replacements[credential["password_file"]] = self.passwordFile
         for job in document["jobs"]:
             source = job["source"]
             if "maildir" in source:

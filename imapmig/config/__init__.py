@@ -19,7 +19,7 @@ from typing import Mapping
 import yaml
 
 from imapmig.config.accounts import _DESTINATION_KEYS
-from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS, JobsReader
+from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS
 from imapmig.config.model import (
     AccountConfig,
     Config,
@@ -38,6 +38,7 @@ from imapmig.config.model import (
 from imapmig.config.reader import _describe, _describeYAMLError
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
+from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.errors import ConfigError
 from imapmig.plan import FolderRules
 from imapmig.secrets import Secret
@@ -65,6 +66,9 @@ __all__ = [
     "_DEFAULTS_KEYS",
     "_DESTINATION_KEYS",
     "_JOB_KEYS",
+    "_COLUMNS",
+    "_CREDENTIAL_KEYS",
+    "_TEMPLATE_KEYS",
     "_SERVER_KEYS",
     "_SETTINGS",
     "_SOURCE_KEYS",
@@ -76,7 +80,9 @@ _DEFAULT_STOP_TIMEOUT = 30.0
 
 # The keys of each section; the tests check that the example file uses
 # every one of them.
-_TOP_KEYS = ("state", "status", "stop_timeout", "servers", "defaults", "jobs")
+_TOP_KEYS = (
+    "state", "status", "stop_timeout", "servers", "credentials", "defaults", "jobs",
+)  # fmt: skip
 _STATUS_KEYS = ("listen",)
 
 
@@ -123,7 +129,7 @@ def parseConfig(document: object, path: str) -> Config:
     return _ConfigParser(path).parse(document)
 
 
-class _ConfigParser(JobsReader, ServersReader):
+class _ConfigParser(UserListReader, ServersReader):
     """
     Walks a YAML document, building the configuration and collecting every
     problem.
@@ -151,6 +157,7 @@ class _ConfigParser(JobsReader, ServersReader):
         status = self._readStatus(top)
         servers = self._readServers(top)
         defaults = self._readDefaults(top)
+        self._readCredentials(top)
         jobs = self._readJobs(top, servers, defaults)
         stopTimeout = self._readSeconds(
             top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"

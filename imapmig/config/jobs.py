@@ -11,7 +11,13 @@ from typing import Mapping
 
 from attrs import frozen
 
-from imapmig.config.model import JobConfig, PipelineConfig, RetryConfig, ServerConfig
+from imapmig.config.model import (
+    JobConfig,
+    PipelineConfig,
+    RetryConfig,
+    ServerConfig,
+    SourceConfig,
+)
 from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.config.sources import SourcesReader
 from imapmig.plan import FolderRules
@@ -114,28 +120,51 @@ class JobsReader(SourcesReader):
             self._problem("jobs", "at least one job is required")
             return None
         jobs: list[JobConfig] = []
-        firstIndex: dict[str, int] = {}
+        firstUse: dict[str, str] = {}
         for index, item in enumerate(value):
-            job = self._readJob(
-                item, f"jobs[{index}]", index, servers, defaults, firstIndex
-            )
+            if isinstance(item, dict) and "jobs_from" in item:
+                jobs.extend(
+                    self._readUserList(item, f"jobs[{index}]", servers, defaults, firstUse)
+                )
+                continue
+            job = self._readJob(item, f"jobs[{index}]", servers, defaults, firstUse)
             if job is not None:
                 jobs.append(job)
         return tuple(jobs)
+
+    def _readUserList(
+        self,
+        template: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+        firstUse: dict[str, str],
+    ) -> list[JobConfig]:
+        """
+        Read a job template with C{jobs_from}: one job per row of a user
+        list (L{imapmig.config.userlist} implements it).
+        """
+        raise NotImplementedError()
 
     def _readJob(
         self,
         value: object,
         path: str,
-        index: int,
         servers: Mapping[str, ServerConfig | None] | None,
         defaults: Mapping[str, int],
-        firstIndex: dict[str, int],
+        firstUse: dict[str, str],
+        keys: tuple[str, ...] = _JOB_KEYS,
+        source: SourceConfig | None = None,
     ) -> JobConfig | None:
         """
-        Read one job, recording its name in C{firstIndex}.
+        Read one job, recording where its name is first used in
+        C{firstUse}.
+
+        @param keys: the keys the job may have.
+        @param source: the job's source when the caller has read it (a
+            template's), instead of the job's C{source} key.
         """
-        job = self._readMapping(value, path, _JOB_KEYS)
+        job = self._readMapping(value, path, keys)
         if job is None:
             return None
         ok = True
@@ -153,19 +182,19 @@ class JobsReader(SourcesReader):
                 )
                 name = None
             if name is not None:
-                if name in firstIndex:
+                if name in firstUse:
                     self._problem(
                         _key(path, "name"),
-                        f"duplicate job name {name!r}"
-                        f" (first used by jobs[{firstIndex[name]}])",
+                        f"duplicate job name {name!r} (first used by {firstUse[name]})",
                     )
                     name = None
                 else:
-                    firstIndex[name] = index
+                    firstUse[name] = path
         ok = ok and name is not None
 
-        source = None
-        if "source" not in job:
+        if source is not None:
+            pass
+        elif "source" not in job:
             self._problem(
                 _key(path, "source"),
                 "missing: give {maildir: DIR}, {eml_dir: DIR}, {mbox: PATH}"

@@ -1,0 +1,622 @@
+# -*- test-case-name: tests.test_config_userlist -*-
+"""
+User lists: a job template with C{jobs_from: users.csv} makes one job per
+row of a CSV file, and the top-level C{credentials} map names the admin
+credentials rows may use.
+
+The template is read once, into a prototype job whose settings every
+row's job shares; a row gives only its users, passwords or credential,
+name, and the few overrides of L{_COLUMNS}.  Every row is checked, each
+problem named C{FILE: row N: COLUMN: ...} (the header is row 1), and
+reported with the YAML's problems.  Each password file is read once,
+however many rows name it.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import os
+from typing import Iterator, Mapping
+
+from attrs import evolve, frozen
+
+from imapmig.config.jobs import _CONNECTIONS, _JOB_KEYS, JobsReader
+from imapmig.config.model import (
+    AccountConfig,
+    DestinationConfig,
+    ImapSourceConfig,
+    JobConfig,
+    MaildirSourceConfig,
+    MboxSourceConfig,
+    ServerConfig,
+    SourceConfig,
+)
+from imapmig.config.reader import _NAME, ConfigReader, _describe, _key
+from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
+from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+
+_TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
+_CREDENTIAL_KEYS = ("user", "password_file")
+_SIDES = ("source", "destination")
+_OVERRIDES = ("connections", "maildir", "mbox")
+_COLUMNS = (
+    "name",
+    "source_user",
+    "destination_user",
+    "source_password_file",
+    "destination_password_file",
+    "source_credential",
+    "destination_credential",
+) + _OVERRIDES
+_PLACEHOLDERS = ("source_user", "destination_user")
+# A placeholder's dummy value for the template's check, and what
+# mailbox user names may not be when they become part of a path.
+_PROBE = "probe"
+_PATH_UNSAFE = ("/", "\0")
+
+
+@frozen
+class _Account:
+    """
+    What a template gives of one side's account.
+
+    @ivar server: the account's server.
+    @ivar user: the template's user, or L{None} when each row gives it.
+    @ivar password: the template's password (the admin's with an
+        C{admin}), or L{None} when each row gives one.
+    @ivar admin: the template's admin login name, if any.
+    """
+
+    server: ServerConfig
+    user: str | None
+    password: Secret | None
+    admin: str | None
+
+
+@frozen
+class _Template:
+    """
+    A job template, read and checked once.
+
+    @ivar prototype: the job every row's job is made from.
+    @ivar source: the IMAP source account, or L{None} for a local source.
+    @ivar sourcePattern: a local source's path, absolute, with its
+        placeholders, or L{None} for an IMAP source.
+    @ivar destination: the destination account.
+    """
+
+    prototype: JobConfig
+    source: _Account | None
+    sourcePattern: str | None
+    destination: _Account
+
+
+class UserListReader(JobsReader):
+    """
+    Reads C{credentials} and job templates with C{jobs_from}.
+    """
+
+    _credentials: Mapping[str, tuple[str, Secret] | None] = {}
+
+    def _readCredentials(self, top: Mapping[str, object]) -> None:
+        """
+        Read C{credentials}: a map of names to C{{user, password_file}},
+        each password file read once, here.  An invalid credential maps to
+        L{None}, so the rows using it are not reported again.
+        """
+        credentials: dict[str, tuple[str, Secret] | None] = {}
+        self._credentials = credentials
+        if "credentials" not in top:
+            return
+        value = top["credentials"]
+        if not isinstance(value, dict):
+            self._problem(
+                "credentials",
+                "expected a mapping of names to {user: NAME, password_file: FILE},"
+                f" got {_describe(value)}",
+            )
+            return
+        for name, entry in value.items():
+            path = _key("credentials", str(name))
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                self._problem(path, f"invalid credential name {name!r}")
+                continue
+            credentials[name] = None
+            mapping = self._readMapping(entry, path, _CREDENTIAL_KEYS)
+            if mapping is None:
+                continue
+            user = None
+            if "user" not in mapping:
+                self._problem(_key(path, "user"), "missing: the login name")
+            else:
+                user = self._readString(mapping["user"], _key(path, "user"))
+            password = None
+            if "password_file" not in mapping:
+                self._problem(_key(path, "password_file"), "missing: the password's file")
+            else:
+                password = self._readPassword(mapping, path)
+            if user is not None and password is not None:
+                credentials[name] = (user, password)
+
+    def _readUserList(
+        self,
+        template: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+        firstUse: dict[str, str],
+    ) -> list[JobConfig]:
+        """
+        Read a job template with C{jobs_from}: one job per row of its CSV.
+        """
+        read = self._readTemplate(template, path, servers, defaults)
+        written = self._readString(template["jobs_from"], _key(path, "jobs_from"))
+        if written is None:
+            return []
+        csvPath = self._resolve(written)
+        if not os.path.isfile(csvPath):
+            what = "not a file" if os.path.exists(csvPath) else "no such file"
+            self._problem(_key(path, "jobs_from"), f"{what}: {csvPath}")
+            return []
+        rows = _RowReader(csvPath, self._credentials)
+        jobs = rows.readAll(read, firstUse)
+        self._problems.extend(rows._problems)
+        return jobs
+
+    def _readTemplate(
+        self,
+        template: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+    ) -> _Template | None:
+        """
+        Check a template once, as a job whose missing users and passwords
+        are stand-ins, and whose local source path may hold placeholders.
+        """
+        probe = dict(template)
+        sourceValue = template.get("source")
+        destinationValue = template.get("destination")
+        if isinstance(destinationValue, dict):
+            probe["destination"] = _standIns(destinationValue)
+        if isinstance(sourceValue, dict) and "server" not in sourceValue:
+            sourcePattern, source = self._readLocalTemplate(
+                sourceValue, _key(path, "source")
+            )
+            ok = source is not None
+            # A stand-in source when it is invalid: the rest is checked too.
+            prototype = self._readJob(
+                probe,
+                path,
+                servers,
+                defaults,
+                {},
+                keys=_TEMPLATE_KEYS,
+                source=source or MaildirSourceConfig(path=_PROBE),
+            )
+        else:
+            sourcePattern, ok = None, True
+            if isinstance(sourceValue, dict):
+                probe["source"] = _standIns(sourceValue)
+            prototype = self._readJob(
+                probe, path, servers, defaults, {}, keys=_TEMPLATE_KEYS
+            )
+        if prototype is None or not ok:
+            return None
+        imap = None
+        if isinstance(prototype.source, ImapSourceConfig):
+            assert isinstance(sourceValue, dict)
+            imap = _account(prototype.source, sourceValue)
+        assert isinstance(destinationValue, dict)
+        return _Template(
+            prototype=prototype,
+            source=imap,
+            sourcePattern=sourcePattern,
+            destination=_account(prototype.destination, destinationValue),
+        )
+
+    def _readLocalTemplate(
+        self, value: dict[str, object], path: str
+    ) -> tuple[str | None, SourceConfig | None]:
+        """
+        Read a template's local source (C{maildir} or C{mbox}): its path
+        may hold C{{source_user}} and C{{destination_user}}, filled in by
+        each row.
+
+        @return: the path pattern (absolute) when it has placeholders,
+            else L{None} and the source read as a job's.
+        """
+        source = self._readMapping(value, path, _SOURCE_KEYS)
+        if source is None:
+            return None, None
+        kinds = [kind for kind in ("maildir", "mbox") if kind in source]
+        extra = sorted(set(source) - {"maildir", "mbox", "quoting"})
+        if len(kinds) != 1 or extra or ("quoting" in source and kinds != ["mbox"]):
+            self._problem(
+                path,
+                "a template's source is {server: NAME, ...}, {maildir: DIR}"
+                " or {mbox: PATH, quoting: ...}",
+            )
+            return None, None
+        (kind,) = kinds
+        written = self._readString(source[kind], _key(path, kind))
+        if written is None:
+            return None, None
+        if "{" not in written:
+            return None, self._readSource(value, path, None)
+        try:
+            written.format(**{p: _PROBE for p in _PLACEHOLDERS})
+        except (KeyError, IndexError, ValueError) as e:
+            self._problem(
+                _key(path, kind),
+                f"invalid placeholder ({e}): use {{source_user}} or {{destination_user}}",
+            )
+            return None, None
+        quoting = "mboxrd"
+        if "quoting" in source:
+            chosen = self._readChoice(
+                source["quoting"], _key(path, "quoting"), _QUOTINGS, "mbox quoting"
+            )
+            if chosen is None:
+                return None, None
+            quoting = chosen
+        pattern = os.path.join(self._directory, written)
+        if kind == "maildir":
+            return pattern, MaildirSourceConfig(path=pattern)
+        return pattern, MboxSourceConfig(path=pattern, quoting=quoting)
+
+
+def _standIns(account: dict[str, object]) -> dict[str, object]:
+    """
+    A template's account with stand-ins for the user and password each
+    row gives, so that it can be checked as a job's.
+    """
+    probe = dict(account)
+    probe.setdefault("user", _PROBE)
+    if not {"password", "password_file", "admin"} & set(account):
+        probe["password"] = _PROBE
+    return probe
+
+
+def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
+    """
+    What the template gives of an account: L{read} less its stand-ins.
+    """
+    given = {"password", "password_file", "admin"} & set(written)
+    return _Account(
+        server=read.server,
+        user=read.user if "user" in written else None,
+        password=read.password if given else None,
+        admin=read.admin,
+    )
+
+
+class _RowReader(ConfigReader):
+    """
+    Reads one CSV user list; its problems name the CSV file.
+    """
+
+    def __init__(
+        self, path: str, credentials: Mapping[str, tuple[str, Secret] | None]
+    ) -> None:
+        super().__init__(path)
+        self._credentials = credentials
+        self._passwords: dict[str, Secret | None] = {}
+
+    def readAll(self, template: _Template | None, firstUse: dict[str, str]) -> list[JobConfig]:
+        """
+        Read every row, making a job of each valid one when the template
+        is valid (else the rows are still checked against each other).
+        """
+        jobs: list[JobConfig] = []
+        try:
+            with open(self._path, encoding="utf-8-sig", newline="") as f:
+                rows = self._rows(f)
+                header = next(rows, None)
+                if header is None:
+                    self._problem("", "the file is empty: a header row is required")
+                    return jobs
+                columns = self._readHeader(header[1], template)
+                if columns is None:
+                    return jobs
+                count = 0
+                for number, fields in rows:
+                    count += 1
+                    job = self._readRow(number, fields, columns, template, firstUse)
+                    if job is not None:
+                        jobs.append(job)
+                if count == 0:
+                    self._problem("", "no users: the file has a header row but no rows")
+        except UnicodeDecodeError:
+            self._problem("", "not UTF-8 text")
+        except csv.Error as e:
+            self._problem("", f"invalid CSV: {e}")
+        except OSError as e:
+            self._problem("", f"cannot be read: {e.strerror}")
+        return jobs
+
+    def _rows(self, f: Iterator[str]) -> Iterator[tuple[int, list[str]]]:
+        """
+        The rows that are not empty, each with the line it starts on.
+        """
+        reader = csv.reader(f)
+        line = 0
+        for fields in reader:
+            start = line + 1
+            line = reader.line_num
+            if any(field.strip() for field in fields):
+                yield start, [field.strip() for field in fields]
+
+    def _readHeader(
+        self, header: list[str], template: _Template | None
+    ) -> tuple[str, ...] | None:
+        """
+        Read the header: known column names, any case, each once, and those
+        the template needs.
+        """
+        columns = tuple(name.lower() for name in header)
+        ok = True
+        for index, name in enumerate(columns):
+            where = f"row 1: column {index + 1}"
+            if name not in _COLUMNS:
+                ok = False
+                if not name:
+                    self._problem(where, "empty column name")
+                    continue
+                close = difflib.get_close_matches(name, _COLUMNS, n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?"
+                    if close
+                    else f"known columns: {', '.join(_COLUMNS)}"
+                )
+                self._problem(f"row 1: {name}", f"unknown column ({hint})")
+            elif columns.index(name) != index:
+                ok = False
+                self._problem(f"row 1: {name}", "duplicate column")
+        if template is None or not ok:
+            return columns if ok else None
+        for side, account in (
+            ("source", template.source),
+            ("destination", template.destination),
+        ):
+            if account is None:
+                continue
+            if account.user is None and f"{side}_user" not in columns:
+                ok = False
+                self._problem(
+                    f"row 1: {side}_user",
+                    f"missing column: the template's {side} gives no user",
+                )
+            if account.password is None and not {
+                f"{side}_password_file", f"{side}_credential"
+            } & set(columns):
+                ok = False
+                self._problem(
+                    f"row 1: {side}_password_file",
+                    f"missing column: the template's {side} gives no password;"
+                    f" add {side}_password_file or {side}_credential",
+                )
+        local = template.prototype.source
+        for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
+            if column in columns and not isinstance(local, kind):
+                ok = False
+                self._problem(
+                    f"row 1: {column}", f"the template's source is not {column}"
+                )
+        if template.source is None:
+            for column in ("source_password_file", "source_credential"):
+                if column in columns:
+                    ok = False
+                    self._problem(
+                        f"row 1: {column}", "the template's source is not an IMAP server"
+                    )
+        return columns if ok else None
+
+    def _readRow(
+        self,
+        number: int,
+        fields: list[str],
+        columns: tuple[str, ...],
+        template: _Template | None,
+        firstUse: dict[str, str],
+    ) -> JobConfig | None:
+        """
+        Read one row into a job.
+        """
+        if len(fields) != len(columns):
+            self._problem(
+                f"row {number}",
+                f"{len(fields)} fields, but the header has {len(columns)}",
+            )
+            return None
+        row = {column: value for column, value in zip(columns, fields) if value}
+        ok = True
+        destination: DestinationConfig | None = None
+        source: SourceConfig | None = None
+        if template is not None:
+            login = self._readAccount(number, row, "destination", template.destination)
+            if login is not None:
+                destination = DestinationConfig(template.destination.server, *login)
+            if template.source is not None:
+                login = self._readAccount(number, row, "source", template.source)
+                if login is not None:
+                    source = ImapSourceConfig(template.source.server, *login)
+            else:
+                source = self._readLocal(number, row, template)
+            ok = source is not None and destination is not None
+        name = self._readName(number, row, template, firstUse)
+        connections = None
+        if "connections" in row:
+            connections = self._readConnections(number, row["connections"])
+            ok = ok and connections is not None
+        if not ok or template is None or name is None:
+            return None
+        assert source is not None and destination is not None
+        prototype = template.prototype
+        return evolve(
+            prototype,
+            name=name,
+            source=source,
+            destination=destination,
+            connections=prototype.connections if connections is None else connections,
+        )
+
+    def _readAccount(
+        self, number: int, row: Mapping[str, str], side: str, account: _Account
+    ) -> tuple[str, Secret, str | None] | None:
+        """
+        Read a row's account on one side: its user, and its password file
+        or credential (or the template's password).
+
+        @return: the user, the password to log in with, and the admin's
+            login name (or L{None}).
+        """
+        user = row.get(f"{side}_user", account.user)
+        if user is None:
+            self._problem(f"row {number}: {side}_user", "missing: the mailbox's user")
+        passwordFile = row.get(f"{side}_password_file")
+        credential = row.get(f"{side}_credential")
+        password: Secret | None = account.password
+        admin = account.admin
+        if passwordFile is not None and credential is not None:
+            self._problem(
+                f"row {number}: {side}_credential",
+                f"give {side}_password_file or {side}_credential, not both",
+            )
+            return None
+        if passwordFile is not None:
+            password = self._readPasswordFile(number, f"{side}_password_file", passwordFile)
+            admin = None
+        elif credential is not None:
+            if credential not in self._credentials:
+                self._problem(
+                    f"row {number}: {side}_credential",
+                    f"no credential named {credential!r}"
+                    f" (credentials: {', '.join(self._credentials) or 'none'})",
+                )
+                return None
+            known = self._credentials[credential]
+            if known is None:
+                # reported with the credential itself.
+                return None
+            admin, password = known
+        elif password is None:
+            self._problem(
+                f"row {number}: {side}_password_file",
+                f"missing: give {side}_password_file or {side}_credential",
+            )
+        if user is None or password is None:
+            return None
+        return user, password, admin
+
+    def _readPasswordFile(self, number: int, column: str, written: str) -> Secret | None:
+        """
+        Read a row's password file, once however many rows name it.
+        """
+        resolved = self._resolve(written)
+        if resolved not in self._passwords:
+            try:
+                self._passwords[resolved] = Secret(readPasswordFile(resolved))
+            except PasswordFileError as e:
+                self._passwords[resolved] = None
+                self._problem(f"row {number}: {column}", str(e))
+                return None
+        password = self._passwords[resolved]
+        if password is None:
+            self._problem(f"row {number}: {column}", f"password file {resolved} cannot be used")
+        return password
+
+    def _readLocal(
+        self, number: int, row: Mapping[str, str], template: _Template
+    ) -> SourceConfig | None:
+        """
+        Read a row's local source: the template's path with the row's
+        users in its placeholders, or the row's C{maildir} or C{mbox}.
+        """
+        local = template.prototype.source
+        column = "maildir" if isinstance(local, MaildirSourceConfig) else "mbox"
+        if column in row:
+            written = self._resolve(row[column])
+        elif template.sourcePattern is None:
+            return local
+        else:
+            values = {}
+            for placeholder in _PLACEHOLDERS:
+                value = row.get(placeholder, "")
+                if f"{{{placeholder}}}" not in template.sourcePattern:
+                    continue
+                if not value or value in (".", "..") or any(
+                    c in value for c in _PATH_UNSAFE
+                ):
+                    self._problem(
+                        f"row {number}: {placeholder}",
+                        f"{value!r} cannot be part of the source's path",
+                    )
+                    return None
+                values[placeholder] = value
+            written = template.sourcePattern.format(**values)
+            column = "source_user" if "source_user" in values else "destination_user"
+        where = f"row {number}: {column}"
+        if isinstance(local, MboxSourceConfig):
+            if not os.path.exists(written):
+                self._problem(where, f"{written} does not exist")
+                return None
+            return MboxSourceConfig(path=written, quoting=local.quoting)
+        if not os.path.isdir(os.path.join(written, "cur")) or not os.path.isdir(
+            os.path.join(written, "new")
+        ):
+            what = "is not a Maildir" if os.path.isdir(written) else "does not exist"
+            self._problem(where, f"{written} {what}")
+            return None
+        return MaildirSourceConfig(path=written)
+
+    def _readName(
+        self,
+        number: int,
+        row: Mapping[str, str],
+        template: _Template | None,
+        firstUse: dict[str, str],
+    ) -> str | None:
+        """
+        Read a row's job name: its C{name}, else the template's name, a
+        dash and the row's destination (or source) user.
+        """
+        if "name" in row:
+            column, name = "name", row["name"]
+        elif template is None:
+            return None
+        else:
+            column = "destination_user" if "destination_user" in row else "source_user"
+            if column not in row:
+                self._problem(f"row {number}: name", "missing: no user to name the job by")
+                return None
+            name = f"{template.prototype.name}-{row[column]}"
+        if not _NAME.fullmatch(name):
+            self._problem(
+                f"row {number}: {column}",
+                f"invalid job name {name!r}: use letters, digits and . _ @ -"
+                + ("" if column == "name" else "; give the row a name"),
+            )
+            return None
+        if name in firstUse:
+            self._problem(
+                f"row {number}: {column}",
+                f"duplicate job name {name!r} (first used by {firstUse[name]})",
+            )
+            return None
+        firstUse[name] = f"{self._path} row {number}"
+        return name
+
+    def _readConnections(self, number: int, written: str) -> int | None:
+        """
+        Read a row's C{connections}.
+        """
+        try:
+            value = int(written)
+        except ValueError:
+            self._problem(f"row {number}: connections", f"expected an integer, got {written!r}")
+            return None
+        return self._readInteger(
+            value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
+        )
