@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from imapmig.config import ImapSourceConfig, parseConfig
 from imapmig.config.model import TokenCommandConfig, TokenFileConfig
@@ -25,7 +26,7 @@ class OAuth2ConfigTests(ConfigTestCase):
         super().setUp()
         self.tokenFile = writeFile(os.path.join(self.directory, "alice.token"), TOKEN + "\n")
 
-    def withOAuth2(self, oauth2: object, job: int = 0) -> dict[str, object]:
+    def withOAuth2(self, oauth2: object, job: int = 0) -> dict[str, Any]:
         document = self.document()
         destination = document["jobs"][job]["destination"]
         destination.pop("password_file", None)
