@@ -45,7 +45,7 @@ class PasswordFileError(ValueError):
     """
 
 
-def readPasswordFile(path: str) -> str:
+def readPasswordFile(path: str, kind: str = "password") -> str:
     """
     Read a password from the first line of a file only its owner may read.
 
@@ -54,6 +54,7 @@ def readPasswordFile(path: str) -> str:
     longer a secret, and the admin should learn that now rather than later.
 
     @param path: the file's path.
+    @param kind: what the file holds, as errors say it (C{"token"}).
     @return: the file's first line without its line ending (C{\\n} or
         C{\\r\\n}).
     @raise PasswordFileError: the file does not exist, cannot be read, is a
@@ -67,40 +68,40 @@ def readPasswordFile(path: str) -> str:
         # it has no effect on a regular file.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise PasswordFileError(f"password file {path} does not exist") from None
+        raise PasswordFileError(f"{kind} file {path} does not exist") from None
     except PermissionError:
         raise PasswordFileError(
-            f"password file {path} cannot be read (permission denied)"
+            f"{kind} file {path} cannot be read (permission denied)"
         ) from None
     except IsADirectoryError:
-        raise PasswordFileError(f"password file {path} is a directory") from None
+        raise PasswordFileError(f"{kind} file {path} is a directory") from None
     except OSError as e:
         raise PasswordFileError(
-            f"password file {path} cannot be read: {e.strerror}"
+            f"{kind} file {path} cannot be read: {e.strerror}"
         ) from None
     try:
         # fstat after open: the checks apply to the very file read below.
         status = os.fstat(fd)
         mode = status.st_mode
         if stat.S_ISDIR(mode):
-            raise PasswordFileError(f"password file {path} is a directory")
+            raise PasswordFileError(f"{kind} file {path} is a directory")
         if not stat.S_ISREG(mode):
-            raise PasswordFileError(f"password file {path} is not a regular file")
+            raise PasswordFileError(f"{kind} file {path} is not a regular file")
         if mode & 0o077:
             raise PasswordFileError(
-                f"password file {path} is accessible to group or others"
+                f"{kind} file {path} is accessible to group or others"
                 f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
             )
         if status.st_size > MAX_PASSWORD_FILE:
-            raise _tooLarge(path)
+            raise _tooLarge(path, kind)
         with os.fdopen(fd, "rb", closefd=False) as f:
             # One octet more than allowed shows a file that grew since.
             content = f.read(MAX_PASSWORD_FILE + 1)
         if len(content) > MAX_PASSWORD_FILE:
-            raise _tooLarge(path)
+            raise _tooLarge(path, kind)
     except OSError as e:
         raise PasswordFileError(
-            f"password file {path} cannot be read: {e.strerror}"
+            f"{kind} file {path} cannot be read: {e.strerror}"
         ) from None
     finally:
         os.close(fd)
@@ -109,20 +110,20 @@ def readPasswordFile(path: str) -> str:
         firstLine = firstLine[:-1]
     if not firstLine:
         raise PasswordFileError(
-            f"password file {path} is empty (the password is its first line)"
+            f"{kind} file {path} is empty (the {kind} is its first line)"
         )
     try:
         return firstLine.decode("utf-8")
     except UnicodeDecodeError:
         # The decoder's own message quotes an octet of the password.
-        raise PasswordFileError(f"password file {path} is not UTF-8 text") from None
+        raise PasswordFileError(f"{kind} file {path} is not UTF-8 text") from None
 
 
-def _tooLarge(path: str) -> PasswordFileError:
+def _tooLarge(path: str, kind: str) -> PasswordFileError:
     """
     The error for a password file larger than L{MAX_PASSWORD_FILE}.
     """
     return PasswordFileError(
-        f"password file {path} is larger than {MAX_PASSWORD_FILE // 1024} KiB"
-        f" ({MAX_PASSWORD_FILE} octets): refused unread (the password is its first line)"
+        f"{kind} file {path} is larger than {MAX_PASSWORD_FILE // 1024} KiB"
+        f" ({MAX_PASSWORD_FILE} octets): refused unread (the {kind} is its first line)"
     )

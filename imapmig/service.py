@@ -36,7 +36,9 @@ from imapmig.config import (
     MboxSourceConfig,
     ServerConfig,
 )
-from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin
+from imapmig.config.model import AccountConfig, TokenSourceConfig
+from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
+from imapmig.errors import AuthenticationFailed
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
@@ -48,6 +50,7 @@ from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.tokens import obtainToken
 
 log = Logger()
 
@@ -74,17 +77,31 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
 
 
 def sessionOpener(
-    reactor: Any, server: ServerConfig, user: str, password: str, admin: str | None = None
+    reactor: Any,
+    server: ServerConfig,
+    user: str,
+    password: str | None,
+    admin: str | None = None,
+    oauth2: TokenSourceConfig | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
 
-    @param password: the user's password, or the admin's with C{admin}.
+    @param password: the user's password, or the admin's with C{admin};
+        L{None} with C{oauth2}.
     @param admin: the admin who logs in on behalf of C{user}, if any.
+    @param oauth2: where the user's access token comes from, if the login
+        is XOAUTH2 or OAUTHBEARER: obtained afresh for every session, so
+        a reconnecting job logs in with the current token.
     """
-    credentials: Credentials = (
-        PasswordLogin(user, password) if admin is None else AdminLogin(user, admin, password)
-    )
+    fixed: Credentials | None = None
+    if oauth2 is None:
+        assert password is not None
+        fixed = (
+            PasswordLogin(user, password)
+            if admin is None
+            else AdminLogin(user, admin, password)
+        )
     tlsOptions = tlsOptionsFor(server)
     endpoint = clientFromString(reactor, server.tcpEndpoint)
     if server.implicitTLS:
@@ -92,6 +109,14 @@ def sessionOpener(
     description = f"{user} at {server.endpoint}"
 
     async def open() -> IMAPSession:
+        credentials = fixed
+        if credentials is None:
+            assert oauth2 is not None
+            try:
+                token = await obtainToken(oauth2, reactor)
+            except AuthenticationFailed as e:
+                raise AuthenticationFailed(f"{description}: {e}") from None
+            credentials = TokenLogin(user, token, host=server.tlsHostname)
         session = await openSession(
             endpoint,
             reactor,
@@ -108,19 +133,26 @@ def sessionOpener(
     return open
 
 
+def accountOpener(account: AccountConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    Opens a logged-in session to C{account} with its credential.
+    """
+    return sessionOpener(
+        reactor,
+        account.server,
+        account.user,
+        None if account.password is None else account.password.value,
+        account.admin,
+        account.oauth2,
+    )
+
+
 def destinationOpener(job: JobConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to a job's destination account (as its user,
-    or as the admin on its behalf).
+    as the admin on its behalf, or with its access token).
     """
-    destination = job.destination
-    return sessionOpener(
-        reactor,
-        destination.server,
-        destination.user,
-        destination.password.value,
-        destination.admin,
-    )
+    return accountOpener(job.destination, reactor)
 
 
 def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
@@ -136,9 +168,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
-            sessionOpener(
-                reactor, source.server, source.user, source.password.value, source.admin
-            ),
+            accountOpener(source, reactor),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,

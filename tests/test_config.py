@@ -248,7 +248,7 @@ class ValidConfigTests(ConfigTestCase):
         self.assertEqual(archive.name, "archive")
         self.assertEqual(archive.source, EmlSourceConfig(self.emlDir, ("Archive",)))
         self.assertEqual(archive.destination.user, "bob")
-        self.assertEqual(archive.destination.password.value, INLINE_PASSWORD)
+        self.assertEqual(archive.destination.password, Secret(INLINE_PASSWORD))
 
     def test_defaults(self) -> None:
         """
@@ -323,7 +323,7 @@ class ValidConfigTests(ConfigTestCase):
         loaded = parseConfig(document, self.configPath)
         self.assertEqual(loaded.statePath, self.statePath)
         self.assertEqual(loaded.jobs[0].source, MaildirSourceConfig(self.maildir))
-        self.assertEqual(loaded.jobs[0].destination.password.value, FILE_PASSWORD)
+        self.assertEqual(loaded.jobs[0].destination.password, Secret(FILE_PASSWORD))
         self.assertEqual(
             loaded.jobs[1].source, EmlSourceConfig(self.emlDir, ("INBOX",))
         )
@@ -631,6 +631,8 @@ class ExampleFileTests(ConfigTestCase):
             if "admin" in job["destination"]:
                 admin = job["destination"]["admin"]
                 replacements[admin["password_file"]] = self.passwordFile
+            if "token_file" in job["destination"].get("oauth2", {}):
+                replacements[job["destination"]["oauth2"]["token_file"]] = self.passwordFile
         for written, replacement in replacements.items():
             text = text.replace(written, replacement)
         loaded = self.load(text)
@@ -654,11 +656,11 @@ class ExampleFileTests(ConfigTestCase):
             (config._SERVER_KEYS, {key for server in servers for key in server}),
             (config._DEFAULTS_KEYS, set(document["defaults"])),
             (config._JOB_KEYS, {key for job in jobs for key in job}),
-            # An IMAP source takes a password or an admin like a
-            # destination; the example shows the inline password and the
-            # admin under destination only.
+            # An IMAP source takes a password, an admin or oauth2 like a
+            # destination; the example shows the inline password, the
+            # admin and oauth2 under destination only.
             (
-                tuple(set(config._SOURCE_KEYS) - {"password", "admin"}),
+                tuple(set(config._SOURCE_KEYS) - {"password", "admin", "oauth2"}),
                 {key for job in jobs for key in job["source"]},
             ),
             (
@@ -783,7 +785,7 @@ class ProblemTests(ConfigTestCase):
         self.assertOnlyProblem(
             document,
             "jobs[0].destination.zzz",
-            "unknown key 'zzz' (known keys: server, user, password, password_file, admin)",
+            "unknown key 'zzz' (known keys: server, user, password, password_file, admin, oauth2)",
         )
 
     def test_wrongType(self) -> None:
@@ -1377,7 +1379,7 @@ class SourceKindsTests(ConfigTestCase):
         assert isinstance(source, ImapSourceConfig)
         self.assertEqual(source.server.name, "old")
         self.assertEqual(source.user, "alice-old")
-        self.assertEqual(source.password.value, FILE_PASSWORD)
+        self.assertEqual(source.password, Secret(FILE_PASSWORD))
 
     def test_imapSourceProblems(self) -> None:
         """

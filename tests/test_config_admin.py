@@ -62,7 +62,7 @@ class AdminCredentialTests(ConfigTestCase):
         source = parseConfig(document, self.configPath).jobs[0].source
         assert isinstance(source, ImapSourceConfig)
         self.assertEqual((source.user, source.admin), ("alice", "root"))
-        self.assertEqual(source.password.value, INLINE_PASSWORD)
+        self.assertEqual(source.password, Secret(INLINE_PASSWORD))
 
     def test_adminAndPassword(self) -> None:
         """

@@ -3,19 +3,33 @@
 Accounts: a server, a user and a password (or password file), for a
 destination or an IMAP source; or, instead of the user's password, an
 admin credential (C{admin: {user: NAME, password_file: FILE}}) that logs
-in on behalf of the user (a "master user").
+in on behalf of the user (a "master user"); or an OAuth 2.0 access token
+(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}}),
+checked here and obtained afresh at each login (L{imapmig.tokens}).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Mapping
 
-from imapmig.config.model import DestinationConfig, ServerConfig
-from imapmig.config.reader import ConfigReader, _key
+from imapmig.config.model import (
+    DestinationConfig,
+    ServerConfig,
+    TokenCommandConfig,
+    TokenFileConfig,
+    TokenSourceConfig,
+)
+from imapmig.config.reader import ConfigReader, _describe, _key
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 
-_DESTINATION_KEYS = ("server", "user", "password", "password_file", "admin")
+_DESTINATION_KEYS = ("server", "user", "password", "password_file", "admin", "oauth2")
+
+_OAUTH2_KEYS = ("token_file", "token_command", "timeout")
+
+_DEFAULT_TOKEN_COMMAND_TIMEOUT = 30.0
 
 _ADMIN_KEYS = ("user", "password", "password_file")
 
@@ -47,14 +61,15 @@ class AccountsReader(ConfigReader):
         destination: Mapping[str, object],
         path: str,
         servers: Mapping[str, ServerConfig | None] | None,
-    ) -> tuple[ServerConfig, str, Secret, str | None] | None:
+    ) -> tuple[ServerConfig, str, Secret | None, str | None, TokenSourceConfig | None] | None:
         """
         Read an account: C{server} (one of C{servers}), C{user}, and the
-        user's password or an C{admin} credential.
+        user's password, an C{admin} credential, or an C{oauth2} token
+        source.
 
         @return: the server, the user, the password to log in with (the
-            admin's when there is an admin), and the admin's login name
-            or L{None}.
+            admin's when there is an admin; L{None} with a token), the
+            admin's login name or L{None}, and the token source or L{None}.
         """
         ok = True
 
@@ -88,17 +103,117 @@ class AccountsReader(ConfigReader):
         ok = ok and user is not None
 
         admin = None
-        if "admin" in destination:
+        oauth2 = None
+        password = None
+        if "oauth2" in destination:
+            oauth2 = self._readOAuth2(destination, path)
+            ok = ok and oauth2 is not None
+        elif "admin" in destination:
             admin = self._readAdmin(destination, path)
             password = None if admin is None else admin[1]
+            ok = ok and password is not None
         else:
             password = self._readPassword(destination, path)
-        ok = ok and password is not None
+            ok = ok and password is not None
 
         if not ok:
             return None
-        assert server is not None and user is not None and password is not None
-        return server, user, password, None if admin is None else admin[0]
+        assert server is not None and user is not None
+        return server, user, password, None if admin is None else admin[0], oauth2
+
+    def _readOAuth2(
+        self, destination: Mapping[str, object], path: str
+    ) -> TokenSourceConfig | None:
+        """
+        Read C{oauth2}: exactly one of C{token_file} (checked now as a
+        password file is) and C{token_command} (a list of strings, its
+        program found now), with C{timeout} for the command; given instead
+        of any password or admin.
+        """
+        others = [k for k in ("password", "password_file", "admin") if k in destination]
+        if others:
+            self._problem(
+                path,
+                f"give an OAuth2 token source (oauth2) or {' and '.join(others)},"
+                " not both",
+            )
+            return None
+        oauthPath = _key(path, "oauth2")
+        oauth2 = self._readMapping(destination["oauth2"], oauthPath, _OAUTH2_KEYS)
+        if oauth2 is None:
+            return None
+        kinds = [k for k in ("token_file", "token_command") if k in oauth2]
+        if len(kinds) != 1:
+            self._problem(
+                oauthPath,
+                "give exactly one of token_file: FILE or token_command: [PROGRAM, ARGS...]"
+                + (", not both" if kinds else ""),
+            )
+            return None
+        if "token_file" in oauth2:
+            if "timeout" in oauth2:
+                self._problem(
+                    _key(oauthPath, "timeout"), "applies to token_command only"
+                )
+                return None
+            filePath = _key(oauthPath, "token_file")
+            written = self._readString(oauth2["token_file"], filePath)
+            if written is None:
+                return None
+            resolved = self._resolve(written)
+            try:
+                readPasswordFile(resolved, "token")
+            except PasswordFileError as e:
+                self._problem(filePath, str(e))
+                return None
+            return TokenFileConfig(resolved)
+        timeout: float | None = _DEFAULT_TOKEN_COMMAND_TIMEOUT
+        if "timeout" in oauth2:
+            timeout = self._readSeconds(oauth2["timeout"], _key(oauthPath, "timeout"))
+        command = self._readCommand(oauth2["token_command"], _key(oauthPath, "token_command"))
+        if command is None or timeout is None:
+            return None
+        return TokenCommandConfig(command[0], command[1], timeout)
+
+    def _readCommand(
+        self, value: object, path: str
+    ) -> tuple[tuple[str, ...], str] | None:
+        """
+        Read a command: a non-empty list of strings whose first names a
+        program (a path, relative to the file's directory when it has a
+        C{/}, or a name looked up in C{PATH}).
+
+        @return: the argument vector and the program's absolute path.
+        """
+        if not isinstance(value, list) or not value:
+            self._problem(
+                path,
+                f"expected a list [PROGRAM, ARGS...], got {_describe(value)}",
+            )
+            return None
+        argv = []
+        for index, item in enumerate(value):
+            read = self._readString(item, f"{path}[{index}]")
+            if read is None:
+                return None
+            argv.append(read)
+        program = argv[0]
+        if "/" in program:
+            resolved = self._resolve(program)
+            executable = (
+                resolved
+                if os.path.isfile(resolved) and os.access(resolved, os.X_OK)
+                else None
+            )
+            missing = f"no executable program {resolved}"
+        else:
+            found = shutil.which(program)
+            executable = None if found is None else os.path.abspath(found)
+            missing = f"no executable program {program!r} in PATH"
+        if executable is None:
+            self._problem(f"{path}[0]", missing)
+            return None
+        return tuple(argv), executable
 
     def _readAdmin(
         self, destination: Mapping[str, object], path: str

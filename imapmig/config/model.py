@@ -131,6 +131,38 @@ class MboxSourceConfig:
 
 
 @frozen
+class TokenFileConfig:
+    """
+    An OAuth 2.0 access token kept in a file (C{oauth2: {token_file: FILE}}),
+    re-read at every login so that an external refresher can replace it.
+
+    @ivar path: the file's absolute path; the token is its first line.
+    """
+
+    path: str
+
+
+@frozen
+class TokenCommandConfig:
+    """
+    An OAuth 2.0 access token printed by a command
+    (C{oauth2: {token_command: [ARGV...]}}), run at every login.
+
+    @ivar argv: the command and its arguments, as written (run without a
+        shell).
+    @ivar executable: the absolute path of C{argv[0]}.
+    @ivar timeout: seconds the command may run before it is killed.
+    """
+
+    argv: tuple[str, ...]
+    executable: str
+    timeout: float = 30.0
+
+
+TokenSourceConfig = TokenFileConfig | TokenCommandConfig
+
+
+@frozen
 class AccountConfig:
     """
     An account on an IMAP server.
@@ -139,16 +171,20 @@ class AccountConfig:
     @ivar user: the account's user name (its login name, or the user an
         admin acts for).
     @ivar password: the password to log in with (redacted in C{repr}):
-        the user's, or the admin's when there is an L{admin}.
+        the user's, or the admin's when there is an L{admin}; L{None} with
+        L{oauth2}.
     @ivar admin: the login name of an admin ("master user") who logs in
         on behalf of L{user} (SASL PLAIN with an authorization identity),
         or L{None} for the user's own login.
+    @ivar oauth2: where the user's OAuth 2.0 access token comes from (for
+        XOAUTH2 or OAUTHBEARER), or L{None} for a password login.
     """
 
     server: ServerConfig
     user: str
-    password: Secret
+    password: Secret | None
     admin: str | None = None
+    oauth2: TokenSourceConfig | None = None
 
 
 @frozen

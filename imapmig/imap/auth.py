@@ -5,8 +5,9 @@ How a session logs in: the kinds of credentials, and the SASL mechanisms
 
 A credential kind is a frozen value; L{mechanismFor} turns one into the
 L{SASLMechanism} to run, or into L{None} for the plain C{LOGIN} command.
-A new kind of login (XOAUTH2, OAUTHBEARER) is one more credential class,
-one more mechanism class, and one more branch in L{mechanismFor}.
+An OAuth 2.0 access token (L{TokenLogin}) goes in OAUTHBEARER (RFC 7628)
+where the server offers it, else in XOAUTH2 (Google's and Microsoft's
+older mechanism, the only one Microsoft 365 offers).
 
 Responses are base64 without line breaks (RFC 4959 and RFC 3501 want one
 line; Twisted's stock authenticators wrap every 76 characters, which a
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Protocol
 
 from attrs import field, frozen
@@ -55,7 +57,25 @@ class AdminLogin:
     password: str = field(repr=False)
 
 
-Credentials = PasswordLogin | AdminLogin
+@frozen
+class TokenLogin:
+    """
+    The user logs in with an OAuth 2.0 access token (a bearer token,
+    RFC 6750), by OAUTHBEARER or XOAUTH2.
+
+    @ivar user: the login name.
+    @ivar token: the access token (redacted in C{repr}).
+    @ivar host: the server's host name, sent in OAUTHBEARER, or L{None}.
+    @ivar port: the port connected to, sent in OAUTHBEARER, or L{None}.
+    """
+
+    user: str
+    token: str = field(repr=False)
+    host: str | None = None
+    port: int | None = None
+
+
+Credentials = PasswordLogin | AdminLogin | TokenLogin
 
 
 class SASLMechanism(Protocol):
@@ -116,6 +136,126 @@ class PlainMechanism:
         return None
 
 
+_SEPARATOR = b"\x01"
+
+
+@frozen
+class XOAuth2Mechanism:
+    """
+    XOAUTH2 (Google, Microsoft): C{user=USER ^A auth=Bearer TOKEN ^A ^A}.
+    A failure comes as a challenge (base64 JSON) that the client answers
+    with an empty response before the tagged C{NO}.
+
+    @ivar user: who logs in.
+    @ivar token: the access token (redacted in C{repr}).
+    """
+
+    user: str
+    token: str = field(repr=False)
+    name = b"XOAUTH2"
+
+    def initialResponse(self) -> bytes:
+        """
+        C{user=USER^Aauth=Bearer TOKEN^A^A}.
+        """
+        return (
+            b"user=" + self.user.encode("utf-8") + _SEPARATOR
+            + b"auth=Bearer " + self.token.encode("ascii") + _SEPARATOR + _SEPARATOR
+        )  # fmt: skip
+
+    def challenged(self, challenge: bytes) -> bytes | None:
+        """
+        The error challenge is answered with an empty response.
+
+        @return: C{b""}.
+        """
+        return b""
+
+
+def _saslname(user: str) -> bytes:
+    """
+    A GS2 C{saslname} (RFC 5801): C{,} and C{=} escaped.
+    """
+    return user.replace("=", "=3D").replace(",", "=2C").encode("utf-8")
+
+
+@frozen
+class OAuthBearerMechanism:
+    """
+    OAUTHBEARER (RFC 7628): a GS2 header naming the user, then
+    C{host}, C{port} and C{auth} key/value pairs, each ended by C{^A}.
+    A failure comes as a challenge (base64 JSON) that the client answers
+    with C{^A} alone before the tagged C{NO} (RFC 7628 3.2.3).
+
+    @ivar user: who logs in (the GS2 authorization identity).
+    @ivar token: the access token (redacted in C{repr}).
+    @ivar host: the server's host name, or L{None} to leave it out.
+    @ivar port: the port connected to, or L{None} to leave it out.
+    """
+
+    user: str
+    token: str = field(repr=False)
+    host: str | None = None
+    port: int | None = None
+    name = b"OAUTHBEARER"
+
+    def initialResponse(self) -> bytes:
+        """
+        C{n,a=USER,^Ahost=HOST^Aport=PORT^Aauth=Bearer TOKEN^A^A}.
+        """
+        message = b"n,a=" + _saslname(self.user) + b"," + _SEPARATOR
+        if self.host is not None:
+            message += b"host=" + self.host.encode("utf-8") + _SEPARATOR
+        if self.port is not None:
+            message += b"port=%d" % (self.port,) + _SEPARATOR
+        return message + b"auth=Bearer " + self.token.encode("ascii") + _SEPARATOR + _SEPARATOR
+
+    def challenged(self, challenge: bytes) -> bytes | None:
+        """
+        The error challenge is answered with C{^A} (RFC 7628 3.2.3).
+
+        @return: C{b"\x01"}.
+        """
+        return _SEPARATOR
+
+
+MAX_ERROR_CHALLENGE = 4096
+"""
+The largest error challenge (decoded) read as JSON, in octets; a longer
+one is described by its length alone.
+"""
+
+
+def describeErrorChallenge(challenge: bytes) -> str:
+    """
+    What an OAuth error challenge (RFC 7628 3.2.2: JSON with C{status},
+    C{scope}, C{openid-configuration}) says, for an error message: its
+    C{status}, short and escaped.  Nothing of the token is in a challenge.
+
+    @param challenge: the decoded challenge.
+    @return: C{"status invalid_token"}, or a short description of a
+        challenge that is not such JSON.
+    """
+    if len(challenge) > MAX_ERROR_CHALLENGE:
+        return f"an error challenge of {len(challenge)} octets, not read"
+    try:
+        document = json.loads(challenge)
+    except (UnicodeDecodeError, ValueError):
+        return f"an error challenge that is not JSON: {_excerpt(challenge)}"
+    status = document.get("status") if isinstance(document, dict) else None
+    if not isinstance(status, str):
+        return f"an error challenge without a status: {_excerpt(challenge)}"
+    return f"status {_excerpt(status.encode('utf-8'))}"
+
+
+def _excerpt(data: bytes, limit: int = 80) -> str:
+    """
+    At most C{limit} octets of C{data}, escaped.
+    """
+    text = repr(data[:limit])[2:-1]
+    return text + ("..." if len(data) > limit else "")
+
+
 def encodeResponse(response: bytes) -> bytes:
     """
     A SASL response as one line: base64 without line breaks, or C{=} for an
@@ -154,6 +294,8 @@ def mechanismFor(
     @raise AuthenticationFailed: the server offers no mechanism that can
         carry these credentials.
     """
+    if isinstance(credentials, TokenLogin):
+        return _tokenMechanism(credentials, capabilities, description)
     if isinstance(credentials, AdminLogin):
         if not _plainOffered(capabilities):
             raise AuthenticationFailed(
@@ -165,3 +307,32 @@ def mechanismFor(
     if b"SASL-IR" in capabilities and _plainOffered(capabilities):
         return PlainMechanism("", credentials.user, credentials.password)
     return None
+
+
+def _tokenMechanism(
+    credentials: TokenLogin, capabilities: frozenset[bytes], description: str
+) -> SASLMechanism:
+    """
+    OAUTHBEARER where offered, else XOAUTH2.
+
+    @raise AuthenticationFailed: the server offers neither, or the token
+        or user cannot be carried (the token is not shown).
+    """
+    token, user = credentials.token, credentials.user
+    # A bearer token is b64token (RFC 6750 2.1): visible ASCII; anything
+    # else would break the ^A-separated message.
+    if not token or not all("\x21" <= c <= "\x7e" for c in token):
+        raise AuthenticationFailed(
+            f"{description}: the access token for {user!r} is empty or has"
+            " characters a bearer token cannot carry"
+        )
+    if "\x01" in user:
+        raise AuthenticationFailed(f"{description}: the user name has a ^A character")
+    if b"AUTH=OAUTHBEARER" in capabilities:
+        return OAuthBearerMechanism(user, token, credentials.host, credentials.port)
+    if b"AUTH=XOAUTH2" in capabilities:
+        return XOAuth2Mechanism(user, token)
+    raise AuthenticationFailed(
+        f"{description}: the server offers neither AUTH=OAUTHBEARER nor"
+        f" AUTH=XOAUTH2, which an OAuth2 login (user {user!r}) needs"
+    )

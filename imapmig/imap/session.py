@@ -43,7 +43,9 @@ from imapmig.imap.auth import (
     Credentials,
     PasswordLogin,
     SASLMechanism,
+    TokenLogin,
     decodeChallenge,
+    describeErrorChallenge,
     encodeResponse,
     mechanismFor,
 )
@@ -407,20 +409,34 @@ class IMAPSession:
             C{credentials}.
         """
         caps = await self._capabilities()
-        if b"LOGINDISABLED" in caps and b"AUTH=PLAIN" not in caps:
+        if (
+            b"LOGINDISABLED" in caps
+            and b"AUTH=PLAIN" not in caps
+            and not isinstance(credentials, TokenLogin)
+        ):
             raise AuthenticationFailed(
                 f"{self._description}: server refuses cleartext login (LOGINDISABLED)"
             )
+        if isinstance(credentials, TokenLogin) and credentials.port is None:
+            credentials = evolve(credentials, port=self._peerPort())
         mechanism = mechanismFor(credentials, caps, self._description)
+        errorChallenge: list[bytes] = []
         try:
             if mechanism is None:
                 assert isinstance(credentials, PasswordLogin)
                 reply = await self._logIn(credentials)
             else:
-                reply = await self._saslExchange(mechanism, b"SASL-IR" in caps)
+                reply = await self._saslExchange(
+                    mechanism, b"SASL-IR" in caps, errorChallenge
+                )
         except CommandFailed as e:
+            # An OAuth failure's reason is in the challenge answered
+            # before the NO (RFC 7628 3.2.2), not in the NO's text.
+            said = "".join(
+                f" ({describeErrorChallenge(c)})" for c in errorChallenge[-1:] if c
+            )
             raise AuthenticationFailed(
-                f"{self._description}: login refused: {e.text}"
+                f"{self._description}: login refused: {e.text}{said}"
             ) from None
         # RFC 3501 6.2.3: a CAPABILITY code in the tagged OK makes a
         # CAPABILITY command unnecessary (Dovecot sends one): a round trip
@@ -447,12 +463,24 @@ class IMAPSession:
         _, reply = await _mapped("LOGIN", self._client.sendCommand(command))
         return cast(bytes, reply)
 
-    async def _saslExchange(self, mechanism: SASLMechanism, initial: bool) -> bytes:
+    def _peerPort(self) -> int | None:
+        """
+        The port this connection reached, for OAUTHBEARER, or L{None}.
+        """
+        transport = self._client.transport
+        port = getattr(transport.getPeer(), "port", None) if transport else None
+        return port if isinstance(port, int) else None
+
+    async def _saslExchange(
+        self, mechanism: SASLMechanism, initial: bool, challenges: list[bytes]
+    ) -> bytes:
         """
         AUTHENTICATE with C{mechanism}: its first message on the command
         line when C{initial} (SASL-IR, RFC 4959), else in answer to the
         first continuation request.  A challenge the mechanism does not
         expect (or that is not base64) is a protocol violation.
+
+        @param challenges: each decoded challenge answered is appended.
 
         @return: the tagged reply after C{OK}.
         """
@@ -469,6 +497,7 @@ class IMAPSession:
             challenge = decodeChallenge(text)
             if challenge is None:
                 return None
+            challenges.append(challenge)
             response = mechanism.challenged(challenge)
             return None if response is None else base64.b64encode(response)
 
