@@ -4,7 +4,7 @@ with a template and a CSV of N rows (IMAP source with a credential, a
 destination password file per row, each its own file) in a temporary directory, then times
 loadConfig and reports the process's peak RSS.
 
-    PYTHONPATH=. python tests/userlist_cost.py [ROWS] [--credentials-only]
+    .venv/bin/python -m bench.userlist_cost [ROWS] [--credentials-only]
 
 With --credentials-only the destination uses the credential too (no
 per-row password file).
