@@ -26,7 +26,7 @@ from imapmig.fidelity import journalHead
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
-from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.state import FolderFallback, IStateStore, JournalMessage, MessageOutcome
 from imapmig.state.memory import MemoryStateStore
@@ -265,6 +265,29 @@ def appendLines(server: FakeIMAPServer) -> list[bytes]:
     return [line for line in server.received if line.split(b" ")[1:2] == [b"APPEND"]]
 
 
+
+def memoryOpener(
+    endpoint: MemoryEndpoint, clock: Clock, password: str = PASSWORD
+) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    Opens a session to the fake server behind C{endpoint}, logged in as
+    C{USER} with C{password}, without TLS.
+    """
+
+    def open() -> Awaitable[IMAPSession]:
+        return openSession(
+            endpoint,
+            clock,
+            description=f"{USER} at memory",
+            user=USER,
+            password=password,
+            starttls=False,
+            tlsOptions=None,
+            timeout=30,
+        )
+
+    return open
+
 class JobHarness:
     """
     A source, a destination account behind a L{MemoryEndpoint}, a state
@@ -307,18 +330,7 @@ class JobHarness:
         jitter).
         """
 
-        def openDestination() -> Awaitable[IMAPSession]:
-            return openSession(
-                self.endpoint,
-                self.clock,
-                description=f"{USER} at memory",
-                user=USER,
-                password=password,
-                starttls=False,
-                tlsOptions=None,
-                timeout=30,
-            )
-
+        openDestination = memoryOpener(self.endpoint, self.clock, password)
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
             identity=identity, eightBit=eightBit, retry=retry, jitter=lambda: 0.0,

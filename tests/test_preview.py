@@ -15,17 +15,22 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.cli import _writePlan
 from imapmig.errors import AuthenticationFailed, SourceError
-from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.session import IMAPSession
 from imapmig.message import SourceFolder
 from imapmig.plan import FolderRules
 from imapmig.preview import JobPlan, previewJob
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import FolderFallback, MessageOutcome
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
-from tests.test_job import MemoryEndpoint, MemorySource, RecordingStateStore
+from tests.test_job import (
+    PASSWORD,
+    USER,
+    MemoryEndpoint,
+    MemorySource,
+    RecordingStateStore,
+    memoryOpener,
+)
 
-USER = "alice"
-PASSWORD = "s3cret-pw"
 JOB = "alice-job"
 WRITES = {b"CREATE", b"SUBSCRIBE", b"APPEND", b"SELECT", b"STORE", b"EXPUNGE", b"DELETE"}
 
@@ -55,19 +60,7 @@ class Account:
         Opens a session logged in as C{USER} with C{password}.
         """
 
-        def open() -> Awaitable[IMAPSession]:
-            return openSession(
-                self.endpoint,
-                self.clock,
-                description=f"{USER} at memory",
-                user=USER,
-                password=password,
-                starttls=False,
-                tlsOptions=None,
-                timeout=30,
-            )
-
-        return open
+        return memoryOpener(self.endpoint, self.clock, password)
 
 
 class PreviewTests(SynchronousTestCase):
