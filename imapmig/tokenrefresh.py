@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from attrs import field, frozen
-from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout, succeed
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
 from twisted.internet.protocol import Protocol
 from twisted.internet.ssl import Certificate, platformTrust, trustRootFromCertificates
 from twisted.python.failure import Failure
@@ -159,7 +159,12 @@ class _BoundedBody(Protocol):
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._data = bytearray()
-        self.done: Deferred[bytes] = Deferred()
+        self.done: Deferred[bytes] = Deferred(self._cancel)
+
+    def _cancel(self, done: Deferred[bytes]) -> None:
+        transport: Any = self.transport
+        if transport is not None:
+            transport.stopProducing()
 
     def dataReceived(self, data: bytes) -> None:
         if self.done.called:
@@ -257,7 +262,8 @@ class RefreshGrantClient:
                 headers,
                 _FormBody(self._form(refreshToken)),
             )
-        except DeferredTimeout:
+        except CancelledError:
+            # The timeout's: it says so.
             raise
         except Exception as e:
             raise TokenEndpointUnavailable(
@@ -278,6 +284,8 @@ class RefreshGrantClient:
                     f" {response.code}); not read"
                 )
             ) from None
+        except CancelledError:
+            raise
         except Exception as e:
             raise TokenEndpointUnavailable(
                 self._problem(
