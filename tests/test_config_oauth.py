@@ -165,7 +165,13 @@ class TokenEndpointConfigTests(ConfigTestCase):
     refresh grant.
     """
 
-    withOAuth2 = OAuth2ConfigTests.withOAuth2
+    def withOAuth2(self, oauth2: object) -> dict[str, Any]:
+        document = self.document()
+        destination = document["jobs"][0]["destination"]
+        destination.pop("password_file", None)
+        destination.pop("password", None)
+        destination["oauth2"] = oauth2
+        return document
 
     def setUp(self) -> None:
         super().setUp()

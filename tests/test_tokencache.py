@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Awaitable, Callable
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
@@ -235,7 +236,7 @@ class LoginWithTokenTests(SynchronousTestCase):
     L{loginWithToken}.
     """
 
-    def logIn(self, *refusals: Exception) -> tuple[list[str], object]:
+    def logIn(self, *refusals: Exception) -> tuple[list[str], Callable[[str], Awaitable[str]]]:
         tried: list[str] = []
         outcomes = list(refusals)
 
@@ -255,7 +256,7 @@ class LoginWithTokenTests(SynchronousTestCase):
         tokens = _Tokens("at-1", "at-2")
         tried, attempt = self.logIn(CredentialsRefused("no"))
         with capturedLogs() as events:
-            d = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))  # type: ignore[arg-type]
+            d: Deferred[str] = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))
         self.assertEqual(self.successResultOf(d), "session")
         self.assertEqual((tried, tokens.invalidated), (["at-1", "at-2"], ["at-1"]))
         self.assertIn("refused the access token", events[0]["log_format"])
@@ -266,7 +267,7 @@ class LoginWithTokenTests(SynchronousTestCase):
         """
         tokens = _Tokens("at-1", "at-2")
         tried, attempt = self.logIn(CredentialsRefused("no"), CredentialsRefused("no again"))
-        d = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))  # type: ignore[arg-type]
+        d: Deferred[str] = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))
         self.assertEqual(str(self.failureResultOf(d, CredentialsRefused).value), "no again")
         self.assertEqual(tried, ["at-1", "at-2"])
 
@@ -277,7 +278,7 @@ class LoginWithTokenTests(SynchronousTestCase):
         """
         tokens = _Tokens("at-1", "at-2")
         tried, attempt = self.logIn(AuthenticationFailed("no XOAUTH2"))
-        d = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))  # type: ignore[arg-type]
+        d: Deferred[str] = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))
         self.failureResultOf(d, AuthenticationFailed)
         self.assertEqual((tried, tokens.invalidated), (["at-1"], []))
 
@@ -294,6 +295,6 @@ class LoginWithTokenTests(SynchronousTestCase):
                 raise TokenRefreshRefused("invalid_grant")
 
         tried, attempt = self.logIn()
-        d = Deferred.fromCoroutine(loginWithToken(Refusing(), attempt, ACCOUNT))  # type: ignore[arg-type]
+        d: Deferred[str] = Deferred.fromCoroutine(loginWithToken(Refusing(), attempt, ACCOUNT))
         self.failureResultOf(d, TokenRefreshRefused)
         self.assertEqual(tried, [])
