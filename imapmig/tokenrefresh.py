@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from attrs import field, frozen
+from OpenSSL import SSL
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
 from twisted.internet.protocol import Protocol
 from twisted.internet.ssl import Certificate, platformTrust, trustRootFromCertificates
@@ -266,6 +267,15 @@ class RefreshGrantClient:
             # The timeout's: it says so.
             raise
         except Exception as e:
+            if _isTLSFailure(e):
+                # Like a refused IMAP certificate: a configuration problem
+                # (tls_ca) or an impostor, which waiting will not fix.
+                raise TokenRefreshRefused(
+                    self._problem(
+                        f"TLS failed: {_shortError(e)} (is its CA in the system"
+                        " trust store, or given as oauth2.tls_ca?)"
+                    )
+                ) from None
             raise TokenEndpointUnavailable(
                 self._problem(f"cannot reach it: {_shortError(e)}")
             ) from None
@@ -380,6 +390,17 @@ def _oauthError(document: dict[str, Any] | None) -> str:
     if isinstance(description, str) and description:
         said += f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
     return said
+
+
+def _isTLSFailure(e: Exception) -> bool:
+    """
+    Whether a request failed in the TLS handshake (a certificate not
+    trusted, a name that does not match).
+    """
+    reasons = getattr(e, "reasons", None) or [e]
+    return any(
+        isinstance(r.value if isinstance(r, Failure) else r, SSL.Error) for r in reasons
+    )
 
 
 def _shortError(e: Exception) -> str:

@@ -18,17 +18,25 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from imapmig.config import Config, parseConfig
+from imapmig.config.model import TokenRefreshConfig
 from imapmig.progress import JobProgress, JobState
 from imapmig.testing.corpus import Corpus, writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotUser,
+    requireDovecot,
+    writeTestCertificates,
+)
 from imapmig.testing.faultproxy import Direction, Fault, FaultProxy, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
+from imapmig.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
 from tests.support import (
     _rootDirectory,
     corpusView,
     fetchedView,
     newDirectory,
     runDaemon,
+    settleConnections,
     writePasswordFile,
 )
 
@@ -257,3 +265,49 @@ class OAuth2RefreshTests(TestCase):
         self.assertIn("invalid_grant (refresh token revoked or unknown)", error)
         self.assertNotIn(refreshToken, error)
         self.assertEqual(server.provider.counts.refreshRequests, 1)
+
+
+class TokenEndpointTLSTests(TestCase):
+    """
+    The refresh grant over https, on the real reactor: the endpoint's
+    certificate is verified.
+    """
+
+    async def refreshOver(self, trusted: bool) -> IssuedToken:
+        tlsDirectory = os.path.join(newDirectory(self), "tls")
+        writeTestCertificates(tlsDirectory)
+        provider = OAuth2Provider(reactor.seconds)
+        server = OAuth2Server(reactor, provider)
+        server.listen(tlsDirectory)
+        self.addCleanup(lambda: Deferred.fromCoroutine(server.stop()))
+        config = TokenRefreshConfig(
+            server.url("token"),
+            provider.clientId,
+            None,
+            "/nonexistent",
+            timeout=10,
+            tlsCA=os.path.join(tlsDirectory, "ca.pem") if trusted else None,
+        )
+        client = RefreshGrantClient(config, agentFor(config, reactor), reactor, "alice")
+        try:
+            return await client.refresh(provider.addRefreshToken("alice"))
+        finally:
+            await settleConnections(reactor)
+
+    async def test_privateCA(self) -> None:
+        """
+        With C{tls_ca} naming the CA that signed the endpoint's
+        certificate, the refresh succeeds over https.
+        """
+        issued = await self.refreshOver(trusted=True)
+        self.assertTrue(issued.accessToken.startswith("at-"))
+
+    async def test_untrusted(self) -> None:
+        """
+        A certificate the system trust store does not vouch for fails the
+        refresh permanently, saying so.
+        """
+        with self.assertRaises(TokenRefreshRefused) as caught:
+            await self.refreshOver(trusted=False)
+        self.assertIn("TLS failed", str(caught.exception))
+        self.assertIn("certificate verify failed", str(caught.exception))

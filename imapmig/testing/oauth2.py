@@ -23,12 +23,14 @@ integration tests check that none is left open).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from typing import Any, Callable
 
 from attrs import define
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IListeningPort
+from twisted.internet.ssl import PrivateCertificate
 from twisted.protocols.policies import WrappingFactory
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
@@ -242,21 +244,40 @@ class OAuth2Server:
         self._factory = WrappingFactory(Site(OAuth2Resource(provider)))
         self._listening: IListeningPort | None = None
         self.port = 0
+        self._scheme = "http"
 
-    def listen(self) -> int:
+    def listen(self, tlsDirectory: str | None = None) -> int:
         """
-        Listen on a free port of 127.0.0.1.
+        Listen on a free port of 127.0.0.1, over TLS with the certificate
+        of C{tlsDirectory} when given.
 
+        @param tlsDirectory: a directory written by
+            L{imapmig.testing.dovecot.writeTestCertificates} (the
+            certificate names C{localhost} and C{127.0.0.1}).
         @return: the port.
         """
-        self._listening = self._reactor.listenTCP(0, self._factory, interface="127.0.0.1")
+        if tlsDirectory is None:
+            self._listening = self._reactor.listenTCP(0, self._factory, interface="127.0.0.1")
+        else:
+            with open(os.path.join(tlsDirectory, "server.pem"), "rb") as f:
+                pem = f.read()
+            with open(os.path.join(tlsDirectory, "server.key"), "rb") as f:
+                pem += f.read()
+            options = PrivateCertificate.loadPEM(pem).options()
+            self._listening = self._reactor.listenSSL(
+                0, self._factory, options, interface="127.0.0.1"
+            )
+            self._scheme = "https"
         self.port = int(getattr(self._listening.getHost(), "port"))
         return self.port
 
     def url(self, path: str) -> str:
         """
-        The URL of an endpoint: C{url("token")}.
+        The URL of an endpoint: C{url("token")}; C{https://localhost:...}
+        over TLS.
         """
+        if self._scheme == "https":
+            return f"https://localhost:{self.port}/{path}"
         return f"http://127.0.0.1:{self.port}/{path}"
 
     async def stop(self) -> None:
