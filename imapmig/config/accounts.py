@@ -4,8 +4,10 @@ Accounts: a server, a user and a password (or password file), for a
 destination or an IMAP source; or, instead of the user's password, an
 admin credential (C{admin: {user: NAME, password_file: FILE}}) that logs
 in on behalf of the user (a "master user"); or an OAuth 2.0 access token
-(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}}),
-checked here and obtained afresh at each login (L{imapmig.tokens}).
+(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}},
+checked here and obtained afresh at each login, L{imapmig.tokens}; or
+C{oauth2: {token_endpoint: URL, client_id: ID, refresh_token_file: FILE}}
+for the refresh grant that imapmig runs itself, L{imapmig.tokencache}).
 """
 
 from __future__ import annotations
