@@ -51,6 +51,15 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
     about it), so a test of a wrong password does not slow the next ones.
   - Stopping takes about 1.1 s: the master waits that long for its log
     process before it exits.
+  - C{oauth2Introspection} adds Dovecot's C{oauth2} passdb (built in:
+    C{dovecot --build-options} does not list it among the passdb drivers,
+    yet 2.3.19 has it) for the C{oauthbearer} and C{xoauth2} mechanisms
+    only; the password passdb is limited to PLAIN and LOGIN.  Each token
+    login makes the auth process POST C{token=...} to the introspection
+    URL (its HTTP client does not block, so the test's own reactor can
+    serve it), with no cache; a token reported inactive is refused with
+    an error challenge (C{status invalid_token}) and C{NO
+    [AUTHENTICATIONFAILED]}.
 """
 
 from __future__ import annotations
