@@ -154,15 +154,18 @@ async def verify(
     """
     from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
+    from imapmig.tokens import TokenSources
     from imapmig.verify import verifyJob
 
     document: list[dict[str, object]] = []
     status = 0
+    # One refresh-token cache per file for the whole command.
+    tokens = TokenSources(reactor)
     for job in config.jobs:
         if job.name not in jobs:
             continue
-        openDestination = destinationOpener(job, reactor)
-        source = sourceFor(job, reactor)
+        openDestination = destinationOpener(job, reactor, tokens)
+        source = sourceFor(job, reactor, tokens)
         try:
             try:
                 result = await verifyJob(job.name, source, job.folders, openDestination, store)
@@ -288,15 +291,18 @@ async def plan(
     from imapmig.preview import previewJob
     from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
+    from imapmig.tokens import TokenSources
 
     document: list[dict[str, object]] = []
     status = 0
+    # One refresh-token cache per file for the whole command.
+    tokens = TokenSources(reactor)
     for job in config.jobs:
         if job.name not in jobs:
             continue
         destination = job.destination
-        openDestination = destinationOpener(job, reactor)
-        source = sourceFor(job, reactor)
+        openDestination = destinationOpener(job, reactor, tokens)
+        source = sourceFor(job, reactor, tokens)
         header = (
             f"{job.name}: {_sourceDescription(job)} -> {destination.user} at"
             f" {destination.server.endpoint}"

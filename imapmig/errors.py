@@ -55,6 +55,14 @@ class AuthenticationFailed(PermanentError):
     """
 
 
+class CredentialsRefused(AuthenticationFailed):
+    """
+    The server answered C{NO} to the login itself (as opposed to offering
+    no mechanism that could carry the credentials): for a token, the cue
+    to obtain another one.
+    """
+
+
 class TLSRequired(PermanentError):
     """
     C{starttls: required} but the server does not offer STARTTLS.

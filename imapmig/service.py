@@ -38,7 +38,6 @@ from imapmig.config import (
 )
 from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
-from imapmig.errors import AuthenticationFailed
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
@@ -50,7 +49,7 @@ from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
-from imapmig.tokens import obtainToken
+from imapmig.tokens import TokenSources, loginWithToken
 
 log = Logger()
 
@@ -83,6 +82,7 @@ def sessionOpener(
     password: str | None,
     admin: str | None = None,
     oauth2: TokenSourceConfig | None = None,
+    tokens: TokenSources | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
@@ -91,8 +91,13 @@ def sessionOpener(
         L{None} with C{oauth2}.
     @param admin: the admin who logs in on behalf of C{user}, if any.
     @param oauth2: where the user's access token comes from, if the login
-        is XOAUTH2 or OAUTHBEARER: obtained afresh for every session, so
-        a reconnecting job logs in with the current token.
+        is XOAUTH2 or OAUTHBEARER: read or run afresh for every session,
+        or from the refresh grant's cache, so a reconnecting job logs in
+        with the current token; a token the server refuses is replaced
+        once (L{loginWithToken}).
+    @param tokens: the daemon's token sources, shared by its openers (a
+        refresh token file has one cache per process); a new one if
+        L{None}.
     """
     fixed: Credentials | None = None
     if oauth2 is None:
@@ -108,16 +113,8 @@ def sessionOpener(
         endpoint = wrapClientTLS(tlsOptions, endpoint)
     description = f"{user} at {server.endpoint}"
 
-    async def open() -> IMAPSession:
-        credentials = fixed
-        if credentials is None:
-            assert oauth2 is not None
-            try:
-                token = await obtainToken(oauth2, reactor)
-            except AuthenticationFailed as e:
-                raise AuthenticationFailed(f"{description}: {e}") from None
-            credentials = TokenLogin(user, token, host=server.tlsHostname)
-        session = await openSession(
+    def logIn(credentials: Credentials) -> Awaitable[IMAPSession]:
+        return openSession(
             endpoint,
             reactor,
             description=description,
@@ -128,14 +125,31 @@ def sessionOpener(
             compress=server.compress,
             namespaceOverride=server.namespace,
         )
-        return session
+
+    if fixed is not None:
+        credentials = fixed
+        return lambda: logIn(credentials)
+    assert oauth2 is not None
+    source = (TokenSources(reactor) if tokens is None else tokens).sourceFor(
+        oauth2, description
+    )
+
+    def logInWith(token: str) -> Awaitable[IMAPSession]:
+        return logIn(TokenLogin(user, token, host=server.tlsHostname))
+
+    def open() -> Awaitable[IMAPSession]:
+        return loginWithToken(source, logInWith, description)
 
     return open
 
 
-def accountOpener(account: AccountConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+def accountOpener(
+    account: AccountConfig, reactor: Any, tokens: TokenSources | None = None
+) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to C{account} with its credential.
+
+    @param tokens: the daemon's token sources (see L{sessionOpener}).
     """
     return sessionOpener(
         reactor,
@@ -144,22 +158,28 @@ def accountOpener(account: AccountConfig, reactor: Any) -> Callable[[], Awaitabl
         None if account.password is None else account.password.value,
         account.admin,
         account.oauth2,
+        tokens,
     )
 
 
-def destinationOpener(job: JobConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+def destinationOpener(
+    job: JobConfig, reactor: Any, tokens: TokenSources | None = None
+) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to a job's destination account (as its user,
     as the admin on its behalf, or with its access token).
+
+    @param tokens: the daemon's token sources (see L{sessionOpener}).
     """
-    return accountOpener(job.destination, reactor)
+    return accountOpener(job.destination, reactor, tokens)
 
 
-def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
+def sourceFor(job: JobConfig, reactor: Any, tokens: TokenSources | None = None) -> IMessageSource:
     """
     The source a job's configuration names.
 
     @param reactor: the reactor a network source connects with.
+    @param tokens: the daemon's token sources (see L{sessionOpener}).
     """
     source = job.source
     if isinstance(source, MaildirSourceConfig):
@@ -168,7 +188,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
-            accountOpener(source, reactor),
+            accountOpener(source, reactor, tokens),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
@@ -300,14 +320,15 @@ def buildService(
     progress = MigrationProgress(reactor.seconds)
     root = MigrationService(store, progress)
     jobs = []
+    tokens = TokenSources(reactor)
     for jobConfig in config.jobs:
         jobs.append(
             MigrationJob(
                 jobConfig.name,
-                sourceFor(jobConfig, reactor),
+                sourceFor(jobConfig, reactor, tokens),
                 store,
                 progress.addJob(jobConfig.name),
-                destinationOpener(jobConfig, reactor),
+                destinationOpener(jobConfig, reactor, tokens),
                 reactor,
                 settingsFor(jobConfig, config.stopTimeout),
                 jobConfig.folders,

@@ -1,10 +1,16 @@
 # -*- test-case-name: tests.test_tokens -*-
 """
-OAuth 2.0 access tokens, obtained afresh at each login from where the
-configuration says: a file that an external refresher rewrites, or a
-command that prints one.  A job that reconnects therefore logs in with
-the current token without restarting.  (imapmig does not itself run the
-RFC 6749 refresh grant against a token endpoint.)
+OAuth 2.0 access tokens, from where the configuration says: a file that
+an external refresher rewrites or a command that prints one (both read
+afresh at each login, so a job that reconnects logs in with the current
+token without restarting), or a token endpoint that imapmig asks itself
+with a refresh token (RFC 6749 refresh grant; cached and renewed,
+L{imapmig.tokencache}).
+
+L{TokenSources} gives each account its L{AccessTokenSource}, one per
+refresh token file in the process; L{loginWithToken} logs in with a
+source's token and, when the server refuses it, obtains another and tries
+once more.
 
 No token, and no command output beyond a short escaped excerpt of its
 standard error, appears in an error or a log.
@@ -13,15 +19,21 @@ standard error, appears in an error or a log.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 from twisted.internet.error import ProcessDone
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 
-from imapmig.config.model import TokenCommandConfig, TokenFileConfig, TokenSourceConfig
-from imapmig.errors import AuthenticationFailed
+from imapmig.config.model import (
+    TokenCommandConfig,
+    TokenFileConfig,
+    TokenRefreshConfig,
+    TokenSourceConfig,
+)
+from imapmig.errors import AuthenticationFailed, CredentialsRefused, TransientError
 from imapmig.secrets import PasswordFileError, readPasswordFile
 
 
@@ -33,6 +45,11 @@ The most a token command may print on its standard output, in octets.
 _STDERR_EXCERPT = 80
 
 
+log = Logger()
+
+T = TypeVar("T")
+
+
 class TokenUnavailable(AuthenticationFailed):
     """
     No access token could be obtained: the file cannot be used, or the
@@ -40,13 +57,24 @@ class TokenUnavailable(AuthenticationFailed):
     """
 
 
-async def obtainToken(source: TokenSourceConfig, reactor: Any) -> str:
+class TokenCommandTimedOut(TransientError):
+    """
+    The token command did not finish within its timeout (it was killed).
+    Transient: such a command usually waits on its identity provider,
+    which may answer on the job's next attempt.
+    """
+
+
+async def obtainToken(
+    source: TokenFileConfig | TokenCommandConfig, reactor: Any
+) -> str:
     """
     The current access token from C{source}.
 
     @param reactor: an L{IReactorProcess} and L{IReactorTime}, for a
         command.
     @raise TokenUnavailable: with what went wrong, never the token.
+    @raise TokenCommandTimedOut: the command ran past its timeout.
     """
     if isinstance(source, TokenFileConfig):
         try:
@@ -62,9 +90,10 @@ def runTokenCommand(command: TokenCommandConfig, reactor: Any) -> Deferred[str]:
     from the first line of its standard output.
 
     @return: fires with the token, or fails with L{TokenUnavailable} when
-        the command exits non-zero, is killed, runs longer than its
-        timeout (it is then killed), prints more than
-        L{MAX_TOKEN_OUTPUT} octets, or prints an empty first line.
+        the command exits non-zero, is killed, prints more than
+        L{MAX_TOKEN_OUTPUT} octets, or prints an empty first line, and
+        with L{TokenCommandTimedOut} when it runs longer than its timeout
+        (it is then killed).
     """
     protocol = _TokenCommandProtocol(command, reactor)
     reactor.spawnProcess(
@@ -96,6 +125,7 @@ class _TokenCommandProtocol(ProcessProtocol):
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._problem: str | None = None
+        self._timedOut = False
         self.done: Deferred[str] = Deferred()
         self._timer = clock.callLater(command.timeout, self._expired)
 
@@ -110,6 +140,7 @@ class _TokenCommandProtocol(ProcessProtocol):
 
     def _expired(self) -> None:
         self._timer = None
+        self._timedOut = self._problem is None
         self._kill(f"did not finish within {self._command.timeout:g} s")
 
     def _kill(self, problem: str) -> None:
@@ -142,9 +173,8 @@ class _TokenCommandProtocol(ProcessProtocol):
                 problem = "printed no token (its first line of output is empty)"
         if problem is not None:
             said = f" (stderr: {_excerpt(bytes(self._stderr))})" if self._stderr else ""
-            self.done.errback(
-                TokenUnavailable(f"token command {self._name!r} {problem}{said}")
-            )
+            kind = TokenCommandTimedOut if self._timedOut else TokenUnavailable
+            self.done.errback(kind(f"token command {self._name!r} {problem}{said}"))
             return
         if not token.isascii():
             self.done.errback(
@@ -152,3 +182,130 @@ class _TokenCommandProtocol(ProcessProtocol):
             )
             return
         self.done.callback(token.decode("ascii"))
+
+
+class AccessTokenSource(Protocol):
+    """
+    Where an account's access token comes from, at each login.
+    """
+
+    def current(self) -> Deferred[str]:
+        """
+        The token to log in with now.
+
+        @return: fires with it, or fails with an L{AuthenticationFailed}
+            (permanent) or a L{TransientError}.
+        """
+
+    def invalidate(self, token: str) -> None:
+        """
+        C{token} was refused by a server: do not give it again.
+        """
+
+
+class ObtainedEachTime:
+    """
+    A token file or command, read or run afresh at every L{current}.
+    """
+
+    def __init__(
+        self, source: TokenFileConfig | TokenCommandConfig, reactor: Any, account: str
+    ) -> None:
+        """
+        @param reactor: an L{IReactorProcess} and L{IReactorTime}.
+        @param account: names the account in errors.
+        """
+        self._source = source
+        self._reactor = reactor
+        self._account = account
+
+    def current(self) -> Deferred[str]:
+        """
+        The token the file holds or the command prints now.
+
+        @return: fires with it, or fails with L{TokenUnavailable} or
+            L{TokenCommandTimedOut}, naming the account.
+        """
+        return Deferred.fromCoroutine(self._obtain())
+
+    async def _obtain(self) -> str:
+        try:
+            return await obtainToken(self._source, self._reactor)
+        except TokenCommandTimedOut as e:
+            raise TokenCommandTimedOut(f"{self._account}: {e}") from None
+        except TokenUnavailable as e:
+            raise TokenUnavailable(f"{self._account}: {e}") from None
+
+    def invalidate(self, token: str) -> None:
+        """
+        Nothing is cached: the next L{current} reads or runs again.
+        """
+
+
+class TokenSources:
+    """
+    The token source of each account of one daemon: file and command
+    sources each time anew, and one cached refresh-grant source per
+    refresh token file, shared by every session and job that uses it (two
+    would each spend, and rotate, the same refresh token).
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        """
+        @param reactor: an L{IReactorProcess}, L{IReactorTCP} and
+            L{IReactorTime}.
+        """
+        self._reactor = reactor
+        self._refreshed: dict[str, AccessTokenSource] = {}
+
+    def sourceFor(self, config: TokenSourceConfig, account: str) -> AccessTokenSource:
+        """
+        The source of C{config}.
+
+        @param account: names the account in logs and errors (C{"alice at
+            tcp:imap.example.com:993"}); for a shared source, that of the
+            first account that asked.
+        """
+        if not isinstance(config, TokenRefreshConfig):
+            return ObtainedEachTime(config, self._reactor, account)
+        shared = self._refreshed.get(config.refreshTokenFile)
+        if shared is None:
+            # Imported here: twisted.web costs start-up time that a daemon
+            # without a token endpoint need not pay.
+            from imapmig.tokencache import RefreshedTokens
+            from imapmig.tokenrefresh import RefreshGrantClient, agentFor
+
+            client = RefreshGrantClient(
+                config, agentFor(config, self._reactor), self._reactor, account
+            )
+            shared = RefreshedTokens(client, config.refreshTokenFile, self._reactor, account)
+            self._refreshed[config.refreshTokenFile] = shared
+        return shared
+
+
+async def loginWithToken(
+    tokens: AccessTokenSource,
+    logIn: Callable[[str], Awaitable[T]],
+    account: str,
+) -> T:
+    """
+    Log in with the current token of C{tokens}; when the server refuses
+    it (L{CredentialsRefused}: revoked, or expired sooner than said),
+    invalidate it, obtain another and log in once more.  A second refusal
+    is final.
+
+    @param logIn: opens a session with the token it is given.
+    @param account: names the account in the log.
+    @return: what C{logIn} returned.
+    """
+    token = await tokens.current()
+    try:
+        return await logIn(token)
+    except CredentialsRefused:
+        tokens.invalidate(token)
+    log.info(
+        "{account}: the server refused the access token; obtaining a new one"
+        " and logging in again",
+        account=account,
+    )
+    return await logIn(await tokens.current())

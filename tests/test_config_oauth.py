@@ -10,7 +10,8 @@ import sys
 from typing import Any
 
 from imapmig.config import ImapSourceConfig, parseConfig
-from imapmig.config.model import TokenCommandConfig, TokenFileConfig
+from imapmig.config.model import TokenCommandConfig, TokenFileConfig, TokenRefreshConfig
+from imapmig.secrets import Secret
 from tests.test_config import ConfigTestCase, writeFile
 
 TOKEN = "ya29.secret-access-token"
@@ -156,3 +157,130 @@ class OAuth2ConfigTests(ConfigTestCase):
         assert isinstance(source, ImapSourceConfig)
         self.assertEqual(source.oauth2, TokenFileConfig(self.tokenFile))
         self.assertIsNone(source.password)
+
+
+class TokenEndpointConfigTests(ConfigTestCase):
+    """
+    C{oauth2: {token_endpoint, client_id, refresh_token_file, ...}}: the
+    refresh grant.
+    """
+
+    def withOAuth2(self, oauth2: object) -> dict[str, Any]:
+        document = self.document()
+        destination = document["jobs"][0]["destination"]
+        destination.pop("password_file", None)
+        destination.pop("password", None)
+        destination["oauth2"] = oauth2
+        return document
+
+    def setUp(self) -> None:
+        super().setUp()
+        writeFile(os.path.join(self.directory, "alice.token"), TOKEN + "\n")
+        self.refreshFile = writeFile(os.path.join(self.directory, "alice.refresh"), "rt-secret\n")
+        self.secretFile = writeFile(os.path.join(self.directory, "client.secret"), "cs-secret\n")
+
+    def refresh(self, **keys: object) -> dict[str, Any]:
+        oauth2: dict[str, object] = {
+            "token_endpoint": "https://login.microsoftonline.com/common/oauth2/v2.0/token",
+            "client_id": "app-id",
+            "refresh_token_file": "alice.refresh",
+        }
+        oauth2.update(keys)
+        return self.withOAuth2({k: v for k, v in oauth2.items() if v is not None})
+
+    def test_refreshGrant(self) -> None:
+        """
+        The keys are read with their defaults (no secret, no scope, a 30 s
+        timeout, the system trust store), the files as absolute paths;
+        no secret shows in C{repr}.
+        """
+        destination = parseConfig(self.refresh(), self.configPath).jobs[0].destination
+        self.assertEqual(
+            destination.oauth2,
+            TokenRefreshConfig(
+                "https://login.microsoftonline.com/common/oauth2/v2.0/token",
+                "app-id",
+                None,
+                self.refreshFile,
+                None,
+                30.0,
+                None,
+            ),
+        )
+
+    def test_allKeys(self) -> None:
+        """
+        The client secret is read from its file; scope, timeout and tls_ca
+        are kept.
+        """
+        ca = writeFile(os.path.join(self.directory, "ca.pem"), "x")
+        document = self.refresh(
+            client_secret_file="client.secret", scope="a b", timeout=5, tls_ca="ca.pem"
+        )
+        oauth2 = parseConfig(document, self.configPath).jobs[0].destination.oauth2
+        assert isinstance(oauth2, TokenRefreshConfig)
+        self.assertEqual(oauth2.clientSecret, Secret("cs-secret"))
+        self.assertEqual(oauth2.clientSecret.value, "cs-secret")  # type: ignore[union-attr]
+        self.assertEqual((oauth2.scope, oauth2.timeout, oauth2.tlsCA), ("a b", 5.0, ca))
+        self.assertNotIn("cs-secret", repr(oauth2))
+
+    def test_plainHttpOnlyToLoopback(self) -> None:
+        """
+        http is refused to a host that is not loopback, allowed to one.
+        """
+        self.assertOnlyProblem(
+            self.refresh(token_endpoint="http://login.example.com/token"),
+            "jobs[0].destination.oauth2.token_endpoint",
+            "loopback address only",
+        )
+        for url in ("http://127.0.0.1:8080/token", "http://[::1]/token", "http://localhost/t"):
+            parseConfig(self.refresh(token_endpoint=url), self.configPath)
+        self.assertOnlyProblem(
+            self.refresh(token_endpoint="ftp://x/y"),
+            "jobs[0].destination.oauth2.token_endpoint",
+            "expected an https:// URL",
+        )
+
+    def test_missingKeys(self) -> None:
+        """
+        client_id and refresh_token_file are required, each named.
+        """
+        problems = self.problems(self.refresh(client_id=None, refresh_token_file=None))
+        self.assertProblem(problems, "jobs[0].destination.oauth2.client_id", "missing")
+        self.assertProblem(problems, "jobs[0].destination.oauth2.refresh_token_file", "missing")
+
+    def test_refreshTokenFileChecked(self) -> None:
+        """
+        The refresh token file is checked as a password file (mode), and
+        its directory must be writable; neither message shows a token.
+        """
+        os.chmod(self.refreshFile, 0o644)
+        problems = self.problems(self.refresh())
+        self.assertProblem(problems, "jobs[0].destination.oauth2.refresh_token_file", "chmod 600")
+        self.assertNotIn("rt-secret", "\n".join(problems))
+
+    def test_exclusive(self) -> None:
+        """
+        token_endpoint with token_file is refused; a refresh key without
+        token_endpoint is named.
+        """
+        self.assertOnlyProblem(
+            self.refresh(token_file="alice.token"),
+            "jobs[0].destination.oauth2",
+            "not token_file and token_endpoint",
+        )
+        self.assertOnlyProblem(
+            self.withOAuth2({"token_file": "alice.token", "client_id": "x"}),
+            "jobs[0].destination.oauth2.client_id",
+            "applies to token_endpoint only",
+        )
+
+    def test_secretInURL(self) -> None:
+        """
+        Credentials in the URL are refused.
+        """
+        self.assertOnlyProblem(
+            self.refresh(token_endpoint="https://id:secret@login.example.com/token"),
+            "jobs[0].destination.oauth2.token_endpoint",
+            "client_secret_file",
+        )

@@ -16,8 +16,13 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.config.model import TokenCommandConfig, TokenFileConfig
-from imapmig.errors import AuthenticationFailed
-from imapmig.tokens import TokenUnavailable, obtainToken, runTokenCommand
+from imapmig.errors import AuthenticationFailed, TransientError
+from imapmig.tokens import (
+    TokenCommandTimedOut,
+    TokenUnavailable,
+    obtainToken,
+    runTokenCommand,
+)
 from tests.test_config import writeFile
 
 
@@ -86,8 +91,9 @@ class TokenCommandClockTests(SynchronousTestCase):
 
     def test_timeout(self) -> None:
         """
-        A command still running at its timeout is killed, and the login
-        fails naming the command and the timeout.
+        A command still running at its timeout is killed, and obtaining
+        the token fails transiently (the job retries later), naming the
+        command and the timeout.
         """
         clock = _ProcessClock()
         d = runTokenCommand(COMMAND, clock)
@@ -98,7 +104,9 @@ class TokenCommandClockTests(SynchronousTestCase):
         self.assertEqual(clock.process.signals, ["KILL"])
         self.assertNoResult(d)
         protocol.processEnded(Failure(ProcessTerminated(signal=9)))
-        error = self.failureResultOf(d, AuthenticationFailed).value
+        error = self.failureResultOf(d, TokenCommandTimedOut).value
+        self.assertIsInstance(error, TransientError)
+        self.assertNotIsInstance(error, AuthenticationFailed)
         self.assertIn("token command 'get-token --user alice'", str(error))
         self.assertIn("did not finish within 30 s", str(error))
         self.assertEqual(clock.getDelayedCalls(), [])
@@ -197,7 +205,7 @@ class TokenCommandProcessTests(TestCase):
         """
         A script that outlives its timeout is killed.
         """
-        with self.assertRaises(TokenUnavailable) as caught:
+        with self.assertRaises(TokenCommandTimedOut) as caught:
             await runTokenCommand(
                 self.command("import time; time.sleep(30)", timeout=0.5), globalReactor
             )

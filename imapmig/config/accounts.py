@@ -4,14 +4,18 @@ Accounts: a server, a user and a password (or password file), for a
 destination or an IMAP source; or, instead of the user's password, an
 admin credential (C{admin: {user: NAME, password_file: FILE}}) that logs
 in on behalf of the user (a "master user"); or an OAuth 2.0 access token
-(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}}),
-checked here and obtained afresh at each login (L{imapmig.tokens}).
+(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}},
+checked here and obtained afresh at each login, L{imapmig.tokens}; or
+C{oauth2: {token_endpoint: URL, client_id: ID, refresh_token_file: FILE}}
+for the refresh grant that imapmig runs itself, L{imapmig.tokencache}).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
+from urllib.parse import urlsplit
 from typing import Mapping
 
 from imapmig.config.model import (
@@ -19,6 +23,7 @@ from imapmig.config.model import (
     ServerConfig,
     TokenCommandConfig,
     TokenFileConfig,
+    TokenRefreshConfig,
     TokenSourceConfig,
 )
 from imapmig.config.reader import ConfigReader, _describe, _key
@@ -27,7 +32,27 @@ from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 _DESTINATION_KEYS = ("server", "user", "password", "password_file", "admin", "oauth2")
 
-_OAUTH2_KEYS = ("token_file", "token_command", "timeout")
+_OAUTH2_KEYS = (
+    "token_file",
+    "token_command",
+    "timeout",
+    "token_endpoint",
+    "client_id",
+    "client_secret_file",
+    "refresh_token_file",
+    "scope",
+    "tls_ca",
+)
+
+_REFRESH_ONLY_KEYS = (
+    "client_id",
+    "client_secret_file",
+    "refresh_token_file",
+    "scope",
+    "tls_ca",
+)
+
+_DEFAULT_TOKEN_REQUEST_TIMEOUT = 30.0
 
 _DEFAULT_TOKEN_COMMAND_TIMEOUT = 30.0
 
@@ -142,12 +167,21 @@ class AccountsReader(ConfigReader):
         oauth2 = self._readMapping(destination["oauth2"], oauthPath, _OAUTH2_KEYS)
         if oauth2 is None:
             return None
-        kinds = [k for k in ("token_file", "token_command") if k in oauth2]
+        kinds = [k for k in ("token_file", "token_command", "token_endpoint") if k in oauth2]
         if len(kinds) != 1:
             self._problem(
                 oauthPath,
-                "give exactly one of token_file: FILE or token_command: [PROGRAM, ARGS...]"
-                + (", not both" if kinds else ""),
+                "give exactly one of token_file: FILE, token_command: [PROGRAM, ARGS...]"
+                " or token_endpoint: URL (with client_id and refresh_token_file)"
+                + (f", not {' and '.join(kinds)}" if kinds else ""),
+            )
+            return None
+        if "token_endpoint" in oauth2:
+            return self._readTokenRefresh(oauth2, oauthPath)
+        misplaced = [k for k in _REFRESH_ONLY_KEYS if k in oauth2]
+        if misplaced:
+            self._problem(
+                _key(oauthPath, misplaced[0]), "applies to token_endpoint only"
             )
             return None
         if "token_file" in oauth2:
@@ -174,6 +208,95 @@ class AccountsReader(ConfigReader):
         if command is None or timeout is None:
             return None
         return TokenCommandConfig(command[0], command[1], timeout)
+
+    def _readTokenRefresh(
+        self, oauth2: Mapping[str, object], path: str
+    ) -> TokenRefreshConfig | None:
+        """
+        Read the refresh grant's keys: C{token_endpoint} (C{https}, or
+        C{http} to a loopback address), C{client_id}, C{refresh_token_file}
+        (a secret file in a directory imapmig may write, since a rotated
+        refresh token replaces it), and the optional C{client_secret_file},
+        C{scope}, C{timeout} and C{tls_ca}.
+        """
+        ok = True
+        endpoint = self._readString(oauth2["token_endpoint"], _key(path, "token_endpoint"))
+        if endpoint is not None:
+            problem = _endpointProblem(endpoint)
+            if problem is not None:
+                self._problem(_key(path, "token_endpoint"), problem)
+                ok = False
+        else:
+            ok = False
+        clientId = None
+        if "client_id" not in oauth2:
+            self._problem(_key(path, "client_id"), "missing: the OAuth client's identifier")
+            ok = False
+        else:
+            clientId = self._readString(oauth2["client_id"], _key(path, "client_id"))
+            ok = ok and clientId is not None
+        secret = None
+        if "client_secret_file" in oauth2:
+            secretPath = _key(path, "client_secret_file")
+            written = self._readString(oauth2["client_secret_file"], secretPath)
+            if written is None:
+                ok = False
+            else:
+                try:
+                    secret = Secret(readPasswordFile(self._resolve(written), "client secret"))
+                except PasswordFileError as e:
+                    self._problem(secretPath, str(e))
+                    ok = False
+        refreshFile = None
+        refreshPath = _key(path, "refresh_token_file")
+        if "refresh_token_file" not in oauth2:
+            self._problem(refreshPath, "missing: the file holding the refresh token")
+            ok = False
+        else:
+            written = self._readString(oauth2["refresh_token_file"], refreshPath)
+            if written is None:
+                ok = False
+            else:
+                refreshFile = self._resolve(written)
+                try:
+                    readPasswordFile(refreshFile, "refresh token")
+                except PasswordFileError as e:
+                    self._problem(refreshPath, str(e))
+                    ok = False
+                else:
+                    directory = os.path.dirname(refreshFile)
+                    if not os.access(directory, os.W_OK | os.X_OK):
+                        self._problem(
+                            refreshPath,
+                            f"directory {directory} is not writable: a rotated"
+                            " refresh token replaces the file",
+                        )
+                        ok = False
+        scope = None
+        if "scope" in oauth2:
+            scope = self._readString(oauth2["scope"], _key(path, "scope"))
+            ok = ok and scope is not None
+        timeout: float | None = _DEFAULT_TOKEN_REQUEST_TIMEOUT
+        if "timeout" in oauth2:
+            timeout = self._readSeconds(oauth2["timeout"], _key(path, "timeout"))
+            ok = ok and timeout is not None
+        tlsCA = None
+        if "tls_ca" in oauth2:
+            written = self._readString(oauth2["tls_ca"], _key(path, "tls_ca"))
+            if written is None:
+                ok = False
+            else:
+                tlsCA = self._resolve(written)
+                if not os.path.isfile(tlsCA):
+                    self._problem(_key(path, "tls_ca"), f"no file {tlsCA}")
+                    ok = False
+        if not ok:
+            return None
+        assert endpoint is not None and clientId is not None and refreshFile is not None
+        assert timeout is not None
+        return TokenRefreshConfig(
+            endpoint, clientId, secret, refreshFile, scope, timeout, tlsCA
+        )
 
     def _readCommand(
         self, value: object, path: str
@@ -276,3 +399,40 @@ class AccountsReader(ConfigReader):
             " (or password: TEXT, discouraged)",
         )
         return None
+
+
+def _endpointProblem(url: str) -> str | None:
+    """
+    Why C{url} cannot be a token endpoint, or L{None}: it must be
+    C{https://HOST...}, or C{http://} to a loopback address (a refresh
+    token and a client secret never cross a network in the clear).
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port
+    except ValueError as e:
+        return f"not a URL: {e}"
+    host = parts.hostname
+    if parts.scheme not in ("https", "http") or not host:
+        return "expected an https:// URL"
+    if parts.username is not None or parts.password is not None:
+        return "give the client's secret in client_secret_file, not in the URL"
+    if parts.scheme == "http" and not isLoopback(host):
+        return (
+            "plain http is allowed to a loopback address only"
+            " (127.0.0.0/8, ::1, localhost): use https"
+        )
+    return None
+
+
+def isLoopback(host: str) -> bool:
+    """
+    Whether C{host} (a URL's host name) is C{localhost} or a loopback
+    address.
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -159,7 +159,38 @@ class TokenCommandConfig:
     timeout: float = 30.0
 
 
-TokenSourceConfig = TokenFileConfig | TokenCommandConfig
+@frozen
+class TokenRefreshConfig:
+    """
+    An OAuth 2.0 access token that imapmig obtains itself from a token
+    endpoint with a refresh token (the RFC 6749 refresh grant,
+    C{oauth2: {token_endpoint: URL, client_id: ID, refresh_token_file: FILE}}),
+    cached and renewed before it expires.
+
+    @ivar tokenEndpoint: the endpoint's URL: C{https}, or C{http} to a
+        loopback address only.
+    @ivar clientId: the OAuth client's identifier.
+    @ivar clientSecret: the client's secret (from C{client_secret_file}),
+        or L{None} for a public client.
+    @ivar refreshTokenFile: the absolute path of the file holding the
+        refresh token (first line); a rotated refresh token is written
+        back to it.
+    @ivar scope: the C{scope} to ask for, or L{None} to leave it out.
+    @ivar timeout: seconds a request to the endpoint may take.
+    @ivar tlsCA: a PEM file of the certificates to trust for an C{https}
+        endpoint, or L{None} for the system trust store.
+    """
+
+    tokenEndpoint: str
+    clientId: str
+    clientSecret: Secret | None
+    refreshTokenFile: str
+    scope: str | None = None
+    timeout: float = 30.0
+    tlsCA: str | None = None
+
+
+TokenSourceConfig = TokenFileConfig | TokenCommandConfig | TokenRefreshConfig
 
 
 @frozen

@@ -24,6 +24,7 @@ from twisted.mail.imap4 import Command, IMAP4Exception
 
 from imapmig.errors import (
     AuthenticationFailed,
+    CredentialsRefused,
     CommandFailed,
     ConnectionLost,
     ImapmigError,
@@ -435,7 +436,7 @@ class IMAPSession:
             said = "".join(
                 f" ({describeErrorChallenge(c)})" for c in errorChallenge[-1:] if c
             )
-            raise AuthenticationFailed(
+            raise CredentialsRefused(
                 f"{self._description}: login refused: {e.text}{said}"
             ) from None
         # RFC 3501 6.2.3: a CAPABILITY code in the tagged OK makes a

@@ -51,6 +51,15 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
     about it), so a test of a wrong password does not slow the next ones.
   - Stopping takes about 1.1 s: the master waits that long for its log
     process before it exits.
+  - C{oauth2Introspection} adds Dovecot's C{oauth2} passdb (built in:
+    C{dovecot --build-options} does not list it among the passdb drivers,
+    yet 2.3.19 has it) for the C{oauthbearer} and C{xoauth2} mechanisms
+    only; the password passdb is limited to PLAIN and LOGIN.  Each token
+    login makes the auth process POST C{token=...} to the introspection
+    URL (its HTTP client does not block, so the test's own reactor can
+    serve it), with no cache; a token reported inactive is refused with
+    an error challenge (C{status invalid_token}) and C{NO
+    [AUTHENTICATIONFAILED]}.
 """
 
 from __future__ import annotations
@@ -369,6 +378,8 @@ class DovecotInstance(AccountReader):
         commandPrefix: Sequence[str] = (),
         preload: str | None = None,
         masterUsers: Sequence[DovecotUser] = (),
+        oauth2Introspection: str | None = None,
+        oauth2Mechanisms: Sequence[str] = ("oauthbearer", "xoauth2"),
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -418,6 +429,14 @@ class DovecotInstance(AccountReader):
             (a master passdb, C{pass = yes}: the user must exist); they
             have no mailbox of their own.  No master user separator is
             set, so PLAIN's authorization identity is the only way in.
+        @param oauth2Introspection: when given, the URL of an RFC 7662
+            token-introspection endpoint (e.g. L{imapmig.testing.oauth2})
+            that an C{oauth2} passdb asks, by POST, about every access
+            token given with C{oauth2Mechanisms}; the response's
+            C{username} must be the login name and C{active} true.  The
+            users' passwords still work with PLAIN and LOGIN.
+        @param oauth2Mechanisms: the SASL mechanisms offered for tokens,
+            among C{oauthbearer} and C{xoauth2}.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -430,6 +449,10 @@ class DovecotInstance(AccountReader):
         self.baseDir = os.path.abspath(baseDir)
         self.users = tuple(users)
         self.masterUsers = tuple(masterUsers)
+        self._oauth2Introspection = oauth2Introspection
+        self._oauth2Mechanisms = tuple(oauth2Mechanisms)
+        if not set(self._oauth2Mechanisms) <= {"oauthbearer", "xoauth2"} or not oauth2Mechanisms:
+            raise ValueError(f"unknown OAuth2 mechanisms {oauth2Mechanisms!r}")
         self._capabilities = capabilities
         self._separator = separator
         self._inboxPrefix = inboxPrefix
@@ -454,6 +477,7 @@ class DovecotInstance(AccountReader):
         self._configPath = os.path.join(self.baseDir, "dovecot.conf")
         self._passwdPath = os.path.join(self.baseDir, "passwd")
         self._mastersPath = os.path.join(self.baseDir, "masters")
+        self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
 
     def __repr__(self) -> str:
         return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
@@ -638,7 +662,8 @@ class DovecotInstance(AccountReader):
             f"ssl_cert = <{os.path.join(tlsDir, 'server.pem')}",
             f"ssl_key = <{os.path.join(tlsDir, 'server.key')}",
             "disable_plaintext_auth = no",
-            "auth_mechanisms = plain login",
+            "auth_mechanisms = plain login"
+            + ("".join(f" {m}" for m in self._oauth2Mechanisms) if self._oauth2Introspection else ""),
             # A failed login is answered quickly and does not slow the next
             # ones down: closing anvil's penalty socket disables the growing
             # per-IP penalty (auth logs one "anvil-auth-penalty" error).
@@ -658,10 +683,23 @@ class DovecotInstance(AccountReader):
                 "  pass = yes",
                 "}",
             ]
+        if self._oauth2Introspection is not None:
+            self._writeOAuth2Config()
+            lines += [
+                "passdb {",
+                "  driver = oauth2",
+                f"  mechanisms = {' '.join(self._oauth2Mechanisms)}",
+                f"  args = {self._oauth2ConfigPath}",
+                "}",
+            ]
         lines += [
             "passdb {",
             "  driver = passwd-file",
             f"  args = scheme=PLAIN username_format=%u {self._passwdPath}",
+        ]
+        if self._oauth2Introspection is not None:
+            lines.append("  mechanisms = plain login")
+        lines += [
             "}",
             "userdb {",
             "  driver = passwd-file",
@@ -742,6 +780,26 @@ class DovecotInstance(AccountReader):
         with open(self._configPath, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.chmod(self._configPath, 0o644)
+
+    def _writeOAuth2Config(self) -> None:
+        """
+        The C{oauth2} passdb's settings: introspection by POST of
+        C{token=...}, the user named by C{username}, valid when C{active}
+        is true (Dovecot 2.3.19 reads the JSON C{true} as C{"true"}).
+        """
+        assert self._oauth2Introspection is not None
+        settings = [
+            "introspection_mode = post",
+            f"introspection_url = {self._oauth2Introspection}",
+            "force_introspection = yes",
+            "username_attribute = username",
+            "active_attribute = active",
+            "active_value = true",
+            "timeout_msecs = 10000",
+        ]
+        with open(self._oauth2ConfigPath, "w") as f:
+            f.write("\n".join(settings) + "\n")
+        os.chmod(self._oauth2ConfigPath, 0o644)
 
     def _launch(self, binary: str) -> None:
         environment = None
