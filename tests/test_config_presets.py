@@ -191,7 +191,7 @@ class WithPresetTests(SynchronousTestCase):
             {"max_connections": 20},
         )
         for preset in PRESETS.values():
-            keys = set()
+            keys: set[str] = set()
             for key, value in preset.defaults.items():
                 if isinstance(value, dict) or hasattr(value, "items"):
                     keys.update(f"{key}.{nested}" for nested in value)  # type: ignore[attr-defined]
