@@ -172,6 +172,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
+            labelViews=source.server.labelViews,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
