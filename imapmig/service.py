@@ -193,6 +193,7 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         windowBytes=pipeline.windowBytes,
         stopTimeout=stopTimeout,
         folderNameFallback=job.folderNameFallback,
+        maxMessageBytes=job.destination.server.maxMessageSize,
     )
 
 
