@@ -454,19 +454,32 @@ class GmailSourceTests(SynchronousTestCase):
         self.assertEqual(len(listed), 4)
 
 
+EXPECTED = {"INBOX": [1, 2, 5], "Work": [2, 4], ALL_MAIL: [3], SENT: [6]}
+"""
+Where the messages of L{_populate} land: each once.
+"""
+
+
+def destinationOf(account: GmailAccount) -> dict[str, list[int]]:
+    """
+    Every destination mailbox holding messages, with their numbers.
+    """
+    held = {name: account.numbers(name) for name in account.mail.mailboxes(USER)}
+    return {name: numbers for name, numbers in held.items() if numbers}
+
+
 class GmailJobTests(SynchronousTestCase):
     """
     A whole job from a Gmail-shaped source: each message lands once.
     """
 
-    expected = {"INBOX": [1, 2, 5], "Work": [2, 4], ALL_MAIL: [3], SENT: [6]}
+    expected = EXPECTED
 
     def destination(self, account: GmailAccount) -> dict[str, list[int]]:
         """
         Every destination mailbox holding messages, with their numbers.
         """
-        held = {name: account.numbers(name) for name in account.mail.mailboxes(USER)}
-        return {name: numbers for name, numbers in held.items() if numbers}
+        return destinationOf(account)
 
     def test_migrated(self) -> None:
         """

@@ -97,6 +97,9 @@ class FakeMailStore:
         # Mailbox name to the SPECIAL-USE attribute LIST shows for it
         # (C{"\\All"} for Gmail's C{[Gmail]/All Mail}); tests set it.
         self.specialUse: dict[str, str] = {}
+        # Called with the user and the items of each UID FETCH; a reply
+        # such as b"NO [OVERQUOTA] ..." refuses it (tests set it).
+        self.refuseFetch: Callable[[str, bytes], bytes | None] = lambda user, items: None
         self._passwords = dict(users)
         self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
         self._subscriptions: dict[str, list[str]] = {user: [] for user in users}
@@ -592,6 +595,10 @@ class FakeIMAPServer(LineReceiver):
         """
         if self.user is None or self.selected is None:
             self.sendLine(tag + b" BAD No mailbox selected")
+            return
+        refusal = self.store.refuseFetch(self.user, items)
+        if refusal is not None:
+            self.sendLine(tag + b" " + refusal)
             return
         messages = self.store.mailbox(self.user, self.selected)
         wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
