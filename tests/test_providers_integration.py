@@ -134,7 +134,7 @@ class ProviderShapedTests(TestCase):
             b"Subject: too large\n\n" + (b"z" * 75 + b"\n") * (OVERSIZED // 76 + 1),
             ("\\Seen",),
         )
-        server = {
+        server: dict[str, object] = {
             "preset": preset,
             "endpoint": f"tcp:127.0.0.1:{instance.port}",
             "starttls": "off",
