@@ -885,8 +885,10 @@ class IMAPSource:
             items = self._labelFiltered(folder, items)
             messages = self._messages(folder, status.uidValidity, items, 1)
             return FolderChanges(self._status[folder.key], True, tuple(messages), (), False)
-        # "n:*" also gives the last message when n is beyond it: only the
-        # new ones count (and are noted for the label views).
+        # "n:*" also gives the last message when n is beyond it: it moves
+        # UIDNEXT on (where EXAMINE gave none), but only the new ones count,
+        # and are noted for the label views.
+        self._noteHighest(folder, items)
         items = [item for item in items if item.uid is not None and item.uid >= uidNext]
         newMessages = self._messages(folder, uidValidity, self._labelFiltered(folder, items), uidNext)
         changes: list[FlagChange] = []
