@@ -267,7 +267,8 @@ class FolderRules:
     whatever the separators of the source and the destination
     (C{"Archive/2019"}); C{INBOX} matches in any case.  In patterns, C{*}
     matches any run of characters, C{/} included, and C{?} one character
-    (C{fnmatch}, case-sensitive).
+    (C{fnmatch}, case-sensitive); a pattern equal to a folder's name
+    matches it whatever it holds (C{"[Gmail]/Starred"}).
 
     @ivar include: when not empty, only folders matching one of these.
     @ivar exclude: folders matching one of these are left out (exclusion
@@ -294,7 +295,13 @@ def folderName(path: tuple[str, ...]) -> str:
 
 
 def _matches(name: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatchcase(name, _inboxUpper(pattern)) for pattern in patterns)
+    # A pattern equal to the name matches it even where fnmatch would read
+    # it otherwise: "[Gmail]/Starred" names Gmail's folder, not a folder
+    # "G/Starred".
+    return any(
+        name == _inboxUpper(pattern) or fnmatchcase(name, _inboxUpper(pattern))
+        for pattern in patterns
+    )
 
 
 def _inboxUpper(pattern: str) -> str:

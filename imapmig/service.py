@@ -192,6 +192,7 @@ def sourceFor(job: JobConfig, reactor: Any, tokens: TokenSources | None = None) 
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
+            labelViews=source.server.labelViews,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
@@ -212,6 +213,7 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         windowBytes=pipeline.windowBytes,
         stopTimeout=stopTimeout,
         folderNameFallback=job.folderNameFallback,
+        maxMessageBytes=job.destination.server.maxMessageSize,
     )
 
 

@@ -37,6 +37,16 @@ class ServerConfig:
     @ivar namespace: the personal namespace to believe instead of the
         server's NAMESPACE response (the C{namespace} key, for a server
         that lies or has none), or L{None} to ask the server.
+    @ivar preset: the name of its preset (L{imapmig.config.presets}), or
+        L{None}.
+    @ivar labelViews: what becomes of a source's label views (Gmail's
+        C{[Gmail]/All Mail}, Important, Starred): C{"auto"} (C{"dedup"}
+        where the server offers X-GM-EXT-1, else C{"copy"}), C{"dedup"} or
+        C{"copy"} (see L{imapmig.sources.labelviews}).
+    @ivar maxMessageSize: the largest message, in octets, to APPEND into
+        an account of this server (a larger one is recorded as failed
+        without being sent; the server's APPENDLIMIT, when smaller, wins),
+        or L{None} for the server's APPENDLIMIT alone.
     """
 
     name: str
@@ -49,6 +59,9 @@ class ServerConfig:
     timeout: float
     compress: bool
     namespace: PersonalNamespace | None = None
+    preset: str | None = None
+    labelViews: str = "auto"
+    maxMessageSize: int | None = None
 
 
 @frozen

@@ -15,7 +15,9 @@ from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.ssl import Certificate
 
 from imapmig.config.model import ServerConfig
+from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import ConfigReader, _NAME, _describe, _key
+from imapmig.config.sizes import parseSize
 from imapmig.plan import PersonalNamespace
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
@@ -31,7 +33,11 @@ _SERVER_KEYS = (
     "timeout",
     "compress",
     "namespace",
+    "preset",
+    "label_views",
+    "max_message_size",
 )
+_LABEL_VIEWS = ("auto", "dedup", "copy")
 _NAMESPACE_KEYS = ("prefix", "separator")
 
 # Twisted's endpoint constructors only store the reactor they are given, so
@@ -196,6 +202,12 @@ class ServersReader(ConfigReader):
         server = self._readMapping(value, path, _SERVER_KEYS)
         if server is None:
             return None
+        preset = None
+        if "preset" in server:
+            preset = self._readPreset(server["preset"], _key(path, "preset"))
+            if preset is None:
+                return None
+            server = withPreset(preset, server, _SERVER_KEYS)
         ok = True
 
         endpoint: _ClientEndpoint | None = None
@@ -262,10 +274,26 @@ class ServersReader(ConfigReader):
             namespace = self._readNamespace(server["namespace"], _key(path, "namespace"))
             ok = ok and namespace is not None
 
+        labelViews = self._readChoice(
+            server.get("label_views", "auto"),
+            _key(path, "label_views"),
+            _LABEL_VIEWS,
+            "label_views setting",
+        )
+        ok = ok and labelViews is not None
+
+        maxMessageSize = None
+        if server.get("max_message_size") is not None:
+            maxMessageSize = self._readSize(
+                server["max_message_size"], _key(path, "max_message_size")
+            )
+            ok = ok and maxMessageSize is not None
+
         if not ok:
             return None
         assert written is not None and endpoint is not None
         assert starttls is not None and timeout is not None and compress is not None
+        assert labelViews is not None
         return ServerConfig(
             name=name,
             endpoint=written,
@@ -277,7 +305,35 @@ class ServersReader(ConfigReader):
             timeout=timeout,
             compress=compress,
             namespace=namespace,
+            preset=None if preset is None else preset.name,
+            labelViews=labelViews,
+            maxMessageSize=maxMessageSize,
         )
+
+    def _readPreset(self, value: object, path: str) -> Preset | None:
+        """
+        Read C{preset}: the name of one of L{PRESETS}.
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        preset = PRESETS.get(written)
+        if preset is None:
+            self._problem(
+                path,
+                f"unknown preset {written!r} (known presets: {', '.join(presetNames())})",
+            )
+        return preset
+
+    def _readSize(self, value: object, path: str) -> int | None:
+        """
+        Read a size in octets: an integer, or a number with a suffix
+        (L{parseSize}).
+        """
+        size, error = parseSize(value)
+        if size is None:
+            self._problem(path, error)
+        return size
 
     def _readClientEndpoint(
         self, description: str, path: str

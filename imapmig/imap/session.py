@@ -142,7 +142,7 @@ class ExaminedMailbox:
     highestModSeq: int | None
 
 
-# RFC 6154 attributes, by their lower-case form.
+# RFC 6154 attributes (and RFC 8457's Important), by their lower-case form.
 SPECIAL_USE_ATTRIBUTES = {
     attribute.lower(): attribute
     for attribute in (
@@ -150,6 +150,7 @@ SPECIAL_USE_ATTRIBUTES = {
         "\\Archive",
         "\\Drafts",
         "\\Flagged",
+        "\\Important",
         "\\Junk",
         "\\Sent",
         "\\Trash",

@@ -41,6 +41,7 @@ from imapmig.errors import (
     TransientError,
 )
 from imapmig.fidelity import decideFlags, journalHead, needsBinary
+from imapmig.imap.appendlimit import messageSizeLimit
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.signals import classifyRefusal
@@ -107,6 +108,10 @@ class JobSettings:
     @ivar folderNameFallback: whether a folder whose name the destination
         refuses is created under a safe spelling
         (L{imapmig.job.foldernames}).
+    @ivar maxMessageBytes: the largest message to send (the destination
+        server's C{max_message_size}), or L{None}; the server's
+        APPENDLIMIT, when smaller, wins.  A larger message is recorded as
+        failed without being sent.
     """
 
     connections: int = 2
@@ -120,6 +125,7 @@ class JobSettings:
     unitBytes: int = 64 * 1024 * 1024
     stopTimeout: float = 30.0
     folderNameFallback: bool = True
+    maxMessageBytes: int | None = None
 
 
 def asRetryable(error: BaseException) -> BaseException:
@@ -191,11 +197,14 @@ class _DestinationTraits:
         for, or L{None}.
     @ivar flagDecisions: flags to send and the note, by the source's flags,
         as decided for these traits.
+    @ivar sizeLimit: the largest message it accepts and where that limit
+        comes from (L{messageSizeLimit}), or L{None}.
     """
 
     binary: bool
     permanentFlags: frozenset[str] | None
     presence: PresenceIndex | None = None
+    sizeLimit: tuple[int, str] | None = None
     flagDecisions: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = field(
         default_factory=dict
     )
@@ -749,6 +758,7 @@ class MigrationJob:
         selected = self._selected
         worker = id(outcomes)
         binary = b"BINARY" in session.capabilities
+        sizeLimit = messageSizeLimit(session.capabilities, settings.maxMessageBytes)
         traits: dict[str, _DestinationTraits] = {}
         target = TargetMailbox()
         try:
@@ -781,7 +791,7 @@ class MigrationJob:
                 destination = traits.get(unit.mailbox)
                 if destination is None:
                     destination = traits[unit.mailbox] = _DestinationTraits(
-                        binary, target.permanentFlags, target.presence
+                        binary, target.permanentFlags, target.presence, sizeLimit=sizeLimit
                     )
                 enqueued = False
                 for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
@@ -903,6 +913,19 @@ class MigrationJob:
                         target.ticket,
                     )
                     continue
+            sizeLimit = destination.sizeLimit
+            if sizeLimit is not None and len(body) > sizeLimit[0]:
+                # Sent, it would be refused (or the connection dropped,
+                # after the octets had travelled): record it now.
+                self._recordFailure(
+                    unit.folder,
+                    unit.mailbox,
+                    message,
+                    f"{len(body)} octets, larger than the {sizeLimit[0]} the destination"
+                    f" accepts ({sizeLimit[1]}); not sent",
+                    target.ticket,
+                )
+                continue
             hasNUL, has8bit = needsBinary(body)
             binary = False
             if hasNUL or has8bit:

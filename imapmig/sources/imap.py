@@ -69,7 +69,7 @@ from imapmig.imap.fetch import (
     formatUIDSet,
 )
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.session import ExaminedMailbox, IMAPSession, refusalsOf
+from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.message import (
@@ -82,6 +82,15 @@ from imapmig.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
+from imapmig.sources.labelviews import (
+    COPY,
+    DEDUP,
+    GMAIL_EXTENSION,
+    MESSAGE_ID_ITEM,
+    LabelViewFilter,
+    planLabelViews,
+    resolveLabelViews,
+)
 
 __all__ = [
     "COMMAND_BYTES",
@@ -414,6 +423,7 @@ class IMAPSource:
         spoolDirectory: str | None = None,
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
+        labelViews: str = COPY,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -431,7 +441,11 @@ class IMAPSource:
         @param maxMessageBytes: see L{MAX_MESSAGE_BYTES}.
         @param include: the job's C{include} folder patterns: a mailbox
             outside the personal namespace is listed only if one of them
-            names it explicitly (L{namesExplicitly}).
+            names it explicitly (L{namesExplicitly}); a label view named
+            so is kept (L{imapmig.sources.labelviews}).
+        @param labelViews: what becomes of label views (Gmail's All Mail,
+            Important, Starred): C{"dedup"}, C{"copy"} or C{"auto"} (see
+            L{imapmig.sources.labelviews}).
         """
         self._openSession = openSession
         self.description = description
@@ -445,6 +459,9 @@ class IMAPSource:
         self._wireNames: dict[str, bytes] = {}
         self._include = tuple(include)
         self._spaces: ServerNamespaces | None = None
+        self._labelViews = labelViews
+        # The listing pass's de-duplication of label views, if any.
+        self._labelFilter: LabelViewFilter | None = None
 
     # IMessageSource
 
@@ -663,7 +680,74 @@ class IMAPSource:
                 names=names[:LEFT_OUT_SHOWN],
             )
         self._wireNames = wireNames
+        return self._planLabelViews(session, folders)
+
+    def _planLabelViews(
+        self, session: IMAPSession, folders: list[SourceFolder]
+    ) -> list[SourceFolder]:
+        """
+        Apply the label view behaviour (L{imapmig.sources.labelviews}) to
+        the listed folders, starting a new listing pass.
+        """
+        self._labelFilter = None
+        if resolveLabelViews(self._labelViews, session.capabilities) != DEDUP:
+            return folders
+        messageIds = GMAIL_EXTENSION in session.capabilities
+        folders, deduplicated, leftOut = planLabelViews(folders, self._include, messageIds)
+        for folder, why in leftOut:
+            log.info(
+                "{source}: label view {folder} left out: {why}; a folder rule"
+                " (include) naming it, or label_views: copy, copies it",
+                source=self.description,
+                folder=folder.key,
+                why=why,
+            )
+        if deduplicated:
+            self._labelFilter = LabelViewFilter(deduplicated)
         return folders
+
+    def _listingItems(self) -> bytes:
+        """
+        What a listing fetches of each message: with X-GM-MSGID while label
+        views are de-duplicated.
+        """
+        if self._labelFilter is None:
+            return METADATA_ITEMS
+        return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM
+
+    def _labelFiltered(
+        self, folder: SourceFolder, items: list[FetchedItem]
+    ) -> list[FetchedItem]:
+        """
+        A folder's listing as the label view de-duplication has it: an
+        ordinary folder's whole (its messages noted), a view's without the
+        messages seen in other folders.
+
+        @raise SourceError: C{folder} is a view, and a folder listed before
+            it could not be: which of its messages are in that folder is
+            unknown, so none is copied rather than some twice.
+        """
+        labels = self._labelFilter
+        if labels is None:
+            return items
+        # The messages left out still move the folder's UIDNEXT on.
+        self._noteHighest(folder, items)
+        if folder.key in labels.deduplicated and labels.unlisted:
+            raise SourceError(
+                f"{self.description}: the label view {folder.key!r} is not copied:"
+                f" the folder(s) {', '.join(labels.unlisted)} could not be listed,"
+                " so which of its messages they hold is unknown"
+            )
+        kept, dropped = labels.listed(folder, items)
+        if dropped:
+            log.info(
+                "{source}: {count} messages of {folder} are also in other folders"
+                " and are copied from there only",
+                source=self.description,
+                count=dropped,
+                folder=folder.key,
+            )
+        return kept
 
     async def _namespaces(self, session: IMAPSession) -> ServerNamespaces:
         """
@@ -724,7 +808,7 @@ class IMAPSource:
     ) -> list[FetchedItem]:
         _fetchParser(session).limits = LISTING_LIMITS
         try:
-            return await session.fetchMetadata(uidSet)
+            return await session.fetchMetadata(uidSet, self._listingItems())
         except CommandFailed as e:
             raise self._refused("UID FETCH", e) or SourceError(
                 f"{self.description}: cannot list the messages of {folder.key!r}: "
@@ -748,23 +832,32 @@ class IMAPSource:
             for item in items
             if item.uid is not None and item.uid >= fromUID
         ]
+        self._noteHighest(folder, items)
+        return messages
+
+    def _noteHighest(self, folder: SourceFolder, items: Sequence[FetchedItem]) -> None:
+        """
+        Raise the folder's C{uidNext} past the UIDs of listing responses.
+        """
         highest = max((item.uid for item in items if item.uid is not None), default=0)
         status = self._status[folder.key]
         if highest >= status.uidNext:
             self._status[folder.key] = FolderStatus(
                 status.uidValidity, highest + 1, status.highestModSeq, status.exists
             )
-        return messages
 
     async def _listMessages(
         self, reader: _Reader, session: IMAPSession, folder: SourceFolder
     ) -> Sequence[SourceMessage]:
-        examined = await self._examineForListing(reader, session, folder)
-        uidValidity = self._status[folder.key].uidValidity
-        if examined.exists == 0:
-            return []
-        items = await self._fetchMessages(session, folder, b"1:*")
-        return self._messages(folder, uidValidity, items, 1)
+        try:
+            examined = await self._examineForListing(reader, session, folder)
+            uidValidity = self._status[folder.key].uidValidity
+            items = await self._fetchMessages(session, folder, b"1:*") if examined.exists else []
+        except SourceError:
+            if self._labelFilter is not None:
+                self._labelFilter.failed(folder)
+            raise
+        return self._messages(folder, uidValidity, self._labelFiltered(folder, items), 1)
 
     async def _listMessagesSince(
         self,
@@ -775,18 +868,29 @@ class IMAPSource:
         uidNext: int,
         modSeq: int | None,
     ) -> FolderChanges:
-        examined = await self._examineForListing(reader, session, folder)
-        status = self._status[folder.key]
+        try:
+            examined = await self._examineForListing(reader, session, folder)
+            status = self._status[folder.key]
+            items = []
+            if status.uidValidity != uidValidity:
+                if examined.exists:
+                    items = await self._fetchMessages(session, folder, b"1:*")
+            elif examined.exists and (examined.uidNext is None or examined.uidNext > uidNext):
+                items = await self._fetchMessages(session, folder, b"%d:*" % max(uidNext, 1))
+        except SourceError:
+            if self._labelFilter is not None:
+                self._labelFilter.failed(folder)
+            raise
         if status.uidValidity != uidValidity:
-            items = (
-                await self._fetchMessages(session, folder, b"1:*") if examined.exists else []
-            )
+            items = self._labelFiltered(folder, items)
             messages = self._messages(folder, status.uidValidity, items, 1)
             return FolderChanges(self._status[folder.key], True, tuple(messages), (), False)
-        newMessages: list[SourceMessage] = []
-        if examined.exists and (examined.uidNext is None or examined.uidNext > uidNext):
-            items = await self._fetchMessages(session, folder, b"%d:*" % max(uidNext, 1))
-            newMessages = self._messages(folder, uidValidity, items, uidNext)
+        # "n:*" also gives the last message when n is beyond it: it moves
+        # UIDNEXT on (where EXAMINE gave none), but only the new ones count,
+        # and are noted for the label views.
+        self._noteHighest(folder, items)
+        items = [item for item in items if item.uid is not None and item.uid >= uidNext]
+        newMessages = self._messages(folder, uidValidity, self._labelFiltered(folder, items), uidNext)
         changes: list[FlagChange] = []
         known = False
         condstore = bool({b"CONDSTORE", b"QRESYNC"} & session.capabilities)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from datetime import datetime
 from enum import Enum
@@ -93,6 +94,12 @@ class FakeMailStore:
         # A reply such as b"NO Not now" refuses NAMESPACE (tests set it).
         self.namespaceRefusal: bytes | None = None
         self.refuseCreate = refuseCreate
+        # Mailbox name to the SPECIAL-USE attribute LIST shows for it
+        # (C{"\\All"} for Gmail's C{[Gmail]/All Mail}); tests set it.
+        self.specialUse: dict[str, str] = {}
+        # Called with the user and the items of each UID FETCH; a reply
+        # such as b"NO [OVERQUOTA] ..." refuses it (tests set it).
+        self.refuseFetch: Callable[[str, bytes], bytes | None] = lambda user, items: None
         self._passwords = dict(users)
         self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
         self._subscriptions: dict[str, list[str]] = {user: [] for user in users}
@@ -169,6 +176,15 @@ class FakeMailStore:
         The mailboxes C{user} subscribed to, in order.
         """
         return list(self._subscriptions[user])
+
+
+def gmailMessageId(body: bytes) -> int:
+    """
+    The C{X-GM-MSGID} the fake gives a message: one number per content,
+    so the same message stored in two mailboxes (two Gmail labels) has
+    the same one, as on Gmail.
+    """
+    return int.from_bytes(hashlib.sha256(body).digest()[:7], "big")
 
 
 def _canonical(name: str) -> str:
@@ -486,6 +502,8 @@ class FakeIMAPServer(LineReceiver):
             if re.fullmatch(regex, name):
                 children = any(other.startswith(name + delimiter) for other in names)
                 attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
+                if name in self.store.specialUse:
+                    attribute += b" " + self.store.specialUse[name].encode("ascii")
                 self.sendLine(
                     b"* LIST (%s) %s %s" % (attribute, quoted, _quote(name.encode("imap4-utf-7")))
                 )
@@ -571,11 +589,16 @@ class FakeIMAPServer(LineReceiver):
     def _uidFetch(self, tag: bytes, uidSet: bytes, items: bytes) -> None:
         """
         C{UID FETCH} of the items a migration asks for (UID, FLAGS,
-        INTERNALDATE, RFC822.SIZE, BODY.PEEK[], BODY.PEEK[]<0.N> and
-        BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]) in the selected mailbox.
+        INTERNALDATE, RFC822.SIZE, BODY.PEEK[], BODY.PEEK[]<0.N>,
+        BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)], and X-GM-MSGID where
+        X-GM-EXT-1 is advertised) in the selected mailbox.
         """
         if self.user is None or self.selected is None:
             self.sendLine(tag + b" BAD No mailbox selected")
+            return
+        refusal = self.store.refuseFetch(self.user, items)
+        if refusal is not None:
+            self.sendLine(tag + b" " + refusal)
             return
         messages = self.store.mailbox(self.user, self.selected)
         wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
@@ -589,6 +612,8 @@ class FakeIMAPServer(LineReceiver):
                 parts.append(b"RFC822.SIZE %d" % len(message.body))
             if b"FLAGS" in upper:
                 parts.append(b"FLAGS (%s)" % " ".join(message.flags).encode("ascii"))
+            if b"X-GM-MSGID" in upper and "X-GM-EXT-1" in self._caps:
+                parts.append(b"X-GM-MSGID %d" % gmailMessageId(message.body))
             if b"INTERNALDATE" in upper:
                 date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
                 parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))

@@ -1,0 +1,551 @@
+# -*- test-case-name: tests.test_sources_labelviews -*-
+"""
+Tests for L{imapmig.sources.labelviews}: Gmail's All Mail, Important and
+Starred as an IMAP source, alone (L{IMAPSource}) and in a whole job,
+against the fake server in Gmail's shape (L{GMAIL_CAPABILITIES}: LITERAL-
+only, no MULTIAPPEND, X-GM-EXT-1).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.logger import capturedLogs, formatEvent
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import SourceError
+from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.session import IMAPSession, openSession
+from imapmig.job import JobSettings, MigrationJob
+from imapmig.message import SourceFolder, SourceMessage
+from imapmig.plan import FolderRules, isIncluded
+from imapmig.sources.imap import IMAPSource
+from imapmig.sources.labelviews import (
+    LabelViewFilter,
+    gmailMessageId,
+    labelViewUse,
+    planLabelViews,
+    resolveLabelViews,
+)
+from imapmig.testing.fakeserver import FakeMailStore, gmailMessageId as fakeMessageId
+from tests.test_job import JOB, PASSWORD, USER, JobHarness, body
+
+GMAIL_CAPABILITIES = ("IMAP4rev1", "LITERAL-", "UIDPLUS", "X-GM-EXT-1", "SASL-IR", "AUTH=PLAIN")
+"""
+What Gmail offers that matters here (its CAPABILITY after login also has
+ID, IDLE, NAMESPACE, QUOTA, XLIST, CHILDREN, ENABLE, MOVE, CONDSTORE,
+ESEARCH, UTF8=ACCEPT, LIST-EXTENDED, LIST-STATUS, LITERAL-, SPECIAL-USE,
+APPENDLIMIT=35651584, COMPRESS=DEFLATE).
+"""
+
+GMAIL_USER = "gmail-user"
+GMAIL_PASSWORD = "gmail-pw"
+
+ALL_MAIL = "[Gmail]/All Mail"
+IMPORTANT = "[Gmail]/Important"
+STARRED = "[Gmail]/Starred"
+SENT = "[Gmail]/Sent Mail"
+
+_VIEWS = {ALL_MAIL: "\\All", IMPORTANT: "\\Important", STARRED: "\\Flagged", SENT: "\\Sent"}
+
+
+def folder(path: tuple[str, ...], specialUse: str | None = None) -> SourceFolder:
+    """
+    A source folder keyed by its path joined with C{/}.
+    """
+    return SourceFolder(path=path, key="/".join(path), specialUse=specialUse)
+
+
+class LabelViewUseTests(SynchronousTestCase):
+    """
+    L{labelViewUse} finds the views by SPECIAL-USE, else by Gmail's names.
+    """
+
+    def test_bySpecialUse(self) -> None:
+        """
+        C{\\All}, C{\\Important} and C{\\Flagged} make a folder a view,
+        whatever its name (Gmail localises them).
+        """
+        self.assertEqual(labelViewUse(folder(("[Gmail]", "Alle Nachrichten"), "\\All")), "\\All")
+        self.assertEqual(labelViewUse(folder(("x",), "\\Important")), "\\Important")
+        self.assertEqual(labelViewUse(folder(("Markiert",), "\\Flagged")), "\\Flagged")
+        self.assertIsNone(labelViewUse(folder(("[Gmail]", "Sent Mail"), "\\Sent")))
+
+    def test_byName(self) -> None:
+        """
+        Without SPECIAL-USE, Gmail's English names under C{[Gmail]} or
+        C{[Google Mail]} make a folder a view; the same names elsewhere do
+        not.
+        """
+        self.assertEqual(labelViewUse(folder(("[Gmail]", "All Mail"))), "\\All")
+        self.assertEqual(labelViewUse(folder(("[Google Mail]", "Starred"))), "\\Flagged")
+        self.assertEqual(labelViewUse(folder(("[Gmail]", "Important"))), "\\Important")
+        self.assertIsNone(labelViewUse(folder(("Starred",))))
+        self.assertIsNone(labelViewUse(folder(("Archive", "All Mail"))))
+
+    def test_resolve(self) -> None:
+        """
+        C{auto} de-duplicates where the server offers X-GM-EXT-1 only;
+        C{dedup} and C{copy} mean themselves.
+        """
+        self.assertEqual(resolveLabelViews("auto", {b"X-GM-EXT-1", b"IMAP4REV1"}), "dedup")
+        self.assertEqual(resolveLabelViews("auto", {b"IMAP4REV1"}), "copy")
+        self.assertEqual(resolveLabelViews("dedup", set()), "dedup")
+        self.assertEqual(resolveLabelViews("copy", {b"X-GM-EXT-1"}), "copy")
+
+
+class PlanLabelViewsTests(SynchronousTestCase):
+    """
+    L{planLabelViews} leaves Important and Starred out and puts All Mail
+    last, to be de-duplicated.
+    """
+
+    folders = [
+        folder(("INBOX",)),
+        folder(("[Gmail]", "All Mail"), "\\All"),
+        folder(("[Gmail]", "Important"), "\\Important"),
+        folder(("[Gmail]", "Starred"), "\\Flagged"),
+        folder(("Work",)),
+    ]
+
+    def test_withMessageIds(self) -> None:
+        """
+        With X-GM-MSGID, All Mail is kept, last, and de-duplicated;
+        Important and Starred are left out, each with why.
+        """
+        kept, deduplicated, leftOut = planLabelViews(self.folders, (), True)
+        self.assertEqual([f.key for f in kept], ["INBOX", "Work", "[Gmail]/All Mail"])
+        self.assertEqual(deduplicated, {"[Gmail]/All Mail"})
+        self.assertEqual([f.key for f, _ in leftOut], ["[Gmail]/Important", "[Gmail]/Starred"])
+        self.assertIn("\\Flagged flag is copied", leftOut[1][1])
+
+    def test_withoutMessageIds(self) -> None:
+        """
+        Without X-GM-MSGID All Mail cannot be de-duplicated: it is left out
+        too.
+        """
+        kept, deduplicated, leftOut = planLabelViews(self.folders, (), False)
+        self.assertEqual([f.key for f in kept], ["INBOX", "Work"])
+        self.assertEqual(deduplicated, set())
+        self.assertEqual(len(leftOut), 3)
+        self.assertIn("X-GM-EXT-1", leftOut[0][1])
+
+    def test_includeNamesThem(self) -> None:
+        """
+        An C{include} pattern naming a view explicitly keeps it, as an
+        ordinary folder (All Mail still de-duplicated where it can be); a
+        wildcard at the top level names none.
+        """
+        include = ("INBOX", "[Gmail]/Starred", "[Gmail]/All Mail")
+        kept, deduplicated, leftOut = planLabelViews(self.folders, include, False)
+        self.assertEqual(
+            [f.key for f in kept], ["INBOX", "[Gmail]/All Mail", "[Gmail]/Starred", "Work"]
+        )
+        self.assertEqual(deduplicated, set())
+        self.assertEqual([f.key for f, _ in leftOut], ["[Gmail]/Important"])
+        kept, deduplicated, _ = planLabelViews(self.folders, include, True)
+        self.assertEqual(deduplicated, {"[Gmail]/All Mail"})
+        self.assertEqual(kept[-1].key, "[Gmail]/All Mail")
+        _, _, leftOut = planLabelViews(self.folders, ("*",), True)
+        self.assertEqual(len(leftOut), 2)
+
+
+class LabelViewFilterTests(SynchronousTestCase):
+    """
+    L{LabelViewFilter} filters a view's listing by what ordinary folders
+    listed.
+    """
+
+    def item(self, uid: int, messageId: bytes | None) -> FetchedItem:
+        extra = {} if messageId is None else {b"X-GM-MSGID": messageId}
+        return FetchedItem(sequence=uid, uid=uid, extra=extra)
+
+    def test_filter(self) -> None:
+        """
+        A view keeps the messages seen in no ordinary folder, and those
+        without X-GM-MSGID (nothing tells).
+        """
+        labels = LabelViewFilter({"All"})
+        inbox = [self.item(1, b"10"), self.item(2, b"11")]
+        self.assertEqual(labels.listed(folder(("INBOX",)), inbox), (inbox, 0))
+        allMail = [self.item(1, b"10"), self.item(2, b"12"), self.item(3, b"11"), self.item(4, None)]
+        kept, dropped = labels.listed(folder(("All",)), allMail)
+        self.assertEqual([i.uid for i in kept], [2, 4])
+        self.assertEqual(dropped, 2)
+        self.assertEqual(gmailMessageId(self.item(1, b"10")), b"10")
+        self.assertEqual(gmailMessageId(FetchedItem(sequence=1, extra={b"x-gm-msgid": b"7"})), b"7")
+
+    def test_failed(self) -> None:
+        """
+        An ordinary folder that could not be listed is remembered; a view
+        is not.
+        """
+        labels = LabelViewFilter({"All"})
+        labels.failed(folder(("All",)))
+        labels.failed(folder(("Work", "2020")))
+        self.assertEqual(labels.unlisted, ["Work/2020"])
+
+
+class GmailAccount:
+    """
+    A Gmail-shaped account on the fake server of a L{JobHarness} (which
+    also holds the destination account): labels are mailboxes, every
+    message but those in Sent only is also in All Mail, flagged ones in
+    Starred.
+    """
+
+    def __init__(
+        self, test: SynchronousTestCase, capabilities: Sequence[str] = GMAIL_CAPABILITIES, **kwargs: Any
+    ) -> None:
+        self.harness = JobHarness(test, capabilities=capabilities, delimiter="/", **kwargs)
+        self.mail = self.harness.mail = FakeMailStore({USER: PASSWORD, GMAIL_USER: GMAIL_PASSWORD}, "/")
+        for name, use in _VIEWS.items():
+            self.mail.create(GMAIL_USER, name)
+            self.mail.specialUse[name] = use
+        self.mail.create(GMAIL_USER, "Work")
+
+    def deliver(
+        self, n: int, labels: Sequence[str], flags: tuple[str, ...] = (), important: bool = False
+    ) -> None:
+        """
+        Store message C{n} under C{labels} (none: archived), and in All
+        Mail, Starred (if flagged) and Important, as Gmail shows it.
+        """
+        views = list(labels) + [ALL_MAIL]
+        if "\\Flagged" in flags:
+            views.append(STARRED)
+        if important:
+            views.append(IMPORTANT)
+        for name in views:
+            self.mail.append(GMAIL_USER, name, [(body(n), flags, None)])
+
+    def opener(self) -> Callable[[], Awaitable[IMAPSession]]:
+        """
+        Opens a session to the Gmail account.
+        """
+        harness = self.harness
+
+        def open() -> Awaitable[IMAPSession]:
+            return openSession(
+                harness.endpoint, harness.clock, description="gmail at memory",
+                user=GMAIL_USER, password=GMAIL_PASSWORD, starttls=False,
+                tlsOptions=None, timeout=30,
+            )  # fmt: skip
+
+        return open
+
+    def source(self, labelViews: str = "dedup", include: Sequence[str] = ()) -> IMAPSource:
+        """
+        An L{IMAPSource} reading the account.
+        """
+        return IMAPSource(
+            self.opener(), "gmail at memory", include=include, labelViews=labelViews
+        )
+
+    def job(self, source: IMAPSource, rules: FolderRules = FolderRules()) -> MigrationJob:
+        """
+        A job copying C{source} into the destination account.
+        """
+        harness = self.harness
+        return MigrationJob(
+            JOB, source, harness.store, harness.progress,
+            self._destinationOpener(), harness.clock, JobSettings(connections=1),
+            rules=rules, jitter=lambda: 0.0,
+        )  # fmt: skip
+
+    def _destinationOpener(self) -> Callable[[], Awaitable[IMAPSession]]:
+        harness = self.harness
+
+        def open() -> Awaitable[IMAPSession]:
+            return openSession(
+                harness.endpoint, harness.clock, description="alice at memory",
+                user=USER, password=PASSWORD, starttls=False, tlsOptions=None, timeout=30,
+            )  # fmt: skip
+
+        return open
+
+    def call(self, d: Deferred[Any]) -> Any:
+        """
+        Pump until C{d} has its result, and return it.
+        """
+        self.harness.settle(lambda: d.called)
+        return self.harness.test.successResultOf(d)
+
+    def numbers(self, mailbox: str) -> list[int]:
+        """
+        The numbers of the L{body} messages in the destination C{mailbox}.
+        """
+        found = []
+        for stored in self.mail.mailbox(USER, mailbox):
+            subject = stored.body.split(b"\r\n", 1)[0]
+            found.append(int(subject.rsplit(b" ", 1)[1]))
+        return sorted(found)
+
+    def fetchLines(self) -> list[bytes]:
+        """
+        The UID FETCH command lines every connection's server received.
+        """
+        return [
+            line
+            for server in self.harness.endpoint.servers
+            for line in server.received
+            if b" UID FETCH " in line
+        ]
+
+
+def _populate(account: GmailAccount) -> None:
+    """
+    1 in INBOX; 2 in INBOX and Work; 3 archived (All Mail only); 4 in
+    Work, starred; 5 in INBOX, important; 6 sent.
+    """
+    account.deliver(1, ["INBOX"])
+    account.deliver(2, ["INBOX", "Work"])
+    account.deliver(3, [])
+    account.deliver(4, ["Work"], flags=("\\Flagged",))
+    account.deliver(5, ["INBOX"], important=True)
+    account.deliver(6, [SENT])
+
+
+class GmailSourceTests(SynchronousTestCase):
+    """
+    L{IMAPSource} with C{labelViews}.
+    """
+
+    def listAll(self, source: IMAPSource, account: GmailAccount) -> dict[str, list[SourceMessage]]:
+        """
+        List the folders, then each folder's messages in order.
+        """
+        folders = account.call(source.listFolders())
+        listed = {}
+        for each in folders:
+            listed[each.key] = account.call(source.listMessages(each))
+        account.call(source.close())
+        return listed
+
+    def test_dedup(self) -> None:
+        """
+        With C{dedup}, Important and Starred are left out (logged), All
+        Mail comes last and lists only the archived message; listings ask
+        for X-GM-MSGID.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = account.source("dedup")
+        with capturedLogs() as events:
+            listed = self.listAll(source, account)
+        self.assertEqual(list(listed), ["INBOX", "Work", SENT, ALL_MAIL])
+        self.assertEqual({k: len(v) for k, v in listed.items()}, {"INBOX": 3, SENT: 1, "Work": 2, ALL_MAIL: 1})
+        [archived] = listed[ALL_MAIL]
+        uid = int(archived.key.split(":")[1])
+        self.assertEqual(account.mail.mailbox(GMAIL_USER, ALL_MAIL)[uid - 1].body, body(3))
+        self.assertTrue(all(b"X-GM-MSGID" in line for line in account.fetchLines()))
+        text = [formatEvent(e) for e in events]
+        self.assertTrue(any("label view [Gmail]/Starred left out" in t for t in text), text)
+        self.assertTrue(any("label view [Gmail]/Important left out" in t for t in text), text)
+        self.assertTrue(
+            any("5 messages of [Gmail]/All Mail are also in other folders" in t for t in text), text
+        )
+
+    def test_autoWithGmailExtension(self) -> None:
+        """
+        C{auto} de-duplicates on a server with X-GM-EXT-1.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        listed = self.listAll(account.source("auto"), account)
+        self.assertEqual(len(listed[ALL_MAIL]), 1)
+        self.assertNotIn(STARRED, listed)
+
+    def test_copy(self) -> None:
+        """
+        With C{copy} every folder is listed whole, without X-GM-MSGID.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        listed = self.listAll(account.source("copy"), account)
+        self.assertEqual(len(listed[ALL_MAIL]), 6)
+        self.assertEqual(len(listed[STARRED]), 1)
+        self.assertEqual(len(listed[IMPORTANT]), 1)
+        self.assertFalse(any(b"X-GM-MSGID" in line for line in account.fetchLines()))
+
+    def test_dedupWithoutExtension(self) -> None:
+        """
+        C{dedup} on a server without X-GM-EXT-1 leaves All Mail out too,
+        and C{auto} there copies everything.
+        """
+        capabilities = tuple(c for c in GMAIL_CAPABILITIES if c != "X-GM-EXT-1")
+        account = GmailAccount(self, capabilities)
+        _populate(account)
+        listed = self.listAll(account.source("dedup"), account)
+        self.assertEqual(list(listed), ["INBOX", "Work", SENT])
+        self.assertFalse(any(b"X-GM-MSGID" in line for line in account.fetchLines()))
+        listed = self.listAll(account.source("auto"), account)
+        self.assertEqual(len(listed), 6)
+
+    def test_includeNamesAView(self) -> None:
+        """
+        An C{include} naming Starred copies it whole under C{dedup}.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        listed = self.listAll(account.source("dedup", include=[STARRED]), account)
+        self.assertEqual(len(listed[STARRED]), 1)
+        self.assertNotIn(IMPORTANT, listed)
+
+    def test_labelFolderUnlisted(self) -> None:
+        """
+        When an ordinary folder cannot be listed, All Mail is not listed
+        either (a SourceError naming that folder): none of its messages is
+        copied rather than some twice.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = account.source("dedup")
+        folders = account.call(source.listFolders())
+        work = [f for f in folders if f.key == "Work"][0]
+        gone = SourceFolder(path=("Gone",), key="Gone")
+        for each in folders:
+            if each is work:
+                d = source.listMessages(gone)
+                account.harness.settle(lambda: d.called)
+                self.failureResultOf(d, SourceError)
+                continue
+            if each.key == ALL_MAIL:
+                d = source.listMessages(each)
+                account.harness.settle(lambda: d.called)
+                error = self.failureResultOf(d, SourceError).value
+                self.assertIn("the folder(s) Gone could not be listed", str(error))
+            else:
+                account.call(source.listMessages(each))
+        account.call(source.close())
+
+    def test_delta(self) -> None:
+        """
+        A delta pass (L{IMAPSource.listMessagesSince}) de-duplicates the
+        new messages of All Mail against the new messages of the other
+        folders, and moves All Mail's UIDNEXT past those it leaves out.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = account.source("dedup")
+        listed = self.listAll(source, account)
+        marks = {}
+        folders = account.call(source.listFolders())
+        for each in folders:
+            account.call(source.listMessages(each))
+            marks[each.key] = source.folderStatus(each)
+        account.deliver(7, ["INBOX"])
+        account.deliver(8, [])
+        folders = account.call(source.listFolders())
+        new = {}
+        for each in folders:
+            mark = marks[each.key]
+            assert mark is not None
+            changes = account.call(
+                source.listMessagesSince(each, mark.uidValidity, mark.uidNext, None)
+            )
+            new[each.key] = len(changes.newMessages)
+        account.call(source.close())
+        self.assertEqual(new, {"INBOX": 1, SENT: 0, "Work": 0, ALL_MAIL: 1})
+        status = source.folderStatus([f for f in folders if f.key == ALL_MAIL][0])
+        assert status is not None
+        self.assertEqual(status.uidNext, 9)
+        self.assertEqual(len(listed), 4)
+
+
+EXPECTED = {"INBOX": [1, 2, 5], "Work": [2, 4], ALL_MAIL: [3], SENT: [6]}
+"""
+Where the messages of L{_populate} land: each once.
+"""
+
+
+def destinationOf(account: GmailAccount) -> dict[str, list[int]]:
+    """
+    Every destination mailbox holding messages, with their numbers.
+    """
+    held = {name: account.numbers(name) for name in account.mail.mailboxes(USER)}
+    return {name: numbers for name, numbers in held.items() if numbers}
+
+
+class GmailJobTests(SynchronousTestCase):
+    """
+    A whole job from a Gmail-shaped source: each message lands once.
+    """
+
+    expected = EXPECTED
+
+    def destination(self, account: GmailAccount) -> dict[str, list[int]]:
+        """
+        Every destination mailbox holding messages, with their numbers.
+        """
+        return destinationOf(account)
+
+    def test_migrated(self) -> None:
+        """
+        Labelled messages land in their label folders, archived ones in All
+        Mail, each once; Starred and Important are not created, the star
+        travels as C{\\Flagged}.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), self.expected)
+        self.assertNotIn(STARRED, account.mail.mailboxes(USER))
+        flagged = [m for m in account.mail.mailbox(USER, "Work") if m.body == body(4)]
+        self.assertEqual(flagged[0].flags, ("\\Flagged",))
+        progress = account.harness.progress
+        self.assertEqual((progress.messagesTotal, progress.messagesDone), (7, 7))
+        account.harness.finish()
+
+    def test_restarts(self) -> None:
+        """
+        Attempts cut short by dropped connections, then a second run of a
+        new job on the same state store, copy each message once; All Mail's
+        de-duplication does not depend on what an earlier attempt copied.
+        """
+        account = GmailAccount(self, dropAfterAppends=2)
+        _populate(account)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), self.expected)
+        self.assertGreater(account.harness.progress.reconnects, 0)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), self.expected)
+        account.harness.finish()
+
+    def test_excludedLabelGoesToAllMail(self) -> None:
+        """
+        A label folder the rules leave out is not listed, so its messages
+        in no other copied folder are copied into All Mail: every message
+        the job copies lands once.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        job = account.job(account.source(), FolderRules(exclude=("Work",)))
+        self.assertTrue(account.harness.run(job))
+        self.assertEqual(
+            self.destination(account), {"INBOX": [1, 2, 5], ALL_MAIL: [3, 4], SENT: [6]}
+        )
+        account.harness.finish()
+
+    def test_fetchedMessageIdMatchesFake(self) -> None:
+        """
+        The fake's X-GM-MSGID is one number per content (the same message
+        under two labels has one).
+        """
+        self.assertEqual(fakeMessageId(body(1)), fakeMessageId(body(1)))
+        self.assertNotEqual(fakeMessageId(body(1)), fakeMessageId(body(2)))
+
+    def test_includedView(self) -> None:
+        """
+        A job whose C{include} rule names Starred (written as Gmail names
+        it, brackets and all) copies it, whole, beside INBOX.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        include = ("INBOX", STARRED)
+        self.assertTrue(isIncluded(("[Gmail]", "Starred"), FolderRules(include=include)))
+        job = account.job(account.source(include=include), FolderRules(include=include))
+        self.assertTrue(account.harness.run(job))
+        self.assertEqual(self.destination(account), {"INBOX": [1, 2, 5], STARRED: [4]})
+        account.harness.finish()
