@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from imapmig.config.limits import ServerLimits
 from imapmig.plan import FolderRules, PersonalNamespace
 from imapmig.secrets import Secret
 
@@ -37,6 +38,8 @@ class ServerConfig:
     @ivar namespace: the personal namespace to believe instead of the
         server's NAMESPACE response (the C{namespace} key, for a server
         that lies or has none), or L{None} to ask the server.
+    @ivar limits: the connections the server and each of its accounts
+        accept from every job together (default: no limits).
     """
 
     name: str
@@ -49,6 +52,7 @@ class ServerConfig:
     timeout: float
     compress: bool
     namespace: PersonalNamespace | None = None
+    limits: ServerLimits = ServerLimits()
 
 
 @frozen
@@ -261,6 +265,7 @@ class Config:
     @ivar jobs: every job, in file order.
     @ivar stopTimeout: seconds a stopping daemon waits for the replies to
         the messages in flight.
+    @ivar maxJobs: jobs running at once (C{max_jobs}).
     """
 
     path: str
@@ -269,3 +274,4 @@ class Config:
     servers: tuple[ServerConfig, ...]
     jobs: tuple[JobConfig, ...]
     stopTimeout: float = 30.0
+    maxJobs: int = 8
