@@ -3,7 +3,9 @@
 Assembly: turn a L{Config} into the daemon's service tree.
 
     MigrationService (MultiService)
-      +- JobQueueService   runs the configured jobs, in order
+      +- JobQueueService   the scheduler: up to max_jobs jobs at once,
+                           claimed in configuration order, their
+                           connections granted under the servers' limits
       +- status listener   twisted.web, reads the progress model
 
 Endpoint strings become endpoints here, and only here.
@@ -16,7 +18,9 @@ from typing import Any, Awaitable, Callable
 
 from twisted.application import strports
 from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.ssl import (
@@ -42,7 +46,16 @@ from imapmig.errors import AuthenticationFailed
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
-from imapmig.progress import MigrationProgress
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.schedule.grants import (
+    JOB_SLOTS,
+    ConnectionGrants,
+    Grant,
+    GrantImpossible,
+    IGrant,
+    JobConnections,
+)
+from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobClaim, JobOutcome, LeaseLost
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.imap import IMAPSource
@@ -83,6 +96,7 @@ def sessionOpener(
     password: str | None,
     admin: str | None = None,
     oauth2: TokenSourceConfig | None = None,
+    grant: Callable[[], Deferred[IGrant]] | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
@@ -93,6 +107,10 @@ def sessionOpener(
     @param oauth2: where the user's access token comes from, if the login
         is XOAUTH2 or OAUTHBEARER: obtained afresh for every session, so
         a reconnecting job logs in with the current token.
+    @param grant: obtains the grant to connect under the servers'
+        connection limits (L{JobConnections.grantFor}), awaited before
+        connecting; the grant is released when the session's connection
+        closes, or at once if opening fails.  L{None}: no limits.
     """
     fixed: Credentials | None = None
     if oauth2 is None:
@@ -109,6 +127,18 @@ def sessionOpener(
     description = f"{user} at {server.endpoint}"
 
     async def open() -> IMAPSession:
+        granted = None if grant is None else await grant()
+        try:
+            session = await login()
+        except BaseException:
+            if granted is not None:
+                granted.release()
+            raise
+        if granted is not None:
+            releaseWhenClosed(session, granted)
+        return session
+
+    async def login() -> IMAPSession:
         credentials = fixed
         if credentials is None:
             assert oauth2 is not None
@@ -133,10 +163,35 @@ def sessionOpener(
     return open
 
 
-def accountOpener(account: AccountConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+def releaseWhenClosed(session: IMAPSession, granted: IGrant) -> None:
+    """
+    Release C{granted} when C{session}'s connection closes (however: a
+    logout, an abort, the server hanging up).
+    """
+
+    def closed(result: object) -> object:
+        granted.release()
+        return result
+
+    session.client.closed.addBoth(closed)
+
+
+def accountOpener(
+    account: AccountConfig,
+    reactor: Any,
+    connections: JobConnections | None = None,
+    wait: bool = True,
+) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to C{account} with its credential.
+
+    @param connections: the job's grants, which each session waits for
+        (or, without C{wait}, takes only if granted at once); L{None}: no
+        limits.
     """
+    grant = None
+    if connections is not None:
+        grant = connections.grantFor(account.server.name, account.user, wait)
     return sessionOpener(
         reactor,
         account.server,
@@ -144,22 +199,34 @@ def accountOpener(account: AccountConfig, reactor: Any) -> Callable[[], Awaitabl
         None if account.password is None else account.password.value,
         account.admin,
         account.oauth2,
+        grant,
     )
 
 
-def destinationOpener(job: JobConfig, reactor: Any) -> Callable[[], Awaitable[IMAPSession]]:
+def destinationOpener(
+    job: JobConfig, reactor: Any, connections: JobConnections | None = None
+) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to a job's destination account (as its user,
     as the admin on its behalf, or with its access token).
+
+    @param connections: the job's grants (L{accountOpener}); an extra
+        destination connection waits for its grant.
     """
-    return accountOpener(job.destination, reactor)
+    return accountOpener(job.destination, reactor, connections)
 
 
-def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
+def sourceFor(
+    job: JobConfig, reactor: Any, connections: JobConnections | None = None
+) -> IMessageSource:
     """
     The source a job's configuration names.
 
     @param reactor: the reactor a network source connects with.
+    @param connections: the job's grants (L{accountOpener}): an IMAP
+        source's first connection is the job's own, an extra one is opened
+        only if granted at once (the source reads with fewer otherwise:
+        a read must not wait for a grant while the job holds others).
     """
     source = job.source
     if isinstance(source, MaildirSourceConfig):
@@ -168,7 +235,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
-            accountOpener(source, reactor),
+            accountOpener(source, reactor, connections, wait=False),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
@@ -210,52 +277,191 @@ def retryPolicyFor(job: JobConfig) -> RetryPolicy:
 
 class JobQueueService(Service):
     """
-    Runs the configured jobs one after another, then calls C{whenDone}
-    with C{True} if every job completed.
+    The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
+    job queue in configuration order; each waits for its essential
+    connections to be granted (L{JobConnections.reserve}), is built only
+    then, and runs.  Once the queue is drained, C{whenDone} is called with
+    C{True} if every job completed.
+
+    A job that crashes (a bug of ours) fails alone; the others go on.
+    Stopping the service stops every running job, gives up every wait,
+    and fires once all of them have ended.
     """
 
     def __init__(
         self,
-        jobs: list[MigrationJob],
+        queue: IJobQueue,
+        grants: ConnectionGrants,
+        build: Callable[[JobConfig, JobConnections], MigrationJob],
+        progress: MigrationProgress,
+        clock: IReactorTime,
         whenDone: Callable[[bool], None] | None,
+        owner: str = "imapmig",
+        lease: float = 600.0,
     ) -> None:
-        self._jobs = jobs
+        """
+        @param queue: where the jobs are claimed.
+        @param grants: the job slots and connection pools.
+        @param build: makes a claimed job's L{MigrationJob}, its session
+            openers asking C{JobConnections} for their grants.
+        @param progress: every job's progress (queued jobs included).
+        @param owner: the name this scheduler claims jobs under.
+        @param lease: seconds a claim lives; renewed every third of it.
+        """
+        self._queue = queue
+        self._grants = grants
+        self._build = build
+        self._progress = progress
+        self._clock = clock
         self._whenDone = whenDone
-        self._current: MigrationJob | None = None
+        self._owner = owner
+        self._lease = lease
+        self._stopping = False
+        self._allCompleted = True
+        self._started = 0
+        self._waitingSlot: Deferred[Grant] | None = None
+        self._reserving: dict[str, Deferred[None]] = {}
+        self._jobs: dict[str, MigrationJob] = {}
+        self._claims: dict[str, JobClaim] = {}
+        self._active: dict[str, Deferred[None]] = {}
+        self._renewal = LoopingCall(self._renewLeases)
+        self._renewal.clock = clock
         self._running: Deferred[None] | None = None
 
     def startService(self) -> None:
         Service.startService(self)
+        self._stopping = False
+        self._renewal.start(self._lease / 3, now=False)
         self._running = Deferred.fromCoroutine(self._runAll())
 
+    @property
+    def runningJobs(self) -> list[str]:
+        """
+        The names of the jobs claimed and not yet ended.
+        """
+        return list(self._active)
+
     async def _runAll(self) -> None:
-        allCompleted = True
-        for job in self._jobs:
-            if not self.running:
-                break
-            self._current = job
+        while not self._stopping:
+            waiting = self._waitingSlot = self._grants.jobSlot()
             try:
-                completed = await job.run()
-            except Exception:
-                # A bug of ours: the queue goes on, and the daemon still
-                # exits when told to.
-                log.failure("Job {job} crashed", job=job.name)
-                completed = False
-            allCompleted = allCompleted and completed
-        self._current = None
+                slot = await waiting
+            except CancelledError:
+                break
+            finally:
+                self._waitingSlot = None
+            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+            if claim is None:
+                slot.release()
+                break
+            name = claim.job.name
+            self._started += 1
+            self._claims[name] = claim
+            self._active[name] = Deferred.fromCoroutine(self._runOne(claim, slot))
+        while self._active:
+            await DeferredList(list(self._active.values()))
+        if self._renewal.running:
+            self._renewal.stop()
+        if self._stopping:
+            return
         log.info(
             "Job queue drained: {count} jobs, {outcome}",
-            count=len(self._jobs),
-            outcome="all completed" if allCompleted else "some failed",
+            count=self._started,
+            outcome="all completed" if self._allCompleted else "some failed",
         )
-        if self._whenDone is not None and self.running:
-            self._whenDone(allCompleted)
+        if self._whenDone is not None:
+            self._whenDone(self._allCompleted)
+
+    async def _runOne(self, claim: JobClaim, slot: Grant) -> None:
+        """
+        Run one claimed job: wait for its essential connections, build it,
+        run it; whatever happens, give back its grants and its slot.
+        """
+        name = claim.job.name
+        progress = self._progress.job(name)
+        connections = JobConnections(self._grants, essentialConnections(claim.job))
+        outcome = JobOutcome.FAILED
+        try:
+            reserving = connections.reserve()
+            if not reserving.called:
+                progress.waiting("a connection grant", None)
+                log.info("Job {job}: waiting for a connection grant", job=name)
+                self._reserving[name] = reserving
+            try:
+                await reserving
+            finally:
+                self._reserving.pop(name, None)
+                progress.waiting(None, None)
+            job = self._build(claim.job, connections)
+            self._jobs[name] = job
+            log.info(
+                "Job {job}: started ({running} of at most {maxJobs} jobs running)",
+                job=name,
+                running=self._grants.pools.inUse(JOB_SLOTS),
+                maxJobs=self._grants.pools.limit(JOB_SLOTS),
+            )
+            if self._stopping:
+                job.stop()
+            completed = await job.run()
+            if completed:
+                outcome = JobOutcome.COMPLETED
+            elif self._stopping:
+                outcome = JobOutcome.STOPPED
+        except CancelledError:
+            outcome = JobOutcome.STOPPED
+            log.info("Job {job}: stopped while waiting for a connection grant", job=name)
+        except GrantImpossible as e:
+            log.error("Job {job} failed: {reason}", job=name, reason=str(e))
+            progress.showState(lambda: JobState.FAILED)
+            progress.finished(str(e))
+        except Exception:
+            # A bug of ours: this job fails, the others go on.
+            log.failure("Job {job} crashed", job=name)
+        finally:
+            self._jobs.pop(name, None)
+            self._claims.pop(name, None)
+            self._active.pop(name, None)
+            connections.end()
+            self._queue.finish(claim, outcome)
+            if outcome is not JobOutcome.COMPLETED:
+                self._allCompleted = False
+            slot.release()
+
+    def _renewLeases(self) -> None:
+        now = self._clock.seconds()
+        for name, claim in list(self._claims.items()):
+            try:
+                self._claims[name] = self._queue.renew(claim, now, self._lease)
+            except LeaseLost:
+                log.error(
+                    "Job {job}: its claim was taken over by another owner; stopping it",
+                    job=name,
+                )
+                job = self._jobs.get(name)
+                if job is not None:
+                    job.stop()
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
-        if self._current is not None:
-            self._current.stop()
+        self._stopping = True
+        if self._waitingSlot is not None:
+            self._waitingSlot.cancel()
+        for reserving in list(self._reserving.values()):
+            reserving.cancel()
+        for job in list(self._jobs.values()):
+            job.stop()
         return self._running
+
+
+def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:
+    """
+    The connections C{(server, user)} a job cannot start without: its first
+    destination connection and, for an IMAP source, its first source one.
+    """
+    essential = [(job.destination.server.name, job.destination.user)]
+    if isinstance(job.source, ImapSourceConfig):
+        essential.append((job.source.server.name, job.source.user))
+    return essential
 
 
 class MigrationService(MultiService):
@@ -299,24 +505,32 @@ def buildService(
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     progress = MigrationProgress(reactor.seconds)
     root = MigrationService(store, progress)
-    jobs = []
+    # Queued jobs cost a progress entry each (about 300 octets); their
+    # sources, openers and machines are built only when claimed.
     for jobConfig in config.jobs:
-        jobs.append(
-            MigrationJob(
-                jobConfig.name,
-                sourceFor(jobConfig, reactor),
-                store,
-                progress.addJob(jobConfig.name),
-                destinationOpener(jobConfig, reactor),
-                reactor,
-                settingsFor(jobConfig, config.stopTimeout),
-                jobConfig.folders,
-                jobConfig.identity,
-                jobConfig.eightBit,
-                retryPolicyFor(jobConfig),
-            )
+        progress.addJob(jobConfig.name)
+    grants = ConnectionGrants(
+        config.maxJobs, {server.name: server.limits for server in config.servers}
+    )
+
+    def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+        return MigrationJob(
+            jobConfig.name,
+            sourceFor(jobConfig, reactor, connections),
+            store,
+            progress.job(jobConfig.name),
+            destinationOpener(jobConfig, reactor, connections),
+            reactor,
+            settingsFor(jobConfig, config.stopTimeout),
+            jobConfig.folders,
+            jobConfig.identity,
+            jobConfig.eightBit,
+            retryPolicyFor(jobConfig),
         )
-    JobQueueService(jobs, whenDone).setServiceParent(root)
+
+    JobQueueService(
+        InMemoryJobQueue(config.jobs), grants, build, progress, reactor, whenDone
+    ).setServiceParent(root)
     if config.status is not None:
         # Imported here: twisted.web costs ~30 ms of start-up that a daemon
         # without a status page need not pay (bench/startup.py).
