@@ -14,7 +14,7 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import re
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from twisted.application import strports
 from twisted.application.service import MultiService, Service
@@ -126,18 +126,6 @@ def sessionOpener(
         endpoint = wrapClientTLS(tlsOptions, endpoint)
     description = f"{user} at {server.endpoint}"
 
-    async def open() -> IMAPSession:
-        granted = None if grant is None else await grant()
-        try:
-            session = await login()
-        except BaseException:
-            if granted is not None:
-                granted.release()
-            raise
-        if granted is not None:
-            releaseWhenClosed(session, granted)
-        return session
-
     async def login() -> IMAPSession:
         credentials = fixed
         if credentials is None:
@@ -160,7 +148,29 @@ def sessionOpener(
         )
         return session
 
-    return open
+    return login if grant is None else grantedOpener(grant, login)
+
+
+def grantedOpener(
+    grant: Callable[[], Deferred[IGrant]], open: Callable[[], Awaitable[IMAPSession]]
+) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    C{open}, once C{grant} has granted the connection: the grant is
+    released when the session's connection closes, or at once if opening
+    fails or is cancelled (never leaked).
+    """
+
+    async def opened() -> IMAPSession:
+        granted = await grant()
+        try:
+            session = await open()
+        except BaseException:
+            granted.release()
+            raise
+        releaseWhenClosed(session, granted)
+        return session
+
+    return opened
 
 
 def releaseWhenClosed(session: IMAPSession, granted: IGrant) -> None:
@@ -275,6 +285,24 @@ def retryPolicyFor(job: JobConfig) -> RetryPolicy:
     )
 
 
+class ScheduledJob(Protocol):
+    """
+    What the scheduler runs (a L{MigrationJob}).
+    """
+
+    name: str
+
+    async def run(self) -> bool:
+        """
+        Run to the end; C{True} if the job completed.
+        """
+
+    def stop(self) -> None:
+        """
+        Take no new work; L{run} returns soon.
+        """
+
+
 class JobQueueService(Service):
     """
     The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
@@ -292,7 +320,7 @@ class JobQueueService(Service):
         self,
         queue: IJobQueue,
         grants: ConnectionGrants,
-        build: Callable[[JobConfig, JobConnections], MigrationJob],
+        build: Callable[[JobConfig, JobConnections], ScheduledJob],
         progress: MigrationProgress,
         clock: IReactorTime,
         whenDone: Callable[[bool], None] | None,
@@ -321,7 +349,7 @@ class JobQueueService(Service):
         self._started = 0
         self._waitingSlot: Deferred[Grant] | None = None
         self._reserving: dict[str, Deferred[None]] = {}
-        self._jobs: dict[str, MigrationJob] = {}
+        self._jobs: dict[str, ScheduledJob] = {}
         self._claims: dict[str, JobClaim] = {}
         self._active: dict[str, Deferred[None]] = {}
         self._renewal = LoopingCall(self._renewLeases)
@@ -339,7 +367,7 @@ class JobQueueService(Service):
         """
         The names of the jobs claimed and not yet ended.
         """
-        return list(self._active)
+        return list(self._claims)
 
     async def _runAll(self) -> None:
         while not self._stopping:
@@ -357,7 +385,10 @@ class JobQueueService(Service):
             name = claim.job.name
             self._started += 1
             self._claims[name] = claim
-            self._active[name] = Deferred.fromCoroutine(self._runOne(claim, slot))
+            running = Deferred.fromCoroutine(self._runOne(claim, slot))
+            if not running.called:
+                # (A job that ended at once has already left _active.)
+                self._active[name] = running
         while self._active:
             await DeferredList(list(self._active.values()))
         if self._renewal.running:
