@@ -249,6 +249,7 @@ def sourceFor(
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
+            job=job.name,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)

@@ -414,6 +414,7 @@ class IMAPSource:
         spoolDirectory: str | None = None,
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
+        job: str | None = None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -432,7 +433,10 @@ class IMAPSource:
         @param include: the job's C{include} folder patterns: a mailbox
             outside the personal namespace is listed only if one of them
             names it explicitly (L{namesExplicitly}).
+        @param job: the name of the job reading, carried by every log
+            event as C{job}.
         """
+        self._job = job
         self._openSession = openSession
         self.description = description
         self._commandBytes = commandBytes
@@ -598,6 +602,7 @@ class IMAPSource:
                         "{source}: an extra connection was refused, reading with "
                         "{count} connection(s): {why}",
                         source=self.description,
+                        job=self._job,
                         count=self._connections,
                         why=str(e),
                     )
@@ -658,6 +663,7 @@ class IMAPSource:
                 "{source}: {count} mailboxes {where} left out, among them {names};"
                 " a folder rule (include) naming them copies them",
                 source=self.description,
+                job=self._job,
                 count=len(names),
                 where=where,
                 names=names[:LEFT_OUT_SHOWN],
