@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Awaitable, Callable, Protocol
 
+from attrs import evolve
 from twisted.application import strports
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
@@ -485,6 +486,33 @@ class JobQueueService(Service):
         return self._running
 
 
+def withinLimits(job: JobConfig) -> JobConfig:
+    """
+    C{job} with its C{connections} lowered to what its destination server
+    and account (and an IMAP source's) may ever grant it: a job does not
+    ask for connections it could only wait for.
+    """
+    accounts: list[AccountConfig] = [job.destination]
+    if isinstance(job.source, ImapSourceConfig):
+        accounts.append(job.source)
+    connections = job.connections
+    for account in accounts:
+        limits = account.server.limits
+        for limit in (limits.maxConnections, limits.perAccount.maxConnections):
+            if limit is not None:
+                connections = min(connections, limit)
+    if connections == job.connections:
+        return job
+    log.info(
+        "Job {job}: {connections} connections instead of {configured}, the most"
+        " its servers' max_connections and per_account.max_connections allow",
+        job=job.name,
+        connections=connections,
+        configured=job.connections,
+    )
+    return evolve(job, connections=connections)
+
+
 def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:
     """
     The connections C{(server, user)} a job cannot start without: its first
@@ -546,6 +574,7 @@ def buildService(
     )
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+        jobConfig = withinLimits(jobConfig)
         return MigrationJob(
             jobConfig.name,
             sourceFor(jobConfig, reactor, connections),
