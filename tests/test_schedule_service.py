@@ -7,10 +7,12 @@ granted under the servers' limits; and for the grant-aware session opener
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
@@ -22,13 +24,21 @@ from imapmig.config.model import (
     PipelineConfig,
     ServerConfig,
 )
-from imapmig.job import JobSettings
+from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
-from imapmig.service import JobQueueService, essentialConnections, grantedOpener
+from imapmig.config import parseConfig
+from imapmig.service import (
+    JobQueueService,
+    MigrationService,
+    buildService,
+    essentialConnections,
+    grantedOpener,
+)
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import JobHarness, memoryOpener
+from tests.test_service import makeMaildir
 
 
 def server(name: str) -> ServerConfig:
@@ -370,3 +380,151 @@ class GrantedOpenerTests(SynchronousTestCase):
 
 
 USER_NAME = "alice"
+
+
+class NoLeakTests(SynchronousTestCase):
+    """
+    Whatever ends a session or its opening, its grant goes back to the
+    pools: a refused login, a refused connection, a dropped connection, a
+    stop.  Every connection here is an extra one (the job's essential
+    connection is on another account), so the pools count them all.
+    """
+
+    def harnessAndJob(
+        self, harness: JobHarness, messages: int, connections: int = 2, **jobArgs: object
+    ) -> tuple[ConnectionGrants, MigrationJob]:
+        inbox = harness.source.addFolder("INBOX")
+        for i in range(messages):
+            harness.source.add(inbox, f"m{i}", b"Subject: %d\r\n\r\nbody\r\n" % i)
+        grants = ConnectionGrants(8, {"s": ServerLimits(4)})
+        connections_ = JobConnections(grants, [("s", "elsewhere")])
+        self.successResultOf(connections_.reserve())
+        self.addCleanup(connections_.end)
+        job = harness.job(JobSettings(connections=connections, unitMessages=5, batchMessages=2), **jobArgs)  # type: ignore[arg-type]
+        job._openSession = grantedOpener(
+            connections_.grantFor("s", USER_NAME, wait=True),
+            memoryOpener(harness.endpoint, harness.clock, str(jobArgs.get("password", "s3cret-pw"))),
+        )
+        return grants, job
+
+    def assertNoneHeld(self, grants: ConnectionGrants, harness: JobHarness) -> None:
+        harness.endpoint.pump()
+        self.assertEqual(grants.connectionsInUse("s", USER_NAME), 0)
+        self.assertEqual(grants.pools.waiting, 0)
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_completed(self) -> None:
+        """
+        A job that completes gives back every connection's grant.
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 20)
+        self.assertTrue(harness.run(job))
+        self.assertNoneHeld(grants, harness)
+
+    def test_loginRefused(self) -> None:
+        """
+        A refused login gives its grant back (the job fails).
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 3, password="wrong")
+        self.assertFalse(harness.run(job))
+        self.assertEqual(harness.progress.state, JobState.FAILED)
+        self.assertNoneHeld(grants, harness)
+
+    def test_connectionRefusedThenRetried(self) -> None:
+        """
+        Refused connections (transient: the job backs off and retries) give
+        their grants back each time.
+        """
+        harness = JobHarness(self, refuseConnections=[0, 1])
+        grants, job = self.harnessAndJob(harness, 10)
+        self.assertTrue(harness.run(job))
+        self.assertNoneHeld(grants, harness)
+
+    def test_droppedConnection(self) -> None:
+        """
+        Connections the server drops mid-copy give their grants back; the
+        next attempt's connections are granted again.
+        """
+        harness = JobHarness(self, dropAfterAppends=4)
+        grants, job = self.harnessAndJob(harness, 20)
+        harness.run(job)
+        self.assertNoneHeld(grants, harness)
+
+    def test_stopped(self) -> None:
+        """
+        A job stopped mid-copy gives back its connections' grants.
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 12)
+        harness.source.holdAfter = 1
+        d = harness.start(job)
+        self.assertNoResult(d)
+        self.assertGreater(grants.connectionsInUse("s", USER_NAME), 0)
+        job.stop()
+        harness.source.release()
+        harness.settle(lambda: d.called)
+        self.assertFalse(self.successResultOf(d))
+        self.assertNoneHeld(grants, harness)
+
+
+class BuildServiceSchedulingTests(SynchronousTestCase):
+    """
+    The assembled daemon (L{buildService}) schedules its jobs under the
+    configured limits, with a memory reactor.
+    """
+
+    def startWith(self, limits: dict[str, object]) -> tuple[MemoryReactorClock, MigrationService]:
+        maildir = makeMaildir(self)
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 2,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", **limits}
+                },
+                "jobs": [
+                    {
+                        "name": name,
+                        "source": {"maildir": maildir},
+                        "destination": {"server": "s", "user": name, "password": "p"},
+                    }
+                    for name in ("a", "b", "c")
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        service = buildService(config, reactor, store=MemoryStateStore())
+        service.startService()
+        return reactor, service
+
+    def stop(self, reactor: MemoryReactorClock, service: MigrationService) -> None:
+        stopping = service.stopService()
+        # The connections never open: their connect timeout ends the jobs.
+        reactor.advance(120)
+        self.successResultOf(stopping)
+        self.assertEqual(reactor.getDelayedCalls(), [])
+
+    def test_maxJobs(self) -> None:
+        """
+        With C{max_jobs: 2}, the first two jobs connect; the third is
+        queued, and its source is not even built.
+        """
+        reactor, service = self.startWith({})
+        self.assertEqual(len(reactor.tcpClients), 2)
+        states = [job.state for job in service.progress]
+        self.assertEqual(states, [JobState.CONNECTING, JobState.CONNECTING, JobState.QUEUED])
+        self.stop(reactor, service)
+
+    def test_maxConnections(self) -> None:
+        """
+        With C{max_connections: 1}, one job connects; the second waits for
+        a connection grant, as its progress says.
+        """
+        reactor, service = self.startWith({"max_connections": 1})
+        self.assertEqual(len(reactor.tcpClients), 1)
+        self.assertEqual(service.progress.job("b").waitingFor, "a connection grant")
+        self.stop(reactor, service)
