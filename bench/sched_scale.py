@@ -125,7 +125,9 @@ def runMany(base: str, instance: DovecotInstance, accounts: int, messages: int) 
                 "destination": {"server": "dovecot", "user": f"m{index:03d}", "password_file": password},
             }
         )
-    extra = {"max_jobs": int(os.environ["MAX_JOBS"])} if "MAX_JOBS" in os.environ else None
+    extra: dict[str, object] | None = None
+    if "MAX_JOBS" in os.environ:
+        extra = {"max_jobs": int(os.environ["MAX_JOBS"])}
     path = _config(directory, instance.port, jobs, extra)
     start = time.perf_counter()
     done = subprocess.run(_twistd(path), env=_environment(), cwd=_tree(), capture_output=True, text=True)
