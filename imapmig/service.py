@@ -425,6 +425,8 @@ class JobQueueService(Service):
             finally:
                 self._reserving.pop(name, None)
                 progress.waiting(None, None)
+            if self._stopping:
+                raise CancelledError()
             job = self._build(claim.job, connections)
             self._jobs[name] = job
             log.info(
@@ -433,8 +435,6 @@ class JobQueueService(Service):
                 running=self._grants.pools.inUse(JOB_SLOTS),
                 maxJobs=self._grants.pools.limit(JOB_SLOTS),
             )
-            if self._stopping:
-                job.stop()
             completed = await job.run()
             if completed:
                 outcome = JobOutcome.COMPLETED
