@@ -164,8 +164,8 @@ async def verify(
     for job in config.jobs:
         if job.name not in jobs:
             continue
-        openDestination = destinationOpener(job, reactor, tokens)
-        source = sourceFor(job, reactor, tokens)
+        openDestination = destinationOpener(job, reactor, tokens=tokens)
+        source = sourceFor(job, reactor, tokens=tokens)
         try:
             try:
                 result = await verifyJob(job.name, source, job.folders, openDestination, store)
@@ -301,8 +301,8 @@ async def plan(
         if job.name not in jobs:
             continue
         destination = job.destination
-        openDestination = destinationOpener(job, reactor, tokens)
-        source = sourceFor(job, reactor, tokens)
+        openDestination = destinationOpener(job, reactor, tokens=tokens)
+        source = sourceFor(job, reactor, tokens=tokens)
         header = (
             f"{job.name}: {_sourceDescription(job)} -> {destination.user} at"
             f" {destination.server.endpoint}"

@@ -81,7 +81,8 @@ _DEFAULT_STOP_TIMEOUT = 30.0
 # The keys of each section; the tests check that the example file uses
 # every one of them.
 _TOP_KEYS = (
-    "state", "status", "stop_timeout", "servers", "credentials", "defaults", "jobs",
+    "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
+    "jobs",
 )  # fmt: skip
 _STATUS_KEYS = ("listen",)
 
@@ -162,12 +163,14 @@ class _ConfigParser(UserListReader, ServersReader):
         stopTimeout = self._readSeconds(
             top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
         )
+        maxJobs = self._readMaxJobs(top)
 
         if self._problems:
             raise ConfigError(self._problems)
         assert statePath is not None and servers is not None and jobs is not None
-        assert stopTimeout is not None
+        assert stopTimeout is not None and maxJobs is not None
         return Config(
+            maxJobs=maxJobs,
             stopTimeout=stopTimeout,
             path=os.path.abspath(self._path),
             statePath=statePath,

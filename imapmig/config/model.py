@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from imapmig.config.limits import ServerLimits
 from imapmig.plan import FolderRules, PersonalNamespace
 from imapmig.secrets import Secret
 
@@ -47,6 +48,8 @@ class ServerConfig:
         an account of this server (a larger one is recorded as failed
         without being sent; the server's APPENDLIMIT, when smaller, wins),
         or L{None} for the server's APPENDLIMIT alone.
+    @ivar limits: the connections the server and each of its accounts
+        accept from every job together (default: no limits).
     """
 
     name: str
@@ -62,6 +65,7 @@ class ServerConfig:
     preset: str | None = None
     labelViews: str = "auto"
     maxMessageSize: int | None = None
+    limits: ServerLimits = ServerLimits()
 
 
 @frozen
@@ -305,6 +309,7 @@ class Config:
     @ivar jobs: every job, in file order.
     @ivar stopTimeout: seconds a stopping daemon waits for the replies to
         the messages in flight.
+    @ivar maxJobs: jobs running at once (C{max_jobs}).
     """
 
     path: str
@@ -313,3 +318,4 @@ class Config:
     servers: tuple[ServerConfig, ...]
     jobs: tuple[JobConfig, ...]
     stopTimeout: float = 30.0
+    maxJobs: int = 8

@@ -14,9 +14,10 @@ from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.ssl import Certificate
 
+from imapmig.config.limits import LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
-from imapmig.config.reader import ConfigReader, _NAME, _describe, _key
+from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.config.sizes import parseSize
 from imapmig.plan import PersonalNamespace
 
@@ -36,6 +37,8 @@ _SERVER_KEYS = (
     "preset",
     "label_views",
     "max_message_size",
+    "max_connections",
+    "per_account",
 )
 _LABEL_VIEWS = ("auto", "dedup", "copy")
 _NAMESPACE_KEYS = ("prefix", "separator")
@@ -130,7 +133,7 @@ class _ClientEndpoint:
     host: str
 
 
-class ServersReader(ConfigReader):
+class ServersReader(LimitsReader):
     """
     Reads C{servers}, and checks server endpoint strings.
     """
@@ -288,12 +291,15 @@ class ServersReader(ConfigReader):
                 server["max_message_size"], _key(path, "max_message_size")
             )
             ok = ok and maxMessageSize is not None
+        limits = self._readServerLimits(server, path)
+        ok = ok and limits is not None
 
         if not ok:
             return None
         assert written is not None and endpoint is not None
         assert starttls is not None and timeout is not None and compress is not None
         assert labelViews is not None
+        assert limits is not None
         return ServerConfig(
             name=name,
             endpoint=written,
@@ -308,6 +314,7 @@ class ServersReader(ConfigReader):
             preset=None if preset is None else preset.name,
             labelViews=labelViews,
             maxMessageSize=maxMessageSize,
+            limits=limits,
         )
 
     def _readPreset(self, value: object, path: str) -> Preset | None:

@@ -146,12 +146,16 @@ class _Attempt:
     """
     One attempt's connections: when the attempt ends, every one still open
     is dropped, and one that finishes opening afterwards is dropped at
-    once.
+    once.  Extra connections still opening (perhaps waiting for their
+    grant under a server's connection limits) are given up when no work
+    is left for them, or when the attempt ends.
     """
 
     def __init__(self) -> None:
         self.sessions: list[IMAPSession] = []
+        self.openings: list[Deferred[IMAPSession | None]] = []
         self.over = False
+        self.givenUp = False
 
     def adopt(self, session: IMAPSession) -> IMAPSession:
         if self.over:
@@ -164,8 +168,20 @@ class _Attempt:
         if session in self.sessions:
             self.sessions.remove(session)
 
+    def giveUpOpenings(self) -> None:
+        """
+        Cancel the extra connections still opening: nothing is left for
+        them to do.
+        """
+        self.givenUp = True
+        openings, self.openings = self.openings, []
+        for opening in openings:
+            if not opening.called:
+                opening.cancel()
+
     def end(self) -> None:
         self.over = True
+        self.giveUpOpenings()
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             session.abort()
@@ -653,6 +669,7 @@ class MigrationJob:
             Deferred.fromCoroutine(self._openExtraSession(attempt))
             for _ in range(min(settings.connections, expectedUnits) - 1)
         ]
+        attempt.openings.extend(openings)
         try:
             prepared = await DestinationPreparation(
                 self.name,
@@ -713,12 +730,17 @@ class MigrationJob:
         """
         Open one more destination connection, or L{None} if the server
         refuses it: the job goes on with the connections it has (a server
-        that limits connections per account is common).
+        that limits connections per account is common).  While it waits
+        for its grant (the servers' connection limits), the job copies
+        with the connections it has; once no work is left, the wait is
+        given up (L{_Attempt.giveUpOpenings}).
         """
         try:
             return await self._open(attempt)
+        except CancelledError:
+            return None
         except ImapmigError as e:
-            if not attempt.over:
+            if not (attempt.over or attempt.givenUp):
                 log.warn(
                     "Job {job}: extra connection refused, continuing with fewer: {why}",
                     job=self.name,
@@ -807,6 +829,9 @@ class MigrationJob:
                 if not enqueued:
                     # Stopped before any of it left: nothing to reconcile.
                     recorder.unsent(ticket)
+            # No unit left to take: connections still opening (waiting for
+            # a grant, perhaps) would only log out.
+            attempt.giveUpOpenings()
             await pipeline.drained()
         finally:
             selected.pop(worker, None)

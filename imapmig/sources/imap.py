@@ -424,6 +424,7 @@ class IMAPSource:
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
         labelViews: str = COPY,
+        job: str | None = None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -446,7 +447,10 @@ class IMAPSource:
         @param labelViews: what becomes of label views (Gmail's All Mail,
             Important, Starred): C{"dedup"}, C{"copy"} or C{"auto"} (see
             L{imapmig.sources.labelviews}).
+        @param job: the name of the job reading, carried by every log
+            event as C{job}.
         """
+        self._job = job
         self._openSession = openSession
         self.description = description
         self._commandBytes = commandBytes
@@ -615,6 +619,7 @@ class IMAPSource:
                         "{source}: an extra connection was refused, reading with "
                         "{count} connection(s): {why}",
                         source=self.description,
+                        job=self._job,
                         count=self._connections,
                         why=str(e),
                     )
@@ -675,6 +680,7 @@ class IMAPSource:
                 "{source}: {count} mailboxes {where} left out, among them {names};"
                 " a folder rule (include) naming them copies them",
                 source=self.description,
+                job=self._job,
                 count=len(names),
                 where=where,
                 names=names[:LEFT_OUT_SHOWN],

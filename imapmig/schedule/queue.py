@@ -1,0 +1,181 @@
+# -*- test-case-name: tests.test_schedule_queue -*-
+"""
+The job queue: which configured job runs next, and who runs it.
+
+A scheduler I{claims} the next job (the first, in configuration order,
+that no live lease holds), I{renews} its lease while the job runs, and
+I{finishes} it with its outcome.  A job whose lease expires may be
+claimed by another owner (a takeover); a stopped job goes back to the
+queue at its place.
+
+L{InMemoryJobQueue} serves one daemon from the configured job list: the
+state store's lock already makes that daemon the only owner, so leases
+only matter across a stop.  Queued jobs cost an index into the
+configuration's tuple of jobs; a L{JobClaim} is made only when claimed.
+
+A fleet of daemons will share a PostgreSQL implementation of the same
+interface, with a table C{job_claims(job, position, owner, lease_until,
+state)}:
+
+  - C{claim}: C{SELECT job FROM job_claims WHERE state = 'queued' OR
+    (state = 'claimed' AND lease_until < now) ORDER BY position LIMIT 1
+    FOR UPDATE SKIP LOCKED}, then C{UPDATE ... SET owner, lease_until,
+    state = 'claimed'} in the same transaction: two daemons never claim
+    one job, and neither waits for the other's row lock.
+  - C{renew}: C{UPDATE ... SET lease_until WHERE job AND owner}; no row
+    updated means the lease expired and another daemon took the job over:
+    L{LeaseLost}, and the job must stop.
+  - a takeover is an ordinary claim of an expired lease: the new owner
+    runs the job from the start, and its first attempt settles the journal
+    left by the old owner against the destination (the reconciliation of
+    L{imapmig.job.reconcile}), which makes a half-sent unit exact.
+  - C{finish}: C{UPDATE ... SET state = 'done' | 'failed'} (or back to
+    C{'queued'} for a stopped job).
+"""
+
+from __future__ import annotations
+
+import heapq
+from enum import Enum
+from typing import Sequence
+
+from attrs import frozen
+from zope.interface import Interface, implementer
+
+from imapmig.config.model import JobConfig
+
+
+class JobOutcome(Enum):
+    """
+    How a claimed job ended.
+    """
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    # Stopped before the end: back to the queue, for a later run or owner.
+    STOPPED = "stopped"
+
+
+class LeaseLost(Exception):
+    """
+    A claim's lease expired and another owner took the job over.
+    """
+
+
+@frozen
+class JobClaim:
+    """
+    A job claimed by an owner until its lease runs out.
+
+    @ivar job: the job's configuration.
+    @ivar position: its place in the configuration (0 is first).
+    @ivar owner: who claimed it.
+    @ivar leaseUntil: when the lease runs out, in the clock's seconds.
+    """
+
+    job: JobConfig
+    position: int
+    owner: str
+    leaseUntil: float
+
+
+@frozen
+class QueueCounts:
+    """
+    How many jobs are where, for the status resource.
+    """
+
+    queued: int
+    claimed: int
+    finished: int
+
+
+class IJobQueue(Interface):
+    """
+    The jobs waiting to run, shared by whoever runs them.
+    """
+
+    def claim(owner: str, now: float, lease: float) -> JobClaim | None:
+        """
+        Claim the next job, in configuration order, that no live lease
+        holds.
+
+        @param now: the clock's seconds.
+        @param lease: seconds the claim lives unless renewed.
+        @return: the claim, or L{None} when no job is left to claim.
+        """
+
+    def renew(claim: JobClaim, now: float, lease: float) -> JobClaim:
+        """
+        Extend C{claim}'s lease to C{now + lease}.
+
+        @raise LeaseLost: another owner took the job over.
+        """
+
+    def finish(claim: JobClaim, outcome: JobOutcome) -> None:
+        """
+        Record how a claimed job ended; a stopped one is queued again.
+        """
+
+    def counts() -> QueueCounts:
+        """
+        How many jobs are queued, claimed and finished.
+        """
+
+
+@implementer(IJobQueue)
+class InMemoryJobQueue:
+    """
+    The configured jobs, claimed by one daemon.
+    """
+
+    def __init__(self, jobs: Sequence[JobConfig]) -> None:
+        """
+        @param jobs: every job, in configuration order.
+        """
+        self._jobs = jobs
+        # Jobs never claimed start at this position; jobs given back (a
+        # stop, an expired lease) wait in a heap, by position.
+        self._next = 0
+        self._returned: list[int] = []
+        self._claims: dict[int, JobClaim] = {}
+        self._finished = 0
+
+    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+        for position, held in list(self._claims.items()):
+            if held.leaseUntil < now:
+                # Taken over: the old owner's renew raises LeaseLost.
+                del self._claims[position]
+                heapq.heappush(self._returned, position)
+        if self._returned and self._returned[0] < self._next:
+            position = heapq.heappop(self._returned)
+        elif self._next < len(self._jobs):
+            position = self._next
+            self._next += 1
+        else:
+            return None
+        claim = JobClaim(self._jobs[position], position, owner, now + lease)
+        self._claims[position] = claim
+        return claim
+
+    def renew(self, claim: JobClaim, now: float, lease: float) -> JobClaim:
+        if self._claims.get(claim.position) != claim:
+            raise LeaseLost(f"job {claim.job.name} was taken over")
+        renewed = JobClaim(claim.job, claim.position, claim.owner, now + lease)
+        self._claims[claim.position] = renewed
+        return renewed
+
+    def finish(self, claim: JobClaim, outcome: JobOutcome) -> None:
+        held = self._claims.get(claim.position)
+        if held is None or held.owner != claim.owner:
+            # Taken over meanwhile: the new owner's outcome counts.
+            return
+        del self._claims[claim.position]
+        if outcome is JobOutcome.STOPPED:
+            heapq.heappush(self._returned, claim.position)
+        else:
+            self._finished += 1
+
+    def counts(self) -> QueueCounts:
+        queued = len(self._jobs) - self._next + len(self._returned)
+        return QueueCounts(queued=queued, claimed=len(self._claims), finished=self._finished)

@@ -1,0 +1,93 @@
+"""
+Tests for L{imapmig.schedule.queue}: the in-process job queue.
+"""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, LeaseLost, QueueCounts
+from tests.test_schedule_service import jobConfig
+
+
+def queueOf(count: int) -> InMemoryJobQueue:
+    """
+    A queue of C{count} jobs, C{j0} first.
+    """
+    return InMemoryJobQueue([jobConfig(f"j{i}", f"u{i}") for i in range(count)])
+
+
+class InMemoryJobQueueTests(SynchronousTestCase):
+    """
+    L{InMemoryJobQueue}.
+    """
+
+    def test_interface(self) -> None:
+        """
+        It provides L{IJobQueue}.
+        """
+        self.assertTrue(verifyObject(IJobQueue, queueOf(1)))
+
+    def test_configurationOrder(self) -> None:
+        """
+        Jobs are claimed in configuration order, then there is none.
+        """
+        queue = queueOf(3)
+        claims = [queue.claim("me", 0.0, 60.0) for _ in range(3)]
+        self.assertEqual([c.job.name for c in claims if c is not None], ["j0", "j1", "j2"])
+        self.assertIsNone(queue.claim("me", 0.0, 60.0))
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=3, finished=0))
+
+    def test_finish(self) -> None:
+        """
+        A finished job is counted, and not claimed again.
+        """
+        queue = queueOf(1)
+        claim = queue.claim("me", 0.0, 60.0)
+        assert claim is not None
+        queue.finish(claim, JobOutcome.FAILED)
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=0, finished=1))
+        self.assertIsNone(queue.claim("me", 0.0, 60.0))
+
+    def test_stoppedGoesBack(self) -> None:
+        """
+        A stopped job goes back to the queue at its place: it is claimed
+        before the jobs after it.
+        """
+        queue = queueOf(3)
+        first = queue.claim("me", 0.0, 60.0)
+        queue.claim("me", 0.0, 60.0)
+        assert first is not None
+        queue.finish(first, JobOutcome.STOPPED)
+        again = queue.claim("me", 0.0, 60.0)
+        assert again is not None
+        self.assertEqual(again.job.name, "j0")
+
+    def test_expiredLeaseTakenOver(self) -> None:
+        """
+        A claim not renewed past its lease may be claimed by another owner;
+        the old owner's renew then raises L{LeaseLost}, and its finish is
+        ignored.
+        """
+        queue = queueOf(1)
+        old = queue.claim("a", 0.0, 60.0)
+        assert old is not None
+        self.assertIsNone(queue.claim("b", 59.0, 60.0))
+        new = queue.claim("b", 61.0, 60.0)
+        assert new is not None
+        self.assertEqual((new.job.name, new.owner), ("j0", "b"))
+        self.assertRaises(LeaseLost, queue.renew, old, 62.0, 60.0)
+        queue.finish(old, JobOutcome.COMPLETED)
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=1, finished=0))
+
+    def test_renew(self) -> None:
+        """
+        A renewed claim lives on past its first lease.
+        """
+        queue = queueOf(1)
+        claim = queue.claim("a", 0.0, 60.0)
+        assert claim is not None
+        claim = queue.renew(claim, 50.0, 60.0)
+        self.assertEqual(claim.leaseUntil, 110.0)
+        self.assertIsNone(queue.claim("b", 100.0, 60.0))

@@ -1,0 +1,530 @@
+"""
+Tests for the scheduler, L{imapmig.service.JobQueueService}: up to
+C{max_jobs} jobs at once, in configuration order, their connections
+granted under the servers' limits; and for the grant-aware session opener
+(L{imapmig.service.grantedOpener}) with a real L{MigrationJob}.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.config.model import (
+    DestinationConfig,
+    ImapSourceConfig,
+    JobConfig,
+    MaildirSourceConfig,
+    PipelineConfig,
+    ServerConfig,
+)
+from imapmig.job import JobSettings, MigrationJob
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
+from imapmig.config import parseConfig
+from imapmig.service import (
+    JobQueueService,
+    MigrationService,
+    buildService,
+    essentialConnections,
+    grantedOpener,
+)
+from imapmig.state.memory import MemoryStateStore
+from tests.test_job import JobHarness, memoryOpener
+from tests.test_service import makeMaildir
+
+
+def server(name: str) -> ServerConfig:
+    """
+    A server called C{name}, on loopback, without limits of its own (the
+    tests give limits to L{ConnectionGrants}).
+    """
+    return ServerConfig(
+        name=name, endpoint="tcp:127.0.0.1:143", starttls=False, implicitTLS=False,
+        tcpEndpoint="tcp:127.0.0.1:143", tlsHostname="127.0.0.1", tlsCA=None,
+        timeout=30.0, compress=False,
+    )  # fmt: skip
+
+
+def jobConfig(name: str, user: str, serverName: str = "s", sourceUser: str | None = None) -> JobConfig:
+    """
+    A job into C{user} at C{serverName}, from a Maildir, or from
+    C{sourceUser} on the same server.
+    """
+    source: MaildirSourceConfig | ImapSourceConfig = MaildirSourceConfig("/nonexistent")
+    if sourceUser is not None:
+        source = ImapSourceConfig(server(serverName), sourceUser, None)
+    return JobConfig(
+        name=name,
+        source=source,
+        destination=DestinationConfig(server(serverName), user, None),
+        connections=1,
+        pipeline=PipelineConfig(1, 1, 1, 1),
+    )
+
+
+class FakeJob:
+    """
+    A job the test ends by hand.
+
+    @ivar result: fire it with whether the job completed.
+    """
+
+    def __init__(self, name: str, connections: JobConnections, crash: bool = False) -> None:
+        self.name = name
+        self.connections = connections
+        self.crash = crash
+        self.result: Deferred[bool] = Deferred()
+        self.stopped = False
+
+    async def run(self) -> bool:
+        if self.crash:
+            raise RuntimeError("a bug")
+        return await self.result
+
+    def stop(self) -> None:
+        self.stopped = True
+        if not self.result.called:
+            self.result.callback(False)
+
+
+class Scheduler:
+    """
+    A L{JobQueueService} over fake jobs, a clock and given limits.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[JobConfig],
+        maxJobs: int,
+        limits: ServerLimits = ServerLimits(),
+        crash: Sequence[str] = (),
+    ) -> None:
+        self.clock = Clock()
+        self.progress = MigrationProgress(self.clock.seconds)
+        for job in jobs:
+            self.progress.addJob(job.name)
+        self.grants = ConnectionGrants(maxJobs, {"s": limits})
+        self.queue = InMemoryJobQueue(jobs)
+        self.built: dict[str, FakeJob] = {}
+        self.started: list[str] = []
+        self.mostAtOnce = 0
+        self.done: list[bool] = []
+
+        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+            job = FakeJob(config.name, connections, config.name in crash)
+            self.built[config.name] = job
+            self.started.append(config.name)
+            running = sum(1 for j in self.built.values() if not j.result.called)
+            self.mostAtOnce = max(self.mostAtOnce, running)
+            return job
+
+        self.service = JobQueueService(
+            self.queue, self.grants, build, self.progress, self.clock, self.done.append
+        )
+
+    def finish(self, name: str, completed: bool = True) -> None:
+        """
+        End the running job C{name}.
+        """
+        self.built[name].result.callback(completed)
+
+
+class SchedulerTests(SynchronousTestCase):
+    """
+    L{JobQueueService} as a scheduler.
+    """
+
+    def test_maxJobsAndOrder(self) -> None:
+        """
+        At most C{max_jobs} jobs run at once, started in configuration
+        order as others end; once the queue is drained, C{whenDone} is
+        called once, with C{True} when every job completed.
+        """
+        names = [f"j{i}" for i in range(5)]
+        s = Scheduler([jobConfig(n, n) for n in names], maxJobs=2)
+        s.service.startService()
+        self.assertEqual(s.started, ["j0", "j1"])
+        self.assertEqual(s.service.runningJobs, ["j0", "j1"])
+        s.finish("j1")
+        self.assertEqual(s.started, ["j0", "j1", "j2"])
+        s.finish("j0")
+        s.finish("j2")
+        self.assertEqual(s.started, names)
+        self.assertEqual(s.done, [])
+        s.finish("j3")
+        s.finish("j4")
+        self.assertEqual(s.mostAtOnce, 2)
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 5)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_someFailed(self) -> None:
+        """
+        A job that did not complete makes C{whenDone} say so.
+        """
+        s = Scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        s.service.startService()
+        s.finish("a", completed=False)
+        s.finish("b")
+        self.assertEqual(s.done, [False])
+
+    def test_noJobs(self) -> None:
+        """
+        An empty queue is drained at once.
+        """
+        s = Scheduler([], maxJobs=2)
+        s.service.startService()
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_accountLimitMakesAJobWait(self) -> None:
+        """
+        A job whose account has no connection to spare waits (its progress
+        says for what) while a later job on another account starts; it
+        starts when the account's connection comes back.
+        """
+        s = Scheduler(
+            [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob")],
+            maxJobs=4,
+            limits=ServerLimits(3, AccountLimits(1)),
+        )
+        s.service.startService()
+        self.assertEqual(s.started, ["a1", "b"])
+        waiting = s.progress.job("a2")
+        self.assertEqual(waiting.waitingFor, "a connection grant")
+        self.assertEqual(waiting.state, JobState.QUEUED)
+        s.finish("a1")
+        self.assertEqual(s.started, ["a1", "b", "a2"])
+        self.assertIsNone(waiting.waitingFor)
+        s.finish("a2")
+        s.finish("b")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_serverLimitAcrossRoles(self) -> None:
+        """
+        A job copying between two accounts of one server holds two of its
+        connections: under C{max_connections: 3}, a second such job waits
+        for the first; a later one-connection job does not overtake it (the
+        unit left is kept for the older waiter), and both start when the
+        first job ends.
+        """
+        jobs = [
+            jobConfig("x", "new1", sourceUser="old1"),
+            jobConfig("y", "new2", sourceUser="old2"),
+            jobConfig("z", "new3"),
+        ]
+        self.assertEqual(essentialConnections(jobs[0]), [("s", "new1"), ("s", "old1")])
+        s = Scheduler(jobs, maxJobs=3, limits=ServerLimits(3))
+        s.service.startService()
+        self.assertEqual(s.started, ["x"])
+        self.assertEqual(s.grants.connectionsInUse("s"), 2)
+        s.finish("x")
+        self.assertEqual(s.started, ["x", "y", "z"])
+        self.assertEqual(s.grants.connectionsInUse("s"), 3)
+        s.finish("y")
+        s.finish("z")
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+
+    def test_stopWhileSeveralRun(self) -> None:
+        """
+        Stopping the service stops every running job and gives up every
+        wait (a job slot, a connection grant); it fires once all have
+        ended, without C{whenDone}; the stopped jobs go back to the queue.
+        """
+        s = Scheduler(
+            [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob"),
+             jobConfig("c", "carol")],
+            maxJobs=3,
+            limits=ServerLimits(None, AccountLimits(1)),
+        )  # fmt: skip
+        s.service.startService()
+        self.assertEqual(s.started, ["a1", "b"])
+        # a2 waits for its grant, c for a job slot.
+        self.assertEqual(s.service.runningJobs, ["a1", "a2", "b"])
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.assertTrue(s.built["a1"].stopped and s.built["b"].stopped)
+        self.successResultOf(stopping)
+        self.assertEqual(s.started, ["a1", "b"])
+        self.assertEqual(s.done, [])
+        self.assertEqual(s.queue.counts().queued, 4)
+        self.assertEqual(s.grants.pools.waiting, 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_stopWaitsForJobs(self) -> None:
+        """
+        The stop fires only once every job's run has returned.
+        """
+        s = Scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        s.service.startService()
+        slow = s.built["a"]
+        slow.stop = lambda: setattr(slow, "stopped", True)  # type: ignore[method-assign]
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.assertNoResult(stopping)
+        slow.result.callback(False)
+        self.successResultOf(stopping)
+
+    def test_crashIsolation(self) -> None:
+        """
+        A job that crashes (a bug) is logged and fails alone; the others
+        start and run, and the queue is drained as not all completed.
+        """
+        s = Scheduler(
+            [jobConfig("a", "a"), jobConfig("boom", "b"), jobConfig("c", "c")],
+            maxJobs=2,
+            crash=["boom"],
+        )
+        s.service.startService()
+        self.assertEqual(s.started, ["a", "boom", "c"])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [False])
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+
+    def test_impossibleGrantFailsTheJob(self) -> None:
+        """
+        A job whose first connections exceed a limit fails, saying why;
+        the others run.
+        """
+        s = Scheduler(
+            [jobConfig("same", "new", sourceUser="old"), jobConfig("b", "b")],
+            maxJobs=2,
+            limits=ServerLimits(1),
+        )
+        s.service.startService()
+        failed = s.progress.job("same")
+        self.assertEqual(failed.state, JobState.FAILED)
+        self.assertIn("limit is 1", str(failed.error))
+        self.assertEqual(s.started, ["b"])
+        s.finish("b")
+        self.assertEqual(s.done, [False])
+
+    def test_leasesRenewed(self) -> None:
+        """
+        The running jobs' claims are renewed every third of the lease, so
+        that they are never taken over; the renewal stops once drained.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        s.service.startService()
+        for _ in range(10):
+            s.clock.advance(200)
+        # Still ours: nothing to claim, not even by another owner.
+        self.assertIsNone(s.queue.claim("other", s.clock.seconds(), 600))
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_finishOutcome(self) -> None:
+        """
+        The queue hears how each job ended.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        outcomes: list[JobOutcome] = []
+        finish = s.queue.finish
+
+        def finishing(claim: JobClaim, outcome: JobOutcome) -> None:
+            outcomes.append(outcome)
+            finish(claim, outcome)
+
+        s.queue.finish = finishing  # type: ignore[method-assign]
+        s.service.startService()
+        s.finish("a")
+        self.assertEqual(outcomes, [JobOutcome.COMPLETED])
+
+
+class GrantedOpenerTests(SynchronousTestCase):
+    """
+    A real L{MigrationJob} whose sessions are opened under grants.
+    """
+
+    def test_extraWaitGivenUp(self) -> None:
+        """
+        A job whose extra connections are never granted copies with its
+        first connection, gives up the waiting ones when no work is left,
+        and leaks no grant: once the job ends the pools are empty.
+        """
+        harness = JobHarness(self)
+        inbox = harness.source.addFolder("INBOX")
+        for i in range(30):
+            harness.source.add(inbox, f"m{i}", b"Subject: %d\r\n\r\nbody\r\n" % i)
+        grants = ConnectionGrants(8, {"s": ServerLimits(2)})
+        other = self.successResultOf(grants.connections([("s", "someone")]))
+        connections = JobConnections(grants, [("s", USER_NAME)])
+        self.successResultOf(connections.reserve())
+        opener = grantedOpener(
+            connections.grantFor("s", USER_NAME, wait=True),
+            memoryOpener(harness.endpoint, harness.clock),
+        )
+        job = harness.job(JobSettings(connections=3, unitMessages=5))
+        job._openSession = opener
+        self.assertTrue(harness.run(job))
+        self.assertEqual(len(harness.mail.mailbox(USER_NAME, "INBOX")), 30)
+        self.assertEqual(grants.pools.waiting, 0)
+        connections.end()
+        other.release()
+        self.assertEqual(grants.connectionsInUse("s"), 0)
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+
+USER_NAME = "alice"
+
+
+class NoLeakTests(SynchronousTestCase):
+    """
+    Whatever ends a session or its opening, its grant goes back to the
+    pools: a refused login, a refused connection, a dropped connection, a
+    stop.  Every connection here is an extra one (the job's essential
+    connection is on another account), so the pools count them all.
+    """
+
+    def harnessAndJob(
+        self, harness: JobHarness, messages: int, connections: int = 2, **jobArgs: object
+    ) -> tuple[ConnectionGrants, MigrationJob]:
+        inbox = harness.source.addFolder("INBOX")
+        for i in range(messages):
+            harness.source.add(inbox, f"m{i}", b"Subject: %d\r\n\r\nbody\r\n" % i)
+        grants = ConnectionGrants(8, {"s": ServerLimits(4)})
+        connections_ = JobConnections(grants, [("s", "elsewhere")])
+        self.successResultOf(connections_.reserve())
+        self.addCleanup(connections_.end)
+        job = harness.job(JobSettings(connections=connections, unitMessages=5, batchMessages=2), **jobArgs)  # type: ignore[arg-type]
+        job._openSession = grantedOpener(
+            connections_.grantFor("s", USER_NAME, wait=True),
+            memoryOpener(harness.endpoint, harness.clock, str(jobArgs.get("password", "s3cret-pw"))),
+        )
+        return grants, job
+
+    def assertNoneHeld(self, grants: ConnectionGrants, harness: JobHarness) -> None:
+        harness.endpoint.pump()
+        self.assertEqual(grants.connectionsInUse("s", USER_NAME), 0)
+        self.assertEqual(grants.pools.waiting, 0)
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_completed(self) -> None:
+        """
+        A job that completes gives back every connection's grant.
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 20)
+        self.assertTrue(harness.run(job))
+        self.assertNoneHeld(grants, harness)
+
+    def test_loginRefused(self) -> None:
+        """
+        A refused login gives its grant back (the job fails).
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 3, password="wrong")
+        self.assertFalse(harness.run(job))
+        self.assertEqual(harness.progress.state, JobState.FAILED)
+        self.assertNoneHeld(grants, harness)
+
+    def test_connectionRefusedThenRetried(self) -> None:
+        """
+        Refused connections (transient: the job backs off and retries) give
+        their grants back each time.
+        """
+        harness = JobHarness(self, refuseConnections=[0, 1])
+        grants, job = self.harnessAndJob(harness, 10)
+        self.assertTrue(harness.run(job))
+        self.assertNoneHeld(grants, harness)
+
+    def test_droppedConnection(self) -> None:
+        """
+        Connections the server drops mid-copy give their grants back; the
+        next attempt's connections are granted again.
+        """
+        harness = JobHarness(self, dropAfterAppends=4)
+        grants, job = self.harnessAndJob(harness, 20)
+        harness.run(job)
+        self.assertNoneHeld(grants, harness)
+
+    def test_stopped(self) -> None:
+        """
+        A job stopped mid-copy gives back its connections' grants.
+        """
+        harness = JobHarness(self)
+        grants, job = self.harnessAndJob(harness, 12)
+        harness.source.holdAfter = 1
+        d = harness.start(job)
+        self.assertNoResult(d)
+        self.assertGreater(grants.connectionsInUse("s", USER_NAME), 0)
+        job.stop()
+        harness.source.release()
+        harness.settle(lambda: d.called)
+        self.assertFalse(self.successResultOf(d))
+        self.assertNoneHeld(grants, harness)
+
+
+class BuildServiceSchedulingTests(SynchronousTestCase):
+    """
+    The assembled daemon (L{buildService}) schedules its jobs under the
+    configured limits, with a memory reactor.
+    """
+
+    def startWith(self, limits: dict[str, object]) -> tuple[MemoryReactorClock, MigrationService]:
+        maildir = makeMaildir(self)
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 2,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", **limits}
+                },
+                "jobs": [
+                    {
+                        "name": name,
+                        "source": {"maildir": maildir},
+                        "destination": {"server": "s", "user": name, "password": "p"},
+                    }
+                    for name in ("a", "b", "c")
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        service = buildService(config, reactor, store=MemoryStateStore())
+        service.startService()
+        return reactor, service
+
+    def stop(self, reactor: MemoryReactorClock, service: MigrationService) -> None:
+        stopping = service.stopService()
+        # The connections never open: their connect timeout ends the jobs.
+        reactor.advance(120)
+        self.successResultOf(stopping)
+        self.assertEqual(reactor.getDelayedCalls(), [])
+
+    def test_maxJobs(self) -> None:
+        """
+        With C{max_jobs: 2}, the first two jobs connect; the third is
+        queued, and its source is not even built.
+        """
+        reactor, service = self.startWith({})
+        self.assertEqual(len(reactor.tcpClients), 2)
+        states = [job.state for job in service.progress]
+        self.assertEqual(states, [JobState.CONNECTING, JobState.CONNECTING, JobState.QUEUED])
+        self.stop(reactor, service)
+
+    def test_maxConnections(self) -> None:
+        """
+        With C{max_connections: 1}, one job connects; the second waits for
+        a connection grant, as its progress says.
+        """
+        reactor, service = self.startWith({"max_connections": 1})
+        self.assertEqual(len(reactor.tcpClients), 1)
+        self.assertEqual(service.progress.job("b").waitingFor, "a connection grant")
+        self.stop(reactor, service)
