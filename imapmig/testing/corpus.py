@@ -204,7 +204,43 @@ def writeMaildir(
     @param profile: C{"realistic"} or C{"small"}.
     @return: what was written.
     """
+    return _writeMaildir(_Generator(seed, profile), path, count, folders, 0)
+
+
+def writeMaildirs(
+    paths: Sequence[str],
+    count: int,
+    *,
+    seed: int = 1,
+    folders: Sequence[tuple[str, ...]] = (("INBOX",),),
+    profile: str = "small",
+) -> list[Corpus]:
+    """
+    Write a Maildir++ tree of C{count} generated messages into each of
+    C{paths} (as L{writeMaildir} does one), from one generator: cheaper
+    than a L{writeMaildir} each for many small trees (a generator costs
+    ~40 ms to make), and every message of every tree distinct.
+
+    @return: what was written, one corpus per path, in order.
+    """
     generator = _Generator(seed, profile)
+    return [
+        _writeMaildir(generator, path, count, folders, index * count)
+        for index, path in enumerate(paths)
+    ]
+
+
+def _writeMaildir(
+    generator: _Generator,
+    path: str,
+    count: int,
+    folders: Sequence[tuple[str, ...]],
+    first: int,
+) -> Corpus:
+    """
+    Write one Maildir++ tree (L{writeMaildir}) with C{generator}, its
+    messages numbered from C{first}.
+    """
     folders = tuple(tuple(f) for f in folders)
     directories = [os.path.join(path, maildirFolderName(f)) for f in folders]
     os.makedirs(path, exist_ok=True)
@@ -219,9 +255,10 @@ def writeMaildir(
     rng = generator.rng
     weights = [4 if f == ("INBOX",) else 1 for f in folders]
     messages = []
-    for index, timestamp in enumerate(generator.timestamps(count)):
-        if index < len(folders) and count >= len(folders):
-            which = index
+    for placed, timestamp in enumerate(generator.timestamps(count)):
+        index = first + placed
+        if placed < len(folders) and count >= len(folders):
+            which = placed
         else:
             which = rng.choices(range(len(folders)), weights)[0]
         folder = folders[which]
