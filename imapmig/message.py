@@ -92,6 +92,14 @@ class UnreadableMessage:
     reason: str
 
 
+# Octets looked for as integers: C{13 in body} is one C{memchr}, where
+# C{b"\r" in body} first tries the needle as an integer, raising and
+# clearing a TypeError inside CPython (about ten times the cost on a 2 KB
+# message).
+_CR = 13
+_NUL = 0
+
+
 def _crlfPiece(chunk: bytes, afterCR: bool) -> bytes:
     """
     Convert one chunk of a message to CRLF line endings, as L{toCRLF} does
@@ -100,7 +108,7 @@ def _crlfPiece(chunk: bytes, afterCR: bool) -> bytes:
     @param afterCR: whether the previous chunk ended with a CR (so that a
         leading LF here already has its CR).
     """
-    if b"\r" not in chunk:
+    if _CR not in chunk:
         piece = chunk.replace(b"\n", b"\r\n")
     else:
         piece = chunk.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
@@ -265,7 +273,7 @@ def measure(chunks: Iterable[bytes]) -> tuple[int, bool, bool]:
         afterCR = chunk[-1:] == b"\r"
         if isASCII and not chunk.isascii():
             isASCII = False
-        if not hasNUL and b"\x00" in chunk:
+        if not hasNUL and _NUL in chunk:
             hasNUL = True
     return size, hasNUL, isASCII
 
@@ -289,7 +297,7 @@ def toCRLF(body: bytes) -> bytes:
     @param body: the message as stored.
     @return: the message with CRLF line endings.
     """
-    if b"\r" not in body:
+    if _CR not in body:
         return body.replace(b"\n", b"\r\n")
     lf = body.count(b"\n")
     if body.count(b"\r\n") == lf:
