@@ -3,12 +3,12 @@ Count the user-space instructions of one whole imapmig run with
 C{valgrind --tool=callgrind}: repeatable to a fraction of a per cent, where
 wall-clock times on a shared machine move by tens of per cent.
 
-    .venv/bin/python -m bench.instructions TREE [CORPUS]
+    .venv/bin/python -m bench.instructions TREE [CORPUS [CONNECTIONS]]
 
 TREE is a checkout of imapmig (its C{imapmig} package is what runs);
 CORPUS a corpus directory under C{bench/work/corpus} (default
 C{small-5000-seed1}; C{empty} for the start-up alone; run C{make bench}
-once to build them).  It starts a private Dovecot on tmpfs, runs C{twistd -n
+once to build them); CONNECTIONS the job's C{connections} (default 2).  It starts a private Dovecot on tmpfs, runs C{twistd -n
 imapmig --exit-when-done} into a fresh account under callgrind, and prints
 the instruction count.  C{bench/results/journal.md} used it to count the
 journal's cost, with a copy of the tree whose one journal call was replaced
@@ -29,7 +29,7 @@ from bench.servers import PASSWORD, BenchServer
 _TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 
 
-def count(tree: str, corpus: str, work: str) -> int:
+def count(tree: str, corpus: str, work: str, connections: int = 2) -> int:
     """
     The instructions of one run of the imapmig in C{tree} on C{corpus}.
     """
@@ -60,6 +60,7 @@ def count(tree: str, corpus: str, work: str) -> int:
                 f"    source: {{maildir: {os.path.join(work, 'corpus', corpus, 'Maildir')}}}\n"
                 f"    destination: {{server: bench, user: {server.freshAccount()},"
                 f" password_file: {password}}}\n"
+                f"    connections: {connections}\n"
             )
         out = os.path.join(run, "callgrind.out")
         subprocess.run(
@@ -83,8 +84,9 @@ def count(tree: str, corpus: str, work: str) -> int:
 def main() -> None:
     tree = os.path.abspath(sys.argv[1])
     corpus = sys.argv[2] if len(sys.argv) > 2 else "small-5000-seed1"
+    connections = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     work = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
-    print(f"{tree} {corpus}: {count(tree, corpus, work):,} instructions")
+    print(f"{tree} {corpus} {connections}: {count(tree, corpus, work, connections):,} instructions")
 
 
 if __name__ == "__main__":

@@ -118,7 +118,9 @@ def needsBinary(body: bytes | bytearray | StreamedBody) -> tuple[bool, bool]:
     """
     if isinstance(body, StreamedBody):
         return body.hasNUL, not body.isASCII
-    return b"\x00" in body, not body.isascii()
+    # 0, not b"\x00": an integer needle is a plain memchr (see
+    # imapmig.message._CR).
+    return 0 in body, not body.isascii()
 
 
 # Recognising messages already in the destination.

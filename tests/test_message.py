@@ -54,6 +54,24 @@ class InternalDateTests(SynchronousTestCase):
             b'"13-Sep-2020 12:26:40 +0000"',
         )
 
+    def test_utcEveryField(self) -> None:
+        """
+        In UTC, the year has four digits from 0001 to 9999, and the day,
+        hour, minute and second two, at both ends of their ranges.
+        """
+        self.assertEqual(
+            formatInternalDate(datetime(5, 1, 9, 0, 0, 0, tzinfo=timezone.utc)),
+            b'"09-Jan-0005 00:00:00 +0000"',
+        )
+        self.assertEqual(
+            formatInternalDate(datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)),
+            b'"31-Dec-9999 23:59:59 +0000"',
+        )
+        self.assertEqual(
+            formatInternalDate(datetime(1970, 10, 1, 9, 8, 7, tzinfo=timezone.utc)),
+            b'"01-Oct-1970 09:08:07 +0000"',
+        )
+
     def test_offsets(self) -> None:
         """
         Offsets east and west of UTC, including half hours, keep their sign.

@@ -12,6 +12,7 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING
 
+import attrs
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -288,6 +289,31 @@ class StateStoreBehaviourMixin(_MixinBase):
         )
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1"})
         self.assertEqual(self.successResultOf(store.failures("job")), [])
+
+    def test_lastInMixedBatchWins(self) -> None:
+        """
+        A batch mixing outcomes with and without a failure or a note keeps
+        their order: a later failure of the same message replaces an
+        earlier success, and every field of each outcome is recorded.
+        """
+        store = self.makeStore()
+        noted = attrs.evolve(appended("INBOX", "2", uid=3), note="flag 'x' dropped")
+        present = attrs.evolve(appended("INBOX", "3", uid=4), alreadyPresent=True)
+        converted = attrs.evolve(appended("INBOX", "4", uid=5), lineEndingsConverted=True)
+        batch = [
+            appended("INBOX", "1", uid=2),
+            failed("INBOX", "1", "gone"),
+            noted,
+            present,
+            converted,
+            appended("INBOX", "5"),
+        ]
+        self.successResultOf(store.recordOutcomes("job", batch))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {o.messageKey: o for o in batch[2:]},
+        )
+        self.assertEqual(self.successResultOf(store.failures("job")), [batch[1]])
 
     def test_summary(self) -> None:
         """

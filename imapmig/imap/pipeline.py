@@ -580,7 +580,10 @@ class AppendPipeline:
             if batch is None:
                 break
             tag = self._client.makeTag()
-            command = _AppendCommand(tag, batch, sum(len(m.body) for m in batch))
+            size = 0
+            for message in batch:
+                size += len(message.body)
+            command = _AppendCommand(tag, batch, size)
             self._inFlight[tag] = command
             self.messagesInFlight += len(batch)
             self.bytesInFlight += command.size

@@ -951,7 +951,12 @@ class MigrationJob:
                     target.ticket,
                 )
                 continue
-            hasNUL, has8bit = needsBinary(body)
+            if type(body) is bytes:
+                # needsBinary's test, inline for the common case.
+                hasNUL = 0 in body
+                has8bit = not body.isascii()
+            else:
+                hasNUL, has8bit = needsBinary(body)
             binary = False
             if hasNUL or has8bit:
                 if destination.binary:

@@ -414,4 +414,7 @@ def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0)
                 os.close(fd)
     except OSError as e:
         return _unreadable(shownPath(directory, name), e)
+    if 13 not in data:
+        # toCRLF's common case (no CR at all), without the call.
+        return data.replace(b"\n", b"\r\n")
     return toCRLF(data)

@@ -652,7 +652,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
-        rows: list[tuple[float | None, str, tuple[str, ...], int | None]] = []
+        rows: list[tuple[bool, float, str, tuple[str, ...], int | None, float | None]] = []
         with opened:
             keywords = readKeywords(opened.tree, opened.relative)
             for key, unique, index, name, letters, irregular in scanned:
@@ -677,10 +677,11 @@ class MaildirSource:
                             when = status.st_mtime
                         if size is None:
                             size = status.st_size
-                rows.append((when, key, flags, size))
-        # Undated first; a file dated before 1970 (a negative mtime) keeps
-        # its date.
-        rows.sort(key=lambda row: (row[0] is not None, row[0] or 0.0, row[1]))
+                # Sorted as tuples (keys are unique, so the flags are never
+                # compared): undated first; a file dated before 1970 (a
+                # negative mtime) keeps its date.
+                rows.append((when is not None, when or 0.0, key, flags, size, when))
+        rows.sort()
         messages = [
             SourceMessage(
                 key=key,
@@ -688,7 +689,7 @@ class MaildirSource:
                 internalDate=None if when is None else utcFromTimestamp(when),
                 size=0 if size is None else size,
             )
-            for when, key, flags, size in rows
+            for _, _, key, flags, size, when in rows
         ]
         return succeed(messages)
 

@@ -47,11 +47,11 @@ _T = TypeVar("_T")
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStateStore"]
 
-_UPSERT = """
+_UPSERT_TEMPLATE = """
     INSERT INTO messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid,
         failure, note, present, converted, updated_at
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ) VALUES ({values})
     ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
         mailbox = excluded.mailbox,
         size = excluded.size,
@@ -63,6 +63,9 @@ _UPSERT = """
         converted = excluded.converted,
         updated_at = excluded.updated_at
 """
+_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
+# For an outcome with no failure and no note.
+_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?")
 
 # The columns of a messages row that make a MessageOutcome, in the order
 # _outcome takes them.
@@ -272,28 +275,58 @@ class SQLiteStateStore:
                 return fail(e)
             return succeed(None)
         now = self._seconds()
-        rows = [
-            (
-                job,
-                outcome.folderKey,
-                outcome.messageKey,
-                outcome.mailbox,
-                outcome.size,
-                outcome.uidValidity,
-                outcome.uid,
-                outcome.failure,
-                outcome.note,
-                int(bool(outcome.alreadyPresent)),
-                int(bool(outcome.lineEndingsConverted)),
-                now,
+        # Consecutive outcomes with neither a failure nor a note (nearly
+        # all of them) go through _UPSERT_PLAIN, whose NULLs are in the SQL:
+        # the sqlite3 module binds a None parameter through its adapter
+        # protocol, two failed attribute lookups each.  Runs keep the order
+        # of the outcomes (a later outcome of the same message wins).
+        runs: list[tuple[str, list[tuple[object, ...]]]] = []
+        statement = ""
+        rows: list[tuple[object, ...]] = []
+        for outcome in outcomes:
+            if outcome.failure is None and outcome.note is None:
+                if statement is not _UPSERT_PLAIN:
+                    statement, rows = _UPSERT_PLAIN, []
+                    runs.append((statement, rows))
+                rows.append(
+                    (
+                        job,
+                        outcome.folderKey,
+                        outcome.messageKey,
+                        outcome.mailbox,
+                        outcome.size,
+                        outcome.uidValidity,
+                        outcome.uid,
+                        1 if outcome.alreadyPresent else 0,
+                        1 if outcome.lineEndingsConverted else 0,
+                        now,
+                    )
+                )
+                continue
+            if statement is not _UPSERT:
+                statement, rows = _UPSERT, []
+                runs.append((statement, rows))
+            rows.append(
+                (
+                    job,
+                    outcome.folderKey,
+                    outcome.messageKey,
+                    outcome.mailbox,
+                    outcome.size,
+                    outcome.uidValidity,
+                    outcome.uid,
+                    outcome.failure,
+                    outcome.note,
+                    1 if outcome.alreadyPresent else 0,
+                    1 if outcome.lineEndingsConverted else 0,
+                    now,
+                )
             )
-            for outcome in outcomes
-        ]
         entries = [(entryId, job) for entryId in settled]
 
         def write(connection: sqlite3.Connection) -> None:
-            if rows:
-                connection.executemany(_UPSERT, rows)
+            for statement, rows in runs:
+                connection.executemany(statement, rows)
             if entries:
                 connection.executemany(_SETTLE, entries)
 
