@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from typing import Any, Awaitable, Callable
 
-from twisted.application import strports
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
@@ -318,8 +317,11 @@ def buildService(
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)
     if config.status is not None:
-        # Imported here: twisted.web costs ~30 ms of start-up that a daemon
-        # without a status page need not pay (bench/startup.py).
+        # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
+        # start-up that a daemon without a status page need not pay
+        # (bench/startup.py).
+        from twisted.application import strports
+
         from imapmig.status.resource import buildStatusSite
 
         listener = strports.service(
