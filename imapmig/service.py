@@ -11,6 +11,7 @@ Endpoint strings become endpoints here, and only here.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Awaitable, Callable
 
@@ -75,6 +76,17 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     return WatchedClientTLS(optionsForClientTLS(server.tlsHostname, trustRoot=trustRoot))
 
 
+@functools.lru_cache(maxsize=256)
+def _sharedTLSOptions(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
+    """
+    L{tlsOptionsFor}, made once per server and shared by every session to
+    it: each makes its own TLS connection from them, and making them (an
+    OpenSSL context, the trust store loaded) costs ~1 ms, 10 s for 10,000
+    jobs.
+    """
+    return tlsOptionsFor(server)
+
+
 def sessionOpener(
     reactor: Any,
     server: ServerConfig,
@@ -101,9 +113,12 @@ def sessionOpener(
             if admin is None
             else AdminLogin(user, admin, password)
         )
-    tlsOptions = tlsOptionsFor(server)
+    tlsOptions = None
+    if server.starttls or server.implicitTLS:
+        tlsOptions = _sharedTLSOptions(server)
     endpoint = clientFromString(reactor, server.tcpEndpoint)
     if server.implicitTLS:
+        assert tlsOptions is not None
         endpoint = wrapClientTLS(tlsOptions, endpoint)
     description = f"{user} at {server.endpoint}"
 
