@@ -328,6 +328,22 @@ class ScaleFigureTests(SynchronousTestCase):
         self.assertIn("0.25x", lines[0])
         self.assertEqual(lines[1:], ["- Queued jobs: not measured", "- Start-up: not measured"])
 
+    def test_runShorterThanStartup(self) -> None:
+        """
+        A run no longer than its client's start-up has no net rate; the
+        ratio is then taken from whole processes, and says so.
+        """
+        results = [
+            scaleRun("imapmig-empty", 1.5, accounts=1, messages=0),
+            scaleRun("imapmig-one", 1.2, accounts=1, messages=400),
+            scaleRun("imapmig-accounts", 4.0, accounts=20, messages=400),
+        ]
+        rows = {f.row: f for f in scaleFigures(results)}
+        self.assertIsNone(rows["imapmig-one"].messagesPerSecond)
+        self.assertAlmostEqual(rows["imapmig-one"].grossMessagesPerSecond or 0, 400 / 1.2)
+        line = scaleTargets(list(rows.values()))[0]
+        self.assertIn("0.30x one account's 333 (whole processes", line)
+
     def test_table(self) -> None:
         """
         The table has a line per row with its label; a row without a
@@ -336,7 +352,7 @@ class ScaleFigureTests(SynchronousTestCase):
         figures = scaleFigures(self.results() + [scaleRun("mbsync-one", 1.0, ok=False)])
         table = scaleTable(figures)
         self.assertIn("| imapmig, many accounts (one daemon, user list) | 200 | 4,000 | 16 | "
-                      "4.60 (1 failed runs) | 0.60 | 1,000 |  | 105 |", table)  # fmt: skip
+                      "4.60 (1 failed runs) | 0.60 | 870 | 1,000 |  | 105 |", table)  # fmt: skip
         self.assertIn("| mbsync, one account (the same messages) | 200 | 4,000 | 16 | FAILED |",
                       table)  # fmt: skip
         self.assertIn("| 5.00 |", table)
