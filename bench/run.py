@@ -70,6 +70,14 @@ The parts of the matrix (C{--parts}, comma-separated):
             servers offering LITERAL- only (like Gmail) with the realistic
             corpus (its messages above 4096 octets are synchronizing
             literals): imaplib and imapmig
+  scale     speed at scale (bench/scale.py; loopback, tmpfs, small corpus):
+            one daemon migrating --scale-accounts accounts of
+            --scale-per-account messages from a CSV user list (max_jobs
+            --scale-max-jobs when imapmig accepts it) against one account
+            holding the same messages, mbsync over a Group of one channel
+            per account and mbsync into one account; --scale-queued
+            queued jobs: seconds to the first message stored and peak
+            RSS; and bench/startup.py --runs --startup-runs
 
 Options:
   --runs N          runs per figure (default 5)
@@ -90,10 +98,15 @@ Options:
                     messages over the 20 Mbit/s link (default 500)
   --nagle-messages N
                     messages of the nagle part (default 2000)
-  --parts LIST      main,servers,compress,nagle (default all)
+  --parts LIST      main,servers,compress,nagle,scale (default all)
   --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
                     realistic corpus, main part only (under a minute); its
                     figures are dominated by start-up and mean nothing
+  --scale-accounts N, --scale-per-account N, --scale-queued N,
+  --scale-max-jobs N, --startup-runs N
+                    the scale part's sizes (default 200 accounts x 20
+                    messages, 10,000 queued jobs, max_jobs 16,
+                    bench/startup.py --runs 10)
   --memory          the memory check instead: imapmig's peak RSS while
                     migrating a 50,000-message Maildir holding one 30 MB
                     message (target: under 150 MB); writes memory.md
@@ -159,6 +172,15 @@ from bench.contenders import (
 )
 from bench.corpora import BuiltCorpus, buildCorpus, emptyCorpus, memoryCorpus, subsetCorpus
 from bench.report import Figure, RunResult, Setting, drawChart, figures, markdownTable
+from bench.scale import (
+    ScaleRun,
+    ScaleSizes,
+    runScale,
+    scaleFigures,
+    scaleJSON,
+    scaleTable,
+    scaleTargets,
+)
 from bench.servers import (
     PASSWORD,
     VARIANTS,
@@ -229,6 +251,7 @@ class Bench:
         self.stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.sequence = 0
         self.results: list[RunResult] = []
+        self.scaleRuns: list[ScaleRun] = []
         self.notes: list[str] = []
         self.rawBinary = ""
         self.timer = ""
@@ -538,6 +561,18 @@ class Bench:
         with open(path, "w") as f:
             json.dump(asdict(result), f, indent=1)
 
+    def recordScale(self, run: ScaleRun) -> None:
+        """
+        Keep a run of the scale part and write it to C{results/raw/}.
+        """
+        self.scaleRuns.append(run)
+        self.sequence += 1
+        path = os.path.join(
+            self.rawDir, f"{self.stamp}-{self.sequence:04d}-scale-{run.row}.json"
+        )
+        with open(path, "w") as f:
+            json.dump(scaleJSON(run), f, indent=1)
+
 
 def _environment() -> dict[str, str]:
     """
@@ -628,7 +663,15 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cap-servers", type=int, default=400)
     parser.add_argument("--compress-messages", type=int, default=500)
     parser.add_argument("--nagle-messages", type=int, default=2000)
-    parser.add_argument("--parts", type=_split, default=["main", "servers", "compress", "nagle"])
+    parser.add_argument(
+        "--parts", type=_split, default=["main", "servers", "compress", "nagle", "scale"]
+    )
+    defaults = ScaleSizes()
+    parser.add_argument("--scale-accounts", type=int, default=defaults.accounts)
+    parser.add_argument("--scale-per-account", type=int, default=defaults.perAccount)
+    parser.add_argument("--scale-queued", type=int, default=defaults.queued)
+    parser.add_argument("--scale-max-jobs", type=int, default=defaults.maxJobs)
+    parser.add_argument("--startup-runs", type=int, default=defaults.startupRuns)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-messages", type=int, default=50_000)
@@ -663,8 +706,14 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in ("disk", "tmpfs"):
             problems.append(f"unknown store {name!r} (disk, tmpfs)")
     for name in args.parts:
-        if name not in ("main", "servers", "compress", "nagle"):
-            problems.append(f"unknown part {name!r} (main, servers, compress, nagle)")
+        if name not in ("main", "servers", "compress", "nagle", "scale"):
+            problems.append(f"unknown part {name!r} (main, servers, compress, nagle, scale)")
+    if args.scale_accounts < 1 or args.scale_per_account < 1:
+        problems.append("--scale-accounts and --scale-per-account must be at least 1")
+    if args.scale_queued < 0 or args.startup_runs < 0 or args.scale_max_jobs < 1:
+        problems.append(
+            "--scale-queued and --startup-runs must not be negative, --scale-max-jobs positive"
+        )
     try:
         args.rtt = [float(r) for r in args.rtt]
     except ValueError:
@@ -674,6 +723,21 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     if problems:
         parser.error("; ".join(problems))
     return args
+
+
+def scaleSizes(args: argparse.Namespace) -> ScaleSizes | None:
+    """
+    The sizes of the scale part, or L{None} when it is not to run.
+    """
+    if "scale" not in args.parts:
+        return None
+    return ScaleSizes(
+        accounts=args.scale_accounts,
+        perAccount=args.scale_per_account,
+        queued=args.scale_queued,
+        maxJobs=args.scale_max_jobs,
+        startupRuns=args.startup_runs,
+    )
 
 
 def makePlan(args: argparse.Namespace) -> list[Job]:
@@ -1013,9 +1077,30 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "",
             markdownTable(nagle, showServer=True),
         ]
+    scale = scaleFigures(bench.scaleRuns)
+    if scale:
+        parts += [
+            "## Speed at scale",
+            "",
+            "`bench/scale.py`, loopback, Dovecot on tmpfs, the small corpus. The many accounts "
+            "and the one account hold the same messages (the corpus dealt into equal "
+            "Maildirs, each keeping its folders); imapmig migrates the accounts in one daemon, "
+            "one job per row of a CSV user list (`jobs_from`), mbsync syncs a `Group` of one "
+            "channel per account. Seconds are the whole process, the median of the runs; "
+            "messages/s are net of the client's start-up (its median run on an empty "
+            "Maildir). Queued jobs: a user list of that many jobs, each the same small "
+            "Maildir into its own account; *first message* is the time from the start of the "
+            "process until the state database records a message stored, then the daemon is "
+            "stopped (SIGTERM); peak RSS is `ru_maxrss`. Start-up: `bench/startup.py` "
+            "(median of its runs, bytecode cached as an installed daemon has it).",
+            "",
+            scaleTable(scale),
+        ]
     targets = _targets(rows)
     if targets:
         parts += ["## The targets of issues 3 and 16", "", *targets, ""]
+    if scale:
+        parts += ["## The targets of issue 17 (speed at scale)", "", *scaleTargets(scale), ""]
     if bench.notes:
         parts += ["## Notes", "", *[f"- {n}" for n in bench.notes], ""]
     text = "\n".join(parts)
@@ -1100,12 +1185,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(CONTENDERS[c].slow for c in job.clients) and job.setting.rttMs > 0:
             bench.corpus(job.setting.corpus, min(job.messages, args.cap_slow))
     execute(bench, plan)
+    sizes = scaleSizes(args)
+    if sizes is not None:
+        runScale(bench, sizes)
     command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
     text = writeResults(bench, command.strip(), time.monotonic() - started)
     print()
     print(text)
     print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
-    return 0 if all(r.ok for r in bench.results) else 1
+    ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,14 +1,35 @@
 """
 Tests for the benchmark's pure parts: how runs become figures, and how
-server variants hide capabilities.
+server variants hide capabilities; the scale part's plan, figures, targets
+and files.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import sqlite3
+import sys
+
+import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
+from bench.corpora import BuiltCorpus
 from bench.report import RunResult, Setting, figures, markdownTable
-from bench.run import makePlan, parseArguments
+from bench.run import makePlan, parseArguments, scaleSizes
+from bench.scale import (
+    ScaleRun,
+    ScaleSizes,
+    firstStored,
+    mbsyncGroupConfig,
+    parseStartup,
+    scaleFigures,
+    scalePlan,
+    scaleTable,
+    scaleTargets,
+    splitCorpus,
+    userListConfig,
+)
 from bench.servers import VARIANTS, capabilitiesWithout
 
 SETTING = Setting("main", "tmpfs", 0.0, None, "realistic", "default")
@@ -147,3 +168,305 @@ class PlanTests(SynchronousTestCase):
             + [("imaplib-nodelay", "imapmig-1", "imapmig")] * 2,
         )
         self.assertEqual(plan[0].setting.link(), "loopback, server Nagle on")
+
+
+def scaleRun(
+    row: str,
+    seconds: float,
+    repetition: int = 0,
+    *,
+    ok: bool = True,
+    accounts: int = 200,
+    messages: int = 4000,
+    first: float | None = None,
+    rss: int = 102400,
+    maxJobs: int | None = 16,
+) -> ScaleRun:
+    return ScaleRun(row, repetition, accounts, messages, seconds, rss, 0.1, 0.1, ok,
+                    "" if ok else "3 accounts incomplete", firstMessageSeconds=first,
+                    maxJobs=maxJobs)  # fmt: skip
+
+
+class ScalePlanTests(SynchronousTestCase):
+    """
+    The scale part's arguments and the order of its runs.
+    """
+
+    def test_defaultPartsAndSizes(self) -> None:
+        """
+        The scale part runs by default, with the sizes of issue 17: 200
+        accounts x 20 messages, 10,000 queued jobs, max_jobs 16, 10
+        start-up runs; it adds no setting to the main matrix's plan.
+        """
+        args = parseArguments([])
+        self.assertIn("scale", args.parts)
+        self.assertEqual(scaleSizes(args), ScaleSizes(200, 20, 10_000, 16, 10))
+        self.assertEqual(ScaleSizes().messages, 4000)
+        self.assertEqual(makePlan(parseArguments(["--parts", "scale"])), [])
+        self.assertIsNone(scaleSizes(parseArguments(["--parts", "main"])))
+        self.assertIsNone(scaleSizes(parseArguments(["--quick"])))
+
+    def test_sizesFromArguments(self) -> None:
+        """
+        Each size has its option.
+        """
+        args = parseArguments(["--parts", "scale", "--scale-accounts", "10",
+                               "--scale-per-account", "5", "--scale-queued", "300",
+                               "--scale-max-jobs", "4", "--startup-runs", "3"])  # fmt: skip
+        self.assertEqual(scaleSizes(args), ScaleSizes(10, 5, 300, 4, 3))
+
+    def test_badSizesRefused(self) -> None:
+        """
+        Sizes that make no run are refused.
+        """
+        self.patch(sys, "stderr", io.StringIO())
+        for argv in (["--scale-accounts", "0"], ["--scale-queued", "-1"],
+                     ["--scale-max-jobs", "0"], ["--parts", "scales"]):  # fmt: skip
+            self.assertRaises(SystemExit, parseArguments, argv)
+
+    def test_order(self) -> None:
+        """
+        Each repetition runs the empty runs first, then each many-accounts
+        row beside its one-account peer, then the queued jobs;
+        bench/startup.py runs once, last.  No queued jobs, no start-up
+        runs: those rows are left out.
+        """
+        perRepetition = ["imapmig-empty", "mbsync-empty", "imapmig-one", "imapmig-accounts",
+                         "mbsync-one", "mbsync-group", "imapmig-queued"]  # fmt: skip
+        self.assertEqual(
+            scalePlan(ScaleSizes(), 2),
+            [(row, 0) for row in perRepetition] + [(row, 1) for row in perRepetition]
+            + [("imapmig-startup", 0)],
+        )
+        self.assertEqual(
+            [row for row, _ in scalePlan(ScaleSizes(queued=0, startupRuns=0), 1)],
+            perRepetition[:-1],
+        )
+
+
+class ScaleFigureTests(SynchronousTestCase):
+    """
+    bench.scale.scaleFigures, scaleTable and scaleTargets.
+    """
+
+    def results(self) -> list[ScaleRun]:
+        return [
+            scaleRun("imapmig-empty", 0.5, accounts=1, messages=0),
+            scaleRun("imapmig-empty", 0.7, 1, accounts=1, messages=0),
+            scaleRun("mbsync-empty", 0.1, accounts=1, messages=0),
+            scaleRun("imapmig-one", 2.6, accounts=1),
+            scaleRun("imapmig-one", 2.2, 1, accounts=1),
+            scaleRun("imapmig-accounts", 4.6),
+            scaleRun("imapmig-accounts", 9.0, 1, ok=False),
+            scaleRun("mbsync-group", 20.1, maxJobs=None),
+            scaleRun("imapmig-queued", 6.0, accounts=10_000, messages=200_000, first=4.5,
+                     rss=250 * 1024),  # fmt: skip
+            scaleRun("imapmig-queued", 7.0, 1, accounts=10_000, messages=200_000, first=5.5,
+                     rss=200 * 1024),  # fmt: skip
+            scaleRun("imapmig-startup", 0.38, accounts=1, messages=0),
+            scaleRun("imapmig-startup", 0.38, 1, accounts=1, messages=0),
+        ]
+
+    def test_figures(self) -> None:
+        """
+        One figure per row in table order, the empty runs folded into the
+        rates: each rate is net of the median of its client's empty runs;
+        failed runs are counted, not figures; the queued row's first
+        message is the median; peak RSS is the largest.
+        """
+        rows = {f.row: f for f in scaleFigures(self.results())}
+        self.assertEqual(
+            list(rows),
+            ["imapmig-accounts", "imapmig-one", "mbsync-group", "imapmig-queued",
+             "imapmig-startup"],
+        )  # fmt: skip
+        one, many = rows["imapmig-one"], rows["imapmig-accounts"]
+        self.assertAlmostEqual(one.startupSeconds or 0, 0.6)
+        # Net 2.0 s and 1.6 s: 2,000 and 2,500 messages/s.
+        self.assertAlmostEqual(one.messagesPerSecond or 0, 2250.0)
+        self.assertAlmostEqual(many.messagesPerSecond or 0, 1000.0)
+        self.assertEqual((many.runs, many.failed), (1, 1))
+        self.assertAlmostEqual(rows["mbsync-group"].messagesPerSecond or 0, 200.0)
+        queued = rows["imapmig-queued"]
+        self.assertAlmostEqual(queued.firstMessageSeconds or 0, 5.0)
+        self.assertEqual(queued.peakRssMiB, 250.0)
+        self.assertIsNone(queued.messagesPerSecond)
+        self.assertEqual(rows["imapmig-startup"].runs, 2)
+
+    def test_targets(self) -> None:
+        """
+        Each target of issue 17, point 6 is shown as met or not met, with
+        the concurrency the many-accounts run had and the mbsync peer.
+        """
+        lines = scaleTargets(scaleFigures(self.results()))
+        self.assertEqual(
+            lines,
+            [
+                "- 200 accounts x 20 messages (max_jobs 16): 1,000 messages/s, 0.44x one "
+                "account's 2,250 (target >= 0.7): **not met**",
+                "- The same accounts: imapmig at 5.00x mbsync over a Group of 200 channels "
+                "(200 messages/s)",
+                "- 10,000 queued jobs: first message stored after 5.00 s (target <= 5 s): met",
+                "- 10,000 queued jobs: peak RSS 262 MB (target < 300 MB): met",
+                "- Start-up with one empty job (bench/startup.py, status off, median of 2): "
+                "0.380 s (target < 0.4 s): met",
+            ],
+        )
+
+    def test_targetsBeforeTheScheduler(self) -> None:
+        """
+        Without max_jobs the many-accounts line says the jobs ran one at a
+        time; a row that did not run is said to be not measured.
+        """
+        results = [
+            scaleRun("imapmig-empty", 0.5, accounts=1, messages=0),
+            scaleRun("imapmig-one", 2.5, accounts=1, maxJobs=None),
+            scaleRun("imapmig-accounts", 8.5, maxJobs=None),
+        ]
+        lines = scaleTargets(scaleFigures(results))
+        self.assertIn("jobs one at a time: this imapmig does not accept max_jobs", lines[0])
+        self.assertIn("0.25x", lines[0])
+        self.assertEqual(lines[1:], ["- Queued jobs: not measured", "- Start-up: not measured"])
+
+    def test_runShorterThanStartup(self) -> None:
+        """
+        A run no longer than its client's start-up has no net rate; the
+        ratio is then taken from whole processes, and says so.
+        """
+        results = [
+            scaleRun("imapmig-empty", 1.5, accounts=1, messages=0),
+            scaleRun("imapmig-one", 1.2, accounts=1, messages=400),
+            scaleRun("imapmig-accounts", 4.0, accounts=20, messages=400),
+        ]
+        rows = {f.row: f for f in scaleFigures(results)}
+        self.assertIsNone(rows["imapmig-one"].messagesPerSecond)
+        self.assertAlmostEqual(rows["imapmig-one"].grossMessagesPerSecond or 0, 400 / 1.2)
+        line = scaleTargets(list(rows.values()))[0]
+        self.assertIn("0.30x one account's 333 (whole processes", line)
+
+    def test_table(self) -> None:
+        """
+        The table has a line per row with its label; a row without a
+        successful run says FAILED.
+        """
+        figures = scaleFigures(self.results() + [scaleRun("mbsync-one", 1.0, ok=False)])
+        table = scaleTable(figures)
+        self.assertIn("| imapmig, many accounts (one daemon, user list) | 200 | 4,000 | 16 | "
+                      "4.60 (1 failed runs) | 0.60 | 870 | 1,000 |  | 105 |", table)  # fmt: skip
+        self.assertIn("| mbsync, one account (the same messages) | 200 | 4,000 | 16 | FAILED |",
+                      table)  # fmt: skip
+        self.assertIn("| 5.00 |", table)
+
+
+class StartupOutputTests(SynchronousTestCase):
+    """
+    bench.scale.parseStartup reads bench/startup.py's output.
+    """
+
+    def test_parse(self) -> None:
+        """
+        Each configuration's median becomes that many runs carrying it.
+        """
+        output = (
+            "status off  median 0.387 s  min 0.350  max 0.600  (3 runs)\n"
+            "status on   median 0.420 s  min 0.400  max 0.700  (3 runs)\n"
+            "import times: x\n"
+        )
+        rows = parseStartup(output)
+        self.assertEqual([r.row for r in rows],
+                         ["imapmig-startup"] * 3 + ["imapmig-startup-status"] * 3)  # fmt: skip
+        self.assertEqual({r.seconds for r in rows[:3]}, {0.387})
+        self.assertEqual(parseStartup("nothing\n"), [])
+
+
+class ScaleFilesTests(SynchronousTestCase):
+    """
+    The files the scale part writes: the user list, the mbsync group, the
+    corpus split into accounts, and how the first stored message is seen.
+    """
+
+    def test_userList(self) -> None:
+        """
+        A job template with a CSV user list of one row per account, each
+        with its Maildir; max_jobs only when given.
+        """
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = userListConfig(directory, "127.0.0.1", 1143,
+                              [("b00001", "/m/1"), ("b00002", "/m/2")], 16)  # fmt: skip
+        with open(path) as f:
+            document = yaml.safe_load(f)
+        self.assertEqual(document["max_jobs"], 16)
+        self.assertIs(document["status"], False)
+        [template] = document["jobs"]
+        self.assertEqual(template["jobs_from"], "users.csv")
+        self.assertEqual(template["destination"]["server"], "bench")
+        with open(os.path.join(directory, "users.csv")) as f:
+            self.assertEqual(f.read(), "destination_user,maildir\nb00001,/m/1\nb00002,/m/2\n")
+        path = userListConfig(directory, "127.0.0.1", 1143, [("b00001", "/m/1")], None)
+        with open(path) as f:
+            self.assertNotIn("max_jobs", yaml.safe_load(f))
+
+    def test_mbsyncGroup(self) -> None:
+        """
+        One channel per account, each from its own copy of its Maildir,
+        all in the group that the command line syncs.
+        """
+        directory = self.mktemp()
+        maildir = os.path.join(directory, "source")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        run = os.path.join(directory, "run")
+        os.makedirs(run)
+        argv = mbsyncGroupConfig(run, "127.0.0.1", 1143, [("b1", maildir), ("b2", maildir)])
+        self.assertEqual(argv[-1], "many")
+        with open(os.path.join(run, "mbsyncrc")) as f:
+            text = f.read()
+        self.assertIn("Group many\nChannel c00000\nChannel c00001\n", text)
+        self.assertIn("User b2\n", text)
+        self.assertTrue(os.path.isdir(os.path.join(run, "near", "00001", "cur")))
+
+    def test_splitCorpus(self) -> None:
+        """
+        The corpus is dealt oldest first into equal Maildirs, each message
+        keeping its folder; together they hold every message once.
+        """
+        work = self.mktemp()
+        root = os.path.join(work, "corpus", "small-6-seed1", "Maildir")
+        names = []
+        for index in range(6):
+            folder = root if index % 2 == 0 else os.path.join(root, ".Sent")
+            for sub in ("cur", "new", "tmp"):
+                os.makedirs(os.path.join(folder, sub), exist_ok=True)
+            name = f"{1000 + index}.M{index}P1.bench:2,S"
+            names.append(name)
+            with open(os.path.join(folder, "cur", name), "wb") as f:
+                f.write(b"Subject: %d\n\nbody\n" % index)
+        open(os.path.join(root, ".Sent", "maildirfolder"), "w").close()
+        corpus = BuiltCorpus(path=root, messages=6, octets=0, profile="small")
+        parts = splitCorpus(work, corpus, 3)
+        self.assertEqual([p.messages for p in parts], [2, 2, 2])
+        self.assertEqual(sorted(os.listdir(os.path.join(parts[1].path, "cur"))), [names[2]])
+        self.assertEqual(os.listdir(os.path.join(parts[1].path, ".Sent", "cur")), [names[3]])
+        self.assertTrue(os.path.exists(os.path.join(parts[1].path, ".Sent", "maildirfolder")))
+
+    def test_firstStored(self) -> None:
+        """
+        A message counts once the state database records it stored (no
+        failure, not found already there); a missing database or table is
+        not yet.
+        """
+        path = os.path.join(self.mktemp() + ".sqlite")
+        self.assertFalse(firstStored(path))
+        connection = sqlite3.connect(path)
+        connection.execute("CREATE TABLE other (x)")
+        connection.commit()
+        self.assertFalse(firstStored(path))
+        connection.execute("CREATE TABLE messages (failure TEXT, present INTEGER)")
+        connection.execute("INSERT INTO messages VALUES ('refused', 0), (NULL, 1)")
+        connection.commit()
+        self.assertFalse(firstStored(path))
+        connection.execute("INSERT INTO messages VALUES (NULL, 0)")
+        connection.commit()
+        connection.close()
+        self.assertTrue(firstStored(path))

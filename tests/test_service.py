@@ -15,7 +15,9 @@ from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig import service
 from imapmig.config import parseConfig
+from imapmig.config.model import ServerConfig
 from imapmig.progress import JobState
 from imapmig.service import buildService
 from imapmig.state.memory import MemoryStateStore
@@ -171,3 +173,47 @@ class HeapTests(SynchronousTestCase):
             self.assertTrue(applied)
         else:
             self.assertIsInstance(applied, bool)
+
+
+class TLSOptionsTests(SynchronousTestCase):
+    """
+    The TLS options of the session openers: made only for a server that
+    uses TLS, and once per server.
+    """
+
+    def setUp(self) -> None:
+        self.made: list[ServerConfig] = []
+
+        def counting(server: ServerConfig) -> object:
+            self.made.append(server)
+            return object()
+
+        self.patch(service, "tlsOptionsFor", counting)
+        service._sharedTLSOptions.cache_clear()
+        self.addCleanup(service._sharedTLSOptions.cache_clear)
+
+    def server(self, name: str, starttls: bool, implicitTLS: bool = False) -> ServerConfig:
+        return ServerConfig(name=name, endpoint="tcp:127.0.0.1:143", starttls=starttls,
+                            implicitTLS=implicitTLS, tcpEndpoint="tcp:127.0.0.1:143",
+                            tlsHostname="127.0.0.1", tlsCA=None, timeout=30.0,
+                            compress=False)  # fmt: skip
+
+    def test_plainServer(self) -> None:
+        """
+        A server with C{starttls: off} and a C{tcp:} endpoint gets no TLS
+        options: making them (an OpenSSL context) costs start-up for nothing.
+        """
+        service.sessionOpener(MemoryReactorClock(), self.server("plain", False), "u", "pw")
+        self.assertEqual(self.made, [])
+
+    def test_oncePerServer(self) -> None:
+        """
+        Every opener of one server shares its options; another server gets
+        its own; an implicit-TLS server gets them too.
+        """
+        reactor = MemoryReactorClock()
+        first, second = self.server("one", True), self.server("two", True)
+        implicit = self.server("three", False, implicitTLS=True)
+        for server in (first, first, second, first, implicit):
+            service.sessionOpener(reactor, server, "u", "pw")
+        self.assertEqual(self.made, [first, second, implicit])

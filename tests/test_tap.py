@@ -12,6 +12,10 @@ L{tests.test_state_failures.DaemonTests} and L{tests.test_integration}.
 from __future__ import annotations
 
 import atexit
+import gc
+import io
+import os
+import sys
 from typing import Callable
 
 from twisted.internet.error import ReactorNotRunning
@@ -149,3 +153,40 @@ class ExitZeroAfterGracefulStopTests(SynchronousTestCase):
         reactor._exitSignal = signal.SIGHUP
         reactor.shutDown()
         self.assertEqual(reactor._exitSignal, signal.SIGHUP)
+
+
+class CollectionPauseTests(SynchronousTestCase):
+    """
+    The cyclic garbage collector is paused while the daemon starts
+    (L{tap.Options.postOptions} to the end of L{tap.makeService}).
+    """
+
+    def setUp(self) -> None:
+        self.addCleanup(gc.enable)
+
+    def test_pauseAndResume(self) -> None:
+        """
+        L{tap.pauseCollection} disables the collector;
+        L{tap.resumeCollection} freezes what is alive and enables it again.
+        """
+        tap.pauseCollection()
+        self.assertFalse(gc.isenabled())
+        tap.resumeCollection()
+        self.assertTrue(gc.isenabled())
+        self.assertGreater(gc.get_freeze_count(), 0)
+
+    def test_badConfigurationResumes(self) -> None:
+        """
+        Parsing that ends in an exit (a configuration that cannot be read)
+        leaves the collector running.
+        """
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = os.path.join(directory, "imapmig.yaml")
+        with open(path, "w") as f:
+            f.write("state: [\n")
+        stderr = io.StringIO()
+        self.patch(sys, "stderr", stderr)
+        self.assertRaises(SystemExit, tap.Options().parseOptions, ["--config", path])
+        self.assertTrue(gc.isenabled())
+        self.assertIn("invalid YAML", stderr.getvalue())
