@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
+from imapmig.config.limits import ServerLimits
 from imapmig.plan import FolderRules, PersonalNamespace
 from imapmig.secrets import Secret
 
@@ -37,6 +38,8 @@ class ServerConfig:
     @ivar namespace: the personal namespace to believe instead of the
         server's NAMESPACE response (the C{namespace} key, for a server
         that lies or has none), or L{None} to ask the server.
+    @ivar limits: the server's and its accounts' limits (rates, daily
+        budgets, connections); by default none.
     """
 
     name: str
@@ -49,6 +52,7 @@ class ServerConfig:
     timeout: float
     compress: bool
     namespace: PersonalNamespace | None = None
+    limits: ServerLimits = ServerLimits()
 
 
 @frozen

@@ -14,8 +14,9 @@ from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.ssl import Certificate
 
+from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
-from imapmig.config.reader import ConfigReader, _NAME, _describe, _key
+from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.plan import PersonalNamespace
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
@@ -31,6 +32,7 @@ _SERVER_KEYS = (
     "timeout",
     "compress",
     "namespace",
+    *LIMIT_KEYS,
 )
 _NAMESPACE_KEYS = ("prefix", "separator")
 
@@ -124,7 +126,7 @@ class _ClientEndpoint:
     host: str
 
 
-class ServersReader(ConfigReader):
+class ServersReader(LimitsReader):
     """
     Reads C{servers}, and checks server endpoint strings.
     """
@@ -262,9 +264,12 @@ class ServersReader(ConfigReader):
             namespace = self._readNamespace(server["namespace"], _key(path, "namespace"))
             ok = ok and namespace is not None
 
+        limits = self.readServerLimits(server, path)
+        ok = ok and limits is not None
+
         if not ok:
             return None
-        assert written is not None and endpoint is not None
+        assert written is not None and endpoint is not None and limits is not None
         assert starttls is not None and timeout is not None and compress is not None
         return ServerConfig(
             name=name,
@@ -277,6 +282,7 @@ class ServersReader(ConfigReader):
             timeout=timeout,
             compress=compress,
             namespace=namespace,
+            limits=limits,
         )
 
     def _readClientEndpoint(

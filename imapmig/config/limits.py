@@ -1,0 +1,261 @@
+# -*- test-case-name: tests.test_config_limits_throttle -*-
+"""
+The limits of a server and of each account on it: rates (messages and
+octets per second) and daily byte budgets, read from a server's mapping
+under C{servers:} and its C{per_account:} block.
+
+    servers:
+      gmail:
+        endpoint: tls:imap.gmail.com:993
+        messages_per_second: 50       # every job on this server together
+        bytes_per_second: 20MB
+        per_account:
+          messages_per_second: 10     # each account (user) on it
+          bytes_per_second: 2MB
+          daily_upload: 500MB         # octets APPENDed per UTC day
+          daily_download: 2500MB      # octets FETCHed per UTC day
+
+Sizes are an integer of octets or a number with a suffix: C{KB}, C{MB},
+C{GB} (decimal: 1 MB = 1,000,000 octets) or C{KiB}, C{MiB}, C{GiB}.
+Every key defaults to null: no limit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable, Mapping, TypeVar
+
+from attrs import frozen
+
+from imapmig.config.reader import ConfigReader, _describe, _key
+
+__all__ = [
+    "LIMIT_KEYS",
+    "AccountLimits",
+    "LimitsReader",
+    "ServerLimits",
+    "parseSize",
+]
+
+LIMIT_KEYS = ("max_connections", "messages_per_second", "bytes_per_second", "per_account")
+"""
+The keys of a server's mapping that L{LimitsReader.readServerLimits}
+reads.
+"""
+
+_ACCOUNT_KEYS = (
+    "max_connections",
+    "messages_per_second",
+    "bytes_per_second",
+    "daily_upload",
+    "daily_download",
+)
+
+_T = TypeVar("_T")
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*")
+
+
+@frozen
+class AccountLimits:
+    """
+    The limits of each account (user) on a server: the C{per_account}
+    block.  L{None} means no limit.
+
+    @ivar maxConnections: connections open at once to one account
+        (slice C{sched}).
+    @ivar messagesPerSecond: messages appended to, or fetched from, one
+        account per second.
+    @ivar bytesPerSecond: octets appended to, or fetched from, one account
+        per second.
+    @ivar dailyUpload: octets appended to one account per UTC day.
+    @ivar dailyDownload: octets fetched from one account per UTC day.
+    """
+
+    maxConnections: int | None = None
+    messagesPerSecond: float | None = None
+    bytesPerSecond: int | None = None
+    dailyUpload: int | None = None
+    dailyDownload: int | None = None
+
+    @property
+    def throttled(self) -> bool:
+        """
+        Whether any rate or budget of this block is set.
+        """
+        return (
+            self.messagesPerSecond is not None
+            or self.bytesPerSecond is not None
+            or self.dailyUpload is not None
+            or self.dailyDownload is not None
+        )
+
+
+@frozen
+class ServerLimits:
+    """
+    The limits of a server, shared by every job that uses it (as source or
+    destination).  L{None} means no limit.
+
+    @ivar maxConnections: connections open at once to the server (slice
+        C{sched}).
+    @ivar messagesPerSecond: messages appended to, or fetched from, the
+        server per second, by every job together.
+    @ivar bytesPerSecond: octets appended to, or fetched from, the server
+        per second, by every job together.
+    @ivar perAccount: the limits of each account on it.
+    """
+
+    maxConnections: int | None = None
+    messagesPerSecond: float | None = None
+    bytesPerSecond: int | None = None
+    perAccount: AccountLimits = AccountLimits()
+
+    @property
+    def throttled(self) -> bool:
+        """
+        Whether any rate or budget applies to jobs on this server: when not,
+        they pay nothing for throttling.
+        """
+        return (
+            self.messagesPerSecond is not None
+            or self.bytesPerSecond is not None
+            or self.perAccount.throttled
+        )
+
+
+def parseSize(value: object) -> int | None:
+    """
+    The octets C{value} means: a non-negative integer, or a string of a
+    number and a unit (C{"500MB"}, C{"1.5 GiB"}, C{"4096"}); L{None} if it
+    is neither.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return None
+    unit = _UNITS.get(match.group(2).lower())
+    if unit is None:
+        return None
+    octets = float(match.group(1)) * unit
+    if not math.isfinite(octets):
+        return None
+    return int(round(octets))
+
+
+class LimitsReader(ConfigReader):
+    """
+    Reads a server's limits; each problem names the file and the key path
+    (C{servers.gmail.per_account.daily_upload}).
+    """
+
+    def readServerLimits(self, server: Mapping[str, object], path: str) -> ServerLimits | None:
+        """
+        Read the limit keys (L{LIMIT_KEYS}) of the server mapping C{server}
+        at C{path}.
+
+        @return: the limits (no limit for an absent key), or L{None} after
+            recording a problem.
+        """
+        problems = len(self._problems)
+        maxConnections = self._optional(server, path, "max_connections", self._readCount)
+        messagesPerSecond = self._optional(server, path, "messages_per_second", self._readRate)
+        bytesPerSecond = self._optional(server, path, "bytes_per_second", self._readSize)
+        perAccount = self._optional(server, path, "per_account", self.readAccountLimits)
+        if len(self._problems) > problems:
+            return None
+        return ServerLimits(
+            maxConnections, messagesPerSecond, bytesPerSecond, perAccount or AccountLimits()
+        )
+
+    def readAccountLimits(self, value: object, path: str) -> AccountLimits | None:
+        """
+        Read a C{per_account} block at C{path}.
+        """
+        block = self._readMapping(value, path, _ACCOUNT_KEYS)
+        if block is None:
+            return None
+        problems = len(self._problems)
+        limits = AccountLimits(
+            maxConnections=self._optional(block, path, "max_connections", self._readCount),
+            messagesPerSecond=self._optional(block, path, "messages_per_second", self._readRate),
+            bytesPerSecond=self._optional(block, path, "bytes_per_second", self._readSize),
+            dailyUpload=self._optional(block, path, "daily_upload", self._readSize),
+            dailyDownload=self._optional(block, path, "daily_download", self._readSize),
+        )
+        if len(self._problems) > problems:
+            return None
+        return limits
+
+    def _optional(
+        self,
+        mapping: Mapping[str, object],
+        path: str,
+        key: str,
+        read: Callable[[object, str], _T | None],
+    ) -> _T | None:
+        """
+        Read C{mapping[key]} with C{read}, or L{None} (no limit) if it is
+        absent or null.
+        """
+        value = mapping.get(key)
+        if value is None:
+            return None
+        return read(value, _key(path, key))
+
+    def _readCount(self, value: object, path: str) -> int | None:
+        """
+        Read a positive integer (connections).
+        """
+        return self._readInteger(value, path, 1, None)
+
+    def _readRate(self, value: object, path: str) -> float | None:
+        """
+        Read a positive, finite number of messages per second (C{0.5}: one
+        message every two seconds).
+        """
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self._problem(
+                path, f"expected a number of messages per second, got {_describe(value)}"
+            )
+            return None
+        if not (math.isfinite(value) and value > 0):
+            self._problem(path, f"must be greater than 0, not {value}")
+            return None
+        return float(value)
+
+    def _readSize(self, value: object, path: str) -> int | None:
+        """
+        Read a positive size in octets (L{parseSize}).
+        """
+        octets = parseSize(value)
+        if octets is None:
+            shown = repr(value) if isinstance(value, str) else _describe(value)
+            self._problem(
+                path,
+                f"expected a size (an integer of octets, or a number with KB, MB,"
+                f" GB, KiB, MiB or GiB, e.g. '500MB'), not {shown}",
+            )
+            return None
+        if octets < 1:
+            self._problem(path, "must be at least 1 octet")
+            return None
+        return octets
