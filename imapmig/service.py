@@ -43,6 +43,7 @@ from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import MigrationProgress
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.imap import IMAPSource
@@ -155,11 +156,14 @@ def destinationOpener(job: JobConfig, reactor: Any) -> Callable[[], Awaitable[IM
     return accountOpener(job.destination, reactor)
 
 
-def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
+def sourceFor(
+    job: JobConfig, reactor: Any, throttle: Throttle | None = None
+) -> IMessageSource:
     """
     The source a job's configuration names.
 
     @param reactor: the reactor a network source connects with.
+    @param throttle: an IMAP source's rates (L{throttlesFor}).
     """
     source = job.source
     if isinstance(source, MaildirSourceConfig):
@@ -172,6 +176,7 @@ def sourceFor(job: JobConfig, reactor: Any) -> IMessageSource:
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
+            throttle=throttle,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
@@ -193,6 +198,27 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         stopTimeout=stopTimeout,
         folderNameFallback=job.folderNameFallback,
     )
+
+
+def throttlesFor(
+    job: JobConfig, registry: ThrottleRegistry
+) -> tuple[Throttle | None, Throttle | None]:
+    """
+    A job's throttles, from the service's one registry: the destination
+    server's and account's (uploads), and an IMAP source's (downloads);
+    L{None} where no rate or budget is configured.
+    """
+    destination = job.destination
+    upload = registry.throttleFor(
+        destination.server.name, destination.server.limits, destination.user, UPLOAD
+    )
+    source = job.source
+    download = None
+    if isinstance(source, ImapSourceConfig):
+        download = registry.throttleFor(
+            source.server.name, source.server.limits, source.user, DOWNLOAD
+        )
+    return upload, download
 
 
 def retryPolicyFor(job: JobConfig) -> RetryPolicy:
@@ -299,12 +325,14 @@ def buildService(
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     progress = MigrationProgress(reactor.seconds)
     root = MigrationService(store, progress)
+    throttles = ThrottleRegistry(reactor, store)
     jobs = []
     for jobConfig in config.jobs:
+        upload, download = throttlesFor(jobConfig, throttles)
         jobs.append(
             MigrationJob(
                 jobConfig.name,
-                sourceFor(jobConfig, reactor),
+                sourceFor(jobConfig, reactor, download),
                 store,
                 progress.addJob(jobConfig.name),
                 destinationOpener(jobConfig, reactor),
@@ -314,6 +342,8 @@ def buildService(
                 jobConfig.identity,
                 jobConfig.eightBit,
                 retryPolicyFor(jobConfig),
+                throttle=upload,
+                sourceThrottle=download,
             )
         )
     JobQueueService(jobs, whenDone).setServiceParent(root)

@@ -49,6 +49,7 @@ __all__ = [
     "ThrottleRegistry",
     "TokenBucket",
     "nextMidnight",
+    "utcTime",
     "utcDay",
 ]
 
@@ -80,7 +81,7 @@ def nextMidnight(seconds: float) -> float:
     return (math.floor(seconds / _DAY) + 1) * _DAY
 
 
-def _shown(seconds: float) -> str:
+def utcTime(seconds: float) -> str:
     """
     C{seconds} as a UTC time for a log line: C{2030-01-02 00:00:00 UTC}.
     """
@@ -93,11 +94,15 @@ class DailyLimitReached(QuotaExceeded):
     L{resumeAt}, the next UTC midnight.
 
     @ivar resumeAt: the POSIX time when the budget is renewed.
+    @ivar budget: the budget used up.
     """
 
-    def __init__(self, message: str, resumeAt: float) -> None:
+    def __init__(
+        self, message: str, resumeAt: float, budget: DailyBudget | None = None
+    ) -> None:
         QuotaExceeded.__init__(self, message, "")
         self.resumeAt = resumeAt
+        self.budget = budget
 
 
 class TokenBucket:
@@ -261,8 +266,9 @@ class DailyBudget:
         return DailyLimitReached(
             f"the daily {self.direction} budget of {self.user} at {self.server}"
             f" ({self.limit} octets) is used up: {self._used} octets on"
-            f" {self._day or utcDay(now)} UTC; resuming at {_shown(resumeAt)}",
+            f" {self._day or utcDay(now)} UTC; resuming at {utcTime(resumeAt)}",
             resumeAt,
+            self,
         )
 
 

@@ -80,6 +80,7 @@ from imapmig.message import (
     UnreadableMessage,
     toCRLF,
 )
+from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 
@@ -414,6 +415,7 @@ class IMAPSource:
         spoolDirectory: str | None = None,
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
+        throttle: Throttle | None = None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -432,6 +434,10 @@ class IMAPSource:
         @param include: the job's C{include} folder patterns: a mailbox
             outside the personal namespace is listed only if one of them
             names it explicitly (L{namesExplicitly}).
+        @param throttle: the rates of the source server and account
+            (L{imapmig.schedule.throttle}), waited for before each body
+            FETCH, and told of a server's "wait"; or L{None}.  (The daily
+            download budget is counted by the job, per unit.)
         """
         self._openSession = openSession
         self.description = description
@@ -445,6 +451,7 @@ class IMAPSource:
         self._wireNames: dict[str, bytes] = {}
         self._include = tuple(include)
         self._spaces: ServerNamespaces | None = None
+        self._throttle = throttle
 
     # IMessageSource
 
@@ -611,7 +618,9 @@ class IMAPSource:
                 reader.examined = None
             try:
                 return await method(reader, session, *args, **kwargs)
-            except TransientError:
+            except TransientError as e:
+                if self._throttle is not None:
+                    self._throttle.signalled(e)
                 reader.session = None
                 reader.examined = None
                 session.abort()
@@ -847,6 +856,9 @@ class IMAPSource:
             else:
                 wanted.append((parsed[1], message.size))
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
+        throttle = self._throttle
+        if throttle is not None and throttle.rated and wanted:
+            await throttle.admit(len(wanted), sum(size for _, size in wanted))
         fetched, refusals = await self._fetchBodies(
             session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
         )
