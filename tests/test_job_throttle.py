@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import JobState
-from imapmig.schedule.throttle import UPLOAD, ThrottleRegistry
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import JOB, USER, JobHarness, MemoryEndpoint, body, memoryOpener
 
@@ -45,9 +45,15 @@ class ThrottledHarness:
         self.registry = ThrottleRegistry(self.h.clock, self.h.store)
 
     def job(
-        self, settings: JobSettings = JobSettings(connections=1), retry: RetryPolicy = RetryPolicy()
+        self,
+        settings: JobSettings = JobSettings(connections=1),
+        retry: RetryPolicy = RetryPolicy(),
+        sourceLimits: ServerLimits | None = None,
     ) -> MigrationJob:
         h = self.h
+        sourceThrottle = None
+        if sourceLimits is not None:
+            sourceThrottle = self.registry.throttleFor("src", sourceLimits, USER, DOWNLOAD)
         return MigrationJob(
             JOB,
             h.source,
@@ -60,6 +66,7 @@ class ThrottledHarness:
             retry=retry,
             jitter=lambda: 0.0,
             throttle=self.registry.throttleFor("dest", self.limits, USER, UPLOAD),
+            sourceThrottle=sourceThrottle,
         )
 
     def populate(self, count: int) -> None:
@@ -187,6 +194,29 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         t.assertHolds(range(10))
         self.assertEqual(t.used(), 10 * SIZE)
         self.assertEqual(h.clock.seconds(), NOON)
+        h.finish()
+
+    def test_downloadBudget(self) -> None:
+        """
+        The source account's daily download budget pauses the job as the
+        destination's upload budget does, the smaller of the two deciding.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        t.populate(5)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=3 * SIZE))
+        d = h.start(t.job(sourceLimits=sourceLimits))
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertIn("daily download budget", h.progress.waitingFor or "")
+        self.assertEqual(t.held(), 3)
+        self.assertEqual(
+            self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            3 * SIZE,
+        )
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(5))
         h.finish()
 
     def test_stopWhilePaused(self) -> None:
