@@ -54,10 +54,12 @@ class ShiftedReactor:
     """
 
     def __init__(self, start: float) -> None:
-        self._offset = start - reactor.seconds()
+        now: float = reactor.seconds()
+        self._offset = start - now
 
     def seconds(self) -> float:
-        return float(reactor.seconds()) + self._offset
+        now: float = reactor.seconds()
+        return now + self._offset
 
     def callLater(self, delay: float, f: Callable[..., object], *a: object, **kw: object) -> IDelayedCall:
         call: IDelayedCall = reactor.callLater(delay, f, *a, **kw)
