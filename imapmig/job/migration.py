@@ -804,9 +804,11 @@ class MigrationJob:
         # must be kept fed meanwhile.
         chunkMessages = pipeline.settings.batchMessages
         chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
-        rated = tuple(t for t in self._throttles if t.rated)
-        for throttle in rated:
+        for throttle in self._throttles:
             chunkMessages, chunkBytes = throttle.chunkLimits(chunkMessages, chunkBytes)
+        # The destination's rates are waited for here; an IMAP source waits
+        # for its own before each FETCH.
+        rated = self._throttle if self._throttle is not None and self._throttle.rated else None
         budgets = self._budgets
         units = self._units
         current: str | None = None
@@ -857,10 +859,9 @@ class MigrationJob:
                 for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                     if self._stopping:
                         break
-                    if rated:
+                    if rated is not None:
                         try:
-                            for throttle in rated:
-                                await throttle.admit(len(chunk), sum(m.size for m in chunk))
+                            await rated.admit(len(chunk), sum(m.size for m in chunk))
                         except CancelledError:
                             # Stopped while waiting for the throttle.
                             break
