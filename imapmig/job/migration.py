@@ -16,6 +16,12 @@ attempt: the job backs off (exponential, with jitter: L{RetryPolicy}) and
 tries again, and the next attempt's reconciliation finds out what of the
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
+
+Under throttles (L{imapmig.schedule.throttle}) each unit is counted against
+the accounts' daily budgets before it is journaled (cut to what is left;
+when nothing is, the attempt ends once the connections have drained and
+the job pauses until the next UTC midnight), and each read chunk waits for
+the destination's rates before it is read and handed to the pipeline.
 """
 
 from __future__ import annotations
