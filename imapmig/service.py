@@ -56,6 +56,7 @@ from imapmig.schedule.grants import (
     JobConnections,
 )
 from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.imap import IMAPSource
@@ -267,6 +268,7 @@ def sourceFor(
     reactor: Any,
     connections: JobConnections | None = None,
     tokens: TokenSources | None = None,
+    throttle: Throttle | None = None,
 ) -> IMessageSource:
     """
     The source a job's configuration names.
@@ -277,6 +279,7 @@ def sourceFor(
         only if granted at once (the source reads with fewer otherwise:
         a read must not wait for a grant while the job holds others).
     @param tokens: the daemon's token sources (see L{sessionOpener}).
+    @param throttle: an IMAP source's rates (L{throttlesFor}).
     """
     source = job.source
     if isinstance(source, MaildirSourceConfig):
@@ -291,6 +294,7 @@ def sourceFor(
             include=job.folders.include,
             labelViews=source.server.labelViews,
             job=job.name,
+            throttle=throttle,
         )
     assert isinstance(source, EmlSourceConfig)
     return EmlDirectorySource(source.path, source.folder)
@@ -313,6 +317,27 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         folderNameFallback=job.folderNameFallback,
         maxMessageBytes=job.destination.server.maxMessageSize,
     )
+
+
+def throttlesFor(
+    job: JobConfig, registry: ThrottleRegistry
+) -> tuple[Throttle | None, Throttle | None]:
+    """
+    A job's throttles, from the service's one registry: the destination
+    server's and account's (uploads), and an IMAP source's (downloads);
+    L{None} where no rate or budget is configured.
+    """
+    destination = job.destination
+    upload = registry.throttleFor(
+        destination.server.name, destination.server.limits, destination.user, UPLOAD
+    )
+    source = job.source
+    download = None
+    if isinstance(source, ImapSourceConfig):
+        download = registry.throttleFor(
+            source.server.name, source.server.limits, source.user, DOWNLOAD
+        )
+    return upload, download
 
 
 def retryPolicyFor(job: JobConfig) -> RetryPolicy:
@@ -614,12 +639,14 @@ def buildService(
     grants = ConnectionGrants(
         config.maxJobs, {server.name: server.limits for server in config.servers}
     )
+    throttles = ThrottleRegistry(reactor, store)
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
         jobConfig = withinLimits(jobConfig)
+        upload, download = throttlesFor(jobConfig, throttles)
         return MigrationJob(
             jobConfig.name,
-            sourceFor(jobConfig, reactor, connections, tokens),
+            sourceFor(jobConfig, reactor, connections, tokens, download),
             store,
             progress.job(jobConfig.name),
             destinationOpener(jobConfig, reactor, connections, tokens),
@@ -629,6 +656,8 @@ def buildService(
             jobConfig.identity,
             jobConfig.eightBit,
             retryPolicyFor(jobConfig),
+            throttle=upload,
+            sourceThrottle=download,
         )
 
     JobQueueService(

@@ -59,7 +59,7 @@ class ServerLimitsTests(ConfigTestCase):
         A server without limits has none.
         """
         server = parseConfig(self.document(), self.configPath).servers[0]
-        self.assertEqual(server.limits, ServerLimits(None, AccountLimits(None)))
+        self.assertEqual(server.limits, ServerLimits(maxConnections=None, perAccount=AccountLimits(maxConnections=None)))
 
     def test_given(self) -> None:
         """
@@ -70,7 +70,7 @@ class ServerLimitsTests(ConfigTestCase):
         document["servers"]["new"]["max_connections"] = 100
         document["servers"]["new"]["per_account"] = {"max_connections": 15}
         server = parseConfig(document, self.configPath).servers[0]
-        self.assertEqual(server.limits, ServerLimits(100, AccountLimits(15)))
+        self.assertEqual(server.limits, ServerLimits(maxConnections=100, perAccount=AccountLimits(maxConnections=15)))
 
     def test_null(self) -> None:
         """

@@ -28,7 +28,7 @@ def limited(server: int | None, account: int | None, maxJobs: int = 8) -> Connec
     """
     Grants for one server C{s} with these limits.
     """
-    return ConnectionGrants(maxJobs, {"s": ServerLimits(server, AccountLimits(account))})
+    return ConnectionGrants(maxJobs, {"s": ServerLimits(maxConnections=server, perAccount=AccountLimits(maxConnections=account))})
 
 
 class GrantPoolsTests(SynchronousTestCase):

@@ -195,7 +195,7 @@ class SchedulerTests(SynchronousTestCase):
         s = Scheduler(
             [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob")],
             maxJobs=4,
-            limits=ServerLimits(3, AccountLimits(1)),
+            limits=ServerLimits(maxConnections=3, perAccount=AccountLimits(maxConnections=1)),
         )
         s.service.startService()
         self.assertEqual(s.started, ["a1", "b"])
@@ -245,7 +245,7 @@ class SchedulerTests(SynchronousTestCase):
             [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob"),
              jobConfig("c", "carol")],
             maxJobs=3,
-            limits=ServerLimits(None, AccountLimits(1)),
+            limits=ServerLimits(maxConnections=None, perAccount=AccountLimits(maxConnections=1)),
         )  # fmt: skip
         s.service.startService()
         self.assertEqual(s.started, ["a1", "b"])

@@ -1,58 +1,137 @@
-# -*- test-case-name: tests.test_config_limits -*-
+# -*- test-case-name: tests.test_config_limits_throttle -*-
 """
-Limits: how many jobs run at once (C{max_jobs}), and how many connections
-a server (C{servers.NAME.max_connections}) and each of its accounts
-(C{servers.NAME.per_account.max_connections}) accept from imapmig, shared
-by every job that uses the server, as source or destination.
+Limits: how many jobs run at once (C{max_jobs}); and of a server and of
+each account on it, shared by every job that uses the server as source or
+destination: connections, rates (messages and octets per second) and daily
+byte budgets, read from a server's mapping under C{servers:} and its
+C{per_account:} block.
 
-The values are frozen (L{ServerLimits}, L{AccountLimits}); L{LimitsReader}
-reads them, naming the file and key path of every problem like the other
-section readers.
+    servers:
+      gmail:
+        endpoint: tls:imap.gmail.com:993
+        max_connections: 100          # connections from every job together
+        messages_per_second: 50       # every job on this server together
+        bytes_per_second: 20MB
+        per_account:
+          max_connections: 15
+          messages_per_second: 10     # each account (user) on it
+          bytes_per_second: 2MB
+          daily_upload: 500MB         # octets APPENDed per UTC day
+          daily_download: 2500MB      # octets FETCHed per UTC day
+
+Sizes are an integer of octets or a number with a suffix: C{KB}, C{MB},
+C{GB} (decimal: 1 MB = 1,000,000 octets) or C{KiB}, C{MiB}, C{GiB}.
+Every key defaults to null: no limit.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import math
+from typing import Callable, Mapping, TypeVar
 
 from attrs import frozen
 
-from imapmig.config.reader import ConfigReader, _key
+from imapmig.config.reader import ConfigReader, _describe, _key
+from imapmig.config.sizes import parseSize
 
 DEFAULT_MAX_JOBS = 8
 MAX_MAX_JOBS = 1000
 
-_PER_ACCOUNT_KEYS = ("max_connections",)
+__all__ = [
+    "LIMIT_KEYS",
+    "AccountLimits",
+    "LimitsReader",
+    "ServerLimits",
+]
 
+LIMIT_KEYS = ("max_connections", "messages_per_second", "bytes_per_second", "per_account")
+"""
+The keys of a server's mapping that L{LimitsReader.readServerLimits}
+reads.
+"""
+
+_ACCOUNT_KEYS = (
+    "max_connections",
+    "messages_per_second",
+    "bytes_per_second",
+    "daily_upload",
+    "daily_download",
+)
+
+_T = TypeVar("_T")
 
 @frozen
 class AccountLimits:
     """
-    The limits of each account (user) on a server.
+    The limits of each account (user) on a server: the C{per_account}
+    block.  L{None} means no limit.
 
-    @ivar maxConnections: connections open at once to one account, by
-        every job together; L{None} for no limit.
+    @ivar maxConnections: connections open at once to one account
+        (slice C{sched}).
+    @ivar messagesPerSecond: messages appended to, or fetched from, one
+        account per second.
+    @ivar bytesPerSecond: octets appended to, or fetched from, one account
+        per second.
+    @ivar dailyUpload: octets appended to one account per UTC day.
+    @ivar dailyDownload: octets fetched from one account per UTC day.
     """
 
     maxConnections: int | None = None
+    messagesPerSecond: float | None = None
+    bytesPerSecond: int | None = None
+    dailyUpload: int | None = None
+    dailyDownload: int | None = None
+
+    @property
+    def throttled(self) -> bool:
+        """
+        Whether any rate or budget of this block is set.
+        """
+        return (
+            self.messagesPerSecond is not None
+            or self.bytesPerSecond is not None
+            or self.dailyUpload is not None
+            or self.dailyDownload is not None
+        )
 
 
 @frozen
 class ServerLimits:
     """
-    The limits of a server, shared by every job that uses it.
+    The limits of a server, shared by every job that uses it (as source or
+    destination).  L{None} means no limit.
 
-    @ivar maxConnections: connections open at once to the server, by every
-        job together (as source or destination); L{None} for no limit.
-    @ivar perAccount: the limits of each of its accounts.
+    @ivar maxConnections: connections open at once to the server (slice
+        C{sched}).
+    @ivar messagesPerSecond: messages appended to, or fetched from, the
+        server per second, by every job together.
+    @ivar bytesPerSecond: octets appended to, or fetched from, the server
+        per second, by every job together.
+    @ivar perAccount: the limits of each account on it.
     """
 
     maxConnections: int | None = None
+    messagesPerSecond: float | None = None
+    bytesPerSecond: int | None = None
     perAccount: AccountLimits = AccountLimits()
+
+    @property
+    def throttled(self) -> bool:
+        """
+        Whether any rate or budget applies to jobs on this server: when not,
+        they pay nothing for throttling.
+        """
+        return (
+            self.messagesPerSecond is not None
+            or self.bytesPerSecond is not None
+            or self.perAccount.throttled
+        )
 
 
 class LimitsReader(ConfigReader):
     """
-    Reads C{max_jobs} and a server's limits.
+    Reads C{max_jobs} and a server's limits; each problem names the file
+    and the key path (C{servers.gmail.per_account.daily_upload}).
     """
 
     def _readMaxJobs(self, top: Mapping[str, object]) -> int | None:
@@ -63,34 +142,86 @@ class LimitsReader(ConfigReader):
             top.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1, MAX_MAX_JOBS
         )
 
-    def _readServerLimits(
-        self, server: Mapping[str, object], path: str
-    ) -> ServerLimits | None:
+    def readServerLimits(self, server: Mapping[str, object], path: str) -> ServerLimits | None:
         """
-        Read the limits among the keys of the server at C{path}:
-        C{max_connections} and C{per_account: {max_connections}}, each
-        a positive integer or null (no limit, the default).
+        Read the limit keys (L{LIMIT_KEYS}) of the server mapping C{server}
+        at C{path}.
+
+        @return: the limits (no limit for an absent key), or L{None} after
+            recording a problem.
         """
-        ok = True
-        maxConnections = None
-        if server.get("max_connections") is not None:
-            maxConnections = self._readInteger(
-                server["max_connections"], _key(path, "max_connections"), 1, None
-            )
-            ok = ok and maxConnections is not None
-        perAccount = AccountLimits()
-        if server.get("per_account") is not None:
-            accountPath = _key(path, "per_account")
-            account = self._readMapping(server["per_account"], accountPath, _PER_ACCOUNT_KEYS)
-            if account is None:
-                return None
-            accountMax = None
-            if account.get("max_connections") is not None:
-                accountMax = self._readInteger(
-                    account["max_connections"], _key(accountPath, "max_connections"), 1, None
-                )
-                ok = ok and accountMax is not None
-            perAccount = AccountLimits(maxConnections=accountMax)
-        if not ok:
+        problems = len(self._problems)
+        maxConnections = self._optional(server, path, "max_connections", self._readCount)
+        messagesPerSecond = self._optional(server, path, "messages_per_second", self._readRate)
+        bytesPerSecond = self._optional(server, path, "bytes_per_second", self._readSize)
+        perAccount = self._optional(server, path, "per_account", self.readAccountLimits)
+        if len(self._problems) > problems:
             return None
-        return ServerLimits(maxConnections=maxConnections, perAccount=perAccount)
+        return ServerLimits(
+            maxConnections, messagesPerSecond, bytesPerSecond, perAccount or AccountLimits()
+        )
+
+    def readAccountLimits(self, value: object, path: str) -> AccountLimits | None:
+        """
+        Read a C{per_account} block at C{path}.
+        """
+        block = self._readMapping(value, path, _ACCOUNT_KEYS)
+        if block is None:
+            return None
+        problems = len(self._problems)
+        limits = AccountLimits(
+            maxConnections=self._optional(block, path, "max_connections", self._readCount),
+            messagesPerSecond=self._optional(block, path, "messages_per_second", self._readRate),
+            bytesPerSecond=self._optional(block, path, "bytes_per_second", self._readSize),
+            dailyUpload=self._optional(block, path, "daily_upload", self._readSize),
+            dailyDownload=self._optional(block, path, "daily_download", self._readSize),
+        )
+        if len(self._problems) > problems:
+            return None
+        return limits
+
+    def _optional(
+        self,
+        mapping: Mapping[str, object],
+        path: str,
+        key: str,
+        read: Callable[[object, str], _T | None],
+    ) -> _T | None:
+        """
+        Read C{mapping[key]} with C{read}, or L{None} (no limit) if it is
+        absent or null.
+        """
+        value = mapping.get(key)
+        if value is None:
+            return None
+        return read(value, _key(path, key))
+
+    def _readCount(self, value: object, path: str) -> int | None:
+        """
+        Read a positive integer (connections).
+        """
+        return self._readInteger(value, path, 1, None)
+
+    def _readRate(self, value: object, path: str) -> float | None:
+        """
+        Read a positive, finite number of messages per second (C{0.5}: one
+        message every two seconds).
+        """
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self._problem(
+                path, f"expected a number of messages per second, got {_describe(value)}"
+            )
+            return None
+        if not (math.isfinite(value) and value > 0):
+            self._problem(path, f"must be greater than 0, not {value}")
+            return None
+        return float(value)
+
+    def _readSize(self, value: object, path: str) -> int | None:
+        """
+        Read a positive size in octets (L{parseSize}).
+        """
+        octets, why = parseSize(value)
+        if octets is None:
+            self._problem(path, why)
+        return octets

@@ -48,8 +48,8 @@ class ServerConfig:
         an account of this server (a larger one is recorded as failed
         without being sent; the server's APPENDLIMIT, when smaller, wins),
         or L{None} for the server's APPENDLIMIT alone.
-    @ivar limits: the connections the server and each of its accounts
-        accept from every job together (default: no limits).
+    @ivar limits: the server's and its accounts' limits, shared by every
+        job (connections, rates, daily budgets); by default none.
     """
 
     name: str

@@ -14,11 +14,10 @@ from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
 from twisted.internet.ssl import Certificate
 
-from imapmig.config.limits import LimitsReader
+from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import _NAME, _describe, _key
-from imapmig.config.sizes import parseSize
 from imapmig.plan import PersonalNamespace
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
@@ -37,8 +36,7 @@ _SERVER_KEYS = (
     "preset",
     "label_views",
     "max_message_size",
-    "max_connections",
-    "per_account",
+    *LIMIT_KEYS,
 )
 _LABEL_VIEWS = ("auto", "dedup", "copy")
 _NAMESPACE_KEYS = ("prefix", "separator")
@@ -291,7 +289,7 @@ class ServersReader(LimitsReader):
                 server["max_message_size"], _key(path, "max_message_size")
             )
             ok = ok and maxMessageSize is not None
-        limits = self._readServerLimits(server, path)
+        limits = self.readServerLimits(server, path)
         ok = ok and limits is not None
 
         if not ok:
@@ -331,16 +329,6 @@ class ServersReader(LimitsReader):
                 f"unknown preset {written!r} (known presets: {', '.join(presetNames())})",
             )
         return preset
-
-    def _readSize(self, value: object, path: str) -> int | None:
-        """
-        Read a size in octets: an integer, or a number with a suffix
-        (L{parseSize}).
-        """
-        size, error = parseSize(value)
-        if size is None:
-            self._problem(path, error)
-        return size
 
     def _readClientEndpoint(
         self, description: str, path: str

@@ -16,6 +16,12 @@ attempt: the job backs off (exponential, with jitter: L{RetryPolicy}) and
 tries again, and the next attempt's reconciliation finds out what of the
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
+
+Under throttles (L{imapmig.schedule.throttle}) each unit is counted against
+the accounts' daily budgets before it is journaled (cut to what is left;
+when nothing is, the attempt ends once the connections have drained and
+the job pauses until the next UTC midnight), and each read chunk waits for
+the destination's rates before it is read and handed to the pipeline.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ from imapmig.plan import (
 )
 from imapmig.presence import FINGERPRINT, PresenceIndex
 from imapmig.progress import JobProgress, JobState
+from imapmig.schedule.throttle import DailyBudget, DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
 from imapmig.state import FolderMark, IStateStore, JournalEntry, MessageOutcome
@@ -252,6 +259,8 @@ class MigrationJob:
         eightBit: str = "literal",
         retry: RetryPolicy = RetryPolicy(),
         jitter: Callable[[], float] = random.random,
+        throttle: Throttle | None = None,
+        sourceThrottle: Throttle | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -263,6 +272,12 @@ class MigrationJob:
             literal, C{"fail"} records it as failed.
         @param retry: how transient failures are retried.
         @param jitter: the backoff's noise, 0 to 1 second.
+        @param throttle: the rates and daily upload budget of the
+            destination server and account (L{imapmig.schedule.throttle}),
+            or L{None}.
+        @param sourceThrottle: the same of an IMAP source's server and
+            account (the download budget; the source itself waits for its
+            rates before each FETCH), or L{None}.
         """
         self.name = name
         self._rules = rules
@@ -278,6 +293,14 @@ class MigrationJob:
         self._clock = clock
         self._settings = settings
         self._lifecycle = JobLifecycle(progress, clock)
+        self._throttle = throttle
+        self._sourceThrottle = sourceThrottle
+        self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
+        self._budgets = tuple(t.budget for t in self._throttles if t.budget is not None)
+        # Set by a connection that found a daily budget used up: the
+        # attempt ends (paused until the budget's renewal) once every
+        # connection has drained.
+        self._limitReached: DailyLimitReached | None = None
         self._units: list[WorkUnit] = []
         # Messages in self._units, not yet taken by a connection.
         self._untaken = 0
@@ -320,6 +343,8 @@ class MigrationJob:
         self._stopping = True
         self._units.clear()
         self._untaken = 0
+        for throttle in self._throttles:
+            throttle.cancelWaits()
         wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
         self._lifecycle.stop()
         if wasActive and self._stopTimer is None:
@@ -386,9 +411,12 @@ class MigrationJob:
                 error = asRetryable(error)
                 if not isinstance(error, TransientError):
                     return self._failed(reason)
-                if self._recorder.settledCount > before:
+                if self._recorder.settledCount > before or isinstance(error, DailyLimitReached):
+                    # A day's budget used up is no failure: it is not
+                    # counted against the attempts.
                     fruitless = 0
-                fruitless += 1
+                if not isinstance(error, DailyLimitReached):
+                    fruitless += 1
                 if fruitless > self._retry.attempts:
                     return self._failed(
                         f"gave up after {self._retry.attempts} attempts in a row that"
@@ -410,24 +438,44 @@ class MigrationJob:
         """
         self._lastError = reason
         retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
-        if isinstance(error, QuotaExceeded):
-            delay = self._retry.pause
+        side = self._sideOf(error)
+        untilRenewal = None
+        if isinstance(error, QuotaExceeded) and side is not None:
+            untilRenewal = await side.pauseFor(error)
+            if self._stopping:
+                self._lifecycle.stopped()
+                log.info("Job {job}: stopped", job=self.name)
+                return False
+        if untilRenewal is not None:
+            # A daily budget: paused until the next UTC midnight.
+            delay = untilRenewal
             self._lifecycle.pause(reason, delay)
-            what = "pausing"
+            log.warn(
+                "Job {job}: {why}; paused until {until}",
+                job=self.name,
+                why=reason,
+                until=utcTime(self._clock.seconds() + delay),
+                delay=delay,
+            )
         else:
-            delay = retryAfter if retryAfter is not None else self._delays(fruitless - 1)
-            self._lifecycle.backOff(reason, delay)
-            what = "connecting again"
-        log.warn(
-            "Job {job}: {why}; {what} in {delay:.1f} s (attempt {attempt} of {attempts}"
-            " without progress)",
-            job=self.name,
-            why=reason,
-            what=what,
-            delay=delay,
-            attempt=fruitless,
-            attempts=self._retry.attempts,
-        )
+            if isinstance(error, QuotaExceeded):
+                delay = self._retry.pause
+                self._lifecycle.pause(reason, delay)
+                what = "pausing"
+            else:
+                delay = retryAfter if retryAfter is not None else self._delays(fruitless - 1)
+                self._lifecycle.backOff(reason, delay)
+                what = "connecting again"
+            log.warn(
+                "Job {job}: {why}; {what} in {delay:.1f} s (attempt {attempt} of {attempts}"
+                " without progress)",
+                job=self.name,
+                why=reason,
+                what=what,
+                delay=delay,
+                attempt=fruitless,
+                attempts=self._retry.attempts,
+            )
         try:
             await self._lifecycle.waited()
         except CancelledError:
@@ -436,6 +484,22 @@ class MigrationJob:
         self._progress.reconnects += 1
         self._lifecycle.retry()
         return True
+
+    def _sideOf(self, error: BaseException) -> Throttle | None:
+        """
+        The throttle of the side C{error} came from (the source's, if the
+        IMAP source reported it there), after telling it: a server's
+        "wait" holds that server's and account's buckets for every job.
+        """
+        source = self._sourceThrottle
+        if source is not None and (
+            source.lastSignal is error
+            or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
+        ):
+            return source
+        if self._throttle is not None:
+            self._throttle.signalled(error)
+        return self._throttle
 
     def _failed(self, reason: str) -> bool:
         log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
@@ -449,6 +513,7 @@ class MigrationJob:
         @return: what ended it early, or L{None} when it copied everything.
         """
         attempt = self._attempt = _Attempt()
+        self._limitReached = None
         error: BaseException | None = None
         try:
             try:
@@ -725,6 +790,8 @@ class MigrationJob:
         if errors:
             failure: Failure = errors[0]  # type: ignore[assignment]
             failure.raiseException()
+        if self._limitReached is not None and not self._stopping:
+            raise self._limitReached
 
     async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
         """
@@ -774,6 +841,12 @@ class MigrationJob:
         # must be kept fed meanwhile.
         chunkMessages = pipeline.settings.batchMessages
         chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
+        for throttle in self._throttles:
+            chunkMessages, chunkBytes = throttle.chunkLimits(chunkMessages, chunkBytes)
+        # The destination's rates are waited for here; an IMAP source waits
+        # for its own before each FETCH.
+        rated = self._throttle if self._throttle is not None and self._throttle.rated else None
+        budgets = self._budgets
         units = self._units
         current: str | None = None
         source = self._source
@@ -784,11 +857,16 @@ class MigrationJob:
         traits: dict[str, _DestinationTraits] = {}
         target = TargetMailbox()
         try:
-            while units and not self._stopping:
+            while units and not self._stopping and self._limitReached is None:
                 inUse = {m for w, m in selected.items() if w != worker}
                 share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
                 unit = takeShare(units, chooseUnit(units, current, inUse), share)
                 self._untaken -= len(unit.messages)
+                if budgets:
+                    allowed = await self._withinBudgets(unit, budgets)
+                    if allowed is None:
+                        break
+                    unit = allowed
                 if unit.mailbox != current:
                     # SELECT behind the APPENDs still in flight, without
                     # waiting for their replies.
@@ -819,7 +897,20 @@ class MigrationJob:
                 for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
                     if self._stopping:
                         break
-                    bodies = await source.readBodies(unit.folder, chunk)
+                    if rated is not None:
+                        try:
+                            await rated.admit(len(chunk), sum(m.size for m in chunk))
+                        except CancelledError:
+                            # Stopped while waiting for the throttle.
+                            break
+                    try:
+                        bodies = await source.readBodies(unit.folder, chunk)
+                    except CancelledError:
+                        if self._stopping:
+                            # Stopped while the source waited for its
+                            # throttle.
+                            break
+                        raise
                     pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
                     enqueued = True
                     hungry = pipeline.hungry()
@@ -837,6 +928,38 @@ class MigrationJob:
             selected.pop(worker, None)
         attempt.release(session)
         await session.logout()
+
+    async def _withinBudgets(
+        self, unit: WorkUnit, budgets: Sequence[DailyBudget]
+    ) -> WorkUnit | None:
+        """
+        The part of C{unit}, from its first message, that today's daily
+        budgets still allow, counted against them; the rest goes back to
+        the units left.  Counted before the unit is journaled, so that what
+        a budget holds back is never half sent.
+
+        @return: that part, or L{None} if not one message fits: then
+            L{_limitReached} says until when.
+        """
+        for budget in budgets:
+            await budget.load()
+        sizes = [message.size for message in unit.messages]
+        fitting = min(budget.fitting(sizes) for budget in budgets)
+        if self._stopping:
+            fitting = 0
+        if fitting < len(unit.messages):
+            rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
+            self._units.insert(0, rest)
+            self._untaken += len(rest.messages)
+        if fitting == 0:
+            if not self._stopping and self._limitReached is None:
+                exhausted = [b for b in budgets if b.fitting(sizes[:1]) == 0]
+                self._limitReached = (exhausted or list(budgets))[0].reached()
+            return None
+        octets = sum(sizes[:fitting])
+        for budget in budgets:
+            await budget.spend(octets)
+        return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
 
     async def _listFolder(
         self, folder: SourceFolder

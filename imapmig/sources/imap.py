@@ -80,6 +80,7 @@ from imapmig.message import (
     UnreadableMessage,
     toCRLF,
 )
+from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.labelviews import (
@@ -425,6 +426,7 @@ class IMAPSource:
         include: Sequence[str] = (),
         labelViews: str = COPY,
         job: str | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -449,6 +451,10 @@ class IMAPSource:
             L{imapmig.sources.labelviews}).
         @param job: the name of the job reading, carried by every log
             event as C{job}.
+        @param throttle: the rates of the source server and account
+            (L{imapmig.schedule.throttle}), waited for before each body
+            FETCH, and told of a server's "wait"; or L{None}.  (The daily
+            download budget is counted by the job, per unit.)
         """
         self._job = job
         self._openSession = openSession
@@ -466,6 +472,7 @@ class IMAPSource:
         self._labelViews = labelViews
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
+        self._throttle = throttle
 
     # IMessageSource
 
@@ -633,7 +640,9 @@ class IMAPSource:
                 reader.examined = None
             try:
                 return await method(reader, session, *args, **kwargs)
-            except TransientError:
+            except TransientError as e:
+                if self._throttle is not None:
+                    self._throttle.signalled(e)
                 reader.session = None
                 reader.examined = None
                 session.abort()
@@ -957,6 +966,9 @@ class IMAPSource:
             else:
                 wanted.append((parsed[1], message.size))
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
+        throttle = self._throttle
+        if throttle is not None and throttle.rated and wanted:
+            await throttle.admit(len(wanted), sum(size for _, size in wanted))
         fetched, refusals = await self._fetchBodies(
             session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
         )

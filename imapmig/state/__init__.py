@@ -335,6 +335,26 @@ class IStateStore(Interface):
         The fallback names recorded for C{job}, by mailbox.
         """
 
+    def budgetUsed(server: str, user: str, direction: str, day: str) -> "Deferred[int]":
+        """
+        The octets recorded as moved for the account C{user} on C{server}
+        in C{direction} on C{day}; 0 if none.
+
+        @param direction: C{"upload"} (APPENDed into the account) or
+            C{"download"} (FETCHed from it).
+        @param day: the UTC day, C{"YYYY-MM-DD"}.
+        """
+
+    def addBudgetUse(
+        server: str, user: str, direction: str, day: str, octets: int
+    ) -> "Deferred[int]":
+        """
+        Add C{octets} to what L{budgetUsed} reports for the same arguments,
+        in one transaction.  Records of earlier days may be dropped.
+
+        @return: a Deferred firing with the new total.
+        """
+
     def close() -> None:
         """
         Release the store; nothing is recorded afterwards.

@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -83,6 +83,22 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             reason TEXT NOT NULL,
             updated_at REAL NOT NULL,
             PRIMARY KEY (job, mailbox)
+        ) WITHOUT ROWID
+        """,
+    ),
+    # Version 5: the octets moved per account, direction and UTC day, for
+    # the daily budgets (imapmig.schedule.throttle).  Per account, not per
+    # job: every job into or out of an account spends the same budget.
+    5: (
+        """
+        CREATE TABLE budget_use (
+            server TEXT NOT NULL,
+            user TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            day TEXT NOT NULL,
+            octets INTEGER NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (server, user, direction, day)
         ) WITHOUT ROWID
         """,
     ),

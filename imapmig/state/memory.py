@@ -69,6 +69,8 @@ class MemoryStateStore:
         self._journal: dict[str, dict[int, JournalEntry]] = {}
         self._lastEntryId = 0
         self._fallbacks: dict[str, dict[str, FolderFallback]] = {}
+        # (server, user, direction) -> day -> octets
+        self._budgets: dict[tuple[str, str, str], dict[str, int]] = {}
 
     def _open(self) -> dict[str, dict[str, dict[str, MessageOutcome]]]:
         """
@@ -347,6 +349,38 @@ class MemoryStateStore:
             return fail(e)
         recorded = self._fallbacks.get(job, {})
         return succeed([recorded[mailbox] for mailbox in sorted(recorded)])
+
+    def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
+        """
+        See L{IStateStore.budgetUsed}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(self._budgets.get((server, user, direction), {}).get(day, 0))
+
+    def addBudgetUse(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.addBudgetUse}; as in SQLite, the records of the
+        account's earlier days in that direction are dropped.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        if _unencodable((server, user, direction, day)) is not None:
+            return fail(PermanentError("memory: cannot record the budget use: not Unicode"))
+        days = self._budgets.setdefault((server, user, direction), {})
+        total = days.get(day, 0) + octets
+        if _outOfRange((total,)) is not None:
+            return fail(PermanentError("memory: cannot record the budget use: too large"))
+        for earlier in [d for d in days if d < day]:
+            del days[earlier]
+        days[day] = total
+        return succeed(total)
 
     def close(self) -> None:
         """

@@ -577,6 +577,53 @@ class SQLiteStateStore:
             lambda rows: [FolderFallback(*row) for row in rows],
         )
 
+    def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
+        """
+        See L{IStateStore.budgetUsed}.
+        """
+        if self._version < 5:
+            # An older database opened read-only has no budgets yet.
+            return succeed(0)
+        return self._read(
+            "read the budget use",
+            "SELECT octets FROM budget_use"
+            " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+            (server, user, direction, day),
+            lambda rows: int(rows[0][0]) if rows else 0,
+        )
+
+    def addBudgetUse(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.addBudgetUse}; the records of the account's
+        earlier days in that direction are deleted.
+        """
+        key = (server, user, direction)
+
+        def write(connection: sqlite3.Connection) -> int:
+            connection.execute(
+                "DELETE FROM budget_use"
+                " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
+                (*key, day),
+            )
+            connection.execute(
+                "INSERT INTO budget_use (server, user, direction, day, octets, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (server, user, direction, day)"
+                " DO UPDATE SET octets = octets + excluded.octets,"
+                " updated_at = excluded.updated_at",
+                (*key, day, octets, self._seconds()),
+            )
+            (total,) = connection.execute(
+                "SELECT octets FROM budget_use"
+                " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+                (*key, day),
+            ).fetchone()
+            return int(total)
+
+        return self._transaction("record the budget use", write)
+
     def _transaction(
         self, action: str, write: Callable[[sqlite3.Connection], _T]
     ) -> Deferred[_T]:

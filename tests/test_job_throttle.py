@@ -1,0 +1,358 @@
+"""
+Tests for L{MigrationJob} under throttles (L{imapmig.schedule.throttle}):
+rates on the destination, daily upload budgets that pause the job until
+UTC midnight and carry across a restart, and the composition with the
+server's C{[OVERQUOTA]} and C{Suggested Backoff Time}.  The real job,
+session and pipeline against the fake server, on a L{Clock}.
+"""
+
+from __future__ import annotations
+
+import calendar
+
+from twisted.logger import capturedLogs, formatEvent
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.progress import JobState
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from tests.test_job import JOB, USER, JobHarness, MemoryEndpoint, body, memoryOpener
+
+NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
+MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
+SIZE = 100
+
+
+class ThrottledHarness:
+    """
+    A L{JobHarness} at noon UTC on 2030-01-01, with a registry of
+    throttles over its state store (a daemon's; a new one is a restart).
+    """
+
+    def __init__(self, test: SynchronousTestCase, limits: ServerLimits) -> None:
+        self.h = JobHarness(test)
+        self.h.clock.advance(NOON)
+        self.limits = limits
+        self.restart()
+
+    def restart(self) -> None:
+        """
+        Forget every bucket and in-memory total, as a restarted daemon
+        does; the state store is kept.
+        """
+        self.registry = ThrottleRegistry(self.h.clock, self.h.store)
+
+    def job(
+        self,
+        settings: JobSettings = JobSettings(connections=1),
+        retry: RetryPolicy = RetryPolicy(),
+        sourceLimits: ServerLimits | None = None,
+    ) -> MigrationJob:
+        h = self.h
+        sourceThrottle = None
+        if sourceLimits is not None:
+            sourceThrottle = self.registry.throttleFor("src", sourceLimits, USER, DOWNLOAD)
+        return MigrationJob(
+            JOB,
+            h.source,
+            h.store,
+            h.progress,
+            memoryOpener(h.endpoint, h.clock),
+            h.clock,
+            settings,
+            identity="off",
+            retry=retry,
+            jitter=lambda: 0.0,
+            throttle=self.registry.throttleFor("dest", self.limits, USER, UPLOAD),
+            sourceThrottle=sourceThrottle,
+        )
+
+    def populate(self, count: int) -> None:
+        inbox = self.h.source.addFolder("INBOX")
+        for n in range(count):
+            self.h.source.add(inbox, f"m{n}", body(n, SIZE))
+
+    def used(self, day: str = "2030-01-01") -> int:
+        return self.h.test.successResultOf(self.h.store.budgetUsed("dest", USER, UPLOAD, day))
+
+    def assertHolds(self, numbers: range) -> None:
+        """
+        Check that INBOX holds exactly the messages C{numbers}, once each.
+        """
+        self.h.test.assertEqual(
+            sorted(m.body for m in self.h.mail.mailbox(USER, "INBOX")),
+            sorted(body(n, SIZE) for n in numbers),
+        )
+
+    def held(self) -> int:
+        return len(self.h.mail.mailbox(USER, "INBOX"))
+
+
+def budget(octets: int) -> ServerLimits:
+    return ServerLimits(perAccount=AccountLimits(dailyUpload=octets))
+
+
+class DailyUploadBudgetTests(SynchronousTestCase):
+    """
+    A daily upload budget smaller than the source.
+    """
+
+    def test_pausesUntilMidnight(self) -> None:
+        """
+        The run copies up to the day's budget and pauses until the next UTC
+        midnight, saying so once, with the time, in the job's log event
+        and its status.
+        """
+        t = ThrottledHarness(self, budget(6 * SIZE))
+        h = t.h
+        t.populate(10)
+        job = t.job()
+        with capturedLogs() as events:
+            d = h.start(job)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, MIDNIGHT)
+        self.assertIn("daily upload budget", h.progress.waitingFor or "")
+        self.assertEqual(t.held(), 6)
+        self.assertEqual(t.used(), 6 * SIZE)
+        messages = [formatEvent(e) for e in events]
+        paused = [m for m in messages if "paused until" in m]
+        self.assertEqual(len(paused), 1, messages)
+        self.assertIn("paused until 2030-01-02 00:00:00 UTC", paused[0])
+        self.assertIn(JOB, paused[0])
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        job.stop()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        h.finish()
+
+    def test_restartSameDayThenNextDay(self) -> None:
+        """
+        A restart the same day (a new registry over the same store) copies
+        nothing more and says why; after the day changes the rest arrives
+        exactly once, and the job completes.
+        """
+        t = ThrottledHarness(self, budget(6 * SIZE))
+        h = t.h
+        t.populate(10)
+        first = t.job()
+        d = h.start(first)
+        self.assertEqual(t.held(), 6)
+        first.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+        h.clock.advance(3600)
+        t.restart()
+        with capturedLogs() as events:
+            d = h.start(t.job())
+        self.assertEqual(t.held(), 6)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, MIDNIGHT)
+        why = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
+        self.assertEqual(len(why), 1)
+        self.assertIn("used up: 600 octets on 2030-01-01 UTC", why[0])
+
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(10))
+        self.assertEqual(t.used("2030-01-02"), 4 * SIZE)
+        self.assertEqual(h.progress.state, JobState.DONE)
+        h.finish()
+
+    def test_unitSplitAtBudget(self) -> None:
+        """
+        A unit larger than what is left of the budget is cut: what fits is
+        sent, the rest waits for the next day; nothing is sent twice or
+        recorded as failed.
+        """
+        t = ThrottledHarness(self, budget(3 * SIZE + SIZE // 2))
+        h = t.h
+        t.populate(5)
+        d = h.start(t.job(JobSettings(connections=2, batchMessages=50)))
+        self.assertEqual(t.held(), 3)
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(5))
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
+        h.finish()
+
+    def test_doneWithinBudget(self) -> None:
+        """
+        A run that ends within the budget ends: nothing waits for midnight.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        t.populate(10)
+        self.assertTrue(h.run(t.job()))
+        t.assertHolds(range(10))
+        self.assertEqual(t.used(), 10 * SIZE)
+        self.assertEqual(h.clock.seconds(), NOON)
+        h.finish()
+
+    def test_downloadBudget(self) -> None:
+        """
+        The source account's daily download budget pauses the job as the
+        destination's upload budget does, the smaller of the two deciding.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        t.populate(5)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=3 * SIZE))
+        d = h.start(t.job(sourceLimits=sourceLimits))
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertIn("daily download budget", h.progress.waitingFor or "")
+        self.assertEqual(t.held(), 3)
+        self.assertEqual(
+            self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            3 * SIZE,
+        )
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(5))
+        h.finish()
+
+    def test_stopWhilePaused(self) -> None:
+        """
+        Stopping the job while it waits for midnight stops it at once.
+        """
+        t = ThrottledHarness(self, budget(2 * SIZE))
+        h = t.h
+        t.populate(4)
+        job = t.job()
+        d = h.start(job)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        job.stop()
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.clock.seconds(), NOON)
+        h.endpoint.pump()
+        h.finish()
+
+
+class RateTests(SynchronousTestCase):
+    """
+    Rates of the destination server and account.
+    """
+
+    def test_messagesPerSecond(self) -> None:
+        """
+        At 2 messages per second, 20 messages take about 9 s of the clock
+        (after the first second's burst).
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=2))
+        h = t.h
+        t.populate(20)
+        self.assertTrue(h.run(t.job(JobSettings(connections=2, batchMessages=50))))
+        t.assertHolds(range(20))
+        elapsed = h.clock.seconds() - NOON
+        self.assertTrue(8.5 <= elapsed <= 9.5, elapsed)
+        h.finish()
+
+    def test_stopWhileThrottled(self) -> None:
+        """
+        A job waiting for its throttle stops at once when told: the wait is
+        cancelled, no timer is left, and what was sent is recorded.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=0.1))
+        h = t.h
+        t.populate(5)
+        job = t.job()
+        d = h.start(job)
+        self.assertNoResult(d)
+        self.assertEqual(t.held(), 1)
+        job.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(t.held(), 1)
+        # The rest of the unit stays journaled, settled by the next run.
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        h.finish()
+
+
+class SignalCompositionTests(SynchronousTestCase):
+    """
+    Throttles and the server's signals together.
+    """
+
+    def refusingFirst(self, h: JobHarness, reply: str) -> None:
+        count = [0]
+
+        def refuse(message: bytes) -> str | None:
+            count[0] += 1
+            return reply if count[0] <= 1 else None
+
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: FakeIMAPServer(h.mail, DEFAULT_CAPABILITIES, refuse)
+        )
+
+    def test_overquotaWithBudgetPausesToMidnight(self) -> None:
+        """
+        C{[OVERQUOTA]} from an account with a daily upload budget pauses
+        until the next UTC midnight (not the configured pause) and takes
+        the day's budget as used up; then the job finishes.
+        """
+        t = ThrottledHarness(self, budget(1_000_000))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
+        t.populate(3)
+        d = h.start(t.job(retry=RetryPolicy(pause=600)))
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, MIDNIGHT)
+        self.assertEqual(t.used(), 1_000_000)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(3))
+        h.finish()
+
+    def test_overquotaWithoutBudget(self) -> None:
+        """
+        Without a daily budget, C{[OVERQUOTA]} pauses for the configured
+        pause, throttled or not.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=100))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded")
+        t.populate(2)
+        d = h.start(t.job(retry=RetryPolicy(pause=600)))
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, NOON + 600)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        h.finish()
+
+    def test_suggestedBackoffHoldsOtherJobs(self) -> None:
+        """
+        A server's C{Suggested Backoff Time} to one job holds the server's
+        and the account's buckets: another job of the account waits as
+        long, though its buckets are full.
+        """
+        limits = ServerLimits(messagesPerSecond=100, perAccount=AccountLimits(messagesPerSecond=50))
+        t = ThrottledHarness(self, limits)
+        h = t.h
+        self.refusingFirst(h, "NO Request is throttled. Suggested Backoff Time: 5000 milliseconds")
+        t.populate(3)
+        d = h.start(t.job(JobSettings(connections=1, batchMessages=3)))
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
+        assert other is not None
+        waiting = other.admit(1, 1)
+        h.clock.advance(4.9)
+        self.assertNoResult(waiting)
+        h.clock.advance(0.1)
+        self.successResultOf(waiting)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        t.assertHolds(range(3))
+        h.finish()
