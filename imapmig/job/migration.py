@@ -50,6 +50,7 @@ from imapmig.job.destination import (
     TargetMailbox,
 )
 from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.readahead import ReadAhead
 from imapmig.job.reconcile import reconcileJournal
 from imapmig.job.recording import (
     JournalTicket,
@@ -82,6 +83,13 @@ log = Logger()
 # The most octets read from the source in one step without letting the
 # reactor run.
 READ_STEP_BYTES = 1024 * 1024
+
+# The most octets (by listed size) of one step read from an IMAP source:
+# its reads do not block the reactor, and each step is one round trip.
+# One step is read ahead while the one before is sent (see ReadAhead), so
+# a connection holds at most two steps of bodies in memory (bodies above
+# the source's spoolAbove go to a file instead).
+IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 
 
 # A listed source folder: its messages and, on a delta pass, the flag
@@ -741,11 +749,17 @@ class MigrationJob:
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket
         # must be kept fed meanwhile.
+        source = self._source
+        # An IMAP source's reads wait on the network, not the CPU: they are
+        # made in larger steps, each read while the step before is sent.
+        overNetwork = isinstance(source, IMAPSource)
         chunkMessages = pipeline.settings.batchMessages
-        chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
+        chunkBytes = min(
+            pipeline.settings.batchBytes,
+            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
+        )
         units = self._units
         current: str | None = None
-        source = self._source
         selected = self._selected
         worker = id(outcomes)
         binary = b"BINARY" in session.capabilities
@@ -784,16 +798,26 @@ class MigrationJob:
                         binary, target.permanentFlags, target.presence
                     )
                 enqueued = False
-                for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
-                    if self._stopping:
-                        break
-                    bodies = await source.readBodies(unit.folder, chunk)
-                    pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
-                    enqueued = True
-                    hungry = pipeline.hungry()
-                    if hungry.called:
-                        await deferLater(self._clock, 0)
-                    await hungry
+                steps = ReadAhead(
+                    source,
+                    unit.folder,
+                    list(chunks(unit.messages, chunkMessages, chunkBytes)),
+                    ahead=overNetwork,
+                )
+                try:
+                    while not self._stopping:
+                        read = await steps.next()
+                        if read is None:
+                            break
+                        chunk, bodies = read
+                        pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
+                        enqueued = True
+                        hungry = pipeline.hungry()
+                        if hungry.called:
+                            await deferLater(self._clock, 0)
+                        await hungry
+                finally:
+                    steps.discard()
                 if not enqueued:
                     # Stopped before any of it left: nothing to reconcile.
                     recorder.unsent(ticket)
