@@ -84,7 +84,7 @@ def replay(streams: list[tuple[bytes, int]], spoolDirectory: str) -> tuple[float
     bodies handed over.
     """
     client = MigrationIMAP4Client(Clock(), timeout=0)
-    client.makeConnection(StringTransport())
+    client.makeConnection(StringTransport())  # type: ignore[no-untyped-call]
     client.dataReceived(b"* OK [CAPABILITY IMAP4rev1 LITERAL+] ready\r\n")
     source = IMAPSource(lambda: None)  # type: ignore[arg-type, return-value]
     folder = SourceFolder(path=("INBOX",), key="INBOX")
@@ -138,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
