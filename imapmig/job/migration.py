@@ -86,9 +86,10 @@ READ_STEP_BYTES = 1024 * 1024
 
 # The most octets (by listed size) of one step read from an IMAP source:
 # its reads do not block the reactor, and each step is one round trip.
-# One step is read ahead while the one before is sent (see ReadAhead), so
-# a connection holds at most two steps of bodies in memory (bodies above
-# the source's spoolAbove go to a file instead).
+# One step is read ahead while the one before is sent (see ReadAhead):
+# besides what its append pipeline holds, a connection holds at most that
+# one step of bodies in memory (bodies above the source's spoolAbove go to
+# a file instead).
 IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 
 
