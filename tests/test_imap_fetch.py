@@ -162,6 +162,26 @@ class ParserTests(SynchronousTestCase):
             parser.lineReceived(b"* 1 FETCH (UID 2 BODY[] {101}")
         self.assertFalse(parser.inResponse)
 
+    def test_listingResponseShortcut(self) -> None:
+        """
+        A listing response as servers write it (C{UID FLAGS INTERNALDATE
+        RFC822.SIZE}, in that order) gives the same item as the general
+        reader gives for the same response spelled otherwise: flags as
+        text, C{NIL} among them left out, an unreadable date as L{None}.
+        """
+        for flags, date in (
+            (b"\\Seen $Forwarded", b"22-Nov-2026 10:00:00 +0100"),
+            (b"", b" 2-Jan-2020 00:00:00 -0500"),
+            (b"\\Seen  NIL caf\xc3\xa9", b"not a date"),
+        ):
+            rest = b"FLAGS (" + flags + b') INTERNALDATE "' + date + b'" RFC822.SIZE 1234)\r\n'
+            [fast] = self.parse(b"* 3 FETCH (UID 17 " + rest)
+            [general] = self.parse(b"* 3 FETCH ( UID 17 " + rest)
+            self.assertEqual(fast, general)
+            self.assertEqual((fast.sequence, fast.uid, fast.size), (3, 17, 1234))
+        self.assertEqual(fast.flags, ("\\Seen", "caf\xe9"))
+        self.assertIsNone(fast.internalDate)
+
     def test_anyChunking(self) -> None:
         """
         The same two responses give the same items whatever the read

@@ -504,6 +504,28 @@ def _item(
     )
 
 
+def _listed(match: re.Match[bytes]) -> FetchedItem:
+    """
+    The L{FetchedItem} of a response that matched L{_LISTING}: what
+    L{_item} makes of it (C{NIL} among the flags left out, as a flag list
+    holds atoms only; an unreadable date is L{None}).
+    """
+    sequence, uid, flags, date, size = match.groups()
+    try:
+        internalDate: datetime | None = parseInternalDate(date)
+    except ValueError:
+        internalDate = None
+    return FetchedItem(
+        sequence=int(sequence),
+        uid=int(uid),
+        flags=tuple(
+            _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
+        ),
+        internalDate=internalDate,
+        size=int(size),
+    )
+
+
 def formatUIDSet(uids: Iterable[int]) -> bytes:
     """
     A compact IMAP sequence set of C{uids}: C{[7, 1, 2, 3, 9, 10]} gives
@@ -535,6 +557,14 @@ _LITERAL = 2
 # would find the same elements.  Anything else takes the general path.
 _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
+)
+
+# A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
+# RFC822.SIZE)}) as servers write it, flags made of atoms only: read
+# without the tokenizer, into the same item.
+_LISTING = re.compile(
+    rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
+    rb'INTERNALDATE "([^"\\]*)" RFC822\.SIZE ([0-9]{1,18})\)\Z'
 )
 
 
@@ -663,6 +693,10 @@ class FetchResponseParser:
                 match = _BODY_START.match(line)
                 if match is not None:
                     self._startBody(match)
+                    return
+                match = _LISTING.match(line)
+                if match is not None:
+                    self._itemReceived(_listed(match))
                     return
                 pos = self._start(line)
             elif self._state == _LINE:
