@@ -38,6 +38,8 @@ class Invocation:
         state, a copy of the Maildir).
     @ivar server: what the server advertises.
     @ivar rawBinary: the compiled raw writer.
+    @ivar source: for a server-to-server run (part C{s2s}), the account
+        read from; L{None} for a run from the Maildir.
     """
 
     host: str
@@ -47,6 +49,25 @@ class Invocation:
     runDir: str
     server: ServerVariant
     rawBinary: str
+    source: SourceAccount | None = None
+
+
+@frozen
+class SourceAccount:
+    """
+    The IMAP account a server-to-server run reads (part C{s2s}).
+
+    @ivar host: the source server's address.
+    @ivar port: its plain IMAP port.
+    @ivar user: the account (its password is L{PASSWORD}).
+    @ivar destinationConfig: the destination Dovecot's configuration file,
+        for C{doveadm}.
+    """
+
+    host: str
+    port: int
+    user: str
+    destinationConfig: str
 
 
 @frozen
@@ -223,6 +244,65 @@ def imapmigArgv(config: str, *extra: str) -> list[str]:
             "--exit-when-done", *extra]  # fmt: skip
 
 
+def imapmigServerToServerConfig(invocation: Invocation) -> str:
+    """
+    Write an imapmig configuration that copies C{invocation.source} into
+    the fresh account, both over plain TCP, and return its path.
+    """
+    source = invocation.source
+    assert source is not None, "a server-to-server run needs a source account"
+    passwordFile = os.path.join(invocation.runDir, "password")
+    with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(PASSWORD + "\n")
+    path = os.path.join(invocation.runDir, "imapmig.yaml")
+    with open(path, "w") as f:
+        f.write(
+            f"state: {os.path.join(invocation.runDir, 'state.sqlite')}\n"
+            "status: off\n"
+            "servers:\n"
+            f'  source: {{endpoint: "tcp:{source.host}:{source.port}", starttls: "off"}}\n'
+            f'  bench: {{endpoint: "tcp:{invocation.host}:{invocation.port}", starttls: "off"}}\n'
+            "jobs:\n"
+            "  - name: bench\n"
+            f"    source: {{server: source, user: {source.user}, password_file: {passwordFile}}}\n"
+            f"    destination: {{server: bench, user: {invocation.user},"
+            f" password_file: {passwordFile}}}\n"
+        )
+    return path
+
+
+def _imapmigServerToServer(invocation: Invocation) -> list[str]:
+    return imapmigArgv(imapmigServerToServerConfig(invocation))
+
+
+def _dsync(invocation: Invocation) -> list[str]:
+    # Dovecot's migration recipe: the destination's doveadm pulls from the
+    # source through imapc (-R: backup from the remote into the user).
+    source = invocation.source
+    assert source is not None, "a server-to-server run needs a source account"
+    settings = {
+        "imapc_host": source.host,
+        "imapc_port": str(source.port),
+        "imapc_user": source.user,
+        "imapc_password": PASSWORD,
+        "imapc_ssl": "no",
+        "imapc_features": "rfc822.size",
+        "mail_prefetch_count": "20",
+    }
+    overrides = [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
+    return [shutil.which("doveadm") or "/usr/bin/doveadm", "-c", source.destinationConfig,
+            *overrides, "backup", "-R", "-u", invocation.user, "imapc:"]  # fmt: skip
+
+
+def _rawServerToServer(invocation: Invocation) -> list[str]:
+    source = invocation.source
+    assert source is not None, "a server-to-server run needs a source account"
+    return [sys.executable, "-m", "bench.clients.s2s_raw", "--source-host", source.host,
+            "--source-port", str(source.port), "--source-user", source.user,
+            "--host", invocation.host, "--port", str(invocation.port),
+            "--user", invocation.user, "--password", PASSWORD]  # fmt: skip
+
+
 def _imapmig(
     *, connections: int | None = None, compress: str | None = None
 ) -> Callable[[Invocation], list[str]]:
@@ -313,6 +393,13 @@ CONTENDERS: dict[str, Contender] = {
             build=_raw(select=False, batch=1, syncWait=True, connections=2),
             note="into INBOX only",
         ),
+        Contender("imapmig-s2s", "imapmig, IMAP to IMAP", slow=False, raw=False,
+                  build=_imapmigServerToServer),  # fmt: skip
+        Contender("dsync", "doveadm backup -R imapc:", slow=False, raw=False, build=_dsync,
+                  note="Dovecot's own migration; writes the store directly"),  # fmt: skip
+        Contender("raw-s2s", "raw fetch, then MULTIAPPEND 50", slow=False, raw=True,
+                  build=_rawServerToServer,
+                  note="one connection each side; a folder fetched whole, then appended"),  # fmt: skip
     )
 }
 
@@ -327,6 +414,9 @@ NAGLE_CLIENTS = ("imaplib-nodelay", "imapmig-1", "imapmig", "raw", "raw-wait", "
 
 # Under LITERAL- the raw writer has no mode of its own to compare with.
 NAGLE_MINUS_CLIENTS = ("imaplib-nodelay", "imapmig-1", "imapmig")
+
+# Server to server (part s2s): an IMAP account into another.
+S2S_CLIENTS = ("imapmig-s2s", "dsync", "raw-s2s")
 
 
 def buildTools(workDir: str) -> tuple[str, str]:

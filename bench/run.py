@@ -78,6 +78,11 @@ The parts of the matrix (C{--parts}, comma-separated):
             per account and mbsync into one account; --scale-queued
             queued jobs: seconds to the first message stored and peak
             RSS; and bench/startup.py --runs --startup-runs
+  s2s       server to server (bench/s2s.py): an IMAP account of the
+            realistic corpus in one private Dovecot copied into a fresh
+            account of another (tmpfs, loopback): imapmig with an IMAP
+            source, Dovecot's `doveadm backup -R imapc:`, and a raw
+            fetch-then-MULTIAPPEND client (bench/clients/s2s_raw.py)
 
 Options:
   --runs N          runs per figure (default 5)
@@ -98,7 +103,7 @@ Options:
                     messages over the 20 Mbit/s link (default 500)
   --nagle-messages N
                     messages of the nagle part (default 2000)
-  --parts LIST      main,servers,compress,nagle,scale (default all)
+  --parts LIST      main,servers,compress,nagle,scale,s2s (default all)
   --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
                     realistic corpus, main part only (under a minute); its
                     figures are dominated by start-up and mean nothing
@@ -163,9 +168,11 @@ from bench.contenders import (
     NAGLE_CLIENTS,
     NAGLE_MINUS_CLIENTS,
     REPOSITORY,
+    S2S_CLIENTS,
     SERVER_CLIENTS,
     Contender,
     Invocation,
+    SourceAccount,
     buildTools,
     imapmigArgv,
     imapmigConfig,
@@ -466,9 +473,13 @@ class Bench:
         kind: str,
         corpus: BuiltCorpus,
         repetition: int,
+        source: SourceAccount | None = None,
     ) -> RunResult:
         """
         Run one client once, as a process, and verify the account.
+
+        @param source: the account a server-to-server client reads (part
+            C{s2s}); L{None}: the client reads C{corpus}'s Maildir.
         """
         account = server.freshAccount()
         runDir = tempfile.mkdtemp(prefix=f"{contender.name}-", dir=self.runsDir)
@@ -481,6 +492,7 @@ class Bench:
             runDir=runDir,
             server=VARIANTS[setting.server],
             rawBinary=self.rawBinary,
+            source=source,
         )
         argv = network.client(contender.argv(invocation))
         seconds, status, usage = _timedProcess(self.timer, argv, runDir, self.args.timeout)
@@ -664,7 +676,7 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--compress-messages", type=int, default=500)
     parser.add_argument("--nagle-messages", type=int, default=2000)
     parser.add_argument(
-        "--parts", type=_split, default=["main", "servers", "compress", "nagle", "scale"]
+        "--parts", type=_split, default=["main", "servers", "compress", "nagle", "scale", "s2s"]
     )
     defaults = ScaleSizes()
     parser.add_argument("--scale-accounts", type=int, default=defaults.accounts)
@@ -706,8 +718,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in ("disk", "tmpfs"):
             problems.append(f"unknown store {name!r} (disk, tmpfs)")
     for name in args.parts:
-        if name not in ("main", "servers", "compress", "nagle", "scale"):
-            problems.append(f"unknown part {name!r} (main, servers, compress, nagle, scale)")
+        if name not in ("main", "servers", "compress", "nagle", "scale", "s2s"):
+            problems.append(f"unknown part {name!r} (main, servers, compress, nagle, scale, s2s)")
     if args.scale_accounts < 1 or args.scale_per_account < 1:
         problems.append("--scale-accounts and --scale-per-account must be at least 1")
     if args.scale_queued < 0 or args.startup_runs < 0 or args.scale_max_jobs < 1:
@@ -793,6 +805,12 @@ def makePlan(args: argparse.Namespace) -> list[Job]:
         for nagle in (True, False):
             plan.append(Job(Setting("nagle", "tmpfs", 0.0, None, "realistic", "literal-minus",
                                     nagle=nagle), minusClients, count))  # fmt: skip
+    if "s2s" in args.parts:
+        corpus = "realistic" if "realistic" in args.corpus else args.corpus[0]
+        clients = tuple(c for c in S2S_CLIENTS if not args.clients or c in args.clients)
+        if clients:
+            plan.append(Job(Setting("s2s", "tmpfs", 0.0, None, corpus, "default"), clients,
+                            args.messages))  # fmt: skip
     if "compress" in args.parts:
         clients = tuple(
             c for c in COMPRESS_CLIENTS if not args.clients or c in args.clients
@@ -849,9 +867,14 @@ def execute(bench: Bench, plan: list[Job]) -> None:
             servers: dict[tuple[str, str, bool], list[Job]] = {}
             for job in jobs:
                 s = job.setting
-                if s.part == "nagle":
+                if s.part in ("nagle", "s2s"):
                     continue
                 servers.setdefault((s.store, s.server, s.serverCompress), []).append(job)
+            for job in jobs:
+                if job.setting.part == "s2s":
+                    from bench.s2s import runServerToServer
+
+                    runServerToServer(bench, job)
             for (store, server, compress), serverJobs in servers.items():
                 bench.runSetting(network, store, server, compress, serverJobs)
 
@@ -965,6 +988,13 @@ def _targets(rows: Sequence[Figure]) -> list[str]:
                     f"{factor:.2f}× the imaplib loop with TCP_NODELAY (target > 1): "
                     f"{verdict(factor > 1)}"
                 )
+    for f in find("imapmig-s2s", part="s2s"):
+        for peer in find("dsync", part="s2s", corpus=f.setting.corpus):
+            factor = f.messagesPerSecond / peer.messagesPerSecond
+            lines.append(
+                f"- Server to server: imapmig at {factor:.2f}× `doveadm backup -R imapc:` "
+                f"(target ≥ 1): {verdict(factor >= 1)}"
+            )
     for variant in ("no-multiappend", "literal-minus"):
         best: dict[float, Figure] = {}
         for name in ("imapmig", "imapmig-1", "imapmig-4"):
@@ -997,6 +1027,8 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
     compress = [f for f in rows if f.setting.part == "compress"]
     nagle = [f for f in rows if f.setting.part == "nagle"]
     nagle.sort(key=lambda f: (f.setting.server, not f.setting.nagle, order.index(f.client)))
+    serverToServer = [f for f in rows if f.setting.part == "s2s"]
+    serverToServer.sort(key=lambda f: order.index(f.client))
     chartPath = os.path.join(bench.resultsDir, "chart.png")
     charted = drawChart(main, chartPath, order)
     versions = toolVersions()
@@ -1095,6 +1127,18 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "(median of its runs, bytecode cached as an installed daemon has it).",
             "",
             scaleTable(scale),
+        ]
+    if serverToServer:
+        parts += [
+            "## Server to server",
+            "",
+            "An account of the corpus in one private Dovecot (tmpfs) copied into a fresh "
+            "account of another, on loopback; the clients run interleaved. `doveadm backup "
+            "-R imapc:` reads the source over IMAP (imapc) but writes the destination's "
+            "store directly; imapmig and the raw client speak only IMAP on both sides. "
+            "× raw ceiling: over the raw fetch-then-MULTIAPPEND client.",
+            "",
+            markdownTable(serverToServer),
         ]
     targets = _targets(rows)
     if targets:

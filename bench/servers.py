@@ -210,6 +210,14 @@ class BenchServer:
         """
         return self._instance.port
 
+    @property
+    def configPath(self) -> str:
+        """
+        The instance's C{dovecot.conf} (for C{doveadm -c}).
+        """
+        path: str = self._instance._configPath
+        return path
+
     def start(self) -> None:
         """
         Start Dovecot.

@@ -470,3 +470,19 @@ class ScaleFilesTests(SynchronousTestCase):
         connection.commit()
         connection.close()
         self.assertTrue(firstStored(path))
+    def test_serverToServerPart(self) -> None:
+        """
+        The s2s part runs imapmig with an IMAP source, Dovecot's
+        C{doveadm backup -R imapc:} and the raw fetch-then-MULTIAPPEND
+        client side by side, on loopback, tmpfs, the realistic corpus; it
+        is in the default list of parts, and C{--clients} narrows it.
+        """
+        plan = makePlan(parseArguments(["--parts", "s2s", "--messages", "700"]))
+        self.assertEqual(
+            [(j.setting.part, j.setting.store, j.setting.rttMs, j.setting.corpus, j.clients,
+              j.messages) for j in plan],
+            [("s2s", "tmpfs", 0.0, "realistic", ("imapmig-s2s", "dsync", "raw-s2s"), 700)],
+        )  # fmt: skip
+        self.assertIn("s2s", parseArguments([]).parts)
+        narrowed = makePlan(parseArguments(["--parts", "s2s", "--clients", "imapmig-s2s,dsync"]))
+        self.assertEqual([j.clients for j in narrowed], [("imapmig-s2s", "dsync")])

@@ -134,6 +134,54 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual(item.body, body)
         self.assertEqual(dict(item.sections), {b"BODY[]": body})
 
+    def test_bodyResponseShortcut(self) -> None:
+        """
+        The common first line of a body response (C{* N FETCH (UID n
+        BODY[] {size}}, or C{BINARY[]} with a literal8) gives the same item
+        as the general reader gives for the same response spelled
+        otherwise, items after the literal included; a literal beyond the
+        limits is refused the same way.
+        """
+        body = messageOf(300)
+        for section, marker in ((b"BODY[]", b"{300}"), (b"BINARY[]", b"~{300}")):
+            [fast] = self.parse(
+                b"* 7 FETCH (UID 42 " + section + b" " + marker + b"\r\n" + body
+                + b" FLAGS (\\Seen))\r\n"
+            )  # fmt: skip
+            [general] = self.parse(
+                b"* 7 FETCH ( UID 42 " + section + b" " + marker + b"\r\n" + body
+                + b" FLAGS (\\Seen))\r\n"
+            )  # fmt: skip
+            self.assertEqual(fast, general)
+            self.assertEqual((fast.sequence, fast.uid, fast.body, fast.flags),
+                             (7, 42, body, ("\\Seen",)))  # fmt: skip
+        [empty] = self.parse(b"* 1 FETCH (UID 2 BODY[] {0}\r\n)\r\n")
+        self.assertEqual(dict(empty.sections), {b"BODY[]": b""})
+        parser = FetchResponseParser(Collected(), FetchLimits(maxLiteral=100))
+        with self.assertRaises(FetchParseError):
+            parser.lineReceived(b"* 1 FETCH (UID 2 BODY[] {101}")
+        self.assertFalse(parser.inResponse)
+
+    def test_listingResponseShortcut(self) -> None:
+        """
+        A listing response as servers write it (C{UID FLAGS INTERNALDATE
+        RFC822.SIZE}, in that order) gives the same item as the general
+        reader gives for the same response spelled otherwise: flags as
+        text, C{NIL} among them left out, an unreadable date as L{None}.
+        """
+        for flags, date in (
+            (b"\\Seen $Forwarded", b"22-Nov-2026 10:00:00 +0100"),
+            (b"", b" 2-Jan-2020 00:00:00 -0500"),
+            (b"\\Seen  NIL caf\xc3\xa9", b"not a date"),
+        ):
+            rest = b"FLAGS (" + flags + b') INTERNALDATE "' + date + b'" RFC822.SIZE 1234)\r\n'
+            [fast] = self.parse(b"* 3 FETCH (UID 17 " + rest)
+            [general] = self.parse(b"* 3 FETCH ( UID 17 " + rest)
+            self.assertEqual(fast, general)
+            self.assertEqual((fast.sequence, fast.uid, fast.size), (3, 17, 1234))
+        self.assertEqual(fast.flags, ("\\Seen", "caf\xe9"))
+        self.assertIsNone(fast.internalDate)
+
     def test_anyChunking(self) -> None:
         """
         The same two responses give the same items whatever the read

@@ -35,6 +35,7 @@ stay one buffer each, joined once when complete.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -503,6 +504,28 @@ def _item(
     )
 
 
+def _listed(match: re.Match[bytes]) -> FetchedItem:
+    """
+    The L{FetchedItem} of a response that matched L{_LISTING}: what
+    L{_item} makes of it (C{NIL} among the flags left out, as a flag list
+    holds atoms only; an unreadable date is L{None}).
+    """
+    sequence, uid, flags, date, size = match.groups()
+    try:
+        internalDate: datetime | None = parseInternalDate(date)
+    except ValueError:
+        internalDate = None
+    return FetchedItem(
+        sequence=int(sequence),
+        uid=int(uid),
+        flags=tuple(
+            _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
+        ),
+        internalDate=internalDate,
+        size=int(size),
+    )
+
+
 def formatUIDSet(uids: Iterable[int]) -> bytes:
     """
     A compact IMAP sequence set of C{uids}: C{[7, 1, 2, 3, 9, 10]} gives
@@ -528,6 +551,21 @@ def formatUIDSet(uids: Iterable[int]) -> bytes:
 _IDLE = 0
 _LINE = 1
 _LITERAL = 2
+
+# The first line of the response to a body fetch as servers write it
+# (C{* 12 FETCH (UID 34 BODY[] {5678}}): read without the tokenizer, which
+# would find the same elements.  Anything else takes the general path.
+_BODY_START = re.compile(
+    rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
+)
+
+# A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
+# RFC822.SIZE)}) as servers write it, flags made of atoms only: read
+# without the tokenizer, into the same item.
+_LISTING = re.compile(
+    rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
+    rb'INTERNALDATE "([^"\\]*)" RFC822\.SIZE ([0-9]{1,18})\)\Z'
+)
 
 
 class FetchResponseParser:
@@ -652,6 +690,14 @@ class FetchResponseParser:
         """
         try:
             if self._state == _IDLE:
+                match = _BODY_START.match(line)
+                if match is not None:
+                    self._startBody(match)
+                    return
+                match = _LISTING.match(line)
+                if match is not None:
+                    self._itemReceived(_listed(match))
+                    return
                 pos = self._start(line)
             elif self._state == _LINE:
                 pos = 0
@@ -736,6 +782,34 @@ class FetchResponseParser:
         self._memoryOctets = 0
         return pos + 1
 
+    def _startBody(self, match: re.Match[bytes]) -> None:
+        """
+        Start a response whose first line matched L{_BODY_START}: its
+        attribute list so far is C{UID <uid> <section>}, and a literal
+        follows.
+        """
+        sequence, uidName, uid, section, size = match.groups()
+        self._sequence = int(sequence)
+        self._root = root = [uidName, uid, section]
+        self._stack = [root]
+        self._spooled = []
+        self._responseOctets = 0
+        self._memoryOctets = 0
+        self._literalFollows(int(size))
+
+    def _literalFollows(self, size: int) -> None:
+        """
+        A literal of C{size} octets is announced: admit it and wait for its
+        octets (or take an empty one at once).
+        """
+        if size == 0:
+            self._stack[-1].append(b"")
+            self._state = _LINE
+        else:
+            self._admit(size)
+            self._remaining = size
+            self._state = _LITERAL
+
     def _continue(self, line: bytes, pos: int) -> None:
         end = len(line)
         stack = self._stack
@@ -747,13 +821,7 @@ class FetchResponseParser:
             return
         if line[pos:].strip(b" ") or not stack:
             raise FetchParseError("a literal marker that does not end the line")
-        if size == 0:
-            stack[-1].append(b"")
-            self._state = _LINE
-        else:
-            self._admit(size)
-            self._remaining = size
-            self._state = _LITERAL
+        self._literalFollows(size)
 
     def _admit(self, size: int) -> None:
         """

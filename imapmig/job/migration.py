@@ -57,6 +57,7 @@ from imapmig.job.destination import (
     TargetMailbox,
 )
 from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.readahead import ReadAhead, closeBodies
 from imapmig.job.reconcile import reconcileJournal
 from imapmig.job.recording import (
     JournalTicket,
@@ -90,6 +91,14 @@ log = Logger()
 # The most octets read from the source in one step without letting the
 # reactor run.
 READ_STEP_BYTES = 1024 * 1024
+
+# The most octets (by listed size) of one step read from an IMAP source:
+# its reads do not block the reactor, and each step is one round trip.
+# One step is read ahead while the one before is sent (see ReadAhead):
+# besides what its append pipeline holds, a connection holds at most that
+# one step of bodies in memory (bodies above the source's spoolAbove go to
+# a file instead).
+IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 
 
 # A listed source folder: its messages and, on a delta pass, the flag
@@ -839,8 +848,15 @@ class MigrationJob:
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket
         # must be kept fed meanwhile.
+        source = self._source
+        # An IMAP source's reads wait on the network, not the CPU: they are
+        # made in larger steps, each read while the step before is sent.
+        overNetwork = isinstance(source, IMAPSource)
         chunkMessages = pipeline.settings.batchMessages
-        chunkBytes = min(pipeline.settings.batchBytes, READ_STEP_BYTES)
+        chunkBytes = min(
+            pipeline.settings.batchBytes,
+            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
+        )
         for throttle in self._throttles:
             chunkMessages, chunkBytes = throttle.chunkLimits(chunkMessages, chunkBytes)
         # The destination's rates are waited for here; an IMAP source waits
@@ -849,7 +865,6 @@ class MigrationJob:
         budgets = self._budgets
         units = self._units
         current: str | None = None
-        source = self._source
         selected = self._selected
         worker = id(outcomes)
         binary = b"BINARY" in session.capabilities
@@ -894,29 +909,41 @@ class MigrationJob:
                         binary, target.permanentFlags, target.presence, sizeLimit=sizeLimit
                     )
                 enqueued = False
-                for chunk in chunks(unit.messages, chunkMessages, chunkBytes):
-                    if self._stopping:
-                        break
-                    if rated is not None:
+                steps = ReadAhead(
+                    source,
+                    unit.folder,
+                    list(chunks(unit.messages, chunkMessages, chunkBytes)),
+                    ahead=overNetwork,
+                )
+                try:
+                    while not self._stopping:
                         try:
-                            await rated.admit(len(chunk), sum(m.size for m in chunk))
+                            read = await steps.next()
                         except CancelledError:
-                            # Stopped while waiting for the throttle.
+                            if self._stopping:
+                                # Stopped while the source waited for its
+                                # throttle.
+                                break
+                            raise
+                        if read is None:
                             break
-                    try:
-                        bodies = await source.readBodies(unit.folder, chunk)
-                    except CancelledError:
-                        if self._stopping:
-                            # Stopped while the source waited for its
-                            # throttle.
-                            break
-                        raise
-                    pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
-                    enqueued = True
-                    hungry = pipeline.hungry()
-                    if hungry.called:
-                        await deferLater(self._clock, 0)
-                    await hungry
+                        chunk, bodies = read
+                        if rated is not None:
+                            try:
+                                await rated.admit(len(chunk), sum(m.size for m in chunk))
+                            except CancelledError:
+                                # Stopped while waiting for the throttle:
+                                # what was read is not sent.
+                                closeBodies(bodies)
+                                break
+                        pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
+                        enqueued = True
+                        hungry = pipeline.hungry()
+                        if hungry.called:
+                            await deferLater(self._clock, 0)
+                        await hungry
+                finally:
+                    steps.discard()
                 if not enqueued:
                     # Stopped before any of it left: nothing to reconcile.
                     recorder.unsent(ticket)

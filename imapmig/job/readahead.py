@@ -1,0 +1,111 @@
+# -*- test-case-name: tests.test_job_readahead -*-
+"""
+Reading one unit of work from the source a step ahead of sending it.
+
+A source that waits on a network (an IMAP source) would otherwise leave
+both ends idle in turn: the source server while imapmig prepares and sends
+a step, imapmig while the source server produces the next.  L{ReadAhead}
+starts the read of the next step as soon as a step is handed over, so it
+overlaps the preparing and sending of the step before; with the append
+pipeline's own window this keeps the fetch and the append going at once.
+
+Memory stays bounded: at most one step is read ahead, never beyond the
+unit (whose messages are journaled before any is read or sent), so the
+bodies held per connection are the step being sent and the one being
+read.  What a large message costs is the source's business (the IMAP
+source spools a body above its C{spoolAbove} to a file, not memory).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.python.failure import Failure
+
+from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
+from imapmig.sources import IMessageSource
+
+__all__ = ["ReadAhead", "closeBodies"]
+
+
+def closeBodies(bodies: Sequence[MessageBody]) -> None:
+    """
+    Close the files of the streamed bodies among C{bodies} (read, but never
+    sent).
+    """
+    for body in bodies:
+        if isinstance(body, StreamedBody):
+            body.close()
+
+
+def _ignore(failure: Failure) -> None:
+    """
+    Consume the failure of a read nobody waits for any more: the attempt is
+    ending (stopped, or failed for another reason); the next attempt reads
+    those messages again.
+    """
+
+
+class ReadAhead:
+    """
+    The steps of one unit, each read from the source while the one before
+    is being sent.
+
+    Call L{next} until it returns L{None}; call L{discard} when giving up
+    early (stopping, or an error), so that a read still in flight has its
+    result released and its failure consumed.
+    """
+
+    def __init__(
+        self,
+        source: IMessageSource,
+        folder: SourceFolder,
+        steps: Sequence[Sequence[SourceMessage]],
+        ahead: bool = True,
+    ) -> None:
+        """
+        @param source: where the bodies are read.
+        @param folder: the unit's folder.
+        @param steps: the unit's messages, cut into steps (in order).
+        @param ahead: whether to read a step ahead; L{False} reads each step
+            only when asked (for a source whose reads block the reactor,
+            such as a Maildir, reading ahead only delays the sending).
+        """
+        self._source = source
+        self._folder = folder
+        self._steps = steps
+        self._ahead = ahead
+        self._index = 0
+        self._reading: Deferred[Sequence[MessageBody]] | None = None
+
+    async def next(self) -> tuple[Sequence[SourceMessage], Sequence[MessageBody]] | None:
+        """
+        The next step and its bodies, or L{None} when the unit is done; the
+        read of the step after it starts before this returns.
+
+        @raise ImapmigError: the source failed (as its C{readBodies} does).
+        """
+        if self._index >= len(self._steps):
+            return None
+        step = self._steps[self._index]
+        self._index += 1
+        reading, self._reading = self._reading, None
+        if reading is None:
+            reading = self._read(step)
+        bodies = await reading
+        if self._ahead and self._index < len(self._steps):
+            self._reading = self._read(self._steps[self._index])
+        return step, bodies
+
+    def discard(self) -> None:
+        """
+        Give up the read in flight, if any: its bodies are closed when it
+        completes, its failure consumed.
+        """
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.addCallbacks(closeBodies, _ignore)
+
+    def _read(self, step: Sequence[SourceMessage]) -> Deferred[Sequence[MessageBody]]:
+        return ensureDeferred(self._source.readBodies(self._folder, step))

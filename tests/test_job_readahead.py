@@ -1,0 +1,140 @@
+"""
+Tests for L{imapmig.job.readahead}: a unit's steps read a step ahead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import TransientError
+from imapmig.job.readahead import ReadAhead
+from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
+
+_FOLDER = SourceFolder(key="INBOX", path=("INBOX",))
+
+
+def _messages(*keys: str) -> list[SourceMessage]:
+    return [SourceMessage(key=key, flags=(), internalDate=None, size=10) for key in keys]
+
+
+class _Source:
+    """
+    A source whose reads complete when the test says: each C{readBodies}
+    call is kept with its Deferred.
+    """
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[list[str], Deferred[Sequence[MessageBody]]]] = []
+
+    def readBodies(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[MessageBody]]:
+        d: Deferred[Sequence[MessageBody]] = Deferred()
+        self.reads.append(([m.key for m in messages], d))
+        return d
+
+    def keysRead(self) -> list[list[str]]:
+        return [keys for keys, _ in self.reads]
+
+
+def _streamed(case: SynchronousTestCase) -> StreamedBody:
+    fd, path = tempfile.mkstemp()
+    os.write(fd, b"Subject: x\r\n\r\nbody\r\n")
+    os.unlink(path)
+    body = StreamedBody.fromDescriptor(fd, "spooled")
+    case.addCleanup(body.close)
+    return body
+
+
+class ReadAheadTests(SynchronousTestCase):
+    """
+    L{ReadAhead} reads the next step while the one before is handed over.
+    """
+
+    def test_readsNextStepAhead(self) -> None:
+        """
+        When a step is handed over, the read of the following step has
+        already been asked for; the last step starts no read beyond the
+        unit; then L{ReadAhead.next} gives L{None}.
+        """
+        source = _Source()
+        steps = [_messages("1", "2"), _messages("3"), _messages("4")]
+        reader = ReadAhead(source, _FOLDER, steps)  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        self.assertEqual(source.keysRead(), [["1", "2"]])
+        source.reads[0][1].callback([b"a", b"b"])
+        self.assertEqual(self.successResultOf(first), (steps[0], [b"a", b"b"]))
+        self.assertEqual(source.keysRead(), [["1", "2"], ["3"]])
+        second = Deferred.fromCoroutine(reader.next())
+        self.assertNoResult(second)
+        source.reads[1][1].callback([b"c"])
+        self.assertEqual(self.successResultOf(second), (steps[1], [b"c"]))
+        self.assertEqual(source.keysRead(), [["1", "2"], ["3"], ["4"]])
+        source.reads[2][1].callback([b"d"])
+        self.assertEqual(self.successResultOf(Deferred.fromCoroutine(reader.next())),
+                         (steps[2], [b"d"]))  # fmt: skip
+        self.assertIsNone(self.successResultOf(Deferred.fromCoroutine(reader.next())))
+        self.assertEqual(len(source.reads), 3)
+
+    def test_notAhead(self) -> None:
+        """
+        With C{ahead=False} each step is read only when asked for.
+        """
+        source = _Source()
+        steps = [_messages("1"), _messages("2")]
+        reader = ReadAhead(source, _FOLDER, steps, ahead=False)  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        self.assertEqual(source.keysRead(), [["1"]])
+        Deferred.fromCoroutine(reader.next())
+        self.assertEqual(source.keysRead(), [["1"], ["2"]])
+
+    def test_failureOfTheStepAsked(self) -> None:
+        """
+        A read that fails fails the L{ReadAhead.next} that waits for it,
+        and starts no read ahead.
+        """
+        source = _Source()
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].errback(TransientError("lost"))
+        self.failureResultOf(first, TransientError)
+        self.assertEqual(source.keysRead(), [["1"]])
+
+    def test_discardClosesStreamedBodies(self) -> None:
+        """
+        L{ReadAhead.discard} gives up the read in flight: once it
+        completes, the files of its streamed bodies are closed.
+        """
+        source = _Source()
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        streamed = _streamed(self)
+        fd = streamed._fd
+        source.reads[1][1].callback([b"b", streamed])
+        self.assertEqual(streamed._fd, -1)
+        with self.assertRaises(OSError):
+            os.fstat(fd)
+
+    def test_discardConsumesFailure(self) -> None:
+        """
+        A read given up that then fails logs no unhandled error.
+        """
+        source = _Source()
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        source.reads[1][1].errback(TransientError("lost"))
+        self.assertEqual(self.flushLoggedErrors(), [])
+        reader.discard()
