@@ -1,5 +1,5 @@
 """
-Tests for the scheduler, L{imapmig.service.JobQueueService}: up to
+Tests for the scheduler, L{imapmig.schedule.scheduler.JobQueueService}: up to
 C{max_jobs} jobs at once, in configuration order, their connections
 granted under the servers' limits; and for the grant-aware session opener
 (L{imapmig.service.grantedOpener}) with a real L{MigrationJob}.
@@ -29,13 +29,8 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
 from imapmig.config import parseConfig
-from imapmig.service import (
-    JobQueueService,
-    MigrationService,
-    buildService,
-    essentialConnections,
-    grantedOpener,
-)
+from imapmig.schedule.scheduler import JobQueueService, essentialConnections
+from imapmig.service import MigrationService, buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import JobHarness, memoryOpener
 from tests.test_service import makeMaildir
