@@ -132,6 +132,22 @@ class Scheduler:
         self.built[name].result.callback(completed)
 
 
+class ForgetfulQueue(InMemoryJobQueue):
+    """
+    An L{InMemoryJobQueue} that forgets who claimed what: each claim is made
+    as a new owner, as a queue shared with other daemons would see an
+    owner whose lease lapsed (its expired claims can be claimed again).
+    """
+
+    def __init__(self, queue: InMemoryJobQueue) -> None:
+        InMemoryJobQueue.__init__(self, queue._jobs)
+        self._claimed = 0
+
+    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+        self._claimed += 1
+        return InMemoryJobQueue.claim(self, f"{owner}#{self._claimed}", now, lease)
+
+
 class SchedulerTests(SynchronousTestCase):
     """
     L{JobQueueService} as a scheduler.
@@ -320,6 +336,42 @@ class SchedulerTests(SynchronousTestCase):
         self.assertIsNone(s.queue.claim("other", s.clock.seconds(), 600))
         s.finish("a")
         self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_clockJumpDoesNotRunAJobTwice(self) -> None:
+        """
+        After the wall clock jumps past the lease (no renewal ran), a
+        freed slot goes to the next job, not to a second run of a job
+        that is running; every job runs once and the queue drains.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=2)
+        s.service.startService()
+        s.clock.rightNow += 700
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        self.assertEqual(s.service.runningJobs, ["a", "c"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_runningJobClaimedAgain(self) -> None:
+        """
+        A shared queue that hands back a job this scheduler is running (its
+        own lease lapsed) does not start it again: the running job goes on
+        under the new claim, which its end finishes.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=2)
+        s.service._queue = s.queue = ForgetfulQueue(s.queue)
+        s.service.startService()
+        s.clock.rightNow += 700
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
     def test_finishOutcome(self) -> None:

@@ -126,7 +126,7 @@ class JobQueueService(Service):
                 break
             finally:
                 self._waitingSlot = None
-            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+            claim = self._claimNext()
             if claim is None:
                 slot.release()
                 break
@@ -150,6 +150,20 @@ class JobQueueService(Service):
         )
         if self._whenDone is not None:
             self._whenDone(self._allCompleted)
+
+    def _claimNext(self) -> JobClaim | None:
+        """
+        Claim the next job that this scheduler is not already running.
+        """
+        while True:
+            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+            if claim is None or claim.job.name not in self._claims:
+                return claim
+            # Our own lease on a running job lapsed unrenewed (the wall
+            # clock jumped) and the queue gave the job back: it goes on
+            # running, under the new claim.
+            log.warn("Job {job}: claimed again while running; kept running", job=claim.job.name)
+            self._claims[claim.job.name] = claim
 
     async def _runOne(self, claim: JobClaim, slot: Grant) -> None:
         """
@@ -198,10 +212,10 @@ class JobQueueService(Service):
             log.failure("Job {job} crashed", job=name)
         finally:
             self._jobs.pop(name, None)
-            self._claims.pop(name, None)
+            current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
-            self._queue.finish(claim, outcome)
+            self._queue.finish(current, outcome)
             if outcome is not JobOutcome.COMPLETED:
                 self._allCompleted = False
             slot.release()
