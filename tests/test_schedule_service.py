@@ -289,8 +289,9 @@ class SchedulerTests(SynchronousTestCase):
 
     def test_crashIsolation(self) -> None:
         """
-        A job that crashes (a bug) is logged and fails alone; the others
-        start and run, and the queue is drained as not all completed.
+        A job that crashes (a bug) is logged and fails alone, shown as
+        failed with its error; the others start and run, and the queue is
+        drained as not all completed.
         """
         s = Scheduler(
             [jobConfig("a", "a"), jobConfig("boom", "b"), jobConfig("c", "c")],
@@ -300,6 +301,10 @@ class SchedulerTests(SynchronousTestCase):
         s.service.startService()
         self.assertEqual(s.started, ["a", "boom", "c"])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        crashed = s.progress.job("boom")
+        self.assertEqual(crashed.state, JobState.FAILED)
+        self.assertEqual(crashed.error, "internal error: RuntimeError: a bug")
+        self.assertIsNotNone(crashed.finishedAt)
         s.finish("a")
         s.finish("c")
         self.assertEqual(s.done, [False])

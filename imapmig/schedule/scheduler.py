@@ -21,7 +21,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
-from imapmig.progress import JobState, MigrationProgress
+from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.schedule.grants import (
     JOB_SLOTS,
     ConnectionGrants,
@@ -205,11 +205,11 @@ class JobQueueService(Service):
             log.info("Job {job}: stopped while waiting for a connection grant", job=name)
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
-            progress.showState(lambda: JobState.FAILED)
-            progress.finished(str(e))
-        except Exception:
+            _showFailed(progress, str(e))
+        except Exception as e:
             # A bug of ours: this job fails, the others go on.
             log.failure("Job {job} crashed", job=name)
+            _showFailed(progress, f"internal error: {e.__class__.__name__}: {e}")
         finally:
             self._jobs.pop(name, None)
             current = self._claims.pop(name, claim)
@@ -244,6 +244,14 @@ class JobQueueService(Service):
         for job in list(self._jobs.values()):
             job.stop()
         return self._running
+
+
+def _showFailed(progress: JobProgress, error: str) -> None:
+    """
+    Show a job that the scheduler saw fail as failed, with C{error}.
+    """
+    progress.showState(lambda: JobState.FAILED)
+    progress.finished(error)
 
 
 def withinLimits(job: JobConfig) -> JobConfig:
