@@ -410,6 +410,7 @@ def buildService(
             retryPolicyFor(jobConfig),
             throttle=upload,
             sourceThrottle=download,
+            defer=True,
         )
 
     JobQueueService(

@@ -127,3 +127,23 @@ class InMemoryJobQueueTests(SynchronousTestCase):
         current = queue.renew(current, 202.0, 60.0)
         queue.finish(current, JobOutcome.COMPLETED)
         self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=0, finished=1))
+
+    def test_deferredNotClaimedBeforeDue(self) -> None:
+        """
+        A deferred job goes back to the queue but is not claimed before its
+        time; L{InMemoryJobQueue.nextDue} says when; once due it is claimed
+        before the jobs after it.
+        """
+        queue = queueOf(3)
+        first = queue.claim("me", 0.0, 60.0)
+        assert first is not None
+        queue.finish(first, JobOutcome.DEFERRED, 100.0)
+        self.assertEqual(queue.nextDue(), 100.0)
+        self.assertEqual(queue.counts(), QueueCounts(queued=2, claimed=0, finished=0, deferred=1))
+        second = queue.claim("me", 50.0, 60.0)
+        assert second is not None
+        self.assertEqual(second.job.name, "j1")
+        again = queue.claim("me", 100.0, 60.0)
+        assert again is not None
+        self.assertEqual(again.job.name, "j0")
+        self.assertIsNone(queue.nextDue())

@@ -78,6 +78,7 @@ class FakeJob:
         self.crash = crash
         self.result: Deferred[bool] = Deferred()
         self.stopped = False
+        self.deferredUntil: float | None = None
 
     async def run(self) -> bool:
         if self.crash:
@@ -130,6 +131,14 @@ class Scheduler:
         End the running job C{name}.
         """
         self.built[name].result.callback(completed)
+
+    def defer(self, name: str, until: float) -> None:
+        """
+        End the running job C{name}'s run deferred until C{until}.
+        """
+        job = self.built[name]
+        job.deferredUntil = until
+        job.result.callback(False)
 
 
 class ForgetfulQueue(InMemoryJobQueue):
@@ -387,14 +396,108 @@ class SchedulerTests(SynchronousTestCase):
         outcomes: list[JobOutcome] = []
         finish = s.queue.finish
 
-        def finishing(claim: JobClaim, outcome: JobOutcome) -> None:
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
             outcomes.append(outcome)
-            finish(claim, outcome)
+            finish(claim, outcome, notBefore)
 
         s.queue.finish = finishing  # type: ignore[method-assign]
         s.service.startService()
         s.finish("a")
         self.assertEqual(outcomes, [JobOutcome.COMPLETED])
+
+
+class DeferredJobTests(SynchronousTestCase):
+    """
+    A job whose run ends deferred (its daily budget used up) gives back its
+    slot and connections, and runs again when due.
+    """
+
+    def test_deferredJobGivesBackItsSlot(self) -> None:
+        """
+        With C{max_jobs: 1}, a first job that defers until T gives its slot
+        and connections at once to the second; the third follows; the queue
+        is not drained while the first waits (C{whenDone} not called, one
+        timer armed); at T it runs again, and once it completes the queue
+        is drained with every job completed.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s.service.startService()
+        self.assertEqual(s.started, ["a"])
+        self.assertEqual(s.grants.connectionsInUse("s", "a"), 1)
+        s.defer("a", 5000.0)
+        self.assertEqual(s.started, ["a", "b"])
+        self.assertEqual(s.grants.connectionsInUse("s", "a"), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 1)
+        self.assertEqual(s.queue.counts().deferred, 1)
+        s.finish("b")
+        s.finish("c")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        self.assertEqual(s.done, [])
+        due = [c for c in s.clock.getDelayedCalls() if c.getTime() == 5000.0]
+        self.assertEqual(len(due), 1)
+        s.clock.advance(4999.0)
+        self.assertEqual(s.started, ["a", "b", "c"])
+        s.clock.advance(1.0)
+        self.assertEqual(s.started, ["a", "b", "c", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_dueWhileSlotsTaken(self) -> None:
+        """
+        A deferred job that becomes due while every slot is taken waits for
+        a slot, before the jobs after it in the configuration.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s.service.startService()
+        s.defer("a", 100.0)
+        s.clock.advance(200.0)
+        self.assertEqual(s.started, ["a", "b"])
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "a"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_earliestDueFirst(self) -> None:
+        """
+        One timer, for the earliest due deferred job: a job deferred to an
+        earlier time than another's runs first, at its time.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b")], maxJobs=2)
+        s.service.startService()
+        s.defer("a", 900.0)
+        s.defer("b", 300.0)
+        due = [c.getTime() for c in s.clock.getDelayedCalls() if c.getTime() in (300.0, 900.0)]
+        self.assertEqual(due, [300.0])
+        s.clock.advance(300.0)
+        self.assertEqual(s.started, ["a", "b", "b"])
+        s.finish("b")
+        s.clock.advance(600.0)
+        self.assertEqual(s.started, ["a", "b", "b", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_onlyDeferredJobsStopAtOnce(self) -> None:
+        """
+        A scheduler whose only job is deferred stays up (the queue is not
+        drained), and a stop ends it at once, leaving no timer.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        s.service.startService()
+        s.defer("a", 86400.0)
+        s.clock.advance(3600.0)
+        self.assertEqual(s.done, [])
+        self.assertEqual(s.service.runningJobs, [])
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.done, [])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
 
 
 class GrantedOpenerTests(SynchronousTestCase):

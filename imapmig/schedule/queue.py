@@ -6,7 +6,8 @@ A scheduler I{claims} the next job (the first, in configuration order,
 that no live lease holds), I{renews} its lease while the job runs, and
 I{finishes} it with its outcome.  A job whose lease expires may be
 claimed by another owner (a takeover); a stopped job goes back to the
-queue at its place.
+queue at its place; a deferred job (its daily budget used up) goes back
+too, but is not claimed before the time it gave (C{notBefore}).
 
 L{InMemoryJobQueue} serves one daemon from the configured job list: the
 state store's lock already makes that daemon the only owner, so leases
@@ -30,7 +31,9 @@ generation, state)}:
     left by the old owner against the destination (the reconciliation of
     L{imapmig.job.reconcile}), which makes a half-sent unit exact.
   - C{finish}: C{UPDATE ... SET state = 'done' | 'failed' WHERE job AND
-    generation} (or back to C{'queued'} for a stopped job).
+    generation} (or back to C{'queued'} for a stopped job, and for a
+    deferred one with C{not_before}, a column that C{claim} then also
+    requires to be past).
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ class JobOutcome(Enum):
     FAILED = "failed"
     # Stopped before the end: back to the queue, for a later run or owner.
     STOPPED = "stopped"
+    # Cannot go on before a given time (a daily budget used up): back to
+    # the queue, not claimed before then.
+    DEFERRED = "deferred"
 
 
 class LeaseLost(Exception):
@@ -93,6 +99,7 @@ class QueueCounts:
     queued: int
     claimed: int
     finished: int
+    deferred: int = 0
 
 
 class IJobQueue(Interface):
@@ -118,10 +125,17 @@ class IJobQueue(Interface):
             (another one took the job over).
         """
 
-    def finish(claim: JobClaim, outcome: JobOutcome) -> None:
+    def finish(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         """
-        Record how a claimed job ended; a stopped one is queued again.
-        Ignored unless C{claim} is the job's current claim.
+        Record how a claimed job ended; a stopped one is queued again, a
+        deferred one too, claimed not before C{notBefore}.  Ignored unless
+        C{claim} is the job's current claim.
+        """
+
+    def nextDue() -> float | None:
+        """
+        When the earliest deferred job may be claimed, or L{None} if none
+        is deferred.
         """
 
     def counts() -> QueueCounts:
@@ -149,6 +163,9 @@ class InMemoryJobQueue:
         # stop, an expired lease) wait in a heap, by position.
         self._next = 0
         self._returned: list[int] = []
+        # Deferred jobs, (notBefore, position), earliest first: moved to
+        # _returned once due.
+        self._deferred: list[tuple[float, int]] = []
         self._claims: dict[int, JobClaim] = {}
         self._finished = 0
         self._generation = 0
@@ -159,6 +176,8 @@ class InMemoryJobQueue:
                 # Taken over: the old owner's renew raises LeaseLost.
                 del self._claims[position]
                 heapq.heappush(self._returned, position)
+        while self._deferred and self._deferred[0][0] <= now:
+            heapq.heappush(self._returned, heapq.heappop(self._deferred)[1])
         if self._returned and self._returned[0] < self._next:
             position = heapq.heappop(self._returned)
         elif self._next < len(self._jobs):
@@ -182,16 +201,27 @@ class InMemoryJobQueue:
         self._claims[claim.position] = renewed
         return renewed
 
-    def finish(self, claim: JobClaim, outcome: JobOutcome) -> None:
+    def finish(self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         if not self._isCurrent(claim):
             # Taken over meanwhile: the new claim's outcome counts.
             return
         del self._claims[claim.position]
         if outcome is JobOutcome.STOPPED:
             heapq.heappush(self._returned, claim.position)
+        elif outcome is JobOutcome.DEFERRED:
+            assert notBefore is not None
+            heapq.heappush(self._deferred, (notBefore, claim.position))
         else:
             self._finished += 1
 
+    def nextDue(self) -> float | None:
+        return self._deferred[0][0] if self._deferred else None
+
     def counts(self) -> QueueCounts:
         queued = len(self._jobs) - self._next + len(self._returned)
-        return QueueCounts(queued=queued, claimed=len(self._claims), finished=self._finished)
+        return QueueCounts(
+            queued=queued,
+            claimed=len(self._claims),
+            finished=self._finished,
+            deferred=len(self._deferred),
+        )

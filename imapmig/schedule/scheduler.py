@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 from attrs import evolve
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -30,6 +30,7 @@ from imapmig.schedule.grants import (
     JobConnections,
 )
 from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.schedule.throttle import utcTime
 
 log = Logger()
 
@@ -39,10 +40,14 @@ class ScheduledJob(Protocol):
     """
 
     name: str
+    # Set when the run ended deferred: the job cannot go on before this
+    # time of the clock (a daily budget used up).
+    deferredUntil: float | None
 
     async def run(self) -> bool:
         """
-        Run to the end; C{True} if the job completed.
+        Run to the end; C{True} if the job completed.  C{False}, with
+        C{deferredUntil} set, if it cannot go on before then.
         """
 
     def stop(self) -> None:
@@ -58,6 +63,11 @@ class JobQueueService(Service):
     connections to be granted (L{JobConnections.reserve}), is built only
     then, and runs.  Once the queue is drained, C{whenDone} is called with
     C{True} if every job completed.
+
+    A job whose run ends deferred (its daily budget used up) gives back its
+    slot and connections to the other jobs, and goes back to the queue
+    until it is due; one timer wakes the scheduler for the earliest due.
+    The queue is drained only once no job is left, deferred ones included.
 
     A job that crashes (a bug of ours) fails alone; the others go on.
     Stopping the service stops every running job, gives up every wait,
@@ -94,7 +104,11 @@ class JobQueueService(Service):
         self._lease = lease
         self._stopping = False
         self._allCompleted = True
-        self._started = 0
+        self._started: set[str] = set()
+        # Fired when a running job ends or the earliest deferred job is
+        # due (_dueTimer), while there is nothing to claim.
+        self._wake: Deferred[None] | None = None
+        self._dueTimer: IDelayedCall | None = None
         self._waitingSlot: Deferred[Grant] | None = None
         self._reserving: dict[str, Deferred[None]] = {}
         self._jobs: dict[str, ScheduledJob] = {}
@@ -129,9 +143,15 @@ class JobQueueService(Service):
             claim = self._claimNext()
             if claim is None:
                 slot.release()
-                break
+                if not self._active and self._queue.nextDue() is None:
+                    break
+                try:
+                    await self._changed()
+                except CancelledError:
+                    break
+                continue
             name = claim.job.name
-            self._started += 1
+            self._started.add(name)
             self._claims[name] = claim
             running = Deferred.fromCoroutine(self._runOne(claim, slot))
             if not running.called:
@@ -145,11 +165,31 @@ class JobQueueService(Service):
             return
         log.info(
             "Job queue drained: {count} jobs, {outcome}",
-            count=self._started,
+            count=len(self._started),
             outcome="all completed" if self._allCompleted else "some failed",
         )
         if self._whenDone is not None:
             self._whenDone(self._allCompleted)
+
+    def _changed(self) -> Deferred[None]:
+        """
+        Fires when a running job ends or the earliest deferred job is due.
+        """
+        due = self._queue.nextDue()
+        if due is not None:
+            self._dueTimer = self._clock.callLater(
+                max(0.0, due - self._clock.seconds()), self._wakeUp
+            )
+        wake = self._wake = Deferred()
+        return wake
+
+    def _wakeUp(self) -> None:
+        if self._dueTimer is not None and self._dueTimer.active():
+            self._dueTimer.cancel()
+        self._dueTimer = None
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.callback(None)
 
     def _claimNext(self) -> JobClaim | None:
         """
@@ -174,6 +214,7 @@ class JobQueueService(Service):
         progress = self._progress.job(name)
         connections = JobConnections(self._grants, essentialConnections(claim.job))
         outcome = JobOutcome.FAILED
+        notBefore = None
         try:
             reserving = connections.reserve()
             if not reserving.called:
@@ -198,6 +239,14 @@ class JobQueueService(Service):
             completed = await job.run()
             if completed:
                 outcome = JobOutcome.COMPLETED
+            elif job.deferredUntil is not None:
+                outcome, notBefore = JobOutcome.DEFERRED, job.deferredUntil
+                log.info(
+                    "Job {job}: deferred until {until}; its job slot and connections"
+                    " go to other jobs meanwhile",
+                    job=name,
+                    until=utcTime(notBefore),
+                )
             elif self._stopping:
                 outcome = JobOutcome.STOPPED
         except CancelledError:
@@ -215,10 +264,11 @@ class JobQueueService(Service):
             current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
-            self._queue.finish(current, outcome)
-            if outcome is not JobOutcome.COMPLETED:
+            self._queue.finish(current, outcome, notBefore)
+            if outcome not in (JobOutcome.COMPLETED, JobOutcome.DEFERRED):
                 self._allCompleted = False
             slot.release()
+            self._wakeUp()
 
     def _renewLeases(self) -> None:
         now = self._clock.seconds()
@@ -243,6 +293,12 @@ class JobQueueService(Service):
             reserving.cancel()
         for job in list(self._jobs.values()):
             job.stop()
+        if self._dueTimer is not None and self._dueTimer.active():
+            self._dueTimer.cancel()
+        self._dueTimer = None
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.cancel()
         return self._running
 
 
