@@ -8,6 +8,7 @@ granted under the servers' limits; and for the grant-aware session opener
 from __future__ import annotations
 
 import os
+import random
 from typing import Sequence
 
 from twisted.internet.defer import Deferred
@@ -26,7 +27,7 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
 from imapmig.config import parseConfig
 from imapmig.schedule.scheduler import JobQueueService, essentialConnections
@@ -260,6 +261,7 @@ class SchedulerTests(SynchronousTestCase):
         Stopping the service stops every running job and gives up every
         wait (a job slot, a connection grant); it fires once all have
         ended, without C{whenDone}; the stopped jobs go back to the queue.
+        (a2 waits for its grant without a slot: c runs meanwhile.)
         """
         s = Scheduler(
             [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob"),
@@ -268,18 +270,134 @@ class SchedulerTests(SynchronousTestCase):
             limits=ServerLimits(maxConnections=None, perAccount=AccountLimits(maxConnections=1)),
         )  # fmt: skip
         s.service.startService()
-        self.assertEqual(s.started, ["a1", "b"])
-        # a2 waits for its grant, c for a job slot.
-        self.assertEqual(s.service.runningJobs, ["a1", "a2", "b"])
+        self.assertEqual(s.started, ["a1", "b", "c"])
+        # a2 waits for its grant, the scheduler for a job slot.
+        self.assertEqual(s.service.runningJobs, ["a1", "a2", "b", "c"])
+        self.assertEqual(s.grants.pools.waiting, 2)
         stopping = s.service.stopService()
         assert stopping is not None
-        self.assertTrue(s.built["a1"].stopped and s.built["b"].stopped)
+        self.assertTrue(all(s.built[n].stopped for n in ("a1", "b", "c")))
         self.successResultOf(stopping)
-        self.assertEqual(s.started, ["a1", "b"])
+        self.assertEqual(s.started, ["a1", "b", "c"])
         self.assertEqual(s.done, [])
         self.assertEqual(s.queue.counts().queued, 4)
         self.assertEqual(s.grants.pools.waiting, 0)
         self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_fullServerDoesNotHoldUpOthers(self) -> None:
+        """
+        A job waiting for a connection to a full server leaves its slot to
+        jobs for other servers; once granted, it takes the next slot that
+        comes free, before jobs not yet claimed, and shows meanwhile that it
+        waits for a job slot.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t"),
+                jobConfig("t2", "v2", serverName="t"), jobConfig("t3", "v3", serverName="t")]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        self.assertEqual(s.started, ["s1", "t1"])
+        self.assertEqual(s.progress.job("s2").waitingFor, "a connection grant")
+        s.finish("t1")
+        self.assertEqual(s.started, ["s1", "t1", "t2"])
+        # s2 is granted s1's connection while t2 and s1 hold both slots.
+        s.finish("s1")
+        self.assertEqual(s.started, ["s1", "t1", "t2", "s2"])
+        s.finish("t2")
+        self.assertEqual(s.started, ["s1", "t1", "t2", "s2", "t3"])
+        s.finish("s2")
+        s.finish("t3")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_grantedWaitsForASlot(self) -> None:
+        """
+        A job granted its connections after it gave its slot away waits for
+        a slot, saying so, ahead of the jobs not yet claimed; a stop gives
+        up that wait too.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t"),
+                jobConfig("t2", "v2", serverName="t")]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        self.assertEqual(s.started, ["s1", "t1"])
+        # s1's connection comes back while s1 still holds its slot.
+        s.built["s1"].connections.end()
+        self.assertEqual(s.progress.job("s2").waitingFor, "a job slot")
+        self.assertEqual(s.grants.connectionsInUse("s"), 1)
+        s.finish("t1")
+        self.assertEqual(s.started, ["s1", "t1", "s2"])
+        self.assertIsNone(s.progress.job("s2").waitingFor)
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_stopWhileWaitingForASlotAgain(self) -> None:
+        """
+        A stop gives up the wait of a job granted its connections that
+        waits for a slot: it goes back to the queue, and nothing is held.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t")]
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        s.built["s1"].connections.end()
+        self.assertEqual(s.progress.job("s2").waitingFor, "a job slot")
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.started, ["s1", "t1"])
+        self.assertEqual(s.queue.counts().queued, 3)
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
+
+    def test_manyJobsAcrossLimitedServers(self) -> None:
+        """
+        Many jobs over three servers, some full, some accounts shared, some
+        jobs deferred once, ended in a seeded random order: never more
+        than C{max_jobs} run, the scheduler never stalls with jobs left
+        (always something runs or is due), every job completes once, and
+        nothing is held at the end.
+        """
+        rng = random.Random(17)
+        jobs = [
+            jobConfig(f"j{i}", f"u{rng.randrange(4)}", serverName=rng.choice("stu"),
+                      sourceUser=f"v{rng.randrange(3)}" if rng.random() < 0.3 else None)
+            for i in range(60)
+        ]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=3, limits=ServerLimits(2, perAccount=AccountLimits(maxConnections=1)))
+        s.grants = ConnectionGrants(3, {"s": ServerLimits(2, perAccount=AccountLimits(maxConnections=1)), "t": ServerLimits(2)})
+        s.service._grants = s.grants
+        s.service.startService()
+        completed: set[str] = set()
+        deferred: set[str] = set()
+        while len(completed) < len(jobs):
+            running = [n for n, j in s.built.items() if not j.result.called]
+            self.assertLessEqual(len(running), 3)
+            if not running:
+                due = s.queue.nextDue()
+                self.assertIsNotNone(due, f"stalled with {len(jobs) - len(completed)} jobs left")
+                assert due is not None
+                s.clock.advance(due - s.clock.seconds())
+                continue
+            name = rng.choice(running)
+            if name not in deferred and rng.random() < 0.2:
+                deferred.add(name)
+                s.defer(name, s.clock.seconds() + rng.choice([10.0, 50.0]))
+            else:
+                self.assertNotIn(name, completed)
+                completed.add(name)
+                s.finish(name)
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        for server in "stu":
+            self.assertEqual(s.grants.connectionsInUse(server), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
     def test_stopWaitsForJobs(self) -> None:

@@ -11,7 +11,7 @@ L{ScheduledJob}.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from attrs import evolve
 from twisted.application.service import Service
@@ -61,7 +61,11 @@ class JobQueueService(Service):
     The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
     job queue in configuration order; each waits for its essential
     connections to be granted (L{JobConnections.reserve}), is built only
-    then, and runs.  Once the queue is drained, C{whenDone} is called with
+    then, and runs.  A job is claimed with a job slot; while it waits for
+    its connections (a full server), it gives its slot to the next job
+    (up to C{max_jobs} jobs wait so at once; more keep their slot), and
+    takes a slot again once granted, before any job not yet claimed: a
+    full server does not hold up the jobs for other servers.  Once the queue is drained, C{whenDone} is called with
     C{True} if every job completed.
 
     A job whose run ends deferred (its daily budget used up) gives back its
@@ -110,7 +114,13 @@ class JobQueueService(Service):
         self._wake: Deferred[None] | None = None
         self._dueTimer: IDelayedCall | None = None
         self._waitingSlot: Deferred[Grant] | None = None
-        self._reserving: dict[str, Deferred[None]] = {}
+        # The waits of jobs not yet built (a connection grant, a slot
+        # again), given up on a stop.
+        self._reserving: dict[str, Deferred[Any]] = {}
+        # Jobs waiting for their connections without a slot, and jobs
+        # granted their connections that wait for a slot again.
+        self._slotless = 0
+        self._needSlot = 0
         self._jobs: dict[str, ScheduledJob] = {}
         self._claims: dict[str, JobClaim] = {}
         self._active: dict[str, Deferred[None]] = {}
@@ -140,6 +150,11 @@ class JobQueueService(Service):
                 break
             finally:
                 self._waitingSlot = None
+            if self._needSlot:
+                # A job granted its connections waits for a slot: it goes
+                # first (releasing grants it to the oldest slot waiter).
+                slot.release()
+                continue
             claim = self._claimNext()
             if claim is None:
                 slot.release()
@@ -205,10 +220,11 @@ class JobQueueService(Service):
             log.warn("Job {job}: claimed again while running; kept running", job=claim.job.name)
             self._claims[claim.job.name] = claim
 
-    async def _runOne(self, claim: JobClaim, slot: Grant) -> None:
+    async def _runOne(self, claim: JobClaim, slot: Grant | None) -> None:
         """
-        Run one claimed job: wait for its essential connections, build it,
-        run it; whatever happens, give back its grants and its slot.
+        Run one claimed job: wait for its essential connections (without
+        its slot, if few enough jobs wait so), build it, run it; whatever
+        happens, give back its grants and its slot.
         """
         name = claim.job.name
         progress = self._progress.job(name)
@@ -217,17 +233,27 @@ class JobQueueService(Service):
         notBefore = None
         try:
             reserving = connections.reserve()
+            slotless = False
             if not reserving.called:
                 progress.waiting("a connection grant", None)
                 log.info("Job {job}: waiting for a connection grant", job=name)
                 self._reserving[name] = reserving
+                if slot is not None and self._slotless < (self._grants.pools.limit(JOB_SLOTS) or 0):
+                    slotless = True
+                    self._slotless += 1
+                    slot.release()
+                    slot = None
             try:
                 await reserving
             finally:
                 self._reserving.pop(name, None)
                 progress.waiting(None, None)
+                if slotless:
+                    self._slotless -= 1
             if self._stopping:
                 raise CancelledError()
+            if slot is None:
+                slot = await self._slotAgain(name)
             job = self._build(claim.job, connections)
             self._jobs[name] = job
             log.info(
@@ -251,7 +277,7 @@ class JobQueueService(Service):
                 outcome = JobOutcome.STOPPED
         except CancelledError:
             outcome = JobOutcome.STOPPED
-            log.info("Job {job}: stopped while waiting for a connection grant", job=name)
+            log.info("Job {job}: stopped while waiting for a connection grant or a slot", job=name)
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
             _showFailed(progress, str(e))
@@ -267,8 +293,27 @@ class JobQueueService(Service):
             self._queue.finish(current, outcome, notBefore)
             if outcome not in (JobOutcome.COMPLETED, JobOutcome.DEFERRED):
                 self._allCompleted = False
-            slot.release()
+            if slot is not None:
+                slot.release()
             self._wakeUp()
+
+    async def _slotAgain(self, name: str) -> Grant:
+        """
+        A job slot for job C{name}, granted its connections after it gave
+        its slot away: before any job not yet claimed.
+        """
+        waiting = self._grants.jobSlot()
+        if waiting.called:
+            return await waiting
+        self._progress.job(name).waiting("a job slot", None)
+        self._reserving[name] = waiting
+        self._needSlot += 1
+        try:
+            return await waiting
+        finally:
+            self._needSlot -= 1
+            self._reserving.pop(name, None)
+            self._progress.job(name).waiting(None, None)
 
     def _renewLeases(self) -> None:
         now = self._clock.seconds()
