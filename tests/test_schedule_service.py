@@ -600,6 +600,34 @@ class DeferredJobTests(SynchronousTestCase):
         self.assertEqual(s.done, [True])
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
+    def test_claimedAgainShowsQueued(self) -> None:
+        """
+        A deferred job (its last run showed it paused) claimed again at its
+        time shows as queued while it waits for a connection grant.
+        """
+        s = Scheduler(
+            [jobConfig("a", "alice"), jobConfig("b", "alice")],
+            maxJobs=2,
+            limits=ServerLimits(perAccount=AccountLimits(maxConnections=1)),
+        )
+        s.service.startService()
+        progress = s.progress.job("a")
+        # What the job's lifecycle shows once its run ends deferred.
+        progress.showState(lambda: JobState.PAUSED)
+        progress.waiting("daily budget: used up", 100.0)
+        s.defer("a", 100.0)
+        self.assertEqual(s.started, ["a", "b"])
+        self.assertEqual(progress.state, JobState.PAUSED)
+        s.clock.advance(100.0)
+        self.assertEqual(
+            (progress.state, progress.waitingFor), (JobState.QUEUED, "a connection grant")
+        )
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
     def test_onlyDeferredJobsStopAtOnce(self) -> None:
         """
         A scheduler whose only job is deferred stays up (the queue is not

@@ -65,8 +65,9 @@ class JobQueueService(Service):
     its connections (a full server), it gives its slot to the next job
     (up to C{max_jobs} jobs wait so at once; more keep their slot), and
     takes a slot again once granted, before any job not yet claimed: a
-    full server does not hold up the jobs for other servers.  Once the queue is drained, C{whenDone} is called with
-    C{True} if every job completed.
+    full server does not hold up the jobs for other servers.  Once the
+    queue is drained, C{whenDone} is called with C{True} if every job
+    completed.
 
     A job whose run ends deferred (its daily budget used up) gives back its
     slot and connections to the other jobs, and goes back to the queue
@@ -231,6 +232,9 @@ class JobQueueService(Service):
         connections = JobConnections(self._grants, essentialConnections(claim.job))
         outcome = JobOutcome.FAILED
         notBefore = None
+        # Queued again, if deferred before: its last run's lifecycle showed
+        # it paused.
+        progress.showState(_queued)
         try:
             reserving = connections.reserve()
             slotless = False
@@ -345,6 +349,10 @@ class JobQueueService(Service):
         if wake is not None:
             wake.cancel()
         return self._running
+
+
+def _queued() -> JobState:
+    return JobState.QUEUED
 
 
 def _showFailed(progress: JobProgress, error: str) -> None:
