@@ -365,6 +365,46 @@ class SignalCompositionTests(SynchronousTestCase):
         t.assertHolds(range(3))
         h.finish()
 
+    def test_overquotaWithBudgetDefers(self) -> None:
+        """
+        Run with C{defer}, C{[OVERQUOTA]} from an account with a daily
+        upload budget ends the run deferred until the next UTC midnight,
+        leaving no timer; without a budget it pauses within the run as
+        before (L{test_overquotaWithoutBudget}).
+        """
+        t = ThrottledHarness(self, budget(1_000_000))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
+        t.populate(3)
+        job = t.job(retry=RetryPolicy(pause=600), defer=True)
+        d = h.start(job)
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(job.deferredUntil, MIDNIGHT)
+        self.assertEqual((h.progress.state, h.progress.retryAt), (JobState.PAUSED, MIDNIGHT))
+        self.assertIn("OVERQUOTA", h.progress.waitingFor or "")
+        h.endpoint.pump()
+        h.finish()
+
+    def test_overquotaWithoutBudgetNotDeferred(self) -> None:
+        """
+        Without a daily budget, C{[OVERQUOTA]} pauses within the run for
+        the configured pause even with C{defer}: only a daily budget ends
+        the run.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=100))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded")
+        t.populate(2)
+        job = t.job(retry=RetryPolicy(pause=600), defer=True)
+        d = h.start(job)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, NOON + 600)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        self.assertIsNone(job.deferredUntil)
+        h.endpoint.pump()
+        h.finish()
+
     def test_overquotaWithoutBudget(self) -> None:
         """
         Without a daily budget, C{[OVERQUOTA]} pauses for the configured
