@@ -151,10 +151,10 @@ def sessionOpener(
             namespaceOverride=server.namespace,
         )
 
-    open: Callable[[], Awaitable[IMAPSession]]
+    opener: Callable[[], Awaitable[IMAPSession]]
     if fixed is not None:
         credentials = fixed
-        open = lambda: logIn(credentials)  # noqa: E731
+        opener = lambda: logIn(credentials)  # noqa: E731
     else:
         assert oauth2 is not None
         source = (TokenSources(reactor) if tokens is None else tokens).sourceFor(
@@ -164,17 +164,17 @@ def sessionOpener(
         def logInWith(token: str) -> Awaitable[IMAPSession]:
             return logIn(TokenLogin(user, token, host=server.tlsHostname))
 
-        def open() -> Awaitable[IMAPSession]:
+        def opener() -> Awaitable[IMAPSession]:
             return loginWithToken(source, logInWith, description)
 
-    return open if grant is None else grantedOpener(grant, open)
+    return opener if grant is None else grantedOpener(grant, opener)
 
 
 def grantedOpener(
-    grant: Callable[[], Deferred[IGrant]], open: Callable[[], Awaitable[IMAPSession]]
+    grant: Callable[[], Deferred[IGrant]], opener: Callable[[], Awaitable[IMAPSession]]
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
-    C{open}, once C{grant} has granted the connection: the grant is
+    C{opener}, once C{grant} has granted the connection: the grant is
     released when the session's connection closes, or at once if opening
     fails or is cancelled (never leaked).
     """
@@ -182,7 +182,7 @@ def grantedOpener(
     async def opened() -> IMAPSession:
         granted = await grant()
         try:
-            session = await open()
+            session = await opener()
         except BaseException:
             granted.release()
             raise
