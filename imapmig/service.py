@@ -3,9 +3,10 @@
 Assembly: turn a L{Config} into the daemon's service tree.
 
     MigrationService (MultiService)
-      +- JobQueueService   the scheduler: up to max_jobs jobs at once,
-                           claimed in configuration order, their
-                           connections granted under the servers' limits
+      +- JobQueueService   the scheduler (imapmig.schedule.scheduler): up
+                           to max_jobs jobs at once, claimed in
+                           configuration order, their connections granted
+                           under the servers' limits
       +- status listener   twisted.web, reads the progress model
 
 Endpoint strings become endpoints here, and only here.
@@ -15,13 +16,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable
 
-from attrs import evolve
-from twisted.application.service import MultiService, Service
-from twisted.internet.defer import CancelledError, Deferred, DeferredList
-from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import LoopingCall
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.ssl import (
@@ -30,7 +28,6 @@ from twisted.internet.ssl import (
     platformTrust,
     trustRootFromCertificates,
 )
-from twisted.logger import Logger
 
 from imapmig.config import (
     Config,
@@ -46,16 +43,10 @@ from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
-from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.grants import (
-    JOB_SLOTS,
-    ConnectionGrants,
-    Grant,
-    GrantImpossible,
-    IGrant,
-    JobConnections,
-)
-from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.progress import MigrationProgress
+from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections
+from imapmig.schedule.queue import InMemoryJobQueue
+from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
@@ -65,8 +56,6 @@ from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.tokens import TokenSources, loginWithToken
-
-log = Logger()
 
 _PEM_CERTIFICATE = re.compile(
     rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL
@@ -162,10 +151,10 @@ def sessionOpener(
             namespaceOverride=server.namespace,
         )
 
-    open: Callable[[], Awaitable[IMAPSession]]
+    opener: Callable[[], Awaitable[IMAPSession]]
     if fixed is not None:
         credentials = fixed
-        open = lambda: logIn(credentials)  # noqa: E731
+        opener = lambda: logIn(credentials)  # noqa: E731
     else:
         assert oauth2 is not None
         source = (TokenSources(reactor) if tokens is None else tokens).sourceFor(
@@ -175,17 +164,17 @@ def sessionOpener(
         def logInWith(token: str) -> Awaitable[IMAPSession]:
             return logIn(TokenLogin(user, token, host=server.tlsHostname))
 
-        def open() -> Awaitable[IMAPSession]:
+        def opener() -> Awaitable[IMAPSession]:
             return loginWithToken(source, logInWith, description)
 
-    return open if grant is None else grantedOpener(grant, open)
+    return opener if grant is None else grantedOpener(grant, opener)
 
 
 def grantedOpener(
-    grant: Callable[[], Deferred[IGrant]], open: Callable[[], Awaitable[IMAPSession]]
+    grant: Callable[[], Deferred[IGrant]], opener: Callable[[], Awaitable[IMAPSession]]
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
-    C{open}, once C{grant} has granted the connection: the grant is
+    C{opener}, once C{grant} has granted the connection: the grant is
     released when the session's connection closes, or at once if opening
     fails or is cancelled (never leaked).
     """
@@ -193,7 +182,7 @@ def grantedOpener(
     async def opened() -> IMAPSession:
         granted = await grant()
         try:
-            session = await open()
+            session = await opener()
         except BaseException:
             granted.release()
             raise
@@ -353,243 +342,6 @@ def retryPolicyFor(job: JobConfig) -> RetryPolicy:
     )
 
 
-class ScheduledJob(Protocol):
-    """
-    What the scheduler runs (a L{MigrationJob}).
-    """
-
-    name: str
-
-    async def run(self) -> bool:
-        """
-        Run to the end; C{True} if the job completed.
-        """
-
-    def stop(self) -> None:
-        """
-        Take no new work; L{run} returns soon.
-        """
-
-
-class JobQueueService(Service):
-    """
-    The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
-    job queue in configuration order; each waits for its essential
-    connections to be granted (L{JobConnections.reserve}), is built only
-    then, and runs.  Once the queue is drained, C{whenDone} is called with
-    C{True} if every job completed.
-
-    A job that crashes (a bug of ours) fails alone; the others go on.
-    Stopping the service stops every running job, gives up every wait,
-    and fires once all of them have ended.
-    """
-
-    def __init__(
-        self,
-        queue: IJobQueue,
-        grants: ConnectionGrants,
-        build: Callable[[JobConfig, JobConnections], ScheduledJob],
-        progress: MigrationProgress,
-        clock: IReactorTime,
-        whenDone: Callable[[bool], None] | None,
-        owner: str = "imapmig",
-        lease: float = 600.0,
-    ) -> None:
-        """
-        @param queue: where the jobs are claimed.
-        @param grants: the job slots and connection pools.
-        @param build: makes a claimed job's L{MigrationJob}, its session
-            openers asking C{JobConnections} for their grants.
-        @param progress: every job's progress (queued jobs included).
-        @param owner: the name this scheduler claims jobs under.
-        @param lease: seconds a claim lives; renewed every third of it.
-        """
-        self._queue = queue
-        self._grants = grants
-        self._build = build
-        self._progress = progress
-        self._clock = clock
-        self._whenDone = whenDone
-        self._owner = owner
-        self._lease = lease
-        self._stopping = False
-        self._allCompleted = True
-        self._started = 0
-        self._waitingSlot: Deferred[Grant] | None = None
-        self._reserving: dict[str, Deferred[None]] = {}
-        self._jobs: dict[str, ScheduledJob] = {}
-        self._claims: dict[str, JobClaim] = {}
-        self._active: dict[str, Deferred[None]] = {}
-        self._renewal = LoopingCall(self._renewLeases)
-        self._renewal.clock = clock
-        self._running: Deferred[None] | None = None
-
-    def startService(self) -> None:
-        Service.startService(self)
-        self._stopping = False
-        self._renewal.start(self._lease / 3, now=False)
-        self._running = Deferred.fromCoroutine(self._runAll())
-
-    @property
-    def runningJobs(self) -> list[str]:
-        """
-        The names of the jobs claimed and not yet ended.
-        """
-        return list(self._claims)
-
-    async def _runAll(self) -> None:
-        while not self._stopping:
-            waiting = self._waitingSlot = self._grants.jobSlot()
-            try:
-                slot = await waiting
-            except CancelledError:
-                break
-            finally:
-                self._waitingSlot = None
-            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
-            if claim is None:
-                slot.release()
-                break
-            name = claim.job.name
-            self._started += 1
-            self._claims[name] = claim
-            running = Deferred.fromCoroutine(self._runOne(claim, slot))
-            if not running.called:
-                # (A job that ended at once has already left _active.)
-                self._active[name] = running
-        while self._active:
-            await DeferredList(list(self._active.values()))
-        if self._renewal.running:
-            self._renewal.stop()
-        if self._stopping:
-            return
-        log.info(
-            "Job queue drained: {count} jobs, {outcome}",
-            count=self._started,
-            outcome="all completed" if self._allCompleted else "some failed",
-        )
-        if self._whenDone is not None:
-            self._whenDone(self._allCompleted)
-
-    async def _runOne(self, claim: JobClaim, slot: Grant) -> None:
-        """
-        Run one claimed job: wait for its essential connections, build it,
-        run it; whatever happens, give back its grants and its slot.
-        """
-        name = claim.job.name
-        progress = self._progress.job(name)
-        connections = JobConnections(self._grants, essentialConnections(claim.job))
-        outcome = JobOutcome.FAILED
-        try:
-            reserving = connections.reserve()
-            if not reserving.called:
-                progress.waiting("a connection grant", None)
-                log.info("Job {job}: waiting for a connection grant", job=name)
-                self._reserving[name] = reserving
-            try:
-                await reserving
-            finally:
-                self._reserving.pop(name, None)
-                progress.waiting(None, None)
-            if self._stopping:
-                raise CancelledError()
-            job = self._build(claim.job, connections)
-            self._jobs[name] = job
-            log.info(
-                "Job {job}: started ({running} of at most {maxJobs} jobs running)",
-                job=name,
-                running=self._grants.pools.inUse(JOB_SLOTS),
-                maxJobs=self._grants.pools.limit(JOB_SLOTS),
-            )
-            completed = await job.run()
-            if completed:
-                outcome = JobOutcome.COMPLETED
-            elif self._stopping:
-                outcome = JobOutcome.STOPPED
-        except CancelledError:
-            outcome = JobOutcome.STOPPED
-            log.info("Job {job}: stopped while waiting for a connection grant", job=name)
-        except GrantImpossible as e:
-            log.error("Job {job} failed: {reason}", job=name, reason=str(e))
-            progress.showState(lambda: JobState.FAILED)
-            progress.finished(str(e))
-        except Exception:
-            # A bug of ours: this job fails, the others go on.
-            log.failure("Job {job} crashed", job=name)
-        finally:
-            self._jobs.pop(name, None)
-            self._claims.pop(name, None)
-            self._active.pop(name, None)
-            connections.end()
-            self._queue.finish(claim, outcome)
-            if outcome is not JobOutcome.COMPLETED:
-                self._allCompleted = False
-            slot.release()
-
-    def _renewLeases(self) -> None:
-        now = self._clock.seconds()
-        for name, claim in list(self._claims.items()):
-            try:
-                self._claims[name] = self._queue.renew(claim, now, self._lease)
-            except LeaseLost:
-                log.error(
-                    "Job {job}: its claim was taken over by another owner; stopping it",
-                    job=name,
-                )
-                job = self._jobs.get(name)
-                if job is not None:
-                    job.stop()
-
-    def stopService(self) -> Deferred[None] | None:
-        Service.stopService(self)
-        self._stopping = True
-        if self._waitingSlot is not None:
-            self._waitingSlot.cancel()
-        for reserving in list(self._reserving.values()):
-            reserving.cancel()
-        for job in list(self._jobs.values()):
-            job.stop()
-        return self._running
-
-
-def withinLimits(job: JobConfig) -> JobConfig:
-    """
-    C{job} with its C{connections} lowered to what its destination server
-    and account (and an IMAP source's) may ever grant it: a job does not
-    ask for connections it could only wait for.
-    """
-    accounts: list[AccountConfig] = [job.destination]
-    if isinstance(job.source, ImapSourceConfig):
-        accounts.append(job.source)
-    connections = job.connections
-    for account in accounts:
-        limits = account.server.limits
-        for limit in (limits.maxConnections, limits.perAccount.maxConnections):
-            if limit is not None:
-                connections = min(connections, limit)
-    if connections == job.connections:
-        return job
-    log.info(
-        "Job {job}: {connections} connections instead of {configured}, the most"
-        " its servers' max_connections and per_account.max_connections allow",
-        job=job.name,
-        connections=connections,
-        configured=job.connections,
-    )
-    return evolve(job, connections=connections)
-
-
-def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:
-    """
-    The connections C{(server, user)} a job cannot start without: its first
-    destination connection and, for an IMAP source, its first source one.
-    """
-    essential = [(job.destination.server.name, job.destination.user)]
-    if isinstance(job.source, ImapSourceConfig):
-        essential.append((job.source.server.name, job.source.user))
-    return essential
-
-
 class MigrationService(MultiService):
     """
     The daemon: the job queue, the status listener, and the state store
@@ -658,6 +410,7 @@ def buildService(
             retryPolicyFor(jobConfig),
             throttle=upload,
             sourceThrottle=download,
+            defer=True,
         )
 
     JobQueueService(

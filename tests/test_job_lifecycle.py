@@ -92,6 +92,28 @@ class LifecycleTests(SynchronousTestCase):
         lifecycle.retry()
         self.assertIs(progress.state, JobState.CONNECTING)
 
+    def test_defer(self) -> None:
+        """
+        A deferred job shows paused, why and until when, without a timer
+        of its own; a stop leaves it so; it may start again, which clears
+        the wait.
+        """
+        lifecycle, progress = self.lifecycle, self.progress
+        lifecycle.start()
+        lifecycle.defer("daily budget", 5000.0)
+        self.assertEqual(
+            (progress.state, progress.waitingFor, progress.retryAt),
+            (JobState.PAUSED, "daily budget", 5000.0),
+        )
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        lifecycle.stop()
+        self.assertIs(progress.state, JobState.PAUSED)
+        lifecycle.start()
+        self.assertEqual(
+            (progress.state, progress.waitingFor, progress.retryAt),
+            (JobState.CONNECTING, None, None),
+        )
+
     def test_stopWhileWaiting(self) -> None:
         """
         Stopping a job that backs off cancels its wait at once: it is

@@ -49,6 +49,7 @@ class ThrottledHarness:
         settings: JobSettings = JobSettings(connections=1),
         retry: RetryPolicy = RetryPolicy(),
         sourceLimits: ServerLimits | None = None,
+        defer: bool = False,
     ) -> MigrationJob:
         h = self.h
         sourceThrottle = None
@@ -67,6 +68,7 @@ class ThrottledHarness:
             jitter=lambda: 0.0,
             throttle=self.registry.throttleFor("dest", self.limits, USER, UPLOAD),
             sourceThrottle=sourceThrottle,
+            defer=defer,
         )
 
     def populate(self, count: int) -> None:
@@ -161,6 +163,55 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         h.endpoint.pump()
         t.assertHolds(range(10))
         self.assertEqual(t.used("2030-01-02"), 4 * SIZE)
+        self.assertEqual(h.progress.state, JobState.DONE)
+        h.finish()
+
+    def test_deferredUntilMidnight(self) -> None:
+        """
+        A job run with C{defer} that uses up its budget ends its run
+        instead of waiting in it: L{MigrationJob.deferredUntil} is the next
+        UTC midnight, its status shows it paused for its daily budget until
+        then, and no timer is left.  Run again before midnight (the
+        daemon restarted: the total is read from the store), it defers
+        again without connecting; after midnight it completes.
+        """
+        t = ThrottledHarness(self, budget(6 * SIZE))
+        h = t.h
+        t.populate(10)
+        first = t.job(defer=True)
+        with capturedLogs() as events:
+            d = h.start(first)
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(first.deferredUntil, MIDNIGHT)
+        self.assertEqual(t.held(), 6)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, MIDNIGHT)
+        self.assertTrue((h.progress.waitingFor or "").startswith("daily budget: the daily upload budget"))
+        paused = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
+        self.assertEqual(len(paused), 1)
+        self.assertIn("paused until 2030-01-02 00:00:00 UTC, its job slot", paused[0])
+        h.endpoint.pump()
+        h.finish()
+
+        h.clock.advance(3600)
+        t.restart()
+        connections = h.endpoint.attempts
+        again = t.job(defer=True)
+        d = h.start(again)
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(again.deferredUntil, MIDNIGHT)
+        self.assertEqual(h.endpoint.attempts, connections)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+        h.clock.advance(MIDNIGHT - h.clock.seconds())
+        last = t.job(defer=True)
+        d = h.start(last)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        self.assertIsNone(last.deferredUntil)
+        h.endpoint.pump()
+        t.assertHolds(range(10))
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
 
@@ -312,6 +363,46 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         t.assertHolds(range(3))
+        h.finish()
+
+    def test_overquotaWithBudgetDefers(self) -> None:
+        """
+        Run with C{defer}, C{[OVERQUOTA]} from an account with a daily
+        upload budget ends the run deferred until the next UTC midnight,
+        leaving no timer; without a budget it pauses within the run as
+        before (L{test_overquotaWithoutBudget}).
+        """
+        t = ThrottledHarness(self, budget(1_000_000))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
+        t.populate(3)
+        job = t.job(retry=RetryPolicy(pause=600), defer=True)
+        d = h.start(job)
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(job.deferredUntil, MIDNIGHT)
+        self.assertEqual((h.progress.state, h.progress.retryAt), (JobState.PAUSED, MIDNIGHT))
+        self.assertIn("OVERQUOTA", h.progress.waitingFor or "")
+        h.endpoint.pump()
+        h.finish()
+
+    def test_overquotaWithoutBudgetNotDeferred(self) -> None:
+        """
+        Without a daily budget, C{[OVERQUOTA]} pauses within the run for
+        the configured pause even with C{defer}: only a daily budget ends
+        the run.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=100))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded")
+        t.populate(2)
+        job = t.job(retry=RetryPolicy(pause=600), defer=True)
+        d = h.start(job)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, NOON + 600)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        self.assertIsNone(job.deferredUntil)
+        h.endpoint.pump()
         h.finish()
 
     def test_overquotaWithoutBudget(self) -> None:

@@ -162,6 +162,33 @@ class GrantPoolsTests(SynchronousTestCase):
         self.assertIsNone(pools.tryAcquire({"a": 1}))
         self.successResultOf(waiter).release()
 
+    def test_tryAcquireBesideUnrelatedWaiter(self) -> None:
+        """
+        A waiter on other pools does not stop L{GrantPools.tryAcquire}: a
+        demand that fits after what every waiter is owed is granted; one
+        that would take a unit a waiter is owed is not.
+        """
+        pools = GrantPools(lambda key: 2 if key == "a" else 1)
+        slot = pools.acquire({"jobs": 1})
+        self.successResultOf(slot)
+        waitingSlot = pools.acquire({"jobs": 1})
+        self.assertNoResult(waitingSlot)
+        first = pools.tryAcquire({"a": 1})
+        assert first is not None
+        waitingA = pools.acquire({"a": 2, "b": 1})
+        self.assertNoResult(waitingA)
+        # One unit of "a" is free, but the waiter is owed it.
+        self.assertIsNone(pools.tryAcquire({"a": 1}))
+        # "c" is nobody's: granted beside both waiters.
+        other = pools.tryAcquire({"c": 1})
+        assert other is not None
+        first.release()
+        self.successResultOf(waitingA).release()
+        other.release()
+        waitingSlot.cancel()
+        self.failureResultOf(waitingSlot, CancelledError)
+        self.assertEqual(pools.waiting, 0)
+
     def test_neverExceeded(self) -> None:
         """
         Whatever order grants are asked for and released in, no pool ever
@@ -328,6 +355,25 @@ class JobConnectionsTests(SynchronousTestCase):
         self.failureResultOf(job.grantFor("s", "alice", wait=False)(), ConnectionNotGranted)
         blocker.release()
         self.obtain(job, "alice", wait=False).release()
+
+    def test_extraConnectionWhileJobsQueued(self) -> None:
+        """
+        While more jobs wait for a slot than C{max_jobs}, a running job
+        still gets an extra connection granted at once (its IMAP source
+        reads on more than one connection).
+        """
+        grants = limited(4, None, maxJobs=1)
+        self.successResultOf(grants.jobSlot())
+        queued = grants.jobSlot()
+        self.assertNoResult(queued)
+        job = JobConnections(grants, [("s", "alice")])
+        self.successResultOf(job.reserve())
+        self.obtain(job, "alice")
+        extra = self.successResultOf(job.grantFor("s", "alice", wait=False)())
+        self.assertEqual(grants.connectionsInUse("s"), 2)
+        extra.release()
+        queued.cancel()
+        self.failureResultOf(queued, CancelledError)
 
     def test_hopelessExtra(self) -> None:
         """

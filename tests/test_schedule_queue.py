@@ -91,3 +91,59 @@ class InMemoryJobQueueTests(SynchronousTestCase):
         claim = queue.renew(claim, 50.0, 60.0)
         self.assertEqual(claim.leaseUntil, 110.0)
         self.assertIsNone(queue.claim("b", 100.0, 60.0))
+
+    def test_ownClaimsNeverExpireForTheirOwner(self) -> None:
+        """
+        However late its next claim (a wall-clock jump past the lease), an
+        owner is not given back a job it holds; another owner is.
+        """
+        queue = queueOf(2)
+        held = queue.claim("me", 0.0, 60.0)
+        assert held is not None
+        nextClaim = queue.claim("me", 1000.0, 60.0)
+        assert nextClaim is not None
+        self.assertEqual(nextClaim.job.name, "j1")
+        self.assertIsNone(queue.claim("me", 2000.0, 60.0))
+        self.assertEqual(queue.renew(held, 2000.0, 60.0).leaseUntil, 2060.0)
+
+    def test_staleClaimOfTheSameOwner(self) -> None:
+        """
+        Claims are told apart by their generation, not their owner: once an
+        owner's claim was taken over and the job claimed again by that same
+        owner, the stale claim's renew raises L{LeaseLost} and its finish
+        is ignored; the current claim is untouched.
+        """
+        queue = queueOf(1)
+        stale = queue.claim("a", 0.0, 60.0)
+        assert stale is not None
+        self.assertIsNotNone(queue.claim("b", 61.0, 60.0))
+        current = queue.claim("a", 200.0, 60.0)
+        assert current is not None
+        self.assertEqual((current.job.name, current.owner), ("j0", "a"))
+        self.assertNotEqual(current.generation, stale.generation)
+        self.assertRaises(LeaseLost, queue.renew, stale, 201.0, 60.0)
+        queue.finish(stale, JobOutcome.COMPLETED)
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=1, finished=0))
+        current = queue.renew(current, 202.0, 60.0)
+        queue.finish(current, JobOutcome.COMPLETED)
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=0, finished=1))
+
+    def test_deferredNotClaimedBeforeDue(self) -> None:
+        """
+        A deferred job goes back to the queue but is not claimed before its
+        time; L{InMemoryJobQueue.nextDue} says when; once due it is claimed
+        before the jobs after it.
+        """
+        queue = queueOf(3)
+        first = queue.claim("me", 0.0, 60.0)
+        assert first is not None
+        queue.finish(first, JobOutcome.DEFERRED, 100.0)
+        self.assertEqual(queue.nextDue(), 100.0)
+        self.assertEqual(queue.counts(), QueueCounts(queued=2, claimed=0, finished=0, deferred=1))
+        second = queue.claim("me", 50.0, 60.0)
+        assert second is not None
+        self.assertEqual(second.job.name, "j1")
+        again = queue.claim("me", 100.0, 60.0)
+        assert again is not None
+        self.assertEqual(again.job.name, "j0")
+        self.assertIsNone(queue.nextDue())

@@ -1,5 +1,5 @@
 """
-Tests for the scheduler, L{imapmig.service.JobQueueService}: up to
+Tests for the scheduler, L{imapmig.schedule.scheduler.JobQueueService}: up to
 C{max_jobs} jobs at once, in configuration order, their connections
 granted under the servers' limits; and for the grant-aware session opener
 (L{imapmig.service.grantedOpener}) with a real L{MigrationJob}.
@@ -8,6 +8,7 @@ granted under the servers' limits; and for the grant-aware session opener
 from __future__ import annotations
 
 import os
+import random
 from typing import Sequence
 
 from twisted.internet.defer import Deferred
@@ -26,16 +27,11 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
 from imapmig.config import parseConfig
-from imapmig.service import (
-    JobQueueService,
-    MigrationService,
-    buildService,
-    essentialConnections,
-    grantedOpener,
-)
+from imapmig.schedule.scheduler import JobQueueService, essentialConnections
+from imapmig.service import MigrationService, buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import JobHarness, memoryOpener
 from tests.test_service import makeMaildir
@@ -83,6 +79,7 @@ class FakeJob:
         self.crash = crash
         self.result: Deferred[bool] = Deferred()
         self.stopped = False
+        self.deferredUntil: float | None = None
 
     async def run(self) -> bool:
         if self.crash:
@@ -135,6 +132,30 @@ class Scheduler:
         End the running job C{name}.
         """
         self.built[name].result.callback(completed)
+
+    def defer(self, name: str, until: float) -> None:
+        """
+        End the running job C{name}'s run deferred until C{until}.
+        """
+        job = self.built[name]
+        job.deferredUntil = until
+        job.result.callback(False)
+
+
+class ForgetfulQueue(InMemoryJobQueue):
+    """
+    An L{InMemoryJobQueue} that forgets who claimed what: each claim is made
+    as a new owner, as a queue shared with other daemons would see an
+    owner whose lease lapsed (its expired claims can be claimed again).
+    """
+
+    def __init__(self, queue: InMemoryJobQueue) -> None:
+        InMemoryJobQueue.__init__(self, queue._jobs)
+        self._claimed = 0
+
+    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+        self._claimed += 1
+        return InMemoryJobQueue.claim(self, f"{owner}#{self._claimed}", now, lease)
 
 
 class SchedulerTests(SynchronousTestCase):
@@ -240,6 +261,7 @@ class SchedulerTests(SynchronousTestCase):
         Stopping the service stops every running job and gives up every
         wait (a job slot, a connection grant); it fires once all have
         ended, without C{whenDone}; the stopped jobs go back to the queue.
+        (a2 waits for its grant without a slot: c runs meanwhile.)
         """
         s = Scheduler(
             [jobConfig("a1", "alice"), jobConfig("a2", "alice"), jobConfig("b", "bob"),
@@ -248,18 +270,134 @@ class SchedulerTests(SynchronousTestCase):
             limits=ServerLimits(maxConnections=None, perAccount=AccountLimits(maxConnections=1)),
         )  # fmt: skip
         s.service.startService()
-        self.assertEqual(s.started, ["a1", "b"])
-        # a2 waits for its grant, c for a job slot.
-        self.assertEqual(s.service.runningJobs, ["a1", "a2", "b"])
+        self.assertEqual(s.started, ["a1", "b", "c"])
+        # a2 waits for its grant, the scheduler for a job slot.
+        self.assertEqual(s.service.runningJobs, ["a1", "a2", "b", "c"])
+        self.assertEqual(s.grants.pools.waiting, 2)
         stopping = s.service.stopService()
         assert stopping is not None
-        self.assertTrue(s.built["a1"].stopped and s.built["b"].stopped)
+        self.assertTrue(all(s.built[n].stopped for n in ("a1", "b", "c")))
         self.successResultOf(stopping)
-        self.assertEqual(s.started, ["a1", "b"])
+        self.assertEqual(s.started, ["a1", "b", "c"])
         self.assertEqual(s.done, [])
         self.assertEqual(s.queue.counts().queued, 4)
         self.assertEqual(s.grants.pools.waiting, 0)
         self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_fullServerDoesNotHoldUpOthers(self) -> None:
+        """
+        A job waiting for a connection to a full server leaves its slot to
+        jobs for other servers; once granted, it takes the next slot that
+        comes free, before jobs not yet claimed, and shows meanwhile that it
+        waits for a job slot.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t"),
+                jobConfig("t2", "v2", serverName="t"), jobConfig("t3", "v3", serverName="t")]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        self.assertEqual(s.started, ["s1", "t1"])
+        self.assertEqual(s.progress.job("s2").waitingFor, "a connection grant")
+        s.finish("t1")
+        self.assertEqual(s.started, ["s1", "t1", "t2"])
+        # s2 is granted s1's connection while t2 and s1 hold both slots.
+        s.finish("s1")
+        self.assertEqual(s.started, ["s1", "t1", "t2", "s2"])
+        s.finish("t2")
+        self.assertEqual(s.started, ["s1", "t1", "t2", "s2", "t3"])
+        s.finish("s2")
+        s.finish("t3")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_grantedWaitsForASlot(self) -> None:
+        """
+        A job granted its connections after it gave its slot away waits for
+        a slot, saying so, ahead of the jobs not yet claimed; a stop gives
+        up that wait too.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t"),
+                jobConfig("t2", "v2", serverName="t")]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        self.assertEqual(s.started, ["s1", "t1"])
+        # s1's connection comes back while s1 still holds its slot.
+        s.built["s1"].connections.end()
+        self.assertEqual(s.progress.job("s2").waitingFor, "a job slot")
+        self.assertEqual(s.grants.connectionsInUse("s"), 1)
+        s.finish("t1")
+        self.assertEqual(s.started, ["s1", "t1", "s2"])
+        self.assertIsNone(s.progress.job("s2").waitingFor)
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_stopWhileWaitingForASlotAgain(self) -> None:
+        """
+        A stop gives up the wait of a job granted its connections that
+        waits for a slot: it goes back to the queue, and nothing is held.
+        """
+        jobs = [jobConfig("s1", "u1"), jobConfig("s2", "u2"), jobConfig("t1", "v1", serverName="t")]
+        s = Scheduler(jobs, maxJobs=2, limits=ServerLimits(1))
+        s.service.startService()
+        s.built["s1"].connections.end()
+        self.assertEqual(s.progress.job("s2").waitingFor, "a job slot")
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.started, ["s1", "t1"])
+        self.assertEqual(s.queue.counts().queued, 3)
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
+
+    def test_manyJobsAcrossLimitedServers(self) -> None:
+        """
+        Many jobs over three servers, some full, some accounts shared, some
+        jobs deferred once, ended in a seeded random order: never more
+        than C{max_jobs} run, the scheduler never stalls with jobs left
+        (always something runs or is due), every job completes once, and
+        nothing is held at the end.
+        """
+        rng = random.Random(17)
+        jobs = [
+            jobConfig(f"j{i}", f"u{rng.randrange(4)}", serverName=rng.choice("stu"),
+                      sourceUser=f"v{rng.randrange(3)}" if rng.random() < 0.3 else None)
+            for i in range(60)
+        ]  # fmt: skip
+        s = Scheduler(jobs, maxJobs=3, limits=ServerLimits(2, perAccount=AccountLimits(maxConnections=1)))
+        s.grants = ConnectionGrants(3, {"s": ServerLimits(2, perAccount=AccountLimits(maxConnections=1)), "t": ServerLimits(2)})
+        s.service._grants = s.grants
+        s.service.startService()
+        completed: set[str] = set()
+        deferred: set[str] = set()
+        while len(completed) < len(jobs):
+            running = [n for n, j in s.built.items() if not j.result.called]
+            self.assertLessEqual(len(running), 3)
+            if not running:
+                due = s.queue.nextDue()
+                self.assertIsNotNone(due, f"stalled with {len(jobs) - len(completed)} jobs left")
+                assert due is not None
+                s.clock.advance(due - s.clock.seconds())
+                continue
+            name = rng.choice(running)
+            if name not in deferred and rng.random() < 0.2:
+                deferred.add(name)
+                s.defer(name, s.clock.seconds() + rng.choice([10.0, 50.0]))
+            else:
+                self.assertNotIn(name, completed)
+                completed.add(name)
+                s.finish(name)
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
+        for server in "stu":
+            self.assertEqual(s.grants.connectionsInUse(server), 0)
+        self.assertEqual(s.grants.pools.waiting, 0)
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
     def test_stopWaitsForJobs(self) -> None:
@@ -278,8 +416,9 @@ class SchedulerTests(SynchronousTestCase):
 
     def test_crashIsolation(self) -> None:
         """
-        A job that crashes (a bug) is logged and fails alone; the others
-        start and run, and the queue is drained as not all completed.
+        A job that crashes (a bug) is logged and fails alone, shown as
+        failed with its error; the others start and run, and the queue is
+        drained as not all completed.
         """
         s = Scheduler(
             [jobConfig("a", "a"), jobConfig("boom", "b"), jobConfig("c", "c")],
@@ -289,6 +428,10 @@ class SchedulerTests(SynchronousTestCase):
         s.service.startService()
         self.assertEqual(s.started, ["a", "boom", "c"])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        crashed = s.progress.job("boom")
+        self.assertEqual(crashed.state, JobState.FAILED)
+        self.assertEqual(crashed.error, "internal error: RuntimeError: a bug")
+        self.assertIsNotNone(crashed.finishedAt)
         s.finish("a")
         s.finish("c")
         self.assertEqual(s.done, [False])
@@ -327,6 +470,42 @@ class SchedulerTests(SynchronousTestCase):
         self.assertEqual(s.done, [True])
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
+    def test_clockJumpDoesNotRunAJobTwice(self) -> None:
+        """
+        After the wall clock jumps past the lease (no renewal ran), a
+        freed slot goes to the next job, not to a second run of a job
+        that is running; every job runs once and the queue drains.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=2)
+        s.service.startService()
+        s.clock.rightNow += 700
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        self.assertEqual(s.service.runningJobs, ["a", "c"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_runningJobClaimedAgain(self) -> None:
+        """
+        A shared queue that hands back a job this scheduler is running (its
+        own lease lapsed) does not start it again: the running job goes on
+        under the new claim, which its end finishes.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=2)
+        s.service._queue = s.queue = ForgetfulQueue(s.queue)
+        s.service.startService()
+        s.clock.rightNow += 700
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
     def test_finishOutcome(self) -> None:
         """
         The queue hears how each job ended.
@@ -335,14 +514,136 @@ class SchedulerTests(SynchronousTestCase):
         outcomes: list[JobOutcome] = []
         finish = s.queue.finish
 
-        def finishing(claim: JobClaim, outcome: JobOutcome) -> None:
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
             outcomes.append(outcome)
-            finish(claim, outcome)
+            finish(claim, outcome, notBefore)
 
         s.queue.finish = finishing  # type: ignore[method-assign]
         s.service.startService()
         s.finish("a")
         self.assertEqual(outcomes, [JobOutcome.COMPLETED])
+
+
+class DeferredJobTests(SynchronousTestCase):
+    """
+    A job whose run ends deferred (its daily budget used up) gives back its
+    slot and connections, and runs again when due.
+    """
+
+    def test_deferredJobGivesBackItsSlot(self) -> None:
+        """
+        With C{max_jobs: 1}, a first job that defers until T gives its slot
+        and connections at once to the second; the third follows; the queue
+        is not drained while the first waits (C{whenDone} not called, one
+        timer armed); at T it runs again, and once it completes the queue
+        is drained with every job completed.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s.service.startService()
+        self.assertEqual(s.started, ["a"])
+        self.assertEqual(s.grants.connectionsInUse("s", "a"), 1)
+        s.defer("a", 5000.0)
+        self.assertEqual(s.started, ["a", "b"])
+        self.assertEqual(s.grants.connectionsInUse("s", "a"), 0)
+        self.assertEqual(s.grants.connectionsInUse("s"), 1)
+        self.assertEqual(s.queue.counts().deferred, 1)
+        s.finish("b")
+        s.finish("c")
+        self.assertEqual(s.started, ["a", "b", "c"])
+        self.assertEqual(s.done, [])
+        due = [c for c in s.clock.getDelayedCalls() if c.getTime() == 5000.0]
+        self.assertEqual(len(due), 1)
+        s.clock.advance(4999.0)
+        self.assertEqual(s.started, ["a", "b", "c"])
+        s.clock.advance(1.0)
+        self.assertEqual(s.started, ["a", "b", "c", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.queue.counts().finished, 3)
+        self.assertEqual(s.grants.connectionsInUse("s"), 0)
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_dueWhileSlotsTaken(self) -> None:
+        """
+        A deferred job that becomes due while every slot is taken waits for
+        a slot, before the jobs after it in the configuration.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s.service.startService()
+        s.defer("a", 100.0)
+        s.clock.advance(200.0)
+        self.assertEqual(s.started, ["a", "b"])
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "a"])
+        s.finish("a")
+        s.finish("c")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_earliestDueFirst(self) -> None:
+        """
+        One timer, for the earliest due deferred job: a job deferred to an
+        earlier time than another's runs first, at its time.
+        """
+        s = Scheduler([jobConfig(n, n) for n in ("a", "b")], maxJobs=2)
+        s.service.startService()
+        s.defer("a", 900.0)
+        s.defer("b", 300.0)
+        due = [c.getTime() for c in s.clock.getDelayedCalls() if c.getTime() in (300.0, 900.0)]
+        self.assertEqual(due, [300.0])
+        s.clock.advance(300.0)
+        self.assertEqual(s.started, ["a", "b", "b"])
+        s.finish("b")
+        s.clock.advance(600.0)
+        self.assertEqual(s.started, ["a", "b", "b", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_claimedAgainShowsQueued(self) -> None:
+        """
+        A deferred job (its last run showed it paused) claimed again at its
+        time shows as queued while it waits for a connection grant.
+        """
+        s = Scheduler(
+            [jobConfig("a", "alice"), jobConfig("b", "alice")],
+            maxJobs=2,
+            limits=ServerLimits(perAccount=AccountLimits(maxConnections=1)),
+        )
+        s.service.startService()
+        progress = s.progress.job("a")
+        # What the job's lifecycle shows once its run ends deferred.
+        progress.showState(lambda: JobState.PAUSED)
+        progress.waiting("daily budget: used up", 100.0)
+        s.defer("a", 100.0)
+        self.assertEqual(s.started, ["a", "b"])
+        self.assertEqual(progress.state, JobState.PAUSED)
+        s.clock.advance(100.0)
+        self.assertEqual(
+            (progress.state, progress.waitingFor), (JobState.QUEUED, "a connection grant")
+        )
+        s.finish("b")
+        self.assertEqual(s.started, ["a", "b", "a"])
+        s.finish("a")
+        self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_onlyDeferredJobsStopAtOnce(self) -> None:
+        """
+        A scheduler whose only job is deferred stays up (the queue is not
+        drained), and a stop ends it at once, leaving no timer.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        s.service.startService()
+        s.defer("a", 86400.0)
+        s.clock.advance(3600.0)
+        self.assertEqual(s.done, [])
+        self.assertEqual(s.service.runningJobs, [])
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.done, [])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
 
 
 class GrantedOpenerTests(SynchronousTestCase):

@@ -13,7 +13,12 @@ A job's lifecycle: an automat machine that owns the job's state.
     stop: Connecting/Running -> Stopping --stopped--> Stopped;
           BackingOff/Paused  -> Stopped at once (the wait is cancelled).
 
-Done, Failed and Stopped may be started again (a later run, a reload).
+    defer: Connecting/Running -> Deferred: paused as well (a daily budget
+          used up), but the run ends, without a timer: the scheduler
+          starts the job again when it is due.
+
+Done, Failed, Stopped and Deferred may be started again (a later run, a
+reload).
 The machine is the only writer of the job's state as the status page shows
 it (L{JobProgress.state} reads the machine), and the waiting states own
 their timer: stopping a job that backs off cancels its wait.
@@ -52,6 +57,12 @@ class JobInputs(Protocol):
         """
         The server refuses for a long while (over quota, bandwidth limit):
         wait C{delay} seconds (see L{waited}), showing why, then try again.
+        """
+
+    def defer(self, reason: str, until: float) -> None:
+        """
+        The job cannot go on before C{until} (a time of the clock), and its
+        run ends meanwhile: show it paused, why and until when.
         """
 
     def waited(self) -> Deferred[None]:
@@ -154,6 +165,7 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
     running = machine.state("Running")
     backingOff = machine.state("BackingOff", _startWaiting)
     paused = machine.state("Paused", _startWaiting)
+    deferred = machine.state("Deferred")
     stopping = machine.state("Stopping")
     stopped = machine.state("Stopped")
     done = machine.state("Done")
@@ -163,6 +175,7 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
         (queued, JobState.QUEUED),
         (connecting, JobState.CONNECTING),
         (running, JobState.RUNNING),
+        (deferred, JobState.PAUSED),
         (stopping, JobState.STOPPING),
         (stopped, JobState.STOPPED),
         (done, JobState.DONE),
@@ -176,6 +189,7 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
     @done.upon(JobInputs.start).to(connecting)
     @failed.upon(JobInputs.start).to(connecting)
     @stopped.upon(JobInputs.start).to(connecting)
+    @deferred.upon(JobInputs.start).to(connecting)
     def begin(inputs: JobInputs, core: _Core) -> None:
         core.progress.started()
 
@@ -191,6 +205,11 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
         # The new state's _Wait, built from the same arguments, holds the
         # timer: see waited.
         pass
+
+    @connecting.upon(JobInputs.defer).to(deferred)
+    @running.upon(JobInputs.defer).to(deferred)
+    def deferUntil(inputs: JobInputs, core: _Core, reason: str, until: float) -> None:
+        core.progress.waiting(reason, until)
 
     @backingOff.upon(JobInputs.waited).loop()
     @paused.upon(JobInputs.waited).loop()
@@ -216,6 +235,7 @@ def _buildLifecycle() -> Callable[[_Core], JobInputs]:
     @stopped.upon(JobInputs.stop).loop()
     @done.upon(JobInputs.stop).loop()
     @failed.upon(JobInputs.stop).loop()
+    @deferred.upon(JobInputs.stop).loop()
     def alreadyStill(inputs: JobInputs, core: _Core) -> None:
         pass
 

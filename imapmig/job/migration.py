@@ -270,6 +270,7 @@ class MigrationJob:
         jitter: Callable[[], float] = random.random,
         throttle: Throttle | None = None,
         sourceThrottle: Throttle | None = None,
+        defer: bool = False,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -287,6 +288,10 @@ class MigrationJob:
         @param sourceThrottle: the same of an IMAP source's server and
             account (the download budget; the source itself waits for its
             rates before each FETCH), or L{None}.
+        @param defer: when a daily budget pauses the job, end the run
+            (L{deferredUntil} says until when) instead of waiting in it:
+            the scheduler's job slot and connections go to other jobs
+            meanwhile.
         """
         self.name = name
         self._rules = rules
@@ -304,6 +309,9 @@ class MigrationJob:
         self._lifecycle = JobLifecycle(progress, clock)
         self._throttle = throttle
         self._sourceThrottle = sourceThrottle
+        self._defer = defer
+        # When the last run ended deferred (see defer), until when.
+        self.deferredUntil: float | None = None
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
         self._budgets = tuple(t.budget for t in self._throttles if t.budget is not None)
         # Set by a connection that found a daily budget used up: the
@@ -389,10 +397,11 @@ class MigrationJob:
 
         @return: C{True} if it completed (every message migrated or recorded
             as failed), C{False} if it failed (the reason is in the
-            progress) or was stopped.
+            progress), was stopped, or was deferred (L{deferredUntil}).
         """
         self._lifecycle.start()
         self._stopping = False
+        self.deferredUntil = None
         self._strikes.clear()
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
@@ -400,7 +409,7 @@ class MigrationJob:
         try:
             while True:
                 before = self._recorder.settledCount
-                error = await self._attemptOnce()
+                error = await self._budgetUsedUp() or await self._attemptOnce()
                 if self._stopping:
                     self._lifecycle.stopped()
                     log.info("Job {job}: stopped", job=self.name)
@@ -443,7 +452,8 @@ class MigrationJob:
         Back off (or pause, when the server says so) before the next
         attempt.
 
-        @return: whether to go on (C{False}: the job was stopped meanwhile).
+        @return: whether to go on (C{False}: the job was stopped meanwhile,
+            or its run ends deferred: L{deferredUntil}).
         """
         self._lastError = reason
         retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
@@ -455,6 +465,17 @@ class MigrationJob:
                 self._lifecycle.stopped()
                 log.info("Job {job}: stopped", job=self.name)
                 return False
+        if untilRenewal is not None and self._defer:
+            self.deferredUntil = self._clock.seconds() + untilRenewal
+            self._lifecycle.defer(f"daily budget: {reason}", self.deferredUntil)
+            log.warn(
+                "Job {job}: {why}; paused until {until}, its job slot and"
+                " connections given back meanwhile",
+                job=self.name,
+                why=reason,
+                until=utcTime(self.deferredUntil),
+            )
+            return False
         if untilRenewal is not None:
             # A daily budget: paused until the next UTC midnight.
             delay = untilRenewal
@@ -493,6 +514,18 @@ class MigrationJob:
         self._progress.reconnects += 1
         self._lifecycle.retry()
         return True
+
+    async def _budgetUsedUp(self) -> DailyLimitReached | None:
+        """
+        A daily budget used up before the attempt (by an earlier run, as
+        the store records, or by another job of the account): pause
+        without connecting.
+        """
+        for budget in self._budgets:
+            await budget.load()
+            if budget.used >= budget.limit:
+                return budget.reached()
+        return None
 
     def _sideOf(self, error: BaseException) -> Throttle | None:
         """

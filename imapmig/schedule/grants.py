@@ -159,13 +159,26 @@ class GrantPools:
     def tryAcquire(self, demand: Mapping[PoolKey, int]) -> Grant | None:
         """
         Grant C{demand} now if it fits without taking units owed to a
-        waiting request; L{None} otherwise.
+        waiting request; L{None} otherwise.  Only waiters on the pools
+        C{demand} names matter: one waiting for a job slot does not keep a
+        connection from being granted.
         """
         if self._impossible(demand) is not None:
             return None
-        if self._waiters or not self._fits(demand, Counter()):
+        if not self._fits(demand, self._owed()):
             return None
         return self._take(demand)
+
+    def _owed(self) -> Counter[PoolKey]:
+        """
+        What the waiters are owed: every waiter's demand (each waits
+        because it does not fit, L{_dispatch} having granted those that
+        do).
+        """
+        owed: Counter[PoolKey] = Counter()
+        for waiter in self._waiters:
+            owed.update(waiter.demand)
+        return owed
 
     def _impossible(self, demand: Mapping[PoolKey, int]) -> str | None:
         for key, count in demand.items():

@@ -1,0 +1,401 @@
+# -*- test-case-name: tests.test_schedule_service -*-
+"""
+The scheduler: runs up to C{max_jobs} jobs at once, claimed from the job
+queue in configuration order, each once its essential connections are
+granted under the servers' limits.
+
+Built by L{imapmig.service}, which gives it the function that makes a
+claimed job's L{imapmig.job.MigrationJob}; this module knows jobs only as
+L{ScheduledJob}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from attrs import evolve
+from twisted.application.service import Service
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
+from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.schedule.grants import (
+    JOB_SLOTS,
+    ConnectionGrants,
+    Grant,
+    GrantImpossible,
+    JobConnections,
+)
+from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.schedule.throttle import utcTime
+
+log = Logger()
+
+class ScheduledJob(Protocol):
+    """
+    What the scheduler runs (a L{MigrationJob}).
+    """
+
+    name: str
+    # Set when the run ended deferred: the job cannot go on before this
+    # time of the clock (a daily budget used up).
+    deferredUntil: float | None
+
+    async def run(self) -> bool:
+        """
+        Run to the end; C{True} if the job completed.  C{False}, with
+        C{deferredUntil} set, if it cannot go on before then.
+        """
+
+    def stop(self) -> None:
+        """
+        Take no new work; L{run} returns soon.
+        """
+
+
+class JobQueueService(Service):
+    """
+    The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
+    job queue in configuration order; each waits for its essential
+    connections to be granted (L{JobConnections.reserve}), is built only
+    then, and runs.  A job is claimed with a job slot; while it waits for
+    its connections (a full server), it gives its slot to the next job
+    (up to C{max_jobs} jobs wait so at once; more keep their slot), and
+    takes a slot again once granted, before any job not yet claimed: a
+    full server does not hold up the jobs for other servers.  Once the
+    queue is drained, C{whenDone} is called with C{True} if every job
+    completed.
+
+    A job whose run ends deferred (its daily budget used up) gives back its
+    slot and connections to the other jobs, and goes back to the queue
+    until it is due; one timer wakes the scheduler for the earliest due.
+    The queue is drained only once no job is left, deferred ones included.
+
+    A job that crashes (a bug of ours) fails alone; the others go on.
+    Stopping the service stops every running job, gives up every wait,
+    and fires once all of them have ended.
+    """
+
+    def __init__(
+        self,
+        queue: IJobQueue,
+        grants: ConnectionGrants,
+        build: Callable[[JobConfig, JobConnections], ScheduledJob],
+        progress: MigrationProgress,
+        clock: IReactorTime,
+        whenDone: Callable[[bool], None] | None,
+        owner: str = "imapmig",
+        lease: float = 600.0,
+    ) -> None:
+        """
+        @param queue: where the jobs are claimed.
+        @param grants: the job slots and connection pools.
+        @param build: makes a claimed job's L{MigrationJob}, its session
+            openers asking C{JobConnections} for their grants.
+        @param progress: every job's progress (queued jobs included).
+        @param owner: the name this scheduler claims jobs under.
+        @param lease: seconds a claim lives; renewed every third of it.
+        """
+        self._queue = queue
+        self._grants = grants
+        self._build = build
+        self._progress = progress
+        self._clock = clock
+        self._whenDone = whenDone
+        self._owner = owner
+        self._lease = lease
+        self._stopping = False
+        self._allCompleted = True
+        self._started: set[str] = set()
+        # Fired when a running job ends or the earliest deferred job is
+        # due (_dueTimer), while there is nothing to claim.
+        self._wake: Deferred[None] | None = None
+        self._dueTimer: IDelayedCall | None = None
+        self._waitingSlot: Deferred[Grant] | None = None
+        # The waits of jobs not yet built (a connection grant, a slot
+        # again), given up on a stop.
+        self._reserving: dict[str, Deferred[Any]] = {}
+        # Jobs waiting for their connections without a slot, and jobs
+        # granted their connections that wait for a slot again.
+        self._slotless = 0
+        self._needSlot = 0
+        self._jobs: dict[str, ScheduledJob] = {}
+        self._claims: dict[str, JobClaim] = {}
+        self._active: dict[str, Deferred[None]] = {}
+        self._renewal = LoopingCall(self._renewLeases)
+        self._renewal.clock = clock
+        self._running: Deferred[None] | None = None
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self._stopping = False
+        self._renewal.start(self._lease / 3, now=False)
+        self._running = Deferred.fromCoroutine(self._runAll())
+
+    @property
+    def runningJobs(self) -> list[str]:
+        """
+        The names of the jobs claimed and not yet ended.
+        """
+        return list(self._claims)
+
+    async def _runAll(self) -> None:
+        while not self._stopping:
+            waiting = self._waitingSlot = self._grants.jobSlot()
+            try:
+                slot = await waiting
+            except CancelledError:
+                break
+            finally:
+                self._waitingSlot = None
+            if self._needSlot:
+                # A job granted its connections waits for a slot: it goes
+                # first (releasing grants it to the oldest slot waiter).
+                slot.release()
+                continue
+            claim = self._claimNext()
+            if claim is None:
+                slot.release()
+                if not self._active and self._queue.nextDue() is None:
+                    break
+                try:
+                    await self._changed()
+                except CancelledError:
+                    break
+                continue
+            name = claim.job.name
+            self._started.add(name)
+            self._claims[name] = claim
+            running = Deferred.fromCoroutine(self._runOne(claim, slot))
+            if not running.called:
+                # (A job that ended at once has already left _active.)
+                self._active[name] = running
+        while self._active:
+            await DeferredList(list(self._active.values()))
+        if self._renewal.running:
+            self._renewal.stop()
+        if self._stopping:
+            return
+        log.info(
+            "Job queue drained: {count} jobs, {outcome}",
+            count=len(self._started),
+            outcome="all completed" if self._allCompleted else "some failed",
+        )
+        if self._whenDone is not None:
+            self._whenDone(self._allCompleted)
+
+    def _changed(self) -> Deferred[None]:
+        """
+        Fires when a running job ends or the earliest deferred job is due.
+        """
+        due = self._queue.nextDue()
+        if due is not None:
+            self._dueTimer = self._clock.callLater(
+                max(0.0, due - self._clock.seconds()), self._wakeUp
+            )
+        wake = self._wake = Deferred()
+        return wake
+
+    def _wakeUp(self) -> None:
+        if self._dueTimer is not None and self._dueTimer.active():
+            self._dueTimer.cancel()
+        self._dueTimer = None
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.callback(None)
+
+    def _claimNext(self) -> JobClaim | None:
+        """
+        Claim the next job that this scheduler is not already running.
+        """
+        while True:
+            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+            if claim is None or claim.job.name not in self._claims:
+                return claim
+            # Our own lease on a running job lapsed unrenewed (the wall
+            # clock jumped) and the queue gave the job back: it goes on
+            # running, under the new claim.
+            log.warn("Job {job}: claimed again while running; kept running", job=claim.job.name)
+            self._claims[claim.job.name] = claim
+
+    async def _runOne(self, claim: JobClaim, slot: Grant | None) -> None:
+        """
+        Run one claimed job: wait for its essential connections (without
+        its slot, if few enough jobs wait so), build it, run it; whatever
+        happens, give back its grants and its slot.
+        """
+        name = claim.job.name
+        progress = self._progress.job(name)
+        connections = JobConnections(self._grants, essentialConnections(claim.job))
+        outcome = JobOutcome.FAILED
+        notBefore = None
+        # Queued again, if deferred before: its last run's lifecycle showed
+        # it paused.
+        progress.showState(_queued)
+        try:
+            reserving = connections.reserve()
+            slotless = False
+            if not reserving.called:
+                progress.waiting("a connection grant", None)
+                log.info("Job {job}: waiting for a connection grant", job=name)
+                self._reserving[name] = reserving
+                if slot is not None and self._slotless < (self._grants.pools.limit(JOB_SLOTS) or 0):
+                    slotless = True
+                    self._slotless += 1
+                    slot.release()
+                    slot = None
+            try:
+                await reserving
+            finally:
+                self._reserving.pop(name, None)
+                progress.waiting(None, None)
+                if slotless:
+                    self._slotless -= 1
+            if self._stopping:
+                raise CancelledError()
+            if slot is None:
+                slot = await self._slotAgain(name)
+            job = self._build(claim.job, connections)
+            self._jobs[name] = job
+            log.info(
+                "Job {job}: started ({running} of at most {maxJobs} jobs running)",
+                job=name,
+                running=self._grants.pools.inUse(JOB_SLOTS),
+                maxJobs=self._grants.pools.limit(JOB_SLOTS),
+            )
+            completed = await job.run()
+            if completed:
+                outcome = JobOutcome.COMPLETED
+            elif job.deferredUntil is not None:
+                outcome, notBefore = JobOutcome.DEFERRED, job.deferredUntil
+                log.info(
+                    "Job {job}: deferred until {until}; its job slot and connections"
+                    " go to other jobs meanwhile",
+                    job=name,
+                    until=utcTime(notBefore),
+                )
+            elif self._stopping:
+                outcome = JobOutcome.STOPPED
+        except CancelledError:
+            outcome = JobOutcome.STOPPED
+            log.info("Job {job}: stopped while waiting for a connection grant or a slot", job=name)
+        except GrantImpossible as e:
+            log.error("Job {job} failed: {reason}", job=name, reason=str(e))
+            _showFailed(progress, str(e))
+        except Exception as e:
+            # A bug of ours: this job fails, the others go on.
+            log.failure("Job {job} crashed", job=name)
+            _showFailed(progress, f"internal error: {e.__class__.__name__}: {e}")
+        finally:
+            self._jobs.pop(name, None)
+            current = self._claims.pop(name, claim)
+            self._active.pop(name, None)
+            connections.end()
+            self._queue.finish(current, outcome, notBefore)
+            if outcome not in (JobOutcome.COMPLETED, JobOutcome.DEFERRED):
+                self._allCompleted = False
+            if slot is not None:
+                slot.release()
+            self._wakeUp()
+
+    async def _slotAgain(self, name: str) -> Grant:
+        """
+        A job slot for job C{name}, granted its connections after it gave
+        its slot away: before any job not yet claimed.
+        """
+        waiting = self._grants.jobSlot()
+        if waiting.called:
+            return await waiting
+        self._progress.job(name).waiting("a job slot", None)
+        self._reserving[name] = waiting
+        self._needSlot += 1
+        try:
+            return await waiting
+        finally:
+            self._needSlot -= 1
+            self._reserving.pop(name, None)
+            self._progress.job(name).waiting(None, None)
+
+    def _renewLeases(self) -> None:
+        now = self._clock.seconds()
+        for name, claim in list(self._claims.items()):
+            try:
+                self._claims[name] = self._queue.renew(claim, now, self._lease)
+            except LeaseLost:
+                log.error(
+                    "Job {job}: its claim was taken over by another owner; stopping it",
+                    job=name,
+                )
+                job = self._jobs.get(name)
+                if job is not None:
+                    job.stop()
+
+    def stopService(self) -> Deferred[None] | None:
+        Service.stopService(self)
+        self._stopping = True
+        if self._waitingSlot is not None:
+            self._waitingSlot.cancel()
+        for reserving in list(self._reserving.values()):
+            reserving.cancel()
+        for job in list(self._jobs.values()):
+            job.stop()
+        if self._dueTimer is not None and self._dueTimer.active():
+            self._dueTimer.cancel()
+        self._dueTimer = None
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake.cancel()
+        return self._running
+
+
+def _queued() -> JobState:
+    return JobState.QUEUED
+
+
+def _showFailed(progress: JobProgress, error: str) -> None:
+    """
+    Show a job that the scheduler saw fail as failed, with C{error}.
+    """
+    progress.showState(lambda: JobState.FAILED)
+    progress.finished(error)
+
+
+def withinLimits(job: JobConfig) -> JobConfig:
+    """
+    C{job} with its C{connections} lowered to what its destination server
+    and account (and an IMAP source's) may ever grant it: a job does not
+    ask for connections it could only wait for.
+    """
+    accounts: list[AccountConfig] = [job.destination]
+    if isinstance(job.source, ImapSourceConfig):
+        accounts.append(job.source)
+    connections = job.connections
+    for account in accounts:
+        limits = account.server.limits
+        for limit in (limits.maxConnections, limits.perAccount.maxConnections):
+            if limit is not None:
+                connections = min(connections, limit)
+    if connections == job.connections:
+        return job
+    log.info(
+        "Job {job}: {connections} connections instead of {configured}, the most"
+        " its servers' max_connections and per_account.max_connections allow",
+        job=job.name,
+        connections=connections,
+        configured=job.connections,
+    )
+    return evolve(job, connections=connections)
+
+
+def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:
+    """
+    The connections C{(server, user)} a job cannot start without: its first
+    destination connection and, for an IMAP source, its first source one.
+    """
+    essential = [(job.destination.server.name, job.destination.user)]
+    if isinstance(job.source, ImapSourceConfig):
+        essential.append((job.source.server.name, job.source.user))
+    return essential
