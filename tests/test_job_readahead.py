@@ -95,6 +95,29 @@ class ReadAheadTests(SynchronousTestCase):
         Deferred.fromCoroutine(reader.next())
         self.assertEqual(source.keysRead(), [["1"], ["2"]])
 
+    def test_noReadAheadWhileStopping(self) -> None:
+        """
+        Once the job is stopping, a step handed over starts no read of the
+        next one (it would hold the source, perhaps waiting for its
+        throttle, while the job winds down).
+        """
+        source = _Source()
+        stopping = [False]
+        steps = [_messages("1"), _messages("2"), _messages("3")]
+        reader = ReadAhead(
+            source, _FOLDER, steps, stopping=lambda: stopping[0]  # type: ignore[arg-type]
+        )
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        self.assertEqual(source.keysRead(), [["1"], ["2"]])
+        second = Deferred.fromCoroutine(reader.next())
+        stopping[0] = True
+        source.reads[1][1].callback([b"b"])
+        self.assertEqual(self.successResultOf(second), (steps[1], [b"b"]))
+        self.assertEqual(source.keysRead(), [["1"], ["2"]])
+        reader.discard()
+
     def test_failureOfTheStepAsked(self) -> None:
         """
         A read that fails fails the L{ReadAhead.next} that waits for it,

@@ -278,6 +278,54 @@ class RateTests(SynchronousTestCase):
         h.finish()
 
 
+    def test_stopDuringReadThenThrottle(self) -> None:
+        """
+        A stop while a source read is under way, the throttle's wait not
+        yet begun: when the read completes the job sends nothing more and
+        does not wait for the throttle (it would wait about 1,000 s at
+        0.001 messages per second); the run ends within the stop timeout
+        with no timer left.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=0.001))
+        h = t.h
+        t.populate(5)
+        h.source.holdAfter = 1
+        job = t.job(JobSettings(connections=1, stopTimeout=30))
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        self.assertEqual(len(h.source.held), 1)
+        job.stop()
+        h.source.release()
+        h.settle(lambda: d.called)
+        h.clock.advance(30)
+        h.settle(lambda: d.called)
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(t.held(), 1)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        h.finish()
+
+    def test_runAgainAfterStop(self) -> None:
+        """
+        A job stopped while throttled, run again, waits for its throttle
+        as before (the stop closed it; the new run opens it) and copies
+        the rest.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=1))
+        h = t.h
+        t.populate(3)
+        job = t.job()
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        job.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertTrue(h.run(job))
+        t.assertHolds(range(3))
+        h.finish()
+
+
 class SignalCompositionTests(SynchronousTestCase):
     """
     Throttles and the server's signals together.

@@ -238,6 +238,24 @@ class TokenBucketTests(SynchronousTestCase):
         self.failureResultOf(other, CancelledError)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_closedByStop(self) -> None:
+        """
+        After L{Throttle.cancelWaits} (the job stops) a new C{admit} fails
+        at once with L{CancelledError}, starting no timer, though its
+        buckets are short; after L{Throttle.reopen} it waits again.
+        """
+        mine = self.throttle(limits(messagesPerSecond=0.001))
+        self.successResultOf(mine.admit(1, 1))
+        mine.cancelWaits()
+        self.failureResultOf(mine.admit(1, 1), CancelledError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        mine.reopen()
+        waiting = mine.admit(1, 1)
+        self.assertNoResult(waiting)
+        mine.cancelWaits()
+        self.failureResultOf(waiting, CancelledError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_noBusyLoop(self) -> None:
         """
         A wait is one timer to the time the buckets allow, not a poll.

@@ -393,6 +393,8 @@ class MigrationJob:
         """
         self._lifecycle.start()
         self._stopping = False
+        for throttle in self._throttles:
+            throttle.reopen()
         self._strikes.clear()
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
@@ -532,6 +534,11 @@ class MigrationJob:
                     await self._source.close()
         except ImapmigError as e:
             error = e
+        except CancelledError:
+            if not self._stopping:
+                log.failure("Job {job} crashed", job=self.name)
+                error = PermanentError("internal error: a wait was cancelled")
+            # Otherwise a wait for a throttle ended by the stop: stopped.
         except Exception as e:
             log.failure("Job {job} crashed", job=self.name)
             error = PermanentError(f"internal error: {e!r}")
@@ -914,6 +921,7 @@ class MigrationJob:
                     unit.folder,
                     list(chunks(unit.messages, chunkMessages, chunkBytes)),
                     ahead=overNetwork,
+                    stopping=lambda: self._stopping,
                 )
                 try:
                     while not self._stopping:
@@ -928,6 +936,11 @@ class MigrationJob:
                         if read is None:
                             break
                         chunk, bodies = read
+                        if self._stopping:
+                            # Stopped while the read was under way: what
+                            # it read is not sent (nor waited for).
+                            closeBodies(bodies)
+                            break
                         if rated is not None:
                             try:
                                 await rated.admit(len(chunk), sum(m.size for m in chunk))

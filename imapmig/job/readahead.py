@@ -18,7 +18,7 @@ source spools a body above its C{spoolAbove} to a file, not memory).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.python.failure import Failure
@@ -63,6 +63,7 @@ class ReadAhead:
         folder: SourceFolder,
         steps: Sequence[Sequence[SourceMessage]],
         ahead: bool = True,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         """
         @param source: where the bodies are read.
@@ -71,11 +72,15 @@ class ReadAhead:
         @param ahead: whether to read a step ahead; L{False} reads each step
             only when asked (for a source whose reads block the reactor,
             such as a Maildir, reading ahead only delays the sending).
+        @param stopping: whether the job is stopping: then no read is
+            started ahead (it would only hold the source, perhaps waiting
+            for its throttle, while the job winds down).
         """
         self._source = source
         self._folder = folder
         self._steps = steps
         self._ahead = ahead
+        self._stopping = stopping
         self._index = 0
         self._reading: Deferred[Sequence[MessageBody]] | None = None
 
@@ -94,7 +99,7 @@ class ReadAhead:
         if reading is None:
             reading = self._read(step)
         bodies = await reading
-        if self._ahead and self._index < len(self._steps):
+        if self._ahead and self._index < len(self._steps) and not self._stopping():
             self._reading = self._read(self._steps[self._index])
         return step, bodies
 

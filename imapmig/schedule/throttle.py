@@ -33,7 +33,7 @@ import math
 from datetime import datetime, timezone
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from imapmig.config.limits import ServerLimits
@@ -283,6 +283,8 @@ class Throttle:
     @ivar rated: whether any bucket applies (else L{admit} never waits).
     @ivar lastSignal: the last error L{signalled}, to tell which side a
         failure came from.
+    @ivar closed: whether L{cancelWaits} closed it (its job stops): every
+        L{admit} fails at once until L{reopen}.
     """
 
     def __init__(
@@ -295,6 +297,7 @@ class Throttle:
         self.budget = budget
         self.rated = bool(self._messageBuckets or self._octetBuckets)
         self.lastSignal: BaseException | None = None
+        self.closed = False
         # Each wait's timer, and the tokens it reserved.
         self._waits: dict[Deferred[None], tuple[IDelayedCall, int, int]] = {}
 
@@ -331,8 +334,10 @@ class Throttle:
         @return: a Deferred that fires when they may go; cancelling it (or
             L{cancelWaits}) ends the wait with
             L{twisted.internet.defer.CancelledError} and gives the tokens
-            back.
+            back.  While L{closed}, it has failed so already.
         """
+        if self.closed:
+            return fail(CancelledError())
         now = self._clock.seconds()
         delay = self._delay(messages, octets, now)
         for bucket in self._messageBuckets:
@@ -367,10 +372,19 @@ class Throttle:
     def cancelWaits(self) -> None:
         """
         End every wait of this throttle with
-        L{twisted.internet.defer.CancelledError} (the job stops).
+        L{twisted.internet.defer.CancelledError} (the job stops), and close
+        it: a later L{admit} (a read or a chunk that was already on its
+        way) fails so at once rather than wait, until L{reopen}.
         """
+        self.closed = True
         for waiter in list(self._waits):
             waiter.cancel()
+
+    def reopen(self) -> None:
+        """
+        Let L{admit} wait again (the job runs again after a stop).
+        """
+        self.closed = False
 
     def signalled(self, error: BaseException) -> None:
         """

@@ -473,6 +473,9 @@ class IMAPSource:
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
+        # The reads waiting for the throttle (each holding its connection's
+        # lock): L{close} ends them rather than wait behind them.
+        self._admitting: set[Deferred[None]] = set()
 
     # IMessageSource
 
@@ -551,8 +554,10 @@ class IMAPSource:
 
     def close(self) -> Deferred[None]:
         """
-        Log out (after the call in progress, if any).  A later call opens
-        a new connection.
+        Log out (after the call in progress, if any; a read still waiting
+        for the throttle fails at once with
+        L{twisted.internet.defer.CancelledError}).  A later call opens a
+        new connection.
         """
         return Deferred.fromCoroutine(self._close())
 
@@ -651,6 +656,8 @@ class IMAPSource:
             reader.lock.release()
 
     async def _close(self) -> None:
+        for admitting in list(self._admitting):
+            admitting.cancel()
         readers, self._readers = self._readers, []
         for reader in readers:
             await reader.lock.acquire()
@@ -968,7 +975,12 @@ class IMAPSource:
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
         throttle = self._throttle
         if throttle is not None and throttle.rated and wanted:
-            await throttle.admit(len(wanted), sum(size for _, size in wanted))
+            admitting = throttle.admit(len(wanted), sum(size for _, size in wanted))
+            self._admitting.add(admitting)
+            try:
+                await admitting
+            finally:
+                self._admitting.discard(admitting)
         fetched, refusals = await self._fetchBodies(
             session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
         )
