@@ -15,6 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
@@ -69,10 +70,11 @@ class ThrottledHarness:
             sourceThrottle=sourceThrottle,
         )
 
-    def populate(self, count: int) -> None:
+    def populate(self, count: int) -> SourceFolder:
         inbox = self.h.source.addFolder("INBOX")
         for n in range(count):
             self.h.source.add(inbox, f"m{n}", body(n, SIZE))
+        return inbox
 
     def used(self, day: str = "2030-01-01") -> int:
         return self.h.test.successResultOf(self.h.store.budgetUsed("dest", USER, UPLOAD, day))
@@ -194,6 +196,21 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         t.assertHolds(range(10))
         self.assertEqual(t.used(), 10 * SIZE)
         self.assertEqual(h.clock.seconds(), NOON)
+        h.finish()
+
+    def test_oversizedNotCounted(self) -> None:
+        """
+        A message listed larger than the destination accepts is recorded
+        as failed and never counted against the daily budget.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        inbox = t.populate(3)
+        h.source.add(inbox, "big", body(99, 10 * SIZE))
+        self.assertTrue(h.run(t.job(JobSettings(connections=1, maxMessageBytes=2 * SIZE))))
+        t.assertHolds(range(3))
+        self.assertEqual(t.used(), 3 * SIZE)
+        self.assertEqual(h.progress.messagesFailed, 1)
         h.finish()
 
     def test_downloadBudget(self) -> None:

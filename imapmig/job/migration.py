@@ -773,6 +773,7 @@ class MigrationJob:
             if target.uidFloor is not None
         }
         uncreatable = prepared.uncreatable
+        sizeLimit = messageSizeLimit(first.capabilities, settings.maxMessageBytes)
         for mapping, pending in prepared.plans:
             mailbox = mapping.mailbox
             folder = mapping.folder
@@ -785,6 +786,8 @@ class MigrationJob:
                         f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
                     )
                 continue
+            if sizeLimit is not None:
+                pending = self._withinSizeLimit(folder, mailbox, pending, sizeLimit)
             self._units.extend(
                 cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
             )
@@ -808,6 +811,36 @@ class MigrationJob:
             failure.raiseException()
         if self._limitReached is not None and not self._stopping:
             raise self._limitReached
+
+    def _withinSizeLimit(
+        self,
+        folder: SourceFolder,
+        mailbox: str,
+        pending: list[SourceMessage],
+        sizeLimit: tuple[int, str],
+    ) -> list[SourceMessage]:
+        """
+        The messages of C{pending} whose listed size the destination
+        accepts; the others are recorded as failed at once, never read nor
+        counted against a budget.  (A body found larger than listed, once
+        read, is refused by L{_prepare}.)
+        """
+        limit, where = sizeLimit
+        if all(message.size <= limit for message in pending):
+            return pending
+        kept = []
+        for message in pending:
+            if message.size <= limit:
+                kept.append(message)
+                continue
+            self._recordFailure(
+                folder,
+                mailbox,
+                message,
+                f"listed at {message.size} octets, larger than the {limit} the"
+                f" destination accepts ({where}); not sent",
+            )
+        return kept
 
     async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
         """
