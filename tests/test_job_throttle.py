@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import calendar
 
+from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -19,7 +20,15 @@ from imapmig.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
-from tests.test_job import JOB, USER, JobHarness, MemoryEndpoint, body, memoryOpener
+from tests.test_job import (
+    JOB,
+    USER,
+    JobHarness,
+    MemoryEndpoint,
+    RecordingStateStore,
+    body,
+    memoryOpener,
+)
 
 NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
 MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
@@ -90,6 +99,33 @@ class ThrottledHarness:
 
     def held(self) -> int:
         return len(self.h.mail.mailbox(USER, "INBOX"))
+
+
+class SlowBudgetStore(RecordingStateStore):
+    """
+    A state store whose budget records complete only when the test says
+    (L{flush}), as a store in a thread would, some time later.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[tuple[Deferred[int], tuple[str, str, str, str, int]]] = []
+
+    def addBudgetUse(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        "See L{IStateStore.addBudgetUse}; held until L{flush}."
+        d: Deferred[int] = Deferred()
+        self.pending.append((d, (server, user, direction, day, octets)))
+        return d
+
+    def flush(self) -> None:
+        """
+        Complete the budget records held, in order.
+        """
+        while self.pending:
+            d, args = self.pending.pop(0)
+            super().addBudgetUse(*args).chainDeferred(d)
 
 
 def budget(octets: int) -> ServerLimits:
@@ -234,6 +270,85 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         t.assertHolds(range(5))
+        h.finish()
+
+    def test_noOvershootBetweenConnections(self) -> None:
+        """
+        With an upload and a download budget and two connections, the
+        second connection sees what the first took of both budgets though
+        the state store has recorded none of it yet: together they never
+        take more than the smaller budget allows.
+        """
+        t = ThrottledHarness(self, budget(100 * SIZE))
+        h = t.h
+        store = h.store = SlowBudgetStore()
+        t.restart()
+        t.populate(8)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=4 * SIZE))
+        job = t.job(
+            JobSettings(connections=2, batchMessages=4, unitMessages=4), sourceLimits=sourceLimits
+        )
+        d = h.start(job)
+        for _ in range(20):
+            store.flush()
+            h.settle(lambda: d.called)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(t.held(), 4)
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            4 * SIZE,
+        )
+        self.assertEqual(t.used(), 4 * SIZE)
+        job.stop()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        h.finish()
+
+    def test_stopRefundsUnsent(self) -> None:
+        """
+        A job stopped in the middle of a unit is charged only what it sent:
+        the rest of the unit's reservation is given back, in memory and in
+        the state store.
+        """
+        t = ThrottledHarness(
+            self,
+            ServerLimits(messagesPerSecond=0.1, perAccount=AccountLimits(dailyUpload=100 * SIZE)),
+        )
+        h = t.h
+        t.populate(5)
+        job = t.job()
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        job.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(t.used(), SIZE)
+        throttle = t.registry.throttleFor("dest", t.limits, USER, UPLOAD)
+        assert throttle is not None and throttle.budget is not None
+        self.assertEqual(throttle.budget.used, SIZE)
+        h.finish()
+
+    def test_skippedNotCharged(self) -> None:
+        """
+        A message read but not sent (here: NUL octets, and a destination
+        without BINARY) is not charged to the upload budget, but to the
+        download budget, since it was read.
+        """
+        t = ThrottledHarness(self, budget(100 * SIZE))
+        h = t.h
+        inbox = t.populate(3)
+        nul = body(7, SIZE).replace(b"\r\n\r\n", b"\r\n\r\n\0", 1)
+        h.source.add(inbox, "nul", nul)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=100 * SIZE))
+        self.assertTrue(h.run(t.job(sourceLimits=sourceLimits)))
+        t.assertHolds(range(3))
+        self.assertEqual(h.progress.messagesFailed, 1)
+        self.assertEqual(t.used(), 3 * SIZE)
+        self.assertEqual(
+            self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            3 * SIZE + len(nul),
+        )
         h.finish()
 
     def test_stopWhilePaused(self) -> None:

@@ -384,6 +384,33 @@ class DailyBudgetTests(SynchronousTestCase):
         self.assertEqual(restarted.fitting([200]), 0)
         self.assertEqual(restarted.fitting([100]), 1)
 
+    def test_reserveAndRelease(self) -> None:
+        """
+        A reservation counts at once in memory (another job sees it) and
+        stores nothing; released, it is given back, but not into a new
+        day's total loaded since.
+        """
+        budget = self.budgetThrottle(self.store).budget
+        assert budget is not None
+        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        day = budget.day
+        budget.reserve(600)
+        self.assertEqual(budget.fitting([500]), 0)
+        self.assertEqual(
+            self.successResultOf(self.store.budgetUsed("gmail", "alice", UPLOAD, "2030-01-01")), 0
+        )
+        budget.release(600, day)
+        self.assertEqual(budget.used, 0)
+        budget.reserve(600)
+        self.clock.advance(MIDNIGHT - NOON)
+        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        self.assertEqual(budget.used, 0)
+        budget.release(600, day)
+        self.assertEqual(budget.used, 0)
+        budget.reserve(100)
+        budget.release(600, day)
+        self.assertEqual(budget.used, 100)
+
     def test_dayRollover(self) -> None:
         """
         At UTC midnight the budget is renewed: the next load starts the new

@@ -237,13 +237,46 @@ class DailyBudget:
             return 1
         return count
 
+    @property
+    def day(self) -> str | None:
+        """
+        The UTC day last loaded (L{load}), or L{None} before the first.
+        """
+        return self._day
+
+    def reserve(self, octets: int) -> None:
+        """
+        Hold C{octets} of today's budget in memory only, at once: every
+        job of the account sees them taken (no await comes between what
+        L{fitting} says and this), and nothing is stored.  A reservation
+        is given back (L{release}), or becomes a charge once what it was
+        for is sent (L{release}, then L{spend} of the octets sent).
+        """
+        self._used += octets
+
+    def release(self, octets: int, day: str | None) -> None:
+        """
+        Give back C{octets} reserved on C{day} (the L{day} when they were
+        reserved); nothing if that day is over (the new day's total was
+        loaded without them).
+        """
+        if day == self._day:
+            self._used = max(0, self._used - octets)
+
     async def spend(self, octets: int) -> None:
         """
         Count C{octets} against today's budget: at once in memory (so that
         another job of the account sees them), then in the store.
         """
+        self.reserve(octets)
+        await self.record(octets)
+
+    async def record(self, octets: int) -> None:
+        """
+        Store C{octets} already counted in memory (L{reserve}) as used
+        today.
+        """
         day = self._day if self._day is not None else utcDay(self._clock.seconds())
-        self._used += octets
         total = await self._store.addBudgetUse(self.server, self.user, self.direction, day, octets)
         if day == self._day:
             self._used = max(self._used, total)
