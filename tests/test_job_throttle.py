@@ -9,6 +9,7 @@ session and pipeline against the fake server, on a L{Clock}.
 from __future__ import annotations
 
 import calendar
+from typing import Callable
 
 from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs, formatEvent
@@ -19,6 +20,7 @@ from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
+from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (
     JOB,
@@ -29,6 +31,9 @@ from tests.test_job import (
     body,
     memoryOpener,
 )
+from tests.test_sources_imap import Harness as SourceHarness
+from tests.test_sources_imap import ScriptedAccount
+from tests.test_sources_imap import body as sourceBody
 
 NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
 MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
@@ -536,3 +541,110 @@ class SignalCompositionTests(SynchronousTestCase):
         h.endpoint.pump()
         t.assertHolds(range(3))
         h.finish()
+
+
+class SourceSignalTests(SynchronousTestCase):
+    """
+    A throttling signal from an IMAP source (to a body FETCH) is the
+    source server's: it never holds or exhausts the destination's
+    throttle, though the source has no throttle of its own.
+    """
+
+    def migrate(self, refusal: bytes, limits: ServerLimits) -> ThrottledHarness:
+        """
+        Start a job from an IMAP source without a throttle, whose first
+        body FETCH is refused with C{refusal}, into a destination
+        throttled by C{limits}, and run it up to its first wait (L{finish}
+        runs it to its end).
+        """
+        t = ThrottledHarness(self, limits)
+        h = t.h
+        account = ScriptedAccount()
+        for n in range(1, 3):
+            account.folders["INBOX"].add(sourceBody(n))
+        refused = [False]
+
+        def refuse(tag: bytes, command: bytes) -> bytes | None:
+            if b"BODY.PEEK[]" in command and not refused[0]:
+                refused[0] = True
+                return tag + b" " + refusal + b"\r\n"
+            return None
+
+        account.interceptors.append(refuse)
+        reading = SourceHarness(account)
+        source = IMAPSource(reading.open, "alice at source")
+        job = MigrationJob(
+            JOB,
+            source,
+            h.store,
+            h.progress,
+            memoryOpener(h.endpoint, h.clock),
+            h.clock,
+            JobSettings(connections=1),
+            identity="off",
+            retry=RetryPolicy(pause=600),
+            jitter=lambda: 0.0,
+            throttle=t.registry.throttleFor("dest", t.limits, USER, UPLOAD),
+        )
+        self.d = Deferred.fromCoroutine(job.run())
+        self.reading = reading
+        self.pumpBoth(h, lambda: refused[0] and h.progress.state != JobState.RUNNING)
+        return t
+
+    def pumpBoth(self, h: JobHarness, until: Callable[[], bool]) -> None:
+        """
+        Carry the source's and the destination's exchanges until
+        C{until()} or nothing moves.
+        """
+        reading = self.reading
+        for _ in range(100):
+            reading.pump()
+            h.settle(until)
+            if until():
+                return
+
+    def finish(self, t: ThrottledHarness) -> None:
+        """
+        Run the job to its end (both messages copied) and check that no
+        timer is left.
+        """
+        h = t.h
+        for _ in range(100):
+            self.pumpBoth(h, lambda: self.d.called)
+            calls = h.clock.getDelayedCalls()
+            if self.d.called or not calls:
+                break
+            h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
+        self.assertTrue(self.successResultOf(self.d))
+        h.endpoint.pump()
+        self.assertEqual(t.held(), 2)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+    def test_backoffNotHeldOnDestination(self) -> None:
+        """
+        A source's C{Suggested Backoff Time} backs the job off as asked,
+        but another job of the destination account is not held.
+        """
+        limits = ServerLimits(messagesPerSecond=100)
+        t = self.migrate(
+            b"NO Request is throttled. Suggested Backoff Time: 5000 milliseconds", limits
+        )
+        h = t.h
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        self.assertEqual(h.progress.retryAt, NOON + 5)
+        other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
+        assert other is not None
+        self.successResultOf(other.admit(1, 1))
+        self.finish(t)
+
+    def test_overquotaNotDestinationBudget(self) -> None:
+        """
+        A source's C{[OVERQUOTA]} pauses the job for the configured pause;
+        the destination's daily upload budget is not taken as used up.
+        """
+        t = self.migrate(b"NO [OVERQUOTA] Account exceeded bandwidth limits", budget(100 * SIZE))
+        h = t.h
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, NOON + 600)
+        self.assertEqual(t.used(), 0)
+        self.finish(t)

@@ -516,14 +516,19 @@ class MigrationJob:
     def _sideOf(self, error: BaseException) -> Throttle | None:
         """
         The throttle of the side C{error} came from (the source's, if the
-        IMAP source reported it there), after telling it: a server's
-        "wait" holds that server's and account's buckets for every job.
+        IMAP source raised it or it is the source's budget, else the
+        destination's), after telling it: a server's "wait" holds that
+        server's and account's buckets for every job.  A source's signal
+        never touches the destination's throttle, even when the source
+        has none (L{None}).
         """
         source = self._sourceThrottle
         if source is not None and (
             source.lastSignal is error
             or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
         ):
+            return source
+        if isinstance(self._source, IMAPSource) and self._source.raised(error):
             return source
         if self._throttle is not None:
             self._throttle.signalled(error)

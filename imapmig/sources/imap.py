@@ -53,6 +53,7 @@ one is logged out by L{IMAPSource.close}.
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
 
 from attrs import frozen
@@ -473,6 +474,8 @@ class IMAPSource:
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
+        # The errors this source raised (see raised).
+        self._raised: weakref.WeakSet[ImapmigError] = weakref.WeakSet()
         # The reads waiting for the throttle (each holding its connection's
         # lock): L{close} ends them rather than wait behind them.
         self._admitting: set[Deferred[None]] = set()
@@ -552,6 +555,14 @@ class IMAPSource:
         """
         return self._call(self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq)
 
+    def raised(self, error: BaseException) -> bool:
+        """
+        Whether C{error} came from this source (a call of it failed so):
+        a throttling signal in it is the source server's, never the
+        destination's, whether or not the source has a throttle.
+        """
+        return isinstance(error, ImapmigError) and error in self._raised
+
     def close(self) -> Deferred[None]:
         """
         Log out (after the call in progress, if any; a read still waiting
@@ -611,8 +622,22 @@ class IMAPSource:
         """
         Run C{method(reader, session, *args, **kwargs)} alone on a connection
         of the pool (L{_chooseReader}), opening it first if needed; a
-        L{TransientError} drops that connection.
+        L{TransientError} drops that connection.  An L{ImapmigError} it
+        raises is remembered as this source's (L{raised}).
         """
+        try:
+            return await self._runOnReader(method, folder, *args, **kwargs)
+        except ImapmigError as e:
+            self._raised.add(e)
+            raise
+
+    async def _runOnReader(
+        self,
+        method: Callable[Concatenate[_Reader, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
         reader = self._chooseReader(None if folder is None else folder.key)
         await reader.lock.acquire()
         try:
