@@ -8,7 +8,7 @@ import os
 import tempfile
 from typing import Sequence
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import TransientError
@@ -161,3 +161,26 @@ class ReadAheadTests(SynchronousTestCase):
         source.reads[1][1].errback(TransientError("lost"))
         self.assertEqual(self.flushLoggedErrors(), [])
         reader.discard()
+
+    def test_discardLogsBug(self) -> None:
+        """
+        A read given up that fails with something other than an
+        operational error or a cancelled wait (a bug) is logged with its
+        traceback; a cancelled wait is not.
+        """
+        source = _Source()
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        source.reads[1][1].errback(ZeroDivisionError("bug"))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[2][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        source.reads[3][1].errback(CancelledError())
+        self.assertEqual(self.flushLoggedErrors(), [])

@@ -982,6 +982,7 @@ class MigrationJob:
                     list(chunks(unit.messages, chunkMessages, chunkBytes)),
                     ahead=overNetwork,
                     stopping=lambda: self._stopping,
+                    job=self.name,
                 )
                 try:
                     while not self._stopping:
