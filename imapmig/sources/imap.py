@@ -746,6 +746,7 @@ class IMAPSource:
                 "{source}: label view {folder} left out: {why}; a folder rule"
                 " (include) naming it, or label_views: copy, copies it",
                 source=self.description,
+                job=self._job,
                 folder=folder.key,
                 why=why,
             )
@@ -791,6 +792,7 @@ class IMAPSource:
                 "{source}: {count} messages of {folder} are also in other folders"
                 " and are copied from there only",
                 source=self.description,
+                job=self._job,
                 count=dropped,
                 folder=folder.key,
             )
