@@ -8,13 +8,19 @@ taken, before its journal entry is written: every other connection and job
 of the account sees them taken at once, with no await between the test of
 what fits and the reservation, so that two connections never share the
 same remainder.  As each chunk is handed to the append pipeline its part of
-the reservation becomes a charge of what actually moves: the octets read
-from the source count against the download budget, the octets sent against
-the upload budget (a message skipped as already present, or recorded as
-failed instead of sent, costs no upload).  What the unit did not send (a
-stop, a failure, a cut) is given back at its end.  Only charges reach the
-state store; a crash between a chunk's hand-over and its charge being
-stored forgets at most that chunk.
+the reservation becomes a charge of what actually moves: the messages read
+from the source count against the download budget, the messages sent
+against the upload budget (a message skipped as already present, or
+recorded as failed instead of sent, costs no upload).  What the unit did
+not send (a stop, a failure, a cut) is given back at its end.  Only charges
+reach the state store; a crash between a chunk's hand-over and its charge
+being stored forgets at most that chunk.
+
+Messages are counted by their listed size (an IMAP source's RFC822.SIZE,
+which is what it sends; a Maildir or mbox file's size), the measure the
+reservation is made in, so that what is charged never exceeds what fitted:
+a Maildir message whose line endings are converted to CRLF on the way is
+sent a little larger than it is counted.
 """
 
 from __future__ import annotations
@@ -82,9 +88,10 @@ class UnitBudgets:
     async def charge(self, listed: int, read: int, sent: int) -> None:
         """
         One chunk was handed over (or read and dropped): its C{listed}
-        octets leave the reservation; C{read} octets count against the
-        download budget and C{sent} octets against the upload budget, in
-        memory at once, then in the state store.
+        octets leave the reservation; C{read} octets (the listed size of
+        the messages read) count against the download budget and C{sent}
+        octets (of the messages sent) against the upload budget, in memory
+        at once, then in the state store.
         """
         listed = min(listed, self._held)
         self._held -= listed

@@ -213,11 +213,23 @@ def _listed(chunk: Sequence[SourceMessage]) -> int:
     return sum(message.size for message in chunk)
 
 
-def _octets(bodies: Sequence[MessageBody]) -> int:
+def _readOf(chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]) -> int:
     """
-    The octets of C{bodies} that were read (not the unreadable ones).
+    The listed octets of the messages of C{chunk} that were read (not the
+    unreadable ones).
     """
-    return sum(len(body) for body in bodies if not isinstance(body, UnreadableMessage))
+    return sum(
+        message.size
+        for message, body in zip(chunk, bodies)
+        if not isinstance(body, UnreadableMessage)
+    )
+
+
+def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
+    """
+    The listed octets of the messages of C{outgoing}.
+    """
+    return sum(m.origin.source.size for m in outgoing if isinstance(m.origin, Sent))
 
 
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
@@ -1009,16 +1021,14 @@ class MigrationJob:
                             # read is not sent.
                             closeBodies(bodies)
                             if budgets is not None:
-                                await budgets.charge(_listed(chunk), _octets(bodies), 0)
+                                await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
                             break
                         outgoing = self._prepare(unit, sent, chunk, bodies, destination)
                         pipeline.enqueue(outgoing)
                         enqueued = True
                         if budgets is not None:
                             await budgets.charge(
-                                _listed(chunk),
-                                _octets(bodies),
-                                sum(len(message.body) for message in outgoing),
+                                _listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing)
                             )
                         hungry = pipeline.hungry()
                         if hungry.called:
