@@ -292,7 +292,9 @@ async def loginWithToken(
     Log in with the current token of C{tokens}; when the server refuses
     it (L{CredentialsRefused}: revoked, or expired sooner than said),
     invalidate it, obtain another and log in once more.  A second refusal
-    is final.
+    is final; so is the first when the token obtained again is the one
+    refused (a token file or command that still gives it): it is not
+    tried twice.
 
     @param logIn: opens a session with the token it is given.
     @param account: names the account in the log.
@@ -301,11 +303,15 @@ async def loginWithToken(
     token = await tokens.current()
     try:
         return await logIn(token)
-    except CredentialsRefused:
+    except CredentialsRefused as e:
+        refused = e
         tokens.invalidate(token)
+    again = await tokens.current()
+    if again == token:
+        raise refused
     log.info(
-        "{account}: the server refused the access token; obtaining a new one"
-        " and logging in again",
+        "{account}: the server refused the access token; logging in again with"
+        " a new one",
         account=account,
     )
-    return await logIn(await tokens.current())
+    return await logIn(again)

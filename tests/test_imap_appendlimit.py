@@ -52,15 +52,21 @@ class JobSizeLimitTests(SynchronousTestCase):
     with the reason, and never sent; the others go.
     """
 
-    def migrate(self, capabilities: tuple[str, ...], maxMessageBytes: int | None) -> JobHarness:
+    def migrate(
+        self,
+        capabilities: tuple[str, ...],
+        maxMessageBytes: int | None,
+        listedSize: int | None = None,
+    ) -> JobHarness:
         """
-        Migrate messages 1 (small), 2 (1,000 octets) and 3 (small) with
-        C{capabilities} and C{maxMessageBytes}.
+        Migrate messages 1 (small), 2 (1,000 octets; listed at
+        C{listedSize} if given) and 3 (small) with C{capabilities} and
+        C{maxMessageBytes}.
         """
         harness = JobHarness(self, capabilities=capabilities)
         inbox = harness.source.addFolder("INBOX")
         harness.source.add(inbox, "m1", body(1))
-        harness.source.add(inbox, "m2", body(2, 1000))
+        harness.source.add(inbox, "m2", body(2, 1000), size=listedSize)
         harness.source.add(inbox, "m3", body(3))
         settings = JobSettings(connections=1, maxMessageBytes=maxMessageBytes)
         self.assertTrue(harness.run(harness.job(settings)))
@@ -81,6 +87,29 @@ class JobSizeLimitTests(SynchronousTestCase):
         The server's APPENDLIMIT is honoured.
         """
         harness = self.migrate(DEFAULT_CAPABILITIES + ("APPENDLIMIT=999",), None)
+        self.assertRefused(
+            harness, "1000 octets, larger than the 999 the destination accepts"
+            " (the server's APPENDLIMIT); not sent"
+        )
+
+    def test_neverRead(self) -> None:
+        """
+        A message whose listed size is beyond the limit is recorded as
+        failed before anything is read: its body is never fetched.
+        """
+        harness = self.migrate(DEFAULT_CAPABILITIES + ("APPENDLIMIT=999",), None)
+        self.assertEqual(harness.source.keysRead, ["m1", "m3"])
+        [failed] = self.successResultOf(harness.store.failures(JOB))
+        assert failed.failure is not None
+        self.assertIn("listed at 1000 octets", failed.failure)
+
+    def test_largerThanListed(self) -> None:
+        """
+        A message listed within the limit whose body, once read, is larger
+        (the source converted it) is still refused, after the read.
+        """
+        harness = self.migrate(DEFAULT_CAPABILITIES + ("APPENDLIMIT=999",), None, 900)
+        self.assertEqual(harness.source.keysRead, ["m1", "m2", "m3"])
         self.assertRefused(
             harness, "1000 octets, larger than the 999 the destination accepts"
             " (the server's APPENDLIMIT); not sent"

@@ -44,6 +44,7 @@ class MemorySource:
     An L{IMessageSource} in memory.
 
     @ivar reads: how many times L{readBodies} was called.
+    @ivar keysRead: the keys of the messages read, in order.
     @ivar holdAfter: if set, reads beyond that many wait in C{held} until
         L{release}.
     """
@@ -53,6 +54,7 @@ class MemorySource:
         self._messages: dict[str, list[SourceMessage]] = {}
         self._bodies: dict[tuple[str, str], MessageBody] = {}
         self.reads = 0
+        self.keysRead: list[str] = []
         self.listingErrors: dict[str, Exception] = {}
         self.foldersError: Exception | None = None
         self.onListing: Callable[[SourceFolder], None] = lambda folder: None
@@ -111,6 +113,7 @@ class MemorySource:
     ) -> Deferred[Sequence[MessageBody]]:
         "See L{IMessageSource.readBodies}; counted, and held if asked."
         self.reads += 1
+        self.keysRead.extend(m.key for m in messages)
         bodies = [self._bodies[folder.key, m.key] for m in messages]
         if self.holdAfter is not None and self.reads > self.holdAfter:
             d: Deferred[Sequence[MessageBody]] = Deferred()

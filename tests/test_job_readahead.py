@@ -8,7 +8,7 @@ import os
 import tempfile
 from typing import Sequence
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import TransientError
@@ -95,6 +95,29 @@ class ReadAheadTests(SynchronousTestCase):
         Deferred.fromCoroutine(reader.next())
         self.assertEqual(source.keysRead(), [["1"], ["2"]])
 
+    def test_noReadAheadWhileStopping(self) -> None:
+        """
+        Once the job is stopping, a step handed over starts no read of the
+        next one (it would hold the source, perhaps waiting for its
+        throttle, while the job winds down).
+        """
+        source = _Source()
+        stopping = [False]
+        steps = [_messages("1"), _messages("2"), _messages("3")]
+        reader = ReadAhead(
+            source, _FOLDER, steps, stopping=lambda: stopping[0]  # type: ignore[arg-type]
+        )
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        self.assertEqual(source.keysRead(), [["1"], ["2"]])
+        second = Deferred.fromCoroutine(reader.next())
+        stopping[0] = True
+        source.reads[1][1].callback([b"b"])
+        self.assertEqual(self.successResultOf(second), (steps[1], [b"b"]))
+        self.assertEqual(source.keysRead(), [["1"], ["2"]])
+        reader.discard()
+
     def test_failureOfTheStepAsked(self) -> None:
         """
         A read that fails fails the L{ReadAhead.next} that waits for it,
@@ -138,3 +161,26 @@ class ReadAheadTests(SynchronousTestCase):
         source.reads[1][1].errback(TransientError("lost"))
         self.assertEqual(self.flushLoggedErrors(), [])
         reader.discard()
+
+    def test_discardLogsBug(self) -> None:
+        """
+        A read given up that fails with something other than an
+        operational error or a cancelled wait (a bug) is logged with its
+        traceback; a cancelled wait is not.
+        """
+        source = _Source()
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[0][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        source.reads[1][1].errback(ZeroDivisionError("bug"))
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+
+        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        source.reads[2][1].callback([b"a"])
+        self.successResultOf(first)
+        reader.discard()
+        source.reads[3][1].errback(CancelledError())
+        self.assertEqual(self.flushLoggedErrors(), [])

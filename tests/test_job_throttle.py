@@ -9,16 +9,31 @@ session and pipeline against the fake server, on a L{Clock}.
 from __future__ import annotations
 
 import calendar
+from typing import Callable
 
+from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
+from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
-from tests.test_job import JOB, USER, JobHarness, MemoryEndpoint, body, memoryOpener
+from tests.test_job import (
+    JOB,
+    USER,
+    JobHarness,
+    MemoryEndpoint,
+    RecordingStateStore,
+    body,
+    memoryOpener,
+)
+from tests.test_sources_imap import Harness as SourceHarness
+from tests.test_sources_imap import ScriptedAccount
+from tests.test_sources_imap import body as sourceBody
 
 NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
 MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
@@ -71,10 +86,11 @@ class ThrottledHarness:
             defer=defer,
         )
 
-    def populate(self, count: int) -> None:
+    def populate(self, count: int) -> SourceFolder:
         inbox = self.h.source.addFolder("INBOX")
         for n in range(count):
             self.h.source.add(inbox, f"m{n}", body(n, SIZE))
+        return inbox
 
     def used(self, day: str = "2030-01-01") -> int:
         return self.h.test.successResultOf(self.h.store.budgetUsed("dest", USER, UPLOAD, day))
@@ -90,6 +106,33 @@ class ThrottledHarness:
 
     def held(self) -> int:
         return len(self.h.mail.mailbox(USER, "INBOX"))
+
+
+class SlowBudgetStore(RecordingStateStore):
+    """
+    A state store whose budget records complete only when the test says
+    (L{flush}), as a store in a thread would, some time later.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[tuple[Deferred[int], tuple[str, str, str, str, int]]] = []
+
+    def addBudgetUse(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        "See L{IStateStore.addBudgetUse}; held until L{flush}."
+        d: Deferred[int] = Deferred()
+        self.pending.append((d, (server, user, direction, day, octets)))
+        return d
+
+    def flush(self) -> None:
+        """
+        Complete the budget records held, in order.
+        """
+        while self.pending:
+            d, args = self.pending.pop(0)
+            super().addBudgetUse(*args).chainDeferred(d)
 
 
 def budget(octets: int) -> ServerLimits:
@@ -247,6 +290,21 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertEqual(h.clock.seconds(), NOON)
         h.finish()
 
+    def test_oversizedNotCounted(self) -> None:
+        """
+        A message listed larger than the destination accepts is recorded
+        as failed and never counted against the daily budget.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        inbox = t.populate(3)
+        h.source.add(inbox, "big", body(99, 10 * SIZE))
+        self.assertTrue(h.run(t.job(JobSettings(connections=1, maxMessageBytes=2 * SIZE))))
+        t.assertHolds(range(3))
+        self.assertEqual(t.used(), 3 * SIZE)
+        self.assertEqual(h.progress.messagesFailed, 1)
+        h.finish()
+
     def test_downloadBudget(self) -> None:
         """
         The source account's daily download budget pauses the job as the
@@ -268,6 +326,85 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         t.assertHolds(range(5))
+        h.finish()
+
+    def test_noOvershootBetweenConnections(self) -> None:
+        """
+        With an upload and a download budget and two connections, the
+        second connection sees what the first took of both budgets though
+        the state store has recorded none of it yet: together they never
+        take more than the smaller budget allows.
+        """
+        t = ThrottledHarness(self, budget(100 * SIZE))
+        h = t.h
+        store = h.store = SlowBudgetStore()
+        t.restart()
+        t.populate(8)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=4 * SIZE))
+        job = t.job(
+            JobSettings(connections=2, batchMessages=4, unitMessages=4), sourceLimits=sourceLimits
+        )
+        d = h.start(job)
+        for _ in range(20):
+            store.flush()
+            h.settle(lambda: d.called)
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(t.held(), 4)
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            4 * SIZE,
+        )
+        self.assertEqual(t.used(), 4 * SIZE)
+        job.stop()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        h.finish()
+
+    def test_stopRefundsUnsent(self) -> None:
+        """
+        A job stopped in the middle of a unit is charged only what it sent:
+        the rest of the unit's reservation is given back, in memory and in
+        the state store.
+        """
+        t = ThrottledHarness(
+            self,
+            ServerLimits(messagesPerSecond=0.1, perAccount=AccountLimits(dailyUpload=100 * SIZE)),
+        )
+        h = t.h
+        t.populate(5)
+        job = t.job()
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        job.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(t.used(), SIZE)
+        throttle = t.registry.throttleFor("dest", t.limits, USER, UPLOAD)
+        assert throttle is not None and throttle.budget is not None
+        self.assertEqual(throttle.budget.used, SIZE)
+        h.finish()
+
+    def test_skippedNotCharged(self) -> None:
+        """
+        A message read but not sent (here: NUL octets, and a destination
+        without BINARY) is not charged to the upload budget, but to the
+        download budget, since it was read.
+        """
+        t = ThrottledHarness(self, budget(100 * SIZE))
+        h = t.h
+        inbox = t.populate(3)
+        nul = body(7, SIZE).replace(b"\r\n\r\n", b"\r\n\r\n\0", 1)
+        h.source.add(inbox, "nul", nul)
+        sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=100 * SIZE))
+        self.assertTrue(h.run(t.job(sourceLimits=sourceLimits)))
+        t.assertHolds(range(3))
+        self.assertEqual(h.progress.messagesFailed, 1)
+        self.assertEqual(t.used(), 3 * SIZE)
+        self.assertEqual(
+            self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
+            3 * SIZE + len(nul),
+        )
         h.finish()
 
     def test_stopWhilePaused(self) -> None:
@@ -326,6 +463,54 @@ class RateTests(SynchronousTestCase):
         self.assertEqual(t.held(), 1)
         # The rest of the unit stays journaled, settled by the next run.
         self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        h.finish()
+
+
+    def test_stopDuringReadThenThrottle(self) -> None:
+        """
+        A stop while a source read is under way, the throttle's wait not
+        yet begun: when the read completes the job sends nothing more and
+        does not wait for the throttle (it would wait about 1,000 s at
+        0.001 messages per second); the run ends within the stop timeout
+        with no timer left.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=0.001))
+        h = t.h
+        t.populate(5)
+        h.source.holdAfter = 1
+        job = t.job(JobSettings(connections=1, stopTimeout=30))
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        self.assertEqual(len(h.source.held), 1)
+        job.stop()
+        h.source.release()
+        h.settle(lambda: d.called)
+        h.clock.advance(30)
+        h.settle(lambda: d.called)
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertEqual(t.held(), 1)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        h.finish()
+
+    def test_runAgainAfterStop(self) -> None:
+        """
+        A job stopped while throttled, run again, waits for its throttle
+        as before (the stop closed it; the new run opens it) and copies
+        the rest.
+        """
+        t = ThrottledHarness(self, ServerLimits(messagesPerSecond=1))
+        h = t.h
+        t.populate(3)
+        job = t.job()
+        d = h.start(job)
+        self.assertEqual(t.held(), 1)
+        job.stop()
+        h.settle()
+        self.assertFalse(self.successResultOf(d))
+        h.endpoint.pump()
+        self.assertTrue(h.run(job))
+        t.assertHolds(range(3))
         h.finish()
 
 
@@ -447,3 +632,110 @@ class SignalCompositionTests(SynchronousTestCase):
         h.endpoint.pump()
         t.assertHolds(range(3))
         h.finish()
+
+
+class SourceSignalTests(SynchronousTestCase):
+    """
+    A throttling signal from an IMAP source (to a body FETCH) is the
+    source server's: it never holds or exhausts the destination's
+    throttle, though the source has no throttle of its own.
+    """
+
+    def migrate(self, refusal: bytes, limits: ServerLimits) -> ThrottledHarness:
+        """
+        Start a job from an IMAP source without a throttle, whose first
+        body FETCH is refused with C{refusal}, into a destination
+        throttled by C{limits}, and run it up to its first wait (L{finish}
+        runs it to its end).
+        """
+        t = ThrottledHarness(self, limits)
+        h = t.h
+        account = ScriptedAccount()
+        for n in range(1, 3):
+            account.folders["INBOX"].add(sourceBody(n))
+        refused = [False]
+
+        def refuse(tag: bytes, command: bytes) -> bytes | None:
+            if b"BODY.PEEK[]" in command and not refused[0]:
+                refused[0] = True
+                return tag + b" " + refusal + b"\r\n"
+            return None
+
+        account.interceptors.append(refuse)
+        reading = SourceHarness(account)
+        source = IMAPSource(reading.open, "alice at source")
+        job = MigrationJob(
+            JOB,
+            source,
+            h.store,
+            h.progress,
+            memoryOpener(h.endpoint, h.clock),
+            h.clock,
+            JobSettings(connections=1),
+            identity="off",
+            retry=RetryPolicy(pause=600),
+            jitter=lambda: 0.0,
+            throttle=t.registry.throttleFor("dest", t.limits, USER, UPLOAD),
+        )
+        self.d = Deferred.fromCoroutine(job.run())
+        self.reading = reading
+        self.pumpBoth(h, lambda: refused[0] and h.progress.state != JobState.RUNNING)
+        return t
+
+    def pumpBoth(self, h: JobHarness, until: Callable[[], bool]) -> None:
+        """
+        Carry the source's and the destination's exchanges until
+        C{until()} or nothing moves.
+        """
+        reading = self.reading
+        for _ in range(100):
+            reading.pump()
+            h.settle(until)
+            if until():
+                return
+
+    def finish(self, t: ThrottledHarness) -> None:
+        """
+        Run the job to its end (both messages copied) and check that no
+        timer is left.
+        """
+        h = t.h
+        for _ in range(100):
+            self.pumpBoth(h, lambda: self.d.called)
+            calls = h.clock.getDelayedCalls()
+            if self.d.called or not calls:
+                break
+            h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
+        self.assertTrue(self.successResultOf(self.d))
+        h.endpoint.pump()
+        self.assertEqual(t.held(), 2)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+    def test_backoffNotHeldOnDestination(self) -> None:
+        """
+        A source's C{Suggested Backoff Time} backs the job off as asked,
+        but another job of the destination account is not held.
+        """
+        limits = ServerLimits(messagesPerSecond=100)
+        t = self.migrate(
+            b"NO Request is throttled. Suggested Backoff Time: 5000 milliseconds", limits
+        )
+        h = t.h
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        self.assertEqual(h.progress.retryAt, NOON + 5)
+        other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
+        assert other is not None
+        self.successResultOf(other.admit(1, 1))
+        self.finish(t)
+
+    def test_overquotaNotDestinationBudget(self) -> None:
+        """
+        A source's C{[OVERQUOTA]} pauses the job for the configured pause;
+        the destination's daily upload budget is not taken as used up.
+        """
+        t = self.migrate(b"NO [OVERQUOTA] Account exceeded bandwidth limits", budget(100 * SIZE))
+        h = t.h
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, NOON + 600)
+        self.assertEqual(t.used(), 0)
+        self.finish(t)

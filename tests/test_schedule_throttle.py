@@ -238,6 +238,24 @@ class TokenBucketTests(SynchronousTestCase):
         self.failureResultOf(other, CancelledError)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_closedByStop(self) -> None:
+        """
+        After L{Throttle.cancelWaits} (the job stops) a new C{admit} fails
+        at once with L{CancelledError}, starting no timer, though its
+        buckets are short; after L{Throttle.reopen} it waits again.
+        """
+        mine = self.throttle(limits(messagesPerSecond=0.001))
+        self.successResultOf(mine.admit(1, 1))
+        mine.cancelWaits()
+        self.failureResultOf(mine.admit(1, 1), CancelledError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        mine.reopen()
+        waiting = mine.admit(1, 1)
+        self.assertNoResult(waiting)
+        mine.cancelWaits()
+        self.failureResultOf(waiting, CancelledError)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_noBusyLoop(self) -> None:
         """
         A wait is one timer to the time the buckets allow, not a poll.
@@ -365,6 +383,33 @@ class DailyBudgetTests(SynchronousTestCase):
         self.assertEqual(restarted.used, 900)
         self.assertEqual(restarted.fitting([200]), 0)
         self.assertEqual(restarted.fitting([100]), 1)
+
+    def test_reserveAndRelease(self) -> None:
+        """
+        A reservation counts at once in memory (another job sees it) and
+        stores nothing; released, it is given back, but not into a new
+        day's total loaded since.
+        """
+        budget = self.budgetThrottle(self.store).budget
+        assert budget is not None
+        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        day = budget.day
+        budget.reserve(600)
+        self.assertEqual(budget.fitting([500]), 0)
+        self.assertEqual(
+            self.successResultOf(self.store.budgetUsed("gmail", "alice", UPLOAD, "2030-01-01")), 0
+        )
+        budget.release(600, day)
+        self.assertEqual(budget.used, 0)
+        budget.reserve(600)
+        self.clock.advance(MIDNIGHT - NOON)
+        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        self.assertEqual(budget.used, 0)
+        budget.release(600, day)
+        self.assertEqual(budget.used, 0)
+        budget.reserve(100)
+        budget.release(600, day)
+        self.assertEqual(budget.used, 100)
 
     def test_dayRollover(self) -> None:
         """

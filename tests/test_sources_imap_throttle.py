@@ -68,6 +68,26 @@ class SourceThrottleTests(SourceTestCase):
         self.assertEqual(self.commandsSince(start), [])
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_closeEndsThrottleWait(self) -> None:
+        """
+        Closing the source (the job's attempt ends) while a read waits for
+        the throttle under its connection's lock ends that wait at once
+        with L{CancelledError}: the close does not wait for the throttle,
+        nothing is sent, no timer is left.
+        """
+        folder = self.folderNamed("INBOX")
+        messages = self.run_(self.source.listMessages(folder))
+        self.run_(self.source.readBodies(folder, messages[:1]))
+        start = len(self.account.commands)
+        d = self.source.readBodies(folder, messages[1:])
+        self.harness.pump()
+        self.assertNoResult(d)
+        closing = self.source.close()
+        self.fails(d, CancelledError)
+        self.run_(closing)
+        self.assertEqual(self.commandsSince(start), [b"LOGOUT"])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_serverWaitHoldsBuckets(self) -> None:
         """
         A source server's C{Suggested Backoff Time} is told to the throttle

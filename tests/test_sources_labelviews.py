@@ -237,10 +237,10 @@ class GmailAccount:
 
     def source(self, labelViews: str = "dedup", include: Sequence[str] = ()) -> IMAPSource:
         """
-        An L{IMAPSource} reading the account.
+        An L{IMAPSource} reading the account for the job L{JOB}.
         """
         return IMAPSource(
-            self.opener(), "gmail at memory", include=include, labelViews=labelViews
+            self.opener(), "gmail at memory", include=include, labelViews=labelViews, job=JOB
         )
 
     def job(self, source: IMAPSource, rules: FolderRules = FolderRules()) -> MigrationJob:
@@ -325,8 +325,8 @@ class GmailSourceTests(SynchronousTestCase):
 
     def test_dedup(self) -> None:
         """
-        With C{dedup}, Important and Starred are left out (logged), All
-        Mail comes last and lists only the archived message; listings ask
+        With C{dedup}, Important and Starred are left out (logged, with
+        the job's name, as every label view event is), All Mail comes last and lists only the archived message; listings ask
         for X-GM-MSGID.
         """
         account = GmailAccount(self)
@@ -346,6 +346,13 @@ class GmailSourceTests(SynchronousTestCase):
         self.assertTrue(
             any("5 messages of [Gmail]/All Mail are also in other folders" in t for t in text), text
         )
+        labelEvents = [
+            e
+            for e in events
+            if "label view" in e["log_format"] or "also in other folders" in e["log_format"]
+        ]
+        self.assertEqual(len(labelEvents), 3)
+        self.assertEqual({e.get("job") for e in labelEvents}, {JOB})
 
     def test_autoWithGmailExtension(self) -> None:
         """

@@ -162,7 +162,10 @@ class CollectionPauseTests(SynchronousTestCase):
     """
 
     def setUp(self) -> None:
+        # Leave the collector as the other tests expect it: running, with
+        # nothing frozen out of its reach.
         self.addCleanup(gc.enable)
+        self.addCleanup(gc.unfreeze)
 
     def test_pauseAndResume(self) -> None:
         """

@@ -271,6 +271,21 @@ class LoginWithTokenTests(SynchronousTestCase):
         self.assertEqual(str(self.failureResultOf(d, CredentialsRefused).value), "no again")
         self.assertEqual(tried, ["at-1", "at-2"])
 
+    def test_sameTokenNotRetried(self) -> None:
+        """
+        When the token obtained after a refusal is the one refused (a token
+        file or command not yet renewed), the login is not tried again:
+        one refusal, failing as usual, and no event saying it logs in
+        again.
+        """
+        tokens = _Tokens("at-1", "at-1")
+        tried, attempt = self.logIn(CredentialsRefused("no"))
+        with capturedLogs() as events:
+            d: Deferred[str] = Deferred.fromCoroutine(loginWithToken(tokens, attempt, ACCOUNT))
+        self.assertEqual(str(self.failureResultOf(d, CredentialsRefused).value), "no")
+        self.assertEqual((tried, tokens.invalidated), (["at-1"], ["at-1"]))
+        self.assertEqual(events, [])
+
     def test_otherFailureNotRetried(self) -> None:
         """
         A failure other than a refusal (no mechanism, the network) is not

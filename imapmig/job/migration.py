@@ -17,11 +17,13 @@ tries again, and the next attempt's reconciliation finds out what of the
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
 
-Under throttles (L{imapmig.schedule.throttle}) each unit is counted against
-the accounts' daily budgets before it is journaled (cut to what is left;
+Under throttles (L{imapmig.schedule.throttle}) each unit is reserved in the
+accounts' daily budgets before it is journaled (cut to what is left;
 when nothing is, the attempt ends once the connections have drained and
-the job pauses until the next UTC midnight), and each read chunk waits for
-the destination's rates before it is read and handed to the pipeline.
+the job pauses until the next UTC midnight), each chunk is charged what it
+actually read and sent as it is handed to the pipeline, what a unit did not
+send is given back (L{imapmig.job.budgets}), and each read chunk waits for
+the destination's rates before it is handed to the pipeline.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from imapmig.job.destination import (
     FolderToCopy,
     TargetMailbox,
 )
+from imapmig.job.budgets import UnitBudgets
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.readahead import ReadAhead, closeBodies
 from imapmig.job.reconcile import reconcileJournal
@@ -81,7 +84,7 @@ from imapmig.plan import (
 )
 from imapmig.presence import FINGERPRINT, PresenceIndex
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import DailyBudget, DailyLimitReached, Throttle, utcTime
+from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
 from imapmig.state import FolderMark, IStateStore, JournalEntry, MessageOutcome
@@ -201,6 +204,32 @@ class _Attempt:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             session.abort()
+
+
+def _listed(chunk: Sequence[SourceMessage]) -> int:
+    """
+    The listed octets of C{chunk}.
+    """
+    return sum(message.size for message in chunk)
+
+
+def _readOf(chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]) -> int:
+    """
+    The listed octets of the messages of C{chunk} that were read (not the
+    unreadable ones).
+    """
+    return sum(
+        message.size
+        for message, body in zip(chunk, bodies)
+        if not isinstance(body, UnreadableMessage)
+    )
+
+
+def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
+    """
+    The listed octets of the messages of C{outgoing}.
+    """
+    return sum(m.origin.source.size for m in outgoing if isinstance(m.origin, Sent))
 
 
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
@@ -402,6 +431,8 @@ class MigrationJob:
         self._lifecycle.start()
         self._stopping = False
         self.deferredUntil = None
+        for throttle in self._throttles:
+            throttle.reopen()
         self._strikes.clear()
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
@@ -530,14 +561,19 @@ class MigrationJob:
     def _sideOf(self, error: BaseException) -> Throttle | None:
         """
         The throttle of the side C{error} came from (the source's, if the
-        IMAP source reported it there), after telling it: a server's
-        "wait" holds that server's and account's buckets for every job.
+        IMAP source raised it or it is the source's budget, else the
+        destination's), after telling it: a server's "wait" holds that
+        server's and account's buckets for every job.  A source's signal
+        never touches the destination's throttle, even when the source
+        has none (L{None}).
         """
         source = self._sourceThrottle
         if source is not None and (
             source.lastSignal is error
             or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
         ):
+            return source
+        if isinstance(self._source, IMAPSource) and self._source.raised(error):
             return source
         if self._throttle is not None:
             self._throttle.signalled(error)
@@ -565,6 +601,11 @@ class MigrationJob:
                     await self._source.close()
         except ImapmigError as e:
             error = e
+        except CancelledError:
+            if not self._stopping:
+                log.failure("Job {job} crashed", job=self.name)
+                error = PermanentError("internal error: a wait was cancelled")
+            # Otherwise a wait for a throttle ended by the stop: stopped.
         except Exception as e:
             log.failure("Job {job} crashed", job=self.name)
             error = PermanentError(f"internal error: {e!r}")
@@ -799,6 +840,7 @@ class MigrationJob:
             if target.uidFloor is not None
         }
         uncreatable = prepared.uncreatable
+        sizeLimit = messageSizeLimit(first.capabilities, settings.maxMessageBytes)
         for mapping, pending in prepared.plans:
             mailbox = mapping.mailbox
             folder = mapping.folder
@@ -811,6 +853,8 @@ class MigrationJob:
                         f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
                     )
                 continue
+            if sizeLimit is not None:
+                pending = self._withinSizeLimit(folder, mailbox, pending, sizeLimit)
             self._units.extend(
                 cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
             )
@@ -834,6 +878,36 @@ class MigrationJob:
             failure.raiseException()
         if self._limitReached is not None and not self._stopping:
             raise self._limitReached
+
+    def _withinSizeLimit(
+        self,
+        folder: SourceFolder,
+        mailbox: str,
+        pending: list[SourceMessage],
+        sizeLimit: tuple[int, str],
+    ) -> list[SourceMessage]:
+        """
+        The messages of C{pending} whose listed size the destination
+        accepts; the others are recorded as failed at once, never read nor
+        counted against a budget.  (A body found larger than listed, once
+        read, is refused by L{_prepare}.)
+        """
+        limit, where = sizeLimit
+        if all(message.size <= limit for message in pending):
+            return pending
+        kept = []
+        for message in pending:
+            if message.size <= limit:
+                kept.append(message)
+                continue
+            self._recordFailure(
+                folder,
+                mailbox,
+                message,
+                f"listed at {message.size} octets, larger than the {limit} the"
+                f" destination accepts ({where}); not sent",
+            )
+        return kept
 
     async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
         """
@@ -895,7 +969,12 @@ class MigrationJob:
         # The destination's rates are waited for here; an IMAP source waits
         # for its own before each FETCH.
         rated = self._throttle if self._throttle is not None and self._throttle.rated else None
-        budgets = self._budgets
+        budgets = None
+        if self._budgets:
+            budgets = UnitBudgets(
+                None if self._throttle is None else self._throttle.budget,
+                None if self._sourceThrottle is None else self._sourceThrottle.budget,
+            )
         units = self._units
         current: str | None = None
         selected = self._selected
@@ -910,7 +989,7 @@ class MigrationJob:
                 share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
                 unit = takeShare(units, chooseUnit(units, current, inUse), share)
                 self._untaken -= len(unit.messages)
-                if budgets:
+                if budgets is not None:
                     allowed = await self._withinBudgets(unit, budgets)
                     if allowed is None:
                         break
@@ -947,6 +1026,8 @@ class MigrationJob:
                     unit.folder,
                     list(chunks(unit.messages, chunkMessages, chunkBytes)),
                     ahead=overNetwork,
+                    stopping=lambda: self._stopping,
+                    job=self.name,
                 )
                 try:
                     while not self._stopping:
@@ -961,22 +1042,35 @@ class MigrationJob:
                         if read is None:
                             break
                         chunk, bodies = read
-                        if rated is not None:
+                        stopped: bool = self._stopping
+                        if rated is not None and not stopped:
                             try:
                                 await rated.admit(len(chunk), sum(m.size for m in chunk))
                             except CancelledError:
-                                # Stopped while waiting for the throttle:
-                                # what was read is not sent.
-                                closeBodies(bodies)
-                                break
-                        pipeline.enqueue(self._prepare(unit, sent, chunk, bodies, destination))
+                                stopped = True
+                        if stopped:
+                            # Stopped while the read was under way, or
+                            # while waiting for the throttle: what was
+                            # read is not sent.
+                            closeBodies(bodies)
+                            if budgets is not None:
+                                await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
+                            break
+                        outgoing = self._prepare(unit, sent, chunk, bodies, destination)
+                        pipeline.enqueue(outgoing)
                         enqueued = True
+                        if budgets is not None:
+                            await budgets.charge(
+                                _listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing)
+                            )
                         hungry = pipeline.hungry()
                         if hungry.called:
                             await deferLater(self._clock, 0)
                         await hungry
                 finally:
                     steps.discard()
+                    if budgets is not None:
+                        budgets.release()
                 if not enqueued:
                     # Stopped before any of it left: nothing to reconcile.
                     recorder.unsent(ticket)
@@ -986,39 +1080,37 @@ class MigrationJob:
             await pipeline.drained()
         finally:
             selected.pop(worker, None)
+            if budgets is not None:
+                # A unit ended early (its journal entry failed, the
+                # attempt ended): what it held is not sent.
+                budgets.release()
         attempt.release(session)
         await session.logout()
 
-    async def _withinBudgets(
-        self, unit: WorkUnit, budgets: Sequence[DailyBudget]
-    ) -> WorkUnit | None:
+    async def _withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
         """
         The part of C{unit}, from its first message, that today's daily
-        budgets still allow, counted against them; the rest goes back to
-        the units left.  Counted before the unit is journaled, so that what
-        a budget holds back is never half sent.
+        budgets still allow, reserved in them (L{UnitBudgets}); the rest
+        goes back to the units left.  Reserved before the unit is
+        journaled, so that what a budget holds back is never half sent,
+        and with no await between the test and the reservation, so that
+        two connections never take the same remainder.
 
         @return: that part, or L{None} if not one message fits: then
             L{_limitReached} says until when.
         """
-        for budget in budgets:
-            await budget.load()
+        await budgets.load()
         sizes = [message.size for message in unit.messages]
-        fitting = min(budget.fitting(sizes) for budget in budgets)
-        if self._stopping:
-            fitting = 0
+        fitting = 0 if self._stopping else budgets.fitting(sizes)
         if fitting < len(unit.messages):
             rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
             self._units.insert(0, rest)
             self._untaken += len(rest.messages)
         if fitting == 0:
             if not self._stopping and self._limitReached is None:
-                exhausted = [b for b in budgets if b.fitting(sizes[:1]) == 0]
-                self._limitReached = (exhausted or list(budgets))[0].reached()
+                self._limitReached = budgets.reached(sizes)
             return None
-        octets = sum(sizes[:fitting])
-        for budget in budgets:
-            await budget.spend(octets)
+        budgets.hold(sum(sizes[:fitting]))
         return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
 
     async def _listFolder(

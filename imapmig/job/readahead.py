@@ -18,15 +18,19 @@ source spools a body above its C{spoolAbove} to a file, not memory).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from imapmig.errors import ImapmigError
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
 from imapmig.sources import IMessageSource
 
 __all__ = ["ReadAhead", "closeBodies"]
+
+log = Logger()
 
 
 def closeBodies(bodies: Sequence[MessageBody]) -> None:
@@ -37,14 +41,6 @@ def closeBodies(bodies: Sequence[MessageBody]) -> None:
     for body in bodies:
         if isinstance(body, StreamedBody):
             body.close()
-
-
-def _ignore(failure: Failure) -> None:
-    """
-    Consume the failure of a read nobody waits for any more: the attempt is
-    ending (stopped, or failed for another reason); the next attempt reads
-    those messages again.
-    """
 
 
 class ReadAhead:
@@ -63,6 +59,8 @@ class ReadAhead:
         folder: SourceFolder,
         steps: Sequence[Sequence[SourceMessage]],
         ahead: bool = True,
+        stopping: Callable[[], bool] = lambda: False,
+        job: str | None = None,
     ) -> None:
         """
         @param source: where the bodies are read.
@@ -71,11 +69,17 @@ class ReadAhead:
         @param ahead: whether to read a step ahead; L{False} reads each step
             only when asked (for a source whose reads block the reactor,
             such as a Maildir, reading ahead only delays the sending).
+        @param stopping: whether the job is stopping: then no read is
+            started ahead (it would only hold the source, perhaps waiting
+            for its throttle, while the job winds down).
+        @param job: the name of the job reading, for its log events.
         """
         self._source = source
         self._folder = folder
         self._steps = steps
         self._ahead = ahead
+        self._stopping = stopping
+        self._job = job
         self._index = 0
         self._reading: Deferred[Sequence[MessageBody]] | None = None
 
@@ -94,7 +98,7 @@ class ReadAhead:
         if reading is None:
             reading = self._read(step)
         bodies = await reading
-        if self._ahead and self._index < len(self._steps):
+        if self._ahead and self._index < len(self._steps) and not self._stopping():
             self._reading = self._read(self._steps[self._index])
         return step, bodies
 
@@ -105,7 +109,18 @@ class ReadAhead:
         """
         reading, self._reading = self._reading, None
         if reading is not None:
-            reading.addCallbacks(closeBodies, _ignore)
+            reading.addCallbacks(closeBodies, self._ignore)
+
+    def _ignore(self, failure: Failure) -> None:
+        """
+        Consume the failure of a read nobody waits for any more: the
+        attempt is ending (stopped, or failed for another reason); the next
+        attempt reads those messages again.  A failure that is neither an
+        operational one (L{ImapmigError}) nor a cancelled wait is a bug,
+        and logged as one.
+        """
+        if not failure.check(ImapmigError, CancelledError):
+            log.failure("Job {job}: a read given up failed", failure, job=self._job)
 
     def _read(self, step: Sequence[SourceMessage]) -> Deferred[Sequence[MessageBody]]:
         return ensureDeferred(self._source.readBodies(self._folder, step))

@@ -33,7 +33,7 @@ import math
 from datetime import datetime, timezone
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from imapmig.config.limits import ServerLimits
@@ -237,13 +237,46 @@ class DailyBudget:
             return 1
         return count
 
+    @property
+    def day(self) -> str | None:
+        """
+        The UTC day last loaded (L{load}), or L{None} before the first.
+        """
+        return self._day
+
+    def reserve(self, octets: int) -> None:
+        """
+        Hold C{octets} of today's budget in memory only, at once: every
+        job of the account sees them taken (no await comes between what
+        L{fitting} says and this), and nothing is stored.  A reservation
+        is given back (L{release}), or becomes a charge once what it was
+        for is sent (L{release}, then L{spend} of the octets sent).
+        """
+        self._used += octets
+
+    def release(self, octets: int, day: str | None) -> None:
+        """
+        Give back C{octets} reserved on C{day} (the L{day} when they were
+        reserved); nothing if that day is over (the new day's total was
+        loaded without them).
+        """
+        if day == self._day:
+            self._used = max(0, self._used - octets)
+
     async def spend(self, octets: int) -> None:
         """
         Count C{octets} against today's budget: at once in memory (so that
         another job of the account sees them), then in the store.
         """
+        self.reserve(octets)
+        await self.record(octets)
+
+    async def record(self, octets: int) -> None:
+        """
+        Store C{octets} already counted in memory (L{reserve}) as used
+        today.
+        """
         day = self._day if self._day is not None else utcDay(self._clock.seconds())
-        self._used += octets
         total = await self._store.addBudgetUse(self.server, self.user, self.direction, day, octets)
         if day == self._day:
             self._used = max(self._used, total)
@@ -283,6 +316,8 @@ class Throttle:
     @ivar rated: whether any bucket applies (else L{admit} never waits).
     @ivar lastSignal: the last error L{signalled}, to tell which side a
         failure came from.
+    @ivar closed: whether L{cancelWaits} closed it (its job stops): every
+        L{admit} fails at once until L{reopen}.
     """
 
     def __init__(
@@ -295,6 +330,7 @@ class Throttle:
         self.budget = budget
         self.rated = bool(self._messageBuckets or self._octetBuckets)
         self.lastSignal: BaseException | None = None
+        self.closed = False
         # Each wait's timer, and the tokens it reserved.
         self._waits: dict[Deferred[None], tuple[IDelayedCall, int, int]] = {}
 
@@ -331,8 +367,10 @@ class Throttle:
         @return: a Deferred that fires when they may go; cancelling it (or
             L{cancelWaits}) ends the wait with
             L{twisted.internet.defer.CancelledError} and gives the tokens
-            back.
+            back.  While L{closed}, it has failed so already.
         """
+        if self.closed:
+            return fail(CancelledError())
         now = self._clock.seconds()
         delay = self._delay(messages, octets, now)
         for bucket in self._messageBuckets:
@@ -367,10 +405,19 @@ class Throttle:
     def cancelWaits(self) -> None:
         """
         End every wait of this throttle with
-        L{twisted.internet.defer.CancelledError} (the job stops).
+        L{twisted.internet.defer.CancelledError} (the job stops), and close
+        it: a later L{admit} (a read or a chunk that was already on its
+        way) fails so at once rather than wait, until L{reopen}.
         """
+        self.closed = True
         for waiter in list(self._waits):
             waiter.cancel()
+
+    def reopen(self) -> None:
+        """
+        Let L{admit} wait again (the job runs again after a stop).
+        """
+        self.closed = False
 
     def signalled(self, error: BaseException) -> None:
         """

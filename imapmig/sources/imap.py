@@ -53,6 +53,7 @@ one is logged out by L{IMAPSource.close}.
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
 
 from attrs import frozen
@@ -473,6 +474,11 @@ class IMAPSource:
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
+        # The errors this source raised (see raised).
+        self._raised: weakref.WeakSet[ImapmigError] = weakref.WeakSet()
+        # The reads waiting for the throttle (each holding its connection's
+        # lock): L{close} ends them rather than wait behind them.
+        self._admitting: set[Deferred[None]] = set()
 
     # IMessageSource
 
@@ -549,10 +555,20 @@ class IMAPSource:
         """
         return self._call(self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq)
 
+    def raised(self, error: BaseException) -> bool:
+        """
+        Whether C{error} came from this source (a call of it failed so):
+        a throttling signal in it is the source server's, never the
+        destination's, whether or not the source has a throttle.
+        """
+        return isinstance(error, ImapmigError) and error in self._raised
+
     def close(self) -> Deferred[None]:
         """
-        Log out (after the call in progress, if any).  A later call opens
-        a new connection.
+        Log out (after the call in progress, if any; a read still waiting
+        for the throttle fails at once with
+        L{twisted.internet.defer.CancelledError}).  A later call opens a
+        new connection.
         """
         return Deferred.fromCoroutine(self._close())
 
@@ -606,8 +622,22 @@ class IMAPSource:
         """
         Run C{method(reader, session, *args, **kwargs)} alone on a connection
         of the pool (L{_chooseReader}), opening it first if needed; a
-        L{TransientError} drops that connection.
+        L{TransientError} drops that connection.  An L{ImapmigError} it
+        raises is remembered as this source's (L{raised}).
         """
+        try:
+            return await self._runOnReader(method, folder, *args, **kwargs)
+        except ImapmigError as e:
+            self._raised.add(e)
+            raise
+
+    async def _runOnReader(
+        self,
+        method: Callable[Concatenate[_Reader, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
         reader = self._chooseReader(None if folder is None else folder.key)
         await reader.lock.acquire()
         try:
@@ -651,6 +681,8 @@ class IMAPSource:
             reader.lock.release()
 
     async def _close(self) -> None:
+        for admitting in list(self._admitting):
+            admitting.cancel()
         readers, self._readers = self._readers, []
         for reader in readers:
             await reader.lock.acquire()
@@ -714,6 +746,7 @@ class IMAPSource:
                 "{source}: label view {folder} left out: {why}; a folder rule"
                 " (include) naming it, or label_views: copy, copies it",
                 source=self.description,
+                job=self._job,
                 folder=folder.key,
                 why=why,
             )
@@ -759,6 +792,7 @@ class IMAPSource:
                 "{source}: {count} messages of {folder} are also in other folders"
                 " and are copied from there only",
                 source=self.description,
+                job=self._job,
                 count=dropped,
                 folder=folder.key,
             )
@@ -968,7 +1002,12 @@ class IMAPSource:
         groups = _commandGroups(wanted, self._commandBytes) if wanted else []
         throttle = self._throttle
         if throttle is not None and throttle.rated and wanted:
-            await throttle.admit(len(wanted), sum(size for _, size in wanted))
+            admitting = throttle.admit(len(wanted), sum(size for _, size in wanted))
+            self._admitting.add(admitting)
+            try:
+                await admitting
+            finally:
+                self._admitting.discard(admitting)
         fetched, refusals = await self._fetchBodies(
             session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
         )
