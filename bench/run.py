@@ -182,6 +182,7 @@ from bench.report import Figure, RunResult, Setting, drawChart, figures, markdow
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
+    fileTail,
     runScale,
     scaleFigures,
     scaleJSON,
@@ -499,7 +500,7 @@ class Bench:
         problem = ""
         counted: int | None = None
         if status != 0:
-            problem = f"exit status {status}: {_tail(os.path.join(runDir, 'stderr'))}"
+            problem = f"exit status {status}: {fileTail(os.path.join(runDir, 'stderr'))}"
         else:
             try:
                 counted = self.count(network, server, account)
@@ -640,16 +641,6 @@ def _timedProcess(
         systemSeconds=float(measured["system"]),
     )
     return float(measured["seconds"]), int(measured["status"]), usage
-
-
-def _tail(path: str, size: int = 600) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _split(value: str) -> list[str]:

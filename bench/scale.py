@@ -56,7 +56,7 @@ from bench.clients.count import countMessages
 from bench.clients.maildir import folders, messages
 from bench.contenders import BENCH_DIR, CONTENDERS, REPOSITORY, imapmigArgv
 from bench.corpora import BuiltCorpus, _cached, _record, emptyCorpus
-from bench.report import Setting
+from bench.report import Setting, shortNumber
 from bench.servers import PASSWORD, BenchServer
 
 if TYPE_CHECKING:
@@ -270,14 +270,6 @@ def scaleFigures(results: Sequence[ScaleRun]) -> list[ScaleFigure]:
     return rows
 
 
-def _number(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def scaleTable(rows: Sequence[ScaleFigure]) -> str:
     """
     The part's Markdown table.
@@ -297,8 +289,8 @@ def scaleTable(rows: Sequence[ScaleFigure]) -> str:
             cells += [
                 f"{f.seconds:.2f}" + (f" ({f.failed} failed runs)" if f.failed else ""),
                 "" if f.startupSeconds is None else f"{f.startupSeconds:.2f}",
-                "" if f.grossMessagesPerSecond is None else _number(f.grossMessagesPerSecond),
-                "" if f.messagesPerSecond is None else _number(f.messagesPerSecond),
+                "" if f.grossMessagesPerSecond is None else shortNumber(f.grossMessagesPerSecond),
+                "" if f.messagesPerSecond is None else shortNumber(f.messagesPerSecond),
                 "" if f.firstMessageSeconds is None else f"{f.firstMessageSeconds:.2f}",
                 "" if f.row.startswith("imapmig-startup") else f"{f.peakRssMiB * 1.048576:.0f}",
             ]
@@ -339,8 +331,8 @@ def scaleTargets(rows: Sequence[ScaleFigure]) -> list[str]:
         )
         lines.append(
             f"- {many.accounts} accounts x {many.messages // max(many.accounts, 1)} messages "
-            f"({concurrency}): {_number(manyRate)} messages/s, {ratio:.2f}x one account's "
-            f"{_number(oneRate)}{how} (target >= {ACCOUNTS_RATIO_TARGET}): "
+            f"({concurrency}): {shortNumber(manyRate)} messages/s, {ratio:.2f}x one account's "
+            f"{shortNumber(oneRate)}{how} (target >= {ACCOUNTS_RATIO_TARGET}): "
             f"{verdict(ratio >= ACCOUNTS_RATIO_TARGET)}"
         )
         group = found.get("mbsync-group")
@@ -348,7 +340,7 @@ def scaleTargets(rows: Sequence[ScaleFigure]) -> list[str]:
         if group and peer:
             lines.append(
                 f"- The same accounts: imapmig at {peer[0] / peer[1]:.2f}x mbsync over a Group"
-                f" of {group.accounts} channels ({_number(peer[1])} messages/s){peer[2]}"
+                f" of {group.accounts} channels ({shortNumber(peer[1])} messages/s){peer[2]}"
             )
     else:
         lines.append("- Many accounts against one: not measured")
@@ -786,7 +778,7 @@ def _manyAccounts(
     seconds, status, usage = timedProcess(bench.timer, argv, runDir, bench.args.timeout)
     problem = ""
     if status != 0:
-        problem = f"exit status {status}: {_tail(os.path.join(runDir, 'stderr'))}"
+        problem = f"exit status {status}: {fileTail(os.path.join(runDir, 'stderr'))}"
     else:
         wrong = []
         for account, part in zip(accounts, parts):
@@ -840,7 +832,7 @@ def _queued(
     for account in accounts:
         server.discard(account)
     if problem:
-        problem += f": {_tail(os.path.join(runDir, 'stderr'))}"
+        problem += f": {fileTail(os.path.join(runDir, 'stderr'))}"
     else:
         shutil.rmtree(runDir, ignore_errors=True)
     return ScaleRun(
@@ -868,7 +860,14 @@ def _startup(runs: int) -> list[ScaleRun]:
     return rows
 
 
-def _tail(path: str, size: int = 600) -> str:
+def fileTail(path: str, size: int = 600) -> str:
+    """
+    The end of a file (a run's C{stderr}) for a problem line, or C{""} if
+    it cannot be read.
+
+    @param path: the file.
+    @param size: how many octets from its end.
+    """
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
