@@ -107,6 +107,17 @@ class ThrottledHarness:
     def held(self) -> int:
         return len(self.h.mail.mailbox(USER, "INBOX"))
 
+    def stopRun(self, job: MigrationJob, run: Deferred[bool]) -> None:
+        """
+        Stop C{job}, let the stop take its course, check that its run
+        C{run} ended unfinished, and let the server see the connection
+        close.
+        """
+        job.stop()
+        self.h.settle()
+        self.h.test.assertFalse(self.h.test.successResultOf(run))
+        self.h.endpoint.pump()
+
 
 class SlowBudgetStore(RecordingStateStore):
     """
@@ -375,10 +386,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertEqual(t.used(), SIZE)
         throttle = t.registry.throttleFor("dest", t.limits, USER, UPLOAD)
         assert throttle is not None and throttle.budget is not None
@@ -456,10 +464,7 @@ class RateTests(SynchronousTestCase):
         d = h.start(job)
         self.assertNoResult(d)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertEqual(t.held(), 1)
         # The rest of the unit stays journaled, settled by the next run.
         self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
@@ -505,10 +510,7 @@ class RateTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertTrue(h.run(job))
         t.assertHolds(range(3))
         h.finish()
