@@ -8,7 +8,6 @@ session and pipeline against the fake server, on a L{Clock}.
 
 from __future__ import annotations
 
-import calendar
 from typing import Callable
 
 from twisted.internet.defer import Deferred
@@ -31,12 +30,11 @@ from tests.test_job import (
     body,
     memoryOpener,
 )
+from tests.test_schedule_throttle import MIDNIGHT, NOON, assertAdmittedAfter
 from tests.test_sources_imap import Harness as SourceHarness
 from tests.test_sources_imap import ScriptedAccount
 from tests.test_sources_imap import body as sourceBody
 
-NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
-MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
 SIZE = 100
 
 
@@ -624,11 +622,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.BACKING_OFF)
         other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
         assert other is not None
-        waiting = other.admit(1, 1)
-        h.clock.advance(4.9)
-        self.assertNoResult(waiting)
-        h.clock.advance(0.1)
-        self.successResultOf(waiting)
+        assertAdmittedAfter(self, h.clock, other.admit(1, 1), 5)
         h.waitFor(d)
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
