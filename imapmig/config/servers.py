@@ -201,21 +201,16 @@ class ServersReader(LimitsReader):
     def _readIfSet(
         self,
         mapping: Mapping[str, object],
-        key: str,
         path: str,
+        key: str,
         read: Callable[[object, str], _T | None],
     ) -> tuple[_T | None, bool]:
         """
-        Read the optional setting C{key} of C{mapping} with C{read}.
-
-        @param path: the path of C{mapping}.
-        @return: the value, or L{None} when the key is absent or null; and
-            whether it is valid (an absent key is).
+        L{LimitsReader._optional}, and whether the setting is valid (an
+        absent or null one is; a reader gives L{None} for an invalid one).
         """
-        if mapping.get(key) is None:
-            return None, True
-        value = read(mapping[key], _key(path, key))
-        return value, value is not None
+        value = self._optional(mapping, path, key, read)
+        return value, value is not None or mapping.get(key) is None
 
     def _readServer(self, name: str, value: object, path: str) -> ServerConfig | None:
         """
@@ -260,9 +255,9 @@ class ServersReader(LimitsReader):
         elif endpoint is not None:
             starttls = not endpoint.implicitTLS
 
-        tlsCA, valid = self._readIfSet(server, "tls_ca", path, self._readCertificates)
+        tlsCA, valid = self._readIfSet(server, path, "tls_ca", self._readCertificates)
         ok = ok and valid
-        tlsHostname, valid = self._readIfSet(server, "tls_hostname", path, self._readString)
+        tlsHostname, valid = self._readIfSet(server, path, "tls_hostname", self._readString)
         ok = ok and valid
         if endpoint is not None and starttls is False and not endpoint.implicitTLS:
             for key in ("tls_ca", "tls_hostname"):
@@ -285,7 +280,7 @@ class ServersReader(LimitsReader):
         )
         ok = ok and compress is not None
 
-        namespace, valid = self._readIfSet(server, "namespace", path, self._readNamespace)
+        namespace, valid = self._readIfSet(server, path, "namespace", self._readNamespace)
         ok = ok and valid
 
         labelViews = self._readChoice(
@@ -296,7 +291,7 @@ class ServersReader(LimitsReader):
         )
         ok = ok and labelViews is not None
 
-        maxMessageSize, valid = self._readIfSet(server, "max_message_size", path, self._readSize)
+        maxMessageSize, valid = self._readIfSet(server, path, "max_message_size", self._readSize)
         ok = ok and valid
         limits = self.readServerLimits(server, path)
         ok = ok and limits is not None
