@@ -105,6 +105,15 @@ class ThrottledHarness:
     def held(self) -> int:
         return len(self.h.mail.mailbox(USER, "INBOX"))
 
+    def completeRun(self, run: Deferred[bool]) -> None:
+        """
+        Run a started job to its end, check that its run C{run} finished,
+        and let the server see the connection close.
+        """
+        self.h.waitFor(run)
+        self.h.test.assertTrue(self.h.test.successResultOf(run))
+        self.h.endpoint.pump()
+
     def stopRun(self, job: MigrationJob, run: Deferred[bool]) -> None:
         """
         Stop C{job}, let the stop take its course, check that its run
@@ -210,9 +219,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertEqual(len(why), 1)
         self.assertIn("used up: 600 octets on 2030-01-01 UTC", why[0])
 
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(10))
         self.assertEqual(t.used("2030-01-02"), 4 * SIZE)
         self.assertEqual(h.progress.state, JobState.DONE)
@@ -279,9 +286,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         d = h.start(t.job(JobSettings(connections=2, batchMessages=50)))
         self.assertEqual(t.held(), 3)
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(5))
         self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
         h.finish()
@@ -331,9 +336,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
             self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
             3 * SIZE,
         )
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(5))
         h.finish()
 
@@ -544,9 +547,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.PAUSED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertEqual(t.used(), 1_000_000)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(3))
         h.finish()
 
@@ -602,9 +603,7 @@ class SignalCompositionTests(SynchronousTestCase):
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
         self.assertEqual(h.progress.state, JobState.PAUSED)
         self.assertEqual(h.progress.retryAt, NOON + 600)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         h.finish()
 
     def test_suggestedBackoffHoldsOtherJobs(self) -> None:
@@ -623,9 +622,7 @@ class SignalCompositionTests(SynchronousTestCase):
         other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
         assert other is not None
         assertAdmittedAfter(self, h.clock, other.admit(1, 1), 5)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(3))
         h.finish()
 
