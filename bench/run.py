@@ -140,7 +140,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import imaplib
 import importlib
 import json
 import os
@@ -159,7 +158,6 @@ if __package__ in (None, ""):
 
 from attrs import asdict, frozen
 
-from bench.clients.count import countMessages
 from bench.contenders import (
     BENCH_DIR,
     COMPRESS_CLIENTS,
@@ -182,6 +180,7 @@ from bench.report import Figure, RunResult, Setting, drawChart, figures, markdow
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
+    countAccount,
     fileTail,
     runScale,
     scaleFigures,
@@ -545,12 +544,7 @@ class Bench:
         The messages in every mailbox of C{account} (STATUS MESSAGES).
         """
         if network.clientNamespace is None:
-            imap = imaplib.IMAP4(server.host, server.port, timeout=120)
-            try:
-                imap.login(account, PASSWORD)
-                return sum(countMessages(imap).values())
-            finally:
-                imap.logout()
+            return countAccount(server, account)
         argv = network.client(
             [sys.executable, "-m", "bench.clients.count", "--host", server.host,
              "--port", str(server.port), "--user", account, "--password", PASSWORD]

@@ -795,7 +795,7 @@ def _manyAccounts(
     else:
         wrong = []
         for account, part in zip(accounts, parts):
-            counted = _count(server, account)
+            counted = countAccount(server, account)
             if counted != part.messages:
                 wrong.append(f"{account}: {counted} of {part.messages}")
         if wrong:
@@ -810,7 +810,11 @@ def _manyAccounts(
                     maxJobs=maxJobs)  # fmt: skip
 
 
-def _count(server: BenchServer, account: str) -> int:
+def countAccount(server: BenchServer, account: str) -> int:
+    """
+    The messages in every mailbox of C{account} (STATUS MESSAGES), asked
+    from here.
+    """
     imap = imaplib.IMAP4(server.host, server.port, timeout=120)
     try:
         imap.login(account, PASSWORD)
