@@ -196,7 +196,13 @@ def figures(results: Iterable[RunResult]) -> list[Figure]:
     return complete
 
 
-def _number(value: float) -> str:
+def shortNumber(value: float) -> str:
+    """
+    A rate or size for a table: no decimals from 100 up (with thousands
+    separators), one from 10, two below.
+
+    @param value: the number.
+    """
     if value >= 100:
         return f"{value:,.0f}"
     if value >= 10:
@@ -231,8 +237,8 @@ def markdownTable(rows: Sequence[Figure], *, showServer: bool = False) -> str:
                 ratio = "**1.00** (ceiling)"
             cells += [
                 str(figure.messages),
-                _number(figure.messagesPerSecond),
-                _number(figure.megabytesPerSecond),
+                shortNumber(figure.messagesPerSecond),
+                shortNumber(figure.megabytesPerSecond),
                 ratio,
                 f"{figure.peakRssMiB:.0f}",
                 f"{figure.startupSeconds:.2f}",

@@ -140,7 +140,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import imaplib
 import importlib
 import json
 import os
@@ -159,7 +158,6 @@ if __package__ in (None, ""):
 
 from attrs import asdict, frozen
 
-from bench.clients.count import countMessages
 from bench.contenders import (
     BENCH_DIR,
     COMPRESS_CLIENTS,
@@ -182,6 +180,8 @@ from bench.report import Figure, RunResult, Setting, drawChart, figures, markdow
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
+    countAccount,
+    fileTail,
     runScale,
     scaleFigures,
     scaleJSON,
@@ -499,7 +499,7 @@ class Bench:
         problem = ""
         counted: int | None = None
         if status != 0:
-            problem = f"exit status {status}: {_tail(os.path.join(runDir, 'stderr'))}"
+            problem = f"exit status {status}: {fileTail(os.path.join(runDir, 'stderr'))}"
         else:
             try:
                 counted = self.count(network, server, account)
@@ -544,12 +544,7 @@ class Bench:
         The messages in every mailbox of C{account} (STATUS MESSAGES).
         """
         if network.clientNamespace is None:
-            imap = imaplib.IMAP4(server.host, server.port, timeout=120)
-            try:
-                imap.login(account, PASSWORD)
-                return sum(countMessages(imap).values())
-            finally:
-                imap.logout()
+            return countAccount(server, account)
         argv = network.client(
             [sys.executable, "-m", "bench.clients.count", "--host", server.host,
              "--port", str(server.port), "--user", account, "--password", PASSWORD]
@@ -640,16 +635,6 @@ def _timedProcess(
         systemSeconds=float(measured["system"]),
     )
     return float(measured["seconds"]), int(measured["status"]), usage
-
-
-def _tail(path: str, size: int = 600) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _split(value: str) -> list[str]:

@@ -56,7 +56,7 @@ from bench.clients.count import countMessages
 from bench.clients.maildir import folders, messages
 from bench.contenders import BENCH_DIR, CONTENDERS, REPOSITORY, imapmigArgv
 from bench.corpora import BuiltCorpus, _cached, _record, emptyCorpus
-from bench.report import Setting
+from bench.report import Setting, shortNumber
 from bench.servers import PASSWORD, BenchServer
 
 if TYPE_CHECKING:
@@ -270,14 +270,6 @@ def scaleFigures(results: Sequence[ScaleRun]) -> list[ScaleFigure]:
     return rows
 
 
-def _number(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def scaleTable(rows: Sequence[ScaleFigure]) -> str:
     """
     The part's Markdown table.
@@ -297,8 +289,8 @@ def scaleTable(rows: Sequence[ScaleFigure]) -> str:
             cells += [
                 f"{f.seconds:.2f}" + (f" ({f.failed} failed runs)" if f.failed else ""),
                 "" if f.startupSeconds is None else f"{f.startupSeconds:.2f}",
-                "" if f.grossMessagesPerSecond is None else _number(f.grossMessagesPerSecond),
-                "" if f.messagesPerSecond is None else _number(f.messagesPerSecond),
+                "" if f.grossMessagesPerSecond is None else shortNumber(f.grossMessagesPerSecond),
+                "" if f.messagesPerSecond is None else shortNumber(f.messagesPerSecond),
                 "" if f.firstMessageSeconds is None else f"{f.firstMessageSeconds:.2f}",
                 "" if f.row.startswith("imapmig-startup") else f"{f.peakRssMiB * 1.048576:.0f}",
             ]
@@ -315,8 +307,9 @@ def scaleTargets(rows: Sequence[ScaleFigure]) -> list[str]:
     """
     found = {f.row: f for f in rows if f.runs}
 
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "**not met**"
+    def checked(measured: str, target: str, met: bool) -> str:
+        # One line of a target: what was measured, the target, the verdict.
+        return f"- {measured} (target {target}): {'met' if met else '**not met**'}"
 
     def rates(a: ScaleFigure, b: ScaleFigure) -> tuple[float, float, str] | None:
         # Net of start-up where both runs outlasted it, else whole process.
@@ -338,40 +331,52 @@ def scaleTargets(rows: Sequence[ScaleFigure]) -> list[str]:
             else "jobs one at a time: this imapmig does not accept max_jobs"
         )
         lines.append(
-            f"- {many.accounts} accounts x {many.messages // max(many.accounts, 1)} messages "
-            f"({concurrency}): {_number(manyRate)} messages/s, {ratio:.2f}x one account's "
-            f"{_number(oneRate)}{how} (target >= {ACCOUNTS_RATIO_TARGET}): "
-            f"{verdict(ratio >= ACCOUNTS_RATIO_TARGET)}"
+            checked(
+                f"{many.accounts} accounts x {many.messages // max(many.accounts, 1)} messages "
+                f"({concurrency}): {shortNumber(manyRate)} messages/s, {ratio:.2f}x one "
+                f"account's {shortNumber(oneRate)}{how}",
+                f">= {ACCOUNTS_RATIO_TARGET}",
+                ratio >= ACCOUNTS_RATIO_TARGET,
+            )
         )
         group = found.get("mbsync-group")
         peer = rates(many, group) if group else None
         if group and peer:
             lines.append(
                 f"- The same accounts: imapmig at {peer[0] / peer[1]:.2f}x mbsync over a Group"
-                f" of {group.accounts} channels ({_number(peer[1])} messages/s){peer[2]}"
+                f" of {group.accounts} channels ({shortNumber(peer[1])} messages/s){peer[2]}"
             )
     else:
         lines.append("- Many accounts against one: not measured")
     queued = found.get("imapmig-queued")
     if queued and queued.firstMessageSeconds is not None:
         lines.append(
-            f"- {queued.accounts:,} queued jobs: first message stored after "
-            f"{queued.firstMessageSeconds:.2f} s (target <= {FIRST_MESSAGE_TARGET_S:g} s): "
-            f"{verdict(queued.firstMessageSeconds <= FIRST_MESSAGE_TARGET_S)}"
+            checked(
+                f"{queued.accounts:,} queued jobs: first message stored after "
+                f"{queued.firstMessageSeconds:.2f} s",
+                f"<= {FIRST_MESSAGE_TARGET_S:g} s",
+                queued.firstMessageSeconds <= FIRST_MESSAGE_TARGET_S,
+            )
         )
         peak = queued.peakRssMiB * 1.048576
         lines.append(
-            f"- {queued.accounts:,} queued jobs: peak RSS {peak:.0f} MB "
-            f"(target < {QUEUED_RSS_TARGET_MB} MB): {verdict(peak < QUEUED_RSS_TARGET_MB)}"
+            checked(
+                f"{queued.accounts:,} queued jobs: peak RSS {peak:.0f} MB",
+                f"< {QUEUED_RSS_TARGET_MB} MB",
+                peak < QUEUED_RSS_TARGET_MB,
+            )
         )
     else:
         lines.append("- Queued jobs: not measured")
     startup = found.get("imapmig-startup")
     if startup:
         lines.append(
-            f"- Start-up with one empty job (bench/startup.py, status off, median of "
-            f"{startup.runs}): {startup.seconds:.3f} s (target < {STARTUP_TARGET_S:g} s): "
-            f"{verdict(startup.seconds < STARTUP_TARGET_S)}"
+            checked(
+                f"Start-up with one empty job (bench/startup.py, status off, median of "
+                f"{startup.runs}): {startup.seconds:.3f} s",
+                f"< {STARTUP_TARGET_S:g} s",
+                startup.seconds < STARTUP_TARGET_S,
+            )
         )
     else:
         lines.append("- Start-up: not measured")
@@ -786,11 +791,11 @@ def _manyAccounts(
     seconds, status, usage = timedProcess(bench.timer, argv, runDir, bench.args.timeout)
     problem = ""
     if status != 0:
-        problem = f"exit status {status}: {_tail(os.path.join(runDir, 'stderr'))}"
+        problem = f"exit status {status}: {fileTail(os.path.join(runDir, 'stderr'))}"
     else:
         wrong = []
         for account, part in zip(accounts, parts):
-            counted = _count(server, account)
+            counted = countAccount(server, account)
             if counted != part.messages:
                 wrong.append(f"{account}: {counted} of {part.messages}")
         if wrong:
@@ -805,7 +810,11 @@ def _manyAccounts(
                     maxJobs=maxJobs)  # fmt: skip
 
 
-def _count(server: BenchServer, account: str) -> int:
+def countAccount(server: BenchServer, account: str) -> int:
+    """
+    The messages in every mailbox of C{account} (STATUS MESSAGES), asked
+    from here.
+    """
     imap = imaplib.IMAP4(server.host, server.port, timeout=120)
     try:
         imap.login(account, PASSWORD)
@@ -840,7 +849,7 @@ def _queued(
     for account in accounts:
         server.discard(account)
     if problem:
-        problem += f": {_tail(os.path.join(runDir, 'stderr'))}"
+        problem += f": {fileTail(os.path.join(runDir, 'stderr'))}"
     else:
         shutil.rmtree(runDir, ignore_errors=True)
     return ScaleRun(
@@ -868,7 +877,14 @@ def _startup(runs: int) -> list[ScaleRun]:
     return rows
 
 
-def _tail(path: str, size: int = 600) -> str:
+def fileTail(path: str, size: int = 600) -> str:
+    """
+    The end of a file (a run's C{stderr}) for a problem line, or C{""} if
+    it cannot be read.
+
+    @param path: the file.
+    @param size: how many octets from its end.
+    """
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

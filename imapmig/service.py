@@ -15,19 +15,13 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, Awaitable, Callable
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
-from twisted.internet.ssl import (
-    Certificate,
-    optionsForClientTLS,
-    platformTrust,
-    trustRootFromCertificates,
-)
+from twisted.internet.ssl import optionsForClientTLS
 
 from imapmig.config import (
     Config,
@@ -56,11 +50,7 @@ from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.tokens import TokenSources, loginWithToken
-
-_PEM_CERTIFICATE = re.compile(
-    rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL
-)
-
+from imapmig.trustroots import trustRootFrom
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
@@ -68,15 +58,9 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     C{tls_ca} (or the system's trust store) and its host name; watched, so
     that a failed handshake says how (L{imapmig.imap.tls}).
     """
-    if server.tlsCA is None:
-        trustRoot = platformTrust()
-    else:
-        with open(server.tlsCA, "rb") as f:
-            pem = f.read()
-        trustRoot = trustRootFromCertificates(
-            [Certificate.loadPEM(block) for block in _PEM_CERTIFICATE.findall(pem)]
-        )
-    return WatchedClientTLS(optionsForClientTLS(server.tlsHostname, trustRoot=trustRoot))
+    return WatchedClientTLS(
+        optionsForClientTLS(server.tlsHostname, trustRoot=trustRootFrom(server.tlsCA))
+    )
 
 
 @functools.lru_cache(maxsize=256)

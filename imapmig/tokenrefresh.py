@@ -19,7 +19,6 @@ No token or secret appears in an error or a log; what the endpoint says
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -27,7 +26,6 @@ from attrs import field, frozen
 from OpenSSL import SSL
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
 from twisted.internet.protocol import Protocol
-from twisted.internet.ssl import Certificate, platformTrust, trustRootFromCertificates
 from twisted.python.failure import Failure
 from twisted.web.client import (
     Agent,
@@ -42,6 +40,7 @@ from zope.interface import implementer
 
 from imapmig.config.model import TokenRefreshConfig
 from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
+from imapmig.trustroots import trustRootFrom
 
 
 MAX_TOKEN_RESPONSE = 64 * 1024
@@ -50,10 +49,6 @@ The largest token endpoint response body read, in octets.
 """
 
 _EXCERPT = 80
-
-_PEM_CERTIFICATE = re.compile(
-    rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL
-)
 
 _TRANSIENT_STATUSES = frozenset({408, 429})
 
@@ -107,17 +102,9 @@ def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
 
     @param reactor: an L{IReactorTCP} and L{IReactorTime}.
     """
-    if config.tlsCA is None:
-        trustRoot = platformTrust()
-    else:
-        with open(config.tlsCA, "rb") as f:
-            pem = f.read()
-        trustRoot = trustRootFromCertificates(
-            [Certificate.loadPEM(block) for block in _PEM_CERTIFICATE.findall(pem)]
-        )
     return Agent(
         reactor,
-        BrowserLikePolicyForHTTPS(trustRoot),
+        BrowserLikePolicyForHTTPS(trustRootFrom(config.tlsCA)),
         connectTimeout=config.timeout,
         pool=HTTPConnectionPool(reactor, persistent=False),
     )

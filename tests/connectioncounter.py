@@ -12,7 +12,11 @@ from collections import Counter
 from typing import Any
 
 from twisted.internet import reactor as _globalReactor
+from twisted.internet.address import IPv4Address
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.interfaces import IListeningPort
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
+from twisted.trial.unittest import SynchronousTestCase
 
 # Only integration tests use this relay: it counts on the global reactor.
 reactor: Any = _globalReactor
@@ -101,3 +105,22 @@ class ConnectionCounter(ProxyFactory):
         self.open.discard(connection)
         if connection.user is not None:
             self.perUser[connection.user] -= 1
+
+
+async def countedRelay(testCase: SynchronousTestCase, port: int) -> tuple[ConnectionCounter, int]:
+    """
+    Start a counting relay on loopback in front of the server at
+    C{127.0.0.1:port}, stopped when C{testCase} ends.
+
+    @param testCase: the test whose cleanup stops the relay.
+    @param port: the server's port on 127.0.0.1.
+    @return: the relay's counter, and the loopback port it listens on.
+    """
+    counter = ConnectionCounter("127.0.0.1", port)
+    listening: IListeningPort = await TCP4ServerEndpoint(
+        reactor, 0, interface="127.0.0.1"
+    ).listen(counter)
+    testCase.addCleanup(listening.stopListening)
+    address = listening.getHost()
+    assert isinstance(address, IPv4Address)
+    return counter, address.port

@@ -51,6 +51,20 @@ def _streamed(case: SynchronousTestCase) -> StreamedBody:
     return body
 
 
+def _discardedAhead(case: SynchronousTestCase, source: _Source) -> ReadAhead:
+    """
+    A reader of two one-message steps from C{source} that handed the
+    first over (so reading the second ahead) and was then discarded, its
+    read ahead still in flight: the last of C{source.reads}.
+    """
+    reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
+    first = Deferred.fromCoroutine(reader.next())
+    source.reads[-1][1].callback([b"a"])
+    case.successResultOf(first)
+    reader.discard()
+    return reader
+
+
 class ReadAheadTests(SynchronousTestCase):
     """
     L{ReadAhead} reads the next step while the one before is handed over.
@@ -136,11 +150,7 @@ class ReadAheadTests(SynchronousTestCase):
         completes, the files of its streamed bodies are closed.
         """
         source = _Source()
-        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
-        first = Deferred.fromCoroutine(reader.next())
-        source.reads[0][1].callback([b"a"])
-        self.successResultOf(first)
-        reader.discard()
+        _discardedAhead(self, source)
         streamed = _streamed(self)
         fd = streamed._fd
         source.reads[1][1].callback([b"b", streamed])
@@ -153,11 +163,7 @@ class ReadAheadTests(SynchronousTestCase):
         A read given up that then fails logs no unhandled error.
         """
         source = _Source()
-        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
-        first = Deferred.fromCoroutine(reader.next())
-        source.reads[0][1].callback([b"a"])
-        self.successResultOf(first)
-        reader.discard()
+        reader = _discardedAhead(self, source)
         source.reads[1][1].errback(TransientError("lost"))
         self.assertEqual(self.flushLoggedErrors(), [])
         reader.discard()
@@ -169,18 +175,10 @@ class ReadAheadTests(SynchronousTestCase):
         traceback; a cancelled wait is not.
         """
         source = _Source()
-        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
-        first = Deferred.fromCoroutine(reader.next())
-        source.reads[0][1].callback([b"a"])
-        self.successResultOf(first)
-        reader.discard()
+        _discardedAhead(self, source)
         source.reads[1][1].errback(ZeroDivisionError("bug"))
         self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
 
-        reader = ReadAhead(source, _FOLDER, [_messages("1"), _messages("2")])  # type: ignore[arg-type]
-        first = Deferred.fromCoroutine(reader.next())
-        source.reads[2][1].callback([b"a"])
-        self.successResultOf(first)
-        reader.discard()
+        _discardedAhead(self, source)
         source.reads[3][1].errback(CancelledError())
         self.assertEqual(self.flushLoggedErrors(), [])

@@ -8,7 +8,6 @@ session and pipeline against the fake server, on a L{Clock}.
 
 from __future__ import annotations
 
-import calendar
 from typing import Callable
 
 from twisted.internet.defer import Deferred
@@ -31,12 +30,11 @@ from tests.test_job import (
     body,
     memoryOpener,
 )
+from tests.test_schedule_throttle import MIDNIGHT, NOON, assertAdmittedAfter
 from tests.test_sources_imap import Harness as SourceHarness
 from tests.test_sources_imap import ScriptedAccount
 from tests.test_sources_imap import body as sourceBody
 
-NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
-MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
 SIZE = 100
 
 
@@ -106,6 +104,26 @@ class ThrottledHarness:
 
     def held(self) -> int:
         return len(self.h.mail.mailbox(USER, "INBOX"))
+
+    def completeRun(self, run: Deferred[bool]) -> None:
+        """
+        Run a started job to its end, check that its run C{run} finished,
+        and let the server see the connection close.
+        """
+        self.h.waitFor(run)
+        self.h.test.assertTrue(self.h.test.successResultOf(run))
+        self.h.endpoint.pump()
+
+    def stopRun(self, job: MigrationJob, run: Deferred[bool]) -> None:
+        """
+        Stop C{job}, let the stop take its course, check that its run
+        C{run} ended unfinished, and let the server see the connection
+        close.
+        """
+        job.stop()
+        self.h.settle()
+        self.h.test.assertFalse(self.h.test.successResultOf(run))
+        self.h.endpoint.pump()
 
 
 class SlowBudgetStore(RecordingStateStore):
@@ -201,9 +219,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertEqual(len(why), 1)
         self.assertIn("used up: 600 octets on 2030-01-01 UTC", why[0])
 
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(10))
         self.assertEqual(t.used("2030-01-02"), 4 * SIZE)
         self.assertEqual(h.progress.state, JobState.DONE)
@@ -270,9 +286,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         d = h.start(t.job(JobSettings(connections=2, batchMessages=50)))
         self.assertEqual(t.held(), 3)
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(5))
         self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
         h.finish()
@@ -322,9 +336,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
             self.successResultOf(h.store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
             3 * SIZE,
         )
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(5))
         h.finish()
 
@@ -375,10 +387,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertEqual(t.used(), SIZE)
         throttle = t.registry.throttleFor("dest", t.limits, USER, UPLOAD)
         assert throttle is not None and throttle.budget is not None
@@ -456,10 +465,7 @@ class RateTests(SynchronousTestCase):
         d = h.start(job)
         self.assertNoResult(d)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertEqual(t.held(), 1)
         # The rest of the unit stays journaled, settled by the next run.
         self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
@@ -505,10 +511,7 @@ class RateTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        job.stop()
-        h.settle()
-        self.assertFalse(self.successResultOf(d))
-        h.endpoint.pump()
+        t.stopRun(job, d)
         self.assertTrue(h.run(job))
         t.assertHolds(range(3))
         h.finish()
@@ -544,9 +547,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.PAUSED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertEqual(t.used(), 1_000_000)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         t.assertHolds(range(3))
         h.finish()
 
@@ -602,9 +603,7 @@ class SignalCompositionTests(SynchronousTestCase):
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
         self.assertEqual(h.progress.state, JobState.PAUSED)
         self.assertEqual(h.progress.retryAt, NOON + 600)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        t.completeRun(d)
         h.finish()
 
     def test_suggestedBackoffHoldsOtherJobs(self) -> None:
@@ -622,14 +621,8 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.BACKING_OFF)
         other = t.registry.throttleFor("dest", limits, USER, UPLOAD)
         assert other is not None
-        waiting = other.admit(1, 1)
-        h.clock.advance(4.9)
-        self.assertNoResult(waiting)
-        h.clock.advance(0.1)
-        self.successResultOf(waiting)
-        h.waitFor(d)
-        self.assertTrue(self.successResultOf(d))
-        h.endpoint.pump()
+        assertAdmittedAfter(self, h.clock, other.admit(1, 1), 5)
+        t.completeRun(d)
         t.assertHolds(range(3))
         h.finish()
 

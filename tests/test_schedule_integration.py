@@ -10,17 +10,14 @@ import os
 from typing import Any
 
 from twisted.internet import reactor as _globalReactor
-from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import TCP4ServerEndpoint
-from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from imapmig.config import parseConfig
 from imapmig.testing.corpus import CorpusMessage, writeMaildir
 from imapmig.testing.dovecot import requireDovecot
-from tests.connectioncounter import ConnectionCounter
+from tests.connectioncounter import countedRelay
 from tests.support import deliveries, freshUser, migrate, newDirectory, sharedDovecot, writePasswordFile
 
 reactor: Any = _globalReactor
@@ -43,14 +40,7 @@ class ConcurrentJobsTests(TestCase):
         instance = sharedDovecot()
         users = [freshUser(instance) for _ in range(4)]
         directory = newDirectory(self)
-        counter = ConnectionCounter("127.0.0.1", instance.port)
-        listening: IListeningPort = await TCP4ServerEndpoint(
-            reactor, 0, interface="127.0.0.1"
-        ).listen(counter)
-        self.addCleanup(listening.stopListening)
-        address = listening.getHost()
-        assert isinstance(address, IPv4Address)
-        port = address.port
+        counter, port = await countedRelay(self, instance.port)
         jobs = []
         expected: dict[str, list[CorpusMessage]] = {user.name: [] for user in users}
         for index in range(12):

@@ -72,6 +72,19 @@ def run(clock: Clock, seconds: float, step: float = 0.05) -> None:
         clock.advance(step)
 
 
+def assertAdmittedAfter(
+    case: SynchronousTestCase, clock: Clock, waiting: Deferred[None], seconds: float
+) -> None:
+    """
+    Check that the admission C{waiting} is still held a tenth of a second
+    before C{seconds} have passed on C{clock}, and granted when they have.
+    """
+    clock.advance(seconds - 0.1)
+    case.assertNoResult(waiting)
+    clock.advance(0.1)
+    case.successResultOf(waiting)
+
+
 def limits(
     messagesPerSecond: float | None = None,
     bytesPerSecond: int | None = None,

@@ -13,6 +13,7 @@ from imapmig.errors import ServerBusy
 from imapmig.schedule.throttle import DOWNLOAD, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
+from tests.test_schedule_throttle import assertAdmittedAfter
 from tests.test_sources_imap import SourceTestCase, body
 
 
@@ -107,9 +108,5 @@ class SourceThrottleTests(SourceTestCase):
         self.assertIs(self.throttle.lastSignal, error)
         other = self.registry.throttleFor("old", self.limits, "bob", DOWNLOAD)
         assert other is not None
-        waiting = other.admit(1, 1)
-        self.clock.advance(2.9)
-        self.assertNoResult(waiting)
-        self.clock.advance(0.1)
-        self.successResultOf(waiting)
+        assertAdmittedAfter(self, self.clock, other.admit(1, 1), 3)
         self.assertEqual(self.clock.getDelayedCalls(), [])

@@ -13,9 +13,6 @@ import tempfile
 from typing import Any
 
 from twisted.internet import reactor as _globalReactor
-from twisted.internet.address import IPv4Address
-from twisted.internet.endpoints import TCP4ServerEndpoint
-from twisted.internet.interfaces import IListeningPort
 from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.trial.unittest import TestCase
 from zope.interface import implementer
@@ -24,7 +21,7 @@ from imapmig.config import loadConfig
 from imapmig.progress import JobState
 from imapmig.testing.corpus import writeMaildirs
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
-from tests.connectioncounter import ConnectionCounter
+from tests.connectioncounter import countedRelay
 from tests.support import (
     _rootDirectory,
     deliveries,
@@ -86,13 +83,7 @@ class UserListAtScaleTests(TestCase):
         )
         self.addCleanup(instance.stop)
         instance.start()
-        counter = ConnectionCounter("127.0.0.1", instance.port)
-        listening: IListeningPort = await TCP4ServerEndpoint(
-            reactor, 0, interface="127.0.0.1"
-        ).listen(counter)
-        self.addCleanup(listening.stopListening)
-        address = listening.getHost()
-        assert isinstance(address, IPv4Address)
+        counter, relayPort = await countedRelay(self, instance.port)
 
         directory = newDirectory(self)
         corpora = writeMaildirs(
@@ -116,7 +107,7 @@ class UserListAtScaleTests(TestCase):
                 f"  admin: {{user: {ADMIN.name}, password_file: {adminFile}}}\n"
                 "servers:\n"
                 "  dovecot:\n"
-                f"    endpoint: tcp:127.0.0.1:{address.port}\n"
+                f"    endpoint: tcp:127.0.0.1:{relayPort}\n"
                 "    starttls: off\n"
                 "    compress: off\n"
                 f"    max_connections: {MAX_CONNECTIONS}\n"

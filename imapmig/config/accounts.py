@@ -81,6 +81,22 @@ class AccountsReader(ConfigReader):
             return None
         return DestinationConfig(*account)
 
+    def _readRequiredString(
+        self, mapping: Mapping[str, object], key: str, path: str, missing: str
+    ) -> str | None:
+        """
+        Read the string C{key} of C{mapping}, which must be there.
+
+        @param path: the path of C{mapping}.
+        @param missing: what the key holds, for the problem when it is
+            missing.
+        @return: the string, or L{None} after reporting a problem.
+        """
+        if key not in mapping:
+            self._problem(_key(path, key), f"missing: {missing}")
+            return None
+        return self._readString(mapping[key], _key(path, key))
+
     def _readAccount(
         self,
         destination: Mapping[str, object],
@@ -99,32 +115,24 @@ class AccountsReader(ConfigReader):
         ok = True
 
         server = None
-        if "server" not in destination:
-            self._problem(_key(path, "server"), "missing: name one of the servers")
+        name = self._readRequiredString(destination, "server", path, "name one of the servers")
+        if name is None:
+            ok = False
+        elif servers is None:
+            # servers itself is missing or invalid, which is reported.
+            ok = False
+        elif name not in servers:
+            self._problem(
+                _key(path, "server"),
+                f"no server named {name!r}"
+                f" (servers: {', '.join(servers) or 'none'})",
+            )
             ok = False
         else:
-            name = self._readString(destination["server"], _key(path, "server"))
-            if name is None:
-                ok = False
-            elif servers is None:
-                # servers itself is missing or invalid, which is reported.
-                ok = False
-            elif name not in servers:
-                self._problem(
-                    _key(path, "server"),
-                    f"no server named {name!r}"
-                    f" (servers: {', '.join(servers) or 'none'})",
-                )
-                ok = False
-            else:
-                server = servers[name]
-                ok = ok and server is not None
+            server = servers[name]
+            ok = ok and server is not None
 
-        user = None
-        if "user" not in destination:
-            self._problem(_key(path, "user"), "missing: the login name")
-        else:
-            user = self._readString(destination["user"], _key(path, "user"))
+        user = self._readRequiredString(destination, "user", path, "the login name")
         ok = ok and user is not None
 
         admin = None
@@ -228,13 +236,10 @@ class AccountsReader(ConfigReader):
                 ok = False
         else:
             ok = False
-        clientId = None
-        if "client_id" not in oauth2:
-            self._problem(_key(path, "client_id"), "missing: the OAuth client's identifier")
-            ok = False
-        else:
-            clientId = self._readString(oauth2["client_id"], _key(path, "client_id"))
-            ok = ok and clientId is not None
+        clientId = self._readRequiredString(
+            oauth2, "client_id", path, "the OAuth client's identifier"
+        )
+        ok = ok and clientId is not None
         secret = None
         if "client_secret_file" in oauth2:
             secretPath = _key(path, "client_secret_file")
@@ -249,29 +254,27 @@ class AccountsReader(ConfigReader):
                     ok = False
         refreshFile = None
         refreshPath = _key(path, "refresh_token_file")
-        if "refresh_token_file" not in oauth2:
-            self._problem(refreshPath, "missing: the file holding the refresh token")
+        written = self._readRequiredString(
+            oauth2, "refresh_token_file", path, "the file holding the refresh token"
+        )
+        if written is None:
             ok = False
         else:
-            written = self._readString(oauth2["refresh_token_file"], refreshPath)
-            if written is None:
+            refreshFile = self._resolve(written)
+            try:
+                readPasswordFile(refreshFile, "refresh token")
+            except PasswordFileError as e:
+                self._problem(refreshPath, str(e))
                 ok = False
             else:
-                refreshFile = self._resolve(written)
-                try:
-                    readPasswordFile(refreshFile, "refresh token")
-                except PasswordFileError as e:
-                    self._problem(refreshPath, str(e))
+                directory = os.path.dirname(refreshFile)
+                if not os.access(directory, os.W_OK | os.X_OK):
+                    self._problem(
+                        refreshPath,
+                        f"directory {directory} is not writable: a rotated"
+                        " refresh token replaces the file",
+                    )
                     ok = False
-                else:
-                    directory = os.path.dirname(refreshFile)
-                    if not os.access(directory, os.W_OK | os.X_OK):
-                        self._problem(
-                            refreshPath,
-                            f"directory {directory} is not writable: a rotated"
-                            " refresh token replaces the file",
-                        )
-                        ok = False
         scope = None
         if "scope" in oauth2:
             scope = self._readString(oauth2["scope"], _key(path, "scope"))
@@ -357,11 +360,7 @@ class AccountsReader(ConfigReader):
         admin = self._readMapping(destination["admin"], adminPath, _ADMIN_KEYS)
         if admin is None:
             return None
-        name = None
-        if "user" not in admin:
-            self._problem(_key(adminPath, "user"), "missing: the admin's login name")
-        else:
-            name = self._readString(admin["user"], _key(adminPath, "user"))
+        name = self._readRequiredString(admin, "user", adminPath, "the admin's login name")
         password = self._readPassword(admin, adminPath)
         if name is None or password is None:
             return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
 
 from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
@@ -19,6 +19,8 @@ from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.plan import PersonalNamespace
+
+_T = TypeVar("_T")
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
 
@@ -196,6 +198,20 @@ class ServersReader(LimitsReader):
             servers[name] = self._readServer(name, item, path)
         return servers
 
+    def _readIfSet(
+        self,
+        mapping: Mapping[str, object],
+        path: str,
+        key: str,
+        read: Callable[[object, str], _T | None],
+    ) -> tuple[_T | None, bool]:
+        """
+        L{LimitsReader._optional}, and whether the setting is valid (an
+        absent or null one is; a reader gives L{None} for an invalid one).
+        """
+        value = self._optional(mapping, path, key, read)
+        return value, value is not None or mapping.get(key) is None
+
     def _readServer(self, name: str, value: object, path: str) -> ServerConfig | None:
         """
         Read one server.
@@ -239,16 +255,10 @@ class ServersReader(LimitsReader):
         elif endpoint is not None:
             starttls = not endpoint.implicitTLS
 
-        tlsCA = None
-        if server.get("tls_ca") is not None:
-            tlsCA = self._readCertificates(server["tls_ca"], _key(path, "tls_ca"))
-            ok = ok and tlsCA is not None
-        tlsHostname = None
-        if server.get("tls_hostname") is not None:
-            tlsHostname = self._readString(
-                server["tls_hostname"], _key(path, "tls_hostname")
-            )
-            ok = ok and tlsHostname is not None
+        tlsCA, valid = self._readIfSet(server, path, "tls_ca", self._readCertificates)
+        ok = ok and valid
+        tlsHostname, valid = self._readIfSet(server, path, "tls_hostname", self._readString)
+        ok = ok and valid
         if endpoint is not None and starttls is False and not endpoint.implicitTLS:
             for key in ("tls_ca", "tls_hostname"):
                 if server.get(key) is not None:
@@ -270,10 +280,8 @@ class ServersReader(LimitsReader):
         )
         ok = ok and compress is not None
 
-        namespace = None
-        if server.get("namespace") is not None:
-            namespace = self._readNamespace(server["namespace"], _key(path, "namespace"))
-            ok = ok and namespace is not None
+        namespace, valid = self._readIfSet(server, path, "namespace", self._readNamespace)
+        ok = ok and valid
 
         labelViews = self._readChoice(
             server.get("label_views", "auto"),
@@ -283,12 +291,8 @@ class ServersReader(LimitsReader):
         )
         ok = ok and labelViews is not None
 
-        maxMessageSize = None
-        if server.get("max_message_size") is not None:
-            maxMessageSize = self._readSize(
-                server["max_message_size"], _key(path, "max_message_size")
-            )
-            ok = ok and maxMessageSize is not None
+        maxMessageSize, valid = self._readIfSet(server, path, "max_message_size", self._readSize)
+        ok = ok and valid
         limits = self.readServerLimits(server, path)
         ok = ok and limits is not None
 

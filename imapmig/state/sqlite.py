@@ -284,44 +284,26 @@ class SQLiteStateStore:
         statement = ""
         rows: list[tuple[object, ...]] = []
         for outcome in outcomes:
-            if outcome.failure is None and outcome.note is None:
-                if statement is not _UPSERT_PLAIN:
-                    statement, rows = _UPSERT_PLAIN, []
-                    runs.append((statement, rows))
-                rows.append(
-                    (
-                        job,
-                        outcome.folderKey,
-                        outcome.messageKey,
-                        outcome.mailbox,
-                        outcome.size,
-                        outcome.uidValidity,
-                        outcome.uid,
-                        1 if outcome.alreadyPresent else 0,
-                        1 if outcome.lineEndingsConverted else 0,
-                        now,
-                    )
-                )
-                continue
-            if statement is not _UPSERT:
-                statement, rows = _UPSERT, []
+            plain = outcome.failure is None and outcome.note is None
+            wanted = _UPSERT_PLAIN if plain else _UPSERT
+            if statement is not wanted:
+                statement, rows = wanted, []
                 runs.append((statement, rows))
-            rows.append(
-                (
-                    job,
-                    outcome.folderKey,
-                    outcome.messageKey,
-                    outcome.mailbox,
-                    outcome.size,
-                    outcome.uidValidity,
-                    outcome.uid,
-                    outcome.failure,
-                    outcome.note,
-                    1 if outcome.alreadyPresent else 0,
-                    1 if outcome.lineEndingsConverted else 0,
-                    now,
-                )
+            head = (
+                job,
+                outcome.folderKey,
+                outcome.messageKey,
+                outcome.mailbox,
+                outcome.size,
+                outcome.uidValidity,
+                outcome.uid,
             )
+            tail = (
+                1 if outcome.alreadyPresent else 0,
+                1 if outcome.lineEndingsConverted else 0,
+                now,
+            )
+            rows.append(head + tail if plain else head + (outcome.failure, outcome.note) + tail)
         entries = [(entryId, job) for entryId in settled]
 
         def write(connection: sqlite3.Connection) -> None:
