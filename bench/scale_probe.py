@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import imaplib
 import os
 import shutil
 import subprocess
@@ -33,11 +32,10 @@ import sys
 import tempfile
 import time
 
-from bench.clients.maildir import folders
 from bench.contenders import REPOSITORY, imapmigArgv
 from bench.corpora import buildCorpus, subsetCorpus
-from bench.scale import splitCorpus, userListConfig
-from bench.servers import PASSWORD, BenchServer
+from bench.scale import precreateAccount, splitCorpus, userListConfig
+from bench.servers import BenchServer
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -94,26 +92,6 @@ def dovecotMaster(baseDir: str) -> int:
     raise RuntimeError("no master.pid under " + baseDir)
 
 
-def precreate(server: BenchServer, account: str, maildir: str) -> None:
-    """
-    Log into C{account} once and create (and select) the folders
-    C{maildir} holds, as an existing destination account would have them.
-    """
-    imap = imaplib.IMAP4(server.host, server.port, timeout=120)
-    try:
-        imap.login(account, PASSWORD)
-        _, listed = imap.list('""', '""')
-        first = listed[0] if listed else None
-        delimiter = first.split(b'"')[1].decode() if isinstance(first, bytes) else "/"
-        for name, _ in folders(maildir):
-            mailbox = name.replace(".", delimiter)
-            if mailbox != "INBOX":
-                imap.create(mailbox)
-            imap.select(mailbox)
-    finally:
-        imap.logout()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--accounts", type=int, default=200)
@@ -153,7 +131,7 @@ def main() -> None:
         if args.precreate:
             before = time.monotonic()
             for account, path in rows:
-                precreate(server, account, path)
+                precreateAccount(server.host, server.port, account, path)
             print(f"precreate: {time.monotonic() - before:.2f} s", flush=True)
         config = userListConfig(runDir, server.host, server.port, rows, args.max_jobs)
         if args.connections is not None:
