@@ -34,7 +34,7 @@ import time
 
 from bench.contenders import REPOSITORY, imapmigArgv
 from bench.corpora import buildCorpus, subsetCorpus
-from bench.scale import precreateAccount, splitCorpus, userListConfig
+from bench.scale import mbsyncGroupConfig, precreateAccount, splitCorpus, userListConfig
 from bench.servers import BenchServer
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -81,6 +81,16 @@ def treeCPU(root: int, byName: dict[str, float] | None = None) -> float:
     return total / _TICK
 
 
+def busySeconds() -> float:
+    """
+    The CPU seconds the whole machine has spent busy (C{/proc/stat}: all
+    but idle and iowait), over every core.
+    """
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / _TICK
+
+
 def dovecotMaster(baseDir: str) -> int:
     """
     The pid of the instance's master (its C{master.pid}).
@@ -100,6 +110,8 @@ def main() -> None:
     parser.add_argument("--precreate", action="store_true")
     parser.add_argument("--one", action="store_true", help="one account, the same messages")
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--mbsync", action="store_true",
+                        help="mbsync over a Group of one channel per account instead")
     parser.add_argument("--workdir", default="/tmp/ratio-work")
     parser.add_argument("--connections", type=int, default=None,
                         help="the job template's connections (default: imapmig's)")
@@ -140,6 +152,8 @@ def main() -> None:
             with open(config, "w") as f:
                 f.write(text.replace("    jobs_from:", f"    connections: {args.connections}\n    jobs_from:"))
         argv = imapmigArgv(config)
+        if args.mbsync:
+            argv = mbsyncGroupConfig(runDir, server.host, server.port, rows)
         if args.profile:
             script = os.path.join(runDir, "twistd.py")
             with open(script, "w") as f:
@@ -148,24 +162,29 @@ def main() -> None:
         env = dict(os.environ, PYTHONPATH=REPOSITORY)
         namesBefore: dict[str, float] = {}
         dovecotBefore = treeCPU(master, namesBefore)
+        busyBefore = busySeconds()
         started = time.monotonic()
         with open(os.path.join(runDir, "log"), "wb") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                        cwd=REPOSITORY, env=env)  # fmt: skip
             _, status, usage = os.wait4(process.pid, 0)
         wall = time.monotonic() - started
+        busy = busySeconds() - busyBefore
         namesAfter: dict[str, float] = {}
         dovecotCPU = treeCPU(master, namesAfter) - dovecotBefore
         daemonCPU = usage.ru_utime + usage.ru_stime
         if args.keep:
             shutil.copy(os.path.join(runDir, "log"), args.keep)
         print(
-            f"accounts {len(rows)} x {total // len(rows)}  max_jobs {args.max_jobs}"
+            f"{'mbsync' if args.mbsync else 'imapmig'}"
+            f"  accounts {len(rows)} x {total // len(rows)}  max_jobs {args.max_jobs}"
             f"  precreate {args.precreate}  status {status}\n"
             f"  wall {wall:.2f} s  ({total / wall:,.0f} msg/s gross)\n"
             f"  daemon CPU {daemonCPU:.2f} s (user {usage.ru_utime:.2f}, sys"
             f" {usage.ru_stime:.2f})  Dovecot CPU {dovecotCPU:.2f} s"
-            f"  sum {daemonCPU + dovecotCPU:.2f} s of {2 * wall:.2f} core-s",
+            f"  sum {daemonCPU + dovecotCPU:.2f} s of {2 * wall:.2f} core-s;"
+            f" the machine busy {busy:.2f} core-s (others"
+            f" {busy - daemonCPU - dovecotCPU:.2f})",
             flush=True,
         )
         print("  Dovecot CPU by process (the master's includes its reaped imap and"
