@@ -112,6 +112,10 @@ Options:
                     the scale part's sizes (default 200 accounts x 20
                     messages, 10,000 queued jobs, max_jobs 16,
                     bench/startup.py --runs 10)
+  --scale-precreate the many-accounts rows' accounts are logged into and
+                    their folders created before each timed run, for
+                    every contender alike (a destination's accounts
+                    usually exist before a migration)
   --memory          the memory check instead: imapmig's peak RSS while
                     migrating a 50,000-message Maildir holding one 30 MB
                     message (target: under 150 MB); writes memory.md
@@ -669,6 +673,7 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--scale-queued", type=int, default=defaults.queued)
     parser.add_argument("--scale-max-jobs", type=int, default=defaults.maxJobs)
     parser.add_argument("--startup-runs", type=int, default=defaults.startupRuns)
+    parser.add_argument("--scale-precreate", action="store_true")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-messages", type=int, default=50_000)
@@ -734,6 +739,7 @@ def scaleSizes(args: argparse.Namespace) -> ScaleSizes | None:
         queued=args.scale_queued,
         maxJobs=args.scale_max_jobs,
         startupRuns=args.startup_runs,
+        precreate=args.scale_precreate,
     )
 
 

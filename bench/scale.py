@@ -98,6 +98,11 @@ class ScaleSizes:
     @ivar queued: jobs of the queued row.
     @ivar maxJobs: the C{max_jobs} written when imapmig accepts it.
     @ivar startupRuns: C{bench/startup.py --runs}.
+    @ivar precreate: the many-accounts rows' accounts exist before each
+        run, for every contender alike (L{precreateAccount}): Dovecot's
+        first-login work (the account's home, indexes and folders) is
+        left out of the timed run, as a real destination's accounts
+        usually exist before a migration.
     """
 
     accounts: int = 200
@@ -105,6 +110,7 @@ class ScaleSizes:
     queued: int = 10_000
     maxJobs: int = 16
     startupRuns: int = 10
+    precreate: bool = False
 
     @property
     def messages(self) -> int:
@@ -691,8 +697,14 @@ def runScale(bench: Bench, sizes: ScaleSizes) -> list[ScaleRun]:
         bench.note(
             "scale part: this imapmig does not accept max_jobs: its jobs run one at a time"
         )
+    if sizes.precreate:
+        bench.note(
+            "scale part: the many-accounts rows' accounts were logged into and their folders"
+            " created before each timed run, for every contender alike (--scale-precreate)"
+        )
     print(f"== scale: {sizes.accounts} accounts x {sizes.perAccount} small messages, "
-          f"{sizes.queued:,} queued jobs, max_jobs {maxJobs}", flush=True)  # fmt: skip
+          f"{sizes.queued:,} queued jobs, max_jobs {maxJobs}"
+          f"{', accounts pre-created' if sizes.precreate else ''}", flush=True)  # fmt: skip
     whole = bench.corpus("small", sizes.messages)
     if whole.messages != sizes.messages:
         raise RuntimeError(f"the small corpus holds {whole.messages} messages, not {sizes.messages}")
@@ -739,7 +751,8 @@ def runScale(bench: Bench, sizes: ScaleSizes) -> list[ScaleRun]:
                               result.maxRssKiB, result.userSeconds, result.systemSeconds,
                               result.ok, result.problem))  # fmt: skip
                 continue
-            keep(_manyAccounts(bench, server, row, repetition, parts, maxJobs, _timedProcess))
+            keep(_manyAccounts(bench, server, row, repetition, parts, maxJobs, _timedProcess,
+                               sizes.precreate))  # fmt: skip
     finally:
         server.stop()
         shutil.rmtree(serverBase, ignore_errors=True)
@@ -774,13 +787,18 @@ def _manyAccounts(
     parts: Sequence[BuiltCorpus],
     maxJobs: int | None,
     timedProcess: TimedProcess,
+    precreate: bool = False,
 ) -> ScaleRun:
     """
     One run of C{imapmig-accounts} or C{mbsync-group}: every part into its
-    own fresh account, the count of each checked afterwards.
+    own fresh account (with C{precreate}, logged into and its folders
+    created before the timed run), the count of each checked afterwards.
     """
     accounts = [server.freshAccount() for _ in parts]
     rows = [(account, part.path) for account, part in zip(accounts, parts)]
+    if precreate:
+        for account, path in rows:
+            precreateAccount(server.host, server.port, account, path)
     runDir = tempfile.mkdtemp(prefix=f"{row}-", dir=bench.runsDir)
     os.chmod(runDir, 0o755)
     if row == "imapmig-accounts":
@@ -808,6 +826,34 @@ def _manyAccounts(
     return ScaleRun(row, repetition, len(parts), messageCount, seconds, usage.maxRssKiB,
                     usage.userSeconds, usage.systemSeconds, not problem, problem,
                     maxJobs=maxJobs)  # fmt: skip
+
+
+def precreateAccount(host: str, port: int, account: str, maildir: str) -> None:
+    """
+    Log into C{account} once and create and select each folder
+    C{maildir} holds (Maildir++ names, C{.} read as the server's
+    hierarchy separator), as an account that existed before the
+    migration would have them: Dovecot makes the account's home, indexes
+    and mailboxes here, not in the timed run.
+
+    @param host: the server's address.
+    @param port: its plain IMAP port.
+    @param account: the account (password L{PASSWORD}).
+    @param maildir: the Maildir to be migrated into it.
+    """
+    imap = imaplib.IMAP4(host, port, timeout=120)
+    try:
+        imap.login(account, PASSWORD)
+        _, listed = imap.list('""', '""')
+        first = listed[0] if listed else None
+        separator = first.split(b'"')[1].decode() if isinstance(first, bytes) else "/"
+        for name, _ in folders(maildir):
+            mailbox = name.replace(".", separator)
+            if mailbox != "INBOX":
+                imap.create(mailbox)
+            imap.select(mailbox)
+    finally:
+        imap.logout()
 
 
 def countAccount(server: BenchServer, account: str) -> int:

@@ -214,6 +214,8 @@ class ScalePlanTests(SynchronousTestCase):
                                "--scale-per-account", "5", "--scale-queued", "300",
                                "--scale-max-jobs", "4", "--startup-runs", "3"])  # fmt: skip
         self.assertEqual(scaleSizes(args), ScaleSizes(10, 5, 300, 4, 3))
+        args = parseArguments(["--parts", "scale", "--scale-precreate"])
+        self.assertEqual(scaleSizes(args), ScaleSizes(precreate=True))
 
     def test_badSizesRefused(self) -> None:
         """

@@ -25,6 +25,7 @@ from imapmig.errors import PermanentError, SourceError
 from imapmig.fidelity import journalHead
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.job.migration import connectionsWorthOpening
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources import IMessageSource
@@ -1201,7 +1202,7 @@ class MigrationJobTests(SynchronousTestCase):
         h = JobHarness(self)
         for n, name in enumerate(["INBOX", "Archive"]):
             populate(h.source, h.source.addFolder(name), 4, start=4 * n)
-        settings = JobSettings(connections=3, unitMessages=2)
+        settings = JobSettings(connections=3, unitMessages=2, batchMessages=2)
 
         self.assertTrue(h.run(h.job(settings)))
 
@@ -1258,11 +1259,29 @@ class MigrationJobTests(SynchronousTestCase):
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 3)
-        settings = JobSettings(connections=4, unitMessages=2)
+        settings = JobSettings(connections=4, unitMessages=2, batchMessages=1)
 
         self.assertTrue(h.run(h.job(settings)))
 
         self.assertEqual(h.endpoint.attempts, 2)
+        h.finish()
+
+    def test_noExtraConnectionForLessThanABatch(self) -> None:
+        """
+        A job whose pending work is less than a batch per connection opens
+        fewer connections than configured, however many units it has: four
+        messages in two folders, a batch of three, two connections
+        configured, go over one connection.  Every message arrives.
+        """
+        h = JobHarness(self)
+        for n, name in enumerate(["INBOX", "Archive"]):
+            populate(h.source, h.source.addFolder(name), 2, start=2 * n)
+        settings = JobSettings(connections=2, batchMessages=3)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 1)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")) + len(h.mail.mailbox(USER, "Archive")), 4)
         h.finish()
 
     def test_extraConnectionsDroppedOnFailure(self) -> None:
@@ -1286,7 +1305,7 @@ class MigrationJobTests(SynchronousTestCase):
             return kind(h.mail, DEFAULT_CAPABILITIES)
 
         h.endpoint = MemoryEndpoint(h.clock, makeServer)
-        d = h.start(h.job(JobSettings(connections=2, unitMessages=2)))
+        d = h.start(h.job(JobSettings(connections=2, unitMessages=2, batchMessages=2)))
         h.endpoint.pump()
 
         self.assertEqual(h.progress.state, JobState.BACKING_OFF)
@@ -2072,3 +2091,38 @@ class CommandRefusedForNowTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.FAILED)
         self.assertIn("NOPERM", h.progress.error or "")
         h.finish()
+
+
+class ConnectionsWorthOpeningTests(SynchronousTestCase):
+    """
+    L{connectionsWorthOpening}: how many connections a job's pending work
+    is worth.
+    """
+
+    def test_atMostOnePerBatch(self) -> None:
+        """
+        Fewer messages than two batches are worth one connection; each
+        whole batch of messages, one more, up to C{connections}.
+        """
+        settings = JobSettings(connections=3, batchMessages=50)
+        self.assertEqual(connectionsWorthOpening(settings, 5, 20, 20_000), 1)
+        self.assertEqual(connectionsWorthOpening(settings, 5, 99, 99_000), 1)
+        self.assertEqual(connectionsWorthOpening(settings, 5, 100, 100_000), 2)
+        self.assertEqual(connectionsWorthOpening(settings, 5, 10_000, 10**7), 3)
+
+    def test_largeMessagesCountByOctets(self) -> None:
+        """
+        A few large messages are worth a connection per whole batch of
+        octets (C{batchBytes}).
+        """
+        settings = JobSettings(connections=4, batchMessages=50, batchBytes=1000)
+        self.assertEqual(connectionsWorthOpening(settings, 3, 3, 3000), 3)
+
+    def test_atMostOnePerUnit(self) -> None:
+        """
+        No more connections than units of work, and at least one, even
+        with nothing pending.
+        """
+        settings = JobSettings(connections=4, batchMessages=1)
+        self.assertEqual(connectionsWorthOpening(settings, 2, 100, 100), 2)
+        self.assertEqual(connectionsWorthOpening(settings, 0, 0, 0), 1)

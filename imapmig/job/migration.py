@@ -271,6 +271,29 @@ class _DestinationTraits:
     )
 
 
+def connectionsWorthOpening(
+    settings: JobSettings, units: int, messages: int, octets: int
+) -> int:
+    """
+    How many destination connections a job's pending work is worth: at
+    most C{settings.connections}, at most one per unit of work, and at
+    most one per whole batch (C{batchMessages} messages or C{batchBytes}
+    octets) of it, and at least one.  A connection with less than a
+    batch of its own to send costs more than it saves: its login (a
+    process or two at the server, a few round trips) takes about as long
+    as one connection takes to send that batch, and a run of many small
+    accounts would open twice the connections for nothing.
+
+    @param settings: the job's settings.
+    @param units: the units of work cut from what is pending.
+    @param messages: the messages pending.
+    @param octets: their listed sizes, summed.
+    @return: the connections to open, the first included.
+    """
+    batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
+    return max(1, min(settings.connections, units, batches))
+
+
 async def _ready(session: IMAPSession) -> IMAPSession:
     """
     A session already open, as a coroutine (for C{Deferred.fromCoroutine}).
@@ -813,9 +836,14 @@ class MigrationJob:
             sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
             for listing in listings
         )
+        wanted = connectionsWorthOpening(
+            settings,
+            expectedUnits,
+            sum(len(listing.pending) for listing in listings),
+            sum(m.size for listing in listings for m in listing.pending),
+        )
         openings = [
-            Deferred.fromCoroutine(self._openExtraSession(attempt))
-            for _ in range(min(settings.connections, expectedUnits) - 1)
+            Deferred.fromCoroutine(self._openExtraSession(attempt)) for _ in range(wanted - 1)
         ]
         attempt.openings.extend(openings)
         try:
