@@ -424,6 +424,28 @@ class DailyBudgetTests(SynchronousTestCase):
         budget.release(600, day)
         self.assertEqual(budget.used, 100)
 
+    def test_chargedExcludesReservations(self) -> None:
+        """
+        L{DailyBudget.charged} counts what was charged, not what
+        reservations hold: a budget whose rest another job's unit holds
+        is not used up (that unit may yet give it back); charged octets
+        and a stored total from elsewhere keep the holds on top.
+        """
+        budget = self.budgetThrottle(self.store).budget
+        assert budget is not None
+        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        day = budget.day
+        budget.reserve(budget.limit)
+        self.assertEqual((budget.used, budget.charged), (budget.limit, 0))
+        budget.release(100, day)
+        budget.count(100)
+        self.assertEqual((budget.used, budget.charged), (budget.limit, 100))
+        self.successResultOf(Deferred.fromCoroutine(budget.record(100)))
+        self.assertEqual((budget.used, budget.charged), (budget.limit, 100))
+        # A release never gives back more than the holds: charges stay.
+        budget.release(budget.limit, day)
+        self.assertEqual((budget.used, budget.charged), (100, 100))
+
     def test_dayRollover(self) -> None:
         """
         At UTC midnight the budget is renewed: the next load starts the new

@@ -101,9 +101,9 @@ class UnitBudgets:
         # Both in memory before either is stored: another connection
         # sees no gap between the release and the charge.
         if download is not None:
-            download.reserve(read)
+            download.count(read)
         if upload is not None:
-            upload.reserve(sent)
+            upload.count(sent)
         if download is not None and read:
             await download.record(read)
         if upload is not None and sent:

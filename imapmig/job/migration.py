@@ -577,7 +577,7 @@ class MigrationJob:
         """
         for budget in self._budgets:
             await budget.load()
-            if budget.used >= budget.limit:
+            if budget.charged >= budget.limit:
                 return budget.reached()
         return None
 

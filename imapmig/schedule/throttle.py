@@ -200,6 +200,8 @@ class DailyBudget:
         self.limit = limit
         self._day: str | None = None
         self._used = 0
+        # Of _used, what reservations hold (not yet sent, nor charged).
+        self._held = 0
 
     @property
     def used(self) -> int:
@@ -218,7 +220,7 @@ class DailyBudget:
             return
         used = await self._store.budgetUsed(self.server, self.user, self.direction, day)
         if day != self._day:
-            self._day, self._used = day, used
+            self._day, self._used, self._held = day, used, 0
 
     def fitting(self, sizes: Sequence[int]) -> int:
         """
@@ -238,6 +240,15 @@ class DailyBudget:
         return count
 
     @property
+    def charged(self) -> int:
+        """
+        Octets charged on the day last loaded: L{used} without what
+        reservations still hold (another job's unit not yet sent does not
+        make the budget used up).
+        """
+        return self._used - self._held
+
+    @property
     def day(self) -> str | None:
         """
         The UTC day last loaded (L{load}), or L{None} before the first.
@@ -250,7 +261,16 @@ class DailyBudget:
         job of the account sees them taken (no await comes between what
         L{fitting} says and this), and nothing is stored.  A reservation
         is given back (L{release}), or becomes a charge once what it was
-        for is sent (L{release}, then L{spend} of the octets sent).
+        for is sent (L{release}, then L{count} and L{record} of the octets
+        sent).
+        """
+        self._used += octets
+        self._held += octets
+
+    def count(self, octets: int) -> None:
+        """
+        Charge C{octets} in memory at once (every job of the account sees
+        them), before they are stored (L{record}).
         """
         self._used += octets
 
@@ -261,25 +281,27 @@ class DailyBudget:
         loaded without them).
         """
         if day == self._day:
-            self._used = max(0, self._used - octets)
+            given = min(octets, self._held)
+            self._used -= given
+            self._held -= given
 
     async def spend(self, octets: int) -> None:
         """
         Count C{octets} against today's budget: at once in memory (so that
         another job of the account sees them), then in the store.
         """
-        self.reserve(octets)
+        self.count(octets)
         await self.record(octets)
 
     async def record(self, octets: int) -> None:
         """
-        Store C{octets} already counted in memory (L{reserve}) as used
+        Store C{octets} already counted in memory (L{count}) as used
         today.
         """
         day = self._day if self._day is not None else utcDay(self._clock.seconds())
         total = await self._store.addBudgetUse(self.server, self.user, self.direction, day, octets)
         if day == self._day:
-            self._used = max(self._used, total)
+            self._used = max(self._used, total + self._held)
 
     async def exhaust(self) -> None:
         """
