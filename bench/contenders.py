@@ -378,6 +378,15 @@ CONTENDERS: dict[str, Contender] = {
             note="into INBOX only, after SELECT",
         ),
         Contender(
+            "raw-multi50-2",
+            "raw MULTIAPPEND 50, 2 connections",
+            slow=False,
+            raw=True,
+            build=_raw(select=True, batch=50, connections=2),
+            applies=_multiappend,
+            note="into INBOX only, after SELECT; imapmig's default number of connections",
+        ),
+        Contender(
             "raw-wait",
             "raw 1/APPEND, waits before a sync literal",
             slow=False,
@@ -405,7 +414,7 @@ CONTENDERS: dict[str, Contender] = {
 
 # What each part of the matrix runs by default.
 MAIN_CLIENTS = ("imaplib", "imaplib-nodelay", "twisted", "mbsync", "imapmig-1", "imapmig",
-                "raw", "raw-select", "raw-multi50")  # fmt: skip
+                "raw", "raw-select", "raw-multi50", "raw-multi50-2")  # fmt: skip
 SERVER_CLIENTS = ("imapmig-1", "imapmig", "imapmig-4", "raw", "raw-select", "raw-multi50")
 COMPRESS_CLIENTS = ("imapmig-compress-off", "imapmig-compress-on", "raw-multi50")
 # imapmig's default is 2 connections: each is compared with the raw writer
