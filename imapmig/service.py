@@ -395,6 +395,7 @@ def buildService(
             throttle=upload,
             sourceThrottle=download,
             defer=True,
+            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.name}",
         )
 
     JobQueueService(
