@@ -15,6 +15,7 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Awaitable, Callable
 
 from twisted.application.service import MultiService
@@ -401,7 +402,7 @@ def buildService(
         )
 
     JobQueueService(
-        InMemoryJobQueue(config.jobs), grants, build, progress, reactor, whenDone
+        InMemoryJobQueue(config.jobs, time.monotonic), grants, build, progress, reactor, whenDone
     ).setServiceParent(root)
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
