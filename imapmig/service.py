@@ -398,7 +398,7 @@ def buildService(
             throttle=upload,
             sourceThrottle=download,
             defer=True,
-            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.name}",
+            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
         )
 
     JobQueueService(
