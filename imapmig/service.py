@@ -15,6 +15,7 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Awaitable, Callable
 
 from twisted.application.service import MultiService
@@ -101,7 +102,7 @@ def sessionOpener(
     @param grant: obtains the grant to connect under the servers'
         connection limits (L{JobConnections.grantFor}), awaited before
         connecting; the grant is released when the session's connection
-        closes, or at once if opening fails.  L{None}: no limits.  One
+        closes, or when opening fails (once its socket is closed).  L{None}: no limits.  One
         grant covers an open that logs in twice (a refused token
         replaced).
     """
@@ -159,8 +160,10 @@ def grantedOpener(
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     C{opener}, once C{grant} has granted the connection: the grant is
-    released when the session's connection closes, or at once if opening
-    fails or is cancelled (never leaked).
+    released when the session's connection closes, or when opening fails
+    or is cancelled (never leaked).  A failed opening returns only once
+    its aborted socket is closed (L{imapmig.imap.session.openSession}), so
+    the grant counts every socket still open.
     """
 
     async def opened() -> IMAPSession:
@@ -395,10 +398,11 @@ def buildService(
             throttle=upload,
             sourceThrottle=download,
             defer=True,
+            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
         )
 
     JobQueueService(
-        InMemoryJobQueue(config.jobs), grants, build, progress, reactor, whenDone
+        InMemoryJobQueue(config.jobs, time.monotonic), grants, build, progress, reactor, whenDone
     ).setServiceParent(root)
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) and strports (~8 ms) are

@@ -1933,11 +1933,12 @@ class ServerSignalTests(SynchronousTestCase):
 
     def test_overQuotaPauses(self) -> None:
         """
-        C{[OVERQUOTA]} pauses the job for its C{pause} seconds, showing the
-        server's words; then it tries again and finishes.
+        C{[OVERQUOTA]} of a bandwidth limit pauses the job for its C{pause}
+        seconds, showing the server's words; then it tries again and
+        finishes.  (A full mailbox's: L{test_job_throttle}.)
         """
         h = JobHarness(self)
-        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded (mailbox for user is full)")
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
         populate(h.source, h.source.addFolder("INBOX"), 2)
         d = h.start(h.job(identity="off", retry=RetryPolicy(pause=600)))
 

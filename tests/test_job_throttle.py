@@ -11,14 +11,16 @@ from __future__ import annotations
 from typing import Callable
 
 from twisted.internet.defer import Deferred
-from twisted.logger import capturedLogs, formatEvent
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.errors import QuotaExceeded
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.job.budgets import mailboxFull
 from imapmig.message import SourceFolder
 from imapmig.progress import JobState
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (
@@ -82,6 +84,7 @@ class ThrottledHarness:
             throttle=self.registry.throttleFor("dest", self.limits, USER, UPLOAD),
             sourceThrottle=sourceThrottle,
             defer=defer,
+            destination=f"{USER} at dest",
         )
 
     def populate(self, count: int) -> SourceFolder:
@@ -573,13 +576,13 @@ class SignalCompositionTests(SynchronousTestCase):
 
     def test_overquotaWithoutBudgetNotDeferred(self) -> None:
         """
-        Without a daily budget, C{[OVERQUOTA]} pauses within the run for
-        the configured pause even with C{defer}: only a daily budget ends
-        the run.
+        Without a daily budget, a bandwidth limit's C{[OVERQUOTA]} pauses
+        within the run for the configured pause even with C{defer}: only a
+        daily budget ends the run.
         """
         t = ThrottledHarness(self, ServerLimits(messagesPerSecond=100))
         h = t.h
-        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded")
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
         t.populate(2)
         job = t.job(retry=RetryPolicy(pause=600), defer=True)
         d = h.start(job)
@@ -593,17 +596,86 @@ class SignalCompositionTests(SynchronousTestCase):
 
     def test_overquotaWithoutBudget(self) -> None:
         """
-        Without a daily budget, C{[OVERQUOTA]} pauses for the configured
-        pause, throttled or not.
+        Without a daily budget, a bandwidth limit's C{[OVERQUOTA]} pauses
+        for the configured pause, throttled or not.
         """
         t = ThrottledHarness(self, ServerLimits(messagesPerSecond=100))
         h = t.h
-        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded")
+        self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
         t.populate(2)
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
         self.assertEqual(h.progress.state, JobState.PAUSED)
         self.assertEqual(h.progress.retryAt, NOON + 600)
         t.completeRun(d)
+        h.finish()
+
+    def assertFullMailbox(self, t: ThrottledHarness, count: int) -> None:
+        """
+        Run a job whose destination refuses the first message as over
+        quota (Dovecot's full-mailbox reply): the run ends completed at
+        once, with no pause, no deferral and no budget marked used up,
+        every message recorded as failed with "destination over quota",
+        and one error naming the account.
+        """
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded (mailbox for user is full)")
+        t.populate(count)
+        job = t.job(retry=RetryPolicy(pause=600), defer=True)
+        usedBefore = t.used()
+        with capturedLogs() as events:
+            d = h.start(job)
+            h.settle()
+        self.assertTrue(self.successResultOf(d))
+        self.assertIsNone(job.deferredUntil)
+        self.assertEqual(h.clock.seconds(), NOON)
+        self.assertEqual(t.held(), 0)
+        failures = self.successResultOf(h.store.failures(JOB))
+        self.assertEqual(len(failures), count)
+        for failure in failures:
+            self.assertIn("destination over quota", failure.failure or "")
+            self.assertIn("mailbox for user is full", failure.failure or "")
+        self.assertLessEqual(t.used(), usedBefore + count * SIZE)
+        errors = [e for e in events if e.get("log_level") == LogLevel.error]
+        self.assertEqual(len(errors), 1, [formatEvent(e) for e in events])
+        self.assertEqual((errors[0]["job"], errors[0]["account"]), (JOB, f"{USER} at dest"))
+        self.assertIn("over quota", formatEvent(errors[0]))
+        h.endpoint.pump()
+        h.finish()
+
+    def test_overquotaFullMailboxWithoutBudget(self) -> None:
+        """
+        Without a daily budget, C{[OVERQUOTA]} that does not speak of
+        bandwidth means the mailbox is full: the messages left are recorded
+        as failed (L{assertFullMailbox}), the job does not pause.
+        """
+        self.assertFullMailbox(ThrottledHarness(self, ServerLimits()), 3)
+
+    def test_overquotaFullMailboxFarBelowBudget(self) -> None:
+        """
+        With a daily upload budget charged far below its limit today,
+        C{[OVERQUOTA]} means the mailbox is full, not the provider's daily
+        limit: no pause until midnight, the messages left fail.
+        """
+        self.assertFullMailbox(ThrottledHarness(self, budget(100 * SIZE)), 3)
+
+    def test_overquotaNearBudgetPausesToMidnight(self) -> None:
+        """
+        With a daily upload budget charged near its limit today (half or
+        more), the same C{[OVERQUOTA]} is taken for the provider's daily
+        limit: the budget is marked used up, the job pauses until the next
+        UTC midnight, then copies every message.
+        """
+        t = ThrottledHarness(self, budget(10 * SIZE))
+        h = t.h
+        self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded (mailbox for user is full)")
+        t.populate(6)
+        d = h.start(t.job(retry=RetryPolicy(pause=600)))
+        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.retryAt, MIDNIGHT)
+        self.assertEqual(t.used(), 10 * SIZE)
+        t.completeRun(d)
+        t.assertHolds(range(6))
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
         h.finish()
 
     def test_suggestedBackoffHoldsOtherJobs(self) -> None:
@@ -625,6 +697,33 @@ class SignalCompositionTests(SynchronousTestCase):
         t.completeRun(d)
         t.assertHolds(range(3))
         h.finish()
+
+
+class MailboxFullTests(SynchronousTestCase):
+    """
+    L{mailboxFull} tells a full mailbox from a daily limit by the reply,
+    without a budget.
+    """
+
+    def test_replies(self) -> None:
+        """
+        C{[OVERQUOTA]} and code-less quota wordings are a full mailbox;
+        bandwidth wordings, C{[CONTACTADMIN]} and a budget imapmig found
+        used up are not.
+        """
+        full = [
+            QuotaExceeded("x", "[OVERQUOTA] Quota exceeded (mailbox for user is full)", "OVERQUOTA"),
+            QuotaExceeded("x", "Over quota", None),
+            QuotaExceeded("x", "You exceeded your mail quota.", None),
+        ]
+        notFull = [
+            QuotaExceeded("x", "[OVERQUOTA] Account exceeded command or bandwidth limits", "OVERQUOTA"),
+            QuotaExceeded("x", "[CONTACTADMIN] Account suspended", "CONTACTADMIN"),
+            QuotaExceeded("x", "bandwidth limit exceeded", None),
+            DailyLimitReached("daily upload budget used up", MIDNIGHT),
+        ]
+        self.assertEqual([mailboxFull(e, None) for e in full], [True] * 3)
+        self.assertEqual([mailboxFull(e, None) for e in notFull], [False] * 4)
 
 
 class SourceSignalTests(SynchronousTestCase):

@@ -109,7 +109,7 @@ class Scheduler:
         for job in jobs:
             self.progress.addJob(job.name)
         self.grants = ConnectionGrants(maxJobs, {"s": limits})
-        self.queue = InMemoryJobQueue(jobs)
+        self.queue = InMemoryJobQueue(jobs, self.clock.seconds)
         self.built: dict[str, FakeJob] = {}
         self.started: list[str] = []
         self.mostAtOnce = 0
@@ -150,7 +150,7 @@ class ForgetfulQueue(InMemoryJobQueue):
     """
 
     def __init__(self, queue: InMemoryJobQueue) -> None:
-        InMemoryJobQueue.__init__(self, queue._jobs)
+        InMemoryJobQueue.__init__(self, queue._jobs, queue._leaseClock)
         self._claimed = 0
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:

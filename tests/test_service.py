@@ -10,14 +10,25 @@ import os
 import sys
 
 from twisted.application.service import IServiceMaker
-from twisted.internet.testing import MemoryReactorClock
+from typing import Awaitable
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone, ConnectionRefusedError
+from twisted.internet.interfaces import IProtocol
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig import service
 from imapmig.config import parseConfig
+from imapmig.config.limits import ServerLimits
 from imapmig.config.model import ServerConfig
+from imapmig.errors import PermanentError, TransientError
+from imapmig.imap.session import IMAPSession
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.progress import JobState
 from imapmig.service import buildService
 from imapmig.state.memory import MemoryStateStore
@@ -217,3 +228,131 @@ class TLSOptionsTests(SynchronousTestCase):
         for server in (first, first, second, first, implicit):
             service.sessionOpener(reactor, server, "u", "pw")
         self.assertEqual(self.made, [first, second, implicit])
+
+
+class GrantUntilClosedTests(SynchronousTestCase):
+    """
+    A session opened under a connection grant (L{service.sessionOpener}
+    with C{grant}) holds the grant until its socket is really closed
+    (C{connectionLost}), on every path: more sockets than
+    C{max_connections} are never open at once.
+    """
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.grants = ConnectionGrants(8, {"s": ServerLimits(2)})
+        self.connections = JobConnections(self.grants, [("s", "elsewhere")])
+        self.successResultOf(self.connections.reserve())
+        self.addCleanup(self.connections.end)
+        server = ServerConfig(name="s", endpoint="tcp:127.0.0.1:143", starttls=False,
+                              implicitTLS=False, tcpEndpoint="tcp:127.0.0.1:143",
+                              tlsHostname="127.0.0.1", tlsCA=None, timeout=30.0,
+                              compress=False)  # fmt: skip
+        opener = service.sessionOpener(
+            self.reactor, server, "u", "pw", grant=self.connections.grantFor("s", "u", wait=True)
+        )
+        self.opening = Deferred.fromCoroutine(_awaited(opener()))
+
+    def inUse(self) -> int:
+        return self.grants.connectionsInUse("s", "u")
+
+    def connect(self) -> tuple[IProtocol, StringTransport]:
+        """
+        Make the connection the opener asked the reactor for.
+        """
+        [(host, port, factory, _, _)] = self.reactor.tcpClients
+        protocol = factory.buildProtocol(IPv4Address("TCP", host, port))
+        assert protocol is not None
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def answer(self, protocol: IProtocol, transport: StringTransport, reply: bytes) -> None:
+        """
+        Answer the command the client last sent with C{reply} after its tag.
+        """
+        tag = transport.value().splitlines()[-1].split(b" ", 1)[0]
+        transport.clear()
+        protocol.dataReceived(tag + b" " + reply + b"\r\n")
+
+    def loggedIn(self) -> tuple[IMAPSession, IProtocol, StringTransport]:
+        protocol, transport = self.connect()
+        protocol.dataReceived(b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] ready\r\n")
+        self.answer(protocol, transport, b"OK [CAPABILITY IMAP4rev1] logged in")
+        session = self.successResultOf(self.opening)
+        return session, protocol, transport
+
+    def test_failedConnect(self) -> None:
+        """
+        A connection that is never made holds no socket: the grant goes
+        back as the opening fails.
+        """
+        [(_, _, factory, _, _)] = self.reactor.tcpClients
+        self.assertEqual(self.inUse(), 1)
+        factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))  # type: ignore[arg-type]
+        self.failureResultOf(self.opening, TransientError)
+        self.assertEqual(self.inUse(), 0)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_failedLogin(self) -> None:
+        """
+        A refused login aborts the connection; the opening fails, and the
+        grant goes back, only once the socket is closed.
+        """
+        protocol, transport = self.connect()
+        protocol.dataReceived(b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] ready\r\n")
+        self.answer(protocol, transport, b"NO [AUTHENTICATIONFAILED] Authentication failed.")
+        self.assertTrue(transport.disconnecting)
+        self.assertNoResult(self.opening)
+        self.assertEqual(self.inUse(), 1)
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(self.opening, PermanentError)
+        self.assertEqual(self.inUse(), 0)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_failedLoginNeverClosed(self) -> None:
+        """
+        An aborted connection that never reports its close holds the grant
+        and the opening's failure for the server's timeout, not for ever.
+        """
+        protocol, transport = self.connect()
+        protocol.dataReceived(b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] ready\r\n")
+        self.answer(protocol, transport, b"NO [AUTHENTICATIONFAILED] Authentication failed.")
+        self.reactor.advance(29)
+        self.assertNoResult(self.opening)
+        self.assertEqual(self.inUse(), 1)
+        self.reactor.advance(1)
+        self.failureResultOf(self.opening, PermanentError)
+        self.assertEqual(self.inUse(), 0)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_abort(self) -> None:
+        """
+        An aborted session holds its grant until the socket is closed.
+        """
+        session, protocol, transport = self.loggedIn()
+        self.assertEqual(self.inUse(), 1)
+        session.abort()
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(self.inUse(), 1)
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(self.inUse(), 0)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_logout(self) -> None:
+        """
+        A session logged out holds its grant until the socket is closed.
+        """
+        session, protocol, transport = self.loggedIn()
+        done = Deferred.fromCoroutine(session.logout())
+        protocol.dataReceived(b"* BYE bye\r\n")
+        self.answer(protocol, transport, b"OK done")
+        self.assertEqual(self.inUse(), 1)
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.successResultOf(done)
+        self.assertEqual(self.inUse(), 0)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+
+async def _awaited(awaitable: Awaitable[IMAPSession]) -> IMAPSession:
+    return await awaitable

@@ -15,7 +15,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import SourceError
-from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.fetch import FetchedItem, Value
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.message import SourceFolder, SourceMessage
@@ -23,6 +23,7 @@ from imapmig.plan import FolderRules, isIncluded
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.labelviews import (
     LabelViewFilter,
+    folderLabels,
     gmailMessageId,
     labelViewUse,
     planLabelViews,
@@ -176,6 +177,65 @@ class LabelViewFilterTests(SynchronousTestCase):
         self.assertEqual(gmailMessageId(self.item(1, b"10")), b"10")
         self.assertEqual(gmailMessageId(FetchedItem(sequence=1, extra={b"x-gm-msgid": b"7"})), b"7")
 
+    def test_labels(self) -> None:
+        """
+        A view's message not seen by X-GM-MSGID but labelled with a folder
+        listed in the pass is left out; if it arrived during the pass (at
+        or above the view's UIDNEXT when the pass began) it is deferred:
+        the view's UIDNEXT is held at its UID.  A label of a folder not
+        listed does not count; system labels match whatever their case.
+        """
+        labels = LabelViewFilter({"All"})
+        labels.began(folder(("All",)), 4)
+        inbox = folder(("INBOX",))
+        labels.listed(inbox, [self.item(1, b"10")], folderLabels(inbox, b"INBOX"))
+        work = folder(("Work",))
+        labels.listed(work, [], folderLabels(work, b"Work"))
+        def labelled(uid: int, messageId: bytes, *names: bytes) -> FetchedItem:
+            labelList: list[Value] = list(names)
+            extra: dict[bytes, Value] = {b"X-GM-MSGID": messageId, b"X-GM-LABELS": labelList}
+            return FetchedItem(sequence=uid, uid=uid, extra=extra)
+        allMail = [
+            labelled(1, b"10", b"\\Inbox"),
+            labelled(2, b"20", b"Work"),
+            labelled(3, b"30", b"Other"),
+            labelled(5, b"50", b"\\INBOX"),
+            labelled(6, b"60", b"Work", b"Other"),
+            labelled(7, b"70"),
+        ]
+        kept, dropped = labels.listed(folder(("All",)), allMail)
+        self.assertEqual([i.uid for i in kept], [3, 7])
+        self.assertEqual(dropped, 4)
+        self.assertEqual(labels.heldBack(folder(("All",))), 5)
+        self.assertIsNone(labels.heldBack(inbox))
+
+    def test_noPassStart(self) -> None:
+        """
+        Without the view's UIDNEXT at the start of the pass, a labelled
+        message is left out but nothing is held back.
+        """
+        labels = LabelViewFilter({"All"})
+        inbox = folder(("INBOX",))
+        labels.listed(inbox, [], folderLabels(inbox, b"INBOX"))
+        item = FetchedItem(sequence=1, uid=9, extra={b"X-GM-MSGID": b"1", b"X-GM-LABELS": [b"\\Inbox"]})
+        self.assertEqual(labels.listed(folder(("All",)), [item]), ([], 1))
+        self.assertIsNone(labels.heldBack(folder(("All",))))
+
+    def test_compactIds(self) -> None:
+        """
+        The message ids seen are kept as 64-bit numbers, 8 octets each; an
+        id that is no such number does not count as seen.
+        """
+        labels = LabelViewFilter({"All"})
+        many = [self.item(n, b"%d" % (2**63 + n)) for n in range(1000)]
+        many.append(self.item(1001, b"x1"))
+        many.append(self.item(1002, b"%d" % 2**64))
+        labels.listed(folder(("INBOX",)), many)
+        self.assertEqual(labels._seen.itemsize * len(labels._seen), 8000)
+        view = [self.item(1, b"%d" % (2**63 + 5)), self.item(2, b"x1"), self.item(3, b"%d" % 2**64)]
+        kept, dropped = labels.listed(folder(("All",)), view)
+        self.assertEqual(([i.uid for i in kept], dropped), ([2, 3], 1))
+
     def test_failed(self) -> None:
         """
         An ordinary folder that could not be listed is remembered; a view
@@ -200,6 +260,7 @@ class GmailAccount:
     ) -> None:
         self.harness = JobHarness(test, capabilities=capabilities, delimiter="/", **kwargs)
         self.mail = self.harness.mail = FakeMailStore({USER: PASSWORD, GMAIL_USER: GMAIL_PASSWORD}, "/")
+        self.mail.announceUIDNext = True
         for name, use in _VIEWS.items():
             self.mail.create(GMAIL_USER, name)
             self.mail.specialUse[name] = use
@@ -305,6 +366,32 @@ def _populate(account: GmailAccount) -> None:
     account.deliver(4, ["Work"], flags=("\\Flagged",))
     account.deliver(5, ["INBOX"], important=True)
     account.deliver(6, [SENT])
+
+
+class ArrivingSource(IMAPSource):
+    """
+    An L{IMAPSource} that calls C{arrive} once, just before All Mail is
+    listed: mail arriving between the listings of a pass.
+    """
+
+    arrive: Callable[[], None] | None = None
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        arrive, self.arrive = self.arrive, None
+        if folder.key == ALL_MAIL and arrive is not None:
+            arrive()
+        elif arrive is not None:
+            self.arrive = arrive
+        return super().listMessages(folder)
+
+
+def arrivingSource(account: GmailAccount, arrive: Callable[[], None]) -> ArrivingSource:
+    """
+    An L{ArrivingSource} reading the account for the job L{JOB}.
+    """
+    source = ArrivingSource(account.opener(), "gmail at memory", labelViews="dedup", job=JOB)
+    source.arrive = arrive
+    return source
 
 
 class GmailSourceTests(SynchronousTestCase):
@@ -532,6 +619,60 @@ class GmailJobTests(SynchronousTestCase):
         self.assertTrue(account.harness.run(job))
         self.assertEqual(
             self.destination(account), {"INBOX": [1, 2, 5], ALL_MAIL: [3, 4], SENT: [6]}
+        )
+        account.harness.finish()
+
+    def test_arrivalDuringPass(self) -> None:
+        """
+        A message arriving in INBOX after INBOX's listing and before All
+        Mail's is not copied into All Mail (its labels name INBOX): the
+        next run copies it into INBOX, once, and All Mail's UIDNEXT held
+        below it lets that run decide it again; the run after moves on.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = arrivingSource(account, lambda: account.deliver(7, ["INBOX"]))
+        self.assertTrue(account.harness.run(account.job(source)))
+        self.assertEqual(self.destination(account), self.expected)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), {**self.expected, "INBOX": [1, 2, 5, 7]})
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), {**self.expected, "INBOX": [1, 2, 5, 7]})
+        mark = account.call(account.harness.store.folderMark(JOB, ALL_MAIL))
+        self.assertEqual(mark.uidNext, 8)
+        account.harness.finish()
+
+    def test_arrivalArchivedBeforeNextRun(self) -> None:
+        """
+        A message arriving in INBOX during a pass's listings, after
+        INBOX's, and archived before the next run, is copied by that run
+        into All Mail, once: not lost.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = arrivingSource(account, lambda: account.deliver(7, ["INBOX"]))
+        self.assertTrue(account.harness.run(account.job(source)))
+        self.assertEqual(self.destination(account), self.expected)
+        account.mail.expunge(GMAIL_USER, "INBOX", body(7))
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), {**self.expected, ALL_MAIL: [3, 7]})
+        account.harness.finish()
+
+    def test_archivedDuringPass(self) -> None:
+        """
+        A message listed in INBOX and archived before All Mail is listed
+        is left out of All Mail (its X-GM-MSGID was seen in INBOX); gone
+        from INBOX before its body is read, it is not copied there either,
+        and the next run copies it, once, into All Mail: not lost.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        source = arrivingSource(account, lambda: account.mail.expunge(GMAIL_USER, "INBOX", body(1)))
+        account.harness.run(account.job(source))
+        self.assertEqual(self.destination(account), {**self.expected, "INBOX": [2, 5]})
+        account.harness.run(account.job(account.source()))
+        self.assertEqual(
+            self.destination(account), {**self.expected, "INBOX": [2, 5], ALL_MAIL: [1, 3]}
         )
         account.harness.finish()
 

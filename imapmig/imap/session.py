@@ -1241,6 +1241,8 @@ async def openSession(
         (L{ReplyTimeout}, L{ProtocolError}, L{ServerBye} among them), the
         text naming the server.
     @raise PermanentError: TLS, or authentication, was refused.
+        Whatever fails after the connection is made is raised once the
+        aborted connection is closed (at most C{timeout} later).
     """
     client = MigrationIMAP4Client(clock, timeout, peer=description)
     connecting = endpoint.connect(_OneConnection(client))
@@ -1266,8 +1268,41 @@ async def openSession(
             await session.startCompression()
     except (ConnectionLost, TLSFailed) as e:
         session.abort()
+        await _closedAfterAbort(client, clock, timeout)
         raise _retold(e, f"{description}: {e}") from None
     except BaseException:
         session.abort()
+        await _closedAfterAbort(client, clock, timeout)
         raise
     return session
+
+
+async def _closedAfterAbort(client: MigrationIMAP4Client, clock: Any, timeout: float) -> None:
+    """
+    Wait until an aborted connection is closed (the client's C{closed},
+    fired by C{connectionLost}), at most C{timeout} seconds: an opening
+    that fails returns only once its socket is gone, so that whoever
+    granted the connection (L{imapmig.schedule.grants}) counts it until
+    then, and a second login (a refused token replaced) never overlaps
+    the first's socket.
+    """
+    if client.closed.called:
+        return
+    gone: Deferred[None] = Deferred()
+
+    def closed(result: object) -> object:
+        if not gone.called:
+            gone.callback(None)
+        return result
+
+    client.closed.addBoth(closed)
+    if timeout > 0:
+        gone.addTimeout(timeout, clock)
+    try:
+        await gone
+    except DeferredTimeout:
+        log.warn(
+            "{server}: the aborted connection did not close within {timeout} s",
+            server=client.peer,
+            timeout=timeout,
+        )

@@ -27,9 +27,53 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from imapmig.errors import QuotaExceeded
 from imapmig.schedule.throttle import DailyBudget, DailyLimitReached
 
-__all__ = ["UnitBudgets"]
+__all__ = ["NEAR_BUDGET", "UnitBudgets", "mailboxFull"]
+
+NEAR_BUDGET = 0.5
+"""
+The share of a daily upload budget charged today from which a
+destination's C{[OVERQUOTA]} is taken for the provider's daily limit
+(Gmail's, which counts more than imapmig sent: other clients, its own
+rounding) rather than a full mailbox.
+"""
+
+# A provider's daily bandwidth limit says so (Gmail: "[ALERT] Account
+# exceeded command or bandwidth limits"): never a full mailbox.
+_BANDWIDTH_WORDINGS = ("bandwidth",)
+
+
+def mailboxFull(error: QuotaExceeded, budget: DailyBudget | None) -> bool:
+    """
+    Whether a destination's quota refusal means its mailbox is full (no
+    later day helps: the job records its remaining messages as failed)
+    rather than a daily limit (the job pauses until it is renewed).
+
+    The refusal is a full mailbox when it is C{[OVERQUOTA]} or a
+    code-less "over quota" wording (Dovecot's "Quota exceeded", Cyrus's
+    "Over quota", Courier's "You exceeded your mail quota"), does not
+    speak of bandwidth, and the account has no daily upload budget, or
+    has one charged today below L{NEAR_BUDGET} of its limit.
+    C{[CONTACTADMIN]} and a budget imapmig itself found used up are never
+    a full mailbox.
+
+    @param budget: the destination account's daily upload budget, loaded
+        for today (L{DailyBudget.load}), or L{None}.
+    """
+    if isinstance(error, DailyLimitReached):
+        return False
+    if error.code not in (None, "OVERQUOTA"):
+        return False
+    text = error.text.lower()
+    if any(wording in text for wording in _BANDWIDTH_WORDINGS):
+        return False
+    if error.code is None and "quota" not in text:
+        return False
+    if budget is None:
+        return True
+    return budget.charged < budget.limit * NEAR_BUDGET
 
 
 class UnitBudgets:

@@ -58,7 +58,7 @@ from imapmig.job.destination import (
     FolderToCopy,
     TargetMailbox,
 )
-from imapmig.job.budgets import UnitBudgets
+from imapmig.job.budgets import UnitBudgets, mailboxFull
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.readahead import ReadAhead, closeBodies
 from imapmig.job.reconcile import reconcileJournal
@@ -323,6 +323,7 @@ class MigrationJob:
         throttle: Throttle | None = None,
         sourceThrottle: Throttle | None = None,
         defer: bool = False,
+        destination: str = "the destination account",
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -344,8 +345,15 @@ class MigrationJob:
             (L{deferredUntil} says until when) instead of waiting in it:
             the scheduler's job slot and connections go to other jobs
             meanwhile.
+        @param destination: the destination account as logs name it
+            (C{"alice at mail.example.com"}).
         """
         self.name = name
+        self._destination = destination
+        # Set when the destination answered that its mailbox is full
+        # (L{mailboxFull}): the reason every message left to copy in this
+        # run is recorded as failed with.
+        self._overQuota: str | None = None
         self._rules = rules
         self._identity = identity
         self._eightBitFails = eightBit == "fail"
@@ -457,6 +465,7 @@ class MigrationJob:
         for throttle in self._throttles:
             throttle.reopen()
         self._strikes.clear()
+        self._overQuota = None
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
         fruitless = 0
@@ -513,7 +522,20 @@ class MigrationJob:
         retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
         side = self._sideOf(error)
         untilRenewal = None
-        if isinstance(error, QuotaExceeded) and side is not None:
+        full = isinstance(error, QuotaExceeded) and await self._destinationFull(error)
+        if full:
+            assert isinstance(error, QuotaExceeded)
+            self._overQuota = f"destination over quota: {error.text or reason}"
+            log.error(
+                "Job {job}: the destination account {account} is over quota (its mailbox"
+                " is full: {why}); the messages left to copy are recorded as failed",
+                job=self.name,
+                account=self._destination,
+                why=error.text or reason,
+            )
+            # No wait: the next attempt records what is left as failed.
+            self._lifecycle.backOff(reason, 0.0)
+        elif isinstance(error, QuotaExceeded) and side is not None:
             untilRenewal = await side.pauseFor(error)
             if self._stopping:
                 self._lifecycle.stopped()
@@ -541,7 +563,7 @@ class MigrationJob:
                 until=utcTime(self._clock.seconds() + delay),
                 delay=delay,
             )
-        else:
+        elif not full:
             if isinstance(error, QuotaExceeded):
                 delay = self._retry.pause
                 self._lifecycle.pause(reason, delay)
@@ -581,6 +603,31 @@ class MigrationJob:
                 return budget.reached()
         return None
 
+    async def _destinationFull(self, error: QuotaExceeded) -> bool:
+        """
+        Whether C{error} is the destination saying its mailbox is full
+        (L{mailboxFull}), not a daily limit nor a source's refusal.
+        """
+        if self._fromSource(error):
+            return False
+        budget = self._throttle.budget if self._throttle is not None else None
+        if budget is not None:
+            await budget.load()
+        return mailboxFull(error, budget)
+
+    def _fromSource(self, error: BaseException) -> bool:
+        """
+        Whether C{error} came from the source side: the source throttle's
+        last signal or budget, or raised by the IMAP source.
+        """
+        source = self._sourceThrottle
+        if source is not None and (
+            source.lastSignal is error
+            or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
+        ):
+            return True
+        return isinstance(self._source, IMAPSource) and self._source.raised(error)
+
     def _sideOf(self, error: BaseException) -> Throttle | None:
         """
         The throttle of the side C{error} came from (the source's, if the
@@ -590,14 +637,8 @@ class MigrationJob:
         never touches the destination's throttle, even when the source
         has none (L{None}).
         """
-        source = self._sourceThrottle
-        if source is not None and (
-            source.lastSignal is error
-            or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
-        ):
-            return source
-        if isinstance(self._source, IMAPSource) and self._source.raised(error):
-            return source
+        if self._fromSource(error):
+            return self._sourceThrottle
         if self._throttle is not None:
             self._throttle.signalled(error)
         return self._throttle
@@ -880,6 +921,10 @@ class MigrationJob:
                         message,
                         f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
                     )
+                continue
+            if self._overQuota is not None:
+                for message in pending:
+                    self._recordFailure(folder, mailbox, message, self._overQuota)
                 continue
             if sizeLimit is not None:
                 pending = self._withinSizeLimit(folder, mailbox, pending, sizeLimit)

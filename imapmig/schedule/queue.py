@@ -9,6 +9,14 @@ claimed by another owner (a takeover); a stopped job goes back to the
 queue at its place; a deferred job (its daily budget used up) goes back
 too, but is not claimed before the time it gave (C{notBefore}).
 
+Leases are timed by the queue, on its own clock, never by the caller's
+wall clock: L{InMemoryJobQueue} by a monotonic clock of the process (a
+jump of the wall clock, forward or back, neither expires a lease nor
+stretches one), a shared queue by the database's clock (one clock for
+every daemon, whatever theirs say).  The caller's C{now} is the wall
+clock, used only for what is wall-clock time by nature: a deferred job's
+C{notBefore} (the next UTC midnight of a daily budget).
+
 L{InMemoryJobQueue} serves one daemon from the configured job list: the
 state store's lock already makes that daemon the only owner, so leases
 only matter across a stop.  Queued jobs cost an index into the
@@ -19,11 +27,12 @@ interface, with a table C{job_claims(job, position, owner, lease_until,
 generation, state)}:
 
   - C{claim}: C{SELECT job FROM job_claims WHERE state = 'queued' OR
-    (state = 'claimed' AND lease_until < now) ORDER BY position LIMIT 1
+    (state = 'claimed' AND lease_until < now()) ORDER BY position LIMIT 1
     FOR UPDATE SKIP LOCKED}, then C{UPDATE ... SET owner, lease_until,
     generation = generation + 1, state = 'claimed'} in the same transaction: two daemons never claim
     one job, and neither waits for the other's row lock.
-  - C{renew}: C{UPDATE ... SET lease_until WHERE job AND generation}; no row
+  - C{renew}: C{UPDATE ... SET lease_until = now() + lease WHERE job AND
+    generation} (C{now()} is the database's clock, as in C{claim}); no row
     updated means the lease expired and another daemon took the job over:
     L{LeaseLost}, and the job must stop.
   - a takeover is an ordinary claim of an expired lease: the new owner
@@ -33,14 +42,14 @@ generation, state)}:
   - C{finish}: C{UPDATE ... SET state = 'done' | 'failed' WHERE job AND
     generation} (or back to C{'queued'} for a stopped job, and for a
     deferred one with C{not_before}, a column that C{claim} then also
-    requires to be past).
+    requires to be past: the caller's wall-clock C{now}, as here).
 """
 
 from __future__ import annotations
 
 import heapq
 from enum import Enum
-from typing import Sequence
+from typing import Callable, Sequence
 
 from attrs import evolve, frozen
 from zope.interface import Interface, implementer
@@ -76,7 +85,8 @@ class JobClaim:
     @ivar job: the job's configuration.
     @ivar position: its place in the configuration (0 is first).
     @ivar owner: who claimed it.
-    @ivar leaseUntil: when the lease runs out, in the clock's seconds.
+    @ivar leaseUntil: when the lease runs out, in the seconds of the
+        queue's lease clock (not the wall clock).
     @ivar generation: which claim of the job this is: each claim of a job
         has a new one, kept by its renewals, so that an owner's stale
         claim (its lease lost, the job claimed again since, even by the
@@ -110,16 +120,18 @@ class IJobQueue(Interface):
     def claim(owner: str, now: float, lease: float) -> JobClaim | None:
         """
         Claim the next job, in configuration order, that no live lease
-        holds.
+        holds (leases timed by the queue's own clock).
 
-        @param now: the clock's seconds.
+        @param now: the wall clock's seconds, against which deferred jobs'
+            C{notBefore} is compared.
         @param lease: seconds the claim lives unless renewed.
         @return: the claim, or L{None} when no job is left to claim.
         """
 
-    def renew(claim: JobClaim, now: float, lease: float) -> JobClaim:
+    def renew(claim: JobClaim, lease: float) -> JobClaim:
         """
-        Extend C{claim}'s lease to C{now + lease}.
+        Extend C{claim}'s lease to C{lease} seconds from now, by the
+        queue's lease clock.
 
         @raise LeaseLost: C{claim} is no longer the job's current claim
             (another one took the job over).
@@ -150,15 +162,18 @@ class InMemoryJobQueue:
     The configured jobs, claimed by one daemon.
 
     An owner's own claims never expire for that owner: the one daemon
-    renews them while their jobs run, and a jump of the wall clock past a
-    lease must not make it claim (and run) a job it is running.
+    renews them while their jobs run, and a late renewal must not make it
+    claim (and run) a job it is running.
     """
 
-    def __init__(self, jobs: Sequence[JobConfig]) -> None:
+    def __init__(self, jobs: Sequence[JobConfig], leaseClock: Callable[[], float]) -> None:
         """
         @param jobs: every job, in configuration order.
+        @param leaseClock: the seconds of a monotonic clock (the daemon
+            gives C{time.monotonic}), by which leases are timed.
         """
         self._jobs = jobs
+        self._leaseClock = leaseClock
         # Jobs never claimed start at this position; jobs given back (a
         # stop, an expired lease) wait in a heap, by position.
         self._next = 0
@@ -171,8 +186,9 @@ class InMemoryJobQueue:
         self._generation = 0
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+        leaseNow = self._leaseClock()
         for position, held in list(self._claims.items()):
-            if held.owner != owner and held.leaseUntil < now:
+            if held.owner != owner and held.leaseUntil < leaseNow:
                 # Taken over: the old owner's renew raises LeaseLost.
                 del self._claims[position]
                 heapq.heappush(self._returned, position)
@@ -186,7 +202,7 @@ class InMemoryJobQueue:
         else:
             return None
         self._generation += 1
-        claim = JobClaim(self._jobs[position], position, owner, now + lease, self._generation)
+        claim = JobClaim(self._jobs[position], position, owner, leaseNow + lease, self._generation)
         self._claims[position] = claim
         return claim
 
@@ -194,10 +210,10 @@ class InMemoryJobQueue:
         held = self._claims.get(claim.position)
         return held is not None and held.generation == claim.generation
 
-    def renew(self, claim: JobClaim, now: float, lease: float) -> JobClaim:
+    def renew(self, claim: JobClaim, lease: float) -> JobClaim:
         if not self._isCurrent(claim):
             raise LeaseLost(f"job {claim.job.name} was taken over")
-        renewed = evolve(claim, leaseUntil=now + lease)
+        renewed = evolve(claim, leaseUntil=self._leaseClock() + lease)
         self._claims[claim.position] = renewed
         return renewed
 

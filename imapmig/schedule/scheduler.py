@@ -215,8 +215,9 @@ class JobQueueService(Service):
             claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
             if claim is None or claim.job.name not in self._claims:
                 return claim
-            # Our own lease on a running job lapsed unrenewed (the wall
-            # clock jumped) and the queue gave the job back: it goes on
+            # Our own lease on a running job lapsed unrenewed (a renewal
+            # too late, where a queue lets an owner's claims expire) and
+            # the queue gave the job back: it goes on
             # running, under the new claim.
             log.warn("Job {job}: claimed again while running; kept running", job=claim.job.name)
             self._claims[claim.job.name] = claim
@@ -320,10 +321,9 @@ class JobQueueService(Service):
             self._progress.job(name).waiting(None, None)
 
     def _renewLeases(self) -> None:
-        now = self._clock.seconds()
         for name, claim in list(self._claims.items()):
             try:
-                self._claims[name] = self._queue.renew(claim, now, self._lease)
+                self._claims[name] = self._queue.renew(claim, self._lease)
             except LeaseLost:
                 log.error(
                     "Job {job}: its claim was taken over by another owner; stopping it",

@@ -88,8 +88,10 @@ from imapmig.sources.labelviews import (
     COPY,
     DEDUP,
     GMAIL_EXTENSION,
+    LABELS_ITEM,
     MESSAGE_ID_ITEM,
     LabelViewFilter,
+    folderLabels,
     planLabelViews,
     resolveLabelViews,
 )
@@ -532,9 +534,17 @@ class IMAPSource:
     def folderStatus(self, folder: SourceFolder) -> FolderStatus | None:
         """
         The status of C{folder} when it was last listed or opened, or
-        L{None} if it has not been.
+        L{None} if it has not been.  A label view's UIDNEXT is held below
+        the messages it deferred (L{LabelViewFilter.heldBack}).
         """
-        return self._status.get(folder.key)
+        status = self._status.get(folder.key)
+        labels = self._labelFilter
+        if status is None or labels is None:
+            return status
+        heldBack = labels.heldBack(folder)
+        if heldBack is None or heldBack >= status.uidNext:
+            return status
+        return FolderStatus(status.uidValidity, heldBack, status.highestModSeq, status.exists)
 
     def listMessagesSince(
         self,
@@ -727,7 +737,9 @@ class IMAPSource:
                 names=names[:LEFT_OUT_SHOWN],
             )
         self._wireNames = wireNames
-        return self._planLabelViews(session, folders)
+        folders = self._planLabelViews(session, folders)
+        await self._noteViewsAtStart(reader, session, folders)
+        return folders
 
     def _planLabelViews(
         self, session: IMAPSession, folders: list[SourceFolder]
@@ -754,13 +766,37 @@ class IMAPSource:
             self._labelFilter = LabelViewFilter(deduplicated)
         return folders
 
-    def _listingItems(self) -> bytes:
+    async def _noteViewsAtStart(
+        self, reader: _Reader, session: IMAPSession, folders: Sequence[SourceFolder]
+    ) -> None:
+        """
+        Take note of each de-duplicated view's UIDNEXT before any folder
+        of the pass is listed (L{LabelViewFilter.began}); a view that
+        cannot be opened now is refused when listed.
+        """
+        labels = self._labelFilter
+        if labels is None:
+            return
+        for folder in folders:
+            if folder.key not in labels.deduplicated:
+                continue
+            try:
+                examined = await self._examine(reader, session, folder)
+            except CommandFailed:
+                continue
+            if examined.uidNext is not None:
+                labels.began(folder, examined.uidNext)
+
+    def _listingItems(self, folder: SourceFolder) -> bytes:
         """
         What a listing fetches of each message: with X-GM-MSGID while label
-        views are de-duplicated.
+        views are de-duplicated, and a view's with X-GM-LABELS.
         """
-        if self._labelFilter is None:
+        labels = self._labelFilter
+        if labels is None:
             return METADATA_ITEMS
+        if folder.key in labels.deduplicated:
+            return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM + b" " + LABELS_ITEM
         return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM
 
     def _labelFiltered(
@@ -786,7 +822,8 @@ class IMAPSource:
                 f" the folder(s) {', '.join(labels.unlisted)} could not be listed,"
                 " so which of its messages they hold is unknown"
             )
-        kept, dropped = labels.listed(folder, items)
+        wireName = self._wireNames.get(folder.key, folder.key.encode("utf-8"))
+        kept, dropped = labels.listed(folder, items, folderLabels(folder, wireName))
         if dropped:
             log.info(
                 "{source}: {count} messages of {folder} are also in other folders"
@@ -818,25 +855,33 @@ class IMAPSource:
             ) from None
 
     async def _examine(
-        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder, listing: bool = True
     ) -> ExaminedMailbox:
         """
         EXAMINE C{folder} and remember its status.
 
+        @param listing: whether the folder's listing follows.  If not (its
+            bodies are read), the UIDNEXT and HIGHESTMODSEQ its listing
+            saw are kept: the mark of the pass must not move past
+            messages and changes that came after the listing.
         @raise CommandFailed: the server refused.
         """
         reader.examined = None
         examined = await session.examine(folder.key, self._wireNames.get(folder.key))
         reader.examined = folder.key
         previous = self._status.get(folder.key)
+        uidValidity = examined.uidValidity or 0
         uidNext = examined.uidNext
+        highestModSeq = examined.highestModSeq
+        if not listing and previous is not None and previous.uidValidity == uidValidity:
+            uidNext, highestModSeq = previous.uidNext, previous.highestModSeq
         if uidNext is None:
             # Until the listing says better: the UIDs seen so far.
             uidNext = previous.uidNext if previous is not None else 1
         self._status[folder.key] = FolderStatus(
-            uidValidity=examined.uidValidity or 0,
+            uidValidity=uidValidity,
             uidNext=uidNext,
-            highestModSeq=examined.highestModSeq,
+            highestModSeq=highestModSeq,
             exists=examined.exists,
         )
         return examined
@@ -857,7 +902,7 @@ class IMAPSource:
     ) -> list[FetchedItem]:
         _fetchParser(session).limits = LISTING_LIMITS
         try:
-            return await session.fetchMetadata(uidSet, self._listingItems())
+            return await session.fetchMetadata(uidSet, self._listingItems(folder))
         except CommandFailed as e:
             raise self._refused("UID FETCH", e) or SourceError(
                 f"{self.description}: cannot list the messages of {folder.key!r}: "
@@ -976,7 +1021,7 @@ class IMAPSource:
             return []
         if reader.examined != folder.key or folder.key not in self._status:
             try:
-                await self._examine(reader, session, folder)
+                await self._examine(reader, session, folder, listing=False)
             except CommandFailed as e:
                 transient = self._refused("EXAMINE", e)
                 if transient is not None:

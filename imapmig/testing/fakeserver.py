@@ -97,6 +97,8 @@ class FakeMailStore:
         # Mailbox name to the SPECIAL-USE attribute LIST shows for it
         # (C{"\\All"} for Gmail's C{[Gmail]/All Mail}); tests set it.
         self.specialUse: dict[str, str] = {}
+        # Whether SELECT and EXAMINE send UIDNEXT (Gmail does); tests set it.
+        self.announceUIDNext = False
         # Called with the user and the items of each UID FETCH; a reply
         # such as b"NO [OVERQUOTA] ..." refuses it (tests set it).
         self.refuseFetch: Callable[[str, bytes], bytes | None] = lambda user, items: None
@@ -151,6 +153,14 @@ class FakeMailStore:
             box.uidNext += 1
         return box.uidValidity, uids
 
+    def expunge(self, user: str, name: str, body: bytes) -> None:
+        """
+        Remove the messages of content C{body} from C{user}'s mailbox
+        C{name} (as Gmail does when a label is taken off a message).
+        """
+        box = self._mailboxes[user][_canonical(name)]
+        box.messages = [m for m in box.messages if m.body != body]
+
     def mailbox(self, user: str, name: str) -> list[StoredMessage]:
         """
         The messages of C{user}'s mailbox C{name}, in UID order.
@@ -165,17 +175,54 @@ class FakeMailStore:
         """
         return list(self._mailboxes[user])
 
+    def uidNext(self, user: str, name: str) -> int:
+        """
+        The UIDNEXT of C{user}'s mailbox C{name}.
+        """
+        return self._mailboxes[user][_canonical(name)].uidNext
+
     def uidValidity(self, user: str, name: str) -> int:
         """
         The UIDVALIDITY of C{user}'s mailbox C{name}.
         """
         return self._mailboxes[user][_canonical(name)].uidValidity
 
+    def gmailLabels(self, user: str, body: bytes) -> list[bytes]:
+        """
+        The C{X-GM-LABELS} of a message as Gmail would show them: one per
+        mailbox holding the same content but those whose SPECIAL-USE is
+        C{\\All}, C{INBOX} as C{\\Inbox}, a special-use mailbox as its
+        system label (C{\\Sent}, C{\\Starred}, ...), any other by its
+        quoted name in modified UTF-7.
+        """
+        labels = []
+        for name, box in self._mailboxes[user].items():
+            use = self.specialUse.get(name)
+            if use == "\\All" or not any(m.body == body for m in box.messages):
+                continue
+            if name == "INBOX":
+                labels.append(b"\\Inbox")
+            elif use in _SYSTEM_LABELS:
+                labels.append(_SYSTEM_LABELS[use])
+            else:
+                labels.append(_quote(name.encode("imap4-utf-7")))
+        return labels
+
     def subscriptions(self, user: str) -> list[str]:
         """
         The mailboxes C{user} subscribed to, in order.
         """
         return list(self._subscriptions[user])
+
+
+_SYSTEM_LABELS = {
+    "\\Sent": b"\\Sent",
+    "\\Drafts": b"\\Draft",
+    "\\Important": b"\\Important",
+    "\\Flagged": b"\\Starred",
+    "\\Junk": b"\\Spam",
+    "\\Trash": b"\\Trash",
+}
 
 
 def gmailMessageId(body: bytes) -> int:
@@ -565,6 +612,8 @@ class FakeIMAPServer(LineReceiver):
         self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
         self.sendLine(b"* 0 RECENT")
         self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(self.user, name),))
+        if self.store.announceUIDNext:
+            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (self.store.uidNext(self.user, name),))
         if readOnly:
             self.sendLine(b"* OK [PERMANENTFLAGS ()] Read-only mailbox.")
         else:
@@ -614,6 +663,9 @@ class FakeIMAPServer(LineReceiver):
                 parts.append(b"FLAGS (%s)" % " ".join(message.flags).encode("ascii"))
             if b"X-GM-MSGID" in upper and "X-GM-EXT-1" in self._caps:
                 parts.append(b"X-GM-MSGID %d" % gmailMessageId(message.body))
+            if b"X-GM-LABELS" in upper and "X-GM-EXT-1" in self._caps:
+                labels = self.store.gmailLabels(self.user, message.body)
+                parts.append(b"X-GM-LABELS (%s)" % b" ".join(labels))
             if b"INTERNALDATE" in upper:
                 date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
                 parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))
