@@ -43,10 +43,8 @@ from imapmig.schedule.queue import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
-from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
-from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.tokens import TokenSources, loginWithToken
@@ -258,6 +256,9 @@ def sourceFor(
     if isinstance(source, MaildirSourceConfig):
         return MaildirSource(source.path)
     if isinstance(source, MboxSourceConfig):
+        # Imported by the jobs that read them, as EmlDirectorySource.
+        from imapmig.sources.mbox import MboxSource
+
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
@@ -270,6 +271,8 @@ def sourceFor(
             throttle=throttle,
         )
     assert isinstance(source, EmlSourceConfig)
+    from imapmig.sources.eml import EmlDirectorySource
+
     return EmlDirectorySource(source.path, source.folder)
 
 

@@ -4,6 +4,12 @@ The twistd entry point: C{twistd -n imapmig --config FILE}.
 
 The only module that fetches the global reactor, and only inside
 L{makeService}.
+
+Importing this module is cheap: twistd imports it to list its options,
+before any configuration is read.  The configuration reader (which needs
+Twisted's endpoint parser, and with it most of C{twisted.internet}) is
+imported by L{Options.postOptions}, inside the garbage collector's pause
+(L{pauseCollection}), and the daemon itself by L{makeService}.
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ import gc
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import IService
 from twisted.internet.error import ReactorNotRunning
 from twisted.python import usage
 
-from imapmig.config import Config, loadConfig
 from imapmig.errors import ConfigError, PermanentError
+
+if TYPE_CHECKING:
+    from imapmig.config import Config
 
 # Exit statuses.
 EXIT_OK = 0
@@ -69,6 +77,10 @@ class Options(usage.Options):
             raise
 
     def _loadConfig(self, path: str) -> None:
+        # Imported here, inside the collector's pause: the reader brings in
+        # most of twisted.internet (see the module docstring).
+        from imapmig.config import loadConfig
+
         try:
             self.config = loadConfig(path)
         except ConfigError as e:
