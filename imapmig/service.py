@@ -21,7 +21,6 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
-from twisted.internet.ssl import optionsForClientTLS
 
 from imapmig.config import (
     Config,
@@ -35,7 +34,6 @@ from imapmig.config import (
 from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
-from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections
@@ -48,7 +46,6 @@ from imapmig.sources.maildir import MaildirSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.tokens import TokenSources, loginWithToken
-from imapmig.trustroots import trustRootFrom
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
@@ -56,6 +53,12 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     C{tls_ca} (or the system's trust store) and its host name; watched, so
     that a failed handshake says how (L{imapmig.imap.tls}).
     """
+    # Imported only by a daemon that uses TLS (imapmig.cleartext).
+    from twisted.internet.ssl import optionsForClientTLS
+
+    from imapmig.imap.tls import WatchedClientTLS
+    from imapmig.trustroots import trustRootFrom
+
     return WatchedClientTLS(
         optionsForClientTLS(server.tlsHostname, trustRoot=trustRootFrom(server.tlsCA))
     )

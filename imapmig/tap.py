@@ -9,7 +9,9 @@ Importing this module is cheap: twistd imports it to list its options,
 before any configuration is read.  The configuration reader (which needs
 Twisted's endpoint parser, and with it most of C{twisted.internet}) is
 imported by L{Options.postOptions}, inside the garbage collector's pause
-(L{pauseCollection}), and the daemon itself by L{makeService}.
+(L{pauseCollection}), and the daemon itself by L{makeService}.  A
+configuration that uses no TLS is run without loading OpenSSL
+(L{imapmig.cleartext}).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ class Options(usage.Options):
             raise
 
     def _loadConfig(self, path: str) -> None:
+        from imapmig.cleartext import configNeedsTLS, fileNeedsTLS, withoutTLS
+
+        # Decided before the reader is imported: it brings in Twisted's
+        # transports, which offer TLS if OpenSSL can be imported.
+        withoutOpenSSL = not fileNeedsTLS(path) and withoutTLS()
         # Imported here, inside the collector's pause: the reader brings in
         # most of twisted.internet (see the module docstring).
         from imapmig.config import loadConfig
@@ -85,6 +92,14 @@ class Options(usage.Options):
             self.config = loadConfig(path)
         except ConfigError as e:
             _exitWithProblems(e.problems)
+        if withoutOpenSSL and configNeedsTLS(self.config):
+            # fileNeedsTLS answers no only where the parsed configuration
+            # agrees; should they ever disagree, stop rather than fail at
+            # the first TLS connection.
+            _exitWithProblems(
+                [f"{path}: internal error: the configuration needs TLS, but it was "
+                 "read as one without (imapmig.cleartext)"]
+            )
         if self["check-config"]:
             sys.stdout.write(
                 f"{path}: configuration OK: {len(self.config.jobs)} jobs, "
