@@ -1125,7 +1125,9 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "Maildir into its own account; *first message* is the time from the start of the "
             "process until the state database records a message stored, then the daemon is "
             "stopped (SIGTERM); peak RSS is `ru_maxrss`. Start-up: `bench/startup.py` "
-            "(median of its runs, bytecode cached as an installed daemon has it).",
+            "(median of its runs, bytecode cached as an installed daemon has it), for each "
+            "launcher: `twistd -n imapmig` and `python -m imapmig.daemon` (the systemd "
+            "unit's).",
             "",
             scaleTable(scale),
         ]

@@ -1,7 +1,8 @@
 """
 How long the daemon takes to start, run one job with nothing to do and exit.
 
-    python bench/startup.py [--runs N] [--profile FILE] [--importtime FILE]
+    python bench/startup.py [--runs N] [--launcher twistd|daemon|both]
+                            [--profile FILE] [--importtime FILE]
 
 Starts a private Dovecot on loopback (L{imapmig.testing.dovecot}), writes
 two configurations with one job each, an empty Maildir into an empty
@@ -11,9 +12,20 @@ process
 
     python -c "...twistd run()" -n --pidfile= imapmig --config FILE --exit-when-done
 
-C{--runs} times for each (interleaved, after one unmeasured warm-up run of
-each), from the source tree this script sits in, and prints the median,
-minimum and maximum wall-clock time from C{fork} to exit.  Every run must
+and the same with the launcher without twistd (L{imapmig.daemon})
+
+    python -m imapmig.daemon --config FILE --exit-when-done
+
+C{--runs} times for each configuration and launcher (interleaved, after
+one unmeasured warm-up run of each), from the source tree this script sits
+in, and prints the median, minimum and maximum wall-clock time from
+C{fork} to exit, one line per launcher and configuration, the twistd
+lines first:
+
+    twistd          status off  median 0.600 s  min ...  (10 runs)
+    imapmig-daemon  status off  median 0.400 s  min ...  (10 runs)
+
+C{--launcher} measures one of them only.  Every run must
 exit with status 0.  The runs keep their bytecode in a private cache
 (C{PYTHONPYCACHEPREFIX} in the temporary directory, filled by the warm-up
 run), as an installed daemon has it (pip compiles the C{.pyc} files at
@@ -26,6 +38,8 @@ C{--profile FILE} also runs the C{status: off} configuration once under
 C{cProfile} and writes the statistics to C{FILE} (read them with
 C{python -m pstats FILE}); C{--importtime FILE} runs it once with
 C{python -X importtime} and writes the import log (stderr) to C{FILE}.
+Both do so for each launcher measured: twistd's to C{FILE}, the other's
+to C{FILE.daemon} (to C{FILE} when it is the only one measured).
 """
 
 from __future__ import annotations
@@ -97,10 +111,37 @@ jobs:
     return path
 
 
-def command(configPath: str, pythonOptions: tuple[str, ...] = ()) -> list[str]:
+LAUNCHERS = {
+    "twistd": "twistd -n imapmig",
+    "daemon": "python -m imapmig.daemon",
+}
+"""
+The launchers measured, by C{--launcher} name, with what they run.
+"""
+
+LABELS = {"twistd": "twistd", "daemon": "imapmig-daemon"}
+"""
+How each launcher's lines of output begin.
+"""
+
+
+def command(
+    configPath: str, pythonOptions: tuple[str, ...] = (), launcher: str = "twistd"
+) -> list[str]:
     """
-    The twistd command line that runs C{configPath} to completion.
+    The command line that runs C{configPath} to completion with
+    C{launcher} (a key of L{LAUNCHERS}).
     """
+    if launcher == "daemon":
+        return [
+            sys.executable,
+            *pythonOptions,
+            "-m",
+            "imapmig.daemon",
+            "--config",
+            configPath,
+            "--exit-when-done",
+        ]
     return [
         sys.executable,
         *pythonOptions,
@@ -134,9 +175,12 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def runOnce(configPath: str, pythonOptions: tuple[str, ...] = ()) -> tuple[float, bytes, bytes]:
+def runOnce(
+    configPath: str, pythonOptions: tuple[str, ...] = (), launcher: str = "twistd"
+) -> tuple[float, bytes, bytes]:
     """
-    Run the daemon on C{configPath} once, its state database removed first.
+    Run the daemon on C{configPath} once with C{launcher}, its state
+    database removed first.
 
     @return: the wall-clock seconds from start to exit, stdout and stderr.
     @raise RuntimeError: the daemon did not exit with status 0.
@@ -147,7 +191,7 @@ def runOnce(configPath: str, pythonOptions: tuple[str, ...] = ()) -> tuple[float
             os.remove(state + suffix)
     started = time.perf_counter()
     done = subprocess.run(
-        command(configPath, pythonOptions),
+        command(configPath, pythonOptions, launcher),
         capture_output=True,
         env=_environment(),
         cwd=os.path.dirname(configPath),
@@ -167,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="measured runs of each (10)")
+    parser.add_argument(
+        "--launcher",
+        choices=("twistd", "daemon", "both"),
+        default="both",
+        help="twistd -n imapmig, python -m imapmig.daemon, or both (the default)",
+    )
     parser.add_argument("--profile", help="write cProfile statistics of one run here")
     parser.add_argument("--importtime", help="write -X importtime output of one run here")
     parser.add_argument(
@@ -192,28 +242,31 @@ def main(argv: list[str] | None = None) -> int:
                 f'{{listen: "tcp:{_freePort()}:interface=127.0.0.1"}}',
             ),
         }
-        times: dict[str, list[float]] = {name: [] for name in configs}
-        for path in configs.values():
-            runOnce(path)
+        launchers = list(LAUNCHERS) if args.launcher == "both" else [args.launcher]
+        times: dict[tuple[str, str], list[float]] = {
+            (launcher, name): [] for launcher in launchers for name in configs
+        }
+        for launcher, name in times:
+            runOnce(configs[name], launcher=launcher)
         for _ in range(args.runs):
-            for name, path in configs.items():
-                times[name].append(runOnce(path)[0])
-        for name, samples in times.items():
+            for launcher, name in times:
+                times[launcher, name].append(runOnce(configs[name], launcher=launcher)[0])
+        for (launcher, name), samples in times.items():
             print(
-                f"{name:11} median {statistics.median(samples):.3f} s"
+                f"{LABELS[launcher]:15} {name:11} median {statistics.median(samples):.3f} s"
                 f"  min {min(samples):.3f}  max {max(samples):.3f}  ({len(samples)} runs)"
             )
-        if args.profile:
-            runOnce(
-                configs["status off"],
-                ("-m", "cProfile", "-o", os.path.abspath(args.profile)),
-            )
-            print(f"cProfile statistics: {args.profile}")
-        if args.importtime:
-            _, _, stderr = runOnce(configs["status off"], ("-X", "importtime"))
-            with open(args.importtime, "wb") as f:
-                f.write(stderr)
-            print(f"import times: {args.importtime}")
+        for launcher in launchers:
+            suffix = "" if launcher == "twistd" or len(launchers) == 1 else "." + launcher
+            if args.profile:
+                path = os.path.abspath(args.profile + suffix)
+                runOnce(configs["status off"], ("-m", "cProfile", "-o", path), launcher)
+                print(f"cProfile statistics ({LAUNCHERS[launcher]}): {path}")
+            if args.importtime:
+                _, _, stderr = runOnce(configs["status off"], ("-X", "importtime"), launcher)
+                with open(args.importtime + suffix, "wb") as f:
+                    f.write(stderr)
+                print(f"import times ({LAUNCHERS[launcher]}): {args.importtime + suffix}")
     finally:
         dovecot.stop()
         shutil.rmtree(base, ignore_errors=True)

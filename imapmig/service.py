@@ -22,7 +22,6 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
-from twisted.internet.ssl import optionsForClientTLS
 
 from imapmig.config import (
     Config,
@@ -36,7 +35,6 @@ from imapmig.config import (
 from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
-from imapmig.imap.tls import WatchedClientTLS
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.progress import MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections
@@ -44,14 +42,11 @@ from imapmig.schedule.queue import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
-from imapmig.sources.eml import EmlDirectorySource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
-from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.tokens import TokenSources, loginWithToken
-from imapmig.trustroots import trustRootFrom
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
@@ -59,6 +54,12 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     C{tls_ca} (or the system's trust store) and its host name; watched, so
     that a failed handshake says how (L{imapmig.imap.tls}).
     """
+    # Imported only by a daemon that uses TLS (imapmig.cleartext).
+    from twisted.internet.ssl import optionsForClientTLS
+
+    from imapmig.imap.tls import WatchedClientTLS
+    from imapmig.trustroots import trustRootFrom
+
     return WatchedClientTLS(
         optionsForClientTLS(server.tlsHostname, trustRoot=trustRootFrom(server.tlsCA))
     )
@@ -261,6 +262,9 @@ def sourceFor(
     if isinstance(source, MaildirSourceConfig):
         return MaildirSource(source.path)
     if isinstance(source, MboxSourceConfig):
+        # Imported by the jobs that read them, as EmlDirectorySource.
+        from imapmig.sources.mbox import MboxSource
+
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
@@ -273,6 +277,8 @@ def sourceFor(
             throttle=throttle,
         )
     assert isinstance(source, EmlSourceConfig)
+    from imapmig.sources.eml import EmlDirectorySource
+
     return EmlDirectorySource(source.path, source.folder)
 
 

@@ -4,6 +4,14 @@ The twistd entry point: C{twistd -n imapmig --config FILE}.
 
 The only module that fetches the global reactor, and only inside
 L{makeService}.
+
+Importing this module is cheap: twistd imports it to list its options,
+before any configuration is read.  The configuration reader (which needs
+Twisted's endpoint parser, and with it most of C{twisted.internet}) is
+imported by L{Options.postOptions}, inside the garbage collector's pause
+(L{pauseCollection}), and the daemon itself by L{makeService}.  A
+configuration that uses no TLS is run without loading OpenSSL
+(L{imapmig.cleartext}).
 """
 
 from __future__ import annotations
@@ -13,14 +21,16 @@ import gc
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import IService
 from twisted.internet.error import ReactorNotRunning
 from twisted.python import usage
 
-from imapmig.config import Config, loadConfig
 from imapmig.errors import ConfigError, PermanentError
+
+if TYPE_CHECKING:
+    from imapmig.config import Config
 
 # Exit statuses.
 EXIT_OK = 0
@@ -69,10 +79,27 @@ class Options(usage.Options):
             raise
 
     def _loadConfig(self, path: str) -> None:
+        from imapmig.cleartext import configNeedsTLS, fileNeedsTLS, withoutTLS
+
+        # Decided before the reader is imported: it brings in Twisted's
+        # transports, which offer TLS if OpenSSL can be imported.
+        withoutOpenSSL = not fileNeedsTLS(path) and withoutTLS()
+        # Imported here, inside the collector's pause: the reader brings in
+        # most of twisted.internet (see the module docstring).
+        from imapmig.config import loadConfig
+
         try:
             self.config = loadConfig(path)
         except ConfigError as e:
             _exitWithProblems(e.problems)
+        if withoutOpenSSL and configNeedsTLS(self.config):
+            # fileNeedsTLS answers no only where the parsed configuration
+            # agrees; should they ever disagree, stop rather than fail at
+            # the first TLS connection.
+            _exitWithProblems(
+                [f"{path}: internal error: the configuration needs TLS, but it was "
+                 "read as one without (imapmig.cleartext)"]
+            )
         if self["check-config"]:
             sys.stdout.write(
                 f"{path}: configuration OK: {len(self.config.jobs)} jobs, "

@@ -15,6 +15,7 @@ import atexit
 import gc
 import io
 import os
+import subprocess
 import sys
 from typing import Callable
 
@@ -193,3 +194,113 @@ class CollectionPauseTests(SynchronousTestCase):
         self.assertRaises(SystemExit, tap.Options().parseOptions, ["--config", path])
         self.assertTrue(gc.isenabled())
         self.assertIn("invalid YAML", stderr.getvalue())
+
+
+# Modules that importing imapmig.tap must not bring in: twistd imports it
+# to list its options, before any configuration is read, and the daemon
+# imports them later only if its configuration needs them.
+_NOT_AT_TAP_IMPORT = (
+    "OpenSSL",
+    "service_identity",
+    "twisted.web",
+    "twisted.internet.reactor",
+    "twisted.internet.endpoints",
+    "yaml",
+    "sqlite3",
+    "imapmig.config",
+    "imapmig.service",
+)
+
+# Modules that building the daemon of a plain Maildir job with its status
+# page off does not need.
+_NOT_FOR_PLAIN_DAEMON = (
+    "twisted.web",
+    "imapmig.status",
+    "imapmig.sources.mbox",
+    "imapmig.sources.eml",
+)
+
+
+def _importedBy(statement: str) -> set[str]:
+    """
+    The modules a fresh Python process has imported once it has run
+    C{statement}: a child process, so that what this test process already
+    imported does not hide anything.
+
+    @param statement: Python source to run in the child.
+    @return: the names in the child's C{sys.modules}.
+    """
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = f"import sys\n{statement}\nprint('\\n'.join(sys.modules))\n"
+    env = dict(os.environ, PYTHONPATH=tree)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, check=True, cwd=tree
+    )
+    return set(done.stdout.decode().split())
+
+
+def _loaded(modules: set[str], packages: tuple[str, ...]) -> list[str]:
+    """
+    The names in C{modules} that are one of C{packages} or inside one.
+    """
+    return sorted(
+        m for m in modules if any(m == p or m.startswith(p + ".") for p in packages)
+    )
+
+
+class LeanImportTests(SynchronousTestCase):
+    """
+    Start-up imports only what the daemon's configuration needs (issue 17,
+    point 6: start-up time is mostly imports).
+    """
+
+    def test_tapImportIsLean(self) -> None:
+        """
+        Importing L{imapmig.tap} imports neither the configuration reader
+        nor the reactor, TLS, the web server, YAML or SQLite: twistd
+        imports it before the configuration is read, and
+        L{tap.Options.postOptions} imports the reader inside the
+        collector's pause.
+        """
+        modules = _importedBy("import imapmig.tap")
+        self.assertIn("imapmig.tap", modules)
+        self.assertEqual(_loaded(modules, _NOT_AT_TAP_IMPORT), [])
+
+    def test_serviceImportIsLean(self) -> None:
+        """
+        Importing L{imapmig.service} (what L{tap.makeService} imports)
+        brings in neither twisted.web nor the status resources, which only
+        a status page needs, nor the mbox and C{.eml} sources, which only
+        jobs reading them need.
+        """
+        modules = _importedBy("import imapmig.service")
+        self.assertIn("imapmig.sources.maildir", modules)
+        self.assertEqual(_loaded(modules, _NOT_FOR_PLAIN_DAEMON), [])
+
+    def test_configImportedOnParse(self) -> None:
+        """
+        L{tap.Options.parseOptions} imports the configuration reader itself
+        and reads the file: a valid configuration is loaded into
+        C{options.config}.
+        """
+        directory = os.path.abspath(self.mktemp())
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(directory, "Maildir", sub))
+        path = os.path.join(directory, "imapmig.yaml")
+        with open(path, "w") as f:
+            f.write(
+                f"state: {directory}/state.sqlite\n"
+                "status: off\n"
+                "servers:\n  s:\n    endpoint: 'tcp:127.0.0.1:1143'\n    starttls: 'off'\n"
+                "jobs:\n  - name: j\n"
+                f"    source: {{maildir: {directory}/Maildir}}\n"
+                f"    destination: {{server: s, user: u, password_file: {directory}/pw}}\n"
+            )
+        with open(os.open(os.path.join(directory, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("pw\n")
+        self.addCleanup(gc.enable)
+        self.addCleanup(gc.unfreeze)
+        options = tap.Options()
+        options.parseOptions(["--config", path])
+        tap.resumeCollection()
+        self.assertEqual([job.name for job in options.config.jobs], ["j"])

@@ -12,7 +12,6 @@ from typing import Callable, Mapping, TypeVar
 
 from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
-from twisted.internet.ssl import Certificate
 
 from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
@@ -503,6 +502,9 @@ class ServersReader(LimitsReader):
         """
         Read C{tls_ca}: a file of one or more PEM certificates.
         """
+        # Imported only for a configuration that uses TLS (imapmig.cleartext).
+        from twisted.internet.ssl import Certificate
+
         written = self._readString(value, path)
         if written is None:
             return None

@@ -33,7 +33,6 @@ from __future__ import annotations
 import zlib
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from OpenSSL import SSL
 from twisted.internet import error as netError
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, IReactorTime
@@ -42,6 +41,7 @@ from twisted.mail.imap4 import Command, IMAP4Client, IMAP4Exception, parseNested
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from imapmig.cleartext import openSSLLoaded
 from imapmig.errors import (
     ConnectionDropped,
     ProtocolError,
@@ -71,7 +71,6 @@ from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
 from imapmig.imap.fetch import FetchedItem, FetchParseError, FetchResponseParser, isFetchResponse
 from imapmig.imap.lines import LinearLineReceiver
-from imapmig.imap.tls import handshakeFailure, watched
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -114,6 +113,19 @@ _STATUSES = frozenset([b"OK", b"NO", b"BAD"])
 
 # What Twisted's response parser raises on a malformed response.
 _PARSE_ERRORS = (IMAP4Exception, ValueError, IndexError, KeyError, TypeError, AttributeError)
+
+
+def _isTLSConnection(handle: object) -> bool:
+    """
+    Whether C{handle}, a transport's C{getHandle()}, is an OpenSSL
+    connection.  A daemon whose configuration uses no TLS runs without
+    OpenSSL (L{imapmig.cleartext}): then no handle is one.
+    """
+    if not openSSLLoaded():
+        return False
+    from OpenSSL import SSL
+
+    return isinstance(handle, SSL.Connection)
 
 
 def setNoDelay(transport: object) -> bool:
@@ -291,7 +303,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         # Not IMAP4Client.connectionMade: it would start TimeoutMixin.
         setNoDelay(self.transport)
         # Under an implicit-TLS wrapper the handshake starts now.
-        self._handshaking = isinstance(self._tlsHandle(), SSL.Connection)
+        self._handshaking = _isTLSConnection(self._tlsHandle())
         if self._deadline is not None:
             self._deadline.arm()
 
@@ -323,6 +335,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             # whichever command was waiting (the greeting, CAPABILITY).
             tls = None
             if reason.value is not None:
+                from imapmig.imap.tls import handshakeFailure
+
                 tls = handshakeFailure(reason.value, self._tlsHandle())
             if tls is not None:
                 reason = Failure(tls)
@@ -734,6 +748,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             assert self._dropped is not None
             return Failure(self._dropped)
         self._handshaking = True
+        from imapmig.imap.tls import watched
+
         self.connection.startTLS(watched(context))
         self._capCache = None
         self.startedTLS = True

@@ -22,6 +22,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Exception
 
+from imapmig.cleartext import openSSLLoaded
 from imapmig.errors import (
     AuthenticationFailed,
     CredentialsRefused,
@@ -52,7 +53,6 @@ from imapmig.imap.auth import (
 )
 from imapmig.imap.compress import CompressionStats
 from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
-from imapmig.imap.tls import describeTLSError
 from imapmig.imap.fetch import (
     FetchedItem,
     FetchParseError,
@@ -313,7 +313,7 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
     except ConnectionLost as e:
         raise _retold(e, f"{command}: {describeConnectionLoss(e)}") from None
     except Exception as e:
-        tls = describeTLSError(e)
+        tls = _describeTLSError(e)
         if tls is not None:
             raise TLSFailed(f"TLS handshake failed: {tls}") from None
         if isinstance(e, (ConnectionDone, ConnectError)) or type(e).__module__.startswith(
@@ -323,6 +323,18 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
                 f"{command}: connection lost: {describeConnectionLoss(e)}"
             ) from None
         raise
+
+
+def _describeTLSError(error: BaseException) -> str | None:
+    """
+    L{imapmig.imap.tls.describeTLSError}, without importing OpenSSL where it
+    is not loaded (L{imapmig.cleartext}): no error is a TLS error there.
+    """
+    if not openSSLLoaded():
+        return None
+    from imapmig.imap.tls import describeTLSError
+
+    return describeTLSError(error)
 
 
 E = TypeVar("E", bound=ImapmigError)
