@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta, timezone
+from typing import Sequence
 
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -63,12 +64,20 @@ class RecordingOutcomes:
 
     def __init__(self) -> None:
         self.appended: list[tuple[object, int | None, int | None]] = []
+        # How many messages each tagged OK reported at once.
+        self.replies: list[int] = []
         self.refused: list[tuple[object, str]] = []
 
-    def messageAppended(
-        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
     ) -> None:
-        self.appended.append((message.origin, uidValidity, uid))
+        self.replies.append(len(messages))
+        for index, message in enumerate(messages):
+            uid = None if uids is None else uids[index]
+            self.appended.append((message.origin, uidValidity, uid))
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         self.refused.append((message.origin, reason))

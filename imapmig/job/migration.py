@@ -1297,7 +1297,7 @@ class MigrationJob:
                     )
                 decided = flagCache[message.flags] = (decision.kept, note)
             kept, note = decided
-            converted = len(body) != message.size
+            converted = 1 if len(body) != message.size else 0
             outgoing.append(
                 OutgoingMessage(
                     body,

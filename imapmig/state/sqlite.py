@@ -31,6 +31,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
+    AppendedOutcome,
     FolderFallback,
     FolderMark,
     IStateStore,
@@ -66,6 +67,8 @@ _UPSERT_TEMPLATE = """
 _UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
 # For an outcome with no failure and no note.
 _UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?")
+# For an AppendedOutcome: no failure, no note, not present.
+_UPSERT_APPENDED = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, ?, ?")
 
 # The columns of a messages row that make a MessageOutcome, in the order
 # _outcome takes them.
@@ -261,7 +264,10 @@ class SQLiteStateStore:
         )
 
     def recordOutcomes(
-        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+        self,
+        job: str,
+        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        settled: Sequence[int] = (),
     ) -> Deferred[None]:
         """
         See L{IStateStore.recordOutcomes}.  The outcomes and the deletion
@@ -275,15 +281,25 @@ class SQLiteStateStore:
                 return fail(e)
             return succeed(None)
         now = self._seconds()
-        # Consecutive outcomes with neither a failure nor a note (nearly
-        # all of them) go through _UPSERT_PLAIN, whose NULLs are in the SQL:
-        # the sqlite3 module binds a None parameter through its adapter
-        # protocol, two failed attribute lookups each.  Runs keep the order
-        # of the outcomes (a later outcome of the same message wins).
+        # Consecutive outcomes of one kind are one executemany, and the runs
+        # keep the order of the outcomes (a later outcome of the same
+        # message wins).  An AppendedOutcome (nearly all of them) goes
+        # through _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the
+        # sqlite3 module binds a None parameter through its adapter
+        # protocol, two failed attribute lookups each.  So does a
+        # MessageOutcome with neither a failure nor a note, through
+        # _UPSERT_PLAIN.
         runs: list[tuple[str, list[tuple[object, ...]]]] = []
         statement = ""
         rows: list[tuple[object, ...]] = []
         for outcome in outcomes:
+            if type(outcome) is tuple:
+                if statement is not _UPSERT_APPENDED:
+                    statement, rows = _UPSERT_APPENDED, []
+                    runs.append((statement, rows))
+                rows.append((job, *outcome, now))
+                continue
+            assert isinstance(outcome, MessageOutcome)
             plain = outcome.failure is None and outcome.note is None
             wanted = _UPSERT_PLAIN if plain else _UPSERT
             if statement is not wanted:
