@@ -8,12 +8,11 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.job.recording import (
     JournalTicket,
     OutcomeRecorder,
     PipelineOutcomes,
-    Sent,
+    SentMessage,
     Target,
 )
 from imapmig.message import SourceMessage
@@ -33,14 +32,14 @@ def journaled(recorder: OutcomeRecorder, test: SynchronousTestCase, *keys: str) 
     return test.successResultOf(recorder.journal("Box", 7, 1, "F", messages))
 
 
-def outgoing(target: Target, key: str, body: bytes, note: str | None = None) -> OutgoingMessage:
+def outgoing(target: Target, key: str, body: bytes, note: str | None = None) -> SentMessage:
     """
     A message of C{target}'s unit as the job hands it to the pipeline; its
     line endings were converted when the body is longer than the 10
     octets listed.
     """
     converted = 1 if len(body) != 10 else 0
-    return OutgoingMessage(body, b"", Sent(target, SourceMessage(key, (), None, 10), note, converted))
+    return SentMessage(body, b"", False, target, SourceMessage(key, (), None, 10), note, converted)
 
 
 class PipelineOutcomesTests(SynchronousTestCase):

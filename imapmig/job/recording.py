@@ -25,7 +25,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.imap.pipeline import OutgoingMessage
-from imapmig.message import SourceMessage
+from imapmig.message import SourceMessage, StreamedBody
 from imapmig.progress import JobProgress
 from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome
 
@@ -60,11 +60,13 @@ class Target:
         self.ticket = ticket
 
 
-class Sent:
+class SentMessage(OutgoingMessage):
     """
-    What the job needs back when a sent message's outcome arrives (each
-    L{OutgoingMessage} carries one as its origin).
+    A message of a job for the pipeline, with what the job needs back when
+    its outcome arrives.
 
+    @ivar target: its unit's L{Target}.
+    @ivar source: the source's description of it (also its C{origin}).
     @ivar note: what was not carried over exactly, if anything.
     @ivar converted: C{1} if its line endings were converted to CRLF, else
         C{0} (as an L{AppendedOutcome} records it).
@@ -73,8 +75,22 @@ class Sent:
     __slots__ = ("target", "source", "note", "converted")
 
     def __init__(
-        self, target: Target, source: SourceMessage, note: str | None, converted: int
+        self,
+        body: bytes | bytearray | StreamedBody,
+        arguments: bytes,
+        binary: bool,
+        target: Target,
+        source: SourceMessage,
+        note: str | None,
+        converted: int,
     ) -> None:
+        # Every slot of OutgoingMessage is set here rather than through its
+        # __init__: one call per message on the hot path, not two.
+        self.body = body
+        self.arguments = arguments
+        self.origin = source
+        self.mailbox = b""
+        self.binary = binary
         self.target = target
         self.source = source
         self.note = note
@@ -279,8 +295,8 @@ class OutcomeRecorder:
 
 class PipelineOutcomes:
     """
-    Turns what a pipeline reports into recorded outcomes.  Each message's
-    origin is a L{Sent}: a connection moves on to the next folder while the
+    Turns what a pipeline reports into recorded outcomes.  Each message is
+    a L{SentMessage}: a connection moves on to the next folder while the
     replies for the previous one are still arriving.
     """
 
@@ -309,7 +325,7 @@ class PipelineOutcomes:
         target: Target | None = None
         octets = converted = 0
         for index, message in enumerate(messages):
-            sent: Sent = message.origin  # type: ignore[assignment]
+            sent: SentMessage = message  # type: ignore[assignment]
             if sent.target is not target:
                 if target is not None and rows:
                     recorder.addAppended(rows, target.ticket, octets, converted)
@@ -318,7 +334,7 @@ class PipelineOutcomes:
                 folderKey = target.folderKey
                 mailbox = target.mailbox
             uid = None if uids is None else uids[index]
-            size = len(message.body)
+            size = len(sent.body)
             if sent.note is not None:
                 if rows:
                     recorder.addAppended(rows, target.ticket, octets, converted)
@@ -351,7 +367,7 @@ class PipelineOutcomes:
                     self.uidFloors[target.mailbox] = top
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        sent: Sent = message.origin  # type: ignore[assignment]
+        sent: SentMessage = message  # type: ignore[assignment]
         self.recorder.add(
             MessageOutcome(
                 sent.target.folderKey,

@@ -35,6 +35,7 @@ from imapmig.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
+    LARGE_MESSAGE,
     LeavesTree,
     OpenTree,
     carriedName,
@@ -43,6 +44,7 @@ from imapmig.sources.local import (
     linkProblem,
     notRegular,
     originalName,
+    readListedFile,
     readMessageFile,
     readOpenFile,
 )
@@ -718,6 +720,7 @@ class MaildirSource:
         bodies: list[MessageBody] = []
         try:
             for message in messages:
+                body: MessageBody | None
                 located = seen = files.locate(message.key)
                 if located is None:
                     body = None
@@ -725,9 +728,14 @@ class MaildirSource:
                     index, name, irregular = located
                     fd = opened.descriptors[index]
                     if irregular is None and fd is not None:
-                        # The common case, inline: one open, read, close.
-                        shown = opened.shownDirectory(index)
-                        body = readMessageFile(name, message.size, fd, shown)
+                        body = None
+                        size = message.size
+                        if 0 < size <= LARGE_MESSAGE:
+                            # The common case: one open, read, close.
+                            body = readListedFile(name, size, fd)
+                        if body is None:
+                            shown = opened.shownDirectory(index)
+                            body = readMessageFile(name, size, fd, shown)
                     else:
                         body = opened.read(index, name, irregular, message.size)
                 if body is None and not rescanned:
