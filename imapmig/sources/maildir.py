@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import stat
+from datetime import datetime, timezone
 from typing import Sequence
 
 import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
@@ -30,8 +31,8 @@ from imapmig.message import (
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
+    listedMessage,
     maildirFlags,
-    utcFromTimestamp,
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
@@ -81,6 +82,9 @@ _LATEST = 253402300800
 _LATEST_DIGITS = len(str(_LATEST))
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
+
+# Where listMessages sorts a message with no date: before any date.
+_UNDATED = float("-inf")
 
 
 def _splitName(name: str) -> tuple[str, str | None]:
@@ -654,7 +658,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
-        rows: list[tuple[bool, float, str, tuple[str, ...], int | None, float | None]] = []
+        rows: list[tuple[float, str, tuple[str, ...], int | None, float | None]] = []
         with opened:
             keywords = readKeywords(opened.tree, opened.relative)
             for key, unique, index, name, letters, irregular in scanned:
@@ -665,8 +669,16 @@ class MaildirSource:
                     if cached is None:
                         cached = flagsByLetters[letters] = _flagsOf(letters, keywords)
                     flags = cached
-                when: float | None = _leadingTimestamp(unique)
-                size = _sizeField(unique)
+                # _leadingTimestamp's common case inline: at most 11 digits
+                # (before the year 5138), all within its range.
+                dot = unique.find(".")
+                head = unique if dot < 0 else unique[:dot]
+                when: float | None
+                if 0 < len(head) < _LATEST_DIGITS and head.isascii() and head.isdigit():
+                    when = int(head)
+                else:
+                    when = _leadingTimestamp(unique)
+                size = _sizeField(unique) if ",S=" in unique else None
                 if when is None or size is None:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
@@ -680,18 +692,19 @@ class MaildirSource:
                         if size is None:
                             size = status.st_size
                 # Sorted as tuples (keys are unique, so the flags are never
-                # compared): undated first; a file dated before 1970 (a
-                # negative mtime) keeps its date.
-                rows.append((when is not None, when or 0.0, key, flags, size, when))
+                # compared): undated first (as if dated minus infinity); a
+                # file dated before 1970 (a negative mtime) keeps its date.
+                rows.append((_UNDATED if when is None else when, key, flags, size, when))
         rows.sort()
+        fromTimestamp = datetime.fromtimestamp
         messages = [
-            SourceMessage(
-                key=key,
-                flags=flags,
-                internalDate=None if when is None else utcFromTimestamp(when),
-                size=0 if size is None else size,
+            listedMessage(
+                key,
+                flags,
+                None if when is None else fromTimestamp(when, timezone.utc),
+                0 if size is None else size,
             )
-            for _, _, key, flags, size, when in rows
+            for _, key, flags, size, when in rows
         ]
         return succeed(messages)
 
