@@ -359,6 +359,28 @@ class StateStoreBehaviourMixin(_MixinBase):
             OutcomeCounts(copied=4, alreadyPresent=0, failed=1, lineEndingsConverted=1, withNotes=1),
         )
 
+    def test_manyAppendedOutcomes(self) -> None:
+        """
+        A long run of L{AppendedOutcome}s (the SQLite store writes them
+        many rows per statement) records every one, in order: a later
+        outcome of the same message in the run wins.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", str(n), "INBOX", 100 + n, 7, n + 1, n % 2) for n in range(150)
+        ]
+        batch.append(("INBOX", "3", "Other", 5, 8, 1000, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        recorded = self.successResultOf(store.destinationMap("job", "INBOX"))
+        self.assertEqual(len(recorded), 150)
+        self.assertEqual(recorded["3"], MessageOutcome("INBOX", "3", "Other", 5, 8, 1000))
+        self.assertEqual(
+            recorded["149"],
+            MessageOutcome("INBOX", "149", "INBOX", 249, 7, 150, lineEndingsConverted=True),
+        )
+        uids = self.successResultOf(store.recordedUIDs("job", "INBOX", 7, 1))
+        self.assertEqual(uids, {n + 1 for n in range(150) if n != 3})
+
     def test_appendedOutcomeAllOrNothing(self) -> None:
         """
         A batch of L{AppendedOutcome}s that cannot be recorded whole (a UID

@@ -67,8 +67,32 @@ _UPSERT_TEMPLATE = """
 _UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
 # For an outcome with no failure and no note.
 _UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?")
-# For an AppendedOutcome: no failure, no note, not present.
-_UPSERT_APPENDED = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, 0, ?, ?")
+# For AppendedOutcomes (no failure, no note, not present): the upsert of a
+# run of them, in rows of at most _APPENDED_ROWS, one statement each.
+_UPSERT_APPENDED = "appended"
+_APPENDED_ROWS = 64
+_appendedStatements: dict[int, str] = {}
+
+
+def _upsertAppended(rows: int) -> str:
+    """
+    The upsert of C{rows} L{AppendedOutcome}s in one statement: parameter
+    1 is the job, 2 the time, then each outcome's seven fields in turn (so
+    the job and the time are bound once, not once per row).  SQLite
+    inserts the rows in order: a later row of the same message wins.
+    """
+    statement = _appendedStatements.get(rows)
+    if statement is None:
+        values = ", ".join(
+            "(?1, {}, NULL, NULL, 0, ?{}, ?2)".format(
+                ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
+            )
+            for row in range(rows)
+        )
+        statement = _appendedStatements[rows] = _UPSERT_TEMPLATE.replace(
+            "({values})", values
+        )
+    return statement
 
 # The columns of a messages row that make a MessageOutcome, in the order
 # _outcome takes them.
@@ -297,7 +321,7 @@ class SQLiteStateStore:
                 if statement is not _UPSERT_APPENDED:
                     statement, rows = _UPSERT_APPENDED, []
                     runs.append((statement, rows))
-                rows.append((job, *outcome, now))
+                rows.append(outcome)
                 continue
             assert isinstance(outcome, MessageOutcome)
             plain = outcome.failure is None and outcome.note is None
@@ -324,7 +348,10 @@ class SQLiteStateStore:
 
         def write(connection: sqlite3.Connection) -> None:
             for statement, rows in runs:
-                connection.executemany(statement, rows)
+                if statement is _UPSERT_APPENDED:
+                    _writeAppended(connection, job, now, rows)
+                else:
+                    connection.executemany(statement, rows)
             if entries:
                 connection.executemany(_SETTLE, entries)
 
@@ -705,6 +732,28 @@ class SQLiteStateStore:
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+
+def _writeAppended(
+    connection: sqlite3.Connection, job: str, now: float, outcomes: Sequence[tuple[object, ...]]
+) -> None:
+    """
+    Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order, in
+    statements of L{_APPENDED_ROWS} rows, then of halves of that for the
+    rest (a few statements, each compiled once per process).
+    """
+    start = 0
+    count = len(outcomes)
+    rows = _APPENDED_ROWS
+    while start < count:
+        while rows > count - start:
+            rows //= 2
+        end = start + rows
+        parameters: list[object] = [job, now]
+        for outcome in outcomes[start:end]:
+            parameters.extend(outcome)
+        connection.execute(_upsertAppended(rows), parameters)
+        start = end
 
 
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:
