@@ -204,6 +204,27 @@ class LiteralPlusTests(SynchronousTestCase):
         self.successResultOf(drained)
         self.assertTrue(pipeline.idle)
 
+    def test_batchReportedAtOnce(self) -> None:
+        """
+        A tagged OK for a MULTIAPPEND batch reports its messages in one
+        call, in order, with their APPENDUIDs; with no APPENDUID, or one
+        whose UID count does not match, in one call without UIDs.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
+        pipeline.enqueue([message(name, b"x\r\n") for name in "abcdefghi"])
+        client.dataReceived(
+            b"0001 OK [APPENDUID 99 4:6] done\r\n"
+            b"0002 OK done\r\n"
+            b"0003 OK [APPENDUID 99 7:8] done\r\n"
+        )
+        self.assertEqual(outcomes.replies, [3, 3, 3])
+        self.assertEqual(
+            outcomes.appended,
+            [("a", 99, 4), ("b", 99, 5), ("c", 99, 6)]
+            + [(name, None, None) for name in "defghi"],
+        )
+        self.assertTrue(pipeline.idle)
+
     def test_withoutUIDPLUS(self) -> None:
         """
         A plain OK records the message as appended, without a UID.
