@@ -86,6 +86,32 @@ class SourceMessage:
     size: int
 
 
+# SourceMessage's slots, set directly by listedMessage.
+_SET_KEY, _SET_FLAGS, _SET_DATE, _SET_SIZE = (
+    SourceMessage.__dict__[name].__set__ for name in ("key", "flags", "internalDate", "size")
+)
+_newObject = object.__new__
+
+
+def listedMessage(
+    key: str, flags: tuple[str, ...], internalDate: datetime | None, size: int
+) -> SourceMessage:
+    """
+    The same L{SourceMessage} as C{SourceMessage(key, flags, internalDate,
+    size)}, made in less than half the time, for listings of thousands of
+    messages: a frozen attrs class's constructor sets each field through
+    C{object.__setattr__}, looking the field up by name every time; this
+    sets its slots directly.  (L{SourceMessage} has no default, validator
+    or converter for this to skip.)
+    """
+    message: SourceMessage = _newObject(SourceMessage)
+    _SET_KEY(message, key)
+    _SET_FLAGS(message, flags)
+    _SET_DATE(message, internalDate)
+    _SET_SIZE(message, size)
+    return message
+
+
 @frozen
 class UnreadableMessage:
     """

@@ -9,7 +9,7 @@ really closed on both sides.
 from __future__ import annotations
 
 import tracemalloc
-from typing import Any, cast
+from typing import Any, Sequence, cast
 
 from twisted.internet import reactor as globalReactor
 from twisted.internet.defer import Deferred, inlineCallbacks
@@ -68,8 +68,10 @@ class Outcomes:
         self.appended: list[object] = []
         self.refused: list[tuple[object, str]] = []
 
-    def messageAppended(self, message: OutgoingMessage, v: int | None, u: int | None) -> None:
-        self.appended.append(message.origin)
+    def messagesAppended(
+        self, messages: Sequence[OutgoingMessage], v: int | None, u: Sequence[int] | None
+    ) -> None:
+        self.appended.extend(message.origin for message in messages)
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         self.refused.append((message.origin, reason))

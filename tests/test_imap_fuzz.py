@@ -7,7 +7,7 @@ connection with L{ProtocolError}, failing every pending command with it.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Sequence, cast
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 from twisted.internet.defer import Deferred
@@ -118,7 +118,9 @@ class Recorder:
 
 
 class Outcomes:
-    def messageAppended(self, message: OutgoingMessage, v: int | None, u: int | None) -> None:
+    def messagesAppended(
+        self, messages: Sequence[OutgoingMessage], v: int | None, u: Sequence[int] | None
+    ) -> None:
         pass
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:

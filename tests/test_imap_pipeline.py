@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta, timezone
+from typing import Sequence
 
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -63,12 +64,20 @@ class RecordingOutcomes:
 
     def __init__(self) -> None:
         self.appended: list[tuple[object, int | None, int | None]] = []
+        # How many messages each tagged OK reported at once.
+        self.replies: list[int] = []
         self.refused: list[tuple[object, str]] = []
 
-    def messageAppended(
-        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
     ) -> None:
-        self.appended.append((message.origin, uidValidity, uid))
+        self.replies.append(len(messages))
+        for index, message in enumerate(messages):
+            uid = None if uids is None else uids[index]
+            self.appended.append((message.origin, uidValidity, uid))
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         self.refused.append((message.origin, reason))
@@ -193,6 +202,27 @@ class LiteralPlusTests(SynchronousTestCase):
         )
         self.assertEqual(outcomes.appended, [("a", 99, 1), ("b", 99, 2)])
         self.successResultOf(drained)
+        self.assertTrue(pipeline.idle)
+
+    def test_batchReportedAtOnce(self) -> None:
+        """
+        A tagged OK for a MULTIAPPEND batch reports its messages in one
+        call, in order, with their APPENDUIDs; with no APPENDUID, or one
+        whose UID count does not match, in one call without UIDs.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
+        pipeline.enqueue([message(name, b"x\r\n") for name in "abcdefghi"])
+        client.dataReceived(
+            b"0001 OK [APPENDUID 99 4:6] done\r\n"
+            b"0002 OK done\r\n"
+            b"0003 OK [APPENDUID 99 7:8] done\r\n"
+        )
+        self.assertEqual(outcomes.replies, [3, 3, 3])
+        self.assertEqual(
+            outcomes.appended,
+            [("a", 99, 4), ("b", 99, 5), ("c", 99, 6)]
+            + [(name, None, None) for name in "defghi"],
+        )
         self.assertTrue(pipeline.idle)
 
     def test_withoutUIDPLUS(self) -> None:

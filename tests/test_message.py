@@ -9,7 +9,16 @@ from datetime import datetime, timedelta, timezone
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.message import formatInternalDate, maildirFlags, toCRLF, utcFromTimestamp
+import attrs
+
+from imapmig.message import (
+    SourceMessage,
+    formatInternalDate,
+    listedMessage,
+    maildirFlags,
+    toCRLF,
+    utcFromTimestamp,
+)
 
 
 class ToCRLFTests(SynchronousTestCase):
@@ -96,3 +105,36 @@ class MaildirFlagTests(SynchronousTestCase):
             ("\\Draft", "\\Flagged", "\\Answered", "\\Seen", "\\Deleted"),
         )
         self.assertEqual(maildirFlags(""), ())
+
+
+class ListedMessageTests(SynchronousTestCase):
+    """
+    L{listedMessage} makes the same L{SourceMessage} as its constructor.
+    """
+
+    def test_sameAsConstructor(self) -> None:
+        """
+        The message is a L{SourceMessage} with the fields given, equal to
+        (and hashed, shown and evolved like) the one the constructor makes.
+        """
+        when = utcFromTimestamp(1700000000)
+        made = SourceMessage("k", ("\\Seen",), when, 42)
+        listed = listedMessage("k", ("\\Seen",), when, 42)
+        self.assertIs(type(listed), SourceMessage)
+        self.assertEqual(
+            (listed.key, listed.flags, listed.internalDate, listed.size),
+            ("k", ("\\Seen",), when, 42),
+        )
+        self.assertEqual(listed, made)
+        self.assertEqual(hash(listed), hash(made))
+        self.assertEqual(repr(listed), repr(made))
+        self.assertEqual(attrs.evolve(listed, size=1), SourceMessage("k", ("\\Seen",), when, 1))
+        self.assertEqual(listedMessage("u", (), None, 0), SourceMessage("u", (), None, 0))
+
+    def test_frozen(self) -> None:
+        """
+        The message is frozen, as any L{SourceMessage}.
+        """
+        listed = listedMessage("k", (), None, 1)
+        with self.assertRaises(attrs.exceptions.FrozenInstanceError):
+            listed.size = 2  # type: ignore[misc]

@@ -25,6 +25,7 @@ from imapmig.sources.local import (
     fileKind,
     hasUndecodable,
     originalName,
+    readListedFile,
     readMessageFile,
 )
 from tests.localfiles import makeSocket
@@ -329,6 +330,67 @@ class SpecialFileTests(SynchronousTestCase):
             readMessageFile("sub", 0, fd, "/shown"),
             UnreadableMessage("not a regular file: directory: /shown/sub"),
         )
+
+
+class ReadListedFileTests(SynchronousTestCase):
+    """
+    L{readListedFile}, the hot path's read, gives a body only for a regular
+    file of the size listed, and L{None} for anything else (for
+    L{readMessageFile} to tell why), never blocking.
+    """
+
+    def setUp(self) -> None:
+        self.directory = self.mktemp()
+        os.makedirs(self.directory)
+        self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, self.fd)
+
+    def write(self, name: str, content: bytes) -> None:
+        with open(os.path.join(self.directory, name), "wb") as f:
+            f.write(content)
+
+    def test_regular(self) -> None:
+        """
+        A regular file of the size listed is read, with CRLF line endings
+        (and one already in CRLF comes back as it is).
+        """
+        self.write("m", b"a\nb\n")
+        self.write("crlf", b"a\r\nb\r\n")
+        self.assertEqual(readListedFile("m", 4, self.fd), b"a\r\nb\r\n")
+        self.assertEqual(readListedFile("crlf", 6, self.fd), b"a\r\nb\r\n")
+
+    def test_otherSize(self) -> None:
+        """
+        A file that grew or shrank since it was listed gives L{None}.
+        """
+        self.write("m", b"0123456789")
+        self.assertIsNone(readListedFile("m", 9, self.fd))
+        self.assertIsNone(readListedFile("m", 11, self.fd))
+
+    def test_missing(self) -> None:
+        """
+        A file that is gone gives L{None}.
+        """
+        self.assertIsNone(readListedFile("gone", 10, self.fd))
+
+    def test_notRegular(self) -> None:
+        """
+        A FIFO (with or without a writer), a symbolic link or a directory
+        put where the listing saw a file gives L{None}, without blocking
+        or following the link.
+        """
+        os.mkfifo(os.path.join(self.directory, "fifo"))
+        self.assertIsNone(readListedFile("fifo", 10, self.fd))
+        reader = os.open(os.path.join(self.directory, "fifo"), os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(os.path.join(self.directory, "fifo"), os.O_WRONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        self.addCleanup(os.close, writer)
+        self.assertIsNone(readListedFile("fifo", 10, self.fd))
+        self.write("target", b"secret\n")
+        os.symlink("target", os.path.join(self.directory, "link"))
+        self.assertIsNone(readListedFile("link", 7, self.fd))
+        os.mkdir(os.path.join(self.directory, "sub"))
+        self.assertIsNone(readListedFile("sub", 7, self.fd))
 
 
 class LargeFileTests(SynchronousTestCase):

@@ -1049,6 +1049,20 @@ class IrregularEntryTests(MaildirTestCase):
             [UnreadableMessage(f"not a regular file: FIFO: {path}")],
         )
 
+    def test_changedSizeAfterListing(self) -> None:
+        """
+        A file that grew or shrank between the listing and the reading is
+        read whole as it is now (the quick read of the listed size gives
+        way to the full one).
+        """
+        source = MaildirSource(self.root)
+        messages = self.messages(source)
+        path = os.path.join(self.root, "cur", "1700000000.ok.host:2,S")
+        for content in (b"grown\nmuch longer than before\n", b"x\n"):
+            with open(path, "wb") as f:
+                f.write(content)
+            self.assertEqual(self.bodies(source, messages), [content.replace(b"\n", b"\r\n")])
+
     def test_curSwappedAfterListing(self) -> None:
         """
         C{cur/} replaced by a link out of the Maildir between the listing

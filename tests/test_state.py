@@ -18,7 +18,14 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state import FolderFallback, FolderMark, IStateStore, MessageOutcome, OutcomeCounts
+from imapmig.state import (
+    AppendedOutcome,
+    FolderFallback,
+    FolderMark,
+    IStateStore,
+    MessageOutcome,
+    OutcomeCounts,
+)
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 
@@ -314,6 +321,78 @@ class StateStoreBehaviourMixin(_MixinBase):
             {o.messageKey: o for o in batch[2:]},
         )
         self.assertEqual(self.successResultOf(store.failures("job")), [batch[1]])
+
+    def test_appendedOutcomesInMixedBatch(self) -> None:
+        """
+        A batch mixing L{AppendedOutcome} tuples with L{MessageOutcome}s
+        keeps their order (a later outcome of the same message wins,
+        whichever its form), and records each tuple as the
+        L{MessageOutcome} it stands for (L{asMessageOutcome}).
+        """
+        store = self.makeStore()
+        first: AppendedOutcome = ("INBOX", "1", "INBOX", 100, 7, 2, 0)
+        converted: AppendedOutcome = ("INBOX", "3", "Box", 120, 7, 4, 1)
+        unknownUID: AppendedOutcome = ("INBOX", "4", "INBOX", 90, None, None, 0)
+        again: AppendedOutcome = ("INBOX", "5", "INBOX", 80, 7, 9, 0)
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            first,
+            failed("INBOX", "1", "gone"),
+            noted("INBOX", "2"),
+            converted,
+            unknownUID,
+            failed("INBOX", "5"),
+            again,
+        ]
+        self.successResultOf(store.recordOutcomes("job", batch))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {
+                "2": noted("INBOX", "2"),
+                "3": MessageOutcome("INBOX", "3", "Box", 120, 7, 4, lineEndingsConverted=True),
+                "4": MessageOutcome("INBOX", "4", "INBOX", 90),
+                "5": MessageOutcome("INBOX", "5", "INBOX", 80, 7, 9),
+            },
+        )
+        self.assertEqual(self.successResultOf(store.failures("job")), [failed("INBOX", "1", "gone")])
+        self.assertEqual(
+            self.successResultOf(store.counts("job")),
+            OutcomeCounts(copied=4, alreadyPresent=0, failed=1, lineEndingsConverted=1, withNotes=1),
+        )
+
+    def test_manyAppendedOutcomes(self) -> None:
+        """
+        A long run of L{AppendedOutcome}s (the SQLite store writes them
+        many rows per statement) records every one, in order: a later
+        outcome of the same message in the run wins.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", str(n), "INBOX", 100 + n, 7, n + 1, n % 2) for n in range(150)
+        ]
+        batch.append(("INBOX", "3", "Other", 5, 8, 1000, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        recorded = self.successResultOf(store.destinationMap("job", "INBOX"))
+        self.assertEqual(len(recorded), 150)
+        self.assertEqual(recorded["3"], MessageOutcome("INBOX", "3", "Other", 5, 8, 1000))
+        self.assertEqual(
+            recorded["149"],
+            MessageOutcome("INBOX", "149", "INBOX", 249, 7, 150, lineEndingsConverted=True),
+        )
+        uids = self.successResultOf(store.recordedUIDs("job", "INBOX", 7, 1))
+        self.assertEqual(uids, {n + 1 for n in range(150) if n != 3})
+
+    def test_appendedOutcomeAllOrNothing(self) -> None:
+        """
+        A batch of L{AppendedOutcome}s that cannot be recorded whole (a UID
+        beyond a 64-bit integer) records none of them.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", "1", "INBOX", 100, 7, 2, 0),
+            ("INBOX", "2", "INBOX", 100, 7, 2**64, 0),
+        ]
+        self.failureResultOf(store.recordOutcomes("job", batch), PermanentError)
+        self.assertEqual(self.successResultOf(store.summary("job")), (0, 0))
 
     def test_summary(self) -> None:
         """

@@ -52,7 +52,7 @@ import re
 from collections import deque
 from datetime import datetime
 from enum import Enum
-from typing import Collection, Iterable, Iterator, Protocol
+from typing import Collection, Iterable, Iterator, Protocol, Sequence
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
@@ -269,12 +269,17 @@ class AppendOutcomes(Protocol):
     Receives the outcome of every message the pipeline sent.
     """
 
-    def messageAppended(
-        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
     ) -> None:
         """
-        The server stored C{message}; C{uidValidity} and C{uid} come from
-        C{APPENDUID} where the server has UIDPLUS.
+        The server stored C{messages}, the messages of one command, in
+        order (one call per tagged C{OK}); C{uidValidity} and C{uids} (one
+        per message) come from C{APPENDUID} where the server has UIDPLUS,
+        else they are L{None}.
         """
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
@@ -752,14 +757,10 @@ class AppendPipeline:
         status, _, rest = text.partition(b" ")
         if status == b"OK":
             appendUID = parseAppendUID(rest)
-            outcomes = self._outcomes
             if appendUID is not None and len(appendUID[1]) == len(messages):
-                uidValidity, uids = appendUID
-                for message, uid in zip(messages, uids):
-                    outcomes.messageAppended(message, uidValidity, uid)
+                self._outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
             else:
-                for message in messages:
-                    outcomes.messageAppended(message, None, None)
+                self._outcomes.messagesAppended(messages, None, None)
         else:
             signal = classifyRefusal(status, rest)
             if signal.action is not SignalAction.REFUSE:

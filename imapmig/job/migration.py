@@ -66,11 +66,17 @@ from imapmig.job.recording import (
     JournalTicket,
     OutcomeRecorder,
     PipelineOutcomes,
-    Sent,
+    SentMessage,
     Target,
 )
 from imapmig.job.retry import RetryPolicy
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    formatInternalDate,
+)
 from imapmig.plan import (
     FolderRules,
     WorkUnit,
@@ -229,7 +235,7 @@ def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
     """
     The listed octets of the messages of C{outgoing}.
     """
-    return sum(m.origin.source.size for m in outgoing if isinstance(m.origin, Sent))
+    return sum(m.source.size for m in outgoing if isinstance(m, SentMessage))
 
 
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
@@ -256,8 +262,10 @@ class _DestinationTraits:
         L{None} when unknown.
     @ivar presence: what the mailbox already holds that no record accounts
         for, or L{None}.
-    @ivar flagDecisions: flags to send and the note, by the source's flags,
-        as decided for these traits.
+    @ivar flagDecisions: by the source's flags, as decided for these
+        traits: the note, and the flag list as an APPEND argument
+        (L{appendArguments} without a date), alone and followed by the
+        space before a date.
     @ivar sizeLimit: the largest message it accepts and where that limit
         comes from (L{messageSizeLimit}), or L{None}.
     """
@@ -266,7 +274,7 @@ class _DestinationTraits:
     permanentFlags: frozenset[str] | None
     presence: PresenceIndex | None = None
     sizeLimit: tuple[int, str] | None = None
-    flagDecisions: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = field(
+    flagDecisions: dict[tuple[str, ...], tuple[str | None, bytes, bytes]] = field(
         default_factory=dict
     )
 
@@ -1257,7 +1265,7 @@ class MigrationJob:
         per message its flags and literal kind, and recording at once the
         messages that cannot go.
         """
-        outgoing = []
+        outgoing: list[OutgoingMessage] = []
         flagCache = destination.flagDecisions
         for message, body in zip(chunk, bodies):
             if isinstance(body, UnreadableMessage):
@@ -1340,15 +1348,21 @@ class MigrationJob:
                     note = "; ".join(
                         f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
                     )
-                decided = flagCache[message.flags] = (decision.kept, note)
-            kept, note = decided
-            converted = len(body) != message.size
+                flagList = appendArguments(decision.kept, None)
+                decided = flagCache[message.flags] = (note, flagList, flagList + b" ")
+            note, flagList, beforeDate = decided
+            internalDate = message.internalDate
             outgoing.append(
-                OutgoingMessage(
+                SentMessage(
                     body,
-                    appendArguments(kept, message.internalDate),
-                    Sent(target, message, note, converted),
+                    flagList
+                    if internalDate is None
+                    else beforeDate + formatInternalDate(internalDate),
                     binary,
+                    target,
+                    message,
+                    note,
+                    1 if len(body) != message.size else 0,
                 )
             )
         return outgoing

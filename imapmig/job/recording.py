@@ -25,9 +25,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.imap.pipeline import OutgoingMessage
-from imapmig.message import SourceMessage
+from imapmig.message import SourceMessage, StreamedBody
 from imapmig.progress import JobProgress
-from imapmig.state import FolderKeys, IStateStore, MessageOutcome
+from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome
 
 log = Logger()
 
@@ -60,20 +60,37 @@ class Target:
         self.ticket = ticket
 
 
-class Sent:
+class SentMessage(OutgoingMessage):
     """
-    What the job needs back when a sent message's outcome arrives (each
-    L{OutgoingMessage} carries one as its origin).
+    A message of a job for the pipeline, with what the job needs back when
+    its outcome arrives.
 
+    @ivar target: its unit's L{Target}.
+    @ivar source: the source's description of it (also its C{origin}).
     @ivar note: what was not carried over exactly, if anything.
-    @ivar converted: whether its line endings were converted to CRLF.
+    @ivar converted: C{1} if its line endings were converted to CRLF, else
+        C{0} (as an L{AppendedOutcome} records it).
     """
 
     __slots__ = ("target", "source", "note", "converted")
 
     def __init__(
-        self, target: Target, source: SourceMessage, note: str | None, converted: bool
+        self,
+        body: bytes | bytearray | StreamedBody,
+        arguments: bytes,
+        binary: bool,
+        target: Target,
+        source: SourceMessage,
+        note: str | None,
+        converted: int,
     ) -> None:
+        # Every slot of OutgoingMessage is set here rather than through its
+        # __init__: one call per message on the hot path, not two.
+        self.body = body
+        self.arguments = arguments
+        self.origin = source
+        self.mailbox = b""
+        self.binary = binary
         self.target = target
         self.source = source
         self.note = note
@@ -83,7 +100,8 @@ class Sent:
 class OutcomeRecorder:
     """
     Journals units of work before they leave, and buffers outcomes to record them
-    one batch per transaction (every C{recordEvery} outcomes, or
+    one batch per transaction (once C{recordEvery} outcomes or more are
+    buffered, a tagged reply's outcomes being added at once, or
     C{recordInterval} seconds after the first unrecorded one), with the
     journal entries they settle; updates the progress counters as each
     outcome arrives.
@@ -117,7 +135,7 @@ class OutcomeRecorder:
         self._clock = clock
         self._recordEvery = recordEvery
         self._recordInterval = recordInterval
-        self._buffer: list[MessageOutcome] = []
+        self._buffer: list[MessageOutcome | AppendedOutcome] = []
         self._settled: list[int] = []
         self._timer: IDelayedCall | None = None
         self._writing: Deferred[None] | None = None
@@ -196,13 +214,46 @@ class OutcomeRecorder:
                 progress.lineEndingsConverted += 1
             if outcome.note is not None:
                 progress.messagesWithNotes += 1
-        buffer = self._buffer
-        buffer.append(outcome)
+        self._buffer.append(outcome)
+        self._added(1, ticket)
+
+    def addAppended(
+        self,
+        outcomes: Sequence[AppendedOutcome],
+        ticket: JournalTicket | None,
+        octets: int,
+        converted: int,
+    ) -> None:
+        """
+        Note the outcomes of messages appended with nothing to note, in
+        order, all of one journal entry: as L{add} does for each, in one
+        call for the lot (a tagged reply's worth, on the hot path).
+
+        @param ticket: their journal entry, if they were sent.
+        @param octets: the sum of their sizes.
+        @param converted: how many of them had their line endings
+            converted.
+        """
+        count = len(outcomes)
+        progress = self._progress
+        progress.messagesDone += count
+        progress.bytesDone += octets
+        progress.lineEndingsConverted += converted
+        self.appended += count
+        self._buffer.extend(outcomes)
+        self._added(count, ticket)
+
+    def _added(self, count: int, ticket: JournalTicket | None) -> None:
+        """
+        C{count} outcomes of C{ticket}'s entry were just buffered: settle
+        the entry if they were its last, and flush now or later.
+        """
         if ticket is not None:
-            ticket.remaining -= 1
-            if not ticket.remaining:
+            remaining = ticket.remaining
+            ticket.remaining = remaining - count
+            if remaining > 0 >= ticket.remaining:
                 self._settled.append(ticket.entryId)
-        if len(buffer) >= self._recordEvery:
+        if len(self._buffer) >= self._recordEvery:
             self.flush()
         elif self._timer is None:
             self._timer = self._clock.callLater(self._recordInterval, self.flush)
@@ -244,8 +295,8 @@ class OutcomeRecorder:
 
 class PipelineOutcomes:
     """
-    Turns what a pipeline reports into recorded outcomes.  Each message's
-    origin is a L{Sent}: a connection moves on to the next folder while the
+    Turns what a pipeline reports into recorded outcomes.  Each message is
+    a L{SentMessage}: a connection moves on to the next folder while the
     replies for the previous one are still arriving.
     """
 
@@ -260,29 +311,63 @@ class PipelineOutcomes:
         self.recorder = recorder
         self.uidFloors = uidFloors
 
-    def messageAppended(
-        self, message: OutgoingMessage, uidValidity: int | None, uid: int | None
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
     ) -> None:
-        sent: Sent = message.origin  # type: ignore[assignment]
-        mailbox = sent.target.mailbox
-        if uid is not None and uid >= self.uidFloors.get(mailbox, 0):
-            self.uidFloors[mailbox] = uid + 1
-        self.recorder.add(
-            MessageOutcome(
-                sent.target.folderKey,
-                sent.source.key,
-                mailbox,
-                len(message.body),
-                uidValidity,
-                uid,
-                note=sent.note,
-                lineEndingsConverted=sent.converted,
-            ),
-            sent.target.ticket,
-        )
+        recorder = self.recorder
+        # Messages of one command go to one mailbox, but may be of two
+        # units (two journal entries): each run of one unit is handed over
+        # as it ends, so that outcomes keep their order.
+        rows: list[AppendedOutcome] = []
+        target: Target | None = None
+        octets = converted = 0
+        for index, message in enumerate(messages):
+            sent: SentMessage = message  # type: ignore[assignment]
+            if sent.target is not target:
+                if target is not None and rows:
+                    recorder.addAppended(rows, target.ticket, octets, converted)
+                    rows, octets, converted = [], 0, 0
+                target = sent.target
+                folderKey = target.folderKey
+                mailbox = target.mailbox
+            uid = None if uids is None else uids[index]
+            size = len(sent.body)
+            if sent.note is not None:
+                if rows:
+                    recorder.addAppended(rows, target.ticket, octets, converted)
+                    rows, octets, converted = [], 0, 0
+                recorder.add(
+                    MessageOutcome(
+                        folderKey,
+                        sent.source.key,
+                        mailbox,
+                        size,
+                        uidValidity,
+                        uid,
+                        note=sent.note,
+                        lineEndingsConverted=bool(sent.converted),
+                    ),
+                    target.ticket,
+                )
+                continue
+            rows.append(
+                (folderKey, sent.source.key, mailbox, size, uidValidity, uid, sent.converted)
+            )
+            octets += size
+            converted += sent.converted
+        if target is not None:
+            if rows:
+                recorder.addAppended(rows, target.ticket, octets, converted)
+            if uids:
+                top = max(uids) + 1
+                if top > self.uidFloors.get(target.mailbox, 0):
+                    self.uidFloors[target.mailbox] = top
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        sent: Sent = message.origin  # type: ignore[assignment]
+        sent: SentMessage = message  # type: ignore[assignment]
         self.recorder.add(
             MessageOutcome(
                 sent.target.folderKey,

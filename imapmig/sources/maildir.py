@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import stat
+from datetime import datetime, timezone
 from typing import Sequence
 
 import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
@@ -30,11 +31,12 @@ from imapmig.message import (
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
+    listedMessage,
     maildirFlags,
-    utcFromTimestamp,
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
+    LARGE_MESSAGE,
     LeavesTree,
     OpenTree,
     carriedName,
@@ -43,6 +45,7 @@ from imapmig.sources.local import (
     linkProblem,
     notRegular,
     originalName,
+    readListedFile,
     readMessageFile,
     readOpenFile,
 )
@@ -79,6 +82,9 @@ _LATEST = 253402300800
 _LATEST_DIGITS = len(str(_LATEST))
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
+
+# Where listMessages sorts a message with no date: before any date.
+_UNDATED = float("-inf")
 
 
 def _splitName(name: str) -> tuple[str, str | None]:
@@ -652,7 +658,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         flagsByLetters: dict[str, tuple[str, ...]] = {}
-        rows: list[tuple[bool, float, str, tuple[str, ...], int | None, float | None]] = []
+        rows: list[tuple[float, str, tuple[str, ...], int | None, float | None]] = []
         with opened:
             keywords = readKeywords(opened.tree, opened.relative)
             for key, unique, index, name, letters, irregular in scanned:
@@ -663,8 +669,16 @@ class MaildirSource:
                     if cached is None:
                         cached = flagsByLetters[letters] = _flagsOf(letters, keywords)
                     flags = cached
-                when: float | None = _leadingTimestamp(unique)
-                size = _sizeField(unique)
+                # _leadingTimestamp's common case inline: at most 11 digits
+                # (before the year 5138), all within its range.
+                dot = unique.find(".")
+                head = unique if dot < 0 else unique[:dot]
+                when: float | None
+                if 0 < len(head) < _LATEST_DIGITS and head.isascii() and head.isdigit():
+                    when = int(head)
+                else:
+                    when = _leadingTimestamp(unique)
+                size = _sizeField(unique) if ",S=" in unique else None
                 if when is None or size is None:
                     # Renamed or deleted since the scan: readBodies looks
                     # for it again; meanwhile let the server date it.
@@ -678,18 +692,19 @@ class MaildirSource:
                         if size is None:
                             size = status.st_size
                 # Sorted as tuples (keys are unique, so the flags are never
-                # compared): undated first; a file dated before 1970 (a
-                # negative mtime) keeps its date.
-                rows.append((when is not None, when or 0.0, key, flags, size, when))
+                # compared): undated first (as if dated minus infinity); a
+                # file dated before 1970 (a negative mtime) keeps its date.
+                rows.append((_UNDATED if when is None else when, key, flags, size, when))
         rows.sort()
+        fromTimestamp = datetime.fromtimestamp
         messages = [
-            SourceMessage(
-                key=key,
-                flags=flags,
-                internalDate=None if when is None else utcFromTimestamp(when),
-                size=0 if size is None else size,
+            listedMessage(
+                key,
+                flags,
+                None if when is None else fromTimestamp(when, timezone.utc),
+                0 if size is None else size,
             )
-            for _, _, key, flags, size, when in rows
+            for _, key, flags, size, when in rows
         ]
         return succeed(messages)
 
@@ -718,6 +733,7 @@ class MaildirSource:
         bodies: list[MessageBody] = []
         try:
             for message in messages:
+                body: MessageBody | None
                 located = seen = files.locate(message.key)
                 if located is None:
                     body = None
@@ -725,9 +741,14 @@ class MaildirSource:
                     index, name, irregular = located
                     fd = opened.descriptors[index]
                     if irregular is None and fd is not None:
-                        # The common case, inline: one open, read, close.
-                        shown = opened.shownDirectory(index)
-                        body = readMessageFile(name, message.size, fd, shown)
+                        body = None
+                        size = message.size
+                        if 0 < size <= LARGE_MESSAGE:
+                            # The common case: one open, read, close.
+                            body = readListedFile(name, size, fd)
+                        if body is None:
+                            shown = opened.shownDirectory(index)
+                            body = readMessageFile(name, size, fd, shown)
                     else:
                         body = opened.read(index, name, irregular, message.size)
                 if body is None and not rescanned:

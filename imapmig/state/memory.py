@@ -13,6 +13,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.state import (
+    AppendedOutcome,
     FolderFallback,
     FolderMark,
     IStateStore,
@@ -20,6 +21,7 @@ from imapmig.state import (
     JournalMessage,
     MessageOutcome,
     OutcomeCounts,
+    asMessageOutcome,
 )
 from imapmig.state._packing import packMessages
 
@@ -107,7 +109,10 @@ class MemoryStateStore:
         return succeed({key for key, outcome in outcomes.items() if outcome.failure is None})
 
     def recordOutcomes(
-        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+        self,
+        job: str,
+        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        settled: Sequence[int] = (),
     ) -> Deferred[None]:
         """
         See L{IStateStore.recordOutcomes}.
@@ -116,7 +121,8 @@ class MemoryStateStore:
             jobs = self._open()
         except PermanentError as e:
             return fail(e)
-        for outcome in outcomes:
+        recorded = [asMessageOutcome(outcome) for outcome in outcomes]
+        for outcome in recorded:
             number = _outOfRange((outcome.size, outcome.uidValidity, outcome.uid))
             if number is not None:
                 # As SQLite refuses it: the whole batch, nothing recorded.
@@ -138,9 +144,9 @@ class MemoryStateStore:
         number = _outOfRange(settled)
         if number is not None:
             return fail(PermanentError(f"memory: cannot record outcomes: {number} is out of range"))
-        if outcomes:
+        if recorded:
             folders = jobs.setdefault(job, {})
-            for outcome in outcomes:
+            for outcome in recorded:
                 folders.setdefault(outcome.folderKey, {})[outcome.messageKey] = outcome
         entries = self._journal.get(job, {})
         for entryId in settled:

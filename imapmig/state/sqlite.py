@@ -31,6 +31,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
+    AppendedOutcome,
     FolderFallback,
     FolderMark,
     IStateStore,
@@ -66,6 +67,32 @@ _UPSERT_TEMPLATE = """
 _UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
 # For an outcome with no failure and no note.
 _UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?")
+# For AppendedOutcomes (no failure, no note, not present): the upsert of a
+# run of them, in rows of at most _APPENDED_ROWS, one statement each.
+_UPSERT_APPENDED = "appended"
+_APPENDED_ROWS = 64
+_appendedStatements: dict[int, str] = {}
+
+
+def _upsertAppended(rows: int) -> str:
+    """
+    The upsert of C{rows} L{AppendedOutcome}s in one statement: parameter
+    1 is the job, 2 the time, then each outcome's seven fields in turn (so
+    the job and the time are bound once, not once per row).  SQLite
+    inserts the rows in order: a later row of the same message wins.
+    """
+    statement = _appendedStatements.get(rows)
+    if statement is None:
+        values = ", ".join(
+            "(?1, {}, NULL, NULL, 0, ?{}, ?2)".format(
+                ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
+            )
+            for row in range(rows)
+        )
+        statement = _appendedStatements[rows] = _UPSERT_TEMPLATE.replace(
+            "({values})", values
+        )
+    return statement
 
 # The columns of a messages row that make a MessageOutcome, in the order
 # _outcome takes them.
@@ -261,7 +288,10 @@ class SQLiteStateStore:
         )
 
     def recordOutcomes(
-        self, job: str, outcomes: Sequence[MessageOutcome], settled: Sequence[int] = ()
+        self,
+        job: str,
+        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        settled: Sequence[int] = (),
     ) -> Deferred[None]:
         """
         See L{IStateStore.recordOutcomes}.  The outcomes and the deletion
@@ -275,15 +305,25 @@ class SQLiteStateStore:
                 return fail(e)
             return succeed(None)
         now = self._seconds()
-        # Consecutive outcomes with neither a failure nor a note (nearly
-        # all of them) go through _UPSERT_PLAIN, whose NULLs are in the SQL:
-        # the sqlite3 module binds a None parameter through its adapter
-        # protocol, two failed attribute lookups each.  Runs keep the order
-        # of the outcomes (a later outcome of the same message wins).
+        # Consecutive outcomes of one kind are one executemany, and the runs
+        # keep the order of the outcomes (a later outcome of the same
+        # message wins).  An AppendedOutcome (nearly all of them) goes
+        # through _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the
+        # sqlite3 module binds a None parameter through its adapter
+        # protocol, two failed attribute lookups each.  So does a
+        # MessageOutcome with neither a failure nor a note, through
+        # _UPSERT_PLAIN.
         runs: list[tuple[str, list[tuple[object, ...]]]] = []
         statement = ""
         rows: list[tuple[object, ...]] = []
         for outcome in outcomes:
+            if type(outcome) is tuple:
+                if statement is not _UPSERT_APPENDED:
+                    statement, rows = _UPSERT_APPENDED, []
+                    runs.append((statement, rows))
+                rows.append(outcome)
+                continue
+            assert isinstance(outcome, MessageOutcome)
             plain = outcome.failure is None and outcome.note is None
             wanted = _UPSERT_PLAIN if plain else _UPSERT
             if statement is not wanted:
@@ -308,7 +348,10 @@ class SQLiteStateStore:
 
         def write(connection: sqlite3.Connection) -> None:
             for statement, rows in runs:
-                connection.executemany(statement, rows)
+                if statement is _UPSERT_APPENDED:
+                    _writeAppended(connection, job, now, rows)
+                else:
+                    connection.executemany(statement, rows)
             if entries:
                 connection.executemany(_SETTLE, entries)
 
@@ -689,6 +732,28 @@ class SQLiteStateStore:
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+
+def _writeAppended(
+    connection: sqlite3.Connection, job: str, now: float, outcomes: Sequence[tuple[object, ...]]
+) -> None:
+    """
+    Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order, in
+    statements of L{_APPENDED_ROWS} rows, then of halves of that for the
+    rest (a few statements, each compiled once per process).
+    """
+    start = 0
+    count = len(outcomes)
+    rows = _APPENDED_ROWS
+    while start < count:
+        while rows > count - start:
+            rows //= 2
+        end = start + rows
+        parameters: list[object] = [job, now]
+        for outcome in outcomes[start:end]:
+            parameters.extend(outcome)
+        connection.execute(_upsertAppended(rows), parameters)
+        start = end
 
 
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:

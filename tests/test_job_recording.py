@@ -1,0 +1,184 @@
+"""
+Tests for L{imapmig.job.recording}: a tagged reply's outcomes recorded in
+one call, in order, each once, with the journal entries they settle.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.job.recording import (
+    JournalTicket,
+    OutcomeRecorder,
+    PipelineOutcomes,
+    SentMessage,
+    Target,
+)
+from imapmig.message import SourceMessage
+from imapmig.progress import JobProgress
+from imapmig.state import MessageOutcome
+from imapmig.state.memory import MemoryStateStore
+
+JOB = "job"
+
+
+def journaled(recorder: OutcomeRecorder, test: SynchronousTestCase, *keys: str) -> JournalTicket:
+    """
+    Journal the messages C{keys} of folder C{"F"} for mailbox C{"Box"}, as
+    the job does before sending them.
+    """
+    messages = [SourceMessage(key, (), None, 10) for key in keys]
+    return test.successResultOf(recorder.journal("Box", 7, 1, "F", messages))
+
+
+def outgoing(target: Target, key: str, body: bytes, note: str | None = None) -> SentMessage:
+    """
+    A message of C{target}'s unit as the job hands it to the pipeline; its
+    line endings were converted when the body is longer than the 10
+    octets listed.
+    """
+    converted = 1 if len(body) != 10 else 0
+    return SentMessage(body, b"", False, target, SourceMessage(key, (), None, 10), note, converted)
+
+
+class PipelineOutcomesTests(SynchronousTestCase):
+    """
+    L{PipelineOutcomes.messagesAppended} and L{OutcomeRecorder.addAppended}.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.store = MemoryStateStore()
+        self.progress = JobProgress(JOB, self.clock.seconds)
+        self.recorder = OutcomeRecorder(
+            JOB, self.store, self.progress, self.clock, recordEvery=100, recordInterval=5.0
+        )
+        self.floors: dict[str, int] = {}
+        self.outcomes = PipelineOutcomes(self.recorder, self.floors)
+
+    def test_mixedReply(self) -> None:
+        """
+        One tagged reply whose messages belong to two units (two journal
+        entries), one of them with a note: every message is recorded once,
+        in order, as what it is; each entry is settled with its last
+        outcome, and not before; the progress counters and the mailbox's
+        UID floor follow.
+        """
+        first = journaled(self.recorder, self, "a", "b")
+        second = journaled(self.recorder, self, "c", "d")
+        one = Target("F", "Box", first)
+        two = Target("F", "Box", second)
+        messages = [
+            outgoing(one, "a", b"0123456789"),
+            outgoing(one, "b", b"01234567890", note="flag 'x' dropped"),
+            outgoing(two, "c", b"0123456789"),
+        ]
+
+        self.outcomes.messagesAppended(messages, 7, [20, 21, 22])
+
+        self.assertEqual(first.remaining, 0)
+        self.assertEqual(second.remaining, 1)
+        self.assertEqual(self.progress.messagesDone, 3)
+        self.assertEqual(self.progress.bytesDone, 31)
+        self.assertEqual(self.progress.lineEndingsConverted, 1)
+        self.assertEqual(self.progress.messagesWithNotes, 1)
+        self.assertEqual(self.recorder.appended, 3)
+        self.assertEqual(self.floors, {"Box": 23})
+        self.assertEqual(self.clock.getDelayedCalls()[0].getTime(), 5.0)
+
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(
+            self.successResultOf(self.store.destinationMap(JOB, "F")),
+            {
+                "a": MessageOutcome("F", "a", "Box", 10, 7, 20),
+                "b": MessageOutcome(
+                    "F", "b", "Box", 11, 7, 21, note="flag 'x' dropped", lineEndingsConverted=True
+                ),
+                "c": MessageOutcome("F", "c", "Box", 10, 7, 22),
+            },
+        )
+        entries = self.successResultOf(self.store.journal(JOB))
+        self.assertEqual([[m.messageKey for m in e.messages] for e in entries], [["c", "d"]])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_orderKept(self) -> None:
+        """
+        Outcomes added one by one (a refusal) and a reply's worth at once
+        are recorded in the order they arrived: a later outcome of the same
+        message wins.  Each journal entry is settled by its own last
+        outcome.
+        """
+        refused = Target("F", "Box", journaled(self.recorder, self, "a"))
+        self.outcomes.messageRefused(outgoing(refused, "a", b"0123456789"), "NO [LIMIT] too big")
+        target = Target("F", "Box", journaled(self.recorder, self, "a", "b"))
+        self.outcomes.messagesAppended(
+            [outgoing(target, "a", b"0123456789"), outgoing(target, "b", b"0123456789")], None, None
+        )
+
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(self.successResultOf(self.store.failures(JOB)), [])
+        self.assertEqual(
+            self.successResultOf(self.store.destinationMap(JOB, "F")),
+            {
+                "a": MessageOutcome("F", "a", "Box", 10),
+                "b": MessageOutcome("F", "b", "Box", 10),
+            },
+        )
+        self.assertEqual(self.floors, {})
+        self.assertEqual(self.successResultOf(self.store.journal(JOB)), [])
+
+    def test_recordedOnce(self) -> None:
+        """
+        Once flushed, a reply's outcomes are not written again: a second
+        flush writes nothing, and the threshold counts buffered outcomes
+        only.
+        """
+        self.recorder = OutcomeRecorder(
+            JOB, self.store, self.progress, self.clock, recordEvery=2, recordInterval=5.0
+        )
+        self.outcomes = PipelineOutcomes(self.recorder, self.floors)
+        ticket = journaled(self.recorder, self, "a", "b", "c")
+        target = Target("F", "Box", ticket)
+        written: list[int] = []
+        record = self.store.recordOutcomes
+
+        def counting(job, outcomes, settled=()):  # type: ignore[no-untyped-def]
+            written.append(len(outcomes))
+            return record(job, outcomes, settled)
+
+        self.store.recordOutcomes = counting  # type: ignore[method-assign]
+        self.outcomes.messagesAppended(
+            [outgoing(target, "a", b"0123456789"), outgoing(target, "b", b"0123456789")], 7, [1, 2]
+        )
+        self.assertEqual(written, [2])
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(written, [2])
+        self.outcomes.messagesAppended([outgoing(target, "c", b"0123456789")], 7, [3])
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(written, [2, 1])
+        self.assertEqual(self.successResultOf(self.store.summary(JOB)), (3, 0))
+        self.assertEqual(self.successResultOf(self.store.journal(JOB)), [])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_stoppedBetweenBatches(self) -> None:
+        """
+        A process that stops after one batch of a unit's outcomes was
+        recorded and before the next leaves that unit's journal entry in
+        place, holding every message of the unit, for reconciling: only
+        the last outcome of an entry settles it.
+        """
+        self.recorder = OutcomeRecorder(
+            JOB, self.store, self.progress, self.clock, recordEvery=2, recordInterval=5.0
+        )
+        self.outcomes = PipelineOutcomes(self.recorder, self.floors)
+        ticket = journaled(self.recorder, self, "a", "b", "c")
+        target = Target("F", "Box", ticket)
+        self.outcomes.messagesAppended(
+            [outgoing(target, "a", b"0123456789"), outgoing(target, "b", b"0123456789")], 7, [1, 2]
+        )
+
+        self.assertEqual(self.successResultOf(self.store.appendedKeys(JOB, "F")), {"a", "b"})
+        entries = self.successResultOf(self.store.journal(JOB))
+        self.assertEqual([[m.messageKey for m in e.messages] for e in entries], [["a", "b", "c"]])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
