@@ -718,22 +718,43 @@ class FetchResponseParser:
         @raise FetchSpoolError: a spooled literal could not be written (the
             parser is then idle again).
         """
-        remaining = self._remaining
-        size = len(data)
-        spool = self._spool
-        if size < remaining:
-            if spool is None:
-                self._chunks.append(data)
-            else:
-                self._write(spool, data)
-            self._remaining = remaining - size
+        end = self.literalAt(data, 0)
+        if end < 0:
             return None
-        if size == remaining:
-            piece: bytes | memoryview = data
-            rest = b""
+        return data[end:] if end else data
+
+    def literalAt(self, data: bytes, pos: int) -> int:
+        """
+        Octets of the current literal: C{data} from C{pos} on, and perhaps
+        what follows the literal.  Nothing of C{data} is copied (the
+        literal is joined once, when complete): a reader that keeps its
+        read and a position in it hands the rest over without slicing.
+
+        @param pos: where the literal's octets start in C{data} (at most
+            C{len(data)}).
+        @return: -1 while the literal is incomplete (all of C{data} taken);
+            once complete, the position in C{data} just after it, where
+            the line that continues the response starts.
+        @raise FetchSpoolError: a spooled literal could not be written (the
+            parser is then idle again).
+        """
+        remaining = self._remaining
+        available = len(data) - pos
+        spool = self._spool
+        if available < remaining:
+            if available:
+                piece: bytes | memoryview = memoryview(data)[pos:] if pos else data
+                if spool is None:
+                    self._chunks.append(piece)
+                else:
+                    self._write(spool, piece)
+            self._remaining = remaining - available
+            return -1
+        end = pos + remaining
+        if pos == 0 and end == len(data):
+            piece = data
         else:
-            piece = memoryview(data)[:remaining]
-            rest = data[remaining:]
+            piece = memoryview(data)[pos:end]
         self._remaining = 0
         if spool is None:
             self._chunks.append(piece)
@@ -748,7 +769,7 @@ class FetchResponseParser:
             self._spooled.append((len(root), name, spool))
             root.append(b"")
         self._state = _LINE
-        return rest
+        return end
 
     def _write(self, spool: SpooledLiteral, data: bytes | memoryview) -> None:
         try:
