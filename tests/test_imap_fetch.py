@@ -379,6 +379,30 @@ class ParserTests(SynchronousTestCase):
         [item] = sink.items
         self.assertEqual((item.uid, item.body, item.flags), (7, b"0123456789", ("\\Seen",)))
 
+    def test_bodyEndsAsTokenized(self) -> None:
+        """
+        A body response that is just C{UID}, the section and its literal
+        (read without the tokenizer when its closing parenthesis arrives)
+        gives the same item as the tokenizer makes of the same response
+        spelled so that it takes the general path (a space after the
+        parenthesis); and so does the next response, read as usual.
+        """
+        for section in (b"BODY[]", b"BINARY[]"):
+            items = []
+            for opening in (b"(", b"( "):
+                sink = Collected()
+                wire = (
+                    b"* 3 FETCH " + opening + b"UID 42 " + section + b" {5}\r\nab\r\nc)\r\n"
+                    b"* 4 FETCH (UID 43 FLAGS (\\Seen) " + section + b" {1}\r\nx)\r\n"
+                )
+                feedWire(FetchResponseParser(sink), wire, len(wire))
+                items.append(sink.items)
+            self.assertEqual(items[0], items[1])
+            self.assertEqual(
+                [(i.sequence, i.uid, dict(i.sections), i.flags) for i in items[0]],
+                [(3, 42, {section: b"ab\r\nc"}, None), (4, 43, {section: b"x"}, ("\\Seen",))],
+            )
+
     def test_literalAtWholeRead(self) -> None:
         """
         A literal that is a whole read, taken from its start, is kept as

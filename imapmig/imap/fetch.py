@@ -559,6 +559,9 @@ _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
 )
 
+# The sections a response read by _bodyEnds may carry, as written.
+_BODY_SECTIONS = frozenset([b"BODY[]", b"BINARY[]"])
+
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only: read
 # without the tokenizer, into the same item.
@@ -700,6 +703,8 @@ class FetchResponseParser:
                     return
                 pos = self._start(line)
             elif self._state == _LINE:
+                if line == b")" and self._bodyEnds():
+                    return
                 pos = 0
             else:
                 raise FetchParseError("a line where literal octets were expected")
@@ -817,6 +822,37 @@ class FetchResponseParser:
         self._responseOctets = 0
         self._memoryOctets = 0
         self._literalFollows(int(size))
+
+    def _bodyEnds(self) -> bool:
+        """
+        The closing parenthesis of a response that is C{UID <uid>
+        <section> <literal>} (as L{_BODY_START} starts one), its literal
+        held in memory: its item is made without the tokenizer, as L{_item}
+        would make it.
+
+        @return: whether the response was such a one (and is done);
+            otherwise nothing is changed.
+        """
+        root = self._root
+        if len(root) != 4 or self._spooled or len(self._stack) != 1:
+            return False
+        name, uid, section, body = root
+        if (
+            name != b"UID"
+            or section not in _BODY_SECTIONS
+            or not isinstance(uid, bytes)
+            or not uid.isdigit()
+            or not isinstance(body, bytes)
+        ):
+            return False
+        sequence = self._sequence
+        self._state = _IDLE
+        self._root = []
+        self._stack = []
+        self._responseOctets = 0
+        self._memoryOctets = 0
+        self._itemReceived(FetchedItem(sequence=sequence, uid=int(uid), sections={section: body}))
+        return True
 
     def _literalFollows(self, size: int) -> None:
         """
