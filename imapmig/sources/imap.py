@@ -391,14 +391,16 @@ def asCRLF(body: bytes) -> bytes:
     return toCRLF(body)
 
 
-def _holds(body: bytes | SpooledLiteral, octet: bytes) -> bool:
+def _holds(body: bytes | SpooledLiteral, octet: int) -> bool:
     """
     Whether C{body} holds C{octet}.
 
     @raise OSError: a spooled body cannot be read.
     """
     if isinstance(body, SpooledLiteral):
-        return body.contains(octet)
+        return body.contains(bytes([octet]))
+    # An integer needle: CPython tries a bytes needle as an integer first,
+    # raising (and formatting) a TypeError it then clears.
     return octet in body
 
 
@@ -412,7 +414,7 @@ def _isBodyButNUL(stored: bytes | SpooledLiteral, body: bytes | SpooledLiteral) 
     if len(stored) != len(body):
         return False
     if isinstance(stored, bytes) and isinstance(body, bytes):
-        return b"\0" in stored and stored.replace(b"\0", b"\x80") == body
+        return 0 in stored and stored.replace(b"\0", b"\x80") == body
     sawNUL = False
     for offset in range(0, len(body), _COMPARE_STEP):
         ours = _readAt(stored, offset)
@@ -1183,7 +1185,7 @@ class IMAPSource:
         candidates: list[tuple[int, bytes | SpooledLiteral]] = [
             (uid, body)
             for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
-            if body is not None and _holds(body, b"\x80")
+            if body is not None and _holds(body, 0x80)
         ]
         if not candidates:
             return
