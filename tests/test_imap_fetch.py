@@ -1357,6 +1357,35 @@ class SpoolTests(SynchronousTestCase):
             self.assertIn("<SpooledLiteral of 1000 octets>", repr(item))
             spool.close()
 
+    def test_spooledInPlaceThroughTheClient(self) -> None:
+        """
+        Through the client, which hands literal octets over where they are
+        in a read: a body spooled from the middle of a read, between two
+        held in memory, is written octet for octet whatever the read
+        boundaries, and the responses around it are read.
+        """
+        small, large = messageOf(50, 1), messageOf(1000, 2)
+        wire = (
+            b"* 1 FETCH (UID 1 BODY[] {50}\r\n" + small + b")\r\n"
+            b"* 2 FETCH (UID 2 BODY[] {1000}\r\n" + large + b")\r\n"
+            b"* 3 FETCH (UID 3 BODY[] {50}\r\n" + small + b")\r\n"
+            b"0001 OK done\r\n"
+        )
+        for chunk in (1, 7, 999, len(wire)):
+            client, transport = greeted()
+            client._fetchParser.limits = self.parser.limits
+            sink = Collected()
+            d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", sink)
+            feedInChunks(client, wire, chunk)
+            self.successResultOf(d)
+            first, second, third = sink.items
+            self.assertEqual((first.body, third.body), (small, small), chunk)
+            spool = second.spooledBody
+            assert spool is not None
+            self.assertEqual(b"".join(spool.slices(64)), large, chunk)
+            spool.close()
+            self.assertFalse(transport.disconnecting)
+
     def test_smallInMemory(self) -> None:
         """
         A body of the threshold or less stays in memory: one buffer.
