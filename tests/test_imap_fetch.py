@@ -356,6 +356,67 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual(parser.literalReceived(b"c"), b"")
         self.assertTrue(parser.inResponse)
 
+    def test_literalAt(self) -> None:
+        """
+        L{FetchResponseParser.literalAt} takes a literal's octets from a
+        position in a read, in as many reads as they come: -1 while it is
+        incomplete (an empty rest included), then the position just after
+        it; the body is the octets taken, and the response goes on with
+        the line after it.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {10}")
+        first = b"* 1 FETCH (UID 7 BODY[] {10}\r\n0123"
+        self.assertEqual(parser.literalAt(first, len(first) - 4), -1)
+        self.assertEqual(parser.literalAt(first, len(first)), -1)
+        self.assertEqual(parser.literalRemaining, 6)
+        second = b"456789 FLAGS (\\Seen))\r\n* 2 FETCH"
+        end = parser.literalAt(second, 0)
+        self.assertEqual(second[end:], b" FLAGS (\\Seen))\r\n* 2 FETCH")
+        self.assertFalse(parser.wantsLiteral)
+        parser.lineReceived(b" FLAGS (\\Seen))")
+        [item] = sink.items
+        self.assertEqual((item.uid, item.body, item.flags), (7, b"0123456789", ("\\Seen",)))
+
+    def test_bodyEndsAsTokenized(self) -> None:
+        """
+        A body response that is just C{UID}, the section and its literal
+        (read without the tokenizer when its closing parenthesis arrives)
+        gives the same item as the tokenizer makes of the same response
+        spelled so that it takes the general path (a space after the
+        parenthesis); and so does the next response, read as usual.
+        """
+        for section in (b"BODY[]", b"BINARY[]"):
+            items = []
+            for opening in (b"(", b"( "):
+                sink = Collected()
+                wire = (
+                    b"* 3 FETCH " + opening + b"UID 42 " + section + b" {5}\r\nab\r\nc)\r\n"
+                    b"* 4 FETCH (UID 43 FLAGS (\\Seen) " + section + b" {1}\r\nx)\r\n"
+                )
+                feedWire(FetchResponseParser(sink), wire, len(wire))
+                items.append(sink.items)
+            self.assertEqual(items[0], items[1])
+            self.assertEqual(
+                [(i.sequence, i.uid, dict(i.sections), i.flags) for i in items[0]],
+                [(3, 42, {section: b"ab\r\nc"}, None), (4, 43, {section: b"x"}, ("\\Seen",))],
+            )
+
+    def test_literalAtWholeRead(self) -> None:
+        """
+        A literal that is a whole read, taken from its start, is kept as
+        that read, uncopied.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {5000}")
+        body = messageOf(5000)
+        self.assertEqual(parser.literalAt(body, 0), 5000)
+        parser.lineReceived(b")")
+        [item] = sink.items
+        self.assertIs(item.body, body)
+
     def test_malformed(self) -> None:
         """
         A malformed response raises L{FetchParseError} and leaves the
@@ -594,6 +655,39 @@ class ClientHookTests(SynchronousTestCase):
             self.assertIn((7, None), news)
             self.assertIn((None, 1), news)
             self.assertFalse(transport.disconnecting)
+
+    def test_literalsTakenInPlace(self) -> None:
+        """
+        Several body responses in one read are read from that read in
+        place: each literal is given the read itself and a position in it
+        (no copy of the rest of the read at each literal's end), and every
+        body comes out whole.
+        """
+        client, transport = greeted()
+        sink = Collected()
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", sink)
+        bodies = [messageOf(size, seed) for seed, size in enumerate((300, 1, 4000), start=1)]
+        wire = b"".join(
+            b"* %d FETCH (UID %d BODY[] {%d}\r\n" % (n, n, len(body)) + body + b")\r\n"
+            for n, body in enumerate(bodies, start=1)
+        ) + b"0001 OK done\r\n"
+        given: list[tuple[bytes, int]] = []
+
+        class Spying(FetchResponseParser):
+            def literalAt(self, data: bytes, pos: int) -> int:
+                given.append((data, pos))
+                return FetchResponseParser.literalAt(self, data, pos)
+
+        client._fetchParser = Spying(client._fetchedItem)
+        client.dataReceived(wire)
+        self.successResultOf(d)
+        self.assertEqual([i.body for i in sink.items], bodies)
+        self.assertEqual(len(given), 3)
+        for data, pos in given:
+            self.assertIs(data, wire)
+        starts = [wire.index(b"}\r\n", wire.index(b"UID %d " % n)) + 3 for n in (1, 2, 3)]
+        self.assertEqual([pos for _, pos in given], starts)
+        self.assertFalse(transport.disconnecting)
 
     def test_stockPathWithoutSink(self) -> None:
         """
@@ -1262,6 +1356,35 @@ class SpoolTests(SynchronousTestCase):
             self.assertEqual(item.flags, ("\\Seen",))
             self.assertIn("<SpooledLiteral of 1000 octets>", repr(item))
             spool.close()
+
+    def test_spooledInPlaceThroughTheClient(self) -> None:
+        """
+        Through the client, which hands literal octets over where they are
+        in a read: a body spooled from the middle of a read, between two
+        held in memory, is written octet for octet whatever the read
+        boundaries, and the responses around it are read.
+        """
+        small, large = messageOf(50, 1), messageOf(1000, 2)
+        wire = (
+            b"* 1 FETCH (UID 1 BODY[] {50}\r\n" + small + b")\r\n"
+            b"* 2 FETCH (UID 2 BODY[] {1000}\r\n" + large + b")\r\n"
+            b"* 3 FETCH (UID 3 BODY[] {50}\r\n" + small + b")\r\n"
+            b"0001 OK done\r\n"
+        )
+        for chunk in (1, 7, 999, len(wire)):
+            client, transport = greeted()
+            client._fetchParser.limits = self.parser.limits
+            sink = Collected()
+            d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", sink)
+            feedInChunks(client, wire, chunk)
+            self.successResultOf(d)
+            first, second, third = sink.items
+            self.assertEqual((first.body, third.body), (small, small), chunk)
+            spool = second.spooledBody
+            assert spool is not None
+            self.assertEqual(b"".join(spool.slices(64)), large, chunk)
+            spool.close()
+            self.assertFalse(transport.disconnecting)
 
     def test_smallInMemory(self) -> None:
         """

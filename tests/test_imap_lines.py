@@ -76,10 +76,75 @@ EXPECTED = [
 ]
 
 
+class InPlaceRecorder(Recorder):
+    """
+    A L{Recorder} that takes its raw octets in place
+    (L{LinearLineReceiver.rawDataFrom}), noting each read it was given and
+    where in it the raw octets started.
+    """
+
+    def __init__(self) -> None:
+        Recorder.__init__(self)
+        self.given: list[tuple[bytes, int]] = []
+
+    def rawDataFrom(self, data: bytes, pos: int) -> int:
+        self.given.append((data, pos))
+        end = min(len(data), pos + self.rawLeft)
+        self.events.append(("raw", data[pos:end]))
+        self.rawLeft -= end - pos
+        if self.rawLeft == 0:
+            self.setLineMode()
+        return end
+
+
 class LinearLineReceiverTests(SynchronousTestCase):
     """
     L{LinearLineReceiver}.
     """
+
+    def test_rawInPlaceEverySplit(self) -> None:
+        """
+        Raw octets taken in place (C{rawDataFrom} returning where it
+        stopped, back in line mode) give the same lines and raw data as
+        C{rawDataReceived} does, however the octets are split into reads;
+        from one read, the raw octets are taken from that read itself, at
+        their position, and the lines after them are read from it too.
+        """
+        protocol = InPlaceRecorder()
+        protocol.makeConnection(StringTransport())
+        protocol.dataReceived(WIRE)
+        self.assertEqual(joinedRaw(protocol.events), EXPECTED)
+        self.assertEqual(len(protocol.given), 1)
+        [(data, pos)] = protocol.given
+        self.assertIs(data, WIRE)
+        self.assertEqual(pos, WIRE.index(b"ab\r\ncde"))
+        for first in range(1, len(WIRE)):
+            for second in range(first, len(WIRE)):
+                protocol = InPlaceRecorder()
+                protocol.makeConnection(StringTransport())
+                protocol.dataReceived(WIRE[:first])
+                protocol.dataReceived(WIRE[first:second])
+                protocol.dataReceived(WIRE[second:])
+                self.assertEqual(joinedRaw(protocol.events), EXPECTED, (first, second))
+
+    def test_rawInPlacePaused(self) -> None:
+        """
+        Pausing in the line after raw octets taken in place keeps the rest
+        of the read for C{resumeProducing}.
+        """
+
+        class Pausing(InPlaceRecorder):
+            def lineReceived(self, line: bytes) -> None:
+                InPlaceRecorder.lineReceived(self, line)
+                if line == b"B2 OK after":
+                    self.pauseProducing()
+
+        protocol = Pausing()
+        protocol.makeConnection(StringTransport())
+        protocol.dataReceived(WIRE)
+        self.assertEqual(joinedRaw(protocol.events), EXPECTED[:5])
+        protocol.resumeProducing()
+        self.assertEqual(joinedRaw(protocol.events), EXPECTED)
 
     def test_everySplit(self) -> None:
         """

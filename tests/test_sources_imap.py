@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import imaplib
+import itertools
 import os
 import re
 from datetime import datetime, timedelta, timezone
@@ -52,6 +53,7 @@ from imapmig.sources.imap import (
     FlagChange,
     FolderStatus,
     IMAPSource,
+    asCRLF,
     messageKey,
     parseMessageKey,
     sourceFlags,
@@ -1629,6 +1631,31 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(folderPath("inbox/x/y", "/"), ("INBOX", "x", "y"))
         self.assertEqual(folderPath("a.b", None), ("a.b",))
         self.assertEqual(folderPath("Inboxes.x", "."), ("Inboxes", "x"))
+
+    def test_asCRLFIsToCRLF(self) -> None:
+        """
+        L{asCRLF} gives what L{toCRLF} gives for every body of up to seven
+        octets made of CR, LF and a letter (so every arrangement of bare
+        CR, bare LF, CRLF, LFCR and CRCRLF there is), and for a longer
+        CRLF body with one bare LF or one bare CR in it.
+        """
+        for length in range(8):
+            for octets in itertools.product(b"\r\na", repeat=length):
+                stored = bytes(octets)
+                self.assertEqual(asCRLF(stored), toCRLF(stored), stored)
+        crlf = b"Subject: x\r\n\r\n" + b"line\r\n" * 100
+        for odd in (b"bare\n", b"bare\r", b"\n\r", b"\r\r\n", b"\n"):
+            for where in (0, 14, len(crlf)):
+                stored = crlf[:where] + odd + crlf[where:]
+                self.assertEqual(asCRLF(stored), toCRLF(stored), stored[:40])
+
+    def test_asCRLFKeepsCRLF(self) -> None:
+        """
+        A body that is CRLF throughout is handed on as the same object,
+        uncopied.
+        """
+        stored = b"Subject: x\r\n\r\n" + b"\xe2\x80\x94 line\r\n" * 100
+        self.assertIs(asCRLF(stored), stored)
 
 
 # Against a private Dovecot.

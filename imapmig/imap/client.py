@@ -904,6 +904,29 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             # lines (and to the parser, which is still in the response).
             self.setLineMode(rest)
 
+    def rawDataFrom(self, data: bytes, pos: int) -> int:
+        """
+        Literal octets of a FETCH response are taken where they are in the
+        read (L{FetchResponseParser.literalAt}), and the lines after the
+        literal read from the same buffer: no copy of the rest of the read
+        at each literal's end.  Any other raw octets (a literal outside
+        FETCH) go to L{rawDataReceived} as before.
+        """
+        parser = self._fetchParser
+        if not parser.wantsLiteral:
+            return LinearLineReceiver.rawDataFrom(self, data, pos)
+        try:
+            end = parser.literalAt(data, pos)
+        except FetchParseError as e:
+            self._violation(f"an unreadable FETCH response ({e})", data[pos : pos + 1024])
+            return len(data)
+        if end < 0:
+            return len(data)
+        # What follows the literal continues the response: back to lines
+        # (and to the parser, which is still in the response).
+        self.setLineMode()
+        return end
+
     def _greeting(self, rest: bytes) -> None:
         status, _, text = rest.partition(b" ")
         status = status.upper()

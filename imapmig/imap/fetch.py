@@ -559,6 +559,9 @@ _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
 )
 
+# The sections a response read by _bodyEnds may carry, as written.
+_BODY_SECTIONS = frozenset([b"BODY[]", b"BINARY[]"])
+
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only: read
 # without the tokenizer, into the same item.
@@ -700,6 +703,8 @@ class FetchResponseParser:
                     return
                 pos = self._start(line)
             elif self._state == _LINE:
+                if line == b")" and self._bodyEnds():
+                    return
                 pos = 0
             else:
                 raise FetchParseError("a line where literal octets were expected")
@@ -718,22 +723,43 @@ class FetchResponseParser:
         @raise FetchSpoolError: a spooled literal could not be written (the
             parser is then idle again).
         """
-        remaining = self._remaining
-        size = len(data)
-        spool = self._spool
-        if size < remaining:
-            if spool is None:
-                self._chunks.append(data)
-            else:
-                self._write(spool, data)
-            self._remaining = remaining - size
+        end = self.literalAt(data, 0)
+        if end < 0:
             return None
-        if size == remaining:
-            piece: bytes | memoryview = data
-            rest = b""
+        return data[end:] if end else data
+
+    def literalAt(self, data: bytes, pos: int) -> int:
+        """
+        Octets of the current literal: C{data} from C{pos} on, and perhaps
+        what follows the literal.  Nothing of C{data} is copied (the
+        literal is joined once, when complete): a reader that keeps its
+        read and a position in it hands the rest over without slicing.
+
+        @param pos: where the literal's octets start in C{data} (at most
+            C{len(data)}).
+        @return: -1 while the literal is incomplete (all of C{data} taken);
+            once complete, the position in C{data} just after it, where
+            the line that continues the response starts.
+        @raise FetchSpoolError: a spooled literal could not be written (the
+            parser is then idle again).
+        """
+        remaining = self._remaining
+        available = len(data) - pos
+        spool = self._spool
+        if available < remaining:
+            if available:
+                piece: bytes | memoryview = memoryview(data)[pos:] if pos else data
+                if spool is None:
+                    self._chunks.append(piece)
+                else:
+                    self._write(spool, piece)
+            self._remaining = remaining - available
+            return -1
+        end = pos + remaining
+        if pos == 0 and end == len(data):
+            piece = data
         else:
-            piece = memoryview(data)[:remaining]
-            rest = data[remaining:]
+            piece = memoryview(data)[pos:end]
         self._remaining = 0
         if spool is None:
             self._chunks.append(piece)
@@ -748,7 +774,7 @@ class FetchResponseParser:
             self._spooled.append((len(root), name, spool))
             root.append(b"")
         self._state = _LINE
-        return rest
+        return end
 
     def _write(self, spool: SpooledLiteral, data: bytes | memoryview) -> None:
         try:
@@ -796,6 +822,37 @@ class FetchResponseParser:
         self._responseOctets = 0
         self._memoryOctets = 0
         self._literalFollows(int(size))
+
+    def _bodyEnds(self) -> bool:
+        """
+        The closing parenthesis of a response that is C{UID <uid>
+        <section> <literal>} (as L{_BODY_START} starts one), its literal
+        held in memory: its item is made without the tokenizer, as L{_item}
+        would make it.
+
+        @return: whether the response was such a one (and is done);
+            otherwise nothing is changed.
+        """
+        root = self._root
+        if len(root) != 4 or self._spooled or len(self._stack) != 1:
+            return False
+        name, uid, section, body = root
+        if (
+            name != b"UID"
+            or section not in _BODY_SECTIONS
+            or not isinstance(uid, bytes)
+            or not uid.isdigit()
+            or not isinstance(body, bytes)
+        ):
+            return False
+        sequence = self._sequence
+        self._state = _IDLE
+        self._root = []
+        self._stack = []
+        self._responseOctets = 0
+        self._memoryOctets = 0
+        self._itemReceived(FetchedItem(sequence=sequence, uid=int(uid), sections={section: body}))
+        return True
 
     def _literalFollows(self, size: int) -> None:
         """

@@ -14,7 +14,10 @@ C{rawDataReceived}, C{setLineMode}, C{setRawMode}, C{clearLineBuffer},
 C{lineLengthExceeded}, C{MAX_LENGTH}) but scans each octet for the
 delimiter once: a read is searched from where the last line ended, and
 the start of an unfinished line is kept as a list of the reads that
-brought it, joined once when its CRLF arrives.
+brought it, joined once when its CRLF arrives.  Raw octets in the middle of
+a read (a literal followed by more lines) can be taken in place
+(L{LinearLineReceiver.rawDataFrom}), so that the rest of the read is not
+copied at each switch between raw data and lines.
 """
 
 from __future__ import annotations
@@ -110,9 +113,33 @@ class LinearLineReceiver(LineReceiver):
             else:
                 data, pos = self._data, self._pos
                 self._data, self._pos = b"", 0
-                self.rawDataReceived(data[pos:] if pos else data)
+                end = self.rawDataFrom(data, pos)
+                if end < len(data):
+                    # Taken in place up to there: the rest is still this
+                    # read, for lines (or more raw octets) from there.
+                    self._data, self._pos = data, end
         self._data = b""
         self._pos = 0
+
+    def rawDataFrom(self, data: bytes, pos: int) -> int:
+        """
+        Raw octets arrived: C{data} from C{pos} on, the rest of a read.
+
+        By default they all go to C{rawDataReceived} (sliced off C{data}
+        unless C{pos} is 0).  A subclass that can take its raw octets
+        where they are (a literal of known size, with more lines after it
+        in the same read) overrides this: it takes what it needs, perhaps
+        switches back to line mode (C{setLineMode()}, with no extra), and
+        says where it stopped; the rest of C{data} is then handled from
+        there, as if it had just arrived, without being copied.
+
+        @param data: the current read.
+        @param pos: where the raw octets start in it.
+        @return: the position in C{data} after the octets taken:
+            C{len(data)} when all were.
+        """
+        self.rawDataReceived(data[pos:] if pos else data)
+        return len(data)
 
     def _lines(self) -> None:
         """

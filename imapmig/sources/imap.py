@@ -105,6 +105,7 @@ __all__ = [
     "FolderChanges",
     "FolderStatus",
     "IMAPSource",
+    "asCRLF",
     "messageKey",
     "parseMessageKey",
 ]
@@ -367,14 +368,41 @@ class _BodySink:
                 body.close()
 
 
-def _holds(body: bytes | SpooledLiteral, octet: bytes) -> bool:
+def asCRLF(body: bytes) -> bytes:
+    """
+    C{body} with CRLF line endings: exactly what L{toCRLF} gives, for less
+    work on what an IMAP server sends (CRLF throughout).
+
+    L{toCRLF} counts LF and CRLF over the whole body (C{bytes.count}: a
+    loop over every octet, twice); here a body holding CR is checked by
+    deleting its CRs and turning each LF into CRLF (C{bytes.replace} of a
+    single octet: C{memchr} from one line end to the next) and comparing
+    the result with the body (C{memcmp}).  They are equal exactly when
+    every CR is followed by LF and every LF preceded by CR: the body is
+    CRLF throughout, and L{toCRLF} would return it unchanged.  Any other
+    body (a bare CR or LF) is left to L{toCRLF}.
+
+    @param body: the message as the server sent it.
+    @return: the message with CRLF line endings (C{body} itself when it
+        has them already).
+    """
+    if 13 not in body:
+        return body.replace(b"\n", b"\r\n")
+    if body.replace(b"\r", b"").replace(b"\n", b"\r\n") == body:
+        return body
+    return toCRLF(body)
+
+
+def _holds(body: bytes | SpooledLiteral, octet: int) -> bool:
     """
     Whether C{body} holds C{octet}.
 
     @raise OSError: a spooled body cannot be read.
     """
     if isinstance(body, SpooledLiteral):
-        return body.contains(octet)
+        return body.contains(bytes([octet]))
+    # An integer needle: CPython tries a bytes needle as an integer first,
+    # raising (and formatting) a TypeError it then clears.
     return octet in body
 
 
@@ -388,7 +416,7 @@ def _isBodyButNUL(stored: bytes | SpooledLiteral, body: bytes | SpooledLiteral) 
     if len(stored) != len(body):
         return False
     if isinstance(stored, bytes) and isinstance(body, bytes):
-        return b"\0" in stored and stored.replace(b"\0", b"\x80") == body
+        return 0 in stored and stored.replace(b"\0", b"\x80") == body
     sawNUL = False
     for offset in range(0, len(body), _COMPARE_STEP):
         ours = _readAt(stored, offset)
@@ -515,7 +543,7 @@ class IMAPSource:
     ) -> Deferred[Sequence[MessageBody]]:
         """
         The bodies of C{messages}, in the same order, as the server sent
-        them (IMAP bodies are CRLF already; L{toCRLF} fixes the rare one
+        them (IMAP bodies are CRLF already; L{asCRLF} fixes the rare one
         that is not); one larger than the spool threshold as a
         L{StreamedBody} on its temporary file.  A message that is gone (no
         longer in the folder, or the folder renumbered or gone), or listed
@@ -1130,9 +1158,9 @@ class IMAPSource:
 
     def _messageBody(self, folder: SourceFolder, uid: int, body: _Body) -> MessageBody:
         """
-        One fetched body as a source hands it on: CRLF in memory, or a
-        L{StreamedBody} on its spool file (converted to CRLF as it is
-        read, as L{toCRLF} would).
+        One fetched body as a source hands it on: CRLF in memory
+        (L{asCRLF}), or a L{StreamedBody} on its spool file (converted to
+        CRLF as it is read, as L{toCRLF} would).
         """
         if body is None:
             return UnreadableMessage("the source server sent NIL for its body")
@@ -1143,7 +1171,7 @@ class IMAPSource:
             except OSError as e:
                 os.close(fd)
                 return UnreadableMessage(f"the spooled body cannot be read: {e.strerror or e}")
-        return toCRLF(body)
+        return asCRLF(body)
 
     async def _fetchBodies(
         self,
@@ -1202,7 +1230,7 @@ class IMAPSource:
         candidates: list[tuple[int, bytes | SpooledLiteral]] = [
             (uid, body)
             for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
-            if body is not None and _holds(body, b"\x80")
+            if body is not None and _holds(body, 0x80)
         ]
         if not candidates:
             return
