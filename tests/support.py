@@ -599,17 +599,22 @@ class DaemonProcess(ProcessProtocol):
             ) from None
 
 
-def startDaemon(testCase: SynchronousTestCase, reactor: Any, configPath: str) -> DaemonProcess:
+def startDaemon(
+    testCase: SynchronousTestCase,
+    reactor: Any,
+    configPath: str,
+    command: Sequence[str] | None = None,
+) -> DaemonProcess:
     """
     Start C{twistd -n imapmig --config configPath --exit-when-done} (from
-    L{SOURCE_TREE}) in a child process of C{reactor}; it is killed, if still
-    running, when the test ends.
+    L{SOURCE_TREE}), or C{command} when given, in a child process of
+    C{reactor}; it is killed, if still running, when the test ends.
     """
     daemon = DaemonProcess()
     reactor.spawnProcess(
         daemon,
         sys.executable,
-        twistdCommand(configPath),
+        list(command) if command is not None else twistdCommand(configPath),
         env=sourceTreeEnvironment(),
         path=SOURCE_TREE,
     )

@@ -26,6 +26,7 @@ from tests.support import (
     newDirectory,
     sharedDovecot,
     sourceTreeEnvironment,
+    startDaemon,
     writeDaemonConfig,
 )
 
@@ -131,21 +132,7 @@ class RunTests(TestCase):
         )
 
     def _start(self, configPath: str, *arguments: str) -> DaemonProcess:
-        daemon = DaemonProcess()
-        reactor.spawnProcess(
-            daemon,
-            sys.executable,
-            daemonCommand(configPath, *arguments),
-            env=sourceTreeEnvironment(),
-            path=SOURCE_TREE,
-        )
-
-        async def reap() -> None:
-            daemon.kill()
-            await daemon.whenEnded()
-
-        self.addCleanup(lambda: Deferred.fromCoroutine(reap()))
-        return daemon
+        return startDaemon(self, reactor, configPath, daemonCommand(configPath, *arguments))
 
     async def test_exitWhenDone(self) -> None:
         """
