@@ -22,8 +22,8 @@ in, and prints the median, minimum and maximum wall-clock time from
 C{fork} to exit, one line per launcher and configuration, the twistd
 lines first:
 
-    twistd          status off  median 0.600 s  min ...  (10 runs)
-    imapmig-daemon  status off  median 0.400 s  min ...  (10 runs)
+    twistd          status off  median S  min S  max S  (10 runs)
+    imapmig-daemon  status off  median S  min S  max S  (10 runs)
 
 C{--launcher} measures one of them only.  Every run must
 exit with status 0.  The runs keep their bytecode in a private cache

@@ -47,7 +47,7 @@ def startService(service: IService, reactor: Any) -> None:
 def beginLogging(logFile: TextIO) -> None:
     """
     Send every log event to C{logFile} in twistd's text format
-    (C{2026-11-25 22:45:40+0000 [-] ...}), with the events logged before
+    (C{2026-11-25T22:45:40+0000 [imapmig.job.migration#info] ...}), with the events logged before
     (while the service was built); standard output and error, and
     warnings, go to the log as under twistd.
     """
