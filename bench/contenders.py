@@ -122,7 +122,12 @@ def _python(module: str, invocation: Invocation, *extra: str) -> list[str]:
 
 
 def _raw(
-    *, select: bool, batch: int, syncWait: bool = False, connections: int = 1
+    *,
+    select: bool,
+    batch: int,
+    syncWait: bool = False,
+    connections: int = 1,
+    mailboxPerConnection: bool = False,
 ) -> Callable[[Invocation], list[str]]:
     def build(invocation: Invocation) -> list[str]:
         argv = [
@@ -146,6 +151,8 @@ def _raw(
             argv.append("--sync-wait")
         if connections > 1:
             argv += ["--connections", str(connections)]
+        if mailboxPerConnection:
+            argv.append("--mailbox-per-connection")
         return argv + (["--select"] if select else [])
 
     return build
@@ -382,9 +389,10 @@ CONTENDERS: dict[str, Contender] = {
             "raw MULTIAPPEND 50, 2 connections",
             slow=False,
             raw=True,
-            build=_raw(select=True, batch=50, connections=2),
+            build=_raw(select=True, batch=50, connections=2, mailboxPerConnection=True),
             applies=_multiappend,
-            note="into INBOX only, after SELECT; imapmig's default number of connections",
+            note="one mailbox per connection (INBOX, INBOX-1), after SELECT; imapmig's default"
+            " number of connections",
         ),
         Contender(
             "raw-wait",

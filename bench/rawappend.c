@@ -26,7 +26,10 @@
  *
  * --connections N forks N-1 more processes; each logs in on its own
  * connection and appends every N-th message (its share), and the first
- * exits 0 only when every one did.
+ * exits 0 only when every one did.  With --mailbox-per-connection the
+ * share k > 0 appends into a mailbox of its own, "<mailbox>-k", created
+ * first, so that the connections do not take turns at one mailbox's lock
+ * (as a client writing each folder on its own connection does not).
  *
  * On success it prints one JSON object on standard output:
  *   {"messages": N, "octets": N, "commands": N, "ok": N, "no": N}
@@ -63,7 +66,7 @@
 
 struct options {
     const char *host, *port, *user, *password, *maildir, *mailbox;
-    int select, batch, literal, syncWait, connections;
+    int select, batch, literal, syncWait, connections, mailboxPerConnection;
     size_t window;
     long limit;
 };
@@ -324,7 +327,8 @@ static void commandAdd(struct command *c, void *base, size_t length, int owned) 
 static void usage(void) {
     fputs("usage: rawappend --host H --port P --user U --password PW --maildir DIR\n"
           "       [--mailbox INBOX] [--select] [--batch N] [--literal plus|minus|sync]\n"
-          "       [--window OCTETS] [--limit N] [--sync-wait] [--connections N]\n",
+          "       [--window OCTETS] [--limit N] [--sync-wait] [--connections N]\n"
+          "       [--mailbox-per-connection]\n",
           stderr);
     exit(2);
 }
@@ -341,6 +345,10 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--select")) {
             o.select = 1;
+            continue;
+        }
+        if (!strcmp(a, "--mailbox-per-connection")) {
+            o.mailboxPerConnection = 1;
             continue;
         }
         if (!strcmp(a, "--sync-wait")) {
@@ -411,6 +419,13 @@ int main(int argc, char **argv) {
     char text[4096];
     snprintf(text, sizeof text, "LOGIN \"%s\" \"%s\"", o.user, o.password);
     simpleCommand(fd, "L", text);
+    if (o.mailboxPerConnection && share > 0) {
+        char *own = xmalloc(strlen(o.mailbox) + 16);
+        sprintf(own, "%s-%d", o.mailbox, share);
+        o.mailbox = own;
+        snprintf(text, sizeof text, "CREATE \"%s\"", o.mailbox);
+        simpleCommand(fd, "C", text);
+    }
     if (o.select) {
         snprintf(text, sizeof text, "SELECT \"%s\"", o.mailbox);
         simpleCommand(fd, "S", text);

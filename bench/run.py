@@ -38,7 +38,8 @@ The clients (C{--clients}, comma-separated):
   raw                  raw writer, one message per APPEND (LITERAL+)
   raw-select           the same after SELECT INBOX
   raw-multi50          raw writer, MULTIAPPEND batches of 50 after SELECT
-  raw-multi50-2        the same on 2 connections (imapmig's default; issue 17)
+  raw-multi50-2        the same on 2 connections, one mailbox each (imapmig's
+                       default connections; issue 17)
   raw-wait             raw writer, one message per APPEND; a command with a
                        synchronizing literal starts once every earlier one
                        is answered (--sync-wait)
