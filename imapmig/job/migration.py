@@ -29,7 +29,7 @@ the destination's rates before it is handed to the pipeline.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
@@ -48,9 +48,9 @@ from imapmig.errors import (
     SourceError,
     TransientError,
 )
-from imapmig.fidelity import decideFlags, journalHead, needsBinary
+from imapmig.fidelity import journalHead
 from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.pipeline import OutgoingMessage, appendArguments
+from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.signals import classifyRefusal
 from imapmig.job.destination import (
@@ -60,10 +60,10 @@ from imapmig.job.destination import (
 )
 from imapmig.job.budgets import UnitBudgets, mailboxFull
 from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.readahead import ReadAhead, closeBodies
 from imapmig.job.reconcile import reconcileJournal
 from imapmig.job.recording import (
-    JournalTicket,
     OutcomeRecorder,
     PipelineOutcomes,
     SentMessage,
@@ -75,7 +75,6 @@ from imapmig.message import (
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
-    formatInternalDate,
 )
 from imapmig.plan import (
     FolderRules,
@@ -88,7 +87,7 @@ from imapmig.plan import (
     pendingMessages,
     takeShare,
 )
-from imapmig.presence import FINGERPRINT, PresenceIndex
+from imapmig.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
@@ -252,33 +251,6 @@ def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
     )
 
 
-@dataclass
-class _DestinationTraits:
-    """
-    What the destination can store, as far as preparing a message goes.
-
-    @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
-    @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
-        L{None} when unknown.
-    @ivar presence: what the mailbox already holds that no record accounts
-        for, or L{None}.
-    @ivar flagDecisions: by the source's flags, as decided for these
-        traits: the note, and the flag list as an APPEND argument
-        (L{appendArguments} without a date), alone and followed by the
-        space before a date.
-    @ivar sizeLimit: the largest message it accepts and where that limit
-        comes from (L{messageSizeLimit}), or L{None}.
-    """
-
-    binary: bool
-    permanentFlags: frozenset[str] | None
-    presence: PresenceIndex | None = None
-    sizeLimit: tuple[int, str] | None = None
-    flagDecisions: dict[tuple[str, ...], tuple[str | None, bytes, bytes]] = field(
-        default_factory=dict
-    )
-
-
 def connectionsWorthOpening(
     settings: JobSettings, units: int, messages: int, octets: int
 ) -> int:
@@ -364,7 +336,6 @@ class MigrationJob:
         self._overQuota: str | None = None
         self._rules = rules
         self._identity = identity
-        self._eightBitFails = eightBit == "fail"
         self._retry = retry
         self._delays = retry.delays(jitter)
         self._deltaCounts: dict[str, int] = {}
@@ -411,6 +382,7 @@ class MigrationJob:
             settings.recordInterval,
             onError=self._storeFailed,
         )
+        self._preparation = MessagePreparation(self._recorder, eightBit == "fail")
 
     @property
     def progress(self) -> JobProgress:
@@ -923,7 +895,7 @@ class MigrationJob:
             folder = mapping.folder
             if mailbox in uncreatable:
                 for message in pending:
-                    self._recordFailure(
+                    self._preparation.recordFailure(
                         folder,
                         mailbox,
                         message,
@@ -932,10 +904,10 @@ class MigrationJob:
                 continue
             if self._overQuota is not None:
                 for message in pending:
-                    self._recordFailure(folder, mailbox, message, self._overQuota)
+                    self._preparation.recordFailure(folder, mailbox, message, self._overQuota)
                 continue
             if sizeLimit is not None:
-                pending = self._withinSizeLimit(folder, mailbox, pending, sizeLimit)
+                pending = self._preparation.withinSizeLimit(folder, mailbox, pending, sizeLimit)
             self._units.extend(
                 cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
             )
@@ -959,36 +931,6 @@ class MigrationJob:
             failure.raiseException()
         if self._limitReached is not None and not self._stopping:
             raise self._limitReached
-
-    def _withinSizeLimit(
-        self,
-        folder: SourceFolder,
-        mailbox: str,
-        pending: list[SourceMessage],
-        sizeLimit: tuple[int, str],
-    ) -> list[SourceMessage]:
-        """
-        The messages of C{pending} whose listed size the destination
-        accepts; the others are recorded as failed at once, never read nor
-        counted against a budget.  (A body found larger than listed, once
-        read, is refused by L{_prepare}.)
-        """
-        limit, where = sizeLimit
-        if all(message.size <= limit for message in pending):
-            return pending
-        kept = []
-        for message in pending:
-            if message.size <= limit:
-                kept.append(message)
-                continue
-            self._recordFailure(
-                folder,
-                mailbox,
-                message,
-                f"listed at {message.size} octets, larger than the {limit} the"
-                f" destination accepts ({where}); not sent",
-            )
-        return kept
 
     async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
         """
@@ -1062,7 +1004,7 @@ class MigrationJob:
         worker = id(outcomes)
         binary = b"BINARY" in session.capabilities
         sizeLimit = messageSizeLimit(session.capabilities, settings.maxMessageBytes)
-        traits: dict[str, _DestinationTraits] = {}
+        traits: dict[str, DestinationTraits] = {}
         target = TargetMailbox()
         try:
             while units and not self._stopping and self._limitReached is None:
@@ -1098,7 +1040,7 @@ class MigrationJob:
                 sent = Target(unit.folder.key, unit.mailbox, ticket)
                 destination = traits.get(unit.mailbox)
                 if destination is None:
-                    destination = traits[unit.mailbox] = _DestinationTraits(
+                    destination = traits[unit.mailbox] = DestinationTraits(
                         binary, target.permanentFlags, target.presence, sizeLimit=sizeLimit
                     )
                 enqueued = False
@@ -1137,7 +1079,7 @@ class MigrationJob:
                             if budgets is not None:
                                 await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
                             break
-                        outgoing = self._prepare(unit, sent, chunk, bodies, destination)
+                        outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
                         pipeline.enqueue(outgoing)
                         enqueued = True
                         if budgets is not None:
@@ -1251,131 +1193,3 @@ class MigrationJob:
                     folder.key,
                     FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
                 )
-
-    def _prepare(
-        self,
-        unit: WorkUnit,
-        target: Target,
-        chunk: Sequence[SourceMessage],
-        bodies: Sequence[MessageBody],
-        destination: _DestinationTraits,
-    ) -> list[OutgoingMessage]:
-        """
-        Turn what the source read into messages for the pipeline, deciding
-        per message its flags and literal kind, and recording at once the
-        messages that cannot go.
-        """
-        outgoing: list[OutgoingMessage] = []
-        flagCache = destination.flagDecisions
-        for message, body in zip(chunk, bodies):
-            if isinstance(body, UnreadableMessage):
-                self._recordFailure(
-                    unit.folder,
-                    unit.mailbox,
-                    message,
-                    f"unreadable in the source: {body.reason}",
-                    target.ticket,
-                )
-                continue
-            presence = destination.presence
-            if presence is not None:
-                uid = presence.take(body)
-                if uid is not None:
-                    self._recorder.add(
-                        MessageOutcome(
-                            unit.folder.key,
-                            message.key,
-                            unit.mailbox,
-                            len(body),
-                            presence.uidValidity,
-                            uid,
-                            alreadyPresent=True,
-                        ),
-                        target.ticket,
-                    )
-                    continue
-            sizeLimit = destination.sizeLimit
-            if sizeLimit is not None and len(body) > sizeLimit[0]:
-                # Sent, it would be refused (or the connection dropped,
-                # after the octets had travelled): record it now.
-                self._recordFailure(
-                    unit.folder,
-                    unit.mailbox,
-                    message,
-                    f"{len(body)} octets, larger than the {sizeLimit[0]} the destination"
-                    f" accepts ({sizeLimit[1]}); not sent",
-                    target.ticket,
-                )
-                continue
-            if type(body) is bytes:
-                # needsBinary's test, inline for the common case.
-                hasNUL = 0 in body
-                has8bit = not body.isascii()
-            else:
-                hasNUL, has8bit = needsBinary(body)
-            binary = False
-            if hasNUL or has8bit:
-                if destination.binary:
-                    binary = True
-                elif hasNUL:
-                    self._recordFailure(
-                        unit.folder,
-                        unit.mailbox,
-                        message,
-                        "contains NUL octets, which IMAP carries only in a BINARY"
-                        " literal8 (RFC 3516); the destination does not offer BINARY",
-                        target.ticket,
-                    )
-                    continue
-                elif self._eightBitFails:
-                    self._recordFailure(
-                        unit.folder,
-                        unit.mailbox,
-                        message,
-                        "contains 8-bit octets and the destination does not offer BINARY"
-                        " (RFC 3516); the job's eight_bit setting is 'fail'",
-                        target.ticket,
-                    )
-                    continue
-                # Otherwise 8-bit octets without NUL travel in a plain
-                # literal: RFC 3501 literals are CHAR8, every octet but NUL.
-            # Few distinct flag sets: decide each once per folder.
-            decided = flagCache.get(message.flags)
-            if decided is None:
-                decision = decideFlags(message.flags, destination.permanentFlags)
-                note = None
-                if decision.dropped:
-                    note = "; ".join(
-                        f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
-                    )
-                flagList = appendArguments(decision.kept, None)
-                decided = flagCache[message.flags] = (note, flagList, flagList + b" ")
-            note, flagList, beforeDate = decided
-            internalDate = message.internalDate
-            outgoing.append(
-                SentMessage(
-                    body,
-                    flagList
-                    if internalDate is None
-                    else beforeDate + formatInternalDate(internalDate),
-                    binary,
-                    target,
-                    message,
-                    note,
-                    1 if len(body) != message.size else 0,
-                )
-            )
-        return outgoing
-
-    def _recordFailure(
-        self,
-        folder: SourceFolder,
-        mailbox: str,
-        message: SourceMessage,
-        reason: str,
-        ticket: JournalTicket | None = None,
-    ) -> None:
-        self._recorder.add(
-            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason),
-            ticket,
-        )

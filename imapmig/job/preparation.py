@@ -1,0 +1,230 @@
+"""
+Turning what a source read into messages for the destination's pipeline:
+per message its flags, its literal kind and its INTERNALDATE argument, and
+the messages that cannot go (unreadable, already present, too large, NUL or
+8-bit octets a destination without BINARY cannot take) recorded at once
+with their reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from imapmig.fidelity import decideFlags, needsBinary
+from imapmig.imap.pipeline import OutgoingMessage, appendArguments
+from imapmig.job.recording import JournalTicket, OutcomeRecorder, SentMessage, Target
+from imapmig.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    formatInternalDate,
+)
+from imapmig.plan import WorkUnit
+from imapmig.presence import PresenceIndex
+from imapmig.state import MessageOutcome
+
+
+@dataclass
+class DestinationTraits:
+    """
+    What the destination can store, as far as preparing a message goes.
+
+    @ivar binary: it offers BINARY (RFC 3516): literal8 APPENDs.
+    @ivar permanentFlags: the PERMANENTFLAGS of the selected mailbox, or
+        L{None} when unknown.
+    @ivar presence: what the mailbox already holds that no record accounts
+        for, or L{None}.
+    @ivar flagDecisions: by the source's flags, as decided for these
+        traits: the note, and the flag list as an APPEND argument
+        (L{appendArguments} without a date), alone and followed by the
+        space before a date.
+    @ivar sizeLimit: the largest message it accepts and where that limit
+        comes from (L{messageSizeLimit}), or L{None}.
+    """
+
+    binary: bool
+    permanentFlags: frozenset[str] | None
+    presence: PresenceIndex | None = None
+    sizeLimit: tuple[int, str] | None = None
+    flagDecisions: dict[tuple[str, ...], tuple[str | None, bytes, bytes]] = field(
+        default_factory=dict
+    )
+
+
+class MessagePreparation:
+    """
+    A job's preparation of messages for its destination.
+
+    @ivar _recorder: where the messages that cannot go are recorded.
+    @ivar _eightBitFails: the job's C{eight_bit} setting is C{fail}: a
+        message with 8-bit octets fails against a destination without
+        BINARY instead of travelling in a plain literal.
+    """
+
+    def __init__(self, recorder: OutcomeRecorder, eightBitFails: bool) -> None:
+        self._recorder = recorder
+        self._eightBitFails = eightBitFails
+
+    def prepare(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        chunk: Sequence[SourceMessage],
+        bodies: Sequence[MessageBody],
+        destination: DestinationTraits,
+    ) -> list[OutgoingMessage]:
+        """
+        Turn what the source read into messages for the pipeline, deciding
+        per message its flags and literal kind, and recording at once the
+        messages that cannot go.
+        """
+        outgoing: list[OutgoingMessage] = []
+        flagCache = destination.flagDecisions
+        for message, body in zip(chunk, bodies):
+            if isinstance(body, UnreadableMessage):
+                self.recordFailure(
+                    unit.folder,
+                    unit.mailbox,
+                    message,
+                    f"unreadable in the source: {body.reason}",
+                    target.ticket,
+                )
+                continue
+            presence = destination.presence
+            if presence is not None:
+                uid = presence.take(body)
+                if uid is not None:
+                    self._recorder.add(
+                        MessageOutcome(
+                            unit.folder.key,
+                            message.key,
+                            unit.mailbox,
+                            len(body),
+                            presence.uidValidity,
+                            uid,
+                            alreadyPresent=True,
+                        ),
+                        target.ticket,
+                    )
+                    continue
+            sizeLimit = destination.sizeLimit
+            if sizeLimit is not None and len(body) > sizeLimit[0]:
+                # Sent, it would be refused (or the connection dropped,
+                # after the octets had travelled): record it now.
+                self.recordFailure(
+                    unit.folder,
+                    unit.mailbox,
+                    message,
+                    f"{len(body)} octets, larger than the {sizeLimit[0]} the destination"
+                    f" accepts ({sizeLimit[1]}); not sent",
+                    target.ticket,
+                )
+                continue
+            if type(body) is bytes:
+                # needsBinary's test, inline for the common case.
+                hasNUL = 0 in body
+                has8bit = not body.isascii()
+            else:
+                hasNUL, has8bit = needsBinary(body)
+            binary = False
+            if hasNUL or has8bit:
+                if destination.binary:
+                    binary = True
+                elif hasNUL:
+                    self.recordFailure(
+                        unit.folder,
+                        unit.mailbox,
+                        message,
+                        "contains NUL octets, which IMAP carries only in a BINARY"
+                        " literal8 (RFC 3516); the destination does not offer BINARY",
+                        target.ticket,
+                    )
+                    continue
+                elif self._eightBitFails:
+                    self.recordFailure(
+                        unit.folder,
+                        unit.mailbox,
+                        message,
+                        "contains 8-bit octets and the destination does not offer BINARY"
+                        " (RFC 3516); the job's eight_bit setting is 'fail'",
+                        target.ticket,
+                    )
+                    continue
+                # Otherwise 8-bit octets without NUL travel in a plain
+                # literal: RFC 3501 literals are CHAR8, every octet but NUL.
+            # Few distinct flag sets: decide each once per folder.
+            decided = flagCache.get(message.flags)
+            if decided is None:
+                decision = decideFlags(message.flags, destination.permanentFlags)
+                note = None
+                if decision.dropped:
+                    note = "; ".join(
+                        f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
+                    )
+                flagList = appendArguments(decision.kept, None)
+                decided = flagCache[message.flags] = (note, flagList, flagList + b" ")
+            note, flagList, beforeDate = decided
+            internalDate = message.internalDate
+            outgoing.append(
+                SentMessage(
+                    body,
+                    flagList
+                    if internalDate is None
+                    else beforeDate + formatInternalDate(internalDate),
+                    binary,
+                    target,
+                    message,
+                    note,
+                    1 if len(body) != message.size else 0,
+                )
+            )
+        return outgoing
+
+    def recordFailure(
+        self,
+        folder: SourceFolder,
+        mailbox: str,
+        message: SourceMessage,
+        reason: str,
+        ticket: JournalTicket | None = None,
+    ) -> None:
+        """
+        Record C{message} of C{folder} (for C{mailbox}) as failed with
+        C{reason}, under the journal C{ticket} of its unit if it has one.
+        """
+        self._recorder.add(
+            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason),
+            ticket,
+        )
+
+    def withinSizeLimit(
+        self,
+        folder: SourceFolder,
+        mailbox: str,
+        pending: list[SourceMessage],
+        sizeLimit: tuple[int, str],
+    ) -> list[SourceMessage]:
+        """
+        The messages of C{pending} whose listed size the destination
+        accepts; the others are recorded as failed at once, never read nor
+        counted against a budget.  (A body found larger than listed, once
+        read, is refused by L{prepare}.)
+        """
+        limit, where = sizeLimit
+        if all(message.size <= limit for message in pending):
+            return pending
+        kept = []
+        for message in pending:
+            if message.size <= limit:
+                kept.append(message)
+                continue
+            self.recordFailure(
+                folder,
+                mailbox,
+                message,
+                f"listed at {message.size} octets, larger than the {limit} the"
+                f" destination accepts ({where}); not sent",
+            )
+        return kept
