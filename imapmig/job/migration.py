@@ -58,10 +58,11 @@ from imapmig.job.destination import (
     FolderToCopy,
     TargetMailbox,
 )
-from imapmig.job.budgets import UnitBudgets, mailboxFull
+from imapmig.job.budgets import UnitBudgets
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.readahead import ReadAhead, closeBodies
+from imapmig.job.sides import JobSides
 from imapmig.job.reconcile import reconcileJournal
 from imapmig.job.recording import (
     OutcomeRecorder,
@@ -348,6 +349,7 @@ class MigrationJob:
         self._lifecycle = JobLifecycle(progress, clock)
         self._throttle = throttle
         self._sourceThrottle = sourceThrottle
+        self._sides = JobSides(source, sourceThrottle, throttle)
         self._defer = defer
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
@@ -500,9 +502,9 @@ class MigrationJob:
         """
         self._lastError = reason
         retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
-        side = self._sideOf(error)
+        side = self._sides.sideOf(error)
         untilRenewal = None
-        full = isinstance(error, QuotaExceeded) and await self._destinationFull(error)
+        full = isinstance(error, QuotaExceeded) and await self._sides.destinationFull(error)
         if full:
             assert isinstance(error, QuotaExceeded)
             self._overQuota = f"destination over quota: {error.text or reason}"
@@ -582,46 +584,6 @@ class MigrationJob:
             if budget.charged >= budget.limit:
                 return budget.reached()
         return None
-
-    async def _destinationFull(self, error: QuotaExceeded) -> bool:
-        """
-        Whether C{error} is the destination saying its mailbox is full
-        (L{mailboxFull}), not a daily limit nor a source's refusal.
-        """
-        if self._fromSource(error):
-            return False
-        budget = self._throttle.budget if self._throttle is not None else None
-        if budget is not None:
-            await budget.load()
-        return mailboxFull(error, budget)
-
-    def _fromSource(self, error: BaseException) -> bool:
-        """
-        Whether C{error} came from the source side: the source throttle's
-        last signal or budget, or raised by the IMAP source.
-        """
-        source = self._sourceThrottle
-        if source is not None and (
-            source.lastSignal is error
-            or (isinstance(error, DailyLimitReached) and error.budget is source.budget)
-        ):
-            return True
-        return isinstance(self._source, IMAPSource) and self._source.raised(error)
-
-    def _sideOf(self, error: BaseException) -> Throttle | None:
-        """
-        The throttle of the side C{error} came from (the source's, if the
-        IMAP source raised it or it is the source's budget, else the
-        destination's), after telling it: a server's "wait" holds that
-        server's and account's buckets for every job.  A source's signal
-        never touches the destination's throttle, even when the source
-        has none (L{None}).
-        """
-        if self._fromSource(error):
-            return self._sourceThrottle
-        if self._throttle is not None:
-            self._throttle.signalled(error)
-        return self._throttle
 
     def _failed(self, reason: str) -> bool:
         log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
