@@ -61,6 +61,7 @@ from imapmig.job.destination import (
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
+from imapmig.job.listing import Listed, SourceListing
 from imapmig.job.readahead import ReadAhead, closeBodies
 from imapmig.job.sides import JobSides
 from imapmig.job.reconcile import reconcileJournal
@@ -73,7 +74,6 @@ from imapmig.job.recording import (
 from imapmig.job.retry import RetryPolicy
 from imapmig.message import (
     MessageBody,
-    SourceFolder,
     SourceMessage,
     UnreadableMessage,
 )
@@ -84,16 +84,14 @@ from imapmig.plan import (
     chunks,
     cutUnits,
     guidedShare,
-    isIncluded,
-    pendingMessages,
     takeShare,
 )
 from imapmig.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
-from imapmig.sources.imap import FlagChange, IMAPSource
-from imapmig.state import FolderMark, IStateStore, JournalEntry, MessageOutcome
+from imapmig.sources.imap import IMAPSource
+from imapmig.state import IStateStore, JournalEntry, MessageOutcome
 
 log = Logger()
 
@@ -110,9 +108,6 @@ READ_STEP_BYTES = 1024 * 1024
 IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 
 
-# A listed source folder: its messages and, on a delta pass, the flag
-# changes of messages already copied.
-_Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
 
 @dataclass(frozen=True)
 class JobSettings:
@@ -339,7 +334,6 @@ class MigrationJob:
         self._identity = identity
         self._retry = retry
         self._delays = retry.delays(jitter)
-        self._deltaCounts: dict[str, int] = {}
         self._source = source
         self._store = store
         self._progress = progress
@@ -639,13 +633,22 @@ class MigrationJob:
         # ended) are then settled, before what is left to copy is known.
         opening = Deferred.fromCoroutine(self._open(attempt))
         try:
-            listed, unreadable = await self._listSource(opening)
+            listing = SourceListing(
+                self.name,
+                self._source,
+                self._store,
+                self._rules,
+                self._progress,
+                self._clock,
+                lambda: self._stopping,
+            )
+            listed, unreadable = await listing.listSource(opening)
             entries = [] if self._stopping else await self._store.journal(self.name)
             if entries:
                 first = await opening
                 await self._reconcile(first, entries, listed)
                 opening = Deferred.fromCoroutine(_ready(first))
-            listings = await self._plan(listed)
+            listings = await listing.plan(listed, self._failedThisRun, self._recorder)
         except BaseException:
             _consume(opening, self.name)
             raise
@@ -658,10 +661,10 @@ class MigrationJob:
                 f" migrated): {'; '.join(unreadable)}"
             )
         if not self._stopping:
-            await self._recordFolderMarks([listing.folder for listing in listings])
+            await listing.recordFolderMarks([each.folder for each in listings])
 
     async def _reconcile(
-        self, session: IMAPSession, entries: Sequence[JournalEntry], listed: Sequence[_Listed]
+        self, session: IMAPSession, entries: Sequence[JournalEntry], listed: Sequence[Listed]
     ) -> None:
         """
         Settle the journal's C{entries}, reading their messages again from
@@ -715,101 +718,11 @@ class MigrationJob:
                 )
         await self._recorder.flush()
 
-    async def _listSource(
-        self, opening: Deferred[IMAPSession]
-    ) -> tuple[list[_Listed], list[str]]:
-        """
-        List the included source folders and their messages.
-
-        @param opening: the first destination connection, logging in
-            meanwhile: while it is, the reactor runs between folders (a
-            Maildir or mbox is listed without yielding), so that its
-            greeting and login go on.
-        @return: each folder's messages (and, on a delta pass, flag
-            changes), and the folders that could not be read.
-        """
-        progress = self._progress
-        source = self._source
-        folders = await source.listFolders()
-        included = [f for f in folders if isIncluded(f.path, self._rules)]
-        progress.foldersTotal = len(included)
-        progress.foldersExcluded = len(folders) - len(included)
-        for folder in folders:
-            if folder not in included:
-                log.info(
-                    "Job {job}: folder {folder} left out by the folder rules",
-                    job=self.name,
-                    folder="/".join(folder.path),
-                )
-        unreadable: list[str] = []
-        listed: list[_Listed] = []
-        for folder in included:
-            if self._stopping:
-                break
-            try:
-                messages, flagChanges = await self._listFolder(folder)
-            except SourceError as e:
-                # The other folders are still migrated; the job ends as
-                # failed, naming this one.
-                log.error(
-                    "Job {job}: cannot list the source folder {folder}: {why}",
-                    job=self.name,
-                    folder="/".join(folder.path),
-                    why=str(e),
-                )
-                unreadable.append(f"{'/'.join(folder.path)}: {e}")
-                continue
-            listed.append((folder, messages, flagChanges))
-            if not opening.called:
-                await deferLater(self._clock, 0)
-        return listed, unreadable
-
-    async def _plan(self, listed: Sequence[_Listed]) -> list[FolderToCopy]:
-        """
-        What of each listed folder is left to copy, by the state store's
-        records; set the progress totals.
-        """
-        progress = self._progress
-        listings: list[FolderToCopy] = []
-        failedThisRun = self._failedThisRun
-        total = already = 0
-        for folder, messages, flagChanges in listed:
-            recorded = await self._store.destinationMap(self.name, folder.key)
-            pending = pendingMessages(messages, recorded)
-            listedCount = self._listedCount(folder, messages)
-            total += listedCount
-            already += listedCount - len(pending)
-            if failedThisRun:
-                # Recorded as failed by an earlier attempt of this run: not
-                # tried again until the next run.
-                pending = [m for m in pending if (folder.key, m.key) not in failedThisRun]
-            if folder.key in self._deltaCounts:
-                # A delta pass: every record is of a message still there.
-                accounted = list(recorded.values())
-            else:
-                # Records of messages the source no longer lists under
-                # these keys (a new UIDVALIDITY, a rewritten mbox) account
-                # for nothing: their copies are found again by identity.
-                accounted = [recorded[m.key] for m in messages if m.key in recorded]
-            listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
-        recorder = self._recorder
-        progress.messagesTotal = total
-        progress.messagesDone = already
-        progress.messagesAlreadyMigrated = already - recorder.appended - recorder.present
-        log.info(
-            "Job {job}: {total} messages in {folders} folders, {pending} to copy",
-            job=self.name,
-            total=total,
-            folders=len(listed),
-            pending=total - already,
-        )
-        return listings
-
     async def _copyListed(
         self, attempt: _Attempt, first: IMAPSession, listings: list[FolderToCopy]
     ) -> None:
         """
-        Copy what L{_listSource} found left to copy, over C{first} and the
+        Copy what L{SourceListing.listSource} found left to copy, over C{first} and the
         job's other connections.
         """
         settings = self._settings
@@ -1097,61 +1010,3 @@ class MigrationJob:
             return None
         budgets.hold(sum(sizes[:fitting]))
         return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
-
-    async def _listFolder(
-        self, folder: SourceFolder
-    ) -> tuple[Sequence[SourceMessage], Sequence[FlagChange]]:
-        """
-        The messages of a source folder, and the flag changes to apply to
-        copies made by an earlier run.
-
-        An IMAP source whose folder is unchanged since the last completed
-        run (same UIDVALIDITY) lists only the messages that arrived since,
-        and the flag changes since (with CONDSTORE); otherwise every
-        message is listed.
-        """
-        source = self._source
-        if isinstance(source, IMAPSource):
-            mark = await self._store.folderMark(self.name, folder.key)
-            if mark is not None:
-                changes = await source.listMessagesSince(
-                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq
-                )
-                if not changes.uidValidityChanged:
-                    self._deltaCounts[folder.key] = changes.status.exists
-                    return changes.newMessages, changes.flagChanges
-                log.warn(
-                    "Job {job}: the source folder {folder} has a new UIDVALIDITY: its"
-                    " messages are listed again and recognised by content in the destination",
-                    job=self.name,
-                    folder="/".join(folder.path),
-                )
-                await self._store.forgetFolder(self.name, folder.key)
-        return await source.listMessages(folder), ()
-
-    def _listedCount(self, folder: SourceFolder, messages: Sequence[SourceMessage]) -> int:
-        """
-        How many messages the folder holds: all of them when listed whole,
-        the server's count on a delta pass.
-        """
-        return max(self._deltaCounts.pop(folder.key, 0), len(messages))
-
-    async def _recordFolderMarks(self, folders: Sequence[SourceFolder]) -> None:
-        """
-        After a completed pass, remember where each IMAP source folder
-        stood, for the next pass's delta.
-        """
-        source = self._source
-        if not isinstance(source, IMAPSource) or self._stopping:
-            return
-        if self._progress.messagesFailed:
-            # Failed messages are retried by listing the folder whole.
-            return
-        for folder in folders:
-            status = source.folderStatus(folder)
-            if status is not None:
-                await self._store.recordFolderMark(
-                    self.name,
-                    folder.key,
-                    FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
-                )

@@ -1,0 +1,223 @@
+"""
+What a job finds in its source and has left to copy: the included folders
+listed (on a later pass of an IMAP source, only what changed since its
+recorded mark), set against the state store's records, and each folder's
+mark recorded after a completed pass.
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Any, Callable, Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from imapmig.errors import SourceError
+from imapmig.job.destination import FolderToCopy
+from imapmig.job.recording import OutcomeRecorder
+from imapmig.message import SourceFolder, SourceMessage
+from imapmig.plan import FolderRules, isIncluded, pendingMessages
+from imapmig.progress import JobProgress
+from imapmig.sources import IMessageSource
+from imapmig.sources.imap import FlagChange, IMAPSource
+from imapmig.state import FolderMark, IStateStore
+
+__all__ = ["Listed", "SourceListing"]
+
+log = Logger()
+
+Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
+"""
+A listed source folder: its messages and, on a delta pass, the flag
+changes of messages already copied.
+"""
+
+
+class SourceListing:
+    """
+    The listing of one job's source, for one run.
+
+    @ivar _deltaCounts: by folder key, the server's message count of a
+        folder listed as a delta (only its new messages), until L{plan}
+        takes it.
+    """
+
+    def __init__(
+        self,
+        job: str,
+        source: IMessageSource,
+        store: IStateStore,
+        rules: FolderRules,
+        progress: JobProgress,
+        clock: IReactorTime,
+        stopping: Callable[[], bool],
+    ) -> None:
+        """
+        @param job: the job's name, for the state store and the log.
+        @param stopping: whether the job is stopping.
+        """
+        self._job = job
+        self._source = source
+        self._store = store
+        self._rules = rules
+        self._progress = progress
+        self._clock = clock
+        self._stopping = stopping
+        self._deltaCounts: dict[str, int] = {}
+
+    async def listSource(self, opening: Deferred[Any]) -> tuple[list[Listed], list[str]]:
+        """
+        List the included source folders and their messages.
+
+        @param opening: the first destination connection, logging in
+            meanwhile: while it is, the reactor runs between folders (a
+            Maildir or mbox is listed without yielding), so that its
+            greeting and login go on.
+        @return: each folder's messages (and, on a delta pass, flag
+            changes), and the folders that could not be read.
+        """
+        progress = self._progress
+        source = self._source
+        folders = await source.listFolders()
+        included = [f for f in folders if isIncluded(f.path, self._rules)]
+        progress.foldersTotal = len(included)
+        progress.foldersExcluded = len(folders) - len(included)
+        for folder in folders:
+            if folder not in included:
+                log.info(
+                    "Job {job}: folder {folder} left out by the folder rules",
+                    job=self._job,
+                    folder="/".join(folder.path),
+                )
+        unreadable: list[str] = []
+        listed: list[Listed] = []
+        for folder in included:
+            if self._stopping():
+                break
+            try:
+                messages, flagChanges = await self._listFolder(folder)
+            except SourceError as e:
+                # The other folders are still migrated; the job ends as
+                # failed, naming this one.
+                log.error(
+                    "Job {job}: cannot list the source folder {folder}: {why}",
+                    job=self._job,
+                    folder="/".join(folder.path),
+                    why=str(e),
+                )
+                unreadable.append(f"{'/'.join(folder.path)}: {e}")
+                continue
+            listed.append((folder, messages, flagChanges))
+            if not opening.called:
+                await deferLater(self._clock, 0)
+        return listed, unreadable
+
+    async def plan(
+        self,
+        listed: Sequence[Listed],
+        failedThisRun: AbstractSet[tuple[str, str]],
+        recorder: OutcomeRecorder,
+    ) -> list[FolderToCopy]:
+        """
+        What of each listed folder is left to copy, by the state store's
+        records; set the progress totals.
+
+        @param listed: what L{listSource} listed.
+        @param failedThisRun: the messages (folder key, message key)
+            recorded as failed by an earlier attempt of this run.
+        @param recorder: the job's outcome recorder, for what this run
+            stored already.
+        """
+        progress = self._progress
+        listings: list[FolderToCopy] = []
+        total = already = 0
+        for folder, messages, flagChanges in listed:
+            recorded = await self._store.destinationMap(self._job, folder.key)
+            pending = pendingMessages(messages, recorded)
+            listedCount = self._listedCount(folder, messages)
+            total += listedCount
+            already += listedCount - len(pending)
+            if failedThisRun:
+                # Recorded as failed by an earlier attempt of this run: not
+                # tried again until the next run.
+                pending = [m for m in pending if (folder.key, m.key) not in failedThisRun]
+            if folder.key in self._deltaCounts:
+                # A delta pass: every record is of a message still there.
+                accounted = list(recorded.values())
+            else:
+                # Records of messages the source no longer lists under
+                # these keys (a new UIDVALIDITY, a rewritten mbox) account
+                # for nothing: their copies are found again by identity.
+                accounted = [recorded[m.key] for m in messages if m.key in recorded]
+            listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
+        progress.messagesTotal = total
+        progress.messagesDone = already
+        progress.messagesAlreadyMigrated = already - recorder.appended - recorder.present
+        log.info(
+            "Job {job}: {total} messages in {folders} folders, {pending} to copy",
+            job=self._job,
+            total=total,
+            folders=len(listed),
+            pending=total - already,
+        )
+        return listings
+
+    async def _listFolder(
+        self, folder: SourceFolder
+    ) -> tuple[Sequence[SourceMessage], Sequence[FlagChange]]:
+        """
+        The messages of a source folder, and the flag changes to apply to
+        copies made by an earlier run.
+
+        An IMAP source whose folder is unchanged since the last completed
+        run (same UIDVALIDITY) lists only the messages that arrived since,
+        and the flag changes since (with CONDSTORE); otherwise every
+        message is listed.
+        """
+        source = self._source
+        if isinstance(source, IMAPSource):
+            mark = await self._store.folderMark(self._job, folder.key)
+            if mark is not None:
+                changes = await source.listMessagesSince(
+                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq
+                )
+                if not changes.uidValidityChanged:
+                    self._deltaCounts[folder.key] = changes.status.exists
+                    return changes.newMessages, changes.flagChanges
+                log.warn(
+                    "Job {job}: the source folder {folder} has a new UIDVALIDITY: its"
+                    " messages are listed again and recognised by content in the destination",
+                    job=self._job,
+                    folder="/".join(folder.path),
+                )
+                await self._store.forgetFolder(self._job, folder.key)
+        return await source.listMessages(folder), ()
+
+    def _listedCount(self, folder: SourceFolder, messages: Sequence[SourceMessage]) -> int:
+        """
+        How many messages the folder holds: all of them when listed whole,
+        the server's count on a delta pass.
+        """
+        return max(self._deltaCounts.pop(folder.key, 0), len(messages))
+
+    async def recordFolderMarks(self, folders: Sequence[SourceFolder]) -> None:
+        """
+        After a completed pass, remember where each IMAP source folder
+        stood, for the next pass's delta.
+        """
+        source = self._source
+        if not isinstance(source, IMAPSource) or self._stopping():
+            return
+        if self._progress.messagesFailed:
+            # Failed messages are retried by listing the folder whole.
+            return
+        for folder in folders:
+            status = source.folderStatus(folder)
+            if status is not None:
+                await self._store.recordFolderMark(
+                    self._job,
+                    folder.key,
+                    FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
+                )
