@@ -1001,6 +1001,55 @@ class BodyTests(SourceTestCase):
             [b"UID FETCH 1:2 (UID BODY.PEEK[])", b"UID FETCH 2 (UID BINARY.PEEK[])"],
         )
 
+    def test_binaryAskedAsTheBodyArrives(self) -> None:
+        """
+        The C{BINARY.PEEK[]} of a body holding 0x80 is written as soon as
+        that body's response has arrived, before the body fetch's tagged
+        reply (pipelined behind it, no round trip), and only for that
+        body; the read completes once both have been answered.
+        """
+        inbox = self.account.folders["INBOX"]
+        stored = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        inbox.add(body(1))
+        inbox.add(stored)
+        inbox.add(body(3))
+        folder, messages = self.listed()
+        reading = self.source.readBodies(folder, messages)
+        session, transport = self.harness.opened[-1]
+        [line] = transport.value().split(b"\r\n")[:-1]
+        transport.clear()
+        self.assertTrue(line.endswith(b" UID FETCH 1:3 (UID BODY.PEEK[])"), line)
+        reply = self.account.handle(line, session)
+        responses, tagged = reply[: reply.rindex(b"\r\n", 0, -2) + 2], reply[reply.rindex(b"\r\n", 0, -2) + 2 :]
+        session.client.dataReceived(responses)
+        written = transport.value()
+        self.assertTrue(written.endswith(b" UID FETCH 2 (UID BINARY.PEEK[])\r\n"), written)
+        self.assertNoResult(reading)
+        session.client.dataReceived(tagged)
+        self.assertNoResult(reading)
+        self.assertEqual(self.run_(reading), [body(1), stored, body(3)])
+        self.assertEqual(self.harness.pending(), b"")
+
+    def test_binaryLostWithTheConnection(self) -> None:
+        """
+        When the connection is lost while a C{BINARY.PEEK[]} asked for
+        early is unanswered, the read fails with L{ConnectionLost} and
+        leaves nothing unhandled.
+        """
+        inbox = self.account.folders["INBOX"]
+        inbox.add(b"Subject: nul\r\n\r\nbefore\0after\r\n")
+        inbox.add(body(2))
+        folder, messages = self.listed()
+        reading = self.source.readBodies(folder, messages)
+        session, transport = self.harness.opened[-1]
+        [line] = transport.value().split(b"\r\n")[:-1]
+        transport.clear()
+        reply = self.account.handle(line, session)
+        session.client.dataReceived(reply[: reply.index(b"\r\n* 2 FETCH") + 2])
+        self.assertIn(b"UID FETCH 1 (UID BINARY.PEEK[])", transport.value())
+        session.client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(reading, ConnectionLost)
+
     def test_binaryNotTheMessage(self) -> None:
         """
         Where C{BINARY[]} is not C{BODY[]} but for NULs (the server decoded
