@@ -1001,34 +1001,65 @@ class BodyTests(SourceTestCase):
             [b"UID FETCH 1:2 (UID BODY.PEEK[])", b"UID FETCH 2 (UID BINARY.PEEK[])"],
         )
 
-    def test_binaryAskedAsTheBodyArrives(self) -> None:
+    def startRead(self, stored: Sequence[bytes]) -> tuple[Deferred[Any], IMAPSession, StringTransport, bytes]:
         """
-        The C{BINARY.PEEK[]} of a body holding 0x80 is written as soon as
-        that body's response has arrived, before the body fetch's tagged
-        reply (pipelined behind it, no round trip), and only for that
-        body; the read completes once both have been answered.
+        Add C{stored} to INBOX, list it, start reading every body, and
+        answer the body fetch on the wire.
+
+        @return: the read, its session and transport (cleared of the body
+            fetch), and the account's whole reply to it.
         """
         inbox = self.account.folders["INBOX"]
-        stored = b"Subject: nul\r\n\r\nbefore\0after\r\n"
-        inbox.add(body(1))
-        inbox.add(stored)
-        inbox.add(body(3))
+        for message in stored:
+            inbox.add(message)
         folder, messages = self.listed()
         reading = self.source.readBodies(folder, messages)
         session, transport = self.harness.opened[-1]
         [line] = transport.value().split(b"\r\n")[:-1]
         transport.clear()
-        self.assertTrue(line.endswith(b" UID FETCH 1:3 (UID BODY.PEEK[])"), line)
-        reply = self.account.handle(line, session)
-        responses, tagged = reply[: reply.rindex(b"\r\n", 0, -2) + 2], reply[reply.rindex(b"\r\n", 0, -2) + 2 :]
-        session.client.dataReceived(responses)
+        self.assertTrue(line.endswith(b" UID FETCH 1:%d (UID BODY.PEEK[])" % len(stored)), line)
+        return reading, session, transport, self.account.handle(line, session)
+
+    def test_binaryAskedAsTheBodiesArrive(self) -> None:
+        """
+        The C{BINARY.PEEK[]} of the bodies holding 0x80 is asked for in one
+        command, written as soon as the last body of the body fetch has
+        arrived and before that fetch's tagged reply (pipelined behind it,
+        no round trip); the read completes once both have been answered.
+        """
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        utf8 = b"Subject: \xe2\x80\xa6\r\n\r\n\xe2\x80\xa6\r\n"
+        reading, session, transport, reply = self.startRead([body(1), nul, utf8, body(4)])
+        fourth = reply.index(b"* 4 FETCH")
+        tagged = reply.rindex(b"\r\n", 0, -2) + 2
+        session.client.dataReceived(reply[:fourth])
+        self.assertEqual(transport.value(), b"")
+        session.client.dataReceived(reply[fourth:tagged])
         written = transport.value()
-        self.assertTrue(written.endswith(b" UID FETCH 2 (UID BINARY.PEEK[])\r\n"), written)
+        self.assertTrue(written.endswith(b" UID FETCH 2:3 (UID BINARY.PEEK[])\r\n"), written)
+        self.assertEqual(written.count(b"\r\n"), 1)
         self.assertNoResult(reading)
-        session.client.dataReceived(tagged)
+        session.client.dataReceived(reply[tagged:])
         self.assertNoResult(reading)
-        self.assertEqual(self.run_(reading), [body(1), stored, body(3)])
+        self.assertEqual(self.run_(reading), [body(1), nul, utf8, body(4)])
         self.assertEqual(self.harness.pending(), b"")
+
+    def test_binaryAfterAnIncompleteFetch(self) -> None:
+        """
+        When the body fetch's responses do not name every UID asked for
+        (one expunged meanwhile), the C{BINARY.PEEK[]} of the bodies
+        holding 0x80 is asked for after its tagged reply, and the NULs are
+        still put back.
+        """
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        reading, session, transport, reply = self.startRead([nul, body(2)])
+        second = reply.index(b"* 2 FETCH")
+        tagged = reply.rindex(b"\r\n", 0, -2) + 2
+        session.client.dataReceived(reply[:second])
+        self.assertEqual(transport.value(), b"")
+        session.client.dataReceived(reply[tagged:])
+        self.assertEqual(self.run_(reading), [nul, UnreadableMessage(EXPUNGED)])
+        self.assertEqual(self.account.commands[-1], b"UID FETCH 1 (UID BINARY.PEEK[])")
 
     def test_binaryLostWithTheConnection(self) -> None:
         """
@@ -1036,16 +1067,9 @@ class BodyTests(SourceTestCase):
         early is unanswered, the read fails with L{ConnectionLost} and
         leaves nothing unhandled.
         """
-        inbox = self.account.folders["INBOX"]
-        inbox.add(b"Subject: nul\r\n\r\nbefore\0after\r\n")
-        inbox.add(body(2))
-        folder, messages = self.listed()
-        reading = self.source.readBodies(folder, messages)
-        session, transport = self.harness.opened[-1]
-        [line] = transport.value().split(b"\r\n")[:-1]
-        transport.clear()
-        reply = self.account.handle(line, session)
-        session.client.dataReceived(reply[: reply.index(b"\r\n* 2 FETCH") + 2])
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        reading, session, transport, reply = self.startRead([nul, body(2)])
+        session.client.dataReceived(reply[: reply.rindex(b"\r\n", 0, -2) + 2])
         self.assertIn(b"UID FETCH 1 (UID BINARY.PEEK[])", transport.value())
         session.client.connectionLost(Failure(ConnectionDone()))
         self.failureResultOf(reading, ConnectionLost)

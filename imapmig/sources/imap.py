@@ -386,41 +386,64 @@ class _BodySink:
 
 class _EarlyBinary:
     """
-    The C{BINARY.PEEK[]} of each body in memory that holds 0x80 (see
-    L{IMAPSource._restoreNULs}), asked for as soon as that body has
-    arrived: one C{UID FETCH <uid> (UID BINARY.PEEK[])} per body, pipelined
-    behind the body fetch whose responses are still arriving.  The server
-    answers it right after that fetch, with no round trip between them and
-    no wait for the client to read the whole step first.
+    The C{BINARY.PEEK[]} of the bodies in memory that hold 0x80 (see
+    L{IMAPSource._restoreNULs}), asked for as soon as the last body of
+    their body fetch command has arrived: one C{UID FETCH <uids> (UID
+    BINARY.PEEK[])} per body fetch command, pipelined behind it while its
+    tagged reply is still to come.  The server answers it right after that
+    fetch, with no round trip between them.  (One command per body would
+    cost the server more: Dovecot's work per command, a mailbox sync
+    among it, is about that of decoding a body.)  A body fetch whose
+    responses do not name every UID asked for (one expunged meanwhile)
+    leaves its candidates to L{IMAPSource._restoreNULs}.
 
-    Each command raises the parser's total bound by twice the body's size
-    (L{FetchResponseParser.allowMore}), as the limits of a separate fetch
-    of those bodies would (L{_bodyLimits}).
+    Each command raises the parser's total bound by twice its bodies'
+    sizes (L{FetchResponseParser.allowMore}), as the limits of a separate
+    fetch of those bodies would (L{_bodyLimits}).
+
+    @ivar asked: the UIDs whose C{BINARY.PEEK[]} was asked for.
     """
 
-    def __init__(self, session: IMAPSession) -> None:
+    def __init__(self, session: IMAPSession, groups: Sequence[Sequence[int]]) -> None:
         """
         @param session: the connection the body fetch runs on.
+        @param groups: the UIDs of each body fetch command, in order.
         """
         self._session = session
         self._sink = _BodySink(set())
         self._commands: list[Deferred[bytes]] = []
+        self._groupOf = {uid: index for index, group in enumerate(groups) for uid in group}
+        self._remaining = [len(set(group)) for group in groups]
+        self._candidates: list[list[tuple[int, int]]] = [[] for _ in groups]
         self.asked: set[int] = set()
 
     def bodyReceived(self, uid: int, body: _Body) -> None:
         """
-        A body fetch's response for C{uid} arrived: ask for its
-        C{BINARY[]} now if it is in memory and holds 0x80.  (A spooled one
-        is searched later, off the reactor's read path.)
+        A body fetch's response for C{uid} arrived: note it if it is in
+        memory and holds 0x80 (a spooled one is searched later, off the
+        reactor's read path), and once every UID of its command has
+        arrived, ask for the C{BINARY[]} of those noted.
         """
-        if not isinstance(body, bytes) or uid in self.asked or 0x80 not in body:
+        index = self._groupOf.pop(uid, None)
+        if index is None:
+            # Not asked for, or arrived before: counted once.
             return
-        self.asked.add(uid)
-        self._sink.want(uid)
+        candidates = self._candidates[index]
+        if isinstance(body, bytes) and 0x80 in body:
+            candidates.append((uid, len(body)))
+        self._remaining[index] -= 1
+        if self._remaining[index] or not candidates:
+            return
+        uids = [uid for uid, _ in candidates]
+        self.asked.update(uids)
+        for asked in uids:
+            self._sink.want(asked)
         session = self._session
-        _fetchParser(session).allowMore(2 * len(body))
+        _fetchParser(session).allowMore(2 * sum(size for _, size in candidates))
         self._commands.append(
-            _fetchInto(session, b"UID FETCH %d (UID BINARY.PEEK[])" % uid, self._sink)
+            _fetchInto(
+                session, b"UID FETCH " + formatUIDSet(uids) + b" (UID BINARY.PEEK[])", self._sink
+            )
         )
 
     async def finish(self) -> dict[int, _Body]:
@@ -1162,7 +1185,7 @@ class IMAPSource:
                 await admitting
             finally:
                 self._admitting.discard(admitting)
-        early = _EarlyBinary(session) if b"BINARY" in session.capabilities else None
+        early = _EarlyBinary(session, groups) if b"BINARY" in session.capabilities else None
         try:
             fetched, refusals = await self._fetchBodies(
                 session,
