@@ -463,8 +463,8 @@ class _EarlyBinary:
 
     def abandon(self) -> None:
         """
-        The body fetch failed: close what the commands asked for bring,
-        once they have ended, and consume their failures.
+        The body fetch failed: once the commands sent have ended, close the
+        spooled bodies they brought and consume their failures.
         """
         if self._commands:
             DeferredList(self._commands, consumeErrors=True).addCallback(
