@@ -1305,6 +1305,26 @@ class LimitTests(SynchronousTestCase):
         feedWire(parser, b"* 2 FETCH (UID 6 BODY[] {10}\r\n0123456789)\r\n", 100)
         self.assertEqual([i.uid for i in sink.items], [5, 6])
 
+    def test_allowMore(self) -> None:
+        """
+        L{FetchResponseParser.allowMore} raises C{maxTotal} without
+        counting afresh: what was announced before still counts, and the
+        bound is the old one plus the octets allowed; without a
+        C{maxTotal} it changes nothing.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink, FetchLimits(maxLiteral=100, maxTotal=15))
+        feedWire(parser, b"* 1 FETCH (UID 5 BODY[] {10}\r\n0123456789)\r\n", 100)
+        parser.allowMore(10)
+        self.assertEqual(parser.limits.maxTotal, 25)
+        feedWire(parser, b"* 2 FETCH (UID 6 BODY[] {10}\r\n0123456789)\r\n", 100)
+        with self.assertRaises(FetchParseError) as caught:
+            parser.lineReceived(b"* 3 FETCH (UID 7 BODY[] {10}")
+        self.assertIn("announced after 20, above the 25 octets", str(caught.exception))
+        unbounded = FetchResponseParser(sink, FetchLimits(maxLiteral=100))
+        unbounded.allowMore(10)
+        self.assertIsNone(unbounded.limits.maxTotal)
+
     def test_throughTheClient(self) -> None:
         """
         Through the client, a huge literal fails the fetch command with a

@@ -1001,6 +1001,79 @@ class BodyTests(SourceTestCase):
             [b"UID FETCH 1:2 (UID BODY.PEEK[])", b"UID FETCH 2 (UID BINARY.PEEK[])"],
         )
 
+    def startRead(self, stored: Sequence[bytes]) -> tuple[Deferred[Any], IMAPSession, StringTransport, bytes]:
+        """
+        Add C{stored} to INBOX, list it, start reading every body, and
+        answer the body fetch on the wire.
+
+        @return: the read, its session and transport (cleared of the body
+            fetch), and the account's whole reply to it.
+        """
+        inbox = self.account.folders["INBOX"]
+        for message in stored:
+            inbox.add(message)
+        folder, messages = self.listed()
+        reading = self.source.readBodies(folder, messages)
+        session, transport = self.harness.opened[-1]
+        [line] = transport.value().split(b"\r\n")[:-1]
+        transport.clear()
+        self.assertTrue(line.endswith(b" UID FETCH 1:%d (UID BODY.PEEK[])" % len(stored)), line)
+        return reading, session, transport, self.account.handle(line, session)
+
+    def test_binaryAskedAsTheBodiesArrive(self) -> None:
+        """
+        The C{BINARY.PEEK[]} of the bodies holding 0x80 is asked for in one
+        command, written as soon as the last body of the body fetch has
+        arrived and before that fetch's tagged reply (pipelined behind it,
+        no round trip); the read completes once both have been answered.
+        """
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        utf8 = b"Subject: \xe2\x80\xa6\r\n\r\n\xe2\x80\xa6\r\n"
+        reading, session, transport, reply = self.startRead([body(1), nul, utf8, body(4)])
+        fourth = reply.index(b"* 4 FETCH")
+        tagged = reply.rindex(b"\r\n", 0, -2) + 2
+        session.client.dataReceived(reply[:fourth])
+        self.assertEqual(transport.value(), b"")
+        session.client.dataReceived(reply[fourth:tagged])
+        written = transport.value()
+        self.assertTrue(written.endswith(b" UID FETCH 2:3 (UID BINARY.PEEK[])\r\n"), written)
+        self.assertEqual(written.count(b"\r\n"), 1)
+        self.assertNoResult(reading)
+        session.client.dataReceived(reply[tagged:])
+        self.assertNoResult(reading)
+        self.assertEqual(self.run_(reading), [body(1), nul, utf8, body(4)])
+        self.assertEqual(self.harness.pending(), b"")
+
+    def test_binaryAfterAnIncompleteFetch(self) -> None:
+        """
+        When the body fetch's responses do not name every UID asked for
+        (one expunged meanwhile), the C{BINARY.PEEK[]} of the bodies
+        holding 0x80 is asked for after its tagged reply, and the NULs are
+        still put back.
+        """
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        reading, session, transport, reply = self.startRead([nul, body(2)])
+        second = reply.index(b"* 2 FETCH")
+        tagged = reply.rindex(b"\r\n", 0, -2) + 2
+        session.client.dataReceived(reply[:second])
+        self.assertEqual(transport.value(), b"")
+        session.client.dataReceived(reply[tagged:])
+        self.assertEqual(self.run_(reading), [nul, UnreadableMessage(EXPUNGED)])
+        self.assertEqual(self.account.commands[-1], b"UID FETCH 1 (UID BINARY.PEEK[])")
+
+    def test_binaryLostWithTheConnection(self) -> None:
+        """
+        When the connection is lost while a C{BINARY.PEEK[]} asked for
+        early is unanswered, the read fails with L{ConnectionLost} and
+        leaves nothing unhandled.
+        """
+        nul = b"Subject: nul\r\n\r\nbefore\0after\r\n"
+        reading, session, transport, reply = self.startRead([nul, body(2)])
+        session.client.dataReceived(reply[: reply.rindex(b"\r\n", 0, -2) + 2])
+        self.assertIn(b"UID FETCH 1 (UID BINARY.PEEK[])", transport.value())
+        session.client.connectionLost(Failure(ConnectionDone()))
+        self.failureResultOf(reading, ConnectionLost)
+
     def test_binaryNotTheMessage(self) -> None:
         """
         Where C{BINARY[]} is not C{BODY[]} but for NULs (the server decoded

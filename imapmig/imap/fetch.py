@@ -42,7 +42,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Callable, Iterable, Mapping, TypeAlias, Union
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from imapmig.imap.spool import SpooledLiteral
 
@@ -641,6 +641,19 @@ class FetchResponseParser:
     def limits(self, limits: FetchLimits) -> None:
         self._limits = limits
         self._totalOctets = 0
+
+    def allowMore(self, octets: int) -> None:
+        """
+        Raise L{FetchLimits.maxTotal} of the current limits by C{octets},
+        still counting from when they were set: for a command sent while
+        the responses of those the limits were set for are still arriving.
+
+        @param octets: how many more literal octets the responses may
+            announce in all; nothing changes when there is no C{maxTotal}.
+        """
+        limits = self._limits
+        if limits.maxTotal is not None:
+            self._limits = evolve(limits, maxTotal=limits.maxTotal + octets)
 
     @property
     def inResponse(self) -> bool:

@@ -107,6 +107,29 @@ READ_STEP_BYTES = 1024 * 1024
 # a file instead).
 IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 
+# The most messages of one step read from an IMAP source.  Its steps are
+# bounded by octets (IMAP_READ_STEP_BYTES), not by the destination's batch:
+# each step costs the source server a FETCH command (two, with the
+# BINARY.PEEK[] of bodies holding 0x80) and, for Dovecot, a mailbox sync
+# per command; and each step read is a round trip.  A unit's first step,
+# which nothing reads ahead of, is still one batch (readSteps).
+IMAP_READ_STEP_MESSAGES = 1000
+
+
+def readSteps(
+    messages: Sequence[SourceMessage], firstMessages: int, stepMessages: int, stepBytes: int
+) -> list[Sequence[SourceMessage]]:
+    """
+    Cut a unit's C{messages} into the steps it is read in: the first of at
+    most C{firstMessages} messages, so the destination has something to
+    send soon, then steps of at most C{stepMessages}; each of about
+    C{stepBytes} octets at most (L{chunks}).
+    """
+    first = next(chunks(messages, firstMessages, stepBytes), None)
+    if first is None:
+        return []
+    return [first, *chunks(messages[len(first) :], stepMessages, stepBytes)]
+
 
 
 @dataclass(frozen=True)
@@ -858,12 +881,14 @@ class MigrationJob:
         # made in larger steps, each read while the step before is sent.
         overNetwork = isinstance(source, IMAPSource)
         chunkMessages = pipeline.settings.batchMessages
+        stepMessages = IMAP_READ_STEP_MESSAGES if overNetwork else chunkMessages
         chunkBytes = min(
             pipeline.settings.batchBytes,
             IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
         )
         for throttle in self._throttles:
-            chunkMessages, chunkBytes = throttle.chunkLimits(chunkMessages, chunkBytes)
+            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
+        chunkMessages = min(chunkMessages, stepMessages)
         # The destination's rates are waited for here; an IMAP source waits
         # for its own before each FETCH.
         rated = self._throttle if self._throttle is not None and self._throttle.rated else None
@@ -922,7 +947,7 @@ class MigrationJob:
                 steps = ReadAhead(
                     source,
                     unit.folder,
-                    list(chunks(unit.messages, chunkMessages, chunkBytes)),
+                    readSteps(unit.messages, chunkMessages, stepMessages, chunkBytes),
                     ahead=overNetwork,
                     stopping=lambda: self._stopping,
                     job=self.name,

@@ -57,7 +57,7 @@ import weakref
 from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
 
 from attrs import frozen
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import Deferred, DeferredList, DeferredLock
 from zope.interface import implementer
 
 from twisted.logger import Logger
@@ -339,9 +339,23 @@ class _BodySink:
         C{NIL}.
     """
 
-    def __init__(self, wanted: set[int]) -> None:
+    def __init__(
+        self, wanted: set[int], received: Callable[[int, _Body], object] | None = None
+    ) -> None:
+        """
+        @param wanted: the UIDs whose bodies are kept (L{want} adds more).
+        @param received: called with the UID and body of each body kept,
+            as it arrives, or L{None}.
+        """
         self._wanted = wanted
+        self._received = received
         self.bodies: dict[int, _Body] = {}
+
+    def want(self, uid: int) -> None:
+        """
+        Keep the body of C{uid} too, from its next response on.
+        """
+        self._wanted.add(uid)
 
     def __call__(self, item: FetchedItem) -> None:
         uid = item.uid
@@ -358,6 +372,8 @@ class _BodySink:
         if isinstance(previous, SpooledLiteral):
             previous.close()
         self.bodies[uid] = body
+        if self._received is not None:
+            self._received(uid, body)
 
     def close(self) -> None:
         """
@@ -366,6 +382,94 @@ class _BodySink:
         for body in self.bodies.values():
             if isinstance(body, SpooledLiteral):
                 body.close()
+
+
+class _EarlyBinary:
+    """
+    The C{BINARY.PEEK[]} of the bodies in memory that hold 0x80 (see
+    L{IMAPSource._restoreNULs}), asked for as soon as the last body of
+    their body fetch command has arrived: one C{UID FETCH <uids> (UID
+    BINARY.PEEK[])} per body fetch command, pipelined behind it while its
+    tagged reply is still to come.  The server answers it right after that
+    fetch, with no round trip between them.  (One command per body would
+    cost the server more: Dovecot's work per command, a mailbox sync
+    among it, is about that of decoding a body.)  A body fetch whose
+    responses do not name every UID asked for (one expunged meanwhile)
+    leaves its candidates to L{IMAPSource._restoreNULs}.
+
+    Each command raises the parser's total bound by twice its bodies'
+    sizes (L{FetchResponseParser.allowMore}), as the limits of a separate
+    fetch of those bodies would (L{_bodyLimits}).
+
+    @ivar asked: the UIDs whose C{BINARY.PEEK[]} was asked for.
+    """
+
+    def __init__(self, session: IMAPSession, groups: Sequence[Sequence[int]]) -> None:
+        """
+        @param session: the connection the body fetch runs on.
+        @param groups: the UIDs of each body fetch command, in order.
+        """
+        self._session = session
+        self._sink = _BodySink(set())
+        self._commands: list[Deferred[bytes]] = []
+        self._groupOf = {uid: index for index, group in enumerate(groups) for uid in group}
+        self._remaining = [len(set(group)) for group in groups]
+        self._candidates: list[list[tuple[int, int]]] = [[] for _ in groups]
+        self.asked: set[int] = set()
+
+    def bodyReceived(self, uid: int, body: _Body) -> None:
+        """
+        A body fetch's response for C{uid} arrived: note it if it is in
+        memory and holds 0x80 (a spooled one is searched later, off the
+        reactor's read path), and once every UID of its command has
+        arrived, ask for the C{BINARY[]} of those noted.
+        """
+        index = self._groupOf.pop(uid, None)
+        if index is None:
+            # Not asked for, or arrived before: counted once.
+            return
+        candidates = self._candidates[index]
+        if isinstance(body, bytes) and 0x80 in body:
+            candidates.append((uid, len(body)))
+        self._remaining[index] -= 1
+        if self._remaining[index] or not candidates:
+            return
+        uids = [uid for uid, _ in candidates]
+        self.asked.update(uids)
+        for asked in uids:
+            self._sink.want(asked)
+        session = self._session
+        _fetchParser(session).allowMore(2 * sum(size for _, size in candidates))
+        self._commands.append(
+            _fetchInto(
+                session, b"UID FETCH " + formatUIDSet(uids) + b" (UID BINARY.PEEK[])", self._sink
+            )
+        )
+
+    async def finish(self) -> dict[int, _Body]:
+        """
+        Wait for every C{BINARY.PEEK[]} asked for.
+
+        @return: C{BINARY[]} by UID (a UID refused or answered with no
+            body is absent); the caller closes the spooled ones.
+        @raise ConnectionLost: the connection was lost, or a response was
+            beyond the limits (every spool closed).
+        """
+        _, error = await refusalsOf(self._commands)
+        if error is not None:
+            self._sink.close()
+            raise error
+        return self._sink.bodies
+
+    def abandon(self) -> None:
+        """
+        The body fetch failed: once the commands sent have ended, close the
+        spooled bodies they brought and consume their failures.
+        """
+        if self._commands:
+            DeferredList(self._commands, consumeErrors=True).addCallback(
+                lambda _: self._sink.close()
+            )
 
 
 def asCRLF(body: bytes) -> bytes:
@@ -1081,12 +1185,22 @@ class IMAPSource:
                 await admitting
             finally:
                 self._admitting.discard(admitting)
-        fetched, refusals = await self._fetchBodies(
-            session, groups, b"BODY.PEEK[]", [size for _, size in wanted]
-        )
+        early = _EarlyBinary(session, groups) if b"BINARY" in session.capabilities else None
         try:
-            if b"BINARY" in session.capabilities:
-                await self._restoreNULs(session, fetched)
+            fetched, refusals = await self._fetchBodies(
+                session,
+                groups,
+                b"BODY.PEEK[]",
+                [size for _, size in wanted],
+                None if early is None else early.bodyReceived,
+            )
+        except BaseException:
+            if early is not None:
+                early.abandon()
+            raise
+        try:
+            if early is not None:
+                await self._restoreNULs(session, fetched, early)
             refusalOf: dict[int, CommandFailed] = {}
             for group, refusal in zip(groups, refusals):
                 if refusal is None:
@@ -1179,11 +1293,13 @@ class IMAPSource:
         groups: Sequence[Sequence[int]],
         section: bytes,
         sizes: Sequence[int],
+        received: Callable[[int, _Body], object] | None = None,
     ) -> tuple[dict[int, _Body], list[CommandFailed | None]]:
         """
         Fetch C{section} of the UIDs of C{groups}, one C{UID FETCH} per
         group, all written at once, within the limits of the listed
-        C{sizes} (L{_bodyLimits}).
+        C{sizes} (L{_bodyLimits}); C{received}, if given, is called with
+        each body kept as it arrives (L{_BodySink}).
 
         @return: the bodies by UID (a UID absent got none), and per group
             its refusal or L{None}.
@@ -1196,7 +1312,7 @@ class IMAPSource:
         _fetchParser(session).limits = _bodyLimits(
             sizes, self._maxMessageBytes, self._spoolAbove, self._spoolDirectory
         )
-        sink = _BodySink({uid for group in groups for uid in group})
+        sink = _BodySink({uid for group in groups for uid in group}, received)
         commands = [
             _fetchInto(
                 session, b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", sink
@@ -1209,7 +1325,9 @@ class IMAPSource:
             raise error
         return sink.bodies, refusals
 
-    async def _restoreNULs(self, session: IMAPSession, bodies: dict[int, _Body]) -> None:
+    async def _restoreNULs(
+        self, session: IMAPSession, bodies: dict[int, _Body], early: _EarlyBinary
+    ) -> None:
         """
         Put back the NUL octets the server replaced in C{BODY[]}.
 
@@ -1220,28 +1338,38 @@ class IMAPSource:
         cannot simply replace C{BODY[]}.  For each body holding 0x80 (the
         only ones that can have lost a NUL) C{BINARY.PEEK[]} is fetched
         too, and used only when it holds NUL and is C{BODY[]} exactly but
-        for NUL where C{BODY[]} has 0x80: the message as stored.  Spooled
-        bodies are searched and compared a slice at a time.
+        for NUL where C{BODY[]} has 0x80: the message as stored.  A body
+        in memory had its C{BINARY.PEEK[]} asked for as it arrived
+        (C{early}); the others (spooled ones) are searched now and fetched
+        together.  Spooled bodies are searched and compared a slice at a
+        time.
 
         @param bodies: C{BODY[]} by UID, updated in place (a spool replaced
             is closed).
+        @param early: the C{BINARY.PEEK[]} commands sent as bodies arrived.
         @raise OSError: a spooled body cannot be read.
+        @raise ConnectionLost: as L{_fetchBodies}.
         """
-        candidates: list[tuple[int, bytes | SpooledLiteral]] = [
-            (uid, body)
-            for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
-            if body is not None and _holds(body, 0x80)
-        ]
-        if not candidates:
-            return
-        sizes = [(uid, len(body)) for uid, body in candidates]
-        binary, _ = await self._fetchBodies(
-            session,
-            _commandGroups(sizes, self._commandBytes),
-            b"BINARY.PEEK[]",
-            [size for _, size in sizes],
-        )
+        binary = await early.finish()
         try:
+            candidates: list[tuple[int, bytes | SpooledLiteral]] = [
+                (uid, body)
+                for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
+                if body is not None and (uid in early.asked or _holds(body, 0x80))
+            ]
+            late = [(uid, len(body)) for uid, body in candidates if uid not in early.asked]
+            if late:
+                more, _ = await self._fetchBodies(
+                    session,
+                    _commandGroups(late, self._commandBytes),
+                    b"BINARY.PEEK[]",
+                    [size for _, size in late],
+                )
+                for uid, stored in more.items():
+                    previous = binary.get(uid)
+                    if isinstance(previous, SpooledLiteral):
+                        previous.close()
+                    binary[uid] = stored
             for uid, body in candidates:
                 stored = binary.get(uid)
                 if stored is not None and _isBodyButNUL(stored, body):
