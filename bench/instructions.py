@@ -29,6 +29,27 @@ from bench.servers import PASSWORD, BenchServer
 _TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 
 
+def callgrindDaemon(tree: str, config: str, out: str) -> int:
+    """
+    Run C{twistd -n imapmig --config config --exit-when-done} from C{tree}
+    under callgrind, writing its profile to C{out}; return the instructions
+    it counted.
+    """
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+         "-c", _TWISTD, "-n", "--pidfile=", "imapmig", "--config", config,
+         "--exit-when-done"],  # fmt: skip
+        cwd=tree,
+        env=dict(os.environ, PYTHONPATH=tree),
+        check=True,
+        capture_output=True,
+    )
+    with open(out) as f:
+        match = re.search(r"^summary: (\d+)$", f.read(), re.MULTILINE)
+    assert match is not None, "callgrind wrote no summary"
+    return int(match.group(1))
+
+
 def count(tree: str, corpus: str, work: str, connections: int = 2) -> int:
     """
     The instructions of one run of the imapmig in C{tree} on C{corpus}.
@@ -62,20 +83,7 @@ def count(tree: str, corpus: str, work: str, connections: int = 2) -> int:
                 f" password_file: {password}}}\n"
                 f"    connections: {connections}\n"
             )
-        out = os.path.join(run, "callgrind.out")
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-             "-c", _TWISTD, "-n", "--pidfile=", "imapmig", "--config", config,
-             "--exit-when-done"],  # fmt: skip
-            cwd=tree,
-            env=dict(os.environ, PYTHONPATH=tree),
-            check=True,
-            capture_output=True,
-        )
-        with open(out) as f:
-            match = re.search(r"^summary: (\d+)$", f.read(), re.MULTILINE)
-        assert match is not None, "callgrind wrote no summary"
-        return int(match.group(1))
+        return callgrindDaemon(tree, config, os.path.join(run, "callgrind.out"))
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)

@@ -34,9 +34,9 @@ import sys
 import tempfile
 
 from bench.contenders import Invocation, SourceAccount, imapmigServerToServerConfig
+from bench.instructions import callgrindDaemon
 from bench.servers import PASSWORD, VARIANTS, BenchServer
 
-_TWISTD = "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()"
 # The same under cProfile, its statistics written to the file named by the
 # environment's S2S_PROFILE.
 _PROFILED = (
@@ -117,19 +117,7 @@ def _run(tree: str, source: BenchServer, sourceUser: str, destination: BenchServ
             capture_output=True,
         )
         return 0, user
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-         "-c", _TWISTD, "-n", "--pidfile=", "imapmig", "--config", config,
-         "--exit-when-done"],  # fmt: skip
-        cwd=tree,
-        env=dict(os.environ, PYTHONPATH=tree),
-        check=True,
-        capture_output=True,
-    )
-    with open(out) as f:
-        match = re.search(r"^summary: (\d+)$", f.read(), re.MULTILINE)
-    assert match is not None, "callgrind wrote no summary"
-    return int(match.group(1)), user
+    return callgrindDaemon(tree, config, out), user
 
 
 def main() -> None:

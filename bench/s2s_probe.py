@@ -26,7 +26,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 
@@ -40,8 +39,8 @@ from bench.contenders import (
     imapmigServerToServerConfig,
 )
 from bench.s2s_instructions import _messages, _server, _warm
-from bench.scale_probe import busySeconds, dovecotMaster, treeCPU
-from bench.servers import PASSWORD, VARIANTS
+from bench.scale_probe import busySeconds, dovecotMaster, runLogged, treeCPU
+from bench.servers import VARIANTS
 
 
 def _argv(client: str, invocation: Invocation) -> list[str]:
@@ -98,10 +97,7 @@ def main() -> None:
             destinationBefore = treeCPU(destinationMaster)
             busyBefore = busySeconds()
             started = time.monotonic()
-            with open(os.path.join(runDir, "log"), "wb") as out:
-                process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                           cwd=REPOSITORY, env=env)  # fmt: skip
-                _, status, usage = os.wait4(process.pid, 0)
+            status, usage = runLogged(argv, os.path.join(runDir, "log"), env)
             wall = time.monotonic() - started
             busy = busySeconds() - busyBefore
             sourceCPU = treeCPU(sourceMaster) - sourceBefore

@@ -28,9 +28,9 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
+from typing import Any
 
 from bench.contenders import REPOSITORY, imapmigArgv
 from bench.corpora import buildCorpus, subsetCorpus
@@ -102,6 +102,18 @@ def dovecotMaster(baseDir: str) -> int:
     raise RuntimeError("no master.pid under " + baseDir)
 
 
+def runLogged(argv: list[str], logPath: str, env: dict[str, str]) -> tuple[int, Any]:
+    """
+    Run C{argv} from the repository with C{env}, its output in C{logPath};
+    return its wait status and resource usage (C{os.wait4}).
+    """
+    with open(logPath, "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                   cwd=REPOSITORY, env=env)  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+    return status, usage
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--accounts", type=int, default=200)
@@ -164,10 +176,7 @@ def main() -> None:
         dovecotBefore = treeCPU(master, namesBefore)
         busyBefore = busySeconds()
         started = time.monotonic()
-        with open(os.path.join(runDir, "log"), "wb") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                       cwd=REPOSITORY, env=env)  # fmt: skip
-            _, status, usage = os.wait4(process.pid, 0)
+        status, usage = runLogged(argv, os.path.join(runDir, "log"), env)
         wall = time.monotonic() - started
         busy = busySeconds() - busyBefore
         namesAfter: dict[str, float] = {}
