@@ -152,13 +152,40 @@ class HelperTests(SynchronousTestCase):
         """
         APPENDUID response codes give the UIDVALIDITY and every UID.
         """
-        self.assertEqual(parseAppendUID(b"[APPENDUID 38505 3955] done"), (38505, [3955]))
+        self.assertEqual(parseAppendUID(b"[APPENDUID 38505 3955] done", 1), (38505, [3955]))
         self.assertEqual(
-            parseAppendUID(b"[APPENDUID 7 4:6,9] done"), (7, [4, 5, 6, 9])
+            parseAppendUID(b"[APPENDUID 7 4:6,9] done", 4), (7, [4, 5, 6, 9])
         )
-        self.assertIsNone(parseAppendUID(b"APPEND completed"))
-        self.assertIsNone(parseAppendUID(b"[APPENDUID x y] bad"))
-        self.assertEqual(parseUIDSet(b"3:1"), [1, 2, 3])
+        self.assertIsNone(parseAppendUID(b"APPEND completed", 1))
+        self.assertIsNone(parseAppendUID(b"[APPENDUID x y] bad", 1))
+        self.assertEqual(parseUIDSet(b"3:1", 3), [1, 2, 3])
+
+    def test_hostileAppendUID(self) -> None:
+        """
+        A UID set longer than the command's messages is refused before it
+        is expanded (C{1:4294967295} would be billions of integers), and
+        numbers that are not UIDs (zero, negative, above 2**32 - 1, too
+        many digits for any integer type) make the code malformed: the
+        messages are still recorded as appended, without UIDs, and the
+        connection goes on.
+        """
+        self.assertIsNone(parseAppendUID(b"[APPENDUID 1 1:4294967295] done", 50))
+        self.assertIsNone(parseAppendUID(b"[APPENDUID 1 1:2,5:9] done", 6))
+        for bad in (
+            b"[APPENDUID 1 1:99999999999999999999] done",
+            b"[APPENDUID 1 0] done",
+            b"[APPENDUID 1 -5] done",
+            b"[APPENDUID 1 4294967296] done",
+            b"[APPENDUID 0 5] done",
+            b"[APPENDUID 99999999999999999999 5] done",
+        ):
+            self.assertIsNone(parseAppendUID(bad, 1), bad)
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS)
+        pipeline.enqueue([message("a", b"A\r\n")])
+        drained = pipeline.drained()
+        client.dataReceived(b"0001 OK [APPENDUID 1 1:99999999999999999999] done\r\n")
+        self.assertEqual(outcomes.appended, [("a", None, None)])
+        self.successResultOf(drained)
 
 
 class LiteralPlusTests(SynchronousTestCase):

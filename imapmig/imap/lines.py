@@ -201,6 +201,9 @@ class LinearLineReceiver(LineReceiver):
 
     def _keepPartial(self, piece: bytes) -> None:
         self._pos = len(self._data)
+        if not piece:
+            # The read ended on a line's end: nothing is begun.
+            return
         size = self._partialSize + len(piece)
         # One octet over the limit may be the CR of the delimiter.
         if size > self.MAX_LENGTH + 1:

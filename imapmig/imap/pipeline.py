@@ -228,29 +228,57 @@ def decodeMailboxName(wire: bytes) -> str:
     return wire.decode("imap4-utf-7", "replace")
 
 
-def parseUIDSet(text: bytes) -> list[int]:
+# The largest UID or UIDVALIDITY (RFC 3501 nz-number: a 32-bit value).
+_MAX_UID = 2**32 - 1
+
+
+def _uid(text: bytes) -> int:
+    """
+    A UID or UIDVALIDITY (digits only, 1 to 2**32 - 1).
+
+    @raise ValueError: it is not one.
+    """
+    if not text.isdigit() or len(text) > 10:
+        raise ValueError(text)
+    value = int(text)
+    if not 0 < value <= _MAX_UID:
+        raise ValueError(text)
+    return value
+
+
+def parseUIDSet(text: bytes, limit: int) -> list[int]:
     """
     Expand an IMAP UID set such as C{b"4:6,9"} into C{[4, 5, 6, 9]}.
 
-    @raise ValueError: C{text} is not a UID set.
+    @param limit: the most UIDs the set may hold: a longer one (a hostile
+        or broken server's C{1:4294967295}) is refused before anything is
+        expanded.
+    @raise ValueError: C{text} is not a UID set of at most C{limit} UIDs.
     """
-    uids: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    count = 0
     for part in text.split(b","):
         low, sep, high = part.partition(b":")
-        if sep:
-            first, last = int(low), int(high)
-            if first > last:
-                first, last = last, first
-            uids.extend(range(first, last + 1))
-        else:
-            uids.append(int(low))
+        first = _uid(low)
+        last = _uid(high) if sep else first
+        if first > last:
+            first, last = last, first
+        count += last - first + 1
+        if count > limit:
+            raise ValueError(f"more than {limit} UIDs")
+        ranges.append((first, last))
+    uids: list[int] = []
+    for first, last in ranges:
+        uids.extend(range(first, last + 1))
     return uids
 
 
-def parseAppendUID(text: bytes) -> tuple[int, list[int]] | None:
+def parseAppendUID(text: bytes, messages: int) -> tuple[int, list[int]] | None:
     """
     The UIDVALIDITY and UIDs of an C{OK [APPENDUID v uids] ...} text (the
-    part after C{OK}), or L{None} if it carries none or is malformed.
+    part after C{OK}) answering an APPEND of C{messages} messages, or
+    L{None} if it carries none, is malformed, or names more UIDs than
+    that.
     """
     if not text.startswith(b"[APPENDUID "):
         return None
@@ -259,7 +287,7 @@ def parseAppendUID(text: bytes) -> tuple[int, list[int]] | None:
     if end == -1 or len(parts) != 2:
         return None
     try:
-        return int(parts[0]), parseUIDSet(parts[1])
+        return _uid(parts[0]), parseUIDSet(parts[1], messages)
     except ValueError:
         return None
 
@@ -756,7 +784,7 @@ class AppendPipeline:
             self._blocked = None
         status, _, rest = text.partition(b" ")
         if status == b"OK":
-            appendUID = parseAppendUID(rest)
+            appendUID = parseAppendUID(rest, len(messages))
             if appendUID is not None and len(appendUID[1]) == len(messages):
                 self._outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
             else:
