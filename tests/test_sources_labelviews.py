@@ -182,7 +182,7 @@ class LabelViewFilterTests(SynchronousTestCase):
         A view's message not seen by X-GM-MSGID but labelled with a folder
         listed in the pass is left out; if it arrived during the pass (at
         or above the view's UIDNEXT when the pass began) it is deferred:
-        the view's UIDNEXT is held at its UID.  A label of a folder not
+        its UID is among the view's deferred ones.  A label of a folder not
         listed does not count; system labels match whatever their case.
         """
         labels = LabelViewFilter({"All"})
@@ -207,7 +207,31 @@ class LabelViewFilterTests(SynchronousTestCase):
         self.assertEqual([i.uid for i in kept], [3, 7])
         self.assertEqual(dropped, 4)
         self.assertEqual(labels.heldBack(folder(("All",))), 5)
+        self.assertEqual(labels.deferred(folder(("All",))), (5, 6))
         self.assertIsNone(labels.heldBack(inbox))
+        self.assertEqual(labels.deferred(inbox), ())
+
+    def test_deferredOnly(self) -> None:
+        """
+        The deferred UIDs are those of the messages left undecided, not
+        every UID from the lowest of them up: a message that arrived
+        during the pass above a deferred one and was seen in INBOX
+        (copied there) is not among them, so the next pass does not list
+        it again (and, archived meanwhile, copy it into All Mail too).
+        """
+        allMail = folder(("[Gmail]", "All Mail"))
+        labels = LabelViewFilter({allMail.key})
+        labels.began(allMail, 100)
+        inbox = folder(("INBOX",))
+        labels.listed(inbox, [self.item(7, b"555")], folderLabels(inbox, b"INBOX"))
+
+        def inInbox(uid: int, messageId: bytes) -> FetchedItem:
+            extra: dict[bytes, Value] = {b"X-GM-MSGID": messageId, b"X-GM-LABELS": [b"\\Inbox"]}
+            return FetchedItem(sequence=uid, uid=uid, extra=extra)
+
+        kept, dropped = labels.listed(allMail, [inInbox(120, b"777"), inInbox(130, b"555")])
+        self.assertEqual((kept, dropped), ([], 2))
+        self.assertEqual(labels.deferred(allMail), (120,))
 
     def test_noPassStart(self) -> None:
         """
@@ -382,6 +406,22 @@ class ArrivingSource(IMAPSource):
             arrive()
         elif arrive is not None:
             self.arrive = arrive
+        return super().listMessages(folder)
+
+
+class HookedSource(IMAPSource):
+    """
+    An L{IMAPSource} that calls the hook of a folder, once, just before
+    that folder is listed: mail arriving, or labelled, at a given point of
+    a pass.
+    """
+
+    hooks: dict[str, Callable[[], None]] = {}
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        hook = self.hooks.pop(folder.key, None)
+        if hook is not None:
+            hook()
         return super().listMessages(folder)
 
 
@@ -656,6 +696,40 @@ class GmailJobTests(SynchronousTestCase):
         account.mail.expunge(GMAIL_USER, "INBOX", body(7))
         self.assertTrue(account.harness.run(account.job(account.source())))
         self.assertEqual(self.destination(account), {**self.expected, ALL_MAIL: [3, 7]})
+        account.harness.finish()
+
+    def test_decidedNotListedAgain(self) -> None:
+        """
+        Only All Mail's deferred messages are listed again by the next
+        run, not those the pass decided between them: message 8, arriving
+        in INBOX during the pass before INBOX's listing, is copied into
+        INBOX and left out of All Mail as seen there; message 7, archived
+        into All Mail earlier (a lower UID there) and labelled INBOX after
+        INBOX's listing, is deferred.  Message 8 archived before the next
+        run is not copied into All Mail too; message 7 is copied into
+        INBOX by that run, once.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+
+        def beforeInbox() -> None:
+            account.deliver(7, [])
+            account.deliver(8, ["INBOX"])
+
+        def beforeAllMail() -> None:
+            account.mail.append(GMAIL_USER, "INBOX", [(body(7), (), None)])
+
+        source = HookedSource(account.opener(), "gmail at memory", labelViews="dedup", job=JOB)
+        source.hooks = {"INBOX": beforeInbox, ALL_MAIL: beforeAllMail}
+        self.assertTrue(account.harness.run(account.job(source)))
+        self.assertEqual(self.destination(account), {**self.expected, "INBOX": [1, 2, 5, 8]})
+        mark = account.call(account.harness.store.folderMark(JOB, ALL_MAIL))
+        self.assertEqual((mark.uidNext, mark.deferred), (9, (7,)))
+        account.mail.expunge(GMAIL_USER, "INBOX", body(8))
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(self.destination(account), {**self.expected, "INBOX": [1, 2, 5, 7, 8]})
+        mark = account.call(account.harness.store.folderMark(JOB, ALL_MAIL))
+        self.assertEqual((mark.uidNext, mark.deferred), (9, ()))
         account.harness.finish()
 
     def test_archivedDuringPass(self) -> None:

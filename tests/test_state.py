@@ -689,6 +689,18 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.successResultOf(store.recordFolderMark("job", "Übersicht", mark))
         self.assertEqual(self.successResultOf(store.folderMark("job", "Übersicht")), mark)
 
+    def test_folderMarkDeferred(self) -> None:
+        """
+        A folder mark's deferred UIDs come back as recorded, and a later
+        mark without any replaces them.
+        """
+        store = self.makeStore()
+        deferred = attrs.evolve(MARK, deferred=(7, 4000, 2**32 - 1))
+        self.successResultOf(store.recordFolderMark("job", "[Gmail]/All Mail", deferred))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "[Gmail]/All Mail")), deferred)
+        self.successResultOf(store.recordFolderMark("job", "[Gmail]/All Mail", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "[Gmail]/All Mail")), MARK)
+
     def test_folderMarkReplaced(self) -> None:
         """
         A later mark for the same folder replaces the earlier one.
@@ -1055,6 +1067,36 @@ class SQLiteStateStoreTests(SynchronousTestCase):
             self.assertEqual(
                 connection.execute(query).fetchall(), fresh.execute(query).fetchall()
             )
+
+    def test_migrateFromVersion5(self) -> None:
+        """
+        A version 5 database (folder marks without deferred UIDs) reads its
+        marks back without any when opened read-only, and left as it is;
+        opened to write, it is upgraded, its marks read back the same, and
+        it records deferred UIDs.
+        """
+        first = self.openStore()
+        self.successResultOf(first.recordFolderMark("job", "INBOX", MARK))
+        first.close()
+        connection = self.inspect()
+        connection.executescript(
+            "ALTER TABLE folders DROP COLUMN deferred; UPDATE schema_version SET version = 5;"
+        )
+        readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
+        self.assertEqual(self.successResultOf(readOnly.folderMark("job", "INBOX")), MARK)
+        readOnly.close()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(5,)]
+        )
+        store = self.openStore()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(),
+            [(SCHEMA_VERSION,)],
+        )
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        deferred = attrs.evolve(MARK, deferred=(12, 15))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", deferred))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), deferred)
 
     def test_migrationAllOrNothing(self) -> None:
         """

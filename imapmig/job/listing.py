@@ -181,7 +181,7 @@ class SourceListing:
             mark = await self._store.folderMark(self._job, folder.key)
             if mark is not None:
                 changes = await source.listMessagesSince(
-                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq
+                    folder, mark.uidValidity, mark.uidNext, mark.highestModSeq, mark.deferred
                 )
                 if not changes.uidValidityChanged:
                     self._deltaCounts[folder.key] = changes.status.exists
@@ -219,5 +219,11 @@ class SourceListing:
                 await self._store.recordFolderMark(
                     self._job,
                     folder.key,
-                    FolderMark(status.uidValidity, status.uidNext, status.highestModSeq, status.exists),
+                    FolderMark(
+                        status.uidValidity,
+                        status.uidNext,
+                        status.highestModSeq,
+                        status.exists,
+                        status.deferred,
+                    ),
                 )

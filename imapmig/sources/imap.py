@@ -56,7 +56,7 @@ import os
 import weakref
 from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, Sequence, TypeVar
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, DeferredList, DeferredLock
 from zope.interface import implementer
 
@@ -191,12 +191,16 @@ class FolderStatus:
     @ivar highestModSeq: C{HIGHESTMODSEQ} where the server has CONDSTORE,
         else L{None}.
     @ivar exists: how many messages the folder held.
+    @ivar deferred: UIDs below C{uidNext}, ascending, that the pass left
+        undecided (a label view's deferred messages,
+        L{LabelViewFilter.deferred}): the next delta pass lists them again.
     """
 
     uidValidity: int
     uidNext: int
     highestModSeq: int | None
     exists: int
+    deferred: tuple[int, ...] = ()
 
 
 @frozen
@@ -666,17 +670,18 @@ class IMAPSource:
     def folderStatus(self, folder: SourceFolder) -> FolderStatus | None:
         """
         The status of C{folder} when it was last listed or opened, or
-        L{None} if it has not been.  A label view's UIDNEXT is held below
-        the messages it deferred (L{LabelViewFilter.heldBack}).
+        L{None} if it has not been.  A label view's status carries the
+        UIDs of the messages it deferred (L{LabelViewFilter.deferred}), for
+        the next pass to list again.
         """
         status = self._status.get(folder.key)
         labels = self._labelFilter
         if status is None or labels is None:
             return status
-        heldBack = labels.heldBack(folder)
-        if heldBack is None or heldBack >= status.uidNext:
+        deferred = tuple(uid for uid in labels.deferred(folder) if uid < status.uidNext)
+        if not deferred:
             return status
-        return FolderStatus(status.uidValidity, heldBack, status.highestModSeq, status.exists)
+        return evolve(status, deferred=deferred)
 
     def listMessagesSince(
         self,
@@ -684,18 +689,22 @@ class IMAPSource:
         uidValidity: int,
         uidNext: int,
         modSeq: int | None,
+        deferred: Sequence[int] = (),
     ) -> Deferred[FolderChanges]:
         """
         What changed in C{folder} since a pass that left it at
-        C{uidValidity}, C{uidNext} and C{modSeq} (a L{FolderStatus} kept
-        from then): the messages that arrived (C{UID FETCH <uidNext>:*}),
-        and, where the server has CONDSTORE and C{modSeq} is given, the
-        flags changed on older ones (C{UID FETCH 1:<uidNext - 1> (UID
-        FLAGS) (CHANGEDSINCE <modSeq>)}).  Messages expunged since are not
-        reported.  If the folder's UIDVALIDITY changed, every message is
-        new.
+        C{uidValidity}, C{uidNext}, C{modSeq} and C{deferred} (a
+        L{FolderStatus} kept from then): the messages that arrived (C{UID
+        FETCH <uidNext>:*}) and those of C{deferred} still there (listed
+        again as new, from the lowest of them), and, where the server has
+        CONDSTORE and C{modSeq} is given, the flags changed on the older
+        others (C{UID FETCH 1:<uidNext - 1> (UID FLAGS) (CHANGEDSINCE
+        <modSeq>)}).  Messages expunged since are not reported.  If the
+        folder's UIDVALIDITY changed, every message is new.
         """
-        return self._call(self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq)
+        return self._call(
+            self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq, deferred
+        )
 
     def raised(self, error: BaseException) -> bool:
         """
@@ -1093,7 +1102,12 @@ class IMAPSource:
         uidValidity: int,
         uidNext: int,
         modSeq: int | None,
+        deferred: Sequence[int],
     ) -> FolderChanges:
+        # The UIDs below uidNext listed again: only those the last pass
+        # left undecided, not the ones it decided between them.
+        again = {uid for uid in deferred if 0 < uid < uidNext}
+        fromUID = min(again, default=uidNext)
         try:
             examined = await self._examineForListing(reader, session, folder)
             status = self._status[folder.key]
@@ -1101,8 +1115,10 @@ class IMAPSource:
             if status.uidValidity != uidValidity:
                 if examined.exists:
                     items = await self._fetchMessages(session, folder, b"1:*")
-            elif examined.exists and (examined.uidNext is None or examined.uidNext > uidNext):
-                items = await self._fetchMessages(session, folder, b"%d:*" % max(uidNext, 1))
+            elif examined.exists and (
+                again or examined.uidNext is None or examined.uidNext > uidNext
+            ):
+                items = await self._fetchMessages(session, folder, b"%d:*" % max(fromUID, 1))
         except SourceError:
             if self._labelFilter is not None:
                 self._labelFilter.failed(folder)
@@ -1115,8 +1131,14 @@ class IMAPSource:
         # UIDNEXT on (where EXAMINE gave none), but only the new ones count,
         # and are noted for the label views.
         self._noteHighest(folder, items)
-        items = [item for item in items if item.uid is not None and item.uid >= uidNext]
-        newMessages = self._messages(folder, uidValidity, self._labelFiltered(folder, items), uidNext)
+        items = [
+            item
+            for item in items
+            if item.uid is not None and (item.uid >= uidNext or item.uid in again)
+        ]
+        newMessages = self._messages(
+            folder, uidValidity, self._labelFiltered(folder, items), max(fromUID, 1)
+        )
         changes: list[FlagChange] = []
         known = False
         condstore = bool({b"CONDSTORE", b"QRESYNC"} & session.capabilities)
@@ -1136,7 +1158,10 @@ class IMAPSource:
                 changes = [
                     FlagChange(messageKey(uidValidity, item.uid), sourceFlags(item.flags))
                     for item in changed
-                    if item.uid is not None and item.uid < uidNext and item.flags is not None
+                    if item.uid is not None
+                    and item.uid < uidNext
+                    and item.uid not in again
+                    and item.flags is not None
                 ]
         return FolderChanges(
             self._status[folder.key], False, tuple(newMessages), tuple(changes), known

@@ -24,15 +24,20 @@ the C{gmail} preset, and of a server offering Google's X-GM-EXT-1):
     seen under) was listed in a folder of the pass, or when its
     C{X-GM-LABELS} name a folder listed in the pass: it arrived there (or
     was labelled) after that folder's listing, and that folder's next
-    listing is what copies it.  Such a message is I{deferred}: All Mail's
-    UIDNEXT is held below it (L{LabelViewFilter.heldBack}), so that the
-    next pass lists it again and decides anew: by then it is in its
-    folder's listing (left out of All Mail again), or it lost its labels
-    (archived meanwhile: copied into All Mail).  Only a message that
+    listing is what copies it.  Such a message is I{deferred}: its UID is
+    kept with All Mail's mark (L{LabelViewFilter.deferred},
+    L{imapmig.state.FolderMark.deferred}), so that the next pass lists it
+    again, and of the UIDs below the mark's UIDNEXT only those, and decides
+    anew: by then it is in its folder's listing (left out of All Mail
+    again), or it lost its labels (archived meanwhile: copied into All
+    Mail).  A message the pass decided (left out as seen in another
+    folder, or kept) is not listed again, even if it lies between deferred
+    ones: archived later, it is in its folder's copy, not copied again
+    into All Mail.  Only a message that
     arrived in All Mail during the pass (at or above the UIDNEXT All Mail
     had when the pass began, L{LabelViewFilter.began}) is deferred; one
     there before is left out as its folder's (a label added during the
-    pass), so that a held-back UIDNEXT moves on at the next pass.  No message is copied
+    pass), so that the deferred UIDs are decided at the next pass.  No message is copied
     into All Mail and its label folder both, and none is lost between
     them.  Without X-GM-EXT-1 nothing tells which messages of All Mail
     are in other folders: All Mail is left out too.
@@ -268,7 +273,7 @@ class LabelViewFilter:
         self._seen = array("Q")
         self._sorted = True
         self._labels: set[bytes] = set()
-        self._heldBack: dict[str, int] = {}
+        self._deferred: dict[str, tuple[int, ...]] = {}
         self._passStart: dict[str, int] = {}
         self.unlisted: list[str] = []
 
@@ -331,7 +336,7 @@ class LabelViewFilter:
             else:
                 kept.append(item)
         if deferred:
-            self._heldBack[folder.key] = min(deferred)
+            self._deferred[folder.key] = tuple(sorted(deferred))
         return kept, len(items) - len(kept)
 
     def _wasSeen(self, messageId: int) -> bool:
@@ -339,13 +344,22 @@ class LabelViewFilter:
         index = bisect_left(seen, messageId)
         return index < len(seen) and seen[index] == messageId
 
+    def deferred(self, folder: SourceFolder) -> tuple[int, ...]:
+        """
+        The UIDs, ascending, of a view's deferred messages (labelled with
+        a folder listed before they arrived, not in that listing): the
+        next pass lists these again, and only these of the UIDs below the
+        view's UIDNEXT (the others were decided: copied from another
+        folder, or from the view).
+        """
+        return self._deferred.get(folder.key, ())
+
     def heldBack(self, folder: SourceFolder) -> int | None:
         """
-        The UID below which a view's UIDNEXT is to stay, so that the next
-        pass lists again its deferred messages (labelled with a folder
-        listed before them, not in that listing), or L{None}.
+        The lowest of the view's deferred UIDs (L{deferred}), or L{None}.
         """
-        return self._heldBack.get(folder.key)
+        deferred = self._deferred.get(folder.key)
+        return deferred[0] if deferred else None
 
     def failed(self, folder: SourceFolder) -> None:
         """

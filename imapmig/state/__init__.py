@@ -195,16 +195,20 @@ class FolderMark:
     @ivar uidValidity: the source folder's UIDVALIDITY; when it changes,
         the mark no longer applies.
     @ivar uidNext: the source folder's UIDNEXT: every message with a lower
-        UID was seen.
+        UID was seen, but those of L{deferred}.
     @ivar highestModSeq: the source folder's HIGHESTMODSEQ (CONDSTORE), or
         L{None} if the source does not have one.
     @ivar messages: how many messages the folder held.
+    @ivar deferred: UIDs below L{uidNext}, ascending, that the pass left
+        undecided and the next pass lists again (a label view's deferred
+        messages: L{imapmig.sources.labelviews}); usually none.
     """
 
     uidValidity: int
     uidNext: int
     highestModSeq: int | None
     messages: int
+    deferred: tuple[int, ...] = ()
 
 
 @frozen

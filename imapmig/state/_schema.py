@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -102,6 +102,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         ) WITHOUT ROWID
         """,
     ),
+    # Version 6: the UIDs below a folder mark's UIDNEXT that the next pass
+    # lists again (FolderMark.deferred), as ascending decimal numbers
+    # joined by commas; NULL for none.
+    6: ("ALTER TABLE folders ADD COLUMN deferred TEXT",),
 }
 
 

@@ -105,13 +105,14 @@ _OutcomeRow = tuple[str, str, str, int, int | None, int | None, str | None, str 
 
 _UPSERT_MARK = """
     INSERT INTO folders (
-        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, updated_at
-    ) VALUES (?, ?, ?, ?, ?, ?, ?)
+        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (job, folder_key) DO UPDATE SET
         uidvalidity = excluded.uidvalidity,
         uidnext = excluded.uidnext,
         highestmodseq = excluded.highestmodseq,
         messages = excluded.messages,
+        deferred = excluded.deferred,
         updated_at = excluded.updated_at
 """
 
@@ -526,20 +527,23 @@ class SQLiteStateStore:
         See L{IStateStore.folderMark}.
         """
 
-        def mark(rows: list[tuple[int, int, int | None, int]]) -> FolderMark | None:
+        def mark(rows: list[tuple[int, int, int | None, int, str | None]]) -> FolderMark | None:
             if not rows:
                 return None
-            ((uidValidity, uidNext, highestModSeq, messages),) = rows
+            ((uidValidity, uidNext, highestModSeq, messages, deferred),) = rows
             return FolderMark(
                 uidValidity=uidValidity,
                 uidNext=uidNext,
                 highestModSeq=highestModSeq,
                 messages=messages,
+                deferred=tuple(int(uid) for uid in deferred.split(",")) if deferred else (),
             )
 
+        # An older database opened read-only has no deferred UIDs yet.
+        deferred = "deferred" if self._version >= 6 else "NULL"
         return self._read(
             "read the folder mark",
-            "SELECT uidvalidity, uidnext, highestmodseq, messages FROM folders"
+            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred} FROM folders"
             " WHERE job = ? AND folder_key = ?",
             (job, folderKey),
             mark,
@@ -556,6 +560,7 @@ class SQLiteStateStore:
             mark.uidNext,
             mark.highestModSeq,
             mark.messages,
+            ",".join(str(uid) for uid in mark.deferred) or None,
             self._seconds(),
         )
         return self._transaction(
