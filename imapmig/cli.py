@@ -6,9 +6,11 @@ The imapmig command, for admins.
 
 prints what the state database says, per job: how many messages were
 copied, found already present and failed, how many had their line endings
-converted, every failed message with its reason and every message with a
-note (something not carried over exactly).  Exit status 0, or 2 on an
-invalid configuration.
+converted, why the job's latest run failed (a refused login, TLS refused,
+retries given up) if it did, every failed message with its reason and
+every message with a note (something not carried over exactly).  Exit
+status 0 when no job and no message is recorded as failed, 1 when any is
+(a last line names them), 2 on an invalid configuration or usage.
 
     imapmig verify --config FILE [--job NAME] [--report FILE]
 
@@ -65,12 +67,16 @@ def _now(d: Deferred[T]) -> T:
     return results[0]
 
 
-def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -> None:
+def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -> int:
     """
     Write the report of C{jobs} from C{store} to C{out}.
+
+    @return: the exit status: 0 when no job's latest run failed and no
+        message is recorded as failed, 1 otherwise.
     """
     document = []
     for job in jobs:
+        jobFailure = _now(store.jobFailure(job))
         counts = _now(store.counts(job))
         failures = _now(store.failures(job))
         notes = _now(store.notes(job))
@@ -78,6 +84,8 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         document.append(
             {
                 "job": job,
+                "ok": jobFailure is None and counts.failed == 0,
+                "job_failure": jobFailure,
                 "appended": counts.copied + counts.alreadyPresent,
                 "copied": counts.copied,
                 "already_present": counts.alreadyPresent,
@@ -110,10 +118,11 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                 ],
             }
         )
+    status = 0 if all(entry["ok"] for entry in document) else 1
     if asJSON:
         json.dump(document, out, indent=2)
         out.write("\n")
-        return
+        return status
     for entry in document:
         out.write(
             f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
@@ -121,6 +130,8 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
             f" line endings converted in {entry['line_endings_converted']},"
             f" {entry['with_notes']} with notes\n"
         )
+        if entry["job_failure"] is not None:
+            out.write(f"  job failed\t{entry['job_failure']}\n")
         for failure in entry["failures"]:  # type: ignore[attr-defined]
             out.write(
                 f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
@@ -136,6 +147,22 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                 f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
                 f"\t{fallback['reason']}\n"
             )
+    if status:
+        failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
+        out.write(f"failed: {', '.join(failed)}\n")
+    return status
+
+
+def _whatFailed(entry: dict[str, Any]) -> str:
+    """
+    What failed in a job's report C{entry}: the job, its messages, or both.
+    """
+    what = []
+    if entry["job_failure"] is not None:
+        what.append("the job failed")
+    if entry["failed"]:
+        what.append(f"{entry['failed']} {'message' if entry['failed'] == 1 else 'messages'} failed")
+    return f"{entry['job']} ({', '.join(what)})"
 
 
 async def verify(
@@ -392,8 +419,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         return 2
     try:
         if args.command == "report":
-            report(store, args.job or names, args.json, out)
-            return 0
+            return report(store, args.job or names, args.json, out)
         if args.command == "plan":
             return _runReactor(
                 lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)

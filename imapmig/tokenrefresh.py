@@ -10,7 +10,7 @@ endpoint refused the refresh token or the client, e.g. C{invalid_grant})
 or L{TokenEndpointUnavailable} (transient: the network, a timeout, a 5xx
 or 429).  L{agentFor} builds the production agent: certificates verified
 against the system trust store (or the account's C{tls_ca}), no
-persistent connections.
+persistent connections, and no factory chatter in the log.
 
 No token or secret appears in an error or a log; what the endpoint says
 (its C{error} code and C{error_description}) is shown short and escaped.
@@ -32,6 +32,7 @@ from twisted.web.client import (
     BrowserLikePolicyForHTTPS,
     HTTPConnectionPool,
     ResponseDone,
+    _HTTP11ClientFactory,
 )
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
@@ -93,6 +94,32 @@ def endpointForLogs(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
+class _QuietHTTP11ClientFactory(_HTTP11ClientFactory):
+    """
+    The pool's connection factory, without its "Starting factory" and
+    "Stopping factory" lines for every refresh.
+    """
+
+    noisy = False
+
+
+class QuietConnectionPool(HTTPConnectionPool):
+    """
+    An L{HTTPConnectionPool} whose connections log nothing at the default
+    level.  (Twisted offers no public way to quiet the pool's factory: its
+    C{_factory} is the documented hook.)
+    """
+
+    _factory = _QuietHTTP11ClientFactory
+
+    def __init__(self, reactor: Any, persistent: bool = True) -> None:
+        """
+        @param reactor: see L{HTTPConnectionPool}.
+        @param persistent: see L{HTTPConnectionPool}.
+        """
+        HTTPConnectionPool.__init__(self, reactor, persistent)
+
+
 def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
     """
     The agent that talks to C{config}'s endpoint: https verified against
@@ -106,7 +133,7 @@ def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
         reactor,
         BrowserLikePolicyForHTTPS(trustRootFrom(config.tlsCA)),
         connectTimeout=config.timeout,
-        pool=HTTPConnectionPool(reactor, persistent=False),
+        pool=QuietConnectionPool(reactor, persistent=False),
     )
 
 

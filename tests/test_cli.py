@@ -47,14 +47,15 @@ class ReportTests(SynchronousTestCase):
         with the server's refusal.
         """
         out = io.StringIO()
-        report(self.store, ["alice"], False, out)
+        self.assertEqual(report(self.store, ["alice"], False, out), 1)
         self.assertEqual(
             out.getvalue(),
             "alice: 3 appended (2 copied, 1 already present), 1 failed;"
             " line endings converted in 1, 1 with notes\n"
             "  failed\tSent\t.Sent/m2\trefused by server: NO [LIMIT] too big\n"
             "  note\tINBOX\t/m4\tflag 'a b' dropped: not a valid IMAP keyword\n"
-            '  folder\tSay "hi"\t-> Say _hi_\tInvalid mailbox name\n',
+            '  folder\tSay "hi"\t-> Say _hi_\tInvalid mailbox name\n'
+            "failed: alice (1 message failed)\n",
         )
 
     def test_json(self) -> None:
@@ -62,8 +63,9 @@ class ReportTests(SynchronousTestCase):
         The JSON report carries the same facts.
         """
         out = io.StringIO()
-        report(self.store, ["alice"], True, out)
+        self.assertEqual(report(self.store, ["alice"], True, out), 1)
         [entry] = json.loads(out.getvalue())
+        self.assertEqual((entry["ok"], entry["job_failure"]), (False, None))
         self.assertEqual(
             (entry["appended"], entry["copied"], entry["already_present"], entry["failed"]),
             (3, 2, 1, 1),
@@ -75,10 +77,54 @@ class ReportTests(SynchronousTestCase):
             [{"mailbox": 'Say "hi"', "fallback": "Say _hi_", "reason": "Invalid mailbox name"}],
         )
 
+    def test_jobFailed(self) -> None:
+        """
+        A job whose latest run failed (its login refused) before copying
+        anything is reported as failed, with the reason, and the status
+        is 1; the JSON tells it apart from failed messages.
+        """
+        store = MemoryStateStore()
+        store.recordJobFailure("bob", "login refused: NO [AUTHENTICATIONFAILED] bad")
+        out = io.StringIO()
+        self.assertEqual(report(store, ["bob"], False, out), 1)
+        self.assertEqual(
+            out.getvalue(),
+            "bob: 0 appended (0 copied, 0 already present), 0 failed;"
+            " line endings converted in 0, 0 with notes\n"
+            "  job failed\tlogin refused: NO [AUTHENTICATIONFAILED] bad\n"
+            "failed: bob (the job failed)\n",
+        )
+        out = io.StringIO()
+        self.assertEqual(report(store, ["bob", "alice"], True, out), 1)
+        bob, alice = json.loads(out.getvalue())
+        self.assertEqual(
+            (bob["ok"], bob["job_failure"], bob["failed"]),
+            (False, "login refused: NO [AUTHENTICATIONFAILED] bad", 0),
+        )
+        self.assertEqual((alice["ok"], alice["job_failure"]), (True, None))
+
+    def test_allGood(self) -> None:
+        """
+        With no job failed and no message failed, the status is 0 and no
+        "failed:" line is written.
+        """
+        store = MemoryStateStore()
+        store.recordOutcomes("alice", [MessageOutcome("", "m1", "INBOX", 10, 5, 1)])
+        store.recordJobFailure("alice", "an earlier run failed")
+        store.recordJobFailure("alice", None)
+        out = io.StringIO()
+        self.assertEqual(report(store, ["alice", "carol"], False, out), 0)
+        self.assertNotIn("failed:", out.getvalue())
+        out = io.StringIO()
+        self.assertEqual(report(store, ["alice"], True, out), 0)
+        [entry] = json.loads(out.getvalue())
+        self.assertEqual((entry["ok"], entry["job_failure"]), (True, None))
+
     def test_mainFromConfig(self) -> None:
         """
-        The command reads the state database the configuration names; an
-        unknown job name is an error with status 2.
+        The command reads the state database the configuration names and
+        exits 0 when nothing failed; an unknown job name is an error with
+        status 2; a failed job, or a failed message, makes it exit 1.
         """
         base = os.path.abspath(self.mktemp())
         maildir = os.path.join(base, "Maildir")
@@ -103,3 +149,19 @@ class ReportTests(SynchronousTestCase):
             " line endings converted in 0, 0 with notes\n",
         )
         self.assertEqual(main(["report", "--config", config, "--job", "bob"], out), 2)
+        store = SQLiteStateStore(state, seconds=lambda: 2.0)
+        store.recordJobFailure("alice", "login refused: NO [AUTHENTICATIONFAILED]")
+        store.close()
+        out = io.StringIO()
+        self.assertEqual(main(["report", "--config", config], out), 1)
+        self.assertTrue(out.getvalue().endswith("failed: alice (the job failed)\n"))
+        store = SQLiteStateStore(state, seconds=lambda: 3.0)
+        store.recordOutcomes(
+            "alice", [MessageOutcome("", "m2", "INBOX", 10, failure="refused: NO too big")]
+        )
+        store.recordJobFailure("alice", None)
+        store.close()
+        out = io.StringIO()
+        self.assertEqual(main(["report", "--config", config, "--json"], out), 1)
+        [entry] = json.loads(out.getvalue())
+        self.assertEqual((entry["ok"], entry["job_failure"], entry["failed"]), (False, None, 1))

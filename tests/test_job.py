@@ -1806,6 +1806,25 @@ class ResilienceTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.FAILED)
         h.finish()
 
+    def test_failureRecordedInStore(self) -> None:
+        """
+        A job that fails (its login refused) records why in the state
+        store, for C{imapmig report}; a later run that completes forgets
+        it.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+
+        self.assertFalse(h.run(h.job(password="wrong-pw")))
+        reason = self.successResultOf(h.store.jobFailure(JOB))
+        assert reason is not None
+        self.assertIn("login refused", reason)
+        self.assertEqual(reason, h.progress.error)
+
+        self.assertTrue(h.run(h.job()))
+        self.assertIsNone(self.successResultOf(h.store.jobFailure(JOB)))
+        h.finish()
+
     def test_connectionRefusedThenAccepted(self) -> None:
         """
         Connections refused at first (the server restarting) are retried

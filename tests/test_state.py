@@ -180,6 +180,23 @@ class StateStoreBehaviourMixin(_MixinBase):
         )
         self.assertEqual(self.successResultOf(store.folderFallbacks("other")), [first])
 
+    def test_jobFailure(self) -> None:
+        """
+        A job's failure is recorded per job, a later one replaces it, and
+        recording L{None} (the job completed) forgets it.
+        """
+        store = self.makeStore()
+        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
+        self.successResultOf(store.recordJobFailure("job", "login refused: NO"))
+        self.successResultOf(store.recordJobFailure("job", "TLS refused"))
+        self.successResultOf(store.recordJobFailure("other", "gave up"))
+        self.assertEqual(self.successResultOf(store.jobFailure("job")), "TLS refused")
+        self.successResultOf(store.recordJobFailure("job", None))
+        self.successResultOf(store.recordJobFailure("never", None))
+        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
+        self.assertIsNone(self.successResultOf(store.jobFailure("never")))
+        self.assertEqual(self.successResultOf(store.jobFailure("other")), "gave up")
+
     def test_emptyBatch(self) -> None:
         """
         Recording no outcomes succeeds and records nothing.
@@ -1080,7 +1097,8 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         first.close()
         connection = self.inspect()
         connection.executescript(
-            "ALTER TABLE folders DROP COLUMN deferred; UPDATE schema_version SET version = 5;"
+            "DROP TABLE job_failures; ALTER TABLE folders DROP COLUMN deferred;"
+            " UPDATE schema_version SET version = 5;"
         )
         readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
         self.assertEqual(self.successResultOf(readOnly.folderMark("job", "INBOX")), MARK)
@@ -1097,6 +1115,30 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         deferred = attrs.evolve(MARK, deferred=(12, 15))
         self.successResultOf(store.recordFolderMark("job", "INBOX", deferred))
         self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), deferred)
+
+    def test_migrateFromVersion6(self) -> None:
+        """
+        A version 6 database (no job failures) records none when opened
+        read-only, and is left as it is; opened to write, it is upgraded
+        and records job failures.
+        """
+        self.openStore().close()
+        connection = self.inspect()
+        connection.executescript(
+            "DROP TABLE job_failures; UPDATE schema_version SET version = 6;"
+        )
+        readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
+        self.assertIsNone(self.successResultOf(readOnly.jobFailure("job")))
+        readOnly.close()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(6,)]
+        )
+        store = self.openStore()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(7,)]
+        )
+        self.successResultOf(store.recordJobFailure("job", "login refused"))
+        self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")
 
     def test_migrationAllOrNothing(self) -> None:
         """

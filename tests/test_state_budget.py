@@ -169,7 +169,8 @@ class SQLiteBudgetTests(BudgetBehaviourMixin, SynchronousTestCase):
         connection = sqlite3.connect(path, isolation_level=None)
         self.addCleanup(connection.close)
         connection.executescript(
-            "DROP TABLE budget_use; ALTER TABLE folders DROP COLUMN deferred;"
+            "DROP TABLE job_failures; DROP TABLE budget_use;"
+            " ALTER TABLE folders DROP COLUMN deferred;"
             " UPDATE schema_version SET version = 4;"
         )
         readOnly = SQLiteStateStore(path, seconds=Clock().seconds, readOnly=True)
@@ -182,9 +183,9 @@ class SQLiteBudgetTests(BudgetBehaviourMixin, SynchronousTestCase):
         )
         store = SQLiteStateStore(path, seconds=Clock().seconds)
         self.addCleanup(store.close)
-        self.assertEqual(SCHEMA_VERSION, 6)
+        self.assertEqual(SCHEMA_VERSION, 7)
         self.assertEqual(
-            connection.execute("SELECT version FROM schema_version").fetchall(), [(6,)]
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(7,)]
         )
         self.assertEqual(self.successResultOf(store.budgetUsed("s", "u", "upload", "2030-01-01")), 0)
         self.successResultOf(store.addBudgetUse("s", "u", "upload", "2030-01-01", 3))

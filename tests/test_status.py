@@ -13,8 +13,11 @@ from html.parser import HTMLParser
 from typing import Any
 
 from treq.testing import StubTreq
+from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
-from twisted.internet.testing import MemoryReactorClock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.iweb import IResponse
 from twisted.web.resource import IResource
@@ -369,3 +372,52 @@ class BuildStatusSiteTests(SynchronousTestCase):
         response = self.successResultOf(treq.get("http://127.0.0.1/status.json"))
         status = json.loads(self.successResultOf(treq.content(response)))
         self.assertEqual([job["name"] for job in status["jobs"]], ["alpha"])
+
+    def test_quiet(self) -> None:
+        """
+        At the default log level the site says nothing: no "Starting
+        factory" or "Stopping factory", and no access-log line per
+        request; each request is a debug event with its method, path and
+        response code.
+        """
+        reactor = MemoryReactorClock()
+        progress = MigrationProgress(reactor.seconds)
+        site = buildStatusSite(progress, reactor=reactor)
+        with capturedLogs() as events:
+            site.doStart()
+            channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+            assert channel is not None
+            transport = StringTransport()
+            channel.makeConnection(transport)
+            channel.dataReceived(b"GET /status.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            channel.connectionLost(ConnectionDone())
+            site.doStop()
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 200 "))
+        self.assertEqual(
+            [e for e in events if e["log_level"] > LogLevel.debug], []
+        )
+        [request] = [e for e in events if e.get("path") is not None]
+        self.assertEqual(
+            (request["log_level"], request["method"], request["path"], request["code"]),
+            (LogLevel.debug, "GET", "/status.json", 200),
+        )
+        self.assertEqual(reactor.getDelayedCalls(), [])
+
+    def test_plainSiteIsNoisy(self) -> None:
+        """
+        The check of L{test_quiet} can fail: a plain L{Site} serving the
+        same request logs its factory's start and an access-log line at
+        the default level.
+        """
+        reactor = MemoryReactorClock()
+        site = Site(StatusResource(MigrationProgress(reactor.seconds)), reactor=reactor)
+        with capturedLogs() as events:
+            site.doStart()
+            channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+            channel.makeConnection(StringTransport())
+            channel.dataReceived(b"GET /status.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            channel.connectionLost(ConnectionDone())
+            site.doStop()
+        loud = [e for e in events if e["log_level"] >= LogLevel.info]
+        self.assertTrue(any("Starting factory" in e["log_format"] for e in loud))
+        self.assertTrue(any("GET /status.json" in str(e.get("log_io", "")) for e in loud))

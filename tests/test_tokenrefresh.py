@@ -13,6 +13,9 @@ from treq.testing import RequestTraversalAgent
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs
+from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import Request
@@ -29,6 +32,7 @@ from imapmig.tokenrefresh import (
     RefreshGrantClient,
     TokenEndpointUnavailable,
     TokenRefreshRefused,
+    agentFor,
     endpointForLogs,
 )
 
@@ -274,4 +278,46 @@ class RefreshGrantClientTests(SynchronousTestCase):
         self.assertEqual(
             endpointForLogs("https://login.example.com/t/oauth2/v2.0/token?x=1#y"),
             "https://login.example.com/t/oauth2/v2.0/token",
+        )
+
+
+class AgentQuietTests(SynchronousTestCase):
+    """
+    L{agentFor}'s connections log nothing at the default level.
+    """
+
+    def factoryEvents(self, agent: IAgent, reactor: MemoryReactorClock) -> list[Any]:
+        """
+        The log events of starting and stopping the factory of the
+        connection C{agent} opens on C{reactor} for one request.
+        """
+        d = agent.request(b"POST", ENDPOINT.encode("ascii"))
+        [(host, port, factory, timeout, bindAddress)] = reactor.tcpClients
+        self.assertEqual((host, port), ("127.0.0.1", 9))
+        with capturedLogs() as events:
+            factory.doStart()
+            factory.doStop()
+        d.cancel()
+        self.failureResultOf(d)
+        return list(events)
+
+    def test_noFactoryChatter(self) -> None:
+        """
+        The factory of the agent's connections does not log "Starting
+        factory" or "Stopping factory".
+        """
+        reactor = MemoryReactorClock()
+        self.assertEqual(self.factoryEvents(agentFor(config(), reactor), reactor), [])
+
+    def test_plainPoolIsNoisy(self) -> None:
+        """
+        The check of L{test_noFactoryChatter} can fail: an agent with
+        Twisted's plain pool logs both.
+        """
+        reactor = MemoryReactorClock()
+        agent = Agent(reactor, pool=HTTPConnectionPool(reactor, persistent=False))
+        formats = [e["log_format"] for e in self.factoryEvents(agent, reactor)]
+        self.assertEqual(
+            [f.split()[:2] for f in formats],
+            [["Starting", "factory"], ["Stopping", "factory"]],
         )

@@ -477,6 +477,7 @@ class MigrationJob:
                     log.info("Job {job}: stopped", job=self.name)
                     return False
                 if error is None:
+                    await self._recordJobFailure(None)
                     self._lifecycle.succeed()
                     log.info(
                         "Job {job} done: {done} of {total} messages in the destination, "
@@ -490,7 +491,7 @@ class MigrationJob:
                 reason = str(error) or type(error).__name__
                 error = asRetryable(error)
                 if not isinstance(error, TransientError):
-                    return self._failed(reason)
+                    return await self._failed(reason)
                 if self._recorder.settledCount > before or isinstance(error, DailyLimitReached):
                     # A day's budget used up is no failure: it is not
                     # counted against the attempts.
@@ -498,7 +499,7 @@ class MigrationJob:
                 if not isinstance(error, DailyLimitReached):
                     fruitless += 1
                 if fruitless > self._retry.attempts:
-                    return self._failed(
+                    return await self._failed(
                         f"gave up after {self._retry.attempts} attempts in a row that"
                         f" migrated nothing; the last: {reason}"
                     )
@@ -602,10 +603,26 @@ class MigrationJob:
                 return budget.reached()
         return None
 
-    def _failed(self, reason: str) -> bool:
+    async def _failed(self, reason: str) -> bool:
         log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
+        await self._recordJobFailure(reason)
         self._lifecycle.fail(reason)
         return False
+
+    async def _recordJobFailure(self, reason: str | None) -> None:
+        """
+        Record in the state store why this run failed, or (with L{None})
+        that it completed, for C{imapmig report}.  A store that cannot
+        record it is logged, and the run ends as it would have.
+        """
+        try:
+            await self._store.recordJobFailure(self.name, reason)
+        except ImapmigError as e:
+            log.error(
+                "Job {job}: cannot record the job's outcome in the state store: {why}",
+                job=self.name,
+                why=str(e),
+            )
 
     async def _attemptOnce(self) -> BaseException | None:
         """

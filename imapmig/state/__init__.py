@@ -369,6 +369,20 @@ class IStateStore(Interface):
         The fallback names recorded for C{job}, by mailbox.
         """
 
+    def recordJobFailure(job: str, reason: str | None) -> "Deferred[None]":
+        """
+        Record, in one transaction, that the latest run of C{job} failed
+        as a whole because of C{reason} (a refused login, TLS refused,
+        retries given up), replacing an earlier record; or, with L{None},
+        that it completed, forgetting any record.
+        """
+
+    def jobFailure(job: str) -> "Deferred[str | None]":
+        """
+        Why the latest run of C{job} failed, as L{recordJobFailure}
+        recorded it, or L{None} if no failure is recorded.
+        """
+
     def budgetUsed(server: str, user: str, direction: str, day: str) -> "Deferred[int]":
         """
         The octets recorded as moved for the account C{user} on C{server}

@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -106,6 +106,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # lists again (FolderMark.deferred), as ascending decimal numbers
     # joined by commas; NULL for none.
     6: ("ALTER TABLE folders ADD COLUMN deferred TEXT",),
+    # Version 7: why a job's latest run failed (a refused login, TLS
+    # refused, retries given up), for imapmig report; no row once a run
+    # of the job completes.
+    7: (
+        """
+        CREATE TABLE job_failures (
+            job TEXT NOT NULL PRIMARY KEY,
+            reason TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+    ),
 }
 
 

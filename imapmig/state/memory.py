@@ -71,6 +71,7 @@ class MemoryStateStore:
         self._journal: dict[str, dict[int, JournalEntry]] = {}
         self._lastEntryId = 0
         self._fallbacks: dict[str, dict[str, FolderFallback]] = {}
+        self._jobFailures: dict[str, str] = {}
         # (server, user, direction) -> day -> octets
         self._budgets: dict[tuple[str, str, str], dict[str, int]] = {}
 
@@ -356,6 +357,33 @@ class MemoryStateStore:
         recorded = self._fallbacks.get(job, {})
         return succeed([recorded[mailbox] for mailbox in sorted(recorded)])
 
+    def recordJobFailure(self, job: str, reason: str | None) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobFailure}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        if reason is None:
+            self._jobFailures.pop(job, None)
+            return succeed(None)
+        error = _unencodable((job, reason))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot record the job's failure: {error}"))
+        self._jobFailures[job] = reason
+        return succeed(None)
+
+    def jobFailure(self, job: str) -> Deferred[str | None]:
+        """
+        See L{IStateStore.jobFailure}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(self._jobFailures.get(job))
+
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
         """
         See L{IStateStore.budgetUsed}.
@@ -396,3 +424,4 @@ class MemoryStateStore:
         self._marks = {}
         self._journal = {}
         self._fallbacks = {}
+        self._jobFailures = {}

@@ -607,6 +607,37 @@ class SQLiteStateStore:
             lambda rows: [FolderFallback(*row) for row in rows],
         )
 
+    def recordJobFailure(self, job: str, reason: str | None) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobFailure}.
+        """
+
+        def write(connection: sqlite3.Connection) -> None:
+            if reason is None:
+                connection.execute("DELETE FROM job_failures WHERE job = ?", (job,))
+            else:
+                connection.execute(
+                    "INSERT OR REPLACE INTO job_failures (job, reason, updated_at)"
+                    " VALUES (?, ?, ?)",
+                    (job, reason, self._seconds()),
+                )
+
+        return self._transaction("record the job's failure", write)
+
+    def jobFailure(self, job: str) -> Deferred[str | None]:
+        """
+        See L{IStateStore.jobFailure}.
+        """
+        if self._version < 7:
+            # An older database opened read-only records no job failure.
+            return succeed(None)
+        return self._read(
+            "read the job's failure",
+            "SELECT reason FROM job_failures WHERE job = ?",
+            (job,),
+            lambda rows: str(rows[0][0]) if rows else None,
+        )
+
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
         """
         See L{IStateStore.budgetUsed}.

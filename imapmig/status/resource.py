@@ -15,12 +15,16 @@ from html import escape
 from typing import Sequence
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 from twisted.web import http
 from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 
+from imapmig.errors import escapedExcerpt
 from imapmig.progress import MigrationProgress
+
+log = Logger()
 
 _NOT_ALLOWED_BODY = b"405 Method Not Allowed\n"
 
@@ -138,15 +142,47 @@ class StatusResource(Resource):
         return self._page.render(request)
 
 
+class QuietSite(Site):
+    """
+    A L{Site} that says nothing at the default log level: no "Starting
+    factory" when it listens, and each request a structured debug event
+    instead of an access-log line (a page polled every few seconds would
+    otherwise fill the log).
+    """
+
+    noisy = False
+
+    def __init__(self, resource: IResource, reactor: IReactorTime | None = None) -> None:
+        """
+        @param resource: the root resource.
+        @param reactor: see L{Site}.
+        """
+        Site.__init__(self, resource, reactor=reactor)
+
+    def log(self, request: Request) -> None:  # type: ignore[override]
+        """
+        Log C{request} at debug level: its method, path (escaped, cut to
+        80 octets), response code and client.
+        """
+        log.debug(
+            "Status request: {method} {path} {code} from {client}",
+            method=escapedExcerpt(request.method, 16),
+            path=escapedExcerpt(request.uri),
+            code=request.code,
+            client=str(getattr(request.getClientAddress(), "host", "")),
+        )
+
+
 def buildStatusSite(progress: MigrationProgress, reactor: IReactorTime | None = None) -> Site:
     """
-    The HTTP site serving L{StatusResource}.
+    The HTTP site serving L{StatusResource}, quiet at the default log
+    level (L{QuietSite}).
 
     @param progress: what to show.
-    @param reactor: the reactor for the site's timeouts and log timestamps;
-        pass it (L{None} makes twisted.web fetch the global reactor).
+    @param reactor: the reactor for the site's timeouts; pass it (L{None}
+        makes twisted.web fetch the global reactor).
     """
-    site = Site(StatusResource(progress), reactor=reactor)
+    site = QuietSite(StatusResource(progress), reactor=reactor)
     site.displayTracebacks = False
     return site
 
