@@ -320,25 +320,30 @@ class PipelineOutcomes:
         recorder = self.recorder
         # Messages of one command go to one mailbox, but may be of two
         # units (two journal entries): each run of one unit is handed over
-        # as it ends, so that outcomes keep their order.
+        # as it ends (or before a message with a note), so that outcomes
+        # keep their order.
         rows: list[AppendedOutcome] = []
-        target: Target | None = None
         octets = converted = 0
+        target: Target | None = None
+
+        def handOver() -> None:
+            nonlocal rows, octets, converted
+            if rows:
+                assert target is not None
+                recorder.addAppended(rows, target.ticket, octets, converted)
+                rows, octets, converted = [], 0, 0
+
         for index, message in enumerate(messages):
             sent: SentMessage = message  # type: ignore[assignment]
             if sent.target is not target:
-                if target is not None and rows:
-                    recorder.addAppended(rows, target.ticket, octets, converted)
-                    rows, octets, converted = [], 0, 0
+                handOver()
                 target = sent.target
                 folderKey = target.folderKey
                 mailbox = target.mailbox
             uid = None if uids is None else uids[index]
             size = len(sent.body)
             if sent.note is not None:
-                if rows:
-                    recorder.addAppended(rows, target.ticket, octets, converted)
-                    rows, octets, converted = [], 0, 0
+                handOver()
                 recorder.add(
                     MessageOutcome(
                         folderKey,
@@ -358,13 +363,11 @@ class PipelineOutcomes:
             )
             octets += size
             converted += sent.converted
-        if target is not None:
-            if rows:
-                recorder.addAppended(rows, target.ticket, octets, converted)
-            if uids:
-                top = max(uids) + 1
-                if top > self.uidFloors.get(target.mailbox, 0):
-                    self.uidFloors[target.mailbox] = top
+        handOver()
+        if target is not None and uids:
+            top = max(uids) + 1
+            if top > self.uidFloors.get(target.mailbox, 0):
+                self.uidFloors[target.mailbox] = top
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         sent: SentMessage = message  # type: ignore[assignment]
