@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # usage.Options is unannotated.
     options = tap.Options()  # type: ignore[no-untyped-call]
+    # --help and usage errors name this program, as twistd names itself.
+    options.synopsis = f"Usage: imapmig-daemon {tap.Options.synopsis}"
     try:
         options.parseOptions(  # type: ignore[no-untyped-call]
             list(sys.argv[1:] if argv is None else argv)
