@@ -469,7 +469,7 @@ class JobProgress:
         elapsed = None
         average = None
         if self.startedAt is not None:
-            elapsed = (self.finishedAt or now) - self.startedAt
+            elapsed = (now if self.finishedAt is None else self.finishedAt) - self.startedAt
             migrated = (
                 self.messagesDone - self.messagesAlreadyMigrated - self.messagesAlreadyPresent
             )

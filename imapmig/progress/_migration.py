@@ -118,7 +118,8 @@ class MigrationProgress:
             window = job.window
             assert window is not None
             window.add(now, *counts)
-            if job.state in ENDED and now - (job.finishedAt or now) >= WINDOW_SECONDS:
+            finishedAt = job.finishedAt
+            if job.state in ENDED and (finishedAt is None or now - finishedAt >= WINDOW_SECONDS):
                 window.keepLast()
                 del self._active[name]
         self._messages += messages
@@ -202,7 +203,9 @@ class MigrationProgress:
             "run": {
                 "started_at": self.runStartedAt,
                 "finished_at": finishedAt,
-                "elapsed_seconds": round((finishedAt or now) - self.runStartedAt, 3),
+                "elapsed_seconds": round(
+                    (now if finishedAt is None else finishedAt) - self.runStartedAt, 3
+                ),
                 "verify": self.verifyResult,
             },
             "totals": {
