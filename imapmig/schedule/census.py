@@ -116,6 +116,7 @@ class SourceCensus(Service):
         self._counting: set[Deferred[SourceCount]] = set()
         self._waiting: Deferred[None] | None = None
         self._running: Deferred[None] | None = None
+        self._whenDone: list[Deferred[None]] = []
         # How many sources were counted, and how many could not be.
         self.counted = 0
         self.failed = 0
@@ -127,6 +128,14 @@ class SourceCensus(Service):
         if threads is not None:
             threads.start()
         running = Deferred.fromCoroutine(self._census())
+
+        def tell(result: object) -> object:
+            waiting, self._whenDone = self._whenDone, []
+            for d in waiting:
+                d.callback(None)
+            return result
+
+        running.addBoth(tell)
         if threads is not None:
 
             def stopThreads(result: object) -> object:
@@ -136,6 +145,18 @@ class SourceCensus(Service):
 
             running.addBoth(stopThreads)
         self._running = running
+
+    def whenDone(self) -> Deferred[None]:
+        """
+        Fires once the census has counted every source it could (or was
+        stopped).
+        """
+        d: Deferred[None] = Deferred()
+        if self._running is None or self._running.called:
+            d.callback(None)
+        else:
+            self._whenDone.append(d)
+        return d
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
@@ -266,5 +287,15 @@ class SourceCensus(Service):
         except BaseException:
             session.abort("the census was given up")
             raise
+        # The census ends once its connection is closed (and its grant
+        # released): logging out closes it, within the session's timeout.
+        closed: Deferred[None] = Deferred()
+
+        def gone(result: None) -> None:
+            closed.callback(None)
+            return result
+
+        session.client.closed.addBoth(gone)
         await session.logout()
+        await closed
         return count
