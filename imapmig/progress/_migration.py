@@ -18,6 +18,9 @@ from imapmig.progress._rates import (
 )
 
 
+_ENDED_VALUES = frozenset(state.value for state in ENDED)
+
+
 class MigrationProgress:
     """
     The progress of every configured job, in configuration order.
@@ -164,9 +167,12 @@ class MigrationProgress:
         bytesTotal = bytesDone = bytesSent = converted = notes = 0
         ended = 0
         finishedAt: float | None = None
+        # Read once per job, for 10,000 jobs: the enum's value and hash
+        # are Python-level descriptors, its _value_ a plain attribute.
+        endedValues = _ENDED_VALUES
         for job in self._jobs.values():
-            state = job.state
-            states[state.value] += 1
+            value = job.state._value_
+            states[value] += 1
             done += job.messagesDone
             failed += job.messagesFailed
             present += job.messagesAlreadyPresent
@@ -174,19 +180,20 @@ class MigrationProgress:
             bytesSent += job.bytesSent
             converted += job.lineEndingsConverted
             notes += job.messagesWithNotes
-            if state in ENDED:
+            isEnded = value in endedValues
+            if isEnded:
                 ended += 1
-                if job.finishedAt is not None and (
-                    finishedAt is None or job.finishedAt > finishedAt
-                ):
-                    finishedAt = job.finishedAt
+                jobFinished = job.finishedAt
+                if jobFinished is not None and (finishedAt is None or jobFinished > finishedAt):
+                    finishedAt = jobFinished
             if job.counted:
                 counted += 1
                 total += job.messagesTotal
-                left = job.messagesPending
-                pending += left
-                if state not in ENDED:
-                    remaining += left
+                left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                if left > 0:
+                    pending += left
+                    if not isEnded:
+                        remaining += left
                 bytesTotal += job.bytesTotal or 0
                 bytesDone += job.bytesDone
         jobs = len(self._jobs)
