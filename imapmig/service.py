@@ -7,6 +7,10 @@ Assembly: turn a L{Config} into the daemon's service tree.
                            to max_jobs jobs at once, claimed in
                            configuration order, their connections granted
                            under the servers' limits
+      +- ProgressSampler   samples the progress model every 10 s (current
+                           rates, throughput history)
+      +- SourceCensus      counts the sources of the queued jobs, so that
+                           the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
 
 Endpoint strings become endpoints here, and only here.
@@ -19,7 +23,10 @@ import time
 from typing import Any, Awaitable, Callable
 
 from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
@@ -36,12 +43,20 @@ from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
-from imapmig.progress import MigrationProgress
-from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections
+from imapmig.progress import MigrationProgress, ProgressSampler
+from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
+from imapmig.schedule.grants import (
+    ConnectionGrants,
+    ConnectionNotGranted,
+    IGrant,
+    JobConnections,
+    connectionDemand,
+)
 from imapmig.schedule.queue import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
+from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.state import IStateStore
@@ -357,6 +372,80 @@ class MigrationService(MultiService):
         return d
 
 
+def censusOpener(
+    source: ImapSourceConfig,
+    reactor: Any,
+    grants: ConnectionGrants,
+    tokens: TokenSources | None = None,
+) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    Opens a census session to an IMAP source account (L{SourceCensus}):
+    under the servers' connection limits, only if a connection is free at
+    once, never one a waiting job is owed (failing with
+    L{ConnectionNotGranted} otherwise); the grant is released when the
+    session's connection closes.
+    """
+    demand = connectionDemand([(source.server.name, source.user)])
+
+    def grant() -> Deferred[IGrant]:
+        granted = grants.pools.tryAcquire(demand)
+        if granted is None:
+            return fail(
+                ConnectionNotGranted(
+                    f"no census connection to {source.user} at {source.server.name} free now"
+                )
+            )
+        return succeed(granted)
+
+    return sessionOpener(
+        reactor,
+        source.server,
+        source.user,
+        None if source.password is None else source.password.value,
+        source.admin,
+        source.oauth2,
+        tokens,
+        grant,
+    )
+
+
+def censusFor(
+    config: Config,
+    progress: MigrationProgress,
+    store: IStateStore,
+    grants: ConnectionGrants,
+    tokens: TokenSources | None,
+    reactor: Any,
+) -> SourceCensus:
+    """
+    The census of the configured jobs' sources: local ones listed in up to
+    L{CENSUS_CONNECTIONS} worker threads of its own (a big mbox is scanned
+    whole: never on the reactor's thread), IMAP ones over census sessions
+    (L{censusOpener}).
+    """
+    threads = None
+    if IReactorFromThreads.providedBy(reactor):
+        threads = ThreadPool(minthreads=0, maxthreads=CENSUS_CONNECTIONS, name="imapmig-census")
+
+    def countLocal(job: JobConfig, stopping: Callable[[], bool]) -> Deferred[SourceCount]:
+        source = sourceFor(job, reactor)
+        if threads is None:
+            # A reactor without threads (a test's): counted in place.
+            return maybeDeferred(countListedSource, source, job.folders, stopping)
+        return deferToThreadPool(reactor, threads, countListedSource, source, job.folders, stopping)
+
+    def openIMAP(job: JobConfig) -> Awaitable[IMAPSession]:
+        assert isinstance(job.source, ImapSourceConfig)
+        return censusOpener(job.source, reactor, grants, tokens)()
+
+    def recorded(name: str) -> Deferred[int]:
+        return store.summary(name).addCallback(lambda counts: counts[0])
+
+    return SourceCensus(
+        config.jobs, progress, countLocal, openIMAP, recorded, reactor, threads=threads
+    )
+
+
 def buildService(
     config: Config,
     reactor: Any,
@@ -407,9 +496,13 @@ def buildService(
             destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
         )
 
+    ProgressSampler(progress, reactor).setServiceParent(root)
     JobQueueService(
         InMemoryJobQueue(config.jobs, time.monotonic), grants, build, progress, reactor, whenDone
     ).setServiceParent(root)
+    # After the scheduler: the jobs it starts at once list their sources
+    # themselves.
+    censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
         # start-up that a daemon without a status page need not pay

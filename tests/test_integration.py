@@ -363,7 +363,7 @@ class AcceptanceTests(TestCase):
                 progress.messagesDone,
                 progress.messagesAlreadyMigrated,
                 progress.messagesFailed,
-                progress.bytesDone,
+                progress.bytesSent,
             ),
             (5000, 5000, 5000, 0, 0),
         )
@@ -397,10 +397,11 @@ class AcceptanceTests(TestCase):
                 progress.messagesDone,
                 progress.messagesAlreadyMigrated,
                 progress.messagesFailed,
-                progress.bytesDone,
+                progress.bytesSent,
             ),
             (5003, 5003, 5000, 0, sum(len(toCRLF(_extraBody(s))) for s in subjects)),
         )
+        self.assertEqual(progress.bytesDone, progress.bytesTotal)
         _assertContent(self, instance, user, corpus.messages + extra)
         _assertRecordedUIDs(self, config, instance, user, corpus.messages + extra)
 

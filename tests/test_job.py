@@ -614,7 +614,8 @@ class MigrationJobTests(SynchronousTestCase):
             (progress.messagesTotal, progress.messagesDone, progress.messagesAlreadyMigrated),
             (5, 5, 5),
         )
-        self.assertEqual((progress.bytesDone, progress.messagesFailed), (0, 0))
+        self.assertEqual((progress.bytesSent, progress.messagesFailed), (0, 0))
+        self.assertEqual((progress.bytesDone, progress.bytesTotal), (160, 160))
 
         h.source.add(drafts, "new", body(99))
         self.assertTrue(h.run(job))
@@ -626,7 +627,8 @@ class MigrationJobTests(SynchronousTestCase):
             (progress.messagesTotal, progress.messagesDone, progress.messagesAlreadyMigrated),
             (6, 6, 5),
         )
-        self.assertEqual(progress.bytesDone, len(body(99)))
+        self.assertEqual(progress.bytesSent, len(body(99)))
+        self.assertEqual(progress.bytesDone, 160 + len(body(99)))
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (6, 0))
         h.finish()
 

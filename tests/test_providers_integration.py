@@ -160,7 +160,7 @@ class ProviderShapedTests(TestCase):
         completed, progress = await runDaemon(reactor, config)
         self.assertTrue(completed, progress[JOB].error)
         _assertContent(self, instance, user, corpus.messages)
-        self.assertEqual(progress[JOB].bytesDone, 0)
+        self.assertEqual(progress[JOB].bytesSent, 0)
         return recorder, config
 
     async def test_gmailShaped(self) -> None:

@@ -128,11 +128,12 @@ class StatusResourceTests(SynchronousTestCase):
         alpha = self.progress.addJob("alpha")
         beta = self.progress.addJob("beta")
         running(alpha, self.clock)
-        alpha.messagesTotal = 100
+        alpha.census(100, None, 1, [])
         alpha.messagesDone = 40
+        alpha.messagesSettled = 40
         alpha.messagesFailed = 2
         alpha.bytesDone = 4096
-        beta.messagesTotal = 30
+        beta.census(30, None, 1, [])
         self.clock.advance(10)
 
     def test_json(self) -> None:
@@ -188,6 +189,7 @@ class StatusResourceTests(SynchronousTestCase):
                 "stopped": 0,
                 "done": 0,
                 "failed": 0,
+                "cancelled": 0,
             },
         )
         self.assertEqual(status, json.loads(json.dumps(self.progress.snapshot())))
@@ -227,7 +229,7 @@ class StatusResourceTests(SynchronousTestCase):
         job = self.progress.addJob("alpha")
         first = json.loads(self.request("GET", "/status.json")[1])
         lifecycle = running(job, self.clock)
-        job.messagesTotal = 10
+        job.census(10, None, 1, [])
         job.messagesDone = 7
         job.bytesDone = 700
         self.clock.advance(1)

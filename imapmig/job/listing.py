@@ -7,6 +7,8 @@ mark recorded after a completed pass.
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import attrgetter
 from typing import AbstractSet, Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred
@@ -18,15 +20,17 @@ from imapmig.errors import SourceError
 from imapmig.job.destination import FolderToCopy
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import FolderRules, isIncluded, pendingMessages
-from imapmig.progress import JobProgress
+from imapmig.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
+from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
-from imapmig.state import FolderMark, IStateStore
+from imapmig.state import FolderMark, IStateStore, MessageOutcome
 
-__all__ = ["Listed", "SourceListing"]
+__all__ = ["Listed", "SourceListing", "folderOctets"]
 
 log = Logger()
+
+_size = attrgetter("size")
 
 Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
 """
@@ -66,6 +70,7 @@ class SourceListing:
         self._clock = clock
         self._stopping = stopping
         self._deltaCounts: dict[str, int] = {}
+        self._excluded: list[str] = []
 
     async def listSource(self, opening: Deferred[Any]) -> tuple[list[Listed], list[str]]:
         """
@@ -84,6 +89,7 @@ class SourceListing:
         included = [f for f in folders if isIncluded(f.path, self._rules)]
         progress.foldersTotal = len(included)
         progress.foldersExcluded = len(folders) - len(included)
+        self._excluded = [folderName(f.path) for f in folders if f not in included]
         for folder in folders:
             if folder not in included:
                 log.info(
@@ -132,18 +138,22 @@ class SourceListing:
         """
         progress = self._progress
         listings: list[FolderToCopy] = []
+        folders: list[FolderProgress] = []
         total = already = 0
+        failedIn = Counter(folderKey for folderKey, _ in failedThisRun)
         for folder, messages, flagChanges in listed:
             recorded = await self._store.destinationMap(self._job, folder.key)
             pending = pendingMessages(messages, recorded)
+            delta = folder.key in self._deltaCounts
             listedCount = self._listedCount(folder, messages)
             total += listedCount
-            already += listedCount - len(pending)
+            done = listedCount - len(pending)
+            already += done
             if failedThisRun:
                 # Recorded as failed by an earlier attempt of this run: not
                 # tried again until the next run.
                 pending = [m for m in pending if (folder.key, m.key) not in failedThisRun]
-            if folder.key in self._deltaCounts:
+            if delta:
                 # A delta pass: every record is of a message still there.
                 accounted = list(recorded.values())
             else:
@@ -152,9 +162,22 @@ class SourceListing:
                 # for nothing: their copies are found again by identity.
                 accounted = [recorded[m.key] for m in messages if m.key in recorded]
             listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
-        progress.messagesTotal = total
-        progress.messagesDone = already
-        progress.messagesAlreadyMigrated = already - recorder.appended - recorder.present
+            octets, octetsDone = folderOctets(messages, recorded, delta)
+            folders.append(
+                FolderProgress(
+                    folderName(folder.path),
+                    folder.key,
+                    listedCount,
+                    octets,
+                    done,
+                    octetsDone,
+                    failedIn[folder.key],
+                    mailbox=folderName(renamedPath(folder.path, self._rules) or folder.path),
+                )
+            )
+        progress.listed(
+            folders, self._excluded, already, already - recorder.appended - recorder.present
+        )
         log.info(
             "Job {job}: {total} messages in {folders} folders, {pending} to copy",
             job=self._job,
@@ -227,3 +250,26 @@ class SourceListing:
                         status.deferred,
                     ),
                 )
+
+
+def folderOctets(
+    messages: Sequence[SourceMessage], recorded: dict[str, MessageOutcome], delta: bool
+) -> tuple[int, int]:
+    """
+    A listed folder's source octets, and those of its messages in the
+    destination.
+
+    @param messages: its messages as listed: all of them, or on a
+        C{delta} pass those new since the last.
+    @param recorded: the records of its messages in the destination.
+    @param delta: whether C{messages} are only the new ones: the others
+        are those C{recorded}, counted by their recorded size.
+    """
+    if delta:
+        octetsDone = sum(outcome.size for outcome in recorded.values())
+        new = sum(m.size for m in messages if m.key not in recorded)
+        return octetsDone + new, octetsDone
+    octets = sum(map(_size, messages))
+    if not recorded:
+        return octets, 0
+    return octets, sum(m.size for m in messages if m.key in recorded)

@@ -795,6 +795,7 @@ class MigrationJob:
             for opening in openings:
                 opening.addErrback(lambda failure: None)
             raise
+        self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
         if self._stopping:
             return
         self._targets = prepared.targets

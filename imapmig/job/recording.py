@@ -193,27 +193,43 @@ class OutcomeRecorder:
         d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
         return d.addCallback(JournalTicket, len(keys))
 
-    def add(self, outcome: MessageOutcome, ticket: JournalTicket | None = None) -> None:
+    def add(
+        self,
+        outcome: MessageOutcome,
+        ticket: JournalTicket | None = None,
+        octets: int | None = None,
+    ) -> None:
         """
         Note one message's outcome; C{ticket} is its journal entry, if it
         was sent.
+
+        @param octets: the message's size in the source, if not
+            C{outcome.size}: what it adds to the octets done.
         """
         progress = self._progress
+        progress.messagesSettled += 1
+        folder = progress.folders.get(outcome.folderKey)
         if outcome.failure is not None:
             progress.messagesFailed += 1
             self.failedKeys.add((outcome.folderKey, outcome.messageKey))
-        elif outcome.alreadyPresent:
-            progress.messagesDone += 1
-            progress.messagesAlreadyPresent += 1
-            self.present += 1
+            if folder is not None:
+                folder.failed()
         else:
+            listed = outcome.size if octets is None else octets
             progress.messagesDone += 1
-            progress.bytesDone += outcome.size
-            self.appended += 1
-            if outcome.lineEndingsConverted:
-                progress.lineEndingsConverted += 1
-            if outcome.note is not None:
-                progress.messagesWithNotes += 1
+            progress.bytesDone += listed
+            if folder is not None:
+                folder.appended(1, listed, outcome.mailbox)
+            if outcome.alreadyPresent:
+                progress.messagesAlreadyPresent += 1
+                self.present += 1
+            else:
+                progress.bytesSent += outcome.size
+                self.appended += 1
+                if outcome.lineEndingsConverted:
+                    progress.lineEndingsConverted += 1
+                if outcome.note is not None:
+                    progress.messagesWithNotes += 1
         self._buffer.append(outcome)
         self._added(1, ticket)
 
@@ -223,22 +239,35 @@ class OutcomeRecorder:
         ticket: JournalTicket | None,
         octets: int,
         converted: int,
+        sourceOctets: int | None = None,
     ) -> None:
         """
         Note the outcomes of messages appended with nothing to note, in
-        order, all of one journal entry: as L{add} does for each, in one
-        call for the lot (a tagged reply's worth, on the hot path).
+        order, all of one journal entry (so of one folder and mailbox): as
+        L{add} does for each, in one call for the lot (a tagged reply's
+        worth, on the hot path).
 
         @param ticket: their journal entry, if they were sent.
-        @param octets: the sum of their sizes.
+        @param octets: the sum of their sizes as sent.
         @param converted: how many of them had their line endings
             converted.
+        @param sourceOctets: the sum of their sizes in the source, if not
+            C{octets}.
         """
         count = len(outcomes)
+        if not count:
+            return
         progress = self._progress
+        listed = octets if sourceOctets is None else sourceOctets
         progress.messagesDone += count
-        progress.bytesDone += octets
+        progress.messagesSettled += count
+        progress.bytesSent += octets
+        progress.bytesDone += listed
         progress.lineEndingsConverted += converted
+        first = outcomes[0]
+        folder = progress.folders.get(first[0])
+        if folder is not None:
+            folder.appended(count, listed, first[2])
         self.appended += count
         self._buffer.extend(outcomes)
         self._added(count, ticket)
@@ -323,15 +352,15 @@ class PipelineOutcomes:
         # as it ends (or before a message with a note), so that outcomes
         # keep their order.
         rows: list[AppendedOutcome] = []
-        octets = converted = 0
+        octets = converted = listed = 0
         target: Target | None = None
 
         def handOver() -> None:
-            nonlocal rows, octets, converted
+            nonlocal rows, octets, converted, listed
             if rows:
                 assert target is not None
-                recorder.addAppended(rows, target.ticket, octets, converted)
-                rows, octets, converted = [], 0, 0
+                recorder.addAppended(rows, target.ticket, octets, converted, listed)
+                rows, octets, converted, listed = [], 0, 0, 0
 
         for index, message in enumerate(messages):
             sent: SentMessage = message  # type: ignore[assignment]
@@ -356,12 +385,13 @@ class PipelineOutcomes:
                         lineEndingsConverted=bool(sent.converted),
                     ),
                     target.ticket,
+                    sent.source.size,
                 )
                 continue
-            rows.append(
-                (folderKey, sent.source.key, mailbox, size, uidValidity, uid, sent.converted)
-            )
+            source = sent.source
+            rows.append((folderKey, source.key, mailbox, size, uidValidity, uid, sent.converted))
             octets += size
+            listed += source.size
             converted += sent.converted
         handOver()
         if target is not None and uids:

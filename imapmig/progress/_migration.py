@@ -1,0 +1,252 @@
+# -*- test-case-name: tests.test_progress -*-
+"""
+The progress of every job together: totals, the run's start and finish,
+the current overall rate and ETA, and the throughput history.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from imapmig.progress._job import ENDED, JobProgress, JobState, _eta, _percent
+from imapmig.progress._rates import (
+    HISTORY_SAMPLES,
+    STEP_SECONDS,
+    WINDOW_SECONDS,
+    RateWindow,
+    ThroughputHistory,
+)
+
+
+_ENDED_VALUES = frozenset(state.value for state in ENDED)
+
+
+class MigrationProgress:
+    """
+    The progress of every configured job, in configuration order.
+
+    Rates come from samples (L{sample}, every C{step} seconds, driven by
+    L{imapmig.progress.ProgressSampler}) of the jobs that ran since the
+    last one: sampling costs nothing for the jobs still queued or long
+    ended, however many there are.
+
+    @ivar runStartedAt: when the run (the daemon) started.
+    @ivar verifyResult: the verify result to show with the run, if a
+        verify was run (C{{"time", "ok", "jobs", "differences", "path"}}).
+    """
+
+    def __init__(
+        self,
+        seconds: Callable[[], float],
+        step: float = STEP_SECONDS,
+        historySize: int = HISTORY_SAMPLES,
+    ) -> None:
+        """
+        @param seconds: the clock.
+        @param step: the sampling step, in seconds.
+        @param historySize: how many steps of throughput to keep.
+        """
+        self._seconds = seconds
+        self._jobs: dict[str, JobProgress] = {}
+        # The jobs sampled: started since, and not ended for a window.
+        self._active: dict[str, JobProgress] = {}
+        self._history = ThroughputHistory(step, historySize)
+        self._window = RateWindow()
+        # Lifetime counts of every job together at the last sample.
+        self._messages = 0
+        self._octets = 0
+        self._lastSample: float | None = None
+        self.verifyResult: dict[str, object] | None = None
+        self.runStartedAt = seconds()
+        self._window.add(self.runStartedAt, 0, 0)
+
+    def startRun(self) -> None:
+        """
+        The daemon starts: the run starts now.
+        """
+        now = self._seconds()
+        self.runStartedAt = now
+        self._lastSample = now
+        self._window.add(now, self._messages, self._octets)
+
+    @property
+    def step(self) -> float:
+        """
+        The sampling step, in seconds (that of the throughput history).
+        """
+        return self._history.step
+
+    def addJob(self, name: str) -> JobProgress:
+        """
+        Register a job (queued) and return its progress.
+        """
+        progress = JobProgress(name, self._seconds, self._activate)
+        self._jobs[name] = progress
+        return progress
+
+    def _activate(self, job: JobProgress) -> None:
+        self._active[job.name] = job
+
+    def __iter__(self) -> Iterator[JobProgress]:
+        return iter(self._jobs.values())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def job(self, name: str) -> JobProgress:
+        """
+        The progress of the job called C{name}.
+
+        @raise KeyError: no such job.
+        """
+        return self._jobs[name]
+
+    # Sampling
+
+    def sample(self) -> None:
+        """
+        Sample the counters of the jobs that ran since the last sample:
+        their current rates' windows, the overall window, and one step of
+        the throughput history.  A job ended more than a window ago is
+        sampled no more.
+        """
+        now = self._seconds()
+        messages = octets = 0
+        for name, job in list(self._active.items()):
+            counts = job.lifetimeCounts()
+            before = job.sampled
+            messages += counts[0] - before[0]
+            octets += counts[1] - before[1]
+            job.sampled = counts
+            window = job.window
+            assert window is not None
+            window.add(now, *counts)
+            finishedAt = job.finishedAt
+            if job.state in ENDED and (finishedAt is None or now - finishedAt >= WINDOW_SECONDS):
+                window.keepLast()
+                del self._active[name]
+        self._messages += messages
+        self._octets += octets
+        self._window.add(now, self._messages, self._octets)
+        last, self._lastSample = self._lastSample, now
+        if last is not None and now > last:
+            elapsed = now - last
+            self._history.add(now, messages / elapsed, octets / elapsed)
+
+    @property
+    def sampledJobs(self) -> int:
+        """
+        How many jobs the next L{sample} looks at.
+        """
+        return len(self._active)
+
+    def currentRate(self) -> tuple[float, float]:
+        """
+        Messages settled and octets sent per second, every job together,
+        over the last minute.
+        """
+        messages, octets = self._messages, self._octets
+        for job in self._active.values():
+            counts = job.lifetimeCounts()
+            before = job.sampled
+            messages += counts[0] - before[0]
+            octets += counts[1] - before[1]
+        return self._window.rate(self._seconds(), messages, octets)
+
+    # Views
+
+    def summary(self) -> dict[str, object]:
+        """
+        A JSON-ready view of everything but the jobs: the time, the run,
+        the totals across jobs, and the throughput history.
+        """
+        now = self._seconds()
+        states: dict[str, int] = {state.value: 0 for state in JobState}
+        counted = 0
+        total = done = failed = present = migrated = pending = remaining = 0
+        bytesTotal = bytesDone = bytesSent = converted = notes = 0
+        ended = 0
+        finishedAt: float | None = None
+        # Read once per job, for 10,000 jobs: the enum's value and hash
+        # are Python-level descriptors, its _value_ a plain attribute.
+        endedValues = _ENDED_VALUES
+        for job in self._jobs.values():
+            value = job.state._value_
+            states[value] += 1
+            done += job.messagesDone
+            failed += job.messagesFailed
+            present += job.messagesAlreadyPresent
+            migrated += job.messagesAlreadyMigrated
+            bytesSent += job.bytesSent
+            converted += job.lineEndingsConverted
+            notes += job.messagesWithNotes
+            isEnded = value in endedValues
+            if isEnded:
+                ended += 1
+                jobFinished = job.finishedAt
+                if jobFinished is not None and (finishedAt is None or jobFinished > finishedAt):
+                    finishedAt = jobFinished
+            if job.counted:
+                counted += 1
+                total += job.messagesTotal
+                left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                if left > 0:
+                    pending += left
+                    if not isEnded:
+                        remaining += left
+                bytesTotal += job.bytesTotal or 0
+                bytesDone += job.bytesDone
+        jobs = len(self._jobs)
+        if ended < jobs:
+            finishedAt = None
+        elif finishedAt is None:
+            finishedAt = now
+        messagesRate, octetsRate = self.currentRate()
+        eta = None
+        if counted == jobs:
+            eta = _eta(remaining, messagesRate, JobState.RUNNING)
+        return {
+            "time": now,
+            "run": {
+                "started_at": self.runStartedAt,
+                "finished_at": finishedAt,
+                "elapsed_seconds": round(
+                    (now if finishedAt is None else finishedAt) - self.runStartedAt, 3
+                ),
+                "verify": self.verifyResult,
+            },
+            "totals": {
+                "jobs": states,
+                "jobs_total": jobs,
+                "jobs_counted": counted,
+                "messages_total": total,
+                "messages_done": done,
+                "messages_failed": failed,
+                "messages_already_present": present,
+                "messages_already_migrated": migrated,
+                "messages_pending": pending,
+                "bytes_total": bytesTotal,
+                "bytes_done": bytesDone,
+                "bytes_sent": bytesSent,
+                "percent_messages": _percent(done + failed, total) if counted else None,
+                "percent_bytes": _percent(bytesDone, bytesTotal) if counted else None,
+                "messages_per_second": round(messagesRate, 1),
+                "bytes_per_second": round(octetsRate, 1),
+                "eta_seconds": eta,
+                "line_endings_converted": converted,
+                "messages_with_notes": notes,
+            },
+            "throughput": {
+                "step_seconds": self._history.step,
+                "samples": self._history.samples(),
+            },
+        }
+
+    def snapshot(self) -> dict[str, object]:
+        """
+        L{summary} and every job's L{JobProgress.snapshot}, in
+        configuration order, under C{"jobs"}.
+        """
+        view = self.summary()
+        view["jobs"] = [job.snapshot() for job in self._jobs.values()]
+        return view
