@@ -33,12 +33,12 @@ from twisted.web.server import Site
 import imapmig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
-from imapmig.progress import JobProgress, MigrationProgress
+from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
-from imapmig.status.resource import StatusResource
+from imapmig.status.resource import StatusResource, buildStatusSite
 from imapmig.verify import REPORT_NAME, defaultReportPath
 from tests.test_status import running
 
@@ -585,10 +585,13 @@ class HealthTests(APITestCase):
         """
         jobs = self.addJobs(3)
         running(jobs[0], self.clock)
+        health = self.getJSON("/healthz")
         self.assertEqual(
-            self.getJSON("/healthz"),
-            {"status": "ok", "version": imapmig.__version__, "jobs": {"running": 1, "queued": 2}},
-        )
+            (health["status"], health["version"], health["jobs"]["running"],
+             health["jobs"]["queued"], health["jobs"]["failed"]),
+            ("ok", imapmig.__version__, 1, 2, 0),
+        )  # fmt: skip
+        self.assertEqual(set(health["jobs"]), {state.value for state in JobState})
         response, body = self.request("HEAD", "/healthz")
         self.assertEqual((response.code, body), (200, b""))
 
@@ -767,3 +770,31 @@ class ManifestStreamingTests(SynchronousTestCase):
         d.errback(PermanentError("memory: the state store is closed"))
         self.assertTrue(self.transport.disconnecting)
         self.assertFalse(self.transport.value().endswith(b"\r\n0\r\n\r\n"))
+
+
+class LongRequestLineTests(SynchronousTestCase):
+    """
+    The status site answers a request line too long to read.
+    """
+
+    def test_tooLong(self) -> None:
+        """
+        A request line longer than 16 KiB (a huge query string) is
+        answered with 400 and a JSON error, and the connection closed;
+        without the site's channel, twisted.web would close it without an
+        answer.
+        """
+        clock = Clock()
+        site = buildStatusSite(MigrationProgress(clock.seconds), clock, MemoryStateStore())
+        channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        transport = StringTransport()
+        channel.makeConnection(transport)
+        request = b"GET /status.json?q=" + b"x" * 20000 + b" HTTP/1.1\r\nHost: a\r\n\r\n"
+        for start in range(0, len(request), 4096):
+            channel.dataReceived(request[start : start + 4096])
+        head, _, body = transport.value().partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 Bad Request\r\n"))
+        self.assertIn("longer than 16384 octets", json.loads(body)["error"])
+        self.assertTrue(transport.disconnecting)
+        channel.connectionLost(ConnectionDone())
+        self.assertEqual(clock.getDelayedCalls(), [])

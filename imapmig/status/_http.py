@@ -184,3 +184,30 @@ class JSONNotFound(ReadOnlyResource):
         Itself: whatever lies below is not found either.
         """
         return self
+
+
+class StatusChannel(http.HTTPChannel):
+    """
+    twisted.web's HTTP channel, answering a request line or header line
+    longer than it reads (C{MAX_LENGTH}, 16 KiB: a huge query string) with
+    a 400 and a JSON error before closing, where twisted.web closes the
+    connection without a word.
+    """
+
+    _refusedLong = False
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        """
+        Answer 400, once, and close.
+        """
+        if not self._refusedLong:
+            self._refusedLong = True
+            body = jsonBody(
+                {"error": f"request line or header longer than {self.MAX_LENGTH} octets"}
+            )
+            self.transport.write(  # type: ignore[union-attr]
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: " + JSON_TYPE
+                + b"\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %d"
+                b"\r\n\r\n" % (len(body),) + body
+            )  # fmt: skip
+        self.loseConnection()  # type: ignore[no-untyped-call]

@@ -58,7 +58,8 @@ class HealthResource(ReadOnlyResource):
 
         def healthy(_: object) -> bytes:
             self._lastError = None
-            counts: dict[str, int] = {}
+            # Every state, zeros included: a check of "failed" finds it.
+            counts = dict.fromkeys(sorted(self._view.stateNames()), 0)
             for job in self._view.jobs():
                 state = self._view.stateOf(job)
                 counts[state] = counts.get(state, 0) + 1

@@ -20,8 +20,11 @@ from imapmig.progress import JobProgress, JobState, MigrationProgress
 
 __all__ = ["SORT_NAMES", "ProgressView"]
 
-# States in which a job has ended.
-_ENDED = frozenset({JobState.DONE, JobState.FAILED, JobState.STOPPED})
+# States in which a job has ended (by value: "cancelled" comes with the
+# controls).
+_ENDED = frozenset(
+    state for state in JobState if state.value in ("done", "failed", "stopped", "cancelled")
+)
 
 SORT_NAMES = ("name", "state", "progress", "failed", "rate", "eta")
 """

@@ -25,7 +25,7 @@ from imapmig.errors import escapedExcerpt
 from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress
 from imapmig.state import IStateStore
-from imapmig.status._http import JSONNotFound, ReadOnlyResource, jsonBody
+from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
 from imapmig.status.health import HealthResource
 from imapmig.status.jobs import JobsResource
 from imapmig.status.progressview import ProgressView
@@ -170,6 +170,9 @@ class QuietSite(Site):
     """
 
     noisy = False
+    # A plain HTTP/1.1 channel (no HTTP/2 negotiation wrapper: the status
+    # site speaks HTTP/1.1) that answers an over-long request line.
+    protocol = StatusChannel  # type: ignore[assignment]
 
     def __init__(self, resource: IResource, reactor: IReactorTime | None = None) -> None:
         """
