@@ -28,7 +28,8 @@ from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.iweb import IResponse
-from twisted.web.server import Site
+from twisted.web.server import Request, Site
+from twisted.web.test.requesthelper import DummyChannel
 
 import imapmig
 from imapmig.errors import PermanentError
@@ -36,6 +37,7 @@ from imapmig.plan import FolderRules
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
+from imapmig.status.manifest import ManifestProducer, excludedRows, exclusionReason, manifestFormat
 from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
 from imapmig.status.resource import StatusResource, buildStatusSite
@@ -640,6 +642,29 @@ class SelectJobsTests(SynchronousTestCase):
         self.assertEqual((matched, [j.name for j in page]), (10_000, ["j1", "j2", "j3"]))
 
 
+class ChunkedBody:
+    """
+    Reads a chunked HTTP/1.1 response.
+    """
+
+    @staticmethod
+    def of(response: bytes) -> bytes:
+        """
+        The body of C{response} so far (head, then chunks), its chunks
+        joined.
+        """
+        _, _, chunked = response.partition(b"\r\n\r\n")
+        body = b""
+        while chunked:
+            size, _, rest = chunked.partition(b"\r\n")
+            length = int(size, 16)
+            body += rest[:length]
+            chunked = rest[length + 2 :]
+            if length == 0:
+                break
+        return body
+
+
 class CountingStore(MemoryStateStore):
     """
     A memory store that counts the manifest pages read, calls C{onRead}
@@ -704,16 +729,7 @@ class ManifestStreamingTests(SynchronousTestCase):
         """
         The response body so far, its chunks joined.
         """
-        _, _, chunked = self.transport.value().partition(b"\r\n\r\n")
-        body = b""
-        while chunked:
-            size, _, rest = chunked.partition(b"\r\n")
-            length = int(size, 16)
-            body += rest[:length]
-            chunked = rest[length + 2 :]
-            if length == 0:
-                break
-        return body
+        return ChunkedBody.of(self.transport.value())
 
     def test_paused(self) -> None:
         """
@@ -798,3 +814,67 @@ class LongRequestLineTests(SynchronousTestCase):
         self.assertTrue(transport.disconnecting)
         channel.connectionLost(ConnectionDone())
         self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class ExcludedFolderTests(SynchronousTestCase):
+    """
+    The manifest's rows for the folders a job's folder rules leave out.
+    """
+
+    def test_reason(self) -> None:
+        """
+        The reason names the exclude pattern a folder matches, or the
+        include patterns it matches none of.
+        """
+        rules = FolderRules(include=("INBOX", "Archive/*"), exclude=("Archive/Junk*", "Trash"))
+        self.assertEqual(
+            exclusionReason("Archive/Junk 2019", rules),
+            "left out by the folder rules: matches exclude pattern 'Archive/Junk*'",
+        )
+        self.assertEqual(
+            exclusionReason("Trash", rules),
+            "left out by the folder rules: matches exclude pattern 'Trash'",
+        )
+        self.assertEqual(
+            exclusionReason("Sent", rules),
+            "left out by the folder rules: matches no include pattern ('INBOX', 'Archive/*')",
+        )
+
+    def test_rows(self) -> None:
+        """
+        One row per folder, outcome C{excluded}, with no mailbox, key, size
+        or Message-ID.
+        """
+        self.assertEqual(
+            excludedRows("alpha", ["Trash"], FolderRules(exclude=("Trash",))),
+            [("alpha", "excluded", "Trash", "", "", None, None,
+              "left out by the folder rules: matches exclude pattern 'Trash'")],
+        )  # fmt: skip
+        self.assertEqual(excludedRows("alpha", ["X"], None)[0][7], "left out by the folder rules")
+
+    def test_written(self) -> None:
+        """
+        The producer writes the excluded folders' rows first, then the
+        store's, then ends the response.
+        """
+        channel = DummyChannel()
+        request = Request(channel)
+        request.method, request.clientproto = b"GET", b"HTTP/1.1"
+        store = MemoryStateStore()
+        self.successResultOf(store.recordOutcomes("alpha", [failure("INBOX", "1", "NO")]))
+        ManifestProducer(
+            request,
+            "alpha",
+            excludedRows("alpha", ["Trash", "Junk"], FolderRules(exclude=("Trash", "Junk"))),
+            lambda after, limit: store.manifestOutcomes("alpha", after, limit),
+            manifestFormat("csv"),
+        ).start()
+        written = channel.transport.written.getvalue()
+        self.assertTrue(written.endswith(b"\r\n0\r\n\r\n"))
+        rows = list(csv.reader(io.StringIO(ChunkedBody.of(written).decode())))
+        self.assertEqual(
+            [(r[1], r[2], r[4]) for r in rows],
+            [("outcome", "folder", "key"), ("excluded", "Trash", ""), ("excluded", "Junk", ""),
+             ("failed", "INBOX", "1")],
+        )  # fmt: skip
+        self.assertTrue(request.finished)
