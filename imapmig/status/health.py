@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_health -*-
+# -*- test-case-name: tests.test_status_api -*-
 """
 C{/healthz}, for load balancers and systemd checks: 200 while the daemon
 serves and its state store answers; 503 once it is stopping, or when the

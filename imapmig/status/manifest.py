@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_jobs -*-
+# -*- test-case-name: tests.test_status_api -*-
 """
 The audit manifest of a job: every message imapmig did not copy (failed,
 or already present in the destination) and every source folder its folder

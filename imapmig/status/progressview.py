@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_query -*-
+# -*- test-case-name: tests.test_status_api -*-
 """
 The one place the status resources read the progress model
 (L{imapmig.progress}): L{ProgressView} gives a job's JSON document, its

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_query -*-
+# -*- test-case-name: tests.test_status_api -*-
 """
 The query of C{/status.json} and of a job's failures: parsed once into a
 frozen value, every problem an L{HTTPProblem} naming the parameter; and

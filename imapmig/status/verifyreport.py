@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_health -*-
+# -*- test-case-name: tests.test_status_api -*-
 """
 The summary of C{imapmig verify}'s JSON report for C{/status.json}'s
 C{run.verify}: read again only when the file changes, and L{None} while it
