@@ -515,20 +515,40 @@ class SQLiteStateStore:
         See L{IStateStore.manifestOutcomes}: a range of the index of
         messages not copied.
         """
+        columns = self._outcomeColumns()
+        table = self._notCopied()
         if after is None:
             return self._outcomes(
                 "read the manifest",
-                f"SELECT {self._outcomeColumns()} FROM {self._notCopied()} WHERE job = ? AND {_NOT_COPIED}"
+                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
                 " ORDER BY folder_key, message_key LIMIT ?",
                 (job, limit),
             )
-        return self._outcomes(
+        # The rest of the folder of `after`, then the folders after it: two
+        # seeks in the index.  (A row-value comparison, (folder_key,
+        # message_key) > (?, ?), seeks on the folder alone and reads the
+        # folder from its start: a page deep into a large folder cost ten
+        # times as much.)
+        folderKey, messageKey = after
+        d = self._outcomes(
             "read the manifest",
-            f"SELECT {self._outcomeColumns()} FROM {self._notCopied()} WHERE job = ? AND {_NOT_COPIED}"
-            " AND (folder_key, message_key) > (?, ?)"
-            " ORDER BY folder_key, message_key LIMIT ?",
-            (job, after[0], after[1], limit),
+            f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
+            " AND folder_key = ? AND message_key > ? ORDER BY message_key LIMIT ?",
+            (job, folderKey, messageKey, limit),
         )
+
+        def nextFolders(page: list[MessageOutcome]) -> Deferred[list[MessageOutcome]]:
+            if len(page) >= limit:
+                return succeed(page)
+            rest = self._outcomes(
+                "read the manifest",
+                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
+                " AND folder_key > ? ORDER BY folder_key, message_key LIMIT ?",
+                (job, folderKey, limit - len(page)),
+            )
+            return rest.addCallback(lambda more: page + more)
+
+        return d.addCallback(nextFolders)
 
     def ping(self) -> Deferred[None]:
         """

@@ -130,7 +130,8 @@ class _CSVFormat:
     def rows(self, rows: Sequence[ManifestRow]) -> bytes:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\r\n")
-        writer.writerows(("" if value is None else value for value in row) for row in rows)
+        # The csv module writes None as an empty field.
+        writer.writerows(rows)
         return out.getvalue().encode("utf-8")
 
     def end(self) -> bytes:
