@@ -442,7 +442,8 @@ class JobRoutesTests(APITestCase):
         for path in (
             "/jobs/nobody/failures.json", "/jobs/nobody/manifest.csv", "/jobs", "/jobs/",
             "/jobs/alpha", "/jobs/alpha/", "/jobs/alpha/other.json", "/jobs/alpha.json/x",
-            "/jobs/alpha/failures.json/x", "/jobs/%FF.json", "/nothing",
+            "/jobs/alpha/failures.json/x", "/jobs/%FF.json", "/nothing", "/status.json/x",
+            "/healthz/", "/jobs/alpha/manifest.csv/x",
         ):  # fmt: skip
             self.assertIn("error", self.getJSON(path, 404))
 

@@ -12,7 +12,6 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
-from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
@@ -115,7 +114,7 @@ class ReadOnlyResource(Resource):
         """
         No children: 404.
         """
-        return notFound()
+        return JSONNotFound("not found")
 
     def render(self, request: Request) -> bytes | int:
         """
