@@ -901,3 +901,39 @@ class ExcludedFolderTests(SynchronousTestCase):
              ("failed", "INBOX", "1")],
         )  # fmt: skip
         self.assertTrue(request.finished)
+
+
+class MountedResourcesTests(SynchronousTestCase):
+    """
+    The resources of the other slices are mounted where the root is told.
+    """
+
+    def test_mounted(self) -> None:
+        """
+        C{dashboard} serves C{/} and its children (C{/static/...}),
+        C{metrics} C{/metrics}, C{control} C{/control/...}; the API's
+        routes stay the root's.
+        """
+        from twisted.web.static import Data
+
+        clock = Clock()
+        dashboard = Data(b"<html>dashboard</html>", "text/html")
+        dashboard.putChild(b"static", Data(b"js", "text/javascript"))
+        control = Data(b"control", "text/plain")
+        control.putChild(b"pause-all", Data(b"paused", "text/plain"))
+        root = StatusResource(
+            MigrationProgress(clock.seconds), clock.seconds, MemoryStateStore(),
+            dashboard=dashboard, metrics=Data(b"# metrics", "text/plain"), control=control,
+        )  # fmt: skip
+        treq: Any = StubTreq(root)
+
+        def get(path: str) -> tuple[int, bytes]:
+            response = self.successResultOf(treq.get(BASE + path))
+            return response.code, self.successResultOf(treq.content(response))
+
+        self.assertEqual(get("/"), (200, b"<html>dashboard</html>"))
+        self.assertEqual(get("/static"), (200, b"js"))
+        self.assertEqual(get("/metrics"), (200, b"# metrics"))
+        self.assertEqual(get("/control/pause-all"), (200, b"paused"))
+        self.assertEqual(get("/healthz")[0], 200)
+        self.assertEqual(json.loads(get("/status.json")[1])["schema"], 1)

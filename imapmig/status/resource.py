@@ -202,6 +202,9 @@ def buildStatusSite(
     stopping: Callable[[], bool] = lambda: False,
     verifyReportPath: str | None = None,
     rulesOf: Callable[[str], FolderRules | None] = lambda name: None,
+    dashboard: IResource | None = None,
+    metrics: IResource | None = None,
+    control: IResource | None = None,
 ) -> Site:
     """
     The HTTP site serving L{StatusResource}, quiet at the default log
@@ -213,6 +216,9 @@ def buildStatusSite(
     @param stopping: see L{StatusResource}.
     @param verifyReportPath: see L{StatusResource}.
     @param rulesOf: see L{StatusResource}.
+    @param dashboard: see L{StatusResource}.
+    @param metrics: see L{StatusResource}.
+    @param control: see L{StatusResource}.
     """
     root = StatusResource(
         progress,
@@ -221,6 +227,9 @@ def buildStatusSite(
         stopping=stopping,
         verifyReportPath=verifyReportPath,
         rulesOf=rulesOf,
+        dashboard=dashboard,
+        metrics=metrics,
+        control=control,
     )
     site = QuietSite(root, reactor=reactor)
     site.displayTracebacks = False
