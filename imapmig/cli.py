@@ -18,8 +18,9 @@ compares each job's source with its destination, folder by folder: every
 message's SHA-256, flags and INTERNALDATE.  It prints a summary and every
 difference, writes the whole report as JSON (default
 C{imapmig-verify.json} in the state database's directory, where the
-daemon's status shows its result as C{run.verify}), and exits 0 when there is no difference, 1 when
-there is any (or a job could not be verified), 2 on an invalid
+daemon's status shows its result as C{run.verify}), and exits 0 when
+there is no difference, 1 when there is any (or a job could not be
+verified, or the report could not be written), 2 on an invalid
 configuration.
 
     imapmig plan --config FILE [--job NAME] [--json]
@@ -222,10 +223,14 @@ async def verify(
     # Written aside and renamed: the daemon's status page, which reads the
     # report when it changes, never sees half of it.
     partial = reportPath + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(partial, reportPath)
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(partial, reportPath)
+    except OSError as e:
+        out.write(f"cannot write the report {reportPath}: {e.strerror}; give --report FILE\n")
+        return 1
     out.write(f"report written to {reportPath}\n")
     return status
 

@@ -32,6 +32,8 @@ from twisted.web.server import Request, Site
 from twisted.web.test.requesthelper import DummyChannel
 
 import imapmig
+from imapmig import cli
+from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
 from imapmig.progress import JobProgress, JobState, MigrationProgress
@@ -42,6 +44,7 @@ from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
 from imapmig.status.resource import StatusResource, buildStatusSite
 from imapmig.verify import REPORT_NAME, defaultReportPath
+from tests.test_service import makeMaildir
 from tests.test_status import running
 
 BASE = "http://127.0.0.1:8080"
@@ -937,3 +940,56 @@ class MountedResourcesTests(SynchronousTestCase):
         self.assertEqual(get("/control/pause-all"), (200, b"paused"))
         self.assertEqual(get("/healthz")[0], 200)
         self.assertEqual(json.loads(get("/status.json")[1])["schema"], 1)
+
+
+class VerifyCommandReportTests(SynchronousTestCase):
+    """
+    C{imapmig verify} writes its report whole, or says why it cannot.
+    """
+
+    def verify(self, reportPath: str) -> tuple[int, str]:
+        """
+        Run the verify command over no job, reporting to C{reportPath}.
+
+        @return: its exit status and what it printed.
+        """
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "servers": {"s": {"endpoint": "tcp:127.0.0.1:1143", "starttls": "off"}},
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "u", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        out = io.StringIO()
+        status = self.successResultOf(
+            Deferred.fromCoroutine(cli.verify(config, [], MemoryStateStore(), Clock(), reportPath, out))
+        )
+        return status, out.getvalue()
+
+    def test_written(self) -> None:
+        """
+        The report is written whole (by a rename: no partial file is left).
+        """
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        path = os.path.join(directory, REPORT_NAME)
+        self.assertEqual(self.verify(path), (0, f"report written to {path}\n"))
+        self.assertEqual(os.listdir(directory), [REPORT_NAME])
+        with open(path) as f:
+            self.assertEqual(json.load(f), [])
+
+    def test_notWritable(self) -> None:
+        """
+        A report that cannot be written is said so, with exit status 1.
+        """
+        path = os.path.join(os.path.abspath(self.mktemp()), "missing", REPORT_NAME)
+        status, printed = self.verify(path)
+        self.assertEqual(status, 1)
+        self.assertIn(f"cannot write the report {path}: No such file or directory", printed)
