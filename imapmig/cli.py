@@ -17,8 +17,10 @@ status 0 when no job and no message is recorded as failed, 1 when any is
 compares each job's source with its destination, folder by folder: every
 message's SHA-256, flags and INTERNALDATE.  It prints a summary and every
 difference, writes the whole report as JSON (default
-C{imapmig-verify.json}), and exits 0 when there is no difference, 1 when
-there is any (or a job could not be verified), 2 on an invalid
+C{imapmig-verify.json} in the state database's directory, where the
+daemon's status shows its result as C{run.verify}), and exits 0 when
+there is no difference, 1 when there is any (or a job could not be
+verified, or the report could not be written), 2 on an invalid
 configuration.
 
     imapmig plan --config FILE [--job NAME] [--json]
@@ -218,9 +220,17 @@ async def verify(
         if differences:
             status = 1
         document.append(result.toJSON())
-    with open(reportPath, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+    # Written aside and renamed: the daemon's status page, which reads the
+    # report when it changes, never sees half of it.
+    partial = reportPath + ".partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(partial, reportPath)
+    except OSError as e:
+        out.write(f"cannot write the report {reportPath}: {e.strerror}; give --report FILE\n")
+        return 1
     out.write(f"report written to {reportPath}\n")
     return status
 
@@ -386,7 +396,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     verifyParser.add_argument("--config", required=True, help="the YAML configuration")
     verifyParser.add_argument("--job", action="append", help="only this job (repeatable)")
     verifyParser.add_argument(
-        "--report", default="imapmig-verify.json", help="where to write the JSON report"
+        "--report",
+        default=None,
+        help="where to write the JSON report (default: imapmig-verify.json beside the state"
+        " database, where the daemon's status page shows its result)",
     )
     planParser = commands.add_parser(
         "plan", help="what a run would copy and create, writing nothing"
@@ -424,8 +437,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return _runReactor(
                 lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)
             )
+        from imapmig.verify import defaultReportPath
+
+        reportPath = args.report or defaultReportPath(config.statePath)
         return _runReactor(
-            lambda reactor: verify(config, args.job or names, store, reactor, args.report, out)
+            lambda reactor: verify(config, args.job or names, store, reactor, reportPath, out)
         )
     finally:
         store.close()

@@ -24,6 +24,7 @@ from imapmig.fidelity import (
 )
 from imapmig.imap.session import IMAPSession
 from imapmig.message import StreamedBody
+from imapmig.state import MESSAGE_ID_LENGTH
 
 # What identifies a message, per the job's identity setting.
 FINGERPRINT = "fingerprint"
@@ -84,16 +85,48 @@ class PresenceIndex:
 
         @return: its UID, or L{None}.
         """
+        claimed = self.claim(body)
+        return None if claimed is None else claimed[0]
+
+    def claim(self, body: bytes | bytearray | StreamedBody) -> tuple[int, str | None] | None:
+        """
+        As L{take}, with the Message-ID of C{body} read on the way (see
+        L{recordedMessageId}).
+
+        @return: the UID and the Message-ID, or L{None}.
+        """
         if not self._count:
             return None
-        key = _key(identityOf(body), self._mode)
+        identity = identityOf(body)
+        key = _key(identity, self._mode)
         if key is None:
             return None
         uids = self._uids.get(key)
         if not uids:
             return None
         self._count -= 1
-        return uids.pop(0)
+        return uids.pop(0), recordedMessageId(identity.messageId)
+
+
+def recordedMessageId(messageId: bytes) -> str | None:
+    """
+    A Message-ID as the state store records it: text (octets that are not
+    UTF-8 replaced), at most L{MESSAGE_ID_LENGTH} characters; L{None} for
+    none.
+    """
+    if not messageId:
+        return None
+    return messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace")[:MESSAGE_ID_LENGTH]
+
+
+def messageIdOfBody(body: bytes | bytearray | StreamedBody) -> str | None:
+    """
+    The Message-ID of a message (CRLF line endings), read from its header
+    alone (L{identityOf} looks in a bounded start of it, never the whole
+    body), as the state store records it.  For the messages recorded
+    without being appended: not called for those appended.
+    """
+    return recordedMessageId(identityOf(body).messageId)
 
 
 def holdsOthers(

@@ -510,10 +510,17 @@ def buildService(
         from twisted.application import strports
 
         from imapmig.status.resource import buildStatusSite
+        from imapmig.verify import defaultReportPath
 
-        listener = strports.service(
-            config.status.listen, buildStatusSite(progress, reactor), reactor=reactor
+        site = buildStatusSite(
+            progress,
+            reactor,
+            store,
+            stopping=lambda: not root.running,
+            verifyReportPath=defaultReportPath(config.statePath),
+            rulesOf={job.name: job.folders for job in config.jobs}.get,
         )
+        listener = strports.service(config.status.listen, site, reactor=reactor)
         listener.setName("status")
         listener.setServiceParent(root)
     return root

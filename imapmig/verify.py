@@ -23,6 +23,7 @@ hashed as they arrive, a bounded batch at a time.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Iterable, Sequence
@@ -42,6 +43,20 @@ from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
 
 log = Logger()
+
+REPORT_NAME = "imapmig-verify.json"
+"""
+The file name of C{imapmig verify}'s JSON report, by default beside the
+state database, where the daemon's status finds it.
+"""
+
+
+def defaultReportPath(statePath: str) -> str:
+    """
+    Where C{imapmig verify} writes its report unless told otherwise: the
+    directory of the state database C{statePath}, under L{REPORT_NAME}.
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(statePath)), REPORT_NAME)
 
 # Octets of message bodies read (on either side) per batch.
 BATCH_BYTES = 8 * 1024 * 1024

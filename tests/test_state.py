@@ -1097,7 +1097,8 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         first.close()
         connection = self.inspect()
         connection.executescript(
-            "DROP TABLE job_failures; ALTER TABLE folders DROP COLUMN deferred;"
+            "DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            " DROP TABLE job_failures; ALTER TABLE folders DROP COLUMN deferred;"
             " UPDATE schema_version SET version = 5;"
         )
         readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
@@ -1125,7 +1126,8 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.openStore().close()
         connection = self.inspect()
         connection.executescript(
-            "DROP TABLE job_failures; UPDATE schema_version SET version = 6;"
+            "DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            " DROP TABLE job_failures; UPDATE schema_version SET version = 6;"
         )
         readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
         self.assertIsNone(self.successResultOf(readOnly.jobFailure("job")))
@@ -1135,7 +1137,8 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         )
         store = self.openStore()
         self.assertEqual(
-            connection.execute("SELECT version FROM schema_version").fetchall(), [(7,)]
+            connection.execute("SELECT version FROM schema_version").fetchall(),
+            [(SCHEMA_VERSION,)],
         )
         self.successResultOf(store.recordJobFailure("job", "login refused"))
         self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")

@@ -574,16 +574,16 @@ class SQLiteJournalTests(SynchronousTestCase):
 
     def test_migrateFromVersion2(self) -> None:
         """
-        A version 2 database is upgraded to the newest version (7) when
+        A version 2 database is upgraded to the newest version (8) when
         opened: its outcomes and folder marks read back as before, its
         journal is empty and takes entries, it has no folder fallbacks and
         takes them, and its schema is a new database's.
         """
         connection = self.writeVersion2()
         store = self.openStore()
-        self.assertEqual(SCHEMA_VERSION, 7)
+        self.assertEqual(SCHEMA_VERSION, 8)
         self.assertEqual(
-            connection.execute("SELECT version FROM schema_version").fetchall(), [(7,)]
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(8,)]
         )
         self.assertEqual(self.successResultOf(store.folderFallbacks("job")), [])
         fallback = FolderFallback("Say \"hi\"", "Say _hi_", "Invalid mailbox name")

@@ -22,7 +22,7 @@ from imapmig.message import (
     formatInternalDate,
 )
 from imapmig.plan import WorkUnit
-from imapmig.presence import PresenceIndex
+from imapmig.presence import PresenceIndex, messageIdOfBody
 from imapmig.state import MessageOutcome
 
 
@@ -94,8 +94,8 @@ class MessagePreparation:
                 continue
             presence = destination.presence
             if presence is not None:
-                uid = presence.take(body)
-                if uid is not None:
+                claimed = presence.claim(body)
+                if claimed is not None:
                     self._recorder.add(
                         MessageOutcome(
                             unit.folder.key,
@@ -103,8 +103,9 @@ class MessagePreparation:
                             unit.mailbox,
                             len(body),
                             presence.uidValidity,
-                            uid,
+                            claimed[0],
                             alreadyPresent=True,
+                            messageId=claimed[1],
                         ),
                         target.ticket,
                     )
@@ -120,6 +121,7 @@ class MessagePreparation:
                     f"{len(body)} octets, larger than the {sizeLimit[0]} the destination"
                     f" accepts ({sizeLimit[1]}); not sent",
                     target.ticket,
+                    body,
                 )
                 continue
             if type(body) is bytes:
@@ -140,6 +142,7 @@ class MessagePreparation:
                         "contains NUL octets, which IMAP carries only in a BINARY"
                         " literal8 (RFC 3516); the destination does not offer BINARY",
                         target.ticket,
+                        body,
                     )
                     continue
                 elif self._eightBitFails:
@@ -150,6 +153,7 @@ class MessagePreparation:
                         "contains 8-bit octets and the destination does not offer BINARY"
                         " (RFC 3516); the job's eight_bit setting is 'fail'",
                         target.ticket,
+                        body,
                     )
                     continue
                 # Otherwise 8-bit octets without NUL travel in a plain
@@ -189,15 +193,23 @@ class MessagePreparation:
         message: SourceMessage,
         reason: str,
         ticket: JournalTicket | None = None,
+        body: MessageBody | None = None,
     ) -> None:
         """
         Record C{message} of C{folder} (for C{mailbox}) as failed with
-        C{reason}, under the journal C{ticket} of its unit if it has one.
+        C{reason}, under the journal C{ticket} of its unit if it has one,
+        with the Message-ID of its C{body} if it was read.
         """
+        messageId = None
+        if body is not None and not isinstance(body, UnreadableMessage):
+            messageId = messageIdOfBody(body)
         self._recorder.add(
-            MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason),
+            MessageOutcome(
+                folder.key, message.key, mailbox, message.size, failure=reason,
+                messageId=messageId,
+            ),
             ticket,
-        )
+        )  # fmt: skip
 
     def withinSizeLimit(
         self,

@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 
 from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.message import SourceMessage, StreamedBody
+from imapmig.presence import messageIdOfBody
 from imapmig.progress import JobProgress
 from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome
 
@@ -408,6 +409,7 @@ class PipelineOutcomes:
                 sent.target.mailbox,
                 len(message.body),
                 failure=f"refused by server: {reason}",
+                messageId=messageIdOfBody(message.body),
             ),
             sent.target.ticket,
         )

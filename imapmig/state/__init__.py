@@ -42,6 +42,11 @@ class MessageOutcome:
         C{failure} is L{None}.
     @ivar lineEndingsConverted: bare LF line endings were converted to CRLF
         before the message was sent.
+    @ivar messageId: the message's C{Message-ID} header (unfolded, at most
+        L{MESSAGE_ID_LENGTH} characters), recorded for a message that
+        failed or was already present, when the job read its header; for
+        the audit manifest.  L{None} for appended messages, and when not
+        known.
     """
 
     folderKey: str
@@ -54,6 +59,7 @@ class MessageOutcome:
     note: str | None = None
     alreadyPresent: bool = False
     lineEndingsConverted: bool = False
+    messageId: str | None = None
 
     @property
     def appended(self) -> bool:
@@ -62,6 +68,13 @@ class MessageOutcome:
         C{alreadyPresent}).
         """
         return self.failure is None
+
+
+MESSAGE_ID_LENGTH = 998
+"""
+The longest C{Message-ID} recorded: a header line's limit (RFC 5322); a
+longer one is cut.
+"""
 
 
 AppendedOutcome = tuple[str, str, str, int, "int | None", "int | None", int]
@@ -227,6 +240,53 @@ class FolderFallback:
     reason: str
 
 
+@frozen
+class FailuresPage:
+    """
+    One page of a job's failed messages.
+
+    @ivar matched: how many failed messages match the filter, all pages.
+    @ivar items: the page's messages, ordered by folder key, then message
+        key.
+    """
+
+    matched: int
+    items: tuple[MessageOutcome, ...]
+
+
+def asciiLower(text: str) -> str:
+    """
+    C{text} with its ASCII letters in lower case, others as they are: the
+    case folding SQLite's C{lower()} does, so that both stores filter
+    alike.
+    """
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
+
+
+def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
+    """
+    Whether C{needle} (already L{asciiLower}ed) is in C{outcome}'s folder
+    key, mailbox, message key, Message-ID or failure, ignoring ASCII case.
+    An empty needle matches everything.
+    """
+    if not needle:
+        return True
+    return any(
+        needle in asciiLower(text)
+        for text in (
+            outcome.folderKey,
+            outcome.mailbox,
+            outcome.messageKey,
+            outcome.messageId,
+            outcome.failure,
+        )
+        if text is not None
+    )
+
+
 class IStateStore(Interface):
     """
     Durable record of outcomes, folder marks and the journal of batches in
@@ -308,6 +368,40 @@ class IStateStore(Interface):
         """
         The messages of C{job} whose latest outcome is a failure, ordered by
         folder key, then message key.
+        """
+
+    def failuresPage(job: str, offset: int, limit: int, contains: str = "") -> "Deferred[FailuresPage]":
+        """
+        One page of the messages of C{job} whose latest outcome is a
+        failure, in the order of L{failures}.
+
+        @param offset: how many matching messages to skip (0 or more).
+        @param limit: the most to return (1 or more).
+        @param contains: only messages with this text in their folder key,
+            mailbox, message key, Message-ID or failure, ignoring ASCII
+            case; C{""} for all.
+        """
+
+    def manifestOutcomes(
+        job: str, after: "tuple[str, str] | None", limit: int
+    ) -> "Deferred[list[MessageOutcome]]":
+        """
+        The next C{limit} (or fewer, at the end) messages of C{job} not
+        copied by imapmig: whose latest outcome is a failure, or that were
+        already present; ordered by folder key, then message key, from
+        just after C{after}.  Paging by key, not offset: each page costs
+        the same however far into the job it is, and a page is stable
+        while outcomes are recorded meanwhile.
+
+        @param after: C{(folderKey, messageKey)} of the last message of
+            the previous page, or L{None} for the first page.
+        """
+
+    def ping() -> "Deferred[None]":
+        """
+        Answer a trivial query: fires with L{None} if the store can read,
+        fails (L{PermanentError}, L{TransientError}) if it cannot or is
+        closed.  For health checks: cheap, no write.
         """
 
     def summary(job: str) -> "Deferred[tuple[int, int]]":

@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -116,6 +116,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             reason TEXT NOT NULL,
             updated_at REAL NOT NULL
         ) WITHOUT ROWID
+        """,
+    ),
+    # Version 8: the Message-ID of a message that failed or was already
+    # present (NULL for appended ones and older rows), for the audit
+    # manifest; and an index of exactly those messages, so that a page of
+    # failures or of the manifest reads them alone, not every message of
+    # the job.  A partial index: an appended message (nearly every row)
+    # adds nothing to it.
+    8: (
+        "ALTER TABLE messages ADD COLUMN message_id TEXT",
+        """
+        CREATE INDEX messages_not_copied ON messages (job, folder_key, message_key)
+        WHERE failure IS NOT NULL OR present != 0
         """,
     ),
 }

@@ -14,6 +14,7 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.state import (
     AppendedOutcome,
+    FailuresPage,
     FolderFallback,
     FolderMark,
     IStateStore,
@@ -21,7 +22,9 @@ from imapmig.state import (
     JournalMessage,
     MessageOutcome,
     OutcomeCounts,
+    asciiLower,
     asMessageOutcome,
+    outcomeMatches,
 )
 from imapmig.state._packing import packMessages
 
@@ -138,6 +141,7 @@ class MemoryStateStore:
                     outcome.mailbox,
                     outcome.failure,
                     outcome.note,
+                    outcome.messageId,
                 )
             )
             if error is not None:
@@ -234,6 +238,53 @@ class MemoryStateStore:
             return succeed([o for o in self._latest(job) if o.failure is not None])
         except PermanentError as e:
             return fail(e)
+
+    def failuresPage(
+        self, job: str, offset: int, limit: int, contains: str = ""
+    ) -> Deferred[FailuresPage]:
+        """
+        See L{IStateStore.failuresPage}.
+        """
+        needle = asciiLower(contains)
+        try:
+            matching = [
+                o for o in self._latest(job) if o.failure is not None and outcomeMatches(o, needle)
+            ]
+        except PermanentError as e:
+            return fail(e)
+        return succeed(FailuresPage(len(matching), tuple(matching[offset : offset + limit])))
+
+    def manifestOutcomes(
+        self, job: str, after: tuple[str, str] | None, limit: int
+    ) -> Deferred[list[MessageOutcome]]:
+        """
+        See L{IStateStore.manifestOutcomes}.
+        """
+        try:
+            notCopied = (
+                o
+                for o in self._latest(job)
+                if (o.failure is not None or o.alreadyPresent)
+                and (after is None or (o.folderKey, o.messageKey) > after)
+            )
+            page: list[MessageOutcome] = []
+            for outcome in notCopied:
+                if len(page) == limit:
+                    break
+                page.append(outcome)
+        except PermanentError as e:
+            return fail(e)
+        return succeed(page)
+
+    def ping(self) -> Deferred[None]:
+        """
+        See L{IStateStore.ping}: fails once the store is closed.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(None)
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """

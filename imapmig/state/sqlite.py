@@ -32,6 +32,7 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
     AppendedOutcome,
+    FailuresPage,
     FolderFallback,
     FolderMark,
     IStateStore,
@@ -39,6 +40,7 @@ from imapmig.state import (
     JournalMessage,
     MessageOutcome,
     OutcomeCounts,
+    asciiLower,
 )
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion, rollback
@@ -51,7 +53,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStateStore"]
 _UPSERT_TEMPLATE = """
     INSERT INTO messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid,
-        failure, note, present, converted, updated_at
+        failure, note, present, converted, updated_at, message_id
     ) VALUES ({values})
     ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
         mailbox = excluded.mailbox,
@@ -62,11 +64,12 @@ _UPSERT_TEMPLATE = """
         note = excluded.note,
         present = excluded.present,
         converted = excluded.converted,
-        updated_at = excluded.updated_at
+        updated_at = excluded.updated_at,
+        message_id = excluded.message_id
 """
-_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
-# For an outcome with no failure and no note.
-_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?")
+_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
+# For an outcome with no failure, no note and no Message-ID.
+_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL")
 # For AppendedOutcomes (no failure, no note, not present): the upsert of a
 # run of them, in rows of at most _APPENDED_ROWS, one statement each.
 _UPSERT_APPENDED = "appended"
@@ -84,7 +87,7 @@ def _upsertAppended(rows: int) -> str:
     statement = _appendedStatements.get(rows)
     if statement is None:
         values = ", ".join(
-            "(?1, {}, NULL, NULL, 0, ?{}, ?2)".format(
+            "(?1, {}, NULL, NULL, 0, ?{}, ?2, NULL)".format(
                 ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
             )
             for row in range(rows)
@@ -95,13 +98,30 @@ def _upsertAppended(rows: int) -> str:
     return statement
 
 # The columns of a messages row that make a MessageOutcome, in the order
-# _outcome takes them.
+# _outcome takes them; _OLD_OUTCOME_COLUMNS for a database older than
+# version 8 opened read-only, which has no Message-IDs.
 _OUTCOME_COLUMNS = (
     "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
-    " note, present, converted"
+    " note, present, converted, message_id"
 )
+_OLD_OUTCOME_COLUMNS = _OUTCOME_COLUMNS.replace("message_id", "NULL")
 
-_OutcomeRow = tuple[str, str, str, int, int | None, int | None, str | None, str | None, int, int]
+_OutcomeRow = tuple[
+    str, str, str, int, int | None, int | None, str | None, str | None, int, int, str | None
+]
+
+# What the audit manifest and the failure pages read: messages not copied
+# by imapmig (failed or already present).  Written as the partial index
+# messages_not_copied's condition, so that SQLite reads that index.
+_NOT_COPIED = "(failure IS NOT NULL OR present != 0)"
+
+# The filter of a failure page: the needle (ASCII lower case) in any of
+# these columns.
+_CONTAINS = (
+    "(instr(lower(folder_key), ?1) OR instr(lower(mailbox), ?1)"
+    " OR instr(lower(message_key), ?1) OR instr(lower(coalesce(message_id, '')), ?1)"
+    " OR instr(lower(failure), ?1))"
+)
 
 _UPSERT_MARK = """
     INSERT INTO folders (
@@ -325,7 +345,9 @@ class SQLiteStateStore:
                 rows.append(outcome)
                 continue
             assert isinstance(outcome, MessageOutcome)
-            plain = outcome.failure is None and outcome.note is None
+            plain = (
+                outcome.failure is None and outcome.note is None and outcome.messageId is None
+            )
             wanted = _UPSERT_PLAIN if plain else _UPSERT
             if statement is not wanted:
                 statement, rows = wanted, []
@@ -339,11 +361,13 @@ class SQLiteStateStore:
                 outcome.uidValidity,
                 outcome.uid,
             )
-            tail = (
+            tail: tuple[object, ...] = (
                 1 if outcome.alreadyPresent else 0,
                 1 if outcome.lineEndingsConverted else 0,
                 now,
             )
+            if not plain:
+                tail += (outcome.messageId,)
             rows.append(head + tail if plain else head + (outcome.failure, outcome.note) + tail)
         entries = [(entryId, job) for entryId in settled]
 
@@ -444,11 +468,113 @@ class SQLiteStateStore:
         """
         return self._outcomes(
             "read failures",
-            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            f"SELECT {self._outcomeColumns()} FROM messages"
             " WHERE job = ? AND failure IS NOT NULL"
             " ORDER BY folder_key, message_key",
             (job,),
         )
+
+    def failuresPage(
+        self, job: str, offset: int, limit: int, contains: str = ""
+    ) -> Deferred[FailuresPage]:
+        """
+        See L{IStateStore.failuresPage}: two queries over the index of
+        messages not copied, one counting, one reading the page.
+        """
+        needle = asciiLower(contains)
+        # ?1 is the needle, ?2 the job.
+        where = f"job = ?2 AND {_NOT_COPIED} AND failure IS NOT NULL"
+        if needle:
+            # An older database opened read-only has no Message-IDs.
+            where += " AND " + (
+                _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
+            )
+        parameters: tuple[object, ...] = (needle, job)
+        try:
+            connection = self._open()
+            ((matched,),) = connection.execute(
+                f"SELECT count(*) FROM {self._notCopied()} WHERE {where}", parameters
+            ).fetchall()
+            rows = connection.execute(
+                f"SELECT {self._outcomeColumns()} FROM {self._notCopied()} WHERE {where}"
+                " ORDER BY folder_key, message_key LIMIT ?3 OFFSET ?4",
+                parameters + (limit, offset),
+            ).fetchall()
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error("read failures", e))
+        except (OverflowError, UnicodeEncodeError) as e:
+            return fail(PermanentError(f"{self._path}: cannot read failures: {e}"))
+        return succeed(FailuresPage(int(matched), tuple(_outcome(row) for row in rows)))
+
+    def manifestOutcomes(
+        self, job: str, after: tuple[str, str] | None, limit: int
+    ) -> Deferred[list[MessageOutcome]]:
+        """
+        See L{IStateStore.manifestOutcomes}: a range of the index of
+        messages not copied.
+        """
+        columns = self._outcomeColumns()
+        table = self._notCopied()
+        if after is None:
+            return self._outcomes(
+                "read the manifest",
+                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
+                " ORDER BY folder_key, message_key LIMIT ?",
+                (job, limit),
+            )
+        # The rest of the folder of `after`, then the folders after it: two
+        # seeks in the index.  (A row-value comparison, (folder_key,
+        # message_key) > (?, ?), seeks on the folder alone and reads the
+        # folder from its start: a page deep into a large folder cost ten
+        # times as much.)
+        folderKey, messageKey = after
+        d = self._outcomes(
+            "read the manifest",
+            f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
+            " AND folder_key = ? AND message_key > ? ORDER BY message_key LIMIT ?",
+            (job, folderKey, messageKey, limit),
+        )
+
+        def nextFolders(page: list[MessageOutcome]) -> Deferred[list[MessageOutcome]]:
+            if len(page) >= limit:
+                return succeed(page)
+            rest = self._outcomes(
+                "read the manifest",
+                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
+                " AND folder_key > ? ORDER BY folder_key, message_key LIMIT ?",
+                (job, folderKey, limit - len(page)),
+            )
+            return rest.addCallback(lambda more: page + more)
+
+        return d.addCallback(nextFolders)
+
+    def ping(self) -> Deferred[None]:
+        """
+        See L{IStateStore.ping}: reads the schema version.
+        """
+        return self._read(
+            "read the state database",
+            "SELECT version FROM schema_version",
+            (),
+            lambda rows: None,
+        )
+
+    def _notCopied(self) -> str:
+        """
+        The messages table, read through its index of messages not copied
+        (which SQLite, without statistics, would not choose over the
+        primary key) where the database has one.
+        """
+        return "messages INDEXED BY messages_not_copied" if self._version >= 8 else "messages"
+
+    def _outcomeColumns(self) -> str:
+        """
+        The columns that make a L{MessageOutcome}, for this database's
+        schema version.
+        """
+        return _OUTCOME_COLUMNS if self._version >= 8 else _OLD_OUTCOME_COLUMNS
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """
@@ -504,7 +630,7 @@ class SQLiteStateStore:
         """
         return self._outcomes(
             "read notes",
-            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            f"SELECT {self._outcomeColumns()} FROM messages"
             " WHERE job = ? AND failure IS NULL AND note IS NOT NULL"
             " ORDER BY folder_key, message_key",
             (job,),
@@ -516,7 +642,7 @@ class SQLiteStateStore:
         """
         d = self._outcomes(
             "read the destination map",
-            f"SELECT {_OUTCOME_COLUMNS} FROM messages"
+            f"SELECT {self._outcomeColumns()} FROM messages"
             " WHERE job = ? AND folder_key = ? AND failure IS NULL",
             (job, folderKey),
         )
@@ -741,7 +867,7 @@ class SQLiteStateStore:
             return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
 
     def _outcomes(
-        self, action: str, query: str, parameters: tuple[str, ...]
+        self, action: str, query: str, parameters: tuple[object, ...]
     ) -> Deferred[list[MessageOutcome]]:
         """
         The outcomes that C{query}, selecting L{_OUTCOME_COLUMNS}, finds.
@@ -803,9 +929,10 @@ def _outcome(row: _OutcomeRow) -> MessageOutcome:
     """
     The L{MessageOutcome} of a row of L{_OUTCOME_COLUMNS}.
     """
-    folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present, converted = (
-        row
-    )
+    (
+        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
+        converted, messageId,
+    ) = row  # fmt: skip
     return MessageOutcome(
         folderKey=folderKey,
         messageKey=messageKey,
@@ -817,4 +944,5 @@ def _outcome(row: _OutcomeRow) -> MessageOutcome:
         note=note,
         alreadyPresent=bool(present),
         lineEndingsConverted=bool(converted),
+        messageId=messageId,
     )

@@ -1,107 +1,91 @@
 # -*- test-case-name: tests.test_status -*-
 """
-The status resources: C{/status.json}, the machine-readable progress of
-every job, and C{/}, a small HTML page of the same numbers.
+The status site's root: C{/status.json} (schema 1: the run's summary and
+one page of jobs), C{/jobs/...} (L{imapmig.status.jobs}), C{/healthz}
+(L{imapmig.status.health}), and C{/}, for now a small HTML page of the same
+numbers.
 
-Both render L{MigrationProgress.snapshot}, so the page never says anything
-the JSON does not.
+The routes other branches serve (C{/} as the dashboard, C{/static},
+C{/metrics}, C{/control}) are given to L{StatusResource} as resources.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from html import escape
-from typing import Sequence
+from typing import Callable
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.web import http
-from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 
+import imapmig
 from imapmig.errors import escapedExcerpt
+from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress
+from imapmig.state import IStateStore
+from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
+from imapmig.status.health import HealthResource
+from imapmig.status.jobs import JobsResource
+from imapmig.status.progressview import ProgressView
+from imapmig.status.query import parseJobQuery, selectJobs
+from imapmig.status.verifyreport import VerifyReportSummary
 
 log = Logger()
 
-_NOT_ALLOWED_BODY = b"405 Method Not Allowed\n"
+SCHEMA = 1
+"""
+The version of the JSON documents' layout (C{"schema"}).
+"""
 
 
-class _ReadOnlyResource(Resource):
+class StatusJSONResource(ReadOnlyResource):
     """
-    A resource that answers C{GET} and C{HEAD} with a fresh, uncached
-    rendering, any other method with 405, and any child path with 404.
+    C{/status.json}: the run, its totals and throughput, and the page of
+    jobs its query asks for (L{imapmig.status.query}).
     """
 
-    allowedMethods: Sequence[bytes] = (b"GET", b"HEAD")
-    contentType = b"application/octet-stream"
-
-    def __init__(self, progress: MigrationProgress) -> None:
+    def __init__(self, view: ProgressView, verifyReport: VerifyReportSummary | None) -> None:
         """
-        @param progress: what to show.
+        @param view: what to show.
+        @param verifyReport: the verify report to summarise, if any.
         """
-        super().__init__()  # type: ignore[no-untyped-call]
-        self._progress = progress
-
-    def getChild(self, path: bytes, request: Request) -> IResource:
-        """
-        No children: 404.
-        """
-        return notFound()
-
-    def render(self, request: Request) -> bytes:
-        """
-        Answer C{GET} and C{HEAD} with L{renderBody}, anything else with
-        405 and the C{Allow} header.
-        """
-        # Answered here rather than by raising UnsupportedMethod, which
-        # twisted.web turns into 501 for methods other than GET, HEAD, POST.
-        if request.method not in self.allowedMethods:
-            request.setResponseCode(http.NOT_ALLOWED)
-            request.responseHeaders.setRawHeaders(b"Allow", [b", ".join(self.allowedMethods)])
-            request.responseHeaders.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
-            return _NOT_ALLOWED_BODY
-        request.responseHeaders.setRawHeaders(b"Content-Type", [self.contentType])
-        request.responseHeaders.setRawHeaders(b"Cache-Control", [b"no-store"])
-        request.responseHeaders.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
-        body = self.renderBody(request)
-        if request.method == b"HEAD":
-            # The length GET would have, without twisted.web logging that a
-            # HEAD response carried a body.
-            request.responseHeaders.setRawHeaders(b"Content-Length", [b"%d" % (len(body),)])
-            return b""
-        return body
+        super().__init__()
+        self._view = view
+        self._verifyReport = verifyReport
 
     def renderBody(self, request: Request) -> bytes:
         """
-        The response body; the common headers are set already.
+        The document, as JSON; only the page's jobs are rendered.
         """
-        raise NotImplementedError()
+        view = self._view
+        query = parseJobQuery(request.uri, request.args, view.stateNames())
+        jobs = view.jobs()
+        matched, page = selectJobs(view, jobs, query)
+        summary = view.summary(jobs)
+        run = summary["run"]
+        assert isinstance(run, dict)
+        run["verify"] = None if self._verifyReport is None else self._verifyReport.current()
+        document: dict[str, object] = {"schema": SCHEMA, "version": imapmig.__version__}
+        document.update(summary)
+        document["page"] = query.describe(matched)
+        document["jobs"] = [view.document(job) for job in page]
+        return jsonBody(document)
 
 
-class StatusJSONResource(_ReadOnlyResource):
-    """
-    C{/status.json}: L{MigrationProgress.snapshot} as JSON.
-    """
-
-    contentType = b"application/json; charset=utf-8"
-
-    def renderBody(self, request: Request) -> bytes:
-        """
-        The snapshot, as JSON.
-        """
-        return json.dumps(self._progress.snapshot()).encode("utf-8")
-
-
-class StatusPageResource(_ReadOnlyResource):
+class StatusPageResource(ReadOnlyResource):
     """
     C{/}: an HTML table of the jobs and their totals, refreshed every five
-    seconds.  Self-contained: no scripts, no external assets.
+    seconds.  Self-contained: no scripts, no external assets.  Served until
+    the dashboard takes its place.
     """
 
     contentType = b"text/html; charset=utf-8"
+
+    def __init__(self, progress: MigrationProgress) -> None:
+        super().__init__()
+        self._progress = progress
 
     def renderBody(self, request: Request) -> bytes:
         """
@@ -116,30 +100,65 @@ class StatusPageResource(_ReadOnlyResource):
 
 class StatusResource(Resource):
     """
-    The root of the status site: C{/} is L{StatusPageResource},
-    C{/status.json} is L{StatusJSONResource}, anything else is 404.
+    The root of the status site.  Anything not routed is a 404.
     """
 
-    def __init__(self, progress: MigrationProgress) -> None:
+    def __init__(
+        self,
+        progress: MigrationProgress,
+        seconds: Callable[[], float],
+        store: IStateStore,
+        stopping: Callable[[], bool] = lambda: False,
+        verifyReportPath: str | None = None,
+        rulesOf: Callable[[str], FolderRules | None] = lambda name: None,
+        dashboard: IResource | None = None,
+        metrics: IResource | None = None,
+        control: IResource | None = None,
+    ) -> None:
         """
         @param progress: what to show.
+        @param seconds: the clock (the reactor's) for C{"time"}.
+        @param store: the state store: failures, manifests, health.
+        @param stopping: whether the daemon is stopping (C{/healthz}).
+        @param verifyReportPath: where C{imapmig verify} writes its report,
+            summarised as C{run.verify}; L{None} for none.
+        @param rulesOf: each job's folder rules by name, for the manifest.
+        @param dashboard: the resource serving C{/} and its static files
+            (its children, e.g. C{/static/...}, are the root's); L{None}
+            serves the plain page.
+        @param metrics: C{/metrics}, if served.
+        @param control: C{/control}, if served.
         """
         super().__init__()  # type: ignore[no-untyped-call]
-        self._page = StatusPageResource(progress)
+        view = ProgressView(progress, seconds)
+        report = None if verifyReportPath is None else VerifyReportSummary(verifyReportPath)
+        self._page: IResource = dashboard if dashboard is not None else StatusPageResource(progress)
+        self._dashboard = dashboard
         self.putChild(b"", self._page)
-        self.putChild(b"status.json", StatusJSONResource(progress))
+        self.putChild(b"status.json", StatusJSONResource(view, report))
+        self.putChild(b"jobs", JobsResource(view, store, rulesOf))
+        self.putChild(b"healthz", HealthResource(view, store, stopping))
+        if metrics is not None:
+            self.putChild(b"metrics", metrics)
+        if control is not None:
+            self.putChild(b"control", control)
 
     def getChild(self, path: bytes, request: Request) -> IResource:
         """
-        Anything not registered: 404.
+        Anything not registered: the dashboard's children if it has some,
+        else 404.
         """
-        return notFound()
+        if self._dashboard is not None:
+            child: IResource = self._dashboard.getChildWithDefault(path, request)
+            return child
+        return JSONNotFound("not found")
 
-    def render(self, request: Request) -> bytes:
+    def render(self, request: Request) -> bytes | int:
         """
         Reached only for an empty path; render the page.
         """
-        return self._page.render(request)
+        result: bytes | int = self._page.render(request)
+        return result
 
 
 class QuietSite(Site):
@@ -151,6 +170,9 @@ class QuietSite(Site):
     """
 
     noisy = False
+    # A plain HTTP/1.1 channel (no HTTP/2 negotiation wrapper: the status
+    # site speaks HTTP/1.1) that answers an over-long request line.
+    protocol = StatusChannel  # type: ignore[assignment]
 
     def __init__(self, resource: IResource, reactor: IReactorTime | None = None) -> None:
         """
@@ -173,16 +195,43 @@ class QuietSite(Site):
         )
 
 
-def buildStatusSite(progress: MigrationProgress, reactor: IReactorTime | None = None) -> Site:
+def buildStatusSite(
+    progress: MigrationProgress,
+    reactor: IReactorTime,
+    store: IStateStore,
+    stopping: Callable[[], bool] = lambda: False,
+    verifyReportPath: str | None = None,
+    rulesOf: Callable[[str], FolderRules | None] = lambda name: None,
+    dashboard: IResource | None = None,
+    metrics: IResource | None = None,
+    control: IResource | None = None,
+) -> Site:
     """
     The HTTP site serving L{StatusResource}, quiet at the default log
     level (L{QuietSite}).
 
     @param progress: what to show.
-    @param reactor: the reactor for the site's timeouts; pass it (L{None}
-        makes twisted.web fetch the global reactor).
+    @param reactor: the reactor for the site's timeouts and the clock.
+    @param store: see L{StatusResource}.
+    @param stopping: see L{StatusResource}.
+    @param verifyReportPath: see L{StatusResource}.
+    @param rulesOf: see L{StatusResource}.
+    @param dashboard: see L{StatusResource}.
+    @param metrics: see L{StatusResource}.
+    @param control: see L{StatusResource}.
     """
-    site = QuietSite(StatusResource(progress), reactor=reactor)
+    root = StatusResource(
+        progress,
+        reactor.seconds,
+        store,
+        stopping=stopping,
+        verifyReportPath=verifyReportPath,
+        rulesOf=rulesOf,
+        dashboard=dashboard,
+        metrics=metrics,
+        control=control,
+    )
+    site = QuietSite(root, reactor=reactor)
     site.displayTracebacks = False
     return site
 

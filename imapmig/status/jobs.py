@@ -1,0 +1,285 @@
+# -*- test-case-name: tests.test_status_api -*-
+"""
+C{/jobs/...}: one job's detail, its failed messages page by page, and its
+audit manifest.
+
+    /jobs/NAME.json                 the job, its folders, its first failures
+    /jobs/NAME/failures.json        ?offset=&limit=&q= failed messages
+    /jobs/NAME/manifest.csv         every message not copied, to download
+    /jobs/NAME/manifest.json        the same as JSON
+
+C{NAME} is one path segment, percent-decoded (twisted.web decodes each
+segment, so a C{/} in a name travels as C{%2F}) and then UTF-8.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+from urllib.parse import quote
+
+from twisted.internet.defer import Deferred
+from twisted.web.resource import IResource, Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+import imapmig
+from imapmig.plan import FolderRules
+from imapmig.progress import JobProgress
+from imapmig.state import FailuresPage, IStateStore, MessageOutcome
+from imapmig.status._http import (
+    READ_METHODS,
+    JSONNotFound,
+    ReadOnlyResource,
+    commonHeaders,
+    jsonBody,
+    refuseMethod,
+)
+from imapmig.status.manifest import ManifestProducer, excludedRows, manifestFormat
+from imapmig.status.progressview import ProgressView
+from imapmig.status.query import FailureQuery, parseFailureQuery
+
+__all__ = ["JobsResource", "failureItem"]
+
+FIRST_FAILURES = 50
+"""
+How many failures C{/jobs/NAME.json} carries (its first page).
+"""
+
+RulesOf = Callable[[str], "FolderRules | None"]
+"""
+A job's folder rules by its name (L{None} for an unknown job).
+"""
+
+
+def failureItem(outcome: MessageOutcome) -> dict[str, object]:
+    """
+    The contract's item of a failures page.
+    """
+    return {
+        "folder": outcome.folderKey,
+        "mailbox": outcome.mailbox,
+        "key": outcome.messageKey,
+        "size": outcome.size,
+        "message_id": outcome.messageId,
+        "reason": outcome.failure,
+    }
+
+
+def _failuresDocument(query: FailureQuery, page: FailuresPage) -> dict[str, object]:
+    """
+    The contract's C{FAILURES_PAGE}.
+    """
+    document = query.describe(page.matched)
+    document["items"] = [failureItem(outcome) for outcome in page.items]
+    return document
+
+
+class _JobContext:
+    """
+    What every C{/jobs} resource reads: the progress, the store, the
+    folder rules.
+    """
+
+    def __init__(self, view: ProgressView, store: IStateStore, rulesOf: RulesOf) -> None:
+        self.view = view
+        self.store = store
+        self.rulesOf = rulesOf
+
+    def header(self) -> dict[str, object]:
+        """
+        The fields every JSON document starts with.
+        """
+        return {"schema": 1, "version": imapmig.__version__, "time": self.view.seconds()}
+
+
+def _unknown(name: str) -> JSONNotFound:
+    return JSONNotFound(f"no job named {name[:200]!r}")
+
+
+class JobsResource(Resource):
+    """
+    C{/jobs}: routes C{NAME.json} and C{NAME/...} to the job's resources;
+    an unknown job or path is a 404 with a JSON error.
+    """
+
+    def __init__(
+        self, view: ProgressView, store: IStateStore, rulesOf: RulesOf = lambda name: None
+    ) -> None:
+        """
+        @param view: the progress.
+        @param store: the state store, for failures and the manifest.
+        @param rulesOf: each job's folder rules, to name the rule that
+            leaves a folder out in the manifest.
+        """
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._context = _JobContext(view, store, rulesOf)
+
+    def getChild(self, path: bytes, request: Request) -> IResource:
+        """
+        C{NAME.json} when it is the last segment, else the job C{NAME}.
+        """
+        try:
+            segment = path.decode("utf-8")
+        except UnicodeDecodeError:
+            return JSONNotFound("a job name is UTF-8")
+        if request.postpath:
+            job = self._context.view.job(segment)
+            return _unknown(segment) if job is None else _JobResource(self._context, job)
+        if segment.endswith(".json"):
+            name = segment[: -len(".json")]
+            job = self._context.view.job(name)
+            return _unknown(name) if job is None else _JobDocument(self._context, job)
+        return JSONNotFound("not found; see /jobs/NAME.json")
+
+    def render(self, request: Request) -> bytes:
+        """
+        C{/jobs} itself: 404.
+        """
+        return JSONNotFound("not found; see /status.json for the jobs").render(request)
+
+
+class _JobDocument(ReadOnlyResource):
+    """
+    C{/jobs/NAME.json}: the contract's job detail.
+    """
+
+    def __init__(self, context: _JobContext, job: JobProgress) -> None:
+        super().__init__()
+        self._context = context
+        self._job = job
+
+    def renderBody(self, request: Request) -> Deferred[bytes]:
+        """
+        The job, its folders and excluded folders, and a first page of its
+        failures (the failures query applies).
+        """
+        query = parseFailureQuery(request.uri, request.args, FIRST_FAILURES)
+        view = self._context.view
+        job = self._job
+        document = self._context.header()
+        document["job"] = view.document(job)
+        document["folders"] = view.folders(job)
+        document["excluded_folders"] = view.excludedFolders(job)
+        d = self._context.store.failuresPage(job.name, query.offset, query.limit, query.text)
+
+        def done(page: FailuresPage) -> bytes:
+            document["failures"] = _failuresDocument(query, page)
+            return jsonBody(document)
+
+        return d.addCallback(done)
+
+
+class _JobResource(Resource):
+    """
+    C{/jobs/NAME/}: the job's failures and manifests.
+    """
+
+    def __init__(self, context: _JobContext, job: JobProgress) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._context = context
+        self._job = job
+
+    def getChild(self, path: bytes, request: Request) -> IResource:
+        """
+        C{failures.json}, C{manifest.csv}, C{manifest.json}; else 404.
+        """
+        if request.postpath:
+            return JSONNotFound("not found")
+        if path == b"failures.json":
+            return _Failures(self._context, self._job)
+        if path in (b"manifest.csv", b"manifest.json"):
+            return _Manifest(self._context, self._job, path.rpartition(b".")[2].decode())
+        return JSONNotFound("not found; see failures.json, manifest.csv, manifest.json")
+
+    def render(self, request: Request) -> bytes:
+        """
+        C{/jobs/NAME} itself: 404.
+        """
+        return JSONNotFound("not found; see /jobs/NAME.json").render(request)
+
+
+class _Failures(ReadOnlyResource):
+    """
+    C{/jobs/NAME/failures.json?offset=&limit=&q=}.
+    """
+
+    def __init__(self, context: _JobContext, job: JobProgress) -> None:
+        super().__init__()
+        self._context = context
+        self._job = job
+
+    def renderBody(self, request: Request) -> Deferred[bytes]:
+        """
+        One page of the job's failed messages.
+        """
+        query = parseFailureQuery(request.uri, request.args)
+        d = self._context.store.failuresPage(self._job.name, query.offset, query.limit, query.text)
+
+        def done(page: FailuresPage) -> bytes:
+            document = self._context.header()
+            document["job"] = self._job.name
+            document.update(_failuresDocument(query, page))
+            return jsonBody(document)
+
+        return d.addCallback(done)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def attachmentName(job: str, extension: str) -> bytes:
+    """
+    The C{Content-Disposition} value that saves the manifest of C{job} as
+    C{imapmig-manifest-JOB.EXT}: an ASCII C{filename} with every other
+    character replaced, and the exact name as RFC 6266's C{filename*}.
+    """
+    plain = _UNSAFE.sub("_", job).strip("._")[:80] or "job"
+    exact = quote(f"imapmig-manifest-{job}.{extension}", safe="")
+    value = (
+        f'attachment; filename="imapmig-manifest-{plain}.{extension}";'
+        f" filename*=UTF-8''{exact}"
+    )
+    return value.encode("ascii")
+
+
+class _Manifest(Resource):
+    """
+    C{/jobs/NAME/manifest.csv} and C{.json}: the audit manifest, streamed.
+    """
+
+    isLeaf = True
+
+    def __init__(self, context: _JobContext, job: JobProgress, kind: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._context = context
+        self._job = job
+        self._kind = kind
+
+    def render(self, request: Request) -> bytes | int:
+        """
+        Stream the manifest (C{HEAD}: its headers only).
+        """
+        refused = refuseMethod(request, READ_METHODS)
+        if refused is not None:
+            return refused
+        form = manifestFormat(self._kind)
+        commonHeaders(request, form.contentType)
+        request.responseHeaders.setRawHeaders(
+            b"Content-Disposition", [attachmentName(self._job.name, self._kind)]
+        )
+        if request.method == b"HEAD":
+            return b""
+        name = self._job.name
+        store = self._context.store
+        excluded = excludedRows(
+            name, self._context.view.excludedFolders(self._job), self._context.rulesOf(name)
+        )
+        ManifestProducer(
+            request,
+            name,
+            excluded,
+            lambda after, limit: store.manifestOutcomes(name, after, limit),
+            form,
+        ).start()
+        return NOT_DONE_YET
+

@@ -1,0 +1,313 @@
+# -*- test-case-name: tests.test_status_api -*-
+"""
+The audit manifest of a job: every message imapmig did not copy (failed,
+or already present in the destination) and every source folder its folder
+rules left out, as CSV (RFC 4180) or JSON, written to the response page
+by page as the state store reads them, never built whole.
+
+Columns: job, outcome (C{failed}, C{already_present}, C{excluded}),
+folder, mailbox, key, size, message_id, reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Callable, Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.server import Request
+from zope.interface import implementer
+
+from imapmig.plan import FolderRules, isIncluded
+from imapmig.state import MessageOutcome
+
+log = Logger()
+
+__all__ = [
+    "COLUMNS",
+    "ManifestProducer",
+    "ManifestRow",
+    "exclusionReason",
+    "excludedRows",
+    "outcomeRow",
+]
+
+COLUMNS = ("job", "outcome", "folder", "mailbox", "key", "size", "message_id", "reason")
+"""
+The manifest's columns, in order: the CSV header, the JSON objects' keys.
+"""
+
+PAGE_ROWS = 500
+"""
+How many rows are read from the store, and written, at a time.
+"""
+
+ManifestRow = tuple[str, str, str, str, str, "int | None", "str | None", str]
+"""
+One row of the manifest, in the order of L{COLUMNS}.
+"""
+
+
+def outcomeRow(job: str, outcome: MessageOutcome) -> ManifestRow:
+    """
+    The manifest row of a message not copied.
+    """
+    if outcome.failure is not None:
+        kind, reason = "failed", outcome.failure
+    else:
+        kind, reason = "already_present", _presentReason(outcome)
+    return (
+        job,
+        kind,
+        outcome.folderKey,
+        outcome.mailbox,
+        outcome.messageKey,
+        outcome.size,
+        outcome.messageId,
+        reason,
+    )
+
+
+def _presentReason(outcome: MessageOutcome) -> str:
+    """
+    Why an already present message was not copied, in words.
+    """
+    where = "" if outcome.uid is None else f" as UID {outcome.uid}"
+    return f"already in the destination{where} (found by its identity); not copied again"
+
+
+def exclusionReason(folder: str, rules: FolderRules) -> str:
+    """
+    Which folder rule leaves out C{folder} (levels joined with C{/}), in
+    words.
+    """
+    path = tuple(folder.split("/"))
+    for pattern in rules.exclude:
+        if not isIncluded(path, FolderRules(exclude=(pattern,))):
+            return f"left out by the folder rules: matches exclude pattern {pattern!r}"
+    if rules.include and not isIncluded(path, FolderRules(include=rules.include)):
+        patterns = ", ".join(repr(p) for p in rules.include)
+        return f"left out by the folder rules: matches no include pattern ({patterns})"
+    return "left out by the folder rules"
+
+
+def excludedRows(job: str, folders: Sequence[str], rules: FolderRules | None) -> list[ManifestRow]:
+    """
+    The manifest rows of the source folders C{folders} that C{job}'s folder
+    C{rules} leave out: one per folder, with no key.
+    """
+    return [
+        (
+            job,
+            "excluded",
+            folder,
+            "",
+            "",
+            None,
+            None,
+            "left out by the folder rules" if rules is None else exclusionReason(folder, rules),
+        )
+        for folder in folders
+    ]
+
+
+class _CSVFormat:
+    """
+    Rows as RFC 4180 CSV: CRLF line ends, fields with a comma, a quote or
+    a line end quoted, quotes doubled.
+    """
+
+    contentType = b"text/csv; charset=utf-8; header=present"
+
+    def start(self) -> bytes:
+        return self.rows([COLUMNS])  # type: ignore[list-item]
+
+    def rows(self, rows: Sequence[ManifestRow]) -> bytes:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\r\n")
+        # The csv module writes None as an empty field.
+        writer.writerows(rows)
+        return out.getvalue().encode("utf-8")
+
+    def end(self) -> bytes:
+        return b""
+
+
+class _JSONFormat:
+    """
+    Rows as one JSON array of objects with the keys of L{COLUMNS}.
+    """
+
+    contentType = b"application/json; charset=utf-8"
+
+    def __init__(self) -> None:
+        self._first = True
+
+    def start(self) -> bytes:
+        return b"["
+
+    def rows(self, rows: Sequence[ManifestRow]) -> bytes:
+        text = ",".join(
+            json.dumps(dict(zip(COLUMNS, row)), ensure_ascii=False, separators=(",", ":"))
+            for row in rows
+        )
+        if not self._first:
+            text = "," + text
+        self._first = False
+        return text.encode("utf-8")
+
+    def end(self) -> bytes:
+        return b"]\n"
+
+
+def manifestFormat(kind: str) -> _CSVFormat | _JSONFormat:
+    """
+    The writer of the manifest as C{kind}: C{"csv"} or C{"json"}.
+    """
+    return _CSVFormat() if kind == "csv" else _JSONFormat()
+
+
+OutcomePages = Callable[["tuple[str, str] | None", int], "Deferred[list[MessageOutcome]]"]
+"""
+The store's pages of a job's messages not copied: given the key after
+which to start and how many, a Deferred list of outcomes
+(L{imapmig.state.IStateStore.manifestOutcomes} with the job bound).
+"""
+
+
+@implementer(IPushProducer)
+class ManifestProducer:
+    """
+    Writes a job's manifest to a request: its excluded folders, then the
+    store's messages not copied, one page of L{PAGE_ROWS} at a time, each
+    read only once the previous one is written and while the client is not
+    pausing the response.
+    """
+
+    def __init__(
+        self,
+        request: Request,
+        job: str,
+        excluded: Sequence[ManifestRow],
+        pages: OutcomePages,
+        form: _CSVFormat | _JSONFormat,
+        pageRows: int = PAGE_ROWS,
+    ) -> None:
+        """
+        @param request: the response to write to; its headers are set.
+        @param job: the job's name, the first column of every row.
+        @param excluded: the rows of its excluded folders.
+        @param pages: the store's pages of the job's messages not copied.
+        @param form: the format to write.
+        @param pageRows: rows per page.
+        """
+        self._request = request
+        self._job = job
+        self._excluded = excluded
+        self._pages = pages
+        self._form = form
+        self._pageRows = pageRows
+        self._after: tuple[str, str] | None = None
+        self._paused = False
+        self._reading = False
+        self._done = False
+
+    def start(self) -> None:
+        """
+        Begin writing: the start of the document and the excluded folders,
+        then the pages as the client takes them.
+        """
+        self._request.registerProducer(self, True)
+        self._request.notifyFinish().addErrback(lambda _: self.stopProducing())
+        self._request.write(self._form.start())
+        if self._excluded:
+            self._request.write(self._form.rows(self._excluded))
+        self._run()
+
+    def _run(self) -> None:
+        """
+        Read and write pages until the client pauses, a read is pending,
+        or the manifest is done.
+        """
+        while not (self._paused or self._reading or self._done):
+            self._reading = True
+            synchronous = True
+            answered: list[object] = []
+
+            def got(result: object) -> None:
+                if synchronous:
+                    answered.append(result)
+                else:
+                    # The store answered later: go on from its answer.
+                    self._page(result)
+                    self._run()
+
+            self._pages(self._after, self._pageRows).addBoth(got)
+            synchronous = False
+            if not answered:
+                return
+            self._page(answered[0])
+
+    def _page(self, result: object) -> None:
+        """
+        Write one page the store read (or end the response if it could
+        not).
+        """
+        self._reading = False
+        if self._done:
+            return
+        if isinstance(result, Failure):
+            log.error(
+                "Cannot read the manifest of job {job}: {why}; the download is cut short",
+                job=self._job,
+                why=str(result.value),
+            )
+            self._finish(complete=False)
+            return
+        outcomes: list[MessageOutcome] = result  # type: ignore[assignment]
+        if not outcomes:
+            self._request.write(self._form.end())
+            self._finish(complete=True)
+            return
+        last = outcomes[-1]
+        self._after = (last.folderKey, last.messageKey)
+        self._request.write(self._form.rows([outcomeRow(self._job, o) for o in outcomes]))
+
+    def _finish(self, complete: bool) -> None:
+        """
+        End the response: finished if C{complete}, else the connection is
+        dropped so that the client sees a truncated download, not a short
+        manifest that looks whole.
+        """
+        self._done = True
+        self._request.unregisterProducer()
+        if complete:
+            self._request.finish()
+        else:
+            channel = self._request.channel
+            if channel is not None and channel.transport is not None:
+                channel.transport.loseConnection()
+
+    def pauseProducing(self) -> None:
+        """
+        The client's buffer is full: stop reading pages.
+        """
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        """
+        The client takes more: go on.
+        """
+        self._paused = False
+        self._run()
+
+    def stopProducing(self) -> None:
+        """
+        The client is gone: stop.
+        """
+        self._done = True

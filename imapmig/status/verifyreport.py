@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.test_status_api -*-
+"""
+The summary of C{imapmig verify}'s JSON report for C{/status.json}'s
+C{run.verify}: read again only when the file changes, and L{None} while it
+is missing or cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from twisted.logger import Logger
+
+log = Logger()
+
+__all__ = ["VerifyReportSummary", "summarise"]
+
+# A report larger than this is not read on the reactor thread; verify's
+# reports are a few kilobytes per job.
+_MAX_OCTETS = 64 * 1024 * 1024
+
+
+def summarise(document: object) -> tuple[bool, int, int]:
+    """
+    C{(ok, jobs, differences)} of a verify report (the list C{imapmig
+    verify} writes: one entry per job, with its C{differences} count, or an
+    C{error} when the job could not be verified).
+
+    @raise ValueError: C{document} is not such a report.
+    """
+    if not isinstance(document, list):
+        raise ValueError("not a list of jobs")
+    differences = 0
+    ok = True
+    for entry in document:
+        if not isinstance(entry, dict) or not isinstance(entry.get("job"), str):
+            raise ValueError("an entry is not a job's report")
+        if entry.get("error") is not None:
+            ok = False
+            continue
+        count = entry.get("differences")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"job {entry['job'][:80]!r} has no count of differences")
+        differences += count
+    return ok and differences == 0, len(document), differences
+
+
+class VerifyReportSummary:
+    """
+    The summary of the verify report at one path.
+    """
+
+    def __init__(self, path: str) -> None:
+        """
+        @param path: where C{imapmig verify} writes its report.
+        """
+        self.path = path
+        self._seen: tuple[int, int] | None = None
+        self._summary: dict[str, object] | None = None
+        self._warned: object = None
+
+    def current(self) -> dict[str, object] | None:
+        """
+        The contract's C{run.verify}: C{time} (the report's modification
+        time), C{ok}, C{jobs}, C{differences} and C{path}; L{None} when
+        there is no readable report.  The file is read again only when its
+        modification time or size changed since the last call.
+        """
+        try:
+            status = os.stat(self.path)
+        except OSError as e:
+            self._seen = None
+            self._summary = None
+            self._warnOnce("missing", e)
+            return None
+        seen = (status.st_mtime_ns, status.st_size)
+        if seen == self._seen:
+            return self._summary
+        self._seen = seen
+        self._summary = None
+        try:
+            if status.st_size > _MAX_OCTETS:
+                raise ValueError(f"{status.st_size} octets, too large to be a verify report")
+            with open(self.path, "rb") as f:
+                ok, jobs, differences = summarise(json.load(f))
+        except (OSError, ValueError) as e:
+            self._warnOnce(seen, e)
+            return None
+        self._warned = None
+        self._summary = {
+            "time": status.st_mtime_ns / 1e9,
+            "ok": ok,
+            "jobs": jobs,
+            "differences": differences,
+            "path": self.path,
+        }
+        return self._summary
+
+    def _warnOnce(self, what: object, error: Exception) -> None:
+        """
+        Log why the report cannot be shown, once per missing spell or per
+        version of an unreadable file.
+        """
+        if self._warned == what:
+            return
+        self._warned = what
+        if what == "missing":
+            log.info(
+                "No verify report at {path} ({why}); run imapmig verify to write one",
+                path=self.path,
+                why=error.strerror if isinstance(error, OSError) else str(error),
+            )
+        else:
+            log.warn(
+                "Cannot read the verify report {path}: {why}; the status shows none",
+                path=self.path,
+                why=str(error)[:200],
+            )
