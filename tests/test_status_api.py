@@ -61,11 +61,10 @@ def counted(job: JobProgress, total: int) -> None:
     """
     Give C{job} its total of C{total} messages, as its source's listing
     does: the job is counted.
-
-    MERGE: with the progress slice's model, C{job.counted = True} here.
     """
     job.messagesTotal = total
     job.foldersTotal = 1
+    job.counted = True
 
 
 class APITestCase(SynchronousTestCase):
@@ -116,15 +115,15 @@ class APITestCase(SynchronousTestCase):
     def progressed(self, moves: dict[JobProgress, int], seconds: float) -> None:
         """
         Let C{seconds} pass while each job of C{moves} (running) migrates
-        that many messages, at an even rate.
-
-        MERGE: with the progress slice's model, also count them in
-        C{job.messagesSettled}, and C{self.progress.sample()} before and
-        after the clock moves (its rates are sampled).
+        that many messages, at an even rate (the rates are sampled before
+        and after the clock moves).
         """
+        self.progress.sample()
         for job, messages in moves.items():
             job.messagesDone += messages
+            job.messagesSettled += messages
         self.clock.advance(seconds)
+        self.progress.sample()
 
     def addJobs(self, count: int) -> list[JobProgress]:
         """
