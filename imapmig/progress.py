@@ -25,6 +25,7 @@ class JobState(Enum):
     STOPPED = "stopped"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 def _queued() -> JobState:
@@ -57,6 +58,8 @@ class JobProgress:
     @ivar retryAt: when it tries again, while it is.
     @ivar reconnects: how many times this run connected again after a
         transient failure.
+    @ivar pausedByAdmin: an admin paused the job (L{imapmig.schedule.controls}):
+        it is not claimed, or is stopping, until resumed.
     """
 
     __slots__ = (
@@ -65,6 +68,7 @@ class JobProgress:
         "waitingFor",
         "retryAt",
         "reconnects",
+        "pausedByAdmin",
         "messagesTotal",
         "messagesDone",
         "messagesAlreadyMigrated",
@@ -88,6 +92,7 @@ class JobProgress:
         self.waitingFor: str | None = None
         self.retryAt: float | None = None
         self.reconnects = 0
+        self.pausedByAdmin = False
         self.messagesTotal = 0
         self.messagesDone = 0
         self.messagesAlreadyMigrated = 0
@@ -193,6 +198,7 @@ class JobProgress:
             "waiting_for": self.waitingFor,
             "retry_at": self.retryAt,
             "reconnects": self.reconnects,
+            "paused": self.pausedByAdmin,
             "started_at": self.startedAt,
             "finished_at": self.finishedAt,
             "elapsed_seconds": None if elapsed is None else round(elapsed, 3),

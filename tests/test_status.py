@@ -188,6 +188,7 @@ class StatusResourceTests(SynchronousTestCase):
                 "stopped": 0,
                 "done": 0,
                 "failed": 0,
+                "cancelled": 0,
             },
         )
         self.assertEqual(status, json.loads(json.dumps(self.progress.snapshot())))

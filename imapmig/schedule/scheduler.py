@@ -15,13 +15,16 @@ from typing import Any, Callable, Protocol
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
+from imapmig.errors import ImapmigError
 from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.grants import (
     JOB_SLOTS,
     ConnectionGrants,
@@ -29,8 +32,17 @@ from imapmig.schedule.grants import (
     GrantImpossible,
     JobConnections,
 )
-from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.schedule.queue import (
+    ENDED,
+    IJobQueue,
+    JobClaim,
+    JobOutcome,
+    LeaseLost,
+    QueueState,
+    Requested,
+)
 from imapmig.schedule.throttle import utcTime
+from imapmig.state import IStateStore
 
 log = Logger()
 
@@ -56,6 +68,7 @@ class ScheduledJob(Protocol):
         """
 
 
+@implementer(IJobControls)
 class JobQueueService(Service):
     """
     The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
@@ -77,6 +90,13 @@ class JobQueueService(Service):
     A job that crashes (a bug of ours) fails alone; the others go on.
     Stopping the service stops every running job, gives up every wait,
     and fires once all of them have ended.
+
+    It provides the admin's controls (L{IJobControls}) over the queue: a
+    job paused or cancelled while claimed is stopped as a stopping daemon
+    stops it (the replies in flight awaited), its grants and slot given
+    back; a paused job holds the queue undrained until it is resumed or
+    cancelled.  A job the queue requests stopped on a renewal (a control
+    given through another daemon of a fleet) is stopped the same way.
     """
 
     def __init__(
@@ -89,6 +109,7 @@ class JobQueueService(Service):
         whenDone: Callable[[bool], None] | None,
         owner: str = "imapmig",
         lease: float = 600.0,
+        store: IStateStore | None = None,
     ) -> None:
         """
         @param queue: where the jobs are claimed.
@@ -98,6 +119,10 @@ class JobQueueService(Service):
         @param progress: every job's progress (queued jobs included).
         @param owner: the name this scheduler claims jobs under.
         @param lease: seconds a claim lives; renewed every third of it.
+        @param store: where a job that fails here (its connections can
+            never be granted, a crash building or running it) is recorded
+            as failed for C{imapmig report}, and where retry-failed learns
+            what failed; L{None}: neither.
         """
         self._queue = queue
         self._grants = grants
@@ -107,8 +132,13 @@ class JobQueueService(Service):
         self._whenDone = whenDone
         self._owner = owner
         self._lease = lease
+        self._store = store
         self._stopping = False
-        self._allCompleted = True
+        # The jobs whose latest run did not complete (failed, cancelled,
+        # taken over), for whenDone.
+        self._incomplete: set[str] = set()
+        # Claimed jobs being stopped by a control (pause, cancel).
+        self._halted: set[str] = set()
         self._started: set[str] = set()
         # Fired when a running job ends or the earliest deferred job is
         # due (_dueTimer), while there is nothing to claim.
@@ -132,8 +162,19 @@ class JobQueueService(Service):
     def startService(self) -> None:
         Service.startService(self)
         self._stopping = False
+        self._startRunning()
+
+    def _startRunning(self) -> None:
         self._renewal.start(self._lease / 3, now=False)
         self._running = Deferred.fromCoroutine(self._runAll())
+
+    def _runAgain(self) -> None:
+        """
+        Claim again after the queue was drained, if jobs were queued again
+        since (retry-failed, resume).
+        """
+        if self.running and not self._stopping and self._running is not None and self._running.called:
+            self._startRunning()
 
     @property
     def runningJobs(self) -> list[str]:
@@ -159,7 +200,11 @@ class JobQueueService(Service):
             claim = self._claimNext()
             if claim is None:
                 slot.release()
-                if not self._active and self._queue.nextDue() is None:
+                if (
+                    not self._active
+                    and self._queue.nextDue() is None
+                    and not self._queue.counts().paused
+                ):
                     break
                 try:
                     await self._changed()
@@ -179,13 +224,14 @@ class JobQueueService(Service):
             self._renewal.stop()
         if self._stopping:
             return
+        allCompleted = not self._incomplete
         log.info(
             "Job queue drained: {count} jobs, {outcome}",
             count=len(self._started),
-            outcome="all completed" if self._allCompleted else "some failed",
+            outcome="all completed" if allCompleted else "some failed or were cancelled",
         )
         if self._whenDone is not None:
-            self._whenDone(self._allCompleted)
+            self._whenDone(allCompleted)
 
     def _changed(self) -> Deferred[None]:
         """
@@ -255,7 +301,7 @@ class JobQueueService(Service):
                 progress.waiting(None, None)
                 if slotless:
                     self._slotless -= 1
-            if self._stopping:
+            if self._stopping or name in self._halted:
                 raise CancelledError()
             if slot is None:
                 slot = await self._slotAgain(name)
@@ -278,7 +324,7 @@ class JobQueueService(Service):
                     job=name,
                     until=utcTime(notBefore),
                 )
-            elif self._stopping:
+            elif self._stopping or name in self._halted:
                 outcome = JobOutcome.STOPPED
         except CancelledError:
             outcome = JobOutcome.STOPPED
@@ -286,21 +332,73 @@ class JobQueueService(Service):
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
             _showFailed(progress, str(e))
+            await self._recordFailure(name, str(e))
         except Exception as e:
             # A bug of ours: this job fails, the others go on.
             log.failure("Job {job} crashed", job=name)
-            _showFailed(progress, f"internal error: {e.__class__.__name__}: {e}")
+            reason = f"internal error: {e.__class__.__name__}: {e}"
+            _showFailed(progress, reason)
+            await self._recordFailure(name, reason)
         finally:
             self._jobs.pop(name, None)
             current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
             self._queue.finish(current, outcome, notBefore)
-            if outcome not in (JobOutcome.COMPLETED, JobOutcome.DEFERRED):
-                self._allCompleted = False
+            self._ended(name, outcome, progress)
             if slot is not None:
                 slot.release()
             self._wakeUp()
+
+    def _ended(self, name: str, outcome: JobOutcome, progress: JobProgress) -> None:
+        """
+        After job C{name}'s claim finished with C{outcome}: count it for
+        C{whenDone}, and show where a control put it.
+        """
+        halted = name in self._halted
+        self._halted.discard(name)
+        state = self._queue.state(name)
+        if outcome is JobOutcome.COMPLETED:
+            self._incomplete.discard(name)
+        elif outcome is not JobOutcome.DEFERRED and not (
+            halted and state in (QueueState.PAUSED, QueueState.QUEUED)
+        ):
+            self._incomplete.add(name)
+        if state is QueueState.PAUSED:
+            _showPaused(progress)
+            log.info(
+                "Job {job}: paused by the admin; its connections and job slot are"
+                " given back until it is resumed",
+                job=name,
+            )
+        elif state is QueueState.CANCELLED:
+            _showCancelled(progress)
+            log.info("Job {job}: cancelled by the admin", job=name)
+        else:
+            progress.pausedByAdmin = False
+            if state is QueueState.QUEUED and not self._stopping and (
+                halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED)
+            ):
+                # Queued again: resumed while it stopped, or to run again
+                # (retry-failed while it ran).
+                progress.showState(_queued)
+                progress.waiting(None, None)
+
+    async def _recordFailure(self, name: str, reason: str) -> None:
+        """
+        Record in the state store that job C{name} failed as a whole
+        because of C{reason}, for C{imapmig report}.
+        """
+        if self._store is None:
+            return
+        try:
+            await self._store.recordJobFailure(name, reason)
+        except ImapmigError as e:
+            log.error(
+                "Job {job}: cannot record the job's outcome in the state store: {why}",
+                job=name,
+                why=str(e),
+            )
 
     async def _slotAgain(self, name: str) -> Grant:
         """
@@ -323,7 +421,7 @@ class JobQueueService(Service):
     def _renewLeases(self) -> None:
         for name, claim in list(self._claims.items()):
             try:
-                self._claims[name] = self._queue.renew(claim, self._lease)
+                renewed = self._claims[name] = self._queue.renew(claim, self._lease)
             except LeaseLost:
                 log.error(
                     "Job {job}: its claim was taken over by another owner; stopping it",
@@ -332,6 +430,196 @@ class JobQueueService(Service):
                 job = self._jobs.get(name)
                 if job is not None:
                     job.stop()
+                continue
+            if renewed.requested in (Requested.PAUSE, Requested.CANCEL) and name not in self._halted:
+                # Asked of the queue through another daemon.
+                log.info(
+                    "Job {job}: the queue asks it {what}; stopping it",
+                    job=name,
+                    what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
+                )
+                self._halt(name)
+
+    def _halt(self, name: str) -> None:
+        """
+        Stop the claimed job C{name} for a control: give up its waits, or
+        stop it running (the replies in flight awaited); its claim then
+        finishes stopped, and the queue puts it where the control said.
+        """
+        self._halted.add(name)
+        waiting = self._reserving.get(name)
+        if waiting is not None:
+            waiting.cancel()
+        job = self._jobs.get(name)
+        if job is not None:
+            job.stop()
+
+    def _control(
+        self, action: str, name: str, by: str, apply: Callable[[str], JobState]
+    ) -> Deferred[JobState]:
+        """
+        Apply a job control, logging one line of what came of it.
+        """
+        try:
+            state = apply(name)
+        except (UnknownJob, ControlRefused) as e:
+            log.info(
+                "Control {action} of job {job} by {client}: refused: {why}",
+                action=action,
+                job=name,
+                client=by,
+                why=str(e),
+            )
+            return fail(e)
+        log.info(
+            "Control {action} of job {job} by {client}: {state}",
+            action=action,
+            job=name,
+            client=by,
+            state=state.value,
+        )
+        return succeed(state)
+
+    def pause(self, job: str, by: str) -> Deferred[JobState]:
+        """
+        See L{IJobControls.pause}.
+        """
+        return self._control("pause", job, by, self._pause)
+
+    def _pause(self, name: str) -> JobState:
+        state = self._queue.pause(name)
+        progress = self._progress.job(name)
+        progress.pausedByAdmin = True
+        if state is QueueState.CLAIMED:
+            self._halt(name)
+        else:
+            _showPaused(progress)
+        return JobState.PAUSED
+
+    def resume(self, job: str, by: str) -> Deferred[JobState]:
+        """
+        See L{IJobControls.resume}.
+        """
+        return self._control("resume", job, by, self._resume)
+
+    def _resume(self, name: str) -> JobState:
+        state = self._queue.resume(name)
+        progress = self._progress.job(name)
+        progress.pausedByAdmin = False
+        if state is QueueState.QUEUED:
+            progress.showState(_queued)
+            progress.waiting(None, None)
+            self._queuedAgain()
+        return JobState.QUEUED
+
+    def cancel(self, job: str, by: str) -> Deferred[JobState]:
+        """
+        See L{IJobControls.cancel}.
+        """
+        return self._control("cancel", job, by, self._cancel)
+
+    def _cancel(self, name: str) -> JobState:
+        state = self._queue.cancel(name)
+        progress = self._progress.job(name)
+        if state is QueueState.CLAIMED:
+            self._halt(name)
+        else:
+            _showCancelled(progress)
+            self._incomplete.add(name)
+            # The queue may be drained now.
+            self._wakeUp()
+        return JobState.CANCELLED
+
+    def retryFailed(self, job: str, by: str) -> Deferred[JobState]:
+        """
+        See L{IJobControls.retryFailed}.
+        """
+
+        async def retry() -> JobState:
+            try:
+                await self._checkFailed(job)
+            except (UnknownJob, ControlRefused) as e:
+                refusal = e
+
+                def refuse(name: str) -> JobState:
+                    raise refusal
+
+                return await self._control("retry-failed", job, by, refuse)
+            return await self._control("retry-failed", job, by, self._retryFailed)
+
+        return Deferred.fromCoroutine(retry())
+
+    async def _checkFailed(self, name: str) -> None:
+        """
+        Refuse retry-failed unless something of job C{name} failed: a
+        message (recorded, or counted by this run), or the job as a whole.
+        """
+        state = self._queue.state(name)
+        if state is QueueState.CANCELLED:
+            raise ControlRefused(f"job {name} was cancelled")
+        progress = self._progress.job(name)
+        if progress.messagesFailed or state is QueueState.FAILED:
+            return
+        if self._store is not None:
+            if (await self._store.counts(name)).failed:
+                return
+            if await self._store.jobFailure(name) is not None:
+                return
+        raise ControlRefused(f"nothing of job {name} failed")
+
+    def _retryFailed(self, name: str) -> JobState:
+        before = self._queue.state(name)
+        after = self._queue.requeue(name)
+        progress = self._progress.job(name)
+        if after is QueueState.CLAIMED:
+            return progress.state
+        if after is QueueState.PAUSED:
+            return JobState.PAUSED
+        if before in ENDED:
+            progress.showState(_queued)
+            progress.waiting(None, None)
+            self._queuedAgain()
+        return JobState.QUEUED
+
+    def pauseAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.pauseAll}.
+        """
+        names = self._queue.pauseAll()
+        for name in names:
+            progress = self._progress.job(name)
+            progress.pausedByAdmin = True
+            if name in self._claims:
+                self._halt(name)
+            else:
+                _showPaused(progress)
+        log.info("Control pause-all by {client}: {count} jobs paused", client=by, count=len(names))
+        return succeed(len(names))
+
+    def resumeAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.resumeAll}.
+        """
+        names = self._queue.resumeAll()
+        for name in names:
+            progress = self._progress.job(name)
+            progress.pausedByAdmin = False
+            if name not in self._claims:
+                progress.showState(_queued)
+                progress.waiting(None, None)
+        log.info(
+            "Control resume-all by {client}: {count} jobs resumed", client=by, count=len(names)
+        )
+        if names:
+            self._queuedAgain()
+        return succeed(len(names))
+
+    def _queuedAgain(self) -> None:
+        """
+        A job was queued again: claim it, now or once a slot is free.
+        """
+        self._wakeUp()
+        self._runAgain()
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
@@ -353,6 +641,32 @@ class JobQueueService(Service):
 
 def _queued() -> JobState:
     return JobState.QUEUED
+
+
+def _paused() -> JobState:
+    return JobState.PAUSED
+
+
+def _cancelled() -> JobState:
+    return JobState.CANCELLED
+
+
+def _showPaused(progress: JobProgress) -> None:
+    """
+    Show a job paused by the admin.
+    """
+    progress.pausedByAdmin = True
+    progress.showState(_paused)
+    progress.waiting(PAUSED_BY_ADMIN, None)
+
+
+def _showCancelled(progress: JobProgress) -> None:
+    """
+    Show a job cancelled by the admin.
+    """
+    progress.pausedByAdmin = False
+    progress.showState(_cancelled)
+    progress.finished("cancelled by the admin")
 
 
 def _showFailed(progress: JobProgress, error: str) -> None:
