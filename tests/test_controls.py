@@ -19,7 +19,7 @@ from imapmig.errors import PermanentError
 from imapmig.job import JobSettings
 from imapmig.progress import JobState
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, QueueCounts, QueueState, Requested
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.state import MessageOutcome
@@ -68,11 +68,26 @@ class ControlsTests(SynchronousTestCase):
     Each control against a scheduler of fake jobs.
     """
 
+    def scheduler(self, *args: object, **kwargs: object) -> ControlledScheduler:
+        """
+        A L{ControlledScheduler}, stopped when the test ends if it still
+        runs (a suspended scheduler left to the garbage collector would
+        resume its waits).
+        """
+        s = ControlledScheduler(*args, **kwargs)  # type: ignore[arg-type]
+
+        def stop() -> None:
+            if s.service.running:
+                s.stop(self)
+
+        self.addCleanup(stop)
+        return s
+
     def test_interface(self) -> None:
         """
         The scheduler provides L{IJobControls}.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         self.assertTrue(verifyObject(IJobControls, s.service))
 
     def test_pauseRunningReleasesGrants(self) -> None:
@@ -81,7 +96,7 @@ class ControlsTests(SynchronousTestCase):
         back its connections and job slot: the next job starts; the paused
         one shows C{paused}, "paused by the admin", C{pausedByAdmin}.
         """
-        s = ControlledScheduler([jobConfig("a", "alice"), jobConfig("b", "bob")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "alice"), jobConfig("b", "bob")], maxJobs=1)
         s.service.startService()
         self.assertEqual(s.grants.connectionsInUse("s", "alice"), 1)
         with capturedLogs() as events:
@@ -119,7 +134,7 @@ class ControlsTests(SynchronousTestCase):
         again (a new run: the state store knows what was copied) and the
         queue drains once it completes.
         """
-        s = ControlledScheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
         self.successResultOf(s.service.pause("a", ADMIN))
         self.assertEqual(s.started, ["a", "b"])
@@ -143,7 +158,7 @@ class ControlsTests(SynchronousTestCase):
         With only a paused job left, the scheduler waits for it (the queue
         is not drained); resumed, it runs at once.
         """
-        s = ControlledScheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
         s.service.startService()
         self.successResultOf(s.service.pause("b", ADMIN))
         s.finish("a")
@@ -157,7 +172,7 @@ class ControlsTests(SynchronousTestCase):
         """
         A queued job paused is not claimed; the jobs after it are.
         """
-        s = ControlledScheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
         self.successResultOf(s.service.pause("b", ADMIN))
         self.assertEqual(s.state("b"), JobState.PAUSED)
@@ -174,7 +189,7 @@ class ControlsTests(SynchronousTestCase):
         A job waiting for its connection grant, paused, gives up the wait
         and shows paused.
         """
-        s = ControlledScheduler(
+        s = self.scheduler(
             [jobConfig("a", "alice"), jobConfig("b", "alice")],
             maxJobs=2,
             limits=ServerLimits(perAccount=AccountLimits(maxConnections=1)),
@@ -194,7 +209,7 @@ class ControlsTests(SynchronousTestCase):
         A running job cancelled is stopped, shows C{cancelled}, and the
         queue drains without it: C{whenDone} gets C{False}.
         """
-        s = ControlledScheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
         s.service.startService()
         state = self.successResultOf(s.service.cancel("a", ADMIN))
         self.assertEqual(state, JobState.CANCELLED)
@@ -214,7 +229,7 @@ class ControlsTests(SynchronousTestCase):
         A queued job and a paused one, cancelled, are never claimed; the
         queue drains without them.
         """
-        s = ControlledScheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
+        s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
         self.successResultOf(s.service.pause("b", ADMIN))
         self.successResultOf(s.service.cancel("b", ADMIN))
@@ -231,7 +246,7 @@ class ControlsTests(SynchronousTestCase):
         that is not paused, pausing a paused one, with L{ControlRefused};
         a refusal is logged once, naming who asked.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         for control in (s.service.pause, s.service.resume, s.service.cancel, s.service.retryFailed):
             self.failureResultOf(control("nope", ADMIN), UnknownJob)
@@ -247,7 +262,7 @@ class ControlsTests(SynchronousTestCase):
         """
         retry-failed of a job with nothing failed is refused.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         s.finish("a")
         failure = self.failureResultOf(s.service.retryFailed("a", ADMIN), ControlRefused)
@@ -258,7 +273,7 @@ class ControlsTests(SynchronousTestCase):
         retry-failed of a job that ended with failed messages recorded
         queues it again; the queue drains again once it has run.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         self.successResultOf(
             s.store.recordOutcomes("a", [MessageOutcome("INBOX", "1", "INBOX", 10, failure="NO")])
@@ -278,7 +293,7 @@ class ControlsTests(SynchronousTestCase):
         the state store): queued again, and the drain reports it completed
         once it does.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         s.finish("a", completed=False)
         self.assertEqual(s.done, [False])
@@ -292,7 +307,7 @@ class ControlsTests(SynchronousTestCase):
         retry-failed of a running job with failed messages runs it once
         more after this run.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         s.progress.job("a").messagesFailed = 2
         self.successResultOf(s.service.retryFailed("a", ADMIN))
@@ -306,7 +321,7 @@ class ControlsTests(SynchronousTestCase):
         """
         retry-failed of a cancelled job is refused.
         """
-        s = ControlledScheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=1)
         s.service.startService()
         self.successResultOf(s.service.cancel("b", ADMIN))
         self.failureResultOf(s.service.retryFailed("b", ADMIN), ControlRefused)
@@ -317,13 +332,13 @@ class ControlsTests(SynchronousTestCase):
         claimed, no connection held; resume-all queues them all again.
         """
         names = ["a", "b", "c", "d"]
-        s = ControlledScheduler([jobConfig(n, n) for n in names], maxJobs=2)
+        s = self.scheduler([jobConfig(n, n) for n in names], maxJobs=2)
         s.service.startService()
         s.finish("a")
         self.assertEqual(self.successResultOf(s.service.pauseAll(ADMIN)), 3)
         self.assertEqual(s.service.runningJobs, [])
         self.assertEqual(s.grants.connectionsInUse("s"), 0)
-        self.assertEqual(s.grants.pools.inUse("jobs"), 0)
+        self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
         self.assertEqual(s.queue.state("a"), QueueState.DONE)
         self.assertEqual([s.state(n) for n in names[1:]], [JobState.PAUSED] * 3)
         self.assertEqual(s.started, ["a", "b", "c"])
@@ -340,7 +355,7 @@ class ControlsTests(SynchronousTestCase):
         A job whose connections can never be granted fails, and its
         failure is recorded in the state store for C{imapmig report}.
         """
-        s = ControlledScheduler(
+        s = self.scheduler(
             [jobConfig("a", "alice", sourceUser="alice")],
             maxJobs=1,
             limits=ServerLimits(perAccount=AccountLimits(maxConnections=1)),
@@ -355,7 +370,7 @@ class ControlsTests(SynchronousTestCase):
         """
         A job that crashes is recorded as failed with the crash's reason.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1, crash=["a"])
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1, crash=["a"])
         with capturedLogs():
             s.service.startService()
         self.flushLoggedErrors(RuntimeError)
@@ -368,7 +383,7 @@ class ControlsTests(SynchronousTestCase):
         A store that cannot record a scheduler-side failure is logged; the
         job still fails and the queue drains.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1, crash=["a"])
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1, crash=["a"])
         s.store.close()
         with capturedLogs() as events:
             s.service.startService()
@@ -385,7 +400,7 @@ class ControlsTests(SynchronousTestCase):
         reaches the running job at its next lease renewal: it is stopped
         and rests paused.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         self.assertEqual(s.queue.pause("a"), QueueState.CLAIMED)
         self.assertFalse(s.built["a"].stopped)
@@ -403,7 +418,7 @@ class ControlsTests(SynchronousTestCase):
         A job resumed while its pause still waits for the replies in flight
         is queued again once stopped, and runs again.
         """
-        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
 
         class SlowStop(FakeJob):
             def stop(self) -> None:
