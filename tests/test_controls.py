@@ -219,6 +219,9 @@ class ControlsTests(SynchronousTestCase):
         s.finish("b")
         self.assertEqual(s.done, [False])
         self.assertEqual(s.queue.counts().cancelled, 1)
+        # imapmig report counts it as failed, with why.
+        self.assertEqual(self.successResultOf(s.store.jobFailure("a")), "cancelled by the admin")
+        self.assertEqual(s.progress.job("a").error, "cancelled by the admin")
         # Cancelled is the end: nothing applies any more.
         for control in (s.service.pause, s.service.resume, s.service.cancel):
             self.failureResultOf(control("a", ADMIN), ControlRefused)
@@ -235,6 +238,7 @@ class ControlsTests(SynchronousTestCase):
         self.successResultOf(s.service.cancel("b", ADMIN))
         self.successResultOf(s.service.cancel("c", ADMIN))
         self.assertEqual((s.state("b"), s.state("c")), (JobState.CANCELLED,) * 2)
+        self.assertEqual(self.successResultOf(s.store.jobFailure("c")), "cancelled by the admin")
         self.assertEqual(s.progress.job("b").pausedByAdmin, False)
         s.finish("a")
         self.assertEqual(s.started, ["a"])

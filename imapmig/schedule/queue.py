@@ -308,6 +308,7 @@ class InMemoryJobQueue:
         self._requested: dict[int, Requested] = {}
         self._paused: set[int] = set()
         self._ended: dict[int, QueueState] = {}
+        self._cancelled = 0
         self._generation = 0
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
@@ -369,6 +370,7 @@ class InMemoryJobQueue:
             self._ended[position] = QueueState.FAILED
         elif requested is Requested.CANCEL:
             self._ended[position] = QueueState.CANCELLED
+            self._cancelled += 1
         elif requested is Requested.PAUSE:
             self._paused.add(position)
         elif outcome is JobOutcome.STOPPED:
@@ -381,7 +383,6 @@ class InMemoryJobQueue:
         return self._deferred[0][0] if self._deferred else None
 
     def counts(self) -> QueueCounts:
-        cancelled = sum(1 for s in self._ended.values() if s is QueueState.CANCELLED)
         queued = (
             len(self._jobs)
             - len(self._claims)
@@ -395,7 +396,7 @@ class InMemoryJobQueue:
             finished=len(self._ended),
             deferred=len(self._deferred),
             paused=len(self._paused),
-            cancelled=cancelled,
+            cancelled=self._cancelled,
         )
 
     def _position(self, name: str) -> int:
@@ -475,6 +476,7 @@ class InMemoryJobQueue:
         self._placed.add(position)
         self._paused.discard(position)
         self._ended[position] = QueueState.CANCELLED
+        self._cancelled += 1
         return QueueState.CANCELLED
 
     def requeue(self, name: str) -> QueueState:

@@ -46,6 +46,11 @@ from imapmig.state import IStateStore
 
 log = Logger()
 
+CANCELLED_BY_ADMIN = "cancelled by the admin"
+"""
+The error a cancelled job shows, and is recorded with in the state store.
+"""
+
 class ScheduledJob(Protocol):
     """
     What the scheduler runs (a L{MigrationJob}).
@@ -374,6 +379,7 @@ class JobQueueService(Service):
         elif state is QueueState.CANCELLED:
             _showCancelled(progress)
             log.info("Job {job}: cancelled by the admin", job=name)
+            self._recordCancelled(name)
         else:
             progress.pausedByAdmin = False
             if state is QueueState.QUEUED and not self._stopping and (
@@ -526,9 +532,21 @@ class JobQueueService(Service):
         else:
             _showCancelled(progress)
             self._incomplete.add(name)
+            self._recordCancelled(name)
             # The queue may be drained now.
             self._wakeUp()
         return JobState.CANCELLED
+
+    def _recordCancelled(self, name: str) -> None:
+        """
+        Record a cancelled job as failed as a whole, for C{imapmig report}
+        (as C{whenDone} says, not every job completed); a later run that
+        completes clears it.
+        """
+        recording = Deferred.fromCoroutine(self._recordFailure(name, CANCELLED_BY_ADMIN))
+        recording.addErrback(
+            lambda failure: log.failure("Job {job}: recording its cancellation", failure, job=name)
+        )
 
     def retryFailed(self, job: str, by: str) -> Deferred[JobState]:
         """
@@ -593,7 +611,12 @@ class JobQueueService(Service):
                 self._halt(name)
             else:
                 _showPaused(progress)
-        log.info("Control pause-all by {client}: {count} jobs paused", client=by, count=len(names))
+        log.info(
+            "Control {action} by {client}: {count} jobs paused",
+            action="pause-all",
+            client=by,
+            count=len(names),
+        )
         return succeed(len(names))
 
     def resumeAll(self, by: str) -> Deferred[int]:
@@ -608,7 +631,10 @@ class JobQueueService(Service):
                 progress.showState(_queued)
                 progress.waiting(None, None)
         log.info(
-            "Control resume-all by {client}: {count} jobs resumed", client=by, count=len(names)
+            "Control {action} by {client}: {count} jobs resumed",
+            action="resume-all",
+            client=by,
+            count=len(names),
         )
         if names:
             self._queuedAgain()
@@ -666,7 +692,7 @@ def _showCancelled(progress: JobProgress) -> None:
     """
     progress.pausedByAdmin = False
     progress.showState(_cancelled)
-    progress.finished("cancelled by the admin")
+    progress.finished(CANCELLED_BY_ADMIN)
 
 
 def _showFailed(progress: JobProgress, error: str) -> None:
