@@ -11,17 +11,23 @@ import json
 from typing import Any
 
 from treq.testing import StubTreq
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.iweb import IResponse
 from twisted.web.resource import Resource
+from twisted.web.server import Site
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.progress import JobState
 from imapmig.schedule.controls import IJobControls
 from imapmig.secrets import Secret
+from imapmig.status.bodylimit import MAX_REQUEST_BODY, BoundedRequest
 from imapmig.status.controls import MAX_BODY, ControlResource
 from tests.test_controls import ControlledScheduler
 from tests.test_schedule_service import jobConfig
@@ -319,3 +325,73 @@ class ControlErrorTests(SynchronousTestCase):
             json.loads(self.successResultOf(treq.content(response))), {"error": "internal error"}
         )
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class BoundedRequestTests(SynchronousTestCase):
+    """
+    L{BoundedRequest}: the status site reads no body larger than
+    L{MAX_REQUEST_BODY}.
+    """
+
+    def setUp(self) -> None:
+        self.s = ControlledScheduler([jobConfig("a", "alice")], maxJobs=1)
+        self.s.service.startService()
+        root = Resource()
+        root.putChild(b"control", ControlResource(self.s.service, Secret(TOKEN)))
+        site = Site(root)
+        site.requestFactory = BoundedRequest
+        self.transport = StringTransport()
+        self.channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        self.channel.makeConnection(self.transport)
+
+    def tearDown(self) -> None:
+        self.channel.connectionLost(Failure(ConnectionDone()))
+        stopping = self.s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+
+    def head(self, length: int | None) -> bytes:
+        """
+        A control request's head, its body C{length} octets long (chunked
+        if L{None}).
+        """
+        framing = b"Transfer-Encoding: chunked" if length is None else b"Content-Length: %d" % length
+        return (
+            b"POST /control/jobs/a/pause HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer "
+            + TOKEN.encode()
+            + b"\r\n"
+            + framing
+            + b"\r\n\r\n"
+        )
+
+    def test_declaredTooLarge(self) -> None:
+        """
+        A body declared larger than the bound is refused (413) before it
+        is read, the connection closed, and the request never rendered.
+        """
+        self.channel.dataReceived(self.head(MAX_REQUEST_BODY + 1) + b"{" * 1000)
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 413 "))
+        self.assertTrue(self.transport.disconnecting)
+        self.assertFalse(self.s.built["a"].stopped)
+
+    def test_chunkedTooLarge(self) -> None:
+        """
+        A chunked body that grows past the bound is refused as it arrives.
+        """
+        chunk = b"%x\r\n%s\r\n" % (4096, b" " * 4096)
+        self.channel.dataReceived(self.head(None))
+        for _ in range(MAX_REQUEST_BODY // 4096 + 1):
+            self.channel.dataReceived(chunk)
+        self.channel.dataReceived(b"0\r\n\r\n")
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 413 "))
+        self.assertEqual(self.transport.value().count(b"HTTP/1.1"), 1)
+        self.assertFalse(self.s.built["a"].stopped)
+
+    def test_smallBody(self) -> None:
+        """
+        A body within the bound reaches the resource.
+        """
+        self.channel.dataReceived(self.head(2) + b"{}")
+        self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 200 "), self.transport.value())
+        self.assertTrue(self.s.built["a"].stopped)
