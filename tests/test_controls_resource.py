@@ -383,8 +383,10 @@ class BoundedRequestTests(SynchronousTestCase):
         self.channel.dataReceived(self.head(None))
         for _ in range(MAX_REQUEST_BODY // 4096 + 1):
             self.channel.dataReceived(chunk)
-        self.channel.dataReceived(b"0\r\n\r\n")
+        # Refused before the body ends.
         self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 413 "))
+        self.assertTrue(self.transport.disconnecting)
+        self.channel.dataReceived(b"0\r\n\r\n")
         self.assertEqual(self.transport.value().count(b"HTTP/1.1"), 1)
         self.assertFalse(self.s.built["a"].stopped)
 
