@@ -45,7 +45,15 @@ class ControlledScheduler(Scheduler):
     ) -> None:
         Scheduler.__init__(self, jobs, maxJobs, limits, crash)
         self.store = MemoryStateStore()
-        self.service._store = self.store
+        self.service = JobQueueService(
+            self.queue,
+            self.grants,
+            self.service._build,
+            self.progress,
+            self.clock,
+            self.done.append,
+            store=self.store,
+        )
 
     def state(self, name: str) -> JobState:
         """
@@ -88,7 +96,7 @@ class ControlsTests(SynchronousTestCase):
         The scheduler provides L{IJobControls}.
         """
         s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
-        self.assertTrue(verifyObject(IJobControls, s.service))
+        self.assertTrue(verifyObject(IJobControls, s.service.controls))
 
     def test_pauseRunningReleasesGrants(self) -> None:
         """
@@ -100,7 +108,7 @@ class ControlsTests(SynchronousTestCase):
         s.service.startService()
         self.assertEqual(s.grants.connectionsInUse("s", "alice"), 1)
         with capturedLogs() as events:
-            state = self.successResultOf(s.service.pause("a", ADMIN))
+            state = self.successResultOf(s.service.controls.pause("a", ADMIN))
         self.assertEqual(state, JobState.PAUSED)
         self.assertTrue(s.built["a"].stopped)
         self.assertEqual(s.grants.connectionsInUse("s", "alice"), 0)
@@ -136,9 +144,9 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
-        self.successResultOf(s.service.pause("a", ADMIN))
+        self.successResultOf(s.service.controls.pause("a", ADMIN))
         self.assertEqual(s.started, ["a", "b"])
-        state = self.successResultOf(s.service.resume("a", ADMIN))
+        state = self.successResultOf(s.service.controls.resume("a", ADMIN))
         self.assertEqual(state, JobState.QUEUED)
         progress = s.progress.job("a")
         self.assertEqual(
@@ -160,10 +168,10 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
         s.service.startService()
-        self.successResultOf(s.service.pause("b", ADMIN))
+        self.successResultOf(s.service.controls.pause("b", ADMIN))
         s.finish("a")
         self.assertEqual(s.done, [])
-        self.successResultOf(s.service.resume("b", ADMIN))
+        self.successResultOf(s.service.controls.resume("b", ADMIN))
         self.assertEqual(s.started, ["a", "b", "b"])
         s.finish("b")
         self.assertEqual(s.done, [True])
@@ -174,13 +182,13 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
-        self.successResultOf(s.service.pause("b", ADMIN))
+        self.successResultOf(s.service.controls.pause("b", ADMIN))
         self.assertEqual(s.state("b"), JobState.PAUSED)
         s.finish("a")
         self.assertEqual(s.started, ["a", "c"])
         s.finish("c")
         self.assertEqual(s.done, [])
-        self.successResultOf(s.service.resume("b", ADMIN))
+        self.successResultOf(s.service.controls.resume("b", ADMIN))
         s.finish("b")
         self.assertEqual(s.done, [True])
 
@@ -196,7 +204,7 @@ class ControlsTests(SynchronousTestCase):
         )
         s.service.startService()
         self.assertEqual(s.progress.job("b").waitingFor, "a connection grant")
-        self.successResultOf(s.service.pause("b", ADMIN))
+        self.successResultOf(s.service.controls.pause("b", ADMIN))
         self.assertEqual(s.state("b"), JobState.PAUSED)
         self.assertEqual(s.grants.pools.waiting, 0)
         s.finish("a")
@@ -211,7 +219,7 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
         s.service.startService()
-        state = self.successResultOf(s.service.cancel("a", ADMIN))
+        state = self.successResultOf(s.service.controls.cancel("a", ADMIN))
         self.assertEqual(state, JobState.CANCELLED)
         self.assertTrue(s.built["a"].stopped)
         self.assertEqual(s.state("a"), JobState.CANCELLED)
@@ -223,7 +231,7 @@ class ControlsTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(s.store.jobFailure("a")), "cancelled by the admin")
         self.assertEqual(s.progress.job("a").error, "cancelled by the admin")
         # Cancelled is the end: nothing applies any more.
-        for control in (s.service.pause, s.service.resume, s.service.cancel):
+        for control in (s.service.controls.pause, s.service.controls.resume, s.service.controls.cancel):
             self.failureResultOf(control("a", ADMIN), ControlRefused)
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
@@ -234,9 +242,9 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=1)
         s.service.startService()
-        self.successResultOf(s.service.pause("b", ADMIN))
-        self.successResultOf(s.service.cancel("b", ADMIN))
-        self.successResultOf(s.service.cancel("c", ADMIN))
+        self.successResultOf(s.service.controls.pause("b", ADMIN))
+        self.successResultOf(s.service.controls.cancel("b", ADMIN))
+        self.successResultOf(s.service.controls.cancel("c", ADMIN))
         self.assertEqual((s.state("b"), s.state("c")), (JobState.CANCELLED,) * 2)
         self.assertEqual(self.successResultOf(s.store.jobFailure("c")), "cancelled by the admin")
         self.assertEqual(s.progress.job("b").pausedByAdmin, False)
@@ -252,14 +260,14 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
-        for control in (s.service.pause, s.service.resume, s.service.cancel, s.service.retryFailed):
+        for control in (s.service.controls.pause, s.service.controls.resume, s.service.controls.cancel, s.service.controls.retryFailed):
             self.failureResultOf(control("nope", ADMIN), UnknownJob)
         with capturedLogs() as events:
-            failure = self.failureResultOf(s.service.resume("a", ADMIN), ControlRefused)
+            failure = self.failureResultOf(s.service.controls.resume("a", ADMIN), ControlRefused)
         self.assertEqual(failure.value.reason, "job a is not paused")
         self.assertEqual([e["client"] for e in events if "client" in e], [ADMIN])
-        self.successResultOf(s.service.pause("a", ADMIN))
-        self.failureResultOf(s.service.pause("a", ADMIN), ControlRefused)
+        self.successResultOf(s.service.controls.pause("a", ADMIN))
+        self.failureResultOf(s.service.controls.pause("a", ADMIN), ControlRefused)
         s.stop(self)
 
     def test_retryFailedRefusedWhenNothingFailed(self) -> None:
@@ -269,7 +277,7 @@ class ControlsTests(SynchronousTestCase):
         s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         s.finish("a")
-        failure = self.failureResultOf(s.service.retryFailed("a", ADMIN), ControlRefused)
+        failure = self.failureResultOf(s.service.controls.retryFailed("a", ADMIN), ControlRefused)
         self.assertEqual(failure.value.reason, "nothing of job a failed")
 
     def test_retryFailedRequeuesEnded(self) -> None:
@@ -284,7 +292,7 @@ class ControlsTests(SynchronousTestCase):
         )
         s.finish("a")
         self.assertEqual(s.done, [True])
-        state = self.successResultOf(s.service.retryFailed("a", ADMIN))
+        state = self.successResultOf(s.service.controls.retryFailed("a", ADMIN))
         self.assertEqual(state, JobState.QUEUED)
         self.assertEqual(s.started, ["a", "a"])
         s.finish("a")
@@ -302,7 +310,7 @@ class ControlsTests(SynchronousTestCase):
         s.finish("a", completed=False)
         self.assertEqual(s.done, [False])
         self.successResultOf(s.store.recordJobFailure("a", "login refused"))
-        self.successResultOf(s.service.retryFailed("a", ADMIN))
+        self.successResultOf(s.service.controls.retryFailed("a", ADMIN))
         s.finish("a")
         self.assertEqual(s.done, [False, True])
 
@@ -314,7 +322,7 @@ class ControlsTests(SynchronousTestCase):
         s = self.scheduler([jobConfig("a", "a")], maxJobs=1)
         s.service.startService()
         s.progress.job("a").messagesFailed = 2
-        self.successResultOf(s.service.retryFailed("a", ADMIN))
+        self.successResultOf(s.service.controls.retryFailed("a", ADMIN))
         s.finish("a")
         self.assertEqual(s.started, ["a", "a"])
         self.assertEqual(s.done, [])
@@ -327,8 +335,8 @@ class ControlsTests(SynchronousTestCase):
         """
         s = self.scheduler([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=1)
         s.service.startService()
-        self.successResultOf(s.service.cancel("b", ADMIN))
-        self.failureResultOf(s.service.retryFailed("b", ADMIN), ControlRefused)
+        self.successResultOf(s.service.controls.cancel("b", ADMIN))
+        self.failureResultOf(s.service.controls.retryFailed("b", ADMIN), ControlRefused)
 
     def test_pauseAllResumeAll(self) -> None:
         """
@@ -339,7 +347,7 @@ class ControlsTests(SynchronousTestCase):
         s = self.scheduler([jobConfig(n, n) for n in names], maxJobs=2)
         s.service.startService()
         s.finish("a")
-        self.assertEqual(self.successResultOf(s.service.pauseAll(ADMIN)), 3)
+        self.assertEqual(self.successResultOf(s.service.controls.pauseAll(ADMIN)), 3)
         self.assertEqual(s.service.runningJobs, [])
         self.assertEqual(s.grants.connectionsInUse("s"), 0)
         self.assertEqual(s.grants.pools.inUse(JOB_SLOTS), 0)
@@ -347,7 +355,7 @@ class ControlsTests(SynchronousTestCase):
         self.assertEqual([s.state(n) for n in names[1:]], [JobState.PAUSED] * 3)
         self.assertEqual(s.started, ["a", "b", "c"])
         self.assertEqual(s.done, [])
-        self.assertEqual(self.successResultOf(s.service.resumeAll(ADMIN)), 3)
+        self.assertEqual(self.successResultOf(s.service.controls.resumeAll(ADMIN)), 3)
         self.assertEqual(s.started, ["a", "b", "c", "b", "c"])
         for name in ("b", "c", "d"):
             s.finish(name)
@@ -432,10 +440,10 @@ class ControlsTests(SynchronousTestCase):
             f"{config.name}{len(s.built)}", SlowStop(config.name, connections)
         )
         s.service.startService()
-        self.successResultOf(s.service.pause("a", ADMIN))
+        self.successResultOf(s.service.controls.pause("a", ADMIN))
         first = s.built["a0"]
         self.assertTrue(first.stopped)
-        self.assertEqual(self.successResultOf(s.service.resume("a", ADMIN)), JobState.QUEUED)
+        self.assertEqual(self.successResultOf(s.service.controls.resume("a", ADMIN)), JobState.QUEUED)
         first.result.callback(False)
         self.assertEqual(sorted(s.built), ["a0", "a1"])
         self.assertEqual(s.state("a"), JobState.QUEUED)

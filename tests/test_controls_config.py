@@ -162,7 +162,7 @@ class TLSListenerTests(TestCase):
             None,
         )
         site = buildStatusSite(progress, reactor)
-        site.resource.putChild(b"control", ControlResource(scheduler, Secret(TOKEN)))
+        site.resource.putChild(b"control", ControlResource(scheduler.controls, Secret(TOKEN)))
         port = await serverFromString(reactor, listen).listen(site)
         self.addCleanup(port.stopListening)
         with open(os.path.join(tls, "ca.pem"), "rb") as f:

@@ -103,7 +103,7 @@ class PauseResumeTests(TestCase):
         service.startService()
         try:
             await until(lambda: progress.messagesDone >= 20, "20 messages copied")
-            self.assertEqual(self.successResultOf(scheduler.pause("paused", "test")), JobState.PAUSED)
+            self.assertEqual(self.successResultOf(scheduler.controls.pause("paused", "test")), JobState.PAUSED)
             await until(lambda: progress.state is JobState.PAUSED, "the job paused")
             await until(lambda: not counter.open, "every connection closed")
             self.assertEqual(
@@ -125,7 +125,7 @@ class PauseResumeTests(TestCase):
             self.assertEqual(grants.pools.inUse(JOB_SLOTS), 0)
             self.assertFalse(finished.called)
 
-            self.assertEqual(self.successResultOf(scheduler.resume("paused", "test")), JobState.QUEUED)
+            self.assertEqual(self.successResultOf(scheduler.controls.resume("paused", "test")), JobState.QUEUED)
             self.assertTrue(await finished.addTimeout(60, reactor))
         finally:
             await service.stopService()

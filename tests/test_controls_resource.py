@@ -57,7 +57,7 @@ class ControlResourceTests(SynchronousTestCase):
             maxJobs=2,
         )
         self.s.service.startService()
-        self.treq = siteWith(self.s.service, TOKEN)
+        self.treq = siteWith(self.s.service.controls, TOKEN)
 
     def tearDown(self) -> None:
         stopping = self.s.service.stopService()
@@ -185,7 +185,7 @@ class ControlResourceTests(SynchronousTestCase):
         """
         Without C{status.token_file}: 403 whatever the token.
         """
-        treq = siteWith(self.s.service, None)
+        treq = siteWith(self.s.service.controls, None)
         response, body = self.post("/control/jobs/a/pause", treq=treq)
         self.assertEqual(response.code, 403)
         self.assertEqual(body, {"error": "controls are disabled: no status.token_file"})
@@ -337,7 +337,7 @@ class BoundedRequestTests(SynchronousTestCase):
         self.s = ControlledScheduler([jobConfig("a", "alice")], maxJobs=1)
         self.s.service.startService()
         root = Resource()
-        root.putChild(b"control", ControlResource(self.s.service, Secret(TOKEN)))
+        root.putChild(b"control", ControlResource(self.s.service.controls, Secret(TOKEN)))
         site = Site(root)
         site.requestFactory = BoundedRequest
         self.transport = StringTransport()

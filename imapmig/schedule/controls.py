@@ -4,10 +4,10 @@ What an admin may do to the jobs while the daemon runs: pause, resume,
 cancel and retry-failed per job, and pause-all, resume-all.
 
 L{IJobControls} is the interface the status site's C{/control} resource
-(L{imapmig.status.controls}) calls; the scheduler
-(L{imapmig.schedule.scheduler.JobQueueService}) provides it, over the job
-queue, where pause and cancel are queue states (so that a queue shared by
-a fleet of daemons carries them to whichever daemon runs the job).
+(L{imapmig.status.controls}) calls; L{imapmig.schedule.jobcontrols.JobControls},
+the scheduler's C{controls}, provides it over the job queue, where pause
+and cancel are queue states (so that a queue shared by a fleet of daemons
+carries them to whichever daemon runs the job).
 
 This module is a leaf: it imports nothing of imapmig's but the progress
 model's states.

@@ -15,16 +15,13 @@ from typing import Any, Callable, Protocol
 
 from attrs import evolve
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, DeferredList, fail, succeed
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
-from zope.interface import implementer
 
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
-from imapmig.errors import ImapmigError
 from imapmig.progress import JobProgress, JobState, MigrationProgress
-from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.grants import (
     JOB_SLOTS,
     ConnectionGrants,
@@ -32,24 +29,13 @@ from imapmig.schedule.grants import (
     GrantImpossible,
     JobConnections,
 )
-from imapmig.schedule.queue import (
-    ENDED,
-    IJobQueue,
-    JobClaim,
-    JobOutcome,
-    LeaseLost,
-    QueueState,
-    Requested,
-)
+from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancelled, showPaused
+from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import IStateStore
 
 log = Logger()
 
-CANCELLED_BY_ADMIN = "cancelled by the admin"
-"""
-The error a cancelled job shows, and is recorded with in the state store.
-"""
 
 class ScheduledJob(Protocol):
     """
@@ -73,7 +59,6 @@ class ScheduledJob(Protocol):
         """
 
 
-@implementer(IJobControls)
 class JobQueueService(Service):
     """
     The scheduler: runs up to C{max_jobs} jobs at once, claimed from the
@@ -96,12 +81,14 @@ class JobQueueService(Service):
     Stopping the service stops every running job, gives up every wait,
     and fires once all of them have ended.
 
-    It provides the admin's controls (L{IJobControls}) over the queue: a
-    job paused or cancelled while claimed is stopped as a stopping daemon
-    stops it (the replies in flight awaited), its grants and slot given
-    back; a paused job holds the queue undrained until it is resumed or
-    cancelled.  A job the queue requests stopped on a renewal (a control
-    given through another daemon of a fleet) is stopped the same way.
+    Its C{controls} are the admin's (L{JobControls}): a job paused or
+    cancelled while claimed is stopped as a stopping daemon stops it (the
+    replies in flight awaited), its grants and slot given back; a paused
+    job holds the queue undrained until it is resumed or cancelled.  A
+    job the queue requests stopped on a renewal (a control given through
+    another daemon of a fleet) is stopped the same way.
+
+    @ivar controls: the admin's controls over this scheduler's queue.
     """
 
     def __init__(
@@ -125,9 +112,9 @@ class JobQueueService(Service):
         @param owner: the name this scheduler claims jobs under.
         @param lease: seconds a claim lives; renewed every third of it.
         @param store: where a job that fails here (its connections can
-            never be granted, a crash building or running it) is recorded
-            as failed for C{imapmig report}, and where retry-failed learns
-            what failed; L{None}: neither.
+            never be granted, a crash building or running it, a
+            cancellation) is recorded as failed for C{imapmig report}, and
+            where retry-failed learns what failed; L{None}: neither.
         """
         self._queue = queue
         self._grants = grants
@@ -163,6 +150,7 @@ class JobQueueService(Service):
         self._renewal = LoopingCall(self._renewLeases)
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
+        self.controls = JobControls(queue, progress, store, self)
 
     def startService(self) -> None:
         Service.startService(self)
@@ -229,7 +217,7 @@ class JobQueueService(Service):
             self._renewal.stop()
         if self._stopping:
             return
-        allCompleted = not self._incomplete
+        allCompleted = not self._incomplete and not self._queue.counts().cancelled
         log.info(
             "Job queue drained: {count} jobs, {outcome}",
             count=len(self._started),
@@ -337,13 +325,13 @@ class JobQueueService(Service):
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
             _showFailed(progress, str(e))
-            await self._recordFailure(name, str(e))
+            await recordFailure(self._store, name, str(e))
         except Exception as e:
             # A bug of ours: this job fails, the others go on.
             log.failure("Job {job} crashed", job=name)
             reason = f"internal error: {e.__class__.__name__}: {e}"
             _showFailed(progress, reason)
-            await self._recordFailure(name, reason)
+            await recordFailure(self._store, name, reason)
         finally:
             self._jobs.pop(name, None)
             current = self._claims.pop(name, claim)
@@ -370,16 +358,16 @@ class JobQueueService(Service):
         ):
             self._incomplete.add(name)
         if state is QueueState.PAUSED:
-            _showPaused(progress)
+            showPaused(progress)
             log.info(
                 "Job {job}: paused by the admin; its connections and job slot are"
                 " given back until it is resumed",
                 job=name,
             )
         elif state is QueueState.CANCELLED:
-            _showCancelled(progress)
+            showCancelled(progress)
             log.info("Job {job}: cancelled by the admin", job=name)
-            self._recordCancelled(name)
+            self.controls.recordCancelled(name)
         else:
             progress.pausedByAdmin = False
             if state is QueueState.QUEUED and not self._stopping and (
@@ -389,22 +377,6 @@ class JobQueueService(Service):
                 # (retry-failed while it ran).
                 progress.showState(_queued)
                 progress.waiting(None, None)
-
-    async def _recordFailure(self, name: str, reason: str) -> None:
-        """
-        Record in the state store that job C{name} failed as a whole
-        because of C{reason}, for C{imapmig report}.
-        """
-        if self._store is None:
-            return
-        try:
-            await self._store.recordJobFailure(name, reason)
-        except ImapmigError as e:
-            log.error(
-                "Job {job}: cannot record the job's outcome in the state store: {why}",
-                job=name,
-                why=str(e),
-            )
 
     async def _slotAgain(self, name: str) -> Grant:
         """
@@ -444,9 +416,23 @@ class JobQueueService(Service):
                     job=name,
                     what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
                 )
-                self._halt(name)
+                self.halt(name)
 
-    def _halt(self, name: str) -> None:
+    def isClaimed(self, name: str) -> bool:
+        """
+        Whether job C{name} is claimed (see L{ControlledScheduler}).
+        """
+        return name in self._claims
+
+    def queueChanged(self) -> None:
+        """
+        A job was queued again or cancelled (see L{ControlledScheduler}):
+        claim it, now or once a slot is free, or find the queue drained.
+        """
+        self._wakeUp()
+        self._runAgain()
+
+    def halt(self, name: str) -> None:
         """
         Stop the claimed job C{name} for a control: give up its waits, or
         stop it running (the replies in flight awaited); its claim then
@@ -459,193 +445,6 @@ class JobQueueService(Service):
         job = self._jobs.get(name)
         if job is not None:
             job.stop()
-
-    def _control(
-        self, action: str, name: str, by: str, apply: Callable[[str], JobState]
-    ) -> Deferred[JobState]:
-        """
-        Apply a job control, logging one line of what came of it.
-        """
-        try:
-            state = apply(name)
-        except (UnknownJob, ControlRefused) as e:
-            log.info(
-                "Control {action} of job {job} by {client}: refused: {why}",
-                action=action,
-                job=name,
-                client=by,
-                why=str(e),
-            )
-            return fail(e)
-        log.info(
-            "Control {action} of job {job} by {client}: {state}",
-            action=action,
-            job=name,
-            client=by,
-            state=state.value,
-        )
-        return succeed(state)
-
-    def pause(self, job: str, by: str) -> Deferred[JobState]:
-        """
-        See L{IJobControls.pause}.
-        """
-        return self._control("pause", job, by, self._pause)
-
-    def _pause(self, name: str) -> JobState:
-        state = self._queue.pause(name)
-        progress = self._progress.job(name)
-        progress.pausedByAdmin = True
-        if state is QueueState.CLAIMED:
-            self._halt(name)
-        else:
-            _showPaused(progress)
-        return JobState.PAUSED
-
-    def resume(self, job: str, by: str) -> Deferred[JobState]:
-        """
-        See L{IJobControls.resume}.
-        """
-        return self._control("resume", job, by, self._resume)
-
-    def _resume(self, name: str) -> JobState:
-        state = self._queue.resume(name)
-        progress = self._progress.job(name)
-        progress.pausedByAdmin = False
-        if state is QueueState.QUEUED:
-            progress.showState(_queued)
-            progress.waiting(None, None)
-            self._queuedAgain()
-        return JobState.QUEUED
-
-    def cancel(self, job: str, by: str) -> Deferred[JobState]:
-        """
-        See L{IJobControls.cancel}.
-        """
-        return self._control("cancel", job, by, self._cancel)
-
-    def _cancel(self, name: str) -> JobState:
-        state = self._queue.cancel(name)
-        progress = self._progress.job(name)
-        if state is QueueState.CLAIMED:
-            self._halt(name)
-        else:
-            _showCancelled(progress)
-            self._incomplete.add(name)
-            self._recordCancelled(name)
-            # The queue may be drained now.
-            self._wakeUp()
-        return JobState.CANCELLED
-
-    def _recordCancelled(self, name: str) -> None:
-        """
-        Record a cancelled job as failed as a whole, for C{imapmig report}
-        (as C{whenDone} says, not every job completed); a later run that
-        completes clears it.
-        """
-        recording = Deferred.fromCoroutine(self._recordFailure(name, CANCELLED_BY_ADMIN))
-        recording.addErrback(
-            lambda failure: log.failure("Job {job}: recording its cancellation", failure, job=name)
-        )
-
-    def retryFailed(self, job: str, by: str) -> Deferred[JobState]:
-        """
-        See L{IJobControls.retryFailed}.
-        """
-
-        async def retry() -> JobState:
-            try:
-                await self._checkFailed(job)
-            except (UnknownJob, ControlRefused) as e:
-                refusal = e
-
-                def refuse(name: str) -> JobState:
-                    raise refusal
-
-                return await self._control("retry-failed", job, by, refuse)
-            return await self._control("retry-failed", job, by, self._retryFailed)
-
-        return Deferred.fromCoroutine(retry())
-
-    async def _checkFailed(self, name: str) -> None:
-        """
-        Refuse retry-failed unless something of job C{name} failed: a
-        message (recorded, or counted by this run), or the job as a whole.
-        """
-        state = self._queue.state(name)
-        if state is QueueState.CANCELLED:
-            raise ControlRefused(f"job {name} was cancelled")
-        progress = self._progress.job(name)
-        if progress.messagesFailed or state is QueueState.FAILED:
-            return
-        if self._store is not None:
-            if (await self._store.counts(name)).failed:
-                return
-            if await self._store.jobFailure(name) is not None:
-                return
-        raise ControlRefused(f"nothing of job {name} failed")
-
-    def _retryFailed(self, name: str) -> JobState:
-        before = self._queue.state(name)
-        after = self._queue.requeue(name)
-        progress = self._progress.job(name)
-        if after is QueueState.CLAIMED:
-            return progress.state
-        if after is QueueState.PAUSED:
-            return JobState.PAUSED
-        if before in ENDED:
-            progress.showState(_queued)
-            progress.waiting(None, None)
-            self._queuedAgain()
-        return JobState.QUEUED
-
-    def pauseAll(self, by: str) -> Deferred[int]:
-        """
-        See L{IJobControls.pauseAll}.
-        """
-        names = self._queue.pauseAll()
-        for name in names:
-            progress = self._progress.job(name)
-            progress.pausedByAdmin = True
-            if name in self._claims:
-                self._halt(name)
-            else:
-                _showPaused(progress)
-        log.info(
-            "Control {action} by {client}: {count} jobs paused",
-            action="pause-all",
-            client=by,
-            count=len(names),
-        )
-        return succeed(len(names))
-
-    def resumeAll(self, by: str) -> Deferred[int]:
-        """
-        See L{IJobControls.resumeAll}.
-        """
-        names = self._queue.resumeAll()
-        for name in names:
-            progress = self._progress.job(name)
-            progress.pausedByAdmin = False
-            if name not in self._claims:
-                progress.showState(_queued)
-                progress.waiting(None, None)
-        log.info(
-            "Control {action} by {client}: {count} jobs resumed",
-            action="resume-all",
-            client=by,
-            count=len(names),
-        )
-        if names:
-            self._queuedAgain()
-        return succeed(len(names))
-
-    def _queuedAgain(self) -> None:
-        """
-        A job was queued again: claim it, now or once a slot is free.
-        """
-        self._wakeUp()
-        self._runAgain()
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
@@ -667,32 +466,6 @@ class JobQueueService(Service):
 
 def _queued() -> JobState:
     return JobState.QUEUED
-
-
-def _paused() -> JobState:
-    return JobState.PAUSED
-
-
-def _cancelled() -> JobState:
-    return JobState.CANCELLED
-
-
-def _showPaused(progress: JobProgress) -> None:
-    """
-    Show a job paused by the admin.
-    """
-    progress.pausedByAdmin = True
-    progress.showState(_paused)
-    progress.waiting(PAUSED_BY_ADMIN, None)
-
-
-def _showCancelled(progress: JobProgress) -> None:
-    """
-    Show a job cancelled by the admin.
-    """
-    progress.pausedByAdmin = False
-    progress.showState(_cancelled)
-    progress.finished(CANCELLED_BY_ADMIN)
 
 
 def _showFailed(progress: JobProgress, error: str) -> None:
