@@ -48,11 +48,13 @@ MAX_BODY = 1024
 The largest request body accepted, in octets: a control carries none.
 """
 
+# Each job control: its IJobControls method, and what the answer says
+# of the job.
 _JOB_ACTIONS = {
-    b"pause": ("pause", "paused"),
-    b"resume": ("resume", "resumed"),
-    b"retry-failed": ("retryFailed", "queued to retry what failed"),
-    b"cancel": ("cancel", "cancelled"),
+    b"pause": ("pause", "job {} paused"),
+    b"resume": ("resume", "job {} resumed"),
+    b"retry-failed": ("retryFailed", "job {}: what failed is tried again"),
+    b"cancel": ("cancel", "job {} cancelled"),
 }
 
 _SAME_SITE = (b"same-origin", b"none")
@@ -252,10 +254,10 @@ class ControlResource(Resource):
         controls = self._controls
         if path == [b"pause-all"] or path == [b"resume-all"]:
             action = path[0].decode("ascii")
-            all = controls.pauseAll if action == "pause-all" else controls.resumeAll
+            every = controls.pauseAll if action == "pause-all" else controls.resumeAll
 
             def applyAll() -> Deferred[dict[str, object]]:
-                return all(client).addCallback(
+                return every(client).addCallback(
                     lambda count: {
                         "ok": True,
                         "action": action,
@@ -271,7 +273,7 @@ class ControlResource(Resource):
                 name = path[1].decode("utf-8")
             except UnicodeDecodeError:
                 raise _Refusal(http.NOT_FOUND, "no such job") from None
-            method, done = _JOB_ACTIONS[path[2]]
+            method, said = _JOB_ACTIONS[path[2]]
             control: Callable[[str, str], Deferred[JobState]] = getattr(controls, method)
 
             def applyOne() -> Deferred[dict[str, object]]:
@@ -280,7 +282,7 @@ class ControlResource(Resource):
                         "ok": True,
                         "job": name,
                         "state": state.value,
-                        "message": f"job {name} {done}",
+                        "message": said.format(name),
                     }
                 )
 
