@@ -6,7 +6,7 @@ over the job queue (L{imapmig.schedule.queue.InMemoryJobQueue}).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs
@@ -25,7 +25,7 @@ from imapmig.schedule.scheduler import JobQueueService
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.progress import MigrationProgress
-from tests.test_job import JobHarness, body, memoryOpener, populate
+from tests.test_job import JOB, USER, JobHarness, appendLines, body, populate
 from tests.test_schedule_service import FakeJob, Scheduler, jobConfig
 
 ADMIN = "192.0.2.7"
@@ -511,3 +511,74 @@ class QueueControlTests(SynchronousTestCase):
         q.resume("j0")
         again = q.claim("me", 0.0, 60.0)
         self.assertEqual(again.job.name if again else None, "j0")
+
+
+class RetryFailedWithAJobTests(SynchronousTestCase):
+    """
+    retry-failed with a real L{MigrationJob} against a fake IMAP server.
+    """
+
+    def test_refusedMessageRetried(self) -> None:
+        """
+        A message the server refused is recorded as failed and the job
+        ends done; retry-failed queues the job again, and its next run
+        appends that message (the server accepts it now) and only it: the
+        failure record is replaced by the message's appended outcome.
+        """
+        refusing = [True]
+        h = JobHarness(
+            self, refuse=lambda b: "NO [LIMIT] too big" if refusing[0] and b == body(1) else None
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 3)
+        progress = MigrationProgress(h.clock.seconds)
+        h.progress = progress.addJob(JOB)
+        done: list[bool] = []
+        service = JobQueueService(
+            InMemoryJobQueue([jobConfig(JOB, USER)], h.clock.seconds),
+            ConnectionGrants(1, {}),
+            lambda config, connections: h.job(),
+            progress,
+            h.clock,
+            done.append,
+            store=h.store,
+        )
+        service.startService()
+        self.waitUntil(h, lambda: len(done) == 1)
+        self.assertEqual(done, [True])
+        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(
+            [f.messageKey for f in self.successResultOf(h.store.failures(JOB))], ["m1"]
+        )
+        h.assertHolds("INBOX", [0, 2])
+
+        refusing[0] = False
+        self.assertEqual(
+            self.successResultOf(service.controls.retryFailed(JOB, ADMIN)), JobState.QUEUED
+        )
+        self.waitUntil(h, lambda: len(done) == 2)
+        self.assertEqual(done, [True, True])
+        self.assertEqual(self.successResultOf(h.store.failures(JOB)), [])
+        h.assertHolds("INBOX", [0, 1, 2])
+        self.assertEqual(len(appendLines(h.endpoint.servers[-1])), 1)
+        self.failureResultOf(service.controls.retryFailed(JOB, ADMIN), ControlRefused)
+        stopping = service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        # Let the last session's LOGOUT be answered.
+        h.endpoint.pump()
+        h.finish()
+
+    def waitUntil(self, h: JobHarness, condition: Callable[[], bool]) -> None:
+        """
+        Pump the harness's connections and move its clock on to the next
+        timed call whenever nothing moves, until C{condition()}.
+        """
+        for _ in range(10000):
+            h.settle(condition)
+            if condition():
+                return
+            calls = [c for c in h.clock.getDelayedCalls() if c.getTime() > h.clock.seconds()]
+            if not calls:
+                break
+            h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
+        self.fail("the condition never held")
