@@ -107,7 +107,8 @@ class PauseResumeTests(TestCase):
             await until(lambda: progress.state is JobState.PAUSED, "the job paused")
             await until(lambda: not counter.open, "every connection closed")
             self.assertEqual(
-                (progress.waitingFor, progress.pausedByAdmin), ("paused by the admin", True)
+                (progress.waitingFor, progress.pausedByAdmin, progress.error),
+                ("paused by the admin", True, None),
             )
             grants = scheduler._grants
             # A grant goes back once its session's connection has closed

@@ -291,9 +291,11 @@ def _cancelled() -> JobState:
 
 def showPaused(progress: JobProgress) -> None:
     """
-    Show a job paused by the admin.
+    Show a job paused by the admin: no error (its run, stopped, said
+    "stopped before the end").
     """
     progress.pausedByAdmin = True
+    progress.error = None
     progress.showState(_paused)
     progress.waiting(PAUSED_BY_ADMIN, None)
 
