@@ -497,9 +497,16 @@ def buildService(
         )
 
     ProgressSampler(progress, reactor).setServiceParent(root)
-    JobQueueService(
-        InMemoryJobQueue(config.jobs, time.monotonic), grants, build, progress, reactor, whenDone
-    ).setServiceParent(root)
+    scheduler = JobQueueService(
+        InMemoryJobQueue(config.jobs, time.monotonic),
+        grants,
+        build,
+        progress,
+        reactor,
+        whenDone,
+        store=store,
+    )
+    scheduler.setServiceParent(root)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
@@ -509,6 +516,8 @@ def buildService(
         # (bench/startup.py).
         from twisted.application import strports
 
+        from imapmig.status.bodylimit import BoundedRequest
+        from imapmig.status.controls import ControlResource
         from imapmig.status.resource import buildStatusSite
         from imapmig.verify import defaultReportPath
 
@@ -519,7 +528,10 @@ def buildService(
             stopping=lambda: not root.running,
             verifyReportPath=defaultReportPath(config.statePath),
             rulesOf={job.name: job.folders for job in config.jobs}.get,
+            control=ControlResource(scheduler.controls, config.status.token),
         )
+        # Bodies bounded before they are read: only /control takes one.
+        site.requestFactory = BoundedRequest
         listener = strports.service(config.status.listen, site, reactor=reactor)
         listener.setName("status")
         listener.setServiceParent(root)

@@ -614,6 +614,7 @@ class ExampleFileTests(ConfigTestCase):
                 os.path.join(self.directory, "ca.pem"), selfSignedPEM(), 0o644
             ),
         }
+        replacements[document["status"]["token_file"]] = self.passwordFile
         for credential in document["credentials"].values():
             replacements[credential["password_file"]] = self.passwordFile
         for job in document["jobs"]:

@@ -41,7 +41,7 @@ from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.errors import ConfigError
 from imapmig.plan import FolderRules
-from imapmig.secrets import Secret
+from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = [
     "AccountConfig",
@@ -84,7 +84,7 @@ _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs",
 )  # fmt: skip
-_STATUS_KEYS = ("listen",)
+_STATUS_KEYS = ("listen", "token_file")
 
 
 def loadConfig(path: str) -> Config:
@@ -241,6 +241,32 @@ class _ConfigParser(UserListReader, ServersReader):
         listen = self._readString(
             status.get("listen", _DEFAULT_LISTEN), "status.listen"
         )
+        token = None
+        if "token_file" in status:
+            token = self._readStatusToken(status["token_file"])
+            if token is None:
+                return None
         if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
             return None
-        return StatusConfig(listen=listen)
+        return StatusConfig(listen=listen, token=token)
+
+    def _readStatusToken(self, value: object) -> Secret | None:
+        """
+        Read C{status.token_file}: the bearer token of the controls, the
+        file's first line with its surrounding whitespace stripped, from a
+        file only its owner may read (the checks of a password file).
+        """
+        path = "status.token_file"
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        resolved = self._resolve(written)
+        try:
+            token = readPasswordFile(resolved, "status token").strip()
+        except PasswordFileError as e:
+            self._problem(path, str(e))
+            return None
+        if not token:
+            self._problem(path, f"status token file {resolved} holds only whitespace")
+            return None
+        return Secret(token)

@@ -291,10 +291,15 @@ class StatusConfig:
     """
     The status web resource.
 
-    @ivar listen: a server endpoint string (C{tcp:8025:interface=127.0.0.1}).
+    @ivar listen: a server endpoint string (C{tcp:8025:interface=127.0.0.1},
+        C{ssl:8443:privateKey=KEY:certKey=CERT} for TLS).
+    @ivar token: the bearer token that allows the controls
+        (C{status.token_file}), or L{None}: the site is read-only.  A
+        L{Secret}: its C{repr} hides it.
     """
 
     listen: str
+    token: Secret | None = None
 
 
 @frozen

@@ -43,6 +43,20 @@ generation, state)}:
     generation} (or back to C{'queued'} for a stopped job, and for a
     deferred one with C{not_before}, a column that C{claim} then also
     requires to be past: the caller's wall-clock C{now}, as here).
+
+An admin's controls (L{imapmig.schedule.controls}) are queue states, so
+that they reach whichever daemon runs the job: a queued job I{paused} is
+not claimed until I{resumed} (then claimed before the jobs never
+claimed); I{cancelled}, it ends for good; an ended job I{requeued} (its
+failed messages retried) is queued again.  A claimed job keeps its claim
+while it stops: the control is a I{request} on its row (C{requested =
+'pause' | 'cancel' | 'rerun'}), which the owner sees on its next renewal
+(L{JobClaim.requested}), and which C{finish} applies: a stopped job
+requested paused rests C{'paused'}, one requested cancelled
+C{'cancelled'}, and a job requested to run again (C{'rerun'}) is queued
+again however its run ended.  In PostgreSQL each control is one
+C{UPDATE ... WHERE job = $1 AND state IN (...)}; no row updated is a
+refusal.
 """
 
 from __future__ import annotations
@@ -55,6 +69,7 @@ from attrs import evolve, frozen
 from zope.interface import Interface, implementer
 
 from imapmig.config.model import JobConfig
+from imapmig.schedule.controls import ControlRefused, UnknownJob
 
 
 class JobOutcome(Enum):
@@ -69,6 +84,38 @@ class JobOutcome(Enum):
     # Cannot go on before a given time (a daily budget used up): back to
     # the queue, not claimed before then.
     DEFERRED = "deferred"
+
+
+class QueueState(Enum):
+    """
+    Where a job is in the queue.
+    """
+
+    # Waiting to be claimed (a deferred job included).
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    # Paused by an admin: not claimed until resumed.
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED = frozenset({QueueState.DONE, QueueState.FAILED, QueueState.CANCELLED})
+"""
+The states a job rests in once it has ended.
+"""
+
+
+class Requested(Enum):
+    """
+    A control asked of a claimed job, applied when its claim finishes.
+    """
+
+    PAUSE = "pause"
+    CANCEL = "cancel"
+    # Queue it again however this run ends (retry-failed while running).
+    RERUN = "rerun"
 
 
 class LeaseLost(Exception):
@@ -91,6 +138,9 @@ class JobClaim:
         has a new one, kept by its renewals, so that an owner's stale
         claim (its lease lost, the job claimed again since, even by the
         same owner) is never taken for the current one.
+    @ivar requested: a control asked of the job while claimed, as of the
+        claim or its last renewal: with L{Requested.PAUSE} or
+        L{Requested.CANCEL} the owner must stop the job.
     """
 
     job: JobConfig
@@ -98,6 +148,7 @@ class JobClaim:
     owner: str
     leaseUntil: float
     generation: int
+    requested: Requested | None = None
 
 
 @frozen
@@ -110,6 +161,8 @@ class QueueCounts:
     claimed: int
     finished: int
     deferred: int = 0
+    paused: int = 0
+    cancelled: int = 0
 
 
 class IJobQueue(Interface):
@@ -155,6 +208,70 @@ class IJobQueue(Interface):
         How many jobs are queued, claimed and finished.
         """
 
+    def state(name: str) -> QueueState:
+        """
+        Where the job C{name} is.
+
+        @raise UnknownJob: no such job.
+        """
+
+    def pause(name: str) -> QueueState:
+        """
+        Pause a queued job (not claimed until resumed), or request a
+        claimed one paused once stopped.
+
+        @return: L{QueueState.PAUSED}, or L{QueueState.CLAIMED} for a
+            claimed job (paused when its claim finishes stopped).
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: paused already, or ended.
+        """
+
+    def resume(name: str) -> QueueState:
+        """
+        Queue a paused job again, before every job never claimed; or
+        withdraw the pause requested of a claimed job.
+
+        @return: L{QueueState.QUEUED}, or L{QueueState.CLAIMED}.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: not paused.
+        """
+
+    def cancel(name: str) -> QueueState:
+        """
+        End a queued or paused job for good, or request a claimed one
+        cancelled once stopped.
+
+        @return: L{QueueState.CANCELLED}, or L{QueueState.CLAIMED}.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: ended already.
+        """
+
+    def requeue(name: str) -> QueueState:
+        """
+        Queue an ended job (done or failed) again, before every job never
+        claimed; request a claimed one queued again however its run ends.
+        A queued or paused job is left as it is.
+
+        @return: the job's state afterwards.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: cancelled.
+        """
+
+    def pauseAll() -> list[str]:
+        """
+        L{pause} every job that is not paused or ended.
+
+        @return: the names of the jobs paused (or requested paused).
+        """
+
+    def resumeAll() -> list[str]:
+        """
+        L{resume} every paused job (and every claimed one requested
+        paused).
+
+        @return: their names.
+        """
+
 
 @implementer(IJobQueue)
 class InMemoryJobQueue:
@@ -174,15 +291,24 @@ class InMemoryJobQueue:
         """
         self._jobs = jobs
         self._leaseClock = leaseClock
+        # Made on the first control: a daemon never controlled does not
+        # pay for a map of 10,000 names.
+        self._positions: dict[str, int] | None = None
         # Jobs never claimed start at this position; jobs given back (a
-        # stop, an expired lease) wait in a heap, by position.
+        # stop, an expired lease, a resume) wait in a heap, by position,
+        # and are claimed first.  A job controlled before its first claim
+        # is _placed: the claims of never-claimed jobs skip it.
         self._next = 0
+        self._placed: set[int] = set()
         self._returned: list[int] = []
         # Deferred jobs, (notBefore, position), earliest first: moved to
         # _returned once due.
         self._deferred: list[tuple[float, int]] = []
         self._claims: dict[int, JobClaim] = {}
-        self._finished = 0
+        self._requested: dict[int, Requested] = {}
+        self._paused: set[int] = set()
+        self._ended: dict[int, QueueState] = {}
+        self._cancelled = 0
         self._generation = 0
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
@@ -191,10 +317,12 @@ class InMemoryJobQueue:
             if held.owner != owner and held.leaseUntil < leaseNow:
                 # Taken over: the old owner's renew raises LeaseLost.
                 del self._claims[position]
-                heapq.heappush(self._returned, position)
+                self._giveBack(position, JobOutcome.STOPPED, None)
         while self._deferred and self._deferred[0][0] <= now:
             heapq.heappush(self._returned, heapq.heappop(self._deferred)[1])
-        if self._returned and self._returned[0] < self._next:
+        while self._next < len(self._jobs) and self._next in self._placed:
+            self._next += 1
+        if self._returned:
             position = heapq.heappop(self._returned)
         elif self._next < len(self._jobs):
             position = self._next
@@ -213,7 +341,11 @@ class InMemoryJobQueue:
     def renew(self, claim: JobClaim, lease: float) -> JobClaim:
         if not self._isCurrent(claim):
             raise LeaseLost(f"job {claim.job.name} was taken over")
-        renewed = evolve(claim, leaseUntil=self._leaseClock() + lease)
+        renewed = evolve(
+            claim,
+            leaseUntil=self._leaseClock() + lease,
+            requested=self._requested.get(claim.position),
+        )
         self._claims[claim.position] = renewed
         return renewed
 
@@ -222,22 +354,170 @@ class InMemoryJobQueue:
             # Taken over meanwhile: the new claim's outcome counts.
             return
         del self._claims[claim.position]
-        if outcome is JobOutcome.STOPPED:
-            heapq.heappush(self._returned, claim.position)
-        elif outcome is JobOutcome.DEFERRED:
-            assert notBefore is not None
-            heapq.heappush(self._deferred, (notBefore, claim.position))
+        self._giveBack(claim.position, outcome, notBefore)
+
+    def _giveBack(self, position: int, outcome: JobOutcome, notBefore: float | None) -> None:
+        """
+        Put a job whose claim ended where C{outcome} and the control
+        requested of it say.
+        """
+        requested = self._requested.pop(position, None)
+        if requested is Requested.RERUN:
+            heapq.heappush(self._returned, position)
+        elif outcome is JobOutcome.COMPLETED:
+            self._ended[position] = QueueState.DONE
+        elif outcome is JobOutcome.FAILED:
+            self._ended[position] = QueueState.FAILED
+        elif requested is Requested.CANCEL:
+            self._ended[position] = QueueState.CANCELLED
+            self._cancelled += 1
+        elif requested is Requested.PAUSE:
+            self._paused.add(position)
+        elif outcome is JobOutcome.STOPPED:
+            heapq.heappush(self._returned, position)
         else:
-            self._finished += 1
+            assert outcome is JobOutcome.DEFERRED and notBefore is not None
+            heapq.heappush(self._deferred, (notBefore, position))
 
     def nextDue(self) -> float | None:
         return self._deferred[0][0] if self._deferred else None
 
     def counts(self) -> QueueCounts:
-        queued = len(self._jobs) - self._next + len(self._returned)
+        queued = (
+            len(self._jobs)
+            - len(self._claims)
+            - len(self._paused)
+            - len(self._ended)
+            - len(self._deferred)
+        )
         return QueueCounts(
             queued=queued,
             claimed=len(self._claims),
-            finished=self._finished,
+            finished=len(self._ended),
             deferred=len(self._deferred),
+            paused=len(self._paused),
+            cancelled=self._cancelled,
         )
+
+    def _position(self, name: str) -> int:
+        if self._positions is None:
+            self._positions = {job.name: i for i, job in enumerate(self._jobs)}
+        try:
+            return self._positions[name]
+        except KeyError:
+            raise UnknownJob(name) from None
+
+    def _stateAt(self, position: int) -> QueueState:
+        if position in self._claims:
+            return QueueState.CLAIMED
+        if position in self._paused:
+            return QueueState.PAUSED
+        return self._ended.get(position, QueueState.QUEUED)
+
+    def state(self, name: str) -> QueueState:
+        return self._stateAt(self._position(name))
+
+    def _unqueue(self, position: int) -> None:
+        """
+        Take a queued job out of the heap it waits in, if any (one never
+        claimed waits in none: the claims skip it).
+        """
+        if position in self._returned:
+            self._returned.remove(position)
+            heapq.heapify(self._returned)
+        deferred = [entry for entry in self._deferred if entry[1] != position]
+        if len(deferred) != len(self._deferred):
+            self._deferred = deferred
+            heapq.heapify(self._deferred)
+
+    def _requeue(self, position: int) -> None:
+        """
+        Queue a job that waits nowhere (paused, ended) before every job
+        never claimed.
+        """
+        heapq.heappush(self._returned, position)
+
+    def pause(self, name: str) -> QueueState:
+        position = self._position(name)
+        state = self._stateAt(position)
+        if state is QueueState.CLAIMED:
+            if self._requested.get(position) is Requested.CANCEL:
+                raise ControlRefused(f"job {name} is being cancelled")
+            self._requested[position] = Requested.PAUSE
+            return state
+        if state is not QueueState.QUEUED:
+            raise ControlRefused(f"job {name} is {state.value}, not queued or running")
+        self._unqueue(position)
+        self._placed.add(position)
+        self._paused.add(position)
+        return QueueState.PAUSED
+
+    def resume(self, name: str) -> QueueState:
+        position = self._position(name)
+        state = self._stateAt(position)
+        if state is QueueState.CLAIMED and self._requested.get(position) is Requested.PAUSE:
+            del self._requested[position]
+            return state
+        if state is not QueueState.PAUSED:
+            raise ControlRefused(f"job {name} is not paused")
+        self._paused.discard(position)
+        self._requeue(position)
+        return QueueState.QUEUED
+
+    def cancel(self, name: str) -> QueueState:
+        position = self._position(name)
+        state = self._stateAt(position)
+        if state is QueueState.CLAIMED:
+            self._requested[position] = Requested.CANCEL
+            return state
+        if state in ENDED:
+            raise ControlRefused(f"job {name} has ended ({state.value})")
+        self._unqueue(position)
+        self._placed.add(position)
+        self._paused.discard(position)
+        self._ended[position] = QueueState.CANCELLED
+        self._cancelled += 1
+        return QueueState.CANCELLED
+
+    def requeue(self, name: str) -> QueueState:
+        position = self._position(name)
+        state = self._stateAt(position)
+        if state is QueueState.CANCELLED:
+            raise ControlRefused(f"job {name} was cancelled")
+        if state is QueueState.CLAIMED:
+            if position not in self._requested:
+                self._requested[position] = Requested.RERUN
+            return state
+        if state in ENDED:
+            del self._ended[position]
+            self._requeue(position)
+            return QueueState.QUEUED
+        return state
+
+    def pauseAll(self) -> list[str]:
+        names = []
+        for position, job in enumerate(self._jobs):
+            state = self._stateAt(position)
+            if state is QueueState.CLAIMED:
+                if self._requested.get(position) is not Requested.CANCEL:
+                    self._requested[position] = Requested.PAUSE
+                    names.append(job.name)
+            elif state is QueueState.QUEUED:
+                self._placed.add(position)
+                self._paused.add(position)
+                names.append(job.name)
+        self._returned = []
+        self._deferred = []
+        return names
+
+    def resumeAll(self) -> list[str]:
+        names = []
+        for position, request in list(self._requested.items()):
+            if request is Requested.PAUSE:
+                del self._requested[position]
+                names.append(self._jobs[position].name)
+        for position in sorted(self._paused):
+            self._requeue(position)
+            names.append(self._jobs[position].name)
+        self._paused.clear()
+        return names

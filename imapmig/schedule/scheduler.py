@@ -29,10 +29,13 @@ from imapmig.schedule.grants import (
     GrantImpossible,
     JobConnections,
 )
-from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost
+from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancelled, showPaused
+from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
+from imapmig.state import IStateStore
 
 log = Logger()
+
 
 class ScheduledJob(Protocol):
     """
@@ -77,6 +80,15 @@ class JobQueueService(Service):
     A job that crashes (a bug of ours) fails alone; the others go on.
     Stopping the service stops every running job, gives up every wait,
     and fires once all of them have ended.
+
+    Its C{controls} are the admin's (L{JobControls}): a job paused or
+    cancelled while claimed is stopped as a stopping daemon stops it (the
+    replies in flight awaited), its grants and slot given back; a paused
+    job holds the queue undrained until it is resumed or cancelled.  A
+    job the queue requests stopped on a renewal (a control given through
+    another daemon of a fleet) is stopped the same way.
+
+    @ivar controls: the admin's controls over this scheduler's queue.
     """
 
     def __init__(
@@ -89,6 +101,7 @@ class JobQueueService(Service):
         whenDone: Callable[[bool], None] | None,
         owner: str = "imapmig",
         lease: float = 600.0,
+        store: IStateStore | None = None,
     ) -> None:
         """
         @param queue: where the jobs are claimed.
@@ -98,6 +111,10 @@ class JobQueueService(Service):
         @param progress: every job's progress (queued jobs included).
         @param owner: the name this scheduler claims jobs under.
         @param lease: seconds a claim lives; renewed every third of it.
+        @param store: where a job that fails here (its connections can
+            never be granted, a crash building or running it, a
+            cancellation) is recorded as failed for C{imapmig report}, and
+            where retry-failed learns what failed; L{None}: neither.
         """
         self._queue = queue
         self._grants = grants
@@ -107,8 +124,13 @@ class JobQueueService(Service):
         self._whenDone = whenDone
         self._owner = owner
         self._lease = lease
+        self._store = store
         self._stopping = False
-        self._allCompleted = True
+        # The jobs whose latest run did not complete (failed, cancelled,
+        # taken over), for whenDone.
+        self._incomplete: set[str] = set()
+        # Claimed jobs being stopped by a control (pause, cancel).
+        self._halted: set[str] = set()
         self._started: set[str] = set()
         # Fired when a running job ends or the earliest deferred job is
         # due (_dueTimer), while there is nothing to claim.
@@ -128,12 +150,24 @@ class JobQueueService(Service):
         self._renewal = LoopingCall(self._renewLeases)
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
+        self.controls = JobControls(queue, progress, store, self)
 
     def startService(self) -> None:
         Service.startService(self)
         self._stopping = False
+        self._startRunning()
+
+    def _startRunning(self) -> None:
         self._renewal.start(self._lease / 3, now=False)
         self._running = Deferred.fromCoroutine(self._runAll())
+
+    def _runAgain(self) -> None:
+        """
+        Claim again after the queue was drained, if jobs were queued again
+        since (retry-failed, resume).
+        """
+        if self.running and not self._stopping and self._running is not None and self._running.called:
+            self._startRunning()
 
     @property
     def runningJobs(self) -> list[str]:
@@ -159,7 +193,11 @@ class JobQueueService(Service):
             claim = self._claimNext()
             if claim is None:
                 slot.release()
-                if not self._active and self._queue.nextDue() is None:
+                if (
+                    not self._active
+                    and self._queue.nextDue() is None
+                    and not self._queue.counts().paused
+                ):
                     break
                 try:
                     await self._changed()
@@ -179,13 +217,14 @@ class JobQueueService(Service):
             self._renewal.stop()
         if self._stopping:
             return
+        allCompleted = not self._incomplete and not self._queue.counts().cancelled
         log.info(
             "Job queue drained: {count} jobs, {outcome}",
             count=len(self._started),
-            outcome="all completed" if self._allCompleted else "some failed",
+            outcome="all completed" if allCompleted else "some failed or were cancelled",
         )
         if self._whenDone is not None:
-            self._whenDone(self._allCompleted)
+            self._whenDone(allCompleted)
 
     def _changed(self) -> Deferred[None]:
         """
@@ -255,7 +294,7 @@ class JobQueueService(Service):
                 progress.waiting(None, None)
                 if slotless:
                     self._slotless -= 1
-            if self._stopping:
+            if self._stopping or name in self._halted:
                 raise CancelledError()
             if slot is None:
                 slot = await self._slotAgain(name)
@@ -278,7 +317,7 @@ class JobQueueService(Service):
                     job=name,
                     until=utcTime(notBefore),
                 )
-            elif self._stopping:
+            elif self._stopping or name in self._halted:
                 outcome = JobOutcome.STOPPED
         except CancelledError:
             outcome = JobOutcome.STOPPED
@@ -286,21 +325,58 @@ class JobQueueService(Service):
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
             _showFailed(progress, str(e))
+            await recordFailure(self._store, name, str(e))
         except Exception as e:
             # A bug of ours: this job fails, the others go on.
             log.failure("Job {job} crashed", job=name)
-            _showFailed(progress, f"internal error: {e.__class__.__name__}: {e}")
+            reason = f"internal error: {e.__class__.__name__}: {e}"
+            _showFailed(progress, reason)
+            await recordFailure(self._store, name, reason)
         finally:
             self._jobs.pop(name, None)
             current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
             self._queue.finish(current, outcome, notBefore)
-            if outcome not in (JobOutcome.COMPLETED, JobOutcome.DEFERRED):
-                self._allCompleted = False
+            self._ended(name, outcome, progress)
             if slot is not None:
                 slot.release()
             self._wakeUp()
+
+    def _ended(self, name: str, outcome: JobOutcome, progress: JobProgress) -> None:
+        """
+        After job C{name}'s claim finished with C{outcome}: count it for
+        C{whenDone}, and show where a control put it.
+        """
+        halted = name in self._halted
+        self._halted.discard(name)
+        state = self._queue.state(name)
+        if outcome is JobOutcome.COMPLETED:
+            self._incomplete.discard(name)
+        elif outcome is not JobOutcome.DEFERRED and not (
+            halted and state in (QueueState.PAUSED, QueueState.QUEUED)
+        ):
+            self._incomplete.add(name)
+        if state is QueueState.PAUSED:
+            showPaused(progress)
+            log.info(
+                "Job {job}: paused by the admin; its connections and job slot are"
+                " given back until it is resumed",
+                job=name,
+            )
+        elif state is QueueState.CANCELLED:
+            showCancelled(progress)
+            log.info("Job {job}: cancelled by the admin", job=name)
+            self.controls.recordCancelled(name)
+        else:
+            progress.pausedByAdmin = False
+            if state is QueueState.QUEUED and not self._stopping and (
+                halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED)
+            ):
+                # Queued again: resumed while it stopped, or to run again
+                # (retry-failed while it ran).
+                progress.showState(_queued)
+                progress.waiting(None, None)
 
     async def _slotAgain(self, name: str) -> Grant:
         """
@@ -323,7 +399,7 @@ class JobQueueService(Service):
     def _renewLeases(self) -> None:
         for name, claim in list(self._claims.items()):
             try:
-                self._claims[name] = self._queue.renew(claim, self._lease)
+                renewed = self._claims[name] = self._queue.renew(claim, self._lease)
             except LeaseLost:
                 log.error(
                     "Job {job}: its claim was taken over by another owner; stopping it",
@@ -332,6 +408,43 @@ class JobQueueService(Service):
                 job = self._jobs.get(name)
                 if job is not None:
                     job.stop()
+                continue
+            if renewed.requested in (Requested.PAUSE, Requested.CANCEL) and name not in self._halted:
+                # Asked of the queue through another daemon.
+                log.info(
+                    "Job {job}: the queue asks it {what}; stopping it",
+                    job=name,
+                    what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
+                )
+                self.halt(name)
+
+    def isClaimed(self, name: str) -> bool:
+        """
+        Whether job C{name} is claimed (see L{ControlledScheduler}).
+        """
+        return name in self._claims
+
+    def queueChanged(self) -> None:
+        """
+        A job was queued again or cancelled (see L{ControlledScheduler}):
+        claim it, now or once a slot is free, or find the queue drained.
+        """
+        self._wakeUp()
+        self._runAgain()
+
+    def halt(self, name: str) -> None:
+        """
+        Stop the claimed job C{name} for a control: give up its waits, or
+        stop it running (the replies in flight awaited); its claim then
+        finishes stopped, and the queue puts it where the control said.
+        """
+        self._halted.add(name)
+        waiting = self._reserving.get(name)
+        if waiting is not None:
+            waiting.cancel()
+        job = self._jobs.get(name)
+        if job is not None:
+            job.stop()
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)

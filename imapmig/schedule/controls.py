@@ -1,0 +1,114 @@
+# -*- test-case-name: tests.test_controls -*-
+"""
+What an admin may do to the jobs while the daemon runs: pause, resume,
+cancel and retry-failed per job, and pause-all, resume-all.
+
+L{IJobControls} is the interface the status site's C{/control} resource
+(L{imapmig.status.controls}) calls; L{imapmig.schedule.jobcontrols.JobControls},
+the scheduler's C{controls}, provides it over the job queue, where pause
+and cancel are queue states (so that a queue shared by a fleet of daemons
+carries them to whichever daemon runs the job).
+
+This module is a leaf: it imports nothing of imapmig's but the progress
+model's states.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from zope.interface import Interface
+
+from imapmig.progress import JobState
+
+PAUSED_BY_ADMIN = "paused by the admin"
+"""
+What a job paused by an admin shows it waits for.
+"""
+
+
+class UnknownJob(Exception):
+    """
+    No job has this name.
+
+    @ivar name: the name asked for.
+    """
+
+    def __init__(self, name: str) -> None:
+        Exception.__init__(self, f"no job named {name!r}")
+        self.name = name
+
+
+class ControlRefused(Exception):
+    """
+    The control does not apply to the job as it is (resume a job that is
+    not paused, retry-failed with nothing failed, cancel a job that has
+    ended).
+
+    @ivar reason: why, in words, for the admin.
+    """
+
+    def __init__(self, reason: str) -> None:
+        Exception.__init__(self, reason)
+        self.reason = reason
+
+
+class IJobControls(Interface):
+    """
+    The admin's controls over the jobs.  Each returns a Deferred (a queue
+    shared by a fleet answers over the network); a job control fires with
+    the job's new state, or fails with L{UnknownJob} or
+    L{ControlRefused}.  Each logs one line naming the control, the job and
+    C{by}.
+    """
+
+    def pause(job: str, by: str) -> "Deferred[JobState]":
+        """
+        Pause C{job}: a queued job is not claimed; a running one is stopped
+        as the daemon stops it (the replies in flight awaited), and gives
+        back its connections and its job slot.  It shows C{paused} until
+        resumed.
+
+        @param by: who asks (the client's address), for the log.
+        @return: fires with L{JobState.PAUSED}.
+        """
+
+    def resume(job: str, by: str) -> "Deferred[JobState]":
+        """
+        Queue a paused job again, ahead of the jobs not yet claimed; it
+        goes on where it was (the state store knows what was copied).
+
+        @return: fires with L{JobState.QUEUED}.
+        """
+
+    def cancel(job: str, by: str) -> "Deferred[JobState]":
+        """
+        Cancel C{job}: stopped as a pause stops it, then ended for good;
+        the queue is drained without it (not every job completed).
+
+        @return: fires with L{JobState.CANCELLED}.
+        """
+
+    def retryFailed(job: str, by: str) -> "Deferred[JobState]":
+        """
+        Try C{job}'s failed messages (or, if the job failed as a whole,
+        the job) again: a job that has ended is queued again, one running
+        runs again once its run ends (a run does not retry what failed in
+        it), a queued or paused one retries them when it runs.  Refused
+        when nothing of the job failed.
+
+        @return: fires with the job's new state.
+        """
+
+    def pauseAll(by: str) -> "Deferred[int]":
+        """
+        Pause every job that has not ended: nothing more is claimed.
+
+        @return: fires with how many jobs were paused.
+        """
+
+    def resumeAll(by: str) -> "Deferred[int]":
+        """
+        Resume every paused job.
+
+        @return: fires with how many jobs were resumed.
+        """

@@ -1,0 +1,302 @@
+# -*- test-case-name: tests.test_controls_resource -*-
+"""
+C{/control}: the admin's controls over the jobs, as POST requests.
+
+    POST /control/jobs/NAME/pause | resume | retry-failed | cancel
+    POST /control/pause-all | resume-all
+
+Each is allowed only with C{Authorization: Bearer TOKEN}, TOKEN being the
+content of C{status.token_file}, compared in constant time; without a
+configured token every request is refused (403): the site is read-only.
+The bearer token, which a browser never sends on its own, is the defence
+against cross-site requests; three checks back it up, each refused with
+403: the request must say C{Content-Type: application/json} (a form
+cannot), its C{Origin}, if any, must be the site's own, and its
+C{Sec-Fetch-Site}, if any, C{same-origin} or C{none}.  No CORS header is
+ever sent, so a browser lets no other origin read an answer or send the
+preflight's follow-up.  The body (empty, or a JSON object, whose members
+are ignored) may not exceed L{MAX_BODY} octets.
+
+Every answer is JSON: C{{"ok": true, "job": NAME, "state": STATE,
+"message": ...}}, or C{{"error": ...}} with 400, 401, 403, 404, 405, 409,
+413, 503 or 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Callable
+from urllib.parse import urlsplit
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request
+
+from imapmig.errors import ImapmigError, escapedExcerpt
+from imapmig.progress import JobState
+from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
+from imapmig.secrets import Secret
+
+log = Logger()
+
+MAX_BODY = 1024
+"""
+The largest request body accepted, in octets: a control carries none.
+"""
+
+# Each job control: its IJobControls method, and what the answer says
+# of the job.
+_JOB_ACTIONS = {
+    b"pause": ("pause", "job {} paused"),
+    b"resume": ("resume", "job {} resumed"),
+    b"retry-failed": ("retryFailed", "job {}: what failed is tried again"),
+    b"cancel": ("cancel", "job {} cancelled"),
+}
+
+_SAME_SITE = (b"same-origin", b"none")
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class _Refusal(Exception):
+    """
+    A request refused before any control: its status code and message.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        Exception.__init__(self, message)
+        self.code = code
+        self.message = message
+
+
+def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    """
+    C{(scheme, host, port)} of an origin, lower-cased, the default port
+    filled in; L{None} if it cannot be one.
+    """
+    scheme = scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not netloc or "@" in netloc:
+        return None
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.hostname is None:
+        return None
+    return scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def sameOrigin(request: Request) -> bool:
+    """
+    Whether C{request}'s C{Origin} header, if any, is the site's own
+    origin: its scheme (C{https} on a TLS listener) and its C{Host}
+    header.  A request without C{Origin} passes (not a cross-origin
+    browser request: browsers send one with every cross-origin POST).
+    """
+    given = request.getHeader(b"origin")
+    if given is None:
+        return True
+    host = request.getHeader(b"host")
+    if host is None:
+        return False
+    own = _origin("https" if request.isSecure() else "http", host.decode("latin-1"))
+    scheme, _, rest = given.decode("latin-1").partition("://")
+    if "/" in rest:
+        return False
+    return own is not None and _origin(scheme, rest) == own
+
+
+def bearerToken(request: Request) -> bytes | None:
+    """
+    The token of C{request}'s C{Authorization: Bearer TOKEN} header, or
+    L{None}.
+    """
+    header = request.requestHeaders.getRawHeaders(b"authorization")
+    if not header or len(header) != 1:
+        return None
+    scheme, _, token = header[0].strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    token = token.strip()
+    return token or None
+
+
+def _mediaType(request: Request) -> bytes:
+    """
+    The media type of C{request}'s C{Content-Type}, lower-cased, without
+    parameters.
+    """
+    value = request.getHeader(b"content-type") or b""
+    return value.split(b";", 1)[0].strip().lower()
+
+
+class ControlResource(Resource):
+    """
+    C{/control}: a leaf resource that routes the rest of the path itself.
+    """
+
+    isLeaf = True
+
+    def __init__(self, controls: IJobControls, token: Secret | None) -> None:
+        """
+        @param controls: what the requests control (the scheduler).
+        @param token: the bearer token (C{status.token_file}'s content);
+            L{None} refuses every request.
+        """
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._controls = controls
+        self._token = None if token is None else token.value.encode("utf-8")
+
+    def render(self, request: Request) -> bytes | int:
+        """
+        Check the request, then apply its control; answer JSON.
+        """
+        client = str(getattr(request.getClientAddress(), "host", ""))
+        if request.method != b"POST":
+            request.responseHeaders.setRawHeaders(b"Allow", [b"POST"])
+            return _answer(request, http.NOT_ALLOWED, {"error": "use POST"})
+        try:
+            self._check(request)
+            apply = self._route(request, client)
+        except _Refusal as e:
+            if e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
+                log.warn(
+                    "Control request {path} from {client} refused: {why}",
+                    path=escapedExcerpt(request.uri),
+                    client=client,
+                    why=e.message,
+                )
+            return _answer(request, e.code, {"error": e.message})
+        finished = [False]
+        request.notifyFinish().addBoth(lambda _: finished.__setitem__(0, True))
+
+        def done(body: dict[str, object]) -> None:
+            if not finished[0]:
+                request.write(_answer(request, http.OK, body))
+                request.finish()
+
+        def failed(failure: Failure) -> None:
+            error = failure.value
+            if isinstance(error, UnknownJob):
+                code, message = http.NOT_FOUND, str(error)
+            elif isinstance(error, ControlRefused):
+                code, message = http.CONFLICT, error.reason
+            elif isinstance(error, ImapmigError):
+                code, message = http.SERVICE_UNAVAILABLE, str(error)
+            else:
+                log.failure("Control {path} crashed", failure, path=escapedExcerpt(request.uri))
+                code, message = http.INTERNAL_SERVER_ERROR, "internal error"
+            if not finished[0]:
+                request.write(_answer(request, code, {"error": message}))
+                request.finish()
+
+        try:
+            apply().addCallbacks(done, failed)
+        except Exception:
+            failed(Failure())
+        return NOT_DONE_YET
+
+    def _check(self, request: Request) -> None:
+        """
+        Refuse a request that is not allowed to control anything.
+
+        @raise _Refusal: why not.
+        """
+        if self._token is None:
+            raise _Refusal(http.FORBIDDEN, "controls are disabled: no status.token_file")
+        content = request.content
+        if content is None:
+            raise _Refusal(http.BAD_REQUEST, "no body")
+        content.seek(0, 2)
+        if content.tell() > MAX_BODY:
+            raise _Refusal(
+                http.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {MAX_BODY} octets"
+            )
+        if not sameOrigin(request):
+            raise _Refusal(http.FORBIDDEN, "cross-origin request refused")
+        site = request.getHeader(b"sec-fetch-site")
+        if site is not None and site.strip().lower() not in _SAME_SITE:
+            raise _Refusal(http.FORBIDDEN, "cross-site request refused")
+        if _mediaType(request) != b"application/json":
+            raise _Refusal(http.FORBIDDEN, "Content-Type must be application/json")
+        given = bearerToken(request)
+        if given is None or not hmac.compare_digest(given, self._token):
+            request.responseHeaders.setRawHeaders(
+                b"WWW-Authenticate",
+                [b'Bearer realm="imapmig"' + (b', error="invalid_token"' if given else b"")],
+            )
+            raise _Refusal(
+                http.UNAUTHORIZED,
+                "a valid bearer token is required" if given is None else "wrong token",
+            )
+        content.seek(0)
+        body = content.read(MAX_BODY + 1).strip()
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                raise _Refusal(http.BAD_REQUEST, "the body is not JSON") from None
+            if not isinstance(parsed, dict):
+                raise _Refusal(http.BAD_REQUEST, "the body must be a JSON object")
+
+    def _route(self, request: Request, client: str) -> Callable[[], Deferred[dict[str, object]]]:
+        """
+        The control C{request}'s path names, ready to apply.
+
+        @raise _Refusal: no such control (404).
+        """
+        path = request.postpath or []
+        controls = self._controls
+        if path == [b"pause-all"] or path == [b"resume-all"]:
+            action = path[0].decode("ascii")
+            every = controls.pauseAll if action == "pause-all" else controls.resumeAll
+
+            def applyAll() -> Deferred[dict[str, object]]:
+                return every(client).addCallback(
+                    lambda count: {
+                        "ok": True,
+                        "action": action,
+                        "jobs": count,
+                        "message": f"{count} jobs {'paused' if action == 'pause-all' else 'resumed'}",
+                    }
+                )
+
+            return applyAll
+        if len(path) == 3 and path[0] == b"jobs" and path[2] in _JOB_ACTIONS:
+            try:
+                # twisted.web percent-decoded each segment already.
+                name = path[1].decode("utf-8")
+            except UnicodeDecodeError:
+                raise _Refusal(http.NOT_FOUND, "no such job") from None
+            method, said = _JOB_ACTIONS[path[2]]
+            control: Callable[[str, str], Deferred[JobState]] = getattr(controls, method)
+
+            def applyOne() -> Deferred[dict[str, object]]:
+                return control(name, client).addCallback(
+                    lambda state: {
+                        "ok": True,
+                        "job": name,
+                        "state": state.value,
+                        "message": said.format(name),
+                    }
+                )
+
+            return applyOne
+        raise _Refusal(http.NOT_FOUND, "no such control")
+
+
+def _answer(request: Request, code: int, body: dict[str, object]) -> bytes:
+    """
+    Set C{request}'s code and the headers of a JSON answer; the body.
+    """
+    request.setResponseCode(code)
+    headers = request.responseHeaders
+    headers.setRawHeaders(b"Content-Type", [b"application/json; charset=utf-8"])
+    headers.setRawHeaders(b"Cache-Control", [b"no-store"])
+    headers.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
+    return json.dumps(body).encode("utf-8") + b"\n"

@@ -1,0 +1,202 @@
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods and treq are unannotated.)
+"""
+Tests for the controls' configuration: C{status.token_file}, and
+C{status.listen} on an C{ssl:} endpoint, served over TLS on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import treq
+from twisted.internet import reactor
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.ssl import Certificate
+from twisted.trial.unittest import TestCase
+from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
+
+from imapmig import cleartext
+from imapmig.config import StatusConfig, parseConfig
+from imapmig.progress import MigrationProgress
+from imapmig.schedule.grants import ConnectionGrants
+from imapmig.schedule.queue import InMemoryJobQueue
+from imapmig.schedule.scheduler import JobQueueService
+from imapmig.secrets import Secret
+from imapmig.state.memory import MemoryStateStore
+from imapmig.status.controls import ControlResource
+from imapmig.status.resource import buildStatusSite
+from imapmig.testing.dovecot import writeTestCertificates
+from tests.test_config import ConfigTestCase, writeFile
+
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+class TokenFileTests(ConfigTestCase):
+    """
+    C{status.token_file}.
+    """
+
+    def withStatus(self, **status: object) -> dict[str, object]:
+        document = self.document()
+        document["status"] = {"listen": "tcp:8025:interface=127.0.0.1", **status}
+        return document
+
+    def test_absent(self) -> None:
+        """
+        Without C{token_file}, no token: the controls are disabled.
+        """
+        loaded = parseConfig(self.withStatus(), self.configPath)
+        self.assertEqual(loaded.status, StatusConfig("tcp:8025:interface=127.0.0.1"))
+        assert loaded.status is not None
+        self.assertIsNone(loaded.status.token)
+
+    def test_read(self) -> None:
+        """
+        The token is the file's first line, whitespace stripped, relative
+        to the configuration file; its C{repr} (and the configuration's)
+        never shows it.
+        """
+        writeFile(os.path.join(self.directory, "status.token"), f"  {TOKEN} \r\nignored\n")
+        loaded = parseConfig(self.withStatus(token_file="status.token"), self.configPath)
+        assert loaded.status is not None
+        self.assertEqual(loaded.status.token, Secret(TOKEN))
+        self.assertNotIn(TOKEN, repr(loaded))
+        self.assertNotIn(TOKEN, repr(loaded.status))
+
+    def test_missing(self) -> None:
+        """
+        A token file that does not exist is a problem naming the field and
+        the file.
+        """
+        path = os.path.join(self.directory, "nope.token")
+        self.assertOnlyProblem(
+            self.withStatus(token_file=path), "status.token_file", f"{path} does not exist"
+        )
+
+    def test_empty(self) -> None:
+        """
+        An empty token file, or one of whitespace only, is a problem.
+        """
+        empty = writeFile(os.path.join(self.directory, "empty.token"), "")
+        self.assertOnlyProblem(
+            self.withStatus(token_file=empty), "status.token_file", f"{empty} is empty"
+        )
+        blank = writeFile(os.path.join(self.directory, "blank.token"), "   \t\n")
+        self.assertOnlyProblem(
+            self.withStatus(token_file=blank), "status.token_file", "holds only whitespace"
+        )
+
+    def test_private(self) -> None:
+        """
+        A token file its group or others may read is refused, as a
+        password file is, with the fix.
+        """
+        for mode in (0o640, 0o604, 0o660):
+            path = writeFile(os.path.join(self.directory, f"{mode:o}.token"), TOKEN, mode)
+            self.assertOnlyProblem(
+                self.withStatus(token_file=path),
+                "status.token_file",
+                f"status token file {path} is accessible to group or others",
+            )
+
+    def test_notAString(self) -> None:
+        """
+        C{token_file} must be a string.
+        """
+        problems = self.problems(self.withStatus(token_file=3))
+        self.assertProblem(problems, "status.token_file", "")
+
+    def test_sslListen(self) -> None:
+        """
+        C{status.listen} takes an C{ssl:} endpoint (its key and certificate
+        loaded when the configuration is read): the daemon then loads
+        OpenSSL (L{cleartext}); a missing key is a problem of
+        C{status.listen}.
+        """
+        tls = os.path.join(self.directory, "tls")
+        writeTestCertificates(tls)
+        listen = (
+            f"ssl:8443:interface=127.0.0.1:privateKey={tls}/server.key:certKey={tls}/server.pem"
+        )
+        document = self.withStatus(listen=listen)
+        loaded = parseConfig(document, self.configPath)
+        self.assertEqual(loaded.status, StatusConfig(listen))
+        self.assertTrue(cleartext.configNeedsTLS(loaded))
+        self.assertTrue(cleartext.documentNeedsTLS(document))
+        plain = self.withStatus()
+        plain["servers"] = {"new": {"endpoint": "tcp:mail.example.org:143", "starttls": "off"}}
+        self.assertFalse(cleartext.documentNeedsTLS(plain))
+        self.assertFalse(cleartext.configNeedsTLS(parseConfig(plain, self.configPath)))
+        missing = self.withStatus(
+            listen=f"ssl:8443:privateKey={tls}/nope.key:certKey={tls}/server.pem"
+        )
+        self.assertProblem(self.problems(missing), "status.listen", "invalid endpoint")
+
+
+class TLSListenerTests(TestCase):
+    """
+    The status site with C{/control} mounted, listening on an C{ssl:}
+    endpoint on loopback with the real reactor: a client fetches C{/} and
+    posts a control over TLS.
+    """
+
+    async def test_servedOverTLS(self) -> None:
+        """
+        C{GET /} answers 200 over TLS, verified against the test CA; a
+        control with the token and the site's own C{https} origin is
+        allowed, and the same control over it without the token is 401.
+        """
+        tls = os.path.abspath(self.mktemp())
+        writeTestCertificates(tls)
+        listen = (
+            f"ssl:0:interface=127.0.0.1:privateKey={tls}/server.key:certKey={tls}/server.pem"
+        )
+        progress = MigrationProgress(reactor.seconds)
+        scheduler = JobQueueService(
+            InMemoryJobQueue([], reactor.seconds),
+            ConnectionGrants(1, {}),
+            lambda config, connections: None,  # type: ignore[arg-type,return-value]
+            progress,
+            reactor,
+            None,
+        )
+        site = buildStatusSite(
+            progress,
+            reactor,
+            MemoryStateStore(),
+            control=ControlResource(scheduler.controls, Secret(TOKEN)),
+        )
+        port = await serverFromString(reactor, listen).listen(site)
+        self.addCleanup(port.stopListening)
+        with open(os.path.join(tls, "ca.pem"), "rb") as f:
+            trustRoot = Certificate.loadPEM(f.read())
+        agent = Agent(reactor, contextFactory=BrowserLikePolicyForHTTPS(trustRoot=trustRoot))
+        client = treq.client.HTTPClient(agent)
+        origin = f"https://localhost:{port.getHost().port}"
+
+        response = await client.get(origin + "/")
+        self.assertEqual(response.code, 200)
+        await response.content()
+
+        headers: dict[bytes | str, bytes | str] = {
+            "Content-Type": "application/json",
+            "Origin": origin,
+            "Authorization": f"Bearer {TOKEN}",
+        }
+        response = await client.post(origin + "/control/pause-all", headers=headers, data=b"{}")
+        self.assertEqual(response.code, 200)
+        self.assertEqual(json.loads(await response.content())["jobs"], 0)
+        del headers["Authorization"]
+        response = await client.post(origin + "/control/pause-all", headers=headers, data=b"{}")
+        self.assertEqual(response.code, 401)
+        await response.content()
+        # The plain-HTTP origin of the same host and port is another one.
+        headers["Authorization"] = f"Bearer {TOKEN}"
+        headers["Origin"] = f"http://localhost:{port.getHost().port}"
+        response = await client.post(origin + "/control/pause-all", headers=headers, data=b"{}")
+        self.assertEqual(response.code, 403)
+        await response.content()
+        # No connection is left open for the reactor to complain about.
+        await agent._pool.closeCachedConnections()
