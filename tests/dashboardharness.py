@@ -175,7 +175,7 @@ class HarnessRoot(Resource):
         @param run: the data.
         @param token: the bearer token the controls accept.
         """
-        super().__init__()  # type: ignore[no-untyped-call]
+        super().__init__()
         self.run = run
         self.token = token
         mountDashboard(self)
@@ -184,7 +184,7 @@ class HarnessRoot(Resource):
         """
         Route by the whole remaining path.
         """
-        segments = [path] + list(request.postpath)
+        segments = [path] + list(request.postpath or [])
         return _Route(self, [unquote(s.decode("utf-8")) for s in segments])
 
 
@@ -196,7 +196,11 @@ class _Route(Resource):
     isLeaf = True
 
     def __init__(self, root: HarnessRoot, segments: list[str]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
+        """
+        @param root: the harness, for its data.
+        @param segments: the request's path segments, unquoted.
+        """
+        super().__init__()
         self.root = root
         self.segments = segments
 
@@ -291,8 +295,8 @@ def main() -> None:
     parser.add_argument("--token", default="dev-token")
     options = parser.parse_args()
     site = Site(HarnessRoot(FixtureRun(options.finished, options.jobs), options.token))
-    reactor.listenTCP(options.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
-    reactor.run()  # type: ignore[attr-defined]
+    reactor.listenTCP(options.port, site, interface="127.0.0.1")  # type: ignore[arg-type]
+    reactor.run()
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ class StaticFileResource(Resource):
         return static.body
 
 
-def _matches(ifNoneMatch: list[bytes] | None, etag: bytes) -> bool:
+def _matches(ifNoneMatch: Sequence[bytes] | None, etag: bytes) -> bool:
     """
     Whether the C{If-None-Match} header values name C{etag} (or C{*}).
     """

@@ -147,7 +147,9 @@
     getJSON(jobsQuery(), controller.signal).then(function (snapshot) {
       if (generation !== state.generation) return;
       state.inflight = null;
+      var began = performance.now();
       render(snapshot);
+      window.imapmigDashboard.renderMs = Math.round(performance.now() - began);
       state.polls += 1;
       window.imapmigDashboard.polls = state.polls;
       connected(snapshot);
@@ -591,7 +593,7 @@
   }
   function jobAction(action, name) {
     if (action === "cancel" && !window.confirm("Cancel job " + name + "? It stops and is not resumed.")) {
-      report("refused", "Cancel " + name + ": not confirmed.");
+      report("", "Cancel of " + name + " not sent.");
       return;
     }
     control("control/jobs/" + encodeURIComponent(name) + "/" + action, action.replace("-", " ") + " " + name);
