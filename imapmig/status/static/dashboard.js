@@ -96,6 +96,17 @@
       bar.removeAttribute("value");  // indeterminate: not yet counted
     }
   }
+  // Text with a line-break opportunity after each separator (@ . / _ - space),
+  // so that long names wrap at natural points and nowhere else.
+  function putBreakable(e, text) {
+    if (e.getAttribute("data-text") === text) return;
+    e.setAttribute("data-text", text);
+    while (e.firstChild) e.removeChild(e.firstChild);
+    text.replace(/([@.\/_\- ])/g, "$1\u0000").split("\u0000").forEach(function (part, n) {
+      if (n) e.appendChild(document.createElement("wbr"));
+      e.appendChild(document.createTextNode(part));
+    });
+  }
   function el(tag, className, text) {
     var e = document.createElement(tag);
     if (className) e.className = className;
@@ -148,7 +159,12 @@
       if (generation !== state.generation) return;
       state.inflight = null;
       var began = performance.now();
-      render(snapshot);
+      try {
+        render(snapshot);
+      } catch (error) {
+        error.rendering = true;
+        throw error;
+      }
       window.imapmigDashboard.renderMs = Math.round(performance.now() - began);
       state.polls += 1;
       window.imapmigDashboard.polls = state.polls;
@@ -173,6 +189,12 @@
   }
   function lost(error) {
     var line = $("connection");
+    if (error.rendering) {
+      // The server answered, but not as this page expects (another version?).
+      line.setAttribute("data-state", "lost");
+      put(line, "Cannot show the server's answer (" + error.message + "); see status.json");
+      return;
+    }
     if (state.lostSince === null) state.lostSince = Date.now() / 1000;
     line.setAttribute("data-state", "lost");
     put(line, "Connection lost since " + clock(state.lostSince) + " (" + (error.message || "error") +
@@ -183,6 +205,7 @@
   // ---- the overview ----
   function render(s) {
     var totals = s.totals || {}, run = s.run || {};
+    if (typeof s.time !== "number") throw new Error("no time in the snapshot");
     $("updated").setAttribute("data-time", dataValue(s.time));
     $("updated").dateTime = new Date(s.time * 1000).toISOString();
     put($("updated"), clock(s.time, true));
@@ -198,8 +221,11 @@
     setBar($("overall-bar"), totals.percent_messages);
     var note = $("overall-uncounted");
     note.hidden = allCounted;
-    put(note, "Not yet counted: " + count(uncounted) + (uncounted === 1 ? " job" : " jobs") +
-      " (totals, percentages and time left cover counted jobs only).");
+    put(note, run.finished_at ?
+      "Never counted: " + count(uncounted) + (uncounted === 1 ? " job" : " jobs") +
+        " (could not list the source; see the error in the jobs table)." :
+      "Not yet counted: " + count(uncounted) + (uncounted === 1 ? " job" : " jobs") +
+        " (totals, percentages and time left cover counted jobs only).");
     put($("overall-bytes-done"), bytes(totals.bytes_done), totals.bytes_done);
     put($("overall-bytes-total"), allCounted ? bytes(totals.bytes_total) : "not yet counted",
       allCounted ? totals.bytes_total : "");
@@ -226,11 +252,22 @@
     if (typeof run.finished_at === "number") putTime(finished, run.finished_at, dateTime(run.finished_at, s.time));
     else put(finished, "still running");
     var v = run.verify;
-    verify.removeAttribute("data-outcome");
+    if (!v) { verify.removeAttribute("data-outcome"); verify.removeAttribute("data-text"); }
     if (v) {
       verify.setAttribute("data-outcome", v.ok ? "ok" : "differences");
-      put(verify, (v.ok ? "✓ OK: " : "✕ ") + count(v.jobs) + " jobs, " + count(v.differences) +
-        " differences · " + dateTime(v.time, s.time) + (v.path ? " · " + v.path : ""));
+      var summary = (v.ok ? "✓ OK: " : "✕ ") + count(v.jobs) + " jobs, " + count(v.differences) + " differences";
+      if (verify.getAttribute("data-text") !== summary + v.time + v.path) {
+        verify.setAttribute("data-text", summary + v.time + v.path);
+        while (verify.firstChild) verify.removeChild(verify.firstChild);
+        verify.appendChild(document.createTextNode(summary));
+        verify.appendChild(document.createElement("br"));
+        var when = el("span", "muted small");
+        var t = el("time", "", dateTime(v.time, s.time));
+        t.dateTime = new Date(v.time * 1000).toISOString();
+        when.appendChild(t);
+        if (v.path) when.appendChild(document.createTextNode(" · report " + v.path));
+        verify.appendChild(when);
+      }
     } else if (typeof run.finished_at === "number") {
       while (verify.firstChild) verify.removeChild(verify.firstChild);
       verify.appendChild(document.createTextNode("not run: run "));
@@ -333,7 +370,7 @@
   function niceBytes(v) {
     var unit = 1;
     while (v >= 1024 * unit && unit < Math.pow(1024, 4)) unit *= 1024;
-    return niceMax(v / unit) * unit;
+    return Math.max(1024, niceMax(v / unit) * unit);
   }
   function axisBytes(v, max) {
     var unit = 1, names = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
@@ -350,7 +387,8 @@
     tr.setAttribute("data-job", name);
     var nameCell = el("th", "job-name");
     nameCell.scope = "row";
-    var link = el("a", "job-link", name);
+    var link = el("a", "job-link");
+    putBreakable(link, name);
     link.href = jobHash(name);
     nameCell.appendChild(link);
     tr.appendChild(nameCell);
@@ -403,7 +441,7 @@
     var etaText = typeof job.eta_seconds === "number" ? duration(job.eta_seconds) :
       (job.state === "done" ? "done" : "–");
     put(q("job-eta"), etaText, job.eta_seconds);
-    put(q("job-folder"), job.current_folder || "–");
+    putBreakable(q("job-folder"), job.current_folder || "–");
     var err = job.error || "";
     if (!err && job.state === "backing_off" && job.waiting_for) err = "waiting for " + job.waiting_for +
       (job.retry_at ? ", retry at " + clock(job.retry_at, true) : "");
@@ -431,6 +469,11 @@
     state.matched = page.matched || 0;
     var offset = page.offset || 0, limit = page.limit || 100;
     state.offset = offset;
+    if (!jobs.length && offset > 0 && state.matched > 0) {
+      // The list shrank under this page: go to the last page that has jobs.
+      state.offset = Math.floor((state.matched - 1) / limit) * limit;
+      setTimeout(poll, 0);
+    }
     put($("jobs-page"), state.matched ? count(offset + 1) + "-" + count(offset + jobs.length) + " of " + count(state.matched) : "0 of 0");
     $("jobs-prev").disabled = offset <= 0;
     $("jobs-next").disabled = offset + limit >= state.matched;
@@ -504,8 +547,11 @@
         var th = el("th", "folder-name");
         th.scope = "row";
         tr.appendChild(th);
-        ["folder-state", "folder-progress", "folder-done n", "folder-failed n", "folder-size n"].forEach(function (c) {
-          tr.appendChild(el("td", c));
+        [["folder-state", "State"], ["folder-progress", "Progress"], ["folder-done n", "Done"],
+          ["folder-failed n", "Failed"], ["folder-size n", "Size"]].forEach(function (c) {
+          var td = el("td", c[0]);
+          td.setAttribute("data-label", c[1]);
+          tr.appendChild(td);
         });
         var bar = el("progress", "folder-bar");
         bar.max = 100;
@@ -534,11 +580,13 @@
     (page.items || []).forEach(function (item) {
       var tr = document.createElement("tr");
       tr.setAttribute("data-key", item.key);
-      tr.appendChild(el("td", "failure-folder", item.folder));
-      tr.appendChild(el("td", "failure-key", item.key));
-      tr.appendChild(el("td", "failure-size n", bytes(item.size)));
-      tr.appendChild(el("td", "failure-message-id", item.message_id || "–"));
-      tr.appendChild(el("td", "failure-reason", item.reason));
+      [["failure-folder", "Folder", item.folder], ["failure-key", "Key", item.key],
+        ["failure-size n", "Size", bytes(item.size)], ["failure-message-id", "Message-ID", item.message_id || "–"],
+        ["failure-reason", "Reason", item.reason]].forEach(function (c) {
+        var td = el("td", c[0], c[2]);
+        td.setAttribute("data-label", c[1]);
+        tr.appendChild(td);
+      });
       tbody.appendChild(tr);
     });
     if (!page.items || !page.items.length) {
@@ -600,7 +648,7 @@
   }
 
   // ---- wiring ----
-  var debounce = null;
+  var debounce = null, failuresDebounce = null;
   function refilter() { state.offset = 0; poll(); }
   function init() {
     $("jobs-filter-state").addEventListener("change", refilter);
@@ -642,8 +690,8 @@
     });
     window.addEventListener("hashchange", openFromHash);
     $("job-failures-q").addEventListener("input", function () {
-      clearTimeout(debounce);
-      debounce = setTimeout(function () {
+      clearTimeout(failuresDebounce);
+      failuresDebounce = setTimeout(function () {
         if (!state.detail) return;
         state.detail.q = $("job-failures-q").value.trim();
         state.detail.offset = 0;
