@@ -162,7 +162,7 @@
       try {
         render(snapshot);
       } catch (error) {
-        error.rendering = true;
+        error.answered = true;
         throw error;
       }
       window.imapmigDashboard.renderMs = Math.round(performance.now() - began);
@@ -173,6 +173,8 @@
     }).catch(function (error) {
       if (error.name === "AbortError" || generation !== state.generation) return;
       state.inflight = null;
+      // A 4xx is an answer (e.g. a query the daemon refuses), not a lost connection.
+      if (error.status >= 400 && error.status < 500) error.answered = true;
       lost(error);
     }).then(function () {
       if (generation === state.generation) schedule(state.lostSince === null ? POLL_MS : BACKOFF_MS);
@@ -189,8 +191,9 @@
   }
   function lost(error) {
     var line = $("connection");
-    if (error.rendering) {
+    if (error.answered) {
       // The server answered, but not as this page expects (another version?).
+      state.lostSince = null;
       line.setAttribute("data-state", "lost");
       put(line, "Cannot show the server's answer (" + error.message + "); see status.json");
       return;
