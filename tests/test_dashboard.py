@@ -11,15 +11,21 @@ from __future__ import annotations
 import configparser
 import fnmatch
 import json
+import os
+import shutil
 from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from treq.testing import StubTreq
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.utils import getProcessOutputAndValue
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.iweb import IResponse
 from twisted.web.resource import Resource
+from twisted.web.server import Site
 from twisted.web.static import Data
 
 from imapmig.status.dashboard import (
@@ -29,6 +35,7 @@ from imapmig.status.dashboard import (
     loadStaticFiles,
     mountDashboard,
 )
+from imapmig.testing.privateserver import ServerNotFound, requireServer
 from tests.dashboardharness import FIXTURES, FixtureRun, HarnessRoot
 
 ROOT = Path(__file__).parent.parent
@@ -375,3 +382,171 @@ class FixtureTests(SynchronousTestCase):
         """
         values: list[bytes] | None = response.headers.getRawHeaders(b"Content-Security-Policy")
         return values
+
+
+class RenderedPage(HTMLParser):
+    """
+    What a test reads of the page as Chromium left it: the attributes and
+    text of every element with an id, and of every job row's cells.
+
+    @ivar ids: attributes (and C{"#text"}) by id.
+    @ivar rows: the job names of the rows, in order.
+    @ivar cells: attributes (and C{"#text"}) by job name and cell class.
+    @ivar chartPaths: the C{<path>}s drawn in the throughput chart.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: dict[str, dict[str, str]] = {}
+        self.rows: list[str] = []
+        self.cells: dict[str, dict[str, dict[str, str]]] = {}
+        self._open: list[tuple[str, dict[str, str]]] = []
+        self._job: str | None = None
+        self.chartPaths = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """
+        Note ids, rows and cells; collect text for them.
+        """
+        attributes = {name: value or "" for name, value in attrs}
+        attributes["#text"] = ""
+        if tag == "path" and any(a.get("id") == "throughput" for _, a in self._open):
+            self.chartPaths += 1
+        if tag == "tr" and "data-job" in attributes:
+            self._job = attributes["data-job"]
+            self.rows.append(self._job)
+            self.cells[self._job] = {}
+        if "id" in attributes:
+            self.ids[attributes["id"]] = attributes
+        if self._job is not None:
+            for name in attributes.get("class", "").split():
+                self.cells[self._job].setdefault(name, attributes)
+        if tag not in ("wbr", "br", "input", "meta", "link", "img"):
+            self._open.append((tag, attributes))
+
+    def handle_endtag(self, tag: str) -> None:
+        """
+        Close the innermost element called C{tag}.
+        """
+        while self._open:
+            if self._open.pop()[0] == tag:
+                break
+        if tag == "tr":
+            self._job = None
+
+    def handle_data(self, data: str) -> None:
+        """
+        Text belongs to every open element.
+        """
+        for _, attributes in self._open:
+            attributes["#text"] += data
+
+
+def findChromium() -> str:
+    """
+    The path of Debian's C{chromium}.
+
+    @raise ServerNotFound: if it is not installed.
+    """
+    path = shutil.which("chromium")
+    if path is None:
+        raise ServerNotFound("no chromium on PATH (apt-get install chromium)")
+    return path
+
+
+class DashboardInChromiumTests(TestCase):
+    """
+    The page as headless Chromium runs it against the fixtures (served by
+    the harness on loopback): the script renders the contract's DOM from
+    the JSON and logs nothing to the console.
+    """
+
+    timeout = 120
+
+    def load(self, run: FixtureRun) -> Deferred[tuple[RenderedPage, list[str]]]:
+        """
+        Serve C{run}, let Chromium run the page for 5 s of virtual time,
+        and return the DOM it left and its console messages.
+        """
+        requireServer(self, "Chromium", findChromium)
+        from twisted.internet import reactor
+
+        port = reactor.listenTCP(
+            0, Site(HarnessRoot(run, "t")), interface="127.0.0.1"  # type: ignore[arg-type]
+        )
+        address = port.getHost()
+        assert isinstance(address, IPv4Address)
+        self.addCleanup(port.stopListening)
+        profile = os.path.abspath(self.mktemp())
+        os.makedirs(profile)
+
+        async def browse() -> tuple[RenderedPage, list[str]]:
+            out, err, _ = await getProcessOutputAndValue(
+                findChromium(),
+                [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    f"--user-data-dir={profile}", "--window-size=1280,900",
+                    "--enable-logging=stderr", "--v=1", "--virtual-time-budget=5000",
+                    "--dump-dom", f"http://127.0.0.1:{address.port}/",
+                ],
+                env={"HOME": profile, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+            page = RenderedPage()
+            page.feed(out.decode("utf-8"))
+            page.close()
+            console = [
+                line for line in err.decode("utf-8", "replace").splitlines() if ":CONSOLE" in line
+            ]
+            return page, console
+
+        return Deferred.fromCoroutine(browse())
+
+    async def _running(self) -> None:
+        run = FixtureRun()
+        page, console = await self.load(run)
+        self.assertEqual(console, [])
+        self.assertEqual(page.rows, [job["name"] for job in run.base["jobs"]])
+        totals = run.base["totals"]
+        self.assertEqual(page.ids["overall-done"]["data-value"], str(totals["messages_done"]))
+        self.assertEqual(page.ids["overall-total"]["data-value"], "")
+        self.assertEqual(page.ids["overall-total"]["#text"], "not yet counted")
+        self.assertIn("Not yet counted: 2 jobs", page.ids["overall-uncounted"]["#text"])
+        self.assertEqual(page.ids["jobs-page"]["#text"], "1-8 of 8")
+        # The snapshot shown is one the harness served (a later poll may be in flight).
+        shown = float(page.ids["updated"]["data-time"])
+        self.assertIn(shown, [run.base["time"] + 2 * n for n in range(1, run.polls + 1)])
+        uncounted = page.cells["heidi@example.org"]
+        self.assertEqual((uncounted["job-total"]["data-value"], uncounted["job-total"]["#text"]),
+                         ("", "not yet counted"))
+        failed = page.cells["dave@example.org"]
+        self.assertEqual(failed["job-state"]["data-value"], "failed")
+        self.assertIn("subjectAltName", failed["job-error"]["#text"])
+        self.assertEqual(page.cells["carol@example.org"]["job-failed"]["data-value"], "24")
+        self.assertEqual(page.chartPaths, 3)
+        self.assertIn("msg/s", page.ids["throughput"]["#text"])
+        self.assertGreater(run.polls, 1)
+
+    def test_running(self) -> Deferred[None]:
+        """
+        Mid-run: every fixture job has its row in order, the overall and
+        per-job numbers are the JSON's (uncounted totals say so, with an
+        empty C{data-value}), the error is in words, the page polled more
+        than once, and the console stays empty.
+        """
+        return Deferred.fromCoroutine(self._running())
+
+    async def _finished(self) -> None:
+        page, console = await self.load(FixtureRun(finished=True))
+        self.assertEqual(console, [])
+        self.assertEqual(page.ids["verify-result"]["data-outcome"], "ok")
+        self.assertIn("OK: 7 jobs, 0 differences", page.ids["verify-result"]["#text"])
+        self.assertIn("Never counted: 1 job", page.ids["overall-uncounted"]["#text"])
+        self.assertEqual(page.ids["connection"]["#text"], "Run finished")
+
+    def test_finished(self) -> Deferred[None]:
+        """
+        After the run: the verify result is shown as OK, the job that never
+        listed its source is called never counted, and the status line says
+        the run finished.
+        """
+        return Deferred.fromCoroutine(self._finished())
