@@ -202,6 +202,7 @@
     line.setAttribute("data-state", "lost");
     put(line, "Connection lost since " + clock(state.lostSince) + " (" + (error.message || "error") +
       "); retrying every 10 s");
+    document.title = "⚠ connection lost · imapmig";
     document.body.classList.add("offline");
   }
 
@@ -242,6 +243,8 @@
     var etaClock = $("overall-eta-clock");
     if (typeof eta === "number") putTime(etaClock, s.time + eta, "done ≈ " + dateTime(s.time + eta, s.time));
     else put(etaClock, "");
+    document.title = (typeof totals.percent_messages === "number" ? percent(totals.percent_messages) + " · " : "") +
+      (run.finished_at ? "finished · " : "") + "imapmig";
     renderRun(s, run);
     renderStateCounts(totals.jobs || {});
     renderChart(s.throughput || {}, s.time);
@@ -652,7 +655,26 @@
 
   // ---- wiring ----
   var debounce = null, failuresDebounce = null;
-  function refilter() { state.offset = 0; poll(); }
+  function refilter() { state.offset = 0; showSort(); poll(); }
+  // Column headers sort too: first click ascending (name, state) or the most
+  // telling end first (progress, failed, rate, time left), second click reverses.
+  var DESCENDING_FIRST = { progress: true, failed: true, rate: true, eta: true };
+  function sortBy(key) {
+    var current = $("jobs-sort").value;
+    var first = DESCENDING_FIRST[key] ? "-" + key : key;
+    var second = DESCENDING_FIRST[key] ? key : "-" + key;
+    $("jobs-sort").value = current === first ? second : first;
+    refilter();
+  }
+  function showSort() {
+    var current = $("jobs-sort").value;
+    Array.prototype.forEach.call(document.querySelectorAll("#jobs th[data-sort]"), function (th) {
+      var key = th.getAttribute("data-sort");
+      if (current === key) th.setAttribute("aria-sort", "ascending");
+      else if (current === "-" + key) th.setAttribute("aria-sort", "descending");
+      else th.removeAttribute("aria-sort");
+    });
+  }
   function init() {
     $("jobs-filter-state").addEventListener("change", refilter);
     $("jobs-sort").addEventListener("change", refilter);
@@ -677,6 +699,8 @@
       $("jobs-section").scrollIntoView();
     });
     $("jobs").addEventListener("click", function (e) {
+      var sorter = e.target.closest("th[data-sort]");
+      if (sorter) { sortBy(sorter.getAttribute("data-sort")); return; }
       var button = e.target.closest("button[data-action]");
       if (button) { jobAction(button.getAttribute("data-action"), button.getAttribute("data-job")); return; }
       var link = e.target.closest("a.job-link");
