@@ -22,7 +22,8 @@
     generation: 0,
     rows: new Map(),
     detail: null,   // {name, offset, q, opener}
-    lastSamples: null
+    lastSamples: null,
+    now: null       // the last snapshot's time
   };
   window.imapmigDashboard = { polls: 0 };
 
@@ -210,6 +211,7 @@
   function render(s) {
     var totals = s.totals || {}, run = s.run || {};
     if (typeof s.time !== "number") throw new Error("no time in the snapshot");
+    state.now = s.time;
     $("updated").setAttribute("data-time", dataValue(s.time));
     $("updated").dateTime = new Date(s.time * 1000).toISOString();
     put($("updated"), clock(s.time, true));
@@ -447,6 +449,8 @@
     var etaText = typeof job.eta_seconds === "number" ? duration(job.eta_seconds) :
       (job.state === "done" ? "done" : "–");
     put(q("job-eta"), etaText, job.eta_seconds);
+    q("job-eta").title = typeof job.eta_seconds === "number" && state.now ?
+      "done ≈ " + dateTime(state.now + job.eta_seconds, state.now) : "";
     putBreakable(q("job-folder"), job.current_folder || "–");
     var err = job.error || "";
     if (!err && job.state === "backing_off" && job.waiting_for) err = "waiting for " + job.waiting_for +
