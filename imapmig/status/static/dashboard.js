@@ -1,0 +1,767 @@
+// The imapmig dashboard: polls /status.json every 2 s and renders it in
+// place (no reload, no framework). Every value from the server is set as
+// text (never as HTML). The DOM ids and data attributes are a contract
+// with the browser test (see the README, "Dashboard").
+"use strict";
+
+(function () {
+  var POLL_MS = 2000;
+  var BACKOFF_MS = 10000;
+  var TOKEN_KEY = "imapmig.token";
+  var FAILURES_LIMIT = 50;
+  var STATES = ["queued", "connecting", "running", "backing_off", "paused", "stopping",
+    "stopped", "done", "failed", "cancelled"];
+
+  var state = {
+    polls: 0,
+    offset: 0,
+    matched: 0,
+    lostSince: null,
+    timer: null,
+    inflight: null,
+    generation: 0,
+    rows: new Map(),
+    detail: null,   // {name, offset, q, opener}
+    lastSamples: null,
+    now: null       // the last snapshot's time
+  };
+  window.imapmigDashboard = { polls: 0 };
+
+  function $(id) { return document.getElementById(id); }
+
+  // ---- formatting (binary units, en-US separators) ----
+  var numberFormat = new Intl.NumberFormat("en-US");
+  function count(n) { return typeof n === "number" ? numberFormat.format(n) : "–"; }
+  function bytes(n) {
+    if (typeof n !== "number") return "–";
+    if (n < 1024) return n + " B";
+    var units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    var value = n, i = -1;
+    do { value /= 1024; i += 1; } while (value >= 1024 && i < units.length - 1);
+    return value.toFixed(value < 10 ? 2 : 1) + " " + units[i];
+  }
+  function msgRate(r) {
+    if (typeof r !== "number") return "–";
+    return (r >= 100 ? r.toFixed(0) : r.toFixed(1)) + " msg/s";
+  }
+  function mibRate(r) {
+    if (typeof r !== "number") return "–";
+    return bytes(r) + "/s";
+  }
+  function percent(p) { return typeof p === "number" ? p.toFixed(1) + " %" : "–"; }
+  function duration(seconds) {
+    if (typeof seconds !== "number" || !isFinite(seconds)) return "–";
+    var s = Math.max(0, Math.round(seconds));
+    var d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600);
+    var m = Math.floor(s % 3600 / 60), sec = s % 60;
+    if (d) return d + " d " + h + " h";
+    if (h) return h + " h " + m + " min";
+    if (m) return m + " min " + sec + " s";
+    return sec + " s";
+  }
+  function pad(n) { return n < 10 ? "0" + n : "" + n; }
+  function clock(epoch, withSeconds) {
+    var t = new Date(epoch * 1000);
+    return pad(t.getHours()) + ":" + pad(t.getMinutes()) + (withSeconds ? ":" + pad(t.getSeconds()) : "");
+  }
+  function dateTime(epoch, now) {
+    var t = new Date(epoch * 1000);
+    var sameDay = now && new Date(now * 1000).toDateString() === t.toDateString();
+    var day = t.getFullYear() + "-" + pad(t.getMonth() + 1) + "-" + pad(t.getDate());
+    return (sameDay ? "" : day + " ") + clock(epoch, true);
+  }
+  function stateWords(s) { return String(s || "unknown").replace(/_/g, " "); }
+  function dataValue(v) { return v === null || v === undefined ? "" : String(v); }
+
+  // Set text and data-value only when they change (cheap polls, no layout churn).
+  function put(el, text, value) {
+    if (!el) return;
+    if (el.textContent !== text) el.textContent = text;
+    if (value !== undefined) {
+      var v = dataValue(value);
+      if (el.getAttribute("data-value") !== v) el.setAttribute("data-value", v);
+    }
+  }
+  function putTime(el, epoch, text) {
+    while (el.firstChild) el.removeChild(el.firstChild);
+    var t = document.createElement("time");
+    t.dateTime = new Date(epoch * 1000).toISOString();
+    t.textContent = text;
+    el.appendChild(t);
+  }
+  function setBar(bar, value) {
+    if (typeof value === "number") {
+      var v = Math.max(0, Math.min(100, value));
+      if (bar.getAttribute("value") !== String(v)) bar.value = v;
+    } else if (bar.hasAttribute("value")) {
+      bar.removeAttribute("value");  // indeterminate: not yet counted
+    }
+  }
+  // Text with a line-break opportunity after each separator (@ . / _ - space),
+  // so that long names wrap at natural points and nowhere else.
+  function putBreakable(e, text) {
+    if (e.getAttribute("data-text") === text) return;
+    e.setAttribute("data-text", text);
+    while (e.firstChild) e.removeChild(e.firstChild);
+    text.replace(/([@.\/_\- ])/g, "$1\u0000").split("\u0000").forEach(function (part, n) {
+      if (n) e.appendChild(document.createElement("wbr"));
+      e.appendChild(document.createTextNode(part));
+    });
+  }
+  function el(tag, className, text) {
+    var e = document.createElement(tag);
+    if (className) e.className = className;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  // ---- the query of /status.json, from the filter controls ----
+  function jobsQuery() {
+    var params = new URLSearchParams();
+    params.set("offset", String(state.offset));
+    params.set("limit", $("jobs-limit").value);
+    var filter = $("jobs-filter-state").value;
+    if (filter) params.set("state", filter);
+    var q = $("jobs-filter-q").value.trim();
+    if (q) params.set("q", q);
+    if ($("jobs-filter-errors").checked) params.set("errors", "1");
+    var sort = $("jobs-sort").value;
+    if (sort && sort !== "order") params.set("sort", sort);
+    return "status.json?" + params.toString();
+  }
+
+  function getJSON(url, signal) {
+    return fetch(url, { cache: "no-store", credentials: "same-origin", signal: signal,
+      headers: { Accept: "application/json" } }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        if (!response.ok) {
+          var error = new Error(body.error || ("HTTP " + response.status));
+          error.status = response.status;
+          throw error;
+        }
+        return body;
+      });
+    });
+  }
+
+  // ---- polling ----
+  function schedule(ms) {
+    clearTimeout(state.timer);
+    state.timer = setTimeout(poll, ms);
+  }
+  function poll() {
+    clearTimeout(state.timer);
+    if (state.inflight) state.inflight.abort();
+    var controller = new AbortController();
+    state.inflight = controller;
+    var generation = ++state.generation;
+    var detailRequest = state.detail ? refreshDetail() : Promise.resolve();
+    getJSON(jobsQuery(), controller.signal).then(function (snapshot) {
+      if (generation !== state.generation) return;
+      state.inflight = null;
+      var began = performance.now();
+      try {
+        render(snapshot);
+      } catch (error) {
+        error.answered = true;
+        throw error;
+      }
+      window.imapmigDashboard.renderMs = Math.round(performance.now() - began);
+      state.polls += 1;
+      window.imapmigDashboard.polls = state.polls;
+      connected(snapshot);
+      return detailRequest;
+    }).catch(function (error) {
+      if (error.name === "AbortError" || generation !== state.generation) return;
+      state.inflight = null;
+      // A 4xx is an answer (e.g. a query the daemon refuses), not a lost connection.
+      if (error.status >= 400 && error.status < 500) error.answered = true;
+      lost(error);
+    }).then(function () {
+      if (generation === state.generation) schedule(state.lostSince === null ? POLL_MS : BACKOFF_MS);
+    });
+  }
+  function connected(snapshot) {
+    var line = $("connection");
+    state.lostSince = null;
+    line.setAttribute("data-state", "live");
+    var text = snapshot.run && snapshot.run.finished_at ? "Run finished" : "Live";
+    if (snapshot.schema !== 1) text += " (unexpected schema " + snapshot.schema + ")";
+    put(line, text);
+    document.body.classList.remove("offline");
+  }
+  function lost(error) {
+    var line = $("connection");
+    if (error.answered) {
+      // The server answered, but not as this page expects (another version?).
+      state.lostSince = null;
+      line.setAttribute("data-state", "lost");
+      put(line, "Cannot show the server's answer (" + error.message + "); see status.json");
+      return;
+    }
+    if (state.lostSince === null) state.lostSince = Date.now() / 1000;
+    line.setAttribute("data-state", "lost");
+    put(line, "Connection lost since " + clock(state.lostSince) + " (" + (error.message || "error") +
+      "); retrying every 10 s");
+    document.title = "⚠ connection lost · imapmig";
+    document.body.classList.add("offline");
+  }
+
+  // ---- the overview ----
+  function render(s) {
+    var totals = s.totals || {}, run = s.run || {};
+    if (typeof s.time !== "number") throw new Error("no time in the snapshot");
+    state.now = s.time;
+    $("updated").setAttribute("data-time", dataValue(s.time));
+    $("updated").dateTime = new Date(s.time * 1000).toISOString();
+    put($("updated"), clock(s.time, true));
+    put($("version"), s.version ? "v" + s.version : "");
+    var allCounted = totals.jobs_counted === totals.jobs_total;
+    var uncounted = (totals.jobs_total || 0) - (totals.jobs_counted || 0);
+    put($("overall-done"), count(totals.messages_done), totals.messages_done);
+    put($("overall-total"), allCounted ? count(totals.messages_total) : "not yet counted",
+      allCounted ? totals.messages_total : "");
+    put($("overall-failed"), count(totals.messages_failed), totals.messages_failed);
+    $("overall-failed").classList.toggle("has-failed", totals.messages_failed > 0);
+    put($("overall-percent"), percent(totals.percent_messages), totals.percent_messages);
+    setBar($("overall-bar"), totals.percent_messages);
+    var note = $("overall-uncounted");
+    note.hidden = allCounted;
+    put(note, run.finished_at ?
+      "Never counted: " + count(uncounted) + (uncounted === 1 ? " job" : " jobs") +
+        " (could not list the source; see the error in the jobs table)." :
+      "Not yet counted: " + count(uncounted) + (uncounted === 1 ? " job" : " jobs") +
+        " (totals, percentages and time left cover counted jobs only).");
+    put($("overall-bytes-done"), bytes(totals.bytes_done), totals.bytes_done);
+    put($("overall-bytes-total"), allCounted ? bytes(totals.bytes_total) : "not yet counted",
+      allCounted ? totals.bytes_total : "");
+    put($("overall-bytes-percent"), percent(totals.percent_bytes), totals.percent_bytes);
+    setBar($("overall-bytes-bar"), totals.percent_bytes);
+    put($("overall-rate"), msgRate(totals.messages_per_second), totals.messages_per_second);
+    put($("overall-byte-rate"), mibRate(totals.bytes_per_second), totals.bytes_per_second);
+    var eta = totals.eta_seconds;
+    put($("overall-eta"), typeof eta === "number" ? duration(eta) :
+      (run.finished_at ? "finished" : (allCounted ? "– (no rate yet)" : "– (not all counted)")), eta);
+    var etaClock = $("overall-eta-clock");
+    if (typeof eta === "number") putTime(etaClock, s.time + eta, "done ≈ " + dateTime(s.time + eta, s.time));
+    else put(etaClock, "");
+    document.title = (typeof totals.percent_messages === "number" ? percent(totals.percent_messages) + " · " : "") +
+      (run.finished_at ? "finished · " : "") + "imapmig";
+    renderRun(s, run);
+    renderStateCounts(totals.jobs || {});
+    renderChart(s.throughput || {}, s.time);
+    renderJobs(s.jobs || [], s.page || {});
+  }
+
+  function renderRun(s, run) {
+    if (typeof run.started_at === "number") putTime($("run-started"), run.started_at, dateTime(run.started_at, s.time));
+    put($("run-duration"), duration(run.elapsed_seconds));
+    var finished = $("run-finished"), verify = $("verify-result");
+    if (typeof run.finished_at === "number") putTime(finished, run.finished_at, dateTime(run.finished_at, s.time));
+    else put(finished, "still running");
+    var v = run.verify;
+    if (!v) { verify.removeAttribute("data-outcome"); verify.removeAttribute("data-text"); }
+    if (v) {
+      verify.setAttribute("data-outcome", v.ok ? "ok" : "differences");
+      var summary = (v.ok ? "✓ OK: " : "✕ ") + count(v.jobs) + " jobs, " + count(v.differences) + " differences";
+      if (verify.getAttribute("data-text") !== summary + v.time + v.path) {
+        verify.setAttribute("data-text", summary + v.time + v.path);
+        while (verify.firstChild) verify.removeChild(verify.firstChild);
+        verify.appendChild(document.createTextNode(summary));
+        verify.appendChild(document.createElement("br"));
+        var when = el("span", "muted small");
+        var t = el("time", "", dateTime(v.time, s.time));
+        t.dateTime = new Date(v.time * 1000).toISOString();
+        when.appendChild(t);
+        if (v.path) when.appendChild(document.createTextNode(" · report " + v.path));
+        verify.appendChild(when);
+      }
+    } else if (typeof run.finished_at === "number") {
+      while (verify.firstChild) verify.removeChild(verify.firstChild);
+      verify.appendChild(document.createTextNode("not run: run "));
+      verify.appendChild(el("code", "", "imapmig verify"));
+    } else {
+      put(verify, "after the run");
+    }
+  }
+
+  function renderStateCounts(jobs) {
+    var box = $("state-counts");
+    var key = JSON.stringify(jobs);
+    if (box.getAttribute("data-key") === key) return;
+    box.setAttribute("data-key", key);
+    while (box.firstChild) box.removeChild(box.firstChild);
+    STATES.forEach(function (name) {
+      if (!jobs[name]) return;
+      var chip = el("button", "badge chip", count(jobs[name]) + " " + stateWords(name));
+      chip.type = "button";
+      chip.setAttribute("data-state", name);
+      chip.setAttribute("data-filter-state", name);
+      chip.title = "Show only " + stateWords(name) + " jobs";
+      box.appendChild(chip);
+    });
+  }
+
+  // ---- the throughput chart: inline SVG, drawn here ----
+  var SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function niceMax(v) {
+    if (!(v > 0)) return 1;
+    var p = Math.pow(10, Math.floor(Math.log10(v))), m = v / p;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+  }
+  function renderChart(throughput, now) {
+    var chart = $("throughput");
+    var samples = throughput.samples || [];
+    var width = Math.max(260, Math.round(chart.getBoundingClientRect().width || 600));
+    var key = width + ":" + JSON.stringify(samples.length ? [samples[0], samples[samples.length - 1], samples.length] : []);
+    state.lastSamples = { throughput: throughput, now: now };
+    if (chart.getAttribute("data-key") === key) return;
+    chart.setAttribute("data-key", key);
+    var height = 190, left = 44, right = 66, top = 22, bottom = 24;
+    var plotW = width - left - right, plotH = height - top - bottom;
+    chart.setAttribute("viewBox", "0 0 " + width + " " + height);
+    chart.setAttribute("width", String(width));
+    while (chart.firstChild) chart.removeChild(chart.firstChild);
+    var end = samples.length ? samples[samples.length - 1][0] : now;
+    var start = end - 3600;
+    var maxMsg = niceMax(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[1]; }))));
+    var maxBytes = niceBytes(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[2]; }))));
+    function x(t) { return left + (t - start) / 3600 * plotW; }
+    function yMsg(v) { return top + plotH - v / maxMsg * plotH; }
+    function yBytes(v) { return top + plotH - v / maxBytes * plotH; }
+    for (var i = 0; i <= 4; i++) {
+      var gy = top + plotH * i / 4;
+      chart.appendChild(svg("line", { x1: left, x2: left + plotW, y1: gy, y2: gy, "class": "grid" }));
+      chart.appendChild(svg("text", { x: left - 6, y: gy + 4, "class": "axis msg", "text-anchor": "end" },
+        fmtAxis(maxMsg * (4 - i) / 4)));
+      chart.appendChild(svg("text", { x: left + plotW + 6, y: gy + 4, "class": "axis bytes", "text-anchor": "start" },
+        axisBytes(maxBytes * (4 - i) / 4, maxBytes)));
+    }
+    for (var m = 0; m <= 60; m += 15) {
+      var tx = x(start + m * 60);
+      chart.appendChild(svg("line", { x1: tx, x2: tx, y1: top + plotH, y2: top + plotH + 4, "class": "tick" }));
+      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": m === 0 ? "start" : m === 60 ? "end" : "middle" },
+        clock(start + m * 60)));
+    }
+    chart.appendChild(svg("text", { x: left, y: 11, "class": "axis msg unit", "text-anchor": "middle" }, "msg/s"));
+    chart.appendChild(svg("text", { x: left + plotW, y: 11, "class": "axis bytes unit", "text-anchor": "middle" }, "per second"));
+    if (samples.length) {
+      var msgPath = "", bytePath = "";
+      samples.forEach(function (sample, n) {
+        var px = x(sample[0]).toFixed(1);
+        msgPath += (n ? "L" : "M") + px + " " + yMsg(sample[1]).toFixed(1);
+        bytePath += (n ? "L" : "M") + px + " " + yBytes(sample[2]).toFixed(1);
+      });
+      var firstX = x(samples[0][0]).toFixed(1), lastX = x(samples[samples.length - 1][0]).toFixed(1);
+      var base = (top + plotH).toFixed(1);
+      chart.appendChild(svg("path", { d: msgPath + "L" + lastX + " " + base + "L" + firstX + " " + base + "Z", "class": "area" }));
+      chart.appendChild(svg("path", { d: msgPath, "class": "line msg" }));
+      chart.appendChild(svg("path", { d: bytePath, "class": "line bytes" }));
+    } else {
+      chart.appendChild(svg("text", { x: left + plotW / 2, y: top + plotH / 2, "class": "axis", "text-anchor": "middle" }, "no samples yet"));
+    }
+    chart.appendChild(svg("line", { x1: left, x2: left, y1: top, y2: top + plotH, "class": "axisline" }));
+    chart.appendChild(svg("line", { x1: left, x2: left + plotW, y1: top + plotH, y2: top + plotH, "class": "axisline" }));
+    var last = samples[samples.length - 1];
+    put($("throughput-summary"), samples.length ?
+      "Solid: messages per second (left axis); dashed: bytes per second (right axis). Last sample: " +
+      msgRate(last[1]) + ", " + mibRate(last[2]) + "; peak " + msgRate(Math.max.apply(null, samples.map(function (x) { return x[1]; }))) + "." :
+      "No throughput samples yet.");
+  }
+  // A round axis maximum in binary units (1, 2 or 5 of a KiB, MiB, GiB...).
+  function niceBytes(v) {
+    var unit = 1;
+    while (v >= 1024 * unit && unit < Math.pow(1024, 4)) unit *= 1024;
+    return Math.max(1024, niceMax(v / unit) * unit);
+  }
+  function axisBytes(v, max) {
+    var unit = 1, names = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
+    while (max >= 1024 * unit && i < names.length - 1) { unit *= 1024; i += 1; }
+    return fmtAxis(v / unit) + " " + names[i];
+  }
+  function fmtAxis(v) { return v >= 10 || v === 0 ? String(Math.round(v)) : v.toFixed(v >= 1 ? 1 : 2); }
+
+  // ---- the jobs table: only the page is in the DOM; rows updated in place ----
+  var ACTIONS = [["pause", "Pause"], ["resume", "Resume"], ["retry-failed", "Retry failed"], ["cancel", "Cancel"]];
+  function jobHash(name) { return "#job=" + encodeURIComponent(name); }
+  function makeRow(name) {
+    var tr = document.createElement("tr");
+    tr.setAttribute("data-job", name);
+    var nameCell = el("th", "job-name");
+    nameCell.scope = "row";
+    var link = el("a", "job-link");
+    putBreakable(link, name);
+    link.href = jobHash(name);
+    nameCell.appendChild(link);
+    tr.appendChild(nameCell);
+    var stateCell = el("td", "job-state-cell");
+    stateCell.setAttribute("data-label", "State");
+    stateCell.appendChild(el("span", "badge job-state"));
+    tr.appendChild(stateCell);
+    var barCell = el("td", "job-progress");
+    barCell.setAttribute("data-label", "Progress");
+    var bar = el("progress", "job-bar");
+    bar.max = 100;
+    bar.setAttribute("aria-label", "Progress of " + name);
+    barCell.appendChild(bar);
+    barCell.appendChild(el("span", "job-percent"));
+    tr.appendChild(barCell);
+    [["job-done", "Done", "n"], ["job-total", "Total", "n"], ["job-failed", "Failed", "n"],
+      ["job-rate", "Rate", "n"], ["job-eta", "Time left", "n"], ["job-folder", "Folder", ""],
+      ["job-error", "Error", ""]].forEach(function (c) {
+      var td = el("td", c[0] + (c[2] ? " " + c[2] : ""));
+      td.setAttribute("data-label", c[1]);
+      tr.appendChild(td);
+    });
+    var actions = el("td", "job-actions");
+    actions.setAttribute("data-label", "Actions");
+    ACTIONS.forEach(function (a) {
+      var b = el("button", "action", a[1]);
+      b.type = "button";
+      b.setAttribute("data-action", a[0]);
+      b.setAttribute("data-job", name);
+      b.setAttribute("aria-label", a[1] + " " + name);
+      actions.appendChild(b);
+    });
+    tr.appendChild(actions);
+    return tr;
+  }
+  function updateRow(tr, job) {
+    var q = function (c) { return tr.querySelector("." + c); };
+    var badge = q("job-state");
+    put(badge, stateWords(job.state) + (job.paused && job.state !== "paused" ? " (paused)" : ""), job.state);
+    if (badge.getAttribute("data-state") !== job.state) badge.setAttribute("data-state", job.state);
+    badge.title = job.waiting_for ? "waiting for " + job.waiting_for : "";
+    setBar(q("job-bar"), job.counted ? job.percent : null);
+    put(q("job-percent"), job.counted ? percent(job.percent) : "not yet counted", job.percent);
+    put(q("job-done"), count(job.messages_done), job.messages_done);
+    put(q("job-total"), job.counted && typeof job.messages_total === "number" ? count(job.messages_total) : "not yet counted",
+      job.counted ? job.messages_total : "");
+    put(q("job-failed"), count(job.messages_failed), job.messages_failed);
+    q("job-failed").classList.toggle("has-failed", job.messages_failed > 0);
+    put(q("job-rate"), msgRate(job.messages_per_second), job.messages_per_second);
+    var etaText = typeof job.eta_seconds === "number" ? duration(job.eta_seconds) :
+      (job.state === "done" ? "done" : "–");
+    put(q("job-eta"), etaText, job.eta_seconds);
+    q("job-eta").title = typeof job.eta_seconds === "number" && state.now ?
+      "done ≈ " + dateTime(state.now + job.eta_seconds, state.now) : "";
+    putBreakable(q("job-folder"), job.current_folder || "–");
+    var err = job.error || "";
+    if (!err && job.state === "backing_off" && job.waiting_for) err = "waiting for " + job.waiting_for +
+      (job.retry_at ? ", retry at " + clock(job.retry_at, true) : "");
+    put(q("job-error"), err);
+    q("job-error").classList.toggle("is-waiting", !job.error && !!err);
+    tr.classList.toggle("has-error", !!job.error);
+  }
+  function renderJobs(jobs, page) {
+    var body = $("jobs-body");
+    var seen = new Set();
+    var previous = null;
+    jobs.forEach(function (job) {
+      var tr = state.rows.get(job.name);
+      if (!tr) { tr = makeRow(job.name); state.rows.set(job.name, tr); }
+      updateRow(tr, job);
+      seen.add(job.name);
+      // Move only what is out of place: a steady page touches no node.
+      var expected = previous ? previous.nextSibling : body.firstChild;
+      if (expected !== tr) body.insertBefore(tr, expected);
+      previous = tr;
+    });
+    state.rows.forEach(function (tr, name) {
+      if (!seen.has(name)) { tr.remove(); state.rows.delete(name); }
+    });
+    state.matched = page.matched || 0;
+    var offset = page.offset || 0, limit = page.limit || 100;
+    state.offset = offset;
+    if (!jobs.length && offset > 0 && state.matched > 0) {
+      // The list shrank under this page: go to the last page that has jobs.
+      state.offset = Math.floor((state.matched - 1) / limit) * limit;
+      setTimeout(poll, 0);
+    }
+    put($("jobs-page"), state.matched ? count(offset + 1) + "-" + count(offset + jobs.length) + " of " + count(state.matched) : "0 of 0");
+    $("jobs-prev").disabled = offset <= 0;
+    $("jobs-next").disabled = offset + limit >= state.matched;
+    $("jobs-empty").hidden = jobs.length > 0;
+  }
+
+  // ---- the job detail panel ----
+  function openDetail(name, opener) {
+    state.detail = { name: name, offset: 0, q: "", opener: opener || null };
+    $("job-failures-q").value = "";
+    var panel = $("job-detail");
+    put($("job-detail-title"), name);
+    var base = "jobs/" + encodeURIComponent(name);
+    $("job-manifest-csv").href = base + "/manifest.csv";
+    $("job-manifest-json").href = base + "/manifest.json";
+    clearBody($("job-folders"));
+    clearBody($("job-failures"));
+    panel.hidden = false;
+    document.body.classList.add("detail-open");
+    panel.focus();
+    refreshDetail();
+  }
+  function closeDetail() {
+    var detail = state.detail;
+    state.detail = null;
+    $("job-detail").hidden = true;
+    document.body.classList.remove("detail-open");
+    if (location.hash.indexOf("#job=") === 0) history.replaceState(null, "", location.pathname + location.search);
+    if (detail && detail.opener && document.contains(detail.opener)) detail.opener.focus();
+  }
+  function clearBody(table) {
+    var tbody = table.tBodies[0];
+    while (tbody.firstChild) tbody.removeChild(tbody.firstChild);
+    return tbody;
+  }
+  function refreshDetail() {
+    var detail = state.detail;
+    if (!detail) return Promise.resolve();
+    var base = "jobs/" + encodeURIComponent(detail.name);
+    var failures = base + "/failures.json?offset=" + detail.offset + "&limit=" + FAILURES_LIMIT +
+      (detail.q ? "&q=" + encodeURIComponent(detail.q) : "");
+    return Promise.all([getJSON(base + ".json"), getJSON(failures)]).then(function (answers) {
+      if (state.detail !== detail) return;
+      renderDetail(answers[0]);
+      renderFailures(answers[1]);
+    }).catch(function (error) {
+      if (state.detail !== detail) return;
+      put($("job-detail-summary"), error.status === 404 ? "No such job: " + detail.name :
+        "Could not load the job: " + error.message);
+    });
+  }
+  function renderDetail(answer) {
+    var job = answer.job || {};
+    put($("job-detail-summary"), stateWords(job.state) + " · " + count(job.messages_done) + " of " +
+      (job.counted ? count(job.messages_total) : "(not yet counted)") + " messages · " +
+      count(job.messages_failed) + " failed · " + count(job.messages_already_present) + " already present · " +
+      bytes(job.bytes_done) + (job.counted ? " of " + bytes(job.bytes_total) : "") + " · " +
+      count(job.reconnects) + " reconnects");
+    var err = $("job-detail-error");
+    err.hidden = !job.error;
+    put(err, job.error ? "Error: " + job.error : "");
+    var tbody = $("job-folders").tBodies[0];
+    var rows = new Map();
+    Array.prototype.forEach.call(tbody.rows, function (tr) { rows.set(tr.getAttribute("data-folder"), tr); });
+    var previous = null;
+    (answer.folders || []).forEach(function (f) {
+      var tr = rows.get(f.folder);
+      if (!tr) {
+        tr = document.createElement("tr");
+        tr.setAttribute("data-folder", f.folder);
+        var th = el("th", "folder-name");
+        th.scope = "row";
+        tr.appendChild(th);
+        [["folder-state", "State"], ["folder-progress", "Progress"], ["folder-done n", "Done"],
+          ["folder-failed n", "Failed"], ["folder-size n", "Size"]].forEach(function (c) {
+          var td = el("td", c[0]);
+          td.setAttribute("data-label", c[1]);
+          tr.appendChild(td);
+        });
+        var bar = el("progress", "folder-bar");
+        bar.max = 100;
+        bar.setAttribute("aria-label", "Progress of folder " + f.folder);
+        tr.querySelector(".folder-progress").appendChild(bar);
+      }
+      rows.delete(f.folder);
+      put(tr.querySelector(".folder-name"), f.folder + (f.mailbox && f.mailbox !== f.folder ? " → " + f.mailbox : ""));
+      put(tr.querySelector(".folder-state"), f.state, f.state);
+      var pct = f.messages_total ? (f.messages_done + f.messages_failed) / f.messages_total * 100 : (f.state === "done" ? 100 : 0);
+      setBar(tr.querySelector(".folder-bar"), pct);
+      put(tr.querySelector(".folder-done"), count(f.messages_done) + " / " + count(f.messages_total), f.messages_done);
+      put(tr.querySelector(".folder-failed"), count(f.messages_failed), f.messages_failed);
+      put(tr.querySelector(".folder-size"), bytes(f.bytes_done) + " / " + bytes(f.bytes_total), f.bytes_done);
+      var expected = previous ? previous.nextSibling : tbody.firstChild;
+      if (expected !== tr) tbody.insertBefore(tr, expected);
+      previous = tr;
+    });
+    rows.forEach(function (tr) { tr.remove(); });
+    var excluded = answer.excluded_folders || [];
+    $("job-excluded").hidden = !excluded.length;
+    put($("job-excluded"), "Excluded folders: " + excluded.join(", "));
+  }
+  function renderFailures(page) {
+    var tbody = clearBody($("job-failures"));
+    (page.items || []).forEach(function (item) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-key", item.key);
+      [["failure-folder", "Folder", item.folder], ["failure-key", "Key", item.key],
+        ["failure-size n", "Size", bytes(item.size)], ["failure-message-id", "Message-ID", item.message_id || "–"],
+        ["failure-reason", "Reason", item.reason]].forEach(function (c) {
+        var td = el("td", c[0], c[2]);
+        td.setAttribute("data-label", c[1]);
+        tr.appendChild(td);
+      });
+      tbody.appendChild(tr);
+    });
+    if (!page.items || !page.items.length) {
+      var empty = document.createElement("tr");
+      var td = el("td", "muted", page.q ? "No failed message matches." : "No failed messages.");
+      td.colSpan = 5;
+      empty.appendChild(td);
+      tbody.appendChild(empty);
+    }
+    var offset = page.offset || 0, n = (page.items || []).length, matched = page.matched || 0;
+    put($("job-failures-page"), matched ? count(offset + 1) + "-" + count(offset + n) + " of " + count(matched) : "0 of 0");
+    $("job-failures-prev").disabled = offset <= 0;
+    $("job-failures-next").disabled = offset + (page.limit || FAILURES_LIMIT) >= matched;
+  }
+  function openFromHash() {
+    if (location.hash.indexOf("#job=") !== 0) return;
+    var name;
+    try { name = decodeURIComponent(location.hash.slice(5)); } catch (e) { return; }
+    if (!state.detail || state.detail.name !== name) openDetail(name, null);
+  }
+
+  // ---- controls ----
+  function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; } }
+  function showTokenState() {
+    put($("token-state"), token() ? "Token saved for this tab." : "No token: read-only.");
+  }
+  function report(outcome, text) {
+    var box = $("control-status");
+    box.setAttribute("data-outcome", outcome);
+    box.textContent = text;
+  }
+  function control(path, what) {
+    var headers = { "Content-Type": "application/json", Accept: "application/json" };
+    var t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    report("pending", what + "…");
+    return fetch(path, { method: "POST", headers: headers, body: "{}", cache: "no-store",
+      credentials: "same-origin" }).then(function (response) {
+      return response.json().catch(function () { return {}; }).then(function (body) {
+        if (response.ok) {
+          report("ok", what + ": done" + (body.state ? " (now " + stateWords(body.state) + ")" : "") + ".");
+          poll();
+        } else if (response.status >= 400 && response.status < 500) {
+          report("refused", what + ": refused (" + response.status + "): " + (body.error || response.statusText));
+        } else {
+          report("error", what + ": server error " + response.status + (body.error ? ": " + body.error : ""));
+        }
+      });
+    }).catch(function (error) {
+      report("error", what + ": " + (error.message || "network error"));
+    });
+  }
+  function jobAction(action, name) {
+    if (action === "cancel" && !window.confirm("Cancel job " + name + "? It stops and is not resumed.")) {
+      report("", "Cancel of " + name + " not sent.");
+      return;
+    }
+    control("control/jobs/" + encodeURIComponent(name) + "/" + action, action.replace("-", " ") + " " + name);
+  }
+
+  // ---- wiring ----
+  var debounce = null, failuresDebounce = null;
+  function refilter() { state.offset = 0; showSort(); poll(); }
+  // Column headers sort too: first click ascending (name, state) or the most
+  // telling end first (progress, failed, rate, time left), second click reverses.
+  var DESCENDING_FIRST = { progress: true, failed: true, rate: true, eta: true };
+  function sortBy(key) {
+    var current = $("jobs-sort").value;
+    var first = DESCENDING_FIRST[key] ? "-" + key : key;
+    var second = DESCENDING_FIRST[key] ? key : "-" + key;
+    $("jobs-sort").value = current === first ? second : first;
+    refilter();
+  }
+  function showSort() {
+    var current = $("jobs-sort").value;
+    Array.prototype.forEach.call(document.querySelectorAll("#jobs th[data-sort]"), function (th) {
+      var key = th.getAttribute("data-sort");
+      if (current === key) th.setAttribute("aria-sort", "ascending");
+      else if (current === "-" + key) th.setAttribute("aria-sort", "descending");
+      else th.removeAttribute("aria-sort");
+    });
+  }
+  function init() {
+    $("jobs-filter-state").addEventListener("change", refilter);
+    $("jobs-sort").addEventListener("change", refilter);
+    $("jobs-limit").addEventListener("change", refilter);
+    $("jobs-filter-errors").addEventListener("change", refilter);
+    $("jobs-filter-q").addEventListener("input", function () {
+      clearTimeout(debounce);
+      debounce = setTimeout(refilter, 300);
+    });
+    $("jobs-filters").addEventListener("submit", function (e) { e.preventDefault(); refilter(); });
+    $("jobs-prev").addEventListener("click", function () {
+      state.offset = Math.max(0, state.offset - Number($("jobs-limit").value)); poll();
+    });
+    $("jobs-next").addEventListener("click", function () {
+      state.offset += Number($("jobs-limit").value); poll();
+    });
+    $("state-counts").addEventListener("click", function (e) {
+      var chip = e.target.closest("[data-filter-state]");
+      if (!chip) return;
+      $("jobs-filter-state").value = chip.getAttribute("data-filter-state");
+      refilter();
+      $("jobs-section").scrollIntoView();
+    });
+    $("jobs").addEventListener("click", function (e) {
+      var sorter = e.target.closest("th[data-sort]");
+      if (sorter) { sortBy(sorter.getAttribute("data-sort")); return; }
+      var button = e.target.closest("button[data-action]");
+      if (button) { jobAction(button.getAttribute("data-action"), button.getAttribute("data-job")); return; }
+      var link = e.target.closest("a.job-link");
+      if (link) {
+        e.preventDefault();
+        var name = link.closest("tr").getAttribute("data-job");
+        history.replaceState(null, "", jobHash(name));
+        openDetail(name, link);
+      }
+    });
+    $("job-detail-close").addEventListener("click", closeDetail);
+    document.addEventListener("keydown", function (e) {
+      if (e.key === "Escape" && state.detail) closeDetail();
+    });
+    window.addEventListener("hashchange", openFromHash);
+    $("job-failures-q").addEventListener("input", function () {
+      clearTimeout(failuresDebounce);
+      failuresDebounce = setTimeout(function () {
+        if (!state.detail) return;
+        state.detail.q = $("job-failures-q").value.trim();
+        state.detail.offset = 0;
+        refreshDetail();
+      }, 300);
+    });
+    $("job-failures-prev").addEventListener("click", function () {
+      if (!state.detail) return;
+      state.detail.offset = Math.max(0, state.detail.offset - FAILURES_LIMIT); refreshDetail();
+    });
+    $("job-failures-next").addEventListener("click", function () {
+      if (!state.detail) return;
+      state.detail.offset += FAILURES_LIMIT; refreshDetail();
+    });
+    $("token-form").addEventListener("submit", function (e) {
+      e.preventDefault();
+      var value = $("token").value.trim();
+      try { if (value) sessionStorage.setItem(TOKEN_KEY, value); } catch (err) { /* storage disabled */ }
+      $("token").value = "";
+      showTokenState();
+    });
+    $("token-clear").addEventListener("click", function () {
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (err) { /* storage disabled */ }
+      $("token").value = "";
+      showTokenState();
+    });
+    $("pause-all").addEventListener("click", function () { control("control/pause-all", "Pause all"); });
+    $("resume-all").addEventListener("click", function () { control("control/resume-all", "Resume all"); });
+    var resizeTimer = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(function () {
+        if (state.lastSamples) renderChart(state.lastSamples.throughput, state.lastSamples.now);
+      }, 150);
+    });
+    showTokenState();
+    openFromHash();
+    poll();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+}());
