@@ -2,17 +2,14 @@
 """
 The status site's root: C{/status.json} (schema 1: the run's summary and
 one page of jobs), C{/jobs/...} (L{imapmig.status.jobs}), C{/healthz}
-(L{imapmig.status.health}), and C{/}, for now a small HTML page of the same
-numbers.
-
-The routes other branches serve (C{/} as the dashboard, C{/static},
-C{/metrics}, C{/control}) are given to L{StatusResource} as resources.
+(L{imapmig.status.health}), C{/} and C{/static/} (the dashboard,
+L{imapmig.status.dashboard}), C{/metrics} (L{imapmig.status.metrics}) and
+C{/control} (L{imapmig.status.controls}), the last two given to
+L{StatusResource} as resources.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from html import escape
 from typing import Callable
 
 from twisted.internet.interfaces import IReactorTime
@@ -74,29 +71,6 @@ class StatusJSONResource(ReadOnlyResource):
         return jsonBody(document)
 
 
-class StatusPageResource(ReadOnlyResource):
-    """
-    C{/}: an HTML table of the jobs and their totals, refreshed every five
-    seconds.  Self-contained: no scripts, no external assets.  Served until
-    the dashboard takes its place.
-    """
-
-    contentType = b"text/html; charset=utf-8"
-
-    def __init__(self, progress: MigrationProgress) -> None:
-        super().__init__()
-        self._progress = progress
-
-    def renderBody(self, request: Request) -> bytes:
-        """
-        The page.
-        """
-        request.responseHeaders.setRawHeaders(
-            b"Content-Security-Policy",
-            [b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"],
-        )
-        return renderStatusPage(self._progress.snapshot()).encode("utf-8")
-
 
 class StatusResource(Resource):
     """
@@ -125,15 +99,20 @@ class StatusResource(Resource):
         @param rulesOf: each job's folder rules by name, for the manifest.
         @param dashboard: the resource serving C{/} and its static files
             (its children, e.g. C{/static/...}, are the root's); L{None}
-            serves the plain page.
+            serves L{imapmig.status.dashboard.DashboardResource}.
         @param metrics: C{/metrics}, if served.
         @param control: C{/control}, if served.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         view = ProgressView(progress, seconds)
         report = None if verifyReportPath is None else VerifyReportSummary(verifyReportPath)
-        self._page: IResource = dashboard if dashboard is not None else StatusPageResource(progress)
-        self._dashboard = dashboard
+        if dashboard is None:
+            # Imported here: a site built with a dashboard of its own need
+            # not load the page's files.
+            from imapmig.status.dashboard import DashboardResource
+
+            dashboard = DashboardResource()
+        self._page: IResource = dashboard
         self.putChild(b"", self._page)
         self.putChild(b"status.json", StatusJSONResource(view, report))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf))
@@ -145,11 +124,11 @@ class StatusResource(Resource):
 
     def getChild(self, path: bytes, request: Request) -> IResource:
         """
-        Anything not registered: the dashboard's children if it has some,
-        else 404.
+        Anything not registered: C{/static/} (the dashboard's files), else
+        a JSON 404.
         """
-        if self._dashboard is not None:
-            child: IResource = self._dashboard.getChildWithDefault(path, request)
+        if path == b"static":
+            child: IResource = self._page.getChildWithDefault(path, request)
             return child
         return JSONNotFound("not found")
 
@@ -234,168 +213,3 @@ def buildStatusSite(
     site = QuietSite(root, reactor=reactor)
     site.displayTracebacks = False
     return site
-
-
-_PAGE = """\
-<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="refresh" content="5">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>imapmig status</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 1.5rem; }}
-table {{ border-collapse: collapse; }}
-caption {{ text-align: left; padding-bottom: 0.5rem; }}
-th, td {{ padding: 0.3rem 0.8rem; border-bottom: 1px solid #aaa; text-align: left; }}
-td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
-tfoot th, tfoot td {{ font-weight: bold; }}
-</style>
-</head>
-<body>
-<main>
-<h1>imapmig status</h1>
-<p>{summary} Updated {updated}.</p>
-<table>
-<caption>Migration jobs</caption>
-<thead>
-<tr><th scope="col">Job</th><th scope="col">State</th><th scope="col">Done / total</th>\
-<th scope="col">Failed</th><th scope="col">Bytes</th><th scope="col">Rate</th>\
-<th scope="col">Error</th></tr>
-</thead>
-<tbody>
-{rows}
-</tbody>
-<tfoot>
-{totals}
-</tfoot>
-</table>
-<p><a href="status.json">status.json</a></p>
-</main>
-</body>
-</html>
-"""
-
-
-def _state(job: dict[str, object]) -> str:
-    """
-    A job's state, in words, with why it waits while it backs off or is
-    paused.
-    """
-    state = str(job.get("state") or "").replace("_", " ")
-    waiting = job.get("waiting_for")
-    if waiting:
-        return _text(f"{state}: {waiting}")
-    return _text(state or None)
-
-
-def renderStatusPage(snapshot: dict[str, object]) -> str:
-    """
-    The HTML page for C{snapshot} (as L{MigrationProgress.snapshot} returns
-    it), every value escaped.
-    """
-    jobs = [job for job in _list(snapshot.get("jobs")) if isinstance(job, dict)]
-    totals = snapshot.get("totals")
-    totals = totals if isinstance(totals, dict) else {}
-    rows = [
-        "<tr>"
-        f'<th scope="row">{_text(job.get("name"))}</th>'
-        f'<td>{_state(job)}</td>'
-        f'<td class="n">{_doneOfTotal(job)}</td>'
-        f'<td class="n">{_count(job.get("messages_failed"))}</td>'
-        f'<td class="n">{_bytes(job.get("bytes_done"))}</td>'
-        f'<td class="n">{_rate(job.get("messages_per_second"))}</td>'
-        f'<td>{_text(job.get("error"))}</td>'
-        "</tr>"
-        for job in jobs
-    ]
-    if not rows:
-        rows = ['<tr><td colspan="7">No jobs configured.</td></tr>']
-    states = totals.get("jobs")
-    states = states if isinstance(states, dict) else {}
-    stateCounts = ", ".join(
-        f"{_count(count)} {_text(state)}" for state, count in states.items() if count
-    )
-    totalsRow = (
-        "<tr>"
-        '<th scope="row">Total</th>'
-        f"<td>{stateCounts}</td>"
-        f'<td class="n">{_doneOfTotal(totals)}</td>'
-        f'<td class="n">{_count(totals.get("messages_failed"))}</td>'
-        f'<td class="n">{_bytes(totals.get("bytes_done"))}</td>'
-        "<td></td><td></td>"
-        "</tr>"
-    )
-    summary = f"{len(jobs)} job{'' if len(jobs) == 1 else 's'}" + (
-        f": {stateCounts}." if stateCounts else "."
-    )
-    return _PAGE.format(
-        summary=summary,
-        updated=_time(snapshot.get("time")),
-        rows="\n".join(rows),
-        totals=totalsRow,
-    )
-
-
-def _list(value: object) -> list[object]:
-    """
-    C{value} if it is a list, else an empty one.
-    """
-    return list(value) if isinstance(value, list) else []
-
-
-def _text(value: object) -> str:
-    """
-    C{value} as escaped HTML text; a dash for L{None}.
-    """
-    return "\u2013" if value is None else escape(str(value), quote=True)
-
-
-def _count(value: object) -> str:
-    """
-    A count with thousands separators.
-    """
-    return f"{value:,}" if isinstance(value, int) else _text(value)
-
-
-def _doneOfTotal(counters: dict[object, object]) -> str:
-    """
-    C{"done / total"} messages of a job (or of the totals).
-    """
-    return f"{_count(counters.get('messages_done'))} / {_count(counters.get('messages_total'))}"
-
-
-def _bytes(value: object) -> str:
-    """
-    An octet count in binary units.
-    """
-    if not isinstance(value, int):
-        return _text(value)
-    if value < 1024:
-        return f"{value}\u00a0B"
-    amount = float(value)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        amount /= 1024
-        if amount < 1024:
-            break
-    return f"{amount:.1f}\u00a0{unit}"
-
-
-def _rate(value: object) -> str:
-    """
-    Messages per second, or a dash when not known.
-    """
-    if isinstance(value, (int, float)):
-        return f"{value:.1f}\u00a0msg/s"
-    return _text(value)
-
-
-def _time(value: object) -> str:
-    """
-    A C{<time>} element for seconds since the epoch.
-    """
-    if not isinstance(value, (int, float)):
-        return _text(value)
-    moment = datetime.fromtimestamp(value, timezone.utc)
-    return f'<time datetime="{moment.isoformat()}">{moment:%Y-%m-%d %H:%M:%S} UTC</time>'
