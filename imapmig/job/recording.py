@@ -122,13 +122,17 @@ class OutcomeRecorder:
         recordEvery: int,
         recordInterval: float,
         onError: Callable[[], None] = lambda: None,
+        onFailed: Callable[[MessageOutcome], None] = lambda outcome: None,
     ) -> None:
         """
         @param onError: called once if the store fails to record a batch:
             the job must stop.
+        @param onFailed: called with each failed outcome as it is noted,
+            to log it (L{imapmig.job.joblog.JobLog.messageFailed}).
         """
         self._jobName = jobName
         self._onError = onError
+        self._onFailed = onFailed
         self.error: str | None = None
         self._store = store
         self._progress = progress
@@ -202,6 +206,7 @@ class OutcomeRecorder:
         if outcome.failure is not None:
             progress.messagesFailed += 1
             self.failedKeys.add((outcome.folderKey, outcome.messageKey))
+            self._onFailed(outcome)
         elif outcome.alreadyPresent:
             progress.messagesDone += 1
             progress.messagesAlreadyPresent += 1
