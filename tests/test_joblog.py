@@ -1,14 +1,23 @@
 """
-Tests for L{imapmig.job.joblog}: what a job run logs at the default level.
+Tests for L{imapmig.job.joblog} and L{imapmig.status.quiet}: what a job run
+and the status site log at the default level.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
+from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import LogEvent, LogLevel, capturedLogs, formatEvent
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.resource import Resource
+from twisted.web.error import UnsupportedMethod
+from twisted.web.server import Request, Site
 
 from imapmig.config.model import (
     EmlSourceConfig,
@@ -19,8 +28,10 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
-from imapmig.progress import JobProgress, JobState
+from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
+from imapmig.status.quiet import quieten
+from imapmig.status.resource import QuietSite, buildStatusSite
 from tests.test_job import JOB, JobHarness, body, populate
 
 MIB = 1024 * 1024
@@ -543,3 +554,114 @@ class MigrationJobLogTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         h.finish()
+
+
+class QuietStatusSiteTests(SynchronousTestCase):
+    """
+    L{imapmig.status.quiet.quieten}: no twisted.web chatter from the status
+    site at the default level.
+    """
+
+    def connect(self, site: Site, clock: MemoryReactorClock) -> tuple[Protocol, StringTransport]:
+        """
+        Connect a client to C{site} over a L{StringTransport}.
+        """
+        protocol = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        assert protocol is not None
+        transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+        protocol.makeConnection(transport)
+        return protocol, transport
+
+    def idleKeepAlive(self, site: Site, clock: MemoryReactorClock) -> list[LogEvent]:
+        """
+        A keep-alive client asks for the status, then idles until the site
+        times it out; what was logged.
+        """
+        with capturedLogs() as events:
+            site.doStart()
+            protocol, transport = self.connect(site, clock)
+            protocol.dataReceived(b"GET /status.json HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            self.assertIn(b"200 OK", transport.value())
+            clock.advance(site.timeOut or 0)
+            self.assertTrue(transport.disconnecting)
+            protocol.connectionLost(Failure(ConnectionDone()))
+            site.doStop()
+        self.assertEqual(clock.getDelayedCalls(), [])
+        return list(events)
+
+    def test_timingOutQuiet(self) -> None:
+        """
+        An idle keep-alive client timed out by the quietened status site
+        logs nothing at info level or above ("Timing out client" is a debug
+        event).
+        """
+        clock = MemoryReactorClock()
+        site = quieten(buildStatusSite(MigrationProgress(clock.seconds), clock))
+        events = self.idleKeepAlive(site, clock)
+        self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
+        self.assertIn(
+            "Timing out client: IPv4Address(type='TCP', host='127.0.0.1', port=40000)",
+            [formatEvent(e) for e in events if e["log_level"] == LogLevel.debug],
+        )
+
+    def test_timingOutLoudWithoutIt(self) -> None:
+        """
+        Without L{quieten}, twisted.web logs the timing out at info level
+        (what L{test_timingOutQuiet} guards against).
+        """
+        clock = MemoryReactorClock()
+        site = buildStatusSite(MigrationProgress(clock.seconds), clock)
+        events = self.idleKeepAlive(site, clock)
+        self.assertIn(
+            "Timing out client: IPv4Address(type='TCP', host='127.0.0.1', port=40000)",
+            [formatEvent(e) for e in events if e["log_level"] == LogLevel.info],
+        )
+
+    def test_headQuiet(self) -> None:
+        """
+        A HEAD request (a load balancer's check) logs nothing at info level
+        ("Using GET to fake a HEAD request" is a debug event), and is
+        answered without a body.
+        """
+        clock = MemoryReactorClock()
+        site = quieten(buildStatusSite(MigrationProgress(clock.seconds), clock))
+        with capturedLogs() as events:
+            site.doStart()
+            protocol, transport = self.connect(site, clock)
+            protocol.dataReceived(b"HEAD /status.json HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            protocol.connectionLost(Failure(ConnectionDone()))
+            site.doStop()
+        head, _, body = transport.value().partition(b"\r\n\r\n")
+        self.assertIn(b"200 OK", head)
+        self.assertEqual(body, b"")
+        self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
+        self.assertEqual([e["log_level"] for e in events], [LogLevel.debug])
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_fakeHeadQuiet(self) -> None:
+        """
+        A HEAD request to a resource that answers only GET (twisted.web
+        then renders it as a GET, saying so at info level) logs nothing at
+        info level through a quietened site.
+        """
+
+        class OnlyGet(Resource):
+            isLeaf = True
+
+            def render(self, request: Request) -> bytes:
+                if request.method != b"GET":
+                    raise UnsupportedMethod([b"GET"])
+                return b"ok"
+
+        clock = MemoryReactorClock()
+        site = quieten(QuietSite(OnlyGet(), reactor=clock))
+        with capturedLogs() as events:
+            site.doStart()
+            protocol, transport = self.connect(site, clock)
+            protocol.dataReceived(b"HEAD / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            protocol.connectionLost(Failure(ConnectionDone()))
+            site.doStop()
+        self.assertIn(b"200 OK", transport.value())
+        self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
+        self.assertTrue(any("fake a HEAD" in formatEvent(e) for e in events))
+        self.assertEqual(clock.getDelayedCalls(), [])
