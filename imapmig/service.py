@@ -55,14 +55,11 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     that a failed handshake says how (L{imapmig.imap.tls}).
     """
     # Imported only by a daemon that uses TLS (imapmig.cleartext).
-    from twisted.internet.ssl import optionsForClientTLS
-
     from imapmig.imap.tls import WatchedClientTLS
+    from imapmig.tlsidentity import HostnameVerifyingTLS
     from imapmig.trustroots import trustRootFrom
 
-    return WatchedClientTLS(
-        optionsForClientTLS(server.tlsHostname, trustRoot=trustRootFrom(server.tlsCA))
-    )
+    return WatchedClientTLS(HostnameVerifyingTLS(server.tlsHostname, trustRootFrom(server.tlsCA)))
 
 
 @functools.lru_cache(maxsize=256)
