@@ -36,6 +36,7 @@ from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.job.joblog import describeSource
 from imapmig.progress import MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue
@@ -402,6 +403,7 @@ def buildService(
             sourceThrottle=download,
             defer=True,
             destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
+            sourceDescription=describeSource(jobConfig.source),
         )
 
     JobQueueService(

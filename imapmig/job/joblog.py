@@ -301,6 +301,10 @@ class JobLog:
             " {alreadyMigrated:,} already migrated, {failed:,} failed;"
             " {rate:.1f} messages/s, {mibRate:.2f} MiB/s"
         )
+        if error is not None:
+            # The sentence ends here, whether or not the error's own text
+            # ended with a full stop.
+            error = error.rstrip(". ")
         if state is JobState.FAILED:
             log.error(
                 "Job {job} failed after {duration}: {error}." + counts,
