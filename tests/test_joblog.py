@@ -30,8 +30,8 @@ from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
-from imapmig.status.quiet import quieten
-from imapmig.status.resource import QuietSite, buildStatusSite
+from imapmig.status.quiet import QuietSiteMixin, quieten
+from imapmig.status.resource import QuietSite, StatusResource, buildStatusSite
 from tests.test_job import JOB, JobHarness, body, populate
 
 MIB = 1024 * 1024
@@ -665,3 +665,19 @@ class QuietStatusSiteTests(SynchronousTestCase):
         self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
         self.assertTrue(any("fake a HEAD" in formatEvent(e) for e in events))
         self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_mixin(self) -> None:
+        """
+        A site made with L{QuietSiteMixin} times clients out quietly, and
+        its port names it when it starts listening.
+        """
+
+        class StatusSite(QuietSiteMixin, QuietSite):
+            pass
+
+        clock = MemoryReactorClock()
+        site = StatusSite(StatusResource(MigrationProgress(clock.seconds)), reactor=clock)
+        events = self.idleKeepAlive(site, clock)
+        self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
+        self.assertEqual(site.logPrefix(), "Status site (HTTP)")
+        self.assertFalse(site.noisy)

@@ -8,17 +8,20 @@ monitor's idle keep-alive connection is closed (after a minute, by
 L{HTTPChannel.timeoutConnection}), "Forcibly timing out client" after
 that, and "Using GET to fake a HEAD request" for every C{HEAD} (a load
 balancer's health check).  L{quieten} makes a status site log these at
-debug level instead; twisted.web's warnings and errors are left as they
-are.
+debug level instead (L{QuietSiteMixin} does it for a L{Site} subclass, and
+names the site in the one line its port logs when it listens);
+twisted.web's warnings and errors are left as they are.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from twisted.logger import Logger, LogLevel
 from twisted.web.http import HTTPChannel
 from twisted.web.server import Request, Site
 
-__all__ = ["DebugLogger", "QuietHTTPChannel", "QuietRequest", "quieten"]
+__all__ = ["DebugLogger", "QuietHTTPChannel", "QuietRequest", "QuietSiteMixin", "quieten"]
 
 
 class DebugLogger(Logger):
@@ -52,6 +55,27 @@ class QuietRequest(Request):
     """
 
     _log = DebugLogger()
+
+
+class QuietSiteMixin:
+    """
+    Mixed into a L{Site} subclass (C{class StatusSite(QuietSiteMixin,
+    Site)}): what L{quieten} does, as class attributes, and the name its
+    port gives it when it starts listening ("Status site (HTTP) starting
+    on 8025", not the class's name).
+    """
+
+    noisy = False
+    # Any: twisted.web types these as the factory callables they are
+    # called as, which a class is.
+    protocol: Any = QuietHTTPChannel
+    requestFactory: Any = QuietRequest
+
+    def logPrefix(self) -> str:
+        """
+        The site's name in the lines its port logs.
+        """
+        return "Status site (HTTP)"
 
 
 def quieten(site: Site) -> Site:
