@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from typing import Any
 
 from cryptography import x509
@@ -28,20 +29,25 @@ from twisted.internet.ssl import (
     optionsForClientTLS,
     trustRootFromCertificates,
 )
-from twisted.logger import LogLevel, capturedLogs
+from twisted.internet.defer import Deferred
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface.verify import verifyObject
 
+from imapmig.config import parseConfig
 from imapmig.errors import TLSFailed
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.tls import WatchedClientTLS
+from imapmig.progress import JobState
+from imapmig.service import buildService
 from imapmig.tlsidentity import (
     HostnameVerifyingPolicy,
     HostnameVerifyingTLS,
     IdentityRefused,
 )
+from tests.support import newDirectory, writePasswordFile
 
 GREETING = b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN] ready\r\n"
 
@@ -244,3 +250,105 @@ class HostnameVerifyingTLSTests(TestCase):
         refusal = IdentityRefused("why")
         self.assertEqual(refusal.args, ([("imapmig", "verify_hostname", "why")],))
         self.assertEqual(str(refusal), "why")
+
+
+class _Recorder(Protocol):
+    """
+    Greets as an IMAP server, and keeps what the client sends.
+    """
+
+    def __init__(self, received: list[bytes]) -> None:
+        self.received = received
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.transport.write(GREETING)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received.append(data)
+
+
+class JobCertificateTests(TestCase):
+    """
+    The daemon's job against an implicit-TLS server whose certificate has
+    no subjectAltName.
+    """
+
+    async def test_noSubjectAltNameFailsTheJob(self) -> None:
+        """
+        The job fails at once (one connection), its error says in words
+        that the certificate has no subjectAltName, the log holds one error
+        line saying so (the job's end line) and no traceback, and the
+        server never received the password.
+        """
+        ca, server = makeCertificates(None)
+        received: list[bytes] = []
+        connections: list[_Recorder] = []
+
+        def build() -> _Recorder:
+            connections.append(_Recorder(received))
+            return connections[-1]
+
+        serverTLS = PrivateCertificate.loadPEM(server).options()
+        port = await SSL4ServerEndpoint(reactor, 0, serverTLS, interface="127.0.0.1").listen(
+            Factory.forProtocol(build)
+        )
+        self.addCleanup(port.stopListening)
+        number = port.getHost().port
+        directory = newDirectory(self)
+        caPath = os.path.join(directory, "ca.pem")
+        with open(caPath, "wb") as f:
+            f.write(ca)
+        emlDirectory = os.path.join(directory, "eml")
+        os.mkdir(emlDirectory)
+        with open(os.path.join(emlDirectory, "1.eml"), "wb") as f:
+            f.write(b"Subject: one\r\n\r\nbody\r\n")
+        document = {
+            "state": os.path.join(directory, "state.sqlite"),
+            "status": "off",
+            "servers": {
+                "nosan": {
+                    "endpoint": f"tls:127.0.0.1:{number}",
+                    "tls_hostname": "localhost",
+                    "tls_ca": caPath,
+                }
+            },
+            "jobs": [
+                {
+                    "name": "tls",
+                    "source": {"eml_dir": emlDirectory},
+                    "destination": {
+                        "server": "nosan",
+                        "user": "alice",
+                        "password_file": writePasswordFile(
+                            os.path.join(directory, "password"), "secret"
+                        ),
+                    },
+                }
+            ],
+        }
+        config = parseConfig(document, os.path.join(directory, "imapmig.yaml"))
+        finished: Deferred[bool] = Deferred()
+        service = buildService(config, reactor, whenDone=finished.callback)
+        with capturedLogs() as events:
+            service.startService()
+            try:
+                completed = await finished.addTimeout(30, reactor)
+            finally:
+                await service.stopService()
+        self.assertFalse(completed)
+        progress = service.progress.job("tls")
+        self.assertEqual(progress.state, JobState.FAILED)
+        self.assertIn("does not contain any subjectAltName", progress.error or "")
+        errors = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.error]
+        self.assertEqual(len(errors), 1, errors)
+        self.assertTrue(errors[0].startswith("Job tls failed after "), errors[0])
+        self.assertIn(
+            f"alice at tls:127.0.0.1:{number}: TLS handshake failed: the server's certificate"
+            " does not contain any subjectAltName, so it cannot be checked for localhost",
+            errors[0],
+        )
+        self.assertEqual([e for e in events if "log_failure" in e], [])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertEqual(len(connections), 1)
+        self.assertNotIn(b"secret", b"".join(received))
