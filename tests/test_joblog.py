@@ -525,6 +525,7 @@ class MigrationJobLogTests(SynchronousTestCase):
         self.assertIn("gave up after 2 attempts", errors[0])
         retries = [t for t in lines(events, LogLevel.warn) if "connecting again in" in t]
         self.assertEqual(len(retries), 2, lines(events))
+        self.assertIn("connecting again in 1.0 s, at 1970-01-01 00:00:01 UTC (attempt 1 of 2", retries[0])
         self.assertEqual([e for e in events if "log_failure" in e], [])
         h.finish()
 

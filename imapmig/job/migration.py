@@ -595,12 +595,13 @@ class MigrationJob:
                 self._lifecycle.backOff(reason, delay)
                 what = "connecting again"
             log.warn(
-                "Job {job}: {why}; {what} in {delay:.1f} s (attempt {attempt} of {attempts}"
-                " without progress)",
+                "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
+                " of {attempts} without progress)",
                 job=self.name,
                 why=reason,
                 what=what,
                 delay=delay,
+                until=utcTime(self._clock.seconds() + delay),
                 attempt=fruitless,
                 attempts=self._retry.attempts,
             )
