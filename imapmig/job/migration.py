@@ -598,7 +598,8 @@ class MigrationJob:
                 "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
                 " of {attempts} without progress)",
                 job=self.name,
-                why=reason,
+                # Twisted's connection errors end with a full stop.
+                why=reason.rstrip(". "),
                 what=what,
                 delay=delay,
                 until=utcTime(self._clock.seconds() + delay),
