@@ -6,18 +6,44 @@ default, debug only when C{IMAPMIG_LOG_LEVEL} asks.
 from __future__ import annotations
 
 import io
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 
+import yaml
+from twisted.internet import reactor
+from twisted.internet.error import ConnectError
+from twisted.internet.task import deferLater
+from twisted.web.client import Agent, readBody
+
 from twisted.logger import ILogObserver, LogEvent, LogLevel, Logger
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface import implementer
 
 from imapmig.loglevels import filtered, levelsFrom, levelsFromEnvironment
-from imapmig.testing.corpus import writeMaildir
-from imapmig.testing.dovecot import DovecotUser
-from tests.support import SOURCE_TREE, newDirectory, sourceTreeEnvironment, writeDaemonConfig
+from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
+from imapmig.testing.dovecot import DovecotUser, requireDovecot
+from tests.support import (
+    SOURCE_TREE,
+    freshUser,
+    newDirectory,
+    sharedDovecot,
+    sourceTreeEnvironment,
+    startDaemon,
+    writeDaemonConfig,
+)
+
+
+def freePort() -> int:
+    """
+    A loopback TCP port nothing listens on now.
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @implementer(ILogObserver)
@@ -141,3 +167,61 @@ class DaemonLevelTests(SynchronousTestCase):
         Logger(namespace="n", observer=observer).info("shown line")
         self.assertNotIn("hidden line", out.getvalue())
         self.assertIn("[n#info] shown line", out.getvalue())
+
+
+class DaemonRunTests(TestCase):
+    """
+    What C{imapmig-daemon} writes at the default level in a real run: a
+    job migrated into Dovecot, its status polled meanwhile.
+    """
+
+    async def test_defaultLevel(self) -> None:
+        """
+        A run writes one start and one end line for its job, nothing at
+        debug level (no line per status request), no traceback.
+        """
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        directory = newDirectory(self)
+        eml = os.path.join(directory, "eml")
+        writeEmlDirectory(eml, 5)
+        path = writeDaemonConfig(
+            directory,
+            user,
+            {"eml_dir": eml},
+            {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"},
+        )
+        port = freePort()
+        with open(path) as f:
+            document = yaml.safe_load(f)
+        document["status"] = {"listen": f"tcp:{port}:interface=127.0.0.1"}
+        with open(path, "w") as f:
+            yaml.safe_dump(document, f)
+        daemon = startDaemon(
+            self, reactor, path, [sys.executable, "-m", "imapmig.daemon", "--config", path]
+        )
+        url = f"http://127.0.0.1:{port}/status.json".encode()
+        agent = Agent(reactor)
+        state = None
+        for _ in range(300):
+            await deferLater(reactor, 0.1, lambda: None)
+            try:
+                response = await agent.request(b"GET", url)
+                body = await readBody(response)
+            except ConnectError:
+                continue
+            state = json.loads(body)["jobs"][0]["state"]
+            if state == "done":
+                break
+        self.assertEqual(state, "done", daemon.tail())
+        os.kill(daemon.pid, signal.SIGTERM)
+        status = await daemon.exited(reactor, 60)
+        self.assertEqual(status, 0, daemon.tail())
+        output = bytes(daemon.output).decode("utf-8", "replace")
+        self.assertNotIn("#debug]", output)
+        self.assertNotIn("Status request", output)
+        self.assertNotIn("Traceback", output)
+        self.assertEqual(output.count("Job job started: "), 1, output)
+        self.assertEqual(output.count("Job job done after "), 1, output)
+        self.assertIn("5 copied", output)
