@@ -6,7 +6,9 @@ The daemon without twistd: C{python -m imapmig.daemon --config FILE}
 It runs the service L{imapmig.tap.makeService} builds, as C{twistd
 --nodaemon --pidfile= imapmig} runs it under systemd: in the foreground,
 without a pid file, logging to standard output in twistd's format, stopped
-gracefully by C{SIGTERM} or C{SIGINT}, with the same options
+gracefully by C{SIGTERM} or C{SIGINT}, writing events at info level and
+above (C{IMAPMIG_LOG_LEVEL} says otherwise: L{imapmig.loglevels}), with
+the same options
 (C{--config}, C{--exit-when-done}, C{--check-config}) and exit statuses
 (L{imapmig.tap.EXIT_OK}, L{imapmig.tap.EXIT_JOB_FAILED},
 L{imapmig.tap.EXIT_BAD_CONFIG}; a bad command line also exits with
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 if TYPE_CHECKING:
     from twisted.application.service import IService
+    from twisted.logger import LogLevelFilterPredicate
 
 
 def startService(service: IService, reactor: Any) -> None:
@@ -44,16 +47,22 @@ def startService(service: IService, reactor: Any) -> None:
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
 
 
-def beginLogging(logFile: TextIO) -> None:
+def beginLogging(logFile: TextIO, levels: LogLevelFilterPredicate | None = None) -> None:
     """
-    Send every log event to C{logFile} in twistd's text format
-    (C{2026-11-25T22:45:40+0000 [imapmig.job.migration#info] ...}), with the events logged before
-    (while the service was built); standard output and error, and
-    warnings, go to the log as under twistd.
+    Send the log events C{levels} lets through (by default those at info
+    level and above: L{imapmig.loglevels}) to C{logFile} in twistd's text
+    format (C{2026-11-25T22:45:40+0000 [imapmig.job.migration#info] ...}),
+    with the events logged before (while the service was built); standard
+    output and error, and warnings, go to the log as under twistd.
     """
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(logFile)])
+    from imapmig.loglevels import filtered, levelsFrom
+
+    observer = textFileLogObserver(logFile)
+    globalLogBeginner.beginLoggingTo(
+        [filtered(observer, levels if levels is not None else levelsFrom(""))]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,11 +93,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         tap.resumeCollection()
         sys.stderr.write(f"{options}\nimapmig-daemon: {e}\n")
         return tap.EXIT_BAD_CONFIG
+    from imapmig.loglevels import levelsFromEnvironment
+
+    try:
+        levels = levelsFromEnvironment()
+    except ValueError as e:
+        tap.resumeCollection()
+        sys.stderr.write(f"imapmig-daemon: {e}\n")
+        return tap.EXIT_BAD_CONFIG
     logFile = sys.stdout
     from twisted.internet import reactor
 
     service = tap.makeService(options)
-    beginLogging(logFile)
+    beginLogging(logFile, levels)
     from twisted.logger import Logger
 
     Logger(namespace="imapmig.daemon").info(

@@ -43,6 +43,7 @@ from imapmig.config.model import AccountConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.job.joblog import describeSource
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import (
@@ -70,14 +71,11 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     that a failed handshake says how (L{imapmig.imap.tls}).
     """
     # Imported only by a daemon that uses TLS (imapmig.cleartext).
-    from twisted.internet.ssl import optionsForClientTLS
-
     from imapmig.imap.tls import WatchedClientTLS
+    from imapmig.tlsidentity import HostnameVerifyingTLS
     from imapmig.trustroots import trustRootFrom
 
-    return WatchedClientTLS(
-        optionsForClientTLS(server.tlsHostname, trustRoot=trustRootFrom(server.tlsCA))
-    )
+    return WatchedClientTLS(HostnameVerifyingTLS(server.tlsHostname, trustRootFrom(server.tlsCA)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -494,6 +492,7 @@ def buildService(
             sourceThrottle=download,
             defer=True,
             destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
+            sourceDescription=describeSource(jobConfig.source),
         )
 
     ProgressSampler(progress, reactor).setServiceParent(root)
@@ -516,7 +515,6 @@ def buildService(
         # (bench/startup.py).
         from twisted.application import strports
 
-        from imapmig.status.bodylimit import BoundedRequest
         from imapmig.status.controls import ControlResource
         from imapmig.status.resource import buildStatusSite
         from imapmig.verify import defaultReportPath
@@ -530,8 +528,6 @@ def buildService(
             rulesOf={job.name: job.folders for job in config.jobs}.get,
             control=ControlResource(scheduler.controls, config.status.token),
         )
-        # Bodies bounded before they are read: only /control takes one.
-        site.requestFactory = BoundedRequest
         listener = strports.service(config.status.listen, site, reactor=reactor)
         listener.setName("status")
         listener.setServiceParent(root)

@@ -29,7 +29,6 @@ from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from twisted.web.client import (
     Agent,
-    BrowserLikePolicyForHTTPS,
     HTTPConnectionPool,
     ResponseDone,
     _HTTP11ClientFactory,
@@ -41,6 +40,7 @@ from zope.interface import implementer
 
 from imapmig.config.model import TokenRefreshConfig
 from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
+from imapmig.tlsidentity import HostnameVerifyingPolicy
 from imapmig.trustroots import trustRootFrom
 
 
@@ -131,7 +131,7 @@ def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
     """
     return Agent(
         reactor,
-        BrowserLikePolicyForHTTPS(trustRootFrom(config.tlsCA)),
+        HostnameVerifyingPolicy(trustRootFrom(config.tlsCA)),
         connectTimeout=config.timeout,
         pool=QuietConnectionPool(reactor, persistent=False),
     )

@@ -411,7 +411,7 @@ class StopTests(TestCase):
         daemon.transport.signalProcess("TERM")
         status = await daemon.exited(reactor, RUN_BOUND)
         self.assertEqual(status, 0, daemon.tail())
-        self.assertIn(b"Job job: stopped", bytes(daemon.output), daemon.tail())
+        self.assertIn(b"Job job stopped after ", bytes(daemon.output), daemon.tail())
         self.assertNotIn(b"Traceback", bytes(daemon.output), daemon.tail())
         partial = deliveries(instance.fetchAll(user.name), corpus.messages)
         self.assertEqual((partial.duplicated, partial.unexpected), ((), 0), partial.summary())

@@ -59,6 +59,7 @@ from imapmig.job.destination import (
     TargetMailbox,
 )
 from imapmig.job.budgets import UnitBudgets
+from imapmig.job.joblog import JobLog
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.listing import Listed, SourceListing
@@ -323,6 +324,7 @@ class MigrationJob:
         sourceThrottle: Throttle | None = None,
         defer: bool = False,
         destination: str = "the destination account",
+        sourceDescription: str = "the source",
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -346,6 +348,8 @@ class MigrationJob:
             meanwhile.
         @param destination: the destination account as logs name it
             (C{"alice at mail.example.com"}).
+        @param sourceDescription: the source as logs name it
+            (L{imapmig.job.joblog.describeSource}).
         """
         self.name = name
         self._destination = destination
@@ -400,6 +404,15 @@ class MigrationJob:
             settings.recordEvery,
             settings.recordInterval,
             onError=self._storeFailed,
+            onFailed=lambda outcome: self._log.messageFailed(outcome),
+        )
+        self._log = JobLog(
+            name,
+            progress,
+            clock,
+            lambda: self._recorder.settledCount,
+            sourceDescription,
+            destination,
         )
         self._preparation = MessagePreparation(self._recorder, eightBit == "fail")
 
@@ -468,25 +481,17 @@ class MigrationJob:
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
         fruitless = 0
+        self._log.started(*await self._recordedBefore())
         try:
             while True:
                 before = self._recorder.settledCount
                 error = await self._budgetUsedUp() or await self._attemptOnce()
                 if self._stopping:
                     self._lifecycle.stopped()
-                    log.info("Job {job}: stopped", job=self.name)
                     return False
                 if error is None:
                     await self._recordJobFailure(None)
                     self._lifecycle.succeed()
-                    log.info(
-                        "Job {job} done: {done} of {total} messages in the destination, "
-                        "{failed} failed",
-                        job=self.name,
-                        done=self._progress.messagesDone,
-                        total=self._progress.messagesTotal,
-                        failed=self._progress.messagesFailed,
-                    )
                     return True
                 reason = str(error) or type(error).__name__
                 error = asRetryable(error)
@@ -509,6 +514,24 @@ class MigrationJob:
             if self._stopTimer is not None and self._stopTimer.active():
                 self._stopTimer.cancel()
             self._stopTimer = None
+            self._log.ended(
+                self._recorder.appended,
+                self._recorder.present,
+                self._stopping,
+                self.deferredUntil,
+            )
+
+    async def _recordedBefore(self) -> tuple[int | None, int | None]:
+        """
+        What the state store records of earlier runs, for the start line:
+        messages in the destination and messages failed, or L{None}s if
+        it cannot say.
+        """
+        try:
+            return await self._store.summary(self.name)
+        except ImapmigError:
+            # The attempt meets the same store and says why.
+            return None, None
 
     async def _waitToRetry(self, error: BaseException, reason: str, fruitless: int) -> bool:
         """
@@ -539,7 +562,6 @@ class MigrationJob:
             untilRenewal = await side.pauseFor(error)
             if self._stopping:
                 self._lifecycle.stopped()
-                log.info("Job {job}: stopped", job=self.name)
                 return False
         if untilRenewal is not None and self._defer:
             self.deferredUntil = self._clock.seconds() + untilRenewal
@@ -573,19 +595,21 @@ class MigrationJob:
                 self._lifecycle.backOff(reason, delay)
                 what = "connecting again"
             log.warn(
-                "Job {job}: {why}; {what} in {delay:.1f} s (attempt {attempt} of {attempts}"
-                " without progress)",
+                "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
+                " of {attempts} without progress)",
                 job=self.name,
-                why=reason,
+                # Twisted's connection errors end with a full stop.
+                why=reason.rstrip(". "),
                 what=what,
                 delay=delay,
+                until=utcTime(self._clock.seconds() + delay),
                 attempt=fruitless,
                 attempts=self._retry.attempts,
             )
         try:
             await self._lifecycle.waited()
         except CancelledError:
-            log.info("Job {job}: stopped while waiting to retry", job=self.name)
+            # Stopped while waiting: the run's end line says so.
             return False
         self._progress.reconnects += 1
         self._lifecycle.retry()
@@ -604,7 +628,7 @@ class MigrationJob:
         return None
 
     async def _failed(self, reason: str) -> bool:
-        log.error("Job {job} failed: {reason}", job=self.name, reason=reason)
+        # The run's end line logs the reason, once (JobLog.ended).
         await self._recordJobFailure(reason)
         self._lifecycle.fail(reason)
         return False
@@ -736,14 +760,7 @@ class MigrationJob:
             key = (first.folderKey, first.messageKey)
             strikes = self._strikes[key] = self._strikes.get(key, 0) + 1
             if strikes >= self._retry.messageAttempts:
-                log.error(
-                    "Job {job}: message {key} in {folder} was first in line when the"
-                    " connection failed {count} times; recorded as failed",
-                    job=self.name,
-                    key=first.messageKey,
-                    folder=first.folderKey,
-                    count=strikes,
-                )
+                # Logged with its reason as it is recorded (JobLog).
                 self._recorder.add(
                     MessageOutcome(
                         first.folderKey,

@@ -123,13 +123,17 @@ class OutcomeRecorder:
         recordEvery: int,
         recordInterval: float,
         onError: Callable[[], None] = lambda: None,
+        onFailed: Callable[[MessageOutcome], None] = lambda outcome: None,
     ) -> None:
         """
         @param onError: called once if the store fails to record a batch:
             the job must stop.
+        @param onFailed: called with each failed outcome as it is noted,
+            to log it (L{imapmig.job.joblog.JobLog.messageFailed}).
         """
         self._jobName = jobName
         self._onError = onError
+        self._onFailed = onFailed
         self.error: str | None = None
         self._store = store
         self._progress = progress
@@ -215,6 +219,7 @@ class OutcomeRecorder:
             self.failedKeys.add((outcome.folderKey, outcome.messageKey))
             if folder is not None:
                 folder.failed()
+            self._onFailed(outcome)
         else:
             listed = outcome.size if octets is None else octets
             progress.messagesDone += 1

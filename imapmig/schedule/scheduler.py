@@ -300,7 +300,8 @@ class JobQueueService(Service):
                 slot = await self._slotAgain(name)
             job = self._build(claim.job, connections)
             self._jobs[name] = job
-            log.info(
+            # The job's own start line (imapmig.job.joblog) follows.
+            log.debug(
                 "Job {job}: started ({running} of at most {maxJobs} jobs running)",
                 job=name,
                 running=self._grants.pools.inUse(JOB_SLOTS),
@@ -311,7 +312,8 @@ class JobQueueService(Service):
                 outcome = JobOutcome.COMPLETED
             elif job.deferredUntil is not None:
                 outcome, notBefore = JobOutcome.DEFERRED, job.deferredUntil
-                log.info(
+                # Said by the job's end line too (imapmig.job.joblog).
+                log.debug(
                     "Job {job}: deferred until {until}; its job slot and connections"
                     " go to other jobs meanwhile",
                     job=name,

@@ -23,10 +23,12 @@ from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress
 from imapmig.state import IStateStore
 from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
+from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.jobs import JobsResource
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import parseJobQuery, selectJobs
+from imapmig.status.quiet import QuietHTTPChannel, QuietRequest, QuietSiteMixin
 from imapmig.status.verifyreport import VerifyReportSummary
 
 log = Logger()
@@ -140,18 +142,33 @@ class StatusResource(Resource):
         return result
 
 
-class QuietSite(Site):
+class QuietStatusChannel(StatusChannel, QuietHTTPChannel):
     """
-    A L{Site} that says nothing at the default log level: no "Starting
-    factory" when it listens, and each request a structured debug event
-    instead of an access-log line (a page polled every few seconds would
-    otherwise fill the log).
+    The status site's HTTP/1.1 channel (no HTTP/2 negotiation wrapper):
+    answers an over-long request line (L{StatusChannel}) and times idle
+    clients out at debug level (L{QuietHTTPChannel}).
     """
 
-    noisy = False
-    # A plain HTTP/1.1 channel (no HTTP/2 negotiation wrapper: the status
-    # site speaks HTTP/1.1) that answers an over-long request line.
-    protocol = StatusChannel  # type: ignore[assignment]
+
+class QuietStatusRequest(BoundedRequest, QuietRequest):
+    """
+    The status site's request: its body bounded (L{BoundedRequest}), its
+    informational notes at debug level (L{QuietRequest}).
+    """
+
+
+class QuietSite(QuietSiteMixin, Site):
+    """
+    A L{Site} that says nothing at the default log level: no "Starting
+    factory" when it listens, twisted.web's informational notes at debug
+    level (L{imapmig.status.quiet}), and each request a structured debug
+    event instead of an access-log line (a page polled every few seconds
+    would otherwise fill the log).  Request bodies are bounded before they
+    are read (L{BoundedRequest}): only C{/control} takes one.
+    """
+
+    protocol = QuietStatusChannel  # type: ignore[assignment]
+    requestFactory = QuietStatusRequest
 
     def __init__(self, resource: IResource, reactor: IReactorTime | None = None) -> None:
         """
