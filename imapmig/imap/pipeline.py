@@ -65,6 +65,7 @@ from imapmig.errors import ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.message import StreamedBody, formatInternalDate
+from imapmig.telemetry import ServerTelemetry
 
 LITERAL_MINUS_LIMIT = 4096
 
@@ -322,15 +323,18 @@ class _AppendCommand:
 
     @ivar sentUpTo: in synchronizing mode, the index of the message whose
         literal awaits the server's continuation.
+    @ivar sentAt: when its last octet was written, if it was and telemetry
+        measures the APPEND latency.
     """
 
-    __slots__ = ("tag", "messages", "size", "sentUpTo")
+    __slots__ = ("tag", "messages", "size", "sentUpTo", "sentAt")
 
     def __init__(self, tag: bytes, messages: list[OutgoingMessage], size: int) -> None:
         self.tag = tag
         self.messages = messages
         self.size = size
         self.sentUpTo = 0
+        self.sentAt: float | None = None
 
 
 def _memorySlices(body: bytes | bytearray) -> Iterator[bytes]:
@@ -388,8 +392,15 @@ class AppendPipeline:
         client: MigrationIMAP4Client,
         settings: PipelineSettings,
         outcomes: AppendOutcomes,
+        telemetry: ServerTelemetry | None = None,
     ) -> None:
+        """
+        @param telemetry: the destination server's telemetry, which this
+            pipeline gives its window and each command's APPEND latency
+            (by its clock); L{None}: none.
+        """
         self._client = client
+        self._telemetry = telemetry
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
@@ -415,6 +426,8 @@ class AppendPipeline:
         self._minus = settings.literalMode is LiteralMode.MINUS
         client.pipeline = self
         client.connection.registerProducer(self, True)
+        if telemetry is not None:
+            telemetry.pipelineOpened(self)
         if self._sync or self._minus:
             # Waiting with replies due (before a synchronizing literal),
             # imapmig has nothing to send that would carry the ACK a
@@ -524,6 +537,8 @@ class AppendPipeline:
         """
         Stop producing on the transport; the pipeline must be idle.
         """
+        if self._telemetry is not None:
+            self._telemetry.pipelineClosed(self)
         if self._client.pipeline is self:
             self._client.pipeline = None
             if self._failure is None:
@@ -719,6 +734,9 @@ class AppendPipeline:
                 return
             out.append(body if type(body) is bytes else bytes(body))
         out.append(b"\r\n")
+        # Written now: out goes to the transport before the reactor runs.
+        if self._telemetry is not None:
+            command.sentAt = self._telemetry.seconds()
 
     # Receiving, called by the client.
 
@@ -779,6 +797,10 @@ class AppendPipeline:
         messages = command.messages
         self.messagesInFlight -= len(messages)
         self.bytesInFlight -= command.size
+        if command.sentAt is not None:
+            telemetry = self._telemetry
+            assert telemetry is not None
+            telemetry.appendLatency.observe(telemetry.seconds() - command.sentAt)
         if self._blocked is command:
             # Refused before the server asked for the rest of it.
             self._blocked = None
@@ -831,6 +853,8 @@ class AppendPipeline:
         """
         if self._failure is None:
             self._failure = Failure(error)
+            if self._telemetry is not None:
+                self._telemetry.pipelineClosed(self)
         self._paused = True
         waiters = self._drainedWaiters + self._hungryWaiters + self._flushedWaiters
         self._drainedWaiters = []

@@ -92,6 +92,7 @@ from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
+from imapmig.telemetry import ServerTelemetry
 
 log = Logger()
 
@@ -323,6 +324,7 @@ class MigrationJob:
         sourceThrottle: Throttle | None = None,
         defer: bool = False,
         destination: str = "the destination account",
+        telemetry: ServerTelemetry | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -346,9 +348,12 @@ class MigrationJob:
             meanwhile.
         @param destination: the destination account as logs name it
             (C{"alice at mail.example.com"}).
+        @param telemetry: the destination server's telemetry, given to each
+            APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         """
         self.name = name
         self._destination = destination
+        self._telemetry = telemetry
         # Set when the destination answered that its mailbox is full
         # (L{mailboxFull}): the reason every message left to copy in this
         # run is recorded as failed with.
@@ -889,6 +894,7 @@ class MigrationJob:
             settings.windowMessages,
             settings.windowBytes,
             outcomes,
+            self._telemetry,
         )
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket
