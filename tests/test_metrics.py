@@ -117,8 +117,8 @@ class CollectorTests(SynchronousTestCase):
         Each job's counters, labelled with the job and its destination
         server: messages appended by this run (done less those already
         migrated or present), their octets, failed, already present,
-        reconnects, already migrated; its source's messages only once
-        counted; its state as one series.
+        reconnects, already migrated; its source's and its pending messages
+        only once counted; its state as one series.
         """
         samples, types = scrape(self.collector)
         alice = {"job": "alice", "server": "mx1"}
@@ -131,6 +131,7 @@ class CollectorTests(SynchronousTestCase):
         self.assertEqual(value(samples, "imapmig_job_reconnects_total", **alice), 1)
         self.assertEqual(value(samples, "imapmig_job_already_migrated_messages", **alice), 10)
         self.assertEqual(value(samples, "imapmig_job_source_messages", **alice), 100)
+        self.assertEqual(value(samples, "imapmig_job_pending_messages", **alice), 58)
         self.assertEqual(
             value(samples, "imapmig_job_state", state="running", **alice), 1
         )
@@ -141,9 +142,8 @@ class CollectorTests(SynchronousTestCase):
         self.assertEqual(value(samples, "imapmig_job_migrated_messages_total", **carol), 0)
         self.assertEqual(value(samples, "imapmig_job_state", state="queued", **carol), 1)
         # Not counted: no total, rather than a false 0.
-        self.assertNotIn(
-            ("imapmig_job_source_messages", frozenset(carol.items())), samples
-        )
+        for name in ("imapmig_job_source_messages", "imapmig_job_pending_messages"):
+            self.assertNotIn((name, frozenset(carol.items())), samples)
         states = [key for key in samples if key[0] == "imapmig_job_state"]
         self.assertEqual(len(states), 3)
         self.assertEqual(types["imapmig_job_migrated_messages"], "counter")
@@ -168,6 +168,8 @@ class CollectorTests(SynchronousTestCase):
             value(samples, "imapmig_server_failed_messages_total", server="mx1"), 2
         )
         self.assertEqual(value(samples, "imapmig_server_source_messages", server="mx2"), 3)
+        self.assertEqual(value(samples, "imapmig_server_pending_messages", server="mx1"), 58)
+        self.assertEqual(value(samples, "imapmig_server_pending_messages", server="mx2"), 0)
         self.assertEqual(value(samples, "imapmig_server_uncounted_jobs", server="mx2"), 1)
         self.assertEqual(value(samples, "imapmig_server_uncounted_jobs", server="mx1"), 0)
         for state in JobState:

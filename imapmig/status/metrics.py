@@ -102,7 +102,7 @@ class _Carried:
 
 
 # Where the sums of a server hold what follows the _COUNTERS.
-_ALREADY, _SOURCE, _UNCOUNTED = len(_COUNTERS), len(_COUNTERS) + 1, len(_COUNTERS) + 2
+_ALREADY, _SOURCE, _PENDING, _UNCOUNTED = (len(_COUNTERS) + n for n in range(4))
 
 
 class MigrationCollector(Collector):
@@ -174,6 +174,12 @@ class MigrationCollector(Collector):
             "Messages in the job's source, all folders; only once the source is counted",
             labels=jobLabels,
         )
+        pendingMessages = GaugeMetricFamily(
+            "imapmig_job_pending_messages",
+            "Messages of the job's source neither in the destination nor failed; only once the"
+            " source is counted",
+            labels=jobLabels,
+        )
         jobState = GaugeMetricFamily(
             "imapmig_job_state",
             "The job's state: 1 for the state it is in (one series per job)",
@@ -187,6 +193,7 @@ class MigrationCollector(Collector):
         ]
         alreadySamples, alreadyName = alreadyMigrated.samples, alreadyMigrated.name
         sourceSamples, sourceName = sourceMessages.samples, sourceMessages.name
+        pendingSamples, pendingName = pendingMessages.samples, pendingMessages.name
         stateSamples, stateName = jobState.samples, jobState.name
         states = [state.value for state in JobState]
         servers: dict[str, list[int]] = {}
@@ -207,7 +214,9 @@ class MigrationCollector(Collector):
                 sums[index] += value
             sums[_ALREADY] += already
             if counted:
+                pending = job.messagesPending
                 sums[_SOURCE] += job.messagesTotal
+                sums[_PENDING] += pending
             else:
                 sums[_UNCOUNTED] += 1
             stateCounts[server][state] += 1
@@ -218,6 +227,7 @@ class MigrationCollector(Collector):
                 alreadySamples.append(Sample(alreadyName, labels, already))
                 if counted:
                     sourceSamples.append(Sample(sourceName, labels, job.messagesTotal))
+                    pendingSamples.append(Sample(pendingName, labels, pending))
                 stateSamples.append(
                     Sample(stateName, {"job": name, "server": server, "state": state}, 1)
                 )
@@ -225,6 +235,7 @@ class MigrationCollector(Collector):
             yield from jobCounterFamilies
             yield alreadyMigrated
             yield sourceMessages
+            yield pendingMessages
             yield jobState
         yield from self._serverFamilies(servers, stateCounts)
         yield from self._telemetryFamilies()
@@ -260,6 +271,12 @@ class MigrationCollector(Collector):
             "Messages in the sources of the jobs to this destination server that are counted",
             labels=labels,
         )
+        pending = GaugeMetricFamily(
+            "imapmig_server_pending_messages",
+            "Messages of the counted jobs to this destination server neither in the destination"
+            " nor failed",
+            labels=labels,
+        )
         uncounted = GaugeMetricFamily(
             "imapmig_server_uncounted_jobs",
             "Jobs to this destination server whose source is not counted yet"
@@ -276,12 +293,14 @@ class MigrationCollector(Collector):
                 family.add_metric([server], value)
             alreadyMigrated.add_metric([server], sums[_ALREADY])
             sourceMessages.add_metric([server], sums[_SOURCE])
+            pending.add_metric([server], sums[_PENDING])
             uncounted.add_metric([server], sums[_UNCOUNTED])
             for state, count in stateCounts[server].items():
                 jobs.add_metric([server, state], count)
         yield from families
         yield alreadyMigrated
         yield sourceMessages
+        yield pending
         yield uncounted
         yield jobs
 
