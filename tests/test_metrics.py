@@ -184,16 +184,18 @@ class CollectorTests(SynchronousTestCase):
         """
         A job's new run starts its progress counters again from 0; the
         metrics go on from what its earlier run had counted, so they never
-        go down.
+        go down, nor jump while the new run has not listed its source.
         """
         scrape(self.collector)
         self.clock.advance(60)
+        bob = {"job": "bob", "server": "mx2"}
         self.bob.started()
+        # Not listed yet: done and already migrated are the last run's.
+        samples, _ = scrape(self.collector)
+        self.assertEqual(value(samples, "imapmig_job_migrated_messages_total", **bob), 3)
         self.bob.messagesDone = 3
-        self.bob.bytesDone = 0
         self.bob.messagesAlreadyMigrated = 3
         samples, _ = scrape(self.collector)
-        bob = {"job": "bob", "server": "mx2"}
         self.assertEqual(value(samples, "imapmig_job_migrated_messages_total", **bob), 3)
         self.assertEqual(value(samples, "imapmig_job_migrated_bytes_total", **bob), 300)
         self.bob.messagesTotal = 4

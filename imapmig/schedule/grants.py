@@ -314,8 +314,8 @@ class ConnectionGrants:
 
     def connectionCounts(self) -> dict[str, ServerConnections]:
         """
-        The connections granted and open per server: every configured
-        server, and any other one a connection is granted to.
+        The connections granted and open per server: every server named in
+        the limits given (the service names every configured server).
         """
         servers = dict.fromkeys(self._limits)
         servers.update(dict.fromkeys(self._idle))

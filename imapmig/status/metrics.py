@@ -68,11 +68,14 @@ def jobCounters(job: JobProgress) -> tuple[int, int, int, int, int]:
     already present, reconnects.
     """
     present = job.messagesAlreadyPresent
-    appended = job.messagesDone - job.messagesAlreadyMigrated - present
     # The octets this run appended: "bytesSent" where the progress model
     # names them so (bytesDone then counts the earlier runs' too).
-    octets = getattr(job, "bytesSent", job.bytesDone)
-    return (max(0, appended), int(octets), job.messagesFailed, present, job.reconnects)
+    octets = int(getattr(job, "bytesSent", job.bytesDone))
+    # Until a new run has listed its source, messagesDone and
+    # messagesAlreadyMigrated are still the last run's; nothing is appended
+    # before that listing, and every message appended has octets.
+    appended = job.messagesDone - job.messagesAlreadyMigrated - present if octets else 0
+    return (max(0, appended), octets, job.messagesFailed, present, job.reconnects)
 
 
 def isCounted(job: JobProgress) -> bool:
