@@ -49,6 +49,7 @@ the state store.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import deque
 from datetime import datetime
 from enum import Enum
@@ -401,6 +402,9 @@ class AppendPipeline:
         """
         self._client = client
         self._telemetry = telemetry
+        # Read once per command: kept here, a lookup shorter.
+        self._seconds = None if telemetry is None else telemetry.seconds
+        self._latency = None if telemetry is None else telemetry.appendLatency
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
@@ -735,8 +739,9 @@ class AppendPipeline:
             out.append(body if type(body) is bytes else bytes(body))
         out.append(b"\r\n")
         # Written now: out goes to the transport before the reactor runs.
-        if self._telemetry is not None:
-            command.sentAt = self._telemetry.seconds()
+        seconds = self._seconds
+        if seconds is not None:
+            command.sentAt = seconds()
 
     # Receiving, called by the client.
 
@@ -797,10 +802,15 @@ class AppendPipeline:
         messages = command.messages
         self.messagesInFlight -= len(messages)
         self.bytesInFlight -= command.size
-        if command.sentAt is not None:
-            telemetry = self._telemetry
-            assert telemetry is not None
-            telemetry.appendLatency.observe(telemetry.seconds() - command.sentAt)
+        sentAt = command.sentAt
+        if sentAt is not None:
+            # LatencyHistogram.observe, inlined: this runs once per command.
+            latency = self._latency
+            seconds = self._seconds
+            assert latency is not None and seconds is not None
+            elapsed = seconds() - sentAt
+            latency.counts[bisect_left(latency.bounds, elapsed)] += 1
+            latency.sum += elapsed
         if self._blocked is command:
             # Refused before the server asked for the rest of it.
             self._blocked = None
