@@ -894,7 +894,7 @@ class MigrationJob:
             settings.windowMessages,
             settings.windowBytes,
             outcomes,
-            self._telemetry,
+            telemetry=self._telemetry,
         )
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket
