@@ -62,6 +62,7 @@ from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.telemetry import Telemetry
 from imapmig.tokens import TokenSources, loginWithToken
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
@@ -471,7 +472,9 @@ def buildService(
     grants = ConnectionGrants(
         config.maxJobs, {server.name: server.limits for server in config.servers}
     )
-    throttles = ThrottleRegistry(reactor, store)
+    telemetry = Telemetry(reactor.seconds)
+    telemetry.watchConnections(grants.connectionCounts)
+    throttles = ThrottleRegistry(reactor, store, telemetry)
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
         jobConfig = withinLimits(jobConfig)
@@ -493,6 +496,7 @@ def buildService(
             defer=True,
             destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
             sourceDescription=describeSource(jobConfig.source),
+            telemetry=telemetry.server(jobConfig.destination.server.name),
         )
 
     ProgressSampler(progress, reactor).setServiceParent(root)
@@ -516,6 +520,7 @@ def buildService(
         from twisted.application import strports
 
         from imapmig.status.controls import ControlResource
+        from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import buildStatusSite
         from imapmig.verify import defaultReportPath
 
@@ -527,6 +532,11 @@ def buildService(
             verifyReportPath=defaultReportPath(config.statePath),
             rulesOf={job.name: job.folders for job in config.jobs}.get,
             control=ControlResource(scheduler.controls, config.status.token),
+            metrics=buildMetricsResource(
+                progress,
+                telemetry,
+                {job.name: job.destination.server.name for job in config.jobs},
+            ),
         )
         listener = strports.service(config.status.listen, site, reactor=reactor)
         listener.setName("status")

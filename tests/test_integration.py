@@ -40,6 +40,7 @@ from imapmig.plan import PersonalNamespace
 from imapmig.progress import JobProgress, JobState
 from imapmig.service import sessionOpener
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.telemetry import ServerTelemetry
 from imapmig.testing.corpus import (
     CorpusMessage,
     maildirFolderName,
@@ -251,9 +252,10 @@ class _Recorder:
             windowMessages: int,
             windowBytes: int,
             outcomes: AppendOutcomes,
+            telemetry: ServerTelemetry | None = None,
         ) -> AppendPipeline:
             pipeline = originalPipeline(
-                session, batchMessages, batchBytes, windowMessages, windowBytes, outcomes
+                session, batchMessages, batchBytes, windowMessages, windowBytes, outcomes, telemetry
             )
             self.capabilities.append(session.capabilities)
             self.settings.append(pipeline.settings)

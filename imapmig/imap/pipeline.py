@@ -49,6 +49,7 @@ the state store.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import deque
 from datetime import datetime
 from enum import Enum
@@ -65,6 +66,7 @@ from imapmig.errors import ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.message import StreamedBody, formatInternalDate
+from imapmig.telemetry import ServerTelemetry
 
 LITERAL_MINUS_LIMIT = 4096
 
@@ -322,15 +324,18 @@ class _AppendCommand:
 
     @ivar sentUpTo: in synchronizing mode, the index of the message whose
         literal awaits the server's continuation.
+    @ivar sentAt: when its last octet was written, if it was and telemetry
+        measures the APPEND latency.
     """
 
-    __slots__ = ("tag", "messages", "size", "sentUpTo")
+    __slots__ = ("tag", "messages", "size", "sentUpTo", "sentAt")
 
     def __init__(self, tag: bytes, messages: list[OutgoingMessage], size: int) -> None:
         self.tag = tag
         self.messages = messages
         self.size = size
         self.sentUpTo = 0
+        self.sentAt: float | None = None
 
 
 def _memorySlices(body: bytes | bytearray) -> Iterator[bytes]:
@@ -388,8 +393,18 @@ class AppendPipeline:
         client: MigrationIMAP4Client,
         settings: PipelineSettings,
         outcomes: AppendOutcomes,
+        telemetry: ServerTelemetry | None = None,
     ) -> None:
+        """
+        @param telemetry: the destination server's telemetry, which this
+            pipeline gives its window and each command's APPEND latency
+            (by its clock); L{None}: none.
+        """
         self._client = client
+        self._telemetry = telemetry
+        # Read once per command: kept here, a lookup shorter.
+        self._seconds = None if telemetry is None else telemetry.seconds
+        self._latency = None if telemetry is None else telemetry.appendLatency
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
@@ -415,6 +430,8 @@ class AppendPipeline:
         self._minus = settings.literalMode is LiteralMode.MINUS
         client.pipeline = self
         client.connection.registerProducer(self, True)
+        if telemetry is not None:
+            telemetry.pipelineOpened(self)
         if self._sync or self._minus:
             # Waiting with replies due (before a synchronizing literal),
             # imapmig has nothing to send that would carry the ACK a
@@ -524,6 +541,8 @@ class AppendPipeline:
         """
         Stop producing on the transport; the pipeline must be idle.
         """
+        if self._telemetry is not None:
+            self._telemetry.pipelineClosed(self)
         if self._client.pipeline is self:
             self._client.pipeline = None
             if self._failure is None:
@@ -719,6 +738,10 @@ class AppendPipeline:
                 return
             out.append(body if type(body) is bytes else bytes(body))
         out.append(b"\r\n")
+        # Written now: out goes to the transport before the reactor runs.
+        seconds = self._seconds
+        if seconds is not None:
+            command.sentAt = seconds()
 
     # Receiving, called by the client.
 
@@ -779,6 +802,15 @@ class AppendPipeline:
         messages = command.messages
         self.messagesInFlight -= len(messages)
         self.bytesInFlight -= command.size
+        sentAt = command.sentAt
+        if sentAt is not None:
+            # LatencyHistogram.observe, inlined: this runs once per command.
+            latency = self._latency
+            seconds = self._seconds
+            assert latency is not None and seconds is not None
+            elapsed = seconds() - sentAt
+            latency.counts[bisect_left(latency.bounds, elapsed)] += 1
+            latency.sum += elapsed
         if self._blocked is command:
             # Refused before the server asked for the rest of it.
             self._blocked = None
@@ -831,6 +863,8 @@ class AppendPipeline:
         """
         if self._failure is None:
             self._failure = Failure(error)
+            if self._telemetry is not None:
+                self._telemetry.pipelineClosed(self)
         self._paused = True
         waiters = self._drainedWaiters + self._hungryWaiters + self._flushedWaiters
         self._drainedWaiters = []

@@ -67,6 +67,7 @@ from imapmig.imap.pipeline import (
     encodeMailboxName,
 )
 from imapmig.plan import PersonalNamespace
+from imapmig.telemetry import ServerTelemetry
 
 T = TypeVar("T")
 
@@ -996,17 +997,20 @@ class IMAPSession:
         windowMessages: int,
         windowBytes: int,
         outcomes: AppendOutcomes,
+        telemetry: ServerTelemetry | None = None,
     ) -> AppendPipeline:
         """
         The connection's APPEND pipeline, set up for this server's
         capabilities (LITERAL+/LITERAL-, MULTIAPPEND).  Send no other command
         while it is not idle.
+
+        @param telemetry: the server's telemetry (L{AppendPipeline}).
         """
         if self._pipeline is None:
             settings = PipelineSettings.forServer(
                 self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
             )
-            self._pipeline = AppendPipeline(self._client, settings, outcomes)
+            self._pipeline = AppendPipeline(self._client, settings, outcomes, telemetry)
             # The transport resuming the pipeline (the server read what was
             # buffered) is progress for the reply deadline: a large APPEND
             # on a slow link is not a stall.

@@ -93,6 +93,7 @@ from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
+from imapmig.telemetry import ServerTelemetry
 
 log = Logger()
 
@@ -325,6 +326,7 @@ class MigrationJob:
         defer: bool = False,
         destination: str = "the destination account",
         sourceDescription: str = "the source",
+        telemetry: ServerTelemetry | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -350,9 +352,12 @@ class MigrationJob:
             (C{"alice at mail.example.com"}).
         @param sourceDescription: the source as logs name it
             (L{imapmig.job.joblog.describeSource}).
+        @param telemetry: the destination server's telemetry, given to each
+            APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         """
         self.name = name
         self._destination = destination
+        self._telemetry = telemetry
         # Set when the destination answered that its mailbox is full
         # (L{mailboxFull}): the reason every message left to copy in this
         # run is recorded as failed with.
@@ -907,6 +912,7 @@ class MigrationJob:
             settings.windowMessages,
             settings.windowBytes,
             outcomes,
+            telemetry=self._telemetry,
         )
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket

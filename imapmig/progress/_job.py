@@ -238,6 +238,7 @@ class JobProgress:
         "sampled",
         "_settledBefore",
         "_sentBefore",
+        "_countedBefore",
         "_seconds",
         "_onStart",
     )
@@ -284,6 +285,7 @@ class JobProgress:
         self.sampled = (0, 0)
         self._settledBefore = 0
         self._sentBefore = 0
+        self._countedBefore: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
         self._seconds = seconds
         self._onStart = onStart
 
@@ -317,6 +319,7 @@ class JobProgress:
         """
         self._settledBefore += self.messagesSettled
         self._sentBefore += self.bytesSent
+        self._countedBefore = self.lifetimeCounters()
         self.messagesSettled = 0
         self.bytesSent = 0
         self.reconnects = 0
@@ -356,6 +359,36 @@ class JobProgress:
         return (
             self._settledBefore + self.messagesSettled,
             self._sentBefore + self.bytesSent,
+        )
+
+    def runCounters(self) -> tuple[int, int, int, int, int]:
+        """
+        This run's counters: messages appended, their octets, messages
+        failed, messages found already present, reconnects.
+        """
+        present = self.messagesAlreadyPresent
+        octets = self.bytesSent
+        # Until a new run has listed its source, messagesDone and
+        # messagesAlreadyMigrated are still the last run's; nothing is
+        # appended before that listing, and every message appended has
+        # octets.
+        appended = self.messagesDone - self.messagesAlreadyMigrated - present if octets else 0
+        return (max(0, appended), octets, self.messagesFailed, present, self.reconnects)
+
+    def lifetimeCounters(self) -> tuple[int, int, int, int, int]:
+        """
+        L{runCounters} summed over every run of this job in this process:
+        counters that only grow (C{/metrics}), however many runs end
+        between two reads.
+        """
+        before = self._countedBefore
+        current = self.runCounters()
+        return (
+            before[0] + current[0],
+            before[1] + current[1],
+            before[2] + current[2],
+            before[3] + current[3],
+            before[4] + current[4],
         )
 
     # Totals

@@ -38,6 +38,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.config.limits import ServerLimits
 from imapmig.errors import PermanentError, TransientError
+from imapmig.telemetry import ServerConnections
 
 PoolKey = Hashable
 
@@ -276,6 +277,9 @@ class ConnectionGrants:
         self._maxJobs = maxJobs
         self._limits = dict(limits)
         self.pools = GrantPools(self._limitOf)
+        # Per server, the units the running jobs keep reserved for their
+        # essential connections and no session holds now.
+        self._idle: Counter[str] = Counter()
 
     def _limitOf(self, key: PoolKey) -> int | None:
         if key == JOB_SLOTS:
@@ -307,6 +311,34 @@ class ConnectionGrants:
         if user is None:
             return self.pools.inUse(serverPool(server))
         return self.pools.inUse(accountPool(server, user))
+
+    def connectionCounts(self) -> dict[str, ServerConnections]:
+        """
+        The connections granted and open per server: every server named in
+        the limits given (the service names every configured server).
+        """
+        servers = dict.fromkeys(self._limits)
+        servers.update(dict.fromkeys(self._idle))
+        counts = {}
+        for server in servers:
+            granted = self.pools.inUse(serverPool(server))
+            limits = self._limits.get(server)
+            counts[server] = ServerConnections(
+                granted,
+                granted - self._idle[server],
+                None if limits is None else limits.maxConnections,
+            )
+        return counts
+
+    def _idled(self, key: tuple[str, str], units: int) -> None:
+        """
+        C{units} more (or fewer) of a job's essential connections to
+        C{key} are reserved and held by no session.
+        """
+        server = key[0]
+        self._idle[server] += units
+        if not self._idle[server]:
+            del self._idle[server]
 
 
 class _Lent:
@@ -363,6 +395,8 @@ class JobConnections:
                 return
             self._reserved = grant
             self._spare.update(self._essential)
+            for key in self._essential:
+                self._grants._idled(key, 1)
 
         return reserving.addCallback(reserved)
 
@@ -380,6 +414,7 @@ class JobConnections:
         def obtain() -> Deferred[IGrant]:
             if self._spare[key] > 0:
                 self._spare[key] -= 1
+                self._grants._idled(key, -1)
                 self._lent += 1
                 return succeed(cast(IGrant, _Lent(self, key)))
             hopeless = self._ownLimit(key)
@@ -419,6 +454,7 @@ class JobConnections:
     def _returned(self, key: tuple[str, str]) -> None:
         self._lent -= 1
         self._spare[key] += 1
+        self._grants._idled(key, 1)
         self._releaseIfDone()
 
     def end(self) -> None:
@@ -432,5 +468,7 @@ class JobConnections:
     def _releaseIfDone(self) -> None:
         if self._ended and self._lent == 0 and self._reserved is not None:
             reserved, self._reserved = self._reserved, None
+            for key, units in self._spare.items():
+                self._grants._idled(key, -units)
             self._spare.clear()
             reserved.release()

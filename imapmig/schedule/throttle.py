@@ -39,6 +39,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from imapmig.config.limits import ServerLimits
 from imapmig.errors import QuotaExceeded, ServerBusy
 from imapmig.state import IStateStore
+from imapmig.telemetry import Telemetry, ThrottleWaits
 
 __all__ = [
     "DOWNLOAD",
@@ -343,9 +344,17 @@ class Throttle:
     """
 
     def __init__(
-        self, clock: IReactorTime, gates: Sequence[_Gate], budget: DailyBudget | None
+        self,
+        clock: IReactorTime,
+        gates: Sequence[_Gate],
+        budget: DailyBudget | None,
+        waits: ThrottleWaits | None = None,
     ) -> None:
+        """
+        @param waits: where its waits are counted (telemetry), or L{None}.
+        """
         self._clock = clock
+        self._waitsCounted = waits
         self._gates = tuple(gates)
         self._messageBuckets = tuple(g.messages for g in gates if g.messages is not None)
         self._octetBuckets = tuple(g.octets for g in gates if g.octets is not None)
@@ -353,8 +362,8 @@ class Throttle:
         self.rated = bool(self._messageBuckets or self._octetBuckets)
         self.lastSignal: BaseException | None = None
         self.closed = False
-        # Each wait's timer, and the tokens it reserved.
-        self._waits: dict[Deferred[None], tuple[IDelayedCall, int, int]] = {}
+        # Each wait's timer, the tokens it reserved, and when it began.
+        self._waits: dict[Deferred[None], tuple[IDelayedCall, int, int, float]] = {}
 
     def chunkLimits(self, messages: int, octets: int) -> tuple[int, int]:
         """
@@ -402,21 +411,35 @@ class Throttle:
         if delay <= 0:
             return succeed(None)
         waiter: Deferred[None] = Deferred(self._cancelled)
-        self._waits[waiter] = (self._clock.callLater(delay, self._due, waiter), messages, octets)
+        call = self._clock.callLater(delay, self._due, waiter)
+        self._waits[waiter] = (call, messages, octets, now)
+        if self._waitsCounted is not None:
+            self._waitsCounted.count += 1
         return waiter
 
     def _due(self, waiter: Deferred[None]) -> None:
         # A server's "wait" may have come since the tokens were reserved.
-        held = max(gate.heldUntil for gate in self._gates) - self._clock.seconds()
+        now = self._clock.seconds()
+        held = max(gate.heldUntil for gate in self._gates) - now
         if held > _RESOLUTION:
-            _, messages, octets = self._waits[waiter]
-            self._waits[waiter] = (self._clock.callLater(held, self._due, waiter), messages, octets)
+            _, messages, octets, began = self._waits[waiter]
+            call = self._clock.callLater(held, self._due, waiter)
+            self._waits[waiter] = (call, messages, octets, began)
             return
-        del self._waits[waiter]
+        began = self._waits.pop(waiter)[3]
+        self._waited(now - began)
         waiter.callback(None)
 
+    def _waited(self, seconds: float) -> None:
+        """
+        A wait of C{seconds} ended: count them.
+        """
+        if self._waitsCounted is not None:
+            self._waitsCounted.seconds += seconds
+
     def _cancelled(self, waiter: Deferred[None]) -> None:
-        call, messages, octets = self._waits.pop(waiter)
+        call, messages, octets, began = self._waits.pop(waiter)
+        self._waited(self._clock.seconds() - began)
         if call.active():
             call.cancel()
         for bucket in self._messageBuckets:
@@ -476,13 +499,18 @@ class ThrottleRegistry:
     service and shared by its jobs.
     """
 
-    def __init__(self, clock: IReactorTime, store: IStateStore) -> None:
+    def __init__(
+        self, clock: IReactorTime, store: IStateStore, telemetry: Telemetry | None = None
+    ) -> None:
         """
         @param clock: refills the buckets and tells the UTC day.
         @param store: keeps the daily budgets' totals.
+        @param telemetry: where each server's throttle waits are counted,
+            per direction; L{None}: not counted.
         """
         self._clock = clock
         self._store = store
+        self._telemetry = telemetry
         self._servers: dict[str, _Gate] = {}
         self._accounts: dict[tuple[str, str], _Gate] = {}
         self._budgets: dict[tuple[str, str, str], DailyBudget] = {}
@@ -519,4 +547,7 @@ class ThrottleRegistry:
                 budget = self._budgets[server, user, direction] = DailyBudget(
                     self._store, self._clock, server, user, direction, daily
                 )
-        return Throttle(self._clock, (serverGate, accountGate), budget)
+        waits = None
+        if self._telemetry is not None:
+            waits = self._telemetry.server(server).waitsOf(direction)
+        return Throttle(self._clock, (serverGate, accountGate), budget, waits)
