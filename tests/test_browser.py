@@ -1,0 +1,596 @@
+# -*- test-case-name: tests.test_browser -*-
+"""
+The dashboard in a real browser: Debian's Chromium, headless, driven by
+Selenium against the daemon (C{python -m imapmig.daemon}) running a real,
+rate-limited migration of four jobs into a private Dovecot.
+
+It checks, through the dashboard's DOM contract, that the page shows the
+numbers of C{/status.json}, that it moves on without a reload, that pause
+and resume work from the page with the token and are refused without it
+(a paused job holding no IMAP connection, as Dovecot itself reports), and
+that the migration still ends with every message in Dovecot exactly once;
+it saves screenshots at desktop and phone sizes mid-run into
+C{$IMAPMIG_SCREENSHOTS} (default C{_trial_temp/screenshots/}).
+
+Run it alone with::
+
+    CI=true .venv/bin/python -m twisted.trial tests.test_browser
+
+Without Chromium, chromedriver or Selenium it is skipped, except under
+C{CI=true}, where it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.testing.dovecot import DovecotInstance, requireDovecot
+from tests.browser import (
+    DESKTOP,
+    MISSING,
+    PHONE,
+    PageReading,
+    emulateViewport,
+    readPage,
+    requireBrowser,
+    saveFullPage,
+    saveScreenshot,
+    screenshotDirectory,
+    setMarker,
+    startBrowser,
+)
+from tests.liverun import (
+    DaemonRun,
+    LiveJob,
+    LiveMigration,
+    StatusClient,
+    pollUntil,
+    sessionsOf,
+    writeLiveMigration,
+)
+from tests.support import deliveries, freshUser, newDirectory, sharedDovecot
+
+if TYPE_CHECKING:
+    from selenium.webdriver.chrome.webdriver import WebDriver
+
+_T = TypeVar("_T")
+
+JOBS = (("alice", 80), ("bob", 80), ("carol", 80), ("dave", 140))
+"""
+The jobs (name, messages): at L{RATE} messages a second each, the first
+three take about 20 s and the last about 35 s, plus the time it is paused:
+long enough to watch, to screenshot and to pause, even beside a CPU hog.
+"""
+
+CONTROLLED = "dave"
+"""
+The job the test pauses and resumes: the longest, so it still runs then.
+"""
+
+RATE = 4
+"""
+Each account's C{per_account.messages_per_second}.
+"""
+
+STEP = 60.0
+"""
+The bound of each wait for something the daemon or the page does within a
+poll or two (generous: the test must pass beside a CPU hog).
+"""
+
+FINISH = 240.0
+"""
+The bound of the wait for the whole migration to end.
+"""
+
+OVERALL_FIELDS = (
+    ("overall-done", "messages_done"),
+    ("overall-failed", "messages_failed"),
+    ("overall-percent", "percent_messages"),
+    ("overall-rate", "messages_per_second"),
+    ("overall-eta", "eta_seconds"),
+    ("overall-bytes-done", "bytes_done"),
+)
+"""
+Each element of the overall progress and the key of C{totals} it shows
+(C{overall-total} and C{overall-bytes-total} are compared apart: they
+depend on every job having been counted).
+"""
+
+JOB_FIELDS = (
+    ("job-state", "state"),
+    ("job-done", "messages_done"),
+    ("job-total", "messages_total"),
+    ("job-failed", "messages_failed"),
+    ("job-percent", "percent"),
+    ("job-rate", "messages_per_second"),
+    ("job-eta", "eta_seconds"),
+)
+"""
+Each cell of a job's row and the key of the job's JSON entry it shows.
+"""
+
+MOVING = {"overall-rate", "overall-eta", "job-rate", "job-eta"}
+"""
+What keeps changing after the migration ends (the rate's window moves on).
+"""
+
+
+def shows(shown: str | None, expected: object) -> bool:
+    """
+    Whether a C{data-value} shows a JSON value: a state as its text, a
+    number as the same number (the page's raw JavaScript number), null as
+    an empty or absent attribute.
+    """
+    if shown == MISSING:
+        return False
+    if expected is None:
+        return shown in (None, "")
+    if isinstance(expected, str):
+        return shown == expected
+    if isinstance(expected, bool) or not isinstance(expected, (int, float)):
+        return False
+    if shown is None:
+        return False
+    try:
+        value = float(shown)
+    except ValueError:
+        return False
+    return math.isclose(value, float(expected), rel_tol=1e-9, abs_tol=1e-9)
+
+
+def differences(
+    reading: PageReading, document: dict[str, Any], skip: frozenset[str] = frozenset()
+) -> list[str]:
+    """
+    Where the page differs from a C{/status.json} document, one line each.
+
+    @param skip: the elements and cells (L{MOVING}) not to compare.
+    """
+    found: list[str] = []
+
+    def compare(what: str, shown: str | None, expected: object) -> None:
+        if shown == MISSING:
+            found.append(f"{what}: missing from the page")
+        elif not shows(shown, expected):
+            found.append(f"{what}: the page shows {shown!r}, the JSON has {expected!r}")
+
+    totals = document.get("totals", {})
+    for element, key in OVERALL_FIELDS:
+        if element not in skip:
+            compare(f"#{element}[data-value] (totals.{key})", reading.overall[element], totals.get(key))
+    counted = totals.get("jobs_counted") == totals.get("jobs_total")
+    # Until every job is counted the total is "" ("not yet counted").
+    compare(
+        "#overall-total[data-value] (totals.messages_total)",
+        reading.overall["overall-total"],
+        totals.get("messages_total") if counted else None,
+    )
+    if counted:
+        compare(
+            "#overall-bytes-total[data-value] (totals.bytes_total)",
+            reading.overall["overall-bytes-total"],
+            totals.get("bytes_total"),
+        )
+    names = [job.get("name") for job in document.get("jobs", ())]
+    if sorted(reading.jobs) != sorted(names):
+        found.append(f"rows tr[data-job]: the page shows {sorted(reading.jobs)}, the JSON {names}")
+    for job in document.get("jobs", ()):
+        cells = reading.jobs.get(job.get("name"))
+        if cells is None:
+            continue
+        for cell, key in JOB_FIELDS:
+            if cell not in skip:
+                compare(f"tr[data-job={job['name']!r}] .{cell} ({key})", cells[cell], job.get(key))
+    return found
+
+
+def jobEntry(document: dict[str, Any], name: str) -> dict[str, Any]:
+    """
+    The entry of job C{name} in a C{/status.json} document.
+    """
+    for job in document.get("jobs", ()):
+        if job.get("name") == name:
+            assert isinstance(job, dict)
+            return job
+    raise AssertionError(f"job {name!r} is not in /status.json")
+
+
+class DashboardBrowserTests(SynchronousTestCase):
+    """
+    The dashboard, in headless Chromium, over a live migration.
+    """
+
+    def setUp(self) -> None:
+        requireDovecot(self)
+        requireBrowser(self)
+        self.instance: DovecotInstance = sharedDovecot()
+        self.directory = newDirectory(self)
+        self.migration: LiveMigration = writeLiveMigration(
+            self.directory,
+            self.instance,
+            [(name, freshUser(self.instance), count) for name, count in JOBS],
+            messagesPerSecond=RATE,
+            token=secrets.token_urlsafe(24),
+        )
+        self.driver: WebDriver = startBrowser(self, self.directory)
+        self.daemon = DaemonRun(self.migration.configPath, os.path.join(self.directory, "daemon.log"))
+        self.addCleanup(self.daemon.kill)
+        self.shots = screenshotDirectory()
+
+    # -- waiting ---------------------------------------------------------------
+
+    def waitPage(
+        self, what: str, condition: Callable[[WebDriver], _T | None], timeout: float = STEP
+    ) -> _T:
+        """
+        Wait until C{condition(driver)} is true, at most C{timeout} seconds
+        (a L{WebDriverWait}; an L{AssertionError} raised by the condition
+        ends the wait at once).
+        """
+        from selenium.common.exceptions import TimeoutException
+        from selenium.webdriver.support.wait import WebDriverWait
+
+        try:
+            result = WebDriverWait(self.driver, timeout, poll_frequency=0.25).until(condition)
+            # until() returns only a true value.
+            assert result is not None
+            return result
+        except TimeoutException:
+            raise self.failureException(f"timed out after {timeout} s waiting for {what}") from None
+
+    def waitDaemon(
+        self,
+        what: str,
+        condition: Callable[[], _T | None],
+        timeout: float = STEP,
+        detail: Callable[[], str] = lambda: "",
+    ) -> _T:
+        """
+        Wait until C{condition()} (about the daemon or Dovecot) is true, at
+        most C{timeout} seconds.
+
+        @param detail: more for the failure message.
+        """
+        result: _T = pollUntil(what, condition, timeout, detail=detail)
+        return result
+
+    def matchedReading(self, what: str, newerThan: float | None = None) -> tuple[PageReading, dict[str, Any]]:
+        """
+        Read the page until it shows a snapshot of C{/status.json} the
+        browser received (newer than C{newerThan}); fail at once if the
+        page was reloaded.
+
+        @return: the reading and the JSON document it shows.
+        """
+        def matched(driver: WebDriver) -> tuple[PageReading, dict[str, Any]] | None:
+            reading = readPage(driver)
+            self.checkNotReloaded(reading)
+            document = reading.received()
+            if document is None:
+                return None
+            if newerThan is not None and document["time"] <= newerThan:
+                return None
+            return reading, document
+
+        return self.waitPage(
+            f"{what}: the page to show a /status.json it received (#updated[data-time] equal to"
+            " the JSON's time)",
+            matched,
+        )
+
+    def checkNotReloaded(self, reading: PageReading) -> None:
+        """
+        Fail if the test's marker (set once, L{setMarker}) is gone.
+        """
+        if getattr(self, "marker", None) is not None and reading.marker != self.marker:
+            raise self.failureException(
+                "the page was reloaded (the marker set on window is gone): it must update"
+                " without a reload"
+            )
+
+    # -- the steps --------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def check(self, name: str) -> Iterator[None]:
+        """
+        Name the check a failure belongs to; on failure save a screenshot
+        and the page's HTML beside the screenshots and add the daemon's
+        log tail to the message.
+        """
+        try:
+            yield
+        except Exception as e:
+            slug = name.split(")")[0].strip("(").replace(" ", "")
+            artefacts = os.path.join(self.shots, f"failure-check{slug}")
+            try:
+                saveScreenshot(self.driver, artefacts + ".png")
+                with open(artefacts + ".html", "w", encoding="utf-8") as f:
+                    f.write(self.driver.page_source)
+            except Exception as saving:
+                artefacts = f"(could not save the page: {saving})"
+            raise self.failureException(
+                f"check {name} failed: {e}\n(page saved as {artefacts}.png/.html)\n"
+                f"--- the daemon's log ends:\n{self.daemon.tail(25)}"
+            ) from e
+
+    def test_liveDashboard(self) -> None:
+        """
+        Over a live migration of four jobs: (1) the page's numbers are
+        those of C{/status.json}; (2) they move on without a reload; (4)
+        screenshots at 1280x900 and 390x844 are saved mid-run; (3) pause is
+        refused without the token, works with it (the job holds no IMAP
+        connection) and resume brings the job back; and the migration ends
+        with every message in Dovecot exactly once, the page showing the
+        final numbers of C{/status.json}.
+        """
+        with self.check("(0) the daemon starts and serves the page"):
+            self.openDashboard()
+        with self.check("(1) the page shows the numbers of /status.json"):
+            self.checkPageEqualsJSON()
+        with self.check("(2) progress moves without a reload"):
+            self.checkLiveUpdates()
+        with self.check("(4) screenshots at desktop and phone sizes"):
+            self.takeScreenshots()
+        with self.check("(3) pause and resume from the page"):
+            self.checkControls()
+        with self.check("(5) the migration ends, every message in Dovecot exactly once"):
+            self.checkFinished()
+
+    def openDashboard(self) -> None:
+        """
+        Wait for the daemon's status listener, then open the dashboard.
+        """
+        port = self.waitDaemon(
+            "the daemon's status listener", self.daemon.statusPort, detail=self.daemon.tail
+        )
+        self.client = StatusClient(port)
+        self.driver.get(f"http://127.0.0.1:{port}/")
+
+    def checkPageEqualsJSON(self) -> None:
+        """
+        The page shows the very C{/status.json} it received, number for
+        number, while the migration runs; and a plain client's
+        C{/status.json} fetched right after is the same run, a moment on.
+        """
+        reading, shown = self.matchedReading("the first rendering")
+        problems = differences(reading, shown)
+        self.assertEqual(problems, [], "\n".join(problems))
+        fresh = self.client.status()
+        self.assertEqual(fresh.get("schema"), 1)
+        self.assertGreaterEqual(fresh["time"], shown["time"])
+        self.assertEqual(
+            [j["name"] for j in fresh["jobs"]], [name for name, _ in JOBS], "the jobs in order"
+        )
+        totals = fresh["totals"]
+        self.assertLess(
+            totals["messages_done"] + totals["messages_failed"],
+            self.migration.messagesTotal,
+            "the migration ended before the page could be watched: slow it further",
+        )
+        self.assertGreaterEqual(totals["messages_done"], shown["totals"]["messages_done"])
+        for job in fresh["jobs"]:
+            self.assertGreaterEqual(
+                job["messages_done"],
+                jobEntry(shown, job["name"])["messages_done"],
+                f"job {job['name']}: done went back between the page's JSON and the test's",
+            )
+
+    def checkLiveUpdates(self) -> None:
+        """
+        With a marker set on C{window}, C{#overall-done} grows and
+        C{imapmigDashboard.polls} increases, the marker still there (no
+        reload), each rendering still showing its JSON.
+        """
+        self.marker = secrets.token_hex(8)
+        setMarker(self.driver, self.marker)
+        start, _ = self.matchedReading("before watching")
+        self.assertIsNotNone(start.polls, "window.imapmigDashboard.polls is missing")
+        assert start.polls is not None
+        startDone = float(start.overall["overall-done"] or 0)
+
+        def moved(driver: WebDriver) -> PageReading | None:
+            reading = readPage(driver)
+            self.checkNotReloaded(reading)
+            if reading.polls is None or reading.polls <= start.polls + 1:  # type: ignore[operator]
+                return None
+            if float(reading.overall["overall-done"] or 0) <= startDone:
+                return None
+            return reading
+
+        self.waitPage("#overall-done[data-value] to grow and two more polls", moved)
+        reading, shown = self.matchedReading("after moving on")
+        problems = differences(reading, shown)
+        self.assertEqual(problems, [], "\n".join(problems))
+
+    def takeScreenshots(self) -> None:
+        """
+        Screenshots of the viewport and of the whole page at 1280x900 and
+        at 390x844 (a phone: the page must fit its width), while jobs run.
+        """
+        reading, shown = self.matchedReading("before the screenshots")
+        self.assertGreater(
+            shown["totals"]["jobs"].get("running", 0), 0, "no job is running for the screenshots"
+        )
+        for label, (width, height), mobile in (
+            ("desktop", DESKTOP, False),
+            ("phone", PHONE, True),
+        ):
+            emulateViewport(self.driver, width, height, mobile)
+            self.waitPage(
+                f"the {label} viewport to be {width} px wide (a phone needs"
+                ' <meta name="viewport" content="width=device-width">)',
+                lambda d: d.execute_script("return window.innerWidth") == width,
+            )
+            self.matchedReading(f"the {label} layout after a poll", newerThan=shown["time"])
+            size = saveScreenshot(self.driver, os.path.join(self.shots, f"dashboard-{label}.png"))
+            self.assertEqual(size, (width, height), f"the {label} screenshot's size")
+            saveFullPage(self.driver, os.path.join(self.shots, f"dashboard-{label}-full.png"))
+            overflow = self.driver.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            self.assertLessEqual(
+                overflow, 0, f"at {width} px the page scrolls sideways by {overflow} px"
+            )
+        emulateViewport(self.driver, DESKTOP[0], DESKTOP[1], False)
+
+    def checkControls(self) -> None:
+        """
+        Without a token the page's pause is refused and the job keeps
+        running; with the token typed into C{#token} and saved, pause makes
+        the job C{paused} holding no connection (Dovecot has no session of
+        its account) and making no progress, and resume makes it run on.
+        """
+        from selenium.webdriver.common.by import By
+
+        job = self.jobOf(CONTROLLED)
+        field = self.driver.find_element(By.ID, "token")
+        self.assertEqual(field.get_attribute("value"), "", "#token is not empty at first")
+
+        # Refused without the token.
+        outcome, text = self.control("pause")
+        self.assertEqual(outcome, "refused", f"pause without a token: {text!r}")
+        entry = self.client.job(CONTROLLED)
+        self.assertFalse(entry["paused"], "paused without a token")
+        self.assertNotEqual(entry["state"], "paused", "paused without a token")
+        self.waitDaemon(
+            f"{CONTROLLED} to keep running after the refused pause",
+            lambda: self.client.job(CONTROLLED)["messages_done"] > entry["messages_done"],
+        )
+
+        # With the token.
+        field = self.driver.find_element(By.ID, "token")
+        field.clear()
+        field.send_keys(self.migration.token)
+        self.click("#token-save")
+        outcome, text = self.control("pause")
+        self.assertEqual(outcome, "ok", f"pause with the token: {text!r}")
+        self.waitDaemon(
+            f"/status.json to show {CONTROLLED} paused",
+            lambda: (lambda e: e["state"] == "paused" and e["paused"] is True)(
+                self.client.job(CONTROLLED)
+            ),
+        )
+        self.waitDaemon(
+            f"Dovecot to hold no session of {job.user.name} (the paused {CONTROLLED})",
+            lambda: sessionsOf(self.instance, job.user.name) == 0,
+            detail=lambda: f"doveadm who counts {sessionsOf(self.instance, job.user.name)}",
+        )
+        doneWhilePaused = self.client.job(CONTROLLED)["messages_done"]
+        self.assertLess(doneWhilePaused, len(job.corpus.messages), "nothing left to resume")
+        _, shown = self.matchedReading("after the pause")
+
+        def showsPaused(driver: WebDriver) -> bool:
+            reading = readPage(driver)
+            self.checkNotReloaded(reading)
+            document = reading.received()
+            return (
+                document is not None
+                and document["time"] > shown["time"]
+                and reading.jobs.get(CONTROLLED, {}).get("job-state") == "paused"
+            )
+
+        self.waitPage(f"the row of {CONTROLLED} to show it paused", showsPaused)
+        entry = self.client.job(CONTROLLED)
+        self.assertEqual(entry["state"], "paused")
+        self.assertEqual(entry["messages_done"], doneWhilePaused, "progress while paused")
+        self.assertEqual(sessionsOf(self.instance, job.user.name), 0, "a session while paused")
+
+        # Resume.
+        outcome, text = self.control("resume")
+        self.assertEqual(outcome, "ok", f"resume with the token: {text!r}")
+        self.waitDaemon(
+            f"{CONTROLLED} to run again and copy more after resume",
+            lambda: (lambda e: not e["paused"] and e["messages_done"] > doneWhilePaused)(
+                self.client.job(CONTROLLED)
+            ),
+        )
+
+    def checkFinished(self) -> None:
+        """
+        Every job ends C{done} with nothing failed; the page shows the final
+        numbers of a plain client's C{/status.json}; Dovecot holds every
+        message exactly once; C{SIGTERM} stops the daemon with status 0.
+        """
+        names = [name for name, _ in JOBS]
+        final = self.waitDaemon(
+            "every job to be done",
+            lambda: (lambda d: d if [j["state"] for j in d["jobs"]] == ["done"] * len(names) else None)(
+                self.client.status()
+            ),
+            timeout=FINISH,
+            detail=lambda: str([(j["name"], j["state"]) for j in self.client.status()["jobs"]]),
+        )
+        self.assertEqual(final["totals"]["messages_done"], self.migration.messagesTotal)
+        self.assertEqual(final["totals"]["messages_failed"], 0)
+        reading, _ = self.matchedReading("after the end", newerThan=final["time"])
+        problems = differences(reading, final, skip=frozenset(MOVING))
+        self.assertEqual(problems, [], "\n".join(problems))
+        for job in self.migration.jobs:
+            held = deliveries(self.instance.fetchAll(job.user.name), job.corpus.messages)
+            self.assertTrue(held.exactlyOnce, f"job {job.name}: {held.summary()}")
+        self.assertEqual(self.daemon.stop(), 0, self.daemon.tail())
+
+    # -- the page's controls ----------------------------------------------------
+
+    def jobOf(self, name: str) -> LiveJob:
+        """
+        The live job named C{name}.
+        """
+        return next(job for job in self.migration.jobs if job.name == name)
+
+    def click(self, selector: str) -> None:
+        """
+        Click the element C{selector} selects, as a user would, trying
+        again while the page re-renders it.
+        """
+        from selenium.common.exceptions import (
+            ElementClickInterceptedException,
+            ElementNotInteractableException,
+            NoSuchElementException,
+            StaleElementReferenceException,
+        )
+        from selenium.webdriver.common.by import By
+
+        def clicked(driver: WebDriver) -> bool:
+            try:
+                driver.find_element(By.CSS_SELECTOR, selector).click()
+            except (
+                ElementClickInterceptedException,
+                ElementNotInteractableException,
+                NoSuchElementException,
+                StaleElementReferenceException,
+            ):
+                return False
+            return True
+
+        self.waitPage(f"{selector} to be clickable", clicked)
+
+    def control(self, action: str) -> tuple[str, str]:
+        """
+        Click the C{action} button of L{CONTROLLED}'s row and wait for
+        C{#control-status} to report the outcome.
+
+        @return: C{#control-status[data-outcome]} and its text.
+        """
+        from selenium.webdriver.common.by import By
+
+        cleared = self.driver.execute_script(
+            "const s = document.getElementById('control-status');"
+            " if (s === null) return false; s.removeAttribute('data-outcome'); return true;"
+        )
+        self.assertTrue(cleared, "the page has no #control-status")
+        self.click(f'button[data-action="{action}"][data-job="{CONTROLLED}"]')
+
+        def outcome(driver: WebDriver) -> tuple[str, str] | None:
+            status = driver.find_element(By.ID, "control-status")
+            value = status.get_attribute("data-outcome")
+            return (value, status.text) if value else None
+
+        return self.waitPage(f"#control-status[data-outcome] after {action}", outcome)
