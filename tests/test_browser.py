@@ -71,11 +71,12 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-JOBS = (("alice", 80), ("bob", 80), ("carol", 80), ("dave", 140))
+JOBS = (("alice", 80), ("bob", 80), ("carol", 80), ("dave", 180))
 """
 The jobs (name, messages): at L{RATE} messages a second each, the first
-three take about 20 s and the last about 35 s, plus the time it is paused:
-long enough to watch, to screenshot and to pause, even beside a CPU hog.
+three take about 20 s and the last about 45 s, plus the time it is paused:
+long enough to watch, to screenshot and to pause (about 20 s in, or 30 s
+beside a CPU hog), with room to spare.
 """
 
 CONTROLLED = "dave"
