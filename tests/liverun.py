@@ -102,7 +102,9 @@ def writeLiveMigration(
     for index, (name, user, count) in enumerate(jobs):
         maildir = os.path.join(directory, f"maildir-{index}")
         corpus = writeMaildir(maildir, count, seed=seed + index, folders=FOLDERS, profile="small")
-        passwordFile = writePasswordFile(os.path.join(directory, f"password-{index}"), user.password)
+        passwordFile = writePasswordFile(
+            os.path.join(directory, f"password-{index}"), user.password
+        )
         liveJobs.append(LiveJob(name, user, corpus))
         configJobs.append(
             {

@@ -187,7 +187,9 @@ def differences(
     totals = document.get("totals", {})
     for element, key in OVERALL_FIELDS:
         if element not in skip:
-            compare(f"#{element}[data-value] (totals.{key})", reading.overall[element], totals.get(key))
+            compare(
+                f"#{element}[data-value] (totals.{key})", reading.overall[element], totals.get(key)
+            )
     counted = totals.get("jobs_counted") == totals.get("jobs_total")
     # Until every job is counted the total is "" ("not yet counted").
     compare(
@@ -246,19 +248,28 @@ class DashboardBrowserTests(SynchronousTestCase):
             token=secrets.token_urlsafe(24),
         )
         self.driver: WebDriver = startBrowser(self, self.directory)
-        self.daemon = DaemonRun(self.migration.configPath, os.path.join(self.directory, "daemon.log"))
+        self.daemon = DaemonRun(
+            self.migration.configPath, os.path.join(self.directory, "daemon.log")
+        )
         self.addCleanup(self.daemon.kill)
         self.shots = screenshotDirectory()
+        self.marker: str | None = None
 
     # -- waiting ---------------------------------------------------------------
 
     def waitPage(
-        self, what: str, condition: Callable[[WebDriver], _T | None], timeout: float = STEP
+        self,
+        what: str,
+        condition: Callable[[WebDriver], _T | None],
+        timeout: float = STEP,
+        detail: Callable[[], str] = lambda: "",
     ) -> _T:
         """
         Wait until C{condition(driver)} is true, at most C{timeout} seconds
         (a L{WebDriverWait}; an L{AssertionError} raised by the condition
         ends the wait at once).
+
+        @param detail: more for the failure message.
         """
         from selenium.common.exceptions import TimeoutException
         from selenium.webdriver.support.wait import WebDriverWait
@@ -269,7 +280,9 @@ class DashboardBrowserTests(SynchronousTestCase):
             assert result is not None
             return result
         except TimeoutException:
-            raise self.failureException(f"timed out after {timeout} s waiting for {what}") from None
+            raise self.failureException(
+                f"timed out after {timeout} s waiting for {what}. {detail()}"
+            ) from None
 
     def waitDaemon(
         self,
@@ -287,7 +300,9 @@ class DashboardBrowserTests(SynchronousTestCase):
         result: _T = pollUntil(what, condition, timeout, detail=detail)
         return result
 
-    def matchedReading(self, what: str, newerThan: float | None = None) -> tuple[PageReading, dict[str, Any]]:
+    def matchedReading(
+        self, what: str, newerThan: float | None = None
+    ) -> tuple[PageReading, dict[str, Any]]:
         """
         Read the page until it shows a snapshot of C{/status.json} the
         browser received (newer than C{newerThan}); fail at once if the
@@ -295,8 +310,11 @@ class DashboardBrowserTests(SynchronousTestCase):
 
         @return: the reading and the JSON document it shows.
         """
+        seen: list[PageReading] = []
+
         def matched(driver: WebDriver) -> tuple[PageReading, dict[str, Any]] | None:
             reading = readPage(driver)
+            seen[:] = [reading]
             self.checkNotReloaded(reading)
             document = reading.received()
             if document is None:
@@ -305,17 +323,30 @@ class DashboardBrowserTests(SynchronousTestCase):
                 return None
             return reading, document
 
+        def lastSeen() -> str:
+            if not seen:
+                return "The page could not be read."
+            last = seen[0]
+            times = [json.loads(body).get("time") for body in last.bodies]
+            shown = "absent" if last.time == MISSING else repr(last.time)
+            return (
+                f"Last seen: #updated[data-time] {shown},"
+                f" window.imapmigDashboard.polls {last.polls!r}, /status.json times received"
+                f" {times} (is this the dashboard of the DOM contract?)"
+            )
+
         return self.waitPage(
             f"{what}: the page to show a /status.json it received (#updated[data-time] equal to"
             " the JSON's time)",
             matched,
+            detail=lastSeen,
         )
 
     def checkNotReloaded(self, reading: PageReading) -> None:
         """
         Fail if the test's marker (set once, L{setMarker}) is gone.
         """
-        if getattr(self, "marker", None) is not None and reading.marker != self.marker:
+        if self.marker is not None and reading.marker != self.marker:
             raise self.failureException(
                 "the page was reloaded (the marker set on window is gone): it must update"
                 " without a reload"
@@ -503,12 +534,11 @@ class DashboardBrowserTests(SynchronousTestCase):
         self.click("#token-save")
         outcome, text = self.control("pause")
         self.assertEqual(outcome, "ok", f"pause with the token: {text!r}")
-        self.waitDaemon(
-            f"/status.json to show {CONTROLLED} paused",
-            lambda: (lambda e: e["state"] == "paused" and e["paused"] is True)(
-                self.client.job(CONTROLLED)
-            ),
-        )
+        def paused() -> bool:
+            entry = self.client.job(CONTROLLED)
+            return entry["state"] == "paused" and entry["paused"] is True
+
+        self.waitDaemon(f"/status.json to show {CONTROLLED} paused", paused)
         self.waitDaemon(
             f"Dovecot to hold no session of {job.user.name} (the paused {CONTROLLED})",
             lambda: sessionsOf(self.instance, job.user.name) == 0,
@@ -534,7 +564,9 @@ class DashboardBrowserTests(SynchronousTestCase):
         self.assertEqual(entry["messages_done"], doneWhilePaused, "progress while paused")
         self.assertEqual(sessionsOf(self.instance, job.user.name), 0, "a session while paused")
         self.assertEqual(
-            metricValue(self.client.metrics(), JOB_STATE_METRIC, {"job": CONTROLLED, "state": "paused"}),
+            metricValue(
+                self.client.metrics(), JOB_STATE_METRIC, {"job": CONTROLLED, "state": "paused"}
+            ),
             1.0,
             f'/metrics: {JOB_STATE_METRIC}{{job="{CONTROLLED}",state="paused"}} while paused',
         )
@@ -542,12 +574,11 @@ class DashboardBrowserTests(SynchronousTestCase):
         # Resume.
         outcome, text = self.control("resume")
         self.assertEqual(outcome, "ok", f"resume with the token: {text!r}")
-        self.waitDaemon(
-            f"{CONTROLLED} to run again and copy more after resume",
-            lambda: (lambda e: not e["paused"] and e["messages_done"] > doneWhilePaused)(
-                self.client.job(CONTROLLED)
-            ),
-        )
+        def runsAgain() -> bool:
+            entry = self.client.job(CONTROLLED)
+            return not entry["paused"] and entry["messages_done"] > doneWhilePaused
+
+        self.waitDaemon(f"{CONTROLLED} to run again and copy more after resume", runsAgain)
 
     def checkFinished(self) -> None:
         """
@@ -556,12 +587,14 @@ class DashboardBrowserTests(SynchronousTestCase):
         same counts and states; Dovecot holds every message exactly once;
         C{SIGTERM} stops the daemon with status 0.
         """
-        names = [name for name, _ in JOBS]
+        def allDone() -> dict[str, Any] | None:
+            document = self.client.status()
+            states = {job["state"] for job in document["jobs"]}
+            return document if states == {"done"} else None
+
         final = self.waitDaemon(
             "every job to be done",
-            lambda: (lambda d: d if [j["state"] for j in d["jobs"]] == ["done"] * len(names) else None)(
-                self.client.status()
-            ),
+            allDone,
             timeout=FINISH,
             detail=lambda: str([(j["name"], j["state"]) for j in self.client.status()["jobs"]]),
         )
@@ -723,7 +756,9 @@ class BrowserSupportTests(SynchronousTestCase):
             self.document(),
         )
         self.assertEqual(len(found), 3, found)
-        self.assertIn("#overall-done[data-value] (totals.messages_done): the page shows '11'", found[0])
+        self.assertIn(
+            "#overall-done[data-value] (totals.messages_done): the page shows '11'", found[0]
+        )
         self.assertIn("#overall-rate[data-value] (totals.messages_per_second): missing", found[1])
         self.assertIn("#overall-total", found[2])
 
@@ -777,8 +812,9 @@ class BrowserSupportTests(SynchronousTestCase):
             'imapmig_job_state{job="dave",server="dovecot",state="paused"} 1.0\n'
             'imapmig_job_state{job="dave",server="dovecot",state="running"} 0.0\n'
         )
-        self.assertEqual(metricValue(text, "imapmig_job_state", {"job": "dave", "state": "paused"}), 1.0)
-        self.assertEqual(metricValue(text, "imapmig_job_state", {"job": "dave", "state": "running"}), 0.0)
+        name = "imapmig_job_state"
+        self.assertEqual(metricValue(text, name, {"job": "dave", "state": "paused"}), 1.0)
+        self.assertEqual(metricValue(text, name, {"job": "dave", "state": "running"}), 0.0)
         self.assertIsNone(metricValue(text, "imapmig_job_state", {"job": "erin"}))
 
     def test_pngSize(self) -> None:
