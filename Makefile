@@ -2,13 +2,15 @@
 #
 #   make demo    set everything up and run a demo migration into a private Dovecot
 #   make test    set everything up and run the whole test suite (mypy + trial)
+#   make test-browser  only the dashboard's real-browser test (headless Chromium)
 
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN      = $(VENV)/bin
-APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2
+APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2 \
+               chromium chromium-driver
 
-.PHONY: setup system-packages servers venv demo test trial typecheck bench clean
+.PHONY: setup system-packages servers venv demo test trial typecheck bench clean test-browser
 
 setup: system-packages servers venv
 
@@ -50,6 +52,10 @@ trial:
 	$(BIN)/python -m twisted.trial --random=0 tests
 
 test: setup typecheck trial
+
+# Screenshots go to $IMAPMIG_SCREENSHOTS (default _trial_temp/screenshots/).
+test-browser: setup
+	CI=$${CI:-true} $(BIN)/python -m twisted.trial tests.test_browser
 
 # The benchmark (issue 3): bench/run.py's docstring documents it.
 #   make bench        the full matrix (about 60 minutes); BENCH_ARGS adds options
