@@ -94,7 +94,11 @@ jobs:
         print(f"== Configuration: {configPath}")
         print(f"== Status page:   {url}   (JSON: {url}status.json)")
         twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-        command = [twistd, "-n", "--pidfile=", "imapmig", "--config", configPath]
+        # The level filter (info by default) that imapmig-daemon applies.
+        command = [
+            twistd, "-n", "--pidfile=", "--logger=imapmig.loglevels.twistdLogObserver",
+            "imapmig", "--config", configPath,
+        ]  # fmt: skip
         print("== Running:", " ".join(command))
         started = time.monotonic()
         log = open(os.path.join(base, "imapmig.log"), "wb")
@@ -108,10 +112,12 @@ jobs:
             if snapshot is None:
                 continue
             job = snapshot["jobs"][0]  # type: ignore[index]
+            total = job["messages_total"]
             print(
-                f"   {job['state']:8} {job['messages_done']:>6}/{job['messages_total']}"
+                f"   {job['state']:8} {job['messages_done']:>6}/"
+                f"{'(not yet counted)' if total is None else total}"
                 f" messages, {job['messages_failed']} failed,"
-                f" {int(job['bytes_done']) / 1e6:.1f} MB"
+                f" {int(job['bytes_done']) / 2**20:.1f} MiB"
             )
             if job["state"] in ("done", "failed"):
                 final = snapshot

@@ -28,7 +28,7 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
-from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.quiet import quieten
@@ -359,6 +359,23 @@ class FailedMessageTests(SynchronousTestCase):
             " NO [LIMIT] too big",
         )
         self.assertEqual((event["folder"], event["key"], event["mailbox"]), ("INBOX", "m3", "INBOX"))
+        run.log.ended(0, 0, True, None)
+        self.assertEqual(run.clock.getDelayedCalls(), [])
+
+    def test_folderName(self) -> None:
+        """
+        The folder is named as listed, not by its key (a Maildir's INBOX
+        has the empty key).
+        """
+        run = Run()
+        run.log.started(0, 0)
+        run.progress.folders = {"": FolderProgress("INBOX", "", 3, 300)}
+        with capturedLogs() as events:
+            run.log.messageFailed(MessageOutcome("", "m1", "INBOX", 1, failure="too big"))
+        [event] = events
+        self.assertEqual(
+            formatEvent(event), "Job alice-job: message m1 of folder INBOX not migrated: too big"
+        )
         run.log.ended(0, 0, True, None)
         self.assertEqual(run.clock.getDelayedCalls(), [])
 

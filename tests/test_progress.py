@@ -243,6 +243,49 @@ class RateTests(SynchronousTestCase):
         sampler.stopService()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_etaNotBeforeSlowestJob(self) -> None:
+        """
+        The overall ETA is never shorter than the time left of the slowest
+        running job at its own rate: jobs held to their own limits (a
+        throttled account) cannot lend their speed to another.
+        """
+        sampler = ProgressSampler(self.progress, self.clock)
+        fast = self.progress.addJob("fast")
+        slow = self.progress.addJob("slow")
+        sampler.startService()
+        fast.census(1000, None, 1, [])
+        slow.census(200, None, 1, [])
+        lifecycles = [running(fast, self.clock), running(slow, self.clock)]
+        for _ in range(7):
+            settle(fast, 100, 0)
+            settle(slow, 10, 0)
+            self.clock.advance(10)
+        # 11 messages a second together, 1 of them slow's: 530 left
+        # overall would take 48 s at 11/s, but slow alone needs 130 s.
+        self.assertEqual(slow.snapshot()["eta_seconds"], 130.0)
+        totals = self.progress.summary()["totals"]
+        self.assertEqual(totals["eta_seconds"], 130.0)  # type: ignore[index]
+        for lifecycle in lifecycles:
+            lifecycle.stop()
+        sampler.stopService()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_failedOctetsSettled(self) -> None:
+        """
+        The octets' percentage counts failed messages as settled, as the
+        messages' does: a run that ends with failures ends at 100 % of
+        both.
+        """
+        job = self.progress.addJob("a")
+        job.census(4, 400, 1, [])
+        settle(job, 3, 300)
+        job.messagesFailed += 1
+        job.bytesFailed += 100
+        totals = self.progress.summary()["totals"]
+        self.assertEqual(
+            (totals["percent_messages"], totals["percent_bytes"]), (100.0, 100.0)  # type: ignore[index]
+        )
+
     def test_history(self) -> None:
         """
         The sampler adds one throughput step every 10 s: the messages and

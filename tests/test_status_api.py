@@ -36,7 +36,7 @@ from imapmig import cli
 from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
-from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.manifest import ManifestProducer, excludedRows, exclusionReason, manifestFormat
@@ -547,6 +547,22 @@ class ManifestTests(APITestCase):
             [("failed", "1", 1234, "<1@x>"), ("already_present", "2", 50, "<2@x>")],
         )
         self.assertEqual(rows[0]["reason"], 'NO [LIMIT] "big", very\r\nbig\nindeed')
+
+    def test_folderNames(self) -> None:
+        """
+        Folders are named as the job's listing found them, not by their
+        keys (a Maildir's INBOX has the empty key), in the manifest and the
+        failures pages alike.
+        """
+        job = self.progress.addJob("alpha")
+        job.listed([FolderProgress("INBOX", "", 1, 1234)], [], 0, 0)
+        self.successResultOf(
+            self.store.recordOutcomes("alpha", [failure("", "1", "NO too big", None)])
+        )
+        rows = json.loads(self.request("GET", "/jobs/alpha/manifest.json")[1])
+        self.assertEqual([row["folder"] for row in rows], ["INBOX"])
+        items = self.getJSON("/jobs/alpha/failures.json")["items"]
+        self.assertEqual([item["folder"] for item in items], ["INBOX"])
 
     def test_empty(self) -> None:
         """

@@ -186,11 +186,15 @@ class JobLog:
             self._failuresUnlogged += 1
             return
         self._failuresLogged += 1
+        # The folder's name as listed (a key may be empty: a Maildir's
+        # INBOX), else where it was going.
+        listed = self._progress.folders.get(outcome.folderKey)
+        folder = listed.folder if listed is not None else outcome.folderKey or outcome.mailbox
         log.warn(
             "Job {job}: message {key} of folder {folder} not migrated: {reason}",
             job=self._job,
             key=excerpt(outcome.messageKey, _NAME_LIMIT),
-            folder=excerpt(outcome.folderKey, _NAME_LIMIT),
+            folder=excerpt(folder, _NAME_LIMIT),
             mailbox=excerpt(outcome.mailbox, _NAME_LIMIT),
             reason=excerpt(outcome.failure or "", _REASON_LIMIT),
         )

@@ -216,6 +216,7 @@ class OutcomeRecorder:
         folder = progress.folders.get(outcome.folderKey)
         if outcome.failure is not None:
             progress.messagesFailed += 1
+            progress.bytesFailed += outcome.size if octets is None else octets
             self.failedKeys.add((outcome.folderKey, outcome.messageKey))
             if folder is not None:
                 folder.failed()

@@ -188,6 +188,9 @@ class JobProgress:
     @ivar bytesDone: the source octets of the messages done, earlier runs
         included.
     @ivar bytesSent: octets appended by this run (as sent: CRLF).
+    @ivar bytesFailed: the source octets of the messages this run could not
+        migrate (C{messagesFailed}): settled, like them, for the octets'
+        percentage.
     @ivar folders: the included folders' progress, by folder key, in
         listing order (set by the job's listing).
     @ivar excludedFolders: the names of the source folders the job's
@@ -225,6 +228,7 @@ class JobProgress:
         "bytesTotal",
         "bytesDone",
         "bytesSent",
+        "bytesFailed",
         "folders",
         "excludedFolders",
         "foldersTotal",
@@ -272,6 +276,7 @@ class JobProgress:
         self.bytesTotal: int | None = 0
         self.bytesDone = 0
         self.bytesSent = 0
+        self.bytesFailed = 0
         self.folders: dict[str, FolderProgress] = {}
         self.excludedFolders: list[str] = []
         self.foldersTotal = 0
@@ -322,6 +327,7 @@ class JobProgress:
         self._countedBefore = self.lifetimeCounters()
         self.messagesSettled = 0
         self.bytesSent = 0
+        self.bytesFailed = 0
         self.reconnects = 0
         self.waitingFor = None
         self.retryAt = None

@@ -153,6 +153,25 @@ class MigrationProgress:
             octets += counts[1] - before[1]
         return self._window.rate(self._seconds(), messages, octets)
 
+    def _slowestRunningJob(self, now: float) -> float | None:
+        """
+        The longest time left of the jobs sampled now (L{sample}) that
+        have not ended, at each one's own current rate; L{None} if none is
+        known.
+        """
+        slowest: float | None = None
+        for job in self._active.values():
+            if not job.counted or job.state in ENDED:
+                continue
+            rates = job.currentRate(now)
+            left = job.messagesTotal - job.messagesDone - job.messagesFailed
+            if rates is None or left <= 0:
+                continue
+            eta = _eta(left, rates[0], JobState.RUNNING)
+            if eta is not None and (slowest is None or eta > slowest):
+                slowest = eta
+        return slowest
+
     # Views
 
     def summary(self) -> dict[str, object]:
@@ -164,7 +183,7 @@ class MigrationProgress:
         states: dict[str, int] = {state.value: 0 for state in JobState}
         counted = 0
         total = done = failed = present = migrated = pending = remaining = 0
-        bytesTotal = bytesDone = bytesSent = converted = notes = 0
+        bytesTotal = bytesDone = bytesFailed = bytesSent = converted = notes = 0
         ended = 0
         finishedAt: float | None = None
         # Read once per job, for 10,000 jobs: the enum's value and hash
@@ -196,6 +215,7 @@ class MigrationProgress:
                         remaining += left
                 bytesTotal += job.bytesTotal or 0
                 bytesDone += job.bytesDone
+                bytesFailed += job.bytesFailed
         jobs = len(self._jobs)
         if ended < jobs:
             finishedAt = None
@@ -205,6 +225,11 @@ class MigrationProgress:
         eta = None
         if counted == jobs:
             eta = _eta(remaining, messagesRate, JobState.RUNNING)
+            slowest = self._slowestRunningJob(now)
+            if eta is not None and slowest is not None and slowest > eta:
+                # Each job has its own limits (a throttled account): the
+                # run cannot end before its slowest job does.
+                eta = slowest
         return {
             "time": now,
             "run": {
@@ -229,7 +254,8 @@ class MigrationProgress:
                 "bytes_done": bytesDone,
                 "bytes_sent": bytesSent,
                 "percent_messages": _percent(done + failed, total) if counted else None,
-                "percent_bytes": _percent(bytesDone, bytesTotal) if counted else None,
+                # Failed messages are settled, in octets as in messages.
+                "percent_bytes": _percent(bytesDone + bytesFailed, bytesTotal) if counted else None,
                 "messages_per_second": round(messagesRate, 1),
                 "bytes_per_second": round(octetsRate, 1),
                 "eta_seconds": eta,

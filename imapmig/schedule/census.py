@@ -203,7 +203,10 @@ class SourceCensus(Service):
                 self._waiting = None
             queue.extend(job for job in later if self._wanted(job))
         if not self._stopping:
-            log.info(
+            # Nothing to count (every job started at once, or counted by
+            # its own listing) is not worth a line.
+            emit = log.info if self.counted or self.failed else log.debug
+            emit(
                 "Census: done; {counted} sources counted, {failed} could not be",
                 counted=self.counted,
                 failed=self.failed,

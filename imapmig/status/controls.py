@@ -164,7 +164,15 @@ class ControlResource(Resource):
             self._check(request)
             apply = self._route(request, client)
         except _Refusal as e:
-            if e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
+            if self._token is None:
+                # Read-only by configuration: nothing to warn about.
+                log.info(
+                    "Control request {path} from {client} refused: {why}",
+                    path=escapedExcerpt(request.uri),
+                    client=client,
+                    why=e.message,
+                )
+            elif e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
                 log.warn(
                     "Control request {path} from {client} refused: {why}",
                     path=escapedExcerpt(request.uri),

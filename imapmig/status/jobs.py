@@ -15,7 +15,7 @@ segment, so a C{/} in a name travels as C{%2F}) and then UTF-8.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Mapping
 from urllib.parse import quote
 
 from twisted.internet.defer import Deferred
@@ -51,12 +51,15 @@ A job's folder rules by its name (L{None} for an unknown job).
 """
 
 
-def failureItem(outcome: MessageOutcome) -> dict[str, object]:
+def failureItem(outcome: MessageOutcome, folderNames: Mapping[str, str]) -> dict[str, object]:
     """
     The contract's item of a failures page.
+
+    @param folderNames: the job's folder names by key, as listed; a
+        folder not among them is shown by its key.
     """
     return {
-        "folder": outcome.folderKey,
+        "folder": folderNames.get(outcome.folderKey, outcome.folderKey),
         "mailbox": outcome.mailbox,
         "key": outcome.messageKey,
         "size": outcome.size,
@@ -65,12 +68,14 @@ def failureItem(outcome: MessageOutcome) -> dict[str, object]:
     }
 
 
-def _failuresDocument(query: FailureQuery, page: FailuresPage) -> dict[str, object]:
+def _failuresDocument(
+    query: FailureQuery, page: FailuresPage, folderNames: Mapping[str, str]
+) -> dict[str, object]:
     """
     The contract's C{FAILURES_PAGE}.
     """
     document = query.describe(page.matched)
-    document["items"] = [failureItem(outcome) for outcome in page.items]
+    document["items"] = [failureItem(outcome, folderNames) for outcome in page.items]
     return document
 
 
@@ -163,7 +168,7 @@ class _JobDocument(ReadOnlyResource):
         d = self._context.store.failuresPage(job.name, query.offset, query.limit, query.text)
 
         def done(page: FailuresPage) -> bytes:
-            document["failures"] = _failuresDocument(query, page)
+            document["failures"] = _failuresDocument(query, page, view.folderNames(job))
             return jsonBody(document)
 
         return d.addCallback(done)
@@ -218,7 +223,9 @@ class _Failures(ReadOnlyResource):
         def done(page: FailuresPage) -> bytes:
             document = self._context.header()
             document["job"] = self._job.name
-            document.update(_failuresDocument(query, page))
+            document.update(
+                _failuresDocument(query, page, self._context.view.folderNames(self._job))
+            )
             return jsonBody(document)
 
         return d.addCallback(done)
@@ -280,6 +287,7 @@ class _Manifest(Resource):
             excluded,
             lambda after, limit: store.manifestOutcomes(name, after, limit),
             form,
+            folderNames=self._context.view.folderNames(self._job),
         ).start()
         return NOT_DONE_YET
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
@@ -53,9 +53,12 @@ One row of the manifest, in the order of L{COLUMNS}.
 """
 
 
-def outcomeRow(job: str, outcome: MessageOutcome) -> ManifestRow:
+def outcomeRow(job: str, outcome: MessageOutcome, folderNames: Mapping[str, str]) -> ManifestRow:
     """
     The manifest row of a message not copied.
+
+    @param folderNames: the job's folder names by key, as listed; a
+        folder not among them is shown by its key.
     """
     if outcome.failure is not None:
         kind, reason = "failed", outcome.failure
@@ -64,7 +67,7 @@ def outcomeRow(job: str, outcome: MessageOutcome) -> ManifestRow:
     return (
         job,
         kind,
-        outcome.folderKey,
+        folderNames.get(outcome.folderKey, outcome.folderKey),
         outcome.mailbox,
         outcome.messageKey,
         outcome.size,
@@ -197,6 +200,7 @@ class ManifestProducer:
         pages: OutcomePages,
         form: _CSVFormat | _JSONFormat,
         pageRows: int = PAGE_ROWS,
+        folderNames: Mapping[str, str] = {},
     ) -> None:
         """
         @param request: the response to write to; its headers are set.
@@ -205,6 +209,7 @@ class ManifestProducer:
         @param pages: the store's pages of the job's messages not copied.
         @param form: the format to write.
         @param pageRows: rows per page.
+        @param folderNames: the job's folder names by key (L{outcomeRow}).
         """
         self._request = request
         self._job = job
@@ -212,6 +217,7 @@ class ManifestProducer:
         self._pages = pages
         self._form = form
         self._pageRows = pageRows
+        self._folderNames = folderNames
         self._after: tuple[str, str] | None = None
         self._paused = False
         self._reading = False
@@ -276,7 +282,7 @@ class ManifestProducer:
             return
         last = outcomes[-1]
         self._after = (last.folderKey, last.messageKey)
-        self._request.write(self._form.rows([outcomeRow(self._job, o) for o in outcomes]))
+        self._request.write(self._form.rows([outcomeRow(self._job, o, self._folderNames) for o in outcomes]))
 
     def _finish(self, complete: bool) -> None:
         """

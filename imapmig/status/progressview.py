@@ -110,6 +110,13 @@ class ProgressView:
         """
         return job.folderSnapshots()
 
+    def folderNames(self, job: JobProgress) -> dict[str, str]:
+        """
+        C{job}'s folder names by key, as its listing found them (none
+        before it lists its source).
+        """
+        return {key: folder.folder for key, folder in job.folders.items()}
+
     def excludedFolders(self, job: JobProgress) -> list[str]:
         """
         The names (levels joined with C{/}) of the source folders the job's

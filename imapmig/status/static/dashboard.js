@@ -310,10 +310,18 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  // A round axis maximum: four gridline steps of 1, 2, 2.5 or 5 times a
+  // power of ten, so that every gridline's label is round too.
   function niceMax(v) {
     if (!(v > 0)) return 1;
-    var p = Math.pow(10, Math.floor(Math.log10(v))), m = v / p;
-    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+    var raw = v / 4, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10) * p * 4;
+  }
+  // The time the chart spans: the samples there are, at least 5 minutes,
+  // at most the hour kept, in whole 5 minutes.
+  function chartSpan(samples, end) {
+    var first = samples.length ? samples[0][0] : end;
+    return Math.min(3600, Math.max(300, Math.ceil((end - first) / 300) * 300));
   }
   function renderChart(throughput, now) {
     var chart = $("throughput");
@@ -329,10 +337,11 @@
     chart.setAttribute("width", String(width));
     while (chart.firstChild) chart.removeChild(chart.firstChild);
     var end = samples.length ? samples[samples.length - 1][0] : now;
-    var start = end - 3600;
+    var span = chartSpan(samples, end);
+    var start = end - span;
     var maxMsg = niceMax(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[1]; }))));
     var maxBytes = niceBytes(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[2]; }))));
-    function x(t) { return left + (t - start) / 3600 * plotW; }
+    function x(t) { return left + (t - start) / span * plotW; }
     function yMsg(v) { return top + plotH - v / maxMsg * plotH; }
     function yBytes(v) { return top + plotH - v / maxBytes * plotH; }
     for (var i = 0; i <= 4; i++) {
@@ -343,11 +352,11 @@
       chart.appendChild(svg("text", { x: left + plotW + 6, y: gy + 4, "class": "axis bytes", "text-anchor": "start" },
         axisBytes(maxBytes * (4 - i) / 4, maxBytes)));
     }
-    for (var m = 0; m <= 60; m += 15) {
-      var tx = x(start + m * 60);
+    for (var q = 0; q <= 4; q++) {
+      var tx = x(start + span * q / 4);
       chart.appendChild(svg("line", { x1: tx, x2: tx, y1: top + plotH, y2: top + plotH + 4, "class": "tick" }));
-      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": m === 0 ? "start" : m === 60 ? "end" : "middle" },
-        clock(start + m * 60)));
+      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === 4 ? "end" : "middle" },
+        clock(start + span * q / 4, span < 1200)));
     }
     chart.appendChild(svg("text", { x: left, y: 11, "class": "axis msg unit", "text-anchor": "middle" }, "msg/s"));
     chart.appendChild(svg("text", { x: left + plotW, y: 11, "class": "axis bytes unit", "text-anchor": "middle" }, "per second"));
@@ -458,6 +467,23 @@
     put(q("job-error"), err);
     q("job-error").classList.toggle("is-waiting", !job.error && !!err);
     tr.classList.toggle("has-error", !!job.error);
+    showActions(tr, job);
+  }
+  // Only the controls that apply to the job's state are shown (the server
+  // refuses the others with 409 all the same).
+  var ENDED_STATES = { done: true, failed: true, cancelled: true, stopped: true };
+  function showActions(tr, job) {
+    var ended = ENDED_STATES[job.state] === true;
+    var applies = {
+      "pause": !ended && !job.paused,
+      "resume": !!job.paused,
+      "retry-failed": job.state !== "cancelled" && (job.messages_failed > 0 || job.state === "failed"),
+      "cancel": !ended
+    };
+    tr.querySelectorAll("button[data-action]").forEach(function (b) {
+      var show = applies[b.getAttribute("data-action")] === true;
+      if (b.hidden === show) b.hidden = !show;
+    });
   }
   function renderJobs(jobs, page) {
     var body = $("jobs-body");
