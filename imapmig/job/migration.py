@@ -155,6 +155,12 @@ class JobSettings:
         server's C{max_message_size}), or L{None}; the server's
         APPENDLIMIT, when smaller, wins.  A larger message is recorded as
         failed without being sent.
+    @ivar journalQuiet: seconds without a journaled message arriving after
+        which the journal's missing messages are taken as never to arrive
+        and sent again (L{reconcileJournal}'s C{settle}): the server may
+        still be storing what a connection that ended had sent.  The
+        destination server's C{timeout}, the longest a live server is
+        allowed between two replies; 0 looks only once.
     """
 
     connections: int = 2
@@ -169,6 +175,7 @@ class JobSettings:
     stopTimeout: float = 30.0
     folderNameFallback: bool = True
     maxMessageBytes: int | None = None
+    journalQuiet: float = 120.0
 
 
 def asRetryable(error: BaseException) -> BaseException:
@@ -385,6 +392,9 @@ class MigrationJob:
         self._stopping = False
         self._stopTimer: IDelayedCall | None = None
         self._attempt: _Attempt | None = None
+        # The reconciliation's wait for a quiet destination, cancelled by a
+        # stop (the journal then stays as it is, for the next run).
+        self._settling: Deferred[None] | None = None
         # Per message key, how many times it was first in line, not
         # stored, when a connection failed; and the last such failure.
         self._strikes: dict[tuple[str, str], int] = {}
@@ -427,6 +437,9 @@ class MigrationJob:
             self._stopTimer = self._clock.callLater(
                 self._settings.stopTimeout, self._stopTimedOut
             )
+        if self._settling is not None:
+            # Last: the run goes on, to its end, from here.
+            self._settling.cancel()
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
@@ -728,7 +741,19 @@ class MigrationJob:
                 if not isinstance(body, UnreadableMessage)
             }
 
-        result = await reconcileJournal(self.name, session, self._store, entries, measure)
+        async def settle() -> None:
+            if self._stopping:
+                raise CancelledError()
+            self._settling = deferLater(self._clock, self._settings.journalQuiet)
+            try:
+                await self._settling
+            finally:
+                self._settling = None
+
+        quiet = self._settings.journalQuiet > 0
+        result = await reconcileJournal(
+            self.name, session, self._store, entries, measure, settle if quiet else None
+        )
         # Messages found in the destination are this run's work: progress.
         self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():

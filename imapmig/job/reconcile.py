@@ -16,11 +16,20 @@ messages arrive in the order it sent them, so what arrived is a prefix).  A
 match is recorded as appended with its UID; the others are left
 unrecorded, so the job lists them as still to copy.  This never depends on
 the job's identity check: it holds with C{identity: off}.
+
+A message missing is not yet a message lost: the server may still be
+working through the commands it had read when the connection ended (Dovecot
+goes on with them after the client's close, storing each), and what is
+sent again would then be held twice.  So while journaled messages are
+missing, the mailbox is looked at again after each quiet period (the
+caller's C{settle}: the destination server's C{timeout}, the longest the
+job lets a live server go without a reply); only once a period brought
+none of them are the rest taken as lost.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Sequence
 
@@ -55,16 +64,18 @@ class CandidatePool:
     first.
     """
 
-    def __init__(self, candidates: Iterable[Candidate]) -> None:
+    def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._byIdentity: dict[tuple[int, bytes], list[int]] = {}
         self.remaining = 0
+        self.add(candidates)
+
+    def add(self, candidates: Iterable[Candidate]) -> None:
+        """
+        Add C{candidates} (messages that arrived since) to the pool.
+        """
         for candidate in candidates:
-            self._byIdentity.setdefault((candidate.size, candidate.head), []).append(
-                candidate.uid
-            )
+            insort(self._byIdentity.setdefault((candidate.size, candidate.head), []), candidate.uid)
             self.remaining += 1
-        for uids in self._byIdentity.values():
-            uids.sort()
 
     def take(self, size: int, head: bytes, floor: int) -> int | None:
         """
@@ -144,12 +155,18 @@ async def reconcileJournal(
     store: IStateStore,
     entries: Sequence[JournalEntry],
     measure: MeasureSent,
+    settle: Callable[[], Awaitable[object]] | None = None,
 ) -> Reconciliation:
     """
     Settle C{entries} against the destination over C{session}, record the
     messages found there, and delete the entries, in one transaction.
 
     @param measure: reads journaled messages again from the source.
+    @param settle: waits one quiet period: while journaled messages of a
+        mailbox are missing, the mailbox is looked at again after each
+        such wait, until one brings none of them (the server may still be
+        storing what a connection that ended had sent).  L{None}: look
+        once.
 
     @raise ImapmigError: the destination or the store failed; the journal
         is then left as it was, for the next attempt.
@@ -180,7 +197,7 @@ async def reconcileJournal(
                     pending.append(_Pending(entry, message, True))
         if not any(not p.known for p in pending):
             continue
-        found = await _arrivals(jobName, session, store, mailbox, pending, measure)
+        found = await _arrivals(jobName, session, store, mailbox, pending, measure, settle)
         undecided |= found.undecided
         for each in pending:
             if each.known:
@@ -261,10 +278,11 @@ async def _arrivals(
     mailbox: str,
     pending: Sequence[_Pending],
     measure: MeasureSent,
+    settle: Callable[[], Awaitable[object]] | None,
 ) -> _Found:
     """
     Which of the messages journaled for C{mailbox} (C{pending}, in the
-    order they were sent) are there.
+    order they were sent) are there, or arrive while C{settle} waits.
 
     @raise CommandFailed: the server refused to EXAMINE the mailbox for a
         reason other than its absence: the journal stays as it is.
@@ -292,36 +310,120 @@ async def _arrivals(
             job=jobName,
             mailbox=mailbox,
         )
-    if not valid or not examined.exists:
+    if not valid:
         return found
     floor = max(1, min(p.entry.uidFloor or 1 for p in valid))
     held: set[int] = set()
     if uidValidity is not None:
         held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
+    # The highest UID looked at: the next look starts above it.
+    seen = floor - 1
+    candidates: list[Candidate] = []
+    if examined.exists:
+        candidates, seen = await _candidates(session, floor, held)
+    pool = CandidatePool(candidates)
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None] = {}
+    unmatched = await _claim(pool, valid, measure, sizes, found)
+    # The server may still be storing what a connection that ended had
+    # sent (it goes on with the commands it had read when the connection
+    # closed, as Dovecot does): a message missing now could arrive after
+    # it is sent again, and be held twice.  What it stores gets UIDs above
+    # those seen, in the order sent; so wait as long as each quiet period
+    # brings journaled messages, and take what is still missing as lost
+    # only after one brought none.
+    while settle is not None and any(not p.known for p in unmatched):
+        log.info(
+            "Job {job}: {count} messages journaled for {mailbox!r} are not there (yet);"
+            " waiting for what the server may still be storing from a connection"
+            " that ended",
+            job=jobName,
+            count=sum(1 for p in unmatched if not p.known),
+            mailbox=mailbox,
+        )
+        await settle()
+        # EXAMINE again, not NOOP: the mailbox is opened afresh, with every
+        # message other sessions stored by now.
+        again = await session.examine(mailbox)
+        if again.uidValidity != uidValidity or not again.exists:
+            break
+        if again.uidNext is not None and again.uidNext <= seen + 1:
+            break
+        arrivals, seen = await _candidates(session, seen + 1, held)
+        before = len(found.arrived)
+        pool.add(arrivals)
+        unmatched = await _claim(pool, unmatched, measure, sizes, found)
+        if len(found.arrived) == before:
+            break
+    return found
+
+
+async def _candidates(
+    session: IMAPSession, floor: int, held: set[int]
+) -> tuple[list[Candidate], int]:
+    """
+    The messages of the mailbox open on C{session} at or above UID
+    C{floor}, but those in C{held} (the UIDs of recorded outcomes).
+
+    @return: those messages, and the highest UID at or above C{floor}
+        that was looked at (C{floor - 1} if none).
+    """
     candidates = []
+    seen = floor - 1
     for item in await session.fetchMetadata(b"%d:*" % floor, _ITEMS):
         uid = item.uid
-        if uid is None or uid < floor or uid in held or item.size is None:
+        if uid is None or uid < floor:
+            continue
+        seen = max(seen, uid)
+        if uid in held or item.size is None:
             continue
         start = item.sections.get(_HEAD_SECTION) or b""
         candidates.append(Candidate(uid, item.size, journalHead(start)))
-    pool = CandidatePool(candidates)
-    for offset in range(0, len(valid), _MEASURE_BATCH):
+    return candidates, seen
+
+
+async def _claim(
+    pool: CandidatePool,
+    pending: Sequence[_Pending],
+    measure: MeasureSent,
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None],
+    found: _Found,
+) -> list[_Pending]:
+    """
+    Let each of C{pending}, in the order sent, claim its copy from
+    C{pool}; record the claims in C{found}.
+
+    @param sizes: what the source said of each message measured so far
+        (size and head digest, or L{None} if it could not be read), by
+        C{(folderKey, messageKey)}: filled in as messages are measured,
+        each once.
+    @return: those of C{pending} that claimed no copy, in the order sent.
+    """
+    unmatched: list[_Pending] = []
+    for offset in range(0, len(pending), _MEASURE_BATCH):
+        batch = pending[offset : offset + _MEASURE_BATCH]
         if not pool.remaining:
-            break
-        batch = valid[offset : offset + _MEASURE_BATCH]
-        measured: dict[str, dict[str, tuple[int, bytes]]] = {}
-        for folderKey in {p.message.folderKey for p in batch}:
-            keys = [p.message.messageKey for p in batch if p.message.folderKey == folderKey]
-            measured[folderKey] = await measure(folderKey, keys)
+            unmatched.extend(batch)
+            continue
+        unmeasured: dict[str, list[str]] = {}
+        for each in batch:
+            key = (each.message.folderKey, each.message.messageKey)
+            if key not in sizes:
+                unmeasured.setdefault(key[0], []).append(key[1])
+        for folderKey, keys in unmeasured.items():
+            measured = await measure(folderKey, keys)
+            for messageKey in keys:
+                sizes[(folderKey, messageKey)] = measured.get(messageKey)
         for each in batch:
             message = each.message
-            sent = measured[message.folderKey].get(message.messageKey)
+            sent = sizes[(message.folderKey, message.messageKey)]
             if sent is None:
                 if pool.remaining:
                     found.undecided.add(each.entry.entryId)
+                unmatched.append(each)
                 continue
             uid = pool.take(sent[0], sent[1], each.entry.uidFloor or 0)
-            if uid is not None and not each.known:
+            if uid is None:
+                unmatched.append(each)
+            elif not each.known:
                 found.arrived[(message.folderKey, message.messageKey)] = (uid, sent[0])
-    return found
+    return unmatched
