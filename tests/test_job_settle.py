@@ -6,10 +6,11 @@ C{settle}, L{JobSettings.journalQuiet}).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -36,15 +37,17 @@ class StoresAfterTheCloseServer(FakeIMAPServer):
     """
     A server slow to store: it reads APPEND commands and answers none, so
     the client gives the connection up at its reply deadline; it stores
-    what it had read C{delay} seconds after the connection closed, as
-    Dovecot goes on through the commands it had read when the client went
-    away.
+    the i-th APPEND it read C{delays[i]} seconds after the connection
+    closed (never, for L{None}), as Dovecot goes on through the commands it
+    had read when the client went away.
     """
 
-    def __init__(self, store: FakeMailStore, clock: Clock, delay: float) -> None:
+    def __init__(
+        self, store: FakeMailStore, clock: Clock, delays: Sequence[float | None]
+    ) -> None:
         FakeIMAPServer.__init__(self, store, DEFAULT_CAPABILITIES)
         self._clock = clock
-        self._delay = delay
+        self._delays = delays
         self._read: list[list[Any]] = []
 
     def _append(self, args: list[Any]) -> bytes | None:
@@ -53,13 +56,29 @@ class StoresAfterTheCloseServer(FakeIMAPServer):
 
     def connectionLost(self, reason: Failure = Failure(Exception())) -> None:
         FakeIMAPServer.connectionLost(self, reason)
-        self._clock.callLater(self._delay, self._storeWhatWasRead)
+        for args, delay in zip(self._read, self._delays):
+            if delay is not None:
+                self._clock.callLater(delay, self._store, args)
 
-    def _storeWhatWasRead(self) -> None:
+    def _store(self, args: list[Any]) -> None:
         # Nobody is listening any more: no untagged EXISTS.
         self.selected = None
-        for args in self._read:
-            FakeIMAPServer._append(self, args)
+        FakeIMAPServer._append(self, args)
+
+
+def slowServer(h: JobHarness, count: int, delays: Sequence[float | None]) -> None:
+    """
+    Give C{h} a source INBOX of C{count} messages and a destination whose
+    first connection is a L{StoresAfterTheCloseServer} with C{delays}.
+    """
+
+    def makeServer(attempt: int) -> FakeIMAPServer:
+        if attempt == 0:
+            return StoresAfterTheCloseServer(h.mail, h.clock, delays)
+        return FakeIMAPServer(h.mail, DEFAULT_CAPABILITIES)
+
+    h.endpoint = MemoryEndpoint(h.clock, makeServer)
+    populate(h.source, h.source.addFolder("INBOX"), count)
 
 
 def journalLeft(h: JobHarness, keys: range, present: range) -> None:
@@ -79,11 +98,15 @@ def journalLeft(h: JobHarness, keys: range, present: range) -> None:
     )  # fmt: skip
 
 
+SETTINGS = JobSettings(connections=1, batchMessages=1, journalQuiet=QUIET)
+
+
 class SettleTests(SynchronousTestCase):
     """
-    Journaled messages missing from the destination are sent again only
-    once the destination has been quiet for L{JobSettings.journalQuiet}
-    seconds: the server may still be storing them.
+    After a connection of the run ended early, journaled messages missing
+    from the destination are sent again only once it has been quiet for
+    L{JobSettings.journalQuiet} seconds: the server may still be storing
+    them.
     """
 
     def test_givenUpConnectionStoresLate(self) -> None:
@@ -94,74 +117,83 @@ class SettleTests(SynchronousTestCase):
         their UIDs, and not sent again; each is held once.
         """
         h = JobHarness(self)
+        slowServer(h, 4, [1.5] * 4)
 
-        def makeServer(attempt: int) -> FakeIMAPServer:
-            if attempt == 0:
-                return StoresAfterTheCloseServer(h.mail, h.clock, 1.5)
-            return FakeIMAPServer(h.mail, DEFAULT_CAPABILITIES)
-
-        h.endpoint = MemoryEndpoint(h.clock, makeServer)
-        populate(h.source, h.source.addFolder("INBOX"), 4)
-        settings = JobSettings(connections=1, batchMessages=1, journalQuiet=QUIET)
-
-        self.assertTrue(h.run(h.job(settings, identity="off")))
+        self.assertTrue(h.run(h.job(SETTINGS, identity="off")))
         # Whatever the server had still to do is done.
         h.clock.advance(60)
 
         h.assertHolds("INBOX", range(4))
         self.assertEqual(len(appendLines(h.endpoint.servers[0])), 4)
         self.assertEqual(appendLines(h.endpoint.servers[1]), [])
-        self.assertEqual(
-            sorted(o.uid for o in h.store.outcomes().values()), [1, 2, 3, 4]
-        )
+        self.assertEqual(sorted(o.uid for o in h.store.outcomes().values()), [1, 2, 3, 4])
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
 
     def test_waitsWhileArrivalsGoOn(self) -> None:
         """
         As long as a quiet period brings journaled messages, another one is
-        waited for; the messages still missing after a period that brought
-        none are sent again, and everything is held once.
+        waited for; those still missing after a period that brought none
+        are sent again, and everything is held once.
         """
         h = JobHarness(self)
-        journalLeft(h, range(4), range(1))
-        h.clock.callLater(1, h.mail.append, USER, "INBOX", [(body(1), (), None)])
-        h.clock.callLater(QUIET + 1, h.mail.append, USER, "INBOX", [(body(2), (), None)])
+        # The first look comes 1 s (the backoff) after the close; each
+        # next one QUIET seconds later.
+        slowServer(h, 4, [0, 3, QUIET + 3, None])
 
-        self.assertTrue(h.run(h.job(JobSettings(connections=1, journalQuiet=QUIET), identity="off")))
+        self.assertTrue(h.run(h.job(SETTINGS, identity="off")))
         h.clock.advance(60)
 
         h.assertHolds("INBOX", range(4))
-        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 1)
-        self.assertEqual(h.store.outcomes()["INBOX", "m2"].uid, 3)
-        self.assertEqual(h.store.outcomes()["INBOX", "m3"].uid, 4)
+        self.assertEqual(len(appendLines(h.endpoint.servers[1])), 1)
+        outcomes = h.store.outcomes()
+        self.assertEqual([outcomes["INBOX", f"m{n}"].uid for n in range(4)], [1, 2, 3, 4])
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
         h.finish()
 
     def test_allThereNoWait(self) -> None:
         """
-        When every journaled message is there, nothing is waited for.
+        When every journaled message is there at the first look, nothing
+        is waited for.
         """
         h = JobHarness(self)
-        journalLeft(h, range(2), range(2))
+        slowServer(h, 2, [0, 0])
+        job = h.job(SETTINGS, identity="off")
 
-        d = h.start(h.job(JobSettings(connections=1, journalQuiet=QUIET), identity="off"))
+        with capturedLogs() as events:
+            self.assertTrue(h.run(job))
 
-        self.assertTrue(self.successResultOf(d))
-        self.assertEqual(h.clock.seconds(), 0)
+        self.assertEqual([e for e in events if "not there (yet)" in e["log_format"]], [])
         h.assertHolds("INBOX", range(2))
-        h.endpoint.pump()
+        self.assertEqual(appendLines(h.endpoint.servers[1]), [])
         h.finish()
 
     def test_noQuiet(self) -> None:
         """
         With a C{journalQuiet} of 0 the destination is looked at once: what
-        is missing then is sent again at once.
+        is missing then is sent again at once (and held twice if the
+        server stores it later).
+        """
+        h = JobHarness(self)
+        slowServer(h, 2, [0, 1.5])
+        settings = JobSettings(connections=1, batchMessages=1, journalQuiet=0)
+
+        self.assertTrue(h.run(h.job(settings, identity="off")))
+        h.clock.advance(60)
+
+        self.assertEqual(len(appendLines(h.endpoint.servers[1])), 1)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 3)
+        h.finish()
+
+    def test_earlierRunLooksOnce(self) -> None:
+        """
+        Entries left by an earlier run are looked at once, without a wait:
+        that run's connections ended with it.
         """
         h = JobHarness(self)
         journalLeft(h, range(2), range(1))
 
-        d = h.start(h.job(JobSettings(connections=1, journalQuiet=0), identity="off"))
+        d = h.start(h.job(SETTINGS, identity="off"))
 
         self.assertTrue(self.successResultOf(d))
         self.assertEqual(h.clock.seconds(), 0)
@@ -172,12 +204,17 @@ class SettleTests(SynchronousTestCase):
     def test_stopWhileWaiting(self) -> None:
         """
         A job stopped while it waits for a quiet destination stops at once,
-        sending nothing; the journal is kept for the next run.
+        sending nothing more; the journal is kept for the next run.
         """
         h = JobHarness(self)
-        journalLeft(h, range(2), range(1))
-        job = h.job(JobSettings(connections=1, journalQuiet=QUIET), identity="off")
+        slowServer(h, 2, [None, None])
+        job = h.job(SETTINGS, identity="off")
         d: Deferred[bool] = h.start(job)
+        with capturedLogs() as events:
+            while not any("not there (yet)" in e["log_format"] for e in events):
+                calls = h.clock.getDelayedCalls()
+                h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
+                h.settle(lambda: d.called)
         self.assertNoResult(d)
 
         job.stop()
@@ -185,9 +222,9 @@ class SettleTests(SynchronousTestCase):
 
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)
-        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
-        h.assertHolds("INBOX", range(1))
-        self.assertEqual(appendLines(h.endpoint.servers[0]), [])
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 2)
+        self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
+        self.assertEqual(appendLines(h.endpoint.servers[1]), [])
         h.endpoint.pump()
         h.finish()
 

@@ -155,12 +155,13 @@ class JobSettings:
         server's C{max_message_size}), or L{None}; the server's
         APPENDLIMIT, when smaller, wins.  A larger message is recorded as
         failed without being sent.
-    @ivar journalQuiet: seconds without a journaled message arriving after
-        which the journal's missing messages are taken as never to arrive
-        and sent again (L{reconcileJournal}'s C{settle}): the server may
-        still be storing what a connection that ended had sent.  The
-        destination server's C{timeout}, the longest a live server is
-        allowed between two replies; 0 looks only once.
+    @ivar journalQuiet: after a connection of the run ended early, seconds
+        without a journaled message arriving after which the journal's
+        missing messages are taken as never to arrive and sent again
+        (L{reconcileJournal}'s C{settle}): the server may still be storing
+        what that connection had sent.  The destination server's
+        C{timeout}, the longest a live server is allowed between two
+        replies; 0 looks only once.
     """
 
     connections: int = 2
@@ -395,6 +396,9 @@ class MigrationJob:
         # The reconciliation's wait for a quiet destination, cancelled by a
         # stop (the journal then stays as it is, for the next run).
         self._settling: Deferred[None] | None = None
+        # Whether the last attempt of this run ended with its connections
+        # given up or lost (see _reconcile).
+        self._connectionsEnded = False
         # Per message key, how many times it was first in line, not
         # stored, when a connection failed; and the last such failure.
         self._strikes: dict[tuple[str, str], int] = {}
@@ -478,6 +482,7 @@ class MigrationJob:
             throttle.reopen()
         self._strikes.clear()
         self._overQuota = None
+        self._connectionsEnded = False
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
         fruitless = 0
@@ -663,6 +668,9 @@ class MigrationJob:
             log.failure("Job {job} crashed", job=self.name)
             error = PermanentError(f"internal error: {e!r}")
         attempt.end()
+        # Its connections' server sessions may still be storing what they
+        # had read: the next attempt's reconciliation waits for them.
+        self._connectionsEnded = error is not None
         self._attempt = None
         self._units.clear()
         self._untaken = 0
@@ -750,7 +758,11 @@ class MigrationJob:
             finally:
                 self._settling = None
 
-        quiet = self._settings.journalQuiet > 0
+        # After a connection of this run ended early, its server session
+        # may still be storing: wait for a quiet destination.  Entries left
+        # by an earlier run are looked at once: that process's connections
+        # ended when it did, before this run started.
+        quiet = self._connectionsEnded and self._settings.journalQuiet > 0
         result = await reconcileJournal(
             self.name, session, self._store, entries, measure, settle if quiet else None
         )
