@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.fidelity import journalHead
 from imapmig.job import JobSettings
-from imapmig.job.reconcile import Candidate, CandidatePool
+from imapmig.job.reconcile import Candidate, CandidatePool, Reconciliation, reconcileJournal
 from imapmig.progress import JobState
 from imapmig.state import JournalMessage
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
@@ -27,6 +27,7 @@ from tests.test_job import (
     MemoryEndpoint,
     appendLines,
     body,
+    memoryOpener,
     populate,
 )
 
@@ -163,7 +164,7 @@ class SettleTests(SynchronousTestCase):
         with capturedLogs() as events:
             self.assertTrue(h.run(job))
 
-        self.assertEqual([e for e in events if "not there (yet)" in e["log_format"]], [])
+        self.assertEqual([e for e in events if "not in the destination (yet)" in e["log_format"]], [])
         h.assertHolds("INBOX", range(2))
         self.assertEqual(appendLines(h.endpoint.servers[1]), [])
         h.finish()
@@ -211,7 +212,7 @@ class SettleTests(SynchronousTestCase):
         job = h.job(SETTINGS, identity="off")
         d: Deferred[bool] = h.start(job)
         with capturedLogs() as events:
-            while not any("not there (yet)" in e["log_format"] for e in events):
+            while not any("not in the destination (yet)" in e["log_format"] for e in events):
                 calls = h.clock.getDelayedCalls()
                 h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
                 h.settle(lambda: d.called)
@@ -225,6 +226,64 @@ class SettleTests(SynchronousTestCase):
         self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 2)
         self.assertEqual(h.mail.mailbox(USER, "INBOX"), [])
         self.assertEqual(appendLines(h.endpoint.servers[1]), [])
+        h.endpoint.pump()
+        h.finish()
+
+
+class AcrossMailboxesTests(SynchronousTestCase):
+    """
+    L{reconcileJournal} waits for a destination quiet in every mailbox
+    with messages missing, not one mailbox at a time.
+    """
+
+    def test_quietInOneMailboxIsNotEnough(self) -> None:
+        """
+        A server session still storing into Archive, with an INBOX message
+        after those in its queue: INBOX is quiet meanwhile, yet its
+        missing message is waited for as long as Archive's arrive, and
+        found; nothing is left to send again.
+        """
+        h = JobHarness(self)
+        quiet = 6.0
+        h.mail.create(USER, "Archive")
+        bodies = {f"m{n}": body(n) for n in range(5)}
+
+        def journaled(*keys: str) -> list[JournalMessage]:
+            return [JournalMessage("F", k, len(bodies[k]), journalHead(bodies[k])) for k in keys]
+
+        # Another connection's INBOX unit (arrived), then this session's
+        # Archive unit and its next INBOX unit.
+        store = h.store
+        inbox, archive = h.mail.uidValidity(USER, "INBOX"), h.mail.uidValidity(USER, "Archive")
+        self.successResultOf(store.journalBatch(JOB, "INBOX", inbox, 1, journaled("m0")))
+        self.successResultOf(
+            store.journalBatch(JOB, "Archive", archive, 1, journaled("m1", "m2", "m3"))
+        )
+        self.successResultOf(store.journalBatch(JOB, "INBOX", inbox, 1, journaled("m4")))
+        entries = self.successResultOf(store.journal(JOB))
+        h.mail.append(USER, "INBOX", [(bodies["m0"], (), None)])
+        for at, mailbox, key in [(3, "Archive", "m1"), (8, "Archive", "m2"),
+                                 (13, "Archive", "m3"), (17, "INBOX", "m4")]:  # fmt: skip
+            h.clock.callLater(at, h.mail.append, USER, mailbox, [(bodies[key], (), None)])
+
+        async def measure(folderKey: str, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+            return {k: (len(bodies[k]), journalHead(bodies[k])) for k in keys}
+
+        async def reconcile() -> Reconciliation:
+            session = await memoryOpener(h.endpoint, h.clock)()
+            try:
+                return await reconcileJournal(
+                    JOB, session, store, entries, measure, lambda: deferLater(h.clock, quiet)
+                )
+            finally:
+                await session.logout()
+
+        d = Deferred.fromCoroutine(reconcile())
+        h.waitFor(d)  # type: ignore[arg-type]
+
+        result = self.successResultOf(d)
+        self.assertEqual((result.arrived, result.missing), (5, {}))
+        self.assertEqual(self.successResultOf(store.journal(JOB)), [])
         h.endpoint.pump()
         h.finish()
 

@@ -178,6 +178,7 @@ async def reconcileJournal(
     for entry in entries:
         byMailbox.setdefault(entry.mailbox, []).append(entry)
     recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
+    looks: list[tuple[str, list[_Pending], _Found]] = []
     for mailbox, mailboxEntries in byMailbox.items():
         # In the order sent: the messages without an outcome, and those
         # with one but no UID (a server without UIDPLUS), which must claim
@@ -197,7 +198,34 @@ async def reconcileJournal(
                     pending.append(_Pending(entry, message, True))
         if not any(not p.known for p in pending):
             continue
-        found = await _arrivals(jobName, session, store, mailbox, pending, measure, settle)
+        found = await _arrivals(jobName, session, store, mailbox, pending, measure)
+        looks.append((mailbox, pending, found))
+    # The server may still be storing what a connection that ended had
+    # sent (it goes on with the commands it had read when the connection
+    # closed, as Dovecot does): a message missing now could arrive after
+    # it is sent again, and be held twice.  A server session stores in the
+    # order sent, into one mailbox or another, each message under a UID
+    # above those seen; so wait as long as each quiet period brings
+    # journaled messages to any of the mailboxes, and take what is still
+    # missing as lost only after one brought none anywhere.
+    while settle is not None:
+        waiting = [found for _, _, found in looks if found.missing()]
+        if not waiting:
+            break
+        log.info(
+            "Job {job}: {count} journaled messages are not in the destination (yet);"
+            " waiting for what the server may still be storing from a connection"
+            " that ended",
+            job=jobName,
+            count=sum(found.missing() for found in waiting),
+        )
+        await settle()
+        gained = 0
+        for found in waiting:
+            gained += await _lookAgain(session, found, measure)
+        if not gained:
+            break
+    for mailbox, pending, found in looks:
         undecided |= found.undecided
         for each in pending:
             if each.known:
@@ -259,11 +287,33 @@ class _Found:
     @ivar uidValidity: the mailbox's UIDVALIDITY.
     @ivar undecided: entries some of whose messages could not be measured
         while copies were still unaccounted for: not to be settled.
+    @ivar mailbox: the mailbox.
+    @ivar held: the UIDs of its recorded outcomes, at or above the floor.
+    @ivar seen: the highest UID looked at: a new look starts above it.
+    @ivar pool: its messages not claimed yet.
+    @ivar sizes: what the source said of each journaled message measured so
+        far (L{_claim}).
+    @ivar unmatched: the journaled messages without a copy yet, in the
+        order sent; empty when nothing more can come (no such mailbox, a
+        new UIDVALIDITY).
     """
 
     arrived: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     uidValidity: int | None = None
     undecided: set[int] = field(default_factory=set)
+    mailbox: str = ""
+    held: set[int] = field(default_factory=set)
+    seen: int = 0
+    pool: CandidatePool = field(default_factory=CandidatePool)
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None] = field(default_factory=dict)
+    unmatched: list[_Pending] = field(default_factory=list)
+
+    def missing(self) -> int:
+        """
+        How many of the journaled messages without an outcome have not
+        been found (yet).
+        """
+        return sum(1 for p in self.unmatched if not p.known)
 
 
 # Response codes of an EXAMINE refusal that mean the mailbox is not there
@@ -278,16 +328,15 @@ async def _arrivals(
     mailbox: str,
     pending: Sequence[_Pending],
     measure: MeasureSent,
-    settle: Callable[[], Awaitable[object]] | None,
 ) -> _Found:
     """
     Which of the messages journaled for C{mailbox} (C{pending}, in the
-    order they were sent) are there, or arrive while C{settle} waits.
+    order they were sent) are there, at a first look.
 
     @raise CommandFailed: the server refused to EXAMINE the mailbox for a
         reason other than its absence: the journal stays as it is.
     """
-    found = _Found()
+    found = _Found(mailbox=mailbox)
     try:
         examined = await session.examine(mailbox)
     except CommandFailed as e:
@@ -316,45 +365,35 @@ async def _arrivals(
     held: set[int] = set()
     if uidValidity is not None:
         held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
-    # The highest UID looked at: the next look starts above it.
-    seen = floor - 1
-    candidates: list[Candidate] = []
+    found.held = held
+    found.seen = floor - 1
     if examined.exists:
-        candidates, seen = await _candidates(session, floor, held)
-    pool = CandidatePool(candidates)
-    sizes: dict[tuple[str, str], tuple[int, bytes] | None] = {}
-    unmatched = await _claim(pool, valid, measure, sizes, found)
-    # The server may still be storing what a connection that ended had
-    # sent (it goes on with the commands it had read when the connection
-    # closed, as Dovecot does): a message missing now could arrive after
-    # it is sent again, and be held twice.  What it stores gets UIDs above
-    # those seen, in the order sent; so wait as long as each quiet period
-    # brings journaled messages, and take what is still missing as lost
-    # only after one brought none.
-    while settle is not None and any(not p.known for p in unmatched):
-        log.info(
-            "Job {job}: {count} messages journaled for {mailbox!r} are not there (yet);"
-            " waiting for what the server may still be storing from a connection"
-            " that ended",
-            job=jobName,
-            count=sum(1 for p in unmatched if not p.known),
-            mailbox=mailbox,
-        )
-        await settle()
-        # EXAMINE again, not NOOP: the mailbox is opened afresh, with every
-        # message other sessions stored by now.
-        again = await session.examine(mailbox)
-        if again.uidValidity != uidValidity or not again.exists:
-            break
-        if again.uidNext is not None and again.uidNext <= seen + 1:
-            break
-        arrivals, seen = await _candidates(session, seen + 1, held)
-        before = len(found.arrived)
-        pool.add(arrivals)
-        unmatched = await _claim(pool, unmatched, measure, sizes, found)
-        if len(found.arrived) == before:
-            break
+        candidates, found.seen = await _candidates(session, floor, held)
+        found.pool.add(candidates)
+    found.unmatched = await _claim(found.pool, valid, measure, found.sizes, found)
     return found
+
+
+async def _lookAgain(session: IMAPSession, found: _Found, measure: MeasureSent) -> int:
+    """
+    Look at C{found}'s mailbox again: let its journaled messages still
+    missing claim the messages that arrived since the last look.
+
+    @return: how many of them claimed one.
+    """
+    # EXAMINE again, not NOOP: the mailbox is opened afresh, with every
+    # message other sessions stored by now.
+    again = await session.examine(found.mailbox)
+    if again.uidValidity != found.uidValidity:
+        found.unmatched = []
+        return 0
+    if not again.exists or (again.uidNext is not None and again.uidNext <= found.seen + 1):
+        return 0
+    arrivals, found.seen = await _candidates(session, found.seen + 1, found.held)
+    before = len(found.arrived)
+    found.pool.add(arrivals)
+    found.unmatched = await _claim(found.pool, found.unmatched, measure, found.sizes, found)
+    return len(found.arrived) - before
 
 
 async def _candidates(
