@@ -186,6 +186,37 @@ class SettleTests(SynchronousTestCase):
         self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 3)
         h.finish()
 
+    def test_serverEndedLooksOnce(self) -> None:
+        """
+        A connection the server itself closed (not given up by imapmig) is
+        over on the server's side: the destination is looked at once, and
+        what is missing is sent again at once.
+        """
+        h = JobHarness(self)
+
+        class ClosesAfterTwo(StoresAfterTheCloseServer):
+            def _append(self, args: list[Any]) -> bytes | None:
+                self._read.append(args)
+                if len(self._read) == 2:
+                    self._close()
+                return None
+
+        def makeServer(attempt: int) -> FakeIMAPServer:
+            if attempt == 0:
+                return ClosesAfterTwo(h.mail, h.clock, [0, None])
+            return FakeIMAPServer(h.mail, DEFAULT_CAPABILITIES)
+
+        h.endpoint = MemoryEndpoint(h.clock, makeServer)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+
+        with capturedLogs() as events:
+            self.assertTrue(h.run(h.job(SETTINGS, identity="off")))
+
+        self.assertEqual([e for e in events if "(yet)" in e["log_format"]], [])
+        h.assertHolds("INBOX", range(2))
+        self.assertEqual(len(appendLines(h.endpoint.servers[1])), 1)
+        h.finish()
+
     def test_earlierRunLooksOnce(self) -> None:
         """
         Entries left by an earlier run are looked at once, without a wait:

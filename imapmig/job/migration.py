@@ -40,6 +40,7 @@ from twisted.python.failure import Failure
 
 from imapmig.errors import (
     CommandFailed,
+    ConnectionDropped,
     ConnectionLost,
     ImapmigError,
     PermanentError,
@@ -155,7 +156,7 @@ class JobSettings:
         server's C{max_message_size}), or L{None}; the server's
         APPENDLIMIT, when smaller, wins.  A larger message is recorded as
         failed without being sent.
-    @ivar journalQuiet: after a connection of the run ended early, seconds
+    @ivar journalQuiet: after imapmig gave a connection of the run up, seconds
         without a journaled message arriving after which the journal's
         missing messages are taken as never to arrive and sent again
         (L{reconcileJournal}'s C{settle}): the server may still be storing
@@ -396,8 +397,8 @@ class MigrationJob:
         # The reconciliation's wait for a quiet destination, cancelled by a
         # stop (the journal then stays as it is, for the next run).
         self._settling: Deferred[None] | None = None
-        # Whether the last attempt of this run ended with its connections
-        # given up or lost (see _reconcile).
+        # Whether the last attempt of this run ended with a connection
+        # imapmig gave up (see _attemptOnce and _reconcile).
         self._connectionsEnded = False
         # Per message key, how many times it was first in line, not
         # stored, when a connection failed; and the last such failure.
@@ -668,9 +669,11 @@ class MigrationJob:
             log.failure("Job {job} crashed", job=self.name)
             error = PermanentError(f"internal error: {e!r}")
         attempt.end()
-        # Its connections' server sessions may still be storing what they
-        # had read: the next attempt's reconciliation waits for them.
-        self._connectionsEnded = error is not None
+        # A connection imapmig gave up (no reply in time, a protocol
+        # error): the server's session may still be storing what it had
+        # read, and the next attempt's reconciliation waits for it.  One
+        # the server or the network ended (reset, closed) is over there.
+        self._connectionsEnded = isinstance(error, ConnectionDropped)
         self._attempt = None
         self._units.clear()
         self._untaken = 0
@@ -758,7 +761,7 @@ class MigrationJob:
             finally:
                 self._settling = None
 
-        # After a connection of this run ended early, its server session
+        # After imapmig gave a connection of this run up, its server session
         # may still be storing: wait for a quiet destination.  Entries left
         # by an earlier run are looked at once: that process's connections
         # ended when it did, before this run started.
