@@ -312,6 +312,7 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         stopTimeout=stopTimeout,
         folderNameFallback=job.folderNameFallback,
         maxMessageBytes=job.destination.server.maxMessageSize,
+        journalQuiet=job.destination.server.timeout,
     )
 
 

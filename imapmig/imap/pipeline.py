@@ -62,7 +62,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ConnectionLost
+from imapmig.errors import ConnectionDropped, ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.message import StreamedBody, formatInternalDate
@@ -850,12 +850,14 @@ class AppendPipeline:
         if self._failure is not None:
             return
         assert reason.value is not None
-        self._fail(
-            ConnectionLost(
-                f"connection lost with {self.messagesInFlight} messages awaiting their "
-                f"reply: {describeConnectionLoss(reason.value)}"
-            )
+        text = (
+            f"connection lost with {self.messagesInFlight} messages awaiting their "
+            f"reply: {describeConnectionLoss(reason.value)}"
         )
+        # Still a ConnectionDropped when imapmig ended it: the server may
+        # then be working through what it read (see MigrationJob._reconcile).
+        dropped = isinstance(reason.value, ConnectionDropped)
+        self._fail(ConnectionDropped(text) if dropped else ConnectionLost(text))
 
     def _fail(self, error: Exception) -> None:
         """

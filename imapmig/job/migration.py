@@ -40,6 +40,7 @@ from twisted.python.failure import Failure
 
 from imapmig.errors import (
     CommandFailed,
+    ConnectionDropped,
     ConnectionLost,
     ImapmigError,
     PermanentError,
@@ -157,6 +158,13 @@ class JobSettings:
         server's C{max_message_size}), or L{None}; the server's
         APPENDLIMIT, when smaller, wins.  A larger message is recorded as
         failed without being sent.
+    @ivar journalQuiet: after imapmig gave a connection of the run up, seconds
+        without a journaled message arriving after which the journal's
+        missing messages are taken as never to arrive and sent again
+        (L{reconcileJournal}'s C{settle}): the server may still be storing
+        what that connection had sent.  The destination server's
+        C{timeout}, the longest a live server is allowed between two
+        replies; 0 looks only once.
     """
 
     connections: int = 2
@@ -171,6 +179,7 @@ class JobSettings:
     stopTimeout: float = 30.0
     folderNameFallback: bool = True
     maxMessageBytes: int | None = None
+    journalQuiet: float = 120.0
 
 
 def asRetryable(error: BaseException) -> BaseException:
@@ -394,6 +403,12 @@ class MigrationJob:
         self._stopping = False
         self._stopTimer: IDelayedCall | None = None
         self._attempt: _Attempt | None = None
+        # The reconciliation's wait for a quiet destination, cancelled by a
+        # stop (the journal then stays as it is, for the next run).
+        self._settling: Deferred[None] | None = None
+        # Whether the last attempt of this run ended with a connection
+        # imapmig gave up (see _attemptOnce and _reconcile).
+        self._connectionsEnded = False
         # Per message key, how many times it was first in line, not
         # stored, when a connection failed; and the last such failure.
         self._strikes: dict[tuple[str, str], int] = {}
@@ -445,6 +460,9 @@ class MigrationJob:
             self._stopTimer = self._clock.callLater(
                 self._settings.stopTimeout, self._stopTimedOut
             )
+        if self._settling is not None:
+            # Last: the run goes on, to its end, from here.
+            self._settling.cancel()
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
@@ -483,6 +501,7 @@ class MigrationJob:
             throttle.reopen()
         self._strikes.clear()
         self._overQuota = None
+        self._connectionsEnded = False
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
         fruitless = 0
@@ -679,6 +698,11 @@ class MigrationJob:
             log.failure("Job {job} crashed", job=self.name)
             error = PermanentError(f"internal error: {e!r}")
         attempt.end()
+        # A connection imapmig gave up (no reply in time, a protocol
+        # error): the server's session may still be storing what it had
+        # read, and the next attempt's reconciliation waits for it.  One
+        # the server or the network ended (reset, closed) is over there.
+        self._connectionsEnded = isinstance(error, ConnectionDropped)
         self._attempt = None
         self._units.clear()
         self._untaken = 0
@@ -757,7 +781,23 @@ class MigrationJob:
                 if not isinstance(body, UnreadableMessage)
             }
 
-        result = await reconcileJournal(self.name, session, self._store, entries, measure)
+        async def settle() -> None:
+            if self._stopping:
+                raise CancelledError()
+            self._settling = deferLater(self._clock, self._settings.journalQuiet)
+            try:
+                await self._settling
+            finally:
+                self._settling = None
+
+        # After imapmig gave a connection of this run up, its server session
+        # may still be storing: wait for a quiet destination.  Entries left
+        # by an earlier run are looked at once: that process's connections
+        # ended when it did, before this run started.
+        quiet = self._connectionsEnded and self._settings.journalQuiet > 0
+        result = await reconcileJournal(
+            self.name, session, self._store, entries, measure, settle if quiet else None
+        )
         # Messages found in the destination are this run's work: progress.
         self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():

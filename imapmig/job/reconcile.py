@@ -16,11 +16,20 @@ messages arrive in the order it sent them, so what arrived is a prefix).  A
 match is recorded as appended with its UID; the others are left
 unrecorded, so the job lists them as still to copy.  This never depends on
 the job's identity check: it holds with C{identity: off}.
+
+A message missing is not yet a message lost: the server may still be
+working through the commands it had read when the connection ended (Dovecot
+goes on with them after the client's close, storing each), and what is
+sent again would then be held twice.  So while journaled messages are
+missing, the mailbox is looked at again after each quiet period (the
+caller's C{settle}: the destination server's C{timeout}, the longest the
+job lets a live server go without a reply); only once a period brought
+none of them are the rest taken as lost.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Sequence
 
@@ -55,16 +64,18 @@ class CandidatePool:
     first.
     """
 
-    def __init__(self, candidates: Iterable[Candidate]) -> None:
+    def __init__(self, candidates: Iterable[Candidate] = ()) -> None:
         self._byIdentity: dict[tuple[int, bytes], list[int]] = {}
         self.remaining = 0
+        self.add(candidates)
+
+    def add(self, candidates: Iterable[Candidate]) -> None:
+        """
+        Add C{candidates} (messages that arrived since) to the pool.
+        """
         for candidate in candidates:
-            self._byIdentity.setdefault((candidate.size, candidate.head), []).append(
-                candidate.uid
-            )
+            insort(self._byIdentity.setdefault((candidate.size, candidate.head), []), candidate.uid)
             self.remaining += 1
-        for uids in self._byIdentity.values():
-            uids.sort()
 
     def take(self, size: int, head: bytes, floor: int) -> int | None:
         """
@@ -144,12 +155,18 @@ async def reconcileJournal(
     store: IStateStore,
     entries: Sequence[JournalEntry],
     measure: MeasureSent,
+    settle: Callable[[], Awaitable[object]] | None = None,
 ) -> Reconciliation:
     """
     Settle C{entries} against the destination over C{session}, record the
     messages found there, and delete the entries, in one transaction.
 
     @param measure: reads journaled messages again from the source.
+    @param settle: waits one quiet period: while journaled messages of a
+        mailbox are missing, the mailbox is looked at again after each
+        such wait, until one brings none of them (the server may still be
+        storing what a connection that ended had sent).  L{None}: look
+        once.
 
     @raise ImapmigError: the destination or the store failed; the journal
         is then left as it was, for the next attempt.
@@ -161,6 +178,7 @@ async def reconcileJournal(
     for entry in entries:
         byMailbox.setdefault(entry.mailbox, []).append(entry)
     recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
+    looks: list[tuple[str, list[_Pending], _Found]] = []
     for mailbox, mailboxEntries in byMailbox.items():
         # In the order sent: the messages without an outcome, and those
         # with one but no UID (a server without UIDPLUS), which must claim
@@ -181,6 +199,33 @@ async def reconcileJournal(
         if not any(not p.known for p in pending):
             continue
         found = await _arrivals(jobName, session, store, mailbox, pending, measure)
+        looks.append((mailbox, pending, found))
+    # The server may still be storing what a connection that ended had
+    # sent (it goes on with the commands it had read when the connection
+    # closed, as Dovecot does): a message missing now could arrive after
+    # it is sent again, and be held twice.  A server session stores in the
+    # order sent, into one mailbox or another, each message under a UID
+    # above those seen; so wait as long as each quiet period brings
+    # journaled messages to any of the mailboxes, and take what is still
+    # missing as lost only after one brought none anywhere.
+    while settle is not None:
+        waiting = [found for _, _, found in looks if found.missing()]
+        if not waiting:
+            break
+        log.info(
+            "Job {job}: {count} journaled messages are not in the destination (yet);"
+            " waiting for what the server may still be storing from a connection"
+            " that ended",
+            job=jobName,
+            count=sum(found.missing() for found in waiting),
+        )
+        await settle()
+        gained = 0
+        for found in waiting:
+            gained += await _lookAgain(session, found, measure)
+        if not gained:
+            break
+    for mailbox, pending, found in looks:
         undecided |= found.undecided
         for each in pending:
             if each.known:
@@ -242,11 +287,33 @@ class _Found:
     @ivar uidValidity: the mailbox's UIDVALIDITY.
     @ivar undecided: entries some of whose messages could not be measured
         while copies were still unaccounted for: not to be settled.
+    @ivar mailbox: the mailbox.
+    @ivar held: the UIDs of its recorded outcomes, at or above the floor.
+    @ivar seen: the highest UID looked at: a new look starts above it.
+    @ivar pool: its messages not claimed yet.
+    @ivar sizes: what the source said of each journaled message measured so
+        far (L{_claim}).
+    @ivar unmatched: the journaled messages without a copy yet, in the
+        order sent; empty when nothing more can come (no such mailbox, a
+        new UIDVALIDITY).
     """
 
     arrived: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     uidValidity: int | None = None
     undecided: set[int] = field(default_factory=set)
+    mailbox: str = ""
+    held: set[int] = field(default_factory=set)
+    seen: int = 0
+    pool: CandidatePool = field(default_factory=CandidatePool)
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None] = field(default_factory=dict)
+    unmatched: list[_Pending] = field(default_factory=list)
+
+    def missing(self) -> int:
+        """
+        How many of the journaled messages without an outcome have not
+        been found (yet).
+        """
+        return sum(1 for p in self.unmatched if not p.known)
 
 
 # Response codes of an EXAMINE refusal that mean the mailbox is not there
@@ -264,12 +331,12 @@ async def _arrivals(
 ) -> _Found:
     """
     Which of the messages journaled for C{mailbox} (C{pending}, in the
-    order they were sent) are there.
+    order they were sent) are there, at a first look.
 
     @raise CommandFailed: the server refused to EXAMINE the mailbox for a
         reason other than its absence: the journal stays as it is.
     """
-    found = _Found()
+    found = _Found(mailbox=mailbox)
     try:
         examined = await session.examine(mailbox)
     except CommandFailed as e:
@@ -292,36 +359,110 @@ async def _arrivals(
             job=jobName,
             mailbox=mailbox,
         )
-    if not valid or not examined.exists:
+    if not valid:
         return found
     floor = max(1, min(p.entry.uidFloor or 1 for p in valid))
     held: set[int] = set()
     if uidValidity is not None:
         held = await store.recordedUIDs(jobName, mailbox, uidValidity, floor)
+    found.held = held
+    found.seen = floor - 1
+    if examined.exists:
+        candidates, found.seen = await _candidates(session, floor, held)
+        found.pool.add(candidates)
+    found.unmatched = await _claim(found.pool, valid, measure, found.sizes, found)
+    return found
+
+
+async def _lookAgain(session: IMAPSession, found: _Found, measure: MeasureSent) -> int:
+    """
+    Look at C{found}'s mailbox again: let its journaled messages still
+    missing claim the messages that arrived since the last look.
+
+    @return: how many of them claimed one.
+    """
+    # EXAMINE again, not NOOP: the mailbox is opened afresh, with every
+    # message other sessions stored by now.
+    again = await session.examine(found.mailbox)
+    if again.uidValidity != found.uidValidity:
+        found.unmatched = []
+        return 0
+    if not again.exists or (again.uidNext is not None and again.uidNext <= found.seen + 1):
+        return 0
+    arrivals, found.seen = await _candidates(session, found.seen + 1, found.held)
+    before = len(found.arrived)
+    found.pool.add(arrivals)
+    found.unmatched = await _claim(found.pool, found.unmatched, measure, found.sizes, found)
+    return len(found.arrived) - before
+
+
+async def _candidates(
+    session: IMAPSession, floor: int, held: set[int]
+) -> tuple[list[Candidate], int]:
+    """
+    The messages of the mailbox open on C{session} at or above UID
+    C{floor}, but those in C{held} (the UIDs of recorded outcomes).
+
+    @return: those messages, and the highest UID at or above C{floor}
+        that was looked at (C{floor - 1} if none).
+    """
     candidates = []
+    seen = floor - 1
     for item in await session.fetchMetadata(b"%d:*" % floor, _ITEMS):
         uid = item.uid
-        if uid is None or uid < floor or uid in held or item.size is None:
+        if uid is None or uid < floor:
+            continue
+        seen = max(seen, uid)
+        if uid in held or item.size is None:
             continue
         start = item.sections.get(_HEAD_SECTION) or b""
         candidates.append(Candidate(uid, item.size, journalHead(start)))
-    pool = CandidatePool(candidates)
-    for offset in range(0, len(valid), _MEASURE_BATCH):
+    return candidates, seen
+
+
+async def _claim(
+    pool: CandidatePool,
+    pending: Sequence[_Pending],
+    measure: MeasureSent,
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None],
+    found: _Found,
+) -> list[_Pending]:
+    """
+    Let each of C{pending}, in the order sent, claim its copy from
+    C{pool}; record the claims in C{found}.
+
+    @param sizes: what the source said of each message measured so far
+        (size and head digest, or L{None} if it could not be read), by
+        C{(folderKey, messageKey)}: filled in as messages are measured,
+        each once.
+    @return: those of C{pending} that claimed no copy, in the order sent.
+    """
+    unmatched: list[_Pending] = []
+    for offset in range(0, len(pending), _MEASURE_BATCH):
+        batch = pending[offset : offset + _MEASURE_BATCH]
         if not pool.remaining:
-            break
-        batch = valid[offset : offset + _MEASURE_BATCH]
-        measured: dict[str, dict[str, tuple[int, bytes]]] = {}
-        for folderKey in {p.message.folderKey for p in batch}:
-            keys = [p.message.messageKey for p in batch if p.message.folderKey == folderKey]
-            measured[folderKey] = await measure(folderKey, keys)
+            unmatched.extend(batch)
+            continue
+        unmeasured: dict[str, list[str]] = {}
+        for each in batch:
+            key = (each.message.folderKey, each.message.messageKey)
+            if key not in sizes:
+                unmeasured.setdefault(key[0], []).append(key[1])
+        for folderKey, keys in unmeasured.items():
+            measured = await measure(folderKey, keys)
+            for messageKey in keys:
+                sizes[(folderKey, messageKey)] = measured.get(messageKey)
         for each in batch:
             message = each.message
-            sent = measured[message.folderKey].get(message.messageKey)
+            sent = sizes[(message.folderKey, message.messageKey)]
             if sent is None:
                 if pool.remaining:
                     found.undecided.add(each.entry.entryId)
+                unmatched.append(each)
                 continue
             uid = pool.take(sent[0], sent[1], each.entry.uidFloor or 0)
-            if uid is not None and not each.known:
+            if uid is None:
+                unmatched.append(each)
+            elif not each.known:
                 found.arrived[(message.folderKey, message.messageKey)] = (uid, sent[0])
-    return found
+    return unmatched
