@@ -165,7 +165,7 @@ class MigrationProgress:
         counted = 0
         total = done = failed = present = migrated = pending = remaining = 0
         bytesTotal = bytesDone = bytesSent = converted = notes = 0
-        ended = 0
+        ended = uncountedLive = 0
         finishedAt: float | None = None
         # Read once per job, for 10,000 jobs: the enum's value and hash
         # are Python-level descriptors, its _value_ a plain attribute.
@@ -186,6 +186,10 @@ class MigrationProgress:
                 jobFinished = job.finishedAt
                 if jobFinished is not None and (finishedAt is None or jobFinished > finishedAt):
                     finishedAt = jobFinished
+            if not job.counted and not isEnded:
+                # An ended job never counted (it failed before listing, or
+                # was cancelled) will not be: it holds back no ETA.
+                uncountedLive += 1
             if job.counted:
                 counted += 1
                 total += job.messagesTotal
@@ -203,7 +207,7 @@ class MigrationProgress:
             finishedAt = now
         messagesRate, octetsRate = self.currentRate()
         eta = None
-        if counted == jobs:
+        if uncountedLive == 0:
             eta = _eta(remaining, messagesRate, JobState.RUNNING)
         return {
             "time": now,
