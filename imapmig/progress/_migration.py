@@ -184,7 +184,7 @@ class MigrationProgress:
         counted = 0
         total = done = failed = present = migrated = pending = remaining = 0
         bytesTotal = bytesDone = bytesFailed = bytesSent = converted = notes = 0
-        ended = 0
+        ended = uncountedLive = 0
         finishedAt: float | None = None
         # Read once per job, for 10,000 jobs: the enum's value and hash
         # are Python-level descriptors, its _value_ a plain attribute.
@@ -205,6 +205,10 @@ class MigrationProgress:
                 jobFinished = job.finishedAt
                 if jobFinished is not None and (finishedAt is None or jobFinished > finishedAt):
                     finishedAt = jobFinished
+            if not job.counted and not isEnded:
+                # An ended job never counted (it failed before listing, or
+                # was cancelled) will not be: it holds back no ETA.
+                uncountedLive += 1
             if job.counted:
                 counted += 1
                 total += job.messagesTotal
@@ -223,7 +227,7 @@ class MigrationProgress:
             finishedAt = now
         messagesRate, octetsRate = self.currentRate()
         eta = None
-        if counted == jobs:
+        if uncountedLive == 0:
             eta = _eta(remaining, messagesRate, JobState.RUNNING)
             slowest = self._slowestRunningJob(now)
             if eta is not None and slowest is not None and slowest > eta:

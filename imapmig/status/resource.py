@@ -25,6 +25,7 @@ from imapmig.state import IStateStore
 from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
+from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import JobsResource
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import parseJobQuery, selectJobs
@@ -176,6 +177,17 @@ class QuietSite(QuietSiteMixin, Site):
         @param reactor: see L{Site}.
         """
         Site.__init__(self, resource, reactor=reactor)
+
+    def getResourceFor(self, request: Request) -> IResource:
+        """
+        The resource for C{request}, unless it looks like a DNS-rebinding
+        request (L{imapmig.status.hostcheck}): then a 421.
+        """
+        why = misdirected(request)
+        if why is not None:
+            return MisdirectedResource(why)
+        resource: IResource = Site.getResourceFor(self, request)
+        return resource
 
     def log(self, request: Request) -> None:  # type: ignore[override]
         """

@@ -1,0 +1,116 @@
+# -*- test-case-name: tests.test_status_hostcheck -*-
+"""
+A defence of the status site against DNS rebinding.
+
+The status site listens on loopback by default and answers every GET
+without a credential: the progress, the folder names, the failures with
+the servers' reasons, the manifests with their Message-IDs.  A web page
+the admin visits can point a name of its own at 127.0.0.1 (DNS
+rebinding); the admin's browser then treats the status site as that
+page's own origin, and lets the page read every answer.  What gives such
+a request away is its C{Host} header: the attacker's name.  No
+legitimate client reaches a loopback listener under a name other than
+C{localhost} or an address (a browser on the same host, an SSH tunnel, a
+reverse proxy that names its upstream by address).
+
+L{misdirected} refuses, on a connection that arrived on a loopback
+address, a C{Host} that is neither an IP address nor C{localhost} (nor a
+name under C{.localhost}, which browsers resolve to loopback themselves).
+A request without C{Host} (no browser sends one) passes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from twisted.web.resource import Resource
+from twisted.web.server import Request
+
+from imapmig.status._http import answerError
+
+_LOCAL_NAMES = ("localhost",)
+
+MISDIRECTED_REQUEST = 421
+"""
+The status code of a refused request (RFC 9110, 15.5.20).
+"""
+
+
+def _isLoopback(address: str) -> bool:
+    """
+    Whether C{address} (an IP address, perhaps IPv4-mapped IPv6) is a
+    loopback address.
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
+
+
+def hostName(header: bytes) -> str:
+    """
+    The host of a C{Host} header, without its port or a trailing dot,
+    lower-cased; an IPv6 address without its brackets.
+    """
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    name = text.rpartition(":")[0] if text.count(":") == 1 else text
+    return name.rstrip(".")
+
+
+def allowedName(name: str) -> bool:
+    """
+    Whether C{name} (from L{hostName}) cannot be a rebound name: an IP
+    address, C{localhost}, or a name under C{.localhost}.
+    """
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name in _LOCAL_NAMES or name.endswith(".localhost")
+    return True
+
+
+def misdirected(request: Request) -> str | None:
+    """
+    Why C{request} looks like a DNS-rebinding request (see the module's
+    docstring), or L{None} if it does not.
+    """
+    header = request.getHeader(b"host")
+    if header is None:
+        return None
+    local = getattr(request.getHost(), "host", None)
+    if not isinstance(local, str) or not _isLoopback(local):
+        return None
+    name = hostName(header)
+    if allowedName(name):
+        return None
+    return (
+        f"this site answers only to localhost or an IP address, not to the name {name[:80]!r}"
+        " (a DNS-rebinding request?)"
+    )
+
+
+class MisdirectedResource(Resource):
+    """
+    The answer to a request L{misdirected} refuses: 421 with a JSON error,
+    whatever its method and path.
+    """
+
+    isLeaf = True
+
+    def __init__(self, why: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._why = why
+
+    def render(self, request: Request) -> bytes:
+        """
+        Answer 421 Misdirected Request.
+        """
+        body = answerError(request, MISDIRECTED_REQUEST, self._why)
+        # twisted.web knows no phrase for 421.
+        request.setResponseCode(MISDIRECTED_REQUEST, b"Misdirected Request")
+        return body
