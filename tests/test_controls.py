@@ -496,7 +496,8 @@ class QueueControlTests(SynchronousTestCase):
     def test_pausedDeferredJob(self) -> None:
         """
         A deferred job paused leaves the deferred heap (nothing is due);
-        resumed, it is queued at once.
+        resumed, it waits again for its time (a daily budget's renewal is
+        not skipped), then is claimed.
         """
         from imapmig.schedule.queue import JobOutcome
 
@@ -509,8 +510,26 @@ class QueueControlTests(SynchronousTestCase):
         self.assertIsNone(q.nextDue())
         self.assertIsNone(q.claim("me", 0.0, 60.0))
         q.resume("j0")
-        again = q.claim("me", 0.0, 60.0)
+        self.assertEqual(q.nextDue(), 100.0)
+        self.assertIsNone(q.claim("me", 50.0, 60.0))
+        again = q.claim("me", 100.0, 60.0)
         self.assertEqual(again.job.name if again else None, "j0")
+
+    def test_pausedAllDeferredJob(self) -> None:
+        """
+        Pause-all then resume-all keeps a deferred job's wait too.
+        """
+        from imapmig.schedule.queue import JobOutcome
+
+        q = self.queue(1)
+        claim = q.claim("me", 0.0, 60.0)
+        assert claim is not None
+        q.finish(claim, JobOutcome.DEFERRED, 100.0)
+        q.pauseAll()
+        self.assertIsNone(q.nextDue())
+        q.resumeAll()
+        self.assertEqual(q.nextDue(), 100.0)
+        self.assertIsNone(q.claim("me", 50.0, 60.0))
 
 
 class RetryFailedWithAJobTests(SynchronousTestCase):

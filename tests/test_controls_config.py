@@ -88,6 +88,16 @@ class TokenFileTests(ConfigTestCase):
             self.withStatus(token_file=blank), "status.token_file", "holds only whitespace"
         )
 
+    def test_tooShort(self) -> None:
+        """
+        A token shorter than 16 characters is refused, saying how to make
+        a good one.
+        """
+        short = writeFile(os.path.join(self.directory, "short.token"), "hunter2\n")
+        self.assertOnlyProblem(
+            self.withStatus(token_file=short), "status.token_file", "at least 16 are needed"
+        )
+
     def test_private(self) -> None:
         """
         A token file its group or others may read is refused, as a

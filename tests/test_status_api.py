@@ -548,6 +548,26 @@ class ManifestTests(APITestCase):
         )
         self.assertEqual(rows[0]["reason"], 'NO [LIMIT] "big", very\r\nbig\nindeed')
 
+    def test_csvFormulasInert(self) -> None:
+        """
+        A cell that a spreadsheet would run as a formula (a folder or a
+        server's reason starting with C{=}, C{+}, C{-} or C{@}) is written
+        with a leading C{'} in the CSV manifest, and as it is in the JSON.
+        """
+        self.progress.addJob("alpha")
+        reason = '=HYPERLINK("http://x.example/","click")'
+        self.successResultOf(
+            self.store.recordOutcomes("alpha", [failure("@Folder", "1", reason)])
+        )
+        rows = list(
+            csv.reader(
+                io.StringIO(self.request("GET", "/jobs/alpha/manifest.csv")[1].decode("utf-8"))
+            )
+        )
+        self.assertEqual((rows[1][2], rows[1][3], rows[1][7]), ("'@Folder", "'@Folder", "'" + reason))
+        [row] = json.loads(self.request("GET", "/jobs/alpha/manifest.json")[1])
+        self.assertEqual((row["folder"], row["reason"]), ("@Folder", reason))
+
     def test_folderNames(self) -> None:
         """
         Folders are named as the job's listing found them, not by their
@@ -647,17 +667,20 @@ class HealthTests(APITestCase):
 
     def test_storeError(self) -> None:
         """
-        When the store cannot answer: 503, C{store-error} with the store's
-        error, logged once however often it is asked; 200 again once it
-        answers.
+        When the store cannot answer: 503, C{store-error}, the store's own
+        error (which may name the database's path) logged once however
+        often it is asked, and never in the unauthenticated answer.
         """
         with capturedLogs() as events:
             self.store.close()
             for _ in range(3):
                 health = self.getJSON("/healthz", 503)
                 self.assertEqual(health["status"], "store-error")
-                self.assertIn("closed", health["error"])
-        self.assertEqual(len([e for e in events if e["log_level"] == LogLevel.error]), 1)
+                self.assertEqual(
+                    health["error"], "the state store does not answer; see the daemon's log"
+                )
+        [error] = [e for e in events if e["log_level"] == LogLevel.error]
+        self.assertIn("closed", error["why"])
 
 
 class SelectJobsTests(SynchronousTestCase):

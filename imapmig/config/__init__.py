@@ -152,6 +152,13 @@ def parseConfig(document: object, path: str) -> Config:
     return _ConfigParser(path).parse(document)
 
 
+MIN_TOKEN_LENGTH = 16
+"""
+The fewest characters a status token may have: it is all that stands
+between anyone who reaches the listener and the controls.
+"""
+
+
 class _ConfigParser(UserListReader, ServersReader):
     """
     Walks a YAML document, building the configuration and collecting every
@@ -268,5 +275,12 @@ class _ConfigParser(UserListReader, ServersReader):
             return None
         if not token:
             self._problem(path, f"status token file {resolved} holds only whitespace")
+            return None
+        if len(token) < MIN_TOKEN_LENGTH:
+            self._problem(
+                path,
+                f"the status token in {resolved} has {len(token)} characters; at least"
+                f" {MIN_TOKEN_LENGTH} are needed (make one with: openssl rand -hex 32)",
+            )
             return None
         return Secret(token)

@@ -164,12 +164,13 @@ class JobLog:
         else:
             log.info(
                 "Job {job} started: from {source} to {destination};"
-                " {migrated:,} messages already migrated by earlier runs,"
+                " {migrated:,} {messages} already migrated by earlier runs,"
                 " {failedBefore:,} recorded as failed (tried again)",
                 job=self._job,
                 source=self._source,
                 destination=self._destination,
                 migrated=inDestination,
+                messages="message" if inDestination == 1 else "messages",
                 failedBefore=failedBefore or 0,
             )
         loop = self._loop = LoopingCall(self.tick)

@@ -170,7 +170,8 @@ class SourceCensus(Service):
     def _wanted(self, job: JobConfig) -> bool:
         """
         Whether C{job}'s source is still to be counted: it is queued and
-        not counted (a job that started lists its source itself).
+        not counted (a job that started lists its source itself).  A job
+        paused by the admin is not: a pause keeps imapmig off its servers.
         """
         progress = self._progress.job(job.name)
         return not progress.counted and progress.state is JobState.QUEUED

@@ -304,6 +304,9 @@ class InMemoryJobQueue:
         # Deferred jobs, (notBefore, position), earliest first: moved to
         # _returned once due.
         self._deferred: list[tuple[float, int]] = []
+        # A deferred job paused keeps the time it may go on (its daily
+        # budget or quota wait), so resuming does not skip that wait.
+        self._pausedNotBefore: dict[int, float] = {}
         self._claims: dict[int, JobClaim] = {}
         self._requested: dict[int, Requested] = {}
         self._paused: set[int] = set()
@@ -433,9 +436,23 @@ class InMemoryJobQueue:
     def _requeue(self, position: int) -> None:
         """
         Queue a job that waits nowhere (paused, ended) before every job
-        never claimed.
+        never claimed; a job paused while deferred goes back to waiting
+        for its time.
         """
-        heapq.heappush(self._returned, position)
+        notBefore = self._pausedNotBefore.pop(position, None)
+        if notBefore is not None:
+            heapq.heappush(self._deferred, (notBefore, position))
+        else:
+            heapq.heappush(self._returned, position)
+
+    def _keepNotBefore(self, position: int) -> None:
+        """
+        Note when a deferred job at C{position}, about to be paused, may go
+        on.
+        """
+        for notBefore, deferred in self._deferred:
+            if deferred == position:
+                self._pausedNotBefore[position] = notBefore
 
     def pause(self, name: str) -> QueueState:
         position = self._position(name)
@@ -447,6 +464,7 @@ class InMemoryJobQueue:
             return state
         if state is not QueueState.QUEUED:
             raise ControlRefused(f"job {name} is {state.value}, not queued or running")
+        self._keepNotBefore(position)
         self._unqueue(position)
         self._placed.add(position)
         self._paused.add(position)
@@ -475,6 +493,7 @@ class InMemoryJobQueue:
         self._unqueue(position)
         self._placed.add(position)
         self._paused.discard(position)
+        self._pausedNotBefore.pop(position, None)
         self._ended[position] = QueueState.CANCELLED
         self._cancelled += 1
         return QueueState.CANCELLED
@@ -503,6 +522,7 @@ class InMemoryJobQueue:
                     self._requested[position] = Requested.PAUSE
                     names.append(job.name)
             elif state is QueueState.QUEUED:
+                self._keepNotBefore(position)
                 self._placed.add(position)
                 self._paused.add(position)
                 names.append(job.name)

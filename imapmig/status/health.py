@@ -72,7 +72,15 @@ class HealthResource(ReadOnlyResource):
                 log.error("Health check: the state store does not answer: {why}", why=why)
             self._lastError = why
             request.setResponseCode(http.SERVICE_UNAVAILABLE)
-            return jsonBody({"status": "store-error", "version": imapmig.__version__, "error": why})
+            # The store's own words (they hold the database's path) go to
+            # the log only: the check is unauthenticated.
+            return jsonBody(
+                {
+                    "status": "store-error",
+                    "version": imapmig.__version__,
+                    "error": "the state store does not answer; see the daemon's log",
+                }
+            )
 
         try:
             pinged = self._store.ping()

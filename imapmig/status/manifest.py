@@ -34,6 +34,7 @@ __all__ = [
     "ManifestRow",
     "exclusionReason",
     "excludedRows",
+    "inertCell",
     "outcomeRow",
 ]
 
@@ -119,6 +120,22 @@ def excludedRows(job: str, folders: Sequence[str], rules: FolderRules | None) ->
     ]
 
 
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inertCell(value: object) -> object:
+    """
+    C{value} as a CSV cell a spreadsheet will not run: a text starting
+    with C{=}, C{+}, C{-}, C{@}, a tab or a carriage return (a folder name
+    or a server's reason such as C{=HYPERLINK(...)}) gets a leading C{'},
+    as OWASP advises for CSV injection.  Numbers and L{None} are left as
+    they are; the JSON manifest is never changed.
+    """
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 class _CSVFormat:
     """
     Rows as RFC 4180 CSV: CRLF line ends, fields with a comma, a quote or
@@ -134,7 +151,7 @@ class _CSVFormat:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\r\n")
         # The csv module writes None as an empty field.
-        writer.writerows(rows)
+        writer.writerows([tuple(map(inertCell, row)) for row in rows])
         return out.getvalue().encode("utf-8")
 
     def end(self) -> bytes:
