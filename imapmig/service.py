@@ -522,12 +522,12 @@ def buildService(
 
         from imapmig.status.controls import ControlResource
         from imapmig.status.metrics import buildMetricsResource
-        from imapmig.status.resource import buildStatusSite
+        from imapmig.status.resource import StatusResource, buildStatusSite
         from imapmig.verify import defaultReportPath
 
-        site = buildStatusSite(
+        status = StatusResource(
             progress,
-            reactor,
+            reactor.seconds,
             store,
             stopping=lambda: not root.running,
             verifyReportPath=defaultReportPath(config.statePath),
@@ -539,7 +539,9 @@ def buildService(
                 {job.name: job.destination.server.name for job in config.jobs},
             ),
         )
-        listener = strports.service(config.status.listen, site, reactor=reactor)
+        listener = strports.service(
+            config.status.listen, buildStatusSite(status, reactor), reactor=reactor
+        )
         listener.setName("status")
         listener.setServiceParent(root)
     return root

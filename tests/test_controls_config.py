@@ -26,7 +26,7 @@ from imapmig.schedule.scheduler import JobQueueService
 from imapmig.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.controls import ControlResource
-from imapmig.status.resource import buildStatusSite
+from imapmig.status.resource import StatusResource, buildStatusSite
 from imapmig.testing.dovecot import writeTestCertificates
 from tests.test_config import ConfigTestCase, writeFile
 
@@ -172,12 +172,13 @@ class TLSListenerTests(TestCase):
             reactor,
             None,
         )
-        site = buildStatusSite(
+        root = StatusResource(
             progress,
-            reactor,
+            reactor.seconds,
             MemoryStateStore(),
             control=ControlResource(scheduler.controls, Secret(TOKEN)),
         )
+        site = buildStatusSite(root, reactor)
         port = await serverFromString(reactor, listen).listen(site)
         self.addCleanup(port.stopListening)
         with open(os.path.join(tls, "ca.pem"), "rb") as f:

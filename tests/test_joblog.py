@@ -615,7 +615,8 @@ class QuietStatusSiteTests(SynchronousTestCase):
         event).
         """
         clock = MemoryReactorClock()
-        site = buildStatusSite(MigrationProgress(clock.seconds), clock, MemoryStateStore())
+        root = StatusResource(MigrationProgress(clock.seconds), clock.seconds, MemoryStateStore())
+        site = buildStatusSite(root, clock)
         events = self.idleKeepAlive(site, clock)
         self.assertEqual([formatEvent(e) for e in events if e["log_level"] >= LogLevel.info], [])
         self.assertIn(
@@ -644,7 +645,8 @@ class QuietStatusSiteTests(SynchronousTestCase):
         answered without a body.
         """
         clock = MemoryReactorClock()
-        site = buildStatusSite(MigrationProgress(clock.seconds), clock, MemoryStateStore())
+        root = StatusResource(MigrationProgress(clock.seconds), clock.seconds, MemoryStateStore())
+        site = buildStatusSite(root, clock)
         with capturedLogs() as events:
             site.doStart()
             protocol, transport = self.connect(site, clock)

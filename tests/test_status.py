@@ -271,7 +271,8 @@ class BuildStatusSiteTests(SynchronousTestCase):
         reactor = MemoryReactorClock()
         progress = MigrationProgress(reactor.seconds)
         progress.addJob("alpha")
-        site = buildStatusSite(progress, reactor, MemoryStateStore())
+        root = StatusResource(progress, reactor.seconds, MemoryStateStore())
+        site = buildStatusSite(root, reactor)
         self.assertIsInstance(site, Site)
         self.assertIs(site.reactor, reactor)
         self.assertFalse(site.displayTracebacks)
@@ -291,7 +292,8 @@ class BuildStatusSiteTests(SynchronousTestCase):
         """
         reactor = MemoryReactorClock()
         progress = MigrationProgress(reactor.seconds)
-        site = buildStatusSite(progress, reactor, MemoryStateStore())
+        root = StatusResource(progress, reactor.seconds, MemoryStateStore())
+        site = buildStatusSite(root, reactor)
         with capturedLogs() as events:
             site.doStart()
             channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))

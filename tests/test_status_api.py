@@ -865,7 +865,8 @@ class LongRequestLineTests(SynchronousTestCase):
         answer.
         """
         clock = Clock()
-        site = buildStatusSite(MigrationProgress(clock.seconds), clock, MemoryStateStore())
+        root = StatusResource(MigrationProgress(clock.seconds), clock.seconds, MemoryStateStore())
+        site = buildStatusSite(root, clock)
         channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         transport = StringTransport()
         channel.makeConnection(transport)

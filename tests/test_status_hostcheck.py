@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.progress import MigrationProgress
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.hostcheck import allowedName, hostName
-from imapmig.status.resource import buildStatusSite
+from imapmig.status.resource import StatusResource, buildStatusSite
 
 
 def response(raw: bytes) -> tuple[int, bytes]:
@@ -36,7 +36,9 @@ class StatusSiteHostTests(SynchronousTestCase):
         self.clock = Clock()
         progress = MigrationProgress(self.clock.seconds)
         progress.addJob("alice@example.org")
-        self.site = buildStatusSite(progress, self.clock, MemoryStateStore())
+        self.site = buildStatusSite(
+            StatusResource(progress, self.clock.seconds, MemoryStateStore()), self.clock
+        )
 
     def get(
         self,

@@ -203,42 +203,14 @@ class QuietSite(QuietSiteMixin, Site):
         )
 
 
-def buildStatusSite(
-    progress: MigrationProgress,
-    reactor: IReactorTime,
-    store: IStateStore,
-    stopping: Callable[[], bool] = lambda: False,
-    verifyReportPath: str | None = None,
-    rulesOf: Callable[[str], FolderRules | None] = lambda name: None,
-    dashboard: IResource | None = None,
-    metrics: IResource | None = None,
-    control: IResource | None = None,
-) -> Site:
+def buildStatusSite(root: IResource, reactor: IReactorTime) -> Site:
     """
-    The HTTP site serving L{StatusResource}, quiet at the default log
-    level (L{QuietSite}).
+    The HTTP site serving C{root} (a L{StatusResource}), quiet at the
+    default log level (L{QuietSite}).
 
-    @param progress: what to show.
-    @param reactor: the reactor for the site's timeouts and the clock.
-    @param store: see L{StatusResource}.
-    @param stopping: see L{StatusResource}.
-    @param verifyReportPath: see L{StatusResource}.
-    @param rulesOf: see L{StatusResource}.
-    @param dashboard: see L{StatusResource}.
-    @param metrics: see L{StatusResource}.
-    @param control: see L{StatusResource}.
+    @param root: the site's root resource.
+    @param reactor: the reactor for the site's timeouts.
     """
-    root = StatusResource(
-        progress,
-        reactor.seconds,
-        store,
-        stopping=stopping,
-        verifyReportPath=verifyReportPath,
-        rulesOf=rulesOf,
-        dashboard=dashboard,
-        metrics=metrics,
-        control=control,
-    )
     site = QuietSite(root, reactor=reactor)
     site.displayTracebacks = False
     return site
