@@ -169,7 +169,7 @@ class SQLiteBudgetTests(BudgetBehaviourMixin, SynchronousTestCase):
         connection = sqlite3.connect(path, isolation_level=None)
         self.addCleanup(connection.close)
         connection.executescript(
-            "DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id; DROP TABLE job_failures; DROP TABLE budget_use;"
+            "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id; DROP TABLE job_failures; DROP TABLE budget_use;"
             " ALTER TABLE folders DROP COLUMN deferred;"
             " UPDATE schema_version SET version = 4;"
         )
