@@ -329,3 +329,19 @@ class HoldControlsTests(SynchronousTestCase):
         self.assertEqual(s.queue.state("a"), QueueState.DONE)
         self.assertEqual(self.successResultOf(s.store.jobHolds()), {})
         self.assertIsNone(s.service.controls.hold("a"))
+
+    def test_holdsUnreadable(self) -> None:
+        """
+        A store that cannot read the holds at start starts no job: the
+        error is logged, and the scheduler reports that not every job
+        completed.
+        """
+        s = ControlledScheduler([jobConfig("a", "a")], maxJobs=1)
+        s.store.close()
+        with capturedLogs() as events:
+            s.service.startService()
+        self.assertEqual(s.built, {})
+        self.assertEqual(s.done, [False])
+        errors = [e for e in events if e["log_level"] is LogLevel.error]
+        self.assertEqual([e["why"] for e in errors], ["memory: the state store is closed"])
+        s.stop(self)
