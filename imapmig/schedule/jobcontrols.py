@@ -24,7 +24,7 @@ A fleet sharing a PostgreSQL state store keeps the same holds in the same
 database as its queue rows: each control's C{UPDATE} of the queue row
 and the write of the hold are one transaction, so a hold is recorded
 exactly when the queue applies it.  Here the queue is in memory, so the
-control checks first that the queue will take it (L{_check*}), records
+control checks first that the queue will take it, records
 the hold, then applies it: nothing runs between the two for the
 synchronous stores there are.
 """
