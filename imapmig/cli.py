@@ -8,9 +8,13 @@ prints what the state database says, per job: how many messages were
 copied, found already present and failed, how many had their line endings
 converted, why the job's latest run failed (a refused login, TLS refused,
 retries given up) if it did, every failed message with its reason and
-every message with a note (something not carried over exactly).  Exit
-status 0 when no job and no message is recorded as failed, 1 when any is
-(a last line names them), 2 on an invalid configuration or usage.
+every message with a note (something not carried over exactly), and the
+admin's hold on the job if any (paused or cancelled, by whom, when).
+Exit status 0 when no job and no message is recorded as failed, 1 when
+any is (a last line names them), 2 on an invalid configuration or usage.
+A cancelled job counts as failed (it did not complete); a paused one
+does not (it is listed on a "paused:" line), unless something of it
+failed.
 
     imapmig verify --config FILE [--job NAME] [--report FILE]
 
@@ -39,6 +43,7 @@ import argparse
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence, TextIO, TypeVar
 
 from twisted.internet.defer import Deferred
@@ -46,7 +51,7 @@ from twisted.python.failure import Failure
 
 from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
 from imapmig.errors import ConfigError, ImapmigError, PermanentError
-from imapmig.state import IStateStore
+from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 
@@ -77,7 +82,9 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         message is recorded as failed, 1 otherwise.
     """
     document = []
+    holds = _now(store.jobHolds())
     for job in jobs:
+        hold = holds.get(job)
         jobFailure = _now(store.jobFailure(job))
         counts = _now(store.counts(job))
         failures = _now(store.failures(job))
@@ -86,8 +93,13 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         document.append(
             {
                 "job": job,
-                "ok": jobFailure is None and counts.failed == 0,
+                "ok": (
+                    jobFailure is None
+                    and counts.failed == 0
+                    and (hold is None or hold.hold != CANCELLED)
+                ),
                 "job_failure": jobFailure,
+                "hold": _holdEntry(hold),
                 "appended": counts.copied + counts.alreadyPresent,
                 "copied": counts.copied,
                 "already_present": counts.alreadyPresent,
@@ -132,6 +144,10 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
             f" line endings converted in {entry['line_endings_converted']},"
             f" {entry['with_notes']} with notes\n"
         )
+        held = entry["hold"]
+        if held is not None:
+            by = "" if held["by"] is None else f" by {held['by']}"  # type: ignore[index]
+            out.write(f"  {held['state']}{by} at {held['at']}\n")  # type: ignore[index]
         if entry["job_failure"] is not None:
             out.write(f"  job failed\t{entry['job_failure']}\n")
         for failure in entry["failures"]:  # type: ignore[attr-defined]
@@ -149,6 +165,13 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                 f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
                 f"\t{fallback['reason']}\n"
             )
+    paused = [
+        str(entry["job"])
+        for entry in document
+        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED  # type: ignore[index]
+    ]
+    if paused:
+        out.write(f"paused: {', '.join(paused)}\n")
     if status:
         failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
         out.write(f"failed: {', '.join(failed)}\n")
@@ -160,11 +183,24 @@ def _whatFailed(entry: dict[str, Any]) -> str:
     What failed in a job's report C{entry}: the job, its messages, or both.
     """
     what = []
-    if entry["job_failure"] is not None:
+    if entry["hold"] is not None and entry["hold"]["state"] == CANCELLED:
+        what.append("cancelled by the admin")
+    elif entry["job_failure"] is not None:
         what.append("the job failed")
     if entry["failed"]:
         what.append(f"{entry['failed']} {'message' if entry['failed'] == 1 else 'messages'} failed")
     return f"{entry['job']} ({', '.join(what)})"
+
+
+def _holdEntry(hold: JobHold | None) -> dict[str, object] | None:
+    """
+    The report's C{hold} member for C{hold}: the state the admin put the
+    job in, who asked and when (ISO 8601, UTC).
+    """
+    if hold is None:
+        return None
+    at = datetime.fromtimestamp(hold.at, timezone.utc).isoformat(timespec="seconds")
+    return {"state": hold.hold, "by": hold.by, "at": at.replace("+00:00", "Z")}
 
 
 async def verify(

@@ -103,6 +103,49 @@ class ReportTests(SynchronousTestCase):
         )
         self.assertEqual((alice["ok"], alice["job_failure"]), (True, None))
 
+    def test_held(self) -> None:
+        """
+        A job the admin paused is reported paused, by whom and when, on a
+        "paused:" line, and is not failed (status 0 when nothing else
+        failed); a cancelled one is reported cancelled and counts as not
+        completed (status 1, "cancelled by the admin" on the failed line).
+        """
+        clock = [1700000000.0]
+        store = MemoryStateStore(seconds=lambda: clock[0])
+        store.recordJobHolds(["alice"], "paused", "192.0.2.7")
+        out = io.StringIO()
+        self.assertEqual(report(store, ["alice", "bob"], False, out), 0)
+        self.assertEqual(
+            out.getvalue(),
+            "alice: 0 appended (0 copied, 0 already present), 0 failed;"
+            " line endings converted in 0, 0 with notes\n"
+            "  paused by 192.0.2.7 at 2023-11-14T22:13:20Z\n"
+            "bob: 0 appended (0 copied, 0 already present), 0 failed;"
+            " line endings converted in 0, 0 with notes\n"
+            "paused: alice\n",
+        )
+        store.recordJobHolds(["bob"], "cancelled", "192.0.2.7")
+        store.recordJobFailure("bob", "cancelled by the admin")
+        out = io.StringIO()
+        self.assertEqual(report(store, ["alice", "bob"], False, out), 1)
+        self.assertTrue(
+            out.getvalue().endswith(
+                "  cancelled by 192.0.2.7 at 2023-11-14T22:13:20Z\n"
+                "  job failed\tcancelled by the admin\n"
+                "paused: alice\n"
+                "failed: bob (cancelled by the admin)\n"
+            ),
+            out.getvalue(),
+        )
+        out = io.StringIO()
+        self.assertEqual(report(store, ["alice", "bob"], True, out), 1)
+        alice, bob = json.loads(out.getvalue())
+        self.assertEqual(
+            (alice["ok"], alice["hold"]),
+            (True, {"state": "paused", "by": "192.0.2.7", "at": "2023-11-14T22:13:20Z"}),
+        )
+        self.assertEqual((bob["ok"], bob["hold"]["state"]), (False, "cancelled"))
+
     def test_allGood(self) -> None:
         """
         With no job failed and no message failed, the status is 0 and no

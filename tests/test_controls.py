@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -396,7 +396,11 @@ class ControlsTests(SynchronousTestCase):
         job still fails and the queue drains.
         """
         s = self.scheduler([jobConfig("a", "a")], maxJobs=1, crash=["a"])
-        s.store.close()
+        self.patch(
+            s.store,
+            "recordJobFailure",
+            lambda job, reason: fail(PermanentError("memory: the state store is closed")),
+        )
         with capturedLogs() as events:
             s.service.startService()
         self.flushLoggedErrors(RuntimeError)

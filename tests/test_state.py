@@ -19,6 +19,9 @@ from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
+    CANCELLED,
+    PAUSED,
+    JobHold,
     AppendedOutcome,
     FolderFallback,
     FolderMark,
@@ -179,6 +182,36 @@ class StateStoreBehaviourMixin(_MixinBase):
             self.successResultOf(store.folderFallbacks("job")), [second, replaced]
         )
         self.assertEqual(self.successResultOf(store.folderFallbacks("other")), [first])
+
+    def test_jobHolds(self) -> None:
+        """
+        L{IStateStore.recordJobHolds} puts jobs under a hold, replacing
+        the one they were under, with who asked; L{None} lifts them (a job
+        under none included); L{IStateStore.jobHolds} reads them all.
+        """
+        store = self.makeStore()
+        self.assertEqual(self.successResultOf(store.jobHolds()), {})
+        self.successResultOf(store.recordJobHolds(["a", "b", "c"], PAUSED, "admin"))
+        self.successResultOf(store.recordJobHolds(["b"], CANCELLED, "other"))
+        self.successResultOf(store.recordJobHolds(["c", "never"], None))
+        self.successResultOf(store.recordJobHolds([], CANCELLED))
+        self.assertEqual(
+            self.successResultOf(store.jobHolds()),
+            {"a": JobHold(PAUSED, "admin", 0.0), "b": JobHold(CANCELLED, "other", 0.0)},
+        )
+
+    def test_jobHoldRefused(self) -> None:
+        """
+        A hold that is neither L{PAUSED} nor L{CANCELLED} is refused with
+        a L{ValueError}, recording nothing; after L{IStateStore.close},
+        both methods fail with L{PermanentError}.
+        """
+        store = self.makeStore()
+        self.assertRaises(ValueError, store.recordJobHolds, ["a"], "stopped")
+        self.assertEqual(self.successResultOf(store.jobHolds()), {})
+        store.close()
+        self.failureResultOf(store.recordJobHolds(["a"], PAUSED), PermanentError)
+        self.failureResultOf(store.jobHolds(), PermanentError)
 
     def test_jobFailure(self) -> None:
         """
@@ -1097,7 +1130,7 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         first.close()
         connection = self.inspect()
         connection.executescript(
-            "DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " DROP TABLE job_failures; ALTER TABLE folders DROP COLUMN deferred;"
             " UPDATE schema_version SET version = 5;"
         )
@@ -1126,7 +1159,7 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.openStore().close()
         connection = self.inspect()
         connection.executescript(
-            "DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " DROP TABLE job_failures; UPDATE schema_version SET version = 6;"
         )
         readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
@@ -1142,6 +1175,59 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         )
         self.successResultOf(store.recordJobFailure("job", "login refused"))
         self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")
+
+    def test_migrateFromVersion8(self) -> None:
+        """
+        A version 8 database (no admin's holds) reads none when opened
+        read-only, and is left as it is; opened to write, it is upgraded
+        with its records kept, and records holds.
+        """
+        store = self.openStore()
+        self.successResultOf(store.recordJobFailure("job", "login refused"))
+        store.close()
+        connection = self.inspect()
+        connection.executescript("DROP TABLE job_holds; UPDATE schema_version SET version = 8;")
+        readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
+        self.assertEqual(self.successResultOf(readOnly.jobHolds()), {})
+        readOnly.close()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(8,)]
+        )
+        self.clock.advance(1700000000)
+        store = self.openStore()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(),
+            [(SCHEMA_VERSION,)],
+        )
+        self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")
+        self.successResultOf(store.recordJobHolds(["job"], PAUSED, "192.0.2.7"))
+        self.assertEqual(
+            self.successResultOf(store.jobHolds()),
+            {"job": JobHold(PAUSED, "192.0.2.7", 1700000000.0)},
+        )
+
+    def test_holdsPersist(self) -> None:
+        """
+        The admin's holds recorded before L{SQLiteStateStore.close} are
+        there, with who and when, after the file is opened again; the
+        schema refuses a hold that is neither paused nor cancelled.
+        """
+        self.clock.advance(1000)
+        store = self.openStore()
+        self.successResultOf(store.recordJobHolds(["a"], PAUSED, "admin"))
+        self.clock.advance(5)
+        self.successResultOf(store.recordJobHolds(["b"], CANCELLED, None))
+        store.close()
+        reopened = self.openStore()
+        self.assertEqual(
+            self.successResultOf(reopened.jobHolds()),
+            {"a": JobHold(PAUSED, "admin", 1000.0), "b": JobHold(CANCELLED, None, 1005.0)},
+        )
+        self.assertRaises(
+            sqlite3.IntegrityError,
+            self.inspect().execute,
+            "INSERT INTO job_holds (job, hold, by, updated_at) VALUES ('c', 'stopped', NULL, 0)",
+        )
 
     def test_migrationAllOrNothing(self) -> None:
         """

@@ -8,21 +8,41 @@ the queue and stopped by its scheduler (L{ControlledScheduler.halt}), and
 its claim, once finished, puts it where the control said.  The progress
 model shows it meanwhile: C{pausedByAdmin}, then C{paused} with
 L{PAUSED_BY_ADMIN}, or C{cancelled}.
+
+Pause and cancel are also the admin's I{holds}, kept in the state store
+(L{IStateStore.recordJobHolds}) so that they outlast a restart: a control
+that changes a hold answers only once the store has recorded it, and
+changes nothing if the store cannot (the store's error is the answer).
+A starting daemon puts every held job back where its hold says
+(L{JobControls.restoreHolds}) before its scheduler claims anything.
+Pause-all and resume-all record the hold of every job they change;
+pause-all's "claim nothing more" itself is not kept: after a restart it
+is the holds of the jobs it paused, and a job that had ended runs again
+as after any restart.
+
+A fleet sharing a PostgreSQL state store keeps the same holds in the same
+database as its queue rows: each control's C{UPDATE} of the queue row
+and the write of the hold are one transaction, so a hold is recorded
+exactly when the queue applies it.  Here the queue is in memory, so the
+control checks first that the queue will take it, records
+the hold, then applies it: nothing runs between the two for the
+synchronous stores there are.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ImapmigError
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
-from imapmig.state import IStateStore
+from imapmig.state import CANCELLED, PAUSED, IStateStore
 
 log = Logger()
 
@@ -72,23 +92,127 @@ class JobControls:
         scheduler: ControlledScheduler,
     ) -> None:
         """
-        @param store: where retry-failed learns what failed, and where a
-            cancelled job is recorded as failed; L{None}: neither.
+        @param store: where retry-failed learns what failed, where a
+            cancelled job is recorded as failed, and where the admin's
+            holds are kept; L{None}: none of these.
         """
         self._queue = queue
         self._progress = progress
         self._store = store
         self._scheduler = scheduler
+        # Each job's hold as the store has it (jobs under none left out),
+        # to check a control before recording it.
+        self._holds: dict[str, str] = {}
+
+    async def restoreHolds(self) -> None:
+        """
+        Put every configured job the store records a hold for where its
+        hold says (paused, cancelled), showing it so; holds of jobs no
+        longer configured are ignored, and logged.  Called once, before
+        anything is claimed.
+
+        @raise ImapmigError: the store cannot read the holds.
+        """
+        if self._store is None:
+            return
+        holds = await self._store.jobHolds()
+        configured = {progress.name for progress in self._progress}
+        stale = sorted(name for name in holds if name not in configured)
+        if stale:
+            log.info(
+                "The admin's holds on {count} jobs no longer configured are ignored: {jobs}",
+                count=len(stale),
+                jobs=", ".join(stale[:10]) + (", ..." if len(stale) > 10 else ""),
+            )
+        restored = {PAUSED: 0, CANCELLED: 0}
+        for name, hold in holds.items():
+            if name not in configured:
+                continue
+            progress = self._progress.job(name)
+            try:
+                if hold.hold == PAUSED:
+                    self._queue.pause(name)
+                    showPaused(progress)
+                else:
+                    self._queue.cancel(name)
+                    showCancelled(progress)
+            except ControlRefused:
+                # A shared queue that holds it so already.
+                pass
+            self._holds[name] = hold.hold
+            restored[hold.hold] += 1
+        if restored[PAUSED] or restored[CANCELLED]:
+            log.info(
+                "The admin's holds kept from before: {paused} jobs paused,"
+                " {cancelled} cancelled",
+                paused=restored[PAUSED],
+                cancelled=restored[CANCELLED],
+            )
+
+    def hold(self, name: str) -> str | None:
+        """
+        The hold job C{name} is under, as recorded: L{PAUSED},
+        L{CANCELLED}, or L{None}.
+        """
+        return self._holds.get(name)
+
+    def _record(self, names: Sequence[str], hold: str | None, by: str) -> Deferred[None]:
+        """
+        Record that jobs C{names} are under C{hold} (L{None}: under none).
+        """
+
+        def recorded(result: None) -> None:
+            for name in names:
+                if hold is None:
+                    self._holds.pop(name, None)
+                else:
+                    self._holds[name] = hold
+
+        if self._store is None or not names:
+            recorded(None)
+            return succeed(None)
+        return self._store.recordJobHolds(names, hold, by).addCallback(recorded)
+
+    def settled(self, name: str, state: QueueState) -> None:
+        """
+        Job C{name}'s claim finished and the queue put it in C{state}: if
+        the control asked of it did not take (it completed or failed
+        before it stopped), lift its hold, so that the store says what
+        the queue does.
+        """
+        hold = self._holds.get(name)
+        if hold is None or (hold, state) in (
+            (PAUSED, QueueState.PAUSED),
+            (CANCELLED, QueueState.CANCELLED),
+        ):
+            return
+        self._record([name], None, "imapmig").addErrback(
+            lambda failure: log.error(
+                "Job {job}: cannot lift its hold ({hold}) in the state store: {why}",
+                job=name,
+                hold=hold,
+                why=failure.getErrorMessage(),
+            )
+        )
 
     def _control(
-        self, action: str, name: str, by: str, apply: Callable[[str], JobState]
+        self,
+        action: str,
+        name: str,
+        by: str,
+        apply: Callable[[str], JobState],
+        check: Callable[[str], None] | None = None,
+        hold: str | None = None,
     ) -> Deferred[JobState]:
         """
         Apply a job control, logging one line of what came of it.
+
+        @param check: raises the control's refusal, changing nothing, if
+            the queue would refuse it; with it, the job's hold is recorded
+            as C{hold} before the control is applied.
         """
-        try:
-            state = apply(name)
-        except (UnknownJob, ControlRefused) as e:
+
+        def refused(e: Exception) -> Deferred[JobState]:
             log.info(
                 "Control {action} of job {job} by {client}: refused: {why}",
                 action=action,
@@ -97,20 +221,66 @@ class JobControls:
                 why=str(e),
             )
             return fail(e)
-        log.info(
-            "Control {action} of job {job} by {client}: {state}",
-            action=action,
-            job=name,
-            client=by,
-            state=state.value,
-        )
-        return succeed(state)
+
+        def applied(ignored: object) -> JobState | Deferred[JobState]:
+            try:
+                state = apply(name)
+            except (UnknownJob, ControlRefused) as e:
+                return refused(e)
+            log.info(
+                "Control {action} of job {job} by {client}: {state}",
+                action=action,
+                job=name,
+                client=by,
+                state=state.value,
+            )
+            return state
+
+        if check is None:
+            return succeed(None).addCallback(applied)
+        try:
+            check(name)
+        except (UnknownJob, ControlRefused) as e:
+            return refused(e)
+
+        def notRecorded(failure: Failure) -> Failure:
+            failure.trap(ImapmigError)
+            log.error(
+                "Control {action} of job {job} by {client}: not applied: {why}",
+                action=action,
+                job=name,
+                client=by,
+                why=failure.getErrorMessage(),
+            )
+            return failure
+
+        return self._record([name], hold, by).addCallbacks(applied, notRecorded)
+
+    def _checkPause(self, name: str) -> None:
+        state = self._queue.state(name)
+        if state is QueueState.CLAIMED and self._holds.get(name) == CANCELLED:
+            raise ControlRefused(f"job {name} is being cancelled")
+        if state not in (QueueState.QUEUED, QueueState.CLAIMED):
+            raise ControlRefused(f"job {name} is {state.value}, not queued or running")
+
+    def _checkResume(self, name: str) -> None:
+        state = self._queue.state(name)
+        if not (
+            state is QueueState.PAUSED
+            or (state is QueueState.CLAIMED and self._holds.get(name) == PAUSED)
+        ):
+            raise ControlRefused(f"job {name} is not paused")
+
+    def _checkCancel(self, name: str) -> None:
+        state = self._queue.state(name)
+        if state in ENDED:
+            raise ControlRefused(f"job {name} has ended ({state.value})")
 
     def pause(self, job: str, by: str) -> Deferred[JobState]:
         """
-        See L{IJobControls.pause}.
+        See L{IJobControls.pause}; answers once the hold is recorded.
         """
-        return self._control("pause", job, by, self._pause)
+        return self._control("pause", job, by, self._pause, self._checkPause, PAUSED)
 
     def _pause(self, name: str) -> JobState:
         state = self._queue.pause(name)
@@ -124,9 +294,9 @@ class JobControls:
 
     def resume(self, job: str, by: str) -> Deferred[JobState]:
         """
-        See L{IJobControls.resume}.
+        See L{IJobControls.resume}; answers once the hold is lifted.
         """
-        return self._control("resume", job, by, self._resume)
+        return self._control("resume", job, by, self._resume, self._checkResume, None)
 
     def _resume(self, name: str) -> JobState:
         state = self._queue.resume(name)
@@ -140,9 +310,9 @@ class JobControls:
 
     def cancel(self, job: str, by: str) -> Deferred[JobState]:
         """
-        See L{IJobControls.cancel}.
+        See L{IJobControls.cancel}; answers once the hold is recorded.
         """
-        return self._control("cancel", job, by, self._cancel)
+        return self._control("cancel", job, by, self._cancel, self._checkCancel, CANCELLED)
 
     def _cancel(self, name: str) -> JobState:
         state = self._queue.cancel(name)
@@ -220,44 +390,116 @@ class JobControls:
 
     def pauseAll(self, by: str) -> Deferred[int]:
         """
-        See L{IJobControls.pauseAll}.
+        See L{IJobControls.pauseAll}; answers once the holds of the jobs
+        it pauses are recorded, and pauses none if they cannot be.
         """
-        names = self._queue.pauseAll()
-        for name in names:
-            progress = self._progress.job(name)
-            progress.pausedByAdmin = True
-            if self._scheduler.isClaimed(name):
-                self._scheduler.halt(name)
-            else:
-                showPaused(progress)
-        log.info(
-            "Control {action} by {client}: {count} jobs paused",
-            action="pause-all",
-            client=by,
-            count=len(names),
+        names = [
+            progress.name
+            for progress in self._progress
+            if self._wouldPause(self._queue.state(progress.name), progress.name)
+        ]
+
+        def apply(ignored: None) -> int:
+            paused = self._queue.pauseAll()
+            for name in paused:
+                progress = self._progress.job(name)
+                progress.pausedByAdmin = True
+                if self._scheduler.isClaimed(name):
+                    self._scheduler.halt(name)
+                else:
+                    showPaused(progress)
+            self._recordLate(paused, names, PAUSED, by)
+            log.info(
+                "Control {action} by {client}: {count} jobs paused",
+                action="pause-all",
+                client=by,
+                count=len(paused),
+            )
+            return len(paused)
+
+        return self._record(names, PAUSED, by).addCallbacks(
+            apply, self._notRecorded("pause-all", by)
         )
-        return succeed(len(names))
+
+    def _wouldPause(self, state: QueueState, name: str) -> bool:
+        return state is QueueState.QUEUED or (
+            state is QueueState.CLAIMED and self._holds.get(name) != CANCELLED
+        )
 
     def resumeAll(self, by: str) -> Deferred[int]:
         """
-        See L{IJobControls.resumeAll}.
+        See L{IJobControls.resumeAll}; answers once the holds of the jobs
+        it resumes are lifted, and resumes none if they cannot be.
         """
-        names = self._queue.resumeAll()
-        for name in names:
-            progress = self._progress.job(name)
-            progress.pausedByAdmin = False
-            if not self._scheduler.isClaimed(name):
-                progress.showState(_queued)
-                progress.waiting(None, None)
-        log.info(
-            "Control {action} by {client}: {count} jobs resumed",
-            action="resume-all",
-            client=by,
-            count=len(names),
+        names = [
+            progress.name
+            for progress in self._progress
+            if self._wouldResume(self._queue.state(progress.name), progress.name)
+        ]
+
+        def apply(ignored: None) -> int:
+            resumed = self._queue.resumeAll()
+            for name in resumed:
+                progress = self._progress.job(name)
+                progress.pausedByAdmin = False
+                if not self._scheduler.isClaimed(name):
+                    progress.showState(_queued)
+                    progress.waiting(None, None)
+            self._recordLate(resumed, names, None, by)
+            log.info(
+                "Control {action} by {client}: {count} jobs resumed",
+                action="resume-all",
+                client=by,
+                count=len(resumed),
+            )
+            if resumed:
+                self._scheduler.queueChanged()
+            return len(resumed)
+
+        return self._record(names, None, by).addCallbacks(
+            apply, self._notRecorded("resume-all", by)
         )
-        if names:
-            self._scheduler.queueChanged()
-        return succeed(len(names))
+
+    def _wouldResume(self, state: QueueState, name: str) -> bool:
+        return state is QueueState.PAUSED or (
+            state is QueueState.CLAIMED and self._holds.get(name) == PAUSED
+        )
+
+    def _notRecorded(self, action: str, by: str) -> Callable[[Failure], Failure]:
+        """
+        The errback of a control over every job whose holds could not be
+        recorded: it logs the store's error, and passes it on.
+        """
+
+        def notRecorded(failure: Failure) -> Failure:
+            failure.trap(ImapmigError)
+            log.error(
+                "Control {action} by {client}: not applied: {why}",
+                action=action,
+                client=by,
+                why=failure.getErrorMessage(),
+            )
+            return failure
+
+        return notRecorded
+
+    def _recordLate(
+        self, changed: Sequence[str], recorded: Sequence[str], hold: str | None, by: str
+    ) -> None:
+        """
+        Record the hold of the jobs a control over every job changed
+        although not foreseen (a queue that changed between the check and
+        the control; never the case with a store that answers at once).
+        """
+        late = sorted(set(changed) - set(recorded))
+        if late:
+            self._record(late, hold, by).addErrback(
+                lambda failure: log.error(
+                    "Cannot record the admin's hold on {count} jobs: {why}",
+                    count=len(late),
+                    why=failure.getErrorMessage(),
+                )
+            )
 
 
 async def recordFailure(store: IStateStore | None, name: str, reason: str) -> None:

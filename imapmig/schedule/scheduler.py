@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from imapmig.errors import ImapmigError
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.schedule.grants import (
@@ -151,6 +152,7 @@ class JobQueueService(Service):
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
         self.controls = JobControls(queue, progress, store, self)
+        self._holdsRestored = False
 
     def startService(self) -> None:
         Service.startService(self)
@@ -177,6 +179,22 @@ class JobQueueService(Service):
         return list(self._claims)
 
     async def _runAll(self) -> None:
+        if not self._holdsRestored:
+            # Before the first claim: a job the admin paused or cancelled
+            # before a restart is never claimed.
+            try:
+                await self.controls.restoreHolds()
+            except ImapmigError as e:
+                log.error(
+                    "Cannot read the admin's holds on jobs from the state store: {why};"
+                    " no job is started",
+                    why=str(e),
+                )
+                self._renewal.stop()
+                if self._whenDone is not None:
+                    self._whenDone(False)
+                return
+            self._holdsRestored = True
         while not self._stopping:
             waiting = self._waitingSlot = self._grants.jobSlot()
             try:
@@ -353,6 +371,7 @@ class JobQueueService(Service):
         halted = name in self._halted
         self._halted.discard(name)
         state = self._queue.state(name)
+        self.controls.settled(name, state)
         if outcome is JobOutcome.COMPLETED:
             self._incomplete.discard(name)
         elif outcome is not JobOutcome.DEFERRED and not (

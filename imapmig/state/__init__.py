@@ -254,6 +254,38 @@ class FailuresPage:
     items: tuple[MessageOutcome, ...]
 
 
+PAUSED = "paused"
+"""
+The hold of a job the admin paused: not claimed until resumed.
+"""
+
+CANCELLED = "cancelled"
+"""
+The hold of a job the admin cancelled: never claimed again.
+"""
+
+HOLDS = (PAUSED, CANCELLED)
+"""
+Every hold a job can be under (L{JobHold.hold}).
+"""
+
+
+@frozen
+class JobHold:
+    """
+    An admin's hold on a job, kept across restarts of the daemon.
+
+    @ivar hold: L{PAUSED} or L{CANCELLED}.
+    @ivar by: who asked (the client's address), if known.
+    @ivar at: when it was recorded, in the store's clock's seconds (the
+        epoch).
+    """
+
+    hold: str
+    by: str | None
+    at: float
+
+
 def asciiLower(text: str) -> str:
     """
     C{text} with its ASCII letters in lower case, others as they are: the
@@ -475,6 +507,26 @@ class IStateStore(Interface):
         """
         Why the latest run of C{job} failed, as L{recordJobFailure}
         recorded it, or L{None} if no failure is recorded.
+        """
+
+    def recordJobHolds(
+        jobs: Sequence[str], hold: str | None, by: str | None = None
+    ) -> "Deferred[None]":
+        """
+        Record, in one transaction, that the admin put each of C{jobs}
+        under C{hold}, replacing any hold they were under; or, with
+        L{None}, that their holds were lifted.  The store stamps each with
+        its clock's time.
+
+        @param hold: L{PAUSED}, L{CANCELLED} or L{None}.
+        @param by: who asked (the client's address), for the record.
+        @raise ValueError: C{hold} is none of those (raised at once).
+        """
+
+    def jobHolds() -> "Deferred[dict[str, JobHold]]":
+        """
+        Every job's hold, by job name, jobs no longer configured included
+        (the caller ignores those).
         """
 
     def budgetUsed(server: str, user: str, direction: str, day: str) -> "Deferred[int]":

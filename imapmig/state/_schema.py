@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -129,6 +129,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """
         CREATE INDEX messages_not_copied ON messages (job, folder_key, message_key)
         WHERE failure IS NOT NULL OR present != 0
+        """,
+    ),
+    # Version 9: the admin's holds on jobs (paused, cancelled), so that
+    # they outlast a restart of the daemon; no row for a job under none.
+    9: (
+        """
+        CREATE TABLE job_holds (
+            job TEXT NOT NULL PRIMARY KEY,
+            hold TEXT NOT NULL CHECK (hold IN ('paused', 'cancelled')),
+            by TEXT,
+            updated_at REAL NOT NULL
+        ) WITHOUT ROWID
         """,
     ),
 }

@@ -6,7 +6,7 @@ tests, held to the same behaviour tests.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
@@ -16,8 +16,10 @@ from imapmig.state import (
     AppendedOutcome,
     FailuresPage,
     FolderFallback,
+    HOLDS,
     FolderMark,
     IStateStore,
+    JobHold,
     JournalEntry,
     JournalMessage,
     MessageOutcome,
@@ -65,7 +67,11 @@ class MemoryStateStore:
     An L{IStateStore} in dictionaries; nothing survives the process.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: Callable[[], float] = lambda: 0.0) -> None:
+        """
+        @param seconds: the clock that stamps each admin's hold.
+        """
+        self._seconds = seconds
         # job -> folderKey -> messageKey -> latest outcome
         self._jobs: dict[str, dict[str, dict[str, MessageOutcome]]] | None = {}
         # job -> folderKey -> mark
@@ -75,6 +81,7 @@ class MemoryStateStore:
         self._lastEntryId = 0
         self._fallbacks: dict[str, dict[str, FolderFallback]] = {}
         self._jobFailures: dict[str, str] = {}
+        self._holds: dict[str, JobHold] = {}
         # (server, user, direction) -> day -> octets
         self._budgets: dict[tuple[str, str, str], dict[str, int]] = {}
 
@@ -435,6 +442,40 @@ class MemoryStateStore:
             return fail(e)
         return succeed(self._jobFailures.get(job))
 
+    def recordJobHolds(
+        self, jobs: Sequence[str], hold: str | None, by: str | None = None
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobHolds}.
+        """
+        if hold is not None and hold not in HOLDS:
+            raise ValueError(f"not a job hold: {hold!r}")
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        if hold is None:
+            for job in jobs:
+                self._holds.pop(job, None)
+            return succeed(None)
+        error = _unencodable((*jobs, by))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot record the admin's hold: {error}"))
+        record = JobHold(hold, by, self._seconds())
+        for job in jobs:
+            self._holds[job] = record
+        return succeed(None)
+
+    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
+        """
+        See L{IStateStore.jobHolds}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(dict(self._holds))
+
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
         """
         See L{IStateStore.budgetUsed}.
@@ -476,3 +517,4 @@ class MemoryStateStore:
         self._journal = {}
         self._fallbacks = {}
         self._jobFailures = {}
+        self._holds = {}

@@ -34,8 +34,10 @@ from imapmig.state import (
     AppendedOutcome,
     FailuresPage,
     FolderFallback,
+    HOLDS,
     FolderMark,
     IStateStore,
+    JobHold,
     JournalEntry,
     JournalMessage,
     MessageOutcome,
@@ -762,6 +764,47 @@ class SQLiteStateStore:
             "SELECT reason FROM job_failures WHERE job = ?",
             (job,),
             lambda rows: str(rows[0][0]) if rows else None,
+        )
+
+    def recordJobHolds(
+        self, jobs: Sequence[str], hold: str | None, by: str | None = None
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobHolds}.
+        """
+        if hold is not None and hold not in HOLDS:
+            raise ValueError(f"not a job hold: {hold!r}")
+
+        def write(connection: sqlite3.Connection) -> None:
+            if hold is None:
+                connection.executemany(
+                    "DELETE FROM job_holds WHERE job = ?", [(job,) for job in jobs]
+                )
+            else:
+                now = self._seconds()
+                connection.executemany(
+                    "INSERT OR REPLACE INTO job_holds (job, hold, by, updated_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    [(job, hold, by, now) for job in jobs],
+                )
+
+        return self._transaction("record the admin's hold", write)
+
+    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
+        """
+        See L{IStateStore.jobHolds}.
+        """
+        if self._version < 9:
+            # An older database opened read-only records no hold.
+            return succeed({})
+        return self._read(
+            "read the admin's holds",
+            "SELECT job, hold, by, updated_at FROM job_holds",
+            (),
+            lambda rows: {
+                str(job): JobHold(str(hold), None if by is None else str(by), float(at))
+                for job, hold, by, at in rows
+            },
         )
 
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
