@@ -230,9 +230,17 @@ class ControlsTests(SynchronousTestCase):
         # imapmig report counts it as failed, with why.
         self.assertEqual(self.successResultOf(s.store.jobFailure("a")), "cancelled by the admin")
         self.assertEqual(s.progress.job("a").error, "cancelled by the admin")
-        # Cancelled is the end: nothing applies any more.
-        for control in (s.service.controls.pause, s.service.controls.resume, s.service.controls.cancel):
+        # Cancelled: neither pause nor cancel applies any more.
+        for control in (s.service.controls.pause, s.service.controls.cancel):
             self.failureResultOf(control("a", ADMIN), ControlRefused)
+        # Resume is the way back: the job is queued and runs again.
+        state = self.successResultOf(s.service.controls.resume("a", ADMIN))
+        self.assertEqual(state, JobState.QUEUED)
+        self.assertEqual(s.queue.counts().cancelled, 0)
+        self.assertEqual(s.started, ["a", "b", "a"])
+        self.assertIsNone(s.progress.job("a").error)
+        s.finish("a")
+        self.assertEqual(s.done, [False, True])
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
     def test_cancelQueuedAndPaused(self) -> None:
@@ -264,7 +272,7 @@ class ControlsTests(SynchronousTestCase):
             self.failureResultOf(control("nope", ADMIN), UnknownJob)
         with capturedLogs() as events:
             failure = self.failureResultOf(s.service.controls.resume("a", ADMIN), ControlRefused)
-        self.assertEqual(failure.value.reason, "job a is not paused")
+        self.assertEqual(failure.value.reason, "job a is not paused or cancelled")
         self.assertEqual([e["client"] for e in events if "client" in e], [ADMIN])
         self.successResultOf(s.service.controls.pause("a", ADMIN))
         self.failureResultOf(s.service.controls.pause("a", ADMIN), ControlRefused)

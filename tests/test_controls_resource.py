@@ -269,7 +269,7 @@ class ControlResourceTests(SynchronousTestCase):
         A control that does not apply: 409 with the reason.
         """
         response, body = self.post("/control/jobs/a/resume")
-        self.assertEqual((response.code, body), (409, {"error": "job a is not paused"}))
+        self.assertEqual((response.code, body), (409, {"error": "job a is not paused or cancelled"}))
         response, body = self.post("/control/jobs/a/retry-failed")
         self.assertEqual((response.code, body), (409, {"error": "nothing of job a failed"}))
 

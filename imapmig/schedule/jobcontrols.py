@@ -266,10 +266,10 @@ class JobControls:
     def _checkResume(self, name: str) -> None:
         state = self._queue.state(name)
         if not (
-            state is QueueState.PAUSED
+            state in (QueueState.PAUSED, QueueState.CANCELLED)
             or (state is QueueState.CLAIMED and self._holds.get(name) == PAUSED)
         ):
-            raise ControlRefused(f"job {name} is not paused")
+            raise ControlRefused(f"job {name} is not paused or cancelled")
 
     def _checkCancel(self, name: str) -> None:
         state = self._queue.state(name)
@@ -305,6 +305,8 @@ class JobControls:
         if state is QueueState.QUEUED:
             progress.showState(_queued)
             progress.waiting(None, None)
+            # A cancelled job resumed no longer shows why it ended.
+            progress.error = None
             self._scheduler.queueChanged()
         return JobState.QUEUED
 

@@ -228,12 +228,12 @@ class IJobQueue(Interface):
 
     def resume(name: str) -> QueueState:
         """
-        Queue a paused job again, before every job never claimed; or
-        withdraw the pause requested of a claimed job.
+        Queue a paused or cancelled job again, before every job never
+        claimed; or withdraw the pause requested of a claimed job.
 
         @return: L{QueueState.QUEUED}, or L{QueueState.CLAIMED}.
         @raise UnknownJob: no such job.
-        @raise ControlRefused: not paused.
+        @raise ControlRefused: neither paused nor cancelled.
         """
 
     def cancel(name: str) -> QueueState:
@@ -476,8 +476,14 @@ class InMemoryJobQueue:
         if state is QueueState.CLAIMED and self._requested.get(position) is Requested.PAUSE:
             del self._requested[position]
             return state
+        if state is QueueState.CANCELLED:
+            # The admin's way back from a cancel: the job is queued again.
+            del self._ended[position]
+            self._cancelled -= 1
+            self._requeue(position)
+            return QueueState.QUEUED
         if state is not QueueState.PAUSED:
-            raise ControlRefused(f"job {name} is not paused")
+            raise ControlRefused(f"job {name} is not paused or cancelled")
         self._paused.discard(position)
         self._requeue(position)
         return QueueState.QUEUED

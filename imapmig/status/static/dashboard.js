@@ -476,7 +476,7 @@
     var ended = ENDED_STATES[job.state] === true;
     var applies = {
       "pause": !ended && !job.paused,
-      "resume": !!job.paused,
+      "resume": !!job.paused || job.state === "cancelled",
       "retry-failed": job.state !== "cancelled" && (job.messages_failed > 0 || job.state === "failed"),
       "cancel": !ended
     };
