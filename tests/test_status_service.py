@@ -14,7 +14,9 @@ import os
 from typing import Any
 
 from treq.testing import StubTreq
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import Site
 
@@ -76,6 +78,12 @@ class ServiceStatusTests(SynchronousTestCase):
         self.assertEqual(
             (code, job["job"]["name"], job["failures"]["matched"]), (200, "a@b.example", 0)
         )
-        service.stopService()
+        stopped = service.stopService()
         code, health = get("/healthz")
         self.assertEqual((code, health["status"]), (503, "stopping"))
+        # The job's connection attempt fails (nothing listens in a memory
+        # reactor): the daemon stops whole, leaving no job to log later.
+        for (_, _, factory, _, _), connector in zip(reactor.tcpClients, reactor.connectors):
+            factory.clientConnectionFailed(connector, Failure(ConnectionRefusedError("test")))
+        reactor.advance(600)
+        self.successResultOf(stopped)
