@@ -245,13 +245,35 @@ class FailuresPage:
     """
     One page of a job's failed messages.
 
-    @ivar matched: how many failed messages match the filter, all pages.
+    @ivar matched: how many failed messages match the filter, all pages;
+        a lower bound when C{matchedExact} is false.
     @ivar items: the page's messages, ordered by folder key, then message
         key.
+    @ivar matchedExact: whether C{matched} is the exact count: false when
+        the job has more than L{FAILURES_COUNT_LIMIT} failed messages
+        (C{matched} is then that limit), or, with a filter, more than
+        L{FAILURES_SEARCH_ROWS} (C{matched} then counts the matches among
+        the first of them).
     """
 
     matched: int
     items: tuple[MessageOutcome, ...]
+    matchedExact: bool = True
+
+
+FAILURES_COUNT_LIMIT = 10_000
+"""
+The most failed messages a page of failures counts or pages through
+(C{offset + limit} beyond it returns no items): a status request costs the
+reactor a bounded time (about 20 ms) whatever the size of the job.  The
+audit manifest has them all.
+"""
+
+FAILURES_SEARCH_ROWS = 5_000
+"""
+The most failed messages a filtered page of failures searches: the first
+ones, in folder then key order (about 25 ms per scan).
+"""
 
 
 def asciiLower(text: str) -> str:
@@ -373,7 +395,11 @@ class IStateStore(Interface):
     def failuresPage(job: str, offset: int, limit: int, contains: str = "") -> "Deferred[FailuresPage]":
         """
         One page of the messages of C{job} whose latest outcome is a
-        failure, in the order of L{failures}.
+        failure, in the order of L{failures}, at a bounded cost whatever
+        the size of the job: only the first L{FAILURES_COUNT_LIMIT} failed
+        messages are counted and paged through, and with C{contains} only
+        the first L{FAILURES_SEARCH_ROWS} are searched
+        (L{FailuresPage.matchedExact} tells).
 
         @param offset: how many matching messages to skip (0 or more).
         @param limit: the most to return (1 or more).

@@ -14,6 +14,8 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.state import (
     AppendedOutcome,
+    FAILURES_COUNT_LIMIT,
+    FAILURES_SEARCH_ROWS,
     FailuresPage,
     FolderFallback,
     FolderMark,
@@ -246,13 +248,17 @@ class MemoryStateStore:
         See L{IStateStore.failuresPage}.
         """
         needle = asciiLower(contains)
+        rowsRead = FAILURES_SEARCH_ROWS if needle else FAILURES_COUNT_LIMIT
         try:
-            matching = [
-                o for o in self._latest(job) if o.failure is not None and outcomeMatches(o, needle)
-            ]
+            failed = [o for o in self._latest(job) if o.failure is not None]
         except PermanentError as e:
             return fail(e)
-        return succeed(FailuresPage(len(matching), tuple(matching[offset : offset + limit])))
+        window = failed[:rowsRead]
+        matching = [o for o in window if outcomeMatches(o, needle)]
+        end = min(offset + limit, FAILURES_COUNT_LIMIT)
+        return succeed(
+            FailuresPage(len(matching), tuple(matching[offset:end]), len(failed) <= rowsRead)
+        )
 
     def manifestOutcomes(
         self, job: str, after: tuple[str, str] | None, limit: int

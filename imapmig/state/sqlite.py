@@ -32,6 +32,8 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
     AppendedOutcome,
+    FAILURES_COUNT_LIMIT,
+    FAILURES_SEARCH_ROWS,
     FailuresPage,
     FolderFallback,
     FolderMark,
@@ -479,34 +481,57 @@ class SQLiteStateStore:
     ) -> Deferred[FailuresPage]:
         """
         See L{IStateStore.failuresPage}: two queries over the index of
-        messages not copied, one counting, one reading the page.
+        messages not copied, one counting, one reading the page, each
+        reading at most L{FAILURES_COUNT_LIMIT} (or, filtered,
+        L{FAILURES_SEARCH_ROWS}) rows of it.
         """
         needle = asciiLower(contains)
-        # ?1 is the needle, ?2 the job.
-        where = f"job = ?2 AND {_NOT_COPIED} AND failure IS NOT NULL"
+        table = self._notCopied()
+        # ?1 is the needle, ?2 the job, ?3 the rows searched (or counted)
+        # at most, ?4 one more: counting that many tells whether there are
+        # more.
+        failed = f"SELECT * FROM {table} WHERE job = ?2 AND {_NOT_COPIED} AND failure IS NOT NULL"
         if needle:
+            # The first rows of the job, then the needle among them: a
+            # needle found nowhere would otherwise read every failure.
             # An older database opened read-only has no Message-IDs.
-            where += " AND " + (
-                _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
+            contained = _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
+            window = f"{failed} ORDER BY folder_key, message_key LIMIT ?3"
+            rowsRead = FAILURES_SEARCH_ROWS
+            counting = (
+                f"SELECT (SELECT count(*) FROM ({failed} LIMIT ?4)),"
+                f" (SELECT count(*) FROM ({window}) WHERE {contained})"
             )
-        parameters: tuple[object, ...] = (needle, job)
+            reading = f"SELECT {{columns}} FROM ({window}) WHERE {contained}"
+        else:
+            rowsRead = FAILURES_COUNT_LIMIT
+            counting = f"SELECT count(*), min(count(*), ?3) FROM ({failed} LIMIT ?4)"
+            reading = f"SELECT {{columns}} FROM {table} WHERE job = ?2 AND {_NOT_COPIED} AND failure IS NOT NULL"
+        parameters: tuple[object, ...] = (needle, job, rowsRead, rowsRead + 1)
+        limit = max(0, min(limit, FAILURES_COUNT_LIMIT - offset))
         try:
             connection = self._open()
-            ((matched,),) = connection.execute(
-                f"SELECT count(*) FROM {self._notCopied()} WHERE {where}", parameters
-            ).fetchall()
-            rows = connection.execute(
-                f"SELECT {self._outcomeColumns()} FROM {self._notCopied()} WHERE {where}"
-                " ORDER BY folder_key, message_key LIMIT ?3 OFFSET ?4",
-                parameters + (limit, offset),
-            ).fetchall()
+            ((read, matched),) = connection.execute(counting, parameters).fetchall()
+            rows = (
+                connection.execute(
+                    reading.format(columns=self._outcomeColumns())
+                    + " ORDER BY folder_key, message_key LIMIT ?5 OFFSET ?6",
+                    parameters + (limit, offset),
+                ).fetchall()
+                # Nothing to read past the last match counted.
+                if limit and matched > offset
+                else []
+            )
         except PermanentError as e:
             return fail(e)
         except sqlite3.Error as e:
             return fail(self._error("read failures", e))
         except (OverflowError, UnicodeEncodeError) as e:
             return fail(PermanentError(f"{self._path}: cannot read failures: {e}"))
-        return succeed(FailuresPage(int(matched), tuple(_outcome(row) for row in rows)))
+        exact = int(read) <= rowsRead
+        return succeed(
+            FailuresPage(int(matched), tuple(_outcome(row) for row in rows), exact)
+        )
 
     def manifestOutcomes(
         self, job: str, after: tuple[str, str] | None, limit: int

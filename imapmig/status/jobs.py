@@ -74,7 +74,7 @@ def _failuresDocument(
     """
     The contract's C{FAILURES_PAGE}.
     """
-    document = query.describe(page.matched)
+    document = query.describe(page.matched, page.matchedExact)
     document["items"] = [failureItem(outcome, folderNames) for outcome in page.items]
     return document
 

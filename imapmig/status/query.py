@@ -99,11 +99,20 @@ class FailureQuery:
     limit: int = 50
     text: str = ""
 
-    def describe(self, matched: int) -> dict[str, object]:
+    def describe(self, matched: int, exact: bool = True) -> dict[str, object]:
         """
         The contract's page fields (without C{items}).
+
+        @param exact: whether C{matched} is exact, or a lower bound (see
+            L{imapmig.state.FailuresPage.matchedExact}).
         """
-        return {"offset": self.offset, "limit": self.limit, "matched": matched, "q": self.text}
+        return {
+            "offset": self.offset,
+            "limit": self.limit,
+            "matched": matched,
+            "matched_exact": exact,
+            "q": self.text,
+        }
 
 
 def _bad(message: str) -> HTTPProblem:
