@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError
 from imapmig.state import FailuresPage, MessageOutcome
+from imapmig.state import memory as memoryModule, sqlite as sqliteModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import appended, failed, present
@@ -113,6 +114,73 @@ class ManifestBehaviourMixin(_MixinBase):
         self.assertEqual(page, FailuresPage(5, (byFolder, byMailbox, byKey, byId, byReason)))
         page = self.successResultOf(store.failuresPage("job", 1, 2, "archive"))
         self.assertEqual(page, FailuresPage(5, (byMailbox, byKey)))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "nothing")), FailuresPage(0, ())
+        )
+
+    def bound(self, count: int, search: int) -> None:
+        """
+        Bound the failure pages of both stores to C{count} failed messages
+        counted and C{search} searched, for this test.
+        """
+        for module in (sqliteModule, memoryModule):
+            self.patch(module, "FAILURES_COUNT_LIMIT", count)
+            self.patch(module, "FAILURES_SEARCH_ROWS", search)
+
+    def test_failuresCountBounded(self) -> None:
+        """
+        A job with more failed messages than the count limit: C{matched} is
+        the limit and not exact, and pages reach no further than the
+        limit; with exactly the limit, the count is exact.
+        """
+        self.bound(count=10, search=4)
+        store = self.makeStore()
+        failures = [failed("A", str(n)) for n in range(10, 22)]
+        self.successResultOf(store.recordOutcomes("job", failures))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 4)),
+            FailuresPage(10, tuple(failures[0:4]), matchedExact=False),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 8, 4)),
+            FailuresPage(10, tuple(failures[8:10]), matchedExact=False),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 10, 4)),
+            FailuresPage(10, (), matchedExact=False),
+        )
+        self.successResultOf(store.recordOutcomes("job", [appended("A", "20"), appended("A", "21")]))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 6, 100)),
+            FailuresPage(10, tuple(failures[6:10])),
+        )
+
+    def test_failuresSearchBounded(self) -> None:
+        """
+        A filter searches only the first failed messages, up to the search
+        limit: matches beyond it are neither counted nor shown, and the
+        count says it is not exact; when the job has no more failed
+        messages than that, it is exact.
+        """
+        self.bound(count=10, search=4)
+        store = self.makeStore()
+        failures = [failed("A", str(n), "hit" if n % 2 else "miss") for n in range(10, 16)]
+        self.successResultOf(store.recordOutcomes("job", failures))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "HIT")),
+            FailuresPage(2, (failures[1], failures[3]), matchedExact=False),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 1, 10, "hit")),
+            FailuresPage(2, (failures[3],), matchedExact=False),
+        )
+        self.successResultOf(
+            store.recordOutcomes("job", [appended("A", "14"), appended("A", "15")])
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "hit")),
+            FailuresPage(2, (failures[1], failures[3])),
+        )
         self.assertEqual(
             self.successResultOf(store.failuresPage("job", 0, 10, "nothing")), FailuresPage(0, ())
         )

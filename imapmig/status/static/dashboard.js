@@ -627,13 +627,18 @@
     });
     if (!page.items || !page.items.length) {
       var empty = document.createElement("tr");
-      var td = el("td", "muted", page.q ? "No failed message matches." : "No failed messages.");
+      // matched_exact false: the server counted or searched only the first
+      // failed messages (it bounds the work of one request); the manifest has all.
+      var td = el("td", "muted", !page.q ? "No failed messages." : page.matched_exact === false ?
+        "No match among the failed messages searched (the first ones); the manifest has them all." :
+        "No failed message matches.");
       td.colSpan = 5;
       empty.appendChild(td);
       tbody.appendChild(empty);
     }
     var offset = page.offset || 0, n = (page.items || []).length, matched = page.matched || 0;
-    put($("job-failures-page"), matched ? count(offset + 1) + "-" + count(offset + n) + " of " + count(matched) : "0 of 0");
+    var of = page.matched_exact === false ? (page.q ? "at least " : "more than ") + count(matched) : count(matched);
+    put($("job-failures-page"), n ? count(offset + 1) + "-" + count(offset + n) + " of " + of : "0 of " + of);
     $("job-failures-prev").disabled = offset <= 0;
     $("job-failures-next").disabled = offset + (page.limit || FAILURES_LIMIT) >= matched;
   }
