@@ -250,3 +250,41 @@ class FailuresCountTests(SynchronousTestCase):
         second = page()
         self.assertEqual((second["matched"], second["matched_exact"]), (3, False))
         harness.stop()
+
+    def test_pagesByNext(self) -> None:
+        """
+        Following each page's C{next} as C{after} reaches every failed
+        message, past the count limit; a cursor not made by the site is a
+        400 naming the parameter.
+        """
+        self.patch(memoryModule, "FAILURES_COUNT_LIMIT", 3)
+        harness = _Harness()
+        harness.progress.addJob("alpha")
+        keys = [f"k{n}" for n in range(7)]
+        harness.store.recordOutcomes("alpha", [failed("A/é", key) for key in keys])
+
+        def get(query: bytes) -> tuple[bytes, dict[str, object]]:
+            protocol, transport = harness.connect()
+            protocol.dataReceived(
+                b"GET /jobs/alpha/failures.json?" + query + b" HTTP/1.0\r\nHost: localhost\r\n\r\n"
+            )
+            head, _, body = transport.value().partition(b"\r\n\r\n")
+            harness.close(protocol)
+            return head, json.loads(body)
+
+        seen: list[object] = []
+        query = b"limit=2"
+        while True:
+            _, document = get(query)
+            items = document["items"]
+            assert isinstance(items, list)
+            seen.extend(item["key"] for item in items)
+            if document["next"] is None:
+                break
+            query = b"limit=2&after=" + str(document["next"]).encode("ascii")
+            self.assertEqual(document["matched"], 3)
+        self.assertEqual(seen, keys)
+        head, error = get(b"after=bm90IGEgY3Vyc29y")
+        self.assertIn(b" 400 ", head.split(b"\r\n")[0])
+        self.assertIn("after:", str(error["error"]))
+        harness.stop()
