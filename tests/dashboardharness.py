@@ -242,13 +242,16 @@ class _Route(Resource):
         One page of a job's failed messages.
         """
         offset, limit = int(_arg(args, b"offset", "0")), int(_arg(args, b"limit", "50"))
+        # The daemon's `after` is an opaque key; here, the index to start at.
+        start = offset + int(_arg(args, b"after", "0") or "0")
         q = _arg(args, b"q", "").lower()
         items = [
             item for item in self.root.run.failures[template]
             if q in json.dumps(item).lower()
         ]
-        return {"offset": offset, "limit": limit, "matched": len(items), "q": q,
-                "items": items[offset : offset + limit]}
+        following = str(start + limit) if start + limit < len(items) else None
+        return {"offset": offset, "limit": limit, "matched": len(items), "matched_exact": True,
+                "q": q, "next": following, "items": items[start : start + limit]}
 
     def render_POST(self, request: Request) -> bytes:
         """

@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError
 from imapmig.state import FailuresPage, MessageOutcome
+from imapmig.state import memory as memoryModule, sqlite as sqliteModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import appended, failed, present
@@ -85,7 +86,7 @@ class ManifestBehaviourMixin(_MixinBase):
         )
         self.successResultOf(store.recordOutcomes("other", [failed("A", "99")]))
         page = self.successResultOf(store.failuresPage("job", 5, 4))
-        self.assertEqual(page, FailuresPage(21, tuple(failures[5:9])))
+        self.assertEqual(page, FailuresPage(21, tuple(failures[5:9]), next=("A", "18")))
         last = self.successResultOf(store.failuresPage("job", 19, 100))
         self.assertEqual(last, FailuresPage(21, (failures[19], failed("B", "1"))))
         beyond = self.successResultOf(store.failuresPage("job", 50, 10))
@@ -112,10 +113,122 @@ class ManifestBehaviourMixin(_MixinBase):
         page = self.successResultOf(store.failuresPage("job", 0, 10, "ARCHive"))
         self.assertEqual(page, FailuresPage(5, (byFolder, byMailbox, byKey, byId, byReason)))
         page = self.successResultOf(store.failuresPage("job", 1, 2, "archive"))
-        self.assertEqual(page, FailuresPage(5, (byMailbox, byKey)))
+        self.assertEqual(page, FailuresPage(5, (byMailbox, byKey), next=("Y", "archive-3")))
         self.assertEqual(
             self.successResultOf(store.failuresPage("job", 0, 10, "nothing")), FailuresPage(0, ())
         )
+
+    def bound(self, count: int, search: int) -> None:
+        """
+        Bound the failure pages of both stores to C{count} failed messages
+        counted and C{search} searched, for this test.
+        """
+        for module in (sqliteModule, memoryModule):
+            self.patch(module, "FAILURES_COUNT_LIMIT", count)
+            self.patch(module, "FAILURES_SEARCH_ROWS", search)
+
+    def test_failuresCountBounded(self) -> None:
+        """
+        A job with more failed messages than the count limit: C{matched} is
+        the limit and not exact, and pages reach no further than the
+        limit; with exactly the limit, the count is exact.
+        """
+        self.bound(count=10, search=4)
+        store = self.makeStore()
+        failures = [failed("A", str(n)) for n in range(10, 22)]
+        self.successResultOf(store.recordOutcomes("job", failures))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 4)),
+            FailuresPage(10, tuple(failures[0:4]), matchedExact=False, next=("A", "13")),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 8, 4)),
+            FailuresPage(10, tuple(failures[8:10]), matchedExact=False, next=("A", "19")),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 10, 4)),
+            FailuresPage(10, (), matchedExact=False),
+        )
+        self.successResultOf(store.recordOutcomes("job", [appended("A", "20"), appended("A", "21")]))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 6, 100)),
+            FailuresPage(10, tuple(failures[6:10])),
+        )
+
+    def test_failuresSearchBounded(self) -> None:
+        """
+        A filter searches only the first failed messages, up to the search
+        limit: matches beyond it are neither counted nor shown, and the
+        count says it is not exact; when the job has no more failed
+        messages than that, it is exact.
+        """
+        self.bound(count=10, search=4)
+        store = self.makeStore()
+        failures = [failed("A", str(n), "hit" if n % 2 else "miss") for n in range(10, 16)]
+        self.successResultOf(store.recordOutcomes("job", failures))
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "HIT")),
+            FailuresPage(2, (failures[1], failures[3]), matchedExact=False, next=("A", "13")),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 1, 10, "hit")),
+            FailuresPage(2, (failures[3],), matchedExact=False, next=("A", "13")),
+        )
+        self.successResultOf(
+            store.recordOutcomes("job", [appended("A", "14"), appended("A", "15")])
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "hit")),
+            FailuresPage(2, (failures[1], failures[3])),
+        )
+        self.assertEqual(
+            self.successResultOf(store.failuresPage("job", 0, 10, "nothing")), FailuresPage(0, ())
+        )
+
+    def test_failuresAfter(self) -> None:
+        """
+        Pages that start after the previous page's C{next} go through every
+        failed message, past the count limit too, each in key order,
+        with C{matched} still counted from the start; the last page has no
+        C{next}.
+        """
+        self.bound(count=10, search=4)
+        store = self.makeStore()
+        failures = [failed(folder, str(n)) for folder in ("A", "B") for n in range(10, 17)]
+        self.successResultOf(store.recordOutcomes("job", failures + [appended("A", "99")]))
+        seen: list[MessageOutcome] = []
+        after = None
+        while True:
+            page = self.successResultOf(store.failuresPage("job", 0, 4, after=after))
+            self.assertEqual((page.matched, page.matchedExact), (10, False))
+            seen.extend(page.items)
+            if page.next is None:
+                break
+            self.assertEqual(page.next, (page.items[-1].folderKey, page.items[-1].messageKey))
+            after = page.next
+        self.assertEqual(seen, failures)
+
+    def test_failuresSearchAfter(self) -> None:
+        """
+        A filtered page searches on from C{after}: when its search stops
+        (the search limit) before the page is full, C{next} is the last
+        failure searched, and the pages together find every match once.
+        """
+        self.bound(count=10, search=3)
+        store = self.makeStore()
+        failures = [
+            failed("A", str(n), "hit" if n in (10, 16, 17, 18, 19) else "miss")
+            for n in range(10, 21)
+        ]
+        self.successResultOf(store.recordOutcomes("job", failures))
+        first = self.successResultOf(store.failuresPage("job", 0, 2, "hit"))
+        self.assertEqual(first, FailuresPage(1, (failures[0],), False, ("A", "12")))
+        second = self.successResultOf(store.failuresPage("job", 0, 2, "hit", ("A", "12")))
+        self.assertEqual(second, FailuresPage(1, (), False, ("A", "15")))
+        third = self.successResultOf(store.failuresPage("job", 0, 2, "hit", ("A", "15")))
+        self.assertEqual(third, FailuresPage(1, (failures[6], failures[7]), False, ("A", "17")))
+        fourth = self.successResultOf(store.failuresPage("job", 0, 2, "hit", ("A", "17")))
+        self.assertEqual(fourth, FailuresPage(1, (failures[8], failures[9]), False, None))
 
     def test_failuresFilterLiteral(self) -> None:
         """

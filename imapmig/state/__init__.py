@@ -245,13 +245,38 @@ class FailuresPage:
     """
     One page of a job's failed messages.
 
-    @ivar matched: how many failed messages match the filter, all pages.
+    @ivar matched: how many failed messages match the filter, all pages;
+        a lower bound when C{matchedExact} is false.
     @ivar items: the page's messages, ordered by folder key, then message
         key.
+    @ivar matchedExact: whether C{matched} is the exact count: false when
+        the job has more than L{FAILURES_COUNT_LIMIT} failed messages
+        (C{matched} is then that limit), or, with a filter, more than
+        L{FAILURES_SEARCH_ROWS} (C{matched} then counts the matches among
+        the first of them).
+    @ivar next: C{(folderKey, messageKey)} to give as C{after} for the
+        next page, or L{None} when this page ends the failures.
     """
 
     matched: int
     items: tuple[MessageOutcome, ...]
+    matchedExact: bool = True
+    next: tuple[str, str] | None = None
+
+
+FAILURES_COUNT_LIMIT = 10_000
+"""
+The most failed messages a page of failures counts or pages through
+(C{offset + limit} beyond it returns no items): a status request costs the
+reactor a bounded time (about 20 ms) whatever the size of the job.  The
+audit manifest has them all.
+"""
+
+FAILURES_SEARCH_ROWS = 5_000
+"""
+The most failed messages a filtered page of failures searches: the first
+ones, in folder then key order (about 25 ms per scan).
+"""
 
 
 PAUSED = "paused"
@@ -402,16 +427,30 @@ class IStateStore(Interface):
         folder key, then message key.
         """
 
-    def failuresPage(job: str, offset: int, limit: int, contains: str = "") -> "Deferred[FailuresPage]":
+    def failuresPage(
+        job: str,
+        offset: int,
+        limit: int,
+        contains: str = "",
+        after: "tuple[str, str] | None" = None,
+    ) -> "Deferred[FailuresPage]":
         """
         One page of the messages of C{job} whose latest outcome is a
-        failure, in the order of L{failures}.
+        failure, in the order of L{failures}, at a bounded cost whatever
+        the size of the job: only the first L{FAILURES_COUNT_LIMIT} failed
+        messages are counted, a page reaches at most that far past its
+        start, and with C{contains} a page searches at most
+        L{FAILURES_SEARCH_ROWS} failed messages past its start and the
+        count only the first ones (L{FailuresPage.matchedExact} tells).
+        Deeper pages start from the previous page's L{FailuresPage.next}.
 
         @param offset: how many matching messages to skip (0 or more).
         @param limit: the most to return (1 or more).
         @param contains: only messages with this text in their folder key,
             mailbox, message key, Message-ID or failure, ignoring ASCII
             case; C{""} for all.
+        @param after: start after this C{(folderKey, messageKey)} (a
+            L{FailuresPage.next}); L{None} from the first failure.
         """
 
     def manifestOutcomes(

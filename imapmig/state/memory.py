@@ -14,6 +14,8 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.state import (
     AppendedOutcome,
+    FAILURES_COUNT_LIMIT,
+    FAILURES_SEARCH_ROWS,
     FailuresPage,
     FolderFallback,
     HOLDS,
@@ -247,19 +249,44 @@ class MemoryStateStore:
             return fail(e)
 
     def failuresPage(
-        self, job: str, offset: int, limit: int, contains: str = ""
+        self,
+        job: str,
+        offset: int,
+        limit: int,
+        contains: str = "",
+        after: tuple[str, str] | None = None,
     ) -> Deferred[FailuresPage]:
         """
         See L{IStateStore.failuresPage}.
         """
         needle = asciiLower(contains)
+        rowsRead = FAILURES_SEARCH_ROWS if needle else FAILURES_COUNT_LIMIT
         try:
-            matching = [
-                o for o in self._latest(job) if o.failure is not None and outcomeMatches(o, needle)
-            ]
+            failed = [o for o in self._latest(job) if o.failure is not None]
         except PermanentError as e:
             return fail(e)
-        return succeed(FailuresPage(len(matching), tuple(matching[offset : offset + limit])))
+        exact = len(failed) <= rowsRead
+        counted = sum(1 for o in failed[:rowsRead] if outcomeMatches(o, needle))
+        if after is not None:
+            failed = [o for o in failed if (o.folderKey, o.messageKey) > after]
+        window = failed[:rowsRead] if needle else failed
+        matching = [o for o in window if outcomeMatches(o, needle)]
+        end = offset + max(0, min(limit, FAILURES_COUNT_LIMIT - offset))
+        items = matching[offset:end]
+        last: MessageOutcome | None = None
+        if end > offset:
+            if len(matching) > end:
+                last = items[-1]
+            elif needle and len(failed) > rowsRead:
+                last = window[-1]
+        return succeed(
+            FailuresPage(
+                counted,
+                tuple(items),
+                exact,
+                None if last is None else (last.folderKey, last.messageKey),
+            )
+        )
 
     def manifestOutcomes(
         self, job: str, after: tuple[str, str] | None, limit: int

@@ -32,6 +32,8 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state import (
     AppendedOutcome,
+    FAILURES_COUNT_LIMIT,
+    FAILURES_SEARCH_ROWS,
     FailuresPage,
     FolderFallback,
     HOLDS,
@@ -477,38 +479,100 @@ class SQLiteStateStore:
         )
 
     def failuresPage(
-        self, job: str, offset: int, limit: int, contains: str = ""
+        self,
+        job: str,
+        offset: int,
+        limit: int,
+        contains: str = "",
+        after: tuple[str, str] | None = None,
     ) -> Deferred[FailuresPage]:
         """
-        See L{IStateStore.failuresPage}: two queries over the index of
-        messages not copied, one counting, one reading the page.
+        See L{IStateStore.failuresPage}: queries over the index of messages
+        not copied, one counting, one reading the page (and, filtered, one
+        finding where the search stopped), each reading at most
+        L{FAILURES_COUNT_LIMIT} (or, filtered, L{FAILURES_SEARCH_ROWS})
+        rows of it.
         """
         needle = asciiLower(contains)
-        # ?1 is the needle, ?2 the job.
-        where = f"job = ?2 AND {_NOT_COPIED} AND failure IS NOT NULL"
-        if needle:
-            # An older database opened read-only has no Message-IDs.
-            where += " AND " + (
-                _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
+        table = self._notCopied()
+        base = f"FROM {table} WHERE job = :job AND {_NOT_COPIED} AND failure IS NOT NULL"
+        fromStart = f"SELECT * {base} ORDER BY folder_key, message_key"
+        if after is None:
+            ordered = fromStart
+        else:
+            # Two seeks in the index, as in manifestOutcomes.
+            ordered = (
+                f"SELECT * {base} AND folder_key = :folder AND message_key > :key"
+                f" UNION ALL SELECT * {base} AND folder_key > :folder"
+                " ORDER BY folder_key, message_key"
             )
-        parameters: tuple[object, ...] = (needle, job)
+        columns = self._outcomeColumns()
+        # Counting one row more than the limit tells whether there are more.
+        if needle:
+            rowsRead = FAILURES_SEARCH_ROWS
+            # An older database opened read-only has no Message-IDs.
+            contained = (
+                _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
+            ).replace("?1", ":needle")
+            # The first rows from the start (the count) or from `after`
+            # (the page), then the needle among them: a needle found
+            # nowhere would otherwise read every failure.
+            counting = (
+                f"SELECT (SELECT count(*) FROM (SELECT 1 {base} LIMIT :more)),"
+                f" (SELECT count(*) FROM ({fromStart} LIMIT :rows) WHERE {contained})"
+            )
+            reading = f"SELECT {columns} FROM ({ordered} LIMIT :rows) WHERE {contained}"
+        else:
+            rowsRead = FAILURES_COUNT_LIMIT
+            counting = f"SELECT count(*), min(count(*), :rows) FROM (SELECT 1 {base} LIMIT :more)"
+            reading = f"SELECT {columns} FROM ({ordered} LIMIT :limit OFFSET :offset)"
+        limit = max(0, min(limit, FAILURES_COUNT_LIMIT - offset))
+        parameters = {
+            "needle": needle,
+            "job": job,
+            "rows": rowsRead,
+            "more": rowsRead + 1,
+            # One more than the page: whether another page follows.
+            "limit": limit + 1,
+            "offset": offset,
+            "folder": None if after is None else after[0],
+            "key": None if after is None else after[1],
+        }
+        last: tuple[str, str] | None = None
         try:
             connection = self._open()
-            ((matched,),) = connection.execute(
-                f"SELECT count(*) FROM {self._notCopied()} WHERE {where}", parameters
-            ).fetchall()
-            rows = connection.execute(
-                f"SELECT {self._outcomeColumns()} FROM {self._notCopied()} WHERE {where}"
-                " ORDER BY folder_key, message_key LIMIT ?3 OFFSET ?4",
-                parameters + (limit, offset),
-            ).fetchall()
+            ((read, matched),) = connection.execute(counting, parameters).fetchall()
+            rows: list[_OutcomeRow] = []
+            # From the start, nothing to read past the last match counted.
+            if limit and (after is not None or matched > offset):
+                rows = connection.execute(
+                    reading + " ORDER BY folder_key, message_key LIMIT :limit OFFSET :offset"
+                    if needle
+                    else reading + " ORDER BY folder_key, message_key",
+                    parameters,
+                ).fetchall()
+            if len(rows) > limit:
+                del rows[limit:]
+                last = (rows[-1][0], rows[-1][1])
+            elif limit and needle:
+                # The search stopped at its last row with rows after it:
+                # the next page searches on from there.
+                ends = connection.execute(
+                    f"SELECT folder_key, message_key FROM ({ordered} LIMIT 2 OFFSET :rows - 1)",
+                    parameters,
+                ).fetchall()
+                if len(ends) == 2:
+                    last = (ends[0][0], ends[0][1])
         except PermanentError as e:
             return fail(e)
         except sqlite3.Error as e:
             return fail(self._error("read failures", e))
         except (OverflowError, UnicodeEncodeError) as e:
             return fail(PermanentError(f"{self._path}: cannot read failures: {e}"))
-        return succeed(FailuresPage(int(matched), tuple(_outcome(row) for row in rows)))
+        exact = int(read) <= rowsRead
+        return succeed(
+            FailuresPage(int(matched), tuple(_outcome(row) for row in rows), exact, last)
+        )
 
     def manifestOutcomes(
         self, job: str, after: tuple[str, str] | None, limit: int

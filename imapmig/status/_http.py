@@ -6,9 +6,10 @@ with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -185,15 +186,99 @@ class JSONNotFound(ReadOnlyResource):
         return self
 
 
+REQUEST_DEADLINE = 15.0
+"""
+Seconds a client has to send a complete request (its request line, headers
+and body) from its first octet: a client sending a header line every few
+seconds would otherwise hold its connection (and a file descriptor of the
+daemon) for ever, since each line restarts twisted.web's idle timeout.
+"""
+
+
 class StatusChannel(http.HTTPChannel):
     """
     twisted.web's HTTP channel, answering a request line or header line
     longer than it reads (C{MAX_LENGTH}, 16 KiB: a huge query string) with
     a 400 and a JSON error before closing, where twisted.web closes the
-    connection without a word.
+    connection without a word; and answering a request not complete within
+    L{REQUEST_DEADLINE} seconds of its first octet with a 408 before
+    closing.  The deadline runs on the site's reactor (C{callLater}, set
+    by the site as for twisted.web's idle timeout); it does not run while
+    a request is answered, nor between requests of a keep-alive
+    connection (twisted.web's idle timeout, a minute, closes those).
+
+    @ivar requestDeadline: the seconds allowed for a request.
+    @ivar onClose: called once when the connection is lost (the site's
+        count of open connections).
     """
 
     _refusedLong = False
+    requestDeadline = REQUEST_DEADLINE
+    onClose: Callable[[], None] | None = None
+    _deadlineCall: IDelayedCall | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        """
+        Start the deadline at the first octet of a request, then read.
+        """
+        if self._deadlineCall is None and not self._handlingRequest and data:
+            self._deadlineCall = self.callLater(  # type: ignore[no-untyped-call]
+                self.requestDeadline, self._requestTooSlow
+            )
+        super().dataReceived(data)  # type: ignore[no-untyped-call]
+
+    def allContentReceived(self) -> None:
+        """
+        The request is complete (headers and body): stop its deadline, then
+        answer it.
+        """
+        self._stopDeadline()
+        super().allContentReceived()  # type: ignore[no-untyped-call]
+
+    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        """
+        Stop the deadline, and tell the site.
+        """
+        self._stopDeadline()
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]
+        onClose, self.onClose = self.onClose, None
+        if onClose is not None:
+            onClose()
+
+    def _stopDeadline(self) -> None:
+        call, self._deadlineCall = self._deadlineCall, None
+        if call is not None and call.active():
+            call.cancel()
+
+    def _requestTooSlow(self) -> None:
+        """
+        The deadline passed before the request was complete: answer 408 and
+        close (aborting after twisted.web's C{abortTimeout} if the client
+        does not read).
+        """
+        self._deadlineCall = None
+        log.debug(
+            "Status request not complete within {deadline} s from {client}; closing",
+            deadline=self.requestDeadline,
+            client=str(getattr(self.transport.getPeer(), "host", "")),  # type: ignore[union-attr]
+        )
+        self._answerAndClose(
+            b"408 Request Timeout",
+            f"the request was not complete within {self.requestDeadline:g} seconds",
+        )
+        self.timeoutConnection()  # type: ignore[no-untyped-call]
+
+    def _answerAndClose(self, status: bytes, message: str) -> None:
+        """
+        Write a complete response with C{status} and the JSON error
+        C{message}, asking the client to close.
+        """
+        body = jsonBody({"error": message})
+        self.transport.write(  # type: ignore[union-attr]
+            b"HTTP/1.1 " + status + b"\r\nContent-Type: " + JSON_TYPE
+            + b"\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %d"
+            b"\r\n\r\n" % (len(body),) + body
+        )  # fmt: skip
 
     def lineLengthExceeded(self, line: bytes) -> None:
         """
@@ -201,12 +286,8 @@ class StatusChannel(http.HTTPChannel):
         """
         if not self._refusedLong:
             self._refusedLong = True
-            body = jsonBody(
-                {"error": f"request line or header longer than {self.MAX_LENGTH} octets"}
+            self._answerAndClose(
+                b"400 Bad Request",
+                f"request line or header longer than {self.MAX_LENGTH} octets",
             )
-            self.transport.write(  # type: ignore[union-attr]
-                b"HTTP/1.1 400 Bad Request\r\nContent-Type: " + JSON_TYPE
-                + b"\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: %d"
-                b"\r\n\r\n" % (len(body),) + body
-            )  # fmt: skip
         self.loseConnection()  # type: ignore[no-untyped-call]

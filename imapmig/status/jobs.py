@@ -4,7 +4,7 @@ C{/jobs/...}: one job's detail, its failed messages page by page, and its
 audit manifest.
 
     /jobs/NAME.json                 the job, its folders, its first failures
-    /jobs/NAME/failures.json        ?offset=&limit=&q= failed messages
+    /jobs/NAME/failures.json        ?offset=&limit=&q=&after= failed messages
     /jobs/NAME/manifest.csv         every message not copied, to download
     /jobs/NAME/manifest.json        the same as JSON
 
@@ -74,7 +74,7 @@ def _failuresDocument(
     """
     The contract's C{FAILURES_PAGE}.
     """
-    document = query.describe(page.matched)
+    document = query.describe(page.matched, page.matchedExact, page.next)
     document["items"] = [failureItem(outcome, folderNames) for outcome in page.items]
     return document
 
@@ -165,7 +165,9 @@ class _JobDocument(ReadOnlyResource):
         document["job"] = view.document(job)
         document["folders"] = view.folders(job)
         document["excluded_folders"] = view.excludedFolders(job)
-        d = self._context.store.failuresPage(job.name, query.offset, query.limit, query.text)
+        d = self._context.store.failuresPage(
+            job.name, query.offset, query.limit, query.text, query.after
+        )
 
         def done(page: FailuresPage) -> bytes:
             document["failures"] = _failuresDocument(query, page, view.folderNames(job))
@@ -218,7 +220,9 @@ class _Failures(ReadOnlyResource):
         One page of the job's failed messages.
         """
         query = parseFailureQuery(request.uri, request.args)
-        d = self._context.store.failuresPage(self._job.name, query.offset, query.limit, query.text)
+        d = self._context.store.failuresPage(
+            self._job.name, query.offset, query.limit, query.text, query.after
+        )
 
         def done(page: FailuresPage) -> bytes:
             document = self._context.header()

@@ -9,6 +9,8 @@ the selection of one page of jobs by it.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import AbstractSet, Callable, Mapping, Sequence
 
 from attrs import frozen
@@ -23,6 +25,7 @@ __all__ = [
     "JobQuery",
     "MAX_LIMIT",
     "MAX_QUERY_OCTETS",
+    "encodeCursor",
     "parseFailureQuery",
     "parseJobQuery",
     "selectJobs",
@@ -41,6 +44,7 @@ The longest query string answered; a longer one is refused with 414.
 _MAX_PARAMETERS = 32
 _MAX_OFFSET = 10**9
 _MAX_TEXT = 256
+_MAX_CURSOR = 2048
 
 _Arguments = Mapping[bytes, Sequence[bytes]]
 
@@ -93,17 +97,63 @@ class FailureQuery:
     @ivar limit: the most on the page.
     @ivar text: only failures holding this (see
         L{imapmig.state.IStateStore.failuresPage}).
+    @ivar after: start after this C{(folderKey, messageKey)}: the
+        previous page's C{next} (C{after=}).
     """
 
     offset: int = 0
     limit: int = 50
     text: str = ""
+    after: tuple[str, str] | None = None
 
-    def describe(self, matched: int) -> dict[str, object]:
+    def describe(
+        self, matched: int, exact: bool = True, next: tuple[str, str] | None = None
+    ) -> dict[str, object]:
         """
         The contract's page fields (without C{items}).
+
+        @param exact: whether C{matched} is exact, or a lower bound (see
+            L{imapmig.state.FailuresPage.matchedExact}).
+        @param next: where the next page starts (L{None}: none follows).
         """
-        return {"offset": self.offset, "limit": self.limit, "matched": matched, "q": self.text}
+        return {
+            "offset": self.offset,
+            "limit": self.limit,
+            "matched": matched,
+            "matched_exact": exact,
+            "q": self.text,
+            "after": None if self.after is None else encodeCursor(self.after),
+            "next": None if next is None else encodeCursor(next),
+        }
+
+
+def encodeCursor(key: tuple[str, str]) -> str:
+    """
+    The opaque C{after}/C{next} value of a failure page that starts after
+    C{key} (C{(folderKey, messageKey)}): base64url of its JSON.
+    """
+    raw = json.dumps(list(key), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _cursor(arguments: _Arguments, name: str) -> tuple[str, str] | None:
+    """
+    The key C{name} (an L{encodeCursor} value) stands for, or L{None} if
+    absent.
+    """
+    value = (_single(arguments, name) or "").strip()
+    if not value:
+        return None
+    problem = _bad(f"{name}: not a page's 'next' value")
+    if len(value) > _MAX_CURSOR:
+        raise problem
+    try:
+        key = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+    except (ValueError, TypeError):
+        raise problem from None
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        raise problem
+    return (key[0], key[1])
 
 
 def _bad(message: str) -> HTTPProblem:
@@ -223,6 +273,7 @@ def parseFailureQuery(uri: bytes, arguments: _Arguments, defaultLimit: int = 50)
         offset=_number(arguments, "offset", 0, 0, _MAX_OFFSET),
         limit=_number(arguments, "limit", defaultLimit, 1, MAX_LIMIT),
         text=_text(arguments, "q"),
+        after=_cursor(arguments, "after"),
     )
 
 

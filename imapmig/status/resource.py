@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IAddress, IReactorTime
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
@@ -146,8 +147,9 @@ class StatusResource(Resource):
 class QuietStatusChannel(StatusChannel, QuietHTTPChannel):
     """
     The status site's HTTP/1.1 channel (no HTTP/2 negotiation wrapper):
-    answers an over-long request line (L{StatusChannel}) and times idle
-    clients out at debug level (L{QuietHTTPChannel}).
+    answers an over-long request line, closes a request not complete in
+    time (L{StatusChannel}) and times idle clients out at debug level
+    (L{QuietHTTPChannel}).
     """
 
 
@@ -158,6 +160,32 @@ class QuietStatusRequest(BoundedRequest, QuietRequest):
     """
 
 
+MAX_CONNECTIONS = 64
+"""
+The most connections the status site holds open at once (its file
+descriptors are the daemon's, shared with every IMAP connection).
+"""
+
+REFUSAL_LOG_INTERVAL = 60.0
+"""
+Seconds between two log lines about connections refused past
+L{MAX_CONNECTIONS}.
+"""
+
+
+class _Refused(Protocol):
+    """
+    A connection past the site's limit: closed as soon as it is made
+    (through any TLS wrapper alike).
+    """
+
+    def connectionMade(self) -> None:
+        """
+        Close at once: nothing was read, nothing is owed.
+        """
+        self.transport.abortConnection()  # type: ignore[union-attr]
+
+
 class QuietSite(QuietSiteMixin, Site):
     """
     A L{Site} that says nothing at the default log level: no "Starting
@@ -165,18 +193,70 @@ class QuietSite(QuietSiteMixin, Site):
     level (L{imapmig.status.quiet}), and each request a structured debug
     event instead of an access-log line (a page polled every few seconds
     would otherwise fill the log).  Request bodies are bounded before they
-    are read (L{BoundedRequest}): only C{/control} takes one.
+    are read (L{BoundedRequest}): only C{/control} takes one.  A request
+    must be complete within L{imapmig.status._http.REQUEST_DEADLINE}
+    seconds (L{StatusChannel}), and at most C{maxConnections} connections
+    are open at once: the daemon's file descriptors and reactor are its
+    migrations' first.
     """
 
     protocol = QuietStatusChannel  # type: ignore[assignment]
     requestFactory = QuietStatusRequest
 
-    def __init__(self, resource: IResource, reactor: IReactorTime | None = None) -> None:
+    def __init__(
+        self,
+        resource: IResource,
+        reactor: IReactorTime | None = None,
+        maxConnections: int = MAX_CONNECTIONS,
+    ) -> None:
         """
         @param resource: the root resource.
         @param reactor: see L{Site}.
+        @param maxConnections: the most connections open at once; more
+            are closed as soon as they are accepted.
         """
         Site.__init__(self, resource, reactor=reactor)
+        self.maxConnections = maxConnections
+        self.openConnections = 0
+        self._refused = 0
+        self._refusalLoggedAt: float | None = None
+
+    def buildProtocol(self, addr: IAddress | None) -> Protocol | None:  # type: ignore[override]
+        """
+        A channel for the connection from C{addr}, counted while it is
+        open; past L{maxConnections}, a protocol that closes the connection
+        at once (logged once a minute at most).
+        """
+        if self.openConnections >= self.maxConnections:
+            self._refuse(addr)
+            return _Refused()
+        channel: Protocol | None = Site.buildProtocol(self, addr)
+        if isinstance(channel, StatusChannel):
+            self.openConnections += 1
+            channel.onClose = self._closed
+        return channel
+
+    def _closed(self) -> None:
+        self.openConnections -= 1
+
+    def _refuse(self, addr: IAddress | None) -> None:
+        """
+        Count a refused connection; log the refusals, once a minute at
+        most.
+        """
+        self._refused += 1
+        now = self.reactor.seconds()
+        if self._refusalLoggedAt is not None and now - self._refusalLoggedAt < REFUSAL_LOG_INTERVAL:
+            return
+        self._refusalLoggedAt = now
+        log.warn(
+            "Status site: {limit} connections open, the most allowed: refused {refused}"
+            " connection(s) since the last such line, the latest from {client}",
+            limit=self.maxConnections,
+            refused=self._refused,
+            client=str(getattr(addr, "host", "")),
+        )
+        self._refused = 0
 
     def getResourceFor(self, request: Request) -> IResource:
         """

@@ -518,7 +518,10 @@
 
   // ---- the job detail panel ----
   function openDetail(name, opener) {
-    state.detail = { name: name, offset: 0, q: "", opener: opener || null };
+    // Failures page by key: `after` is where the shown page starts (the
+    // server's `next` of the page before), `back` the pages before it, and
+    // `position` the index of its first row, for the "1-50 of" text.
+    state.detail = { name: name, after: null, back: [], position: 0, next: null, shown: 0, q: "", opener: opener || null };
     $("job-failures-q").value = "";
     var panel = $("job-detail");
     put($("job-detail-title"), name);
@@ -549,12 +552,13 @@
     var detail = state.detail;
     if (!detail) return Promise.resolve();
     var base = "jobs/" + encodeURIComponent(detail.name);
-    var failures = base + "/failures.json?offset=" + detail.offset + "&limit=" + FAILURES_LIMIT +
+    var failures = base + "/failures.json?limit=" + FAILURES_LIMIT +
+      (detail.after ? "&after=" + encodeURIComponent(detail.after) : "") +
       (detail.q ? "&q=" + encodeURIComponent(detail.q) : "");
     return Promise.all([getJSON(base + ".json"), getJSON(failures)]).then(function (answers) {
       if (state.detail !== detail) return;
       renderDetail(answers[0]);
-      renderFailures(answers[1]);
+      renderFailures(answers[1], detail);
     }).catch(function (error) {
       if (state.detail !== detail) return;
       put($("job-detail-summary"), error.status === 404 ? "No such job: " + detail.name :
@@ -611,7 +615,7 @@
     $("job-excluded").hidden = !excluded.length;
     put($("job-excluded"), "Excluded folders: " + excluded.join(", "));
   }
-  function renderFailures(page) {
+  function renderFailures(page, detail) {
     var tbody = clearBody($("job-failures"));
     (page.items || []).forEach(function (item) {
       var tr = document.createElement("tr");
@@ -627,15 +631,24 @@
     });
     if (!page.items || !page.items.length) {
       var empty = document.createElement("tr");
-      var td = el("td", "muted", page.q ? "No failed message matches." : "No failed messages.");
+      // matched_exact false: the server counted or searched only the first
+      // failed messages (it bounds the work of one request); the manifest has all.
+      var td = el("td", "muted", !page.q ? "No failed messages." : page.next ?
+        "No match in this part of the failed messages; Next searches on." :
+        "No failed message matches.");
       td.colSpan = 5;
       empty.appendChild(td);
       tbody.appendChild(empty);
     }
-    var offset = page.offset || 0, n = (page.items || []).length, matched = page.matched || 0;
-    put($("job-failures-page"), matched ? count(offset + 1) + "-" + count(offset + n) + " of " + count(matched) : "0 of 0");
-    $("job-failures-prev").disabled = offset <= 0;
-    $("job-failures-next").disabled = offset + (page.limit || FAILURES_LIMIT) >= matched;
+    // matched_exact false: the server counted (or searched) only the first
+    // failed messages, bounding the work of one request.
+    var position = detail.position, n = (page.items || []).length, matched = page.matched || 0;
+    var of = page.matched_exact === false ? (page.q ? "at least " : "more than ") + count(matched) : count(matched);
+    put($("job-failures-page"), n ? count(position + 1) + "-" + count(position + n) + " of " + of : "0 of " + of);
+    detail.next = page.next || null;
+    detail.shown = n;
+    $("job-failures-prev").disabled = !detail.back.length;
+    $("job-failures-next").disabled = !detail.next;
   }
   function openFromHash() {
     if (location.hash.indexOf("#job=") !== 0) return;
@@ -751,17 +764,21 @@
       failuresDebounce = setTimeout(function () {
         if (!state.detail) return;
         state.detail.q = $("job-failures-q").value.trim();
-        state.detail.offset = 0;
+        state.detail.after = null; state.detail.back = []; state.detail.position = 0;
         refreshDetail();
       }, 300);
     });
     $("job-failures-prev").addEventListener("click", function () {
-      if (!state.detail) return;
-      state.detail.offset = Math.max(0, state.detail.offset - FAILURES_LIMIT); refreshDetail();
+      var detail = state.detail;
+      if (!detail || !detail.back.length) return;
+      var previous = detail.back.pop();
+      detail.after = previous.after; detail.position = previous.position; refreshDetail();
     });
     $("job-failures-next").addEventListener("click", function () {
-      if (!state.detail) return;
-      state.detail.offset += FAILURES_LIMIT; refreshDetail();
+      var detail = state.detail;
+      if (!detail || !detail.next) return;
+      detail.back.push({ after: detail.after, position: detail.position });
+      detail.after = detail.next; detail.position += detail.shown; refreshDetail();
     });
     $("token-form").addEventListener("submit", function (e) {
       e.preventDefault();
