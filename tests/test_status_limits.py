@@ -24,7 +24,12 @@ from imapmig.progress import MigrationProgress
 from imapmig.state import memory as memoryModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status._http import REQUEST_DEADLINE, StatusChannel
-from imapmig.status.resource import REFUSAL_LOG_INTERVAL, QuietSite, buildStatusSite
+from imapmig.status.resource import (
+    REFUSAL_LOG_INTERVAL,
+    QuietSite,
+    StatusResource,
+    buildStatusSite,
+)
 from tests.test_state import failed
 
 _GET = b"GET /status.json HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -40,7 +45,8 @@ class _Harness:
         self.clock = MemoryReactorClock()
         self.progress = MigrationProgress(self.clock.seconds)
         self.store = MemoryStateStore()
-        site = buildStatusSite(self.progress, self.clock, self.store)
+        root = StatusResource(self.progress, self.clock.seconds, self.store)
+        site = buildStatusSite(root, self.clock)
         assert isinstance(site, QuietSite)
         site.maxConnections = maxConnections
         self.site: Site = site
