@@ -35,7 +35,7 @@ JOB_KEYS = {
 TOTALS_KEYS = {
     "jobs", "jobs_total", "jobs_counted", "messages_total", "messages_done",
     "messages_failed", "messages_already_present", "messages_already_migrated",
-    "messages_pending", "bytes_total", "bytes_done", "bytes_sent", "percent_messages",
+    "messages_pending", "bytes_total", "bytes_done", "bytes_sent", "bytes_failed", "percent_messages",
     "percent_bytes", "messages_per_second", "bytes_per_second", "eta_seconds",
     "line_endings_converted", "messages_with_notes",
 }  # fmt: skip
@@ -285,6 +285,7 @@ class RateTests(SynchronousTestCase):
         self.assertEqual(
             (totals["percent_messages"], totals["percent_bytes"]), (100.0, 100.0)  # type: ignore[index]
         )
+        self.assertEqual(totals["bytes_failed"], 100)  # type: ignore[index]
 
     def test_history(self) -> None:
         """

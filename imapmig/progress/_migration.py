@@ -257,6 +257,7 @@ class MigrationProgress:
                 "bytes_total": bytesTotal,
                 "bytes_done": bytesDone,
                 "bytes_sent": bytesSent,
+                "bytes_failed": bytesFailed,
                 "percent_messages": _percent(done + failed, total) if counted else None,
                 # Failed messages are settled, in octets as in messages.
                 "percent_bytes": _percent(bytesDone + bytesFailed, bytesTotal) if counted else None,

@@ -235,6 +235,10 @@
     put($("overall-bytes-done"), bytes(totals.bytes_done), totals.bytes_done);
     put($("overall-bytes-total"), allCounted ? bytes(totals.bytes_total) : "not yet counted",
       allCounted ? totals.bytes_total : "");
+    // The percentage counts failed messages' octets as settled: say so.
+    var bytesFailed = typeof totals.bytes_failed === "number" ? totals.bytes_failed : 0;
+    put($("overall-bytes-failed"), bytes(bytesFailed), bytesFailed);
+    $("overall-bytes-failed-part").hidden = bytesFailed <= 0;
     put($("overall-bytes-percent"), percent(totals.percent_bytes), totals.percent_bytes);
     setBar($("overall-bytes-bar"), totals.percent_bytes);
     put($("overall-rate"), msgRate(totals.messages_per_second), totals.messages_per_second);
@@ -352,11 +356,13 @@
       chart.appendChild(svg("text", { x: left + plotW + 6, y: gy + 4, "class": "axis bytes", "text-anchor": "start" },
         axisBytes(maxBytes * (4 - i) / 4, maxBytes)));
     }
-    for (var q = 0; q <= 4; q++) {
-      var tx = x(start + span * q / 4);
+    // Quarters, or halves on a narrow chart (a phone), so labels never overlap.
+    var steps = plotW < 360 ? 2 : 4;
+    for (var q = 0; q <= steps; q++) {
+      var tx = x(start + span * q / steps);
       chart.appendChild(svg("line", { x1: tx, x2: tx, y1: top + plotH, y2: top + plotH + 4, "class": "tick" }));
-      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === 4 ? "end" : "middle" },
-        clock(start + span * q / 4, span < 1200)));
+      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === steps ? "end" : "middle" },
+        clock(start + span * q / steps, span < 1200)));
     }
     chart.appendChild(svg("text", { x: left, y: 11, "class": "axis msg unit", "text-anchor": "middle" }, "msg/s"));
     chart.appendChild(svg("text", { x: left + plotW, y: 11, "class": "axis bytes unit", "text-anchor": "middle" }, "per second"));
