@@ -10,6 +10,7 @@ The database is built once at DBPATH (default /tmp/harden18-failures.sqlite)
 and reused.  Each figure is the best of 3 of process_time per request.
 """
 import json, os, sys, time
+from typing import Any
 from twisted.internet.address import IPv4Address
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -37,7 +38,7 @@ progress.addJob("alpha")
 site = buildStatusSite(StatusResource(progress, clock.seconds, store), clock)
 
 
-def get(target: bytes) -> tuple[float, dict]:
+def get(target: bytes) -> tuple[float, dict[str, Any]]:
     channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
     transport = StringTransport()
     channel.makeConnection(transport)
@@ -51,7 +52,7 @@ def get(target: bytes) -> tuple[float, dict]:
     return cpu, json.loads(body)
 
 
-def measure(label: str, target: bytes) -> dict:
+def measure(label: str, target: bytes) -> dict[str, Any]:
     best = min(get(target)[0] for _ in range(3))
     _, document = get(target)
     page = document.get("failures", document)
@@ -60,7 +61,8 @@ def measure(label: str, target: bytes) -> dict:
     if page.get("next"):
         info["next"] = "yes"
     print(f"{label:<44} {best * 1000:8.1f} ms  {info}")
-    return page
+    result: dict[str, Any] = page
+    return result
 
 
 try:

@@ -30,13 +30,13 @@ site = Site(StatusResource(progress, clock.seconds, store), reactor=clock)
 class Counting(StringTransport):
     octets = 0
     writes = 0
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         self.octets += len(data); self.writes += 1
-    def writeSequence(self, data):
+    def writeSequence(self, data: list[bytes]) -> None:
         self.octets += sum(map(len, data)); self.writes += 1
 
 channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
-transport = Counting()
+transport = Counting()  # type: ignore[no-untyped-call]
 channel.makeConnection(transport)
 if traced:
     tracemalloc.start()

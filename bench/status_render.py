@@ -20,11 +20,9 @@ for n in range(10_000):
     if n % 3 == 0:
         job.started()
 clock.advance(60)
-try:
-    from imapmig.state.memory import MemoryStateStore
-    root = StatusResource(progress, clock.seconds, MemoryStateStore())
-except TypeError:
-    root = StatusResource(progress)
+from imapmig.state.memory import MemoryStateStore  # noqa: E402
+
+root = StatusResource(progress, clock.seconds, MemoryStateStore())
 query = sys.argv[1].encode() if len(sys.argv) > 1 else b""
 
 def render() -> bytes:
