@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Sequence, TextIO, Ty
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+import imapmig
 from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
 from imapmig.errors import ConfigError, ImapmigError, PermanentError
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
@@ -419,6 +420,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     Run the command; return its exit status.
     """
     parser = argparse.ArgumentParser(prog="imapmig", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--version", action="version", version=f"imapmig {imapmig.__version__}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     reportParser = commands.add_parser(
         "report", help="messages appended and failed, with every failure's reason"

@@ -65,6 +65,15 @@ class Options(usage.Options):
 
     config: Config
 
+    def opt_version(self) -> None:
+        """
+        Print imapmig's version and exit.
+        """
+        import imapmig
+
+        print(f"imapmig {imapmig.__version__}")
+        sys.exit(0)
+
     def postOptions(self) -> None:
         path = self["config"]
         if not path:

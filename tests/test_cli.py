@@ -7,8 +7,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
+from typing import Callable
 
 from twisted.trial.unittest import SynchronousTestCase
+
+import imapmig
 
 from imapmig.cli import main, report
 from imapmig.state import FolderFallback, MessageOutcome
@@ -208,3 +212,40 @@ class ReportTests(SynchronousTestCase):
         self.assertEqual(main(["report", "--config", config, "--json"], out), 1)
         [entry] = json.loads(out.getvalue())
         self.assertEqual((entry["ok"], entry["job_failure"], entry["failed"]), (False, None, 1))
+
+
+class VersionTests(SynchronousTestCase):
+    """
+    C{imapmig --version}, C{imapmig-daemon --version} and C{twistd imapmig
+    --version} print the version and exit 0.
+    """
+
+    def captured(self, run: Callable[[], object]) -> tuple[object, str]:
+        """
+        Run C{run}, which must exit; its exit code and what it printed.
+        """
+        out = io.StringIO()
+        self.patch(sys, "stdout", out)
+        with self.assertRaises(SystemExit) as exiting:
+            run()
+        return exiting.exception.code, out.getvalue()
+
+    def test_cli(self) -> None:
+        """
+        C{imapmig --version}.
+        """
+        self.assertEqual(
+            self.captured(lambda: main(["--version"])), (0, f"imapmig {imapmig.__version__}\n")
+        )
+
+    def test_daemonOptions(self) -> None:
+        """
+        The daemon's options (C{imapmig-daemon} and the twistd plugin).
+        """
+        from imapmig.tap import Options
+
+        options = Options()
+        self.assertEqual(
+            self.captured(lambda: options.parseOptions(["--version"])),
+            (0, f"imapmig {imapmig.__version__}\n"),
+        )
