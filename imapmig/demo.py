@@ -44,7 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     """
     Run the demo; return the process exit status.
     """
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m imapmig.demo",
+        description=(
+            "The demo behind `make demo`: a generated sample Maildir migrated into a"
+            " private local Dovecot by the real daemon (twistd -n imapmig), with its"
+            " dashboard, then checked message by message."
+        ),
+    )
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--directory", default="demo")
     parser.add_argument(

@@ -110,9 +110,10 @@ class Options(usage.Options):
                  "read as one without (imapmig.cleartext)"]
             )
         if self["check-config"]:
+            jobs, servers = len(self.config.jobs), len(self.config.servers)
             sys.stdout.write(
-                f"{path}: configuration OK: {len(self.config.jobs)} jobs, "
-                f"{len(self.config.servers)} servers\n"
+                f"{path}: configuration OK: {jobs} job{'' if jobs == 1 else 's'}, "
+                f"{servers} server{'' if servers == 1 else 's'}\n"
             )
             sys.stdout.flush()
             raise SystemExit(EXIT_OK)

@@ -111,7 +111,7 @@ class OptionsTests(TestCase):
         done = runDaemon(path, "--check-config")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(
-            done.stdout, f"{path}: configuration OK: 1 jobs, 1 servers\n".encode()
+            done.stdout, f"{path}: configuration OK: 1 job, 1 server\n".encode()
         )
 
 

@@ -117,7 +117,7 @@ class OptionsTests(SynchronousTestCase):
             SystemExit, Options().parseOptions, ["--config", path, "--check-config"]
         )
         self.assertEqual(e.code, 0)
-        self.assertIn("configuration OK: 1 jobs", self.stdout.getvalue())
+        self.assertIn("configuration OK: 1 job, 1 server", self.stdout.getvalue())
 
 
 class BuildServiceTests(SynchronousTestCase):

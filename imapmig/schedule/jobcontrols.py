@@ -120,8 +120,9 @@ class JobControls:
         stale = sorted(name for name in holds if name not in configured)
         if stale:
             log.info(
-                "The admin's holds on {count} jobs no longer configured are ignored: {jobs}",
+                "The admin's holds on {count} {noun} no longer configured are ignored: {jobs}",
                 count=len(stale),
+                noun=_jobs(len(stale)),
                 jobs=", ".join(stale[:10]) + (", ..." if len(stale) > 10 else ""),
             )
         restored = {PAUSED: 0, CANCELLED: 0}
@@ -143,8 +144,9 @@ class JobControls:
             restored[hold.hold] += 1
         if restored[PAUSED] or restored[CANCELLED]:
             log.info(
-                "The admin's holds kept from before: {paused} jobs paused,"
+                "The admin's holds kept from before: {paused} {noun} paused,"
                 " {cancelled} cancelled",
+                noun=_jobs(restored[PAUSED]),
                 paused=restored[PAUSED],
                 cancelled=restored[CANCELLED],
             )
@@ -412,10 +414,11 @@ class JobControls:
                     showPaused(progress)
             self._recordLate(paused, names, PAUSED, by)
             log.info(
-                "Control {action} by {client}: {count} jobs paused",
+                "Control {action} by {client}: {count} {noun} paused",
                 action="pause-all",
                 client=by,
                 count=len(paused),
+                noun=_jobs(len(paused)),
             )
             return len(paused)
 
@@ -449,10 +452,11 @@ class JobControls:
                     progress.waiting(None, None)
             self._recordLate(resumed, names, None, by)
             log.info(
-                "Control {action} by {client}: {count} jobs resumed",
+                "Control {action} by {client}: {count} {noun} resumed",
                 action="resume-all",
                 client=by,
                 count=len(resumed),
+                noun=_jobs(len(resumed)),
             )
             if resumed:
                 self._scheduler.queueChanged()
@@ -497,11 +501,19 @@ class JobControls:
         if late:
             self._record(late, hold, by).addErrback(
                 lambda failure: log.error(
-                    "Cannot record the admin's hold on {count} jobs: {why}",
+                    "Cannot record the admin's hold on {count} {noun}: {why}",
                     count=len(late),
+                    noun=_jobs(len(late)),
                     why=failure.getErrorMessage(),
                 )
             )
+
+
+def _jobs(count: int) -> str:
+    """
+    "job" or "jobs", for C{count} of them.
+    """
+    return "job" if count == 1 else "jobs"
 
 
 async def recordFailure(store: IStateStore | None, name: str, reason: str) -> None:
