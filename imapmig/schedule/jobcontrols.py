@@ -397,11 +397,7 @@ class JobControls:
         See L{IJobControls.pauseAll}; answers once the holds of the jobs
         it pauses are recorded, and pauses none if they cannot be.
         """
-        names = [
-            progress.name
-            for progress in self._progress
-            if self._wouldPause(self._queue.state(progress.name), progress.name)
-        ]
+        names = self._jobsWhere(self._wouldPause)
 
         def apply(ignored: None) -> int:
             paused = self._queue.pauseAll()
@@ -413,18 +409,23 @@ class JobControls:
                 else:
                     showPaused(progress)
             self._recordLate(paused, names, PAUSED, by)
-            log.info(
-                "Control {action} by {client}: {count} {noun} paused",
-                action="pause-all",
-                client=by,
-                count=len(paused),
-                noun=_jobs(len(paused)),
-            )
+            _logAll("pause-all", by, len(paused), "paused")
             return len(paused)
 
         return self._record(names, PAUSED, by).addCallbacks(
             apply, self._notRecorded("pause-all", by)
         )
+
+    def _jobsWhere(self, wanted: Callable[[QueueState, str], bool]) -> list[str]:
+        """
+        The names of the jobs, in configuration order, whose queue state
+        and name C{wanted} accepts.
+        """
+        return [
+            progress.name
+            for progress in self._progress
+            if wanted(self._queue.state(progress.name), progress.name)
+        ]
 
     def _wouldPause(self, state: QueueState, name: str) -> bool:
         return state is QueueState.QUEUED or (
@@ -436,11 +437,7 @@ class JobControls:
         See L{IJobControls.resumeAll}; answers once the holds of the jobs
         it resumes are lifted, and resumes none if they cannot be.
         """
-        names = [
-            progress.name
-            for progress in self._progress
-            if self._wouldResume(self._queue.state(progress.name), progress.name)
-        ]
+        names = self._jobsWhere(self._wouldResume)
 
         def apply(ignored: None) -> int:
             resumed = self._queue.resumeAll()
@@ -451,13 +448,7 @@ class JobControls:
                     progress.showState(_queued)
                     progress.waiting(None, None)
             self._recordLate(resumed, names, None, by)
-            log.info(
-                "Control {action} by {client}: {count} {noun} resumed",
-                action="resume-all",
-                client=by,
-                count=len(resumed),
-                noun=_jobs(len(resumed)),
-            )
+            _logAll("resume-all", by, len(resumed), "resumed")
             if resumed:
                 self._scheduler.queueChanged()
             return len(resumed)
@@ -507,6 +498,20 @@ class JobControls:
                     why=failure.getErrorMessage(),
                 )
             )
+
+
+def _logAll(action: str, by: str, count: int, done: str) -> None:
+    """
+    Log a control over every job (pause-all, resume-all): who asked, and
+    how many jobs it C{done} (paused, resumed).
+    """
+    log.info(
+        "Control {action} by {client}: {count} {noun} " + done,
+        action=action,
+        client=by,
+        count=count,
+        noun=_jobs(count),
+    )
 
 
 def _jobs(count: int) -> str:
