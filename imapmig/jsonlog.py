@@ -47,7 +47,9 @@ The most characters of the C{repr} standing for a value JSON cannot hold.
 
 # The keys of an event from twisted.python.log (log.msg, log.err) that
 # only repeat what the object says (its text is the message).
-_LEGACY = frozenset({"message", "time", "system", "isError", "format", "logLevel", "failure", "why"})
+_LEGACY = frozenset(
+    {"message", "time", "system", "isError", "format", "logLevel", "failure", "why"}
+)
 
 # Plain JSON values, written as they are.
 _SCALARS = (str, int, float, bool, type(None))
