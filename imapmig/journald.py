@@ -29,18 +29,21 @@ C{sd_journal_sendv} does; if that fails too, the message is cut, with a
 note saying so.
 
 Writing never raises into the daemon and never blocks the reactor (the
-socket does not block): an event the socket cannot take now (C{EAGAIN},
-C{ENOBUFS}: journald is behind) is dropped and counted, and the count is
-reported once, in an entry of its own, as soon as the socket takes
-entries again; an event the socket cannot take at all (journald is gone:
-no socket, connection refused) is written as text to standard error
-instead (which systemd also sends to the journal), and the number of
+socket does not block).  An entry journald cannot take now (its queue is
+full: C{EAGAIN}) waits in a bounded backlog (L{BACKLOG} entries) that a
+thread of the observer sends, in order, as journald catches up (and for
+at most L{EXIT_FLUSH} seconds at exit); an entry that finds the backlog
+full is dropped and counted, and the count is reported once, in an
+entry of its own, when the socket takes entries again.  An event the socket cannot take at all (journald is gone: no
+socket, connection refused) is written as text to standard error
+instead (which systemd also connects to the journal), and the number of
 events written that way is reported once the socket works again.
 """
 
 from __future__ import annotations
 
 import array
+import atexit
 import errno
 import os
 import socket
@@ -48,6 +51,7 @@ import struct
 import sys
 import threading
 import uuid
+from collections import deque
 from typing import IO, Callable, Iterable, Mapping
 
 from twisted.logger import (
@@ -60,6 +64,8 @@ from twisted.logger import (
 from zope.interface import implementer
 
 __all__ = [
+    "BACKLOG",
+    "EXIT_FLUSH",
     "FIELD_LIMIT",
     "FIELD_SOURCES",
     "IDENTIFIER",
@@ -122,6 +128,17 @@ The octets of C{MESSAGE} kept when an entry too big for a datagram cannot
 be sent through a memory file either.
 """
 
+BACKLOG = 10_000
+"""
+The most entries waiting for a busy journal socket; more are dropped (and
+counted).
+"""
+
+EXIT_FLUSH = 2.0
+"""
+Seconds the process waits at exit for the backlog to be sent.
+"""
+
 SEND_BUFFER = 8 * 1024 * 1024
 """
 The send buffer asked for, as C{sd_journal_sendv} does (the kernel may
@@ -136,7 +153,11 @@ _PRIORITIES = {
     LogLevel.debug: 7,
 }
 
-# A datagram the socket cannot take now, and one it cannot take at all.
+# The backlog's thread's pauses while journald is behind, in seconds.
+_FIRST_PAUSE = 0.005
+_LAST_PAUSE = 0.2
+
+# A datagram the socket cannot take now.
 _BUSY = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
 
 
@@ -254,8 +275,13 @@ class JournalLogObserver:
     An observer writing each event it is given to the journal (see the
     module's description).
 
-    @ivar dropped: events dropped because the socket could not take them
-        at the time, not yet reported.
+    An entry the socket cannot take at once (journald is behind) waits in
+    a backlog of at most C{backlog} entries, which a thread of its own
+    sends, in order, as journald reads: the thread that logged (the
+    reactor's) never waits.  Entries logged while others wait join them.
+
+    @ivar dropped: events dropped (the backlog full, or the socket refusing
+        them), not yet reported.
     @ivar diverted: events written to the fallback instead, not yet
         reported.
     """
@@ -266,6 +292,7 @@ class JournalLogObserver:
         fallback: IO[str] | None = None,
         sendBuffer: int = SEND_BUFFER,
         sendmsg: Callable[..., int] | None = None,
+        backlog: int = BACKLOG,
     ) -> None:
         """
         @param path: the journal socket (L{journalSocketPath}).
@@ -276,10 +303,15 @@ class JournalLogObserver:
             bounds a datagram (L{SEND_BUFFER}).
         @param sendmsg: the socket's C{sendmsg}, replaced by tests to
             fail as a kernel may.
+        @param backlog: the most entries waiting for the socket.
         """
         self._path = path
         self._fallback = fallback if fallback is not None else sys.stderr
-        self._lock = threading.Lock()
+        self._backlogLimit = backlog
+        self._lock = threading.Condition()
+        self._backlog: deque[tuple[LogEvent, list[tuple[str, str]]]] = deque()
+        self._sender: threading.Thread | None = None
+        self._closed = False
         self.dropped = 0
         self.diverted = 0
         self._socket: socket.socket | None = None
@@ -300,18 +332,42 @@ class JournalLogObserver:
             else (self._socket.sendmsg if self._socket is not None else None)
         )
 
+    @property
+    def waiting(self) -> int:
+        """
+        How many entries wait in the backlog.
+        """
+        with self._lock:
+            return len(self._backlog)
+
+    def flush(self, timeout: float) -> bool:
+        """
+        Wait until the backlog is sent, at most C{timeout} seconds (at exit:
+        the last entries, often the most telling, are not lost to a slow
+        journald).
+
+        @return: whether it was.
+        """
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._backlog, timeout)
+
     def close(self) -> None:
         """
-        Close the socket (events given afterwards go to the fallback).
+        Close the socket (events given afterwards go to the fallback) and
+        stop the backlog's thread; what still waits is dropped.
         """
-        sock, self._socket, self._sendmsg = self._socket, None, None
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            sock, self._socket, self._sendmsg = self._socket, None, None
+        atexit.unregister(self._flushAtExit)
         if sock is not None:
             sock.close()
 
     def __call__(self, event: LogEvent) -> None:
         """
-        Write C{event} to the journal, or count it, or write it to the
-        fallback; never raise.
+        Write C{event} to the journal, or leave it in the backlog, or count
+        it, or write it to the fallback; never raise, never wait.
         """
         try:
             self._observe(event)
@@ -321,19 +377,83 @@ class JournalLogObserver:
                 self.dropped += 1
 
     def _observe(self, event: LogEvent) -> None:
+        fields = journalFields(event)
         with self._lock:
+            if self._backlog:
+                self._queue(event, fields)
+                return
             dropped, diverted = self.dropped, self.diverted
         if dropped or diverted:
             self._reportLosses(dropped, diverted)
-        fields = journalFields(event)
         outcome = self._send(fields)
         if outcome == "busy":
             with self._lock:
-                self.dropped += 1
+                self._queue(event, fields)
         elif outcome == "unusable":
             with self._lock:
                 self.diverted += 1
             self._writeFallback(event)
+
+    def _queue(self, event: LogEvent, fields: list[tuple[str, str]]) -> None:
+        """
+        Leave an entry in the backlog for its thread (started if need be),
+        or drop it if the backlog is full.  Called with the lock held.
+        """
+        if len(self._backlog) >= self._backlogLimit or self._closed:
+            self.dropped += 1
+            return
+        self._backlog.append((event, fields))
+        if self._sender is None:
+            self._sender = threading.Thread(
+                target=self._sendBacklog, name="imapmig journal", daemon=True
+            )
+            self._sender.start()
+            atexit.register(self._flushAtExit)
+        self._lock.notify_all()
+
+    def _sendBacklog(self) -> None:
+        """
+        The backlog's thread: send each waiting entry in turn, trying again
+        while journald is behind (after 5 ms, doubling up to 200 ms), until
+        the observer is closed.
+
+        It polls rather than blocks in C{sendmsg}: a send blocked on a full
+        queue would not end when the observer is closed.
+        """
+        pause = _FIRST_PAUSE
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._backlog or self._closed)
+                if self._closed:
+                    self._backlog.clear()
+                    self._lock.notify_all()
+                    return
+                # Left in the backlog while sent: later entries queue
+                # behind it, in order.
+                event, fields = self._backlog[0]
+            try:
+                outcome = self._send(fields)
+            except Exception:
+                outcome = "failed"
+            if outcome == "busy":
+                with self._lock:
+                    self._lock.wait_for(lambda: self._closed, pause)
+                pause = min(pause * 2, _LAST_PAUSE)
+                continue
+            pause = _FIRST_PAUSE
+            if outcome == "unusable":
+                self._writeFallback(event)
+            with self._lock:
+                if self._backlog:
+                    self._backlog.popleft()
+                if outcome == "failed":
+                    self.dropped += 1
+                elif outcome == "unusable":
+                    self.diverted += 1
+                self._lock.notify_all()
+
+    def _flushAtExit(self) -> None:
+        self.flush(EXIT_FLUSH)
 
     def _reportLosses(self, dropped: int, diverted: int) -> None:
         """
@@ -366,7 +486,7 @@ class JournalLogObserver:
 
     def _send(self, fields: list[tuple[str, str]]) -> str:
         """
-        Send one entry.
+        Send one entry, without waiting.
 
         @return: C{"sent"}; C{"busy"} when the socket cannot take it now;
             C{"unusable"} when it cannot take it at all.

@@ -27,7 +27,7 @@ from imapmig.journald import (
     messageID,
     priorityOf,
 )
-from tests.journalreader import JournalSocket, first, parseEntry
+from tests.journalreader import EntryTest, JournalSocket, first, parseEntry
 
 
 def fieldsOf(event: LogEvent) -> dict[str, str]:
@@ -337,35 +337,85 @@ class ObserverTests(SynchronousTestCase):
         )
         self.assertEqual(self.journal.viaMemoryFile, [False])
 
-    def test_busy(self) -> None:
+    def fillQueue(self, observer: JournalLogObserver) -> int:
         """
-        Events the socket cannot take now (journald behind: its queue full)
-        are dropped without blocking or raising, counted, and reported once
-        in an entry of their own when it takes entries again.
+        Log until the socket's queue is full (nobody reads it) and the
+        observer has an entry waiting; return how many were logged.
         """
-        observer = self.observer()
         log = Logger(namespace="n", observer=observer)
         sent = 0
-        while observer.dropped < 3 and sent < 200_000:
+        while observer.waiting == 0 and observer.dropped == 0 and sent < 200_000:
             log.info("event {n}", n=sent)
             sent += 1
-        self.assertEqual(observer.dropped, 3)
-        arrived = self.journal.receiveAll()
-        self.assertEqual(len(arrived), sent - 3)
+        self.assertTrue(observer.waiting or observer.dropped, sent)
+        return sent
+
+    def test_busy(self) -> None:
+        """
+        Entries journald cannot take now (its queue full) wait in the
+        backlog, without blocking the thread that logs, and arrive in
+        order once it reads.
+        """
+        observer = self.observer()
+        sent = self.fillQueue(observer)
+        log = Logger(namespace="n", observer=observer)
+        for n in range(sent, sent + 50):
+            log.info("event {n}", n=n)
+        self.assertGreater(observer.waiting, 50)
+        seen: list[dict[str, list[str]]] = []
+        last = self.journal.waitFor(EntryTest(MESSAGE=f"event {sent + 49}"), 60, seen)
+        self.assertIsNotNone(last)
+        self.assertEqual(
+            [first(e, "MESSAGE") for e in seen], [f"event {n}" for n in range(sent + 50)]
+        )
+        self.assertTrue(observer.flush(60))
+        self.assertEqual(observer.dropped, 0)
+        self.assertEqual(self.fallback.getvalue(), "")
+
+    def test_backlogFull(self) -> None:
+        """
+        Entries that find the backlog full are dropped, counted, and
+        reported once, in an entry of their own, when the socket takes
+        entries again.
+        """
+        observer = self.observer(backlog=3)
+        sent = self.fillQueue(observer)
+        log = Logger(namespace="n", observer=observer)
+        for n in range(sent, sent + 10):
+            log.info("event {n}", n=n)
+        self.assertEqual(observer.dropped, 10 - (3 - 1))
+        seen: list[dict[str, list[str]]] = []
+        self.journal.waitFor(EntryTest(MESSAGE=f"event {sent + 1}"), 60, seen)
+        self.assertTrue(observer.flush(60))
+        self.assertEqual(
+            [first(e, "MESSAGE") for e in seen], [f"event {n}" for n in range(sent + 2)]
+        )
         log.info("after")
         report, after = self.journal.receiveAll()
         self.assertEqual(
             first(report, "MESSAGE"),
-            "3 log events were dropped: the journal socket was busy",
+            "8 log events were dropped: the journal socket was busy",
         )
-        self.assertEqual(first(report, "IMAPMIG_DROPPED"), "3")
+        self.assertEqual(first(report, "IMAPMIG_DROPPED"), "8")
         self.assertEqual(first(report, "PRIORITY"), "4")
         self.assertEqual(first(after, "MESSAGE"), "after")
         self.assertEqual(observer.dropped, 0)
         # Reported once.
         log.info("later")
         self.assertEqual([first(e, "MESSAGE") for e in self.journal.receiveAll()], ["later"])
-        self.assertEqual(self.fallback.getvalue(), "")
+
+    def test_closeStopsThread(self) -> None:
+        """
+        Closing the observer stops the backlog's thread: nothing of it
+        outlives the test (or the daemon).
+        """
+        observer = self.observer()
+        self.fillQueue(observer)
+        sender = observer._sender
+        assert sender is not None
+        observer.close()
+        sender.join(60)
+        self.assertFalse(sender.is_alive())
 
     def test_noSocket(self) -> None:
         """
