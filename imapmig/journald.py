@@ -34,10 +34,11 @@ full: C{EAGAIN}) waits in a bounded backlog (L{BACKLOG} entries) that a
 thread of the observer sends, in order, as journald catches up (and for
 at most L{EXIT_FLUSH} seconds at exit); an entry that finds the backlog
 full is dropped and counted, and the count is reported once, in an
-entry of its own, when the socket takes entries again.  An event the socket cannot take at all (journald is gone: no
-socket, connection refused) is written as text to standard error
-instead (which systemd also connects to the journal), and the number of
-events written that way is reported once the socket works again.
+entry of its own, when the socket takes entries again.  An event the
+socket cannot take at all (journald is gone: no socket, connection
+refused) is written as text to standard error instead (which systemd
+also connects to the journal), and the number of events written that
+way is reported once the socket works again.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ summary line a minute), and one line when it ends with its counts.
 Every line is a structured event: a format string with keyword fields
 (C{job} always; C{server}, the destination account as C{USER at
 ENDPOINT}, on the start, end and failed-message lines; numbers as
-numbers), so a JSON log or the journal can be filtered on them.  Peer data reaches these lines only through the reasons imapmig
-recorded (already excerpted where they quote a server) and through
-folder names and message keys, which are cut and escaped here.
+numbers), so a JSON log or the journal can be filtered on them.  Peer
+data reaches these lines only through the reasons imapmig recorded
+(already excerpted where they quote a server) and through folder names
+and message keys, which are cut and escaped here.
 """
 
 from __future__ import annotations
