@@ -46,6 +46,7 @@ from __future__ import annotations
 import array
 import atexit
 import errno
+import fcntl
 import os
 import socket
 import struct
@@ -383,9 +384,13 @@ class JournalLogObserver:
             if self._backlog:
                 self._queue(event, fields)
                 return
+            # Claimed here, so that two threads logging at once report them once.
             dropped, diverted = self.dropped, self.diverted
-        if dropped or diverted:
-            self._reportLosses(dropped, diverted)
+            self.dropped = self.diverted = 0
+        if (dropped or diverted) and not self._reportLosses(dropped, diverted):
+            with self._lock:
+                self.dropped += dropped
+                self.diverted += diverted
         outcome = self._send(fields)
         if outcome == "busy":
             with self._lock:
@@ -456,9 +461,11 @@ class JournalLogObserver:
     def _flushAtExit(self) -> None:
         self.flush(EXIT_FLUSH)
 
-    def _reportLosses(self, dropped: int, diverted: int) -> None:
+    def _reportLosses(self, dropped: int, diverted: int) -> bool:
         """
-        Tell the journal of the events it missed; forget them once told.
+        Tell the journal of the events it missed.
+
+        @return: whether it was told.
         """
         parts = []
         if dropped:
@@ -480,10 +487,7 @@ class JournalLogObserver:
             ("IMAPMIG_DROPPED", str(dropped)),
             ("IMAPMIG_DIVERTED", str(diverted)),
         ]
-        if self._send(fields) == "sent":
-            with self._lock:
-                self.dropped -= dropped
-                self.diverted -= diverted
+        return self._send(fields) == "sent"
 
     def _send(self, fields: list[tuple[str, str]]) -> str:
         """
@@ -509,6 +513,9 @@ class JournalLogObserver:
         except OSError as e:
             if e.errno in _BUSY:
                 return "busy"
+        except AttributeError:
+            # No memory files here (os.memfd_create is Linux's).
+            pass
         return self._sendTruncated(sendmsg, fields)
 
     def _sendMemoryFile(self, sendmsg: Callable[..., int], datagram: bytes) -> str:
@@ -524,8 +531,6 @@ class JournalLogObserver:
             view = memoryview(datagram)
             while view:
                 view = view[os.write(fd, view) :]
-            import fcntl
-
             fcntl.fcntl(
                 fd,
                 fcntl.F_ADD_SEALS,

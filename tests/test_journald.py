@@ -11,6 +11,8 @@ import fcntl
 import io
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 from twisted.logger import LogEvent, Logger, LogLevel
@@ -28,6 +30,7 @@ from imapmig.journald import (
     priorityOf,
 )
 from tests.journalreader import EntryTest, JournalSocket, first, parseEntry
+from tests.support import SOURCE_TREE, sourceTreeEnvironment
 
 
 def fieldsOf(event: LogEvent) -> dict[str, str]:
@@ -416,6 +419,40 @@ class ObserverTests(SynchronousTestCase):
         observer.close()
         sender.join(60)
         self.assertFalse(sender.is_alive())
+
+    def test_flushedAtExit(self) -> None:
+        """
+        Entries still waiting when the process exits are sent before it
+        does (for at most L{imapmig.journald.EXIT_FLUSH} seconds, made
+        generous here).
+        """
+        script = (
+            "import sys, imapmig.journald as j\n"
+            "from twisted.logger import Logger\n"
+            "j.EXIT_FLUSH = 60.0\n"
+            "o = j.JournalLogObserver(sys.argv[1])\n"
+            "log = Logger(namespace='n', observer=o)\n"
+            "n = 0\n"
+            "while o.waiting == 0:\n"
+            "    log.info('event {n}', n=n); n += 1\n"
+            "for _ in range(5):\n"
+            "    log.info('event {n}', n=n); n += 1\n"
+            "print(n, flush=True)\n"
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, self.journal.path],
+            cwd=SOURCE_TREE,
+            env=sourceTreeEnvironment(),
+            stdout=subprocess.PIPE,
+        )
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        assert child.stdout is not None
+        count = int(child.stdout.readline())
+        seen: list[dict[str, list[str]]] = []
+        self.journal.waitFor(EntryTest(MESSAGE=f"event {count - 1}"), 60, seen)
+        self.assertEqual(child.wait(60), 0)
+        self.assertEqual([first(e, "MESSAGE") for e in seen], [f"event {n}" for n in range(count)])
 
     def test_noSocket(self) -> None:
         """
