@@ -12,7 +12,9 @@ debug events and nothing else below info.  A namespace covers its
 children (C{imapmig.job} covers C{imapmig.job.migration}).
 
 C{imapmig-daemon} filters its log this way; under C{twistd}, pass
-C{--logger=imapmig.loglevels.twistdLogObserver}.
+C{--logger=imapmig.loglevels.twistdLogObserver}.  Both then write the
+format C{IMAPMIG_LOG_FORMAT} asks for (text, JSON lines or the journal:
+L{imapmig.logoutput}), the filter in front of it.
 """
 
 from __future__ import annotations
