@@ -158,6 +158,50 @@ class ObserverTests(SynchronousTestCase):
         )
 
 
+class TwistdObserverTests(SynchronousTestCase):
+    """
+    L{imapmig.loglevels.twistdLogObserver} writes the format asked for,
+    the level filter in front.
+    """
+
+    def setEnvironment(self, **values: str) -> None:
+        """
+        Set C{values} in this process's environment until the test ends.
+        """
+        saved = {name: os.environ.get(name) for name in values}
+
+        def restore() -> None:
+            for name, old in saved.items():
+                if old is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = old
+
+        self.addCleanup(restore)
+        os.environ.update(values)
+
+    def test_jsonFiltered(self) -> None:
+        """
+        With C{IMAPMIG_LOG_FORMAT=json}, the observer writes JSON lines to
+        standard output, debug events left out; an unknown level is
+        reported as a warning in that format.
+        """
+        from imapmig.loglevels import twistdLogObserver
+
+        out = io.StringIO()
+        self.patch(sys, "stdout", out)
+        self.setEnvironment(IMAPMIG_LOG_FORMAT="json", IMAPMIG_LOG_LEVEL="loud")
+        observer = twistdLogObserver()
+        log = Logger(namespace="imapmig.x", observer=observer)
+        log.debug("hidden")
+        log.info("shown {job}", job="a")
+        records = [json.loads(line) for line in out.getvalue().splitlines()]
+        self.assertEqual([r["level"] for r in records], ["warn", "info"])
+        self.assertIn("IMAPMIG_LOG_LEVEL: unknown log level 'loud'", records[0]["message"])
+        self.assertTrue(records[0]["message"].endswith("; logging at info level"))
+        self.assertEqual(records[1]["job"], "a")
+
+
 class LauncherTests(SynchronousTestCase):
     """
     Both launchers refuse an unknown C{IMAPMIG_LOG_FORMAT} before they start.
