@@ -54,6 +54,7 @@ import sys
 import threading
 import uuid
 from collections import deque
+from functools import lru_cache
 from typing import IO, Callable, Iterable, Mapping
 
 from twisted.logger import (
@@ -171,6 +172,7 @@ def journalSocketPath(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(SOCKET_VARIABLE) or JOURNAL_SOCKET
 
 
+@lru_cache(maxsize=1024)
 def messageID(namespace: str, format: str | None) -> str:
     """
     The C{MESSAGE_ID} of the events a logger in C{namespace} logs with
@@ -181,6 +183,7 @@ def messageID(namespace: str, format: str | None) -> str:
 
     @param namespace: the event's C{log_namespace}.
     @param format: its C{log_format} (L{None} for an event without one).
+    @note: cached: an event type's id is computed once.
     """
     return uuid.uuid5(MESSAGE_ID_NAMESPACE, f"{namespace}\n{format or ''}").hex
 
