@@ -30,8 +30,8 @@ from typing import IO, Iterable, Mapping
 
 from twisted.logger import ILogObserver, textFileLogObserver
 
-from imapmig.journald import JournalLogObserver, journalSocketPath
-from imapmig.jsonlog import jsonLinesLogObserver
+# The journal's and JSON's modules are imported only by a daemon that
+# writes them: the text format, the default, starts without them.
 
 __all__ = [
     "FORMATS",
@@ -99,8 +99,11 @@ def formatFromEnvironment(
                 f" (one of: {', '.join(FORMATS)})"
             )
         return value
-    if connectedToJournal(environ, streams) and _isSocket(journalSocketPath(environ)):
-        return "journal"
+    if connectedToJournal(environ, streams):
+        from imapmig.journald import journalSocketPath
+
+        if _isSocket(journalSocketPath(environ)):
+            return "journal"
     return "text"
 
 
@@ -120,8 +123,12 @@ def observerFor(
     @param environ: for the journal socket's path (L{journalSocketPath}).
     """
     if logFormat == "journal":
+        from imapmig.journald import JournalLogObserver, journalSocketPath
+
         return JournalLogObserver(journalSocketPath(environ), err)
     if logFormat == "json":
+        from imapmig.jsonlog import jsonLinesLogObserver
+
         return jsonLinesLogObserver(out)
     return textFileLogObserver(out)
 
