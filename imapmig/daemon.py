@@ -7,7 +7,9 @@ It runs the service L{imapmig.tap.makeService} builds, as C{twistd
 --nodaemon --pidfile= imapmig} runs it under systemd: in the foreground,
 without a pid file, logging to standard output in twistd's format, stopped
 gracefully by C{SIGTERM} or C{SIGINT}, writing events at info level and
-above (C{IMAPMIG_LOG_LEVEL} says otherwise: L{imapmig.loglevels}), with
+above (C{IMAPMIG_LOG_LEVEL} says otherwise: L{imapmig.loglevels}), as
+text, JSON lines or journal entries (C{IMAPMIG_LOG_FORMAT}, by default
+the journal under systemd: L{imapmig.logoutput}), with
 the same options
 (C{--config}, C{--exit-when-done}, C{--check-config}) and exit statuses
 (L{imapmig.tap.EXIT_OK}, L{imapmig.tap.EXIT_JOB_FAILED},
@@ -25,6 +27,7 @@ imapmig's options).  C{bench/startup.py} measures both launchers.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
@@ -47,19 +50,30 @@ def startService(service: IService, reactor: Any) -> None:
     reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
 
 
-def beginLogging(logFile: TextIO, levels: LogLevelFilterPredicate | None = None) -> None:
+def beginLogging(
+    logFile: TextIO,
+    levels: LogLevelFilterPredicate | None = None,
+    logFormat: str = "text",
+) -> None:
     """
     Send the log events C{levels} lets through (by default those at info
     level and above: L{imapmig.loglevels}) to C{logFile} in twistd's text
     format (C{2026-11-25T22:45:40+0000 [imapmig.job.migration#info] ...}),
-    with the events logged before (while the service was built); standard
-    output and error, and warnings, go to the log as under twistd.
+    as JSON lines, or to the journal, as C{logFormat} says
+    (L{imapmig.logoutput}), with the events logged before (while the
+    service was built); standard output and error, and warnings, go to
+    the log as under twistd.
+
+    @param logFormat: one of L{imapmig.logoutput.FORMATS}.
     """
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    from twisted.logger import globalLogBeginner
 
     from imapmig.loglevels import filtered, levelsFrom
+    from imapmig.logoutput import observerFor
 
-    observer = textFileLogObserver(logFile)
+    # The journal's fallback is standard error as it is now, before the
+    # log begins and redirects sys.stderr into itself.
+    observer = observerFor(logFormat, logFile, sys.stderr)
     globalLogBeginner.beginLoggingTo(
         [filtered(observer, levels if levels is not None else levelsFrom(""))]
     )
@@ -94,9 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{options}\nimapmig-daemon: {e}\n")
         return tap.EXIT_BAD_CONFIG
     from imapmig.loglevels import levelsFromEnvironment
+    from imapmig.logoutput import formatFromEnvironment
 
     try:
         levels = levelsFromEnvironment()
+        logFormat = formatFromEnvironment(os.environ, (sys.stdout, sys.stderr))
     except ValueError as e:
         tap.resumeCollection()
         sys.stderr.write(f"imapmig-daemon: {e}\n")
@@ -105,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twisted.internet import reactor
 
     service = tap.makeService(options)
-    beginLogging(logFile, levels)
+    beginLogging(logFile, levels, logFormat)
     from twisted.logger import Logger
 
     Logger(namespace="imapmig.daemon").info(

@@ -12,7 +12,9 @@ debug events and nothing else below info.  A namespace covers its
 children (C{imapmig.job} covers C{imapmig.job.migration}).
 
 C{imapmig-daemon} filters its log this way; under C{twistd}, pass
-C{--logger=imapmig.loglevels.twistdLogObserver}.
+C{--logger=imapmig.loglevels.twistdLogObserver}.  Both then write the
+format C{IMAPMIG_LOG_FORMAT} asks for (text, JSON lines or the journal:
+L{imapmig.logoutput}), the filter in front of it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from twisted.logger import (
     InvalidLogLevelError,
     LogLevel,
     LogLevelFilterPredicate,
-    textFileLogObserver,
+    Logger,
 )
 
 __all__ = [
@@ -87,14 +89,27 @@ def filtered(observer: ILogObserver, levels: LogLevelFilterPredicate) -> ILogObs
 def twistdLogObserver() -> ILogObserver:
     """
     The log observer for C{twistd --logger=imapmig.loglevels.twistdLogObserver}:
-    twistd's text format on standard output, filtered by
-    C{IMAPMIG_LOG_LEVEL} (an unknown level is reported in the log, and
-    C{info} used).
+    the format C{IMAPMIG_LOG_FORMAT} asks for (twistd's text on standard
+    output by default, the journal under systemd: L{imapmig.logoutput}),
+    filtered by C{IMAPMIG_LOG_LEVEL} (an unknown level is reported in the
+    log, and C{info} used).
+
+    @raise SystemExit: with status 2 (L{imapmig.tap.EXIT_BAD_CONFIG}) when
+        C{IMAPMIG_LOG_FORMAT} is unknown, said on standard error: twistd
+        then stops before it starts anything.
     """
-    observer = textFileLogObserver(sys.stdout)
+    from imapmig.logoutput import observerFromEnvironment
+
+    try:
+        observer = observerFromEnvironment()
+    except ValueError as e:
+        sys.stderr.write(f"twistd: {e}\n")
+        raise SystemExit(2) from None
     try:
         levels = levelsFromEnvironment()
     except ValueError as e:
         levels = levelsFrom("")
-        sys.stdout.write(f"{e}; logging at info level\n")
+        Logger(namespace=__name__, observer=observer).warn(
+            "{problem}; logging at info level", problem=str(e)
+        )
     return filtered(observer, levels)

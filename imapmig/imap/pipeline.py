@@ -701,6 +701,7 @@ class AppendPipeline:
         self._log.error(
             "Cannot finish sending a message, aborting the connection: {reason}",
             reason=reason,
+            server=self._client.peer,
         )
         self._outcomes.messageRefused(message, reason)
         if out:
@@ -754,6 +755,7 @@ class AppendPipeline:
             self._log.error(
                 "Unexpected continuation request from the server: {text}",
                 text=excerpt(text),
+                server=self._client.peer,
             )
             self._client.connection.loseConnection()
             return
@@ -785,7 +787,7 @@ class AppendPipeline:
             self._fail(error)
             return
         if text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
-            self._log.warn("Server says: {text}", text=excerpt(text))
+            self._log.warn("Server says: {text}", text=excerpt(text), server=self._client.peer)
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """

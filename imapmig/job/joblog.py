@@ -6,10 +6,12 @@ message once (the first L{FAILURES_SHOWN} of a run one by one, then one
 summary line a minute), and one line when it ends with its counts.
 
 Every line is a structured event: a format string with keyword fields
-(C{job} always; numbers as numbers), so a JSON log can be filtered on
-them.  Peer data reaches these lines only through the reasons imapmig
-recorded (already excerpted where they quote a server) and through
-folder names and message keys, which are cut and escaped here.
+(C{job} always; C{server}, the destination account as C{USER at
+ENDPOINT}, on the start, end and failed-message lines; numbers as
+numbers), so a JSON log or the journal can be filtered on them.  Peer
+data reaches these lines only through the reasons imapmig recorded
+(already excerpted where they quote a server) and through folder names
+and message keys, which are cut and escaped here.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class JobLog:
                 job=self._job,
                 source=self._source,
                 destination=self._destination,
+                server=self._destination,
             )
         else:
             log.info(
@@ -169,6 +172,7 @@ class JobLog:
                 job=self._job,
                 source=self._source,
                 destination=self._destination,
+                server=self._destination,
                 migrated=inDestination,
                 messages="message" if inDestination == 1 else "messages",
                 failedBefore=failedBefore or 0,
@@ -194,6 +198,7 @@ class JobLog:
         log.warn(
             "Job {job}: message {key} of folder {folder} not migrated: {reason}",
             job=self._job,
+            server=self._destination,
             key=excerpt(outcome.messageKey, _NAME_LIMIT),
             folder=excerpt(folder, _NAME_LIMIT),
             mailbox=excerpt(outcome.mailbox, _NAME_LIMIT),
@@ -287,6 +292,7 @@ class JobLog:
             error = error or "ended by an internal error (see the traceback logged with it)"
         fields = dict(
             job=self._job,
+            server=self._destination,
             state=state.value,
             outcome=outcome,
             duration=formatDuration(seconds),
