@@ -29,7 +29,7 @@ def drain(queue: InMemoryJobQueue) -> list[str]:
     Claim every job left, completing each, and return their names in
     claim order.
     """
-    names = []
+    names: list[str] = []
     while True:
         claim = queue.claim("me", 0.0, 60.0)
         if claim is None:
