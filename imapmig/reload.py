@@ -236,7 +236,7 @@ class ConfigReloader:
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
         plan = planReload(self.config, new)
-        applied = applyReload(plan, self._target)
+        applied = applyReload(plan, self._target, wake=False)
         self.config = keptForRestart(self.config, new)
         log.info(
             "Configuration reloaded from {path}: {changes}",
@@ -254,6 +254,7 @@ class ConfigReloader:
                 " daemon is restarted; the running daemon keeps its old value",
                 setting=setting,
             )
+        self._target.scheduler.queueChanged()
         return True
 
     def _refused(self, path: str, problems: list[str]) -> bool:

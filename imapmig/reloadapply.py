@@ -101,10 +101,14 @@ def _show(target: ReloadTarget, job: JobConfig) -> None:
     target.jobServers[job.name] = job.destination.server.name
 
 
-def applyReload(plan: ReloadPlan, target: ReloadTarget) -> ReloadApplied:
+def applyReload(plan: ReloadPlan, target: ReloadTarget, wake: bool = True) -> ReloadApplied:
     """
     Apply C{plan} to C{target} (see the module's docstring), then wake the
     scheduler.
+
+    @param wake: whether to wake the scheduler here; without, the caller
+        does (L{QueueWatcher.queueChanged}) once it has logged the reload,
+        so that the reload's line comes before those of the jobs it starts.
 
     @return: what became of the removed and changed jobs.
     """
@@ -162,5 +166,6 @@ def applyReload(plan: ReloadPlan, target: ReloadTarget) -> ReloadApplied:
         )
     if counted:
         target.countSources(counted)
-    target.scheduler.queueChanged()
+    if wake:
+        target.scheduler.queueChanged()
     return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))
