@@ -126,6 +126,8 @@ class ConfigReloader:
     Reloads the configuration of a running daemon, one reload at a time.
 
     @ivar config: the configuration the daemon runs with now.
+    @ivar target: what a reload changes (the daemon's queue, grants,
+        progress model and status maps).
     """
 
     def __init__(
@@ -147,7 +149,7 @@ class ConfigReloader:
         """
         self.config = config
         self._load = load
-        self._target = target
+        self.target = target
         self._running = running
         self._withoutTLS = withoutTLS
         self._observers: list[IReloadObserver] = []
@@ -236,7 +238,7 @@ class ConfigReloader:
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
         plan = planReload(self.config, new)
-        applied = applyReload(plan, self._target, wake=False)
+        applied = applyReload(plan, self.target, wake=False)
         self.config = keptForRestart(self.config, new)
         log.info(
             "Configuration reloaded from {path}: {changes}",
@@ -254,7 +256,7 @@ class ConfigReloader:
                 " daemon is restarted; the running daemon keeps its old value",
                 setting=setting,
             )
-        self._target.scheduler.queueChanged()
+        self.target.scheduler.queueChanged()
         return True
 
     def _refused(self, path: str, problems: list[str]) -> bool:

@@ -26,6 +26,7 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -579,7 +580,7 @@ def buildService(
     censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
     rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
     jobServers = {job.name: job.destination.server.name for job in config.jobs}
-    censuses = iter(range(1, 2**62))
+    censuses = itertools.count(1)
 
     def countSources(jobs: Sequence[JobConfig]) -> None:
         census = censusFor(evolve(config, jobs=tuple(jobs)), progress, store, grants, tokens, reactor)
