@@ -30,7 +30,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from imapmig.config.model import Config
-from imapmig.errors import ConfigError
+from imapmig.errors import ConfigError, ImapmigError
 from imapmig.reloadapply import ReloadApplied, ReloadTarget, applyReload
 from imapmig.reloadplan import ReloadPlan, keptForRestart, planReload
 
@@ -234,11 +234,19 @@ class ConfigReloader:
 
             if configNeedsTLS(new):
                 return self._refused(path, [_NEEDS_TLS.format(path=path)])
+        plan = planReload(self.config, new)
+        holds: dict[str, str] = {}
+        if plan.added and self.target.holds is not None:
+            try:
+                holds = await self.target.holds.readHolds()
+            except ImapmigError as e:
+                return self._refused(
+                    path, [f"cannot read the admin's holds on jobs from the state store: {e}"]
+                )
         if not self._running():
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
-        plan = planReload(self.config, new)
-        applied = applyReload(plan, self.target, wake=False)
+        applied = applyReload(plan, self.target, wake=False, holds=holds)
         self.config = keptForRestart(self.config, new)
         log.info(
             "Configuration reloaded from {path}: {changes}",

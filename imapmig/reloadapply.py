@@ -22,7 +22,7 @@ reload, never half of it.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Mapping, Protocol, Sequence
 
 from attrs import frozen
 from twisted.logger import Logger
@@ -34,7 +34,7 @@ from imapmig.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
 from imapmig.schedule.queue import IJobQueue, QueueState
 
-__all__ = ["QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
+__all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
 
 log = Logger()
 
@@ -47,6 +47,22 @@ class QueueWatcher(Protocol):
     def queueChanged(self) -> None:
         """
         Jobs were queued or dropped: claim them, or find the queue drained.
+        """
+
+
+class HoldKeeper(Protocol):
+    """
+    The admin's holds on jobs (L{imapmig.schedule.jobcontrols.JobControls}).
+    """
+
+    async def readHolds(self) -> dict[str, str]:
+        """
+        Every job's hold as the state store records it, by job name.
+        """
+
+    def applyHolds(self, holds: Mapping[str, str], names: Collection[str]) -> None:
+        """
+        Pause or cancel each of the jobs C{names} that C{holds} holds.
         """
 
 
@@ -65,6 +81,10 @@ class ReloadTarget:
         read it).
     @ivar countSources: counts the sources of newly queued jobs (a census
         of their own).
+    @ivar holds: the admin's holds, applied to the jobs added (a job
+        paused or cancelled before it was removed from the configuration
+        stays so when it is added again, as it would at a restart);
+        L{None}: none.
     """
 
     queue: IJobQueue
@@ -74,6 +94,7 @@ class ReloadTarget:
     rules: dict[str, FolderRules]
     jobServers: dict[str, str]
     countSources: Callable[[Sequence[JobConfig]], None]
+    holds: HoldKeeper | None = None
 
 
 @frozen
@@ -101,7 +122,12 @@ def _show(target: ReloadTarget, job: JobConfig) -> None:
     target.jobServers[job.name] = job.destination.server.name
 
 
-def applyReload(plan: ReloadPlan, target: ReloadTarget, wake: bool = True) -> ReloadApplied:
+def applyReload(
+    plan: ReloadPlan,
+    target: ReloadTarget,
+    wake: bool = True,
+    holds: Mapping[str, str] | None = None,
+) -> ReloadApplied:
     """
     Apply C{plan} to C{target} (see the module's docstring), then wake the
     scheduler.
@@ -109,6 +135,9 @@ def applyReload(plan: ReloadPlan, target: ReloadTarget, wake: bool = True) -> Re
     @param wake: whether to wake the scheduler here; without, the caller
         does (L{QueueWatcher.queueChanged}) once it has logged the reload,
         so that the reload's line comes before those of the jobs it starts.
+    @param holds: the admin's holds as the store records them (read by
+        the caller beforehand, L{HoldKeeper.readHolds}), applied to the
+        jobs added.
 
     @return: what became of the removed and changed jobs.
     """
@@ -141,6 +170,9 @@ def applyReload(plan: ReloadPlan, target: ReloadTarget, wake: bool = True) -> Re
                 " for its next run",
                 job=job.name,
             )
+    if holds and target.holds is not None and counted:
+        # Before the scheduler is woken: a held job is never claimed.
+        target.holds.applyHolds(holds, {job.name for job in counted})
     changedRunning: list[str] = []
     for job in plan.changed:
         state = target.queue.replace(job)

@@ -592,7 +592,9 @@ def buildService(
     root.reloader = ConfigReloader(
         config,
         lambda path: loadInThread(reactor, path),
-        ReloadTarget(queue, grants, progress, scheduler, rules, jobServers, countSources),
+        ReloadTarget(
+            queue, grants, progress, scheduler, rules, jobServers, countSources, scheduler.controls
+        ),
         running=lambda: bool(root.running),
     )
     if config.status is not None:

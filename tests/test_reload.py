@@ -35,7 +35,9 @@ from imapmig.reload import (
     planReload,
 )
 from imapmig.reloadapply import ReloadApplied
+from imapmig.schedule.queue import QueueState
 from imapmig.secrets import Secret
+from imapmig.state import CANCELLED, PAUSED
 from imapmig.service import buildService
 from imapmig.state.memory import MemoryStateStore
 from imapmig.tap import installReloadSignal
@@ -316,6 +318,48 @@ class ApplyTests(SynchronousTestCase):
         h.scheduler.finish("d")
         h.scheduler.finish("e")
         self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+
+class HeldTests(SynchronousTestCase):
+    """
+    The admin's holds recorded for jobs a reload adds.
+    """
+
+    def test_addedJobsKeepTheirHolds(self) -> None:
+        """
+        A job added by a reload whose name the store records as paused or
+        cancelled (held before it was removed) is queued paused or
+        cancelled, as a restart would have it; a running job is left
+        alone whatever its hold.
+        """
+        h = Harness([jobConfig("a", "a")])
+        controls = h.scheduler.service.controls
+
+        class Holds:
+            async def readHolds(self) -> dict[str, str]:
+                return {"a": PAUSED, "b": PAUSED, "c": CANCELLED}
+
+            applyHolds = staticmethod(controls.applyHolds)
+
+        target = evolve(h.target, holds=Holds())
+        reloader = ConfigReloader(
+            h.config,
+            lambda path: succeed(configOf([jobConfig(name, name) for name in "abcd"])),
+            target,
+        )
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("f")))
+        queue = h.scheduler.queue
+        self.assertEqual(
+            [queue.state(name) for name in "abcd"],
+            [QueueState.CLAIMED, QueueState.PAUSED, QueueState.CANCELLED, QueueState.QUEUED],
+        )
+        self.assertEqual(h.scheduler.progress.job("b").state, JobState.PAUSED)
+        self.assertFalse(h.scheduler.built["a"].stopped)
+        h.scheduler.finish("a")
+        h.scheduler.finish("d")
+        self.assertEqual(h.scheduler.started, ["a", "d"])
+        h.scheduler.service.stopService()
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
 
 
