@@ -191,11 +191,12 @@ def applyReload(
             # configured now (a fresh entry, at the same place).
             target.progress.addJob(job.name)
             counted.append(job)
-    if plan.grantsChanged:
-        target.grants.setLimits(
-            plan.maxJobs[1] if plan.maxJobs is not None else target.grants.maxJobs,
-            dict(plan.limits),
-        )
+    # Always: a server added without limits is then counted among the
+    # servers whose connections the status shows.
+    target.grants.setLimits(
+        plan.maxJobs[1] if plan.maxJobs is not None else target.grants.maxJobs,
+        dict(plan.limits),
+    )
     if counted:
         target.countSources(counted)
     if wake:

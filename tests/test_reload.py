@@ -265,6 +265,9 @@ class ApplyTests(SynchronousTestCase):
             " and is then not run again",
             texts(events),
         )
+        # The controls of every job pass over it (no longer queued).
+        self.assertEqual(self.successResultOf(h.scheduler.service.controls.pauseAll("admin")), 1)
+        self.assertEqual(self.successResultOf(h.scheduler.service.controls.resumeAll("admin")), 1)
         h.scheduler.defer("a", until=h.scheduler.clock.seconds() + 10)
         self.assertIn(
             "Job a: ended (deferred); it was removed from the configuration and is not"

@@ -439,11 +439,16 @@ class JobControls:
         The names of the jobs, in configuration order, whose queue state
         and name C{wanted} accepts.
         """
-        return [
-            progress.name
-            for progress in self._progress
-            if wanted(self._queue.state(progress.name), progress.name)
-        ]
+        names = []
+        for progress in self._progress:
+            try:
+                state = self._queue.state(progress.name)
+            except UnknownJob:
+                # Removed by a reload while it ran: shown, no longer queued.
+                continue
+            if wanted(state, progress.name):
+                names.append(progress.name)
+        return names
 
     def _wouldPause(self, state: QueueState, name: str) -> bool:
         return state is QueueState.QUEUED or (

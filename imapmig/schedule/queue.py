@@ -570,7 +570,8 @@ class InMemoryJobQueue:
     def pauseAll(self) -> list[str]:
         names = []
         for position, job in enumerate(self._jobs):
-            if position in self._removed:
+            if position in self._removed or position in self._leaving:
+                # Removed by a reload: no longer under the controls.
                 continue
             state = self._stateAt(position)
             if state is QueueState.CLAIMED:
