@@ -12,6 +12,13 @@ Assembly: turn a L{Config} into the daemon's service tree.
       +- SourceCensus      counts the sources of the queued jobs, so that
                            the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
+      +- SourceCensus      one more per reload that added jobs, for
+                           theirs (gone once done)
+
+The service keeps what a reload of the configuration changes (the
+queue, the grants, the progress model, the status resource's maps: an
+L{imapmig.reload.ReloadTarget}) and its L{ConfigReloader}:
+L{MigrationService.reloadFrom} is what C{SIGHUP} calls.
 
 Endpoint strings become endpoints here, and only here.
 """
@@ -19,12 +26,15 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
+
+from attrs import evolve
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
@@ -44,7 +54,9 @@ from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.joblog import describeSource
+from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
+from imapmig.reload import ConfigReloader, IReloadObserver, ReloadTarget
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import (
     ConnectionGrants,
@@ -354,12 +366,43 @@ class MigrationService(MultiService):
     """
     The daemon: the job queue, the status listener, and the state store
     they share (closed when the service stops).
+
+    @ivar reloader: reloads its configuration (set by L{buildService});
+        L{None} for a service that cannot reload.
     """
 
     def __init__(self, store: IStateStore, progress: MigrationProgress) -> None:
         MultiService.__init__(self)
         self.store = store
         self.progress = progress
+        self.reloader: ConfigReloader | None = None
+
+    @property
+    def config(self) -> Config | None:
+        """
+        The configuration the daemon runs with now (after any reload).
+        """
+        return None if self.reloader is None else self.reloader.config
+
+    def addReloadObserver(self, observer: IReloadObserver) -> None:
+        """
+        Tell C{observer} when each reload of the configuration starts and
+        how it ended.
+        """
+        assert self.reloader is not None, "a service built by buildService reloads"
+        self.reloader.addObserver(observer)
+
+    def reloadFrom(self, path: str) -> Deferred[bool]:
+        """
+        Reload the configuration from the file at C{path} (what C{SIGHUP}
+        does): see L{imapmig.reload}.
+
+        @return: fires with whether the new configuration was applied
+            (C{False}: it was invalid, each problem logged, nothing
+            changed).
+        """
+        assert self.reloader is not None, "a service built by buildService reloads"
+        return self.reloader.reloadFrom(path)
 
     def stopService(self) -> Deferred[None]:
         d: Deferred[None] = MultiService.stopService(self)
@@ -446,6 +489,22 @@ def censusFor(
     )
 
 
+def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
+    """
+    Read and validate the configuration at C{path} (L{loadConfig}) in one
+    of C{reactor}'s worker threads: it reads password files and user lists
+    (a user list may hold 10,000 rows), and the reactor must go on serving
+    the jobs meanwhile.  The reader is safe there: it builds new frozen
+    values from files, touches no reactor and logs nothing.  A reactor
+    without threads (a test's) reads in place.
+    """
+    from imapmig.config import loadConfig
+
+    if IReactorThreads.providedBy(reactor):
+        return deferToThreadPool(reactor, reactor.getThreadPool(), loadConfig, path)
+    return maybeDeferred(loadConfig, path)
+
+
 def buildService(
     config: Config,
     reactor: Any,
@@ -487,7 +546,7 @@ def buildService(
             progress.job(jobConfig.name),
             destinationOpener(jobConfig, reactor, connections, tokens),
             reactor,
-            settingsFor(jobConfig, config.stopTimeout),
+            settingsFor(jobConfig, current().stopTimeout),
             jobConfig.folders,
             jobConfig.identity,
             jobConfig.eightBit,
@@ -500,9 +559,14 @@ def buildService(
             telemetry=telemetry.server(jobConfig.destination.server.name),
         )
 
+    def current() -> Config:
+        # The configuration as last reloaded (stop_timeout).
+        return root.config or config
+
     ProgressSampler(progress, reactor).setServiceParent(root)
+    queue = InMemoryJobQueue(config.jobs, time.monotonic)
     scheduler = JobQueueService(
-        InMemoryJobQueue(config.jobs, time.monotonic),
+        queue,
         grants,
         build,
         progress,
@@ -514,6 +578,25 @@ def buildService(
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
+    rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
+    jobServers = {job.name: job.destination.server.name for job in config.jobs}
+    censuses = itertools.count(1)
+
+    def countSources(jobs: Sequence[JobConfig]) -> None:
+        census = censusFor(evolve(config, jobs=tuple(jobs)), progress, store, grants, tokens, reactor)
+        # One per reload: named apart from the first census.
+        census.name = f"census-{next(censuses)}"
+        census.setServiceParent(root)
+        census.whenDone().addCallback(lambda _: census.disownServiceParent())
+
+    root.reloader = ConfigReloader(
+        config,
+        lambda path: loadInThread(reactor, path),
+        ReloadTarget(
+            queue, grants, progress, scheduler, rules, jobServers, countSources, scheduler.controls
+        ),
+        running=lambda: bool(root.running),
+    )
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
         # start-up that a daemon without a status page need not pay
@@ -531,12 +614,12 @@ def buildService(
             store,
             stopping=lambda: not root.running,
             verifyReportPath=defaultReportPath(config.statePath),
-            rulesOf={job.name: job.folders for job in config.jobs}.get,
+            rulesOf=rules.get,
             control=ControlResource(scheduler.controls, config.status.token),
             metrics=buildMetricsResource(
                 progress,
                 telemetry,
-                {job.name: job.destination.server.name for job in config.jobs},
+                jobServers,
             ),
         )
         listener = strports.service(

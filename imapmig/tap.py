@@ -247,9 +247,38 @@ def exitZeroAfterGracefulStop(reactor: Any) -> None:
     reactor.addSystemEventTrigger("after", "shutdown", clear)
 
 
+def installReloadSignal(reactor: Any, service: Any, path: str) -> None:
+    """
+    Make C{SIGHUP} (C{systemctl reload}) reload the configuration from
+    C{path}: the handler only hands the reload to the reactor's thread
+    (C{callFromThread}, safe from a signal handler), where
+    C{service.reloadFrom(path)} runs (L{imapmig.reload}).  Nothing is
+    installed outside the main thread, where Python refuses signal
+    handlers.
+
+    Under C{--exit-when-done} a reload is the same: jobs it adds before
+    the queue is drained keep the daemon running until they end too; once
+    the queue is drained the daemon is stopping, and a reload then applies
+    nothing.
+
+    @param reactor: the global reactor (an L{IReactorFromThreads}).
+    @param service: the daemon's root service (L{MigrationService}).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def reload(signum: int, frame: object) -> None:
+        reactor.callFromThread(service.reloadFrom, path)
+
+    signal.signal(signal.SIGHUP, reload)
+
+
 def makeService(options: Options) -> IService:
     """
-    Build the daemon from the parsed options.
+    Build the daemon from the parsed options; C{SIGHUP} reloads its
+    configuration (L{installReloadSignal}).
     """
     from twisted.internet import reactor
 
@@ -260,7 +289,10 @@ def makeService(options: Options) -> IService:
     whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
     exitZeroAfterGracefulStop(reactor)
     try:
-        return buildService(options.config, reactor, whenDone=whenDone)
+        root = buildService(options.config, reactor, whenDone=whenDone)
+        # Config.path: the file as given, made absolute.
+        installReloadSignal(reactor, root, options.config.path)
+        return root
     except (ConfigError, PermanentError) as e:
         _exitWithProblems([str(e)])
         raise

@@ -84,6 +84,26 @@ class MigrationProgress:
         self._jobs[name] = progress
         return progress
 
+    def removeJob(self, name: str) -> None:
+        """
+        Forget the job called C{name} (a reload removed it from the
+        configuration): it leaves the totals and the views.  What it
+        migrated stays counted in the run's throughput history and overall
+        rate.
+
+        @raise KeyError: no such job.
+        """
+        job = self._jobs.pop(name)
+        if self._active.pop(name, None) is not None:
+            # Sampled once more, so that the overall counts keep what it
+            # did since the last sample.
+            counts = job.lifetimeCounts()
+            self._messages += counts[0] - job.sampled[0]
+            self._octets += counts[1] - job.sampled[1]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
     def _activate(self, job: JobProgress) -> None:
         self._active[job.name] = job
 

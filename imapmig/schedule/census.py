@@ -16,6 +16,9 @@ one a waiting job is owed); a job whose connection is not free now is
 tried again later, while it is still queued.  At most two census
 connections are open at once, each under a timeout.
 
+A reload that adds jobs counts their sources with a census of their own
+(L{imapmig.service}); a job a reload removed is no longer counted.
+
 A job that starts lists its source itself, which overrides the census
 (L{imapmig.progress.JobProgress.census}).  A census that fails (the
 server unreachable, the credentials refused) is logged once as a
@@ -173,6 +176,9 @@ class SourceCensus(Service):
         not counted (a job that started lists its source itself).  A job
         paused by the admin is not: a pause keeps imapmig off its servers.
         """
+        if job.name not in self._progress:
+            # Removed from the configuration by a reload.
+            return False
         progress = self._progress.job(job.name)
         return not progress.counted and progress.state is JobState.QUEUED
 
@@ -239,7 +245,7 @@ class SourceCensus(Service):
             except Exception as e:
                 self._failed(job, str(e) or e.__class__.__name__)
                 continue
-            if self._progress.job(job.name).census(
+            if job.name in self._progress and self._progress.job(job.name).census(
                 count.messages, count.octets, count.folders, count.excluded, recorded
             ):
                 self.counted += 1

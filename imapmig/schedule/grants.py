@@ -27,6 +27,13 @@ the whole run, so that it can always open them again (after a lost
 connection) whatever the other jobs hold.  Its other connections are
 granted one at a time while it runs, and go back to the pools when their
 connection closes.
+
+The limits may change while the daemon runs (a reload:
+L{ConnectionGrants.setLimits}).  A lower limit never cuts a connection or
+takes back a job slot: what is granted stays granted, and new grants wait
+until the units in use are below the new limit; a higher one grants the
+waiters that now fit at once.  A waiter whose demand no longer fits
+under a lowered limit at all fails with L{GrantImpossible}.
 """
 
 from __future__ import annotations
@@ -215,6 +222,23 @@ class GrantPools:
             self._waiters.remove(waiter)
             self._dispatch()
 
+    def limitsChanged(self) -> None:
+        """
+        The limits C{limitOf} gives have changed: fail the waiters whose
+        demand they can never grant now (L{GrantImpossible}), and grant
+        those that now fit.  Units granted beyond a lowered limit stay
+        granted; no new ones are until the use is below it.
+        """
+        hopeless: list[tuple[_Waiter, str]] = []
+        for waiter in list(self._waiters):
+            impossible = self._impossible(waiter.demand)
+            if impossible is not None:
+                self._waiters.remove(waiter)
+                hopeless.append((waiter, impossible))
+        self._dispatch()
+        for waiter, why in hopeless:
+            waiter.deferred.errback(GrantImpossible(why))
+
     def _dispatch(self) -> None:
         """
         Grant the waiters that fit, oldest first; a waiter that does not
@@ -291,6 +315,30 @@ class ConnectionGrants:
         if key[0] == "server":
             return limits.maxConnections
         return limits.perAccount.maxConnections
+
+    @property
+    def maxJobs(self) -> int:
+        """
+        The jobs that may run at once.
+        """
+        return self._maxJobs
+
+    def limitsOf(self, server: str) -> ServerLimits | None:
+        """
+        The limits of server C{server}, or L{None} if it has none.
+        """
+        return self._limits.get(server)
+
+    def setLimits(self, maxJobs: int, limits: Mapping[str, ServerLimits]) -> None:
+        """
+        Apply new limits (a reload): see the module's docstring.
+
+        @param maxJobs: jobs running at once from now on.
+        @param limits: each server's limits, by server name.
+        """
+        self._maxJobs = maxJobs
+        self._limits = dict(limits)
+        self.pools.limitsChanged()
 
     def jobSlot(self) -> Deferred[Grant]:
         """

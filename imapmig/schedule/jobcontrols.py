@@ -31,7 +31,7 @@ synchronous stores there are.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Mapping, Protocol, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
@@ -113,9 +113,7 @@ class JobControls:
 
         @raise ImapmigError: the store cannot read the holds.
         """
-        if self._store is None:
-            return
-        holds = await self._store.jobHolds()
+        holds = await self.readHolds()
         configured = {progress.name for progress in self._progress}
         stale = sorted(name for name in holds if name not in configured)
         if stale:
@@ -125,13 +123,33 @@ class JobControls:
                 noun=_jobs(len(stale)),
                 jobs=", ".join(stale[:10]) + (", ..." if len(stale) > 10 else ""),
             )
+        self.applyHolds(holds, configured)
+
+    async def readHolds(self) -> dict[str, str]:
+        """
+        Every job's hold as the store records it (L{PAUSED} or
+        L{CANCELLED}), by job name; none without a store.
+
+        @raise ImapmigError: the store cannot read the holds.
+        """
+        if self._store is None:
+            return {}
+        holds = await self._store.jobHolds()
+        return {name: hold.hold for name, hold in holds.items()}
+
+    def applyHolds(self, holds: Mapping[str, str], names: Collection[str]) -> None:
+        """
+        Put each of the jobs C{names} that C{holds} (from L{readHolds})
+        has a hold for where its hold says (paused, cancelled), showing it
+        so: at start, and for the jobs a reload adds.
+        """
         restored = {PAUSED: 0, CANCELLED: 0}
         for name, hold in holds.items():
-            if name not in configured:
+            if name not in names:
                 continue
             progress = self._progress.job(name)
             try:
-                if hold.hold == PAUSED:
+                if hold == PAUSED:
                     self._queue.pause(name)
                     showPaused(progress)
                 else:
@@ -140,8 +158,8 @@ class JobControls:
             except ControlRefused:
                 # A shared queue that holds it so already.
                 pass
-            self._holds[name] = hold.hold
-            restored[hold.hold] += 1
+            self._holds[name] = hold
+            restored[hold] += 1
         if restored[PAUSED] or restored[CANCELLED]:
             log.info(
                 "The admin's holds kept from before: {paused} {noun} paused,"
@@ -421,11 +439,16 @@ class JobControls:
         The names of the jobs, in configuration order, whose queue state
         and name C{wanted} accepts.
         """
-        return [
-            progress.name
-            for progress in self._progress
-            if wanted(self._queue.state(progress.name), progress.name)
-        ]
+        names = []
+        for progress in self._progress:
+            try:
+                state = self._queue.state(progress.name)
+            except UnknownJob:
+                # Removed by a reload while it ran: shown, no longer queued.
+                continue
+            if wanted(state, progress.name):
+                names.append(progress.name)
+        return names
 
     def _wouldPause(self, state: QueueState, name: str) -> bool:
         return state is QueueState.QUEUED or (

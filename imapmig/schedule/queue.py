@@ -57,6 +57,15 @@ C{'cancelled'}, and a job requested to run again (C{'rerun'}) is queued
 again however its run ended.  In PostgreSQL each control is one
 C{UPDATE ... WHERE job = $1 AND state IN (...)}; no row updated is a
 refusal.
+
+A reload of the configuration (L{imapmig.reload}) changes the queue with
+three operations: I{add} a new job (after every job queued, C{INSERT}
+at the next position), I{remove} one (a queued, paused, deferred or
+ended job at once, C{DELETE ... WHERE state <> 'claimed'}; a claimed one
+when its claim finishes, however its run ended: C{requested = 'remove'},
+which C{finish} turns into the C{DELETE}), and I{replace} a job's
+configuration (C{UPDATE ... SET config}: a claimed job runs on with the
+configuration it was claimed with, the new one is for its next claim).
 """
 
 from __future__ import annotations
@@ -272,6 +281,37 @@ class IJobQueue(Interface):
         @return: their names.
         """
 
+    def add(job: JobConfig) -> None:
+        """
+        Queue a new job after every job queued (a reload added it).  A
+        claimed job being removed (L{remove}) under that name is kept
+        instead, C{job} its configuration from its next claim.
+
+        @raise ValueError: a job of that name is queued already.
+        """
+
+    def remove(name: str) -> QueueState:
+        """
+        Take job C{name} out of the queue (a reload removed it): at once
+        unless it is claimed; a claimed job runs on, and leaves the queue
+        when its claim finishes, however it ended (it is not claimed
+        again).  Its name is unknown to the queue's controls from now on.
+
+        @return: the state the job was in: L{QueueState.CLAIMED} when it
+            leaves only once its claim finishes.
+        @raise UnknownJob: no such job.
+        """
+
+    def replace(job: JobConfig) -> QueueState:
+        """
+        Give the job named like C{job} the configuration C{job}, from its
+        next claim on; a claimed job runs on with the one it was claimed
+        with.
+
+        @return: the job's state.
+        @raise UnknownJob: no such job.
+        """
+
 
 @implementer(IJobQueue)
 class InMemoryJobQueue:
@@ -289,7 +329,13 @@ class InMemoryJobQueue:
         @param leaseClock: the seconds of a monotonic clock (the daemon
             gives C{time.monotonic}), by which leases are timed.
         """
-        self._jobs = jobs
+        # Copied into a list only by the first reload that adds a job or
+        # replaces one's configuration.
+        self._jobs: Sequence[JobConfig] = jobs
+        # Positions of jobs removed (their place stays, never claimed),
+        # and of claimed jobs removed once their claim finishes.
+        self._removed: set[int] = set()
+        self._leaving: set[int] = set()
         self._leaseClock = leaseClock
         # Made on the first control: a daemon never controlled does not
         # pay for a map of 10,000 names.
@@ -365,7 +411,10 @@ class InMemoryJobQueue:
         requested of it say.
         """
         requested = self._requested.pop(position, None)
-        if requested is Requested.RERUN:
+        if position in self._leaving:
+            self._leaving.discard(position)
+            self._drop(position)
+        elif requested is Requested.RERUN:
             heapq.heappush(self._returned, position)
         elif outcome is JobOutcome.COMPLETED:
             self._ended[position] = QueueState.DONE
@@ -388,6 +437,7 @@ class InMemoryJobQueue:
     def counts(self) -> QueueCounts:
         queued = (
             len(self._jobs)
+            - len(self._removed)
             - len(self._claims)
             - len(self._paused)
             - len(self._ended)
@@ -403,10 +453,8 @@ class InMemoryJobQueue:
         )
 
     def _position(self, name: str) -> int:
-        if self._positions is None:
-            self._positions = {job.name: i for i, job in enumerate(self._jobs)}
         try:
-            return self._positions[name]
+            return self._positionOf()[name]
         except KeyError:
             raise UnknownJob(name) from None
 
@@ -522,6 +570,9 @@ class InMemoryJobQueue:
     def pauseAll(self) -> list[str]:
         names = []
         for position, job in enumerate(self._jobs):
+            if position in self._removed or position in self._leaving:
+                # Removed by a reload: no longer under the controls.
+                continue
             state = self._stateAt(position)
             if state is QueueState.CLAIMED:
                 if self._requested.get(position) is not Requested.CANCEL:
@@ -539,7 +590,7 @@ class InMemoryJobQueue:
     def resumeAll(self) -> list[str]:
         names = []
         for position, request in list(self._requested.items()):
-            if request is Requested.PAUSE:
+            if request is Requested.PAUSE and position not in self._leaving:
                 del self._requested[position]
                 names.append(self._jobs[position].name)
         for position in sorted(self._paused):
@@ -547,3 +598,64 @@ class InMemoryJobQueue:
             names.append(self._jobs[position].name)
         self._paused.clear()
         return names
+
+    def _mutableJobs(self) -> list[JobConfig]:
+        if not isinstance(self._jobs, list):
+            self._jobs = list(self._jobs)
+        return self._jobs
+
+    def _positionOf(self) -> dict[str, int]:
+        """
+        The position of every job the queue holds, by name (made on first
+        use: a daemon never controlled does not pay for 10,000 names).
+        """
+        if self._positions is None:
+            self._positions = {
+                job.name: i for i, job in enumerate(self._jobs) if i not in self._removed
+            }
+        return self._positions
+
+    def add(self, job: JobConfig) -> None:
+        positions = self._positionOf()
+        for position in self._leaving:
+            if self._jobs[position].name == job.name:
+                # Removed while claimed, added again before its claim
+                # finished: it stays, and runs as configured now when
+                # it is next claimed.
+                self._leaving.discard(position)
+                self._mutableJobs()[position] = job
+                positions[job.name] = position
+                return
+        if job.name in positions:
+            raise ValueError(f"job {job.name} is queued already")
+        jobs = self._mutableJobs()
+        positions[job.name] = len(jobs)
+        jobs.append(job)
+
+    def remove(self, name: str) -> QueueState:
+        position = self._position(name)
+        state = self._stateAt(position)
+        del self._positionOf()[name]
+        if state is QueueState.CLAIMED:
+            self._leaving.add(position)
+            return state
+        self._drop(position)
+        return state
+
+    def _drop(self, position: int) -> None:
+        """
+        Forget the job at C{position}, which no claim holds: it waits
+        nowhere, and is never claimed.
+        """
+        self._unqueue(position)
+        self._placed.add(position)
+        self._paused.discard(position)
+        self._pausedNotBefore.pop(position, None)
+        if self._ended.pop(position, None) is QueueState.CANCELLED:
+            self._cancelled -= 1
+        self._removed.add(position)
+
+    def replace(self, job: JobConfig) -> QueueState:
+        position = self._position(job.name)
+        self._mutableJobs()[position] = job
+        return self._stateAt(position)

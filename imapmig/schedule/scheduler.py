@@ -30,6 +30,7 @@ from imapmig.schedule.grants import (
     GrantImpossible,
     JobConnections,
 )
+from imapmig.schedule.controls import UnknownJob
 from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancelled, showPaused
 from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
@@ -370,7 +371,18 @@ class JobQueueService(Service):
         """
         halted = name in self._halted
         self._halted.discard(name)
-        state = self._queue.state(name)
+        try:
+            state = self._queue.state(name)
+        except UnknownJob:
+            # A reload removed it while it ran: it has left the queue.
+            self._incomplete.discard(name)
+            log.info(
+                "Job {job}: ended ({outcome}); it was removed from the configuration"
+                " and is not run again",
+                job=name,
+                outcome=outcome.value,
+            )
+            return
         self.controls.settled(name, state)
         if outcome is JobOutcome.COMPLETED:
             self._incomplete.discard(name)

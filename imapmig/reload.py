@@ -1,0 +1,286 @@
+# -*- test-case-name: tests.test_reload -*-
+"""
+Reloading the configuration (C{SIGHUP}, C{systemctl reload imapmig}).
+
+L{ConfigReloader.reloadFrom} reads the configuration file again (in a
+worker thread: it reads password files and user lists, which may be
+large), compares it with the running one (L{planReload}), applies the
+difference (L{applyReload}) and logs one summary line::
+
+    Configuration reloaded from /etc/imapmig/imapmig.yaml: 2 jobs added,
+    1 removed, limits of 1 server changed; 1 setting needs a restart:
+    status.listen
+
+An invalid new configuration is logged one problem per line, at error
+level, and changes nothing.  Reloads never overlap: a reload asked for
+while one is under way runs once that one has ended, and every request
+made meanwhile shares that one next reload (two SIGHUPs in a row read the
+file twice at most, never in parallel).
+
+Observers (L{IReloadObserver}, e.g. the systemd notifier) are told when
+each reload starts and how it ended.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from imapmig.config.model import Config
+from imapmig.errors import ConfigError, ImapmigError
+from imapmig.reloadapply import ReloadApplied, ReloadTarget, applyReload
+from imapmig.reloadplan import ReloadPlan, keptForRestart, planReload
+
+__all__ = [
+    "ConfigReloader",
+    "IReloadObserver",
+    "ReloadPlan",
+    "ReloadTarget",
+    "applyReload",
+    "describeReload",
+    "planReload",
+    "tlsUnavailable",
+]
+
+log = Logger()
+
+
+class IReloadObserver(Protocol):
+    """
+    Told around every reload of the configuration, in this order.
+    """
+
+    def reloadStarted(self) -> None:
+        """
+        A reload starts (the file is about to be read).
+        """
+
+    def reloadEnded(self, applied: bool) -> None:
+        """
+        The reload ended: C{applied} if the new configuration was applied,
+        C{False} if it was invalid (nothing changed).
+        """
+
+
+def tlsUnavailable() -> bool:
+    """
+    Whether this process runs without TLS (L{imapmig.cleartext.withoutTLS}
+    made C{import OpenSSL} fail at start-up): a configuration that needs
+    TLS then needs a restart.
+    """
+    return "OpenSSL" in sys.modules and sys.modules["OpenSSL"] is None
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
+    """
+    What a reload changed, as the summary line says it: C{"2 jobs added,
+    1 removed, limits of 1 server changed; 1 setting needs a restart:
+    status.listen"}, or C{"no change"}.
+    """
+    parts: list[str] = []
+    # The first count of jobs names them ("2 jobs added, 1 removed").
+    for count, what in (
+        (len(plan.added), "added"),
+        (
+            len(plan.removed),
+            "removed"
+            + (f" ({len(applied.leaving)} running to their end)" if applied.leaving else ""),
+        ),
+        (
+            len(plan.changed),
+            "changed"
+            + (
+                f" ({len(applied.changedRunning)} from their next run)"
+                if applied.changedRunning
+                else ""
+            ),
+        ),
+    ):
+        if count:
+            parts.append(f"{_plural(count, 'job') if not parts else count} {what}")
+    if plan.maxJobs is not None:
+        parts.append(f"max_jobs {plan.maxJobs[0]} -> {plan.maxJobs[1]}")
+    if plan.limitsChanged:
+        parts.append(f"limits of {_plural(len(plan.limitsChanged), 'server')} changed")
+    if plan.stopTimeout is not None:
+        parts.append(f"stop_timeout {plan.stopTimeout[0]:g} -> {plan.stopTimeout[1]:g} s")
+    text = ", ".join(parts) if parts else "no change"
+    if plan.needsRestart:
+        count = len(plan.needsRestart)
+        text += (
+            f"; {_plural(count, 'setting')} {'needs' if count == 1 else 'need'} a restart: "
+            + ", ".join(plan.needsRestart)
+        )
+    return text
+
+
+class ConfigReloader:
+    """
+    Reloads the configuration of a running daemon, one reload at a time.
+
+    @ivar config: the configuration the daemon runs with now.
+    @ivar target: what a reload changes (the daemon's queue, grants,
+        progress model and status maps).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        load: Callable[[str], Deferred[Config]],
+        target: ReloadTarget,
+        running: Callable[[], bool] = lambda: True,
+        withoutTLS: Callable[[], bool] = tlsUnavailable,
+    ) -> None:
+        """
+        @param config: the configuration the daemon started with.
+        @param load: reads and validates a configuration file (off the
+            reactor's thread), failing with L{ConfigError}.
+        @param target: what a reload changes.
+        @param running: whether the daemon runs (a reload that ends while
+            it stops applies nothing).
+        @param withoutTLS: whether this process runs without TLS.
+        """
+        self.config = config
+        self._load = load
+        self.target = target
+        self._running = running
+        self._withoutTLS = withoutTLS
+        self._observers: list[IReloadObserver] = []
+        self._busy = False
+        # The requests made while a reload runs: served by one next reload.
+        self._pending: list[Deferred[bool]] = []
+        self._pendingPath = ""
+
+    def addObserver(self, observer: IReloadObserver) -> None:
+        """
+        Tell C{observer} when each reload starts and ends.
+        """
+        self._observers.append(observer)
+
+    def reloadFrom(self, path: str) -> Deferred[bool]:
+        """
+        Reload the configuration from the file at C{path}, after the reload
+        under way if any (requests made meanwhile share one reload).
+
+        @return: fires with C{True} once the new configuration is applied,
+            C{False} if it was not (invalid: each problem is logged); never
+            fails.
+        """
+        waiter: Deferred[bool] = Deferred()
+        if self._busy:
+            if not self._pending:
+                log.info(
+                    "Configuration reload requested while one is under way: it follows"
+                    " that one"
+                )
+            self._pending.append(waiter)
+            self._pendingPath = path
+            return waiter
+        self._busy = True
+        self._run(path, [waiter])
+        return waiter
+
+    def _run(self, path: str, waiters: list[Deferred[bool]]) -> None:
+        def ended(applied: bool) -> None:
+            if self._pending:
+                following, self._pending = self._pending, []
+                self._run(self._pendingPath, following)
+            else:
+                self._busy = False
+            for waiter in waiters:
+                waiter.callback(applied)
+
+        Deferred.fromCoroutine(self._reload(path)).addCallback(ended)
+
+    def _tell(self, what: Callable[[IReloadObserver], None]) -> None:
+        for observer in list(self._observers):
+            try:
+                what(observer)
+            except Exception:
+                log.failure("A reload observer failed: {observer!r}", observer=observer)
+
+    async def _reload(self, path: str) -> bool:
+        self._tell(lambda observer: observer.reloadStarted())
+        applied = False
+        try:
+            applied = await self._readAndApply(path)
+        except Exception:
+            log.failure("Configuration reload from {path} crashed; nothing changed", path=path)
+        self._tell(lambda observer: observer.reloadEnded(applied))
+        return applied
+
+    async def _readAndApply(self, path: str) -> bool:
+        log.info("Reloading the configuration from {path}", path=path)
+        if self._withoutTLS():
+            # Decided before reading: the reader could not parse a TLS
+            # endpoint in a process without OpenSSL.
+            from imapmig.cleartext import fileNeedsTLS
+
+            if fileNeedsTLS(path):
+                return self._refused(path, [_NEEDS_TLS.format(path=path)])
+        try:
+            new = await self._load(path)
+        except ConfigError as e:
+            return self._refused(path, list(e.problems))
+        if self._withoutTLS():
+            from imapmig.cleartext import configNeedsTLS
+
+            if configNeedsTLS(new):
+                return self._refused(path, [_NEEDS_TLS.format(path=path)])
+        plan = planReload(self.config, new)
+        holds: dict[str, str] = {}
+        if plan.added and self.target.holds is not None:
+            try:
+                holds = await self.target.holds.readHolds()
+            except ImapmigError as e:
+                return self._refused(
+                    path, [f"cannot read the admin's holds on jobs from the state store: {e}"]
+                )
+        if not self._running():
+            log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
+            return False
+        applied = applyReload(plan, self.target, wake=False, holds=holds)
+        self.config = keptForRestart(self.config, new)
+        log.info(
+            "Configuration reloaded from {path}: {changes}",
+            path=path,
+            changes=describeReload(plan, applied),
+            added=len(plan.added),
+            removed=len(plan.removed),
+            changed=len(plan.changed),
+            servers=len(plan.limitsChanged),
+            needsRestart=list(plan.needsRestart),
+        )
+        for setting in plan.needsRestart:
+            log.warn(
+                "Configuration reload: {setting} changed, but takes effect only when the"
+                " daemon is restarted; the running daemon keeps its old value",
+                setting=setting,
+            )
+        self.target.scheduler.queueChanged()
+        return True
+
+    def _refused(self, path: str, problems: list[str]) -> bool:
+        for problem in problems:
+            log.error("Configuration reload: {problem}", problem=problem, path=path)
+        log.error(
+            "Configuration not reloaded from {path}: {count} {problems}; nothing changed,"
+            " the daemon runs on with its configuration",
+            path=path,
+            count=len(problems),
+            problems="problem" if len(problems) == 1 else "problems",
+        )
+        return False
+
+
+_NEEDS_TLS = (
+    "{path}: the new configuration needs TLS, and this daemon was started without it"
+    " (its configuration used none): restart it to apply this configuration"
+)

@@ -1,0 +1,618 @@
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods are unannotated.)
+"""
+Tests for L{imapmig.reload}: the plan of a reload (L{planReload}), its
+application to a running scheduler (L{applyReload}), the reloader
+(L{ConfigReloader}: invalid configurations, coalesced requests,
+observers), the daemon's L{MigrationService.reloadFrom} and the C{SIGHUP}
+handler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, Callable, Sequence, cast
+
+from attrs import evolve
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.config import loadConfig
+from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.config.model import Config, JobConfig, StatusConfig
+from imapmig.errors import ConfigError
+from imapmig.plan import FolderRules
+from imapmig.progress import JobState
+from imapmig.reload import (
+    ConfigReloader,
+    ReloadPlan,
+    ReloadTarget,
+    applyReload,
+    describeReload,
+    planReload,
+)
+from imapmig.reloadapply import ReloadApplied
+from imapmig.schedule.queue import QueueState
+from imapmig.secrets import Secret
+from imapmig.state import CANCELLED, PAUSED
+from imapmig.service import buildService
+from imapmig.state.memory import MemoryStateStore
+from imapmig.tap import installReloadSignal
+from tests.support import writePasswordFile
+from tests.test_schedule_service import Scheduler, jobConfig, server
+from tests.test_service import makeMaildir
+
+
+def configOf(
+    jobs: Sequence[JobConfig],
+    maxJobs: int = 1,
+    limits: ServerLimits = ServerLimits(),
+    **settings: Any,
+) -> Config:
+    """
+    A configuration of C{jobs}, all on server C{s} with C{limits}.
+    """
+    withLimits = evolve(server("s"), limits=limits)
+    return Config(
+        path="/etc/imapmig.yaml",
+        statePath="/var/lib/imapmig/state.sqlite",
+        status=settings.pop("status", None),
+        servers=(withLimits,),
+        jobs=tuple(
+            evolve(job, destination=evolve(job.destination, server=withLimits)) for job in jobs
+        ),
+        maxJobs=maxJobs,
+        **settings,
+    )
+
+
+def capture(testCase: SynchronousTestCase) -> list[LogEvent]:
+    """
+    Collect the log events from now to the end of the test.
+    """
+    events: list[LogEvent] = []
+    observer = cast(ILogObserver, events.append)
+    globalLogPublisher.addObserver(observer)
+    testCase.addCleanup(globalLogPublisher.removeObserver, observer)
+    return events
+
+
+def texts(events: list[LogEvent], level: LogLevel | None = None) -> list[str]:
+    from twisted.logger import formatEvent
+
+    return [
+        formatEvent(event)
+        for event in events
+        if level is None or event.get("log_level") is level
+    ]
+
+
+class PlanTests(SynchronousTestCase):
+    """
+    L{planReload} compares two configurations, purely.
+    """
+
+    def test_jobs(self) -> None:
+        """
+        Jobs only in the new file are added (in its order), jobs only in the
+        old one removed, and jobs in both whose configuration differs in any
+        way changed; a job only moved in the file has not changed.
+        """
+        a, b, c = jobConfig("a", "a"), jobConfig("b", "b"), jobConfig("c", "c")
+        newC = evolve(c, folders=FolderRules(include=("INBOX",)))
+        e, d = jobConfig("e", "e"), jobConfig("d", "d")
+        plan = planReload(configOf([a, b, c]), configOf([e, newC, a, d]))
+        self.assertEqual([job.name for job in plan.added], ["e", "d"])
+        self.assertEqual(plan.removed, ("b",))
+        self.assertEqual(plan.changed, (configOf([newC]).jobs[0],))
+        self.assertFalse(plan.grantsChanged)
+        self.assertEqual(planReload(configOf([a, b]), configOf([b, a])), ReloadPlan(limits=(("s", ServerLimits()),)))
+
+    def test_limits(self) -> None:
+        """
+        A changed C{max_jobs} and connection limit are planned as such
+        (jobs of the server change with it); a changed rate needs a
+        restart; C{stop_timeout} is applied.
+        """
+        a = jobConfig("a", "a")
+        old = configOf([a], maxJobs=2)
+        lower = ServerLimits(maxConnections=1)
+        plan = planReload(old, configOf([a], maxJobs=4, limits=lower, stopTimeout=60.0))
+        self.assertEqual(plan.maxJobs, (2, 4))
+        self.assertEqual(plan.limitsChanged, ("s",))
+        self.assertEqual(plan.limits, (("s", lower),))
+        self.assertEqual(plan.stopTimeout, (30.0, 60.0))
+        self.assertEqual(len(plan.changed), 1)
+        self.assertEqual(plan.needsRestart, ())
+        rated = ServerLimits(perAccount=AccountLimits(messagesPerSecond=5.0))
+        plan = planReload(old, configOf([a], maxJobs=2, limits=rated))
+        self.assertEqual(plan.limitsChanged, ())
+        self.assertEqual(plan.needsRestart, ("servers.s rates and daily budgets",))
+
+    def test_restartSettings(self) -> None:
+        """
+        The state database, the status listener and its token need a
+        restart.
+        """
+        status = StatusConfig("tcp:8025", Secret("t"))
+        old = configOf([], status=status)
+        new = evolve(
+            old,
+            statePath="/elsewhere.sqlite",
+            status=StatusConfig("tcp:8026", Secret("u")),
+        )
+        self.assertEqual(
+            planReload(old, new).needsRestart, ("state", "status.listen", "status.token_file")
+        )
+        self.assertEqual(planReload(old, old).needsRestart, ())
+
+    def test_describe(self) -> None:
+        """
+        The summary names counts with plurals, limits and what needs a
+        restart; a reload that changes nothing says so.
+        """
+        plan = ReloadPlan(
+            added=(jobConfig("a", "a"), jobConfig("b", "b")),
+            removed=("c",),
+            limitsChanged=("s",),
+            needsRestart=("status.listen",),
+        )
+        self.assertEqual(
+            describeReload(plan, ReloadApplied()),
+            "2 jobs added, 1 removed, limits of 1 server changed;"
+            " 1 setting needs a restart: status.listen",
+        )
+        plan = ReloadPlan(removed=("c",), changed=(jobConfig("d", "d"),), maxJobs=(8, 4))
+        self.assertEqual(
+            describeReload(plan, ReloadApplied(leaving=("c",), changedRunning=("d",))),
+            "1 job removed (1 running to their end), 1 changed (1 from their next run),"
+            " max_jobs 8 -> 4",
+        )
+        self.assertEqual(describeReload(ReloadPlan(), ReloadApplied()), "no change")
+
+
+class Harness:
+    """
+    A started scheduler of fake jobs, and the L{ReloadTarget} over it.
+    """
+
+    def __init__(self, jobs: Sequence[JobConfig], maxJobs: int = 1) -> None:
+        self.scheduler = Scheduler(jobs, maxJobs)
+        self.config = configOf(jobs, maxJobs)
+        self.rules = {job.name: job.folders for job in jobs}
+        self.jobServers = {job.name: "s" for job in jobs}
+        self.counted: list[list[str]] = []
+        self.target = ReloadTarget(
+            self.scheduler.queue,
+            self.scheduler.grants,
+            self.scheduler.progress,
+            self.scheduler.service,
+            self.rules,
+            self.jobServers,
+            lambda jobs: self.counted.append([job.name for job in jobs]),
+        )
+        self.scheduler.service.startService()
+
+    def reload(self, jobs: Sequence[JobConfig], maxJobs: int | None = None) -> ReloadApplied:
+        new = configOf(jobs, self.config.maxJobs if maxJobs is None else maxJobs)
+        applied = applyReload(planReload(self.config, new), self.target)
+        self.config = new
+        return applied
+
+
+class ApplyTests(SynchronousTestCase):
+    """
+    L{applyReload} on a running scheduler (fake jobs, a L{Clock}).
+    """
+
+    def test_addedJobRuns(self) -> None:
+        """
+        An added job is shown queued, its source counted, and runs after
+        the jobs queued before it; also once the queue had been drained.
+        """
+        h = Harness([jobConfig("a", "a")])
+        h.reload([jobConfig("a", "a"), jobConfig("b", "b")])
+        self.assertEqual(h.scheduler.progress.job("b").state, JobState.QUEUED)
+        self.assertEqual(h.counted, [["b"]])
+        self.assertIn("b", h.rules)
+        self.assertEqual(h.jobServers["b"], "s")
+        self.assertEqual(h.scheduler.started, ["a"])
+        h.scheduler.finish("a")
+        self.assertEqual(h.scheduler.started, ["a", "b"])
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.done, [True])
+        # Drained: a reload that adds a job runs it.
+        h.reload([jobConfig("a", "a"), jobConfig("b", "b"), jobConfig("c", "c")])
+        self.assertEqual(h.scheduler.started, ["a", "b", "c"])
+        h.scheduler.finish("c")
+        self.assertEqual(h.scheduler.done, [True, True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_removedQueuedDropped(self) -> None:
+        """
+        A removed job that is queued or paused is dropped: it leaves the
+        progress model and the status maps, and never runs; the queue is
+        drained without it.
+        """
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b"), jobConfig("c", "c")])
+        h.scheduler.queue.pause("c")
+        applied = h.reload([jobConfig("a", "a")])
+        self.assertEqual(applied, ReloadApplied(dropped=("b", "c")))
+        self.assertNotIn("b", h.scheduler.progress)
+        self.assertNotIn("c", h.rules)
+        self.assertNotIn("c", h.jobServers)
+        h.scheduler.finish("a")
+        self.assertEqual(h.scheduler.started, ["a"])
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_removedRunningFinishesNotRerun(self) -> None:
+        """
+        A removed job that is running is not stopped: it goes on to its end
+        (logged) and is then not run again, even when its run ended
+        deferred; its progress stays, showing how it ended.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")])
+        applied = h.reload([jobConfig("b", "b")])
+        self.assertEqual(applied, ReloadApplied(leaving=("a",)))
+        self.assertFalse(h.scheduler.built["a"].stopped)
+        self.assertIn(
+            "Job a: removed from the configuration while running; it goes on to its end"
+            " and is then not run again",
+            texts(events),
+        )
+        # The controls of every job pass over it (no longer queued).
+        self.assertEqual(self.successResultOf(h.scheduler.service.controls.pauseAll("admin")), 1)
+        self.assertEqual(self.successResultOf(h.scheduler.service.controls.resumeAll("admin")), 1)
+        h.scheduler.defer("a", until=h.scheduler.clock.seconds() + 10)
+        self.assertIn(
+            "Job a: ended (deferred); it was removed from the configuration and is not"
+            " run again",
+            texts(events),
+        )
+        self.assertEqual(h.scheduler.started, ["a", "b"])
+        h.scheduler.finish("b")
+        h.scheduler.clock.advance(20)
+        self.assertEqual(h.scheduler.started, ["a", "b"])
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertIn("a", h.scheduler.progress)
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_changedQueuedAndRunning(self) -> None:
+        """
+        A changed job that is queued runs with its new configuration; a
+        running one goes on, its new configuration for its next run.
+        """
+        built: list[JobConfig] = []
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")])
+        build = h.scheduler.service._build
+        h.scheduler.service._build = lambda config, connections: (
+            built.append(config) or build(config, connections)  # type: ignore[func-returns-value]
+        )
+        newA = evolve(jobConfig("a", "a"), connections=2)
+        newB = evolve(jobConfig("b", "b"), connections=3)
+        applied = h.reload([newA, newB])
+        self.assertEqual(applied, ReloadApplied(changedRunning=("a",)))
+        self.assertEqual(h.counted, [["b"]])
+        h.scheduler.finish("a")
+        self.assertEqual([job.connections for job in built], [3])
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_maxJobs(self) -> None:
+        """
+        A higher C{max_jobs} starts queued jobs at once; a lower one stops
+        no running job, and starts none until fewer run than it allows.
+        """
+        h = Harness([jobConfig(name, name) for name in "abcde"], maxJobs=1)
+        h.reload([jobConfig(name, name) for name in "abcde"], maxJobs=3)
+        self.assertEqual(h.scheduler.started, ["a", "b", "c"])
+        h.reload([jobConfig(name, name) for name in "abcde"], maxJobs=1)
+        self.assertFalse(any(job.stopped for job in h.scheduler.built.values()))
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.started, ["a", "b", "c"])
+        h.scheduler.finish("c")
+        self.assertEqual(h.scheduler.started, ["a", "b", "c", "d"])
+        h.scheduler.finish("d")
+        h.scheduler.finish("e")
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+
+class HeldTests(SynchronousTestCase):
+    """
+    The admin's holds recorded for jobs a reload adds.
+    """
+
+    def test_addedJobsKeepTheirHolds(self) -> None:
+        """
+        A job added by a reload whose name the store records as paused or
+        cancelled (held before it was removed) is queued paused or
+        cancelled, as a restart would have it; a running job is left
+        alone whatever its hold.
+        """
+        h = Harness([jobConfig("a", "a")])
+        controls = h.scheduler.service.controls
+
+        class Holds:
+            async def readHolds(self) -> dict[str, str]:
+                return {"a": PAUSED, "b": PAUSED, "c": CANCELLED}
+
+            applyHolds = staticmethod(controls.applyHolds)
+
+        target = evolve(h.target, holds=Holds())
+        reloader = ConfigReloader(
+            h.config,
+            lambda path: succeed(configOf([jobConfig(name, name) for name in "abcd"])),
+            target,
+        )
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("f")))
+        queue = h.scheduler.queue
+        self.assertEqual(
+            [queue.state(name) for name in "abcd"],
+            [QueueState.CLAIMED, QueueState.PAUSED, QueueState.CANCELLED, QueueState.QUEUED],
+        )
+        self.assertEqual(h.scheduler.progress.job("b").state, JobState.PAUSED)
+        self.assertFalse(h.scheduler.built["a"].stopped)
+        h.scheduler.finish("a")
+        h.scheduler.finish("d")
+        self.assertEqual(h.scheduler.started, ["a", "d"])
+        h.scheduler.service.stopService()
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+
+class Observer:
+    """
+    Records what it is told.
+    """
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def reloadStarted(self) -> None:
+        self.told.append("started")
+
+    def reloadEnded(self, applied: bool) -> None:
+        self.told.append(applied)
+
+
+class ReloaderTests(SynchronousTestCase):
+    """
+    L{ConfigReloader}: one reload at a time, invalid files, observers.
+    """
+
+    def reloader(
+        self, load: Callable[[str], Deferred[Config]], **kwargs: Any
+    ) -> tuple[ConfigReloader, Harness, Observer]:
+        h = Harness([jobConfig("a", "a")])
+        reloader = ConfigReloader(h.config, load, h.target, **kwargs)
+        observer = Observer()
+        reloader.addObserver(observer)
+        return reloader, h, observer
+
+    def test_invalidChangesNothing(self) -> None:
+        """
+        An invalid new configuration is logged one problem per line at error
+        level, with a line saying nothing changed; nothing changes, and the
+        result is C{False}.
+        """
+        events = capture(self)
+        problems = ["/etc/imapmig.yaml: jobs[1].name: missing", "/etc/imapmig.yaml: max_jobz: unknown key"]
+        reloader, h, observer = self.reloader(lambda path: fail(ConfigError(problems)))
+        before = reloader.config
+        self.assertFalse(self.successResultOf(reloader.reloadFrom("/etc/imapmig.yaml")))
+        errors = texts(events, LogLevel.error)
+        self.assertEqual(
+            errors,
+            [f"Configuration reload: {problem}" for problem in problems]
+            + [
+                "Configuration not reloaded from /etc/imapmig.yaml: 2 problems; nothing"
+                " changed, the daemon runs on with its configuration"
+            ],
+        )
+        self.assertIs(reloader.config, before)
+        self.assertEqual(observer.told, ["started", False])
+        self.assertEqual([job.name for job in h.scheduler.progress], ["a"])
+        h.scheduler.finish("a")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_appliedAndLogged(self) -> None:
+        """
+        A valid configuration is applied and summed up in one line; the
+        settings needing a restart are kept as they were, each warned of.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a")])
+        new = evolve(
+            configOf([jobConfig("a", "a"), jobConfig("b", "b")]),
+            status=StatusConfig("tcp:9999"),
+        )
+        reloader = ConfigReloader(h.config, lambda path: succeed(new), h.target)
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("/etc/imapmig.yaml")))
+        self.assertIn(
+            "Configuration reloaded from /etc/imapmig.yaml: 1 job added; 1 setting needs a"
+            " restart: status.listen",
+            texts(events, LogLevel.info),
+        )
+        self.assertEqual(len(texts(events, LogLevel.warn)), 1)
+        self.assertIsNone(reloader.config.status)
+        self.assertEqual(len(reloader.config.jobs), 2)
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_coalesced(self) -> None:
+        """
+        Reloads never overlap: requests made while one runs wait for it,
+        and share one next reload, whose result they all get.
+        """
+        loads: list[Deferred[Config]] = []
+
+        def load(path: str) -> Deferred[Config]:
+            self.assertTrue(all(d.called for d in loads), "two reloads at once")
+            loads.append(Deferred())
+            return loads[-1]
+
+        reloader, h, observer = self.reloader(load)
+        first = reloader.reloadFrom("f")
+        second = reloader.reloadFrom("f")
+        third = reloader.reloadFrom("f")
+        self.assertEqual(len(loads), 1)
+        loads[0].callback(configOf([jobConfig("a", "a"), jobConfig("b", "b")]))
+        self.assertTrue(self.successResultOf(first))
+        self.assertEqual(len(loads), 2)
+        self.assertNoResult(second)
+        loads[1].errback(ConfigError(["f: bad"]))
+        self.assertFalse(self.successResultOf(second))
+        self.assertFalse(self.successResultOf(third))
+        self.assertEqual(observer.told, ["started", True, "started", False])
+        fourth = reloader.reloadFrom("f")
+        self.assertEqual(len(loads), 3)
+        loads[2].callback(configOf([jobConfig("a", "a")]))
+        self.assertTrue(self.successResultOf(fourth))
+        h.scheduler.finish("a")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_stoppingAppliesNothing(self) -> None:
+        """
+        A reload that ends while the daemon stops applies nothing.
+        """
+        reloader, h, observer = self.reloader(
+            lambda path: succeed(configOf([jobConfig("a", "a"), jobConfig("b", "b")])),
+            running=lambda: False,
+        )
+        self.assertFalse(self.successResultOf(reloader.reloadFrom("f")))
+        self.assertNotIn("b", h.scheduler.progress)
+        h.scheduler.service.stopService()
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_tlsNeedsRestart(self) -> None:
+        """
+        A daemon started without TLS refuses a configuration that needs it.
+        """
+        events = capture(self)
+        tls = evolve(server("s"), starttls=True)
+        job = jobConfig("b", "b")
+        new = configOf([jobConfig("a", "a")])
+        new = evolve(new, jobs=new.jobs + (evolve(job, destination=evolve(job.destination, server=tls)),))
+        reloader, h, observer = self.reloader(lambda path: succeed(new), withoutTLS=lambda: True)
+        # The file itself does not exist: only the parsed one is checked.
+        self.assertFalse(self.successResultOf(reloader.reloadFrom(self.mktemp())))
+        self.assertIn("needs TLS", " ".join(texts(events, LogLevel.error)))
+        self.assertNotIn("b", h.scheduler.progress)
+        h.scheduler.finish("a")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_observerFailure(self) -> None:
+        """
+        An observer that raises is logged; the reload and the other
+        observers go on.
+        """
+
+        class Broken:
+            def reloadStarted(self) -> None:
+                raise RuntimeError("broken")
+
+            def reloadEnded(self, applied: bool) -> None:
+                raise RuntimeError("broken")
+
+        h = Harness([jobConfig("a", "a")])
+        reloader = ConfigReloader(h.config, lambda path: succeed(h.config), h.target)
+        observer = Observer()
+        reloader.addObserver(Broken())
+        reloader.addObserver(observer)
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("f")))
+        self.assertEqual(observer.told, ["started", True])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 2)
+        h.scheduler.finish("a")
+
+
+class ServiceReloadTests(SynchronousTestCase):
+    """
+    L{MigrationService.reloadFrom} on a daemon built by L{buildService}.
+    """
+
+    def writeConfig(self, jobs: Sequence[str], status: bool = True) -> str:
+        directory = self.directory
+        path = os.path.join(directory, "reload.yaml")
+        password = os.path.join(directory, "password")
+        if not os.path.exists(password):
+            writePasswordFile(password, "pw")
+        lines = [
+            f"state: {os.path.join(directory, 'state.sqlite')}",
+            "status: {listen: 'tcp:0:interface=127.0.0.1'}" if status else "status: off",
+            "servers: {s: {endpoint: 'tcp:127.0.0.1:1143', starttls: 'off'}}",
+            "jobs:",
+        ]
+        for name in jobs:
+            lines.append(
+                f"  - {{name: {name}, source: {{maildir: {self.maildir}}},"
+                f" destination: {{server: s, user: {name}, password_file: {password}}}}}"
+            )
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def test_reloadFrom(self) -> None:
+        """
+        Reloading adds a job to the running daemon: queued, shown by the
+        status resource and counted by a census of its own; observers are
+        told; an invalid file changes nothing.
+        """
+        self.maildir = makeMaildir(self)
+        self.directory = os.path.abspath(self.mktemp())
+        os.makedirs(self.directory)
+        path = self.writeConfig(["a"])
+        reactor = MemoryReactorClock()
+        service = buildService(loadConfig(path), reactor, store=MemoryStateStore())
+        observer = Observer()
+        service.addReloadObserver(observer)
+        service.startService()
+        self.writeConfig(["a", "b"], status=False)
+        self.assertTrue(self.successResultOf(service.reloadFrom(path)))
+        self.assertEqual([job.name for job in service.progress], ["a", "b"])
+        assert service.config is not None
+        self.assertIsNotNone(service.config.status)
+        self.assertEqual([job.name for job in service.config.jobs], ["a", "b"])
+        reactor.advance(0)
+        self.assertEqual(service.progress.job("b").messagesTotal, 1)
+        with open(path, "a") as f:
+            f.write("max_jobz: 3\n")
+        self.assertFalse(self.successResultOf(service.reloadFrom(path)))
+        self.assertEqual(observer.told, ["started", True, "started", False])
+        self.assertEqual([job.name for job in service.config.jobs], ["a", "b"])
+        service.stopService()
+
+
+class SignalTests(SynchronousTestCase):
+    """
+    L{installReloadSignal}: C{SIGHUP} hands a reload to the reactor.
+    """
+
+    def test_sighup(self) -> None:
+        """
+        A real C{SIGHUP} makes the handler ask the reactor's thread to call
+        C{reloadFrom} with the configuration's path, and nothing more.
+        """
+        previous = signal.getsignal(signal.SIGHUP)
+        self.addCleanup(signal.signal, signal.SIGHUP, previous)
+        calls: list[tuple[Any, ...]] = []
+
+        class Reactor:
+            def callFromThread(self, f: Any, *args: Any) -> None:
+                calls.append((f, *args))
+
+        class Root:
+            def reloadFrom(self, path: str) -> None:
+                raise AssertionError("called in the signal handler")
+
+        root = Root()
+        installReloadSignal(Reactor(), root, "/etc/imapmig/imapmig.yaml")
+        os.kill(os.getpid(), signal.SIGHUP)
+        self.assertEqual(calls, [(root.reloadFrom, "/etc/imapmig/imapmig.yaml")])
