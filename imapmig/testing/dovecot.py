@@ -88,6 +88,8 @@ from twisted.trial import unittest
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
 
+from imapmig.testing.children import dieWithParent
+
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
 _FETCH_CHUNK = 250
@@ -380,6 +382,7 @@ class DovecotInstance(AccountReader):
         masterUsers: Sequence[DovecotUser] = (),
         oauth2Introspection: str | None = None,
         oauth2Mechanisms: Sequence[str] = ("oauthbearer", "xoauth2"),
+        dieWithParent: bool = False,
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -437,6 +440,11 @@ class DovecotInstance(AccountReader):
             users' passwords still work with PLAIN and LOGIN.
         @param oauth2Mechanisms: the SASL mechanisms offered for tokens,
             among C{oauthbearer} and C{xoauth2}.
+        @param dieWithParent: have the kernel stop Dovecot (C{SIGTERM})
+            when this process dies, even by C{SIGKILL}
+            (L{imapmig.testing.children.dieWithParent}); only for a
+            single-threaded program that starts it from its main thread,
+            such as the demo.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -478,6 +486,7 @@ class DovecotInstance(AccountReader):
         self._passwdPath = os.path.join(self.baseDir, "passwd")
         self._mastersPath = os.path.join(self.baseDir, "masters")
         self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
+        self._dieWithParent = dieWithParent
 
     def __repr__(self) -> str:
         return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
@@ -813,6 +822,7 @@ class DovecotInstance(AccountReader):
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=dieWithParent() if self._dieWithParent else None,
             )
         self.pid = self._process.pid
         _RUNNING.add(self)
