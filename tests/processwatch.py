@@ -69,9 +69,9 @@ class LineReader:
                 self._closed = True
             self._buffer += chunk
             *complete, self._buffer = self._buffer.split(b"\n")
-            for raw in complete:
-                line = raw.decode("utf-8", "replace")
-                self.lines.append(line)
+            fresh = [raw.decode("utf-8", "replace") for raw in complete]
+            self.lines.extend(fresh)
+            for line in fresh:
                 if line.startswith(prefix):
                     return line
         raise AssertionError(

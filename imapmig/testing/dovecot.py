@@ -383,6 +383,7 @@ class DovecotInstance(AccountReader):
         oauth2Introspection: str | None = None,
         oauth2Mechanisms: Sequence[str] = ("oauthbearer", "xoauth2"),
         dieWithParent: bool = False,
+        port: int = 0,
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -445,6 +446,8 @@ class DovecotInstance(AccountReader):
             (L{imapmig.testing.children.dieWithParent}); only for a
             single-threaded program that starts it from its main thread,
             such as the demo.
+        @param port: the plain IMAP port to listen on; 0 (the default): a
+            free one.  The implicit-TLS port is always a free one.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -487,6 +490,7 @@ class DovecotInstance(AccountReader):
         self._mastersPath = os.path.join(self.baseDir, "masters")
         self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
         self._dieWithParent = dieWithParent
+        self._fixedPort = port
 
     def __repr__(self) -> str:
         return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
@@ -514,6 +518,10 @@ class DovecotInstance(AccountReader):
         self._writeUsers()
         for attempt in range(3):
             self.port, self.tlsPort = _freePorts(2)
+            if self._fixedPort:
+                self.port, self.tlsPort = self._fixedPort, next(
+                    p for p in _freePorts(2) if p != self._fixedPort
+                )
             self._writeConfig()
             self._launch(binary)
             try:
@@ -547,6 +555,17 @@ class DovecotInstance(AccountReader):
         if self._runDir is not None and self._runDirIsTemporary:
             shutil.rmtree(self._runDir, ignore_errors=True)
         self._runDir = None
+
+    def wait(self) -> int:
+        """
+        Block until Dovecot exits (stopped by someone else, or failed).
+
+        @return: its exit status, as L{subprocess.Popen.wait} gives it.
+        @raise RuntimeError: it is not running.
+        """
+        if self._process is None:
+            raise RuntimeError(f"{self!r} is not running")
+        return self._process.wait()
 
     # -- inspection --------------------------------------------------------
 
@@ -1239,3 +1258,11 @@ subjectAltName = DNS:localhost, IP:127.0.0.1
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid:always
 """
+
+
+if __name__ == "__main__":
+    # python -m imapmig.testing.dovecot: a server to try imapmig on.  The
+    # code lives in its own module, which imports this one by its name.
+    from imapmig.testing.localserver import main
+
+    raise SystemExit(main())
