@@ -260,10 +260,37 @@ def makeService(options: Options) -> IService:
     whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
     exitZeroAfterGracefulStop(reactor)
     try:
-        return buildService(options.config, reactor, whenDone=whenDone)
+        service = buildService(options.config, reactor, whenDone=whenDone)
     except (ConfigError, PermanentError) as e:
         _exitWithProblems([str(e)])
         raise
     finally:
         # Paused by Options.postOptions.
         resumeCollection()
+    logStart(options["config"], options.config)
+    return service
+
+
+def logStart(path: str, config: Config) -> None:
+    """
+    Log which imapmig runs which configuration: under twistd, whose own
+    start line names twistd's version, the line that names imapmig's.
+
+    @param path: the configuration file.
+    @param config: what it holds.
+    """
+    from twisted.logger import Logger
+
+    import imapmig
+
+    jobs, servers = len(config.jobs), len(config.servers)
+    Logger(namespace="imapmig.tap").info(
+        "imapmig {version}: configuration {config}, {jobs} job{jobsPlural},"
+        " {servers} server{serversPlural}",
+        version=imapmig.__version__,
+        config=path,
+        jobs=jobs,
+        jobsPlural="" if jobs == 1 else "s",
+        servers=servers,
+        serversPlural="" if servers == 1 else "s",
+    )

@@ -22,6 +22,7 @@ import tempfile
 
 from twisted.trial.unittest import SynchronousTestCase
 
+import imapmig
 from imapmig.testing.dovecot import requireDovecot
 from tests.processwatch import LineReader, ProcessWatch, defaultSignals, descendants
 from tests.support import sourceTreeEnvironment
@@ -147,6 +148,10 @@ class DemoSignalTests(SynchronousTestCase):
         status, remaining, console = run.ended()
         self.assertEqual(remaining, [], console)
         self.assertEqual(status, 0, console)
+        # Under twistd, whose own start line names twistd's version, the
+        # daemon names imapmig's.
+        with open(os.path.join(run.directory, "d", "imapmig.log")) as f:
+            self.assertIn(f"imapmig {imapmig.__version__}: configuration ", f.read())
 
     def test_sigkill(self) -> None:
         """

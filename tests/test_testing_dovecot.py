@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import yaml
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
+import imapmig
 from imapmig.testing import dovecot
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
@@ -468,6 +469,29 @@ class LocalServerTests(SynchronousTestCase):
             timeout=120,
         )  # fmt: skip
         self.assertEqual(ran.returncode, 0, ran.stdout[-4000:])
+        # Both start lines name imapmig's version.
+        version = imapmig.__version__.encode("ascii")
+        self.assertIn(b"imapmig " + version + b" (python ", ran.stdout)
+        self.assertIn(b"imapmig " + version + b": configuration ", ran.stdout)
+        # imapmig verify, run from elsewhere, writes its report beside the
+        # state database; --report writes it where it says.
+        elsewhere = self.workingDirectory()
+        verify = [sys.executable, "-m", "imapmig.cli", "verify", "--config", configPath]
+        verified = subprocess.run(
+            verify, capture_output=True, env=sourceTreeEnvironment(), cwd=elsewhere, timeout=120
+        )
+        self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+        beside = os.path.join(os.path.dirname(config["state"]), "imapmig-verify.json")
+        self.assertIn(f"report written to {beside}".encode(), verified.stdout)
+        self.assertIn(b": 0 differences", verified.stdout)
+        self.assertTrue(os.path.exists(beside))
+        self.assertEqual(os.listdir(elsewhere), [])
+        verified = subprocess.run(
+            [*verify, "--report", "r.json"], capture_output=True, env=sourceTreeEnvironment(),
+            cwd=elsewhere, timeout=120,
+        )  # fmt: skip
+        self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+        self.assertEqual(os.listdir(elsewhere), ["r.json"])
         port = int(config["servers"]["local"]["endpoint"].rsplit(":", 1)[1])
         for job in config["jobs"]:
             counts = []

@@ -216,6 +216,7 @@
     $("updated").dateTime = new Date(s.time * 1000).toISOString();
     put($("updated"), clock(s.time, true));
     put($("version"), s.version ? "v" + s.version : "");
+    put($("footer-version"), s.version ? "v" + s.version : "");
     var allCounted = totals.jobs_counted === totals.jobs_total;
     var uncounted = (totals.jobs_total || 0) - (totals.jobs_counted || 0);
     put($("overall-done"), count(totals.messages_done), totals.messages_done);
