@@ -1,8 +1,9 @@
 """
 imapmig's version where the admin looks for it: the daemon's start line
-under twistd (L{imapmig.tap.logStart}) and the dashboard's footer.  (The
-version in C{/status.json}, C{/healthz} and C{/metrics}' build info is
-checked by L{tests.test_status_api} and L{tests.test_metrics}; the
+under twistd (L{imapmig.tap.logStart}).  (The version in C{/status.json},
+C{/healthz} and C{/metrics}' build info is checked by
+L{tests.test_status_api} and L{tests.test_metrics}, the dashboard's header
+and footer by L{tests.test_dashboard}'s Chromium tests; the
 start lines of real runs, under twistd by L{tests.test_demo_signals} and
 under C{imapmig-daemon} by L{tests.test_testing_dovecot}.)
 """
@@ -10,14 +11,12 @@ under C{imapmig-daemon} by L{tests.test_testing_dovecot}.)
 from __future__ import annotations
 
 import os
-from html.parser import HTMLParser
 
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 from imapmig.config import loadConfig
-from imapmig.status.dashboard import loadStaticFiles
 from imapmig.tap import logStart
 
 
@@ -69,46 +68,3 @@ class StartLineTests(SynchronousTestCase):
                 (event["version"], event["jobs"], event["servers"]),
                 (imapmig.__version__, jobs, 1),
             )
-
-
-class _Footer(HTMLParser):
-    """
-    The ids of the elements inside C{<footer>}.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inside = False
-        self.ids: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "footer":
-            self.inside = True
-        elif self.inside:
-            self.ids.extend(value for name, value in attrs if name == "id" and value)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "footer":
-            self.inside = False
-
-
-class DashboardFooterTests(SynchronousTestCase):
-    """
-    The dashboard's footer has a place for the version, which its script
-    fills from C{/status.json} as it does the header's.  (The browser test
-    renders the page; this checks the two files agree.)
-    """
-
-    def test_footerVersion(self) -> None:
-        """
-        The footer holds C{#footer-version}, and the script puts
-        C{"v" + version} in it.
-        """
-        files = loadStaticFiles()
-        footer = _Footer()
-        footer.feed(files["index.html"].body.decode("utf-8"))
-        self.assertIn("footer-version", footer.ids)
-        self.assertIn(
-            b'put($("footer-version"), s.version ? "v" + s.version : "");',
-            files["dashboard.js"].body,
-        )
