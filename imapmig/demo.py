@@ -27,7 +27,12 @@ from collections import Counter
 
 from imapmig.testing.children import StopSignals, Stopped, dieWithParent
 from imapmig.testing.corpus import writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotNotFound,
+    DovecotStartFailed,
+    DovecotUser,
+)
 from imapmig.units import octets, plural
 
 STATUS_PORT = 8025
@@ -90,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped as e:
         _say(f"== Stopped by {signal.Signals(e.signum).name}")
         return e.exitStatus
+    except (DovecotNotFound, DovecotStartFailed) as e:
+        _say(f"== Dovecot did not start: {e}")
+        return 1
     finally:
         signals.uninstall()
 

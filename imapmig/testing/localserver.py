@@ -31,7 +31,12 @@ from typing import Sequence
 
 from imapmig.testing.children import StopSignals, Stopped
 from imapmig.testing.corpus import writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotNotFound,
+    DovecotStartFailed,
+    DovecotUser,
+)
 from imapmig.units import plural
 
 STATUS_PORT = 8025
@@ -85,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Stopped as e:
         _say(f"== Stopped by {signal.Signals(e.signum).name}")
         return 0
-    except DovecotStartFailed as e:
+    except (DovecotNotFound, DovecotStartFailed) as e:
         sys.stderr.write(f"Dovecot did not start: {e}\n")
         return 1
     finally:
