@@ -73,7 +73,7 @@ def dieWithParent() -> Callable[[], None]:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         prctl = libc.prctl
-    allSignals = set(signal.Signals)
+    allSignals = signal.valid_signals()
 
     def inChild() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, allSignals)
