@@ -192,21 +192,17 @@ jobs:
             mark = "ok" if have == count else "MISMATCH"
             problems += have != count
             _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
-        if problems or job["state"] != "done" or job["messages_failed"]:
-            _say("== Demo FAILED")
-            result = 1
-        else:
-            _say("== Demo passed: every message is in Dovecot.")
-            result = 0
-        if keep:
-            _say(f"== The daemon keeps serving {url} ; Ctrl-C (or SIGTERM) stops it.")
-            try:
+        result = 1 if problems or job["state"] != "done" or job["messages_failed"] else 0
+        # From here the result is known: a stop signal ends the demo with it.
+        try:
+            _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
+            if keep:
+                _say(f"== The daemon keeps serving {url} ; Ctrl-C (or SIGTERM) stops it.")
                 daemon.wait()
-            except Stopped:
-                pass
-            else:
                 _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
                 result = 1
+        except Stopped as e:
+            _say(f"== Stopped by {signal.Signals(e.signum).name}")
         return result
     finally:
         if daemon is not None:
