@@ -40,6 +40,7 @@ why), 2 on an invalid configuration.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -55,6 +56,7 @@ from imapmig.errors import ConfigError, ImapmigError, PermanentError
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.units import octets, plural
 
 if TYPE_CHECKING:
     from imapmig.preview import JobPlan
@@ -211,12 +213,16 @@ async def verify(
     reactor: Any,
     reportPath: str,
     out: TextIO,
+    besideState: bool = False,
 ) -> int:
     """
     Verify C{jobs}: print a summary and every difference to C{out}, write
     the JSON report to C{reportPath}.
 
-    @return: the exit status: 0 without differences, 1 otherwise.
+    @param besideState: C{reportPath} is the default one, beside the state
+        database (not given with C{--report}).
+    @return: the exit status: 0 without differences, 1 otherwise (also
+        when the report cannot be written: L{reportNotWritten} says why).
     """
     from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
@@ -247,8 +253,9 @@ async def verify(
         sourceCount = sum(m.sourceMessages for m in result.mailboxes)
         destinationCount = sum(m.destinationMessages for m in result.mailboxes)
         out.write(
-            f"{job.name}: {len(result.mailboxes)} mailboxes, {sourceCount} source messages,"
-            f" {destinationCount} in the destination: {len(differences)} differences\n"
+            f"{job.name}: {plural(len(result.mailboxes), 'mailbox', 'mailboxes')},"
+            f" {plural(sourceCount, 'source message')}, {destinationCount} in the"
+            f" destination: {plural(len(differences), 'difference')}\n"
         )
         for d in differences:
             where = d.folder or "-"
@@ -266,20 +273,32 @@ async def verify(
             f.write("\n")
         os.replace(partial, reportPath)
     except OSError as e:
-        out.write(f"cannot write the report {reportPath}: {e.strerror}; give --report FILE\n")
+        out.write(reportNotWritten(reportPath, e, besideState))
+        if os.path.exists(partial):
+            os.remove(partial)
         return 1
     out.write(f"report written to {reportPath}\n")
     return status
 
 
-def _octets(size: int) -> str:
+def reportNotWritten(path: str, error: OSError, besideState: bool) -> str:
     """
-    C{size} for a reader: octets, kB, MB or GB (powers of 1000).
+    The line saying that C{imapmig verify} could not write its report.
+
+    @param path: where it tried.
+    @param error: why not.
+    @param besideState: C{path} is the default, beside the state database.
+    @return: the line, with what to do about it.
     """
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
+    why = error.strerror or str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = f"the directory {os.path.dirname(os.path.abspath(path))} is not writable ({why})"
+    if besideState:
+        return (
+            f"cannot write the report {path} beside the state database: {why};"
+            " give --report FILE to write it elsewhere\n"
+        )
+    return f"cannot write the report {path}: {why}\n"
 
 
 def _sourceDescription(job: JobConfig) -> str:
@@ -317,11 +336,11 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
             (
                 folder,
                 str(f.messages),
-                _octets(f.size),
+                octets(f.size),
                 mailbox,
                 how,
                 str(f.migrated) if f.mailbox is not None else "-",
-                (f"{f.toCopy} ({_octets(f.toCopySize)})" if f.toCopy else "0")
+                (f"{f.toCopy} ({octets(f.toCopySize)})" if f.toCopy else "0")
                 if f.mailbox is not None
                 else "-",
             )
@@ -338,12 +357,12 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
     totals = preview.totals()
     failedBefore = sum(f.failedBefore for f in preview.folders)
     out.write(
-        f"  total: {totals['messages']} messages ({_octets(totals['size'])}) in"
-        f" {totals['folders']} folders ({totals['excluded_folders']} left out):"
+        f"  total: {plural(totals['messages'], 'message')} ({octets(totals['size'])}) in"
+        f" {plural(totals['folders'], 'folder')} ({totals['excluded_folders']} left out):"
         f" {totals['migrated']} migrated, {totals['to_copy']} to copy"
-        f" ({_octets(totals['to_copy_size'])})"
+        f" ({octets(totals['to_copy_size'])})"
         + (f", {failedBefore} of them failed before" if failedBefore else "")
-        + f"; {totals['mailboxes_to_create']} mailboxes to create\n"
+        + f"; {plural(totals['mailboxes_to_create'], 'mailbox', 'mailboxes')} to create\n"
     )
 
 
@@ -481,7 +500,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
 
         reportPath = args.report or defaultReportPath(config.statePath)
         return _runReactor(
-            lambda reactor: verify(config, args.job or names, store, reactor, reportPath, out)
+            lambda reactor: verify(
+                config, args.job or names, store, reactor, reportPath, out, args.report is None
+            )
         )
     finally:
         store.close()

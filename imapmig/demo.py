@@ -3,24 +3,43 @@ The demo behind C{make demo}: a generated sample Maildir migrated into a
 private local Dovecot by the real daemon (C{twistd -n imapmig}), with its
 status page, then checked message by message.
 
-    python -m imapmig.demo [--messages N] [--keep]
+    python -m imapmig.demo [--messages N] [--directory DIR] [--keep]
+
+Whatever ends it (its end, an error, C{SIGTERM}, C{SIGINT}, C{SIGHUP}) the
+daemon and Dovecot it started are stopped (the daemon first); if it is
+killed (C{SIGKILL}), the kernel stops them (C{PR_SET_PDEATHSIG}, see
+L{imapmig.testing.children}).  Its directory stays, for a look at the
+log and the state database; the next run empties it.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
 
+from imapmig.testing.children import StopSignals, Stopped, dieWithParent
 from imapmig.testing.corpus import writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotNotFound,
+    DovecotStartFailed,
+    DovecotUser,
+)
+from imapmig.units import octets, plural
 
 STATUS_PORT = 8025
+STOP_TIMEOUT = 30.0
+"""
+Seconds the daemon has to exit after C{SIGTERM} before it is killed.
+"""
 
 
 def _freePort() -> int:
@@ -42,37 +61,70 @@ def _status(url: str) -> dict[str, object] | None:
 
 def main(argv: list[str] | None = None) -> int:
     """
-    Run the demo; return the process exit status.
+    Run the demo; return the process exit status: 0 when every message
+    reached Dovecot, 1 when not, 128 + the signal's number when a stop
+    signal (C{TERM}, C{INT}, C{HUP}) ended it before its result was known.
+    Whatever ends it, the daemon and Dovecot it started are stopped.
     """
     parser = argparse.ArgumentParser(
         prog="python -m imapmig.demo",
         description=(
             "The demo behind `make demo`: a generated sample Maildir migrated into a"
             " private local Dovecot by the real daemon (twistd -n imapmig), with its"
-            " dashboard, then checked message by message."
+            " dashboard, then checked message by message. SIGTERM, SIGINT (Ctrl-C) or"
+            " SIGHUP stop the daemon and Dovecot it started; its directory stays."
         ),
     )
-    parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--directory", default="demo")
+    parser.add_argument("--messages", type=int, default=5000, help="how many (default 5000)")
     parser.add_argument(
-        "--keep", action="store_true", help="keep the daemon serving status after the run"
+        "--directory", default="demo", help="its working directory, emptied first (default demo)"
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the daemon (and Dovecot) serving after the check, until Ctrl-C or SIGTERM",
     )
     args = parser.parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Each line as it is printed, also through a pipe (make, tee).
+        sys.stdout.reconfigure(line_buffering=True)
+    signals = StopSignals()
+    signals.install()
+    try:
+        return _run(args.messages, os.path.abspath(args.directory), args.keep, signals)
+    except Stopped as e:
+        _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return e.exitStatus
+    except (DovecotNotFound, DovecotStartFailed) as e:
+        _say(f"== Dovecot did not start: {e}")
+        return 1
+    finally:
+        signals.uninstall()
 
-    base = os.path.abspath(args.directory)
+
+def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
+    """
+    The demo in C{base}; L{Stopped} when a stop signal comes before its
+    result is known.
+    """
     if os.path.exists(base):
         subprocess.run(["rm", "-rf", base], check=True)
     os.makedirs(base)
     os.chmod(base, 0o755)
-    print(f"== Generating a sample Maildir of {args.messages} messages in {base}/Maildir")
-    corpus = writeMaildir(os.path.join(base, "Maildir"), args.messages)
-    print(f"   folders: {', '.join('/'.join(f) for f in corpus.folders)}")
+    _say(f"== Generating a sample Maildir of {plural(messages, 'message')} in {base}/Maildir")
+    corpus = writeMaildir(os.path.join(base, "Maildir"), messages)
+    _say(f"   folders: {', '.join('/'.join(f) for f in corpus.folders)}")
 
     dovecot = DovecotInstance(
-        os.path.join(base, "dovecot"), users=(DovecotUser("demo", "demo-password"),)
+        os.path.join(base, "dovecot"),
+        users=(DovecotUser("demo", "demo-password"),),
+        dieWithParent=True,
     )
-    dovecot.start()
+    daemon: subprocess.Popen[bytes] | None = None
     try:
+        with signals.deferred():
+            dovecot.start()
+        _say(f"== Dovecot (pid {dovecot.pid}) on 127.0.0.1:{dovecot.port}")
         passwordFile = os.path.join(base, "demo.pw")
         with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("demo-password\n")
@@ -98,54 +150,39 @@ jobs:
 """
             )
         url = f"http://127.0.0.1:{statusPort}/"
-        print(f"== Configuration: {configPath}")
-        print(f"== Status page:   {url}   (JSON: {url}status.json)")
+        _say(f"== Configuration: {configPath}")
+        _say(f"== Status page:   {url}   (JSON: {url}status.json)")
         twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
         # The level filter (info by default) that imapmig-daemon applies.
         command = [
             twistd, "-n", "--pidfile=", "--logger=imapmig.loglevels.twistdLogObserver",
             "imapmig", "--config", configPath,
         ]  # fmt: skip
-        print("== Running:", " ".join(command))
         started = time.monotonic()
-        log = open(os.path.join(base, "imapmig.log"), "wb")
         # Run the daemon from the same code as this demo, installed or not.
         env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        final: dict[str, object] | None = None
-        while daemon.poll() is None and final is None:
-            time.sleep(0.5)
-            snapshot = _status(url + "status.json")
-            if snapshot is None:
-                continue
-            job = snapshot["jobs"][0]  # type: ignore[index]
-            total = job["messages_total"]
-            print(
-                f"   {job['state']:8} {job['messages_done']:>6}/"
-                f"{'(not yet counted)' if total is None else total}"
-                f" messages, {job['messages_failed']} failed,"
-                f" {int(job['bytes_done']) / 2**20:.1f} MiB"
+        with open(os.path.join(base, "imapmig.log"), "wb") as log, signals.deferred():
+            # A session of its own: the terminal's Ctrl-C and hangup reach
+            # the demo alone, which stops the daemon before Dovecot.
+            daemon = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=dieWithParent(),
             )
-            if job["state"] in ("done", "failed"):
-                final = snapshot
+        _say(f"== Running (pid {daemon.pid}):", " ".join(command))
+        final = _watch(daemon, url + "status.json")
         elapsed = time.monotonic() - started
         if final is None:
-            print(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
+            _say(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
             return 1
         job = final["jobs"][0]  # type: ignore[index]
-        print(f"== Job {job['state']} after {elapsed:.1f} s; final status.json:")
-        print(json.dumps(final, indent=2))
-        if args.keep:
-            print(f"== The daemon keeps serving {url} ; Ctrl-C to stop it.")
-            try:
-                daemon.wait()
-            except KeyboardInterrupt:
-                pass
-        daemon.terminate()
-        daemon.wait()
-        print(f"   (the daemon's log: {base}/imapmig.log)")
-
-        print("== Checking the destination against the source")
+        _say(f"== Job {job['state']} after {elapsed:.1f} s; final status.json:")
+        _say(json.dumps(final, indent=2))
+        _say("== Checking the destination against the source")
         fetched = dovecot.fetchAll("demo")
         expected = Counter(("/".join(m.folder) if m.folder != ("INBOX",) else "INBOX") for m in corpus.messages)
         found = {name.replace(".", "/"): len(messages) for name, messages in fetched.items()}
@@ -154,14 +191,74 @@ jobs:
             have = found.get(folder, 0)
             mark = "ok" if have == count else "MISMATCH"
             problems += have != count
-            print(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
-        if problems or job["state"] != "done" or job["messages_failed"]:
-            print("== Demo FAILED")
-            return 1
-        print("== Demo passed: every message is in Dovecot.")
-        return 0
+            _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
+        result = 1 if problems or job["state"] != "done" or job["messages_failed"] else 0
+        # From here the result is known: a stop signal ends the demo with it.
+        try:
+            _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
+            if keep:
+                _say(f"== The daemon keeps serving {url} ; Ctrl-C (or SIGTERM) stops it.")
+                daemon.wait()
+                _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
+                result = 1
+        except Stopped as e:
+            _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return result
     finally:
+        if daemon is not None:
+            _stopProcess(daemon)
+            _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def _watch(daemon: subprocess.Popen[bytes], url: str) -> dict[str, object] | None:
+    """
+    Print the job's progress from C{url} until it is done or failed.
+
+    @return: the last status, or L{None} when the daemon exited first.
+    """
+    while daemon.poll() is None:
+        time.sleep(0.5)
+        snapshot = _status(url)
+        if snapshot is None:
+            continue
+        job = snapshot["jobs"][0]  # type: ignore[index]
+        total = job["messages_total"]
+        _say(
+            f"   {job['state']:8} {job['messages_done']:>6}/"
+            f"{'(not yet counted)' if total is None else total}"
+            f" messages, {job['messages_failed']} failed,"
+            f" {octets(int(job['bytes_done']))}"
+        )
+        if job["state"] in ("done", "failed"):
+            return snapshot
+    return None
+
+
+def _stopProcess(process: subprocess.Popen[bytes]) -> None:
+    """
+    Stop C{process}: C{SIGTERM}, then C{SIGKILL} if it has not exited
+    within L{STOP_TIMEOUT} seconds.
+    """
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _say(*parts: str) -> None:
+    """
+    Print a line of the demo's console; once the console is gone (the
+    terminal closed: C{SIGHUP}), print nothing more, without failing.
+    """
+    try:
+        print(*parts)
+    except OSError:
+        # Python flushes stdout at exit and would fail there again.
+        sys.stdout = open(os.devnull, "w")
 
 
 def _portFree(port: int) -> bool:

@@ -292,10 +292,36 @@ def makeService(options: Options) -> IService:
         root = buildService(options.config, reactor, whenDone=whenDone)
         # Config.path: the file as given, made absolute.
         installReloadSignal(reactor, root, options.config.path)
-        return root
     except (ConfigError, PermanentError) as e:
         _exitWithProblems([str(e)])
         raise
     finally:
         # Paused by Options.postOptions.
         resumeCollection()
+    logStart(options["config"], options.config)
+    return root
+
+
+def logStart(path: str, config: Config) -> None:
+    """
+    Log which imapmig runs which configuration: under twistd, whose own
+    start line names twistd's version, the line that names imapmig's.
+
+    @param path: the configuration file.
+    @param config: what it holds.
+    """
+    from twisted.logger import Logger
+
+    import imapmig
+
+    jobs, servers = len(config.jobs), len(config.servers)
+    Logger(namespace="imapmig.tap").info(
+        "imapmig {version}: configuration {config}, {jobs} job{jobsPlural},"
+        " {servers} server{serversPlural}",
+        version=imapmig.__version__,
+        config=path,
+        jobs=jobs,
+        jobsPlural="" if jobs == 1 else "s",
+        servers=servers,
+        serversPlural="" if servers == 1 else "s",
+    )

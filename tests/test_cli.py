@@ -4,17 +4,21 @@ Tests for L{imapmig.cli}: the report of what the state database records.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import sys
 from typing import Callable
 
+from twisted.internet.defer import Deferred
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 
-from imapmig.cli import main, report
+from imapmig.cli import main, report, reportNotWritten, verify
+from imapmig.config import loadConfig
 from imapmig.state import FolderFallback, MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
@@ -248,4 +252,131 @@ class VersionTests(SynchronousTestCase):
         self.assertEqual(
             self.captured(lambda: options.parseOptions(["--version"])),
             (0, f"imapmig {imapmig.__version__}\n"),
+        )
+
+
+class VerifyReportPathTests(SynchronousTestCase):
+    """
+    Where C{imapmig verify} writes its report, and what it says when it
+    cannot.
+    """
+
+    def writeConfig(self) -> tuple[str, str]:
+        """
+        A configuration with one job and an empty state database.
+
+        @return: its path and the state database's.
+        """
+        base = os.path.abspath(self.mktemp())
+        maildir = os.path.join(base, "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        state = os.path.join(base, "state.sqlite")
+        SQLiteStateStore(state, seconds=lambda: 1.0).close()
+        config = os.path.join(base, "c.yaml")
+        with open(config, "w") as f:
+            f.write(
+                f"state: {state}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"
+                " destination: {server: s, user: a, password: p}}]\n"
+            )
+        # An inline password is refused in a file others may read.
+        os.chmod(config, 0o600)
+        return config, state
+
+    def verifyNothing(self, reportPath: str, besideState: bool) -> tuple[int, str]:
+        """
+        Run L{verify} on no job (it only writes the report).
+
+        @return: its exit status and output.
+        """
+        config, state = self.writeConfig()
+        store = SQLiteStateStore(state, seconds=lambda: 0.0, readOnly=True)
+        self.addCleanup(store.close)
+        out = io.StringIO()
+        status = self.successResultOf(
+            Deferred.fromCoroutine(
+                verify(
+                    loadConfig(config), [], store, MemoryReactorClock(), reportPath, out,
+                    besideState,
+                )  # fmt: skip
+            )
+        )
+        return status, out.getvalue()
+
+    def test_written(self) -> None:
+        """
+        The report is written where it is asked, and the command says where.
+        """
+        path = os.path.abspath(self.mktemp())
+        status, output = self.verifyNothing(path, False)
+        self.assertEqual((status, output), (0, f"report written to {path}\n"))
+        with open(path) as f:
+            self.assertEqual(json.load(f), [])
+
+    def test_notWritten(self) -> None:
+        """
+        A report that cannot be written (here its directory is a file)
+        makes the command exit 1 saying why, leaving no partial file.
+        """
+        blocker = os.path.abspath(self.mktemp())
+        open(blocker, "w").close()
+        path = os.path.join(blocker, "report.json")
+        status, output = self.verifyNothing(path, False)
+        self.assertEqual(
+            (status, output), (1, f"cannot write the report {path}: Not a directory\n")
+        )
+
+    def test_notWrittenBesideState(self) -> None:
+        """
+        When the default place beside the state database fails, the
+        message says so and points at C{--report}.
+        """
+        blocker = os.path.abspath(self.mktemp())
+        open(blocker, "w").close()
+        path = os.path.join(blocker, "imapmig-verify.json")
+        status, output = self.verifyNothing(path, True)
+        self.assertEqual(status, 1)
+        self.assertEqual(
+            output,
+            f"cannot write the report {path} beside the state database: Not a directory;"
+            " give --report FILE to write it elsewhere\n",
+        )
+
+    def test_directoryNotWritable(self) -> None:
+        """
+        Permission refused (or a read-only file system) is named as the
+        directory not being writable.
+        """
+        for code in (errno.EACCES, errno.EROFS):
+            error = OSError(code, os.strerror(code))
+            self.assertEqual(
+                reportNotWritten("/var/lib/imapmig/imapmig-verify.json", error, True),
+                "cannot write the report /var/lib/imapmig/imapmig-verify.json beside the"
+                " state database: the directory /var/lib/imapmig is not writable"
+                f" ({os.strerror(code)}); give --report FILE to write it elsewhere\n",
+            )
+        error = OSError(errno.EACCES, os.strerror(errno.EACCES))
+        self.assertEqual(
+            reportNotWritten("/srv/r.json", error, False),
+            f"cannot write the report /srv/r.json: the directory /srv is not writable"
+            f" ({os.strerror(errno.EACCES)})\n",
+        )
+
+    def test_defaultBesideState(self) -> None:
+        """
+        Without C{--report}, the report's path is beside the state
+        database, whatever the working directory.
+        """
+        from imapmig.verify import defaultReportPath
+
+        self.assertEqual(
+            defaultReportPath("/var/lib/imapmig/state.sqlite"),
+            "/var/lib/imapmig/imapmig-verify.json",
+        )
+        here = os.path.abspath(self.mktemp())
+        os.makedirs(here)
+        self.patch(os, "getcwd", lambda: here)
+        self.assertEqual(
+            defaultReportPath("state.sqlite"), os.path.join(here, "imapmig-verify.json")
         )

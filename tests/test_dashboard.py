@@ -542,11 +542,14 @@ class DashboardInChromiumTests(TestCase):
         self.assertIn("OK: 7 jobs, 0 differences", page.ids["verify-result"]["#text"])
         self.assertIn("Never counted: 1 job", page.ids["overall-uncounted"]["#text"])
         self.assertEqual(page.ids["connection"]["#text"], "Run finished")
+        # The version, in the header and the footer.
+        self.assertEqual(page.ids["version"]["#text"], "v0.1.0")
+        self.assertEqual(page.ids["footer-version"]["#text"], "v0.1.0")
 
     def test_finished(self) -> Deferred[None]:
         """
         After the run: the verify result is shown as OK, the job that never
-        listed its source is called never counted, and the status line says
-        the run finished.
+        listed its source is called never counted, the status line says
+        the run finished, and the header and the footer show the version.
         """
         return Deferred.fromCoroutine(self._finished())

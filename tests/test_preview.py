@@ -287,8 +287,8 @@ class TextTests(SynchronousTestCase):
         self.assertEqual(lines[0], "  destination namespace: prefix '', delimiter '/'")
         self.assertEqual(lines[1].split(), ["folder", "messages", "size", "mailbox", "how",
                                             "migrated", "to", "copy"])  # fmt: skip
-        self.assertEqual(lines[2].split(), ["INBOX", "3", "3.0", "kB", "INBOX", "name", "1",
-                                            "2", "(2.0", "kB)"])  # fmt: skip
+        self.assertEqual(lines[2].split(), ["INBOX", "3", "2.93", "KiB", "INBOX", "name", "1",
+                                            "2", "(1.95", "KiB)"])  # fmt: skip
         self.assertIn("Sent Items (\\Sent)", lines[3])
         self.assertIn("special-use", lines[3])
         self.assertIn("left out by the folder rules", lines[4])
@@ -297,8 +297,8 @@ class TextTests(SynchronousTestCase):
         self.assertEqual(lines[7], "  would subscribe New")
         self.assertEqual(
             lines[8],
-            "  total: 4 messages (2.5 MB) in 3 folders (1 left out): 1 migrated, 3 to copy"
-            " (2.5 MB); 1 mailboxes to create",
+            "  total: 4 messages (2.39 MiB) in 3 folders (1 left out): 1 migrated, 3 to copy"
+            " (2.39 MiB); 1 mailbox to create",
         )
         self.assertEqual(
             plan.toJSON()["create"], [{"mailbox": "New", "special_use": None}]

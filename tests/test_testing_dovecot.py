@@ -10,13 +10,18 @@ import hashlib
 import imaplib
 import io
 import os
+import signal
 import socket
 import ssl
+import stat
+import subprocess
 import sys
 from datetime import datetime, timezone
 
+import yaml
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
+import imapmig
 from imapmig.testing import dovecot
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
@@ -26,6 +31,8 @@ from imapmig.testing.dovecot import (
     FetchedMessage,
     requireDovecot,
 )
+from tests.processwatch import LineReader, ProcessWatch, defaultSignals, descendants
+from tests.support import sourceTreeEnvironment
 
 _HIDDEN = "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE LITERAL- UIDPLUS"
 
@@ -344,3 +351,178 @@ class DovecotInstanceTests(SynchronousTestCase):
         error = self.assertRaises(DovecotStartFailed, instance.start)
         self.assertIn("no_such_setting_here", str(error))
         self.assertIsNone(instance.pid)
+
+
+class FixedPortTests(SynchronousTestCase):
+    """
+    L{DovecotInstance} listens on the plain port it is given.
+    """
+
+    def test_port(self) -> None:
+        """
+        With C{port=P}, the plain IMAP port is P and the implicit-TLS port
+        another one; L{DovecotInstance.wait} returns once it is stopped.
+        """
+        requireDovecot(self)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            wanted = s.getsockname()[1]
+        instance = DovecotInstance(self.mktemp(), port=wanted)
+        self.addCleanup(instance.stop)
+        instance.start()
+        self.assertEqual(instance.port, wanted)
+        self.assertNotEqual(instance.tlsPort, wanted)
+        client = instance.imapClient("alice")
+        self.assertEqual(client.noop()[0], "OK")
+        client.logout()
+        assert instance.pid is not None
+        os.kill(instance.pid, signal.SIGTERM)
+        self.assertEqual(instance.wait(), 0)
+
+
+class LocalServerTests(SynchronousTestCase):
+    """
+    C{python -m imapmig.testing.dovecot}: a private Dovecot with seeded
+    accounts and a ready configuration, until a stop signal.
+    """
+
+    def setUp(self) -> None:
+        requireDovecot(self)
+
+    def start(self, *arguments: str) -> tuple[subprocess.Popen[bytes], LineReader, str]:
+        """
+        Start it with C{arguments}; wait until it serves.
+
+        @return: the process, its console, and the configuration's path.
+        """
+        process = subprocess.Popen(
+            [sys.executable, "-m", "imapmig.testing.dovecot", *arguments],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=sourceTreeEnvironment(),
+            cwd=self.workingDirectory(),
+            preexec_fn=defaultSignals,
+        )
+
+        def cleanUp() -> None:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            assert process.stdout is not None
+            process.stdout.close()
+
+        self.addCleanup(cleanUp)
+        console = LineReader(process)
+        configPath = console.until("== Configuration: ").split(": ", 1)[1]
+        console.until("== Serving until")
+        return process, console, configPath
+
+    def workingDirectory(self) -> str:
+        """
+        A new directory to run it from, so that nothing lands in trial's.
+        """
+        path: str = os.path.abspath(self.mktemp())
+        os.makedirs(path)
+        return path
+
+    def stop(self, process: subprocess.Popen[bytes], console: LineReader) -> str:
+        """
+        Send C{SIGTERM}; check that it exits 0 and that Dovecot (and every
+        process it started) is gone.
+
+        @return: the whole console.
+        """
+        watch = ProcessWatch(descendants(process.pid))
+        self.addCleanup(watch.killRemaining)
+        self.assertTrue(len(watch) > 0)
+        process.send_signal(signal.SIGTERM)
+        text = console.rest()
+        self.assertEqual(process.wait(60), 0, text)
+        self.assertEqual(watch.remaining(30), [], text)
+        self.assertIn("== Stopped by SIGTERM", text)
+        return text
+
+    def test_readyConfiguration(self) -> None:
+        """
+        The configuration it prints passes C{imapmig-daemon --check-config};
+        the daemon then migrates each seeded source account into its empty
+        destination; C{SIGTERM} stops Dovecot and removes the temporary
+        directory it made.
+        """
+        process, console, configPath = self.start("--users", "2", "--messages", "12")
+        text = "\n".join(console.lines)
+        self.assertIn("state:", text)
+        with open(configPath) as f:
+            config = yaml.safe_load(f)
+        self.assertEqual(stat.S_IMODE(os.stat(configPath).st_mode), 0o600)
+        self.assertEqual([job["name"] for job in config["jobs"]], ["source1", "source2"])
+        daemon = [sys.executable, "-m", "imapmig.daemon", "--config", configPath]
+        checked = subprocess.run(
+            [*daemon, "--check-config"], capture_output=True, env=sourceTreeEnvironment(),
+            timeout=60,
+        )  # fmt: skip
+        self.assertEqual(checked.returncode, 0, checked.stderr)
+        self.assertIn(b"configuration OK: 2 jobs, 1 server", checked.stdout)
+        ran = subprocess.run(
+            [*daemon, "--exit-when-done"], capture_output=True, env=sourceTreeEnvironment(),
+            timeout=120,
+        )  # fmt: skip
+        self.assertEqual(ran.returncode, 0, ran.stdout[-4000:])
+        # Both start lines name imapmig's version.
+        version = imapmig.__version__.encode("ascii")
+        self.assertIn(b"imapmig " + version + b" (python ", ran.stdout)
+        self.assertIn(b"imapmig " + version + b": configuration ", ran.stdout)
+        # imapmig verify, run from elsewhere, writes its report beside the
+        # state database; --report writes it where it says.
+        elsewhere = self.workingDirectory()
+        verify = [sys.executable, "-m", "imapmig.cli", "verify", "--config", configPath]
+        verified = subprocess.run(
+            verify, capture_output=True, env=sourceTreeEnvironment(), cwd=elsewhere, timeout=120
+        )
+        self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+        beside = os.path.join(os.path.dirname(config["state"]), "imapmig-verify.json")
+        self.assertIn(f"report written to {beside}".encode(), verified.stdout)
+        self.assertIn(b": 0 differences", verified.stdout)
+        self.assertTrue(os.path.exists(beside))
+        self.assertEqual(os.listdir(elsewhere), [])
+        verified = subprocess.run(
+            [*verify, "--report", "r.json"], capture_output=True, env=sourceTreeEnvironment(),
+            cwd=elsewhere, timeout=120,
+        )  # fmt: skip
+        self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+        self.assertEqual(os.listdir(elsewhere), ["r.json"])
+        port = int(config["servers"]["local"]["endpoint"].rsplit(":", 1)[1])
+        for job in config["jobs"]:
+            counts = []
+            for side in ("source", "destination"):
+                with open(job[side]["password_file"]) as f:
+                    password = f.read().strip()
+                client = imaplib.IMAP4("127.0.0.1", port)
+                client.login(job[side]["user"], password)
+                typ, data = client.select("INBOX", readonly=True)
+                counts.append(int(data[0] or b"0"))
+                client.logout()
+            self.assertEqual(counts[0], counts[1], job["name"])
+            self.assertGreater(counts[0], 0, job["name"])
+        self.stop(process, console)
+        self.assertFalse(os.path.exists(os.path.dirname(configPath)))
+
+    def test_directoryAndPort(self) -> None:
+        """
+        With C{--dir} and C{--port} it uses that port and keeps the
+        directory after C{SIGTERM}.
+        """
+        directory = os.path.abspath(self.mktemp())
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        process, console, configPath = self.start(
+            "--dir", directory, "--port", str(port), "--messages", "3"
+        )
+        self.assertEqual(configPath, os.path.join(directory, "imapmig.yaml"))
+        with open(configPath) as f:
+            config = yaml.safe_load(f)
+        self.assertEqual(config["servers"]["local"]["endpoint"], f"tcp:127.0.0.1:{port}")
+        self.stop(process, console)
+        self.assertTrue(os.path.exists(configPath))

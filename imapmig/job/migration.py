@@ -95,6 +95,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
 from imapmig.telemetry import ServerTelemetry
+from imapmig.units import plural
 
 log = Logger()
 
@@ -529,7 +530,7 @@ class MigrationJob:
                     fruitless += 1
                 if fruitless > self._retry.attempts:
                     return await self._failed(
-                        f"gave up after {self._retry.attempts} attempts in a row that"
+                        f"gave up after {plural(self._retry.attempts, 'attempt')} in a row that"
                         f" migrated nothing; the last: {reason}"
                     )
                 if not await self._waitToRetry(error, reason, fruitless):
@@ -813,7 +814,7 @@ class MigrationJob:
                         mailbox,
                         first.size,
                         failure=(
-                            f"not stored after {strikes} attempts, each ended by a"
+                            f"not stored after {plural(strikes, 'attempt')}, each ended by a"
                             f" failed connection; the last: {self._lastError}"
                         ),
                     )

@@ -40,6 +40,7 @@ from imapmig.errors import ImapmigError, escapedExcerpt
 from imapmig.progress import JobState
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.secrets import Secret
+from imapmig.units import plural
 
 log = Logger()
 
@@ -270,7 +271,8 @@ class ControlResource(Resource):
                         "ok": True,
                         "action": action,
                         "jobs": count,
-                        "message": f"{count} jobs {'paused' if action == 'pause-all' else 'resumed'}",
+                        "message": f"{plural(count, 'job')}"
+                        f" {'paused' if action == 'pause-all' else 'resumed'}",
                     }
                 )
 

@@ -88,6 +88,8 @@ from twisted.trial import unittest
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
 
+from imapmig.testing.children import dieWithParent
+
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
 _FETCH_CHUNK = 250
@@ -380,6 +382,8 @@ class DovecotInstance(AccountReader):
         masterUsers: Sequence[DovecotUser] = (),
         oauth2Introspection: str | None = None,
         oauth2Mechanisms: Sequence[str] = ("oauthbearer", "xoauth2"),
+        dieWithParent: bool = False,
+        port: int = 0,
     ) -> None:
         """
         Describe an instance; nothing happens on disk until L{start}.
@@ -437,6 +441,13 @@ class DovecotInstance(AccountReader):
             users' passwords still work with PLAIN and LOGIN.
         @param oauth2Mechanisms: the SASL mechanisms offered for tokens,
             among C{oauthbearer} and C{xoauth2}.
+        @param dieWithParent: have the kernel stop Dovecot (C{SIGTERM})
+            when this process dies, even by C{SIGKILL}
+            (L{imapmig.testing.children.dieWithParent}); only for a
+            single-threaded program that starts it from its main thread,
+            such as the demo.
+        @param port: the plain IMAP port to listen on; 0 (the default): a
+            free one.  The implicit-TLS port is always a free one.
         """
         if separator not in (".", "/"):
             raise ValueError(f"separator must be '.' or '/', not {separator!r}")
@@ -478,6 +489,8 @@ class DovecotInstance(AccountReader):
         self._passwdPath = os.path.join(self.baseDir, "passwd")
         self._mastersPath = os.path.join(self.baseDir, "masters")
         self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
+        self._dieWithParent = dieWithParent
+        self._fixedPort = port
 
     def __repr__(self) -> str:
         return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
@@ -505,6 +518,10 @@ class DovecotInstance(AccountReader):
         self._writeUsers()
         for attempt in range(3):
             self.port, self.tlsPort = _freePorts(2)
+            if self._fixedPort:
+                self.port, self.tlsPort = self._fixedPort, next(
+                    p for p in _freePorts(2) if p != self._fixedPort
+                )
             self._writeConfig()
             self._launch(binary)
             try:
@@ -538,6 +555,17 @@ class DovecotInstance(AccountReader):
         if self._runDir is not None and self._runDirIsTemporary:
             shutil.rmtree(self._runDir, ignore_errors=True)
         self._runDir = None
+
+    def wait(self) -> int:
+        """
+        Block until Dovecot exits (stopped by someone else, or failed).
+
+        @return: its exit status, as L{subprocess.Popen.wait} gives it.
+        @raise RuntimeError: it is not running.
+        """
+        if self._process is None:
+            raise RuntimeError(f"{self!r} is not running")
+        return self._process.wait()
 
     # -- inspection --------------------------------------------------------
 
@@ -813,6 +841,7 @@ class DovecotInstance(AccountReader):
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=dieWithParent() if self._dieWithParent else None,
             )
         self.pid = self._process.pid
         _RUNNING.add(self)
@@ -1229,3 +1258,11 @@ subjectAltName = DNS:localhost, IP:127.0.0.1
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid:always
 """
+
+
+if __name__ == "__main__":
+    # python -m imapmig.testing.dovecot: a server to try imapmig on.  The
+    # code lives in its own module, which imports this one by its name.
+    from imapmig.testing.localserver import main
+
+    raise SystemExit(main())

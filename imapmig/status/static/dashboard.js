@@ -32,6 +32,8 @@
   // ---- formatting (binary units, en-US separators) ----
   var numberFormat = new Intl.NumberFormat("en-US");
   function count(n) { return typeof n === "number" ? numberFormat.format(n) : "–"; }
+  // "1 job", "2 jobs": the noun agrees with the number (imapmig.units.plural).
+  function counted(n, one, many) { return count(n) + " " + (n === 1 ? one : many); }
   function bytes(n) {
     if (typeof n !== "number") return "–";
     if (n < 1024) return n + " B";
@@ -216,6 +218,7 @@
     $("updated").dateTime = new Date(s.time * 1000).toISOString();
     put($("updated"), clock(s.time, true));
     put($("version"), s.version ? "v" + s.version : "");
+    put($("footer-version"), s.version ? "v" + s.version : "");
     var allCounted = totals.jobs_counted === totals.jobs_total;
     var uncounted = (totals.jobs_total || 0) - (totals.jobs_counted || 0);
     put($("overall-done"), count(totals.messages_done), totals.messages_done);
@@ -267,7 +270,8 @@
     if (!v) { verify.removeAttribute("data-outcome"); verify.removeAttribute("data-text"); }
     if (v) {
       verify.setAttribute("data-outcome", v.ok ? "ok" : "differences");
-      var summary = (v.ok ? "✓ OK: " : "✕ ") + count(v.jobs) + " jobs, " + count(v.differences) + " differences";
+      var summary = (v.ok ? "✓ OK: " : "✕ ") + counted(v.jobs, "job", "jobs") + ", " +
+        counted(v.differences, "difference", "differences");
       if (verify.getAttribute("data-text") !== summary + v.time + v.path) {
         verify.setAttribute("data-text", summary + v.time + v.path);
         while (verify.firstChild) verify.removeChild(verify.firstChild);
@@ -574,10 +578,11 @@
   function renderDetail(answer) {
     var job = answer.job || {};
     put($("job-detail-summary"), stateWords(job.state) + " · " + count(job.messages_done) + " of " +
-      (job.counted ? count(job.messages_total) : "(not yet counted)") + " messages · " +
+      (job.counted ? count(job.messages_total) : "(not yet counted)") +
+      (job.counted && job.messages_total === 1 ? " message · " : " messages · ") +
       count(job.messages_failed) + " failed · " + count(job.messages_already_present) + " already present · " +
       bytes(job.bytes_done) + (job.counted ? " of " + bytes(job.bytes_total) : "") + " · " +
-      count(job.reconnects) + " reconnects");
+      counted(job.reconnects, "reconnect", "reconnects"));
     var err = $("job-detail-error");
     err.hidden = !job.error;
     put(err, job.error ? "Error: " + job.error : "");

@@ -1,0 +1,263 @@
+# -*- test-case-name: tests.test_testing_dovecot -*-
+"""
+A local IMAP server to try imapmig on, outside the demo: what
+C{python -m imapmig.testing.dovecot} runs.
+
+    python -m imapmig.testing.dovecot [--dir DIR] [--users N] [--messages N] [--port P]
+
+It starts a private Dovecot on 127.0.0.1 (as the tests do: L{DovecotInstance}),
+with N source accounts (C{source1}, ...) each seeded with generated
+messages in several folders and N empty destination accounts (C{dest1},
+...), writes an imapmig configuration with one job per pair (passwords in
+private files beside it), prints it and the commands that try it, then
+serves until C{SIGTERM}, C{SIGINT} (Ctrl-C) or C{SIGHUP}; then Dovecot
+stops and a directory it created itself is removed (one given with
+C{--dir} is kept).  If it is killed, the kernel stops Dovecot
+(L{imapmig.testing.children}).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from typing import Sequence
+
+from imapmig.testing.children import StopSignals, Stopped
+from imapmig.testing.corpus import writeMaildir
+from imapmig.testing.dovecot import (
+    DovecotInstance,
+    DovecotNotFound,
+    DovecotStartFailed,
+    DovecotUser,
+)
+from imapmig.units import plural
+
+STATUS_PORT = 8025
+"""
+The status port the configuration names when it is free (the demo's).
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run the server until a stop signal; return the exit status: 0 when
+    stopped by a signal (the way it ends), 1 when Dovecot could not start
+    or exited by itself.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m imapmig.testing.dovecot",
+        description=(
+            "A private Dovecot on 127.0.0.1 with source accounts full of generated"
+            " messages and empty destination accounts, and a ready imapmig"
+            " configuration to migrate between them. Runs until Ctrl-C or SIGTERM."
+        ),
+    )
+    parser.add_argument(
+        "--dir",
+        help="where to keep Dovecot's files, the configuration and the state database"
+        " (kept at the end; default: a new temporary directory, removed at the end)",
+    )
+    parser.add_argument(
+        "--users", type=int, default=1, help="how many source/destination pairs (default 1)"
+    )
+    parser.add_argument(
+        "--messages", type=int, default=100, help="messages per source account (default 100)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="the IMAP (STARTTLS) port (default: a free one)"
+    )
+    args = parser.parse_args(argv)
+    if args.users < 1 or args.messages < 0 or not 0 <= args.port < 65536:
+        parser.error("--users must be at least 1, --messages at least 0, --port 0 to 65535")
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    signals = StopSignals()
+    signals.install()
+    if args.dir is None:
+        base, removeAtEnd = tempfile.mkdtemp(prefix="imapmig-try-"), True
+    else:
+        base, removeAtEnd = os.path.abspath(args.dir), False
+        os.makedirs(base, exist_ok=True)
+    try:
+        return _serve(base, args.users, args.messages, args.port, removeAtEnd, signals)
+    except Stopped as e:
+        _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return 0
+    except (DovecotNotFound, DovecotStartFailed) as e:
+        sys.stderr.write(f"Dovecot did not start: {e}\n")
+        return 1
+    finally:
+        if removeAtEnd:
+            shutil.rmtree(base, ignore_errors=True)
+        signals.uninstall()
+
+
+def _serve(
+    base: str, users: int, messages: int, port: int, removeAtEnd: bool, signals: StopSignals
+) -> int:
+    """
+    Start and seed Dovecot in C{base}, write and print the configuration,
+    and wait for Dovecot to exit (L{Stopped} comes first, normally).
+    """
+    pairs = [
+        (
+            DovecotUser(f"source{i}", secrets.token_urlsafe(12)),
+            DovecotUser(f"dest{i}", secrets.token_urlsafe(12)),
+        )
+        for i in range(1, users + 1)
+    ]
+    dovecot = DovecotInstance(
+        os.path.join(base, "dovecot"),
+        users=[user for pair in pairs for user in pair],
+        port=port,
+        dieWithParent=True,
+    )
+    try:
+        with signals.deferred():
+            dovecot.start()
+        seeded = []
+        for number, (source, _destination) in enumerate(pairs, start=1):
+            # A directory given again keeps its accounts (and the state
+            # database that knows what was copied).
+            if not os.path.isdir(dovecot.maildirPath(source.name)):
+                writeMaildir(dovecot.maildirPath(source.name), messages, seed=number)
+                dovecot.chownHome(source.name)
+                seeded.append(source.name)
+        configPath = writeConfiguration(base, dovecot, pairs)
+        _say(
+            f"== Dovecot (pid {dovecot.pid}) on 127.0.0.1: IMAP with STARTTLS on port"
+            f" {dovecot.port}, implicit TLS on {dovecot.tlsPort}; its CA"
+            f" certificate: {dovecot.caCertificatePath}"
+        )
+        for source, destination in pairs:
+            _say(
+                f"   {source.name}"
+                + (f" ({plural(messages, 'message')})" if source.name in seeded else " (as before)")
+                + f" -> {destination.name}"
+            )
+        _say(f"== Configuration: {configPath}")
+        with open(configPath) as f:
+            _say(f.read().rstrip("\n"))
+        _say("== Try it:")
+        for command in _commands(configPath):
+            _say("   " + command)
+        _say(
+            "== Serving until Ctrl-C or SIGTERM; then Dovecot stops and "
+            + (f"{base} is removed." if removeAtEnd else f"{base} stays.")
+        )
+        status = dovecot.wait()
+        _say(f"== Dovecot exited with status {status}; its log: {dovecot.baseDir}/dovecot.log")
+        return 1
+    finally:
+        dovecot.stop()
+
+
+def writeConfiguration(
+    base: str, dovecot: DovecotInstance, pairs: Sequence[tuple[DovecotUser, DovecotUser]]
+) -> str:
+    """
+    Write an imapmig configuration migrating each pair's source account
+    into its destination on C{dovecot}, the passwords in files of
+    C{base/secrets} (0600), the state database in C{base}.
+
+    @return: the configuration's path, C{base/imapmig.yaml} (0600).
+    """
+    secretsDir = os.path.join(base, "secrets")
+    os.makedirs(secretsDir, mode=0o700, exist_ok=True)
+    jobs = []
+    for source, destination in pairs:
+        files = []
+        for user in (source, destination):
+            path = os.path.join(secretsDir, f"{user.name}.pw")
+            _writePrivate(path, user.password + "\n")
+            files.append(path)
+        jobs.append(
+            f"  - name: {source.name}\n"
+            f"    source: {{server: local, user: {source.name}, password_file: {files[0]}}}\n"
+            f"    destination: {{server: local, user: {destination.name},"
+            f" password_file: {files[1]}}}\n"
+        )
+    statusPort = STATUS_PORT if _portFree(STATUS_PORT) else _freePort()
+    configPath = os.path.join(base, "imapmig.yaml")
+    _writePrivate(
+        configPath,
+        f"""\
+# Written by python -m imapmig.testing.dovecot: a private Dovecot on
+# 127.0.0.1:{dovecot.port}, one job per source account.
+state: {base}/state.sqlite
+status:
+  listen: "tcp:{statusPort}:interface=127.0.0.1"
+servers:
+  local:
+    endpoint: "tcp:127.0.0.1:{dovecot.port}"
+    starttls: required
+    tls_ca: {dovecot.caCertificatePath}
+    tls_hostname: localhost
+jobs:
+"""
+        + "".join(jobs),
+    )
+    return configPath
+
+
+def _commands(configPath: str) -> list[str]:
+    """
+    The commands that try imapmig on C{configPath}, with this Python's
+    scripts when they are installed beside it.
+    """
+
+    def script(name: str) -> str:
+        path = os.path.join(os.path.dirname(sys.executable), name)
+        return path if os.access(path, os.X_OK) else name
+
+    daemon, command = script("imapmig-daemon"), script("imapmig")
+    return [
+        f"{daemon} --config {configPath} --check-config",
+        f"{command} plan --config {configPath}",
+        f"{daemon} --config {configPath} --exit-when-done",
+        f"{command} report --config {configPath}",
+        f"{command} verify --config {configPath}",
+    ]
+
+
+def _writePrivate(path: str, text: str) -> None:
+    """
+    Write C{text} to a new file C{path} readable by its owner only.
+    """
+    if os.path.exists(path):
+        os.remove(path)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+
+
+def _portFree(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _freePort() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _say(line: str) -> None:
+    """
+    Print a line; once the console is gone (the terminal closed), print
+    nothing more, without failing.
+    """
+    try:
+        print(line)
+    except OSError:
+        sys.stdout = open(os.devnull, "w")

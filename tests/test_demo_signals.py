@@ -1,0 +1,216 @@
+"""
+Tests for how L{imapmig.demo} ends: whatever stops it (a stop signal
+during the run or while it keeps serving, C{SIGKILL}, C{make} stopped),
+the daemon and the Dovecot it started, and their children, are gone.
+
+Each test runs the demo as a child process on a private Dovecot, reads
+its console for the pids it prints, takes every process below it by pid
+(L{tests.processwatch}: pidfds, so that tests running beside it cannot
+interfere), signals it, and waits, with a generous deadline, for each of
+those processes to exit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from twisted.trial.unittest import SynchronousTestCase
+
+import imapmig
+from imapmig.testing.dovecot import requireDovecot
+from tests.processwatch import LineReader, ProcessWatch, defaultSignals, descendants
+from tests.support import sourceTreeEnvironment
+
+_PID = re.compile(r"\(pid (\d+)\)")
+
+
+class DemoRun:
+    """
+    The demo running as a child process of the test.
+    """
+
+    def __init__(self, testCase: SynchronousTestCase, *arguments: str) -> None:
+        # A short directory: Dovecot's sockets then live inside it, and
+        # nothing is left in /tmp even when the demo is killed.
+        self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
+        testCase.addCleanup(shutil.rmtree, self.directory, True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "imapmig.demo", "--directory",
+             os.path.join(self.directory, "d"), *arguments],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=sourceTreeEnvironment(),
+            cwd=self.directory,
+            preexec_fn=defaultSignals,
+        )  # fmt: skip
+        testCase.addCleanup(self._cleanUp)
+        self.output = LineReader(self.process)
+        self.watch: ProcessWatch | None = None
+
+    def started(self) -> tuple[int, int]:
+        """
+        Wait until the demo has started Dovecot and the daemon, and take
+        every process below it.
+
+        @return: the pids of Dovecot's master and of the daemon.
+        """
+        dovecot = int(_PID.findall(self.output.until("== Dovecot (pid"))[0])
+        daemon = int(_PID.findall(self.output.until("== Running (pid"))[0])
+        below = descendants(self.process.pid)
+        self.watch = ProcessWatch(below)
+        assert dovecot in below and daemon in below, (dovecot, daemon, below)
+        return dovecot, daemon
+
+    def ended(self) -> tuple[int, list[int], str]:
+        """
+        Wait for the demo to exit, and for every process taken by
+        L{started} to exit.
+
+        @return: the demo's exit status, the pids still running and the
+            whole console.
+        """
+        assert self.watch is not None
+        console = self.output.rest()
+        status = self.process.wait(60)
+        return status, self.watch.remaining(30), console
+
+    def _cleanUp(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        if self.watch is not None:
+            self.watch.killRemaining()
+
+
+class DemoSignalTests(SynchronousTestCase):
+    """
+    The demo stops what it started, however it is stopped.
+    """
+
+    def setUp(self) -> None:
+        requireDovecot(self)
+
+    def stopDuringRun(self, signum: int) -> None:
+        """
+        Send C{signum} to the demo as soon as it has started the daemon
+        (long before 300 messages are migrated and checked) and check that
+        it exits with 128 + the signal's number, leaving nothing running.
+        """
+        run = DemoRun(self, "--messages", "300")
+        run.started()
+        run.process.send_signal(signum)
+        status, remaining, console = run.ended()
+        self.assertEqual(remaining, [], console)
+        self.assertEqual(status, 128 + signum, console)
+        self.assertIn(f"== Stopped by {signal.Signals(signum).name}", console)
+
+    def test_sigtermDuringRun(self) -> None:
+        """
+        C{SIGTERM} (kill, systemd) during the migration stops the daemon
+        and Dovecot; the demo exits 143.
+        """
+        self.stopDuringRun(signal.SIGTERM)
+
+    def test_sigintDuringRun(self) -> None:
+        """
+        C{SIGINT} (Ctrl-C) during the migration stops the daemon and
+        Dovecot; the demo exits 130.
+        """
+        self.stopDuringRun(signal.SIGINT)
+
+    def test_sighupDuringRun(self) -> None:
+        """
+        C{SIGHUP} (the terminal closed) during the migration stops the
+        daemon and Dovecot; the demo exits 129.
+        """
+        self.stopDuringRun(signal.SIGHUP)
+
+    def test_sigtermWhileServing(self) -> None:
+        """
+        With C{--keep}, once the demo has checked the destination and
+        serves the status page, C{SIGTERM} is the expected way to end it:
+        the daemon and Dovecot stop and the exit status is the check's (0).
+        """
+        run = DemoRun(self, "--messages", "30", "--keep")
+        run.started()
+        run.output.until("== The daemon keeps serving")
+        self.assertIn("== Demo passed", "\n".join(run.output.lines))
+        run.process.send_signal(signal.SIGTERM)
+        status, remaining, console = run.ended()
+        self.assertEqual(remaining, [], console)
+        self.assertEqual(status, 0, console)
+        # Under twistd, whose own start line names twistd's version, the
+        # daemon names imapmig's.
+        with open(os.path.join(run.directory, "d", "imapmig.log")) as f:
+            self.assertIn(f"imapmig {imapmig.__version__}: configuration ", f.read())
+
+    def test_sigkill(self) -> None:
+        """
+        The demo killed (C{SIGKILL}, which it cannot catch): the kernel
+        sends its children C{SIGTERM} (C{PR_SET_PDEATHSIG}) and they stop.
+        """
+        run = DemoRun(self, "--messages", "30", "--keep")
+        run.started()
+        run.output.until("== The daemon keeps serving")
+        run.process.send_signal(signal.SIGKILL)
+        status, remaining, console = run.ended()
+        self.assertEqual(remaining, [], console)
+        self.assertEqual(status, -signal.SIGKILL)
+
+    def test_makeStopped(self) -> None:
+        """
+        C{make} given C{SIGTERM} while it runs the demo (the recipe of
+        C{make demo}) passes it on, and the demo stops what it started.
+        """
+        make = shutil.which("make")
+        if make is None:
+            self.fail("make is not installed")
+        run = _MakeRun(self, make)
+        run.started()
+        run.process.send_signal(signal.SIGTERM)
+        status, remaining, console = run.ended()
+        self.assertEqual(remaining, [], console)
+        self.assertIn("== Stopped by SIGTERM", console)
+        # make reports the recipe's failure, then ends itself by the
+        # signal it received.
+        self.assertNotEqual(status, 0, console)
+
+
+class _MakeRun(DemoRun):
+    """
+    The demo run by C{make}, with the recipe of the Makefile's C{demo}
+    target (its C{setup} prerequisite aside: it installs packages).
+    """
+
+    def __init__(self, testCase: SynchronousTestCase, make: str) -> None:
+        self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
+        testCase.addCleanup(shutil.rmtree, self.directory, True)
+        makefile = os.path.join(self.directory, "Makefile")
+        with open(makefile, "w") as f:
+            f.write(
+                f"BIN = {os.path.dirname(sys.executable)}\n"
+                "demo:\n"
+                "\t$(BIN)/python -m imapmig.demo --messages 300"
+                f" --directory {os.path.join(self.directory, 'd')}\n"
+            )
+        self.process = subprocess.Popen(
+            [make, "-f", makefile, "demo"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=sourceTreeEnvironment(),
+            cwd=self.directory,
+            preexec_fn=defaultSignals,
+        )
+        testCase.addCleanup(self._cleanUp)
+        self.output = LineReader(self.process)
+        self.watch = None
