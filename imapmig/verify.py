@@ -41,6 +41,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
+from imapmig.units import plural
 
 log = Logger()
 
@@ -551,8 +552,10 @@ async def verifyJob(
                 mailbox, sourceSide, uidValidity, destination, recorded, failures
             )
             log.info(
-                "verify {job}: {mailbox}: {source} source messages, {destination} in the"
-                " destination, {differences} differences",
+                "verify {job}: {mailbox}: {sourceMessages}, {destination} in the"
+                " destination, {differencesFound}",
+                sourceMessages=plural(report.sourceMessages, "source message"),
+                differencesFound=plural(len(report.differences), "difference"),
                 job=job,
                 mailbox=mailbox,
                 source=report.sourceMessages,

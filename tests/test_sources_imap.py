@@ -562,10 +562,10 @@ class NamespaceFolderTests(SourceTestCase):
         self.assertEqual(
             lines,
             [
-                "alice at source: 1 mailboxes in the other users' namespace left out,"
+                "alice at source: 1 mailbox in the other users' namespace left out,"
                 " among them ['#users.bob.INBOX']; a folder rule (include) naming them"
                 " copies them",
-                "alice at source: 1 mailboxes outside the personal namespace left"
+                "alice at source: 1 mailbox outside the personal namespace left"
                 " out, among them ['Stray']; a folder rule (include) naming them copies them",
                 "alice at source: 2 mailboxes in the shared namespace left out, among"
                 " them ['#shared.team', '#shared.team.x']; a folder rule (include) naming"

@@ -33,6 +33,7 @@ from imapmig.plan import (
 from imapmig.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
 from imapmig.sources.imap import FlagChange
 from imapmig.state import IStateStore, MessageOutcome
+from imapmig.units import plural
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -240,11 +241,12 @@ class DestinationPreparation:
             index = await indexMailbox(session, mailbox, self._identity, placed)
             if index is not None:
                 log.info(
-                    "Job {job}: {mailbox} already holds {count} messages no record"
+                    "Job {job}: {mailbox} already holds {messages} no record"
                     " accounts for; those found in the source will not be appended again",
                     job=self._job,
                     mailbox=mailbox,
                     count=len(index),
+                    messages=plural(len(index), "message"),
                 )
                 target.presence = index
         return prepared

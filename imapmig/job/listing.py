@@ -25,6 +25,7 @@ from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
 from imapmig.state import FolderMark, IStateStore, MessageOutcome
+from imapmig.units import plural
 
 __all__ = ["Listed", "SourceListing", "folderOctets"]
 
@@ -179,10 +180,12 @@ class SourceListing:
             folders, self._excluded, already, already - recorder.appended - recorder.present
         )
         log.info(
-            "Job {job}: {total} messages in {folders} folders, {pending} to copy",
+            "Job {job}: {messages} in {inFolders}, {pending} to copy",
             job=self._job,
             total=total,
+            messages=plural(total, "message"),
             folders=len(listed),
+            inFolders=plural(len(listed), "folder"),
             pending=total - already,
         )
         return listings

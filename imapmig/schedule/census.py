@@ -44,6 +44,7 @@ from imapmig.imap.session import IMAPSession
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionNotGranted
 from imapmig.sources.counting import SourceCount, countIMAPSession
+from imapmig.units import plural
 
 __all__ = ["CENSUS_CONNECTIONS", "CENSUS_TIMEOUT", "SourceCensus"]
 
@@ -186,8 +187,9 @@ class SourceCensus(Service):
         queue = deque(job for job in self._jobs if self._wanted(job))
         if queue:
             log.info(
-                "Census: counting the sources of {count} queued jobs, {at} at a time",
+                "Census: counting the sources of {jobs}, {at} at a time",
                 count=len(queue),
+                jobs=plural(len(queue), "queued job"),
                 at=self._connections,
             )
         while queue and not self._stopping:
@@ -250,8 +252,10 @@ class SourceCensus(Service):
             ):
                 self.counted += 1
                 log.debug(
-                    "Census: job {job}: {messages} messages ({octets} octets) in"
-                    " {folders} folders",
+                    "Census: job {job}: {messagesCounted} ({octets} octets) in"
+                    " {inFolders}",
+                    messagesCounted=plural(count.messages, "message"),
+                    inFolders=plural(count.folders, "folder"),
                     job=job.name,
                     messages=count.messages,
                     octets=count.octets,

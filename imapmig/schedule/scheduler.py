@@ -35,6 +35,7 @@ from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancell
 from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import IStateStore
+from imapmig.units import plural
 
 log = Logger()
 
@@ -238,8 +239,9 @@ class JobQueueService(Service):
             return
         allCompleted = not self._incomplete and not self._queue.counts().cancelled
         log.info(
-            "Job queue drained: {count} jobs, {outcome}",
+            "Job queue drained: {jobs}, {outcome}",
             count=len(self._started),
+            jobs=plural(len(self._started), "job"),
             outcome="all completed" if allCompleted else "some failed or were cancelled",
         )
         if self._whenDone is not None:

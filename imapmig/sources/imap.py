@@ -95,6 +95,7 @@ from imapmig.sources.labelviews import (
     planLabelViews,
     resolveLabelViews,
 )
+from imapmig.units import plural
 
 __all__ = [
     "COMMAND_BYTES",
@@ -869,11 +870,12 @@ class IMAPSource:
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
         for where, names in leftOut.items():
             log.info(
-                "{source}: {count} mailboxes {where} left out, among them {names};"
+                "{source}: {mailboxes} {where} left out, among them {names};"
                 " a folder rule (include) naming them copies them",
                 source=self.description,
                 job=self._job,
                 count=len(names),
+                mailboxes=plural(len(names), "mailbox", "mailboxes"),
                 where=where,
                 names=names[:LEFT_OUT_SHOWN],
             )
@@ -967,8 +969,10 @@ class IMAPSource:
         kept, dropped = labels.listed(folder, items, folderLabels(folder, wireName))
         if dropped:
             log.info(
-                "{source}: {count} messages of {folder} are also in other folders"
-                " and are copied from there only",
+                "{source}: {messages} of {folder} {are} also in other folders"
+                " and {are} copied from there only",
+                messages=plural(dropped, "message"),
+                are="is" if dropped == 1 else "are",
                 source=self.description,
                 job=self._job,
                 count=dropped,
