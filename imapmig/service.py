@@ -12,6 +12,10 @@ Assembly: turn a L{Config} into the daemon's service tree.
       +- SourceCensus      counts the sources of the queued jobs, so that
                            the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
+                           (L{imapmig.listener.ListenerService})
+      +- systemd notifier  READY, STATUS, WATCHDOG, STOPPING, RELOADING
+                           (L{imapmig.notifyservice}), only when started
+                           by systemd with C{$NOTIFY_SOCKET}
 
 Endpoint strings become endpoints here, and only here.
 """
@@ -19,8 +23,9 @@ Endpoint strings become endpoints here, and only here.
 from __future__ import annotations
 
 import functools
+import os
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Protocol
 
 from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
@@ -350,16 +355,44 @@ def retryPolicyFor(job: JobConfig) -> RetryPolicy:
     )
 
 
+class ReloadObserver(Protocol):
+    """
+    Told about every reload, in this order (issue 19's contract: the
+    reload slice's C{imapmig.reload.IReloadObserver}, which this stands
+    for until merged).
+    """
+
+    def reloadStarted(self) -> None:
+        """
+        A reload begins.
+        """
+
+    def reloadEnded(self, applied: bool) -> None:
+        """
+        It is over; C{applied}: whether the new configuration was applied.
+        """
+
+
 class MigrationService(MultiService):
     """
     The daemon: the job queue, the status listener, and the state store
     they share (closed when the service stops).
+
+    @ivar reloadObservers: those told about every reload, in the order
+        they were added (L{addReloadObserver}).
     """
 
     def __init__(self, store: IStateStore, progress: MigrationProgress) -> None:
         MultiService.__init__(self)
         self.store = store
         self.progress = progress
+        self.reloadObservers: list[ReloadObserver] = []
+
+    def addReloadObserver(self, observer: ReloadObserver) -> None:
+        """
+        Tell C{observer} about every reload from now on.
+        """
+        self.reloadObservers.append(observer)
 
     def stopService(self) -> Deferred[None]:
         d: Deferred[None] = MultiService.stopService(self)
@@ -451,6 +484,7 @@ def buildService(
     reactor: Any,
     whenDone: Callable[[bool], None] | None = None,
     store: IStateStore | None = None,
+    environ: Mapping[str, str] = os.environ,
 ) -> MigrationService:
     """
     Assemble the daemon from C{config}.
@@ -460,6 +494,11 @@ def buildService(
         queue is drained; L{None} keeps the daemon serving status.
     @param store: the state store; by default the SQLite file the
         configuration names.
+    @param environ: the process's environment: with systemd's
+        C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
+        systemd (L{imapmig.notifyservice}); those variables are then
+        removed from it (when it can be changed: C{os.environ}), so that
+        child processes do not inherit them.
     """
     if store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
@@ -514,12 +553,14 @@ def buildService(
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
+    whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
-        # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
+        # Imported here: twisted.web (~30 ms) and the endpoint parser are
         # start-up that a daemon without a status page need not pay
         # (bench/startup.py).
-        from twisted.application import strports
+        from twisted.internet.endpoints import serverFromString
 
+        from imapmig.listener import ListenerService
         from imapmig.status.controls import ControlResource
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
@@ -539,9 +580,47 @@ def buildService(
                 {job.name: job.destination.server.name for job in config.jobs},
             ),
         )
-        listener = strports.service(
-            config.status.listen, buildStatusSite(status, reactor), reactor=reactor
+        listener = ListenerService(
+            serverFromString(reactor, config.status.listen),
+            buildStatusSite(status, reactor),
+            config.status.listen,
         )
         listener.setName("status")
         listener.setServiceParent(root)
+        whenListening = listener.whenListening
+    notifierFor(root, reactor, environ, whenListening)
     return root
+
+
+def notifierFor(
+    root: MigrationService,
+    reactor: Any,
+    environ: Mapping[str, str],
+    whenListening: Callable[[], Deferred[None]] | None,
+) -> None:
+    """
+    Add the systemd notifier to C{root}, last, when C{environ} names a
+    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
+    L{buildService}).
+    """
+    # Imported here: a leaf each, small; only a daemon under systemd
+    # needs them.
+    from imapmig.notifyservice import SystemdNotifyService
+    from imapmig.sdnotify import (
+        notifierFromEnvironment,
+        unsetNotifyEnvironment,
+        watchdogSeconds,
+    )
+
+    notifier = notifierFromEnvironment(environ)
+    watchdog = watchdogSeconds(environ, os.getpid())
+    if isinstance(environ, MutableMapping):
+        unsetNotifyEnvironment(environ)
+    if notifier is None:
+        return
+    service = SystemdNotifyService(
+        notifier, reactor, root.progress.summary, whenListening, watchdog
+    )
+    service.setName("systemd")
+    service.setServiceParent(root)
+    root.addReloadObserver(service)
