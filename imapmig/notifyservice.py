@@ -178,6 +178,8 @@ class SystemdNotifyService(Service):
         self._reactor.callWhenRunning(self._reactorRunning)
 
     def _reactorRunning(self) -> None:
+        if not self.running:
+            return
         listening = succeed(None) if self._whenListening is None else self._whenListening()
         listening.addCallbacks(self._listening, self._notListening)
 
@@ -185,7 +187,7 @@ class SystemdNotifyService(Service):
         if not self.running or self._stopping or self._ready:
             return
         self._ready = True
-        self._notifier.send({"READY": "1", "STATUS": self._statusLine()})
+        self._notifier.send(self._withStatus({"READY": "1"}))
         self._status = LoopingCall(self._sendStatus)
         self._status.clock = self._reactor
         self._status.start(self._statusInterval, now=False)
@@ -199,17 +201,25 @@ class SystemdNotifyService(Service):
         )
         self._notifier.send({"STATUS": f"not ready: the status listener is not listening ({reason})"})
 
-    def _statusLine(self) -> str:
-        return statusLine(self._summary())
+    def _statusLine(self) -> str | None:
+        try:
+            return statusLine(self._summary())
+        except Exception:
+            # A bug in the summary must neither end the updates for good
+            # nor keep READY=1 from being sent.
+            log.failure("Could not build the systemd status line")
+            return None
+
+    def _withStatus(self, fields: dict[str, str], prefix: str = "") -> dict[str, str]:
+        line = self._statusLine()
+        if line is not None:
+            fields["STATUS"] = prefix + line
+        return fields
 
     def _sendStatus(self) -> None:
-        try:
-            line = self._statusLine()
-        except Exception:
-            # A bug in the summary must not end the updates for good.
-            log.failure("Could not build the systemd status line")
-            return
-        self._notifier.send({"STATUS": line})
+        fields = self._withStatus({})
+        if fields:
+            self._notifier.send(fields)
 
     def reloadStarted(self) -> None:
         """
@@ -245,7 +255,9 @@ class SystemdNotifyService(Service):
             if applied
             else "reload failed: configuration invalid, nothing changed (see the log)"
         )
-        self._notifier.send({"READY": "1", "STATUS": f"{outcome}; {self._statusLine()}"})
+        fields = self._withStatus({"READY": "1"}, f"{outcome}; ")
+        fields.setdefault("STATUS", outcome)
+        self._notifier.send(fields)
 
     def stopping(self) -> None:
         """
