@@ -497,8 +497,8 @@ def buildService(
     @param environ: the process's environment: with systemd's
         C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
         systemd (L{imapmig.notifyservice}); those variables are then
-        removed from it (when it can be changed: C{os.environ}), so that
-        child processes do not inherit them.
+        removed from it (when it is mutable, as C{os.environ} is), so
+        that child processes (a C{token_command}) do not inherit them.
     """
     if store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
@@ -555,9 +555,9 @@ def buildService(
     censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
-        # Imported here: twisted.web (~30 ms) and the endpoint parser are
-        # start-up that a daemon without a status page need not pay
-        # (bench/startup.py).
+        # Imported here: twisted.web (~30 ms) is start-up that a daemon
+        # without a status page need not pay (bench/startup.py).  The
+        # endpoint parser is the configuration reader's already.
         from twisted.internet.endpoints import serverFromString
 
         from imapmig.listener import ListenerService
@@ -588,11 +588,11 @@ def buildService(
         listener.setName("status")
         listener.setServiceParent(root)
         whenListening = listener.whenListening
-    notifierFor(root, reactor, environ, whenListening)
+    addSystemdNotifier(root, reactor, environ, whenListening)
     return root
 
 
-def notifierFor(
+def addSystemdNotifier(
     root: MigrationService,
     reactor: Any,
     environ: Mapping[str, str],
@@ -603,9 +603,6 @@ def notifierFor(
     C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
     L{buildService}).
     """
-    # Imported here: a leaf each, small; only a daemon under systemd
-    # needs them.
-    from imapmig.notifyservice import SystemdNotifyService
     from imapmig.sdnotify import (
         notifierFromEnvironment,
         unsetNotifyEnvironment,
@@ -618,6 +615,9 @@ def notifierFor(
         unsetNotifyEnvironment(environ)
     if notifier is None:
         return
+    # Imported here: only a daemon under systemd needs it.
+    from imapmig.notifyservice import SystemdNotifyService
+
     service = SystemdNotifyService(
         notifier, reactor, root.progress.summary, whenListening, watchdog
     )
