@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, fail
-from twisted.internet.error import CannotListenError
+from twisted.internet.error import CannotListenError, ConnectionRefusedError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactorClock
@@ -609,6 +609,7 @@ class NotifyServiceTests(SynchronousTestCase):
         service.stopService()
         self.shutdown()
         self.assertEqual(self.listener.received(), [])
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
 
     def test_stopServiceAlone(self) -> None:
         """
@@ -836,8 +837,16 @@ class BuildServiceTests(SynchronousTestCase):
         self.assertIn("0 of 1 job done", ready["STATUS"])
         reactor.advance(0.2)
         self.assertEqual(listener.received(), [b"WATCHDOG=1\n"])
-        root.stopService()
-        self.assertEqual(listener.messages()[0]["STOPPING"], "1")
+        stopped = root.stopService()
+        self.assertEqual(listener.messages(), [{"STOPPING": "1", "STATUS": STOPPING_STATUS}])
+        # The job's connection attempt fails (nothing listens in a memory
+        # reactor): the daemon stops whole.
+        for (_, _, factory, _, _), connector in zip(reactor.tcpClients, reactor.connectors):
+            factory.clientConnectionFailed(connector, Failure(ConnectionRefusedError("test")))
+        reactor.advance(600)
+        self.successResultOf(stopped)
+        self.assertEqual(listener.received(), [])
+        self.assertEqual(reactor.getDelayedCalls(), [])
 
     def test_withoutSystemd(self) -> None:
         """
