@@ -17,6 +17,7 @@ Tell systemd how the daemon is doing (C{Type=notify}, L{imapmig.sdnotify}):
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any, Callable, Mapping
 
 from twisted.application.service import Service
@@ -114,10 +115,26 @@ def statusLine(summary: Mapping[str, object]) -> str:
     return ", ".join(parts)
 
 
+class NotifyPhase(Enum):
+    """
+    What systemd was last told of the daemon's life.
+    """
+
+    STARTING = "starting"
+    READY = "ready"
+    RELOADING = "reloading"
+    STOPPING = "stopping"
+
+
 class SystemdNotifyService(Service):
     """
     Sends the daemon's notifications to systemd (see the module): a child
     of the daemon's root service, added last.
+
+    @ivar phase: what systemd was last told: L{NotifyPhase.STARTING} until
+        C{READY=1}, which a reload's C{RELOADING=1} leaves and its end's
+        C{READY=1} restores; L{NotifyPhase.STOPPING} from C{STOPPING=1}
+        on, for good.
     """
 
     def __init__(
@@ -154,10 +171,7 @@ class SystemdNotifyService(Service):
         self._statusInterval = statusInterval
         self._watchdog: LoopingCall | None = None
         self._status: LoopingCall | None = None
-        self._triggerAdded = False
-        self._ready = False
-        self._reloading = False
-        self._stopping = False
+        self.phase = NotifyPhase.STARTING
 
     def startService(self) -> None:
         """
@@ -165,12 +179,10 @@ class SystemdNotifyService(Service):
         runs and the status listener is bound.
         """
         Service.startService(self)
-        if not self._triggerAdded:
-            # Before any service's stopService (the launchers add theirs
-            # after starting the services): systemd learns of the stop at
-            # its start, not once the jobs have stopped.
-            self._reactor.addSystemEventTrigger("before", "shutdown", self.stopping)
-            self._triggerAdded = True
+        # Before any service's stopService (the launchers add theirs after
+        # starting the services): systemd learns of the stop at its
+        # start, not once the jobs have stopped.
+        self._reactor.addSystemEventTrigger("before", "shutdown", self.stopping)
         if self._watchdogTimeout is not None:
             self._watchdog = LoopingCall(self._notifier.send, {"WATCHDOG": "1"})
             self._watchdog.clock = self._reactor
@@ -184,9 +196,9 @@ class SystemdNotifyService(Service):
         listening.addCallbacks(self._listening, self._notListening)
 
     def _listening(self, ignored: object) -> None:
-        if not self.running or self._stopping or self._ready:
+        if not self.running or self.phase is not NotifyPhase.STARTING:
             return
-        self._ready = True
+        self.phase = NotifyPhase.READY
         self._notifier.send(self._withStatus({"READY": "1"}))
         self._status = LoopingCall(self._sendStatus)
         self._status.clock = self._reactor
@@ -227,9 +239,9 @@ class SystemdNotifyService(Service):
         C{Type=notify-reload} expects (nothing before the daemon was ready
         or once it is stopping).
         """
-        if not self._ready or self._stopping:
+        if self.phase is not NotifyPhase.READY:
             return
-        self._reloading = True
+        self.phase = NotifyPhase.RELOADING
         self._notifier.send(
             {
                 "RELOADING": "1",
@@ -247,9 +259,9 @@ class SystemdNotifyService(Service):
         @param applied: whether it applied (L{False}: it was invalid,
             logged, nothing changed).
         """
-        if not self._reloading:
+        if self.phase is not NotifyPhase.RELOADING:
             return
-        self._reloading = False
+        self.phase = NotifyPhase.READY
         outcome = (
             "configuration reloaded"
             if applied
@@ -264,9 +276,9 @@ class SystemdNotifyService(Service):
         The daemon stops: C{STOPPING=1} (once), and no more status lines
         or watchdog: systemd supervises a stop by its C{TimeoutStopSec=}.
         """
-        if self._stopping:
+        if self.phase is NotifyPhase.STOPPING:
             return
-        self._stopping = True
+        self.phase = NotifyPhase.STOPPING
         for loop in (self._watchdog, self._status):
             if loop is not None and loop.running:
                 loop.stop()

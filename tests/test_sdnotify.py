@@ -26,6 +26,7 @@ from imapmig.config import parseConfig
 from imapmig.listener import ListenerService
 from imapmig.notifyservice import (
     STOPPING_STATUS,
+    NotifyPhase,
     SystemdNotifyService,
     formatETA,
     statusLine,
@@ -602,6 +603,7 @@ class NotifyServiceTests(SynchronousTestCase):
         self.listening.waiting[0].callback(None)
         self.listener.received()
         self.shutdown()
+        self.assertIs(service.phase, NotifyPhase.STOPPING)
         self.assertEqual(
             self.listener.messages(), [{"STOPPING": "1", "STATUS": STOPPING_STATUS}]
         )
@@ -649,7 +651,9 @@ class NotifyServiceTests(SynchronousTestCase):
         self.listening.waiting[0].callback(None)
         self.listener.received()
         service.reloadStarted()
+        self.assertIs(service.phase, NotifyPhase.RELOADING)
         service.reloadEnded(True)
+        self.assertIs(service.phase, NotifyPhase.READY)
         service.reloadStarted()
         service.reloadEnded(False)
         line = statusLine(self.summary)
