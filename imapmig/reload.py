@@ -164,6 +164,13 @@ class ConfigReloader:
         """
         self._observers.append(observer)
 
+    @property
+    def observers(self) -> tuple[IReloadObserver, ...]:
+        """
+        Those told about every reload, in the order they were added.
+        """
+        return tuple(self._observers)
+
     def reloadFrom(self, path: str) -> Deferred[bool]:
         """
         Reload the configuration from the file at C{path}, after the reload

@@ -12,6 +12,10 @@ Assembly: turn a L{Config} into the daemon's service tree.
       +- SourceCensus      counts the sources of the queued jobs, so that
                            the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
+                           (L{imapmig.listener.ListenerService})
+      +- systemd notifier  READY, STATUS, WATCHDOG, STOPPING, RELOADING
+                           (L{imapmig.notifyservice}), only when started
+                           by systemd with C{$NOTIFY_SOCKET}
       +- SourceCensus      one more per reload that added jobs, for
                            theirs (gone once done)
 
@@ -27,8 +31,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import time
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from attrs import evolve
 
@@ -510,6 +515,7 @@ def buildService(
     reactor: Any,
     whenDone: Callable[[bool], None] | None = None,
     store: IStateStore | None = None,
+    environ: Mapping[str, str] = os.environ,
 ) -> MigrationService:
     """
     Assemble the daemon from C{config}.
@@ -519,6 +525,11 @@ def buildService(
         queue is drained; L{None} keeps the daemon serving status.
     @param store: the state store; by default the SQLite file the
         configuration names.
+    @param environ: the process's environment: with systemd's
+        C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
+        systemd (L{imapmig.notifyservice}); those variables are then
+        removed from it (when it is mutable, as C{os.environ} is), so
+        that child processes (a C{token_command}) do not inherit them.
     """
     if store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
@@ -597,12 +608,14 @@ def buildService(
         ),
         running=lambda: bool(root.running),
     )
+    whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
-        # Imported here: twisted.web (~30 ms) and strports (~8 ms) are
-        # start-up that a daemon without a status page need not pay
-        # (bench/startup.py).
-        from twisted.application import strports
+        # Imported here: twisted.web (~30 ms) is start-up that a daemon
+        # without a status page need not pay (bench/startup.py).  The
+        # endpoint parser is the configuration reader's already.
+        from twisted.internet.endpoints import serverFromString
 
+        from imapmig.listener import ListenerService
         from imapmig.status.controls import ControlResource
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
@@ -622,9 +635,47 @@ def buildService(
                 jobServers,
             ),
         )
-        listener = strports.service(
-            config.status.listen, buildStatusSite(status, reactor), reactor=reactor
+        listener = ListenerService(
+            serverFromString(reactor, config.status.listen),
+            buildStatusSite(status, reactor),
+            config.status.listen,
         )
         listener.setName("status")
         listener.setServiceParent(root)
+        whenListening = listener.whenListening
+    addSystemdNotifier(root, reactor, environ, whenListening)
     return root
+
+
+def addSystemdNotifier(
+    root: MigrationService,
+    reactor: Any,
+    environ: Mapping[str, str],
+    whenListening: Callable[[], Deferred[None]] | None,
+) -> None:
+    """
+    Add the systemd notifier to C{root}, last, when C{environ} names a
+    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
+    L{buildService}).
+    """
+    from imapmig.sdnotify import (
+        notifierFromEnvironment,
+        unsetNotifyEnvironment,
+        watchdogSeconds,
+    )
+
+    notifier = notifierFromEnvironment(environ)
+    watchdog = watchdogSeconds(environ, os.getpid())
+    if isinstance(environ, MutableMapping):
+        unsetNotifyEnvironment(environ)
+    if notifier is None:
+        return
+    # Imported here: only a daemon under systemd needs it.
+    from imapmig.notifyservice import SystemdNotifyService
+
+    service = SystemdNotifyService(
+        notifier, reactor, root.progress.summary, whenListening, watchdog
+    )
+    service.setName("systemd")
+    service.setServiceParent(root)
+    root.addReloadObserver(service)

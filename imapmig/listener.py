@@ -1,0 +1,114 @@
+# -*- test-case-name: tests.test_sdnotify -*-
+"""
+The service that listens for the status site, and says when it does.
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import Service
+from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+log = Logger()
+
+
+class ListenerService(Service):
+    """
+    Listens on an endpoint while it runs, as C{strports.service} does,
+    and tells who asks when the port is bound (L{whenListening}).
+
+    A port that cannot be bound at once (in use, no permission) fails
+    C{privilegedStartService} (and so the daemon's start) with the
+    endpoint's error, loudly, as C{strports.service} does; an endpoint
+    that fails later is logged as an error, and L{whenListening} fails.
+
+    @ivar port: the listening port, once bound.
+    """
+
+    def __init__(
+        self, endpoint: IStreamServerEndpoint, factory: IProtocolFactory, description: str
+    ) -> None:
+        """
+        @param endpoint: where to listen (C{serverFromString}).
+        @param factory: the protocols' factory (the status site).
+        @param description: the endpoint as configured, for a log.
+        """
+        self._description = description
+        self._starting = False
+        self._endpoint = endpoint
+        self._factory = factory
+        self._listening: Deferred[IListeningPort] | None = None
+        self._failure: Failure | None = None
+        self._waiting: list[Deferred[None]] = []
+        self.port: IListeningPort | None = None
+
+    def privilegedStartService(self) -> None:
+        """
+        Start listening (before privileges are shed, under twistd).
+
+        @raise Exception: the endpoint's error, when it fails at once.
+        """
+        Service.privilegedStartService(self)
+        self._starting = True
+        try:
+            self._listening = self._endpoint.listen(self._factory)
+            self._listening.addCallbacks(self._bound, self._notBound)
+        finally:
+            self._starting = False
+        if self._failure is not None:
+            self._failure.raiseException()
+
+    def startService(self) -> None:
+        """
+        Start listening, unless L{privilegedStartService} did.
+        """
+        Service.startService(self)
+        if self._listening is None:
+            self.privilegedStartService()
+
+    def _bound(self, port: IListeningPort) -> IListeningPort:
+        self.port = port
+        waiting, self._waiting = self._waiting, []
+        for each in waiting:
+            each.callback(None)
+        return port
+
+    def _notBound(self, failure: Failure) -> None:
+        self._failure = failure
+        if not self._starting and not failure.check(CancelledError):
+            log.error(
+                "The status listener could not listen on {endpoint}: {error}",
+                endpoint=self._description,
+                error=failure.getErrorMessage(),
+            )
+        waiting, self._waiting = self._waiting, []
+        for each in waiting:
+            each.errback(failure)
+
+    def whenListening(self) -> Deferred[None]:
+        """
+        Fire once the port is bound (at once if it is), or fail with the
+        reason it could not be.
+        """
+        if self.port is not None:
+            return succeed(None)
+        if self._failure is not None:
+            return fail(self._failure)
+        waiting: Deferred[None] = Deferred()
+        self._waiting.append(waiting)
+        return waiting
+
+    def stopService(self) -> Deferred[None]:
+        """
+        Stop listening (or give up trying).
+        """
+        Service.stopService(self)
+        listening, self._listening = self._listening, None
+        port, self.port = self.port, None
+        if port is not None:
+            return maybeDeferred(port.stopListening).addCallback(lambda _: None)
+        if listening is not None:
+            listening.cancel()
+        return succeed(None)
