@@ -18,18 +18,33 @@ from imapmig.config.reader import ConfigReader, _key
 from imapmig.credentials import credentialPath, readCredential
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
+def _fromFile(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:
+    """
+    Read a secret from the file C{written} (relative to the configuration's
+    directory).
+
+    @return: the file's absolute path, and the secret.
+    """
+    path = reader._resolve(written)
+    return path, readPasswordFile(path, kind)
+
+
+def _fromCredential(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:
+    """
+    Read a secret from the systemd credential named C{written}.
+
+    @return: the credential's path, and the secret.
+    """
+    environ = reader._environ()
+    return credentialPath(written, environ), readCredential(written, kind, environ)
+
+
 # The suffixes of the keys that name where a secret is read from, each
-# with how: (the reader, the value written, what the secret is) -> path
-# of the file read, secret.
+# with how: (reader, value written, what the secret is) -> (path read,
+# secret), raising PasswordFileError.
 _FROM: dict[str, Callable[[SecretsReader, str, str], tuple[str, str]]] = {
-    "_file": lambda reader, written, kind: (
-        reader._resolve(written),
-        readPasswordFile(reader._resolve(written), kind),
-    ),
-    "_credential": lambda reader, written, kind: (
-        credentialPath(written, reader._environ()),
-        readCredential(written, kind, reader._environ()),
-    ),
+    "_file": _fromFile,
+    "_credential": _fromCredential,
 }
 
 
