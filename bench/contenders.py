@@ -222,6 +222,8 @@ def imapmigConfig(
         "  bench:",
         f'    endpoint: "tcp:{invocation.host}:{invocation.port}"',
         "    starttls: off",
+        # The netns benchmarks reach the server at 10.77.0.1, not loopback.
+        "    allow_plaintext: true",
     ]
     if compress is not None:
         lines.append(f'    compress: "{compress}"')
@@ -268,8 +270,10 @@ def imapmigServerToServerConfig(invocation: Invocation) -> str:
             f"state: {os.path.join(invocation.runDir, 'state.sqlite')}\n"
             "status: off\n"
             "servers:\n"
-            f'  source: {{endpoint: "tcp:{source.host}:{source.port}", starttls: "off"}}\n'
-            f'  bench: {{endpoint: "tcp:{invocation.host}:{invocation.port}", starttls: "off"}}\n'
+            f'  source: {{endpoint: "tcp:{source.host}:{source.port}", starttls: "off",'
+            " allow_plaintext: true}\n"
+            f'  bench: {{endpoint: "tcp:{invocation.host}:{invocation.port}", starttls: "off",'
+            " allow_plaintext: true}\n"
             "jobs:\n"
             "  - name: bench\n"
             f"    source: {{server: source, user: {source.user}, password_file: {passwordFile}}}\n"

@@ -525,6 +525,7 @@ def userListConfig(
         "  bench:",
         f'    endpoint: "tcp:{host}:{port}"',
         "    starttls: off",
+        "    allow_plaintext: true",
         "jobs:",
         "  - name: scale",
         "    jobs_from: users.csv",

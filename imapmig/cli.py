@@ -227,7 +227,7 @@ async def verify(
     from imapmig.service import destinationOpener, sourceFor
     from imapmig.sources.imap import IMAPSource
     from imapmig.tokens import TokenSources
-    from imapmig.verify import verifyJob
+    from imapmig.verify import verifyJob, writeReport
 
     document: list[dict[str, object]] = []
     status = 0
@@ -264,14 +264,8 @@ async def verify(
         if differences:
             status = 1
         document.append(result.toJSON())
-    # Written aside and renamed: the daemon's status page, which reads the
-    # report when it changes, never sees half of it.
-    partial = reportPath + ".partial"
     try:
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(partial, reportPath)
+        writeReport(reportPath, document)
     except OSError as e:
         out.write(reportNotWritten(reportPath, e, besideState))
         if os.path.exists(partial):

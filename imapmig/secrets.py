@@ -6,8 +6,10 @@ L{Secret}, the value that carries one without ever showing it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import struct
 
 from attrs import field, frozen
 
@@ -52,6 +54,8 @@ def readPasswordFile(path: str, kind: str = "password") -> str:
     Like buildbot's C{SecretInAFile}, a file that its group or others may
     read or write is refused: a password that other accounts can read is no
     longer a secret, and the admin should learn that now rather than later.
+    A POSIX ACL that grants read to this process's user only (as systemd's
+    C{LoadCredential=} gives one) is private (L{accessibleToOthers}).
 
     @param path: the file's path.
     @param kind: what the file holds, as errors say it (C{"token"}).
@@ -59,7 +63,7 @@ def readPasswordFile(path: str, kind: str = "password") -> str:
         C{\\r\\n}).
     @raise PasswordFileError: the file does not exist, cannot be read, is a
         directory or not a regular file, is accessible to group or others
-        (mode C{& 0o077}), is larger than L{MAX_PASSWORD_FILE} octets (at
+        (L{accessibleToOthers}), is larger than L{MAX_PASSWORD_FILE} octets (at
         most that many and one more are ever read), is not UTF-8 text, or
         its first line is empty.
     """
@@ -87,7 +91,7 @@ def readPasswordFile(path: str, kind: str = "password") -> str:
             raise PasswordFileError(f"{kind} file {path} is a directory")
         if not stat.S_ISREG(mode):
             raise PasswordFileError(f"{kind} file {path} is not a regular file")
-        if mode & 0o077:
+        if accessibleToOthers(fd, mode):
             raise PasswordFileError(
                 f"{kind} file {path} is accessible to group or others"
                 f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
@@ -117,6 +121,68 @@ def readPasswordFile(path: str, kind: str = "password") -> str:
     except UnicodeDecodeError:
         # The decoder's own message quotes an octet of the password.
         raise PasswordFileError(f"{kind} file {path} is not UTF-8 text") from None
+
+
+# The POSIX ACL of a file, as Linux stores it in this extended attribute:
+# a 4-octet version (2), then 8-octet entries (tag, permissions, id).
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_ACL_ENTRY = struct.Struct("<HHI")
+_ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 0x02, 0x04, 0x08, 0x10
+# Read or write: execute on a secret gives nothing away.
+_ACL_READ_WRITE = 0o6
+
+
+def accessibleToOthers(fd: int, mode: int) -> bool:
+    """
+    Whether accounts other than the file's owner (and this process) may
+    read or write the open file C{fd} of mode C{mode}.
+
+    Without a POSIX ACL that is any group or other bit (C{mode & 0o077}).
+    With one, the group bits of the mode are the ACL's mask, not the
+    owning group's permissions: systemd's C{LoadCredential=} writes a
+    credential C{0400}, owned by root, and grants the service's user read
+    access with an ACL entry where the file system has ACLs (tmpfs), so
+    C{stat} shows C{0440} although no group may read it.  Such a file is
+    private if no group entry (owning or named) and no named user other
+    than this process's effective user is granted read or write under the
+    mask, and others have nothing.
+
+    @param fd: the open file.
+    @param mode: its C{st_mode}.
+    @return: C{True} if the file is not private to its owner (and us).
+    """
+    if mode & 0o007:
+        return True
+    if not mode & 0o070:
+        return False
+    try:
+        acl = os.getxattr(fd, _ACL_XATTR)
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return True
+        raise
+    return _aclGrantsOthers(acl, os.geteuid())
+
+
+def _aclGrantsOthers(acl: bytes, us: int) -> bool:
+    """
+    Whether the POSIX ACL C{acl} (Linux's extended attribute form) grants
+    read or write to a group, or to a named user other than C{us}, through
+    its mask.  An ACL that cannot be parsed counts as granting.
+    """
+    header, body = acl[:4], acl[4:]
+    if header != struct.pack("<I", _ACL_VERSION) or len(body) % _ACL_ENTRY.size:
+        return True
+    entries = list(_ACL_ENTRY.iter_unpack(body))
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
+    for tag, perm, who in entries:
+        granted = perm & mask & _ACL_READ_WRITE
+        if tag in (_ACL_GROUP_OBJ, _ACL_GROUP) and granted:
+            return True
+        if tag == _ACL_USER and who != us and granted:
+            return True
+    return False
 
 
 def _tooLarge(path: str, kind: str) -> PasswordFileError:

@@ -23,6 +23,7 @@ hashed as they arrive, a bounded batch at a time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -58,6 +59,28 @@ def defaultReportPath(statePath: str) -> str:
     directory of the state database C{statePath}, under L{REPORT_NAME}.
     """
     return os.path.join(os.path.dirname(os.path.abspath(statePath)), REPORT_NAME)
+
+def writeReport(path: str, document: object) -> None:
+    """
+    Write the JSON report C{document} to C{path}, mode 0600 whatever the
+    umask (it names every account and folder compared): to
+    C{path + ".partial"} first, renamed over C{path}, so that the daemon's
+    status page, which reads the report when it changes, never sees half
+    of it.
+
+    @raise OSError: the file cannot be written.
+    """
+    partial = path + ".partial"
+    fd = os.open(
+        partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+    )
+    # A partial file left by an earlier run keeps its mode through O_CREAT.
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    os.replace(partial, path)
+
 
 # Octets of message bodies read (on either side) per batch.
 BATCH_BYTES = 8 * 1024 * 1024

@@ -186,7 +186,8 @@ class ReportTests(SynchronousTestCase):
         store.recordOutcomes("alice", [MessageOutcome("", "m1", "INBOX", 10, 5, 1)])
         store.close()
         config = os.path.join(base, "c.yaml")
-        with open(config, "w") as f:
+        # Private: it holds an inline password.
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write(
                 f"state: {state}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
                 f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"

@@ -417,11 +417,13 @@ class ValidConfigTests(ConfigTestCase):
     def test_starttlsOff(self) -> None:
         """
         C{starttls: off} (YAML's C{false}) on a C{tcp:} endpoint turns
-        STARTTLS off; the quoted string C{"off"} means the same.
+        STARTTLS off; the quoted string C{"off"} means the same (with
+        C{allow_plaintext: true}, the server not being on loopback).
         """
-        text = self.issueYAML().replace("starttls: required", "starttls: off")
+        allowed = "starttls: off\n    allow_plaintext: true"
+        text = self.issueYAML().replace("starttls: required", allowed)
         self.assertFalse(self.load(text).servers[0].starttls)
-        text = self.issueYAML().replace("starttls: required", 'starttls: "off"')
+        text = self.issueYAML().replace("starttls: required", 'starttls: "off"\n    allow_plaintext: true')
         self.assertFalse(self.load(text).servers[0].starttls)
 
     def test_compressAutoByDefault(self) -> None:
@@ -603,8 +605,9 @@ class ExampleFileTests(ConfigTestCase):
     def test_exampleLoads(self) -> None:
         """
         The example loads once the files and directories it names exist
-        (created here, the example's paths replaced by theirs), and shows
-        its inline-password job's overrides.
+        (created here, the example's paths replaced by theirs, its systemd
+        credentials in a C{CREDENTIALS_DIRECTORY}), and shows its
+        inline-password job's overrides.
         """
         text = EXAMPLE.read_text("utf-8")
         document = yaml.safe_load(text)
@@ -615,8 +618,23 @@ class ExampleFileTests(ConfigTestCase):
             ),
         }
         replacements[document["status"]["token_file"]] = self.passwordFile
+        credentialsDirectory = os.path.join(self.directory, "credentials")
+        os.mkdir(credentialsDirectory, 0o500)
+        self.patch(os, "environ", {**os.environ, "CREDENTIALS_DIRECTORY": credentialsDirectory})
+        credentialNames = {
+            sides["password_credential"]
+            for sides in [
+                *document["credentials"].values(),
+                *(job["destination"] for job in document["jobs"]),
+            ]
+            if "password_credential" in sides
+        }
+        self.assertTrue(credentialNames)
+        for name in credentialNames:
+            writeFile(os.path.join(credentialsDirectory, name), FILE_PASSWORD, 0o400)
         for credential in document["credentials"].values():
-            replacements[credential["password_file"]] = self.passwordFile
+            if "password_file" in credential:
+                replacements[credential["password_file"]] = self.passwordFile
         for job in document["jobs"]:
             source = job["source"]
             if "maildir" in source:
@@ -659,9 +677,12 @@ class ExampleFileTests(ConfigTestCase):
             (config._JOB_KEYS, {key for job in jobs for key in job}),
             # An IMAP source takes a password, an admin or oauth2 like a
             # destination; the example shows the inline password, the
-            # admin and oauth2 under destination only.
+            # admin, oauth2 and the systemd credential under destination only.
             (
-                tuple(set(config._SOURCE_KEYS) - {"password", "admin", "oauth2"}),
+                tuple(
+                    set(config._SOURCE_KEYS)
+                    - {"password", "password_credential", "admin", "oauth2"}
+                ),
                 {key for job in jobs for key in job["source"]},
             ),
             (
@@ -786,7 +807,8 @@ class ProblemTests(ConfigTestCase):
         self.assertOnlyProblem(
             document,
             "jobs[0].destination.zzz",
-            "unknown key 'zzz' (known keys: server, user, password, password_file, admin, oauth2)",
+            "unknown key 'zzz' (known keys: server, user, password, password_file,"
+            " password_credential, admin, oauth2)",
         )
 
     def test_wrongType(self) -> None:
@@ -1034,7 +1056,9 @@ class ProblemTests(ConfigTestCase):
         STARTTLS would have no effect, and are problems.
         """
         document = self.document()
-        document["servers"]["new"].update(starttls=False, tls_hostname="x")
+        document["servers"]["new"].update(
+            starttls=False, allow_plaintext=True, tls_hostname="x"
+        )
         self.assertOnlyProblem(document, "servers.new.tls_hostname", "no effect")
 
     def test_badCertificateFile(self) -> None:
@@ -1090,7 +1114,8 @@ class ProblemTests(ConfigTestCase):
         self.assertOnlyProblem(
             document,
             "jobs[1].destination",
-            "give exactly one of password or password_file",
+            "give exactly one of password, password_file, password_credential,"
+            " not password and password_file",
         )
 
     def test_neitherPassword(self) -> None:

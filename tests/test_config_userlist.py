@@ -19,7 +19,7 @@ from imapmig.config import (
     MaildirSourceConfig,
     loadConfig,
 )
-from imapmig.config import accounts, userlist
+from imapmig.config import secretkeys, userlist
 from imapmig.errors import ConfigError
 from imapmig.secrets import Secret
 from tests.test_config import EXAMPLE, FILE_PASSWORD, ConfigTestCase, makeMaildir, writeFile
@@ -238,10 +238,12 @@ class ErrorTests(UserListTestCase):
                 " the template's source gives no user",
                 f"{self.csvPath}: row 1: source_password_file: missing column:"
                 " the template's source gives no password;"
-                " add source_password_file or source_credential",
+                " add source_password_file, source_password_credential"
+                " or source_credential",
                 f"{self.csvPath}: row 1: destination_password_file: missing column:"
                 " the template's destination gives no password;"
-                " add destination_password_file or destination_credential",
+                " add destination_password_file, destination_password_credential"
+                " or destination_credential",
                 f"{self.csvPath}: row 1: maildir: the template's source is not maildir",
             ],
         )
@@ -275,13 +277,15 @@ class ErrorTests(UserListTestCase):
                 f"{self.configPath}: credentials.broken.password_file: password file"
                 f" {self.directory}/none.pw does not exist",
                 f"{self.configPath}: jobs[0].connections: must be between 1 and 32, not 0",
-                f"{csv}: row 2: source_credential: give source_password_file"
-                " or source_credential, not both",
+                f"{csv}: row 2: source_credential: give one of source_password_file,"
+                " source_password_credential or source_credential,"
+                " not source_password_file and source_credential",
                 f"{csv}: row 3: destination_user: missing: the mailbox's user",
                 f"{csv}: row 3: source_credential: no credential named 'nobody'"
                 " (credentials: broken, old-admin)",
                 f"{csv}: row 5: destination_password_file: missing: give"
-                " destination_password_file or destination_credential",
+                " destination_password_file, destination_password_credential"
+                " or destination_credential",
                 f"{csv}: row 5: connections: expected an integer, got 'x'",
                 f"{csv}: row 6: connections: must be between 1 and 32, not 99",
                 f"{csv}: row 7: name: duplicate job name 'alice' (first used by jobs[0])",
@@ -403,13 +407,12 @@ class CostTests(UserListTestCase):
         """
         reads: list[str] = []
 
-        def counting(path: str) -> str:
+        def counting(path: str, kind: str = "password") -> str:
             reads.append(path)
             with open(path) as f:
                 return f.readline().rstrip("\n")
 
-        self.patch(accounts, "readPasswordFile", counting)
-        self.patch(userlist, "readPasswordFile", counting)
+        self.patch(secretkeys, "readPasswordFile", counting)
         rows = "".join(f"u{i},u{i},old-admin,alice.pw\n" for i in range(50))
         loaded = self.loadUsers(
             "source_user,destination_user,source_credential,destination_password_file\n"
@@ -446,7 +449,10 @@ class ExampleTests(UserListTestCase):
         )[0]
         self.assertEqual(set(template), {"name", "jobs_from", "source", "destination", "connections"})
         document = yaml.safe_load(text)
-        self.assertEqual(set(document["credentials"]["old-admin"]), set(config._CREDENTIAL_KEYS))
+        self.assertEqual(
+            {key for entry in document["credentials"].values() for key in entry},
+            set(config._CREDENTIAL_KEYS),
+        )
         example = self.userDocument()
         example["servers"] = {
             name: {"endpoint": server["endpoint"]}

@@ -136,7 +136,9 @@ class TokenFileTests(ConfigTestCase):
         self.assertTrue(cleartext.configNeedsTLS(loaded))
         self.assertTrue(cleartext.documentNeedsTLS(document))
         plain = self.withStatus()
-        plain["servers"] = {"new": {"endpoint": "tcp:mail.example.org:143", "starttls": "off"}}
+        plain["servers"] = {
+            "new": {"endpoint": "tcp:mail.example.org:143", "starttls": "off", "allow_plaintext": True}
+        }
         self.assertFalse(cleartext.documentNeedsTLS(plain))
         self.assertFalse(cleartext.configNeedsTLS(parseConfig(plain, self.configPath)))
         missing = self.withStatus(

@@ -48,7 +48,9 @@ class RestartTests(SynchronousTestCase):
             {
                 "state": self.statePath,
                 "max_jobs": 1,
-                "servers": {"s": {"endpoint": "tcp:mail.example:1143", "starttls": "off"}},
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
                 "jobs": [
                     {
                         "name": name,

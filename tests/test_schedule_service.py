@@ -784,7 +784,12 @@ class BuildServiceSchedulingTests(SynchronousTestCase):
                 "status": "off",
                 "max_jobs": 2,
                 "servers": {
-                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", **limits}
+                    "s": {
+                        "endpoint": "tcp:mail.example:1143",
+                        "starttls": "off",
+                        "allow_plaintext": True,
+                        **limits,
+                    }
                 },
                 "jobs": [
                     {

@@ -45,8 +45,12 @@ def makeMaildir(testCase: SynchronousTestCase) -> str:
 
 
 def writeConfig(testCase: SynchronousTestCase, text: str) -> str:
+    """
+    Write C{text} to a new configuration file only its owner may read (it
+    may hold an inline password) and return its path.
+    """
     path: str = os.path.abspath(testCase.mktemp()) + ".yaml"
-    with open(path, "w") as f:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(text)
     return path
 
@@ -136,7 +140,9 @@ class BuildServiceTests(SynchronousTestCase):
             {
                 "state": os.path.abspath(self.mktemp()),
                 "status": {"listen": "tcp:8125:interface=127.0.0.1"},
-                "servers": {"s": {"endpoint": "tcp:mail.example:1143", "starttls": "off"}},
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
                 "jobs": [
                     {
                         "name": "a",

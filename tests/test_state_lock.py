@@ -294,7 +294,8 @@ class ReportBesideDaemonTests(SynchronousTestCase):
         self.addCleanup(owner.close)
         self.successResultOf(owner.recordOutcomes("alice", [appended("INBOX", "m1")]))
         config = os.path.join(base, "c.yaml")
-        with open(config, "w") as f:
+        # Private: it holds an inline password.
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write(
                 f"state: {state}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
                 f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"

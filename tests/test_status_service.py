@@ -46,7 +46,9 @@ class ServiceStatusTests(SynchronousTestCase):
             {
                 "state": statePath,
                 "status": {"listen": "tcp:8125:interface=127.0.0.1"},
-                "servers": {"s": {"endpoint": "tcp:mail.example:1143", "starttls": "off"}},
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
                 "jobs": [
                     {
                         "name": "a@b.example",

@@ -14,6 +14,7 @@ value readers of L{reader}.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Mapping
 
 import yaml
@@ -41,7 +42,7 @@ from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.errors import ConfigError
 from imapmig.plan import FolderRules
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.secrets import PasswordFileError, Secret, accessibleToOthers, readPasswordFile
 
 __all__ = [
     "AccountConfig",
@@ -87,18 +88,26 @@ _TOP_KEYS = (
 _STATUS_KEYS = ("listen", "token_file")
 
 
-def loadConfig(path: str) -> Config:
+def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
     """
     Read and validate the configuration file at C{path}.
 
     @param path: the file's path; it names the file in error messages and
         relative paths inside it are resolved against its directory.
+    @param environ: the environment to find systemd credentials with
+        (C{CREDENTIALS_DIRECTORY}), or L{None} for the process's.
     @return: the configuration.
     @raise ConfigError: the file cannot be read or is not valid YAML (one
-        problem), or any problem with its content (every problem found).
+        problem), or any problem with its content (every problem found),
+        among them an inline password in a file that group or others may
+        read.
     """
     try:
         with open(path, "rb") as f:
+            # fstat of the file read: its mode decides whether it may hold
+            # an inline password.
+            mode = os.fstat(f.fileno()).st_mode
+            loose = accessibleToOthers(f.fileno(), mode)
             content = f.read()
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"]) from None
@@ -114,7 +123,9 @@ def loadConfig(path: str) -> Config:
         # e.g. a ReaderError (bad encoding): its text spans lines.
         oneLine = " ".join(str(e).split())
         raise ConfigError([f"{path}: invalid YAML: {oneLine}"]) from None
-    return parseConfig(document, path)
+    return parseConfig(
+        document, path, environ, stat.S_IMODE(mode) if loose else None
+    )
 
 
 # libyaml's parser when PyYAML was built with it: ~5 times faster than
@@ -139,17 +150,29 @@ def _parseYAML(content: bytes) -> object:
     return yaml.safe_load(content)
 
 
-def parseConfig(document: object, path: str) -> Config:
+def parseConfig(
+    document: object,
+    path: str,
+    environ: Mapping[str, str] | None = None,
+    looseFileMode: int | None = None,
+) -> Config:
     """
     Validate an already loaded YAML document.
 
     @param document: what C{yaml.safe_load} returned.
     @param path: the file it came from: names it in error messages, and
         relative paths are resolved against its directory.
+    @param environ: the environment to find systemd credentials with, or
+        L{None} for the process's.
+    @param looseFileMode: the file's mode if group or others may read it
+        (an inline password is then a problem), else L{None}.
     @return: the configuration.
     @raise ConfigError: every problem found.
     """
-    return _ConfigParser(path).parse(document)
+    parser = _ConfigParser(path)
+    parser._environment = environ
+    parser._looseFileMode = looseFileMode
+    return parser.parse(document)
 
 
 MIN_TOKEN_LENGTH = 16
@@ -182,6 +205,7 @@ class _ConfigParser(UserListReader, ServersReader):
             )
         top = self._readMapping(document, "", _TOP_KEYS)
         assert top is not None
+        self._checkInlineSecrets(document)
 
         statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
         status = self._readStatus(top)

@@ -1,10 +1,12 @@
 # -*- test-case-name: tests.test_config -*-
 """
-Accounts: a server, a user and a password (or password file), for a
-destination or an IMAP source; or, instead of the user's password, an
-admin credential (C{admin: {user: NAME, password_file: FILE}}) that logs
-in on behalf of the user (a "master user"); or an OAuth 2.0 access token
-(C{oauth2: {token_file: FILE}} or C{oauth2: {token_command: [ARGV...]}},
+Accounts: a server, a user and a password (a password file, a systemd
+credential, or inline: L{imapmig.config.secretkeys}), for a destination or
+an IMAP source; or, instead of the user's password, an admin credential
+(C{admin: {user: NAME, password_file: FILE}}) that logs in on behalf of
+the user (a "master user"); or an OAuth 2.0 access token
+(C{oauth2: {token_file: FILE}}, C{oauth2: {token_credential: NAME}} or
+C{oauth2: {token_command: [ARGV...]}},
 checked here and obtained afresh at each login, L{imapmig.tokens}; or
 C{oauth2: {token_endpoint: URL, client_id: ID, refresh_token_file: FILE}}
 for the refresh grant that imapmig runs itself, L{imapmig.tokencache}).
@@ -26,19 +28,26 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.config.reader import ConfigReader, _describe, _key
+from imapmig.config.reader import _describe, _key
+from imapmig.config.secretkeys import SecretsReader, secretKeys
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
+# password, password_file, password_credential.
+_PASSWORD_KEYS = secretKeys("password", inline=True)
 
-_DESTINATION_KEYS = ("server", "user", "password", "password_file", "admin", "oauth2")
+_DESTINATION_KEYS = ("server", "user", *_PASSWORD_KEYS, "admin", "oauth2")
+
+_TOKEN_KEYS = secretKeys("token")
+
+_CLIENT_SECRET_KEYS = secretKeys("client_secret")
 
 _OAUTH2_KEYS = (
-    "token_file",
+    *_TOKEN_KEYS,
     "token_command",
     "timeout",
     "token_endpoint",
     "client_id",
-    "client_secret_file",
+    *_CLIENT_SECRET_KEYS,
     "refresh_token_file",
     "scope",
     "tls_ca",
@@ -46,7 +55,7 @@ _OAUTH2_KEYS = (
 
 _REFRESH_ONLY_KEYS = (
     "client_id",
-    "client_secret_file",
+    *_CLIENT_SECRET_KEYS,
     "refresh_token_file",
     "scope",
     "tls_ca",
@@ -56,10 +65,10 @@ _DEFAULT_TOKEN_REQUEST_TIMEOUT = 30.0
 
 _DEFAULT_TOKEN_COMMAND_TIMEOUT = 30.0
 
-_ADMIN_KEYS = ("user", "password", "password_file")
+_ADMIN_KEYS = ("user", *_PASSWORD_KEYS)
 
 
-class AccountsReader(ConfigReader):
+class AccountsReader(SecretsReader):
     """
     Reads accounts and their credentials.
     """
@@ -158,12 +167,12 @@ class AccountsReader(ConfigReader):
         self, destination: Mapping[str, object], path: str
     ) -> TokenSourceConfig | None:
         """
-        Read C{oauth2}: exactly one of C{token_file} (checked now as a
-        password file is) and C{token_command} (a list of strings, its
-        program found now), with C{timeout} for the command; given instead
-        of any password or admin.
+        Read C{oauth2}: exactly one of C{token_file} or C{token_credential}
+        (checked now as a password file is), C{token_command} (a list of
+        strings, its program found now), with C{timeout} for the command,
+        and C{token_endpoint}; given instead of any password or admin.
         """
-        others = [k for k in ("password", "password_file", "admin") if k in destination]
+        others = [k for k in (*_PASSWORD_KEYS, "admin") if k in destination]
         if others:
             self._problem(
                 path,
@@ -175,11 +184,12 @@ class AccountsReader(ConfigReader):
         oauth2 = self._readMapping(destination["oauth2"], oauthPath, _OAUTH2_KEYS)
         if oauth2 is None:
             return None
-        kinds = [k for k in ("token_file", "token_command", "token_endpoint") if k in oauth2]
+        kinds = [k for k in (*_TOKEN_KEYS, "token_command", "token_endpoint") if k in oauth2]
         if len(kinds) != 1:
             self._problem(
                 oauthPath,
-                "give exactly one of token_file: FILE, token_command: [PROGRAM, ARGS...]"
+                "give exactly one of token_file: FILE, token_credential: NAME,"
+                " token_command: [PROGRAM, ARGS...]"
                 " or token_endpoint: URL (with client_id and refresh_token_file)"
                 + (f", not {' and '.join(kinds)}" if kinds else ""),
             )
@@ -192,23 +202,18 @@ class AccountsReader(ConfigReader):
                 _key(oauthPath, misplaced[0]), "applies to token_endpoint only"
             )
             return None
-        if "token_file" in oauth2:
+        if kinds[0] in _TOKEN_KEYS:
             if "timeout" in oauth2:
                 self._problem(
                     _key(oauthPath, "timeout"), "applies to token_command only"
                 )
                 return None
-            filePath = _key(oauthPath, "token_file")
-            written = self._readString(oauth2["token_file"], filePath)
-            if written is None:
+            # Read now to check it, and again at each login (TokenFileConfig).
+            token = self._readSecret(oauth2, oauthPath, "token", "token")
+            if token is None:
                 return None
-            resolved = self._resolve(written)
-            try:
-                readPasswordFile(resolved, "token")
-            except PasswordFileError as e:
-                self._problem(filePath, str(e))
-                return None
-            return TokenFileConfig(resolved)
+            assert token[1] is not None
+            return TokenFileConfig(token[1])
         timeout: float | None = _DEFAULT_TOKEN_COMMAND_TIMEOUT
         if "timeout" in oauth2:
             timeout = self._readSeconds(oauth2["timeout"], _key(oauthPath, "timeout"))
@@ -224,8 +229,9 @@ class AccountsReader(ConfigReader):
         Read the refresh grant's keys: C{token_endpoint} (C{https}, or
         C{http} to a loopback address), C{client_id}, C{refresh_token_file}
         (a secret file in a directory imapmig may write, since a rotated
-        refresh token replaces it), and the optional C{client_secret_file},
-        C{scope}, C{timeout} and C{tls_ca}.
+        refresh token replaces it), and the optional C{client_secret_file}
+        (or C{client_secret_credential}), C{scope}, C{timeout} and
+        C{tls_ca}.
         """
         ok = True
         endpoint = self._readString(oauth2["token_endpoint"], _key(path, "token_endpoint"))
@@ -241,17 +247,10 @@ class AccountsReader(ConfigReader):
         )
         ok = ok and clientId is not None
         secret = None
-        if "client_secret_file" in oauth2:
-            secretPath = _key(path, "client_secret_file")
-            written = self._readString(oauth2["client_secret_file"], secretPath)
-            if written is None:
-                ok = False
-            else:
-                try:
-                    secret = Secret(readPasswordFile(self._resolve(written), "client secret"))
-                except PasswordFileError as e:
-                    self._problem(secretPath, str(e))
-                    ok = False
+        if any(key in oauth2 for key in _CLIENT_SECRET_KEYS):
+            read = self._readSecret(oauth2, path, "client_secret", "client secret")
+            ok = ok and read is not None
+            secret = None if read is None else read[0]
         refreshFile = None
         refreshPath = _key(path, "refresh_token_file")
         written = self._readRequiredString(
@@ -346,14 +345,14 @@ class AccountsReader(ConfigReader):
     ) -> tuple[str, Secret] | None:
         """
         Read C{admin}: the admin's C{user} and exactly one of its
-        C{password} and C{password_file}, given instead of the user's
-        password.
+        C{password}, C{password_file} and C{password_credential}, given
+        instead of the user's password.
         """
-        if "password" in destination or "password_file" in destination:
+        if any(key in destination for key in _PASSWORD_KEYS):
             self._problem(
                 path,
-                "give the user's password (password or password_file) or an admin"
-                " credential (admin), not both",
+                "give the user's password (password, password_file or"
+                " password_credential) or an admin credential (admin), not both",
             )
             return None
         adminPath = _key(path, "admin")
@@ -370,34 +369,19 @@ class AccountsReader(ConfigReader):
         self, destination: Mapping[str, object], path: str
     ) -> Secret | None:
         """
-        Read exactly one of C{password} and C{password_file}.  No message
-        shows the password.
+        Read exactly one of C{password_file}, C{password_credential} and
+        C{password}.  No message shows the password.
         """
-        if "password" in destination and "password_file" in destination:
-            self._problem(
-                path, "give exactly one of password or password_file, not both"
-            )
-            return None
-        if "password_file" in destination:
-            written = self._readString(
-                destination["password_file"], _key(path, "password_file")
-            )
-            if written is None:
-                return None
-            try:
-                return Secret(readPasswordFile(self._resolve(written)))
-            except PasswordFileError as e:
-                self._problem(_key(path, "password_file"), str(e))
-                return None
-        if "password" in destination:
-            password = self._readString(destination["password"], _key(path, "password"))
-            return None if password is None else Secret(password)
-        self._problem(
+        read = self._readSecret(
+            destination,
             path,
-            "missing password: give password_file: FILE"
-            " (or password: TEXT, discouraged)",
+            "password",
+            "password",
+            inline=True,
+            missing="missing password: give password_file: FILE or"
+            " password_credential: NAME (or password: TEXT, discouraged)",
         )
-        return None
+        return None if read is None else read[0]
 
 
 def _endpointProblem(url: str) -> str | None:

@@ -29,6 +29,7 @@ _DEFAULT_TIMEOUT = 120.0
 _SERVER_KEYS = (
     "endpoint",
     "starttls",
+    "allow_plaintext",
     "tls_ca",
     "tls_hostname",
     "timeout",
@@ -267,6 +268,8 @@ class ServersReader(LimitsReader):
                     )
                     ok = False
 
+        ok = self._checkPlaintext(server, path, endpoint, starttls) and ok
+
         timeout = self._readSeconds(
             server.get("timeout", _DEFAULT_TIMEOUT), _key(path, "timeout")
         )
@@ -317,6 +320,49 @@ class ServersReader(LimitsReader):
             maxMessageSize=maxMessageSize,
             limits=limits,
         )
+
+    def _checkPlaintext(
+        self,
+        server: Mapping[str, object],
+        path: str,
+        endpoint: _ClientEndpoint | None,
+        starttls: bool | None,
+    ) -> bool:
+        """
+        Check C{allow_plaintext} (C{false} by default): a server reached
+        without TLS (a C{tcp:} endpoint with C{starttls: off}) whose host
+        is not a loopback address would be sent passwords and mail in the
+        clear, so it needs C{allow_plaintext: true}; on a TLS connection
+        the setting has no effect and is refused, as C{tls_ca} is without
+        TLS.
+
+        @param endpoint: the server's endpoint, or L{None} if invalid.
+        @param starttls: its C{starttls}, or L{None} if invalid.
+        @return: whether the server is acceptable in this respect.
+        """
+        where = _key(path, "allow_plaintext")
+        allow = server.get("allow_plaintext", False)
+        if not isinstance(allow, bool):
+            self._problem(where, f"must be true or false, not {_describe(allow)}")
+            return False
+        if endpoint is None or starttls is None:
+            return True
+        plaintext = not endpoint.implicitTLS and not starttls
+        if allow and not plaintext:
+            self._problem(
+                where, "has no effect with TLS (a tls: endpoint or starttls: required)"
+            )
+            return False
+        if plaintext and not allow and not isLoopbackHost(endpoint.host):
+            self._problem(
+                _key(path, "starttls"),
+                f"off to {endpoint.host}, which is not a loopback address: the"
+                " password and the mail would cross the network in the clear;"
+                " use starttls: required, a tls: endpoint, or allow_plaintext:"
+                " true to accept that",
+            )
+            return False
+        return True
 
     def _readPreset(self, value: object, path: str) -> Preset | None:
         """

@@ -27,7 +27,8 @@ _DEFAULT_FOLDER = "INBOX"
 
 _SOURCE_KEYS = (
     "maildir", "eml_dir", "folder", "mbox", "quoting",
-    "server", "user", "password", "password_file", "admin", "oauth2",
+    "server", "user", "password", "password_file", "password_credential", "admin",
+    "oauth2",
 )  # fmt: skip
 
 _SOURCE_KINDS = ("maildir", "eml_dir", "mbox", "server")
@@ -68,7 +69,10 @@ class SourcesReader(AccountsReader):
             "maildir": {"maildir"},
             "eml_dir": {"eml_dir", "folder"},
             "mbox": {"mbox", "quoting"},
-            "server": {"server", "user", "password", "password_file", "admin", "oauth2"},
+            "server": {
+                "server", "user", "password", "password_file", "password_credential",
+                "admin", "oauth2",
+            },  # fmt: skip
         }[kind]
         extra = sorted(set(source) - allowed)
         if extra:

@@ -8,8 +8,9 @@ The template is read once, into a prototype job whose settings every
 row's job shares; a row gives only its users, passwords or credential,
 name, and the few overrides of L{_COLUMNS}.  Every row is checked, each
 problem named C{FILE: row N: COLUMN: ...} (the header is row 1), and
-reported with the YAML's problems.  Each password file is read once,
-however many rows name it.
+reported with the YAML's problems.  Each password file (or systemd
+credential, C{*_password_credential}) is read once, however many rows
+name it.
 """
 
 from __future__ import annotations
@@ -32,20 +33,24 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, ConfigReader, _describe, _key
+from imapmig.config.reader import _NAME, _describe, _key
+from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.secrets import PasswordFileError, Secret
 
 _TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
-_CREDENTIAL_KEYS = ("user", "password_file")
+# A row's password comes from a file or a systemd credential, never inline.
+_ROW_PASSWORD_KEYS = secretKeys("password")
+_CREDENTIAL_KEYS = ("user", *_ROW_PASSWORD_KEYS)
+# What gives a template's account its password.
+_GIVES_PASSWORD = {*secretKeys("password", inline=True), "admin"}
 _SIDES = ("source", "destination")
 _OVERRIDES = ("connections", "maildir", "mbox")
 _COLUMNS = (
     "name",
     "source_user",
     "destination_user",
-    "source_password_file",
-    "destination_password_file",
+    *(f"{side}_{key}" for side in _SIDES for key in _ROW_PASSWORD_KEYS),
     "source_credential",
     "destination_credential",
 ) + _OVERRIDES
@@ -101,8 +106,9 @@ class UserListReader(JobsReader):
 
     def _readCredentials(self, top: Mapping[str, object]) -> None:
         """
-        Read C{credentials}: a map of names to C{{user, password_file}},
-        each password file read once, here.  An invalid credential maps to
+        Read C{credentials}: a map of names to C{{user, password_file}} (or
+        C{password_credential} instead of C{password_file}), each password
+        read once, here.  An invalid credential maps to
         L{None}, so the rows using it are not reported again.
         """
         credentials: dict[str, tuple[str, Secret] | None] = {}
@@ -131,13 +137,16 @@ class UserListReader(JobsReader):
                 self._problem(_key(path, "user"), "missing: the login name")
             else:
                 user = self._readString(mapping["user"], _key(path, "user"))
-            password = None
-            if "password_file" not in mapping:
-                self._problem(_key(path, "password_file"), "missing: the password's file")
-            else:
-                password = self._readPassword(mapping, path)
-            if user is not None and password is not None:
-                credentials[name] = (user, password)
+            read = self._readSecret(
+                mapping,
+                path,
+                "password",
+                "password",
+                missing="missing password: give password_file: FILE"
+                " or password_credential: NAME",
+            )
+            if user is not None and read is not None:
+                credentials[name] = (user, read[0])
 
     def _readUserList(
         self,
@@ -160,6 +169,7 @@ class UserListReader(JobsReader):
             self._problem(_key(path, "jobs_from"), f"{what}: {csvPath}")
             return []
         rows = _RowReader(csvPath, self._credentials)
+        rows._environment = self._environment
         jobs = rows.readAll(read, firstUse)
         self._problems.extend(rows._problems)
         return jobs
@@ -274,7 +284,7 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     """
     probe = dict(account)
     probe.setdefault("user", _PROBE)
-    if not {"password", "password_file", "admin"} & set(account):
+    if not _GIVES_PASSWORD & set(account):
         probe["password"] = _PROBE
     return probe
 
@@ -283,7 +293,7 @@ def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
     """
     What the template gives of an account: L{read} less its stand-ins.
     """
-    given = {"password", "password_file", "admin"} & set(written)
+    given = _GIVES_PASSWORD & set(written)
     return _Account(
         server=read.server,
         user=read.user if "user" in written else None,
@@ -292,7 +302,7 @@ def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
     )
 
 
-class _RowReader(ConfigReader):
+class _RowReader(SecretsReader):
     """
     Reads one CSV user list; its problems name the CSV file.
     """
@@ -302,7 +312,8 @@ class _RowReader(ConfigReader):
     ) -> None:
         super().__init__(path)
         self._credentials = credentials
-        self._passwords: dict[str, Secret | None] = {}
+        # (suffix, value written) -> the password, or None if unusable.
+        self._passwords: dict[tuple[str, str], Secret | None] = {}
 
     def readAll(self, template: _Template | None, firstUse: dict[str, str]) -> list[JobConfig]:
         """
@@ -388,14 +399,16 @@ class _RowReader(ConfigReader):
                     f"row 1: {side}_user",
                     f"missing column: the template's {side} gives no user",
                 )
-            if account.password is None and not {
-                f"{side}_password_file", f"{side}_credential"
-            } & set(columns):
+            given = {f"{side}_{key}" for key in _ROW_PASSWORD_KEYS}
+            if account.password is None and not {*given, f"{side}_credential"} & set(
+                columns
+            ):
                 ok = False
                 self._problem(
                     f"row 1: {side}_password_file",
                     f"missing column: the template's {side} gives no password;"
-                    f" add {side}_password_file or {side}_credential",
+                    f" add {side}_password_file, {side}_password_credential"
+                    f" or {side}_credential",
                 )
         local = template.prototype.source
         for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
@@ -405,7 +418,10 @@ class _RowReader(ConfigReader):
                     f"row 1: {column}", f"the template's source is not {column}"
                 )
         if template.source is None:
-            for column in ("source_password_file", "source_credential"):
+            for column in (
+                *(f"source_{key}" for key in _ROW_PASSWORD_KEYS),
+                "source_credential",
+            ):
                 if column in columns:
                     ok = False
                     self._problem(
@@ -466,8 +482,9 @@ class _RowReader(ConfigReader):
         self, number: int, row: Mapping[str, str], side: str, account: _Account
     ) -> tuple[str, Secret, str | None] | None:
         """
-        Read a row's account on one side: its user, and its password file
-        or credential (or the template's password).
+        Read a row's account on one side: its user, and its password file,
+        systemd credential or named admin credential (or the template's
+        password).
 
         @return: the user, the password to log in with, and the admin's
             login name (or L{None}).
@@ -475,18 +492,22 @@ class _RowReader(ConfigReader):
         user = row.get(f"{side}_user", account.user)
         if user is None:
             self._problem(f"row {number}: {side}_user", "missing: the mailbox's user")
-        passwordFile = row.get(f"{side}_password_file")
+        columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
+        given = [column for column in (*columns, f"{side}_credential") if column in row]
         credential = row.get(f"{side}_credential")
         password: Secret | None = account.password
         admin = account.admin
-        if passwordFile is not None and credential is not None:
+        if len(given) > 1:
             self._problem(
-                f"row {number}: {side}_credential",
-                f"give {side}_password_file or {side}_credential, not both",
+                f"row {number}: {given[-1]}",
+                f"give one of {', '.join(columns)} or {side}_credential,"
+                f" not {' and '.join(given)}",
             )
             return None
-        if passwordFile is not None:
-            password = self._readPasswordFile(number, f"{side}_password_file", passwordFile)
+        if given and given[0] in columns:
+            column = given[0]
+            suffix = column[len(f"{side}_password"):]
+            password = self._readRowSecret(number, column, suffix, row[column])
             admin = None
         elif credential is not None:
             if credential not in self._credentials:
@@ -504,27 +525,32 @@ class _RowReader(ConfigReader):
         elif password is None:
             self._problem(
                 f"row {number}: {side}_password_file",
-                f"missing: give {side}_password_file or {side}_credential",
+                f"missing: give {side}_password_file, {side}_password_credential"
+                f" or {side}_credential",
             )
         if user is None or password is None:
             return None
         return user, password, admin
 
-    def _readPasswordFile(self, number: int, column: str, written: str) -> Secret | None:
+    def _readRowSecret(
+        self, number: int, column: str, suffix: str, written: str
+    ) -> Secret | None:
         """
-        Read a row's password file, once however many rows name it.
+        Read a row's password from a file or credential (C{suffix} is a key
+        of L{_FROM}), once however many rows name it.
         """
-        resolved = self._resolve(written)
-        if resolved not in self._passwords:
+        if (suffix, written) not in self._passwords:
             try:
-                self._passwords[resolved] = Secret(readPasswordFile(resolved))
+                self._passwords[suffix, written] = Secret(
+                    _FROM[suffix](self, written, "password")[1]
+                )
             except PasswordFileError as e:
-                self._passwords[resolved] = None
+                self._passwords[suffix, written] = None
                 self._problem(f"row {number}: {column}", str(e))
                 return None
-        password = self._passwords[resolved]
+        password = self._passwords[suffix, written]
         if password is None:
-            self._problem(f"row {number}: {column}", f"password file {resolved} cannot be used")
+            self._problem(f"row {number}: {column}", f"{written} cannot be used")
         return password
 
     def _readLocal(

@@ -14,6 +14,12 @@ process being killed (SIGKILL, a crash); it may not survive a power loss
 or a kernel crash before the next checkpoint, which then rolls the database
 back to an earlier, consistent state.
 
+The file is private: created mode 0600 whatever the umask, before SQLite
+opens it, so that its C{-wal}, C{-shm} and C{-journal} files, which SQLite
+creates with the database's mode, are private too.  An existing database
+that group or others may read is left as it is (an admin may have opened
+it to a reporting group on purpose) with a warning naming it and its mode.
+
 One daemon owns the file: it holds L{StateFileLock} on C{<file>.lock} from
 open to close.  Readers (C{imapmig report}, C{imapmig verify}) open it
 C{readOnly}, without the lock, while the daemon writes.
@@ -23,10 +29,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import quote
 
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
@@ -165,6 +173,44 @@ _CAUSES = {
 }
 
 
+_log = Logger()
+
+
+def createPrivate(path: str) -> None:
+    """
+    Create the empty file C{path}, mode 0600 whatever the umask, unless it
+    exists; warn if an existing one may be read by group or others.  An
+    empty file is an empty SQLite database, and SQLite gives the files it
+    creates beside it (C{-wal}, C{-shm}, C{-journal}) its mode.
+
+    Any other failure is left for SQLite to report when it opens the file,
+    with the causes L{SQLiteStateStore} names.
+
+    @param path: the database file.
+    """
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
+    except FileExistsError:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return
+        if stat.S_ISREG(mode) and mode & 0o077:
+            _log.warn(
+                "State database {path} may be read by group or others (mode {mode});"
+                " it names every account, folder and message copied: run chmod 600"
+                " {path} (and its -wal and -shm files) unless that is intended",
+                path=path,
+                mode=f"{stat.S_IMODE(mode):04o}",
+            )
+    except OSError:
+        return
+    else:
+        os.close(fd)
+
+
 @implementer(IStateStore)
 class SQLiteStateStore:
     """
@@ -187,7 +233,7 @@ class SQLiteStateStore:
         they do not exist, and take its L{StateFileLock}.
 
         @param path: the database file (or C{":memory:"}, which takes no
-            lock).
+            lock); a new one is created mode 0600 (L{createPrivate}).
         @param seconds: the clock (e.g. C{reactor.seconds}) that stamps each
             outcome's, journal entry's and folder mark's time, and the lock.
         @param busyTimeout: seconds to wait for another connection's write
@@ -209,6 +255,8 @@ class SQLiteStateStore:
         if path != ":memory:" and not readOnly:
             self._lock = StateFileLock.acquire(path, seconds)
         try:
+            if self._lock is not None:
+                createPrivate(path)
             self._connection: sqlite3.Connection | None = self._connect(busyTimeout, readOnly)
         except BaseException:
             if self._lock is not None:
