@@ -268,8 +268,6 @@ async def verify(
         writeReport(reportPath, document)
     except OSError as e:
         out.write(reportNotWritten(reportPath, e, besideState))
-        if os.path.exists(partial):
-            os.remove(partial)
         return 1
     out.write(f"report written to {reportPath}\n")
     return status

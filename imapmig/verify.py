@@ -68,18 +68,23 @@ def writeReport(path: str, document: object) -> None:
     status page, which reads the report when it changes, never sees half
     of it.
 
-    @raise OSError: the file cannot be written.
+    @raise OSError: the file cannot be written (no partial file is left).
     """
     partial = path + ".partial"
     fd = os.open(
         partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
     )
-    # A partial file left by an earlier run keeps its mode through O_CREAT.
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(partial, path)
+    try:
+        # A partial file left by an earlier run keeps its mode through O_CREAT.
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(partial, path)
+    except BaseException:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
 
 
 # Octets of message bodies read (on either side) per batch.
