@@ -56,7 +56,7 @@ def credentialPath(name: str, environ: Mapping[str, str]) -> str:
         raise CredentialError(
             f"{CREDENTIALS_DIRECTORY} is not set: imapmig is run outside"
             f" systemd's LoadCredential= (credential {name!r}); run it from"
-            f" its unit with LoadCredential={name}:/etc/imapmig/{name}, or give"
+            f" its unit with LoadCredential={name}:/etc/imapmig/credentials/{name}, or give"
             " a _file key instead of the _credential key"
         )
     path = os.path.join(directory, name)
