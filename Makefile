@@ -136,8 +136,9 @@ install: $(if $(WHEEL),,wheel)
 	[ -e $(SYSCONFDIR)/imapmig.yaml ] || \
 	    install -m 0640 -o root -g $(SERVICE_GROUP) config/imapmig.example.yaml $(SYSCONFDIR)/imapmig.yaml
 	for unit in $(UNITS); do \
-	    sed 's|/opt/imapmig/|$(PREFIX)/|g; s|/etc/imapmig/|$(SYSCONFDIR)/|g; \
-	         s|^User=imapmig$$|User=$(SERVICE_USER)|; s|^Group=imapmig$$|Group=$(SERVICE_GROUP)|' systemd/$$unit > $(UNITDIR)/$$unit.new && \
+	    sed -e 's|/opt/imapmig/|$(PREFIX)/|g' -e 's|/etc/imapmig/|$(SYSCONFDIR)/|g' \
+	        -e 's|^User=imapmig$$|User=$(SERVICE_USER)|' -e 's|^Group=imapmig$$|Group=$(SERVICE_GROUP)|' \
+	        systemd/$$unit > $(UNITDIR)/$$unit.new && \
 	    chmod 0644 $(UNITDIR)/$$unit.new && mv $(UNITDIR)/$$unit.new $(UNITDIR)/$$unit || exit 1; \
 	done
 	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; \
