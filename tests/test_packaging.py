@@ -26,8 +26,19 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 # What imapmig.testing ships: the demo's and python -m
-# imapmig.testing.dovecot's modules; every other one is a test fixture.
-SHIPPED_TESTING = {"imapmig/testing/__init__.py", "imapmig/testing/corpus.py", "imapmig/testing/dovecot.py"}
+# imapmig.testing.dovecot's modules (those of them this checkout has);
+# every other one is a test fixture.
+SHIPPED_TESTING = {
+    name
+    for name in (
+        "imapmig/testing/__init__.py",
+        "imapmig/testing/children.py",
+        "imapmig/testing/corpus.py",
+        "imapmig/testing/dovecot.py",
+        "imapmig/testing/localserver.py",
+    )
+    if (CHECKOUT / name).exists()
+}
 
 _PLUGIN_CACHE_WARNING = "Unable to write to plugin cache"
 
