@@ -42,6 +42,15 @@ SHIPPED_TESTING = {
 
 _PLUGIN_CACHE_WARNING = "Unable to write to plugin cache"
 
+
+def installedEnvironment() -> dict[str, str]:
+    """
+    This process's environment without what would point the installed
+    venv's interpreter (the system's) at this one's modules: trial's
+    workers run with C{PYTHONPATH} set to their own C{sys.path}.
+    """
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
 # Built or installed once for the module; and why the install failed.
 _built: dict[str, Path] = {}
 _failed: dict[str, str] = {}
@@ -65,16 +74,23 @@ def builtWheel() -> Path:
     """
     if "wheel" not in _built:
         out = _scratch()
+        # pip builds in the source tree (build/, *.egg-info): build from a
+        # copy of what the wheel is made of, so that trial's parallel
+        # workers, each building its own, do not share one.
+        source = out / "source"
+        source.mkdir()
+        for name in ("setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
+            shutil.copy(CHECKOUT / name, source / name)
+        for name in ("imapmig", "twisted", "config", "systemd"):
+            shutil.copytree(
+                CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache")
+            )
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(CHECKOUT)],
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
             check=True,
             capture_output=True,
             timeout=300,
         )
-        # pip builds in place: leave the checkout as it was.
-        shutil.rmtree(CHECKOUT / "build", ignore_errors=True)
-        for info in CHECKOUT.glob("*.egg-info"):
-            shutil.rmtree(info, ignore_errors=True)
         (_built["wheel"],) = out.glob("imapmig-*.whl")
     return _built["wheel"]
 
@@ -120,6 +136,7 @@ def installed() -> Path:
                 "SERVICE_USER=nobody",
                 "SERVICE_GROUP=nogroup",
             ],
+            env=installedEnvironment(),
             capture_output=True,
             text=True,
             timeout=300,
@@ -300,6 +317,7 @@ class InstallTests(SynchronousTestCase):
         result = subprocess.run(
             [str(self.tree / "opt" / "bin" / "python"), "-c", script],
             cwd="/",
+            env=installedEnvironment(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -341,6 +359,7 @@ class InstallTests(SynchronousTestCase):
                 "--nodaemon", "--pidfile=", "imapmig", "--config", "imapmig.yaml",
             ],
             cwd=work,
+            env=installedEnvironment(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
