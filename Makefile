@@ -3,14 +3,18 @@
 #   make demo    set everything up and run a demo migration into a private Dovecot
 #   make test    set everything up and run the whole test suite (mypy + trial)
 #   make test-browser  only the dashboard's real-browser test (headless Chromium)
+#   make install    install the service (as root): user, venv in /opt/imapmig,
+#                   /etc/imapmig, the units; make uninstall / make purge undo it
 
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN      = $(VENV)/bin
+# systemd: systemd-analyze (tests/test_unit.py); adduser: make install.
 APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2 \
-               chromium chromium-driver
+               chromium chromium-driver systemd adduser
 
-.PHONY: setup system-packages servers venv demo test trial typecheck bench clean test-browser
+.PHONY: setup system-packages servers venv demo test trial typecheck bench clean test-browser \
+        wheel install uninstall purge
 
 setup: system-packages servers venv
 
@@ -83,6 +87,79 @@ bench: bench-packages
 
 bench-quick: bench-packages
 	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
+
+# The service install, Debian style (README, "Running as a service").
+#   make install     as root: the system user imapmig, a venv at $(PREFIX) with
+#                    imapmig's wheel and its dependencies, Twisted's plugin
+#                    cache, /etc/imapmig (the example configuration, 0640
+#                    root:imapmig, kept if present), /var/lib/imapmig (0700),
+#                    the units in $(UNITDIR); systemctl daemon-reload if
+#                    systemd runs.  Enabling is left to the admin, once the
+#                    configuration is written: systemctl enable --now imapmig
+#   make uninstall   stops and disables the units, removes them and $(PREFIX);
+#                    keeps /etc/imapmig, /var/lib/imapmig and the user
+#   make purge       uninstall, then removes those too
+# SERVICE_PYTHON: the venv's interpreter: the system's, which the service
+# user can reach (not one under /root, which ProtectHome= hides).
+PREFIX         ?= /opt/imapmig
+SERVICE_PYTHON ?= /usr/bin/python3
+SYSCONFDIR     ?= /etc/imapmig
+STATEDIR       ?= /var/lib/imapmig
+UNITDIR        ?= /etc/systemd/system
+SERVICE_USER   ?= imapmig
+SERVICE_GROUP  ?= $(SERVICE_USER)
+WHEELDIR       ?= build/wheel
+# WHEEL: install this wheel instead of building one (tests/test_packaging.py).
+WHEEL          ?=
+UNITS           = imapmig.service imapmig@.service
+
+# Built with the setup venv's pip (it fetches setuptools for the build).
+wheel: $(BIN)/python
+	rm -rf $(WHEELDIR)
+	$(BIN)/python -m pip wheel -q --no-deps -w $(WHEELDIR) .
+
+install: $(if $(WHEEL),,wheel)
+	@[ "$$(id -u)" = 0 ] || { echo "make install: run as root"; exit 1; }
+	getent passwd $(SERVICE_USER) >/dev/null || \
+	    adduser --system --group --home $(STATEDIR) \
+	        --gecos "imapmig migration daemon" $(SERVICE_USER)
+	install -d -m 0700 -o $(SERVICE_USER) -g $(SERVICE_GROUP) $(STATEDIR)
+	[ -x $(PREFIX)/bin/python ] || $(SERVICE_PYTHON) -m venv $(PREFIX)
+	$(PREFIX)/bin/python -m pip install -q --force-reinstall --no-deps $(or $(WHEEL),$(WHEELDIR)/imapmig-*.whl)
+	$(PREFIX)/bin/python -m pip install -q $(or $(WHEEL),$(WHEELDIR)/imapmig-*.whl)
+	# Twisted's plugin cache, written now as root: twistd run as the service
+	# user would find none and warn that it cannot write one.
+	$(PREFIX)/bin/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
+	ls $(PREFIX)/lib/python3*/site-packages/twisted/plugins/dropin.cache
+	install -d -m 0750 -o root -g $(SERVICE_GROUP) $(SYSCONFDIR)
+	install -d -m 0700 -o root -g root $(SYSCONFDIR)/credentials
+	[ -e $(SYSCONFDIR)/imapmig.yaml ] || \
+	    install -m 0640 -o root -g $(SERVICE_GROUP) config/imapmig.example.yaml $(SYSCONFDIR)/imapmig.yaml
+	for unit in $(UNITS); do \
+	    sed -e 's|/opt/imapmig/|$(PREFIX)/|g' -e 's|/etc/imapmig/|$(SYSCONFDIR)/|g' \
+	        -e 's|^User=imapmig$$|User=$(SERVICE_USER)|' -e 's|^Group=imapmig$$|Group=$(SERVICE_GROUP)|' \
+	        systemd/$$unit > $(UNITDIR)/$$unit.new && \
+	    chmod 0644 $(UNITDIR)/$$unit.new && mv $(UNITDIR)/$$unit.new $(UNITDIR)/$$unit || exit 1; \
+	done
+	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; \
+	else echo "systemd is not running: no daemon-reload"; fi
+	@echo "Installed.  Next: edit $(SYSCONFDIR)/imapmig.yaml, then: systemctl enable --now imapmig"
+
+uninstall:
+	@[ "$$(id -u)" = 0 ] || { echo "make uninstall: run as root"; exit 1; }
+	@if [ -d /run/systemd/system ]; then \
+	    systemctl disable --now imapmig.service || true; \
+	    systemctl stop 'imapmig@*.service' || true; \
+	fi
+	for unit in $(UNITS); do rm -f $(UNITDIR)/$$unit; done
+	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	rm -rf $(PREFIX)
+
+purge: uninstall
+	rm -rf $(SYSCONFDIR) $(STATEDIR)
+	case "$(SERVICE_USER)" in root|nobody) exit 0;; esac; \
+	if getent passwd $(SERVICE_USER) >/dev/null; then deluser --system $(SERVICE_USER); fi; \
+	if getent group $(SERVICE_GROUP) >/dev/null; then delgroup --system $(SERVICE_GROUP); fi
 
 clean:
 	rm -rf $(VENV) _trial_temp demo build *.egg-info
