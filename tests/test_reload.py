@@ -282,6 +282,52 @@ class ApplyTests(SynchronousTestCase):
         self.assertIn("a", h.scheduler.progress)
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
 
+    def test_removedRunningEndedThenAddedAgain(self) -> None:
+        """
+        A job removed while running, that has ended since, and is then
+        configured again is a new job: shown queued with fresh progress,
+        its source counted, run again; not taken for a job still running.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        h.reload([jobConfig("b", "b")])
+        h.scheduler.finish("a")
+        h.reload([jobConfig("b", "b"), jobConfig("a", "a")])
+        self.assertNotIn(
+            "Job a: configured again while running; its new configuration is for its"
+            " next run",
+            texts(events),
+        )
+        self.assertEqual(h.counted, [["a"]])
+        self.assertEqual(h.scheduler.started, ["a", "b", "a"])
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_removedRunningAddedAgainWhileRunning(self) -> None:
+        """
+        A job removed while running and configured again before it ended
+        runs on (its progress kept, not counted again), and is then not
+        dropped: it stays in the queue for its next run.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        h.reload([jobConfig("b", "b")])
+        h.reload([jobConfig("b", "b"), jobConfig("a", "a")])
+        self.assertIn(
+            "Job a: configured again while running; its new configuration is for its"
+            " next run",
+            texts(events),
+        )
+        self.assertEqual(h.counted, [])
+        self.assertEqual(h.scheduler.queue.state("a"), QueueState.CLAIMED)
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.started, ["a", "b"])
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
     def test_changedQueuedAndRunning(self) -> None:
         """
         A changed job that is queued runs with its new configuration; a
