@@ -22,6 +22,7 @@ import ctypes.util
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from types import FrameType
 from typing import Callable, Iterator
@@ -64,13 +65,16 @@ def dieWithParent() -> Callable[[], None]:
     by C{SIGKILL}, and unblocks every signal (L{StopSignals.deferred}
     blocks them around C{Popen}; a child inherits the mask).
 
-    Where C{prctl} is missing (not Linux) only the mask is reset.
+    Where C{prctl} is missing (not Linux) only the mask is reset, and so
+    it is when called off the main thread: the kernel would signal the
+    child as soon as that thread ended (a worker thread of a pool), not
+    when this process dies.
 
     @return: the function, which resolves nothing after the fork.
     """
     parent = os.getpid()
     prctl: Callable[..., int] | None = None
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         prctl = libc.prctl
     allSignals = signal.valid_signals()
