@@ -42,6 +42,18 @@ class StopSignalsTests(SynchronousTestCase):
         signal.raise_signal(signal.SIGHUP)
         self.assertEqual(self.signals.received, signal.SIGTERM)
 
+    def test_cleaningUp(self) -> None:
+        """
+        Once the program cleans up (L{StopSignals.cleaningUp}, in its
+        C{finally}), a first stop signal is ignored: it cannot cut the
+        stopping of its children short.
+        """
+        self.signals.install()
+        self.addCleanup(self.signals.uninstall)
+        self.signals.cleaningUp()
+        signal.raise_signal(signal.SIGTERM)
+        self.assertIsNone(self.signals.received)
+
     def test_ignoredStaysIgnored(self) -> None:
         """
         A signal ignored before (C{nohup}) stays ignored; L{uninstall}

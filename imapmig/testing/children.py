@@ -103,6 +103,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._cleaningUp = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -124,8 +125,17 @@ class StopSignals:
             signal.signal(signum, previous)  # type: ignore[arg-type]
         self._previous.clear()
 
+    def cleaningUp(self) -> None:
+        """
+        The program is stopping what it started (its C{finally}): a stop
+        signal from now on asks for nothing more and is ignored, so that
+        it cannot cut the clean-up short (its waits are bounded) and leave
+        a child running.
+        """
+        self._cleaningUp = True
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None:
+        if self.received is not None or self._cleaningUp:
             return
         self.received = signum
         raise Stopped(signum)
