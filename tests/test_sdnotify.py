@@ -793,7 +793,7 @@ def _config(testCase: SynchronousTestCase, status: bool) -> Any:
         {
             "state": os.path.abspath(testCase.mktemp()),
             "status": {"listen": "tcp:8125:interface=127.0.0.1"} if status else "off",
-            "servers": {"s": {"endpoint": "tcp:mail.example:1143", "starttls": "off"}},
+            "servers": {"s": {"endpoint": "tcp:127.0.0.1:1143", "starttls": "off"}},
             "jobs": [
                 {
                     "name": "a",
