@@ -205,6 +205,7 @@ jobs:
             _say(f"== Stopped by {signal.Signals(e.signum).name}")
         return result
     finally:
+        signals.cleaningUp()
         if daemon is not None:
             _stopProcess(daemon)
             _say(f"   (the daemon's log: {base}/imapmig.log)")

@@ -160,16 +160,20 @@ def applyReload(
     for job in plan.added:
         target.queue.add(job)
         _show(target, job)
-        if job.name not in target.progress:
-            target.progress.addJob(job.name)
-            counted.append(job)
-        else:
+        if target.queue.state(job.name) is QueueState.CLAIMED:
             # Removed while running, and added again before it ended.
             log.info(
                 "Job {job}: configured again while running; its new configuration is"
                 " for its next run",
                 job=job.name,
             )
+            continue
+        if job.name in target.progress:
+            # Removed while running, ended since (still shown as it
+            # ended): a new job now, with progress of its own.
+            target.progress.removeJob(job.name)
+        target.progress.addJob(job.name)
+        counted.append(job)
     if holds and target.holds is not None and counted:
         # Before the scheduler is woken: a held job is never claimed.
         target.holds.applyHolds(holds, {job.name for job in counted})

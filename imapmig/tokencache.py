@@ -140,6 +140,15 @@ class RefreshedTokens:
             refreshing.addBoth(self._settle)
         return waiter
 
+    def useGrant(self, grant: RefreshGrant) -> None:
+        """
+        Refresh with C{grant} from the next refresh on (a reload changed
+        the client's settings: its secret, its id, the endpoint).  The
+        refresh token and the access token cached stay: one source still
+        spends and rotates the file's refresh token.
+        """
+        self._grant = grant
+
     def invalidate(self, token: str) -> None:
         """
         Forget C{token}, which a server refused: the next L{current}

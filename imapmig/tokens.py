@@ -19,7 +19,7 @@ standard error, appears in an error or a log.
 from __future__ import annotations
 
 import os
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -35,6 +35,9 @@ from imapmig.config.model import (
 )
 from imapmig.errors import AuthenticationFailed, CredentialsRefused, TransientError
 from imapmig.secrets import PasswordFileError, readPasswordFile
+
+if TYPE_CHECKING:
+    from imapmig.tokencache import RefreshedTokens
 
 
 MAX_TOKEN_OUTPUT = 64 * 1024
@@ -256,7 +259,9 @@ class TokenSources:
             L{IReactorTime}.
         """
         self._reactor = reactor
-        self._refreshed: dict[str, AccessTokenSource] = {}
+        # The shared source of each refresh token file, and the settings
+        # its grant was made with.
+        self._refreshed: dict[str, tuple[TokenRefreshConfig, RefreshedTokens]] = {}
 
     def sourceFor(self, config: TokenSourceConfig, account: str) -> AccessTokenSource:
         """
@@ -268,18 +273,23 @@ class TokenSources:
         """
         if not isinstance(config, TokenRefreshConfig):
             return ObtainedEachTime(config, self._reactor, account)
-        shared = self._refreshed.get(config.refreshTokenFile)
-        if shared is None:
-            # Imported here: twisted.web costs start-up time that a daemon
-            # without a token endpoint need not pay.
-            from imapmig.tokencache import RefreshedTokens
-            from imapmig.tokenrefresh import RefreshGrantClient, agentFor
+        known = self._refreshed.get(config.refreshTokenFile)
+        if known is not None and known[0] == config:
+            return known[1]
+        # Imported here: twisted.web costs start-up time that a daemon
+        # without a token endpoint need not pay.
+        from imapmig.tokencache import RefreshedTokens
+        from imapmig.tokenrefresh import RefreshGrantClient, agentFor
 
-            client = RefreshGrantClient(
-                config, agentFor(config, self._reactor), self._reactor, account
-            )
+        client = RefreshGrantClient(config, agentFor(config, self._reactor), self._reactor, account)
+        if known is None:
             shared = RefreshedTokens(client, config.refreshTokenFile, self._reactor, account)
-            self._refreshed[config.refreshTokenFile] = shared
+        else:
+            # A reload changed the client's settings (a rotated client
+            # secret): the one source of the file refreshes with them now.
+            shared = known[1]
+            shared.useGrant(client)
+        self._refreshed[config.refreshTokenFile] = (config, shared)
         return shared
 
 

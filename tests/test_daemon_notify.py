@@ -314,3 +314,57 @@ class NotifyTests(TestCase):
         self.assertIn("PATH", names)
         self.assertEqual(names & {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"}, set())
         self.assertIn("STOPPING", [key for _, m in self.receiver.messages for key in m])
+
+    def rewrite(self, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """
+        Rewrite the configuration at C{path} through C{change}, replacing
+        the file whole as an editor does.
+        """
+        with open(path) as f:
+            document = yaml.safe_load(f)
+        change(document)
+        with open(path + ".new", "w") as f:
+            yaml.safe_dump(document, f)
+        os.chmod(path + ".new", 0o600)
+        os.replace(path + ".new", path)
+
+    async def reloads(self, daemon: DaemonProcess) -> tuple[Message, Message]:
+        """
+        Send C{SIGHUP}; return the C{RELOADING=1} notification and the
+        C{READY=1} that follows it.  C{MONOTONIC_USEC=} is
+        C{CLOCK_MONOTONIC} (the same clock this test reads) between the
+        signal and its arrival.
+        """
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        os.kill(daemon.pid, signal.SIGHUP)
+        _, reloading = await self.receiver.next(has("RELOADING"), "RELOADING=1")
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.assertLessEqual(before, int(reloading["MONOTONIC_USEC"]), reloading)
+        self.assertLessEqual(int(reloading["MONOTONIC_USEC"]), after, reloading)
+        self.assertNotIn("READY", reloading)
+        _, ready = await self.receiver.next(has("READY"), "READY=1 after RELOADING=1")
+        self.assertNotIn("RELOADING", ready)
+        return reloading, ready
+
+    async def test_reload(self) -> None:
+        """
+        A C{SIGHUP} with a valid new configuration gives C{RELOADING=1}
+        with C{MONOTONIC_USEC=}, then C{READY=1} with a status saying it
+        was reloaded; one with an invalid configuration gives the same
+        pair, the status saying it was not applied; the daemon runs on and
+        stops with status 0.
+        """
+        path = self.config(messages=1)
+        daemon, spawned = self.start(daemonCommand(path))
+        await self.ready(daemon, spawned)
+
+        self.rewrite(path, lambda document: document.update(max_jobs=3))
+        _, ready = await self.reloads(daemon)
+        self.assertTrue(ready["STATUS"].startswith("configuration reloaded; "), ready)
+
+        self.rewrite(path, lambda document: document.update(max_jobz=3))
+        _, ready = await self.reloads(daemon)
+        self.assertTrue(ready["STATUS"].startswith("reload failed: "), ready)
+        self.assertIn("nothing changed", ready["STATUS"])
+        self.assertIsNone(daemon.status, daemon.tail())
+        await self.stops(daemon)

@@ -282,6 +282,52 @@ class ApplyTests(SynchronousTestCase):
         self.assertIn("a", h.scheduler.progress)
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
 
+    def test_removedRunningEndedThenAddedAgain(self) -> None:
+        """
+        A job removed while running, that has ended since, and is then
+        configured again is a new job: shown queued with fresh progress,
+        its source counted, run again; not taken for a job still running.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        h.reload([jobConfig("b", "b")])
+        h.scheduler.finish("a")
+        h.reload([jobConfig("b", "b"), jobConfig("a", "a")])
+        self.assertNotIn(
+            "Job a: configured again while running; its new configuration is for its"
+            " next run",
+            texts(events),
+        )
+        self.assertEqual(h.counted, [["a"]])
+        self.assertEqual(h.scheduler.started, ["a", "b", "a"])
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_removedRunningAddedAgainWhileRunning(self) -> None:
+        """
+        A job removed while running and configured again before it ended
+        runs on (its progress kept, not counted again), and is then not
+        dropped: it stays in the queue for its next run.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")], maxJobs=2)
+        h.reload([jobConfig("b", "b")])
+        h.reload([jobConfig("b", "b"), jobConfig("a", "a")])
+        self.assertIn(
+            "Job a: configured again while running; its new configuration is for its"
+            " next run",
+            texts(events),
+        )
+        self.assertEqual(h.counted, [])
+        self.assertEqual(h.scheduler.queue.state("a"), QueueState.CLAIMED)
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.started, ["a", "b"])
+        self.assertEqual(h.scheduler.done, [True])
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
     def test_changedQueuedAndRunning(self) -> None:
         """
         A changed job that is queued runs with its new configuration; a
@@ -547,6 +593,8 @@ class ServiceReloadTests(SynchronousTestCase):
             f"state: {os.path.join(directory, 'state.sqlite')}",
             "status: {listen: 'tcp:0:interface=127.0.0.1'}" if status else "status: off",
             "servers: {s: {endpoint: 'tcp:127.0.0.1:1143', starttls: 'off'}}",
+            # One job at a time: a job added after the first stays queued.
+            "max_jobs: 1",
             "jobs:",
         ]
         for name in jobs:
@@ -582,10 +630,28 @@ class ServiceReloadTests(SynchronousTestCase):
         self.assertEqual([job.name for job in service.config.jobs], ["a", "b"])
         reactor.advance(0)
         self.assertEqual(service.progress.job("b").messagesTotal, 1)
+        # The reload's census left the service once done.
+        self.assertEqual([child.name for child in service if (child.name or "").startswith("census-")], [])
+        assert service.reloader is not None
+        target = service.reloader.target
+        self.assertEqual(sorted(target.jobServers), ["a", "b"])
+        self.assertEqual(sorted(target.rules), ["a", "b"])
+        # A queued job removed leaves the progress model and the maps
+        # the status page and /metrics read.
+        self.writeConfig(["a"], status=False)
+        self.assertTrue(self.successResultOf(service.reloadFrom(path)))
+        self.assertEqual([job.name for job in service.progress], ["a"])
+        self.assertEqual(sorted(target.jobServers), ["a"])
+        self.assertEqual(sorted(target.rules), ["a"])
+        self.writeConfig(["a", "b"], status=False)
+        self.assertTrue(self.successResultOf(service.reloadFrom(path)))
+        reactor.advance(0)
+        self.assertEqual([child.name for child in service if (child.name or "").startswith("census-")], [])
+        observer.told.clear()
         with open(path, "a") as f:
             f.write("max_jobz: 3\n")
         self.assertFalse(self.successResultOf(service.reloadFrom(path)))
-        self.assertEqual(observer.told, ["started", True, "started", False])
+        self.assertEqual(observer.told, ["started", False])
         self.assertEqual([job.name for job in service.config.jobs], ["a", "b"])
         service.stopService()
 

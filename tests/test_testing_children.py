@@ -42,6 +42,18 @@ class StopSignalsTests(SynchronousTestCase):
         signal.raise_signal(signal.SIGHUP)
         self.assertEqual(self.signals.received, signal.SIGTERM)
 
+    def test_cleaningUp(self) -> None:
+        """
+        Once the program cleans up (L{StopSignals.cleaningUp}, in its
+        C{finally}), a first stop signal is ignored: it cannot cut the
+        stopping of its children short.
+        """
+        self.signals.install()
+        self.addCleanup(self.signals.uninstall)
+        self.signals.cleaningUp()
+        signal.raise_signal(signal.SIGTERM)
+        self.assertIsNone(self.signals.received)
+
     def test_ignoredStaysIgnored(self) -> None:
         """
         A signal ignored before (C{nohup}) stays ignored; L{uninstall}
@@ -144,3 +156,44 @@ class DieWithParentTests(SynchronousTestCase):
             pending = [line for line in f if line.startswith("ShdPnd:")]
         self.assertEqual(int(pending[0].split()[1], 16), 0)
         self.assertEqual(watch.remaining(0.0), [child])
+
+    def test_offTheMainThread(self) -> None:
+        """
+        Called off the main thread, it does not ask for the signal: the
+        kernel sends it when the I{thread} that forked ends, and a worker
+        thread ending must not stop the child it started.
+        """
+        import os
+        import threading
+        import time
+
+        from imapmig.testing.children import dieWithParent
+
+        started: list[subprocess.Popen[bytes]] = []
+        tids: list[int] = []
+
+        def spawn() -> None:
+            tids.append(threading.get_native_id())
+            started.append(
+                subprocess.Popen(
+                    ["sleep", "60"], stdin=subprocess.DEVNULL, preexec_fn=dieWithParent()
+                )
+            )
+
+        worker = threading.Thread(target=spawn)
+        worker.start()
+        worker.join()
+        [child] = started
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        # The kernel signals the child (were it asked to) as the thread
+        # exits, before the thread leaves /proc: wait for that, not a time.
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/self/task/{tids[0]}"):
+            self.assertLess(time.monotonic(), deadline)
+            os.sched_yield()
+        with open(f"/proc/{child.pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+        self.assertEqual(pending & (1 << (signal.SIGTERM - 1)), 0)
+        self.assertIsNone(child.poll())

@@ -218,6 +218,31 @@ class TokenSourcesTests(SynchronousTestCase):
         fileSource = TokenFileConfig("/etc/a.token")
         self.assertIsNot(sources.sourceFor(fileSource, "a"), sources.sourceFor(fileSource, "a"))
 
+    def test_reloadedClientSettings(self) -> None:
+        """
+        Settings of the same refresh token file changed by a reload (a
+        rotated client secret) are used from the next refresh on, by the
+        one source of that file (not a second one spending the same
+        refresh token); the same settings again change nothing.
+        """
+        from attrs import evolve
+
+        from imapmig.secrets import Secret
+
+        sources = TokenSources(Clock())
+        refresh = TokenRefreshConfig(
+            "https://login.example.com/token", "id", Secret("old"), "/etc/a.refresh"
+        )
+        first = sources.sourceFor(refresh, "a")
+        assert isinstance(first, RefreshedTokens)
+        grant = first._grant
+        self.assertIs(sources.sourceFor(evolve(refresh), "a"), first)
+        self.assertIs(first._grant, grant)
+        rotated = evolve(refresh, clientSecret=Secret("new"))
+        self.assertIs(sources.sourceFor(rotated, "a"), first)
+        self.assertIsNot(first._grant, grant)
+        self.assertIn(b"client_secret=new", first._grant._form("r"))  # type: ignore[attr-defined]
+
 
 class _Tokens:
     def __init__(self, *tokens: str) -> None:

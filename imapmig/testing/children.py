@@ -22,6 +22,7 @@ import ctypes.util
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from types import FrameType
 from typing import Callable, Iterator
@@ -64,13 +65,16 @@ def dieWithParent() -> Callable[[], None]:
     by C{SIGKILL}, and unblocks every signal (L{StopSignals.deferred}
     blocks them around C{Popen}; a child inherits the mask).
 
-    Where C{prctl} is missing (not Linux) only the mask is reset.
+    Where C{prctl} is missing (not Linux) only the mask is reset, and so
+    it is when called off the main thread: the kernel would signal the
+    child as soon as that thread ended (a worker thread of a pool), not
+    when this process dies.
 
     @return: the function, which resolves nothing after the fork.
     """
     parent = os.getpid()
     prctl: Callable[..., int] | None = None
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         prctl = libc.prctl
     allSignals = signal.valid_signals()
@@ -99,6 +103,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._cleaningUp = False
         self._previous: dict[int, object] = {}
 
     def install(self) -> None:
@@ -120,8 +125,17 @@ class StopSignals:
             signal.signal(signum, previous)  # type: ignore[arg-type]
         self._previous.clear()
 
+    def cleaningUp(self) -> None:
+        """
+        The program is stopping what it started (its C{finally}): a stop
+        signal from now on asks for nothing more and is ignored, so that
+        it cannot cut the clean-up short (its waits are bounded) and leave
+        a child running.
+        """
+        self._cleaningUp = True
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None:
+        if self.received is not None or self._cleaningUp:
             return
         self.received = signum
         raise Stopped(signum)

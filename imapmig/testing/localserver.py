@@ -156,6 +156,7 @@ def _serve(
         _say(f"== Dovecot exited with status {status}; its log: {dovecot.baseDir}/dovecot.log")
         return 1
     finally:
+        signals.cleaningUp()
         dovecot.stop()
 
 
