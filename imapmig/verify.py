@@ -75,8 +75,12 @@ def writeReport(path: str, document: object) -> None:
         partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
     )
     try:
-        # A partial file left by an earlier run keeps its mode through O_CREAT.
-        os.fchmod(fd, 0o600)
+        try:
+            # A partial file left by an earlier run keeps its mode through O_CREAT.
+            os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(document, f, indent=2, ensure_ascii=False)
             f.write("\n")
