@@ -33,21 +33,13 @@ from imapmig.testing.dovecot import (
     DovecotStartFailed,
     DovecotUser,
 )
+from imapmig.testing.localserver import configurationHead, statusPort
 from imapmig.units import octets, plural
 
-STATUS_PORT = 8025
 STOP_TIMEOUT = 30.0
 """
 Seconds the daemon has to exit after C{SIGTERM} before it is killed.
 """
-
-
-def _freePort() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _status(url: str) -> dict[str, object] | None:
@@ -128,28 +120,18 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
         passwordFile = os.path.join(base, "demo.pw")
         with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("demo-password\n")
-        statusPort = STATUS_PORT if _portFree(STATUS_PORT) else _freePort()
+        port = statusPort()
         configPath = os.path.join(base, "imapmig.yaml")
         with open(configPath, "w") as f:
             f.write(
-                f"""\
-# Written by the demo: a private Dovecot on 127.0.0.1:{dovecot.port}.
-state: {base}/state.sqlite
-status:
-  listen: "tcp:{statusPort}:interface=127.0.0.1"
-servers:
-  local:
-    endpoint: "tcp:127.0.0.1:{dovecot.port}"
-    starttls: required
-    tls_ca: {dovecot.caCertificatePath}
-    tls_hostname: localhost
-jobs:
+                configurationHead("the demo", "one job", base, dovecot, port)
+                + f"""\
   - name: demo
     source: {{maildir: {base}/Maildir}}
     destination: {{server: local, user: demo, password_file: {passwordFile}}}
 """
             )
-        url = f"http://127.0.0.1:{statusPort}/"
+        url = f"http://127.0.0.1:{port}/"
         _say(f"== Configuration: {configPath}")
         _say(f"== Status page:   {url}   (JSON: {url}status.json)")
         twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
@@ -260,17 +242,6 @@ def _say(*parts: str) -> None:
     except OSError:
         # Python flushes stdout at exit and would fail there again.
         sys.stdout = open(os.devnull, "w")
-
-
-def _portFree(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 if __name__ == "__main__":

@@ -185,16 +185,38 @@ def writeConfiguration(
             f"    destination: {{server: local, user: {destination.name},"
             f" password_file: {files[1]}}}\n"
         )
-    statusPort = STATUS_PORT if _portFree(STATUS_PORT) else _freePort()
     configPath = os.path.join(base, "imapmig.yaml")
     _writePrivate(
         configPath,
-        f"""\
-# Written by python -m imapmig.testing.dovecot: a private Dovecot on
-# 127.0.0.1:{dovecot.port}, one job per source account.
+        configurationHead(
+            "python -m imapmig.testing.dovecot",
+            "one job per source account",
+            base,
+            dovecot,
+            statusPort(),
+        )
+        + "".join(jobs),
+    )
+    return configPath
+
+
+def configurationHead(
+    writtenBy: str, what: str, base: str, dovecot: DovecotInstance, port: int
+) -> str:
+    """
+    The first lines of a configuration for C{dovecot}: its state database
+    in C{base}, the status page on loopback C{port}, the server C{local}
+    (STARTTLS, Dovecot's private CA), up to C{jobs:}.
+
+    @param writtenBy: what wrote it, for its first comment.
+    @param what: what its jobs do, for the same comment.
+    """
+    return f"""\
+# Written by {writtenBy}: a private Dovecot on
+# 127.0.0.1:{dovecot.port}, {what}.
 state: {base}/state.sqlite
 status:
-  listen: "tcp:{statusPort}:interface=127.0.0.1"
+  listen: "tcp:{port}:interface=127.0.0.1"
 servers:
   local:
     endpoint: "tcp:127.0.0.1:{dovecot.port}"
@@ -203,9 +225,14 @@ servers:
     tls_hostname: localhost
 jobs:
 """
-        + "".join(jobs),
-    )
-    return configPath
+
+
+def statusPort() -> int:
+    """
+    The status port for a configuration: L{STATUS_PORT} if it is free on
+    loopback, else one the kernel picks.
+    """
+    return STATUS_PORT if _portFree(STATUS_PORT) else _freePort()
 
 
 def _commands(configPath: str) -> list[str]:
