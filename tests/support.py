@@ -475,10 +475,13 @@ plugin), which a child process must import.
 """
 
 
-def twistdCommand(configPath: str) -> list[str]:
+def twistdCommand(configPath: str, exitWhenDone: bool = True) -> list[str]:
     """
     The command line that runs C{twistd -n imapmig --config configPath
     --exit-when-done} with this Python, from L{SOURCE_TREE}.
+
+    @param exitWhenDone: with C{--exit-when-done}; without it the daemon
+        serves until it is stopped.
     """
     return [
         sys.executable,
@@ -491,8 +494,7 @@ def twistdCommand(configPath: str) -> list[str]:
         "imapmig",
         "--config",
         configPath,
-        "--exit-when-done",
-    ]
+    ] + (["--exit-when-done"] if exitWhenDone else [])
 
 
 def sourceTreeEnvironment() -> dict[str, str]:

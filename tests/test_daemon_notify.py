@@ -40,6 +40,7 @@ from tests.support import (
     newDirectory,
     sharedDovecot,
     sourceTreeEnvironment,
+    twistdCommand,
     writeDaemonConfig,
 )
 
@@ -113,23 +114,6 @@ def has(key: str, value: str = "1") -> Callable[[Message], bool]:
 
 
 _STATUS = re.compile(r"^(finished: )?\d+ of 1 job done, \d+ msgs?")
-
-
-def twistdCommand(configPath: str) -> list[str]:
-    """
-    C{twistd -n --pidfile= imapmig --config configPath} with this Python
-    (L{tests.support.twistdCommand} without C{--exit-when-done}).
-    """
-    return [
-        sys.executable,
-        "-c",
-        "import sys; from twisted.scripts.twistd import run; sys.argv[0] = 'twistd'; run()",
-        "-n",
-        "--pidfile=",
-        "imapmig",
-        "--config",
-        configPath,
-    ]
 
 
 def daemonCommand(configPath: str, *arguments: str) -> list[str]:
@@ -253,7 +237,7 @@ class NotifyTests(TestCase):
         listener listens, and C{STOPPING=1} on C{SIGTERM}; no watchdog
         without C{WATCHDOG_USEC}.
         """
-        daemon, spawned = self.start(twistdCommand(self.config()))
+        daemon, spawned = self.start(twistdCommand(self.config(), exitWhenDone=False))
         await self.ready(daemon, spawned)
         await self.stops(daemon)
         self.assertNotIn("WATCHDOG", [key for _, m in self.receiver.messages for key in m])
