@@ -18,6 +18,8 @@ import subprocess
 import time
 from typing import Sequence
 
+from imapmig.testing.privateserver import processStats
+
 __all__ = ["LineReader", "descendants", "ProcessWatch", "defaultSignals"]
 
 
@@ -97,17 +99,8 @@ def descendants(pid: int) -> list[int]:
     The processes below C{pid} (children, theirs, ...), from C{/proc}.
     """
     parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name is in parentheses and may hold anything.
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        parents.setdefault(int(fields[1]), []).append(int(entry))
+    for entry, fields in processStats():
+        parents.setdefault(int(fields[1]), []).append(entry)
     found: list[int] = []
     pending = [pid]
     while pending:

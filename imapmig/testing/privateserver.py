@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from imaplib import IMAP4
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from twisted.trial import unittest
 
@@ -303,7 +303,17 @@ def processesInSession(session: int) -> list[int]:
     from C{/proc}.  A session, not a process group: C{couriertcpd} moves
     itself into a process group of its own.
     """
-    found = []
+    return [
+        pid for pid, fields in processStats() if fields[0] != b"Z" and int(fields[3]) == session
+    ]
+
+
+def processStats() -> Iterator[tuple[int, list[bytes]]]:
+    """
+    Every process's id and the fields of its C{/proc/PID/stat} after the
+    command name (state, parent, process group, session, ...), skipping a
+    process that ends while it is read.
+    """
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -312,11 +322,8 @@ def processesInSession(session: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        # The command name is in parentheses and may hold spaces.
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if fields[0] != b"Z" and int(fields[3]) == session:
-            found.append(int(entry))
-    return found
+        # The command name is in parentheses and may hold anything.
+        yield int(entry), stat[stat.rindex(b")") + 2 :].split()
 
 
 def _signalSession(session: int, signum: int) -> None:
