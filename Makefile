@@ -53,7 +53,7 @@ typecheck:
 	$(BIN)/mypy
 
 trial:
-	$(BIN)/python -m twisted.trial --random=0 tests
+	$(BIN)/python -m twisted.trial -j2 --random=0 tests
 
 test: setup typecheck trial
 
