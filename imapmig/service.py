@@ -671,6 +671,8 @@ def buildService(
         whenDone,
         store=store,
     )
+    # Named for the log line of a stop that does not end (stopService).
+    scheduler.setName("scheduler")
     scheduler.setServiceParent(root)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.

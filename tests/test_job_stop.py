@@ -22,6 +22,7 @@ from zope.interface import implementer
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.progress import JobState, MigrationProgress
+from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 
@@ -260,4 +261,41 @@ class StopWhileOpeningTests(SynchronousTestCase):
         self.assertEqual(self.progress.state, JobState.STOPPED)
         for server in [*working.servers, *silent.servers]:
             self.assertTrue(server.transport.disconnected)  # type: ignore[union-attr]
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_sourceConnectionGivenUpAtStopTimeout(self) -> None:
+        """
+        A job stopped while its IMAP source's connection waits for a
+        greeting that never comes gives its destination connection up at
+        once, and the source's at C{stopTimeout}; the run then ends
+        stopped.
+        """
+        endpoint = SilentEndpoint(self.clock)
+        source = IMAPSource(silentOpener(endpoint, self.clock, 120.0), job=JOB)
+        job = MigrationJob(
+            JOB,
+            source,
+            self.store,
+            self.progress,
+            silentOpener(endpoint, self.clock, 120.0),
+            self.clock,
+            JobSettings(connections=1, stopTimeout=5.0),
+        )
+        d = Deferred.fromCoroutine(job.run())
+        self.clock.advance(0)
+        endpoint.pump()
+        self.assertEqual(len(endpoint.servers), 2)
+
+        job.stop()
+        endpoint.pump()
+        self.clock.advance(4.9)
+        endpoint.pump()
+        self.assertNoResult(d)
+        self.clock.advance(0.1)
+        endpoint.pump()
+
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(self.progress.state, JobState.STOPPED)
+        for server in endpoint.servers:
+            self.assertTrue(server.transport.disconnected)  # type: ignore[attr-defined]
         self.assertEqual(self.clock.getDelayedCalls(), [])

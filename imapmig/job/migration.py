@@ -450,6 +450,8 @@ class MigrationJob:
         Take no new messages: the run ends once the replies to the messages
         in flight are recorded, or after the settings' C{stopTimeout}, when
         the connections are dropped (what was in flight stays journaled).
+        Destination connections still opening are given up at once; an
+        IMAP source's, at C{stopTimeout}.
         """
         self._stopping = True
         self._units.clear()
@@ -473,6 +475,10 @@ class MigrationJob:
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
+        if isinstance(self._source, IMAPSource):
+            # Nothing more is read: a source connection the stop still
+            # waits for (a server that never greets) is given up too.
+            self._source.abort()
         attempt = self._attempt
         if attempt is None:
             return
