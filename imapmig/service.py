@@ -437,18 +437,16 @@ class MigrationService(MultiService):
         that a wait that never ends cannot keep the daemon from stopping.
         """
         Service.stopService(self)
-        pending: dict[str, Deferred[object]] = {}
-        stops = []
-        for service in reversed(list(self)):
-            name = service.name or type(service).__name__
-            stopping = maybeDeferred(service.stopService)
-            stops.append(stopping)
-            if not stopping.called:
-                pending[name] = stopping
-                stopping.addBoth(_forget, pending, name)
-        stopped: Deferred[None] = DeferredList(stops).addCallback(lambda _: None)
-        if pending and self._clock is not None:
-            stopped = self._bounded(stopped, pending, self._clock)
+        # As MultiService.stopService, each service's stop kept by name.
+        stops = [
+            (service.name or type(service).__name__, maybeDeferred(service.stopService))
+            for service in reversed(list(self))
+        ]
+        stopped: Deferred[None] = DeferredList([d for _, d in stops]).addCallback(
+            lambda _: None
+        )
+        if not stopped.called and self._clock is not None:
+            stopped = self._bounded(stopped, stops, self._clock)
 
         def closeStore(result: object) -> object:
             self.store.close()
@@ -458,12 +456,15 @@ class MigrationService(MultiService):
         return stopped
 
     def _bounded(
-        self, stopped: Deferred[None], pending: Mapping[str, object], clock: IReactorTime
+        self,
+        stopped: Deferred[None],
+        stops: Sequence[tuple[str, Deferred[Any]]],
+        clock: IReactorTime,
     ) -> Deferred[None]:
         """
         C{stopped}, or, if it has not fired C{STOP_MARGIN} seconds after
-        C{stop_timeout}, a result then, once what is still pending is
-        logged.
+        C{stop_timeout}, a result then, once the services still stopping
+        (of C{stops}, each service's name and stop) are logged.
         """
         # Without a configuration (a service not built by buildService):
         # stop_timeout's default.
@@ -479,7 +480,7 @@ class MigrationService(MultiService):
                 bound=bound,
                 stopTimeout=stopTimeout,
                 margin=STOP_MARGIN,
-                services=", ".join(sorted(pending)) or "nothing",
+                services=", ".join(name for name, d in stops if not d.called) or "nothing",
                 jobs=", ".join(
                     job.name for job in self.progress if job.state == JobState.STOPPING
                 )
@@ -496,14 +497,6 @@ class MigrationService(MultiService):
 
         stopped.addBoth(over)
         return result
-
-
-def _forget(result: object, pending: dict[str, Deferred[object]], name: str) -> object:
-    """
-    Take C{name} out of C{pending}: its service has stopped.
-    """
-    pending.pop(name, None)
-    return result
 
 
 def censusOpener(

@@ -297,5 +297,5 @@ class StopWhileOpeningTests(SynchronousTestCase):
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(self.progress.state, JobState.STOPPED)
         for server in endpoint.servers:
-            self.assertTrue(server.transport.disconnected)  # type: ignore[attr-defined]
+            self.assertTrue(server.transport.disconnected)  # type: ignore[union-attr]
         self.assertEqual(self.clock.getDelayedCalls(), [])
