@@ -37,9 +37,10 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from attrs import evolve
 
-from twisted.application.service import MultiService
-from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred, DeferredList, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads, IReactorTime
+from twisted.logger import Logger
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
@@ -60,7 +61,7 @@ from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.joblog import describeSource
 from imapmig.plan import FolderRules
-from imapmig.progress import MigrationProgress, ProgressSampler
+from imapmig.progress import JobState, MigrationProgress, ProgressSampler
 from imapmig.reload import ConfigReloader, IReloadObserver, ReloadTarget
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import (
@@ -81,6 +82,15 @@ from imapmig.state import IStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.telemetry import Telemetry
 from imapmig.tokens import TokenSources, loginWithToken
+
+log = Logger()
+
+# Seconds a stop may go on after stop_timeout (when the jobs' connections
+# are dropped: logging out, recording the last outcomes and closing
+# follow) before the daemon stops without waiting for the rest; within
+# the unit's TimeoutStopSec=60 with the default stop_timeout of 30.
+STOP_MARGIN = 10.0
+
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
@@ -376,11 +386,20 @@ class MigrationService(MultiService):
         L{None} for a service that cannot reload.
     """
 
-    def __init__(self, store: IStateStore, progress: MigrationProgress) -> None:
+    def __init__(
+        self,
+        store: IStateStore,
+        progress: MigrationProgress,
+        clock: IReactorTime | None = None,
+    ) -> None:
+        """
+        @param clock: bounds a stop (L{stopService}); L{None}: unbounded.
+        """
         MultiService.__init__(self)
         self.store = store
         self.progress = progress
         self.reloader: ConfigReloader | None = None
+        self._clock = clock
 
     @property
     def config(self) -> Config | None:
@@ -410,14 +429,74 @@ class MigrationService(MultiService):
         return self.reloader.reloadFrom(path)
 
     def stopService(self) -> Deferred[None]:
-        d: Deferred[None] = MultiService.stopService(self)
+        """
+        Stop every service (the jobs finish what is in flight, within
+        C{stop_timeout}), then close the state store.  A last resort
+        bounds the whole: whatever has not stopped C{STOP_MARGIN} seconds
+        after C{stop_timeout} is logged as an error and not waited for, so
+        that a wait that never ends cannot keep the daemon from stopping.
+        """
+        Service.stopService(self)
+        # As MultiService.stopService, each service's stop kept by name.
+        stops = [
+            (service.name or type(service).__name__, maybeDeferred(service.stopService))
+            for service in reversed(list(self))
+        ]
+        stopped: Deferred[None] = DeferredList([d for _, d in stops]).addCallback(
+            lambda _: None
+        )
+        if not stopped.called and self._clock is not None:
+            stopped = self._bounded(stopped, stops, self._clock)
 
         def closeStore(result: object) -> object:
             self.store.close()
             return result
 
-        d.addBoth(closeStore)
-        return d
+        stopped.addBoth(closeStore)
+        return stopped
+
+    def _bounded(
+        self,
+        stopped: Deferred[None],
+        stops: Sequence[tuple[str, Deferred[Any]]],
+        clock: IReactorTime,
+    ) -> Deferred[None]:
+        """
+        C{stopped}, or, if it has not fired C{STOP_MARGIN} seconds after
+        C{stop_timeout}, a result then, once the services still stopping
+        (of C{stops}, each service's name and stop) are logged.
+        """
+        # Without a configuration (a service not built by buildService):
+        # stop_timeout's default.
+        stopTimeout = 30.0 if self.config is None else self.config.stopTimeout
+        bound = stopTimeout + STOP_MARGIN
+        result: Deferred[None] = Deferred()
+
+        def giveUp() -> None:
+            log.error(
+                "The stop is not over {bound} s after it began (stop_timeout {stopTimeout} s"
+                " and {margin} s more): stopping without waiting for {services}; jobs still"
+                " stopping: {jobs}",
+                bound=bound,
+                stopTimeout=stopTimeout,
+                margin=STOP_MARGIN,
+                services=", ".join(name for name, d in stops if not d.called) or "nothing",
+                jobs=", ".join(
+                    job.name for job in self.progress if job.state == JobState.STOPPING
+                )
+                or "none",
+            )
+            result.callback(None)
+
+        timer = clock.callLater(bound, giveUp)
+
+        def over(outcome: object) -> None:
+            if timer.active():
+                timer.cancel()
+                result.callback(None)
+
+        stopped.addBoth(over)
+        return result
 
 
 def censusOpener(
@@ -534,7 +613,7 @@ def buildService(
     if store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     progress = MigrationProgress(reactor.seconds)
-    root = MigrationService(store, progress)
+    root = MigrationService(store, progress, reactor)
     # Queued jobs cost a progress entry each (about 300 octets); their
     # sources, openers and machines are built only when claimed.
     for jobConfig in config.jobs:
@@ -585,6 +664,8 @@ def buildService(
         whenDone,
         store=store,
     )
+    # Named for the log line of a stop that does not end (stopService).
+    scheduler.setName("scheduler")
     scheduler.setServiceParent(root)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.

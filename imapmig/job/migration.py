@@ -201,14 +201,15 @@ class _Attempt:
     """
     One attempt's connections: when the attempt ends, every one still open
     is dropped, and one that finishes opening afterwards is dropped at
-    once.  Extra connections still opening (perhaps waiting for their
-    grant under a server's connection limits) are given up when no work
-    is left for them, or when the attempt ends.
+    once.  Connections still opening (perhaps waiting for their grant
+    under a server's connection limits, or for a greeting) are given up
+    when no work is left for them, when the job stops, or when the
+    attempt ends.
     """
 
     def __init__(self) -> None:
         self.sessions: list[IMAPSession] = []
-        self.openings: list[Deferred[IMAPSession | None]] = []
+        self.openings: list[Deferred[IMAPSession] | Deferred[IMAPSession | None]] = []
         self.over = False
         self.givenUp = False
 
@@ -449,6 +450,8 @@ class MigrationJob:
         Take no new messages: the run ends once the replies to the messages
         in flight are recorded, or after the settings' C{stopTimeout}, when
         the connections are dropped (what was in flight stays journaled).
+        Destination connections still opening are given up at once; an
+        IMAP source's, at C{stopTimeout}.
         """
         self._stopping = True
         self._units.clear()
@@ -461,21 +464,33 @@ class MigrationJob:
             self._stopTimer = self._clock.callLater(
                 self._settings.stopTimeout, self._stopTimedOut
             )
+        if self._attempt is not None:
+            # Nothing more is sent: a connection still opening (waiting for
+            # its grant, a greeting, a TLS handshake the server may never
+            # answer) is given up now rather than awaited.
+            self._attempt.giveUpOpenings()
         if self._settling is not None:
             # Last: the run goes on, to its end, from here.
             self._settling.cancel()
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
+        if isinstance(self._source, IMAPSource):
+            # Nothing more is read: a source connection the stop still
+            # waits for (a server that never greets) is given up too.
+            self._source.abort()
         attempt = self._attempt
-        if attempt is not None and attempt.sessions:
+        if attempt is None:
+            return
+        if attempt.sessions:
             log.warn(
                 "Job {job}: replies still awaited {timeout} s after the stop; dropping"
                 " the connections (what was in flight is journaled for the next run)",
                 job=self.name,
                 timeout=self._settings.stopTimeout,
             )
-            attempt.end()
+        # Whatever the attempt still waits for on its connections ends now.
+        attempt.end()
 
     def _storeFailed(self) -> None:
         """
@@ -726,6 +741,8 @@ class MigrationJob:
         # Units still journaled (being sent when the last attempt or run
         # ended) are then settled, before what is left to copy is known.
         opening = Deferred.fromCoroutine(self._open(attempt))
+        # Given up (cancelled) if the job stops before it has opened.
+        attempt.openings.append(opening)
         try:
             listing = SourceListing(
                 self.name,

@@ -618,6 +618,8 @@ class IMAPSource:
         # The reads waiting for the throttle (each holding its connection's
         # lock): L{close} ends them rather than wait behind them.
         self._admitting: set[Deferred[None]] = set()
+        # The connections still opening: L{abort} gives them up.
+        self._openings: set[Deferred[IMAPSession]] = set()
 
     # IMessageSource
 
@@ -724,7 +726,46 @@ class IMAPSource:
         """
         return Deferred.fromCoroutine(self._close())
 
+    def abort(self) -> None:
+        """
+        Drop every connection now, open or still opening (a server that
+        never greets, a login never answered): the calls waiting on them
+        fail.  For a job whose stop timed out; a later call opens a new
+        connection.
+        """
+        for opening in list(self._openings):
+            opening.cancel()
+        for reader in self._readers:
+            session = reader.session
+            if session is None:
+                continue
+            if not reader.lock.locked:
+                # The call running on a locked reader forgets its session
+                # itself, as the abort fails it.
+                reader.session = None
+                reader.examined = None
+            session.abort("the job's stop timed out")
+
     # Implementation
+
+    def _open(self) -> Deferred[IMAPSession]:
+        """
+        Open a session, given up by L{abort} while it opens.
+        """
+
+        async def opened() -> IMAPSession:
+            return await self._openSession()
+
+        opening = Deferred.fromCoroutine(opened())
+        if not opening.called:
+            self._openings.add(opening)
+
+            def over(result: object) -> object:
+                self._openings.discard(opening)
+                return result
+
+            opening.addBoth(over)
+        return opening
 
     def _call(
         self,
@@ -796,7 +837,7 @@ class IMAPSource:
             session = reader.session
             if session is None:
                 try:
-                    session = await self._openSession()
+                    session = await self._open()
                 except ImapmigError as e:
                     if not any(other.session is not None for other in self._readers):
                         raise
@@ -817,7 +858,7 @@ class IMAPSource:
                     await reader.lock.acquire()
                     session = reader.session
                     if session is None:
-                        session = await self._openSession()
+                        session = await self._open()
                 reader.session = session
                 reader.examined = None
             try:

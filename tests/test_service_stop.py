@@ -1,0 +1,95 @@
+"""
+Tests for L{imapmig.service.MigrationService.stopService}: the last-resort
+bound on a daemon's stop.
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.progress import MigrationProgress
+from imapmig.service import STOP_MARGIN, MigrationService
+from imapmig.state.memory import MemoryStateStore
+
+
+class StuckService(Service):
+    """
+    A service whose stop never ends (a Deferred that never fires).
+    """
+
+    def __init__(self) -> None:
+        self.stopping: Deferred[None] = Deferred()
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        return self.stopping
+
+
+class ClosingStore(MemoryStateStore):
+    """
+    A memory store that remembers being closed.
+    """
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class BoundedStopTests(SynchronousTestCase):
+    """
+    L{MigrationService.stopService} waits for its services, but not for
+    ever.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.store = ClosingStore()
+        self.root = MigrationService(self.store, MigrationProgress(self.clock.seconds), self.clock)
+        self.stuck = StuckService()
+        self.stuck.setName("scheduler")
+        self.stuck.setServiceParent(self.root)
+        Service().setServiceParent(self.root)
+        self.root.startService()
+
+    def test_stuckServiceBounded(self) -> None:
+        """
+        A service whose stop never ends is given up C{STOP_MARGIN} seconds
+        after the default C{stop_timeout}: the stop ends, an error names
+        the service, and the state store is closed.
+        """
+        with capturedLogs() as events:
+            d = self.root.stopService()
+            self.clock.advance(30 + STOP_MARGIN - 0.1)
+            self.assertNoResult(d)
+            self.assertFalse(self.store.closed)
+            self.clock.advance(0.1)
+
+        self.assertIsNone(self.successResultOf(d))
+        self.assertTrue(self.store.closed)
+        errors = [formatEvent(e) for e in events if e["log_level"].name == "error"]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("without waiting for scheduler", errors[0])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        # Its stop ending later changes nothing.
+        self.stuck.stopping.callback(None)
+
+    def test_stopEndsInTime(self) -> None:
+        """
+        A stop that ends within the bound ends then, logs no error and
+        leaves nothing on the clock.
+        """
+        with capturedLogs() as events:
+            d = self.root.stopService()
+            self.clock.advance(5)
+            self.assertNoResult(d)
+            self.stuck.stopping.callback(None)
+
+        self.assertIsNone(self.successResultOf(d))
+        self.assertTrue(self.store.closed)
+        self.assertEqual([e for e in events if e["log_level"].name == "error"], [])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
