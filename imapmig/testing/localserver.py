@@ -267,6 +267,9 @@ def _writePrivate(path: str, text: str) -> None:
 
 def _portFree(port: int) -> bool:
     with socket.socket() as s:
+        # As Twisted listens: a port whose last connections linger in
+        # TIME_WAIT (a demo run just before) is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
