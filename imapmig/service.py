@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import stat
 import time
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
@@ -46,6 +47,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
+from imapmig.errors import ConfigError
 from imapmig.config import (
     Config,
     EmlSourceConfig,
@@ -584,6 +586,15 @@ def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
     """
     from imapmig.config import loadConfig
 
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        # Missing or unreadable: the reader says so, in its words.
+        mode = stat.S_IFREG
+    if not stat.S_ISREG(mode):
+        # A FIFO would block the worker thread until a writer came, and
+        # the daemon's stop with it (the thread pool waits for its threads).
+        return fail(ConfigError([f"{path}: not a regular file; give the configuration file"]))
     if IReactorThreads.providedBy(reactor):
         return deferToThreadPool(reactor, reactor.getThreadPool(), loadConfig, path)
     return maybeDeferred(loadConfig, path)

@@ -38,7 +38,7 @@ from imapmig.reloadapply import ReloadApplied
 from imapmig.schedule.queue import QueueState
 from imapmig.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED
-from imapmig.service import buildService
+from imapmig.service import buildService, loadInThread
 from imapmig.state.memory import MemoryStateStore
 from imapmig.tap import installReloadSignal
 from tests.support import writePasswordFile
@@ -682,3 +682,36 @@ class SignalTests(SynchronousTestCase):
         installReloadSignal(Reactor(), root, "/etc/imapmig/imapmig.yaml")
         os.kill(os.getpid(), signal.SIGHUP)
         self.assertEqual(calls, [(root.reloadFrom, "/etc/imapmig/imapmig.yaml")])
+
+
+class LoadInThreadTests(SynchronousTestCase):
+    """
+    L{loadInThread} reads the configuration for a reload off the reactor's
+    thread, and refuses what could block that thread.
+    """
+
+    def test_fifoRefused(self) -> None:
+        """
+        A FIFO in place of the configuration file fails the reload at once,
+        naming the path, instead of blocking a worker thread (and the
+        daemon's stop) until a writer comes.
+        """
+        path = os.path.abspath(self.mktemp())
+        os.mkfifo(path)
+        # Without the check, this reads the FIFO in place and hangs until
+        # trial's timeout.
+        error = self.failureResultOf(loadInThread(MemoryReactorClock(), path), ConfigError).value
+        self.assertEqual(
+            error.problems, (f"{path}: not a regular file; give the configuration file",)
+        )
+
+    def test_missingFileReadByTheReader(self) -> None:
+        """
+        A missing file is left to the configuration reader, whose problem
+        line says so in its words.
+        """
+        path = os.path.abspath(self.mktemp())
+        error = self.failureResultOf(loadInThread(MemoryReactorClock(), path), ConfigError).value
+        self.assertEqual(len(error.problems), 1)
+        self.assertIn(path, error.problems[0])
+
