@@ -105,13 +105,15 @@ class DieWithParentTests(SynchronousTestCase):
     killed, and starts with no signal blocked.
     """
 
-    def test_parentKilled(self) -> None:
+    def startParent(self, script: str) -> tuple[subprocess.Popen[bytes], int, ProcessWatch]:
         """
-        The parent killed with C{SIGKILL}, the child gets C{SIGTERM} and
-        exits; its signal mask was empty although its parent's was not.
+        Run C{script}, which starts a child and prints its pid, in a Python
+        of its own; everything is killed at the test's end.
+
+        @return: the parent, its child's pid, and a watch on the child.
         """
         parent = subprocess.Popen(
-            [sys.executable, "-c", _PARENT],
+            [sys.executable, "-c", script],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             env=sourceTreeEnvironment(),
@@ -123,6 +125,14 @@ class DieWithParentTests(SynchronousTestCase):
         child = int(LineReader(parent).until(""))
         watch = ProcessWatch([child])
         self.addCleanup(watch.killRemaining)
+        return parent, child, watch
+
+    def test_parentKilled(self) -> None:
+        """
+        The parent killed with C{SIGKILL}, the child gets C{SIGTERM} and
+        exits; its signal mask was empty although its parent's was not.
+        """
+        parent, child, watch = self.startParent(_PARENT)
         with open(f"/proc/{child}/status") as f:
             blocked = [line for line in f if line.startswith("SigBlk:")]
         self.assertEqual(int(blocked[0].split()[1], 16), 0)
@@ -135,19 +145,9 @@ class DieWithParentTests(SynchronousTestCase):
         The same child started without it outlives its killed parent: the
         test above depends on L{dieWithParent}, not on something else.
         """
-        parent = subprocess.Popen(
-            [sys.executable, "-c", _PARENT.replace("preexec_fn=dieWithParent()", "")],
-            stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=sourceTreeEnvironment(),
+        parent, child, watch = self.startParent(
+            _PARENT.replace("preexec_fn=dieWithParent()", "")
         )
-        self.addCleanup(parent.wait)
-        self.addCleanup(parent.kill)
-        assert parent.stdout is not None
-        self.addCleanup(parent.stdout.close)
-        child = int(LineReader(parent).until(""))
-        watch = ProcessWatch([child])
-        self.addCleanup(watch.killRemaining)
         parent.kill()
         parent.wait(30)
         # Had it been asked, the kernel would have signalled the child as
