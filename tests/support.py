@@ -475,6 +475,15 @@ plugin), which a child process must import.
 """
 
 
+def daemonCommand(configPath: str | None, *arguments: str) -> list[str]:
+    """
+    The command line running C{python -m imapmig.daemon} with this Python
+    on C{configPath} (none: no C{--config}) with C{arguments}.
+    """
+    config = [] if configPath is None else ["--config", configPath]
+    return [sys.executable, "-m", "imapmig.daemon", *config, *arguments]
+
+
 def twistdCommand(configPath: str, exitWhenDone: bool = True) -> list[str]:
     """
     The command line that runs C{twistd -n imapmig --config configPath

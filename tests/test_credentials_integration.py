@@ -21,6 +21,7 @@ from twisted.trial.unittest import TestCase
 from imapmig.testing.corpus import writeEmlDirectory
 from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.support import (
+    daemonCommand,
     SOURCE_TREE,
     DaemonProcess,
     freshUser,
@@ -87,7 +88,7 @@ class CredentialDaemonTests(TestCase):
         reactor.spawnProcess(
             daemon,
             sys.executable,
-            [sys.executable, "-m", "imapmig.daemon", "--config", configPath, "--exit-when-done"],
+            daemonCommand(configPath, "--exit-when-done"),
             env=environment,
             path=SOURCE_TREE,
         )
@@ -116,7 +117,7 @@ class CredentialDaemonTests(TestCase):
         environment = sourceTreeEnvironment()
         environment.pop("CREDENTIALS_DIRECTORY", None)
         done = subprocess.run(
-            [sys.executable, "-m", "imapmig.daemon", "--config", configPath, "--check-config"],
+            daemonCommand(configPath, "--check-config"),
             env=environment,
             cwd=SOURCE_TREE,
             capture_output=True,

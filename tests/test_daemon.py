@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -20,6 +19,7 @@ from twisted.trial.unittest import TestCase
 from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.support import (
+    daemonCommand,
     SOURCE_TREE,
     DaemonProcess,
     freshUser,
@@ -32,15 +32,6 @@ from tests.support import (
 
 # twistd's text log format, which the launcher keeps.
 _LOG_LINE = re.compile(rb"^\d{4}-\d\d-\d\dT?[ ]?\d\d:\d\d:\d\d[+-]\d{4} \[[^]]*\] ", re.M)
-
-
-def daemonCommand(configPath: str | None, *arguments: str) -> list[str]:
-    """
-    The command line running C{python -m imapmig.daemon} on C{configPath}
-    with C{arguments}.
-    """
-    config = [] if configPath is None else ["--config", configPath]
-    return [sys.executable, "-m", "imapmig.daemon", *config, *arguments]
 
 
 def runDaemon(configPath: str | None, *arguments: str) -> subprocess.CompletedProcess[bytes]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from typing import IO
 
@@ -23,9 +22,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.journald import messageID
 from imapmig.testing.corpus import writeEmlDirectory
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
+from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.journalreader import JournalSocket, first
 from tests.support import (
+    daemonCommand,
     SOURCE_TREE,
     freshUser,
     newDirectory,
@@ -170,7 +170,7 @@ class JournalOutputTests(SynchronousTestCase):
     def daemon(
         self, configPath: str, journalStream: str | None = "stdout", **environ: str
     ) -> DaemonRun:
-        command = [sys.executable, "-m", "imapmig.daemon", "--config", configPath]
+        command = daemonCommand(configPath)
         return self.start(command + ["--exit-when-done"], journalStream, environ)
 
     def start(

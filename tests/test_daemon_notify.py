@@ -34,6 +34,7 @@ from imapmig.testing.corpus import writeEmlDirectory
 from imapmig.testing.dovecot import requireDovecot
 from tests.liverun import listeningPorts
 from tests.support import (
+    daemonCommand,
     SOURCE_TREE,
     DaemonProcess,
     freshUser,
@@ -114,13 +115,6 @@ def has(key: str, value: str = "1") -> Callable[[Message], bool]:
 
 
 _STATUS = re.compile(r"^(finished: )?\d+ of 1 job done, \d+ msgs?")
-
-
-def daemonCommand(configPath: str, *arguments: str) -> list[str]:
-    """
-    C{python -m imapmig.daemon --config configPath}, with C{arguments}.
-    """
-    return [sys.executable, "-m", "imapmig.daemon", "--config", configPath, *arguments]
 
 
 class NotifyTests(TestCase):

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import sys
 from typing import Any
 
 import yaml
@@ -25,6 +24,7 @@ from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.liverun import listeningPorts
 from tests.support import (
+    daemonCommand,
     DaemonProcess,
     deliveries,
     freshUser,
@@ -148,7 +148,7 @@ class ReloadTests(TestCase):
         jobB = ("b", userB, os.path.join(directory, "maildir-b"))
         path = self.writeConfig(directory, instance, [jobA])
         daemon = startDaemon(
-            self, reactor, path, [sys.executable, "-m", "imapmig.daemon", "--config", path]
+            self, reactor, path, daemonCommand(path)
         )
         await waitForLine(daemon, r"Job a started")
         ports = listeningPorts(daemon.pid)

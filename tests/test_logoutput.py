@@ -26,6 +26,7 @@ from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotUser
 from tests.journalreader import JournalSocket, first
 from tests.support import (
+    daemonCommand,
     SOURCE_TREE,
     newDirectory,
     sourceTreeEnvironment,
@@ -234,7 +235,7 @@ class LauncherTests(SynchronousTestCase):
         saying why on standard error, writing nothing else.
         """
         path = self._config()
-        done = self._launch([sys.executable, "-m", "imapmig.daemon", "--config", path])
+        done = self._launch(daemonCommand(path))
         self.assertEqual(done.returncode, 2, done.stderr)
         self.assertIn(b"IMAPMIG_LOG_FORMAT: unknown log format 'syslog'", done.stderr)
         self.assertEqual(done.stdout, b"")

@@ -26,7 +26,7 @@ from twisted.trial.unittest import TestCase
 from imapmig.testing.corpus import writeEmlDirectory
 from imapmig.testing.dovecot import DovecotUser
 from tests.support import newDirectory, startDaemon, writeDaemonConfig
-from tests.test_daemon import daemonCommand
+from tests.support import daemonCommand
 
 # The exit is awaited this long at most: far more than the stop needs
 # (stop_timeout 2 s plus the 10 s margin), so that a loaded machine

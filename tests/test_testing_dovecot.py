@@ -33,6 +33,7 @@ from imapmig.testing.dovecot import (
 )
 from tests.processwatch import LineReader, ProcessWatch, defaultSignals, descendants
 from tests.support import sourceTreeEnvironment
+from tests.support import daemonCommand
 
 _HIDDEN = "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE LITERAL- UIDPLUS"
 
@@ -457,7 +458,7 @@ class LocalServerTests(SynchronousTestCase):
             config = yaml.safe_load(f)
         self.assertEqual(stat.S_IMODE(os.stat(configPath).st_mode), 0o600)
         self.assertEqual([job["name"] for job in config["jobs"]], ["source1", "source2"])
-        daemon = [sys.executable, "-m", "imapmig.daemon", "--config", configPath]
+        daemon = daemonCommand(configPath)
         checked = subprocess.run(
             [*daemon, "--check-config"], capture_output=True, env=sourceTreeEnvironment(),
             timeout=60,
