@@ -23,10 +23,14 @@ each reload starts and how it ended.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from imapmig.config.model import Config
@@ -291,3 +295,28 @@ _NEEDS_TLS = (
     "{path}: the new configuration needs TLS, and this daemon was started without it"
     " (its configuration used none): restart it to apply this configuration"
 )
+
+
+def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
+    """
+    Read and validate the configuration at C{path} (L{loadConfig}) in one
+    of C{reactor}'s worker threads: it reads password files and user lists
+    (a user list may hold 10,000 rows), and the reactor must go on serving
+    the jobs meanwhile.  The reader is safe there: it builds new frozen
+    values from files, touches no reactor and logs nothing.  A reactor
+    without threads (a test's) reads in place.
+    """
+    from imapmig.config import loadConfig
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        # Missing or unreadable: the reader says so, in its words.
+        mode = stat.S_IFREG
+    if not stat.S_ISREG(mode):
+        # A FIFO would block the worker thread until a writer came, and
+        # the daemon's stop with it (the thread pool waits for its threads).
+        return fail(ConfigError([f"{path}: not a regular file; give the configuration file"]))
+    if IReactorThreads.providedBy(reactor):
+        return deferToThreadPool(reactor, reactor.getThreadPool(), loadConfig, path)
+    return maybeDeferred(loadConfig, path)

@@ -2,7 +2,7 @@
 """
 Assembly: turn a L{Config} into the daemon's service tree.
 
-    MigrationService (MultiService)
+    MigrationService (imapmig.rootservice)
       +- JobQueueService   the scheduler (imapmig.schedule.scheduler): up
                            to max_jobs jobs at once, claimed in
                            configuration order, their connections granted
@@ -32,22 +32,19 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import stat
 import time
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
 from attrs import evolve
 
-from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred, DeferredList, fail, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorFromThreads, IReactorThreads, IReactorTime
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
-from imapmig.errors import ConfigError
 from imapmig.config import (
     Config,
     EmlSourceConfig,
@@ -63,8 +60,9 @@ from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.joblog import describeSource
 from imapmig.plan import FolderRules
-from imapmig.progress import JobState, MigrationProgress, ProgressSampler
-from imapmig.reload import ConfigReloader, IReloadObserver, ReloadTarget
+from imapmig.progress import MigrationProgress, ProgressSampler
+from imapmig.reload import ConfigReloader, ReloadTarget, loadInThread
+from imapmig.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import (
     ConnectionGrants,
@@ -86,13 +84,6 @@ from imapmig.telemetry import Telemetry
 from imapmig.tokens import TokenSources, loginWithToken
 
 log = Logger()
-
-# Seconds a stop may go on after stop_timeout (when the jobs' connections
-# are dropped: logging out, recording the last outcomes and closing
-# follow) before the daemon stops without waiting for the rest; within
-# the unit's TimeoutStopSec=60 with the default stop_timeout of 30.
-STOP_MARGIN = 10.0
-
 
 def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
@@ -379,128 +370,6 @@ def retryPolicyFor(job: JobConfig) -> RetryPolicy:
     )
 
 
-class MigrationService(MultiService):
-    """
-    The daemon: the job queue, the status listener, and the state store
-    they share (closed when the service stops).
-
-    @ivar reloader: reloads its configuration (set by L{buildService});
-        L{None} for a service that cannot reload.
-    """
-
-    def __init__(
-        self,
-        store: IStateStore,
-        progress: MigrationProgress,
-        clock: IReactorTime | None = None,
-    ) -> None:
-        """
-        @param clock: bounds a stop (L{stopService}); L{None}: unbounded.
-        """
-        MultiService.__init__(self)
-        self.store = store
-        self.progress = progress
-        self.reloader: ConfigReloader | None = None
-        self._clock = clock
-
-    @property
-    def config(self) -> Config | None:
-        """
-        The configuration the daemon runs with now (after any reload).
-        """
-        return None if self.reloader is None else self.reloader.config
-
-    def addReloadObserver(self, observer: IReloadObserver) -> None:
-        """
-        Tell C{observer} when each reload of the configuration starts and
-        how it ended.
-        """
-        assert self.reloader is not None, "a service built by buildService reloads"
-        self.reloader.addObserver(observer)
-
-    def reloadFrom(self, path: str) -> Deferred[bool]:
-        """
-        Reload the configuration from the file at C{path} (what C{SIGHUP}
-        does): see L{imapmig.reload}.
-
-        @return: fires with whether the new configuration was applied
-            (C{False}: it was invalid, each problem logged, nothing
-            changed).
-        """
-        assert self.reloader is not None, "a service built by buildService reloads"
-        return self.reloader.reloadFrom(path)
-
-    def stopService(self) -> Deferred[None]:
-        """
-        Stop every service (the jobs finish what is in flight, within
-        C{stop_timeout}), then close the state store.  A last resort
-        bounds the whole: whatever has not stopped C{STOP_MARGIN} seconds
-        after C{stop_timeout} is logged as an error and not waited for, so
-        that a wait that never ends cannot keep the daemon from stopping.
-        """
-        Service.stopService(self)
-        # As MultiService.stopService, each service's stop kept by name.
-        stops = [
-            (service.name or type(service).__name__, maybeDeferred(service.stopService))
-            for service in reversed(list(self))
-        ]
-        stopped: Deferred[None] = DeferredList([d for _, d in stops]).addCallback(
-            lambda _: None
-        )
-        if not stopped.called and self._clock is not None:
-            stopped = self._bounded(stopped, stops, self._clock)
-
-        def closeStore(result: object) -> object:
-            self.store.close()
-            return result
-
-        stopped.addBoth(closeStore)
-        return stopped
-
-    def _bounded(
-        self,
-        stopped: Deferred[None],
-        stops: Sequence[tuple[str, Deferred[Any]]],
-        clock: IReactorTime,
-    ) -> Deferred[None]:
-        """
-        C{stopped}, or, if it has not fired C{STOP_MARGIN} seconds after
-        C{stop_timeout}, a result then, once the services still stopping
-        (of C{stops}, each service's name and stop) are logged.
-        """
-        # Without a configuration (a service not built by buildService):
-        # stop_timeout's default.
-        stopTimeout = 30.0 if self.config is None else self.config.stopTimeout
-        bound = stopTimeout + STOP_MARGIN
-        result: Deferred[None] = Deferred()
-
-        def giveUp() -> None:
-            log.error(
-                "The stop is not over {bound} s after it began (stop_timeout {stopTimeout} s"
-                " and {margin} s more): stopping without waiting for {services}; jobs still"
-                " stopping: {jobs}",
-                bound=bound,
-                stopTimeout=stopTimeout,
-                margin=STOP_MARGIN,
-                services=", ".join(name for name, d in stops if not d.called) or "nothing",
-                jobs=", ".join(
-                    job.name for job in self.progress if job.state == JobState.STOPPING
-                )
-                or "none",
-            )
-            result.callback(None)
-
-        timer = clock.callLater(bound, giveUp)
-
-        def over(outcome: object) -> None:
-            if timer.active():
-                timer.cancel()
-                result.callback(None)
-
-        stopped.addBoth(over)
-        return result
-
-
 def censusOpener(
     source: ImapSourceConfig,
     reactor: Any,
@@ -573,31 +442,6 @@ def censusFor(
     return SourceCensus(
         config.jobs, progress, countLocal, openIMAP, recorded, reactor, threads=threads
     )
-
-
-def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
-    """
-    Read and validate the configuration at C{path} (L{loadConfig}) in one
-    of C{reactor}'s worker threads: it reads password files and user lists
-    (a user list may hold 10,000 rows), and the reactor must go on serving
-    the jobs meanwhile.  The reader is safe there: it builds new frozen
-    values from files, touches no reactor and logs nothing.  A reactor
-    without threads (a test's) reads in place.
-    """
-    from imapmig.config import loadConfig
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        # Missing or unreadable: the reader says so, in its words.
-        mode = stat.S_IFREG
-    if not stat.S_ISREG(mode):
-        # A FIFO would block the worker thread until a writer came, and
-        # the daemon's stop with it (the thread pool waits for its threads).
-        return fail(ConfigError([f"{path}: not a regular file; give the configuration file"]))
-    if IReactorThreads.providedBy(reactor):
-        return deferToThreadPool(reactor, reactor.getThreadPool(), loadConfig, path)
-    return maybeDeferred(loadConfig, path)
 
 
 def buildService(

@@ -24,7 +24,8 @@ from imapmig.schedule.controls import ControlRefused
 from imapmig.schedule.queue import QueueState
 from imapmig.schedule.jobcontrols import JobControls
 from imapmig.schedule.scheduler import JobQueueService
-from imapmig.service import MigrationService, buildService
+from imapmig.rootservice import MigrationService
+from imapmig.service import buildService
 from imapmig.state import CANCELLED, PAUSED, JobHold
 from imapmig.state.sqlite import SQLiteStateStore
 from tests.test_controls import ControlledScheduler

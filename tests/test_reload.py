@@ -38,7 +38,8 @@ from imapmig.reloadapply import ReloadApplied
 from imapmig.schedule.queue import QueueState
 from imapmig.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED
-from imapmig.service import buildService, loadInThread
+from imapmig.reload import loadInThread
+from imapmig.service import buildService
 from imapmig.state.memory import MemoryStateStore
 from imapmig.tap import installReloadSignal
 from tests.support import writePasswordFile

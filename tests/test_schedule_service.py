@@ -31,7 +31,8 @@ from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
 from imapmig.config import parseConfig
 from imapmig.schedule.scheduler import JobQueueService, essentialConnections
-from imapmig.service import MigrationService, buildService, grantedOpener
+from imapmig.rootservice import MigrationService
+from imapmig.service import buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import JobHarness, memoryOpener
 from tests.test_service import makeMaildir

@@ -25,7 +25,8 @@ from twisted.trial.unittest import TestCase
 from imapmig.config import Config, loadConfig
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import UPLOAD
-from imapmig.service import MigrationService, buildService
+from imapmig.rootservice import MigrationService
+from imapmig.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
