@@ -33,7 +33,8 @@ from imapmig.testing.dovecot import (
     DovecotStartFailed,
     DovecotUser,
 )
-from imapmig.testing.localserver import configurationHead, statusPort
+from imapmig.testing.localserver import configurationHead
+from imapmig.testing.ports import listeningPorts, statusPort
 from imapmig.units import octets, plural
 
 STOP_TIMEOUT = 30.0
@@ -120,42 +121,33 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
         passwordFile = os.path.join(base, "demo.pw")
         with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write("demo-password\n")
-        port = statusPort()
         configPath = os.path.join(base, "imapmig.yaml")
-        with open(configPath, "w") as f:
-            f.write(
-                configurationHead("the demo", "one job", base, dovecot, port)
-                + f"""\
+        _say(f"== Configuration: {configPath}")
+        started = time.monotonic()
+        wanted = statusPort()
+        while True:
+            with open(configPath, "w") as f:
+                f.write(
+                    configurationHead("the demo", "one job", base, dovecot, wanted)
+                    + f"""\
   - name: demo
     source: {{maildir: {base}/Maildir}}
     destination: {{server: local, user: demo, password_file: {passwordFile}}}
 """
-            )
+                )
+            daemon = _startDaemon(configPath, os.path.join(base, "imapmig.log"), signals)
+            port = _listening(daemon)
+            if port is not None:
+                break
+            if wanted == 0 or not _lostPort(os.path.join(base, "imapmig.log")):
+                _say(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
+                return 1
+            # Another process took the port between the check and the
+            # daemon's listen: let the kernel pick one instead.
+            _say(f"== Port {wanted} was taken meanwhile; the daemon listens on another")
+            wanted = 0
         url = f"http://127.0.0.1:{port}/"
-        _say(f"== Configuration: {configPath}")
         _say(f"== Status page:   {url}   (JSON: {url}status.json)")
-        twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-        # The level filter (info by default) that imapmig-daemon applies.
-        command = [
-            twistd, "-n", "--pidfile=", "--logger=imapmig.loglevels.twistdLogObserver",
-            "imapmig", "--config", configPath,
-        ]  # fmt: skip
-        started = time.monotonic()
-        # Run the daemon from the same code as this demo, installed or not.
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        with open(os.path.join(base, "imapmig.log"), "wb") as log, signals.deferred():
-            # A session of its own: the terminal's Ctrl-C and hangup reach
-            # the demo alone, which stops the daemon before Dovecot.
-            daemon = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=dieWithParent(),
-            )
-        _say(f"== Running (pid {daemon.pid}):", " ".join(command))
         final = _watch(daemon, url + "status.json")
         elapsed = time.monotonic() - started
         if final is None:
@@ -192,6 +184,59 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             _stopProcess(daemon)
             _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def _startDaemon(configPath: str, logPath: str, signals: StopSignals) -> subprocess.Popen[bytes]:
+    """
+    Start the daemon (C{twistd -n imapmig}, from the same code as this
+    demo, installed or not) on C{configPath}, its output to C{logPath}.
+    """
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    # The level filter (info by default) that imapmig-daemon applies.
+    command = [
+        twistd, "-n", "--pidfile=", "--logger=imapmig.loglevels.twistdLogObserver",
+        "imapmig", "--config", configPath,
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(logPath, "wb") as log, signals.deferred():
+        # A session of its own: the terminal's Ctrl-C and hangup reach
+        # the demo alone, which stops the daemon before Dovecot.
+        daemon = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=dieWithParent(),
+        )
+    _say(f"== Running (pid {daemon.pid}):", " ".join(command))
+    return daemon
+
+
+def _listening(daemon: subprocess.Popen[bytes]) -> int | None:
+    """
+    Wait until C{daemon} listens (its status page, its only listener).
+
+    The port is read from what this very process holds (C{/proc}), so the
+    demo never watches another daemon that answers on the same port.
+
+    @return: its port, or L{None} if it exited first.
+    """
+    while daemon.poll() is None:
+        found = listeningPorts(daemon.pid)
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    return None
+
+
+def _lostPort(logPath: str) -> bool:
+    """
+    Whether the daemon's log says its status listener could not listen.
+    """
+    with open(logPath, "rb") as f:
+        return b"The status listener could not listen on" in f.read()
 
 
 def _watch(daemon: subprocess.Popen[bytes], url: str) -> dict[str, object] | None:

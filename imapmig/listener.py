@@ -14,15 +14,31 @@ from twisted.python.failure import Failure
 log = Logger()
 
 
+class StatusListenerFailed(SystemExit):
+    """
+    The status listener could not listen when the daemon started (the
+    port in use, no permission): the daemon exits with status 1, under
+    C{imapmig-daemon} and C{twistd} alike, after one critical log line
+    naming the endpoint and the reason, not a traceback.
+
+    @ivar reason: the endpoint's failure.
+    """
+
+    def __init__(self, reason: Failure) -> None:
+        super().__init__(1)
+        self.reason = reason
+
+
 class ListenerService(Service):
     """
     Listens on an endpoint while it runs, as C{strports.service} does,
     and tells who asks when the port is bound (L{whenListening}).
 
-    A port that cannot be bound at once (in use, no permission) fails
-    C{privilegedStartService} (and so the daemon's start) with the
-    endpoint's error, loudly, as C{strports.service} does; an endpoint
-    that fails later is logged as an error, and L{whenListening} fails.
+    A port that cannot be bound at once (in use, no permission) is logged
+    at critical level, naming the endpoint and the reason, and fails
+    C{privilegedStartService} (and so the daemon's start) with
+    L{StatusListenerFailed}; an endpoint that fails later is logged as an
+    error, and L{whenListening} fails.
 
     @ivar port: the listening port, once bound.
     """
@@ -48,7 +64,7 @@ class ListenerService(Service):
         """
         Start listening (before privileges are shed, under twistd).
 
-        @raise Exception: the endpoint's error, when it fails at once.
+        @raise StatusListenerFailed: the endpoint failed at once.
         """
         Service.privilegedStartService(self)
         self._starting = True
@@ -58,7 +74,12 @@ class ListenerService(Service):
         finally:
             self._starting = False
         if self._failure is not None:
-            self._failure.raiseException()
+            log.critical(
+                "The status listener could not listen on {endpoint}: {error}",
+                endpoint=self._description,
+                error=self._failure.getErrorMessage(),
+            )
+            raise StatusListenerFailed(self._failure)
 
     def startService(self) -> None:
         """

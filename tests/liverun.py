@@ -30,6 +30,7 @@ from attrs import frozen
 
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser
+from imapmig.testing.ports import listeningPorts
 from tests.support import SOURCE_TREE, sourceTreeEnvironment, writePasswordFile
 
 FOLDERS = (("INBOX",), ("Sent",), ("Archive",))
@@ -229,41 +230,6 @@ class DaemonRun:
         with open(self.logPath, "rb") as f:
             text = f.read().decode("utf-8", "replace")
         return "\n".join(text.splitlines()[-lines:])
-
-
-def listeningPorts(pid: int) -> list[int]:
-    """
-    The TCP ports process C{pid} listens on: its socket inodes (from
-    C{/proc/PID/fd}) matched against the listening sockets of
-    C{/proc/net/tcp} and C{tcp6}.  This is how the test learns the port
-    of a listener opened on port 0, without the race of picking a free
-    port first.
-    """
-    inodes = set()
-    try:
-        descriptors = os.listdir(f"/proc/{pid}/fd")
-    except FileNotFoundError:
-        return []
-    for fd in descriptors:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN.
-            if fields[3] == "0A" and fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
 
 
 @frozen

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import secrets
-import socket
 import struct
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
@@ -58,7 +57,6 @@ from tests.liverun import (
     LiveJob,
     LiveMigration,
     StatusClient,
-    listeningPorts,
     metricValue,
     pollUntil,
     sessionsOf,
@@ -791,17 +789,6 @@ class BrowserSupportTests(SynchronousTestCase):
         self.patch(browser, "findBrowser", _noBrowser)
         self.patch(os, "environ", {"CI": "true"})
         self.assertRaises(self.failureException, requireBrowser, self)
-
-    def test_listeningPorts(self) -> None:
-        """
-        The ports a process listens on are read from C{/proc}.
-        """
-        listener = socket.socket()
-        self.addCleanup(listener.close)
-        listener.bind(("127.0.0.1", 0))
-        self.assertNotIn(listener.getsockname()[1], listeningPorts(os.getpid()))
-        listener.listen()
-        self.assertIn(listener.getsockname()[1], listeningPorts(os.getpid()))
 
     def test_metricValue(self) -> None:
         """

@@ -32,7 +32,7 @@ from twisted.trial.unittest import TestCase
 
 from imapmig.testing.corpus import writeEmlDirectory
 from imapmig.testing.dovecot import requireDovecot
-from tests.liverun import listeningPorts
+from imapmig.testing.ports import listeningPorts
 from tests.support import (
     daemonCommand,
     SOURCE_TREE,

@@ -22,7 +22,7 @@ from twisted.trial.unittest import TestCase
 
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
-from tests.liverun import listeningPorts
+from imapmig.testing.ports import listeningPorts
 from tests.support import (
     daemonCommand,
     DaemonProcess,

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,13 +36,18 @@ class DemoRun:
     The demo running as a child process of the test.
     """
 
-    def __init__(self, testCase: SynchronousTestCase, *arguments: str) -> None:
+    def __init__(
+        self,
+        testCase: SynchronousTestCase,
+        *arguments: str,
+        program: tuple[str, ...] = ("-m", "imapmig.demo"),
+    ) -> None:
         # A short directory: Dovecot's sockets then live inside it, and
         # nothing is left in /tmp even when the demo is killed.
         self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
         testCase.addCleanup(shutil.rmtree, self.directory, True)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "imapmig.demo", "--directory",
+            [sys.executable, *program, "--directory",
              os.path.join(self.directory, "d"), *arguments],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -80,6 +86,15 @@ class DemoRun:
         console = self.output.rest()
         status = self.process.wait(60)
         return status, self.watch.remaining(30), console
+
+    def finished(self) -> tuple[int, str]:
+        """
+        Wait for the demo to end by itself.
+
+        @return: its exit status and its whole console.
+        """
+        console = self.output.rest()
+        return self.process.wait(60), console
 
     def _cleanUp(self) -> None:
         if self.process.poll() is None:
@@ -183,6 +198,47 @@ class DemoSignalTests(SynchronousTestCase):
         # make reports the recipe's failure, then ends itself by the
         # signal it received.
         self.assertNotEqual(status, 0, console)
+
+
+class DemoPortTests(SynchronousTestCase):
+    """
+    The demo watches the status page of the daemon it started, whatever
+    else listens on port 8025.
+    """
+
+    def setUp(self) -> None:
+        requireDovecot(self)
+
+    def test_portTakenMeanwhile(self) -> None:
+        """
+        When the port the demo found free is taken before its daemon
+        listens (another demo started at the same time), the daemon exits
+        saying so; the demo says so too, starts it again on a port the
+        kernel picks, and watches that one.
+        """
+        held = socket.socket()
+        self.addCleanup(held.close)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        # The demo as python -m runs it, its free-port check answering a
+        # port that is in fact taken.
+        program = (
+            "-c",
+            "import sys, imapmig.demo as demo;"
+            f" demo.statusPort = lambda: {port};"
+            " sys.argv[0] = 'imapmig.demo';"
+            " raise SystemExit(demo.main())",
+        )
+        run = DemoRun(self, "--messages", "10", program=program)
+        status, console = run.finished()
+        self.assertEqual(status, 0, console)
+        self.assertIn(f"== Port {port} was taken meanwhile", console)
+        self.assertEqual(console.count("== Running (pid"), 2, console)
+        pages = re.findall(r"== Status page: +http://127\.0\.0\.1:(\d+)/", console)
+        self.assertEqual(len(pages), 1, console)
+        self.assertNotEqual(int(pages[0]), port)
+        self.assertIn("== Demo passed", console)
 
 
 class _MakeRun(DemoRun):

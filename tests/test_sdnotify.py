@@ -18,12 +18,12 @@ from twisted.internet.error import CannotListenError, ConnectionRefusedError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactorClock
-from twisted.logger import LogLevel, capturedLogs
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import parseConfig
-from imapmig.listener import ListenerService
+from imapmig.listener import ListenerService, StatusListenerFailed
 from imapmig.notifyservice import (
     STOPPING_STATUS,
     NotifyPhase,
@@ -744,14 +744,20 @@ class ListenerServiceTests(SynchronousTestCase):
 
     def test_failsAtOnce(self) -> None:
         """
-        A port that cannot be bound at once fails the start, with the
-        endpoint's error, as C{strports.service} does.
+        A port that cannot be bound at once fails the start with
+        L{StatusListenerFailed} (exit status 1) carrying the endpoint's
+        error, after a critical log line naming the endpoint and the
+        reason.
         """
         error = CannotListenError("127.0.0.1", 8025, OSError("Address already in use"))
         service = ListenerService(_Endpoint(fail(error)), self.factory, "tcp:8025")  # type: ignore[arg-type]
         with capturedLogs() as events:
-            self.assertRaises(CannotListenError, service.privilegedStartService)
-        self.assertEqual(list(events), [])
+            failed = self.assertRaises(StatusListenerFailed, service.privilegedStartService)
+        self.assertEqual(failed.code, 1)
+        self.assertIs(failed.reason.value, error)
+        [event] = events
+        self.assertEqual((event["log_level"], event["endpoint"]), (LogLevel.critical, "tcp:8025"))
+        self.assertIn("Address already in use", formatEvent(event))
         self.failureResultOf(service.whenListening(), CannotListenError)
 
     def test_failsLater(self) -> None:

@@ -24,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 from typing import Sequence
@@ -37,13 +36,8 @@ from imapmig.testing.dovecot import (
     DovecotStartFailed,
     DovecotUser,
 )
+from imapmig.testing.ports import freePort, statusPort
 from imapmig.units import plural
-
-STATUS_PORT = 8025
-"""
-The status port the configuration names when it is free (the demo's).
-"""
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """
@@ -193,7 +187,7 @@ def writeConfiguration(
             "one job per source account",
             base,
             dovecot,
-            statusPort(),
+            statusPort() or freePort(),
         )
         + "".join(jobs),
     )
@@ -205,7 +199,8 @@ def configurationHead(
 ) -> str:
     """
     The first lines of a configuration for C{dovecot}: its state database
-    in C{base}, the status page on loopback C{port}, the server C{local}
+    in C{base}, the status page on loopback C{port} (0: one the kernel
+    picks), the server C{local}
     (STARTTLS, Dovecot's private CA), up to C{jobs:}.
 
     @param writtenBy: what wrote it, for its first comment.
@@ -225,14 +220,6 @@ servers:
     tls_hostname: localhost
 jobs:
 """
-
-
-def statusPort() -> int:
-    """
-    The status port for a configuration: L{STATUS_PORT} if it is free on
-    loopback, else one the kernel picks.
-    """
-    return STATUS_PORT if _portFree(STATUS_PORT) else _freePort()
 
 
 def _commands(configPath: str) -> list[str]:
@@ -263,24 +250,6 @@ def _writePrivate(path: str, text: str) -> None:
         os.remove(path)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(text)
-
-
-def _portFree(port: int) -> bool:
-    with socket.socket() as s:
-        # As Twisted listens: a port whose last connections linger in
-        # TIME_WAIT (a demo run just before) is free.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _say(line: str) -> None:

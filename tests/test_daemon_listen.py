@@ -1,0 +1,80 @@
+"""
+The daemon whose status port is taken at start, run as admins run it
+(C{imapmig-daemon} and C{twistd -n imapmig}): one critical line naming the
+endpoint and the reason, exit status 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+
+import yaml
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.testing.corpus import writeMaildir
+from tests.support import SOURCE_TREE, daemonCommand, sourceTreeEnvironment, twistdCommand
+
+
+class PortTakenTests(SynchronousTestCase):
+    """
+    A status port in use stops the start cleanly.
+    """
+
+    def setUp(self) -> None:
+        held = socket.socket()
+        self.addCleanup(held.close)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        self.port = held.getsockname()[1]
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        maildir = os.path.join(directory, "Maildir")
+        writeMaildir(maildir, 2)
+        self.configPath = os.path.join(directory, "imapmig.yaml")
+        document = {
+            "state": os.path.join(directory, "state.sqlite"),
+            "status": {"listen": f"tcp:{self.port}:interface=127.0.0.1"},
+            "servers": {"s": {"endpoint": "tcp:127.0.0.1:1", "starttls": "off"}},
+            "jobs": [
+                {
+                    "name": "a",
+                    "source": {"maildir": maildir},
+                    "destination": {"server": "s", "user": "u", "password": "p"},
+                }
+            ],
+        }
+        with open(os.open(self.configPath, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            yaml.safe_dump(document, f)
+
+    def assertCleanExit(self, command: list[str]) -> None:
+        result = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=sourceTreeEnvironment(),
+            cwd=SOURCE_TREE,
+            timeout=60,
+        )
+        output = (result.stdout + result.stderr).decode("utf-8", "replace")
+        self.assertEqual(result.returncode, 1, output)
+        self.assertIn(
+            f"[imapmig.listener#critical] The status listener could not listen on"
+            f" tcp:{self.port}:interface=127.0.0.1: Couldn't listen on 127.0.0.1:{self.port}:",
+            output,
+        )
+        self.assertIn("Address already in use", output)
+        self.assertNotIn("Traceback", output)
+
+    def test_daemon(self) -> None:
+        """
+        C{imapmig-daemon}.
+        """
+        self.assertCleanExit(daemonCommand(self.configPath))
+
+    def test_twistd(self) -> None:
+        """
+        C{twistd -n imapmig}.
+        """
+        self.assertCleanExit(twistdCommand(self.configPath, exitWhenDone=False))
