@@ -36,6 +36,7 @@ SHIPPED_TESTING = {
         "imapmig/testing/corpus.py",
         "imapmig/testing/dovecot.py",
         "imapmig/testing/localserver.py",
+        "imapmig/testing/ports.py",
     )
     if (CHECKOUT / name).exists()
 }
