@@ -119,6 +119,7 @@ def sessionOpener(
     oauth2: TokenSourceConfig | None = None,
     tokens: TokenSources | None = None,
     grant: Callable[[], Deferred[IGrant]] | None = None,
+    job: str | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
@@ -169,6 +170,7 @@ def sessionOpener(
             timeout=server.timeout,
             compress=server.compress,
             namespaceOverride=server.namespace,
+            logFields=None if job is None else {"job": job},
         )
 
     opener: Callable[[], Awaitable[IMAPSession]]
@@ -233,6 +235,7 @@ def accountOpener(
     connections: JobConnections | None = None,
     wait: bool = True,
     tokens: TokenSources | None = None,
+    job: str | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a logged-in session to C{account} with its credential.
@@ -241,6 +244,7 @@ def accountOpener(
         (or, without C{wait}, takes only if granted at once); L{None}: no
         limits.
     @param tokens: the daemon's token sources (see L{sessionOpener}).
+    @param job: the job the sessions work for (see L{sessionOpener}).
     """
     grant = None
     if connections is not None:
@@ -254,6 +258,7 @@ def accountOpener(
         account.oauth2,
         tokens,
         grant,
+        job,
     )
 
 
@@ -271,7 +276,7 @@ def destinationOpener(
         destination connection waits for its grant.
     @param tokens: the daemon's token sources (see L{sessionOpener}).
     """
-    return accountOpener(job.destination, reactor, connections, tokens=tokens)
+    return accountOpener(job.destination, reactor, connections, tokens=tokens, job=job.name)
 
 
 def sourceFor(
@@ -302,7 +307,7 @@ def sourceFor(
         return MboxSource(source.path, source.quoting)
     if isinstance(source, ImapSourceConfig):
         return IMAPSource(
-            accountOpener(source, reactor, connections, wait=False, tokens=tokens),
+            accountOpener(source, reactor, connections, wait=False, tokens=tokens, job=job.name),
             description=f"{source.user} at {source.server.endpoint}",
             connections=job.connections,
             include=job.folders.include,
@@ -375,6 +380,7 @@ def censusOpener(
     reactor: Any,
     grants: ConnectionGrants,
     tokens: TokenSources | None = None,
+    job: str | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     Opens a census session to an IMAP source account (L{SourceCensus}):
@@ -382,6 +388,8 @@ def censusOpener(
     once, never one a waiting job is owed (failing with
     L{ConnectionNotGranted} otherwise); the grant is released when the
     session's connection closes.
+
+    @param job: the job whose source it counts (see L{sessionOpener}).
     """
     demand = connectionDemand([(source.server.name, source.user)])
 
@@ -404,6 +412,7 @@ def censusOpener(
         source.oauth2,
         tokens,
         grant,
+        job,
     )
 
 
@@ -434,7 +443,7 @@ def censusFor(
 
     def openIMAP(job: JobConfig) -> Awaitable[IMAPSession]:
         assert isinstance(job.source, ImapSourceConfig)
-        return censusOpener(job.source, reactor, grants, tokens)()
+        return censusOpener(job.source, reactor, grants, tokens, job.name)()
 
     def recorded(name: str) -> Deferred[int]:
         return store.summary(name).addCallback(lambda counts: counts[0])

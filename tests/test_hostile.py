@@ -88,10 +88,11 @@ class Hostile:
         case: SynchronousTestCase,
         script: dict[str, Step] | None = None,
         greeting: Step | None = None,
+        logFields: dict[str, object] | None = None,
     ) -> None:
         self.clock = Clock()
         self.server = HostileIMAPServer(self.clock, script, greeting)
-        self.client = MigrationIMAP4Client(self.clock, 10, peer=SERVER)
+        self.client = MigrationIMAP4Client(self.clock, 10, peer=SERVER, logFields=logFields)
         self.clientTransport = RecordingTransport(self.client, isServer=False)
         self.session = IMAPSession(self.client, SERVER)
         self.events: list[LogEvent] = []
@@ -288,6 +289,41 @@ class HostileServerTests(SynchronousTestCase):
         self.assertTrue(hostile.client.closed.called)
         self.assertEqual(self.flushLoggedErrors(), [])
         self.assertEqual(hostile.clock.getDelayedCalls(), [])
+
+    def test_eventsNameTheJob(self) -> None:
+        """
+        Given log fields (the job the connection works for), every event
+        the client, its pipeline and its session log carries them: a BYE
+        in the middle of an APPEND, a NO the pipeline reports, an
+        unreadable LIST row.
+        """
+        hostile = Hostile(
+            self,
+            {
+                "LIST": Send(b'* LIST () "/" INBOX\r\n* LIST (((\r\n{tag} OK done\r\n'),
+                "APPEND": After(1, Send(b"* BYE Server shutting down\r\n", True, True)),
+            },
+            logFields={"job": "alice"},
+        )
+        self.successResultOf(hostile.run(hostile.session.login("alice", "pw")))
+        hostile.run(hostile.session.listFolders())
+        pipeline = AppendPipeline(
+            hostile.client,
+            PipelineSettings(LiteralMode.PLUS, 1, 1 << 20, 1, 1 << 20),
+            Outcomes(),
+        )
+        pipeline.selectMailbox("INBOX")
+        pipeline.enqueue(
+            [OutgoingMessage(b"Subject: %d\r\n\r\nhi\r\n" % i, b"", i) for i in range(5)]
+        )
+        drained = pipeline.drained()
+        pipeline.untaggedReceived(b"NO [ALERT] quota nearly full")
+        hostile.flush()
+        self.failureResultOf(drained, ConnectionLost)
+        namespaces = {e["log_namespace"].split(".")[2] for e in hostile.events}
+        logged = [formatEvent(e) for e in hostile.events]
+        self.assertEqual(namespaces, {"client", "pipeline", "session"}, logged)
+        self.assertEqual({e.get("job") for e in hostile.events}, {"alice"})
 
     def test_dripGreeting(self) -> None:
         """

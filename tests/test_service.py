@@ -10,7 +10,7 @@ import os
 import sys
 
 from twisted.application.service import IServiceMaker
-from typing import Awaitable
+from typing import Any, Awaitable
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
@@ -162,6 +162,9 @@ class BuildServiceTests(SynchronousTestCase):
             [(8125, "127.0.0.1")],
         )
         self.assertEqual([(host, port) for host, port, *_ in reactor.tcpClients], [("mail.example", 1143)])
+        # What the connection logs names the job (the journal's JOB).
+        wrapping: Any = reactor.tcpClients[0][2].buildProtocol(None)
+        self.assertEqual(wrapping._wrappedProtocol.logFields, {"job": "a"})
         job = list(service.progress)[0]
         self.assertEqual(job.state, JobState.CONNECTING)
         # The job lets the reactor run between listed folders while its

@@ -31,7 +31,7 @@ No migration logic lives here.
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from twisted.internet import error as netError
 from twisted.internet.defer import Deferred, fail, succeed
@@ -71,6 +71,7 @@ from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
 from imapmig.imap.fetch import FetchedItem, FetchParseError, FetchResponseParser, isFetchResponse
 from imapmig.imap.lines import LinearLineReceiver
+from imapmig.logfields import withFields
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -227,12 +228,19 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         L{None}; while it has commands in flight the session sends no other
         command.
     @ivar closed: fires when the connection is lost.
+    @ivar logFields: the fields of every log event about this connection.
     """
 
     MAX_LENGTH = MAX_LINE_LENGTH
     _log = Logger()
 
-    def __init__(self, clock: IReactorTime, timeout: float = 0, peer: str | None = None) -> None:
+    def __init__(
+        self,
+        clock: IReactorTime,
+        timeout: float = 0,
+        peer: str | None = None,
+        logFields: Mapping[str, object] | None = None,
+    ) -> None:
         """
         @param clock: schedules the reply deadline.
         @param timeout: seconds the server may leave imapmig waiting for
@@ -240,8 +248,13 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             0 disables the deadline.
         @param peer: who the server is, for log lines (C{"alice at
             tcp:mail.example.org:143"}); by default its address.
+        @param logFields: fields every log event about this connection
+            carries, its own and its pipeline's and session's (the job it
+            works for: C{{"job": "alice"}}; L{imapmig.logfields}).
         """
         IMAP4Client.__init__(self)
+        self.logFields: Mapping[str, object] = dict(logFields or {})
+        self._log = withFields(self._log, self.logFields)
         LinearLineReceiver.__init__(self)
         self._clock = clock
         self._peer = peer

@@ -65,6 +65,7 @@ from zope.interface import implementer
 from imapmig.errors import ConnectionDropped, ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
+from imapmig.logfields import withFields
 from imapmig.message import StreamedBody, formatInternalDate
 from imapmig.telemetry import ServerTelemetry
 
@@ -401,6 +402,7 @@ class AppendPipeline:
             (by its clock); L{None}: none.
         """
         self._client = client
+        self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
         # Read once per command: kept here, a lookup shorter.
         self._seconds = None if telemetry is None else telemetry.seconds

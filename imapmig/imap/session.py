@@ -66,6 +66,7 @@ from imapmig.imap.pipeline import (
     PipelineSettings,
     encodeMailboxName,
 )
+from imapmig.logfields import withFields
 from imapmig.plan import PersonalNamespace
 from imapmig.telemetry import ServerTelemetry
 
@@ -370,6 +371,7 @@ class IMAPSession:
         namespaceOverride: PersonalNamespace | None = None,
     ) -> None:
         self._client = client
+        self._log = withFields(log, client.logFields)
         self._description = description
         self.capabilities: frozenset[bytes] = frozenset()
         self.namespaceOverride = namespaceOverride
@@ -543,7 +545,7 @@ class IMAPSession:
         try:
             await _mapped("COMPRESS", self._client.startCompression())
         except CommandFailed as e:
-            log.warn(
+            self._log.warn(
                 "{session}: the server refused COMPRESS DEFLATE: {text}",
                 session=self._description,
                 text=e.text,
@@ -563,7 +565,8 @@ class IMAPSession:
         Every mailbox (C{LIST "" "*"}).
         """
         lines, _ = await _mapped("LIST", self._client.sendCollecting(b"LIST", b'"" "*"'))
-        return [_mailboxInfo(row) for row in _listRows(lines, b"LIST", self._description)]
+        rows = _listRows(lines, b"LIST", self._description, self._log)
+        return [_mailboxInfo(row) for row in rows]
 
     async def hierarchyDelimiter(self) -> str | None:
         """
@@ -571,7 +574,7 @@ class IMAPSession:
         or L{None} for a flat server.
         """
         lines, _ = await _mapped("LIST", self._client.sendCollecting(b"LIST", b'"" ""'))
-        for row in _listRows(lines, b"LIST", self._description):
+        for row in _listRows(lines, b"LIST", self._description, self._log):
             info = _mailboxInfo(row)
             if info.delimiter:
                 return info.delimiter
@@ -617,7 +620,7 @@ class IMAPSession:
                 raise
             # The override is there for a server whose NAMESPACE cannot be
             # believed; one that offers it and then refuses it is one.
-            log.warn(
+            self._log.warn(
                 "{session}: the server refused NAMESPACE ({status} {text}); believing the"
                 " configured namespace alone (other users' and shared namespaces unknown)",
                 session=self._description,
@@ -634,7 +637,7 @@ class IMAPSession:
                     f"{self._description}: {e}; a namespace: setting for this server"
                     " in the configuration replaces the personal namespace it announces",
                 ) from None
-            log.warn(
+            self._log.warn(
                 "{session}: {problem}; believing the configured namespace alone"
                 " (other users' and shared namespaces unknown)",
                 session=self._description,
@@ -701,7 +704,7 @@ class IMAPSession:
                 await _mapped("SUBSCRIBE", d)
             except CommandFailed as e:
                 if name not in failed:
-                    log.warn(
+                    self._log.warn(
                         "{session}: cannot subscribe to {mailbox!r}: {why}",
                         session=self._description,
                         mailbox=name,
@@ -722,7 +725,7 @@ class IMAPSession:
             try:
                 await _mapped("SUBSCRIBE", d)
             except CommandFailed as e:
-                log.warn(
+                self._log.warn(
                     "{session}: cannot subscribe to {mailbox!r}: {why}",
                     session=self._description,
                     mailbox=name,
@@ -788,7 +791,7 @@ class IMAPSession:
                 await _mapped("UID STORE", d)
                 applied += 1
             except CommandFailed as e:
-                log.warn(
+                self._log.warn(
                     "{session}: cannot set the flags of UID {uid} in {mailbox!r}: {why}",
                     session=self._description,
                     uid=uid,
@@ -810,7 +813,7 @@ class IMAPSession:
             if not failure.check(IMAP4Exception):
                 # The connection ended: the APPEND pipeline says so.
                 return
-            log.warn(
+            self._log.warn(
                 "{session}: SELECT {mailbox!r} refused: {why}",
                 session=self._description,
                 mailbox=mailbox,
@@ -888,16 +891,16 @@ class IMAPSession:
             )
             return [
                 _listedMailbox(row, None)
-                for row in _listRows(lines, b"LIST", self._description)
+                for row in _listRows(lines, b"LIST", self._description, self._log)
             ]
         lines, _ = await _mapped("LIST", client.sendCollecting(b"LIST", b'"" "*"'))
         subscribedLines, _ = await _mapped("LSUB", client.sendCollecting(b"LSUB", b'"" "*"'))
         subscribed = {
             _listedMailbox(row, False).name
-            for row in _listRows(subscribedLines, b"LSUB", self._description)
+            for row in _listRows(subscribedLines, b"LSUB", self._description, self._log)
         }
         mailboxes = []
-        for row in _listRows(lines, b"LIST", self._description):
+        for row in _listRows(lines, b"LIST", self._description, self._log):
             mailbox = _listedMailbox(row, False)
             if mailbox.name in subscribed:
                 mailbox = evolve(mailbox, subscribed=True)
@@ -1033,7 +1036,7 @@ class IMAPSession:
         self._client.close()
         stats = self._client.compressionStats()
         if stats is not None:
-            log.info(
+            self._log.info(
                 "{session}: compression sent {sentPlain} octets as {sentWire}"
                 " ({sentPercent}%), received {receivedWire} octets as {receivedPlain}",
                 session=self._description,
@@ -1127,7 +1130,9 @@ def _decodeMailboxName(name: bytes) -> str:
     return decoded
 
 
-def _listRows(lines: Sequence[bytes], keyword: bytes, description: str) -> list[list[Value]]:
+def _listRows(
+    lines: Sequence[bytes], keyword: bytes, description: str, logger: Logger
+) -> list[list[Value]]:
     """
     The parsed C{LIST} (or C{LSUB}) responses among C{lines}, each as
     C{[attributes, delimiter, name, ...]}; other untagged responses that
@@ -1142,7 +1147,7 @@ def _listRows(lines: Sequence[bytes], keyword: bytes, description: str) -> list[
             row = parseResponse(line)[1:]
         except FetchParseError as e:
             row = []
-            log.warn(
+            logger.warn(
                 "{session}: unreadable {keyword} response: {error}",
                 session=description,
                 keyword=keyword.decode("ascii"),
@@ -1233,6 +1238,7 @@ async def openSession(
     timeout: float,
     compress: bool = False,
     namespaceOverride: PersonalNamespace | None = None,
+    logFields: Mapping[str, object] | None = None,
 ) -> IMAPSession:
     """
     Connect, secure, log in, and compress.
@@ -1252,6 +1258,8 @@ async def openSession(
         (see L{IMAPSession.namespaces}), if any.
     @param compress: turn on COMPRESS=DEFLATE right after login where the
         server offers it.
+    @param logFields: fields every log event about the session carries
+        (the job it works for; L{MigrationIMAP4Client}).
     @raise TransientError: connecting failed or timed out.
     @raise ConnectionLost: the connection was lost or dropped on the way
         (L{ReplyTimeout}, L{ProtocolError}, L{ServerBye} among them), the
@@ -1260,7 +1268,7 @@ async def openSession(
         Whatever fails after the connection is made is raised once the
         aborted connection is closed (at most C{timeout} later).
     """
-    client = MigrationIMAP4Client(clock, timeout, peer=description)
+    client = MigrationIMAP4Client(clock, timeout, peer=description, logFields=logFields)
     connecting = endpoint.connect(_OneConnection(client))
     if timeout > 0:
         connecting.addTimeout(timeout, clock)
@@ -1317,7 +1325,7 @@ async def _closedAfterAbort(client: MigrationIMAP4Client, clock: Any, timeout: f
     try:
         await gone
     except DeferredTimeout:
-        log.warn(
+        withFields(log, client.logFields).warn(
             "{server}: the aborted connection did not close within {timeout} s",
             server=client.peer,
             timeout=timeout,
