@@ -8,6 +8,8 @@ L{ConnectionGrants.setLimits}; L{MigrationProgress.removeJob}.
 
 from __future__ import annotations
 
+import weakref
+
 from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -121,6 +123,28 @@ class QueueReloadTests(SynchronousTestCase):
             self.assertEqual(queue.counts().finished, 0, outcome)
             self.assertIsNone(queue.nextDue())
             self.assertEqual(drain(queue), ["b"], outcome)
+
+    def test_removedConfigurationReleased(self) -> None:
+        """
+        A removed job's configuration is released (at once, or when its
+        claim finishes): a daemon reloaded with new jobs, old ones removed,
+        for months keeps no configuration of a job it no longer has.
+        """
+        queue = queueOf("a", "b")
+        claim = queue.claim("me", 0.0, 60.0)
+        assert claim is not None
+        added = jobConfig("c", "c")
+        queue.add(added)
+        runningRef, addedRef = weakref.ref(claim.job), weakref.ref(added)
+        del added
+        queue.remove("c")
+        self.assertIsNone(addedRef())
+        queue.remove("a")
+        queue.finish(claim, JobOutcome.COMPLETED)
+        del claim
+        self.assertIsNone(runningRef())
+        self.assertEqual(drain(queue), ["b"])
+        self.assertEqual(queue.pauseAll(), [])
 
     def test_removeClaimedThenAddedAgain(self) -> None:
         """

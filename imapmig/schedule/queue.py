@@ -329,9 +329,13 @@ class InMemoryJobQueue:
         @param leaseClock: the seconds of a monotonic clock (the daemon
             gives C{time.monotonic}), by which leases are timed.
         """
-        # Copied into a list only by the first reload that adds a job or
-        # replaces one's configuration.
-        self._jobs: Sequence[JobConfig] = jobs
+        # Copied into a list only by the first reload that adds, removes
+        # or replaces a job.  A removed job's place stays (positions are
+        # never renumbered: claims hold them) but holds None, so that a
+        # daemon reloaded for months keeps an int per job it ever had,
+        # not its configuration.
+        self._jobs: Sequence[JobConfig | None] = jobs
+        self._ownJobs: list[JobConfig | None] | None = None
         # Positions of jobs removed (their place stays, never claimed),
         # and of claimed jobs removed once their claim finishes.
         self._removed: set[int] = set()
@@ -379,9 +383,17 @@ class InMemoryJobQueue:
         else:
             return None
         self._generation += 1
-        claim = JobClaim(self._jobs[position], position, owner, leaseNow + lease, self._generation)
+        claim = JobClaim(self._jobAt(position), position, owner, leaseNow + lease, self._generation)
         self._claims[position] = claim
         return claim
+
+    def _jobAt(self, position: int) -> JobConfig:
+        """
+        The configuration of the job at C{position}, which is not removed.
+        """
+        job = self._jobs[position]
+        assert job is not None, position
+        return job
 
     def _isCurrent(self, claim: JobClaim) -> bool:
         held = self._claims.get(claim.position)
@@ -570,7 +582,7 @@ class InMemoryJobQueue:
     def pauseAll(self) -> list[str]:
         names = []
         for position, job in enumerate(self._jobs):
-            if position in self._removed or position in self._leaving:
+            if job is None or position in self._leaving:
                 # Removed by a reload: no longer under the controls.
                 continue
             state = self._stateAt(position)
@@ -592,17 +604,22 @@ class InMemoryJobQueue:
         for position, request in list(self._requested.items()):
             if request is Requested.PAUSE and position not in self._leaving:
                 del self._requested[position]
-                names.append(self._jobs[position].name)
+                names.append(self._jobAt(position).name)
         for position in sorted(self._paused):
             self._requeue(position)
-            names.append(self._jobs[position].name)
+            names.append(self._jobAt(position).name)
         self._paused.clear()
         return names
 
-    def _mutableJobs(self) -> list[JobConfig]:
-        if not isinstance(self._jobs, list):
-            self._jobs = list(self._jobs)
-        return self._jobs
+    def _mutableJobs(self) -> list[JobConfig | None]:
+        """
+        The queue's own list of jobs, copied from the caller's sequence
+        (never changed) on first use.
+        """
+        if self._ownJobs is None:
+            self._ownJobs = list(self._jobs)
+            self._jobs = self._ownJobs
+        return self._ownJobs
 
     def _positionOf(self) -> dict[str, int]:
         """
@@ -611,14 +628,14 @@ class InMemoryJobQueue:
         """
         if self._positions is None:
             self._positions = {
-                job.name: i for i, job in enumerate(self._jobs) if i not in self._removed
+                job.name: i for i, job in enumerate(self._jobs) if job is not None
             }
         return self._positions
 
     def add(self, job: JobConfig) -> None:
         positions = self._positionOf()
         for position in self._leaving:
-            if self._jobs[position].name == job.name:
+            if self._jobAt(position).name == job.name:
                 # Removed while claimed, added again before its claim
                 # finished: it stays, and runs as configured now when
                 # it is next claimed.
@@ -654,6 +671,7 @@ class InMemoryJobQueue:
         if self._ended.pop(position, None) is QueueState.CANCELLED:
             self._cancelled -= 1
         self._removed.add(position)
+        self._mutableJobs()[position] = None
 
     def replace(self, job: JobConfig) -> QueueState:
         position = self._position(job.name)
