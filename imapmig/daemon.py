@@ -130,7 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         python=sys.version.split()[0],
         reactor=f"{type(reactor).__module__}.{type(reactor).__qualname__}",
     )
-    startService(service, reactor)
+    from imapmig.listener import StatusListenerFailed
+
+    try:
+        startService(service, reactor)
+    except StatusListenerFailed:
+        # Logged by the listener, in one critical line.
+        return tap.EXIT_START_FAILED
     reactor.run()
     return tap.EXIT_OK
 

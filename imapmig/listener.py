@@ -14,18 +14,24 @@ from twisted.python.failure import Failure
 log = Logger()
 
 
-class StatusListenerFailed(SystemExit):
+class StatusListenerFailed(Exception):
     """
     The status listener could not listen when the daemon started (the
-    port in use, no permission): the daemon exits with status 1, under
-    C{imapmig-daemon} and C{twistd} alike, after one critical log line
-    naming the endpoint and the reason, not a traceback.
+    port in use, no permission): the start fails with it, after one
+    critical log line naming the endpoint and the reason.  The process
+    then exits with status 1, without a traceback: C{imapmig-daemon}
+    catches it, and under C{twistd} L{imapmig.tap.quietStartFailures}
+    keeps Python from printing one.  (An C{Exception}, not a
+    C{SystemExit}: a daemonizing C{twistd} reports an C{Exception} to the
+    parent waiting for the start, and removes its pid file.)
 
     @ivar reason: the endpoint's failure.
     """
 
-    def __init__(self, reason: Failure) -> None:
-        super().__init__(1)
+    def __init__(self, endpoint: str, reason: Failure) -> None:
+        super().__init__(
+            f"The status listener could not listen on {endpoint}: {reason.getErrorMessage()}"
+        )
         self.reason = reason
 
 
@@ -79,7 +85,7 @@ class ListenerService(Service):
                 endpoint=self._description,
                 error=self._failure.getErrorMessage(),
             )
-            raise StatusListenerFailed(self._failure)
+            raise StatusListenerFailed(self._description, self._failure)
 
     def startService(self) -> None:
         """

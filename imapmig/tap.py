@@ -21,6 +21,7 @@ import gc
 import os
 import signal
 import sys
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.application.service import IService
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_BAD_CONFIG = 2
+EXIT_START_FAILED = 1
+"""
+The daemon could not start (its status port in use): the reason is logged.
+"""
 
 
 class Options(usage.Options):
@@ -275,6 +280,26 @@ def installReloadSignal(reactor: Any, service: Any, path: str) -> None:
     signal.signal(signal.SIGHUP, reload)
 
 
+def quietStartFailures() -> None:
+    """
+    Let an uncaught L{StatusListenerFailed} end the process (status 1,
+    Python's for an uncaught exception) without a traceback: its reason
+    is logged already, in one critical line.  twistd has no other way: it
+    lets an exception raised by a service's start escape, after reporting
+    it to the parent of a daemonizing start and removing the pid file.
+    Every other exception is printed as before.
+    """
+    from imapmig.listener import StatusListenerFailed
+
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if not isinstance(value, StatusListenerFailed):
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 def makeService(options: Options) -> IService:
     """
     Build the daemon from the parsed options; C{SIGHUP} reloads its
@@ -283,6 +308,7 @@ def makeService(options: Options) -> IService:
     from twisted.internet import reactor
 
     limitHeapGrowth()
+    quietStartFailures()
 
     from imapmig.service import buildService
 

@@ -49,6 +49,9 @@ class PortTakenTests(SynchronousTestCase):
             yaml.safe_dump(document, f)
 
     def assertCleanExit(self, command: list[str]) -> None:
+        """
+        C{command} exits 1 with the critical line and no traceback.
+        """
         result = subprocess.run(
             command,
             stdin=subprocess.DEVNULL,
@@ -78,3 +81,35 @@ class PortTakenTests(SynchronousTestCase):
         C{twistd -n imapmig}.
         """
         self.assertCleanExit(twistdCommand(self.configPath, exitWhenDone=False))
+
+    def test_twistdDaemonizing(self) -> None:
+        """
+        C{twistd imapmig} without C{-n}: the parent waiting for the start
+        exits 1 naming the reason (twistd's own report of the exception),
+        and leaves no pid file; the log file holds the critical line and
+        no traceback.
+        """
+        directory = os.path.dirname(self.configPath)
+        pidFile = os.path.join(directory, "twistd.pid")
+        logFile = os.path.join(directory, "twistd.log")
+        command = twistdCommand(self.configPath, exitWhenDone=False)
+        command[command.index("-n") : command.index("imapmig")] = [
+            f"--pidfile={pidFile}",
+            f"--logfile={logFile}",
+        ]
+        result = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=sourceTreeEnvironment(),
+            cwd=SOURCE_TREE,
+            timeout=60,
+        )
+        output = (result.stdout + result.stderr).decode("utf-8", "replace")
+        self.assertEqual(result.returncode, 1, output)
+        self.assertIn("StatusListenerFailed: The status listener could not listen on", output)
+        self.assertFalse(os.path.exists(pidFile))
+        with open(logFile) as f:
+            log = f.read()
+        self.assertIn("[imapmig.listener#critical] The status listener could not listen on", log)
+        self.assertNotIn("Traceback", log)

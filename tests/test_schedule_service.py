@@ -151,7 +151,9 @@ class ForgetfulQueue(InMemoryJobQueue):
     """
 
     def __init__(self, queue: InMemoryJobQueue) -> None:
-        InMemoryJobQueue.__init__(self, queue._jobs, queue._leaseClock)
+        # A fresh queue's jobs: none removed.
+        jobs = [job for job in queue._jobs if job is not None]
+        InMemoryJobQueue.__init__(self, jobs, queue._leaseClock)
         self._claimed = 0
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:

@@ -745,19 +745,18 @@ class ListenerServiceTests(SynchronousTestCase):
     def test_failsAtOnce(self) -> None:
         """
         A port that cannot be bound at once fails the start with
-        L{StatusListenerFailed} (exit status 1) carrying the endpoint's
-        error, after a critical log line naming the endpoint and the
-        reason.
+        L{StatusListenerFailed} carrying the endpoint's error, after a
+        critical log line naming the endpoint and the reason.
         """
         error = CannotListenError("127.0.0.1", 8025, OSError("Address already in use"))
         service = ListenerService(_Endpoint(fail(error)), self.factory, "tcp:8025")  # type: ignore[arg-type]
         with capturedLogs() as events:
             failed = self.assertRaises(StatusListenerFailed, service.privilegedStartService)
-        self.assertEqual(failed.code, 1)
         self.assertIs(failed.reason.value, error)
         [event] = events
         self.assertEqual((event["log_level"], event["endpoint"]), (LogLevel.critical, "tcp:8025"))
         self.assertIn("Address already in use", formatEvent(event))
+        self.assertEqual(str(failed), formatEvent(event))
         self.failureResultOf(service.whenListening(), CannotListenError)
 
     def test_failsLater(self) -> None:
