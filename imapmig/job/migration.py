@@ -29,7 +29,6 @@ the destination's rates before it is handed to the pipeline.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
@@ -41,7 +40,6 @@ from twisted.python.failure import Failure
 from imapmig.errors import (
     CommandFailed,
     ConnectionDropped,
-    ConnectionLost,
     ImapmigError,
     PermanentError,
     QuotaExceeded,
@@ -54,6 +52,7 @@ from imapmig.imap.appendlimit import messageSizeLimit
 from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.signals import classifyRefusal
+from imapmig.job.attempt import AttemptConnections
 from imapmig.job.destination import (
     DestinationPreparation,
     FolderToCopy,
@@ -64,7 +63,14 @@ from imapmig.job.joblog import JobLog
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.listing import Listed, SourceListing
-from imapmig.job.readahead import ReadAhead, closeBodies
+from imapmig.job.readahead import (
+    IMAP_READ_STEP_BYTES,
+    IMAP_READ_STEP_MESSAGES,
+    READ_STEP_BYTES,
+    ReadAhead,
+    closeBodies,
+    readSteps,
+)
 from imapmig.job.sides import JobSides
 from imapmig.job.reconcile import reconcileJournal
 from imapmig.job.recording import (
@@ -74,6 +80,7 @@ from imapmig.job.recording import (
     Target,
 )
 from imapmig.job.retry import RetryPolicy
+from imapmig.job.settings import JobSettings
 from imapmig.message import (
     MessageBody,
     SourceMessage,
@@ -97,91 +104,20 @@ from imapmig.state import IStateStore, JournalEntry, MessageOutcome
 from imapmig.telemetry import ServerTelemetry
 from imapmig.units import plural
 
+__all__ = [
+    # Defined in the modules MigrationJob was split into, and still
+    # imported from here.
+    "IMAP_READ_STEP_BYTES",
+    "IMAP_READ_STEP_MESSAGES",
+    "READ_STEP_BYTES",
+    "JobSettings",
+    "MigrationJob",
+    "asRetryable",
+    "connectionsWorthOpening",
+    "readSteps",
+]
+
 log = Logger()
-
-# The most octets read from the source in one step without letting the
-# reactor run.
-READ_STEP_BYTES = 1024 * 1024
-
-# The most octets (by listed size) of one step read from an IMAP source:
-# its reads do not block the reactor, and each step is one round trip.
-# One step is read ahead while the one before is sent (see ReadAhead):
-# besides what its append pipeline holds, a connection holds at most that
-# one step of bodies in memory (bodies above the source's spoolAbove go to
-# a file instead).
-IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
-
-# The most messages of one step read from an IMAP source.  Its steps are
-# bounded by octets (IMAP_READ_STEP_BYTES), not by the destination's batch:
-# each step costs the source server a FETCH command (two, with the
-# BINARY.PEEK[] of bodies holding 0x80) and, for Dovecot, a mailbox sync
-# per command; and each step read is a round trip.  A unit's first step,
-# which nothing reads ahead of, is still one batch (readSteps).
-IMAP_READ_STEP_MESSAGES = 1000
-
-
-def readSteps(
-    messages: Sequence[SourceMessage], firstMessages: int, stepMessages: int, stepBytes: int
-) -> list[Sequence[SourceMessage]]:
-    """
-    Cut a unit's C{messages} into the steps it is read in: the first of at
-    most C{firstMessages} messages, so the destination has something to
-    send soon, then steps of at most C{stepMessages}; each of about
-    C{stepBytes} octets at most (L{chunks}).
-    """
-    first = next(chunks(messages, firstMessages, stepBytes), None)
-    if first is None:
-        return []
-    return [first, *chunks(messages[len(first) :], stepMessages, stepBytes)]
-
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """
-    How a job copies.
-
-    @ivar connections: parallel connections to the destination.
-    @ivar batchMessages: messages per MULTIAPPEND command.
-    @ivar batchBytes: octets per MULTIAPPEND command.
-    @ivar windowMessages: messages in flight per connection.
-    @ivar windowBytes: octets in flight per connection.
-    @ivar recordEvery: outcomes buffered before a state-store transaction.
-    @ivar recordInterval: seconds after which buffered outcomes are
-        recorded anyway.
-    @ivar stopTimeout: seconds a stopping job waits for the replies to
-        the messages in flight before it drops its connections (what was
-        in flight is journaled, and settled by the next run).
-    @ivar folderNameFallback: whether a folder whose name the destination
-        refuses is created under a safe spelling
-        (L{imapmig.job.foldernames}).
-    @ivar maxMessageBytes: the largest message to send (the destination
-        server's C{max_message_size}), or L{None}; the server's
-        APPENDLIMIT, when smaller, wins.  A larger message is recorded as
-        failed without being sent.
-    @ivar journalQuiet: after imapmig gave a connection of the run up, seconds
-        without a journaled message arriving after which the journal's
-        missing messages are taken as never to arrive and sent again
-        (L{reconcileJournal}'s C{settle}): the server may still be storing
-        what that connection had sent.  The destination server's
-        C{timeout}, the longest a live server is allowed between two
-        replies; 0 looks only once.
-    """
-
-    connections: int = 2
-    batchMessages: int = 50
-    batchBytes: int = 8 * 1024 * 1024
-    windowMessages: int = 1000
-    windowBytes: int = 32 * 1024 * 1024
-    recordEvery: int = 2000
-    recordInterval: float = 1.0
-    unitMessages: int = 2000
-    unitBytes: int = 64 * 1024 * 1024
-    stopTimeout: float = 30.0
-    folderNameFallback: bool = True
-    maxMessageBytes: int | None = None
-    journalQuiet: float = 120.0
-
 
 def asRetryable(error: BaseException) -> BaseException:
     """
@@ -195,52 +131,6 @@ def asRetryable(error: BaseException) -> BaseException:
         if meant is not None:
             return meant
     return error
-
-
-class _Attempt:
-    """
-    One attempt's connections: when the attempt ends, every one still open
-    is dropped, and one that finishes opening afterwards is dropped at
-    once.  Connections still opening (perhaps waiting for their grant
-    under a server's connection limits, or for a greeting) are given up
-    when no work is left for them, when the job stops, or when the
-    attempt ends.
-    """
-
-    def __init__(self) -> None:
-        self.sessions: list[IMAPSession] = []
-        self.openings: list[Deferred[IMAPSession] | Deferred[IMAPSession | None]] = []
-        self.over = False
-        self.givenUp = False
-
-    def adopt(self, session: IMAPSession) -> IMAPSession:
-        if self.over:
-            session.abort()
-            raise ConnectionLost("the attempt ended while this connection was opening")
-        self.sessions.append(session)
-        return session
-
-    def release(self, session: IMAPSession) -> None:
-        if session in self.sessions:
-            self.sessions.remove(session)
-
-    def giveUpOpenings(self) -> None:
-        """
-        Cancel the extra connections still opening: nothing is left for
-        them to do.
-        """
-        self.givenUp = True
-        openings, self.openings = self.openings, []
-        for opening in openings:
-            if not opening.called:
-                opening.cancel()
-
-    def end(self) -> None:
-        self.over = True
-        self.giveUpOpenings()
-        sessions, self.sessions = self.sessions, []
-        for session in sessions:
-            session.abort()
 
 
 def _listed(chunk: Sequence[SourceMessage]) -> int:
@@ -272,7 +162,7 @@ def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
     """
     Let a connection still opening end quietly: the attempt no longer
-    needs it (L{_Attempt.adopt} drops it when it opens).
+    needs it (L{AttemptConnections.adopt} drops it when it opens).
     """
     opening.addErrback(
         lambda failure: log.debug(
@@ -404,7 +294,7 @@ class MigrationJob:
         self._uidFloors: dict[str, int] = {}
         self._stopping = False
         self._stopTimer: IDelayedCall | None = None
-        self._attempt: _Attempt | None = None
+        self._attempt: AttemptConnections | None = None
         # The reconciliation's wait for a quiet destination, cancelled by a
         # stop (the journal then stays as it is, for the next run).
         self._settling: Deferred[None] | None = None
@@ -694,7 +584,7 @@ class MigrationJob:
 
         @return: what ended it early, or L{None} when it copied everything.
         """
-        attempt = self._attempt = _Attempt()
+        attempt = self._attempt = AttemptConnections()
         self._limitReached = None
         error: BaseException | None = None
         try:
@@ -728,13 +618,13 @@ class MigrationJob:
             return PermanentError(self._recorder.error)
         return error
 
-    async def _open(self, attempt: _Attempt) -> IMAPSession:
+    async def _open(self, attempt: AttemptConnections) -> IMAPSession:
         """
         Open a destination connection for C{attempt}.
         """
         return attempt.adopt(await self._openSession())
 
-    async def _copy(self, attempt: _Attempt) -> None:
+    async def _copy(self, attempt: AttemptConnections) -> None:
         # The first destination connection logs in while the source is
         # listed: its greeting and login (about 16 ms on a local Dovecot,
         # two round trips or more over a network) overlap the listing.
@@ -839,7 +729,7 @@ class MigrationJob:
         await self._recorder.flush()
 
     async def _copyListed(
-        self, attempt: _Attempt, first: IMAPSession, listings: list[FolderToCopy]
+        self, attempt: AttemptConnections, first: IMAPSession, listings: list[FolderToCopy]
     ) -> None:
         """
         Copy what L{SourceListing.listSource} found left to copy, over C{first} and the
@@ -928,14 +818,14 @@ class MigrationJob:
         if self._limitReached is not None and not self._stopping:
             raise self._limitReached
 
-    async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
+    async def _openExtraSession(self, attempt: AttemptConnections) -> IMAPSession | None:
         """
         Open one more destination connection, or L{None} if the server
         refuses it: the job goes on with the connections it has (a server
         that limits connections per account is common).  While it waits
         for its grant (the servers' connection limits), the job copies
         with the connections it has; once no work is left, the wait is
-        given up (L{_Attempt.giveUpOpenings}).
+        given up (L{AttemptConnections.giveUpOpenings}).
         """
         try:
             return await self._open(attempt)
@@ -950,7 +840,7 @@ class MigrationJob:
                 )
             return None
 
-    async def _workOn(self, attempt: _Attempt, opening: Deferred[IMAPSession | None]) -> None:
+    async def _workOn(self, attempt: AttemptConnections, opening: Deferred[IMAPSession | None]) -> None:
         """
         Work on the session C{opening} gives, once open; a session with no
         unit left to take (the job is small, or stopped) is logged out.
@@ -960,7 +850,7 @@ class MigrationJob:
             return
         await self._work(attempt, session)
 
-    async def _work(self, attempt: _Attempt, session: IMAPSession) -> None:
+    async def _work(self, attempt: AttemptConnections, session: IMAPSession) -> None:
         settings = self._settings
         recorder = self._recorder
         outcomes = PipelineOutcomes(recorder, self._uidFloors)
