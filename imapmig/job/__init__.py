@@ -5,6 +5,7 @@ Migration jobs: one source drained into one destination account.
   - L{settings}: L{JobSettings}, how a job copies;
   - L{lifecycle}: the job's state machine;
   - L{retry}: how transient failures are retried;
+  - L{backoff}: what a run does when an attempt ends early;
   - L{attempt}: an attempt's destination connections;
   - L{listing}: what the source holds and what is left to copy;
   - L{destination}: preparing the destination's mailboxes;

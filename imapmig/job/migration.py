@@ -38,21 +38,17 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.errors import (
-    CommandFailed,
     ConnectionDropped,
     ImapmigError,
     PermanentError,
-    QuotaExceeded,
-    ServerBusy,
     SourceError,
-    TransientError,
 )
 from imapmig.fidelity import journalHead
 from imapmig.imap.appendlimit import messageSizeLimit
 from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.imap.session import IMAPSession
-from imapmig.imap.signals import classifyRefusal
 from imapmig.job.attempt import AttemptConnections
+from imapmig.job.backoff import RunRetries, asRetryable
 from imapmig.job.destination import (
     DestinationPreparation,
     FolderToCopy,
@@ -97,12 +93,11 @@ from imapmig.plan import (
 )
 from imapmig.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
+from imapmig.schedule.throttle import DailyLimitReached, Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
 from imapmig.telemetry import ServerTelemetry
-from imapmig.units import plural
 
 __all__ = [
     # Defined in the modules MigrationJob was split into, and still
@@ -118,20 +113,6 @@ __all__ = [
 ]
 
 log = Logger()
-
-def asRetryable(error: BaseException) -> BaseException:
-    """
-    C{error}, or, for a command the server refused for now (C{NO
-    [UNAVAILABLE]} to a SELECT, a throttling notice to a LIST), the
-    L{TransientError} that says what the refusal means, as the APPEND
-    pipeline reads its refusals (L{imapmig.imap.signals}).
-    """
-    if isinstance(error, CommandFailed):
-        meant = classifyRefusal(error.status, error.text).error(error.command)
-        if meant is not None:
-            return meant
-    return error
-
 
 def _listed(chunk: Sequence[SourceMessage]) -> int:
     """
@@ -257,16 +238,9 @@ class MigrationJob:
             APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         """
         self.name = name
-        self._destination = destination
         self._telemetry = telemetry
-        # Set when the destination answered that its mailbox is full
-        # (L{mailboxFull}): the reason every message left to copy in this
-        # run is recorded as failed with.
-        self._overQuota: str | None = None
         self._rules = rules
         self._identity = identity
-        self._retry = retry
-        self._delays = retry.delays(jitter)
         self._source = source
         self._store = store
         self._progress = progress
@@ -277,7 +251,6 @@ class MigrationJob:
         self._throttle = throttle
         self._sourceThrottle = sourceThrottle
         self._sides = JobSides(source, sourceThrottle, throttle)
-        self._defer = defer
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
@@ -301,10 +274,6 @@ class MigrationJob:
         # Whether the last attempt of this run ended with a connection
         # imapmig gave up (see _attemptOnce and _reconcile).
         self._connectionsEnded = False
-        # Per message key, how many times it was first in line, not
-        # stored, when a connection failed; and the last such failure.
-        self._strikes: dict[tuple[str, str], int] = {}
-        self._lastError = ""
         # Messages recorded as failed by this run: not tried again by its
         # later attempts.
         self._failedThisRun: set[tuple[str, str]] = set()
@@ -327,6 +296,10 @@ class MigrationJob:
             destination,
         )
         self._preparation = MessagePreparation(self._recorder, eightBit == "fail")
+        self._retries = RunRetries(
+            name, destination, store, progress, clock, self._lifecycle, self._sides, retry,
+            jitter, defer, self._isStopping,
+        )  # fmt: skip
 
     @property
     def progress(self) -> JobProgress:
@@ -362,6 +335,12 @@ class MigrationJob:
         if self._settling is not None:
             # Last: the run goes on, to its end, from here.
             self._settling.cancel()
+
+    def _isStopping(self) -> bool:
+        """
+        Whether the job is stopping (L{stop}).
+        """
+        return self._stopping
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
@@ -405,40 +384,25 @@ class MigrationJob:
         self.deferredUntil = None
         for throttle in self._throttles:
             throttle.reopen()
-        self._strikes.clear()
-        self._overQuota = None
+        self._retries.startRun()
         self._connectionsEnded = False
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
-        fruitless = 0
         self._log.started(*await self._recordedBefore())
         try:
             while True:
                 before = self._recorder.settledCount
-                error = await self._budgetUsedUp() or await self._attemptOnce()
+                error = await self._retries.budgetUsedUp() or await self._attemptOnce()
                 if self._stopping:
                     self._lifecycle.stopped()
                     return False
                 if error is None:
-                    await self._recordJobFailure(None)
+                    await self._retries.recordOutcome(None)
                     self._lifecycle.succeed()
                     return True
-                reason = str(error) or type(error).__name__
-                error = asRetryable(error)
-                if not isinstance(error, TransientError):
-                    return await self._failed(reason)
-                if self._recorder.settledCount > before or isinstance(error, DailyLimitReached):
-                    # A day's budget used up is no failure: it is not
-                    # counted against the attempts.
-                    fruitless = 0
-                if not isinstance(error, DailyLimitReached):
-                    fruitless += 1
-                if fruitless > self._retry.attempts:
-                    return await self._failed(
-                        f"gave up after {plural(self._retry.attempts, 'attempt')} in a row that"
-                        f" migrated nothing; the last: {reason}"
-                    )
-                if not await self._waitToRetry(error, reason, fruitless):
+                progressed = self._recorder.settledCount > before
+                if not await self._retries.afterFailure(error, progressed):
+                    self.deferredUntil = self._retries.deferredUntil
                     return False
         finally:
             if self._stopTimer is not None and self._stopTimer.active():
@@ -462,121 +426,6 @@ class MigrationJob:
         except ImapmigError:
             # The attempt meets the same store and says why.
             return None, None
-
-    async def _waitToRetry(self, error: BaseException, reason: str, fruitless: int) -> bool:
-        """
-        Back off (or pause, when the server says so) before the next
-        attempt.
-
-        @return: whether to go on (C{False}: the job was stopped meanwhile,
-            or its run ends deferred: L{deferredUntil}).
-        """
-        self._lastError = reason
-        retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
-        side = self._sides.sideOf(error)
-        untilRenewal = None
-        full = isinstance(error, QuotaExceeded) and await self._sides.destinationFull(error)
-        if full:
-            assert isinstance(error, QuotaExceeded)
-            self._overQuota = f"destination over quota: {error.text or reason}"
-            log.error(
-                "Job {job}: the destination account {account} is over quota (its mailbox"
-                " is full: {why}); the messages left to copy are recorded as failed",
-                job=self.name,
-                account=self._destination,
-                why=error.text or reason,
-            )
-            # No wait: the next attempt records what is left as failed.
-            self._lifecycle.backOff(reason, 0.0)
-        elif isinstance(error, QuotaExceeded) and side is not None:
-            untilRenewal = await side.pauseFor(error)
-            if self._stopping:
-                self._lifecycle.stopped()
-                return False
-        if untilRenewal is not None and self._defer:
-            self.deferredUntil = self._clock.seconds() + untilRenewal
-            self._lifecycle.defer(f"daily budget: {reason}", self.deferredUntil)
-            log.warn(
-                "Job {job}: {why}; paused until {until}, its job slot and"
-                " connections given back meanwhile",
-                job=self.name,
-                why=reason,
-                until=utcTime(self.deferredUntil),
-            )
-            return False
-        if untilRenewal is not None:
-            # A daily budget: paused until the next UTC midnight.
-            delay = untilRenewal
-            self._lifecycle.pause(reason, delay)
-            log.warn(
-                "Job {job}: {why}; paused until {until}",
-                job=self.name,
-                why=reason,
-                until=utcTime(self._clock.seconds() + delay),
-                delay=delay,
-            )
-        elif not full:
-            if isinstance(error, QuotaExceeded):
-                delay = self._retry.pause
-                self._lifecycle.pause(reason, delay)
-                what = "pausing"
-            else:
-                delay = retryAfter if retryAfter is not None else self._delays(fruitless - 1)
-                self._lifecycle.backOff(reason, delay)
-                what = "connecting again"
-            log.warn(
-                "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
-                " of {attempts} without progress)",
-                job=self.name,
-                # Twisted's connection errors end with a full stop.
-                why=reason.rstrip(". "),
-                what=what,
-                delay=delay,
-                until=utcTime(self._clock.seconds() + delay),
-                attempt=fruitless,
-                attempts=self._retry.attempts,
-            )
-        try:
-            await self._lifecycle.waited()
-        except CancelledError:
-            # Stopped while waiting: the run's end line says so.
-            return False
-        self._progress.reconnects += 1
-        self._lifecycle.retry()
-        return True
-
-    async def _budgetUsedUp(self) -> DailyLimitReached | None:
-        """
-        A daily budget used up before the attempt (by an earlier run, as
-        the store records, or by another job of the account): pause
-        without connecting.
-        """
-        for budget in self._budgets:
-            await budget.load()
-            if budget.charged >= budget.limit:
-                return budget.reached()
-        return None
-
-    async def _failed(self, reason: str) -> bool:
-        # The run's end line logs the reason, once (JobLog.ended).
-        await self._recordJobFailure(reason)
-        self._lifecycle.fail(reason)
-        return False
-
-    async def _recordJobFailure(self, reason: str | None) -> None:
-        """
-        Record in the state store why this run failed, or (with L{None})
-        that it completed, for C{imapmig report}.  A store that cannot
-        record it is logged, and the run ends as it would have.
-        """
-        try:
-            await self._store.recordJobFailure(self.name, reason)
-        except ImapmigError as e:
-            log.error(
-                "Job {job}: cannot record the job's outcome in the state store: {why}",
-                job=self.name,
-                why=str(e),
-            )
 
     async def _attemptOnce(self) -> BaseException | None:
         """
@@ -641,7 +490,7 @@ class MigrationJob:
                 self._rules,
                 self._progress,
                 self._clock,
-                lambda: self._stopping,
+                self._isStopping,
             )
             listed, unreadable = await listing.listSource(opening)
             entries = [] if self._stopping else await self._store.journal(self.name)
@@ -710,20 +559,12 @@ class MigrationJob:
         self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():
             first = missing[0]
-            key = (first.folderKey, first.messageKey)
-            strikes = self._strikes[key] = self._strikes.get(key, 0) + 1
-            if strikes >= self._retry.messageAttempts:
+            failure = self._retries.strike(first.folderKey, first.messageKey)
+            if failure is not None:
                 # Logged with its reason as it is recorded (JobLog).
                 self._recorder.add(
                     MessageOutcome(
-                        first.folderKey,
-                        first.messageKey,
-                        mailbox,
-                        first.size,
-                        failure=(
-                            f"not stored after {plural(strikes, 'attempt')}, each ended by a"
-                            f" failed connection; the last: {self._lastError}"
-                        ),
+                        first.folderKey, first.messageKey, mailbox, first.size, failure=failure
                     )
                 )
         await self._recorder.flush()
@@ -788,9 +629,9 @@ class MigrationJob:
                         f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
                     )
                 continue
-            if self._overQuota is not None:
+            if self._retries.overQuota is not None:
                 for message in pending:
-                    self._preparation.recordFailure(folder, mailbox, message, self._overQuota)
+                    self._preparation.recordFailure(folder, mailbox, message, self._retries.overQuota)
                 continue
             if sizeLimit is not None:
                 pending = self._preparation.withinSizeLimit(folder, mailbox, pending, sizeLimit)
