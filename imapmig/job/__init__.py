@@ -8,6 +8,9 @@ Migration jobs: one source drained into one destination account.
   - L{backoff}: what a run does when an attempt ends early;
   - L{attempt}: an attempt's destination connections;
   - L{listing}: what the source holds and what is left to copy;
+  - L{copying}: copying what is left over an attempt's connections;
+  - L{workshare}: the units of work the connections share;
+  - L{sending}: one connection's copy loop;
   - L{destination}: preparing the destination's mailboxes;
   - L{recording}: the in-flight journal and the outcomes;
   - L{reconcile}: settling the journal against the destination.

@@ -5,15 +5,16 @@ One migration job: a source drained into one destination account.
 A run is a series of attempts under the job's lifecycle machine
 (L{imapmig.job.lifecycle}).  Each attempt connects, settles the in-flight
 journal against the destination (L{imapmig.job.reconcile}), lists the
-source, subtracts what the state store records, prepares the destination
-(L{imapmig.job.destination}), then lets each connection take units of work
-(a run of messages of one folder), SELECT the folder and feed its APPEND
-pipeline.  Every batch is journaled before it leaves and its outcomes are
-recorded in batches (L{imapmig.job.recording}).
+source (L{imapmig.job.listing}), subtracts what the state store records,
+prepares the destination (L{imapmig.job.destination}), then lets each
+connection take units of work (a run of messages of one folder), SELECT
+the folder and feed its APPEND pipeline (L{imapmig.job.copying},
+L{imapmig.job.sending}).  Every batch is journaled before it leaves and
+its outcomes are recorded in batches (L{imapmig.job.recording}).
 
 A transient failure (a lost connection, a timeout, a busy server) ends the
-attempt: the job backs off (exponential, with jitter: L{RetryPolicy}) and
-tries again, and the next attempt's reconciliation finds out what of the
+attempt: the job backs off (exponential, with jitter: L{RetryPolicy};
+L{imapmig.job.backoff}) and tries again, and the next attempt's reconciliation finds out what of the
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
 
@@ -22,8 +23,9 @@ accounts' daily budgets before it is journaled (cut to what is left;
 when nothing is, the attempt ends once the connections have drained and
 the job pauses until the next UTC midnight), each chunk is charged what it
 actually read and sent as it is handed to the pipeline, what a unit did not
-send is given back (L{imapmig.job.budgets}), and each read chunk waits for
-the destination's rates before it is handed to the pipeline.
+send is given back (L{imapmig.job.budgets}, L{imapmig.job.workshare}), and
+each read chunk waits for the destination's rates before it is handed to
+the pipeline.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ from __future__ import annotations
 import random
 from typing import Awaitable, Callable, Sequence
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from imapmig.errors import (
     ConnectionDropped,
@@ -44,56 +45,32 @@ from imapmig.errors import (
     SourceError,
 )
 from imapmig.fidelity import journalHead
-from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
 from imapmig.job.backoff import RunRetries, asRetryable
-from imapmig.job.destination import (
-    DestinationPreparation,
-    FolderToCopy,
-    TargetMailbox,
-)
-from imapmig.job.budgets import UnitBudgets
+from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
 from imapmig.job.lifecycle import JobLifecycle
-from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.listing import Listed, SourceListing
+from imapmig.job.preparation import MessagePreparation
 from imapmig.job.readahead import (
     IMAP_READ_STEP_BYTES,
     IMAP_READ_STEP_MESSAGES,
     READ_STEP_BYTES,
-    ReadAhead,
-    closeBodies,
     readSteps,
 )
-from imapmig.job.sides import JobSides
 from imapmig.job.reconcile import reconcileJournal
-from imapmig.job.recording import (
-    OutcomeRecorder,
-    PipelineOutcomes,
-    SentMessage,
-    Target,
-)
+from imapmig.job.sending import CopyLoop
+from imapmig.job.recording import OutcomeRecorder
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.settings import JobSettings
-from imapmig.message import (
-    MessageBody,
-    SourceMessage,
-    UnreadableMessage,
-)
-from imapmig.plan import (
-    FolderRules,
-    WorkUnit,
-    chooseUnit,
-    chunks,
-    cutUnits,
-    guidedShare,
-    takeShare,
-)
+from imapmig.job.sides import JobSides
+from imapmig.job.workshare import SharedUnits
+from imapmig.message import UnreadableMessage
+from imapmig.plan import FolderRules
 from imapmig.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import DailyLimitReached, Throttle
+from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
@@ -114,31 +91,6 @@ __all__ = [
 
 log = Logger()
 
-def _listed(chunk: Sequence[SourceMessage]) -> int:
-    """
-    The listed octets of C{chunk}.
-    """
-    return sum(message.size for message in chunk)
-
-
-def _readOf(chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]) -> int:
-    """
-    The listed octets of the messages of C{chunk} that were read (not the
-    unreadable ones).
-    """
-    return sum(
-        message.size
-        for message, body in zip(chunk, bodies)
-        if not isinstance(body, UnreadableMessage)
-    )
-
-
-def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
-    """
-    The listed octets of the messages of C{outgoing}.
-    """
-    return sum(m.source.size for m in outgoing if isinstance(m, SentMessage))
-
 
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
     """
@@ -154,29 +106,6 @@ def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
     )
 
 
-def connectionsWorthOpening(
-    settings: JobSettings, units: int, messages: int, octets: int
-) -> int:
-    """
-    How many destination connections a job's pending work is worth: at
-    most C{settings.connections}, at most one per unit of work, and at
-    most one per whole batch (C{batchMessages} messages or C{batchBytes}
-    octets) of it, and at least one.  A connection with less than a
-    batch of its own to send costs more than it saves: its login (a
-    process or two at the server, a few round trips) takes about as long
-    as one connection takes to send that batch, and a run of many small
-    accounts would open twice the connections for nothing.
-
-    @param settings: the job's settings.
-    @param units: the units of work cut from what is pending.
-    @param messages: the messages pending.
-    @param octets: their listed sizes, summed.
-    @return: the connections to open, the first included.
-    """
-    batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
-    return max(1, min(settings.connections, units, batches))
-
-
 async def _ready(session: IMAPSession) -> IMAPSession:
     """
     A session already open, as a coroutine (for C{Deferred.fromCoroutine}).
@@ -186,7 +115,10 @@ async def _ready(session: IMAPSession) -> IMAPSession:
 
 class MigrationJob:
     """
-    Copies one source into one destination account.
+    Copies one source into one destination account: runs of attempts
+    under the job's lifecycle, each listing the source, settling the
+    journal and copying what is left (L{ListedCopy}); what ends an attempt
+    early is for L{RunRetries} to weigh.
     """
 
     def __init__(
@@ -238,9 +170,7 @@ class MigrationJob:
             APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         """
         self.name = name
-        self._telemetry = telemetry
         self._rules = rules
-        self._identity = identity
         self._source = source
         self._store = store
         self._progress = progress
@@ -248,23 +178,10 @@ class MigrationJob:
         self._clock = clock
         self._settings = settings
         self._lifecycle = JobLifecycle(progress, clock)
-        self._throttle = throttle
-        self._sourceThrottle = sourceThrottle
-        self._sides = JobSides(source, sourceThrottle, throttle)
+        self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
-        self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
-        self._budgets = tuple(t.budget for t in self._throttles if t.budget is not None)
-        # Set by a connection that found a daily budget used up: the
-        # attempt ends (paused until the budget's renewal) once every
-        # connection has drained.
-        self._limitReached: DailyLimitReached | None = None
-        self._units: list[WorkUnit] = []
-        # Messages in self._units, not yet taken by a connection.
-        self._untaken = 0
-        self._selected: dict[int, str] = {}
-        self._targets: dict[str, TargetMailbox] = {}
-        self._uidFloors: dict[str, int] = {}
+        sides = JobSides(source, sourceThrottle, throttle)
         self._stopping = False
         self._stopTimer: IDelayedCall | None = None
         self._attempt: AttemptConnections | None = None
@@ -295,10 +212,20 @@ class MigrationJob:
             sourceDescription,
             destination,
         )
-        self._preparation = MessagePreparation(self._recorder, eightBit == "fail")
+        stopping = self._isStopping
         self._retries = RunRetries(
-            name, destination, store, progress, clock, self._lifecycle, self._sides, retry,
-            jitter, defer, self._isStopping,
+            name, destination, store, progress, clock, self._lifecycle, sides, retry, jitter,
+            defer, stopping,
+        )  # fmt: skip
+        self._units = SharedUnits(settings.connections, settings.batchMessages, stopping)
+        preparation = MessagePreparation(self._recorder, eightBit == "fail")
+        loop = CopyLoop(
+            name, source, settings, progress, self._recorder, preparation, self._units, sides,
+            telemetry, clock, stopping,
+        )  # fmt: skip
+        self._copier = ListedCopy(
+            name, store, settings, rules, identity, progress, self._lifecycle, preparation,
+            self._units, loop, self._open, stopping,
         )  # fmt: skip
 
     @property
@@ -318,7 +245,6 @@ class MigrationJob:
         """
         self._stopping = True
         self._units.clear()
-        self._untaken = 0
         for throttle in self._throttles:
             throttle.cancelWaits()
         wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
@@ -367,7 +293,6 @@ class MigrationJob:
         (the journal covers what is in flight), so drop the connections.
         """
         self._units.clear()
-        self._untaken = 0
         if self._attempt is not None:
             self._attempt.end()
 
@@ -434,7 +359,7 @@ class MigrationJob:
         @return: what ended it early, or L{None} when it copied everything.
         """
         attempt = self._attempt = AttemptConnections()
-        self._limitReached = None
+        self._units.reset()
         error: BaseException | None = None
         try:
             try:
@@ -459,9 +384,7 @@ class MigrationJob:
         # the server or the network ended (reset, closed) is over there.
         self._connectionsEnded = isinstance(error, ConnectionDropped)
         self._attempt = None
-        self._units.clear()
-        self._untaken = 0
-        self._selected.clear()
+        self._units.reset()
         await self._recorder.flush()
         if self._recorder.error is not None:
             return PermanentError(self._recorder.error)
@@ -504,7 +427,7 @@ class MigrationJob:
             raise
         first = await opening
         if not self._stopping:
-            await self._copyListed(attempt, first, listings)
+            await self._copier.copy(attempt, first, listings, self._retries.overQuota)
         if unreadable:
             raise SourceError(
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
@@ -569,299 +492,3 @@ class MigrationJob:
                 )
         await self._recorder.flush()
 
-    async def _copyListed(
-        self, attempt: AttemptConnections, first: IMAPSession, listings: list[FolderToCopy]
-    ) -> None:
-        """
-        Copy what L{SourceListing.listSource} found left to copy, over C{first} and the
-        job's other connections.
-        """
-        settings = self._settings
-        # The other connections log in while this one prepares the
-        # destination: at 20 ms of RTT that overlaps about four round trips.
-        expectedUnits = sum(
-            sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
-            for listing in listings
-        )
-        wanted = connectionsWorthOpening(
-            settings,
-            expectedUnits,
-            sum(len(listing.pending) for listing in listings),
-            sum(m.size for listing in listings for m in listing.pending),
-        )
-        openings = [
-            Deferred.fromCoroutine(self._openExtraSession(attempt)) for _ in range(wanted - 1)
-        ]
-        attempt.openings.extend(openings)
-        try:
-            prepared = await DestinationPreparation(
-                self.name,
-                first,
-                self._rules,
-                self._identity,
-                self._store,
-                settings.folderNameFallback,
-            ).prepare(listings)
-        except BaseException:
-            for opening in openings:
-                opening.addErrback(lambda failure: None)
-            raise
-        self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
-        if self._stopping:
-            return
-        self._targets = prepared.targets
-        self._uidFloors = {
-            mailbox: target.uidFloor
-            for mailbox, target in prepared.targets.items()
-            if target.uidFloor is not None
-        }
-        uncreatable = prepared.uncreatable
-        sizeLimit = messageSizeLimit(first.capabilities, settings.maxMessageBytes)
-        for mapping, pending in prepared.plans:
-            mailbox = mapping.mailbox
-            folder = mapping.folder
-            if mailbox in uncreatable:
-                for message in pending:
-                    self._preparation.recordFailure(
-                        folder,
-                        mailbox,
-                        message,
-                        f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
-                    )
-                continue
-            if self._retries.overQuota is not None:
-                for message in pending:
-                    self._preparation.recordFailure(folder, mailbox, message, self._retries.overQuota)
-                continue
-            if sizeLimit is not None:
-                pending = self._preparation.withinSizeLimit(folder, mailbox, pending, sizeLimit)
-            self._units.extend(
-                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
-            )
-        self._untaken = sum(len(unit.messages) for unit in self._units)
-        self._lifecycle.connected()
-        if not self._units:
-            for opening in openings:
-                extra = await opening
-                if extra is not None:
-                    attempt.release(extra)
-                    await extra.logout()
-            attempt.release(first)
-            await first.logout()
-            return
-        workers = [Deferred.fromCoroutine(self._work(attempt, first))]
-        workers.extend(Deferred.fromCoroutine(self._workOn(attempt, opening)) for opening in openings)
-        results = await DeferredList(workers, consumeErrors=True)
-        errors = [result for ok, result in results if not ok]
-        if errors:
-            failure: Failure = errors[0]  # type: ignore[assignment]
-            failure.raiseException()
-        if self._limitReached is not None and not self._stopping:
-            raise self._limitReached
-
-    async def _openExtraSession(self, attempt: AttemptConnections) -> IMAPSession | None:
-        """
-        Open one more destination connection, or L{None} if the server
-        refuses it: the job goes on with the connections it has (a server
-        that limits connections per account is common).  While it waits
-        for its grant (the servers' connection limits), the job copies
-        with the connections it has; once no work is left, the wait is
-        given up (L{AttemptConnections.giveUpOpenings}).
-        """
-        try:
-            return await self._open(attempt)
-        except CancelledError:
-            return None
-        except ImapmigError as e:
-            if not (attempt.over or attempt.givenUp):
-                log.warn(
-                    "Job {job}: extra connection refused, continuing with fewer: {why}",
-                    job=self.name,
-                    why=str(e),
-                )
-            return None
-
-    async def _workOn(self, attempt: AttemptConnections, opening: Deferred[IMAPSession | None]) -> None:
-        """
-        Work on the session C{opening} gives, once open; a session with no
-        unit left to take (the job is small, or stopped) is logged out.
-        """
-        session = await opening
-        if session is None:
-            return
-        await self._work(attempt, session)
-
-    async def _work(self, attempt: AttemptConnections, session: IMAPSession) -> None:
-        settings = self._settings
-        recorder = self._recorder
-        outcomes = PipelineOutcomes(recorder, self._uidFloors)
-        pipeline = session.appendPipeline(
-            settings.batchMessages,
-            settings.batchBytes,
-            settings.windowMessages,
-            settings.windowBytes,
-            outcomes,
-            telemetry=self._telemetry,
-        )
-        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
-        # the reactor run between steps: reading blocks it, and the socket
-        # must be kept fed meanwhile.
-        source = self._source
-        # An IMAP source's reads wait on the network, not the CPU: they are
-        # made in larger steps, each read while the step before is sent.
-        overNetwork = isinstance(source, IMAPSource)
-        chunkMessages = pipeline.settings.batchMessages
-        stepMessages = IMAP_READ_STEP_MESSAGES if overNetwork else chunkMessages
-        chunkBytes = min(
-            pipeline.settings.batchBytes,
-            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
-        )
-        for throttle in self._throttles:
-            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
-        chunkMessages = min(chunkMessages, stepMessages)
-        # The destination's rates are waited for here; an IMAP source waits
-        # for its own before each FETCH.
-        rated = self._throttle if self._throttle is not None and self._throttle.rated else None
-        budgets = None
-        if self._budgets:
-            budgets = UnitBudgets(
-                None if self._throttle is None else self._throttle.budget,
-                None if self._sourceThrottle is None else self._sourceThrottle.budget,
-            )
-        units = self._units
-        current: str | None = None
-        selected = self._selected
-        worker = id(outcomes)
-        binary = b"BINARY" in session.capabilities
-        sizeLimit = messageSizeLimit(session.capabilities, settings.maxMessageBytes)
-        traits: dict[str, DestinationTraits] = {}
-        target = TargetMailbox()
-        try:
-            while units and not self._stopping and self._limitReached is None:
-                inUse = {m for w, m in selected.items() if w != worker}
-                share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
-                unit = takeShare(units, chooseUnit(units, current, inUse), share)
-                self._untaken -= len(unit.messages)
-                if budgets is not None:
-                    allowed = await self._withinBudgets(unit, budgets)
-                    if allowed is None:
-                        break
-                    unit = allowed
-                if unit.mailbox != current:
-                    # SELECT behind the APPENDs still in flight, without
-                    # waiting for their replies.
-                    await pipeline.flushed()
-                    session.selectPipelined(unit.mailbox)
-                    pipeline.selectMailbox(unit.mailbox)
-                    current = unit.mailbox
-                    selected[worker] = current
-                    self._progress.currentFolder = unit.mailbox
-                    target = self._targets.get(current) or TargetMailbox()
-                # The unit is journaled before a single octet of it leaves.
-                ticket = await self._recorder.journal(
-                    unit.mailbox,
-                    target.uidValidity,
-                    self._uidFloors.get(unit.mailbox),
-                    unit.folder.key,
-                    unit.messages,
-                )
-                if attempt.over:
-                    return
-                sent = Target(unit.folder.key, unit.mailbox, ticket)
-                destination = traits.get(unit.mailbox)
-                if destination is None:
-                    destination = traits[unit.mailbox] = DestinationTraits(
-                        binary, target.permanentFlags, target.presence, sizeLimit=sizeLimit
-                    )
-                enqueued = False
-                steps = ReadAhead(
-                    source,
-                    unit.folder,
-                    readSteps(unit.messages, chunkMessages, stepMessages, chunkBytes),
-                    ahead=overNetwork,
-                    stopping=lambda: self._stopping,
-                    job=self.name,
-                )
-                try:
-                    while not self._stopping:
-                        try:
-                            read = await steps.next()
-                        except CancelledError:
-                            if self._stopping:
-                                # Stopped while the source waited for its
-                                # throttle.
-                                break
-                            raise
-                        if read is None:
-                            break
-                        chunk, bodies = read
-                        stopped: bool = self._stopping
-                        if rated is not None and not stopped:
-                            try:
-                                await rated.admit(len(chunk), sum(m.size for m in chunk))
-                            except CancelledError:
-                                stopped = True
-                        if stopped:
-                            # Stopped while the read was under way, or
-                            # while waiting for the throttle: what was
-                            # read is not sent.
-                            closeBodies(bodies)
-                            if budgets is not None:
-                                await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
-                            break
-                        outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
-                        pipeline.enqueue(outgoing)
-                        enqueued = True
-                        if budgets is not None:
-                            await budgets.charge(
-                                _listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing)
-                            )
-                        hungry = pipeline.hungry()
-                        if hungry.called:
-                            await deferLater(self._clock, 0)
-                        await hungry
-                finally:
-                    steps.discard()
-                    if budgets is not None:
-                        budgets.release()
-                if not enqueued:
-                    # Stopped before any of it left: nothing to reconcile.
-                    recorder.unsent(ticket)
-            # No unit left to take: connections still opening (waiting for
-            # a grant, perhaps) would only log out.
-            attempt.giveUpOpenings()
-            await pipeline.drained()
-        finally:
-            selected.pop(worker, None)
-            if budgets is not None:
-                # A unit ended early (its journal entry failed, the
-                # attempt ended): what it held is not sent.
-                budgets.release()
-        attempt.release(session)
-        await session.logout()
-
-    async def _withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
-        """
-        The part of C{unit}, from its first message, that today's daily
-        budgets still allow, reserved in them (L{UnitBudgets}); the rest
-        goes back to the units left.  Reserved before the unit is
-        journaled, so that what a budget holds back is never half sent,
-        and with no await between the test and the reservation, so that
-        two connections never take the same remainder.
-
-        @return: that part, or L{None} if not one message fits: then
-            L{_limitReached} says until when.
-        """
-        await budgets.load()
-        sizes = [message.size for message in unit.messages]
-        fitting = 0 if self._stopping else budgets.fitting(sizes)
-        if fitting < len(unit.messages):
-            rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
-            self._units.insert(0, rest)
-            self._untaken += len(rest.messages)
-        if fitting == 0:
-            if not self._stopping and self._limitReached is None:
-                self._limitReached = budgets.reached(sizes)
-            return None
-        budgets.hold(sum(sizes[:fitting]))
-        return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
