@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectionLost, PermanentError, ServerBusy
@@ -80,6 +81,29 @@ class RunRetriesTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(waiting))
         self.assertIs(self.progress.state, JobState.CONNECTING)
         self.assertEqual(self.progress.reconnects, 1)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_logLine(self) -> None:
+        """
+        The backoff's line says why, how long and which attempt, in the
+        namespace of the job's other events (L{imapmig.job.migration}),
+        from which the journal's C{MESSAGE_ID} is made.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0, attempts=5))
+        with capturedLogs() as events:
+            waiting = self.afterFailure(retries, ConnectionLost("lost."))
+        self.clock.advance(2.0)
+        self.successResultOf(waiting)
+        self.assertEqual(
+            [(e["log_namespace"], formatEvent(e)) for e in events],
+            [
+                (
+                    "imapmig.job.migration",
+                    "Job j: lost; connecting again in 2.0 s, at 1970-01-01 00:00:02 UTC"
+                    " (attempt 1 of 5 without progress)",
+                )
+            ],
+        )
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_serverSaysHowLong(self) -> None:
