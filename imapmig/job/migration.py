@@ -5,15 +5,16 @@ One migration job: a source drained into one destination account.
 A run is a series of attempts under the job's lifecycle machine
 (L{imapmig.job.lifecycle}).  Each attempt connects, settles the in-flight
 journal against the destination (L{imapmig.job.reconcile}), lists the
-source, subtracts what the state store records, prepares the destination
-(L{imapmig.job.destination}), then lets each connection take units of work
-(a run of messages of one folder), SELECT the folder and feed its APPEND
-pipeline.  Every batch is journaled before it leaves and its outcomes are
-recorded in batches (L{imapmig.job.recording}).
+source (L{imapmig.job.listing}), subtracts what the state store records,
+prepares the destination (L{imapmig.job.destination}), then lets each
+connection take units of work (a run of messages of one folder), SELECT
+the folder and feed its APPEND pipeline (L{imapmig.job.copying},
+L{imapmig.job.sending}).  Every batch is journaled before it leaves and
+its outcomes are recorded in batches (L{imapmig.job.recording}).
 
 A transient failure (a lost connection, a timeout, a busy server) ends the
-attempt: the job backs off (exponential, with jitter: L{RetryPolicy}) and
-tries again, and the next attempt's reconciliation finds out what of the
+attempt: the job backs off (exponential, with jitter: L{RetryPolicy};
+L{imapmig.job.backoff}) and tries again, and the next attempt's reconciliation finds out what of the
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
 
@@ -22,257 +23,79 @@ accounts' daily budgets before it is journaled (cut to what is left;
 when nothing is, the attempt ends once the connections have drained and
 the job pauses until the next UTC midnight), each chunk is charged what it
 actually read and sent as it is handed to the pipeline, what a unit did not
-send is given back (L{imapmig.job.budgets}), and each read chunk waits for
-the destination's rates before it is handed to the pipeline.
+send is given back (L{imapmig.job.budgets}, L{imapmig.job.workshare}), and
+each read chunk waits for the destination's rates before it is handed to
+the pipeline.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from imapmig.errors import (
-    CommandFailed,
     ConnectionDropped,
-    ConnectionLost,
     ImapmigError,
     PermanentError,
-    QuotaExceeded,
-    ServerBusy,
     SourceError,
-    TransientError,
 )
 from imapmig.fidelity import journalHead
-from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.imap.session import IMAPSession
-from imapmig.imap.signals import classifyRefusal
-from imapmig.job.destination import (
-    DestinationPreparation,
-    FolderToCopy,
-    TargetMailbox,
-)
-from imapmig.job.budgets import UnitBudgets
+from imapmig.job.attempt import AttemptConnections
+from imapmig.job.backoff import RunRetries, asRetryable
+from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
 from imapmig.job.lifecycle import JobLifecycle
-from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.listing import Listed, SourceListing
-from imapmig.job.readahead import ReadAhead, closeBodies
-from imapmig.job.sides import JobSides
+from imapmig.job.preparation import MessagePreparation
+from imapmig.job.readahead import (
+    IMAP_READ_STEP_BYTES,
+    IMAP_READ_STEP_MESSAGES,
+    READ_STEP_BYTES,
+    readSteps,
+)
 from imapmig.job.reconcile import reconcileJournal
-from imapmig.job.recording import (
-    OutcomeRecorder,
-    PipelineOutcomes,
-    SentMessage,
-    Target,
-)
+from imapmig.job.sending import CopyLoop
+from imapmig.job.recording import OutcomeRecorder
 from imapmig.job.retry import RetryPolicy
-from imapmig.message import (
-    MessageBody,
-    SourceMessage,
-    UnreadableMessage,
-)
-from imapmig.plan import (
-    FolderRules,
-    WorkUnit,
-    chooseUnit,
-    chunks,
-    cutUnits,
-    guidedShare,
-    takeShare,
-)
+from imapmig.job.settings import JobSettings
+from imapmig.job.sides import JobSides
+from imapmig.job.workshare import SharedUnits
+from imapmig.message import UnreadableMessage
+from imapmig.plan import FolderRules
 from imapmig.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import DailyLimitReached, Throttle, utcTime
+from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome
 from imapmig.telemetry import ServerTelemetry
-from imapmig.units import plural
+
+__all__ = [
+    # Defined in the modules MigrationJob was split into, and still
+    # imported from here.
+    "IMAP_READ_STEP_BYTES",
+    "IMAP_READ_STEP_MESSAGES",
+    "READ_STEP_BYTES",
+    "JobSettings",
+    "MigrationJob",
+    "asRetryable",
+    "connectionsWorthOpening",
+    "readSteps",
+]
 
 log = Logger()
-
-# The most octets read from the source in one step without letting the
-# reactor run.
-READ_STEP_BYTES = 1024 * 1024
-
-# The most octets (by listed size) of one step read from an IMAP source:
-# its reads do not block the reactor, and each step is one round trip.
-# One step is read ahead while the one before is sent (see ReadAhead):
-# besides what its append pipeline holds, a connection holds at most that
-# one step of bodies in memory (bodies above the source's spoolAbove go to
-# a file instead).
-IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
-
-# The most messages of one step read from an IMAP source.  Its steps are
-# bounded by octets (IMAP_READ_STEP_BYTES), not by the destination's batch:
-# each step costs the source server a FETCH command (two, with the
-# BINARY.PEEK[] of bodies holding 0x80) and, for Dovecot, a mailbox sync
-# per command; and each step read is a round trip.  A unit's first step,
-# which nothing reads ahead of, is still one batch (readSteps).
-IMAP_READ_STEP_MESSAGES = 1000
-
-
-def readSteps(
-    messages: Sequence[SourceMessage], firstMessages: int, stepMessages: int, stepBytes: int
-) -> list[Sequence[SourceMessage]]:
-    """
-    Cut a unit's C{messages} into the steps it is read in: the first of at
-    most C{firstMessages} messages, so the destination has something to
-    send soon, then steps of at most C{stepMessages}; each of about
-    C{stepBytes} octets at most (L{chunks}).
-    """
-    first = next(chunks(messages, firstMessages, stepBytes), None)
-    if first is None:
-        return []
-    return [first, *chunks(messages[len(first) :], stepMessages, stepBytes)]
-
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """
-    How a job copies.
-
-    @ivar connections: parallel connections to the destination.
-    @ivar batchMessages: messages per MULTIAPPEND command.
-    @ivar batchBytes: octets per MULTIAPPEND command.
-    @ivar windowMessages: messages in flight per connection.
-    @ivar windowBytes: octets in flight per connection.
-    @ivar recordEvery: outcomes buffered before a state-store transaction.
-    @ivar recordInterval: seconds after which buffered outcomes are
-        recorded anyway.
-    @ivar stopTimeout: seconds a stopping job waits for the replies to
-        the messages in flight before it drops its connections (what was
-        in flight is journaled, and settled by the next run).
-    @ivar folderNameFallback: whether a folder whose name the destination
-        refuses is created under a safe spelling
-        (L{imapmig.job.foldernames}).
-    @ivar maxMessageBytes: the largest message to send (the destination
-        server's C{max_message_size}), or L{None}; the server's
-        APPENDLIMIT, when smaller, wins.  A larger message is recorded as
-        failed without being sent.
-    @ivar journalQuiet: after imapmig gave a connection of the run up, seconds
-        without a journaled message arriving after which the journal's
-        missing messages are taken as never to arrive and sent again
-        (L{reconcileJournal}'s C{settle}): the server may still be storing
-        what that connection had sent.  The destination server's
-        C{timeout}, the longest a live server is allowed between two
-        replies; 0 looks only once.
-    """
-
-    connections: int = 2
-    batchMessages: int = 50
-    batchBytes: int = 8 * 1024 * 1024
-    windowMessages: int = 1000
-    windowBytes: int = 32 * 1024 * 1024
-    recordEvery: int = 2000
-    recordInterval: float = 1.0
-    unitMessages: int = 2000
-    unitBytes: int = 64 * 1024 * 1024
-    stopTimeout: float = 30.0
-    folderNameFallback: bool = True
-    maxMessageBytes: int | None = None
-    journalQuiet: float = 120.0
-
-
-def asRetryable(error: BaseException) -> BaseException:
-    """
-    C{error}, or, for a command the server refused for now (C{NO
-    [UNAVAILABLE]} to a SELECT, a throttling notice to a LIST), the
-    L{TransientError} that says what the refusal means, as the APPEND
-    pipeline reads its refusals (L{imapmig.imap.signals}).
-    """
-    if isinstance(error, CommandFailed):
-        meant = classifyRefusal(error.status, error.text).error(error.command)
-        if meant is not None:
-            return meant
-    return error
-
-
-class _Attempt:
-    """
-    One attempt's connections: when the attempt ends, every one still open
-    is dropped, and one that finishes opening afterwards is dropped at
-    once.  Connections still opening (perhaps waiting for their grant
-    under a server's connection limits, or for a greeting) are given up
-    when no work is left for them, when the job stops, or when the
-    attempt ends.
-    """
-
-    def __init__(self) -> None:
-        self.sessions: list[IMAPSession] = []
-        self.openings: list[Deferred[IMAPSession] | Deferred[IMAPSession | None]] = []
-        self.over = False
-        self.givenUp = False
-
-    def adopt(self, session: IMAPSession) -> IMAPSession:
-        if self.over:
-            session.abort()
-            raise ConnectionLost("the attempt ended while this connection was opening")
-        self.sessions.append(session)
-        return session
-
-    def release(self, session: IMAPSession) -> None:
-        if session in self.sessions:
-            self.sessions.remove(session)
-
-    def giveUpOpenings(self) -> None:
-        """
-        Cancel the extra connections still opening: nothing is left for
-        them to do.
-        """
-        self.givenUp = True
-        openings, self.openings = self.openings, []
-        for opening in openings:
-            if not opening.called:
-                opening.cancel()
-
-    def end(self) -> None:
-        self.over = True
-        self.giveUpOpenings()
-        sessions, self.sessions = self.sessions, []
-        for session in sessions:
-            session.abort()
-
-
-def _listed(chunk: Sequence[SourceMessage]) -> int:
-    """
-    The listed octets of C{chunk}.
-    """
-    return sum(message.size for message in chunk)
-
-
-def _readOf(chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]) -> int:
-    """
-    The listed octets of the messages of C{chunk} that were read (not the
-    unreadable ones).
-    """
-    return sum(
-        message.size
-        for message, body in zip(chunk, bodies)
-        if not isinstance(body, UnreadableMessage)
-    )
-
-
-def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
-    """
-    The listed octets of the messages of C{outgoing}.
-    """
-    return sum(m.source.size for m in outgoing if isinstance(m, SentMessage))
 
 
 def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
     """
     Let a connection still opening end quietly: the attempt no longer
-    needs it (L{_Attempt.adopt} drops it when it opens).
+    needs it (L{AttemptConnections.adopt} drops it when it opens).
     """
     opening.addErrback(
         lambda failure: log.debug(
@@ -281,29 +104,6 @@ def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
             why=str(failure.value),
         )
     )
-
-
-def connectionsWorthOpening(
-    settings: JobSettings, units: int, messages: int, octets: int
-) -> int:
-    """
-    How many destination connections a job's pending work is worth: at
-    most C{settings.connections}, at most one per unit of work, and at
-    most one per whole batch (C{batchMessages} messages or C{batchBytes}
-    octets) of it, and at least one.  A connection with less than a
-    batch of its own to send costs more than it saves: its login (a
-    process or two at the server, a few round trips) takes about as long
-    as one connection takes to send that batch, and a run of many small
-    accounts would open twice the connections for nothing.
-
-    @param settings: the job's settings.
-    @param units: the units of work cut from what is pending.
-    @param messages: the messages pending.
-    @param octets: their listed sizes, summed.
-    @return: the connections to open, the first included.
-    """
-    batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
-    return max(1, min(settings.connections, units, batches))
 
 
 async def _ready(session: IMAPSession) -> IMAPSession:
@@ -315,7 +115,10 @@ async def _ready(session: IMAPSession) -> IMAPSession:
 
 class MigrationJob:
     """
-    Copies one source into one destination account.
+    Copies one source into one destination account: runs of attempts
+    under the job's lifecycle, each listing the source, settling the
+    journal and copying what is left (L{ListedCopy}); what ends an attempt
+    early is for L{RunRetries} to weigh.
     """
 
     def __init__(
@@ -367,16 +170,7 @@ class MigrationJob:
             APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         """
         self.name = name
-        self._destination = destination
-        self._telemetry = telemetry
-        # Set when the destination answered that its mailbox is full
-        # (L{mailboxFull}): the reason every message left to copy in this
-        # run is recorded as failed with.
-        self._overQuota: str | None = None
         self._rules = rules
-        self._identity = identity
-        self._retry = retry
-        self._delays = retry.delays(jitter)
         self._source = source
         self._store = store
         self._progress = progress
@@ -384,37 +178,19 @@ class MigrationJob:
         self._clock = clock
         self._settings = settings
         self._lifecycle = JobLifecycle(progress, clock)
-        self._throttle = throttle
-        self._sourceThrottle = sourceThrottle
-        self._sides = JobSides(source, sourceThrottle, throttle)
-        self._defer = defer
+        self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
-        self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
-        self._budgets = tuple(t.budget for t in self._throttles if t.budget is not None)
-        # Set by a connection that found a daily budget used up: the
-        # attempt ends (paused until the budget's renewal) once every
-        # connection has drained.
-        self._limitReached: DailyLimitReached | None = None
-        self._units: list[WorkUnit] = []
-        # Messages in self._units, not yet taken by a connection.
-        self._untaken = 0
-        self._selected: dict[int, str] = {}
-        self._targets: dict[str, TargetMailbox] = {}
-        self._uidFloors: dict[str, int] = {}
+        sides = JobSides(source, sourceThrottle, throttle)
         self._stopping = False
         self._stopTimer: IDelayedCall | None = None
-        self._attempt: _Attempt | None = None
+        self._attempt: AttemptConnections | None = None
         # The reconciliation's wait for a quiet destination, cancelled by a
         # stop (the journal then stays as it is, for the next run).
         self._settling: Deferred[None] | None = None
         # Whether the last attempt of this run ended with a connection
         # imapmig gave up (see _attemptOnce and _reconcile).
         self._connectionsEnded = False
-        # Per message key, how many times it was first in line, not
-        # stored, when a connection failed; and the last such failure.
-        self._strikes: dict[tuple[str, str], int] = {}
-        self._lastError = ""
         # Messages recorded as failed by this run: not tried again by its
         # later attempts.
         self._failedThisRun: set[tuple[str, str]] = set()
@@ -436,7 +212,21 @@ class MigrationJob:
             sourceDescription,
             destination,
         )
-        self._preparation = MessagePreparation(self._recorder, eightBit == "fail")
+        stopping = self._isStopping
+        self._retries = RunRetries(
+            name, destination, store, progress, clock, self._lifecycle, sides, retry, jitter,
+            defer, stopping,
+        )  # fmt: skip
+        self._units = SharedUnits(settings.connections, settings.batchMessages, stopping)
+        preparation = MessagePreparation(self._recorder, eightBit == "fail")
+        loop = CopyLoop(
+            name, source, settings, progress, self._recorder, preparation, self._units, sides,
+            telemetry, clock, stopping,
+        )  # fmt: skip
+        self._copier = ListedCopy(
+            name, store, settings, rules, identity, progress, self._lifecycle, preparation,
+            self._units, loop, self._open, stopping,
+        )  # fmt: skip
 
     @property
     def progress(self) -> JobProgress:
@@ -455,7 +245,6 @@ class MigrationJob:
         """
         self._stopping = True
         self._units.clear()
-        self._untaken = 0
         for throttle in self._throttles:
             throttle.cancelWaits()
         wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
@@ -472,6 +261,12 @@ class MigrationJob:
         if self._settling is not None:
             # Last: the run goes on, to its end, from here.
             self._settling.cancel()
+
+    def _isStopping(self) -> bool:
+        """
+        Whether the job is stopping (L{stop}).
+        """
+        return self._stopping
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
@@ -498,7 +293,6 @@ class MigrationJob:
         (the journal covers what is in flight), so drop the connections.
         """
         self._units.clear()
-        self._untaken = 0
         if self._attempt is not None:
             self._attempt.end()
 
@@ -515,40 +309,25 @@ class MigrationJob:
         self.deferredUntil = None
         for throttle in self._throttles:
             throttle.reopen()
-        self._strikes.clear()
-        self._overQuota = None
+        self._retries.startRun()
         self._connectionsEnded = False
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
-        fruitless = 0
         self._log.started(*await self._recordedBefore())
         try:
             while True:
                 before = self._recorder.settledCount
-                error = await self._budgetUsedUp() or await self._attemptOnce()
+                error = await self._retries.budgetUsedUp() or await self._attemptOnce()
                 if self._stopping:
                     self._lifecycle.stopped()
                     return False
                 if error is None:
-                    await self._recordJobFailure(None)
+                    await self._retries.recordOutcome(None)
                     self._lifecycle.succeed()
                     return True
-                reason = str(error) or type(error).__name__
-                error = asRetryable(error)
-                if not isinstance(error, TransientError):
-                    return await self._failed(reason)
-                if self._recorder.settledCount > before or isinstance(error, DailyLimitReached):
-                    # A day's budget used up is no failure: it is not
-                    # counted against the attempts.
-                    fruitless = 0
-                if not isinstance(error, DailyLimitReached):
-                    fruitless += 1
-                if fruitless > self._retry.attempts:
-                    return await self._failed(
-                        f"gave up after {plural(self._retry.attempts, 'attempt')} in a row that"
-                        f" migrated nothing; the last: {reason}"
-                    )
-                if not await self._waitToRetry(error, reason, fruitless):
+                progressed = self._recorder.settledCount > before
+                if not await self._retries.afterFailure(error, progressed):
+                    self.deferredUntil = self._retries.deferredUntil
                     return False
         finally:
             if self._stopTimer is not None and self._stopTimer.active():
@@ -573,129 +352,14 @@ class MigrationJob:
             # The attempt meets the same store and says why.
             return None, None
 
-    async def _waitToRetry(self, error: BaseException, reason: str, fruitless: int) -> bool:
-        """
-        Back off (or pause, when the server says so) before the next
-        attempt.
-
-        @return: whether to go on (C{False}: the job was stopped meanwhile,
-            or its run ends deferred: L{deferredUntil}).
-        """
-        self._lastError = reason
-        retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
-        side = self._sides.sideOf(error)
-        untilRenewal = None
-        full = isinstance(error, QuotaExceeded) and await self._sides.destinationFull(error)
-        if full:
-            assert isinstance(error, QuotaExceeded)
-            self._overQuota = f"destination over quota: {error.text or reason}"
-            log.error(
-                "Job {job}: the destination account {account} is over quota (its mailbox"
-                " is full: {why}); the messages left to copy are recorded as failed",
-                job=self.name,
-                account=self._destination,
-                why=error.text or reason,
-            )
-            # No wait: the next attempt records what is left as failed.
-            self._lifecycle.backOff(reason, 0.0)
-        elif isinstance(error, QuotaExceeded) and side is not None:
-            untilRenewal = await side.pauseFor(error)
-            if self._stopping:
-                self._lifecycle.stopped()
-                return False
-        if untilRenewal is not None and self._defer:
-            self.deferredUntil = self._clock.seconds() + untilRenewal
-            self._lifecycle.defer(f"daily budget: {reason}", self.deferredUntil)
-            log.warn(
-                "Job {job}: {why}; paused until {until}, its job slot and"
-                " connections given back meanwhile",
-                job=self.name,
-                why=reason,
-                until=utcTime(self.deferredUntil),
-            )
-            return False
-        if untilRenewal is not None:
-            # A daily budget: paused until the next UTC midnight.
-            delay = untilRenewal
-            self._lifecycle.pause(reason, delay)
-            log.warn(
-                "Job {job}: {why}; paused until {until}",
-                job=self.name,
-                why=reason,
-                until=utcTime(self._clock.seconds() + delay),
-                delay=delay,
-            )
-        elif not full:
-            if isinstance(error, QuotaExceeded):
-                delay = self._retry.pause
-                self._lifecycle.pause(reason, delay)
-                what = "pausing"
-            else:
-                delay = retryAfter if retryAfter is not None else self._delays(fruitless - 1)
-                self._lifecycle.backOff(reason, delay)
-                what = "connecting again"
-            log.warn(
-                "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
-                " of {attempts} without progress)",
-                job=self.name,
-                # Twisted's connection errors end with a full stop.
-                why=reason.rstrip(". "),
-                what=what,
-                delay=delay,
-                until=utcTime(self._clock.seconds() + delay),
-                attempt=fruitless,
-                attempts=self._retry.attempts,
-            )
-        try:
-            await self._lifecycle.waited()
-        except CancelledError:
-            # Stopped while waiting: the run's end line says so.
-            return False
-        self._progress.reconnects += 1
-        self._lifecycle.retry()
-        return True
-
-    async def _budgetUsedUp(self) -> DailyLimitReached | None:
-        """
-        A daily budget used up before the attempt (by an earlier run, as
-        the store records, or by another job of the account): pause
-        without connecting.
-        """
-        for budget in self._budgets:
-            await budget.load()
-            if budget.charged >= budget.limit:
-                return budget.reached()
-        return None
-
-    async def _failed(self, reason: str) -> bool:
-        # The run's end line logs the reason, once (JobLog.ended).
-        await self._recordJobFailure(reason)
-        self._lifecycle.fail(reason)
-        return False
-
-    async def _recordJobFailure(self, reason: str | None) -> None:
-        """
-        Record in the state store why this run failed, or (with L{None})
-        that it completed, for C{imapmig report}.  A store that cannot
-        record it is logged, and the run ends as it would have.
-        """
-        try:
-            await self._store.recordJobFailure(self.name, reason)
-        except ImapmigError as e:
-            log.error(
-                "Job {job}: cannot record the job's outcome in the state store: {why}",
-                job=self.name,
-                why=str(e),
-            )
-
     async def _attemptOnce(self) -> BaseException | None:
         """
         One attempt: connect, reconcile, list, copy.
 
         @return: what ended it early, or L{None} when it copied everything.
         """
-        attempt = self._attempt = _Attempt()
-        self._limitReached = None
+        attempt = self._attempt = AttemptConnections()
+        self._units.reset()
         error: BaseException | None = None
         try:
             try:
@@ -720,21 +384,19 @@ class MigrationJob:
         # the server or the network ended (reset, closed) is over there.
         self._connectionsEnded = isinstance(error, ConnectionDropped)
         self._attempt = None
-        self._units.clear()
-        self._untaken = 0
-        self._selected.clear()
+        self._units.reset()
         await self._recorder.flush()
         if self._recorder.error is not None:
             return PermanentError(self._recorder.error)
         return error
 
-    async def _open(self, attempt: _Attempt) -> IMAPSession:
+    async def _open(self, attempt: AttemptConnections) -> IMAPSession:
         """
         Open a destination connection for C{attempt}.
         """
         return attempt.adopt(await self._openSession())
 
-    async def _copy(self, attempt: _Attempt) -> None:
+    async def _copy(self, attempt: AttemptConnections) -> None:
         # The first destination connection logs in while the source is
         # listed: its greeting and login (about 16 ms on a local Dovecot,
         # two round trips or more over a network) overlap the listing.
@@ -751,7 +413,7 @@ class MigrationJob:
                 self._rules,
                 self._progress,
                 self._clock,
-                lambda: self._stopping,
+                self._isStopping,
             )
             listed, unreadable = await listing.listSource(opening)
             entries = [] if self._stopping else await self._store.journal(self.name)
@@ -765,7 +427,7 @@ class MigrationJob:
             raise
         first = await opening
         if not self._stopping:
-            await self._copyListed(attempt, first, listings)
+            await self._copier.copy(attempt, first, listings, self._retries.overQuota)
         if unreadable:
             raise SourceError(
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
@@ -820,317 +482,13 @@ class MigrationJob:
         self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():
             first = missing[0]
-            key = (first.folderKey, first.messageKey)
-            strikes = self._strikes[key] = self._strikes.get(key, 0) + 1
-            if strikes >= self._retry.messageAttempts:
+            failure = self._retries.strike(first.folderKey, first.messageKey)
+            if failure is not None:
                 # Logged with its reason as it is recorded (JobLog).
                 self._recorder.add(
                     MessageOutcome(
-                        first.folderKey,
-                        first.messageKey,
-                        mailbox,
-                        first.size,
-                        failure=(
-                            f"not stored after {plural(strikes, 'attempt')}, each ended by a"
-                            f" failed connection; the last: {self._lastError}"
-                        ),
+                        first.folderKey, first.messageKey, mailbox, first.size, failure=failure
                     )
                 )
         await self._recorder.flush()
 
-    async def _copyListed(
-        self, attempt: _Attempt, first: IMAPSession, listings: list[FolderToCopy]
-    ) -> None:
-        """
-        Copy what L{SourceListing.listSource} found left to copy, over C{first} and the
-        job's other connections.
-        """
-        settings = self._settings
-        # The other connections log in while this one prepares the
-        # destination: at 20 ms of RTT that overlaps about four round trips.
-        expectedUnits = sum(
-            sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
-            for listing in listings
-        )
-        wanted = connectionsWorthOpening(
-            settings,
-            expectedUnits,
-            sum(len(listing.pending) for listing in listings),
-            sum(m.size for listing in listings for m in listing.pending),
-        )
-        openings = [
-            Deferred.fromCoroutine(self._openExtraSession(attempt)) for _ in range(wanted - 1)
-        ]
-        attempt.openings.extend(openings)
-        try:
-            prepared = await DestinationPreparation(
-                self.name,
-                first,
-                self._rules,
-                self._identity,
-                self._store,
-                settings.folderNameFallback,
-            ).prepare(listings)
-        except BaseException:
-            for opening in openings:
-                opening.addErrback(lambda failure: None)
-            raise
-        self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
-        if self._stopping:
-            return
-        self._targets = prepared.targets
-        self._uidFloors = {
-            mailbox: target.uidFloor
-            for mailbox, target in prepared.targets.items()
-            if target.uidFloor is not None
-        }
-        uncreatable = prepared.uncreatable
-        sizeLimit = messageSizeLimit(first.capabilities, settings.maxMessageBytes)
-        for mapping, pending in prepared.plans:
-            mailbox = mapping.mailbox
-            folder = mapping.folder
-            if mailbox in uncreatable:
-                for message in pending:
-                    self._preparation.recordFailure(
-                        folder,
-                        mailbox,
-                        message,
-                        f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
-                    )
-                continue
-            if self._overQuota is not None:
-                for message in pending:
-                    self._preparation.recordFailure(folder, mailbox, message, self._overQuota)
-                continue
-            if sizeLimit is not None:
-                pending = self._preparation.withinSizeLimit(folder, mailbox, pending, sizeLimit)
-            self._units.extend(
-                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
-            )
-        self._untaken = sum(len(unit.messages) for unit in self._units)
-        self._lifecycle.connected()
-        if not self._units:
-            for opening in openings:
-                extra = await opening
-                if extra is not None:
-                    attempt.release(extra)
-                    await extra.logout()
-            attempt.release(first)
-            await first.logout()
-            return
-        workers = [Deferred.fromCoroutine(self._work(attempt, first))]
-        workers.extend(Deferred.fromCoroutine(self._workOn(attempt, opening)) for opening in openings)
-        results = await DeferredList(workers, consumeErrors=True)
-        errors = [result for ok, result in results if not ok]
-        if errors:
-            failure: Failure = errors[0]  # type: ignore[assignment]
-            failure.raiseException()
-        if self._limitReached is not None and not self._stopping:
-            raise self._limitReached
-
-    async def _openExtraSession(self, attempt: _Attempt) -> IMAPSession | None:
-        """
-        Open one more destination connection, or L{None} if the server
-        refuses it: the job goes on with the connections it has (a server
-        that limits connections per account is common).  While it waits
-        for its grant (the servers' connection limits), the job copies
-        with the connections it has; once no work is left, the wait is
-        given up (L{_Attempt.giveUpOpenings}).
-        """
-        try:
-            return await self._open(attempt)
-        except CancelledError:
-            return None
-        except ImapmigError as e:
-            if not (attempt.over or attempt.givenUp):
-                log.warn(
-                    "Job {job}: extra connection refused, continuing with fewer: {why}",
-                    job=self.name,
-                    why=str(e),
-                )
-            return None
-
-    async def _workOn(self, attempt: _Attempt, opening: Deferred[IMAPSession | None]) -> None:
-        """
-        Work on the session C{opening} gives, once open; a session with no
-        unit left to take (the job is small, or stopped) is logged out.
-        """
-        session = await opening
-        if session is None:
-            return
-        await self._work(attempt, session)
-
-    async def _work(self, attempt: _Attempt, session: IMAPSession) -> None:
-        settings = self._settings
-        recorder = self._recorder
-        outcomes = PipelineOutcomes(recorder, self._uidFloors)
-        pipeline = session.appendPipeline(
-            settings.batchMessages,
-            settings.batchBytes,
-            settings.windowMessages,
-            settings.windowBytes,
-            outcomes,
-            telemetry=self._telemetry,
-        )
-        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
-        # the reactor run between steps: reading blocks it, and the socket
-        # must be kept fed meanwhile.
-        source = self._source
-        # An IMAP source's reads wait on the network, not the CPU: they are
-        # made in larger steps, each read while the step before is sent.
-        overNetwork = isinstance(source, IMAPSource)
-        chunkMessages = pipeline.settings.batchMessages
-        stepMessages = IMAP_READ_STEP_MESSAGES if overNetwork else chunkMessages
-        chunkBytes = min(
-            pipeline.settings.batchBytes,
-            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
-        )
-        for throttle in self._throttles:
-            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
-        chunkMessages = min(chunkMessages, stepMessages)
-        # The destination's rates are waited for here; an IMAP source waits
-        # for its own before each FETCH.
-        rated = self._throttle if self._throttle is not None and self._throttle.rated else None
-        budgets = None
-        if self._budgets:
-            budgets = UnitBudgets(
-                None if self._throttle is None else self._throttle.budget,
-                None if self._sourceThrottle is None else self._sourceThrottle.budget,
-            )
-        units = self._units
-        current: str | None = None
-        selected = self._selected
-        worker = id(outcomes)
-        binary = b"BINARY" in session.capabilities
-        sizeLimit = messageSizeLimit(session.capabilities, settings.maxMessageBytes)
-        traits: dict[str, DestinationTraits] = {}
-        target = TargetMailbox()
-        try:
-            while units and not self._stopping and self._limitReached is None:
-                inUse = {m for w, m in selected.items() if w != worker}
-                share = guidedShare(self._untaken, settings.connections, settings.batchMessages)
-                unit = takeShare(units, chooseUnit(units, current, inUse), share)
-                self._untaken -= len(unit.messages)
-                if budgets is not None:
-                    allowed = await self._withinBudgets(unit, budgets)
-                    if allowed is None:
-                        break
-                    unit = allowed
-                if unit.mailbox != current:
-                    # SELECT behind the APPENDs still in flight, without
-                    # waiting for their replies.
-                    await pipeline.flushed()
-                    session.selectPipelined(unit.mailbox)
-                    pipeline.selectMailbox(unit.mailbox)
-                    current = unit.mailbox
-                    selected[worker] = current
-                    self._progress.currentFolder = unit.mailbox
-                    target = self._targets.get(current) or TargetMailbox()
-                # The unit is journaled before a single octet of it leaves.
-                ticket = await self._recorder.journal(
-                    unit.mailbox,
-                    target.uidValidity,
-                    self._uidFloors.get(unit.mailbox),
-                    unit.folder.key,
-                    unit.messages,
-                )
-                if attempt.over:
-                    return
-                sent = Target(unit.folder.key, unit.mailbox, ticket)
-                destination = traits.get(unit.mailbox)
-                if destination is None:
-                    destination = traits[unit.mailbox] = DestinationTraits(
-                        binary, target.permanentFlags, target.presence, sizeLimit=sizeLimit
-                    )
-                enqueued = False
-                steps = ReadAhead(
-                    source,
-                    unit.folder,
-                    readSteps(unit.messages, chunkMessages, stepMessages, chunkBytes),
-                    ahead=overNetwork,
-                    stopping=lambda: self._stopping,
-                    job=self.name,
-                )
-                try:
-                    while not self._stopping:
-                        try:
-                            read = await steps.next()
-                        except CancelledError:
-                            if self._stopping:
-                                # Stopped while the source waited for its
-                                # throttle.
-                                break
-                            raise
-                        if read is None:
-                            break
-                        chunk, bodies = read
-                        stopped: bool = self._stopping
-                        if rated is not None and not stopped:
-                            try:
-                                await rated.admit(len(chunk), sum(m.size for m in chunk))
-                            except CancelledError:
-                                stopped = True
-                        if stopped:
-                            # Stopped while the read was under way, or
-                            # while waiting for the throttle: what was
-                            # read is not sent.
-                            closeBodies(bodies)
-                            if budgets is not None:
-                                await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
-                            break
-                        outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
-                        pipeline.enqueue(outgoing)
-                        enqueued = True
-                        if budgets is not None:
-                            await budgets.charge(
-                                _listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing)
-                            )
-                        hungry = pipeline.hungry()
-                        if hungry.called:
-                            await deferLater(self._clock, 0)
-                        await hungry
-                finally:
-                    steps.discard()
-                    if budgets is not None:
-                        budgets.release()
-                if not enqueued:
-                    # Stopped before any of it left: nothing to reconcile.
-                    recorder.unsent(ticket)
-            # No unit left to take: connections still opening (waiting for
-            # a grant, perhaps) would only log out.
-            attempt.giveUpOpenings()
-            await pipeline.drained()
-        finally:
-            selected.pop(worker, None)
-            if budgets is not None:
-                # A unit ended early (its journal entry failed, the
-                # attempt ended): what it held is not sent.
-                budgets.release()
-        attempt.release(session)
-        await session.logout()
-
-    async def _withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
-        """
-        The part of C{unit}, from its first message, that today's daily
-        budgets still allow, reserved in them (L{UnitBudgets}); the rest
-        goes back to the units left.  Reserved before the unit is
-        journaled, so that what a budget holds back is never half sent,
-        and with no await between the test and the reservation, so that
-        two connections never take the same remainder.
-
-        @return: that part, or L{None} if not one message fits: then
-            L{_limitReached} says until when.
-        """
-        await budgets.load()
-        sizes = [message.size for message in unit.messages]
-        fitting = 0 if self._stopping else budgets.fitting(sizes)
-        if fitting < len(unit.messages):
-            rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
-            self._units.insert(0, rest)
-            self._untaken += len(rest.messages)
-        if fitting == 0:
-            if not self._stopping and self._limitReached is None:
-                self._limitReached = budgets.reached(sizes)
-            return None
-        budgets.hold(sum(sizes[:fitting]))
-        return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])

@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.test_job_readahead -*-
 """
-Reading one unit of work from the source a step ahead of sending it.
+Reading one unit of work from the source in steps (L{readSteps}), each a
+step ahead of sending it.
 
 A source that waits on a network (an IMAP source) would otherwise leave
 both ends idle in turn: the source server while imapmig prepares and sends
@@ -26,11 +27,54 @@ from twisted.python.failure import Failure
 
 from imapmig.errors import ImapmigError
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
+from imapmig.plan import chunks
 from imapmig.sources import IMessageSource
 
-__all__ = ["ReadAhead", "closeBodies"]
+__all__ = [
+    "IMAP_READ_STEP_BYTES",
+    "IMAP_READ_STEP_MESSAGES",
+    "READ_STEP_BYTES",
+    "ReadAhead",
+    "closeBodies",
+    "readSteps",
+]
 
 log = Logger()
+
+# The most octets read from the source in one step without letting the
+# reactor run.
+READ_STEP_BYTES = 1024 * 1024
+
+# The most octets (by listed size) of one step read from an IMAP source:
+# its reads do not block the reactor, and each step is one round trip.
+# One step is read ahead while the one before is sent (see ReadAhead):
+# besides what its append pipeline holds, a connection holds at most that
+# one step of bodies in memory (bodies above the source's spoolAbove go to
+# a file instead).
+IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
+
+# The most messages of one step read from an IMAP source.  Its steps are
+# bounded by octets (IMAP_READ_STEP_BYTES), not by the destination's batch:
+# each step costs the source server a FETCH command (two, with the
+# BINARY.PEEK[] of bodies holding 0x80) and, for Dovecot, a mailbox sync
+# per command; and each step read is a round trip.  A unit's first step,
+# which nothing reads ahead of, is still one batch (readSteps).
+IMAP_READ_STEP_MESSAGES = 1000
+
+
+def readSteps(
+    messages: Sequence[SourceMessage], firstMessages: int, stepMessages: int, stepBytes: int
+) -> list[Sequence[SourceMessage]]:
+    """
+    Cut a unit's C{messages} into the steps it is read in: the first of at
+    most C{firstMessages} messages, so the destination has something to
+    send soon, then steps of at most C{stepMessages}; each of about
+    C{stepBytes} octets at most (L{chunks}).
+    """
+    first = next(chunks(messages, firstMessages, stepBytes), None)
+    if first is None:
+        return []
+    return [first, *chunks(messages[len(first) :], stepMessages, stepBytes)]
 
 
 def closeBodies(bodies: Sequence[MessageBody]) -> None:

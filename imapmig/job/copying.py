@@ -1,0 +1,298 @@
+# -*- test-case-name: tests.test_job -*-
+"""
+Copying what one attempt of a job found left to copy, over the attempt's
+destination connections: the extra connections log in while the first
+prepares the destination (L{imapmig.job.destination}); each folder's
+pending messages are cut into units of work, shared by the connections
+(L{imapmig.job.workshare}), and each connection runs the copy loop
+(L{imapmig.job.sending}) until none is left.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, Sequence
+
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from imapmig.errors import ImapmigError
+from imapmig.imap.appendlimit import messageSizeLimit
+from imapmig.imap.session import IMAPSession
+from imapmig.job.attempt import AttemptConnections
+from imapmig.job.destination import (
+    DestinationPreparation,
+    FolderToCopy,
+    PreparedDestination,
+    TargetMailbox,
+)
+from imapmig.job.lifecycle import JobInputs
+from imapmig.job.preparation import MessagePreparation
+from imapmig.job.sending import CopyLoop
+from imapmig.job.settings import JobSettings
+from imapmig.job.workshare import SharedUnits
+from imapmig.plan import FolderRules, WorkUnit, chunks, cutUnits
+from imapmig.progress import JobProgress
+from imapmig.state import IStateStore
+
+__all__ = ["ListedCopy", "connectionsWorthOpening"]
+
+# These events were MigrationJob's before they moved here, and keep its
+# namespace: log levels are set by namespace, and the journal's MESSAGE_ID
+# of an event is made from its namespace and format.
+log = Logger(namespace="imapmig.job.migration")
+
+
+def connectionsWorthOpening(
+    settings: JobSettings, units: int, messages: int, octets: int
+) -> int:
+    """
+    How many destination connections a job's pending work is worth: at
+    most C{settings.connections}, at most one per unit of work, and at
+    most one per whole batch (C{batchMessages} messages or C{batchBytes}
+    octets) of it, and at least one.  A connection with less than a
+    batch of its own to send costs more than it saves: its login (a
+    process or two at the server, a few round trips) takes about as long
+    as one connection takes to send that batch, and a run of many small
+    accounts would open twice the connections for nothing.
+
+    @param settings: the job's settings.
+    @param units: the units of work cut from what is pending.
+    @param messages: the messages pending.
+    @param octets: their listed sizes, summed.
+    @return: the connections to open, the first included.
+    """
+    batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
+    return max(1, min(settings.connections, units, batches))
+
+
+class ListedCopy:
+    """
+    Copies, attempt after attempt of one job, what the attempt found left
+    to copy, over its connections.
+    """
+
+    def __init__(
+        self,
+        job: str,
+        store: IStateStore,
+        settings: JobSettings,
+        rules: FolderRules,
+        identity: str,
+        progress: JobProgress,
+        lifecycle: JobInputs,
+        preparation: MessagePreparation,
+        units: SharedUnits,
+        loop: CopyLoop,
+        openSession: Callable[[AttemptConnections], Awaitable[IMAPSession]],
+        stopping: Callable[[], bool],
+    ) -> None:
+        """
+        @param job: the job's name, for the state store and the log.
+        @param store: where folder name fallbacks are recorded.
+        @param rules: which source folders go where.
+        @param identity: how messages already in the destination are
+            recognised (L{imapmig.presence}).
+        @param progress: the job's counters (its folder mapping).
+        @param lifecycle: the job's state machine, told when the
+            destination is prepared.
+        @param preparation: records the messages that cannot go.
+        @param units: the attempt's units of work, shared by its
+            connections.
+        @param loop: what each connection runs.
+        @param openSession: opens one more destination connection for an
+            attempt.
+        @param stopping: whether the job is stopping.
+        """
+        self._job = job
+        self._store = store
+        self._settings = settings
+        self._rules = rules
+        self._identity = identity
+        self._progress = progress
+        self._lifecycle = lifecycle
+        self._preparation = preparation
+        self._units = units
+        self._loop = loop
+        self._openSession = openSession
+        self._stopping = stopping
+
+    async def copy(
+        self,
+        attempt: AttemptConnections,
+        first: IMAPSession,
+        listings: list[FolderToCopy],
+        overQuota: str | None,
+    ) -> None:
+        """
+        Copy what L{imapmig.job.listing.SourceListing.plan} found left to
+        copy, over C{first} and the job's other connections.
+
+        @param overQuota: the reason every message left to copy is
+            recorded as failed with, without being sent (the destination's
+            mailbox is full), or L{None}.
+        @raise DailyLimitReached: a daily budget was found used up: the
+            attempt ended once every connection had drained.
+        """
+        openings = self._openExtras(attempt, listings)
+        try:
+            prepared = await DestinationPreparation(
+                self._job,
+                first,
+                self._rules,
+                self._identity,
+                self._store,
+                self._settings.folderNameFallback,
+            ).prepare(listings)
+        except BaseException:
+            for opening in openings:
+                opening.addErrback(lambda failure: None)
+            raise
+        self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
+        if self._stopping():
+            return
+        floors = {
+            mailbox: target.uidFloor
+            for mailbox, target in prepared.targets.items()
+            if target.uidFloor is not None
+        }
+        units = self._units
+        units.extend(self._cutUnits(first, prepared, overQuota))
+        self._lifecycle.connected()
+        if not units:
+            await self._logOut(attempt, first, openings)
+            return
+        targets = prepared.targets
+        workers = [Deferred.fromCoroutine(self._loop.run(attempt, first, targets, floors))]
+        workers.extend(
+            Deferred.fromCoroutine(self._workOn(attempt, opening, targets, floors))
+            for opening in openings
+        )
+        results = await DeferredList(workers, consumeErrors=True)
+        errors = [result for ok, result in results if not ok]
+        if errors:
+            failure: Failure = errors[0]  # type: ignore[assignment]
+            failure.raiseException()
+        if units.limitReached is not None and not self._stopping():
+            raise units.limitReached
+
+    def _openExtras(
+        self, attempt: AttemptConnections, listings: Sequence[FolderToCopy]
+    ) -> list[Deferred[IMAPSession | None]]:
+        """
+        Start opening the extra connections C{listings} are worth
+        (L{connectionsWorthOpening}), given up with the attempt's other
+        openings.
+        """
+        settings = self._settings
+        # The other connections log in while the first prepares the
+        # destination: at 20 ms of RTT that overlaps about four round trips.
+        expectedUnits = sum(
+            sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
+            for listing in listings
+        )
+        wanted = connectionsWorthOpening(
+            settings,
+            expectedUnits,
+            sum(len(listing.pending) for listing in listings),
+            sum(m.size for listing in listings for m in listing.pending),
+        )
+        openings = [
+            Deferred.fromCoroutine(self._openExtraSession(attempt)) for _ in range(wanted - 1)
+        ]
+        attempt.openings.extend(openings)
+        return openings
+
+    def _cutUnits(
+        self, first: IMAPSession, prepared: PreparedDestination, overQuota: str | None
+    ) -> list[WorkUnit]:
+        """
+        The units of work of the prepared destination's plans; the messages
+        that cannot go (their mailbox could not be created, the mailbox is
+        full, larger than the destination accepts) are recorded as failed
+        instead.
+        """
+        settings = self._settings
+        preparation = self._preparation
+        uncreatable = prepared.uncreatable
+        sizeLimit = messageSizeLimit(first.capabilities, settings.maxMessageBytes)
+        units: list[WorkUnit] = []
+        for mapping, pending in prepared.plans:
+            mailbox = mapping.mailbox
+            folder = mapping.folder
+            if mailbox in uncreatable:
+                for message in pending:
+                    preparation.recordFailure(
+                        folder,
+                        mailbox,
+                        message,
+                        f"cannot create mailbox {mailbox!r}: {uncreatable[mailbox]}",
+                    )
+                continue
+            if overQuota is not None:
+                for message in pending:
+                    preparation.recordFailure(folder, mailbox, message, overQuota)
+                continue
+            if sizeLimit is not None:
+                pending = preparation.withinSizeLimit(folder, mailbox, pending, sizeLimit)
+            units.extend(
+                cutUnits(folder, mailbox, pending, settings.unitMessages, settings.unitBytes)
+            )
+        return units
+
+    async def _logOut(
+        self,
+        attempt: AttemptConnections,
+        first: IMAPSession,
+        openings: Sequence[Deferred[IMAPSession | None]],
+    ) -> None:
+        """
+        Nothing is left to copy: log C{first} out, and each extra
+        connection once it is open.
+        """
+        for opening in openings:
+            extra = await opening
+            if extra is not None:
+                attempt.release(extra)
+                await extra.logout()
+        attempt.release(first)
+        await first.logout()
+
+    async def _openExtraSession(self, attempt: AttemptConnections) -> IMAPSession | None:
+        """
+        Open one more destination connection, or L{None} if the server
+        refuses it: the job goes on with the connections it has (a server
+        that limits connections per account is common).  While it waits
+        for its grant (the servers' connection limits), the job copies
+        with the connections it has; once no work is left, the wait is
+        given up (L{AttemptConnections.giveUpOpenings}).
+        """
+        try:
+            return await self._openSession(attempt)
+        except CancelledError:
+            return None
+        except ImapmigError as e:
+            if not (attempt.over or attempt.givenUp):
+                log.warn(
+                    "Job {job}: extra connection refused, continuing with fewer: {why}",
+                    job=self._job,
+                    why=str(e),
+                )
+            return None
+
+    async def _workOn(
+        self,
+        attempt: AttemptConnections,
+        opening: Deferred[IMAPSession | None],
+        targets: dict[str, TargetMailbox],
+        floors: dict[str, int],
+    ) -> None:
+        """
+        Work on the session C{opening} gives, once open; a session with no
+        unit left to take (the job is small, or stopped) is logged out.
+        """
+        session = await opening
+        if session is None:
+            return
+        await self._loop.run(attempt, session, targets, floors)
+

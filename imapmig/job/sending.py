@@ -1,0 +1,375 @@
+# -*- test-case-name: tests.test_job -*-
+"""
+One destination connection's copy loop.
+
+The connection takes a share of a unit of work at a time
+(L{imapmig.job.workshare}), SELECTs its mailbox behind the APPENDs still
+in flight, journals it before a single octet of it leaves
+(L{imapmig.job.recording}), reads it from the source in steps, the next
+read while the one before is sent (L{imapmig.job.readahead}), waits for
+the destination's rates, charges the daily budgets
+(L{imapmig.job.budgets}) and feeds its APPEND pipeline; once no unit is
+left it lets the pipeline drain and logs out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
+
+from imapmig.imap.appendlimit import messageSizeLimit
+from imapmig.imap.pipeline import AppendPipeline, OutgoingMessage
+from imapmig.imap.session import IMAPSession
+from imapmig.job.attempt import AttemptConnections
+from imapmig.job.budgets import UnitBudgets
+from imapmig.job.destination import TargetMailbox
+from imapmig.job.preparation import DestinationTraits, MessagePreparation
+from imapmig.job.readahead import (
+    IMAP_READ_STEP_BYTES,
+    IMAP_READ_STEP_MESSAGES,
+    READ_STEP_BYTES,
+    ReadAhead,
+    closeBodies,
+    readSteps,
+)
+from imapmig.job.recording import (
+    JournalTicket,
+    OutcomeRecorder,
+    PipelineOutcomes,
+    SentMessage,
+    Target,
+)
+from imapmig.job.settings import JobSettings
+from imapmig.job.sides import JobSides
+from imapmig.job.workshare import SharedUnits
+from imapmig.message import MessageBody, SourceMessage, UnreadableMessage
+from imapmig.plan import WorkUnit
+from imapmig.progress import JobProgress
+from imapmig.schedule.throttle import Throttle
+from imapmig.sources import IMessageSource
+from imapmig.sources.imap import IMAPSource
+from imapmig.telemetry import ServerTelemetry
+
+__all__ = ["CopyLoop"]
+
+
+def _listed(chunk: Sequence[SourceMessage]) -> int:
+    """
+    The listed octets of C{chunk}.
+    """
+    return sum(message.size for message in chunk)
+
+
+def _readOf(chunk: Sequence[SourceMessage], bodies: Sequence[MessageBody]) -> int:
+    """
+    The listed octets of the messages of C{chunk} that were read (not the
+    unreadable ones).
+    """
+    return sum(
+        message.size
+        for message, body in zip(chunk, bodies)
+        if not isinstance(body, UnreadableMessage)
+    )
+
+
+def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
+    """
+    The listed octets of the messages of C{outgoing}.
+    """
+    return sum(m.source.size for m in outgoing if isinstance(m, SentMessage))
+
+
+@dataclass
+class _Connection:
+    """
+    One destination connection as it copies.
+
+    @ivar targets: the mailboxes the attempt appends to.
+    @ivar floors: by mailbox, a UID at or below the next one (raised by
+        each APPENDUID).
+    @ivar worker: the connection, as L{SharedUnits} knows it.
+    @ivar budgets: what it holds of the daily budgets, or L{None} when
+        the job has none.
+    @ivar rated: the destination's throttle when it has rates to wait
+        for, else L{None}.
+    @ivar steps: the messages of a unit's first step, of each later step,
+        and the octets of each step (L{readSteps}).
+    @ivar binary: whether the destination offers BINARY.
+    @ivar sizeLimit: the largest message it accepts, and why, or L{None}.
+    @ivar current: the mailbox it has selected, or L{None}.
+    @ivar target: that mailbox, as the preparation found it.
+    @ivar traits: by mailbox, what the destination can store.
+    """
+
+    session: IMAPSession
+    pipeline: AppendPipeline
+    targets: dict[str, TargetMailbox]
+    floors: dict[str, int]
+    worker: int
+    budgets: UnitBudgets | None
+    rated: Throttle | None
+    steps: tuple[int, int, int]
+    binary: bool
+    sizeLimit: tuple[int, str] | None
+    current: str | None = None
+    target: TargetMailbox = field(default_factory=TargetMailbox)
+    traits: dict[str, DestinationTraits] = field(default_factory=dict)
+
+
+class CopyLoop:
+    """
+    The copy loop a job runs on each connection of its attempts (L{run}).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        source: IMessageSource,
+        settings: JobSettings,
+        progress: JobProgress,
+        recorder: OutcomeRecorder,
+        preparation: MessagePreparation,
+        units: SharedUnits,
+        sides: JobSides,
+        telemetry: ServerTelemetry | None,
+        clock: IReactorTime,
+        stopping: Callable[[], bool],
+    ) -> None:
+        """
+        @param job: the job's name, for the log.
+        @param source: where the messages are read.
+        @param progress: the job's counters (its current folder).
+        @param recorder: where the journal and the outcomes are recorded.
+        @param preparation: turns what the source read into messages for
+            the pipeline.
+        @param units: the attempt's units of work, shared by its
+            connections.
+        @param sides: the job's throttles: the destination's rates, and
+            both sides' read steps and daily budgets.
+        @param telemetry: the destination server's telemetry, given to each
+            APPEND pipeline, or L{None}.
+        @param clock: lets the reactor run between two steps.
+        @param stopping: whether the job is stopping.
+        """
+        self._job = job
+        self._source = source
+        self._settings = settings
+        self._progress = progress
+        self._recorder = recorder
+        self._preparation = preparation
+        self._units = units
+        self._sides = sides
+        self._throttles = tuple(t for t in (sides.destination, sides.source) if t is not None)
+        self._budgeted = any(t.budget is not None for t in self._throttles)
+        self._telemetry = telemetry
+        self._clock = clock
+        self._stopping = stopping
+        # An IMAP source's reads wait on the network, not the CPU: they are
+        # made in larger steps, each read while the step before is sent.
+        self._overNetwork = isinstance(source, IMAPSource)
+
+    async def run(
+        self,
+        attempt: AttemptConnections,
+        session: IMAPSession,
+        targets: dict[str, TargetMailbox],
+        floors: dict[str, int],
+    ) -> None:
+        """
+        Copy units over C{session} until none is left (or the job stops,
+        or a daily budget is used up), let its pipeline drain, and log it
+        out.
+
+        @param targets: the mailboxes the attempt appends to.
+        @param floors: by mailbox, a UID at or below the next one; raised
+            by each APPENDUID.
+        """
+        connection = self._connectionFor(session, targets, floors)
+        try:
+            if not await self._copyUnits(attempt, connection):
+                return
+            # No unit left to take: connections still opening (waiting for
+            # a grant, perhaps) would only log out.
+            attempt.giveUpOpenings()
+            await connection.pipeline.drained()
+        finally:
+            self._units.leave(connection.worker)
+            if connection.budgets is not None:
+                # A unit ended early (its journal entry failed, the
+                # attempt ended): what it held is not sent.
+                connection.budgets.release()
+        attempt.release(session)
+        await session.logout()
+
+    def _connectionFor(
+        self, session: IMAPSession, targets: dict[str, TargetMailbox], floors: dict[str, int]
+    ) -> _Connection:
+        """
+        Set C{session} up to copy: its APPEND pipeline, the steps its units
+        are read in, the rates it waits for and the budgets it counts
+        against.
+        """
+        settings = self._settings
+        outcomes = PipelineOutcomes(self._recorder, floors)
+        pipeline = session.appendPipeline(
+            settings.batchMessages,
+            settings.batchBytes,
+            settings.windowMessages,
+            settings.windowBytes,
+            outcomes,
+            telemetry=self._telemetry,
+        )
+        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
+        # the reactor run between steps: reading blocks it, and the socket
+        # must be kept fed meanwhile.  An IMAP source is read in larger
+        # steps (IMAP_READ_STEP_BYTES).
+        overNetwork = self._overNetwork
+        chunkMessages = pipeline.settings.batchMessages
+        stepMessages = IMAP_READ_STEP_MESSAGES if overNetwork else chunkMessages
+        chunkBytes = min(
+            pipeline.settings.batchBytes,
+            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
+        )
+        for throttle in self._throttles:
+            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
+        chunkMessages = min(chunkMessages, stepMessages)
+        # The destination's rates are waited for here; an IMAP source waits
+        # for its own before each FETCH.
+        destination, source = self._sides.destination, self._sides.source
+        rated = destination if destination is not None and destination.rated else None
+        budgets = None
+        if self._budgeted:
+            budgets = UnitBudgets(
+                None if destination is None else destination.budget,
+                None if source is None else source.budget,
+            )
+        return _Connection(
+            session,
+            pipeline,
+            targets,
+            floors,
+            id(outcomes),
+            budgets,
+            rated,
+            (chunkMessages, stepMessages, chunkBytes),
+            b"BINARY" in session.capabilities,
+            messageSizeLimit(session.capabilities, settings.maxMessageBytes),
+        )
+
+    async def _copyUnits(self, attempt: AttemptConnections, connection: _Connection) -> bool:
+        """
+        Take units over C{connection} and send them, until none is left,
+        the job stops or a daily budget is used up.
+
+        @return: C{False} if the attempt ended meanwhile.
+        """
+        units = self._units
+        while units and not self._stopping() and units.limitReached is None:
+            unit = units.take(connection.worker, connection.current)
+            if connection.budgets is not None:
+                allowed = await units.withinBudgets(unit, connection.budgets)
+                if allowed is None:
+                    break
+                unit = allowed
+            if unit.mailbox != connection.current:
+                # SELECT behind the APPENDs still in flight, without
+                # waiting for their replies.
+                await connection.pipeline.flushed()
+                connection.session.selectPipelined(unit.mailbox)
+                connection.pipeline.selectMailbox(unit.mailbox)
+                connection.current = unit.mailbox
+                units.select(connection.worker, unit.mailbox)
+                self._progress.currentFolder = unit.mailbox
+                connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
+            # The unit is journaled before a single octet of it leaves.
+            ticket = await self._recorder.journal(
+                unit.mailbox,
+                connection.target.uidValidity,
+                connection.floors.get(unit.mailbox),
+                unit.folder.key,
+                unit.messages,
+            )
+            if attempt.over:
+                return False
+            await self._send(connection, unit, ticket)
+        return True
+
+    async def _send(self, connection: _Connection, unit: WorkUnit, ticket: JournalTicket) -> None:
+        """
+        Read C{unit} from the source, a step at a time, and hand it to the
+        connection's pipeline, until it is all handed over or the job
+        stops.
+        """
+        sent = Target(unit.folder.key, unit.mailbox, ticket)
+        destination = self._traits(connection, unit.mailbox)
+        pipeline, rated, budgets = connection.pipeline, connection.rated, connection.budgets
+        enqueued = False
+        steps = ReadAhead(
+            self._source,
+            unit.folder,
+            readSteps(unit.messages, *connection.steps),
+            ahead=self._overNetwork,
+            stopping=self._stopping,
+            job=self._job,
+        )
+        try:
+            while not self._stopping():
+                try:
+                    read = await steps.next()
+                except CancelledError:
+                    if self._stopping():
+                        # Stopped while the source waited for its throttle.
+                        break
+                    raise
+                if read is None:
+                    break
+                chunk, bodies = read
+                stopped = self._stopping()
+                if rated is not None and not stopped:
+                    try:
+                        await rated.admit(len(chunk), sum(m.size for m in chunk))
+                    except CancelledError:
+                        stopped = True
+                if stopped:
+                    # Stopped while the read was under way, or while waiting
+                    # for the throttle: what was read is not sent.
+                    closeBodies(bodies)
+                    if budgets is not None:
+                        await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
+                    break
+                outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
+                pipeline.enqueue(outgoing)
+                enqueued = True
+                if budgets is not None:
+                    await budgets.charge(_listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing))
+                hungry = pipeline.hungry()
+                if hungry.called:
+                    await deferLater(self._clock, 0)
+                await hungry
+        finally:
+            steps.discard()
+            if budgets is not None:
+                budgets.release()
+        if not enqueued:
+            # Stopped before any of it left: nothing to reconcile.
+            self._recorder.unsent(ticket)
+
+    def _traits(self, connection: _Connection, mailbox: str) -> DestinationTraits:
+        """
+        What the destination can store in C{mailbox}, the connection's
+        selected mailbox, decided once per mailbox and connection.
+        """
+        traits = connection.traits.get(mailbox)
+        if traits is None:
+            target = connection.target
+            traits = connection.traits[mailbox] = DestinationTraits(
+                connection.binary,
+                target.permanentFlags,
+                target.presence,
+                sizeLimit=connection.sizeLimit,
+            )
+        return traits

@@ -1,0 +1,131 @@
+# -*- test-case-name: tests.test_job_workshare -*-
+"""
+How one attempt's units of work are shared among its connections: which
+unit, or share of one, a connection takes next (L{imapmig.plan.chooseUnit},
+L{imapmig.plan.guidedShare}), the part of it today's daily budgets allow,
+and the budget found used up that ends the taking.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from imapmig.job.budgets import UnitBudgets
+from imapmig.plan import WorkUnit, chooseUnit, guidedShare, takeShare
+from imapmig.schedule.throttle import DailyLimitReached
+
+__all__ = ["SharedUnits"]
+
+
+class SharedUnits:
+    """
+    The units of work left to one attempt of a job, taken by its
+    connections one share at a time.
+
+    @ivar limitReached: set by a connection that found a daily budget used
+        up: no connection takes another unit, and the attempt ends (paused
+        until the budget's renewal) once every connection has drained.
+    """
+
+    def __init__(self, connections: int, minimumShare: int, stopping: Callable[[], bool]) -> None:
+        """
+        @param connections: the job's connections (L{guidedShare}).
+        @param minimumShare: the smallest share worth taking: the job's
+            batch of messages.
+        @param stopping: whether the job is stopping.
+        """
+        self._connections = connections
+        self._minimumShare = minimumShare
+        self._stopping = stopping
+        self._units: list[WorkUnit] = []
+        # Messages in self._units, not yet taken by a connection.
+        self._untaken = 0
+        # By connection, the mailbox it has selected.
+        self._selected: dict[int, str] = {}
+        self.limitReached: DailyLimitReached | None = None
+
+    def __bool__(self) -> bool:
+        """
+        Whether any unit is left to take.
+        """
+        return bool(self._units)
+
+    def extend(self, units: Iterable[WorkUnit]) -> None:
+        """
+        Add C{units} to those left to take.
+        """
+        self._units.extend(units)
+        self._untaken = sum(len(unit.messages) for unit in self._units)
+
+    def take(self, worker: int, current: str | None) -> WorkUnit:
+        """
+        The next share a connection takes (there must be one left): of its
+        C{current} mailbox if it can, else of a mailbox no other
+        connection has selected, else the first; a fair share of what is
+        left, at least the minimum share (L{guidedShare}).
+
+        @param worker: the connection, as L{select} knows it.
+        @param current: the mailbox it has selected, or L{None}.
+        """
+        units = self._units
+        inUse = {m for w, m in self._selected.items() if w != worker}
+        share = guidedShare(self._untaken, self._connections, self._minimumShare)
+        unit = takeShare(units, chooseUnit(units, current, inUse), share)
+        self._untaken -= len(unit.messages)
+        return unit
+
+    def select(self, worker: int, mailbox: str) -> None:
+        """
+        The connection C{worker} selected C{mailbox}: other connections
+        take units of other mailboxes while there are some.
+        """
+        self._selected[worker] = mailbox
+
+    def leave(self, worker: int) -> None:
+        """
+        The connection C{worker} takes no more units.
+        """
+        self._selected.pop(worker, None)
+
+    async def withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
+        """
+        The part of C{unit}, from its first message, that today's daily
+        budgets still allow, reserved in them (L{UnitBudgets}); the rest
+        goes back to the units left.  Reserved before the unit is
+        journaled, so that what a budget holds back is never half sent,
+        and with no await between the test and the reservation, so that
+        two connections never take the same remainder.
+
+        @return: that part, or L{None} if not one message fits (then
+            L{limitReached} says until when) or the job is stopping.
+        """
+        await budgets.load()
+        sizes = [message.size for message in unit.messages]
+        fitting = 0 if self._stopping() else budgets.fitting(sizes)
+        if fitting < len(unit.messages):
+            rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
+            self._units.insert(0, rest)
+            self._untaken += len(rest.messages)
+        if fitting == 0:
+            if not self._stopping() and self.limitReached is None:
+                self.limitReached = budgets.reached(sizes)
+            return None
+        budgets.hold(sum(sizes[:fitting]))
+        return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
+
+    def clear(self) -> None:
+        """
+        Drop the units left: no connection takes another (the job stops,
+        or cannot record what it sends).
+        """
+        self._units.clear()
+        self._untaken = 0
+
+    def reset(self) -> None:
+        """
+        Forget the units left, who selected what and the limit reached:
+        for the next attempt.
+        """
+        self.clear()
+        self._selected.clear()
+        self.limitReached = None

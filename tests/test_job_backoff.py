@@ -1,0 +1,191 @@
+"""
+Tests for L{imapmig.job.backoff}: what a job's run does when an attempt
+ends early (fail, back off, give up), and the strikes of messages first in
+line when a connection failed.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import ConnectionLost, PermanentError, ServerBusy
+from imapmig.job import JobLifecycle, RetryPolicy
+from imapmig.job.backoff import RunRetries
+from imapmig.job.sides import JobSides
+from imapmig.progress import JobProgress, JobState
+from imapmig.state.memory import MemoryStateStore
+from tests.test_job import MemorySource
+
+
+class RunRetriesTests(SynchronousTestCase):
+    """
+    L{RunRetries}: a run's decisions after a failed attempt, on a L{Clock}
+    and without jitter.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.progress = JobProgress("j", self.clock.seconds)
+        self.lifecycle = JobLifecycle(self.progress, self.clock)
+        self.store = MemoryStateStore(self.clock.seconds)
+        self.stopping = False
+
+    def retries(self, policy: RetryPolicy) -> RunRetries:
+        retries = RunRetries(
+            "j",
+            "alice at localhost",
+            self.store,
+            self.progress,
+            self.clock,
+            self.lifecycle,
+            JobSides(MemorySource(), None, None),
+            policy,
+            lambda: 0.0,
+            False,
+            lambda: self.stopping,
+        )
+        retries.startRun()
+        self.lifecycle.start()
+        return retries
+
+    def afterFailure(
+        self, retries: RunRetries, error: BaseException, progressed: bool = False
+    ) -> Deferred[bool]:
+        return Deferred.fromCoroutine(retries.afterFailure(error, progressed))
+
+    def test_permanentFails(self) -> None:
+        """
+        A permanent error fails the job at once, with its reason shown and
+        recorded in the state store.
+        """
+        retries = self.retries(RetryPolicy())
+        self.assertFalse(self.successResultOf(self.afterFailure(retries, PermanentError("no"))))
+        self.assertEqual((self.progress.state, self.progress.error), (JobState.FAILED, "no"))
+        self.assertEqual(self.successResultOf(self.store.jobFailure("j")), "no")
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_backsOff(self) -> None:
+        """
+        A transient error backs off for the policy's delay, then the job
+        connects again, counted as a reconnection.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0))
+        waiting = self.afterFailure(retries, ConnectionLost("lost"))
+        self.assertIs(self.progress.state, JobState.BACKING_OFF)
+        self.clock.advance(1.9)
+        self.assertNoResult(waiting)
+        self.clock.advance(0.1)
+        self.assertTrue(self.successResultOf(waiting))
+        self.assertIs(self.progress.state, JobState.CONNECTING)
+        self.assertEqual(self.progress.reconnects, 1)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_logLine(self) -> None:
+        """
+        The backoff's line says why, how long and which attempt, in the
+        namespace of the job's other events (L{imapmig.job.migration}),
+        from which the journal's C{MESSAGE_ID} is made.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0, attempts=5))
+        with capturedLogs() as events:
+            waiting = self.afterFailure(retries, ConnectionLost("lost."))
+        self.clock.advance(2.0)
+        self.successResultOf(waiting)
+        self.assertEqual(
+            [(e["log_namespace"], formatEvent(e)) for e in events],
+            [
+                (
+                    "imapmig.job.migration",
+                    "Job j: lost; connecting again in 2.0 s, at 1970-01-01 00:00:02 UTC"
+                    " (attempt 1 of 5 without progress)",
+                )
+            ],
+        )
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_serverSaysHowLong(self) -> None:
+        """
+        A busy server's own delay is waited instead of the policy's.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=1.0))
+        waiting = self.afterFailure(retries, ServerBusy("busy", "busy", retryAfter=7.0))
+        self.clock.advance(6.9)
+        self.assertNoResult(waiting)
+        self.clock.advance(0.1)
+        self.assertTrue(self.successResultOf(waiting))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_givesUp(self) -> None:
+        """
+        Past the policy's attempts in a row that migrated nothing, each
+        waited longer than the last, the job fails saying so and naming
+        the last error.
+        """
+        retries = self.retries(RetryPolicy(attempts=2, initialDelay=1.0, factor=2.0))
+        first = self.afterFailure(retries, ConnectionLost("lost"))
+        self.clock.advance(1.0)
+        self.assertTrue(self.successResultOf(first))
+        second = self.afterFailure(retries, ConnectionLost("lost"))
+        self.clock.advance(1.0)
+        self.assertNoResult(second)
+        self.clock.advance(1.0)
+        self.assertTrue(self.successResultOf(second))
+        self.assertFalse(self.successResultOf(self.afterFailure(retries, ConnectionLost("lost"))))
+        self.assertEqual(
+            (self.progress.state, self.progress.error),
+            (
+                JobState.FAILED,
+                "gave up after 2 attempts in a row that migrated nothing; the last: lost",
+            ),
+        )
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_progressCountsAgain(self) -> None:
+        """
+        An attempt that migrated something starts the count of fruitless
+        attempts again, and the backoff from its first delay.
+        """
+        retries = self.retries(RetryPolicy(attempts=1, initialDelay=1.0, factor=2.0))
+        first = self.afterFailure(retries, ConnectionLost("lost"))
+        self.clock.advance(1.0)
+        self.assertTrue(self.successResultOf(first))
+        second = self.afterFailure(retries, ConnectionLost("lost"), progressed=True)
+        self.clock.advance(1.0)
+        self.assertTrue(self.successResultOf(second))
+        self.assertFalse(self.successResultOf(self.afterFailure(retries, ConnectionLost("lost"))))
+        self.assertIs(self.progress.state, JobState.FAILED)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_stoppedWhileWaiting(self) -> None:
+        """
+        A job stopped while it backs off does not attempt again.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=5.0))
+        waiting = self.afterFailure(retries, ConnectionLost("lost"))
+        self.lifecycle.stop()
+        self.assertFalse(self.successResultOf(waiting))
+        self.assertIs(self.progress.state, JobState.STOPPED)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_strikes(self) -> None:
+        """
+        A message first in line when connections failed is struck each
+        time; at the policy's C{messageAttempts} the reason to record it as
+        failed names the last failure.  A new run starts with no strike.
+        """
+        retries = self.retries(RetryPolicy(messageAttempts=2, initialDelay=1.0))
+        waiting = self.afterFailure(retries, ConnectionLost("dropped"))
+        self.clock.advance(1.0)
+        self.assertTrue(self.successResultOf(waiting))
+        self.assertIsNone(retries.strike("INBOX", "m1"))
+        self.assertIsNone(retries.strike("INBOX", "m2"))
+        self.assertEqual(
+            retries.strike("INBOX", "m1"),
+            "not stored after 2 attempts, each ended by a failed connection; the last: dropped",
+        )
+        retries.startRun()
+        self.assertIsNone(retries.strike("INBOX", "m1"))
+        self.assertEqual(self.clock.getDelayedCalls(), [])

@@ -1,0 +1,153 @@
+"""
+Tests for L{imapmig.job.workshare}: how an attempt's units of work are
+shared by its connections, and cut to what today's daily budgets allow.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.job.budgets import UnitBudgets
+from imapmig.job.workshare import SharedUnits
+from imapmig.message import SourceFolder, SourceMessage
+from imapmig.plan import WorkUnit
+from imapmig.schedule.throttle import UPLOAD, DailyBudget, DailyLimitReached
+from imapmig.state.memory import MemoryStateStore
+
+NOON = 1893499200.0  # 2030-01-01T12:00:00Z
+
+
+def unit(mailbox: str, count: int, size: int = 100, first: int = 0) -> WorkUnit:
+    """
+    A unit of C{count} messages of C{size} octets for C{mailbox}.
+    """
+    folder = SourceFolder((mailbox,), mailbox)
+    return WorkUnit(
+        folder,
+        mailbox,
+        tuple(SourceMessage(f"m{first + i}", (), None, size) for i in range(count)),
+    )
+
+
+class SharingTests(SynchronousTestCase):
+    """
+    L{SharedUnits.take}: which unit, and how much of it, a connection
+    takes next.
+    """
+
+    def test_keepsItsMailbox(self) -> None:
+        """
+        A connection takes a unit of the mailbox it has selected, wherever
+        that unit stands in line.
+        """
+        units = SharedUnits(2, 10, lambda: False)
+        units.extend([unit("A", 10), unit("B", 10)])
+        self.assertEqual(units.take(1, "B").mailbox, "B")
+
+    def test_avoidsAnotherConnectionsMailbox(self) -> None:
+        """
+        A connection with no mailbox of its own takes a unit of a mailbox
+        no other connection has selected; once that one has left, any.
+        """
+        units = SharedUnits(2, 10, lambda: False)
+        units.extend([unit("A", 10), unit("A", 10, first=10), unit("B", 10)])
+        units.select(1, "A")
+        self.assertEqual(units.take(2, None).mailbox, "B")
+        units.leave(1)
+        self.assertEqual(units.take(2, None).mailbox, "A")
+
+    def test_guidedShares(self) -> None:
+        """
+        Each take is a fair share of what no connection has taken yet
+        (half of it over the connections, rounded up), never below the
+        minimum share; the shares cover the unit once, in order.
+        """
+        units = SharedUnits(2, 10, lambda: False)
+        units.extend([unit("A", 100)])
+        taken = []
+        while units:
+            taken.append(units.take(1, "A"))
+        self.assertEqual([len(u.messages) for u in taken], [25, 19, 14, 11, 10, 10, 10, 1])
+        keys = [m.key for u in taken for m in u.messages]
+        self.assertEqual(keys, [f"m{i}" for i in range(100)])
+
+    def test_clearAndReset(self) -> None:
+        """
+        L{SharedUnits.clear} drops the units left; L{SharedUnits.reset}
+        also forgets who selected what and the limit reached.
+        """
+        units = SharedUnits(2, 10, lambda: False)
+        units.extend([unit("A", 10), unit("B", 10)])
+        units.clear()
+        self.assertFalse(units)
+        units.select(1, "A")
+        units.limitReached = DailyLimitReached("used up", NOON)
+        units.reset()
+        self.assertIsNone(units.limitReached)
+        units.extend([unit("A", 10), unit("B", 10)])
+        self.assertEqual(units.take(2, None).mailbox, "A")
+
+
+class BudgetTests(SynchronousTestCase):
+    """
+    L{SharedUnits.withinBudgets}: a unit cut to what today's daily budgets
+    allow, reserved in them; the rest given back.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(NOON)
+        self.store = MemoryStateStore(self.clock.seconds)
+        self.budget = DailyBudget(self.store, self.clock, "s", "alice", UPLOAD, 250)
+        self.budgets = UnitBudgets(self.budget, None)
+
+    def within(self, units: SharedUnits, taken: WorkUnit) -> WorkUnit | None:
+        return self.successResultOf(Deferred.fromCoroutine(units.withinBudgets(taken, self.budgets)))
+
+    def test_cut(self) -> None:
+        """
+        A unit larger than what is left today is cut to the messages that
+        fit, which are reserved; the rest goes back first in line, counted
+        as not taken.
+        """
+        units = SharedUnits(1, 100, lambda: False)
+        units.extend([unit("A", 5)])
+        allowed = self.within(units, units.take(1, None))
+        assert allowed is not None
+        self.assertEqual([m.key for m in allowed.messages], ["m0", "m1"])
+        self.assertEqual(self.budget.used, 200)
+        self.assertEqual(self.budget.charged, 0)
+        rest = units.take(1, "A")
+        self.assertEqual([m.key for m in rest.messages], ["m2", "m3", "m4"])
+        self.assertFalse(units)
+        self.assertIsNone(units.limitReached)
+        self.budgets.release()
+        self.assertEqual(self.budget.used, 0)
+
+    def test_nothingFits(self) -> None:
+        """
+        When not one message fits, nothing is reserved, the unit goes back
+        whole, and the limit reached says until when: no connection takes
+        another unit.
+        """
+        self.successResultOf(Deferred.fromCoroutine(self.budget.spend(200)))
+        units = SharedUnits(1, 100, lambda: False)
+        units.extend([unit("A", 3)])
+        self.assertIsNone(self.within(units, units.take(1, None)))
+        self.assertIsInstance(units.limitReached, DailyLimitReached)
+        self.assertEqual(self.budget.used, 200)
+        self.assertEqual(len(units.take(1, None).messages), 3)
+
+    def test_stopping(self) -> None:
+        """
+        A stopping job takes nothing: the unit goes back, nothing is
+        reserved, and no limit is said to be reached.
+        """
+        units = SharedUnits(1, 100, lambda: True)
+        units.extend([unit("A", 2)])
+        self.assertIsNone(self.within(units, units.take(1, None)))
+        self.assertIsNone(units.limitReached)
+        self.assertEqual(self.budget.used, 0)
+        self.assertTrue(units)
