@@ -67,6 +67,7 @@ from imapmig.imap.pipeline import (
     PipelineSettings,
     encodeMailboxName,
 )
+from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.logfields import withFields
 from imapmig.plan import PersonalNamespace
 from imapmig.telemetry import ServerTelemetry
@@ -444,6 +445,9 @@ class IMAPSession:
         @raise AuthenticationFailed: the server refused (a refused
             AUTHENTICATE as a refused LOGIN), or offers no way to carry
             C{credentials}.
+        @raise ServerBusy: the server refused saying "not now" (C{[UNAVAILABLE]},
+            C{[INUSE]}, "try again later", too many connections:
+            L{imapmig.imap.signals}): retried, as a lost connection is.
         """
         caps = await self._capabilities()
         if (
@@ -467,6 +471,15 @@ class IMAPSession:
                     mechanism, b"SASL-IR" in caps, errorChallenge
                 )
         except CommandFailed as e:
+            signal = classifyRefusal(e.status, e.text)
+            if signal.action is SignalAction.RETRY:
+                # Not the credentials: the server cannot check them now
+                # (RFC 5530 [UNAVAILABLE]: the LDAP or RADIUS server behind
+                # it is down; Dovecot's "Temporary authentication failure"),
+                # or asks to wait (too many connections, throttled).
+                busy = signal.error(f"{self._description}: login")
+                assert busy is not None
+                raise busy from None
             # An OAuth failure's reason is in the challenge answered
             # before the NO (RFC 7628 3.2.2), not in the NO's text.
             said = "".join(
