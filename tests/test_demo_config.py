@@ -13,7 +13,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.demo import demoJob
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser
+from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
 from imapmig.testing.localserver import configurationHead, writeConfiguration
 
 AWKWARD = "run: 1, try {2} #3 [x] 'y' \"z\""
@@ -73,3 +73,26 @@ class AwkwardDirectoryTests(SynchronousTestCase):
         secrets = os.path.join(self.base, "secrets")
         self.assertEqual(job["source"]["password_file"], os.path.join(secrets, "alice.pw"))
         self.assertEqual(job["destination"]["password_file"], os.path.join(secrets, "bob.pw"))
+
+
+class UnusableDovecotDirectoryTests(SynchronousTestCase):
+    """
+    A private Dovecot refuses a directory its configuration cannot carry,
+    at once and saying why, instead of starting broken.
+    """
+
+    def test_colonOrHash(self) -> None:
+        """
+        A C{":"} (the passwd-file's separator: a home cut short, every
+        APPEND refused with C{[SERVERBUG]}) or a C{"#"} (a comment in
+        C{dovecot.conf}: Dovecot exits with status 89) in the directory:
+        L{DovecotStartFailed} naming the character, and nothing written.
+        """
+        for name, character in (("demo: 1", "':'"), ("demo#1", "'#'")):
+            base = os.path.join(os.path.abspath(self.mktemp()), name)
+            instance = DovecotInstance(base, users=(DovecotUser("demo", "pw"),))
+            error = self.assertRaises(DovecotStartFailed, instance.start)
+            self.assertIn(
+                f"has {character}, which Dovecot's configuration cannot carry", str(error)
+            )
+            self.assertFalse(os.path.exists(base))
