@@ -33,7 +33,7 @@ from imapmig.testing.dovecot import (
     DovecotStartFailed,
     DovecotUser,
 )
-from imapmig.testing.localserver import configurationHead
+from imapmig.testing.localserver import configurationHead, yamlString
 from imapmig.testing.ports import listeningPorts, statusPort
 from imapmig.units import octets, plural
 
@@ -129,11 +129,7 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             with open(configPath, "w") as f:
                 f.write(
                     configurationHead("the demo", "one job", base, dovecot, wanted)
-                    + f"""\
-  - name: demo
-    source: {{maildir: {base}/Maildir}}
-    destination: {{server: local, user: demo, password_file: {passwordFile}}}
-"""
+                    + demoJob(base, passwordFile)
                 )
             daemon = _startDaemon(configPath, os.path.join(base, "imapmig.log"), signals)
             port = _listening(daemon)
@@ -184,6 +180,19 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             _stopProcess(daemon)
             _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def demoJob(base: str, passwordFile: str) -> str:
+    """
+    The demo's job in YAML: C{base/Maildir} into the account C{demo},
+    whose password is in C{passwordFile}; paths quoted (L{yamlString}).
+    """
+    maildir = yamlString(os.path.join(base, "Maildir"))
+    return f"""\
+  - name: demo
+    source: {{maildir: {maildir}}}
+    destination: {{server: local, user: demo, password_file: {yamlString(passwordFile)}}}
+"""
 
 
 def _startDaemon(configPath: str, logPath: str, signals: StopSignals) -> subprocess.Popen[bytes]:

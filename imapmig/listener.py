@@ -11,6 +11,8 @@ from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStrea
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from imapmig.listenreason import listenFailureReason
+
 log = Logger()
 
 
@@ -83,7 +85,7 @@ class ListenerService(Service):
             log.critical(
                 "The status listener could not listen on {endpoint}: {error}",
                 endpoint=self._description,
-                error=self._failure.getErrorMessage(),
+                error=listenFailureReason(self._failure),
             )
             raise StatusListenerFailed(self._description, self._failure)
 
@@ -108,7 +110,7 @@ class ListenerService(Service):
             log.error(
                 "The status listener could not listen on {endpoint}: {error}",
                 endpoint=self._description,
-                error=failure.getErrorMessage(),
+                error=listenFailureReason(failure),
             )
         waiting, self._waiting = self._waiting, []
         for each in waiting:

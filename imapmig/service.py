@@ -187,7 +187,9 @@ def sessionOpener(
             return logIn(TokenLogin(user, token, host=server.tlsHostname))
 
         def opener() -> Awaitable[IMAPSession]:
-            return loginWithToken(source, logInWith, description)
+            return loginWithToken(
+                source, logInWith, description, None if job is None else {"job": job}
+            )
 
     return opener if grant is None else grantedOpener(grant, opener)
 

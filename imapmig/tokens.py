@@ -19,7 +19,7 @@ standard error, appears in an error or a log.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -34,6 +34,7 @@ from imapmig.config.model import (
     TokenSourceConfig,
 )
 from imapmig.errors import AuthenticationFailed, CredentialsRefused, TransientError
+from imapmig.logfields import withFields
 from imapmig.secrets import PasswordFileError, readPasswordFile
 
 if TYPE_CHECKING:
@@ -297,6 +298,7 @@ async def loginWithToken(
     tokens: AccessTokenSource,
     logIn: Callable[[str], Awaitable[T]],
     account: str,
+    logFields: Mapping[str, object] | None = None,
 ) -> T:
     """
     Log in with the current token of C{tokens}; when the server refuses
@@ -308,6 +310,8 @@ async def loginWithToken(
 
     @param logIn: opens a session with the token it is given.
     @param account: names the account in the log.
+    @param logFields: fields its log event carries (the job it logs in
+        for: C{{"job": "alice"}}; L{imapmig.logfields}).
     @return: what C{logIn} returned.
     """
     token = await tokens.current()
@@ -319,7 +323,7 @@ async def loginWithToken(
     again = await tokens.current()
     if again == token:
         raise refused
-    log.info(
+    withFields(log, logFields or {}).info(
         "{account}: the server refused the access token; logging in again with"
         " a new one",
         account=account,

@@ -12,7 +12,8 @@ L{IMAP4Client}.
 from __future__ import annotations
 
 import base64
-from typing import Any, Collection, Mapping, Sequence, TypeVar, cast
+from contextlib import contextmanager
+from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout
@@ -66,6 +67,7 @@ from imapmig.imap.pipeline import (
     PipelineSettings,
     encodeMailboxName,
 )
+from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.logfields import withFields
 from imapmig.plan import PersonalNamespace
 from imapmig.telemetry import ServerTelemetry
@@ -292,6 +294,25 @@ async def refusalsOf(
     return refusals, error
 
 
+@contextmanager
+def _abandonedOnError(commands: Iterable[Deferred[Any]]) -> Iterator[None]:
+    """
+    Around the awaiting of a pipelined batch of C{commands}, in order:
+    when it ends with an error (not a refusal, which the loop handles: the
+    connection ended, a BYE, a protocol error), the commands not yet
+    awaited fail with that same end, which is raised once; their failures
+    are consumed here, or each would be logged as "Unhandled error in
+    Deferred" (a critical traceback naming no job) when collected.
+    """
+    commands = list(commands)
+    try:
+        yield
+    except BaseException:
+        for d in commands:
+            d.addErrback(lambda _: None)
+        raise
+
+
 async def _mapped(command: str, d: Deferred[T]) -> T:
     """
     Await C{d}, mapping Twisted's IMAP, TLS and connection errors to ours.
@@ -424,6 +445,9 @@ class IMAPSession:
         @raise AuthenticationFailed: the server refused (a refused
             AUTHENTICATE as a refused LOGIN), or offers no way to carry
             C{credentials}.
+        @raise ServerBusy: the server refused saying "not now" (C{[UNAVAILABLE]},
+            C{[INUSE]}, "try again later", too many connections:
+            L{imapmig.imap.signals}): retried, as a lost connection is.
         """
         caps = await self._capabilities()
         if (
@@ -447,6 +471,15 @@ class IMAPSession:
                     mechanism, b"SASL-IR" in caps, errorChallenge
                 )
         except CommandFailed as e:
+            signal = classifyRefusal(e.status, e.text)
+            if signal.action is SignalAction.RETRY:
+                # Not the credentials: the server cannot check them now
+                # (RFC 5530 [UNAVAILABLE]: the LDAP or RADIUS server behind
+                # it is down; Dovecot's "Temporary authentication failure"),
+                # or asks to wait (too many connections, throttled).
+                busy = signal.error(f"{self._description}: login")
+                assert busy is not None
+                raise busy from None
             # An OAuth failure's reason is in the challenge answered
             # before the NO (RFC 7628 3.2.2), not in the NO's text.
             said = "".join(
@@ -694,22 +727,23 @@ class IMAPSession:
             client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)) for name in toSubscribe
         ]
         failed: dict[str, str] = {}
-        for name, d in zip(mailboxes, creates):
-            try:
-                await _mapped("CREATE", d)
-            except CommandFailed as e:
-                failed[name] = e.text
-        for name, d in zip(toSubscribe, subscribes):
-            try:
-                await _mapped("SUBSCRIBE", d)
-            except CommandFailed as e:
-                if name not in failed:
-                    self._log.warn(
-                        "{session}: cannot subscribe to {mailbox!r}: {why}",
-                        session=self._description,
-                        mailbox=name,
-                        why=e.text,
-                    )
+        with _abandonedOnError(creates + subscribes):
+            for name, d in zip(mailboxes, creates):
+                try:
+                    await _mapped("CREATE", d)
+                except CommandFailed as e:
+                    failed[name] = e.text
+            for name, d in zip(toSubscribe, subscribes):
+                try:
+                    await _mapped("SUBSCRIBE", d)
+                except CommandFailed as e:
+                    if name not in failed:
+                        self._log.warn(
+                            "{session}: cannot subscribe to {mailbox!r}: {why}",
+                            session=self._description,
+                            mailbox=name,
+                            why=e.text,
+                        )
         return failed
 
     async def subscribeMailboxes(self, mailboxes: Sequence[str]) -> None:
@@ -721,16 +755,17 @@ class IMAPSession:
             (name, client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)))
             for name in mailboxes
         ]
-        for name, d in pending:
-            try:
-                await _mapped("SUBSCRIBE", d)
-            except CommandFailed as e:
-                self._log.warn(
-                    "{session}: cannot subscribe to {mailbox!r}: {why}",
-                    session=self._description,
-                    mailbox=name,
-                    why=e.text,
-                )
+        with _abandonedOnError(d for _, d in pending):
+            for name, d in pending:
+                try:
+                    await _mapped("SUBSCRIBE", d)
+                except CommandFailed as e:
+                    self._log.warn(
+                        "{session}: cannot subscribe to {mailbox!r}: {why}",
+                        session=self._description,
+                        mailbox=name,
+                        why=e.text,
+                    )
 
     async def selectEach(
         self, mailboxes: Sequence[str]
@@ -748,16 +783,17 @@ class IMAPSession:
             for name in mailboxes
         ]
         states: dict[str, MailboxState | CommandFailed] = {}
-        for name, d in pending:
-            try:
-                lines, _ = await _mapped("SELECT", d)
-            except CommandFailed as e:
-                states[name] = e
-                continue
-            exists, codes, permanentFlags = _openedState(lines)
-            states[name] = MailboxState(
-                name, exists, codes.get(b"UIDVALIDITY"), permanentFlags, codes.get(b"UIDNEXT")
-            )
+        with _abandonedOnError(d for _, d in pending):
+            for name, d in pending:
+                try:
+                    lines, _ = await _mapped("SELECT", d)
+                except CommandFailed as e:
+                    states[name] = e
+                    continue
+                exists, codes, permanentFlags = _openedState(lines)
+                states[name] = MailboxState(
+                    name, exists, codes.get(b"UIDVALIDITY"), permanentFlags, codes.get(b"UIDNEXT")
+                )
         return states
 
     async def storeFlags(
@@ -786,18 +822,19 @@ class IMAPSession:
             for uid, flags in changes
         ]
         applied = 0
-        for uid, d in pending:
-            try:
-                await _mapped("UID STORE", d)
-                applied += 1
-            except CommandFailed as e:
-                self._log.warn(
-                    "{session}: cannot set the flags of UID {uid} in {mailbox!r}: {why}",
-                    session=self._description,
-                    uid=uid,
-                    mailbox=mailbox,
-                    why=e.text,
-                )
+        with _abandonedOnError(d for _, d in pending):
+            for uid, d in pending:
+                try:
+                    await _mapped("UID STORE", d)
+                    applied += 1
+                except CommandFailed as e:
+                    self._log.warn(
+                        "{session}: cannot set the flags of UID {uid} in {mailbox!r}: {why}",
+                        session=self._description,
+                        uid=uid,
+                        mailbox=mailbox,
+                        why=e.text,
+                    )
         return applied
 
     def selectPipelined(self, mailbox: str) -> Deferred[bytes]:

@@ -116,6 +116,12 @@ _FETCH_INTERNALDATE = re.compile(rb'\bINTERNALDATE "([^"]+)"')
 _RUNNING: set[DovecotInstance] = set()
 
 
+UNUSABLE_IN_PATHS = ":#\n"
+"""
+Characters a private Dovecot's directory cannot have (L{DovecotInstance.start}).
+"""
+
+
 class DovecotNotFound(Exception):
     """
     No C{dovecot} binary is installed on this machine.
@@ -506,10 +512,21 @@ class DovecotInstance(AccountReader):
 
         @raise DovecotNotFound: no Dovecot is installed.
         @raise DovecotStartFailed: it did not come up within 10 seconds
-            (after a few attempts with other ports), with its log tail.
+            (after a few attempts with other ports), with its log tail; or
+            C{baseDir} has a character Dovecot's files cannot carry.
         """
         if self._process is not None:
             return
+        unusable = sorted(set(UNUSABLE_IN_PATHS).intersection(self.baseDir + self._mailRoot))
+        if unusable:
+            # The passwd-file splits its lines at ":" (a home there would be
+            # cut short: every APPEND then fails with [SERVERBUG]), and "#"
+            # starts a comment in dovecot.conf (Dovecot exits at once).
+            raise DovecotStartFailed(
+                f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
+                f" {' and '.join(map(repr, unusable))},"
+                " which Dovecot's configuration cannot carry; choose another directory"
+            )
         binary = findDovecot()
         os.makedirs(self.baseDir, exist_ok=True)
         os.chmod(self.baseDir, 0o755)

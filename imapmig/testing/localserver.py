@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import secrets
 import shutil
@@ -175,9 +176,10 @@ def writeConfiguration(
             files.append(path)
         jobs.append(
             f"  - name: {source.name}\n"
-            f"    source: {{server: local, user: {source.name}, password_file: {files[0]}}}\n"
+            f"    source: {{server: local, user: {source.name},"
+            f" password_file: {yamlString(files[0])}}}\n"
             f"    destination: {{server: local, user: {destination.name},"
-            f" password_file: {files[1]}}}\n"
+            f" password_file: {yamlString(files[1])}}}\n"
         )
     configPath = os.path.join(base, "imapmig.yaml")
     _writePrivate(
@@ -209,17 +211,27 @@ def configurationHead(
     return f"""\
 # Written by {writtenBy}: a private Dovecot on
 # 127.0.0.1:{dovecot.port}, {what}.
-state: {base}/state.sqlite
+state: {yamlString(os.path.join(base, "state.sqlite"))}
 status:
   listen: "tcp:{port}:interface=127.0.0.1"
 servers:
   local:
     endpoint: "tcp:127.0.0.1:{dovecot.port}"
     starttls: required
-    tls_ca: {dovecot.caCertificatePath}
+    tls_ca: {yamlString(dovecot.caCertificatePath)}
     tls_hostname: localhost
 jobs:
 """
+
+
+def yamlString(text: str) -> str:
+    """
+    C{text} as a YAML scalar that reads back as exactly C{text}: a JSON
+    string (JSON is YAML), so that a path with C{": "}, C{" #"}, a comma
+    or a brace (a directory an admin named so) neither breaks the
+    configuration nor is cut short.
+    """
+    return json.dumps(text)
 
 
 def _commands(configPath: str) -> list[str]:
