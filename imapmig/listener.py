@@ -11,7 +11,7 @@ from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStrea
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.listenreason import listenFailureReason
+from imapmig.listenreason import listenFailureReason, shortListenReason
 
 log = Logger()
 
@@ -31,9 +31,10 @@ class StatusListenerFailed(Exception):
     """
 
     def __init__(self, endpoint: str, reason: Failure) -> None:
-        super().__init__(
-            f"The status listener could not listen on {endpoint}: {reason.getErrorMessage()}"
-        )
+        # Reason first, short: a daemonizing twistd hands its parent only
+        # the first 100 octets of "1 imapmig.listener.StatusListenerFailed:
+        # MESSAGE" (41 of them before the message).
+        super().__init__(f"{shortListenReason(reason)} ({endpoint})")
         self.reason = reason
 
 

@@ -17,7 +17,7 @@ import os
 from twisted.internet.error import CannotListenError
 from twisted.python.failure import Failure
 
-__all__ = ["listenFailureReason"]
+__all__ = ["listenFailureReason", "shortListenReason"]
 
 
 def listenFailureReason(failure: Failure) -> str:
@@ -45,6 +45,20 @@ def listenFailureReason(failure: Failure) -> str:
         path = os.fsdecode(error.filename2)
         return f"cannot create the lock file {path}: {_describe(error, path)}"
     return failure.getErrorMessage()
+
+
+def shortListenReason(failure: Failure) -> str:
+    """
+    The reason C{failure} gives in a few words, the operating system's
+    (C{Address already in use}, C{Permission denied}, C{No such file or
+    directory}), for a report that is cut short.
+    """
+    error = failure.value
+    if isinstance(error, CannotListenError):
+        error = error.socketError
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) if isinstance(error, (str, Exception)) else failure.getErrorMessage()
 
 
 def _describe(error: OSError, path: str) -> str:

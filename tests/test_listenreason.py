@@ -20,7 +20,7 @@ from twisted.python.lockfile import FilesystemLock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.listener import ListenerService, StatusListenerFailed
-from imapmig.listenreason import listenFailureReason
+from imapmig.listenreason import listenFailureReason, shortListenReason
 
 
 def _lockFailure(path: str) -> Failure:
@@ -170,3 +170,39 @@ class CriticalLineTests(SynchronousTestCase):
             f" file {path}.lock: [Errno 2] No such file or directory (the directory"
             f" {missing} does not exist)",
         )
+
+
+class ShortListenReasonTests(SynchronousTestCase):
+    """
+    L{imapmig.listenreason.shortListenReason} and the text of
+    L{StatusListenerFailed}, which a daemonizing twistd cuts at 100
+    octets.
+    """
+
+    def test_reasonFirst(self) -> None:
+        """
+        The operating system's words come first, the endpoint after: a
+        port in use fits twistd's report whole.
+        """
+        error = CannotListenError("127.0.0.1", 8025, OSError(98, "Address already in use"))
+        failed = StatusListenerFailed("tcp:8025:interface=127.0.0.1", Failure(error))
+        self.assertEqual(str(failed), "Address already in use (tcp:8025:interface=127.0.0.1)")
+        report = f"1 imapmig.listener.StatusListenerFailed: {failed}".encode()
+        self.assertLessEqual(len(report), 100)
+
+    def test_lockFile(self) -> None:
+        """
+        A UNIX socket's lock file that cannot be created: its error's
+        words, not the process id of the lock's symlink.
+        """
+        path = os.path.join(tempfile.mkdtemp(), "run", "status.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(os.path.dirname(path)))
+        failed = StatusListenerFailed(f"unix:{path}", _lockFailure(path))
+        self.assertEqual(str(failed), f"No such file or directory (unix:{path})")
+
+    def test_lockHeld(self) -> None:
+        """
+        A lock held by another process: Twisted's words.
+        """
+        error = CannotListenError(None, b"/run/x.sock", "Cannot acquire lock")
+        self.assertEqual(shortListenReason(Failure(error)), "Cannot acquire lock")
