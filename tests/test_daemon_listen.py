@@ -48,9 +48,11 @@ class PortTakenTests(SynchronousTestCase):
         with open(os.open(self.configPath, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             yaml.safe_dump(document, f)
 
-    def assertCleanExit(self, command: list[str]) -> None:
+    def exitsOne(self, command: list[str]) -> str:
         """
-        C{command} exits 1 with the critical line and no traceback.
+        Run C{command} from the source tree; it exits with status 1.
+
+        @return: its output and error output.
         """
         result = subprocess.run(
             command,
@@ -62,6 +64,13 @@ class PortTakenTests(SynchronousTestCase):
         )
         output = (result.stdout + result.stderr).decode("utf-8", "replace")
         self.assertEqual(result.returncode, 1, output)
+        return output
+
+    def assertCleanExit(self, command: list[str]) -> None:
+        """
+        C{command} exits 1 with the critical line and no traceback.
+        """
+        output = self.exitsOne(command)
         self.assertIn(
             f"[imapmig.listener#critical] The status listener could not listen on"
             f" tcp:{self.port}:interface=127.0.0.1: Couldn't listen on 127.0.0.1:{self.port}:",
@@ -98,16 +107,7 @@ class PortTakenTests(SynchronousTestCase):
             f"--pidfile={pidFile}",
             f"--logfile={logFile}",
         ]
-        result = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=sourceTreeEnvironment(),
-            cwd=SOURCE_TREE,
-            timeout=60,
-        )
-        output = (result.stdout + result.stderr).decode("utf-8", "replace")
-        self.assertEqual(result.returncode, 1, output)
+        output = self.exitsOne(command)
         # twistd's report, cut at 100 octets, still names the reason.
         self.assertIn("StatusListenerFailed: Address already in use (tcp:", output)
         self.assertFalse(os.path.exists(pidFile))

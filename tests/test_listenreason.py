@@ -10,9 +10,8 @@ import os
 import socket
 import tempfile
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import fail
 from twisted.internet.error import CannotListenError
-from twisted.internet.interfaces import IListeningPort, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
@@ -21,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.listener import ListenerService, StatusListenerFailed
 from imapmig.listenreason import listenFailureReason, shortListenReason
+from tests.test_sdnotify import _Endpoint
 
 
 def _lockFailure(path: str) -> Failure:
@@ -46,18 +46,6 @@ def _bindFailure(path: str) -> Failure:
         except OSError as e:
             return Failure(CannotListenError(None, path.encode(), e))
     raise AssertionError(f"{path} was bound")
-
-
-class _Endpoint:
-    """
-    A server endpoint whose C{listen} returns what the test says.
-    """
-
-    def __init__(self, result: Deferred[IListeningPort]) -> None:
-        self.result = result
-
-    def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
-        return self.result
 
 
 class ListenFailureReasonTests(SynchronousTestCase):
