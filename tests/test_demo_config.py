@@ -96,3 +96,19 @@ class UnusableDovecotDirectoryTests(SynchronousTestCase):
                 f"has {character}, which Dovecot's configuration cannot carry", str(error)
             )
             self.assertFalse(os.path.exists(base))
+
+    def test_percent(self) -> None:
+        """
+        A C{"%"} in the directory (Dovecot expands C{%} variables in the
+        passwd-file's path and homes: measured, a directory C{100%} made
+        every login C{NO [UNAVAILABLE] Temporary authentication failure},
+        which imapmig retries for minutes; C{a%ub} made it
+        C{[AUTHENTICATIONFAILED]}) is refused too, naming it.
+        """
+        base = os.path.join(os.path.abspath(self.mktemp()), "100%")
+        instance = DovecotInstance(base, users=(DovecotUser("demo", "pw"),))
+        # Were it to start after all, it is not left running.
+        self.addCleanup(instance.stop)
+        error = self.assertRaises(DovecotStartFailed, instance.start)
+        self.assertIn("has '%', which Dovecot's configuration cannot carry", str(error))
+        self.assertFalse(os.path.exists(base))
