@@ -24,6 +24,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from typing import Callable
 
 from imapmig.testing.children import StopSignals, Stopped, dieWithParent
 from imapmig.testing.corpus import writeMaildir
@@ -40,6 +41,12 @@ from imapmig.units import octets, plural
 STOP_TIMEOUT = 30.0
 """
 Seconds the daemon has to exit after C{SIGTERM} before it is killed.
+"""
+
+LISTEN_TIMEOUT = 60.0
+"""
+Seconds the demo waits for its daemon to listen before it gives up (and
+stops it).
 """
 
 
@@ -135,6 +142,12 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             port = _listening(daemon)
             if port is not None:
                 break
+            if daemon.poll() is None:
+                _say(
+                    f"== imapmig did not listen within {LISTEN_TIMEOUT:g} s;"
+                    f" see {base}/imapmig.log"
+                )
+                return 1
             if wanted == 0 or not _lostPort(os.path.join(base, "imapmig.log")):
                 _say(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
                 return 1
@@ -223,20 +236,33 @@ def _startDaemon(configPath: str, logPath: str, signals: StopSignals) -> subproc
     return daemon
 
 
-def _listening(daemon: subprocess.Popen[bytes]) -> int | None:
+def _listening(
+    daemon: subprocess.Popen[bytes],
+    timeout: float = LISTEN_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    ports: Callable[[int], list[int]] = listeningPorts,
+) -> int | None:
     """
     Wait until C{daemon} listens (its status page, its only listener).
 
     The port is read from what this very process holds (C{/proc}), so the
     demo never watches another daemon that answers on the same port.
 
-    @return: its port, or L{None} if it exited first.
+    @param timeout: the longest wait, in seconds: a daemon that runs on
+        without a listener the demo can see (hung before it listens, or a
+        C{/proc} that shows no sockets) is not waited for forever.
+    @return: its port, or L{None} if it exited first or did not listen
+        within C{timeout} (then it still runs).
     """
+    deadline = clock() + timeout
     while daemon.poll() is None:
-        found = listeningPorts(daemon.pid)
+        found = ports(daemon.pid)
         if found:
             return found[0]
-        time.sleep(0.05)
+        if clock() >= deadline:
+            return None
+        sleep(0.05)
     return None
 
 

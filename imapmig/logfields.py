@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from twisted.logger import Logger, LogLevel
+from twisted.logger import ILogObserver, Logger, LogLevel
 
 __all__ = ["FieldsLogger", "withFields"]
 
@@ -21,8 +21,19 @@ class FieldsLogger(Logger):
     call names itself wins.
     """
 
-    def __init__(self, namespace: str, source: object, fields: Mapping[str, object]) -> None:
-        super().__init__(namespace, source)
+    def __init__(
+        self,
+        namespace: str,
+        source: object,
+        fields: Mapping[str, object],
+        observer: ILogObserver | None = None,
+    ) -> None:
+        """
+        @param fields: the fields every event carries.
+        @param observer: where the events go; by default the global log
+            publisher, as for any L{Logger}.
+        """
+        super().__init__(namespace, source, observer)
         self.fields = dict(fields)
 
     def emit(self, level: LogLevel, format: str | None = None, **kwargs: object) -> None:
@@ -34,9 +45,9 @@ class FieldsLogger(Logger):
 
 def withFields(logger: Logger, fields: Mapping[str, object]) -> Logger:
     """
-    C{logger} (its namespace and source), adding C{fields} to each event;
-    C{logger} itself when there are none.
+    C{logger} (its namespace, source and observer), adding C{fields} to
+    each event; C{logger} itself when there are none.
     """
     if not fields:
         return logger
-    return FieldsLogger(logger.namespace, logger.source, fields)
+    return FieldsLogger(logger.namespace, logger.source, fields, logger.observer)

@@ -287,16 +287,20 @@ def quietStartFailures() -> None:
     is logged already, in one critical line.  twistd has no other way: it
     lets an exception raised by a service's start escape, after reporting
     it to the parent of a daemonizing start and removing the pid file.
-    Every other exception is printed as before.
+    Every other exception is printed as before.  Installed once: called
+    again (a second L{makeService} in one process), it adds nothing.
     """
     from imapmig.listener import StatusListenerFailed
 
     previous = sys.excepthook
+    if getattr(previous, "_imapmigQuiet", False):
+        return
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         if not isinstance(value, StatusListenerFailed):
             previous(kind, value, tb)
 
+    hook._imapmigQuiet = True  # type: ignore[attr-defined]
     sys.excepthook = hook
 
 

@@ -12,6 +12,7 @@ from typing import Any, cast
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig import demo
 from imapmig.demo import demoJob
 from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
 from imapmig.testing.localserver import configurationHead, writeConfiguration
@@ -96,3 +97,70 @@ class UnusableDovecotDirectoryTests(SynchronousTestCase):
                 f"has {character}, which Dovecot's configuration cannot carry", str(error)
             )
             self.assertFalse(os.path.exists(base))
+
+    def test_percent(self) -> None:
+        """
+        A C{"%"} in the directory (Dovecot expands C{%} variables in the
+        passwd-file's path and homes: measured, a directory C{100%} made
+        every login C{NO [UNAVAILABLE] Temporary authentication failure},
+        which imapmig retries for minutes; C{a%ub} made it
+        C{[AUTHENTICATIONFAILED]}) is refused too, naming it.
+        """
+        base = os.path.join(os.path.abspath(self.mktemp()), "100%")
+        instance = DovecotInstance(base, users=(DovecotUser("demo", "pw"),))
+        # Were it to start after all, it is not left running.
+        self.addCleanup(instance.stop)
+        error = self.assertRaises(DovecotStartFailed, instance.start)
+        self.assertIn("has '%', which Dovecot's configuration cannot carry", str(error))
+        self.assertFalse(os.path.exists(base))
+
+
+class _Alive:
+    """
+    A daemon process that runs on and never listens, as
+    L{imapmig.demo._listening} sees one.
+    """
+
+    pid = 4242
+
+    def poll(self) -> int | None:
+        return None
+
+
+class ListeningTests(SynchronousTestCase):
+    """
+    L{imapmig.demo._listening} waits for the demo's daemon to listen.
+    """
+
+    def test_givesUp(self) -> None:
+        """
+        A daemon that runs on without listening (hung before its listener,
+        or a C{/proc} that shows no sockets) is waited for at most
+        C{timeout} seconds: L{None}, the demo then says so and stops it,
+        instead of waiting forever.
+        """
+        now = [0.0]
+        slept: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            now[0] += seconds
+
+        port = demo._listening(
+            cast(Any, _Alive()), timeout=5.0, clock=lambda: now[0], sleep=sleep,
+            ports=lambda pid: [],
+        )  # fmt: skip
+        self.assertIsNone(port)
+        self.assertGreaterEqual(now[0], 5.0)
+        self.assertLess(now[0], 5.2)
+
+    def test_port(self) -> None:
+        """
+        The port the daemon listens on, once it does.
+        """
+        answers = [[], [], [8025]]
+        port = demo._listening(
+            cast(Any, _Alive()), timeout=5.0, clock=lambda: 0.0, sleep=lambda s: None,
+            ports=lambda pid: answers.pop(0),
+        )  # fmt: skip
+        self.assertEqual(port, 8025)

@@ -4,7 +4,9 @@ Tests for L{imapmig.logfields}.
 
 from __future__ import annotations
 
-from twisted.logger import Logger, LogLevel, capturedLogs
+from typing import cast
+
+from twisted.logger import ILogObserver, Logger, LogLevel, capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -53,3 +55,17 @@ class WithFieldsTests(SynchronousTestCase):
         logger = Logger("imapmig.x")
         self.assertIs(withFields(logger, {}), logger)
         self.assertIsInstance(withFields(logger, {"job": "a"}), FieldsLogger)
+
+    def test_observer(self) -> None:
+        """
+        The events go to the observer of the logger the new one was made
+        from, not to the global publisher.
+        """
+        events: list[dict[str, object]] = []
+        observer = cast(ILogObserver, events.append)
+        logger = withFields(Logger("imapmig.x", observer=observer), {"job": "carol"})
+        with capturedLogs() as published:
+            logger.info("hello")
+        self.assertEqual(published, [])
+        [event] = events
+        self.assertEqual(event["job"], "carol")

@@ -304,3 +304,43 @@ class LeanImportTests(SynchronousTestCase):
         options.parseOptions(["--config", path])
         tap.resumeCollection()
         self.assertEqual([job.name for job in options.config.jobs], ["j"])
+
+
+class QuietStartFailuresTests(SynchronousTestCase):
+    """
+    L{tap.quietStartFailures} keeps an uncaught L{StatusListenerFailed}
+    from printing a traceback, once however often it is called.
+    """
+
+    def setUp(self) -> None:
+        self.patch(sys, "excepthook", self.recordingHook)
+        self.seen: list[BaseException] = []
+
+    def recordingHook(self, kind: type[BaseException], value: BaseException, tb: object) -> None:
+        self.seen.append(value)
+
+    def test_others(self) -> None:
+        """
+        A L{StatusListenerFailed} reaches no earlier hook; any other
+        exception reaches the hook installed before, once.
+        """
+        from twisted.python.failure import Failure
+
+        from imapmig.listener import StatusListenerFailed
+
+        tap.quietStartFailures()
+        failed = StatusListenerFailed("tcp:8025", Failure(OSError(98, "Address already in use")))
+        sys.excepthook(StatusListenerFailed, failed, None)
+        other = ValueError("x")
+        sys.excepthook(ValueError, other, None)
+        self.assertEqual(self.seen, [other])
+
+    def test_once(self) -> None:
+        """
+        Called again (a second L{tap.makeService} in one process), it
+        installs nothing more: the hook does not wrap itself.
+        """
+        tap.quietStartFailures()
+        installed = sys.excepthook
+        tap.quietStartFailures()
+        self.assertIs(sys.excepthook, installed)

@@ -116,7 +116,7 @@ _FETCH_INTERNALDATE = re.compile(rb'\bINTERNALDATE "([^"]+)"')
 _RUNNING: set[DovecotInstance] = set()
 
 
-UNUSABLE_IN_PATHS = ":#\n"
+UNUSABLE_IN_PATHS = ":#%\n"
 """
 Characters a private Dovecot's directory cannot have (L{DovecotInstance.start}).
 """
@@ -521,7 +521,9 @@ class DovecotInstance(AccountReader):
         if unusable:
             # The passwd-file splits its lines at ":" (a home there would be
             # cut short: every APPEND then fails with [SERVERBUG]), and "#"
-            # starts a comment in dovecot.conf (Dovecot exits at once).
+            # starts a comment in dovecot.conf (Dovecot exits at once);
+            # Dovecot expands "%" variables in the passwd-file's path and
+            # homes (every login then fails, as [UNAVAILABLE]: retried).
             raise DovecotStartFailed(
                 f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
                 f" {' and '.join(map(repr, unusable))},"
