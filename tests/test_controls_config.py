@@ -178,7 +178,7 @@ class TLSListenerTests(TestCase):
             progress,
             reactor.seconds,
             MemoryStateStore(),
-            control=ControlResource(scheduler.controls, Secret(TOKEN)),
+            control=ControlResource(scheduler.controls, Secret(TOKEN), reactor),
         )
         site = buildStatusSite(root, reactor)
         port = await serverFromString(reactor, listen).listen(site)

@@ -14,9 +14,10 @@ from treq.testing import StubTreq
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
+from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
-from twisted.logger import capturedLogs
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.iweb import IResponse
 from twisted.web.resource import Resource
@@ -37,12 +38,14 @@ SITE = "http://127.0.0.1:8025"
 JSON = {"Content-Type": "application/json"}
 
 
-def siteWith(controls: Any, token: str | None) -> Any:
+def siteWith(controls: Any, token: str | None, clock: Clock | None = None) -> Any:
     """
-    A StubTreq over a root with C{/control} mounted as the lead mounts it.
+    A StubTreq over a root with C{/control} mounted as the lead mounts it,
+    its refusals timed by C{clock} (a new one if not given).
     """
     root = Resource()
-    root.putChild(b"control", ControlResource(controls, None if token is None else Secret(token)))
+    secret = None if token is None else Secret(token)
+    root.putChild(b"control", ControlResource(controls, secret, clock or Clock()))
     return StubTreq(root)
 
 
@@ -179,6 +182,42 @@ class ControlResourceTests(SynchronousTestCase):
         ):
             response, body = self.post("/control/jobs/a/pause", headers=headers, token=None)
             self.assertEqual(response.code, 401, headers)
+        self.assertFalse(self.s.built["a"].stopped)
+
+    def test_refusalsLoggedOnceAMinute(self) -> None:
+        """
+        Whoever tries tokens cannot fill the log: the first refusal is a
+        warning at once, the next ones within a minute none; the first
+        after the minute names how many were refused since.
+        """
+        clock = Clock()
+        treq = siteWith(self.s.service.controls, TOKEN, clock)
+        wrong = {"Authorization": "Bearer wrong"}
+        with capturedLogs() as events:
+            for _ in range(1000):
+                response, _ = self.post(
+                    "/control/jobs/a/pause", headers=wrong, token=None, treq=treq
+                )
+                self.assertEqual(response.code, 401)
+            clock.advance(59)
+            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines, ["Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token"]
+        )
+        with capturedLogs() as events:
+            clock.advance(1)
+            self.post("/control/jobs/a/pause", headers={"Origin": "http://evil.example"}, treq=treq)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/jobs/a/pause from 127.0.0.1 refused: cross-origin"
+                " request refused (1001 control requests refused for their token or origin"
+                " since the last such line; at most one line a minute)"
+            ],
+        )
+        self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.warn])
         self.assertFalse(self.s.built["a"].stopped)
 
     def test_unconfigured(self) -> None:
@@ -337,7 +376,7 @@ class BoundedRequestTests(SynchronousTestCase):
         self.s = ControlledScheduler([jobConfig("a", "alice")], maxJobs=1)
         self.s.service.startService()
         root = Resource()
-        root.putChild(b"control", ControlResource(self.s.service.controls, Secret(TOKEN)))
+        root.putChild(b"control", ControlResource(self.s.service.controls, Secret(TOKEN), Clock()))
         site = Site(root)
         site.requestFactory = BoundedRequest
         self.transport = StringTransport()

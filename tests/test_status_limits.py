@@ -24,12 +24,8 @@ from imapmig.progress import MigrationProgress
 from imapmig.state import memory as memoryModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status._http import REQUEST_DEADLINE, StatusChannel
-from imapmig.status.resource import (
-    REFUSAL_LOG_INTERVAL,
-    QuietSite,
-    StatusResource,
-    buildStatusSite,
-)
+from imapmig.status.lograte import LOG_INTERVAL
+from imapmig.status.resource import QuietSite, StatusResource, buildStatusSite
 from tests.test_state import failed
 
 _GET = b"GET /status.json HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -212,7 +208,7 @@ class ConnectionCapTests(SynchronousTestCase):
             for _ in range(5):
                 harness.connect(2)
                 harness.clock.advance(1)
-            harness.clock.advance(REFUSAL_LOG_INTERVAL)
+            harness.clock.advance(LOG_INTERVAL)
             harness.connect(3)
         lines = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.info]
         self.assertEqual(len(lines), 2, lines)

@@ -10,6 +10,7 @@ from typing import Any
 
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 
@@ -113,7 +114,8 @@ class ControlMessageTests(SynchronousTestCase):
         One job paused or resumed is "1 job paused", "1 job resumed".
         """
         root = Resource()
-        root.putChild(b"control", ControlResource(_OneJobControls(), Secret(TOKEN)))  # type: ignore[arg-type]
+        controls = ControlResource(_OneJobControls(), Secret(TOKEN), Clock())  # type: ignore[arg-type]
+        root.putChild(b"control", controls)
         treq: Any = StubTreq(root)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
         for action, message in [("pause-all", "1 job paused"), ("resume-all", "1 job resumed")]:

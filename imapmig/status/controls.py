@@ -30,6 +30,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -40,6 +41,7 @@ from imapmig.errors import ImapmigError, escapedExcerpt
 from imapmig.progress import JobState
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.secrets import Secret
+from imapmig.status.lograte import LineBudget
 from imapmig.units import plural
 
 log = Logger()
@@ -143,15 +145,21 @@ class ControlResource(Resource):
 
     isLeaf = True
 
-    def __init__(self, controls: IJobControls, token: Secret | None) -> None:
+    def __init__(
+        self, controls: IJobControls, token: Secret | None, clock: IReactorTime
+    ) -> None:
         """
         @param controls: what the requests control (the scheduler).
         @param token: the bearer token (C{status.token_file}'s content);
             L{None} refuses every request.
+        @param clock: the reactor: requests refused for their token or
+            origin are logged once a minute at most (L{LineBudget}), so
+            that whoever tries tokens cannot fill the log.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         self._controls = controls
         self._token = None if token is None else token.value.encode("utf-8")
+        self._refusals = LineBudget(clock)
 
     def render(self, request: Request) -> bytes | int:
         """
@@ -174,12 +182,24 @@ class ControlResource(Resource):
                     why=e.message,
                 )
             elif e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
-                log.warn(
-                    "Control request {path} from {client} refused: {why}",
-                    path=escapedExcerpt(request.uri),
-                    client=client,
-                    why=e.message,
-                )
+                refused = self._refusals.count()
+                if refused == 1:
+                    log.warn(
+                        "Control request {path} from {client} refused: {why}",
+                        path=escapedExcerpt(request.uri),
+                        client=client,
+                        why=e.message,
+                    )
+                elif refused is not None:
+                    log.warn(
+                        "Control request {path} from {client} refused: {why}"
+                        " ({refused} control requests refused for their token or origin"
+                        " since the last such line; at most one line a minute)",
+                        path=escapedExcerpt(request.uri),
+                        client=client,
+                        why=e.message,
+                        refused=refused,
+                    )
             return _answer(request, e.code, {"error": e.message})
         finished = [False]
         request.notifyFinish().addBoth(lambda _: finished.__setitem__(0, True))

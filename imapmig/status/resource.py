@@ -28,6 +28,7 @@ from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import JobsResource
+from imapmig.status.lograte import LineBudget
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import parseJobQuery, selectJobs
 from imapmig.status.quiet import QuietHTTPChannel, QuietRequest, QuietSiteMixin
@@ -166,13 +167,6 @@ The most connections the status site holds open at once (its file
 descriptors are the daemon's, shared with every IMAP connection).
 """
 
-REFUSAL_LOG_INTERVAL = 60.0
-"""
-Seconds between two log lines about connections refused past
-L{MAX_CONNECTIONS}.
-"""
-
-
 class _Refused(Protocol):
     """
     A connection past the site's limit: closed as soon as it is made
@@ -218,8 +212,7 @@ class QuietSite(QuietSiteMixin, Site):
         Site.__init__(self, resource, reactor=reactor)
         self.maxConnections = maxConnections
         self.openConnections = 0
-        self._refused = 0
-        self._refusalLoggedAt: float | None = None
+        self._refusals = LineBudget(self.reactor)
 
     def buildProtocol(self, addr: IAddress | None) -> Protocol | None:  # type: ignore[override]
         """
@@ -244,19 +237,16 @@ class QuietSite(QuietSiteMixin, Site):
         Count a refused connection; log the refusals, once a minute at
         most.
         """
-        self._refused += 1
-        now = self.reactor.seconds()
-        if self._refusalLoggedAt is not None and now - self._refusalLoggedAt < REFUSAL_LOG_INTERVAL:
+        refused = self._refusals.count()
+        if refused is None:
             return
-        self._refusalLoggedAt = now
         log.warn(
             "Status site: {limit} connections open, the most allowed: refused {refused}"
             " connection(s) since the last such line, the latest from {client}",
             limit=self.maxConnections,
-            refused=self._refused,
+            refused=refused,
             client=str(getattr(addr, "host", "")),
         )
-        self._refused = 0
 
     def getResourceFor(self, request: Request) -> IResource:
         """
