@@ -115,6 +115,10 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     newToken = None if new.status is None else new.status.token
     if oldToken != newToken:
         needsRestart.append("status.token_file")
+    oldHosts = () if old.status is None else old.status.allowedHosts
+    newHosts = () if new.status is None else new.status.allowedHosts
+    if oldHosts != newHosts:
+        needsRestart.append("status.allowed_hosts")
     for name, server in newServers.items():
         before = oldServers.get(name)
         if before is not None and _rates(before.limits) != _rates(server.limits):

@@ -54,7 +54,7 @@ from imapmig.config import (
     MboxSourceConfig,
     ServerConfig,
 )
-from imapmig.config.model import AccountConfig, TokenSourceConfig
+from imapmig.config.model import AccountConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
@@ -584,14 +584,33 @@ def buildService(
         )
         listener = ListenerService(
             serverFromString(reactor, config.status.listen),
-            buildStatusSite(status, reactor),
+            buildStatusSite(status, reactor, config.status.allowedHosts),
             config.status.listen,
         )
         listener.setName("status")
         listener.setServiceParent(root)
         whenListening = listener.whenListening
+        warnIfRebindable(config.status)
     addSystemdNotifier(root, reactor, environ, whenListening)
     return root
+
+
+def warnIfRebindable(status: StatusConfig) -> None:
+    """
+    Warn when the status site can be reached beyond loopback and answers
+    to any host name: a web page an admin visits can then read it through
+    DNS rebinding (L{imapmig.status.hostcheck}).
+    """
+    from imapmig.status.hostcheck import reachesBeyondLoopback
+
+    if status.allowedHosts or not reachesBeyondLoopback(status.listen):
+        return
+    log.warn(
+        "The status site listens beyond loopback ({listen}) and answers to any host name:"
+        " a web page an admin visits could read it by DNS rebinding; list the names"
+        " admins use in status.allowed_hosts",
+        listen=status.listen,
+    )
 
 
 def addSystemdNotifier(

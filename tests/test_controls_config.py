@@ -33,15 +33,24 @@ from tests.test_config import ConfigTestCase, writeFile
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 
-class TokenFileTests(ConfigTestCase):
+class StatusConfigTestCase(ConfigTestCase):
     """
-    C{status.token_file}.
+    Tests of the C{status} mapping.
     """
 
     def withStatus(self, **status: object) -> dict[str, object]:
+        """
+        A valid document whose C{status} has C{status} beside its listener.
+        """
         document = self.document()
         document["status"] = {"listen": "tcp:8025:interface=127.0.0.1", **status}
         return document
+
+
+class TokenFileTests(StatusConfigTestCase):
+    """
+    C{status.token_file}.
+    """
 
     def test_absent(self) -> None:
         """
@@ -145,6 +154,43 @@ class TokenFileTests(ConfigTestCase):
             listen=f"ssl:8443:privateKey={tls}/nope.key:certKey={tls}/server.pem"
         )
         self.assertProblem(self.problems(missing), "status.listen", "invalid endpoint")
+
+
+class AllowedHostsConfigTests(StatusConfigTestCase):
+    """
+    C{status.allowed_hosts}.
+    """
+
+    def test_read(self) -> None:
+        """
+        The names are lower-cased, without a trailing dot; a leading dot
+        is kept (every name under it); absent, there are none.
+        """
+        document = self.withStatus(allowed_hosts=["Migration.Corp.Example.", ".dash.example"])
+        loaded = parseConfig(document, self.configPath)
+        assert loaded.status is not None
+        self.assertEqual(loaded.status.allowedHosts, ("migration.corp.example", ".dash.example"))
+        loaded = parseConfig(self.withStatus(), self.configPath)
+        assert loaded.status is not None
+        self.assertEqual(loaded.status.allowedHosts, ())
+
+    def test_invalid(self) -> None:
+        """
+        Not a list, not a string, or not a host name (a port, a scheme, a
+        space): a problem naming the field, and the entry.
+        """
+        self.assertOnlyProblem(
+            self.withStatus(allowed_hosts="a.example"), "status.allowed_hosts", "expected a list"
+        )
+        self.assertOnlyProblem(
+            self.withStatus(allowed_hosts=["a.example", 8025]),
+            "status.allowed_hosts[1]",
+            "expected a host name",
+        )
+        for bad in ("a.example:8025", "http://a.example", "a example", "", "a..example"):
+            self.assertOnlyProblem(
+                self.withStatus(allowed_hosts=[bad]), "status.allowed_hosts[0]", "is not a host name"
+            )
 
 
 class TLSListenerTests(TestCase):

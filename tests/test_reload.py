@@ -135,18 +135,19 @@ class PlanTests(SynchronousTestCase):
 
     def test_restartSettings(self) -> None:
         """
-        The state database, the status listener and its token need a
-        restart.
+        The state database, the status listener, its token and its
+        allowed host names need a restart.
         """
         status = StatusConfig("tcp:8025", Secret("t"))
         old = configOf([], status=status)
         new = evolve(
             old,
             statePath="/elsewhere.sqlite",
-            status=StatusConfig("tcp:8026", Secret("u")),
+            status=StatusConfig("tcp:8026", Secret("u"), allowedHosts=("a.example",)),
         )
         self.assertEqual(
-            planReload(old, new).needsRestart, ("state", "status.listen", "status.token_file")
+            planReload(old, new).needsRestart,
+            ("state", "status.listen", "status.token_file", "status.allowed_hosts"),
         )
         self.assertEqual(planReload(old, old).needsRestart, ())
 

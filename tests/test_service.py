@@ -18,6 +18,7 @@ from twisted.internet.error import ConnectionDone, ConnectionRefusedError
 from twisted.internet.interfaces import IProtocol
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
@@ -25,7 +26,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig import service
 from imapmig.config import parseConfig
 from imapmig.config.limits import ServerLimits
-from imapmig.config.model import ServerConfig
+from imapmig.config.model import ServerConfig, StatusConfig
 from imapmig.errors import PermanentError, TransientError
 from imapmig.imap.session import IMAPSession
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
@@ -172,6 +173,39 @@ class BuildServiceTests(SynchronousTestCase):
         reactor.advance(0)
         self.assertEqual(job.messagesTotal, 1)
         service.stopService()
+
+
+class RebindingWarningTests(SynchronousTestCase):
+    """
+    L{service.warnIfRebindable}: a status site reachable beyond loopback
+    without C{status.allowed_hosts} is warned about.
+    """
+
+    def warnings(self, status: StatusConfig) -> list[str]:
+        with capturedLogs() as events:
+            service.warnIfRebindable(status)
+        return [formatEvent(e) for e in events if e["log_level"] is LogLevel.warn]
+
+    def test_warned(self) -> None:
+        """
+        On every address, or a LAN one, without C{allowed_hosts}: one
+        warning naming the listener and the setting.
+        """
+        for listen in ("tcp:8025", "tcp:8025:interface=10.0.0.5"):
+            [warning] = self.warnings(StatusConfig(listen))
+            self.assertIn(f"listens beyond loopback ({listen})", warning)
+            self.assertIn("status.allowed_hosts", warning)
+
+    def test_notWarned(self) -> None:
+        """
+        On loopback, on a UNIX socket, or with C{allowed_hosts}: no warning.
+        """
+        for status in (
+            StatusConfig("tcp:8025:interface=127.0.0.1"),
+            StatusConfig("unix:/run/imapmig/status.sock"),
+            StatusConfig("tcp:8025", allowedHosts=("migration.corp.example",)),
+        ):
+            self.assertEqual(self.warnings(status), [], status)
 
 
 class HeapTests(SynchronousTestCase):

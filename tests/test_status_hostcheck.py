@@ -14,7 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.progress import MigrationProgress
 from imapmig.state.memory import MemoryStateStore
-from imapmig.status.hostcheck import allowedName, hostName
+from imapmig.status.hostcheck import allowedName, hostName, listedName, reachesBeyondLoopback
 from imapmig.status.resource import StatusResource, buildStatusSite
 
 
@@ -32,12 +32,16 @@ class StatusSiteHostTests(SynchronousTestCase):
     connection, by their C{Host} header.
     """
 
+    allowedHosts: tuple[str, ...] = ()
+
     def setUp(self) -> None:
         self.clock = Clock()
         progress = MigrationProgress(self.clock.seconds)
         progress.addJob("alice@example.org")
         self.site = buildStatusSite(
-            StatusResource(progress, self.clock.seconds, MemoryStateStore()), self.clock
+            StatusResource(progress, self.clock.seconds, MemoryStateStore()),
+            self.clock,
+            self.allowedHosts,
         )
 
     def get(
@@ -100,6 +104,90 @@ class StatusSiteHostTests(SynchronousTestCase):
         """
         code, _ = self.get(b"migration.corp.example:8025", local=IPv4Address("TCP", "10.0.0.5", 8025))
         self.assertEqual(code, 200)
+
+
+class AllowedHostsTests(StatusSiteHostTests):
+    """
+    With C{status.allowed_hosts}, the site answers on every address to the
+    names listed, IP addresses and, on loopback, the local names; to no
+    other name.
+    """
+
+    allowedHosts = ("migration.corp.example", ".dash.example")
+    lan = IPv4Address("TCP", "10.0.0.5", 8025)
+
+    def test_notLoopback(self) -> None:
+        """
+        On a LAN address the names listed and IP addresses are served; a
+        name under a listed C{.NAME} is; any other name is refused 421.
+        """
+        for host in (
+            b"migration.corp.example:8025",
+            b"MIGRATION.corp.example.",
+            b"dash.example",
+            b"eu.dash.example:8025",
+            b"10.0.0.5:8025",
+            b"[fd00::5]:8025",
+            None,
+        ):
+            code, _ = self.get(host, local=self.lan)
+            self.assertEqual(code, 200, host)
+        for host in (b"attacker.example", b"localhost", b"corp.example", b"xdash.example"):
+            code, body = self.get(host, local=self.lan)
+            self.assertEqual(code, 421, host)
+            self.assertIn("not in status.allowed_hosts", json.loads(body)["error"])
+
+    def test_loopbackNames(self) -> None:
+        """
+        On loopback the local names stay allowed beside the names listed.
+        """
+        for host in (b"localhost:8025", b"migration.corp.example", b"127.0.0.1"):
+            self.assertEqual(self.get(host)[0], 200, host)
+
+
+class ReachesBeyondLoopbackTests(SynchronousTestCase):
+    """
+    L{reachesBeyondLoopback} tells a status listener on the network from
+    one on loopback.
+    """
+
+    def test_endpoints(self) -> None:
+        """
+        C{tcp:} or C{ssl:} without an interface, or on a non-loopback
+        one, reaches beyond loopback; on a loopback interface (IPv6
+        escaped as Twisted's strings escape it), a UNIX socket, or
+        C{systemd:} does not.
+        """
+        for listen in (
+            "tcp:8025",
+            "tcp:port=8025",
+            "tcp:8025:interface=0.0.0.0",
+            "tcp:8025:interface=10.0.0.5",
+            "ssl:8443:privateKey=k.pem:certKey=c.pem",
+            "tcp6:8025:interface=\\:\\:",
+        ):
+            self.assertTrue(reachesBeyondLoopback(listen), listen)
+        for listen in (
+            "tcp:8025:interface=127.0.0.1",
+            "tcp:8025:interface=127.0.0.2",
+            "tcp6:8025:interface=\\:\\:1",
+            "ssl:8443:privateKey=k.pem:interface=127.0.0.1",
+            "unix:/run/imapmig/status.sock",
+            "systemd:domain=INET:index=0",
+        ):
+            self.assertFalse(reachesBeyondLoopback(listen), listen)
+
+    def test_listedName(self) -> None:
+        """
+        A name equal to one listed, or under one that starts with a dot.
+        """
+        allowed = ("a.example", ".b.example")
+        self.assertTrue(listedName("a.example", allowed))
+        self.assertFalse(listedName("x.a.example", allowed))
+        self.assertTrue(listedName("b.example", allowed))
+        self.assertTrue(listedName("x.y.b.example", allowed))
+        self.assertFalse(listedName("xb.example", allowed))
+        self.assertFalse(listedName("a.example", ()))
 
 
 class HostNameTests(SynchronousTestCase):

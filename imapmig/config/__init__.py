@@ -14,6 +14,7 @@ value readers of L{reader}.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import Mapping
 
@@ -85,7 +86,13 @@ _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs",
 )  # fmt: skip
-_STATUS_KEYS = ("listen", "token_file")
+_STATUS_KEYS = ("listen", "token_file", "allowed_hosts")
+
+# A host name of status.allowed_hosts: DNS labels (an IPv4 address
+# matches too, harmlessly: addresses are always allowed), or ".NAME" for
+# every name under NAME.
+_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"\.?{_LABEL}(\.{_LABEL})*")
 
 
 def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
@@ -277,9 +284,37 @@ class _ConfigParser(UserListReader, ServersReader):
             token = self._readStatusToken(status["token_file"])
             if token is None:
                 return None
+        allowedHosts = self._readAllowedHosts(status.get("allowed_hosts", []))
         if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
             return None
-        return StatusConfig(listen=listen, token=token)
+        if allowedHosts is None:
+            return None
+        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts)
+
+    def _readAllowedHosts(self, value: object) -> tuple[str, ...] | None:
+        """
+        Read C{status.allowed_hosts}: a list of host names (C{.NAME} for
+        every name under NAME), each lower-cased, without a trailing dot.
+        """
+        path = "status.allowed_hosts"
+        if not isinstance(value, list):
+            self._problem(path, f"expected a list of host names, got {_describe(value)}")
+            return None
+        names: list[str] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                self._problem(f"{path}[{index}]", f"expected a host name, got {_describe(item)}")
+                return None
+            name = item.strip().lower().rstrip(".")
+            if not _HOST_NAME.fullmatch(name):
+                self._problem(
+                    f"{path}[{index}]",
+                    f"{item!r} is not a host name (letters, digits, '-' and '.';"
+                    " '.corp.example' for every name under corp.example; no port, no scheme)",
+                )
+                return None
+            names.append(name)
+        return tuple(names)
 
     def _readStatusToken(self, value: object) -> Secret | None:
         """

@@ -296,10 +296,16 @@ class StatusConfig:
     @ivar token: the bearer token that allows the controls
         (C{status.token_file}), or L{None}: the site is read-only.  A
         L{Secret}: its C{repr} hides it.
+    @ivar allowedHosts: C{status.allowed_hosts}: the host names the site
+        answers to besides IP addresses (and, on loopback, C{localhost}),
+        lower-cased, a leading dot for every name under one
+        (L{imapmig.status.hostcheck}); empty: any name on a non-loopback
+        address.
     """
 
     listen: str
     token: Secret | None = None
+    allowedHosts: tuple[str, ...] = ()
 
 
 @frozen

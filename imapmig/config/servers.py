@@ -17,6 +17,7 @@ from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import _NAME, _describe, _key
+from imapmig.endpointstring import splitEndpoint
 from imapmig.plan import PersonalNamespace
 
 _T = TypeVar("_T")
@@ -72,48 +73,6 @@ def isLoopbackHost(host: str) -> bool:
     return address.is_loopback
 
 
-def _splitEndpoint(description: str) -> tuple[list[str], dict[str, str]]:
-    """
-    Split an endpoint string the way Twisted's parser does: C{:} separates
-    arguments, the first C{=} of an argument separates a keyword from its
-    value, and a backslash makes the next character literal (C{\\:}).
-
-    @return: the positional arguments (the prefix first, if C{description}
-        has one) and the keyword
-        arguments.
-    @raise ValueError: the string ends with a lone backslash.
-    """
-    args: list[str] = []
-    kwargs: dict[str, str] = {}
-    # The argument being read: its keyword, once its "=" is seen, and the
-    # characters read so far.
-    keyword: str | None = None
-    current = ""
-
-    def endArgument() -> None:
-        if keyword is None:
-            args.append(current)
-        else:
-            kwargs[keyword] = current
-
-    characters = iter(description)
-    for c in characters:
-        if c == ":":
-            endArgument()
-            keyword, current = None, ""
-        elif c == "=" and keyword is None:
-            keyword, current = current, ""
-        elif c == "\\":
-            try:
-                current += next(characters)
-            except StopIteration:
-                raise ValueError("it ends with a lone backslash") from None
-        else:
-            current += c
-    endArgument()
-    return args, kwargs
-
-
 def _twistedMessage(error: Exception) -> str:
     """
     The message of an exception raised by Twisted's endpoint parser,
@@ -153,7 +112,7 @@ class ServersReader(LimitsReader):
                 f" (e.g. {_DEFAULT_LISTEN!r})",
             )
             return False
-        args, kwargs = _splitEndpoint(description)
+        args, kwargs = splitEndpoint(description)
         if args[0].lower() in ("tcp", "ssl"):
             port = args[1] if len(args) > 1 else kwargs.get("port", "0")
             if not 0 <= int(port) <= 65535:
@@ -401,7 +360,7 @@ class ServersReader(LimitsReader):
             return None
         implicitTLS = prefix.lower() == "tls"
         try:
-            args, kwargs = _splitEndpoint(rest)
+            args, kwargs = splitEndpoint(rest)
         except ValueError as e:
             self._problem(path, f"invalid endpoint {description!r}: {e}")
             return None

@@ -17,15 +17,24 @@ L{misdirected} refuses, on a connection that arrived on a loopback
 address, a C{Host} that is neither an IP address nor C{localhost} (nor a
 name under C{.localhost}, which browsers resolve to loopback themselves).
 A request without C{Host} (no browser sends one) passes.
+
+A listener reached on another address (a LAN address, all interfaces) is
+reached under names only the admin knows: C{status.allowed_hosts} lists
+them (C{migration.corp.example}, or C{.corp.example} for every name under
+it), and then only those, IP addresses and, on loopback, the local names
+pass, on every address.  Without the list such a listener answers to any
+name (L{reachesBeyondLoopback} tells the daemon when to warn about it).
 """
 
 from __future__ import annotations
 
 import ipaddress
+from typing import Sequence
 
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
+from imapmig.endpointstring import splitEndpoint
 from imapmig.status._http import answerError
 
 _LOCAL_NAMES = ("localhost",)
@@ -74,24 +83,73 @@ def allowedName(name: str) -> bool:
     return True
 
 
-def misdirected(request: Request) -> str | None:
+def listedName(name: str, allowedHosts: Sequence[str]) -> bool:
+    """
+    Whether C{name} (from L{hostName}) is one of C{allowedHosts}: equal to
+    one, or under one that starts with a dot (C{.corp.example} allows
+    C{corp.example} and every name under it).
+    """
+    for allowed in allowedHosts:
+        if allowed.startswith("."):
+            if name == allowed[1:] or name.endswith(allowed):
+                return True
+        elif name == allowed:
+            return True
+    return False
+
+
+def misdirected(request: Request, allowedHosts: Sequence[str] = ()) -> str | None:
     """
     Why C{request} looks like a DNS-rebinding request (see the module's
     docstring), or L{None} if it does not.
+
+    @param allowedHosts: C{status.allowed_hosts}, lower-cased.
     """
     header = request.getHeader(b"host")
     if header is None:
         return None
     local = getattr(request.getHost(), "host", None)
-    if not isinstance(local, str) or not _isLoopback(local):
+    loopback = isinstance(local, str) and _isLoopback(local)
+    if not loopback and not allowedHosts:
         return None
     name = hostName(header)
-    if allowedName(name):
+    if listedName(name, allowedHosts):
         return None
+    if loopback and allowedName(name):
+        return None
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    else:
+        return None
+    if allowedHosts:
+        return (
+            f"this site does not answer to the name {name[:80]!r}: it is not in"
+            " status.allowed_hosts (a DNS-rebinding request?)"
+        )
     return (
         f"this site answers only to localhost or an IP address, not to the name {name[:80]!r}"
         " (a DNS-rebinding request?)"
     )
+
+
+def reachesBeyondLoopback(listen: str) -> bool:
+    """
+    Whether a status listener on C{listen} (a server endpoint string)
+    may be reached on an address other than loopback: a C{tcp:} or
+    C{ssl:} endpoint without C{interface=} (every address) or with one
+    that is not loopback.  A C{unix:} socket, or an endpoint whose address
+    this cannot tell (C{systemd:}), is not.
+    """
+    try:
+        args, kwargs = splitEndpoint(listen)
+    except ValueError:
+        return False
+    if args[0].lower() not in ("tcp", "ssl", "tcp6", "ssl6"):
+        return False
+    interface = kwargs.get("interface")
+    return interface is None or not _isLoopback(interface)
 
 
 class MisdirectedResource(Resource):

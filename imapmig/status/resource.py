@@ -10,7 +10,7 @@ L{StatusResource} as resources.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Protocol
@@ -202,17 +202,21 @@ class QuietSite(QuietSiteMixin, Site):
         resource: IResource,
         reactor: IReactorTime | None = None,
         maxConnections: int = MAX_CONNECTIONS,
+        allowedHosts: Sequence[str] = (),
     ) -> None:
         """
         @param resource: the root resource.
         @param reactor: see L{Site}.
         @param maxConnections: the most connections open at once; more
             are closed as soon as they are accepted.
+        @param allowedHosts: C{status.allowed_hosts} (see
+            L{imapmig.status.hostcheck}).
         """
         Site.__init__(self, resource, reactor=reactor)
         self.maxConnections = maxConnections
         self.openConnections = 0
         self._refusals = LineBudget(self.reactor)
+        self._allowedHosts = tuple(allowedHosts)
 
     def buildProtocol(self, addr: IAddress | None) -> Protocol | None:  # type: ignore[override]
         """
@@ -253,7 +257,7 @@ class QuietSite(QuietSiteMixin, Site):
         The resource for C{request}, unless it looks like a DNS-rebinding
         request (L{imapmig.status.hostcheck}): then a 421.
         """
-        why = misdirected(request)
+        why = misdirected(request, self._allowedHosts)
         if why is not None:
             return MisdirectedResource(why)
         resource: IResource = Site.getResourceFor(self, request)
@@ -273,14 +277,18 @@ class QuietSite(QuietSiteMixin, Site):
         )
 
 
-def buildStatusSite(root: IResource, reactor: IReactorTime) -> Site:
+def buildStatusSite(
+    root: IResource, reactor: IReactorTime, allowedHosts: Sequence[str] = ()
+) -> Site:
     """
     The HTTP site serving C{root} (a L{StatusResource}), quiet at the
     default log level (L{QuietSite}).
 
     @param root: the site's root resource.
     @param reactor: the reactor for the site's timeouts.
+    @param allowedHosts: C{status.allowed_hosts}, the names the site
+        answers to (L{imapmig.status.hostcheck}).
     """
-    site = QuietSite(root, reactor=reactor)
+    site = QuietSite(root, reactor=reactor, allowedHosts=allowedHosts)
     site.displayTracebacks = False
     return site
