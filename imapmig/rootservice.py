@@ -144,7 +144,14 @@ class MigrationService(MultiService):
         def over(outcome: object) -> None:
             if timer.active():
                 timer.cancel()
-                result.callback(None)
+                # Fired from the reactor's next turn, not from here: the
+                # last service often stops inside a connection's
+                # dataReceived (the reply to a LOGOUT), and the reactor's
+                # shutdown that follows disconnects every connection at
+                # once, that one too; a TLS connection whose dataReceived
+                # is still running then fails on its torn-down TLS state
+                # (an "Unhandled Error" traceback with every stop).
+                clock.callLater(0, result.callback, None)
 
         stopped.addBoth(over)
         return result

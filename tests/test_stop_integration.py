@@ -23,10 +23,17 @@ from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from imapmig.testing.corpus import writeEmlDirectory
-from imapmig.testing.dovecot import DovecotUser
-from tests.support import newDirectory, startDaemon, writeDaemonConfig
-from tests.support import daemonCommand
+from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
+from imapmig.testing.dovecot import DovecotUser, requireDovecot
+from tests.support import (
+    daemonCommand,
+    freshUser,
+    newDirectory,
+    sharedDovecot,
+    startDaemon,
+    writeDaemonConfig,
+    writePasswordFile,
+)
 
 # The exit is awaited this long at most: far more than the stop needs
 # (stop_timeout 2 s plus the 10 s margin), so that a loaded machine
@@ -174,3 +181,61 @@ class StopWhileConnectingTests(TestCase):
         listener, port = await self._listen()
         await self._stopWhileConnecting(listener, {"endpoint": f"tls:127.0.0.1:{port}"})
 
+
+
+class StopMidTransferTests(TestCase):
+    """
+    C{SIGTERM} while a job copies over STARTTLS (Dovecot): the daemon
+    stops with status 0 and logs no traceback.  (The last service's stop
+    ends in a TLS connection's C{dataReceived}, the reply to its LOGOUT;
+    the reactor's shutdown, had it followed at once, would have torn that
+    connection's TLS state down under it: an "Unhandled Error" with
+    every such stop.)
+    """
+
+    async def test_startTLS(self) -> None:
+        """
+        A server-to-server job (an IMAP source and the destination, both
+        over STARTTLS) stopped while it copies.
+        """
+        requireDovecot(self)
+        instance = sharedDovecot()
+        source, destination = freshUser(instance), freshUser(instance)
+        writeMaildir(instance.maildirPath(source.name), 600)
+        instance.chownHome(source.name)
+        directory = newDirectory(self)
+        sourcePassword = writePasswordFile(
+            os.path.join(directory, "source-password"), source.password
+        )
+        server = {
+            "endpoint": f"tcp:127.0.0.1:{instance.port}",
+            "starttls": "required",
+            "tls_ca": instance.caCertificatePath,
+            "tls_hostname": "localhost",
+            # Slow enough that the connections are busy when the stop comes.
+            "per_account": {"messages_per_second": 30},
+        }
+        configPath = writeDaemonConfig(
+            directory,
+            destination,
+            {"server": "dovecot", "user": source.name, "password_file": sourcePassword},
+            server,
+        )
+        daemon = startDaemon(self, reactor, configPath, daemonCommand(configPath))
+        # The destination session is up (over TLS) once its folders are
+        # mapped.
+        for _ in range(int(EXIT_DEADLINE / 0.05)):
+            if b" goes to " in daemon.output or daemon.status is not None:
+                break
+            await deferLater(reactor, 0.05, lambda: None)
+        self.assertIn(b" goes to ", bytes(daemon.output), daemon.tail())
+        self.assertIsNone(daemon.status, daemon.tail())
+
+        os.kill(daemon.pid, signal.SIGTERM)
+        status = await daemon.exited(reactor, EXIT_DEADLINE)
+
+        self.assertEqual(status, 0, daemon.tail())
+        output = bytes(daemon.output)
+        self.assertIn(b"Job job stopped", output)
+        self.assertNotIn(b"Unhandled", output)
+        self.assertNotIn(b"Traceback", output)
