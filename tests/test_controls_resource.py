@@ -230,6 +230,45 @@ class ControlResourceTests(SynchronousTestCase):
         self.assertEqual(body, {"error": "controls are disabled: no status.token_file"})
         self.assertFalse(self.s.built["a"].stopped)
 
+    def test_unconfiguredRefusalsLoggedOnceAMinute(self) -> None:
+        """
+        Without C{status.token_file}, whoever posts to C{/control} cannot
+        fill the log either: the first refusal is logged at once (at info
+        level: read-only by configuration), the next ones within a minute
+        not at all; the first after the minute names how many were refused
+        since.
+        """
+        clock = Clock()
+        treq = siteWith(self.s.service.controls, None, clock)
+        with capturedLogs() as events:
+            for _ in range(1000):
+                response, _ = self.post("/control/pause-all", treq=treq)
+                self.assertEqual(response.code, 403)
+            clock.advance(59)
+            self.post("/control/pause-all", treq=treq)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused:"
+                " controls are disabled: no status.token_file"
+            ],
+        )
+        with capturedLogs() as events:
+            clock.advance(1)
+            self.post("/control/pause-all", treq=treq)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused: controls are"
+                " disabled: no status.token_file (1001 control requests refused since the"
+                " last such line; at most one line a minute)"
+            ],
+        )
+        self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.info])
+        self.assertFalse(self.s.built["a"].stopped)
+
     def test_crossSite(self) -> None:
         """
         A foreign or opaque C{Origin}, a cross-site C{Sec-Fetch-Site}, or a
