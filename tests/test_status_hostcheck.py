@@ -177,6 +177,22 @@ class ReachesBeyondLoopbackTests(SynchronousTestCase):
         ):
             self.assertFalse(reachesBeyondLoopback(listen), listen)
 
+    def test_localhostInterface(self) -> None:
+        """
+        An interface named C{localhost} (any case, with or without a
+        trailing dot) is loopback: the listener binds the address the name
+        resolves to, and is not warned about; another name is not known to
+        be loopback.
+        """
+        for listen in (
+            "tcp:8025:interface=localhost",
+            "tcp:8025:interface=LocalHost.",
+            "tcp6:8025:interface=localhost",
+            "ssl:8443:privateKey=k.pem:interface=localhost",
+        ):
+            self.assertFalse(reachesBeyondLoopback(listen), listen)
+        self.assertTrue(reachesBeyondLoopback("tcp:8025:interface=status.corp.example"))
+
     def test_listedName(self) -> None:
         """
         A name equal to one listed, or under one that starts with a dot.

@@ -139,7 +139,7 @@ def reachesBeyondLoopback(listen: str) -> bool:
     Whether a status listener on C{listen} (a server endpoint string)
     may be reached on an address other than loopback: a C{tcp:} or
     C{ssl:} endpoint without C{interface=} (every address) or with one
-    that is not loopback.  A C{unix:} socket, or an endpoint whose address
+    that is not loopback (an address or C{localhost}).  A C{unix:} socket, or an endpoint whose address
     this cannot tell (C{systemd:}), is not.
     """
     try:
@@ -149,7 +149,13 @@ def reachesBeyondLoopback(listen: str) -> bool:
     if args[0].lower() not in ("tcp", "ssl", "tcp6", "ssl6"):
         return False
     interface = kwargs.get("interface")
-    return interface is None or not _isLoopback(interface)
+    if interface is None:
+        return True
+    # The interface may be a name: "localhost" binds the loopback address
+    # (the socket's bind() resolves it from /etc/hosts).
+    if interface.lower().rstrip(".") in _LOCAL_NAMES:
+        return False
+    return not _isLoopback(interface)
 
 
 class MisdirectedResource(Resource):
