@@ -187,8 +187,11 @@ class ControlResourceTests(SynchronousTestCase):
     def test_refusalsLoggedOnceAMinute(self) -> None:
         """
         Whoever tries tokens cannot fill the log: the first refusal is a
-        warning at once, the next ones within a minute none; the first
-        after the minute names how many were refused since.
+        warning at once, the next ones within a minute none; a minute after
+        the first, one warning names how many were refused since and the
+        latest of them, though no request came after them; then nothing
+        until the next refusal, which, within the next minute, is reported
+        a minute after that line.
         """
         clock = Clock()
         treq = siteWith(self.s.service.controls, TOKEN, clock)
@@ -200,43 +203,49 @@ class ControlResourceTests(SynchronousTestCase):
                 )
                 self.assertEqual(response.code, 401)
             clock.advance(59)
-            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            self.post("/control/jobs/b/pause", headers={"Origin": "http://evil.example"}, treq=treq)
+            clock.advance(0.9)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines, ["Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token"]
         )
         with capturedLogs() as events:
-            clock.advance(1)
-            self.post("/control/jobs/a/pause", headers={"Origin": "http://evil.example"}, treq=treq)
+            clock.advance(0.1)
+            clock.advance(600)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines,
             [
-                "Control request /control/jobs/a/pause from 127.0.0.1 refused: cross-origin"
-                " request refused (1001 control requests refused for their token or origin"
+                "Control request /control/jobs/b/pause from 127.0.0.1 refused: cross-origin"
+                " request refused (1000 control requests refused for their token or origin"
                 " since the last such line; at most one line a minute)"
             ],
         )
         self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.warn])
+        with capturedLogs() as events:
+            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            clock.advance(1)
+            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            clock.advance(59)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token",
+                "Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token",
+            ],
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])
         self.assertFalse(self.s.built["a"].stopped)
-
-    def test_unconfigured(self) -> None:
-        """
-        Without C{status.token_file}: 403 whatever the token.
-        """
-        treq = siteWith(self.s.service.controls, None)
-        response, body = self.post("/control/jobs/a/pause", treq=treq)
-        self.assertEqual(response.code, 403)
-        self.assertEqual(body, {"error": "controls are disabled: no status.token_file"})
-        self.assertFalse(self.s.built["a"].stopped)
+        self.assertFalse(self.s.built["b/ü x"].stopped)
 
     def test_unconfiguredRefusalsLoggedOnceAMinute(self) -> None:
         """
         Without C{status.token_file}, whoever posts to C{/control} cannot
         fill the log either: the first refusal is logged at once (at info
         level: read-only by configuration), the next ones within a minute
-        not at all; the first after the minute names how many were refused
-        since.
+        not then; a minute after the first, one line names how many were
+        refused since.
         """
         clock = Clock()
         treq = siteWith(self.s.service.controls, None, clock)
@@ -245,7 +254,6 @@ class ControlResourceTests(SynchronousTestCase):
                 response, _ = self.post("/control/pause-all", treq=treq)
                 self.assertEqual(response.code, 403)
             clock.advance(59)
-            self.post("/control/pause-all", treq=treq)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines,
@@ -256,17 +264,27 @@ class ControlResourceTests(SynchronousTestCase):
         )
         with capturedLogs() as events:
             clock.advance(1)
-            self.post("/control/pause-all", treq=treq)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines,
             [
                 "Control request /control/pause-all from 127.0.0.1 refused: controls are"
-                " disabled: no status.token_file (1001 control requests refused since the"
+                " disabled: no status.token_file (999 control requests refused since the"
                 " last such line; at most one line a minute)"
             ],
         )
         self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.info])
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertFalse(self.s.built["a"].stopped)
+
+    def test_unconfigured(self) -> None:
+        """
+        Without C{status.token_file}: 403 whatever the token.
+        """
+        treq = siteWith(self.s.service.controls, None)
+        response, body = self.post("/control/jobs/a/pause", treq=treq)
+        self.assertEqual(response.code, 403)
+        self.assertEqual(body, {"error": "controls are disabled: no status.token_file"})
         self.assertFalse(self.s.built["a"].stopped)
 
     def test_crossSite(self) -> None:

@@ -159,7 +159,10 @@ class ControlResource(Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self._controls = controls
         self._token = None if token is None else token.value.encode("utf-8")
-        self._refusals = LineBudget(clock)
+        self._refusals = LineBudget(clock, overdue=self._logRefusals)
+        # The latest request refused, for the line that reports a burst of
+        # them after it ended: its path, client and reason.
+        self._latestRefusal = ("", "", "")
 
     def render(self, request: Request) -> bytes | int:
         """
@@ -213,14 +216,21 @@ class ControlResource(Resource):
         disabled by configuration (read-only: nothing to warn about, but
         whoever sends requests still cannot fill the log).
         """
+        self._latestRefusal = (escapedExcerpt(request.uri), client, why)
         refused = self._refusals.count()
-        if refused is None:
-            return
+        if refused is not None:
+            self._logRefusals(refused)
+
+    def _logRefusals(self, refused: int) -> None:
+        """
+        Log C{refused} refusals, naming the latest (L{_logRefusal}).
+        """
+        path, client, why = self._latestRefusal
         emit = log.info if self._token is None else log.warn
         if refused == 1:
             emit(
                 "Control request {path} from {client} refused: {why}",
-                path=escapedExcerpt(request.uri),
+                path=path,
                 client=client,
                 why=why,
             )
@@ -229,7 +239,7 @@ class ControlResource(Resource):
                 "Control request {path} from {client} refused: {why}"
                 " ({refused} control requests refused since the last such line;"
                 " at most one line a minute)",
-                path=escapedExcerpt(request.uri),
+                path=path,
                 client=client,
                 why=why,
                 refused=refused,
@@ -239,7 +249,7 @@ class ControlResource(Resource):
                 "Control request {path} from {client} refused: {why}"
                 " ({refused} control requests refused for their token or origin"
                 " since the last such line; at most one line a minute)",
-                path=escapedExcerpt(request.uri),
+                path=path,
                 client=client,
                 why=why,
                 refused=refused,
