@@ -493,3 +493,58 @@ class BoundedRequestTests(SynchronousTestCase):
         self.channel.dataReceived(self.head(2) + b"{}")
         self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 200 "), self.transport.value())
         self.assertTrue(self.s.built["a"].stopped)
+
+
+class SiteStopTests(SynchronousTestCase):
+    """
+    The status site (L{buildStatusSite}) that stops listening logs the
+    control requests refused and not yet logged.
+    """
+
+    def test_refusalsLoggedAtStop(self) -> None:
+        """
+        Refusals counted within the minute after the last line are logged
+        when the site stops, not lost, and no delayed call is left.
+        """
+        from imapmig.progress import MigrationProgress
+        from imapmig.state.memory import MemoryStateStore
+        from imapmig.status.resource import StatusResource, buildStatusSite
+
+        clock = Clock()
+        scheduler = ControlledScheduler([jobConfig("a", "alice")], maxJobs=1)
+        root = StatusResource(
+            MigrationProgress(clock.seconds),
+            clock.seconds,
+            MemoryStateStore(),
+            control=ControlResource(scheduler.service.controls, Secret(TOKEN), clock),
+        )
+        site = buildStatusSite(root, clock)
+        site.doStart()
+        with capturedLogs() as events:
+            for _ in range(3):
+                channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+                assert channel is not None
+                transport = StringTransport(
+                    hostAddress=IPv4Address("TCP", "127.0.0.1", 8025),
+                    peerAddress=IPv4Address("TCP", "127.0.0.1", 40000),
+                )
+                channel.makeConnection(transport)
+                channel.dataReceived(
+                    b"POST /control/pause-all HTTP/1.0\r\nHost: localhost\r\n"
+                    b"Content-Type: application/json\r\nAuthorization: Bearer wrong\r\n"
+                    b"Content-Length: 2\r\n\r\n{}"
+                )
+                channel.connectionLost(None)
+                self.assertTrue(transport.value().startswith(b"HTTP/1.0 401 "))
+            site.doStop()
+        lines = [formatEvent(e) for e in events if "why" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused: wrong token",
+                "Control request /control/pause-all from 127.0.0.1 refused: wrong token (2"
+                " control requests refused for their token or origin since the last such"
+                " line; at most one line a minute)",
+            ],
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])

@@ -70,3 +70,22 @@ class LineBudgetTests(SynchronousTestCase):
         self.assertEqual(budget.count(), 2)
         self.assertEqual(clock.getDelayedCalls(), [])
         self.assertEqual(reported, [999])
+
+    def test_flush(self) -> None:
+        """
+        L{LineBudget.flush} hands the events not yet reported to
+        C{overdue} at once and leaves no delayed call; with none pending it
+        does nothing.
+        """
+        clock = Clock()
+        reported: list[int] = []
+        budget = LineBudget(clock, interval=60, overdue=reported.append)
+        budget.flush()
+        self.assertEqual(budget.count(), 1)
+        budget.flush()
+        self.assertEqual(reported, [])
+        budget.count()
+        budget.count()
+        budget.flush()
+        self.assertEqual(reported, [2])
+        self.assertEqual(clock.getDelayedCalls(), [])

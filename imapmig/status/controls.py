@@ -164,6 +164,13 @@ class ControlResource(Resource):
         # them after it ended: its path, client and reason.
         self._latestRefusal = ("", "", "")
 
+    def flushRefusals(self) -> None:
+        """
+        Log the refusals not yet logged now (the site stops listening),
+        rather than a minute after the last line.
+        """
+        self._refusals.flush()
+
     def render(self, request: Request) -> bytes | int:
         """
         Check the request, then apply its control; answer JSON.

@@ -83,3 +83,13 @@ class LineBudget:
         count, self._count = self._count, 0
         self._loggedAt = self._clock.seconds()
         self._overdue(count)
+
+    def flush(self) -> None:
+        """
+        Hand the events not yet reported to C{overdue} now, if a report of
+        them is pending (the events' source stops: none is lost, and no
+        delayed call is left).
+        """
+        if self._report is not None:
+            self._report.cancel()
+            self._reportOverdue()
