@@ -7,16 +7,18 @@ ends, whatever its children do.
 
 from __future__ import annotations
 
+import signal
 from typing import Any, Sequence
 
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.logger import Logger
 
 from imapmig.config import Config
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.reload import ConfigReloader, IReloadObserver
+from imapmig.startsignals import heldSignals
 from imapmig.state import IStateStore
 
 log = Logger()
@@ -51,6 +53,24 @@ class MigrationService(MultiService):
         self.progress = progress
         self.reloader: ConfigReloader | None = None
         self._clock = clock
+
+    def startService(self) -> None:
+        """
+        Start every child, holding SIGINT and SIGTERM meanwhile
+        (L{imapmig.startsignals}): one that comes is raised again once the
+        reactor (given as C{clock}) runs and handles it.
+        """
+        held: list[int] = []
+        with heldSignals(held.append):
+            MultiService.startService(self)
+        core = self._clock
+        for number in held:
+            log.info(
+                "Signal {signal} received while the daemon started: stopping once it runs",
+                signal=signal.Signals(number).name,
+            )
+            if IReactorCore.providedBy(core):
+                core.callWhenRunning(signal.raise_signal, number)
 
     @property
     def config(self) -> Config | None:

@@ -1103,6 +1103,32 @@ class ProblemTests(ConfigTestCase):
         self.assertOnlyProblem(document, "status.listen", "out of range")
         document["status"] = {"listen": "carrier-pigeon:1"}
         self.assertOnlyProblem(document, "status.listen", "Unknown endpoint type")
+        document["status"] = {"listen": "tcp6:70000"}
+        self.assertOnlyProblem(document, "status.listen", "out of range")
+
+    def test_statusEndpointHints(self) -> None:
+        """
+        Where Twisted's parser names only an index or an argument, the
+        problem says what to do: a C{systemd:} endpoint outside the
+        service its socket unit starts (no LISTEN_FDS) names the socket
+        missing; an IPv6 interface with its colons not escaped says to
+        escape them.
+        """
+        document = self.document()
+        document["status"] = {"listen": "systemd:domain=INET:index=0"}
+        self.assertOnlyProblem(
+            document,
+            "status.listen",
+            "invalid endpoint 'systemd:domain=INET:index=0': systemd passed this process no"
+            " socket at index 0 (LISTEN_FDS, LISTEN_FDNAMES): a systemd: endpoint works only"
+            " in a service its .socket unit starts",
+        )
+        document["status"] = {"listen": "systemd:domain=INET:name=status"}
+        self.assertOnlyProblem(document, "status.listen", "no socket named 'status'")
+        document["status"] = {"listen": "tcp:8025:interface=::1"}
+        self.assertOnlyProblem(
+            document, "status.listen", "escape the colons of an IPv6 address with backslashes"
+        )
         document["status"] = True
         self.assertOnlyProblem(
             document, "status", "expected a mapping {listen: ENDPOINT} or off"

@@ -187,8 +187,11 @@ class ControlResourceTests(SynchronousTestCase):
     def test_refusalsLoggedOnceAMinute(self) -> None:
         """
         Whoever tries tokens cannot fill the log: the first refusal is a
-        warning at once, the next ones within a minute none; the first
-        after the minute names how many were refused since.
+        warning at once, the next ones within a minute none; a minute after
+        the first, one warning names how many were refused since and the
+        latest of them, though no request came after them; then nothing
+        until the next refusal, which, within the next minute, is reported
+        a minute after that line.
         """
         clock = Clock()
         treq = siteWith(self.s.service.controls, TOKEN, clock)
@@ -200,24 +203,78 @@ class ControlResourceTests(SynchronousTestCase):
                 )
                 self.assertEqual(response.code, 401)
             clock.advance(59)
-            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            self.post("/control/jobs/b/pause", headers={"Origin": "http://evil.example"}, treq=treq)
+            clock.advance(0.9)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines, ["Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token"]
         )
         with capturedLogs() as events:
-            clock.advance(1)
-            self.post("/control/jobs/a/pause", headers={"Origin": "http://evil.example"}, treq=treq)
+            clock.advance(0.1)
+            clock.advance(600)
         lines = [formatEvent(e) for e in events if "client" in e]
         self.assertEqual(
             lines,
             [
-                "Control request /control/jobs/a/pause from 127.0.0.1 refused: cross-origin"
-                " request refused (1001 control requests refused for their token or origin"
+                "Control request /control/jobs/b/pause from 127.0.0.1 refused: cross-origin"
+                " request refused (1000 control requests refused for their token or origin"
                 " since the last such line; at most one line a minute)"
             ],
         )
         self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.warn])
+        with capturedLogs() as events:
+            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            clock.advance(1)
+            self.post("/control/jobs/a/pause", headers=wrong, token=None, treq=treq)
+            clock.advance(59)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token",
+                "Control request /control/jobs/a/pause from 127.0.0.1 refused: wrong token",
+            ],
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertFalse(self.s.built["a"].stopped)
+        self.assertFalse(self.s.built["b/ü x"].stopped)
+
+    def test_unconfiguredRefusalsLoggedOnceAMinute(self) -> None:
+        """
+        Without C{status.token_file}, whoever posts to C{/control} cannot
+        fill the log either: the first refusal is logged at once (at info
+        level: read-only by configuration), the next ones within a minute
+        not then; a minute after the first, one line names how many were
+        refused since.
+        """
+        clock = Clock()
+        treq = siteWith(self.s.service.controls, None, clock)
+        with capturedLogs() as events:
+            for _ in range(1000):
+                response, _ = self.post("/control/pause-all", treq=treq)
+                self.assertEqual(response.code, 403)
+            clock.advance(59)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused:"
+                " controls are disabled: no status.token_file"
+            ],
+        )
+        with capturedLogs() as events:
+            clock.advance(1)
+        lines = [formatEvent(e) for e in events if "client" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused: controls are"
+                " disabled: no status.token_file (999 control requests refused since the"
+                " last such line; at most one line a minute)"
+            ],
+        )
+        self.assertEqual([e["log_level"] for e in events if "client" in e], [LogLevel.info])
+        self.assertEqual(clock.getDelayedCalls(), [])
         self.assertFalse(self.s.built["a"].stopped)
 
     def test_unconfigured(self) -> None:
@@ -436,3 +493,58 @@ class BoundedRequestTests(SynchronousTestCase):
         self.channel.dataReceived(self.head(2) + b"{}")
         self.assertTrue(self.transport.value().startswith(b"HTTP/1.1 200 "), self.transport.value())
         self.assertTrue(self.s.built["a"].stopped)
+
+
+class SiteStopTests(SynchronousTestCase):
+    """
+    The status site (L{buildStatusSite}) that stops listening logs the
+    control requests refused and not yet logged.
+    """
+
+    def test_refusalsLoggedAtStop(self) -> None:
+        """
+        Refusals counted within the minute after the last line are logged
+        when the site stops, not lost, and no delayed call is left.
+        """
+        from imapmig.progress import MigrationProgress
+        from imapmig.state.memory import MemoryStateStore
+        from imapmig.status.resource import StatusResource, buildStatusSite
+
+        clock = Clock()
+        scheduler = ControlledScheduler([jobConfig("a", "alice")], maxJobs=1)
+        root = StatusResource(
+            MigrationProgress(clock.seconds),
+            clock.seconds,
+            MemoryStateStore(),
+            control=ControlResource(scheduler.service.controls, Secret(TOKEN), clock),
+        )
+        site = buildStatusSite(root, clock)
+        site.doStart()
+        with capturedLogs() as events:
+            for _ in range(3):
+                channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+                assert channel is not None
+                transport = StringTransport(
+                    hostAddress=IPv4Address("TCP", "127.0.0.1", 8025),
+                    peerAddress=IPv4Address("TCP", "127.0.0.1", 40000),
+                )
+                channel.makeConnection(transport)
+                channel.dataReceived(
+                    b"POST /control/pause-all HTTP/1.0\r\nHost: localhost\r\n"
+                    b"Content-Type: application/json\r\nAuthorization: Bearer wrong\r\n"
+                    b"Content-Length: 2\r\n\r\n{}"
+                )
+                channel.connectionLost(None)
+                self.assertTrue(transport.value().startswith(b"HTTP/1.0 401 "))
+            site.doStop()
+        lines = [formatEvent(e) for e in events if "why" in e]
+        self.assertEqual(
+            lines,
+            [
+                "Control request /control/pause-all from 127.0.0.1 refused: wrong token",
+                "Control request /control/pause-all from 127.0.0.1 refused: wrong token (2"
+                " control requests refused for their token or origin since the last such"
+                " line; at most one line a minute)",
+            ],
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])

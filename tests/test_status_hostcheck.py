@@ -79,6 +79,30 @@ class StatusSiteHostTests(SynchronousTestCase):
         code, _ = self.get(b"attacker.example.", local=IPv6Address("TCP", "::1", 8025))
         self.assertEqual(code, 421)
 
+    def test_twoHostHeaders(self) -> None:
+        """
+        A request with two C{Host} headers is answered 421, whichever of
+        them is foreign and even when both are allowed: the check must not
+        read one name while another reader (a proxy, a log) reads the
+        other.
+        """
+        for first, second in (
+            (b"attacker.example", b"localhost"),
+            (b"localhost", b"attacker.example"),
+            (b"localhost", b"127.0.0.1"),
+        ):
+            channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+            assert channel is not None
+            transport = StringTransport(hostAddress=IPv4Address("TCP", "127.0.0.1", 8025))
+            channel.makeConnection(transport)
+            channel.dataReceived(
+                b"GET /status.json HTTP/1.0\r\nHost: " + first + b"\r\nHost: " + second + b"\r\n\r\n"
+            )
+            channel.connectionLost(None)
+            code, body = response(transport.value())
+            self.assertEqual(code, 421, (first, second))
+            self.assertIn("more than one Host header", json.loads(body)["error"])
+
     def test_local(self) -> None:
         """
         C{localhost}, a name under C{.localhost}, an IP address, or no
@@ -176,6 +200,22 @@ class ReachesBeyondLoopbackTests(SynchronousTestCase):
             "systemd:domain=INET:index=0",
         ):
             self.assertFalse(reachesBeyondLoopback(listen), listen)
+
+    def test_localhostInterface(self) -> None:
+        """
+        An interface named C{localhost} (any case, with or without a
+        trailing dot) is loopback: the listener binds the address the name
+        resolves to, and is not warned about; another name is not known to
+        be loopback.
+        """
+        for listen in (
+            "tcp:8025:interface=localhost",
+            "tcp:8025:interface=LocalHost.",
+            "tcp6:8025:interface=localhost",
+            "ssl:8443:privateKey=k.pem:interface=localhost",
+        ):
+            self.assertFalse(reachesBeyondLoopback(listen), listen)
+        self.assertTrue(reachesBeyondLoopback("tcp:8025:interface=status.corp.example"))
 
     def test_listedName(self) -> None:
         """

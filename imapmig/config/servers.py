@@ -81,6 +81,34 @@ def _twistedMessage(error: Exception) -> str:
     return re.sub(r"^[\w.]+\(\) ", "", str(error)) or type(error).__name__
 
 
+def _endpointMessage(description: str, error: Exception) -> str:
+    """
+    Why Twisted's parser refused the server endpoint string
+    C{description}: L{_twistedMessage}, or, where that names only an index
+    or an argument, what the admin can do about it.
+    """
+    try:
+        args, kwargs = splitEndpoint(description)
+    except ValueError:
+        return _twistedMessage(error)
+    kind = args[0].lower()
+    if kind == "systemd" and isinstance(error, (IndexError, KeyError)):
+        which = (
+            f"named {kwargs['name']!r}" if "name" in kwargs else f"at index {kwargs.get('index')}"
+        )
+        return (
+            f"systemd passed this process no socket {which} (LISTEN_FDS, LISTEN_FDNAMES):"
+            " a systemd: endpoint works only in a service its .socket unit starts"
+        )
+    if "multiple values for argument 'interface'" in str(error):
+        # "interface=::1" splits into "interface=", "" and "1".
+        return (
+            f"{_twistedMessage(error)}: escape the colons of an IPv6 address with"
+            " backslashes (interface=\\:\\:1)"
+        )
+    return _twistedMessage(error)
+
+
 @frozen
 class _ClientEndpoint:
     """
@@ -108,12 +136,12 @@ class ServersReader(LimitsReader):
             # raises; each is a problem with the string.
             self._problem(
                 path,
-                f"invalid endpoint {description!r}: {_twistedMessage(e)}"
+                f"invalid endpoint {description!r}: {_endpointMessage(description, e)}"
                 f" (e.g. {_DEFAULT_LISTEN!r})",
             )
             return False
         args, kwargs = splitEndpoint(description)
-        if args[0].lower() in ("tcp", "ssl"):
+        if args[0].lower() in ("tcp", "ssl", "tcp6"):
             port = args[1] if len(args) > 1 else kwargs.get("port", "0")
             if not 0 <= int(port) <= 65535:
                 self._problem(path, f"port {port} is out of range (0-65535)")

@@ -159,7 +159,17 @@ class ControlResource(Resource):
         super().__init__()  # type: ignore[no-untyped-call]
         self._controls = controls
         self._token = None if token is None else token.value.encode("utf-8")
-        self._refusals = LineBudget(clock)
+        self._refusals = LineBudget(clock, overdue=self._logRefusals)
+        # The latest request refused, for the line that reports a burst of
+        # them after it ended: its path, client and reason.
+        self._latestRefusal = ("", "", "")
+
+    def flushRefusals(self) -> None:
+        """
+        Log the refusals not yet logged now (the site stops listening),
+        rather than a minute after the last line.
+        """
+        self._refusals.flush()
 
     def render(self, request: Request) -> bytes | int:
         """
@@ -173,33 +183,8 @@ class ControlResource(Resource):
             self._check(request)
             apply = self._route(request, client)
         except _Refusal as e:
-            if self._token is None:
-                # Read-only by configuration: nothing to warn about.
-                log.info(
-                    "Control request {path} from {client} refused: {why}",
-                    path=escapedExcerpt(request.uri),
-                    client=client,
-                    why=e.message,
-                )
-            elif e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
-                refused = self._refusals.count()
-                if refused == 1:
-                    log.warn(
-                        "Control request {path} from {client} refused: {why}",
-                        path=escapedExcerpt(request.uri),
-                        client=client,
-                        why=e.message,
-                    )
-                elif refused is not None:
-                    log.warn(
-                        "Control request {path} from {client} refused: {why}"
-                        " ({refused} control requests refused for their token or origin"
-                        " since the last such line; at most one line a minute)",
-                        path=escapedExcerpt(request.uri),
-                        client=client,
-                        why=e.message,
-                        refused=refused,
-                    )
+            if e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
+                self._logRefusal(request, client, e.message)
             return _answer(request, e.code, {"error": e.message})
         finished = [False]
         request.notifyFinish().addBoth(lambda _: finished.__setitem__(0, True))
@@ -229,6 +214,53 @@ class ControlResource(Resource):
         except Exception:
             failed(Failure())
         return NOT_DONE_YET
+
+    def _logRefusal(self, request: Request, client: str, why: str) -> None:
+        """
+        Log a request refused for its token or origin (or every request,
+        when controls are disabled), once a minute at most
+        (L{LineBudget}): a warning, or at info level when controls are
+        disabled by configuration (read-only: nothing to warn about, but
+        whoever sends requests still cannot fill the log).
+        """
+        self._latestRefusal = (escapedExcerpt(request.uri), client, why)
+        refused = self._refusals.count()
+        if refused is not None:
+            self._logRefusals(refused)
+
+    def _logRefusals(self, refused: int) -> None:
+        """
+        Log C{refused} refusals, naming the latest (L{_logRefusal}).
+        """
+        path, client, why = self._latestRefusal
+        emit = log.info if self._token is None else log.warn
+        if refused == 1:
+            emit(
+                "Control request {path} from {client} refused: {why}",
+                path=path,
+                client=client,
+                why=why,
+            )
+        elif self._token is None:
+            emit(
+                "Control request {path} from {client} refused: {why}"
+                " ({refused} control requests refused since the last such line;"
+                " at most one line a minute)",
+                path=path,
+                client=client,
+                why=why,
+                refused=refused,
+            )
+        else:
+            emit(
+                "Control request {path} from {client} refused: {why}"
+                " ({refused} control requests refused for their token or origin"
+                " since the last such line; at most one line a minute)",
+                path=path,
+                client=client,
+                why=why,
+                refused=refused,
+            )
 
     def _check(self, request: Request) -> None:
         """

@@ -16,7 +16,8 @@ reverse proxy that names its upstream by address).
 L{misdirected} refuses, on a connection that arrived on a loopback
 address, a C{Host} that is neither an IP address nor C{localhost} (nor a
 name under C{.localhost}, which browsers resolve to loopback themselves).
-A request without C{Host} (no browser sends one) passes.
+A request without C{Host} (no browser sends one) passes; one with two
+is refused.
 
 A listener reached on another address (a LAN address, all interfaces) is
 reached under names only the admin knows: C{status.allowed_hosts} lists
@@ -105,9 +106,14 @@ def misdirected(request: Request, allowedHosts: Sequence[str] = ()) -> str | Non
 
     @param allowedHosts: C{status.allowed_hosts}, lower-cased.
     """
-    header = request.getHeader(b"host")
-    if header is None:
+    headers = request.requestHeaders.getRawHeaders(b"host")
+    if headers is None:
         return None
+    if len(headers) > 1:
+        # getHeader() reads the last one, another reader the first: two
+        # names, one of them unchecked (RFC 9112, 3.2 refuses them).
+        return "this site does not answer a request with more than one Host header"
+    header = headers[0]
     local = getattr(request.getHost(), "host", None)
     loopback = isinstance(local, str) and _isLoopback(local)
     if not loopback and not allowedHosts:
@@ -139,7 +145,7 @@ def reachesBeyondLoopback(listen: str) -> bool:
     Whether a status listener on C{listen} (a server endpoint string)
     may be reached on an address other than loopback: a C{tcp:} or
     C{ssl:} endpoint without C{interface=} (every address) or with one
-    that is not loopback.  A C{unix:} socket, or an endpoint whose address
+    that is not loopback (an address or C{localhost}).  A C{unix:} socket, or an endpoint whose address
     this cannot tell (C{systemd:}), is not.
     """
     try:
@@ -149,7 +155,13 @@ def reachesBeyondLoopback(listen: str) -> bool:
     if args[0].lower() not in ("tcp", "ssl", "tcp6", "ssl6"):
         return False
     interface = kwargs.get("interface")
-    return interface is None or not _isLoopback(interface)
+    if interface is None:
+        return True
+    # The interface may be a name: "localhost" binds the loopback address
+    # (the socket's bind() resolves it from /etc/hosts).
+    if interface.lower().rstrip(".") in _LOCAL_NAMES:
+        return False
+    return not _isLoopback(interface)
 
 
 class MisdirectedResource(Resource):

@@ -26,6 +26,7 @@ from imapmig.state import IStateStore
 from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
+from imapmig.status.controls import ControlResource
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import JobsResource
 from imapmig.status.lograte import LineBudget
@@ -251,6 +252,16 @@ class QuietSite(QuietSiteMixin, Site):
             refused=refused,
             client=str(getattr(addr, "host", "")),
         )
+
+    def stopFactory(self) -> None:
+        """
+        The site stops listening: the control requests refused and not yet
+        logged are logged now (L{ControlResource.flushRefusals}).
+        """
+        control = getattr(self.resource, "children", {}).get(b"control")
+        if isinstance(control, ControlResource):
+            control.flushRefusals()
+        Site.stopFactory(self)
 
     def getResourceFor(self, request: Request) -> IResource:
         """
