@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Callable
 
 import yaml
 from twisted.internet import reactor
@@ -26,6 +27,7 @@ from twisted.trial.unittest import TestCase
 from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
 from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.support import (
+    DaemonProcess,
     daemonCommand,
     freshUser,
     newDirectory,
@@ -39,6 +41,27 @@ from tests.support import (
 # (stop_timeout 2 s plus the 10 s margin), so that a loaded machine
 # does not fail the test.
 EXIT_DEADLINE = 60.0
+
+
+async def stoppedOnceReady(
+    testCase: TestCase, daemon: DaemonProcess, ready: Callable[[], bool]
+) -> bytes:
+    """
+    Wait until C{ready()} (the daemon still running), send the daemon
+    C{SIGTERM}, and check that it exits with status 0.
+
+    @return: its output.
+    """
+    for _ in range(int(EXIT_DEADLINE / 0.05)):
+        if ready() or daemon.status is not None:
+            break
+        await deferLater(reactor, 0.05, lambda: None)
+    testCase.assertTrue(ready(), daemon.tail())
+    testCase.assertIsNone(daemon.status, daemon.tail())
+    os.kill(daemon.pid, signal.SIGTERM)
+    status = await daemon.exited(reactor, EXIT_DEADLINE)
+    testCase.assertEqual(status, 0, daemon.tail())
+    return bytes(daemon.output)
 
 
 class SilentPeer(Protocol):
@@ -133,18 +156,8 @@ class StopWhileConnectingTests(TestCase):
         and that every connection is closed.
         """
         daemon = startDaemon(self, reactor, configPath, daemonCommand(configPath))
-        for _ in range(int(EXIT_DEADLINE / 0.05)):
-            if listener.accepted >= connections or daemon.status is not None:
-                break
-            await deferLater(reactor, 0.05, lambda: None)
+        output = await stoppedOnceReady(self, daemon, lambda: listener.accepted >= connections)
         self.assertEqual(listener.accepted, connections, daemon.tail())
-        self.assertIsNone(daemon.status, daemon.tail())
-
-        os.kill(daemon.pid, signal.SIGTERM)
-        status = await daemon.exited(reactor, EXIT_DEADLINE)
-
-        self.assertEqual(status, 0, daemon.tail())
-        output = bytes(daemon.output)
         self.assertNotIn(b"The stop is not over", output)
         self.assertIn(b"Job job stopped", output)
         for _ in range(100):
@@ -224,18 +237,8 @@ class StopMidTransferTests(TestCase):
         daemon = startDaemon(self, reactor, configPath, daemonCommand(configPath))
         # The destination session is up (over TLS) once its folders are
         # mapped.
-        for _ in range(int(EXIT_DEADLINE / 0.05)):
-            if b" goes to " in daemon.output or daemon.status is not None:
-                break
-            await deferLater(reactor, 0.05, lambda: None)
-        self.assertIn(b" goes to ", bytes(daemon.output), daemon.tail())
-        self.assertIsNone(daemon.status, daemon.tail())
-
-        os.kill(daemon.pid, signal.SIGTERM)
-        status = await daemon.exited(reactor, EXIT_DEADLINE)
-
-        self.assertEqual(status, 0, daemon.tail())
-        output = bytes(daemon.output)
+        output = await stoppedOnceReady(self, daemon, lambda: b" goes to " in daemon.output)
+        self.assertIn(b" goes to ", output)
         self.assertIn(b"Job job stopped", output)
         self.assertNotIn(b"Unhandled", output)
         self.assertNotIn(b"Traceback", output)
