@@ -14,6 +14,7 @@ from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
@@ -167,6 +168,28 @@ class StopWhileOpeningTests(SynchronousTestCase):
         transport = endpoint.servers[0].transport
         assert transport is not None
         self.assertTrue(transport.disconnected)  # type: ignore[attr-defined]
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_stopWhileListing(self) -> None:
+        """
+        A job stopped between two folders of its listing reports no
+        listing (no "N messages in F folders" line for the part listed)
+        and leaves its totals as they were: a listing cut short is not
+        the source's content.
+        """
+        populate(self.source, self.source.addFolder("Archive"), 2)
+        endpoint = SilentEndpoint(self.clock)
+        job = self.job(silentOpener(endpoint, self.clock, 120.0))
+        with capturedLogs() as events:
+            d = Deferred.fromCoroutine(job.run())
+            job.stop()
+            self.clock.advance(0)
+            endpoint.pump()
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(self.progress.state, JobState.STOPPED)
+        self.assertEqual([e for e in events if "pending" in e], [])
+        self.assertFalse(self.progress.countedByListing)
+        self.assertEqual(self.progress.messagesTotal, 0)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_stopWhileAwaitingTheGreeting(self) -> None:

@@ -421,7 +421,13 @@ class MigrationJob:
                 first = await opening
                 await self._reconcile(first, entries, listed)
                 opening = Deferred.fromCoroutine(_ready(first))
-            listings = await listing.plan(listed, self._failedThisRun, self._recorder)
+            # A listing cut short by a stop is not the source's content:
+            # neither its totals nor its line are reported.
+            listings = (
+                []
+                if self._stopping
+                else await listing.plan(listed, self._failedThisRun, self._recorder)
+            )
         except BaseException:
             _consume(opening, self.name)
             raise
