@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
+from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs, formatEvent
 from twisted.test import iosim
@@ -185,6 +186,28 @@ class RecordingStateStore(MemoryStateStore):
         return {(o.folderKey, o.messageKey): o for batch in self.batches for o in batch}
 
 
+def connectPumped(
+    server: Protocol, protocolFactory: IProtocolFactory, clock: Clock
+) -> tuple[IProtocol, iosim.IOPump]:
+    """
+    Connect a client built by C{protocolFactory} to C{server} over an iosim
+    pump timed by C{clock}, neither side greeted yet.
+
+    @return: the client and the pump.
+    """
+    client = protocolFactory.buildProtocol(iosim.FakeAddress())
+    assert client is not None
+    pump = iosim.connect(
+        server,
+        iosim.makeFakeServer(server),
+        client,
+        iosim.makeFakeClient(client),
+        greet=False,
+        clock=clock,
+    )
+    return client, pump
+
+
 @implementer(IStreamClientEndpoint)
 class MemoryEndpoint:
     """
@@ -214,16 +237,7 @@ class MemoryEndpoint:
         server = self._makeServer(attempt)
         if server is None:
             return fail(ConnectionRefusedError("memory endpoint refused"))
-        client = protocolFactory.buildProtocol(iosim.FakeAddress())
-        assert client is not None
-        pump = iosim.connect(
-            server,
-            iosim.makeFakeServer(server),
-            client,
-            iosim.makeFakeClient(client),
-            greet=False,
-            clock=self._clock,
-        )
+        client, pump = connectPumped(server, protocolFactory, self._clock)
         self.servers.append(server)
         self.pumps.append(pump)
         self.arrivals.append([])

@@ -27,7 +27,15 @@ from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 
-from tests.test_job import JOB, PASSWORD, USER, MemoryEndpoint, MemorySource, populate
+from tests.test_job import (
+    JOB,
+    PASSWORD,
+    USER,
+    MemoryEndpoint,
+    MemorySource,
+    connectPumped,
+    populate,
+)
 
 
 class SilentServer(Protocol):
@@ -66,19 +74,9 @@ class SilentEndpoint:
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
         "See L{IStreamClientEndpoint.connect}."
-        client = protocolFactory.buildProtocol(iosim.FakeAddress())
-        assert client is not None
         server = SilentServer(self._greeting)
-        self.pumps.append(
-            iosim.connect(
-                server,
-                iosim.makeFakeServer(server),
-                client,
-                iosim.makeFakeClient(client),
-                greet=False,
-                clock=self._clock,
-            )
-        )
+        client, pump = connectPumped(server, protocolFactory, self._clock)
+        self.pumps.append(pump)
         self.servers.append(server)
         return succeed(client)
 
