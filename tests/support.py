@@ -50,7 +50,7 @@ from imapmig.config import Config
 from imapmig.progress import JobProgress
 from imapmig.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
-from imapmig.testing.corpus import Corpus, CorpusMessage, writeMaildir
+from imapmig.testing.corpus import Corpus, CorpusMessage, writeEmlDirectory, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
 from imapmig.testing.faultproxy import Fault, FaultProxy
 
@@ -466,6 +466,29 @@ def writeDaemonConfig(
     with open(path, "w") as f:
         yaml.safe_dump(document, f)
     return path
+
+
+def writeEmlJobConfig(
+    testCase: SynchronousTestCase,
+    instance: DovecotInstance,
+    user: DovecotUser,
+    messages: int,
+    **server: object,
+) -> str:
+    """
+    Write, in a new directory of C{testCase}, an EML directory of
+    C{messages} generated messages and the configuration of one job
+    migrating it into C{user}'s account on C{instance}'s plain port
+    (L{plainServer}, C{server} keys added), the status listener off.
+
+    @return: the configuration file's path.
+    """
+    directory = newDirectory(testCase)
+    eml = os.path.join(directory, "eml")
+    writeEmlDirectory(eml, messages)
+    return writeDaemonConfig(
+        directory, user, {"eml_dir": eml}, {**plainServer(instance), **server}
+    )
 
 
 SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(imapmig.__file__)))

@@ -16,7 +16,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
+from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.support import (
     daemonCommand,
@@ -28,6 +28,7 @@ from tests.support import (
     sourceTreeEnvironment,
     startDaemon,
     writeDaemonConfig,
+    writeEmlJobConfig,
 )
 
 # twistd's text log format, which the launcher keeps.
@@ -112,15 +113,7 @@ class RunTests(TestCase):
     """
 
     def _config(self, instance: DovecotInstance, user: DovecotUser, messages: int) -> str:
-        directory = newDirectory(self)
-        eml = os.path.join(directory, "eml")
-        writeEmlDirectory(eml, messages)
-        return writeDaemonConfig(
-            directory,
-            user,
-            {"eml_dir": eml},
-            {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"},
-        )
+        return writeEmlJobConfig(self, instance, user, messages)
 
     def _start(self, configPath: str, *arguments: str) -> DaemonProcess:
         return startDaemon(self, reactor, configPath, daemonCommand(configPath, *arguments))

@@ -21,7 +21,6 @@ from typing import IO
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.journald import messageID
-from imapmig.testing.corpus import writeEmlDirectory
 from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.journalreader import JournalSocket, first
 from tests.support import (
@@ -32,7 +31,7 @@ from tests.support import (
     sharedDovecot,
     sourceTreeEnvironment,
     twistdCommand,
-    writeDaemonConfig,
+    writeEmlJobConfig,
 )
 
 DEADLINE = 60.0
@@ -157,15 +156,7 @@ class JournalOutputTests(SynchronousTestCase):
         self.seen: list[Entry] = []
 
     def config(self, user: DovecotUser, messages: int, **server: object) -> str:
-        directory = newDirectory(self)
-        eml = os.path.join(directory, "eml")
-        writeEmlDirectory(eml, messages)
-        return writeDaemonConfig(
-            directory,
-            user,
-            {"eml_dir": eml},
-            {"endpoint": f"tcp:127.0.0.1:{self.instance.port}", "starttls": "off", **server},
-        )
+        return writeEmlJobConfig(self, self.instance, user, messages, **server)
 
     def daemon(
         self, configPath: str, journalStream: str | None = "stdout", **environ: str

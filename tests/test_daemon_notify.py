@@ -42,7 +42,7 @@ from tests.support import (
     sharedDovecot,
     sourceTreeEnvironment,
     twistdCommand,
-    writeDaemonConfig,
+    writeEmlJobConfig,
 )
 
 log = Logger()
@@ -141,15 +141,7 @@ class NotifyTests(TestCase):
         requireDovecot(self)
         instance = sharedDovecot()
         user = freshUser(instance)
-        directory = newDirectory(self)
-        eml = os.path.join(directory, "eml")
-        writeEmlDirectory(eml, messages)
-        path = writeDaemonConfig(
-            directory,
-            user,
-            {"eml_dir": eml},
-            {"endpoint": f"tcp:127.0.0.1:{instance.port}", "starttls": "off"},
-        )
+        path = writeEmlJobConfig(self, instance, user, messages)
         with open(path) as f:
             document = yaml.safe_load(f)
         document["status"] = {"listen": "tcp:0:interface=127.0.0.1"}
