@@ -47,8 +47,7 @@ class DemoRun:
         self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
         testCase.addCleanup(shutil.rmtree, self.directory, True)
         self.process = subprocess.Popen(
-            [sys.executable, *program, "--directory",
-             os.path.join(self.directory, "d"), *arguments],
+            self.command(program, arguments),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -59,6 +58,13 @@ class DemoRun:
         testCase.addCleanup(self._cleanUp)
         self.output = LineReader(self.process)
         self.watch: ProcessWatch | None = None
+
+    def command(self, program: tuple[str, ...], arguments: tuple[str, ...]) -> list[str]:
+        """
+        The command line that runs the demo in L{directory}.
+        """
+        demoDirectory = os.path.join(self.directory, "d")
+        return [sys.executable, *program, "--directory", demoDirectory, *arguments]
 
     def started(self) -> tuple[int, int]:
         """
@@ -248,8 +254,13 @@ class _MakeRun(DemoRun):
     """
 
     def __init__(self, testCase: SynchronousTestCase, make: str) -> None:
-        self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
-        testCase.addCleanup(shutil.rmtree, self.directory, True)
+        self._make = make
+        super().__init__(testCase)
+
+    def command(self, program: tuple[str, ...], arguments: tuple[str, ...]) -> list[str]:
+        """
+        C{make demo} with a Makefile of that one recipe, in L{directory}.
+        """
         makefile = os.path.join(self.directory, "Makefile")
         with open(makefile, "w") as f:
             f.write(
@@ -258,15 +269,4 @@ class _MakeRun(DemoRun):
                 "\t$(BIN)/python -m imapmig.demo --messages 300"
                 f" --directory {os.path.join(self.directory, 'd')}\n"
             )
-        self.process = subprocess.Popen(
-            [make, "-f", makefile, "demo"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=sourceTreeEnvironment(),
-            cwd=self.directory,
-            preexec_fn=defaultSignals,
-        )
-        testCase.addCleanup(self._cleanUp)
-        self.output = LineReader(self.process)
-        self.watch = None
+        return [self._make, "-f", makefile, "demo"]
