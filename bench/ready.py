@@ -104,13 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     Measure; print one line per launcher.  Return the exit status.
     """
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=10, help="measured runs of each (10)")
-    parser.add_argument(
-        "--launcher",
-        choices=("twistd", "daemon", "both"),
-        default="both",
-        help="twistd -n imapmig, python -m imapmig.daemon, or both (the default)",
-    )
+    startup.addRunOptions(parser)
     args = parser.parse_args(argv)
     base = tempfile.mkdtemp(prefix="imapmig-ready-")
     startup._pycachePrefix = os.path.join(base, "pycache")

@@ -205,11 +205,11 @@ def runOnce(
     return elapsed, done.stdout, done.stderr
 
 
-def main(argv: list[str] | None = None) -> int:
+def addRunOptions(parser: argparse.ArgumentParser) -> None:
     """
-    Measure; print one line per configuration.  Return the exit status.
+    Add the options this benchmark shares with L{bench.ready}: C{--runs}
+    and C{--launcher}.
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="measured runs of each (10)")
     parser.add_argument(
         "--launcher",
@@ -217,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         default="both",
         help="twistd -n imapmig, python -m imapmig.daemon, or both (the default)",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """
+    Measure; print one line per configuration.  Return the exit status.
+    """
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    addRunOptions(parser)
     parser.add_argument("--profile", help="write cProfile statistics of one run here")
     parser.add_argument("--importtime", help="write -X importtime output of one run here")
     parser.add_argument(
