@@ -119,6 +119,9 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     newHosts = () if new.status is None else new.status.allowedHosts
     if oldHosts != newHosts:
         needsRestart.append("status.allowed_hosts")
+    # A status site added or taken away is status.listen's change.
+    if old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries:
+        needsRestart.append("status.max_job_series")
     for name, server in newServers.items():
         before = oldServers.get(name)
         if before is not None and _rates(before.limits) != _rates(server.limits):

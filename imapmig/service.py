@@ -577,9 +577,7 @@ def buildService(
             rulesOf=rules.get,
             control=ControlResource(scheduler.controls, config.status.token, reactor),
             metrics=buildMetricsResource(
-                progress,
-                telemetry,
-                jobServers,
+                progress, telemetry, jobServers, config.status.maxJobSeries
             ),
         )
         listener = ListenerService(

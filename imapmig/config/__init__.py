@@ -86,7 +86,9 @@ _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs",
 )  # fmt: skip
-_STATUS_KEYS = ("listen", "token_file", "allowed_hosts")
+_STATUS_KEYS = ("listen", "token_file", "allowed_hosts", "max_job_series")
+# The most status.max_job_series may be: 9 series a job, 9 million series.
+_MAX_JOB_SERIES_BOUND = 1_000_000
 
 # A host name of status.allowed_hosts: DNS labels (an IPv4 address
 # matches too, harmlessly: addresses are always allowed), or ".NAME" for
@@ -285,11 +287,19 @@ class _ConfigParser(UserListReader, ServersReader):
             if token is None:
                 return None
         allowedHosts = self._readAllowedHosts(status.get("allowed_hosts", []))
+        series = {}
+        if "max_job_series" in status:
+            bound = self._readInteger(
+                status["max_job_series"], "status.max_job_series", 0, _MAX_JOB_SERIES_BOUND
+            )
+            if bound is None:
+                return None
+            series["maxJobSeries"] = bound
         if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
             return None
         if allowedHosts is None:
             return None
-        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts)
+        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts, **series)
 
     def _readAllowedHosts(self, value: object) -> tuple[str, ...] | None:
         """

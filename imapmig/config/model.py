@@ -301,11 +301,15 @@ class StatusConfig:
         lower-cased, a leading dot for every name under one
         (L{imapmig.status.hostcheck}); empty: any name on a non-loopback
         address.
+    @ivar maxJobSeries: C{status.max_job_series}: the most jobs for which
+        C{/metrics} gives every job its own series
+        (L{imapmig.status.metrics.MAX_JOB_SERIES} by default).
     """
 
     listen: str
     token: Secret | None = None
     allowedHosts: tuple[str, ...] = ()
+    maxJobSeries: int = 10_000
 
 
 @frozen
