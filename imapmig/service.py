@@ -59,6 +59,7 @@ from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.joblog import describeSource
+from imapmig.logfields import AccountName
 from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.reload import ConfigReloader, ReloadTarget, loadInThread
@@ -158,6 +159,12 @@ def sessionOpener(
         assert tlsOptions is not None
         endpoint = wrapClientTLS(tlsOptions, endpoint)
     description = f"{user} at {server.endpoint}"
+    # What every event of the session carries: its job, and the server
+    # and user as /metrics labels them (imapmig.logfields).
+    logFields = {
+        **({} if job is None else {"job": job}),
+        **AccountName(server.name, user, server.endpoint).fields(),
+    }
 
     def logIn(credentials: Credentials) -> Awaitable[IMAPSession]:
         return openSession(
@@ -170,7 +177,7 @@ def sessionOpener(
             timeout=server.timeout,
             compress=server.compress,
             namespaceOverride=server.namespace,
-            logFields=None if job is None else {"job": job},
+            logFields=logFields,
         )
 
     opener: Callable[[], Awaitable[IMAPSession]]
@@ -188,7 +195,7 @@ def sessionOpener(
 
         def opener() -> Awaitable[IMAPSession]:
             return loginWithToken(
-                source, logInWith, description, None if job is None else {"job": job}
+                source, logInWith, description, logFields
             )
 
     return opener if grant is None else grantedOpener(grant, opener)
@@ -510,7 +517,11 @@ def buildService(
             throttle=upload,
             sourceThrottle=download,
             defer=True,
-            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
+            destination=AccountName(
+                jobConfig.destination.server.name,
+                jobConfig.destination.user,
+                jobConfig.destination.server.endpoint,
+            ),
             sourceDescription=describeSource(jobConfig.source),
             telemetry=telemetry.server(jobConfig.destination.server.name),
         )

@@ -28,6 +28,7 @@ from imapmig.imap.signals import classifyRefusal
 from imapmig.job.lifecycle import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
+from imapmig.logfields import AccountName, withFields
 from imapmig.progress import JobProgress
 from imapmig.schedule.throttle import DailyLimitReached, utcTime
 from imapmig.state import IStateStore
@@ -73,7 +74,7 @@ class RunRetries:
     def __init__(
         self,
         job: str,
-        destination: str,
+        destination: AccountName | None,
         store: IStateStore,
         progress: JobProgress,
         clock: IReactorTime,
@@ -86,7 +87,8 @@ class RunRetries:
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
-        @param destination: the destination account as logs name it.
+        @param destination: the destination account as logs name it
+            (L{imapmig.logfields}), or L{None}.
         @param store: where the outcome of a run is recorded.
         @param progress: the job's counters (its reconnections).
         @param clock: what the waits are timed by.
@@ -99,7 +101,12 @@ class RunRetries:
         @param stopping: whether the job is stopping.
         """
         self._job = job
-        self._destination = destination
+        self._destination = (
+            "the destination account" if destination is None else destination.description
+        )
+        # Every line of the job's retries names its destination's server
+        # and user as /metrics does (imapmig.logfields).
+        self._log = withFields(log, {} if destination is None else destination.fields())
         self._store = store
         self._progress = progress
         self._clock = clock
@@ -199,7 +206,7 @@ class RunRetries:
         try:
             await self._store.recordJobFailure(self._job, reason)
         except ImapmigError as e:
-            log.error(
+            self._log.error(
                 "Job {job}: cannot record the job's outcome in the state store: {why}",
                 job=self._job,
                 why=str(e),
@@ -253,7 +260,7 @@ class RunRetries:
         records what is left to copy as failed (L{overQuota}).
         """
         self.overQuota = f"destination over quota: {error.text or reason}"
-        log.error(
+        self._log.error(
             "Job {job}: the destination account {account} is over quota (its mailbox"
             " is full: {why}); the messages left to copy are recorded as failed",
             job=self._job,
@@ -270,7 +277,7 @@ class RunRetries:
         """
         self.deferredUntil = self._clock.seconds() + untilRenewal
         self._lifecycle.defer(f"daily budget: {reason}", self.deferredUntil)
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; paused until {until}, its job slot and"
             " connections given back meanwhile",
             job=self._job,
@@ -284,7 +291,7 @@ class RunRetries:
         midnight), C{delay} seconds from now.
         """
         self._lifecycle.pause(reason, delay)
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; paused until {until}",
             job=self._job,
             why=reason,
@@ -307,7 +314,7 @@ class RunRetries:
             delay = retryAfter if retryAfter is not None else self._delays(self._fruitless - 1)
             self._lifecycle.backOff(reason, delay)
             what = "connecting again"
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
             " of {attempts} without progress)",
             job=self._job,
