@@ -531,6 +531,19 @@ def buildService(
         return root.config or config
 
     ProgressSampler(progress, reactor).setServiceParent(root)
+    if config.notify is not None:
+        # Imported here, as the status site: only a daemon that notifies
+        # pays for twisted.web's client.
+        from imapmig.webhook import watchRun
+
+        watchRun(
+            root,
+            config.notify,
+            progress,
+            reactor,
+            lambda job: jobServers.get(job, ""),
+            lambda: current().notify,
+        )
     queue = InMemoryJobQueue(config.jobs, time.monotonic)
     scheduler = JobQueueService(
         queue,

@@ -6,7 +6,7 @@ L{imapmig.config}.
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
 from imapmig.config.limits import ServerLimits
 from imapmig.plan import FolderRules, PersonalNamespace
@@ -313,6 +313,25 @@ class StatusConfig:
 
 
 @frozen
+class NotifyConfig:
+    """
+    Where the daemon's notifications go (C{notify}; L{imapmig.webhook}).
+
+    @ivar webhookURL: C{notify.webhook_url}: notifications are POSTed to
+        it as JSON (C{https://}, or C{http://} to loopback).
+    @ivar token: C{notify.token_file}'s token, sent as C{Authorization:
+        Bearer}, or L{None}: no C{Authorization}.  A L{Secret}.
+    @ivar stalledAfter: C{notify.stalled_after}: seconds without a message
+        settled while jobs wait or run before a C{stalled} notification,
+        or L{None}: none.
+    """
+
+    webhookURL: str = field(repr=False)
+    token: Secret | None = None
+    stalledAfter: float | None = 3600.0
+
+
+@frozen
 class Config:
     """
     The whole configuration.
@@ -325,6 +344,7 @@ class Config:
     @ivar stopTimeout: seconds a stopping daemon waits for the replies to
         the messages in flight.
     @ivar maxJobs: jobs running at once (C{max_jobs}).
+    @ivar notify: where notifications go (C{notify}), or L{None}: none.
     """
 
     path: str
@@ -334,3 +354,4 @@ class Config:
     jobs: tuple[JobConfig, ...]
     stopTimeout: float = 30.0
     maxJobs: int = 8
+    notify: NotifyConfig | None = None
