@@ -531,19 +531,6 @@ def buildService(
         return root.config or config
 
     ProgressSampler(progress, reactor).setServiceParent(root)
-    if config.notify is not None:
-        # Imported here, as the status site: only a daemon that notifies
-        # pays for twisted.web's client.
-        from imapmig.webhook import watchRun
-
-        watchRun(
-            root,
-            config.notify,
-            progress,
-            reactor,
-            lambda job: jobServers.get(job, ""),
-            lambda: current().notify,
-        )
     queue = InMemoryJobQueue(config.jobs, time.monotonic)
     scheduler = JobQueueService(
         queue,
@@ -579,6 +566,19 @@ def buildService(
         ),
         running=lambda: bool(root.running),
     )
+    if config.notify is not None:
+        # Imported here, as the status site: only a daemon that notifies
+        # pays for twisted.web's client.
+        from imapmig.webhook import watchRun
+
+        watchRun(
+            root,
+            config.notify,
+            progress,
+            reactor,
+            lambda job: jobServers.get(job, ""),
+            lambda: current().notify,
+        )
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) is start-up that a daemon

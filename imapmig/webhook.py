@@ -47,12 +47,11 @@ from twisted.web.iweb import IAgent, IResponse
 import imapmig
 from imapmig.config.model import NotifyConfig
 from imapmig.errors import escapedExcerpt
+from imapmig.httpclient import BodyTooLarge, BoundedBody, BytesBody, QuietConnectionPool
 from imapmig.imap.signals import excerpt
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.rootservice import MigrationService
 from imapmig.secrets import Secret
-from imapmig.tlsidentity import HostnameVerifyingPolicy
-from imapmig.tokenrefresh import QuietConnectionPool, _BodyTooLarge, _BoundedBody, _FormBody
 
 __all__ = [
     "ATTEMPTS",
@@ -148,18 +147,20 @@ def _isoTime(seconds: float) -> str:
     return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def agentFor(reactor: Any) -> IAgent:
+def agentFor(reactor: Any, url: str) -> IAgent:
     """
-    The agent the daemon posts with: certificates verified against the
-    system's trust store (host name checked), a new connection per
-    request, connecting within L{TIMEOUT}.
+    The agent the daemon posts to C{url} with: for https, certificates
+    verified against the system's trust store (host name checked); a new
+    connection per request, connecting within L{TIMEOUT}.
     """
-    return Agent(
-        reactor,
-        HostnameVerifyingPolicy(),
-        connectTimeout=TIMEOUT,
-        pool=QuietConnectionPool(reactor, persistent=False),
-    )
+    pool = QuietConnectionPool(reactor, persistent=False)
+    if not url.lower().startswith("https:"):
+        # Plain http to loopback: a daemon without TLS has no OpenSSL
+        # (imapmig.cleartext), which imapmig.tlsidentity imports.
+        return Agent(reactor, connectTimeout=TIMEOUT, pool=pool)
+    from imapmig.tlsidentity import HostnameVerifyingPolicy
+
+    return Agent(reactor, HostnameVerifyingPolicy(), connectTimeout=TIMEOUT, pool=pool)
 
 
 class _Refused(Exception):
@@ -344,7 +345,7 @@ class WebhookSender:
         if self._token is not None:
             headers.addRawHeader(b"Authorization", b"Bearer " + self._token.value.encode("utf-8"))
         response: IResponse = await self._agent.request(
-            b"POST", self._url.encode("ascii"), headers, _FormBody(body)
+            b"POST", self._url.encode("ascii"), headers, BytesBody(body)
         )
         answer = await self._read(response)
         code = response.code
@@ -357,11 +358,11 @@ class WebhookSender:
         raise _Refused(said + hint)
 
     async def _read(self, response: IResponse) -> bytes:
-        receiver = _BoundedBody(ANSWER_LIMIT)
+        receiver = BoundedBody(ANSWER_LIMIT)
         response.deliverBody(receiver)
         try:
             return await receiver.done
-        except _BodyTooLarge:
+        except BodyTooLarge:
             return b""
 
     def flush(self, within: float) -> Deferred[None]:
@@ -455,7 +456,7 @@ class RunWatcher(Service):
         self._serverOf = serverOf
         self.config = config
         self.sender = sender or WebhookSender(
-            reactor, agentFor(reactor), config.webhookURL, config.token
+            reactor, agentFor(reactor, config.webhookURL), config.webhookURL, config.token
         )
         self._loop: LoopingCall | None = None
         self._states: dict[str, JobState] = {}

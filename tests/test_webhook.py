@@ -24,6 +24,7 @@ from twisted.web.iweb import IAgent, IBodyProducer
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
+from imapmig import cleartext
 from imapmig.config import NotifyConfig, parseConfig
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.reloadplan import keptForRestart, planReload
@@ -504,3 +505,15 @@ class NotifyConfigTests(ConfigTestCase):
         self.assertEqual(keptForRestart(old, none).notify, old.notify)
         self.assertEqual(planReload(none, old).needsRestart, ("notify",))
         self.assertIsNone(keptForRestart(none, old).notify)
+
+    def test_needsTLS(self) -> None:
+        """
+        An https webhook needs TLS (a daemon otherwise runs without
+        OpenSSL, L{imapmig.cleartext}); http to loopback does not.
+        """
+        bare = evolve(parseConfig(self.document(), self.configPath), servers=(), jobs=(), status=None)
+        self.assertFalse(cleartext.configNeedsTLS(bare))
+        plain = NotifyConfig("http://127.0.0.1:9/h")
+        self.assertFalse(cleartext.configNeedsTLS(evolve(bare, notify=plain)))
+        self.assertTrue(cleartext.configNeedsTLS(evolve(bare, notify=NotifyConfig(URL))))
+        self.assertTrue(cleartext.documentNeedsTLS({"notify": {"webhook_url": URL}}))
