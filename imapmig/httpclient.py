@@ -22,7 +22,9 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
-__all__ = ["BodyTooLarge", "BoundedBody", "BytesBody", "QuietConnectionPool"]
+from imapmig.errors import escapedExcerpt
+
+__all__ = ["BodyTooLarge", "BoundedBody", "BytesBody", "QuietConnectionPool", "shortError"]
 
 
 class _QuietHTTP11ClientFactory(_HTTP11ClientFactory):
@@ -114,3 +116,16 @@ class BoundedBody(Protocol):
             self.done.callback(bytes(self._data))
         else:
             self.done.errback(reason)
+
+
+def shortError(e: Exception) -> str:
+    """
+    A network error, short: the first reason of a wrapped Twisted error.
+    """
+    shown: object = e
+    reasons = getattr(e, "reasons", None)
+    if reasons:
+        first = reasons[0]
+        shown = first.value if isinstance(first, Failure) else first
+    text = str(shown) or type(shown).__name__
+    return escapedExcerpt(text.encode("utf-8"), 120)

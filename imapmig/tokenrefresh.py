@@ -32,7 +32,13 @@ from twisted.web.iweb import IAgent, IResponse
 
 from imapmig.config.model import TokenRefreshConfig
 from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
-from imapmig.httpclient import BodyTooLarge, BoundedBody, BytesBody, QuietConnectionPool
+from imapmig.httpclient import (
+    BodyTooLarge,
+    BoundedBody,
+    BytesBody,
+    QuietConnectionPool,
+    shortError,
+)
 from imapmig.tlsidentity import HostnameVerifyingPolicy
 from imapmig.trustroots import trustRootFrom
 
@@ -190,12 +196,12 @@ class RefreshGrantClient:
                 # (tls_ca) or an impostor, which waiting will not fix.
                 raise TokenRefreshRefused(
                     self._problem(
-                        f"TLS failed: {_shortError(e)} (is its CA in the system"
+                        f"TLS failed: {shortError(e)} (is its CA in the system"
                         " trust store, or given as oauth2.tls_ca?)"
                     )
                 ) from None
             raise TokenEndpointUnavailable(
-                self._problem(f"cannot reach it: {_shortError(e)}")
+                self._problem(f"cannot reach it: {shortError(e)}")
             ) from None
         body = await self._readBody(response)
         return self._interpret(response.code, body)
@@ -217,7 +223,7 @@ class RefreshGrantClient:
         except Exception as e:
             raise TokenEndpointUnavailable(
                 self._problem(
-                    f"the answer (HTTP {response.code}) was cut: {_shortError(e)}"
+                    f"the answer (HTTP {response.code}) was cut: {shortError(e)}"
                 )
             ) from None
 
@@ -319,16 +325,3 @@ def _isTLSFailure(e: Exception) -> bool:
     return any(
         isinstance(r.value if isinstance(r, Failure) else r, SSL.Error) for r in reasons
     )
-
-
-def _shortError(e: Exception) -> str:
-    """
-    A network error, short: the first reason of a wrapped Twisted error.
-    """
-    shown: object = e
-    reasons = getattr(e, "reasons", None)
-    if reasons:
-        first = reasons[0]
-        shown = first.value if isinstance(first, Failure) else first
-    text = str(shown) or type(shown).__name__
-    return escapedExcerpt(text.encode("utf-8"), 120)

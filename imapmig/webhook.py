@@ -47,7 +47,13 @@ from twisted.web.iweb import IAgent, IResponse
 import imapmig
 from imapmig.config.model import NotifyConfig
 from imapmig.errors import escapedExcerpt
-from imapmig.httpclient import BodyTooLarge, BoundedBody, BytesBody, QuietConnectionPool
+from imapmig.httpclient import (
+    BodyTooLarge,
+    BoundedBody,
+    BytesBody,
+    QuietConnectionPool,
+    shortError,
+)
 from imapmig.imap.signals import excerpt
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.rootservice import MigrationService
@@ -218,6 +224,8 @@ class WebhookSender:
         self._stopped = False
         self._whenIdle: list[Deferred[None]] = []
         self._droppedUnreported = 0
+        # Whether the last request failed (its reason is logged once).
+        self._failing = False
         self.dropped = self.abandoned = self.delivered = 0
         self.retarget(url, token)
 
@@ -287,7 +295,8 @@ class WebhookSender:
     def _delivered(self, kind: str, attempt: int) -> None:
         self._request = None
         self.delivered += 1
-        if attempt > 1 or self._droppedUnreported:
+        failing, self._failing = self._failing, False
+        if failing or self._droppedUnreported:
             log.info(
                 "Webhook {receiver} took the {kind} notification (attempt {attempt});"
                 " {dropped} dropped from a full queue before",
@@ -303,22 +312,28 @@ class WebhookSender:
         self._request = None
         if self._stopped:
             return
-        error = failure.value
+        error: BaseException = failure.value or Exception()
         if isinstance(error, DeferredTimeout):
             error = _Unavailable(f"no answer within {self._timeout:g} s")
         elif not isinstance(error, (_Refused, _Unavailable)):
-            error = _Unavailable(excerpt(str(error) or type(error).__name__, 160))
+            error = _Unavailable(shortError(error) if isinstance(error, Exception) else repr(error))
         if isinstance(error, _Unavailable) and attempt < self._attempts:
             delay = retryDelay(attempt)
             if error.retryAfter is not None:
                 delay = min(max(delay, error.retryAfter), MAX_RETRY)
-            log.debug(
+            # The first failure after a success says why, once; the
+            # retries of an endpoint that stays down are debug lines.
+            emit = log.debug if self._failing else log.warn
+            self._failing = True
+            emit(
                 "Webhook {receiver}: {kind} notification not taken ({reason}); again in"
-                " {delay:g} s",
+                " {delay:g} s (attempt {attempt} of {attempts})",
                 receiver=self.receiver,
                 kind=kind,
                 reason=str(error),
                 delay=delay,
+                attempt=attempt,
+                attempts=self._attempts,
             )
             self._retry = self._clock.callLater(delay, self._attempt, kind, body, attempt + 1)
             return

@@ -161,9 +161,10 @@ class SenderTests(SynchronousTestCase):
     def test_retries(self) -> None:
         """
         A 5xx answer or a network error is retried after 2, 4, 8, 16 s, up
-        to L{ATTEMPTS} requests; then the notification is given up (one
-        warning, which names the receiver by its host only) and the next
-        is sent.
+        to L{ATTEMPTS} requests; then the notification is given up and the
+        next is sent.  The first failure and the giving up are warnings
+        (naming the receiver by its host only), the retries between them
+        debug lines.
         """
         with capturedLogs() as events:
             self.sender.send("job_failed", {"n": 1})
@@ -184,8 +185,13 @@ class SenderTests(SynchronousTestCase):
         self.assertEqual(self.sender.abandoned, 1)
         self.assertEqual(self.agent.bodies()[-1], {"n": 2})
         warnings = [formatEvent(e) for e in events if e["log_level"] == LogLevel.warn]
-        self.assertEqual(len(warnings), 1)
-        self.assertIn("https://hooks.example.org: job_failed notification given up after 5", warnings[0])
+        self.assertEqual(len(warnings), 2, warnings)
+        self.assertEqual(
+            warnings[0],
+            "Webhook https://hooks.example.org: job_failed notification not taken (HTTP 503:"
+            " down); again in 2 s (attempt 1 of 5)",
+        )
+        self.assertIn("https://hooks.example.org: job_failed notification given up after 5", warnings[1])
         self.assertNotIn("SECRETPATH", " ".join(formatEvent(e) for e in events))
         self.assertNotIn(TOKEN, " ".join(formatEvent(e) for e in events))
         self.agent.answer(200)
