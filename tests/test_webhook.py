@@ -61,7 +61,9 @@ class FakeResponse:
     An L{IResponse} with a code, headers and a body given at once.
     """
 
-    def __init__(self, code: int, body: bytes = b"", headers: dict[bytes, list[bytes]] | None = None):
+    def __init__(
+        self, code: int, body: bytes = b"", headers: dict[bytes, list[bytes]] | None = None
+    ) -> None:
         self.code = code
         self.headers = Headers(headers or {})
         self._body = body
@@ -176,8 +178,9 @@ class SenderTests(SynchronousTestCase):
                 else:
                     self.agent.requests[-1][4].errback(ConnectionRefusedError())
                 if attempt < ATTEMPTS:
+                    now = self.clock.seconds()
                     self.assertEqual(
-                        [call.getTime() - self.clock.seconds() for call in self.clock.getDelayedCalls()],
+                        [call.getTime() - now for call in self.clock.getDelayedCalls()],
                         [retryDelay(attempt)],
                     )
                     self.clock.advance(retryDelay(attempt))
@@ -191,7 +194,9 @@ class SenderTests(SynchronousTestCase):
             "Webhook https://hooks.example.org: job_failed notification not taken (HTTP 503:"
             " down); again in 2 s (attempt 1 of 5)",
         )
-        self.assertIn("https://hooks.example.org: job_failed notification given up after 5", warnings[1])
+        self.assertIn(
+            "https://hooks.example.org: job_failed notification given up after 5", warnings[1]
+        )
         self.assertNotIn("SECRETPATH", " ".join(formatEvent(e) for e in events))
         self.assertNotIn(TOKEN, " ".join(formatEvent(e) for e in events))
         self.agent.answer(200)
@@ -256,7 +261,9 @@ class SenderTests(SynchronousTestCase):
         self.agent.answer(200)
         for _ in range(QUEUE_LIMIT):
             self.agent.answer(200)
-        self.assertEqual([body["n"] for body in self.agent.bodies()], [0, *range(51, QUEUE_LIMIT + 51)])
+        self.assertEqual(
+            [body["n"] for body in self.agent.bodies()], [0, *range(51, QUEUE_LIMIT + 51)]
+        )
         self.assertEqual(self.sender.delivered, QUEUE_LIMIT + 1)
 
     def test_flush(self) -> None:
@@ -345,7 +352,10 @@ class WatcherTests(SynchronousTestCase):
         self.assertEqual(self.events(), ["job_failed"])
         payload = self.sender.sent[0]
         self.assertEqual(
-            {k: payload[k] for k in ("job", "server", "reason", "messages_done", "messages_failed")},
+            {
+                key: payload[key]
+                for key in ("job", "server", "reason", "messages_done", "messages_failed")
+            },
             {
                 "job": "alice",
                 "server": "dove",
@@ -484,7 +494,11 @@ class NotifyConfigTests(ConfigTestCase):
         cases: list[tuple[dict[str, object], str, str]] = [
             ({}, "notify.webhook_url", "missing"),
             ({"webhook_url": "http://hooks.example.org/x"}, "notify.webhook_url", "loopback"),
-            ({"webhook_url": "https://u:p@hooks.example.org/x"}, "notify.webhook_url", "token_file"),
+            (
+                {"webhook_url": "https://u:p@hooks.example.org/x"},
+                "notify.webhook_url",
+                "token_file",
+            ),
             ({"webhook_url": "ftp://hooks.example.org/x"}, "notify.webhook_url", "https://"),
             ({"webhook_url": "https://h.example/a b"}, "notify.webhook_url", "spaces"),
             ({"webhook_url": URL, "stalled_after": 10}, "notify.stalled_after", "at least 60"),
@@ -517,7 +531,8 @@ class NotifyConfigTests(ConfigTestCase):
         An https webhook needs TLS (a daemon otherwise runs without
         OpenSSL, L{imapmig.cleartext}); http to loopback does not.
         """
-        bare = evolve(parseConfig(self.document(), self.configPath), servers=(), jobs=(), status=None)
+        loaded = parseConfig(self.document(), self.configPath)
+        bare = evolve(loaded, servers=(), jobs=(), status=None)
         self.assertFalse(cleartext.configNeedsTLS(bare))
         plain = NotifyConfig("http://127.0.0.1:9/h")
         self.assertFalse(cleartext.configNeedsTLS(evolve(bare, notify=plain)))

@@ -1066,7 +1066,9 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         if self._unsolicited > _UNSOLICITED_LOGGED:
             return
         if head.startswith((b"NO ", b"BAD ", b"OK ")):
-            self._log.warn("{session} says: {text}", session=self.peer, text=escapedExcerpt(rest, 200))
+            self._log.warn(
+                "{session} says: {text}", session=self.peer, text=escapedExcerpt(rest, 200)
+            )
         else:
             self._log.info(
                 "{session}: unsolicited response ignored: {text}",
