@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
@@ -36,6 +37,7 @@ from imapmig.webhook import (
     TIMEOUT,
     RunWatcher,
     WebhookSender,
+    agentFor,
     redactPaths,
     retryDelay,
 )
@@ -286,6 +288,29 @@ class SenderTests(SynchronousTestCase):
         sender.send("stalled", {})
         self.assertEqual(len(self.agent.requests), 2)
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class AgentTests(SynchronousTestCase):
+    """
+    L{agentFor}: the injected reactor's connections.
+    """
+
+    def test_connects(self) -> None:
+        """
+        The sender's agent connects with the reactor it is given, to the
+        URL's host and port, within L{TIMEOUT}; a connection that never
+        comes is given up by the request's own timeout.
+        """
+        reactor = MemoryReactorClock()
+        url = "http://127.0.0.1:8099/hook"
+        sender = WebhookSender(reactor, agentFor(reactor, url), url, None)
+        sender.send("run_finished", {"event": "run_finished"})
+        [(host, port, _, timeout, _)] = reactor.tcpClients
+        self.assertEqual((host, port, timeout), ("127.0.0.1", 8099, TIMEOUT))
+        reactor.advance(TIMEOUT)
+        self.assertEqual(len(reactor.tcpClients), 1)
+        sender.stop()
+        self.assertEqual(reactor.getDelayedCalls(), [])
 
 
 class FakeSender:
