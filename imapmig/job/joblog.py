@@ -10,10 +10,9 @@ so a JSON log or the journal can be filtered on them and joined with
 C{/metrics}: C{job}, C{server} (the destination server's configured
 name, the C{server} label of the job's series) and C{user} (the
 destination account) on every line (L{imapmig.logfields}); counts as
-integers.  Peer
-data reaches these lines only through the reasons imapmig recorded
-(already excerpted where they quote a server) and through folder names
-and message keys, which are cut and escaped here.
+integers.  Peer data reaches these lines only through the reasons
+imapmig recorded (already excerpted where they quote a server) and
+through folder names and message keys, which are cut and escaped here.
 """
 
 from __future__ import annotations
