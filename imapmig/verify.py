@@ -536,6 +536,21 @@ def compareMailbox(
     )
 
 
+async def _notMigrated(source: IMessageSource, folder: SourceFolder, why: str) -> MailboxReport:
+    """
+    The messages the source lists in a folder it does not migrate
+    (L{SourceFolder.notMigrated}): each a C{not migrated} difference, under
+    the mailbox C{"-"}; no body is read.
+    """
+    name = _folderName(folder)
+    messages = await source.listMessages(folder)
+    differences = tuple(
+        Difference("not migrated", "-", name, m.key, None, f"not migrated: {why}")
+        for m in messages
+    )
+    return MailboxReport("-", (name,), len(messages), 0, 0, differences)
+
+
 async def verifyJob(
     job: str,
     source: IMessageSource,
@@ -573,7 +588,14 @@ async def verifyJob(
             (f.folderKey, f.messageKey): f.failure or "" for f in await store.failures(job)
         }
         reports = []
-        for mailbox, group in byMailbox.items():
+        # A label view de-duplicated against the other folders (listed
+        # last by the source) is read after them, with the mailbox it
+        # shares, if any.
+        position = {f.key: index for index, f in enumerate(folders)}
+        groups = sorted(
+            byMailbox.items(), key=lambda item: max(position[m.folder.key] for m in item[1])
+        )
+        for mailbox, group in groups:
             groupFolders = [m.folder for m in group]
             sourceSide = await _readSource(source, mailbox, groupFolders)
             recorded = {
@@ -595,6 +617,10 @@ async def verifyJob(
                 differences=len(report.differences),
             )
             reports.append(report)
+        excludedKeys = {f.key for f in excluded}
+        for folder in folders:
+            if folder.notMigrated is not None and folder.key not in excludedKeys:
+                reports.append(await _notMigrated(source, folder, folder.notMigrated))
     finally:
         await session.logout()
     return VerifyReport(job, tuple(reports), tuple(_folderName(f) for f in excluded))

@@ -88,6 +88,7 @@ from imapmig.sources.labelviews import (
     COPY,
     DEDUP,
     GMAIL_EXTENSION,
+    HEADER_ITEM,
     LABELS_ITEM,
     MESSAGE_ID_ITEM,
     LabelViewFilter,
@@ -565,6 +566,7 @@ class IMAPSource:
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
         labelViews: str = COPY,
+        archiveFolder: str | None = "Archive",
         job: str | None = None,
         throttle: Throttle | None = None,
     ) -> None:
@@ -589,6 +591,9 @@ class IMAPSource:
         @param labelViews: what becomes of label views (Gmail's All Mail,
             Important, Starred): C{"dedup"}, C{"copy"} or C{"auto"} (see
             L{imapmig.sources.labelviews}).
+        @param archiveFolder: where the messages found only in All Mail go
+            when label views are de-duplicated without X-GM-EXT-1, or
+            L{None}: they are recorded as not migrated.
         @param job: the name of the job reading, carried by every log
             event as C{job}.
         @param throttle: the rates of the source server and account
@@ -610,6 +615,9 @@ class IMAPSource:
         self._include = tuple(include)
         self._spaces: ServerNamespaces | None = None
         self._labelViews = labelViews
+        self._archiveFolder = archiveFolder
+        # The folders the last listFolders left out, each with why.
+        self.leftOut: list[tuple[SourceFolder, str]] = []
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
@@ -708,6 +716,20 @@ class IMAPSource:
         return self._call(
             self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq, deferred
         )
+
+    def countMessages(self, folder: SourceFolder) -> Deferred[int]:
+        """
+        How many messages C{folder} holds (EXAMINE), for one that was left
+        out (L{leftOut}): nothing is listed.
+
+        @return: a Deferred that fails with L{SourceError} when the folder
+            cannot be opened, or with a L{TransientError}.
+        """
+        return self._call(self._countMessages, folder, folder)
+
+    async def _countMessages(self, reader: _Reader, session: IMAPSession, folder: SourceFolder) -> int:
+        examined = await self._examineForListing(reader, session, folder)
+        return examined.exists
 
     def raised(self, error: BaseException) -> bool:
         """
@@ -909,6 +931,11 @@ class IMAPSource:
                 f"{self.description}: cannot list the folders: {e.status} {e.text}"
             ) from None
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
+        self.leftOut = [
+            (SourceFolder(path=(name,), key=name), f"{where}; a folder rule (include) naming it copies it")
+            for where, names in leftOut.items()
+            for name in names
+        ]
         for where, names in leftOut.items():
             log.info(
                 "{source}: {mailboxes} {where} left out, among them {names};"
@@ -936,7 +963,13 @@ class IMAPSource:
         if resolveLabelViews(self._labelViews, session.capabilities) != DEDUP:
             return folders
         messageIds = GMAIL_EXTENSION in session.capabilities
-        folders, deduplicated, leftOut = planLabelViews(folders, self._include, messageIds)
+        folders, deduplicated, leftOut = planLabelViews(
+            folders, self._include, messageIds, self._archiveFolder
+        )
+        self.leftOut += [
+            (folder, f"{why}; a folder rule (include) naming it, or label_views: copy, copies it")
+            for folder, why in leftOut
+        ]
         for folder, why in leftOut:
             log.info(
                 "{source}: label view {folder} left out: {why}; a folder rule"
@@ -947,7 +980,7 @@ class IMAPSource:
                 why=why,
             )
         if deduplicated:
-            self._labelFilter = LabelViewFilter(deduplicated)
+            self._labelFilter = LabelViewFilter(deduplicated, byHeader=not messageIds)
         return folders
 
     async def _noteViewsAtStart(
@@ -979,6 +1012,8 @@ class IMAPSource:
         labels = self._labelFilter
         if labels is None:
             return METADATA_ITEMS
+        if labels.byHeader:
+            return METADATA_ITEMS + b" " + HEADER_ITEM
         if folder.key in labels.deduplicated:
             return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM + b" " + LABELS_ITEM
         return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM
