@@ -314,6 +314,11 @@ def folderLabels(folder: SourceFolder, wireName: bytes) -> frozenset[bytes]:
     return frozenset(labels)
 
 
+_KEEP = object()
+_DEFER = object()
+_DROP = object()
+
+
 class LabelViewFilter:
     """
     One listing pass's de-duplication: the C{X-GM-MSGID}s of the messages
@@ -375,14 +380,7 @@ class LabelViewFilter:
             out.
         """
         if folder.key not in self.deduplicated:
-            self._labels |= labels
-            seen = self._seen
-            identity = self._identity
-            for item in items:
-                messageId = identity(item)
-                if messageId is not None:
-                    seen.append(messageId)
-                    self._sorted = False
+            self._note(items, labels)
             return list(items), 0
         if not self._sorted:
             self._seen = array("Q", sorted(self._seen))
@@ -390,32 +388,54 @@ class LabelViewFilter:
         start = self._passStart.get(folder.key)
         kept = []
         deferred = []
-        identity = self._identity
         for item in items:
-            messageId = identity(item)
-            uid = item.uid
-            arrived = start is not None and uid is not None and uid >= start
-            if messageId is None:
-                # Nothing tells where else it is.
+            decision = self._decide(item, start)
+            if decision is _KEEP:
                 kept.append(item)
-            elif self._wasSeen(messageId):
-                continue
-            elif self.byHeader and arrived:
-                # Without labels, nothing tells whether it reached a folder
-                # after that folder's listing: the next pass decides.
-                assert uid is not None
-                deferred.append(uid)
-            elif not self.byHeader and gmailLabels(item) & self._labels:
-                # In a folder listed before it arrived there: that folder's
-                # next listing copies it.
-                if arrived:
-                    assert uid is not None
-                    deferred.append(uid)
-            else:
-                kept.append(item)
+            elif decision is _DEFER:
+                assert item.uid is not None
+                deferred.append(item.uid)
         if deferred:
             self._deferred[folder.key] = tuple(sorted(deferred))
         return kept, len(items) - len(kept)
+
+    def _note(self, items: Sequence[FetchedItem], labels: frozenset[bytes]) -> None:
+        """
+        Take note of an ordinary folder's messages and labels.
+        """
+        self._labels |= labels
+        seen = self._seen
+        identity = self._identity
+        for item in items:
+            messageId = identity(item)
+            if messageId is not None:
+                seen.append(messageId)
+                self._sorted = False
+
+    def _decide(self, item: FetchedItem, start: int | None) -> object:
+        """
+        What becomes of a view's message: L{_KEEP}, L{_DEFER} (decided at
+        the next pass) or L{_DROP} (copied from another folder).
+
+        @param start: the view's UIDNEXT when the pass began, if known.
+        """
+        messageId = self._identity(item)
+        uid = item.uid
+        arrived = start is not None and uid is not None and uid >= start
+        if messageId is None:
+            # Nothing tells where else it is.
+            return _KEEP
+        if self._wasSeen(messageId):
+            return _DROP
+        if self.byHeader:
+            # Without labels, nothing tells whether one that arrived during
+            # the pass reached a folder after that folder's listing.
+            return _DEFER if arrived else _KEEP
+        if gmailLabels(item) & self._labels:
+            # In a folder listed before it arrived there: that folder's
+            # next listing copies it.
+            return _DEFER if arrived else _DROP
+        return _KEEP
 
     def _wasSeen(self, messageId: int) -> bool:
         seen = self._seen
