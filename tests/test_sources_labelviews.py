@@ -329,6 +329,31 @@ class HeaderIdentityTests(SynchronousTestCase):
         self.assertIsNone(headerIdentity(headerItem(7, None)))
         self.assertIsNone(headerIdentity(FetchedItem(sequence=8, uid=8)))
 
+    def test_withoutMessageId(self) -> None:
+        """
+        A message without a Message-ID is recognised by its Date, From, To
+        and Subject lines as the server returns them, with its size and
+        date; with none of them, it has no identity.
+        """
+
+        def fields(uid: int, lines: bytes, size: int = 100) -> FetchedItem:
+            item = headerItem(uid, None, size)
+            section = {b"BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]": lines}
+            return FetchedItem(
+                sequence=uid, uid=uid, size=size, internalDate=item.internalDate,
+                sections={**item.sections, **section},
+            )  # fmt: skip
+
+        lines = b"Subject: hello\r\nFrom: a@example\r\n\r\n"
+        one = headerIdentity(fields(1, lines))
+        self.assertIsNotNone(one)
+        self.assertEqual(headerIdentity(fields(2, lines)), one)
+        self.assertNotEqual(headerIdentity(fields(3, lines.replace(b"hello", b"hullo"))), one)
+        self.assertNotEqual(headerIdentity(fields(4, lines, size=101)), one)
+        self.assertIsNone(headerIdentity(fields(5, b"\r\n")))
+        withId = headerItem(6, b"<x@example>")
+        self.assertNotEqual(headerIdentity(withId), one)
+
     def test_filter(self) -> None:
         """
         All Mail keeps the messages whose identity no ordinary folder
@@ -993,4 +1018,30 @@ class GmailJobWithoutExtensionTests(SynchronousTestCase):
                 destinationOf(account),
                 {**self.expected, "INBOX": [1, 2, 5, 7], "Archive": [3, 8]},
             )
+        account.harness.finish()
+
+    def test_withoutMessageIds(self) -> None:
+        """
+        Messages without a Message-ID are recognised by their Date, From,
+        To and Subject lines (fetched for them only, after each listing):
+        one labelled INBOX is not copied into Archive too, one archived
+        is; one with none of those lines is copied into Archive even
+        though it is in INBOX too (never taken for another).
+        """
+        account = self.account()
+        labelled = b"Subject: no id 7\r\nFrom: a@example\r\n\r\nHello 7.\r\n"
+        archived = b"Subject: no id 8\r\nFrom: a@example\r\n\r\nHello 8.\r\n"
+        bare = b"X-Note: 9\r\n\r\nno id 9\r\n"
+        for name in ("INBOX", ALL_MAIL):
+            account.mail.append(GMAIL_USER, name, [(labelled, (), None), (bare, (), None)])
+        account.mail.append(GMAIL_USER, ALL_MAIL, [(archived, (), None)])
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        inbox = [m.body for m in account.mail.mailbox(USER, "INBOX")]
+        archive = [m.body for m in account.mail.mailbox(USER, "Archive")]
+        self.assertEqual((inbox.count(labelled), inbox.count(bare)), (1, 1))
+        self.assertEqual(archive.count(labelled), 0)
+        self.assertEqual((archive.count(archived), archive.count(bare)), (1, 1))
+        fallback = [line for line in account.fetchLines() if b"(DATE FROM TO SUBJECT)" in line]
+        self.assertTrue(fallback)
+        self.assertTrue(all(b"RFC822.SIZE" not in line for line in fallback))
         account.harness.finish()

@@ -87,12 +87,14 @@ from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.labelviews import (
     COPY,
     DEDUP,
+    FALLBACK_ITEM,
     GMAIL_EXTENSION,
     HEADER_ITEM,
     LABELS_ITEM,
     MESSAGE_ID_ITEM,
     LabelViewFilter,
     folderLabels,
+    hasMessageId,
     planLabelViews,
     resolveLabelViews,
 )
@@ -1123,12 +1125,25 @@ class IMAPSource:
     ) -> list[FetchedItem]:
         _fetchParser(session).limits = LISTING_LIMITS
         try:
-            return await session.fetchMetadata(uidSet, self._listingItems(folder))
+            items = await session.fetchMetadata(uidSet, self._listingItems(folder))
+            labels = self._labelFilter
+            if labels is None or not labels.byHeader:
+                return items
+            # Recognised by other header fields (labelviews.headerIdentity).
+            missing = [i.uid for i in items if i.uid is not None and not hasMessageId(i)]
+            if not missing:
+                return items
+            more = await session.fetchMetadata(formatUIDSet(missing), b"UID " + FALLBACK_ITEM)
         except CommandFailed as e:
             raise self._refused("UID FETCH", e) or SourceError(
                 f"{self.description}: cannot list the messages of {folder.key!r}: "
                 f"{e.status} {e.text}"
             ) from None
+        fields = {i.uid: i.sections for i in more}
+        return [
+            evolve(i, sections={**i.sections, **fields[i.uid]}) if i.uid in fields else i
+            for i in items
+        ]
 
     def _messages(
         self, folder: SourceFolder, uidValidity: int, items: Sequence[FetchedItem], fromUID: int

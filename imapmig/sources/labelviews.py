@@ -44,11 +44,13 @@ the C{gmail} preset, and of a server offering Google's X-GM-EXT-1):
     (L{headerIdentity}): its Message-ID, with its RFC822.SIZE and
     INTERNALDATE (which Gmail shows alike under every label), fetched with
     each listing (C{BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]}, never a
-    body).  A message of All Mail is left out when a message of the same
-    identity was listed in a folder of the pass; without labels to say
-    where else it is, every other message of All Mail that arrived during
-    the pass is deferred.  A message without a Message-ID is never taken
-    for another: it is kept.  What All Mail keeps (the archived mail) goes
+    body; for the messages without one, their C{Date}, C{From}, C{To} and
+    C{Subject} lines, L{FALLBACK_ITEM}, right after).  A message of All
+    Mail is left out when a message of the same identity was listed in a
+    folder of the pass; without labels to say where else it is, every
+    other message of All Mail that arrived during the pass is deferred.
+    A message with none of those header lines is never taken for another:
+    it is kept.  What All Mail keeps (the archived mail) goes
     to the server's C{archive_folder} (C{Archive}; L{SourceFolder.destination}),
     not to All Mail's mailbox; with C{archive_folder: off} it is listed
     all the same, marked L{SourceFolder.notMigrated}, and recorded as not
@@ -87,12 +89,14 @@ __all__ = [
     "ALL",
     "DEDUP",
     "COPY",
+    "FALLBACK_ITEM",
     "GMAIL_EXTENSION",
     "LABELS_ITEM",
     "LabelViewFilter",
     "folderLabels",
     "gmailLabels",
     "gmailMessageId",
+    "hasMessageId",
     "headerIdentity",
     "labelViewUse",
     "planLabelViews",
@@ -120,6 +124,15 @@ HEADER_ITEM = b"BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"
 What a listing fetches to recognise a message without X-GM-EXT-1
 (L{headerIdentity}).
 """
+
+FALLBACK_ITEM = b"BODY.PEEK[HEADER.FIELDS (DATE FROM TO SUBJECT)]"
+"""
+What is fetched, after a listing, of its messages without a Message-ID
+(L{headerIdentity}).
+"""
+
+_MESSAGE_ID_SECTION = b"BODY[HEADER.FIELDS (MESSAGE-ID)]"
+_FALLBACK_SECTION = b"BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]"
 
 # The X-GM-LABELS name of the folder of each SPECIAL-USE attribute
 # (Gmail's system labels), compared upper-cased.
@@ -244,32 +257,52 @@ def _numericId(item: FetchedItem) -> int | None:
     return number if number <= _LARGEST_ID else None
 
 
+def _section(item: FetchedItem, name: bytes) -> bytes | None:
+    """
+    The section C{name} of a FETCH response, whatever case the server gave
+    its name in; L{None} if it has none.
+    """
+    for key, value in item.sections.items():
+        if key.upper() == name:
+            return value
+    return None
+
+
+def hasMessageId(item: FetchedItem) -> bool:
+    """
+    Whether a listing response shows a Message-ID (L{headerIdentity}).
+    """
+    return bool(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
+
+
 def headerIdentity(item: FetchedItem) -> int | None:
     """
-    What recognises a message without X-GM-EXT-1: its Message-ID (as
-    L{imapmig.fidelity.messageIdOf} reads it from
-    C{BODY[HEADER.FIELDS (MESSAGE-ID)]}: unfolded, outer white space
-    stripped, case kept), its RFC822.SIZE and its INTERNALDATE (the
-    instant, to the second), as a 64-bit BLAKE2b digest of the three; or
-    L{None} for a message without a Message-ID, which nothing tells apart
-    from another message of its size and date.
+    What recognises a message without X-GM-EXT-1, with its RFC822.SIZE and
+    its INTERNALDATE (the instant, to the second), as a 64-bit BLAKE2b
+    digest: its Message-ID (as L{imapmig.fidelity.messageIdOf} reads it
+    from C{BODY[HEADER.FIELDS (MESSAGE-ID)]}: unfolded, outer white space
+    stripped, case kept); for a message without one, its C{Date}, C{From},
+    C{To} and C{Subject} lines, octet for octet as the server returns them
+    (C{BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]}, L{FALLBACK_ITEM}); or
+    L{None} when it has none of these either (nothing tells it apart from
+    another message of its size and date).
 
-    Two messages are taken for one only when all three are equal (or, by
-    chance, their digests: about 1 in 2**64 per pair; below 1 in 10**7 for
-    a million messages against a million).
+    Two messages are taken for one only when all of these are equal (or,
+    by chance, their digests: about 1 in 2**64 per pair; below 1 in 10**7
+    for a million messages against a million).
     """
-    header = b""
-    for name, value in item.sections.items():
-        if name.upper().startswith(b"BODY[HEADER.FIELDS") and value is not None:
-            header = value
-            break
-    messageId = messageIdOf(header)
-    if not messageId:
-        return None
+    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
+    if messageId:
+        what = b"M" + messageId
+    else:
+        fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
+        if not fields:
+            return None
+        what = b"H" + fields
     when = item.internalDate
     instant = b"-" if when is None else b"%d" % int(when.timestamp())
     digest = blake2b(
-        b"\0".join((messageId, b"%d" % (item.size or 0), instant)), digest_size=8
+        b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8
     ).digest()
     return int.from_bytes(digest, "big")
 
