@@ -991,6 +991,7 @@ class GmailJobWithoutExtensionTests(SynchronousTestCase):
         self.assertNotIn(ALL_MAIL, account.mail.mailboxes(USER))
         [failure] = account.call(account.harness.store.failures(JOB))
         self.assertEqual(failure.folderKey, ALL_MAIL)
+        self.assertEqual(failure.messageId, "<3@gmail.example>")
         self.assertIn("found only in [Gmail]/All Mail", failure.failure or "")
         self.assertIn("archive_folder is off", failure.failure or "")
         account.harness.finish()

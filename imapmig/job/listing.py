@@ -206,8 +206,16 @@ class SourceListing:
         """
         why = folder.notMigrated
         assert why is not None
+        source = self._source
         for message in pending:
-            recorder.add(MessageOutcome(folder.key, message.key, "", message.size, failure=why))
+            messageId = (
+                source.messageIdOf(folder, message) if isinstance(source, IMAPSource) else None
+            )
+            recorder.add(
+                MessageOutcome(
+                    folder.key, message.key, "", message.size, failure=why, messageId=messageId
+                )
+            )
         if pending:
             log.warn(
                 "Job {job}: {messages} of {folder} not migrated: {why}",

@@ -95,6 +95,7 @@ from imapmig.sources.labelviews import (
     LabelViewFilter,
     folderLabels,
     hasMessageId,
+    headerMessageIds,
     planLabelViews,
     resolveLabelViews,
 )
@@ -620,6 +621,8 @@ class IMAPSource:
         self._archiveFolder = archiveFolder
         # The folders the last listFolders left out, each with why.
         self.leftOut: list[tuple[SourceFolder, str]] = []
+        # By UID, the Message-IDs of the messages of All Mail not migrated.
+        self._notMigratedIds: dict[int, str | None] = {}
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
@@ -1056,7 +1059,21 @@ class IMAPSource:
                 count=dropped,
                 folder=folder.key,
             )
+        if folder.notMigrated is not None:
+            self._notMigratedIds.update(headerMessageIds(kept))
         return kept
+
+    def messageIdOf(self, folder: SourceFolder, message: SourceMessage) -> str | None:
+        """
+        The Message-ID, as the state store records it, of a message listed
+        in a folder whose messages are not migrated
+        (L{SourceFolder.notMigrated}: its listing read each one's); else
+        L{None}.
+        """
+        parsed = parseMessageKey(message.key)
+        if folder.notMigrated is None or parsed is None:
+            return None
+        return self._notMigratedIds.get(parsed[1])
 
     async def _namespaces(self, session: IMAPSession) -> ServerNamespaces:
         """

@@ -83,6 +83,7 @@ from imapmig.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
 from imapmig.message import SourceFolder
 from imapmig.plan import folderName
+from imapmig.presence import recordedMessageId
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "gmailMessageId",
     "hasMessageId",
     "headerIdentity",
+    "headerMessageIds",
     "labelViewUse",
     "planLabelViews",
     "resolveLabelViews",
@@ -273,6 +275,19 @@ def hasMessageId(item: FetchedItem) -> bool:
     Whether a listing response shows a Message-ID (L{headerIdentity}).
     """
     return bool(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
+
+
+def headerMessageIds(items: Sequence[FetchedItem]) -> dict[int, str | None]:
+    """
+    By UID, the Message-ID of each listing response that carries
+    C{BODY[HEADER.FIELDS (MESSAGE-ID)]}, as the state store records it
+    (L{imapmig.presence.recordedMessageId}; L{None} for none).
+    """
+    return {
+        item.uid: recordedMessageId(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
+        for item in items
+        if item.uid is not None
+    }
 
 
 def headerIdentity(item: FetchedItem) -> int | None:
