@@ -134,7 +134,9 @@ def _numbers(instance: DovecotInstance, user: DovecotUser) -> dict[str, list[int
     """
     held = {}
     for name, messages in instance.fetchAll(user.name).items():
-        numbers = [int(m.body.split(b"Subject: message ", 1)[1].split(b"\r\n", 1)[0]) for m in messages]
+        numbers = [
+            int(m.body.split(b"Subject: message ", 1)[1].split(b"\r\n", 1)[0]) for m in messages
+        ]
         if numbers:
             held[name] = numbers
     return held

@@ -969,7 +969,8 @@ class GmailJobWithoutExtensionTests(SynchronousTestCase):
         account = self.account()
         rules = FolderRules(rename=((ALL_MAIL, "Old"),))
         self.assertTrue(account.harness.run(account.job(account.source(), rules)))
-        self.assertEqual(destinationOf(account), {**{k: v for k, v in self.expected.items() if k != "Archive"}, "Old": [3]})
+        expected = {k: v for k, v in self.expected.items() if k != "Archive"}
+        self.assertEqual(destinationOf(account), {**expected, "Old": [3]})
         account.harness.finish()
 
     def test_archiveOff(self) -> None:

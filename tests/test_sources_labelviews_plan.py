@@ -110,7 +110,8 @@ class LabelViewPlanTests(SynchronousTestCase):
         )
         self.assertIn("left out [Gmail]/Important: 1 message: a view of the messages", text)
         self.assertIn("in 4 folders (2 left out)", text)
-        self.assertEqual(plan.toJSON()["folders"][-1]["why"], rows[STARRED].why)  # type: ignore[index]
+        folders: Any = plan.toJSON()["folders"]
+        self.assertEqual(folders[-1]["why"], rows[STARRED].why)
         self.finish(account)
 
     def test_planNotMigrated(self) -> None:
@@ -121,7 +122,9 @@ class LabelViewPlanTests(SynchronousTestCase):
         account = self.account()
         plan = self.plan(account, None)
         [allMail] = [f for f in plan.folders if f.folder == ALL_MAIL]
-        self.assertEqual((allMail.messages, allMail.mailbox, allMail.how), (1, None, "not migrated"))
+        self.assertEqual(
+            (allMail.messages, allMail.mailbox, allMail.how), (1, None, "not migrated")
+        )
         self.assertEqual(plan.totals()["not_migrated"], 1)
         self.assertNotIn("Archive", [name for name, _ in plan.create])
         text = self.text(plan)
@@ -143,7 +146,9 @@ class LabelViewPlanTests(SynchronousTestCase):
         report = self.verify(account)
         self.assertEqual(report.differences, [])
         [archive] = [m for m in report.mailboxes if m.mailbox == "Archive"]
-        self.assertEqual((archive.folders, archive.sourceMessages, archive.matched), ((ALL_MAIL,), 1, 1))
+        self.assertEqual(
+            (archive.folders, archive.sourceMessages, archive.matched), ((ALL_MAIL,), 1, 1)
+        )
         self.finish(account)
 
     def test_verifyNotMigrated(self) -> None:

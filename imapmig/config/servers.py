@@ -520,7 +520,8 @@ class ServersReader(LimitsReader):
         levels = value.split("/")
         if not value or any(not level.strip() for level in levels):
             self._problem(
-                path, f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'"
+                path,
+                f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'",
             )
             return None, False
         bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})

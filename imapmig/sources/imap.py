@@ -732,7 +732,9 @@ class IMAPSource:
         """
         return self._call(self._countMessages, folder, folder)
 
-    async def _countMessages(self, reader: _Reader, session: IMAPSession, folder: SourceFolder) -> int:
+    async def _countMessages(
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
+    ) -> int:
         examined = await self._examineForListing(reader, session, folder)
         return examined.exists
 
@@ -937,10 +939,14 @@ class IMAPSource:
             ) from None
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
         self.leftOut = [
-            (SourceFolder(path=(name,), key=name), f"{where}; a folder rule (include) naming it copies it")
+            (
+                SourceFolder(path=(name,), key=name),
+                f"{where}; a folder rule (include) naming it copies it",
+            )
             for where, names in leftOut.items()
             for name in names
         ]
+        self._notMigratedIds = {}
         for where, names in leftOut.items():
             log.info(
                 "{source}: {mailboxes} {where} left out, among them {names};"
