@@ -23,11 +23,13 @@ from imapmig.verify import VerifyReport, verifyJob
 from tests.test_job import JOB
 from tests.test_sources_labelviews import (
     ALL_MAIL,
+    GMAIL_USER,
     IMPORTANT,
     STARRED,
     WITHOUT_EXTENSION,
     GmailAccount,
     _populate,
+    idBody,
 )
 
 
@@ -112,6 +114,25 @@ class LabelViewPlanTests(SynchronousTestCase):
         self.assertIn("in 4 folders (2 left out)", text)
         folders: Any = plan.toJSON()["folders"]
         self.assertEqual(folders[-1]["why"], rows[STARRED].why)
+        self.finish(account)
+
+    def test_planListsSharedLeftOut(self) -> None:
+        """
+        A mailbox of the shared namespace, which the source leaves out,
+        is listed too, with its message count and why.
+        """
+        account = GmailAccount(self, WITHOUT_EXTENSION + ("NAMESPACE",), withIds=True)
+        _populate(account)
+        account.mail.namespaceText = b'(("" "/")) NIL (("shared/" "/"))'
+        account.mail.create(GMAIL_USER, "shared/team")
+        account.mail.append(GMAIL_USER, "shared/team", [(idBody(n), (), None) for n in (9, 10)])
+        plan = self.plan(account)
+        [team] = [f for f in plan.folders if f.folder == "shared/team"]
+        self.assertEqual((team.messages, team.mailbox, team.how), (2, None, "left out"))
+        self.assertEqual(
+            team.why, "in the shared namespace; a folder rule (include) naming it copies it"
+        )
+        self.assertIn("(3 left out)", self.text(plan))
         self.finish(account)
 
     def test_planNotMigrated(self) -> None:
