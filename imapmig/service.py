@@ -314,6 +314,7 @@ def sourceFor(
             connections=job.connections,
             include=job.folders.include,
             labelViews=source.server.labelViews,
+            archiveFolder=source.server.archiveFolder,
             job=job.name,
             throttle=throttle,
         )
