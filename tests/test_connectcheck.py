@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from typing import Any
 
 import yaml
@@ -279,3 +280,28 @@ class FirstFailureTests(TestCase):
         self.assertIn(hint, bytes(daemon.output), daemon.tail())
         self.assertIn(b"cannot connect (connection refused)", bytes(daemon.output))
         self.assertIsNone(daemon.status, daemon.tail())
+
+    def test_planNamesEndpoint(self) -> None:
+        """
+        C{imapmig plan}, which the warning points to, says at once that the
+        connection was refused and which setting holds the endpoint.
+        """
+        directory = newDirectory(self)
+        path = _writeConfig(
+            directory,
+            {"mailhost": {"endpoint": "tcp:127.0.0.1:1", "starttls": "off"}},
+            [("mailhost", "alice", "pw")],
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "imapmig.cli", "plan", "--config", path],
+            env=sourceTreeEnvironment(),
+            cwd=SOURCE_TREE,
+            capture_output=True,
+            timeout=120,
+        )
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn(
+            b"cannot plan: alice at tcp:127.0.0.1:1: cannot connect: connection refused;"
+            b" check servers.mailhost.endpoint",
+            done.stdout,
+        )
