@@ -192,27 +192,10 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             problems += have != count
             _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
         result = 1 if problems or job["state"] != "done" or job["messages_failed"] else 0
-        # From here the result is known: a stop signal ends the demo with it.
-        try:
-            _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
-            for line in summary(job, len(expected), elapsed, base):
-                _say(line)
-            # The summary names the log: the URL stays the last line.
-            logNamed = True
-            if not keep:
-                _say(
-                    "== Not a terminal: the daemon stops now (--keep keeps it serving);"
-                    f" its dashboard was {url}"
-                )
-                return result
-            _say("== The daemon keeps serving the dashboard; Ctrl-C (or SIGTERM) stops it:")
-            _say(f"   {url}")
-            daemon.wait()
-            _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
-            result = 1
-        except Stopped as e:
-            _say(f"== Stopped by {signal.Signals(e.signum).name}")
-        return result
+        # The summary names the log: the URL stays the last line.
+        logNamed = True
+        lines = summary(job, len(expected), elapsed, base)
+        return _conclude(result, lines, url, daemon, keep, base)
     finally:
         signals.cleaningUp()
         if daemon is not None:
@@ -220,6 +203,37 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             if not logNamed:
                 _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def _conclude(
+    result: int, lines: list[str], url: str, daemon: subprocess.Popen[bytes], keep: bool, base: str
+) -> int:
+    """
+    Say the check's C{result}, the summary's C{lines} and the dashboard's
+    C{url}, last; with C{keep}, serve until a stop signal.
+
+    @return: the demo's exit status: C{result}, or 1 if the daemon exited
+        while it kept serving.
+    """
+    # From here the result is known: a stop signal ends the demo with it.
+    try:
+        _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
+        for line in lines:
+            _say(line)
+        if not keep:
+            _say(
+                "== Not a terminal: the daemon stops now (--keep keeps it serving);"
+                f" its dashboard was {url}"
+            )
+            return result
+        _say("== The daemon keeps serving the dashboard; Ctrl-C (or SIGTERM) stops it:")
+        _say(f"   {url}")
+        daemon.wait()
+        _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
+        return 1
+    except Stopped as e:
+        _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return result
 
 
 def summary(job: dict[str, object], folders: int, elapsed: float, base: str) -> list[str]:
