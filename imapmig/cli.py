@@ -52,7 +52,7 @@ from twisted.python.failure import Failure
 
 import imapmig
 from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
-from imapmig.errors import ConfigError, ImapmigError, PermanentError
+from imapmig.errors import ConfigError, ConnectFailed, ImapmigError, PermanentError
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
@@ -414,9 +414,12 @@ async def plan(
                     await source.close()
         except ImapmigError as e:
             status = 1
-            document.append({"job": job.name, "error": str(e)})
+            why = str(e)
+            if isinstance(e, ConnectFailed) and e.setting is not None:
+                why = f"{why}; check {e.setting}"
+            document.append({"job": job.name, "error": why})
             if not asJSON:
-                out.write(f"{header}\n  cannot plan: {e}\n")
+                out.write(f"{header}\n  cannot plan: {why}\n")
             continue
         if preview.unreadable:
             status = 1

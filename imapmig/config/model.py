@@ -6,7 +6,7 @@ L{imapmig.config}.
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
 from imapmig.config.limits import ServerLimits
 from imapmig.plan import FolderRules, PersonalNamespace
@@ -232,6 +232,9 @@ class AccountConfig:
         or L{None} for the user's own login.
     @ivar oauth2: where the user's OAuth 2.0 access token comes from (for
         XOAUTH2 or OAUTHBEARER), or L{None} for a password login.
+    @ivar credentialKey: the configuration key that holds the credential
+        (C{"jobs[0].destination.password_file"}), named when the server
+        refuses the login; L{None} when not known.
     """
 
     server: ServerConfig
@@ -239,6 +242,9 @@ class AccountConfig:
     password: Secret | None
     admin: str | None = None
     oauth2: TokenSourceConfig | None = None
+    # Where the credential was read from: not part of what the account
+    # is (a job whose row moved in a user list is not changed by it).
+    credentialKey: str | None = field(default=None, eq=False)
 
 
 @frozen
