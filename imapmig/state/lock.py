@@ -210,8 +210,8 @@ class StateFileLock:
                 raise PermanentError(
                     f"{databasePath}: the state database has {links} hard links; SQLite keeps"
                     " a -wal file per name, so two names would lose or corrupt what the"
-                    " other committed: remove the other names (find / -xdev -samefile"
-                    f" {databasePath}); a symbolic link is fine"
+                    " other committed: remove the other names (find / -samefile"
+                    f" {databasePath} lists them); a symbolic link is fine"
                 )
         except BaseException:
             fcntl.flock(fd, fcntl.LOCK_UN)
