@@ -8,6 +8,7 @@ whatever name reaches it, and how L{SQLiteStateStore} holds it.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
@@ -197,6 +198,23 @@ class StateFileLockTests(SynchronousTestCase):
         self.assertIn("(its holder has not written its name yet)", self.refusal())
         os.setxattr(self.database, HOLDER_ATTRIBUTE, b"\x1b[2Jpid \xff\nmore")
         self.assertIn("(?[2Jpid \ufffd)", self.refusal())
+
+    def test_noExtendedAttributes(self) -> None:
+        """
+        On a file system that keeps no extended attributes, the lock holds
+        all the same, and the refusal says why it cannot name the holder.
+        """
+
+        def unsupported(*args: object) -> bytes:
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+        self.patch(os, "setxattr", unsupported)
+        self.patch(os, "getxattr", unsupported)
+        self.acquire()
+        self.assertIn(
+            "(its holder cannot be named: this file system keeps no extended attributes)",
+            self.refusal(),
+        )
 
     def test_missingDirectory(self) -> None:
         """
