@@ -329,7 +329,9 @@ class AliasTests(SynchronousTestCase):
         child.send_signal(signal.SIGKILL)
         child.wait()
         for path in (self.database, self.alias):
-            error = self.assertRaises(PermanentError, StateFileLock.acquire, path, self.clock.seconds)
+            error = self.assertRaises(
+                PermanentError, StateFileLock.acquire, path, self.clock.seconds
+            )
             self.assertIn(f"{path}: the state database has 2 hard links;", str(error))
             self.assertIn("a symbolic link is fine", str(error))
         os.unlink(self.alias)

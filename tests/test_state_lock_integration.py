@@ -133,8 +133,10 @@ class SecondDaemonTests(TestCase):
         with open(os.path.join(first, "imapmig.yaml")) as f:
             text = f.read()
         path = os.path.join(second, "imapmig.yaml")
+        moved = text.replace(f"state: {first}/", f"state: {second}/")
+        self.assertNotEqual(moved, text)
         with open(path, "w") as f:
-            f.write(text.replace(os.path.join(first, "state.sqlite"), os.path.join(second, "state.sqlite")))
+            f.write(moved)
         return path
 
     async def test_symbolicLink(self) -> None:

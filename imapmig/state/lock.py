@@ -191,8 +191,8 @@ class StateFileLock:
         @param pid: the holder's process id (by default this process's).
         @param host: the holder's host name (by default this host's).
 
-        @raise PermanentError: another process (or another descriptor of
-            this one: another store) holds it, the message naming the holder as the file's
+        @raise PermanentError: another process (or another store of this
+            one) holds it, the message naming the holder as the file's
             attribute says; the file has more than one hard link; or it
             cannot be created, opened or locked.
         """
@@ -204,7 +204,9 @@ class StateFileLock:
             except BlockingIOError:
                 raise _inUse(databasePath, _holderOf(fd)) from None
             except OSError as e:
-                raise PermanentError(f"{databasePath}: cannot lock the state database: {_reason(e)}") from None
+                raise PermanentError(
+                    f"{databasePath}: cannot lock the state database: {_reason(e)}"
+                ) from None
             links = os.fstat(fd).st_nlink
             if links > 1:
                 raise PermanentError(
@@ -268,7 +270,9 @@ def _open(databasePath: str) -> tuple[int, os.stat_result]:
             0o600,
         )
     except OSError as e:
-        raise PermanentError(f"{databasePath}: cannot open the state database: {_reason(e)}") from None
+        raise PermanentError(
+            f"{databasePath}: cannot open the state database: {_reason(e)}"
+        ) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
