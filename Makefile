@@ -1,6 +1,7 @@
 # imapmig: setup, demo and tests on Debian (run as root for the apt step).
 #
-#   make demo    set everything up and run a demo migration into a private Dovecot
+#   make demo    install what the demo uses (Python, Dovecot, openssl; no browser, Cyrus or
+#                Courier) and run a demo migration into a private Dovecot
 #   make test    set everything up and run the whole test suite (mypy + trial)
 #   make test-browser  only the dashboard's real-browser test (headless Chromium)
 #   make install    install the service (as root): user, venv in /opt/imapmig,
@@ -9,25 +10,44 @@
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN      = $(VENV)/bin
-# systemd: systemd-analyze (tests/test_unit.py); adduser: make install.
-APT_PACKAGES = python3 python3-venv python3-dev dovecot-imapd openssl ca-certificates gcc libc6-dev iproute2 \
+# What the demo uses: Python and its venv, Dovecot, openssl (the demo's TLS
+# certificates), the CA certificates pip needs.
+DEMO_APT_PACKAGES = python3 python3-venv dovecot-imapd openssl ca-certificates
+# What the tests use besides: systemd: systemd-analyze (tests/test_unit.py);
+# adduser: make install; chromium: the dashboard's browser test.
+APT_PACKAGES = $(DEMO_APT_PACKAGES) python3-dev gcc libc6-dev iproute2 \
                chromium chromium-driver systemd adduser
 
-.PHONY: setup system-packages servers venv demo test trial typecheck bench clean test-browser \
-        wheel install uninstall purge
+# apt-get waits up to APT_LOCK_WAIT seconds for the dpkg lock another apt-get
+# (unattended-upgrades, a second make) holds, instead of failing at once;
+# .ci/apt-update does the same for apt-get update's lists lock.
+APT_LOCK_WAIT ?= 600
+export APT_LOCK_WAIT
+APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_WAIT)
+
+# $(call apt_install,PACKAGES): install those of PACKAGES that are missing (as root).
+define apt_install
+@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+    missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+    if [ -n "$$missing" ]; then \
+        echo "Installing Debian packages:$$missing"; \
+        .ci/apt-update && $(APT_GET) install -y -qq $$missing; \
+    fi; \
+else \
+    echo "Not root or no apt-get: make sure these are installed: $(1)"; \
+fi
+endef
+
+.PHONY: setup system-packages demo-packages demo-venv servers venv demo test trial typecheck bench \
+        clean test-browser wheel install uninstall purge
 
 setup: system-packages servers venv
 
 system-packages:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	    if [ -n "$$missing" ]; then \
-	        echo "Installing Debian packages:$$missing"; \
-	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	    fi; \
-	else \
-	    echo "Not root or no apt-get: make sure these are installed: $(APT_PACKAGES)"; \
-	fi
+	$(call apt_install,$(APT_PACKAGES))
+
+demo-packages:
+	$(call apt_install,$(DEMO_APT_PACKAGES))
 
 # Cyrus and Courier beside Dovecot, unpacked into /opt/imapmig-servers
 # (.ci/install-servers says how); a second run does nothing.
@@ -46,7 +66,13 @@ venv: $(BIN)/python
 	$(BIN)/python -m pip install -q ".[dev]"
 	$(BIN)/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
 
-demo: setup
+# imapmig and its dependencies only (the tests' tools come with make test).
+demo-venv: demo-packages $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q .
+	$(BIN)/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
+
+demo: demo-packages demo-venv
 	$(BIN)/python -m imapmig.demo
 
 typecheck:
@@ -71,15 +97,7 @@ BENCH_ARGS ?=
 .PHONY: bench-quick bench-packages
 
 bench-packages: setup
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    missing=""; for p in $(BENCH_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	    if [ -n "$$missing" ]; then \
-	        echo "Installing Debian packages:$$missing"; \
-	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	    fi; \
-	else \
-	    echo "Not root or no apt-get: make sure these are installed: $(BENCH_APT_PACKAGES)"; \
-	fi
+	$(call apt_install,$(BENCH_APT_PACKAGES))
 	$(BIN)/python -m pip install -q $(BENCH_PIP_PACKAGES)
 
 bench: bench-packages

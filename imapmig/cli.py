@@ -52,7 +52,7 @@ from twisted.python.failure import Failure
 
 import imapmig
 from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
-from imapmig.errors import ConfigError, ImapmigError, PermanentError
+from imapmig.errors import ConfigError, ConnectFailed, ImapmigError, PermanentError
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
@@ -319,6 +319,9 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
         if f.error is not None:
             rows.append((folder, "-", "-", f.mailbox or "-", "unreadable", "-", "-"))
             continue
+        if f.why is not None:
+            rows.append((folder, str(f.messages), "-", "-", f.how, "-", "-"))
+            continue
         if f.mailbox is None:
             mailbox, how = "-", "left out by the folder rules"
         else:
@@ -342,6 +345,9 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
         out.write("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
     for f in preview.unreadable:
         out.write(f"  cannot list {f.folder}: {f.error}\n")
+    for f in preview.folders:
+        if f.why is not None:
+            out.write(f"  {f.how} {f.folder}: {plural(f.messages, 'message')}: {f.why}\n")
     for name, use in preview.create:
         out.write(f"  would create {name}" + (f" ({use})" if use else "") + "\n")
     for name in preview.subscribe:
@@ -354,6 +360,7 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
         f" {totals['migrated']} migrated, {totals['to_copy']} to copy"
         f" ({octets(totals['to_copy_size'])})"
         + (f", {failedBefore} of them failed before" if failedBefore else "")
+        + (f", {totals['not_migrated']} not migrated" if totals["not_migrated"] else "")
         + f"; {plural(totals['mailboxes_to_create'], 'mailbox', 'mailboxes')} to create\n"
     )
 
@@ -407,9 +414,12 @@ async def plan(
                     await source.close()
         except ImapmigError as e:
             status = 1
-            document.append({"job": job.name, "error": str(e)})
+            why = str(e)
+            if isinstance(e, ConnectFailed) and e.setting is not None:
+                why = f"{why}; check {e.setting}"
+            document.append({"job": job.name, "error": why})
             if not asJSON:
-                out.write(f"{header}\n  cannot plan: {e}\n")
+                out.write(f"{header}\n  cannot plan: {why}\n")
             continue
         if preview.unreadable:
             status = 1

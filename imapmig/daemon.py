@@ -11,7 +11,8 @@ above (C{IMAPMIG_LOG_LEVEL} says otherwise: L{imapmig.loglevels}), as
 text, JSON lines or journal entries (C{IMAPMIG_LOG_FORMAT}, by default
 the journal under systemd: L{imapmig.logoutput}), with
 the same options
-(C{--config}, C{--exit-when-done}, C{--check-config}) and exit statuses
+(C{--config}, C{--exit-when-done}, C{--check-config}, with C{--connect}
+trying every server once: L{imapmig.connectcheck}) and exit statuses
 (L{imapmig.tap.EXIT_OK}, L{imapmig.tap.EXIT_JOB_FAILED},
 L{imapmig.tap.EXIT_BAD_CONFIG}; a bad command line also exits with
 L{imapmig.tap.EXIT_BAD_CONFIG}).

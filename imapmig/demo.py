@@ -3,7 +3,12 @@ The demo behind C{make demo}: a generated sample Maildir migrated into a
 private local Dovecot by the real daemon (C{twistd -n imapmig}), with its
 status page, then checked message by message.
 
-    python -m imapmig.demo [--messages N] [--directory DIR] [--keep]
+    python -m imapmig.demo [--messages N] [--directory DIR] [--keep | --exit]
+
+It ends with a short summary and the dashboard's URL, last.  Run from a
+terminal (its standard input a tty) it then keeps the daemon serving the
+dashboard until Ctrl-C, as C{--keep} does; otherwise (tests, CI, a pipe)
+it stops the daemon and exits, as C{--exit} does.
 
 Whatever ends it (its end, an error, C{SIGTERM}, C{SIGINT}, C{SIGHUP}) the
 daemon and Dovecot it started are stopped (the daemon first); if it is
@@ -79,19 +84,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--directory", default="demo", help="its working directory, emptied first (default demo)"
     )
-    parser.add_argument(
+    ending = parser.add_mutually_exclusive_group()
+    ending.add_argument(
         "--keep",
         action="store_true",
-        help="keep the daemon (and Dovecot) serving after the check, until Ctrl-C or SIGTERM",
+        help="keep the daemon (and Dovecot) serving after the check, until Ctrl-C or SIGTERM"
+        " (the default from a terminal)",
+    )
+    ending.add_argument(
+        "--exit",
+        action="store_true",
+        help="stop the daemon and exit after the check (the default when standard input"
+        " is not a terminal)",
     )
     args = parser.parse_args(argv)
+    keep = args.keep or (not args.exit and _interactive())
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Each line as it is printed, also through a pipe (make, tee).
         sys.stdout.reconfigure(line_buffering=True)
     signals = StopSignals()
     signals.install()
     try:
-        return _run(args.messages, os.path.abspath(args.directory), args.keep, signals)
+        return _run(args.messages, os.path.abspath(args.directory), keep, signals)
     except Stopped as e:
         _say(f"== Stopped by {signal.Signals(e.signum).name}")
         return e.exitStatus
@@ -121,6 +135,7 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
         dieWithParent=True,
     )
     daemon: subprocess.Popen[bytes] | None = None
+    logNamed = False
     try:
         with signals.deferred():
             dovecot.start()
@@ -163,8 +178,9 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             _say(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
             return 1
         job = final["jobs"][0]  # type: ignore[index]
-        _say(f"== Job {job['state']} after {elapsed:.1f} s; final status.json:")
-        _say(json.dumps(final, indent=2))
+        with open(os.path.join(base, "status.json"), "w") as f:
+            json.dump(final, f, indent=2)
+        _say(f"== Job {job['state']} after {elapsed:.1f} s")
         _say("== Checking the destination against the source")
         fetched = dovecot.fetchAll("demo")
         expected = Counter(("/".join(m.folder) if m.folder != ("INBOX",) else "INBOX") for m in corpus.messages)
@@ -176,23 +192,81 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             problems += have != count
             _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
         result = 1 if problems or job["state"] != "done" or job["messages_failed"] else 0
-        # From here the result is known: a stop signal ends the demo with it.
-        try:
-            _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
-            if keep:
-                _say(f"== The daemon keeps serving {url} ; Ctrl-C (or SIGTERM) stops it.")
-                daemon.wait()
-                _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
-                result = 1
-        except Stopped as e:
-            _say(f"== Stopped by {signal.Signals(e.signum).name}")
-        return result
+        # The summary names the log: the URL stays the last line.
+        logNamed = True
+        lines = summary(job, len(expected), elapsed, base)
+        return _conclude(result, lines, url, daemon, keep, base)
     finally:
         signals.cleaningUp()
         if daemon is not None:
             _stopProcess(daemon)
-            _say(f"   (the daemon's log: {base}/imapmig.log)")
+            if not logNamed:
+                _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def _conclude(
+    result: int, lines: list[str], url: str, daemon: subprocess.Popen[bytes], keep: bool, base: str
+) -> int:
+    """
+    Say the check's C{result}, the summary's C{lines} and the dashboard's
+    C{url}, last; with C{keep}, serve until a stop signal.
+
+    @return: the demo's exit status: C{result}, or 1 if the daemon exited
+        while it kept serving.
+    """
+    # From here the result is known: a stop signal ends the demo with it.
+    try:
+        _say("== Demo FAILED" if result else "== Demo passed: every message is in Dovecot.")
+        for line in lines:
+            _say(line)
+        if not keep:
+            _say(
+                "== Not a terminal: the daemon stops now (--keep keeps it serving);"
+                f" its dashboard was {url}"
+            )
+            return result
+        _say("== The daemon keeps serving the dashboard; Ctrl-C (or SIGTERM) stops it:")
+        _say(f"   {url}")
+        daemon.wait()
+        _say(f"== imapmig exited with status {daemon.returncode}; see {base}/imapmig.log")
+        return 1
+    except Stopped as e:
+        _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return result
+
+
+def summary(job: dict[str, object], folders: int, elapsed: float, base: str) -> list[str]:
+    """
+    The demo's result in two lines: what was copied, how fast, and where
+    its files are.
+
+    @param job: the job's last entry of C{/status.json}.
+    @param folders: how many folders the sample Maildir has.
+    @param elapsed: seconds from the daemon's start to the job's end.
+    @param base: the demo's directory.
+    """
+    done = int(job["messages_done"])  # type: ignore[call-overload]
+    failed = int(job["messages_failed"])  # type: ignore[call-overload]
+    average = job.get("average_messages_per_second")
+    rate = float(average) if isinstance(average, (int, float)) else done / max(elapsed, 1e-9)
+    return [
+        f"   {plural(done, 'message')} copied into {plural(folders, 'folder')},"
+        f" {failed} failed, {octets(int(job['bytes_done']))}"  # type: ignore[call-overload]
+        f" in {elapsed:.1f} s ({rate:,.0f} messages/s)",
+        f"   in {base}: the daemon's log imapmig.log, the last status.json,"
+        f" the configuration imapmig.yaml",
+    ]
+
+
+def _interactive() -> bool:
+    """
+    Whether the demo runs from a terminal: its standard input is a tty.
+    """
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def demoJob(base: str, passwordFile: str) -> str:

@@ -43,6 +43,23 @@ class ConnectionLost(TransientError):
     """
 
 
+class ConnectFailed(TransientError):
+    """
+    No connection could be made to the server: refused, timed out, host
+    not found.  Transient (a server down for minutes is normal), but on a
+    job's first connection more often a wrong endpoint.
+
+    @ivar why: what went wrong, in a few words (C{"connection refused"}).
+    @ivar setting: the configuration key holding the endpoint
+        (C{"servers.NAME.endpoint"}), or L{None} when not known.
+    """
+
+    def __init__(self, message: str, why: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.why = why
+        self.setting = setting
+
+
 class PermanentError(ImapmigError):
     """
     Will not succeed by retrying as is.

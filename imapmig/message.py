@@ -54,12 +54,21 @@ class SourceFolder:
     @ivar specialUse: an RFC 6154 attribute such as C{"\\Sent"}, or L{None}.
     @ivar subscribed: whether the source's user is subscribed to it (a
         source that has no notion of subscriptions says C{True}).
+    @ivar destination: the destination path the source asks for its
+        messages (a label view's archived mail: L{imapmig.sources.labelviews}),
+        unless a rename rule names the folder; L{None}: mapped as any
+        folder.
+    @ivar notMigrated: why the messages the source lists in it are not
+        copied, but recorded as not migrated with this reason; L{None}
+        for a folder that is copied.
     """
 
     path: tuple[str, ...]
     key: str
     specialUse: str | None = None
     subscribed: bool = True
+    destination: tuple[str, ...] | None = None
+    notMigrated: str | None = None
 
 
 @frozen

@@ -350,8 +350,8 @@ class FolderMapping:
     @ivar specialUse: the RFC 6154 use to give the mailbox if it must be
         created (the source folder's use, when the destination has no
         mailbox of that use yet).
-    @ivar how: why it goes there, for the log: C{"name"}, C{"rename"} or
-        C{"special-use"}.
+    @ivar how: why it goes there, for the log: C{"name"}, C{"rename"},
+        C{"special-use"} or C{"archive"} (L{SourceFolder.destination}).
     """
 
     folder: SourceFolder
@@ -378,7 +378,10 @@ def mapFolders(
     Maildir with both C{Sent} and C{Sent Items} keeps them apart);
     otherwise the folder keeps its path, under the destination's personal
     namespace (L{PersonalNamespace.mailbox}).  Two folders may map onto
-    one mailbox (see L{sharedMailboxes}).
+    one mailbox (see L{sharedMailboxes}).  A folder the source asks to go
+    elsewhere (L{SourceFolder.destination}: a label view's archived mail)
+    goes there unless a rename rule names it; one whose messages are not
+    migrated (L{SourceFolder.notMigrated}) is in neither list.
 
     @param namespace: the destination's personal namespace.
     @param destinationUses: the destination's mailboxes by special use
@@ -393,10 +396,16 @@ def mapFolders(
         if not isIncluded(folder.path, rules):
             excluded.append(folder)
             continue
+        if folder.notMigrated is not None:
+            continue
         renamed = renamedPath(folder.path, rules)
         if renamed is not None:
             mailbox = namespace.mailbox(renamed)
             mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
+            continue
+        if folder.destination is not None:
+            mailbox = namespace.mailbox(folder.destination)
+            mappings.append(FolderMapping(folder, folder.destination, mailbox, None, "archive"))
             continue
         use = folder.specialUse
         if use is not None and use in destinationUses and use not in claimed:

@@ -60,6 +60,11 @@ class FolderPlan:
     @ivar failedBefore: of those, how many an earlier run recorded as
         failed (a run tries them again).
     @ivar error: why the folder could not be listed, or L{None}.
+    @ivar why: for a folder the source leaves out (a label view, a mailbox
+        outside the personal namespace: C{how} is C{"left out"}; its
+        C{messages} counted by EXAMINE, its C{size} unknown, 0) or whose
+        messages it lists without migrating them (C{how} is C{"not
+        migrated"}), why; else L{None}.
     """
 
     folder: str
@@ -74,6 +79,7 @@ class FolderPlan:
     toCopySize: int
     failedBefore: int = 0
     error: str | None = None
+    why: str | None = None
 
     def toJSON(self) -> dict[str, object]:
         """
@@ -92,6 +98,7 @@ class FolderPlan:
             "to_copy_size": self.toCopySize,
             "failed_before": self.failedBefore,
             "error": self.error,
+            "why": self.why,
         }
 
 
@@ -131,6 +138,7 @@ class JobPlan:
         return {
             "folders": len(kept),
             "excluded_folders": len(self.folders) - len(kept),
+            "not_migrated": sum(f.messages for f in self.folders if f.how == NOT_MIGRATED),
             "messages": sum(f.messages for f in kept),
             "size": sum(f.size for f in kept),
             "migrated": sum(f.migrated for f in kept),
@@ -154,6 +162,10 @@ class JobPlan:
             "create": [{"mailbox": name, "special_use": use} for name, use in self.create],
             "subscribe": list(self.subscribe),
         }
+
+
+LEFT_OUT = "left out"
+NOT_MIGRATED = "not migrated"
 
 
 def _size(messages: Sequence[SourceMessage]) -> int:
@@ -183,9 +195,11 @@ async def _folderPlan(
             name, folder.specialUse, 0, 0, mailbox, how, exists, 0, 0, 0, 0, str(e)
         )
     if mapping is None:
+        why = folder.notMigrated
         return FolderPlan(
-            name, folder.specialUse, len(messages), _size(messages), None, how, False, 0, 0, 0
-        )
+            name, folder.specialUse, len(messages), _size(messages), None,
+            how if why is None else NOT_MIGRATED, False, 0, 0, 0, why=why,
+        )  # fmt: skip
     recorded = await store.destinationMap(job, folder.key)
     pending = pendingMessages(messages, recorded)
     return FolderPlan(
@@ -201,6 +215,31 @@ async def _folderPlan(
         _size(pending),
         sum(1 for m in pending if (folder.key, m.key) in failed),
     )
+
+
+async def _leftOut(source: IMessageSource) -> list[FolderPlan]:
+    """
+    The folders an IMAP source left out of its listing (label views,
+    mailboxes outside the personal namespace), each with its message
+    count (EXAMINE) and why.
+    """
+    from imapmig.sources.imap import IMAPSource
+
+    if not isinstance(source, IMAPSource):
+        return []
+    plans = []
+    for folder, why in source.leftOut:
+        name = folderName(folder.path)
+        try:
+            count = await source.countMessages(folder)
+        except SourceError as e:
+            # Another user's mailbox may not open: the plan still holds.
+            why = f"{why} (its messages cannot be counted: {e})"
+            count = 0
+        plans.append(
+            FolderPlan(name, folder.specialUse, count, 0, None, LEFT_OUT, False, 0, 0, 0, why=why)
+        )
+    return plans
 
 
 async def previewJob(
@@ -247,6 +286,7 @@ async def previewJob(
         await _folderPlan(job, source, store, folder, byKey.get(folder.key), view.existing, failed)
         for folder in folders
     ]
+    plans += await _leftOut(source)
     # As the migration computes it (DestinationPreparation._createMailboxes):
     # a mailbox the destination has needs no parent created.
     missing = mailboxesToCreate(

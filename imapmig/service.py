@@ -43,7 +43,7 @@ from twisted.logger import Logger
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IStreamClientEndpoint
 
 from imapmig.config import (
     Config,
@@ -121,9 +121,12 @@ def sessionOpener(
     tokens: TokenSources | None = None,
     grant: Callable[[], Deferred[IGrant]] | None = None,
     job: str | None = None,
+    credentialKey: str | None = None,
 ) -> Callable[[], Awaitable[IMAPSession]]:
     """
     A function that opens a logged-in session to C{server} as C{user}.
+    A connection that cannot be made names the server's
+    C{servers.NAME.endpoint}, a refused login C{credentialKey}.
 
     @param password: the user's password, or the admin's with C{admin};
         L{None} with C{oauth2}.
@@ -151,13 +154,7 @@ def sessionOpener(
             if admin is None
             else AdminLogin(user, admin, password)
         )
-    tlsOptions = None
-    if server.starttls or server.implicitTLS:
-        tlsOptions = _sharedTLSOptions(server)
-    endpoint = clientFromString(reactor, server.tcpEndpoint)
-    if server.implicitTLS:
-        assert tlsOptions is not None
-        endpoint = wrapClientTLS(tlsOptions, endpoint)
+    endpoint, tlsOptions = serverEndpoint(reactor, server)
     description = f"{user} at {server.endpoint}"
     # What every event of the session carries: its job, and the server
     # and user as /metrics labels them (imapmig.logfields).
@@ -178,6 +175,8 @@ def sessionOpener(
             compress=server.compress,
             namespaceOverride=server.namespace,
             logFields=logFields,
+            endpointKey=f"servers.{server.name}.endpoint",
+            credentialKey=credentialKey,
         )
 
     opener: Callable[[], Awaitable[IMAPSession]]
@@ -199,6 +198,24 @@ def sessionOpener(
             )
 
     return opener if grant is None else grantedOpener(grant, opener)
+
+
+def serverEndpoint(
+    reactor: Any, server: ServerConfig
+) -> tuple[IStreamClientEndpoint, IOpenSSLClientConnectionCreator | None]:
+    """
+    Where C{server} is connected to (wrapped in TLS for a C{tls:}
+    endpoint), and the TLS options for it or its STARTTLS (L{None}
+    without TLS).
+    """
+    tlsOptions = None
+    if server.starttls or server.implicitTLS:
+        tlsOptions = _sharedTLSOptions(server)
+    endpoint = clientFromString(reactor, server.tcpEndpoint)
+    if server.implicitTLS:
+        assert tlsOptions is not None
+        endpoint = wrapClientTLS(tlsOptions, endpoint)
+    return endpoint, tlsOptions
 
 
 def grantedOpener(
@@ -268,6 +285,7 @@ def accountOpener(
         tokens,
         grant,
         job,
+        account.credentialKey,
     )
 
 
@@ -321,6 +339,7 @@ def sourceFor(
             connections=job.connections,
             include=job.folders.include,
             labelViews=source.server.labelViews,
+            archiveFolder=source.server.archiveFolder,
             job=job.name,
             throttle=throttle,
         )
@@ -422,6 +441,7 @@ def censusOpener(
         tokens,
         grant,
         job,
+        source.credentialKey,
     )
 
 

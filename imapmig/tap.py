@@ -48,7 +48,7 @@ class Options(usage.Options):
     Command-line options of the imapmig plugin.
     """
 
-    synopsis = "--config FILE [--exit-when-done] [--check-config]"
+    synopsis = "--config FILE [--exit-when-done] [--check-config [--connect]]"
     longdesc = (
         "Drain the configured queue of migration jobs into IMAP accounts with "
         "pipelined APPENDs, serving progress at /status.json on the status "
@@ -66,6 +66,13 @@ class Options(usage.Options):
             "or recorded as failed with its reason, 1 if a job could not run.",
         ],
         ["check-config", None, "Validate the configuration, print a summary and exit."],
+        [
+            "connect",
+            None,
+            "With --check-config: also try every server once (connect, TLS as configured,"
+            " greeting, LOGIN with the first password a job uses for it, LOGOUT), one line"
+            " each; exit status 1 if one fails.",
+        ],
     ]
 
     config: Config
@@ -83,6 +90,8 @@ class Options(usage.Options):
         path = self["config"]
         if not path:
             raise usage.UsageError("--config FILE is required")
+        if self["connect"] and not self["check-config"]:
+            raise usage.UsageError("--connect goes with --check-config")
         # Collection resumes at the end of makeService, which twistd calls
         # next; any other way out of here resumes it at once.
         pauseCollection()
@@ -121,7 +130,35 @@ class Options(usage.Options):
                 f"{servers} server{'' if servers == 1 else 's'}\n"
             )
             sys.stdout.flush()
+            if self["connect"]:
+                raise SystemExit(EXIT_OK if checkConnections(self.config) else EXIT_JOB_FAILED)
             raise SystemExit(EXIT_OK)
+
+
+def checkConnections(config: Config) -> bool:
+    """
+    Try every server of C{config} once on the global reactor, writing one
+    line per server to standard output (L{imapmig.connectcheck}).
+
+    @return: whether every server is ok.
+    """
+    from twisted.internet import reactor
+
+    from imapmig.connectcheck import checkServers, writeChecks
+
+    results: list[bool] = []
+
+    def done(checks: object) -> None:
+        if isinstance(checks, list):
+            results.append(writeChecks(checks, sys.stdout))
+        else:
+            sys.stderr.write(f"{checks}\n")
+        sys.stdout.flush()
+        reactor.stop()
+
+    reactor.callWhenRunning(lambda: checkServers(reactor, config).addBoth(done))
+    reactor.run()
+    return results == [True]
 
 
 def _exitWithProblems(problems: tuple[str, ...] | list[str]) -> None:

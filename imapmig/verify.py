@@ -536,6 +536,40 @@ def compareMailbox(
     )
 
 
+def _inListingOrder(
+    byMailbox: dict[str, list[FolderMapping]], folders: Sequence[SourceFolder]
+) -> list[tuple[str, list[FolderMapping]]]:
+    """
+    The mailboxes to compare, each once its last source folder's turn
+    comes in the source's listing order: a label view the source
+    de-duplicates against the folders listed before it (it lists it last)
+    is read after them, with any mailbox it shares.
+    """
+    position = {f.key: index for index, f in enumerate(folders)}
+    return sorted(
+        byMailbox.items(), key=lambda item: max(position[m.folder.key] for m in item[1])
+    )
+
+
+async def _notMigrated(source: IMessageSource, folder: SourceFolder) -> list[MailboxReport]:
+    """
+    For a folder whose messages the source lists without migrating them
+    (L{SourceFolder.notMigrated}), a report with each of them as a C{not
+    migrated} difference, under the mailbox C{"-"} (no body is read); for
+    any other folder, none.
+    """
+    why = folder.notMigrated
+    if why is None:
+        return []
+    name = _folderName(folder)
+    messages = await source.listMessages(folder)
+    differences = tuple(
+        Difference("not migrated", "-", name, m.key, None, f"not migrated: {why}")
+        for m in messages
+    )
+    return [MailboxReport("-", (name,), len(messages), 0, 0, differences)]
+
+
 async def verifyJob(
     job: str,
     source: IMessageSource,
@@ -573,7 +607,7 @@ async def verifyJob(
             (f.folderKey, f.messageKey): f.failure or "" for f in await store.failures(job)
         }
         reports = []
-        for mailbox, group in byMailbox.items():
+        for mailbox, group in _inListingOrder(byMailbox, folders):
             groupFolders = [m.folder for m in group]
             sourceSide = await _readSource(source, mailbox, groupFolders)
             recorded = {
@@ -595,6 +629,10 @@ async def verifyJob(
                 differences=len(report.differences),
             )
             reports.append(report)
+        excludedKeys = {f.key for f in excluded}
+        for folder in folders:
+            if folder.key not in excludedKeys:
+                reports += await _notMigrated(source, folder)
     finally:
         await session.logout()
     return VerifyReport(job, tuple(reports), tuple(_folderName(f) for f in excluded))

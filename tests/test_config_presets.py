@@ -119,6 +119,38 @@ class PresetConfigTests(ConfigTestCase):
             document, "servers.new.label_views", "use auto (the default) or dedup, copy"
         )
 
+    def test_archiveFolder(self) -> None:
+        """
+        C{archive_folder} is C{Archive} by default (and the C{gmail}
+        preset's), a folder path as written, or C{off} (quoted or, as YAML
+        reads an unquoted one, false): none.
+        """
+        self.assertEqual(self.server({"preset": "gmail"}).archiveFolder, "Archive")
+        self.assertEqual(
+            self.server({"endpoint": "tcp:mail.example.org:143"}).archiveFolder, "Archive"
+        )
+        for written, read in [("Mail/Archiv", "Mail/Archiv"), ("off", None), (False, None)]:
+            server = self.server({"preset": "gmail", "archive_folder": written})
+            self.assertEqual(server.archiveFolder, read)
+
+    def test_badArchiveFolder(self) -> None:
+        """
+        C{archive_folder} must be a folder name with no empty level, no
+        IMAP wildcard and no control character, or C{off}; each problem
+        names the key.
+        """
+        for written, problem in [
+            (True, "must be a folder name or 'off'"),
+            ("", "'' has an empty level"),
+            ("Mail//Archive", "'Mail//Archive' has an empty level"),
+            ("/Archive", "'/Archive' has an empty level"),
+            ("Arch*", "'Arch*' holds '*': not in a folder name"),
+            ("Arch\nive", "holds '\\n'"),
+        ]:
+            document = self.document()
+            document["servers"]["new"]["archive_folder"] = written
+            self.assertOnlyProblem(document, "servers.new.archive_folder", problem)
+
     def test_badMaxMessageSize(self) -> None:
         """
         C{max_message_size} must be a size.

@@ -119,6 +119,26 @@ class TemplateTests(UserListTestCase):
         self.assertEqual(carol.pipeline, alice.pipeline)
         self.assertEqual(carol.retry, loaded.jobs[0].retry)
 
+    def test_credentialKeys(self) -> None:
+        """
+        Each row's accounts name where their credential comes from, for a
+        refused login to say: the row's password column, or its
+        credential column.
+        """
+        loaded = self.loadUsers(
+            "source_user,destination_user,source_credential,destination_password_file\n"
+            "alice,alice@example.org,old-admin,alice.pw\n"
+        )
+        alice = loaded.jobs[1]
+        self.assertEqual(
+            (alice.source.credentialKey, alice.destination.credentialKey),  # type: ignore[union-attr]
+            (
+                f"{self.csvPath} row 2: source_credential",
+                f"{self.csvPath} row 2: destination_password_file",
+            ),
+        )
+        self.assertEqual(loaded.jobs[0].destination.credentialKey, "jobs[0].destination.password_file")
+
     def test_templateGivesTheDestinationUser(self) -> None:
         """
         A template's destination user and admin serve every row, which then

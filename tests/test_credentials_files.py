@@ -50,14 +50,18 @@ class StateFileModeTests(UmaskTestCase):
     def test_newDatabase(self) -> None:
         """
         A new database is 0600, and so are its C{-wal} and C{-shm}, which
-        SQLite creates as it writes the schema; the lock file too.
+        SQLite creates as it writes the schema.  No other file is made
+        (the lock is on the database itself).
         """
         path = os.path.join(self.directory, "state.sqlite")
         clock = Clock()
         store = SQLiteStateStore(path, seconds=clock.seconds)
         self.addCleanup(store.close)
         self.assertEqual(fileMode(path), 0o600)
-        for suffix in ("-wal", "-shm", ".lock"):
+        self.assertEqual(
+            sorted(os.listdir(self.directory)), ["state.sqlite", "state.sqlite-shm", "state.sqlite-wal"]
+        )
+        for suffix in ("-wal", "-shm"):
             self.assertTrue(os.path.exists(path + suffix), suffix)
             self.assertEqual(fileMode(path + suffix), 0o600, suffix)
         self.assertEqual(clock.getDelayedCalls(), [])

@@ -41,14 +41,19 @@ class DemoRun:
         testCase: SynchronousTestCase,
         *arguments: str,
         program: tuple[str, ...] = ("-m", "imapmig.demo"),
+        stdin: int = subprocess.DEVNULL,
     ) -> None:
+        """
+        @param stdin: the demo's standard input (not a terminal by
+            default: it exits after its check).
+        """
         # A short directory: Dovecot's sockets then live inside it, and
         # nothing is left in /tmp even when the demo is killed.
         self.directory = tempfile.mkdtemp(prefix="imapmig-demo-")
         testCase.addCleanup(shutil.rmtree, self.directory, True)
         self.process = subprocess.Popen(
             self.command(program, arguments),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=sourceTreeEnvironment(),

@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import ConnectionLost, PermanentError, ServerBusy
+from imapmig.errors import ConnectFailed, ConnectionLost, PermanentError, ServerBusy
 from imapmig.job import JobLifecycle, RetryPolicy
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
@@ -105,6 +105,75 @@ class RunRetriesTests(SynchronousTestCase):
                 )
             ],
         )
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_firstConnectionNamesEndpoint(self) -> None:
+        """
+        The first failure of a job's first connection is a warning, at
+        once, naming the setting that holds the endpoint and how to try it
+        without waiting; the failures after it, and a failure after the
+        job connected once, add no such line.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0, attempts=5))
+        refused = ConnectFailed(
+            "alice at tcp:localhost:1: cannot connect: connection refused",
+            "connection refused",
+            "servers.dest.endpoint",
+        )
+        with capturedLogs() as events:
+            waiting = self.afterFailure(retries, refused)
+        hints = [formatEvent(e) for e in events if "servers.dest.endpoint" in formatEvent(e)]
+        self.assertEqual(
+            hints,
+            [
+                "Job j: cannot connect (connection refused); check servers.dest.endpoint in the"
+                " configuration (`imapmig plan --config FILE` or `imapmig-daemon --config FILE"
+                " --check-config --connect` tries it at once); retrying meanwhile"
+            ],
+        )
+        self.assertEqual(events[0]["log_level"].name, "warn")
+        self.clock.advance(2.0)
+        self.successResultOf(waiting)
+        with capturedLogs() as events:
+            waiting = self.afterFailure(retries, refused)
+        self.assertEqual([e for e in events if "check servers" in formatEvent(e)], [])
+        self.clock.advance(4.0)
+        self.successResultOf(waiting)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_noHintOnceConnected(self) -> None:
+        """
+        A job that connected once and then cannot connect is a server
+        down, not a wrong endpoint: no hint.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0))
+        self.lifecycle.connected()
+        with capturedLogs() as events:
+            waiting = self.afterFailure(
+                retries, ConnectFailed("cannot connect", "connection refused", "servers.d.endpoint")
+            )
+        self.assertEqual([e for e in events if "check servers" in formatEvent(e)], [])
+        self.clock.advance(2.0)
+        self.successResultOf(waiting)
+
+    def test_attemptShown(self) -> None:
+        """
+        While a job backs off, its progress (and so C{/status.json}) says
+        which attempt of how many failed, why, and when the next is; the
+        counts clear when it connects again.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=2.0, attempts=10))
+        for attempt, wait in [(1, 2.0), (2, 4.0), (3, 8.0)]:
+            waiting = self.afterFailure(retries, ConnectionLost("connection refused"))
+            view = self.progress.snapshot()
+            self.assertEqual(
+                (view["retry_attempt"], view["retry_attempts"], view["waiting_for"], view["retry_at"]),
+                (attempt, 10, "connection refused", self.clock.seconds() + wait),
+            )
+            self.clock.advance(wait)
+            self.successResultOf(waiting)
+        view = self.progress.snapshot()
+        self.assertEqual((view["retry_attempt"], view["retry_attempts"]), (None, None))
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_serverSaysHowLong(self) -> None:

@@ -15,7 +15,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import SourceError
-from imapmig.imap.fetch import FetchedItem, Value
+from imapmig.imap.fetch import FetchedItem, Value, parseInternalDate
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.message import SourceFolder, SourceMessage
@@ -25,6 +25,7 @@ from imapmig.sources.labelviews import (
     LabelViewFilter,
     folderLabels,
     gmailMessageId,
+    headerIdentity,
     labelViewUse,
     planLabelViews,
     resolveLabelViews,
@@ -123,27 +124,40 @@ class PlanLabelViewsTests(SynchronousTestCase):
 
     def test_withoutMessageIds(self) -> None:
         """
-        Without X-GM-MSGID All Mail cannot be de-duplicated: it is left out
-        too.
+        Without X-GM-MSGID All Mail is still listed last and de-duplicated
+        (by L{headerIdentity}), bound for the archive folder
+        (C{destination}); with the archive folder off it is marked not
+        migrated, with why.  Important and Starred are left out.
         """
         kept, deduplicated, leftOut = planLabelViews(self.folders, (), False)
-        self.assertEqual([f.key for f in kept], ["INBOX", "Work"])
-        self.assertEqual(deduplicated, set())
-        self.assertEqual(len(leftOut), 3)
-        self.assertIn("X-GM-EXT-1", leftOut[0][1])
+        self.assertEqual([f.key for f in kept], ["INBOX", "Work", "[Gmail]/All Mail"])
+        self.assertEqual(deduplicated, {"[Gmail]/All Mail"})
+        self.assertEqual((kept[-1].destination, kept[-1].notMigrated), (("Archive",), None))
+        self.assertEqual([f.key for f, _ in leftOut], ["[Gmail]/Important", "[Gmail]/Starred"])
+        kept, _, _ = planLabelViews(self.folders, (), False, "Mail/Old")
+        self.assertEqual(kept[-1].destination, ("Mail", "Old"))
+        kept, _, _ = planLabelViews(self.folders, (), False, None)
+        self.assertIsNone(kept[-1].destination)
+        self.assertEqual(
+            kept[-1].notMigrated,
+            "found only in [Gmail]/All Mail (archived mail, in no other folder copied)"
+            " and archive_folder is off",
+        )
+        kept, _, _ = planLabelViews(self.folders, (), True, None)
+        self.assertEqual((kept[-1].destination, kept[-1].notMigrated), (None, None))
 
     def test_includeNamesThem(self) -> None:
         """
         An C{include} pattern naming a view explicitly keeps it, as an
-        ordinary folder (All Mail still de-duplicated where it can be); a
-        wildcard at the top level names none.
+        ordinary folder (All Mail still de-duplicated, last); a wildcard
+        at the top level names none.
         """
         include = ("INBOX", "[Gmail]/Starred", "[Gmail]/All Mail")
         kept, deduplicated, leftOut = planLabelViews(self.folders, include, False)
         self.assertEqual(
-            [f.key for f in kept], ["INBOX", "[Gmail]/All Mail", "[Gmail]/Starred", "Work"]
+            [f.key for f in kept], ["INBOX", "[Gmail]/Starred", "Work", "[Gmail]/All Mail"]
         )
-        self.assertEqual(deduplicated, set())
+        self.assertEqual(deduplicated, {"[Gmail]/All Mail"})
         self.assertEqual([f.key for f, _ in leftOut], ["[Gmail]/Important"])
         kept, deduplicated, _ = planLabelViews(self.folders, include, True)
         self.assertEqual(deduplicated, {"[Gmail]/All Mail"})
@@ -271,6 +285,101 @@ class LabelViewFilterTests(SynchronousTestCase):
         self.assertEqual(labels.unlisted, ["Work/2020"])
 
 
+def headerItem(
+    uid: int, messageId: bytes | None, size: int = 100, date: str = "01-Jan-2020 00:00:00 +0000"
+) -> FetchedItem:
+    """
+    A listing response with C{BODY[HEADER.FIELDS (MESSAGE-ID)]} (empty
+    for C{None}), a size and an INTERNALDATE.
+    """
+    header = b"" if messageId is None else b"Message-ID: " + messageId + b"\r\n\r\n"
+    parsed = parseInternalDate(date.encode("ascii"))
+    return FetchedItem(
+        sequence=uid,
+        uid=uid,
+        size=size,
+        internalDate=parsed,
+        sections={b"BODY[HEADER.FIELDS (MESSAGE-ID)]": header},
+    )
+
+
+class HeaderIdentityTests(SynchronousTestCase):
+    """
+    Without X-GM-EXT-1 (L{LabelViewFilter} with C{byHeader}), a message is
+    recognised by its Message-ID, size and INTERNALDATE
+    (L{headerIdentity}).
+    """
+
+    def test_identity(self) -> None:
+        """
+        The identity is the Message-ID as L{messageIdOf} reads it (folded
+        or not, with outer spaces or not), with the size and the instant;
+        none for a message without a Message-ID.
+        """
+        one = headerIdentity(headerItem(1, b"<a@example>"))
+        self.assertIsNotNone(one)
+        folded = headerItem(2, b"\r\n <a@example> ")
+        self.assertEqual(headerIdentity(folded), one)
+        sameInstant = headerItem(3, b"<a@example>", date="01-Jan-2020 01:00:00 +0100")
+        self.assertEqual(headerIdentity(sameInstant), one)
+        self.assertNotEqual(headerIdentity(headerItem(4, b"<A@example>")), one)
+        self.assertNotEqual(headerIdentity(headerItem(5, b"<a@example>", size=101)), one)
+        later = headerItem(6, b"<a@example>", date="01-Jan-2020 00:00:01 +0000")
+        self.assertNotEqual(headerIdentity(later), one)
+        self.assertIsNone(headerIdentity(headerItem(7, None)))
+        self.assertIsNone(headerIdentity(FetchedItem(sequence=8, uid=8)))
+
+    def test_withoutMessageId(self) -> None:
+        """
+        A message without a Message-ID is recognised by its Date, From, To
+        and Subject lines as the server returns them, with its size and
+        date; with none of them, it has no identity.
+        """
+
+        def fields(uid: int, lines: bytes, size: int = 100) -> FetchedItem:
+            item = headerItem(uid, None, size)
+            section = {b"BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]": lines}
+            return FetchedItem(
+                sequence=uid, uid=uid, size=size, internalDate=item.internalDate,
+                sections={**item.sections, **section},
+            )  # fmt: skip
+
+        lines = b"Subject: hello\r\nFrom: a@example\r\n\r\n"
+        one = headerIdentity(fields(1, lines))
+        self.assertIsNotNone(one)
+        self.assertEqual(headerIdentity(fields(2, lines)), one)
+        self.assertNotEqual(headerIdentity(fields(3, lines.replace(b"hello", b"hullo"))), one)
+        self.assertNotEqual(headerIdentity(fields(4, lines, size=101)), one)
+        self.assertIsNone(headerIdentity(fields(5, b"\r\n")))
+        withId = headerItem(6, b"<x@example>")
+        self.assertNotEqual(headerIdentity(withId), one)
+
+    def test_filter(self) -> None:
+        """
+        All Mail keeps the messages whose identity no ordinary folder
+        listed, and those without a Message-ID (never taken for another);
+        an unmatched message that arrived during the pass (at or above
+        All Mail's UIDNEXT when it began) is deferred, not kept.
+        """
+        allMail = folder(("[Gmail]", "All Mail"))
+        labels = LabelViewFilter({allMail.key}, byHeader=True)
+        labels.began(allMail, 10)
+        inbox = [headerItem(1, b"<1@x>"), headerItem(2, b"<2@x>"), headerItem(3, None)]
+        self.assertEqual(labels.listed(folder(("INBOX",)), inbox), (inbox, 0))
+        view = [
+            headerItem(1, b"<1@x>"),
+            headerItem(2, b"<2@x>", size=99),
+            headerItem(3, None),
+            headerItem(4, b"<4@x>"),
+            headerItem(10, b"<1@x>"),
+            headerItem(11, b"<11@x>"),
+        ]
+        kept, dropped = labels.listed(allMail, view)
+        self.assertEqual([i.uid for i in kept], [2, 3, 4])
+        self.assertEqual(dropped, 3)
+        self.assertEqual(labels.deferred(allMail), (11,))
+
+
 class GmailAccount:
     """
     A Gmail-shaped account on the fake server of a L{JobHarness} (which
@@ -280,8 +389,16 @@ class GmailAccount:
     """
 
     def __init__(
-        self, test: SynchronousTestCase, capabilities: Sequence[str] = GMAIL_CAPABILITIES, **kwargs: Any
+        self,
+        test: SynchronousTestCase,
+        capabilities: Sequence[str] = GMAIL_CAPABILITIES,
+        withIds: bool = False,
+        **kwargs: Any,
     ) -> None:
+        """
+        @param withIds: deliver messages with a Message-ID (L{idBody}).
+        """
+        self.body = idBody if withIds else body
         self.harness = JobHarness(test, capabilities=capabilities, delimiter="/", **kwargs)
         self.mail = self.harness.mail = FakeMailStore({USER: PASSWORD, GMAIL_USER: GMAIL_PASSWORD}, "/")
         self.mail.announceUIDNext = True
@@ -303,7 +420,7 @@ class GmailAccount:
         if important:
             views.append(IMPORTANT)
         for name in views:
-            self.mail.append(GMAIL_USER, name, [(body(n), flags, None)])
+            self.mail.append(GMAIL_USER, name, [(self.body(n), flags, None)])
 
     def opener(self) -> Callable[[], Awaitable[IMAPSession]]:
         """
@@ -320,13 +437,19 @@ class GmailAccount:
 
         return open
 
-    def source(self, labelViews: str = "dedup", include: Sequence[str] = ()) -> IMAPSource:
+    def source(
+        self,
+        labelViews: str = "dedup",
+        include: Sequence[str] = (),
+        archiveFolder: str | None = "Archive",
+    ) -> IMAPSource:
         """
         An L{IMAPSource} reading the account for the job L{JOB}.
         """
         return IMAPSource(
-            self.opener(), "gmail at memory", include=include, labelViews=labelViews, job=JOB
-        )
+            self.opener(), "gmail at memory", include=include, labelViews=labelViews,
+            archiveFolder=archiveFolder, job=JOB,
+        )  # fmt: skip
 
     def job(self, source: IMAPSource, rules: FolderRules = FolderRules()) -> MigrationJob:
         """
@@ -377,6 +500,20 @@ class GmailAccount:
             for line in server.received
             if b" UID FETCH " in line
         ]
+
+
+def idBody(n: int) -> bytes:
+    """
+    Message C{n} as L{body} has it, with a Message-ID.
+    """
+    return b"Subject: message %d\r\nMessage-ID: <%d@gmail.example>\r\n\r\nHello %d.\r\n" % (
+        n,
+        n,
+        n,
+    )
+
+
+WITHOUT_EXTENSION = tuple(c for c in GMAIL_CAPABILITIES if c != "X-GM-EXT-1")
 
 
 def _populate(account: GmailAccount) -> None:
@@ -505,15 +642,36 @@ class GmailSourceTests(SynchronousTestCase):
 
     def test_dedupWithoutExtension(self) -> None:
         """
-        C{dedup} on a server without X-GM-EXT-1 leaves All Mail out too,
-        and C{auto} there copies everything.
+        C{dedup} on a server without X-GM-EXT-1 lists All Mail last, bound
+        for C{Archive}, with only the message in no other folder (seen by
+        Message-ID, size and date); every listing asks for the
+        Message-ID header, none for X-GM-MSGID; Starred and Important are
+        left out (L{IMAPSource.leftOut}, with why), and counted by
+        EXAMINE.  C{auto} there copies everything.
         """
-        capabilities = tuple(c for c in GMAIL_CAPABILITIES if c != "X-GM-EXT-1")
-        account = GmailAccount(self, capabilities)
+        account = GmailAccount(self, WITHOUT_EXTENSION, withIds=True)
         _populate(account)
-        listed = self.listAll(account.source("dedup"), account)
-        self.assertEqual(list(listed), ["INBOX", "Work", SENT])
-        self.assertFalse(any(b"X-GM-MSGID" in line for line in account.fetchLines()))
+        source = account.source("dedup")
+        folders = account.call(source.listFolders())
+        listed = self.listAll(source, account)
+        self.assertEqual(list(listed), ["INBOX", "Work", SENT, ALL_MAIL])
+        self.assertEqual(len(listed[ALL_MAIL]), 1)
+        self.assertEqual(folders[-1].destination, ("Archive",))
+        lines = account.fetchLines()
+        self.assertFalse(any(b"X-GM-MSGID" in line for line in lines))
+        listings = [line for line in lines if b"RFC822.SIZE" in line]
+        self.assertTrue(listings)
+        self.assertTrue(all(b"BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]" in line for line in listings))
+        self.assertEqual(
+            [(f.key, why.split(";")[0]) for f, why in source.leftOut],
+            [
+                (IMPORTANT, "a view of the messages marked important"),
+                (STARRED, "a view of the flagged messages, whose \\Flagged flag is copied"),
+            ],
+        )
+        counts = [account.call(source.countMessages(f)) for f, _ in source.leftOut]
+        account.call(source.close())
+        self.assertEqual(counts, [1, 1])
         listed = self.listAll(account.source("auto"), account)
         self.assertEqual(len(listed), 6)
 
@@ -770,4 +928,122 @@ class GmailJobTests(SynchronousTestCase):
         job = account.job(account.source(include=include), FolderRules(include=include))
         self.assertTrue(account.harness.run(job))
         self.assertEqual(self.destination(account), {"INBOX": [1, 2, 5], STARRED: [4]})
+        account.harness.finish()
+
+
+class GmailJobWithoutExtensionTests(SynchronousTestCase):
+    """
+    A whole job from a Gmail-shaped source without X-GM-EXT-1: the
+    archived mail (in All Mail only) lands in C{Archive}, once; or, with
+    the archive folder off, is recorded as not migrated.
+    """
+
+    expected = {"INBOX": [1, 2, 5], "Work": [2, 4], "Archive": [3], SENT: [6]}
+
+    def account(self, **kwargs: Any) -> GmailAccount:
+        account = GmailAccount(self, WITHOUT_EXTENSION, withIds=True, **kwargs)
+        _populate(account)
+        return account
+
+    def test_archived(self) -> None:
+        """
+        The message in All Mail only is copied into C{Archive}, each other
+        message into its label folders only; All Mail, Starred and
+        Important are not created; attempts cut short by dropped
+        connections and a second run copy nothing twice.
+        """
+        account = self.account(dropAfterAppends=2)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(destinationOf(account), self.expected)
+        self.assertGreater(account.harness.progress.reconnects, 0)
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        self.assertEqual(destinationOf(account), self.expected)
+        for view in (ALL_MAIL, STARRED, IMPORTANT):
+            self.assertNotIn(view, account.mail.mailboxes(USER))
+        account.harness.finish()
+
+    def test_renameWins(self) -> None:
+        """
+        A rename rule naming All Mail decides where the archived mail goes.
+        """
+        account = self.account()
+        rules = FolderRules(rename=((ALL_MAIL, "Old"),))
+        self.assertTrue(account.harness.run(account.job(account.source(), rules)))
+        expected = {k: v for k, v in self.expected.items() if k != "Archive"}
+        self.assertEqual(destinationOf(account), {**expected, "Old": [3]})
+        account.harness.finish()
+
+    def test_archiveOff(self) -> None:
+        """
+        With the archive folder off, the message in All Mail only is not
+        copied but recorded as failed, with why: the job ends with a
+        failure, no mailbox is created for it, and every later run says so
+        again.
+        """
+        account = self.account()
+        for _ in range(2):
+            account.harness.run(account.job(account.source(archiveFolder=None)))
+            self.assertEqual(
+                destinationOf(account),
+                {k: v for k, v in self.expected.items() if k != "Archive"},
+            )
+            self.assertEqual(account.harness.progress.messagesFailed, 1)
+        self.assertNotIn("Archive", account.mail.mailboxes(USER))
+        self.assertNotIn(ALL_MAIL, account.mail.mailboxes(USER))
+        [failure] = account.call(account.harness.store.failures(JOB))
+        self.assertEqual(failure.folderKey, ALL_MAIL)
+        self.assertEqual(failure.messageId, "<3@gmail.example>")
+        self.assertIn("found only in [Gmail]/All Mail", failure.failure or "")
+        self.assertIn("archive_folder is off", failure.failure or "")
+        account.harness.finish()
+
+    def test_arrivalDuringPass(self) -> None:
+        """
+        A message arriving in INBOX after INBOX's listing and before All
+        Mail's is deferred, not copied into Archive: the next run copies
+        it into INBOX, once; one that arrived archived is copied into
+        Archive by the next run.
+        """
+        account = self.account()
+
+        def arrive() -> None:
+            account.deliver(7, ["INBOX"])
+            account.deliver(8, [])
+
+        source = HookedSource(account.opener(), "gmail at memory", labelViews="dedup", job=JOB)
+        source.hooks = {ALL_MAIL: arrive}
+        self.assertTrue(account.harness.run(account.job(source)))
+        self.assertEqual(destinationOf(account), self.expected)
+        for _ in range(2):
+            self.assertTrue(account.harness.run(account.job(account.source())))
+            self.assertEqual(
+                destinationOf(account),
+                {**self.expected, "INBOX": [1, 2, 5, 7], "Archive": [3, 8]},
+            )
+        account.harness.finish()
+
+    def test_withoutMessageIds(self) -> None:
+        """
+        Messages without a Message-ID are recognised by their Date, From,
+        To and Subject lines (fetched for them only, after each listing):
+        one labelled INBOX is not copied into Archive too, one archived
+        is; one with none of those lines is copied into Archive even
+        though it is in INBOX too (never taken for another).
+        """
+        account = self.account()
+        labelled = b"Subject: no id 7\r\nFrom: a@example\r\n\r\nHello 7.\r\n"
+        archived = b"Subject: no id 8\r\nFrom: a@example\r\n\r\nHello 8.\r\n"
+        bare = b"X-Note: 9\r\n\r\nno id 9\r\n"
+        for name in ("INBOX", ALL_MAIL):
+            account.mail.append(GMAIL_USER, name, [(labelled, (), None), (bare, (), None)])
+        account.mail.append(GMAIL_USER, ALL_MAIL, [(archived, (), None)])
+        self.assertTrue(account.harness.run(account.job(account.source())))
+        inbox = [m.body for m in account.mail.mailbox(USER, "INBOX")]
+        archive = [m.body for m in account.mail.mailbox(USER, "Archive")]
+        self.assertEqual((inbox.count(labelled), inbox.count(bare)), (1, 1))
+        self.assertEqual(archive.count(labelled), 0)
+        self.assertEqual((archive.count(archived), archive.count(bare)), (1, 1))
+        fallback = [line for line in account.fetchLines() if b"(DATE FROM TO SUBJECT)" in line]
+        self.assertTrue(fallback)
+        self.assertTrue(all(b"RFC822.SIZE" not in line for line in fallback))
         account.harness.finish()

@@ -88,7 +88,7 @@ class AccountsReader(SecretsReader):
         account = self._readAccount(destination, path, servers)
         if account is None:
             return None
-        return DestinationConfig(*account)
+        return DestinationConfig(*account, credentialKey=credentialKey(destination, path))
 
     def _readRequiredString(
         self, mapping: Mapping[str, object], key: str, path: str, missing: str
@@ -382,6 +382,22 @@ class AccountsReader(SecretsReader):
             " password_credential: NAME (or password: TEXT, discouraged)",
         )
         return None if read is None else read[0]
+
+
+def credentialKey(account: Mapping[str, object], path: str) -> str:
+    """
+    The key of the account at C{path} that holds its credential, as a
+    refused login names it: C{PATH.password_file} (or C{password},
+    C{password_credential}), C{PATH.admin.password_file} for an admin's,
+    C{PATH.oauth2} for a token.
+    """
+    if "oauth2" in account:
+        return _key(path, "oauth2")
+    admin = account.get("admin")
+    if isinstance(admin, Mapping):
+        account, path = admin, _key(path, "admin")
+    given = [key for key in _PASSWORD_KEYS if key in account]
+    return _key(path, given[0] if given else "password_file")
 
 
 def _endpointProblem(url: str) -> str | None:

@@ -44,6 +44,11 @@ class ServerConfig:
         C{[Gmail]/All Mail}, Important, Starred): C{"auto"} (C{"dedup"}
         where the server offers X-GM-EXT-1, else C{"copy"}), C{"dedup"} or
         C{"copy"} (see L{imapmig.sources.labelviews}).
+    @ivar archiveFolder: where the messages found only in a source's All
+        Mail go when its label views are de-duplicated without X-GM-EXT-1
+        (the C{archive_folder} key: a folder path, levels joined with
+        C{/}), or L{None} (C{off}): they are not copied, but recorded as not
+        migrated (see L{imapmig.sources.labelviews}).
     @ivar maxMessageSize: the largest message, in octets, to APPEND into
         an account of this server (a larger one is recorded as failed
         without being sent; the server's APPENDLIMIT, when smaller, wins),
@@ -64,6 +69,7 @@ class ServerConfig:
     namespace: PersonalNamespace | None = None
     preset: str | None = None
     labelViews: str = "auto"
+    archiveFolder: str | None = "Archive"
     maxMessageSize: int | None = None
     limits: ServerLimits = ServerLimits()
 
@@ -226,6 +232,9 @@ class AccountConfig:
         or L{None} for the user's own login.
     @ivar oauth2: where the user's OAuth 2.0 access token comes from (for
         XOAUTH2 or OAUTHBEARER), or L{None} for a password login.
+    @ivar credentialKey: the configuration key that holds the credential
+        (C{"jobs[0].destination.password_file"}), named when the server
+        refuses the login; L{None} when not known.
     """
 
     server: ServerConfig
@@ -233,6 +242,9 @@ class AccountConfig:
     password: Secret | None
     admin: str | None = None
     oauth2: TokenSourceConfig | None = None
+    # Where the credential was read from: not part of what the account
+    # is (a job whose row moved in a user list is not changed by it).
+    credentialKey: str | None = field(default=None, eq=False)
 
 
 @frozen

@@ -56,6 +56,7 @@ _GMAIL = Preset(
                 }
             ),
             "label_views": "dedup",
+            "archive_folder": "Archive",
         }
     ),
     sources=MappingProxyType(
@@ -70,6 +71,8 @@ _GMAIL = Preset(
             " 2,500 MB a day of IMAP download per account",
             "label_views": "Gmail's [Gmail]/All Mail, Important and Starred are views"
             " of labels (Google's IMAP extensions, X-GM-EXT-1)",
+            "archive_folder": "Gmail's archived mail (in All Mail only) on a server"
+            " without X-GM-EXT-1: copied into this folder",
         }
     ),
 )

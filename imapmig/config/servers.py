@@ -38,6 +38,7 @@ _SERVER_KEYS = (
     "namespace",
     "preset",
     "label_views",
+    "archive_folder",
     "max_message_size",
     *LIMIT_KEYS,
 )
@@ -279,6 +280,10 @@ class ServersReader(LimitsReader):
             "label_views setting",
         )
         ok = ok and labelViews is not None
+        archiveFolder, valid = self._readArchiveFolder(
+            server.get("archive_folder", "Archive"), _key(path, "archive_folder")
+        )
+        ok = ok and valid
 
         maxMessageSize, valid = self._readIfSet(server, path, "max_message_size", self._readSize)
         ok = ok and valid
@@ -304,6 +309,7 @@ class ServersReader(LimitsReader):
             namespace=namespace,
             preset=None if preset is None else preset.name,
             labelViews=labelViews,
+            archiveFolder=archiveFolder,
             maxMessageSize=maxMessageSize,
             limits=limits,
         )
@@ -497,6 +503,36 @@ class ServersReader(LimitsReader):
             )
             return None
         return PersonalNamespace(prefix, separator, configured=True)
+
+    def _readArchiveFolder(self, value: object, path: str) -> tuple[str | None, bool]:
+        """
+        Read C{archive_folder}: a folder path with C{/} between levels
+        (C{Archive}, C{Mail/Archive}), or C{off} (which YAML reads as
+        C{false} unless quoted).
+
+        @return: the path or L{None} for C{off}, and whether it is valid.
+        """
+        if value is False or value == "off":
+            return None, True
+        if not isinstance(value, str):
+            self._problem(path, f"must be a folder name or 'off', not {_describe(value)}")
+            return None, False
+        levels = value.split("/")
+        if not value or any(not level.strip() for level in levels):
+            self._problem(
+                path,
+                f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'",
+            )
+            return None, False
+        bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
+        if bad:
+            self._problem(
+                path,
+                f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
+                " (IMAP wildcards and control characters)",
+            )
+            return None, False
+        return value, True
 
     def _readStarttls(self, value: object, path: str) -> bool | None:
         """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from imapmig.config.accounts import AccountsReader
+from imapmig.config.accounts import AccountsReader, credentialKey
 from imapmig.config.model import (
     EmlSourceConfig,
     ImapSourceConfig,
@@ -90,7 +90,7 @@ class SourcesReader(AccountsReader):
             account = self._readAccount(source, path, servers)
             if account is None:
                 return None
-            return ImapSourceConfig(*account)
+            return ImapSourceConfig(*account, credentialKey=credentialKey(source, path))
         directory = self._readDirectory(source["eml_dir"], _key(path, "eml_dir"))
         folder = self._readFolder(
             source.get("folder", _DEFAULT_FOLDER), _key(path, "folder")

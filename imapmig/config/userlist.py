@@ -77,6 +77,7 @@ class _Account:
     user: str | None
     password: Secret | None
     admin: str | None
+    credentialKey: str | None = None
 
 
 @frozen
@@ -299,6 +300,7 @@ def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
         user=read.user if "user" in written else None,
         password=read.password if given else None,
         admin=read.admin,
+        credentialKey=read.credentialKey if given else None,
     )
 
 
@@ -453,11 +455,15 @@ class _RowReader(SecretsReader):
         if template is not None:
             login = self._readAccount(number, row, "destination", template.destination)
             if login is not None:
-                destination = DestinationConfig(template.destination.server, *login)
+                destination = DestinationConfig(
+                    template.destination.server, *login[:3], credentialKey=login[3]
+                )
             if template.source is not None:
                 login = self._readAccount(number, row, "source", template.source)
                 if login is not None:
-                    source = ImapSourceConfig(template.source.server, *login)
+                    source = ImapSourceConfig(
+                        template.source.server, *login[:3], credentialKey=login[3]
+                    )
             else:
                 source = self._readLocal(number, row, template)
             ok = source is not None and destination is not None
@@ -480,14 +486,15 @@ class _RowReader(SecretsReader):
 
     def _readAccount(
         self, number: int, row: Mapping[str, str], side: str, account: _Account
-    ) -> tuple[str, Secret, str | None] | None:
+    ) -> tuple[str, Secret, str | None, str | None] | None:
         """
         Read a row's account on one side: its user, and its password file,
         systemd credential or named admin credential (or the template's
         password).
 
-        @return: the user, the password to log in with, and the admin's
-            login name (or L{None}).
+        @return: the user, the password to log in with, the admin's
+            login name (or L{None}), and where the password was read from
+            (the row's column, or the template's key).
         """
         user = row.get(f"{side}_user", account.user)
         if user is None:
@@ -497,6 +504,7 @@ class _RowReader(SecretsReader):
         credential = row.get(f"{side}_credential")
         password: Secret | None = account.password
         admin = account.admin
+        key = account.credentialKey
         if len(given) > 1:
             self._problem(
                 f"row {number}: {given[-1]}",
@@ -509,6 +517,7 @@ class _RowReader(SecretsReader):
             suffix = column[len(f"{side}_password"):]
             password = self._readRowSecret(number, column, suffix, row[column])
             admin = None
+            key = f"{self._path} row {number}: {column}"
         elif credential is not None:
             if credential not in self._credentials:
                 self._problem(
@@ -522,6 +531,7 @@ class _RowReader(SecretsReader):
                 # reported with the credential itself.
                 return None
             admin, password = known
+            key = f"{self._path} row {number}: {side}_credential"
         elif password is None:
             self._problem(
                 f"row {number}: {side}_password_file",
@@ -530,7 +540,7 @@ class _RowReader(SecretsReader):
             )
         if user is None or password is None:
             return None
-        return user, password, admin
+        return user, password, admin, key
 
     def _readRowSecret(
         self, number: int, column: str, suffix: str, written: str

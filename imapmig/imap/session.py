@@ -17,7 +17,14 @@ from typing import Any, Collection, Iterable, Iterator, Mapping, Sequence, TypeV
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred, TimeoutError as DeferredTimeout
-from twisted.internet.error import ConnectError, ConnectionDone
+from twisted.internet.error import (
+    ConnectError,
+    ConnectionDone,
+    ConnectionRefusedError as RefusedError,
+    DNSLookupError,
+    TCPTimedOutError,
+    TimeoutError as ConnectTimeout,
+)
 from twisted.internet.interfaces import IAddress, IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -28,13 +35,13 @@ from imapmig.errors import (
     AuthenticationFailed,
     CredentialsRefused,
     CommandFailed,
+    ConnectFailed,
     ConnectionLost,
     ImapmigError,
     ProtocolError,
     TLSFailed,
     TLSInterrupted,
     TLSRequired,
-    TransientError,
 )
 from imapmig.imap.client import (
     CommandRefused,
@@ -1276,6 +1283,9 @@ async def openSession(
     compress: bool = False,
     namespaceOverride: PersonalNamespace | None = None,
     logFields: Mapping[str, object] | None = None,
+    endpointKey: str | None = None,
+    credentialKey: str | None = None,
+    logIn: bool = True,
 ) -> IMAPSession:
     """
     Connect, secure, log in, and compress.
@@ -1297,7 +1307,14 @@ async def openSession(
         server offers it.
     @param logFields: fields every log event about the session carries
         (the job it works for; L{MigrationIMAP4Client}).
-    @raise TransientError: connecting failed or timed out.
+    @param endpointKey: the configuration key of the server's endpoint,
+        carried by a L{ConnectFailed}.
+    @param credentialKey: the configuration key of the credential, named
+        by a refused login.
+    @param logIn: whether to log in (and compress); C{False} stops after
+        the greeting and TLS (C{--check-config --connect} without a
+        password to try).
+    @raise ConnectFailed: connecting failed or timed out.
     @raise ConnectionLost: the connection was lost or dropped on the way
         (L{ReplyTimeout}, L{ProtocolError}, L{ServerBye} among them), the
         text naming the server.
@@ -1311,21 +1328,17 @@ async def openSession(
         connecting.addTimeout(timeout, clock)
     try:
         await connecting
-    except DeferredTimeout:
-        raise TransientError(
-            f"{description}: cannot connect: no connection within {timeout:g} s"
-        ) from None
     except Exception as e:
-        raise TransientError(f"{description}: cannot connect: {e}") from None
+        why = _whyNoConnection(e, timeout)
+        raise ConnectFailed(f"{description}: cannot connect: {why}", why, endpointKey) from None
     session = IMAPSession(client, description, namespaceOverride)
     try:
         await _mapped("greeting", client.greeted)
         if starttls:
             await session.startTLS(tlsOptions)
-        await session.authenticate(
-            PasswordLogin(user, password) if credentials is None else credentials
-        )
-        if compress:
+        if logIn:
+            await _logIn(session, credentials or PasswordLogin(user, password), credentialKey)
+        if logIn and compress:
             await session.startCompression()
     except (ConnectionLost, TLSFailed) as e:
         session.abort()
@@ -1336,6 +1349,34 @@ async def openSession(
         await _closedAfterAbort(client, clock, timeout)
         raise
     return session
+
+
+def _whyNoConnection(error: Exception, timeout: float) -> str:
+    """
+    Why a connection could not be made, in a few words: C{connection
+    refused}, C{no connection within 120 s}, C{host not found: ...}, or
+    Twisted's own text.
+    """
+    if isinstance(error, (DeferredTimeout, TCPTimedOutError, ConnectTimeout)):
+        return f"no connection within {timeout:g} s"
+    if isinstance(error, (RefusedError, ConnectionRefusedError)):
+        return "connection refused"
+    if isinstance(error, DNSLookupError):
+        return f"host not found: {error.args[0] if error.args else ''}".rstrip(": ")
+    return str(error).rstrip(". ") or type(error).__name__
+
+
+async def _logIn(session: IMAPSession, credentials: Credentials, key: str | None) -> None:
+    """
+    Log in with C{credentials}; a refused login names the configuration
+    key C{key} that holds them.
+    """
+    try:
+        await session.authenticate(credentials)
+    except CredentialsRefused as e:
+        if key is None:
+            raise
+        raise CredentialsRefused(f"{e} (the credential is {key})") from None
 
 
 async def _closedAfterAbort(client: MigrationIMAP4Client, clock: Any, timeout: float) -> None:

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 
 from imapmig.errors import (
     CommandFailed,
+    ConnectFailed,
     ImapmigError,
     QuotaExceeded,
     ServerBusy,
@@ -29,7 +30,7 @@ from imapmig.job.lifecycle import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName, withFields
-from imapmig.progress import JobProgress
+from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import DailyLimitReached, utcTime
 from imapmig.state import IStateStore
 from imapmig.units import plural
@@ -128,6 +129,11 @@ class RunRetries:
         # stored, when a connection failed; and the last such failure.
         self._strikes: dict[tuple[str, str], int] = {}
         self._lastError = ""
+        # Whether an attempt of this job connected (reached Running), and
+        # whether a wrong endpoint was hinted at: once, at the first
+        # failure of the job's first connection.
+        self._connectedOnce = False
+        self._hinted = False
 
     def startRun(self) -> None:
         """
@@ -182,6 +188,9 @@ class RunRetries:
         """
         reason = str(error) or type(error).__name__
         error = asRetryable(error)
+        self._connectedOnce = self._connectedOnce or self._lifecycle.state() is JobState.RUNNING
+        if isinstance(error, ConnectFailed) and not self._connectedOnce:
+            self._hintEndpoint(error)
         if not isinstance(error, TransientError):
             return await self._failed(reason)
         if progressed or isinstance(error, DailyLimitReached):
@@ -196,6 +205,24 @@ class RunRetries:
                 f" migrated nothing; the last: {reason}"
             )
         return await self._waitToRetry(error, reason)
+
+    def _hintEndpoint(self, error: ConnectFailed) -> None:
+        """
+        The job's first connection could not be made: more often a wrong
+        endpoint than a server down.  Say once which setting holds it,
+        and how to try it without waiting for the backoff.
+        """
+        if self._hinted or error.setting is None:
+            return
+        self._hinted = True
+        self._log.warn(
+            "Job {job}: cannot connect ({why}); check {setting} in the configuration"
+            " (`imapmig plan --config FILE` or `imapmig-daemon --config FILE"
+            " --check-config --connect` tries it at once); retrying meanwhile",
+            job=self._job,
+            why=error.why,
+            setting=error.setting,
+        )
 
     async def recordOutcome(self, reason: str | None) -> None:
         """
@@ -313,6 +340,7 @@ class RunRetries:
             retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None
             delay = retryAfter if retryAfter is not None else self._delays(self._fruitless - 1)
             self._lifecycle.backOff(reason, delay)
+            self._progress.retrying(self._fruitless, self._policy.attempts)
             what = "connecting again"
         self._log.warn(
             "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"

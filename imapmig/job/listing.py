@@ -141,6 +141,7 @@ class SourceListing:
         listings: list[FolderToCopy] = []
         folders: list[FolderProgress] = []
         total = already = 0
+        notMigrated: list[tuple[SourceFolder, list[SourceMessage]]] = []
         failedIn = Counter(folderKey for folderKey, _ in failedThisRun)
         for folder, messages, flagChanges in listed:
             recorded = await self._store.destinationMap(self._job, folder.key)
@@ -162,7 +163,10 @@ class SourceListing:
                 # these keys (a new UIDVALIDITY, a rewritten mbox) account
                 # for nothing: their copies are found again by identity.
                 accounted = [recorded[m.key] for m in messages if m.key in recorded]
-            listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
+            if folder.notMigrated is None:
+                listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
+            else:
+                notMigrated.append((folder, pending))
             octets, octetsDone = folderOctets(messages, recorded, delta)
             folders.append(
                 FolderProgress(
@@ -173,12 +177,14 @@ class SourceListing:
                     done,
                     octetsDone,
                     failedIn[folder.key],
-                    mailbox=folderName(renamedPath(folder.path, self._rules) or folder.path),
+                    mailbox=_mailboxName(folder, self._rules),
                 )
             )
         progress.listed(
             folders, self._excluded, already, already - recorder.appended - recorder.present
         )
+        for folder, pending in notMigrated:
+            self._recordNotMigrated(folder, pending, recorder)
         log.info(
             "Job {job}: {messages} in {inFolders}, {pending} to copy",
             job=self._job,
@@ -189,6 +195,36 @@ class SourceListing:
             pending=total - already,
         )
         return listings
+
+    def _recordNotMigrated(
+        self, folder: SourceFolder, pending: Sequence[SourceMessage], recorder: OutcomeRecorder
+    ) -> None:
+        """
+        Record the messages of a folder the source lists but does not
+        migrate (L{SourceFolder.notMigrated}) as failed with its reason:
+        nothing is read, nor sent, and no mailbox created for them.
+        """
+        why = folder.notMigrated
+        assert why is not None
+        source = self._source
+        for message in pending:
+            messageId = (
+                source.messageIdOf(folder, message) if isinstance(source, IMAPSource) else None
+            )
+            recorder.add(
+                MessageOutcome(
+                    folder.key, message.key, "", message.size, failure=why, messageId=messageId
+                )
+            )
+        if pending:
+            log.warn(
+                "Job {job}: {messages} of {folder} not migrated: {why}",
+                job=self._job,
+                count=len(pending),
+                messages=Count(len(pending), "message"),
+                folder="/".join(folder.path),
+                why=why,
+            )
 
     async def _listFolder(
         self, folder: SourceFolder
@@ -253,6 +289,18 @@ class SourceListing:
                         status.deferred,
                     ),
                 )
+
+
+def _mailboxName(folder: SourceFolder, rules: FolderRules) -> str:
+    """
+    The destination mailbox a listed folder goes to, for the progress (as
+    L{imapmig.plan.mapFolders} decides it, less the namespace and the
+    special uses); C{"-"} for one not migrated.
+    """
+    if folder.notMigrated is not None:
+        return "-"
+    path = renamedPath(folder.path, rules) or folder.destination or folder.path
+    return folderName(path)
 
 
 def folderOctets(

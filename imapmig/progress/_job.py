@@ -202,6 +202,10 @@ class JobProgress:
     @ivar error: why the job failed, when it did.
     @ivar waitingFor: why the job is backing off or paused, while it is.
     @ivar retryAt: when it tries again, while it is.
+    @ivar retryAttempt: while it backs off, which attempt in a row without
+        progress failed (1 for the first); else L{None}.
+    @ivar retryAttempts: while it backs off, how many such attempts fail
+        the job (its C{retry.attempts}); else L{None}.
     @ivar reconnects: how many times this run connected again after a
         transient failure.
     @ivar window: the current rate's samples, once the job started.
@@ -214,6 +218,8 @@ class JobProgress:
         "_stateOf",
         "waitingFor",
         "retryAt",
+        "retryAttempt",
+        "retryAttempts",
         "reconnects",
         "counted",
         "countedByListing",
@@ -262,6 +268,8 @@ class JobProgress:
         self._stateOf: Callable[[], JobState] = _queued
         self.waitingFor: str | None = None
         self.retryAt: float | None = None
+        self.retryAttempt: int | None = None
+        self.retryAttempts: int | None = None
         self.reconnects = 0
         self.counted = False
         self.countedByListing = False
@@ -312,10 +320,20 @@ class JobProgress:
     def waiting(self, reason: str | None, until: float | None) -> None:
         """
         The job waits until C{until} (a time of the clock) because of
-        C{reason}; L{None} for both when it no longer waits.
+        C{reason}; L{None} for both when it no longer waits.  The attempt
+        counts (L{retrying}) are cleared.
         """
         self.waitingFor = reason
         self.retryAt = until
+        self.retryAttempt = self.retryAttempts = None
+
+    def retrying(self, attempt: int, attempts: int) -> None:
+        """
+        While the job backs off: attempt C{attempt} of C{attempts} in a
+        row without progress failed.
+        """
+        self.retryAttempt = attempt
+        self.retryAttempts = attempts
 
     def started(self) -> None:
         """
@@ -329,8 +347,7 @@ class JobProgress:
         self.bytesSent = 0
         self.bytesFailed = 0
         self.reconnects = 0
-        self.waitingFor = None
-        self.retryAt = None
+        self.waiting(None, None)
         now = self._seconds()
         self.startedAt = now
         self.finishedAt = None
@@ -352,8 +369,7 @@ class JobProgress:
         The job ended: done, or failed (or was stopped) because of C{error}.
         """
         self.error = error
-        self.waitingFor = None
-        self.retryAt = None
+        self.waiting(None, None)
         self.finishedAt = self._seconds()
         self.currentFolder = None
 
@@ -545,6 +561,8 @@ class JobProgress:
             "error": self.error,
             "waiting_for": self.waitingFor,
             "retry_at": self.retryAt,
+            "retry_attempt": self.retryAttempt,
+            "retry_attempts": self.retryAttempts,
             "reconnects": self.reconnects,
             "started_at": self.startedAt,
             "finished_at": self.finishedAt,

@@ -87,11 +87,15 @@ from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.labelviews import (
     COPY,
     DEDUP,
+    FALLBACK_ITEM,
     GMAIL_EXTENSION,
+    HEADER_ITEM,
     LABELS_ITEM,
     MESSAGE_ID_ITEM,
     LabelViewFilter,
     folderLabels,
+    hasMessageId,
+    headerMessageIds,
     planLabelViews,
     resolveLabelViews,
 )
@@ -565,6 +569,7 @@ class IMAPSource:
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
         include: Sequence[str] = (),
         labelViews: str = COPY,
+        archiveFolder: str | None = "Archive",
         job: str | None = None,
         throttle: Throttle | None = None,
     ) -> None:
@@ -589,6 +594,9 @@ class IMAPSource:
         @param labelViews: what becomes of label views (Gmail's All Mail,
             Important, Starred): C{"dedup"}, C{"copy"} or C{"auto"} (see
             L{imapmig.sources.labelviews}).
+        @param archiveFolder: where the messages found only in All Mail go
+            when label views are de-duplicated without X-GM-EXT-1, or
+            L{None}: they are recorded as not migrated.
         @param job: the name of the job reading, carried by every log
             event as C{job}.
         @param throttle: the rates of the source server and account
@@ -610,6 +618,11 @@ class IMAPSource:
         self._include = tuple(include)
         self._spaces: ServerNamespaces | None = None
         self._labelViews = labelViews
+        self._archiveFolder = archiveFolder
+        # The folders the last listFolders left out, each with why.
+        self.leftOut: list[tuple[SourceFolder, str]] = []
+        # By UID, the Message-IDs of the messages of All Mail not migrated.
+        self._notMigratedIds: dict[int, str | None] = {}
         # The listing pass's de-duplication of label views, if any.
         self._labelFilter: LabelViewFilter | None = None
         self._throttle = throttle
@@ -708,6 +721,22 @@ class IMAPSource:
         return self._call(
             self._listMessagesSince, folder, folder, uidValidity, uidNext, modSeq, deferred
         )
+
+    def countMessages(self, folder: SourceFolder) -> Deferred[int]:
+        """
+        How many messages C{folder} holds (EXAMINE), for one that was left
+        out (L{leftOut}): nothing is listed.
+
+        @return: a Deferred that fails with L{SourceError} when the folder
+            cannot be opened, or with a L{TransientError}.
+        """
+        return self._call(self._countMessages, folder, folder)
+
+    async def _countMessages(
+        self, reader: _Reader, session: IMAPSession, folder: SourceFolder
+    ) -> int:
+        examined = await self._examineForListing(reader, session, folder)
+        return examined.exists
 
     def raised(self, error: BaseException) -> bool:
         """
@@ -909,6 +938,15 @@ class IMAPSource:
                 f"{self.description}: cannot list the folders: {e.status} {e.text}"
             ) from None
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
+        self.leftOut = [
+            (
+                SourceFolder(path=(name,), key=name),
+                f"{where}; a folder rule (include) naming it copies it",
+            )
+            for where, names in leftOut.items()
+            for name in names
+        ]
+        self._notMigratedIds = {}
         for where, names in leftOut.items():
             log.info(
                 "{source}: {mailboxes} {where} left out, among them {names};"
@@ -936,7 +974,13 @@ class IMAPSource:
         if resolveLabelViews(self._labelViews, session.capabilities) != DEDUP:
             return folders
         messageIds = GMAIL_EXTENSION in session.capabilities
-        folders, deduplicated, leftOut = planLabelViews(folders, self._include, messageIds)
+        folders, deduplicated, leftOut = planLabelViews(
+            folders, self._include, messageIds, self._archiveFolder
+        )
+        self.leftOut += [
+            (folder, f"{why}; a folder rule (include) naming it, or label_views: copy, copies it")
+            for folder, why in leftOut
+        ]
         for folder, why in leftOut:
             log.info(
                 "{source}: label view {folder} left out: {why}; a folder rule"
@@ -947,7 +991,7 @@ class IMAPSource:
                 why=why,
             )
         if deduplicated:
-            self._labelFilter = LabelViewFilter(deduplicated)
+            self._labelFilter = LabelViewFilter(deduplicated, byHeader=not messageIds)
         return folders
 
     async def _noteViewsAtStart(
@@ -979,6 +1023,8 @@ class IMAPSource:
         labels = self._labelFilter
         if labels is None:
             return METADATA_ITEMS
+        if labels.byHeader:
+            return METADATA_ITEMS + b" " + HEADER_ITEM
         if folder.key in labels.deduplicated:
             return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM + b" " + LABELS_ITEM
         return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM
@@ -1019,7 +1065,21 @@ class IMAPSource:
                 count=dropped,
                 folder=folder.key,
             )
+        if folder.notMigrated is not None:
+            self._notMigratedIds.update(headerMessageIds(kept))
         return kept
+
+    def messageIdOf(self, folder: SourceFolder, message: SourceMessage) -> str | None:
+        """
+        The Message-ID, as the state store records it, of a message listed
+        in a folder whose messages are not migrated
+        (L{SourceFolder.notMigrated}: its listing read each one's); else
+        L{None}.
+        """
+        parsed = parseMessageKey(message.key)
+        if folder.notMigrated is None or parsed is None:
+            return None
+        return self._notMigratedIds.get(parsed[1])
 
     async def _namespaces(self, session: IMAPSession) -> ServerNamespaces:
         """
@@ -1088,12 +1148,25 @@ class IMAPSource:
     ) -> list[FetchedItem]:
         _fetchParser(session).limits = LISTING_LIMITS
         try:
-            return await session.fetchMetadata(uidSet, self._listingItems(folder))
+            items = await session.fetchMetadata(uidSet, self._listingItems(folder))
+            labels = self._labelFilter
+            if labels is None or not labels.byHeader:
+                return items
+            # Recognised by other header fields (labelviews.headerIdentity).
+            missing = [i.uid for i in items if i.uid is not None and not hasMessageId(i)]
+            if not missing:
+                return items
+            more = await session.fetchMetadata(formatUIDSet(missing), b"UID " + FALLBACK_ITEM)
         except CommandFailed as e:
             raise self._refused("UID FETCH", e) or SourceError(
                 f"{self.description}: cannot list the messages of {folder.key!r}: "
                 f"{e.status} {e.text}"
             ) from None
+        fields = {i.uid: i.sections for i in more}
+        return [
+            evolve(i, sections={**i.sections, **fields[i.uid]}) if i.uid in fields else i
+            for i in items
+        ]
 
     def _messages(
         self, folder: SourceFolder, uidValidity: int, items: Sequence[FetchedItem], fromUID: int

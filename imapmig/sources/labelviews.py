@@ -39,13 +39,27 @@ the C{gmail} preset, and of a server offering Google's X-GM-EXT-1):
     there before is left out as its folder's (a label added during the
     pass), so that the deferred UIDs are decided at the next pass.  No message is copied
     into All Mail and its label folder both, and none is lost between
-    them.  Without X-GM-EXT-1 nothing tells which messages of All Mail
-    are in other folders: All Mail is left out too.
+    them.
+  - Without X-GM-EXT-1 a message is recognised by its header instead
+    (L{headerIdentity}): its Message-ID, with its RFC822.SIZE and
+    INTERNALDATE (which Gmail shows alike under every label), fetched with
+    each listing (C{BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]}, never a
+    body; for the messages without one, their C{Date}, C{From}, C{To} and
+    C{Subject} lines, L{FALLBACK_ITEM}, right after).  A message of All
+    Mail is left out when a message of the same identity was listed in a
+    folder of the pass; without labels to say where else it is, every
+    other message of All Mail that arrived during the pass is deferred.
+    A message with none of those header lines is never taken for another:
+    it is kept.  What All Mail keeps (the archived mail) goes
+    to the server's C{archive_folder} (C{Archive}; L{SourceFolder.destination}),
+    not to All Mail's mailbox; with C{archive_folder: off} it is listed
+    all the same, marked L{SourceFolder.notMigrated}, and recorded as not
+    migrated rather than copied.
   - An C{include} folder rule that names one of them explicitly (its name,
     C{"[Gmail]/Starred"}, or a pattern whose first level has no wildcard:
     L{namesExplicitly}) keeps
     it: Important or Starred is then copied whole, All Mail still
-    de-duplicated where it can be, copied whole where it cannot.
+    de-duplicated.
 
 The de-duplication depends only on what the source holds when it is
 listed, not on what was copied before, so it gives the same answer after a
@@ -60,23 +74,32 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from hashlib import blake2b
 from typing import Iterable, Sequence
 
+from attrs import evolve
+
+from imapmig.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
 from imapmig.message import SourceFolder
 from imapmig.plan import folderName
+from imapmig.presence import recordedMessageId
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [
     "ALL",
     "DEDUP",
     "COPY",
+    "FALLBACK_ITEM",
     "GMAIL_EXTENSION",
     "LABELS_ITEM",
     "LabelViewFilter",
     "folderLabels",
     "gmailLabels",
     "gmailMessageId",
+    "hasMessageId",
+    "headerIdentity",
+    "headerMessageIds",
     "labelViewUse",
     "planLabelViews",
     "resolveLabelViews",
@@ -98,6 +121,20 @@ C{X-GM-LABELS}, C{X-GM-THRID}).
 
 MESSAGE_ID_ITEM = b"X-GM-MSGID"
 LABELS_ITEM = b"X-GM-LABELS"
+HEADER_ITEM = b"BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)]"
+"""
+What a listing fetches to recognise a message without X-GM-EXT-1
+(L{headerIdentity}).
+"""
+
+FALLBACK_ITEM = b"BODY.PEEK[HEADER.FIELDS (DATE FROM TO SUBJECT)]"
+"""
+What is fetched, after a listing, of its messages without a Message-ID
+(L{headerIdentity}).
+"""
+
+_MESSAGE_ID_SECTION = b"BODY[HEADER.FIELDS (MESSAGE-ID)]"
+_FALLBACK_SECTION = b"BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]"
 
 # The X-GM-LABELS name of the folder of each SPECIAL-USE attribute
 # (Gmail's system labels), compared upper-cased.
@@ -144,14 +181,22 @@ def labelViewUse(folder: SourceFolder) -> str | None:
 
 
 def planLabelViews(
-    folders: Sequence[SourceFolder], include: Sequence[str], messageIds: bool
+    folders: Sequence[SourceFolder],
+    include: Sequence[str],
+    messageIds: bool,
+    archiveFolder: str | None = "Archive",
 ) -> tuple[list[SourceFolder], set[str], list[tuple[SourceFolder, str]]]:
     """
     Apply the C{dedup} behaviour to a source's folders.
 
     @param folders: the folders, in listing order.
     @param include: the job's C{include} patterns.
-    @param messageIds: whether the server offers X-GM-MSGID.
+    @param messageIds: whether the server offers X-GM-MSGID.  Without it
+        All Mail is de-duplicated by L{headerIdentity}, and asks to go to
+        C{archiveFolder} (L{SourceFolder.destination}), or when that is
+        L{None} is marked L{SourceFolder.notMigrated}.
+    @param archiveFolder: the server's C{archive_folder}, levels joined
+        with C{/}, or L{None} for C{off}.
     @return: the folders to list, in order, the All Mail views last; the
         keys of those to de-duplicate; and the folders left out, each with
         why.
@@ -163,21 +208,11 @@ def planLabelViews(
     for folder in folders:
         use = labelViewUse(folder)
         explicit = namesExplicitly(include, folder.path) or folderName(folder.path) in include
-        if use is None:
-            kept.append(folder)
-        elif use == ALL and messageIds:
-            deduplicated.add(folder.key)
-            last.append(folder)
-        elif explicit:
+        if use is None or (explicit and use != ALL):
             kept.append(folder)
         elif use == ALL:
-            leftOut.append(
-                (
-                    folder,
-                    "a view of every message (\\All); without X-GM-EXT-1 the messages"
-                    " it shares with other folders cannot be told apart",
-                )
-            )
+            deduplicated.add(folder.key)
+            last.append(folder if messageIds else archived(folder, archiveFolder))
         elif use == FLAGGED:
             leftOut.append(
                 (folder, "a view of the flagged messages, whose \\Flagged flag is copied")
@@ -185,6 +220,21 @@ def planLabelViews(
         else:
             leftOut.append((folder, "a view of the messages marked important"))
     return kept + last, deduplicated, leftOut
+
+
+def archived(folder: SourceFolder, archiveFolder: str | None) -> SourceFolder:
+    """
+    An All Mail view de-duplicated without X-GM-EXT-1: bound for
+    C{archiveFolder}, or (L{None}) not migrated.
+    """
+    if archiveFolder is None:
+        name = folderName(folder.path)
+        return evolve(
+            folder,
+            notMigrated=f"found only in {name} (archived mail, in no other folder copied)"
+            " and archive_folder is off",
+        )
+    return evolve(folder, destination=tuple(archiveFolder.split("/")))
 
 
 def gmailMessageId(item: FetchedItem) -> bytes | None:
@@ -207,6 +257,69 @@ def _numericId(item: FetchedItem) -> int | None:
         return None
     number = int(value)
     return number if number <= _LARGEST_ID else None
+
+
+def _section(item: FetchedItem, name: bytes) -> bytes | None:
+    """
+    The section C{name} of a FETCH response, whatever case the server gave
+    its name in; L{None} if it has none.
+    """
+    for key, value in item.sections.items():
+        if key.upper() == name:
+            return value
+    return None
+
+
+def hasMessageId(item: FetchedItem) -> bool:
+    """
+    Whether a listing response shows a Message-ID (L{headerIdentity}).
+    """
+    return bool(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
+
+
+def headerMessageIds(items: Sequence[FetchedItem]) -> dict[int, str | None]:
+    """
+    By UID, the Message-ID of each listing response that carries
+    C{BODY[HEADER.FIELDS (MESSAGE-ID)]}, as the state store records it
+    (L{imapmig.presence.recordedMessageId}; L{None} for none).
+    """
+    return {
+        item.uid: recordedMessageId(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
+        for item in items
+        if item.uid is not None
+    }
+
+
+def headerIdentity(item: FetchedItem) -> int | None:
+    """
+    What recognises a message without X-GM-EXT-1, with its RFC822.SIZE and
+    its INTERNALDATE (the instant, to the second), as a 64-bit BLAKE2b
+    digest: its Message-ID (as L{imapmig.fidelity.messageIdOf} reads it
+    from C{BODY[HEADER.FIELDS (MESSAGE-ID)]}: unfolded, outer white space
+    stripped, case kept); for a message without one, its C{Date}, C{From},
+    C{To} and C{Subject} lines, octet for octet as the server returns them
+    (C{BODY[HEADER.FIELDS (DATE FROM TO SUBJECT)]}, L{FALLBACK_ITEM}); or
+    L{None} when it has none of these either (nothing tells it apart from
+    another message of its size and date).
+
+    Two messages are taken for one only when all of these are equal (or,
+    by chance, their digests: about 1 in 2**64 per pair; below 1 in 10**7
+    for a million messages against a million).
+    """
+    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
+    if messageId:
+        what = b"M" + messageId
+    else:
+        fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
+        if not fields:
+            return None
+        what = b"H" + fields
+    when = item.internalDate
+    instant = b"-" if when is None else b"%d" % int(when.timestamp())
+    digest = blake2b(
+        b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big")
 
 
 def _labelKey(label: bytes) -> bytes:
@@ -249,6 +362,11 @@ def folderLabels(folder: SourceFolder, wireName: bytes) -> frozenset[bytes]:
     return frozenset(labels)
 
 
+_KEEP = object()
+_DEFER = object()
+_DROP = object()
+
+
 class LabelViewFilter:
     """
     One listing pass's de-duplication: the C{X-GM-MSGID}s of the messages
@@ -264,12 +382,16 @@ class LabelViewFilter:
     holds 8 MB, dropped with the pass.
     """
 
-    def __init__(self, deduplicated: set[str]) -> None:
+    def __init__(self, deduplicated: set[str], byHeader: bool = False) -> None:
         """
         @param deduplicated: the keys of the folders to de-duplicate (All
             Mail).
+        @param byHeader: recognise messages by L{headerIdentity} (a server
+            without X-GM-EXT-1), not by X-GM-MSGID and X-GM-LABELS.
         """
         self.deduplicated = frozenset(deduplicated)
+        self.byHeader = byHeader
+        self._identity = headerIdentity if byHeader else _numericId
         self._seen = array("Q")
         self._sorted = True
         self._labels: set[bytes] = set()
@@ -306,13 +428,7 @@ class LabelViewFilter:
             out.
         """
         if folder.key not in self.deduplicated:
-            self._labels |= labels
-            seen = self._seen
-            for item in items:
-                messageId = _numericId(item)
-                if messageId is not None:
-                    seen.append(messageId)
-                    self._sorted = False
+            self._note(items, labels)
             return list(items), 0
         if not self._sorted:
             self._seen = array("Q", sorted(self._seen))
@@ -321,23 +437,53 @@ class LabelViewFilter:
         kept = []
         deferred = []
         for item in items:
-            messageId = _numericId(item)
-            if messageId is None:
-                # Nothing tells where else it is.
+            decision = self._decide(item, start)
+            if decision is _KEEP:
                 kept.append(item)
-            elif self._wasSeen(messageId):
-                continue
-            elif gmailLabels(item) & self._labels:
-                # In a folder listed before it arrived there: that folder's
-                # next listing copies it.
-                uid = item.uid
-                if start is not None and uid is not None and uid >= start:
-                    deferred.append(uid)
-            else:
-                kept.append(item)
+            elif decision is _DEFER:
+                assert item.uid is not None
+                deferred.append(item.uid)
         if deferred:
             self._deferred[folder.key] = tuple(sorted(deferred))
         return kept, len(items) - len(kept)
+
+    def _note(self, items: Sequence[FetchedItem], labels: frozenset[bytes]) -> None:
+        """
+        Take note of an ordinary folder's messages and labels.
+        """
+        self._labels |= labels
+        seen = self._seen
+        identity = self._identity
+        for item in items:
+            messageId = identity(item)
+            if messageId is not None:
+                seen.append(messageId)
+                self._sorted = False
+
+    def _decide(self, item: FetchedItem, start: int | None) -> object:
+        """
+        What becomes of a view's message: L{_KEEP}, L{_DEFER} (decided at
+        the next pass) or L{_DROP} (copied from another folder).
+
+        @param start: the view's UIDNEXT when the pass began, if known.
+        """
+        messageId = self._identity(item)
+        uid = item.uid
+        arrived = start is not None and uid is not None and uid >= start
+        if messageId is None:
+            # Nothing tells where else it is.
+            return _KEEP
+        if self._wasSeen(messageId):
+            return _DROP
+        if self.byHeader:
+            # Without labels, nothing tells whether one that arrived during
+            # the pass reached a folder after that folder's listing.
+            return _DEFER if arrived else _KEEP
+        if gmailLabels(item) & self._labels:
+            # In a folder listed before it arrived there: that folder's
+            # next listing copies it.
+            return _DEFER if arrived else _DROP
+        return _KEEP
 
     def _wasSeen(self, messageId: int) -> bool:
         seen = self._seen

@@ -15,13 +15,14 @@ or a kernel crash before the next checkpoint, which then rolls the database
 back to an earlier, consistent state.
 
 The file is private: created mode 0600 whatever the umask, before SQLite
-opens it, so that its C{-wal}, C{-shm} and C{-journal} files, which SQLite
-creates with the database's mode, are private too.  An existing database
-that group or others may read is left as it is (an admin may have opened
-it to a reporting group on purpose) with a warning naming it and its mode.
+opens it (by L{StateFileLock}), so that its C{-wal}, C{-shm} and
+C{-journal} files, which SQLite creates with the database's mode, are
+private too.  An existing database that group or others may read is left
+as it is (an admin may have opened it to a reporting group on purpose)
+with a warning naming it and its mode.
 
-One daemon owns the file: it holds L{StateFileLock} on C{<file>.lock} from
-open to close.  Readers (C{imapmig report}, C{imapmig verify}) open it
+One daemon owns the file: it holds L{StateFileLock} on the file itself
+from open to close.  Readers (C{imapmig report}, C{imapmig verify}) open it
 C{readOnly}, without the lock, while the daemon writes.
 """
 
@@ -56,7 +57,7 @@ from imapmig.state import (
 )
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion, rollback
-from imapmig.state.lock import StateFileLock
+from imapmig.state.lock import FileKey, StateFileLock, connectionClosed, connectionOpened, fileKey
 
 _T = TypeVar("_T")
 
@@ -176,39 +177,22 @@ _CAUSES = {
 _log = Logger()
 
 
-def createPrivate(path: str) -> None:
+def warnIfLoose(path: str, mode: int) -> None:
     """
-    Create the empty file C{path}, mode 0600 whatever the umask, unless it
-    exists; warn if an existing one may be read by group or others.  An
-    empty file is an empty SQLite database, and SQLite gives the files it
-    creates beside it (C{-wal}, C{-shm}, C{-journal}) its mode.
-
-    Any other failure is left for SQLite to report when it opens the file,
-    with the causes L{SQLiteStateStore} names.
+    Warn if the existing database C{path}, of C{mode}, may be read by
+    group or others.
 
     @param path: the database file.
+    @param mode: its mode.
     """
-    try:
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+    if mode & 0o077:
+        _log.warn(
+            "State database {path} may be read by group or others (mode {mode});"
+            " it names every account, folder and message copied: run chmod 600"
+            " {path} (and its -wal and -shm files) unless that is intended",
+            path=path,
+            mode=f"{stat.S_IMODE(mode):04o}",
         )
-    except FileExistsError:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            return
-        if stat.S_ISREG(mode) and mode & 0o077:
-            _log.warn(
-                "State database {path} may be read by group or others (mode {mode});"
-                " it names every account, folder and message copied: run chmod 600"
-                " {path} (and its -wal and -shm files) unless that is intended",
-                path=path,
-                mode=f"{stat.S_IMODE(mode):04o}",
-            )
-    except OSError:
-        return
-    else:
-        os.close(fd)
 
 
 @implementer(IStateStore)
@@ -233,7 +217,7 @@ class SQLiteStateStore:
         they do not exist, and take its L{StateFileLock}.
 
         @param path: the database file (or C{":memory:"}, which takes no
-            lock); a new one is created mode 0600 (L{createPrivate}).
+            lock); a new one is created mode 0600 (by L{StateFileLock}).
         @param seconds: the clock (e.g. C{reactor.seconds}) that stamps each
             outcome's, journal entry's and folder mark's time, and the lock.
         @param busyTimeout: seconds to wait for another connection's write
@@ -252,16 +236,23 @@ class SQLiteStateStore:
         self._lock: StateFileLock | None = None
         self._version = SCHEMA_VERSION
         self._lastEntryId = 0
+        # The file this process's connection is open on (see
+        # imapmig.state.lock: no descriptor of it may be closed meanwhile).
+        self._key: FileKey | None = None
         if path != ":memory:" and not readOnly:
             self._lock = StateFileLock.acquire(path, seconds)
+            self._key = self._lock.key
+            warnIfLoose(path, self._lock.mode)
+        elif path != ":memory:":
+            self._key = fileKey(path)
         try:
-            if self._lock is not None:
-                createPrivate(path)
             self._connection: sqlite3.Connection | None = self._connect(busyTimeout, readOnly)
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
             raise
+        if self._key is not None:
+            connectionOpened(self._key)
 
     def _connect(self, busyTimeout: float, readOnly: bool) -> sqlite3.Connection:
         """
@@ -1047,6 +1038,8 @@ class SQLiteStateStore:
             # is nothing left to lose, and the lock must still go.
             pass
         finally:
+            if connection is not None and self._key is not None:
+                connectionClosed(self._key)
             if self._lock is not None:
                 self._lock.release()
 

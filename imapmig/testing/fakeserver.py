@@ -264,6 +264,7 @@ class _Token:
 
 _UID_FETCH = re.compile(rb"([^ ]+) UID FETCH ([0-9:*,]+) \((.*)\)", re.IGNORECASE)
 _PARTIAL = re.compile(rb"BODY\.PEEK\[\]<([0-9]+)\.([0-9]+)>")
+_HEADER_FIELDS = re.compile(rb"HEADER\.FIELDS \(([^)]*)\)")
 
 
 def _uidsIn(uidSet: bytes, largest: int) -> set[int]:
@@ -279,10 +280,10 @@ def _uidsIn(uidSet: bytes, largest: int) -> set[int]:
     return result
 
 
-def _headerField(message: bytes, name: bytes) -> bytes:
+def _headerField(message: bytes, *names: bytes) -> bytes:
     """
-    What C{BODY[HEADER.FIELDS (NAME)]} returns: the field's lines, then a
-    blank line.
+    What C{BODY[HEADER.FIELDS (NAME ...)]} returns: the fields' lines, in
+    the message's order, then a blank line.
     """
     end = message.find(b"\r\n\r\n")
     header = message[: end + 2] if end >= 0 else message
@@ -294,7 +295,7 @@ def _headerField(message: bytes, name: bytes) -> bytes:
             if taking:
                 kept.append(line)
             continue
-        taking = line.lower().startswith(name + b":")
+        taking = any(line.lower().startswith(name + b":") for name in names)
         if taking:
             kept.append(line)
     return b"".join(line + b"\r\n" for line in kept) + b"\r\n"
@@ -639,7 +640,7 @@ class FakeIMAPServer(LineReceiver):
         """
         C{UID FETCH} of the items a migration asks for (UID, FLAGS,
         INTERNALDATE, RFC822.SIZE, BODY.PEEK[], BODY.PEEK[]<0.N>,
-        BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)], and X-GM-MSGID where
+        BODY.PEEK[HEADER.FIELDS (NAME ...)], and X-GM-MSGID where
         X-GM-EXT-1 is advertised) in the selected mailbox.
         """
         if self.user is None or self.selected is None:
@@ -669,9 +670,9 @@ class FakeIMAPServer(LineReceiver):
             if b"INTERNALDATE" in upper:
                 date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
                 parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))
-            if b"HEADER.FIELDS (MESSAGE-ID)" in upper:
-                value = _headerField(message.body, b"message-id")
-                parts.append(b"BODY[HEADER.FIELDS (MESSAGE-ID)] {%d}\r\n%s" % (len(value), value))
+            for fields in _HEADER_FIELDS.findall(upper):
+                value = _headerField(message.body, *fields.lower().split())
+                parts.append(b"BODY[HEADER.FIELDS (%s)] {%d}\r\n%s" % (fields, len(value), value))
             if partial is not None:
                 start, length = int(partial.group(1)), int(partial.group(2))
                 piece = message.body[start : start + length]

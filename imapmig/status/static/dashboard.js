@@ -451,6 +451,13 @@
     tr.appendChild(actions);
     return tr;
   }
+  // A job backing off: "retrying: REASON (attempt 3 of 10, next at 18:02)".
+  function retryingText(job) {
+    var detail = [];
+    if (typeof job.retry_attempt === "number") detail.push("attempt " + job.retry_attempt + " of " + job.retry_attempts);
+    if (job.retry_at) detail.push("next at " + clock(job.retry_at));
+    return "retrying: " + job.waiting_for + (detail.length ? " (" + detail.join(", ") + ")" : "");
+  }
   function updateRow(tr, job) {
     var q = function (c) { return tr.querySelector("." + c); };
     var badge = q("job-state");
@@ -472,8 +479,7 @@
       "done ≈ " + dateTime(state.now + job.eta_seconds, state.now) : "";
     putBreakable(q("job-folder"), job.current_folder || "–");
     var err = job.error || "";
-    if (!err && job.state === "backing_off" && job.waiting_for) err = "waiting for " + job.waiting_for +
-      (job.retry_at ? ", retry at " + clock(job.retry_at, true) : "");
+    if (!err && job.state === "backing_off" && job.waiting_for) err = retryingText(job);
     put(q("job-error"), err);
     q("job-error").classList.toggle("is-waiting", !job.error && !!err);
     tr.classList.toggle("has-error", !!job.error);
