@@ -183,7 +183,8 @@ def configNeedsTLS(config: Config) -> bool:
     """
     Whether the parsed C{config} needs TLS: a server reached over TLS
     (STARTTLS or a C{tls:} endpoint), an account that logs in with OAuth
-    2.0, or a status page listening on anything but C{tcp:} or C{unix:}.
+    2.0, a status page listening on anything but C{tcp:} or C{unix:}, or
+    an C{https:} webhook.
     """
     for server in config.servers:
         if server.starttls or server.implicitTLS or server.tlsCA is not None:
@@ -196,6 +197,8 @@ def configNeedsTLS(config: Config) -> bool:
                 return True
             if account is not None and (account.starttls or account.implicitTLS):
                 return True
+    if config.notify is not None and config.notify.webhookURL.lower().startswith("https:"):
+        return True
     if config.status is not None:
         return not config.status.listen.strip().lower().startswith(_PLAIN_LISTENERS)
     return False

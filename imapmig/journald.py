@@ -108,15 +108,16 @@ or every id changes.
 FIELD_SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("JOB", ("job",)),
     ("MAILBOX", ("mailbox", "folder")),
-    ("SERVER", ("server", "session", "account")),
+    ("SERVER", ("server",)),
+    ("ACCOUNT", ("user",)),
 )
 """
 Which keyword field of an event gives each journal field: the first of
 the names the event has.  C{job} is the job's name wherever imapmig logs
 one; C{mailbox} the destination mailbox, else C{folder} the source
-folder; C{server}, C{session} and C{account} name a connection's account
-and server as C{"USER at ENDPOINT"} (L{imapmig.service}): C{SERVER} is its
-endpoint (C{tcp:imap.example:143}), C{ACCOUNT} the user.
+folder; C{server} the server's name as configured under C{servers} (the
+C{server} label of C{/metrics}), and C{user} the account's user name on
+it (L{imapmig.logfields}).
 """
 
 FIELD_LIMIT = 200
@@ -243,14 +244,7 @@ def journalFields(event: LogEvent) -> list[tuple[str, str]]:
             value = event.get(name)
             if value is None or value == "":
                 continue
-            if key == "SERVER":
-                # "USER at ENDPOINT": an endpoint string holds no space.
-                user, at, endpoint = str(value).rpartition(" at ")
-                fields.append(("SERVER", _short(endpoint)))
-                if at and user:
-                    fields.append(("ACCOUNT", _short(user)))
-            else:
-                fields.append((key, _short(value)))
+            fields.append((key, _short(value)))
             break
     return fields
 

@@ -119,6 +119,13 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     newHosts = () if new.status is None else new.status.allowedHosts
     if oldHosts != newHosts:
         needsRestart.append("status.allowed_hosts")
+    # A status site added or taken away is status.listen's change.
+    if old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries:
+        needsRestart.append("status.max_job_series")
+    # A changed notify: applies (imapmig.webhook.watchRun); one added or
+    # taken away needs a restart.
+    if (old.notify is None) != (new.notify is None):
+        needsRestart.append("notify")
     for name, server in newServers.items():
         before = oldServers.get(name)
         if before is not None and _rates(before.limits) != _rates(server.limits):
@@ -143,7 +150,8 @@ def keptForRestart(old: Config, new: Config) -> Config:
     """
     The configuration the daemon runs with after a reload of C{new}: C{new}
     with the settings a reload cannot change (its state database, its
-    status listener and token) kept from C{old}, so that the next reload
-    says again that they need a restart.
+    status listener and token, whether it notifies) kept from C{old}, so
+    that the next reload says again that they need a restart.
     """
-    return evolve(new, statePath=old.statePath, status=old.status)
+    notify = old.notify if (old.notify is None) != (new.notify is None) else new.notify
+    return evolve(new, statePath=old.statePath, status=old.status, notify=notify)

@@ -59,6 +59,7 @@ from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.joblog import describeSource
+from imapmig.logfields import AccountName
 from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.reload import ConfigReloader, ReloadTarget, loadInThread
@@ -155,6 +156,12 @@ def sessionOpener(
         )
     endpoint, tlsOptions = serverEndpoint(reactor, server)
     description = f"{user} at {server.endpoint}"
+    # What every event of the session carries: its job, and the server
+    # and user as /metrics labels them (imapmig.logfields).
+    logFields = {
+        **({} if job is None else {"job": job}),
+        **AccountName(server.name, user, server.endpoint).fields(),
+    }
 
     def logIn(credentials: Credentials) -> Awaitable[IMAPSession]:
         return openSession(
@@ -167,7 +174,7 @@ def sessionOpener(
             timeout=server.timeout,
             compress=server.compress,
             namespaceOverride=server.namespace,
-            logFields=None if job is None else {"job": job},
+            logFields=logFields,
             endpointKey=f"servers.{server.name}.endpoint",
             credentialKey=credentialKey,
         )
@@ -187,7 +194,7 @@ def sessionOpener(
 
         def opener() -> Awaitable[IMAPSession]:
             return loginWithToken(
-                source, logInWith, description, None if job is None else {"job": job}
+                source, logInWith, description, logFields
             )
 
     return opener if grant is None else grantedOpener(grant, opener)
@@ -530,7 +537,11 @@ def buildService(
             throttle=upload,
             sourceThrottle=download,
             defer=True,
-            destination=f"{jobConfig.destination.user} at {jobConfig.destination.server.endpoint}",
+            destination=AccountName(
+                jobConfig.destination.server.name,
+                jobConfig.destination.user,
+                jobConfig.destination.server.endpoint,
+            ),
             sourceDescription=describeSource(jobConfig.source),
             telemetry=telemetry.server(jobConfig.destination.server.name),
         )
@@ -575,6 +586,19 @@ def buildService(
         ),
         running=lambda: bool(root.running),
     )
+    if config.notify is not None:
+        # Imported here, as the status site: only a daemon that notifies
+        # pays for twisted.web's client.
+        from imapmig.webhook import watchRun
+
+        watchRun(
+            root,
+            config.notify,
+            progress,
+            reactor,
+            lambda job: jobServers.get(job, ""),
+            lambda: current().notify,
+        )
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
         # Imported here: twisted.web (~30 ms) is start-up that a daemon
@@ -597,9 +621,7 @@ def buildService(
             rulesOf=rules.get,
             control=ControlResource(scheduler.controls, config.status.token, reactor),
             metrics=buildMetricsResource(
-                progress,
-                telemetry,
-                jobServers,
+                progress, telemetry, jobServers, config.status.maxJobSeries
             ),
         )
         listener = ListenerService(

@@ -24,22 +24,21 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from attrs import field, frozen
 from OpenSSL import SSL
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout, succeed
-from twisted.internet.protocol import Protocol
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout
 from twisted.python.failure import Failure
-from twisted.web.client import (
-    Agent,
-    HTTPConnectionPool,
-    ResponseDone,
-    _HTTP11ClientFactory,
-)
-from twisted.web.http import PotentialDataLoss
+from twisted.web.client import Agent
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent, IBodyProducer, IResponse
-from zope.interface import implementer
+from twisted.web.iweb import IAgent, IResponse
 
 from imapmig.config.model import TokenRefreshConfig
 from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
+from imapmig.httpclient import (
+    BodyTooLarge,
+    BoundedBody,
+    BytesBody,
+    QuietConnectionPool,
+    shortError,
+)
 from imapmig.tlsidentity import HostnameVerifyingPolicy
 from imapmig.trustroots import trustRootFrom
 
@@ -94,32 +93,6 @@ def endpointForLogs(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
-class _QuietHTTP11ClientFactory(_HTTP11ClientFactory):
-    """
-    The pool's connection factory, without its "Starting factory" and
-    "Stopping factory" lines for every refresh.
-    """
-
-    noisy = False
-
-
-class QuietConnectionPool(HTTPConnectionPool):
-    """
-    An L{HTTPConnectionPool} whose connections log nothing at the default
-    level.  (Twisted offers no public way to quiet the pool's factory: its
-    C{_factory} is the documented hook.)
-    """
-
-    _factory = _QuietHTTP11ClientFactory
-
-    def __init__(self, reactor: Any, persistent: bool = True) -> None:
-        """
-        @param reactor: see L{HTTPConnectionPool}.
-        @param persistent: see L{HTTPConnectionPool}.
-        """
-        HTTPConnectionPool.__init__(self, reactor, persistent)
-
-
 def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
     """
     The agent that talks to C{config}'s endpoint: https verified against
@@ -135,69 +108,6 @@ def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
         connectTimeout=config.timeout,
         pool=QuietConnectionPool(reactor, persistent=False),
     )
-
-
-@implementer(IBodyProducer)
-class _FormBody:
-    """
-    A small request body given whole.
-    """
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-        self.length = len(body)
-
-    def startProducing(self, consumer: Any) -> Deferred[None]:
-        consumer.write(self._body)
-        return succeed(None)
-
-    def pauseProducing(self) -> None:
-        pass
-
-    def resumeProducing(self) -> None:
-        pass
-
-    def stopProducing(self) -> None:
-        pass
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-class _BoundedBody(Protocol):
-    """
-    Collects a response body of at most C{limit} octets; a longer one is
-    abandoned.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._data = bytearray()
-        self.done: Deferred[bytes] = Deferred(self._cancel)
-
-    def _cancel(self, done: Deferred[bytes]) -> None:
-        transport: Any = self.transport
-        if transport is not None:
-            transport.stopProducing()
-
-    def dataReceived(self, data: bytes) -> None:
-        if self.done.called:
-            return
-        self._data += data
-        if len(self._data) > self._limit:
-            self.done.errback(_BodyTooLarge())
-            # A response's transport is an IPushProducer: stop reading.
-            transport: Any = self.transport
-            transport.stopProducing()
-
-    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:
-        if self.done.called:
-            return
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(bytes(self._data))
-        else:
-            self.done.errback(reason)
 
 
 class RefreshGrantClient:
@@ -275,7 +185,7 @@ class RefreshGrantClient:
                 b"POST",
                 self._config.tokenEndpoint.encode("ascii"),
                 headers,
-                _FormBody(self._form(refreshToken)),
+                BytesBody(self._form(refreshToken)),
             )
         except CancelledError:
             # The timeout's: it says so.
@@ -286,22 +196,22 @@ class RefreshGrantClient:
                 # (tls_ca) or an impostor, which waiting will not fix.
                 raise TokenRefreshRefused(
                     self._problem(
-                        f"TLS failed: {_shortError(e)} (is its CA in the system"
+                        f"TLS failed: {shortError(e)} (is its CA in the system"
                         " trust store, or given as oauth2.tls_ca?)"
                     )
                 ) from None
             raise TokenEndpointUnavailable(
-                self._problem(f"cannot reach it: {_shortError(e)}")
+                self._problem(f"cannot reach it: {shortError(e)}")
             ) from None
         body = await self._readBody(response)
         return self._interpret(response.code, body)
 
     async def _readBody(self, response: IResponse) -> bytes:
-        receiver = _BoundedBody(MAX_TOKEN_RESPONSE)
+        receiver = BoundedBody(MAX_TOKEN_RESPONSE)
         response.deliverBody(receiver)
         try:
             return await receiver.done
-        except _BodyTooLarge:
+        except BodyTooLarge:
             raise TokenRefreshRefused(
                 self._problem(
                     f"answered with more than {MAX_TOKEN_RESPONSE} octets (HTTP"
@@ -313,7 +223,7 @@ class RefreshGrantClient:
         except Exception as e:
             raise TokenEndpointUnavailable(
                 self._problem(
-                    f"the answer (HTTP {response.code}) was cut: {_shortError(e)}"
+                    f"the answer (HTTP {response.code}) was cut: {shortError(e)}"
                 )
             ) from None
 
@@ -415,16 +325,3 @@ def _isTLSFailure(e: Exception) -> bool:
     return any(
         isinstance(r.value if isinstance(r, Failure) else r, SSL.Error) for r in reasons
     )
-
-
-def _shortError(e: Exception) -> str:
-    """
-    A network error, short: the first reason of a wrapped Twisted error.
-    """
-    shown: object = e
-    reasons = getattr(e, "reasons", None)
-    if reasons:
-        first = reasons[0]
-        shown = first.value if isinstance(first, Failure) else first
-    text = str(shown) or type(shown).__name__
-    return escapedExcerpt(text.encode("utf-8"), 120)

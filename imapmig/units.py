@@ -11,7 +11,7 @@ imports nothing of imapmig.
 
 from __future__ import annotations
 
-__all__ = ["octets", "plural"]
+__all__ = ["Count", "octets", "plural"]
 
 _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -49,3 +49,33 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     if count == 1:
         return f"{count} {noun}"
     return f"{count} {nouns if nouns is not None else noun + 's'}"
+
+
+class Count(int):
+    """
+    A count as a log field: an integer (a JSON log writes C{50}, and
+    C{jq 'select(.messages > 40)'} works) that a format string writes with
+    its noun (C{"{messages}"} gives C{"50 messages"}, C{"{messages:,}"}
+    C{"1,234 messages"}), so a line's text reads as before without a
+    second field for the words.
+    """
+
+    _noun: str
+    _nouns: str
+
+    def __new__(cls, count: int, noun: str, nouns: str | None = None) -> Count:
+        """
+        @param count: how many.
+        @param noun: the singular.
+        @param nouns: the plural when it is not C{noun + "s"}.
+        """
+        self = super().__new__(cls, count)
+        self._noun = noun
+        self._nouns = noun + "s" if nouns is None else nouns
+        return self
+
+    def __format__(self, spec: str) -> str:
+        """
+        The count formatted by C{spec}, then its noun.
+        """
+        return f"{int(self):{spec}} {self._noun if self == 1 else self._nouns}"

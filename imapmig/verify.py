@@ -42,7 +42,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
-from imapmig.units import plural
+from imapmig.units import Count
 
 log = Logger()
 
@@ -620,8 +620,8 @@ async def verifyJob(
             log.info(
                 "verify {job}: {mailbox}: {sourceMessages}, {destination} in the"
                 " destination, {differencesFound}",
-                sourceMessages=plural(report.sourceMessages, "source message"),
-                differencesFound=plural(len(report.differences), "difference"),
+                sourceMessages=Count(report.sourceMessages, "source message"),
+                differencesFound=Count(len(report.differences), "difference"),
                 job=job,
                 mailbox=mailbox,
                 source=report.sourceMessages,

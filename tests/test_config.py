@@ -618,6 +618,7 @@ class ExampleFileTests(ConfigTestCase):
             ),
         }
         replacements[document["status"]["token_file"]] = self.passwordFile
+        replacements[document["notify"]["token_file"]] = self.passwordFile
         credentialsDirectory = os.path.join(self.directory, "credentials")
         os.mkdir(credentialsDirectory, 0o500)
         self.patch(os, "environ", {**os.environ, "CREDENTIALS_DIRECTORY": credentialsDirectory})
@@ -672,6 +673,7 @@ class ExampleFileTests(ConfigTestCase):
         sections: list[tuple[tuple[str, ...], set[str]]] = [
             (config._TOP_KEYS, set(document)),
             (config._STATUS_KEYS, set(document["status"])),
+            (config.NOTIFY_KEYS, set(document["notify"])),
             (config._SERVER_KEYS, {key for server in servers for key in server}),
             (config._DEFAULTS_KEYS, set(document["defaults"])),
             (config._JOB_KEYS, {key for job in jobs for key in job}),

@@ -193,6 +193,39 @@ class AllowedHostsConfigTests(StatusConfigTestCase):
             )
 
 
+class MaxJobSeriesConfigTests(StatusConfigTestCase):
+    """
+    C{status.max_job_series}.
+    """
+
+    def test_read(self) -> None:
+        """
+        An integer from 0 (no per-job series) up; absent, 10,000.
+        """
+        for written in (0, 25_000):
+            loaded = parseConfig(self.withStatus(max_job_series=written), self.configPath)
+            assert loaded.status is not None
+            self.assertEqual(loaded.status.maxJobSeries, written)
+        loaded = parseConfig(self.withStatus(), self.configPath)
+        assert loaded.status is not None
+        self.assertEqual(loaded.status.maxJobSeries, 10_000)
+
+    def test_invalid(self) -> None:
+        """
+        Not an integer, negative, or past a million: a problem naming the
+        key.
+        """
+        for bad, problem in (
+            ("many", "expected an integer"),
+            (True, "expected an integer"),
+            (-1, "must be between 0 and 1000000"),
+            (1_000_001, "must be between 0 and 1000000"),
+        ):
+            self.assertOnlyProblem(
+                self.withStatus(max_job_series=bad), "status.max_job_series", problem
+            )
+
+
 class TLSListenerTests(TestCase):
     """
     The status site with C{/control} mounted, listening on an C{ssl:}

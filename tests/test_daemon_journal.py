@@ -45,7 +45,7 @@ Entry = dict[str, list[str]]
 _STARTED = (
     "Job {job} started: from {source} to {destination}",
     "Job {job} started: from {source} to {destination};"
-    " {migrated:,} {messages} already migrated by earlier runs,"
+    " {migrated:,} already migrated by earlier runs,"
     " {failedBefore:,} recorded as failed (tried again)",
 )
 
@@ -198,7 +198,9 @@ class JournalOutputTests(SynchronousTestCase):
         """
         self.assertEqual(first(entry, "JOB"), "job")
         self.assertEqual(first(entry, "PRIORITY"), priority)
-        self.assertEqual(first(entry, "SERVER"), f"tcp:127.0.0.1:{self.instance.port}")
+        # The server's name under servers (writeDaemonConfig's), as
+        # /metrics labels it; not its endpoint.
+        self.assertEqual(first(entry, "SERVER"), "dovecot")
         self.assertEqual(first(entry, "ACCOUNT"), user.name)
         self.assertEqual(first(entry, "SYSLOG_IDENTIFIER"), "imapmig")
         self.assertEqual(first(entry, "IMAPMIG_NAMESPACE"), "imapmig.job.joblog")
@@ -311,3 +313,48 @@ class JournalOutputTests(SynchronousTestCase):
         ended = [r for r in records if r["message"].startswith("Job job done after ")]
         self.assertEqual([r["copied"] for r in ended], [4])
         self.assertEqual(self.journal.receiveAll(), [])
+
+    def test_jsonFieldsAreTheMetricLabels(self) -> None:
+        """
+        In the JSON lines of a real job,
+        C{server} is the server's name under C{servers} (the C{server} label
+        of the job's C{/metrics} series), never C{USER at ENDPOINT};
+        C{user} is the account's user; the job's own lines all carry both;
+        and every count is a JSON integer, never text such as
+        C{"4 messages"}.
+        """
+        user = freshUser(self.instance)
+        run = self.daemon(self.config(user, 6), IMAPMIG_LOG_FORMAT="json")
+        self.assertEqual(run.exited(), 0, run.output())
+        records = [json.loads(line) for line in run.output().splitlines()]
+        labelled = [r for r in records if "server" in r]
+        joblog = [r for r in records if r["namespace"] == "imapmig.job.joblog"]
+        self.assertTrue(joblog, records)
+        for record in joblog:
+            self.assertEqual(
+                (record["job"], record["server"], record["user"]),
+                ("job", "dovecot", user.name),
+                record,
+            )
+        for record in labelled:
+            self.assertEqual(record["server"], "dovecot", record)
+            self.assertEqual(record.get("user", user.name), user.name, record)
+        counts = (
+            "copied", "alreadyPresent", "alreadyMigrated", "failed", "total", "migrated",
+            "failedBefore", "messages", "folders", "pending", "count", "done",
+        )  # fmt: skip
+        seen = set()
+        for record in records:
+            for key in counts:
+                if key in record:
+                    seen.add(key)
+                    value = record[key]
+                    self.assertIs(type(value), int, (key, record))
+            for key, value in record.items():
+                if isinstance(value, str) and key != "message":
+                    # No count written as text ("6 messages", "1 folder").
+                    self.assertNotRegex(value, r"^\d[\d,]* \w+s?$", (key, record))
+        # The start, listing and end lines were among them.
+        self.assertLessEqual({"copied", "migrated", "messages", "folders", "total"}, seen)
+        listed = [r for r in records if r["message"].startswith("Job job: 6 messages in 1 folder")]
+        self.assertEqual([(r["messages"], r["folders"]) for r in listed], [(6, 1)], records)

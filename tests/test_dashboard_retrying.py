@@ -19,6 +19,7 @@ from imapmig.errors import ConnectionLost
 from imapmig.job import JobLifecycle, RetryPolicy
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
+from imapmig.logfields import AccountName
 from imapmig.progress import JobProgress
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.dashboard import loadStaticFiles
@@ -62,7 +63,8 @@ class RetryingTextTests(SynchronousTestCase):
         progress = JobProgress("j", clock.seconds)
         lifecycle = JobLifecycle(progress, clock)
         retries = RunRetries(
-            "j", "alice at localhost", MemoryStateStore(clock.seconds), progress, clock,
+            "j", AccountName("local", "alice", "tcp:localhost:143"),
+            MemoryStateStore(clock.seconds), progress, clock,
             lifecycle, JobSides(MemorySource(), None, None),
             RetryPolicy(initialDelay=15.0, attempts=10), lambda: 0.0, False, lambda: False,
         )  # fmt: skip

@@ -15,6 +15,7 @@ from imapmig.errors import ConnectFailed, ConnectionLost, PermanentError, Server
 from imapmig.job import JobLifecycle, RetryPolicy
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
+from imapmig.logfields import AccountName
 from imapmig.progress import JobProgress, JobState
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import MemorySource
@@ -36,7 +37,7 @@ class RunRetriesTests(SynchronousTestCase):
     def retries(self, policy: RetryPolicy) -> RunRetries:
         retries = RunRetries(
             "j",
-            "alice at localhost",
+            AccountName("local", "alice", "tcp:localhost:143"),
             self.store,
             self.progress,
             self.clock,

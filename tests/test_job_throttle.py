@@ -18,6 +18,7 @@ from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.errors import QuotaExceeded
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.budgets import mailboxFull
+from imapmig.logfields import AccountName
 from imapmig.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, ThrottleRegistry
@@ -84,7 +85,7 @@ class ThrottledHarness:
             throttle=self.registry.throttleFor("dest", self.limits, USER, UPLOAD),
             sourceThrottle=sourceThrottle,
             defer=defer,
-            destination=f"{USER} at dest",
+            destination=AccountName("dest", USER, "tcp:dest:143"),
         )
 
     def populate(self, count: int) -> SourceFolder:
@@ -637,7 +638,10 @@ class SignalCompositionTests(SynchronousTestCase):
         self.assertLessEqual(t.used(), usedBefore + count * SIZE)
         errors = [e for e in events if e.get("log_level") == LogLevel.error]
         self.assertEqual(len(errors), 1, [formatEvent(e) for e in events])
-        self.assertEqual((errors[0]["job"], errors[0]["account"]), (JOB, f"{USER} at dest"))
+        self.assertEqual(
+            (errors[0]["job"], errors[0]["server"], errors[0]["user"], errors[0]["account"]),
+            (JOB, "dest", USER, f"{USER} at tcp:dest:143"),
+        )
         self.assertIn("over quota", formatEvent(errors[0]))
         h.endpoint.pump()
         h.finish()

@@ -28,6 +28,7 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
+from imapmig.logfields import AccountName
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
@@ -66,7 +67,7 @@ class Run:
             self.clock,
             lambda: self.settled,
             "Maildir /srv/mail/alice",
-            "alice at tcp:127.0.0.1:143",
+            AccountName("dove", "alice", "tcp:127.0.0.1:143"),
             **kwargs,
         )
 

@@ -160,28 +160,30 @@ class FieldTests(SynchronousTestCase):
     def test_mapping(self) -> None:
         """
         C{job} gives C{JOB}; C{mailbox}, else C{folder}, gives C{MAILBOX};
-        C{server}, else C{session}, else C{account} (C{USER at ENDPOINT})
-        gives C{SERVER} (the endpoint) and C{ACCOUNT} (the user).
+        C{server} (the configured name, as C{/metrics} labels it) gives
+        C{SERVER} and C{user} C{ACCOUNT}, as they are: a C{session} or
+        C{account} text (C{USER at ENDPOINT}) gives neither.
         """
         fields = fieldsOf(
             event(
                 job="alice",
                 folder="Sent",
                 mailbox="Sent Items",
-                server="alice@example.org at tls:imap.example.org:993",
-                session="other at tcp:x:143",
+                server="dove",
+                user="alice@example.org",
+                session="alice@example.org at tls:imap.example.org:993",
             )
         )
         self.assertEqual(fields["MAILBOX"], "Sent Items")
-        self.assertEqual(fields["SERVER"], "tls:imap.example.org:993")
+        self.assertEqual(fields["SERVER"], "dove")
         self.assertEqual(fields["ACCOUNT"], "alice@example.org")
         self.assertEqual(fieldsOf(event(folder="Archive/2020"))["MAILBOX"], "Archive/2020")
-        fields = fieldsOf(event(session="bob at tcp:127.0.0.1:143"))
-        self.assertEqual((fields["SERVER"], fields["ACCOUNT"]), ("tcp:127.0.0.1:143", "bob"))
-        self.assertEqual(fieldsOf(event(account="carol at tcp:h:1"))["ACCOUNT"], "carol")
+        fields = fieldsOf(event(session="bob at tcp:127.0.0.1:143", account="carol at tcp:h:1"))
+        self.assertNotIn("SERVER", fields)
+        self.assertNotIn("ACCOUNT", fields)
         # A server named without an account.
-        fields = fieldsOf(event(server="127.0.0.1:143"))
-        self.assertEqual(fields["SERVER"], "127.0.0.1:143")
+        fields = fieldsOf(event(server="dove"))
+        self.assertEqual(fields["SERVER"], "dove")
         self.assertNotIn("ACCOUNT", fields)
 
     def test_absent(self) -> None:
@@ -260,7 +262,7 @@ class ObserverTests(SynchronousTestCase):
         """
         log = Logger(namespace="imapmig.job.joblog", observer=self.observer())
         log.error(
-            "Job {job} failed: {why}", job="alice", why="login refused", server="alice at tcp:h:143"
+            "Job {job} failed: {why}", job="alice", why="login refused", server="dove", user="alice"
         )
         entries = self.journal.receiveAll()
         self.assertEqual(len(entries), 1)
@@ -268,7 +270,8 @@ class ObserverTests(SynchronousTestCase):
         self.assertEqual(entry["MESSAGE"], ["Job alice failed: login refused"])
         self.assertEqual(entry["PRIORITY"], ["3"])
         self.assertEqual(entry["JOB"], ["alice"])
-        self.assertEqual(entry["SERVER"], ["tcp:h:143"])
+        self.assertEqual(entry["SERVER"], ["dove"])
+        self.assertEqual(entry["ACCOUNT"], ["alice"])
         self.assertEqual(
             entry["MESSAGE_ID"], [messageID("imapmig.job.joblog", "Job {job} failed: {why}")]
         )

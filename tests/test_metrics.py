@@ -22,7 +22,8 @@ from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.throttle import UPLOAD
 from imapmig.status.metrics import (
-    PER_JOB_LIMIT,
+    MAX_JOB_SERIES,
+    SERIES_PER_JOB,
     MigrationCollector,
     buildMetricsResource,
     isCounted,
@@ -284,12 +285,45 @@ class CollectorTests(SynchronousTestCase):
         """
         Without per-job series, only the servers' sums are given.
         """
-        collector = MigrationCollector(self.progress, self.telemetry, self.servers, perJob=False)
+        collector = MigrationCollector(self.progress, self.telemetry, self.servers, maxJobSeries=0)
         samples, _ = scrape(collector)
         self.assertEqual({name for name in names(samples) if name.startswith("imapmig_job_")}, set())
         self.assertEqual(
             value(samples, "imapmig_server_migrated_messages_total", server="mx1"), 25
         )
+
+    def test_maxJobSeries(self) -> None:
+        """
+        C{maxJobSeries} bounds the jobs that have series of their own, at
+        each scrape; L{None} bounds nothing.
+        """
+        collector = MigrationCollector(self.progress, self.telemetry, self.servers, 3)
+        samples, _ = scrape(collector)
+        carol = {"job": "carol", "server": "mx2", "state": "queued"}
+        self.assertEqual(value(samples, "imapmig_job_state", **carol), 1)
+        self.progress.addJob("dave")
+        samples, _ = scrape(collector)
+        self.assertFalse([n for n in names(samples) if n.startswith("imapmig_job_")])
+        samples, _ = scrape(MigrationCollector(self.progress, self.telemetry, self.servers, None))
+        dave = {"job": "dave", "server": "", "state": "queued"}
+        self.assertEqual(value(samples, "imapmig_job_state", **dave), 1)
+
+    def test_seriesPerJob(self) -> None:
+        """
+        A counted job has L{SERIES_PER_JOB} series (the number the README
+        gives), one not yet counted two fewer.
+        """
+        samples, _ = scrape(self.collector)
+
+        def seriesOf(job: str) -> int:
+            return sum(
+                1
+                for name, labels in samples
+                if name.startswith("imapmig_job_") and ("job", job) in labels
+            )
+
+        self.assertEqual(seriesOf("alice"), SERIES_PER_JOB)
+        self.assertEqual(seriesOf("carol"), SERIES_PER_JOB - 2)
 
     def test_unknownServer(self) -> None:
         """
@@ -411,20 +445,22 @@ class MetricsResourceTests(SynchronousTestCase):
     def test_perJobByDefaultUpToLimit(self) -> None:
         """
         By default every job has its own series while there are at most
-        L{PER_JOB_LIMIT} jobs; above, only the servers' sums.
+        L{MAX_JOB_SERIES} jobs (at least 10,000); above, only the servers'
+        sums.  The count is taken at each scrape: a reload adds jobs.
         """
-        for n in range(PER_JOB_LIMIT - 1):
+        self.assertGreaterEqual(MAX_JOB_SERIES, 10_000)
+        for n in range(MAX_JOB_SERIES - len(self.progress)):
             self.progress.addJob(f"job{n}")
+        treq: Any = StubTreq(
+            buildMetricsResource(self.progress, self.telemetry, {}, processMetrics=False)
+        )
 
         def body() -> bytes:
-            treq: Any = StubTreq(
-                buildMetricsResource(self.progress, self.telemetry, {}, processMetrics=False)
-            )
             response = self.successResultOf(treq.get("http://127.0.0.1/metrics"))
             content: bytes = self.successResultOf(treq.content(response))
             return content
 
-        self.assertIn(b"imapmig_job_state{", body())
+        self.assertEqual(body().count(b"imapmig_job_state{"), MAX_JOB_SERIES)
         self.progress.addJob("one too many")
         served = body()
         self.assertNotIn(b"imapmig_job_", served)

@@ -6,12 +6,17 @@ and what C{/metrics} then says.
 
 from __future__ import annotations
 
+import json
+
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings, MigrationJob
+from imapmig.jsonlog import eventAsJSONLine
+from imapmig.logfields import AccountName
 from imapmig.progress import MigrationProgress
 from imapmig.status.metrics import MigrationCollector
 from imapmig.telemetry import Telemetry
@@ -75,4 +80,45 @@ class JobTelemetryTests(SynchronousTestCase):
             samples["imapmig_server_append_latency_seconds_count", (("server", "dest"),)],
             commands,
         )
+        h.finish()
+
+    def test_logJoinsMetrics(self) -> None:
+        """
+        Every JSON log line of the job that names a server names it by the
+        C{server} label of the job's C{/metrics} series, with the account's
+        C{user}; the job's start, listing and end lines among them.
+        """
+        h = JobHarness(self)
+        progress = MigrationProgress(h.clock.seconds)
+        h.progress = progress.addJob(JOB)
+        populate(h.source, h.source.addFolder("INBOX"), 5)
+        job = MigrationJob(
+            JOB,
+            h.source,
+            h.store,
+            h.progress,
+            memoryOpener(h.endpoint, h.clock),
+            h.clock,
+            JobSettings(connections=1, batchMessages=4, windowMessages=8),
+            jitter=lambda: 0.0,
+            destination=AccountName("dest", "alice", "tcp:mail.example:143"),
+        )
+        with capturedLogs() as events:
+            self.assertTrue(h.run(job))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(MigrationCollector(progress, Telemetry(h.clock.seconds), {JOB: "dest"}))
+        labels = {
+            sample.labels["server"]
+            for family in text_string_to_metric_families(generate_latest(registry).decode())
+            for sample in family.samples
+            if sample.labels.get("job") == JOB
+        }
+        self.assertEqual(labels, {"dest"})
+        records = [json.loads(eventAsJSONLine(event)) for event in events]
+        named = [r for r in records if "server" in r]
+        self.assertGreaterEqual(len(named), 2, records)
+        for record in named:
+            self.assertEqual((record["server"], record["user"]), ("dest", "alice"), record)
+        ended = [r for r in named if r["message"].startswith(f"Job {JOB} done after")]
+        self.assertEqual([r["copied"] for r in ended], [5])
         h.finish()

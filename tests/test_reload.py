@@ -135,19 +135,27 @@ class PlanTests(SynchronousTestCase):
 
     def test_restartSettings(self) -> None:
         """
-        The state database, the status listener, its token and its
-        allowed host names need a restart.
+        The state database, the status listener, its token, its allowed
+        host names and its bound on per-job series need a restart.
         """
         status = StatusConfig("tcp:8025", Secret("t"))
         old = configOf([], status=status)
         new = evolve(
             old,
             statePath="/elsewhere.sqlite",
-            status=StatusConfig("tcp:8026", Secret("u"), allowedHosts=("a.example",)),
+            status=StatusConfig(
+                "tcp:8026", Secret("u"), allowedHosts=("a.example",), maxJobSeries=5
+            ),
         )
         self.assertEqual(
             planReload(old, new).needsRestart,
-            ("state", "status.listen", "status.token_file", "status.allowed_hosts"),
+            (
+                "state",
+                "status.listen",
+                "status.token_file",
+                "status.allowed_hosts",
+                "status.max_job_series",
+            ),
         )
         self.assertEqual(planReload(old, old).needsRestart, ())
 

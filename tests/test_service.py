@@ -163,9 +163,12 @@ class BuildServiceTests(SynchronousTestCase):
             [(8125, "127.0.0.1")],
         )
         self.assertEqual([(host, port) for host, port, *_ in reactor.tcpClients], [("mail.example", 1143)])
-        # What the connection logs names the job (the journal's JOB).
+        # What the connection logs names the job, and the server and user
+        # as /metrics labels them (the journal's JOB, SERVER, ACCOUNT).
         wrapping: Any = reactor.tcpClients[0][2].buildProtocol(None)
-        self.assertEqual(wrapping._wrappedProtocol.logFields, {"job": "a"})
+        self.assertEqual(
+            wrapping._wrappedProtocol.logFields, {"job": "a", "server": "s", "user": "u"}
+        )
         job = list(service.progress)[0]
         self.assertEqual(job.state, JobState.CONNECTING)
         # The job lets the reactor run between listed folders while its

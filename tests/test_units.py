@@ -12,13 +12,15 @@ from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.logger import LogLevel, formatEvent
 from twisted.web.resource import Resource
 
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.progress import JobState
 from imapmig.secrets import Secret
 from imapmig.status.controls import ControlResource
-from imapmig.units import octets, plural
+from imapmig.jsonlog import eventAsJSONLine
+from imapmig.units import Count, octets, plural
 from tests.test_job import JobHarness, populate
 
 TOKEN = "s3cret-t0ken-0123456789"
@@ -90,6 +92,40 @@ class PluralTests(SynchronousTestCase):
             [plural(0, "job"), plural(2, "job"), plural(3, "mailbox", "mailboxes")],
             ["0 jobs", "2 jobs", "3 mailboxes"],
         )
+
+
+class CountTests(SynchronousTestCase):
+    """
+    L{Count}: an integer in a log event's fields, its noun in the text.
+    """
+
+    def test_text(self) -> None:
+        """
+        A format string writes the count with its noun, in agreement, with
+        the format's spec applied to the number.
+        """
+        event = {
+            "log_format": "{messages:,} in {folders}, {boxes}",
+            "messages": Count(1234, "message"),
+            "folders": Count(1, "folder"),
+            "boxes": Count(0, "mailbox", "mailboxes"),
+        }
+        self.assertEqual(formatEvent(event), "1,234 messages in 1 folder, 0 mailboxes")
+
+    def test_json(self) -> None:
+        """
+        A JSON line holds the count as an integer.
+        """
+        event = {
+            "log_format": "{messages}",
+            "log_level": LogLevel.info,
+            "log_namespace": "imapmig.test",
+            "log_time": 0.0,
+            "messages": Count(50, "message"),
+        }
+        record = json.loads(eventAsJSONLine(event))
+        self.assertEqual((record["messages"], record["message"]), (50, "50 messages"))
+        self.assertIs(type(record["messages"]), int)
 
 
 class _OneJobControls:

@@ -31,12 +31,14 @@ from imapmig.config.model import (
     JobConfig,
     MaildirSourceConfig,
     MboxSourceConfig,
+    NotifyConfig,
     PipelineConfig,
     RetryConfig,
     ServerConfig,
     SourceConfig,
     StatusConfig,
 )
+from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
 from imapmig.config.reader import _describe, _describeYAMLError
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
@@ -55,6 +57,8 @@ __all__ = [
     "JobConfig",
     "MaildirSourceConfig",
     "MboxSourceConfig",
+    "NOTIFY_KEYS",
+    "NotifyConfig",
     "PipelineConfig",
     "RetryConfig",
     "Secret",
@@ -84,9 +88,11 @@ _DEFAULT_STOP_TIMEOUT = 30.0
 # every one of them.
 _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
-    "jobs",
+    "jobs", "notify",
 )  # fmt: skip
-_STATUS_KEYS = ("listen", "token_file", "allowed_hosts")
+_STATUS_KEYS = ("listen", "token_file", "allowed_hosts", "max_job_series")
+# The most status.max_job_series may be: 9 series a job, 9 million series.
+_MAX_JOB_SERIES_BOUND = 1_000_000
 
 # A host name of status.allowed_hosts: DNS labels (an IPv4 address
 # matches too, harmlessly: addresses are always allowed), or ".NAME" for
@@ -189,7 +195,7 @@ between anyone who reaches the listener and the controls.
 """
 
 
-class _ConfigParser(UserListReader, ServersReader):
+class _ConfigParser(UserListReader, ServersReader, NotifyReader):
     """
     Walks a YAML document, building the configuration and collecting every
     problem.
@@ -224,6 +230,7 @@ class _ConfigParser(UserListReader, ServersReader):
             top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
         )
         maxJobs = self._readMaxJobs(top)
+        notify = self._readNotify(top["notify"]) if "notify" in top else None
 
         if self._problems:
             raise ConfigError(self._problems)
@@ -237,6 +244,7 @@ class _ConfigParser(UserListReader, ServersReader):
             status=status,
             servers=tuple(s for s in servers.values() if s is not None),
             jobs=jobs,
+            notify=notify,
         )
 
     def _readStatePath(self, value: object) -> str | None:
@@ -285,11 +293,19 @@ class _ConfigParser(UserListReader, ServersReader):
             if token is None:
                 return None
         allowedHosts = self._readAllowedHosts(status.get("allowed_hosts", []))
+        series = {}
+        if "max_job_series" in status:
+            bound = self._readInteger(
+                status["max_job_series"], "status.max_job_series", 0, _MAX_JOB_SERIES_BOUND
+            )
+            if bound is None:
+                return None
+            series["maxJobSeries"] = bound
         if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
             return None
         if allowedHosts is None:
             return None
-        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts)
+        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts, **series)
 
     def _readAllowedHosts(self, value: object) -> tuple[str, ...] | None:
         """

@@ -313,11 +313,34 @@ class StatusConfig:
         lower-cased, a leading dot for every name under one
         (L{imapmig.status.hostcheck}); empty: any name on a non-loopback
         address.
+    @ivar maxJobSeries: C{status.max_job_series}: the most jobs for which
+        C{/metrics} gives every job its own series
+        (L{imapmig.status.metrics.MAX_JOB_SERIES} by default).
     """
 
     listen: str
     token: Secret | None = None
     allowedHosts: tuple[str, ...] = ()
+    maxJobSeries: int = 10_000
+
+
+@frozen
+class NotifyConfig:
+    """
+    Where the daemon's notifications go (C{notify}; L{imapmig.webhook}).
+
+    @ivar webhookURL: C{notify.webhook_url}: notifications are POSTed to
+        it as JSON (C{https://}, or C{http://} to loopback).
+    @ivar token: C{notify.token_file}'s token, sent as C{Authorization:
+        Bearer}, or L{None}: no C{Authorization}.  A L{Secret}.
+    @ivar stalledAfter: C{notify.stalled_after}: seconds without a message
+        settled while jobs wait or run before a C{stalled} notification,
+        or L{None}: none.
+    """
+
+    webhookURL: str = field(repr=False)
+    token: Secret | None = None
+    stalledAfter: float | None = 3600.0
 
 
 @frozen
@@ -333,6 +356,7 @@ class Config:
     @ivar stopTimeout: seconds a stopping daemon waits for the replies to
         the messages in flight.
     @ivar maxJobs: jobs running at once (C{max_jobs}).
+    @ivar notify: where notifications go (C{notify}), or L{None}: none.
     """
 
     path: str
@@ -342,3 +366,4 @@ class Config:
     jobs: tuple[JobConfig, ...]
     stopTimeout: float = 30.0
     maxJobs: int = 8
+    notify: NotifyConfig | None = None

@@ -510,12 +510,12 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         awaited, reason = self._awaited()
         if self._closing and awaited == "the close":
             self._log.warn(
-                "{server}: {reason}; imapmig is aborting it", server=self.peer, reason=reason
+                "{session}: {reason}; imapmig is aborting it", session=self.peer, reason=reason
             )
         else:
             self._log.error(
-                "{server}: {reason}; imapmig is dropping the connection",
-                server=self.peer,
+                "{session}: {reason}; imapmig is dropping the connection",
+                session=self.peer,
                 reason=reason,
             )
         self._drop(ReplyTimeout(reason, awaited, self._deadline.seconds))
@@ -531,8 +531,8 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             return
         error = ProtocolError(what, data)
         self._log.error(
-            "{server}: protocol error: {what}: {excerpt}; imapmig is dropping the connection",
-            server=self.peer,
+            "{session}: protocol error: {what}: {excerpt}; imapmig is dropping the connection",
+            session=self.peer,
             what=what,
             excerpt=error.excerpt,
         )
@@ -544,7 +544,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         with its traceback (from within the C{except} block) and drop the
         connection.
         """
-        self._log.failure("{server}: internal error in the IMAP client", server=self.peer)
+        self._log.failure("{session}: internal error in the IMAP client", session=self.peer)
         if self._dropped is None:
             self._drop(ConnectionDropped("internal error in imapmig's IMAP client (see the log)"))
 
@@ -1066,16 +1066,18 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         if self._unsolicited > _UNSOLICITED_LOGGED:
             return
         if head.startswith((b"NO ", b"BAD ", b"OK ")):
-            self._log.warn("{server} says: {text}", server=self.peer, text=escapedExcerpt(rest, 200))
+            self._log.warn(
+                "{session} says: {text}", session=self.peer, text=escapedExcerpt(rest, 200)
+            )
         else:
             self._log.info(
-                "{server}: unsolicited response ignored: {text}",
-                server=self.peer,
+                "{session}: unsolicited response ignored: {text}",
+                session=self.peer,
                 text=escapedExcerpt(rest),
             )
         if self._unsolicited == _UNSOLICITED_LOGGED:
             self._log.info(
-                "{server}: further unsolicited responses are not logged", server=self.peer
+                "{session}: further unsolicited responses are not logged", session=self.peer
             )
 
     def _byeReceived(self, text: bytes) -> None:
@@ -1087,7 +1089,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         self._byeText = escapedExcerpt(text, 300)
         if self._loggingOut:
             return
-        self._log.warn("{server} says BYE: {text}", server=self.peer, text=self._byeText)
+        self._log.warn("{session} says BYE: {text}", session=self.peer, text=self._byeText)
         pipeline = self.pipeline
         if pipeline is not None and pipeline.busy:
             # The APPEND pipeline fails first, with what the BYE means for

@@ -703,7 +703,7 @@ class AppendPipeline:
         self._log.error(
             "Cannot finish sending a message, aborting the connection: {reason}",
             reason=reason,
-            server=self._client.peer,
+            session=self._client.peer,
         )
         self._outcomes.messageRefused(message, reason)
         if out:
@@ -757,7 +757,7 @@ class AppendPipeline:
             self._log.error(
                 "Unexpected continuation request from the server: {text}",
                 text=excerpt(text),
-                server=self._client.peer,
+                session=self._client.peer,
             )
             self._client.connection.loseConnection()
             return
@@ -789,7 +789,7 @@ class AppendPipeline:
             self._fail(error)
             return
         if text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
-            self._log.warn("Server says: {text}", text=excerpt(text), server=self._client.peer)
+            self._log.warn("Server says: {text}", text=excerpt(text), session=self._client.peer)
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """

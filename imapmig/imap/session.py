@@ -1404,7 +1404,7 @@ async def _closedAfterAbort(client: MigrationIMAP4Client, clock: Any, timeout: f
         await gone
     except DeferredTimeout:
         withFields(log, client.logFields).warn(
-            "{server}: the aborted connection did not close within {timeout} s",
-            server=client.peer,
+            "{session}: the aborted connection did not close within {timeout} s",
+            session=client.peer,
             timeout=timeout,
         )

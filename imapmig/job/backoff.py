@@ -29,6 +29,7 @@ from imapmig.imap.signals import classifyRefusal
 from imapmig.job.lifecycle import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
+from imapmig.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import DailyLimitReached, utcTime
 from imapmig.state import IStateStore
@@ -74,7 +75,7 @@ class RunRetries:
     def __init__(
         self,
         job: str,
-        destination: str,
+        destination: AccountName | None,
         store: IStateStore,
         progress: JobProgress,
         clock: IReactorTime,
@@ -87,7 +88,8 @@ class RunRetries:
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
-        @param destination: the destination account as logs name it.
+        @param destination: the destination account as logs name it
+            (L{imapmig.logfields}), or L{None}.
         @param store: where the outcome of a run is recorded.
         @param progress: the job's counters (its reconnections).
         @param clock: what the waits are timed by.
@@ -100,7 +102,12 @@ class RunRetries:
         @param stopping: whether the job is stopping.
         """
         self._job = job
-        self._destination = destination
+        self._destination = (
+            "the destination account" if destination is None else destination.description
+        )
+        # Every line of the job's retries names its destination's server
+        # and user as /metrics does (imapmig.logfields).
+        self._log = withFields(log, {} if destination is None else destination.fields())
         self._store = store
         self._progress = progress
         self._clock = clock
@@ -208,7 +215,7 @@ class RunRetries:
         if self._hinted or error.setting is None:
             return
         self._hinted = True
-        log.warn(
+        self._log.warn(
             "Job {job}: cannot connect ({why}); check {setting} in the configuration"
             " (`imapmig plan --config FILE` or `imapmig-daemon --config FILE"
             " --check-config --connect` tries it at once); retrying meanwhile",
@@ -226,7 +233,7 @@ class RunRetries:
         try:
             await self._store.recordJobFailure(self._job, reason)
         except ImapmigError as e:
-            log.error(
+            self._log.error(
                 "Job {job}: cannot record the job's outcome in the state store: {why}",
                 job=self._job,
                 why=str(e),
@@ -280,7 +287,7 @@ class RunRetries:
         records what is left to copy as failed (L{overQuota}).
         """
         self.overQuota = f"destination over quota: {error.text or reason}"
-        log.error(
+        self._log.error(
             "Job {job}: the destination account {account} is over quota (its mailbox"
             " is full: {why}); the messages left to copy are recorded as failed",
             job=self._job,
@@ -297,7 +304,7 @@ class RunRetries:
         """
         self.deferredUntil = self._clock.seconds() + untilRenewal
         self._lifecycle.defer(f"daily budget: {reason}", self.deferredUntil)
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; paused until {until}, its job slot and"
             " connections given back meanwhile",
             job=self._job,
@@ -311,7 +318,7 @@ class RunRetries:
         midnight), C{delay} seconds from now.
         """
         self._lifecycle.pause(reason, delay)
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; paused until {until}",
             job=self._job,
             why=reason,
@@ -335,7 +342,7 @@ class RunRetries:
             self._lifecycle.backOff(reason, delay)
             self._progress.retrying(self._fruitless, self._policy.attempts)
             what = "connecting again"
-        log.warn(
+        self._log.warn(
             "Job {job}: {why}; {what} in {delay:.1f} s, at {until} (attempt {attempt}"
             " of {attempts} without progress)",
             job=self._job,

@@ -33,7 +33,7 @@ from imapmig.plan import (
 from imapmig.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
 from imapmig.sources.imap import FlagChange
 from imapmig.state import IStateStore, MessageOutcome
-from imapmig.units import plural
+from imapmig.units import Count
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -246,7 +246,7 @@ class DestinationPreparation:
                     job=self._job,
                     mailbox=mailbox,
                     count=len(index),
-                    messages=plural(len(index), "message"),
+                    messages=Count(len(index), "message"),
                 )
                 target.presence = index
         return prepared

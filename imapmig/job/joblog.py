@@ -5,13 +5,14 @@ starts, a progress line at most once a minute while it copies, each failed
 message once (the first L{FAILURES_SHOWN} of a run one by one, then one
 summary line a minute), and one line when it ends with its counts.
 
-Every line is a structured event: a format string with keyword fields
-(C{job} always; C{server}, the destination account as C{USER at
-ENDPOINT}, on the start, end and failed-message lines; numbers as
-numbers), so a JSON log or the journal can be filtered on them.  Peer
-data reaches these lines only through the reasons imapmig recorded
-(already excerpted where they quote a server) and through folder names
-and message keys, which are cut and escaped here.
+Every line is a structured event: a format string with keyword fields,
+so a JSON log or the journal can be filtered on them and joined with
+C{/metrics}: C{job}, C{server} (the destination server's configured
+name, the C{server} label of the job's series) and C{user} (the
+destination account) on every line (L{imapmig.logfields}); counts as
+integers.  Peer data reaches these lines only through the reasons
+imapmig recorded (already excerpted where they quote a server) and
+through folder names and message keys, which are cut and escaped here.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from imapmig.config.model import (
     SourceConfig,
 )
 from imapmig.imap.signals import excerpt
+from imapmig.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import MessageOutcome
+from imapmig.units import Count
 
 __all__ = [
     "FAILURES_SHOWN",
@@ -109,7 +112,7 @@ class JobLog:
         clock: IReactorTime,
         settled: Callable[[], int],
         source: str = "the source",
-        destination: str = "the destination account",
+        destination: AccountName | None = None,
         every: float = PROGRESS_EVERY,
         failuresShown: int = FAILURES_SHOWN,
     ) -> None:
@@ -122,8 +125,9 @@ class JobLog:
             its change over the last interval.
         @param source: the source as the start line names it
             (L{describeSource}).
-        @param destination: the destination account as the start line
-            names it.
+        @param destination: the destination account: its server and user
+            are fields of every line, its description names it in the
+            start line; L{None}: unknown (no such fields).
         @param every: seconds between progress lines.
         @param failuresShown: failed messages logged one by one per run.
         """
@@ -132,7 +136,10 @@ class JobLog:
         self._clock = clock
         self._settled = settled
         self._source = source
-        self._destination = destination
+        self._destination = (
+            "the destination account" if destination is None else destination.description
+        )
+        self._log = withFields(log, {} if destination is None else destination.fields())
         self._every = every
         self._failuresShown = failuresShown
         self._loop: LoopingCall | None = None
@@ -157,24 +164,21 @@ class JobLog:
         self._lastSettled = self._settled()
         self._failuresLogged = self._failuresUnlogged = 0
         if inDestination is None:
-            log.info(
+            self._log.info(
                 "Job {job} started: from {source} to {destination}",
                 job=self._job,
                 source=self._source,
                 destination=self._destination,
-                server=self._destination,
             )
         else:
-            log.info(
+            self._log.info(
                 "Job {job} started: from {source} to {destination};"
-                " {migrated:,} {messages} already migrated by earlier runs,"
+                " {migrated:,} already migrated by earlier runs,"
                 " {failedBefore:,} recorded as failed (tried again)",
                 job=self._job,
                 source=self._source,
                 destination=self._destination,
-                server=self._destination,
-                migrated=inDestination,
-                messages="message" if inDestination == 1 else "messages",
+                migrated=Count(inDestination, "message"),
                 failedBefore=failedBefore or 0,
             )
         loop = self._loop = LoopingCall(self.tick)
@@ -195,17 +199,16 @@ class JobLog:
         # INBOX), else where it was going.
         listed = self._progress.folders.get(outcome.folderKey)
         folder = listed.folder if listed is not None else outcome.folderKey or outcome.mailbox
-        log.warn(
+        self._log.warn(
             "Job {job}: message {key} of folder {folder} not migrated: {reason}",
             job=self._job,
-            server=self._destination,
             key=excerpt(outcome.messageKey, _NAME_LIMIT),
             folder=excerpt(folder, _NAME_LIMIT),
             mailbox=excerpt(outcome.mailbox, _NAME_LIMIT),
             reason=excerpt(outcome.failure or "", _REASON_LIMIT),
         )
         if self._failuresLogged == self._failuresShown:
-            log.warn(
+            self._log.warn(
                 "Job {job}: {shown} messages failed in this run; further failures"
                 " are summed up once a minute (each is in `imapmig report` and the"
                 " job's manifest)",
@@ -237,9 +240,10 @@ class JobLog:
             rate=rate,
             folder=excerpt(progress.currentFolder or "-", _NAME_LIMIT),
             elapsed=formatDuration(now - self._startedAt),
+            seconds=round(now - self._startedAt, 3),
         )
         if progress.messagesTotal > 0:
-            log.info(
+            self._log.info(
                 "Job {job}: {done:,} of {total:,} messages done ({percent:.1f}%),"
                 " {failed:,} failed; {rate:.1f} messages/s over the last minute;"
                 " copying {folder}; running for {elapsed}",
@@ -248,7 +252,7 @@ class JobLog:
                 **fields,
             )
         else:
-            log.info(
+            self._log.info(
                 "Job {job}: {done:,} messages done, {failed:,} failed, total not yet"
                 " known; {rate:.1f} messages/s over the last minute; copying {folder};"
                 " running for {elapsed}",
@@ -292,7 +296,6 @@ class JobLog:
             error = error or "ended by an internal error (see the traceback logged with it)"
         fields = dict(
             job=self._job,
-            server=self._destination,
             state=state.value,
             outcome=outcome,
             duration=formatDuration(seconds),
@@ -317,14 +320,14 @@ class JobLog:
             # ended with a full stop.
             error = error.rstrip(". ")
         if state is JobState.FAILED:
-            log.error(
+            self._log.error(
                 "Job {job} failed after {duration}: {error}." + counts,
                 error=error or "no reason given",
                 **fields,
             )
         else:
             # A run that completed with failed messages is worth a look.
-            emit = log.warn if progress.messagesFailed else log.info
+            emit = self._log.warn if progress.messagesFailed else self._log.info
             if error is not None:
                 emit("Job {job} {outcome} after {duration} ({error})." + counts, error=error, **fields)
             else:
@@ -336,7 +339,7 @@ class JobLog:
         """
         count, self._failuresUnlogged = self._failuresUnlogged, 0
         if count:
-            log.warn(
+            self._log.warn(
                 "Job {job}: {count:,} more messages failed ({failed:,} in all in this"
                 " run); see `imapmig report` or the job's manifest for each and why",
                 job=self._job,

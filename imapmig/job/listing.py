@@ -25,7 +25,7 @@ from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
 from imapmig.state import FolderMark, IStateStore, MessageOutcome
-from imapmig.units import plural
+from imapmig.units import Count
 
 __all__ = ["Listed", "SourceListing", "folderOctets"]
 
@@ -189,9 +189,9 @@ class SourceListing:
             "Job {job}: {messages} in {inFolders}, {pending} to copy",
             job=self._job,
             total=total,
-            messages=plural(total, "message"),
+            messages=Count(total, "message"),
             folders=len(listed),
-            inFolders=plural(len(listed), "folder"),
+            inFolders=Count(len(listed), "folder"),
             pending=total - already,
         )
         return listings
@@ -221,7 +221,7 @@ class SourceListing:
                 "Job {job}: {messages} of {folder} not migrated: {why}",
                 job=self._job,
                 count=len(pending),
-                messages=plural(len(pending), "message"),
+                messages=Count(len(pending), "message"),
                 folder="/".join(folder.path),
                 why=why,
             )

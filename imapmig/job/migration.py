@@ -66,6 +66,7 @@ from imapmig.job.retry import RetryPolicy
 from imapmig.job.settings import JobSettings
 from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
+from imapmig.logfields import AccountName
 from imapmig.message import UnreadableMessage
 from imapmig.plan import FolderRules
 from imapmig.presence import FINGERPRINT
@@ -138,7 +139,7 @@ class MigrationJob:
         throttle: Throttle | None = None,
         sourceThrottle: Throttle | None = None,
         defer: bool = False,
-        destination: str = "the destination account",
+        destination: AccountName | None = None,
         sourceDescription: str = "the source",
         telemetry: ServerTelemetry | None = None,
     ) -> None:
@@ -163,7 +164,8 @@ class MigrationJob:
             the scheduler's job slot and connections go to other jobs
             meanwhile.
         @param destination: the destination account as logs name it
-            (C{"alice at mail.example.com"}).
+            (its C{server} and C{user} fields, and C{"alice at
+            tcp:mail.example.com:143"} in their text); L{None}: unknown.
         @param sourceDescription: the source as logs name it
             (L{imapmig.job.joblog.describeSource}).
         @param telemetry: the destination server's telemetry, given to each

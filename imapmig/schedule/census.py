@@ -44,7 +44,7 @@ from imapmig.imap.session import IMAPSession
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionNotGranted
 from imapmig.sources.counting import SourceCount, countIMAPSession
-from imapmig.units import plural
+from imapmig.units import Count
 
 __all__ = ["CENSUS_CONNECTIONS", "CENSUS_TIMEOUT", "SourceCensus"]
 
@@ -189,7 +189,7 @@ class SourceCensus(Service):
             log.info(
                 "Census: counting the sources of {jobs}, {at} at a time",
                 count=len(queue),
-                jobs=plural(len(queue), "queued job"),
+                jobs=Count(len(queue), "queued job"),
                 at=self._connections,
             )
         while queue and not self._stopping:
@@ -254,8 +254,8 @@ class SourceCensus(Service):
                 log.debug(
                     "Census: job {job}: {messagesCounted} ({octets} octets) in"
                     " {inFolders}",
-                    messagesCounted=plural(count.messages, "message"),
-                    inFolders=plural(count.folders, "folder"),
+                    messagesCounted=Count(count.messages, "message"),
+                    inFolders=Count(count.folders, "folder"),
                     job=job.name,
                     messages=count.messages,
                     octets=count.octets,

@@ -35,7 +35,7 @@ from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancell
 from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import IStateStore
-from imapmig.units import plural
+from imapmig.units import Count
 
 log = Logger()
 
@@ -241,7 +241,7 @@ class JobQueueService(Service):
         log.info(
             "Job queue drained: {jobs}, {outcome}",
             count=len(self._started),
-            jobs=plural(len(self._started), "job"),
+            jobs=Count(len(self._started), "job"),
             outcome="all completed" if allCompleted else "some failed or were cancelled",
         )
         if self._whenDone is not None:

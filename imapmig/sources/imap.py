@@ -99,7 +99,7 @@ from imapmig.sources.labelviews import (
     planLabelViews,
     resolveLabelViews,
 )
-from imapmig.units import plural
+from imapmig.units import Count
 
 __all__ = [
     "COMMAND_BYTES",
@@ -954,7 +954,7 @@ class IMAPSource:
                 source=self.description,
                 job=self._job,
                 count=len(names),
-                mailboxes=plural(len(names), "mailbox", "mailboxes"),
+                mailboxes=Count(len(names), "mailbox", "mailboxes"),
                 where=where,
                 names=names[:LEFT_OUT_SHOWN],
             )
@@ -1058,7 +1058,7 @@ class IMAPSource:
             log.info(
                 "{source}: {messages} of {folder} {are} also in other folders"
                 " and {are} copied from there only",
-                messages=plural(dropped, "message"),
+                messages=Count(dropped, "message"),
                 are="is" if dropped == 1 else "are",
                 source=self.description,
                 job=self._job,

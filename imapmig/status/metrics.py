@@ -35,7 +35,8 @@ from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.telemetry import Telemetry
 
 __all__ = [
-    "PER_JOB_LIMIT",
+    "MAX_JOB_SERIES",
+    "SERIES_PER_JOB",
     "MetricsResource",
     "MigrationCollector",
     "buildMetricsResource",
@@ -93,19 +94,21 @@ class MigrationCollector(Collector):
         progress: MigrationProgress,
         telemetry: Telemetry,
         jobServers: Mapping[str, str],
-        perJob: bool = True,
+        maxJobSeries: int | None = None,
     ) -> None:
         """
         @param jobServers: each job's destination server name (as under
             C{servers}), by job name; a job not in it is labelled
             C{server=""}.
-        @param perJob: whether to give the C{imapmig_job_*} series (one set
-            per job); the C{imapmig_server_*} sums are given either way.
+        @param maxJobSeries: the most jobs for which a scrape gives the
+            C{imapmig_job_*} series (L{SERIES_PER_JOB} per job); with more
+            jobs at scrape time, only the C{imapmig_server_*} sums, which
+            are given either way.  L{None}: no bound.
         """
         self._progress = progress
         self._telemetry = telemetry
         self._jobServers = jobServers
-        self._perJob = perJob
+        self._maxJobSeries = maxJobSeries
 
     def _counters(self, job: JobProgress) -> tuple[int, ...]:
         """
@@ -118,7 +121,9 @@ class MigrationCollector(Collector):
         """
         Every metric, read now.
         """
-        perJob = self._perJob
+        bound = self._maxJobSeries
+        # Decided at each scrape: a reload may add or remove jobs.
+        perJob = bound is None or len(self._progress) <= bound
         jobLabels = ["job", "server"]
         jobCounterFamilies = [
             CounterMetricFamily(
@@ -387,13 +392,21 @@ class MetricsResource(Resource):
         return body
 
 
-PER_JOB_LIMIT = 1000
+MAX_JOB_SERIES = 10_000
 """
-The most jobs for which, by default, every job has its own series: a
-scrape costs about 0.09 ms of CPU per job with them (each job's 9 series
-formatted by prometheus_client), 0.9 s and 7.8 MB for 10,000 jobs, during
-which the reactor serves nothing; and 90,000 series is more than a
-Prometheus target should carry.  Without them, 10,000 jobs cost 39 ms.
+The default of C{status.max_job_series}: the most jobs for which every
+job has its own series.  A scrape costs 0.04 to 0.09 ms of CPU per job
+with them (each job's L{SERIES_PER_JOB} series formatted by
+prometheus_client): 0.4 to 0.9 s and 6 to 8 MB for 10,000 jobs, during
+which the reactor serves nothing (C{bench/metrics_scrape.py}).  Without
+them, 10,000 jobs cost 39 ms.
+"""
+
+SERIES_PER_JOB = 9
+"""
+The C{imapmig_job_*} series of one job once its source is counted: its
+5 counters, C{already_migrated_messages}, C{source_messages},
+C{pending_messages} and C{state} (7 before it is counted).
 """
 
 
@@ -401,7 +414,7 @@ def buildMetricsResource(
     progress: MigrationProgress,
     telemetry: Telemetry,
     jobServers: Mapping[str, str],
-    perJob: bool | None = None,
+    maxJobSeries: int | None = MAX_JOB_SERIES,
     processMetrics: bool = True,
 ) -> MetricsResource:
     """
@@ -411,14 +424,11 @@ def buildMetricsResource(
     garbage-collector metrics.
 
     @param jobServers: each job's destination server name, by job name.
-    @param perJob: whether every job has its own series (see
-        L{MigrationCollector}); L{None}: while there are at most
-        L{PER_JOB_LIMIT} jobs.
+    @param maxJobSeries: the most jobs for which every job has its own
+        series (C{status.max_job_series}; see L{MigrationCollector}).
     """
-    if perJob is None:
-        perJob = sum(1 for _ in progress) <= PER_JOB_LIMIT
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(MigrationCollector(progress, telemetry, jobServers, perJob))
+    registry.register(MigrationCollector(progress, telemetry, jobServers, maxJobSeries))
     if processMetrics:
         ProcessCollector(registry=registry)
         GCCollector(registry=registry)

@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.test_webhook -*-
+"""
+Read C{notify:}: where the daemon's notifications go (L{imapmig.webhook}).
+
+    notify:
+      webhook_url: https://hooks.example/imapmig   # required
+      token_file: /etc/imapmig/webhook.token       # optional: Authorization: Bearer
+      stalled_after: 1800                          # seconds, or off; default 3600
+
+A section of its own, beside L{imapmig.config.servers}'s: nothing else
+reads these keys.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from imapmig.config.accounts import isLoopback
+from imapmig.config.model import NotifyConfig
+from imapmig.config.reader import ConfigReader
+from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+
+__all__ = ["NOTIFY_KEYS", "NotifyReader"]
+
+NOTIFY_KEYS = ("webhook_url", "token_file", "stalled_after")
+
+_DEFAULT_STALLED_AFTER = 3600.0
+
+
+def webhookURLProblem(url: str) -> str | None:
+    """
+    Why C{url} cannot be a webhook, or L{None}: it must be
+    C{https://HOST/...}, or C{http://} to a loopback address (the token
+    and the notifications never cross a network in the clear); no user
+    or password in it (the token goes in C{token_file}).
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port
+    except ValueError as e:
+        return f"not a URL: {e}"
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "expected an https:// URL"
+    if parts.username is not None or parts.password is not None:
+        return "give the receiver's token in notify.token_file, not in the URL"
+    if parts.scheme == "http" and not isLoopback(parts.hostname):
+        return (
+            "plain http is allowed to a loopback address only"
+            " (127.0.0.0/8, ::1, localhost): use https"
+        )
+    if any(c.isspace() or not c.isprintable() for c in url) or not url.isascii():
+        return "a URL holds no spaces or characters outside ASCII (percent-encode them)"
+    return None
+
+
+class NotifyReader(ConfigReader):
+    """
+    Reads the C{notify} section.
+    """
+
+    def _readNotify(self, value: object) -> NotifyConfig | None:
+        """
+        Read C{notify}: a mapping of L{NOTIFY_KEYS}; L{None} when it has a
+        problem (each recorded with its key).
+        """
+        before = len(self._problems)
+        notify = self._readMapping(value, "notify", NOTIFY_KEYS)
+        if notify is None:
+            return None
+        url = None
+        if "webhook_url" not in notify:
+            self._problem("notify.webhook_url", "missing: the URL notifications are posted to")
+        else:
+            url = self._readString(notify["webhook_url"], "notify.webhook_url")
+            problem = None if url is None else webhookURLProblem(url)
+            if problem is not None:
+                self._problem("notify.webhook_url", problem)
+        token = None
+        if "token_file" in notify:
+            token = self._readWebhookToken(notify["token_file"])
+        stalledAfter = self._readStalledAfter(notify.get("stalled_after", _DEFAULT_STALLED_AFTER))
+        if url is None or len(self._problems) > before:
+            return None
+        return NotifyConfig(webhookURL=url, token=token, stalledAfter=stalledAfter)
+
+    def _readStalledAfter(self, value: object) -> float | None:
+        """
+        Read C{notify.stalled_after}: seconds (at least 60), or C{off}
+        (L{None}, as for a problem, which is recorded).
+        """
+        if value is False or value == "off":
+            return None
+        seconds = self._readSeconds(value, "notify.stalled_after")
+        if seconds is not None and seconds < 60:
+            self._problem(
+                "notify.stalled_after", f"must be at least 60 seconds (or off), not {value}"
+            )
+            return None
+        return seconds
+
+    def _readWebhookToken(self, value: object) -> Secret | None:
+        """
+        Read C{notify.token_file}: the receiver's bearer token, the file's
+        first line stripped, from a file only its owner may read.
+        """
+        path = "notify.token_file"
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        resolved = self._resolve(written)
+        try:
+            token = readPasswordFile(resolved, "webhook token").strip()
+        except PasswordFileError as e:
+            self._problem(path, str(e))
+            return None
+        if not token or any(c in token for c in "\r\n") or not token.isprintable():
+            self._problem(path, f"webhook token file {resolved} holds no printable token")
+            return None
+        return Secret(token)
