@@ -324,13 +324,19 @@ class QuietSite(QuietSiteMixin, Site):
 
     def log(self, request: Request) -> None:  # type: ignore[override]
         """
-        Log C{request} at debug level: its method, path (escaped, cut to
-        80 octets), response code and client.
+        Log C{request} at debug level: its method, path (without its
+        query string, nothing past C{/control/}; escaped, cut to 80
+        octets), response code and client.
         """
+        path = request.path.split(b"?", 1)[0]
+        if path.startswith(b"/control/"):
+            # Whatever follows may hold a token put in the wrong place; the
+            # control resource logs what it refuses, redacted.
+            path = b"/control/..."
         log.debug(
             "Status request: {method} {path} {code} from {client}",
             method=escapedExcerpt(request.method, 16),
-            path=escapedExcerpt(request.uri),
+            path=escapedExcerpt(path),
             code=request.code,
             client=str(getattr(request.getClientAddress(), "host", "")),
         )
