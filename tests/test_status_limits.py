@@ -358,7 +358,9 @@ class ConnectionCapTests(SynchronousTestCase):
         self.assertLessEqual(harness.quiet.openConnections, 2 * 64)
         for protocol, _ in holders:
             harness.close(protocol)
+        self.assertEqual(harness.quiet.openConnections, 0)
         harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
 
     def test_youngNotClosed(self) -> None:
         """

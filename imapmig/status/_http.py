@@ -1,6 +1,10 @@
 """
 What every read-only status resource shares: C{GET} and C{HEAD} only (405
-with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors.
+with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors,
+text without filesystem paths (L{withoutPaths}); and what every connection
+of the status site shares: its channel (L{StatusChannel}: the request
+deadline, the 400 for an over-long line) and the site's bound on open
+connections (L{ConnectionSlots}).
 """
 
 from __future__ import annotations
