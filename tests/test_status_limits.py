@@ -18,12 +18,13 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from twisted.web.server import Site
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from imapmig.progress import MigrationProgress
 from imapmig.state import memory as memoryModule
 from imapmig.state.memory import MemoryStateStore
-from imapmig.status._http import REQUEST_DEADLINE, StatusChannel
+from imapmig.status._http import GRACE, REQUEST_DEADLINE, StatusChannel
 from imapmig.status.lograte import LOG_INTERVAL
 from imapmig.status.resource import QuietSite, StatusResource, buildStatusSite
 from tests.test_state import failed
@@ -76,7 +77,8 @@ class _Harness:
 class RequestDeadlineTests(SynchronousTestCase):
     """
     L{StatusChannel} closes a connection whose request is not complete
-    within L{REQUEST_DEADLINE} seconds of its first octet.
+    within L{REQUEST_DEADLINE} seconds of its accept (a keep-alive
+    connection's later request: of its first octet).
     """
 
     def test_dripHeaders(self) -> None:
@@ -167,57 +169,244 @@ class RequestDeadlineTests(SynchronousTestCase):
         harness.stop()
 
 
-class ConnectionCapTests(SynchronousTestCase):
+class _Unanswered(Resource):
     """
-    L{QuietSite} holds at most C{maxConnections} connections open.
+    A leaf whose requests are never answered (a slow manifest), for the
+    connections that are being answered.
     """
 
-    def test_refusedPastCap(self) -> None:
+    isLeaf = True
+
+    def render(self, request: Request) -> int:
+        return NOT_DONE_YET
+
+
+class ConnectionCapTests(SynchronousTestCase):
+    """
+    L{QuietSite} holds at most C{maxConnections} connections open; a new
+    one closes the one that waited longest without a request.
+    """
+
+    def test_silentClosedFromAccept(self) -> None:
         """
-        Past the cap a connection is closed as soon as it is made, without
-        a byte read or written; once one closes, a new one is served.
+        A client that connects and never sends an octet is answered 408 and
+        closed L{REQUEST_DEADLINE} seconds after the accept: the deadline
+        does not wait for a first octet.
+        """
+        harness = _Harness()
+        protocol, transport = harness.connect()
+        harness.clock.advance(REQUEST_DEADLINE - 1)
+        self.assertFalse(transport.disconnecting)
+        harness.clock.advance(1)
+        self.assertTrue(transport.disconnecting)
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 408 "))
+        harness.close(protocol)
+        harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_oldestSilentClosedForNewcomer(self) -> None:
+        """
+        With every slot held by a client that sent nothing, a new
+        connection is served, and the oldest holder is aborted at once
+        (its slot free before the reactor reports it lost).
         """
         harness = _Harness(maxConnections=2)
-        first, _ = harness.connect(1)
-        second, _ = harness.connect(2)
+        first, firstTransport = harness.connect(1)
+        second, secondTransport = harness.connect(2)
+        harness.clock.advance(GRACE)
         with capturedLogs():
-            third, refused = harness.connect(3)
-        self.assertNotIsInstance(third, StatusChannel)
-        self.assertTrue(refused.disconnected)
-        self.assertEqual(refused.value(), b"")
+            third, transport = harness.connect(3)
+        self.assertIsInstance(third, StatusChannel)
+        self.assertTrue(firstTransport.disconnected)
+        self.assertFalse(secondTransport.disconnecting)
         self.assertEqual(harness.quiet.openConnections, 2)
-        harness.close(first)
-        self.assertEqual(harness.quiet.openConnections, 1)
-        fourth, transport = harness.connect(4)
-        fourth.dataReceived(_GET)
+        third.dataReceived(_GET)
         self.assertTrue(transport.value().startswith(b"HTTP/1.1 200 "))
-        for protocol in (second, fourth):
+        for protocol in (first, second, third):
             harness.close(protocol)
         self.assertEqual(harness.quiet.openConnections, 0)
         harness.stop()
         self.assertEqual(harness.clock.getDelayedCalls(), [])
 
-    def test_refusalsLoggedOncePerMinute(self) -> None:
+    def test_idleKeepAliveFirst(self) -> None:
         """
-        Refusals are logged at warning level once a minute at most, each
-        line counting the refusals since the last.
+        An idle keep-alive connection (its request answered) is closed to
+        make room before an older one still without a request; a dripping
+        one (part of a request sent) goes before a newer silent one.
+        """
+        harness = _Harness(maxConnections=3)
+        dripping, drippingTransport = harness.connect(1)
+        dripping.dataReceived(_GET[:5])
+        silent, silentTransport = harness.connect(2)
+        kept, keptTransport = harness.connect(3)
+        kept.dataReceived(_GET)
+        self.assertTrue(keptTransport.value().startswith(b"HTTP/1.1 200 "))
+        harness.clock.advance(GRACE)
+        with capturedLogs():
+            fourth, _ = harness.connect(4)
+            self.assertTrue(keptTransport.disconnected)
+            self.assertFalse(drippingTransport.disconnecting or silentTransport.disconnecting)
+            fifth, _ = harness.connect(5)
+            self.assertTrue(drippingTransport.disconnected)
+            self.assertFalse(silentTransport.disconnecting)
+        for protocol in (dripping, silent, kept, fourth, fifth):
+            harness.close(protocol)
+        self.assertEqual(harness.quiet.openConnections, 0)
+        harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_keepAliveNextRequestIsReading(self) -> None:
+        """
+        A keep-alive connection that begins its next request is no longer
+        idle: a connection idle since before it is closed first.
+        """
+        harness = _Harness(maxConnections=2)
+        older, olderTransport = harness.connect(1)
+        older.dataReceived(_GET)
+        newer, newerTransport = harness.connect(2)
+        newer.dataReceived(_GET)
+        older.dataReceived(_GET[:5])
+        harness.clock.advance(GRACE)
+        with capturedLogs():
+            third, _ = harness.connect(3)
+        self.assertTrue(newerTransport.disconnected)
+        self.assertFalse(olderTransport.disconnecting)
+        for protocol in (older, newer, third):
+            harness.close(protocol)
+        harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_refusedWhenAllAnswering(self) -> None:
+        """
+        A connection whose request is being answered is never closed for
+        another: when twice the limit are, the newcomer is closed at once
+        without a byte read or written; once one closes, a new one is
+        served.
+        """
+        clock = MemoryReactorClock()
+        site = QuietSite(_Unanswered(), reactor=clock, maxConnections=1)
+        site.doStart()
+        channels = []
+        for port in (1, 2):
+            protocol = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", port))
+            assert protocol is not None
+            transport = StringTransport()
+            protocol.makeConnection(transport)
+            protocol.dataReceived(_GET)
+            channels.append((protocol, transport))
+        with capturedLogs():
+            refused = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 3))
+        assert refused is not None
+        self.assertNotIsInstance(refused, StatusChannel)
+        transport = StringTransport()
+        refused.makeConnection(transport)
+        self.assertTrue(transport.disconnected)
+        self.assertEqual(transport.value(), b"")
+        self.assertFalse(any(t.disconnecting for _, t in channels))
+        channels[0][0].connectionLost(Failure(ConnectionDone()))
+        served = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 4))
+        self.assertIsInstance(served, StatusChannel)
+        assert served is not None
+        for protocol in (served, channels[1][0]):
+            protocol.makeConnection(StringTransport())
+            protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(site.openConnections, 0)
+        site.doStop()
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_probesAnsweredUnderHold(self) -> None:
+        """
+        64 holders that send nothing or drip a byte at a time, each
+        reopened as soon as it is closed, do not keep out a probe: each of
+        100 probes is answered 200 even when the holders it displaced
+        reconnect before its request arrives, each displacing another that
+        reconnects in turn: a connection younger than L{GRACE} is not
+        closed for another, and the site admits up to twice its limit
+        rather than close one.
+        """
+        harness = _Harness(maxConnections=64)
+        holders: list[tuple[IProtocol, StringTransport]] = []
+
+        def hold() -> None:
+            protocol, transport = harness.connect(1)
+            if len(holders) % 2:
+                protocol.dataReceived(b"G")
+            holders.append((protocol, transport))
+
+        def reopenClosed() -> None:
+            # Each holder closed reconnects before the probe's request
+            # arrives, closing another, which reconnects in turn, until
+            # none is closed.
+            while any(held[1].disconnecting for held in holders):
+                for held in [held for held in holders if held[1].disconnecting]:
+                    holders.remove(held)
+                    harness.close(held[0])
+                    hold()
+
+        with capturedLogs():
+            for _ in range(64):
+                hold()
+            answered = 0
+            for _ in range(100):
+                probe, transport = harness.connect(2)
+                reopenClosed()
+                probe.dataReceived(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                answered += transport.value().startswith(b"HTTP/1.1 200 ")
+                harness.close(probe)
+                harness.clock.advance(1)
+        self.assertEqual(answered, 100)
+        self.assertLessEqual(harness.quiet.openConnections, 2 * 64)
+        for protocol, _ in holders:
+            harness.close(protocol)
+        self.assertEqual(harness.quiet.openConnections, 0)
+        harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_youngNotClosed(self) -> None:
+        """
+        A connection younger than L{GRACE} is not closed for a new one: the
+        new one is admitted beyond the limit, up to twice it; past that the
+        connection waiting longest is closed, whatever its age.
+        """
+        harness = _Harness(maxConnections=2)
+        opened = [harness.connect(n) for n in range(4)]
+        self.assertFalse(any(t.disconnecting for _, t in opened))
+        self.assertEqual(harness.quiet.openConnections, 4)
+        with capturedLogs():
+            opened.append(harness.connect(4))
+        self.assertTrue(opened[0][1].disconnected)
+        self.assertFalse(any(t.disconnecting for _, t in opened[1:]))
+        self.assertEqual(harness.quiet.openConnections, 4)
+        for protocol, _ in opened:
+            harness.close(protocol)
+        harness.stop()
+        self.assertEqual(harness.clock.getDelayedCalls(), [])
+
+    def test_closingsLoggedOncePerMinute(self) -> None:
+        """
+        Connections closed to make room, and refusals, are logged at
+        warning level once a minute at most, each line counting those since
+        the last.
         """
         harness = _Harness(maxConnections=1)
-        held, _ = harness.connect(1)
+        held: list[IProtocol] = []
         with capturedLogs() as events:
+            held.append(harness.connect(1)[0])
             for _ in range(5):
-                harness.connect(2)
-                harness.clock.advance(1)
+                harness.clock.advance(GRACE)
+                held.append(harness.connect(2)[0])
             harness.clock.advance(LOG_INTERVAL)
-            harness.connect(3)
+            harness.clock.advance(GRACE)
+            held.append(harness.connect(3)[0])
         lines = [formatEvent(e) for e in events if e["log_level"] >= LogLevel.info]
         self.assertEqual(len(lines), 2, lines)
-        self.assertIn("refused 1 connection(s)", lines[0])
-        self.assertIn("refused 5 connection(s)", lines[1])
+        self.assertIn("closed 1 connection(s)", lines[0])
+        self.assertIn("closed 5 connection(s)", lines[1])
         self.assertIn("1 connections open", lines[1])
         self.assertTrue(all(e["log_level"] == LogLevel.warn for e in events
                             if e["log_level"] >= LogLevel.info))
-        harness.close(held)
+        for protocol in held:
+            harness.close(protocol)
         harness.stop()
         self.assertEqual(harness.clock.getDelayedCalls(), [])
 

@@ -1,11 +1,16 @@
 """
 What every read-only status resource shares: C{GET} and C{HEAD} only (405
-with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors.
+with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors,
+text without filesystem paths (L{withoutPaths}); and what every connection
+of the status site shares: its channel (L{StatusChannel}: the request
+deadline, the 400 for an over-long line) and the site's bound on open
+connections (L{ConnectionSlots}).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred
@@ -21,6 +26,37 @@ log = Logger()
 JSON_TYPE = b"application/json; charset=utf-8"
 
 READ_METHODS: Sequence[bytes] = (b"GET", b"HEAD")
+
+
+_QUOTED_PATH = re.compile(r"""(['"])~?/[^'"]*\1""")
+_PATH = re.compile(r"""(?<![\w.~:/\\-])~?/[^\s'"<>]*""")
+_AFTER_PATH = ".,:;)]}"
+
+PATH_SHOWN = "[path]"
+"""
+What an unauthenticated page shows for a filesystem path (L{withoutPaths}).
+"""
+
+
+def withoutPaths(text: str) -> str:
+    """
+    C{text} (an error, a failed message's reason) fit for a page anyone
+    who reaches the status site may read: each absolute filesystem path in
+    it (the state database's, a source file's; quoted with spaces, or up to
+    the next blank) replaced by L{PATH_SHOWN}.  The log keeps the whole
+    text.  A slash inside a word (C{INBOX/Sent}, C{50/s}, C{https://...})
+    is not a path.
+    """
+    if "/" not in text:
+        return text
+    text = _QUOTED_PATH.sub(lambda match: match[1] + PATH_SHOWN + match[1], text)
+
+    def shown(match: re.Match[str]) -> str:
+        path = match[0]
+        kept = path.rstrip(_AFTER_PATH)
+        return PATH_SHOWN + path[len(kept):]
+
+    return _PATH.sub(shown, text)
 
 
 class HTTPProblem(Exception):
@@ -189,10 +225,121 @@ class JSONNotFound(ReadOnlyResource):
 REQUEST_DEADLINE = 15.0
 """
 Seconds a client has to send a complete request (its request line, headers
-and body) from its first octet: a client sending a header line every few
-seconds would otherwise hold its connection (and a file descriptor of the
-daemon) for ever, since each line restarts twisted.web's idle timeout.
+and body): from the connection's accept for its first request, from the
+first octet for each later request of a keep-alive connection.  A client
+that connects and sends nothing, or sends a header line every few seconds
+(each restarting twisted.web's idle timeout), would otherwise hold its
+connection (and a file descriptor of the daemon) for a minute or for ever.
 """
+
+
+GRACE = 1.0
+"""
+Seconds a connection is never closed to make room for another: from its
+accept, to send its request; from its answer, to read it.
+"""
+
+
+class ConnectionSlots:
+    """
+    The status site's open connections, and which one to close when a new
+    connection finds L{limit} of them open (L{admit}): a connection waiting
+    between the requests of a keep-alive connection (or closing after its
+    answer), the one waiting longest first, else the connection that has
+    waited longest for a complete request (one that sent nothing, or drips
+    it).  A connection whose request is being answered is never closed for
+    another, nor one that has waited less than L{GRACE} seconds: a monitor's
+    probe sends its request at once, and reads its answer at once.  When
+    every connection is so protected, the newcomer is admitted beyond
+    L{limit}, up to twice it; past that, the one waiting longest is closed
+    whatever its age (and only when every connection is being answered is
+    the newcomer refused).  Whoever holds sockets without completing a
+    request thus holds them at most until the next connection arrives, and
+    cannot close a probe's by reconnecting as fast as it is closed.
+
+    @ivar limit: the connections open at once beyond which one is closed
+        for each new one.
+    """
+
+    def __init__(self, limit: int, seconds: Callable[[], float], grace: float = GRACE) -> None:
+        """
+        @param limit: see L{limit}.
+        @param seconds: the clock (the site's reactor's).
+        @param grace: see L{GRACE}.
+        """
+        self.limit = limit
+        self._seconds = seconds
+        self._grace = grace
+        # Every open connection; those between requests (or closing after
+        # their answer), and those reading a request, each with the time
+        # it began waiting, in that order.
+        self._open: dict[StatusChannel, None] = {}
+        self._idle: dict[StatusChannel, float] = {}
+        self._reading: dict[StatusChannel, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def opened(self, channel: StatusChannel) -> None:
+        """
+        C{channel} was accepted: it waits for its first request.
+        """
+        self._open[channel] = None
+        self._reading[channel] = self._seconds()
+
+    def reading(self, channel: StatusChannel) -> None:
+        """
+        C{channel} received an octet of a request (an idle keep-alive
+        connection begins its next one).
+        """
+        if channel in self._open and channel not in self._reading:
+            self._idle.pop(channel, None)
+            self._reading[channel] = self._seconds()
+
+    def answering(self, channel: StatusChannel) -> None:
+        """
+        C{channel}'s request is complete: it is answered, and never closed
+        for another connection meanwhile.
+        """
+        self._idle.pop(channel, None)
+        self._reading.pop(channel, None)
+
+    def idle(self, channel: StatusChannel) -> None:
+        """
+        C{channel} is done with its request (kept alive, or closing).
+        """
+        if channel in self._open:
+            self._reading.pop(channel, None)
+            self._idle.pop(channel, None)
+            self._idle[channel] = self._seconds()
+
+    def closed(self, channel: StatusChannel) -> None:
+        """
+        C{channel} is gone (or being aborted): its slot is free.
+        """
+        self._open.pop(channel, None)
+        self._idle.pop(channel, None)
+        self._reading.pop(channel, None)
+
+    def admit(self) -> tuple[bool, StatusChannel | None]:
+        """
+        Whether one more connection may be opened, and the connection to
+        close first to make room for it, if any (see the class).
+        """
+        if len(self._open) < self.limit:
+            return True, None
+        before = self._seconds() - self._grace
+        for waiting in (self._idle, self._reading):
+            for channel, since in waiting.items():
+                if since <= before:
+                    return True, channel
+                break
+        if len(self._open) < 2 * self.limit:
+            return True, None
+        for waiting in (self._reading, self._idle):
+            for channel in waiting:
+                return True, channel
+        return False, None
 
 
 class StatusChannel(http.HTTPChannel):
@@ -201,30 +348,41 @@ class StatusChannel(http.HTTPChannel):
     longer than it reads (C{MAX_LENGTH}, 16 KiB: a huge query string) with
     a 400 and a JSON error before closing, where twisted.web closes the
     connection without a word; and answering a request not complete within
-    L{REQUEST_DEADLINE} seconds of its first octet with a 408 before
-    closing.  The deadline runs on the site's reactor (C{callLater}, set
-    by the site as for twisted.web's idle timeout); it does not run while
-    a request is answered, nor between requests of a keep-alive
-    connection (twisted.web's idle timeout, a minute, closes those).
+    L{REQUEST_DEADLINE} seconds (of the accept, for the first; of its first
+    octet, for a later one) with a 408 before closing.  The deadline runs
+    on the site's reactor (C{callLater}, set by the site as for
+    twisted.web's idle timeout); it does not run while a request is
+    answered, nor between requests of a keep-alive connection
+    (twisted.web's idle timeout, a minute, closes those, or the site
+    closes them first to make room).
 
     @ivar requestDeadline: the seconds allowed for a request.
-    @ivar onClose: called once when the connection is lost (the site's
-        count of open connections).
+    @ivar slots: the site's open connections, told what this one does
+        (L{ConnectionSlots}); L{None} outside a site that counts them.
     """
 
     _refusedLong = False
     requestDeadline = REQUEST_DEADLINE
-    onClose: Callable[[], None] | None = None
+    slots: ConnectionSlots | None = None
     _deadlineCall: IDelayedCall | None = None
+
+    def connectionMade(self) -> None:
+        """
+        Start the deadline of the first request at the accept: a client
+        that sends nothing is closed as one that drips.
+        """
+        super().connectionMade()  # type: ignore[no-untyped-call]
+        self._startDeadline()
 
     def dataReceived(self, data: bytes) -> None:
         """
-        Start the deadline at the first octet of a request, then read.
+        Start the deadline at the first octet of a later request, then
+        read.
         """
-        if self._deadlineCall is None and not self._handlingRequest and data:
-            self._deadlineCall = self.callLater(  # type: ignore[no-untyped-call]
-                self.requestDeadline, self._requestTooSlow
-            )
+        if data and not self._handlingRequest:
+            self._startDeadline()
+            if self.slots is not None:
+                self.slots.reading(self)
         super().dataReceived(data)  # type: ignore[no-untyped-call]
 
     def allContentReceived(self) -> None:
@@ -233,17 +391,48 @@ class StatusChannel(http.HTTPChannel):
         answer it.
         """
         self._stopDeadline()
+        if self.slots is not None:
+            self.slots.answering(self)
         super().allContentReceived()  # type: ignore[no-untyped-call]
+
+    def requestDone(self, request: http.Request) -> None:
+        """
+        The answer is sent: the connection waits for its next request (or
+        closes), and may be closed first to make room.
+        """
+        if self.slots is not None:
+            self.slots.idle(self)
+        super().requestDone(request)  # type: ignore[no-untyped-call]
+
+    def evict(self) -> None:
+        """
+        Close the connection at once to make room for a newer one
+        (L{ConnectionSlots.victim}); its slot is free now, not when the
+        reactor reports the connection lost.
+        """
+        self._stopDeadline()
+        self.setTimeout(None)  # type: ignore[no-untyped-call]
+        slots, self.slots = self.slots, None
+        if slots is not None:
+            slots.closed(self)
+        if self.transport is not None:
+            self.transport.abortConnection()  # type: ignore[attr-defined]
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         """
-        Stop the deadline, and tell the site.
+        Stop the deadline, and free the slot.
         """
         self._stopDeadline()
         super().connectionLost(reason)  # type: ignore[no-untyped-call]
-        onClose, self.onClose = self.onClose, None
-        if onClose is not None:
-            onClose()
+        slots, self.slots = self.slots, None
+        if slots is not None:
+            slots.closed(self)
+
+    def _startDeadline(self) -> None:
+        if self._deadlineCall is None:
+            self._deadlineCall = self.callLater(  # type: ignore[no-untyped-call]
+                self.requestDeadline, self._requestTooSlow
+            )
 
     def _stopDeadline(self) -> None:
         call, self._deadlineCall = self._deadlineCall, None
@@ -262,10 +451,16 @@ class StatusChannel(http.HTTPChannel):
             deadline=self.requestDeadline,
             client=str(getattr(self.transport.getPeer(), "host", "")),  # type: ignore[union-attr]
         )
+        if self.slots is not None:
+            # Closing: the first to go if room is needed.
+            self.slots.idle(self)
         self._answerAndClose(
             b"408 Request Timeout",
             f"the request was not complete within {self.requestDeadline:g} seconds",
         )
+        # The abort below (after abortTimeout) ends it; the idle timeout
+        # would only close it a second time.
+        self.setTimeout(None)  # type: ignore[no-untyped-call]
         self.timeoutConnection()  # type: ignore[no-untyped-call]
 
     def _answerAndClose(self, status: bytes, message: str) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hmac
 import json
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -203,7 +203,7 @@ class ControlResource(Resource):
             elif isinstance(error, ImapmigError):
                 code, message = http.SERVICE_UNAVAILABLE, str(error)
             else:
-                log.failure("Control {path} crashed", failure, path=escapedExcerpt(request.uri))
+                log.failure("Control {path} crashed", failure, path=self._loggedPath(request))
                 code, message = http.INTERNAL_SERVER_ERROR, "internal error"
             if not finished[0]:
                 request.write(_answer(request, code, {"error": message}))
@@ -223,10 +223,30 @@ class ControlResource(Resource):
         disabled by configuration (read-only: nothing to warn about, but
         whoever sends requests still cannot fill the log).
         """
-        self._latestRefusal = (escapedExcerpt(request.uri), client, why)
+        self._latestRefusal = (self._loggedPath(request), client, why)
         refused = self._refusals.count()
         if refused is not None:
             self._logRefusals(refused)
+
+    def _loggedPath(self, request: Request) -> str:
+        """
+        C{request}'s path as the log shows it: without its query string
+        (C{?token=...}), and each segment that holds a part of the token
+        (8 characters of it or more, percent-encoded or not) shown as
+        C{[redacted]}; escaped, cut to 80 octets.
+        """
+        path = request.path.split(b"?", 1)[0]
+        token = self._token
+        if token:
+            width = min(8, len(token))
+            parts = {token[n : n + width] for n in range(len(token) - width + 1)}
+            path = b"/".join(
+                b"[redacted]"
+                if any(part in segment or part in unquote_to_bytes(segment) for part in parts)
+                else segment
+                for segment in path.split(b"/")
+            )
+        return escapedExcerpt(path)
 
     def _logRefusals(self, refused: int) -> None:
         """

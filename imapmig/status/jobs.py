@@ -33,6 +33,7 @@ from imapmig.status._http import (
     commonHeaders,
     jsonBody,
     refuseMethod,
+    withoutPaths,
 )
 from imapmig.status.manifest import ManifestProducer, excludedRows, manifestFormat
 from imapmig.status.progressview import ProgressView
@@ -64,7 +65,7 @@ def failureItem(outcome: MessageOutcome, folderNames: Mapping[str, str]) -> dict
         "key": outcome.messageKey,
         "size": outcome.size,
         "message_id": outcome.messageId,
-        "reason": outcome.failure,
+        "reason": None if outcome.failure is None else withoutPaths(outcome.failure),
     }
 
 

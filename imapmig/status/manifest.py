@@ -25,6 +25,7 @@ from zope.interface import implementer
 
 from imapmig.plan import FolderRules, isIncluded
 from imapmig.state import MessageOutcome
+from imapmig.status._http import withoutPaths
 
 log = Logger()
 
@@ -62,7 +63,8 @@ def outcomeRow(job: str, outcome: MessageOutcome, folderNames: Mapping[str, str]
         folder not among them is shown by its key.
     """
     if outcome.failure is not None:
-        kind, reason = "failed", outcome.failure
+        # The page is unauthenticated: no filesystem path (the log has it).
+        kind, reason = "failed", withoutPaths(outcome.failure)
     else:
         kind, reason = "already_present", _presentReason(outcome)
     return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from imapmig.progress import ENDED, JobProgress, JobState, MigrationProgress
+from imapmig.status._http import withoutPaths
 
 __all__ = ["SORT_NAMES", "ProgressView"]
 
@@ -100,9 +101,16 @@ class ProgressView:
 
     def document(self, job: JobProgress) -> dict[str, object]:
         """
-        The contract's C{JOB} document of C{job}.
+        The contract's C{JOB} document of C{job}; its C{error} and
+        C{waiting_for} without filesystem paths (L{withoutPaths}: the page
+        is unauthenticated; the log has them).
         """
-        return job.snapshot()
+        document = job.snapshot()
+        for field in ("error", "waiting_for"):
+            text = document.get(field)
+            if isinstance(text, str):
+                document[field] = withoutPaths(text)
+        return document
 
     def folders(self, job: JobProgress) -> list[dict[str, object]]:
         """

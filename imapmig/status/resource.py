@@ -23,7 +23,13 @@ from imapmig.errors import escapedExcerpt
 from imapmig.plan import FolderRules
 from imapmig.progress import MigrationProgress
 from imapmig.state import IStateStore
-from imapmig.status._http import JSONNotFound, ReadOnlyResource, StatusChannel, jsonBody
+from imapmig.status._http import (
+    ConnectionSlots,
+    JSONNotFound,
+    ReadOnlyResource,
+    StatusChannel,
+    jsonBody,
+)
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
@@ -190,9 +196,12 @@ class QuietSite(QuietSiteMixin, Site):
     would otherwise fill the log).  Request bodies are bounded before they
     are read (L{BoundedRequest}): only C{/control} takes one.  A request
     must be complete within L{imapmig.status._http.REQUEST_DEADLINE}
-    seconds (L{StatusChannel}), and at most C{maxConnections} connections
-    are open at once: the daemon's file descriptors and reactor are its
-    migrations' first.
+    seconds of the accept (L{StatusChannel}), and at most
+    C{maxConnections} connections are open at once: the daemon's file
+    descriptors and reactor are its migrations' first.  A connection that
+    finds them all taken closes the one that waited longest without a
+    request (L{ConnectionSlots}), so that idle or dripping clients cannot
+    keep a monitor out.
     """
 
     protocol = QuietStatusChannel  # type: ignore[assignment]
@@ -208,34 +217,72 @@ class QuietSite(QuietSiteMixin, Site):
         """
         @param resource: the root resource.
         @param reactor: see L{Site}.
-        @param maxConnections: the most connections open at once; more
-            are closed as soon as they are accepted.
+        @param maxConnections: the most connections open at once (see
+            L{ConnectionSlots} for which is closed to admit one more).
         @param allowedHosts: C{status.allowed_hosts} (see
             L{imapmig.status.hostcheck}).
         """
         Site.__init__(self, resource, reactor=reactor)
-        self.maxConnections = maxConnections
-        self.openConnections = 0
+        self.slots = ConnectionSlots(maxConnections, self.reactor.seconds)
         self._refusals = LineBudget(self.reactor)
+        self._evictions = LineBudget(self.reactor)
         self._allowedHosts = tuple(allowedHosts)
+
+    @property
+    def maxConnections(self) -> int:
+        """
+        The most connections open at once.
+        """
+        return self.slots.limit
+
+    @maxConnections.setter
+    def maxConnections(self, limit: int) -> None:
+        self.slots.limit = limit
+
+    @property
+    def openConnections(self) -> int:
+        """
+        The connections open now.
+        """
+        return len(self.slots)
 
     def buildProtocol(self, addr: IAddress | None) -> Protocol | None:  # type: ignore[override]
         """
         A channel for the connection from C{addr}, counted while it is
-        open; past L{maxConnections}, a protocol that closes the connection
-        at once (logged once a minute at most).
+        open.  When L{maxConnections} are open, the one that waited longest
+        without a request is closed to make room (logged once a minute at
+        most); only when every one is being answered is the new one closed
+        at once instead.
         """
-        if self.openConnections >= self.maxConnections:
+        admitted, victim = self.slots.admit()
+        if not admitted:
             self._refuse(addr)
             return _Refused()
+        if victim is not None:
+            self._evict(victim, addr)
         channel: Protocol | None = Site.buildProtocol(self, addr)
         if isinstance(channel, StatusChannel):
-            self.openConnections += 1
-            channel.onClose = self._closed
+            self.slots.opened(channel)
+            channel.slots = self.slots
         return channel
 
-    def _closed(self) -> None:
-        self.openConnections -= 1
+    def _evict(self, victim: StatusChannel, addr: IAddress | None) -> None:
+        """
+        Close C{victim} for the newcomer from C{addr}; log the closings,
+        once a minute at most.
+        """
+        victim.evict()
+        closed = self._evictions.count()
+        if closed is None:
+            return
+        log.warn(
+            "Status site: {limit} connections open, the most allowed: closed {closed}"
+            " connection(s) idle or without a complete request, the longest waiting first,"
+            " to admit new ones since the last such line, the latest for {client}",
+            limit=self.maxConnections,
+            closed=closed,
+            client=str(getattr(addr, "host", "")),
+        )
 
     def _refuse(self, addr: IAddress | None) -> None:
         """
@@ -246,8 +293,9 @@ class QuietSite(QuietSiteMixin, Site):
         if refused is None:
             return
         log.warn(
-            "Status site: {limit} connections open, the most allowed: refused {refused}"
-            " connection(s) since the last such line, the latest from {client}",
+            "Status site: {limit} connections open, the most allowed, each answering a"
+            " request: refused {refused} connection(s) since the last such line, the"
+            " latest from {client}",
             limit=self.maxConnections,
             refused=refused,
             client=str(getattr(addr, "host", "")),
@@ -276,13 +324,19 @@ class QuietSite(QuietSiteMixin, Site):
 
     def log(self, request: Request) -> None:  # type: ignore[override]
         """
-        Log C{request} at debug level: its method, path (escaped, cut to
-        80 octets), response code and client.
+        Log C{request} at debug level: its method, path (without its
+        query string, nothing past C{/control/}; escaped, cut to 80
+        octets), response code and client.
         """
+        path = request.path.split(b"?", 1)[0]
+        if path.startswith(b"/control/"):
+            # Whatever follows may hold a token put in the wrong place; the
+            # control resource logs what it refuses, redacted.
+            path = b"/control/..."
         log.debug(
             "Status request: {method} {path} {code} from {client}",
             method=escapedExcerpt(request.method, 16),
-            path=escapedExcerpt(request.uri),
+            path=escapedExcerpt(path),
             code=request.code,
             client=str(getattr(request.getClientAddress(), "host", "")),
         )

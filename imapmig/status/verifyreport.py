@@ -63,8 +63,9 @@ class VerifyReportSummary:
     def current(self) -> dict[str, object] | None:
         """
         The contract's C{run.verify}: C{time} (the report's modification
-        time), C{ok}, C{jobs}, C{differences} and C{path}; L{None} when
-        there is no readable report.  The file is read again only when its
+        time), C{ok}, C{jobs} and C{differences} (not the report's path:
+        the page is unauthenticated); L{None} when there is no readable
+        report.  The file is read again only when its
         modification time or size changed since the last call.
         """
         try:
@@ -93,7 +94,6 @@ class VerifyReportSummary:
             "ok": ok,
             "jobs": jobs,
             "differences": differences,
-            "path": self.path,
         }
         return self._summary
 
