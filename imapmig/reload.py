@@ -229,13 +229,6 @@ class ConfigReloader:
 
     async def _readAndApply(self, path: str) -> bool:
         log.info("Reloading the configuration from {path}", path=path)
-        if self._withoutTLS():
-            # Decided before reading: the reader could not parse a TLS
-            # endpoint in a process without OpenSSL.
-            from imapmig.cleartext import fileNeedsTLS
-
-            if fileNeedsTLS(path):
-                return self._refused(path, [_NEEDS_TLS.format(path=path)])
         try:
             new = await self._load(path)
         except ConfigError as e:
@@ -244,7 +237,7 @@ class ConfigReloader:
             from imapmig.cleartext import configNeedsTLS
 
             if configNeedsTLS(new):
-                return self._refused(path, [_NEEDS_TLS.format(path=path)])
+                return self._refused(path, [_needsTLS(path, "its servers or accounts")])
         plan = planReload(self.config, new)
         holds: dict[str, str] = {}
         if plan.added and self.target.holds is not None:
@@ -291,23 +284,54 @@ class ConfigReloader:
         return False
 
 
-_NEEDS_TLS = (
-    "{path}: the new configuration needs TLS, and this daemon was started without it"
-    " (its configuration used none): restart it to apply this configuration"
-)
+def _needsTLS(path: str, reason: str) -> str:
+    return (
+        f"{path}: the new configuration needs TLS ({reason}), and this daemon was"
+        " started without it (its configuration used none): check the file with"
+        " imapmig-daemon --check-config --config FILE, then restart the daemon to"
+        " apply it"
+    )
 
 
-def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
+def readForReload(path: str, withoutTLS: bool) -> Config:
     """
-    Read and validate the configuration at C{path} (L{loadConfig}) in one
-    of C{reactor}'s worker threads: it reads password files and user lists
-    (a user list may hold 10,000 rows), and the reactor must go on serving
-    the jobs meanwhile.  The reader is safe there: it builds new frozen
-    values from files, touches no reactor and logs nothing.  A reactor
-    without threads (a test's) reads in place.
-    """
-    from imapmig.config import loadConfig
+    Read and validate the configuration at C{path} for a reload: the file's
+    bounded YAML document (L{imapmig.configfile}), then, in a process
+    without TLS, a refusal of a document that asks for it (the reader
+    could not parse a TLS setting without OpenSSL), else the reader's
+    L{parseConfig}.  Its problems are the reader's, as C{--check-config}
+    reports them: a missing, empty or invalid file says so.
 
+    @param withoutTLS: whether this process runs without TLS.
+    @raise ConfigError: every problem found.
+    """
+    from imapmig.cleartext import tlsReason
+    from imapmig.config import parseConfig
+    from imapmig.configfile import readConfigFile
+
+    read = readConfigFile(path)
+    if withoutTLS:
+        reason = tlsReason(read.document)
+        if reason is not None:
+            raise ConfigError([_needsTLS(path, reason)])
+    return parseConfig(read.document, path, None, read.looseFileMode)
+
+
+def loadInThread(
+    reactor: Any, path: str, withoutTLS: Callable[[], bool] = tlsUnavailable
+) -> Deferred[Config]:
+    """
+    Read and validate the configuration at C{path} (L{readForReload}) in
+    one of C{reactor}'s worker threads: it parses the YAML document (up to
+    L{imapmig.configfile.MAX_NODES} nodes, a few seconds), reads password
+    files and user lists (a user list may hold 10,000 rows), and the
+    reactor must go on serving the jobs and the status site meanwhile.
+    The reader is safe there: it builds new frozen values from files,
+    touches no reactor and logs nothing; the result is applied on the
+    reactor's thread.  A reactor without threads (a test's) reads in place.
+
+    @param withoutTLS: whether this process runs without TLS.
+    """
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -318,5 +342,7 @@ def loadInThread(reactor: Any, path: str) -> Deferred[Config]:
         # the daemon's stop with it (the thread pool waits for its threads).
         return fail(ConfigError([f"{path}: not a regular file; give the configuration file"]))
     if IReactorThreads.providedBy(reactor):
-        return deferToThreadPool(reactor, reactor.getThreadPool(), loadConfig, path)
-    return maybeDeferred(loadConfig, path)
+        return deferToThreadPool(
+            reactor, reactor.getThreadPool(), readForReload, path, withoutTLS()
+        )
+    return maybeDeferred(readForReload, path, withoutTLS())

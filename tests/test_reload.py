@@ -10,15 +10,19 @@ handler.
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 from typing import Any, Callable, Sequence, cast
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
@@ -717,3 +721,136 @@ class LoadInThreadTests(SynchronousTestCase):
         self.assertEqual(len(error.problems), 1)
         self.assertIn(path, error.problems[0])
 
+
+
+@implementer(IReactorThreads)
+class ThreadedReactor:
+    """
+    A reactor whose thread pool runs nothing until the test says so
+    (L{runQueued}), and whose C{callFromThread} calls at once.
+    """
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Callable[[bool, object], None], Callable[..., object], tuple[Any, ...]]] = []
+
+    def getThreadPool(self) -> Any:
+        reactor = self
+
+        class Pool:
+            def callInThreadWithCallback(
+                self, onResult: Callable[[bool, object], None], f: Callable[..., object], *args: Any
+            ) -> None:
+                reactor.queued.append((onResult, f, args))
+
+        return Pool()
+
+    def callFromThread(
+        self, callable: Callable[..., Any], *args: object, **kwargs: object
+    ) -> None:
+        callable(*args, **kwargs)
+
+    def callInThread(self, callable: Callable[..., Any], *args: object, **kwargs: object) -> None:
+        raise AssertionError("not used")
+
+    def suggestThreadPoolSize(self, size: int) -> None:
+        raise AssertionError("not used")
+
+    def runQueued(self) -> None:
+        while self.queued:
+            onResult, f, args = self.queued.pop(0)
+            try:
+                result = f(*args)
+            except BaseException:
+                onResult(False, Failure())
+            else:
+                onResult(True, result)
+
+
+class BrokenReloadTests(SynchronousTestCase):
+    """
+    A reload reads and checks the file off the reactor's thread, bounded,
+    and a broken file is refused with what is wrong with it, in a daemon
+    without TLS too.
+    """
+
+    def reload(self, path: str, reactor: Any = None) -> tuple[Deferred[bool], list[LogEvent]]:
+        events = capture(self)
+        h = Harness([jobConfig("a", "a")])
+        self.addCleanup(h.scheduler.finish, "a")
+        reactor = MemoryReactorClock() if reactor is None else reactor
+        reloader = ConfigReloader(
+            h.config,
+            lambda path: loadInThread(reactor, path, withoutTLS=lambda: True),
+            h.target,
+            withoutTLS=lambda: True,
+        )
+        return reloader.reloadFrom(path), events
+
+    def write(self, content: bytes) -> str:
+        path: str = os.path.abspath(self.mktemp())
+        with open(path, "wb") as f:
+            f.write(content)
+        os.chmod(path, 0o600)
+        return path
+
+    def test_realProblem(self) -> None:
+        """
+        In a daemon started without TLS, a YAML error, an empty file and a
+        deleted file are each refused with the problem C{--check-config}
+        reports, not as a configuration needing TLS (whose advice, a
+        restart, would stop the daemon with the same problem).
+        """
+        missing = os.path.abspath(self.mktemp())
+        for path, problem in (
+            (self.write(b"state: [\n"), "invalid YAML"),
+            (self.write(b""), "the file is empty"),
+            (self.write(b"# nothing but a comment\n"), "the file is empty"),
+            (missing, f"{missing}: no such file"),
+            (self.write(b"state: a\nstate: b\n"), "state: given twice, on lines 1 and 2"),
+        ):
+            applied, events = self.reload(path)
+            self.assertFalse(self.successResultOf(applied))
+            errors = "\n".join(texts(events, LogLevel.error))
+            self.assertIn(problem, errors)
+            self.assertNotIn("TLS", errors)
+
+    def test_needsTLSSaysWhy(self) -> None:
+        """
+        A valid file that asks for TLS, in a daemon started without it, is
+        refused naming what asks for it.
+        """
+        path = self.write(b"servers:\n  s: {endpoint: 'tcp:127.0.0.1:143'}\n")
+        applied, events = self.reload(path)
+        self.assertFalse(self.successResultOf(applied))
+        self.assertIn(
+            "the new configuration needs TLS (servers.s.starttls is not off)",
+            "\n".join(texts(events, LogLevel.error)),
+        )
+
+    def test_offTheReactorThread(self) -> None:
+        """
+        The reactor's thread neither opens nor parses the file: the
+        thread pool does, and the result is applied on the reactor's
+        thread.  (The TLS probe read and walked it on the reactor's
+        thread: an alias bomb froze the daemon for minutes.)
+        """
+        from tests.test_configfile import aliasBomb
+
+        reactor = ThreadedReactor()
+        path = self.write(aliasBomb())
+        opened: list[object] = []
+        realOpen = builtins.open
+
+        def recordingOpen(file: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(file)
+            return realOpen(file, *args, **kwargs)
+
+        self.patch(builtins, "open", recordingOpen)
+        applied, events = self.reload(path, reactor)
+        self.assertEqual(opened, [])
+        self.assertNoResult(applied)
+        self.assertEqual(len(reactor.queued), 1)
+        reactor.runQueued()
+        self.assertEqual(opened, [path])
+        self.assertFalse(self.successResultOf(applied))
+        self.assertIn("the document holds more than", "\n".join(texts(events, LogLevel.error)))
