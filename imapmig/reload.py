@@ -82,10 +82,34 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def _value(value: object) -> str:
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# The most keys of the changed jobs the summary names.
+_NAMED_KEYS = 6
+
+
+def _changedJobs(plan: ReloadPlan, applied: ReloadApplied) -> str:
+    """
+    What changed in the changed jobs: C{"(folders.exclude; 1 from its next
+    run)"}.
+    """
+    keys = list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+    named = ", ".join(keys[:_NAMED_KEYS]) + (", ..." if len(keys) > _NAMED_KEYS else "")
+    running = len(applied.changedRunning)
+    if running:
+        named += f"; {running} from {'its' if running == 1 else 'their'} next run"
+    return f" ({named})" if named else ""
+
+
 def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     """
     What a reload changed, as the summary line says it: C{"2 jobs added,
-    1 removed, limits of 1 server changed; 1 setting needs a restart:
+    1 removed, 3 changed (folders.exclude; 1 from its next run),
+    servers.dove.max_connections 4 -> 8; 1 setting needs a restart:
     status.listen"}, or C{"no change"}.
     """
     parts: list[str] = []
@@ -97,22 +121,13 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
             "removed"
             + (f" ({len(applied.leaving)} running to their end)" if applied.leaving else ""),
         ),
-        (
-            len(plan.changed),
-            "changed"
-            + (
-                f" ({len(applied.changedRunning)} from their next run)"
-                if applied.changedRunning
-                else ""
-            ),
-        ),
+        (len(plan.changed), "changed" + _changedJobs(plan, applied)),
     ):
         if count:
             parts.append(f"{_plural(count, 'job') if not parts else count} {what}")
     if plan.maxJobs is not None:
         parts.append(f"max_jobs {plan.maxJobs[0]} -> {plan.maxJobs[1]}")
-    if plan.limitsChanged:
-        parts.append(f"limits of {_plural(len(plan.limitsChanged), 'server')} changed")
+    parts += [f"{key} {_value(old)} -> {_value(new)}" for key, old, new in plan.limitChanges]
     if plan.stopTimeout is not None:
         parts.append(f"stop_timeout {plan.stopTimeout[0]:g} -> {plan.stopTimeout[1]:g} s")
     text = ", ".join(parts) if parts else "no change"
@@ -260,6 +275,8 @@ class ConfigReloader:
             removed=len(plan.removed),
             changed=len(plan.changed),
             servers=len(plan.limitsChanged),
+            keys=[key for key, _, _ in plan.limitChanges]
+            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys)),
             needsRestart=list(plan.needsRestart),
         )
         for setting in plan.needsRestart:

@@ -11,7 +11,9 @@ the census); then the scheduler is woken.
       (it leaves the status page); one that is running goes on to its end,
       and is then not run again;
     - a changed job takes its new configuration from its next run: at once
-      when it is queued, after this run when it is running;
+      when it is queued, after this run when it is running (one whose
+      servers' limits alone changed takes it silently: the grants apply
+      them);
     - new limits never cut a running connection nor stop a running job:
       they apply to the grants made from now on.
 
@@ -177,16 +179,20 @@ def applyReload(
     if holds and target.holds is not None and counted:
         # Before the scheduler is woken: a held job is never claimed.
         target.holds.applyHolds(holds, {job.name for job in counted})
+    for job in plan.refreshed:
+        # Only its servers' limits differ: the grants take them below.
+        target.queue.replace(job)
     changedRunning: list[str] = []
-    for job in plan.changed:
+    for job, keys in zip(plan.changed, plan.changedKeys):
         state = target.queue.replace(job)
         _show(target, job)
         if state is QueueState.CLAIMED:
             changedRunning.append(job.name)
             log.info(
-                "Job {job}: its configuration changed while running; this run goes on"
-                " with the old one, the new one is for its next run",
+                "Job {job}: its configuration changed while running ({keys}); this run"
+                " goes on with the old one, the new one is for its next run",
                 job=job.name,
+                keys=", ".join(keys),
             )
             continue
         progress = target.progress.job(job.name)

@@ -118,9 +118,9 @@ class PlanTests(SynchronousTestCase):
 
     def test_limits(self) -> None:
         """
-        A changed C{max_jobs} and connection limit are planned as such
-        (jobs of the server change with it); a changed rate needs a
-        restart; C{stop_timeout} is applied.
+        A changed C{max_jobs} and connection limit are planned as such,
+        each limit by its key with its old and new value; a changed rate
+        needs a restart, named by its key; C{stop_timeout} is applied.
         """
         a = jobConfig("a", "a")
         old = configOf([a], maxJobs=2)
@@ -128,14 +128,83 @@ class PlanTests(SynchronousTestCase):
         plan = planReload(old, configOf([a], maxJobs=4, limits=lower, stopTimeout=60.0))
         self.assertEqual(plan.maxJobs, (2, 4))
         self.assertEqual(plan.limitsChanged, ("s",))
+        self.assertEqual(plan.limitChanges, (("servers.s.max_connections", None, 1),))
         self.assertEqual(plan.limits, (("s", lower),))
         self.assertEqual(plan.stopTimeout, (30.0, 60.0))
-        self.assertEqual(len(plan.changed), 1)
         self.assertEqual(plan.needsRestart, ())
-        rated = ServerLimits(perAccount=AccountLimits(messagesPerSecond=5.0))
+        rated = ServerLimits(
+            bytesPerSecond=1000, perAccount=AccountLimits(messagesPerSecond=5.0, maxConnections=2)
+        )
         plan = planReload(old, configOf([a], maxJobs=2, limits=rated))
-        self.assertEqual(plan.limitsChanged, ())
-        self.assertEqual(plan.needsRestart, ("servers.s rates and daily budgets",))
+        self.assertEqual(plan.limitsChanged, ("s",))
+        self.assertEqual(
+            plan.limitChanges, (("servers.s.per_account.max_connections", None, 2),)
+        )
+        self.assertEqual(
+            plan.needsRestart,
+            ("servers.s.bytes_per_second", "servers.s.per_account.messages_per_second"),
+        )
+
+    def test_limitsAloneChangeNoJob(self) -> None:
+        """
+        A server's connection limits are the grants', not the jobs': a job
+        whose server's C{max_connections} changed has not changed (its
+        configuration is taken silently, L{ReloadPlan.refreshed}), unless
+        the limit changes the connections it may have, named
+        C{connections}.  (It was: every job of the server "changed".)
+        """
+        a = jobConfig("a", "a")
+        b = evolve(jobConfig("b", "b"), connections=3)
+        old = configOf([a, b], limits=ServerLimits(maxConnections=4))
+        plan = planReload(old, configOf([a, b], limits=ServerLimits(maxConnections=8)))
+        self.assertEqual(plan.changed, ())
+        self.assertEqual([job.name for job in plan.refreshed], ["a", "b"])
+        self.assertEqual(plan.limitChanges, (("servers.s.max_connections", 4, 8),))
+        self.assertEqual(
+            describeReload(plan, ReloadApplied()), "servers.s.max_connections 4 -> 8"
+        )
+        plan = planReload(old, configOf([a, b], limits=ServerLimits(maxConnections=2)))
+        self.assertEqual([job.name for job in plan.changed], ["b"])
+        self.assertEqual(plan.changedKeys, (("connections",),))
+        self.assertEqual([job.name for job in plan.refreshed], ["a"])
+        self.assertEqual(
+            describeReload(plan, ReloadApplied(changedRunning=("b",))),
+            "1 job changed (connections; 1 from its next run), servers.s.max_connections 4 -> 2",
+        )
+
+    def test_changedKeys(self) -> None:
+        """
+        The keys of a changed job are named as the file writes them: a
+        server's settings under C{servers}, the pipeline's and retries'
+        at the job's level, a password as C{password}; a job moved to
+        another server as C{destination.server}.
+        """
+        a = jobConfig("a", "a")
+        slow = evolve(a.destination.server, timeout=60.0)
+        changedA = evolve(
+            a,
+            destination=evolve(a.destination, server=slow, password=Secret("new")),
+            pipeline=evolve(a.pipeline, windowMessages=7),
+            retry=evolve(a.retry, attempts=3, quotaPause=60),
+            folders=FolderRules(exclude=("Junk",)),
+        )
+        plan = planReload(configOf([a]), evolve(configOf([a]), jobs=(changedA,)))
+        self.assertEqual(
+            plan.changedKeys,
+            (
+                (
+                    "servers.s.timeout",
+                    "destination.password",
+                    "window_messages",
+                    "folders.exclude",
+                    "retry_attempts",
+                    "quota_pause",
+                ),
+            ),
+        )
+        moved = evolve(a, destination=evolve(a.destination, server=server("t")))
+        plan = planReload(configOf([a]), evolve(configOf([a]), jobs=(moved,)))
+        self.assertEqual(plan.changedKeys, (("destination.server",),))
 
     def test_restartSettings(self) -> None:
         """
@@ -164,18 +233,24 @@ class PlanTests(SynchronousTestCase):
             added=(jobConfig("a", "a"), jobConfig("b", "b")),
             removed=("c",),
             limitsChanged=("s",),
+            limitChanges=(("servers.s.max_connections", None, 4),),
             needsRestart=("status.listen",),
         )
         self.assertEqual(
             describeReload(plan, ReloadApplied()),
-            "2 jobs added, 1 removed, limits of 1 server changed;"
+            "2 jobs added, 1 removed, servers.s.max_connections none -> 4;"
             " 1 setting needs a restart: status.listen",
         )
-        plan = ReloadPlan(removed=("c",), changed=(jobConfig("d", "d"),), maxJobs=(8, 4))
+        plan = ReloadPlan(
+            removed=("c",),
+            changed=(jobConfig("d", "d"), jobConfig("e", "e")),
+            changedKeys=(("folders.exclude",), ("folders.exclude", "connections")),
+            maxJobs=(8, 4),
+        )
         self.assertEqual(
-            describeReload(plan, ReloadApplied(leaving=("c",), changedRunning=("d",))),
-            "1 job removed (1 running to their end), 1 changed (1 from their next run),"
-            " max_jobs 8 -> 4",
+            describeReload(plan, ReloadApplied(leaving=("c",), changedRunning=("d", "e"))),
+            "1 job removed (1 running to their end), 2 changed (folders.exclude,"
+            " connections; 2 from their next run), max_jobs 8 -> 4",
         )
         self.assertEqual(describeReload(ReloadPlan(), ReloadApplied()), "no change")
 
@@ -352,6 +427,32 @@ class ApplyTests(SynchronousTestCase):
         self.assertEqual(h.counted, [["b"]])
         h.scheduler.finish("a")
         self.assertEqual([job.connections for job in built], [3])
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_limitsAloneLogNoJob(self) -> None:
+        """
+        A reload that changes only a server's C{max_connections} says
+        nothing of the jobs, running or queued: no "configuration changed
+        while running" line, no census of their sources; the queue holds
+        their new configuration.
+        """
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")])
+        built: list[JobConfig] = []
+        build = h.scheduler.service._build
+        h.scheduler.service._build = lambda config, connections: (
+            built.append(config) or build(config, connections)  # type: ignore[func-returns-value]
+        )
+        new = configOf(
+            [jobConfig("a", "a"), jobConfig("b", "b")], limits=ServerLimits(maxConnections=8)
+        )
+        events = capture(self)
+        applied = applyReload(planReload(h.config, new), h.target)
+        self.assertEqual(applied, ReloadApplied())
+        self.assertEqual(texts(events), [])
+        self.assertEqual(h.counted, [])
+        h.scheduler.finish("a")
+        self.assertEqual(built, [new.jobs[1]])
         h.scheduler.finish("b")
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
 
