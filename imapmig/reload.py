@@ -305,7 +305,7 @@ def _needsTLS(path: str, reason: str) -> str:
     return (
         f"{path}: the new configuration needs TLS ({reason}), and this daemon was"
         " started without it (its configuration used none): check the file with"
-        " imapmig-daemon --check-config --config FILE, then restart the daemon to"
+        f" imapmig-daemon --check-config --config {path}, then restart the daemon to"
         " apply it"
     )
 
