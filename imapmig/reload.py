@@ -23,10 +23,12 @@ each reload starts and how it ended.
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import sys
-from typing import Any, Callable, Protocol
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol
 
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 from twisted.internet.interfaces import IReactorThreads
@@ -326,12 +328,35 @@ def readForReload(path: str, withoutTLS: bool) -> Config:
     from imapmig.config import parseConfig
     from imapmig.configfile import readConfigFile
 
-    read = readConfigFile(path)
-    if withoutTLS:
-        reason = tlsReason(read.document)
-        if reason is not None:
-            raise ConfigError([_needsTLS(path, reason)])
-    return parseConfig(read.document, path, None, read.looseFileMode)
+    with _collectionPaused():
+        read = readConfigFile(path)
+        if withoutTLS:
+            reason = tlsReason(read.document)
+            if reason is not None:
+                raise ConfigError([_needsTLS(path, reason)])
+        return parseConfig(read.document, path, None, read.looseFileMode)
+
+
+@contextmanager
+def _collectionPaused() -> Iterator[None]:
+    """
+    Pause the cyclic garbage collector while a configuration is parsed.
+
+    Parsing allocates a node and two marks per key and value (a million
+    objects for 10,000 inline jobs), and the collector's passes over them
+    run in the parsing thread holding the interpreter's lock: the reactor's
+    thread stood still up to 0.8 s at a time (measured with 10,000 jobs;
+    0.06 s paused).  Nothing parsed is garbage in a cycle: it is freed by
+    reference counting once read.  Reloads never overlap, so nothing else
+    pauses and resumes the collector meanwhile.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def loadInThread(
