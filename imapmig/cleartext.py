@@ -13,14 +13,14 @@ configuration, L{withoutTLS} makes C{import OpenSSL} fail in this process
 before the reactor is imported, and Twisted then builds its transports
 without TLS, as it does where pyOpenSSL is not installed.
 
-The decision is made from the configuration file before the configuration
-reader is imported (the reader parses endpoint strings with Twisted's
-endpoint parser, which imports the reactor's transports):
-L{fileNeedsTLS} reads the YAML document on its own and answers C{False}
-only when it can see that nothing in it asks for TLS; anything it does
-not recognise counts as asking.  L{configNeedsTLS} answers the same
-question exactly from the parsed L{imapmig.config.Config}, to check the
-first answer.
+The decision is made from the configuration's YAML document
+(L{imapmig.configfile}) before the configuration reader is imported (the
+reader parses endpoint strings with Twisted's endpoint parser, which
+imports the reactor's transports): L{tlsReason} answers L{None} only when
+it can see that nothing in the document asks for TLS, and otherwise names
+what does.  L{configNeedsTLS} answers the same question exactly from the
+parsed L{imapmig.config.Config}, to check the first answer.  A reload
+(L{imapmig.reload}) asks both, off the reactor's thread.
 
 This module is a leaf: it imports nothing of imapmig's at run time.
 """
@@ -34,20 +34,11 @@ if TYPE_CHECKING:
     from imapmig.config.model import Config
 
 __all__ = [
-    "MAX_PROBED_OCTETS",
     "configNeedsTLS",
-    "documentNeedsTLS",
-    "fileNeedsTLS",
     "openSSLLoaded",
+    "tlsReason",
     "withoutTLS",
 ]
-
-MAX_PROBED_OCTETS = 64 * 1024
-"""
-The largest configuration file L{fileNeedsTLS} parses: a larger one is
-taken to need TLS, so that a large configuration is not parsed twice (its
-start-up is not an empty run's anyway).
-"""
 
 # Keys that ask for TLS wherever they appear: presets name providers
 # reached over TLS, OAuth 2.0 token endpoints are HTTPS, a CA file or a
@@ -103,80 +94,82 @@ def _isOff(value: object) -> bool:
     return value is False or (isinstance(value, str) and value.strip().lower() == "off")
 
 
-def _mentionsTLS(value: object) -> bool:
+def _mentionsTLS(document: object) -> str | None:
     """
-    Whether any key or string anywhere in C{value} asks for TLS.
+    The path of the first key or string anywhere in C{document} that asks
+    for TLS, or L{None}.  Each mapping and list is visited once however
+    many aliases share it (a document is a graph, not a tree).
     """
-    if isinstance(value, dict):
+    seen: set[int] = set()
+    stack: list[tuple[str, object]] = [("", document)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if value.strip().lower().startswith(_TLS_PREFIXES):
+                return path or "the document"
+            continue
+        if not isinstance(value, (dict, list)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+            continue
         for key, item in value.items():
-            if key in _TLS_KEYS or _mentionsTLS(key) or _mentionsTLS(item):
-                return True
-        return False
-    if isinstance(value, list):
-        return any(_mentionsTLS(item) for item in value)
-    if isinstance(value, str):
-        return value.strip().lower().startswith(_TLS_PREFIXES)
-    return False
+            where = f"{path}.{key}" if path else str(key)
+            if key in _TLS_KEYS:
+                return where
+            stack.append((where, key))
+            stack.append((where, item))
+    return None
 
 
-def documentNeedsTLS(document: object) -> bool:
+def _serverTLSReason(name: object, server: object) -> str | None:
     """
-    Whether the configuration C{document} (as YAML parsed it) may need TLS.
+    Why the server C{name} (a value under C{servers}) asks for TLS, or
+    L{None} if it does not or is malformed (the reader reports that).
+    """
+    if not isinstance(server, dict):
+        return None
+    endpoint = server.get("endpoint")
+    if isinstance(endpoint, str) and not endpoint.strip().lower().startswith("tcp:"):
+        return f"servers.{name}.endpoint is not a tcp: endpoint"
+    if not _isOff(server.get("starttls")):
+        return f"servers.{name}.starttls is not off"
+    return None
 
-    @return: C{False} only if every server is a C{tcp:} endpoint with
+
+def tlsReason(document: object) -> str | None:
+    """
+    What in the configuration C{document} (as YAML parsed it) asks for
+    TLS, or L{None} if nothing does.
+
+    @return: L{None} only if every server is a C{tcp:} endpoint with
         C{starttls: off}, the status page is off or listens on C{tcp:} or
         C{unix:}, and no key or string anywhere asks for TLS (a preset,
         OAuth 2.0, a CA file, a user list, a C{tls:}, C{ssl:} or C{https:}
-        string); C{True} for anything else, a malformed document included
-        (the configuration reader reports what is wrong with it).
+        string); else the key that asks, e.g. C{"servers.new.starttls is
+        not off"}.  A malformed document that asks for none (not a
+        mapping, a server that is not a mapping ...) needs none: the
+        configuration reader reports what is wrong with it, and
+        L{configNeedsTLS} checks its result.
     """
-    if not isinstance(document, dict) or _mentionsTLS(document):
-        return True
+    if not isinstance(document, dict):
+        return None
+    mentioned = _mentionsTLS(document)
+    if mentioned is not None:
+        return f"{mentioned} asks for TLS"
     servers = document.get("servers")
-    if not isinstance(servers, dict):
-        return True
-    for server in servers.values():
-        if not isinstance(server, dict):
-            return True
-        endpoint = server.get("endpoint")
-        if not isinstance(endpoint, str) or not endpoint.strip().lower().startswith("tcp:"):
-            return True
-        if not _isOff(server.get("starttls")):
-            return True
-    if "status" in document:
-        status = document["status"]
-        if isinstance(status, dict):
-            listen = status.get("listen")
-            if listen is not None and not (
-                isinstance(listen, str) and listen.strip().lower().startswith(_PLAIN_LISTENERS)
-            ):
-                return True
-        elif not (status is None or _isOff(status)):
-            return True
-    return False
-
-
-def fileNeedsTLS(path: str) -> bool:
-    """
-    Whether the configuration file at C{path} may need TLS
-    (L{documentNeedsTLS}).  A file that cannot be read or parsed, or is
-    larger than L{MAX_PROBED_OCTETS}, may.
-    """
-    try:
-        with open(path, "rb") as f:
-            content = f.read(MAX_PROBED_OCTETS + 1)
-    except OSError:
-        return True
-    if len(content) > MAX_PROBED_OCTETS:
-        return True
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        document = yaml.load(content, Loader=loader)
-    except (yaml.YAMLError, ValueError):
-        return True
-    return documentNeedsTLS(document)
+    if isinstance(servers, dict):
+        for name, server in servers.items():
+            reason = _serverTLSReason(name, server)
+            if reason is not None:
+                return reason
+    status = document.get("status")
+    if isinstance(status, dict):
+        listen = status.get("listen")
+        if isinstance(listen, str) and not listen.strip().lower().startswith(_PLAIN_LISTENERS):
+            return "status.listen is not a tcp: or unix: endpoint"
+    return None
 
 
 def configNeedsTLS(config: Config) -> bool:

@@ -11,7 +11,9 @@ the census); then the scheduler is woken.
       (it leaves the status page); one that is running goes on to its end,
       and is then not run again;
     - a changed job takes its new configuration from its next run: at once
-      when it is queued, after this run when it is running;
+      when it is queued, after this run when it is running (one whose
+      servers' limits alone changed takes it silently: the grants apply
+      them);
     - new limits never cut a running connection nor stop a running job:
       they apply to the grants made from now on.
 
@@ -122,6 +124,42 @@ def _show(target: ReloadTarget, job: JobConfig) -> None:
     target.jobServers[job.name] = job.destination.server.name
 
 
+def _replaceChanged(
+    plan: ReloadPlan, target: ReloadTarget, counted: list[JobConfig]
+) -> list[str]:
+    """
+    Give the changed and refreshed jobs of C{plan} their new configuration
+    in C{target}'s queue; add to C{counted} the changed jobs never run,
+    whose sources are counted again.
+
+    @return: the changed jobs that are running (their new configuration
+        is for their next run).
+    """
+    for job in plan.refreshed:
+        # Only its servers' limits differ: the grants take them (applyReload).
+        target.queue.replace(job)
+    changedRunning: list[str] = []
+    for job, keys in zip(plan.changed, plan.changedKeys):
+        state = target.queue.replace(job)
+        _show(target, job)
+        if state is QueueState.CLAIMED:
+            changedRunning.append(job.name)
+            log.info(
+                "Job {job}: its configuration changed while running ({keys}); this run"
+                " goes on with the old one, the new one is for its next run",
+                job=job.name,
+                keys=", ".join(keys),
+            )
+            continue
+        progress = target.progress.job(job.name)
+        if progress.state is JobState.QUEUED and progress.startedAt is None:
+            # Never run: its totals come from the census, of its source as
+            # configured now (a fresh entry, at the same place).
+            target.progress.addJob(job.name)
+            counted.append(job)
+    return changedRunning
+
+
 def applyReload(
     plan: ReloadPlan,
     target: ReloadTarget,
@@ -177,24 +215,7 @@ def applyReload(
     if holds and target.holds is not None and counted:
         # Before the scheduler is woken: a held job is never claimed.
         target.holds.applyHolds(holds, {job.name for job in counted})
-    changedRunning: list[str] = []
-    for job in plan.changed:
-        state = target.queue.replace(job)
-        _show(target, job)
-        if state is QueueState.CLAIMED:
-            changedRunning.append(job.name)
-            log.info(
-                "Job {job}: its configuration changed while running; this run goes on"
-                " with the old one, the new one is for its next run",
-                job=job.name,
-            )
-            continue
-        progress = target.progress.job(job.name)
-        if progress.state is JobState.QUEUED and progress.startedAt is None:
-            # Never run: its totals come from the census, of its source as
-            # configured now (a fresh entry, at the same place).
-            target.progress.addJob(job.name)
-            counted.append(job)
+    changedRunning = _replaceChanged(plan, target, counted)
     # Always: a server added without limits is then counted among the
     # servers whose connections the status shows.
     target.grants.setLimits(

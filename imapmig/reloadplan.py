@@ -8,20 +8,28 @@ A fleet sharing one PostgreSQL queue will compute the same plan and apply
 it as a few queue operations, so the plan says only what differs:
 
   - jobs added (in the new file's order) and removed (by name);
-  - jobs in both whose configuration differs in any way (source,
-    destination, its server's settings, folders, pipeline, retries);
-    a job that only moved in the file has not changed;
-  - C{max_jobs}, the servers' connection limits and C{stop_timeout};
-  - the settings a running daemon cannot take on (L{RESTART_SETTINGS}),
-    which a reload logs and leaves as they were.
+  - jobs in both whose configuration, as a run uses it, differs (source,
+    destination, its server's settings, folders, pipeline, retries; the
+    connections its servers' limits let it have), each with the keys that
+    differ; a job that only moved in the file has not changed, nor has
+    one whose server's limits changed without changing what it may have
+    (the limits are the grants' and the throttles', named once, under
+    C{servers});
+  - C{max_jobs}, the servers' connection limits (each key, old and new
+    value) and C{stop_timeout};
+  - the settings a running daemon cannot take on, which a reload logs
+    and leaves as they were.
 """
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+import re
 
-from imapmig.config.limits import ServerLimits
-from imapmig.config.model import Config, JobConfig, ServerConfig
+from attrs import evolve, fields, frozen, has
+
+from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.config.model import Config, ImapSourceConfig, JobConfig, ServerConfig
+from imapmig.secrets import Secret
 
 __all__ = ["ReloadPlan", "planReload", "keptForRestart"]
 
@@ -35,11 +43,18 @@ class ReloadPlan:
     @ivar removed: the names of the jobs no longer configured, in the old
         file's order.
     @ivar changed: the new configuration of each job in both files whose
-        configuration differs, in the new file's order.
+        configuration, as a run uses it, differs, in the new file's order.
+    @ivar changedKeys: for each of L{changed}, the keys that differ
+        (C{folders.exclude}, C{servers.dove.timeout}, C{connections}).
+    @ivar refreshed: the new configuration of each job that differs only
+        in its servers' limits, which do not change its runs: the queue
+        takes it, nothing is said of it.
     @ivar maxJobs: C{(old, new)} when C{max_jobs} changed, else L{None}.
     @ivar limitsChanged: the servers whose connection limits
         (C{max_connections}, C{per_account.max_connections}) changed,
         were added with one, or were removed having had one.
+    @ivar limitChanges: each connection limit that changed: its key
+        (C{servers.dove.max_connections}), old and new value.
     @ivar limits: every server's limits in the new configuration, by name.
     @ivar stopTimeout: C{(old, new)} when C{stop_timeout} changed.
     @ivar needsRestart: the settings that changed but only take effect
@@ -49,8 +64,11 @@ class ReloadPlan:
     added: tuple[JobConfig, ...] = ()
     removed: tuple[str, ...] = ()
     changed: tuple[JobConfig, ...] = ()
+    changedKeys: tuple[tuple[str, ...], ...] = ()
+    refreshed: tuple[JobConfig, ...] = ()
     maxJobs: tuple[int, int] | None = None
     limitsChanged: tuple[str, ...] = ()
+    limitChanges: tuple[tuple[str, object, object], ...] = ()
     limits: tuple[tuple[str, ServerLimits], ...] = ()
     stopTimeout: tuple[float, float] | None = None
     needsRestart: tuple[str, ...] = ()
@@ -63,10 +81,14 @@ class ReloadPlan:
         return self.maxJobs is not None or bool(self.limitsChanged)
 
 
-def _connectionLimits(limits: ServerLimits | None) -> tuple[int | None, int | None]:
-    if limits is None:
-        return (None, None)
-    return (limits.maxConnections, limits.perAccount.maxConnections)
+def _connectionLimits(limits: ServerLimits) -> ServerLimits:
+    """
+    C{limits} without its rates and budgets: what the grants read.
+    """
+    return ServerLimits(
+        maxConnections=limits.maxConnections,
+        perAccount=AccountLimits(maxConnections=limits.perAccount.maxConnections),
+    )
 
 
 def _rates(limits: ServerLimits) -> ServerLimits:
@@ -84,26 +106,154 @@ def _servers(config: Config) -> dict[str, ServerConfig]:
     return {server.name: server for server in config.servers}
 
 
+def _snake(name: str) -> str:
+    return re.sub(r"[A-Z]", lambda upper: "_" + upper.group(0).lower(), name)
+
+
+def differences(old: object, new: object, path: str) -> list[tuple[str, object, object]]:
+    """
+    The fields that differ between C{old} and C{new} (frozen attrs values
+    of one class, or anything comparable), each as its dotted path under
+    C{path} (C{snake_case}, as the configuration's keys are written) with
+    its old and new value.  A L{Secret} is one field.
+    """
+    if old == new:
+        return []
+    if type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret):
+        return [(path, old, new)]
+    found: list[tuple[str, object, object]] = []
+    for field in fields(type(old)):  # type: ignore[arg-type]
+        found += differences(
+            getattr(old, field.name), getattr(new, field.name), f"{path}.{_snake(field.name)}"
+        )
+    return found
+
+
+# How the paths of JobConfig's fields are written in the file.
+_JOB_KEYS = (
+    (re.compile(r"^(source|destination)\.server\.name$"), r"\1.server"),
+    (re.compile(r"^pipeline\."), ""),
+    (re.compile(r"^retry\.(attempts|max_delay)$"), r"retry_\1"),
+    (re.compile(r"^retry\."), ""),
+    (re.compile(r"^source\.(path|quoting|folder)$"), "source"),
+)
+
+
+def _jobKey(path: str, job: JobConfig) -> str:
+    """
+    The key in the file of a field of C{job}: a server's settings are
+    named under C{servers}, e.g. C{servers.dove.timeout}.
+    """
+    for side in ("source", "destination"):
+        prefix = f"{side}.server."
+        account = getattr(job, side)
+        if path.startswith(prefix) and path != f"{prefix}name":
+            return f"servers.{account.server.name}.{path[len(prefix):]}"
+    for pattern, replacement in _JOB_KEYS:
+        path = pattern.sub(replacement, path)
+    return path
+
+
+def _asRun(job: JobConfig) -> JobConfig:
+    """
+    C{job} as its runs use it: with the connections its servers' limits
+    let it have, and without those limits (the grants and the throttles
+    read them, from the servers' configuration).
+    """
+    connections = job.destination.server.limits.capConnections(job.connections)
+    destination = evolve(
+        job.destination, server=evolve(job.destination.server, limits=ServerLimits())
+    )
+    source = job.source
+    if isinstance(source, ImapSourceConfig):
+        connections = source.server.limits.capConnections(connections)
+        source = evolve(source, server=evolve(source.server, limits=ServerLimits()))
+    return evolve(job, connections=connections, source=source, destination=destination)
+
+
+def _jobChanges(
+    old: Config, new: Config
+) -> tuple[list[JobConfig], list[tuple[str, ...]], list[JobConfig]]:
+    """
+    The jobs in both C{old} and C{new} that changed as a run uses them,
+    with the keys that did; and those that changed only in their servers'
+    limits.
+    """
+    oldJobs = {job.name: job for job in old.jobs}
+    changed: list[JobConfig] = []
+    keys: list[tuple[str, ...]] = []
+    refreshed: list[JobConfig] = []
+    for job in new.jobs:
+        before = oldJobs.get(job.name)
+        if before is None or before == job:
+            continue
+        paths = differences(_asRun(before), _asRun(job), "")
+        if not paths:
+            refreshed.append(job)
+            continue
+        changed.append(job)
+        named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
+        for side in ("source", "destination"):
+            if f"{side}.server" in named:
+                # Another server: its settings are not changes of this job's.
+                other = f"servers.{getattr(job, side).server.name}."
+                named = [key for key in named if not key.startswith(other)]
+        keys.append(tuple(named))
+    return changed, keys, refreshed
+
+
+def _limitChanges(
+    oldServers: dict[str, ServerConfig], newServers: dict[str, ServerConfig]
+) -> list[tuple[str, object, object]]:
+    """
+    Each connection limit that differs, by its key, with its old and new
+    value (L{None}: none, as for a server added or removed).
+    """
+    found: list[tuple[str, object, object]] = []
+    for name in [*newServers, *(name for name in oldServers if name not in newServers)]:
+        before = oldServers[name].limits if name in oldServers else ServerLimits()
+        after = newServers[name].limits if name in newServers else ServerLimits()
+        found += differences(
+            _connectionLimits(before), _connectionLimits(after), f"servers.{name}"
+        )
+    return found
+
+
+def _rateChanges(
+    oldServers: dict[str, ServerConfig], newServers: dict[str, ServerConfig]
+) -> list[str]:
+    """
+    The keys of the rates and budgets that changed on servers in both: the
+    throttles' buckets and budgets are made once per server and account
+    (L{imapmig.schedule.throttle}), and shared.
+    """
+    found: list[str] = []
+    for name, server in newServers.items():
+        before = oldServers.get(name)
+        if before is not None:
+            found += [
+                key
+                for key, _, _ in differences(
+                    _rates(before.limits), _rates(server.limits), f"servers.{name}"
+                )
+            ]
+    return found
+
+
 def planReload(old: Config, new: Config) -> ReloadPlan:
     """
     Compare the running configuration C{old} with C{new}.
 
     @return: what differs (see L{ReloadPlan}).
     """
-    oldJobs = {job.name: job for job in old.jobs}
+    oldNames = {job.name for job in old.jobs}
     newNames = {job.name for job in new.jobs}
-    added = tuple(job for job in new.jobs if job.name not in oldJobs)
+    added = tuple(job for job in new.jobs if job.name not in oldNames)
     removed = tuple(job.name for job in old.jobs if job.name not in newNames)
-    changed = tuple(
-        job for job in new.jobs if job.name in oldJobs and oldJobs[job.name] != job
-    )
+    changed, changedKeys, refreshed = _jobChanges(old, new)
     oldServers, newServers = _servers(old), _servers(new)
-    limitsChanged = tuple(
-        name
-        for name in [*newServers, *(name for name in oldServers if name not in newServers)]
-        if _connectionLimits(oldServers[name].limits if name in oldServers else None)
-        != _connectionLimits(newServers[name].limits if name in newServers else None)
-    )
+    limitChanges = _limitChanges(oldServers, newServers)
+    limitsChanged = tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in limitChanges))
     needsRestart: list[str] = []
     if old.statePath != new.statePath:
         needsRestart.append("state")
@@ -126,18 +276,16 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     # taken away needs a restart.
     if (old.notify is None) != (new.notify is None):
         needsRestart.append("notify")
-    for name, server in newServers.items():
-        before = oldServers.get(name)
-        if before is not None and _rates(before.limits) != _rates(server.limits):
-            # The throttles' buckets and budgets are made once per server
-            # and account (imapmig.schedule.throttle), and shared.
-            needsRestart.append(f"servers.{name} rates and daily budgets")
+    needsRestart += _rateChanges(oldServers, newServers)
     return ReloadPlan(
         added=added,
         removed=removed,
-        changed=changed,
+        changed=tuple(changed),
+        changedKeys=tuple(changedKeys),
+        refreshed=tuple(refreshed),
         maxJobs=None if old.maxJobs == new.maxJobs else (old.maxJobs, new.maxJobs),
         limitsChanged=limitsChanged,
+        limitChanges=tuple(limitChanges),
         limits=tuple((name, server.limits) for name, server in newServers.items()),
         stopTimeout=(
             None if old.stopTimeout == new.stopTimeout else (old.stopTimeout, new.stopTimeout)

@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from twisted.application.service import IService
 from twisted.internet.error import ReactorNotRunning
@@ -102,21 +102,28 @@ class Options(usage.Options):
             raise
 
     def _loadConfig(self, path: str) -> None:
-        from imapmig.cleartext import configNeedsTLS, fileNeedsTLS, withoutTLS
-
-        # Decided before the reader is imported: it brings in Twisted's
-        # transports, which offer TLS if OpenSSL can be imported.
-        withoutOpenSSL = not fileNeedsTLS(path) and withoutTLS()
-        # Imported here, inside the collector's pause: the reader brings in
-        # most of twisted.internet (see the module docstring).
-        from imapmig.config import loadConfig
+        from imapmig.cleartext import configNeedsTLS, tlsReason, withoutTLS
+        from imapmig.configfile import readConfigFile
 
         try:
-            self.config = loadConfig(path)
+            # Parsed once, bounded (imapmig.configfile): the TLS decision
+            # and the reader read the same document.
+            read = readConfigFile(path)
+        except ConfigError as e:
+            _exitWithProblems(e.problems)
+        # Decided before the reader is imported: it brings in Twisted's
+        # transports, which offer TLS if OpenSSL can be imported.
+        withoutOpenSSL = tlsReason(read.document) is None and withoutTLS()
+        # Imported here, inside the collector's pause: the reader brings in
+        # most of twisted.internet (see the module docstring).
+        from imapmig.config import parseConfig
+
+        try:
+            self.config = parseConfig(read.document, path, None, read.looseFileMode)
         except ConfigError as e:
             _exitWithProblems(e.problems)
         if withoutOpenSSL and configNeedsTLS(self.config):
-            # fileNeedsTLS answers no only where the parsed configuration
+            # tlsReason answers no only where the parsed configuration
             # agrees; should they ever disagree, stop rather than fail at
             # the first TLS connection.
             _exitWithProblems(
@@ -161,7 +168,7 @@ def checkConnections(config: Config) -> bool:
     return results == [True]
 
 
-def _exitWithProblems(problems: tuple[str, ...] | list[str]) -> None:
+def _exitWithProblems(problems: tuple[str, ...] | list[str]) -> NoReturn:
     for problem in problems:
         sys.stderr.write(problem + "\n")
     sys.stderr.flush()

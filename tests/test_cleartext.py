@@ -41,14 +41,17 @@ def _plainDocument() -> dict[str, Any]:
     }
 
 
-class DocumentNeedsTLSTests(SynchronousTestCase):
+class TLSReasonTests(SynchronousTestCase):
     """
-    L{cleartext.documentNeedsTLS} answers no only for a document in which
-    nothing asks for TLS.
+    L{cleartext.tlsReason} answers L{None} only for a document in which
+    nothing asks for TLS, and otherwise names what does.
     """
 
-    def assertNeedsTLS(self, document: object) -> None:
-        self.assertTrue(cleartext.documentNeedsTLS(document), document)
+    def assertNeedsTLS(self, document: object, reason: str | None = None) -> None:
+        found = cleartext.tlsReason(document)
+        self.assertIsNotNone(found, document)
+        if reason is not None:
+            self.assertEqual(found, reason)
 
     def test_plain(self) -> None:
         """
@@ -57,37 +60,39 @@ class DocumentNeedsTLSTests(SynchronousTestCase):
         absent need no TLS.
         """
         document = _plainDocument()
-        self.assertFalse(cleartext.documentNeedsTLS(document))
+        self.assertIsNone(cleartext.tlsReason(document))
         document["servers"]["s"]["starttls"] = "off"
-        self.assertFalse(cleartext.documentNeedsTLS(document))
+        self.assertIsNone(cleartext.tlsReason(document))
         for status in (False, "off", None, {}, {"listen": "unix:/run/imapmig.sock"}):
             document["status"] = status
-            self.assertFalse(cleartext.documentNeedsTLS(document), status)
+            self.assertIsNone(cleartext.tlsReason(document), status)
         del document["status"]
-        self.assertFalse(cleartext.documentNeedsTLS(document))
+        self.assertIsNone(cleartext.tlsReason(document))
 
     def test_serverTLS(self) -> None:
         """
         A server with STARTTLS (by default or required), a C{tls:}
-        endpoint, a CA file, a certificate name or a preset needs TLS.
+        endpoint, a CA file, a certificate name or a preset needs TLS, and
+        the reason names the key.
         """
-        changes: list[dict[str, object]] = [
-            {"starttls": None},
-            {"starttls": "required"},
-            {"starttls": True},
-            {"endpoint": "tls:127.0.0.1:993", "starttls": False},
-            {"endpoint": "TLS:127.0.0.1:993"},
-            {"tls_ca": "ca.pem"},
-            {"tls_hostname": "imap.example"},
-            {"preset": "gmail"},
+        changes: list[tuple[dict[str, object], str]] = [
+            ({"starttls": None}, "servers.s.starttls is not off"),
+            ({"starttls": "required"}, "servers.s.starttls is not off"),
+            ({"starttls": True}, "servers.s.starttls is not off"),
+            ({"endpoint": "tls:127.0.0.1:993", "starttls": False}, "servers.s.endpoint asks for TLS"),
+            ({"endpoint": "TLS:127.0.0.1:993"}, "servers.s.endpoint asks for TLS"),
+            ({"endpoint": "unix:/run/imap"}, "servers.s.endpoint is not a tcp: endpoint"),
+            ({"tls_ca": "ca.pem"}, "servers.s.tls_ca asks for TLS"),
+            ({"tls_hostname": "imap.example"}, "servers.s.tls_hostname asks for TLS"),
+            ({"preset": "gmail"}, "servers.s.preset asks for TLS"),
         ]
-        for change in changes:
+        for change, reason in changes:
             document = _plainDocument()
             server = document["servers"]["s"]
             server.update(change)
             if change.get("starttls", False) is None:
                 del server["starttls"]
-            self.assertNeedsTLS(document)
+            self.assertNeedsTLS(document, reason)
 
     def test_elsewhere(self) -> None:
         """
@@ -97,78 +102,64 @@ class DocumentNeedsTLSTests(SynchronousTestCase):
         """
         document = _plainDocument()
         document["jobs"][0]["destination"]["oauth2"] = {"token_file": "t"}
-        self.assertNeedsTLS(document)
+        self.assertNeedsTLS(document, "jobs[0].destination.oauth2 asks for TLS")
         document = _plainDocument()
         document["credentials"] = {"c": {"oauth2": {"token_file": "t"}}}
-        self.assertNeedsTLS(document)
+        self.assertNeedsTLS(document, "credentials.c.oauth2 asks for TLS")
         document = _plainDocument()
         document["jobs"] = [{"jobs_from": "users.csv"}]
-        self.assertNeedsTLS(document)
+        self.assertNeedsTLS(document, "jobs[0].jobs_from asks for TLS")
         document = _plainDocument()
         document["jobs"][0]["note"] = ["https://example.com/token"]
-        self.assertNeedsTLS(document)
-        for listen in ("ssl:8443", "systemd:domain=INET:index=0", 8025):
-            document = _plainDocument()
-            document["status"] = {"listen": listen}
-            self.assertNeedsTLS(document)
+        self.assertNeedsTLS(document, "jobs[0].note[0] asks for TLS")
         document = _plainDocument()
-        document["status"] = "on"
-        self.assertNeedsTLS(document)
+        document["status"] = {"listen": "ssl:8443"}
+        self.assertNeedsTLS(document, "status.listen asks for TLS")
+        document["status"] = {"listen": "systemd:domain=INET:index=0"}
+        self.assertNeedsTLS(document, "status.listen is not a tcp: or unix: endpoint")
 
     def test_malformed(self) -> None:
         """
-        A document that is not a mapping, or whose servers are missing or
-        not mappings, counts as needing TLS: the reader reports it.
+        A document that is not a mapping, or whose servers or status are
+        missing or malformed, and that asks for TLS nowhere, needs none:
+        the reader reports what is wrong, in a process without OpenSSL.
         """
-        self.assertNeedsTLS(None)
-        self.assertNeedsTLS(["servers"])
+        for malformed in (None, ["servers"], "text"):
+            self.assertIsNone(cleartext.tlsReason(malformed))
         document = _plainDocument()
         del document["servers"]
-        self.assertNeedsTLS(document)
+        self.assertIsNone(cleartext.tlsReason(document))
         document = _plainDocument()
         document["servers"]["s"] = "tcp:127.0.0.1:143"
-        self.assertNeedsTLS(document)
+        self.assertIsNone(cleartext.tlsReason(document))
+        for status in ("on", {"listen": 8025}):
+            document = _plainDocument()
+            document["status"] = status
+            self.assertIsNone(cleartext.tlsReason(document))
         document = _plainDocument()
         document["servers"]["s"]["endpoint"] = ["tcp:127.0.0.1:143"]
-        self.assertNeedsTLS(document)
+        self.assertIsNone(cleartext.tlsReason(document))
 
-
-class FileNeedsTLSTests(SynchronousTestCase):
-    """
-    L{cleartext.fileNeedsTLS} reads the file's YAML document on its own.
-    """
-
-    def _write(self, content: bytes) -> str:
-        path: str = os.path.abspath(self.mktemp())
-        with open(path, "wb") as f:
-            f.write(content)
-        return path
-
-    def test_plainFile(self) -> None:
+    def test_sharedOnce(self) -> None:
         """
-        A file whose document needs no TLS needs none.
+        A document is a graph: what aliases share is looked at once, so a
+        value that stands for a tree of 2**60 leaves is answered at once
+        (walked as a tree, it never was).
         """
-        path = self._write(
-            b"servers:\n  s: {endpoint: 'tcp:127.0.0.1:143', starttls: off}\nstatus: off\n"
-        )
-        self.assertFalse(cleartext.fileNeedsTLS(path))
-
-    def test_unreadableInvalidOrLarge(self) -> None:
-        """
-        A missing file, invalid YAML, or a file larger than
-        L{cleartext.MAX_PROBED_OCTETS} counts as needing TLS.
-        """
-        self.assertTrue(cleartext.fileNeedsTLS(os.path.abspath(self.mktemp())))
-        self.assertTrue(cleartext.fileNeedsTLS(self._write(b"servers: [\n")))
-        plain = b"servers:\n  s: {endpoint: 'tcp:127.0.0.1:143', starttls: off}\n"
-        padding = b"#" * cleartext.MAX_PROBED_OCTETS + b"\n"
-        self.assertTrue(cleartext.fileNeedsTLS(self._write(plain + padding)))
+        shared: object = ["x", "x"]
+        for _ in range(60):
+            shared = [shared, shared]
+        document = _plainDocument()
+        document["bomb"] = shared
+        self.assertIsNone(cleartext.tlsReason(document))
+        document["bomb"] = {"b": [shared, "https://example.com"]}
+        self.assertNeedsTLS(document, "bomb.b[1] asks for TLS")
 
 
 class ConfigNeedsTLSTests(SynchronousTestCase):
     """
     L{cleartext.configNeedsTLS} answers from the parsed configuration, and
-    agrees with L{cleartext.documentNeedsTLS} wherever that answers no.
+    agrees with L{cleartext.tlsReason} wherever that answers no.
     """
 
     def _load(self, document: dict[str, Any]) -> Any:
@@ -194,7 +185,7 @@ class ConfigNeedsTLSTests(SynchronousTestCase):
         document["status"] = "off"
         self.assertFalse(cleartext.configNeedsTLS(self._load(document)))
         del document["status"]
-        self.assertFalse(cleartext.documentNeedsTLS(document))
+        self.assertIsNone(cleartext.tlsReason(document))
         self.assertFalse(cleartext.configNeedsTLS(self._load(document)))
 
     def test_tls(self) -> None:

@@ -143,12 +143,12 @@ class TokenFileTests(StatusConfigTestCase):
         loaded = parseConfig(document, self.configPath)
         self.assertEqual(loaded.status, StatusConfig(listen))
         self.assertTrue(cleartext.configNeedsTLS(loaded))
-        self.assertTrue(cleartext.documentNeedsTLS(document))
+        self.assertEqual(cleartext.tlsReason(document), "status.listen asks for TLS")
         plain = self.withStatus()
         plain["servers"] = {
             "new": {"endpoint": "tcp:mail.example.org:143", "starttls": "off", "allow_plaintext": True}
         }
-        self.assertFalse(cleartext.documentNeedsTLS(plain))
+        self.assertIsNone(cleartext.tlsReason(plain))
         self.assertFalse(cleartext.configNeedsTLS(parseConfig(plain, self.configPath)))
         missing = self.withStatus(
             listen=f"ssl:8443:privateKey={tls}/nope.key:certKey={tls}/server.pem"

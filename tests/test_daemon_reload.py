@@ -78,57 +78,57 @@ async def statusJSON(port: int) -> Any:
     return json.loads(await response.content())
 
 
+def writeReloadConfig(
+    directory: str,
+    instance: DovecotInstance,
+    jobs: list[tuple[str, DovecotUser, str]],
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """
+    Write the daemon's configuration: C{jobs} (name, account, Maildir)
+    into C{instance} over plain TCP, each account at L{RATE} messages
+    a second, the status listener on a free loopback port.
+    """
+    configJobs = []
+    for name, user, maildir in jobs:
+        passwordFile = os.path.join(directory, f"password-{name}")
+        if not os.path.exists(passwordFile):
+            writePasswordFile(passwordFile, user.password)
+        configJobs.append(
+            {
+                "name": name,
+                "source": {"maildir": maildir},
+                "destination": {"server": "dovecot", "user": user.name, "password_file": passwordFile},
+                "connections": 1,
+            }
+        )
+    document: dict[str, Any] = {
+        "state": os.path.join(directory, "state.sqlite"),
+        "status": {"listen": "tcp:0:interface=127.0.0.1"},
+        "servers": {
+            "dovecot": {
+                "endpoint": f"tcp:127.0.0.1:{instance.port}",
+                "starttls": "off",
+                "compress": "off",
+                "per_account": {"messages_per_second": RATE},
+            }
+        },
+        "jobs": configJobs,
+        **(extra or {}),
+    }
+    path = os.path.join(directory, "imapmig.yaml")
+    # Replaced whole, as an editor or a configuration manager does.
+    with open(path + ".new", "w") as f:
+        yaml.safe_dump(document, f, sort_keys=False)
+    os.chmod(path + ".new", 0o600)
+    os.replace(path + ".new", path)
+    return path
+
+
 class ReloadTests(TestCase):
     """
     C{SIGHUP} reloads the configuration of a running daemon.
     """
-
-    def writeConfig(
-        self,
-        directory: str,
-        instance: DovecotInstance,
-        jobs: list[tuple[str, DovecotUser, str]],
-        extra: dict[str, Any] | None = None,
-    ) -> str:
-        """
-        Write the daemon's configuration: C{jobs} (name, account, Maildir)
-        into C{instance} over plain TCP, each account at L{RATE} messages
-        a second, the status listener on a free loopback port.
-        """
-        configJobs = []
-        for name, user, maildir in jobs:
-            passwordFile = os.path.join(directory, f"password-{name}")
-            if not os.path.exists(passwordFile):
-                writePasswordFile(passwordFile, user.password)
-            configJobs.append(
-                {
-                    "name": name,
-                    "source": {"maildir": maildir},
-                    "destination": {"server": "dovecot", "user": user.name, "password_file": passwordFile},
-                    "connections": 1,
-                }
-            )
-        document: dict[str, Any] = {
-            "state": os.path.join(directory, "state.sqlite"),
-            "status": {"listen": "tcp:0:interface=127.0.0.1"},
-            "servers": {
-                "dovecot": {
-                    "endpoint": f"tcp:127.0.0.1:{instance.port}",
-                    "starttls": "off",
-                    "compress": "off",
-                    "per_account": {"messages_per_second": RATE},
-                }
-            },
-            "jobs": configJobs,
-            **(extra or {}),
-        }
-        path = os.path.join(directory, "imapmig.yaml")
-        # Replaced whole, as an editor or a configuration manager does.
-        with open(path + ".new", "w") as f:
-            yaml.safe_dump(document, f, sort_keys=False)
-        os.chmod(path + ".new", 0o600)
-        os.replace(path + ".new", path)
-        return path
 
     async def test_reloadAddsJob(self) -> None:
         """
@@ -146,7 +146,7 @@ class ReloadTests(TestCase):
         corpusB = writeMaildir(os.path.join(directory, "maildir-b"), NEW_MESSAGES, seed=192, folders=(("INBOX",),), profile="small")
         jobA = ("a", userA, os.path.join(directory, "maildir-a"))
         jobB = ("b", userB, os.path.join(directory, "maildir-b"))
-        path = self.writeConfig(directory, instance, [jobA])
+        path = writeReloadConfig(directory, instance, [jobA])
         daemon = startDaemon(
             self, reactor, path, daemonCommand(path)
         )
@@ -164,7 +164,7 @@ class ReloadTests(TestCase):
             await deferLater(reactor, 0.1, lambda: None)
             waited += 0.1
 
-        self.writeConfig(directory, instance, [jobA, jobB])
+        writeReloadConfig(directory, instance, [jobA, jobB])
         before = len(daemon.output)
         os.kill(daemon.pid, signal.SIGHUP)
         reloaded = await waitForLine(daemon, r"Configuration reloaded from .*$", before)
@@ -186,7 +186,7 @@ class ReloadTests(TestCase):
             self.assertTrue(held.exactlyOnce, held.summary())
 
         # An invalid configuration: two problems.
-        path = self.writeConfig(
+        path = writeReloadConfig(
             directory, instance, [jobA, jobB, ("c", userB, "relative/maildir")], {"max_jobz": 3}
         )
         before = len(daemon.output)

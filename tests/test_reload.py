@@ -10,15 +10,19 @@ handler.
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 from typing import Any, Callable, Sequence, cast
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
@@ -114,9 +118,9 @@ class PlanTests(SynchronousTestCase):
 
     def test_limits(self) -> None:
         """
-        A changed C{max_jobs} and connection limit are planned as such
-        (jobs of the server change with it); a changed rate needs a
-        restart; C{stop_timeout} is applied.
+        A changed C{max_jobs} and connection limit are planned as such,
+        each limit by its key with its old and new value; a changed rate
+        needs a restart, named by its key; C{stop_timeout} is applied.
         """
         a = jobConfig("a", "a")
         old = configOf([a], maxJobs=2)
@@ -124,14 +128,83 @@ class PlanTests(SynchronousTestCase):
         plan = planReload(old, configOf([a], maxJobs=4, limits=lower, stopTimeout=60.0))
         self.assertEqual(plan.maxJobs, (2, 4))
         self.assertEqual(plan.limitsChanged, ("s",))
+        self.assertEqual(plan.limitChanges, (("servers.s.max_connections", None, 1),))
         self.assertEqual(plan.limits, (("s", lower),))
         self.assertEqual(plan.stopTimeout, (30.0, 60.0))
-        self.assertEqual(len(plan.changed), 1)
         self.assertEqual(plan.needsRestart, ())
-        rated = ServerLimits(perAccount=AccountLimits(messagesPerSecond=5.0))
+        rated = ServerLimits(
+            bytesPerSecond=1000, perAccount=AccountLimits(messagesPerSecond=5.0, maxConnections=2)
+        )
         plan = planReload(old, configOf([a], maxJobs=2, limits=rated))
-        self.assertEqual(plan.limitsChanged, ())
-        self.assertEqual(plan.needsRestart, ("servers.s rates and daily budgets",))
+        self.assertEqual(plan.limitsChanged, ("s",))
+        self.assertEqual(
+            plan.limitChanges, (("servers.s.per_account.max_connections", None, 2),)
+        )
+        self.assertEqual(
+            plan.needsRestart,
+            ("servers.s.bytes_per_second", "servers.s.per_account.messages_per_second"),
+        )
+
+    def test_limitsAloneChangeNoJob(self) -> None:
+        """
+        A server's connection limits are the grants', not the jobs': a job
+        whose server's C{max_connections} changed has not changed (its
+        configuration is taken silently, L{ReloadPlan.refreshed}), unless
+        the limit changes the connections it may have, named
+        C{connections}.  (It was: every job of the server "changed".)
+        """
+        a = jobConfig("a", "a")
+        b = evolve(jobConfig("b", "b"), connections=3)
+        old = configOf([a, b], limits=ServerLimits(maxConnections=4))
+        plan = planReload(old, configOf([a, b], limits=ServerLimits(maxConnections=8)))
+        self.assertEqual(plan.changed, ())
+        self.assertEqual([job.name for job in plan.refreshed], ["a", "b"])
+        self.assertEqual(plan.limitChanges, (("servers.s.max_connections", 4, 8),))
+        self.assertEqual(
+            describeReload(plan, ReloadApplied()), "servers.s.max_connections 4 -> 8"
+        )
+        plan = planReload(old, configOf([a, b], limits=ServerLimits(maxConnections=2)))
+        self.assertEqual([job.name for job in plan.changed], ["b"])
+        self.assertEqual(plan.changedKeys, (("connections",),))
+        self.assertEqual([job.name for job in plan.refreshed], ["a"])
+        self.assertEqual(
+            describeReload(plan, ReloadApplied(changedRunning=("b",))),
+            "1 job changed (connections; 1 from its next run), servers.s.max_connections 4 -> 2",
+        )
+
+    def test_changedKeys(self) -> None:
+        """
+        The keys of a changed job are named as the file writes them: a
+        server's settings under C{servers}, the pipeline's and retries'
+        at the job's level, a password as C{password}; a job moved to
+        another server as C{destination.server}.
+        """
+        a = jobConfig("a", "a")
+        slow = evolve(a.destination.server, timeout=60.0)
+        changedA = evolve(
+            a,
+            destination=evolve(a.destination, server=slow, password=Secret("new")),
+            pipeline=evolve(a.pipeline, windowMessages=7),
+            retry=evolve(a.retry, attempts=3, quotaPause=60),
+            folders=FolderRules(exclude=("Junk",)),
+        )
+        plan = planReload(configOf([a]), evolve(configOf([a]), jobs=(changedA,)))
+        self.assertEqual(
+            plan.changedKeys,
+            (
+                (
+                    "servers.s.timeout",
+                    "destination.password",
+                    "window_messages",
+                    "folders.exclude",
+                    "retry_attempts",
+                    "quota_pause",
+                ),
+            ),
+        )
+        moved = evolve(a, destination=evolve(a.destination, server=server("t")))
+        plan = planReload(configOf([a]), evolve(configOf([a]), jobs=(moved,)))
+        self.assertEqual(plan.changedKeys, (("destination.server",),))
 
     def test_restartSettings(self) -> None:
         """
@@ -168,18 +241,24 @@ class PlanTests(SynchronousTestCase):
             added=(jobConfig("a", "a"), jobConfig("b", "b")),
             removed=("c",),
             limitsChanged=("s",),
+            limitChanges=(("servers.s.max_connections", None, 4),),
             needsRestart=("status.listen",),
         )
         self.assertEqual(
             describeReload(plan, ReloadApplied()),
-            "2 jobs added, 1 removed, limits of 1 server changed;"
+            "2 jobs added, 1 removed, servers.s.max_connections none -> 4;"
             " 1 setting needs a restart: status.listen",
         )
-        plan = ReloadPlan(removed=("c",), changed=(jobConfig("d", "d"),), maxJobs=(8, 4))
+        plan = ReloadPlan(
+            removed=("c",),
+            changed=(jobConfig("d", "d"), jobConfig("e", "e")),
+            changedKeys=(("folders.exclude",), ("folders.exclude", "connections")),
+            maxJobs=(8, 4),
+        )
         self.assertEqual(
-            describeReload(plan, ReloadApplied(leaving=("c",), changedRunning=("d",))),
-            "1 job removed (1 running to their end), 1 changed (1 from their next run),"
-            " max_jobs 8 -> 4",
+            describeReload(plan, ReloadApplied(leaving=("c",), changedRunning=("d", "e"))),
+            "1 job removed (1 running to their end), 2 changed (folders.exclude,"
+            " connections; 2 from their next run), max_jobs 8 -> 4",
         )
         self.assertEqual(describeReload(ReloadPlan(), ReloadApplied()), "no change")
 
@@ -356,6 +435,32 @@ class ApplyTests(SynchronousTestCase):
         self.assertEqual(h.counted, [["b"]])
         h.scheduler.finish("a")
         self.assertEqual([job.connections for job in built], [3])
+        h.scheduler.finish("b")
+        self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_limitsAloneLogNoJob(self) -> None:
+        """
+        A reload that changes only a server's C{max_connections} says
+        nothing of the jobs, running or queued: no "configuration changed
+        while running" line, no census of their sources; the queue holds
+        their new configuration.
+        """
+        h = Harness([jobConfig("a", "a"), jobConfig("b", "b")])
+        built: list[JobConfig] = []
+        build = h.scheduler.service._build
+        h.scheduler.service._build = lambda config, connections: (
+            built.append(config) or build(config, connections)  # type: ignore[func-returns-value]
+        )
+        new = configOf(
+            [jobConfig("a", "a"), jobConfig("b", "b")], limits=ServerLimits(maxConnections=8)
+        )
+        events = capture(self)
+        applied = applyReload(planReload(h.config, new), h.target)
+        self.assertEqual(applied, ReloadApplied())
+        self.assertEqual(texts(events), [])
+        self.assertEqual(h.counted, [])
+        h.scheduler.finish("a")
+        self.assertEqual(built, [new.jobs[1]])
         h.scheduler.finish("b")
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
 
@@ -725,3 +830,161 @@ class LoadInThreadTests(SynchronousTestCase):
         self.assertEqual(len(error.problems), 1)
         self.assertIn(path, error.problems[0])
 
+
+
+@implementer(IReactorThreads)
+class ThreadedReactor:
+    """
+    A reactor whose thread pool runs nothing until the test says so
+    (L{runQueued}), and whose C{callFromThread} calls at once.
+    """
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Callable[[bool, object], None], Callable[..., object], tuple[Any, ...]]] = []
+
+    def getThreadPool(self) -> Any:
+        reactor = self
+
+        class Pool:
+            def callInThreadWithCallback(
+                self, onResult: Callable[[bool, object], None], f: Callable[..., object], *args: Any
+            ) -> None:
+                reactor.queued.append((onResult, f, args))
+
+        return Pool()
+
+    def callFromThread(
+        self, callable: Callable[..., Any], *args: object, **kwargs: object
+    ) -> None:
+        callable(*args, **kwargs)
+
+    def callInThread(self, callable: Callable[..., Any], *args: object, **kwargs: object) -> None:
+        raise AssertionError("not used")
+
+    def suggestThreadPoolSize(self, size: int) -> None:
+        raise AssertionError("not used")
+
+    def runQueued(self) -> None:
+        while self.queued:
+            onResult, f, args = self.queued.pop(0)
+            try:
+                result = f(*args)
+            except BaseException:
+                onResult(False, Failure())
+            else:
+                onResult(True, result)
+
+
+class BrokenReloadTests(SynchronousTestCase):
+    """
+    A reload reads and checks the file off the reactor's thread, bounded,
+    and a broken file is refused with what is wrong with it, in a daemon
+    without TLS too.
+    """
+
+    def reload(self, path: str, reactor: Any = None) -> tuple[Deferred[bool], list[LogEvent]]:
+        events = capture(self)
+        h = Harness([jobConfig("a", "a")])
+        self.addCleanup(h.scheduler.finish, "a")
+        reactor = MemoryReactorClock() if reactor is None else reactor
+        reloader = ConfigReloader(
+            h.config,
+            lambda path: loadInThread(reactor, path, withoutTLS=lambda: True),
+            h.target,
+            withoutTLS=lambda: True,
+        )
+        return reloader.reloadFrom(path), events
+
+    def write(self, content: bytes) -> str:
+        path: str = os.path.abspath(self.mktemp())
+        with open(path, "wb") as f:
+            f.write(content)
+        os.chmod(path, 0o600)
+        return path
+
+    def test_realProblem(self) -> None:
+        """
+        In a daemon started without TLS, a YAML error, an empty file and a
+        deleted file are each refused with the problem C{--check-config}
+        reports, not as a configuration needing TLS (whose advice, a
+        restart, would stop the daemon with the same problem).
+        """
+        missing = os.path.abspath(self.mktemp())
+        for path, problem in (
+            (self.write(b"state: [\n"), "invalid YAML"),
+            (self.write(b""), "the file is empty"),
+            (self.write(b"# nothing but a comment\n"), "the file is empty"),
+            (missing, f"{missing}: no such file"),
+            (self.write(b"state: a\nstate: b\n"), "state: given twice, on lines 1 and 2"),
+        ):
+            applied, events = self.reload(path)
+            self.assertFalse(self.successResultOf(applied))
+            errors = "\n".join(texts(events, LogLevel.error))
+            self.assertIn(problem, errors)
+            self.assertNotIn("TLS", errors)
+
+    def test_needsTLSSaysWhy(self) -> None:
+        """
+        A valid file that asks for TLS, in a daemon started without it, is
+        refused naming what asks for it.
+        """
+        path = self.write(b"servers:\n  s: {endpoint: 'tcp:127.0.0.1:143'}\n")
+        applied, events = self.reload(path)
+        self.assertFalse(self.successResultOf(applied))
+        self.assertIn(
+            "the new configuration needs TLS (servers.s.starttls is not off)",
+            "\n".join(texts(events, LogLevel.error)),
+        )
+
+    def test_offTheReactorThread(self) -> None:
+        """
+        The reactor's thread neither opens nor parses the file: the
+        thread pool does, and the result is applied on the reactor's
+        thread.  (The TLS probe read and walked it on the reactor's
+        thread: an alias bomb froze the daemon for minutes.)
+        """
+        from tests.test_configfile import aliasBomb
+
+        reactor = ThreadedReactor()
+        path = self.write(aliasBomb())
+        opened: list[object] = []
+        realOpen = builtins.open
+
+        def recordingOpen(file: Any, *args: Any, **kwargs: Any) -> Any:
+            opened.append(file)
+            return realOpen(file, *args, **kwargs)
+
+        self.patch(builtins, "open", recordingOpen)
+        applied, events = self.reload(path, reactor)
+        self.assertEqual(opened, [])
+        self.assertNoResult(applied)
+        self.assertEqual(len(reactor.queued), 1)
+        reactor.runQueued()
+        self.assertEqual(opened, [path])
+        self.assertFalse(self.successResultOf(applied))
+        self.assertIn("the document holds more than", "\n".join(texts(events, LogLevel.error)))
+
+    def test_collectionPaused(self) -> None:
+        """
+        The garbage collector is paused while the file is parsed (its
+        passes over the parsed nodes held the interpreter's lock, and the
+        reactor's thread stood still up to 0.8 s with 10,000 jobs), and
+        resumed after, whether the file was valid or not.
+        """
+        import gc
+
+        from imapmig import configfile
+
+        seen: list[bool] = []
+        read = configfile.readConfigFile
+
+        def recording(path: str) -> configfile.ConfigFile:
+            seen.append(gc.isenabled())
+            return read(path)
+
+        self.patch(configfile, "readConfigFile", recording)
+        self.assertTrue(gc.isenabled())
+        applied, events = self.reload(self.write(b"state: [\n"))
+        self.assertFalse(self.successResultOf(applied))
+        self.assertEqual(seen, [False])
+        self.assertTrue(gc.isenabled())

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from typing import Mapping
-
-import yaml
 
 from imapmig.config.accounts import _DESTINATION_KEYS
 from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS
@@ -39,13 +36,14 @@ from imapmig.config.model import (
     StatusConfig,
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
-from imapmig.config.reader import _describe, _describeYAMLError
+from imapmig.config.reader import _describe
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
+from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
 from imapmig.plan import FolderRules
-from imapmig.secrets import PasswordFileError, Secret, accessibleToOthers, readPasswordFile
+from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = [
     "AccountConfig",
@@ -110,57 +108,13 @@ def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
     @param environ: the environment to find systemd credentials with
         (C{CREDENTIALS_DIRECTORY}), or L{None} for the process's.
     @return: the configuration.
-    @raise ConfigError: the file cannot be read or is not valid YAML (one
-        problem), or any problem with its content (every problem found),
-        among them an inline password in a file that group or others may
-        read.
+    @raise ConfigError: the file cannot be read, is not valid YAML, is past
+        a bound or gives a key twice (L{imapmig.configfile}), or any
+        problem with its content (every problem found), among them an
+        inline password in a file that group or others may read.
     """
-    try:
-        with open(path, "rb") as f:
-            # fstat of the file read: its mode decides whether it may hold
-            # an inline password.
-            mode = os.fstat(f.fileno()).st_mode
-            loose = accessibleToOthers(f.fileno(), mode)
-            content = f.read()
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, not a file"]) from None
-    except OSError as e:
-        raise ConfigError([f"{path}: cannot be read: {e.strerror}"]) from None
-    try:
-        document = _parseYAML(content)
-    except yaml.MarkedYAMLError as e:
-        raise ConfigError([f"{path}: {_describeYAMLError(e)}"]) from None
-    except yaml.YAMLError as e:
-        # e.g. a ReaderError (bad encoding): its text spans lines.
-        oneLine = " ".join(str(e).split())
-        raise ConfigError([f"{path}: invalid YAML: {oneLine}"]) from None
-    return parseConfig(
-        document, path, environ, stat.S_IMODE(mode) if loose else None
-    )
-
-
-# libyaml's parser when PyYAML was built with it: ~5 times faster than
-# the pure-Python one on a large configuration.
-_FAST_LOADER = getattr(yaml, "CSafeLoader", None)
-
-
-def _parseYAML(content: bytes) -> object:
-    """
-    Parse a YAML document as C{yaml.safe_load} does, with libyaml when it
-    is available.  A document libyaml refuses is parsed again by the
-    pure-Python parser, so that an error is always described the same way
-    (line, column and wording), whichever parser PyYAML has.
-
-    @raise yaml.YAMLError: C{content} is not valid YAML.
-    """
-    if _FAST_LOADER is not None:
-        try:
-            return yaml.load(content, Loader=_FAST_LOADER)
-        except yaml.YAMLError:
-            pass
-    return yaml.safe_load(content)
+    read = readConfigFile(path)
+    return parseConfig(read.document, path, environ, read.looseFileMode)
 
 
 def parseConfig(
@@ -172,7 +126,7 @@ def parseConfig(
     """
     Validate an already loaded YAML document.
 
-    @param document: what C{yaml.safe_load} returned.
+    @param document: the YAML document (L{imapmig.configfile.readConfigFile}).
     @param path: the file it came from: names it in error messages, and
         relative paths are resolved against its directory.
     @param environ: the environment to find systemd credentials with, or

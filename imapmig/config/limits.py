@@ -127,6 +127,17 @@ class ServerLimits:
             or self.perAccount.throttled
         )
 
+    def capConnections(self, wanted: int) -> int:
+        """
+        The most of C{wanted} connections one job may ever be granted to
+        one account on this server: C{max_connections} and
+        C{per_account.max_connections} cap it.
+        """
+        for limit in (self.maxConnections, self.perAccount.maxConnections):
+            if limit is not None:
+                wanted = min(wanted, limit)
+        return wanted
+
 
 class LimitsReader(ConfigReader):
     """

@@ -16,31 +16,8 @@ import os
 import re
 from typing import Collection, Sequence
 
-import yaml
-
 # What a job or server name may be.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
-
-
-def _describeYAMLError(error: yaml.MarkedYAMLError) -> str:
-    """
-    Describe a YAML syntax error in one line: where, what, and where the
-    construct it interrupted began.
-    """
-
-    def position(mark: yaml.Mark) -> str:
-        return f"line {mark.line + 1}, column {mark.column + 1}"
-
-    mark = error.problem_mark or error.context_mark
-    where = "" if mark is None else f"{position(mark)}: "
-    what = error.problem or error.context or "syntax error"
-    context = ""
-    if error.problem and error.context:
-        context = f" ({error.context}"
-        if error.context_mark is not None and error.context_mark is not mark:
-            context += f" at {position(error.context_mark)}"
-        context += ")"
-    return f"{where}invalid YAML: {what}{context}"
 
 
 def _describe(value: object) -> str:

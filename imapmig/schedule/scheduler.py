@@ -522,10 +522,7 @@ def withinLimits(job: JobConfig) -> JobConfig:
         accounts.append(job.source)
     connections = job.connections
     for account in accounts:
-        limits = account.server.limits
-        for limit in (limits.maxConnections, limits.perAccount.maxConnections):
-            if limit is not None:
-                connections = min(connections, limit)
+        connections = account.server.limits.capConnections(connections)
     if connections == job.connections:
         return job
     log.info(
