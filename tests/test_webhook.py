@@ -562,4 +562,4 @@ class NotifyConfigTests(ConfigTestCase):
         plain = NotifyConfig("http://127.0.0.1:9/h")
         self.assertFalse(cleartext.configNeedsTLS(evolve(bare, notify=plain)))
         self.assertTrue(cleartext.configNeedsTLS(evolve(bare, notify=NotifyConfig(URL))))
-        self.assertTrue(cleartext.documentNeedsTLS({"notify": {"webhook_url": URL}}))
+        self.assertIsNotNone(cleartext.tlsReason({"notify": {"webhook_url": URL}}))
