@@ -73,6 +73,7 @@ from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
+from imapmig.messagenames import HEADER_FIELDS
 from imapmig.message import (
     MessageBody,
     SourceFolder,
@@ -667,6 +668,22 @@ class IMAPSource:
             L{QuotaExceeded}: pause).
         """
         return self._call(self._readBodies, folder, folder, messages)
+
+    def readHeaders(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[bytes | None]]:
+        """
+        The header fields that name C{messages} to their owner
+        (L{imapmig.messagenames.HEADER_FIELDS}), in the same order, with
+        one C{UID FETCH} of C{BODY.PEEK[HEADER.FIELDS (...)]}: a few
+        hundred octets per message, never a body.  For the messages that
+        failed (L{imapmig.job.naming}); L{None} for one the server does
+        not send (gone, refused).
+
+        @return: a Deferred that fails with a L{TransientError} when the
+            connection is lost.
+        """
+        return self._call(self._readHeaders, folder, folder, messages)
 
     # Delta passes
 
@@ -1291,6 +1308,36 @@ class IMAPSource:
             for body in fetched.values():
                 if isinstance(body, SpooledLiteral):
                     body.close()
+
+    async def _readHeaders(
+        self,
+        reader: _Reader,
+        session: IMAPSession,
+        folder: SourceFolder,
+        messages: Sequence[SourceMessage],
+    ) -> Sequence[bytes | None]:
+        none: list[bytes | None] = [None] * len(messages)
+        try:
+            if reader.examined != folder.key or folder.key not in self._status:
+                await self._examine(reader, session, folder, listing=False)
+            uidValidity = self._status[folder.key].uidValidity
+            parsed = [parseMessageKey(message.key) for message in messages]
+            uids = [p[1] if p is not None and p[0] == uidValidity else None for p in parsed]
+            wanted = sorted({uid for uid in uids if uid is not None})
+            if not wanted:
+                return none
+            _fetchParser(session).limits = LISTING_LIMITS
+            items = await session.fetchMetadata(
+                formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
+            )
+        except CommandFailed:
+            return none
+        headers: dict[int, bytes] = {}
+        for item in items:
+            for name, value in item.sections.items():
+                if item.uid is not None and value and name.startswith(b"BODY[HEADER.FIELDS"):
+                    headers[item.uid] = value
+        return [None if uid is None else headers.get(uid) for uid in uids]
 
     def _bodies(
         self,
