@@ -187,33 +187,7 @@ def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
     The text report: a line per job with what failed, then the summary.
     """
     for entry in document:
-        out.write(
-            f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
-            f" {entry['already_present']} already present), {entry['failed']} failed;"
-            f" line endings converted in {entry['line_endings_converted']},"
-            f" {entry['with_notes']} with notes\n"
-        )
-        held = entry["hold"]
-        if held is not None:
-            by = "" if held["by"] is None else f" by {held['by']}"
-            out.write(f"  {held['state']}{by} at {held['at']}\n")
-        if entry["job_failure"] is not None:
-            out.write(f"  job failed\t{entry['job_failure']}\n")
-        for failure in entry["failures"]:
-            out.write(
-                f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
-                f"\t{failure['reason']}\n"
-            )
-        for note in entry["notes"]:
-            out.write(
-                f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
-                f"\t{note['note']}\n"
-            )
-        for fallback in entry["folder_fallbacks"]:
-            out.write(
-                f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
-                f"\t{fallback['reason']}\n"
-            )
+        _writeEntry(entry, out)
     paused = [
         str(entry["job"])
         for entry in document
@@ -226,6 +200,39 @@ def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
     failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
     if failed:
         out.write(f"failed: {', '.join(failed)}\n")
+
+
+def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
+    """
+    One job's lines of the text report.
+    """
+    out.write(
+        f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
+        f" {entry['already_present']} already present), {entry['failed']} failed;"
+        f" line endings converted in {entry['line_endings_converted']},"
+        f" {entry['with_notes']} with notes\n"
+    )
+    held = entry["hold"]
+    if held is not None:
+        by = "" if held["by"] is None else f" by {held['by']}"
+        out.write(f"  {held['state']}{by} at {held['at']}\n")
+    if entry["job_failure"] is not None:
+        out.write(f"  job failed\t{entry['job_failure']}\n")
+    for failure in entry["failures"]:
+        out.write(
+            f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
+            f"\t{failure['reason']}\n"
+        )
+    for note in entry["notes"]:
+        out.write(
+            f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
+            f"\t{note['note']}\n"
+        )
+    for fallback in entry["folder_fallbacks"]:
+        out.write(
+            f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
+            f"\t{fallback['reason']}\n"
+        )
 
 
 def _writeFailures(

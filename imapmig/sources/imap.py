@@ -271,6 +271,26 @@ def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(f for f in flags if f.isascii() and f.lower() != "\\recent")
 
 
+def _uidOf(message: SourceMessage, uidValidity: int) -> int | None:
+    """
+    The UID of C{message} in its folder under C{uidValidity}, or L{None}
+    if its key is of another UIDVALIDITY (or none of this source's).
+    """
+    parsed = parseMessageKey(message.key)
+    return parsed[1] if parsed is not None and parsed[0] == uidValidity else None
+
+
+def _headerOf(item: FetchedItem) -> tuple[int | None, bytes | None]:
+    """
+    The UID and the C{BODY[HEADER.FIELDS (...)]} section of a FETCH
+    response (as the server spelled the section's name).
+    """
+    for name, value in item.sections.items():
+        if name.startswith(b"BODY[HEADER.FIELDS"):
+            return item.uid, value
+    return item.uid, None
+
+
 def _commandGroups(
     messages: Sequence[tuple[int, int]], commandBytes: int
 ) -> list[list[int]]:
@@ -1316,27 +1336,21 @@ class IMAPSource:
         folder: SourceFolder,
         messages: Sequence[SourceMessage],
     ) -> Sequence[bytes | None]:
-        none: list[bytes | None] = [None] * len(messages)
         try:
             if reader.examined != folder.key or folder.key not in self._status:
                 await self._examine(reader, session, folder, listing=False)
             uidValidity = self._status[folder.key].uidValidity
-            parsed = [parseMessageKey(message.key) for message in messages]
-            uids = [p[1] if p is not None and p[0] == uidValidity else None for p in parsed]
+            uids = [_uidOf(message, uidValidity) for message in messages]
             wanted = sorted({uid for uid in uids if uid is not None})
-            if not wanted:
-                return none
-            _fetchParser(session).limits = LISTING_LIMITS
-            items = await session.fetchMetadata(
-                formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
-            )
+            items = []
+            if wanted:
+                _fetchParser(session).limits = LISTING_LIMITS
+                items = await session.fetchMetadata(
+                    formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
+                )
         except CommandFailed:
-            return none
-        headers: dict[int, bytes] = {}
-        for item in items:
-            for name, value in item.sections.items():
-                if item.uid is not None and value and name.startswith(b"BODY[HEADER.FIELDS"):
-                    headers[item.uid] = value
+            return [None] * len(messages)
+        headers = dict(_headerOf(item) for item in items)
         return [None if uid is None else headers.get(uid) for uid in uids]
 
     def _bodies(

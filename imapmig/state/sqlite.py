@@ -421,14 +421,7 @@ class SQLiteStateStore:
                 rows.append(outcome)
                 continue
             assert isinstance(outcome, MessageOutcome)
-            plain = (
-                outcome.failure is None
-                and outcome.note is None
-                and outcome.messageId is None
-                and outcome.subject is None
-                and outcome.sender is None
-                and outcome.date is None
-            )
+            plain = outcome.failure is None and outcome.note is None and _nameless(outcome)
             wanted = _UPSERT_PLAIN if plain else _UPSERT
             if statement is not wanted:
                 statement, rows = wanted, []
@@ -588,14 +581,7 @@ class SQLiteStateStore:
         if needle:
             rowsRead = FAILURES_SEARCH_ROWS
             # An older database opened read-only has no Message-IDs.
-            contained = _CONTAINS
-            if self._version < 10:
-                contained = contained.replace("message_from", "NULL").replace(
-                    "message_subject", "NULL"
-                )
-            if self._version < 8:
-                contained = contained.replace("message_id", "NULL")
-            contained = contained.replace("?1", ":needle")
+            contained = self._contains().replace("?1", ":needle")
             # The first rows from the start (the count) or from `after`
             # (the page), then the needle among them: a needle found
             # nowhere would otherwise read every failure.
@@ -716,6 +702,20 @@ class SQLiteStateStore:
         primary key) where the database has one.
         """
         return "messages INDEXED BY messages_not_copied" if self._version >= 8 else "messages"
+
+    def _contains(self) -> str:
+        """
+        L{_CONTAINS} for this database's schema version: an older one
+        opened read-only has no names (nor, before version 8, Message-IDs).
+        """
+        contained = _CONTAINS
+        if self._version < 10:
+            contained = contained.replace("message_from", "NULL").replace(
+                "message_subject", "NULL"
+            )
+        if self._version < 8:
+            contained = contained.replace("message_id", "NULL")
+        return contained
 
     def _outcomeColumns(self) -> str:
         """
@@ -1143,6 +1143,18 @@ def _writeAppended(
             parameters.extend(outcome)
         connection.execute(_upsertAppended(rows), parameters)
         start = end
+
+
+def _nameless(outcome: MessageOutcome) -> bool:
+    """
+    Whether C{outcome} carries none of the names of its message.
+    """
+    return (
+        outcome.messageId is None
+        and outcome.date is None
+        and outcome.sender is None
+        and outcome.subject is None
+    )
 
 
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:
