@@ -89,8 +89,8 @@ class RunSummary:
     @ivar copied: messages copied; C{alreadyPresent}: found in the
         destination already; C{failed}: failed.
     @ivar copiedOctets: the octets of the messages copied.
-    @ivar firstAt: when the earliest outcome still recorded was recorded
-        (seconds since the epoch), L{None} for none; C{lastAt}: the latest.
+    @ivar firstAt: when the first message copied was recorded (seconds
+        since the epoch), L{None} for none; C{lastAt}: the last.
     """
 
     outcomes: Mapping[str, int]
@@ -111,7 +111,7 @@ class RunSummary:
     @property
     def seconds(self) -> float:
         """
-        From the first outcome recorded to the last (0 for none).
+        From the first copy recorded to the last (0 for none).
         """
         if self.firstAt is None or self.lastAt is None:
             return 0.0
@@ -177,7 +177,7 @@ def summaryLines(summary: RunSummary) -> list[str]:
     seconds = summary.seconds
     if seconds > 0:
         copied += (
-            f" in {_duration(seconds)} (first to last outcome recorded):"
+            f" in {_duration(seconds)} (first to last copy recorded):"
             f" {summary.copied / seconds:,.0f} messages/s,"
             f" {octets(summary.copiedOctets / seconds)}/s"
         )

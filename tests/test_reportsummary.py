@@ -29,10 +29,10 @@ def fill(store: MemoryStateStore | SQLiteStateStore, clock: list[float]) -> None
     failure), c (a failed run), d (nothing), e (paused).
     """
     clock[0] = 1_700_000_000.0
-    store.recordOutcomes(
-        "a", [MessageOutcome("INBOX", str(i), "INBOX", 1 << 20, 5, i + 1) for i in range(500)]
-    )
+    copied = [MessageOutcome("INBOX", str(i), "INBOX", 1 << 20, 5, i + 1) for i in range(500)]
+    store.recordOutcomes("a", copied[:250])
     clock[0] += 125
+    store.recordOutcomes("a", copied[250:])
     store.recordOutcomes(
         "b", [withNames(MessageOutcome("INBOX", "9", "INBOX", 10, failure="too big"), NAMES)]
     )
@@ -63,7 +63,7 @@ class SummaryTests(SynchronousTestCase):
                 " 0 cancelled), 1 not run",
                 "summary: 500 messages in the destination (500 copied, 0 already present),"
                 " 1 failed",
-                "summary: 500.0 MiB copied in 2 min 5 s (first to last outcome recorded):"
+                "summary: 500.0 MiB copied in 2 min 5 s (first to last copy recorded):"
                 " 4 messages/s, 4.00 MiB/s",
             ],
         )

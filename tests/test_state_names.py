@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.state import IStateStore, JobActivity, MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
-from tests.test_state import appended, failed, present
+from tests.test_state import MARK, appended, failed, present
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
@@ -100,9 +100,10 @@ class StoreNamesMixin(_MixinBase):
     def test_activity(self) -> None:
         """
         L{IStateStore.activity} sums the octets of the messages copied
-        (not those failed or already present), spans the times outcomes
-        were recorded, and counts the folder marks; a job with no record
-        has none of these.
+        (not those failed or already present), spans the times the copies
+        were recorded (a failure recorded later, as a rerun records it
+        again, does not stretch it), and counts the folder marks; a job
+        with no record has none of these.
         """
         store = self.makeStore()
         self.assertEqual(
@@ -113,11 +114,16 @@ class StoreNamesMixin(_MixinBase):
             store.recordOutcomes("job", [appended("INBOX", "1"), failed("INBOX", "2")])
         )
         self.clock.advance(30)
-        self.successResultOf(store.recordOutcomes("job", [present("INBOX", "3")]))
+        self.successResultOf(
+            store.recordOutcomes("job", [present("INBOX", "3"), appended("INBOX", "4")])
+        )
+        self.clock.advance(600)
+        self.successResultOf(store.recordOutcomes("job", [failed("INBOX", "2")]))
         self.successResultOf(store.recordOutcomes("other", [appended("INBOX", "1")]))
-        sizes = appended("INBOX", "1").size
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        sizes = appended("INBOX", "1").size + appended("INBOX", "4").size
         self.assertEqual(
-            self.successResultOf(store.activity("job")), JobActivity(sizes, 100.0, 130.0, 0)
+            self.successResultOf(store.activity("job")), JobActivity(sizes, 100.0, 130.0, 1)
         )
 
 

@@ -250,9 +250,10 @@ class JobActivity:
     C{imapmig report}.
 
     @ivar copiedOctets: the octets of the messages copied (as sent).
-    @ivar firstAt: when the earliest outcome still recorded was recorded,
-        in the store's clock's seconds (the epoch); L{None} for none.
-    @ivar lastAt: when the latest was, likewise.
+    @ivar firstAt: when the first of the messages copied was recorded, in
+        the store's clock's seconds (the epoch); L{None} for none.  (Not
+        a failure's time: a later run records its failures again.)
+    @ivar lastAt: when the last of them was, likewise.
     @ivar folders: how many source folders have a mark (were listed to
         the end by a run): with no outcome either, the job never ran.
     """
@@ -569,7 +570,7 @@ class IStateStore(Interface):
 
     def activity(job: str) -> "Deferred[JobActivity]":
         """
-        The octets C{job} copied, the span of time its outcomes were
+        The octets C{job} copied, the span of time those copies were
         recorded in, and how many of its folders have a mark.
         """
 

@@ -376,12 +376,12 @@ class MemoryStateStore:
             latest = list(self._latest(job))
         except PermanentError as e:
             return fail(e)
-        times = self._recordedAt.get(job, {}).values()
+        copied = [o for o in latest if o.failure is None and not o.alreadyPresent]
+        recordedAt = self._recordedAt.get(job, {})
+        times = [recordedAt[o.folderKey, o.messageKey] for o in copied]
         return succeed(
             JobActivity(
-                copiedOctets=sum(
-                    o.size for o in latest if o.failure is None and not o.alreadyPresent
-                ),
+                copiedOctets=sum(o.size for o in copied),
                 firstAt=min(times, default=None),
                 lastAt=max(times, default=None),
                 folders=len(self._marks.get(job, {})),

@@ -787,7 +787,8 @@ class SQLiteStateStore:
             "read the activity",
             "SELECT"
             " coalesce(sum(CASE WHEN failure IS NULL AND present = 0 THEN size END), 0),"
-            " min(updated_at), max(updated_at),"
+            " min(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
+            " max(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
             " (SELECT count(*) FROM folders WHERE job = ?1)"
             " FROM messages WHERE job = ?1",
             (job,),
