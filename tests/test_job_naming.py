@@ -10,11 +10,24 @@ header of a message it appends.
 
 from __future__ import annotations
 
+import os
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings
+from imapmig.job.naming import nameFailures
+from imapmig.job.recording import OutcomeRecorder
 from imapmig.message import UnreadableMessage
-from imapmig.state import MessageNames
+from imapmig.progress import MigrationProgress
+from imapmig.sources import IMessageSource
+from imapmig.sources.eml import EmlDirectorySource
+from imapmig.sources.local import LARGE_MESSAGE
+from imapmig.sources.maildir import MaildirSource
+from imapmig.sources.mbox import MboxSource
+from imapmig.state import MessageNames, MessageOutcome
+from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES
 from tests.test_job import JOB, JobHarness
 
@@ -108,3 +121,74 @@ class JobNamingTests(SynchronousTestCase):
             harness.source.add(inbox, f"m{n}", message(n))
         self.assertEqual(self.migrate(harness), {})
         self.assertEqual(harness.source.keysRead, [f"m{n}" for n in range(5)])
+
+
+class LocalSourceNamingTests(SynchronousTestCase):
+    """
+    L{nameFailures} reads the names of failed messages from each local
+    source type's files: Maildir, mbox, eml (a large message streamed, its
+    start alone read).
+    """
+
+    def nameAll(self, source: IMessageSource) -> dict[str, MessageNames]:
+        """
+        List C{source}, record each of its messages as failed without its
+        names, name them, and return the names recorded by key.
+        """
+        store = MemoryStateStore()
+        recorder = OutcomeRecorder(
+            JOB, store, MigrationProgress(Clock().seconds).addJob(JOB), Clock(), 1000, 1.0
+        )
+        listed = []
+        for folder in self.successResultOf(source.listFolders()):
+            messages = self.successResultOf(source.listMessages(folder))
+            listed.append((folder, messages, ()))
+            for message in messages:
+                recorder.add(
+                    MessageOutcome(folder.key, message.key, "INBOX", message.size, failure="x"),
+                    named=False,
+                )
+        self.successResultOf(
+            Deferred.fromCoroutine(nameFailures(JOB, source, store, recorder, listed))
+        )
+        self.assertEqual(recorder.unnamed, [])
+        return {
+            f.messageKey: MessageNames(f.messageId, f.date, f.sender, f.subject)
+            for f in self.successResultOf(store.failures(JOB))
+        }
+
+    def test_maildir(self) -> None:
+        """
+        Maildir: each file's header, a large one's (streamed) included.
+        """
+        root = self.mktemp()
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(root, sub))
+        for n, padding in ((1, 0), (2, 3 * LARGE_MESSAGE)):
+            with open(os.path.join(root, "cur", f"17000000{n}.M1P1.h:2,S"), "wb") as f:
+                f.write(message(n, padding).replace(b"\r\n", b"\n"))
+        self.assertEqual(sorted(self.nameAll(MaildirSource(root)).values(), key=repr),
+                         sorted([names(1), names(2)], key=repr))  # fmt: skip
+
+    def test_mbox(self) -> None:
+        """
+        mbox: each message's header within the file.
+        """
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            for n in (1, 2):
+                f.write(b"From sender@example.com Tue Mar  3 10:00:00 2020\n")
+                f.write(message(n).replace(b"\r\n", b"\n") + b"\n")
+        self.assertEqual(sorted(self.nameAll(MboxSource(path)).values(), key=repr),
+                         sorted([names(1), names(2)], key=repr))  # fmt: skip
+
+    def test_eml(self) -> None:
+        """
+        eml: each file's header.
+        """
+        root = self.mktemp()
+        os.makedirs(root)
+        with open(os.path.join(root, "one.eml"), "wb") as f:
+            f.write(message(1))
+        self.assertEqual(list(self.nameAll(EmlDirectorySource(root, ("Archive",))).values()),
+                         [names(1)])  # fmt: skip
