@@ -63,11 +63,13 @@ class JobNamingTests(SynchronousTestCase):
     The failures a job records carry their messages' names.
     """
 
-    def migrate(self, harness: JobHarness) -> dict[str, MessageNames]:
+    def migrate(
+        self, harness: JobHarness, settings: JobSettings = JobSettings(connections=1)
+    ) -> dict[str, MessageNames]:
         """
         Run a job; the names of its failures by message key.
         """
-        self.assertTrue(harness.run(harness.job(JobSettings(connections=1))))
+        self.assertTrue(harness.run(harness.job(settings, identity="off")))
         harness.finish()
         return {
             f.messageKey: MessageNames(f.messageId, f.date, f.sender, f.subject)
@@ -87,6 +89,23 @@ class JobNamingTests(SynchronousTestCase):
         harness.source.add(inbox, "m3", message(3))
         self.assertEqual(self.migrate(harness), {"m2": names(2)})
         self.assertEqual(sorted(harness.source.keysRead), ["m1", "m2", "m3"])
+
+    def test_namedAfterRetry(self) -> None:
+        """
+        A message that failed in an attempt that then lost its connection
+        is named by the attempt that completes.
+        """
+        harness = JobHarness(
+            self, capabilities=DEFAULT_CAPABILITIES + ("APPENDLIMIT=999",), dropAfterAppends=1
+        )
+        inbox = harness.source.addFolder("INBOX")
+        harness.source.add(inbox, "m1", message(1))
+        harness.source.add(inbox, "m2", message(2, 2000))
+        harness.source.add(inbox, "m3", message(3))
+        harness.source.add(inbox, "m4", message(4))
+        settings = JobSettings(connections=1, batchMessages=1, windowMessages=3)
+        self.assertEqual(self.migrate(harness, settings), {"m2": names(2)})
+        self.assertGreater(harness.progress.reconnects, 0)
 
     def test_refusedNamed(self) -> None:
         """

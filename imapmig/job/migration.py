@@ -433,15 +433,13 @@ class MigrationJob:
             _consume(opening, self.name)
             raise
         first = await opening
-        try:
-            if not self._stopping:
-                await self._copier.copy(attempt, first, listings, self._retries.overQuota)
-        finally:
-            if not self._stopping:
-                # The source is still open: what failed is named to its
-                # owner now (a header per message read; none for those
-                # appended).
-                await nameFailures(self.name, self._source, self._store, self._recorder, listed)
+        if not self._stopping:
+            await self._copier.copy(attempt, first, listings, self._retries.overQuota)
+        if not self._stopping:
+            # The source is still open: what failed is named to its owner
+            # now (a header per message read; none for those appended).
+            # After an attempt that ended early, the next one does it.
+            await nameFailures(self.name, self._source, self._store, self._recorder, listed)
         if unreadable:
             raise SourceError(
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
