@@ -51,10 +51,14 @@ def _fields(header: bytes) -> Iterator[tuple[bytes, bytes]]:
     """
     name: bytes | None = None
     value: list[bytes] = []
+    # The octets in value: a field folded over thousands of lines keeps
+    # only its first _VALUE_OCTETS.
+    held = 0
     for line in header.splitlines():
         if line[:1] in (b" ", b"\t"):
-            if name is not None and sum(map(len, value)) < _VALUE_OCTETS:
+            if name is not None and held < _VALUE_OCTETS:
                 value.append(line)
+                held += len(line)
             continue
         if name is not None:
             yield name, b" ".join(value)
@@ -64,6 +68,7 @@ def _fields(header: bytes) -> Iterator[tuple[bytes, bytes]]:
             continue
         name = line[:colon].strip().lower()
         value = [line[colon + 1 :]]
+        held = len(value[0])
     if name is not None:
         yield name, b" ".join(value)
 
