@@ -24,7 +24,7 @@ from imapmig.errors import ImapmigError
 from imapmig.job.listing import Listed
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
-from imapmig.messagenames import HEADER_OCTETS, namesOfBody, namesOfHeader
+from imapmig.messagenames import namesOfBody, namesOfHeader
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, MessageNames
@@ -63,7 +63,7 @@ async def _readNames(
         if isinstance(body, UnreadableMessage):
             names.append(None)
             continue
-        names.append(namesOfBody(body if isinstance(body, StreamedBody) else body[:HEADER_OCTETS]))
+        names.append(namesOfBody(body))
         if isinstance(body, StreamedBody):
             body.close()
     return names

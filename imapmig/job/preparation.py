@@ -21,8 +21,8 @@ from imapmig.message import (
     UnreadableMessage,
     formatInternalDate,
 )
-from imapmig.plan import WorkUnit
 from imapmig.messagenames import namesOfBody
+from imapmig.plan import WorkUnit
 from imapmig.presence import PresenceIndex
 from imapmig.state import MessageOutcome, withNames
 

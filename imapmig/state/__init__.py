@@ -515,8 +515,8 @@ class IStateStore(Interface):
         @param offset: how many matching messages to skip (0 or more).
         @param limit: the most to return (1 or more).
         @param contains: only messages with this text in their folder key,
-            mailbox, message key, Message-ID or failure, ignoring ASCII
-            case; C{""} for all.
+            mailbox, message key, Message-ID, failure, From or Subject,
+            ignoring ASCII case; C{""} for all.
         @param after: start after this C{(folderKey, messageKey)} (a
             L{FailuresPage.next}); L{None} from the first failure.
         """
