@@ -2,14 +2,19 @@
 """
 The imapmig command, for admins.
 
-    imapmig report --config FILE [--job NAME] [--json]
+    imapmig report --config FILE [--job NAME] [--json | --csv] [--failures]
 
 prints what the state database says, per job: how many messages were
 copied, found already present and failed, how many had their line endings
 converted, why the job's latest run failed (a refused login, TLS refused,
 retries given up) if it did, every failed message with its reason and
 every message with a note (something not carried over exactly), and the
-admin's hold on the job if any (paused or cancelled, by whom, when).
+admin's hold on the job if any (paused or cancelled, by whom, when);
+then a summary of the run (jobs done, done with failures, failed, held,
+not run; messages, octets, duration, rate).  C{--csv} writes one row per
+job instead (no summary); C{--failures} lists every failed message of
+every job with its Message-ID, Date, From and Subject (with C{--csv}, as
+the status site's C{/manifest.csv}).
 Exit status 0 when no job and no message is recorded as failed, 1 when
 any is (a last line names them), 2 on an invalid configuration or usage.
 A cancelled job counts as failed (it did not complete); a paused one
@@ -53,9 +58,17 @@ from twisted.python.failure import Failure
 import imapmig
 from imapmig.config import Config, ImapSourceConfig, JobConfig, loadConfig
 from imapmig.errors import ConfigError, ConnectFailed, ImapmigError, PermanentError
+from imapmig.reportsummary import (
+    failureRows,
+    summarise,
+    summaryLines,
+    writeFailuresCSV,
+    writeJobsCSV,
+)
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.status.manifest import COLUMNS
 from imapmig.units import octets, plural
 
 if TYPE_CHECKING:
@@ -77,9 +90,19 @@ def _now(d: Deferred[T]) -> T:
     return results[0]
 
 
-def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -> int:
+def report(
+    store: IStateStore,
+    jobs: Sequence[str],
+    asJSON: bool,
+    out: TextIO,
+    asCSV: bool = False,
+    failures: bool = False,
+) -> int:
     """
-    Write the report of C{jobs} from C{store} to C{out}.
+    Write the report of C{jobs} from C{store} to C{out}: as text, ending
+    with the summary of the run (L{summaryLines}); as JSON; or as CSV, one
+    row per job (L{writeJobsCSV}).  With C{failures}, every failed message
+    instead, with its names (L{writeFailuresCSV} as CSV).
 
     @return: the exit status: 0 when no job's latest run failed and no
         message is recorded as failed, 1 otherwise.
@@ -90,7 +113,8 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
         hold = holds.get(job)
         jobFailure = _now(store.jobFailure(job))
         counts = _now(store.counts(job))
-        failures = _now(store.failures(job))
+        activity = _now(store.activity(job))
+        failed = _now(store.failures(job))
         notes = _now(store.notes(job))
         fallbacks = _now(store.folderFallbacks(job))
         document.append(
@@ -109,15 +133,23 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
                 "failed": counts.failed,
                 "line_endings_converted": counts.lineEndingsConverted,
                 "with_notes": counts.withNotes,
+                "copied_octets": activity.copiedOctets,
+                "first_at": activity.firstAt,
+                "last_at": activity.lastAt,
+                "folders": activity.folders,
                 "failures": [
                     {
                         "folder_key": f.folderKey,
                         "message_key": f.messageKey,
                         "mailbox": f.mailbox,
                         "size": f.size,
+                        "message_id": f.messageId,
+                        "date": f.date,
+                        "from": f.sender,
+                        "subject": f.subject,
                         "reason": f.failure,
                     }
-                    for f in failures
+                    for f in failed
                 ],
                 "notes": [
                     {
@@ -136,49 +168,104 @@ def report(store: IStateStore, jobs: Sequence[str], asJSON: bool, out: TextIO) -
             }
         )
     status = 0 if all(entry["ok"] for entry in document) else 1
+    if failures:
+        _writeFailures(store, jobs, asJSON, asCSV, out)
+        return status
     if asJSON:
         json.dump(document, out, indent=2)
         out.write("\n")
         return status
+    if asCSV:
+        writeJobsCSV(document, out)
+        return status
+    _writeText(document, out)
+    return status
+
+
+def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
+    """
+    The text report: a line per job with what failed, then the summary.
+    """
     for entry in document:
-        out.write(
-            f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
-            f" {entry['already_present']} already present), {entry['failed']} failed;"
-            f" line endings converted in {entry['line_endings_converted']},"
-            f" {entry['with_notes']} with notes\n"
-        )
-        held = entry["hold"]
-        if held is not None:
-            by = "" if held["by"] is None else f" by {held['by']}"  # type: ignore[index]
-            out.write(f"  {held['state']}{by} at {held['at']}\n")  # type: ignore[index]
-        if entry["job_failure"] is not None:
-            out.write(f"  job failed\t{entry['job_failure']}\n")
-        for failure in entry["failures"]:  # type: ignore[attr-defined]
-            out.write(
-                f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
-                f"\t{failure['reason']}\n"
-            )
-        for note in entry["notes"]:  # type: ignore[attr-defined]
-            out.write(
-                f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
-                f"\t{note['note']}\n"
-            )
-        for fallback in entry["folder_fallbacks"]:  # type: ignore[attr-defined]
-            out.write(
-                f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
-                f"\t{fallback['reason']}\n"
-            )
+        _writeEntry(entry, out)
     paused = [
         str(entry["job"])
         for entry in document
-        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED  # type: ignore[index]
+        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED
     ]
+    for line in summaryLines(summarise(document)):
+        out.write(line + "\n")
     if paused:
         out.write(f"paused: {', '.join(paused)}\n")
-    if status:
-        failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
+    failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
+    if failed:
         out.write(f"failed: {', '.join(failed)}\n")
-    return status
+
+
+def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
+    """
+    One job's lines of the text report.
+    """
+    out.write(
+        f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
+        f" {entry['already_present']} already present), {entry['failed']} failed;"
+        f" line endings converted in {entry['line_endings_converted']},"
+        f" {entry['with_notes']} with notes\n"
+    )
+    held = entry["hold"]
+    if held is not None:
+        by = "" if held["by"] is None else f" by {held['by']}"
+        out.write(f"  {held['state']}{by} at {held['at']}\n")
+    if entry["job_failure"] is not None:
+        out.write(f"  job failed\t{entry['job_failure']}\n")
+    for failure in entry["failures"]:
+        out.write(
+            f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
+            f"\t{failure['reason']}\n"
+        )
+    for note in entry["notes"]:
+        out.write(
+            f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
+            f"\t{note['note']}\n"
+        )
+    for fallback in entry["folder_fallbacks"]:
+        out.write(
+            f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
+            f"\t{fallback['reason']}\n"
+        )
+
+
+def _writeFailures(
+    store: IStateStore,
+    jobs: Sequence[str],
+    asJSON: bool,
+    asCSV: bool,
+    out: TextIO,
+) -> None:
+    """
+    Every failed message of C{jobs}: as CSV, with the status site's
+    manifest columns; as JSON, a list of objects with those keys; as text,
+    a line each (job, folder/key, Message-ID, Date, From, Subject,
+    reason, tab-separated).
+    """
+    if asCSV:
+        writeFailuresCSV(store, jobs, _now, out)
+        return
+    rows = [row for job in jobs for row in failureRows(store, job, _now)]
+    if asJSON:
+        json.dump([dict(zip(COLUMNS, row)) for row in rows], out, indent=2)
+        out.write("\n")
+        return
+    for row in rows:
+        named = dict(zip(COLUMNS, row))
+        out.write(
+            "\t".join(
+                str(named[column] or "-")
+                for column in ("job", "folder", "key", "message_id", "date", "from", "subject", "reason")
+            )
+            + "\n"
+        )
+    out.write(f"{plural(len(rows), 'failed message')}\n")
 
 
 def _whatFailed(entry: dict[str, Any]) -> str:
@@ -450,7 +537,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     )
     reportParser.add_argument("--config", required=True, help="the YAML configuration")
     reportParser.add_argument("--job", action="append", help="only this job (repeatable)")
-    reportParser.add_argument("--json", action="store_true", help="JSON output")
+    reportForm = reportParser.add_mutually_exclusive_group()
+    reportForm.add_argument("--json", action="store_true", help="JSON output")
+    reportForm.add_argument(
+        "--csv", action="store_true", help="CSV output: one row per job, or per failure"
+    )
+    reportParser.add_argument(
+        "--failures",
+        action="store_true",
+        help="every failed message of every job, with its Message-ID, Date, From and Subject",
+    )
     verifyParser = commands.add_parser(
         "verify", help="compare each job's source and destination, message by message"
     )
@@ -493,7 +589,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         return 2
     try:
         if args.command == "report":
-            return report(store, args.job or names, args.json, out)
+            return report(
+                store, args.job or names, args.json, out, asCSV=args.csv, failures=args.failures
+            )
         if args.command == "plan":
             return _runReactor(
                 lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)

@@ -24,7 +24,7 @@ from imapmig.fidelity import (
 )
 from imapmig.imap.session import IMAPSession
 from imapmig.message import StreamedBody
-from imapmig.state import MESSAGE_ID_LENGTH
+from imapmig.messagenames import recordedMessageId
 
 # What identifies a message, per the job's identity setting.
 FINGERPRINT = "fingerprint"
@@ -106,27 +106,6 @@ class PresenceIndex:
             return None
         self._count -= 1
         return uids.pop(0), recordedMessageId(identity.messageId)
-
-
-def recordedMessageId(messageId: bytes) -> str | None:
-    """
-    A Message-ID as the state store records it: text (octets that are not
-    UTF-8 replaced), at most L{MESSAGE_ID_LENGTH} characters; L{None} for
-    none.
-    """
-    if not messageId:
-        return None
-    return messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace")[:MESSAGE_ID_LENGTH]
-
-
-def messageIdOfBody(body: bytes | bytearray | StreamedBody) -> str | None:
-    """
-    The Message-ID of a message (CRLF line endings), read from its header
-    alone (L{identityOf} looks in a bounded start of it, never the whole
-    body), as the state store records it.  For the messages recorded
-    without being appended: not called for those appended.
-    """
-    return recordedMessageId(identityOf(body).messageId)
 
 
 def holdsOthers(

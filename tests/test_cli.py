@@ -63,6 +63,10 @@ class ReportTests(SynchronousTestCase):
             "  failed\tSent\t.Sent/m2\trefused by server: NO [LIMIT] too big\n"
             "  note\tINBOX\t/m4\tflag 'a b' dropped: not a valid IMAP keyword\n"
             '  folder\tSay "hi"\t-> Say _hi_\tInvalid mailbox name\n'
+            "summary: 1 job: 0 done, 1 done with failures, 0 failed, 0 held (0 paused,"
+            " 0 cancelled), 0 not run\n"
+            "summary: 3 messages in the destination (2 copied, 1 already present), 1 failed\n"
+            "summary: 20 B copied\n"
             "failed: alice (1 message failed)\n",
         )
 
@@ -100,6 +104,10 @@ class ReportTests(SynchronousTestCase):
             "bob: 0 appended (0 copied, 0 already present), 0 failed;"
             " line endings converted in 0, 0 with notes\n"
             "  job failed\tlogin refused: NO [AUTHENTICATIONFAILED] bad\n"
+            "summary: 1 job: 0 done, 0 done with failures, 1 failed, 0 held (0 paused,"
+            " 0 cancelled), 0 not run\n"
+            "summary: 0 messages in the destination (0 copied, 0 already present), 0 failed\n"
+            "summary: 0 B copied\n"
             "failed: bob (the job failed)\n",
         )
         out = io.StringIO()
@@ -130,6 +138,10 @@ class ReportTests(SynchronousTestCase):
             "  paused by 192.0.2.7 at 2023-11-14T22:13:20Z\n"
             "bob: 0 appended (0 copied, 0 already present), 0 failed;"
             " line endings converted in 0, 0 with notes\n"
+            "summary: 2 jobs: 0 done, 0 done with failures, 0 failed, 1 held (1 paused,"
+            " 0 cancelled), 1 not run\n"
+            "summary: 0 messages in the destination (0 copied, 0 already present), 0 failed\n"
+            "summary: 0 B copied\n"
             "paused: alice\n",
         )
         store.recordJobHolds(["bob"], "cancelled", "192.0.2.7")
@@ -140,6 +152,11 @@ class ReportTests(SynchronousTestCase):
             out.getvalue().endswith(
                 "  cancelled by 192.0.2.7 at 2023-11-14T22:13:20Z\n"
                 "  job failed\tcancelled by the admin\n"
+                "summary: 2 jobs: 0 done, 0 done with failures, 0 failed, 2 held (1 paused,"
+                " 1 cancelled), 0 not run\n"
+                "summary: 0 messages in the destination (0 copied, 0 already present),"
+                " 0 failed\n"
+                "summary: 0 B copied\n"
                 "paused: alice\n"
                 "failed: bob (cancelled by the admin)\n"
             ),
@@ -198,7 +215,11 @@ class ReportTests(SynchronousTestCase):
         self.assertEqual(
             out.getvalue(),
             "alice: 1 appended (1 copied, 0 already present), 0 failed;"
-            " line endings converted in 0, 0 with notes\n",
+            " line endings converted in 0, 0 with notes\n"
+            "summary: 1 job: 1 done, 0 done with failures, 0 failed, 0 held (0 paused,"
+            " 0 cancelled), 0 not run\n"
+            "summary: 1 message in the destination (1 copied, 0 already present), 0 failed\n"
+            "summary: 10 B copied\n",
         )
         self.assertEqual(main(["report", "--config", config, "--job", "bob"], out), 2)
         store = SQLiteStateStore(state, seconds=lambda: 2.0)

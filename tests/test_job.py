@@ -668,7 +668,8 @@ class MigrationJobTests(SynchronousTestCase):
             self.successResultOf(h.store.failures(JOB)),
             [
                 MessageOutcome(
-                    "INBOX", "m3", "INBOX", len(body(3)), failure="refused by server: NO [LIMIT] too big"
+                    "INBOX", "m3", "INBOX", len(body(3)), failure="refused by server: NO [LIMIT] too big",
+                    subject="message 3",
                 )
             ],
         )

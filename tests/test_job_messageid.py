@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings
 from imapmig.message import UnreadableMessage
-from imapmig.presence import messageIdOfBody
+from imapmig.messagenames import namesOfBody
 from imapmig.state import MESSAGE_ID_LENGTH
 from tests.test_job import USER, JobHarness
 
@@ -85,9 +85,9 @@ class JobMessageIdTests(SynchronousTestCase):
         harness.finish()
 
 
-class MessageIdOfBodyTests(SynchronousTestCase):
+class NamesOfBodyMessageIdTests(SynchronousTestCase):
     """
-    L{messageIdOfBody} reads the Message-ID from the header alone.
+    L{namesOfBody} reads the Message-ID from the header alone.
     """
 
     def test_header(self) -> None:
@@ -96,9 +96,9 @@ class MessageIdOfBodyTests(SynchronousTestCase):
         none, even if the body holds a line like one.
         """
         folded = b"Subject: x\r\nMessage-ID:\r\n <folded@example.com>\r\n\r\nbody\r\n"
-        self.assertEqual(messageIdOfBody(folded), "<folded@example.com>")
+        self.assertEqual(namesOfBody(folded).messageId, "<folded@example.com>")
         inBody = b"Subject: x\r\n\r\nMessage-ID: <not@header>\r\n"
-        self.assertIsNone(messageIdOfBody(inBody))
+        self.assertIsNone(namesOfBody(inBody).messageId)
 
     def test_cut(self) -> None:
         """
@@ -106,5 +106,5 @@ class MessageIdOfBodyTests(SynchronousTestCase):
         octets that are not UTF-8 are replaced.
         """
         long = b"<" + b"a" * 5000 + b">"
-        self.assertEqual(len(messageIdOfBody(withId(long, 1)) or ""), MESSAGE_ID_LENGTH)
-        self.assertEqual(messageIdOfBody(withId(b"<\xff@x>", 1)), "<\ufffd@x>")
+        self.assertEqual(len(namesOfBody(withId(long, 1)).messageId or ""), MESSAGE_ID_LENGTH)
+        self.assertEqual(namesOfBody(withId(b"<\xff@x>", 1)).messageId, "<\ufffd@x>")

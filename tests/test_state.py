@@ -99,6 +99,13 @@ def noted(
     )
 
 
+# Takes a database back from version 10 to 9: no names of messages.
+_DROP_NAMES = (
+    "ALTER TABLE messages DROP COLUMN message_date;"
+    " ALTER TABLE messages DROP COLUMN message_from;"
+    " ALTER TABLE messages DROP COLUMN message_subject; "
+)
+
 MARK = FolderMark(uidValidity=1700000000, uidNext=4711, highestModSeq=2**62, messages=4000)
 
 
@@ -1130,6 +1137,7 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         first.close()
         connection = self.inspect()
         connection.executescript(
+            _DROP_NAMES +
             "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " DROP TABLE job_failures; ALTER TABLE folders DROP COLUMN deferred;"
             " UPDATE schema_version SET version = 5;"
@@ -1159,6 +1167,7 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.openStore().close()
         connection = self.inspect()
         connection.executescript(
+            _DROP_NAMES +
             "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " DROP TABLE job_failures; UPDATE schema_version SET version = 6;"
         )
@@ -1186,7 +1195,9 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.successResultOf(store.recordJobFailure("job", "login refused"))
         store.close()
         connection = self.inspect()
-        connection.executescript("DROP TABLE job_holds; UPDATE schema_version SET version = 8;")
+        connection.executescript(
+            _DROP_NAMES + "DROP TABLE job_holds; UPDATE schema_version SET version = 8;"
+        )
         readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
         self.assertEqual(self.successResultOf(readOnly.jobHolds()), {})
         readOnly.close()

@@ -375,7 +375,10 @@ class SchemaVersion8Tests(SynchronousTestCase):
         connection = sqlite3.connect(path, isolation_level=None)
         self.addCleanup(connection.close)
         connection.executescript(
-            "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            "ALTER TABLE messages DROP COLUMN message_date;"
+            " ALTER TABLE messages DROP COLUMN message_from;"
+            " ALTER TABLE messages DROP COLUMN message_subject;"
+            " DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " UPDATE schema_version SET version = 7;"
         )
         return connection

@@ -39,7 +39,13 @@ from imapmig.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
-from imapmig.status.manifest import ManifestProducer, excludedRows, exclusionReason, manifestFormat
+from imapmig.status.manifest import (
+    ManifestProducer,
+    ManifestSection,
+    excludedRows,
+    exclusionReason,
+    manifestFormat,
+)
 from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
 from imapmig.status.resource import StatusResource, buildStatusSite
@@ -419,7 +425,8 @@ class JobRoutesTests(APITestCase):
         self.assertEqual(
             page["items"][0],
             {"folder": "INBOX", "mailbox": "INBOX", "key": "000", "size": 1234,
-             "message_id": None, "reason": "NO [TOOBIG] too big"},
+             "message_id": None, "date": None, "from": None, "subject": None,
+             "reason": "NO [TOOBIG] too big"},
         )  # fmt: skip
 
     def test_nameEncoded(self) -> None:
@@ -519,16 +526,17 @@ class ManifestTests(APITestCase):
             response.headers.getRawHeaders(b"content-disposition"),
             [b"attachment; filename=\"imapmig-manifest-alpha.csv\"; filename*=UTF-8''imapmig-manifest-alpha.csv"],
         )
-        self.assertTrue(body.startswith(b"job,outcome,folder,mailbox,key,size,message_id,reason\r\n"))
+        self.assertTrue(body.startswith(b"job,outcome,folder,mailbox,key,size,message_id,date,from,subject,reason\r\n"))
         self.assertIn(b'"NO [LIMIT] ""big"", very\r\nbig\nindeed"', body)
         rows = list(csv.reader(io.StringIO(body.decode("utf-8"), newline="")))
         self.assertEqual(
             rows,
             [
-                ["job", "outcome", "folder", "mailbox", "key", "size", "message_id", "reason"],
-                ["alpha", "failed", "INBOX", "INBOX", "1", "1234", "<1@x>",
+                ["job", "outcome", "folder", "mailbox", "key", "size", "message_id", "date",
+                 "from", "subject", "reason"],
+                ["alpha", "failed", "INBOX", "INBOX", "1", "1234", "<1@x>", "", "", "",
                  'NO [LIMIT] "big", very\r\nbig\nindeed'],
-                ["alpha", "already_present", "INBOX", "INBOX", "2", "50", "<2@x>",
+                ["alpha", "already_present", "INBOX", "INBOX", "2", "50", "<2@x>", "", "", "",
                  "already in the destination as UID 12 (found by its identity); not copied again"],
             ],
         )  # fmt: skip
@@ -563,7 +571,7 @@ class ManifestTests(APITestCase):
                 io.StringIO(self.request("GET", "/jobs/alpha/manifest.csv")[1].decode("utf-8"))
             )
         )
-        self.assertEqual((rows[1][2], rows[1][3], rows[1][7]), ("'@Folder", "'@Folder", "'" + reason))
+        self.assertEqual((rows[1][2], rows[1][3], rows[1][10]), ("'@Folder", "'@Folder", "'" + reason))
         [row] = json.loads(self.request("GET", "/jobs/alpha/manifest.json")[1])
         self.assertEqual((row["folder"], row["reason"]), ("@Folder", reason))
 
@@ -591,7 +599,7 @@ class ManifestTests(APITestCase):
         self.progress.addJob("alpha")
         self.assertEqual(
             self.request("GET", "/jobs/alpha/manifest.csv")[1],
-            b"job,outcome,folder,mailbox,key,size,message_id,reason\r\n",
+            b"job,outcome,folder,mailbox,key,size,message_id,date,from,subject,reason\r\n",
         )
         self.assertEqual(json.loads(self.request("GET", "/jobs/alpha/manifest.json")[1]), [])
 
@@ -911,10 +919,10 @@ class ExcludedFolderTests(SynchronousTestCase):
         """
         self.assertEqual(
             excludedRows("alpha", ["Trash"], FolderRules(exclude=("Trash",))),
-            [("alpha", "excluded", "Trash", "", "", None, None,
+            [("alpha", "excluded", "Trash", "", "", None, None, None, None, None,
               "left out by the folder rules: matches exclude pattern 'Trash'")],
         )  # fmt: skip
-        self.assertEqual(excludedRows("alpha", ["X"], None)[0][7], "left out by the folder rules")
+        self.assertEqual(excludedRows("alpha", ["X"], None)[0][10], "left out by the folder rules")
 
     def test_written(self) -> None:
         """
@@ -926,13 +934,12 @@ class ExcludedFolderTests(SynchronousTestCase):
         request.method, request.clientproto = b"GET", b"HTTP/1.1"
         store = MemoryStateStore()
         self.successResultOf(store.recordOutcomes("alpha", [failure("INBOX", "1", "NO")]))
-        ManifestProducer(
-            request,
+        section = ManifestSection(
             "alpha",
             excludedRows("alpha", ["Trash", "Junk"], FolderRules(exclude=("Trash", "Junk"))),
             lambda after, limit: store.manifestOutcomes("alpha", after, limit),
-            manifestFormat("csv"),
-        ).start()
+        )
+        ManifestProducer(request, [section], manifestFormat("csv")).start()
         written = channel.transport.written.getvalue()
         self.assertTrue(written.endswith(b"\r\n0\r\n\r\n"))
         rows = list(csv.reader(io.StringIO(ChunkedBody.of(written).decode())))

@@ -52,6 +52,7 @@ from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
 from imapmig.job.lifecycle import JobLifecycle
 from imapmig.job.listing import Listed, SourceListing
+from imapmig.job.naming import nameFailures
 from imapmig.job.preparation import MessagePreparation
 from imapmig.job.readahead import (
     IMAP_READ_STEP_BYTES,
@@ -436,6 +437,11 @@ class MigrationJob:
         first = await opening
         if not self._stopping:
             await self._copier.copy(attempt, first, listings, self._retries.overQuota)
+        if not self._stopping:
+            # The source is still open: what failed is named to its owner
+            # now (a header per message read; none for those appended).
+            # After an attempt that ended early, the next one does it.
+            await nameFailures(self.name, self._source, self._store, self._recorder, listed)
         if unreadable:
             raise SourceError(
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
@@ -496,7 +502,8 @@ class MigrationJob:
                 self._recorder.add(
                     MessageOutcome(
                         first.folderKey, first.messageKey, mailbox, first.size, failure=failure
-                    )
+                    ),
+                    named=False,
                 )
         await self._recorder.flush()
 

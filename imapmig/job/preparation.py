@@ -21,9 +21,10 @@ from imapmig.message import (
     UnreadableMessage,
     formatInternalDate,
 )
+from imapmig.messagenames import namesOfBody
 from imapmig.plan import WorkUnit
-from imapmig.presence import PresenceIndex, messageIdOfBody
-from imapmig.state import MessageOutcome
+from imapmig.presence import PresenceIndex
+from imapmig.state import MessageOutcome, withNames
 
 
 @dataclass
@@ -96,19 +97,16 @@ class MessagePreparation:
             if presence is not None:
                 claimed = presence.claim(body)
                 if claimed is not None:
-                    self._recorder.add(
-                        MessageOutcome(
-                            unit.folder.key,
-                            message.key,
-                            unit.mailbox,
-                            len(body),
-                            presence.uidValidity,
-                            claimed[0],
-                            alreadyPresent=True,
-                            messageId=claimed[1],
-                        ),
-                        target.ticket,
+                    present = MessageOutcome(
+                        unit.folder.key,
+                        message.key,
+                        unit.mailbox,
+                        len(body),
+                        presence.uidValidity,
+                        claimed[0],
+                        alreadyPresent=True,
                     )
+                    self._recorder.add(withNames(present, namesOfBody(body)), target.ticket)
                     continue
             sizeLimit = destination.sizeLimit
             if sizeLimit is not None and len(body) > sizeLimit[0]:
@@ -198,18 +196,14 @@ class MessagePreparation:
         """
         Record C{message} of C{folder} (for C{mailbox}) as failed with
         C{reason}, under the journal C{ticket} of its unit if it has one,
-        with the Message-ID of its C{body} if it was read.
+        with the names in the header of its C{body} if it was read (else
+        the job reads them later: L{imapmig.job.naming}).
         """
-        messageId = None
-        if body is not None and not isinstance(body, UnreadableMessage):
-            messageId = messageIdOfBody(body)
-        self._recorder.add(
-            MessageOutcome(
-                folder.key, message.key, mailbox, message.size, failure=reason,
-                messageId=messageId,
-            ),
-            ticket,
-        )  # fmt: skip
+        outcome = MessageOutcome(folder.key, message.key, mailbox, message.size, failure=reason)
+        if body is None or isinstance(body, UnreadableMessage):
+            self._recorder.add(outcome, ticket, named=False)
+        else:
+            self._recorder.add(withNames(outcome, namesOfBody(body)), ticket)
 
     def withinSizeLimit(
         self,

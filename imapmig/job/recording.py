@@ -26,9 +26,9 @@ from twisted.python.failure import Failure
 
 from imapmig.imap.pipeline import OutgoingMessage
 from imapmig.message import SourceMessage, StreamedBody
-from imapmig.presence import messageIdOfBody
+from imapmig.messagenames import namesOfBody
 from imapmig.progress import JobProgress
-from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome
+from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome, withNames
 
 log = Logger()
 
@@ -112,6 +112,9 @@ class OutcomeRecorder:
     @ivar present: messages this run found already in the destination.
     @ivar failedKeys: C{(folderKey, messageKey)} of the messages recorded
         as failed by this run.
+    @ivar unnamed: C{(folderKey, messageKey)} of the messages recorded as
+        failed by this run without their names (their header was not
+        read), for L{imapmig.job.naming} to name.
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class OutcomeRecorder:
         self.appended = 0
         self.present = 0
         self.failedKeys: set[tuple[str, str]] = set()
+        self.unnamed: list[tuple[str, str]] = []
 
     def startRun(self) -> None:
         """
@@ -156,6 +160,7 @@ class OutcomeRecorder:
         self.appended = 0
         self.present = 0
         self.failedKeys = set()
+        self.unnamed = []
         self.error = None
 
     def unsent(self, ticket: JournalTicket) -> None:
@@ -203,6 +208,7 @@ class OutcomeRecorder:
         outcome: MessageOutcome,
         ticket: JournalTicket | None = None,
         octets: int | None = None,
+        named: bool = True,
     ) -> None:
         """
         Note one message's outcome; C{ticket} is its journal entry, if it
@@ -210,6 +216,9 @@ class OutcomeRecorder:
 
         @param octets: the message's size in the source, if not
             C{outcome.size}: what it adds to the octets done.
+        @param named: whether a failed C{outcome} carries the names read
+            from the message's header; if not, it is noted in
+            L{unnamed}.
         """
         progress = self._progress
         progress.messagesSettled += 1
@@ -218,6 +227,8 @@ class OutcomeRecorder:
             progress.messagesFailed += 1
             progress.bytesFailed += outcome.size if octets is None else octets
             self.failedKeys.add((outcome.folderKey, outcome.messageKey))
+            if not named:
+                self.unnamed.append((outcome.folderKey, outcome.messageKey))
             if folder is not None:
                 folder.failed()
             self._onFailed(outcome)
@@ -408,14 +419,11 @@ class PipelineOutcomes:
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         sent: SentMessage = message  # type: ignore[assignment]
-        self.recorder.add(
-            MessageOutcome(
-                sent.target.folderKey,
-                sent.source.key,
-                sent.target.mailbox,
-                len(message.body),
-                failure=f"refused by server: {reason}",
-                messageId=messageIdOfBody(message.body),
-            ),
-            sent.target.ticket,
+        outcome = MessageOutcome(
+            sent.target.folderKey,
+            sent.source.key,
+            sent.target.mailbox,
+            len(message.body),
+            failure=f"refused by server: {reason}",
         )
+        self.recorder.add(withNames(outcome, namesOfBody(message.body)), sent.target.ticket)

@@ -73,6 +73,7 @@ from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
+from imapmig.messagenames import HEADER_FIELDS
 from imapmig.message import (
     MessageBody,
     SourceFolder,
@@ -272,6 +273,26 @@ def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
     if not flags:
         return ()
     return tuple(f for f in flags if f.isascii() and f.lower() != "\\recent")
+
+
+def _uidOf(message: SourceMessage, uidValidity: int) -> int | None:
+    """
+    The UID of C{message} in its folder under C{uidValidity}, or L{None}
+    if its key is of another UIDVALIDITY (or none of this source's).
+    """
+    parsed = parseMessageKey(message.key)
+    return parsed[1] if parsed is not None and parsed[0] == uidValidity else None
+
+
+def _headerOf(item: FetchedItem) -> tuple[int | None, bytes | None]:
+    """
+    The UID and the C{BODY[HEADER.FIELDS (...)]} section of a FETCH
+    response (as the server spelled the section's name).
+    """
+    for name, value in item.sections.items():
+        if name.startswith(b"BODY[HEADER.FIELDS"):
+            return item.uid, value
+    return item.uid, None
 
 
 def _commandGroups(
@@ -680,6 +701,22 @@ class IMAPSource:
             L{QuotaExceeded}: pause).
         """
         return self._call(self._readBodies, folder, folder, messages)
+
+    def readHeaders(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[bytes | None]]:
+        """
+        The header fields that name C{messages} to their owner
+        (L{imapmig.messagenames.HEADER_FIELDS}), in the same order, with
+        one C{UID FETCH} of C{BODY.PEEK[HEADER.FIELDS (...)]}: a few
+        hundred octets per message, never a body.  For the messages that
+        failed (L{imapmig.job.naming}); L{None} for one the server does
+        not send (gone, refused).
+
+        @return: a Deferred that fails with a L{TransientError} when the
+            connection is lost.
+        """
+        return self._call(self._readHeaders, folder, folder, messages)
 
     # Delta passes
 
@@ -1364,6 +1401,30 @@ class IMAPSource:
             for body in fetched.values():
                 if isinstance(body, SpooledLiteral):
                     body.close()
+
+    async def _readHeaders(
+        self,
+        reader: _Reader,
+        session: IMAPSession,
+        folder: SourceFolder,
+        messages: Sequence[SourceMessage],
+    ) -> Sequence[bytes | None]:
+        try:
+            if reader.examined != folder.key or folder.key not in self._status:
+                await self._examine(reader, session, folder, listing=False)
+            uidValidity = self._status[folder.key].uidValidity
+            uids = [_uidOf(message, uidValidity) for message in messages]
+            wanted = sorted({uid for uid in uids if uid is not None})
+            items = []
+            if wanted:
+                _fetchParser(session).limits = LISTING_LIMITS
+                items = await session.fetchMetadata(
+                    formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
+                )
+        except CommandFailed:
+            return [None] * len(messages)
+        headers = dict(_headerOf(item) for item in items)
+        return [None if uid is None else headers.get(uid) for uid in uids]
 
     def _bodies(
         self,

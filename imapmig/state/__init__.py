@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence, overload
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
 from zope.interface import Interface
 
@@ -47,6 +47,10 @@ class MessageOutcome:
         failed or was already present, when the job read its header; for
         the audit manifest.  L{None} for appended messages, and when not
         known.
+    @ivar date: the message's C{Date} header as written (unfolded, at most
+        L{NAME_LENGTH} characters), recorded like C{messageId}.
+    @ivar sender: its C{From} header, decoded from RFC 2047, likewise.
+    @ivar subject: its C{Subject} header, decoded from RFC 2047, likewise.
     """
 
     folderKey: str
@@ -60,6 +64,9 @@ class MessageOutcome:
     alreadyPresent: bool = False
     lineEndingsConverted: bool = False
     messageId: str | None = None
+    date: str | None = None
+    sender: str | None = None
+    subject: str | None = None
 
     @property
     def appended(self) -> bool:
@@ -75,6 +82,43 @@ MESSAGE_ID_LENGTH = 998
 The longest C{Message-ID} recorded: a header line's limit (RFC 5322); a
 longer one is cut.
 """
+
+
+NAME_LENGTH = 256
+"""
+The most characters of a message's Date, From or Subject recorded; a
+longer one is cut (its last character then C{…}).
+"""
+
+
+@frozen
+class MessageNames:
+    """
+    What a message's owner knows it by, read from its header
+    (L{imapmig.messagenames}) for a message not migrated; each L{None}
+    when the header has no such field or was not read.
+    """
+
+    messageId: str | None = None
+    date: str | None = None
+    sender: str | None = None
+    subject: str | None = None
+
+    def __bool__(self) -> bool:
+        return any((self.messageId, self.date, self.sender, self.subject))
+
+
+def withNames(outcome: MessageOutcome, names: MessageNames) -> MessageOutcome:
+    """
+    C{outcome} with the fields of C{names}.
+    """
+    return evolve(
+        outcome,
+        messageId=names.messageId,
+        date=names.date,
+        sender=names.sender,
+        subject=names.subject,
+    )
 
 
 AppendedOutcome = tuple[str, str, str, int, "int | None", "int | None", int]
@@ -197,6 +241,27 @@ class OutcomeCounts:
     failed: int
     lineEndingsConverted: int
     withNotes: int
+
+
+@frozen
+class JobActivity:
+    """
+    What a job's records say of its work, for the summary of
+    C{imapmig report}.
+
+    @ivar copiedOctets: the octets of the messages copied (as sent).
+    @ivar firstAt: when the first of the messages copied was recorded, in
+        the store's clock's seconds (the epoch); L{None} for none.  (Not
+        a failure's time: a later run records its failures again.)
+    @ivar lastAt: when the last of them was, likewise.
+    @ivar folders: how many source folders have a mark (were listed to
+        the end by a run): with no outcome either, the job never ran.
+    """
+
+    copiedOctets: int
+    firstAt: float | None
+    lastAt: float | None
+    folders: int
 
 
 @frozen
@@ -326,7 +391,8 @@ _ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
     """
     Whether C{needle} (already L{asciiLower}ed) is in C{outcome}'s folder
-    key, mailbox, message key, Message-ID or failure, ignoring ASCII case.
+    key, mailbox, message key, Message-ID, failure, From or Subject,
+    ignoring ASCII case.
     An empty needle matches everything.
     """
     if not needle:
@@ -339,6 +405,8 @@ def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
             outcome.messageKey,
             outcome.messageId,
             outcome.failure,
+            outcome.sender,
+            outcome.subject,
         )
         if text is not None
     )
@@ -447,8 +515,8 @@ class IStateStore(Interface):
         @param offset: how many matching messages to skip (0 or more).
         @param limit: the most to return (1 or more).
         @param contains: only messages with this text in their folder key,
-            mailbox, message key, Message-ID or failure, ignoring ASCII
-            case; C{""} for all.
+            mailbox, message key, Message-ID, failure, From or Subject,
+            ignoring ASCII case; C{""} for all.
         @param after: start after this C{(folderKey, messageKey)} (a
             L{FailuresPage.next}); L{None} from the first failure.
         """
@@ -466,6 +534,16 @@ class IStateStore(Interface):
 
         @param after: C{(folderKey, messageKey)} of the last message of
             the previous page, or L{None} for the first page.
+        """
+
+    def nameMessages(
+        job: str, names: "Sequence[tuple[str, str, MessageNames]]"
+    ) -> "Deferred[None]":
+        """
+        Record what the owners know messages of C{job} by, each given as
+        C{(folderKey, messageKey, names)}, for those whose latest outcome
+        is a failure (the others are left as they are): their header was
+        read after the failure was recorded (L{imapmig.job.naming}).
         """
 
     def ping() -> "Deferred[None]":
@@ -488,6 +566,12 @@ class IStateStore(Interface):
         How many messages of C{job} were copied, were already present,
         failed, had their line endings converted, and carry a note, each by
         its latest outcome.
+        """
+
+    def activity(job: str) -> "Deferred[JobActivity]":
+        """
+        The octets C{job} copied, the span of time those copies were
+        recorded in, and how many of its folders have a mark.
         """
 
     def notes(job: str) -> "Deferred[list[MessageOutcome]]":

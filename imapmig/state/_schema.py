@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -142,6 +142,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             updated_at REAL NOT NULL
         ) WITHOUT ROWID
         """,
+    ),
+    # Version 10: what the owner of a message not migrated knows it by
+    # (imapmig.messagenames): its Date, From and Subject, beside its
+    # Message-ID; NULL for appended messages and older rows.
+    10: (
+        "ALTER TABLE messages ADD COLUMN message_date TEXT",
+        "ALTER TABLE messages ADD COLUMN message_from TEXT",
+        "ALTER TABLE messages ADD COLUMN message_subject TEXT",
     ),
 }
 

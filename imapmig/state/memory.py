@@ -21,14 +21,17 @@ from imapmig.state import (
     HOLDS,
     FolderMark,
     IStateStore,
+    JobActivity,
     JobHold,
     JournalEntry,
     JournalMessage,
+    MessageNames,
     MessageOutcome,
     OutcomeCounts,
     asciiLower,
     asMessageOutcome,
     outcomeMatches,
+    withNames,
 )
 from imapmig.state._packing import packMessages
 
@@ -76,6 +79,9 @@ class MemoryStateStore:
         self._seconds = seconds
         # job -> folderKey -> messageKey -> latest outcome
         self._jobs: dict[str, dict[str, dict[str, MessageOutcome]]] | None = {}
+        # job -> (folderKey, messageKey) -> when its latest outcome was
+        # recorded
+        self._recordedAt: dict[str, dict[tuple[str, str], float]] = {}
         # job -> folderKey -> mark
         self._marks: dict[str, dict[str, FolderMark]] = {}
         # job -> entryId -> unsettled entry
@@ -151,6 +157,9 @@ class MemoryStateStore:
                     outcome.failure,
                     outcome.note,
                     outcome.messageId,
+                    outcome.date,
+                    outcome.sender,
+                    outcome.subject,
                 )
             )
             if error is not None:
@@ -160,8 +169,11 @@ class MemoryStateStore:
             return fail(PermanentError(f"memory: cannot record outcomes: {number} is out of range"))
         if recorded:
             folders = jobs.setdefault(job, {})
+            times = self._recordedAt.setdefault(job, {})
+            now = self._seconds()
             for outcome in recorded:
                 folders.setdefault(outcome.folderKey, {})[outcome.messageKey] = outcome
+                times[outcome.folderKey, outcome.messageKey] = now
         entries = self._journal.get(job, {})
         for entryId in settled:
             entries.pop(entryId, None)
@@ -355,6 +367,46 @@ class MemoryStateStore:
                 withNotes=sum(1 for o in present if o.note is not None),
             )
         )
+
+    def activity(self, job: str) -> Deferred[JobActivity]:
+        """
+        See L{IStateStore.activity}.
+        """
+        try:
+            latest = list(self._latest(job))
+        except PermanentError as e:
+            return fail(e)
+        copied = [o for o in latest if o.failure is None and not o.alreadyPresent]
+        recordedAt = self._recordedAt.get(job, {})
+        times = [recordedAt[o.folderKey, o.messageKey] for o in copied]
+        return succeed(
+            JobActivity(
+                copiedOctets=sum(o.size for o in copied),
+                firstAt=min(times, default=None),
+                lastAt=max(times, default=None),
+                folders=len(self._marks.get(job, {})),
+            )
+        )
+
+    def nameMessages(
+        self, job: str, names: Sequence[tuple[str, str, MessageNames]]
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.nameMessages}.
+        """
+        try:
+            folders = self._open().get(job, {})
+        except PermanentError as e:
+            return fail(e)
+        for _, _, each in names:
+            error = _unencodable((each.messageId, each.date, each.sender, each.subject))
+            if error is not None:
+                return fail(PermanentError(f"memory: cannot record the names: {error}"))
+        for folderKey, messageKey, each in names:
+            outcome = folders.get(folderKey, {}).get(messageKey)
+            if outcome is not None and outcome.failure is not None:
+                folders[folderKey][messageKey] = withNames(outcome, each)
+        return succeed(None)
 
     def notes(self, job: str) -> Deferred[list[MessageOutcome]]:
         """

@@ -48,9 +48,11 @@ from imapmig.state import (
     HOLDS,
     FolderMark,
     IStateStore,
+    JobActivity,
     JobHold,
     JournalEntry,
     JournalMessage,
+    MessageNames,
     MessageOutcome,
     OutcomeCounts,
     asciiLower,
@@ -66,7 +68,8 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStateStore"]
 _UPSERT_TEMPLATE = """
     INSERT INTO messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid,
-        failure, note, present, converted, updated_at, message_id
+        failure, note, present, converted, updated_at, message_id,
+        message_date, message_from, message_subject
     ) VALUES ({values})
     ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
         mailbox = excluded.mailbox,
@@ -78,11 +81,16 @@ _UPSERT_TEMPLATE = """
         present = excluded.present,
         converted = excluded.converted,
         updated_at = excluded.updated_at,
-        message_id = excluded.message_id
+        message_id = excluded.message_id,
+        message_date = excluded.message_date,
+        message_from = excluded.message_from,
+        message_subject = excluded.message_subject
 """
-_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
-# For an outcome with no failure, no note and no Message-ID.
-_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL")
+_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
+# For an outcome with no failure, no note and no names.
+_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(
+    values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL, NULL, NULL, NULL"
+)
 # For AppendedOutcomes (no failure, no note, not present): the upsert of a
 # run of them, in rows of at most _APPENDED_ROWS, one statement each.
 _UPSERT_APPENDED = "appended"
@@ -100,7 +108,7 @@ def _upsertAppended(rows: int) -> str:
     statement = _appendedStatements.get(rows)
     if statement is None:
         values = ", ".join(
-            "(?1, {}, NULL, NULL, 0, ?{}, ?2, NULL)".format(
+            "(?1, {}, NULL, NULL, 0, ?{}, ?2, NULL, NULL, NULL, NULL)".format(
                 ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
             )
             for row in range(rows)
@@ -111,17 +119,32 @@ def _upsertAppended(rows: int) -> str:
     return statement
 
 # The columns of a messages row that make a MessageOutcome, in the order
-# _outcome takes them; _OLD_OUTCOME_COLUMNS for a database older than
-# version 8 opened read-only, which has no Message-IDs.
+# _outcome takes them; for a database older than version 10 opened
+# read-only, which has no names (nor, before version 8, Message-IDs),
+# _OUTCOME_COLUMNS_OF its version.
 _OUTCOME_COLUMNS = (
     "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
-    " note, present, converted, message_id"
+    " note, present, converted, message_id, message_date, message_from, message_subject"
 )
-_OLD_OUTCOME_COLUMNS = _OUTCOME_COLUMNS.replace("message_id", "NULL")
+_UNNAMED_COLUMNS = (
+    _OUTCOME_COLUMNS.replace("message_date", "NULL")
+    .replace("message_from", "NULL")
+    .replace("message_subject", "NULL")
+)
+_OUTCOME_COLUMNS_OF = {
+    8: _UNNAMED_COLUMNS,
+    7: _UNNAMED_COLUMNS.replace("message_id", "NULL"),
+}
 
 _OutcomeRow = tuple[
-    str, str, str, int, int | None, int | None, str | None, str | None, int, int, str | None
-]
+    str, str, str, int, int | None, int | None, str | None, str | None, int, int,
+    str | None, str | None, str | None, str | None,
+]  # fmt: skip
+
+_NAME = """
+    UPDATE messages SET message_id = ?, message_date = ?, message_from = ?, message_subject = ?
+    WHERE job = ? AND folder_key = ? AND message_key = ? AND failure IS NOT NULL
+"""
 
 # What the audit manifest and the failure pages read: messages not copied
 # by imapmig (failed or already present).  Written as the partial index
@@ -133,7 +156,8 @@ _NOT_COPIED = "(failure IS NOT NULL OR present != 0)"
 _CONTAINS = (
     "(instr(lower(folder_key), ?1) OR instr(lower(mailbox), ?1)"
     " OR instr(lower(message_key), ?1) OR instr(lower(coalesce(message_id, '')), ?1)"
-    " OR instr(lower(failure), ?1))"
+    " OR instr(lower(failure), ?1) OR instr(lower(coalesce(message_from, '')), ?1)"
+    " OR instr(lower(coalesce(message_subject, '')), ?1))"
 )
 
 _UPSERT_MARK = """
@@ -388,9 +412,7 @@ class SQLiteStateStore:
                 rows.append(outcome)
                 continue
             assert isinstance(outcome, MessageOutcome)
-            plain = (
-                outcome.failure is None and outcome.note is None and outcome.messageId is None
-            )
+            plain = outcome.failure is None and outcome.note is None and _nameless(outcome)
             wanted = _UPSERT_PLAIN if plain else _UPSERT
             if statement is not wanted:
                 statement, rows = wanted, []
@@ -410,7 +432,7 @@ class SQLiteStateStore:
                 now,
             )
             if not plain:
-                tail += (outcome.messageId,)
+                tail += (outcome.messageId, outcome.date, outcome.sender, outcome.subject)
             rows.append(head + tail if plain else head + (outcome.failure, outcome.note) + tail)
         entries = [(entryId, job) for entryId in settled]
 
@@ -550,9 +572,7 @@ class SQLiteStateStore:
         if needle:
             rowsRead = FAILURES_SEARCH_ROWS
             # An older database opened read-only has no Message-IDs.
-            contained = (
-                _CONTAINS if self._version >= 8 else _CONTAINS.replace("message_id", "NULL")
-            ).replace("?1", ":needle")
+            contained = self._contains().replace("?1", ":needle")
             # The first rows from the start (the count) or from `after`
             # (the page), then the needle among them: a needle found
             # nowhere would otherwise read every failure.
@@ -674,12 +694,28 @@ class SQLiteStateStore:
         """
         return "messages INDEXED BY messages_not_copied" if self._version >= 8 else "messages"
 
+    def _contains(self) -> str:
+        """
+        L{_CONTAINS} for this database's schema version: an older one
+        opened read-only has no names (nor, before version 8, Message-IDs).
+        """
+        contained = _CONTAINS
+        if self._version < 10:
+            contained = contained.replace("message_from", "NULL").replace(
+                "message_subject", "NULL"
+            )
+        if self._version < 8:
+            contained = contained.replace("message_id", "NULL")
+        return contained
+
     def _outcomeColumns(self) -> str:
         """
         The columns that make a L{MessageOutcome}, for this database's
         schema version.
         """
-        return _OUTCOME_COLUMNS if self._version >= 8 else _OLD_OUTCOME_COLUMNS
+        if self._version >= 10:
+            return _OUTCOME_COLUMNS
+        return _OUTCOME_COLUMNS_OF[max(7, min(8, self._version))]
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """
@@ -728,6 +764,43 @@ class SQLiteStateStore:
             (job,),
             count,
         )
+
+    def activity(self, job: str) -> Deferred[JobActivity]:
+        """
+        See L{IStateStore.activity}: one scan of the job's messages.
+        """
+
+        def read(rows: list[tuple[Any, ...]]) -> JobActivity:
+            ((octets, first, last, folders),) = rows
+            return JobActivity(int(octets), first, last, int(folders))
+
+        return self._read(
+            "read the activity",
+            "SELECT"
+            " coalesce(sum(CASE WHEN failure IS NULL AND present = 0 THEN size END), 0),"
+            " min(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
+            " max(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
+            " (SELECT count(*) FROM folders WHERE job = ?1)"
+            " FROM messages WHERE job = ?1",
+            (job,),
+            read,
+        )
+
+    def nameMessages(
+        self, job: str, names: Sequence[tuple[str, str, MessageNames]]
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.nameMessages}: one transaction.
+        """
+        rows = [
+            (n.messageId, n.date, n.sender, n.subject, job, folderKey, messageKey)
+            for folderKey, messageKey, n in names
+        ]
+
+        def write(connection: sqlite3.Connection) -> None:
+            connection.executemany(_NAME, rows)
+
+        return self._transaction("record the names of messages", write)
 
     def notes(self, job: str) -> Deferred[list[MessageOutcome]]:
         """
@@ -1066,6 +1139,18 @@ def _writeAppended(
         start = end
 
 
+def _nameless(outcome: MessageOutcome) -> bool:
+    """
+    Whether C{outcome} carries none of the names of its message.
+    """
+    return (
+        outcome.messageId is None
+        and outcome.date is None
+        and outcome.sender is None
+        and outcome.subject is None
+    )
+
+
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:
     """
     Execute C{statement} with C{row}'s parameters.
@@ -1079,7 +1164,7 @@ def _outcome(row: _OutcomeRow) -> MessageOutcome:
     """
     (
         folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
-        converted, messageId,
+        converted, messageId, date, sender, subject,
     ) = row  # fmt: skip
     return MessageOutcome(
         folderKey=folderKey,
@@ -1093,4 +1178,7 @@ def _outcome(row: _OutcomeRow) -> MessageOutcome:
         alreadyPresent=bool(present),
         lineEndingsConverted=bool(converted),
         messageId=messageId,
+        date=date,
+        sender=sender,
+        subject=subject,
     )

@@ -7,6 +7,8 @@ audit manifest.
     /jobs/NAME/failures.json        ?offset=&limit=&q=&after= failed messages
     /jobs/NAME/manifest.csv         every message not copied, to download
     /jobs/NAME/manifest.json        the same as JSON
+    /manifest.csv, /manifest.json   what was not migrated, every job
+                                    (L{runManifest}, mounted at the root)
 
 C{NAME} is one path segment, percent-decoded (twisted.web decodes each
 segment, so a C{/} in a name travels as C{%2F}) and then UTF-8.
@@ -15,7 +17,7 @@ segment, so a C{/} in a name travels as C{%2F}) and then UTF-8.
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 from urllib.parse import quote
 
 from twisted.internet.defer import Deferred
@@ -35,11 +37,16 @@ from imapmig.status._http import (
     refuseMethod,
     withoutPaths,
 )
-from imapmig.status.manifest import ManifestProducer, excludedRows, manifestFormat
+from imapmig.status.manifest import (
+    ManifestProducer,
+    ManifestSection,
+    excludedRows,
+    manifestFormat,
+)
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import FailureQuery, parseFailureQuery
 
-__all__ = ["JobsResource", "failureItem"]
+__all__ = ["JobsResource", "runManifest", "failureItem"]
 
 FIRST_FAILURES = 50
 """
@@ -65,6 +72,9 @@ def failureItem(outcome: MessageOutcome, folderNames: Mapping[str, str]) -> dict
         "key": outcome.messageKey,
         "size": outcome.size,
         "message_id": outcome.messageId,
+        "date": outcome.date,
+        "from": outcome.sender,
+        "subject": outcome.subject,
         "reason": None if outcome.failure is None else withoutPaths(outcome.failure),
     }
 
@@ -90,6 +100,21 @@ class _JobContext:
         self.view = view
         self.store = store
         self.rulesOf = rulesOf
+
+    def section(self, job: JobProgress, failedOnly: bool = False) -> ManifestSection:
+        """
+        C{job}'s part of a manifest: its excluded folders, then its
+        messages not copied (only the failed ones if C{failedOnly}).
+        """
+        name = job.name
+        store = self.store
+        return ManifestSection(
+            name,
+            excludedRows(name, self.view.excludedFolders(job), self.rulesOf(name)),
+            lambda after, limit: store.manifestOutcomes(name, after, limit),
+            self.view.folderNames(job),
+            failedOnly,
+        )
 
     def header(self) -> dict[str, object]:
         """
@@ -239,12 +264,15 @@ class _Failures(ReadOnlyResource):
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def attachmentName(job: str, extension: str) -> bytes:
+def attachmentName(job: str | None, extension: str) -> bytes:
     """
     The C{Content-Disposition} value that saves the manifest of C{job} as
-    C{imapmig-manifest-JOB.EXT}: an ASCII C{filename} with every other
+    C{imapmig-manifest-JOB.EXT} (of every job, L{None}, as
+    C{imapmig-manifest.EXT}): an ASCII C{filename} with every other
     character replaced, and the exact name as RFC 6266's C{filename*}.
     """
+    if job is None:
+        return f'attachment; filename="imapmig-manifest.{extension}"'.encode("ascii")
     plain = _UNSAFE.sub("_", job).strip("._")[:80] or "job"
     exact = quote(f"imapmig-manifest-{job}.{extension}", safe="")
     value = (
@@ -256,16 +284,28 @@ def attachmentName(job: str, extension: str) -> bytes:
 
 class _Manifest(Resource):
     """
-    C{/jobs/NAME/manifest.csv} and C{.json}: the audit manifest, streamed.
+    C{/jobs/NAME/manifest.csv} and C{.json}: the audit manifest, streamed;
+    with no job (L{runManifest}), what every job did not migrate.
     """
 
     isLeaf = True
 
-    def __init__(self, context: _JobContext, job: JobProgress, kind: str) -> None:
+    def __init__(self, context: _JobContext, job: JobProgress | None, kind: str) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._context = context
         self._job = job
         self._kind = kind
+
+    def sections(self) -> Iterator[ManifestSection]:
+        """
+        The manifest's parts: the job's, or, with no job, each job's
+        failed messages and excluded folders, made as their turn comes.
+        """
+        if self._job is not None:
+            yield self._context.section(self._job)
+            return
+        for job in self._context.view.jobs():
+            yield self._context.section(job, failedOnly=True)
 
     def render(self, request: Request) -> bytes | int:
         """
@@ -276,23 +316,25 @@ class _Manifest(Resource):
             return refused
         form = manifestFormat(self._kind)
         commonHeaders(request, form.contentType)
+        name = None if self._job is None else self._job.name
         request.responseHeaders.setRawHeaders(
-            b"Content-Disposition", [attachmentName(self._job.name, self._kind)]
+            b"Content-Disposition", [attachmentName(name, self._kind)]
         )
         if request.method == b"HEAD":
             return b""
-        name = self._job.name
-        store = self._context.store
-        excluded = excludedRows(
-            name, self._context.view.excludedFolders(self._job), self._context.rulesOf(name)
-        )
-        ManifestProducer(
-            request,
-            name,
-            excluded,
-            lambda after, limit: store.manifestOutcomes(name, after, limit),
-            form,
-            folderNames=self._context.view.folderNames(self._job),
-        ).start()
+        ManifestProducer(request, self.sections(), form).start()
         return NOT_DONE_YET
 
+
+
+def runManifest(
+    view: ProgressView, store: IStateStore, rulesOf: RulesOf, kind: str
+) -> IResource:
+    """
+    C{/manifest.csv} (C{kind} C{"csv"}) or C{/manifest.json}: one
+    manifest of what no job migrated: per job, in the order of
+    C{/status.json}, the folders its rules leave out and its failed
+    messages (not those already present), with the columns of the job
+    manifests.
+    """
+    return _Manifest(_JobContext(view, store, rulesOf), None, kind)

@@ -6,7 +6,7 @@ rules left out, as CSV (RFC 4180) or JSON, written to the response page
 by page as the state store reads them, never built whole.
 
 Columns: job, outcome (C{failed}, C{already_present}, C{excluded}),
-folder, mailbox, key, size, message_id, reason.
+folder, mailbox, key, size, message_id, date, from, subject, reason.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -33,13 +34,17 @@ __all__ = [
     "COLUMNS",
     "ManifestProducer",
     "ManifestRow",
+    "ManifestSection",
     "exclusionReason",
     "excludedRows",
     "inertCell",
     "outcomeRow",
 ]
 
-COLUMNS = ("job", "outcome", "folder", "mailbox", "key", "size", "message_id", "reason")
+COLUMNS = (
+    "job", "outcome", "folder", "mailbox", "key", "size", "message_id", "date", "from",
+    "subject", "reason",
+)  # fmt: skip
 """
 The manifest's columns, in order: the CSV header, the JSON objects' keys.
 """
@@ -49,7 +54,10 @@ PAGE_ROWS = 500
 How many rows are read from the store, and written, at a time.
 """
 
-ManifestRow = tuple[str, str, str, str, str, "int | None", "str | None", str]
+ManifestRow = tuple[
+    str, str, str, str, str, "int | None", "str | None", "str | None", "str | None",
+    "str | None", str,
+]  # fmt: skip
 """
 One row of the manifest, in the order of L{COLUMNS}.
 """
@@ -75,6 +83,9 @@ def outcomeRow(job: str, outcome: MessageOutcome, folderNames: Mapping[str, str]
         outcome.messageKey,
         outcome.size,
         outcome.messageId,
+        outcome.date,
+        outcome.sender,
+        outcome.subject,
         reason,
     )
 
@@ -114,6 +125,9 @@ def excludedRows(job: str, folders: Sequence[str], rules: FolderRules | None) ->
             folder,
             "",
             "",
+            None,
+            None,
+            None,
             None,
             None,
             "left out by the folder rules" if rules is None else exclusionReason(folder, rules),
@@ -202,41 +216,54 @@ which to start and how many, a Deferred list of outcomes
 """
 
 
+@frozen
+class ManifestSection:
+    """
+    One job's part of a manifest.
+
+    @ivar job: the job's name, the first column of every row.
+    @ivar excluded: the rows of its excluded folders, written first.
+    @ivar pages: the store's pages of its messages not copied.
+    @ivar folderNames: its folder names by key (L{outcomeRow}).
+    @ivar failedOnly: only the failed messages, not those already present
+        (the manifest of every job: what was not migrated).
+    """
+
+    job: str
+    excluded: Sequence[ManifestRow]
+    pages: OutcomePages
+    folderNames: Mapping[str, str] = {}
+    failedOnly: bool = False
+
+
 @implementer(IPushProducer)
 class ManifestProducer:
     """
-    Writes a job's manifest to a request: its excluded folders, then the
-    store's messages not copied, one page of L{PAGE_ROWS} at a time, each
-    read only once the previous one is written and while the client is not
-    pausing the response.
+    Writes a manifest to a request: per section (one job's), its excluded
+    folders, then the store's messages not copied, one page of
+    L{PAGE_ROWS} at a time, each read only once the previous one is
+    written and while the client is not pausing the response.
     """
 
     def __init__(
         self,
         request: Request,
-        job: str,
-        excluded: Sequence[ManifestRow],
-        pages: OutcomePages,
+        sections: Iterable[ManifestSection],
         form: _CSVFormat | _JSONFormat,
         pageRows: int = PAGE_ROWS,
-        folderNames: Mapping[str, str] = {},
     ) -> None:
         """
         @param request: the response to write to; its headers are set.
-        @param job: the job's name, the first column of every row.
-        @param excluded: the rows of its excluded folders.
-        @param pages: the store's pages of the job's messages not copied.
+        @param sections: the jobs' parts, in order (taken one at a time:
+            a generator makes each when its turn comes).
         @param form: the format to write.
         @param pageRows: rows per page.
-        @param folderNames: the job's folder names by key (L{outcomeRow}).
         """
         self._request = request
-        self._job = job
-        self._excluded = excluded
-        self._pages = pages
+        self._sections = iter(sections)
+        self._section: ManifestSection | None = None
         self._form = form
         self._pageRows = pageRows
-        self._folderNames = folderNames
         self._after: tuple[str, str] | None = None
         self._paused = False
         self._reading = False
@@ -244,15 +271,28 @@ class ManifestProducer:
 
     def start(self) -> None:
         """
-        Begin writing: the start of the document and the excluded folders,
-        then the pages as the client takes them.
+        Begin writing: the start of the document, then the sections as
+        the client takes them.
         """
         self._request.registerProducer(self, True)
         self._request.notifyFinish().addErrback(lambda _: self.stopProducing())
         self._request.write(self._form.start())
-        if self._excluded:
-            self._request.write(self._form.rows(self._excluded))
         self._run()
+
+    def _nextSection(self) -> bool:
+        """
+        Move on to the next section, writing its excluded folders; C{False}
+        at the end of the manifest (which is then ended).
+        """
+        self._section = next(self._sections, None)
+        self._after = None
+        if self._section is None:
+            self._request.write(self._form.end())
+            self._finish(complete=True)
+            return False
+        if self._section.excluded:
+            self._request.write(self._form.rows(self._section.excluded))
+        return True
 
     def _run(self) -> None:
         """
@@ -260,6 +300,10 @@ class ManifestProducer:
         or the manifest is done.
         """
         while not (self._paused or self._reading or self._done):
+            if self._section is None and not self._nextSection():
+                return
+            section = self._section
+            assert section is not None
             self._reading = True
             synchronous = True
             answered: list[object] = []
@@ -272,7 +316,7 @@ class ManifestProducer:
                     self._page(result)
                     self._run()
 
-            self._pages(self._after, self._pageRows).addBoth(got)
+            section.pages(self._after, self._pageRows).addBoth(got)
             synchronous = False
             if not answered:
                 return
@@ -284,24 +328,30 @@ class ManifestProducer:
         not).
         """
         self._reading = False
-        if self._done:
+        section = self._section
+        if self._done or section is None:
             return
         if isinstance(result, Failure):
             log.error(
                 "Cannot read the manifest of job {job}: {why}; the download is cut short",
-                job=self._job,
+                job=section.job,
                 why=str(result.value),
             )
             self._finish(complete=False)
             return
         outcomes: list[MessageOutcome] = result  # type: ignore[assignment]
         if not outcomes:
-            self._request.write(self._form.end())
-            self._finish(complete=True)
+            self._section = None
             return
         last = outcomes[-1]
         self._after = (last.folderKey, last.messageKey)
-        self._request.write(self._form.rows([outcomeRow(self._job, o, self._folderNames) for o in outcomes]))
+        rows = [
+            outcomeRow(section.job, o, section.folderNames)
+            for o in outcomes
+            if not (section.failedOnly and o.failure is None)
+        ]
+        if rows:
+            self._request.write(self._form.rows(rows))
 
     def _finish(self, complete: bool) -> None:
         """

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_status -*-
 """
 The status site's root: C{/status.json} (schema 1: the run's summary and
-one page of jobs), C{/jobs/...} (L{imapmig.status.jobs}), C{/healthz}
+one page of jobs), C{/jobs/...} and C{/manifest.csv}
+(L{imapmig.status.jobs}), C{/healthz}
 (L{imapmig.status.health}), C{/} and C{/static/} (the dashboard,
 L{imapmig.status.dashboard}), C{/metrics} (L{imapmig.status.metrics}) and
 C{/control} (L{imapmig.status.controls}), the last two given to
@@ -34,7 +35,7 @@ from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
-from imapmig.status.jobs import JobsResource
+from imapmig.status.jobs import JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import parseJobQuery, selectJobs
@@ -128,6 +129,8 @@ class StatusResource(Resource):
         self.putChild(b"", self._page)
         self.putChild(b"status.json", StatusJSONResource(view, report))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf))
+        for kind in ("csv", "json"):
+            self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
         self.putChild(b"healthz", HealthResource(view, store, stopping))
         if metrics is not None:
             self.putChild(b"metrics", metrics)

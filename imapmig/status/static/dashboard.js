@@ -644,6 +644,9 @@
         td.setAttribute("data-label", c[1]);
         tr.appendChild(td);
       });
+      // Who and what the message is, for its owner: From, Subject, Date.
+      var named = [item.from, item.subject, item.date].filter(Boolean).join(" \u00b7 ");
+      if (named) tr.querySelector(".failure-message-id").appendChild(el("div", "failure-names muted", named));
       tbody.appendChild(tr);
     });
     if (!page.items || !page.items.length) {

@@ -1,0 +1,181 @@
+# -*- test-case-name: tests.test_reportsummary -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods are unannotated.)
+"""
+Tests for the summary that ends C{imapmig report}, its C{--csv} (one row
+per job) and C{--failures --csv} (every failed message, named).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.cli import main, report
+from imapmig.state import MessageNames, MessageOutcome, withNames
+from imapmig.state.memory import MemoryStateStore
+from imapmig.state.sqlite import SQLiteStateStore
+
+NAMES = MessageNames("<big@x>", "Tue, 3 Mar 2020 10:00:00 +0100", "Jörg <j@x>", "Grüße")
+
+
+def fill(store: MemoryStateStore | SQLiteStateStore, clock: list[float]) -> None:
+    """
+    Record jobs a (500 messages of 1 MiB copied over 125 s), b (a named
+    failure), c (a failed run), d (nothing), e (paused).
+    """
+    clock[0] = 1_700_000_000.0
+    copied = [MessageOutcome("INBOX", str(i), "INBOX", 1 << 20, 5, i + 1) for i in range(500)]
+    store.recordOutcomes("a", copied[:250])
+    clock[0] += 125
+    store.recordOutcomes("a", copied[250:])
+    store.recordOutcomes(
+        "b", [withNames(MessageOutcome("INBOX", "9", "INBOX", 10, failure="too big"), NAMES)]
+    )
+    store.recordJobFailure("c", "login refused")
+    store.recordJobHolds(["e"], "paused", "192.0.2.7")
+
+
+class SummaryTests(SynchronousTestCase):
+    """
+    The text report ends with the summary of the run.
+    """
+
+    def test_summary(self) -> None:
+        """
+        The jobs by outcome, the messages, and the octets copied with the
+        time from the first outcome recorded to the last and the rates.
+        """
+        clock = [0.0]
+        store = MemoryStateStore(seconds=lambda: clock[0])
+        fill(store, clock)
+        out = io.StringIO()
+        self.assertEqual(report(store, ["a", "b", "c", "d", "e"], False, out), 1)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(
+            [line for line in lines if line.startswith("summary:")],
+            [
+                "summary: 5 jobs: 1 done, 1 done with failures, 1 failed, 1 held (1 paused,"
+                " 0 cancelled), 1 not run",
+                "summary: 500 messages in the destination (500 copied, 0 already present),"
+                " 1 failed",
+                "summary: 500.0 MiB copied in 2 min 5 s (first to last copy recorded):"
+                " 4 messages/s, 4.00 MiB/s",
+            ],
+        )
+        self.assertTrue(all(line.startswith("summary:") for line in lines[-5:-2]))
+        self.assertEqual(
+            lines[-2:], ["paused: e", "failed: b (1 message failed), c (the job failed)"]
+        )
+
+    def test_thousands(self) -> None:
+        """
+        Counts are written with thousands separated.
+        """
+        store = MemoryStateStore()
+        store.recordOutcomes("a", [MessageOutcome("", str(i), "INBOX", 1) for i in range(1234)])
+        out = io.StringIO()
+        report(store, ["a"], False, out)
+        self.assertIn("summary: 1,234 messages in the destination (1,234 copied", out.getvalue())
+
+
+class CSVTests(SynchronousTestCase):
+    """
+    C{imapmig report --csv} and C{--failures --csv}, from the command line.
+    """
+
+    def setUp(self) -> None:
+        base = os.path.abspath(self.mktemp())
+        maildir = os.path.join(base, "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        state = os.path.join(base, "state.sqlite")
+        clock = [0.0]
+        store = SQLiteStateStore(state, seconds=lambda: clock[0])
+        fill(store, clock)
+        store.close()
+        self.config = os.path.join(base, "c.yaml")
+        jobs = ", ".join(
+            f"{{name: {name}, source: {{maildir: {maildir}}},"
+            f" destination: {{server: s, user: {name}, password: p}}}}"
+            for name in "abcde"
+        )
+        with open(os.open(self.config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(
+                f"state: {state}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"jobs: [{jobs}]\n"
+            )
+
+    def command(self, *arguments: str) -> tuple[int, str]:
+        """
+        C{imapmig report --config CONFIG arguments...}: its status and
+        output.
+        """
+        out = io.StringIO()
+        return main(["report", "--config", self.config, *arguments], out), out.getvalue()
+
+    def test_jobsCSV(self) -> None:
+        """
+        C{--csv}: a header and one row per job, with its outcome, counts,
+        octets and times; no summary row.
+        """
+        status, text = self.command("--csv")
+        self.assertEqual(status, 1)
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        self.assertEqual(
+            [(r["job"], r["outcome"], r["copied"], r["failed"]) for r in rows],
+            [("a", "done", "500", "0"), ("b", "done_with_failures", "0", "1"),
+             ("c", "failed", "0", "0"), ("d", "not_run", "0", "0"), ("e", "paused", "0", "0")],
+        )  # fmt: skip
+        self.assertEqual(
+            (rows[0]["copied_octets"], rows[0]["first_at"], rows[2]["job_failure"]),
+            (str(500 << 20), "2023-11-14T22:13:20Z", "login refused"),
+        )
+        self.assertEqual((rows[4]["hold_by"], rows[4]["hold_at"]), ("192.0.2.7", "2023-11-14T22:15:25Z"))
+        self.assertNotIn("summary", text)
+
+    def test_failuresCSV(self) -> None:
+        """
+        C{--failures --csv}: every failed message of every job, with the
+        columns of C{/manifest.csv} and the message's names.
+        """
+        status, text = self.command("--failures", "--csv")
+        self.assertEqual(status, 1)
+        self.assertTrue(
+            text.startswith("job,outcome,folder,mailbox,key,size,message_id,date,from,subject,reason\r\n")
+        )
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        self.assertEqual(
+            rows,
+            [{"job": "b", "outcome": "failed", "folder": "INBOX", "mailbox": "INBOX", "key": "9",
+              "size": "10", "message_id": "<big@x>", "date": "Tue, 3 Mar 2020 10:00:00 +0100",
+              "from": "Jörg <j@x>", "subject": "Grüße", "reason": "too big"}],
+        )  # fmt: skip
+
+    def test_failuresJSONAndText(self) -> None:
+        """
+        C{--failures --json} gives the same rows as objects; C{--failures}
+        alone a tab-separated line each and their count.
+        """
+        _, text = self.command("--failures", "--json")
+        [row] = json.loads(text)
+        self.assertEqual((row["job"], row["subject"]), ("b", "Grüße"))
+        _, text = self.command("--failures")
+        self.assertEqual(
+            text,
+            "b\tINBOX\t9\t<big@x>\tTue, 3 Mar 2020 10:00:00 +0100\tJörg <j@x>\tGrüße\ttoo big\n"
+            "1 failed message\n",
+        )
+
+    def test_csvAndJSONExclusive(self) -> None:
+        """
+        C{--csv} and C{--json} together are a usage error.
+        """
+        self.patch(os, "environ", dict(os.environ))
+        with self.assertRaises(SystemExit) as exiting:
+            self.command("--csv", "--json")
+        self.assertEqual(exiting.exception.code, 2)
