@@ -307,6 +307,33 @@ class RateTests(SynchronousTestCase):
         sampler.stopService()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_shortRunNotDiluted(self) -> None:
+        """
+        A run that copies 5,000 messages in 2.5 s and ends: its throughput
+        step ends with it, at once in the summary and as the sampler then
+        records it, at the rate C{messages_per_second} says at the end
+        (2,000 msg/s), not spread over the 10 s step (500 msg/s).
+        """
+        sampler = ProgressSampler(self.progress, self.clock)
+        a = self.progress.addJob("a")
+        sampler.startService()
+        a.census(5000, 5_000_000, 1, [])
+        lifecycle = running(a, self.clock)
+        self.clock.advance(2.5)
+        settle(a, 5000, 5_000_000)
+        lifecycle.succeed()
+        summary = self.progress.summary()
+        rate = summary["totals"]["messages_per_second"]  # type: ignore[index]
+        self.assertEqual(rate, 2000.0)
+        self.assertEqual(
+            summary["throughput"]["samples"], [[2.5, 2000.0, 2_000_000.0]]  # type: ignore[index]
+        )
+        self.clock.advance(7.5)
+        samples = self.progress.summary()["throughput"]["samples"]  # type: ignore[index]
+        self.assertEqual(samples, [[2.5, 2000.0, 2_000_000.0], [10.0, 0.0, 0.0]])
+        sampler.stopService()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_samplesOnlyActiveJobs(self) -> None:
         """
         Only jobs that started are sampled, and a job ended more than a

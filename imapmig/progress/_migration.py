@@ -132,6 +132,10 @@ class MigrationProgress:
         """
         now = self._seconds()
         messages = octets = 0
+        # When every job sampled has ended, everything of this step moved
+        # before the last of them ended: the step ends there, not diluted
+        # by the idle time after (a 3 s run is not 10 s long).
+        ended = self._endOfActivity()
         for name, job in list(self._active.items()):
             counts = job.lifetimeCounts()
             before = job.sampled
@@ -149,9 +153,45 @@ class MigrationProgress:
         self._octets += octets
         self._window.add(now, self._messages, self._octets)
         last, self._lastSample = self._lastSample, now
-        if last is not None and now > last:
+        if last is not None and ended is not None and last < ended < now:
+            self._history.add(ended, messages / (ended - last), octets / (ended - last))
+            self._history.add(now, 0.0, 0.0)
+        elif last is not None and now > last:
             elapsed = now - last
             self._history.add(now, messages / elapsed, octets / elapsed)
+
+    def _endOfActivity(self) -> float | None:
+        """
+        When the last of the jobs sampled ended, if every one of them has
+        ended; L{None} if any has not (or none is sampled).
+        """
+        end: float | None = None
+        for job in self._active.values():
+            finishedAt = job.finishedAt
+            if job.state not in ENDED or finishedAt is None:
+                return None
+            if end is None or finishedAt > end:
+                end = finishedAt
+        return end
+
+    def _finalStep(self, finishedAt: float | None) -> list[list[float]]:
+        """
+        The throughput step from the last sample to the run's end, if the
+        run ended since (as the next L{sample} will record it), so that
+        a finished run's chart is whole at once.
+
+        @param finishedAt: when the last job ended, if every job has.
+        """
+        last = self._lastSample
+        if finishedAt is None or last is None or not last < finishedAt:
+            return []
+        messages = octets = 0
+        for job in self._active.values():
+            counts = job.lifetimeCounts()
+            messages += counts[0] - job.sampled[0]
+            octets += counts[1] - job.sampled[1]
+        elapsed = finishedAt - last
+        return [[finishedAt, round(messages / elapsed, 2), round(octets / elapsed, 1)]]
 
     @property
     def sampledJobs(self) -> int:
@@ -241,8 +281,9 @@ class MigrationProgress:
                 bytesDone += job.bytesDone
                 bytesFailed += job.bytesFailed
         jobs = len(self._jobs)
+        lastEnd = finishedAt
         if ended < jobs:
-            finishedAt = None
+            finishedAt = lastEnd = None
         elif finishedAt is None:
             finishedAt = now
         messagesRate, octetsRate = self.currentRate()
@@ -289,7 +330,7 @@ class MigrationProgress:
             },
             "throughput": {
                 "step_seconds": self._history.step,
-                "samples": self._history.samples(),
+                "samples": self._history.samples() + self._finalStep(lastEnd),
             },
         }
 
