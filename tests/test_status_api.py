@@ -361,12 +361,15 @@ class VerifyReportTests(APITestCase):
         self.assertEqual(
             self.verify(),
             {"time": 1_700_000_000.5, "ok": False, "jobs": 2, "differences": 2,
-             "path": self.reportPath},
+             "unverified": 0, "path": self.reportPath},
         )  # fmt: skip
         self.writeReport([{"job": "a", "differences": 0}])
         self.assertEqual(self.verify()["ok"], True)
         self.writeReport([{"job": "a", "differences": 0}, {"job": "b", "error": "LOGIN"}])
-        self.assertEqual((self.verify()["ok"], self.verify()["jobs"]), (False, 2))
+        # A job that could not be verified is no difference, but counted.
+        self.assertEqual(
+            (self.verify()["ok"], self.verify()["jobs"], self.verify()["unverified"]), (False, 2, 1)
+        )
 
     def test_readOnChange(self) -> None:
         """

@@ -426,7 +426,7 @@ class ControlResource(Resource):
             raise _Refusal(
                 http.CONFLICT,
                 f"the jobs selected changed since the preview ({action} applies to"
-                f" {len(names)} now, {count} confirmed): preview again",
+                f" {plural(len(names), 'job')} now, not the {count} confirmed): preview again",
             )
 
         def applyBulk() -> Deferred[dict[str, object]]:
