@@ -364,11 +364,12 @@
     return steps;
   }
   // The time the chart spans: the run, from its start (or its oldest step
-  // kept) to its end, or to now while it runs; 10 s at least.
+  // kept, once the hour kept has moved on) to its end, or to now while it
+  // runs; 10 s at least.
   function chartWindow(samples, stepSeconds, run, now) {
     var end = typeof run.finished_at === "number" ? run.finished_at : now;
     var start = typeof run.started_at === "number" ? run.started_at : end - 300;
-    if (samples.length && samples[0][0] - stepSeconds > start) start = samples[0][0] - stepSeconds;
+    if (samples.length && samples[0][0] - 2 * stepSeconds > start) start = samples[0][0] - stepSeconds;
     return { start: start, end: end, span: Math.max(10, end - start) };
   }
   function renderChart(throughput, now, run) {
