@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import yaml
@@ -29,7 +31,13 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.testing.dovecot import DovecotInstance, requireDovecot
 from tests.browser import readPage, requireBrowser, startBrowser
 from tests.liverun import DaemonRun, LiveMigration, StatusClient, pollUntil, writeLiveMigration
-from tests.support import deliveries, freshUser, newDirectory, sharedDovecot
+from tests.support import (
+    deliveries,
+    freshUser,
+    newDirectory,
+    sharedDovecot,
+    sourceTreeEnvironment,
+)
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver
@@ -163,13 +171,15 @@ class ControlsBrowserTests(BrowserTestCase):
         chosen outlasts a reload; (3) the jobs whose name holds "a" are
         paused in bulk once the count is confirmed (one log line), and
         resumed; (4) the run ends with every message in Dovecot exactly
-        once, and the chart spans the run, its peak that of its steps.
+        once, and the chart spans the run, its peak that of its steps; (5)
+        the verify result shows, its path wrapping at its slashes.
         """
         self.startRun(JOBS, token=True)
         self.checkAttentionFirst()
         self.checkSortKept()
         self.checkBulk()
         self.checkChartAfterTheRun()
+        self.checkVerify()
 
     def checkAttentionFirst(self) -> None:
         """
@@ -305,6 +315,36 @@ class ControlsBrowserTests(BrowserTestCase):
         self.assertEqual(float(attributes["end"]), run["finished_at"])
         steps = [s[1] for s in document["throughput"]["samples"] if s[0] <= run["finished_at"]]
         self.assertEqual(float(attributes["peak"]), max(steps))
+
+    def checkVerify(self) -> None:
+        """
+        After C{imapmig verify}, the page shows its result, the job it
+        could not verify (C{mallory}'s login is refused) counted, and the
+        report's path in parts that each end at a C{/}, so that it wraps
+        there and never inside a name.
+        """
+        verify = subprocess.run(
+            [sys.executable, "-c", "from imapmig.cli import main; raise SystemExit(main())",
+             "verify", "--config", self.migration.configPath],
+            env=sourceTreeEnvironment(), capture_output=True, text=True, timeout=FINISH,
+        )  # fmt: skip
+        self.assertEqual(verify.returncode, 1, verify.stdout + verify.stderr)
+        report = self.client.status()["run"]["verify"]
+        self.assertEqual((report["jobs"], report["differences"], report["unverified"]), (5, 0, 1))
+
+        def shown(driver: WebDriver) -> tuple[str, list[str]] | None:
+            text: str = driver.find_element("id", "verify-result").text
+            parts: list[str] = driver.execute_script(
+                "return Array.from(document.querySelectorAll('#verify-result .path .part'),"
+                " p => p.textContent);"
+            )
+            return (text, parts) if parts else None
+
+        text, parts = self.waitPage("the verify result on the page", shown)
+        self.assertIn("5 jobs, 0 differences, 1 not verified", text)
+        self.assertEqual("".join(parts), report["path"])
+        self.assertTrue(all(part.endswith("/") for part in parts[:-1]), parts)
+        self.assertNotIn("/", parts[-1])
         self.assertEqual(self.daemon.stop(), 0, self.daemon.tail())
 
 
