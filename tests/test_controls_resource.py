@@ -453,9 +453,10 @@ class BulkControlTests(SynchronousTestCase):
         self.assertEqual(response.code, 409)
         self.assertIn("preview again", body["error"])
         _, preview = self.bulk("cancel/preview", {"state": "queued"})
-        forged = {"state": "queued", "count": preview["jobs"], "selection": "0" * 32}
-        response, _ = self.bulk("cancel", forged)
-        self.assertEqual(response.code, 409)
+        for selection in ("0" * 32, "é" * 32, ""):
+            forged = {"state": "queued", "count": preview["jobs"], "selection": selection}
+            response, _ = self.bulk("cancel", forged)
+            self.assertEqual(response.code, 409, selection)
         self.assertEqual(self.s.state("c2"), JobState.QUEUED)
 
     def test_refused(self) -> None:

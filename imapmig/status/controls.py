@@ -422,7 +422,9 @@ class ControlResource(Resource):
             raise _Refusal(
                 http.BAD_REQUEST, "confirm a bulk control: give the count and selection of its preview"
             )
-        if count != len(names) or not hmac.compare_digest(confirmed, selection):
+        if count != len(names) or not hmac.compare_digest(
+            confirmed.encode("utf-8"), selection.encode("ascii")
+        ):
             raise _Refusal(
                 http.CONFLICT,
                 f"the jobs selected changed since the preview ({action} applies to"
