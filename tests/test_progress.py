@@ -312,7 +312,8 @@ class RateTests(SynchronousTestCase):
         A run that copies 5,000 messages in 2.5 s and ends: its throughput
         step ends with it, at once in the summary and as the sampler then
         records it, at the rate C{messages_per_second} says at the end
-        (2,000 msg/s), not spread over the 10 s step (500 msg/s).
+        and after (2,000 msg/s), not spread over the 10 s step (500 msg/s)
+        nor over the time since (1,724 msg/s 0.4 s later).
         """
         sampler = ProgressSampler(self.progress, self.clock)
         a = self.progress.addJob("a")
@@ -328,9 +329,16 @@ class RateTests(SynchronousTestCase):
         self.assertEqual(
             summary["throughput"]["samples"], [[2.5, 2000.0, 2_000_000.0]]  # type: ignore[index]
         )
-        self.clock.advance(7.5)
+        self.clock.advance(0.4)
+        later = self.progress.summary()
+        self.assertEqual(later["totals"]["messages_per_second"], 2000.0)  # type: ignore[index]
+        self.clock.advance(7.1)
         samples = self.progress.summary()["throughput"]["samples"]  # type: ignore[index]
         self.assertEqual(samples, [[2.5, 2000.0, 2_000_000.0], [10.0, 0.0, 0.0]])
+        # The finished run's rate stays that of its end, as its chart does.
+        self.clock.advance(300)
+        totals = self.progress.summary()["totals"]
+        self.assertEqual(totals["messages_per_second"], 2000.0)  # type: ignore[index]
         sampler.stopService()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 

@@ -56,6 +56,8 @@ class MigrationProgress:
         self._messages = 0
         self._octets = 0
         self._lastSample: float | None = None
+        # The overall rate over the minute before the jobs ended, and when.
+        self._endRate: tuple[float, tuple[float, float]] | None = None
         self.verifyResult: dict[str, object] | None = None
         self.runStartedAt = seconds()
         self._window.add(self.runStartedAt, 0, 0)
@@ -151,6 +153,9 @@ class MigrationProgress:
                 del self._active[name]
         self._messages += messages
         self._octets += octets
+        if ended is not None and ended < now:
+            # While the window still reaches back a minute before the end.
+            self._endRate = (ended, self._window.rate(ended, self._messages, self._octets))
         self._window.add(now, self._messages, self._octets)
         last, self._lastSample = self._lastSample, now
         if last is not None and ended is not None and last < ended < now:
@@ -212,6 +217,21 @@ class MigrationProgress:
             messages += counts[0] - before[0]
             octets += counts[1] - before[1]
         return self._window.rate(self._seconds(), messages, octets)
+
+    def _rateAtEnd(self, end: float) -> tuple[float, float]:
+        """
+        The overall rate over the minute before C{end}, when every job
+        ended: what a finished run shows (and its throughput chart ends
+        with), rather than a rate falling as idle time passes.
+        """
+        if self._endRate is None or self._endRate[0] != end:
+            messages, octets = self._messages, self._octets
+            for job in self._active.values():
+                counts = job.lifetimeCounts()
+                messages += counts[0] - job.sampled[0]
+                octets += counts[1] - job.sampled[1]
+            self._endRate = (end, self._window.rate(end, messages, octets))
+        return self._endRate[1]
 
     def _slowestRunningJob(self, now: float) -> float | None:
         """
@@ -286,7 +306,10 @@ class MigrationProgress:
             finishedAt = lastEnd = None
         elif finishedAt is None:
             finishedAt = now
-        messagesRate, octetsRate = self.currentRate()
+        if lastEnd is None:
+            messagesRate, octetsRate = self.currentRate()
+        else:
+            messagesRate, octetsRate = self._rateAtEnd(lastEnd)
         eta = None
         if uncountedLive == 0:
             eta = _eta(remaining, messagesRate, JobState.RUNNING)
