@@ -69,6 +69,8 @@ class MigrationProgress:
         now = self._seconds()
         self.runStartedAt = now
         self._lastSample = now
+        # The rate's window starts with the run, as its throughput does.
+        self._window = RateWindow()
         self._window.add(now, self._messages, self._octets)
 
     @property
