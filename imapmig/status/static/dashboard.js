@@ -365,12 +365,12 @@
   }
   // The time the chart spans: the run, from its start (or its oldest step
   // kept, once the hour kept has moved on) to its end, or to now while it
-  // runs; 10 s at least.
+  // runs; 1 s at least.
   function chartWindow(samples, stepSeconds, run, now) {
     var end = typeof run.finished_at === "number" ? run.finished_at : now;
     var start = typeof run.started_at === "number" ? run.started_at : end - 300;
     if (samples.length && samples[0][0] - 2 * stepSeconds > start) start = samples[0][0] - stepSeconds;
-    return { start: start, end: end, span: Math.max(10, end - start) };
+    return { start: start, end: end, span: Math.max(1, end - start) };
   }
   function renderChart(throughput, now, run) {
     var chart = $("throughput");
@@ -412,7 +412,7 @@
       var tx = x(start + span * q / ticks);
       chart.appendChild(svg("line", { x1: tx, x2: tx, y1: top + plotH, y2: top + plotH + 4, "class": "tick" }));
       chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === ticks ? "end" : "middle" },
-        clock(start + span * q / ticks, span < 1200)));
+        tickLabel(span * q / ticks, start, span)));
     }
     chart.appendChild(svg("text", { x: left, y: 11, "class": "axis msg unit", "text-anchor": "middle" }, "msg/s"));
     chart.appendChild(svg("text", { x: left + plotW, y: 11, "class": "axis bytes unit", "text-anchor": "middle" }, "per second"));
@@ -437,10 +437,16 @@
     chart.appendChild(svg("line", { x1: left, x2: left + plotW, y1: top + plotH, y2: top + plotH, "class": "axisline" }));
     var last = steps[steps.length - 1];
     put($("throughput-summary"), steps.length ?
-      "Solid: messages per second (left axis); dashed: bytes per second (right axis), each over its " +
-      duration(throughput.step_seconds || 10) + " step. Last step: " + msgRate(last[2]) + ", " + mibRate(last[3]) +
+      "Solid: messages per second (left axis); dashed: bytes per second (right axis), over steps of up to " +
+      duration(throughput.step_seconds || 10) + ". Last step: " + msgRate(last[2]) + ", " + mibRate(last[3]) +
       "; peak " + msgRate(peak) + "." :
       "No throughput samples yet.");
+  }
+  // A time axis label: the clock, or under a minute the seconds into the
+  // chart (a run of a few seconds has no two distinct clock times).
+  function tickLabel(offset, start, span) {
+    if (span >= 60) return clock(start + offset, span < 1200);
+    return (span < 10 ? offset.toFixed(1) : String(Math.round(offset))) + " s";
   }
   // A round axis maximum in binary units (1, 2 or 5 of a KiB, MiB, GiB...).
   function niceBytes(v) {
