@@ -85,7 +85,7 @@ test: setup typecheck trial
 
 # Screenshots go to $IMAPMIG_SCREENSHOTS (default _trial_temp/screenshots/).
 test-browser: setup
-	CI=$${CI:-true} $(BIN)/python -m twisted.trial tests.test_browser
+	CI=$${CI:-true} $(BIN)/python -m twisted.trial tests.test_browser tests.test_browser_controls
 
 # The benchmark (issue 3): bench/run.py's docstring documents it.
 #   make bench        the full matrix (about 60 minutes); BENCH_ARGS adds options

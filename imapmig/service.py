@@ -619,7 +619,7 @@ def buildService(
             stopping=lambda: not root.running,
             verifyReportPath=defaultReportPath(config.statePath),
             rulesOf=rules.get,
-            control=ControlResource(scheduler.controls, config.status.token, reactor),
+            control=ControlResource(scheduler.controls, config.status.token, reactor, progress),
             metrics=buildMetricsResource(
                 progress, telemetry, jobServers, config.status.maxJobSeries
             ),

@@ -31,7 +31,19 @@ from imapmig.status.dashboard import mountDashboard
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dashboard"
 
+_ATTENTION = {"failed": 0, "backing_off": 2, "paused": 2, "connecting": 3, "running": 3, "stopping": 3}
+
+
+def attentionRank(job: dict[str, Any]) -> int:
+    """
+    The daemon's C{sort=attention} rank (L{imapmig.status.progressview}).
+    """
+    rank = _ATTENTION.get(job["state"], 4)
+    return 1 if rank and job["messages_failed"] else rank
+
+
 _SORT_KEYS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "attention": attentionRank,
     "name": lambda job: job["name"],
     "state": lambda job: job["state"],
     "progress": lambda job: job["percent"] if job["percent"] is not None else -1.0,
@@ -122,6 +134,7 @@ class FixtureRun:
         body = dict(self.base)
         body["time"] = self.base["time"] + 2 * self.polls
         body["jobs"] = matched[offset : offset + limit]
+        body["controls"] = {"enabled": True}
         body["page"] = {
             "offset": offset, "limit": limit, "matched": len(matched), "sort": sort,
             "state": states, "q": q, "errors": errors,

@@ -8,7 +8,7 @@ memory by treq's L{StubTreq} over a scheduler of fake jobs.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from treq.testing import StubTreq
 from twisted.internet.address import IPv4Address
@@ -38,14 +38,17 @@ SITE = "http://127.0.0.1:8025"
 JSON = {"Content-Type": "application/json"}
 
 
-def siteWith(controls: Any, token: str | None, clock: Clock | None = None) -> Any:
+def siteWith(
+    controls: Any, token: str | None, clock: Clock | None = None, progress: Any = None
+) -> Any:
     """
     A StubTreq over a root with C{/control} mounted as the lead mounts it,
-    its refusals timed by C{clock} (a new one if not given).
+    its refusals timed by C{clock} (a new one if not given), its bulk
+    controls selecting from C{progress}.
     """
     root = Resource()
     secret = None if token is None else Secret(token)
-    root.putChild(b"control", ControlResource(controls, secret, clock or Clock()))
+    root.putChild(b"control", ControlResource(controls, secret, clock or Clock(), progress))
     return StubTreq(root)
 
 
@@ -370,6 +373,129 @@ class ControlResourceTests(SynchronousTestCase):
         self.assertEqual((response.code, body), (409, {"error": "nothing of job a failed"}))
 
 
+class BulkControlTests(SynchronousTestCase):
+    """
+    C{/control/bulk/ACTION}: a control over the jobs a filter selects,
+    applied only as confirmed from its preview, logged once.
+    """
+
+    def setUp(self) -> None:
+        self.s = ControlledScheduler(
+            [jobConfig(name, name) for name in ("a", "b", "c1", "c2", "c3")], maxJobs=2
+        )
+        self.s.service.startService()
+        self.treq = siteWith(self.s.service.controls, TOKEN, progress=self.s.progress)
+        self.post = ControlResourceTests.post.__get__(self)
+
+    def tearDown(self) -> None:
+        self.s.stop(self)
+
+    def bulk(self, action: str, body: dict[str, Any], **kwargs: Any) -> tuple[IResponse, Any]:
+        """
+        POST C{body} as JSON to C{/control/bulk/ACTION}.
+        """
+        response, answer = self.post(
+            f"/control/bulk/{action}", data=json.dumps(body).encode("utf-8"), **kwargs
+        )
+        return response, answer
+
+    def test_pauseConfirmed(self) -> None:
+        """
+        The preview counts the jobs the filter selects that the control
+        applies to, changing nothing; the control confirmed with its count
+        and selection pauses exactly those, logging one line (who, the
+        filter, how many), not one per job.
+        """
+        response, preview = self.bulk("pause/preview", {"q": "C", "state": ["queued", "paused"]})
+        self.assertEqual((response.code, preview["matched"], preview["jobs"]), (200, 3, 3))
+        self.assertEqual(self.s.state("c1"), JobState.QUEUED)
+        with capturedLogs() as events:
+            response, body = self.bulk(
+                "pause",
+                {
+                    "q": "C",
+                    "state": ["queued", "paused"],
+                    "count": 3,
+                    "selection": preview["selection"],
+                },
+            )
+        self.assertEqual((response.code, body["jobs"]), (200, 3))
+        self.assertEqual(
+            [self.s.state(n) for n in ("a", "b", "c1", "c2", "c3")],
+            [JobState.QUEUED] * 2 + [JobState.PAUSED] * 3,
+        )
+        lines = [formatEvent(e) for e in events if e.get("log_level") == LogLevel.info]
+        self.assertEqual(
+            lines,
+            [
+                "Control pause by 127.0.0.1 of the jobs in state queued or paused, whose name"
+                " holds C: 3 jobs paused of 3 selected"
+            ],
+        )
+        # Resumed alike: of all jobs, the paused ones.
+        _, preview = self.bulk("resume/preview", {})
+        self.assertEqual((preview["matched"], preview["jobs"]), (5, 3))
+        response, body = self.bulk("resume", {"count": 3, "selection": preview["selection"]})
+        self.assertEqual((response.code, body["jobs"]), (200, 3))
+        self.assertEqual(self.s.state("c3"), JobState.QUEUED)
+
+    def test_selectionChanged(self) -> None:
+        """
+        A control whose filter selects other jobs than its preview (a job
+        paused meanwhile, or another selection of as many) is refused
+        (409), changing nothing.
+        """
+        _, preview = self.bulk("cancel/preview", {"state": "queued"})
+        self.assertEqual(preview["jobs"], 5)
+        self.post("/control/jobs/c1/pause")
+        confirmed = {"state": "queued", "count": 5, "selection": preview["selection"]}
+        response, body = self.bulk("cancel", confirmed)
+        self.assertEqual(response.code, 409)
+        self.assertIn("preview again", body["error"])
+        _, preview = self.bulk("cancel/preview", {"state": "queued"})
+        for selection in ("0" * 32, "é" * 32, ""):
+            forged = {"state": "queued", "count": preview["jobs"], "selection": selection}
+            response, _ = self.bulk("cancel", forged)
+            self.assertEqual(response.code, 409, selection)
+        self.assertEqual(self.s.state("c2"), JobState.QUEUED)
+
+    def test_refused(self) -> None:
+        """
+        Unconfirmed (no count or selection): 400; a bad filter: 400 naming
+        it; no such action: 404; without the token: 401; on a site without
+        a token: 403.  Nothing is changed.
+        """
+        response, body = self.bulk("pause", {"state": "queued"})
+        self.assertEqual(response.code, 400)
+        self.assertIn("preview", body["error"])
+        response, body = self.bulk("pause/preview", {"state": "sleeping"})
+        self.assertEqual(response.code, 400)
+        self.assertIn("state", body["error"])
+        response, _ = self.bulk("pause/preview", {"q": 3})
+        self.assertEqual(response.code, 400)
+        response, _ = self.bulk("delete/preview", {})
+        self.assertEqual(response.code, 404)
+        response, _ = self.bulk("pause/preview", {}, token=None)
+        self.assertEqual(response.code, 401)
+        readOnly = siteWith(self.s.service.controls, None, progress=self.s.progress)
+        response, _ = self.bulk("pause/preview", {}, treq=readOnly)
+        self.assertEqual(response.code, 403)
+        self.assertEqual(self.s.state("c1"), JobState.QUEUED)
+
+    def test_retryFailed(self) -> None:
+        """
+        Retry-failed applies to the jobs that failed or have failed
+        messages.
+        """
+        self.s.progress.job("c2").messagesFailed = 2
+        _, preview = self.bulk("retry-failed/preview", {"errors": True})
+        self.assertEqual((preview["matched"], preview["jobs"]), (1, 1))
+        response, body = self.bulk(
+            "retry-failed", {"errors": True, "count": 1, "selection": preview["selection"]}
+        )
+        self.assertEqual((response.code, body["jobs"]), (200, 1))
+
+
 @implementer(IJobControls)
 class BrokenControls:
     """
@@ -391,6 +517,12 @@ class BrokenControls:
         raise RuntimeError("a bug")
 
     resumeAll = pauseAll
+
+    def applies(self, action: str, job: str) -> bool:
+        return True
+
+    def bulk(self, action: str, jobs: Sequence[str], by: str, selection: str) -> Deferred[int]:
+        raise RuntimeError("a bug")
 
 
 class ControlErrorTests(SynchronousTestCase):

@@ -36,7 +36,7 @@ from imapmig.status.dashboard import (
     mountDashboard,
 )
 from imapmig.testing.privateserver import ServerNotFound, requireServer
-from tests.dashboardharness import FIXTURES, FixtureRun, HarnessRoot
+from tests.dashboardharness import FIXTURES, FixtureRun, HarnessRoot, attentionRank
 
 ROOT = Path(__file__).parent.parent
 
@@ -505,7 +505,12 @@ class DashboardInChromiumTests(TestCase):
         run = FixtureRun()
         page, console = await self.load(run)
         self.assertEqual(console, [])
-        self.assertEqual(page.rows, [job["name"] for job in run.base["jobs"]])
+        # Attention first by default: the failed job, then the ones with
+        # failed messages, ... (the harness sorts as the daemon does).
+        self.assertEqual(
+            page.rows, [job["name"] for job in sorted(run.base["jobs"], key=attentionRank)]
+        )
+        self.assertEqual(page.rows[0], "dave@example.org")
         totals = run.base["totals"]
         self.assertEqual(page.ids["overall-done"]["data-value"], str(totals["messages_done"]))
         self.assertEqual(page.ids["overall-total"]["data-value"], "")

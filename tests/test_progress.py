@@ -308,6 +308,43 @@ class RateTests(SynchronousTestCase):
         sampler.stopService()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_shortRunNotDiluted(self) -> None:
+        """
+        A run that copies 5,000 messages in 2.5 s and ends: its throughput
+        step ends with it, at once in the summary and as the sampler then
+        records it, at the rate C{messages_per_second} says at the end
+        and after (2,000 msg/s), not spread over the 10 s step (500 msg/s)
+        nor over the time since (1,724 msg/s 0.4 s later).
+        """
+        sampler = ProgressSampler(self.progress, self.clock)
+        a = self.progress.addJob("a")
+        # The daemon takes a while to start after the progress is made.
+        self.clock.advance(0.5)
+        sampler.startService()
+        a.census(5000, 5_000_000, 1, [])
+        lifecycle = running(a, self.clock)
+        self.clock.advance(2.5)
+        settle(a, 5000, 5_000_000)
+        lifecycle.succeed()
+        summary = self.progress.summary()
+        rate = summary["totals"]["messages_per_second"]  # type: ignore[index]
+        self.assertEqual(rate, 2000.0)
+        self.assertEqual(
+            summary["throughput"]["samples"], [[3.0, 2000.0, 2_000_000.0]]  # type: ignore[index]
+        )
+        self.clock.advance(0.4)
+        later = self.progress.summary()
+        self.assertEqual(later["totals"]["messages_per_second"], 2000.0)  # type: ignore[index]
+        self.clock.advance(7.1)
+        samples = self.progress.summary()["throughput"]["samples"]  # type: ignore[index]
+        self.assertEqual(samples, [[3.0, 2000.0, 2_000_000.0], [10.5, 0.0, 0.0]])
+        # The finished run's rate stays that of its end, as its chart does.
+        self.clock.advance(300)
+        totals = self.progress.summary()["totals"]
+        self.assertEqual(totals["messages_per_second"], 2000.0)  # type: ignore[index]
+        sampler.stopService()
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_samplesOnlyActiveJobs(self) -> None:
         """
         Only jobs that started are sampled, and a job ended more than a

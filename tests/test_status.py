@@ -25,7 +25,9 @@ from twisted.web.server import Site
 import imapmig
 from imapmig.job import JobInputs, JobLifecycle
 from imapmig.progress import JobProgress, MigrationProgress
+from imapmig.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
+from imapmig.status.controls import ControlResource
 from imapmig.status.resource import StatusResource, buildStatusSite
 
 
@@ -144,6 +146,23 @@ class StatusResourceTests(SynchronousTestCase):
             },
         )
         self.assertEqual((status["schema"], status["version"]), (1, imapmig.__version__))
+
+    def test_controlsEnabled(self) -> None:
+        """
+        C{controls.enabled} says whether the site's C{/control} can allow
+        anything: false without C{/control} or without a token (the page
+        then shows no control), true with one.
+        """
+        _, body = self.request("GET", "/status.json")
+        self.assertEqual(json.loads(body)["controls"], {"enabled": False})
+        for token, enabled in ((None, False), (Secret("t" * 32), True)):
+            # The controls themselves play no part in status.json.
+            control = ControlResource(None, token, self.clock)  # type: ignore[arg-type]
+            root = StatusResource(self.progress, self.clock.seconds, self.store, control=control)
+            self.treq = StubTreq(root)
+            _, body = self.request("GET", "/status.json")
+            status = json.loads(body)
+            self.assertEqual(status["controls"], {"enabled": enabled})
 
     def test_jsonHeaders(self) -> None:
         """

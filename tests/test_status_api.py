@@ -37,6 +37,7 @@ from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
+from imapmig.schedule.jobcontrols import showPaused
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.manifest import (
@@ -293,6 +294,23 @@ class StatusJSONTests(APITestCase):
         self.assertEqual(names("sort=-order"), ["3", "2", "1", "0"])
         self.assertEqual(self.getJSON("/status.json?sort=-rate")["page"]["sort"], "-rate")
 
+    def test_sortAttention(self) -> None:
+        """
+        C{sort=attention} shows first what needs the admin: failed jobs,
+        then jobs with failed messages, then jobs backing off or paused,
+        then running ones, then the rest; ties in configuration order.
+        """
+        jobs = self.addJobs(7)
+        running(jobs[1], self.clock)
+        running(jobs[2], self.clock).fail("LOGIN refused")
+        running(jobs[3], self.clock).succeed()
+        jobs[3].messagesFailed = 2
+        showPaused(jobs[4])
+        running(jobs[5], self.clock).backOff("connection refused", 30)
+        running(jobs[6], self.clock)
+        names = [j["name"][-1] for j in self.getJSON("/status.json?sort=attention")["jobs"]]
+        self.assertEqual(names, ["2", "3", "4", "5", "1", "6", "0"])
+
     def test_head(self) -> None:
         """
         C{HEAD} answers with C{GET}'s headers and length, and no body.
@@ -348,12 +366,16 @@ class VerifyReportTests(APITestCase):
         os.utime(self.reportPath, ns=(1_700_000_000_500_000_000,) * 2)
         self.assertEqual(
             self.verify(),
-            {"time": 1_700_000_000.5, "ok": False, "jobs": 2, "differences": 2},
-        )
+            {"time": 1_700_000_000.5, "ok": False, "jobs": 2, "differences": 2,
+             "unverified": 0},
+        )  # fmt: skip
         self.writeReport([{"job": "a", "differences": 0}])
         self.assertEqual(self.verify()["ok"], True)
         self.writeReport([{"job": "a", "differences": 0}, {"job": "b", "error": "LOGIN"}])
-        self.assertEqual((self.verify()["ok"], self.verify()["jobs"]), (False, 2))
+        # A job that could not be verified is no difference, but counted.
+        self.assertEqual(
+            (self.verify()["ok"], self.verify()["jobs"], self.verify()["unverified"]), (False, 2, 1)
+        )
 
     def test_readOnChange(self) -> None:
         """

@@ -56,6 +56,8 @@ class MigrationProgress:
         self._messages = 0
         self._octets = 0
         self._lastSample: float | None = None
+        # The overall rate over the minute before the jobs ended, and when.
+        self._endRate: tuple[float, tuple[float, float]] | None = None
         self.verifyResult: dict[str, object] | None = None
         self.runStartedAt = seconds()
         self._window.add(self.runStartedAt, 0, 0)
@@ -67,6 +69,8 @@ class MigrationProgress:
         now = self._seconds()
         self.runStartedAt = now
         self._lastSample = now
+        # The rate's window starts with the run, as its throughput does.
+        self._window = RateWindow()
         self._window.add(now, self._messages, self._octets)
 
     @property
@@ -132,6 +136,10 @@ class MigrationProgress:
         """
         now = self._seconds()
         messages = octets = 0
+        # When every job sampled has ended, everything of this step moved
+        # before the last of them ended: the step ends there, not diluted
+        # by the idle time after (a 3 s run is not 10 s long).
+        ended = self._endOfActivity()
         for name, job in list(self._active.items()):
             counts = job.lifetimeCounts()
             before = job.sampled
@@ -147,11 +155,50 @@ class MigrationProgress:
                 del self._active[name]
         self._messages += messages
         self._octets += octets
+        if ended is not None and ended < now:
+            # While the window still reaches back a minute before the end.
+            self._endRate = (ended, self._window.rate(ended, self._messages, self._octets))
         self._window.add(now, self._messages, self._octets)
         last, self._lastSample = self._lastSample, now
-        if last is not None and now > last:
+        if last is not None and ended is not None and last < ended < now:
+            self._history.add(ended, messages / (ended - last), octets / (ended - last))
+            self._history.add(now, 0.0, 0.0)
+        elif last is not None and now > last:
             elapsed = now - last
             self._history.add(now, messages / elapsed, octets / elapsed)
+
+    def _endOfActivity(self) -> float | None:
+        """
+        When the last of the jobs sampled ended, if every one of them has
+        ended; L{None} if any has not (or none is sampled).
+        """
+        end: float | None = None
+        for job in self._active.values():
+            finishedAt = job.finishedAt
+            if job.state not in ENDED or finishedAt is None:
+                return None
+            if end is None or finishedAt > end:
+                end = finishedAt
+        return end
+
+    def _finalStep(self, finishedAt: float | None) -> list[list[float]]:
+        """
+        The throughput step from the last sample to the run's end, if the
+        run ended since (as the next L{sample} will record it), so that
+        a finished run's chart is whole at once.
+
+        @param finishedAt: when the last job ended, if every job has.
+        """
+        last = self._lastSample
+        if finishedAt is None or last is None or not last < finishedAt:
+            return []
+        messages = octets = 0
+        for job in self._active.values():
+            counts = job.lifetimeCounts()
+            messages += counts[0] - job.sampled[0]
+            octets += counts[1] - job.sampled[1]
+        elapsed = finishedAt - last
+        return [[finishedAt, round(messages / elapsed, 2), round(octets / elapsed, 1)]]
 
     @property
     def sampledJobs(self) -> int:
@@ -172,6 +219,21 @@ class MigrationProgress:
             messages += counts[0] - before[0]
             octets += counts[1] - before[1]
         return self._window.rate(self._seconds(), messages, octets)
+
+    def _rateAtEnd(self, end: float) -> tuple[float, float]:
+        """
+        The overall rate over the minute before C{end}, when every job
+        ended: what a finished run shows (and its throughput chart ends
+        with), rather than a rate falling as idle time passes.
+        """
+        if self._endRate is None or self._endRate[0] != end:
+            messages, octets = self._messages, self._octets
+            for job in self._active.values():
+                counts = job.lifetimeCounts()
+                messages += counts[0] - job.sampled[0]
+                octets += counts[1] - job.sampled[1]
+            self._endRate = (end, self._window.rate(end, messages, octets))
+        return self._endRate[1]
 
     def _slowestRunningJob(self, now: float) -> float | None:
         """
@@ -241,11 +303,15 @@ class MigrationProgress:
                 bytesDone += job.bytesDone
                 bytesFailed += job.bytesFailed
         jobs = len(self._jobs)
+        lastEnd = finishedAt
         if ended < jobs:
-            finishedAt = None
+            finishedAt = lastEnd = None
         elif finishedAt is None:
             finishedAt = now
-        messagesRate, octetsRate = self.currentRate()
+        if lastEnd is None:
+            messagesRate, octetsRate = self.currentRate()
+        else:
+            messagesRate, octetsRate = self._rateAtEnd(lastEnd)
         eta = None
         if uncountedLive == 0:
             eta = _eta(remaining, messagesRate, JobState.RUNNING)
@@ -289,7 +355,7 @@ class MigrationProgress:
             },
             "throughput": {
                 "step_seconds": self._history.step,
-                "samples": self._history.samples(),
+                "samples": self._history.samples() + self._finalStep(lastEnd),
             },
         }
 

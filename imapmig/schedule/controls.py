@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_controls -*-
 """
 What an admin may do to the jobs while the daemon runs: pause, resume,
-cancel and retry-failed per job, and pause-all, resume-all.
+cancel and retry-failed per job, for the jobs a filter selects (bulk),
+and pause-all, resume-all.
 
 L{IJobControls} is the interface the status site's C{/control} resource
 (L{imapmig.status.controls}) calls; L{imapmig.schedule.jobcontrols.JobControls},
@@ -15,6 +16,8 @@ model's states.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from twisted.internet.defer import Deferred
 from zope.interface import Interface
 
@@ -23,6 +26,12 @@ from imapmig.progress import JobState
 PAUSED_BY_ADMIN = "paused by the admin"
 """
 What a job paused by an admin shows it waits for.
+"""
+
+
+BULK_ACTIONS = ("pause", "resume", "retry-failed", "cancel")
+"""
+The controls that apply to many jobs at once (L{IJobControls.bulk}).
 """
 
 
@@ -111,4 +120,22 @@ class IJobControls(Interface):
         Resume every paused job.
 
         @return: fires with how many jobs were resumed.
+        """
+
+    def applies(action: str, job: str) -> bool:
+        """
+        Whether control C{action} (one of L{BULK_ACTIONS}) would change
+        C{job} now, as the job's own control checks it (retry-failed: the
+        job failed, or has failed messages, as its progress shows); false
+        for a job that does not exist.
+        """
+
+    def bulk(action: str, jobs: Sequence[str], by: str, selection: str) -> "Deferred[int]":
+        """
+        Apply control C{action} (one of L{BULK_ACTIONS}) to each of C{jobs}
+        it applies to (L{applies}), recording the holds of them all at
+        once; log one line, not one per job: the control, C{by}, the
+        C{selection} (the filter, in words) and how many jobs it changed.
+
+        @return: fires with how many jobs it changed.
         """

@@ -410,6 +410,69 @@ class JobControls:
             self._scheduler.queueChanged()
         return JobState.QUEUED
 
+    def applies(self, action: str, job: str) -> bool:
+        """
+        See L{IJobControls.applies}.
+        """
+        try:
+            if action == "retry-failed":
+                state = self._queue.state(job)
+                progress = self._progress.job(job)
+                return state is not QueueState.CANCELLED and (
+                    progress.messagesFailed > 0 or state is QueueState.FAILED
+                )
+            self._bulkControls()[action][0](job)
+        except (UnknownJob, ControlRefused, KeyError):
+            return False
+        return True
+
+    def _bulkControls(
+        self,
+    ) -> dict[str, tuple[Callable[[str], None], Callable[[str], JobState], str | None, str]]:
+        """
+        Each bulk control's check, application, the hold it records (none
+        for retry-failed, which records none) and what it did, in words.
+        """
+        return {
+            "pause": (self._checkPause, self._pause, PAUSED, "paused"),
+            "resume": (self._checkResume, self._resume, None, "resumed"),
+            "cancel": (self._checkCancel, self._cancel, CANCELLED, "cancelled"),
+            "retry-failed": (lambda name: None, self._retryFailed, None, "to retry"),
+        }
+
+    def bulk(self, action: str, jobs: Sequence[str], by: str, selection: str) -> Deferred[int]:
+        """
+        See L{IJobControls.bulk}; answers once the holds of the jobs it
+        changes are recorded, and changes none if they cannot be.
+        """
+        _, apply, hold, done = self._bulkControls()[action]
+        names = [name for name in jobs if self.applies(action, name)]
+        recording = self._record(names, hold, by) if action != "retry-failed" else succeed(None)
+
+        def applyEach(ignored: None) -> int:
+            changed = 0
+            for name in names:
+                try:
+                    apply(name)
+                except (UnknownJob, ControlRefused):
+                    # Changed since the check: nothing else runs between.
+                    continue
+                changed += 1
+            log.info(
+                "Control {action} by {client} of the jobs {selection}: {count} {noun} "
+                + done
+                + " of {selected} selected",
+                action=action,
+                client=by,
+                selection=selection,
+                count=changed,
+                noun=_jobs(changed),
+                selected=len(jobs),
+            )
+            return changed
+
+        return recording.addCallbacks(applyEach, self._notRecorded(action, by))
+
     def pauseAll(self, by: str) -> Deferred[int]:
         """
         See L{IJobControls.pauseAll}; answers once the holds of the jobs

@@ -4,6 +4,8 @@ C{/control}: the admin's controls over the jobs, as POST requests.
 
     POST /control/jobs/NAME/pause | resume | retry-failed | cancel
     POST /control/pause-all | resume-all
+    POST /control/bulk/ACTION/preview   {"state": [...], "q": ..., "errors": ...}
+    POST /control/bulk/ACTION           the same, with "count" and "selection"
 
 Each is allowed only with C{Authorization: Bearer TOKEN}, TOKEN being the
 content of C{status.token_file}, compared in constant time; without a
@@ -17,6 +19,15 @@ ever sent, so a browser lets no other origin read an answer or send the
 preflight's follow-up.  The body (empty, or a JSON object, whose members
 are ignored) may not exceed L{MAX_BODY} octets.
 
+A bulk control (ACTION one of pause, resume, retry-failed, cancel)
+applies to the jobs a filter selects, as C{/status.json}'s C{state},
+C{q} and C{errors} select them (L{imapmig.status.query}).  Its preview
+changes nothing: it answers how many of the selected jobs the control
+applies to (C{jobs}) and a digest of their names (C{selection}).  The
+control itself must carry both back: it is refused (409) unless the
+jobs it would apply to now are exactly those confirmed, and then logs
+one line for them all (L{IJobControls.bulk}).
+
 Every answer is JSON: C{{"ok": true, "job": NAME, "state": STATE,
 "message": ...}}, or C{{"error": ...}} with 400, 401, 403, 404, 405, 409,
 413, 503 or 500.
@@ -24,12 +35,13 @@ Every answer is JSON: C{{"ok": true, "job": NAME, "state": STATE,
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
-from typing import Callable
+from typing import Callable, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -38,9 +50,12 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 from imapmig.errors import ImapmigError, escapedExcerpt
-from imapmig.progress import JobState
-from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.schedule.controls import BULK_ACTIONS, ControlRefused, IJobControls, UnknownJob
 from imapmig.secrets import Secret
+from imapmig.status._http import HTTPProblem
+from imapmig.status.progressview import ProgressView
+from imapmig.status.query import JobQuery, matchingJobs, parseJobQuery
 from imapmig.status.lograte import LineBudget
 from imapmig.units import plural
 
@@ -146,10 +161,16 @@ class ControlResource(Resource):
     isLeaf = True
 
     def __init__(
-        self, controls: IJobControls, token: Secret | None, clock: IReactorTime
+        self,
+        controls: IJobControls,
+        token: Secret | None,
+        clock: IReactorTime,
+        progress: MigrationProgress | None = None,
     ) -> None:
         """
         @param controls: what the requests control (the scheduler).
+        @param progress: the jobs a bulk control's filter selects from;
+            L{None}: no bulk controls (404).
         @param token: the bearer token (C{status.token_file}'s content);
             L{None} refuses every request.
         @param clock: the reactor: requests refused for their token or
@@ -158,11 +179,19 @@ class ControlResource(Resource):
         """
         super().__init__()  # type: ignore[no-untyped-call]
         self._controls = controls
+        self._view = None if progress is None else ProgressView(progress, clock.seconds)
         self._token = None if token is None else token.value.encode("utf-8")
         self._refusals = LineBudget(clock, overdue=self._logRefusals)
         # The latest request refused, for the line that reports a burst of
         # them after it ended: its path, client and reason.
         self._latestRefusal = ("", "", "")
+
+    @property
+    def enabled(self) -> bool:
+        """
+        Whether any control can be allowed: a token is configured.
+        """
+        return self._token is not None
 
     def flushRefusals(self) -> None:
         """
@@ -349,6 +378,8 @@ class ControlResource(Resource):
                 )
 
             return applyAll
+        if path[:1] == [b"bulk"]:
+            return self._bulk(request, path[1:], client)
         if len(path) == 3 and path[0] == b"jobs" and path[2] in _JOB_ACTIONS:
             try:
                 # twisted.web percent-decoded each segment already.
@@ -370,6 +401,131 @@ class ControlResource(Resource):
 
             return applyOne
         raise _Refusal(http.NOT_FOUND, "no such control")
+
+
+    def _bulk(
+        self, request: Request, path: list[bytes], client: str
+    ) -> Callable[[], Deferred[dict[str, object]]]:
+        """
+        The bulk control C{path} (C{[ACTION]} or C{[ACTION, b"preview"]})
+        names, ready to apply to the jobs its body's filter selects.
+
+        @raise _Refusal: no such control (404), a bad filter or no
+            confirmation (400), a selection other than the one confirmed
+            (409).
+        """
+        action = path[0].decode("ascii", "replace") if path else ""
+        view = self._view
+        if view is None or action not in BULK_ACTIONS or path[2:] or path[1:] not in ([], [b"preview"]):
+            raise _Refusal(http.NOT_FOUND, "no such control")
+        body = _jsonBody(request)
+        query = _bulkFilter(body, view)
+        controls = self._controls
+        selected = [view.nameOf(job) for job in matchingJobs(view, view.jobs(), query)]
+        names = [name for name in selected if controls.applies(action, name)]
+        selection = _selectionDigest(names)
+        if path[1:]:
+            preview: dict[str, object] = {
+                "ok": True,
+                "action": action,
+                "preview": True,
+                "matched": len(selected),
+                "jobs": len(names),
+                "selection": selection,
+                "message": f"{action} applies to {len(names)} of the"
+                f" {plural(len(selected), 'job')} the filter selects",
+            }
+            return lambda: succeed(preview)
+        count = body.get("count")
+        confirmed = body.get("selection")
+        if not isinstance(count, int) or isinstance(count, bool) or not isinstance(confirmed, str):
+            raise _Refusal(
+                http.BAD_REQUEST, "confirm a bulk control: give the count and selection of its preview"
+            )
+        if count != len(names) or not hmac.compare_digest(
+            confirmed.encode("utf-8"), selection.encode("ascii")
+        ):
+            raise _Refusal(
+                http.CONFLICT,
+                f"the jobs selected changed since the preview ({action} applies to"
+                f" {plural(len(names), 'job')} now, not the {count} confirmed): preview again",
+            )
+
+        def applyBulk() -> Deferred[dict[str, object]]:
+            return controls.bulk(action, names, client, _describeFilter(query)).addCallback(
+                lambda changed: {
+                    "ok": True,
+                    "action": action,
+                    "jobs": changed,
+                    "selected": len(names),
+                    "message": f"{action}: {plural(changed, 'job')} of {len(names)}",
+                }
+            )
+
+        return applyBulk
+
+
+def _jsonBody(request: Request) -> dict[str, object]:
+    """
+    The request's body, a JSON object (L{ControlResource._check} checked
+    that it is one, or empty).
+    """
+    content = request.content
+    assert content is not None
+    content.seek(0)
+    raw = content.read(MAX_BODY + 1).strip()
+    parsed = json.loads(raw) if raw else {}
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
+    """
+    The filter of a bulk control's body: C{state} (a list, or a string
+    of states separated by commas), C{q} and C{errors}, as
+    C{/status.json} takes them.
+
+    @raise _Refusal: a member of the wrong type or value (400).
+    """
+    states = body.get("state", [])
+    if isinstance(states, list) and all(isinstance(s, str) for s in states):
+        states = ",".join(states)
+    text, errors = body.get("q", ""), body.get("errors", False)
+    if not isinstance(states, str) or not isinstance(text, str) or not isinstance(errors, bool):
+        raise _Refusal(
+            http.BAD_REQUEST, "the filter: state is a list of states, q a string, errors true or false"
+        )
+    arguments = {
+        b"state": [states.encode("utf-8")],
+        b"q": [text.encode("utf-8")],
+        b"errors": [b"1" if errors else b"0"],
+    }
+    try:
+        return parseJobQuery(b"", arguments, view.stateNames())
+    except HTTPProblem as e:
+        raise _Refusal(http.BAD_REQUEST, f"the filter: {e.message}") from None
+
+
+def _describeFilter(query: JobQuery) -> str:
+    """
+    A bulk control's filter, in words, for its log line.
+    """
+    parts = []
+    if query.states:
+        parts.append("in state " + " or ".join(query.states))
+    if query.text:
+        parts.append(f"whose name holds {escapedExcerpt(query.text.encode('utf-8'))}")
+    if query.errorsOnly:
+        parts.append("with errors")
+    return ", ".join(parts) if parts else "(all)"
+
+
+def _selectionDigest(names: Sequence[str]) -> str:
+    """
+    What a bulk control's confirmation carries of the jobs it applies
+    to: a digest of their names, in order.
+    """
+    return hashlib.sha256(json.dumps(list(names)).encode("utf-8")).hexdigest()[:32]
 
 
 def _answer(request: Request, code: int, body: dict[str, object]) -> bytes:

@@ -16,10 +16,23 @@ from imapmig.status._http import withoutPaths
 
 __all__ = ["SORT_NAMES", "ProgressView"]
 
-SORT_NAMES = ("name", "state", "progress", "failed", "rate", "eta")
+SORT_NAMES = ("attention", "name", "state", "progress", "failed", "rate", "eta")
 """
 What C{/status.json} sorts by (C{sort=}), besides C{order}, the
 configuration's.
+"""
+
+_ATTENTION = {
+    JobState.FAILED: 0,
+    JobState.BACKING_OFF: 2,
+    JobState.PAUSED: 2,
+    JobState.CONNECTING: 3,
+    JobState.RUNNING: 3,
+    JobState.STOPPING: 3,
+}
+"""
+The rank of each state in C{sort=attention} (others: 4); a job with
+failed messages, in any other state, ranks 1.
 """
 
 
@@ -85,6 +98,8 @@ class ProgressView:
         job, L{None} for a job without a value (sorted last either way).
         """
         now = self.seconds()
+        if name == "attention":
+            return _attention
         if name == "name":
             return lambda job: (job.name.casefold(), job.name)
         if name == "state":
@@ -137,6 +152,18 @@ class ProgressView:
         The contract's C{time}, C{run}, C{totals} and C{throughput}.
         """
         return self._progress.summary()
+
+
+def _attention(job: JobProgress) -> int:
+    """
+    What an admin must see first (C{sort=attention}): 0 failed jobs, 1
+    jobs with failed messages, 2 jobs waiting to retry or paused, 3 jobs
+    running, 4 the rest (queued, done, stopped, cancelled).
+    """
+    rank = _ATTENTION.get(job.state, 4)
+    if rank and job.messagesFailed > 0:
+        return 1
+    return rank
 
 
 def _percent(job: JobProgress) -> float | None:

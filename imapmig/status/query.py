@@ -26,6 +26,7 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_QUERY_OCTETS",
     "encodeCursor",
+    "matchingJobs",
     "parseFailureQuery",
     "parseJobQuery",
     "selectJobs",
@@ -286,6 +287,22 @@ def selectJobs(
     attributes of each job, never a snapshot: only the page's jobs are
     rendered.
     """
+    selected = matchingJobs(view, jobs, query)
+    if query.sort != "order":
+        selected = _sorted(selected, view.sortKey(query.sort), query.descending)
+    elif query.descending:
+        selected = list(reversed(selected))
+    return len(selected), list(selected[query.offset : query.offset + query.limit])
+
+
+def matchingJobs(
+    view: ProgressView, jobs: Sequence[JobProgress], query: JobQuery
+) -> Sequence[JobProgress]:
+    """
+    The jobs of C{jobs} that C{query}'s C{state}, C{q} and C{errors}
+    select, in their order (for a page, L{selectJobs}; for a bulk control,
+    L{imapmig.status.controls}).
+    """
     selected: Sequence[JobProgress] = jobs
     if query.states:
         wanted = frozenset(query.states)
@@ -298,11 +315,7 @@ def selectJobs(
     if query.errorsOnly:
         hasErrors = view.hasErrors
         selected = [job for job in selected if hasErrors(job)]
-    if query.sort != "order":
-        selected = _sorted(selected, view.sortKey(query.sort), query.descending)
-    elif query.descending:
-        selected = list(reversed(selected))
-    return len(selected), list(selected[query.offset : query.offset + query.limit])
+    return selected
 
 
 def _sorted(

@@ -56,14 +56,23 @@ class StatusJSONResource(ReadOnlyResource):
     jobs its query asks for (L{imapmig.status.query}).
     """
 
-    def __init__(self, view: ProgressView, verifyReport: VerifyReportSummary | None) -> None:
+    def __init__(
+        self,
+        view: ProgressView,
+        verifyReport: VerifyReportSummary | None,
+        controlsEnabled: bool = False,
+    ) -> None:
         """
         @param view: what to show.
         @param verifyReport: the verify report to summarise, if any.
+        @param controlsEnabled: whether C{/control} can allow anything (a
+            token is configured): C{controls.enabled}, so that the page
+            shows no control the daemon would refuse.
         """
         super().__init__()
         self._view = view
         self._verifyReport = verifyReport
+        self._controls = {"enabled": controlsEnabled}
 
     def renderBody(self, request: Request) -> bytes:
         """
@@ -79,6 +88,7 @@ class StatusJSONResource(ReadOnlyResource):
         run["verify"] = None if self._verifyReport is None else self._verifyReport.current()
         document: dict[str, object] = {"schema": SCHEMA, "version": imapmig.__version__}
         document.update(summary)
+        document["controls"] = self._controls
         document["page"] = query.describe(matched)
         document["jobs"] = [view.document(job) for job in page]
         return jsonBody(document)
@@ -127,7 +137,8 @@ class StatusResource(Resource):
             dashboard = DashboardResource()
         self._page: IResource = dashboard
         self.putChild(b"", self._page)
-        self.putChild(b"status.json", StatusJSONResource(view, report))
+        enabled = isinstance(control, ControlResource) and control.enabled
+        self.putChild(b"status.json", StatusJSONResource(view, report, enabled))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf))
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))

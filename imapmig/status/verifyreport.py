@@ -21,9 +21,9 @@ __all__ = ["VerifyReportSummary", "summarise"]
 _MAX_OCTETS = 64 * 1024 * 1024
 
 
-def summarise(document: object) -> tuple[bool, int, int]:
+def summarise(document: object) -> tuple[bool, int, int, int]:
     """
-    C{(ok, jobs, differences)} of a verify report (the list C{imapmig
+    C{(ok, jobs, differences, unverified)} of a verify report (the list C{imapmig
     verify} writes: one entry per job, with its C{differences} count, or an
     C{error} when the job could not be verified).
 
@@ -31,19 +31,18 @@ def summarise(document: object) -> tuple[bool, int, int]:
     """
     if not isinstance(document, list):
         raise ValueError("not a list of jobs")
-    differences = 0
-    ok = True
+    differences = unverified = 0
     for entry in document:
         if not isinstance(entry, dict) or not isinstance(entry.get("job"), str):
             raise ValueError("an entry is not a job's report")
         if entry.get("error") is not None:
-            ok = False
+            unverified += 1
             continue
         count = entry.get("differences")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ValueError(f"job {entry['job'][:80]!r} has no count of differences")
         differences += count
-    return ok and differences == 0, len(document), differences
+    return differences == unverified == 0, len(document), differences, unverified
 
 
 class VerifyReportSummary:
@@ -63,8 +62,9 @@ class VerifyReportSummary:
     def current(self) -> dict[str, object] | None:
         """
         The contract's C{run.verify}: C{time} (the report's modification
-        time), C{ok}, C{jobs} and C{differences} (not the report's path:
-        the page is unauthenticated); L{None} when there is no readable
+        time), C{ok}, C{jobs}, C{differences} and C{unverified} (the jobs
+        that could not be verified; not the report's path: the page is
+        unauthenticated); L{None} when there is no readable
         report.  The file is read again only when its
         modification time or size changed since the last call.
         """
@@ -84,7 +84,7 @@ class VerifyReportSummary:
             if status.st_size > _MAX_OCTETS:
                 raise ValueError(f"{status.st_size} octets, too large to be a verify report")
             with open(self.path, "rb") as f:
-                ok, jobs, differences = summarise(json.load(f))
+                ok, jobs, differences, unverified = summarise(json.load(f))
         except (OSError, ValueError) as e:
             self._warnOnce(seen, e)
             return None
@@ -94,6 +94,7 @@ class VerifyReportSummary:
             "ok": ok,
             "jobs": jobs,
             "differences": differences,
+            "unverified": unverified,
         }
         return self._summary
 

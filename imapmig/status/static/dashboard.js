@@ -8,6 +8,7 @@
   var POLL_MS = 2000;
   var BACKOFF_MS = 10000;
   var TOKEN_KEY = "imapmig.token";
+  var SORT_KEY = "imapmig.sort";   // the table's order, a setting of this browser
   var FAILURES_LIMIT = 50;
   var STATES = ["queued", "connecting", "running", "backing_off", "paused", "stopping",
     "stopped", "done", "failed", "cancelled"];
@@ -109,6 +110,16 @@
       if (n) e.appendChild(document.createElement("wbr"));
       e.appendChild(document.createTextNode(part));
     });
+  }
+  // A path that wraps at its separators only: each part up to a "/" one
+  // unbroken box (wrapped inside only if wider than the line).
+  function pathText(label, path) {
+    var e = el("span", "muted small path", label);
+    path.replace(/\//g, "/\u0000").split("\u0000").forEach(function (part, n) {
+      if (n) e.appendChild(document.createElement("wbr"));
+      e.appendChild(el("span", "part", part));
+    });
+    return e;
   }
   function el(tag, className, text) {
     var e = document.createElement(tag);
@@ -255,8 +266,9 @@
     document.title = (typeof totals.percent_messages === "number" ? percent(totals.percent_messages) + " · " : "") +
       (run.finished_at ? "finished · " : "") + "imapmig";
     renderRun(s, run);
+    renderControls(s.controls);
     renderStateCounts(totals.jobs || {});
-    renderChart(s.throughput || {}, s.time);
+    renderChart(s.throughput || {}, s.time, run);
     renderJobs(s.jobs || [], s.page || {});
   }
 
@@ -271,7 +283,8 @@
     if (v) {
       verify.setAttribute("data-outcome", v.ok ? "ok" : "differences");
       var summary = (v.ok ? "✓ OK: " : "✕ ") + counted(v.jobs, "job", "jobs") + ", " +
-        counted(v.differences, "difference", "differences");
+        counted(v.differences, "difference", "differences") +
+        (v.unverified ? ", " + count(v.unverified) + " not verified" : "");
       if (verify.getAttribute("data-text") !== summary + v.time + v.path) {
         verify.setAttribute("data-text", summary + v.time + v.path);
         while (verify.firstChild) verify.removeChild(verify.firstChild);
@@ -281,8 +294,11 @@
         var t = el("time", "", dateTime(v.time, s.time));
         t.dateTime = new Date(v.time * 1000).toISOString();
         when.appendChild(t);
-        if (v.path) when.appendChild(document.createTextNode(" · report " + v.path));
         verify.appendChild(when);
+        if (v.path) {
+          verify.appendChild(document.createElement("br"));
+          verify.appendChild(pathText("report ", v.path));
+        }
       }
     } else if (typeof run.finished_at === "number") {
       while (verify.firstChild) verify.removeChild(verify.firstChild);
@@ -291,6 +307,15 @@
     } else {
       put(verify, "after the run");
     }
+  }
+
+  // Controls only where the daemon can allow them: without a token
+  // (controls.enabled false) it refuses every one, so none is shown,
+  // only the line that says how to enable them.
+  function renderControls(controls) {
+    var on = !controls || controls.enabled !== false;
+    var value = on ? "on" : "off";
+    if (document.body.getAttribute("data-controls") !== value) document.body.setAttribute("data-controls", value);
   }
 
   function renderStateCounts(jobs) {
@@ -325,18 +350,36 @@
     var raw = v / 4, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
     return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10) * p * 4;
   }
-  // The time the chart spans: the samples there are, at least 5 minutes,
-  // at most the hour kept, in whole 5 minutes.
-  function chartSpan(samples, end) {
-    var first = samples.length ? samples[0][0] : end;
-    return Math.min(3600, Math.max(300, Math.ceil((end - first) / 300) * 300));
+  // The steps of the run: each sample is the rate over the step that ends
+  // at its time and starts at the sample before (the first: at the run's
+  // start, or a step before it once the hour kept has moved on), as
+  // [from, to, msg/s, bytes/s], up to the run's end (later steps are idle).
+  function runSteps(samples, stepSeconds, start, end) {
+    var steps = [];
+    samples.forEach(function (sample, n) {
+      var from = n ? samples[n - 1][0] : Math.max(start, sample[0] - stepSeconds);
+      if (from >= end) return;
+      steps.push([from, Math.min(sample[0], end), sample[1], sample[2]]);
+    });
+    return steps;
   }
-  function renderChart(throughput, now) {
+  // The time the chart spans: the run, from its start (or its oldest step
+  // kept, once the hour kept has moved on) to its end, or to now while it
+  // runs; 1 s at least.
+  function chartWindow(samples, stepSeconds, run, now) {
+    var end = typeof run.finished_at === "number" ? run.finished_at : now;
+    var start = typeof run.started_at === "number" ? run.started_at : end - 300;
+    if (samples.length && samples[0][0] - 2 * stepSeconds > start) start = samples[0][0] - stepSeconds;
+    return { start: start, end: end, span: Math.max(1, end - start) };
+  }
+  function renderChart(throughput, now, run) {
     var chart = $("throughput");
     var samples = throughput.samples || [];
     var width = Math.max(260, Math.round(chart.getBoundingClientRect().width || 600));
-    var key = width + ":" + JSON.stringify(samples.length ? [samples[0], samples[samples.length - 1], samples.length] : []);
-    state.lastSamples = { throughput: throughput, now: now };
+    var area = chartWindow(samples, throughput.step_seconds || 10, run || {}, now);
+    var steps = runSteps(samples, throughput.step_seconds || 10, area.start, area.end);
+    var key = width + ":" + area.start + ":" + area.end + ":" + JSON.stringify(steps.length ? [steps[0], steps[steps.length - 1], steps.length] : []);
+    state.lastSamples = { throughput: throughput, now: now, run: run };
     if (chart.getAttribute("data-key") === key) return;
     chart.setAttribute("data-key", key);
     var height = 190, left = 44, right = 66, top = 22, bottom = 24;
@@ -344,11 +387,14 @@
     chart.setAttribute("viewBox", "0 0 " + width + " " + height);
     chart.setAttribute("width", String(width));
     while (chart.firstChild) chart.removeChild(chart.firstChild);
-    var end = samples.length ? samples[samples.length - 1][0] : now;
-    var span = chartSpan(samples, end);
-    var start = end - span;
-    var maxMsg = niceMax(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[1]; }))));
-    var maxBytes = niceBytes(Math.max.apply(null, [0].concat(samples.map(function (x) { return x[2]; }))));
+    var span = area.span, start = area.start;
+    var peak = Math.max.apply(null, [0].concat(steps.map(function (x) { return x[2]; })));
+    var maxMsg = niceMax(peak);
+    var maxBytes = niceBytes(Math.max.apply(null, [0].concat(steps.map(function (x) { return x[3]; }))));
+    // What the chart shows, for the browser test: its window and its peak.
+    chart.setAttribute("data-start", String(start));
+    chart.setAttribute("data-end", String(start + span));
+    chart.setAttribute("data-peak", String(peak));
     function x(t) { return left + (t - start) / span * plotW; }
     function yMsg(v) { return top + plotH - v / maxMsg * plotH; }
     function yBytes(v) { return top + plotH - v / maxBytes * plotH; }
@@ -361,23 +407,25 @@
         axisBytes(maxBytes * (4 - i) / 4, maxBytes)));
     }
     // Quarters, or halves on a narrow chart (a phone), so labels never overlap.
-    var steps = plotW < 360 ? 2 : 4;
-    for (var q = 0; q <= steps; q++) {
-      var tx = x(start + span * q / steps);
+    var ticks = plotW < 360 ? 2 : 4;
+    for (var q = 0; q <= ticks; q++) {
+      var tx = x(start + span * q / ticks);
       chart.appendChild(svg("line", { x1: tx, x2: tx, y1: top + plotH, y2: top + plotH + 4, "class": "tick" }));
-      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === steps ? "end" : "middle" },
-        clock(start + span * q / steps, span < 1200)));
+      chart.appendChild(svg("text", { x: tx, y: height - 6, "class": "axis", "text-anchor": q === 0 ? "start" : q === ticks ? "end" : "middle" },
+        tickLabel(span * q / ticks, start, span)));
     }
     chart.appendChild(svg("text", { x: left, y: 11, "class": "axis msg unit", "text-anchor": "middle" }, "msg/s"));
     chart.appendChild(svg("text", { x: left + plotW, y: 11, "class": "axis bytes unit", "text-anchor": "middle" }, "per second"));
-    if (samples.length) {
+    if (steps.length) {
+      // A step line: each step's rate held over its whole step.
       var msgPath = "", bytePath = "";
-      samples.forEach(function (sample, n) {
-        var px = x(sample[0]).toFixed(1);
-        msgPath += (n ? "L" : "M") + px + " " + yMsg(sample[1]).toFixed(1);
-        bytePath += (n ? "L" : "M") + px + " " + yBytes(sample[2]).toFixed(1);
+      steps.forEach(function (step, n) {
+        var from = x(step[0]).toFixed(1), to = x(step[1]).toFixed(1);
+        var ym = yMsg(step[2]).toFixed(1), yb = yBytes(step[3]).toFixed(1);
+        msgPath += (n ? "L" : "M") + from + " " + ym + "L" + to + " " + ym;
+        bytePath += (n ? "L" : "M") + from + " " + yb + "L" + to + " " + yb;
       });
-      var firstX = x(samples[0][0]).toFixed(1), lastX = x(samples[samples.length - 1][0]).toFixed(1);
+      var firstX = x(steps[0][0]).toFixed(1), lastX = x(steps[steps.length - 1][1]).toFixed(1);
       var base = (top + plotH).toFixed(1);
       chart.appendChild(svg("path", { d: msgPath + "L" + lastX + " " + base + "L" + firstX + " " + base + "Z", "class": "area" }));
       chart.appendChild(svg("path", { d: msgPath, "class": "line msg" }));
@@ -387,11 +435,18 @@
     }
     chart.appendChild(svg("line", { x1: left, x2: left, y1: top, y2: top + plotH, "class": "axisline" }));
     chart.appendChild(svg("line", { x1: left, x2: left + plotW, y1: top + plotH, y2: top + plotH, "class": "axisline" }));
-    var last = samples[samples.length - 1];
-    put($("throughput-summary"), samples.length ?
-      "Solid: messages per second (left axis); dashed: bytes per second (right axis). Last sample: " +
-      msgRate(last[1]) + ", " + mibRate(last[2]) + "; peak " + msgRate(Math.max.apply(null, samples.map(function (x) { return x[1]; }))) + "." :
+    var last = steps[steps.length - 1];
+    put($("throughput-summary"), steps.length ?
+      "Solid: messages per second (left axis); dashed: bytes per second (right axis), over steps of up to " +
+      duration(throughput.step_seconds || 10) + ". Last step: " + msgRate(last[2]) + ", " + mibRate(last[3]) +
+      "; peak " + msgRate(peak) + "." :
       "No throughput samples yet.");
+  }
+  // A time axis label: the clock, or under a minute the seconds into the
+  // chart (a run of a few seconds has no two distinct clock times).
+  function tickLabel(offset, start, span) {
+    if (span >= 60) return clock(start + offset, span < 1200);
+    return (span < 10 ? offset.toFixed(1) : String(Math.round(offset))) + " s";
   }
   // A round axis maximum in binary units (1, 2 or 5 of a KiB, MiB, GiB...).
   function niceBytes(v) {
@@ -687,26 +742,81 @@
     box.setAttribute("data-outcome", outcome);
     box.textContent = text;
   }
-  function control(path, what) {
+  // POST a control (with the token, as JSON: the server's defences against
+  // cross-site requests); resolves with the answer's status and body.
+  function send(path, body) {
     var headers = { "Content-Type": "application/json", Accept: "application/json" };
     var t = token();
     if (t) headers.Authorization = "Bearer " + t;
-    report("pending", what + "…");
-    return fetch(path, { method: "POST", headers: headers, body: "{}", cache: "no-store",
+    return fetch(path, { method: "POST", headers: headers, body: JSON.stringify(body || {}), cache: "no-store",
       credentials: "same-origin" }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (body) {
-        if (response.ok) {
-          report("ok", what + ": done" + (body.state ? " (now " + stateWords(body.state) + ")" : "") + ".");
-          poll();
-        } else if (response.status >= 400 && response.status < 500) {
-          report("refused", what + ": refused (" + response.status + "): " + (body.error || response.statusText));
-        } else {
-          report("error", what + ": server error " + response.status + (body.error ? ": " + body.error : ""));
-        }
+      return response.json().catch(function () { return {}; }).then(function (answer) {
+        return { status: response.status, ok: response.ok, body: answer, statusText: response.statusText };
       });
-    }).catch(function (error) {
-      report("error", what + ": " + (error.message || "network error"));
     });
+  }
+  // Report an answer that is not a success; true if it was one.
+  function reportAnswer(answer, what) {
+    if (answer.ok) return true;
+    var body = answer.body;
+    if (answer.status >= 400 && answer.status < 500) {
+      report("refused", what + ": refused (" + answer.status + "): " + (body.error || answer.statusText));
+    } else {
+      report("error", what + ": server error " + answer.status + (body.error ? ": " + body.error : ""));
+    }
+    return false;
+  }
+  function networkError(what) {
+    return function (error) { report("error", what + ": " + (error.message || "network error")); };
+  }
+  function control(path, what, body, done) {
+    report("pending", what + "…");
+    return send(path, body).then(function (answer) {
+      if (!reportAnswer(answer, what)) return;
+      report("ok", done ? done(answer.body) :
+        what + ": done" + (answer.body.state ? " (now " + stateWords(answer.body.state) + ")" : "") + ".");
+      poll();
+    }).catch(networkError(what));
+  }
+  // ---- bulk controls: the jobs the table's filter selects ----
+  var BULK_VERBS = { "pause": "Pause", "resume": "Resume", "retry-failed": "Retry what failed of", "cancel": "Cancel" };
+  function bulkFilter() {
+    var states = $("jobs-filter-state").value;
+    return { state: states ? states.split(",") : [], q: $("jobs-filter-q").value.trim(),
+      errors: $("jobs-filter-errors").checked };
+  }
+  function filterWords(filter) {
+    var words = [];
+    if (filter.state.length) words.push("in state " + filter.state.map(stateWords).join(" or "));
+    if (filter.q) words.push("whose name contains “" + filter.q + "”");
+    if (filter.errors) words.push("with errors");
+    return words.length ? words.join(", ") : "(all jobs)";
+  }
+  // A preview first: how many of the jobs the filter selects the control
+  // applies to; the confirmation carries that count and the selection's
+  // digest, and the server refuses if the jobs changed meanwhile.
+  function bulkAction(action) {
+    var filter = bulkFilter(), what = "Bulk " + action.replace("-", " ") + " of the jobs " + filterWords(filter);
+    report("pending", what + "…");
+    send("control/bulk/" + action + "/preview", filter).then(function (answer) {
+      if (!reportAnswer(answer, what)) return;
+      var preview = answer.body;
+      if (!preview.jobs) {
+        report("refused", what + ": applies to none of the " + counted(preview.matched, "job", "jobs") + " selected.");
+        return;
+      }
+      var question = BULK_VERBS[action] + " " + counted(preview.jobs, "job", "jobs") + " (of the " +
+        counted(preview.matched, "job", "jobs") + " " + filterWords(filter) + ")?";
+      if (!window.confirm(question)) {
+        report("", what + ": not sent.");
+        return;
+      }
+      var confirmed = { state: filter.state, q: filter.q, errors: filter.errors, count: preview.jobs,
+        selection: preview.selection };
+      return control("control/bulk/" + action, what, confirmed, function (body) {
+        return what + ": done, " + counted(body.jobs, "job", "jobs") + " of " + count(body.selected) + " changed.";
+      });
+    }).catch(networkError(what));
   }
   function jobAction(action, name) {
     if (action === "cancel" && !window.confirm("Cancel job " + name + "? It stops and is not resumed.")) {
@@ -727,6 +837,7 @@
     var first = DESCENDING_FIRST[key] ? "-" + key : key;
     var second = DESCENDING_FIRST[key] ? key : "-" + key;
     $("jobs-sort").value = current === first ? second : first;
+    saveSort();
     refilter();
   }
   function showSort() {
@@ -738,9 +849,20 @@
       else th.removeAttribute("aria-sort");
     });
   }
+  function restoreSort() {
+    var saved = null;
+    try { saved = localStorage.getItem(SORT_KEY); } catch (e) { /* storage disabled */ }
+    var select = $("jobs-sort");
+    if (saved && Array.prototype.some.call(select.options, function (o) { return o.value === saved; })) select.value = saved;
+  }
+  function saveSort() {
+    try { localStorage.setItem(SORT_KEY, $("jobs-sort").value); } catch (e) { /* storage disabled */ }
+  }
   function init() {
+    restoreSort();
+    showSort();
     $("jobs-filter-state").addEventListener("change", refilter);
-    $("jobs-sort").addEventListener("change", refilter);
+    $("jobs-sort").addEventListener("change", function () { saveSort(); refilter(); });
     $("jobs-limit").addEventListener("change", refilter);
     $("jobs-filter-errors").addEventListener("change", refilter);
     $("jobs-filter-q").addEventListener("input", function () {
@@ -813,12 +935,16 @@
       showTokenState();
     });
     $("pause-all").addEventListener("click", function () { control("control/pause-all", "Pause all"); });
+    $("bulk").addEventListener("click", function (e) {
+      var button = e.target.closest("button[data-bulk]");
+      if (button) bulkAction(button.getAttribute("data-bulk"));
+    });
     $("resume-all").addEventListener("click", function () { control("control/resume-all", "Resume all"); });
     var resizeTimer = null;
     window.addEventListener("resize", function () {
       clearTimeout(resizeTimer);
       resizeTimer = setTimeout(function () {
-        if (state.lastSamples) renderChart(state.lastSamples.throughput, state.lastSamples.now);
+        if (state.lastSamples) renderChart(state.lastSamples.throughput, state.lastSamples.now, state.lastSamples.run);
       }, 150);
     });
     showTokenState();
