@@ -171,6 +171,9 @@ class SQLiteBudgetTests(BudgetBehaviourMixin, SynchronousTestCase):
         connection.executescript(
             "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id; DROP TABLE job_failures; DROP TABLE budget_use;"
             " ALTER TABLE folders DROP COLUMN deferred;"
+            " ALTER TABLE messages DROP COLUMN message_date;"
+            " ALTER TABLE messages DROP COLUMN message_from;"
+            " ALTER TABLE messages DROP COLUMN message_subject;"
             " UPDATE schema_version SET version = 4;"
         )
         readOnly = SQLiteStateStore(path, seconds=Clock().seconds, readOnly=True)
