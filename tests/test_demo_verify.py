@@ -33,7 +33,9 @@ class DemoVerifyTests(SynchronousTestCase):
         """
         run = DemoRun(self, "--messages", "30", "--keep")
         run.started()
-        serving = run.output.until("== The daemon keeps serving")
+        run.output.until("== The daemon keeps serving")
+        # The URL is the line after, the demo's last until Ctrl-C.
+        serving = run.output.until("   http://")
         console = "\n".join(run.output.lines)
         self.assertIn("== imapmig verify --config", console)
         url = re.findall(r"(http://127\.0\.0\.1:\d+/)", serving)[0]

@@ -82,8 +82,8 @@ from attrs import evolve
 from imapmig.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
 from imapmig.message import SourceFolder
+from imapmig.messagenames import recordedMessageId
 from imapmig.plan import folderName
-from imapmig.presence import recordedMessageId
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [
