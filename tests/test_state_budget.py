@@ -17,6 +17,7 @@ from imapmig.errors import PermanentError
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
+from tests.test_state import _DROP_NAMES
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
@@ -171,10 +172,9 @@ class SQLiteBudgetTests(BudgetBehaviourMixin, SynchronousTestCase):
         connection.executescript(
             "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id; DROP TABLE job_failures; DROP TABLE budget_use;"
             " ALTER TABLE folders DROP COLUMN deferred;"
-            " ALTER TABLE messages DROP COLUMN message_date;"
-            " ALTER TABLE messages DROP COLUMN message_from;"
-            " ALTER TABLE messages DROP COLUMN message_subject;"
-            " UPDATE schema_version SET version = 4;"
+            " "
+            + _DROP_NAMES
+            + "UPDATE schema_version SET version = 4;"
         )
         readOnly = SQLiteStateStore(path, seconds=Clock().seconds, readOnly=True)
         self.assertEqual(

@@ -21,7 +21,7 @@ from imapmig.state import FailuresPage, MessageOutcome
 from imapmig.state import memory as memoryModule, sqlite as sqliteModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
-from tests.test_state import appended, failed, present
+from tests.test_state import _DROP_NAMES, appended, failed, present
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
@@ -375,10 +375,8 @@ class SchemaVersion8Tests(SynchronousTestCase):
         connection = sqlite3.connect(path, isolation_level=None)
         self.addCleanup(connection.close)
         connection.executescript(
-            "ALTER TABLE messages DROP COLUMN message_date;"
-            " ALTER TABLE messages DROP COLUMN message_from;"
-            " ALTER TABLE messages DROP COLUMN message_subject;"
-            " DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
+            _DROP_NAMES
+            + "DROP TABLE job_holds; DROP INDEX messages_not_copied; ALTER TABLE messages DROP COLUMN message_id;"
             " UPDATE schema_version SET version = 7;"
         )
         return connection

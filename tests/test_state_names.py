@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.state import IStateStore, JobActivity, MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
-from tests.test_state import MARK, appended, failed, present
+from tests.test_state import _DROP_NAMES, MARK, appended, failed, present
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
@@ -172,10 +172,8 @@ class MigrateFromVersion9Tests(SynchronousTestCase):
         connection = sqlite3.connect(path, isolation_level=None)
         self.addCleanup(connection.close)
         connection.executescript(
-            "ALTER TABLE messages DROP COLUMN message_date;"
-            " ALTER TABLE messages DROP COLUMN message_from;"
-            " ALTER TABLE messages DROP COLUMN message_subject;"
-            " UPDATE schema_version SET version = 9;"
+            _DROP_NAMES
+            + "UPDATE schema_version SET version = 9;"
         )
         readOnly = SQLiteStateStore(path, seconds=Clock().seconds, readOnly=True)
         self.assertEqual(self.successResultOf(readOnly.failures("job")), [old])
