@@ -314,6 +314,45 @@ class ConnectionCapTests(SynchronousTestCase):
         site.doStop()
         self.assertEqual(clock.getDelayedCalls(), [])
 
+    def test_stalledReaderClosedForNewcomer(self) -> None:
+        """
+        A connection whose answer the client stopped reading (the
+        transport paused the channel: a streamed manifest never ends
+        meanwhile) may be closed for a newcomer after L{GRACE}, as an idle
+        one is: holders that ask for a large download and never read it
+        cannot fill the site.  One whose client reads again is protected
+        again.
+        """
+        clock = MemoryReactorClock()
+        site = QuietSite(_Unanswered(), reactor=clock, maxConnections=1)
+        site.doStart()
+        channels = []
+        for port in (1, 2):
+            protocol = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", port))
+            assert isinstance(protocol, StatusChannel)
+            transport = StringTransport()
+            protocol.makeConnection(transport)
+            protocol.dataReceived(_GET)
+            channels.append((protocol, transport))
+        # The first client stops reading, then reads again; the second
+        # stops reading for good.
+        channels[0][0].pauseProducing()
+        channels[0][0].resumeProducing()
+        channels[1][0].pauseProducing()
+        clock.advance(GRACE)
+        with capturedLogs():
+            served = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 3))
+        self.assertIsInstance(served, StatusChannel)
+        self.assertTrue(channels[1][1].disconnected)
+        self.assertFalse(channels[0][1].disconnecting)
+        assert served is not None
+        served.makeConnection(StringTransport())
+        for protocol in (served, channels[0][0], channels[1][0]):
+            protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(site.openConnections, 0)
+        site.doStop()
+        self.assertEqual(clock.getDelayedCalls(), [])
+
     def test_probesAnsweredUnderHold(self) -> None:
         """
         64 holders that send nothing or drip a byte at a time, each
