@@ -330,17 +330,18 @@ def readForReload(path: str, withoutTLS: bool) -> Config:
 
     with _collectionPaused():
         read = readConfigFile(path)
-        if withoutTLS:
-            reason = tlsReason(read.document)
-            if reason is not None:
-                raise ConfigError([_needsTLS(path, reason)])
-        return parseConfig(read.document, path, None, read.looseFileMode)
+    if withoutTLS:
+        reason = tlsReason(read.document)
+        if reason is not None:
+            raise ConfigError([_needsTLS(path, reason)])
+    return parseConfig(read.document, path, None, read.looseFileMode)
 
 
 @contextmanager
 def _collectionPaused() -> Iterator[None]:
     """
-    Pause the cyclic garbage collector while a configuration is parsed.
+    Pause the cyclic garbage collector while a configuration's YAML is
+    parsed.
 
     Parsing allocates a node and two marks per key and value (a million
     objects for 10,000 inline jobs), and the collector's passes over them
@@ -348,7 +349,11 @@ def _collectionPaused() -> Iterator[None]:
     thread stood still up to 0.8 s at a time (measured with 10,000 jobs;
     0.06 s paused).  Nothing parsed is garbage in a cycle: it is freed by
     reference counting once read.  Reloads never overlap, so nothing else
-    pauses and resumes the collector meanwhile.
+    pauses and resumes the collector meanwhile.  The pause is the whole
+    process's, so it covers the parse alone (bounded by
+    L{imapmig.configfile.MAX_OCTETS} and C{MAX_NODES}), not the reading of
+    password files, user lists and certificates that follows (0.01 s of
+    collection for 10,000 jobs), a read of which could block.
     """
     enabled = gc.isenabled()
     gc.disable()
