@@ -10,16 +10,18 @@ when their count is a lower bound.
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IProtocol
+from twisted.internet.interfaces import IProtocol, IPushProducer
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
+from zope.interface import implementer
 
 from imapmig.progress import MigrationProgress
 from imapmig.state import memory as memoryModule
@@ -181,6 +183,50 @@ class _Unanswered(Resource):
         return NOT_DONE_YET
 
 
+@implementer(IPushProducer)
+class _Producer:
+    """
+    A streamed response's producer, calling its C{onResume} when resumed.
+    """
+
+    def __init__(self, onResume: Callable[[], None] | None) -> None:
+        self.onResume = onResume
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        if self.onResume is not None:
+            self.onResume()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _Streamed(Resource):
+    """
+    A leaf streaming a response that never ends (a manifest whose client
+    does not read it), its producer registered; C{onResume} says, by
+    channel, what resuming its producer does.
+    """
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.onResume: dict[object, Callable[[], None]] = {}
+
+    def render(self, request: Request) -> int:
+        channel = request.channel
+        request.registerProducer(_Producer(lambda: self.onResume.get(channel, _nothing)()), True)
+        request.write(b"x")
+        return NOT_DONE_YET
+
+
+def _nothing() -> None:
+    pass
+
+
 class ConnectionCapTests(SynchronousTestCase):
     """
     L{QuietSite} holds at most C{maxConnections} connections open; a new
@@ -324,7 +370,8 @@ class ConnectionCapTests(SynchronousTestCase):
         again.
         """
         clock = MemoryReactorClock()
-        site = QuietSite(_Unanswered(), reactor=clock, maxConnections=1)
+        stream = _Streamed()
+        site = QuietSite(stream, reactor=clock, maxConnections=1)
         site.doStart()
         channels = []
         for port in (1, 2):
@@ -335,10 +382,16 @@ class ConnectionCapTests(SynchronousTestCase):
             protocol.dataReceived(_GET)
             channels.append((protocol, transport))
         # The first client stops reading, then reads again; the second
-        # stops reading for good.
+        # stops reading, and when its transport resumes the channel, what
+        # the response writes at once fills the buffer again (the
+        # transport pauses the channel within its resume).
         channels[0][0].pauseProducing()
         channels[0][0].resumeProducing()
-        channels[1][0].pauseProducing()
+        second = channels[1][0]
+        assert isinstance(second, StatusChannel)
+        second.pauseProducing()
+        stream.onResume[second] = second.pauseProducing
+        second.resumeProducing()
         clock.advance(GRACE)
         with capturedLogs():
             served = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 3))

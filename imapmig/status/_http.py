@@ -421,10 +421,13 @@ class StatusChannel(http.HTTPChannel):
     def resumeProducing(self) -> None:
         """
         The client reads again: a response under way is protected again.
+        (Before the response's producer resumes: what it writes may fill
+        the transport's buffer at once, and pause this channel again
+        within this call.)
         """
-        super().resumeProducing()  # type: ignore[no-untyped-call]
         if self._handlingRequest and self.slots is not None:
             self.slots.answering(self)
+        super().resumeProducing()  # type: ignore[no-untyped-call]
 
     def evict(self) -> None:
         """
