@@ -111,8 +111,8 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     """
     What a reload changed, as the summary line says it: C{"2 jobs added,
     1 removed, 3 changed (folders.exclude; 1 from its next run),
-    servers.dove.max_connections 4 -> 8; 1 setting needs a restart:
-    status.listen"}, or C{"no change"}.
+    servers.dove.max_connections 4 -> 8, notify.stalled_after; 1 setting
+    needs a restart: status.listen"}, or C{"no change"}.
     """
     parts: list[str] = []
     # The first count of jobs names them ("2 jobs added, 1 removed").
@@ -132,6 +132,8 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     parts += [f"{key} {_value(old)} -> {_value(new)}" for key, old, new in plan.limitChanges]
     if plan.stopTimeout is not None:
         parts.append(f"stop_timeout {plan.stopTimeout[0]:g} -> {plan.stopTimeout[1]:g} s")
+    # Their values may be secret (a webhook URL's path often is): named only.
+    parts += plan.notifyChanges
     text = ", ".join(parts) if parts else "no change"
     if plan.needsRestart:
         count = len(plan.needsRestart)
@@ -278,7 +280,8 @@ class ConfigReloader:
             changed=len(plan.changed),
             servers=len(plan.limitsChanged),
             keys=[key for key, _, _ in plan.limitChanges]
-            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys)),
+            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+            + list(plan.notifyChanges),
             needsRestart=list(plan.needsRestart),
         )
         for setting in plan.needsRestart:

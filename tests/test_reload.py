@@ -26,7 +26,7 @@ from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.config.model import Config, JobConfig, StatusConfig
+from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
 from imapmig.errors import ConfigError
 from imapmig.plan import FolderRules
 from imapmig.progress import JobState
@@ -171,6 +171,26 @@ class PlanTests(SynchronousTestCase):
             describeReload(plan, ReloadApplied(changedRunning=("b",))),
             "1 job changed (connections; 1 from its next run), servers.s.max_connections 4 -> 2",
         )
+
+    def test_notifyChangesNamed(self) -> None:
+        """
+        A changed C{notify} key (applied by the webhook's watcher) is named
+        in the reload's line, without its value (a webhook URL's path is
+        often its secret); before, such a reload said "no change".
+        """
+        a = jobConfig("a", "a")
+        old = evolve(configOf([a]), notify=NotifyConfig("https://hooks.example/secret-path"))
+        new = evolve(
+            old, notify=NotifyConfig("https://hooks.example/other-path", stalledAfter=600.0)
+        )
+        plan = planReload(old, new)
+        self.assertEqual(plan.notifyChanges, ("notify.webhook_url", "notify.stalled_after"))
+        self.assertEqual(
+            describeReload(plan, ReloadApplied()), "notify.webhook_url, notify.stalled_after"
+        )
+        self.assertEqual(planReload(old, old).notifyChanges, ())
+        self.assertEqual(planReload(old, evolve(old, notify=None)).needsRestart, ("notify",))
+        self.assertEqual(planReload(old, evolve(old, notify=None)).notifyChanges, ())
 
     def test_changedKeys(self) -> None:
         """
