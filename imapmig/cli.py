@@ -72,7 +72,7 @@ from imapmig.status.manifest import COLUMNS
 from imapmig.units import octets, plural
 
 if TYPE_CHECKING:
-    from imapmig.preview import JobPlan
+    from imapmig.preview import FolderPlan, JobPlan
 
 T = TypeVar("T")
 
@@ -391,6 +391,22 @@ def _sourceDescription(job: JobConfig) -> str:
     return f"{kind} {source.path}"
 
 
+def _planRow(f: FolderPlan) -> tuple[str, str, str, str, str, str, str]:
+    """
+    One folder's row of a plan's table (L{_writePlan}).
+    """
+    folder = f.folder + (f" ({f.specialUse})" if f.specialUse else "")
+    if f.error is not None:
+        return (folder, "-", "-", f.mailbox or "-", "unreadable", "-", "-")
+    if f.why is not None:
+        return (folder, str(f.messages), "-", "-", f.how, "-", "-")
+    if f.mailbox is None:
+        return (folder, str(f.messages), octets(f.size), "-", "left out by the folder rules", "-", "-")
+    toCopy = f"{f.toCopy} ({octets(f.toCopySize)})" if f.toCopy else "0"
+    mailbox = f.mailbox + ("" if f.mailboxExists else " (new)")
+    return (folder, str(f.messages), octets(f.size), mailbox, f.how, str(f.migrated), toCopy)
+
+
 def _writePlan(preview: JobPlan, out: TextIO) -> None:
     """
     Write one job's plan as a table.
@@ -401,32 +417,7 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
         f" delimiter {namespace.delimiter!r}\n"
     )
     rows = [("folder", "messages", "size", "mailbox", "how", "migrated", "to copy")]
-    for f in preview.folders:
-        folder = f.folder + (f" ({f.specialUse})" if f.specialUse else "")
-        if f.error is not None:
-            rows.append((folder, "-", "-", f.mailbox or "-", "unreadable", "-", "-"))
-            continue
-        if f.why is not None:
-            rows.append((folder, str(f.messages), "-", "-", f.how, "-", "-"))
-            continue
-        if f.mailbox is None:
-            mailbox, how = "-", "left out by the folder rules"
-        else:
-            mailbox = f.mailbox + ("" if f.mailboxExists else " (new)")
-            how = f.how
-        rows.append(
-            (
-                folder,
-                str(f.messages),
-                octets(f.size),
-                mailbox,
-                how,
-                str(f.migrated) if f.mailbox is not None else "-",
-                (f"{f.toCopy} ({octets(f.toCopySize)})" if f.toCopy else "0")
-                if f.mailbox is not None
-                else "-",
-            )
-        )
+    rows.extend(_planRow(f) for f in preview.folders)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         out.write("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")

@@ -111,8 +111,8 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     """
     What a reload changed, as the summary line says it: C{"2 jobs added,
     1 removed, 3 changed (folders.exclude; 1 from its next run),
-    servers.dove.max_connections 4 -> 8; 1 setting needs a restart:
-    status.listen"}, or C{"no change"}.
+    servers.dove.max_connections 4 -> 8, notify.stalled_after; 1 setting
+    needs a restart: status.listen"}, or C{"no change"}.
     """
     parts: list[str] = []
     # The first count of jobs names them ("2 jobs added, 1 removed").
@@ -132,6 +132,8 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     parts += [f"{key} {_value(old)} -> {_value(new)}" for key, old, new in plan.limitChanges]
     if plan.stopTimeout is not None:
         parts.append(f"stop_timeout {plan.stopTimeout[0]:g} -> {plan.stopTimeout[1]:g} s")
+    # Their values may be secret (a webhook URL's path often is): named only.
+    parts += plan.notifyChanges
     text = ", ".join(parts) if parts else "no change"
     if plan.needsRestart:
         count = len(plan.needsRestart)
@@ -278,7 +280,8 @@ class ConfigReloader:
             changed=len(plan.changed),
             servers=len(plan.limitsChanged),
             keys=[key for key, _, _ in plan.limitChanges]
-            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys)),
+            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+            + list(plan.notifyChanges),
             needsRestart=list(plan.needsRestart),
         )
         for setting in plan.needsRestart:
@@ -330,17 +333,18 @@ def readForReload(path: str, withoutTLS: bool) -> Config:
 
     with _collectionPaused():
         read = readConfigFile(path)
-        if withoutTLS:
-            reason = tlsReason(read.document)
-            if reason is not None:
-                raise ConfigError([_needsTLS(path, reason)])
-        return parseConfig(read.document, path, None, read.looseFileMode)
+    if withoutTLS:
+        reason = tlsReason(read.document)
+        if reason is not None:
+            raise ConfigError([_needsTLS(path, reason)])
+    return parseConfig(read.document, path, None, read.looseFileMode)
 
 
 @contextmanager
 def _collectionPaused() -> Iterator[None]:
     """
-    Pause the cyclic garbage collector while a configuration is parsed.
+    Pause the cyclic garbage collector while a configuration's YAML is
+    parsed.
 
     Parsing allocates a node and two marks per key and value (a million
     objects for 10,000 inline jobs), and the collector's passes over them
@@ -348,7 +352,11 @@ def _collectionPaused() -> Iterator[None]:
     thread stood still up to 0.8 s at a time (measured with 10,000 jobs;
     0.06 s paused).  Nothing parsed is garbage in a cycle: it is freed by
     reference counting once read.  Reloads never overlap, so nothing else
-    pauses and resumes the collector meanwhile.
+    pauses and resumes the collector meanwhile.  The pause is the whole
+    process's, so it covers the parse alone (bounded by
+    L{imapmig.configfile.MAX_OCTETS} and C{MAX_NODES}), not the reading of
+    password files, user lists and certificates that follows (0.01 s of
+    collection for 10,000 jobs), a read of which could block.
     """
     enabled = gc.isenabled()
     gc.disable()

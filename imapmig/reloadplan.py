@@ -28,7 +28,7 @@ import re
 from attrs import evolve, fields, frozen, has
 
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.config.model import Config, ImapSourceConfig, JobConfig, ServerConfig
+from imapmig.config.model import Config, ImapSourceConfig, JobConfig, NotifyConfig, ServerConfig
 from imapmig.secrets import Secret
 
 __all__ = ["ReloadPlan", "planReload", "keptForRestart"]
@@ -59,6 +59,9 @@ class ReloadPlan:
     @ivar stopTimeout: C{(old, new)} when C{stop_timeout} changed.
     @ivar needsRestart: the settings that changed but only take effect
         at the next start (C{state}, C{status.listen}, ...).
+    @ivar notifyChanges: the C{notify} keys that changed and apply
+        (L{imapmig.webhook.watchRun}): C{notify.webhook_url},
+        C{notify.token_file}, C{notify.stalled_after}.
     """
 
     added: tuple[JobConfig, ...] = ()
@@ -72,6 +75,7 @@ class ReloadPlan:
     limits: tuple[tuple[str, ServerLimits], ...] = ()
     stopTimeout: tuple[float, float] | None = None
     needsRestart: tuple[str, ...] = ()
+    notifyChanges: tuple[str, ...] = ()
 
     @property
     def grantsChanged(self) -> bool:
@@ -291,6 +295,25 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
             None if old.stopTimeout == new.stopTimeout else (old.stopTimeout, new.stopTimeout)
         ),
         needsRestart=tuple(needsRestart),
+        notifyChanges=_notifyChanges(old.notify, new.notify),
+    )
+
+
+def _notifyChanges(old: NotifyConfig | None, new: NotifyConfig | None) -> tuple[str, ...]:
+    """
+    The C{notify} keys that differ between C{old} and C{new}, when both
+    notify (one added or taken away needs a restart instead).
+    """
+    if old is None or new is None:
+        return ()
+    return tuple(
+        key
+        for key, before, after in (
+            ("notify.webhook_url", old.webhookURL, new.webhookURL),
+            ("notify.token_file", old.token, new.token),
+            ("notify.stalled_after", old.stalledAfter, new.stalledAfter),
+        )
+        if before != after
     )
 
 

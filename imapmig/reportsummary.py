@@ -217,7 +217,8 @@ def writeJobsCSV(entries: Sequence[Mapping[str, Any]], out: TextIO) -> None:
 def failureRows(store: IStateStore, job: str, now: Any) -> Iterator[ManifestRow]:
     """
     The manifest rows of C{job}'s failed messages, read a page at a time
-    (L{IStateStore.manifestOutcomes}).
+    (L{IStateStore.manifestOutcomes}), their reasons whole (paths kept:
+    whoever reads the database reads them anyway).
 
     @param now: gives the result of a Deferred that has fired (the SQLite
         store answers at once).
@@ -229,7 +230,7 @@ def failureRows(store: IStateStore, job: str, now: Any) -> Iterator[ManifestRow]
             return
         for outcome in page:
             if outcome.failure is not None:
-                yield outcomeRow(job, outcome, {})
+                yield outcomeRow(job, outcome, {}, paths=True)
         after = (page[-1].folderKey, page[-1].messageKey)
 
 

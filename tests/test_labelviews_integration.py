@@ -292,7 +292,7 @@ class GmailWithoutExtensionTests(TestCase):
         """
         With C{archive_folder: off} nothing is copied into C{Archive}: the
         plan, C{imapmig report} and C{imapmig verify} count the archived
-        messages as not migrated, each with why.
+        messages as not migrated, each with why, its Subject and From.
         """
         instance, destination, labels, path = self._setUp(None, "off")
         plan = await self._plan(path)
@@ -309,6 +309,14 @@ class GmailWithoutExtensionTests(TestCase):
         reasons = {f["reason"] for f in entry["failures"]}
         self.assertEqual(len(reasons), 1)
         self.assertIn("archive_folder is off", reasons.pop())
+        # Each named to its owner, as any message not migrated.
+        self.assertTrue(
+            all(
+                f["subject"].startswith("message ") and f["from"] == "someone@example.org"
+                for f in entry["failures"]
+            ),
+            entry["failures"][:3],
+        )
         status, document, printed = await verifyJobs(reactor, config, [JOB])
         differences = verifyDifferences(document)
         self.assertEqual(status, 1)

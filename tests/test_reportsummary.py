@@ -16,9 +16,11 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.cli import main, report
+from imapmig.reportsummary import writeFailuresCSV
 from imapmig.state import MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+from imapmig.status.manifest import outcomeRow
 
 NAMES = MessageNames("<big@x>", "Tue, 3 Mar 2020 10:00:00 +0100", "Jörg <j@x>", "Grüße")
 
@@ -170,6 +172,27 @@ class CSVTests(SynchronousTestCase):
             "b\tINBOX\t9\t<big@x>\tTue, 3 Mar 2020 10:00:00 +0100\tJörg <j@x>\tGrüße\ttoo big\n"
             "1 failed message\n",
         )
+
+    def test_failuresKeepPaths(self) -> None:
+        """
+        C{--failures} (CSV, JSON and text) gives each reason whole, its
+        filesystem paths included, as the plain report does: the admin
+        running it reads the state database, paths and all; only the
+        status site's unauthenticated C{/manifest.csv} hides them.
+        """
+        reason = "unreadable: /srv/mail/b/Maildir/cur/9:2,S: Permission denied"
+        store = MemoryStateStore()
+        store.recordOutcomes("b", [MessageOutcome("INBOX", "9", "", 10, failure=reason)])
+        out = io.StringIO()
+        writeFailuresCSV(store, ["b"], lambda d: self.successResultOf(d), out)
+        [row] = csv.DictReader(io.StringIO(out.getvalue(), newline=""))
+        self.assertEqual(row["reason"], reason)
+        for asJSON in (True, False):
+            out = io.StringIO()
+            report(store, ["b"], asJSON, out, failures=True)
+            self.assertIn("/srv/mail/b/Maildir/cur/9:2,S", out.getvalue())
+        [failure] = self.successResultOf(store.failures("b"))
+        self.assertNotIn("/srv", outcomeRow("b", failure, {})[-1])
 
     def test_csvAndJSONExclusive(self) -> None:
         """

@@ -976,9 +976,9 @@ class GmailJobWithoutExtensionTests(SynchronousTestCase):
     def test_archiveOff(self) -> None:
         """
         With the archive folder off, the message in All Mail only is not
-        copied but recorded as failed, with why: the job ends with a
-        failure, no mailbox is created for it, and every later run says so
-        again.
+        copied but recorded as failed, with why and its Message-ID and
+        Subject: the job ends with a failure, no mailbox is created for it,
+        and every later run says so again.
         """
         account = self.account()
         for _ in range(2):
@@ -993,6 +993,8 @@ class GmailJobWithoutExtensionTests(SynchronousTestCase):
         [failure] = account.call(account.harness.store.failures(JOB))
         self.assertEqual(failure.folderKey, ALL_MAIL)
         self.assertEqual(failure.messageId, "<3@gmail.example>")
+        # Named to its owner as any message not migrated (issue 27 point 7).
+        self.assertEqual(failure.subject, "message 3")
         self.assertIn("found only in [Gmail]/All Mail", failure.failure or "")
         self.assertIn("archive_folder is off", failure.failure or "")
         account.harness.finish()

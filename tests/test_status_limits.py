@@ -10,16 +10,18 @@ when their count is a lower bound.
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IProtocol
+from twisted.internet.interfaces import IProtocol, IPushProducer
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
+from zope.interface import implementer
 
 from imapmig.progress import MigrationProgress
 from imapmig.state import memory as memoryModule
@@ -181,6 +183,50 @@ class _Unanswered(Resource):
         return NOT_DONE_YET
 
 
+@implementer(IPushProducer)
+class _Producer:
+    """
+    A streamed response's producer, calling its C{onResume} when resumed.
+    """
+
+    def __init__(self, onResume: Callable[[], None] | None) -> None:
+        self.onResume = onResume
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        if self.onResume is not None:
+            self.onResume()
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _Streamed(Resource):
+    """
+    A leaf streaming a response that never ends (a manifest whose client
+    does not read it), its producer registered; C{onResume} says, by
+    channel, what resuming its producer does.
+    """
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.onResume: dict[object, Callable[[], None]] = {}
+
+    def render(self, request: Request) -> int:
+        channel = request.channel
+        request.registerProducer(_Producer(lambda: self.onResume.get(channel, _nothing)()), True)
+        request.write(b"x")
+        return NOT_DONE_YET
+
+
+def _nothing() -> None:
+    pass
+
+
 class ConnectionCapTests(SynchronousTestCase):
     """
     L{QuietSite} holds at most C{maxConnections} connections open; a new
@@ -309,6 +355,52 @@ class ConnectionCapTests(SynchronousTestCase):
         assert served is not None
         for protocol in (served, channels[1][0]):
             protocol.makeConnection(StringTransport())
+            protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(site.openConnections, 0)
+        site.doStop()
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_stalledReaderClosedForNewcomer(self) -> None:
+        """
+        A connection whose answer the client stopped reading (the
+        transport paused the channel: a streamed manifest never ends
+        meanwhile) may be closed for a newcomer after L{GRACE}, as an idle
+        one is: holders that ask for a large download and never read it
+        cannot fill the site.  One whose client reads again is protected
+        again.
+        """
+        clock = MemoryReactorClock()
+        stream = _Streamed()
+        site = QuietSite(stream, reactor=clock, maxConnections=1)
+        site.doStart()
+        channels = []
+        for port in (1, 2):
+            protocol = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", port))
+            assert isinstance(protocol, StatusChannel)
+            transport = StringTransport()
+            protocol.makeConnection(transport)
+            protocol.dataReceived(_GET)
+            channels.append((protocol, transport))
+        # The first client stops reading, then reads again; the second
+        # stops reading, and when its transport resumes the channel, what
+        # the response writes at once fills the buffer again (the
+        # transport pauses the channel within its resume).
+        channels[0][0].pauseProducing()
+        channels[0][0].resumeProducing()
+        second = channels[1][0]
+        assert isinstance(second, StatusChannel)
+        second.pauseProducing()
+        stream.onResume[second] = second.pauseProducing
+        second.resumeProducing()
+        clock.advance(GRACE)
+        with capturedLogs():
+            served = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 3))
+        self.assertIsInstance(served, StatusChannel)
+        self.assertTrue(channels[1][1].disconnected)
+        self.assertFalse(channels[0][1].disconnecting)
+        assert served is not None
+        served.makeConnection(StringTransport())
+        for protocol in (served, channels[0][0], channels[1][0]):
             protocol.connectionLost(Failure(ConnectionDone()))
         self.assertEqual(site.openConnections, 0)
         site.doStop()

@@ -211,10 +211,15 @@ class SourceListing:
             messageId = (
                 source.messageIdOf(folder, message) if isinstance(source, IMAPSource) else None
             )
+            # Not named here: the naming step (imapmig.job.naming) reads
+            # its Date, From and Subject from this folder, as for any
+            # message not migrated; the Message-ID the listing read stays
+            # if that cannot be done.
             recorder.add(
                 MessageOutcome(
                     folder.key, message.key, "", message.size, failure=why, messageId=messageId
-                )
+                ),
+                named=False,
             )
         if pending:
             log.warn(

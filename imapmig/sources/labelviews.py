@@ -281,7 +281,7 @@ def headerMessageIds(items: Sequence[FetchedItem]) -> dict[int, str | None]:
     """
     By UID, the Message-ID of each listing response that carries
     C{BODY[HEADER.FIELDS (MESSAGE-ID)]}, as the state store records it
-    (L{imapmig.presence.recordedMessageId}; L{None} for none).
+    (L{imapmig.messagenames.recordedMessageId}; L{None} for none).
     """
     return {
         item.uid: recordedMessageId(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))

@@ -248,7 +248,8 @@ class ConnectionSlots:
     answer), the one waiting longest first, else the connection that has
     waited longest for a complete request (one that sent nothing, or drips
     it).  A connection whose request is being answered is never closed for
-    another, nor one that has waited less than L{GRACE} seconds: a monitor's
+    another (unless the client stopped reading it: L{StatusChannel.pauseProducing}),
+    nor one that has waited less than L{GRACE} seconds: a monitor's
     probe sends its request at once, and reads its answer at once.  When
     every connection is so protected, the newcomer is admitted beyond
     L{limit}, up to twice it; past that, the one waiting longest is closed
@@ -403,6 +404,30 @@ class StatusChannel(http.HTTPChannel):
         if self.slots is not None:
             self.slots.idle(self)
         super().requestDone(request)  # type: ignore[no-untyped-call]
+
+    def pauseProducing(self) -> None:
+        """
+        The transport's buffer is full: the client is not reading.  A
+        response stalled so (a streamed manifest, which never ends while
+        paused, and which twisted.web's idle timeout does not watch) may
+        be closed to make room, as an idle connection is, until the client
+        reads again: holders that ask for a manifest and never read it
+        cannot keep every other client out.
+        """
+        super().pauseProducing()  # type: ignore[no-untyped-call]
+        if self._handlingRequest and self.slots is not None:
+            self.slots.idle(self)
+
+    def resumeProducing(self) -> None:
+        """
+        The client reads again: a response under way is protected again.
+        (Before the response's producer resumes: what it writes may fill
+        the transport's buffer at once, and pause this channel again
+        within this call.)
+        """
+        if self._handlingRequest and self.slots is not None:
+            self.slots.answering(self)
+        super().resumeProducing()  # type: ignore[no-untyped-call]
 
     def evict(self) -> None:
         """

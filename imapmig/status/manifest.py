@@ -63,16 +63,22 @@ One row of the manifest, in the order of L{COLUMNS}.
 """
 
 
-def outcomeRow(job: str, outcome: MessageOutcome, folderNames: Mapping[str, str]) -> ManifestRow:
+def outcomeRow(
+    job: str, outcome: MessageOutcome, folderNames: Mapping[str, str], paths: bool = False
+) -> ManifestRow:
     """
     The manifest row of a message not copied.
 
     @param folderNames: the job's folder names by key, as listed; a
         folder not among them is shown by its key.
+    @param paths: keep the filesystem paths in a failure's reason: for
+        C{imapmig report}, whose reader has the state database (and the
+        paths in it) already.  The status site's page is unauthenticated:
+        there each path is L{withoutPaths}'s placeholder (the log has it).
     """
     if outcome.failure is not None:
-        # The page is unauthenticated: no filesystem path (the log has it).
-        kind, reason = "failed", withoutPaths(outcome.failure)
+        kind = "failed"
+        reason = outcome.failure if paths else withoutPaths(outcome.failure)
     else:
         kind, reason = "already_present", _presentReason(outcome)
     return (
