@@ -21,7 +21,7 @@ asked, and the log to be read.  Two parts:
 
 A payload holds no secret, password or path: job and server names (as
 C{/metrics} labels them), states, counts, and a failed job's reason with
-every path in it replaced by C{<path>}.  The token goes in the
+every path in it replaced by C{[path]} (L{imapmig.redact}).  The token goes in the
 C{Authorization} header only; the log names the receiver by its scheme
 and host only (a webhook URL's path is often its secret).
 """
@@ -56,6 +56,7 @@ from imapmig.httpclient import (
 )
 from imapmig.imap.signals import excerpt
 from imapmig.progress import ENDED, JobState, MigrationProgress
+from imapmig.redact import withoutPaths
 from imapmig.rootservice import MigrationService
 from imapmig.secrets import Secret
 
@@ -67,7 +68,6 @@ __all__ = [
     "RunWatcher",
     "WebhookSender",
     "agentFor",
-    "redactPaths",
     "retryDelay",
 ]
 
@@ -120,8 +120,6 @@ _TRANSIENT = frozenset({408, 425, 429})
 _FINISHED = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
 # Jobs expected to move: not ended, not paused (by the admin or a budget).
 _STILL = ENDED | {JobState.PAUSED}
-# A path: a "/" not inside a word, a URL's "//" or an endpoint's "host:".
-_PATH = re.compile(r"(?<![\w:/.~-])(~|\.{1,2})?/[^\s,;:'\"()\[\]]*")
 
 
 def retryDelay(attempt: int) -> float:
@@ -130,13 +128,6 @@ def retryDelay(attempt: int) -> float:
     ... at most L{MAX_RETRY}.
     """
     return min(FIRST_RETRY * 2.0 ** (attempt - 1), MAX_RETRY)
-
-
-def redactPaths(text: str) -> str:
-    """
-    C{text} with every filesystem path in it replaced by C{<path>}.
-    """
-    return _PATH.sub("<path>", text)
 
 
 def receiverForLogs(url: str) -> str:
@@ -576,7 +567,7 @@ class RunWatcher(Service):
     def _jobFailed(
         self, name: str, error: str | None, done: int, failed: int, now: float
     ) -> None:
-        reason = excerpt(redactPaths(error or "no reason given"), _REASON_LIMIT)
+        reason = excerpt(withoutPaths(error or "no reason given"), _REASON_LIMIT)
         self._send(
             "job_failed",
             now,

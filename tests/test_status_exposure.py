@@ -17,7 +17,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyChannel
 
-from imapmig.status._http import PATH_SHOWN, withoutPaths
+from imapmig.redact import PATH_SHOWN, withoutPaths
 from imapmig.status.resource import QuietSite
 from imapmig.verify import REPORT_NAME
 from tests.test_controls import ControlledScheduler

@@ -28,6 +28,7 @@ from zope.interface.verify import verifyObject
 from imapmig import cleartext
 from imapmig.config import NotifyConfig, parseConfig
 from imapmig.progress import JobState, MigrationProgress
+from imapmig.redact import withoutPaths
 from imapmig.reloadplan import keptForRestart, planReload
 from imapmig.secrets import Secret
 from imapmig.webhook import (
@@ -38,7 +39,6 @@ from imapmig.webhook import (
     RunWatcher,
     WebhookSender,
     agentFor,
-    redactPaths,
     retryDelay,
 )
 from tests.test_config import ConfigTestCase, writeFile
@@ -384,7 +384,7 @@ class WatcherTests(SynchronousTestCase):
             {
                 "job": "alice",
                 "server": "dove",
-                "reason": "Maildir <path>: Permission denied",
+                "reason": "Maildir [path]: Permission denied",
                 "messages_done": 0,
                 "messages_failed": 0,
             },
@@ -473,8 +473,8 @@ class WatcherTests(SynchronousTestCase):
         Paths in a reason are replaced; URLs, endpoints and counts stay.
         """
         self.assertEqual(
-            redactPaths("cannot read /etc/imapmig/alice.password or ./x: no; tcp:h:143 5/6"),
-            "cannot read <path> or <path>: no; tcp:h:143 5/6",
+            withoutPaths("cannot read /etc/imapmig/alice.password or ./x: no; tcp:h:143 5/6"),
+            "cannot read [path] or [path]: no; tcp:h:143 5/6",
         )
 
 

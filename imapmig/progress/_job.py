@@ -205,7 +205,7 @@ class JobProgress:
     @ivar retryAttempt: while it backs off, which attempt in a row without
         progress failed (1 for the first); else L{None}.
     @ivar retryAttempts: while it backs off, how many such attempts fail
-        the job (its C{retry.attempts}); else L{None}.
+        the job (its C{retry_attempts}); else L{None}.
     @ivar reconnects: how many times this run connected again after a
         transient failure.
     @ivar window: the current rate's samples, once the job started.

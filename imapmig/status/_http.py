@@ -1,10 +1,10 @@
 """
 What every read-only status resource shares: C{GET} and C{HEAD} only (405
-with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors,
-text without filesystem paths (L{withoutPaths}); and what every connection
-of the status site shares: its channel (L{StatusChannel}: the request
-deadline, the 400 for an over-long line) and the site's bound on open
-connections (L{ConnectionSlots}).
+with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors;
+and what every connection of the status site shares: its channel
+(L{StatusChannel}: the request deadline, the 400 for an over-long line) and
+the site's bound on open connections (L{ConnectionSlots}).  Text without
+filesystem paths is L{imapmig.redact}'s.
 """
 
 from __future__ import annotations
@@ -26,37 +26,6 @@ log = Logger()
 JSON_TYPE = b"application/json; charset=utf-8"
 
 READ_METHODS: Sequence[bytes] = (b"GET", b"HEAD")
-
-
-_QUOTED_PATH = re.compile(r"""(['"])~?/[^'"]*\1""")
-_PATH = re.compile(r"""(?<![\w.~:/\\-])~?/[^\s'"<>]*""")
-_AFTER_PATH = ".,:;)]}"
-
-PATH_SHOWN = "[path]"
-"""
-What an unauthenticated page shows for a filesystem path (L{withoutPaths}).
-"""
-
-
-def withoutPaths(text: str) -> str:
-    """
-    C{text} (an error, a failed message's reason) fit for a page anyone
-    who reaches the status site may read: each absolute filesystem path in
-    it (the state database's, a source file's; quoted with spaces, or up to
-    the next blank) replaced by L{PATH_SHOWN}.  The log keeps the whole
-    text.  A slash inside a word (C{INBOX/Sent}, C{50/s}, C{https://...})
-    is not a path.
-    """
-    if "/" not in text:
-        return text
-    text = _QUOTED_PATH.sub(lambda match: match[1] + PATH_SHOWN + match[1], text)
-
-    def shown(match: re.Match[str]) -> str:
-        path = match[0]
-        kept = path.rstrip(_AFTER_PATH)
-        return PATH_SHOWN + path[len(kept):]
-
-    return _PATH.sub(shown, text)
 
 
 class HTTPProblem(Exception):

@@ -27,6 +27,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 import imapmig
 from imapmig.plan import FolderRules
 from imapmig.progress import JobProgress
+from imapmig.redact import withoutPaths
 from imapmig.state import FailuresPage, IStateStore, MessageOutcome
 from imapmig.status._http import (
     READ_METHODS,
@@ -35,7 +36,6 @@ from imapmig.status._http import (
     commonHeaders,
     jsonBody,
     refuseMethod,
-    withoutPaths,
 )
 from imapmig.status.manifest import (
     ManifestProducer,

@@ -26,7 +26,7 @@ from zope.interface import implementer
 
 from imapmig.plan import FolderRules, isIncluded
 from imapmig.state import MessageOutcome
-from imapmig.status._http import withoutPaths
+from imapmig.redact import withoutPaths
 
 log = Logger()
 
