@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
@@ -110,6 +111,11 @@ class PortTakenTests(SynchronousTestCase):
         output = self.exitsOne(command)
         # twistd's report, cut at 100 octets, still names the reason.
         self.assertIn("StatusListenerFailed: Address already in use (tcp:", output)
+        # The child reports to the waiting parent first and removes its pid
+        # file after: the parent may exit before the child has done so.
+        deadline = time.monotonic() + 30
+        while os.path.exists(pidFile) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.assertFalse(os.path.exists(pidFile))
         with open(logFile) as f:
             log = f.read()
