@@ -133,12 +133,7 @@ def _shown(text: str, limit: int) -> str | None:
     (a terminal's escapes, NUL) dropped, cut at C{limit} characters (the
     last one then C{…}); L{None} when nothing is left.
     """
-    cleaned = "".join(
-        " " if char.isspace() else char
-        for char in text
-        if char.isspace() or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co")
-    )
-    words = " ".join(cleaned.split())
+    words = " ".join(_printable(" ".join(text.split())).split())
     if not words:
         return None
     if len(words) > limit:
@@ -146,15 +141,26 @@ def _shown(text: str, limit: int) -> str | None:
     return words
 
 
+def _printable(text: str) -> str:
+    """
+    C{text} without control, format, surrogate and private-use characters
+    (a terminal's escapes, NUL, bidirectional overrides).
+    """
+    return "".join(
+        char for char in text if unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co")
+    )
+
+
 def recordedMessageId(messageId: bytes) -> str | None:
     """
     A Message-ID as the state store records it: text (octets that are not
-    UTF-8 replaced), at most L{MESSAGE_ID_LENGTH} characters; L{None} for
-    none.
+    UTF-8 replaced) without control characters, which C{imapmig report
+    --failures --csv} would otherwise print to the admin's terminal (an
+    escape sequence sets its title or its clipboard); at most
+    L{MESSAGE_ID_LENGTH} characters; L{None} for none.
     """
-    if not messageId:
-        return None
-    return messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace")[:MESSAGE_ID_LENGTH]
+    text = _printable(messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace"))
+    return text[:MESSAGE_ID_LENGTH] or None
 
 
 def namesOfHeader(header: bytes) -> MessageNames:

@@ -62,6 +62,17 @@ class NamesOfHeaderTests(SynchronousTestCase):
         )
         self.assertEqual(names.subject, "=?x-unknown?q?abc?= =?utf-8?b?###?= été[31m")
 
+    def test_messageIdControlCharacters(self) -> None:
+        """
+        A Message-ID is recorded without control characters (an escape
+        sequence that would set the title of the terminal showing C{imapmig
+        report --failures --csv}, a bidirectional override); one of nothing
+        else is none.
+        """
+        names = namesOfHeader(b"Message-ID: <\x1b]0;pwned\x07\x1b[2J\xe2\x80\xaeid@evil>\r\n")
+        self.assertEqual(names.messageId, "<]0;pwned[2Jid@evil>")
+        self.assertIsNone(namesOfHeader(b"Message-ID: \x1b\x07\r\n").messageId)
+
     def test_bounded(self) -> None:
         """
         A long Subject or From is cut at L{NAME_LENGTH} characters, ending
