@@ -82,8 +82,8 @@ from attrs import evolve
 from imapmig.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
 from imapmig.message import SourceFolder
+from imapmig.messagenames import recordedMessageId
 from imapmig.plan import folderName
-from imapmig.presence import recordedMessageId
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [
@@ -281,7 +281,7 @@ def headerMessageIds(items: Sequence[FetchedItem]) -> dict[int, str | None]:
     """
     By UID, the Message-ID of each listing response that carries
     C{BODY[HEADER.FIELDS (MESSAGE-ID)]}, as the state store records it
-    (L{imapmig.presence.recordedMessageId}; L{None} for none).
+    (L{imapmig.messagenames.recordedMessageId}; L{None} for none).
     """
     return {
         item.uid: recordedMessageId(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
