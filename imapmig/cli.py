@@ -568,7 +568,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     try:
         config = loadConfig(args.config)
     except ConfigError as e:
-        for problem in e.problems:
+        for problem in e.shown():
             sys.stderr.write(problem + "\n")
         return 2
     names = [job.name for job in config.jobs]
