@@ -196,10 +196,27 @@ def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
     for line in summaryLines(summarise(document)):
         out.write(line + "\n")
     if paused:
-        out.write(f"paused: {', '.join(paused)}\n")
+        out.write(f"paused: {_listed(paused)}\n")
     failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
     if failed:
-        out.write(f"failed: {', '.join(failed)}\n")
+        out.write(f"failed: {_listed(failed)}\n")
+
+
+LISTED_JOBS = 20
+"""
+The most jobs the text report's C{paused:} and C{failed:} lines name: the
+300-account run's C{failed:} line named 163 jobs, 60 terminal rows that
+pushed its summary off the screen.
+"""
+
+
+def _listed(names: Sequence[str]) -> str:
+    """
+    The first L{LISTED_JOBS} of C{names}, and how many more there are.
+    """
+    shown = ", ".join(names[:LISTED_JOBS])
+    more = len(names) - LISTED_JOBS
+    return shown if more <= 0 else f"{shown} and {more:,} more (imapmig report --csv lists every job)"
 
 
 def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
@@ -559,7 +576,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     try:
         config = loadConfig(args.config)
     except ConfigError as e:
-        for problem in e.problems:
+        for problem in e.shown():
             sys.stderr.write(problem + "\n")
         return 2
     names = [job.name for job in config.jobs]

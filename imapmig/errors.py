@@ -29,6 +29,28 @@ class ConfigError(ImapmigError):
         self.problems = tuple(problems)
         super().__init__("\n".join(self.problems))
 
+    def shown(self) -> list[str]:
+        """
+        The problems to show: the first L{SHOWN_PROBLEMS}, then one line
+        counting the others.  A file of 400,000 unknown keys (within the
+        reader's bounds) wrote 400,000 lines, 113 MB, to the daemon's log
+        on a reload, and held its reactor for 8 s doing so.
+        """
+        shown = list(self.problems[:SHOWN_PROBLEMS])
+        more = len(self.problems) - len(shown)
+        if more:
+            shown.append(
+                f"... and {more} more problems, not shown: fix the first {SHOWN_PROBLEMS} first"
+            )
+        return shown
+
+
+SHOWN_PROBLEMS = 100
+"""
+The most problems of one configuration shown, by C{--check-config}, at
+start and on a reload; the count of the rest follows.
+"""
+
 
 class TransientError(ImapmigError):
     """

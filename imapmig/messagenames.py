@@ -133,12 +133,7 @@ def _shown(text: str, limit: int) -> str | None:
     (a terminal's escapes, NUL) dropped, cut at C{limit} characters (the
     last one then C{…}); L{None} when nothing is left.
     """
-    cleaned = "".join(
-        " " if char.isspace() else char
-        for char in text
-        if char.isspace() or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co")
-    )
-    words = " ".join(cleaned.split())
+    words = " ".join(_printable(" ".join(text.split())).split())
     if not words:
         return None
     if len(words) > limit:
@@ -146,15 +141,26 @@ def _shown(text: str, limit: int) -> str | None:
     return words
 
 
+def _printable(text: str) -> str:
+    """
+    C{text} without control, format, surrogate and private-use characters
+    (a terminal's escapes, NUL, bidirectional overrides).
+    """
+    return "".join(
+        char for char in text if unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co")
+    )
+
+
 def recordedMessageId(messageId: bytes) -> str | None:
     """
     A Message-ID as the state store records it: text (octets that are not
-    UTF-8 replaced), at most L{MESSAGE_ID_LENGTH} characters; L{None} for
-    none.
+    UTF-8 replaced) without control characters, which C{imapmig report
+    --failures --csv} would otherwise print to the admin's terminal (an
+    escape sequence sets its title or its clipboard); at most
+    L{MESSAGE_ID_LENGTH} characters; L{None} for none.
     """
-    if not messageId:
-        return None
-    return messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace")[:MESSAGE_ID_LENGTH]
+    text = _printable(messageId[: MESSAGE_ID_LENGTH * 4].decode("utf-8", "replace"))
+    return text[:MESSAGE_ID_LENGTH] or None
 
 
 def namesOfHeader(header: bytes) -> MessageNames:
@@ -169,18 +175,34 @@ def namesOfHeader(header: bytes) -> MessageNames:
     for name, value in _fields(header[:HEADER_OCTETS]):
         index = _FIELDS.get(name)
         if index is not None and found[index] is None:
-            found[index] = value[:_VALUE_OCTETS]
+            found[index] = value
             if all(each is not None for each in found):
                 break
     messageId, date, sender, subject = found
     return MessageNames(
         messageId=None
         if messageId is None
-        else recordedMessageId(b" ".join(messageId.split())),
-        date=None if date is None else _shown(_text(date), NAME_LENGTH),
-        sender=None if sender is None else _shown(_decodeWords(_text(sender)), NAME_LENGTH),
-        subject=None if subject is None else _shown(_decodeWords(_text(subject)), NAME_LENGTH),
+        else recordedMessageId(b" ".join(messageId[:_VALUE_OCTETS].split())),
+        date=None if date is None else _shown(_text(date[:_VALUE_OCTETS]), NAME_LENGTH),
+        sender=None if sender is None else _decodedName(sender),
+        subject=None if subject is None else _decodedName(subject),
     )
+
+
+def _decodedName(raw: bytes) -> str | None:
+    """
+    A From or Subject field's raw value decoded and shown (L{_shown}).  A
+    value longer than C{_VALUE_OCTETS} is cut at its last white space
+    within them, so that no encoded word is left cut in two and shown as
+    written (C{... ABAB =?utf-8?q?=41=}), and ends with C{…}.
+    """
+    cut = len(raw) > _VALUE_OCTETS
+    if cut:
+        raw = raw[:_VALUE_OCTETS]
+        space = max(raw.rfind(b" "), raw.rfind(b"\t"))
+        if space > 0:
+            raw = raw[:space]
+    return _shown(_decodeWords(_text(raw)) + ("\u2026" if cut else ""), NAME_LENGTH)
 
 
 def namesOfBody(body: bytes | bytearray | StreamedBody) -> MessageNames:

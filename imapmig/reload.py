@@ -251,7 +251,7 @@ class ConfigReloader:
         try:
             new = await self._load(path)
         except ConfigError as e:
-            return self._refused(path, list(e.problems))
+            return self._refused(path, e.shown(), len(e.problems))
         if self._withoutTLS():
             from imapmig.cleartext import configNeedsTLS
 
@@ -293,15 +293,20 @@ class ConfigReloader:
         self.target.scheduler.queueChanged()
         return True
 
-    def _refused(self, path: str, problems: list[str]) -> bool:
+    def _refused(self, path: str, problems: list[str], count: int | None = None) -> bool:
+        """
+        Log each of C{problems} and the refusal, which counts C{count}
+        problems (by default as many as are logged).
+        """
         for problem in problems:
             log.error("Configuration reload: {problem}", problem=problem, path=path)
+        count = len(problems) if count is None else count
         log.error(
             "Configuration not reloaded from {path}: {count} {problems}; nothing changed,"
             " the daemon runs on with its configuration",
             path=path,
-            count=len(problems),
-            problems="problem" if len(problems) == 1 else "problems",
+            count=count,
+            problems="problem" if count == 1 else "problems",
         )
         return False
 

@@ -110,7 +110,7 @@ class Options(usage.Options):
             # and the reader read the same document.
             read = readConfigFile(path)
         except ConfigError as e:
-            _exitWithProblems(e.problems)
+            _exitWithProblems(e.shown())
         # Decided before the reader is imported: it brings in Twisted's
         # transports, which offer TLS if OpenSSL can be imported.
         withoutOpenSSL = tlsReason(read.document) is None and withoutTLS()
@@ -121,7 +121,7 @@ class Options(usage.Options):
         try:
             self.config = parseConfig(read.document, path, None, read.looseFileMode)
         except ConfigError as e:
-            _exitWithProblems(e.problems)
+            _exitWithProblems(e.shown())
         if withoutOpenSSL and configNeedsTLS(self.config):
             # tlsReason answers no only where the parsed configuration
             # agrees; should they ever disagree, stop rather than fail at

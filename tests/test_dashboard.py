@@ -558,3 +558,76 @@ class DashboardInChromiumTests(TestCase):
         the run finished, and the header and the footer show the version.
         """
         return Deferred.fromCoroutine(self._finished())
+
+
+BROKEN_WORDS = """
+var broken = [];
+document.querySelectorAll("#job-failures td:not(.failure-message-id)").forEach(function (td) {
+  var walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+  for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+    var word = /\\S+/g, match;
+    while ((match = word.exec(node.data))) {
+      var range = document.createRange();
+      range.setStart(node, match.index);
+      range.setEnd(node, match.index + match[0].length);
+      var lines = {};
+      Array.from(range.getClientRects()).forEach(function (rect) {
+        if (rect.width > 0) lines[Math.round(rect.top)] = true;
+      });
+      if (Object.keys(lines).length > 1) broken.push(match[0]);
+    }
+  }
+});
+return [document.querySelectorAll("#job-failures tbody tr").length, broken];
+"""
+
+
+class FailuresLayoutTests(SynchronousTestCase):
+    """
+    The job panel's failed messages in a real browser (Selenium and
+    headless Chromium, as L{tests.browser} drives them), served by the
+    harness in a process of its own.
+    """
+
+    def test_wordsKeptWhole(self) -> None:
+        """
+        With a failure's From, Subject and Date under its Message-ID, the
+        Folder and Reason columns keep their words whole at 1280 pixels:
+        before, the table squeezed them to a few letters ("INBO" / "X",
+        "destinat" / "ion").
+        """
+        import subprocess
+        import sys
+        import time
+
+        from imapmig.testing.ports import freePort
+        from tests.browser import requireBrowser, startBrowser
+        from tests.support import SOURCE_TREE, sourceTreeEnvironment
+
+        requireBrowser(self)
+        port = freePort()
+        harness = subprocess.Popen(
+            [sys.executable, "-m", "tests.dashboardharness", "--port", str(port)],
+            cwd=SOURCE_TREE, env=sourceTreeEnvironment(), stdout=subprocess.DEVNULL,
+        )
+        self.addCleanup(harness.wait, 30)
+        self.addCleanup(harness.terminate)
+        directory = os.path.abspath(self.mktemp())
+        os.makedirs(directory)
+        driver = startBrowser(self, directory)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                driver.get(f"http://127.0.0.1:{port}/#job=alice%40example.org")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        rows, broken = 0, ["(not read)"]
+        while time.monotonic() < deadline:
+            rows, broken = driver.execute_script(BROKEN_WORDS)
+            if rows == 3:
+                break
+            time.sleep(0.2)
+        self.assertEqual((rows, broken), (3, []))

@@ -62,6 +62,28 @@ class NamesOfHeaderTests(SynchronousTestCase):
         )
         self.assertEqual(names.subject, "=?x-unknown?q?abc?= =?utf-8?b?###?= été[31m")
 
+    def test_messageIdControlCharacters(self) -> None:
+        """
+        A Message-ID is recorded without control characters (an escape
+        sequence that would set the title of the terminal showing C{imapmig
+        report --failures --csv}, a bidirectional override); one of nothing
+        else is none.
+        """
+        names = namesOfHeader(b"Message-ID: <\x1b]0;pwned\x07\x1b[2J\xe2\x80\xaeid@evil>\r\n")
+        self.assertEqual(names.messageId, "<]0;pwned[2Jid@evil>")
+        self.assertIsNone(namesOfHeader(b"Message-ID: \x1b\x07\r\n").messageId)
+
+    def test_cutBetweenWords(self) -> None:
+        """
+        A From of thousands of encoded words is cut between two of them:
+        none is left in two and shown as written, and the name ends with
+        an ellipsis.
+        """
+        names = namesOfHeader(b"From: " + b" ".join([b"=?utf-8?q?=41=42?="] * 20_000) + b"\r\n")
+        assert names.sender is not None
+        self.assertNotIn("=?", names.sender)
+        self.assertEqual(names.sender, "AB" * (len(names.sender) // 2) + "\u2026")
+
     def test_bounded(self) -> None:
         """
         A long Subject or From is cut at L{NAME_LENGTH} characters, ending

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import signal
 from typing import Any, Callable, Sequence, cast
 
@@ -27,7 +28,7 @@ from zope.interface import implementer
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
-from imapmig.errors import ConfigError
+from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.plan import FolderRules
 from imapmig.progress import JobState
 from imapmig.reload import (
@@ -942,6 +943,29 @@ class BrokenReloadTests(SynchronousTestCase):
             errors = "\n".join(texts(events, LogLevel.error))
             self.assertIn(problem, errors)
             self.assertNotIn("TLS", errors)
+
+    def test_problemsBounded(self) -> None:
+        """
+        A file with more problems than L{SHOWN_PROBLEMS} logs that many,
+        one line counting the rest, and the refusal with the whole count
+        (400,000 unknown keys logged 400,000 lines, 113 MB).
+        """
+        keys = "".join(f"  k{n}: 1\n" for n in range(SHOWN_PROBLEMS + 50))
+        applied, events = self.reload(self.write(f"defaults:\n{keys}".encode()))
+        self.assertFalse(self.successResultOf(applied))
+        errors = texts(events, LogLevel.error)
+        self.assertEqual(len(errors), SHOWN_PROBLEMS + 2)
+        self.assertIn("defaults.k0: unknown key 'k0'", "\n".join(errors))
+        # 50 keys beyond those shown, and the file's other problems (no state:).
+        more = re.search(
+            rf"\.\.\. and (\d+) more problems, not shown: fix the first {SHOWN_PROBLEMS} first$",
+            errors[-2],
+        )
+        assert more is not None, errors[-2]
+        self.assertGreaterEqual(int(more.group(1)), 50)
+        self.assertIn(
+            f": {SHOWN_PROBLEMS + int(more.group(1))} problems; nothing changed", errors[-1]
+        )
 
     def test_needsTLSSaysWhy(self) -> None:
         """

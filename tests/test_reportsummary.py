@@ -15,7 +15,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.cli import main, report
+from imapmig.cli import LISTED_JOBS, main, report
 from imapmig.reportsummary import writeFailuresCSV
 from imapmig.state import MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
@@ -72,6 +72,25 @@ class SummaryTests(SynchronousTestCase):
         self.assertTrue(all(line.startswith("summary:") for line in lines[-5:-2]))
         self.assertEqual(
             lines[-2:], ["paused: e", "failed: b (1 message failed), c (the job failed)"]
+        )
+
+    def test_namesBounded(self) -> None:
+        """
+        The last line names at most L{LISTED_JOBS} failed jobs and counts
+        the others, so the summary above it stays on the screen.
+        """
+        store = MemoryStateStore()
+        names = [f"u{n:02d}" for n in range(LISTED_JOBS + 5)]
+        for name in names:
+            store.recordJobFailure(name, "login refused")
+        out = io.StringIO()
+        report(store, names, False, out)
+        last = out.getvalue().splitlines()[-1]
+        self.assertEqual(
+            last,
+            "failed: "
+            + ", ".join(f"{name} (the job failed)" for name in names[:LISTED_JOBS])
+            + " and 5 more (imapmig report --csv lists every job)",
         )
 
     def test_thousands(self) -> None:
