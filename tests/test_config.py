@@ -35,7 +35,7 @@ from imapmig.config import (
     loadConfig,
     parseConfig,
 )
-from imapmig.errors import ConfigError
+from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
 from imapmig.plan import PersonalNamespace
 from tests.support import denyAccess
@@ -803,6 +803,23 @@ class ProblemTests(ConfigTestCase):
         )
         self.assertProblem(problems, "servers.new.starttsl", "did you mean 'starttls'?")
         self.assertProblem(problems, "stat", "did you mean 'state'?")
+
+    def test_noHintPastTheShownProblems(self) -> None:
+        """
+        Past the problems shown (L{SHOWN_PROBLEMS}), an unknown key is
+        reported without a hint: no close match is looked for in lines no
+        one sees (400,000 unknown keys took 15 s in a reload's thread).
+        Known keys beside them are still read.
+        """
+        document = self.document()
+        document["defaults"] = {"conections": 1, "connections": "many"}
+        document["defaults"].update({f"k{n}": 1 for n in range(SHOWN_PROBLEMS + 10)})
+        problems = self.problems(document)
+        self.assertProblem(problems, "defaults.conections", "did you mean 'connections'?")
+        self.assertProblem(problems, "defaults.connections", "")
+        key = f"k{SHOWN_PROBLEMS + 5}"
+        past = [p for p in problems if p.endswith(f"defaults.{key}: unknown key '{key}'")]
+        self.assertEqual(len(past), 1, problems[-3:])
 
     def test_unknownKeyWithoutHint(self) -> None:
         """

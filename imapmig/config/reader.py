@@ -16,6 +16,8 @@ import os
 import re
 from typing import Collection, Sequence
 
+from imapmig.errors import SHOWN_PROBLEMS
+
 # What a job or server name may be.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
 
@@ -90,16 +92,22 @@ class ConfigReader:
             if not isinstance(key, str):
                 self._problem(path, f"key {key!r} is {_describe(key)}, not a string")
             elif key not in keys:
-                close = difflib.get_close_matches(key, keys, n=1)
-                hint = (
-                    f"did you mean {close[0]!r}?"
-                    if close
-                    else f"known keys: {', '.join(keys)}"
-                )
-                self._problem(_key(path, key), f"unknown key {key!r} ({hint})")
+                self._problem(_key(path, key), f"unknown key {key!r}{self._hint(key, keys)}")
             else:
                 result[key] = item
         return result
+
+    def _hint(self, key: str, keys: Collection[str]) -> str:
+        """
+        What to say after the unknown C{key}: the known key it is close to,
+        or the known keys; nothing past the problems shown
+        (L{ConfigError.shown}): 400,000 unknown keys took 15 s of difflib
+        in a reload's thread, for lines no one sees.
+        """
+        if len(self._problems) >= SHOWN_PROBLEMS:
+            return ""
+        close = difflib.get_close_matches(key, keys, n=1)
+        return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(keys)})"
 
     def _readString(self, value: object, path: str) -> str | None:
         """
