@@ -28,7 +28,7 @@ JOB_KEYS = {
     "messages_already_present", "messages_already_migrated", "messages_pending",
     "bytes_total", "bytes_done", "bytes_sent", "percent", "messages_per_second",
     "average_messages_per_second", "eta_seconds", "current_folder", "folders_total",
-    "folders_excluded", "error", "waiting_for", "retry_at", "retry_attempt",
+    "folders_excluded", "error", "wait", "waiting_for", "retry_at", "retry_attempt",
     "retry_attempts", "reconnects", "started_at",
     "finished_at", "elapsed_seconds", "paused", "line_endings_converted", "messages_with_notes",
 }  # fmt: skip
