@@ -576,7 +576,7 @@ class RetryFailedWithAJobTests(SynchronousTestCase):
         service.startService()
         self.waitUntil(h, lambda: len(done) == 1)
         self.assertEqual(done, [True])
-        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(h.progress.state, JobState.DONE_WITH_FAILURES)
         self.assertEqual(
             [f.messageKey for f in self.successResultOf(h.store.failures(JOB))], ["m1"]
         )

@@ -168,10 +168,31 @@ class MachineTests(SynchronousTestCase):
             progress.wait, Wait(JobState.DEFERRED, "daily budget: 1 GB", 1000.0, 86400.0, None)
         )
         self.assertEqual(self.clock.getDelayedCalls(), [])
-        machine.stop()
-        self.shows(JobState.DEFERRED)
         machine.start()
         self.shows(JobState.CONNECTING)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_waitForBudget(self) -> None:
+        """
+        A budget used up within a run (no deferring) waits for its renewal
+        on the clock, deferred, then connects again; stopping the daemon
+        meanwhile cancels the wait.
+        """
+        machine, progress = self.machine, self.progress
+        machine.start()
+        machine.waitForBudget("daily budget: 1 GB", 600)
+        self.shows(JobState.DEFERRED)
+        self.assertEqual(progress.retryAt, 1600.0)
+        waited = machine.waited()
+        self.clock.advance(600)
+        self.successResultOf(waited)
+        machine.retry()
+        self.shows(JobState.CONNECTING)
+        machine.waitForBudget("daily budget: 1 GB", 600)
+        waited = machine.waited()
+        machine.stop()
+        self.shows(JobState.STOPPED)
+        self.failureResultOf(waited, CancelledError)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_pausedAndResumed(self) -> None:

@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings, MigrationJob
-from imapmig.job.lifecycle import JobInputs, JobLifecycle
+from imapmig.job.machine import JobInputs, JobMachine
 from imapmig.progress import (
     HISTORY_SAMPLES,
     FolderProgress,
@@ -46,7 +46,7 @@ def running(progress: JobProgress, clock: Clock) -> JobInputs:
     """
     Drive C{progress} with a real job lifecycle into its running state.
     """
-    lifecycle = JobLifecycle(progress, clock)
+    lifecycle = JobMachine(progress.name, progress, clock)
     lifecycle.start()
     lifecycle.connected()
     return lifecycle

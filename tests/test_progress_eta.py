@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.machine import JobMachine
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.schedule.jobcontrols import showCancelled
 from tests.test_progress import running, settle
@@ -54,7 +54,7 @@ class UncountedEndedJobTests(SynchronousTestCase):
         """
         b = self.progress.addJob("b")
         self.assertIsNone(self.eta())
-        lifecycle = JobLifecycle(b, self.clock)
+        lifecycle = JobMachine(b.name, b, self.clock)
         lifecycle.start()
         lifecycle.fail("LOGIN failed: authentication failed")
         self.assertFalse(b.counted)

@@ -23,7 +23,7 @@ from twisted.web.resource import IResource
 from twisted.web.server import Site
 
 import imapmig
-from imapmig.job import JobInputs, JobLifecycle
+from imapmig.job import JobInputs, JobMachine
 from imapmig.progress import JobProgress, MigrationProgress
 from imapmig.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
@@ -38,7 +38,7 @@ def running(progress: JobProgress, clock: Clock) -> JobInputs:
 
     @return: the lifecycle, for later inputs.
     """
-    lifecycle = JobLifecycle(progress, clock)
+    lifecycle = JobMachine(progress.name, progress, clock)
     lifecycle.start()
     lifecycle.connected()
     return lifecycle

@@ -87,6 +87,12 @@ class JobInputs(Protocol):
         wait C{delay} seconds (L{waited}), then retry.
         """
 
+    def waitForBudget(self, reason: str, delay: float) -> None:
+        """
+        A daily budget is used up: wait C{delay} seconds (L{waited}) in the
+        run, until it is renewed, then retry.
+        """
+
     def defer(self, reason: str, until: float) -> None:
         """
         A daily budget is used up: the run ends and the job waits until
@@ -95,7 +101,8 @@ class JobInputs(Protocol):
 
     def waited(self) -> Deferred[None]:
         """
-        While backing off or held by the server: fires when it is time to
+        While backing off, held by the server or waiting for a budget
+        within the run: fires when it is time to
         retry; fails with L{CancelledError} if the wait ends otherwise.
         """
 
@@ -133,7 +140,7 @@ class JobInputs(Protocol):
         "Where the job is."
 
 
-def _forget(job: str, transition: Transition) -> None:
+def forget(job: str, transition: Transition) -> None:
     "A C{record} that keeps nothing."
 
 
@@ -153,7 +160,7 @@ class _Core:
     job: str
     progress: JobProgress
     clock: IReactorTime
-    record: Callable[[str, Transition], object] = _forget
+    record: Callable[[str, Transition], object] = forget
     current: JobState = JobState.QUEUED
     timer: IDelayedCall | None = None
     waiters: list[Deferred[None]] = field(default_factory=list)
@@ -306,6 +313,12 @@ def _holdByServer(inputs: JobInputs, core: _Core, reason: str, delay: float) -> 
     core.timed(JobState.PAUSED_BY_SERVER, reason, delay)
 
 
+@connecting.upon(JobInputs.waitForBudget).to(deferred)
+@running.upon(JobInputs.waitForBudget).to(deferred)
+def _waitForBudget(inputs: JobInputs, core: _Core, reason: str, delay: float) -> None:
+    core.timed(JobState.DEFERRED, reason, delay)
+
+
 @connecting.upon(JobInputs.defer).to(deferred)
 @running.upon(JobInputs.defer).to(deferred)
 def _defer(inputs: JobInputs, core: _Core, reason: str, until: float) -> None:
@@ -314,12 +327,14 @@ def _defer(inputs: JobInputs, core: _Core, reason: str, until: float) -> None:
 
 @backingOff.upon(JobInputs.waited).loop()
 @pausedByServer.upon(JobInputs.waited).loop()
+@deferred.upon(JobInputs.waited).loop()
 def _waited(inputs: JobInputs, core: _Core) -> Deferred[None]:
     return core.waited()
 
 
 @backingOff.upon(JobInputs.retry).to(connecting)
 @pausedByServer.upon(JobInputs.retry).to(connecting)
+@deferred.upon(JobInputs.retry).to(connecting)
 def _retry(inputs: JobInputs, core: _Core) -> None:
     core.cancelTimer()
     core.enter(JobState.CONNECTING, "retried")
@@ -417,12 +432,12 @@ def _stop(inputs: JobInputs, core: _Core) -> None:
 @waiting.upon(JobInputs.stop).to(stopped)
 @backingOff.upon(JobInputs.stop).to(stopped)
 @pausedByServer.upon(JobInputs.stop).to(stopped)
+@deferred.upon(JobInputs.stop).to(stopped)
 def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
     core.ended(JobState.STOPPED, "daemon stopping", "stopped before the end")
 
 
 @queued.upon(JobInputs.stop).loop()
-@deferred.upon(JobInputs.stop).loop()
 @paused.upon(JobInputs.stop).loop()
 @stopping.upon(JobInputs.stop).loop()
 @stopped.upon(JobInputs.stop).loop()
@@ -441,7 +456,7 @@ def JobMachine(
     job: str,
     progress: JobProgress,
     clock: IReactorTime,
-    record: Callable[[str, Transition], object] = _forget,
+    record: Callable[[str, Transition], object] = forget,
 ) -> JobInputs:
     """
     Job C{job}'s machine, starting Queued; C{progress} shows its state.
