@@ -5,13 +5,24 @@ state on a L{Clock}, its timeline, and its diagram; and L{imapmig.job.retry}.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from automat import NoTransition
 from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import RetryPolicy
-from imapmig.job.machine import JobInputs, JobMachine, Transition, diagram, transitions
+from imapmig.job.machine import (
+    DIAGRAM_END,
+    DIAGRAM_START,
+    JobInputs,
+    JobMachine,
+    Transition,
+    diagram,
+    transitions,
+    withDiagram,
+)
 from imapmig.progress import ENDED, JobProgress, JobState, Wait
 
 
@@ -330,3 +341,30 @@ class RetryPolicyTests(SynchronousTestCase):
         """
         delays = RetryPolicy(initialDelay=1, maxDelay=10, factor=2).delays(lambda: 0.5)
         self.assertEqual([delays(n) for n in range(6)], [1.5, 2.5, 4.5, 8.5, 10.5, 10.5])
+
+
+class ReadmeDiagramTests(SynchronousTestCase):
+    """
+    README's "Job states" diagram is the machine's.
+    """
+
+    def test_readmeDrawsTheMachine(self) -> None:
+        """
+        The mermaid block in README.md is what L{diagram} draws now; when
+        the machine changes, C{python -m imapmig.job.machine README.md}
+        draws it again.
+        """
+        readme = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+        self.assertEqual(readme, withDiagram(readme))
+        self.assertIn("```mermaid\n" + diagram() + "```\n", readme)
+
+    def test_withDiagram(self) -> None:
+        """
+        L{withDiagram} replaces what is between the markers, and only that.
+        """
+        text = f"before\n{DIAGRAM_START}\nold\n{DIAGRAM_END}\nafter\n"
+        self.assertEqual(
+            withDiagram(text),
+            f"before\n{DIAGRAM_START}\n```mermaid\n{diagram()}```\n{DIAGRAM_END}\nafter\n",
+        )
+        self.assertRaises(ValueError, withDiagram, "no markers")

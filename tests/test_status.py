@@ -149,7 +149,7 @@ class StatusResourceTests(SynchronousTestCase):
                 "cancelled": 0,
             },
         )
-        self.assertEqual((status["schema"], status["version"]), (1, imapmig.__version__))
+        self.assertEqual((status["schema"], status["version"]), (2, imapmig.__version__))
 
     def test_controlsEnabled(self) -> None:
         """

@@ -3,7 +3,7 @@
 # (trial's assertion methods and treq.testing are unannotated.)
 """
 Tests for the read-only JSON API of the status site: C{/status.json}
-(schema 1 and its query), C{/jobs/NAME.json}, C{/jobs/NAME/failures.json},
+(schema 2 and its query), C{/jobs/NAME.json}, C{/jobs/NAME/failures.json},
 the audit manifests and C{/healthz}, served over real HTTP/1.1 in memory
 by treq's L{StubTreq} (a twisted.web L{Site} on both ends of an in-memory
 connection); and the plain parts beneath them.
@@ -146,7 +146,7 @@ class APITestCase(SynchronousTestCase):
 
 class StatusJSONTests(APITestCase):
     """
-    C{/status.json}: schema 1, and its query.
+    C{/status.json}: schema 2, and its query.
     """
 
     def test_document(self) -> None:
@@ -164,7 +164,7 @@ class StatusJSONTests(APITestCase):
         status = self.getJSON("/status.json")
         self.assertEqual(
             (status["schema"], status["version"], status["time"]),
-            (1, imapmig.__version__, 1_700_000_010),
+            (2, imapmig.__version__, 1_700_000_010),
         )
         self.assertEqual(
             status["run"],
@@ -435,7 +435,7 @@ class JobRoutesTests(APITestCase):
         failures = [failure("INBOX", f"{n:03d}", "NO [TOOBIG] too big") for n in range(60)]
         self.successResultOf(self.store.recordOutcomes("alpha", failures))
         document = self.getJSON("/jobs/alpha.json")
-        self.assertEqual((document["schema"], document["version"]), (1, imapmig.__version__))
+        self.assertEqual((document["schema"], document["version"]), (2, imapmig.__version__))
         self.assertEqual(document["job"]["name"], "alpha")
         self.assertEqual((document["folders"], document["excluded_folders"]), ([], []))
         page = document["failures"]
@@ -1006,7 +1006,7 @@ class MountedResourcesTests(SynchronousTestCase):
         self.assertEqual(get("/metrics"), (200, b"# metrics"))
         self.assertEqual(get("/control/pause-all"), (200, b"paused"))
         self.assertEqual(get("/healthz")[0], 200)
-        self.assertEqual(json.loads(get("/status.json")[1])["schema"], 1)
+        self.assertEqual(json.loads(get("/status.json")[1])["schema"], 2)
 
 
 class VerifyCommandReportTests(SynchronousTestCase):
