@@ -222,7 +222,7 @@ class MachineTests(SynchronousTestCase):
         self.clock.advance(10)
         machine.pause("alice")
         self.shows(JobState.PAUSED)
-        self.assertEqual(progress.wait, Wait(JobState.PAUSED, "paused by alice", 1010.0, None, "alice"))
+        self.assertEqual(progress.wait, Wait(JobState.PAUSED, "paused by the admin", 1010.0, None, "alice"))
         self.assertIsNone(progress.error)
         machine.stop()
         self.shows(JobState.PAUSED)
@@ -234,7 +234,7 @@ class MachineTests(SynchronousTestCase):
             [
                 ("running", "stopping", "pause", "alice"),
                 ("stopping", "stopped", "stopped", None),
-                ("stopped", "paused", "paused by alice", "alice"),
+                ("stopped", "paused", "paused by the admin", "alice"),
                 ("paused", "queued", "resumed", "bob"),
             ],
         )

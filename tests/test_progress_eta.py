@@ -10,7 +10,6 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.machine import JobMachine
 from imapmig.progress import MigrationProgress, ProgressSampler
-from imapmig.schedule.jobcontrols import showCancelled
 from tests.test_progress import running, settle
 
 
@@ -66,5 +65,5 @@ class UncountedEndedJobTests(SynchronousTestCase):
         ETA that of the other jobs.
         """
         b = self.progress.addJob("b")
-        showCancelled(b)
+        JobMachine(b.name, b, self.clock).cancel("alice")
         self.assertEqual(self.eta(), round(self.pending / 2.0, 1))

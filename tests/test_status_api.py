@@ -37,7 +37,7 @@ from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
-from imapmig.schedule.jobcontrols import showPaused
+from imapmig.job.machine import JobMachine
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.manifest import (
@@ -305,7 +305,7 @@ class StatusJSONTests(APITestCase):
         running(jobs[2], self.clock).fail("LOGIN refused")
         running(jobs[3], self.clock).succeed()
         jobs[3].messagesFailed = 2
-        showPaused(jobs[4])
+        JobMachine(jobs[4].name, jobs[4], self.clock).pause("alice")
         running(jobs[5], self.clock).backOff("connection refused", 30)
         running(jobs[6], self.clock)
         names = [j["name"][-1] for j in self.getJSON("/status.json?sort=attention")["jobs"]]

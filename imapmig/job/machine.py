@@ -33,7 +33,13 @@ from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from imapmig.progress import JobProgress, JobState, Wait
+from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
+from imapmig.schedule.controls import PAUSED_BY_ADMIN
+
+CANCELLED_BY_ADMIN = "cancelled by the admin"
+"""
+The error a cancelled job shows, and is recorded with in the state store.
+"""
 
 
 @frozen
@@ -258,6 +264,12 @@ def _waitForGrant(inputs: JobInputs, core: _Core, reason: str) -> None:
     core.wait(JobState.WAITING, reason, None)
 
 
+@waiting.upon(JobInputs.waitForGrant).loop()
+def _waitForAnother(inputs: JobInputs, core: _Core, reason: str) -> None:
+    # Granted its connections, it waits for a job slot: the same wait.
+    core.progress.waitIn(Wait(JobState.WAITING, reason, core.clock.seconds(), None, None))
+
+
 @queued.upon(JobInputs.start).to(connecting)
 @waiting.upon(JobInputs.start).to(connecting)
 @deferred.upon(JobInputs.start).to(connecting)
@@ -281,6 +293,7 @@ def _requeue(inputs: JobInputs, core: _Core, cause: str, by: str | None) -> None
     core.enter(JobState.QUEUED, cause, by)
     core.progress.waitIn(None)
     core.progress.error = None
+    core.progress.pausedByAdmin = False
 
 
 @queued.upon(JobInputs.requeue).loop()
@@ -343,12 +356,14 @@ def _retry(inputs: JobInputs, core: _Core) -> None:
 
 @connecting.upon(JobInputs.succeed).to(done)
 @running.upon(JobInputs.succeed).to(done)
+@stopping.upon(JobInputs.succeed).to(done)
 def _succeed(inputs: JobInputs, core: _Core) -> None:
     core.ended(JobState.DONE, "every message migrated", None)
 
 
 @connecting.upon(JobInputs.endWithFailures).to(doneWithFailures)
 @running.upon(JobInputs.endWithFailures).to(doneWithFailures)
+@stopping.upon(JobInputs.endWithFailures).to(doneWithFailures)
 def _endWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
     core.ended(JobState.DONE_WITH_FAILURES, f"{failed} messages failed", None)
 
@@ -360,6 +375,8 @@ def _endWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
 @stopping.upon(JobInputs.fail).to(failed)
 @backingOff.upon(JobInputs.fail).to(failed)
 @pausedByServer.upon(JobInputs.fail).to(failed)
+@deferred.upon(JobInputs.fail).to(failed)
+@paused.upon(JobInputs.fail).to(failed)
 def _fail(inputs: JobInputs, core: _Core, reason: str) -> None:
     core.ended(JobState.FAILED, reason, reason)
 
@@ -382,18 +399,29 @@ def _stopped(inputs: JobInputs, core: _Core) -> None:
 @failed.upon(JobInputs.pause).to(paused)
 def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
     core.cancelTimer()
-    core.wait(JobState.PAUSED, f"paused by {by}", None, by)
+    core.wait(JobState.PAUSED, PAUSED_BY_ADMIN, None, by)
     core.progress.error = None
+    core.progress.pausedByAdmin = True
 
 
 @connecting.upon(JobInputs.pause).to(stopping)
 @running.upon(JobInputs.pause).to(stopping)
 def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
     core.enter(JobState.STOPPING, "pause", by)
+    core.progress.pausedByAdmin = True
+
+
+@stopping.upon(JobInputs.pause).loop()
+def _pauseWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.progress.pausedByAdmin = True
+
+
+@stopping.upon(JobInputs.resume).loop()
+def _resumeWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.progress.pausedByAdmin = False
 
 
 @paused.upon(JobInputs.pause).loop()
-@stopping.upon(JobInputs.pause).loop()
 @stopping.upon(JobInputs.cancel).loop()
 @cancelled.upon(JobInputs.cancel).loop()
 def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
@@ -404,6 +432,7 @@ def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
 def _resume(inputs: JobInputs, core: _Core, by: str) -> None:
     core.enter(JobState.QUEUED, "resumed", by)
     core.progress.waitIn(None)
+    core.progress.pausedByAdmin = False
 
 
 @queued.upon(JobInputs.cancel).to(cancelled)
@@ -413,8 +442,12 @@ def _resume(inputs: JobInputs, core: _Core, by: str) -> None:
 @deferred.upon(JobInputs.cancel).to(cancelled)
 @paused.upon(JobInputs.cancel).to(cancelled)
 @stopped.upon(JobInputs.cancel).to(cancelled)
+@done.upon(JobInputs.cancel).to(cancelled)
+@doneWithFailures.upon(JobInputs.cancel).to(cancelled)
+@failed.upon(JobInputs.cancel).to(cancelled)
 def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
-    core.ended(JobState.CANCELLED, "cancelled", "cancelled by the admin", by)
+    core.ended(JobState.CANCELLED, "cancelled", CANCELLED_BY_ADMIN, by)
+    core.progress.pausedByAdmin = False
 
 
 @connecting.upon(JobInputs.cancel).to(stopping)
@@ -426,7 +459,7 @@ def _cancelRunning(inputs: JobInputs, core: _Core, by: str) -> None:
 @connecting.upon(JobInputs.stop).to(stopping)
 @running.upon(JobInputs.stop).to(stopping)
 def _stop(inputs: JobInputs, core: _Core) -> None:
-    core.enter(JobState.STOPPING, "daemon stopping")
+    core.enter(JobState.STOPPING, "stop")
 
 
 @waiting.upon(JobInputs.stop).to(stopped)
@@ -434,7 +467,7 @@ def _stop(inputs: JobInputs, core: _Core) -> None:
 @pausedByServer.upon(JobInputs.stop).to(stopped)
 @deferred.upon(JobInputs.stop).to(stopped)
 def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
-    core.ended(JobState.STOPPED, "daemon stopping", "stopped before the end")
+    core.ended(JobState.STOPPED, "stop", "stopped before the end")
 
 
 @queued.upon(JobInputs.stop).loop()
@@ -450,6 +483,40 @@ def _alreadyStill(inputs: JobInputs, core: _Core) -> None:
 
 
 _machine: TypeMachine[JobInputs, _Core] = _builder.build()
+
+
+class JobMachines:
+    """
+    Every job's machine, made when first asked for: the scheduler, the
+    controls and each run of a job share its one machine.
+    """
+
+    def __init__(
+        self,
+        progress: MigrationProgress,
+        clock: IReactorTime,
+        record: Callable[[str, Transition], object] = forget,
+    ) -> None:
+        """
+        @param progress: every job's progress, where each machine shows its
+            job's state.
+        @param clock: times the waits and the transitions.
+        @param record: called with every transition of every job.
+        """
+        self._progress = progress
+        self._clock = clock
+        self._record = record
+        self._machines: dict[str, JobInputs] = {}
+
+    def job(self, name: str) -> JobInputs:
+        """
+        Job C{name}'s machine.
+        """
+        machine = self._machines.get(name)
+        if machine is None:
+            machine = JobMachine(name, self._progress.job(name), self._clock, self._record)
+            self._machines[name] = machine
+        return machine
 
 
 def JobMachine(

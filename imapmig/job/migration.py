@@ -50,7 +50,7 @@ from imapmig.job.attempt import AttemptConnections
 from imapmig.job.backoff import RunRetries, asRetryable
 from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
-from imapmig.job.machine import JobMachine, Transition, forget
+from imapmig.job.machine import JobInputs, JobMachine, Transition, forget
 from imapmig.job.listing import Listed, SourceListing
 from imapmig.job.naming import nameFailures
 from imapmig.job.preparation import MessagePreparation
@@ -144,6 +144,7 @@ class MigrationJob:
         sourceDescription: str = "the source",
         telemetry: ServerTelemetry | None = None,
         record: Callable[[str, Transition], object] = forget,
+        machine: JobInputs | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -174,6 +175,9 @@ class MigrationJob:
             APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
         @param record: called with every transition of the job's machine
             (the state store's C{recordTransition}: the job's timeline).
+        @param machine: the job's machine, which its scheduler and controls
+            share (L{imapmig.job.machine.JobMachines}); L{None}: its own,
+            recording with C{record}.
         """
         self.name = name
         self._rules = rules
@@ -183,7 +187,9 @@ class MigrationJob:
         self._openSession = openSession
         self._clock = clock
         self._settings = settings
-        self._lifecycle = JobMachine(name, progress, clock, record)
+        self._lifecycle = (
+            JobMachine(name, progress, clock, record) if machine is None else machine
+        )
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
@@ -253,7 +259,11 @@ class MigrationJob:
         self._units.clear()
         for throttle in self._throttles:
             throttle.cancelWaits()
-        wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
+        wasActive = self._lifecycle.state() in (
+            JobState.CONNECTING,
+            JobState.RUNNING,
+            JobState.STOPPING,
+        )
         self._lifecycle.stop()
         if wasActive and self._stopTimer is None:
             self._stopTimer = self._clock.callLater(
