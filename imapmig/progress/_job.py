@@ -248,8 +248,6 @@ class JobProgress:
     @ivar error: why the job failed, when it did.
     @ivar wait: why and until when the job waits, while its machine has it
         wait (L{waitIn}).
-    @ivar waitingFor: why the job is backing off or paused, while it is.
-    @ivar retryAt: when it tries again, while it is.
     @ivar retryAttempt: while it backs off, which attempt in a row without
         progress failed (1 for the first); else L{None}.
     @ivar retryAttempts: while it backs off, how many such attempts fail
@@ -265,8 +263,6 @@ class JobProgress:
         "name",
         "_stateOf",
         "wait",
-        "waitingFor",
-        "retryAt",
         "retryAttempt",
         "retryAttempts",
         "reconnects",
@@ -316,8 +312,6 @@ class JobProgress:
         self.name = name
         self._stateOf: Callable[[], JobState] = _queued
         self.wait: Wait | None = None
-        self.waitingFor: str | None = None
-        self.retryAt: float | None = None
         self.retryAttempt: int | None = None
         self.retryAttempts: int | None = None
         self.reconnects = 0
@@ -367,28 +361,28 @@ class JobProgress:
         """
         self._stateOf = stateOf
 
-    def waiting(self, reason: str | None, until: float | None) -> None:
+    @property
+    def waitingFor(self) -> str | None:
         """
-        The job waits until C{until} (a time of the clock) because of
-        C{reason}; L{None} for both when it no longer waits.  The attempt
-        counts (L{retrying}) are cleared.
+        Why the job waits, while it does (C{wait.reason}).
         """
-        self.waitingFor = reason
-        self.retryAt = until
-        self.retryAttempt = self.retryAttempts = None
-        if reason is None:
-            self.wait = None
+        return None if self.wait is None else self.wait.reason
+
+    @property
+    def retryAt(self) -> float | None:
+        """
+        When it goes on by itself, while it waits (C{wait.until}).
+        """
+        return None if self.wait is None else self.wait.until
 
     def waitIn(self, wait: Wait | None) -> None:
         """
         The job's machine entered the waiting state C{wait}, or (L{None})
-        one that does not wait; L{waiting} follows it.
+        one that does not wait.  The attempt counts (L{retrying}) are
+        cleared.
         """
         self.wait = wait
-        if wait is None:
-            self.waiting(None, None)
-        else:
-            self.waiting(wait.reason, wait.until)
+        self.retryAttempt = self.retryAttempts = None
 
     def retrying(self, attempt: int, attempts: int) -> None:
         """
@@ -410,7 +404,7 @@ class JobProgress:
         self.bytesSent = 0
         self.bytesFailed = 0
         self.reconnects = 0
-        self.waiting(None, None)
+        self.waitIn(None)
         now = self._seconds()
         self.startedAt = now
         self.finishedAt = None
@@ -432,7 +426,7 @@ class JobProgress:
         The job ended: done, or failed (or was stopped) because of C{error}.
         """
         self.error = error
-        self.waiting(None, None)
+        self.waitIn(None)
         self.finishedAt = self._seconds()
         self.currentFolder = None
 
