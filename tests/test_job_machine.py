@@ -5,6 +5,7 @@ state on a L{Clock}, its timeline, and its diagram; and L{imapmig.job.retry}.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from automat import NoTransition
@@ -368,3 +369,27 @@ class ReadmeDiagramTests(SynchronousTestCase):
             f"before\n{DIAGRAM_START}\n```mermaid\n{diagram()}```\n{DIAGRAM_END}\nafter\n",
         )
         self.assertRaises(ValueError, withDiagram, "no markers")
+
+
+class OneWriterTests(SynchronousTestCase):
+    """
+    The machine is the only writer of a job's state.
+    """
+
+    def test_noOtherWriter(self) -> None:
+        """
+        Outside L{imapmig.job.machine} (and the progress model that holds
+        the fields), no module of imapmig sets what a job shows of its
+        state: its state reader, its wait, its admin pause.
+        """
+        package = Path(__file__).parent.parent / "imapmig"
+        writes = re.compile(r"\.showState\(|\.waitIn\(|\.pausedByAdmin\s*=[^=]")
+        allowed = {package / "job" / "machine.py", package / "progress" / "_job.py"}
+        found = [
+            f"{path.relative_to(package)}:{number}"
+            for path in sorted(package.rglob("*.py"))
+            if path not in allowed
+            for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+            if writes.search(line)
+        ]
+        self.assertEqual(found, [])
