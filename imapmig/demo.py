@@ -388,7 +388,7 @@ def _watch(daemon: subprocess.Popen[bytes], url: str) -> dict[str, object] | Non
             f" messages, {job['messages_failed']} failed,"
             f" {octets(int(job['bytes_done']))}"
         )
-        if job["state"] in ("done", "failed"):
+        if job["state"] in ("done", "done_with_failures", "failed"):
             return snapshot
     return None
 

@@ -92,9 +92,13 @@ def statusLine(summary: Mapping[str, object]) -> str:
     if jobs == 0:
         return "no jobs"
     states = _mapping(totals, "jobs")
-    parts = [f"{_int(states, 'done'):,} of {_plural(jobs, 'job')} done"]
-    for state in ("failed", "paused"):
-        count = _int(states, state)
+    done = _int(states, "done") + _int(states, "done_with_failures")
+    parts = [f"{done:,} of {_plural(jobs, 'job')} done"]
+    for state, counted in (
+        ("failed", ("failed",)),
+        ("paused", ("paused", "paused_by_server", "deferred")),
+    ):
+        count = sum(_int(states, each) for each in counted)
         if count:
             parts.append(f"{count:,} {state}")
     parts.append(_plural(_int(totals, "messages_done"), "msg"))

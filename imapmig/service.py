@@ -58,6 +58,7 @@ from imapmig.config.model import AccountConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
+from imapmig.job.machine import JobMachines
 from imapmig.job.joblog import describeSource
 from imapmig.logfields import AccountName
 from imapmig.plan import FolderRules
@@ -518,6 +519,7 @@ def buildService(
     telemetry = Telemetry(reactor.seconds)
     telemetry.watchConnections(grants.connectionCounts)
     throttles = ThrottleRegistry(reactor, store, telemetry)
+    machines = JobMachines(progress, reactor)
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
         jobConfig = withinLimits(jobConfig)
@@ -544,6 +546,7 @@ def buildService(
             ),
             sourceDescription=describeSource(jobConfig.source),
             telemetry=telemetry.server(jobConfig.destination.server.name),
+            machine=machines.job(jobConfig.name),
         )
 
     def current() -> Config:
@@ -560,6 +563,7 @@ def buildService(
         reactor,
         whenDone,
         store=store,
+        machines=machines,
     )
     # Named for the log line of a stop that does not end (stopService).
     scheduler.setName("scheduler")

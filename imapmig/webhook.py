@@ -117,9 +117,11 @@ Jobs a C{stalled} notification names; it counts all.
 _REASON_LIMIT = 300
 _TRANSIENT = frozenset({408, 425, 429})
 # Finished: every job ended by itself (not stopped by a stopping daemon).
-_FINISHED = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
-# Jobs expected to move: not ended, not paused (by the admin or a budget).
-_STILL = ENDED | {JobState.PAUSED}
+_FINISHED = frozenset(
+    {JobState.DONE, JobState.DONE_WITH_FAILURES, JobState.FAILED, JobState.CANCELLED}
+)
+# Jobs expected to move: not ended, not paused (by the admin, a server or a budget).
+_STILL = ENDED | {JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED}
 
 
 def retryDelay(attempt: int) -> float:

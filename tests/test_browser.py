@@ -418,7 +418,7 @@ class DashboardBrowserTests(SynchronousTestCase):
         problems = differences(reading, shown)
         self.assertEqual(problems, [], "\n".join(problems))
         fresh = self.client.status()
-        self.assertEqual(fresh.get("schema"), 1)
+        self.assertEqual(fresh.get("schema"), 2)
         self.assertGreaterEqual(fresh["time"], shown["time"])
         self.assertEqual(
             [j["name"] for j in fresh["jobs"]], [name for name, _ in JOBS], "the jobs in order"
@@ -691,7 +691,7 @@ class BrowserSupportTests(SynchronousTestCase):
         A C{/status.json} document of two jobs, one not yet counted.
         """
         return {
-            "schema": 1,
+            "schema": 2,
             "time": 1764100000.25,
             "totals": {
                 "jobs_total": 2, "jobs_counted": 1, "messages_total": 80, "messages_done": 12,

@@ -16,7 +16,8 @@ from zope.interface.verify import verifyObject
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import JobConfig
 from imapmig.errors import PermanentError
-from imapmig.job import JobSettings
+from imapmig.job import JobSettings, Transition
+from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
@@ -45,6 +46,8 @@ class ControlledScheduler(Scheduler):
     ) -> None:
         Scheduler.__init__(self, jobs, maxJobs, limits, crash)
         self.store = MemoryStateStore()
+        # Every job's timeline, as its machine records it.
+        self.timeline: list[tuple[str, Transition]] = []
         self.service = JobQueueService(
             self.queue,
             self.grants,
@@ -53,6 +56,9 @@ class ControlledScheduler(Scheduler):
             self.clock,
             self.done.append,
             store=self.store,
+            machines=JobMachines(
+                self.progress, self.clock, lambda job, t: self.timeline.append((job, t))
+            ),
         )
 
     def state(self, name: str) -> JobState:
@@ -135,6 +141,36 @@ class ControlsTests(SynchronousTestCase):
         self.successResultOf(stopping)
         self.assertEqual(s.done, [])
         self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_timeline(self) -> None:
+        """
+        Each control is an input of the job's machine, which records every
+        move: a running job paused stops, then is paused by whom asked, at
+        that time; resumed, it is queued and runs again.
+        """
+        s = self.scheduler([jobConfig("a", "alice"), jobConfig("b", "bob")], maxJobs=1)
+        s.service.startService()
+        s.clock.advance(10)
+        self.successResultOf(s.service.controls.pause("a", ADMIN))
+        s.clock.advance(5)
+        self.successResultOf(s.service.controls.resume("a", "192.0.2.8"))
+        s.finish("b")
+        s.finish("a")
+        moves = [(t.time, t.source, t.target, t.cause, t.by) for job, t in s.timeline if job == "a"]
+        self.assertEqual(
+            moves,
+            [
+                (0.0, "queued", "connecting", "started", None),
+                (10.0, "connecting", "stopping", "stop", None),
+                (10.0, "stopping", "stopped", "stopped", None),
+                (10.0, "stopped", "paused", "paused by the admin", ADMIN),
+                (15.0, "paused", "queued", "resumed", "192.0.2.8"),
+                (15.0, "queued", "connecting", "started", None),
+                (15.0, "connecting", "done", "every message migrated", None),
+            ],
+        )
+        self.assertIs(s.progress.job("a").state, JobState.DONE)
+        s.stop(self)
 
     def test_resumeContinues(self) -> None:
         """
@@ -449,7 +485,8 @@ class ControlsTests(SynchronousTestCase):
                 self.stopped = True
 
         s.service._build = lambda config, connections: s.built.setdefault(
-            f"{config.name}{len(s.built)}", SlowStop(config.name, connections)
+            f"{config.name}{len(s.built)}",
+            SlowStop(config.name, connections, s.service.machines.job(config.name)),
         )
         s.service.startService()
         self.successResultOf(s.service.controls.pause("a", ADMIN))
@@ -458,7 +495,8 @@ class ControlsTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(s.service.controls.resume("a", ADMIN)), JobState.QUEUED)
         first.result.callback(False)
         self.assertEqual(sorted(s.built), ["a0", "a1"])
-        self.assertEqual(s.state("a"), JobState.QUEUED)
+        # Queued again, and run again at once.
+        self.assertEqual(s.state("a"), JobState.CONNECTING)
         s.built["a1"].result.callback(True)
         self.assertEqual(s.done, [True])
 
@@ -576,7 +614,7 @@ class RetryFailedWithAJobTests(SynchronousTestCase):
         service.startService()
         self.waitUntil(h, lambda: len(done) == 1)
         self.assertEqual(done, [True])
-        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(h.progress.state, JobState.DONE_WITH_FAILURES)
         self.assertEqual(
             [f.messageKey for f in self.successResultOf(h.store.failures(JOB))], ["m1"]
         )

@@ -154,7 +154,8 @@ class ControlResourceTests(SynchronousTestCase):
             response, body = self.post("/control/jobs/a/pause", data=data)
             self.assertEqual(response.code, 400)
             self.assertIn("error", body)
-        self.assertEqual(self.s.state("a"), JobState.QUEUED)
+        # Claimed and started, not paused.
+        self.assertEqual(self.s.state("a"), JobState.CONNECTING)
 
     def test_missingToken(self) -> None:
         """
@@ -422,7 +423,7 @@ class BulkControlTests(SynchronousTestCase):
         self.assertEqual((response.code, body["jobs"]), (200, 3))
         self.assertEqual(
             [self.s.state(n) for n in ("a", "b", "c1", "c2", "c3")],
-            [JobState.QUEUED] * 2 + [JobState.PAUSED] * 3,
+            [JobState.CONNECTING] * 2 + [JobState.PAUSED] * 3,
         )
         lines = [formatEvent(e) for e in events if e.get("log_level") == LogLevel.info]
         self.assertEqual(
@@ -445,10 +446,11 @@ class BulkControlTests(SynchronousTestCase):
         paused meanwhile, or another selection of as many) is refused
         (409), changing nothing.
         """
+        # c1, c2 and c3: a and b are claimed, and started.
         _, preview = self.bulk("cancel/preview", {"state": "queued"})
-        self.assertEqual(preview["jobs"], 5)
+        self.assertEqual(preview["jobs"], 3)
         self.post("/control/jobs/c1/pause")
-        confirmed = {"state": "queued", "count": 5, "selection": preview["selection"]}
+        confirmed = {"state": "queued", "count": 3, "selection": preview["selection"]}
         response, body = self.bulk("cancel", confirmed)
         self.assertEqual(response.code, 409)
         self.assertIn("preview again", body["error"])

@@ -349,14 +349,14 @@ class FixtureTests(SynchronousTestCase):
     def test_fixtureKeys(self) -> None:
         """
         Every job of the fixture snapshots has exactly the contract's keys,
-        and each snapshot has the contract's top-level keys and schema 1.
+        and each snapshot has the contract's top-level keys and schema 2.
         """
         for name in ["status.json", "status-finished.json"]:
             snapshot = json.loads((FIXTURES / name).read_text("utf-8"))
             self.assertEqual(
                 set(snapshot), {"schema", "version", "time", "run", "totals", "throughput", "page", "jobs"}
             )
-            self.assertEqual(snapshot["schema"], 1)
+            self.assertEqual(snapshot["schema"], 2)
             for job in snapshot["jobs"]:
                 self.assertEqual(set(job), CONTRACT_JOB_KEYS, job["name"])
             self.assertLessEqual(len(snapshot["throughput"]["samples"]), 360)

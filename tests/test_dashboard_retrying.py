@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectionLost
-from imapmig.job import JobLifecycle, RetryPolicy
+from imapmig.job import JobMachine, RetryPolicy
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName
@@ -61,7 +61,7 @@ class RetryingTextTests(SynchronousTestCase):
         clock = Clock()
         clock.advance(18 * 3600 + 1 * 60)
         progress = JobProgress("j", clock.seconds)
-        lifecycle = JobLifecycle(progress, clock)
+        lifecycle = JobMachine(progress.name, progress, clock)
         retries = RunRetries(
             "j", AccountName("local", "alice", "tcp:localhost:143"),
             MemoryStateStore(clock.seconds), progress, clock,

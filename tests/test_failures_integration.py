@@ -193,7 +193,7 @@ class FailureNamesIntegrationTests(SynchronousTestCase):
         status = StatusClient(port)
 
         def ended() -> bool:
-            return all(job.get("state") == "done" for job in status.status()["jobs"])
+            return all(job.get("state") == "done_with_failures" for job in status.status()["jobs"])
 
         pollUntil("both jobs done", ended, 300, detail=daemon.tail)
         failed = {"maildir-job": ["m-big1", "m-big2"], "imap-job": ["i-big"]}

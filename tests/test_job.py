@@ -675,7 +675,7 @@ class MigrationJobTests(SynchronousTestCase):
         )
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (5, 1))
         progress = h.progress
-        self.assertEqual(progress.state, JobState.DONE)
+        self.assertEqual(progress.state, JobState.DONE_WITH_FAILURES)
         self.assertEqual((progress.messagesDone, progress.messagesFailed), (5, 1))
         h.finish()
 
@@ -724,7 +724,7 @@ class MigrationJobTests(SynchronousTestCase):
                 )
             ],
         )
-        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(h.progress.state, JobState.DONE_WITH_FAILURES)
         self.assertEqual((h.progress.messagesDone, h.progress.messagesFailed), (4, 1))
         h.finish()
 
@@ -1937,7 +1937,7 @@ class ResilienceTests(SynchronousTestCase):
         assert failures[0].failure is not None
         self.assertIn("not stored after 3 attempts", failures[0].failure)
         self.assertIn("onnection", failures[0].failure)
-        self.assertEqual(h.progress.state, JobState.DONE)
+        self.assertEqual(h.progress.state, JobState.DONE_WITH_FAILURES)
         h.finish()
 
 
@@ -1995,7 +1995,7 @@ class ServerSignalTests(SynchronousTestCase):
         populate(h.source, h.source.addFolder("INBOX"), 2)
         d = h.start(h.job(identity="off", retry=RetryPolicy(pause=600)))
 
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.PAUSED_BY_SERVER)
         self.assertEqual(h.progress.retryAt, h.clock.seconds() + 600)
         self.assertIn("OVERQUOTA", h.progress.waitingFor or "")
         h.waitFor(d)

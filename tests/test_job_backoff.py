@@ -12,7 +12,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectFailed, ConnectionLost, PermanentError, ServerBusy
-from imapmig.job import JobLifecycle, RetryPolicy
+from imapmig.job import JobMachine, RetryPolicy
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName
@@ -30,7 +30,7 @@ class RunRetriesTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.progress = JobProgress("j", self.clock.seconds)
-        self.lifecycle = JobLifecycle(self.progress, self.clock)
+        self.lifecycle = JobMachine(self.progress.name, self.progress, self.clock)
         self.store = MemoryStateStore(self.clock.seconds)
         self.stopping = False
 

@@ -178,7 +178,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         job = t.job()
         with capturedLogs() as events:
             d = h.start(job)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertIn("daily upload budget", h.progress.waitingFor or "")
         self.assertEqual(t.held(), 6)
@@ -217,7 +217,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         with capturedLogs() as events:
             d = h.start(t.job())
         self.assertEqual(t.held(), 6)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         why = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
         self.assertEqual(len(why), 1)
@@ -247,7 +247,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(first.deferredUntil, MIDNIGHT)
         self.assertEqual(t.held(), 6)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertTrue((h.progress.waitingFor or "").startswith("daily budget: the daily upload budget"))
         paused = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
@@ -264,7 +264,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(again.deferredUntil, MIDNIGHT)
         self.assertEqual(h.endpoint.attempts, connections)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.clock.getDelayedCalls(), [])
 
         h.clock.advance(MIDNIGHT - h.clock.seconds())
@@ -333,7 +333,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         t.populate(5)
         sourceLimits = ServerLimits(perAccount=AccountLimits(dailyDownload=3 * SIZE))
         d = h.start(t.job(sourceLimits=sourceLimits))
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertIn("daily download budget", h.progress.waitingFor or "")
         self.assertEqual(t.held(), 3)
         self.assertEqual(
@@ -364,7 +364,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         for _ in range(20):
             store.flush()
             h.settle(lambda: d.called)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(t.held(), 4)
         self.assertEqual(
             self.successResultOf(store.budgetUsed("src", USER, DOWNLOAD, "2030-01-01")),
@@ -429,7 +429,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         t.populate(4)
         job = t.job()
         d = h.start(job)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         job.stop()
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)
@@ -548,7 +548,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
         t.populate(3)
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertEqual(t.used(), 1_000_000)
         t.completeRun(d)
@@ -570,7 +570,7 @@ class SignalCompositionTests(SynchronousTestCase):
         d = h.start(job)
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(job.deferredUntil, MIDNIGHT)
-        self.assertEqual((h.progress.state, h.progress.retryAt), (JobState.PAUSED, MIDNIGHT))
+        self.assertEqual((h.progress.state, h.progress.retryAt), (JobState.DEFERRED, MIDNIGHT))
         self.assertIn("OVERQUOTA", h.progress.waitingFor or "")
         h.endpoint.pump()
         h.finish()
@@ -587,7 +587,7 @@ class SignalCompositionTests(SynchronousTestCase):
         t.populate(2)
         job = t.job(retry=RetryPolicy(pause=600), defer=True)
         d = h.start(job)
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.PAUSED_BY_SERVER)
         self.assertEqual(h.progress.retryAt, NOON + 600)
         h.waitFor(d)
         self.assertTrue(self.successResultOf(d))
@@ -605,7 +605,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.refusingFirst(h, "NO [OVERQUOTA] Account exceeded command or bandwidth limits")
         t.populate(2)
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.PAUSED_BY_SERVER)
         self.assertEqual(h.progress.retryAt, NOON + 600)
         t.completeRun(d)
         h.finish()
@@ -674,7 +674,7 @@ class SignalCompositionTests(SynchronousTestCase):
         self.refusingFirst(h, "NO [OVERQUOTA] Quota exceeded (mailbox for user is full)")
         t.populate(6)
         d = h.start(t.job(retry=RetryPolicy(pause=600)))
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(h.progress.retryAt, MIDNIGHT)
         self.assertEqual(t.used(), 10 * SIZE)
         t.completeRun(d)
@@ -831,7 +831,7 @@ class SourceSignalTests(SynchronousTestCase):
         """
         t = self.migrate(b"NO [OVERQUOTA] Account exceeded bandwidth limits", budget(100 * SIZE))
         h = t.h
-        self.assertEqual(h.progress.state, JobState.PAUSED)
+        self.assertEqual(h.progress.state, JobState.PAUSED_BY_SERVER)
         self.assertEqual(h.progress.retryAt, NOON + 600)
         self.assertEqual(t.used(), 0)
         self.finish(t)

@@ -29,7 +29,7 @@ from imapmig.config.model import (
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
 from imapmig.logfields import AccountName
-from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
+from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress, Wait
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.quiet import quieten
@@ -223,7 +223,9 @@ class StartAndEndTests(SynchronousTestCase):
         """
         run = Run()
         run.log.started(0, 0)
-        run.progress.waiting("daily budget: the daily upload budget is used up", 86400.0)
+        run.progress.waitIn(
+            Wait(JobState.DEFERRED, "daily budget: the daily upload budget is used up", 0.0, 86400.0, None)
+        )
         with capturedLogs() as events:
             run.log.ended(0, 0, False, 86400.0)
         [text] = lines(events, LogLevel.info)

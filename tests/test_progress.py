@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings, MigrationJob
-from imapmig.job.lifecycle import JobInputs, JobLifecycle
+from imapmig.job.machine import JobInputs, JobMachine
 from imapmig.progress import (
     HISTORY_SAMPLES,
     FolderProgress,
@@ -28,7 +28,7 @@ JOB_KEYS = {
     "messages_already_present", "messages_already_migrated", "messages_pending",
     "bytes_total", "bytes_done", "bytes_sent", "percent", "messages_per_second",
     "average_messages_per_second", "eta_seconds", "current_folder", "folders_total",
-    "folders_excluded", "error", "waiting_for", "retry_at", "retry_attempt",
+    "folders_excluded", "error", "wait", "waiting_for", "retry_at", "retry_attempt",
     "retry_attempts", "reconnects", "started_at",
     "finished_at", "elapsed_seconds", "paused", "line_endings_converted", "messages_with_notes",
 }  # fmt: skip
@@ -46,7 +46,7 @@ def running(progress: JobProgress, clock: Clock) -> JobInputs:
     """
     Drive C{progress} with a real job lifecycle into its running state.
     """
-    lifecycle = JobLifecycle(progress, clock)
+    lifecycle = JobMachine(progress.name, progress, clock)
     lifecycle.start()
     lifecycle.connected()
     return lifecycle

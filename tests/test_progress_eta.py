@@ -8,9 +8,8 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.machine import JobMachine
 from imapmig.progress import MigrationProgress, ProgressSampler
-from imapmig.schedule.jobcontrols import showCancelled
 from tests.test_progress import running, settle
 
 
@@ -54,7 +53,7 @@ class UncountedEndedJobTests(SynchronousTestCase):
         """
         b = self.progress.addJob("b")
         self.assertIsNone(self.eta())
-        lifecycle = JobLifecycle(b, self.clock)
+        lifecycle = JobMachine(b.name, b, self.clock)
         lifecycle.start()
         lifecycle.fail("LOGIN failed: authentication failed")
         self.assertFalse(b.counted)
@@ -66,5 +65,5 @@ class UncountedEndedJobTests(SynchronousTestCase):
         ETA that of the other jobs.
         """
         b = self.progress.addJob("b")
-        showCancelled(b)
+        JobMachine(b.name, b, self.clock).cancel("alice")
         self.assertEqual(self.eta(), round(self.pending / 2.0, 1))

@@ -149,7 +149,7 @@ class ProviderShapedTests(TestCase):
         self.assertTrue(completed, job.error)
         self.assertEqual(
             (job.state, job.messagesTotal, job.messagesDone, job.messagesFailed),
-            (JobState.DONE, MESSAGES + 1, MESSAGES, 1),
+            (JobState.DONE_WITH_FAILURES, MESSAGES + 1, MESSAGES, 1),
         )
         _assertContent(self, instance, user, corpus.messages)
         [(key, failure)] = _failures(config)

@@ -25,7 +25,7 @@ from imapmig.config.model import (
     PipelineConfig,
     ServerConfig,
 )
-from imapmig.job import JobSettings, MigrationJob
+from imapmig.job import JobInputs, JobSettings, MigrationJob
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
@@ -74,21 +74,41 @@ class FakeJob:
     @ivar result: fire it with whether the job completed.
     """
 
-    def __init__(self, name: str, connections: JobConnections, crash: bool = False) -> None:
+    def __init__(
+        self, name: str, connections: JobConnections, machine: JobInputs, crash: bool = False
+    ) -> None:
         self.name = name
         self.connections = connections
+        self.machine = machine
         self.crash = crash
         self.result: Deferred[bool] = Deferred()
         self.stopped = False
         self.deferredUntil: float | None = None
 
     async def run(self) -> bool:
+        """
+        Drive the job's machine as a run does: started, then ended as the
+        test says.
+        """
+        self.machine.start()
         if self.crash:
             raise RuntimeError("a bug")
-        return await self.result
+        completed = await self.result
+        if self.stopped:
+            if self.machine.state() is not JobState.STOPPING:
+                self.machine.stop()
+            self.machine.stopped()
+        elif completed:
+            self.machine.succeed()
+        elif self.deferredUntil is not None:
+            self.machine.defer("daily budget: used up", self.deferredUntil)
+        else:
+            self.machine.fail("failed")
+        return completed
 
     def stop(self) -> None:
         self.stopped = True
+        self.machine.stop()
         if not self.result.called:
             self.result.callback(False)
 
@@ -117,7 +137,10 @@ class Scheduler:
         self.done: list[bool] = []
 
         def build(config: JobConfig, connections: JobConnections) -> FakeJob:
-            job = FakeJob(config.name, connections, config.name in crash)
+            job = FakeJob(
+                config.name, connections, self.service.machines.job(config.name),
+                config.name in crash,
+            )  # fmt: skip
             self.built[config.name] = job
             self.started.append(config.name)
             running = sum(1 for j in self.built.values() if not j.result.called)
@@ -225,7 +248,7 @@ class SchedulerTests(SynchronousTestCase):
         self.assertEqual(s.started, ["a1", "b"])
         waiting = s.progress.job("a2")
         self.assertEqual(waiting.waitingFor, "a connection grant")
-        self.assertEqual(waiting.state, JobState.QUEUED)
+        self.assertEqual(waiting.state, JobState.WAITING)
         s.finish("a1")
         self.assertEqual(s.started, ["a1", "b", "a2"])
         self.assertIsNone(waiting.waitingFor)
@@ -603,10 +626,10 @@ class DeferredJobTests(SynchronousTestCase):
         self.assertEqual(s.done, [True])
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
-    def test_claimedAgainShowsQueued(self) -> None:
+    def test_claimedAgainShowsWaiting(self) -> None:
         """
-        A deferred job (its last run showed it paused) claimed again at its
-        time shows as queued while it waits for a connection grant.
+        A deferred job claimed again at its time shows as waiting for a
+        connection grant.
         """
         s = Scheduler(
             [jobConfig("a", "alice"), jobConfig("b", "alice")],
@@ -615,15 +638,12 @@ class DeferredJobTests(SynchronousTestCase):
         )
         s.service.startService()
         progress = s.progress.job("a")
-        # What the job's lifecycle shows once its run ends deferred.
-        progress.showState(lambda: JobState.PAUSED)
-        progress.waiting("daily budget: used up", 100.0)
         s.defer("a", 100.0)
         self.assertEqual(s.started, ["a", "b"])
-        self.assertEqual(progress.state, JobState.PAUSED)
+        self.assertEqual(progress.state, JobState.DEFERRED)
         s.clock.advance(100.0)
         self.assertEqual(
-            (progress.state, progress.waitingFor), (JobState.QUEUED, "a connection grant")
+            (progress.state, progress.waitingFor), (JobState.WAITING, "a connection grant")
         )
         s.finish("b")
         self.assertEqual(s.started, ["a", "b", "a"])

@@ -23,7 +23,7 @@ from twisted.web.resource import IResource
 from twisted.web.server import Site
 
 import imapmig
-from imapmig.job import JobInputs, JobLifecycle
+from imapmig.job import JobInputs, JobMachine
 from imapmig.progress import JobProgress, MigrationProgress
 from imapmig.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
@@ -38,7 +38,7 @@ def running(progress: JobProgress, clock: Clock) -> JobInputs:
 
     @return: the lifecycle, for later inputs.
     """
-    lifecycle = JobLifecycle(progress, clock)
+    lifecycle = JobMachine(progress.name, progress, clock)
     lifecycle.start()
     lifecycle.connected()
     return lifecycle
@@ -134,18 +134,22 @@ class StatusResourceTests(SynchronousTestCase):
             totals["jobs"],
             {
                 "queued": 1,
+                "waiting": 0,
                 "connecting": 0,
                 "running": 1,
                 "backing_off": 0,
                 "paused": 0,
+                "paused_by_server": 0,
+                "deferred": 0,
                 "stopping": 0,
                 "stopped": 0,
                 "done": 0,
+                "done_with_failures": 0,
                 "failed": 0,
                 "cancelled": 0,
             },
         )
-        self.assertEqual((status["schema"], status["version"]), (1, imapmig.__version__))
+        self.assertEqual((status["schema"], status["version"]), (2, imapmig.__version__))
 
     def test_controlsEnabled(self) -> None:
         """

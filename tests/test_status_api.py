@@ -3,7 +3,7 @@
 # (trial's assertion methods and treq.testing are unannotated.)
 """
 Tests for the read-only JSON API of the status site: C{/status.json}
-(schema 1 and its query), C{/jobs/NAME.json}, C{/jobs/NAME/failures.json},
+(schema 2 and its query), C{/jobs/NAME.json}, C{/jobs/NAME/failures.json},
 the audit manifests and C{/healthz}, served over real HTTP/1.1 in memory
 by treq's L{StubTreq} (a twisted.web L{Site} on both ends of an in-memory
 connection); and the plain parts beneath them.
@@ -37,7 +37,7 @@ from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
-from imapmig.schedule.jobcontrols import showPaused
+from imapmig.job.machine import JobMachine
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.manifest import (
@@ -146,7 +146,7 @@ class APITestCase(SynchronousTestCase):
 
 class StatusJSONTests(APITestCase):
     """
-    C{/status.json}: schema 1, and its query.
+    C{/status.json}: schema 2, and its query.
     """
 
     def test_document(self) -> None:
@@ -164,7 +164,7 @@ class StatusJSONTests(APITestCase):
         status = self.getJSON("/status.json")
         self.assertEqual(
             (status["schema"], status["version"], status["time"]),
-            (1, imapmig.__version__, 1_700_000_010),
+            (2, imapmig.__version__, 1_700_000_010),
         )
         self.assertEqual(
             status["run"],
@@ -305,7 +305,7 @@ class StatusJSONTests(APITestCase):
         running(jobs[2], self.clock).fail("LOGIN refused")
         running(jobs[3], self.clock).succeed()
         jobs[3].messagesFailed = 2
-        showPaused(jobs[4])
+        JobMachine(jobs[4].name, jobs[4], self.clock).pause("alice")
         running(jobs[5], self.clock).backOff("connection refused", 30)
         running(jobs[6], self.clock)
         names = [j["name"][-1] for j in self.getJSON("/status.json?sort=attention")["jobs"]]
@@ -435,7 +435,7 @@ class JobRoutesTests(APITestCase):
         failures = [failure("INBOX", f"{n:03d}", "NO [TOOBIG] too big") for n in range(60)]
         self.successResultOf(self.store.recordOutcomes("alpha", failures))
         document = self.getJSON("/jobs/alpha.json")
-        self.assertEqual((document["schema"], document["version"]), (1, imapmig.__version__))
+        self.assertEqual((document["schema"], document["version"]), (2, imapmig.__version__))
         self.assertEqual(document["job"]["name"], "alpha")
         self.assertEqual((document["folders"], document["excluded_folders"]), ([], []))
         page = document["failures"]
@@ -1006,7 +1006,7 @@ class MountedResourcesTests(SynchronousTestCase):
         self.assertEqual(get("/metrics"), (200, b"# metrics"))
         self.assertEqual(get("/control/pause-all"), (200, b"paused"))
         self.assertEqual(get("/healthz")[0], 200)
-        self.assertEqual(json.loads(get("/status.json")[1])["schema"], 1)
+        self.assertEqual(json.loads(get("/status.json")[1])["schema"], 2)
 
 
 class VerifyCommandReportTests(SynchronousTestCase):

@@ -119,7 +119,7 @@ class StatusSiteHostTests(SynchronousTestCase):
         ):
             code, body = self.get(host)
             self.assertEqual(code, 200, host)
-            self.assertEqual(json.loads(body)["schema"], 1)
+            self.assertEqual(json.loads(body)["schema"], 2)
 
     def test_notLoopback(self) -> None:
         """

@@ -167,7 +167,7 @@ class DailyUploadBudgetIntegrationTests(TestCase):
         # The first run: up to the budget, then paused until midnight.
         with capturedLogs() as events:
             daemon = self.daemon(config, NOON)
-            await daemon.until(lambda: daemon.progress.state is JobState.PAUSED)
+            await daemon.until(lambda: daemon.progress.state is JobState.DEFERRED)
         self.assertTrue(abs((daemon.progress.retryAt or 0) - MIDNIGHT) < 1)
         self.assertIn("daily upload budget", daemon.progress.waitingFor or "")
         paused = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
@@ -183,7 +183,7 @@ class DailyUploadBudgetIntegrationTests(TestCase):
         # A restart the same day copies nothing more, and says why.
         with capturedLogs() as events:
             daemon = self.daemon(config, EVENING)
-            await daemon.until(lambda: daemon.progress.state is JobState.PAUSED)
+            await daemon.until(lambda: daemon.progress.state is JobState.DEFERRED)
         paused = [formatEvent(e) for e in events if "paused until" in formatEvent(e)]
         self.assertEqual(len(paused), 1)
         self.assertIn("is used up", paused[0])

@@ -3,7 +3,7 @@ Migration jobs: one source drained into one destination account.
 
   - L{migration}: L{MigrationJob}, a run of attempts;
   - L{settings}: L{JobSettings}, how a job copies;
-  - L{lifecycle}: the job's state machine;
+  - L{machine}: the job's state machine, the one holder of its state;
   - L{retry}: how transient failures are retried;
   - L{backoff}: what a run does when an attempt ends early;
   - L{attempt}: an attempt's destination connections;
@@ -16,7 +16,7 @@ Migration jobs: one source drained into one destination account.
   - L{reconcile}: settling the journal against the destination.
 """
 
-from imapmig.job.lifecycle import JobInputs, JobLifecycle
+from imapmig.job.machine import JobInputs, JobMachine, Transition
 from imapmig.job.migration import MigrationJob
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.job.retry import RetryPolicy
@@ -24,9 +24,10 @@ from imapmig.job.settings import JobSettings
 
 __all__ = [
     "JobInputs",
-    "JobLifecycle",
+    "JobMachine",
     "JobSettings",
     "MigrationJob",
     "OutcomeRecorder",
     "RetryPolicy",
+    "Transition",
 ]

@@ -26,7 +26,7 @@ from imapmig.errors import (
     TransientError,
 )
 from imapmig.imap.signals import classifyRefusal
-from imapmig.job.lifecycle import JobInputs
+from imapmig.job.machine import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName, withFields
@@ -62,7 +62,7 @@ class RunRetries:
     The retry decisions of one job, run after run: whether an attempt that
     ended early ends the run, how long the job waits before the next, and
     the strikes of the messages that were first in line when a connection
-    failed.  It moves the job's lifecycle to Failed, BackingOff, Paused or
+    failed.  It moves the job's machine to Failed, BackingOff, PausedByServer or
     Deferred, and out of the wait again (L{JobInputs}).
 
     @ivar deferredUntil: when the last run ended deferred (the job's
@@ -317,7 +317,7 @@ class RunRetries:
         A daily budget is used up: pause until its renewal (the next UTC
         midnight), C{delay} seconds from now.
         """
-        self._lifecycle.pause(reason, delay)
+        self._lifecycle.waitForBudget(reason, delay)
         self._log.warn(
             "Job {job}: {why}; paused until {until}",
             job=self._job,
@@ -334,7 +334,7 @@ class RunRetries:
         """
         if isinstance(error, QuotaExceeded):
             delay = self._policy.pause
-            self._lifecycle.pause(reason, delay)
+            self._lifecycle.holdByServer(reason, delay)
             what = "pausing"
         else:
             retryAfter = error.retryAfter if isinstance(error, ServerBusy) else None

@@ -26,7 +26,7 @@ from imapmig.job.destination import (
     PreparedDestination,
     TargetMailbox,
 )
-from imapmig.job.lifecycle import JobInputs
+from imapmig.job.machine import JobInputs
 from imapmig.job.preparation import MessagePreparation
 from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings

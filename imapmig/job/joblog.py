@@ -287,7 +287,7 @@ class JobLog:
             # Its error only says it was stopped.
             state, outcome, error = JobState.STOPPED, "stopped", None
         elif deferredUntil is not None:
-            state, outcome = JobState.PAUSED, f"deferred until {utcTime(deferredUntil)}"
+            state, outcome = JobState.DEFERRED, f"deferred until {utcTime(deferredUntil)}"
             error = progress.waitingFor
         elif error is None and progress.finishedAt is not None:
             state, outcome = JobState.DONE, "done"

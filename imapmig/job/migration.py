@@ -3,7 +3,7 @@
 One migration job: a source drained into one destination account.
 
 A run is a series of attempts under the job's lifecycle machine
-(L{imapmig.job.lifecycle}).  Each attempt connects, settles the in-flight
+(L{imapmig.job.machine}).  Each attempt connects, settles the in-flight
 journal against the destination (L{imapmig.job.reconcile}), lists the
 source (L{imapmig.job.listing}), subtracts what the state store records,
 prepares the destination (L{imapmig.job.destination}), then lets each
@@ -50,7 +50,7 @@ from imapmig.job.attempt import AttemptConnections
 from imapmig.job.backoff import RunRetries, asRetryable
 from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
-from imapmig.job.lifecycle import JobLifecycle
+from imapmig.job.machine import JobInputs, JobMachine, Transition, forget
 from imapmig.job.listing import Listed, SourceListing
 from imapmig.job.naming import nameFailures
 from imapmig.job.preparation import MessagePreparation
@@ -143,6 +143,8 @@ class MigrationJob:
         destination: AccountName | None = None,
         sourceDescription: str = "the source",
         telemetry: ServerTelemetry | None = None,
+        record: Callable[[str, Transition], object] = forget,
+        machine: JobInputs | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -171,6 +173,11 @@ class MigrationJob:
             (L{imapmig.job.joblog.describeSource}).
         @param telemetry: the destination server's telemetry, given to each
             APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
+        @param record: called with every transition of the job's machine
+            (the state store's C{recordTransition}: the job's timeline).
+        @param machine: the job's machine, which its scheduler and controls
+            share (L{imapmig.job.machine.JobMachines}); L{None}: its own,
+            recording with C{record}.
         """
         self.name = name
         self._rules = rules
@@ -180,7 +187,9 @@ class MigrationJob:
         self._openSession = openSession
         self._clock = clock
         self._settings = settings
-        self._lifecycle = JobLifecycle(progress, clock)
+        self._lifecycle = (
+            JobMachine(name, progress, clock, record) if machine is None else machine
+        )
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
@@ -250,7 +259,11 @@ class MigrationJob:
         self._units.clear()
         for throttle in self._throttles:
             throttle.cancelWaits()
-        wasActive = self._lifecycle.state() in (JobState.CONNECTING, JobState.RUNNING)
+        wasActive = self._lifecycle.state() in (
+            JobState.CONNECTING,
+            JobState.RUNNING,
+            JobState.STOPPING,
+        )
         self._lifecycle.stop()
         if wasActive and self._stopTimer is None:
             self._stopTimer = self._clock.callLater(
@@ -326,7 +339,10 @@ class MigrationJob:
                     return False
                 if error is None:
                     await self._retries.recordOutcome(None)
-                    self._lifecycle.succeed()
+                    if self._progress.messagesFailed:
+                        self._lifecycle.endWithFailures(self._progress.messagesFailed)
+                    else:
+                        self._lifecycle.succeed()
                     return True
                 progressed = self._recorder.settledCount > before
                 if not await self._retries.afterFailure(error, progressed):

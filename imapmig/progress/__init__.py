@@ -15,6 +15,7 @@ from imapmig.progress._job import (
     FolderState,
     JobProgress,
     JobState,
+    Wait,
 )
 from imapmig.progress._migration import MigrationProgress
 from imapmig.progress._rates import (
@@ -39,4 +40,5 @@ __all__ = [
     "ProgressSampler",
     "RateWindow",
     "ThroughputHistory",
+    "Wait",
 ]

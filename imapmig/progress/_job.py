@@ -10,6 +10,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Callable, Mapping, Sequence
 
+from attrs import frozen
+
 from imapmig.progress._rates import RateWindow
 
 
@@ -19,21 +21,65 @@ class JobState(Enum):
     """
 
     QUEUED = "queued"
+    WAITING = "waiting"
     CONNECTING = "connecting"
     RUNNING = "running"
     BACKING_OFF = "backing_off"
     PAUSED = "paused"
+    PAUSED_BY_SERVER = "paused_by_server"
+    DEFERRED = "deferred"
     STOPPING = "stopping"
     STOPPED = "stopped"
     DONE = "done"
+    DONE_WITH_FAILURES = "done_with_failures"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
-ENDED = frozenset({JobState.STOPPED, JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+ENDED = frozenset(
+    {
+        JobState.STOPPED,
+        JobState.DONE,
+        JobState.DONE_WITH_FAILURES,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
+)
 """
 The states of a job whose run is over.
 """
+
+
+@frozen
+class Wait:
+    """
+    Why and until when a job waits (the C{wait} of its JSON), as its
+    machine (L{imapmig.job.machine}) entered the waiting state.
+
+    @ivar kind: the waiting state.
+    @ivar reason: why, in a few words.
+    @ivar since: when it began waiting.
+    @ivar until: when it goes on by itself, or L{None}.
+    @ivar by: who made it wait (an admin), or L{None}.
+    """
+
+    kind: JobState
+    reason: str
+    since: float
+    until: float | None
+    by: str | None
+
+    def snapshot(self) -> dict[str, object]:
+        """
+        The JSON object.
+        """
+        return {
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "since": self.since,
+            "until": self.until,
+            "by": self.by,
+        }
 
 
 def _queued() -> JobState:
@@ -200,8 +246,8 @@ class JobProgress:
     @ivar pausedByAdmin: the job was paused from the controls (set by the
         scheduler).
     @ivar error: why the job failed, when it did.
-    @ivar waitingFor: why the job is backing off or paused, while it is.
-    @ivar retryAt: when it tries again, while it is.
+    @ivar wait: why and until when the job waits, while its machine has it
+        wait (L{waitIn}).
     @ivar retryAttempt: while it backs off, which attempt in a row without
         progress failed (1 for the first); else L{None}.
     @ivar retryAttempts: while it backs off, how many such attempts fail
@@ -216,8 +262,7 @@ class JobProgress:
     __slots__ = (
         "name",
         "_stateOf",
-        "waitingFor",
-        "retryAt",
+        "wait",
         "retryAttempt",
         "retryAttempts",
         "reconnects",
@@ -266,8 +311,7 @@ class JobProgress:
         """
         self.name = name
         self._stateOf: Callable[[], JobState] = _queued
-        self.waitingFor: str | None = None
-        self.retryAt: float | None = None
+        self.wait: Wait | None = None
         self.retryAttempt: int | None = None
         self.retryAttempts: int | None = None
         self.reconnects = 0
@@ -317,14 +361,27 @@ class JobProgress:
         """
         self._stateOf = stateOf
 
-    def waiting(self, reason: str | None, until: float | None) -> None:
+    @property
+    def waitingFor(self) -> str | None:
         """
-        The job waits until C{until} (a time of the clock) because of
-        C{reason}; L{None} for both when it no longer waits.  The attempt
-        counts (L{retrying}) are cleared.
+        Why the job waits, while it does (C{wait.reason}).
         """
-        self.waitingFor = reason
-        self.retryAt = until
+        return None if self.wait is None else self.wait.reason
+
+    @property
+    def retryAt(self) -> float | None:
+        """
+        When it goes on by itself, while it waits (C{wait.until}).
+        """
+        return None if self.wait is None else self.wait.until
+
+    def waitIn(self, wait: Wait | None) -> None:
+        """
+        The job's machine entered the waiting state C{wait}, or (L{None})
+        one that does not wait.  The attempt counts (L{retrying}) are
+        cleared.
+        """
+        self.wait = wait
         self.retryAttempt = self.retryAttempts = None
 
     def retrying(self, attempt: int, attempts: int) -> None:
@@ -347,7 +404,7 @@ class JobProgress:
         self.bytesSent = 0
         self.bytesFailed = 0
         self.reconnects = 0
-        self.waiting(None, None)
+        self.waitIn(None)
         now = self._seconds()
         self.startedAt = now
         self.finishedAt = None
@@ -369,7 +426,7 @@ class JobProgress:
         The job ended: done, or failed (or was stopped) because of C{error}.
         """
         self.error = error
-        self.waiting(None, None)
+        self.waitIn(None)
         self.finishedAt = self._seconds()
         self.currentFolder = None
 
@@ -559,6 +616,7 @@ class JobProgress:
             "folders_total": self.foldersTotal,
             "folders_excluded": self.foldersExcluded,
             "error": self.error,
+            "wait": None if self.wait is None else self.wait.snapshot(),
             "waiting_for": self.waitingFor,
             "retry_at": self.retryAt,
             "retry_attempt": self.retryAttempt,

@@ -5,9 +5,10 @@ The admin's controls (L{IJobControls}) over a scheduler's job queue.
 Pause and cancel are queue states (L{imapmig.schedule.queue}): a queued
 job is paused or cancelled in the queue; a claimed one is requested so in
 the queue and stopped by its scheduler (L{ControlledScheduler.halt}), and
-its claim, once finished, puts it where the control said.  The progress
-model shows it meanwhile: C{pausedByAdmin}, then C{paused} with
-L{PAUSED_BY_ADMIN}, or C{cancelled}.
+its claim, once finished, puts it where the control said.  Each control
+is an input of the job's machine (L{imapmig.job.machine}), which alone
+says where the job is: C{stopping} meanwhile, then C{paused} (by whom,
+since when) or C{cancelled}.
 
 Pause and cancel are also the admin's I{holds}, kept in the state store
 (L{IStateStore.recordJobHolds}) so that they outlast a restart: a control
@@ -39,17 +40,20 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ImapmigError
-from imapmig.progress import JobProgress, JobState, MigrationProgress
-from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, IJobControls, UnknownJob
+from imapmig.job.machine import CANCELLED_BY_ADMIN, JobMachines
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
 from imapmig.state import CANCELLED, PAUSED, IStateStore
 
 log = Logger()
 
-CANCELLED_BY_ADMIN = "cancelled by the admin"
+RESTORED_BY = "imapmig"
 """
-The error a cancelled job shows, and is recorded with in the state store.
+Who a job's machine is told paused or cancelled it when the admin's hold
+is put back from the state store (at start, on a reload).
 """
+
 
 
 class ControlledScheduler(Protocol):
@@ -90,14 +94,20 @@ class JobControls:
         progress: MigrationProgress,
         store: IStateStore | None,
         scheduler: ControlledScheduler,
+        machines: JobMachines,
     ) -> None:
         """
         @param store: where retry-failed learns what failed, where a
             cancelled job is recorded as failed, and where the admin's
             holds are kept; L{None}: none of these.
+        @param machines: the jobs' machines, told of each control.
         """
         self._queue = queue
         self._progress = progress
+        self._machines = machines
+        # Who asked the last pause or cancel of each job, for its machine
+        # once a claimed job's run has ended (settled).
+        self._by: dict[str, str] = {}
         self._store = store
         self._scheduler = scheduler
         # Each job's hold as the store has it (jobs under none left out),
@@ -147,14 +157,14 @@ class JobControls:
         for name, hold in holds.items():
             if name not in names:
                 continue
-            progress = self._progress.job(name)
+            machine = self._machines.job(name)
             try:
                 if hold == PAUSED:
                     self._queue.pause(name)
-                    showPaused(progress)
+                    machine.pause(RESTORED_BY)
                 else:
                     self._queue.cancel(name)
-                    showCancelled(progress)
+                    machine.cancel(RESTORED_BY)
             except ControlRefused:
                 # A shared queue that holds it so already.
                 pass
@@ -195,11 +205,17 @@ class JobControls:
 
     def settled(self, name: str, state: QueueState) -> None:
         """
-        Job C{name}'s claim finished and the queue put it in C{state}: if
-        the control asked of it did not take (it completed or failed
-        before it stopped), lift its hold, so that the store says what
-        the queue does.
+        Job C{name}'s claim finished and the queue put it in C{state}: its
+        machine is paused or cancelled if the queue says so; if the
+        control asked of it did not take (it completed or failed before it
+        stopped), lift its hold, so that the store says what the queue
+        does.
         """
+        machine = self._machines.job(name)
+        if state is QueueState.PAUSED and machine.state() is not JobState.PAUSED:
+            machine.pause(self._by.get(name, RESTORED_BY))
+        elif state is QueueState.CANCELLED and machine.state() is not JobState.CANCELLED:
+            machine.cancel(self._by.get(name, RESTORED_BY))
         hold = self._holds.get(name)
         if hold is None or (hold, state) in (
             (PAUSED, QueueState.PAUSED),
@@ -220,7 +236,7 @@ class JobControls:
         action: str,
         name: str,
         by: str,
-        apply: Callable[[str], JobState],
+        apply: Callable[[str, str], JobState],
         check: Callable[[str], None] | None = None,
         hold: str | None = None,
     ) -> Deferred[JobState]:
@@ -244,7 +260,7 @@ class JobControls:
 
         def applied(ignored: object) -> JobState | Deferred[JobState]:
             try:
-                state = apply(name)
+                state = apply(name, by)
             except (UnknownJob, ControlRefused) as e:
                 return refused(e)
             log.info(
@@ -302,14 +318,12 @@ class JobControls:
         """
         return self._control("pause", job, by, self._pause, self._checkPause, PAUSED)
 
-    def _pause(self, name: str) -> JobState:
+    def _pause(self, name: str, by: str) -> JobState:
         state = self._queue.pause(name)
-        progress = self._progress.job(name)
-        progress.pausedByAdmin = True
+        self._by[name] = by
         if state is QueueState.CLAIMED:
             self._scheduler.halt(name)
-        else:
-            showPaused(progress)
+        self._machines.job(name).pause(by)
         return JobState.PAUSED
 
     def resume(self, job: str, by: str) -> Deferred[JobState]:
@@ -318,15 +332,15 @@ class JobControls:
         """
         return self._control("resume", job, by, self._resume, self._checkResume, None)
 
-    def _resume(self, name: str) -> JobState:
+    def _resume(self, name: str, by: str) -> JobState:
         state = self._queue.resume(name)
-        progress = self._progress.job(name)
-        progress.pausedByAdmin = False
-        if state is QueueState.QUEUED:
-            progress.showState(_queued)
-            progress.waiting(None, None)
+        machine = self._machines.job(name)
+        if machine.state() is JobState.CANCELLED:
             # A cancelled job resumed no longer shows why it ended.
-            progress.error = None
+            machine.requeue("resumed", by)
+        else:
+            machine.resume(by)
+        if state is QueueState.QUEUED:
             self._scheduler.queueChanged()
         return JobState.QUEUED
 
@@ -336,13 +350,14 @@ class JobControls:
         """
         return self._control("cancel", job, by, self._cancel, self._checkCancel, CANCELLED)
 
-    def _cancel(self, name: str) -> JobState:
+    def _cancel(self, name: str, by: str) -> JobState:
         state = self._queue.cancel(name)
-        progress = self._progress.job(name)
+        self._by[name] = by
         if state is QueueState.CLAIMED:
             self._scheduler.halt(name)
+            self._machines.job(name).cancel(by)
         else:
-            showCancelled(progress)
+            self._machines.job(name).cancel(by)
             self.recordCancelled(name)
             # The queue may be drained now.
             self._scheduler.queueChanged()
@@ -370,7 +385,7 @@ class JobControls:
             except (UnknownJob, ControlRefused) as e:
                 refusal = e
 
-                def refuse(name: str) -> JobState:
+                def refuse(name: str, by: str) -> JobState:
                     raise refusal
 
                 return await self._control("retry-failed", job, by, refuse)
@@ -396,17 +411,16 @@ class JobControls:
                 return
         raise ControlRefused(f"nothing of job {name} failed")
 
-    def _retryFailed(self, name: str) -> JobState:
+    def _retryFailed(self, name: str, by: str) -> JobState:
         before = self._queue.state(name)
         after = self._queue.requeue(name)
-        progress = self._progress.job(name)
+        machine = self._machines.job(name)
         if after is QueueState.CLAIMED:
-            return progress.state
+            return machine.state()
         if after is QueueState.PAUSED:
             return JobState.PAUSED
         if before in ENDED:
-            progress.showState(_queued)
-            progress.waiting(None, None)
+            machine.requeue("retry-failed", by)
             self._scheduler.queueChanged()
         return JobState.QUEUED
 
@@ -428,7 +442,7 @@ class JobControls:
 
     def _bulkControls(
         self,
-    ) -> dict[str, tuple[Callable[[str], None], Callable[[str], JobState], str | None, str]]:
+    ) -> dict[str, tuple[Callable[[str], None], Callable[[str, str], JobState], str | None, str]]:
         """
         Each bulk control's check, application, the hold it records (none
         for retry-failed, which records none) and what it did, in words.
@@ -453,7 +467,7 @@ class JobControls:
             changed = 0
             for name in names:
                 try:
-                    apply(name)
+                    apply(name, by)
                 except (UnknownJob, ControlRefused):
                     # Changed since the check: nothing else runs between.
                     continue
@@ -483,12 +497,10 @@ class JobControls:
         def apply(ignored: None) -> int:
             paused = self._queue.pauseAll()
             for name in paused:
-                progress = self._progress.job(name)
-                progress.pausedByAdmin = True
+                self._by[name] = by
                 if self._scheduler.isClaimed(name):
                     self._scheduler.halt(name)
-                else:
-                    showPaused(progress)
+                self._machines.job(name).pause(by)
             self._recordLate(paused, names, PAUSED, by)
             _logAll("pause-all", by, len(paused), "paused")
             return len(paused)
@@ -528,11 +540,7 @@ class JobControls:
         def apply(ignored: None) -> int:
             resumed = self._queue.resumeAll()
             for name in resumed:
-                progress = self._progress.job(name)
-                progress.pausedByAdmin = False
-                if not self._scheduler.isClaimed(name):
-                    progress.showState(_queued)
-                    progress.waiting(None, None)
+                self._machines.job(name).resume(by)
             self._recordLate(resumed, names, None, by)
             _logAll("resume-all", by, len(resumed), "resumed")
             if resumed:
@@ -622,37 +630,3 @@ async def recordFailure(store: IStateStore | None, name: str, reason: str) -> No
             job=name,
             why=str(e),
         )
-
-
-def _queued() -> JobState:
-    return JobState.QUEUED
-
-
-def _paused() -> JobState:
-    return JobState.PAUSED
-
-
-def _cancelled() -> JobState:
-    return JobState.CANCELLED
-
-
-def showPaused(progress: JobProgress) -> None:
-    """
-    Show a job paused by the admin: no error (its run, stopped, said
-    "stopped before the end").
-    """
-    progress.pausedByAdmin = True
-    progress.error = None
-    progress.showState(_paused)
-    progress.waiting(PAUSED_BY_ADMIN, None)
-
-
-def showCancelled(progress: JobProgress) -> None:
-    """
-    Show a job cancelled by the admin.
-    """
-    progress.pausedByAdmin = False
-    progress.showState(_cancelled)
-    progress.finished(CANCELLED_BY_ADMIN)
-
-

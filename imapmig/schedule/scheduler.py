@@ -22,7 +22,8 @@ from twisted.logger import Logger
 
 from imapmig.errors import ImapmigError
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
-from imapmig.progress import JobProgress, JobState, MigrationProgress
+from imapmig.job.machine import JobInputs, JobMachines
+from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.schedule.grants import (
     JOB_SLOTS,
     ConnectionGrants,
@@ -31,7 +32,7 @@ from imapmig.schedule.grants import (
     JobConnections,
 )
 from imapmig.schedule.controls import UnknownJob
-from imapmig.schedule.jobcontrols import JobControls, recordFailure, showCancelled, showPaused
+from imapmig.schedule.jobcontrols import JobControls, recordFailure
 from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import IStateStore
@@ -105,6 +106,7 @@ class JobQueueService(Service):
         owner: str = "imapmig",
         lease: float = 600.0,
         store: IStateStore | None = None,
+        machines: JobMachines | None = None,
     ) -> None:
         """
         @param queue: where the jobs are claimed.
@@ -118,6 +120,9 @@ class JobQueueService(Service):
             never be granted, a crash building or running it, a
             cancellation) is recorded as failed for C{imapmig report}, and
             where retry-failed learns what failed; L{None}: neither.
+        @param machines: the jobs' machines (L{None}: its own), told of
+            each job's claim, grants, holds and end; C{build} gives each
+            run its job's machine.
         """
         self._queue = queue
         self._grants = grants
@@ -153,7 +158,8 @@ class JobQueueService(Service):
         self._renewal = LoopingCall(self._renewLeases)
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
-        self.controls = JobControls(queue, progress, store, self)
+        self.machines = JobMachines(progress, clock) if machines is None else machines
+        self.controls = JobControls(queue, progress, store, self, self.machines)
         self._holdsRestored = False
 
     def startService(self) -> None:
@@ -289,18 +295,16 @@ class JobQueueService(Service):
         happens, give back its grants and its slot.
         """
         name = claim.job.name
-        progress = self._progress.job(name)
+        machine = self.machines.job(name)
         connections = JobConnections(self._grants, essentialConnections(claim.job))
         outcome = JobOutcome.FAILED
         notBefore = None
-        # Queued again, if deferred before: its last run's lifecycle showed
-        # it paused.
-        progress.showState(_queued)
+        _claimed(machine)
         try:
             reserving = connections.reserve()
             slotless = False
             if not reserving.called:
-                progress.waiting("a connection grant", None)
+                machine.waitForGrant("a connection grant")
                 log.info("Job {job}: waiting for a connection grant", job=name)
                 self._reserving[name] = reserving
                 if slot is not None and self._slotless < (self._grants.pools.limit(JOB_SLOTS) or 0):
@@ -312,7 +316,6 @@ class JobQueueService(Service):
                 await reserving
             finally:
                 self._reserving.pop(name, None)
-                progress.waiting(None, None)
                 if slotless:
                     self._slotless -= 1
             if self._stopping or name in self._halted:
@@ -344,16 +347,17 @@ class JobQueueService(Service):
                 outcome = JobOutcome.STOPPED
         except CancelledError:
             outcome = JobOutcome.STOPPED
+            self._gaveUp(machine)
             log.info("Job {job}: stopped while waiting for a connection grant or a slot", job=name)
         except GrantImpossible as e:
             log.error("Job {job} failed: {reason}", job=name, reason=str(e))
-            _showFailed(progress, str(e))
+            _fail(machine, str(e))
             await recordFailure(self._store, name, str(e))
         except Exception as e:
             # A bug of ours: this job fails, the others go on.
             log.failure("Job {job} crashed", job=name)
             reason = f"internal error: {e.__class__.__name__}: {e}"
-            _showFailed(progress, reason)
+            _fail(machine, reason)
             await recordFailure(self._store, name, reason)
         finally:
             self._jobs.pop(name, None)
@@ -361,12 +365,21 @@ class JobQueueService(Service):
             self._active.pop(name, None)
             connections.end()
             self._queue.finish(current, outcome, notBefore)
-            self._ended(name, outcome, progress)
+            self._ended(name, outcome, machine)
             if slot is not None:
                 slot.release()
             self._wakeUp()
 
-    def _ended(self, name: str, outcome: JobOutcome, progress: JobProgress) -> None:
+    def _gaveUp(self, machine: JobInputs) -> None:
+        """
+        A claimed job's wait for its grants or slot was given up: by the
+        daemon's stop (the job is stopped), or by a control (which says
+        where it goes, L{_ended}).
+        """
+        if self._stopping:
+            machine.stop()
+
+    def _ended(self, name: str, outcome: JobOutcome, machine: JobInputs) -> None:
         """
         After job C{name}'s claim finished with C{outcome}: count it for
         C{whenDone}, and show where a control put it.
@@ -393,25 +406,23 @@ class JobQueueService(Service):
         ):
             self._incomplete.add(name)
         if state is QueueState.PAUSED:
-            showPaused(progress)
             log.info(
                 "Job {job}: paused by the admin; its connections and job slot are"
                 " given back until it is resumed",
                 job=name,
             )
         elif state is QueueState.CANCELLED:
-            showCancelled(progress)
             log.info("Job {job}: cancelled by the admin", job=name)
             self.controls.recordCancelled(name)
-        else:
-            progress.pausedByAdmin = False
-            if state is QueueState.QUEUED and not self._stopping and (
-                halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED)
-            ):
-                # Queued again: resumed while it stopped, or to run again
-                # (retry-failed while it ran).
-                progress.showState(_queued)
-                progress.waiting(None, None)
+        elif (
+            state is QueueState.QUEUED
+            and not self._stopping
+            and (halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED))
+            and machine.state() in _AGAIN
+        ):
+            # Queued again: resumed while it stopped, or to run again
+            # (retry-failed while it ran).
+            machine.requeue("queued again", None)
 
     async def _slotAgain(self, name: str) -> Grant:
         """
@@ -421,7 +432,7 @@ class JobQueueService(Service):
         waiting = self._grants.jobSlot()
         if waiting.called:
             return await waiting
-        self._progress.job(name).waiting("a job slot", None)
+        self.machines.job(name).waitForGrant("a job slot")
         self._reserving[name] = waiting
         self._needSlot += 1
         try:
@@ -429,7 +440,6 @@ class JobQueueService(Service):
         finally:
             self._needSlot -= 1
             self._reserving.pop(name, None)
-            self._progress.job(name).waiting(None, None)
 
     def _renewLeases(self) -> None:
         for name, claim in list(self._claims.items()):
@@ -499,16 +509,28 @@ class JobQueueService(Service):
         return self._running
 
 
-def _queued() -> JobState:
-    return JobState.QUEUED
+_AGAIN = ENDED | {JobState.WAITING, JobState.DEFERRED}
+"""
+The states of a job whose claim ended that may be queued again.
+"""
 
 
-def _showFailed(progress: JobProgress, error: str) -> None:
+def _claimed(machine: JobInputs) -> None:
     """
-    Show a job that the scheduler saw fail as failed, with C{error}.
+    A job is claimed: queued, if its machine is not (deferred before, and
+    due; or ended, and run again).
     """
-    progress.showState(lambda: JobState.FAILED)
-    progress.finished(error)
+    if machine.state() is not JobState.QUEUED:
+        machine.requeue("claimed", None)
+
+
+def _fail(machine: JobInputs, error: str) -> None:
+    """
+    A job that the scheduler saw fail fails, with C{error}, unless its run
+    had ended already.
+    """
+    if machine.state() not in ENDED:
+        machine.fail(error)
 
 
 def withinLimits(job: JobConfig) -> JobConfig:

@@ -58,6 +58,14 @@ RulesOf = Callable[[str], "FolderRules | None"]
 A job's folder rules by its name (L{None} for an unknown job).
 """
 
+SCHEMA = 2
+"""
+The version of the JSON documents' layout (C{"schema"}); 2 since a job's
+C{state} is its machine's (C{waiting}, C{paused_by_server}, C{deferred},
+C{done_with_failures} besides the states of 1) and a job has C{wait}.
+"""
+
+
 
 def failureItem(outcome: MessageOutcome, folderNames: Mapping[str, str]) -> dict[str, object]:
     """
@@ -120,7 +128,7 @@ class _JobContext:
         """
         The fields every JSON document starts with.
         """
-        return {"schema": 1, "version": imapmig.__version__, "time": self.view.seconds()}
+        return {"schema": SCHEMA, "version": imapmig.__version__, "time": self.view.seconds()}
 
 
 def _unknown(name: str) -> JSONNotFound:

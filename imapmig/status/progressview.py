@@ -26,6 +26,8 @@ _ATTENTION = {
     JobState.FAILED: 0,
     JobState.BACKING_OFF: 2,
     JobState.PAUSED: 2,
+    JobState.PAUSED_BY_SERVER: 2,
+    JobState.DEFERRED: 2,
     JobState.CONNECTING: 3,
     JobState.RUNNING: 3,
     JobState.STOPPING: 3,

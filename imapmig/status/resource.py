@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_status -*-
 """
-The status site's root: C{/status.json} (schema 1: the run's summary and
+The status site's root: C{/status.json} (schema 2: the run's summary and
 one page of jobs), C{/jobs/...} and C{/manifest.csv}
 (L{imapmig.status.jobs}), C{/healthz}
 (L{imapmig.status.health}), C{/} and C{/static/} (the dashboard,
@@ -35,7 +35,7 @@ from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
-from imapmig.status.jobs import JobsResource, runManifest
+from imapmig.status.jobs import SCHEMA, JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import parseJobQuery, selectJobs
@@ -44,10 +44,6 @@ from imapmig.status.verifyreport import VerifyReportSummary
 
 log = Logger()
 
-SCHEMA = 1
-"""
-The version of the JSON documents' layout (C{"schema"}).
-"""
 
 
 class StatusJSONResource(ReadOnlyResource):

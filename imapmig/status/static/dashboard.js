@@ -199,7 +199,7 @@
     state.lostSince = null;
     line.setAttribute("data-state", "live");
     var text = snapshot.run && snapshot.run.finished_at ? "Run finished" : "Live";
-    if (snapshot.schema !== 1) text += " (unexpected schema " + snapshot.schema + ")";
+    if (snapshot.schema !== 2) text += " (unexpected schema " + snapshot.schema + ")";
     put(line, text);
     document.body.classList.remove("offline");
   }

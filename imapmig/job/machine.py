@@ -1,0 +1,614 @@
+# -*- test-case-name: tests.test_job_machine -*-
+"""
+A job's machine: the one holder and writer of a job's state.
+
+It replaces C{imapmig.job.lifecycle}, whose machine knew only the run's
+own states while the scheduler and the controls wrote theirs beside it.
+Here every state of issue 28's contract is a state of one typed automat
+machine (L{automat.TypeMachineBuilder}, as Twisted's
+C{application/_client_service.py}), and whatever moves a job is one of its
+inputs (L{JobInputs}): the scheduler (a grant, a start, queued again), the
+run (connected, backing off, held by the server, deferred by a budget, its
+end), the admin's controls (pause, resume, cancel, retry-failed, each with
+who), a reload and the daemon's stop.  A fleet's lease (claimed, lost,
+taken over) is meant to be one more group of inputs, handled as L{stop}
+is.
+
+Every transition is recorded, through the L{_Core}'s C{record}, as a
+L{Transition} (time, from, to, cause, who): the job's timeline.  The
+machine shows where the job waits, why and until when on its
+L{JobProgress} (L{Wait}); L{JobProgress.state} reads the machine.
+
+L{diagram} draws the machine from its own transitions, for README's "Job
+states" section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from attrs import frozen
+from automat import TypeMachine, TypeMachineBuilder
+from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
+from imapmig.schedule.controls import PAUSED_BY_ADMIN
+
+CANCELLED_BY_ADMIN = "cancelled by the admin"
+"""
+The error a cancelled job shows, and is recorded with in the state store.
+"""
+
+
+@frozen
+class Transition:
+    """
+    One move of a job's machine, as its timeline records it (the contract's
+    C{imapmig.state.Transition}: at merge, that class replaces this one).
+
+    @ivar time: when, by the machine's clock.
+    @ivar source: the L{JobState} value it left.
+    @ivar target: the L{JobState} value it entered.
+    @ivar cause: why, in a few words.
+    @ivar by: who asked (an admin's name), or L{None}.
+    """
+
+    time: float
+    source: str
+    target: str
+    cause: str
+    by: str | None
+
+
+class JobInputs(Protocol):
+    """
+    What can happen to a job, grouped by who says it.
+    """
+
+    # -- the scheduler -----------------------------------------------------
+    def waitForGrant(self, reason: str) -> None:
+        "Claimed, the job waits for a connection grant or a job slot."
+
+    def start(self) -> None:
+        "Granted, the job's run begins (or begins again): it connects."
+
+    def requeue(self, cause: str, by: str | None) -> None:
+        """
+        The job is queued again: retry-failed (C{by} an admin), a reload,
+        a deferred job due, a new run of an ended one.
+        """
+
+    # -- the run -----------------------------------------------------------
+    def connected(self) -> None:
+        "The destination is logged in and prepared: messages flow."
+
+    def backOff(self, reason: str, delay: float) -> None:
+        "A transient failure: wait C{delay} seconds (L{waited}), then retry."
+
+    def holdByServer(self, reason: str, delay: float) -> None:
+        """
+        The server refuses for a long while (over quota, bandwidth limit):
+        wait C{delay} seconds (L{waited}), then retry.
+        """
+
+    def waitForBudget(self, reason: str, delay: float) -> None:
+        """
+        A daily budget is used up: wait C{delay} seconds (L{waited}) in the
+        run, until it is renewed, then retry.
+        """
+
+    def defer(self, reason: str, until: float) -> None:
+        """
+        A daily budget is used up: the run ends and the job waits until
+        C{until} (a time of the clock) for the scheduler to start it again.
+        """
+
+    def waited(self) -> Deferred[None]:
+        """
+        While backing off, held by the server or waiting for a budget
+        within the run: fires when it is time to
+        retry; fails with L{CancelledError} if the wait ends otherwise.
+        """
+
+    def retry(self) -> None:
+        "The wait is over: connect again."
+
+    def succeed(self) -> None:
+        "Every message is in the destination."
+
+    def endWithFailures(self, failed: int) -> None:
+        "The run ended with C{failed} messages recorded as failed."
+
+    def fail(self, reason: str) -> None:
+        "The job cannot go on: a permanent error, or too many retries."
+
+    def stopped(self) -> None:
+        "A stopping job has recorded what was in flight and logged out."
+
+    # -- the admin's controls ----------------------------------------------
+    def pause(self, by: str) -> None:
+        "An admin pauses the job (a running one stops first)."
+
+    def resume(self, by: str) -> None:
+        "An admin resumes a paused job: it is queued again."
+
+    def cancel(self, by: str) -> None:
+        "An admin cancels the job (a running one stops first)."
+
+    # -- the daemon ----------------------------------------------------------
+    def stop(self) -> None:
+        "The daemon stops: take no new messages, end once in-flight is recorded."
+
+    # -- what it is ------------------------------------------------------------
+    def state(self) -> JobState:
+        "Where the job is."
+
+
+def forget(job: str, transition: Transition) -> None:
+    "A C{record} that keeps nothing."
+
+
+@dataclass
+class _Core:
+    """
+    What a job's machine works with.
+
+    @ivar job: the job's name.
+    @ivar progress: where the machine shows the job's state and wait.
+    @ivar clock: times the waits, and the transitions.
+    @ivar record: called with every transition (the state store's
+        C{recordTransition}).
+    @ivar current: the state entered last: written by L{enter} alone.
+    """
+
+    job: str
+    progress: JobProgress
+    clock: IReactorTime
+    record: Callable[[str, Transition], object] = forget
+    current: JobState = JobState.QUEUED
+    timer: IDelayedCall | None = None
+    waiters: list[Deferred[None]] = field(default_factory=list)
+
+    def enter(self, target: JobState, cause: str, by: str | None = None) -> None:
+        """
+        Record the move from L{current} to C{target}.
+        """
+        transition = Transition(self.clock.seconds(), self.current.value, target.value, cause, by)
+        self.current = target
+        self.record(self.job, transition)
+
+    def wait(self, target: JobState, reason: str, until: float | None, by: str | None = None) -> None:
+        """
+        Enter C{target}, a state that waits for C{reason} until C{until}.
+        """
+        self.enter(target, reason, by)
+        self.progress.waitIn(Wait(target, reason, self.clock.seconds(), until, by))
+
+    def timed(self, target: JobState, reason: str, delay: float) -> None:
+        """
+        Enter C{target} and wait C{delay} seconds (L{waited}).
+        """
+        self.wait(target, reason, self.clock.seconds() + delay)
+        self.timer = self.clock.callLater(delay, self.endTimer, None)
+
+    def waited(self) -> Deferred[None]:
+        if self.timer is None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self.waiters.append(waiter)
+        return waiter
+
+    def endTimer(self, error: CancelledError | None) -> None:
+        self.timer = None
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if error is None:
+                waiter.callback(None)
+            else:
+                waiter.errback(error)
+
+    def cancelTimer(self) -> None:
+        """
+        End a wait early: whoever waits gets L{CancelledError}.
+        """
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+            self.endTimer(CancelledError())
+
+    def ended(self, target: JobState, cause: str, error: str | None, by: str | None = None) -> None:
+        """
+        Enter C{target}, a state where the run is over.
+        """
+        self.cancelTimer()
+        self.enter(target, cause, by)
+        self.progress.finished(error)
+
+
+_builder = TypeMachineBuilder(JobInputs, _Core)
+queued = _builder.state("Queued")
+waiting = _builder.state("Waiting")
+connecting = _builder.state("Connecting")
+running = _builder.state("Running")
+backingOff = _builder.state("BackingOff")
+paused = _builder.state("Paused")
+pausedByServer = _builder.state("PausedByServer")
+deferred = _builder.state("Deferred")
+stopping = _builder.state("Stopping")
+stopped = _builder.state("Stopped")
+done = _builder.state("Done")
+doneWithFailures = _builder.state("DoneWithFailures")
+failed = _builder.state("Failed")
+cancelled = _builder.state("Cancelled")
+
+_ALL = (
+    queued, waiting, connecting, running, backingOff, paused, pausedByServer, deferred,
+    stopping, stopped, done, doneWithFailures, failed, cancelled,
+)
+_RUNNING = (connecting, running)
+_TIMED = (backingOff, pausedByServer)
+_ENDED = (stopped, done, doneWithFailures, failed)
+_IDLE = (queued, waiting, deferred)
+
+for _state in _ALL:
+    @_state.upon(JobInputs.state).loop()
+    def _where(inputs: JobInputs, core: _Core) -> JobState:
+        return core.current
+
+
+# -- the scheduler ---------------------------------------------------------------
+
+@queued.upon(JobInputs.waitForGrant).to(waiting)
+def _waitForGrant(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.wait(JobState.WAITING, reason, None)
+
+
+@waiting.upon(JobInputs.waitForGrant).loop()
+def _waitForAnother(inputs: JobInputs, core: _Core, reason: str) -> None:
+    # Granted its connections, it waits for a job slot: the same wait.
+    core.progress.waitIn(Wait(JobState.WAITING, reason, core.clock.seconds(), None, None))
+
+
+@queued.upon(JobInputs.start).to(connecting)
+@waiting.upon(JobInputs.start).to(connecting)
+@deferred.upon(JobInputs.start).to(connecting)
+@stopped.upon(JobInputs.start).to(connecting)
+@done.upon(JobInputs.start).to(connecting)
+@doneWithFailures.upon(JobInputs.start).to(connecting)
+@failed.upon(JobInputs.start).to(connecting)
+def _start(inputs: JobInputs, core: _Core) -> None:
+    core.enter(JobState.CONNECTING, "started")
+    core.progress.started()
+
+
+@waiting.upon(JobInputs.requeue).to(queued)
+@deferred.upon(JobInputs.requeue).to(queued)
+@stopped.upon(JobInputs.requeue).to(queued)
+@done.upon(JobInputs.requeue).to(queued)
+@doneWithFailures.upon(JobInputs.requeue).to(queued)
+@failed.upon(JobInputs.requeue).to(queued)
+@cancelled.upon(JobInputs.requeue).to(queued)
+def _requeue(inputs: JobInputs, core: _Core, cause: str, by: str | None) -> None:
+    core.enter(JobState.QUEUED, cause, by)
+    core.progress.waitIn(None)
+    core.progress.error = None
+    core.progress.pausedByAdmin = False
+
+
+@queued.upon(JobInputs.requeue).loop()
+def _stillQueued(inputs: JobInputs, core: _Core, cause: str, by: str | None) -> None:
+    pass
+
+
+# -- the run -------------------------------------------------------------------------
+
+@connecting.upon(JobInputs.connected).to(running)
+def _connected(inputs: JobInputs, core: _Core) -> None:
+    core.enter(JobState.RUNNING, "connected")
+    core.progress.waitIn(None)
+
+
+@stopping.upon(JobInputs.connected).loop()
+def _connectedWhileStopping(inputs: JobInputs, core: _Core) -> None:
+    pass
+
+
+@connecting.upon(JobInputs.backOff).to(backingOff)
+@running.upon(JobInputs.backOff).to(backingOff)
+def _backOff(inputs: JobInputs, core: _Core, reason: str, delay: float) -> None:
+    core.timed(JobState.BACKING_OFF, reason, delay)
+
+
+@connecting.upon(JobInputs.holdByServer).to(pausedByServer)
+@running.upon(JobInputs.holdByServer).to(pausedByServer)
+def _holdByServer(inputs: JobInputs, core: _Core, reason: str, delay: float) -> None:
+    core.timed(JobState.PAUSED_BY_SERVER, reason, delay)
+
+
+@connecting.upon(JobInputs.waitForBudget).to(deferred)
+@running.upon(JobInputs.waitForBudget).to(deferred)
+def _waitForBudget(inputs: JobInputs, core: _Core, reason: str, delay: float) -> None:
+    core.timed(JobState.DEFERRED, reason, delay)
+
+
+@connecting.upon(JobInputs.defer).to(deferred)
+@running.upon(JobInputs.defer).to(deferred)
+def _defer(inputs: JobInputs, core: _Core, reason: str, until: float) -> None:
+    core.wait(JobState.DEFERRED, reason, until)
+
+
+@backingOff.upon(JobInputs.waited).loop()
+@pausedByServer.upon(JobInputs.waited).loop()
+@deferred.upon(JobInputs.waited).loop()
+def _waited(inputs: JobInputs, core: _Core) -> Deferred[None]:
+    return core.waited()
+
+
+@backingOff.upon(JobInputs.retry).to(connecting)
+@pausedByServer.upon(JobInputs.retry).to(connecting)
+@deferred.upon(JobInputs.retry).to(connecting)
+def _retry(inputs: JobInputs, core: _Core) -> None:
+    core.cancelTimer()
+    core.enter(JobState.CONNECTING, "retried")
+    core.progress.waitIn(None)
+
+
+@connecting.upon(JobInputs.succeed).to(done)
+@running.upon(JobInputs.succeed).to(done)
+@stopping.upon(JobInputs.succeed).to(done)
+def _succeed(inputs: JobInputs, core: _Core) -> None:
+    core.ended(JobState.DONE, "every message migrated", None)
+
+
+@connecting.upon(JobInputs.endWithFailures).to(doneWithFailures)
+@running.upon(JobInputs.endWithFailures).to(doneWithFailures)
+@stopping.upon(JobInputs.endWithFailures).to(doneWithFailures)
+def _endWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
+    core.ended(JobState.DONE_WITH_FAILURES, f"{failed} messages failed", None)
+
+
+@queued.upon(JobInputs.fail).to(failed)
+@waiting.upon(JobInputs.fail).to(failed)
+@connecting.upon(JobInputs.fail).to(failed)
+@running.upon(JobInputs.fail).to(failed)
+@stopping.upon(JobInputs.fail).to(failed)
+@backingOff.upon(JobInputs.fail).to(failed)
+@pausedByServer.upon(JobInputs.fail).to(failed)
+@deferred.upon(JobInputs.fail).to(failed)
+@paused.upon(JobInputs.fail).to(failed)
+def _fail(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.ended(JobState.FAILED, reason, reason)
+
+
+@stopping.upon(JobInputs.stopped).to(stopped)
+def _stopped(inputs: JobInputs, core: _Core) -> None:
+    core.ended(JobState.STOPPED, "stopped", "stopped before the end")
+
+
+# -- the admin's controls and the daemon's stop -----------------------------------
+
+@queued.upon(JobInputs.pause).to(paused)
+@waiting.upon(JobInputs.pause).to(paused)
+@backingOff.upon(JobInputs.pause).to(paused)
+@pausedByServer.upon(JobInputs.pause).to(paused)
+@deferred.upon(JobInputs.pause).to(paused)
+@stopped.upon(JobInputs.pause).to(paused)
+@done.upon(JobInputs.pause).to(paused)
+@doneWithFailures.upon(JobInputs.pause).to(paused)
+@failed.upon(JobInputs.pause).to(paused)
+def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.cancelTimer()
+    core.wait(JobState.PAUSED, PAUSED_BY_ADMIN, None, by)
+    core.progress.error = None
+    core.progress.pausedByAdmin = True
+
+
+@connecting.upon(JobInputs.pause).to(stopping)
+@running.upon(JobInputs.pause).to(stopping)
+def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.enter(JobState.STOPPING, "pause", by)
+    core.progress.pausedByAdmin = True
+
+
+@stopping.upon(JobInputs.pause).loop()
+def _pauseWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.progress.pausedByAdmin = True
+
+
+@stopping.upon(JobInputs.resume).loop()
+def _resumeWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.progress.pausedByAdmin = False
+
+
+@paused.upon(JobInputs.pause).loop()
+@stopping.upon(JobInputs.cancel).loop()
+@cancelled.upon(JobInputs.cancel).loop()
+def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
+    pass
+
+
+@paused.upon(JobInputs.resume).to(queued)
+def _resume(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.enter(JobState.QUEUED, "resumed", by)
+    core.progress.waitIn(None)
+    core.progress.pausedByAdmin = False
+
+
+@queued.upon(JobInputs.cancel).to(cancelled)
+@waiting.upon(JobInputs.cancel).to(cancelled)
+@backingOff.upon(JobInputs.cancel).to(cancelled)
+@pausedByServer.upon(JobInputs.cancel).to(cancelled)
+@deferred.upon(JobInputs.cancel).to(cancelled)
+@paused.upon(JobInputs.cancel).to(cancelled)
+@stopped.upon(JobInputs.cancel).to(cancelled)
+@done.upon(JobInputs.cancel).to(cancelled)
+@doneWithFailures.upon(JobInputs.cancel).to(cancelled)
+@failed.upon(JobInputs.cancel).to(cancelled)
+def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.ended(JobState.CANCELLED, "cancelled", CANCELLED_BY_ADMIN, by)
+    core.progress.pausedByAdmin = False
+
+
+@connecting.upon(JobInputs.cancel).to(stopping)
+@running.upon(JobInputs.cancel).to(stopping)
+def _cancelRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.enter(JobState.STOPPING, "cancel", by)
+
+
+@connecting.upon(JobInputs.stop).to(stopping)
+@running.upon(JobInputs.stop).to(stopping)
+def _stop(inputs: JobInputs, core: _Core) -> None:
+    core.enter(JobState.STOPPING, "stop")
+
+
+@waiting.upon(JobInputs.stop).to(stopped)
+@backingOff.upon(JobInputs.stop).to(stopped)
+@pausedByServer.upon(JobInputs.stop).to(stopped)
+@deferred.upon(JobInputs.stop).to(stopped)
+def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
+    core.ended(JobState.STOPPED, "stop", "stopped before the end")
+
+
+@queued.upon(JobInputs.stop).loop()
+@paused.upon(JobInputs.stop).loop()
+@stopping.upon(JobInputs.stop).loop()
+@stopped.upon(JobInputs.stop).loop()
+@done.upon(JobInputs.stop).loop()
+@doneWithFailures.upon(JobInputs.stop).loop()
+@failed.upon(JobInputs.stop).loop()
+@cancelled.upon(JobInputs.stop).loop()
+def _alreadyStill(inputs: JobInputs, core: _Core) -> None:
+    pass
+
+
+_machine: TypeMachine[JobInputs, _Core] = _builder.build()
+
+
+class JobMachines:
+    """
+    Every job's machine, made when first asked for: the scheduler, the
+    controls and each run of a job share its one machine.
+    """
+
+    def __init__(
+        self,
+        progress: MigrationProgress,
+        clock: IReactorTime,
+        record: Callable[[str, Transition], object] = forget,
+    ) -> None:
+        """
+        @param progress: every job's progress, where each machine shows its
+            job's state.
+        @param clock: times the waits and the transitions.
+        @param record: called with every transition of every job.
+        """
+        self._progress = progress
+        self._clock = clock
+        self._record = record
+        self._machines: dict[str, JobInputs] = {}
+
+    def job(self, name: str) -> JobInputs:
+        """
+        Job C{name}'s machine.
+        """
+        machine = self._machines.get(name)
+        if machine is None:
+            machine = JobMachine(name, self._progress.job(name), self._clock, self._record)
+            self._machines[name] = machine
+        return machine
+
+
+def JobMachine(
+    job: str,
+    progress: JobProgress,
+    clock: IReactorTime,
+    record: Callable[[str, Transition], object] = forget,
+) -> JobInputs:
+    """
+    Job C{job}'s machine, starting Queued; C{progress} shows its state.
+
+    @param clock: times the waits and the transitions.
+    @param record: called with every transition (the job's timeline).
+    """
+    machine = _machine(_Core(job, progress, clock, record))
+    progress.showState(machine.state)
+    return machine
+
+
+_NAMES = {
+    "Queued": JobState.QUEUED,
+    "Waiting": JobState.WAITING,
+    "Connecting": JobState.CONNECTING,
+    "Running": JobState.RUNNING,
+    "BackingOff": JobState.BACKING_OFF,
+    "Paused": JobState.PAUSED,
+    "PausedByServer": JobState.PAUSED_BY_SERVER,
+    "Deferred": JobState.DEFERRED,
+    "Stopping": JobState.STOPPING,
+    "Stopped": JobState.STOPPED,
+    "Done": JobState.DONE,
+    "DoneWithFailures": JobState.DONE_WITH_FAILURES,
+    "Failed": JobState.FAILED,
+    "Cancelled": JobState.CANCELLED,
+}
+
+
+def transitions() -> list[tuple[JobState, str, JobState]]:
+    """
+    The machine's moves between states (its loops left out), as
+    C{(source, input, target)}, sorted.
+    """
+    moves = {
+        (_NAMES[source.name], str(symbol), _NAMES[target.name])
+        for source, symbol, target, outputs in _machine.__automat_automaton__.allTransitions()
+        if source != target
+    }
+    return sorted(moves, key=lambda move: (move[0].value, move[1], move[2].value))
+
+
+def diagram() -> str:
+    """
+    A mermaid C{stateDiagram-v2} of the machine, drawn from its own
+    transitions: README's "Job states" section holds it.
+    """
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for source, symbol, target in transitions():
+        arrows.setdefault((source.value, target.value), []).append(symbol)
+    lines = ["stateDiagram-v2", "    [*] --> queued"]
+    for (left, right), symbols in sorted(arrows.items()):
+        lines.append(f"    {left} --> {right}: {', '.join(sorted(symbols))}")
+    return "\n".join(lines) + "\n"
+
+
+DIAGRAM_START = "<!-- job-states: generated by `python -m imapmig.job.machine README.md` -->"
+DIAGRAM_END = "<!-- /job-states -->"
+
+
+def withDiagram(readme: str) -> str:
+    """
+    C{readme} with the text between L{DIAGRAM_START} and L{DIAGRAM_END}
+    replaced by the machine's L{diagram} in a mermaid block.
+
+    @raise ValueError: if C{readme} lacks the markers.
+    """
+    start = readme.index(DIAGRAM_START) + len(DIAGRAM_START)
+    end = readme.index(DIAGRAM_END, start)
+    return readme[:start] + "\n```mermaid\n" + diagram() + "```\n" + readme[end:]
+
+
+def main(argv: list[str]) -> int:
+    """
+    Write the machine's diagram into the README named by C{argv[1]}.
+    """
+    with open(argv[1], encoding="utf-8") as f:
+        readme = f.read()
+    with open(argv[1], "w", encoding="utf-8") as f:
+        f.write(withDiagram(readme))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv))
