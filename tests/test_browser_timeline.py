@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.state import Transition
+from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.dovecot import requireDovecot
 from tests.browser import requireBrowser, saveScreenshot, screenshotDirectory, startBrowser
@@ -40,6 +40,12 @@ _T = TypeVar("_T")
 
 JOB = "retried@example.org"
 
+LONG = "flapping@example.org"
+"""
+A job that backed off and reconnected more often than its timeline
+keeps.
+"""
+
 STEP = 60.0
 """
 The bound of each wait (generous: the test must pass beside a CPU hog).
@@ -51,8 +57,8 @@ ADMIN = "192.0.2.7"
 def seededTimeline(start: float) -> list[Transition]:
     """
     The timeline of a job that backed off and retried, was paused and
-    resumed, failed at login, was retried by the admin and then cancelled,
-    from C{start}.
+    resumed, failed at login, was retried by the admin, ran when the daemon
+    was killed, and was cancelled after the next start, from C{start}.
     """
     steps = [
         (0, "queued", "connecting", "started", None),
@@ -68,6 +74,10 @@ def seededTimeline(start: float) -> list[Transition]:
         (2000, "failed", "queued", "retry failed by the admin", ADMIN),
         (2001, "queued", "connecting", "started", None),
         (2003, "connecting", "running", "connected", None),
+        # The daemon was killed while the job ran: nothing recorded until
+        # the next start.
+        (2500, "queued", "connecting", "started", None),
+        (2502, "connecting", "running", "connected", None),
         (3000, "running", "stopping", "cancelled by the admin", "192.0.2.9"),
         (3001, "stopping", "cancelled", "cancelled by the admin", "192.0.2.9"),
     ]
@@ -105,7 +115,7 @@ class TimelineBrowserTests(SynchronousTestCase):
         self.migration = writeLiveMigration(
             self.directory,
             instance,
-            [(JOB, freshUser(instance), 6)],
+            [(JOB, freshUser(instance), 6), (LONG, freshUser(instance), 1)],
             messagesPerSecond=50,
             token=secrets.token_urlsafe(24),
         )
@@ -143,6 +153,11 @@ class TimelineBrowserTests(SynchronousTestCase):
         store = SQLiteStateStore(os.path.join(self.directory, "state.sqlite"), time.time)
         for transition in seeded:
             self.successResultOf(store.recordTransition(JOB, transition))
+        for n in range(TIMELINE_FIRST + TIMELINE_LATEST + 100):
+            flap = ("running", "backing_off") if n % 2 else ("backing_off", "running")
+            self.successResultOf(
+                store.recordTransition(LONG, Transition(start + n, *flap, f"attempt {n}"))
+            )
         store.close()
         self.daemon = DaemonRun(self.migration.configPath, os.path.join(self.directory, "daemon.log"))
         self.addCleanup(self.daemon.kill)
@@ -169,7 +184,7 @@ class TimelineBrowserTests(SynchronousTestCase):
             [t.time for t in seeded[:2] + seeded[-8:]],
         )
         more = self.driver.find_element("css selector", "#job-timeline tr.timeline-more")
-        self.assertIn("5 more changes", more.text)
+        self.assertIn("7 more changes", more.text)
         saveScreenshot(self.driver, os.path.join(screenshotDirectory(), "timeline-compact.png"))
 
         self.driver.find_element("id", "job-timeline-all").click()
@@ -177,10 +192,12 @@ class TimelineBrowserTests(SynchronousTestCase):
             "every change after Show all",
             lambda driver: (
                 lambda shown: shown if len(shown) == len(seeded) else None
-            )(driver.execute_script(READ_TIMELINE)),
+            )([row for row in driver.execute_script(READ_TIMELINE) if row["time"]]),
         )
         for index, (row, transition) in enumerate(zip(rows, seeded)):
             following = seeded[index + 1] if index + 1 < len(seeded) else None
+            if following is not None and following.source != transition.target:
+                following = None
             self.assertEqual(
                 (float(row["time"]), row["from"], row["to"], row["badge"], row["cause"], row["by"]),
                 (transition.time, transition.source, transition.target, transition.target,
@@ -192,8 +209,55 @@ class TimelineBrowserTests(SynchronousTestCase):
             else:
                 self.assertEqual(float(row["stay"]), following.time - transition.time)
             self.assertTrue(row["when"], f"row {index}")
-        # How long it was paused, and the cancel's row: no duration, ended.
+        # How long it was paused; the change before the restart and the
+        # cancel (ended) with no duration; a note where the chain breaks.
         self.assertEqual(rows[6]["stayText"], "9 min 59 s")
-        self.assertEqual(rows[-1]["stayText"], "–")
+        self.assertEqual((rows[12]["stayText"], rows[-1]["stayText"]), ("–", "–"))
         self.assertNotIn("timeline-current", rows[-1]["class"])
+        self.assertEqual(
+            self.gaps(), [(13, "⋯ changes between these not recorded")]
+        )
         saveScreenshot(self.driver, os.path.join(screenshotDirectory(), "timeline-all.png"))
+
+        # A timeline past its bound: its first 20 and latest 480 changes,
+        # a note where the dropped ones were, and no duration across them.
+        self.driver.get(f"http://127.0.0.1:{port}/#job={quote(LONG, safe='')}")
+        self.waitPage(
+            "the long timeline's Show all",
+            lambda driver: driver.find_elements("id", "job-timeline-all") or None,
+        )[0].click()
+        kept = TIMELINE_FIRST + TIMELINE_LATEST
+        rows = self.waitPage(
+            "the long timeline in full",
+            lambda driver: (
+                lambda shown: shown if len(shown) == kept else None
+            )([row for row in driver.execute_script(READ_TIMELINE) if row["time"]]),
+        )
+        self.assertEqual(
+            [row["cause"] for row in rows[TIMELINE_FIRST - 1 : TIMELINE_FIRST + 1]],
+            [f"attempt {TIMELINE_FIRST - 1}", f"attempt {100 + TIMELINE_FIRST}"],
+        )
+        self.assertEqual(
+            (rows[TIMELINE_FIRST - 2]["stay"], rows[TIMELINE_FIRST - 1]["stay"]), ("1", "")
+        )
+        self.assertEqual(
+            self.gaps(),
+            [(TIMELINE_FIRST, "⋯ changes between these not kept (a job's first 20 and latest 480 are)")],
+        )
+
+    def gaps(self) -> list[tuple[int, str]]:
+        """
+        The notes of the timeline's breaks, each with how many changes
+        come before it.
+        """
+        found: list[list[Any]] = self.driver.execute_script(
+            """
+            var seen = 0, gaps = [];
+            document.querySelectorAll("#job-timeline tbody tr").forEach(function (tr) {
+              if (tr.hasAttribute("data-time")) seen += 1;
+              else if (tr.classList.contains("timeline-gap")) gaps.push([seen, tr.textContent]);
+            });
+            return gaps;
+            """
+        )
+        return [(int(seen), str(text)) for seen, text in found]

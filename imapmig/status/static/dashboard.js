@@ -693,6 +693,9 @@
   // long the job stayed in the state it entered, why and who asked. A long
   // one shows its first and latest changes, and "Show all".
   var TIMELINE_SHOWN = 10, TIMELINE_FIRST = 2;
+  // The store keeps a job's first 20 and latest 480 changes: in a timeline
+  // that long, those between the 20th and the 21st were dropped.
+  var KEPT_FIRST = 20, KEPT = 500;
   function endedState(s) { return ENDED_STATES[s] === true || s === "done_with_failures"; }
   function renderTimeline(answer, detail) {
     var items = answer.timeline || [];
@@ -722,21 +725,25 @@
     var compact = items.length > TIMELINE_SHOWN && !detail.timelineAll;
     var hideFrom = compact ? TIMELINE_FIRST : items.length;
     var hideTo = compact ? items.length - (TIMELINE_SHOWN - TIMELINE_FIRST) : items.length;
+    var dropped = items.length >= KEPT ? KEPT_FIRST - 1 : -1;
     items.forEach(function (t, n) {
       if (n >= hideFrom && n < hideTo) {
         if (n === hideFrom) tbody.appendChild(timelineMore(hideTo - hideFrom, detail));
         return;
       }
       var next = items[n + 1];
-      tbody.appendChild(timelineRow(t, next, now));
-      // Not a chain: transitions between were not kept (a long timeline
-      // keeps its first and latest) or not recorded (a daemon killed).
-      if (next && next.from !== t.to && !(n + 1 >= hideFrom && n + 1 < hideTo)) {
-        tbody.appendChild(timelineNote("timeline-gap", "⋯ not recorded or not kept between these"));
+      // Not a chain: the changes between were dropped (past the bound), or
+      // never recorded (a daemon killed): no duration, a note instead.
+      var broken = !!next && (n === dropped || next.from !== t.to);
+      tbody.appendChild(timelineRow(t, next, broken, now));
+      if (broken && !(n + 1 >= hideFrom && n + 1 < hideTo)) {
+        tbody.appendChild(timelineNote("timeline-gap", n === dropped ?
+          "⋯ changes between these not kept (a job's first 20 and latest 480 are)" :
+          "⋯ changes between these not recorded"));
       }
     });
   }
-  function timelineRow(t, next, now) {
+  function timelineRow(t, next, broken, now) {
     var tr = document.createElement("tr");
     tr.setAttribute("data-from", t.from);
     tr.setAttribute("data-to", t.to);
@@ -754,7 +761,7 @@
     change.appendChild(badge);
     // How long the job stayed in the state it entered: until the next
     // change, or, for the state it is in, so far (filled in each poll).
-    var lasted = next && next.from === t.to ? next.time - t.time : null;
+    var lasted = next && !broken ? next.time - t.time : null;
     var stay = el("td", "timeline-for n", lasted === null ? "–" : duration(lasted));
     stay.setAttribute("data-value", dataValue(lasted));
     if (!next && !endedState(t.to)) tr.classList.add("timeline-current");
