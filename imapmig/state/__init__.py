@@ -451,8 +451,8 @@ def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
 
 class IStateStore(Interface):
     """
-    Durable record of outcomes, folder marks and the journal of batches in
-    flight.  Methods return Deferreds so that a networked store
+    Durable record of outcomes, folder marks, the journal of batches in
+    flight, and each job's timeline.  Methods return Deferreds so that a networked store
     (PostgreSQL) fits the same interface.
 
     The journal makes copying exactly-once without recognising content:
