@@ -15,11 +15,18 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError
-from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, IStateStore, Transition
+from imapmig.state import (
+    TIMELINE_FIRST,
+    TIMELINE_LATEST,
+    IStateStore,
+    Transition,
+    transitionRecorder,
+)
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import _DROP_TIMELINES
@@ -275,3 +282,41 @@ class SQLiteTimelineTests(TimelineContractMixin, SynchronousTestCase):
         self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")
         self.successResultOf(store.recordTransition("job", PAUSED))
         self.assertEqual(self.successResultOf(store.timeline("job")), [PAUSED])
+
+
+class TransitionRecorderTests(SynchronousTestCase):
+    """
+    L{transitionRecorder}: what a job's machine calls with each transition.
+    """
+
+    def test_records(self) -> None:
+        """
+        Each transition it is called with is recorded in the store's
+        timeline of the job, and nothing is logged.
+        """
+        store = MemoryStateStore()
+        self.addCleanup(store.close)
+        record = transitionRecorder(store)
+        with capturedLogs() as events:
+            record("job", PAUSED)
+            record("job", RESUMED)
+        self.assertEqual(self.successResultOf(store.timeline("job")), [PAUSED, RESUMED])
+        self.assertEqual(list(events), [])
+
+    def test_storeFailureLogged(self) -> None:
+        """
+        A store that cannot record (here: closed, as at shutdown) is logged
+        as an error naming the job and the change, and the failure goes no
+        further (no unhandled error, no exception to the machine).
+        """
+        store = MemoryStateStore()
+        store.close()
+        with capturedLogs() as events:
+            transitionRecorder(store)("job", PAUSED)
+        [event] = events
+        self.assertEqual(
+            (event["log_level"], event["job"], event["source"], event["target"]),
+            (LogLevel.error, "job", "running", "paused"),
+        )
+        self.assertIn("closed", event["why"])
+

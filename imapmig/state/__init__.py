@@ -11,10 +11,12 @@ fake.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, overload
+from typing import Callable, NamedTuple, Sequence, overload
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import Interface
 
 
@@ -727,3 +729,31 @@ class IStateStore(Interface):
         """
         Release the store; nothing is recorded afterwards.
         """
+
+
+_log = Logger()
+
+
+def transitionRecorder(store: IStateStore) -> Callable[[str, Transition], None]:
+    """
+    What a job's machine calls with each of its transitions to record it
+    in C{store}'s timeline of the job (L{IStateStore.recordTransition}):
+    a store that cannot record it (closed at shutdown, a full disk) is
+    logged, once per transition, and the job goes on; the timeline is a
+    record, not a condition of the migration.
+    """
+
+    def record(job: str, transition: Transition) -> None:
+        def failed(failure: Failure) -> None:
+            _log.error(
+                "Could not record job {job}'s change from {source} to {target} in its"
+                " timeline: {why}",
+                job=job,
+                source=transition.source,
+                target=transition.target,
+                why=str(failure.value),
+            )
+
+        store.recordTransition(job, transition).addErrback(failed)
+
+    return record
