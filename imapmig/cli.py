@@ -10,7 +10,8 @@ converted, why the job's latest run failed (a refused login, TLS refused,
 retries given up) if it did, every failed message with its reason and
 every message with a note (something not carried over exactly), and the
 admin's hold on the job if any (paused or cancelled, by whom, when), and
-for a held or failed job its last change of state with its cause;
+for a held job or one whose run failed its last change of state with its
+cause;
 then a summary of the run (jobs done, done with failures, failed, held,
 not run; messages, octets, duration, rate).  C{--json} carries each job's
 timeline too (every change of state kept); C{--csv} writes one row per
@@ -242,7 +243,7 @@ def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
         out.write(f"  {held['state']}{by} at {held['at']}\n")
     if entry["job_failure"] is not None:
         out.write(f"  job failed\t{entry['job_failure']}\n")
-    if entry["timeline"] and (held is not None or not entry["ok"]):
+    if entry["timeline"] and (held is not None or entry["job_failure"] is not None):
         out.write(_lastChange(entry["timeline"][-1]))
     for failure in entry["failures"]:
         out.write(
@@ -270,8 +271,8 @@ shows; a longer one is cut (its last character then C{…}).
 
 def _lastChange(change: dict[str, Any]) -> str:
     """
-    The text report's line on a held or failed job's last change of
-    state: from and to, when (ISO 8601, UTC), and its cause, on one line
+    The text report's line on the last change of state of a held job or
+    one whose latest run failed: from and to, when (ISO 8601, UTC), and its cause, on one line
     (control characters as spaces) and cut at L{LAST_CAUSE_LENGTH}.
     """
     at = datetime.fromtimestamp(change["time"], timezone.utc).isoformat(timespec="seconds")

@@ -174,9 +174,10 @@ class ReportTests(SynchronousTestCase):
     def test_timeline(self) -> None:
         """
         The JSON report carries each job's timeline as the store keeps it
-        (empty for none); the text report shows the last change of a
-        failed or held job, one line, its cause cut and without control
-        characters, and none for a job that ended well.
+        (empty for none); the text report shows the last change of a held
+        job or one whose run failed, one line, its cause cut and without
+        control characters, and none for a job that ended well or with
+        failed messages only.
         """
         store = MemoryStateStore(seconds=lambda: 1700000000.0)
         started = Transition(1700000000.0, "queued", "running", "started")
@@ -192,8 +193,12 @@ class ReportTests(SynchronousTestCase):
             "dave", Transition(1700000120.0, "running", "paused", "paused by the admin " + "x" * 200, "192.0.2.7")
         )
         store.recordJobHolds(["dave"], "paused", "192.0.2.7")
+        store.recordOutcomes("frank", [MessageOutcome("", "m1", "INBOX", 10, failure="NO")])
+        store.recordTransition(
+            "frank", Transition(1700000150.0, "running", "done_with_failures", "1 message failed")
+        )
         out = io.StringIO()
-        self.assertEqual(report(store, ["bob", "carol", "dave", "erin"], False, out), 1)
+        self.assertEqual(report(store, ["bob", "carol", "dave", "erin", "frank"], False, out), 1)
         lines = out.getvalue().splitlines()
         self.assertEqual(
             [line for line in lines if line.startswith("  last change")],
