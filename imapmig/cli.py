@@ -9,9 +9,12 @@ copied, found already present and failed, how many had their line endings
 converted, why the job's latest run failed (a refused login, TLS refused,
 retries given up) if it did, every failed message with its reason and
 every message with a note (something not carried over exactly), and the
-admin's hold on the job if any (paused or cancelled, by whom, when);
+admin's hold on the job if any (paused or cancelled, by whom, when), and
+for a held job or one whose run failed its last change of state with its
+cause;
 then a summary of the run (jobs done, done with failures, failed, held,
-not run; messages, octets, duration, rate).  C{--csv} writes one row per
+not run; messages, octets, duration, rate).  C{--json} carries each job's
+timeline too (every change of state kept); C{--csv} writes one row per
 job instead (no summary); C{--failures} lists every failed message of
 every job with its Message-ID, Date, From and Subject (with C{--csv}, as
 the status site's C{/manifest.csv}).
@@ -117,6 +120,7 @@ def report(
         failed = _now(store.failures(job))
         notes = _now(store.notes(job))
         fallbacks = _now(store.folderFallbacks(job))
+        timeline = _now(store.timeline(job))
         document.append(
             {
                 "job": job,
@@ -164,6 +168,10 @@ def report(
                 "folder_fallbacks": [
                     {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
                     for f in fallbacks
+                ],
+                "timeline": [
+                    {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
+                    for t in timeline
                 ],
             }
         )
@@ -235,6 +243,8 @@ def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
         out.write(f"  {held['state']}{by} at {held['at']}\n")
     if entry["job_failure"] is not None:
         out.write(f"  job failed\t{entry['job_failure']}\n")
+    if entry["timeline"] and (held is not None or entry["job_failure"] is not None):
+        out.write(_lastChange(entry["timeline"][-1]))
     for failure in entry["failures"]:
         out.write(
             f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
@@ -250,6 +260,29 @@ def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
             f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
             f"\t{fallback['reason']}\n"
         )
+
+
+LAST_CAUSE_LENGTH = 120
+"""
+The most characters of the cause the text report's C{last change} line
+shows; a longer one is cut (its last character then C{…}).
+"""
+
+
+def _lastChange(change: dict[str, Any]) -> str:
+    """
+    The text report's line on the last change of state of a held job or
+    one whose latest run failed: from and to, when (ISO 8601, UTC), and its cause, on one line
+    (control characters as spaces) and cut at L{LAST_CAUSE_LENGTH}.
+    """
+    at = datetime.fromtimestamp(change["time"], timezone.utc).isoformat(timespec="seconds")
+    cause = "".join(c if c.isprintable() else " " for c in str(change["cause"]))
+    if len(cause) > LAST_CAUSE_LENGTH:
+        cause = cause[: LAST_CAUSE_LENGTH - 1] + "…"
+    return (
+        f"  last change\t{change['from']} -> {change['to']}"
+        f" at {at.replace('+00:00', 'Z')}\t{cause}\n"
+    )
 
 
 def _writeFailures(

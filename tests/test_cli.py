@@ -19,7 +19,7 @@ import imapmig
 
 from imapmig.cli import main, report, reportNotWritten, verify
 from imapmig.config import loadConfig
-from imapmig.state import FolderFallback, MessageOutcome
+from imapmig.state import FolderFallback, MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 
@@ -170,6 +170,58 @@ class ReportTests(SynchronousTestCase):
             (True, {"state": "paused", "by": "192.0.2.7", "at": "2023-11-14T22:13:20Z"}),
         )
         self.assertEqual((bob["ok"], bob["hold"]["state"]), (False, "cancelled"))
+
+    def test_timeline(self) -> None:
+        """
+        The JSON report carries each job's timeline as the store keeps it
+        (empty for none); the text report shows the last change of a held
+        job or one whose run failed, one line, its cause cut and without
+        control characters, and none for a job that ended well or with
+        failed messages only.
+        """
+        store = MemoryStateStore(seconds=lambda: 1700000000.0)
+        started = Transition(1700000000.0, "queued", "running", "started")
+        store.recordTransition("bob", started)
+        store.recordTransition(
+            "bob", Transition(1700000060.0, "running", "failed", "login refused: \x1b]0;x\x07 NO")
+        )
+        store.recordJobFailure("bob", "login refused")
+        store.recordTransition("carol", started)
+        store.recordTransition("carol", Transition(1700000090.0, "running", "done", "done"))
+        store.recordTransition("dave", started)
+        store.recordTransition(
+            "dave", Transition(1700000120.0, "running", "paused", "paused by the admin " + "x" * 200, "192.0.2.7")
+        )
+        store.recordJobHolds(["dave"], "paused", "192.0.2.7")
+        store.recordOutcomes("frank", [MessageOutcome("", "m1", "INBOX", 10, failure="NO")])
+        store.recordTransition(
+            "frank", Transition(1700000150.0, "running", "done_with_failures", "1 message failed")
+        )
+        out = io.StringIO()
+        self.assertEqual(report(store, ["bob", "carol", "dave", "erin", "frank"], False, out), 1)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(
+            [line for line in lines if line.startswith("  last change")],
+            [
+                "  last change\trunning -> failed at 2023-11-14T22:14:20Z\tlogin refused:  ]0;x  NO",
+                "  last change\trunning -> paused at 2023-11-14T22:15:20Z\tpaused by the admin "
+                + "x" * 99 + "…",
+            ],
+        )
+        self.assertEqual(lines[2], "  last change\trunning -> failed at 2023-11-14T22:14:20Z"
+                         "\tlogin refused:  ]0;x  NO")  # fmt: skip
+        out = io.StringIO()
+        report(store, ["bob", "carol", "erin"], True, out)
+        bob, carol, erin = json.loads(out.getvalue())
+        self.assertEqual(
+            carol["timeline"],
+            [
+                {"time": 1700000000.0, "from": "queued", "to": "running", "cause": "started", "by": None},
+                {"time": 1700000090.0, "from": "running", "to": "done", "cause": "done", "by": None},
+            ],
+        )
+        self.assertEqual(bob["timeline"][-1]["cause"], "login refused: \x1b]0;x\x07 NO")
+        self.assertEqual(erin["timeline"], [])
 
     def test_allGood(self) -> None:
         """

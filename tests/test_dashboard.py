@@ -53,6 +53,7 @@ CONTRACT_IDS = {
     "jobs-prev": "button", "jobs-next": "button", "jobs-page": None,
     "job-detail": None, "job-folders": "table", "job-failures": "table",
     "job-failures-q": "input", "job-failures-prev": "button", "job-failures-next": "button",
+    "job-timeline": "table",
     "token": "input", "token-save": "button", "token-clear": "button",
     "pause-all": "button", "resume-all": "button", "control-status": None,
 }

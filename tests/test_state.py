@@ -99,9 +99,14 @@ def noted(
     )
 
 
-# Takes a database back from version 10 to 9: no names of messages.
+# Takes a database back from version 11 to 10: no timelines.
+_DROP_TIMELINES = "DROP TABLE job_transitions; "
+
+# Takes a database back from version 11 to 9: no timelines, no names of
+# messages.
 _DROP_NAMES = (
-    "ALTER TABLE messages DROP COLUMN message_date;"
+    _DROP_TIMELINES
+    + "ALTER TABLE messages DROP COLUMN message_date;"
     " ALTER TABLE messages DROP COLUMN message_from;"
     " ALTER TABLE messages DROP COLUMN message_subject; "
 )

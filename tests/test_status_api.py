@@ -21,7 +21,7 @@ from urllib.parse import quote
 import attrs
 from treq.testing import StubTreq
 from twisted.internet.address import IPv4Address
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -38,7 +38,7 @@ from imapmig.errors import PermanentError
 from imapmig.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.job.machine import JobMachine
-from imapmig.state import MessageOutcome
+from imapmig.state import MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.manifest import (
     ManifestProducer,
@@ -450,6 +450,48 @@ class JobRoutesTests(APITestCase):
              "message_id": None, "date": None, "from": None, "subject": None,
              "reason": "NO [TOOBIG] too big"},
         )  # fmt: skip
+
+    def test_timeline(self) -> None:
+        """
+        A job's document carries its C{timeline} as the store keeps it,
+        oldest first, each transition C{{time, from, to, cause, by}}, its
+        cause without filesystem paths; a job with none has an empty one.
+        """
+        self.progress.addJob("alpha")
+        self.progress.addJob("beta")
+        self.assertEqual(self.getJSON("/jobs/alpha.json")["timeline"], [])
+        for transition in (
+            Transition(1_700_000_000.0, "queued", "running", "started"),
+            Transition(1_700_000_060.5, "running", "paused", "paused by the admin", "192.0.2.7"),
+            Transition(1_700_000_090.0, "paused", "failed", "cannot read /srv/mail/alice/cur"),
+        ):
+            self.successResultOf(self.store.recordTransition("alpha", transition))
+        self.assertEqual(
+            self.getJSON("/jobs/alpha.json")["timeline"],
+            [
+                {"time": 1_700_000_000.0, "from": "queued", "to": "running",
+                 "cause": "started", "by": None},
+                {"time": 1_700_000_060.5, "from": "running", "to": "paused",
+                 "cause": "paused by the admin", "by": "192.0.2.7"},
+                {"time": 1_700_000_090.0, "from": "paused", "to": "failed",
+                 "cause": "cannot read [path]", "by": None},
+            ],
+        )  # fmt: skip
+        self.assertEqual(self.getJSON("/jobs/beta.json")["timeline"], [])
+
+    def test_timelineStoreError(self) -> None:
+        """
+        A store that cannot read the timeline makes the job's document a
+        500 with a JSON error, logged.
+        """
+        self.progress.addJob("alpha")
+
+        def broken(job: str) -> Deferred[list[Transition]]:
+            return fail(PermanentError("state.sqlite: cannot read the job's timeline"))
+
+        self.patch(self.store, "timeline", broken)
+        self.assertEqual(self.getJSON("/jobs/alpha.json", 500), {"error": "internal error"})
+        self.assertEqual(len(self.flushLoggedErrors(PermanentError)), 1)
 
     def test_nameEncoded(self) -> None:
         """

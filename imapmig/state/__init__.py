@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_state -*-
 """
 The state store: every source message's outcome, every source folder's mark
-for delta passes, and the journal of batches in flight, per job.
+for delta passes, the journal of batches in flight, and the timeline of
+the job's states, per job.
 
 One interface, L{IStateStore}; SQLite (L{imapmig.state.sqlite}) is the
 embedded default, and an in-memory store (L{imapmig.state.memory}) is its
@@ -10,10 +11,12 @@ fake.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, overload
+from typing import Callable, NamedTuple, Sequence, overload
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import Interface
 
 
@@ -376,6 +379,42 @@ class JobHold:
     at: float
 
 
+@frozen
+class Transition:
+    """
+    One change of a job's state, as the job's machine makes it: an entry
+    of the job's timeline.
+
+    @ivar time: when, in the machine's clock's seconds (the epoch).
+    @ivar source: the state it left (an L{imapmig.progress.JobState}
+        value; C{from} in JSON).
+    @ivar target: the state it entered, likewise (C{to} in JSON).
+    @ivar cause: why, in words (C{"paused by the admin"}, C{"login
+        refused: ..."}, C{"retry 2 of 5 in 30 s: connection lost"}).
+    @ivar by: who asked (the client's address), for a change an admin
+        asked for; L{None} otherwise.
+    """
+
+    time: float
+    source: str
+    target: str
+    cause: str
+    by: str | None = None
+
+
+TIMELINE_FIRST = 20
+"""
+How many of a job's first transitions its timeline keeps: how it began.
+"""
+
+TIMELINE_LATEST = 480
+"""
+How many of a job's latest transitions its timeline keeps besides the
+first ones: a job that backs off for days does not grow the store
+without bound; the ones in between are dropped as new ones come.
+"""
+
+
 def asciiLower(text: str) -> str:
     """
     C{text} with its ASCII letters in lower case, others as they are: the
@@ -414,8 +453,8 @@ def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
 
 class IStateStore(Interface):
     """
-    Durable record of outcomes, folder marks and the journal of batches in
-    flight.  Methods return Deferreds so that a networked store
+    Durable record of outcomes, folder marks, the journal of batches in
+    flight, and each job's timeline.  Methods return Deferreds so that a networked store
     (PostgreSQL) fits the same interface.
 
     The journal makes copying exactly-once without recognising content:
@@ -652,6 +691,20 @@ class IStateStore(Interface):
         (the caller ignores those).
         """
 
+    def recordTransition(job: str, transition: Transition) -> "Deferred[None]":
+        """
+        Add C{transition} at the end of C{job}'s timeline, in one
+        transaction that does not wait for the disk (as outcomes are
+        recorded); the timeline then keeps its first L{TIMELINE_FIRST} and
+        its latest L{TIMELINE_LATEST} transitions, dropping those between.
+        """
+
+    def timeline(job: str) -> "Deferred[list[Transition]]":
+        """
+        The transitions kept of C{job}'s timeline, oldest first (in the
+        order they were recorded); empty for a job with none.
+        """
+
     def budgetUsed(server: str, user: str, direction: str, day: str) -> "Deferred[int]":
         """
         The octets recorded as moved for the account C{user} on C{server}
@@ -676,3 +729,31 @@ class IStateStore(Interface):
         """
         Release the store; nothing is recorded afterwards.
         """
+
+
+_log = Logger()
+
+
+def transitionRecorder(store: IStateStore) -> Callable[[str, Transition], None]:
+    """
+    What a job's machine calls with each of its transitions to record it
+    in C{store}'s timeline of the job (L{IStateStore.recordTransition}):
+    a store that cannot record it (closed at shutdown, a full disk) is
+    logged, once per transition, and the job goes on; the timeline is a
+    record, not a condition of the migration.
+    """
+
+    def record(job: str, transition: Transition) -> None:
+        def failed(failure: Failure) -> None:
+            _log.error(
+                "Could not record job {job}'s change from {source} to {target} in its"
+                " timeline: {why}",
+                job=job,
+                source=transition.source,
+                target=transition.target,
+                why=str(failure.value),
+            )
+
+        store.recordTransition(job, transition).addErrback(failed)
+
+    return record

@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -150,6 +150,25 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE messages ADD COLUMN message_date TEXT",
         "ALTER TABLE messages ADD COLUMN message_from TEXT",
         "ALTER TABLE messages ADD COLUMN message_subject TEXT",
+    ),
+    # Version 11: each job's timeline, the changes of its state
+    # (imapmig.state.Transition), numbered per job from 1 in the order
+    # recorded; the first and the latest are kept, the numbers between
+    # deleted (imapmig.state._timeline).  "from" and "to" are SQL words,
+    # hence source and target.
+    11: (
+        """
+        CREATE TABLE job_transitions (
+            job TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            time REAL NOT NULL,
+            source TEXT NOT NULL,
+            target TEXT NOT NULL,
+            cause TEXT NOT NULL,
+            by TEXT,
+            PRIMARY KEY (job, seq)
+        ) WITHOUT ROWID
+        """,
     ),
 }
 

@@ -28,12 +28,14 @@ from imapmig.state import (
     MessageNames,
     MessageOutcome,
     OutcomeCounts,
+    Transition,
     asciiLower,
     asMessageOutcome,
     outcomeMatches,
     withNames,
 )
 from imapmig.state._packing import packMessages
+from imapmig.state._timeline import appendBounded
 
 # The range of SQLite's INTEGER, which the fake enforces too.
 _INTEGER_MIN = -(2**63)
@@ -92,6 +94,8 @@ class MemoryStateStore:
         self._holds: dict[str, JobHold] = {}
         # (server, user, direction) -> day -> octets
         self._budgets: dict[tuple[str, str, str], dict[str, int]] = {}
+        # job -> its timeline, oldest first, bounded as SQLite's
+        self._timelines: dict[str, list[Transition]] = {}
 
     def _open(self) -> dict[str, dict[str, dict[str, MessageOutcome]]]:
         """
@@ -555,6 +559,34 @@ class MemoryStateStore:
             return fail(e)
         return succeed(dict(self._holds))
 
+    def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
+        """
+        See L{IStateStore.recordTransition}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        t = transition
+        error = _unencodable((job, t.source, t.target, t.cause, t.by))
+        if error is not None:
+            return fail(PermanentError(f"memory: cannot record the job's transition: {error}"))
+        if t.time != t.time:
+            # SQLite stores a NaN as NULL, which the column refuses.
+            return fail(PermanentError("memory: cannot record the job's transition: no time"))
+        appendBounded(self._timelines.setdefault(job, []), transition)
+        return succeed(None)
+
+    def timeline(self, job: str) -> Deferred[list[Transition]]:
+        """
+        See L{IStateStore.timeline}.
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(list(self._timelines.get(job, ())))
+
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
         """
         See L{IStateStore.budgetUsed}.
@@ -597,3 +629,4 @@ class MemoryStateStore:
         self._fallbacks = {}
         self._jobFailures = {}
         self._holds = {}
+        self._timelines = {}

@@ -55,10 +55,12 @@ from imapmig.state import (
     MessageNames,
     MessageOutcome,
     OutcomeCounts,
+    Transition,
     asciiLower,
 )
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion, rollback
+from imapmig.state._timeline import READ_TIMELINE, transitionOf, writeTransition
 from imapmig.state.lock import FileKey, StateFileLock, connectionClosed, connectionOpened, fileKey
 
 _T = TypeVar("_T")
@@ -981,6 +983,36 @@ class SQLiteStateStore:
                 str(job): JobHold(str(hold), None if by is None else str(by), float(at))
                 for job, hold, by, at in rows
             },
+        )
+
+    def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
+        """
+        See L{IStateStore.recordTransition}: one transaction, as a batch of
+        outcomes is (in WAL mode with C{synchronous=NORMAL}, its commit
+        does not wait for the disk), of an insert and, past the bound, a
+        delete (L{imapmig.state._timeline.writeTransition}).
+        """
+        return self._transaction(
+            "record the job's transition",
+            lambda connection: writeTransition(connection, job, transition),
+        )
+
+    def timeline(self, job: str) -> Deferred[list[Transition]]:
+        """
+        See L{IStateStore.timeline}.
+        """
+        if self._version < 11:
+            # An older database opened read-only records no timeline.
+            try:
+                self._open()
+            except PermanentError as e:
+                return fail(e)
+            return succeed([])
+        return self._read(
+            "read the job's timeline",
+            READ_TIMELINE,
+            (job,),
+            lambda rows: [transitionOf(row) for row in rows],
         )
 
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:

@@ -3,7 +3,8 @@
 C{/jobs/...}: one job's detail, its failed messages page by page, and its
 audit manifest.
 
-    /jobs/NAME.json                 the job, its folders, its first failures
+    /jobs/NAME.json                 the job, its folders, its first failures,
+                                    its timeline
     /jobs/NAME/failures.json        ?offset=&limit=&q=&after= failed messages
     /jobs/NAME/manifest.csv         every message not copied, to download
     /jobs/NAME/manifest.json        the same as JSON
@@ -28,7 +29,7 @@ import imapmig
 from imapmig.plan import FolderRules
 from imapmig.progress import JobProgress
 from imapmig.redact import withoutPaths
-from imapmig.state import FailuresPage, IStateStore, MessageOutcome
+from imapmig.state import FailuresPage, IStateStore, MessageOutcome, Transition
 from imapmig.status._http import (
     READ_METHODS,
     JSONNotFound,
@@ -46,7 +47,7 @@ from imapmig.status.manifest import (
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import FailureQuery, parseFailureQuery
 
-__all__ = ["JobsResource", "runManifest", "failureItem"]
+__all__ = ["JobsResource", "runManifest", "failureItem", "timelineItem"]
 
 FIRST_FAILURES = 50
 """
@@ -84,6 +85,20 @@ def failureItem(outcome: MessageOutcome, folderNames: Mapping[str, str]) -> dict
         "from": outcome.sender,
         "subject": outcome.subject,
         "reason": None if outcome.failure is None else withoutPaths(outcome.failure),
+    }
+
+
+def timelineItem(transition: Transition) -> dict[str, object]:
+    """
+    The contract's item of a job's C{timeline}; its cause without
+    filesystem paths (L{withoutPaths}: the page is unauthenticated).
+    """
+    return {
+        "time": transition.time,
+        "from": transition.source,
+        "to": transition.target,
+        "cause": withoutPaths(transition.cause),
+        "by": transition.by,
     }
 
 
@@ -189,8 +204,8 @@ class _JobDocument(ReadOnlyResource):
 
     def renderBody(self, request: Request) -> Deferred[bytes]:
         """
-        The job, its folders and excluded folders, and a first page of its
-        failures (the failures query applies).
+        The job, its folders and excluded folders, a first page of its
+        failures (the failures query applies), and its timeline.
         """
         query = parseFailureQuery(request.uri, request.args, FIRST_FAILURES)
         view = self._context.view
@@ -203,11 +218,15 @@ class _JobDocument(ReadOnlyResource):
             job.name, query.offset, query.limit, query.text, query.after
         )
 
-        def done(page: FailuresPage) -> bytes:
+        def failures(page: FailuresPage) -> Deferred[list[Transition]]:
             document["failures"] = _failuresDocument(query, page, view.folderNames(job))
+            return self._context.store.timeline(job.name)
+
+        def done(timeline: list[Transition]) -> bytes:
+            document["timeline"] = [timelineItem(transition) for transition in timeline]
             return jsonBody(document)
 
-        return d.addCallback(done)
+        return d.addCallback(failures).addCallback(done)
 
 
 class _JobResource(Resource):

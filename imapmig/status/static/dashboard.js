@@ -601,6 +601,7 @@
     $("job-manifest-json").href = base + "/manifest.json";
     clearBody($("job-folders"));
     clearBody($("job-failures"));
+    clearBody($("job-timeline"));
     panel.hidden = false;
     document.body.classList.add("detail-open");
     panel.focus();
@@ -629,6 +630,7 @@
     return Promise.all([getJSON(base + ".json"), getJSON(failures)]).then(function (answers) {
       if (state.detail !== detail) return;
       renderDetail(answers[0]);
+      renderTimeline(answers[0], detail);
       renderFailures(answers[1], detail);
     }).catch(function (error) {
       if (state.detail !== detail) return;
@@ -686,6 +688,108 @@
     var excluded = answer.excluded_folders || [];
     $("job-excluded").hidden = !excluded.length;
     put($("job-excluded"), "Excluded folders: " + excluded.join(", "));
+  }
+  // The job's timeline, oldest first: each change of state with when, how
+  // long the job stayed in the state it entered, why and who asked. A long
+  // one shows its first and latest changes, and "Show all".
+  var TIMELINE_SHOWN = 10, TIMELINE_FIRST = 2;
+  // The store keeps a job's first 20 and latest 480 changes: in a timeline
+  // that long, those between the 20th and the 21st were dropped.
+  var KEPT_FIRST = 20, KEPT = 500;
+  function endedState(s) { return ENDED_STATES[s] === true || s === "done_with_failures"; }
+  function renderTimeline(answer, detail) {
+    var items = answer.timeline || [];
+    var last = items[items.length - 1];
+    var key = items.length + ":" + (last ? last.time : "") + ":" + !!detail.timelineAll;
+    var table = $("job-timeline");
+    if (detail.timelineKey !== key) {
+      detail.timelineKey = key;
+      buildTimeline(clearBody(table), items, detail, answer.time);
+    }
+    // The state the job is in: how long so far, moving on with each poll.
+    var current = table.querySelector("tr.timeline-current .timeline-for");
+    if (current && last && typeof answer.time === "number") {
+      var so = Math.max(0, answer.time - last.time);
+      put(current, duration(so) + " so far", so);
+    }
+  }
+  function buildTimeline(tbody, items, detail, now) {
+    if (!items.length) {
+      var none = document.createElement("tr");
+      var td = el("td", "muted", "No change of state recorded.");
+      td.colSpan = 5;
+      none.appendChild(td);
+      tbody.appendChild(none);
+      return;
+    }
+    var compact = items.length > TIMELINE_SHOWN && !detail.timelineAll;
+    var hideFrom = compact ? TIMELINE_FIRST : items.length;
+    var hideTo = compact ? items.length - (TIMELINE_SHOWN - TIMELINE_FIRST) : items.length;
+    var dropped = items.length >= KEPT ? KEPT_FIRST - 1 : -1;
+    items.forEach(function (t, n) {
+      if (n >= hideFrom && n < hideTo) {
+        if (n === hideFrom) tbody.appendChild(timelineMore(hideTo - hideFrom, detail));
+        return;
+      }
+      var next = items[n + 1];
+      // Not a chain: the changes between were dropped (past the bound), or
+      // never recorded (a daemon killed): no duration, a note instead.
+      var broken = !!next && (n === dropped || next.from !== t.to);
+      tbody.appendChild(timelineRow(t, next, broken, now));
+      if (broken && !(n + 1 >= hideFrom && n + 1 < hideTo)) {
+        tbody.appendChild(timelineNote("timeline-gap", n === dropped ?
+          "⋯ changes between these not kept (a job's first 20 and latest 480 are)" :
+          "⋯ changes between these not recorded"));
+      }
+    });
+  }
+  function timelineRow(t, next, broken, now) {
+    var tr = document.createElement("tr");
+    tr.setAttribute("data-from", t.from);
+    tr.setAttribute("data-to", t.to);
+    tr.setAttribute("data-time", String(t.time));
+    // The day (when not today) and the time, each kept whole.
+    var when = el("td", "timeline-when");
+    putTime(when, t.time, "");
+    dateTime(t.time, now).split(" ").forEach(function (part, n) {
+      if (n) when.firstChild.appendChild(document.createTextNode(" "));
+      when.firstChild.appendChild(el("span", "part", part));
+    });
+    var change = el("td", "timeline-change", stateWords(t.from) + " → ");
+    var badge = el("span", "badge", stateWords(t.to));
+    badge.setAttribute("data-state", t.to);
+    change.appendChild(badge);
+    // How long the job stayed in the state it entered: until the next
+    // change, or, for the state it is in, so far (filled in each poll).
+    var lasted = next && !broken ? next.time - t.time : null;
+    var stay = el("td", "timeline-for n", lasted === null ? "–" : duration(lasted));
+    stay.setAttribute("data-value", dataValue(lasted));
+    if (!next && !endedState(t.to)) tr.classList.add("timeline-current");
+    [[when, "When"], [change, "Change"], [stay, "For"], [el("td", "timeline-cause", t.cause), "Cause"],
+      [el("td", t.by ? "timeline-by" : "timeline-by nobody", t.by || "–"), "By"]].forEach(function (c) {
+      c[0].setAttribute("data-label", c[1]);
+      tr.appendChild(c[0]);
+    });
+    return tr;
+  }
+  function timelineNote(className, text) {
+    var tr = el("tr", className);
+    var td = el("td", "muted small", text);
+    td.colSpan = 5;
+    tr.appendChild(td);
+    return tr;
+  }
+  function timelineMore(hidden, detail) {
+    var tr = timelineNote("timeline-more", "⋯ " + counted(hidden, "more change", "more changes") + " ");
+    var all = el("button", "", "Show all");
+    all.type = "button";
+    all.id = "job-timeline-all";
+    all.addEventListener("click", function () {
+      detail.timelineAll = true;
+      refreshDetail();
+    });
+    tr.firstChild.appendChild(all);
+    return tr;
   }
   function renderFailures(page, detail) {
     var tbody = clearBody($("job-failures"));

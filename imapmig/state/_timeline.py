@@ -1,0 +1,73 @@
+# -*- test-case-name: tests.test_state_timeline -*-
+"""
+Each job's timeline (L{imapmig.state.Transition}s) as the stores keep it:
+the bound both apply, its SQL for L{imapmig.state.sqlite}, and its list
+for L{imapmig.state.memory}.  A module of its own because the SQLite
+store's is past the 800 lines a module may have already; the two stores
+share the bound from here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
+
+READ_TIMELINE = (
+    "SELECT time, source, target, cause, by FROM job_transitions WHERE job = ? ORDER BY seq"
+)
+"""
+The query of a job's timeline, oldest first, each row for L{transitionOf}.
+"""
+
+
+def writeTransition(connection: sqlite3.Connection, job: str, transition: Transition) -> None:
+    """
+    Insert C{transition} after the last of C{job}'s transitions, numbered
+    one more, and delete the numbers past the first L{TIMELINE_FIRST} that
+    are no longer among the latest L{TIMELINE_LATEST}; inside the caller's
+    transaction.  Each statement is a seek in the table's primary key: the
+    cost does not grow with the job's history, nor does the table.
+    """
+    (last,) = connection.execute(
+        "SELECT coalesce(max(seq), 0) FROM job_transitions WHERE job = ?", (job,)
+    ).fetchone()
+    seq = int(last) + 1
+    connection.execute(
+        "INSERT INTO job_transitions (job, seq, time, source, target, cause, by)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            job,
+            seq,
+            transition.time,
+            transition.source,
+            transition.target,
+            transition.cause,
+            transition.by,
+        ),
+    )
+    if seq > TIMELINE_FIRST + TIMELINE_LATEST:
+        connection.execute(
+            "DELETE FROM job_transitions WHERE job = ? AND seq > ? AND seq <= ?",
+            (job, TIMELINE_FIRST, seq - TIMELINE_LATEST),
+        )
+
+
+def transitionOf(row: tuple[float, str, str, str, str | None]) -> Transition:
+    """
+    The L{Transition} of a row of L{READ_TIMELINE}.
+    """
+    time, source, target, cause, by = row
+    return Transition(float(time), str(source), str(target), str(cause), by)
+
+
+def appendBounded(timeline: list[Transition], transition: Transition) -> None:
+    """
+    Append C{transition} to C{timeline}, then drop the transitions past
+    its first L{TIMELINE_FIRST} that are no longer among its latest
+    L{TIMELINE_LATEST}, as L{writeTransition} does.
+    """
+    timeline.append(transition)
+    excess = len(timeline) - TIMELINE_FIRST - TIMELINE_LATEST
+    if excess > 0:
+        del timeline[TIMELINE_FIRST : TIMELINE_FIRST + excess]
