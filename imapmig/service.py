@@ -80,7 +80,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
-from imapmig.state import IStateStore
+from imapmig.state import IStateStore, transitionRecorder
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.telemetry import Telemetry
 from imapmig.tokens import TokenSources, loginWithToken
@@ -519,7 +519,7 @@ def buildService(
     telemetry = Telemetry(reactor.seconds)
     telemetry.watchConnections(grants.connectionCounts)
     throttles = ThrottleRegistry(reactor, store, telemetry)
-    machines = JobMachines(progress, reactor)
+    machines = JobMachines(progress, reactor, transitionRecorder(store))
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
         jobConfig = withinLimits(jobConfig)

@@ -16,14 +16,14 @@ from zope.interface.verify import verifyObject
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import JobConfig
 from imapmig.errors import PermanentError
-from imapmig.job import JobSettings, Transition
+from imapmig.job import JobSettings
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, QueueCounts, QueueState, Requested
 from imapmig.schedule.scheduler import JobQueueService
-from imapmig.state import MessageOutcome
+from imapmig.state import MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore
 from imapmig.progress import MigrationProgress
 from tests.test_job import JOB, USER, JobHarness, appendLines, body, populate

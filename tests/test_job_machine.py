@@ -19,12 +19,12 @@ from imapmig.job.machine import (
     DIAGRAM_START,
     JobInputs,
     JobMachine,
-    Transition,
     diagram,
     transitions,
     withDiagram,
 )
 from imapmig.progress import ENDED, JobProgress, JobState, Wait
+from imapmig.state import Transition
 
 
 class MachineTests(SynchronousTestCase):

@@ -16,7 +16,7 @@ Migration jobs: one source drained into one destination account.
   - L{reconcile}: settling the journal against the destination.
 """
 
-from imapmig.job.machine import JobInputs, JobMachine, Transition
+from imapmig.job.machine import JobInputs, JobMachine
 from imapmig.job.migration import MigrationJob
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.job.retry import RetryPolicy
@@ -29,5 +29,4 @@ __all__ = [
     "MigrationJob",
     "OutcomeRecorder",
     "RetryPolicy",
-    "Transition",
 ]

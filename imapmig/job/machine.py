@@ -28,38 +28,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from attrs import frozen
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
 from imapmig.schedule.controls import PAUSED_BY_ADMIN
+from imapmig.state import Transition
 
 CANCELLED_BY_ADMIN = "cancelled by the admin"
 """
 The error a cancelled job shows, and is recorded with in the state store.
 """
-
-
-@frozen
-class Transition:
-    """
-    One move of a job's machine, as its timeline records it (the contract's
-    C{imapmig.state.Transition}: at merge, that class replaces this one).
-
-    @ivar time: when, by the machine's clock.
-    @ivar source: the L{JobState} value it left.
-    @ivar target: the L{JobState} value it entered.
-    @ivar cause: why, in a few words.
-    @ivar by: who asked (an admin's name), or L{None}.
-    """
-
-    time: float
-    source: str
-    target: str
-    cause: str
-    by: str | None
 
 
 class JobInputs(Protocol):

@@ -50,7 +50,7 @@ from imapmig.job.attempt import AttemptConnections
 from imapmig.job.backoff import RunRetries, asRetryable
 from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
-from imapmig.job.machine import JobInputs, JobMachine, Transition, forget
+from imapmig.job.machine import JobInputs, JobMachine, forget
 from imapmig.job.listing import Listed, SourceListing
 from imapmig.job.naming import nameFailures
 from imapmig.job.preparation import MessagePreparation
@@ -75,7 +75,7 @@ from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
-from imapmig.state import IStateStore, JournalEntry, MessageOutcome
+from imapmig.state import IStateStore, JournalEntry, MessageOutcome, Transition
 from imapmig.telemetry import ServerTelemetry
 
 __all__ = [
