@@ -101,15 +101,15 @@ class ThrottledDestinationTests(SynchronousTestCase):
     def test_gmailOverQuota(self) -> None:
         """
         Gmail's C{[OVERQUOTA] Account exceeded command or bandwidth limits}
-        pauses the job (an hour, the retry policy's pause), then it goes
-        on; every message lands once.
+        pauses the job, paused by the server (an hour, the retry policy's
+        pause), then it goes on; every message lands once.
         """
         harness = JobHarness(
             self, GMAIL_DESTINATION_CAPABILITIES, refuse=refuseTimes(OVERQUOTA, 1)
         )
         d, logged = self.migrate(harness, 20)
         progress = harness.progress
-        self.assertEqual(progress.state, JobState.PAUSED)
+        self.assertEqual(progress.state, JobState.PAUSED_BY_SERVER)
         assert progress.retryAt is not None
         self.assertEqual(progress.retryAt - harness.clock.seconds(), 3600.0)
         self.assertTrue(any("pausing in 3600.0 s" in line for line in logged), logged)
@@ -164,7 +164,7 @@ class ThrottledSourceTests(SynchronousTestCase):
         account.mail.refuseFetch = refuseFetch
         harness = account.harness
         d = harness.start(account.job(account.source()))
-        self.assertEqual(harness.progress.state, JobState.PAUSED)
+        self.assertEqual(harness.progress.state, JobState.PAUSED_BY_SERVER)
         harness.waitFor(d)
         self.assertTrue(self.successResultOf(d))
         self.assertEqual(len(refused), 1)
