@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectionLost
 from imapmig.job import JobMachine, RetryPolicy
+from imapmig.job.attempt import RunStop
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName
@@ -66,7 +67,7 @@ class RetryingTextTests(SynchronousTestCase):
             "j", AccountName("local", "alice", "tcp:localhost:143"),
             MemoryStateStore(clock.seconds), progress, clock,
             lifecycle, JobSides(MemorySource(), None, None),
-            RetryPolicy(initialDelay=15.0, attempts=10), lambda: 0.0, False, lambda: False,
+            RetryPolicy(initialDelay=15.0, attempts=10), lambda: 0.0, False, RunStop(),
         )  # fmt: skip
         retries.startRun()
         lifecycle.start()

@@ -316,6 +316,15 @@ def memoryOpener(
 
     return open
 
+def hasResult(d: Deferred[Any]) -> bool:
+    """
+    Whether C{d} has its result.  A run's Deferred, once cancelled, is
+    called at once but waits (paused) for the run's end, as Twisted
+    cancels a coroutine's Deferred.
+    """
+    return d.called and not d.paused
+
+
 class JobHarness:
     """
     A source, a destination account behind a L{MemoryEndpoint}, a state
@@ -368,8 +377,8 @@ class JobHarness:
         """
         Start C{job} and pump until nothing moves.
         """
-        d = Deferred.fromCoroutine(job.run())
-        self.settle(lambda: d.called)
+        d = job.run()
+        self.settle(lambda: hasResult(d))
         return d
 
     def settle(self, until: Callable[[], bool] = lambda: False) -> None:
@@ -403,9 +412,9 @@ class JobHarness:
         nothing moves, until C{d} has its result.
         """
         for _ in range(10000):
-            self.settle(lambda: d.called)
+            self.settle(lambda: hasResult(d))
             calls = self.clock.getDelayedCalls()
-            if d.called or not calls:
+            if hasResult(d) or not calls:
                 return
             self.clock.advance(min(c.getTime() for c in calls) - self.clock.seconds())
 
@@ -824,10 +833,10 @@ class MigrationJobTests(SynchronousTestCase):
         d = h.start(job)
         self.assertNoResult(d)
 
-        job.stop()
+        d.cancel()
         self.assertEqual(h.progress.state, JobState.STOPPING)
         h.source.release()
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
 
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
@@ -1480,7 +1489,7 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual([[o.messageKey for o in batch] for batch in h.store.batches], [["m0", "m1"]])
 
         h.source.release()
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
         self.assertTrue(self.successResultOf(d))
         h.endpoint.pump()
         self.assertEqual(
@@ -1853,7 +1862,7 @@ class ResilienceTests(SynchronousTestCase):
         self.assertEqual(h.endpoint.attempts, 1)
         self.assertEqual(h.progress.state, JobState.BACKING_OFF)
         h.clock.advance(1)
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
         self.assertEqual(h.endpoint.attempts, 2)
         h.clock.advance(1.9)
         self.assertEqual(h.endpoint.attempts, 2)
@@ -1877,7 +1886,7 @@ class ResilienceTests(SynchronousTestCase):
         d = h.start(job)
         self.assertEqual(h.progress.state, JobState.BACKING_OFF)
 
-        job.stop()
+        d.cancel()
 
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)
@@ -1899,12 +1908,12 @@ class ResilienceTests(SynchronousTestCase):
         d = h.start(job)
         self.assertNoResult(d)
 
-        job.stop()
+        d.cancel()
         h.clock.advance(4.9)
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
         self.assertNoResult(d)
         h.clock.advance(0.1)
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
 
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)

@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import ConnectFailed, ConnectionLost, PermanentError, ServerBusy
 from imapmig.job import JobMachine, RetryPolicy
+from imapmig.job.attempt import RunStop
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
 from imapmig.logfields import AccountName
@@ -32,7 +33,7 @@ class RunRetriesTests(SynchronousTestCase):
         self.progress = JobProgress("j", self.clock.seconds)
         self.lifecycle = JobMachine(self.progress.name, self.progress, self.clock)
         self.store = MemoryStateStore(self.clock.seconds)
-        self.stopping = False
+        self.stop = RunStop()
 
     def retries(self, policy: RetryPolicy) -> RunRetries:
         retries = RunRetries(
@@ -46,7 +47,7 @@ class RunRetriesTests(SynchronousTestCase):
             policy,
             lambda: 0.0,
             False,
-            lambda: self.stopping,
+            self.stop,
         )
         retries.startRun()
         self.lifecycle.start()

@@ -12,6 +12,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import TransientError
+from imapmig.job.attempt import RunStop
 from imapmig.job.readahead import ReadAhead
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
 
@@ -116,17 +117,17 @@ class ReadAheadTests(SynchronousTestCase):
         throttle, while the job winds down).
         """
         source = _Source()
-        stopping = [False]
+        stop = RunStop()
         steps = [_messages("1"), _messages("2"), _messages("3")]
         reader = ReadAhead(
-            source, _FOLDER, steps, stopping=lambda: stopping[0]  # type: ignore[arg-type]
+            source, _FOLDER, steps, stop=stop  # type: ignore[arg-type]
         )
         first = Deferred.fromCoroutine(reader.next())
         source.reads[0][1].callback([b"a"])
         self.successResultOf(first)
         self.assertEqual(source.keysRead(), [["1"], ["2"]])
         second = Deferred.fromCoroutine(reader.next())
-        stopping[0] = True
+        stop.requested = True
         source.reads[1][1].callback([b"b"])
         self.assertEqual(self.successResultOf(second), (steps[1], [b"b"]))
         self.assertEqual(source.keysRead(), [["1"], ["2"]])

@@ -21,6 +21,7 @@ from imapmig.progress import JobState
 from imapmig.state import JournalMessage
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 from tests.test_job import (
+    hasResult,
     JOB,
     USER,
     JobHarness,
@@ -246,11 +247,11 @@ class SettleTests(SynchronousTestCase):
             while not any("not in the destination (yet)" in e["log_format"] for e in events):
                 calls = h.clock.getDelayedCalls()
                 h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
-                h.settle(lambda: d.called)
+                h.settle(lambda: hasResult(d))
         self.assertNoResult(d)
 
-        job.stop()
-        h.settle(lambda: d.called)
+        d.cancel()
+        h.settle(lambda: hasResult(d))
 
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)

@@ -1,9 +1,12 @@
 """
-Tests for L{imapmig.job.MigrationJob.stop} while a destination connection
-is still opening: connected to a server that never greets, or waiting
-for its grant.  A stopping job sends nothing more, so such a connection
-is given up at once, and the run ends, whatever the server's C{timeout}
-(none at all included).
+Tests for stopping a L{imapmig.job.MigrationJob}'s run by cancelling its
+Deferred (L{imapmig.job.attempt.stoppable}): while a destination
+connection is still opening (connected to a server that never greets, or
+waiting for its grant: a stopping job sends nothing more, so such a
+connection is given up at once, and the run ends, whatever the server's
+C{timeout}, none at all included), and while replies are in flight (they
+are awaited and recorded: the cancellation reaches none of the run's own
+waits).
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ from zope.interface import implementer
 
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
+from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
 
 from tests.test_job import (
+    hasResult,
     JOB,
     PASSWORD,
     USER,
+    JobHarness,
     MemoryEndpoint,
     MemorySource,
     connectPumped,
@@ -151,14 +157,14 @@ class StopWhileOpeningTests(SynchronousTestCase):
         """
         endpoint = SilentEndpoint(self.clock, greeting)
         job = self.job(silentOpener(endpoint, self.clock, timeout, starttls))
-        d = Deferred.fromCoroutine(job.run())
+        d = job.run()
         self.clock.advance(0)
         endpoint.pump()
         self.assertNoResult(d)
         self.assertEqual(self.progress.state, JobState.CONNECTING)
         self.assertEqual(len(endpoint.servers), 1)
 
-        job.stop()
+        d.cancel()
         endpoint.pump()
 
         self.assertFalse(self.successResultOf(d))
@@ -179,8 +185,8 @@ class StopWhileOpeningTests(SynchronousTestCase):
         endpoint = SilentEndpoint(self.clock)
         job = self.job(silentOpener(endpoint, self.clock, 120.0))
         with capturedLogs() as events:
-            d = Deferred.fromCoroutine(job.run())
-            job.stop()
+            d = job.run()
+            d.cancel()
             self.clock.advance(0)
             endpoint.pump()
         self.assertFalse(self.successResultOf(d))
@@ -231,11 +237,11 @@ class StopWhileOpeningTests(SynchronousTestCase):
 
         grant.addErrback(seen)
         job = self.job(lambda: grant)
-        d = Deferred.fromCoroutine(job.run())
+        d = job.run()
         self.clock.advance(0)
         self.assertNoResult(d)
 
-        job.stop()
+        d.cancel()
 
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(cancelled, [True])
@@ -264,15 +270,15 @@ class StopWhileOpeningTests(SynchronousTestCase):
             self.clock,
             JobSettings(connections=2, batchMessages=1, stopTimeout=5.0),
         )
-        d = Deferred.fromCoroutine(job.run())
+        d = job.run()
         self.clock.advance(0)
         working.pump(lambda: len(silent.servers) == 1)
         self.assertEqual(len(silent.servers), 1)
         self.assertNoResult(d)
 
-        job.stop()
+        d.cancel()
         for _ in range(100):
-            if d.called:
+            if hasResult(d):
                 break
             working.pump()
             silent.pump()
@@ -302,12 +308,12 @@ class StopWhileOpeningTests(SynchronousTestCase):
             self.clock,
             JobSettings(connections=1, stopTimeout=5.0),
         )
-        d = Deferred.fromCoroutine(job.run())
+        d = job.run()
         self.clock.advance(0)
         endpoint.pump()
         self.assertEqual(len(endpoint.servers), 2)
 
-        job.stop()
+        d.cancel()
         endpoint.pump()
         self.clock.advance(4.9)
         endpoint.pump()
@@ -320,3 +326,130 @@ class StopWhileOpeningTests(SynchronousTestCase):
         for server in endpoint.servers:
             self.assertTrue(server.transport.disconnected)  # type: ignore[union-attr]
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class StoppableTests(SynchronousTestCase):
+    """
+    L{stoppable}: a run's Deferred whose cancellation asks it to stop.
+    """
+
+    def test_cancelAsksToStop(self) -> None:
+        """
+        Cancelling asks the work to stop, each time, and cancels nothing of
+        it; the Deferred fires with the work's own result once it has one.
+        """
+        work: Deferred[bool] = Deferred()
+        asked: list[None] = []
+        run = stoppable(work, lambda: asked.append(None))
+        run.cancel()
+        run.cancel()
+        self.assertEqual(asked, [None, None])
+        self.assertNoResult(run)
+        self.assertFalse(work.called)
+        work.callback(False)
+        self.assertFalse(self.successResultOf(run))
+        run.cancel()
+        self.assertEqual(asked, [None, None])
+
+    def test_failure(self) -> None:
+        """
+        The work's failure, after a cancellation or without one, is the
+        run's.
+        """
+        work: Deferred[bool] = Deferred()
+        run = stoppable(work, lambda: None)
+        run.cancel()
+        work.errback(ValueError("a bug"))
+        self.failureResultOf(run, ValueError)
+
+    def test_endedAlready(self) -> None:
+        """
+        Work that has its result already gives it at once.
+        """
+        self.assertTrue(self.successResultOf(stoppable(succeed(True), lambda: None)))
+
+
+class HeldRepliesServer(FakeIMAPServer):
+    """
+    A fake server that stores each APPEND at once but holds every line it
+    says after its first one until L{release}.
+    """
+
+    holding = False
+    released = False
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        FakeIMAPServer.__init__(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.held: list[bytes] = []
+
+    def _append(self, args: list[object]) -> bytes | None:  # type: ignore[override]
+        reply = FakeIMAPServer._append(self, args)  # type: ignore[arg-type]
+        self.holding = not self.released
+        return reply
+
+    def sendLine(self, line: bytes) -> None:
+        if self.holding:
+            self.held.append(line)
+        else:
+            FakeIMAPServer.sendLine(self, line)
+
+    def release(self) -> None:
+        """
+        Say the lines held, and hold no more.
+        """
+        self.holding = False
+        self.released = True
+        held, self.held = self.held, []
+        for line in held:
+            FakeIMAPServer.sendLine(self, line)
+
+
+class CancelWhileRepliesAwaitedTests(SynchronousTestCase):
+    """
+    A run cancelled while the replies to its APPENDs are in flight.
+    """
+
+    def test_repliesRecorded(self) -> None:
+        """
+        Cancelling the run of a job whose APPEND replies are in flight
+        reads no more, awaits those replies and records them, and only then
+        fires, C{False}, the job stopped, with nothing left on the clock;
+        the next run copies the rest, each message once.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: HeldRepliesServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 20)
+        job = h.job(
+            JobSettings(connections=1, batchMessages=2, windowMessages=4, stopTimeout=5.0)
+        )
+        d = h.start(job)
+        server = h.endpoint.servers[0]
+        assert isinstance(server, HeldRepliesServer)
+        self.assertTrue(server.held)
+        self.assertGreater(len(h.mail.mailbox(USER, "INBOX")), 0)
+
+        d.cancel()
+        d.cancel()
+        h.settle()
+        self.assertNoResult(d)
+        self.assertEqual(h.progress.state, JobState.STOPPING)
+
+        server.release()
+        h.settle(lambda: hasResult(d))
+
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        h.endpoint.pump()
+        # Every message stored was recorded from its reply; the unit being
+        # sent stays journaled, for the next run to settle.
+        stored = len(h.mail.mailbox(USER, "INBOX"))
+        self.assertLess(stored, 20)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (stored, 0))
+        self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+        self.assertTrue(h.run(job))
+        h.assertHolds("INBOX", range(20))
+        h.finish()

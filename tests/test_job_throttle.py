@@ -25,6 +25,7 @@ from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, Throt
 from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (
+    hasResult,
     JOB,
     USER,
     JobHarness,
@@ -118,13 +119,13 @@ class ThrottledHarness:
         self.h.test.assertTrue(self.h.test.successResultOf(run))
         self.h.endpoint.pump()
 
-    def stopRun(self, job: MigrationJob, run: Deferred[bool]) -> None:
+    def stopRun(self, run: Deferred[bool]) -> None:
         """
-        Stop C{job}, let the stop take its course, check that its run
-        C{run} ended unfinished, and let the server see the connection
-        close.
+        Stop a job's run C{run} (cancel it), let the stop take its course,
+        check that the run ended unfinished, and let the server see the
+        connection close.
         """
-        job.stop()
+        run.cancel()
         self.h.settle()
         self.h.test.assertFalse(self.h.test.successResultOf(run))
         self.h.endpoint.pump()
@@ -189,7 +190,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         self.assertIn("paused until 2030-01-02 00:00:00 UTC", paused[0])
         self.assertIn(JOB, paused[0])
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
-        job.stop()
+        d.cancel()
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
         h.finish()
@@ -206,7 +207,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         first = t.job()
         d = h.start(first)
         self.assertEqual(t.held(), 6)
-        first.stop()
+        d.cancel()
         h.settle()
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)
@@ -363,7 +364,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         d = h.start(job)
         for _ in range(20):
             store.flush()
-            h.settle(lambda: d.called)
+            h.settle(lambda: hasResult(d))
         self.assertEqual(h.progress.state, JobState.DEFERRED)
         self.assertEqual(t.held(), 4)
         self.assertEqual(
@@ -371,7 +372,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
             4 * SIZE,
         )
         self.assertEqual(t.used(), 4 * SIZE)
-        job.stop()
+        d.cancel()
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
         h.finish()
@@ -391,7 +392,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        t.stopRun(job, d)
+        t.stopRun(d)
         self.assertEqual(t.used(), SIZE)
         throttle = t.registry.throttleFor("dest", t.limits, USER, UPLOAD)
         assert throttle is not None and throttle.budget is not None
@@ -430,7 +431,7 @@ class DailyUploadBudgetTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(h.progress.state, JobState.DEFERRED)
-        job.stop()
+        d.cancel()
         self.assertFalse(self.successResultOf(d))
         self.assertEqual(h.progress.state, JobState.STOPPED)
         self.assertEqual(h.clock.seconds(), NOON)
@@ -469,7 +470,7 @@ class RateTests(SynchronousTestCase):
         d = h.start(job)
         self.assertNoResult(d)
         self.assertEqual(t.held(), 1)
-        t.stopRun(job, d)
+        t.stopRun(d)
         self.assertEqual(t.held(), 1)
         # The rest of the unit stays journaled, settled by the next run.
         self.assertEqual(len(self.successResultOf(h.store.journal(JOB))), 1)
@@ -492,11 +493,11 @@ class RateTests(SynchronousTestCase):
         d = h.start(job)
         self.assertEqual(t.held(), 1)
         self.assertEqual(len(h.source.held), 1)
-        job.stop()
+        d.cancel()
         h.source.release()
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
         h.clock.advance(30)
-        h.settle(lambda: d.called)
+        h.settle(lambda: hasResult(d))
         self.assertFalse(self.successResultOf(d))
         h.endpoint.pump()
         self.assertEqual(t.held(), 1)
@@ -515,7 +516,7 @@ class RateTests(SynchronousTestCase):
         job = t.job()
         d = h.start(job)
         self.assertEqual(t.held(), 1)
-        t.stopRun(job, d)
+        t.stopRun(d)
         self.assertTrue(h.run(job))
         t.assertHolds(range(3))
         h.finish()
@@ -773,7 +774,7 @@ class SourceSignalTests(SynchronousTestCase):
             jitter=lambda: 0.0,
             throttle=t.registry.throttleFor("dest", t.limits, USER, UPLOAD),
         )
-        self.d = Deferred.fromCoroutine(job.run())
+        self.d = job.run()
         self.reading = reading
         self.pumpBoth(h, lambda: refused[0] and h.progress.state != JobState.RUNNING)
         return t
@@ -797,9 +798,9 @@ class SourceSignalTests(SynchronousTestCase):
         """
         h = t.h
         for _ in range(100):
-            self.pumpBoth(h, lambda: self.d.called)
+            self.pumpBoth(h, lambda: hasResult(self.d))
             calls = h.clock.getDelayedCalls()
-            if self.d.called or not calls:
+            if hasResult(self.d) or not calls:
                 break
             h.clock.advance(min(c.getTime() for c in calls) - h.clock.seconds())
         self.assertTrue(self.successResultOf(self.d))

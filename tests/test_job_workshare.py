@@ -9,6 +9,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.workshare import SharedUnits
 from imapmig.message import SourceFolder, SourceMessage
@@ -42,7 +43,7 @@ class SharingTests(SynchronousTestCase):
         A connection takes a unit of the mailbox it has selected, wherever
         that unit stands in line.
         """
-        units = SharedUnits(2, 10, lambda: False)
+        units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("B", 10)])
         self.assertEqual(units.take(1, "B").mailbox, "B")
 
@@ -51,7 +52,7 @@ class SharingTests(SynchronousTestCase):
         A connection with no mailbox of its own takes a unit of a mailbox
         no other connection has selected; once that one has left, any.
         """
-        units = SharedUnits(2, 10, lambda: False)
+        units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("A", 10, first=10), unit("B", 10)])
         units.select(1, "A")
         self.assertEqual(units.take(2, None).mailbox, "B")
@@ -64,7 +65,7 @@ class SharingTests(SynchronousTestCase):
         (half of it over the connections, rounded up), never below the
         minimum share; the shares cover the unit once, in order.
         """
-        units = SharedUnits(2, 10, lambda: False)
+        units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 100)])
         taken = []
         while units:
@@ -78,7 +79,7 @@ class SharingTests(SynchronousTestCase):
         L{SharedUnits.clear} drops the units left; L{SharedUnits.reset}
         also forgets who selected what and the limit reached.
         """
-        units = SharedUnits(2, 10, lambda: False)
+        units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("B", 10)])
         units.clear()
         self.assertFalse(units)
@@ -112,7 +113,7 @@ class BudgetTests(SynchronousTestCase):
         fit, which are reserved; the rest goes back first in line, counted
         as not taken.
         """
-        units = SharedUnits(1, 100, lambda: False)
+        units = SharedUnits(1, 100, RunStop())
         units.extend([unit("A", 5)])
         allowed = self.within(units, units.take(1, None))
         assert allowed is not None
@@ -133,7 +134,7 @@ class BudgetTests(SynchronousTestCase):
         another unit.
         """
         self.successResultOf(Deferred.fromCoroutine(self.budget.spend(200)))
-        units = SharedUnits(1, 100, lambda: False)
+        units = SharedUnits(1, 100, RunStop())
         units.extend([unit("A", 3)])
         self.assertIsNone(self.within(units, units.take(1, None)))
         self.assertIsInstance(units.limitReached, DailyLimitReached)
@@ -145,7 +146,9 @@ class BudgetTests(SynchronousTestCase):
         A stopping job takes nothing: the unit goes back, nothing is
         reserved, and no limit is said to be reached.
         """
-        units = SharedUnits(1, 100, lambda: True)
+        stop = RunStop()
+        stop.requested = True
+        units = SharedUnits(1, 100, stop)
         units.extend([unit("A", 2)])
         self.assertIsNone(self.within(units, units.take(1, None)))
         self.assertIsNone(units.limitReached)

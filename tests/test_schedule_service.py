@@ -26,6 +26,7 @@ from imapmig.config.model import (
     ServerConfig,
 )
 from imapmig.job import JobInputs, JobSettings, MigrationJob
+from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
@@ -34,7 +35,7 @@ from imapmig.schedule.scheduler import JobQueueService, essentialConnections
 from imapmig.rootservice import MigrationService
 from imapmig.service import buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
-from tests.test_job import JobHarness, memoryOpener
+from tests.test_job import JobHarness, hasResult, memoryOpener
 from tests.test_service import makeMaildir
 
 
@@ -85,11 +86,15 @@ class FakeJob:
         self.stopped = False
         self.deferredUntil: float | None = None
 
-    async def run(self) -> bool:
+    def run(self) -> Deferred[bool]:
         """
         Drive the job's machine as a run does: started, then ended as the
-        test says.
+        test says; cancelling the run stops the job (L{stop}), and it
+        still ends only once C{result} has fired.
         """
+        return stoppable(Deferred.fromCoroutine(self._run()), lambda: self.stop())
+
+    async def _run(self) -> bool:
         self.machine.start()
         if self.crash:
             raise RuntimeError("a bug")
@@ -786,9 +791,9 @@ class NoLeakTests(SynchronousTestCase):
         d = harness.start(job)
         self.assertNoResult(d)
         self.assertGreater(grants.connectionsInUse("s", USER_NAME), 0)
-        job.stop()
+        d.cancel()
         harness.source.release()
-        harness.settle(lambda: d.called)
+        harness.settle(lambda: hasResult(d))
         self.assertFalse(self.successResultOf(d))
         self.assertNoneHeld(grants, harness)
 

@@ -1,17 +1,23 @@
 # -*- test-case-name: tests.test_job_stop -*-
 """
 The destination connections of one attempt of a job: those open, those
-still opening, and their end with the attempt.
+still opening, and their end with the attempt; and the run's stop
+(L{RunStop}), the one signal of a run's parts that it is stopping.
 """
 
 from __future__ import annotations
 
-from twisted.internet.defer import Deferred
+from typing import Callable, TypeVar
+
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.python.failure import Failure
 
 from imapmig.errors import ConnectionLost
 from imapmig.imap.session import IMAPSession
 
-__all__ = ["AttemptConnections"]
+__all__ = ["AttemptConnections", "RunStop", "stoppable"]
+
+_T = TypeVar("_T")
 
 
 class AttemptConnections:
@@ -78,3 +84,58 @@ class AttemptConnections:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             session.abort()
+
+
+class RunStop:
+    """
+    Whether a job's run was asked to stop (its Deferred cancelled:
+    L{imapmig.job.migration.MigrationJob.run}): the one signal its parts
+    (listing, sharing units, copying, reading ahead, backing off) read
+    before taking more work.  It replaces the C{stopping} callables once
+    threaded through their signatures.
+
+    @ivar requested: whether the run was asked to stop.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+
+def stoppable(work: Deferred[_T], stop: Callable[[], None]) -> Deferred[_T]:
+    """
+    C{work} (a run) as its caller holds it: cancelling it calls C{stop},
+    a request to end early, rather than cancelling whatever C{work} waits
+    for (an APPEND's reply above all, which must be awaited and recorded);
+    it fires with C{work}'s own result once C{work} has one.
+
+    As Twisted cancels a coroutine's Deferred (cancel what it awaits, then
+    fire with what it returns), so here, with the wait for C{work} the
+    only thing cancelled.
+    """
+    return Deferred.fromCoroutine(_untilFired(work, stop))
+
+
+async def _untilFired(work: Deferred[_T], stop: Callable[[], None]) -> _T:
+    outcome: list[_T | Failure] = []
+    waiting: list[Deferred[None]] = []
+
+    def keep(result: _T | Failure) -> None:
+        # Taken here, given (or raised) below: this coroutine is resumed
+        # while work still runs its callbacks.
+        outcome.append(result)
+        for wait in waiting:
+            if not wait.called:
+                wait.callback(None)
+
+    work.addBoth(keep)
+    while not outcome:
+        wait: Deferred[None] = Deferred()
+        waiting.append(wait)
+        try:
+            await wait
+        except CancelledError:
+            stop()
+    (result,) = outcome
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result

@@ -26,6 +26,7 @@ from imapmig.errors import (
     TransientError,
 )
 from imapmig.imap.signals import classifyRefusal
+from imapmig.job.attempt import RunStop
 from imapmig.job.machine import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
@@ -84,7 +85,7 @@ class RunRetries:
         policy: RetryPolicy,
         jitter: Callable[[], float],
         defer: bool,
-        stopping: Callable[[], bool],
+        stop: RunStop,
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
@@ -99,7 +100,7 @@ class RunRetries:
         @param jitter: the backoff's noise, 0 to 1 second.
         @param defer: when a daily budget pauses the job, end the run
             (L{deferredUntil}) instead of waiting in it.
-        @param stopping: whether the job is stopping.
+        @param stop: the run's stop.
         """
         self._job = job
         self._destination = (
@@ -116,7 +117,7 @@ class RunRetries:
         self._policy = policy
         self._delays = policy.delays(jitter)
         self._defer = defer
-        self._stopping = stopping
+        self._stop = stop
         throttles = (sides.destination, sides.source)
         self._budgets = tuple(
             t.budget for t in throttles if t is not None and t.budget is not None
@@ -262,7 +263,7 @@ class RunRetries:
             self._mailboxFull(error, reason)
         elif isinstance(error, QuotaExceeded) and side is not None:
             untilRenewal = await side.pauseFor(error)
-            if self._stopping():
+            if self._stop.requested:
                 self._lifecycle.stopped()
                 return False
         if untilRenewal is not None and self._defer:

@@ -85,7 +85,6 @@ class ListedCopy:
         units: SharedUnits,
         loop: CopyLoop,
         openSession: Callable[[AttemptConnections], Awaitable[IMAPSession]],
-        stopping: Callable[[], bool],
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
@@ -98,11 +97,10 @@ class ListedCopy:
             destination is prepared.
         @param preparation: records the messages that cannot go.
         @param units: the attempt's units of work, shared by its
-            connections.
+            connections, and the run's stop.
         @param loop: what each connection runs.
         @param openSession: opens one more destination connection for an
             attempt.
-        @param stopping: whether the job is stopping.
         """
         self._job = job
         self._store = store
@@ -115,7 +113,7 @@ class ListedCopy:
         self._units = units
         self._loop = loop
         self._openSession = openSession
-        self._stopping = stopping
+        self._stop = units.stop
 
     async def copy(
         self,
@@ -149,7 +147,7 @@ class ListedCopy:
                 opening.addErrback(lambda failure: None)
             raise
         self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
-        if self._stopping():
+        if self._stop.requested:
             return
         floors = {
             mailbox: target.uidFloor
@@ -173,7 +171,7 @@ class ListedCopy:
         if errors:
             failure: Failure = errors[0]  # type: ignore[assignment]
             failure.raiseException()
-        if units.limitReached is not None and not self._stopping():
+        if units.limitReached is not None and not self._stop.requested:
             raise units.limitReached
 
     def _openExtras(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from operator import attrgetter
-from typing import AbstractSet, Any, Callable, Sequence
+from typing import AbstractSet, Any, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -17,6 +17,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from imapmig.errors import SourceError
+from imapmig.job.attempt import RunStop
 from imapmig.job.destination import FolderToCopy
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.message import SourceFolder, SourceMessage
@@ -57,11 +58,11 @@ class SourceListing:
         rules: FolderRules,
         progress: JobProgress,
         clock: IReactorTime,
-        stopping: Callable[[], bool],
+        stop: RunStop,
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
-        @param stopping: whether the job is stopping.
+        @param stop: the run's stop: no more folders are listed once asked.
         """
         self._job = job
         self._source = source
@@ -69,7 +70,7 @@ class SourceListing:
         self._rules = rules
         self._progress = progress
         self._clock = clock
-        self._stopping = stopping
+        self._stop = stop
         self._deltaCounts: dict[str, int] = {}
         self._excluded: list[str] = []
 
@@ -101,7 +102,7 @@ class SourceListing:
         unreadable: list[str] = []
         listed: list[Listed] = []
         for folder in included:
-            if self._stopping():
+            if self._stop.requested:
                 break
             try:
                 messages, flagChanges = await self._listFolder(folder)
@@ -275,7 +276,7 @@ class SourceListing:
         stood, for the next pass's delta.
         """
         source = self._source
-        if not isinstance(source, IMAPSource) or self._stopping():
+        if not isinstance(source, IMAPSource) or self._stop.requested:
             return
         if self._progress.messagesFailed:
             # Failed messages are retried by listing the folder whole.

@@ -46,7 +46,7 @@ from imapmig.errors import (
 )
 from imapmig.fidelity import journalHead
 from imapmig.imap.session import IMAPSession
-from imapmig.job.attempt import AttemptConnections
+from imapmig.job.attempt import AttemptConnections, RunStop, stoppable
 from imapmig.job.backoff import RunRetries, asRetryable
 from imapmig.job.copying import ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
@@ -194,7 +194,8 @@ class MigrationJob:
         # When the last run ended deferred (see defer), until when.
         self.deferredUntil: float | None = None
         sides = JobSides(source, sourceThrottle, throttle)
-        self._stopping = False
+        # Asked by cancelling the run's Deferred (run), read by every part.
+        self._stop = RunStop()
         self._stopTimer: IDelayedCall | None = None
         self._attempt: AttemptConnections | None = None
         # The reconciliation's wait for a quiet destination, cancelled by a
@@ -224,20 +225,19 @@ class MigrationJob:
             sourceDescription,
             destination,
         )
-        stopping = self._isStopping
         self._retries = RunRetries(
             name, destination, store, progress, clock, self._lifecycle, sides, retry, jitter,
-            defer, stopping,
+            defer, self._stop,
         )  # fmt: skip
-        self._units = SharedUnits(settings.connections, settings.batchMessages, stopping)
+        self._units = SharedUnits(settings.connections, settings.batchMessages, self._stop)
         preparation = MessagePreparation(self._recorder, eightBit == "fail")
         loop = CopyLoop(
             name, source, settings, progress, self._recorder, preparation, self._units, sides,
-            telemetry, clock, stopping,
+            telemetry, clock,
         )  # fmt: skip
         self._copier = ListedCopy(
             name, store, settings, rules, identity, progress, self._lifecycle, preparation,
-            self._units, loop, self._open, stopping,
+            self._units, loop, self._open,
         )  # fmt: skip
 
     @property
@@ -247,15 +247,11 @@ class MigrationJob:
         """
         return self._progress
 
-    def stop(self) -> None:
+    def _requestStop(self) -> None:
         """
-        Take no new messages: the run ends once the replies to the messages
-        in flight are recorded, or after the settings' C{stopTimeout}, when
-        the connections are dropped (what was in flight stays journaled).
-        Destination connections still opening are given up at once; an
-        IMAP source's, at C{stopTimeout}.
+        The run's Deferred was cancelled (L{run}): take no new messages.
         """
-        self._stopping = True
+        self._stop.requested = True
         self._units.clear()
         for throttle in self._throttles:
             throttle.cancelWaits()
@@ -277,12 +273,6 @@ class MigrationJob:
         if self._settling is not None:
             # Last: the run goes on, to its end, from here.
             self._settling.cancel()
-
-    def _isStopping(self) -> bool:
-        """
-        Whether the job is stopping (L{stop}).
-        """
-        return self._stopping
 
     def _stopTimedOut(self) -> None:
         self._stopTimer = None
@@ -312,16 +302,30 @@ class MigrationJob:
         if self._attempt is not None:
             self._attempt.end()
 
-    async def run(self) -> bool:
+    def run(self) -> Deferred[bool]:
         """
         Run the job to its end, connecting again after transient failures.
 
-        @return: C{True} if it completed (every message migrated or recorded
-            as failed), C{False} if it failed (the reason is in the
-            progress), was stopped, or was deferred (L{deferredUntil}).
+        Cancel the returned Deferred to stop the run as a stopping daemon
+        does: it takes no new messages, and ends once the replies to the
+        messages in flight are recorded, or after the settings'
+        C{stopTimeout}, when the connections are dropped (what was in
+        flight stays journaled).  Destination connections still opening
+        are given up at once; an IMAP source's, at C{stopTimeout}.  The
+        cancellation reaches none of the run's own waits (an APPEND's
+        reply above all): the Deferred fires, with C{False}, only once the
+        run has ended, and the job's machine is then C{stopped}.
+
+        @return: fires with C{True} if the run completed (every message
+            migrated or recorded as failed), C{False} if it failed (the
+            reason is in the progress), was stopped, or was deferred
+            (L{deferredUntil}).
         """
+        return stoppable(Deferred.fromCoroutine(self._run()), self._requestStop)
+
+    async def _run(self) -> bool:
         self._lifecycle.start()
-        self._stopping = False
+        self._stop.requested = False
         self.deferredUntil = None
         for throttle in self._throttles:
             throttle.reopen()
@@ -334,7 +338,7 @@ class MigrationJob:
             while True:
                 before = self._recorder.settledCount
                 error = await self._retries.budgetUsedUp() or await self._attemptOnce()
-                if self._stopping:
+                if self._stop.requested:
                     self._lifecycle.stopped()
                     return False
                 if error is None:
@@ -355,7 +359,7 @@ class MigrationJob:
             self._log.ended(
                 self._recorder.appended,
                 self._recorder.present,
-                self._stopping,
+                self._stop.requested,
                 self.deferredUntil,
             )
 
@@ -389,7 +393,7 @@ class MigrationJob:
         except ImapmigError as e:
             error = e
         except CancelledError:
-            if not self._stopping:
+            if not self._stop.requested:
                 log.failure("Job {job} crashed", job=self.name)
                 error = PermanentError("internal error: a wait was cancelled")
             # Otherwise a wait for a throttle ended by the stop: stopped.
@@ -432,10 +436,10 @@ class MigrationJob:
                 self._rules,
                 self._progress,
                 self._clock,
-                self._isStopping,
+                self._stop,
             )
             listed, unreadable = await listing.listSource(opening)
-            entries = [] if self._stopping else await self._store.journal(self.name)
+            entries = [] if self._stop.requested else await self._store.journal(self.name)
             if entries:
                 first = await opening
                 await self._reconcile(first, entries, listed)
@@ -444,16 +448,16 @@ class MigrationJob:
             # neither its totals nor its line are reported.
             listings = (
                 []
-                if self._stopping
+                if self._stop.requested
                 else await listing.plan(listed, self._failedThisRun, self._recorder)
             )
         except BaseException:
             _consume(opening, self.name)
             raise
         first = await opening
-        if not self._stopping:
+        if not self._stop.requested:
             await self._copier.copy(attempt, first, listings, self._retries.overQuota)
-        if not self._stopping:
+        if not self._stop.requested:
             # The source is still open: what failed is named to its owner
             # now (a header per message read; none for those appended).
             # After an attempt that ended early, the next one does it.
@@ -463,7 +467,7 @@ class MigrationJob:
                 f"{len(unreadable)} source folder(s) could not be read (the others were"
                 f" migrated): {'; '.join(unreadable)}"
             )
-        if not self._stopping:
+        if not self._stop.requested:
             await listing.recordFolderMarks([each.folder for each in listings])
 
     async def _reconcile(
@@ -492,7 +496,7 @@ class MigrationJob:
             }
 
         async def settle() -> None:
-            if self._stopping:
+            if self._stop.requested:
                 raise CancelledError()
             self._settling = deferLater(self._clock, self._settings.journalQuiet)
             try:

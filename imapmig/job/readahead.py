@@ -19,13 +19,14 @@ source spools a body above its C{spoolAbove} to a file, not memory).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.errors import ImapmigError
+from imapmig.job.attempt import RunStop
 from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
 from imapmig.plan import chunks
 from imapmig.sources import IMessageSource
@@ -103,7 +104,7 @@ class ReadAhead:
         folder: SourceFolder,
         steps: Sequence[Sequence[SourceMessage]],
         ahead: bool = True,
-        stopping: Callable[[], bool] = lambda: False,
+        stop: RunStop | None = None,
         job: str | None = None,
     ) -> None:
         """
@@ -113,7 +114,7 @@ class ReadAhead:
         @param ahead: whether to read a step ahead; L{False} reads each step
             only when asked (for a source whose reads block the reactor,
             such as a Maildir, reading ahead only delays the sending).
-        @param stopping: whether the job is stopping: then no read is
+        @param stop: the run's stop (L{None}: none): once asked, no read is
             started ahead (it would only hold the source, perhaps waiting
             for its throttle, while the job winds down).
         @param job: the name of the job reading, for its log events.
@@ -122,7 +123,7 @@ class ReadAhead:
         self._folder = folder
         self._steps = steps
         self._ahead = ahead
-        self._stopping = stopping
+        self._stop = stop
         self._job = job
         self._index = 0
         self._reading: Deferred[Sequence[MessageBody]] | None = None
@@ -142,7 +143,7 @@ class ReadAhead:
         if reading is None:
             reading = self._read(step)
         bodies = await reading
-        if self._ahead and self._index < len(self._steps) and not self._stopping():
+        if self._ahead and self._index < len(self._steps) and not (self._stop is not None and self._stop.requested):
             self._reading = self._read(self._steps[self._index])
         return step, bodies
 

@@ -15,7 +15,7 @@ left it lets the pipeline drain and logs out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
@@ -137,7 +137,6 @@ class CopyLoop:
         sides: JobSides,
         telemetry: ServerTelemetry | None,
         clock: IReactorTime,
-        stopping: Callable[[], bool],
     ) -> None:
         """
         @param job: the job's name, for the log.
@@ -147,13 +146,12 @@ class CopyLoop:
         @param preparation: turns what the source read into messages for
             the pipeline.
         @param units: the attempt's units of work, shared by its
-            connections.
+            connections, and the run's stop.
         @param sides: the job's throttles: the destination's rates, and
             both sides' read steps and daily budgets.
         @param telemetry: the destination server's telemetry, given to each
             APPEND pipeline, or L{None}.
         @param clock: lets the reactor run between two steps.
-        @param stopping: whether the job is stopping.
         """
         self._job = job
         self._source = source
@@ -167,7 +165,7 @@ class CopyLoop:
         self._budgeted = any(t.budget is not None for t in self._throttles)
         self._telemetry = telemetry
         self._clock = clock
-        self._stopping = stopping
+        self._stop = units.stop
         # An IMAP source's reads wait on the network, not the CPU: they are
         # made in larger steps, each read while the step before is sent.
         self._overNetwork = isinstance(source, IMAPSource)
@@ -268,7 +266,7 @@ class CopyLoop:
         @return: C{False} if the attempt ended meanwhile.
         """
         units = self._units
-        while units and not self._stopping() and units.limitReached is None:
+        while units and not self._stop.requested and units.limitReached is None:
             unit = units.take(connection.worker, connection.current)
             if connection.budgets is not None:
                 allowed = await units.withinBudgets(unit, connection.budgets)
@@ -313,22 +311,22 @@ class CopyLoop:
             unit.folder,
             readSteps(unit.messages, *connection.steps),
             ahead=self._overNetwork,
-            stopping=self._stopping,
+            stop=self._stop,
             job=self._job,
         )
         try:
-            while not self._stopping():
+            while not self._stop.requested:
                 try:
                     read = await steps.next()
                 except CancelledError:
-                    if self._stopping():
+                    if self._stop.requested:
                         # Stopped while the source waited for its throttle.
                         break
                     raise
                 if read is None:
                     break
                 chunk, bodies = read
-                stopped = self._stopping()
+                stopped: bool = self._stop.requested
                 if rated is not None and not stopped:
                     try:
                         await rated.admit(len(chunk), sum(m.size for m in chunk))

@@ -8,8 +8,9 @@ and the budget found used up that ends the taking.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Iterable
 
+from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.plan import WorkUnit, chooseUnit, guidedShare, takeShare
 from imapmig.schedule.throttle import DailyLimitReached
@@ -25,18 +26,20 @@ class SharedUnits:
     @ivar limitReached: set by a connection that found a daily budget used
         up: no connection takes another unit, and the attempt ends (paused
         until the budget's renewal) once every connection has drained.
+    @ivar stop: the run's stop, which every connection reads before it
+        takes or reads more.
     """
 
-    def __init__(self, connections: int, minimumShare: int, stopping: Callable[[], bool]) -> None:
+    def __init__(self, connections: int, minimumShare: int, stop: RunStop) -> None:
         """
         @param connections: the job's connections (L{guidedShare}).
         @param minimumShare: the smallest share worth taking: the job's
             batch of messages.
-        @param stopping: whether the job is stopping.
+        @param stop: the run's stop.
         """
         self._connections = connections
         self._minimumShare = minimumShare
-        self._stopping = stopping
+        self.stop = stop
         self._units: list[WorkUnit] = []
         # Messages in self._units, not yet taken by a connection.
         self._untaken = 0
@@ -101,13 +104,13 @@ class SharedUnits:
         """
         await budgets.load()
         sizes = [message.size for message in unit.messages]
-        fitting = 0 if self._stopping() else budgets.fitting(sizes)
+        fitting = 0 if self.stop.requested else budgets.fitting(sizes)
         if fitting < len(unit.messages):
             rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
             self._units.insert(0, rest)
             self._untaken += len(rest.messages)
         if fitting == 0:
-            if not self._stopping() and self.limitReached is None:
+            if not self.stop.requested and self.limitReached is None:
                 self.limitReached = budgets.reached(sizes)
             return None
         budgets.hold(sum(sizes[:fitting]))

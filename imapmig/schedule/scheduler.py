@@ -51,15 +51,12 @@ class ScheduledJob(Protocol):
     # time of the clock (a daily budget used up).
     deferredUntil: float | None
 
-    async def run(self) -> bool:
+    def run(self) -> Deferred[bool]:
         """
         Run to the end; C{True} if the job completed.  C{False}, with
-        C{deferredUntil} set, if it cannot go on before then.
-        """
-
-    def stop(self) -> None:
-        """
-        Take no new work; L{run} returns soon.
+        C{deferredUntil} set, if it cannot go on before then.  Cancelling
+        the run stops it: it takes no new work, and fires (C{False}) once
+        what was in flight is settled.
         """
 
 
@@ -152,7 +149,8 @@ class JobQueueService(Service):
         # granted their connections that wait for a slot again.
         self._slotless = 0
         self._needSlot = 0
-        self._jobs: dict[str, ScheduledJob] = {}
+        # The runs of the jobs built, each stopped by cancelling it.
+        self._runs: dict[str, Deferred[bool]] = {}
         self._claims: dict[str, JobClaim] = {}
         self._active: dict[str, Deferred[None]] = {}
         self._renewal = LoopingCall(self._renewLeases)
@@ -323,7 +321,6 @@ class JobQueueService(Service):
             if slot is None:
                 slot = await self._slotAgain(name)
             job = self._build(claim.job, connections)
-            self._jobs[name] = job
             # The job's own start line (imapmig.job.joblog) follows.
             log.debug(
                 "Job {job}: started ({running} of at most {maxJobs} jobs running)",
@@ -331,7 +328,8 @@ class JobQueueService(Service):
                 running=self._grants.pools.inUse(JOB_SLOTS),
                 maxJobs=self._grants.pools.limit(JOB_SLOTS),
             )
-            completed = await job.run()
+            running = self._runs[name] = job.run()
+            completed = await running
             if completed:
                 outcome = JobOutcome.COMPLETED
             elif job.deferredUntil is not None:
@@ -360,7 +358,7 @@ class JobQueueService(Service):
             _fail(machine, reason)
             await recordFailure(self._store, name, reason)
         finally:
-            self._jobs.pop(name, None)
+            self._runs.pop(name, None)
             current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
@@ -450,9 +448,9 @@ class JobQueueService(Service):
                     "Job {job}: its claim was taken over by another owner; stopping it",
                     job=name,
                 )
-                job = self._jobs.get(name)
-                if job is not None:
-                    job.stop()
+                running = self._runs.get(name)
+                if running is not None:
+                    running.cancel()
                 continue
             if renewed.requested in (Requested.PAUSE, Requested.CANCEL) and name not in self._halted:
                 # Asked of the queue through another daemon.
@@ -487,9 +485,9 @@ class JobQueueService(Service):
         waiting = self._reserving.get(name)
         if waiting is not None:
             waiting.cancel()
-        job = self._jobs.get(name)
-        if job is not None:
-            job.stop()
+        running = self._runs.get(name)
+        if running is not None:
+            running.cancel()
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
@@ -498,8 +496,8 @@ class JobQueueService(Service):
             self._waitingSlot.cancel()
         for reserving in list(self._reserving.values()):
             reserving.cancel()
-        for job in list(self._jobs.values()):
-            job.stop()
+        for running in list(self._runs.values()):
+            running.cancel()
         if self._dueTimer is not None and self._dueTimer.active():
             self._dueTimer.cancel()
         self._dueTimer = None
