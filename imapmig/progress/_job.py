@@ -19,20 +19,39 @@ class JobState(Enum):
     """
 
     QUEUED = "queued"
+    WAITING = "waiting"
     CONNECTING = "connecting"
     RUNNING = "running"
     BACKING_OFF = "backing_off"
     PAUSED = "paused"
+    PAUSED_BY_SERVER = "paused_by_server"
+    DEFERRED = "deferred"
     STOPPING = "stopping"
     STOPPED = "stopped"
     DONE = "done"
+    DONE_WITH_FAILURES = "done_with_failures"
     FAILED = "failed"
     CANCELLED = "cancelled"
 
 
-ENDED = frozenset({JobState.STOPPED, JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+ENDED = frozenset(
+    {
+        JobState.STOPPED,
+        JobState.DONE,
+        JobState.DONE_WITH_FAILURES,
+        JobState.FAILED,
+        JobState.CANCELLED,
+    }
+)
 """
 The states of a job whose run is over.
+"""
+
+HELD = frozenset({JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED})
+"""
+The states of a job that cannot move until something happens (an admin
+resumes it, the server's hold or the budget's day ends): neither its rate
+nor its messages count in the time left.
 """
 
 
@@ -576,13 +595,13 @@ class JobProgress:
 def _eta(pending: int | None, rate: float | None, state: JobState) -> float | None:
     """
     Seconds until C{pending} messages are settled at C{rate} per second:
-    0 with none pending, L{None} when unknown (not counted, not moving, or
-    the job's run is over).
+    0 with none pending, L{None} when unknown (not counted, not moving,
+    held (L{HELD}), or the job's run is over).
     """
     if pending is None:
         return None
     if pending == 0:
         return 0.0
-    if state in ENDED or not rate or rate <= 0:
+    if state in ENDED or state in HELD or not rate or rate <= 0:
         return None
     return round(pending / rate, 1)
