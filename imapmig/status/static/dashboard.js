@@ -103,13 +103,18 @@
     if (!WAIT_WORDS[job.state]) return null;
     return { kind: job.state, reason: job.waiting_for || "", until: job.retry_at || null, by: null };
   }
-  // "paused by the server: over quota, until 14:05"; a backoff with its attempt.
-  function waitText(job, wait) {
+  // A job backing off: "retrying: REASON (attempt 3 of 10, next at 18:02)".
+  function retryingText(job) {
     var detail = [];
-    if (wait.kind === "backing_off" && typeof job.retry_attempt === "number") {
-      detail.push("attempt " + job.retry_attempt + " of " + job.retry_attempts);
-    }
-    if (wait.until) detail.push((wait.kind === "backing_off" ? "next at " : "until ") + untilText(wait.until));
+    if (typeof job.retry_attempt === "number") detail.push("attempt " + job.retry_attempt + " of " + job.retry_attempts);
+    if (job.retry_at) detail.push("next at " + clock(job.retry_at));
+    return "retrying: " + job.waiting_for + (detail.length ? " (" + detail.join(", ") + ")" : "");
+  }
+  // "paused by the server: over quota (until 14:05)"; a backoff as retryingText says it.
+  function waitText(job, wait) {
+    if (wait.kind === "backing_off" && job.waiting_for) return retryingText(job);
+    var detail = [];
+    if (wait.until) detail.push("until " + untilText(wait.until));
     else if (wait.kind === "paused") detail.push("until resumed");
     if (wait.by) detail.push("by " + wait.by);
     var reason = wait.reason && wait.reason !== WAIT_WORDS[wait.kind] ? ": " + wait.reason : "";
