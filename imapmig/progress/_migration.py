@@ -7,7 +7,7 @@ the current overall rate and ETA, and the throughput history.
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from imapmig.progress._job import ENDED, HELD, JobProgress, JobState, _percent
 from imapmig.progress._rates import (
@@ -21,6 +21,8 @@ from imapmig.progress._rates import (
 
 _ENDED_VALUES = frozenset(state.value for state in ENDED)
 _HELD_VALUES = frozenset(state.value for state in HELD)
+
+_HELD_ORDER = (JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED)
 
 _IN_SLOT = frozenset({"connecting", "running", "backing_off"})
 """
@@ -267,7 +269,7 @@ class MigrationProgress:
         the totals across jobs, and the throughput history.
         """
         now = self._seconds()
-        tally = _Tally(self._jobs.values())
+        tally = _Tally(list(self._jobs.values()))
         jobs = len(self._jobs)
         finishedAt = lastEnd = tally.finishedAt
         if tally.ended < jobs:
@@ -351,63 +353,74 @@ class _Tally:
         deferred.
     """
 
-    def __init__(self, jobs: Iterable[JobProgress]) -> None:
-        self.states: dict[str, int] = {state.value: 0 for state in JobState}
-        self.counted = self.total = self.done = self.failed = self.present = 0
-        self.migrated = self.pending = self.bytesTotal = self.bytesDone = 0
-        self.bytesFailed = self.bytesSent = self.converted = self.notes = 0
-        self.ended = self.moving = self.uncountedMoving = 0
-        self.finishedAt: float | None = None
-        self.inSlot: list[JobProgress] = []
-        self.held: list[JobProgress] = []
-        waiting: list[int] = []
-        queued: list[int] = []
-        states = self.states
+    def __init__(self, jobs: Sequence[JobProgress]) -> None:
         # Read once per job, for 10,000 jobs: the enum's value and hash
         # are Python-level descriptors, its _value_ a plain attribute.
-        endedValues, heldValues = _ENDED_VALUES, _HELD_VALUES
+        values = [job.state._value_ for job in jobs]
+        self._count(jobs)
+        self._sort(jobs, values)
+
+    def _count(self, jobs: Sequence[JobProgress]) -> None:
+        """
+        Add the jobs' counters.
+        """
+        counted = total = done = failed = present = migrated = pending = 0
+        bytesTotal = bytesDone = bytesFailed = bytesSent = converted = notes = 0
         for job in jobs:
-            value = job.state._value_
+            done += job.messagesDone
+            failed += job.messagesFailed
+            present += job.messagesAlreadyPresent
+            migrated += job.messagesAlreadyMigrated
+            bytesSent += job.bytesSent
+            converted += job.lineEndingsConverted
+            notes += job.messagesWithNotes
+            if job.counted:
+                counted += 1
+                total += job.messagesTotal
+                left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                if left > 0:
+                    pending += left
+                bytesTotal += job.bytesTotal or 0
+                bytesDone += job.bytesDone
+                bytesFailed += job.bytesFailed
+        self.counted, self.total, self.done, self.failed = counted, total, done, failed
+        self.present, self.migrated, self.pending = present, migrated, pending
+        self.bytesTotal, self.bytesDone, self.bytesFailed = bytesTotal, bytesDone, bytesFailed
+        self.bytesSent, self.converted, self.notes = bytesSent, converted, notes
+
+    def _sort(self, jobs: Sequence[JobProgress], values: list[str]) -> None:
+        """
+        Count the jobs by state, and sort them by what they can do.
+        """
+        states = self.states = {state.value: 0 for state in JobState}
+        ended = moving = uncountedMoving = 0
+        finishedAt: float | None = None
+        inSlot: list[JobProgress] = []
+        held: list[JobProgress] = []
+        waiting: list[int] = []
+        queued: list[int] = []
+        endedValues, heldValues = _ENDED_VALUES, _HELD_VALUES
+        for job, value in zip(jobs, values):
             states[value] += 1
-            self.add(job)
             if value in endedValues:
-                self.ended += 1
-                jobFinished = job.finishedAt
-                if jobFinished is not None and (
-                    self.finishedAt is None or jobFinished > self.finishedAt
-                ):
-                    self.finishedAt = jobFinished
+                ended += 1
+                if job.finishedAt is not None and (finishedAt is None or job.finishedAt > finishedAt):
+                    finishedAt = job.finishedAt
             elif value in heldValues:
-                self.held.append(job)
+                held.append(job)
             elif value in _IN_SLOT or value in _IN_LINE:
-                self.moving += 1
+                moving += 1
                 if not job.counted:
                     # Not counted yet: a time left without it would be wrong.
-                    self.uncountedMoving += 1
+                    uncountedMoving += 1
                 elif value in _IN_SLOT:
-                    self.inSlot.append(job)
+                    inSlot.append(job)
                 else:
-                    (queued if value == "queued" else waiting).append(job.messagesPending)
+                    left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                    (queued if value == "queued" else waiting).append(left if left > 0 else 0)
+        self.ended, self.moving, self.uncountedMoving = ended, moving, uncountedMoving
+        self.finishedAt, self.inSlot, self.held = finishedAt, inSlot, held
         self.inLine = waiting + queued
-
-    def add(self, job: JobProgress) -> None:
-        """
-        Add C{job}'s counters.
-        """
-        self.done += job.messagesDone
-        self.failed += job.messagesFailed
-        self.present += job.messagesAlreadyPresent
-        self.migrated += job.messagesAlreadyMigrated
-        self.bytesSent += job.bytesSent
-        self.converted += job.lineEndingsConverted
-        self.notes += job.messagesWithNotes
-        if job.counted:
-            self.counted += 1
-            self.total += job.messagesTotal
-            self.pending += job.messagesPending
-            self.bytesTotal += job.bytesTotal or 0
-            self.bytesDone += job.bytesDone
-            self.bytesFailed += job.bytesFailed
 
     def heldView(self) -> dict[str, object]:
         """
@@ -417,7 +430,7 @@ class _Tally:
         """
         until = [job.retryAt for job in self.held if job.retryAt is not None]
         return {
-            "jobs": {state.value: self.states[state.value] for state in HELD},
+            "jobs": {state.value: self.states[state.value] for state in _HELD_ORDER},
             "until": min(until) if until else None,
         }
 
@@ -460,16 +473,7 @@ def _timeLeft(
     """
     if not inLine and all(job.messagesPending == 0 for job in inSlot):
         return 0.0
-    rates = {job.name: rate for job in inSlot if (rate := _settledRate(job, now)) is not None}
-    if rates:
-        typical = sum(rates.values()) / len(rates)
-    elif typical is None:
-        young = [
-            current[0]
-            for job in inSlot
-            if job.state is JobState.RUNNING and (current := job.currentRate(now)) is not None
-        ]
-        typical = sum(young) / len(young) if young else 0.0
+    rates, typical = _jobRates(now, inSlot, typical)
     if typical <= 0 or not inSlot:
         return None
     slots: list[float] = []
@@ -480,8 +484,30 @@ def _timeLeft(
         slots.append(start + job.messagesPending / rates.get(job.name, typical))
     end = max(slots)
     heapq.heapify(slots)
+    replace = heapq.heapreplace
     for pending in inLine:
         finish = slots[0] + pending / typical
-        heapq.heapreplace(slots, finish)
-        end = max(end, finish)
+        replace(slots, finish)
+        if finish > end:
+            end = finish
     return round(end, 1)
+
+
+def _jobRates(
+    now: float, inSlot: list[JobProgress], typical: float | None
+) -> tuple[dict[str, float], float]:
+    """
+    The settled rates (L{_settledRate}) of the jobs in a slot, by name,
+    and the typical rate of a job (see L{_timeLeft}); 0 if none is known.
+    """
+    rates = {job.name: rate for job in inSlot if (rate := _settledRate(job, now)) is not None}
+    if rates:
+        return rates, sum(rates.values()) / len(rates)
+    if typical is not None:
+        return rates, typical
+    young = [
+        current[0]
+        for job in inSlot
+        if job.state is JobState.RUNNING and (current := job.currentRate(now)) is not None
+    ]
+    return rates, sum(young) / len(young) if young else 0.0
