@@ -47,13 +47,6 @@ ENDED = frozenset(
 The states of a job whose run is over.
 """
 
-HELD = frozenset({JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED})
-"""
-The states of a job that cannot move until something happens (an admin
-resumes it, the server's hold or the budget's day ends): neither its rate
-nor its messages count in the time left.
-"""
-
 
 def _queued() -> JobState:
     return JobState.QUEUED
@@ -590,6 +583,14 @@ class JobProgress:
             "line_endings_converted": self.lineEndingsConverted,
             "messages_with_notes": self.messagesWithNotes,
         }
+
+
+HELD = frozenset({JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED})
+"""
+The states of a job that cannot move until something happens (an admin
+resumes it, the server's hold or the budget's day ends): neither its rate
+nor its messages count in the time left.
+"""
 
 
 def _eta(pending: int | None, rate: float | None, state: JobState) -> float | None:

@@ -28,11 +28,11 @@ _ATTENTION = {
     JobState.PAUSED: 2,
     JobState.PAUSED_BY_SERVER: 2,
     JobState.DEFERRED: 2,
-    JobState.DONE_WITH_FAILURES: 1,
-    JobState.WAITING: 3,
     JobState.CONNECTING: 3,
     JobState.RUNNING: 3,
     JobState.STOPPING: 3,
+    JobState.WAITING: 3,
+    JobState.DONE_WITH_FAILURES: 1,
 }
 """
 The rank of each state in C{sort=attention} (others: 4); a job with
