@@ -6,7 +6,7 @@ C{tests/fixtures/dashboard/} (paged, filtered and sorted as the daemon
 does), so the page can be developed and looked at in a browser before the
 daemon serves the new JSON.
 
-    python -m tests.dashboardharness --port 8765 [--jobs 10000] [--finished]
+    python -m tests.dashboardharness --port 8765 [--jobs 10000] [--finished | --held]
 
 C{--jobs N} replaces the fixture's jobs by N copies of them (for speed
 checks); each poll advances the running jobs a little so the page moves.
@@ -31,7 +31,10 @@ from imapmig.status.dashboard import mountDashboard
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dashboard"
 
-_ATTENTION = {"failed": 0, "backing_off": 2, "paused": 2, "connecting": 3, "running": 3, "stopping": 3}
+_ATTENTION = {
+    "failed": 0, "done_with_failures": 1, "backing_off": 2, "paused": 2, "paused_by_server": 2,
+    "deferred": 2, "waiting": 3, "connecting": 3, "running": 3, "stopping": 3,
+}
 
 
 def attentionRank(job: dict[str, Any]) -> int:
@@ -59,12 +62,15 @@ class FixtureRun:
     a step forward on every L{snapshot}.
     """
 
-    def __init__(self, finished: bool = False, jobs: int | None = None) -> None:
+    def __init__(self, finished: bool = False, jobs: int | None = None, held: bool = False) -> None:
         """
         @param finished: serve the finished, verified run instead.
         @param jobs: how many jobs to serve; L{None} for the fixture's own.
+        @param held: serve the run where no job can move instead (paused,
+            paused by the server, deferred by a budget; one done with
+            failures, one failed).
         """
-        name = "status-finished.json" if finished else "status.json"
+        name = "status-finished.json" if finished else "status-held.json" if held else "status.json"
         self.base: dict[str, Any] = json.loads((FIXTURES / name).read_text("utf-8"))
         self.finished = finished
         originals: list[dict[str, Any]] = self.base["jobs"]
@@ -308,9 +314,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--finished", action="store_true")
+    parser.add_argument("--held", action="store_true")
     parser.add_argument("--token", default="dev-token")
     options = parser.parse_args()
-    site = Site(HarnessRoot(FixtureRun(options.finished, options.jobs), options.token))
+    site = Site(HarnessRoot(FixtureRun(options.finished, options.jobs, options.held), options.token))
     reactor.listenTCP(options.port, site, interface="127.0.0.1")  # type: ignore[arg-type]
     reactor.run()
 

@@ -4,7 +4,8 @@ A job's timeline in a real browser (headless Chromium driven by Selenium,
 as L{tests.test_browser}): a state database seeded through the store API
 with the timeline of a job that was retried, paused, failed, retried again
 and cancelled, then the real daemon serving it over a private Dovecot;
-C{/jobs/NAME.json} carries the timeline as recorded, and the job's panel
+C{/jobs/NAME.json} carries the timeline as recorded, followed by the
+changes the daemon's own run of the job records, and the job's panel
 shows it: each change with its time, how long the job stayed, its cause
 and who asked, compact until "Show all".
 
@@ -26,6 +27,7 @@ from urllib.parse import quote
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig.progress import ENDED
 from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.dovecot import requireDovecot
@@ -52,6 +54,8 @@ The bound of each wait (generous: the test must pass beside a CPU hog).
 """
 
 ADMIN = "192.0.2.7"
+
+ENDED_STATES = frozenset(state.value for state in ENDED)
 
 
 def seededTimeline(start: float) -> list[Transition]:
@@ -164,13 +168,32 @@ class TimelineBrowserTests(SynchronousTestCase):
         port = pollUntil(
             "the daemon's status listener", self.daemon.statusPort, STEP, detail=self.daemon.tail
         )
-        reply = StatusClient(port).request("GET", f"/jobs/{quote(JOB, safe='')}.json")
-        self.assertEqual(reply.code, 200, reply.body[:300])
+        client = StatusClient(port)
+        # The daemon runs both jobs (their machines record each change after
+        # the seeded ones): read the timelines once they have ended.
+        pollUntil(
+            "both jobs ended",
+            lambda: all(
+                job["state"] in ENDED_STATES
+                for job in client.request("GET", "/status.json").json()["jobs"]
+            )
+            or None,
+            STEP,
+            detail=self.daemon.tail,
+        )
         expected = [
             {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
             for t in seeded
         ]
-        self.assertEqual(reply.json()["timeline"], expected)
+        timeline = self.timeline(client, JOB)
+        self.assertEqual(timeline[: len(seeded)], expected)
+        run = timeline[len(seeded) :]
+        self.assertEqual(
+            ((run[0]["from"], run[0]["to"]), run[-1]["to"]), (("queued", "connecting"), "done"), run
+        )
+        seeded = [
+            Transition(t["time"], t["from"], t["to"], t["cause"], t["by"]) for t in timeline
+        ]
 
         self.driver.get(f"http://127.0.0.1:{port}/#job={quote(JOB, safe='')}")
         rows: list[dict[str, Any]] = self.waitPage(
@@ -184,7 +207,7 @@ class TimelineBrowserTests(SynchronousTestCase):
             [t.time for t in seeded[:2] + seeded[-8:]],
         )
         more = self.driver.find_element("css selector", "#job-timeline tr.timeline-more")
-        self.assertIn("7 more changes", more.text)
+        self.assertIn(f"{len(seeded) - 10} more changes", more.text)
         saveScreenshot(self.driver, os.path.join(screenshotDirectory(), "timeline-compact.png"))
 
         self.driver.find_element("id", "job-timeline-all").click()
@@ -209,13 +232,17 @@ class TimelineBrowserTests(SynchronousTestCase):
             else:
                 self.assertEqual(float(row["stay"]), following.time - transition.time)
             self.assertTrue(row["when"], f"row {index}")
-        # How long it was paused; the change before the restart and the
-        # cancel (ended) with no duration; a note where the chain breaks.
+        # How long it was paused; the change before the restart, the
+        # cancel, and the run's end (ended) with no duration; a note where
+        # the chain breaks (the kill, and the seeded cancel before this run).
         self.assertEqual(rows[6]["stayText"], "9 min 59 s")
-        self.assertEqual((rows[12]["stayText"], rows[-1]["stayText"]), ("–", "–"))
+        self.assertEqual(
+            (rows[12]["stayText"], rows[16]["stayText"], rows[-1]["stayText"]), ("–", "–", "–")
+        )
         self.assertNotIn("timeline-current", rows[-1]["class"])
         self.assertEqual(
-            self.gaps(), [(13, "⋯ changes between these not recorded")]
+            self.gaps(),
+            [(13, "⋯ changes between these not recorded"), (17, "⋯ changes between these not recorded")],
         )
         saveScreenshot(self.driver, os.path.join(screenshotDirectory(), "timeline-all.png"))
 
@@ -233,17 +260,40 @@ class TimelineBrowserTests(SynchronousTestCase):
                 lambda shown: shown if len(shown) == kept else None
             )([row for row in driver.execute_script(READ_TIMELINE) if row["time"]]),
         )
-        self.assertEqual(
-            [row["cause"] for row in rows[TIMELINE_FIRST - 1 : TIMELINE_FIRST + 1]],
-            [f"attempt {TIMELINE_FIRST - 1}", f"attempt {100 + TIMELINE_FIRST}"],
+        long = self.timeline(client, LONG)
+        self.assertEqual(len(long), kept)
+        # This run's changes follow the seeded flapping, which ends without
+        # its run's end: a break where this run starts.
+        restart = next(
+            n for n in range(TIMELINE_FIRST + 1, kept) if long[n]["from"] != long[n - 1]["to"]
+        )
+        self.assertEqual((long[restart]["from"], long[restart]["to"]), ("queued", "connecting"))
+        self.assertEqual([row["cause"] for row in rows], [t["cause"] for t in long])
+        # Past the first 20, the next kept is a later one: those between
+        # (and, as this run's changes came, a few more) were dropped.
+        self.assertEqual(rows[TIMELINE_FIRST - 1]["cause"], f"attempt {TIMELINE_FIRST - 1}")
+        self.assertGreaterEqual(
+            int(rows[TIMELINE_FIRST]["cause"].split()[1]), 100 + TIMELINE_FIRST
         )
         self.assertEqual(
             (rows[TIMELINE_FIRST - 2]["stay"], rows[TIMELINE_FIRST - 1]["stay"]), ("1", "")
         )
         self.assertEqual(
             self.gaps(),
-            [(TIMELINE_FIRST, "⋯ changes between these not kept (a job's first 20 and latest 480 are)")],
+            [
+                (TIMELINE_FIRST, "⋯ changes between these not kept (a job's first 20 and latest 480 are)"),
+                (restart, "⋯ changes between these not recorded"),
+            ],
         )
+
+    def timeline(self, client: StatusClient, job: str) -> list[dict[str, Any]]:
+        """
+        Job C{job}'s C{timeline} in its C{/jobs/NAME.json}.
+        """
+        reply = client.request("GET", f"/jobs/{quote(job, safe='')}.json")
+        self.assertEqual(reply.code, 200, reply.body[:300])
+        timeline: list[dict[str, Any]] = reply.json()["timeline"]
+        return timeline
 
     def gaps(self) -> list[tuple[int, str]]:
         """

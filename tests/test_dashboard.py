@@ -73,6 +73,7 @@ CONTRACT_JOB_KEYS = {
     "average_messages_per_second", "eta_seconds", "current_folder", "folders_total",
     "folders_excluded", "error", "waiting_for", "retry_at", "reconnects", "started_at",
     "finished_at", "elapsed_seconds", "paused", "line_endings_converted", "messages_with_notes",
+    "wait",
 }
 
 
@@ -352,7 +353,7 @@ class FixtureTests(SynchronousTestCase):
         Every job of the fixture snapshots has exactly the contract's keys,
         and each snapshot has the contract's top-level keys and schema 2.
         """
-        for name in ["status.json", "status-finished.json"]:
+        for name in ["status.json", "status-finished.json", "status-held.json"]:
             snapshot = json.loads((FIXTURES / name).read_text("utf-8"))
             self.assertEqual(
                 set(snapshot), {"schema", "version", "time", "run", "totals", "throughput", "page", "jobs"}

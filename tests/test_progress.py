@@ -37,7 +37,7 @@ TOTALS_KEYS = {
     "jobs", "jobs_total", "jobs_counted", "messages_total", "messages_done",
     "messages_failed", "messages_already_present", "messages_already_migrated",
     "messages_pending", "bytes_total", "bytes_done", "bytes_sent", "bytes_failed", "percent_messages",
-    "percent_bytes", "messages_per_second", "bytes_per_second", "eta_seconds",
+    "percent_bytes", "messages_per_second", "bytes_per_second", "eta_seconds", "held",
     "line_endings_converted", "messages_with_notes",
 }  # fmt: skip
 
@@ -87,7 +87,7 @@ class SnapshotTests(SynchronousTestCase):
         self.assertEqual(set(summary["totals"]), TOTALS_KEYS)  # type: ignore[call-overload]
         self.assertEqual(
             set(summary["run"]),  # type: ignore[call-overload]
-            {"started_at", "finished_at", "elapsed_seconds", "verify"},
+            {"started_at", "finished_at", "elapsed_seconds", "average_messages_per_second", "verify"},
         )
         self.assertEqual(
             summary["throughput"], {"step_seconds": 10.0, "samples": []}
@@ -172,7 +172,16 @@ class SnapshotTests(SynchronousTestCase):
         b = self.progress.addJob("b")
         self.clock.advance(5)
         run = self.progress.summary()["run"]
-        self.assertEqual(run, {"started_at": 1000, "finished_at": None, "elapsed_seconds": 5, "verify": None})
+        self.assertEqual(
+            run,
+            {
+                "started_at": 1000,
+                "finished_at": None,
+                "elapsed_seconds": 5,
+                "average_messages_per_second": 0.0,
+                "verify": None,
+            },
+        )
         first = running(a, self.clock)
         self.clock.advance(5)
         first.succeed()
@@ -312,9 +321,9 @@ class RateTests(SynchronousTestCase):
         """
         A run that copies 5,000 messages in 2.5 s and ends: its throughput
         step ends with it, at once in the summary and as the sampler then
-        records it, at the rate C{messages_per_second} says at the end
-        and after (2,000 msg/s), not spread over the 10 s step (500 msg/s)
-        nor over the time since (1,724 msg/s 0.4 s later).
+        records it, at the rate it ran (2,000 msg/s), not spread over the 10 s
+        step (500 msg/s) nor over the time since (1,724 msg/s 0.4 s
+        later); the finished run has no current rate.
         """
         sampler = ProgressSampler(self.progress, self.clock)
         a = self.progress.addJob("a")
@@ -327,21 +336,21 @@ class RateTests(SynchronousTestCase):
         settle(a, 5000, 5_000_000)
         lifecycle.succeed()
         summary = self.progress.summary()
-        rate = summary["totals"]["messages_per_second"]  # type: ignore[index]
-        self.assertEqual(rate, 2000.0)
+        self.assertIsNone(summary["totals"]["messages_per_second"])  # type: ignore[index]
         self.assertEqual(
             summary["throughput"]["samples"], [[3.0, 2000.0, 2_000_000.0]]  # type: ignore[index]
         )
         self.clock.advance(0.4)
         later = self.progress.summary()
-        self.assertEqual(later["totals"]["messages_per_second"], 2000.0)  # type: ignore[index]
+        self.assertIsNone(later["totals"]["messages_per_second"])  # type: ignore[index]
         self.clock.advance(7.1)
         samples = self.progress.summary()["throughput"]["samples"]  # type: ignore[index]
         self.assertEqual(samples, [[3.0, 2000.0, 2_000_000.0], [10.5, 0.0, 0.0]])
-        # The finished run's rate stays that of its end, as its chart does.
+        # The finished run has no current rate; its average stays.
         self.clock.advance(300)
-        totals = self.progress.summary()["totals"]
-        self.assertEqual(totals["messages_per_second"], 2000.0)  # type: ignore[index]
+        summary = self.progress.summary()
+        self.assertIsNone(summary["totals"]["messages_per_second"])  # type: ignore[index]
+        self.assertEqual(summary["run"]["average_messages_per_second"], 2000.0)  # type: ignore[index]
         sampler.stopService()
         self.assertEqual(self.clock.getDelayedCalls(), [])
 

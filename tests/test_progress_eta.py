@@ -1,6 +1,10 @@
 """
-Tests for the overall ETA of L{MigrationProgress.summary} when a job ends
-without ever being counted.
+Tests for the time left and the rates of L{MigrationProgress.summary}: when
+a job ends without ever being counted; only jobs that can move count, a run
+where nothing can move says why and until when instead of a time, a
+finished run has no current rate, and the overall time left follows how
+the scheduler runs the jobs (a number at once, in order) on a simulated
+clock.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.machine import JobMachine
-from imapmig.progress import MigrationProgress, ProgressSampler
+from imapmig.progress import JobProgress, JobState, MigrationProgress, ProgressSampler, Wait
 from tests.test_progress import running, settle
 
 
@@ -67,3 +71,232 @@ class UncountedEndedJobTests(SynchronousTestCase):
         b = self.progress.addJob("b")
         JobMachine(b.name, b, self.clock).cancel("alice")
         self.assertEqual(self.eta(), round(self.pending / 2.0, 1))
+
+
+class SimulatedRun:
+    """
+    A run of jobs on a L{Clock}: C{slots} jobs at once, taken in order,
+    each connecting for C{connect} seconds, then settling C{rate} messages
+    a second; the progress sampled every 10 s, as the sampler does.
+
+    The jobs' states are set here, as their machines set them in the
+    daemon (L{JobProgress.showState}).
+    """
+
+    def __init__(self, sizes: list[int], slots: int, rate: int, connect: int = 3) -> None:
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+        self.progress = MigrationProgress(self.clock.seconds)
+        self.progress.startRun()
+        self.states: dict[str, JobState] = {}
+        self.jobs: list[JobProgress] = []
+        for n, size in enumerate(sizes):
+            job = self.progress.addJob(f"job{n:02d}")
+            job.census(size, size * 1000, 1, [])
+            self.show(job, JobState.QUEUED)
+            self.jobs.append(job)
+        self.slots = slots
+        self.rate = rate
+        self.connect = connect
+        self.running: dict[str, float] = {}
+
+    def show(self, job: JobProgress, state: JobState) -> None:
+        """
+        Put C{job} in C{state}.
+        """
+        self.states[job.name] = state
+        job.showState(lambda: self.states[job.name])
+
+    def fill(self) -> None:
+        """
+        Start queued jobs, in order, while a slot is free.
+        """
+        for job in self.jobs:
+            if len(self.running) >= self.slots:
+                return
+            if self.states[job.name] is JobState.QUEUED:
+                self.show(job, JobState.CONNECTING)
+                job.started()
+                self.running[job.name] = self.clock.seconds()
+
+    def tick(self) -> None:
+        """
+        One second: each running job settles its messages, ends when none
+        is left, and its slot goes to the next queued job.
+        """
+        self.clock.advance(1)
+        now = self.clock.seconds()
+        for job in self.jobs:
+            if job.name not in self.running:
+                continue
+            if now - self.running[job.name] < self.connect:
+                continue
+            self.show(job, JobState.RUNNING)
+            count = min(self.rate, job.messagesPending)
+            job.messagesDone += count
+            job.messagesSettled += count
+            job.bytesSent += count * 1000
+            job.bytesDone += count * 1000
+            if job.messagesPending == 0:
+                job.finished()
+                self.show(job, JobState.DONE)
+                del self.running[job.name]
+        self.fill()
+
+    def run(self) -> list[tuple[float, float, float | None]]:
+        """
+        Run to the end; the samples (time, per cent done, time left) taken
+        every 10 s.
+        """
+        self.fill()
+        seen: list[tuple[float, float, float | None]] = []
+        while self.running:
+            self.tick()
+            if self.clock.seconds() % 10 == 0:
+                self.progress.sample()
+                totals = self.progress.summary()["totals"]
+                assert isinstance(totals, dict)
+                seen.append((self.clock.seconds(), totals["percent_messages"], totals["eta_seconds"]))
+        return seen
+
+
+class TimeLeftTests(SynchronousTestCase):
+    """
+    The overall time left is the scheduler's, not one rate over every
+    message left.
+    """
+
+    def assertWithin(self, samples: list[tuple[float, float, float | None]], end: float) -> None:
+        """
+        From 25 % done on, every sample's time left is within 20 % of the
+        time really left (or a step of 10 s, near the end).
+        """
+        checked = 0
+        for now, percent, eta in samples:
+            left = end - now
+            if percent < 25 or left <= 0:
+                continue
+            self.assertIsNotNone(eta, (now, percent))
+            assert eta is not None
+            self.assertLessEqual(
+                abs(eta - left), max(0.2 * left, 10.0), f"at {percent} %: {eta} s left, really {left} s"
+            )
+            checked += 1
+        self.assertGreater(checked, 10)
+
+    def test_largestJobLast(self) -> None:
+        """
+        20 jobs, 4 at once at 10 messages a second each, the last ten times
+        the size of the others: from 25 % on, the time left is within 20 %
+        of the real end.  Before, one overall rate over the messages left
+        said 326 s at 25 % where 730 s were left (the largest job runs
+        alone at the end), and the largest job's own young rate (its first
+        minute, connecting included) overshot once it started.
+        """
+        run = SimulatedRun([600] * 19 + [6000], slots=4, rate=10)
+        samples = run.run()
+        end = run.clock.seconds()
+        self.assertWithin(samples, end)
+
+    def test_equalJobs(self) -> None:
+        """
+        Jobs of one size, 3 at once: the time left is within 20 % of the
+        real end from 25 % on.
+        """
+        run = SimulatedRun([900] * 12, slots=3, rate=5)
+        samples = run.run()
+        self.assertWithin(samples, run.clock.seconds())
+
+
+class NothingMovesTests(SynchronousTestCase):
+    """
+    Jobs that cannot move (paused, paused by the server, deferred) count in
+    neither the rate nor the time left; when no job can move the totals say
+    why and until when instead of a time; a finished run has no current
+    rate.
+    """
+
+    def setUp(self) -> None:
+        self.simulated = SimulatedRun([1200, 1200, 1200], slots=3, rate=10)
+        self.simulated.fill()
+        for _ in range(90):
+            self.simulated.tick()
+            if self.simulated.clock.seconds() % 10 == 0:
+                self.simulated.progress.sample()
+
+    def totals(self) -> dict[str, object]:
+        totals = self.simulated.progress.summary()["totals"]
+        assert isinstance(totals, dict)
+        return totals
+
+    def test_heldJobsLeftOut(self) -> None:
+        """
+        A job paused by an admin counts in neither the time left nor the
+        rate: the time left is the others'.
+        """
+        run = self.simulated
+        first = run.jobs[0]
+        run.show(first, JobState.PAUSED)
+        del run.running[first.name]
+        totals = self.totals()
+        # 2 jobs of 1,200 at 10 msg/s with 320 left each: 32 s.
+        self.assertEqual(totals["eta_seconds"], 32.0)
+        self.assertEqual(totals["messages_per_second"], 20.0)
+        self.assertIsNone(totals["held"])
+        self.assertIsNone(first.snapshot()["eta_seconds"])
+
+    def test_everyJobHeld(self) -> None:
+        """
+        With every job paused, paused by the server or deferred, the time
+        left is L{None}, the rate 0, and C{held} counts the jobs by kind
+        with the earliest time one resumes by itself.  Before, the page
+        said "Time left 10 min 48 s" and "Rate now 18.8 msg/s" with every
+        job paused.
+        """
+        run = self.simulated
+        now = run.clock.seconds()
+        for job, state, until in zip(
+            run.jobs,
+            [JobState.PAUSED, JobState.DEFERRED, JobState.PAUSED_BY_SERVER],
+            [None, now + 7200, now + 600],
+        ):
+            run.show(job, state)
+            job.waitIn(Wait(state, "held", now, until, None))
+        run.running.clear()
+        totals = self.totals()
+        self.assertIsNone(totals["eta_seconds"])
+        self.assertEqual(totals["messages_per_second"], 0.0)
+        self.assertEqual(
+            totals["held"],
+            {"jobs": {"paused": 1, "paused_by_server": 1, "deferred": 1}, "until": now + 600},
+        )
+        for job in run.jobs:
+            self.assertIsNone(job.snapshot()["eta_seconds"])
+
+    def test_finishedRunHasNoRate(self) -> None:
+        """
+        Once every job has ended, the current rates are L{None} (nothing
+        moves) and the run says its average over its duration.  Before,
+        "Rate now" stayed at the rate of the minute before the end.
+        """
+        run = self.simulated
+        while run.running:
+            run.tick()
+        run.clock.advance(300)
+        summary = run.progress.summary()
+        totals = summary["totals"]
+        assert isinstance(totals, dict)
+        self.assertEqual(
+            (totals["messages_per_second"], totals["bytes_per_second"], totals["eta_seconds"]),
+            (None, None, None),
+        )
+        self.assertEqual(
+            summary["run"],
+            {
+                "started_at": 1_000_000,
+                "finished_at": 1_000_122,
+                "elapsed_seconds": 122,
+                "average_messages_per_second": round(3600 / 122, 1),
+                "verify": None,
+            },
+        )

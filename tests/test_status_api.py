@@ -172,6 +172,7 @@ class StatusJSONTests(APITestCase):
                 "started_at": 1_700_000_000,
                 "finished_at": None,
                 "elapsed_seconds": 10.0,
+                "average_messages_per_second": 4.0,
                 "verify": None,
             },
         )

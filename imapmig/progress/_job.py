@@ -631,16 +631,24 @@ class JobProgress:
         }
 
 
+HELD = frozenset({JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED})
+"""
+The states of a job that cannot move until something happens (an admin
+resumes it, the server's hold or the budget's day ends): neither its rate
+nor its messages count in the time left.
+"""
+
+
 def _eta(pending: int | None, rate: float | None, state: JobState) -> float | None:
     """
     Seconds until C{pending} messages are settled at C{rate} per second:
-    0 with none pending, L{None} when unknown (not counted, not moving, or
-    the job's run is over).
+    0 with none pending, L{None} when unknown (not counted, not moving,
+    held (L{HELD}), or the job's run is over).
     """
     if pending is None:
         return None
     if pending == 0:
         return 0.0
-    if state in ENDED or not rate or rate <= 0:
+    if state in ENDED or state in HELD or not rate or rate <= 0:
         return None
     return round(pending / rate, 1)

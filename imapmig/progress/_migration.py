@@ -6,9 +6,10 @@ the current overall rate and ETA, and the throughput history.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import heapq
+from typing import Callable, Iterable, Iterator, Sequence
 
-from imapmig.progress._job import ENDED, JobProgress, JobState, _eta, _percent
+from imapmig.progress._job import ENDED, HELD, JobProgress, JobState, _percent
 from imapmig.progress._rates import (
     HISTORY_SAMPLES,
     STEP_SECONDS,
@@ -19,6 +20,20 @@ from imapmig.progress._rates import (
 
 
 _ENDED_VALUES = frozenset(state.value for state in ENDED)
+_HELD_VALUES = frozenset(state.value for state in HELD)
+
+_HELD_ORDER = (JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED)
+
+_IN_SLOT = frozenset({"connecting", "running", "backing_off"})
+"""
+The states of a job that holds one of the scheduler's slots and can move:
+how many such jobs there are is how many run at once.
+"""
+
+_IN_LINE = frozenset({"queued", "waiting"})
+"""
+The states of a job that can move once it gets a slot.
+"""
 
 
 class MigrationProgress:
@@ -56,8 +71,11 @@ class MigrationProgress:
         self._messages = 0
         self._octets = 0
         self._lastSample: float | None = None
-        # The overall rate over the minute before the jobs ended, and when.
-        self._endRate: tuple[float, tuple[float, float]] | None = None
+        # The lifetime messages settled when the run started.
+        self._messagesAtStart = 0
+        # The mean current rate of the jobs that ran a whole window at the
+        # last sample that had any: what a job runs at, for the time left.
+        self._typicalRate: float | None = None
         self.verifyResult: dict[str, object] | None = None
         self.runStartedAt = seconds()
         self._window.add(self.runStartedAt, 0, 0)
@@ -69,6 +87,7 @@ class MigrationProgress:
         now = self._seconds()
         self.runStartedAt = now
         self._lastSample = now
+        self._messagesAtStart = self._messages
         # The rate's window starts with the run, as its throughput does.
         self._window = RateWindow()
         self._window.add(now, self._messages, self._octets)
@@ -140,6 +159,7 @@ class MigrationProgress:
         # before the last of them ended: the step ends there, not diluted
         # by the idle time after (a 3 s run is not 10 s long).
         ended = self._endOfActivity()
+        typical: list[float] = []
         for name, job in list(self._active.items()):
             counts = job.lifetimeCounts()
             before = job.sampled
@@ -149,15 +169,16 @@ class MigrationProgress:
             window = job.window
             assert window is not None
             window.add(now, *counts)
+            if _settledRate(job, now) is not None:
+                typical.append(window.rate(now, *counts)[0])
             finishedAt = job.finishedAt
             if job.state in ENDED and (finishedAt is None or now - finishedAt >= WINDOW_SECONDS):
                 window.keepLast()
                 del self._active[name]
         self._messages += messages
         self._octets += octets
-        if ended is not None and ended < now:
-            # While the window still reaches back a minute before the end.
-            self._endRate = (ended, self._window.rate(ended, self._messages, self._octets))
+        if typical:
+            self._typicalRate = sum(typical) / len(typical)
         self._window.add(now, self._messages, self._octets)
         last, self._lastSample = self._lastSample, now
         if last is not None and ended is not None and last < ended < now:
@@ -207,10 +228,10 @@ class MigrationProgress:
         """
         return len(self._active)
 
-    def currentRate(self) -> tuple[float, float]:
+    def _settled(self) -> tuple[int, int]:
         """
-        Messages settled and octets sent per second, every job together,
-        over the last minute.
+        The lifetime messages settled and octets sent, every job together,
+        now (the sampled counts and what the jobs sampled did since).
         """
         messages, octets = self._messages, self._octets
         for job in self._active.values():
@@ -218,41 +239,27 @@ class MigrationProgress:
             before = job.sampled
             messages += counts[0] - before[0]
             octets += counts[1] - before[1]
-        return self._window.rate(self._seconds(), messages, octets)
+        return messages, octets
 
-    def _rateAtEnd(self, end: float) -> tuple[float, float]:
+    def currentRate(self) -> tuple[float, float]:
         """
-        The overall rate over the minute before C{end}, when every job
-        ended: what a finished run shows (and its throughput chart ends
-        with), rather than a rate falling as idle time passes.
+        Messages settled and octets sent per second, every job together,
+        over the last minute.
         """
-        if self._endRate is None or self._endRate[0] != end:
-            messages, octets = self._messages, self._octets
-            for job in self._active.values():
-                counts = job.lifetimeCounts()
-                messages += counts[0] - job.sampled[0]
-                octets += counts[1] - job.sampled[1]
-            self._endRate = (end, self._window.rate(end, messages, octets))
-        return self._endRate[1]
+        return self._window.rate(self._seconds(), *self._settled())
 
-    def _slowestRunningJob(self, now: float) -> float | None:
+    def _movingRate(self, now: float, held: Iterable[JobProgress]) -> tuple[float, float]:
         """
-        The longest time left of the jobs sampled now (L{sample}) that
-        have not ended, at each one's own current rate; L{None} if none is
-        known.
+        The overall rate of the last minute less what the C{held} jobs
+        (paused, deferred) did in it: the rate of the jobs that can move.
         """
-        slowest: float | None = None
-        for job in self._active.values():
-            if not job.counted or job.state in ENDED:
-                continue
+        messages, octets = self.currentRate()
+        for job in held:
             rates = job.currentRate(now)
-            left = job.messagesTotal - job.messagesDone - job.messagesFailed
-            if rates is None or left <= 0:
-                continue
-            eta = _eta(left, rates[0], JobState.RUNNING)
-            if eta is not None and (slowest is None or eta > slowest):
-                slowest = eta
-        return slowest
+            if rates is not None:
+                messages -= rates[0]
+                octets -= rates[1]
+        return max(0.0, messages), max(0.0, octets)
 
     # Views
 
@@ -262,96 +269,59 @@ class MigrationProgress:
         the totals across jobs, and the throughput history.
         """
         now = self._seconds()
-        states: dict[str, int] = {state.value: 0 for state in JobState}
-        counted = 0
-        total = done = failed = present = migrated = pending = remaining = 0
-        bytesTotal = bytesDone = bytesFailed = bytesSent = converted = notes = 0
-        ended = uncountedLive = 0
-        finishedAt: float | None = None
-        # Read once per job, for 10,000 jobs: the enum's value and hash
-        # are Python-level descriptors, its _value_ a plain attribute.
-        endedValues = _ENDED_VALUES
-        for job in self._jobs.values():
-            value = job.state._value_
-            states[value] += 1
-            done += job.messagesDone
-            failed += job.messagesFailed
-            present += job.messagesAlreadyPresent
-            migrated += job.messagesAlreadyMigrated
-            bytesSent += job.bytesSent
-            converted += job.lineEndingsConverted
-            notes += job.messagesWithNotes
-            isEnded = value in endedValues
-            if isEnded:
-                ended += 1
-                jobFinished = job.finishedAt
-                if jobFinished is not None and (finishedAt is None or jobFinished > finishedAt):
-                    finishedAt = jobFinished
-            if not job.counted and not isEnded:
-                # An ended job never counted (it failed before listing, or
-                # was cancelled) will not be: it holds back no ETA.
-                uncountedLive += 1
-            if job.counted:
-                counted += 1
-                total += job.messagesTotal
-                left = job.messagesTotal - job.messagesDone - job.messagesFailed
-                if left > 0:
-                    pending += left
-                    if not isEnded:
-                        remaining += left
-                bytesTotal += job.bytesTotal or 0
-                bytesDone += job.bytesDone
-                bytesFailed += job.bytesFailed
+        tally = _Tally(list(self._jobs.values()))
         jobs = len(self._jobs)
-        lastEnd = finishedAt
-        if ended < jobs:
+        finishedAt = lastEnd = tally.finishedAt
+        if tally.ended < jobs:
             finishedAt = lastEnd = None
         elif finishedAt is None:
             finishedAt = now
-        if lastEnd is None:
-            messagesRate, octetsRate = self.currentRate()
-        else:
-            messagesRate, octetsRate = self._rateAtEnd(lastEnd)
+        rate: tuple[float, float] | None = None
         eta = None
-        if uncountedLive == 0:
-            eta = _eta(remaining, messagesRate, JobState.RUNNING)
-            slowest = self._slowestRunningJob(now)
-            if eta is not None and slowest is not None and slowest > eta:
-                # Each job has its own limits (a throttled account): the
-                # run cannot end before its slowest job does.
-                eta = slowest
+        if finishedAt is None:
+            # The run is not over: only the jobs that can move count.
+            rate = (0.0, 0.0) if tally.moving == 0 else self._movingRate(now, tally.held)
+            if tally.moving and tally.uncountedMoving == 0:
+                eta = _timeLeft(now, tally.inSlot, tally.inLine, self._typicalRate)
+        elapsed = (now if finishedAt is None else finishedAt) - self.runStartedAt
+        settled = self._settled()[0] - self._messagesAtStart
+        total, done, failed = tally.total, tally.done, tally.failed
         return {
             "time": now,
             "run": {
                 "started_at": self.runStartedAt,
                 "finished_at": finishedAt,
-                "elapsed_seconds": round(
-                    (now if finishedAt is None else finishedAt) - self.runStartedAt, 3
-                ),
+                "elapsed_seconds": round(elapsed, 3),
+                "average_messages_per_second": round(settled / elapsed, 1) if elapsed > 0 else None,
                 "verify": self.verifyResult,
             },
             "totals": {
-                "jobs": states,
+                "jobs": tally.states,
                 "jobs_total": jobs,
-                "jobs_counted": counted,
+                "jobs_counted": tally.counted,
                 "messages_total": total,
                 "messages_done": done,
                 "messages_failed": failed,
-                "messages_already_present": present,
-                "messages_already_migrated": migrated,
-                "messages_pending": pending,
-                "bytes_total": bytesTotal,
-                "bytes_done": bytesDone,
-                "bytes_sent": bytesSent,
-                "bytes_failed": bytesFailed,
-                "percent_messages": _percent(done + failed, total) if counted else None,
+                "messages_already_present": tally.present,
+                "messages_already_migrated": tally.migrated,
+                "messages_pending": tally.pending,
+                "bytes_total": tally.bytesTotal,
+                "bytes_done": tally.bytesDone,
+                "bytes_sent": tally.bytesSent,
+                "bytes_failed": tally.bytesFailed,
+                "percent_messages": _percent(done + failed, total) if tally.counted else None,
                 # Failed messages are settled, in octets as in messages.
-                "percent_bytes": _percent(bytesDone + bytesFailed, bytesTotal) if counted else None,
-                "messages_per_second": round(messagesRate, 1),
-                "bytes_per_second": round(octetsRate, 1),
+                "percent_bytes": (
+                    _percent(tally.bytesDone + tally.bytesFailed, tally.bytesTotal)
+                    if tally.counted
+                    else None
+                ),
+                "messages_per_second": None if rate is None else round(rate[0], 1),
+                "bytes_per_second": None if rate is None else round(rate[1], 1),
                 "eta_seconds": eta,
-                "line_endings_converted": converted,
-                "messages_with_notes": notes,
+                "held": tally.heldView() if finishedAt is None and tally.moving == 0 else None,
+                "line_endings_converted": tally.converted,
+                "messages_with_notes": tally.notes,
             },
             "throughput": {
                 "step_seconds": self._history.step,
@@ -367,3 +337,177 @@ class MigrationProgress:
         view = self.summary()
         view["jobs"] = [job.snapshot() for job in self._jobs.values()]
         return view
+
+
+class _Tally:
+    """
+    The totals of every job, read in one pass, and the jobs the time left
+    is estimated from.
+
+    @ivar moving: how many jobs can move (L{_IN_SLOT} and L{_IN_LINE}).
+    @ivar inSlot: the jobs holding a slot and able to move.
+    @ivar inLine: the messages pending of each counted job waiting for a
+        slot, those waiting for a grant (they had one) first, then the
+        queued ones in configuration order.
+    @ivar held: the jobs held (L{HELD}): paused, paused by the server,
+        deferred.
+    """
+
+    def __init__(self, jobs: Sequence[JobProgress]) -> None:
+        # Read once per job, for 10,000 jobs: the enum's value and hash
+        # are Python-level descriptors, its _value_ a plain attribute.
+        values = [job.state._value_ for job in jobs]
+        self._count(jobs)
+        self._sort(jobs, values)
+
+    def _count(self, jobs: Sequence[JobProgress]) -> None:
+        """
+        Add the jobs' counters.
+        """
+        counted = total = done = failed = present = migrated = pending = 0
+        bytesTotal = bytesDone = bytesFailed = bytesSent = converted = notes = 0
+        for job in jobs:
+            done += job.messagesDone
+            failed += job.messagesFailed
+            present += job.messagesAlreadyPresent
+            migrated += job.messagesAlreadyMigrated
+            bytesSent += job.bytesSent
+            converted += job.lineEndingsConverted
+            notes += job.messagesWithNotes
+            if job.counted:
+                counted += 1
+                total += job.messagesTotal
+                left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                if left > 0:
+                    pending += left
+                bytesTotal += job.bytesTotal or 0
+                bytesDone += job.bytesDone
+                bytesFailed += job.bytesFailed
+        self.counted, self.total, self.done, self.failed = counted, total, done, failed
+        self.present, self.migrated, self.pending = present, migrated, pending
+        self.bytesTotal, self.bytesDone, self.bytesFailed = bytesTotal, bytesDone, bytesFailed
+        self.bytesSent, self.converted, self.notes = bytesSent, converted, notes
+
+    def _sort(self, jobs: Sequence[JobProgress], values: list[str]) -> None:
+        """
+        Count the jobs by state, and sort them by what they can do.
+        """
+        states = self.states = {state.value: 0 for state in JobState}
+        ended = moving = uncountedMoving = 0
+        finishedAt: float | None = None
+        inSlot: list[JobProgress] = []
+        held: list[JobProgress] = []
+        waiting: list[int] = []
+        queued: list[int] = []
+        endedValues, heldValues = _ENDED_VALUES, _HELD_VALUES
+        for job, value in zip(jobs, values):
+            states[value] += 1
+            if value in endedValues:
+                ended += 1
+                if job.finishedAt is not None and (finishedAt is None or job.finishedAt > finishedAt):
+                    finishedAt = job.finishedAt
+            elif value in heldValues:
+                held.append(job)
+            elif value in _IN_SLOT or value in _IN_LINE:
+                moving += 1
+                if not job.counted:
+                    # Not counted yet: a time left without it would be wrong.
+                    uncountedMoving += 1
+                elif value in _IN_SLOT:
+                    inSlot.append(job)
+                else:
+                    left = job.messagesTotal - job.messagesDone - job.messagesFailed
+                    (queued if value == "queued" else waiting).append(left if left > 0 else 0)
+        self.ended, self.moving, self.uncountedMoving = ended, moving, uncountedMoving
+        self.finishedAt, self.inSlot, self.held = finishedAt, inSlot, held
+        self.inLine = waiting + queued
+
+    def heldView(self) -> dict[str, object]:
+        """
+        Why nothing can move: the jobs held by kind, and the earliest time
+        one of them resumes by itself (L{None} if none will: paused by an
+        admin).
+        """
+        until = [job.retryAt for job in self.held if job.retryAt is not None]
+        return {
+            "jobs": {state.value: self.states[state.value] for state in _HELD_ORDER},
+            "until": min(until) if until else None,
+        }
+
+
+def _settledRate(job: JobProgress, now: float) -> float | None:
+    """
+    C{job}'s current rate if it tells how fast the job runs: it is running
+    and ran a whole window (a younger window holds its connecting and
+    listing), and moved in it; else L{None}.
+    """
+    started = job.startedAt
+    if job.state is not JobState.RUNNING or started is None or now - started < WINDOW_SECONDS:
+        return None
+    rates = job.currentRate(now)
+    if rates is None or rates[0] <= 0:
+        return None
+    return rates[0]
+
+
+def _timeLeft(
+    now: float, inSlot: list[JobProgress], inLine: list[int], typical: float | None
+) -> float | None:
+    """
+    Seconds until the jobs that can move are done, as the scheduler will
+    run them: as many at once as hold a slot now; the jobs in a slot each
+    at its own rate (L{_settledRate}), or at the typical rate of a job
+    while its own does not tell yet; the jobs waiting, in order, each in
+    the first slot to free up, at the typical rate.
+
+    @param now: the time.
+    @param inSlot: the jobs holding a slot (connecting, running, backing
+        off).
+    @param inLine: the messages pending of each job waiting for a slot,
+        in the order they will get one.
+    @param typical: the typical rate of a job: the mean settled rate of
+        the jobs in a slot now, else of those at the last sample that had
+        any (L{MigrationProgress.sample}), else the mean current rate of
+        the running jobs.
+    @return: L{None} without a rate to go by (nothing ran yet).
+    """
+    if not inLine and all(job.messagesPending == 0 for job in inSlot):
+        return 0.0
+    rates, typical = _jobRates(now, inSlot, typical)
+    if typical <= 0 or not inSlot:
+        return None
+    slots: list[float] = []
+    for job in inSlot:
+        start = 0.0
+        if job.state is JobState.BACKING_OFF and job.retryAt is not None:
+            start = max(0.0, job.retryAt - now)
+        slots.append(start + job.messagesPending / rates.get(job.name, typical))
+    end = max(slots)
+    heapq.heapify(slots)
+    replace = heapq.heapreplace
+    for pending in inLine:
+        finish = slots[0] + pending / typical
+        replace(slots, finish)
+        if finish > end:
+            end = finish
+    return round(end, 1)
+
+
+def _jobRates(
+    now: float, inSlot: list[JobProgress], typical: float | None
+) -> tuple[dict[str, float], float]:
+    """
+    The settled rates (L{_settledRate}) of the jobs in a slot, by name,
+    and the typical rate of a job (see L{_timeLeft}); 0 if none is known.
+    """
+    rates = {job.name: rate for job in inSlot if (rate := _settledRate(job, now)) is not None}
+    if rates:
+        return rates, sum(rates.values()) / len(rates)
+    if typical is not None:
+        return rates, typical
+    young = [
+        current[0]
+        for job in inSlot
+        if job.state is JobState.RUNNING and (current := job.currentRate(now)) is not None
+    ]
+    return rates, sum(young) / len(young) if young else 0.0

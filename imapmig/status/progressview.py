@@ -31,6 +31,8 @@ _ATTENTION = {
     JobState.CONNECTING: 3,
     JobState.RUNNING: 3,
     JobState.STOPPING: 3,
+    JobState.WAITING: 3,
+    JobState.DONE_WITH_FAILURES: 1,
 }
 """
 The rank of each state in C{sort=attention} (others: 4); a job with
@@ -159,8 +161,9 @@ class ProgressView:
 def _attention(job: JobProgress) -> int:
     """
     What an admin must see first (C{sort=attention}): 0 failed jobs, 1
-    jobs with failed messages, 2 jobs waiting to retry or paused, 3 jobs
-    running, 4 the rest (queued, done, stopped, cancelled).
+    jobs with failed messages, 2 jobs waiting to retry, paused or
+    deferred, 3 jobs running or waiting for a grant, 4 the rest (queued,
+    done, stopped, cancelled).
     """
     rank = _ATTENTION.get(job.state, 4)
     if rank and job.messagesFailed > 0:

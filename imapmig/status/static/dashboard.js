@@ -10,8 +10,13 @@
   var TOKEN_KEY = "imapmig.token";
   var SORT_KEY = "imapmig.sort";   // the table's order, a setting of this browser
   var FAILURES_LIMIT = 50;
-  var STATES = ["queued", "connecting", "running", "backing_off", "paused", "stopping",
-    "stopped", "done", "failed", "cancelled"];
+  var STATES = ["queued", "waiting", "connecting", "running", "backing_off", "paused", "paused_by_server",
+    "deferred", "stopping", "stopped", "done", "done_with_failures", "failed", "cancelled"];
+  // What each wait is, in words: the badge and the line that says why and until when.
+  var WAIT_WORDS = { backing_off: "retrying", paused: "paused by the admin", paused_by_server: "paused by the server",
+    deferred: "deferred", waiting: "waiting for a grant" };
+  var BADGE_WORDS = { paused: "paused by admin", paused_by_server: "paused by server",
+    deferred: "deferred (budget)", waiting: "waiting for a grant" };
 
   var state = {
     polls: 0,
@@ -74,6 +79,54 @@
     return (sameDay ? "" : day + " ") + clock(epoch, true);
   }
   function stateWords(s) { return String(s || "unknown").replace(/_/g, " "); }
+  // A resume time: the clock (with the day unless it is today's, or before
+  // the first poll), "UTC" where the browser's zone is.
+  // Short: the clock alone within the next 24 hours (the jobs table's Time left).
+  function untilText(epoch, short) {
+    var utc = new Date(epoch * 1000).getTimezoneOffset() === 0;
+    var soon = short && state.now && epoch - state.now < 86400;
+    return (soon ? clock(epoch) : dateTime(epoch, state.now).replace(/:\d\d$/, "")) + (utc ? " UTC" : "");
+  }
+  // The state a job shows: the daemon's, and "done" with failed messages is
+  // not green (done_with_failures) even from a daemon that says "done".
+  function shownState(job) {
+    return job.state === "done" && job.messages_failed > 0 ? "done_with_failures" : job.state;
+  }
+  function badgeWords(job) {
+    var shown = shownState(job);
+    if (shown === "done_with_failures") return "done, " + count(job.messages_failed) + " failed";
+    return BADGE_WORDS[shown] || stateWords(shown);
+  }
+  // The job's wait: its `wait`, or one read from the older keys (waiting_for, retry_at).
+  function jobWait(job) {
+    if (job.wait) return job.wait;
+    if (!WAIT_WORDS[job.state]) return null;
+    return { kind: job.state, reason: job.waiting_for || "", until: job.retry_at || null, by: null };
+  }
+  // A job backing off: "retrying: REASON (attempt 3 of 10, next at 18:02)".
+  function retryingText(job) {
+    var detail = [];
+    if (typeof job.retry_attempt === "number") detail.push("attempt " + job.retry_attempt + " of " + job.retry_attempts);
+    if (job.retry_at) detail.push("next at " + clock(job.retry_at));
+    return "retrying: " + job.waiting_for + (detail.length ? " (" + detail.join(", ") + ")" : "");
+  }
+  // "paused by the server: over quota (until 14:05)"; a backoff as retryingText says it.
+  function waitText(job, wait) {
+    if (wait.kind === "backing_off" && job.waiting_for) return retryingText(job);
+    var detail = [];
+    if (wait.until) detail.push("until " + untilText(wait.until));
+    else if (wait.kind === "paused") detail.push("until resumed");
+    if (wait.by) detail.push("by " + wait.by);
+    var reason = wait.reason && wait.reason !== WAIT_WORDS[wait.kind] ? ": " + wait.reason : "";
+    return WAIT_WORDS[wait.kind] + reason + (detail.length ? " (" + detail.join(", ") + ")" : "");
+  }
+  // Why nothing can move (totals.held): "paused", "waiting for daily budgets".
+  var HELD_WORDS = { paused: "paused", paused_by_server: "paused by the server", deferred: "waiting for daily budgets" };
+  function heldText(held) {
+    var kinds = Object.keys(HELD_WORDS).filter(function (k) { return held.jobs && held.jobs[k]; });
+    if (kinds.length === 1) return HELD_WORDS[kinds[0]];
+    return kinds.map(function (k) { return count(held.jobs[k]) + " " + HELD_WORDS[k]; }).join(", ") || "nothing can move";
+  }
   function dataValue(v) { return v === null || v === undefined ? "" : String(v); }
 
   // Set text and data-value only when they change (cheap polls, no layout churn).
@@ -255,14 +308,19 @@
     $("overall-bytes-failed-part").hidden = bytesFailed <= 0;
     put($("overall-bytes-percent"), percent(totals.percent_bytes), totals.percent_bytes);
     setBar($("overall-bytes-bar"), totals.percent_bytes);
-    put($("overall-rate"), msgRate(totals.messages_per_second), totals.messages_per_second);
-    put($("overall-byte-rate"), mibRate(totals.bytes_per_second), totals.bytes_per_second);
-    var eta = totals.eta_seconds;
-    put($("overall-eta"), typeof eta === "number" ? duration(eta) :
-      (run.finished_at ? "finished" : (allCounted ? "– (no rate yet)" : "– (not all counted)")), eta);
+    renderRate(totals, run);
+    var eta = totals.eta_seconds, held = totals.held;
+    put($("overall-eta"), typeof eta === "number" ? duration(eta) : run.finished_at ? "finished" :
+      held ? heldText(held) : (allCounted ? "– (no rate yet)" : "– (not all counted)"), eta);
+    $("overall-eta").classList.toggle("is-held", !run.finished_at && !!held);
     var etaClock = $("overall-eta-clock");
-    if (typeof eta === "number") putTime(etaClock, s.time + eta, "done ≈ " + dateTime(s.time + eta, s.time));
-    else put(etaClock, "");
+    if (typeof eta === "number" && !run.finished_at) {
+      putTime(etaClock, s.time + eta, "done ≈ " + dateTime(s.time + eta, s.time));
+    } else if (held && !run.finished_at && held.until) {
+      putTime(etaClock, held.until, "until " + untilText(held.until));
+    } else {
+      put(etaClock, held && !run.finished_at && held.jobs && held.jobs.paused ? "until resumed" : "");
+    }
     document.title = (typeof totals.percent_messages === "number" ? percent(totals.percent_messages) + " · " : "") +
       (run.finished_at ? "finished · " : "") + "imapmig";
     renderRun(s, run);
@@ -270,6 +328,17 @@
     renderStateCounts(totals.jobs || {});
     renderChart(s.throughput || {}, s.time, run);
     renderJobs(s.jobs || [], s.page || {});
+  }
+
+  // While the run goes on: the rate now of the jobs that can move; after its
+  // end, no rate now (nothing moves) but the run's average.
+  function renderRate(totals, run) {
+    var finished = typeof run.finished_at === "number";
+    put($("overall-rate-label"), finished ? "Average rate" : "Rate now");
+    put($("overall-rate"), msgRate(finished ? run.average_messages_per_second : totals.messages_per_second),
+      totals.messages_per_second);
+    put($("overall-byte-rate"), finished ? "over " + duration(run.elapsed_seconds) : mibRate(totals.bytes_per_second),
+      totals.bytes_per_second);
   }
 
   function renderRun(s, run) {
@@ -326,7 +395,7 @@
     while (box.firstChild) box.removeChild(box.firstChild);
     STATES.forEach(function (name) {
       if (!jobs[name]) return;
-      var chip = el("button", "badge chip", count(jobs[name]) + " " + stateWords(name));
+      var chip = el("button", "badge chip", count(jobs[name]) + " " + (BADGE_WORDS[name] || stateWords(name)));
       chip.type = "button";
       chip.setAttribute("data-state", name);
       chip.setAttribute("data-filter-state", name);
@@ -506,19 +575,12 @@
     tr.appendChild(actions);
     return tr;
   }
-  // A job backing off: "retrying: REASON (attempt 3 of 10, next at 18:02)".
-  function retryingText(job) {
-    var detail = [];
-    if (typeof job.retry_attempt === "number") detail.push("attempt " + job.retry_attempt + " of " + job.retry_attempts);
-    if (job.retry_at) detail.push("next at " + clock(job.retry_at));
-    return "retrying: " + job.waiting_for + (detail.length ? " (" + detail.join(", ") + ")" : "");
-  }
   function updateRow(tr, job) {
     var q = function (c) { return tr.querySelector("." + c); };
-    var badge = q("job-state");
-    put(badge, stateWords(job.state) + (job.paused && job.state !== "paused" ? " (paused)" : ""), job.state);
-    if (badge.getAttribute("data-state") !== job.state) badge.setAttribute("data-state", job.state);
-    badge.title = job.waiting_for ? "waiting for " + job.waiting_for : "";
+    var badge = q("job-state"), shown = shownState(job), wait = jobWait(job);
+    put(badge, badgeWords(job) + (job.paused && job.state !== "paused" ? " (paused)" : ""), job.state);
+    if (badge.getAttribute("data-state") !== shown) badge.setAttribute("data-state", shown);
+    badge.title = wait ? waitText(job, wait) : "";
     setBar(q("job-bar"), job.counted ? job.percent : null);
     put(q("job-percent"), job.counted ? percent(job.percent) : "not yet counted", job.percent);
     put(q("job-done"), count(job.messages_done), job.messages_done);
@@ -528,21 +590,24 @@
     q("job-failed").classList.toggle("has-failed", job.messages_failed > 0);
     put(q("job-rate"), msgRate(job.messages_per_second), job.messages_per_second);
     var etaText = typeof job.eta_seconds === "number" ? duration(job.eta_seconds) :
-      (job.state === "done" ? "done" : "–");
+      shown === "done" ? "done" : wait && wait.kind !== "backing_off" && wait.kind !== "waiting" ?
+      (wait.until ? "until " + untilText(wait.until, true) : "until resumed") : "–";
     put(q("job-eta"), etaText, job.eta_seconds);
     q("job-eta").title = typeof job.eta_seconds === "number" && state.now ?
       "done ≈ " + dateTime(state.now + job.eta_seconds, state.now) : "";
     putBreakable(q("job-folder"), job.current_folder || "–");
     var err = job.error || "";
-    if (!err && job.state === "backing_off" && job.waiting_for) err = retryingText(job);
+    if (!err && wait) err = waitText(job, wait);
     put(q("job-error"), err);
     q("job-error").classList.toggle("is-waiting", !job.error && !!err);
+    q("job-error").setAttribute("data-label", !job.error && wait ? "Waiting" : "Error");
+    if (wait) q("job-error").setAttribute("data-wait", wait.kind); else q("job-error").removeAttribute("data-wait");
     tr.classList.toggle("has-error", !!job.error);
     showActions(tr, job);
   }
   // Only the controls that apply to the job's state are shown (the server
   // refuses the others with 409 all the same).
-  var ENDED_STATES = { done: true, failed: true, cancelled: true, stopped: true };
+  var ENDED_STATES = { done: true, done_with_failures: true, failed: true, cancelled: true, stopped: true };
   function showActions(tr, job) {
     var ended = ENDED_STATES[job.state] === true;
     var applies = {
@@ -640,7 +705,7 @@
   }
   function renderDetail(answer) {
     var job = answer.job || {};
-    put($("job-detail-summary"), stateWords(job.state) + " · " + count(job.messages_done) + " of " +
+    put($("job-detail-summary"), badgeWords(job) + " · " + count(job.messages_done) + " of " +
       (job.counted ? count(job.messages_total) : "(not yet counted)") +
       (job.counted && job.messages_total === 1 ? " message · " : " messages · ") +
       count(job.messages_failed) + " failed · " + count(job.messages_already_present) + " already present · " +
@@ -649,6 +714,10 @@
     var err = $("job-detail-error");
     err.hidden = !job.error;
     put(err, job.error ? "Error: " + job.error : "");
+    var wait = jobWait(job), waitLine = $("job-detail-wait");
+    waitLine.hidden = !wait;
+    put(waitLine, wait ? waitText(job, wait) : "");
+    if (wait) waitLine.setAttribute("data-wait", wait.kind); else waitLine.removeAttribute("data-wait");
     var tbody = $("job-folders").tBodies[0];
     var rows = new Map();
     Array.prototype.forEach.call(tbody.rows, function (tr) { rows.set(tr.getAttribute("data-folder"), tr); });
