@@ -233,7 +233,7 @@ class MachineTests(SynchronousTestCase):
         self.assertEqual(
             self.moves()[-4:],
             [
-                ("running", "stopping", "pause", "alice"),
+                ("running", "stopping", "paused by the admin", "alice"),
                 ("stopping", "stopped", "stopped", None),
                 ("stopped", "paused", "paused by the admin", "alice"),
                 ("paused", "queued", "resumed", "bob"),

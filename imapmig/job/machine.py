@@ -387,7 +387,7 @@ def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
 @connecting.upon(JobInputs.pause).to(stopping)
 @running.upon(JobInputs.pause).to(stopping)
 def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
-    core.enter(JobState.STOPPING, "pause", by)
+    core.enter(JobState.STOPPING, PAUSED_BY_ADMIN, by)
     core.progress.pausedByAdmin = True
 
 
@@ -433,7 +433,7 @@ def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
 @connecting.upon(JobInputs.cancel).to(stopping)
 @running.upon(JobInputs.cancel).to(stopping)
 def _cancelRunning(inputs: JobInputs, core: _Core, by: str) -> None:
-    core.enter(JobState.STOPPING, "cancel", by)
+    core.enter(JobState.STOPPING, CANCELLED_BY_ADMIN, by)
 
 
 @connecting.upon(JobInputs.stop).to(stopping)

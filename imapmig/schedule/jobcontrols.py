@@ -321,9 +321,11 @@ class JobControls:
     def _pause(self, name: str, by: str) -> JobState:
         state = self._queue.pause(name)
         self._by[name] = by
+        # The machine first, so that its timeline says who stopped the run
+        # and why; then the run is stopped.
+        self._machines.job(name).pause(by)
         if state is QueueState.CLAIMED:
             self._scheduler.halt(name)
-        self._machines.job(name).pause(by)
         return JobState.PAUSED
 
     def resume(self, job: str, by: str) -> Deferred[JobState]:
@@ -354,8 +356,8 @@ class JobControls:
         state = self._queue.cancel(name)
         self._by[name] = by
         if state is QueueState.CLAIMED:
-            self._scheduler.halt(name)
             self._machines.job(name).cancel(by)
+            self._scheduler.halt(name)
         else:
             self._machines.job(name).cancel(by)
             self.recordCancelled(name)
@@ -498,9 +500,9 @@ class JobControls:
             paused = self._queue.pauseAll()
             for name in paused:
                 self._by[name] = by
+                self._machines.job(name).pause(by)
                 if self._scheduler.isClaimed(name):
                     self._scheduler.halt(name)
-                self._machines.job(name).pause(by)
             self._recordLate(paused, names, PAUSED, by)
             _logAll("pause-all", by, len(paused), "paused")
             return len(paused)
