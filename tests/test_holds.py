@@ -64,7 +64,9 @@ class RestartTests(SynchronousTestCase):
             "test.yaml",
         )
 
-    def start(self, at: float = 1700000000) -> tuple[MigrationService, MemoryReactorClock, JobControls]:
+    def start(
+        self, at: float = 1700000000
+    ) -> tuple[MigrationService, MemoryReactorClock, JobControls]:
         """
         Build the daemon on the state file, with a new memory reactor at
         time C{at}, and start it; it is stopped when the test ends.
