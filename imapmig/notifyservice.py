@@ -17,6 +17,7 @@ Tell systemd how the daemon is doing (C{Type=notify}, L{imapmig.sdnotify}):
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Callable, Mapping
 
@@ -73,6 +74,39 @@ def formatRate(perSecond: float) -> str:
     return f"{perSecond:.1f} msg/s"
 
 
+_HELD_WORDS = (
+    ("paused", "paused by the admin"),
+    ("paused_by_server", "paused by the server"),
+    ("deferred", "waiting for daily budgets"),
+)
+"""
+What the jobs that cannot move wait for, in the words of the status page
+(C{HELD_WORDS} in C{dashboard.js}), by state.
+"""
+
+
+def heldText(held: Mapping[str, object], now: float | None) -> str:
+    """
+    Why nothing can move, from the status JSON's C{totals.held}: e.g.
+    C{3 jobs paused by the admin}, C{2 jobs waiting for daily budgets until
+    00:00 UTC} (the earliest time one of them goes on by itself; with its
+    date when not within a day of C{now}).
+    """
+    jobs = _mapping(held, "jobs")
+    parts = [
+        f"{_plural(_int(jobs, state), 'job')} {words}"
+        for state, words in _HELD_WORDS
+        if _int(jobs, state)
+    ]
+    text = ", ".join(parts) or "nothing can move"
+    until = held.get("until")
+    if isinstance(until, (int, float)):
+        when = datetime.fromtimestamp(until, timezone.utc)
+        soon = now is not None and 0 <= until - now < 86400
+        text += " until " + when.strftime("%H:%M UTC" if soon else "%Y-%m-%d %H:%M UTC")
+    return text
+
+
 def statusLine(summary: Mapping[str, object]) -> str:
     """
     The one-line C{STATUS=} of the run, e.g. C{3 of 120 jobs done, 41,200
@@ -81,6 +115,9 @@ def statusLine(summary: Mapping[str, object]) -> str:
     Jobs done are those completed; failed and paused jobs, and failed
     messages, are named when there are any.  While some sources are not
     counted yet, the ETA is not known: the line says C{counting sources}.
+    When no job can move (C{totals.held}: every job paused, or waiting for
+    a budget or the server), it says why instead of a rate and an ETA, as
+    the status page does (L{heldText}).
     Once every job has ended, the line starts with C{finished:} and has no
     rate.
 
@@ -93,20 +130,26 @@ def statusLine(summary: Mapping[str, object]) -> str:
         return "no jobs"
     states = _mapping(totals, "jobs")
     done = _int(states, "done") + _int(states, "done_with_failures")
+    held = totals.get("held")
     parts = [f"{done:,} of {_plural(jobs, 'job')} done"]
-    for state, counted in (
-        ("failed", ("failed",)),
-        ("paused", ("paused", "paused_by_server", "deferred")),
-    ):
-        count = sum(_int(states, each) for each in counted)
-        if count:
-            parts.append(f"{count:,} {state}")
+    failedJobs = _int(states, "failed")
+    if failedJobs:
+        parts.append(f"{failedJobs:,} failed")
+    # The jobs held are counted here while others move; when none moves,
+    # the end of the line says why (heldText).
+    paused = sum(_int(states, each) for each, words in _HELD_WORDS)
+    if paused and not isinstance(held, Mapping):
+        parts.append(f"{paused:,} paused")
     parts.append(_plural(_int(totals, "messages_done"), "msg"))
     failed = _int(totals, "messages_failed")
     if failed:
         parts.append(f"{failed:,} failed")
     if run.get("finished_at") is not None:
         return "finished: " + ", ".join(parts)
+    if isinstance(held, Mapping):
+        now = summary.get("time")
+        parts.append(heldText(held, float(now) if isinstance(now, (int, float)) else None))
+        return ", ".join(parts)
     rate = totals.get("messages_per_second")
     parts.append(formatRate(float(rate) if isinstance(rate, (int, float)) else 0.0))
     eta = totals.get("eta_seconds")

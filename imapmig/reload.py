@@ -39,6 +39,7 @@ from imapmig.config.model import Config
 from imapmig.errors import ConfigError, ImapmigError
 from imapmig.reloadapply import ReloadApplied, ReloadTarget, applyReload
 from imapmig.reloadplan import ReloadPlan, keptForRestart, planReload
+from imapmig.state import JobHold
 
 __all__ = [
     "ConfigReloader",
@@ -258,7 +259,7 @@ class ConfigReloader:
             if configNeedsTLS(new):
                 return self._refused(path, [_needsTLS(path, "its servers or accounts")])
         plan = planReload(self.config, new)
-        holds: dict[str, str] = {}
+        holds: dict[str, JobHold] = {}
         if plan.added and self.target.holds is not None:
             try:
                 holds = await self.target.holds.readHolds()

@@ -35,6 +35,7 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
 from imapmig.schedule.queue import IJobQueue, QueueState
+from imapmig.state import JobHold
 
 __all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
 
@@ -57,14 +58,15 @@ class HoldKeeper(Protocol):
     The admin's holds on jobs (L{imapmig.schedule.jobcontrols.JobControls}).
     """
 
-    async def readHolds(self) -> dict[str, str]:
+    async def readHolds(self) -> dict[str, JobHold]:
         """
         Every job's hold as the state store records it, by job name.
         """
 
-    def applyHolds(self, holds: Mapping[str, str], names: Collection[str]) -> None:
+    def applyHolds(self, holds: Mapping[str, JobHold], names: Collection[str], across: str) -> None:
         """
-        Pause or cancel each of the jobs C{names} that C{holds} holds.
+        Pause or cancel each of the jobs C{names} that C{holds} holds,
+        kept C{across} ("the reload").
         """
 
 
@@ -164,7 +166,7 @@ def applyReload(
     plan: ReloadPlan,
     target: ReloadTarget,
     wake: bool = True,
-    holds: Mapping[str, str] | None = None,
+    holds: Mapping[str, JobHold] | None = None,
 ) -> ReloadApplied:
     """
     Apply C{plan} to C{target} (see the module's docstring), then wake the
@@ -214,7 +216,7 @@ def applyReload(
         counted.append(job)
     if holds and target.holds is not None and counted:
         # Before the scheduler is woken: a held job is never claimed.
-        target.holds.applyHolds(holds, {job.name for job in counted})
+        target.holds.applyHolds(holds, {job.name for job in counted}, "the reload")
     changedRunning = _replaceChanged(plan, target, counted)
     # Always: a server added without limits is then counted among the
     # servers whose connections the status shows.

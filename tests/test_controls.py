@@ -146,8 +146,9 @@ class ControlsTests(SynchronousTestCase):
         """
         Each control is an input of the job's machine, which records every
         move: a running job paused stops for the pause of whom asked (the
-        stop's cause and who), then is paused, at that time; resumed, it is
-        queued and runs again.
+        stop's cause and who), then, its claim finished, is paused by them
+        (not stopped between), at that time; resumed, it is queued and runs
+        again.
         """
         s = self.scheduler([jobConfig("a", "alice"), jobConfig("b", "bob")], maxJobs=1)
         s.service.startService()
@@ -163,8 +164,7 @@ class ControlsTests(SynchronousTestCase):
             [
                 (0.0, "queued", "connecting", "started", None),
                 (10.0, "connecting", "stopping", "paused by the admin", ADMIN),
-                (10.0, "stopping", "stopped", "stopped", None),
-                (10.0, "stopped", "paused", "paused by the admin", ADMIN),
+                (10.0, "stopping", "paused", "paused by the admin", ADMIN),
                 (15.0, "paused", "queued", "resumed", "192.0.2.8"),
                 (15.0, "queued", "connecting", "started", None),
                 (15.0, "connecting", "done", "every message migrated", None),

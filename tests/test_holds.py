@@ -26,7 +26,7 @@ from imapmig.schedule.jobcontrols import JobControls
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.rootservice import MigrationService
 from imapmig.service import buildService
-from imapmig.state import CANCELLED, PAUSED, JobHold
+from imapmig.state import CANCELLED, PAUSED, JobHold, Transition
 from imapmig.state.sqlite import SQLiteStateStore
 from tests.test_controls import ControlledScheduler
 from tests.test_schedule_service import jobConfig
@@ -64,13 +64,15 @@ class RestartTests(SynchronousTestCase):
             "test.yaml",
         )
 
-    def start(self) -> tuple[MigrationService, MemoryReactorClock, JobControls]:
+    def start(
+        self, at: float = 1700000000
+    ) -> tuple[MigrationService, MemoryReactorClock, JobControls]:
         """
-        Build the daemon on the state file, with a new memory reactor, and
-        start it; it is stopped when the test ends.
+        Build the daemon on the state file, with a new memory reactor at
+        time C{at}, and start it; it is stopped when the test ends.
         """
         reactor = MemoryReactorClock()
-        reactor.advance(1700000000)
+        reactor.advance(at)
         service = buildService(self.config, reactor)
         service.startService()
 
@@ -150,6 +152,57 @@ class RestartTests(SynchronousTestCase):
         # The cancelled job stays refused to retry-failed.
         self.failureResultOf(controls.retryFailed("b", ADMIN))
         self.stop(service, reactor)
+
+    def test_restoredByTheAdmin(self) -> None:
+        """
+        After a restart, the timeline of a job held before it says that
+        the admin's hold was kept, by that admin (not by imapmig), and its
+        wait is since the admin held it, not since the restart.  Before
+        the restart, the running job paused went stopping, then paused:
+        never stopped between.
+        """
+        self.heldBefore()
+        service, reactor, controls = self.start(at=1700000600)
+        a = service.progress.job("a").snapshot()
+        self.assertEqual(
+            a["wait"],
+            {"kind": "paused", "reason": "paused by the admin", "since": 1700000000.0,
+             "until": None, "by": ADMIN},
+        )
+        self.stop(service, reactor)
+        timelines = self.storedTimelines()
+        self.assertEqual(
+            timelines["a"],
+            [
+                Transition(1700000000.0, "queued", "connecting", "started", None),
+                Transition(1700000000.0, "connecting", "stopping", "paused by the admin", ADMIN),
+                Transition(1700000000.0, "stopping", "paused", "paused by the admin", ADMIN),
+                Transition(
+                    1700000600.0, "queued", "paused",
+                    "paused by the admin (kept across the restart)", ADMIN,
+                ),
+            ],
+        )
+        self.assertEqual(
+            timelines["b"][-2:],
+            [
+                Transition(1700000000.0, "stopping", "cancelled", "cancelled by the admin", ADMIN),
+                Transition(
+                    1700000600.0, "queued", "cancelled",
+                    "cancelled by the admin (kept across the restart)", ADMIN,
+                ),
+            ],
+        )
+
+    def storedTimelines(self) -> dict[str, list[Transition]]:
+        """
+        The timelines of jobs C{a} and C{b} in the state file.
+        """
+        store = SQLiteStateStore(self.statePath, seconds=lambda: 0.0, readOnly=True)
+        try:
+            return {name: self.successResultOf(store.timeline(name)) for name in "ab"}
+        finally:
+            store.close()
 
     def storedHolds(self) -> dict[str, JobHold]:
         """

@@ -210,7 +210,8 @@ class MachineTests(SynchronousTestCase):
     def test_pausedAndResumed(self) -> None:
         """
         An admin's pause says who and when; a running job stops first,
-        then is paused; resume queues it again.
+        then, its run over, is paused: two moves, both by who paused it
+        (never C{stopped} between); resume queues it again.
         """
         machine, progress = self.machine, self.progress
         machine.start()
@@ -218,26 +219,110 @@ class MachineTests(SynchronousTestCase):
         machine.pause("alice")
         self.shows(JobState.STOPPING)
         machine.connected()
-        machine.stopped()
-        self.shows(JobState.STOPPED)
-        self.clock.advance(10)
         machine.pause("alice")
+        machine.stop()
+        self.shows(JobState.STOPPING)
+        self.clock.advance(10)
+        machine.stopped()
         self.shows(JobState.PAUSED)
         self.assertEqual(progress.wait, Wait(JobState.PAUSED, "paused by the admin", 1010.0, None, "alice"))
         self.assertIsNone(progress.error)
+        self.assertTrue(progress.pausedByAdmin)
         machine.stop()
         self.shows(JobState.PAUSED)
         machine.resume("bob")
         self.shows(JobState.QUEUED)
         self.assertIsNone(progress.wait)
         self.assertEqual(
-            self.moves()[-4:],
+            self.moves()[-3:],
             [
                 ("running", "stopping", "paused by the admin", "alice"),
-                ("stopping", "stopped", "stopped", None),
-                ("stopped", "paused", "paused by the admin", "alice"),
+                ("stopping", "paused", "paused by the admin", "alice"),
                 ("paused", "queued", "resumed", "bob"),
             ],
+        )
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_resumedWhileStopping(self) -> None:
+        """
+        A running job paused, then resumed before its run ended, ends
+        stopped (to be queued again), not paused.
+        """
+        machine, progress = self.machine, self.progress
+        machine.start()
+        machine.pause("alice")
+        machine.resume("bob")
+        self.shows(JobState.STOPPING)
+        self.assertFalse(progress.pausedByAdmin)
+        machine.stopped()
+        self.shows(JobState.STOPPED)
+        self.assertEqual(
+            self.moves()[-2:],
+            [
+                ("connecting", "stopping", "paused by the admin", "alice"),
+                ("stopping", "stopped", "stopped", None),
+            ],
+        )
+
+    def test_pausedWhileTheDaemonStops(self) -> None:
+        """
+        A job stopping for the daemon's stop, then paused by the admin,
+        ends paused; one stopping for a pause, then cancelled, ends
+        cancelled, by who cancelled it.
+        """
+        machine = self.machine
+        machine.start()
+        machine.stop()
+        machine.pause("alice")
+        machine.stopped()
+        self.shows(JobState.PAUSED)
+        self.assertEqual(
+            self.moves()[-2:],
+            [
+                ("connecting", "stopping", "stop", None),
+                ("stopping", "paused", "paused by the admin", "alice"),
+            ],
+        )
+        machine.resume("alice")
+        machine.start()
+        machine.pause("alice")
+        machine.cancel("bob")
+        machine.pause("alice")
+        machine.resume("alice")
+        machine.stopped()
+        self.shows(JobState.CANCELLED)
+        self.assertEqual(self.moves()[-1], ("stopping", "cancelled", "cancelled by the admin", "bob"))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_restoredHolds(self) -> None:
+        """
+        A hold put back from the state store says who held the job and
+        since when (not now, and not imapmig), and that it was kept.
+        """
+        machine, progress = self.machine, self.progress
+        self.clock.advance(50)
+        machine.restorePause("192.0.2.7", 900.0, "the restart")
+        self.shows(JobState.PAUSED)
+        self.assertEqual(
+            progress.wait, Wait(JobState.PAUSED, "paused by the admin", 900.0, None, "192.0.2.7")
+        )
+        self.assertEqual(
+            progress.snapshot()["wait"],
+            {"kind": "paused", "reason": "paused by the admin", "since": 900.0,
+             "until": None, "by": "192.0.2.7"},
+        )
+        self.assertEqual(
+            [(job, t) for job, t in self.recorded],
+            [("j", Transition(1050.0, "queued", "paused",
+                              "paused by the admin (kept across the restart)", "192.0.2.7"))],
+        )
+        machine.restorePause("192.0.2.7", 900.0, "the reload")
+        machine.restoreCancel("192.0.2.8", "the reload")
+        self.shows(JobState.CANCELLED)
+        self.assertEqual(progress.error, "cancelled by the admin")
+        self.assertEqual(
+            self.moves()[-1],
+            ("paused", "cancelled", "cancelled by the admin (kept across the reload)", "192.0.2.8"),
         )
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
@@ -263,10 +348,16 @@ class MachineTests(SynchronousTestCase):
         machine.cancel("alice")
         self.shows(JobState.STOPPING)
         machine.stopped()
-        machine.cancel("alice")
         self.shows(JobState.CANCELLED)
+        machine.cancel("alice")
         self.assertEqual(progress.error, "cancelled by the admin")
-        self.assertEqual(self.moves()[-1], ("stopped", "cancelled", "cancelled", "alice"))
+        self.assertEqual(
+            self.moves()[-2:],
+            [
+                ("connecting", "stopping", "cancelled by the admin", "alice"),
+                ("stopping", "cancelled", "cancelled by the admin", "alice"),
+            ],
+        )
         machine.stop()
         machine.requeue("resumed", "bob")
         self.shows(JobState.QUEUED)
@@ -329,6 +420,9 @@ class MachineTests(SynchronousTestCase):
         self.assertTrue(drawn.startswith("stateDiagram-v2\n    [*] --> queued\n"))
         self.assertIn("    running --> done_with_failures: endWithFailures\n", drawn)
         self.assertIn("    paused --> queued: resume\n", drawn)
+        self.assertIn("    stopping --> paused: stopped\n", drawn)
+        self.assertIn("    stopping --> cancelled: stopped\n", drawn)
+        self.assertNotIn("stopping --> stopping", drawn)
 
 
 class RetryPolicyTests(SynchronousTestCase):

@@ -30,7 +30,7 @@ from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.plan import FolderRules
-from imapmig.progress import JobState
+from imapmig.progress import JobState, Wait
 from imapmig.reload import (
     ConfigReloader,
     ReloadPlan,
@@ -42,7 +42,7 @@ from imapmig.reload import (
 from imapmig.reloadapply import ReloadApplied
 from imapmig.schedule.queue import QueueState
 from imapmig.secrets import Secret
-from imapmig.state import CANCELLED, PAUSED
+from imapmig.state import CANCELLED, PAUSED, JobHold
 from imapmig.reload import loadInThread
 from imapmig.service import buildService
 from imapmig.state.memory import MemoryStateStore
@@ -522,8 +522,12 @@ class HeldTests(SynchronousTestCase):
         controls = h.scheduler.service.controls
 
         class Holds:
-            async def readHolds(self) -> dict[str, str]:
-                return {"a": PAUSED, "b": PAUSED, "c": CANCELLED}
+            async def readHolds(self) -> dict[str, JobHold]:
+                return {
+                    "a": JobHold(PAUSED, "192.0.2.7", 5.0),
+                    "b": JobHold(PAUSED, "192.0.2.7", 5.0),
+                    "c": JobHold(CANCELLED, None, 6.0),
+                }
 
             applyHolds = staticmethod(controls.applyHolds)
 
@@ -539,7 +543,11 @@ class HeldTests(SynchronousTestCase):
             [queue.state(name) for name in "abcd"],
             [QueueState.CLAIMED, QueueState.PAUSED, QueueState.CANCELLED, QueueState.QUEUED],
         )
-        self.assertEqual(h.scheduler.progress.job("b").state, JobState.PAUSED)
+        b = h.scheduler.progress.job("b")
+        self.assertEqual(b.state, JobState.PAUSED)
+        # Held by the admin the store names, since when it says.
+        self.assertEqual(b.wait, Wait(JobState.PAUSED, "paused by the admin", 5.0, None, "192.0.2.7"))
+        self.assertEqual(h.scheduler.progress.job("c").state, JobState.CANCELLED)
         self.assertFalse(h.scheduler.built["a"].stopped)
         h.scheduler.finish("a")
         h.scheduler.finish("d")

@@ -17,6 +17,7 @@ from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.error import CannotListenError, ConnectionRefusedError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.python.failure import Failure
@@ -29,8 +30,10 @@ from imapmig.notifyservice import (
     NotifyPhase,
     SystemdNotifyService,
     formatETA,
+    heldText,
     statusLine,
 )
+from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sdnotify import (
     Notifier,
@@ -364,11 +367,61 @@ class StatusLineTests(SynchronousTestCase):
 
     def test_paused(self) -> None:
         """
-        Paused jobs are named; nothing moving, the ETA is unknown.
+        Paused jobs are counted while others move; without a rate to go
+        by, the ETA is unknown.
         """
-        summary = _summary({"done": 1, "paused": 1}, done=1)
+        summary = _summary({"done": 1, "paused": 1, "running": 1}, done=1)
         self.assertEqual(
-            statusLine(summary), "1 of 2 jobs done, 1 paused, 1 msg, 0 msg/s, ETA unknown"
+            statusLine(summary), "1 of 3 jobs done, 1 paused, 1 msg, 0 msg/s, ETA unknown"
+        )
+
+    def test_everyJobPaused(self) -> None:
+        """
+        With every job paused by the admin the line says so, as the page
+        does, reading the status JSON's C{totals.held}: no rate, no ETA.
+        """
+        clock = Clock()
+        clock.advance(1700000000)
+        progress = MigrationProgress(clock.seconds)
+        machines = JobMachines(progress, clock)
+        for name in ("a", "b", "c"):
+            progress.addJob(name)
+            machines.job(name).pause("192.0.2.7")
+        progress.addJob("d")
+        machines.job("d").start()
+        machines.job("d").succeed()
+        self.assertEqual(
+            statusLine(progress.summary()),
+            "1 of 4 jobs done, 0 msgs, 3 jobs paused by the admin",
+        )
+
+    def test_waitingForBudgets(self) -> None:
+        """
+        Jobs waiting for their daily budgets say until when (UTC, with the
+        date past a day), beside those paused.
+        """
+        clock = Clock()
+        clock.advance(1700000000)  # 2023-11-14 22:13:20 UTC
+        progress = MigrationProgress(clock.seconds)
+        machines = JobMachines(progress, clock)
+        for name in ("a", "b"):
+            progress.addJob(name)
+            machines.job(name).start()
+            machines.job(name).defer("daily budget: 1 GB", 1700006400)
+        self.assertEqual(
+            statusLine(progress.summary()),
+            "0 of 2 jobs done, 0 msgs, 2 jobs waiting for daily budgets until 00:00 UTC",
+        )
+        progress.addJob("c")
+        machines.job("c").pause("192.0.2.7")
+        self.assertEqual(
+            statusLine(progress.summary()),
+            "0 of 3 jobs done, 0 msgs, 1 job paused by the admin,"
+            " 2 jobs waiting for daily budgets until 00:00 UTC",
+        )
+        self.assertEqual(
+            heldText({"jobs": {"deferred": 1}, "until": 1700092800.0}, 1700000000.0),
+            "1 job waiting for daily budgets until 2023-11-16 00:00 UTC",
         )
 
     def test_allDone(self) -> None:

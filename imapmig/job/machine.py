@@ -117,6 +117,19 @@ class JobInputs(Protocol):
     def cancel(self, by: str) -> None:
         "An admin cancels the job (a running one stops first)."
 
+    def restorePause(self, by: str | None, since: float, across: str) -> None:
+        """
+        The admin's pause, kept in the state store, is put back across
+        C{across} ("the restart", "the reload"): C{by} paused the job at
+        C{since}.
+        """
+
+    def restoreCancel(self, by: str | None, across: str) -> None:
+        """
+        The admin's cancel, kept in the state store, is put back across
+        C{across}: C{by} cancelled the job.
+        """
+
     # -- the daemon ----------------------------------------------------------
     def stop(self) -> None:
         "The daemon stops: take no new messages, end once in-flight is recorded."
@@ -141,6 +154,7 @@ class _Core:
     @ivar record: called with every transition (the state store's
         C{recordTransition}).
     @ivar current: the state entered last: written by L{enter} alone.
+    @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
 
     job: str
@@ -148,6 +162,7 @@ class _Core:
     clock: IReactorTime
     record: Callable[[str, Transition], object] = forget
     current: JobState = JobState.QUEUED
+    stopBy: str | None = None
     timer: IDelayedCall | None = None
     waiters: list[Deferred[None]] = field(default_factory=list)
 
@@ -159,12 +174,32 @@ class _Core:
         self.current = target
         self.record(self.job, transition)
 
-    def wait(self, target: JobState, reason: str, until: float | None, by: str | None = None) -> None:
+    def wait(
+        self,
+        target: JobState,
+        reason: str,
+        until: float | None,
+        by: str | None = None,
+        since: float | None = None,
+        cause: str | None = None,
+    ) -> None:
         """
-        Enter C{target}, a state that waits for C{reason} until C{until}.
+        Enter C{target}, a state that waits for C{reason} (recorded as
+        C{cause}, by default the reason) until C{until}, since C{since}
+        (by default now).
         """
-        self.enter(target, reason, by)
-        self.progress.waitIn(Wait(target, reason, self.clock.seconds(), until, by))
+        self.enter(target, reason if cause is None else cause, by)
+        since = self.clock.seconds() if since is None else since
+        self.progress.waitIn(Wait(target, reason, since, until, by))
+
+    def pause(self, by: str | None, since: float | None = None, cause: str | None = None) -> None:
+        """
+        Enter L{JobState.PAUSED}, by the admin C{by}.
+        """
+        self.cancelTimer()
+        self.wait(JobState.PAUSED, PAUSED_BY_ADMIN, None, by, since, cause)
+        self.progress.error = None
+        self.progress.pausedByAdmin = True
 
     def timed(self, target: JobState, reason: str, delay: float) -> None:
         """
@@ -216,6 +251,10 @@ paused = _builder.state("Paused")
 pausedByServer = _builder.state("PausedByServer")
 deferred = _builder.state("Deferred")
 stopping = _builder.state("Stopping")
+# A stopping job knows why it stops: for the admin's pause or cancel, it
+# ends paused or cancelled; for the daemon's stop, stopped.
+stoppingForPause = _builder.state("StoppingForPause")
+stoppingForCancel = _builder.state("StoppingForCancel")
 stopped = _builder.state("Stopped")
 done = _builder.state("Done")
 doneWithFailures = _builder.state("DoneWithFailures")
@@ -224,12 +263,9 @@ cancelled = _builder.state("Cancelled")
 
 _ALL = (
     queued, waiting, connecting, running, backingOff, paused, pausedByServer, deferred,
-    stopping, stopped, done, doneWithFailures, failed, cancelled,
+    stopping, stoppingForPause, stoppingForCancel, stopped, done, doneWithFailures, failed,
+    cancelled,
 )
-_RUNNING = (connecting, running)
-_TIMED = (backingOff, pausedByServer)
-_ENDED = (stopped, done, doneWithFailures, failed)
-_IDLE = (queued, waiting, deferred)
 
 for _state in _ALL:
     @_state.upon(JobInputs.state).loop()
@@ -290,6 +326,8 @@ def _connected(inputs: JobInputs, core: _Core) -> None:
 
 
 @stopping.upon(JobInputs.connected).loop()
+@stoppingForPause.upon(JobInputs.connected).loop()
+@stoppingForCancel.upon(JobInputs.connected).loop()
 def _connectedWhileStopping(inputs: JobInputs, core: _Core) -> None:
     pass
 
@@ -337,6 +375,8 @@ def _retry(inputs: JobInputs, core: _Core) -> None:
 @connecting.upon(JobInputs.succeed).to(done)
 @running.upon(JobInputs.succeed).to(done)
 @stopping.upon(JobInputs.succeed).to(done)
+@stoppingForPause.upon(JobInputs.succeed).to(done)
+@stoppingForCancel.upon(JobInputs.succeed).to(done)
 def _succeed(inputs: JobInputs, core: _Core) -> None:
     core.ended(JobState.DONE, "every message migrated", None)
 
@@ -344,6 +384,8 @@ def _succeed(inputs: JobInputs, core: _Core) -> None:
 @connecting.upon(JobInputs.endWithFailures).to(doneWithFailures)
 @running.upon(JobInputs.endWithFailures).to(doneWithFailures)
 @stopping.upon(JobInputs.endWithFailures).to(doneWithFailures)
+@stoppingForPause.upon(JobInputs.endWithFailures).to(doneWithFailures)
+@stoppingForCancel.upon(JobInputs.endWithFailures).to(doneWithFailures)
 def _endWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
     core.ended(JobState.DONE_WITH_FAILURES, f"{failed} messages failed", None)
 
@@ -353,6 +395,8 @@ def _endWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
 @connecting.upon(JobInputs.fail).to(failed)
 @running.upon(JobInputs.fail).to(failed)
 @stopping.upon(JobInputs.fail).to(failed)
+@stoppingForPause.upon(JobInputs.fail).to(failed)
+@stoppingForCancel.upon(JobInputs.fail).to(failed)
 @backingOff.upon(JobInputs.fail).to(failed)
 @pausedByServer.upon(JobInputs.fail).to(failed)
 @deferred.upon(JobInputs.fail).to(failed)
@@ -364,6 +408,20 @@ def _fail(inputs: JobInputs, core: _Core, reason: str) -> None:
 @stopping.upon(JobInputs.stopped).to(stopped)
 def _stopped(inputs: JobInputs, core: _Core) -> None:
     core.ended(JobState.STOPPED, "stopped", "stopped before the end")
+
+
+@stoppingForPause.upon(JobInputs.stopped).to(paused)
+def _stoppedForPause(inputs: JobInputs, core: _Core) -> None:
+    # Its run over, a job stopped for the admin's pause is paused: one
+    # move, by whom asked it.
+    core.progress.finished(None)
+    core.pause(core.stopBy)
+
+
+@stoppingForCancel.upon(JobInputs.stopped).to(cancelled)
+def _stoppedForCancel(inputs: JobInputs, core: _Core) -> None:
+    core.ended(JobState.CANCELLED, CANCELLED_BY_ADMIN, CANCELLED_BY_ADMIN, core.stopBy)
+    core.progress.pausedByAdmin = False
 
 
 # -- the admin's controls and the daemon's stop -----------------------------------
@@ -378,33 +436,66 @@ def _stopped(inputs: JobInputs, core: _Core) -> None:
 @doneWithFailures.upon(JobInputs.pause).to(paused)
 @failed.upon(JobInputs.pause).to(paused)
 def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
-    core.cancelTimer()
-    core.wait(JobState.PAUSED, PAUSED_BY_ADMIN, None, by)
-    core.progress.error = None
-    core.progress.pausedByAdmin = True
+    core.pause(by)
 
 
-@connecting.upon(JobInputs.pause).to(stopping)
-@running.upon(JobInputs.pause).to(stopping)
+@queued.upon(JobInputs.restorePause).to(paused)
+@waiting.upon(JobInputs.restorePause).to(paused)
+@deferred.upon(JobInputs.restorePause).to(paused)
+@stopped.upon(JobInputs.restorePause).to(paused)
+@done.upon(JobInputs.restorePause).to(paused)
+@doneWithFailures.upon(JobInputs.restorePause).to(paused)
+@failed.upon(JobInputs.restorePause).to(paused)
+def _restorePause(
+    inputs: JobInputs, core: _Core, by: str | None, since: float, across: str
+) -> None:
+    core.pause(by, since, f"{PAUSED_BY_ADMIN} (kept across {across})")
+
+
+@connecting.upon(JobInputs.pause).to(stoppingForPause)
+@running.upon(JobInputs.pause).to(stoppingForPause)
 def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.stopBy = by
     core.enter(JobState.STOPPING, PAUSED_BY_ADMIN, by)
     core.progress.pausedByAdmin = True
 
 
-@stopping.upon(JobInputs.pause).loop()
+@stopping.upon(JobInputs.pause).to(stoppingForPause)
 def _pauseWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    # Already stopping (the daemon stops): it ends paused.
+    core.stopBy = by
     core.progress.pausedByAdmin = True
 
 
-@stopping.upon(JobInputs.resume).loop()
+@stoppingForPause.upon(JobInputs.resume).to(stopping)
 def _resumeWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    # Resumed before its run ended: it ends stopped, and is queued again.
+    core.stopBy = None
+    core.progress.pausedByAdmin = False
+
+
+@stopping.upon(JobInputs.cancel).to(stoppingForCancel)
+@stoppingForPause.upon(JobInputs.cancel).to(stoppingForCancel)
+def _cancelWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.stopBy = by
     core.progress.pausedByAdmin = False
 
 
 @paused.upon(JobInputs.pause).loop()
-@stopping.upon(JobInputs.cancel).loop()
+@stoppingForPause.upon(JobInputs.pause).loop()
+@stoppingForCancel.upon(JobInputs.pause).loop()
+@stopping.upon(JobInputs.resume).loop()
+@stoppingForCancel.upon(JobInputs.resume).loop()
+@stoppingForCancel.upon(JobInputs.cancel).loop()
 @cancelled.upon(JobInputs.cancel).loop()
 def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
+    pass
+
+
+@paused.upon(JobInputs.restorePause).loop()
+def _alreadyPaused(
+    inputs: JobInputs, core: _Core, by: str | None, since: float, across: str
+) -> None:
     pass
 
 
@@ -430,9 +521,30 @@ def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
     core.progress.pausedByAdmin = False
 
 
-@connecting.upon(JobInputs.cancel).to(stopping)
-@running.upon(JobInputs.cancel).to(stopping)
+@queued.upon(JobInputs.restoreCancel).to(cancelled)
+@waiting.upon(JobInputs.restoreCancel).to(cancelled)
+@deferred.upon(JobInputs.restoreCancel).to(cancelled)
+@paused.upon(JobInputs.restoreCancel).to(cancelled)
+@stopped.upon(JobInputs.restoreCancel).to(cancelled)
+@done.upon(JobInputs.restoreCancel).to(cancelled)
+@doneWithFailures.upon(JobInputs.restoreCancel).to(cancelled)
+@failed.upon(JobInputs.restoreCancel).to(cancelled)
+def _restoreCancel(inputs: JobInputs, core: _Core, by: str | None, across: str) -> None:
+    core.ended(
+        JobState.CANCELLED, f"{CANCELLED_BY_ADMIN} (kept across {across})", CANCELLED_BY_ADMIN, by
+    )
+    core.progress.pausedByAdmin = False
+
+
+@cancelled.upon(JobInputs.restoreCancel).loop()
+def _alreadyCancelled(inputs: JobInputs, core: _Core, by: str | None, across: str) -> None:
+    pass
+
+
+@connecting.upon(JobInputs.cancel).to(stoppingForCancel)
+@running.upon(JobInputs.cancel).to(stoppingForCancel)
 def _cancelRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.stopBy = by
     core.enter(JobState.STOPPING, CANCELLED_BY_ADMIN, by)
 
 
@@ -453,6 +565,8 @@ def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
 @queued.upon(JobInputs.stop).loop()
 @paused.upon(JobInputs.stop).loop()
 @stopping.upon(JobInputs.stop).loop()
+@stoppingForPause.upon(JobInputs.stop).loop()
+@stoppingForCancel.upon(JobInputs.stop).loop()
 @stopped.upon(JobInputs.stop).loop()
 @done.upon(JobInputs.stop).loop()
 @doneWithFailures.upon(JobInputs.stop).loop()
@@ -526,6 +640,8 @@ _NAMES = {
     "PausedByServer": JobState.PAUSED_BY_SERVER,
     "Deferred": JobState.DEFERRED,
     "Stopping": JobState.STOPPING,
+    "StoppingForPause": JobState.STOPPING,
+    "StoppingForCancel": JobState.STOPPING,
     "Stopped": JobState.STOPPED,
     "Done": JobState.DONE,
     "DoneWithFailures": JobState.DONE_WITH_FAILURES,
@@ -542,7 +658,7 @@ def transitions() -> list[tuple[JobState, str, JobState]]:
     moves = {
         (_NAMES[source.name], str(symbol), _NAMES[target.name])
         for source, symbol, target, outputs in _machine.__automat_automaton__.allTransitions()
-        if source != target
+        if _NAMES[source.name] is not _NAMES[target.name]
     }
     return sorted(moves, key=lambda move: (move[0].value, move[1], move[2].value))
 

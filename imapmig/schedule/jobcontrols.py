@@ -44,16 +44,17 @@ from imapmig.job.machine import CANCELLED_BY_ADMIN, JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
 from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
-from imapmig.state import CANCELLED, PAUSED, IStateStore
+from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 
 log = Logger()
 
 RESTORED_BY = "imapmig"
 """
-Who a job's machine is told paused or cancelled it when the admin's hold
-is put back from the state store (at start, on a reload).
+Who a job's machine is told paused or cancelled it when the admin who
+asked is not known: a pause or cancel asked through another daemon
+sharing the queue.  A hold put back from the state store (at start, on a
+reload) names the admin it records, and since when.
 """
-
 
 
 class ControlledScheduler(Protocol):
@@ -133,38 +134,42 @@ class JobControls:
                 noun=_jobs(len(stale)),
                 jobs=", ".join(stale[:10]) + (", ..." if len(stale) > 10 else ""),
             )
-        self.applyHolds(holds, configured)
+        self.applyHolds(holds, configured, "the restart")
 
-    async def readHolds(self) -> dict[str, str]:
+    async def readHolds(self) -> dict[str, JobHold]:
         """
         Every job's hold as the store records it (L{PAUSED} or
-        L{CANCELLED}), by job name; none without a store.
+        L{CANCELLED}, who asked, when), by job name; none without a store.
 
         @raise ImapmigError: the store cannot read the holds.
         """
         if self._store is None:
             return {}
-        holds = await self._store.jobHolds()
-        return {name: hold.hold for name, hold in holds.items()}
+        return await self._store.jobHolds()
 
-    def applyHolds(self, holds: Mapping[str, str], names: Collection[str]) -> None:
+    def applyHolds(self, holds: Mapping[str, JobHold], names: Collection[str], across: str) -> None:
         """
         Put each of the jobs C{names} that C{holds} (from L{readHolds})
         has a hold for where its hold says (paused, cancelled), showing it
-        so: at start, and for the jobs a reload adds.
+        so, by the admin who held it and since when: at start, and for
+        the jobs a reload adds.
+
+        @param across: what the hold was kept across, for the job's
+            timeline: C{"the restart"}, C{"the reload"}.
         """
         restored = {PAUSED: 0, CANCELLED: 0}
-        for name, hold in holds.items():
+        for name, kept in holds.items():
             if name not in names:
                 continue
+            hold = kept.hold
             machine = self._machines.job(name)
             try:
                 if hold == PAUSED:
                     self._queue.pause(name)
-                    machine.pause(RESTORED_BY)
+                    machine.restorePause(kept.by, kept.at, across)
                 else:
                     self._queue.cancel(name)
-                    machine.cancel(RESTORED_BY)
+                    machine.restoreCancel(kept.by, across)
             except ControlRefused:
                 # A shared queue that holds it so already.
                 pass
