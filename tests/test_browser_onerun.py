@@ -439,8 +439,10 @@ class OneRunBrowserTests(SynchronousTestCase):
             and reading.overall["overall-failed"] == str(LARGE_MESSAGES),
         )
         self.open(LARGE)
+        # The panel's timeline first (compact beyond 10 changes), then all.
         self.waitPage(
-            "the Show all button", lambda d: d.find_elements("id", "job-timeline-all") or True
+            "the panel's timeline",
+            lambda d: [row for row in d.execute_script(READ_TIMELINE) if row["time"]] or None,
         )
         shown = self.driver.find_elements("id", "job-timeline-all")
         if shown and shown[0].is_displayed():
