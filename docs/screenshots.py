@@ -1,7 +1,9 @@
 """
 Take the README's screenshots of the dashboard in the middle of a real
 migration: C{docs/dashboard.png} (desktop, 1280 px wide) and
-C{docs/dashboard-phone.png} (an emulated 390x844 phone).
+C{docs/dashboard-phone.png} (an emulated 390x844 phone); and those of one
+run through every wait (L{ONE_RUN}): every job paused, a job deferred by
+its daily budget, a retried job's timeline, the finished page.
 
 It runs the daemon (C{python -m imapmig.daemon}) from this source tree over
 eight jobs of different sizes into a private Dovecot, with the harness of
@@ -19,9 +21,14 @@ and C{chromium-driver} and Selenium installed (C{make test} installs them)::
 
     .venv/bin/python docs/screenshots.py
 
-It takes about two minutes.  C{optipng} (if installed) shrinks the PNGs.
+It takes about three minutes.  C{optipng} (if installed) shrinks the PNGs.
 Set C{IMAPMIG_SHOTS_KEEP=1} to keep the run's directory (config, daemon
-log) for a look.
+log) for a look.  C{--only dashboard} or C{--only onerun} takes one set.
+
+The one-run set is the real-browser test L{tests.test_browser_onerun}'s
+own screenshots, so what the docs show is what that test checked: this
+runs the test (C{CI=true}) with C{IMAPMIG_SCREENSHOTS} set to a directory
+of its own and copies its PNGs here.
 """
 
 from __future__ import annotations
@@ -71,6 +78,10 @@ LARGE_JOB = "dave"
 LARGE_MESSAGES = 3
 LARGE_SIZE = 1_500_000
 SAMPLES = 10
+ONE_RUN = ("onerun-paused", "onerun-deferred", "onerun-retried", "onerun-finished")
+"""
+The screenshots of L{tests.test_browser_onerun}, copied as C{docs/NAME.png}.
+"""
 DESKTOP = (1280, 1000)
 PHONE = (390, 844)
 
@@ -123,6 +134,37 @@ def writeLargeMessages(maildir: str) -> None:
             f.write(bytes(message))
 
 
+def shrink(path: str) -> None:
+    """
+    Shrink the PNG at C{path} with C{optipng}, if installed.
+    """
+    if shutil.which("optipng"):
+        subprocess.run(["optipng", "-quiet", "-o5", "-strip", "all", path], check=True)
+
+
+def oneRun() -> None:
+    """
+    Run L{tests.test_browser_onerun} and copy its screenshots (L{ONE_RUN})
+    into C{docs/}.
+    """
+    directory = tempfile.mkdtemp(prefix="imapmig-shots-onerun-")
+    try:
+        environment = {**os.environ, "CI": "true", "IMAPMIG_SCREENSHOTS": directory}
+        subprocess.run(
+            [sys.executable, "-m", "twisted.trial", "--temp-directory",
+             os.path.join(directory, "_trial_temp"), "tests.test_browser_onerun"],
+            cwd=TOP, env=environment, check=True,
+        )  # fmt: skip
+        for name in ONE_RUN:
+            path = os.path.join(HERE, name + ".png")
+            shutil.copyfile(os.path.join(directory, name + ".png"), path)
+            shrink(path)
+            with open(path, "rb") as f:
+                print(f"{path}: {pngSize(f.read(32))}, {os.path.getsize(path)} octets")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def shoot(driver: Any, path: str, width: int, height: int, mobile: bool) -> None:
     """
     Emulate a C{width} x C{height} viewport, let the page poll once more at
@@ -140,14 +182,26 @@ def shoot(driver: Any, path: str, width: int, height: int, mobile: bool) -> None
     png = base64.b64decode(shot["data"])
     with open(path, "wb") as f:
         f.write(png)
-    if shutil.which("optipng"):
-        subprocess.run(["optipng", "-quiet", "-o5", "-strip", "all", path], check=True)
+    shrink(path)
     print(f"{path}: {pngSize(png)}, {os.path.getsize(path)} octets")
 
 
 def main() -> None:
     """
-    Run the migration and take the screenshots.
+    Take the screenshots: both sets, or the one C{--only} names.
+    """
+    only = sys.argv[2] if sys.argv[1:2] == ["--only"] and len(sys.argv) == 3 else None
+    if sys.argv[1:] and only not in ("dashboard", "onerun"):
+        raise SystemExit("usage: docs/screenshots.py [--only dashboard|onerun]")
+    if only != "onerun":
+        dashboard()
+    if only != "dashboard":
+        oneRun()
+
+
+def dashboard() -> None:
+    """
+    Run the migration and take the dashboard's screenshots.
     """
     requireDovecot()
     cleanups = _Cleanups()

@@ -272,6 +272,8 @@ class NothingMovesTests(SynchronousTestCase):
         )
         for job in run.jobs:
             self.assertIsNone(job.snapshot()["eta_seconds"])
+            # Nor a rate now of its own: its row said "7.3 msg/s", paused.
+            self.assertEqual(job.snapshot()["messages_per_second"], 0.0)
 
     def test_finishedRunHasNoRate(self) -> None:
         """
@@ -300,3 +302,22 @@ class NothingMovesTests(SynchronousTestCase):
                 "verify": None,
             },
         )
+
+    def test_endedJobHasNoRateNorTimeLeft(self) -> None:
+        """
+        A job that has ended has no current rate and no time left (L{None},
+        not C{0}), though it settled messages within the last minute: the
+        page's row says "–" and "done", not "2.1 msg/s" and "0 s" with a
+        "done ≈ <now>" tooltip, as it did after a live run's end.
+        """
+        run = self.simulated
+        while run.running:
+            run.tick()
+        for job in run.jobs:
+            snapshot = job.snapshot()
+            self.assertEqual(
+                (snapshot["state"], snapshot["messages_per_second"], snapshot["eta_seconds"]),
+                ("done", None, None),
+                job.name,
+            )
+            self.assertIsNotNone(snapshot["average_messages_per_second"])

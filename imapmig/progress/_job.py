@@ -587,7 +587,9 @@ class JobProgress:
             )
             if elapsed > 0:
                 average = round(max(0, migrated) / elapsed, 1)
-        rates = self.currentRate(now)
+        # A held job cannot move: its rate now is 0 (as the totals' while
+        # nothing can move); an ended one moves no more: no current rate.
+        rates = None if state in ENDED else (0.0, 0.0) if state in HELD else self.currentRate(now)
         rate = None if rates is None else round(rates[0], 1)
         counted = self.counted
         pending = self.messagesPending if counted else None
@@ -643,12 +645,12 @@ def _eta(pending: int | None, rate: float | None, state: JobState) -> float | No
     """
     Seconds until C{pending} messages are settled at C{rate} per second:
     0 with none pending, L{None} when unknown (not counted, not moving,
-    held (L{HELD}), or the job's run is over).
+    held (L{HELD}), or the job's run is over, pending or not).
     """
-    if pending is None:
+    if pending is None or state in ENDED:
         return None
     if pending == 0:
         return 0.0
-    if state in ENDED or state in HELD or not rate or rate <= 0:
+    if state in HELD or not rate or rate <= 0:
         return None
     return round(pending / rate, 1)
