@@ -22,12 +22,14 @@ import shutil
 import struct
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from attrs import frozen
 from twisted.trial import unittest
 
 from tests.support import SOURCE_TREE
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver
@@ -321,6 +323,36 @@ def setMarker(driver: WebDriver, value: str) -> None:
     Set the test's marker on C{window}; a reload loses it.
     """
     driver.execute_script(f"window.{MARKER_NAME} = arguments[0];", value)
+
+
+def waitPage(
+    testCase: unittest.SynchronousTestCase,
+    driver: WebDriver,
+    what: str,
+    condition: Callable[[WebDriver], _T | None],
+    timeout: float,
+    detail: Callable[[], str] = lambda: "",
+) -> _T:
+    """
+    Wait until C{condition(driver)} is true, at most C{timeout} seconds (a
+    L{WebDriverWait}; an L{AssertionError} raised by the condition ends the
+    wait at once).
+
+    @param detail: more for the failure message (the daemon's log).
+    @return: what C{condition} returned.
+    """
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    try:
+        result = WebDriverWait(driver, timeout, poll_frequency=0.25).until(condition)
+        # until() returns only a true value.
+        assert result is not None
+        return result
+    except TimeoutException:
+        raise testCase.failureException(
+            f"timed out after {timeout} s waiting for {what}. {detail()}"
+        ) from None
 
 
 def screenshotDirectory() -> str:

@@ -51,6 +51,7 @@ from tests.browser import (
     screenshotDirectory,
     setMarker,
     startBrowser,
+    waitPage,
 )
 from tests.liverun import (
     DaemonRun,
@@ -264,23 +265,9 @@ class DashboardBrowserTests(SynchronousTestCase):
     ) -> _T:
         """
         Wait until C{condition(driver)} is true, at most C{timeout} seconds
-        (a L{WebDriverWait}; an L{AssertionError} raised by the condition
-        ends the wait at once).
-
-        @param detail: more for the failure message.
+        (L{tests.browser.waitPage}).
         """
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        try:
-            result = WebDriverWait(self.driver, timeout, poll_frequency=0.25).until(condition)
-            # until() returns only a true value.
-            assert result is not None
-            return result
-        except TimeoutException:
-            raise self.failureException(
-                f"timed out after {timeout} s waiting for {what}. {detail()}"
-            ) from None
+        return waitPage(self, self.driver, what, condition, timeout, detail)
 
     def waitDaemon(
         self,

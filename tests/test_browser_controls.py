@@ -29,7 +29,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.testing.dovecot import DovecotInstance, requireDovecot
-from tests.browser import readPage, requireBrowser, startBrowser
+from tests.browser import readPage, requireBrowser, startBrowser, waitPage
 from tests.liverun import DaemonRun, LiveMigration, StatusClient, pollUntil, writeLiveMigration
 from tests.support import (
     deliveries,
@@ -111,17 +111,7 @@ class BrowserTestCase(SynchronousTestCase):
         """
         Wait until C{condition(driver)} is true, at most L{STEP} seconds.
         """
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        try:
-            result = WebDriverWait(self.driver, STEP, poll_frequency=0.25).until(condition)
-            assert result is not None
-            return result
-        except TimeoutException:
-            raise self.failureException(
-                f"timed out after {STEP} s waiting for {what}\n{self.daemon.tail(20)}"
-            ) from None
+        return waitPage(self, self.driver, what, condition, STEP, lambda: self.daemon.tail(20))
 
     def rows(self) -> list[str]:
         """

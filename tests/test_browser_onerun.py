@@ -48,6 +48,7 @@ from tests.browser import (
     saveScreenshot,
     screenshotDirectory,
     startBrowser,
+    waitPage,
 )
 from tests.liverun import DaemonRun, StatusClient, pollUntil, writeLiveMigration
 from tests.support import freshUser, newDirectory, sharedDovecot
@@ -166,19 +167,11 @@ class OneRunBrowserTests(SynchronousTestCase):
         """
         Wait until C{condition(driver)} is true, at most L{STEP} seconds.
         """
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        try:
-            result = WebDriverWait(self.driver, STEP, poll_frequency=0.25).until(condition)
-            assert result is not None
-            return result
-        except TimeoutException:
-            raise self.failureException(
-                f"timed out after {STEP} s waiting for {what}; the page read"
-                f" {self.driver.execute_script(READ)!r}; the daemon's log ends:\n"
-                + self.daemon.tail(25)
-            ) from None
+        return waitPage(
+            self, self.driver, what, condition, STEP,
+            lambda: f"The page read {self.driver.execute_script(READ)!r}; the daemon's log"
+            " ends:\n" + self.daemon.tail(25),
+        )  # fmt: skip
 
     def waitJson(self, what: str, condition: Callable[[dict[str, Any]], bool], timeout: float = STEP) -> dict[str, Any]:
         """

@@ -31,7 +31,13 @@ from imapmig.progress import ENDED
 from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.dovecot import requireDovecot
-from tests.browser import requireBrowser, saveScreenshot, screenshotDirectory, startBrowser
+from tests.browser import (
+    requireBrowser,
+    saveScreenshot,
+    screenshotDirectory,
+    startBrowser,
+    waitPage,
+)
 from tests.liverun import DaemonRun, StatusClient, pollUntil, writeLiveMigration
 from tests.support import freshUser, newDirectory, sharedDovecot
 
@@ -129,18 +135,10 @@ class TimelineBrowserTests(SynchronousTestCase):
         """
         Wait until C{condition(driver)} is true, at most L{STEP} seconds.
         """
-        from selenium.common.exceptions import TimeoutException
-        from selenium.webdriver.support.wait import WebDriverWait
-
-        try:
-            result = WebDriverWait(self.driver, STEP, poll_frequency=0.25).until(condition)
-            assert result is not None
-            return result
-        except TimeoutException:
-            raise self.failureException(
-                f"timed out after {STEP} s waiting for {what}; the daemon's log ends:\n"
-                + self.daemon.tail(25)
-            ) from None
+        return waitPage(
+            self, self.driver, what, condition, STEP,
+            lambda: "The daemon's log ends:\n" + self.daemon.tail(25),
+        )  # fmt: skip
 
     def test_timelineShown(self) -> None:
         """
