@@ -13,7 +13,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.machine import JobMachine
-from imapmig.progress import JobProgress, JobState, MigrationProgress, ProgressSampler, Wait
+from imapmig.progress import JobState, MigrationProgress, ProgressSampler, Wait
+from tests.simulatedrun import SimulatedRun
 from tests.test_progress import running, settle
 
 
@@ -71,93 +72,6 @@ class UncountedEndedJobTests(SynchronousTestCase):
         b = self.progress.addJob("b")
         JobMachine(b.name, b, self.clock).cancel("alice")
         self.assertEqual(self.eta(), round(self.pending / 2.0, 1))
-
-
-class SimulatedRun:
-    """
-    A run of jobs on a L{Clock}: C{slots} jobs at once, taken in order,
-    each connecting for C{connect} seconds, then settling C{rate} messages
-    a second; the progress sampled every 10 s, as the sampler does.
-
-    The jobs' states are set here, as their machines set them in the
-    daemon (L{JobProgress.showState}).
-    """
-
-    def __init__(self, sizes: list[int], slots: int, rate: int, connect: int = 3) -> None:
-        self.clock = Clock()
-        self.clock.advance(1_000_000)
-        self.progress = MigrationProgress(self.clock.seconds)
-        self.progress.startRun()
-        self.states: dict[str, JobState] = {}
-        self.jobs: list[JobProgress] = []
-        for n, size in enumerate(sizes):
-            job = self.progress.addJob(f"job{n:02d}")
-            job.census(size, size * 1000, 1, [])
-            self.show(job, JobState.QUEUED)
-            self.jobs.append(job)
-        self.slots = slots
-        self.rate = rate
-        self.connect = connect
-        self.running: dict[str, float] = {}
-
-    def show(self, job: JobProgress, state: JobState) -> None:
-        """
-        Put C{job} in C{state}.
-        """
-        self.states[job.name] = state
-        job.showState(lambda: self.states[job.name])
-
-    def fill(self) -> None:
-        """
-        Start queued jobs, in order, while a slot is free.
-        """
-        for job in self.jobs:
-            if len(self.running) >= self.slots:
-                return
-            if self.states[job.name] is JobState.QUEUED:
-                self.show(job, JobState.CONNECTING)
-                job.started()
-                self.running[job.name] = self.clock.seconds()
-
-    def tick(self) -> None:
-        """
-        One second: each running job settles its messages, ends when none
-        is left, and its slot goes to the next queued job.
-        """
-        self.clock.advance(1)
-        now = self.clock.seconds()
-        for job in self.jobs:
-            if job.name not in self.running:
-                continue
-            if now - self.running[job.name] < self.connect:
-                continue
-            self.show(job, JobState.RUNNING)
-            count = min(self.rate, job.messagesPending)
-            job.messagesDone += count
-            job.messagesSettled += count
-            job.bytesSent += count * 1000
-            job.bytesDone += count * 1000
-            if job.messagesPending == 0:
-                job.finished()
-                self.show(job, JobState.DONE)
-                del self.running[job.name]
-        self.fill()
-
-    def run(self) -> list[tuple[float, float, float | None]]:
-        """
-        Run to the end; the samples (time, per cent done, time left) taken
-        every 10 s.
-        """
-        self.fill()
-        seen: list[tuple[float, float, float | None]] = []
-        while self.running:
-            self.tick()
-            if self.clock.seconds() % 10 == 0:
-                self.progress.sample()
-                totals = self.progress.summary()["totals"]
-                assert isinstance(totals, dict)
-                seen.append((self.clock.seconds(), totals["percent_messages"], totals["eta_seconds"]))
-        return seen
 
 
 class TimeLeftTests(SynchronousTestCase):
