@@ -532,6 +532,7 @@ def _cancelWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
 @stoppingForCancel.upon(JobInputs.resume).loop()
 @stoppingForCancel.upon(JobInputs.cancel).loop()
 @cancelled.upon(JobInputs.cancel).loop()
+@cancelled.upon(JobInputs.retryFailed).loop()
 def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
     pass
 
