@@ -519,7 +519,8 @@ def buildService(
     telemetry = Telemetry(reactor.seconds)
     telemetry.watchConnections(grants.connectionCounts)
     throttles = ThrottleRegistry(reactor, store, telemetry)
-    machines = JobMachines(progress, reactor, transitionRecorder(store))
+    queue = InMemoryJobQueue(config.jobs, time.monotonic)
+    machines = JobMachines(progress, reactor, transitionRecorder(store), queue)
 
     def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
         jobConfig = withinLimits(jobConfig)
@@ -554,7 +555,6 @@ def buildService(
         return root.config or config
 
     ProgressSampler(progress, reactor).setServiceParent(root)
-    queue = InMemoryJobQueue(config.jobs, time.monotonic)
     scheduler = JobQueueService(
         queue,
         grants,

@@ -57,7 +57,10 @@ class ControlledScheduler(Scheduler):
             self.done.append,
             store=self.store,
             machines=JobMachines(
-                self.progress, self.clock, lambda job, t: self.timeline.append((job, t))
+                self.progress,
+                self.clock,
+                lambda job, t: self.timeline.append((job, t)),
+                self.queue,
             ),
         )
 
@@ -565,22 +568,6 @@ class QueueControlTests(SynchronousTestCase):
         self.assertIsNone(q.claim("me", 50.0, 60.0))
         again = q.claim("me", 100.0, 60.0)
         self.assertEqual(again.job.name if again else None, "j0")
-
-    def test_pausedAllDeferredJob(self) -> None:
-        """
-        Pause-all then resume-all keeps a deferred job's wait too.
-        """
-        from imapmig.schedule.queue import JobOutcome
-
-        q = self.queue(1)
-        claim = q.claim("me", 0.0, 60.0)
-        assert claim is not None
-        q.finish(claim, JobOutcome.DEFERRED, 100.0)
-        q.pauseAll()
-        self.assertIsNone(q.nextDue())
-        q.resumeAll()
-        self.assertEqual(q.nextDue(), 100.0)
-        self.assertIsNone(q.claim("me", 50.0, 60.0))
 
 
 class RetryFailedWithAJobTests(SynchronousTestCase):

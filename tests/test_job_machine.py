@@ -24,7 +24,9 @@ from imapmig.job.machine import (
     withDiagram,
 )
 from imapmig.progress import ENDED, JobProgress, JobState, Wait
+from imapmig.schedule.queue import InMemoryJobQueue, JobOutcome, QueueState
 from imapmig.state import Transition
+from tests.test_schedule_service import jobConfig
 
 
 class MachineTests(SynchronousTestCase):
@@ -425,6 +427,76 @@ class MachineTests(SynchronousTestCase):
         self.assertNotIn("stopping --> stopping", drawn)
 
 
+class QueueWriterTests(SynchronousTestCase):
+    """
+    A job's machine writes the admin's controls it takes into the job
+    queue: the queue's held, ended and queued-again states follow from
+    its transitions alone.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.queue = InMemoryJobQueue([jobConfig("j", "j"), jobConfig("k", "k")], self.clock.seconds)
+        self.machine = JobMachine(
+            "j", JobProgress("j", self.clock.seconds), self.clock, queue=self.queue
+        )
+
+    def test_queuedJob(self) -> None:
+        """
+        A queued job paused is paused in the queue (not claimed), resumed
+        queued again, cancelled ended there, and resumed queued again.
+        """
+        self.machine.pause("admin")
+        self.assertIs(self.queue.state("j"), QueueState.PAUSED)
+        claim = self.queue.claim("me", 0.0, 60.0)
+        self.assertEqual(claim.job.name if claim else None, "k")
+        self.machine.resume("admin")
+        self.assertIs(self.queue.state("j"), QueueState.QUEUED)
+        self.machine.cancel("admin")
+        self.assertIs(self.queue.state("j"), QueueState.CANCELLED)
+        self.machine.resume("admin")
+        self.assertIs(self.machine.state(), JobState.QUEUED)
+        self.assertIs(self.queue.state("j"), QueueState.QUEUED)
+
+    def test_claimedJob(self) -> None:
+        """
+        A claimed job's pause is a request on its claim, which its finish
+        applies; retry-failed of a failed job queues it again.
+        """
+        claim = self.queue.claim("me", 0.0, 60.0)
+        assert claim is not None
+        self.machine.start()
+        self.machine.pause("admin")
+        self.assertIs(self.machine.state(), JobState.STOPPING)
+        self.assertIs(self.queue.state("j"), QueueState.CLAIMED)
+        self.queue.finish(self.queue.renew(claim, 60.0), JobOutcome.STOPPED)
+        self.machine.stopped()
+        self.assertIs(self.machine.state(), JobState.PAUSED)
+        self.assertIs(self.queue.state("j"), QueueState.PAUSED)
+        self.machine.resume("admin")
+        again = self.queue.claim("me", 0.0, 60.0)
+        assert again is not None and again.job.name == "j"
+        self.machine.start()
+        self.machine.fail("broken")
+        self.queue.finish(again, JobOutcome.FAILED)
+        self.machine.retryFailed("admin")
+        self.assertIs(self.machine.state(), JobState.QUEUED)
+        self.assertIs(self.queue.state("j"), QueueState.QUEUED)
+
+    def test_heldAlready(self) -> None:
+        """
+        A machine told of a hold its queue applied already (a claim that
+        finished paused or cancelled) moves, and leaves the queue as it is.
+        """
+        self.queue.pause("j")
+        self.machine.pause("admin")
+        self.assertIs(self.queue.state("j"), QueueState.PAUSED)
+        self.queue.cancel("j")
+        self.machine.cancel("admin")
+        self.assertIs(self.machine.state(), JobState.CANCELLED)
+        self.assertEqual(self.queue.counts().cancelled, 1)
+
+
 class RetryPolicyTests(SynchronousTestCase):
     """
     L{RetryPolicy.delays}: exponential, capped, with jitter.
@@ -479,6 +551,27 @@ class OneWriterTests(SynchronousTestCase):
         package = Path(__file__).parent.parent / "imapmig"
         writes = re.compile(r"\.showState\(|\.waitIn\(|\.pausedByAdmin\s*=[^=]")
         allowed = {package / "job" / "machine.py", package / "progress" / "_job.py"}
+        found = [
+            f"{path.relative_to(package)}:{number}"
+            for path in sorted(package.rglob("*.py"))
+            if path not in allowed
+            for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+            if writes.search(line)
+        ]
+        self.assertEqual(found, [])
+
+    def test_noOtherQueueWriter(self) -> None:
+        """
+        Outside L{imapmig.job.machine} (and the queue itself), no module of
+        imapmig calls the queue's controls, which change a job's held,
+        ended or queued state: the admin's controls are the machine's
+        inputs, and its transitions write the queue.  (A scheduler's claim,
+        renewal and finish of its own claims, and a reload's add, remove
+        and replace, are not controls.)
+        """
+        package = Path(__file__).parent.parent / "imapmig"
+        writes = re.compile(r"queue\w*\.(pause|resume|cancel|requeue|pauseAll|resumeAll)\b", re.I)
+        allowed = {package / "job" / "machine.py", package / "schedule" / "queue.py"}
         found = [
             f"{path.relative_to(package)}:{number}"
             for path in sorted(package.rglob("*.py"))

@@ -100,8 +100,6 @@ class QueueReloadTests(SynchronousTestCase):
         self.assertRaises(UnknownJob, queue.state, "paused")
         self.assertRaises(UnknownJob, queue.resume, "paused")
         self.assertRaises(UnknownJob, queue.remove, "paused")
-        self.assertEqual(queue.pauseAll(), ["kept"])
-        self.assertEqual(queue.resumeAll(), ["kept"])
         self.assertEqual(drain(queue), ["kept"])
 
     def test_removeClaimed(self) -> None:
@@ -144,7 +142,6 @@ class QueueReloadTests(SynchronousTestCase):
         del claim
         self.assertIsNone(runningRef())
         self.assertEqual(drain(queue), ["b"])
-        self.assertEqual(queue.pauseAll(), [])
 
     def test_removeClaimedThenAddedAgain(self) -> None:
         """

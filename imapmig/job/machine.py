@@ -19,6 +19,10 @@ L{Transition} (time, from, to, cause, who): the job's timeline.  The
 machine shows where the job waits, why and until when on its
 L{JobProgress} (L{Wait}); L{JobProgress.state} reads the machine.
 
+The machine alone writes the job's place in the queue (held, ended,
+queued again), which a scheduler's claim reads: the admin's controls are
+its inputs, its transitions write the L{_Core}'s C{queue}.
+
 L{diagram} draws the machine from its own transitions, for README's "Job
 states" section.
 """
@@ -31,10 +35,14 @@ from typing import Callable, Protocol
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
 
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
-from imapmig.schedule.controls import PAUSED_BY_ADMIN
+from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, UnknownJob
+from imapmig.schedule.queue import IJobQueue, QueueState
 from imapmig.state import Transition
+
+log = Logger()
 
 CANCELLED_BY_ADMIN = "cancelled by the admin"
 """
@@ -117,6 +125,12 @@ class JobInputs(Protocol):
     def cancel(self, by: str) -> None:
         "An admin cancels the job (a running one stops first)."
 
+    def retryFailed(self, by: str) -> None:
+        """
+        An admin asks the job's failed messages retried: an ended job is
+        queued again, a claimed one runs again once its run ends.
+        """
+
     def restorePause(self, by: str | None, since: float, across: str) -> None:
         """
         The admin's pause, kept in the state store, is put back across
@@ -153,6 +167,8 @@ class _Core:
     @ivar clock: times the waits, and the transitions.
     @ivar record: called with every transition (the state store's
         C{recordTransition}).
+    @ivar queue: the job queue, where the admin's controls the machine
+        takes are written (L{None}: a machine outside any queue).
     @ivar current: the state entered last: written by L{enter} alone.
     @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
@@ -161,6 +177,7 @@ class _Core:
     progress: JobProgress
     clock: IReactorTime
     record: Callable[[str, Transition], object] = forget
+    queue: IJobQueue | None = None
     current: JobState = JobState.QUEUED
     stopBy: str | None = None
     timer: IDelayedCall | None = None
@@ -173,6 +190,27 @@ class _Core:
         transition = Transition(self.clock.seconds(), self.current.value, target.value, cause, by)
         self.current = target
         self.record(self.job, transition)
+
+    def hold(
+        self,
+        write: Callable[[IJobQueue], Callable[[str], object]],
+        already: QueueState | None = None,
+    ) -> None:
+        """
+        Write a control the machine took into the queue (the method
+        C{write} picks of it), unless the queue has the job in C{already}
+        (its claim finished so, or another daemon did it).  The controls
+        check first, so the queue takes it; if not (changed meanwhile
+        through another daemon), the machine still moves, and says so.
+        Queue methods are plain updates: nothing re-enters the machine.
+        """
+        if self.queue is None:
+            return
+        try:
+            if already is None or self.queue.state(self.job) is not already:
+                write(self.queue)(self.job)
+        except (UnknownJob, ControlRefused) as e:
+            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=self.job, why=str(e))
 
     def wait(
         self,
@@ -436,6 +474,7 @@ def _stoppedForCancel(inputs: JobInputs, core: _Core) -> None:
 @doneWithFailures.upon(JobInputs.pause).to(paused)
 @failed.upon(JobInputs.pause).to(paused)
 def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.pause, QueueState.PAUSED)
     core.pause(by)
 
 
@@ -449,12 +488,14 @@ def _pause(inputs: JobInputs, core: _Core, by: str) -> None:
 def _restorePause(
     inputs: JobInputs, core: _Core, by: str | None, since: float, across: str
 ) -> None:
+    core.hold(lambda queue: queue.pause, QueueState.PAUSED)
     core.pause(by, since, f"{PAUSED_BY_ADMIN} (kept across {across})")
 
 
 @connecting.upon(JobInputs.pause).to(stoppingForPause)
 @running.upon(JobInputs.pause).to(stoppingForPause)
 def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.pause)
     core.stopBy = by
     core.enter(JobState.STOPPING, PAUSED_BY_ADMIN, by)
     core.progress.pausedByAdmin = True
@@ -463,6 +504,7 @@ def _pauseRunning(inputs: JobInputs, core: _Core, by: str) -> None:
 @stopping.upon(JobInputs.pause).to(stoppingForPause)
 def _pauseWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
     # Already stopping (the daemon stops): it ends paused.
+    core.hold(lambda queue: queue.pause)
     core.stopBy = by
     core.progress.pausedByAdmin = True
 
@@ -470,6 +512,7 @@ def _pauseWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
 @stoppingForPause.upon(JobInputs.resume).to(stopping)
 def _resumeWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
     # Resumed before its run ended: it ends stopped, and is queued again.
+    core.hold(lambda queue: queue.resume, QueueState.QUEUED)
     core.stopBy = None
     core.progress.pausedByAdmin = False
 
@@ -477,6 +520,7 @@ def _resumeWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
 @stopping.upon(JobInputs.cancel).to(stoppingForCancel)
 @stoppingForPause.upon(JobInputs.cancel).to(stoppingForCancel)
 def _cancelWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.cancel)
     core.stopBy = by
     core.progress.pausedByAdmin = False
 
@@ -488,6 +532,7 @@ def _cancelWhileStopping(inputs: JobInputs, core: _Core, by: str) -> None:
 @stoppingForCancel.upon(JobInputs.resume).loop()
 @stoppingForCancel.upon(JobInputs.cancel).loop()
 @cancelled.upon(JobInputs.cancel).loop()
+@cancelled.upon(JobInputs.retryFailed).loop()
 def _alreadyHeld(inputs: JobInputs, core: _Core, by: str) -> None:
     pass
 
@@ -500,10 +545,43 @@ def _alreadyPaused(
 
 
 @paused.upon(JobInputs.resume).to(queued)
+@cancelled.upon(JobInputs.resume).to(queued)
 def _resume(inputs: JobInputs, core: _Core, by: str) -> None:
+    # A cancelled job resumed no longer shows why it ended.
+    core.hold(lambda queue: queue.resume, QueueState.QUEUED)
     core.enter(JobState.QUEUED, "resumed", by)
     core.progress.waitIn(None)
+    core.progress.error = None
     core.progress.pausedByAdmin = False
+
+
+@done.upon(JobInputs.retryFailed).to(queued)
+@doneWithFailures.upon(JobInputs.retryFailed).to(queued)
+@failed.upon(JobInputs.retryFailed).to(queued)
+def _retryFailed(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.requeue)
+    core.enter(JobState.QUEUED, "retry-failed", by)
+    core.progress.waitIn(None)
+    core.progress.error = None
+    core.progress.pausedByAdmin = False
+
+
+@queued.upon(JobInputs.retryFailed).loop()
+@waiting.upon(JobInputs.retryFailed).loop()
+@connecting.upon(JobInputs.retryFailed).loop()
+@running.upon(JobInputs.retryFailed).loop()
+@backingOff.upon(JobInputs.retryFailed).loop()
+@paused.upon(JobInputs.retryFailed).loop()
+@pausedByServer.upon(JobInputs.retryFailed).loop()
+@deferred.upon(JobInputs.retryFailed).loop()
+@stopping.upon(JobInputs.retryFailed).loop()
+@stoppingForPause.upon(JobInputs.retryFailed).loop()
+@stoppingForCancel.upon(JobInputs.retryFailed).loop()
+@stopped.upon(JobInputs.retryFailed).loop()
+def _retryLater(inputs: JobInputs, core: _Core, by: str) -> None:
+    # Claimed: run again once this run ends, however it ends; queued or
+    # paused: it runs anyway, and the queue leaves it as it is.
+    core.hold(lambda queue: queue.requeue)
 
 
 @queued.upon(JobInputs.cancel).to(cancelled)
@@ -517,6 +595,7 @@ def _resume(inputs: JobInputs, core: _Core, by: str) -> None:
 @doneWithFailures.upon(JobInputs.cancel).to(cancelled)
 @failed.upon(JobInputs.cancel).to(cancelled)
 def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.cancel, QueueState.CANCELLED)
     core.ended(JobState.CANCELLED, "cancelled", CANCELLED_BY_ADMIN, by)
     core.progress.pausedByAdmin = False
 
@@ -530,6 +609,7 @@ def _cancel(inputs: JobInputs, core: _Core, by: str) -> None:
 @doneWithFailures.upon(JobInputs.restoreCancel).to(cancelled)
 @failed.upon(JobInputs.restoreCancel).to(cancelled)
 def _restoreCancel(inputs: JobInputs, core: _Core, by: str | None, across: str) -> None:
+    core.hold(lambda queue: queue.cancel, QueueState.CANCELLED)
     core.ended(
         JobState.CANCELLED, f"{CANCELLED_BY_ADMIN} (kept across {across})", CANCELLED_BY_ADMIN, by
     )
@@ -544,6 +624,7 @@ def _alreadyCancelled(inputs: JobInputs, core: _Core, by: str | None, across: st
 @connecting.upon(JobInputs.cancel).to(stoppingForCancel)
 @running.upon(JobInputs.cancel).to(stoppingForCancel)
 def _cancelRunning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.cancel)
     core.stopBy = by
     core.enter(JobState.STOPPING, CANCELLED_BY_ADMIN, by)
 
@@ -590,16 +671,20 @@ class JobMachines:
         progress: MigrationProgress,
         clock: IReactorTime,
         record: Callable[[str, Transition], object] = forget,
+        queue: IJobQueue | None = None,
     ) -> None:
         """
         @param progress: every job's progress, where each machine shows its
             job's state.
         @param clock: times the waits and the transitions.
         @param record: called with every transition of every job.
+        @param queue: the job queue, where each machine writes the
+            admin's controls it takes.
         """
         self._progress = progress
         self._clock = clock
         self._record = record
+        self.queue = queue
         self._machines: dict[str, JobInputs] = {}
 
     def job(self, name: str) -> JobInputs:
@@ -608,7 +693,9 @@ class JobMachines:
         """
         machine = self._machines.get(name)
         if machine is None:
-            machine = JobMachine(name, self._progress.job(name), self._clock, self._record)
+            machine = JobMachine(
+                name, self._progress.job(name), self._clock, self._record, self.queue
+            )
             self._machines[name] = machine
         return machine
 
@@ -618,14 +705,16 @@ def JobMachine(
     progress: JobProgress,
     clock: IReactorTime,
     record: Callable[[str, Transition], object] = forget,
+    queue: IJobQueue | None = None,
 ) -> JobInputs:
     """
     Job C{job}'s machine, starting Queued; C{progress} shows its state.
 
     @param clock: times the waits and the transitions.
     @param record: called with every transition (the job's timeline).
+    @param queue: where it writes the admin's controls it takes.
     """
-    machine = _machine(_Core(job, progress, clock, record))
+    machine = _machine(_Core(job, progress, clock, record, queue))
     progress.showState(machine.state)
     return machine
 

@@ -2,13 +2,15 @@
 """
 The admin's controls (L{IJobControls}) over a scheduler's job queue.
 
-Pause and cancel are queue states (L{imapmig.schedule.queue}): a queued
-job is paused or cancelled in the queue; a claimed one is requested so in
+Each control is an input of the job's machine (L{imapmig.job.machine}),
+and nothing else: the machine alone says where the job is (C{stopping}
+meanwhile, then C{paused}, by whom, since when, or C{cancelled}), and
+alone writes the queue's states (L{imapmig.schedule.queue}): a queued job
+is paused or cancelled in the queue; a claimed one is requested so in
 the queue and stopped by its scheduler (L{ControlledScheduler.halt}), and
-its claim, once finished, puts it where the control said.  Each control
-is an input of the job's machine (L{imapmig.job.machine}), which alone
-says where the job is: C{stopping} meanwhile, then C{paused} (by whom,
-since when) or C{cancelled}.
+its claim, once finished, puts it where the control said.  The controls
+read the queue, the state every daemon sharing it sees, to refuse a
+control before giving it.
 
 Pause and cancel are also the admin's I{holds}, kept in the state store
 (L{IStateStore.recordJobHolds}) so that they outlast a restart: a control
@@ -61,12 +63,6 @@ class ControlledScheduler(Protocol):
     """
     What the controls need of the scheduler that runs the queue's jobs.
     """
-
-    def isClaimed(self, name: str) -> bool:
-        """
-        Whether this scheduler has claimed job C{name} (running it, or
-        waiting for its connections).
-        """
 
     def halt(self, name: str) -> None:
         """
@@ -163,16 +159,13 @@ class JobControls:
                 continue
             hold = kept.hold
             machine = self._machines.job(name)
-            try:
-                if hold == PAUSED:
-                    self._queue.pause(name)
+            state = self._queue.state(name)
+            # A shared queue may hold it so already, or have seen it end.
+            if hold == PAUSED:
+                if state in (QueueState.QUEUED, QueueState.CLAIMED):
                     machine.restorePause(kept.by, kept.at, across)
-                else:
-                    self._queue.cancel(name)
-                    machine.restoreCancel(kept.by, across)
-            except ControlRefused:
-                # A shared queue that holds it so already.
-                pass
+            elif state not in ENDED:
+                machine.restoreCancel(kept.by, across)
             self._holds[name] = hold
             restored[hold] += 1
         if restored[PAUSED] or restored[CANCELLED]:
@@ -324,12 +317,12 @@ class JobControls:
         return self._control("pause", job, by, self._pause, self._checkPause, PAUSED)
 
     def _pause(self, name: str, by: str) -> JobState:
-        state = self._queue.pause(name)
+        claimed = self._queue.state(name) is QueueState.CLAIMED
         self._by[name] = by
         # The machine first, so that its timeline says who stopped the run
         # and why; then the run is stopped.
         self._machines.job(name).pause(by)
-        if state is QueueState.CLAIMED:
+        if claimed:
             self._scheduler.halt(name)
         return JobState.PAUSED
 
@@ -340,14 +333,9 @@ class JobControls:
         return self._control("resume", job, by, self._resume, self._checkResume, None)
 
     def _resume(self, name: str, by: str) -> JobState:
-        state = self._queue.resume(name)
-        machine = self._machines.job(name)
-        if machine.state() is JobState.CANCELLED:
-            # A cancelled job resumed no longer shows why it ended.
-            machine.requeue("resumed", by)
-        else:
-            machine.resume(by)
-        if state is QueueState.QUEUED:
+        claimed = self._queue.state(name) is QueueState.CLAIMED
+        self._machines.job(name).resume(by)
+        if not claimed:
             self._scheduler.queueChanged()
         return JobState.QUEUED
 
@@ -358,13 +346,12 @@ class JobControls:
         return self._control("cancel", job, by, self._cancel, self._checkCancel, CANCELLED)
 
     def _cancel(self, name: str, by: str) -> JobState:
-        state = self._queue.cancel(name)
+        claimed = self._queue.state(name) is QueueState.CLAIMED
         self._by[name] = by
-        if state is QueueState.CLAIMED:
-            self._machines.job(name).cancel(by)
+        self._machines.job(name).cancel(by)
+        if claimed:
             self._scheduler.halt(name)
         else:
-            self._machines.job(name).cancel(by)
             self.recordCancelled(name)
             # The queue may be drained now.
             self._scheduler.queueChanged()
@@ -420,14 +407,13 @@ class JobControls:
 
     def _retryFailed(self, name: str, by: str) -> JobState:
         before = self._queue.state(name)
-        after = self._queue.requeue(name)
         machine = self._machines.job(name)
-        if after is QueueState.CLAIMED:
+        machine.retryFailed(by)
+        if before is QueueState.CLAIMED:
             return machine.state()
-        if after is QueueState.PAUSED:
+        if before is QueueState.PAUSED:
             return JobState.PAUSED
         if before in ENDED:
-            machine.requeue("retry-failed", by)
             self._scheduler.queueChanged()
         return JobState.QUEUED
 
@@ -502,13 +488,15 @@ class JobControls:
         names = self._jobsWhere(self._wouldPause)
 
         def apply(ignored: None) -> int:
-            paused = self._queue.pauseAll()
+            paused = self._jobsAmong(names, self._wouldPause)
+            claimed = [name for name in paused if self._queue.state(name) is QueueState.CLAIMED]
+            # Every job paused before any is stopped: a stopped job's slot
+            # goes to no job queued.
             for name in paused:
                 self._by[name] = by
                 self._machines.job(name).pause(by)
-                if self._scheduler.isClaimed(name):
-                    self._scheduler.halt(name)
-            self._recordLate(paused, names, PAUSED, by)
+            for name in claimed:
+                self._scheduler.halt(name)
             _logAll("pause-all", by, len(paused), "paused")
             return len(paused)
 
@@ -532,6 +520,24 @@ class JobControls:
                 names.append(progress.name)
         return names
 
+    def _jobsAmong(
+        self, names: Sequence[str], wanted: Callable[[QueueState, str], bool]
+    ) -> list[str]:
+        """
+        Those of C{names} (their holds recorded) whose queue state and
+        name C{wanted} still accepts: a job removed or changed meanwhile
+        is left as it is.
+        """
+        among = []
+        for name in names:
+            try:
+                state = self._queue.state(name)
+            except UnknownJob:
+                continue
+            if wanted(state, name):
+                among.append(name)
+        return among
+
     def _wouldPause(self, state: QueueState, name: str) -> bool:
         return state is QueueState.QUEUED or (
             state is QueueState.CLAIMED and self._holds.get(name) != CANCELLED
@@ -545,10 +551,12 @@ class JobControls:
         names = self._jobsWhere(self._wouldResume)
 
         def apply(ignored: None) -> int:
-            resumed = self._queue.resumeAll()
+            # Their holds lifted, a claimed job is told apart no longer.
+            resumed = self._jobsAmong(
+                names, lambda state, name: state in (QueueState.PAUSED, QueueState.CLAIMED)
+            )
             for name in resumed:
                 self._machines.job(name).resume(by)
-            self._recordLate(resumed, names, None, by)
             _logAll("resume-all", by, len(resumed), "resumed")
             if resumed:
                 self._scheduler.queueChanged()
@@ -580,25 +588,6 @@ class JobControls:
             return failure
 
         return notRecorded
-
-    def _recordLate(
-        self, changed: Sequence[str], recorded: Sequence[str], hold: str | None, by: str
-    ) -> None:
-        """
-        Record the hold of the jobs a control over every job changed
-        although not foreseen (a queue that changed between the check and
-        the control; never the case with a store that answers at once).
-        """
-        late = sorted(set(changed) - set(recorded))
-        if late:
-            self._record(late, hold, by).addErrback(
-                lambda failure: log.error(
-                    "Cannot record the admin's hold on {count} {noun}: {why}",
-                    count=len(late),
-                    noun=_jobs(len(late)),
-                    why=failure.getErrorMessage(),
-                )
-            )
 
 
 def _logAll(action: str, by: str, count: int, done: str) -> None:

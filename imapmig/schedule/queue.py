@@ -45,7 +45,10 @@ generation, state)}:
     requires to be past: the caller's wall-clock C{now}, as here).
 
 An admin's controls (L{imapmig.schedule.controls}) are queue states, so
-that they reach whichever daemon runs the job: a queued job I{paused} is
+that they reach whichever daemon runs the job, written by the job's
+machine alone (L{imapmig.job.machine}: the controls are its inputs, its
+transitions call L{IJobQueue.pause} and the like; the scheduler only
+claims, renews and finishes its own claims): a queued job I{paused} is
 not claimed until I{resumed} (then claimed before the jobs never
 claimed); I{cancelled}, it ends for good; an ended job I{requeued} (its
 failed messages retried) is queued again.  A claimed job keeps its claim
@@ -264,21 +267,6 @@ class IJobQueue(Interface):
         @return: the job's state afterwards.
         @raise UnknownJob: no such job.
         @raise ControlRefused: cancelled.
-        """
-
-    def pauseAll() -> list[str]:
-        """
-        L{pause} every job that is not paused or ended.
-
-        @return: the names of the jobs paused (or requested paused).
-        """
-
-    def resumeAll() -> list[str]:
-        """
-        L{resume} every paused job (and every claimed one requested
-        paused).
-
-        @return: their names.
         """
 
     def add(job: JobConfig) -> None:
@@ -578,38 +566,6 @@ class InMemoryJobQueue:
             self._requeue(position)
             return QueueState.QUEUED
         return state
-
-    def pauseAll(self) -> list[str]:
-        names = []
-        for position, job in enumerate(self._jobs):
-            if job is None or position in self._leaving:
-                # Removed by a reload: no longer under the controls.
-                continue
-            state = self._stateAt(position)
-            if state is QueueState.CLAIMED:
-                if self._requested.get(position) is not Requested.CANCEL:
-                    self._requested[position] = Requested.PAUSE
-                    names.append(job.name)
-            elif state is QueueState.QUEUED:
-                self._keepNotBefore(position)
-                self._placed.add(position)
-                self._paused.add(position)
-                names.append(job.name)
-        self._returned = []
-        self._deferred = []
-        return names
-
-    def resumeAll(self) -> list[str]:
-        names = []
-        for position, request in list(self._requested.items()):
-            if request is Requested.PAUSE and position not in self._leaving:
-                del self._requested[position]
-                names.append(self._jobAt(position).name)
-        for position in sorted(self._paused):
-            self._requeue(position)
-            names.append(self._jobAt(position).name)
-        self._paused.clear()
-        return names
 
     def _mutableJobs(self) -> list[JobConfig | None]:
         """

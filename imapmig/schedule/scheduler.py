@@ -119,7 +119,7 @@ class JobQueueService(Service):
             where retry-failed learns what failed; L{None}: neither.
         @param machines: the jobs' machines (L{None}: its own), told of
             each job's claim, grants, holds and end; C{build} gives each
-            run its job's machine.
+            run its job's machine.  They write C{queue}'s holds.
         """
         self._queue = queue
         self._grants = grants
@@ -156,7 +156,12 @@ class JobQueueService(Service):
         self._renewal = LoopingCall(self._renewLeases)
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
-        self.machines = JobMachines(progress, clock) if machines is None else machines
+        if machines is None:
+            machines = JobMachines(progress, clock, queue=queue)
+        elif machines.queue is not queue:
+            # The machines write the queue's holds: this queue's.
+            raise ValueError("the jobs' machines must write the scheduler's queue")
+        self.machines = machines
         self.controls = JobControls(queue, progress, store, self, self.machines)
         self._holdsRestored = False
 
@@ -460,12 +465,6 @@ class JobQueueService(Service):
                     what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
                 )
                 self.halt(name)
-
-    def isClaimed(self, name: str) -> bool:
-        """
-        Whether job C{name} is claimed (see L{ControlledScheduler}).
-        """
-        return name in self._claims
 
     def queueChanged(self) -> None:
         """
