@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_session -*-
+# -*- test-case-name: tests.test_sources_imap,tests.test_imap_client,tests.test_imap_auth,tests.test_imap_compress -*-
 """
 A typed async facade over one IMAP connection.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources -*-
+# -*- test-case-name: tests.test_sources_maildir,tests.test_sources_mbox,tests.test_sources_eml,tests.test_sources_imap -*-
 """
 Where messages come from.  Every source provides L{IMessageSource}: it lists
 folders and messages cheaply, and reads bodies in bounded batches just

@@ -1,0 +1,123 @@
+"""
+Tests for L{imapmig.errors}: the one hierarchy of imapmig's errors, the
+problems a configuration error shows, and excerpts of peer data.
+"""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig import errors
+from imapmig.errors import (
+    SHOWN_PROBLEMS,
+    CommandFailed,
+    ConfigError,
+    ImapmigError,
+    PermanentError,
+    QuotaExceeded,
+    TransientError,
+    escapedExcerpt,
+)
+
+
+class HierarchyTests(SynchronousTestCase):
+    """
+    Every error imapmig raises on purpose is an L{ImapmigError}, and
+    every error that says whether to retry is transient or permanent,
+    never both.
+    """
+
+    def test_oneHierarchy(self) -> None:
+        """
+        Each exception class of L{imapmig.errors} derives from
+        L{ImapmigError}; none is both transient and permanent.
+        """
+        classes = [
+            value
+            for value in vars(errors).values()
+            if isinstance(value, type)
+            and issubclass(value, BaseException)
+            and value.__module__ == errors.__name__
+        ]
+        self.assertGreater(len(classes), 10)
+        for kind in classes:
+            self.assertTrue(issubclass(kind, ImapmigError), kind)
+            self.assertFalse(
+                issubclass(kind, TransientError) and issubclass(kind, PermanentError), kind
+            )
+
+    def test_quotaIsTransient(self) -> None:
+        """
+        L{QuotaExceeded} is transient, so that code unaware of pausing
+        still treats it as "not now"; its text and code are kept.
+        """
+        error = QuotaExceeded("over quota", "[OVERQUOTA] full", "OVERQUOTA")
+        self.assertIsInstance(error, TransientError)
+        self.assertEqual(
+            (str(error), error.text, error.code), ("over quota", "[OVERQUOTA] full", "OVERQUOTA")
+        )
+
+    def test_commandFailed(self) -> None:
+        """
+        L{CommandFailed} keeps the command, status, code and text, and
+        says them in its message.
+        """
+        error = CommandFailed("CREATE", "NO", "ALREADYEXISTS", "Mailbox exists")
+        self.assertEqual(
+            (error.command, error.status, error.code, error.text, str(error)),
+            ("CREATE", "NO", "ALREADYEXISTS", "Mailbox exists", "CREATE: NO Mailbox exists"),
+        )
+
+
+class ConfigErrorTests(SynchronousTestCase):
+    """
+    L{ConfigError} keeps every problem and shows a bounded number.
+    """
+
+    def test_fewProblemsShownAll(self) -> None:
+        """
+        Up to L{SHOWN_PROBLEMS} problems are all shown, one a line.
+        """
+        problems = [f"f.yaml: k{n}: unknown key" for n in range(SHOWN_PROBLEMS)]
+        error = ConfigError(problems)
+        self.assertEqual(error.shown(), problems)
+        self.assertEqual(str(error), "\n".join(problems))
+
+    def test_manyProblemsCounted(self) -> None:
+        """
+        Past L{SHOWN_PROBLEMS}, the first are shown and one line counts
+        the rest; C{problems} keeps them all.
+        """
+        problems = [f"p{n}" for n in range(SHOWN_PROBLEMS + 7)]
+        error = ConfigError(problems)
+        shown = error.shown()
+        self.assertEqual(shown[:-1], problems[:SHOWN_PROBLEMS])
+        self.assertEqual(
+            shown[-1], f"... and 7 more problems, not shown: fix the first {SHOWN_PROBLEMS} first"
+        )
+        self.assertEqual(len(error.problems), SHOWN_PROBLEMS + 7)
+
+
+class ExcerptTests(SynchronousTestCase):
+    """
+    L{escapedExcerpt} makes peer data fit for a log line.
+    """
+
+    def test_escaped(self) -> None:
+        """
+        Printable ASCII is kept, a backslash doubled, the rest escaped.
+        """
+        self.assertEqual(escapedExcerpt(b"OK fine"), "OK fine")
+        self.assertEqual(
+            escapedExcerpt(b"a\\b\r\n\x00\xff\t\x1b]0;"), "a\\\\b\\r\\n\\x00\\xff\\t\\x1b]0;"
+        )
+
+    def test_bounded(self) -> None:
+        """
+        At most C{limit} octets are looked at; a cut excerpt ends with
+        C{...}.
+        """
+        self.assertEqual(escapedExcerpt(b"x" * 81), "x" * 80 + "...")
+        self.assertEqual(escapedExcerpt(b"x" * 80), "x" * 80)
+        self.assertEqual(escapedExcerpt(b"abcdef", limit=3), "abc...")
+        self.assertEqual(escapedExcerpt(b"\xff" * 10_000), "\\xff" * 80 + "...")
