@@ -309,6 +309,39 @@ class InstallTests(SynchronousTestCase):
             ],
         )
 
+    def test_minimalConfiguration(self) -> None:
+        """
+        The configuration make install writes is config/imapmig.yaml, its
+        paths under the install's directories, and the installed
+        C{imapmig-daemon --check-config} run as the service user accepts
+        it as it is (its two password files hold a placeholder); the full
+        reference is beside it as imapmig.example.yaml.
+        """
+        etc = self.tree / "etc"
+        self.assertEqual(
+            (etc / "imapmig.example.yaml").read_bytes(),
+            (CHECKOUT / "config" / "imapmig.example.yaml").read_bytes(),
+        )
+        configuration = (etc / "imapmig.yaml").read_text()
+        self.assertIn(f"password_file: {etc}/alice-old.pw", configuration)
+        self.assertIn(f"state: {self.tree / 'state'}/state.sqlite", configuration)
+        result = subprocess.run(
+            [
+                "runuser", "-u", "nobody", "--",
+                str(self.tree / "opt" / "bin" / "imapmig-daemon"),
+                "--config", str(etc / "imapmig.yaml"), "--check-config",
+            ],
+            cwd="/",
+            env=installedEnvironment(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self.assertEqual(
+            (result.returncode, result.stdout + result.stderr),
+            (0, f"{etc / 'imapmig.yaml'}: configuration OK: 1 job, 2 servers\n"),
+        )
+
     def test_shippedModulesImport(self) -> None:
         """
         Every module in the installed package imports without the test
