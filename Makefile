@@ -106,11 +106,13 @@ bench: bench-packages
 bench-quick: bench-packages
 	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
 
-# The service install, Debian style (README, "Running as a service").
+# The service install, Debian style (docs/install.md).
 #   make install     as root: the system user imapmig, a venv at $(PREFIX) with
 #                    imapmig's wheel and its dependencies, Twisted's plugin
-#                    cache, /etc/imapmig (the example configuration, 0640
-#                    root:imapmig, kept if present), /var/lib/imapmig (0700),
+#                    cache, /etc/imapmig (the minimal configuration, 0640
+#                    root:imapmig, with its two placeholder password files,
+#                    kept if present; the full reference beside it as
+#                    imapmig.example.yaml), /var/lib/imapmig (0700),
 #                    the units in $(UNITDIR); systemctl daemon-reload if
 #                    systemd runs.  Enabling is left to the admin, once the
 #                    configuration is written: systemctl enable --now imapmig
@@ -151,8 +153,19 @@ install: $(if $(WHEEL),,wheel)
 	ls $(PREFIX)/lib/python3*/site-packages/twisted/plugins/dropin.cache
 	install -d -m 0750 -o root -g $(SERVICE_GROUP) $(SYSCONFDIR)
 	install -d -m 0700 -o root -g root $(SYSCONFDIR)/credentials
-	[ -e $(SYSCONFDIR)/imapmig.yaml ] || \
-	    install -m 0640 -o root -g $(SERVICE_GROUP) config/imapmig.example.yaml $(SYSCONFDIR)/imapmig.yaml
+	install -m 0640 -o root -g $(SERVICE_GROUP) config/imapmig.example.yaml $(SYSCONFDIR)/imapmig.example.yaml
+	# The minimal configuration (docs/install.md), only if there is none, with
+	# the two password files it names holding a placeholder.
+	if [ ! -e $(SYSCONFDIR)/imapmig.yaml ]; then \
+	    for pw in alice-old alice-new; do \
+	        [ -e $(SYSCONFDIR)/$$pw.pw ] || { install -m 0600 -o $(SERVICE_USER) -g $(SERVICE_GROUP) /dev/null $(SYSCONFDIR)/$$pw.pw && \
+	            echo change-me > $(SYSCONFDIR)/$$pw.pw; } || exit 1; \
+	    done; \
+	    sed -e 's|/etc/imapmig/|$(SYSCONFDIR)/|g' -e 's|/var/lib/imapmig/|$(STATEDIR)/|g' \
+	        config/imapmig.yaml > $(SYSCONFDIR)/imapmig.yaml.new && \
+	    chown root:$(SERVICE_GROUP) $(SYSCONFDIR)/imapmig.yaml.new && chmod 0640 $(SYSCONFDIR)/imapmig.yaml.new && \
+	    mv $(SYSCONFDIR)/imapmig.yaml.new $(SYSCONFDIR)/imapmig.yaml || exit 1; \
+	fi
 	for unit in $(UNITS); do \
 	    sed -e 's|/opt/imapmig/|$(PREFIX)/|g' -e 's|/etc/imapmig/|$(SYSCONFDIR)/|g' \
 	        -e 's|^User=imapmig$$|User=$(SERVICE_USER)|' -e 's|^Group=imapmig$$|Group=$(SERVICE_GROUP)|' \

@@ -1,5 +1,5 @@
 """
-Take the README's screenshots of the dashboard in the middle of a real
+Take the manual's screenshots of the dashboard in the middle of a real
 migration: C{docs/dashboard.png} (desktop, 1280 px wide) and
 C{docs/dashboard-phone.png} (an emulated 390x844 phone); and those of one
 run through every wait (L{ONE_RUN}): every job paused, a job deferred by

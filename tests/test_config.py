@@ -663,6 +663,24 @@ class ExampleFileTests(ConfigTestCase):
             [server.name for server in loaded.servers], list(document["servers"])
         )
 
+    def test_minimalLoads(self) -> None:
+        """
+        C{config/imapmig.yaml}, the minimal configuration make install
+        writes, loads once the password files it names exist (each a
+        placeholder written by make install), its state directory here.
+        """
+        text = (EXAMPLE.parent / "imapmig.yaml").read_text("utf-8")
+        document = yaml.safe_load(text)
+        replacements = {document["state"]: self.statePath}
+        for job in document["jobs"]:
+            for side in (job["source"], job["destination"]):
+                replacements[side["password_file"]] = self.passwordFile
+        for written, replacement in replacements.items():
+            text = text.replace(written, replacement)
+        loaded = self.load(text)
+        self.assertEqual([job.name for job in loaded.jobs], ["alice"])
+        self.assertEqual([server.name for server in loaded.servers], ["old", "new"])
+
     def test_exampleShowsEveryKey(self) -> None:
         """
         Every key of every section appears in the example.

@@ -1,6 +1,6 @@
 """
 Integration test: a NUL octet into a real Cyrus IMAP, in a message's body
-and in its header (the README's "Servers tested" table says which Cyrus
+and in its header (docs/servers.md, "Servers tested", says which Cyrus
 stores and which it refuses, and what imapmig records).
 """
 
@@ -99,7 +99,8 @@ class CyrusNULTests(TestCase):
 
 class ServersTableTests(SynchronousTestCase):
     """
-    The README's "Servers tested" table says what the tests above find.
+    The "Servers tested" table of docs/servers.md says what the tests above
+    find.
     """
 
     def test_nulRow(self) -> None:
@@ -107,7 +108,7 @@ class ServersTableTests(SynchronousTestCase):
         The C{NUL octets} row's Cyrus cell says that a NUL in a header is
         refused with Cyrus's words, and the next row what imapmig records.
         """
-        with open(os.path.join(SOURCE_TREE, "README.md"), encoding="utf-8") as f:
+        with open(os.path.join(SOURCE_TREE, "docs", "servers.md"), encoding="utf-8") as f:
             lines = f.read().splitlines()
         (row,) = [n for n, line in enumerate(lines) if line.startswith("| NUL octets |")]
         cyrus = lines[row].split(" | ")[2]

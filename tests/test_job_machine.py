@@ -510,20 +510,20 @@ class RetryPolicyTests(SynchronousTestCase):
         self.assertEqual([delays(n) for n in range(6)], [1.5, 2.5, 4.5, 8.5, 10.5, 10.5])
 
 
-class ReadmeDiagramTests(SynchronousTestCase):
+class DocsDiagramTests(SynchronousTestCase):
     """
-    README's "Job states" diagram is the machine's.
+    The "Job states" diagram of docs/failure-handling.md is the machine's.
     """
 
-    def test_readmeDrawsTheMachine(self) -> None:
+    def test_docsDrawTheMachine(self) -> None:
         """
-        The mermaid block in README.md is what L{diagram} draws now; when
-        the machine changes, C{python -m imapmig.job.machine README.md}
-        draws it again.
+        The mermaid block in docs/failure-handling.md is what L{diagram}
+        draws now; when the machine changes, C{python -m
+        imapmig.job.machine docs/failure-handling.md} draws it again.
         """
-        readme = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
-        self.assertEqual(readme, withDiagram(readme))
-        self.assertIn("```mermaid\n" + diagram() + "```\n", readme)
+        page = (Path(__file__).parent.parent / "docs" / "failure-handling.md").read_text("utf-8")
+        self.assertEqual(page, withDiagram(page))
+        self.assertIn("```mermaid\n" + diagram() + "```\n", page)
 
     def test_withDiagram(self) -> None:
         """

@@ -310,8 +310,8 @@ class CollectorTests(SynchronousTestCase):
 
     def test_seriesPerJob(self) -> None:
         """
-        A counted job has L{SERIES_PER_JOB} series (the number the README
-        gives), one not yet counted two fewer.
+        A counted job has L{SERIES_PER_JOB} series (the number
+        docs/dashboard-and-api.md gives), one not yet counted two fewer.
         """
         samples, _ = scrape(self.collector)
 

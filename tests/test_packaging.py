@@ -82,7 +82,7 @@ def builtWheel() -> Path:
         source.mkdir()
         for name in ("setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
             shutil.copy(CHECKOUT / name, source / name)
-        for name in ("imapmig", "twisted", "config", "systemd"):
+        for name in ("imapmig", "twisted", "config", "systemd", "docs"):
             shutil.copytree(
                 CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache")
             )
@@ -189,8 +189,10 @@ class WheelTests(SynchronousTestCase):
 
     def test_documentation(self) -> None:
         """
-        README.md and LICENSE install under share/doc/imapmig, the example
-        configuration and the units under share/doc/imapmig/examples.
+        README.md and LICENSE install under share/doc/imapmig, every page
+        of the manual (docs/*.md) under share/doc/imapmig/docs, the
+        minimal and the example configuration and the units under
+        share/doc/imapmig/examples.
         """
         data = {
             name.split(".data/data/", 1)[1]
@@ -202,6 +204,8 @@ class WheelTests(SynchronousTestCase):
             {
                 "share/doc/imapmig/README.md",
                 "share/doc/imapmig/LICENSE",
+                *(f"share/doc/imapmig/docs/{page.name}" for page in (CHECKOUT / "docs").glob("*.md")),
+                "share/doc/imapmig/examples/imapmig.yaml",
                 "share/doc/imapmig/examples/imapmig.example.yaml",
                 "share/doc/imapmig/examples/users.example.csv",
                 "share/doc/imapmig/examples/imapmig.service",
@@ -265,14 +269,16 @@ class InstallTests(SynchronousTestCase):
 
     def test_documentationPath(self) -> None:
         """
-        The README is where the units' Documentation= says, relative to
-        the prefix (/opt/imapmig in the units).
+        The README and the manual's index are where the units'
+        Documentation= says, relative to the prefix (/opt/imapmig in the
+        units).
         """
-        readme = self.tree / "opt" / "share" / "doc" / "imapmig" / "README.md"
-        self.assertEqual(readme.read_bytes(), (CHECKOUT / "README.md").read_bytes())
-        self.assertTrue((self.tree / "opt" / "share" / "doc" / "imapmig" / "LICENSE").exists())
+        doc = self.tree / "opt" / "share" / "doc" / "imapmig"
         unit = (self.tree / "units" / "imapmig.service").read_text()
-        self.assertIn(f"Documentation=file://{readme}\n", unit)
+        for page in ("README.md", "docs/README.md"):
+            self.assertEqual((doc / page).read_bytes(), (CHECKOUT / page).read_bytes())
+            self.assertIn(f"Documentation=file://{doc / page}\n", unit)
+        self.assertTrue((doc / "LICENSE").exists())
         self.assertIn(f"ExecStart={self.tree / 'opt' / 'bin' / 'imapmig-daemon'} --config ", unit)
 
     def test_directories(self) -> None:
@@ -301,6 +307,39 @@ class InstallTests(SynchronousTestCase):
                 ("0o700", "root", "root"),
                 ("0o700", "nobody", "nogroup"),
             ],
+        )
+
+    def test_minimalConfiguration(self) -> None:
+        """
+        The configuration make install writes is config/imapmig.yaml, its
+        paths under the install's directories, and the installed
+        C{imapmig-daemon --check-config} run as the service user accepts
+        it as it is (its two password files hold a placeholder); the full
+        reference is beside it as imapmig.example.yaml.
+        """
+        etc = self.tree / "etc"
+        self.assertEqual(
+            (etc / "imapmig.example.yaml").read_bytes(),
+            (CHECKOUT / "config" / "imapmig.example.yaml").read_bytes(),
+        )
+        configuration = (etc / "imapmig.yaml").read_text()
+        self.assertIn(f"password_file: {etc}/alice-old.pw", configuration)
+        self.assertIn(f"state: {self.tree / 'state'}/state.sqlite", configuration)
+        result = subprocess.run(
+            [
+                "runuser", "-u", "nobody", "--",
+                str(self.tree / "opt" / "bin" / "imapmig-daemon"),
+                "--config", str(etc / "imapmig.yaml"), "--check-config",
+            ],
+            cwd="/",
+            env=installedEnvironment(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self.assertEqual(
+            (result.returncode, result.stdout + result.stderr),
+            (0, f"{etc / 'imapmig.yaml'}: configuration OK: 1 job, 2 servers\n"),
         )
 
     def test_shippedModulesImport(self) -> None:

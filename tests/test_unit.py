@@ -250,11 +250,13 @@ class ContractTests(SynchronousTestCase):
 
     def test_documentationInstalled(self) -> None:
         """
-        Documentation= names the README where the wheel installs it under
-        a venv at /opt/imapmig (setup.cfg's data_files: share/doc/imapmig).
+        Documentation= names the README and the manual's index where the
+        wheel installs them under a venv at /opt/imapmig (setup.cfg's
+        data_files: share/doc/imapmig and share/doc/imapmig/docs).
         """
         for unit in (SERVICE, TEMPLATE):
-            self.assertIn(
-                "file:///opt/imapmig/share/doc/imapmig/README.md",
-                directives(unit)["Unit.Documentation"],
-            )
+            for page in ("README.md", "docs/README.md"):
+                self.assertIn(
+                    f"file:///opt/imapmig/share/doc/imapmig/{page}",
+                    directives(unit)["Unit.Documentation"],
+                )

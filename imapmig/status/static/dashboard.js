@@ -1,7 +1,7 @@
 // The imapmig dashboard: polls /status.json every 2 s and renders it in
 // place (no reload, no framework). Every value from the server is set as
 // text (never as HTML). The DOM ids and data attributes are a contract
-// with the browser test (see the README, "Dashboard").
+// with the browser test (see docs/dashboard-and-api.md).
 "use strict";
 
 (function () {
