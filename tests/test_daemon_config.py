@@ -22,7 +22,7 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from imapmig.configfile import MAX_NODES
+from imapmig.config.configfile import MAX_NODES
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.ports import listeningPorts

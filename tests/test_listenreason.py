@@ -1,5 +1,5 @@
 """
-L{imapmig.listenreason}: why the status listener could not listen, from
+L{imapmig.daemon.listenreason}: why the status listener could not listen, from
 the very errors Twisted raises for a UNIX socket (its lock file, its bind)
 and a TCP port, and in the critical line L{ListenerService} logs.
 """
@@ -18,8 +18,8 @@ from twisted.python.failure import Failure
 from twisted.python.lockfile import FilesystemLock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.listener import ListenerService, StatusListenerFailed
-from imapmig.listenreason import listenFailureReason, shortListenReason
+from imapmig.daemon.listener import ListenerService, StatusListenerFailed
+from imapmig.daemon.listenreason import listenFailureReason, shortListenReason
 from tests.test_sdnotify import _Endpoint
 
 
@@ -162,7 +162,7 @@ class CriticalLineTests(SynchronousTestCase):
 
 class ShortListenReasonTests(SynchronousTestCase):
     """
-    L{imapmig.listenreason.shortListenReason} and the text of
+    L{imapmig.daemon.listenreason.shortListenReason} and the text of
     L{StatusListenerFailed}, which a daemonizing twistd cuts at 100
     octets.
     """
@@ -175,7 +175,7 @@ class ShortListenReasonTests(SynchronousTestCase):
         error = CannotListenError("127.0.0.1", 8025, OSError(98, "Address already in use"))
         failed = StatusListenerFailed("tcp:8025:interface=127.0.0.1", Failure(error))
         self.assertEqual(str(failed), "Address already in use (tcp:8025:interface=127.0.0.1)")
-        report = f"1 imapmig.listener.StatusListenerFailed: {failed}".encode()
+        report = f"1 imapmig.daemon.listener.StatusListenerFailed: {failed}".encode()
         self.assertLessEqual(len(report), 100)
 
     def test_lockFile(self) -> None:
