@@ -442,7 +442,7 @@ class VerifyReportPathTests(SynchronousTestCase):
         Without C{--report}, the report's path is beside the state
         database, whatever the working directory.
         """
-        from imapmig.commands.verify import defaultReportPath
+        from imapmig.status.verifyreport import defaultReportPath
 
         self.assertEqual(
             defaultReportPath("/var/lib/imapmig/state.sqlite"),

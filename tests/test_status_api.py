@@ -50,7 +50,7 @@ from imapmig.status.manifest import (
 from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
 from imapmig.status.resource import StatusResource, buildStatusSite
-from imapmig.commands.verify import REPORT_NAME, defaultReportPath
+from imapmig.status.verifyreport import REPORT_NAME, defaultReportPath
 from tests.test_service import makeMaildir
 from tests.test_status import running
 

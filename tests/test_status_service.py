@@ -23,7 +23,7 @@ from twisted.web.server import Site
 from imapmig.config import parseConfig
 from imapmig.daemon.service import buildService
 from imapmig.state.memory import MemoryStateStore
-from imapmig.commands.verify import REPORT_NAME
+from imapmig.status.verifyreport import REPORT_NAME
 from tests.test_service import makeMaildir
 
 

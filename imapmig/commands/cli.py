@@ -637,7 +637,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return _runReactor(
                 lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)
             )
-        from imapmig.commands.verify import defaultReportPath
+        from imapmig.status.verifyreport import defaultReportPath
 
         reportPath = args.report or defaultReportPath(config.statePath)
         return _runReactor(

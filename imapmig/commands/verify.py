@@ -46,20 +46,6 @@ from imapmig.units import Count
 
 log = Logger()
 
-REPORT_NAME = "imapmig-verify.json"
-"""
-The file name of C{imapmig verify}'s JSON report, by default beside the
-state database, where the daemon's status finds it.
-"""
-
-
-def defaultReportPath(statePath: str) -> str:
-    """
-    Where C{imapmig verify} writes its report unless told otherwise: the
-    directory of the state database C{statePath}, under L{REPORT_NAME}.
-    """
-    return os.path.join(os.path.dirname(os.path.abspath(statePath)), REPORT_NAME)
-
 def writeReport(path: str, document: object) -> None:
     """
     Write the JSON report C{document} to C{path}, mode 0600 whatever the

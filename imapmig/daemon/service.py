@@ -614,7 +614,7 @@ def buildService(
         from imapmig.status.controls import ControlResource
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
-        from imapmig.commands.verify import defaultReportPath
+        from imapmig.status.verifyreport import defaultReportPath
 
         status = StatusResource(
             progress,
