@@ -1,7 +1,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.config.configfile}: the configuration's YAML document, parsed
+Tests for L{imapmig.configfile}: the configuration's YAML document, parsed
 as C{yaml.safe_load} would with libyaml when PyYAML has it, in bounded
 time and memory, every key given once.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.config import configfile
-from imapmig.config.configfile import MAX_DEPTH, MAX_NODES, parseDocument, readConfigFile
+from imapmig import configfile
+from imapmig.configfile import MAX_DEPTH, MAX_NODES, parseDocument, readConfigFile
 from imapmig.errors import ConfigError
 
 EXAMPLE = Path(__file__).parent.parent / "config" / "imapmig.example.yaml"

@@ -1025,7 +1025,7 @@ class BrokenReloadTests(SynchronousTestCase):
         """
         import gc
 
-        from imapmig.config import configfile
+        from imapmig import configfile
         seen: list[bool] = []
         read = configfile.readConfigFile
 

@@ -14,7 +14,7 @@ before the reactor is imported, and Twisted then builds its transports
 without TLS, as it does where pyOpenSSL is not installed.
 
 The decision is made from the configuration's YAML document
-(L{imapmig.config.configfile}) before the configuration reader is imported (the
+(L{imapmig.configfile}) before the configuration reader is imported (the
 reader parses endpoint strings with Twisted's endpoint parser, which
 imports the reactor's transports): L{tlsReason} answers L{None} only when
 it can see that nothing in the document asks for TLS, and otherwise names

@@ -40,7 +40,7 @@ from imapmig.config.reader import _describe
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
-from imapmig.config.configfile import readConfigFile
+from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
 from imapmig.mail.plan import FolderRules
 from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
@@ -109,7 +109,7 @@ def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
         (C{CREDENTIALS_DIRECTORY}), or L{None} for the process's.
     @return: the configuration.
     @raise ConfigError: the file cannot be read, is not valid YAML, is past
-        a bound or gives a key twice (L{imapmig.config.configfile}), or any
+        a bound or gives a key twice (L{imapmig.configfile}), or any
         problem with its content (every problem found), among them an
         inline password in a file that group or others may read.
     """
@@ -126,7 +126,7 @@ def parseConfig(
     """
     Validate an already loaded YAML document.
 
-    @param document: the YAML document (L{imapmig.config.configfile.readConfigFile}).
+    @param document: the YAML document (L{imapmig.configfile.readConfigFile}).
     @param path: the file it came from: names it in error messages, and
         relative paths are resolved against its directory.
     @param environ: the environment to find systemd credentials with, or

@@ -324,7 +324,7 @@ def _needsTLS(path: str, reason: str) -> str:
 def readForReload(path: str, withoutTLS: bool) -> Config:
     """
     Read and validate the configuration at C{path} for a reload: the file's
-    bounded YAML document (L{imapmig.config.configfile}), then, in a process
+    bounded YAML document (L{imapmig.configfile}), then, in a process
     without TLS, a refusal of a document that asks for it (the reader
     could not parse a TLS setting without OpenSSL), else the reader's
     L{parseConfig}.  Its problems are the reader's, as C{--check-config}
@@ -335,7 +335,7 @@ def readForReload(path: str, withoutTLS: bool) -> Config:
     """
     from imapmig.access.cleartext import tlsReason
     from imapmig.config import parseConfig
-    from imapmig.config.configfile import readConfigFile
+    from imapmig.configfile import readConfigFile
 
     with _collectionPaused():
         read = readConfigFile(path)
@@ -360,7 +360,7 @@ def _collectionPaused() -> Iterator[None]:
     reference counting once read.  Reloads never overlap, so nothing else
     pauses and resumes the collector meanwhile.  The pause is the whole
     process's, so it covers the parse alone (bounded by
-    L{imapmig.config.configfile.MAX_OCTETS} and C{MAX_NODES}), not the reading of
+    L{imapmig.configfile.MAX_OCTETS} and C{MAX_NODES}), not the reading of
     password files, user lists and certificates that follows (0.01 s of
     collection for 10,000 jobs), a read of which could block.
     """
@@ -379,7 +379,7 @@ def loadInThread(
     """
     Read and validate the configuration at C{path} (L{readForReload}) in
     one of C{reactor}'s worker threads: it parses the YAML document (up to
-    L{imapmig.config.configfile.MAX_NODES} nodes, a few seconds), reads password
+    L{imapmig.configfile.MAX_NODES} nodes, a few seconds), reads password
     files and user lists (a user list may hold 10,000 rows), and the
     reactor must go on serving the jobs and the status site meanwhile.
     The reader is safe there: it builds new frozen values from files,

@@ -103,10 +103,10 @@ class Options(usage.Options):
 
     def _loadConfig(self, path: str) -> None:
         from imapmig.access.cleartext import configNeedsTLS, tlsReason, withoutTLS
-        from imapmig.config.configfile import readConfigFile
+        from imapmig.configfile import readConfigFile
 
         try:
-            # Parsed once, bounded (imapmig.config.configfile): the TLS decision
+            # Parsed once, bounded (imapmig.configfile): the TLS decision
             # and the reader read the same document.
             read = readConfigFile(path)
         except ConfigError as e:
