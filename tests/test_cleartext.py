@@ -246,7 +246,7 @@ class WithoutTLSTests(SynchronousTestCase):
         """
         output = _child(
             "import sys\n"
-            "from imapmig import cleartext\n"
+            "from imapmig.access import cleartext\n"
             "print(cleartext.withoutTLS())\n"
             "from twisted.internet import reactor, tcp\n"
             "import imapmig.daemon.service\n"

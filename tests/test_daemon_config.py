@@ -22,7 +22,7 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from imapmig.config.configfile import MAX_NODES
+from imapmig.configfile import MAX_NODES
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.ports import listeningPorts
@@ -236,7 +236,7 @@ class BrokenReloadTests(TestCase):
         os.kill(daemon.pid, signal.SIGHUP)
         await waitForLine(daemon, r"Configuration not reloaded from .*$", before)
         errors = re.findall(
-            rb"\[imapmig\.reload#error\] Configuration reload: (.*)$",
+            rb"\[imapmig\.daemon\.reload#error\] Configuration reload: (.*)$",
             bytes(daemon.output)[before:],
             re.M,
         )

@@ -294,7 +294,7 @@ def _startDaemon(configPath: str, logPath: str, signals: StopSignals) -> subproc
         twistd, "-n", "--pidfile=", "--logger=imapmig.log.loglevels.twistdLogObserver",
         "imapmig", "--config", configPath,
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     with open(logPath, "wb") as log, signals.deferred():
         # A session of its own: the terminal's Ctrl-C and hangup reach
         # the demo alone, which stops the daemon before Dovecot.
@@ -350,7 +350,7 @@ def _verify(configPath: str) -> int:
     @return: 0 when it found no difference, 1 otherwise.
     """
     _say("== imapmig verify --config " + configPath)
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     verify = subprocess.run(
         [sys.executable, "-c", "from imapmig.commands.cli import main; raise SystemExit(main())",
          "verify", "--config", configPath],
