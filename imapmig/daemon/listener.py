@@ -30,10 +30,14 @@ class StatusListenerFailed(Exception):
     @ivar reason: the endpoint's failure.
     """
 
+    # What twistd's report names (imapmig.daemon resolves it).
+    __module__ = "imapmig.daemon"
+
     def __init__(self, endpoint: str, reason: Failure) -> None:
         # Reason first, short: a daemonizing twistd hands its parent only
-        # the first 100 octets of "1 imapmig.daemon.listener.StatusListenerFailed:
-        # MESSAGE" (41 of them before the message).
+        # the first 100 octets of "1 imapmig.daemon.StatusListenerFailed:
+        # MESSAGE" (40 of them before the message; the class names the
+        # package, not this module, to keep them so).
         super().__init__(f"{shortListenReason(reason)} ({endpoint})")
         self.reason = reason
 
