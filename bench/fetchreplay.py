@@ -32,7 +32,7 @@ from twisted.internet.testing import StringTransport
 
 from bench.servers import PASSWORD, BenchServer
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.message import SourceFolder
+from imapmig.mail.message import SourceFolder
 from imapmig.sources.imap import IMAPSource, _BodySink, _bodyLimits, SPOOL_ABOVE, MAX_MESSAGE_BYTES
 
 _READ = 64 * 1024

@@ -3,7 +3,7 @@ import sys, time, timeit
 from twisted.internet.task import Clock
 from prometheus_client import generate_latest
 from imapmig.progress import MigrationProgress, JobState
-from imapmig.telemetry import Telemetry
+from imapmig.progress.telemetry import Telemetry
 from imapmig.status.metrics import buildMetricsResource
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10000

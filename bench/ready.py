@@ -18,7 +18,7 @@ C{STOPPING=1}.  Prints one line per launcher:
     imapmig-daemon  READY median S  min S  max S  (10 runs, load L)
 
 READY is sent once the configuration is read, the state database open, the
-status page's port bound and the reactor running (L{imapmig.notifyservice}).
+status page's port bound and the reactor running (L{imapmig.daemon.notifyservice}).
 """
 
 from __future__ import annotations

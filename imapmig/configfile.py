@@ -16,7 +16,7 @@ A key given twice in one mapping (C{state:} twice: YAML keeps the last)
 is refused too, naming both lines.
 
 This module replaces the YAML parsing that the configuration reader
-(L{imapmig.config.loadConfig}) and the TLS probe (L{imapmig.cleartext})
+(L{imapmig.config.loadConfig}) and the TLS probe (L{imapmig.access.cleartext})
 each did on their own: the daemon now parses its file once, decides on
 TLS from the document, and hands the same document to the reader.  It
 lives outside L{imapmig.config} because that package's reader imports
@@ -39,7 +39,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
 from imapmig.errors import ConfigError
-from imapmig.secrets import accessibleToOthers
+from imapmig.access.secrets import accessibleToOthers
 
 __all__ = [
     "MAX_DEPTH",

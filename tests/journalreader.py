@@ -3,7 +3,7 @@
 A journal socket for tests: a datagram socket bound in a private
 directory, and a reader of journald's native protocol (written from its
 specification, U{https://systemd.io/JOURNAL_NATIVE_PROTOCOL/}, not from
-L{imapmig.journald}), for what imapmig sends it.
+L{imapmig.log.journald}), for what imapmig sends it.
 """
 
 from __future__ import annotations

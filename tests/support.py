@@ -45,10 +45,10 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
-from imapmig import cli
+from imapmig.commands import cli
 from imapmig.config import Config
 from imapmig.progress import JobProgress
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import Corpus, CorpusMessage, writeEmlDirectory, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage

@@ -314,7 +314,7 @@ class ControlsBrowserTests(BrowserTestCase):
         there and never inside a name.
         """
         verify = subprocess.run(
-            [sys.executable, "-c", "from imapmig.cli import main; raise SystemExit(main())",
+            [sys.executable, "-c", "from imapmig.commands.cli import main; raise SystemExit(main())",
              "verify", "--config", self.migration.configPath],
             env=sourceTreeEnvironment(), capture_output=True, text=True, timeout=FINISH,
         )  # fmt: skip

@@ -17,7 +17,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from imapmig import service
+from imapmig.daemon import service
 from imapmig.config import Config, JobConfig, MaildirSourceConfig, parseConfig
 from imapmig.config.limits import ServerLimits
 from imapmig.imap.session import IMAPSession

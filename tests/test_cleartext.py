@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.cleartext}: a daemon whose configuration uses no TLS
+Tests for L{imapmig.access.cleartext}: a daemon whose configuration uses no TLS
 runs without loading OpenSSL, and one that uses TLS loads it.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from attrs import evolve
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig import cleartext
+from imapmig.access import cleartext
 from imapmig.config import StatusConfig, loadConfig
 
 _TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,10 +246,10 @@ class WithoutTLSTests(SynchronousTestCase):
         """
         output = _child(
             "import sys\n"
-            "from imapmig import cleartext\n"
+            "from imapmig.access import cleartext\n"
             "print(cleartext.withoutTLS())\n"
             "from twisted.internet import reactor, tcp\n"
-            "import imapmig.service\n"
+            "import imapmig.daemon.service\n"
             "from imapmig.imap.client import _isTLSConnection\n"
             "from imapmig.imap.session import _describeTLSError\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in"
@@ -262,7 +262,7 @@ class WithoutTLSTests(SynchronousTestCase):
 
 class DaemonOptionsTests(SynchronousTestCase):
     """
-    L{imapmig.tap.Options} decides from the configuration, in the daemon's
+    L{imapmig.daemon.tap.Options} decides from the configuration, in the daemon's
     own process.
     """
 
@@ -281,9 +281,9 @@ class DaemonOptionsTests(SynchronousTestCase):
             yaml.safe_dump(document, f)
         return _child(
             "import sys\n"
-            "from imapmig.tap import Options\n"
+            "from imapmig.daemon.tap import Options\n"
             f"Options().parseOptions(['--config', {path!r}])\n"
-            "import imapmig.service\n"
+            "import imapmig.daemon.service\n"
             "from twisted.internet import reactor\n"
             "print('OpenSSL.SSL' in sys.modules)\n"
         )

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.cli}: the report of what the state database records.
+Tests for L{imapmig.commands.cli}: the report of what the state database records.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 
-from imapmig.cli import main, report, reportNotWritten, verify
+from imapmig.commands.cli import main, report, reportNotWritten, verify
 from imapmig.config import loadConfig
 from imapmig.state import FolderFallback, MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore
@@ -320,7 +320,7 @@ class VersionTests(SynchronousTestCase):
         """
         The daemon's options (C{imapmig-daemon} and the twistd plugin).
         """
-        from imapmig.tap import Options
+        from imapmig.daemon.tap import Options
 
         options = Options()
         self.assertEqual(
@@ -442,7 +442,7 @@ class VerifyReportPathTests(SynchronousTestCase):
         Without C{--report}, the report's path is beside the state
         database, whatever the working directory.
         """
-        from imapmig.verify import defaultReportPath
+        from imapmig.status.verifyreport import defaultReportPath
 
         self.assertEqual(
             defaultReportPath("/var/lib/imapmig/state.sqlite"),

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_config -*-
 """
-Tests for L{imapmig.config} and L{imapmig.secrets}.
+Tests for L{imapmig.config} and L{imapmig.access.secrets}.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from imapmig.config import (
     parseConfig,
 )
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
-from imapmig.plan import PersonalNamespace
+from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.mail.plan import PersonalNamespace
 from tests.support import denyAccess
 
 # The issue's example, exactly as written there.

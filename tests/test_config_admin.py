@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from imapmig.config import ImapSourceConfig, parseConfig
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from tests.test_config import INLINE_PASSWORD, ConfigTestCase, writeFile
 
 ADMIN_PASSWORD = "admin-secret-password"

@@ -11,7 +11,7 @@ from typing import Any
 
 from imapmig.config import ImapSourceConfig, parseConfig
 from imapmig.config.model import TokenCommandConfig, TokenFileConfig, TokenRefreshConfig
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from tests.test_config import ConfigTestCase, writeFile
 
 TOKEN = "ya29.secret-access-token"

@@ -21,7 +21,7 @@ from imapmig.config import (
 )
 from imapmig.config import secretkeys, userlist
 from imapmig.errors import ConfigError
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from tests.test_config import EXAMPLE, FILE_PASSWORD, ConfigTestCase, makeMaildir, writeFile
 
 

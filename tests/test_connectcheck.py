@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_connectcheck -*-
 """
 Tests for what a new user sees when a server's endpoint or password is
-wrong: C{--check-config --connect} (L{imapmig.connectcheck}), the
+wrong: C{--check-config --connect} (L{imapmig.daemon.connectcheck}), the
 daemon's warning at the first failure of a job's first connection
 (L{imapmig.job.backoff}), and the configuration keys the errors name
 (L{imapmig.imap.session.openSession}).

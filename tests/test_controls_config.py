@@ -17,13 +17,13 @@ from twisted.internet.ssl import Certificate
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
 
-from imapmig import cleartext
+from imapmig.access import cleartext
 from imapmig.config import StatusConfig, parseConfig
 from imapmig.progress import MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants
 from imapmig.schedule.queue import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.controls import ControlResource
 from imapmig.status.resource import StatusResource, buildStatusSite

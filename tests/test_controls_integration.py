@@ -18,7 +18,7 @@ from imapmig.config import parseConfig
 from imapmig.progress import JobState
 from imapmig.schedule.grants import JOB_SLOTS
 from imapmig.schedule.scheduler import JobQueueService
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
 from tests.connectioncounter import countedRelay

@@ -27,7 +27,7 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.progress import JobState
 from imapmig.schedule.controls import IJobControls
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.status.bodylimit import MAX_REQUEST_BODY, BoundedRequest
 from imapmig.status.controls import MAX_BODY, ControlResource
 from tests.test_controls import ControlledScheduler

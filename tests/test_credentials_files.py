@@ -18,7 +18,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.state.sqlite import SQLiteStateStore
-from imapmig.verify import writeReport
+from imapmig.commands.verify import writeReport
 
 
 def fileMode(path: str) -> int:

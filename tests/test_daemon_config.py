@@ -236,7 +236,7 @@ class BrokenReloadTests(TestCase):
         os.kill(daemon.pid, signal.SIGHUP)
         await waitForLine(daemon, r"Configuration not reloaded from .*$", before)
         errors = re.findall(
-            rb"\[imapmig\.reload#error\] Configuration reload: (.*)$",
+            rb"\[imapmig\.daemon\.reload#error\] Configuration reload: (.*)$",
             bytes(daemon.output)[before:],
             re.M,
         )

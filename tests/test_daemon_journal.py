@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_daemon_journal -*-
 """
-Integration tests for the daemon's log output (L{imapmig.logoutput}): the
+Integration tests for the daemon's log output (L{imapmig.log.logoutput}): the
 daemon, run as systemd runs it (C{JOURNAL_STREAM} naming its standard
 output), migrating into a private Dovecot, writes native journal entries
 to a datagram socket the test reads (C{IMAPMIG_JOURNAL_SOCKET}); or JSON
@@ -20,7 +20,7 @@ from typing import IO
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.journald import messageID
+from imapmig.log.journald import messageID
 from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.journalreader import JournalSocket, first
 from tests.support import (
@@ -272,11 +272,11 @@ class JournalOutputTests(SynchronousTestCase):
 
     def test_twistd(self) -> None:
         """
-        Under C{twistd --logger=imapmig.loglevels.twistdLogObserver} too.
+        Under C{twistd --logger=imapmig.log.loglevels.twistdLogObserver} too.
         """
         user = freshUser(self.instance)
         command = twistdCommand(self.config(user, 3))
-        command.insert(command.index("imapmig"), "--logger=imapmig.loglevels.twistdLogObserver")
+        command.insert(command.index("imapmig"), "--logger=imapmig.log.loglevels.twistdLogObserver")
         run = self.start(command, "stdout", {})
         started = self.waitFor(run, messageStarts("Job job started: ", JOB="job"))
         self.assertJobEntry(started, user, "6")

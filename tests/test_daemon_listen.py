@@ -73,7 +73,7 @@ class PortTakenTests(SynchronousTestCase):
         """
         output = self.exitsOne(command)
         self.assertIn(
-            f"[imapmig.listener#critical] The status listener could not listen on"
+            f"[imapmig.daemon.listener#critical] The status listener could not listen on"
             f" tcp:{self.port}:interface=127.0.0.1: Couldn't listen on 127.0.0.1:{self.port}:",
             output,
         )
@@ -119,5 +119,5 @@ class PortTakenTests(SynchronousTestCase):
         self.assertFalse(os.path.exists(pidFile))
         with open(logFile) as f:
             log = f.read()
-        self.assertIn("[imapmig.listener#critical] The status listener could not listen on", log)
+        self.assertIn("[imapmig.daemon.listener#critical] The status listener could not listen on", log)
         self.assertNotIn("Traceback", log)

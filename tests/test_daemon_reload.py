@@ -194,7 +194,7 @@ class ReloadTests(TestCase):
         refused = await waitForLine(daemon, r"Configuration not reloaded from .*$", before)
         self.assertIn(b"nothing changed", refused.group(0))
         errors = re.findall(
-            rb"^.*\[imapmig\.reload#error\] Configuration reload: (.*)$",
+            rb"^.*\[imapmig\.daemon\.reload#error\] Configuration reload: (.*)$",
             bytes(daemon.output)[before:],
             re.M,
         )

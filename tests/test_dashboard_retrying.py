@@ -20,7 +20,7 @@ from imapmig.job import JobMachine, RetryPolicy
 from imapmig.job.attempt import RunStop
 from imapmig.job.backoff import RunRetries
 from imapmig.job.sides import JobSides
-from imapmig.logfields import AccountName
+from imapmig.log.logfields import AccountName
 from imapmig.progress import JobProgress
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.dashboard import loadStaticFiles

@@ -12,8 +12,8 @@ from typing import Any, cast
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig import demo
-from imapmig.demo import demoJob
+from imapmig.commands import demo
+from imapmig.commands.demo import demoJob
 from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
 from imapmig.testing.localserver import configurationHead, writeConfiguration
 
@@ -118,7 +118,7 @@ class UnusableDovecotDirectoryTests(SynchronousTestCase):
 class _Alive:
     """
     A daemon process that runs on and never listens, as
-    L{imapmig.demo._listening} sees one.
+    L{imapmig.commands.demo._listening} sees one.
     """
 
     pid = 4242
@@ -129,7 +129,7 @@ class _Alive:
 
 class ListeningTests(SynchronousTestCase):
     """
-    L{imapmig.demo._listening} waits for the demo's daemon to listen.
+    L{imapmig.commands.demo._listening} waits for the demo's daemon to listen.
     """
 
     def test_givesUp(self) -> None:

@@ -1,5 +1,5 @@
 """
-Tests for how L{imapmig.demo} ends: a short summary and the dashboard's
+Tests for how L{imapmig.commands.demo} ends: a short summary and the dashboard's
 URL last; from a terminal it keeps serving the dashboard until Ctrl-C,
 otherwise it exits.
 """
@@ -13,7 +13,7 @@ import urllib.request
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.demo import summary
+from imapmig.commands.demo import summary
 from imapmig.testing.dovecot import requireDovecot
 from tests.test_demo_signals import DemoRun
 

@@ -1,5 +1,5 @@
 """
-Tests for how L{imapmig.demo} ends: whatever stops it (a stop signal
+Tests for how L{imapmig.commands.demo} ends: whatever stops it (a stop signal
 during the run or while it keeps serving, C{SIGKILL}, C{make} stopped),
 the daemon and the Dovecot it started, and their children, are gone.
 
@@ -236,7 +236,7 @@ class DemoPortTests(SynchronousTestCase):
         # port that is in fact taken.
         program = (
             "-c",
-            "import sys, imapmig.demo as demo;"
+            "import sys, imapmig.commands.demo as demo;"
             f" demo.statusPort = lambda: {port};"
             " sys.argv[0] = 'imapmig.demo';"
             " raise SystemExit(demo.main())",

@@ -1,12 +1,12 @@
 """
-Tests for L{imapmig.endpointstring}.
+Tests for L{imapmig.config.endpointstring}.
 """
 
 from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.endpointstring import splitEndpoint
+from imapmig.config.endpointstring import splitEndpoint
 
 
 class SplitEndpointTests(SynchronousTestCase):

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.expected} and its use by L{imapmig.verify}: the
+Tests for L{imapmig.commands.expected} and its use by L{imapmig.commands.verify}: the
 INTERNALDATE verify expects is read from the source independently of the
 source readers, so a reader's dating mistake shows as a difference.
 """
@@ -14,11 +14,11 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.expected import fromLineDate, maildirDeliveryDate
-from imapmig.message import SourceFolder, SourceMessage
+from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
+from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
-from imapmig.verify import MessageFacts, _readSource, compareMailbox
+from imapmig.commands.verify import MessageFacts, _readSource, compareMailbox
 from tests.support import newDirectory
 
 UTC = timezone.utc
@@ -133,7 +133,7 @@ class _BuggyMbox(_ShiftedDates, MboxSource):
 
 class VerifyIndependentDateTests(SynchronousTestCase):
     """
-    L{imapmig.verify} expects the date the source file holds, not the
+    L{imapmig.commands.verify} expects the date the source file holds, not the
     reader's: a destination holding what a buggy reader said is a date
     difference with both values.
     """

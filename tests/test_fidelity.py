@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.fidelity}: flags the destination can keep, literal8
+Tests for L{imapmig.mail.fidelity}: flags the destination can keep, literal8
 decisions and message identities.
 """
 
@@ -10,7 +10,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.fidelity import (
+from imapmig.mail.fidelity import (
     FINGERPRINT_OCTETS,
     FlagDecision,
     MessageIdentity,
@@ -22,7 +22,7 @@ from imapmig.fidelity import (
     messageIdOf,
     needsBinary,
 )
-from imapmig.message import StreamedBody
+from imapmig.mail.message import StreamedBody
 
 
 class KeywordTests(SynchronousTestCase):

@@ -5,10 +5,10 @@ hard-case corpus (L{imapmig.testing.hardcases}) migrated by the real daemon
 from each kind of source (Maildir, mbox, another IMAP server) into real,
 private Dovecots, then checked three ways:
 
-  - C{imapmig verify} (the L{imapmig.cli.verify} coroutine, on the global
+  - C{imapmig verify} (the L{imapmig.commands.cli.verify} coroutine, on the global
     reactor as the daemon runs here) must exit 0 with no difference in its
     JSON report, having compared every message;
-  - C{imapmig report} (L{imapmig.cli.main}) must list every message that
+  - C{imapmig report} (L{imapmig.commands.cli.main}) must list every message that
     was not migrated, with its reason: into Dovecot, none;
   - an independent client (L{imaplib}, in
     L{DovecotInstance.fetchAll}) must find every message in its mailbox,

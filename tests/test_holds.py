@@ -1,7 +1,7 @@
 """
 Tests for the admin's holds across a restart of the daemon: a job paused
 or cancelled stays so when the daemon is built again on the same state
-database (L{imapmig.service.buildService}, L{imapmig.schedule.jobcontrols}).
+database (L{imapmig.daemon.service.buildService}, L{imapmig.schedule.jobcontrols}).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from imapmig.schedule.controls import ControlRefused
 from imapmig.schedule.queue import QueueState
 from imapmig.schedule.jobcontrols import JobControls
 from imapmig.schedule.scheduler import JobQueueService
-from imapmig.rootservice import MigrationService
-from imapmig.service import buildService
+from imapmig.daemon.rootservice import MigrationService
+from imapmig.daemon.service import buildService
 from imapmig.state import CANCELLED, PAUSED, JobHold, Transition
 from imapmig.state.sqlite import SQLiteStateStore
 from tests.test_controls import ControlledScheduler

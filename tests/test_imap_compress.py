@@ -28,7 +28,7 @@ from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.compress import CompressionStats, DeflateTransport, Inflater
 from imapmig.imap.pipeline import AppendPipeline, LiteralMode, OutgoingMessage, PipelineSettings
 from imapmig.imap.session import IMAPSession
-from imapmig.service import sessionOpener
+from imapmig.daemon.service import sessionOpener
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.support import newDirectory as _directory

@@ -19,7 +19,7 @@ from twisted.internet.error import ConnectionDone
 
 from imapmig.errors import ConnectionLost, MailboxMissing, QuotaExceeded, ServerBusy
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.message import StreamedBody
+from imapmig.mail.message import StreamedBody
 from imapmig.imap.pipeline import (
     AppendPipeline,
     LiteralMode,

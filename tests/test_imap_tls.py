@@ -42,7 +42,7 @@ from imapmig.imap.tls import (
     watched,
 )
 from imapmig.progress import JobState
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.testing.hostile import (
     CLOSE_NOTIFY,
     STARTTLS_GREETING,

@@ -35,12 +35,12 @@ from imapmig.config import Config, ServerConfig, parseConfig
 from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
 from imapmig.imap.pipeline import AppendOutcomes, AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.imap.session import IMAPSession
-from imapmig.message import toCRLF
-from imapmig.plan import PersonalNamespace
+from imapmig.mail.message import toCRLF
+from imapmig.mail.plan import PersonalNamespace
 from imapmig.progress import JobProgress, JobState
-from imapmig.service import sessionOpener
+from imapmig.daemon.service import sessionOpener
 from imapmig.state.sqlite import SQLiteStateStore
-from imapmig.telemetry import ServerTelemetry
+from imapmig.progress.telemetry import ServerTelemetry
 from imapmig.testing.corpus import (
     CorpusMessage,
     maildirFolderName,

@@ -23,11 +23,11 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, SourceError
-from imapmig.fidelity import journalHead
+from imapmig.mail.fidelity import journalHead
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.migration import connectionsWorthOpening
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.state import (

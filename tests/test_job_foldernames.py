@@ -15,7 +15,7 @@ from imapmig.job.foldernames import (
     safeComponent,
     safePath,
 )
-from imapmig.plan import PersonalNamespace
+from imapmig.mail.plan import PersonalNamespace
 
 
 class SafeSpellingTests(SynchronousTestCase):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings
-from imapmig.message import UnreadableMessage
-from imapmig.messagenames import namesOfBody
+from imapmig.mail.message import UnreadableMessage
+from imapmig.mail.messagenames import namesOfBody
 from imapmig.state import MESSAGE_ID_LENGTH
 from tests.test_job import USER, JobHarness
 

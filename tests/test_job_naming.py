@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.job import JobSettings
 from imapmig.job.naming import nameFailures
 from imapmig.job.recording import OutcomeRecorder
-from imapmig.message import UnreadableMessage
+from imapmig.mail.message import UnreadableMessage
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource

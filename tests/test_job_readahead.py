@@ -14,7 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.errors import TransientError
 from imapmig.job.attempt import RunStop
 from imapmig.job.readahead import ReadAhead
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
+from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
 
 _FOLDER = SourceFolder(key="INBOX", path=("INBOX",))
 

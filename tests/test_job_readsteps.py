@@ -7,7 +7,7 @@ from __future__ import annotations
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.migration import IMAP_READ_STEP_MESSAGES, readSteps
-from imapmig.message import SourceMessage
+from imapmig.mail.message import SourceMessage
 
 
 def _messages(count: int, size: int = 10) -> list[SourceMessage]:

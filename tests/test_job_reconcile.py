@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.fidelity import journalHead
+from imapmig.mail.fidelity import journalHead
 from imapmig.job.reconcile import Candidate, matchArrivals
 from imapmig.state import JournalEntry, JournalMessage
 

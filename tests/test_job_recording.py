@@ -15,7 +15,7 @@ from imapmig.job.recording import (
     SentMessage,
     Target,
 )
-from imapmig.message import SourceMessage
+from imapmig.mail.message import SourceMessage
 from imapmig.progress import JobProgress
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore

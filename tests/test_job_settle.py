@@ -14,7 +14,7 @@ from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.fidelity import journalHead
+from imapmig.mail.fidelity import journalHead
 from imapmig.job import JobSettings
 from imapmig.job.reconcile import Candidate, CandidatePool, Reconciliation, reconcileJournal
 from imapmig.progress import JobState

@@ -18,8 +18,8 @@ from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.errors import QuotaExceeded
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.budgets import mailboxFull
-from imapmig.logfields import AccountName
-from imapmig.message import SourceFolder
+from imapmig.log.logfields import AccountName
+from imapmig.mail.message import SourceFolder
 from imapmig.progress import JobState
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource

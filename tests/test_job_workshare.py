@@ -12,8 +12,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.workshare import SharedUnits
-from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import WorkUnit
+from imapmig.mail.message import SourceFolder, SourceMessage
+from imapmig.mail.plan import WorkUnit
 from imapmig.schedule.throttle import UPLOAD, DailyBudget, DailyLimitReached
 from imapmig.state.memory import MemoryStateStore
 

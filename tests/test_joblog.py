@@ -28,7 +28,7 @@ from imapmig.config.model import (
 )
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.job.joblog import JobLog, describeSource, formatDuration
-from imapmig.logfields import AccountName
+from imapmig.log.logfields import AccountName
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress, Wait
 from imapmig.state import MessageOutcome
 from imapmig.state.memory import MemoryStateStore

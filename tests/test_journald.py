@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_journald -*-
 """
-Tests for L{imapmig.journald}: log events as native journal entries,
+Tests for L{imapmig.log.journald}: log events as native journal entries,
 checked on the bytes and through a real datagram socket.
 """
 
@@ -19,7 +19,7 @@ from twisted.logger import LogEvent, Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.journald import (
+from imapmig.log.journald import (
     FIELD_LIMIT,
     TRUNCATED_MESSAGE_LIMIT,
     JournalLogObserver,
@@ -426,11 +426,11 @@ class ObserverTests(SynchronousTestCase):
     def test_flushedAtExit(self) -> None:
         """
         Entries still waiting when the process exits are sent before it
-        does (for at most L{imapmig.journald.EXIT_FLUSH} seconds, made
+        does (for at most L{imapmig.log.journald.EXIT_FLUSH} seconds, made
         generous here).
         """
         script = (
-            "import sys, imapmig.journald as j\n"
+            "import sys, imapmig.log.journald as j\n"
             "from twisted.logger import Logger\n"
             "j.EXIT_FLUSH = 60.0\n"
             "o = j.JournalLogObserver(sys.argv[1])\n"

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_jsonlog -*-
 """
-Tests for L{imapmig.jsonlog}: log events as JSON lines.
+Tests for L{imapmig.log.jsonlog}: log events as JSON lines.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from twisted.logger._legacy import publishToNewObserver
 from twisted.python.log import textFromEventDict
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.journald import messageID
-from imapmig.jsonlog import REPR_LIMIT, eventAsJSONLine, jsonLinesLogObserver
+from imapmig.log.journald import messageID
+from imapmig.log.jsonlog import REPR_LIMIT, eventAsJSONLine, jsonLinesLogObserver
 
 
 class Opaque:

@@ -35,7 +35,7 @@ from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.trial.unittest import TestCase
 
-from imapmig import cli
+from imapmig.commands import cli
 from imapmig.config import loadConfig
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from imapmig.testing.faultproxy import FaultProxy

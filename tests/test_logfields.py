@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.logfields}.
+Tests for L{imapmig.log.logfields}.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from twisted.logger import ILogObserver, Logger, LogLevel, capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.logfields import FieldsLogger, withFields
+from imapmig.log.logfields import FieldsLogger, withFields
 
 
 class WithFieldsTests(SynchronousTestCase):

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.loglevels}: the daemon writes info and above by
+Tests for L{imapmig.log.loglevels}: the daemon writes info and above by
 default, debug only when C{IMAPMIG_LOG_LEVEL} asks.
 """
 
@@ -23,7 +23,7 @@ from twisted.logger import ILogObserver, LogEvent, LogLevel, Logger
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface import implementer
 
-from imapmig.loglevels import filtered, levelsFrom, levelsFromEnvironment
+from imapmig.log.loglevels import filtered, levelsFrom, levelsFromEnvironment
 from imapmig.testing.corpus import writeEmlDirectory, writeMaildir
 from imapmig.testing.dovecot import DovecotUser, requireDovecot
 from tests.support import (
@@ -156,7 +156,7 @@ class DaemonLevelTests(SynchronousTestCase):
 
     def test_beginLoggingFilters(self) -> None:
         """
-        L{imapmig.daemon.beginLogging}'s observer hides debug events by
+        L{imapmig.daemon.main.beginLogging}'s observer hides debug events by
         default (checked on the observer it builds, not the global one).
         """
         from twisted.logger import textFileLogObserver

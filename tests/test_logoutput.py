@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_logoutput -*-
 """
-Tests for L{imapmig.logoutput}: which log format the daemon writes, from
+Tests for L{imapmig.log.logoutput}: which log format the daemon writes, from
 its environment, in both launchers.
 """
 
@@ -16,7 +16,7 @@ import tempfile
 from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.logoutput import (
+from imapmig.log.logoutput import (
     connectedToJournal,
     formatFromEnvironment,
     observerFor,
@@ -161,7 +161,7 @@ class ObserverTests(SynchronousTestCase):
 
 class TwistdObserverTests(SynchronousTestCase):
     """
-    L{imapmig.loglevels.twistdLogObserver} writes the format asked for,
+    L{imapmig.log.loglevels.twistdLogObserver} writes the format asked for,
     the level filter in front.
     """
 
@@ -187,7 +187,7 @@ class TwistdObserverTests(SynchronousTestCase):
         standard output, debug events left out; an unknown level is
         reported as a warning in that format.
         """
-        from imapmig.loglevels import twistdLogObserver
+        from imapmig.log.loglevels import twistdLogObserver
 
         out = io.StringIO()
         self.patch(sys, "stdout", out)
@@ -242,12 +242,12 @@ class LauncherTests(SynchronousTestCase):
 
     def test_twistdRefuses(self) -> None:
         """
-        Under C{twistd --logger=imapmig.loglevels.twistdLogObserver} too:
+        Under C{twistd --logger=imapmig.log.loglevels.twistdLogObserver} too:
         status 2 and the reason, nothing started.
         """
         path = self._config()
         command = twistdCommand(path)
-        command.insert(command.index("imapmig"), "--logger=imapmig.loglevels.twistdLogObserver")
+        command.insert(command.index("imapmig"), "--logger=imapmig.log.loglevels.twistdLogObserver")
         done = self._launch(command)
         self.assertEqual(done.returncode, 2, done.stderr)
         self.assertIn(b"IMAPMIG_LOG_FORMAT: unknown log format 'syslog'", done.stderr)

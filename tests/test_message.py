@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.message}: line-ending conversion, date formatting and
+Tests for L{imapmig.mail.message}: line-ending conversion, date formatting and
 Maildir flag letters.
 """
 
@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import attrs
 
-from imapmig.message import (
+from imapmig.mail.message import (
     SourceMessage,
     formatInternalDate,
     listedMessage,

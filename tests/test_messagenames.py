@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.messagenames}: a message's Message-ID, Date, From and
+Tests for L{imapmig.mail.messagenames}: a message's Message-ID, Date, From and
 Subject read from its header, decoded, bounded, and never an exception.
 """
 
@@ -12,7 +12,7 @@ import random
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.messagenames import namesOfBody, namesOfHeader
+from imapmig.mail.messagenames import namesOfBody, namesOfHeader
 from imapmig.state import NAME_LENGTH, MessageNames
 
 

@@ -29,7 +29,7 @@ from imapmig.status.metrics import (
     isCounted,
     jobCounters,
 )
-from imapmig.telemetry import Telemetry
+from imapmig.progress.telemetry import Telemetry
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

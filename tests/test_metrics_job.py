@@ -15,11 +15,11 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings, MigrationJob
-from imapmig.jsonlog import eventAsJSONLine
-from imapmig.logfields import AccountName
+from imapmig.log.jsonlog import eventAsJSONLine
+from imapmig.log.logfields import AccountName
 from imapmig.progress import MigrationProgress
 from imapmig.status.metrics import MigrationCollector
-from imapmig.telemetry import Telemetry
+from imapmig.progress.telemetry import Telemetry
 from tests.test_job import JOB, JobHarness, appendLines, memoryOpener, populate
 
 

@@ -15,7 +15,7 @@ from twisted.trial.unittest import TestCase
 
 from imapmig.config import Config, parseConfig
 from imapmig.progress import JobProgress
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.testing.corpus import CorpusMessage, writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from tests.support import corpusView, fetchedView, freshUser, newDirectory, plainServer

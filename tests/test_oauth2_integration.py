@@ -29,7 +29,7 @@ from imapmig.testing.dovecot import (
 )
 from imapmig.testing.faultproxy import Direction, Fault, FaultProxy, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
-from imapmig.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
+from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
 from tests.support import (
     _rootDirectory,
     corpusView,

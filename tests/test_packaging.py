@@ -178,8 +178,9 @@ class WheelTests(SynchronousTestCase):
         are in the wheel.
         """
         for name in (
-            "imapmig/daemon.py",
-            "imapmig/tap.py",
+            "imapmig/daemon/__main__.py",
+            "imapmig/daemon/main.py",
+            "imapmig/daemon/tap.py",
             "imapmig/demo.py",
             "imapmig/py.typed",
             "imapmig/status/static/index.html",

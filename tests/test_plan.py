@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.plan}: folder mapping, what is left to copy, and how
+Tests for L{imapmig.mail.plan}: folder mapping, what is left to copy, and how
 work is cut and shared.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import (
+from imapmig.mail.message import SourceFolder, SourceMessage
+from imapmig.mail.plan import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.presence}: the index of what a destination mailbox
+Tests for L{imapmig.job.presence}: the index of what a destination mailbox
 already holds.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.fidelity import identityOf
-from imapmig.presence import FINGERPRINT, MESSAGE_ID, PresenceIndex, holdsOthers
+from imapmig.mail.fidelity import identityOf
+from imapmig.job.presence import FINGERPRINT, MESSAGE_ID, PresenceIndex, holdsOthers
 
 A = b"Message-ID: <a@x>\r\nSubject: a\r\n\r\nbody a\r\n"
 A_ALTERED = b"X-TUID: 123\r\nMessage-ID: <a@x>\r\nSubject: a\r\n\r\nbody a\r\n"

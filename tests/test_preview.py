@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.preview} (C{imapmig plan}): the real session and
+Tests for L{imapmig.commands.preview} (C{imapmig plan}): the real session and
 destination view against L{imapmig.testing.fakeserver} over
 L{twisted.test.iosim}, an in-memory source and state store, a L{Clock}.
 """
@@ -13,12 +13,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.cli import _writePlan
+from imapmig.commands.cli import _writePlan
 from imapmig.errors import AuthenticationFailed, SourceError
 from imapmig.imap.session import IMAPSession
-from imapmig.message import SourceFolder
-from imapmig.plan import FolderRules
-from imapmig.preview import JobPlan, previewJob
+from imapmig.mail.message import SourceFolder
+from imapmig.mail.plan import FolderRules
+from imapmig.commands.preview import JobPlan, previewJob
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import FolderFallback, MessageOutcome
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
@@ -265,8 +265,8 @@ class TextTests(SynchronousTestCase):
         why, migrated and to copy; then the mailboxes to create and the
         totals.
         """
-        from imapmig.plan import PersonalNamespace
-        from imapmig.preview import FolderPlan
+        from imapmig.mail.plan import PersonalNamespace
+        from imapmig.commands.preview import FolderPlan
 
         plan = JobPlan(
             JOB,

@@ -1,5 +1,5 @@
 """
-C{imapmig plan} (L{imapmig.cli.plan}, on the global reactor) against the
+C{imapmig plan} (L{imapmig.commands.cli.plan}, on the global reactor) against the
 shared Dovecot, with a Maildir source part of which a daemon run already
 copied: the plan shows the rest, writes nothing, and a second run then
 does what it said.
@@ -17,7 +17,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from imapmig import cli
+from imapmig.commands import cli
 from imapmig.config import Config, loadConfig
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore

@@ -1,7 +1,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.reload}: the plan of a reload (L{planReload}), its
+Tests for L{imapmig.daemon.reload}: the plan of a reload (L{planReload}), its
 application to a running scheduler (L{applyReload}), the reloader
 (L{ConfigReloader}: invalid configurations, coalesced requests,
 observers), the daemon's L{MigrationService.reloadFrom} and the C{SIGHUP}
@@ -29,9 +29,9 @@ from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
-from imapmig.plan import FolderRules
+from imapmig.mail.plan import FolderRules
 from imapmig.progress import JobState, Wait
-from imapmig.reload import (
+from imapmig.daemon.reload import (
     ConfigReloader,
     ReloadPlan,
     ReloadTarget,
@@ -39,14 +39,14 @@ from imapmig.reload import (
     describeReload,
     planReload,
 )
-from imapmig.reloadapply import ReloadApplied
+from imapmig.daemon.reloadapply import ReloadApplied
 from imapmig.schedule.queue import QueueState
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED, JobHold
-from imapmig.reload import loadInThread
-from imapmig.service import buildService
+from imapmig.daemon.reload import loadInThread
+from imapmig.daemon.service import buildService
 from imapmig.state.memory import MemoryStateStore
-from imapmig.tap import installReloadSignal
+from imapmig.daemon.tap import installReloadSignal
 from tests.support import writePasswordFile
 from tests.test_schedule_service import Scheduler, jobConfig, server
 from tests.test_service import makeMaildir
@@ -1026,7 +1026,6 @@ class BrokenReloadTests(SynchronousTestCase):
         import gc
 
         from imapmig import configfile
-
         seen: list[bool] = []
         read = configfile.readConfigFile
 

@@ -15,8 +15,8 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.cli import LISTED_JOBS, main, report
-from imapmig.reportsummary import writeFailuresCSV
+from imapmig.commands.cli import LISTED_JOBS, main, report
+from imapmig.commands.reportsummary import writeFailuresCSV
 from imapmig.state import MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore

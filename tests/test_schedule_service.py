@@ -2,7 +2,7 @@
 Tests for the scheduler, L{imapmig.schedule.scheduler.JobQueueService}: up to
 C{max_jobs} jobs at once, in configuration order, their connections
 granted under the servers' limits; and for the grant-aware session opener
-(L{imapmig.service.grantedOpener}) with a real L{MigrationJob}.
+(L{imapmig.daemon.service.grantedOpener}) with a real L{MigrationJob}.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
 from imapmig.config import parseConfig
 from imapmig.schedule.scheduler import JobQueueService, essentialConnections
-from imapmig.rootservice import MigrationService
-from imapmig.service import buildService, grantedOpener
+from imapmig.daemon.rootservice import MigrationService
+from imapmig.daemon.service import buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
 from tests.test_job import JobHarness, hasResult, memoryOpener
 from tests.test_service import makeMaildir

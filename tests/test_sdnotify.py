@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_sdnotify -*-
 """
-Tests for L{imapmig.sdnotify}, L{imapmig.notifyservice} and
-L{imapmig.listener}: systemd's notifications, sent to a real C{AF_UNIX}
+Tests for L{imapmig.daemon.sdnotify}, L{imapmig.daemon.notifyservice} and
+L{imapmig.daemon.listener}: systemd's notifications, sent to a real C{AF_UNIX}
 datagram socket, timed by a memory reactor's clock.
 """
 
@@ -24,8 +24,8 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import parseConfig
-from imapmig.listener import ListenerService, StatusListenerFailed
-from imapmig.notifyservice import (
+from imapmig.daemon.listener import ListenerService, StatusListenerFailed
+from imapmig.daemon.notifyservice import (
     STOPPING_STATUS,
     NotifyPhase,
     SystemdNotifyService,
@@ -35,7 +35,7 @@ from imapmig.notifyservice import (
 )
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.sdnotify import (
+from imapmig.daemon.sdnotify import (
     Notifier,
     encodeMessage,
     notifierFromEnvironment,
@@ -43,7 +43,7 @@ from imapmig.sdnotify import (
     unsetNotifyEnvironment,
     watchdogSeconds,
 )
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.state.memory import MemoryStateStore
 from tests.test_service import makeMaildir
 

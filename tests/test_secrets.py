@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.secrets}: the size cap on password files.  (The other
+Tests for L{imapmig.access.secrets}: the size cap on password files.  (The other
 rules of L{readPasswordFile} are tested with the configuration, in
 L{tests.test_config}.)
 """
@@ -13,7 +13,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.secrets import MAX_PASSWORD_FILE, PasswordFileError, readPasswordFile
+from imapmig.access.secrets import MAX_PASSWORD_FILE, PasswordFileError, readPasswordFile
 
 
 class PasswordFileSizeTests(SynchronousTestCase):

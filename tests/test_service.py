@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.tap} and L{imapmig.service}: the plugin, the options,
+Tests for L{imapmig.daemon.tap} and L{imapmig.daemon.service}: the plugin, the options,
 and what the assembled service listens on and connects to, without I/O.
 """
 
@@ -23,7 +23,7 @@ from twisted.plugin import getPlugins
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig import service
+from imapmig.daemon import service
 from imapmig.config import parseConfig
 from imapmig.config.limits import ServerLimits
 from imapmig.config.model import ServerConfig, StatusConfig
@@ -31,9 +31,9 @@ from imapmig.errors import PermanentError, TransientError
 from imapmig.imap.session import IMAPSession
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.progress import JobState
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.state.memory import MemoryStateStore
-from imapmig.tap import EXIT_BAD_CONFIG, Options
+from imapmig.daemon.tap import EXIT_BAD_CONFIG, Options
 
 
 def makeMaildir(testCase: SynchronousTestCase) -> str:
@@ -223,7 +223,7 @@ class HeapTests(SynchronousTestCase):
         """
         import platform
 
-        from imapmig.tap import limitHeapGrowth
+        from imapmig.daemon.tap import limitHeapGrowth
 
         applied = limitHeapGrowth()
         if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.rootservice.MigrationService.stopService}: the last-resort
+Tests for L{imapmig.daemon.rootservice.MigrationService.stopService}: the last-resort
 bound on a daemon's stop.
 """
 
@@ -12,7 +12,7 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.progress import MigrationProgress
-from imapmig.rootservice import STOP_MARGIN, MigrationService
+from imapmig.daemon.rootservice import STOP_MARGIN, MigrationService
 from imapmig.state.memory import MemoryStateStore
 
 

@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,

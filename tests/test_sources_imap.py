@@ -37,8 +37,8 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
-from imapmig.plan import PersonalNamespace
-from imapmig.message import (
+from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,

@@ -18,8 +18,8 @@ from imapmig.errors import SourceError
 from imapmig.imap.fetch import FetchedItem, Value, parseInternalDate
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
-from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import FolderRules, isIncluded
+from imapmig.mail.message import SourceFolder, SourceMessage
+from imapmig.mail.plan import FolderRules, isIncluded
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.labelviews import (
     LabelViewFilter,

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_sources_labelviews_plan -*-
 """
-Tests for what C{imapmig plan} (L{imapmig.preview}) and C{imapmig verify}
-(L{imapmig.verify}) say of a Gmail-shaped source's label views: every
+Tests for what C{imapmig plan} (L{imapmig.commands.preview}) and C{imapmig verify}
+(L{imapmig.commands.verify}) say of a Gmail-shaped source's label views: every
 view left out listed with its message count and why, the archived mail
 of All Mail bound for the archive folder, or, with the archive folder
 off, counted as not migrated.  Against the fake server in Gmail's shape
@@ -16,10 +16,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.cli import _writePlan
-from imapmig.plan import FolderRules
-from imapmig.preview import JobPlan, previewJob
-from imapmig.verify import VerifyReport, verifyJob
+from imapmig.commands.cli import _writePlan
+from imapmig.mail.plan import FolderRules
+from imapmig.commands.preview import JobPlan, previewJob
+from imapmig.commands.verify import VerifyReport, verifyJob
 from tests.test_job import JOB
 from tests.test_sources_labelviews import (
     ALL_MAIL,

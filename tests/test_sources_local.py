@@ -17,7 +17,7 @@ import stat
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig.sources.local as local
-from imapmig.message import StreamedBody, UnreadableMessage, toCRLF
+from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
 from imapmig.sources.local import (
     LeavesTree,
     OpenTree,

@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
@@ -455,7 +455,7 @@ class MessageListingTests(MaildirTestCase):
         times = [0, 12, 100000000, 315532799, 5000000000, 253402300799]
         for when in times:
             deliver(root, "cur", f"{when}.M1P2.host:2,S", mtime=1400000000)
-        # Leading zeros are read by value, as verify (imapmig.expected) does.
+        # Leading zeros are read by value, as verify (imapmig.commands.expected) does.
         deliver(root, "cur", "0000000000000000.M1P3.host:2,S", mtime=1400000000)
         self.assertEqual(
             [(m.key, m.internalDate) for m in self.messages(MaildirSource(root))],

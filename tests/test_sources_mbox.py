@@ -22,7 +22,7 @@ from zope.interface.verify import verifyObject
 import imapmig.sources.local as local
 import imapmig.sources.mbox as module
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.startsignals} and the root service's start, which
+Tests for L{imapmig.daemon.startsignals} and the root service's start, which
 holds SIGINT and SIGTERM until the reactor runs.
 """
 
@@ -14,8 +14,8 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.progress import MigrationProgress
-from imapmig.rootservice import MigrationService
-from imapmig.startsignals import heldSignals
+from imapmig.daemon.rootservice import MigrationService
+from imapmig.daemon.startsignals import heldSignals
 from imapmig.state.memory import MemoryStateStore
 
 

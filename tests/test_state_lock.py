@@ -20,7 +20,7 @@ import stat
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from imapmig import cli
+from imapmig.commands import cli
 from imapmig.errors import PermanentError
 from imapmig.state.lock import HOLDER_ATTRIBUTE, StateFileLock
 from imapmig.state.sqlite import SQLiteStateStore

@@ -25,7 +25,7 @@ from twisted.web.server import Site
 import imapmig
 from imapmig.job import JobInputs, JobMachine
 from imapmig.progress import JobProgress, MigrationProgress
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.controls import ControlResource
 from imapmig.status.resource import StatusResource, buildStatusSite

@@ -32,10 +32,10 @@ from twisted.web.server import Request, Site
 from twisted.web.test.requesthelper import DummyChannel
 
 import imapmig
-from imapmig import cli
+from imapmig.commands import cli
 from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
-from imapmig.plan import FolderRules
+from imapmig.mail.plan import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.job.machine import JobMachine
 from imapmig.state import MessageOutcome, Transition
@@ -50,7 +50,7 @@ from imapmig.status.manifest import (
 from imapmig.status.query import JobQuery, parseJobQuery, selectJobs
 from imapmig.status.progressview import ProgressView
 from imapmig.status.resource import StatusResource, buildStatusSite
-from imapmig.verify import REPORT_NAME, defaultReportPath
+from imapmig.status.verifyreport import REPORT_NAME, defaultReportPath
 from tests.test_service import makeMaildir
 from tests.test_status import running
 

@@ -17,9 +17,9 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyChannel
 
-from imapmig.redact import PATH_SHOWN, withoutPaths
+from imapmig.status.redact import PATH_SHOWN, withoutPaths
 from imapmig.status.resource import QuietSite
-from imapmig.verify import REPORT_NAME
+from imapmig.status.verifyreport import REPORT_NAME
 from tests.test_controls import ControlledScheduler
 from tests.test_controls_resource import SITE, siteWith
 from tests.test_schedule_service import jobConfig

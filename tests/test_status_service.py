@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods and treq.testing are unannotated.)
 """
-Tests that the daemon assembled by L{imapmig.service.buildService} serves
+Tests that the daemon assembled by L{imapmig.daemon.service.buildService} serves
 the status API with its state store, its stopping state, its verify report
 and its jobs' folder rules.
 """
@@ -21,9 +21,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import Site
 
 from imapmig.config import parseConfig
-from imapmig.service import buildService
+from imapmig.daemon.service import buildService
 from imapmig.state.memory import MemoryStateStore
-from imapmig.verify import REPORT_NAME
+from imapmig.status.verifyreport import REPORT_NAME
 from tests.test_service import makeMaildir
 
 

@@ -27,7 +27,7 @@ import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.testing.corpus import writeEmlDirectory
-from imapmig.verify import REPORT_NAME
+from imapmig.status.verifyreport import REPORT_NAME
 from tests.statushold import probe
 from tests.support import SOURCE_TREE, daemonCommand, sourceTreeEnvironment
 

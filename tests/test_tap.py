@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for L{imapmig.tap.exitWhenDone}: C{--exit-when-done} stops the
+Tests for L{imapmig.daemon.tap.exitWhenDone}: C{--exit-when-done} stops the
 reactor whenever the queue drains, even before the reactor runs.
 
 The daemon itself is run in a child process by
@@ -22,9 +22,7 @@ from typing import Callable
 from twisted.internet.error import ReactorNotRunning
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig import tap
-
-
+from imapmig.daemon import tap
 class _CoreReactor:
     """
     The part of L{IReactorCore} that L{tap.exitWhenDone} uses, as a real
@@ -196,7 +194,7 @@ class CollectionPauseTests(SynchronousTestCase):
         self.assertIn("invalid YAML", stderr.getvalue())
 
 
-# Modules that importing imapmig.tap must not bring in: twistd imports it
+# Modules that importing imapmig.daemon.tap must not bring in: twistd imports it
 # to list its options, before any configuration is read, and the daemon
 # imports them later only if its configuration needs them.
 _NOT_AT_TAP_IMPORT = (
@@ -208,7 +206,7 @@ _NOT_AT_TAP_IMPORT = (
     "yaml",
     "sqlite3",
     "imapmig.config",
-    "imapmig.service",
+    "imapmig.daemon.service",
 )
 
 # Modules that building the daemon of a plain Maildir job with its status
@@ -256,24 +254,24 @@ class LeanImportTests(SynchronousTestCase):
 
     def test_tapImportIsLean(self) -> None:
         """
-        Importing L{imapmig.tap} imports neither the configuration reader
+        Importing L{imapmig.daemon.tap} imports neither the configuration reader
         nor the reactor, TLS, the web server, YAML or SQLite: twistd
         imports it before the configuration is read, and
         L{tap.Options.postOptions} imports the reader inside the
         collector's pause.
         """
-        modules = _importedBy("import imapmig.tap")
-        self.assertIn("imapmig.tap", modules)
+        modules = _importedBy("import imapmig.daemon.tap")
+        self.assertIn("imapmig.daemon.tap", modules)
         self.assertEqual(_loaded(modules, _NOT_AT_TAP_IMPORT), [])
 
     def test_serviceImportIsLean(self) -> None:
         """
-        Importing L{imapmig.service} (what L{tap.makeService} imports)
+        Importing L{imapmig.daemon.service} (what L{tap.makeService} imports)
         brings in neither twisted.web nor the status resources, which only
         a status page needs, nor the mbox and C{.eml} sources, which only
         jobs reading them need.
         """
-        modules = _importedBy("import imapmig.service")
+        modules = _importedBy("import imapmig.daemon.service")
         self.assertIn("imapmig.sources.maildir", modules)
         self.assertEqual(_loaded(modules, _NOT_FOR_PLAIN_DAEMON), [])
 
@@ -326,7 +324,7 @@ class QuietStartFailuresTests(SynchronousTestCase):
         """
         from twisted.python.failure import Failure
 
-        from imapmig.listener import StatusListenerFailed
+        from imapmig.daemon.listener import StatusListenerFailed
 
         tap.quietStartFailures()
         failed = StatusListenerFailed("tcp:8025", Failure(OSError(98, "Address already in use")))

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.telemetry} and the hooks that feed it: the APPEND
+Tests for L{imapmig.progress.telemetry} and the hooks that feed it: the APPEND
 pipeline's latency and window, the throttles' waits, the grants'
 connection counts.
 """
@@ -19,7 +19,7 @@ from imapmig.imap.pipeline import AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.state.memory import MemoryStateStore
-from imapmig.telemetry import (
+from imapmig.progress.telemetry import (
     LATENCY_BUCKETS,
     LatencyHistogram,
     ServerConnections,

@@ -13,7 +13,7 @@ from email.utils import parsedate_to_datetime
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.message import toCRLF
+from imapmig.mail.message import toCRLF
 from imapmig.testing.corpus import (
     Corpus,
     CorpusMessage,

@@ -16,7 +16,7 @@ from email.utils import parsedate_to_datetime
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.message import toCRLF
+from imapmig.mail.message import toCRLF
 from imapmig.testing.corpus import maildirFolderName
 from imapmig.testing.dovecot import DovecotInstance, requireDovecot
 from imapmig.testing.hardcases import (

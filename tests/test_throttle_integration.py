@@ -25,8 +25,8 @@ from twisted.trial.unittest import TestCase
 from imapmig.config import Config, loadConfig
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import UPLOAD
-from imapmig.rootservice import MigrationService
-from imapmig.service import buildService
+from imapmig.daemon.rootservice import MigrationService
+from imapmig.daemon.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.tlsidentity}: a certificate whose host name cannot be
+Tests for L{imapmig.access.tlsidentity}: a certificate whose host name cannot be
 checked is refused, with the reason in words and no traceback.
 """
 
@@ -41,8 +41,8 @@ from imapmig.errors import TLSFailed
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.tls import WatchedClientTLS
 from imapmig.progress import JobState
-from imapmig.service import buildService
-from imapmig.tlsidentity import (
+from imapmig.daemon.service import buildService
+from imapmig.access.tlsidentity import (
     HostnameVerifyingPolicy,
     HostnameVerifyingTLS,
     IdentityRefused,

@@ -1,6 +1,6 @@
 """
-Tests for L{imapmig.tokencache}: the shared, renewed access token of the
-refresh grant, and for L{imapmig.tokens.loginWithToken}, the second
+Tests for L{imapmig.oauth.tokencache}: the shared, renewed access token of the
+refresh grant, and for L{imapmig.oauth.tokens.loginWithToken}, the second
 chance after a refused token.
 """
 
@@ -16,9 +16,9 @@ from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import AuthenticationFailed, CredentialsRefused
-from imapmig.tokencache import RefreshedTokens, replaceSecretFile
-from imapmig.tokenrefresh import IssuedToken, TokenEndpointUnavailable, TokenRefreshRefused
-from imapmig.tokens import TokenSources, loginWithToken
+from imapmig.oauth.tokencache import RefreshedTokens, replaceSecretFile
+from imapmig.oauth.tokenrefresh import IssuedToken, TokenEndpointUnavailable, TokenRefreshRefused
+from imapmig.oauth.tokens import TokenSources, loginWithToken
 from imapmig.config.model import TokenFileConfig, TokenRefreshConfig
 
 ACCOUNT = "alice at tcp:127.0.0.1:143"
@@ -227,7 +227,7 @@ class TokenSourcesTests(SynchronousTestCase):
         """
         from attrs import evolve
 
-        from imapmig.secrets import Secret
+        from imapmig.access.secrets import Secret
 
         sources = TokenSources(Clock())
         refresh = TokenRefreshConfig(

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.tokenrefresh}: the refresh grant's request and what
+Tests for L{imapmig.oauth.tokenrefresh}: the refresh grant's request and what
 each answer of the endpoint means, against the test authorization server
 (L{imapmig.testing.oauth2}) in memory and against scripted answers.
 """
@@ -24,9 +24,9 @@ from twisted.web.iweb import IAgent
 
 from imapmig.config.model import TokenRefreshConfig
 from imapmig.errors import AuthenticationFailed, TransientError
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Resource
-from imapmig.tokenrefresh import (
+from imapmig.oauth.tokenrefresh import (
     MAX_TOKEN_RESPONSE,
     IssuedToken,
     RefreshGrantClient,

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.tokens}: access tokens from a file or a command.
+Tests for L{imapmig.oauth.tokens}: access tokens from a file or a command.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.config.model import TokenCommandConfig, TokenFileConfig
 from imapmig.errors import AuthenticationFailed, TransientError
-from imapmig.tokens import (
+from imapmig.oauth.tokens import (
     TokenCommandTimedOut,
     TokenUnavailable,
     obtainToken,

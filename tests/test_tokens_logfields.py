@@ -1,7 +1,7 @@
 """
-The line L{imapmig.tokens.loginWithToken} logs when the server refuses an
+The line L{imapmig.oauth.tokens.loginWithToken} logs when the server refuses an
 access token and it logs in again carries the job's fields, as every line
-about a job's connections does (L{imapmig.logfields}).
+about a job's connections does (L{imapmig.log.logfields}).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import CredentialsRefused
-from imapmig.tokens import loginWithToken
+from imapmig.oauth.tokens import loginWithToken
 
 
 class _Tokens:

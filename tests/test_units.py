@@ -17,9 +17,9 @@ from twisted.web.resource import Resource
 
 from imapmig.job import JobSettings, RetryPolicy
 from imapmig.progress import JobState
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.status.controls import ControlResource
-from imapmig.jsonlog import eventAsJSONLine
+from imapmig.log.jsonlog import eventAsJSONLine
 from imapmig.units import Count, octets, plural
 from tests.test_job import JobHarness, populate
 

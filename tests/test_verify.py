@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.verify}: how messages are paired and what counts as a
+Tests for L{imapmig.commands.verify}: how messages are paired and what counts as a
 difference.  (The whole command against real Dovecots is in
 L{tests.test_fidelity_integration}.)
 """
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.state import MessageOutcome
-from imapmig.verify import (
+from imapmig.commands.verify import (
     Difference,
     MessageFacts,
     _SourceSide,

@@ -1,6 +1,6 @@
 """
 imapmig's version where the admin looks for it: the daemon's start line
-under twistd (L{imapmig.tap.logStart}).  (The version in C{/status.json},
+under twistd (L{imapmig.daemon.tap.logStart}).  (The version in C{/status.json},
 C{/healthz} and C{/metrics}' build info is checked by
 L{tests.test_status_api} and L{tests.test_metrics}, the dashboard's header
 and footer by L{tests.test_dashboard}'s Chromium tests; the
@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 from imapmig.config import loadConfig
-from imapmig.tap import logStart
+from imapmig.daemon.tap import logStart
 
 
 class StartLineTests(SynchronousTestCase):

@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.webhook} and L{imapmig.config.notify}: the C{notify:}
+Tests for L{imapmig.daemon.webhook} and L{imapmig.config.notify}: the C{notify:}
 section, the sender's requests, retries, timeouts and queue bound, and
 what the run watcher notifies, all on a L{Clock} with a fake agent.
 """
@@ -25,13 +25,13 @@ from twisted.web.iweb import IAgent, IBodyProducer
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from imapmig import cleartext
+from imapmig.access import cleartext
 from imapmig.config import NotifyConfig, parseConfig
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.redact import withoutPaths
-from imapmig.reloadplan import keptForRestart, planReload
-from imapmig.secrets import Secret
-from imapmig.webhook import (
+from imapmig.status.redact import withoutPaths
+from imapmig.daemon.reloadplan import keptForRestart, planReload
+from imapmig.access.secrets import Secret
+from imapmig.daemon.webhook import (
     ATTEMPTS,
     CHECK_EVERY,
     QUEUE_LIMIT,
@@ -554,7 +554,7 @@ class NotifyConfigTests(ConfigTestCase):
     def test_needsTLS(self) -> None:
         """
         An https webhook needs TLS (a daemon otherwise runs without
-        OpenSSL, L{imapmig.cleartext}); http to loopback does not.
+        OpenSSL, L{imapmig.access.cleartext}); http to loopback does not.
         """
         loaded = parseConfig(self.document(), self.configPath)
         bare = evolve(loaded, servers=(), jobs=(), status=None)

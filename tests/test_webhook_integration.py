@@ -1,5 +1,5 @@
 """
-Integration tests for the webhook (L{imapmig.webhook}): the real daemon
+Integration tests for the webhook (L{imapmig.daemon.webhook}): the real daemon
 (C{imapmig-daemon --exit-when-done}) migrating into a private Dovecot,
 one of its two jobs failing (a wrong password), posting to a real HTTP
 receiver on loopback run by the test (the standard library's server, in

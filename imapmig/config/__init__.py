@@ -42,8 +42,8 @@ from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
-from imapmig.plan import FolderRules
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.mail.plan import FolderRules
+from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = [
     "AccountConfig",

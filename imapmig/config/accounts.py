@@ -7,9 +7,9 @@ an IMAP source; or, instead of the user's password, an admin credential
 the user (a "master user"); or an OAuth 2.0 access token
 (C{oauth2: {token_file: FILE}}, C{oauth2: {token_credential: NAME}} or
 C{oauth2: {token_command: [ARGV...]}},
-checked here and obtained afresh at each login, L{imapmig.tokens}; or
+checked here and obtained afresh at each login, L{imapmig.oauth.tokens}; or
 C{oauth2: {token_endpoint: URL, client_id: ID, refresh_token_file: FILE}}
-for the refresh grant that imapmig runs itself, L{imapmig.tokencache}).
+for the refresh grant that imapmig runs itself, L{imapmig.oauth.tokencache}).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from imapmig.config.model import (
 )
 from imapmig.config.reader import _describe, _key
 from imapmig.config.secretkeys import SecretsReader, secretKeys
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
 
 # password, password_file, password_credential.
 _PASSWORD_KEYS = secretKeys("password", inline=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from imapmig.config.limits import ServerLimits
-from imapmig.plan import FolderRules, PersonalNamespace
-from imapmig.secrets import Secret
+from imapmig.mail.plan import FolderRules, PersonalNamespace
+from imapmig.access.secrets import Secret
 
 @frozen
 class ServerConfig:
@@ -327,7 +327,7 @@ class StatusConfig:
 @frozen
 class NotifyConfig:
     """
-    Where the daemon's notifications go (C{notify}; L{imapmig.webhook}).
+    Where the daemon's notifications go (C{notify}; L{imapmig.daemon.webhook}).
 
     @ivar webhookURL: C{notify.webhook_url}: notifications are POSTed to
         it as JSON (C{https://}, or C{http://} to loopback).

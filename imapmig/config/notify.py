@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_webhook -*-
 """
-Read C{notify:}: where the daemon's notifications go (L{imapmig.webhook}).
+Read C{notify:}: where the daemon's notifications go (L{imapmig.daemon.webhook}).
 
     notify:
       webhook_url: https://hooks.example/imapmig   # required
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from imapmig.config.accounts import isLoopback
 from imapmig.config.model import NotifyConfig
 from imapmig.config.reader import ConfigReader
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
 

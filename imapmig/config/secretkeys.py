@@ -3,7 +3,7 @@
 Where a secret comes from.  Each secret setting KEY (C{password},
 C{token}, C{client_secret}) may be given as C{KEY_file: FILE} (a file only
 its owner may read), as C{KEY_credential: NAME} (a systemd credential,
-L{imapmig.credentials}) or, for a password only, inline as C{KEY: TEXT}.
+L{imapmig.access.credentials}) or, for a password only, inline as C{KEY: TEXT}.
 Exactly one of them.  A new secret setting is one call of
 L{SecretsReader._readSecret} (and its keys, L{secretKeys}, among its
 section's); a new way to give one is an entry of L{_FROM}.
@@ -15,8 +15,8 @@ import os
 from typing import Callable, Mapping
 
 from imapmig.config.reader import ConfigReader, _key
-from imapmig.credentials import credentialPath, readCredential
-from imapmig.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.credentials import credentialPath, readCredential
+from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
 
 def _fromFile(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:
     """
@@ -68,7 +68,7 @@ class SecretsReader(ConfigReader):
     Reads secrets given by any of L{secretKeys}.
 
     @ivar _looseFileMode: the configuration file's mode when group or
-        others may read it (L{imapmig.secrets.accessibleToOthers}), for the
+        others may read it (L{imapmig.access.secrets.accessibleToOthers}), for the
         check of inline secrets; L{None} when it is private or the document
         was not read from a file.
     @ivar _environment: the environment credentials are found with, or

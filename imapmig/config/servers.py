@@ -17,8 +17,8 @@ from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import _NAME, _describe, _key
-from imapmig.endpointstring import splitEndpoint
-from imapmig.plan import PersonalNamespace
+from imapmig.config.endpointstring import splitEndpoint
+from imapmig.mail.plan import PersonalNamespace
 
 _T = TypeVar("_T")
 
@@ -47,7 +47,7 @@ _NAMESPACE_KEYS = ("prefix", "separator")
 
 # Twisted's endpoint constructors only store the reactor they are given, so
 # a placeholder lets Twisted's own parsers validate an endpoint string here
-# without fetching the global reactor (only imapmig.tap may) and without
+# without fetching the global reactor (only imapmig.daemon.tap may) and without
 # listening or connecting.
 _NO_REACTOR = object()
 
@@ -571,7 +571,7 @@ class ServersReader(LimitsReader):
         """
         Read C{tls_ca}: a file of one or more PEM certificates.
         """
-        # Imported only for a configuration that uses TLS (imapmig.cleartext).
+        # Imported only for a configuration that uses TLS (imapmig.access.cleartext).
         from twisted.internet.ssl import Certificate
 
         written = self._readString(value, path)

@@ -41,7 +41,7 @@ from twisted.mail.imap4 import Command, IMAP4Client, IMAP4Exception, parseNested
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.cleartext import openSSLLoaded
+from imapmig.access.cleartext import openSSLLoaded
 from imapmig.errors import (
     ConnectionDropped,
     ProtocolError,
@@ -71,7 +71,7 @@ from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
 from imapmig.imap.fetch import FetchedItem, FetchParseError, FetchResponseParser, isFetchResponse
 from imapmig.imap.lines import LinearLineReceiver
-from imapmig.logfields import withFields
+from imapmig.log.logfields import withFields
 
 if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
@@ -120,7 +120,7 @@ def _isTLSConnection(handle: object) -> bool:
     """
     Whether C{handle}, a transport's C{getHandle()}, is an OpenSSL
     connection.  A daemon whose configuration uses no TLS runs without
-    OpenSSL (L{imapmig.cleartext}): then no handle is one.
+    OpenSSL (L{imapmig.access.cleartext}): then no handle is one.
     """
     if not openSSLLoaded():
         return False
@@ -250,7 +250,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
             tcp:mail.example.org:143"}); by default its address.
         @param logFields: fields every log event about this connection
             carries, its own and its pipeline's and session's (the job it
-            works for: C{{"job": "alice"}}; L{imapmig.logfields}).
+            works for: C{{"job": "alice"}}; L{imapmig.log.logfields}).
         """
         IMAP4Client.__init__(self)
         self.logFields: Mapping[str, object] = dict(logFields or {})

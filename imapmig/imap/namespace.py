@@ -18,7 +18,7 @@ from attrs import frozen
 
 from imapmig.errors import ProtocolError
 from imapmig.imap.fetch import FetchParseError, Value, parseResponse
-from imapmig.plan import PersonalNamespace
+from imapmig.mail.plan import PersonalNamespace
 
 MAX_NAMESPACES = 100
 """

@@ -65,9 +65,9 @@ from zope.interface import implementer
 from imapmig.errors import ConnectionDropped, ConnectionLost
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
-from imapmig.logfields import withFields
-from imapmig.message import StreamedBody, formatInternalDate
-from imapmig.telemetry import ServerTelemetry
+from imapmig.log.logfields import withFields
+from imapmig.mail.message import StreamedBody, formatInternalDate
+from imapmig.progress.telemetry import ServerTelemetry
 
 LITERAL_MINUS_LIMIT = 4096
 

@@ -30,7 +30,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Exception
 
-from imapmig.cleartext import openSSLLoaded
+from imapmig.access.cleartext import openSSLLoaded
 from imapmig.errors import (
     AuthenticationFailed,
     CredentialsRefused,
@@ -75,9 +75,9 @@ from imapmig.imap.pipeline import (
     encodeMailboxName,
 )
 from imapmig.imap.signals import SignalAction, classifyRefusal
-from imapmig.logfields import withFields
-from imapmig.plan import PersonalNamespace
-from imapmig.telemetry import ServerTelemetry
+from imapmig.log.logfields import withFields
+from imapmig.mail.plan import PersonalNamespace
+from imapmig.progress.telemetry import ServerTelemetry
 
 T = TypeVar("T")
 
@@ -358,7 +358,7 @@ async def _mapped(command: str, d: Deferred[T]) -> T:
 def _describeTLSError(error: BaseException) -> str | None:
     """
     L{imapmig.imap.tls.describeTLSError}, without importing OpenSSL where it
-    is not loaded (L{imapmig.cleartext}): no error is a TLS error there.
+    is not loaded (L{imapmig.access.cleartext}): no error is a TLS error there.
     """
     if not openSSLLoaded():
         return None

@@ -30,7 +30,7 @@ from imapmig.job.attempt import RunStop
 from imapmig.job.machine import JobInputs
 from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
-from imapmig.logfields import AccountName, withFields
+from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import DailyLimitReached, utcTime
 from imapmig.state import IStateStore
@@ -90,7 +90,7 @@ class RunRetries:
         """
         @param job: the job's name, for the state store and the log.
         @param destination: the destination account as logs name it
-            (L{imapmig.logfields}), or L{None}.
+            (L{imapmig.log.logfields}), or L{None}.
         @param store: where the outcome of a run is recorded.
         @param progress: the job's counters (its reconnections).
         @param clock: what the waits are timed by.
@@ -107,7 +107,7 @@ class RunRetries:
             "the destination account" if destination is None else destination.description
         )
         # Every line of the job's retries names its destination's server
-        # and user as /metrics does (imapmig.logfields).
+        # and user as /metrics does (imapmig.log.logfields).
         self._log = withFields(log, {} if destination is None else destination.fields())
         self._store = store
         self._progress = progress

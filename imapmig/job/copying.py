@@ -31,7 +31,7 @@ from imapmig.job.preparation import MessagePreparation
 from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings
 from imapmig.job.workshare import SharedUnits
-from imapmig.plan import FolderRules, WorkUnit, chunks, cutUnits
+from imapmig.mail.plan import FolderRules, WorkUnit, chunks, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
 
@@ -91,7 +91,7 @@ class ListedCopy:
         @param store: where folder name fallbacks are recorded.
         @param rules: which source folders go where.
         @param identity: how messages already in the destination are
-            recognised (L{imapmig.presence}).
+            recognised (L{imapmig.job.presence}).
         @param progress: the job's counters (its folder mapping).
         @param lifecycle: the job's state machine, told when the
             destination is prepared.

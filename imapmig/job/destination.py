@@ -17,12 +17,12 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
-from imapmig.fidelity import decideFlags
+from imapmig.mail.fidelity import decideFlags
 from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
-from imapmig.message import SourceFolder, SourceMessage
+from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.foldernames import FolderNameFallback, alreadyExists, withRecordedFallbacks
-from imapmig.plan import (
+from imapmig.mail.plan import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,
@@ -30,7 +30,7 @@ from imapmig.plan import (
     mapFolders,
     sharedMailboxes,
 )
-from imapmig.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
+from imapmig.job.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
 from imapmig.sources.imap import FlagChange
 from imapmig.state import IStateStore, MessageOutcome
 from imapmig.units import Count
@@ -120,7 +120,7 @@ class DestinationPreparation:
     ) -> None:
         """
         @param rules: the job's folder rules (only C{rename} matters here).
-        @param identity: the job's identity check (L{imapmig.presence}).
+        @param identity: the job's identity check (L{imapmig.job.presence}).
         @param store: where folder fallbacks are recorded and read back
             (L{imapmig.job.foldernames}); L{None}: not recorded.
         @param nameFallback: whether a folder whose name the destination

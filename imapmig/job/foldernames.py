@@ -21,9 +21,9 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.imap.session import IMAPSession, MailboxState
-from imapmig.message import SourceMessage
+from imapmig.mail.message import SourceMessage
 from imapmig.imap.signals import TEXT_LIMIT
-from imapmig.plan import FolderMapping, PersonalNamespace, mailboxesToCreate
+from imapmig.mail.plan import FolderMapping, PersonalNamespace, mailboxesToCreate
 from imapmig.state import FolderFallback, IStateStore
 
 log = Logger()

@@ -9,7 +9,7 @@ Every line is a structured event: a format string with keyword fields,
 so a JSON log or the journal can be filtered on them and joined with
 C{/metrics}: C{job}, C{server} (the destination server's configured
 name, the C{server} label of the job's series) and C{user} (the
-destination account) on every line (L{imapmig.logfields}); counts as
+destination account) on every line (L{imapmig.log.logfields}); counts as
 integers.  Peer data reaches these lines only through the reasons
 imapmig recorded (already excerpted where they quote a server) and
 through folder names and message keys, which are cut and escaped here.
@@ -30,7 +30,7 @@ from imapmig.config.model import (
     SourceConfig,
 )
 from imapmig.imap.signals import excerpt
-from imapmig.logfields import AccountName, withFields
+from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import MessageOutcome

@@ -20,8 +20,8 @@ from imapmig.errors import SourceError
 from imapmig.job.attempt import RunStop
 from imapmig.job.destination import FolderToCopy
 from imapmig.job.recording import OutcomeRecorder
-from imapmig.message import SourceFolder, SourceMessage
-from imapmig.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
+from imapmig.mail.message import SourceFolder, SourceMessage
+from imapmig.mail.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
 from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
@@ -300,7 +300,7 @@ class SourceListing:
 def _mailboxName(folder: SourceFolder, rules: FolderRules) -> str:
     """
     The destination mailbox a listed folder goes to, for the progress (as
-    L{imapmig.plan.mapFolders} decides it, less the namespace and the
+    L{imapmig.mail.plan.mapFolders} decides it, less the namespace and the
     special uses); C{"-"} for one not migrated.
     """
     if folder.notMigrated is not None:

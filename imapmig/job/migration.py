@@ -44,7 +44,7 @@ from imapmig.errors import (
     PermanentError,
     SourceError,
 )
-from imapmig.fidelity import journalHead
+from imapmig.mail.fidelity import journalHead
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections, RunStop, stoppable
 from imapmig.job.backoff import RunRetries, asRetryable
@@ -67,16 +67,16 @@ from imapmig.job.retry import RetryPolicy
 from imapmig.job.settings import JobSettings
 from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
-from imapmig.logfields import AccountName
-from imapmig.message import UnreadableMessage
-from imapmig.plan import FolderRules
-from imapmig.presence import FINGERPRINT
+from imapmig.log.logfields import AccountName
+from imapmig.mail.message import UnreadableMessage
+from imapmig.mail.plan import FolderRules
+from imapmig.job.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome, Transition
-from imapmig.telemetry import ServerTelemetry
+from imapmig.progress.telemetry import ServerTelemetry
 
 __all__ = [
     # Defined in the modules MigrationJob was split into, and still
@@ -149,7 +149,7 @@ class MigrationJob:
         """
         @param rules: which source folders to migrate, and where.
         @param identity: how messages already in the destination are
-            recognised (L{imapmig.presence}): C{"fingerprint"},
+            recognised (L{imapmig.job.presence}): C{"fingerprint"},
             C{"message-id"} or C{"off"}.
         @param eightBit: a message with 8-bit octets (no NUL) for a
             destination without BINARY: C{"literal"} sends it in an ordinary
@@ -172,7 +172,7 @@ class MigrationJob:
         @param sourceDescription: the source as logs name it
             (L{imapmig.job.joblog.describeSource}).
         @param telemetry: the destination server's telemetry, given to each
-            APPEND pipeline (L{imapmig.telemetry}); L{None}: none.
+            APPEND pipeline (L{imapmig.progress.telemetry}); L{None}: none.
         @param record: called with every transition of the job's machine
             (the state store's C{recordTransition}: the job's timeline).
         @param machine: the job's machine, which its scheduler and controls

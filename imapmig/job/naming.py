@@ -23,8 +23,8 @@ from twisted.logger import Logger
 from imapmig.errors import ImapmigError
 from imapmig.job.listing import Listed
 from imapmig.job.recording import OutcomeRecorder
-from imapmig.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
-from imapmig.messagenames import namesOfBody, namesOfHeader
+from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
+from imapmig.mail.messagenames import namesOfBody, namesOfHeader
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, MessageNames

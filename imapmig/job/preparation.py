@@ -11,19 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from imapmig.fidelity import decideFlags, needsBinary
+from imapmig.mail.fidelity import decideFlags, needsBinary
 from imapmig.imap.pipeline import OutgoingMessage, appendArguments
 from imapmig.job.recording import JournalTicket, OutcomeRecorder, SentMessage, Target
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
     formatInternalDate,
 )
-from imapmig.messagenames import namesOfBody
-from imapmig.plan import WorkUnit
-from imapmig.presence import PresenceIndex
+from imapmig.mail.messagenames import namesOfBody
+from imapmig.mail.plan import WorkUnit
+from imapmig.job.presence import PresenceIndex
 from imapmig.state import MessageOutcome, withNames
 
 

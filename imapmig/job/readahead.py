@@ -27,8 +27,8 @@ from twisted.python.failure import Failure
 
 from imapmig.errors import ImapmigError
 from imapmig.job.attempt import RunStop
-from imapmig.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
-from imapmig.plan import chunks
+from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
+from imapmig.mail.plan import chunks
 from imapmig.sources import IMessageSource
 
 __all__ = [

@@ -36,7 +36,7 @@ from typing import Awaitable, Callable, Iterable, Sequence
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
-from imapmig.fidelity import JOURNAL_HEAD_OCTETS, journalHead
+from imapmig.mail.fidelity import JOURNAL_HEAD_OCTETS, journalHead
 from imapmig.imap.session import IMAPSession
 from imapmig.state import IStateStore, JournalEntry, JournalMessage, MessageOutcome
 

@@ -25,8 +25,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.imap.pipeline import OutgoingMessage
-from imapmig.message import SourceMessage, StreamedBody
-from imapmig.messagenames import namesOfBody
+from imapmig.mail.message import SourceMessage, StreamedBody
+from imapmig.mail.messagenames import namesOfBody
 from imapmig.progress import JobProgress
 from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome, withNames
 

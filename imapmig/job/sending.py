@@ -46,13 +46,13 @@ from imapmig.job.recording import (
 from imapmig.job.settings import JobSettings
 from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
-from imapmig.message import MessageBody, SourceMessage, UnreadableMessage
-from imapmig.plan import WorkUnit
+from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage
+from imapmig.mail.plan import WorkUnit
 from imapmig.progress import JobProgress
 from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
-from imapmig.telemetry import ServerTelemetry
+from imapmig.progress.telemetry import ServerTelemetry
 
 __all__ = ["CopyLoop"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from imapmig.imap.session import IMAPSession, ListedMailbox
-from imapmig.plan import PersonalNamespace
+from imapmig.mail.plan import PersonalNamespace
 
 
 @frozen

@@ -102,7 +102,7 @@ class FolderProgress:
     listing and the outcomes since have it.
 
     @ivar folder: the source folder's name (levels joined with C{/}).
-    @ivar key: the source folder's key (L{imapmig.message.SourceFolder.key}).
+    @ivar key: the source folder's key (L{imapmig.mail.message.SourceFolder.key}).
     @ivar mailbox: the destination mailbox it goes to: the folder's name
         until the destination is prepared (L{JobProgress.mapped}).
     @ivar state: pending (nothing of it copied since it was listed),

@@ -17,7 +17,7 @@ tried again later, while it is still queued.  At most two census
 connections are open at once, each under a timeout.
 
 A reload that adds jobs counts their sources with a census of their own
-(L{imapmig.service}); a job a reload removed is no longer counted.
+(L{imapmig.daemon.service}); a job a reload removed is no longer counted.
 
 A job that starts lists its source itself, which overrides the census
 (L{imapmig.progress.JobProgress.census}).  A census that fails (the

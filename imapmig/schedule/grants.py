@@ -45,7 +45,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.config.limits import ServerLimits
 from imapmig.errors import PermanentError, TransientError
-from imapmig.telemetry import ServerConnections
+from imapmig.progress.telemetry import ServerConnections
 
 PoolKey = Hashable
 

@@ -61,7 +61,7 @@ again however its run ended.  In PostgreSQL each control is one
 C{UPDATE ... WHERE job = $1 AND state IN (...)}; no row updated is a
 refusal.
 
-A reload of the configuration (L{imapmig.reload}) changes the queue with
+A reload of the configuration (L{imapmig.daemon.reload}) changes the queue with
 three operations: I{add} a new job (after every job queued, C{INSERT}
 at the next position), I{remove} one (a queued, paused, deferred or
 ended job at once, C{DELETE ... WHERE state <> 'claimed'}; a claimed one

@@ -4,7 +4,7 @@ The scheduler: runs up to C{max_jobs} jobs at once, claimed from the job
 queue in configuration order, each once its essential connections are
 granted under the servers' limits.
 
-Built by L{imapmig.service}, which gives it the function that makes a
+Built by L{imapmig.daemon.service}, which gives it the function that makes a
 claimed job's L{imapmig.job.MigrationJob}; this module knows jobs only as
 L{ScheduledJob}.
 """

@@ -39,7 +39,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from imapmig.config.limits import ServerLimits
 from imapmig.errors import QuotaExceeded, ServerBusy
 from imapmig.state import IStateStore
-from imapmig.telemetry import Telemetry, ThrottleWaits
+from imapmig.progress.telemetry import Telemetry, ThrottleWaits
 
 __all__ = [
     "DOWNLOAD",

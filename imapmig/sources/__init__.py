@@ -12,7 +12,7 @@ from typing import Sequence
 from twisted.internet.defer import Deferred
 from zope.interface import Interface
 
-from imapmig.message import MessageBody, SourceFolder, SourceMessage
+from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 
 
 class IMessageSource(Interface):
@@ -36,7 +36,7 @@ class IMessageSource(Interface):
         Nothing is skipped silently: an entry that stands for a message but
         cannot be read (a file that is not a regular file, a symbolic link
         leading out of the source) is listed, and L{readBodies} gives an
-        L{imapmig.message.UnreadableMessage} with the reason for it.
+        L{imapmig.mail.message.UnreadableMessage} with the reason for it.
 
         @raise imapmig.errors.SourceError: (as a failure) the folder cannot
             be listed (gone, no permission, not what it should be); never
@@ -48,6 +48,6 @@ class IMessageSource(Interface):
     ) -> "Deferred[Sequence[MessageBody]]":
         """
         The bodies of C{messages}, in the same order, with CRLF line endings;
-        a body that cannot be read is an L{imapmig.message.UnreadableMessage}
+        a body that cannot be read is an L{imapmig.mail.message.UnreadableMessage}
         carrying the reason, never an exception.
         """

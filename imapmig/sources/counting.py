@@ -26,8 +26,8 @@ from imapmig.errors import SourceError
 from imapmig.imap.commands import CommandRefused
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import IMAPSession
-from imapmig.message import SourceFolder
-from imapmig.plan import FolderRules, folderName, isIncluded
+from imapmig.mail.message import SourceFolder
+from imapmig.mail.plan import FolderRules, folderName, isIncluded
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import sourceFolders
 from imapmig.sources.labelviews import DEDUP, GMAIL_EXTENSION, planLabelViews, resolveLabelViews

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,

@@ -73,8 +73,8 @@ from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
-from imapmig.messagenames import HEADER_FIELDS
-from imapmig.message import (
+from imapmig.mail.messagenames import HEADER_FIELDS
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
@@ -596,7 +596,7 @@ class IMAPSource:
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
-            (as L{imapmig.service.sessionOpener} makes); called on the
+            (as L{imapmig.daemon.service.sessionOpener} makes); called on the
             first call, and again after a call lost the connection.
         @param description: names the account in errors and logs.
         @param commandBytes: see L{COMMAND_BYTES}.
@@ -707,7 +707,7 @@ class IMAPSource:
     ) -> Deferred[Sequence[bytes | None]]:
         """
         The header fields that name C{messages} to their owner
-        (L{imapmig.messagenames.HEADER_FIELDS}), in the same order, with
+        (L{imapmig.mail.messagenames.HEADER_FIELDS}), in the same order, with
         one C{UID FETCH} of C{BODY.PEEK[HEADER.FIELDS (...)]}: a few
         hundred octets per message, never a body.  For the messages that
         failed (L{imapmig.job.naming}); L{None} for one the server does

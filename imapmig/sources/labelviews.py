@@ -79,11 +79,11 @@ from typing import Iterable, Sequence
 
 from attrs import evolve
 
-from imapmig.fidelity import messageIdOf
+from imapmig.mail.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
-from imapmig.message import SourceFolder
-from imapmig.messagenames import recordedMessageId
-from imapmig.plan import folderName
+from imapmig.mail.message import SourceFolder
+from imapmig.mail.messagenames import recordedMessageId
+from imapmig.mail.plan import folderName
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [
@@ -281,7 +281,7 @@ def headerMessageIds(items: Sequence[FetchedItem]) -> dict[int, str | None]:
     """
     By UID, the Message-ID of each listing response that carries
     C{BODY[HEADER.FIELDS (MESSAGE-ID)]}, as the state store records it
-    (L{imapmig.messagenames.recordedMessageId}; L{None} for none).
+    (L{imapmig.mail.messagenames.recordedMessageId}; L{None} for none).
     """
     return {
         item.uid: recordedMessageId(messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b""))
@@ -294,7 +294,7 @@ def headerIdentity(item: FetchedItem) -> int | None:
     """
     What recognises a message without X-GM-EXT-1, with its RFC822.SIZE and
     its INTERNALDATE (the instant, to the second), as a 64-bit BLAKE2b
-    digest: its Message-ID (as L{imapmig.fidelity.messageIdOf} reads it
+    digest: its Message-ID (as L{imapmig.mail.fidelity.messageIdOf} reads it
     from C{BODY[HEADER.FIELDS (MESSAGE-ID)]}: unfolded, outer white space
     stripped, case kept); for a message without one, its C{Date}, C{From},
     C{To} and C{Subject} lines, octet for octet as the server returns them

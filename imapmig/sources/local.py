@@ -37,7 +37,7 @@ import re
 import stat
 from types import TracebackType
 
-from imapmig.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
 
 __all__ = [
     "FILE_FLAGS",

@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
@@ -172,7 +172,7 @@ def _leadingTimestamp(unique: str) -> int | None:
     dot = unique.find(".")
     head = unique if dot < 0 else unique[:dot]
     # By value, not length: leading zeros are allowed (as verify's own
-    # reading, imapmig.expected, allows them).
+    # reading, imapmig.commands.expected, allows them).
     if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= _LATEST_DIGITS:
         when = int(head)
         if when < _LATEST:

@@ -157,7 +157,7 @@ from attrs import frozen
 from twisted.logger import Logger
 
 from imapmig.errors import SourceError
-from imapmig.message import (
+from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
@@ -1164,7 +1164,7 @@ class MboxSource:
         """
         The C{From } line at the start of the message keyed C{key}, as it
         is in the file (at most 1,000 octets, without its line end), for
-        a check that reads its date independently (L{imapmig.expected});
+        a check that reads its date independently (L{imapmig.commands.expected});
         L{None} when the key is not an offset or the file or line cannot
         be read there.
         """

@@ -11,7 +11,7 @@ import os
 import re
 from typing import Callable, Iterator
 
-from imapmig.message import StreamedBody, measure
+from imapmig.mail.message import StreamedBody, measure
 
 __all__ = ["Unescaper", "RegionBody"]
 

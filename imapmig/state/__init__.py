@@ -25,7 +25,7 @@ class MessageOutcome:
     """
     What became of one source message.
 
-    @ivar folderKey: the source folder's key (L{imapmig.message.SourceFolder.key}).
+    @ivar folderKey: the source folder's key (L{imapmig.mail.message.SourceFolder.key}).
     @ivar messageKey: the message's key within that folder.
     @ivar mailbox: the destination mailbox name (decoded).
     @ivar size: octets sent (after CRLF conversion), or the source size if
@@ -98,7 +98,7 @@ longer one is cut (its last character then C{…}).
 class MessageNames:
     """
     What a message's owner knows it by, read from its header
-    (L{imapmig.messagenames}) for a message not migrated; each L{None}
+    (L{imapmig.mail.messagenames}) for a message not migrated; each L{None}
     when the header has no such field or was not read.
     """
 
@@ -154,7 +154,7 @@ class JournalMessage(NamedTuple):
     tuple rather than an attrs class: one is made per message sent, on the
     hot path, and a tuple is made in a third of the time.
 
-    @ivar folderKey: the source folder's key (L{imapmig.message.SourceFolder.key}).
+    @ivar folderKey: the source folder's key (L{imapmig.mail.message.SourceFolder.key}).
     @ivar messageKey: the message's key within that folder.
     @ivar size: octets as sent.
     @ivar head: a short digest (at most 255 octets; the job passes 4) of

@@ -144,7 +144,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
     ),
     # Version 10: what the owner of a message not migrated knows it by
-    # (imapmig.messagenames): its Date, From and Subject, beside its
+    # (imapmig.mail.messagenames): its Date, From and Subject, beside its
     # Message-ID; NULL for appended messages and older rows.
     10: (
         "ALTER TABLE messages ADD COLUMN message_date TEXT",

@@ -4,7 +4,7 @@ with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors;
 and what every connection of the status site shares: its channel
 (L{StatusChannel}: the request deadline, the 400 for an over-long line) and
 the site's bound on open connections (L{ConnectionSlots}).  Text without
-filesystem paths is L{imapmig.redact}'s.
+filesystem paths is L{imapmig.status.redact}'s.
 """
 
 from __future__ import annotations

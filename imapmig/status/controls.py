@@ -52,7 +52,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 from imapmig.errors import ImapmigError, escapedExcerpt
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.controls import BULK_ACTIONS, ControlRefused, IJobControls, UnknownJob
-from imapmig.secrets import Secret
+from imapmig.access.secrets import Secret
 from imapmig.status._http import HTTPProblem
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import JobQuery, matchingJobs, parseJobQuery

@@ -35,7 +35,7 @@ from typing import Sequence
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from imapmig.endpointstring import splitEndpoint
+from imapmig.config.endpointstring import splitEndpoint
 from imapmig.status._http import answerError
 
 _LOCAL_NAMES = ("localhost",)

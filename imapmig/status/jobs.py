@@ -26,9 +26,9 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 import imapmig
-from imapmig.plan import FolderRules
+from imapmig.mail.plan import FolderRules
 from imapmig.progress import JobProgress
-from imapmig.redact import withoutPaths
+from imapmig.status.redact import withoutPaths
 from imapmig.state import FailuresPage, IStateStore, MessageOutcome, Transition
 from imapmig.status._http import (
     READ_METHODS,

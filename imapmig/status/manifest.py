@@ -24,9 +24,9 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from imapmig.plan import FolderRules, isIncluded
+from imapmig.mail.plan import FolderRules, isIncluded
 from imapmig.state import MessageOutcome
-from imapmig.redact import withoutPaths
+from imapmig.status.redact import withoutPaths
 
 log = Logger()
 

@@ -32,7 +32,7 @@ from twisted.web.server import Request
 
 import imapmig
 from imapmig.progress import JobProgress, JobState, MigrationProgress
-from imapmig.telemetry import Telemetry
+from imapmig.progress.telemetry import Telemetry
 
 __all__ = [
     "MAX_JOB_SERIES",

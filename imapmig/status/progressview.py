@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from imapmig.progress import ENDED, JobProgress, JobState, MigrationProgress
-from imapmig.redact import withoutPaths
+from imapmig.status.redact import withoutPaths
 
 __all__ = ["SORT_NAMES", "ProgressView"]
 

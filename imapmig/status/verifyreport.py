@@ -2,7 +2,9 @@
 """
 The summary of C{imapmig verify}'s JSON report for C{/status.json}'s
 C{run.verify}: read again only when the file changes, and L{None} while it
-is missing or cannot be read.
+is missing or cannot be read; and where the report is by default
+(L{defaultReportPath}), which the daemon's assembly asks without importing
+the verify command.
 """
 
 from __future__ import annotations
@@ -14,7 +16,22 @@ from twisted.logger import Logger
 
 log = Logger()
 
-__all__ = ["VerifyReportSummary", "summarise"]
+__all__ = ["REPORT_NAME", "VerifyReportSummary", "defaultReportPath", "summarise"]
+
+REPORT_NAME = "imapmig-verify.json"
+"""
+The file name of C{imapmig verify}'s JSON report, by default beside the
+state database, where the daemon's status finds it.
+"""
+
+
+def defaultReportPath(statePath: str) -> str:
+    """
+    Where C{imapmig verify} writes its report unless told otherwise: the
+    directory of the state database C{statePath}, under L{REPORT_NAME}.
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(statePath)), REPORT_NAME)
+
 
 # A report larger than this is not read on the reactor thread; verify's
 # reports are a few kilobytes per job.

@@ -35,7 +35,7 @@ from typing import Sequence
 from attrs import frozen
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
-from imapmig.message import maildirFlags, toCRLF
+from imapmig.mail.message import maildirFlags, toCRLF
 
 _PROFILES = ("realistic", "small")
 _MAX_SIZE = 5 * 1024 * 1024

@@ -80,7 +80,7 @@ from typing import Iterable, Sequence
 from attrs import field, frozen
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
-from imapmig.message import MAILDIR_FLAG_LETTERS, toCRLF
+from imapmig.mail.message import MAILDIR_FLAG_LETTERS, toCRLF
 from imapmig.testing.corpus import maildirFolderName
 from imapmig.testing.dovecot import DovecotInstance
 

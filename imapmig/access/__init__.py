@@ -1,0 +1,4 @@
+"""
+Access to the servers: passwords and secret files, client TLS identities,
+trust roots and the cleartext-login policy.
+"""

@@ -1,0 +1,33 @@
+"""
+The daemon: the twistd plugin's options and service (L{imapmig.daemon.tap}),
+the launcher without twistd (L{imapmig.daemon.main}, C{imapmig-daemon} and
+C{python -m imapmig.daemon}), the service tree's assembly, the root service,
+listeners, sd_notify and reload.
+"""
+
+from typing import Any
+
+
+def run() -> None:
+    """
+    The C{imapmig-daemon} console script: L{imapmig.daemon.main.run},
+    imported when called so that importing a module of this package
+    (C{imapmig.daemon.tap} for twistd) does not import the launcher.
+    """
+    from imapmig.daemon.main import run as _run
+
+    _run()
+
+
+def __getattr__(name: str) -> Any:
+    """
+    C{imapmig.daemon.StatusListenerFailed}, the name a daemonizing twistd
+    reports to its waiting parent in 100 octets (see
+    L{imapmig.daemon.listener.StatusListenerFailed}); imported when asked
+    for, as L{run} is.
+    """
+    if name == "StatusListenerFailed":
+        from imapmig.daemon.listener import StatusListenerFailed
+
+        return StatusListenerFailed
+    raise AttributeError(name)

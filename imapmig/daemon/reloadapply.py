@@ -1,0 +1,231 @@
+# -*- test-case-name: tests.test_reload -*-
+"""
+Applying a L{ReloadPlan} to a running daemon: a few queue operations
+(L{IJobQueue.add}, C{remove}, C{replace}), new limits for the grants, and
+the views kept in step (the progress model, the status resource's maps,
+the census); then the scheduler is woken.
+
+    - an added job is queued after every queued job, shown queued, and its
+      source counted;
+    - a removed job that is queued, paused, deferred or ended is dropped
+      (it leaves the status page); one that is running goes on to its end,
+      and is then not run again;
+    - a changed job takes its new configuration from its next run: at once
+      when it is queued, after this run when it is running (one whose
+      servers' limits alone changed takes it silently: the grants apply
+      them);
+    - new limits never cut a running connection nor stop a running job:
+      they apply to the grants made from now on.
+
+Everything here runs on the reactor's thread, synchronously, between two
+events: the scheduler sees the queue either before or after the whole
+reload, never half of it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Collection, Mapping, Protocol, Sequence
+
+from attrs import frozen
+from twisted.logger import Logger
+
+from imapmig.config.model import JobConfig
+from imapmig.mail.plan import FolderRules
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.daemon.reloadplan import ReloadPlan
+from imapmig.schedule.grants import ConnectionGrants
+from imapmig.schedule.queue import IJobQueue, QueueState
+from imapmig.state import JobHold
+
+__all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
+
+log = Logger()
+
+
+class QueueWatcher(Protocol):
+    """
+    What runs the queue's jobs (L{imapmig.schedule.scheduler.JobQueueService}).
+    """
+
+    def queueChanged(self) -> None:
+        """
+        Jobs were queued or dropped: claim them, or find the queue drained.
+        """
+
+
+class HoldKeeper(Protocol):
+    """
+    The admin's holds on jobs (L{imapmig.schedule.jobcontrols.JobControls}).
+    """
+
+    async def readHolds(self) -> dict[str, JobHold]:
+        """
+        Every job's hold as the state store records it, by job name.
+        """
+
+    def applyHolds(self, holds: Mapping[str, JobHold], names: Collection[str], across: str) -> None:
+        """
+        Pause or cancel each of the jobs C{names} that C{holds} holds,
+        kept C{across} ("the reload").
+        """
+
+
+@frozen
+class ReloadTarget:
+    """
+    What a reload changes in a running daemon.
+
+    @ivar queue: the job queue.
+    @ivar grants: the job slots and connection pools.
+    @ivar progress: every job's progress.
+    @ivar scheduler: told once the queue changed.
+    @ivar rules: each job's folder rules, by name (the status resource's
+        manifests read it).
+    @ivar jobServers: each job's destination server, by name (the metrics
+        read it).
+    @ivar countSources: counts the sources of newly queued jobs (a census
+        of their own).
+    @ivar holds: the admin's holds, applied to the jobs added (a job
+        paused or cancelled before it was removed from the configuration
+        stays so when it is added again, as it would at a restart);
+        L{None}: none.
+    """
+
+    queue: IJobQueue
+    grants: ConnectionGrants
+    progress: MigrationProgress
+    scheduler: QueueWatcher
+    rules: dict[str, FolderRules]
+    jobServers: dict[str, str]
+    countSources: Callable[[Sequence[JobConfig]], None]
+    holds: HoldKeeper | None = None
+
+
+@frozen
+class ReloadApplied:
+    """
+    What came of applying a plan, by the jobs' queue states.
+
+    @ivar dropped: removed jobs that left at once.
+    @ivar leaving: removed jobs that were running: they leave when they end.
+    @ivar changedRunning: changed jobs that were running: their new
+        configuration is for their next run.
+    """
+
+    dropped: tuple[str, ...] = ()
+    leaving: tuple[str, ...] = ()
+    changedRunning: tuple[str, ...] = ()
+
+
+def _show(target: ReloadTarget, job: JobConfig) -> None:
+    """
+    Make C{job} known to the views (before its progress exists: a status
+    render never finds a job without its maps).
+    """
+    target.rules[job.name] = job.folders
+    target.jobServers[job.name] = job.destination.server.name
+
+
+def _replaceChanged(
+    plan: ReloadPlan, target: ReloadTarget, counted: list[JobConfig]
+) -> list[str]:
+    """
+    Give the changed and refreshed jobs of C{plan} their new configuration
+    in C{target}'s queue; add to C{counted} the changed jobs never run,
+    whose sources are counted again.
+
+    @return: the changed jobs that are running (their new configuration
+        is for their next run).
+    """
+    for job in plan.refreshed:
+        # Only its servers' limits differ: the grants take them (applyReload).
+        target.queue.replace(job)
+    changedRunning: list[str] = []
+    for job, keys in zip(plan.changed, plan.changedKeys):
+        state = target.queue.replace(job)
+        _show(target, job)
+        if state is QueueState.CLAIMED:
+            changedRunning.append(job.name)
+            log.info(
+                "Job {job}: its configuration changed while running ({keys}); this run"
+                " goes on with the old one, the new one is for its next run",
+                job=job.name,
+                keys=", ".join(keys),
+            )
+            continue
+        progress = target.progress.job(job.name)
+        if progress.state is JobState.QUEUED and progress.startedAt is None:
+            # Never run: its totals come from the census, of its source as
+            # configured now (a fresh entry, at the same place).
+            target.progress.addJob(job.name)
+            counted.append(job)
+    return changedRunning
+
+
+def applyReload(
+    plan: ReloadPlan,
+    target: ReloadTarget,
+    wake: bool = True,
+    holds: Mapping[str, JobHold] | None = None,
+) -> ReloadApplied:
+    """
+    Apply C{plan} to C{target} (see the module's docstring), then wake the
+    scheduler.
+
+    @param wake: whether to wake the scheduler here; without, the caller
+        does (L{QueueWatcher.queueChanged}) once it has logged the reload,
+        so that the reload's line comes before those of the jobs it starts.
+    @param holds: the admin's holds as the store records them (read by
+        the caller beforehand, L{HoldKeeper.readHolds}), applied to the
+        jobs added.
+
+    @return: what became of the removed and changed jobs.
+    """
+    dropped: list[str] = []
+    leaving: list[str] = []
+    for name in plan.removed:
+        if target.queue.remove(name) is QueueState.CLAIMED:
+            leaving.append(name)
+            log.info(
+                "Job {job}: removed from the configuration while running; it goes on to"
+                " its end and is then not run again",
+                job=name,
+            )
+            continue
+        dropped.append(name)
+        target.progress.removeJob(name)
+        target.rules.pop(name, None)
+        target.jobServers.pop(name, None)
+    counted: list[JobConfig] = []
+    for job in plan.added:
+        target.queue.add(job)
+        _show(target, job)
+        if target.queue.state(job.name) is QueueState.CLAIMED:
+            # Removed while running, and added again before it ended.
+            log.info(
+                "Job {job}: configured again while running; its new configuration is"
+                " for its next run",
+                job=job.name,
+            )
+            continue
+        if job.name in target.progress:
+            # Removed while running, ended since (still shown as it
+            # ended): a new job now, with progress of its own.
+            target.progress.removeJob(job.name)
+        target.progress.addJob(job.name)
+        counted.append(job)
+    if holds and target.holds is not None and counted:
+        # Before the scheduler is woken: a held job is never claimed.
+        target.holds.applyHolds(holds, {job.name for job in counted}, "the reload")
+    changedRunning = _replaceChanged(plan, target, counted)
+    # Always: a server added without limits is then counted among the
+    # servers whose connections the status shows.
+    target.grants.setLimits(
+        plan.maxJobs[1] if plan.maxJobs is not None else target.grants.maxJobs,
+        dict(plan.limits),
+    )
+    if counted:
+        target.countSources(counted)
+    if wake:
+        target.scheduler.queueChanged()
+    return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))

@@ -1,0 +1,328 @@
+# -*- test-case-name: tests.test_reload -*-
+"""
+What a reload of the configuration changes: a pure comparison of the
+configuration the daemon runs with and the one just read, with no I/O and
+no knowledge of the queue's state (L{imapmig.daemon.reloadapply} applies it).
+
+A fleet sharing one PostgreSQL queue will compute the same plan and apply
+it as a few queue operations, so the plan says only what differs:
+
+  - jobs added (in the new file's order) and removed (by name);
+  - jobs in both whose configuration, as a run uses it, differs (source,
+    destination, its server's settings, folders, pipeline, retries; the
+    connections its servers' limits let it have), each with the keys that
+    differ; a job that only moved in the file has not changed, nor has
+    one whose server's limits changed without changing what it may have
+    (the limits are the grants' and the throttles', named once, under
+    C{servers});
+  - C{max_jobs}, the servers' connection limits (each key, old and new
+    value) and C{stop_timeout};
+  - the settings a running daemon cannot take on, which a reload logs
+    and leaves as they were.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attrs import evolve, fields, frozen, has
+
+from imapmig.config.limits import AccountLimits, ServerLimits
+from imapmig.config.model import Config, ImapSourceConfig, JobConfig, NotifyConfig, ServerConfig
+from imapmig.access.secrets import Secret
+
+__all__ = ["ReloadPlan", "planReload", "keptForRestart"]
+
+
+@frozen
+class ReloadPlan:
+    """
+    How a new configuration differs from the running one.
+
+    @ivar added: the new jobs, in the new file's order.
+    @ivar removed: the names of the jobs no longer configured, in the old
+        file's order.
+    @ivar changed: the new configuration of each job in both files whose
+        configuration, as a run uses it, differs, in the new file's order.
+    @ivar changedKeys: for each of L{changed}, the keys that differ
+        (C{folders.exclude}, C{servers.dove.timeout}, C{connections}).
+    @ivar refreshed: the new configuration of each job that differs only
+        in its servers' limits, which do not change its runs: the queue
+        takes it, nothing is said of it.
+    @ivar maxJobs: C{(old, new)} when C{max_jobs} changed, else L{None}.
+    @ivar limitsChanged: the servers whose connection limits
+        (C{max_connections}, C{per_account.max_connections}) changed,
+        were added with one, or were removed having had one.
+    @ivar limitChanges: each connection limit that changed: its key
+        (C{servers.dove.max_connections}), old and new value.
+    @ivar limits: every server's limits in the new configuration, by name.
+    @ivar stopTimeout: C{(old, new)} when C{stop_timeout} changed.
+    @ivar needsRestart: the settings that changed but only take effect
+        at the next start (C{state}, C{status.listen}, ...).
+    @ivar notifyChanges: the C{notify} keys that changed and apply
+        (L{imapmig.daemon.webhook.watchRun}): C{notify.webhook_url},
+        C{notify.token_file}, C{notify.stalled_after}.
+    """
+
+    added: tuple[JobConfig, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[JobConfig, ...] = ()
+    changedKeys: tuple[tuple[str, ...], ...] = ()
+    refreshed: tuple[JobConfig, ...] = ()
+    maxJobs: tuple[int, int] | None = None
+    limitsChanged: tuple[str, ...] = ()
+    limitChanges: tuple[tuple[str, object, object], ...] = ()
+    limits: tuple[tuple[str, ServerLimits], ...] = ()
+    stopTimeout: tuple[float, float] | None = None
+    needsRestart: tuple[str, ...] = ()
+    notifyChanges: tuple[str, ...] = ()
+
+    @property
+    def grantsChanged(self) -> bool:
+        """
+        Whether the grants' limits (C{max_jobs}, connection limits) change.
+        """
+        return self.maxJobs is not None or bool(self.limitsChanged)
+
+
+def _connectionLimits(limits: ServerLimits) -> ServerLimits:
+    """
+    C{limits} without its rates and budgets: what the grants read.
+    """
+    return ServerLimits(
+        maxConnections=limits.maxConnections,
+        perAccount=AccountLimits(maxConnections=limits.perAccount.maxConnections),
+    )
+
+
+def _rates(limits: ServerLimits) -> ServerLimits:
+    """
+    C{limits} without its connection limits: what the throttles read.
+    """
+    return evolve(
+        limits,
+        maxConnections=None,
+        perAccount=evolve(limits.perAccount, maxConnections=None),
+    )
+
+
+def _servers(config: Config) -> dict[str, ServerConfig]:
+    return {server.name: server for server in config.servers}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[A-Z]", lambda upper: "_" + upper.group(0).lower(), name)
+
+
+def differences(old: object, new: object, path: str) -> list[tuple[str, object, object]]:
+    """
+    The fields that differ between C{old} and C{new} (frozen attrs values
+    of one class, or anything comparable), each as its dotted path under
+    C{path} (C{snake_case}, as the configuration's keys are written) with
+    its old and new value.  A L{Secret} is one field.
+    """
+    if old == new:
+        return []
+    if type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret):
+        return [(path, old, new)]
+    found: list[tuple[str, object, object]] = []
+    for field in fields(type(old)):  # type: ignore[arg-type]
+        found += differences(
+            getattr(old, field.name), getattr(new, field.name), f"{path}.{_snake(field.name)}"
+        )
+    return found
+
+
+# How the paths of JobConfig's fields are written in the file.
+_JOB_KEYS = (
+    (re.compile(r"^(source|destination)\.server\.name$"), r"\1.server"),
+    (re.compile(r"^pipeline\."), ""),
+    (re.compile(r"^retry\.(attempts|max_delay)$"), r"retry_\1"),
+    (re.compile(r"^retry\."), ""),
+    (re.compile(r"^source\.(path|quoting|folder)$"), "source"),
+)
+
+
+def _jobKey(path: str, job: JobConfig) -> str:
+    """
+    The key in the file of a field of C{job}: a server's settings are
+    named under C{servers}, e.g. C{servers.dove.timeout}.
+    """
+    for side in ("source", "destination"):
+        prefix = f"{side}.server."
+        account = getattr(job, side)
+        if path.startswith(prefix) and path != f"{prefix}name":
+            return f"servers.{account.server.name}.{path[len(prefix):]}"
+    for pattern, replacement in _JOB_KEYS:
+        path = pattern.sub(replacement, path)
+    return path
+
+
+def _asRun(job: JobConfig) -> JobConfig:
+    """
+    C{job} as its runs use it: with the connections its servers' limits
+    let it have, and without those limits (the grants and the throttles
+    read them, from the servers' configuration).
+    """
+    connections = job.destination.server.limits.capConnections(job.connections)
+    destination = evolve(
+        job.destination, server=evolve(job.destination.server, limits=ServerLimits())
+    )
+    source = job.source
+    if isinstance(source, ImapSourceConfig):
+        connections = source.server.limits.capConnections(connections)
+        source = evolve(source, server=evolve(source.server, limits=ServerLimits()))
+    return evolve(job, connections=connections, source=source, destination=destination)
+
+
+def _jobChanges(
+    old: Config, new: Config
+) -> tuple[list[JobConfig], list[tuple[str, ...]], list[JobConfig]]:
+    """
+    The jobs in both C{old} and C{new} that changed as a run uses them,
+    with the keys that did; and those that changed only in their servers'
+    limits.
+    """
+    oldJobs = {job.name: job for job in old.jobs}
+    changed: list[JobConfig] = []
+    keys: list[tuple[str, ...]] = []
+    refreshed: list[JobConfig] = []
+    for job in new.jobs:
+        before = oldJobs.get(job.name)
+        if before is None or before == job:
+            continue
+        paths = differences(_asRun(before), _asRun(job), "")
+        if not paths:
+            refreshed.append(job)
+            continue
+        changed.append(job)
+        named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
+        for side in ("source", "destination"):
+            if f"{side}.server" in named:
+                # Another server: its settings are not changes of this job's.
+                other = f"servers.{getattr(job, side).server.name}."
+                named = [key for key in named if not key.startswith(other)]
+        keys.append(tuple(named))
+    return changed, keys, refreshed
+
+
+def _limitChanges(
+    oldServers: dict[str, ServerConfig], newServers: dict[str, ServerConfig]
+) -> list[tuple[str, object, object]]:
+    """
+    Each connection limit that differs, by its key, with its old and new
+    value (L{None}: none, as for a server added or removed).
+    """
+    found: list[tuple[str, object, object]] = []
+    for name in [*newServers, *(name for name in oldServers if name not in newServers)]:
+        before = oldServers[name].limits if name in oldServers else ServerLimits()
+        after = newServers[name].limits if name in newServers else ServerLimits()
+        found += differences(
+            _connectionLimits(before), _connectionLimits(after), f"servers.{name}"
+        )
+    return found
+
+
+def _rateChanges(
+    oldServers: dict[str, ServerConfig], newServers: dict[str, ServerConfig]
+) -> list[str]:
+    """
+    The keys of the rates and budgets that changed on servers in both: the
+    throttles' buckets and budgets are made once per server and account
+    (L{imapmig.schedule.throttle}), and shared.
+    """
+    found: list[str] = []
+    for name, server in newServers.items():
+        before = oldServers.get(name)
+        if before is not None:
+            found += [
+                key
+                for key, _, _ in differences(
+                    _rates(before.limits), _rates(server.limits), f"servers.{name}"
+                )
+            ]
+    return found
+
+
+def planReload(old: Config, new: Config) -> ReloadPlan:
+    """
+    Compare the running configuration C{old} with C{new}.
+
+    @return: what differs (see L{ReloadPlan}).
+    """
+    oldNames = {job.name for job in old.jobs}
+    newNames = {job.name for job in new.jobs}
+    added = tuple(job for job in new.jobs if job.name not in oldNames)
+    removed = tuple(job.name for job in old.jobs if job.name not in newNames)
+    changed, changedKeys, refreshed = _jobChanges(old, new)
+    oldServers, newServers = _servers(old), _servers(new)
+    limitChanges = _limitChanges(oldServers, newServers)
+    limitsChanged = tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in limitChanges))
+    needsRestart: list[str] = []
+    if old.statePath != new.statePath:
+        needsRestart.append("state")
+    oldListen = None if old.status is None else old.status.listen
+    newListen = None if new.status is None else new.status.listen
+    if oldListen != newListen:
+        needsRestart.append("status.listen")
+    oldToken = None if old.status is None else old.status.token
+    newToken = None if new.status is None else new.status.token
+    if oldToken != newToken:
+        needsRestart.append("status.token_file")
+    oldHosts = () if old.status is None else old.status.allowedHosts
+    newHosts = () if new.status is None else new.status.allowedHosts
+    if oldHosts != newHosts:
+        needsRestart.append("status.allowed_hosts")
+    # A status site added or taken away is status.listen's change.
+    if old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries:
+        needsRestart.append("status.max_job_series")
+    # A changed notify: applies (imapmig.daemon.webhook.watchRun); one added or
+    # taken away needs a restart.
+    if (old.notify is None) != (new.notify is None):
+        needsRestart.append("notify")
+    needsRestart += _rateChanges(oldServers, newServers)
+    return ReloadPlan(
+        added=added,
+        removed=removed,
+        changed=tuple(changed),
+        changedKeys=tuple(changedKeys),
+        refreshed=tuple(refreshed),
+        maxJobs=None if old.maxJobs == new.maxJobs else (old.maxJobs, new.maxJobs),
+        limitsChanged=limitsChanged,
+        limitChanges=tuple(limitChanges),
+        limits=tuple((name, server.limits) for name, server in newServers.items()),
+        stopTimeout=(
+            None if old.stopTimeout == new.stopTimeout else (old.stopTimeout, new.stopTimeout)
+        ),
+        needsRestart=tuple(needsRestart),
+        notifyChanges=_notifyChanges(old.notify, new.notify),
+    )
+
+
+def _notifyChanges(old: NotifyConfig | None, new: NotifyConfig | None) -> tuple[str, ...]:
+    """
+    The C{notify} keys that differ between C{old} and C{new}, when both
+    notify (one added or taken away needs a restart instead).
+    """
+    if old is None or new is None:
+        return ()
+    return tuple(
+        key
+        for key, before, after in (
+            ("notify.webhook_url", old.webhookURL, new.webhookURL),
+            ("notify.token_file", old.token, new.token),
+            ("notify.stalled_after", old.stalledAfter, new.stalledAfter),
+        )
+        if before != after
+    )
+
+
+def keptForRestart(old: Config, new: Config) -> Config:
+    """
+    The configuration the daemon runs with after a reload of C{new}: C{new}
+    with the settings a reload cannot change (its state database, its
+    status listener and token, whether it notifies) kept from C{old}, so
+    that the next reload says again that they need a restart.
+    """
+    notify = old.notify if (old.notify is None) != (new.notify is None) else new.notify
+    return evolve(new, statePath=old.statePath, status=old.status, notify=notify)

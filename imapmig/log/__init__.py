@@ -1,0 +1,3 @@
+"""
+Log output: event fields, levels, JSON lines and the journal.
+"""

@@ -1,0 +1,3 @@
+"""
+The message and the folder rules every layer shares.
+"""

@@ -1,0 +1,3 @@
+"""
+OAuth 2 access tokens: their sources, cache and refresh over HTTPS.
+"""

@@ -1,0 +1,327 @@
+# -*- test-case-name: tests.test_tokenrefresh -*-
+"""
+The OAuth 2.0 refresh grant (RFC 6749 section 6): a POST of
+C{grant_type=refresh_token} to a token endpoint, and what its answer
+means.
+
+L{RefreshGrantClient} makes one request through an L{IAgent} and returns
+an L{IssuedToken} or raises: L{TokenRefreshRefused} (permanent: the
+endpoint refused the refresh token or the client, e.g. C{invalid_grant})
+or L{TokenEndpointUnavailable} (transient: the network, a timeout, a 5xx
+or 429).  L{agentFor} builds the production agent: certificates verified
+against the system trust store (or the account's C{tls_ca}), no
+persistent connections, and no factory chatter in the log.
+
+No token or secret appears in an error or a log; what the endpoint says
+(its C{error} code and C{error_description}) is shown short and escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from attrs import field, frozen
+from OpenSSL import SSL
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferredTimeout
+from twisted.python.failure import Failure
+from twisted.web.client import Agent
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgent, IResponse
+
+from imapmig.config.model import TokenRefreshConfig
+from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
+from imapmig.oauth.httpclient import (
+    BodyTooLarge,
+    BoundedBody,
+    BytesBody,
+    QuietConnectionPool,
+    shortError,
+)
+from imapmig.access.tlsidentity import HostnameVerifyingPolicy
+from imapmig.access.trustroots import trustRootFrom
+
+
+MAX_TOKEN_RESPONSE = 64 * 1024
+"""
+The largest token endpoint response body read, in octets.
+"""
+
+_EXCERPT = 80
+
+_TRANSIENT_STATUSES = frozenset({408, 429})
+
+
+class TokenRefreshRefused(AuthenticationFailed):
+    """
+    The token endpoint refused the refresh (C{invalid_grant}: the refresh
+    token was revoked or expired; C{invalid_client}; ...), or answered in
+    a way that retrying will not change.  Permanent.
+    """
+
+
+class TokenEndpointUnavailable(TransientError):
+    """
+    The token endpoint could not be reached or answered, timed out, or
+    answered with a server error (5xx) or C{429}.  Retried with the job.
+    """
+
+
+@frozen
+class IssuedToken:
+    """
+    A token endpoint's successful answer.
+
+    @ivar accessToken: the access token (redacted in C{repr}).
+    @ivar expiresIn: its lifetime in seconds (C{expires_in}), or L{None}
+        when the endpoint did not say.
+    @ivar refreshToken: the new refresh token when the endpoint rotated
+        it, else L{None} (redacted in C{repr}).
+    """
+
+    accessToken: str = field(repr=False)
+    expiresIn: float | None
+    refreshToken: str | None = field(repr=False, default=None)
+
+
+def endpointForLogs(url: str) -> str:
+    """
+    C{url} without its query and fragment, for messages.
+    """
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def agentFor(config: TokenRefreshConfig, reactor: Any) -> IAgent:
+    """
+    The agent that talks to C{config}'s endpoint: https verified against
+    C{tls_ca} or the system trust store (host name checked), a new
+    connection per request (a refresh is rare, and nothing stays open
+    when the daemon stops), connecting within the request timeout.
+
+    @param reactor: an L{IReactorTCP} and L{IReactorTime}.
+    """
+    return Agent(
+        reactor,
+        HostnameVerifyingPolicy(trustRootFrom(config.tlsCA)),
+        connectTimeout=config.timeout,
+        pool=QuietConnectionPool(reactor, persistent=False),
+    )
+
+
+class RefreshGrantClient:
+    """
+    Runs the refresh grant against one token endpoint.
+    """
+
+    def __init__(
+        self, config: TokenRefreshConfig, agent: IAgent, clock: Any, description: str
+    ) -> None:
+        """
+        @param agent: makes the HTTP request (L{agentFor} in the daemon).
+        @param clock: an L{IReactorTime}, for the request timeout.
+        @param description: names the account in errors
+            (C{"alice at tcp:imap.example.com:993"}).
+        """
+        self._config = config
+        self._agent = agent
+        self._clock = clock
+        self._description = description
+        self.endpoint = endpointForLogs(config.tokenEndpoint)
+
+    def _form(self, refreshToken: str) -> bytes:
+        """
+        The request body: the client's credentials in the body
+        (C{client_secret_post}, which Microsoft and Google both accept).
+        """
+        fields = [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refreshToken),
+            ("client_id", self._config.clientId),
+        ]
+        if self._config.clientSecret is not None:
+            fields.append(("client_secret", self._config.clientSecret.value))
+        if self._config.scope is not None:
+            fields.append(("scope", self._config.scope))
+        return urlencode(fields).encode("ascii")
+
+    def refresh(self, refreshToken: str) -> Deferred[IssuedToken]:
+        """
+        Exchange C{refreshToken} for an access token.
+
+        @return: fires with the L{IssuedToken}, or fails with
+            L{TokenRefreshRefused} or L{TokenEndpointUnavailable}.
+        """
+        request = Deferred.fromCoroutine(self._exchange(refreshToken))
+        timeout = self._config.timeout
+        request.addTimeout(timeout, self._clock)
+
+        def timedOut(failure: Failure) -> Failure:
+            if failure.check(DeferredTimeout):
+                return Failure(
+                    TokenEndpointUnavailable(
+                        self._problem(f"no answer within {timeout:g} s")
+                    )
+                )
+            return failure
+
+        request.addErrback(timedOut)
+        return request
+
+    def _problem(self, what: str) -> str:
+        return f"{self._description}: token endpoint {self.endpoint}: {what}"
+
+    async def _exchange(self, refreshToken: str) -> IssuedToken:
+        headers = Headers(
+            {
+                b"Content-Type": [b"application/x-www-form-urlencoded"],
+                b"Accept": [b"application/json"],
+                b"User-Agent": [b"imapmig"],
+            }
+        )
+        try:
+            response: IResponse = await self._agent.request(
+                b"POST",
+                self._config.tokenEndpoint.encode("ascii"),
+                headers,
+                BytesBody(self._form(refreshToken)),
+            )
+        except CancelledError:
+            # The timeout's: it says so.
+            raise
+        except Exception as e:
+            if _isTLSFailure(e):
+                # Like a refused IMAP certificate: a configuration problem
+                # (tls_ca) or an impostor, which waiting will not fix.
+                raise TokenRefreshRefused(
+                    self._problem(
+                        f"TLS failed: {shortError(e)} (is its CA in the system"
+                        " trust store, or given as oauth2.tls_ca?)"
+                    )
+                ) from None
+            raise TokenEndpointUnavailable(
+                self._problem(f"cannot reach it: {shortError(e)}")
+            ) from None
+        body = await self._readBody(response)
+        return self._interpret(response.code, body)
+
+    async def _readBody(self, response: IResponse) -> bytes:
+        receiver = BoundedBody(MAX_TOKEN_RESPONSE)
+        response.deliverBody(receiver)
+        try:
+            return await receiver.done
+        except BodyTooLarge:
+            raise TokenRefreshRefused(
+                self._problem(
+                    f"answered with more than {MAX_TOKEN_RESPONSE} octets (HTTP"
+                    f" {response.code}); not read"
+                )
+            ) from None
+        except CancelledError:
+            raise
+        except Exception as e:
+            raise TokenEndpointUnavailable(
+                self._problem(
+                    f"the answer (HTTP {response.code}) was cut: {shortError(e)}"
+                )
+            ) from None
+
+    def _interpret(self, status: int, body: bytes) -> IssuedToken:
+        """
+        What an answer means (RFC 6749 5.1 and 5.2).
+        """
+        document = _jsonObject(body)
+        if status == 200:
+            if document is None:
+                # A proxy's or portal's page in place of the endpoint's.
+                raise TokenEndpointUnavailable(
+                    self._problem(
+                        f"HTTP 200 without a JSON object: {escapedExcerpt(body, _EXCERPT)}"
+                    )
+                )
+            return self._issued(document)
+        said = _oauthError(document)
+        if status >= 500 or status in _TRANSIENT_STATUSES:
+            raise TokenEndpointUnavailable(
+                self._problem(f"HTTP {status}" + (f": {said}" if said else ""))
+            )
+        if said:
+            raise TokenRefreshRefused(
+                self._problem(f"refused the refresh (HTTP {status}): {said}")
+            )
+        raise TokenRefreshRefused(
+            self._problem(
+                f"HTTP {status} without an OAuth error: {escapedExcerpt(body, _EXCERPT)}"
+            )
+        )
+
+    def _issued(self, document: dict[str, Any]) -> IssuedToken:
+        token = document.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise TokenRefreshRefused(self._problem("the answer has no access_token"))
+        if not all("\x21" <= c <= "\x7e" for c in token):
+            raise TokenRefreshRefused(
+                self._problem("the access_token has characters a bearer token cannot carry")
+            )
+        kind = document.get("token_type")
+        if kind is not None and (not isinstance(kind, str) or kind.lower() != "bearer"):
+            raise TokenRefreshRefused(
+                self._problem(
+                    "the token_type is "
+                    + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
+                    + ", not Bearer"
+                )
+            )
+        expiresIn = document.get("expires_in")
+        lifetime: float | None = None
+        if isinstance(expiresIn, str) and expiresIn.isdigit():
+            # Some endpoints (older Azure AD) send it as a string.
+            lifetime = float(expiresIn)
+        elif isinstance(expiresIn, (int, float)) and not isinstance(expiresIn, bool):
+            lifetime = float(expiresIn)
+        if lifetime is not None and not (0 < lifetime < 10**9):
+            lifetime = None
+        rotated = document.get("refresh_token")
+        if not isinstance(rotated, str) or not rotated or "\n" in rotated or "\r" in rotated:
+            rotated = None
+        return IssuedToken(token, lifetime, rotated)
+
+
+def _jsonObject(body: bytes) -> dict[str, Any] | None:
+    """
+    C{body} as a JSON object, or L{None}.
+    """
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _oauthError(document: dict[str, Any] | None) -> str:
+    """
+    An error answer's C{error} and C{error_description}, short and
+    escaped, or C{""}.
+    """
+    if document is None:
+        return ""
+    code = document.get("error")
+    if not isinstance(code, str):
+        return ""
+    said = escapedExcerpt(code.encode("utf-8"), 40)
+    description = document.get("error_description")
+    if isinstance(description, str) and description:
+        said += f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
+    return said
+
+
+def _isTLSFailure(e: Exception) -> bool:
+    """
+    Whether a request failed in the TLS handshake (a certificate not
+    trusted, a name that does not match).
+    """
+    reasons = getattr(e, "reasons", None) or [e]
+    return any(
+        isinstance(r.value if isinstance(r, Failure) else r, SSL.Error) for r in reasons
+    )
