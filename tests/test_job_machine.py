@@ -14,15 +14,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import RetryPolicy
-from imapmig.job.machine import (
-    DIAGRAM_END,
-    DIAGRAM_START,
-    JobInputs,
-    JobMachine,
-    diagram,
-    transitions,
-    withDiagram,
-)
+from imapmig.job.machine import JobInputs, JobMachine
+from imapmig.job.statediagram import DIAGRAM_END, DIAGRAM_START, diagram, transitions, withDiagram
 from imapmig.progress import ENDED, JobProgress, JobState, Wait
 from imapmig.schedule.queue import InMemoryJobQueue, JobOutcome, QueueState
 from imapmig.state import Transition
@@ -519,7 +512,7 @@ class DocsDiagramTests(SynchronousTestCase):
         """
         The mermaid block in docs/failure-handling.md is what L{diagram}
         draws now; when the machine changes, C{python -m
-        imapmig.job.machine docs/failure-handling.md} draws it again.
+        imapmig.job.statediagram docs/failure-handling.md} draws it again.
         """
         page = (Path(__file__).parent.parent / "docs" / "failure-handling.md").read_text("utf-8")
         self.assertEqual(page, withDiagram(page))
