@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_verify -*-
+# -*- test-case-name: tests.test_verify, tests.test_cli -*-
 """
 Verification: does the destination hold the source, byte for byte?
 
@@ -22,16 +22,19 @@ hashed as they arrive, a bounded batch at a time.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence, TextIO
 
 from attrs import frozen
 from twisted.logger import Logger
 
+from imapmig.config import Config
+from imapmig.errors import ImapmigError
 from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
@@ -42,7 +45,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
-from imapmig.units import Count
+from imapmig.units import Count, plural
 
 log = Logger()
 
@@ -622,3 +625,90 @@ async def verifyJob(
     finally:
         await session.logout()
     return VerifyReport(job, tuple(reports), tuple(_folderName(f) for f in excluded))
+
+
+async def verify(
+    config: Config,
+    jobs: Sequence[str],
+    store: IStateStore,
+    reactor: Any,
+    reportPath: str,
+    out: TextIO,
+    besideState: bool = False,
+) -> int:
+    """
+    Verify C{jobs}: print a summary and every difference to C{out}, write
+    the JSON report to C{reportPath}.
+
+    @param besideState: C{reportPath} is the default one, beside the state
+        database (not given with C{--report}).
+    @return: the exit status: 0 without differences, 1 otherwise (also
+        when the report cannot be written: L{reportNotWritten} says why).
+    """
+    from imapmig.daemon.service import destinationOpener, sourceFor
+    from imapmig.sources.imap import IMAPSource
+    from imapmig.oauth.tokens import TokenSources
+    from imapmig.commands.verify import verifyJob, writeReport
+
+    document: list[dict[str, object]] = []
+    status = 0
+    # One refresh-token cache per file for the whole command.
+    tokens = TokenSources(reactor)
+    for job in config.jobs:
+        if job.name not in jobs:
+            continue
+        openDestination = destinationOpener(job, reactor, tokens=tokens)
+        source = sourceFor(job, reactor, tokens=tokens)
+        try:
+            try:
+                result = await verifyJob(job.name, source, job.folders, openDestination, store)
+            finally:
+                if isinstance(source, IMAPSource):
+                    await source.close()
+        except ImapmigError as e:
+            out.write(f"{job.name}: cannot verify: {e}\n")
+            document.append({"job": job.name, "error": str(e)})
+            status = 1
+            continue
+        differences = result.differences
+        sourceCount = sum(m.sourceMessages for m in result.mailboxes)
+        destinationCount = sum(m.destinationMessages for m in result.mailboxes)
+        out.write(
+            f"{job.name}: {plural(len(result.mailboxes), 'mailbox', 'mailboxes')},"
+            f" {plural(sourceCount, 'source message')}, {destinationCount} in the"
+            f" destination: {plural(len(differences), 'difference')}\n"
+        )
+        for d in differences:
+            where = d.folder or "-"
+            what = d.messageKey or (f"UID {d.uid}" if d.uid is not None else "-")
+            out.write(f"  {d.kind}\t{d.mailbox}\t{where}\t{what}\t{d.detail}\n")
+        if differences:
+            status = 1
+        document.append(result.toJSON())
+    try:
+        writeReport(reportPath, document)
+    except OSError as e:
+        out.write(reportNotWritten(reportPath, e, besideState))
+        return 1
+    out.write(f"report written to {reportPath}\n")
+    return status
+
+
+def reportNotWritten(path: str, error: OSError, besideState: bool) -> str:
+    """
+    The line saying that C{imapmig verify} could not write its report.
+
+    @param path: where it tried.
+    @param error: why not.
+    @param besideState: C{path} is the default, beside the state database.
+    @return: the line, with what to do about it.
+    """
+    why = error.strerror or str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = f"the directory {os.path.dirname(os.path.abspath(path))} is not writable ({why})"
+    if besideState:
+        return (
+            f"cannot write the report {path} beside the state database: {why};"
+            " give --report FILE to write it elsewhere\n"
+        )
+    return f"cannot write the report {path}: {why}\n"
