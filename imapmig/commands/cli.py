@@ -59,7 +59,7 @@ import imapmig
 from imapmig.commands.plan import plan
 from imapmig.commands.report import report
 from imapmig.commands.verify import verify
-from imapmig.config import loadConfig
+from imapmig.config import Config, loadConfig
 from imapmig.errors import ConfigError, PermanentError
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
@@ -110,45 +110,74 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = parser.parse_args(argv)
     try:
         config = loadConfig(args.config)
+        jobs = _selectedJobs(config, args)
+        store = _openStore(config, args.command)
     except ConfigError as e:
         for problem in e.shown():
             sys.stderr.write(problem + "\n")
         return 2
-    names = [job.name for job in config.jobs]
-    for name in args.job or ():
-        if name not in names:
-            sys.stderr.write(f"{args.config}: no job named {name!r} (jobs: {', '.join(names)})\n")
-            return 2
-    store: IStateStore
-    try:
-        if args.command == "plan" and not os.path.exists(config.statePath):
-            # No state database yet: nothing was copied, and plan creates
-            # none.
-            store = MemoryStateStore()
-        else:
-            store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
     except PermanentError as e:
         sys.stderr.write(f"{e}\n")
         return 2
     try:
-        if args.command == "report":
-            return report(
-                store, args.job or names, args.json, out, asCSV=args.csv, failures=args.failures
-            )
-        if args.command == "plan":
-            return _runReactor(
-                lambda reactor: plan(config, args.job or names, store, reactor, args.json, out)
-            )
-        from imapmig.status.verifyreport import defaultReportPath
-
-        reportPath = args.report or defaultReportPath(config.statePath)
-        return _runReactor(
-            lambda reactor: verify(
-                config, args.job or names, store, reactor, reportPath, out, args.report is None
-            )
-        )
+        return _COMMANDS[args.command](args, config, jobs, store, out)
     finally:
         store.close()
+
+
+def _selectedJobs(config: Config, args: argparse.Namespace) -> list[str]:
+    """
+    The jobs C{--job} names (every job without it).
+
+    @raise ConfigError: one is not in the configuration.
+    """
+    names = [job.name for job in config.jobs]
+    for name in args.job or ():
+        if name not in names:
+            raise ConfigError([f"{args.config}: no job named {name!r} (jobs: {', '.join(names)})"])
+    return list(args.job or names)
+
+
+def _openStore(config: Config, command: str) -> IStateStore:
+    """
+    The state database, read-only; for C{plan} without one yet (nothing
+    was copied, and plan creates none), an empty store in memory.
+
+    @raise PermanentError: it cannot be read.
+    """
+    if command == "plan" and not os.path.exists(config.statePath):
+        return MemoryStateStore()
+    return SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
+
+
+def _report(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:
+    """
+    C{imapmig report}.
+    """
+    return report(store, jobs, args.json, out, asCSV=args.csv, failures=args.failures)
+
+
+def _plan(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:
+    """
+    C{imapmig plan}, on the global reactor.
+    """
+    return _runReactor(lambda reactor: plan(config, jobs, store, reactor, args.json, out))
+
+
+def _verify(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:
+    """
+    C{imapmig verify}, on the global reactor; its report beside the state
+    database unless C{--report} says where.
+    """
+    from imapmig.status.verifyreport import defaultReportPath
+
+    reportPath = args.report or defaultReportPath(config.statePath)
+    return _runReactor(
+        lambda reactor: verify(config, jobs, store, reactor, reportPath, out, args.report is None)
+    )
+
+
+_COMMANDS = {"report": _report, "plan": _plan, "verify": _verify}
 
 
 def _runReactor(main: Callable[[Any], Coroutine[Any, Any, int]]) -> int:

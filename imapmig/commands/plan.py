@@ -373,6 +373,42 @@ def _writePlan(preview: JobPlan, out: TextIO) -> None:
     )
 
 
+def _header(job: JobConfig) -> str:
+    """
+    The first line of a job's plan: the job, its source and destination.
+    """
+    destination = job.destination
+    return f"{job.name}: {_sourceDescription(job)} -> {destination.user} at {destination.server.endpoint}"
+
+
+def _cannotPlan(job: JobConfig, error: ImapmigError, out: TextIO | None) -> dict[str, object]:
+    """
+    Say why C{job} could not be planned (on C{out} as text, unless it is
+    C{None}); return its JSON entry.  A server that could not be reached
+    is named by its setting.
+    """
+    why = str(error)
+    if isinstance(error, ConnectFailed) and error.setting is not None:
+        why = f"{why}; check {error.setting}"
+    if out is not None:
+        out.write(f"{_header(job)}\n  cannot plan: {why}\n")
+    return {"job": job.name, "error": why}
+
+
+def _planned(job: JobConfig, preview: JobPlan, out: TextIO | None) -> dict[str, object]:
+    """
+    Write C{job}'s plan to C{out} as text (unless it is C{None}); return
+    its JSON entry.
+    """
+    entry = preview.toJSON()
+    entry["source"] = _sourceDescription(job)
+    entry["destination"] = f"{job.destination.user} at {job.destination.server.endpoint}"
+    if out is not None:
+        out.write(_header(job) + "\n")
+        _writePlan(preview, out)
+    return entry
+
+
 async def plan(
     config: Config,
     jobs: Sequence[str],
@@ -388,55 +424,25 @@ async def plan(
 
     @return: the exit status: 0 when every job was planned, 1 otherwise.
     """
-    from imapmig.daemon.service import destinationOpener, sourceFor
-    from imapmig.sources.imap import IMAPSource
+    from imapmig.commands.sides import jobSides, selectedJobs
     from imapmig.oauth.tokens import TokenSources
 
     document: list[dict[str, object]] = []
     status = 0
     # One refresh-token cache per file for the whole command.
     tokens = TokenSources(reactor)
-    for job in config.jobs:
-        if job.name not in jobs:
-            continue
-        destination = job.destination
-        openDestination = destinationOpener(job, reactor, tokens=tokens)
-        source = sourceFor(job, reactor, tokens=tokens)
-        header = (
-            f"{job.name}: {_sourceDescription(job)} -> {destination.user} at"
-            f" {destination.server.endpoint}"
-        )
+    for job in selectedJobs(config, jobs):
         try:
-            try:
+            async with jobSides(job, reactor, tokens) as (source, openDestination):
                 preview = await previewJob(
-                    job.name,
-                    source,
-                    job.folders,
-                    openDestination,
-                    store,
-                    job.folderNameFallback,
+                    job.name, source, job.folders, openDestination, store, job.folderNameFallback
                 )
-            finally:
-                if isinstance(source, IMAPSource):
-                    await source.close()
         except ImapmigError as e:
             status = 1
-            why = str(e)
-            if isinstance(e, ConnectFailed) and e.setting is not None:
-                why = f"{why}; check {e.setting}"
-            document.append({"job": job.name, "error": why})
-            if not asJSON:
-                out.write(f"{header}\n  cannot plan: {why}\n")
+            document.append(_cannotPlan(job, e, None if asJSON else out))
             continue
-        if preview.unreadable:
-            status = 1
-        entry = preview.toJSON()
-        entry["source"] = _sourceDescription(job)
-        entry["destination"] = f"{destination.user} at {destination.server.endpoint}"
-        document.append(entry)
-        if not asJSON:
-            out.write(header + "\n")
-            _writePlan(preview, out)
+        status = max(status, 1 if preview.unreadable else 0)
+        document.append(_planned(job, preview, None if asJSON else out))
     if asJSON:
         json.dump(document, out, indent=2, ensure_ascii=False)
         out.write("\n")

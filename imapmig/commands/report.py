@@ -286,71 +286,8 @@ def report(
     @return: the exit status: 0 when no job's latest run failed and no
         message is recorded as failed, 1 otherwise.
     """
-    document = []
     holds = _now(store.jobHolds())
-    for job in jobs:
-        hold = holds.get(job)
-        jobFailure = _now(store.jobFailure(job))
-        counts = _now(store.counts(job))
-        activity = _now(store.activity(job))
-        failed = _now(store.failures(job))
-        notes = _now(store.notes(job))
-        fallbacks = _now(store.folderFallbacks(job))
-        timeline = _now(store.timeline(job))
-        document.append(
-            {
-                "job": job,
-                "ok": (
-                    jobFailure is None
-                    and counts.failed == 0
-                    and (hold is None or hold.hold != CANCELLED)
-                ),
-                "job_failure": jobFailure,
-                "hold": _holdEntry(hold),
-                "appended": counts.copied + counts.alreadyPresent,
-                "copied": counts.copied,
-                "already_present": counts.alreadyPresent,
-                "failed": counts.failed,
-                "line_endings_converted": counts.lineEndingsConverted,
-                "with_notes": counts.withNotes,
-                "copied_octets": activity.copiedOctets,
-                "first_at": activity.firstAt,
-                "last_at": activity.lastAt,
-                "folders": activity.folders,
-                "failures": [
-                    {
-                        "folder_key": f.folderKey,
-                        "message_key": f.messageKey,
-                        "mailbox": f.mailbox,
-                        "size": f.size,
-                        "message_id": f.messageId,
-                        "date": f.date,
-                        "from": f.sender,
-                        "subject": f.subject,
-                        "reason": f.failure,
-                    }
-                    for f in failed
-                ],
-                "notes": [
-                    {
-                        "folder_key": n.folderKey,
-                        "message_key": n.messageKey,
-                        "mailbox": n.mailbox,
-                        "uid": n.uid,
-                        "note": n.note,
-                    }
-                    for n in notes
-                ],
-                "folder_fallbacks": [
-                    {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
-                    for f in fallbacks
-                ],
-                "timeline": [
-                    {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
-                    for t in timeline
-                ],
-            }
-        )
+    document = [_jobEntry(store, job, holds.get(job)) for job in jobs]
     status = 0 if all(entry["ok"] for entry in document) else 1
     if failures:
         _writeFailures(store, jobs, asJSON, asCSV, out)
@@ -364,6 +301,71 @@ def report(
         return status
     _writeText(document, out)
     return status
+
+
+def _jobEntry(store: IStateStore, job: str, hold: JobHold | None) -> dict[str, Any]:
+    """
+    One job's entry of the report, from what C{store} records of it.
+    """
+    jobFailure = _now(store.jobFailure(job))
+    counts = _now(store.counts(job))
+    activity = _now(store.activity(job))
+    failed = _now(store.failures(job))
+    notes = _now(store.notes(job))
+    fallbacks = _now(store.folderFallbacks(job))
+    timeline = _now(store.timeline(job))
+    return {
+        "job": job,
+        "ok": (
+            jobFailure is None
+            and counts.failed == 0
+            and (hold is None or hold.hold != CANCELLED)
+        ),
+        "job_failure": jobFailure,
+        "hold": _holdEntry(hold),
+        "appended": counts.copied + counts.alreadyPresent,
+        "copied": counts.copied,
+        "already_present": counts.alreadyPresent,
+        "failed": counts.failed,
+        "line_endings_converted": counts.lineEndingsConverted,
+        "with_notes": counts.withNotes,
+        "copied_octets": activity.copiedOctets,
+        "first_at": activity.firstAt,
+        "last_at": activity.lastAt,
+        "folders": activity.folders,
+        "failures": [
+            {
+                "folder_key": f.folderKey,
+                "message_key": f.messageKey,
+                "mailbox": f.mailbox,
+                "size": f.size,
+                "message_id": f.messageId,
+                "date": f.date,
+                "from": f.sender,
+                "subject": f.subject,
+                "reason": f.failure,
+            }
+            for f in failed
+        ],
+        "notes": [
+            {
+                "folder_key": n.folderKey,
+                "message_key": n.messageKey,
+                "mailbox": n.mailbox,
+                "uid": n.uid,
+                "note": n.note,
+            }
+            for n in notes
+        ],
+        "folder_fallbacks": [
+            {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
+            for f in fallbacks
+        ],
+        "timeline": [
+            {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
+            for t in timeline
+        ],
+    }
 
 
 def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
