@@ -21,26 +21,13 @@ from twisted.web import http
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from imapmig.errors import HTTPProblem
+
 log = Logger()
 
 JSON_TYPE = b"application/json; charset=utf-8"
 
 READ_METHODS: Sequence[bytes] = (b"GET", b"HEAD")
-
-
-class HTTPProblem(Exception):
-    """
-    A request that cannot be answered as asked: the status code to answer
-    with and why, in words for the client.
-
-    @ivar code: the HTTP status code.
-    @ivar message: the C{error} of the JSON body.
-    """
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
 
 
 def jsonBody(document: object) -> bytes:
