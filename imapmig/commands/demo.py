@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_demo_config, tests.test_demo_end, tests.test_demo_signals, tests.test_demo_verify -*-
 """
 The demo behind C{make demo}: a generated sample Maildir migrated into a
 private local Dovecot by the real daemon (C{twistd -n imapmig}), with its

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_tap, tests.test_listenreason -*-
 """
 The daemon: the twistd plugin's options and service (L{imapmig.daemon.tap}),
 the launcher without twistd (L{imapmig.daemon.main}, C{imapmig-daemon} and

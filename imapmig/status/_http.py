@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_status, tests.test_status_limits -*-
 """
 What every read-only status resource shares: C{GET} and C{HEAD} only (405
 with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors;
