@@ -29,7 +29,6 @@ and host only (a webhook URL's path is often its secret).
 from __future__ import annotations
 
 import json
-import re
 from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
@@ -528,20 +527,29 @@ class RunWatcher(Service):
         if finished and not self._finished:
             self._runFinished(states, now)
         self._finished = finished
+        self._checkStall(now, settled, moving, states)
+
+    def _checkStall(self, now: float, settled: int, moving: list[str], states: dict[str, JobState]) -> None:
+        """
+        Notify C{stalled} once when jobs that can move have settled no
+        message for C{stalled_after}; any progress (or nothing left to
+        move) starts the wait again.
+        """
         if settled != self._settled or not moving:
             self._settled, self._movedAt, self._stallTold = settled, now, False
             return
         stalledAfter = self.config.stalledAfter
-        if stalledAfter is not None and not self._stallTold and now - self._movedAt >= stalledAfter:
-            self._stallTold = True
-            self._send(
-                "stalled",
-                now,
-                seconds_without_progress=round(now - self._movedAt),
-                jobs_moving=len(moving),
-                jobs=moving[:JOBS_NAMED],
-                states=self._stateCounts(states),
-            )
+        if stalledAfter is None or self._stallTold or now - self._movedAt < stalledAfter:
+            return
+        self._stallTold = True
+        self._send(
+            "stalled",
+            now,
+            seconds_without_progress=round(now - self._movedAt),
+            jobs_moving=len(moving),
+            jobs=moving[:JOBS_NAMED],
+            states=self._stateCounts(states),
+        )
 
     def _send(self, event: str, now: float, **fields: object) -> None:
         self.sender.send(
