@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
+from imapmig.state.jobrecords import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 
 READ_TIMELINE = (
     "SELECT time, source, target, cause, by FROM job_transitions WHERE job = ? ORDER BY seq"
