@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError
 from imapmig.state import FailuresPage, MessageOutcome
-from imapmig.state import memory as memoryModule, sqlite as sqliteModule
+from imapmig.state import _sqlreports as sqliteModule, memory as memoryModule
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import _DROP_NAMES, appended, failed, present
