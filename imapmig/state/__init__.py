@@ -57,8 +57,6 @@ from imapmig.state.reports import (
     IReportQueries,
     JobActivity,
     OutcomeCounts,
-    asciiLower,
-    outcomeMatches,
 )
 
 __all__ = [
@@ -91,8 +89,6 @@ __all__ = [
     "TIMELINE_LATEST",
     "Transition",
     "asMessageOutcome",
-    "asciiLower",
-    "outcomeMatches",
     "transitionRecorder",
     "withNames",
 ]

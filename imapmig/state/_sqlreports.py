@@ -26,13 +26,16 @@ from imapmig.state.reports import (
     IReportQueries,
     JobActivity,
     OutcomeCounts,
-    asciiLower,
 )
 
 # What the audit manifest and the failure pages read: messages not copied
 # by imapmig (failed or already present).  Written as the partial index
 # messages_not_copied's condition, so that SQLite reads that index.
 _NOT_COPIED = "(failure IS NOT NULL OR present != 0)"
+
+# ASCII letters in lower case, others as they are: the case folding
+# SQLite's lower() does, applied to the needle the columns are matched by.
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 # The filter of a failure page: the needle (ASCII lower case) in any of
 # these columns.
@@ -78,7 +81,7 @@ class SQLiteReportQueries(SQLiteBase):
         L{FAILURES_COUNT_LIMIT} (or, filtered, L{FAILURES_SEARCH_ROWS})
         rows of it.
         """
-        needle = asciiLower(contains)
+        needle = contains.translate(_ASCII_LOWER)
         table = self._notCopied()
         base = f"FROM {table} WHERE job = :job AND {_NOT_COPIED} AND failure IS NOT NULL"
         fromStart = f"SELECT * {base} ORDER BY folder_key, message_key"

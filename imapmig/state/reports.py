@@ -99,42 +99,6 @@ The most failed messages a filtered page of failures searches: the first
 ones, in folder then key order (about 25 ms per scan).
 """
 
-def asciiLower(text: str) -> str:
-    """
-    C{text} with its ASCII letters in lower case, others as they are: the
-    case folding SQLite's C{lower()} does, so that both stores filter
-    alike.
-    """
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
-
-
-def outcomeMatches(outcome: MessageOutcome, needle: str) -> bool:
-    """
-    Whether C{needle} (already L{asciiLower}ed) is in C{outcome}'s folder
-    key, mailbox, message key, Message-ID, failure, From or Subject,
-    ignoring ASCII case.
-    An empty needle matches everything.
-    """
-    if not needle:
-        return True
-    return any(
-        needle in asciiLower(text)
-        for text in (
-            outcome.folderKey,
-            outcome.mailbox,
-            outcome.messageKey,
-            outcome.messageId,
-            outcome.failure,
-            outcome.sender,
-            outcome.subject,
-        )
-        if text is not None
-    )
-
-
 class IReportQueries(Interface):
     """
     Read-only queries over a job's latest outcomes: counts, failures,
