@@ -153,8 +153,8 @@ class SQLiteBase:
             connection holds the write lock, or with L{PermanentError} if
             the store is closed or SQLite refuses the write.
         """
-        try:
-            connection = self._open()
+
+        def transaction(connection: sqlite3.Connection) -> _T:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 result = write(connection)
@@ -162,6 +162,24 @@ class SQLiteBase:
             except BaseException:
                 rollback(connection)
                 raise
+            return result
+
+        return self._reading(action, transaction)
+
+    def _reading(self, action: str, read: Callable[[sqlite3.Connection], _T]) -> Deferred[_T]:
+        """
+        What C{read} returns, called with the connection; its errors as
+        imapmig's.
+
+        @param action: what C{read} does, for the error message.
+
+        @return: a Deferred that fires with what C{read} returns, or fails
+            with L{TransientError} if another connection holds the write
+            lock, or with L{PermanentError} if the store is closed or
+            SQLite refuses the statement.
+        """
+        try:
+            return succeed(read(self._open()))
         except PermanentError as e:
             return fail(e)
         except sqlite3.Error as e:
@@ -170,7 +188,6 @@ class SQLiteBase:
             # A number SQLite's 64-bit INTEGER cannot hold, or text that is
             # not Unicode (a lone surrogate from a surrogateescape'd name).
             return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
-        return succeed(result)
 
     def _read(
         self,
@@ -184,15 +201,21 @@ class SQLiteBase:
 
         @param action: what the query reads, for the error message.
         """
+        return self._reading(
+            action, lambda connection: convert(connection.execute(query, parameters).fetchall())
+        )
+
+    def _ifOpen(self, value: _T) -> Deferred[_T]:
+        """
+        C{value}, unless the store was closed: the answer of a call that
+        has nothing to ask the database (nothing to record, or a table
+        that a database opened read-only is too old to have).
+        """
         try:
-            rows = self._open().execute(query, parameters).fetchall()
-            return succeed(convert(rows))
+            self._open()
         except PermanentError as e:
             return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error(action, e))
-        except (OverflowError, UnicodeEncodeError) as e:
-            return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
+        return succeed(value)
 
     def _outcomes(
         self, action: str, query: str, parameters: tuple[object, ...]

@@ -128,53 +128,9 @@ class SQLiteOutcomeJournal(SQLiteBase):
         recorded, or none of it.
         """
         if not outcomes and not settled:
-            try:
-                self._open()
-            except PermanentError as e:
-                return fail(e)
-            return succeed(None)
+            return self._ifOpen(None)
         now = self._seconds()
-        # Consecutive outcomes of one kind are one executemany, and the runs
-        # keep the order of the outcomes (a later outcome of the same
-        # message wins).  An AppendedOutcome (nearly all of them) goes
-        # through _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the
-        # sqlite3 module binds a None parameter through its adapter
-        # protocol, two failed attribute lookups each.  So does a
-        # MessageOutcome with neither a failure nor a note, through
-        # _UPSERT_PLAIN.
-        runs: list[tuple[str, list[tuple[object, ...]]]] = []
-        statement = ""
-        rows: list[tuple[object, ...]] = []
-        for outcome in outcomes:
-            if type(outcome) is tuple:
-                if statement is not _UPSERT_APPENDED:
-                    statement, rows = _UPSERT_APPENDED, []
-                    runs.append((statement, rows))
-                rows.append(outcome)
-                continue
-            assert isinstance(outcome, MessageOutcome)
-            plain = outcome.failure is None and outcome.note is None and _nameless(outcome)
-            wanted = _UPSERT_PLAIN if plain else _UPSERT
-            if statement is not wanted:
-                statement, rows = wanted, []
-                runs.append((statement, rows))
-            head = (
-                job,
-                outcome.folderKey,
-                outcome.messageKey,
-                outcome.mailbox,
-                outcome.size,
-                outcome.uidValidity,
-                outcome.uid,
-            )
-            tail: tuple[object, ...] = (
-                1 if outcome.alreadyPresent else 0,
-                1 if outcome.lineEndingsConverted else 0,
-                now,
-            )
-            if not plain:
-                tail += (outcome.messageId, outcome.date, outcome.sender, outcome.subject)
-            rows.append(head + tail if plain else head + (outcome.failure, outcome.note) + tail)
+        runs = _runs(job, outcomes, now)
         entries = [(entryId, job) for entryId in settled]
 
         def write(connection: sqlite3.Connection) -> None:
@@ -223,11 +179,7 @@ class SQLiteOutcomeJournal(SQLiteBase):
         """
         if self._version < 3:
             # A version-2 database opened read-only has no journal yet.
-            try:
-                self._open()
-            except PermanentError as e:
-                return fail(e)
-            return succeed([])
+            return self._ifOpen([])
 
         def entries(
             rows: list[tuple[int, str, int | None, int | None, bytes]],
@@ -294,6 +246,64 @@ class SQLiteOutcomeJournal(SQLiteBase):
             (job, folderKey),
         )
         return d.addCallback(lambda outcomes: {o.messageKey: o for o in outcomes})
+
+
+def _runs(
+    job: str, outcomes: Sequence[MessageOutcome | AppendedOutcome], now: float
+) -> list[tuple[str, list[tuple[object, ...]]]]:
+    """
+    The rows of C{outcomes} for C{job} at C{now}, in runs of one statement
+    each.
+
+    Consecutive outcomes of one kind are one executemany, and the runs
+    keep the order of the outcomes (a later outcome of the same message
+    wins).  An AppendedOutcome (nearly all of them) goes through
+    _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the sqlite3 module
+    binds a None parameter through its adapter protocol, two failed
+    attribute lookups each.  So does a MessageOutcome with neither a
+    failure nor a note, through _UPSERT_PLAIN.
+    """
+    runs: list[tuple[str, list[tuple[object, ...]]]] = []
+    statement = ""
+    rows: list[tuple[object, ...]] = []
+    row: tuple[object, ...]
+    for outcome in outcomes:
+        if type(outcome) is tuple:
+            wanted, row = _UPSERT_APPENDED, outcome
+        else:
+            assert isinstance(outcome, MessageOutcome)
+            wanted, row = _outcomeRow(job, outcome, now)
+        if statement is not wanted:
+            statement, rows = wanted, []
+            runs.append((statement, rows))
+        rows.append(row)
+    return runs
+
+
+def _outcomeRow(job: str, outcome: MessageOutcome, now: float) -> tuple[str, tuple[object, ...]]:
+    """
+    The statement that records C{outcome} for C{job} at C{now}, and its
+    row: L{_UPSERT_PLAIN} for an outcome with no failure, no note and no
+    names, L{_UPSERT} otherwise.
+    """
+    head = (
+        job,
+        outcome.folderKey,
+        outcome.messageKey,
+        outcome.mailbox,
+        outcome.size,
+        outcome.uidValidity,
+        outcome.uid,
+    )
+    tail: tuple[object, ...] = (
+        1 if outcome.alreadyPresent else 0,
+        1 if outcome.lineEndingsConverted else 0,
+        now,
+    )
+    if outcome.failure is None and outcome.note is None and _nameless(outcome):
+        return _UPSERT_PLAIN, head + tail
+    names = (outcome.messageId, outcome.date, outcome.sender, outcome.subject)
+    return _UPSERT, head + (outcome.failure, outcome.note) + tail + names
 
 
 def _writeAppended(

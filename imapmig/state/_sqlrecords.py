@@ -226,11 +226,7 @@ class SQLiteJobRecords(SQLiteBase):
         """
         if self._version < 11:
             # An older database opened read-only records no timeline.
-            try:
-                self._open()
-            except PermanentError as e:
-                return fail(e)
-            return succeed([])
+            return self._ifOpen([])
         return self._read(
             "read the job's timeline",
             READ_TIMELINE,

@@ -13,16 +13,14 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from imapmig.errors import PermanentError
 from imapmig.state._sqlbase import OutcomeRow, SQLiteBase, outcomeOf
 from imapmig.state.outcomes import MessageOutcome
 from imapmig.state.reports import (
-    FAILURES_COUNT_LIMIT,
-    FAILURES_SEARCH_ROWS,
     FailuresPage,
+    FailuresQuery,
     IReportQueries,
     JobActivity,
     OutcomeCounts,
@@ -33,17 +31,14 @@ from imapmig.state.reports import (
 # messages_not_copied's condition, so that SQLite reads that index.
 _NOT_COPIED = "(failure IS NOT NULL OR present != 0)"
 
-# ASCII letters in lower case, others as they are: the case folding
-# SQLite's lower() does, applied to the needle the columns are matched by.
-_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
-
 # The filter of a failure page: the needle (ASCII lower case) in any of
 # these columns.
 _CONTAINS = (
-    "(instr(lower(folder_key), ?1) OR instr(lower(mailbox), ?1)"
-    " OR instr(lower(message_key), ?1) OR instr(lower(coalesce(message_id, '')), ?1)"
-    " OR instr(lower(failure), ?1) OR instr(lower(coalesce(message_from, '')), ?1)"
-    " OR instr(lower(coalesce(message_subject, '')), ?1))"
+    "(instr(lower(folder_key), :needle) OR instr(lower(mailbox), :needle)"
+    " OR instr(lower(message_key), :needle)"
+    " OR instr(lower(coalesce(message_id, '')), :needle)"
+    " OR instr(lower(failure), :needle) OR instr(lower(coalesce(message_from, '')), :needle)"
+    " OR instr(lower(coalesce(message_subject, '')), :needle))"
 )
 
 
@@ -75,19 +70,46 @@ class SQLiteReportQueries(SQLiteBase):
         after: tuple[str, str] | None = None,
     ) -> Deferred[FailuresPage]:
         """
-        See L{IStateStore.failuresPage}: queries over the index of messages
-        not copied, one counting, one reading the page (and, filtered, one
-        finding where the search stopped), each reading at most
-        L{FAILURES_COUNT_LIMIT} (or, filtered, L{FAILURES_SEARCH_ROWS})
-        rows of it.
+        See L{IStateStore.failuresPage}: the statements of L{FailuresQuery}
+        over the index of messages not copied, one counting, one reading
+        the page (and, filtered, one finding where the search stopped),
+        each reading at most L{FAILURES_COUNT_LIMIT} (or, filtered,
+        L{FAILURES_SEARCH_ROWS}) rows of it.
         """
-        needle = contains.translate(_ASCII_LOWER)
-        table = self._notCopied()
-        base = f"FROM {table} WHERE job = :job AND {_NOT_COPIED} AND failure IS NOT NULL"
+        query = FailuresQuery.of(offset, limit, contains, after)
+        return self._reading(
+            "read failures", lambda connection: self._failuresPage(connection, query, job)
+        )
+
+    def _failuresPage(
+        self, connection: sqlite3.Connection, query: FailuresQuery, job: str
+    ) -> FailuresPage:
+        """
+        The page C{query} asks for, read from C{job}'s failures.
+        """
+        counting, reading, ends = self._failureStatements(query)
+        parameters = query.parameters(job)
+        ((read, matched),) = connection.execute(counting, parameters).fetchall()
+        rows: list[OutcomeRow] = []
+        if query.readsPage(matched):
+            rows = connection.execute(reading, parameters).fetchall()
+        rows, last = query.cut(rows)
+        if query.searchesOn(last):
+            last = query.searchEnd(connection.execute(ends, parameters).fetchall())
+        return query.page(read, matched, [outcomeOf(row) for row in rows], last)
+
+    def _failureStatements(self, query: FailuresQuery) -> tuple[str, str, str]:
+        """
+        The statements of C{query}, in this database's SQL: counting,
+        reading the page, and reading where the search stopped.
+        """
+        base = (
+            f"FROM {self._notCopied()} WHERE job = :job AND {_NOT_COPIED}"
+            " AND failure IS NOT NULL"
+        )
         fromStart = f"SELECT * {base} ORDER BY folder_key, message_key"
-        if after is None:
-            ordered = fromStart
-        else:
+        ordered = fromStart
+        if query.after is not None:
             # Two seeks in the index, as in manifestOutcomes.
             ordered = (
                 f"SELECT * {base} AND folder_key = :folder AND message_key > :key"
@@ -95,70 +117,29 @@ class SQLiteReportQueries(SQLiteBase):
                 " ORDER BY folder_key, message_key"
             )
         columns = self._outcomeColumns()
+        ends = f"SELECT folder_key, message_key FROM ({ordered} LIMIT 2 OFFSET :rows - 1)"
         # Counting one row more than the limit tells whether there are more.
-        if needle:
-            rowsRead = FAILURES_SEARCH_ROWS
-            # An older database opened read-only has no Message-IDs.
-            contained = self._contains().replace("?1", ":needle")
-            # The first rows from the start (the count) or from `after`
-            # (the page), then the needle among them: a needle found
-            # nowhere would otherwise read every failure.
-            counting = (
-                f"SELECT (SELECT count(*) FROM (SELECT 1 {base} LIMIT :more)),"
-                f" (SELECT count(*) FROM ({fromStart} LIMIT :rows) WHERE {contained})"
-            )
-            reading = f"SELECT {columns} FROM ({ordered} LIMIT :rows) WHERE {contained}"
-        else:
-            rowsRead = FAILURES_COUNT_LIMIT
+        if not query.needle:
             counting = f"SELECT count(*), min(count(*), :rows) FROM (SELECT 1 {base} LIMIT :more)"
-            reading = f"SELECT {columns} FROM ({ordered} LIMIT :limit OFFSET :offset)"
-        limit = max(0, min(limit, FAILURES_COUNT_LIMIT - offset))
-        parameters = {
-            "needle": needle,
-            "job": job,
-            "rows": rowsRead,
-            "more": rowsRead + 1,
-            # One more than the page: whether another page follows.
-            "limit": limit + 1,
-            "offset": offset,
-            "folder": None if after is None else after[0],
-            "key": None if after is None else after[1],
-        }
-        last: tuple[str, str] | None = None
-        try:
-            connection = self._open()
-            ((read, matched),) = connection.execute(counting, parameters).fetchall()
-            rows: list[OutcomeRow] = []
-            # From the start, nothing to read past the last match counted.
-            if limit and (after is not None or matched > offset):
-                rows = connection.execute(
-                    reading + " ORDER BY folder_key, message_key LIMIT :limit OFFSET :offset"
-                    if needle
-                    else reading + " ORDER BY folder_key, message_key",
-                    parameters,
-                ).fetchall()
-            if len(rows) > limit:
-                del rows[limit:]
-                last = (rows[-1][0], rows[-1][1])
-            elif limit and needle:
-                # The search stopped at its last row with rows after it:
-                # the next page searches on from there.
-                ends = connection.execute(
-                    f"SELECT folder_key, message_key FROM ({ordered} LIMIT 2 OFFSET :rows - 1)",
-                    parameters,
-                ).fetchall()
-                if len(ends) == 2:
-                    last = (ends[0][0], ends[0][1])
-        except PermanentError as e:
-            return fail(e)
-        except sqlite3.Error as e:
-            return fail(self._error("read failures", e))
-        except (OverflowError, UnicodeEncodeError) as e:
-            return fail(PermanentError(f"{self._path}: cannot read failures: {e}"))
-        exact = int(read) <= rowsRead
-        return succeed(
-            FailuresPage(int(matched), tuple(outcomeOf(row) for row in rows), exact, last)
+            reading = (
+                f"SELECT {columns} FROM ({ordered} LIMIT :limit OFFSET :offset)"
+                " ORDER BY folder_key, message_key"
+            )
+            return counting, reading, ends
+        # An older database opened read-only has no Message-IDs.
+        contained = self._contains()
+        # The first rows from the start (the count) or from `after` (the
+        # page), then the needle among them: a needle found nowhere would
+        # otherwise read every failure.
+        counting = (
+            f"SELECT (SELECT count(*) FROM (SELECT 1 {base} LIMIT :more)),"
+            f" (SELECT count(*) FROM ({fromStart} LIMIT :rows) WHERE {contained})"
         )
+        reading = (
+            f"SELECT {columns} FROM ({ordered} LIMIT :rows) WHERE {contained}"
+            " ORDER BY folder_key, message_key LIMIT :limit OFFSET :offset"
+        )
+        return counting, reading, ends
 
     def manifestOutcomes(
         self, job: str, after: tuple[str, str] | None, limit: int

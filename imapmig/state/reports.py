@@ -1,14 +1,17 @@
-# -*- test-case-name: tests.test_state_manifest,tests.test_state_names -*-
+# -*- test-case-name: tests.test_state_reports,tests.test_state_manifest -*-
 """
 What the store answers about a job's outcomes for C{imapmig report}, the
 status site and the audit manifest (L{OutcomeCounts}, L{JobActivity},
-L{FailuresPage}); and L{IReportQueries}, the store's role that answers.
+L{FailuresPage}); L{IReportQueries}, the store's role that answers; and
+L{FailuresQuery}, the logic of the failure pages every store shares.
 
 Taken out of C{imapmig/state/__init__.py}, which held every role of the
 store in one 25-method interface.
 """
 
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
@@ -98,6 +101,126 @@ FAILURES_SEARCH_ROWS = 5_000
 The most failed messages a filtered page of failures searches: the first
 ones, in folder then key order (about 25 ms per scan).
 """
+
+
+@frozen
+class FailuresQuery:
+    """
+    What one page of failures (L{IReportQueries.failuresPage}) asks a store
+    for, and how the rows it reads make the page: the logic of the failure
+    pages, written once for every store, each of which only says it in its
+    own SQL.
+
+    A store runs up to three statements over its failed messages in folder
+    then key order, each with L{parameters}: one counting them (at most
+    L{FAILURES_COUNT_LIMIT} plus one, or L{FAILURES_SEARCH_ROWS} with a
+    filter) and the matches among the first of them; one reading the page
+    and one more row (L{readsPage} says whether it is needed); and, when a
+    filtered page ends the search short of the failures' end
+    (L{searchesOn}), one reading the search's last row and the row after
+    it.
+
+    @ivar needle: the filter, its ASCII letters in lower case (as SQLite's
+        C{lower()} folds the columns it is matched against); C{""} for
+        none.
+    @ivar offset: the matches to skip.
+    @ivar limit: the most to return, cut so that no page reaches past
+        L{FAILURES_COUNT_LIMIT}; 0 for none.
+    @ivar after: the key to start after, or L{None}.
+    @ivar rowsRead: the most failed messages counted or searched.
+    """
+
+    needle: str
+    offset: int
+    limit: int
+    after: tuple[str, str] | None
+    rowsRead: int
+
+    @classmethod
+    def of(
+        cls, offset: int, limit: int, contains: str, after: tuple[str, str] | None
+    ) -> FailuresQuery:
+        """
+        The query of L{IReportQueries.failuresPage}'s arguments.
+        """
+        needle = contains.translate(_ASCII_LOWER)
+        rowsRead = FAILURES_SEARCH_ROWS if needle else FAILURES_COUNT_LIMIT
+        limit = max(0, min(limit, FAILURES_COUNT_LIMIT - offset))
+        return cls(needle, offset, limit, after, rowsRead)
+
+    def parameters(self, job: str) -> dict[str, object]:
+        """
+        The named parameters of the statements, for C{job}: C{needle},
+        C{job}, C{rows} (the rows counted or searched), C{more} (one more:
+        whether there are more), C{limit} (one more than the page: whether
+        another follows), C{offset}, and C{folder} and C{key} (those of
+        C{after}, or L{None}).
+        """
+        folder, key = (None, None) if self.after is None else self.after
+        return {
+            "needle": self.needle,
+            "job": job,
+            "rows": self.rowsRead,
+            "more": self.rowsRead + 1,
+            "limit": self.limit + 1,
+            "offset": self.offset,
+            "folder": folder,
+            "key": key,
+        }
+
+    def readsPage(self, matched: int) -> bool:
+        """
+        Whether the page has rows to read, C{matched} failures matching
+        from the start: from the start, none past the last match counted.
+        """
+        return bool(self.limit) and (self.after is not None or matched > self.offset)
+
+    def cut(self, rows: list[_Row]) -> tuple[list[_Row], tuple[str, str] | None]:
+        """
+        The page of C{rows} (the page and one row more, each starting with
+        its folder key and message key), and the L{FailuresPage.next} that
+        the row more calls for, if it was read.
+        """
+        if len(rows) <= self.limit:
+            return rows, None
+        page = rows[: self.limit]
+        return page, (page[-1][0], page[-1][1])
+
+    def searchesOn(self, next: tuple[str, str] | None) -> bool:
+        """
+        Whether, the page having found C{next}, the store must read where
+        the search stopped: a filtered page that found no more matches may
+        end short of the failures' end, and the next page searches on.
+        """
+        return next is None and bool(self.limit) and bool(self.needle)
+
+    def searchEnd(self, ends: list[_Row]) -> tuple[str, str] | None:
+        """
+        The L{FailuresPage.next} of a search that stopped at the first of
+        C{ends} (the search's last row and the one after it, if any).
+        """
+        if len(ends) == 2:
+            return (ends[0][0], ends[0][1])
+        return None
+
+    def page(
+        self,
+        read: int,
+        matched: int,
+        items: Sequence[MessageOutcome],
+        next: tuple[str, str] | None,
+    ) -> FailuresPage:
+        """
+        The page of C{items}, C{read} failures having been counted (at most
+        L{rowsRead} plus one) and C{matched} of them matching.
+        """
+        return FailuresPage(int(matched), tuple(items), int(read) <= self.rowsRead, next)
+
+
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
+
+_Row = tuple[Any, ...]
+
 
 class IReportQueries(Interface):
     """
