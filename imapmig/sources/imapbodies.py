@@ -1,0 +1,157 @@
+# -*- test-case-name: tests.test_sources_imap -*-
+"""
+How an IMAP source fetches bodies: the sizes its commands ask for, the
+limits that bound what the server may send (L{bodyLimits}), and the sink
+that keeps each body as it arrives (L{BodySink}).
+
+Split out of L{imapmig.sources.imap} as what its reading
+(L{imapmig.sources.imapreading}) and its NUL restoring
+(L{imapmig.sources.imapnuls}) share.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from imapmig.imap.fetch import FetchedItem, FetchLimits
+from imapmig.imap.spool import SpooledLiteral
+
+__all__ = [
+    "COMMAND_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "SIZE_SLACK",
+    "SPOOL_ABOVE",
+    "Body",
+    "BodySink",
+    "bodyLimits",
+    "commandGroups",
+]
+
+COMMAND_BYTES = 8 * 1024 * 1024
+"""
+About how many octets of messages (by RFC822.SIZE) one C{UID FETCH}
+command asks for; a larger message gets a command of its own.
+"""
+
+SPOOL_ABOVE = 4 * 1024 * 1024
+"""
+A body larger than this many octets is spooled to a temporary file as it
+arrives rather than held in memory (as a Maildir source streams files
+larger than its C{LARGE_FILE}, the same size).
+"""
+
+MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+"""
+The largest message read from the source, in octets: one listed larger is
+recorded as unreadable without being fetched.  With spooling it costs disk,
+not memory; without (C{spoolAbove=None}) it is also the memory one body may
+take.
+"""
+
+SIZE_SLACK = 64 * 1024
+"""
+Octets allowed beyond twice the listed sizes (servers that estimate
+RFC822.SIZE, such as Exchange, may send a little more than they list).
+"""
+
+Body = bytes | SpooledLiteral | None
+
+
+def commandGroups(
+    messages: Sequence[tuple[int, int]], commandBytes: int
+) -> list[list[int]]:
+    """
+    Cut C{(uid, size)} pairs, in order, into UID groups of about
+    C{commandBytes} octets each (at least one message per group).
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for uid, messageSize in messages:
+        if current and size + messageSize > commandBytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(uid)
+        size += messageSize
+    if current:
+        groups.append(current)
+    return groups
+
+
+
+def bodyLimits(
+    sizes: Sequence[int], maxMessageBytes: int, spoolAbove: int | None, spoolDirectory: str | None
+) -> FetchLimits:
+    """
+    The limits for fetching bodies whose listed sizes are C{sizes}: each
+    literal at most twice the largest (and at most C{maxMessageBytes}),
+    all of them at most twice their total, both plus L{SIZE_SLACK}; a size
+    of 0 (none listed) leaves only C{maxMessageBytes}.
+    """
+    if sizes and all(size > 0 for size in sizes):
+        return FetchLimits(
+            maxLiteral=min(maxMessageBytes, 2 * max(sizes) + SIZE_SLACK),
+            maxTotal=2 * sum(sizes) + SIZE_SLACK,
+            spoolAbove=spoolAbove,
+            spoolDirectory=spoolDirectory,
+        )
+    return FetchLimits(
+        maxLiteral=maxMessageBytes, spoolAbove=spoolAbove, spoolDirectory=spoolDirectory
+    )
+
+
+class BodySink:
+    """
+    Keeps the whole-message body of each UID asked for, from the FETCH
+    responses of body fetches; closes every spooled literal it does not
+    keep.
+
+    @ivar bodies: by UID, the body in memory, spooled, or L{None} for
+        C{NIL}.
+    """
+
+    def __init__(
+        self, wanted: set[int], received: Callable[[int, Body], object] | None = None
+    ) -> None:
+        """
+        @param wanted: the UIDs whose bodies are kept (L{want} adds more).
+        @param received: called with the UID and body of each body kept,
+            as it arrives, or L{None}.
+        """
+        self._wanted = wanted
+        self._received = received
+        self.bodies: dict[int, Body] = {}
+
+    def want(self, uid: int) -> None:
+        """
+        Keep the body of C{uid} too, from its next response on.
+        """
+        self._wanted.add(uid)
+
+    def __call__(self, item: FetchedItem) -> None:
+        uid = item.uid
+        spooled = item.spooledBody
+        body: Body = spooled if spooled is not None else item.body
+        for spool in item.spooled.values():
+            if spool is not body:
+                spool.close()
+        if uid is None or uid not in self._wanted or not item.hasBody:
+            if spooled is not None:
+                spooled.close()
+            return
+        previous = self.bodies.get(uid)
+        if isinstance(previous, SpooledLiteral):
+            previous.close()
+        self.bodies[uid] = body
+        if self._received is not None:
+            self._received(uid, body)
+
+    def close(self) -> None:
+        """
+        Close every spooled body kept.
+        """
+        for body in self.bodies.values():
+            if isinstance(body, SpooledLiteral):
+                body.close()
+
+

@@ -1,0 +1,253 @@
+# -*- test-case-name: tests.test_sources_imap -*-
+"""
+The connections an L{imapmig.sources.imap.IMAPSource} reads on: a small
+pool, one call at a time on each.
+
+A call goes to an idle connection that has its folder open already, else
+to an idle one with no folder open, else to a new one while the pool may
+grow, else to any idle one, else it waits its turn on the connection with
+its folder open (or the least busy).  So two workers reading two folders
+each keep their own folder open instead of re-EXAMINEing it on every read.
+A connection is opened when first needed; if the server refuses an extra
+one (many limit connections per account) the pool stays at the size it
+has.  A connection is dropped when a call on it fails with a
+L{TransientError} (the next call opens a new one).
+
+Split out of L{imapmig.sources.imap}, whose facade holds one pool.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, TypeVar
+
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.logger import Logger
+
+from imapmig.errors import ImapmigError, TransientError
+from imapmig.imap.session import IMAPSession
+from imapmig.mail.message import SourceFolder
+from imapmig.schedule.throttle import Throttle
+
+__all__ = ["PooledSession", "SessionPool"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+log = Logger()
+
+
+class PooledSession:
+    """
+    One connection of an L{IMAPSource}'s pool.
+
+    @ivar lock: held by the call running on it.
+    @ivar session: the logged-in session, or L{None} until opened (or after
+        it was dropped).
+    @ivar examined: the key of the folder it has open, if any.
+    """
+
+    def __init__(self) -> None:
+        self.lock = DeferredLock()
+        self.session: IMAPSession | None = None
+        self.examined: str | None = None
+
+
+class SessionPool:
+    """
+    The connections of one source account (see the module's docstring).
+    """
+
+    def __init__(
+        self,
+        openSession: Callable[[], Awaitable[IMAPSession]],
+        description: str,
+        connections: int,
+        job: str | None,
+        throttle: Throttle | None,
+    ) -> None:
+        """
+        @param openSession: opens a new logged-in session to the account.
+        @param description: names the account in logs.
+        @param connections: the most connections to open at once.
+        @param job: the name of the job reading, carried by every log
+            event as C{job}.
+        @param throttle: told of a server's "wait", or L{None}.
+        """
+        self._job = job
+        self._openSession = openSession
+        self.description = description
+        self._connections = max(1, connections)
+        self._readers: list[PooledSession] = []
+        self._throttle = throttle
+        # The errors this source raised (see raised).
+        self._raised: weakref.WeakSet[ImapmigError] = weakref.WeakSet()
+        # The connections still opening: L{abort} gives them up.
+        self._openings: set[Deferred[IMAPSession]] = set()
+
+    def raised(self, error: BaseException) -> bool:
+        """
+        Whether C{error} came from this source (a call of it failed so):
+        a throttling signal in it is the source server's, never the
+        destination's, whether or not the source has a throttle.
+        """
+        return isinstance(error, ImapmigError) and error in self._raised
+
+    def abort(self) -> None:
+        """
+        Drop every connection now, open or still opening (a server that
+        never greets, a login never answered): the calls waiting on them
+        fail.  For a job whose stop timed out; a later call opens a new
+        connection.
+        """
+        for opening in list(self._openings):
+            opening.cancel()
+        for reader in self._readers:
+            session = reader.session
+            if session is None:
+                continue
+            if not reader.lock.locked:
+                # The call running on a locked reader forgets its session
+                # itself, as the abort fails it.
+                reader.session = None
+                reader.examined = None
+            session.abort("the job's stop timed out")
+
+    def open(self) -> Deferred[IMAPSession]:
+        """
+        Open a session, given up by L{abort} while it opens.
+        """
+
+        async def opened() -> IMAPSession:
+            return await self._openSession()
+
+        opening = Deferred.fromCoroutine(opened())
+        if not opening.called:
+            self._openings.add(opening)
+
+            def over(result: object) -> object:
+                self._openings.discard(opening)
+                return result
+
+            opening.addBoth(over)
+        return opening
+
+    def call(
+        self,
+        method: Callable[Concatenate[PooledSession, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> Deferred[T]:
+        """
+        L{run}, as a Deferred.
+        """
+        return Deferred.fromCoroutine(self.run(method, folder, *args, **kwargs))
+
+    def choose(self, folderKey: str | None) -> PooledSession:
+        """
+        The connection a call about C{folderKey} (L{None}: about no folder)
+        should run on; see the module's docstring.
+        """
+        idle = [reader for reader in self._readers if not reader.lock.locked]
+        opened = [reader for reader in idle if reader.session is not None]
+        for reader in opened:
+            if folderKey is None or reader.examined == folderKey:
+                return reader
+        for reader in opened:
+            if reader.examined is None:
+                return reader
+        if len(self._readers) < self._connections:
+            # A connection of its own rather than close another worker's
+            # folder.
+            reader = PooledSession()
+            self._readers.append(reader)
+            return reader
+        if idle:
+            return (opened or idle)[0]
+        for reader in self._readers:
+            if folderKey is not None and reader.examined == folderKey:
+                return reader
+        return min(self._readers, key=lambda reader: len(reader.lock.waiting))
+
+    async def run(
+        self,
+        method: Callable[Concatenate[PooledSession, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """
+        Run C{method(reader, session, *args, **kwargs)} alone on a connection
+        of the pool (L{choose}), opening it first if needed; a
+        L{TransientError} drops that connection.  An L{ImapmigError} it
+        raises is remembered as this source's (L{raised}).
+        """
+        try:
+            return await self._runOn(method, folder, *args, **kwargs)
+        except ImapmigError as e:
+            self._raised.add(e)
+            raise
+
+    async def _runOn(
+        self,
+        method: Callable[Concatenate[PooledSession, IMAPSession, P], Coroutine[Any, Any, T]],
+        folder: SourceFolder | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        reader = self.choose(None if folder is None else folder.key)
+        await reader.lock.acquire()
+        try:
+            session = reader.session
+            if session is None:
+                try:
+                    session = await self.open()
+                except ImapmigError as e:
+                    if not any(other.session is not None for other in self._readers):
+                        raise
+                    # An extra connection refused: carry on with those open.
+                    if reader in self._readers:
+                        self._readers.remove(reader)
+                    self._connections = max(1, len(self._readers))
+                    log.warn(
+                        "{source}: an extra connection was refused, reading with "
+                        "{count} connection(s): {why}",
+                        source=self.description,
+                        job=self._job,
+                        count=self._connections,
+                        why=str(e),
+                    )
+                    reader.lock.release()
+                    reader = self.choose(None if folder is None else folder.key)
+                    await reader.lock.acquire()
+                    session = reader.session
+                    if session is None:
+                        session = await self.open()
+                reader.session = session
+                reader.examined = None
+            try:
+                return await method(reader, session, *args, **kwargs)
+            except TransientError as e:
+                if self._throttle is not None:
+                    self._throttle.signalled(e)
+                reader.session = None
+                reader.examined = None
+                session.abort()
+                raise
+        finally:
+            reader.lock.release()
+
+    async def close(self) -> None:
+        """
+        Log every connection out, after the call in progress on it.
+        """
+        readers, self._readers = self._readers, []
+        for reader in readers:
+            await reader.lock.acquire()
+            try:
+                session, reader.session, reader.examined = reader.session, None, None
+                if session is not None:
+                    await session.logout()
+            finally:
+                reader.lock.release()
