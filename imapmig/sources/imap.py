@@ -59,7 +59,6 @@ from zope.interface import implementer
 
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
-from imapmig.schedule.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapbodies import COMMAND_BYTES, MAX_MESSAGE_BYTES, SPOOL_ABOVE
 from imapmig.sources.imaplisting import FolderChanges, FolderListing
@@ -67,6 +66,7 @@ from imapmig.sources.imappool import SessionPool
 from imapmig.sources.imapreading import BodyReader
 from imapmig.sources.imapstatus import FolderMarks, FolderStatus
 from imapmig.sources.labelviews import COPY
+from imapmig.sources.throttling import IThrottle
 
 __all__ = ["IMAPSource"]
 
@@ -92,7 +92,7 @@ class IMAPSource:
         labelViews: str = COPY,
         archiveFolder: str | None = "Archive",
         job: str | None = None,
-        throttle: Throttle | None = None,
+        throttle: IThrottle | None = None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -121,7 +121,7 @@ class IMAPSource:
         @param job: the name of the job reading, carried by every log
             event as C{job}.
         @param throttle: the rates of the source server and account
-            (L{imapmig.schedule.throttle}), waited for before each body
+            (L{IThrottle}), waited for before each body
             FETCH, and told of a server's "wait"; or L{None}.  (The daily
             download budget is counted by the job, per unit.)
         """

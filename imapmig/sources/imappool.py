@@ -27,7 +27,7 @@ from twisted.logger import Logger
 from imapmig.errors import ImapmigError, TransientError
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
-from imapmig.schedule.throttle import Throttle
+from imapmig.sources.throttling import IThrottle
 
 __all__ = ["PooledSession", "SessionPool"]
 
@@ -64,7 +64,7 @@ class SessionPool:
         description: str,
         connections: int,
         job: str | None,
-        throttle: Throttle | None,
+        throttle: IThrottle | None,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account.

@@ -30,7 +30,6 @@ from imapmig.mail.message import (
     UnreadableMessage,
     toCRLF,
 )
-from imapmig.schedule.throttle import Throttle
 from imapmig.sources.imapbodies import (
     COMMAND_BYTES,
     MAX_MESSAGE_BYTES,
@@ -49,6 +48,7 @@ from imapmig.sources.imapstatus import (
     fetchParser,
     parseMessageKey,
 )
+from imapmig.sources.throttling import IThrottle
 
 __all__ = ["EXPUNGED", "BodyReader", "asCRLF"]
 
@@ -115,7 +115,7 @@ class BodyReader:
         spoolAbove: int | None = SPOOL_ABOVE,
         spoolDirectory: str | None = None,
         maxMessageBytes: int = MAX_MESSAGE_BYTES,
-        throttle: Throttle | None = None,
+        throttle: IThrottle | None = None,
     ) -> None:
         """
         @param marks: the status of the source's folders, shared with its
