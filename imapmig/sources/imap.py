@@ -60,7 +60,12 @@ from zope.interface import implementer
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.imapbodies import COMMAND_BYTES, MAX_MESSAGE_BYTES, SPOOL_ABOVE
+from imapmig.sources.imapbodies import (
+    COMMAND_BYTES,
+    MAX_MESSAGE_BYTES,
+    SPOOL_ABOVE,
+    BodyFetcher,
+)
 from imapmig.sources.imaplisting import FolderChanges, FolderListing
 from imapmig.sources.imappool import SessionPool
 from imapmig.sources.imapreading import BodyReader
@@ -129,9 +134,8 @@ class IMAPSource:
         marks = FolderMarks(description)
         self._pool = SessionPool(openSession, description, connections, job, throttle)
         self._listing = FolderListing(marks, description, include, labelViews, archiveFolder, job)
-        self._reading = BodyReader(
-            marks, description, commandBytes, spoolAbove, spoolDirectory, maxMessageBytes, throttle
-        )
+        fetcher = BodyFetcher(commandBytes, maxMessageBytes, spoolAbove, spoolDirectory)
+        self._reading = BodyReader(marks, description, fetcher, throttle)
 
     @property
     def leftOut(self) -> list[tuple[SourceFolder, str]]:

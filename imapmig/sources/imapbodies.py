@@ -11,10 +11,15 @@ Split out of L{imapmig.sources.imap} as what its reading
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from imapmig.imap.fetch import FetchedItem, FetchLimits
+from attrs import frozen
+
+from imapmig.errors import CommandFailed
+from imapmig.imap.fetch import FetchedItem, FetchLimits, formatUIDSet
+from imapmig.imap.session import IMAPSession, refusalsOf
 from imapmig.imap.spool import SpooledLiteral
+from imapmig.sources.imapstatus import fetchInto, fetchParser
 
 __all__ = [
     "COMMAND_BYTES",
@@ -22,8 +27,10 @@ __all__ = [
     "SIZE_SLACK",
     "SPOOL_ABOVE",
     "Body",
+    "BodyFetcher",
     "BodySink",
     "bodyLimits",
+    "closeSpooled",
     "commandGroups",
 ]
 
@@ -76,7 +83,6 @@ def commandGroups(
     if current:
         groups.append(current)
     return groups
-
 
 
 def bodyLimits(
@@ -150,8 +156,81 @@ class BodySink:
         """
         Close every spooled body kept.
         """
-        for body in self.bodies.values():
-            if isinstance(body, SpooledLiteral):
-                body.close()
+        closeSpooled(self.bodies.values())
+
+
+def closeSpooled(bodies: Iterable[Body]) -> None:
+    """
+    Close each of C{bodies} that is spooled (its file is let go).
+    """
+    for body in bodies:
+        if isinstance(body, SpooledLiteral):
+            body.close()
+
+
+@frozen
+class BodyFetcher:
+    """
+    Fetches bodies in pipelined C{UID FETCH} commands of about
+    C{commandBytes} octets each, within the limits of their listed sizes
+    (L{bodyLimits}).
+
+    @ivar commandBytes: see L{COMMAND_BYTES}.
+    @ivar maxMessageBytes: see L{MAX_MESSAGE_BYTES}.
+    @ivar spoolAbove: see L{SPOOL_ABOVE}; L{None} holds every body in
+        memory.
+    @ivar spoolDirectory: where spooled bodies go, as unlinked files;
+        L{None}: the default temporary directory.
+    """
+
+    commandBytes: int = COMMAND_BYTES
+    maxMessageBytes: int = MAX_MESSAGE_BYTES
+    spoolAbove: int | None = SPOOL_ABOVE
+    spoolDirectory: str | None = None
+
+    def groups(self, messages: Sequence[tuple[int, int]]) -> list[list[int]]:
+        """
+        The UID groups of C{(uid, size)} pairs, one per command
+        (L{commandGroups}).
+        """
+        return commandGroups(messages, self.commandBytes)
+
+    async def fetch(
+        self,
+        session: IMAPSession,
+        groups: Sequence[Sequence[int]],
+        section: bytes,
+        sizes: Sequence[int],
+        received: Callable[[int, Body], object] | None = None,
+    ) -> tuple[dict[int, Body], list[CommandFailed | None]]:
+        """
+        Fetch C{section} of the UIDs of C{groups}, one C{UID FETCH} per
+        group, all written at once, within the limits of the listed
+        C{sizes} (L{bodyLimits}); C{received}, if given, is called with
+        each body kept as it arrives (L{BodySink}).
+
+        @return: the bodies by UID (a UID absent got none), and per group
+            its refusal or L{None}.
+        @raise ConnectionLost: the connection was lost, or a response could
+            not be read or was beyond the limits; raised once every command
+            has ended, every spool closed.
+        """
+        if not groups:
+            return {}, []
+        fetchParser(session).limits = bodyLimits(
+            sizes, self.maxMessageBytes, self.spoolAbove, self.spoolDirectory
+        )
+        sink = BodySink({uid for group in groups for uid in group}, received)
+        commands = [
+            fetchInto(
+                session, b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", sink
+            )
+            for uids in groups
+        ]
+        refusals, error = await refusalsOf(commands)
+        if error is not None:
+            sink.close()
+            raise error
+        return sink.bodies, refusals
 
 

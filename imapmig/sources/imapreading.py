@@ -13,13 +13,14 @@ its pool of connections (L{imapmig.sources.imappool}).
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from typing import Sequence
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 
 from imapmig.errors import CommandFailed, TransientError
 from imapmig.imap.fetch import FetchedItem, formatUIDSet
-from imapmig.imap.session import IMAPSession, refusalsOf
+from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.mail.messagenames import HEADER_FIELDS
 from imapmig.mail.message import (
@@ -30,24 +31,10 @@ from imapmig.mail.message import (
     UnreadableMessage,
     toCRLF,
 )
-from imapmig.sources.imapbodies import (
-    COMMAND_BYTES,
-    MAX_MESSAGE_BYTES,
-    SPOOL_ABOVE,
-    Body,
-    BodySink,
-    bodyLimits,
-    commandGroups,
-)
-from imapmig.sources.imapnuls import EarlyBinary, holds, isBodyButNUL
+from imapmig.sources.imapbodies import Body, BodyFetcher, closeSpooled
+from imapmig.sources.imapnuls import nulRestorerFor
 from imapmig.sources.imappool import PooledSession
-from imapmig.sources.imapstatus import (
-    LISTING_LIMITS,
-    FolderMarks,
-    fetchInto,
-    fetchParser,
-    parseMessageKey,
-)
+from imapmig.sources.imapstatus import LISTING_LIMITS, FolderMarks, fetchParser, parseMessageKey
 from imapmig.sources.throttling import IThrottle
 
 __all__ = ["EXPUNGED", "BodyReader", "asCRLF"]
@@ -100,6 +87,55 @@ def asCRLF(body: bytes) -> bytes:
     return toCRLF(body)
 
 
+@frozen
+class BodyPlan:
+    """
+    What one read of bodies fetches.
+
+    @ivar uidValidity: the folder's UIDVALIDITY when it was opened.
+    @ivar uids: per message asked for, its UID, or L{None} when its key is
+        of another UIDVALIDITY (the folder was renumbered).
+    @ivar wanted: C{(uid, size)} of each message to fetch.
+    @ivar tooLarge: by UID, the listed size of each message larger than
+        the source reads.
+    @ivar groups: the UIDs of each body fetch command (L{BodyFetcher.groups}).
+    """
+
+    uidValidity: int
+    uids: list[int | None]
+    wanted: list[tuple[int, int]]
+    tooLarge: dict[int, int]
+    groups: list[list[int]]
+
+    @classmethod
+    def of(
+        cls, messages: Sequence[SourceMessage], uidValidity: int, fetcher: BodyFetcher
+    ) -> BodyPlan:
+        """
+        The plan for reading C{messages} of a folder now at C{uidValidity}.
+        """
+        uids: list[int | None] = []
+        wanted: list[tuple[int, int]] = []
+        tooLarge: dict[int, int] = {}
+        for message in messages:
+            parsed = parseMessageKey(message.key)
+            if parsed is None or parsed[0] != uidValidity:
+                uids.append(None)
+                continue
+            uids.append(parsed[1])
+            if message.size > fetcher.maxMessageBytes:
+                tooLarge[parsed[1]] = message.size
+            else:
+                wanted.append((parsed[1], message.size))
+        return cls(uidValidity, uids, wanted, tooLarge, fetcher.groups(wanted))
+
+    @property
+    def sizes(self) -> list[int]:
+        """
+        The listed size of each message to fetch.
+        """
+        return [size for _, size in self.wanted]
+
 
 class BodyReader:
     """
@@ -111,30 +147,19 @@ class BodyReader:
         self,
         marks: FolderMarks,
         description: str,
-        commandBytes: int = COMMAND_BYTES,
-        spoolAbove: int | None = SPOOL_ABOVE,
-        spoolDirectory: str | None = None,
-        maxMessageBytes: int = MAX_MESSAGE_BYTES,
+        fetcher: BodyFetcher = BodyFetcher(),
         throttle: IThrottle | None = None,
     ) -> None:
         """
         @param marks: the status of the source's folders, shared with its
             listing.
         @param description: names the account in errors.
-        @param commandBytes: see L{imapmig.sources.imapbodies.COMMAND_BYTES}.
-        @param spoolAbove: see L{imapmig.sources.imapbodies.SPOOL_ABOVE};
-            L{None} holds every body in memory.
-        @param spoolDirectory: where spooled bodies go, or L{None}.
-        @param maxMessageBytes: see
-            L{imapmig.sources.imapbodies.MAX_MESSAGE_BYTES}.
+        @param fetcher: fetches the bodies, within its limits.
         @param throttle: waited for before each body FETCH, or L{None}.
         """
         self._marks = marks
         self.description = description
-        self._commandBytes = commandBytes
-        self._spoolAbove = spoolAbove
-        self._spoolDirectory = spoolDirectory
-        self._maxMessageBytes = maxMessageBytes
+        self._fetcher = fetcher
         self._throttle = throttle
         # The reads waiting for the throttle (each holding its connection's
         # lock): L{cancelAdmissions} ends them rather than wait behind them.
@@ -155,78 +180,95 @@ class BodyReader:
         folder: SourceFolder,
         messages: Sequence[SourceMessage],
     ) -> Sequence[MessageBody]:
+        """
+        See L{imapmig.sources.imap.IMAPSource.readBodies}.
+        """
         if not messages:
             return []
-        if reader.examined != folder.key or folder.key not in self._marks.status:
-            try:
-                await self._marks.examine(reader, session, folder, listing=False)
-            except CommandFailed as e:
-                transient = self._marks.refused("EXAMINE", e)
-                if transient is not None:
-                    raise transient from None
-                gone = UnreadableMessage(
-                    f"the source folder {folder.key!r} cannot be opened: {e.status} {e.text}"
-                )
-                return [gone] * len(messages)
-        uidValidity = self._marks.status[folder.key].uidValidity
-        uids: list[int | None] = []
-        wanted: list[tuple[int, int]] = []
-        tooLarge: dict[int, int] = {}
-        for message in messages:
-            parsed = parseMessageKey(message.key)
-            if parsed is None or parsed[0] != uidValidity:
-                uids.append(None)
-                continue
-            uids.append(parsed[1])
-            if message.size > self._maxMessageBytes:
-                tooLarge[parsed[1]] = message.size
-            else:
-                wanted.append((parsed[1], message.size))
-        groups = commandGroups(wanted, self._commandBytes) if wanted else []
-        throttle = self._throttle
-        if throttle is not None and throttle.rated and wanted:
-            admitting = throttle.admit(len(wanted), sum(size for _, size in wanted))
-            self._admitting.add(admitting)
-            try:
-                await admitting
-            finally:
-                self._admitting.discard(admitting)
-        early = EarlyBinary(session, groups) if b"BINARY" in session.capabilities else None
         try:
-            fetched, refusals = await self._fetchBodies(
-                session,
-                groups,
-                b"BODY.PEEK[]",
-                [size for _, size in wanted],
-                None if early is None else early.bodyReceived,
+            status = await self._marks.ensureOpen(reader, session, folder)
+        except CommandFailed as e:
+            return self._folderUnreadable(folder, e, len(messages))
+        plan = BodyPlan.of(messages, status.uidValidity, self._fetcher)
+        await self._admit(plan.wanted)
+        nuls = nulRestorerFor(session, self._fetcher, plan.groups)
+        try:
+            fetched, refusals = await self._fetcher.fetch(
+                session, plan.groups, b"BODY.PEEK[]", plan.sizes, nuls.received
             )
         except BaseException:
-            if early is not None:
-                early.abandon()
+            nuls.abandon()
             raise
         try:
-            if early is not None:
-                await self._restoreNULs(session, fetched, early)
-            refusalOf: dict[int, CommandFailed] = {}
-            for group, refusal in zip(groups, refusals):
-                if refusal is None:
-                    continue
-                transient = self._marks.refused("UID FETCH", refusal)
-                if transient is not None:
-                    raise transient
-                if refusal.status != "NO":
-                    raise refusal
-                for refused in group:
-                    refusalOf[refused] = refusal
-            return self._bodies(folder, uids, uidValidity, fetched, refusalOf, tooLarge)
+            await nuls.restore(fetched)
+            return self._bodies(folder, plan, fetched, self._refusalsByUID(plan.groups, refusals))
         except OSError as e:
             raise TransientError(
                 f"{self.description}: a spooled body cannot be read: {e.strerror or e}"
             ) from None
         finally:
-            for body in fetched.values():
-                if isinstance(body, SpooledLiteral):
-                    body.close()
+            closeSpooled(fetched.values())
+
+    def _folderUnreadable(
+        self, folder: SourceFolder, error: CommandFailed, count: int
+    ) -> list[MessageBody]:
+        """
+        What a read of C{count} messages gives when their folder cannot be
+        opened: each unreadable, with why.
+
+        @raise TransientError: the refusal says "not now"
+            (L{FolderMarks.refused}).
+        """
+        transient = self._marks.refused("EXAMINE", error)
+        if transient is not None:
+            raise transient from None
+        gone = UnreadableMessage(
+            f"the source folder {folder.key!r} cannot be opened: {error.status} {error.text}"
+        )
+        return [gone] * count
+
+    async def _admit(self, wanted: Sequence[tuple[int, int]]) -> None:
+        """
+        Wait for the throttle to let the C{(uid, size)} messages of
+        C{wanted} be fetched (cancelled by L{cancelAdmissions}).
+        """
+        throttle = self._throttle
+        if throttle is None or not throttle.rated or not wanted:
+            return
+        admitting = throttle.admit(len(wanted), sum(size for _, size in wanted))
+        self._admitting.add(admitting)
+        try:
+            await admitting
+        finally:
+            self._admitting.discard(admitting)
+
+    def _refusalsByUID(
+        self, groups: Sequence[Sequence[int]], refusals: Sequence[CommandFailed | None]
+    ) -> dict[int, CommandFailed]:
+        """
+        The refusal of each UID whose body fetch command was refused.
+
+        @raise TransientError: a refusal says "not now"
+            (L{FolderMarks.refused}).
+        @raise CommandFailed: a refusal is not a C{NO}.
+        """
+        refusalOf: dict[int, CommandFailed] = {}
+        for group, refusal in zip(groups, refusals):
+            if refusal is not None:
+                self._checkRefusal(refusal)
+                refusalOf.update(dict.fromkeys(group, refusal))
+        return refusalOf
+
+    def _checkRefusal(self, refusal: CommandFailed) -> None:
+        """
+        Raise C{refusal}, or what it says, unless it is a C{NO} about the
+        messages asked for.
+        """
+        transient = self._marks.refused("UID FETCH", refusal)
+        if transient is not None:
+            raise transient
+        if refusal.status != "NO":
+            raise refusal
 
     async def readHeaders(
         self,
@@ -235,71 +277,61 @@ class BodyReader:
         folder: SourceFolder,
         messages: Sequence[SourceMessage],
     ) -> Sequence[bytes | None]:
+        """
+        See L{imapmig.sources.imap.IMAPSource.readHeaders}.
+        """
         try:
-            if reader.examined != folder.key or folder.key not in self._marks.status:
-                await self._marks.examine(reader, session, folder, listing=False)
-            uidValidity = self._marks.status[folder.key].uidValidity
-            uids = [_uidOf(message, uidValidity) for message in messages]
-            wanted = sorted({uid for uid in uids if uid is not None})
-            items = []
-            if wanted:
-                fetchParser(session).limits = LISTING_LIMITS
-                items = await session.fetchMetadata(
-                    formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
-                )
+            status = await self._marks.ensureOpen(reader, session, folder)
+            uids = [_uidOf(message, status.uidValidity) for message in messages]
+            headers = await _fetchHeaders(session, uids)
         except CommandFailed:
             return [None] * len(messages)
-        headers = dict(_headerOf(item) for item in items)
         return [None if uid is None else headers.get(uid) for uid in uids]
 
     def _bodies(
         self,
         folder: SourceFolder,
-        uids: Sequence[int | None],
-        uidValidity: int,
+        plan: BodyPlan,
         fetched: dict[int, Body],
         refusalOf: dict[int, CommandFailed],
-        tooLarge: dict[int, int],
     ) -> list[MessageBody]:
         """
-        What L{imapmig.sources.imap.IMAPSource.readBodies} returns for
-        C{uids}, from what was fetched; a spooled body becomes a
-        L{StreamedBody} that owns its file.
+        What L{imapmig.sources.imap.IMAPSource.readBodies} returns for the
+        messages of C{plan}, from what was C{fetched}; a spooled body
+        becomes a L{StreamedBody} that owns its file.
         """
         bodies: list[MessageBody] = []
-        made: dict[int, MessageBody] = {}
-        for uid in uids:
-            if uid is None:
-                bodies.append(
-                    UnreadableMessage(
-                        f"the source folder was renumbered (UIDVALIDITY {uidValidity}) "
-                        "since it was listed"
-                    )
-                )
-                continue
+        made: dict[int | None, MessageBody] = {}
+        for uid in plan.uids:
             if uid in made:
-                bodies.append(made[uid])
-                continue
-            if uid in tooLarge:
-                bodies.append(
-                    UnreadableMessage(
-                        f"listed at {tooLarge[uid]} octets, more than the {self._maxMessageBytes} "
-                        "read from a source"
-                    )
-                )
-                continue
-            if uid in fetched:
+                body = made[uid]
+            elif uid in fetched and uid not in plan.tooLarge:
                 body = made[uid] = self.messageBody(folder, uid, fetched.pop(uid))
-                bodies.append(body)
-                continue
-            refusal = refusalOf.get(uid)
-            if refusal is None or refusal.code == "EXPUNGEISSUED":
-                bodies.append(UnreadableMessage(EXPUNGED))
             else:
-                bodies.append(
-                    UnreadableMessage(f"the source server refused to send it: NO {refusal.text}")
-                )
+                body = self._unread(uid, plan, refusalOf)
+            bodies.append(body)
         return bodies
+
+    def _unread(
+        self, uid: int | None, plan: BodyPlan, refusalOf: dict[int, CommandFailed]
+    ) -> UnreadableMessage:
+        """
+        Why the message C{uid} of C{plan} has no body.
+        """
+        if uid is None:
+            return UnreadableMessage(
+                f"the source folder was renumbered (UIDVALIDITY {plan.uidValidity}) "
+                "since it was listed"
+            )
+        if uid in plan.tooLarge:
+            return UnreadableMessage(
+                f"listed at {plan.tooLarge[uid]} octets, more than the "
+                f"{self._fetcher.maxMessageBytes} read from a source"
+            )
+        refusal = refusalOf.get(uid)
+        if refusal is None or refusal.code == "EXPUNGEISSUED":
+            return UnreadableMessage(EXPUNGED)
+        return UnreadableMessage(f"the source server refused to send it: NO {refusal.text}")
 
     def messageBody(self, folder: SourceFolder, uid: int, body: Body) -> MessageBody:
         """
@@ -310,105 +342,36 @@ class BodyReader:
         if body is None:
             return UnreadableMessage("the source server sent NIL for its body")
         if isinstance(body, SpooledLiteral):
-            fd = body.detach()
-            try:
-                return StreamedBody.fromDescriptor(fd, f"{folder.key} UID {uid} (spooled)")
-            except OSError as e:
-                os.close(fd)
-                return UnreadableMessage(f"the spooled body cannot be read: {e.strerror or e}")
+            return _streamed(folder, uid, body)
         return asCRLF(body)
 
-    async def _fetchBodies(
-        self,
-        session: IMAPSession,
-        groups: Sequence[Sequence[int]],
-        section: bytes,
-        sizes: Sequence[int],
-        received: Callable[[int, Body], object] | None = None,
-    ) -> tuple[dict[int, Body], list[CommandFailed | None]]:
-        """
-        Fetch C{section} of the UIDs of C{groups}, one C{UID FETCH} per
-        group, all written at once, within the limits of the listed
-        C{sizes} (L{bodyLimits}); C{received}, if given, is called with
-        each body kept as it arrives (L{BodySink}).
 
-        @return: the bodies by UID (a UID absent got none), and per group
-            its refusal or L{None}.
-        @raise ConnectionLost: the connection was lost, or a response could
-            not be read or was beyond the limits; raised once every command
-            has ended, every spool closed.
-        """
-        if not groups:
-            return {}, []
-        fetchParser(session).limits = bodyLimits(
-            sizes, self._maxMessageBytes, self._spoolAbove, self._spoolDirectory
-        )
-        sink = BodySink({uid for group in groups for uid in group}, received)
-        commands = [
-            fetchInto(
-                session, b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", sink
-            )
-            for uids in groups
-        ]
-        refusals, error = await refusalsOf(commands)
-        if error is not None:
-            sink.close()
-            raise error
-        return sink.bodies, refusals
+def _streamed(folder: SourceFolder, uid: int, body: SpooledLiteral) -> MessageBody:
+    """
+    A spooled body as a L{StreamedBody} that owns its file.
+    """
+    fd = body.detach()
+    try:
+        return StreamedBody.fromDescriptor(fd, f"{folder.key} UID {uid} (spooled)")
+    except OSError as e:
+        os.close(fd)
+        return UnreadableMessage(f"the spooled body cannot be read: {e.strerror or e}")
 
-    async def _restoreNULs(
-        self, session: IMAPSession, bodies: dict[int, Body], early: EarlyBinary
-    ) -> None:
-        """
-        Put back the NUL octets the server replaced in C{BODY[]}.
 
-        A literal cannot carry NUL, so a server sends C{BODY[]} with each
-        NUL replaced (Dovecot sends 0x80); only C{BINARY[]} (RFC 3516,
-        C{literal8}) carries them.  But C{BINARY[]} also decodes the
-        message's Content-Transfer-Encoding, rewriting its headers, so it
-        cannot simply replace C{BODY[]}.  For each body holding 0x80 (the
-        only ones that can have lost a NUL) C{BINARY.PEEK[]} is fetched
-        too, and used only when it holds NUL and is C{BODY[]} exactly but
-        for NUL where C{BODY[]} has 0x80: the message as stored.  A body
-        in memory had its C{BINARY.PEEK[]} asked for as it arrived
-        (C{early}); the others (spooled ones) are searched now and fetched
-        together.  Spooled bodies are searched and compared a slice at a
-        time.
+async def _fetchHeaders(
+    session: IMAPSession, uids: Sequence[int | None]
+) -> dict[int | None, bytes | None]:
+    """
+    The C{BODY.PEEK[HEADER.FIELDS (...)]} of C{uids}, by UID (one the
+    server does not send is absent).
 
-        @param bodies: C{BODY[]} by UID, updated in place (a spool replaced
-            is closed).
-        @param early: the C{BINARY.PEEK[]} commands sent as bodies arrived.
-        @raise OSError: a spooled body cannot be read.
-        @raise ConnectionLost: as L{_fetchBodies}.
-        """
-        binary = await early.finish()
-        try:
-            candidates: list[tuple[int, bytes | SpooledLiteral]] = [
-                (uid, body)
-                for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
-                if body is not None and (uid in early.asked or holds(body, 0x80))
-            ]
-            late = [(uid, len(body)) for uid, body in candidates if uid not in early.asked]
-            if late:
-                more, _ = await self._fetchBodies(
-                    session,
-                    commandGroups(late, self._commandBytes),
-                    b"BINARY.PEEK[]",
-                    [size for _, size in late],
-                )
-                for uid, stored in more.items():
-                    previous = binary.get(uid)
-                    if isinstance(previous, SpooledLiteral):
-                        previous.close()
-                    binary[uid] = stored
-            for uid, body in candidates:
-                stored = binary.get(uid)
-                if stored is not None and isBodyButNUL(stored, body):
-                    del binary[uid]
-                    if isinstance(body, SpooledLiteral):
-                        body.close()
-                    bodies[uid] = stored
-        finally:
-            for left in binary.values():
-                if isinstance(left, SpooledLiteral):
-                    left.close()
+    @raise CommandFailed: the server refused.
+    """
+    wanted = sorted({uid for uid in uids if uid is not None})
+    if not wanted:
+        return {}
+    fetchParser(session).limits = LISTING_LIMITS
+    items = await session.fetchMetadata(
+        formatUIDSet(wanted), b"UID BODY.PEEK[HEADER.FIELDS " + HEADER_FIELDS + b"]"
+    )
+    return dict(_headerOf(item) for item in items)

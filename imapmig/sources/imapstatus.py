@@ -144,6 +144,19 @@ class FolderMarks:
             return signal.error(f"{self.description}: {what}")
         return None
 
+    async def ensureOpen(
+        self, reader: PooledSession, session: IMAPSession, folder: SourceFolder
+    ) -> FolderStatus:
+        """
+        C{folder}'s status, EXAMINEd first on C{reader} unless it has it
+        open already (its bodies are read: see L{examine}'s C{listing}).
+
+        @raise CommandFailed: the server refused.
+        """
+        if reader.examined != folder.key or folder.key not in self.status:
+            await self.examine(reader, session, folder, listing=False)
+        return self.status[folder.key]
+
     async def examine(
         self,
         reader: PooledSession,
