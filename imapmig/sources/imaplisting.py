@@ -11,7 +11,7 @@ its pool of connections (L{imapmig.sources.imappool}).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Awaitable, Callable, Sequence, TypeVar
 
 from attrs import evolve, frozen
 from twisted.logger import Logger
@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from imapmig.errors import CommandFailed, SourceError
 from imapmig.imap.fetch import FetchedItem, formatUIDSet
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession
+from imapmig.imap.session import ExaminedMailbox, IMAPSession
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.imappool import PooledSession
@@ -31,24 +31,21 @@ from imapmig.sources.imapstatus import (
     messageKey,
     parseMessageKey,
 )
+from imapmig.sources.imapviews import CopiedViews, DeduplicatedViews
 from imapmig.sources.labelviews import (
     COPY,
     DEDUP,
     FALLBACK_ITEM,
     GMAIL_EXTENSION,
-    HEADER_ITEM,
-    LABELS_ITEM,
-    MESSAGE_ID_ITEM,
     LabelViewFilter,
-    folderLabels,
-    hasMessageId,
-    headerMessageIds,
     planLabelViews,
     resolveLabelViews,
 )
 from imapmig.units import Count
 
 __all__ = ["FlagChange", "FolderChanges", "FolderListing", "sourceFlags"]
+
+T = TypeVar("T")
 
 log = Logger()
 
@@ -101,6 +98,94 @@ def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(f for f in flags if f.isascii() and f.lower() != "\\recent")
 
 
+@frozen
+class _Since:
+    """
+    Where a delta pass starts from: a L{FolderStatus} kept from the pass
+    before (see L{FolderListing.listMessagesSince}).
+
+    @ivar again: the UIDs below C{uidNext} listed again: only those the
+        last pass left undecided, not the ones it decided between them.
+    """
+
+    uidValidity: int
+    uidNext: int
+    modSeq: int | None
+    again: frozenset[int]
+
+    @classmethod
+    def of(
+        cls, uidValidity: int, uidNext: int, modSeq: int | None, deferred: Sequence[int]
+    ) -> _Since:
+        return cls(
+            uidValidity, uidNext, modSeq, frozenset(uid for uid in deferred if 0 < uid < uidNext)
+        )
+
+    @property
+    def fromUID(self) -> int:
+        """
+        The lowest UID listed: the lowest listed again, else C{uidNext}.
+        """
+        return max(min(self.again, default=self.uidNext), 1)
+
+    def uidSet(self, examined: ExaminedMailbox, uidValidity: int) -> bytes | None:
+        """
+        What to list of a folder now at C{uidValidity}, or L{None}: all of
+        it when it was renumbered, else from L{fromUID} if anything may
+        have arrived.
+        """
+        if not examined.exists:
+            return None
+        if uidValidity != self.uidValidity:
+            return b"1:*"
+        if self.again or examined.uidNext is None or examined.uidNext > self.uidNext:
+            return b"%d:*" % self.fromUID
+        return None
+
+    def newItems(self, items: Sequence[FetchedItem]) -> list[FetchedItem]:
+        """
+        The listing responses of messages that arrived since, or listed
+        again.
+        """
+        return [
+            item
+            for item in items
+            if item.uid is not None and (item.uid >= self.uidNext or item.uid in self.again)
+        ]
+
+    def flagChanges(self, changed: Sequence[FetchedItem]) -> list[FlagChange]:
+        """
+        The flag changes among C{changed} of the messages listed before
+        and not listed again.
+        """
+        return [
+            FlagChange(messageKey(self.uidValidity, item.uid), sourceFlags(item.flags))
+            for item in changed
+            if item.uid is not None
+            and item.uid < self.uidNext
+            and item.uid not in self.again
+            and item.flags is not None
+        ]
+
+
+def _everything(examined: ExaminedMailbox, uidValidity: int) -> bytes | None:
+    """
+    What a listing lists of a folder: all of it, unless it is empty.
+    """
+    return b"1:*" if examined.exists else None
+
+
+def _merged(items: list[FetchedItem], more: Sequence[FetchedItem]) -> list[FetchedItem]:
+    """
+    C{items} with the sections of C{more} (responses for some of the same
+    UIDs) added to theirs.
+    """
+    fields = {i.uid: i.sections for i in more}
+    return [
+        evolve(i, sections={**i.sections, **fields[i.uid]}) if i.uid in fields else i
+        for i in items
+    ]
+
 
 class FolderListing:
     """
@@ -137,46 +222,62 @@ class FolderListing:
         self._spaces: ServerNamespaces | None = None
         self._labelViews = labelViews
         self._archiveFolder = archiveFolder
-        # The folders the last listFolders left out, each with why.
         self.leftOut: list[tuple[SourceFolder, str]] = []
-        # By UID, the Message-IDs of the messages of All Mail not migrated.
-        self._notMigratedIds: dict[int, str | None] = {}
-        # The listing pass's de-duplication of label views, if any.
-        self._labelFilter: LabelViewFilter | None = None
+        # What the listing pass does with label views.
+        self._views: CopiedViews = CopiedViews()
 
     def folderStatus(self, folder: SourceFolder) -> FolderStatus | None:
         """
-        The status of C{folder} when it was last listed or opened, or
-        L{None} if it has not been.  A label view's status carries the
-        UIDs of the messages it deferred (L{LabelViewFilter.deferred}), for
-        the next pass to list again.
+        See L{imapmig.sources.imap.IMAPSource.folderStatus}.
         """
         status = self._marks.status.get(folder.key)
-        labels = self._labelFilter
-        if status is None or labels is None:
-            return status
-        deferred = tuple(uid for uid in labels.deferred(folder) if uid < status.uidNext)
-        if not deferred:
-            return status
-        return evolve(status, deferred=deferred)
+        if status is None:
+            return None
+        deferred = self._views.deferred(folder, status.uidNext)
+        return evolve(status, deferred=deferred) if deferred else status
+
+    def messageIdOf(self, folder: SourceFolder, message: SourceMessage) -> str | None:
+        """
+        See L{imapmig.sources.imap.IMAPSource.messageIdOf}.
+        """
+        parsed = parseMessageKey(message.key)
+        if folder.notMigrated is None or parsed is None:
+            return None
+        return self._views.messageIdOf(parsed[1])
 
     async def countMessages(
         self, reader: PooledSession, session: IMAPSession, folder: SourceFolder
     ) -> int:
+        """
+        See L{imapmig.sources.imap.IMAPSource.countMessages}.
+        """
         examined = await self._examineForListing(reader, session, folder)
         return examined.exists
 
     async def listFolders(
         self, reader: PooledSession, session: IMAPSession
     ) -> Sequence[SourceFolder]:
+        """
+        See L{imapmig.sources.imap.IMAPSource.listFolders}; starts a new
+        listing pass.
+        """
         spaces = await self._namespaces(session)
         try:
             listed = await session.listFolders()
         except CommandFailed as e:
-            raise self._marks.refused("LIST", e) or SourceError(
-                f"{self.description}: cannot list the folders: {e.status} {e.text}"
-            ) from None
+            raise self._marks.failure("LIST", "list the folders", e) from None
         folders, wireNames, leftOut = sourceFolders(listed, spaces, self._include)
+        self._noteLeftOut(leftOut)
+        self._marks.wireNames = wireNames
+        folders = self._planLabelViews(session, folders)
+        await self._views.noteAtStart(reader, session, folders)
+        return folders
+
+    def _noteLeftOut(self, leftOut: dict[str, list[str]]) -> None:
+        """
+        Remember and log the mailboxes L{sourceFolders} left out, by where
+        they are.
+        """
         self.leftOut = [
             (
                 SourceFolder(path=(name,), key=name),
@@ -185,7 +286,6 @@ class FolderListing:
             for where, names in leftOut.items()
             for name in names
         ]
-        self._notMigratedIds = {}
         for where, names in leftOut.items():
             log.info(
                 "{source}: {mailboxes} {where} left out, among them {names};"
@@ -197,10 +297,6 @@ class FolderListing:
                 where=where,
                 names=names[:LEFT_OUT_SHOWN],
             )
-        self._marks.wireNames = wireNames
-        folders = self._planLabelViews(session, folders)
-        await self._noteViewsAtStart(reader, session, folders)
-        return folders
 
     def _planLabelViews(
         self, session: IMAPSession, folders: list[SourceFolder]
@@ -209,13 +305,27 @@ class FolderListing:
         Apply the label view behaviour (L{imapmig.sources.labelviews}) to
         the listed folders, starting a new listing pass.
         """
-        self._labelFilter = None
+        self._views = CopiedViews()
         if resolveLabelViews(self._labelViews, session.capabilities) != DEDUP:
             return folders
         messageIds = GMAIL_EXTENSION in session.capabilities
         folders, deduplicated, leftOut = planLabelViews(
             folders, self._include, messageIds, self._archiveFolder
         )
+        self._noteViewsLeftOut(leftOut)
+        if deduplicated:
+            self._views = DeduplicatedViews(
+                LabelViewFilter(deduplicated, byHeader=not messageIds),
+                self._marks,
+                self.description,
+                self._job,
+            )
+        return folders
+
+    def _noteViewsLeftOut(self, leftOut: Sequence[tuple[SourceFolder, str]]) -> None:
+        """
+        Remember and log the label views L{planLabelViews} left out.
+        """
         self.leftOut += [
             (folder, f"{why}; a folder rule (include) naming it, or label_views: copy, copies it")
             for folder, why in leftOut
@@ -229,96 +339,6 @@ class FolderListing:
                 folder=folder.key,
                 why=why,
             )
-        if deduplicated:
-            self._labelFilter = LabelViewFilter(deduplicated, byHeader=not messageIds)
-        return folders
-
-    async def _noteViewsAtStart(
-        self, reader: PooledSession, session: IMAPSession, folders: Sequence[SourceFolder]
-    ) -> None:
-        """
-        Take note of each de-duplicated view's UIDNEXT before any folder
-        of the pass is listed (L{LabelViewFilter.began}); a view that
-        cannot be opened now is refused when listed.
-        """
-        labels = self._labelFilter
-        if labels is None:
-            return
-        for folder in folders:
-            if folder.key not in labels.deduplicated:
-                continue
-            try:
-                examined = await self._marks.examine(reader, session, folder)
-            except CommandFailed:
-                continue
-            if examined.uidNext is not None:
-                labels.began(folder, examined.uidNext)
-
-    def _listingItems(self, folder: SourceFolder) -> bytes:
-        """
-        What a listing fetches of each message: with X-GM-MSGID while label
-        views are de-duplicated, and a view's with X-GM-LABELS.
-        """
-        labels = self._labelFilter
-        if labels is None:
-            return METADATA_ITEMS
-        if labels.byHeader:
-            return METADATA_ITEMS + b" " + HEADER_ITEM
-        if folder.key in labels.deduplicated:
-            return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM + b" " + LABELS_ITEM
-        return METADATA_ITEMS + b" " + MESSAGE_ID_ITEM
-
-    def _labelFiltered(
-        self, folder: SourceFolder, items: list[FetchedItem]
-    ) -> list[FetchedItem]:
-        """
-        A folder's listing as the label view de-duplication has it: an
-        ordinary folder's whole (its messages noted), a view's without the
-        messages seen in other folders.
-
-        @raise SourceError: C{folder} is a view, and a folder listed before
-            it could not be: which of its messages are in that folder is
-            unknown, so none is copied rather than some twice.
-        """
-        labels = self._labelFilter
-        if labels is None:
-            return items
-        # The messages left out still move the folder's UIDNEXT on.
-        self._noteHighest(folder, items)
-        if folder.key in labels.deduplicated and labels.unlisted:
-            raise SourceError(
-                f"{self.description}: the label view {folder.key!r} is not copied:"
-                f" the folder(s) {', '.join(labels.unlisted)} could not be listed,"
-                " so which of its messages they hold is unknown"
-            )
-        wireName = self._marks.wireNames.get(folder.key, folder.key.encode("utf-8"))
-        kept, dropped = labels.listed(folder, items, folderLabels(folder, wireName))
-        if dropped:
-            log.info(
-                "{source}: {messages} of {folder} {are} also in other folders"
-                " and {are} copied from there only",
-                messages=Count(dropped, "message"),
-                are="is" if dropped == 1 else "are",
-                source=self.description,
-                job=self._job,
-                count=dropped,
-                folder=folder.key,
-            )
-        if folder.notMigrated is not None:
-            self._notMigratedIds.update(headerMessageIds(kept))
-        return kept
-
-    def messageIdOf(self, folder: SourceFolder, message: SourceMessage) -> str | None:
-        """
-        The Message-ID, as the state store records it, of a message listed
-        in a folder whose messages are not migrated
-        (L{SourceFolder.notMigrated}: its listing read each one's); else
-        L{None}.
-        """
-        parsed = parseMessageKey(message.key)
-        if folder.notMigrated is None or parsed is None:
-            return None
-        return self._notMigratedIds.get(parsed[1])
 
     async def _namespaces(self, session: IMAPSession) -> ServerNamespaces:
         """
@@ -326,18 +346,17 @@ class FolderListing:
         refusal mapped as for LIST.  Without NAMESPACE, the empty prefix
         (each mailbox's delimiter is LIST's).
         """
-        if self._spaces is not None:
-            return self._spaces
+        if self._spaces is None:
+            self._spaces = await self._askNamespaces(session)
+        return self._spaces
+
+    async def _askNamespaces(self, session: IMAPSession) -> ServerNamespaces:
         if not session.knowsNamespaces:
-            self._spaces = ServerNamespaces()
-            return self._spaces
+            return ServerNamespaces()
         try:
-            self._spaces = await session.namespaces()
-            return self._spaces
+            return await session.namespaces()
         except CommandFailed as e:
-            raise self._marks.refused("NAMESPACE", e) or SourceError(
-                f"{self.description}: cannot read the namespaces: {e.status} {e.text}"
-            ) from None
+            raise self._marks.failure("NAMESPACE", "read the namespaces", e) from None
 
     async def _examineForListing(
         self, reader: PooledSession, session: IMAPSession, folder: SourceFolder
@@ -345,44 +364,81 @@ class FolderListing:
         try:
             return await self._marks.examine(reader, session, folder)
         except CommandFailed as e:
-            raise self._marks.refused("EXAMINE", e) or SourceError(
-                f"{self.description}: cannot open the folder {folder.key!r}: "
-                f"{e.status} {e.text}"
-            ) from None
+            raise self._marks.failure("EXAMINE", f"open the folder {folder.key!r}", e) from None
+
+    async def _listingFetch(
+        self,
+        session: IMAPSession,
+        cannot: str,
+        uidSet: bytes,
+        items: bytes,
+        changedSince: int | None = None,
+    ) -> list[FetchedItem]:
+        """
+        C{UID FETCH uidSet (items)} within the limits of a listing.
+
+        @param cannot: what a refusal says could not be done.
+        @raise SourceError: the server refused (or a L{TransientError}:
+            L{FolderMarks.failure}).
+        """
+        fetchParser(session).limits = LISTING_LIMITS
+        try:
+            return await session.fetchMetadata(uidSet, items, changedSince=changedSince)
+        except CommandFailed as e:
+            raise self._marks.failure("UID FETCH", cannot, e) from None
 
     async def _fetchMessages(
         self, session: IMAPSession, folder: SourceFolder, uidSet: bytes
     ) -> list[FetchedItem]:
-        fetchParser(session).limits = LISTING_LIMITS
+        cannot = f"list the messages of {folder.key!r}"
+        items = await self._listingFetch(session, cannot, uidSet, self._views.listingItems(folder))
+        missing = self._views.withoutMessageId(items)
+        if not missing:
+            return items
+        more = await self._listingFetch(
+            session, cannot, formatUIDSet(missing), b"UID " + FALLBACK_ITEM
+        )
+        return _merged(items, more)
+
+    async def _listed(self, folder: SourceFolder, listing: Awaitable[T]) -> T:
+        """
+        Await C{listing}, of C{folder}: a folder that cannot be listed is
+        noted as such for the label views (L{CopiedViews.failed}).
+        """
         try:
-            items = await session.fetchMetadata(uidSet, self._listingItems(folder))
-            labels = self._labelFilter
-            if labels is None or not labels.byHeader:
-                return items
-            # Recognised by other header fields (labelviews.headerIdentity).
-            missing = [i.uid for i in items if i.uid is not None and not hasMessageId(i)]
-            if not missing:
-                return items
-            more = await session.fetchMetadata(formatUIDSet(missing), b"UID " + FALLBACK_ITEM)
-        except CommandFailed as e:
-            raise self._marks.refused("UID FETCH", e) or SourceError(
-                f"{self.description}: cannot list the messages of {folder.key!r}: "
-                f"{e.status} {e.text}"
-            ) from None
-        fields = {i.uid: i.sections for i in more}
-        return [
-            evolve(i, sections={**i.sections, **fields[i.uid]}) if i.uid in fields else i
-            for i in items
-        ]
+            return await listing
+        except SourceError:
+            self._views.failed(folder)
+            raise
+
+    async def _examineAndFetch(
+        self,
+        reader: PooledSession,
+        session: IMAPSession,
+        folder: SourceFolder,
+        uidSetOf: Callable[[ExaminedMailbox, int], bytes | None],
+    ) -> tuple[ExaminedMailbox, FolderStatus, list[FetchedItem]]:
+        """
+        EXAMINE C{folder} and list what C{uidSetOf} (given what EXAMINE
+        said and the folder's UIDVALIDITY) says, if anything.
+
+        @return: what EXAMINE said, the folder's status then, and the
+            listing responses.
+        """
+        examined = await self._examineForListing(reader, session, folder)
+        status = self._marks.status[folder.key]
+        uidSet = uidSetOf(examined, status.uidValidity)
+        items = [] if uidSet is None else await self._fetchMessages(session, folder, uidSet)
+        return examined, status, items
 
     def _messages(
-        self, folder: SourceFolder, uidValidity: int, items: Sequence[FetchedItem], fromUID: int
+        self, uidValidity: int, items: Sequence[FetchedItem], fromUID: int
     ) -> list[SourceMessage]:
         """
         The L{SourceMessage}s of listing responses with a UID of at least
-        C{fromUID}, and the folder's C{uidNext} raised past them.
+        C{fromUID}.
         """
-        messages = [
+        return [
             SourceMessage(
                 key=messageKey(uidValidity, item.uid),
                 flags=sourceFlags(item.flags),
@@ -392,12 +448,11 @@ class FolderListing:
             for item in items
             if item.uid is not None and item.uid >= fromUID
         ]
-        self._noteHighest(folder, items)
-        return messages
 
     def _noteHighest(self, folder: SourceFolder, items: Sequence[FetchedItem]) -> None:
         """
-        Raise the folder's C{uidNext} past the UIDs of listing responses.
+        Raise the folder's C{uidNext} past the UIDs of listing responses
+        (those the label views leave out too).
         """
         highest = max((item.uid for item in items if item.uid is not None), default=0)
         status = self._marks.status[folder.key]
@@ -409,15 +464,14 @@ class FolderListing:
     async def listMessages(
         self, reader: PooledSession, session: IMAPSession, folder: SourceFolder
     ) -> Sequence[SourceMessage]:
-        try:
-            examined = await self._examineForListing(reader, session, folder)
-            uidValidity = self._marks.status[folder.key].uidValidity
-            items = await self._fetchMessages(session, folder, b"1:*") if examined.exists else []
-        except SourceError:
-            if self._labelFilter is not None:
-                self._labelFilter.failed(folder)
-            raise
-        return self._messages(folder, uidValidity, self._labelFiltered(folder, items), 1)
+        """
+        See L{imapmig.sources.imap.IMAPSource.listMessages}.
+        """
+        _, status, items = await self._listed(
+            folder, self._examineAndFetch(reader, session, folder, _everything)
+        )
+        self._noteHighest(folder, items)
+        return self._messages(status.uidValidity, self._views.filtered(folder, items), 1)
 
     async def listMessagesSince(
         self,
@@ -429,66 +483,53 @@ class FolderListing:
         modSeq: int | None,
         deferred: Sequence[int],
     ) -> FolderChanges:
-        # The UIDs below uidNext listed again: only those the last pass
-        # left undecided, not the ones it decided between them.
-        again = {uid for uid in deferred if 0 < uid < uidNext}
-        fromUID = min(again, default=uidNext)
-        try:
-            examined = await self._examineForListing(reader, session, folder)
-            status = self._marks.status[folder.key]
-            items = []
-            if status.uidValidity != uidValidity:
-                if examined.exists:
-                    items = await self._fetchMessages(session, folder, b"1:*")
-            elif examined.exists and (
-                again or examined.uidNext is None or examined.uidNext > uidNext
-            ):
-                items = await self._fetchMessages(session, folder, b"%d:*" % max(fromUID, 1))
-        except SourceError:
-            if self._labelFilter is not None:
-                self._labelFilter.failed(folder)
-            raise
-        if status.uidValidity != uidValidity:
-            items = self._labelFiltered(folder, items)
-            messages = self._messages(folder, status.uidValidity, items, 1)
-            return FolderChanges(self._marks.status[folder.key], True, tuple(messages), (), False)
-        # "n:*" also gives the last message when n is beyond it: it moves
-        # UIDNEXT on (where EXAMINE gave none), but only the new ones count,
-        # and are noted for the label views.
-        self._noteHighest(folder, items)
-        items = [
-            item
-            for item in items
-            if item.uid is not None and (item.uid >= uidNext or item.uid in again)
-        ]
-        newMessages = self._messages(
-            folder, uidValidity, self._labelFiltered(folder, items), max(fromUID, 1)
+        """
+        See L{imapmig.sources.imap.IMAPSource.listMessagesSince}.
+        """
+        since = _Since.of(uidValidity, uidNext, modSeq, deferred)
+        examined, status, items = await self._listed(
+            folder, self._examineAndFetch(reader, session, folder, since.uidSet)
         )
-        changes: list[FlagChange] = []
-        known = False
-        condstore = bool({b"CONDSTORE", b"QRESYNC"} & session.capabilities)
-        if modSeq is not None and condstore and examined.highestModSeq is not None:
-            known = True
-            if uidNext > 1 and examined.highestModSeq > modSeq:
-                fetchParser(session).limits = LISTING_LIMITS
-                try:
-                    changed = await session.fetchMetadata(
-                        b"1:%d" % (uidNext - 1), b"UID FLAGS", changedSince=modSeq
-                    )
-                except CommandFailed as e:
-                    raise self._marks.refused("UID FETCH", e) or SourceError(
-                        f"{self.description}: cannot read the flag changes of "
-                        f"{folder.key!r}: {e.status} {e.text}"
-                    ) from None
-                changes = [
-                    FlagChange(messageKey(uidValidity, item.uid), sourceFlags(item.flags))
-                    for item in changed
-                    if item.uid is not None
-                    and item.uid < uidNext
-                    and item.uid not in again
-                    and item.flags is not None
-                ]
+        # "n:*" also gives the last message when n is beyond it: it moves
+        # UIDNEXT on (where EXAMINE gave none), but only the new ones count.
+        self._noteHighest(folder, items)
+        if status.uidValidity != uidValidity:
+            messages = self._messages(status.uidValidity, self._views.filtered(folder, items), 1)
+            return FolderChanges(self._marks.status[folder.key], True, tuple(messages), (), False)
+        newMessages = self._messages(
+            uidValidity, self._views.filtered(folder, since.newItems(items)), since.fromUID
+        )
+        changes, known = await self._flagChanges(session, folder, examined, since)
         return FolderChanges(
             self._marks.status[folder.key], False, tuple(newMessages), tuple(changes), known
         )
 
+    async def _flagChanges(
+        self, session: IMAPSession, folder: SourceFolder, examined: ExaminedMailbox, since: _Since
+    ) -> tuple[list[FlagChange], bool]:
+        """
+        The flags changed since C{since}'s mod-sequence on the messages
+        listed before (C{UID FETCH 1:<uidNext - 1> (UID FLAGS)
+        (CHANGEDSINCE <modSeq>)}), and whether they are known: only where
+        the server has CONDSTORE and a mod-sequence was given.
+        """
+        modSeq, highest = since.modSeq, examined.highestModSeq
+        if modSeq is None or highest is None or not _condstore(session):
+            return [], False
+        if since.uidNext <= 1 or highest <= modSeq:
+            return [], True
+        changed = await self._listingFetch(
+            session,
+            f"read the flag changes of {folder.key!r}",
+            b"1:%d" % (since.uidNext - 1),
+            b"UID FLAGS",
+            changedSince=modSeq,
+        )
+        return since.flagChanges(changed), True
+
+
+def _condstore(session: IMAPSession) -> bool:
+    """
+    Whether C{session}'s server has CONDSTORE (QRESYNC implies it).
+    """
+    return bool({b"CONDSTORE", b"QRESYNC"} & session.capabilities)

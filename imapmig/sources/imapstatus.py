@@ -17,7 +17,7 @@ from typing import Callable
 from attrs import frozen
 from twisted.internet.defer import Deferred
 
-from imapmig.errors import CommandFailed, TransientError
+from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
 from imapmig.imap.fetch import FetchedItem, FetchLimits, FetchResponseParser
 from imapmig.imap.session import ExaminedMailbox, IMAPSession
 from imapmig.imap.signals import SignalAction, classifyRefusal
@@ -143,6 +143,16 @@ class FolderMarks:
         if signal.action in (SignalAction.RETRY, SignalAction.PAUSE, SignalAction.RECONNECT):
             return signal.error(f"{self.description}: {what}")
         return None
+
+    def failure(self, command: str, cannot: str, error: CommandFailed) -> ImapmigError:
+        """
+        The error to raise for C{command}'s refusal C{error}: what
+        L{refused} says, else a L{SourceError} saying what C{cannot} be
+        done.
+        """
+        return self.refused(command, error) or SourceError(
+            f"{self.description}: cannot {cannot}: {error.status} {error.text}"
+        )
 
     async def ensureOpen(
         self, reader: PooledSession, session: IMAPSession, folder: SourceFolder
