@@ -19,7 +19,16 @@ Split out of L{imapmig.sources.imap}, whose facade holds one pool.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Awaitable, Callable, Concatenate, Coroutine, ParamSpec, TypeVar
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Concatenate,
+    Coroutine,
+    ParamSpec,
+    Sequence,
+    TypeVar,
+)
 
 from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
@@ -51,6 +60,13 @@ class PooledSession:
         self.lock = DeferredLock()
         self.session: IMAPSession | None = None
         self.examined: str | None = None
+
+    def forget(self) -> None:
+        """
+        Let go of the session (it was dropped, or logged out).
+        """
+        self.session = None
+        self.examined = None
 
 
 class SessionPool:
@@ -109,8 +125,7 @@ class SessionPool:
             if not reader.lock.locked:
                 # The call running on a locked reader forgets its session
                 # itself, as the abort fails it.
-                reader.session = None
-                reader.examined = None
+                reader.forget()
             session.abort("the job's stop timed out")
 
     def open(self) -> Deferred[IMAPSession]:
@@ -151,12 +166,9 @@ class SessionPool:
         """
         idle = [reader for reader in self._readers if not reader.lock.locked]
         opened = [reader for reader in idle if reader.session is not None]
-        for reader in opened:
-            if folderKey is None or reader.examined == folderKey:
-                return reader
-        for reader in opened:
-            if reader.examined is None:
-                return reader
+        ready = _readyFor(opened, folderKey)
+        if ready is not None:
+            return ready
         if len(self._readers) < self._connections:
             # A connection of its own rather than close another worker's
             # folder.
@@ -165,6 +177,13 @@ class SessionPool:
             return reader
         if idle:
             return (opened or idle)[0]
+        return self._queueFor(folderKey)
+
+    def _queueFor(self, folderKey: str | None) -> PooledSession:
+        """
+        The busy connection to wait for: the one with C{folderKey} open,
+        else the one with the fewest calls waiting.
+        """
         for reader in self._readers:
             if folderKey is not None and reader.examined == folderKey:
                 return reader
@@ -196,47 +215,85 @@ class SessionPool:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        reader = self.choose(None if folder is None else folder.key)
-        await reader.lock.acquire()
+        reader, session = await self._ready(None if folder is None else folder.key)
         try:
-            session = reader.session
-            if session is None:
-                try:
-                    session = await self.open()
-                except ImapmigError as e:
-                    if not any(other.session is not None for other in self._readers):
-                        raise
-                    # An extra connection refused: carry on with those open.
-                    if reader in self._readers:
-                        self._readers.remove(reader)
-                    self._connections = max(1, len(self._readers))
-                    log.warn(
-                        "{source}: an extra connection was refused, reading with "
-                        "{count} connection(s): {why}",
-                        source=self.description,
-                        job=self._job,
-                        count=self._connections,
-                        why=str(e),
-                    )
-                    reader.lock.release()
-                    reader = self.choose(None if folder is None else folder.key)
-                    await reader.lock.acquire()
-                    session = reader.session
-                    if session is None:
-                        session = await self.open()
-                reader.session = session
-                reader.examined = None
-            try:
-                return await method(reader, session, *args, **kwargs)
-            except TransientError as e:
-                if self._throttle is not None:
-                    self._throttle.signalled(e)
-                reader.session = None
-                reader.examined = None
-                session.abort()
-                raise
+            return await method(reader, session, *args, **kwargs)
+        except TransientError as e:
+            self._drop(reader, session, e)
+            raise
         finally:
             reader.lock.release()
+
+    async def _ready(self, folderKey: str | None) -> tuple[PooledSession, IMAPSession]:
+        """
+        A connection for a call about C{folderKey} (L{choose}), locked, and
+        its session, opened if need be; if the server refuses an extra
+        connection, another connection of the pool.  Nothing stays locked
+        if it fails.
+        """
+        reader = self.choose(folderKey)
+        await reader.lock.acquire()
+        try:
+            return reader, await self._sessionOf(reader)
+        except ImapmigError as e:
+            if not self._refusedExtra(reader, e):
+                reader.lock.release()
+                raise
+        except BaseException:
+            reader.lock.release()
+            raise
+        reader.lock.release()
+        reader = self.choose(folderKey)
+        await reader.lock.acquire()
+        try:
+            session = await self._sessionOf(reader)
+        except BaseException:
+            reader.lock.release()
+            raise
+        # Taken over after a refusal: its folder is opened again.
+        reader.examined = None
+        return reader, session
+
+    async def _sessionOf(self, reader: PooledSession) -> IMAPSession:
+        """
+        C{reader}'s session, opened first if it has none.
+        """
+        if reader.session is None:
+            session = await self.open()
+            reader.session = session
+            reader.examined = None
+        return reader.session
+
+    def _refusedExtra(self, reader: PooledSession, error: ImapmigError) -> bool:
+        """
+        Whether opening C{reader}'s session failed with C{error} as an
+        extra connection refused (another connection of the pool is
+        open): if so, the pool shrinks to the connections it has.
+        """
+        if not any(other.session is not None for other in self._readers):
+            return False
+        if reader in self._readers:
+            self._readers.remove(reader)
+        self._connections = max(1, len(self._readers))
+        log.warn(
+            "{source}: an extra connection was refused, reading with "
+            "{count} connection(s): {why}",
+            source=self.description,
+            job=self._job,
+            count=self._connections,
+            why=str(error),
+        )
+        return True
+
+    def _drop(self, reader: PooledSession, session: IMAPSession, error: TransientError) -> None:
+        """
+        A call on C{reader} failed with C{error}: tell the throttle, and
+        drop the connection (the next call opens a new one).
+        """
+        if self._throttle is not None:
+            self._throttle.signalled(error)
+        reader.forget()
+        session.abort()
 
     async def close(self) -> None:
         """
@@ -246,8 +303,24 @@ class SessionPool:
         for reader in readers:
             await reader.lock.acquire()
             try:
-                session, reader.session, reader.examined = reader.session, None, None
+                session = reader.session
+                reader.forget()
                 if session is not None:
                     await session.logout()
             finally:
                 reader.lock.release()
+
+
+def _readyFor(opened: Sequence[PooledSession], folderKey: str | None) -> PooledSession | None:
+    """
+    Of the idle C{opened} connections, the one to run a call about
+    C{folderKey} on at once: one with that folder open (any, for a call
+    about no folder), else one with no folder open; else L{None}.
+    """
+    for reader in opened:
+        if folderKey is None or reader.examined == folderKey:
+            return reader
+    for reader in opened:
+        if reader.examined is None:
+            return reader
+    return None
