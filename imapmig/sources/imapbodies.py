@@ -138,9 +138,8 @@ class BodySink:
         uid = item.uid
         spooled = item.spooledBody
         body: Body = spooled if spooled is not None else item.body
-        for spool in item.spooled.values():
-            if spool is not body:
-                spool.close()
+        if item.spooled:
+            _closeOthers(item, body)
         if uid is None or uid not in self._wanted or not item.hasBody:
             if spooled is not None:
                 spooled.close()
@@ -157,6 +156,15 @@ class BodySink:
         Close every spooled body kept.
         """
         closeSpooled(self.bodies.values())
+
+
+def _closeOthers(item: FetchedItem, body: Body) -> None:
+    """
+    Close every spooled section of C{item} but C{body}.
+    """
+    for spool in item.spooled.values():
+        if spool is not body:
+            spool.close()
 
 
 def closeSpooled(bodies: Iterable[Body]) -> None:

@@ -135,7 +135,7 @@ class BinaryNULRestorer(NULRestorer):
         Fetch into C{binary} the C{BINARY.PEEK[]} of the C{candidates} not
         asked for early.
         """
-        late = [(uid, len(body)) for uid, body in candidates if uid not in self._early.asked]
+        late = self._late(candidates)
         if not late:
             return
         more, _ = await self._fetcher.fetch(
@@ -144,6 +144,16 @@ class BinaryNULRestorer(NULRestorer):
         for uid, stored in more.items():
             closeSpooled([binary.get(uid)])
             binary[uid] = stored
+
+
+    def _late(
+        self, candidates: Sequence[tuple[int, bytes | SpooledLiteral]]
+    ) -> list[tuple[int, int]]:
+        """
+        C{(uid, size)} of the C{candidates} whose C{BINARY.PEEK[]} was not
+        asked for early.
+        """
+        return [(uid, len(body)) for uid, body in candidates if uid not in self._early.asked]
 
 
 def _replaceStored(

@@ -26,7 +26,6 @@ from typing import (
     Concatenate,
     Coroutine,
     ParamSpec,
-    Sequence,
     TypeVar,
 )
 
@@ -67,6 +66,20 @@ class PooledSession:
         """
         self.session = None
         self.examined = None
+
+    def abort(self, why: str) -> None:
+        """
+        Drop the connection now, if open: the call running on it fails,
+        and forgets it.
+        """
+        session = self.session
+        if session is None:
+            return
+        if not self.lock.locked:
+            # The call running on a locked reader forgets its session
+            # itself, as the abort fails it.
+            self.forget()
+        session.abort(why)
 
 
 class SessionPool:
@@ -119,14 +132,7 @@ class SessionPool:
         for opening in list(self._openings):
             opening.cancel()
         for reader in self._readers:
-            session = reader.session
-            if session is None:
-                continue
-            if not reader.lock.locked:
-                # The call running on a locked reader forgets its session
-                # itself, as the abort fails it.
-                reader.forget()
-            session.abort("the job's stop timed out")
+            reader.abort("the job's stop timed out")
 
     def open(self) -> Deferred[IMAPSession]:
         """
@@ -162,32 +168,18 @@ class SessionPool:
     def choose(self, folderKey: str | None) -> PooledSession:
         """
         The connection a call about C{folderKey} (L{None}: about no folder)
-        should run on; see the module's docstring.
+        should run on: the first of the best rank (L{_rank}), or a new one
+        while the pool may grow and none ranks above L{_GROW}.
         """
-        idle = [reader for reader in self._readers if not reader.lock.locked]
-        opened = [reader for reader in idle if reader.session is not None]
-        ready = _readyFor(opened, folderKey)
-        if ready is not None:
-            return ready
-        if len(self._readers) < self._connections:
+        best = min(self._readers, key=lambda reader: _rank(reader, folderKey), default=None)
+        if best is None or (
+            len(self._readers) < self._connections and _rank(best, folderKey) > _GROW
+        ):
             # A connection of its own rather than close another worker's
             # folder.
-            reader = PooledSession()
-            self._readers.append(reader)
-            return reader
-        if idle:
-            return (opened or idle)[0]
-        return self._queueFor(folderKey)
-
-    def _queueFor(self, folderKey: str | None) -> PooledSession:
-        """
-        The busy connection to wait for: the one with C{folderKey} open,
-        else the one with the fewest calls waiting.
-        """
-        for reader in self._readers:
-            if folderKey is not None and reader.examined == folderKey:
-                return reader
-        return min(self._readers, key=lambda reader: len(reader.lock.waiting))
+            best = PooledSession()
+            self._readers.append(best)
+        return best
 
     async def run(
         self,
@@ -311,16 +303,32 @@ class SessionPool:
                 reader.lock.release()
 
 
-def _readyFor(opened: Sequence[PooledSession], folderKey: str | None) -> PooledSession | None:
+
+# The ranks of the connections for a call (see _rank), best first.  A new
+# connection, while the pool may grow, ranks just after _GROW.
+_READY = (0, 0)
+_UNUSED = (1, 0)
+_GROW = _UNUSED
+_OTHER_FOLDER = (3, 0)
+_UNOPENED = (4, 0)
+_BUSY_ON_FOLDER = (5, 0)
+_BUSY = 6
+
+
+def _rank(reader: PooledSession, folderKey: str | None) -> tuple[int, int]:
     """
-    Of the idle C{opened} connections, the one to run a call about
-    C{folderKey} on at once: one with that folder open (any, for a call
-    about no folder), else one with no folder open; else L{None}.
+    How good C{reader} is for a call about C{folderKey}, lowest best: idle
+    with that folder open (any open session, for a call about no folder),
+    idle with no folder open, (a new connection), idle with another folder
+    open, idle and not yet opened, busy with that folder open, else busy,
+    by how many calls wait for it.
     """
-    for reader in opened:
-        if folderKey is None or reader.examined == folderKey:
-            return reader
-    for reader in opened:
-        if reader.examined is None:
-            return reader
-    return None
+    if reader.lock.locked:
+        if folderKey is not None and reader.examined == folderKey:
+            return _BUSY_ON_FOLDER
+        return (_BUSY, len(reader.lock.waiting))
+    if reader.session is None:
+        return _UNOPENED
+    if folderKey is None or reader.examined == folderKey:
+        return _READY
+    return _UNUSED if reader.examined is None else _OTHER_FOLDER

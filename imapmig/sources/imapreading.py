@@ -32,7 +32,7 @@ from imapmig.mail.message import (
     toCRLF,
 )
 from imapmig.sources.imapbodies import Body, BodyFetcher, closeSpooled
-from imapmig.sources.imapnuls import nulRestorerFor
+from imapmig.sources.imapnuls import NULRestorer, nulRestorerFor
 from imapmig.sources.imappool import PooledSession
 from imapmig.sources.imapstatus import LISTING_LIMITS, FolderMarks, fetchParser, parseMessageKey
 from imapmig.sources.throttling import IThrottle
@@ -192,13 +192,7 @@ class BodyReader:
         plan = BodyPlan.of(messages, status.uidValidity, self._fetcher)
         await self._admit(plan.wanted)
         nuls = nulRestorerFor(session, self._fetcher, plan.groups)
-        try:
-            fetched, refusals = await self._fetcher.fetch(
-                session, plan.groups, b"BODY.PEEK[]", plan.sizes, nuls.received
-            )
-        except BaseException:
-            nuls.abandon()
-            raise
+        fetched, refusals = await self._fetch(session, plan, nuls)
         try:
             await nuls.restore(fetched)
             return self._bodies(folder, plan, fetched, self._refusalsByUID(plan.groups, refusals))
@@ -208,6 +202,22 @@ class BodyReader:
             ) from None
         finally:
             closeSpooled(fetched.values())
+
+    async def _fetch(
+        self, session: IMAPSession, plan: BodyPlan, nuls: NULRestorer
+    ) -> tuple[dict[int, Body], list[CommandFailed | None]]:
+        """
+        Fetch the bodies of C{plan}, each handed to C{nuls} as it arrives
+        (L{BodyFetcher.fetch}); if that fails, C{nuls} lets go of what it
+        asked for besides.
+        """
+        try:
+            return await self._fetcher.fetch(
+                session, plan.groups, b"BODY.PEEK[]", plan.sizes, nuls.received
+            )
+        except BaseException:
+            nuls.abandon()
+            raise
 
     def _folderUnreadable(
         self, folder: SourceFolder, error: CommandFailed, count: int

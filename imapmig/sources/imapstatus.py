@@ -72,6 +72,13 @@ class FolderStatus:
 
 
 
+_NEVER_OPENED = FolderStatus(uidValidity=-1, uidNext=1, highestModSeq=None, exists=0)
+"""
+The status of a folder not opened yet, as a folder opened before would
+have it: no UIDVALIDITY matches it, and the UIDs seen so far start at 1.
+"""
+
+
 def messageKey(uidValidity: int, uid: int) -> str:
     """
     The key of a message of an IMAP folder: C{"<UIDVALIDITY>:<UID>"}.
@@ -186,20 +193,21 @@ class FolderMarks:
         reader.examined = None
         examined = await session.examine(folder.key, self.wireNames.get(folder.key))
         reader.examined = folder.key
-        previous = self.status.get(folder.key)
-        uidValidity = examined.uidValidity or 0
-        uidNext = examined.uidNext
-        highestModSeq = examined.highestModSeq
-        if not listing and previous is not None and previous.uidValidity == uidValidity:
-            uidNext, highestModSeq = previous.uidNext, previous.highestModSeq
-        if uidNext is None:
-            # Until the listing says better: the UIDs seen so far.
-            uidNext = previous.uidNext if previous is not None else 1
-        self.status[folder.key] = FolderStatus(
-            uidValidity=uidValidity,
-            uidNext=uidNext,
-            highestModSeq=highestModSeq,
-            exists=examined.exists,
-        )
+        self.status[folder.key] = self._statusAfter(folder.key, examined, listing)
         return examined
+
+    def _statusAfter(self, key: str, examined: ExaminedMailbox, listing: bool) -> FolderStatus:
+        """
+        The status of the folder C{key} as C{examined} shows it (see
+        L{examine}).
+        """
+        previous = self.status.get(key, _NEVER_OPENED)
+        uidValidity = examined.uidValidity or 0
+        if not listing and previous.uidValidity == uidValidity:
+            return FolderStatus(
+                uidValidity, previous.uidNext, previous.highestModSeq, examined.exists
+            )
+        # Without UIDNEXT, until the listing says better: the UIDs seen so far.
+        uidNext = previous.uidNext if examined.uidNext is None else examined.uidNext
+        return FolderStatus(uidValidity, uidNext, examined.highestModSeq, examined.exists)
 
