@@ -70,8 +70,8 @@ from imapmig.sources.imaplisting import FolderChanges, FolderListing
 from imapmig.sources.imappool import SessionPool
 from imapmig.sources.imapreading import BodyReader
 from imapmig.sources.imapstatus import FolderMarks, FolderStatus
+from imapmig.sources.imapthrottle import IThrottle
 from imapmig.sources.labelviews import COPY
-from imapmig.sources.throttling import IThrottle
 
 __all__ = ["IMAPSource"]
 

@@ -128,6 +128,17 @@ class BodySink:
         self._received = received
         self.bodies: dict[int, Body] = {}
 
+    @classmethod
+    def forGroups(
+        cls,
+        groups: Sequence[Sequence[int]],
+        received: Callable[[int, Body], object] | None = None,
+    ) -> BodySink:
+        """
+        A sink keeping the bodies of the UIDs of C{groups}.
+        """
+        return cls({uid for group in groups for uid in group}, received)
+
     def want(self, uid: int) -> None:
         """
         Keep the body of C{uid} too, from its next response on.
@@ -228,7 +239,7 @@ class BodyFetcher:
         fetchParser(session).limits = bodyLimits(
             sizes, self.maxMessageBytes, self.spoolAbove, self.spoolDirectory
         )
-        sink = BodySink({uid for group in groups for uid in group}, received)
+        sink = BodySink.forGroups(groups, received)
         commands = [
             fetchInto(
                 session, b"UID FETCH " + formatUIDSet(uids) + b" (UID " + section + b")", sink

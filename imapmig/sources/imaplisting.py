@@ -138,9 +138,14 @@ class _Since:
             return None
         if uidValidity != self.uidValidity:
             return b"1:*"
-        if self.again or examined.uidNext is None or examined.uidNext > self.uidNext:
-            return b"%d:*" % self.fromUID
-        return None
+        return b"%d:*" % self.fromUID if self._mayHaveMore(examined) else None
+
+    def _mayHaveMore(self, examined: ExaminedMailbox) -> bool:
+        """
+        Whether the folder may hold messages to list: some to list again,
+        or new ones (UIDNEXT moved on, or unknown).
+        """
+        return bool(self.again) or examined.uidNext is None or examined.uidNext > self.uidNext
 
     def newItems(self, items: Sequence[FetchedItem]) -> list[FetchedItem]:
         """
@@ -494,8 +499,7 @@ class FolderListing:
         # UIDNEXT on (where EXAMINE gave none), but only the new ones count.
         self._noteHighest(folder, items)
         if status.uidValidity != uidValidity:
-            messages = self._messages(status.uidValidity, self._views.filtered(folder, items), 1)
-            return FolderChanges(self._marks.status[folder.key], True, tuple(messages), (), False)
+            return self._renumbered(folder, status.uidValidity, items)
         newMessages = self._messages(
             uidValidity, self._views.filtered(folder, since.newItems(items)), since.fromUID
         )
@@ -503,6 +507,16 @@ class FolderListing:
         return FolderChanges(
             self._marks.status[folder.key], False, tuple(newMessages), tuple(changes), known
         )
+
+    def _renumbered(
+        self, folder: SourceFolder, uidValidity: int, items: list[FetchedItem]
+    ) -> FolderChanges:
+        """
+        The changes of a folder renumbered (now at C{uidValidity}): every
+        message of its listing C{items} is new.
+        """
+        messages = self._messages(uidValidity, self._views.filtered(folder, items), 1)
+        return FolderChanges(self._marks.status[folder.key], True, tuple(messages), (), False)
 
     async def _flagChanges(
         self, session: IMAPSession, folder: SourceFolder, examined: ExaminedMailbox, since: _Since

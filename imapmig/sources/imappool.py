@@ -35,7 +35,7 @@ from twisted.logger import Logger
 from imapmig.errors import ImapmigError, TransientError
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
-from imapmig.sources.throttling import IThrottle
+from imapmig.sources.imapthrottle import IThrottle
 
 __all__ = ["PooledSession", "SessionPool"]
 
@@ -235,6 +235,13 @@ class SessionPool:
             reader.lock.release()
             raise
         reader.lock.release()
+        return await self._readyAfterRefusal(folderKey)
+
+    async def _readyAfterRefusal(self, folderKey: str | None) -> tuple[PooledSession, IMAPSession]:
+        """
+        L{_ready} once an extra connection was refused and the pool shrunk:
+        a failure to open this one stands.
+        """
         reader = self.choose(folderKey)
         await reader.lock.acquire()
         try:
@@ -324,11 +331,18 @@ def _rank(reader: PooledSession, folderKey: str | None) -> tuple[int, int]:
     by how many calls wait for it.
     """
     if reader.lock.locked:
-        if folderKey is not None and reader.examined == folderKey:
-            return _BUSY_ON_FOLDER
-        return (_BUSY, len(reader.lock.waiting))
+        return _busyRank(reader, folderKey)
     if reader.session is None:
         return _UNOPENED
-    if folderKey is None or reader.examined == folderKey:
+    if folderKey is None:
         return _READY
-    return _UNUSED if reader.examined is None else _OTHER_FOLDER
+    return {None: _UNUSED, folderKey: _READY}.get(reader.examined, _OTHER_FOLDER)
+
+
+def _busyRank(reader: PooledSession, folderKey: str | None) -> tuple[int, int]:
+    """
+    L{_rank} of a connection running a call.
+    """
+    if folderKey is not None and reader.examined == folderKey:
+        return _BUSY_ON_FOLDER
+    return (_BUSY, len(reader.lock.waiting))

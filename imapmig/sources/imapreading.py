@@ -35,7 +35,7 @@ from imapmig.sources.imapbodies import Body, BodyFetcher, closeSpooled
 from imapmig.sources.imapnuls import NULRestorer, nulRestorerFor
 from imapmig.sources.imappool import PooledSession
 from imapmig.sources.imapstatus import LISTING_LIMITS, FolderMarks, fetchParser, parseMessageKey
-from imapmig.sources.throttling import IThrottle
+from imapmig.sources.imapthrottle import IThrottle
 
 __all__ = ["EXPUNGED", "BodyReader", "asCRLF"]
 
@@ -193,15 +193,7 @@ class BodyReader:
         await self._admit(plan.wanted)
         nuls = nulRestorerFor(session, self._fetcher, plan.groups)
         fetched, refusals = await self._fetch(session, plan, nuls)
-        try:
-            await nuls.restore(fetched)
-            return self._bodies(folder, plan, fetched, self._refusalsByUID(plan.groups, refusals))
-        except OSError as e:
-            raise TransientError(
-                f"{self.description}: a spooled body cannot be read: {e.strerror or e}"
-            ) from None
-        finally:
-            closeSpooled(fetched.values())
+        return await self._handOver(folder, plan, nuls, fetched, refusals)
 
     async def _fetch(
         self, session: IMAPSession, plan: BodyPlan, nuls: NULRestorer
@@ -218,6 +210,33 @@ class BodyReader:
         except BaseException:
             nuls.abandon()
             raise
+
+    async def _handOver(
+        self,
+        folder: SourceFolder,
+        plan: BodyPlan,
+        nuls: NULRestorer,
+        fetched: dict[int, Body],
+        refusals: Sequence[CommandFailed | None],
+    ) -> list[MessageBody]:
+        """
+        The bodies of C{plan} as L{imapmig.sources.imap.IMAPSource.readBodies}
+        hands them on, from those C{fetched} (their NULs put back by
+        C{nuls}) and the C{refusals} of their commands; every spooled body
+        not handed on is closed.
+
+        @raise TransientError: a spooled body cannot be read, or a refusal
+            says "not now".
+        """
+        try:
+            await nuls.restore(fetched)
+            return self._bodies(folder, plan, fetched, self._refusalsByUID(plan.groups, refusals))
+        except OSError as e:
+            raise TransientError(
+                f"{self.description}: a spooled body cannot be read: {e.strerror or e}"
+            ) from None
+        finally:
+            closeSpooled(fetched.values())
 
     def _folderUnreadable(
         self, folder: SourceFolder, error: CommandFailed, count: int

@@ -171,6 +171,18 @@ class DeduplicatedViews(CopiedViews):
             it could not be: which of its messages are in that folder is
             unknown, so none is copied rather than some twice.
         """
+        self._checkListable(folder)
+        wireName = self._marks.wireNames.get(folder.key, folder.key.encode("utf-8"))
+        kept, dropped = self._labels.listed(folder, items, folderLabels(folder, wireName))
+        self._noteDropped(folder, dropped)
+        if folder.notMigrated is not None:
+            self._notMigratedIds.update(headerMessageIds(kept))
+        return kept
+
+    def _checkListable(self, folder: SourceFolder) -> None:
+        """
+        @raise SourceError: see L{filtered}.
+        """
         labels = self._labels
         if folder.key in labels.deduplicated and labels.unlisted:
             raise SourceError(
@@ -178,12 +190,6 @@ class DeduplicatedViews(CopiedViews):
                 f" the folder(s) {', '.join(labels.unlisted)} could not be listed,"
                 " so which of its messages they hold is unknown"
             )
-        wireName = self._marks.wireNames.get(folder.key, folder.key.encode("utf-8"))
-        kept, dropped = labels.listed(folder, items, folderLabels(folder, wireName))
-        self._noteDropped(folder, dropped)
-        if folder.notMigrated is not None:
-            self._notMigratedIds.update(headerMessageIds(kept))
-        return kept
 
     def _noteDropped(self, folder: SourceFolder, dropped: int) -> None:
         """
