@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources_imap -*-
+# -*- test-case-name: tests.test_sources_imappool,tests.test_sources_imap -*-
 """
 The connections an L{imapmig.sources.imap.IMAPSource} reads on: a small
 pool, one call at a time on each.
