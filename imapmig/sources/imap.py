@@ -19,35 +19,44 @@ by content (Message-ID, digest) is the caller's job, not the source's.
 
 Bodies are read in the caller's batches with pipelined C{UID FETCH <set>
 (UID BODY.PEEK[])} commands, each covering about L{COMMAND_BYTES} octets of
-messages, through the incremental FETCH reader of
-L{imapmig.imap.fetch}: a body arrives as one buffer, never re-parsed.  At
-most one batch of bodies is held at a time, and none larger than
-L{SPOOL_ABOVE} octets: a larger one is written to an unlinked temporary
-file as it arrives and handed on as a L{StreamedBody}, read a slice at a
-time as it is sent.
+messages, through the incremental FETCH reader of L{imapmig.imap.fetch}: a
+body arrives as one buffer, never re-parsed.  At most one batch of bodies
+is held at a time, and none larger than L{SPOOL_ABOVE} octets: a larger one
+is written to an unlinked temporary file as it arrives and handed on as a
+L{imapmig.mail.message.StreamedBody}, read a slice at a time as it is sent.
 
 What the server may send is bounded by what it listed: a body literal
 larger than twice the largest RFC822.SIZE of the batch (plus
-L{SIZE_SLACK}), or bodies adding up to more than twice the batch's listed
-total, fail the connection before they are read (the server is broken or
-hostile; the call fails with a L{ConnectionLost}).  A message listed
-larger than C{maxMessageBytes} is not fetched at all: it is unreadable,
-with the reason.  A body holding 0x80 is
-fetched again as C{BINARY[]} where the server has BINARY, to put back NUL
-octets C{BODY[]} cannot carry (see L{imapmig.sources.imapnuls}).
+L{imapmig.sources.imapbodies.SIZE_SLACK}), or bodies adding up to more than
+twice the batch's listed total, fail the connection before they are read
+(the server is broken or hostile; the call fails with a
+L{imapmig.errors.ConnectionLost}).  A message listed larger than
+C{maxMessageBytes} is not fetched at all: it is unreadable, with the
+reason.  A body holding 0x80 is fetched again as C{BINARY[]} where the
+server has BINARY, to put back NUL octets C{BODY[]} cannot carry (see
+L{imapmig.sources.imapnuls}).
 
 Calls are served by a small pool of connections, at most as many as the
 job has workers, one call at a time on each: a call goes to an idle
 connection that has its folder open already, else to an idle one with no
 folder open, else to a new one while the pool may grow, else to any idle
 one, else it waits its turn on the connection with its folder open (or the
-least busy).  So two workers
-reading two folders each keep their own folder open instead of
-re-EXAMINEing it on every read.  A connection is opened when first needed;
-if the server refuses an extra one (many limit connections per account)
-the pool stays at the size it has.  A connection is dropped when a call on
-it fails with a L{TransientError} (the next call opens a new one) and every
-one is logged out by L{IMAPSource.close}.
+least busy).  So two workers reading two folders each keep their own
+folder open instead of re-EXAMINEing it on every read.  A connection is
+opened when first needed; if the server refuses an extra one (many limit
+connections per account) the pool stays at the size it has.  A connection
+is dropped when a call on it fails with a L{imapmig.errors.TransientError}
+(the next call opens a new one) and every one is logged out by
+L{IMAPSource.close}.
+
+L{IMAPSource} is the facade over the modules that do this:
+L{imapmig.sources.imappool} (the connections),
+L{imapmig.sources.imaplisting} with L{imapmig.sources.imapviews} (folders,
+messages, delta passes, label views), L{imapmig.sources.imapreading} with
+L{imapmig.sources.imapbodies} and L{imapmig.sources.imapnuls} (bodies and
+header fields), L{imapmig.sources.imapstatus} (the folders' status, shared
+by listing and reading) and L{imapmig.sources.imapthrottle} (the throttle
+it is given).
 """
 
 from __future__ import annotations
@@ -115,7 +124,7 @@ class IMAPSource:
         @param maxMessageBytes: see L{MAX_MESSAGE_BYTES}.
         @param include: the job's C{include} folder patterns: a mailbox
             outside the personal namespace is listed only if one of them
-            names it explicitly (L{namesExplicitly}); a label view named
+            names it explicitly (L{imapmig.sources.imapfolders.namesExplicitly}); a label view named
             so is kept (L{imapmig.sources.labelviews}).
         @param labelViews: what becomes of label views (Gmail's All Mail,
             Important, Starred): C{"dedup"}, C{"copy"} or C{"auto"} (see
@@ -157,8 +166,8 @@ class IMAPSource:
         C{specialUse} its RFC 6154 attribute, C{subscribed} from the
         server.
 
-        @return: a Deferred that fails with L{SourceError} when the server
-            refuses to list, or with a L{TransientError}.
+        @return: a Deferred that fails with L{imapmig.errors.SourceError} when the server
+            refuses to list, or with a L{imapmig.errors.TransientError}.
         """
         return self._pool.call(self._listing.listFolders, None)
 
@@ -167,8 +176,8 @@ class IMAPSource:
         The messages of C{folder}, by ascending UID, without bodies; the
         folder's L{FolderStatus} is remembered (L{folderStatus}).
 
-        @return: a Deferred that fails with L{SourceError} when the folder
-            cannot be opened, or with a L{TransientError}.
+        @return: a Deferred that fails with L{imapmig.errors.SourceError} when the folder
+            cannot be opened, or with a L{imapmig.errors.TransientError}.
         """
         return self._pool.call(self._listing.listMessages, folder, folder)
 
@@ -177,17 +186,17 @@ class IMAPSource:
     ) -> Deferred[Sequence[MessageBody]]:
         """
         The bodies of C{messages}, in the same order, as the server sent
-        them (IMAP bodies are CRLF already; L{asCRLF} fixes the rare one
+        them (IMAP bodies are CRLF already; L{imapmig.sources.imapreading.asCRLF} fixes the rare one
         that is not); one larger than the spool threshold as a
-        L{StreamedBody} on its temporary file.  A message that is gone (no
+        L{imapmig.mail.message.StreamedBody} on its temporary file.  A message that is gone (no
         longer in the folder, or the folder renumbered or gone), or listed
-        larger than C{maxMessageBytes}, is an L{UnreadableMessage} saying
+        larger than C{maxMessageBytes}, is an L{imapmig.mail.message.UnreadableMessage} saying
         so.
 
-        @return: a Deferred that fails with a L{TransientError} when the
+        @return: a Deferred that fails with a L{imapmig.errors.TransientError} when the
             connection is lost, a response is beyond what was listed, or
-            the server will not serve now (L{ServerBusy}, or
-            L{QuotaExceeded}: pause).
+            the server will not serve now (L{imapmig.errors.ServerBusy}, or
+            L{imapmig.errors.QuotaExceeded}: pause).
         """
         return self._pool.call(self._reading.readBodies, folder, folder, messages)
 
@@ -202,8 +211,8 @@ class IMAPSource:
         failed (L{imapmig.job.naming}); L{None} for one the server does
         not send (gone, refused).
 
-        @return: a Deferred that fails with a L{TransientError} when the
-            connection is lost.
+        @return: a Deferred that fails with a
+            L{imapmig.errors.TransientError} when the connection is lost.
         """
         return self._pool.call(self._reading.readHeaders, folder, folder, messages)
 
@@ -213,8 +222,9 @@ class IMAPSource:
         """
         The status of C{folder} when it was last listed or opened, or
         L{None} if it has not been.  A label view's status carries the
-        UIDs of the messages it deferred (L{LabelViewFilter.deferred}), for
-        the next pass to list again.
+        UIDs of the messages it deferred
+        (L{imapmig.sources.labelviews.LabelViewFilter.deferred}), for the
+        next pass to list again.
         """
         return self._listing.folderStatus(folder)
 
@@ -246,8 +256,8 @@ class IMAPSource:
         How many messages C{folder} holds (EXAMINE), for one that was left
         out (L{leftOut}): nothing is listed.
 
-        @return: a Deferred that fails with L{SourceError} when the folder
-            cannot be opened, or with a L{TransientError}.
+        @return: a Deferred that fails with L{imapmig.errors.SourceError} when the folder
+            cannot be opened, or with a L{imapmig.errors.TransientError}.
         """
         return self._pool.call(self._listing.countMessages, folder, folder)
 
@@ -255,7 +265,7 @@ class IMAPSource:
         """
         The Message-ID, as the state store records it, of a message listed
         in a folder whose messages are not migrated
-        (L{SourceFolder.notMigrated}: its listing read each one's); else
+        (L{imapmig.mail.message.SourceFolder.notMigrated}: its listing read each one's); else
         L{None}.
         """
         return self._listing.messageIdOf(folder, message)

@@ -179,8 +179,9 @@ class EarlyBinary:
     The C{BINARY.PEEK[]} of the bodies in memory that hold 0x80, asked
     for as soon as the last body of their body fetch command has arrived:
     one C{UID FETCH <uids> (UID BINARY.PEEK[])} per body fetch command,
-    pipelined behind it while its tagged reply is still to come.  The server answers it right after that
-    fetch, with no round trip between them.  (One command per body would
+    pipelined behind it while its tagged reply is still to come.  The
+    server answers it right after that fetch, with no round trip between
+    them.  (One command per body would
     cost the server more: Dovecot's work per command, a mailbox sync
     among it, is about that of decoding a body.)  A body fetch whose
     responses do not name every UID asked for (one expunged meanwhile)

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_sources_imap_throttle,tests.test_job_throttle -*-
 """
 What an IMAP source asks of the throttle it is given (L{IThrottle}): the
 rates of its server and account, waited for before each body FETCH, and
