@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources_imap -*-
+# -*- test-case-name: tests.test_sources_imapnuls,tests.test_sources_imap -*-
 """
 Putting back the NUL octets an IMAP server replaced in C{BODY[]}.
 
