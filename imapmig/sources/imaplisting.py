@@ -117,6 +117,10 @@ class _Since:
     def of(
         cls, uidValidity: int, uidNext: int, modSeq: int | None, deferred: Sequence[int]
     ) -> _Since:
+        """
+        Where a pass that left a folder at C{uidValidity}, C{uidNext},
+        C{modSeq} and C{deferred} (a L{FolderStatus}) starts the next.
+        """
         return cls(
             uidValidity, uidNext, modSeq, frozenset(uid for uid in deferred if 0 < uid < uidNext)
         )

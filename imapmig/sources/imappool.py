@@ -47,7 +47,7 @@ log = Logger()
 
 class PooledSession:
     """
-    One connection of an L{IMAPSource}'s pool.
+    One connection of an L{imapmig.sources.imap.IMAPSource}'s pool.
 
     @ivar lock: held by the call running on it.
     @ivar session: the logged-in session, or L{None} until opened (or after
@@ -308,7 +308,6 @@ class SessionPool:
                     await session.logout()
             finally:
                 reader.lock.release()
-
 
 
 # The ranks of the connections for a call (see _rank), best first.  A new
