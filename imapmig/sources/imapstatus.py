@@ -71,7 +71,6 @@ class FolderStatus:
     deferred: tuple[int, ...] = ()
 
 
-
 _NEVER_OPENED = FolderStatus(uidValidity=-1, uidNext=1, highestModSeq=None, exists=0)
 """
 The status of a folder not opened yet, as a folder opened before would
@@ -97,7 +96,6 @@ def parseMessageKey(key: str) -> tuple[int, int] | None:
     return None
 
 
-
 def fetchParser(session: IMAPSession) -> FetchResponseParser:
     """
     The FETCH reader of C{session}'s connection, whose limits each call
@@ -106,7 +104,6 @@ def fetchParser(session: IMAPSession) -> FetchResponseParser:
     """
     parser: FetchResponseParser = session.client._fetchParser
     return parser
-
 
 
 def fetchInto(
