@@ -22,12 +22,11 @@ import yaml
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 import imapmig
+from imapmig.errors import DovecotNotFound, DovecotStartFailed
 from imapmig.testing import dovecot
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
-    DovecotNotFound,
-    DovecotStartFailed,
     FetchedMessage,
     requireDovecot,
 )

@@ -62,11 +62,10 @@ from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
+from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.privateserver import (
     IMAPUser,
     PrivateServer,
-    ServerNotFound,
-    ServerStartFailed,
     checkUser,
     requireServer,
     tree,

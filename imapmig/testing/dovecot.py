@@ -88,6 +88,7 @@ from twisted.trial import unittest
 
 import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
 
+from imapmig.errors import DovecotNotFound, DovecotStartFailed
 from imapmig.testing.children import dieWithParent
 
 _START_TIMEOUT = 10.0
@@ -120,18 +121,6 @@ UNUSABLE_IN_PATHS = ":#%\n"
 """
 Characters a private Dovecot's directory cannot have (L{DovecotInstance.start}).
 """
-
-
-class DovecotNotFound(Exception):
-    """
-    No C{dovecot} binary is installed on this machine.
-    """
-
-
-class DovecotStartFailed(Exception):
-    """
-    A private Dovecot did not start; the message carries its log tail.
-    """
 
 
 @frozen

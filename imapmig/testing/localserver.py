@@ -29,12 +29,11 @@ import sys
 import tempfile
 from typing import Sequence
 
-from imapmig.testing.children import StopSignals, Stopped
+from imapmig.errors import DovecotNotFound, DovecotStartFailed, Stopped
+from imapmig.testing.children import StopSignals
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
-    DovecotNotFound,
-    DovecotStartFailed,
     DovecotUser,
 )
 from imapmig.testing.ports import freePort, statusPort

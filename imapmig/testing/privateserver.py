@@ -25,9 +25,9 @@ from typing import Iterator, Mapping, Sequence
 
 from twisted.trial import unittest
 
+from imapmig.errors import DovecotStartFailed, ServerNotFound, ServerStartFailed
 from imapmig.testing.dovecot import (
     AccountReader,
-    DovecotStartFailed,
     DovecotUser,
     _freePorts,
     _makeTraversable,
@@ -51,18 +51,6 @@ An account of any private server: a login name and a plain-text password.
 _START_TIMEOUT = 15.0
 _STOP_TIMEOUT = 10.0
 _RUNNING: set[PrivateServer] = set()
-
-
-class ServerNotFound(Exception):
-    """
-    The server is not installed where C{.ci/install-servers} puts it.
-    """
-
-
-class ServerStartFailed(Exception):
-    """
-    A private server did not start; the message carries its log tail.
-    """
 
 
 def tree() -> str:
