@@ -51,7 +51,8 @@ from imapmig.progress import JobProgress
 from imapmig.daemon.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import Corpus, CorpusMessage, writeEmlDirectory, writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
+from imapmig.testing.accounts import FetchedMessage
+from imapmig.testing.dovecot import DovecotInstance, DovecotUser
 from imapmig.testing.faultproxy import Fault, FaultProxy
 
 USERS_PER_INSTANCE = 96

@@ -49,10 +49,9 @@ from imapmig.config import Config, loadConfig
 from imapmig.testing.dovecot import (
     DovecotInstance,
     DovecotUser,
-    FetchedMessage,
-    quoteMailbox,
     requireDovecot,
 )
+from imapmig.testing.accounts import FetchedMessage, quoteMailbox
 from imapmig.testing.hardcases import (
     HardMessage,
     allKeywords,

@@ -37,7 +37,8 @@ from imapmig.progress import JobState
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.courier import CourierInstance, startCourier
 from imapmig.testing.cyrus import CyrusInstance, startCyrus
-from imapmig.testing.dovecot import DovecotInstance, FetchedMessage, quoteMailbox, requireDovecot
+from imapmig.testing.accounts import FetchedMessage, IMAPUser, quoteMailbox
+from imapmig.testing.dovecot import DovecotInstance, requireDovecot
 from imapmig.testing.hardcases import (
     HardMessage,
     allKeywords,
@@ -45,7 +46,7 @@ from imapmig.testing.hardcases import (
     maildirFileName,
     writeHardMaildir,
 )
-from imapmig.testing.privateserver import IMAPUser, PrivateServer
+from imapmig.testing.privateserver import PrivateServer
 from tests.support import corpusView, freshUser, migrate, newDirectory, reportJobs, sharedDovecot
 from tests.support import runDaemon, verifyDifferences, verifyJobs, writePasswordFile
 

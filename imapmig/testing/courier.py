@@ -63,8 +63,8 @@ from typing import Mapping, Sequence
 from twisted.trial import unittest
 
 from imapmig.errors import ServerNotFound, ServerStartFailed
+from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
-    IMAPUser,
     PrivateServer,
     checkUser,
     requireServer,

@@ -68,32 +68,32 @@ import atexit
 import grp
 import os
 import pwd
-import re
 import shutil
 import signal
-import socket
 import ssl
-import stat
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from datetime import datetime, timedelta, timezone
-from imaplib import IMAP4, Time2Internaldate
-from typing import Callable, Sequence
+from imaplib import IMAP4
+from typing import Sequence
 
-from attrs import frozen
 from twisted.trial import unittest
 
-import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
-
 from imapmig.errors import DovecotNotFound, DovecotStartFailed
+from imapmig.testing.accounts import AccountReader, IMAPUser
 from imapmig.testing.children import dieWithParent
+from imapmig.testing.privateserver import (
+    _freePorts,
+    _makeTraversable,
+    _readGreeting,
+    tailOfFiles,
+    waitForGreetings,
+    writeTestCertificates,
+)
 
 _START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
-_FETCH_CHUNK = 250
 _DH_PATH = "/usr/share/dovecot/dh.pem"
 _MAIL_UID = 8  # the Debian "mail" user and group
 _SPECIAL_USE = (
@@ -103,57 +103,18 @@ _SPECIAL_USE = (
     ("Junk", "\\Junk"),
     ("Archive", "\\Archive"),
 )
-_SYSTEM_FLAGS = ("\\Draft", "\\Flagged", "\\Answered", "\\Seen", "\\Deleted")
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1
-    )
-}
-_LIST_LINE = re.compile(rb'^\((?P<attributes>[^)]*)\) (?P<delimiter>NIL|"(?:\\.|[^"\\])*") ')
-_FETCH_UID = re.compile(rb"\bUID (\d+)")
-_FETCH_FLAGS = re.compile(rb"\bFLAGS \(([^)]*)\)")
-_FETCH_INTERNALDATE = re.compile(rb'\bINTERNALDATE "([^"]+)"')
 _RUNNING: set[DovecotInstance] = set()
 
+DovecotUser = IMAPUser
+"""
+An account of a private Dovecot: a login name and a plain-text password
+(L{imapmig.testing.accounts.IMAPUser}, the account of any private server).
+"""
 
 UNUSABLE_IN_PATHS = ":#%\n"
 """
 Characters a private Dovecot's directory cannot have (L{DovecotInstance.start}).
 """
-
-
-@frozen
-class DovecotUser:
-    """
-    An account of a private Dovecot.
-
-    @ivar name: the login name, also the name of its home directory.
-    @ivar password: the plain-text password.
-    """
-
-    name: str
-    password: str
-
-
-@frozen
-class FetchedMessage:
-    """
-    A message as a private Dovecot stores it, read back by
-    L{DovecotInstance.fetchAll}.
-
-    @ivar flags: the message's flags and keywords, C{\\Recent} left out,
-        in a fixed order whatever the server's: system flags as
-        L{imapmig.testing.corpus.CorpusMessage} orders them (C{\\Draft},
-        C{\\Flagged}, C{\\Answered}, C{\\Seen}, C{\\Deleted}), then
-        keywords sorted.
-    @ivar internalDate: the INTERNALDATE, timezone-aware.
-    @ivar body: the full message, as C{BODY.PEEK[]} returns it (CRLF).
-    """
-
-    flags: tuple[str, ...]
-    internalDate: datetime
-    body: bytes
 
 
 def findDovecot() -> str:
@@ -199,141 +160,6 @@ def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
         "run `make test` to install it ***\n"
     )
     raise unittest.SkipTest("dovecot not installed")
-
-
-class AccountReader:
-    """
-    Reading and changing an account of a private server the way another
-    mail client would, with L{imaplib}, outside any reactor: what the tests
-    use to check what a migration left, whichever server it is.  A
-    subclass says how to log in (L{imapClient}).
-    """
-
-    def imapClient(self, user: str) -> IMAP4:
-        """
-        An L{imaplib} client logged in as C{user}; the caller logs it out.
-        """
-        raise NotImplementedError()
-
-    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
-        """
-        The mailboxes of C{user}, as C{LIST "" "*"} shows them.
-
-        @param user: the login name.
-        @return: one C{(attributes, delimiter, name)} per mailbox, the name
-            decoded from modified UTF-7.
-        """
-        client = self.imapClient(user)
-        try:
-            return _listAll(client)
-        finally:
-            client.logout()
-
-    def fetchAll(
-        self, user: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[str, list[FetchedMessage]]:
-        """
-        Read every message of every selectable mailbox of C{user}, in UID
-        order, without setting C{\\Seen}.
-
-        @param user: the login name.
-        @param bodyItem: the FETCH item giving the body: C{BODY.PEEK[]}
-            (what Dovecot serves: a NUL as C{0x80}), or C{BINARY.PEEK[]}
-            (RFC 3516: the NUL as stored, but base64 and quoted-printable
-            parts decoded).
-        @return: the messages by the full decoded mailbox name the server
-            shows (hierarchy joined with its delimiter, with its personal
-            prefix: C{"Archive.2019"}, C{"INBOX.Sent"} on Courier).
-        """
-        client = self.imapClient(user)
-        result: dict[str, list[FetchedMessage]] = {}
-        try:
-            for attributes, _delimiter, name in _listAll(client):
-                lowered = {a.lower() for a in attributes}
-                if "\\noselect" in lowered or "\\nonexistent" in lowered:
-                    continue
-                byUID = _fetchMailbox(client, name, bodyItem)
-                result[name] = [byUID[uid] for uid in sorted(byUID)]
-        finally:
-            client.logout()
-        return result
-
-    def fetchMailbox(
-        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[int, FetchedMessage]:
-        """
-        Read every message of one mailbox of C{user}, without setting
-        C{\\Seen}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name, hierarchy joined with the
-            server's delimiter.
-        @param bodyItem: as for L{fetchAll}.
-        @return: the messages by UID.
-        """
-        client = self.imapClient(user)
-        try:
-            return _fetchMailbox(client, mailbox, bodyItem)
-        finally:
-            client.logout()
-
-    def uidValidity(self, user: str, mailbox: str) -> int:
-        """
-        The UIDVALIDITY of one mailbox of C{user}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name.
-        """
-        client = self.imapClient(user)
-        try:
-            typ, data = client.select(quoteMailbox(mailbox), readonly=True)
-            _check(typ, data, f"EXAMINE {mailbox}")
-            typ, data = client.response("UIDVALIDITY")
-            value = data[0]
-            if not isinstance(value, bytes):
-                raise IMAP4.error(f"no UIDVALIDITY for {mailbox!r}")
-            return int(value)
-        finally:
-            client.logout()
-
-    def appendMessage(
-        self,
-        user: str,
-        mailbox: str,
-        body: bytes,
-        flags: Sequence[str] = (),
-        internalDate: datetime | None = None,
-    ) -> tuple[int, int]:
-        """
-        Append one message to a mailbox of C{user}, exactly as given:
-        unlike L{IMAP4.append}, the body's line endings are not touched (a
-        bare CR stays a bare CR).
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name; it must exist.
-        @param body: the message, normally with CRLF line endings.
-        @param flags: its flags and keywords.
-        @param internalDate: its INTERNALDATE, timezone-aware; the server's
-            clock when L{None}.
-        @return: the mailbox's UIDVALIDITY and the message's UID, from the
-            server's C{APPENDUID} (UIDPLUS).
-        """
-        client = self.imapClient(user)
-        try:
-            return _appendExact(client, mailbox, body, flags, internalDate)
-        finally:
-            client.logout()
-
-    def createMailbox(self, user: str, mailbox: str) -> None:
-        """
-        Create a mailbox of C{user} (the full name, prefix included).
-        """
-        client = self.imapClient(user)
-        try:
-            typ, data = client.create(quoteMailbox(mailbox))
-            _check(typ, data, f"CREATE {mailbox}")
-        finally:
-            client.logout()
 
 
 class DovecotInstance(AccountReader):
@@ -888,349 +714,11 @@ class DovecotInstance(AccountReader):
         return result.stdout.split(b"\r\n", 1)[0]
 
 
-def tailOfFiles(paths: Sequence[str], lines: int) -> str:
-    """
-    The last C{lines} lines of each file of C{paths} that exists and is
-    not empty, each under a C{--- PATH} line: what a test shows of a
-    server's logs when it fails.
-    """
-    parts = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 200 * lines))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        tail = "\n".join(text.splitlines()[-lines:])
-        if tail:
-            parts.append(f"--- {path}\n{tail}")
-    return "\n".join(parts)
-
-
-def waitForGreetings(
-    name: str,
-    process: subprocess.Popen[bytes],
-    address: str,
-    pending: dict[int, ssl.SSLContext | None],
-    readGreeting: Callable[[int, ssl.SSLContext | None], bytes],
-    logTail: Callable[[], str],
-    failure: type[Exception],
-    timeout: float,
-) -> None:
-    """
-    Wait until a server just started greets (C{* OK}) on every port of
-    C{pending} (with TLS where a context is given), polling.
-
-    @raise failure: the process exited, or C{timeout} seconds passed; the
-        message ends with C{logTail()}.
-    """
-    deadline = time.monotonic() + timeout
-    problem = "no answer"
-    while pending:
-        if process.poll() is not None:
-            raise failure(f"{name} exited with status {process.returncode}\n" + logTail())
-        if time.monotonic() > deadline:
-            raise failure(
-                f"{name} did not greet on {address} port(s) {sorted(pending)}"
-                f" within {timeout} s ({problem})\n" + logTail()
-            )
-        for port, context in list(pending.items()):
-            try:
-                greeting = readGreeting(port, context)
-            except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
-                problem = repr(e)
-                continue
-            if greeting.startswith(b"* OK"):
-                del pending[port]
-            else:
-                problem = f"greeting {greeting[:80]!r}"
-        if pending:
-            time.sleep(0.02)
-
-
-def writeTestCertificates(tlsDir: str) -> None:
-    """
-    Write a private certificate authority (C{ca.pem}) and a server
-    certificate it signed (C{server.pem}, key in C{server.key}; subject
-    alternative names C{DNS:localhost} and C{IP:127.0.0.1}) into C{tlsDir},
-    unless both certificates are there already.  Every private server of
-    L{imapmig.testing} uses it.
-
-    @param tlsDir: the directory, created if missing.
-    @raise DovecotStartFailed: C{openssl} failed, with its error output.
-    """
-    caCertificatePath = os.path.join(tlsDir, "ca.pem")
-    serverCert = os.path.join(tlsDir, "server.pem")
-    if os.path.exists(serverCert) and os.path.exists(caCertificatePath):
-        return
-    os.makedirs(tlsDir, exist_ok=True)
-    os.chmod(tlsDir, 0o755)
-    opensslConfig = os.path.join(tlsDir, "openssl.cnf")
-    with open(opensslConfig, "w") as f:
-        f.write(_OPENSSL_CONFIG)
-    ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    serial = str(uuid.uuid4().int >> 64)
-    commands = [
-        ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
-         *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
-         "-subj", "/CN=imapmig test CA " + serial],
-        ["openssl", "req", "-new", "-config", opensslConfig,
-         *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
-        ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
-         "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
-         "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
-    ]  # fmt: skip
-    for command in commands:
-        completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
-        if completed.returncode != 0:
-            raise DovecotStartFailed(
-                f"{' '.join(command)} failed:\n"
-                + completed.stderr.decode("utf-8", "replace")
-            )
-    os.rename(os.path.join(tlsDir, "ca.tmp"), caCertificatePath)
-    os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
-
-
-def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> bytes:
-    """
-    Connect to C{port} on C{address} (over TLS when C{context} is given) and
-    return the first line the server sends.
-    """
-    with socket.create_connection((address, port), timeout=2) as raw:
-        # wrap_socket takes the descriptor over from raw: the TLS socket
-        # must be closed itself, or it lingers until collected.
-        sock: socket.socket = raw
-        if context is not None:
-            sock = context.wrap_socket(raw, server_hostname="localhost")
-        try:
-            data = b""
-            while b"\r\n" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.split(b"\r\n", 1)[0]
-        finally:
-            sock.close()
-
-
-def _freePorts(count: int) -> list[int]:
-    """
-    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _makeTraversable(path: str) -> None:
-    """
-    When root, add the search (execute) permission for group and others to
-    C{path} and each of its ancestors that lacks it, so Dovecot's
-    unprivileged processes can reach the files below.
-    """
-    if os.geteuid() != 0:
-        return
-    current = os.path.abspath(path)
-    while True:
-        mode = os.stat(current).st_mode
-        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
-        if wanted != mode:
-            os.chmod(current, stat.S_IMODE(wanted))
-        parent = os.path.dirname(current)
-        if parent == current:
-            return
-        current = parent
-
-
 def _currentUserAndGroup() -> tuple[str, str]:
     """
     The names of the current user and of its primary group.
     """
     return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
-
-
-def _quote(name: str) -> str:
-    """
-    An IMAP quoted string of the modified-UTF-7 form of C{name}.
-    """
-    encoded = name.encode("imap4-utf-7").decode("ascii")
-    return '"' + encoded.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _unquote(value: bytes) -> bytes:
-    if value.startswith(b'"') and value.endswith(b'"') and len(value) >= 2:
-        return re.sub(rb"\\(.)", rb"\1", value[1:-1])
-    return value
-
-
-def _check(typ: str, data: Sequence[object], what: str) -> None:
-    if typ != "OK":
-        raise IMAP4.error(f"{what} failed: {typ} {data!r}")
-
-
-def _listAll(client: IMAP4) -> list[tuple[tuple[str, ...], str, str]]:
-    """
-    Run C{LIST "" "*"} and parse every reply.
-    """
-    typ, data = client.list('""', "*")
-    _check(typ, data, "LIST")
-    result = []
-    for item in data:
-        if item is None:
-            continue
-        if isinstance(item, tuple):
-            line, literal = item[0], item[1]
-        else:
-            line, literal = item, None
-        assert isinstance(line, bytes)
-        match = _LIST_LINE.match(line)
-        if match is None:
-            raise IMAP4.error(f"unparsable LIST reply {line!r}")
-        attributes = tuple(match.group("attributes").decode("ascii").split())
-        delimiterField = match.group("delimiter")
-        delimiter = "" if delimiterField == b"NIL" else _unquote(delimiterField).decode("ascii")
-        if literal is not None:
-            rawName = bytes(literal)
-        else:
-            rawName = _unquote(line[match.end() :])
-        result.append((attributes, delimiter, rawName.decode("imap4-utf-7")))
-    return result
-
-
-def quoteMailbox(name: str) -> str:
-    """
-    A mailbox argument for an L{imaplib} command: C{name} (decoded, e.g.
-    C{"Entwürfe"}) in modified UTF-7, as an IMAP quoted string.
-
-    @param name: the decoded mailbox name.
-    """
-    return _quote(name)
-
-
-_APPENDUID = re.compile(rb"\[APPENDUID (\d+) (\d+)\]", re.IGNORECASE)
-
-
-def _appendExact(
-    client: IMAP4,
-    mailbox: str,
-    body: bytes,
-    flags: Sequence[str],
-    internalDate: datetime | None,
-) -> tuple[int, int]:
-    """
-    C{APPEND} C{body} unchanged (L{IMAP4.append} would rewrite every CR
-    and LF as CRLF) and return the C{APPENDUID} response code's values.
-    """
-    arguments = [_quote(mailbox)]
-    if flags:
-        arguments.append("(" + " ".join(flags) + ")")
-    if internalDate is not None:
-        arguments.append(Time2Internaldate(internalDate))
-    # typeshed types it str, but imaplib sends bytes as they are.
-    client.literal = body  # type: ignore[assignment]
-    typ, data = client._simple_command("APPEND", *arguments)
-    _check(typ, data, f"APPEND to {mailbox}")
-    match = _APPENDUID.search(b" ".join(bytes(d) for d in data if isinstance(d, bytes)))
-    if match is None:
-        raise IMAP4.error(f"no APPENDUID in the reply to APPEND: {data!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def _fetchMailbox(
-    client: IMAP4, name: str, bodyItem: str = "BODY.PEEK[]"
-) -> dict[int, FetchedMessage]:
-    """
-    Read every message of mailbox C{name} in chunks.
-
-    @return: the messages by UID.
-    """
-    typ, data = client.select(_quote(name), readonly=True)
-    _check(typ, data, f"EXAMINE {name}")
-    typ, data = client.uid("SEARCH", "ALL")
-    _check(typ, data, f"UID SEARCH in {name}")
-    uids = sorted(int(u) for chunk in data if chunk for u in bytes(chunk).split())
-    messages: dict[int, FetchedMessage] = {}
-    for start in range(0, len(uids), _FETCH_CHUNK):
-        chunk = uids[start : start + _FETCH_CHUNK]
-        typ, data = client.uid(
-            "FETCH", f"{chunk[0]}:{chunk[-1]}", f"(UID FLAGS INTERNALDATE {bodyItem})"
-        )
-        _check(typ, data, f"UID FETCH in {name}")
-        messages.update(_parseFetch(data))
-    return messages
-
-
-def _parseFetch(data: Sequence[object]) -> dict[int, FetchedMessage]:
-    """
-    Turn imaplib's FETCH reply items into messages by UID.
-
-    imaplib gives each message with a literal as a C{(line, literal)} pair
-    followed by the rest of the response line as bytes; the metadata is
-    parsed from those two lines only, never from the body.
-    """
-    result: dict[int, FetchedMessage] = {}
-    pending: tuple[bytes, bytes] | None = None
-
-    def finish(meta: bytes, body: bytes) -> None:
-        uid = _FETCH_UID.search(meta)
-        flags = _FETCH_FLAGS.search(meta)
-        date = _FETCH_INTERNALDATE.search(meta)
-        if uid is None or flags is None or date is None:
-            raise IMAP4.error(f"incomplete FETCH reply {meta!r}")
-        result[int(uid.group(1))] = FetchedMessage(
-            flags=_canonicalFlags(flags.group(1).decode("utf-8").split()),
-            internalDate=_parseInternalDate(date.group(1).decode("ascii")),
-            body=body,
-        )
-
-    for item in data:
-        if isinstance(item, tuple):
-            if pending is not None:
-                finish(*pending)
-            pending = (bytes(item[0]), bytes(item[1]))
-        elif isinstance(item, bytes) and pending is not None:
-            finish(pending[0] + b" " + item, pending[1])
-            pending = None
-    if pending is not None:
-        finish(*pending)
-    return result
-
-
-def _canonicalFlags(flags: Sequence[str]) -> tuple[str, ...]:
-    """
-    C{flags} without C{\\Recent}, in a fixed order: the system flags in
-    Maildir letter order (C{\\Draft}, C{\\Flagged}, C{\\Answered},
-    C{\\Seen}, C{\\Deleted}, as L{imapmig.testing.corpus} lists them),
-    then keywords sorted.
-    """
-    byName = {flag.lower(): flag for flag in flags}
-    byName.pop("\\recent", None)
-    system = tuple(byName.pop(flag.lower()) for flag in _SYSTEM_FLAGS if flag.lower() in byName)
-    return system + tuple(sorted(byName.values()))
-
-
-def _parseInternalDate(value: str) -> datetime:
-    """
-    Parse an RFC 3501 date-time such as C{" 7-Jul-2019 10:00:00 +0200"}.
-    """
-    day, month, rest = value.strip().split("-", 2)
-    year, clock, zone = rest.split(" ")
-    hour, minute, second = (int(x) for x in clock.split(":"))
-    sign = -1 if zone[0] == "-" else 1
-    offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * sign
-    return datetime(
-        int(year), _MONTHS[month], int(day), hour, minute, second, tzinfo=timezone(offset)
-    )
 
 
 def _stopAll() -> None:
@@ -1243,29 +731,6 @@ def _stopAll() -> None:
 
 
 atexit.register(_stopAll)
-
-
-_OPENSSL_CONFIG = """\
-[req]
-distinguished_name = dn
-prompt = no
-
-[dn]
-CN = imapmig test
-
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid:always
-"""
 
 
 if __name__ == "__main__":

@@ -16,36 +16,25 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
 import ssl
+import stat
 import subprocess
 import sys
 import time
+import uuid
 from imaplib import IMAP4
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from twisted.trial import unittest
 
 from imapmig.errors import DovecotStartFailed, ServerNotFound, ServerStartFailed
-from imapmig.testing.dovecot import (
-    AccountReader,
-    DovecotUser,
-    _freePorts,
-    _makeTraversable,
-    _readGreeting,
-    tailOfFiles,
-    waitForGreetings,
-    writeTestCertificates,
-)
+from imapmig.testing.accounts import AccountReader, IMAPUser
 
 SERVERS_ROOT = os.environ.get("IMAPMIG_SERVERS_ROOT", "/opt/imapmig-servers")
 """
 Where C{.ci/install-servers} unpacks Cyrus and Courier (C{tree/} below it);
 the environment variable C{IMAPMIG_SERVERS_ROOT} moves it, for both.
-"""
-
-IMAPUser = DovecotUser
-"""
-An account of any private server: a login name and a plain-text password.
 """
 
 _START_TIMEOUT = 15.0
@@ -332,6 +321,193 @@ def checkUser(user: IMAPUser) -> None:
     for value in (user.name, user.password):
         if not value or any(c in value for c in ":|\t \r\n\0"):
             raise ValueError(f"unusable user name or password for {user.name!r}")
+
+
+def tailOfFiles(paths: Sequence[str], lines: int) -> str:
+    """
+    The last C{lines} lines of each file of C{paths} that exists and is
+    not empty, each under a C{--- PATH} line: what a test shows of a
+    server's logs when it fails.
+    """
+    parts = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200 * lines))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        tail = "\n".join(text.splitlines()[-lines:])
+        if tail:
+            parts.append(f"--- {path}\n{tail}")
+    return "\n".join(parts)
+
+
+def waitForGreetings(
+    name: str,
+    process: subprocess.Popen[bytes],
+    address: str,
+    pending: dict[int, ssl.SSLContext | None],
+    readGreeting: Callable[[int, ssl.SSLContext | None], bytes],
+    logTail: Callable[[], str],
+    failure: type[Exception],
+    timeout: float,
+) -> None:
+    """
+    Wait until a server just started greets (C{* OK}) on every port of
+    C{pending} (with TLS where a context is given), polling.
+
+    @raise failure: the process exited, or C{timeout} seconds passed; the
+        message ends with C{logTail()}.
+    """
+    deadline = time.monotonic() + timeout
+    problem = "no answer"
+    while pending:
+        if process.poll() is not None:
+            raise failure(f"{name} exited with status {process.returncode}\n" + logTail())
+        if time.monotonic() > deadline:
+            raise failure(
+                f"{name} did not greet on {address} port(s) {sorted(pending)}"
+                f" within {timeout} s ({problem})\n" + logTail()
+            )
+        for port, context in list(pending.items()):
+            try:
+                greeting = readGreeting(port, context)
+            except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
+                problem = repr(e)
+                continue
+            if greeting.startswith(b"* OK"):
+                del pending[port]
+            else:
+                problem = f"greeting {greeting[:80]!r}"
+        if pending:
+            time.sleep(0.02)
+
+
+def writeTestCertificates(tlsDir: str) -> None:
+    """
+    Write a private certificate authority (C{ca.pem}) and a server
+    certificate it signed (C{server.pem}, key in C{server.key}; subject
+    alternative names C{DNS:localhost} and C{IP:127.0.0.1}) into C{tlsDir},
+    unless both certificates are there already.  Every private server of
+    L{imapmig.testing} uses it.
+
+    @param tlsDir: the directory, created if missing.
+    @raise DovecotStartFailed: C{openssl} failed, with its error output.
+    """
+    caCertificatePath = os.path.join(tlsDir, "ca.pem")
+    serverCert = os.path.join(tlsDir, "server.pem")
+    if os.path.exists(serverCert) and os.path.exists(caCertificatePath):
+        return
+    os.makedirs(tlsDir, exist_ok=True)
+    os.chmod(tlsDir, 0o755)
+    opensslConfig = os.path.join(tlsDir, "openssl.cnf")
+    with open(opensslConfig, "w") as f:
+        f.write(_OPENSSL_CONFIG)
+    ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    serial = str(uuid.uuid4().int >> 64)
+    commands = [
+        ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
+         *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
+         "-subj", "/CN=imapmig test CA " + serial],
+        ["openssl", "req", "-new", "-config", opensslConfig,
+         *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
+        ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
+         "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
+         "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
+    ]  # fmt: skip
+    for command in commands:
+        completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
+        if completed.returncode != 0:
+            raise DovecotStartFailed(
+                f"{' '.join(command)} failed:\n"
+                + completed.stderr.decode("utf-8", "replace")
+            )
+    os.rename(os.path.join(tlsDir, "ca.tmp"), caCertificatePath)
+    os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
+
+
+def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> bytes:
+    """
+    Connect to C{port} on C{address} (over TLS when C{context} is given) and
+    return the first line the server sends.
+    """
+    with socket.create_connection((address, port), timeout=2) as raw:
+        # wrap_socket takes the descriptor over from raw: the TLS socket
+        # must be closed itself, or it lingers until collected.
+        sock: socket.socket = raw
+        if context is not None:
+            sock = context.wrap_socket(raw, server_hostname="localhost")
+        try:
+            data = b""
+            while b"\r\n" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.split(b"\r\n", 1)[0]
+        finally:
+            sock.close()
+
+
+def _freePorts(count: int) -> list[int]:
+    """
+    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _makeTraversable(path: str) -> None:
+    """
+    When root, add the search (execute) permission for group and others to
+    C{path} and each of its ancestors that lacks it, so Dovecot's
+    unprivileged processes can reach the files below.
+    """
+    if os.geteuid() != 0:
+        return
+    current = os.path.abspath(path)
+    while True:
+        mode = os.stat(current).st_mode
+        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
+        if wanted != mode:
+            os.chmod(current, stat.S_IMODE(wanted))
+        parent = os.path.dirname(current)
+        if parent == current:
+            return
+        current = parent
+
+
+_OPENSSL_CONFIG = """\
+[req]
+distinguished_name = dn
+prompt = no
+
+[dn]
+CN = imapmig test
+
+[ca_ext]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+
+[server_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:localhost, IP:127.0.0.1
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+"""
 
 
 def _stopAll() -> None:
