@@ -66,7 +66,6 @@ from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
     PrivateServer,
-    checkUser,
     requireServer,
     tree,
 )
@@ -181,7 +180,7 @@ class CourierInstance(PrivateServer):
         """
         if any(each.name == user.name for each in self.users):
             raise ValueError(f"user {user.name!r} exists already")
-        checkUser(user)
+        self.checkUser(user)
         self.users.append(user)
         if os.path.isdir(self._etc):
             self._writeUsers()

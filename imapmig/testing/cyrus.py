@@ -60,7 +60,6 @@ from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
     PrivateServer,
-    checkUser,
     requireServer,
     tree,
 )
@@ -176,15 +175,17 @@ class CyrusInstance(PrivateServer):
         """
         if any(each.name == user.name for each in self.users):
             raise ValueError(f"user {user.name!r} exists already")
-        checkUser(user)
+        self.checkUser(user)
         self.users.append(user)
         if os.path.exists(self._saslPath):
             self._setPassword(user)
 
     # -- PrivateServer -------------------------------------------------------
 
-    def _prepare(self) -> None:
+    def _check(self) -> None:
         findCyrus()
+
+    def _prepare(self) -> None:
         for name in ("conf", "partition", "run/proc", "run/lock", "run/socket"):
             os.makedirs(os.path.join(self.baseDir, name), exist_ok=True)
         for user in self.users:

@@ -64,7 +64,6 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
 
 from __future__ import annotations
 
-import atexit
 import grp
 import os
 import pwd
@@ -75,24 +74,14 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from imaplib import IMAP4
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
 from imapmig.errors import DovecotNotFound, DovecotStartFailed
-from imapmig.testing.accounts import AccountReader, IMAPUser
-from imapmig.testing.children import dieWithParent
-from imapmig.testing.privateserver import (
-    _freePorts,
-    _makeTraversable,
-    _readGreeting,
-    tailOfFiles,
-    waitForGreetings,
-    writeTestCertificates,
-)
+from imapmig.testing.accounts import IMAPUser
+from imapmig.testing.privateserver import PrivateServer, _makeTraversable, requireServer
 
-_START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
 _DH_PATH = "/usr/share/dovecot/dh.pem"
 _MAIL_UID = 8  # the Debian "mail" user and group
@@ -103,8 +92,6 @@ _SPECIAL_USE = (
     ("Junk", "\\Junk"),
     ("Archive", "\\Archive"),
 )
-_RUNNING: set[DovecotInstance] = set()
-
 DovecotUser = IMAPUser
 """
 An account of a private Dovecot: a login name and a plain-text password
@@ -145,24 +132,11 @@ def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
     @return: the path of the binary.
     @raise twisted.trial.unittest.SkipTest: Dovecot is missing, not on CI.
     """
-    try:
-        return findDovecot()
-    except DovecotNotFound:
-        pass
-    if os.environ.get("CI") == "true":
-        failure = AssertionError if testCase is None else testCase.failureException
-        raise failure(
-            "dovecot is not installed but CI=true: the real-Dovecot tests "
-            "must run on CI (apt-get install dovecot-imapd)"
-        )
-    sys.stderr.write(
-        "\n*** SKIPPING real-Dovecot tests: dovecot not installed; "
-        "run `make test` to install it ***\n"
-    )
-    raise unittest.SkipTest("dovecot not installed")
+    requireServer(testCase, "Dovecot", findDovecot, "apt-get install dovecot-imapd")
+    return findDovecot()
 
 
-class DovecotInstance(AccountReader):
+class DovecotInstance(PrivateServer):
     """
     A private Dovecot serving IMAP on 127.0.0.1 (or an address in a network
     namespace), for tests and the benchmark.
@@ -181,6 +155,12 @@ class DovecotInstance(AccountReader):
         C{IP:127.0.0.1}); it exists once L{start} has run.
     @ivar pid: the master process id while running, else L{None}.
     """
+
+    name = "dovecot"
+    startFailed = DovecotStartFailed
+    startTimeout = 10.0
+    portTaken = "Address already in use"
+    unusableInUsers = ":\r\n\0"
 
     def __init__(
         self,
@@ -270,21 +250,13 @@ class DovecotInstance(AccountReader):
         @param port: the plain IMAP port to listen on; 0 (the default): a
             free one.  The implicit-TLS port is always a free one.
         """
-        if separator not in (".", "/"):
-            raise ValueError(f"separator must be '.' or '/', not {separator!r}")
-        if inboxPrefix not in ("", "INBOX" + separator):
-            raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
-        for user in (*users, *masterUsers):
-            for value in (user.name, user.password):
-                if not value or any(c in value for c in ":\r\n\0"):
-                    raise ValueError(f"unusable user name or password for {user.name!r}")
-        self.baseDir = os.path.abspath(baseDir)
-        self.users = tuple(users)
+        _checkOptions(separator, inboxPrefix, oauth2Mechanisms)
+        super().__init__(baseDir, users, address)
+        for user in masterUsers:
+            self.checkUser(user)
         self.masterUsers = tuple(masterUsers)
         self._oauth2Introspection = oauth2Introspection
         self._oauth2Mechanisms = tuple(oauth2Mechanisms)
-        if not set(self._oauth2Mechanisms) <= {"oauthbearer", "xoauth2"} or not oauth2Mechanisms:
-            raise ValueError(f"unknown OAuth2 mechanisms {oauth2Mechanisms!r}")
         self._capabilities = capabilities
         self._separator = separator
         self._inboxPrefix = inboxPrefix
@@ -294,14 +266,9 @@ class DovecotInstance(AccountReader):
         self._mailRoot = os.path.abspath(
             mailRoot if mailRoot is not None else os.path.join(self.baseDir, "home")
         )
-        self.address = address
         self._commandPrefix = tuple(commandPrefix)
         self._preload = None if preload is None else os.path.abspath(preload)
-        self.port = 0
-        self.tlsPort = 0
-        self.caCertificatePath = os.path.join(self.baseDir, "tls", "ca.pem")
-        self.pid: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._binary = ""
         self._runDir: str | None = None
         self._runDirIsTemporary = False
         self._logPath = os.path.join(self.baseDir, "dovecot.log")
@@ -312,94 +279,20 @@ class DovecotInstance(AccountReader):
         self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
         self._dieWithParent = dieWithParent
         self._fixedPort = port
+        # The caller's directory, where a relative command prefix is found.
+        self._workingDirectory = None
 
-    def __repr__(self) -> str:
-        return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
-
-    # -- lifecycle ---------------------------------------------------------
-
-    def start(self) -> None:
-        """
-        Write the configuration, the certificates (once per C{baseDir}) and
-        the users' homes, start Dovecot and wait until both ports greet.
-
-        Does nothing when already running.
-
-        @raise DovecotNotFound: no Dovecot is installed.
-        @raise DovecotStartFailed: it did not come up within 10 seconds
-            (after a few attempts with other ports), with its log tail; or
-            C{baseDir} has a character Dovecot's files cannot carry.
-        """
-        if self._process is not None:
-            return
-        unusable = sorted(set(UNUSABLE_IN_PATHS).intersection(self.baseDir + self._mailRoot))
-        if unusable:
-            # The passwd-file splits its lines at ":" (a home there would be
-            # cut short: every APPEND then fails with [SERVERBUG]), and "#"
-            # starts a comment in dovecot.conf (Dovecot exits at once);
-            # Dovecot expands "%" variables in the passwd-file's path and
-            # homes (every login then fails, as [UNAVAILABLE]: retried).
-            raise DovecotStartFailed(
-                f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
-                f" {' and '.join(map(repr, unusable))},"
-                " which Dovecot's configuration cannot carry; choose another directory"
-            )
-        binary = findDovecot()
-        os.makedirs(self.baseDir, exist_ok=True)
-        os.chmod(self.baseDir, 0o755)
-        _makeTraversable(self.baseDir)
-        self._writeCertificates()
-        self._writeUsers()
-        for attempt in range(3):
-            self.port, self.tlsPort = _freePorts(2)
-            if self._fixedPort:
-                self.port, self.tlsPort = self._fixedPort, next(
-                    p for p in _freePorts(2) if p != self._fixedPort
-                )
-            self._writeConfig()
-            self._launch(binary)
-            try:
-                self._waitUntilReady()
-            except DovecotStartFailed as e:
-                self.stop()
-                # Another process may have taken a port between our probe
-                # and Dovecot's bind: try other ports; give up otherwise.
-                if attempt == 2 or "Address already in use" not in str(e):
-                    raise
-            else:
-                return
+    # -- lifecycle (PrivateServer.start, stop and wait) ---------------------
 
     def stop(self) -> None:
         """
         Stop Dovecot: send TERM to the master process and wait until it
         has exited (its children end with it).  Idempotent.
         """
-        process = self._process
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(_STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            self._process = None
-            self.pid = None
-        _RUNNING.discard(self)
+        super().stop()
         if self._runDir is not None and self._runDirIsTemporary:
             shutil.rmtree(self._runDir, ignore_errors=True)
         self._runDir = None
-
-    def wait(self) -> int:
-        """
-        Block until Dovecot exits (stopped by someone else, or failed).
-
-        @return: its exit status, as L{subprocess.Popen.wait} gives it.
-        @raise RuntimeError: it is not running.
-        """
-        if self._process is None:
-            raise RuntimeError(f"{self!r} is not running")
-        return self._process.wait()
 
     # -- inspection --------------------------------------------------------
 
@@ -429,46 +322,77 @@ class DovecotInstance(AccountReader):
             for name in files:
                 os.lchown(os.path.join(directory, name), uid, gid)
 
-    def logTail(self, lines: int = 40) -> str:
-        """
-        The last C{lines} lines of Dovecot's log (and of its standard output
-        and error, where configuration errors are reported).
-        """
-        return tailOfFiles((self._outputPath, self._logPath), lines)
+    # -- PrivateServer -----------------------------------------------------
 
-    def imapClient(self, user: str) -> IMAP4:
-        """
-        An L{imaplib} client logged in as C{user} on the plain port, for a
-        test to change an account the way another mail client would
-        (C{CREATE}, C{STORE}, C{EXPUNGE}, ...); the caller logs it out.
-        Mailbox arguments go through L{quoteMailbox}.
+    def _check(self) -> None:
+        unusable = sorted(set(UNUSABLE_IN_PATHS).intersection(self.baseDir + self._mailRoot))
+        if unusable:
+            # The passwd-file splits its lines at ":" (a home there would be
+            # cut short: every APPEND then fails with [SERVERBUG]), and "#"
+            # starts a comment in dovecot.conf (Dovecot exits at once);
+            # Dovecot expands "%" variables in the passwd-file's path and
+            # homes (every login then fails, as [UNAVAILABLE]: retried).
+            raise DovecotStartFailed(
+                f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
+                f" {' and '.join(map(repr, unusable))},"
+                " which Dovecot's configuration cannot carry; choose another directory"
+            )
+        self._binary = findDovecot()
 
-        @param user: the login name.
+    def _prepare(self) -> None:
+        self._writeUsers()
+
+    def _configure(self) -> tuple[list[str], Mapping[str, str] | None]:
+        self._writeConfig()
+        environment = None
+        if self._preload is not None:
+            environment = dict(os.environ, LD_PRELOAD=self._preload)
+        return [*self._commandPrefix, self._binary, "-F", "-c", self._configPath], environment
+
+    def _logPaths(self) -> list[str]:
+        return [self._logPath]
+
+    def _greetings(self) -> dict[int, ssl.SSLContext | None]:
+        if self._commandPrefix:
+            return {self.port: None}
+        return super()._greetings()
+
+    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
         """
-        return self._login(user)
+        The first line the server sends on C{port}: read here, or by a child
+        process run through the command prefix (plain ports only).
+        """
+        if not self._commandPrefix:
+            return super()._readGreeting(port, context)
+        assert context is None
+        result = subprocess.run(
+            [*self._commandPrefix, sys.executable, "-c", _PROBE, self.address, str(port)],
+            capture_output=True,
+            timeout=10,
+        )
+        if result.returncode != 0:
+            lines = result.stderr.strip().splitlines() or [b"no output"]
+            raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
+        return result.stdout.split(b"\r\n", 1)[0]
+
+    def _terminate(self, process: subprocess.Popen[bytes]) -> None:
+        """
+        TERM to the master process alone, which stops its children; KILL
+        after 10 s.
+        """
+        if process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     # -- internals ---------------------------------------------------------
 
     def _homeOf(self, user: str) -> str:
         return os.path.join(self._mailRoot, user)
-
-    def _password(self, user: str) -> str:
-        for each in self.users:
-            if each.name == user:
-                return each.password
-        raise KeyError(f"no user {user!r} in {self!r}")
-
-    def _login(self, user: str) -> IMAP4:
-        client = IMAP4(self.address, self.port, timeout=60)
-        try:
-            client.login(user, self._password(user))
-        except BaseException:
-            client.shutdown()
-            raise
-        return client
-
-    def _writeCertificates(self) -> None:
-        writeTestCertificates(os.path.dirname(self.caCertificatePath))
 
     def _writeUsers(self) -> None:
         uid, gid = self._mailIds()
@@ -483,22 +407,24 @@ class DovecotInstance(AccountReader):
             if os.geteuid() == 0:
                 os.chown(home, uid, gid)
             lines.append(f"{user.name}:{{PLAIN}}{user.password}:{uid}:{gid}::{home}::\n")
-        with open(self._passwdPath, "w") as f:
-            f.writelines(lines)
-        os.chmod(self._passwdPath, 0o644)
-        with open(self._mastersPath, "w") as f:
-            f.writelines(f"{user.name}:{{PLAIN}}{user.password}\n" for user in self.masterUsers)
-        os.chmod(self._mastersPath, 0o644)
+        _writeReadable(self._passwdPath, "".join(lines))
+        _writeReadable(
+            self._mastersPath,
+            "".join(f"{user.name}:{{PLAIN}}{user.password}\n" for user in self.masterUsers),
+        )
 
     def _mailIds(self) -> tuple[int, int]:
         if os.geteuid() == 0:
             return _MAIL_UID, _MAIL_UID
         return os.getuid(), os.getgid()
 
-    def _writeConfig(self) -> None:
+    def _makeRunDir(self) -> str:
+        """
+        The directory of Dovecot's sockets, made once per start: Unix
+        socket paths are limited to 107 octets, and trial's temporary
+        directories are deep, so a short one is used when needed.
+        """
         if self._runDir is None:
-            # Unix socket paths are limited to 107 octets, and trial's
-            # temporary directories are deep: use a short one when needed.
             candidate = os.path.join(self.baseDir, "run")
             if len(candidate) <= 60:
                 self._runDir, self._runDirIsTemporary = candidate, False
@@ -508,126 +434,69 @@ class DovecotInstance(AccountReader):
                 self._runDirIsTemporary = True
             os.chmod(self._runDir, 0o755)
             _makeTraversable(self._runDir)
+        return self._runDir
+
+    def _writeConfig(self) -> None:
         stateDir = os.path.join(self.baseDir, "state")
         os.makedirs(stateDir, exist_ok=True)
-        tlsDir = os.path.dirname(self.caCertificatePath)
         uid, gid = self._mailIds()
-        lines = [
-            "# Written by imapmig.testing.dovecot: a private test instance.",
-            f"base_dir = {self._runDir}",
-            f"state_dir = {stateDir}",
-            f"instance_name = imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
-            f"log_path = {self._logPath}",
-            f"listen = {self.address}",
-            "protocols = imap",
-            "ssl = yes",
-            f"ssl_cert = <{os.path.join(tlsDir, 'server.pem')}",
-            f"ssl_key = <{os.path.join(tlsDir, 'server.key')}",
-            "disable_plaintext_auth = no",
-            "auth_mechanisms = plain login"
-            + ("".join(f" {m}" for m in self._oauth2Mechanisms) if self._oauth2Introspection else ""),
-            # A failed login is answered quickly and does not slow the next
-            # ones down: closing anvil's penalty socket disables the growing
-            # per-IP penalty (auth logs one "anvil-auth-penalty" error).
-            "auth_failure_delay = 0",
-            f"first_valid_uid = {uid}",
-            f"first_valid_gid = {gid}",
-            "mail_location = maildir:~/Maildir",
-            "mail_fsync = " + ("optimized" if self._fsync else "never"),
-            "mail_max_userip_connections = 1000",
-        ]
-        if self.masterUsers:
-            lines += [
-                "passdb {",
-                "  driver = passwd-file",
-                "  master = yes",
-                f"  args = scheme=PLAIN username_format=%u {self._mastersPath}",
-                "  pass = yes",
-                "}",
-            ]
-        if self._oauth2Introspection is not None:
+        tokens = self._oauth2Introspection is not None
+        if tokens:
             self._writeOAuth2Config()
-            lines += [
-                "passdb {",
-                "  driver = oauth2",
-                f"  mechanisms = {' '.join(self._oauth2Mechanisms)}",
-                f"  args = {self._oauth2ConfigPath}",
-                "}",
-            ]
-        lines += [
-            "passdb {",
-            "  driver = passwd-file",
-            f"  args = scheme=PLAIN username_format=%u {self._passwdPath}",
-        ]
+        text = _CONFIG.format(
+            runDir=self._makeRunDir(),
+            stateDir=stateDir,
+            instance=f"imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            logPath=self._logPath,
+            address=self.address,
+            tlsDir=self.tlsDir,
+            tokenMechanisms="".join(f" {m}" for m in self._oauth2Mechanisms) if tokens else "",
+            uid=uid,
+            gid=gid,
+            fsync="optimized" if self._fsync else "never",
+            passdbs=self._extraPassdbs(),
+            passwdPath=self._passwdPath,
+            passwordMechanisms="  mechanisms = plain login\n" if tokens else "",
+            port=self.port,
+            tlsPort=self.tlsPort,
+            chroot="  chroot =\n" if os.geteuid() != 0 else "",
+            separator=self._separator,
+            prefix=f"  prefix = {self._inboxPrefix}\n" if self._inboxPrefix else "",
+            mailboxes="".join(_MAILBOX.format(name, use) for name, use in self._declared()),
+            settings="".join(line + "\n" for line in self._optionalSettings()),
+        )
+        _writeReadable(self._configPath, text)
+
+    def _extraPassdbs(self) -> str:
+        """
+        The master users' passdb and the OAuth2 tokens' one, where wanted,
+        before the passwords' own.
+        """
+        text = ""
+        if self.masterUsers:
+            text += _MASTER_PASSDB.format(self._mastersPath)
         if self._oauth2Introspection is not None:
-            lines.append("  mechanisms = plain login")
-        lines += [
-            "}",
-            "userdb {",
-            "  driver = passwd-file",
-            f"  args = username_format=%u {self._passwdPath}",
-            "}",
-            "service imap-login {",
-            "  inet_listener imap {",
-            f"    address = {self.address}",
-            f"    port = {self.port}",
-            "  }",
-            "  inet_listener imaps {",
-            f"    address = {self.address}",
-            f"    port = {self.tlsPort}",
-            "    ssl = yes",
-            "  }",
-        ]
-        if os.geteuid() != 0:
-            lines.append("  chroot =")
-        lines += [
-            "}",
-            "service anvil {",
-            "  unix_listener anvil-auth-penalty {",
-            "    mode = 0",
-            "  }",
-        ]
-        if os.geteuid() != 0:
-            lines.append("  chroot =")
-        lines += [
-            "}",
-            "service stats {",
-            "  unix_listener stats-writer {",
-            "    mode = 0666",
-            "  }",
-            "}",
-            "namespace inbox {",
-            "  inbox = yes",
-            f"  separator = {self._separator}",
-        ]
-        if self._inboxPrefix:
-            lines.append(f"  prefix = {self._inboxPrefix}")
+            text += _OAUTH2_PASSDB.format(" ".join(self._oauth2Mechanisms), self._oauth2ConfigPath)
+        return text
+
+    def _declared(self) -> Sequence[tuple[str, str]]:
+        """
+        The special-use mailboxes to declare, as C{(name, use)} pairs.
+        """
         if self._specialUse is True:
-            declared: Sequence[tuple[str, str]] = _SPECIAL_USE
-        elif self._specialUse is False:
-            declared = ()
-        else:
-            declared = self._specialUse
-        if declared:
-            for name, use in declared:
-                lines += [
-                    f"  mailbox {name} {{",
-                    f"    special_use = {use}",
-                    "    auto = no",
-                    "  }",
-                ]
-        lines.append("}")
-        if os.path.exists(_DH_PATH):
-            lines.append(f"ssl_dh = <{_DH_PATH}")
-        if os.geteuid() == 0:
-            lines += ["default_internal_user = dovecot", "default_login_user = dovenull"]
-        else:
-            user, group = _currentUserAndGroup()
-            lines += [
-                f"default_internal_user = {user}",
-                f"default_internal_group = {group}",
-                f"default_login_user = {user}",
-            ]
+            return _SPECIAL_USE
+        if self._specialUse is False:
+            return ()
+        return self._specialUse
+
+    def _optionalSettings(self) -> list[str]:
+        """
+        The last lines of the configuration: the DH parameters where the
+        package has them, the users Dovecot's processes run as, and the
+        options.
+        """
+        lines = [f"ssl_dh = <{_DH_PATH}"] if os.path.exists(_DH_PATH) else []
+        lines += _processUsers()
         if self._capabilities is not None:
             lines.append(f"imap_capability = {self._capabilities}")
         if self._preload is not None:
@@ -639,9 +508,7 @@ class DovecotInstance(AccountReader):
             )
         if self._compress:
             lines += ["protocol imap {", "  mail_plugins = $mail_plugins imap_zlib", "}"]
-        with open(self._configPath, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.chmod(self._configPath, 0o644)
+        return lines
 
     def _writeOAuth2Config(self) -> None:
         """
@@ -649,88 +516,146 @@ class DovecotInstance(AccountReader):
         C{token=...}, the user named by C{username}, valid when C{active}
         is true (Dovecot 2.3.19 reads the JSON C{true} as C{"true"}).
         """
-        assert self._oauth2Introspection is not None
-        settings = [
-            "introspection_mode = post",
-            f"introspection_url = {self._oauth2Introspection}",
-            "force_introspection = yes",
-            "username_attribute = username",
-            "active_attribute = active",
-            "active_value = true",
-            "timeout_msecs = 10000",
-        ]
-        with open(self._oauth2ConfigPath, "w") as f:
-            f.write("\n".join(settings) + "\n")
-        os.chmod(self._oauth2ConfigPath, 0o644)
-
-    def _launch(self, binary: str) -> None:
-        environment = None
-        if self._preload is not None:
-            environment = dict(os.environ, LD_PRELOAD=self._preload)
-        with open(self._outputPath, "ab") as output:
-            self._process = subprocess.Popen(
-                [*self._commandPrefix, binary, "-F", "-c", self._configPath],
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=dieWithParent() if self._dieWithParent else None,
-            )
-        self.pid = self._process.pid
-        _RUNNING.add(self)
-
-    def _waitUntilReady(self) -> None:
-        assert self._process is not None
-        pending: dict[int, ssl.SSLContext | None] = {self.port: None}
-        if not self._commandPrefix:
-            pending[self.tlsPort] = ssl.create_default_context(cafile=self.caCertificatePath)
-        waitForGreetings(
-            "dovecot", self._process, self.address, pending, self._readGreeting, self.logTail,
-            DovecotStartFailed, _START_TIMEOUT,
-        )  # fmt: skip
-
-    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
-        """
-        The first line the server sends on C{port}: read here, or by a child
-        process run through the command prefix (plain ports only).
-        """
-        if not self._commandPrefix:
-            return _readGreeting(self.address, port, context)
-        assert context is None
-        probe = (
-            "import socket, sys\n"
-            "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
-            "sys.stdout.buffer.write(s.recv(4096))\n"
-        )
-        result = subprocess.run(
-            [*self._commandPrefix, sys.executable, "-c", probe, self.address, str(port)],
-            capture_output=True,
-            timeout=10,
-        )
-        if result.returncode != 0:
-            lines = result.stderr.strip().splitlines() or [b"no output"]
-            raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
-        return result.stdout.split(b"\r\n", 1)[0]
+        _writeReadable(self._oauth2ConfigPath, _OAUTH2_CONFIG.format(self._oauth2Introspection))
 
 
-def _currentUserAndGroup() -> tuple[str, str]:
+def _checkOptions(separator: str, inboxPrefix: str, oauth2Mechanisms: Sequence[str]) -> None:
     """
-    The names of the current user and of its primary group.
+    Refuse options L{DovecotInstance} cannot configure.
+
+    @raise ValueError: with what is wrong.
     """
-    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    if separator not in (".", "/"):
+        raise ValueError(f"separator must be '.' or '/', not {separator!r}")
+    if inboxPrefix not in ("", "INBOX" + separator):
+        raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
+    if not set(oauth2Mechanisms) <= {"oauthbearer", "xoauth2"} or not oauth2Mechanisms:
+        raise ValueError(f"unknown OAuth2 mechanisms {oauth2Mechanisms!r}")
 
 
-def _stopAll() -> None:
+def _processUsers() -> list[str]:
     """
-    Stop every instance still running when the process exits, so a
-    crashed or interrupted test run leaves no Dovecot behind.
+    The settings naming the users Dovecot's internal and login processes
+    run as: Debian's C{dovecot} and C{dovenull} for root, else the current
+    user and group.
     """
-    for instance in list(_RUNNING):
-        instance.stop()
+    if os.geteuid() == 0:
+        return ["default_internal_user = dovecot", "default_login_user = dovenull"]
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    return [
+        f"default_internal_user = {user}",
+        f"default_internal_group = {group}",
+        f"default_login_user = {user}",
+    ]
 
 
-atexit.register(_stopAll)
+def _writeReadable(path: str, text: str) -> None:
+    """
+    Write C{text} to C{path}, readable by Dovecot's unprivileged processes.
+    """
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
+
+
+_PROBE = (
+    "import socket, sys\n"
+    "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+    "sys.stdout.buffer.write(s.recv(4096))\n"
+)
+
+# The configuration of a private instance.  auth_failure_delay = 0 and
+# anvil's penalty socket closed (mode = 0) answer a failed login quickly
+# and keep it from slowing the next ones down (auth logs one
+# "anvil-auth-penalty" error).
+_CONFIG = """\
+# Written by imapmig.testing.dovecot: a private test instance.
+base_dir = {runDir}
+state_dir = {stateDir}
+instance_name = {instance}
+log_path = {logPath}
+listen = {address}
+protocols = imap
+ssl = yes
+ssl_cert = <{tlsDir}/server.pem
+ssl_key = <{tlsDir}/server.key
+disable_plaintext_auth = no
+auth_mechanisms = plain login{tokenMechanisms}
+auth_failure_delay = 0
+first_valid_uid = {uid}
+first_valid_gid = {gid}
+mail_location = maildir:~/Maildir
+mail_fsync = {fsync}
+mail_max_userip_connections = 1000
+{passdbs}passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {passwdPath}
+{passwordMechanisms}}}
+userdb {{
+  driver = passwd-file
+  args = username_format=%u {passwdPath}
+}}
+service imap-login {{
+  inet_listener imap {{
+    address = {address}
+    port = {port}
+  }}
+  inet_listener imaps {{
+    address = {address}
+    port = {tlsPort}
+    ssl = yes
+  }}
+{chroot}}}
+service anvil {{
+  unix_listener anvil-auth-penalty {{
+    mode = 0
+  }}
+{chroot}}}
+service stats {{
+  unix_listener stats-writer {{
+    mode = 0666
+  }}
+}}
+namespace inbox {{
+  inbox = yes
+  separator = {separator}
+{prefix}{mailboxes}}}
+{settings}"""
+
+_MAILBOX = """\
+  mailbox {0} {{
+    special_use = {1}
+    auto = no
+  }}
+"""
+
+_MASTER_PASSDB = """\
+passdb {{
+  driver = passwd-file
+  master = yes
+  args = scheme=PLAIN username_format=%u {0}
+  pass = yes
+}}
+"""
+
+_OAUTH2_PASSDB = """\
+passdb {{
+  driver = oauth2
+  mechanisms = {0}
+  args = {1}
+}}
+"""
+
+_OAUTH2_CONFIG = """\
+introspection_mode = post
+introspection_url = {0}
+force_introspection = yes
+username_attribute = username
+active_attribute = active
+active_value = true
+timeout_msecs = 10000
+"""
 
 
 if __name__ == "__main__":

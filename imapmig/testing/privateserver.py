@@ -28,8 +28,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from twisted.trial import unittest
 
-from imapmig.errors import DovecotStartFailed, ServerNotFound, ServerStartFailed
+from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import AccountReader, IMAPUser
+from imapmig.testing.children import dieWithParent
 
 SERVERS_ROOT = os.environ.get("IMAPMIG_SERVERS_ROOT", "/opt/imapmig-servers")
 """
@@ -51,20 +52,23 @@ def tree() -> str:
 
 
 def requireServer(
-    testCase: unittest.SynchronousTestCase | None, name: str, find: object
+    testCase: unittest.SynchronousTestCase | None,
+    name: str,
+    find: Callable[[], object],
+    install: str = "run .ci/install-servers as root",
 ) -> None:
     """
     Call C{find} (which raises L{ServerNotFound} when the server is
     missing); when it is missing, skip loudly, or fail on CI (C{CI=true}),
-    as L{imapmig.testing.dovecot.requireDovecot} does for Dovecot.
+    so the integration tests cannot silently vanish.
 
     @param testCase: the test asking, whose C{failureException} is raised
         on CI; L{AssertionError} without one.
     @param name: the server's name for the messages, e.g. C{"Cyrus"}.
     @param find: a callable of no argument.
+    @param install: what installs it, for the messages.
     @raise twisted.trial.unittest.SkipTest: missing, not on CI.
     """
-    assert callable(find)
     try:
         find()
         return
@@ -74,18 +78,17 @@ def requireServer(
         failure = AssertionError if testCase is None else testCase.failureException
         raise failure(
             f"{name} is not usable but CI=true: the real-{name} tests must run on CI "
-            f"(run .ci/install-servers as root): {problem}"
+            f"({install}): {problem}"
         )
-    sys.stderr.write(
-        f"\n*** SKIPPING real-{name} tests: {problem}; run .ci/install-servers as root ***\n"
-    )
+    sys.stderr.write(f"\n*** SKIPPING real-{name} tests: {problem}; {install} ***\n")
     raise unittest.SkipTest(f"{name} not usable: {problem}")
 
 
 class PrivateServer(AccountReader):
     """
-    A server running privately on loopback as a session of its own
-    (a subclass says how to configure and launch it).
+    A server running privately on loopback as a session of its own: the
+    lifecycle Dovecot, Cyrus and Courier share (a subclass says how to
+    configure and launch it).
 
     @ivar baseDir: the directory holding everything of this instance.
     @ivar address: the IPv4 address it listens on (127.0.0.1).
@@ -99,10 +102,17 @@ class PrivateServer(AccountReader):
     """
 
     name = "server"
+    startFailed: type[ServerStartFailed] = ServerStartFailed
+    startTimeout = _START_TIMEOUT
+    # What a failed start's message holds when a port was taken between
+    # the probe and the server's bind: then other ports are tried.
+    portTaken = "in use"
+    # What an account's name or password may not hold.
+    unusableInUsers = ":|\t \r\n\0"
 
     def __init__(self, baseDir: str, users: Sequence[IMAPUser], address: str) -> None:
         for user in users:
-            checkUser(user)
+            self.checkUser(user)
         self.baseDir = os.path.abspath(baseDir)
         self.users: list[IMAPUser] = list(users)
         self.address = address
@@ -113,13 +123,35 @@ class PrivateServer(AccountReader):
         self.pid: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._outputPath = os.path.join(self.baseDir, "output.log")
+        self._fixedPort = 0
+        self._dieWithParent = False
+        # Where the server is launched from: its own directory.
+        self._workingDirectory: str | None = self.baseDir
 
     def __repr__(self) -> str:
         return (
             f"<{type(self).__name__} {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
         )
 
+    def checkUser(self, user: IMAPUser) -> None:
+        """
+        Refuse an account name or password this server's user file cannot
+        hold.
+
+        @raise ValueError: empty, or with a character of
+            L{unusableInUsers}.
+        """
+        for value in (user.name, user.password):
+            if not value or any(c in value for c in self.unusableInUsers):
+                raise ValueError(f"unusable user name or password for {user.name!r}")
+
     # -- what a subclass provides -------------------------------------------
+
+    def _check(self) -> None:
+        """
+        Refuse to start before anything is written: the server is missing
+        (L{ServerNotFound}) or cannot run here.
+        """
 
     def _prepare(self) -> None:
         """
@@ -142,6 +174,40 @@ class PrivateServer(AccountReader):
         """
         return []
 
+    def _greetings(self) -> dict[int, ssl.SSLContext | None]:
+        """
+        The ports to probe for a greeting once launched, with the TLS
+        context of the implicit-TLS one.
+        """
+        return {
+            self.port: None,
+            self.tlsPort: ssl.create_default_context(cafile=self.caCertificatePath),
+        }
+
+    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
+        """
+        The first line the server sends on C{port}.
+        """
+        return _readGreeting(self.address, port, context)
+
+    def _terminate(self, process: subprocess.Popen[bytes]) -> None:
+        """
+        Send TERM to every process of the instance's session, wait until
+        none is left (KILL after 10 s).
+        """
+        session = process.pid
+        _signalSession(session, signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_TIMEOUT
+        while True:
+            process.poll()
+            if not processesInSession(session):
+                break
+            if time.monotonic() > deadline:
+                _signalSession(session, signal.SIGKILL)
+                deadline = time.monotonic() + _STOP_TIMEOUT
+            time.sleep(0.02)
+        process.wait()
+
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
@@ -150,65 +216,52 @@ class PrivateServer(AccountReader):
         server and wait until both ports greet.  Does nothing when running.
 
         @raise ServerNotFound: the server is not installed.
-        @raise ServerStartFailed: it did not greet within 15 seconds (after
-            a few attempts with other ports), with its log tail.
+        @raise ServerStartFailed: it did not greet within L{startTimeout}
+            seconds (after a few attempts with other ports), with its log
+            tail; the subclass's L{startFailed}.
         """
         if self._process is not None:
             return
+        self._check()
         os.makedirs(self.baseDir, exist_ok=True)
         os.chmod(self.baseDir, 0o755)
         _makeTraversable(self.baseDir)
-        try:
-            writeTestCertificates(self.tlsDir)
-        except DovecotStartFailed as e:
-            raise ServerStartFailed(str(e)) from None
+        writeTestCertificates(self.tlsDir, self.startFailed)
         self._prepare()
         for attempt in range(3):
-            self.port, self.tlsPort = _freePorts(2)
-            command, environment = self._configure()
-            with open(self._outputPath, "ab") as output:
-                self._process = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    env=None if environment is None else dict(environment),
-                    cwd=self.baseDir,
-                    start_new_session=True,
-                )
-            self.pid = self._process.pid
-            _RUNNING.add(self)
+            self.port, self.tlsPort = self._choosePorts()
+            self._launch(*self._configure())
             try:
                 self._waitUntilReady()
             except ServerStartFailed as e:
                 self.stop()
-                if attempt == 2 or "in use" not in str(e):
+                if attempt == 2 or self.portTaken not in str(e):
                     raise
             else:
                 return
 
     def stop(self) -> None:
         """
-        Send TERM to every process of the instance's session, wait until
-        none is left (KILL after 10 s).  Idempotent.
+        Stop the server and wait until it has exited (L{_terminate}).
+        Idempotent.
         """
         process = self._process
         if process is not None:
-            session = process.pid
-            _signalSession(session, signal.SIGTERM)
-            deadline = time.monotonic() + _STOP_TIMEOUT
-            while True:
-                process.poll()
-                if not processesInSession(session):
-                    break
-                if time.monotonic() > deadline:
-                    _signalSession(session, signal.SIGKILL)
-                    deadline = time.monotonic() + _STOP_TIMEOUT
-                time.sleep(0.02)
-            process.wait()
+            self._terminate(process)
             self._process = None
             self.pid = None
         _RUNNING.discard(self)
+
+    def wait(self) -> int:
+        """
+        Block until the server exits (stopped by someone else, or failed).
+
+        @return: its exit status, as L{subprocess.Popen.wait} gives it.
+        @raise RuntimeError: it is not running.
+        """
+        if self._process is None:
+            raise RuntimeError(f"{self!r} is not running")
+        return self._process.wait()
 
     def processes(self) -> list[int]:
         """
@@ -261,16 +314,36 @@ class PrivateServer(AccountReader):
 
     # -- internals ---------------------------------------------------------
 
+    def _choosePorts(self) -> tuple[int, int]:
+        """
+        The plain and implicit-TLS ports: two free ones, or the fixed
+        plain port and a free one.
+        """
+        port, tlsPort = _freePorts(2)
+        if self._fixedPort:
+            return self._fixedPort, next(p for p in (port, tlsPort) if p != self._fixedPort)
+        return port, tlsPort
+
+    def _launch(self, command: list[str], environment: Mapping[str, str] | None) -> None:
+        with open(self._outputPath, "ab") as output:
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env=None if environment is None else dict(environment),
+                cwd=self._workingDirectory,
+                start_new_session=True,
+                preexec_fn=dieWithParent() if self._dieWithParent else None,
+            )
+        self.pid = self._process.pid
+        _RUNNING.add(self)
+
     def _waitUntilReady(self) -> None:
         assert self._process is not None
-        pending: dict[int, ssl.SSLContext | None] = {
-            self.port: None,
-            self.tlsPort: ssl.create_default_context(cafile=self.caCertificatePath),
-        }
         waitForGreetings(
-            self.name, self._process, self.address, pending,
-            lambda port, context: _readGreeting(self.address, port, context),
-            self.logTail, ServerStartFailed, _START_TIMEOUT,
+            self.name, self._process, self.address, self._greetings(), self._readGreeting,
+            self.logTail, self.startFailed, self.startTimeout,
         )  # fmt: skip
 
 
@@ -309,18 +382,6 @@ def _signalSession(session: int, signum: int) -> None:
             os.kill(pid, signum)
         except ProcessLookupError:
             pass
-
-
-def checkUser(user: IMAPUser) -> None:
-    """
-    Refuse an account name or password no server's user file can hold.
-
-    @raise ValueError: empty, or with a space, tab, C{:}, C{|}, NUL or a
-        line break.
-    """
-    for value in (user.name, user.password):
-        if not value or any(c in value for c in ":|\t \r\n\0"):
-            raise ValueError(f"unusable user name or password for {user.name!r}")
 
 
 def tailOfFiles(paths: Sequence[str], lines: int) -> str:
@@ -385,7 +446,9 @@ def waitForGreetings(
             time.sleep(0.02)
 
 
-def writeTestCertificates(tlsDir: str) -> None:
+def writeTestCertificates(
+    tlsDir: str, failure: type[ServerStartFailed] = ServerStartFailed
+) -> None:
     """
     Write a private certificate authority (C{ca.pem}) and a server
     certificate it signed (C{server.pem}, key in C{server.key}; subject
@@ -394,7 +457,9 @@ def writeTestCertificates(tlsDir: str) -> None:
     L{imapmig.testing} uses it.
 
     @param tlsDir: the directory, created if missing.
-    @raise DovecotStartFailed: C{openssl} failed, with its error output.
+    @param failure: what to raise when C{openssl} fails.
+    @raise ServerStartFailed: C{openssl} failed, with its error output (as
+        C{failure}).
     """
     caCertificatePath = os.path.join(tlsDir, "ca.pem")
     serverCert = os.path.join(tlsDir, "server.pem")
@@ -420,7 +485,7 @@ def writeTestCertificates(tlsDir: str) -> None:
     for command in commands:
         completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
         if completed.returncode != 0:
-            raise DovecotStartFailed(
+            raise failure(
                 f"{' '.join(command)} failed:\n"
                 + completed.stderr.decode("utf-8", "replace")
             )
