@@ -413,28 +413,54 @@ class FakeIMAPServer(LineReceiver):
         try:
             self._tokens.extend(_tokenize(line[: marker.start()] if marker else line))
         except ValueError as e:
-            self._error = self._error or b"BAD " + str(e).encode("ascii")
+            self._fail(b"BAD " + str(e).encode("ascii"))
         if marker is None:
-            tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
-            self._execute(tokens, error)
+            self._executeCommand()
             return
-        size, nonSync = int(marker.group(1)), marker.group(2) == b"+"
-        if nonSync and not (self._literalPlus or self._literalMinus):
-            self._error = self._error or b"BAD Non-synchronizing literal without LITERAL+"
-        elif nonSync and not self._literalPlus and size > LITERAL_MINUS_LIMIT:
-            self._error = self._error or b"BAD [TOOBIG] Non-synchronizing literal over 4096 octets"
+        self._startLiteral(int(marker.group(1)), marker.group(2) == b"+")
+
+    def _fail(self, error: bytes | None) -> None:
+        """
+        Remember the first error of the command being read: it is the
+        reply once the command is complete.
+        """
+        self._error = self._error or error
+
+    def _literalError(self, size: int, nonSync: bool) -> bytes | None:
+        """
+        Why a literal of C{size} octets cannot be read, or L{None}.
+        """
+        if not nonSync:
+            return None
+        if not (self._literalPlus or self._literalMinus):
+            return b"BAD Non-synchronizing literal without LITERAL+"
+        if not self._literalPlus and size > LITERAL_MINUS_LIMIT:
+            return b"BAD [TOOBIG] Non-synchronizing literal over 4096 octets"
+        return None
+
+    def _startLiteral(self, size: int, nonSync: bool) -> None:
+        """
+        Read a literal of C{size} octets; a synchronizing one is asked for
+        with C{+}, or, when the command is refused already, not at all
+        (the client sends no literal if the command is answered now).
+        """
+        self._fail(self._literalError(size, nonSync))
         if not nonSync:
             if self._error is not None:
-                # The client waits for our continuation: it sends no
-                # literal if the command is answered now.
-                tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
-                self._execute(tokens, error)
+                self._executeCommand()
                 return
             self.sendLine(b"+ Ready for literal data")
         self._literal, self._literalLeft = [], size
         self.setRawMode()
         if size == 0:
             self.rawDataReceived(b"")
+
+    def _executeCommand(self) -> None:
+        """
+        Execute the command read so far, and start reading the next.
+        """
+        tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
+        self._execute(tokens, error)
 
     def rawDataReceived(self, data: bytes) -> None:
         if self._closed:
@@ -451,42 +477,31 @@ class FakeIMAPServer(LineReceiver):
 
     def _execute(self, tokens: list[_Token], error: bytes | None) -> None:
         tag = tokens[0].value if tokens and tokens[0].kind is _Kind.ATOM else b"*"
-        if error is None and (len(tokens) < 2 or tokens[1].kind is not _Kind.ATOM):
-            error = b"BAD Missing command"
+        error = error or self._commandError(tokens)
         if error is not None:
             self.sendLine(tag + b" " + error)
             return
-        name = tokens[1].value.upper().decode("ascii", "replace")
-        handler: Callable[[list[_Token]], bytes | None] | None = {
-            "CAPABILITY": self._capability,
-            "NOOP": self._noop,
-            "LOGOUT": self._logout,
-            "LOGIN": self._login,
-            "AUTHENTICATE": self._authenticate,
-        }.get(name)
-        authenticated = {
-            "LIST": self._list,
-            "NAMESPACE": self._namespace,
-            "CREATE": self._create,
-            "SUBSCRIBE": self._subscribe,
-            "SELECT": self._select,
-            "EXAMINE": self._examine,
-            "LSUB": self._lsub,
-            "APPEND": self._append,
-        }.get(name)
-        if authenticated is not None:
-            if self.user is None:
-                self.sendLine(tag + b" BAD Command not allowed before login")
-                return
-            handler = authenticated
-        if handler is None:
-            self.sendLine(tag + b" BAD Unknown command")
-            return
+        handler: Callable[[list[_Token]], bytes | None] = getattr(
+            self, _COMMANDS[_commandName(tokens)]
+        )
         reply = handler(tokens[2:])
         if reply is not None:
             self.sendLine(tag + b" " + reply)
         if self._closeAfterReply:
             self._close()
+
+    def _commandError(self, tokens: list[_Token]) -> bytes | None:
+        """
+        Why the command of C{tokens} cannot run here, or L{None}.
+        """
+        if len(tokens) < 2 or tokens[1].kind is not _Kind.ATOM:
+            return b"BAD Missing command"
+        name = _commandName(tokens)
+        if name in _AFTER_LOGIN and self.user is None:
+            return b"BAD Command not allowed before login"
+        if name not in _COMMANDS:
+            return b"BAD Unknown command"
+        return None
 
     def _capability(self, args: list[_Token]) -> bytes:
         self.sendLine(b"* CAPABILITY " + self._capabilityText())
@@ -653,35 +668,45 @@ class FakeIMAPServer(LineReceiver):
         messages = self.store.mailbox(self.user, self.selected)
         wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
         upper = items.upper()
-        partial = _PARTIAL.search(upper)
         for sequence, message in enumerate(messages, 1):
-            if message.uid not in wanted:
-                continue
-            parts = [b"UID %d" % message.uid]
-            if b"RFC822.SIZE" in upper:
-                parts.append(b"RFC822.SIZE %d" % len(message.body))
-            if b"FLAGS" in upper:
-                parts.append(b"FLAGS (%s)" % " ".join(message.flags).encode("ascii"))
-            if b"X-GM-MSGID" in upper and "X-GM-EXT-1" in self._caps:
-                parts.append(b"X-GM-MSGID %d" % gmailMessageId(message.body))
-            if b"X-GM-LABELS" in upper and "X-GM-EXT-1" in self._caps:
-                labels = self.store.gmailLabels(self.user, message.body)
-                parts.append(b"X-GM-LABELS (%s)" % b" ".join(labels))
-            if b"INTERNALDATE" in upper:
-                date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
-                parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))
-            for fields in _HEADER_FIELDS.findall(upper):
-                value = _headerField(message.body, *fields.lower().split())
-                parts.append(b"BODY[HEADER.FIELDS (%s)] {%d}\r\n%s" % (fields, len(value), value))
-            if partial is not None:
-                start, length = int(partial.group(1)), int(partial.group(2))
-                piece = message.body[start : start + length]
-                parts.append(b"BODY[]<%d> {%d}\r\n%s" % (start, len(piece), piece))
-            elif b"BODY.PEEK[]" in upper:
-                parts.append(b"BODY[] {%d}\r\n%s" % (len(message.body), message.body))
-            self.transport.write(  # type: ignore[union-attr]
-                b"* %d FETCH (%s)\r\n" % (sequence, b" ".join(parts)))
+            if message.uid in wanted:
+                self.transport.write(  # type: ignore[union-attr]
+                    b"* %d FETCH (%s)\r\n" % (sequence, b" ".join(self._fetchItems(message, upper))))
         self.sendLine(tag + b" OK Fetch completed.")
+
+    def _fetchItems(self, message: StoredMessage, upper: bytes) -> list[bytes]:
+        """
+        The items of one message's FETCH response, in a fixed order: UID,
+        then those of L{_FETCH_ITEMS} asked for in C{upper}, then header
+        fields and the body.
+        """
+        gmail = "X-GM-EXT-1" in self._caps
+        return [
+            b"UID %d" % message.uid,
+            *(
+                render(self, message)
+                for item, isGmail, render in _FETCH_ITEMS
+                if item in upper and (gmail or not isGmail)
+            ),
+            *_bodyItems(message.body, upper),
+        ]
+
+    def _sizeItem(self, message: StoredMessage) -> bytes:
+        return b"RFC822.SIZE %d" % len(message.body)
+
+    def _flagsItem(self, message: StoredMessage) -> bytes:
+        return b"FLAGS (%s)" % " ".join(message.flags).encode("ascii")
+
+    def _gmailIdItem(self, message: StoredMessage) -> bytes:
+        return b"X-GM-MSGID %d" % gmailMessageId(message.body)
+
+    def _gmailLabelsItem(self, message: StoredMessage) -> bytes:
+        assert self.user is not None
+        return b"X-GM-LABELS (%s)" % b" ".join(self.store.gmailLabels(self.user, message.body))
+
+    def _internalDateItem(self, message: StoredMessage) -> bytes:
+        date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
+        return b'INTERNALDATE "%s"' % date.encode("ascii")
 
     def _append(self, args: list[_Token]) -> bytes | None:
         if self.dropAfterAppends is not None and self._appends >= self.dropAfterAppends:
@@ -691,26 +716,15 @@ class FakeIMAPServer(LineReceiver):
         name = _decodeName(args[0].value) if args and args[0].kind is not _Kind.LIST else None
         if name is None:
             return b"BAD APPEND expects a mailbox name"
-        messages: list[tuple[bytes, tuple[str, ...], str | None]] = []
-        rest = args[1:]
-        while rest:
-            flags: tuple[str, ...] = ()
-            date = None
-            if rest[0].kind is _Kind.LIST:
-                flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
-                if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
-                    return b"BAD Invalid system flag"
-            if rest and rest[0].kind is _Kind.STRING:
-                date = rest.pop(0).value.decode("ascii", "replace")
-                try:
-                    datetime.strptime(date.strip(), "%d-%b-%Y %H:%M:%S %z")
-                except ValueError:
-                    return b"BAD Invalid date-time"
-            if not rest or rest[0].kind is not _Kind.LITERAL:
-                return b"BAD APPEND expects a message literal"
-            messages.append((rest.pop(0).value, flags, date))
-        if not messages:
-            return b"BAD APPEND expects a message literal"
+        messages = _appendedMessages(args[1:])
+        if isinstance(messages, bytes):
+            return messages
+        return self._appendRefusal(name, messages) or self._appendStored(name, messages)
+
+    def _appendRefusal(self, name: str, messages: list[_Appended]) -> bytes | None:
+        """
+        Why the APPEND of C{messages} to C{name} is refused, or L{None}.
+        """
         if len(messages) > 1 and "MULTIAPPEND" not in self._caps:
             return b"BAD MULTIAPPEND is not supported"
         assert self.user is not None
@@ -721,6 +735,14 @@ class FakeIMAPServer(LineReceiver):
             if refusal is not None:
                 # RFC 3502: one refused message refuses the whole command.
                 return refusal.encode("utf-8")
+        return None
+
+    def _appendStored(self, name: str, messages: list[_Appended]) -> bytes:
+        """
+        Store C{messages} in C{name}; the tagged reply, with C{APPENDUID}
+        where UIDPLUS is advertised.
+        """
+        assert self.user is not None
         uidValidity, uids = self.store.append(self.user, name, messages)
         if self.selected == name:
             self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
@@ -728,6 +750,123 @@ class FakeIMAPServer(LineReceiver):
             return b"OK Append completed."
         uidSet = b"%d" % uids[0] if len(uids) == 1 else b"%d:%d" % (uids[0], uids[-1])
         return b"OK [APPENDUID %d %s] Append completed." % (uidValidity, uidSet)
+
+
+_Appended = tuple[bytes, tuple[str, ...], str | None]
+"""
+A message of an APPEND: its body, flags and date-time (L{None}: none given).
+"""
+
+_COMMANDS = {
+    "CAPABILITY": "_capability",
+    "NOOP": "_noop",
+    "LOGOUT": "_logout",
+    "LOGIN": "_login",
+    "AUTHENTICATE": "_authenticate",
+    "LIST": "_list",
+    "NAMESPACE": "_namespace",
+    "CREATE": "_create",
+    "SUBSCRIBE": "_subscribe",
+    "SELECT": "_select",
+    "EXAMINE": "_examine",
+    "LSUB": "_lsub",
+    "APPEND": "_append",
+}
+"""
+The commands the fake server knows, by name (upper case), and the methods
+that execute them (looked up on the connection, so that a test's subclass
+may override one).
+"""
+
+_AFTER_LOGIN = frozenset(
+    {"LIST", "NAMESPACE", "CREATE", "SUBSCRIBE", "SELECT", "EXAMINE", "LSUB", "APPEND"}
+)
+"""
+The commands of L{_COMMANDS} refused before login.
+"""
+
+_FETCH_ITEMS: tuple[tuple[bytes, bool, Callable[[FakeIMAPServer, StoredMessage], bytes]], ...] = (
+    (b"RFC822.SIZE", False, FakeIMAPServer._sizeItem),
+    (b"FLAGS", False, FakeIMAPServer._flagsItem),
+    (b"X-GM-MSGID", True, FakeIMAPServer._gmailIdItem),
+    (b"X-GM-LABELS", True, FakeIMAPServer._gmailLabelsItem),
+    (b"INTERNALDATE", False, FakeIMAPServer._internalDateItem),
+)
+"""
+The FETCH items answered from a message's metadata, in the order of the
+response: the item's name, whether only X-GM-EXT-1 answers it, and its
+rendering.
+"""
+
+
+def _commandName(tokens: list[_Token]) -> str:
+    return tokens[1].value.upper().decode("ascii", "replace")
+
+
+def _bodyItems(body: bytes, upper: bytes) -> list[bytes]:
+    """
+    The header fields (C{BODY.PEEK[HEADER.FIELDS (NAME ...)]}) and the
+    body (C{BODY.PEEK[]} or its part C{BODY.PEEK[]<START.LENGTH>}) asked
+    for in the FETCH items C{upper}.
+    """
+    parts = []
+    for fields in _HEADER_FIELDS.findall(upper):
+        value = _headerField(body, *fields.lower().split())
+        parts.append(b"BODY[HEADER.FIELDS (%s)] {%d}\r\n%s" % (fields, len(value), value))
+    partial = _PARTIAL.search(upper)
+    if partial is not None:
+        start, length = int(partial.group(1)), int(partial.group(2))
+        piece = body[start : start + length]
+        parts.append(b"BODY[]<%d> {%d}\r\n%s" % (start, len(piece), piece))
+    elif b"BODY.PEEK[]" in upper:
+        parts.append(b"BODY[] {%d}\r\n%s" % (len(body), body))
+    return parts
+
+
+def _appendedMessages(args: list[_Token]) -> list[_Appended] | bytes:
+    """
+    The messages of an APPEND's arguments after the mailbox (several with
+    MULTIAPPEND), or the C{BAD} reply that refuses them.
+    """
+    rest = list(args)
+    messages: list[_Appended] = []
+    while rest:
+        message = _nextAppended(rest)
+        if isinstance(message, bytes):
+            return message
+        messages.append(message)
+    return messages or b"BAD APPEND expects a message literal"
+
+
+def _nextAppended(rest: list[_Token]) -> _Appended | bytes:
+    """
+    Take the next message (optional flags, optional date-time, literal)
+    off C{rest}, or return the C{BAD} reply that refuses it.
+    """
+    flags: tuple[str, ...] = ()
+    date = None
+    if rest[0].kind is _Kind.LIST:
+        flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
+        if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
+            return b"BAD Invalid system flag"
+    if rest and rest[0].kind is _Kind.STRING:
+        date = rest.pop(0).value.decode("ascii", "replace")
+        if not _isDateTime(date):
+            return b"BAD Invalid date-time"
+    if not rest or rest[0].kind is not _Kind.LITERAL:
+        return b"BAD APPEND expects a message literal"
+    return (rest.pop(0).value, flags, date)
+
+
+def _isDateTime(value: str) -> bool:
+    """
+    Whether C{value} is an IMAP date-time (without its quotes).
+    """
+    try:
+        datetime.strptime(value.strip(), "%d-%b-%Y %H:%M:%S %z")
+    except ValueError:
+        return False
+    return True
 
 
 def _quote(value: bytes) -> bytes:
