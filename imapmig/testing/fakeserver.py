@@ -23,20 +23,27 @@ import base64
 import binascii
 import hashlib
 import re
-from datetime import datetime
-from enum import Enum
 from typing import Callable, Sequence
 
 from attrs import frozen
 from twisted.protocols.basic import LineReceiver
 
-import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+from imapmig.testing.imapsyntax import (
+    Appended,
+    Kind,
+    Token,
+    appendedMessages,
+    bodyItems,
+    canonicalName,
+    decodeName,
+    quote,
+    tokenize,
+    uidsIn,
+)
 
 DEFAULT_CAPABILITIES = ("IMAP4rev1", "LITERAL+", "MULTIAPPEND", "UIDPLUS", "SASL-IR", "AUTH=PLAIN")
 LITERAL_MINUS_LIMIT = 4096
-_SYSTEM_FLAGS = frozenset({"\\ANSWERED", "\\FLAGGED", "\\DELETED", "\\SEEN", "\\DRAFT"})
 _LITERAL = re.compile(rb"\{(\d+)(\+?)\}$")
-_ATOM = re.compile(rb"[^ ()]+")
 
 
 @frozen
@@ -122,7 +129,7 @@ class FakeMailStore:
         @return: C{False} if it already exists.
         """
         boxes = self._mailboxes[user]
-        name = _canonical(name)
+        name = canonicalName(name)
         if name in boxes:
             return False
         boxes[name] = _Mailbox(self._nextUIDValidity)
@@ -133,7 +140,7 @@ class FakeMailStore:
         """
         Subscribe C{user} to C{name}.
         """
-        name = _canonical(name)
+        name = canonicalName(name)
         if name not in self._subscriptions[user]:
             self._subscriptions[user].append(name)
 
@@ -145,7 +152,7 @@ class FakeMailStore:
 
         @return: the mailbox's UIDVALIDITY and the new messages' UIDs.
         """
-        box = self._mailboxes[user][_canonical(name)]
+        box = self._mailboxes[user][canonicalName(name)]
         uids = []
         for body, flags, internalDate in messages:
             box.messages.append(StoredMessage(body, flags, internalDate, box.uidNext))
@@ -158,7 +165,7 @@ class FakeMailStore:
         Remove the messages of content C{body} from C{user}'s mailbox
         C{name} (as Gmail does when a label is taken off a message).
         """
-        box = self._mailboxes[user][_canonical(name)]
+        box = self._mailboxes[user][canonicalName(name)]
         box.messages = [m for m in box.messages if m.body != body]
 
     def mailbox(self, user: str, name: str) -> list[StoredMessage]:
@@ -167,7 +174,7 @@ class FakeMailStore:
 
         @raise KeyError: no such mailbox.
         """
-        return list(self._mailboxes[user][_canonical(name)].messages)
+        return list(self._mailboxes[user][canonicalName(name)].messages)
 
     def mailboxes(self, user: str) -> list[str]:
         """
@@ -179,13 +186,13 @@ class FakeMailStore:
         """
         The UIDNEXT of C{user}'s mailbox C{name}.
         """
-        return self._mailboxes[user][_canonical(name)].uidNext
+        return self._mailboxes[user][canonicalName(name)].uidNext
 
     def uidValidity(self, user: str, name: str) -> int:
         """
         The UIDVALIDITY of C{user}'s mailbox C{name}.
         """
-        return self._mailboxes[user][_canonical(name)].uidValidity
+        return self._mailboxes[user][canonicalName(name)].uidValidity
 
     def gmailLabels(self, user: str, body: bytes) -> list[bytes]:
         """
@@ -205,7 +212,7 @@ class FakeMailStore:
             elif use in _SYSTEM_LABELS:
                 labels.append(_SYSTEM_LABELS[use])
             else:
-                labels.append(_quote(name.encode("imap4-utf-7")))
+                labels.append(quote(name.encode("imap4-utf-7")))
         return labels
 
     def subscriptions(self, user: str) -> list[str]:
@@ -234,111 +241,7 @@ def gmailMessageId(body: bytes) -> int:
     return int.from_bytes(hashlib.sha256(body).digest()[:7], "big")
 
 
-def _canonical(name: str) -> str:
-    return "INBOX" if name.upper() == "INBOX" else name
-
-
-def _decodeName(value: bytes) -> str | None:
-    """
-    A mailbox name (or pattern) from modified UTF-7, or L{None} if invalid.
-    """
-    try:
-        return _canonical(value.decode("imap4-utf-7"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-class _Kind(Enum):
-    ATOM = "atom"
-    STRING = "string"
-    LITERAL = "literal"
-    LIST = "list"
-
-
-@frozen
-class _Token:
-    kind: _Kind
-    value: bytes = b""
-    items: tuple[bytes, ...] = ()
-
-
 _UID_FETCH = re.compile(rb"([^ ]+) UID FETCH ([0-9:*,]+) \((.*)\)", re.IGNORECASE)
-_PARTIAL = re.compile(rb"BODY\.PEEK\[\]<([0-9]+)\.([0-9]+)>")
-_HEADER_FIELDS = re.compile(rb"HEADER\.FIELDS \(([^)]*)\)")
-
-
-def _uidsIn(uidSet: bytes, largest: int) -> set[int]:
-    """
-    The UIDs a UID set names (C{*} being the largest UID in use).
-    """
-    result: set[int] = set()
-    for part in uidSet.split(b","):
-        low, _, high = part.partition(b":")
-        first = largest if low == b"*" else int(low)
-        last = first if not high else largest if high == b"*" else int(high)
-        result.update(range(min(first, last), max(first, last) + 1))
-    return result
-
-
-def _headerField(message: bytes, *names: bytes) -> bytes:
-    """
-    What C{BODY[HEADER.FIELDS (NAME ...)]} returns: the fields' lines, in
-    the message's order, then a blank line.
-    """
-    end = message.find(b"\r\n\r\n")
-    header = message[: end + 2] if end >= 0 else message
-    lines = header.split(b"\r\n")
-    kept: list[bytes] = []
-    taking = False
-    for line in lines:
-        if line[:1] in (b" ", b"\t"):
-            if taking:
-                kept.append(line)
-            continue
-        taking = any(line.lower().startswith(name + b":") for name in names)
-        if taking:
-            kept.append(line)
-    return b"".join(line + b"\r\n" for line in kept) + b"\r\n"
-
-
-def _tokenize(line: bytes) -> list[_Token]:
-    """
-    Split a command line (without a trailing literal marker) into atoms,
-    quoted strings and flat parenthesized lists.
-
-    @raise ValueError: the line is malformed.
-    """
-    tokens = []
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i : i + 1]
-        if c == b" ":
-            i += 1
-        elif c == b'"':
-            value, i = bytearray(), i + 1
-            while i < n and line[i : i + 1] != b'"':
-                if line[i : i + 1] == b"\\":
-                    i += 1
-                value += line[i : i + 1]
-                i += 1
-            if i >= n:
-                raise ValueError("unterminated quoted string")
-            tokens.append(_Token(_Kind.STRING, bytes(value)))
-            i += 1
-        elif c == b"(":
-            end = line.find(b")", i)
-            inner = line[i + 1 : end]
-            if end == -1 or b"(" in inner or b'"' in inner:
-                raise ValueError("unsupported parenthesized list")
-            tokens.append(_Token(_Kind.LIST, items=tuple(inner.split())))
-            i = end + 1
-        else:
-            match = _ATOM.match(line, i)
-            if match is None:
-                raise ValueError("unexpected parenthesis")
-            tokens.append(_Token(_Kind.ATOM, match.group()))
-            i = match.end()
-    return tokens
 
 
 class FakeIMAPServer(LineReceiver):
@@ -374,7 +277,7 @@ class FakeIMAPServer(LineReceiver):
         self.user: str | None = None
         self.selected: str | None = None
         self._appends = 0
-        self._tokens: list[_Token] = []
+        self._tokens: list[Token] = []
         self._error: bytes | None = None
         self._literal: list[bytes] = []
         self._literalLeft = 0
@@ -411,7 +314,7 @@ class FakeIMAPServer(LineReceiver):
                 return
         marker = _LITERAL.search(line)
         try:
-            self._tokens.extend(_tokenize(line[: marker.start()] if marker else line))
+            self._tokens.extend(tokenize(line[: marker.start()] if marker else line))
         except ValueError as e:
             self._fail(b"BAD " + str(e).encode("ascii"))
         if marker is None:
@@ -469,19 +372,19 @@ class FakeIMAPServer(LineReceiver):
         self._literal.append(data[:left])
         self._literalLeft = max(0, left - len(data))
         if self._literalLeft == 0:
-            self._tokens.append(_Token(_Kind.LITERAL, b"".join(self._literal)))
+            self._tokens.append(Token(Kind.LITERAL, b"".join(self._literal)))
             self._literal = []
             self.setLineMode(data[left:])
 
     # Executing commands.
 
-    def _execute(self, tokens: list[_Token], error: bytes | None) -> None:
-        tag = tokens[0].value if tokens and tokens[0].kind is _Kind.ATOM else b"*"
+    def _execute(self, tokens: list[Token], error: bytes | None) -> None:
+        tag = tokens[0].value if tokens and tokens[0].kind is Kind.ATOM else b"*"
         error = error or self._commandError(tokens)
         if error is not None:
             self.sendLine(tag + b" " + error)
             return
-        handler: Callable[[list[_Token]], bytes | None] = getattr(
+        handler: Callable[[list[Token]], bytes | None] = getattr(
             self, _COMMANDS[_commandName(tokens)]
         )
         reply = handler(tokens[2:])
@@ -490,11 +393,11 @@ class FakeIMAPServer(LineReceiver):
         if self._closeAfterReply:
             self._close()
 
-    def _commandError(self, tokens: list[_Token]) -> bytes | None:
+    def _commandError(self, tokens: list[Token]) -> bytes | None:
         """
         Why the command of C{tokens} cannot run here, or L{None}.
         """
-        if len(tokens) < 2 or tokens[1].kind is not _Kind.ATOM:
+        if len(tokens) < 2 or tokens[1].kind is not Kind.ATOM:
             return b"BAD Missing command"
         name = _commandName(tokens)
         if name in _AFTER_LOGIN and self.user is None:
@@ -503,14 +406,14 @@ class FakeIMAPServer(LineReceiver):
             return b"BAD Unknown command"
         return None
 
-    def _capability(self, args: list[_Token]) -> bytes:
+    def _capability(self, args: list[Token]) -> bytes:
         self.sendLine(b"* CAPABILITY " + self._capabilityText())
         return b"OK Capability completed."
 
-    def _noop(self, args: list[_Token]) -> bytes:
+    def _noop(self, args: list[Token]) -> bytes:
         return b"OK NOOP completed."
 
-    def _logout(self, args: list[_Token]) -> bytes:
+    def _logout(self, args: list[Token]) -> bytes:
         self.sendLine(b"* BYE Logging out")
         self._closeAfterReply = True
         return b"OK Logout completed."
@@ -521,8 +424,8 @@ class FakeIMAPServer(LineReceiver):
         self.user = user
         return b"OK Logged in."
 
-    def _login(self, args: list[_Token]) -> bytes:
-        if len(args) != 2 or args[0].kind is _Kind.LIST or args[1].kind is _Kind.LIST:
+    def _login(self, args: list[Token]) -> bytes:
+        if len(args) != 2 or args[0].kind is Kind.LIST or args[1].kind is Kind.LIST:
             return b"BAD LOGIN expects a user name and a password"
         if self.user is not None:
             return b"BAD Already logged in"
@@ -530,7 +433,7 @@ class FakeIMAPServer(LineReceiver):
             args[0].value.decode("utf-8", "replace"), args[1].value.decode("utf-8", "replace")
         )
 
-    def _authenticate(self, args: list[_Token]) -> bytes:
+    def _authenticate(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value.upper() != b"PLAIN" or "SASL-IR" not in self._caps:
             return b"BAD Only AUTHENTICATE PLAIN with an initial response is supported"
         if self.user is not None:
@@ -544,12 +447,12 @@ class FakeIMAPServer(LineReceiver):
             return b"NO [AUTHENTICATIONFAILED] Authentication failed."
         return self._loggedIn(parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace"))
 
-    def _list(self, args: list[_Token]) -> bytes:
+    def _list(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value != b"":
             return b"BAD LIST supports an empty reference only"
         delimiter = self.store.delimiter
-        quoted = _quote(delimiter.encode("ascii"))
-        pattern = _decodeName(args[1].value)
+        quoted = quote(delimiter.encode("ascii"))
+        pattern = decodeName(args[1].value)
         if pattern is None:
             return b"BAD Invalid mailbox pattern"
         if pattern == "":
@@ -568,11 +471,11 @@ class FakeIMAPServer(LineReceiver):
                 if name in self.store.specialUse:
                     attribute += b" " + self.store.specialUse[name].encode("ascii")
                 self.sendLine(
-                    b"* LIST (%s) %s %s" % (attribute, quoted, _quote(name.encode("imap4-utf-7")))
+                    b"* LIST (%s) %s %s" % (attribute, quoted, quote(name.encode("imap4-utf-7")))
                 )
         return b"OK List completed."
 
-    def _namespace(self, args: list[_Token]) -> bytes:
+    def _namespace(self, args: list[Token]) -> bytes:
         if "NAMESPACE" not in self._caps:
             return b"BAD Unknown command"
         if self.store.namespaceRefusal is not None:
@@ -580,18 +483,18 @@ class FakeIMAPServer(LineReceiver):
         text = self.store.namespaceText
         if text is None:
             text = b"((%s %s)) NIL NIL" % (
-                _quote(self.store.prefix.encode("imap4-utf-7")),
-                _quote(self.store.delimiter.encode("ascii")),
+                quote(self.store.prefix.encode("imap4-utf-7")),
+                quote(self.store.delimiter.encode("ascii")),
             )
         self.sendLine(b"* NAMESPACE " + text)
         return b"OK Namespace completed."
 
-    def _mailboxArgument(self, args: list[_Token]) -> str | None:
-        if len(args) != 1 or args[0].kind is _Kind.LIST:
+    def _mailboxArgument(self, args: list[Token]) -> str | None:
+        if len(args) != 1 or args[0].kind is Kind.LIST:
             return None
-        return _decodeName(args[0].value)
+        return decodeName(args[0].value)
 
-    def _create(self, args: list[_Token]) -> bytes:
+    def _create(self, args: list[Token]) -> bytes:
         name = self._mailboxArgument(args)
         if name is None:
             return b"BAD CREATE expects a mailbox name"
@@ -606,7 +509,7 @@ class FakeIMAPServer(LineReceiver):
             return b"NO [ALREADYEXISTS] Mailbox already exists"
         return b"OK Create completed."
 
-    def _subscribe(self, args: list[_Token]) -> bytes:
+    def _subscribe(self, args: list[Token]) -> bytes:
         name = self._mailboxArgument(args)
         if name is None:
             return b"BAD SUBSCRIBE expects a mailbox name"
@@ -614,7 +517,7 @@ class FakeIMAPServer(LineReceiver):
         self.store.subscribe(self.user, name)
         return b"OK Subscribe completed."
 
-    def _select(self, args: list[_Token], readOnly: bool = False) -> bytes:
+    def _select(self, args: list[Token], readOnly: bool = False) -> bytes:
         command = b"EXAMINE" if readOnly else b"SELECT"
         name = self._mailboxArgument(args)
         if name is None:
@@ -639,16 +542,16 @@ class FakeIMAPServer(LineReceiver):
             return b"OK [READ-ONLY] Examine completed."
         return b"OK [READ-WRITE] Select completed."
 
-    def _examine(self, args: list[_Token]) -> bytes:
+    def _examine(self, args: list[Token]) -> bytes:
         return self._select(args, readOnly=True)
 
-    def _lsub(self, args: list[_Token]) -> bytes:
+    def _lsub(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value != b"" or args[1].value != b"*":
             return b"BAD LSUB supports LSUB \"\" \"*\" only"
         assert self.user is not None
-        quoted = _quote(self.store.delimiter.encode("ascii"))
+        quoted = quote(self.store.delimiter.encode("ascii"))
         for name in self.store.subscriptions(self.user):
-            self.sendLine(b"* LSUB () %s %s" % (quoted, _quote(name.encode("imap4-utf-7"))))
+            self.sendLine(b"* LSUB () %s %s" % (quoted, quote(name.encode("imap4-utf-7"))))
         return b"OK Lsub completed."
 
     def _uidFetch(self, tag: bytes, uidSet: bytes, items: bytes) -> None:
@@ -666,7 +569,7 @@ class FakeIMAPServer(LineReceiver):
             self.sendLine(tag + b" " + refusal)
             return
         messages = self.store.mailbox(self.user, self.selected)
-        wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
+        wanted = uidsIn(uidSet, messages[-1].uid if messages else 0)
         upper = items.upper()
         for sequence, message in enumerate(messages, 1):
             if message.uid in wanted:
@@ -688,7 +591,7 @@ class FakeIMAPServer(LineReceiver):
                 for item, isGmail, render in _FETCH_ITEMS
                 if item in upper and (gmail or not isGmail)
             ),
-            *_bodyItems(message.body, upper),
+            *bodyItems(message.body, upper),
         ]
 
     def _sizeItem(self, message: StoredMessage) -> bytes:
@@ -708,20 +611,20 @@ class FakeIMAPServer(LineReceiver):
         date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
         return b'INTERNALDATE "%s"' % date.encode("ascii")
 
-    def _append(self, args: list[_Token]) -> bytes | None:
+    def _append(self, args: list[Token]) -> bytes | None:
         if self.dropAfterAppends is not None and self._appends >= self.dropAfterAppends:
             self._close()
             return None
         self._appends += 1
-        name = _decodeName(args[0].value) if args and args[0].kind is not _Kind.LIST else None
+        name = decodeName(args[0].value) if args and args[0].kind is not Kind.LIST else None
         if name is None:
             return b"BAD APPEND expects a mailbox name"
-        messages = _appendedMessages(args[1:])
+        messages = appendedMessages(args[1:])
         if isinstance(messages, bytes):
             return messages
         return self._appendRefusal(name, messages) or self._appendStored(name, messages)
 
-    def _appendRefusal(self, name: str, messages: list[_Appended]) -> bytes | None:
+    def _appendRefusal(self, name: str, messages: list[Appended]) -> bytes | None:
         """
         Why the APPEND of C{messages} to C{name} is refused, or L{None}.
         """
@@ -737,7 +640,7 @@ class FakeIMAPServer(LineReceiver):
                 return refusal.encode("utf-8")
         return None
 
-    def _appendStored(self, name: str, messages: list[_Appended]) -> bytes:
+    def _appendStored(self, name: str, messages: list[Appended]) -> bytes:
         """
         Store C{messages} in C{name}; the tagged reply, with C{APPENDUID}
         where UIDPLUS is advertised.
@@ -751,11 +654,6 @@ class FakeIMAPServer(LineReceiver):
         uidSet = b"%d" % uids[0] if len(uids) == 1 else b"%d:%d" % (uids[0], uids[-1])
         return b"OK [APPENDUID %d %s] Append completed." % (uidValidity, uidSet)
 
-
-_Appended = tuple[bytes, tuple[str, ...], str | None]
-"""
-A message of an APPEND: its body, flags and date-time (L{None}: none given).
-"""
 
 _COMMANDS = {
     "CAPABILITY": "_capability",
@@ -799,75 +697,7 @@ rendering.
 """
 
 
-def _commandName(tokens: list[_Token]) -> str:
+def _commandName(tokens: list[Token]) -> str:
     return tokens[1].value.upper().decode("ascii", "replace")
 
 
-def _bodyItems(body: bytes, upper: bytes) -> list[bytes]:
-    """
-    The header fields (C{BODY.PEEK[HEADER.FIELDS (NAME ...)]}) and the
-    body (C{BODY.PEEK[]} or its part C{BODY.PEEK[]<START.LENGTH>}) asked
-    for in the FETCH items C{upper}.
-    """
-    parts = []
-    for fields in _HEADER_FIELDS.findall(upper):
-        value = _headerField(body, *fields.lower().split())
-        parts.append(b"BODY[HEADER.FIELDS (%s)] {%d}\r\n%s" % (fields, len(value), value))
-    partial = _PARTIAL.search(upper)
-    if partial is not None:
-        start, length = int(partial.group(1)), int(partial.group(2))
-        piece = body[start : start + length]
-        parts.append(b"BODY[]<%d> {%d}\r\n%s" % (start, len(piece), piece))
-    elif b"BODY.PEEK[]" in upper:
-        parts.append(b"BODY[] {%d}\r\n%s" % (len(body), body))
-    return parts
-
-
-def _appendedMessages(args: list[_Token]) -> list[_Appended] | bytes:
-    """
-    The messages of an APPEND's arguments after the mailbox (several with
-    MULTIAPPEND), or the C{BAD} reply that refuses them.
-    """
-    rest = list(args)
-    messages: list[_Appended] = []
-    while rest:
-        message = _nextAppended(rest)
-        if isinstance(message, bytes):
-            return message
-        messages.append(message)
-    return messages or b"BAD APPEND expects a message literal"
-
-
-def _nextAppended(rest: list[_Token]) -> _Appended | bytes:
-    """
-    Take the next message (optional flags, optional date-time, literal)
-    off C{rest}, or return the C{BAD} reply that refuses it.
-    """
-    flags: tuple[str, ...] = ()
-    date = None
-    if rest[0].kind is _Kind.LIST:
-        flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
-        if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
-            return b"BAD Invalid system flag"
-    if rest and rest[0].kind is _Kind.STRING:
-        date = rest.pop(0).value.decode("ascii", "replace")
-        if not _isDateTime(date):
-            return b"BAD Invalid date-time"
-    if not rest or rest[0].kind is not _Kind.LITERAL:
-        return b"BAD APPEND expects a message literal"
-    return (rest.pop(0).value, flags, date)
-
-
-def _isDateTime(value: str) -> bool:
-    """
-    Whether C{value} is an IMAP date-time (without its quotes).
-    """
-    try:
-        datetime.strptime(value.strip(), "%d-%b-%Y %H:%M:%S %z")
-    except ValueError:
-        return False
-    return True
-
-
-def _quote(value: bytes) -> bytes:
-    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
