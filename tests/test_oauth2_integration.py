@@ -27,7 +27,8 @@ from imapmig.testing.dovecot import (
     requireDovecot,
 )
 from imapmig.testing.privateserver import writeTestCertificates
-from imapmig.testing.faultproxy import Direction, Fault, FaultProxy, Reset
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faults import Direction, Fault, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
 from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
 from tests.support import (
