@@ -52,12 +52,10 @@ from imapmig.testing.dovecot import (
     requireDovecot,
 )
 from imapmig.testing.accounts import FetchedMessage, quoteMailbox
-from imapmig.testing.hardcases import (
-    HardMessage,
-    allKeywords,
+from imapmig.testing.hardcases import HardMessage, allKeywords, hardCases
+from imapmig.testing.hardfiles import (
     expectedByMailbox,
     expectedFromMbox,
-    hardCases,
     loadIntoDovecot,
     maildirFileName,
     writeHardMaildir,
