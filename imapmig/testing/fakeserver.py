@@ -202,18 +202,11 @@ class FakeMailStore:
         system label (C{\\Sent}, C{\\Starred}, ...), any other by its
         quoted name in modified UTF-7.
         """
-        labels = []
-        for name, box in self._mailboxes[user].items():
-            use = self.specialUse.get(name)
-            if use == "\\All" or not any(m.body == body for m in box.messages):
-                continue
-            if name == "INBOX":
-                labels.append(b"\\Inbox")
-            elif use in _SYSTEM_LABELS:
-                labels.append(_SYSTEM_LABELS[use])
-            else:
-                labels.append(quote(name.encode("imap4-utf-7")))
-        return labels
+        return [
+            _gmailLabel(name, self.specialUse.get(name))
+            for name, box in self._mailboxes[user].items()
+            if self.specialUse.get(name) != "\\All" and any(m.body == body for m in box.messages)
+        ]
 
     def subscriptions(self, user: str) -> list[str]:
         """
@@ -230,6 +223,18 @@ _SYSTEM_LABELS = {
     "\\Junk": b"\\Spam",
     "\\Trash": b"\\Trash",
 }
+
+
+def _gmailLabel(name: str, use: str | None) -> bytes:
+    """
+    The Gmail label of mailbox C{name} of SPECIAL-USE C{use}: C{\\Inbox},
+    a system label, or its quoted name in modified UTF-7.
+    """
+    if name == "INBOX":
+        return b"\\Inbox"
+    if use in _SYSTEM_LABELS:
+        return _SYSTEM_LABELS[use]
+    return quote(name.encode("imap4-utf-7"))
 
 
 def gmailMessageId(body: bytes) -> int:
@@ -438,9 +443,8 @@ class FakeIMAPServer(LineReceiver):
             return b"BAD Only AUTHENTICATE PLAIN with an initial response is supported"
         if self.user is not None:
             return b"BAD Already logged in"
-        try:
-            decoded = base64.b64decode(args[1].value, validate=True)
-        except binascii.Error:
+        decoded = _base64(args[1].value)
+        if decoded is None:
             return b"BAD Invalid base64"
         parts = decoded.split(b"\0")
         if len(parts) != 3 or parts[0] not in (b"", parts[1]):
@@ -458,22 +462,26 @@ class FakeIMAPServer(LineReceiver):
         if pattern == "":
             self.sendLine(b"* LIST (\\Noselect) " + quoted + b' ""')
             return b"OK List completed."
-        regex = "".join(
-            ".*" if c == "*" else "[^" + re.escape(delimiter) + "]*" if c == "%" else re.escape(c)
-            for c in pattern
-        )
+        regex = _patternRegex(pattern, delimiter)
         assert self.user is not None
         names = self.store.mailboxes(self.user)
         for name in names:
             if re.fullmatch(regex, name):
-                children = any(other.startswith(name + delimiter) for other in names)
-                attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
-                if name in self.store.specialUse:
-                    attribute += b" " + self.store.specialUse[name].encode("ascii")
                 self.sendLine(
-                    b"* LIST (%s) %s %s" % (attribute, quoted, quote(name.encode("imap4-utf-7")))
+                    b"* LIST (%s) %s %s"
+                    % (self._listAttributes(name, names), quoted, quote(name.encode("imap4-utf-7")))
                 )
         return b"OK List completed."
+
+    def _listAttributes(self, name: str, names: list[str]) -> bytes:
+        """
+        The attributes LIST shows for mailbox C{name} among C{names}:
+        whether it has children, and its SPECIAL-USE attribute if any.
+        """
+        children = any(other.startswith(name + self.store.delimiter) for other in names)
+        attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
+        use = self.store.specialUse.get(name)
+        return attribute if use is None else attribute + b" " + use.encode("ascii")
 
     def _namespace(self, args: list[Token]) -> bytes:
         if "NAMESPACE" not in self._caps:
@@ -518,7 +526,7 @@ class FakeIMAPServer(LineReceiver):
         return b"OK Subscribe completed."
 
     def _select(self, args: list[Token], readOnly: bool = False) -> bytes:
-        command = b"EXAMINE" if readOnly else b"SELECT"
+        command, permanentFlags, completed = _OPENING[readOnly]
         name = self._mailboxArgument(args)
         if name is None:
             return command + b" expects a mailbox name"
@@ -526,21 +534,22 @@ class FakeIMAPServer(LineReceiver):
         self.selected = None
         if name not in self.store.mailboxes(self.user):
             return b"NO [NONEXISTENT] Mailbox doesn't exist"
-        flags = b"\\Answered \\Flagged \\Deleted \\Seen \\Draft"
-        self.sendLine(b"* FLAGS (%s)" % (flags,))
-        self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
-        self.sendLine(b"* 0 RECENT")
-        self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(self.user, name),))
-        if self.store.announceUIDNext:
-            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (self.store.uidNext(self.user, name),))
-        if readOnly:
-            self.sendLine(b"* OK [PERMANENTFLAGS ()] Read-only mailbox.")
-        else:
-            self.sendLine(b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (flags,))
+        self._sendMailboxState(self.user, name)
+        self.sendLine(permanentFlags)
         self.selected = name
-        if readOnly:
-            return b"OK [READ-ONLY] Examine completed."
-        return b"OK [READ-WRITE] Select completed."
+        return completed
+
+    def _sendMailboxState(self, user: str, name: str) -> None:
+        """
+        The untagged replies of SELECT and EXAMINE before PERMANENTFLAGS:
+        FLAGS, EXISTS, RECENT, UIDVALIDITY and (Gmail-like) UIDNEXT.
+        """
+        self.sendLine(b"* FLAGS (%s)" % (_FLAGS,))
+        self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(user, name)),))
+        self.sendLine(b"* 0 RECENT")
+        self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(user, name),))
+        if self.store.announceUIDNext:
+            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (self.store.uidNext(user, name),))
 
     def _examine(self, args: list[Token]) -> bytes:
         return self._select(args, readOnly=True)
@@ -655,6 +664,25 @@ class FakeIMAPServer(LineReceiver):
         return b"OK [APPENDUID %d %s] Append completed." % (uidValidity, uidSet)
 
 
+_FLAGS = b"\\Answered \\Flagged \\Deleted \\Seen \\Draft"
+
+_OPENING = {
+    False: (
+        b"SELECT",
+        b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (_FLAGS,),
+        b"OK [READ-WRITE] Select completed.",
+    ),
+    True: (
+        b"EXAMINE",
+        b"* OK [PERMANENTFLAGS ()] Read-only mailbox.",
+        b"OK [READ-ONLY] Examine completed.",
+    ),
+}
+"""
+What SELECT (C{False}) and EXAMINE (C{True}, read-only) say: the
+command's name, the PERMANENTFLAGS reply and the tagged OK.
+"""
+
 _COMMANDS = {
     "CAPABILITY": "_capability",
     "NOOP": "_noop",
@@ -695,6 +723,25 @@ The FETCH items answered from a message's metadata, in the order of the
 response: the item's name, whether only X-GM-EXT-1 answers it, and its
 rendering.
 """
+
+
+def _patternRegex(pattern: str, delimiter: str) -> str:
+    """
+    The regular expression of a LIST pattern: C{*} matches anything, C{%}
+    anything but the hierarchy C{delimiter}.
+    """
+    wildcards = {"*": ".*", "%": "[^" + re.escape(delimiter) + "]*"}
+    return "".join(wildcards.get(c, re.escape(c)) for c in pattern)
+
+
+def _base64(value: bytes) -> bytes | None:
+    """
+    C{value} decoded from base64, or L{None} if it is not valid base64.
+    """
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        return None
 
 
 def _commandName(tokens: list[Token]) -> str:

@@ -19,6 +19,8 @@ import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
 
 _SYSTEM_FLAGS = frozenset({"\\ANSWERED", "\\FLAGGED", "\\DELETED", "\\SEEN", "\\DRAFT"})
 _ATOM = re.compile(rb"[^ ()]+")
+_QUOTED = re.compile(rb'"((?:\\.|[^"\\])*)"', re.DOTALL)
+_ESCAPED = re.compile(rb"\\(.)", re.DOTALL)
 
 
 def canonicalName(name: str) -> str:
@@ -107,36 +109,50 @@ def tokenize(line: bytes) -> list[Token]:
     @raise ValueError: the line is malformed.
     """
     tokens = []
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i : i + 1]
-        if c == b" ":
-            i += 1
-        elif c == b'"':
-            value, i = bytearray(), i + 1
-            while i < n and line[i : i + 1] != b'"':
-                if line[i : i + 1] == b"\\":
-                    i += 1
-                value += line[i : i + 1]
-                i += 1
-            if i >= n:
-                raise ValueError("unterminated quoted string")
-            tokens.append(Token(Kind.STRING, bytes(value)))
-            i += 1
-        elif c == b"(":
-            end = line.find(b")", i)
-            inner = line[i + 1 : end]
-            if end == -1 or b"(" in inner or b'"' in inner:
-                raise ValueError("unsupported parenthesized list")
-            tokens.append(Token(Kind.LIST, items=tuple(inner.split())))
-            i = end + 1
-        else:
-            match = _ATOM.match(line, i)
-            if match is None:
-                raise ValueError("unexpected parenthesis")
-            tokens.append(Token(Kind.ATOM, match.group()))
-            i = match.end()
+    i = 0
+    while i < len(line):
+        token, i = _READERS.get(line[i : i + 1], _atom)(line, i)
+        if token is not None:
+            tokens.append(token)
     return tokens
+
+
+def _space(line: bytes, i: int) -> tuple[Token | None, int]:
+    return None, i + 1
+
+
+def _quoted(line: bytes, i: int) -> tuple[Token | None, int]:
+    """
+    The quoted string at C{line[i]}, its backslash escapes undone.
+    """
+    match = _QUOTED.match(line, i)
+    if match is None:
+        raise ValueError("unterminated quoted string")
+    return Token(Kind.STRING, _ESCAPED.sub(rb"\1", match.group(1))), match.end()
+
+
+def _list(line: bytes, i: int) -> tuple[Token | None, int]:
+    """
+    The flat parenthesized list at C{line[i]}.
+    """
+    end = line.find(b")", i)
+    inner = line[i + 1 : end]
+    if end == -1 or b"(" in inner or b'"' in inner:
+        raise ValueError("unsupported parenthesized list")
+    return Token(Kind.LIST, items=tuple(inner.split())), end + 1
+
+
+def _atom(line: bytes, i: int) -> tuple[Token | None, int]:
+    match = _ATOM.match(line, i)
+    if match is None:
+        raise ValueError("unexpected parenthesis")
+    return Token(Kind.ATOM, match.group()), match.end()
+
+
+_READERS = {b" ": _space, b'"': _quoted, b"(": _list}
+"""
+How to read the token starting with a given octet (L{_atom} for the rest).
+"""
 
 
 Appended = tuple[bytes, tuple[str, ...], str | None]
@@ -185,19 +201,37 @@ def _nextAppended(rest: list[Token]) -> Appended | bytes:
     Take the next message (optional flags, optional date-time, literal)
     off C{rest}, or return the C{BAD} reply that refuses it.
     """
-    flags: tuple[str, ...] = ()
-    date = None
-    if rest[0].kind is Kind.LIST:
-        flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
-        if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
-            return b"BAD Invalid system flag"
-    if rest and rest[0].kind is Kind.STRING:
-        date = rest.pop(0).value.decode("ascii", "replace")
-        if not _isDateTime(date):
-            return b"BAD Invalid date-time"
+    flags = _appendedFlags(rest)
+    if isinstance(flags, bytes):
+        return flags
+    date = _appendedDate(rest)
+    if isinstance(date, bytes):
+        return date
     if not rest or rest[0].kind is not Kind.LITERAL:
         return b"BAD APPEND expects a message literal"
     return (rest.pop(0).value, flags, date)
+
+
+def _appendedFlags(rest: list[Token]) -> tuple[str, ...] | bytes:
+    """
+    Take a message's optional flag list off C{rest}.
+    """
+    if rest[0].kind is not Kind.LIST:
+        return ()
+    flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
+    if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
+        return b"BAD Invalid system flag"
+    return flags
+
+
+def _appendedDate(rest: list[Token]) -> str | None | bytes:
+    """
+    Take a message's optional date-time off C{rest}.
+    """
+    if not rest or rest[0].kind is not Kind.STRING:
+        return None
+    date = rest.pop(0).value.decode("ascii", "replace")
+    return date if _isDateTime(date) else b"BAD Invalid date-time"
 
 
 def _isDateTime(value: str) -> bool:
