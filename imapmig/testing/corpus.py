@@ -242,7 +242,7 @@ def _writeMaildir(
     messages numbered from C{first}.
     """
     folders = tuple(tuple(f) for f in folders)
-    directories = _makeMaildirFolders(path, folders)
+    directories = makeMaildirFolders(path, folders)
     if not folders:
         return Corpus(messages=(), folders=())
     weights = [4 if f == ("INBOX",) else 1 for f in folders]
@@ -259,11 +259,12 @@ def _writeMaildir(
     return Corpus(messages=tuple(messages), folders=folders)
 
 
-def _makeMaildirFolders(path: str, folders: tuple[tuple[str, ...], ...]) -> list[str]:
+def makeMaildirFolders(path: str, folders: Sequence[tuple[str, ...]]) -> list[str]:
     """
-    Make the Maildir++ tree at C{path} with C{folders}, each with its
-    C{cur}, C{new} and C{tmp}, every one but INBOX marked by an empty
-    C{maildirfolder} file.
+    Make the Maildir++ tree at C{path} (the INBOX) with C{folders}, each
+    with its C{cur}, C{new} and C{tmp}, every one but INBOX marked by an
+    empty C{maildirfolder} file (its mtime that of the oldest generated
+    message, so that the same call makes the same files).
 
     @return: the folders' directories, in order.
     """

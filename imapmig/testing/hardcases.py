@@ -68,6 +68,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+import re
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Iterable, Sequence
@@ -92,6 +93,11 @@ _DOMAIN = "hardcases.example.org"
 _LARGE_SEED = 20_190_101
 _LARGE_PAYLOAD = 15 * 1024 * 1024
 _CANONICAL = {flag.lower(): flag for flag in SYSTEM_FLAGS}
+# What an IMAP atom cannot hold (RFC 3501 atom-specials, NUL), and any
+# octet beyond ASCII.
+_NOT_IN_KEYWORDS = re.compile('[(){ %*"\\\\\\]\r\n\0]|[^\x00-\x7f]')
+_NOT_IN_FOLDERS = re.compile("[./]")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def canonicalFlags(flags: Iterable[str]) -> tuple[str, ...]:
@@ -111,15 +117,33 @@ def canonicalFlags(flags: Iterable[str]) -> tuple[str, ...]:
     keywords = set()
     for flag in flags:
         if flag.startswith("\\"):
-            canonical = _CANONICAL.get(flag.lower())
-            if canonical is None:
-                raise ValueError(f"not a settable system flag: {flag!r}")
-            system.add(canonical)
+            system.add(_systemFlag(flag))
         else:
-            if not flag or any(c in flag for c in '(){ %*"\\]\r\n\0') or not flag.isascii():
-                raise ValueError(f"unusable keyword {flag!r}")
-            keywords.add(flag)
+            keywords.add(_keyword(flag))
     return tuple(f for f in SYSTEM_FLAGS if f in system) + tuple(sorted(keywords))
+
+
+def _systemFlag(flag: str) -> str:
+    """
+    The system flag C{flag} spelled as L{SYSTEM_FLAGS} spells it.
+
+    @raise ValueError: not a settable system flag.
+    """
+    canonical = _CANONICAL.get(flag.lower())
+    if canonical is None:
+        raise ValueError(f"not a settable system flag: {flag!r}")
+    return canonical
+
+
+def _keyword(flag: str) -> str:
+    """
+    C{flag}, a keyword, checked.
+
+    @raise ValueError: empty, or with a character IMAP forbids in an atom.
+    """
+    if not flag or _NOT_IN_KEYWORDS.search(flag):
+        raise ValueError(f"unusable keyword {flag!r}")
+    return flag
 
 
 def _toFolder(value: Iterable[str]) -> tuple[str, ...]:
@@ -133,11 +157,11 @@ def _checkFolder(instance: object, attribute: object, value: tuple[str, ...]) ->
     """
     Refuse a folder that Maildir++ or modified UTF-7 cannot carry.
     """
-    if not value or any(not c or "." in c or "/" in c for c in value):
+    if not value or any(not c or _NOT_IN_FOLDERS.search(c) for c in value):
         raise ValueError(f"unusable folder {value!r}: empty, or a component with . or /")
     # Twisted's imap4-utf-7 codec encodes TAB, CR and LF as "&-", which
     # decodes as "&": refuse every control character.
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for c in value for ch in c):
+    if any(_CONTROL.search(c) for c in value):
         raise ValueError(f"unusable folder {value!r}: a control character")
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Iterable, Sequence
 
 from imapmig.mail.message import MAILDIR_FLAG_LETTERS
-from imapmig.testing.corpus import maildirFolderName
+from imapmig.testing.corpus import makeMaildirFolders, maildirFolderName
 from imapmig.testing.dovecot import DovecotInstance
 from imapmig.testing.hardcases import HardMessage, allKeywords, caseFolders
 
@@ -111,12 +111,7 @@ def writeHardMaildir(root: str, cases: Sequence[HardMessage]) -> None:
     if ("INBOX",) not in folders:
         folders = (("INBOX",),) + folders
     table = "".join(f"{i} {k}\n" for i, k in enumerate(keywords)).encode("ascii")
-    for folder in folders:
-        directory = os.path.join(root, maildirFolderName(folder))
-        for sub in ("cur", "new", "tmp"):
-            os.makedirs(os.path.join(directory, sub), exist_ok=True)
-        if folder != ("INBOX",):
-            _writeFile(os.path.join(directory, "maildirfolder"), b"")
+    for directory in makeMaildirFolders(root, folders):
         if keywords:
             _writeFile(os.path.join(directory, "dovecot-keywords"), table)
     for index, case in enumerate(cases):
@@ -230,16 +225,22 @@ def _withStatus(case: HardMessage) -> bytes:
     with the line ending of the empty line that ends the header.
     """
     raw = case.raw
+    at, eol = _headerEnd(raw)
+    return raw[:at] + _statusHeaders(case, eol) + raw[at:]
+
+
+def _headerEnd(raw: bytes) -> tuple[int, bytes]:
+    """
+    Where the header of C{raw} ends (before the empty line that ends it,
+    or at the end), and the line ending of that empty line.
+    """
     lf = raw.find(b"\n\n")
     crlf = raw.find(b"\r\n\r\n")
     if crlf != -1 and (lf == -1 or crlf + 1 < lf):
-        at, eol = crlf + 2, b"\r\n"
-    elif lf != -1:
-        at = lf + 1
-        eol = b"\r\n" if raw[lf - 1 : lf] == b"\r" else b"\n"
-    else:
-        at, eol = len(raw), b"\n"
-    return raw[:at] + _statusHeaders(case, eol) + raw[at:]
+        return crlf + 2, b"\r\n"
+    if lf != -1:
+        return lf + 1, b"\r\n" if raw[lf - 1 : lf] == b"\r" else b"\n"
+    return len(raw), b"\n"
 
 
 def _mboxQuote(raw: bytes, quoting: str) -> bytes:
