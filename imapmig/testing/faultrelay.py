@@ -19,17 +19,7 @@ from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTim
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.testing.faults import (
-    Close,
-    CutLiteral,
-    Direction,
-    Discard,
-    Drip,
-    Fault,
-    LiteralTracker,
-    Reset,
-    Stall,
-)
+from imapmig.testing.faults import CutLiteral, Direction, Fault, LiteralTracker
 
 if TYPE_CHECKING:
     from imapmig.testing.faultproxy import FaultProxy
@@ -100,8 +90,8 @@ class ConnectionRelay:
         self, proxy: FaultProxy, number: int, clock: IReactorTime, client: RelayTransport
     ) -> None:
         self.number = number
-        self.relayed = {d: 0 for d in Direction}
-        self.receivedOctets = {d: 0 for d in Direction}
+        self.relayed = dict.fromkeys(Direction, 0)
+        self.receivedOctets = dict.fromkeys(Direction, 0)
         self.fired: list[Fault] = []
         self._proxy = proxy
         self._clock = clock
@@ -110,11 +100,11 @@ class ConnectionRelay:
             Direction.TO_SERVER: None,
         }
         self._held = {d: bytearray() for d in Direction}
-        self._modes = {d: _Mode.PASS for d in Direction}
-        self._dripIntervals = {d: 1.0 for d in Direction}
-        self._dripCalls: dict[Direction, IDelayedCall | None] = {d: None for d in Direction}
-        self._full = {d: False for d in Direction}
-        self._paused = {d: False for d in Direction}
+        self._modes = dict.fromkeys(Direction, _Mode.PASS)
+        self._dripIntervals = dict.fromkeys(Direction, 1.0)
+        self._dripCalls: dict[Direction, IDelayedCall | None] = dict.fromkeys(Direction)
+        self._full = dict.fromkeys(Direction, False)
+        self._paused = dict.fromkeys(Direction, False)
         self._literals = LiteralTracker()
         self._relaying = True
         self._clientOpen = True
@@ -264,13 +254,7 @@ class ConnectionRelay:
             if self._fireDue():
                 continue
             sink = self._ends[direction]
-            if (
-                not self._relaying
-                or sink is None
-                or self._modes[direction] is not mode
-                or not held
-                or limit <= 0
-            ):
+            if sink is None or not self._forwarding(direction, mode, limit):
                 return
             count = int(min(len(held), limit, self._nextTrigger(direction) - self.relayed[direction]))
             chunk = bytes(held[:count])
@@ -279,6 +263,18 @@ class ConnectionRelay:
             self.relayed[direction] += count
             limit -= count
             self._proxy.octetsRelayed(direction, count)
+
+    def _forwarding(self, direction: Direction, mode: _Mode, limit: float) -> bool:
+        """
+        Whether octets held for C{direction} may go on in C{mode}, up to
+        C{limit}.
+        """
+        return (
+            self._relaying
+            and self._modes[direction] is mode
+            and bool(self._held[direction])
+            and limit > 0
+        )
 
     def _triggers(self) -> list[tuple[Fault, Direction, int]]:
         """
@@ -323,29 +319,45 @@ class ConnectionRelay:
     def _fire(self, fault: Fault) -> None:
         self.fired.append(fault)
         self._proxy.faultFired(self, fault)
-        if isinstance(fault, (Reset, CutLiteral)):
-            self.abort()
-        elif isinstance(fault, Close):
-            self._relaying = False
-            self._cancelDrips()
-            for end in self._ends.values():
-                if end is not None:
-                    end.loseConnection()
-        elif isinstance(fault, Stall):
-            for direction in fault.stalled:
-                self._modes[direction] = _Mode.STALLED
-                self._cancelDrip(direction)
-                self._updateReading(direction)
-        elif isinstance(fault, Discard):
-            self._modes[fault.direction] = _Mode.DISCARDING
-            self._cancelDrip(fault.direction)
-            self._held[fault.direction].clear()
-            self._updateReading(fault.direction)
-        else:
-            self._modes[fault.direction] = _Mode.DRIPPING
-            self._dripIntervals[fault.direction] = fault.interval
-            self._scheduleDrip(fault.direction)
-            self._updateReading(fault.direction)
+        fault.applyTo(self)
+
+    # -- what the faults do (Fault.applyTo) ------------------------------------
+
+    def close(self) -> None:
+        """
+        Stop relaying and close both connections in order (FIN).
+        """
+        self._relaying = False
+        self._cancelDrips()
+        for end in self._ends.values():
+            if end is not None:
+                end.loseConnection()
+
+    def stall(self, direction: Direction) -> None:
+        """
+        Stop relaying in C{direction} and stop reading its source.
+        """
+        self._modes[direction] = _Mode.STALLED
+        self._cancelDrip(direction)
+        self._updateReading(direction)
+
+    def discard(self, direction: Direction) -> None:
+        """
+        Drop what goes in C{direction} from now on, and what is held.
+        """
+        self._modes[direction] = _Mode.DISCARDING
+        self._cancelDrip(direction)
+        self._held[direction].clear()
+        self._updateReading(direction)
+
+    def drip(self, direction: Direction, interval: float) -> None:
+        """
+        Relay C{direction} one octet per C{interval} seconds.
+        """
+        self._modes[direction] = _Mode.DRIPPING
+        self._dripIntervals[direction] = interval
+        self._scheduleDrip(direction)
+        self._updateReading(direction)
 
     # -- reading and dripping ----------------------------------------------
 
@@ -360,22 +372,27 @@ class ConnectionRelay:
         source = self._ends[direction.reverse]
         if source is None:
             return
-        mode = self._modes[direction]
-        held = bool(self._held[direction])
-        if mode is _Mode.STALLED:
-            pause = True
-        elif mode is _Mode.DISCARDING:
-            pause = False
-        elif mode is _Mode.DRIPPING:
-            pause = held
-        else:
-            pause = held or self._full[direction] or self._ends[direction] is None
+        pause = self._shouldPause(direction)
         if pause != self._paused[direction]:
             self._paused[direction] = pause
             if pause:
                 source.pauseProducing()
             else:
                 source.resumeProducing()
+
+    def _shouldPause(self, direction: Direction) -> bool:
+        """
+        Whether the source of C{direction} must not be read, by its mode.
+        """
+        mode = self._modes[direction]
+        held = bool(self._held[direction])
+        if mode is _Mode.STALLED:
+            return True
+        if mode is _Mode.DISCARDING:
+            return False
+        if mode is _Mode.DRIPPING:
+            return held
+        return held or self._full[direction] or self._ends[direction] is None
 
     def _scheduleDrip(self, direction: Direction) -> None:
         if (

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Container, Iterable, Union
+from typing import TYPE_CHECKING, Container, Iterable, Union
 
 from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from imapmig.testing.faultrelay import ConnectionRelay
 
 _LITERAL_OPENING = re.compile(rb"~?\{(\d+)[+-]?\}\r\n\Z")
 _LINE_TAIL = 64
@@ -69,6 +72,12 @@ class Reset:
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
 
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        relay.abort()
+
 
 @frozen
 class Close:
@@ -82,6 +91,12 @@ class Close:
     afterOctets: int
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
+
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        relay.close()
 
 
 @frozen
@@ -98,6 +113,13 @@ class Stall:
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
 
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        for direction in self.stalled:
+            relay.stall(direction)
+
 
 @frozen
 class Drip:
@@ -111,6 +133,12 @@ class Drip:
     interval: float = 1.0
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
+
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        relay.drip(self.direction, self.interval)
 
 
 @frozen
@@ -126,6 +154,12 @@ class Discard:
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
 
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        relay.discard(self.direction)
+
 
 @frozen
 class CutLiteral:
@@ -138,6 +172,12 @@ class CutLiteral:
     literal: int
     connections: Container[int] | None = field(default=None, converter=_connectionNumbers)
     times: int | None = None
+
+    def applyTo(self, relay: ConnectionRelay) -> None:
+        """
+        Fire on C{relay}.
+        """
+        relay.abort()
 
 
 Fault = Union[Reset, Close, Stall, Drip, Discard, CutLiteral]
