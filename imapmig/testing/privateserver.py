@@ -31,6 +31,7 @@ from twisted.trial import unittest
 from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import AccountReader, IMAPUser
 from imapmig.testing.children import dieWithParent
+from imapmig.testing.ports import freePorts
 
 SERVERS_ROOT = os.environ.get("IMAPMIG_SERVERS_ROOT", "/opt/imapmig-servers")
 """
@@ -319,7 +320,7 @@ class PrivateServer(AccountReader):
         The plain and implicit-TLS ports: two free ones, or the fixed
         plain port and a free one.
         """
-        port, tlsPort = _freePorts(2)
+        port, tlsPort = freePorts(2)
         if self._fixedPort:
             return self._fixedPort, next(p for p in (port, tlsPort) if p != self._fixedPort)
         return port, tlsPort
@@ -514,22 +515,6 @@ def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> by
             return data.split(b"\r\n", 1)[0]
         finally:
             sock.close()
-
-
-def _freePorts(count: int) -> list[int]:
-    """
-    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _makeTraversable(path: str) -> None:
