@@ -439,33 +439,56 @@ class DovecotInstance(PrivateServer):
     def _writeConfig(self) -> None:
         stateDir = os.path.join(self.baseDir, "state")
         os.makedirs(stateDir, exist_ok=True)
-        uid, gid = self._mailIds()
-        tokens = self._oauth2Introspection is not None
-        if tokens:
+        if self._oauth2Introspection is not None:
             self._writeOAuth2Config()
         text = _CONFIG.format(
-            runDir=self._makeRunDir(),
-            stateDir=stateDir,
-            instance=f"imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
-            logPath=self._logPath,
-            address=self.address,
-            tlsDir=self.tlsDir,
-            tokenMechanisms="".join(f" {m}" for m in self._oauth2Mechanisms) if tokens else "",
-            uid=uid,
-            gid=gid,
-            fsync="optimized" if self._fsync else "never",
-            passdbs=self._extraPassdbs(),
-            passwdPath=self._passwdPath,
-            passwordMechanisms="  mechanisms = plain login\n" if tokens else "",
-            port=self.port,
-            tlsPort=self.tlsPort,
-            chroot="  chroot =\n" if os.geteuid() != 0 else "",
-            separator=self._separator,
-            prefix=f"  prefix = {self._inboxPrefix}\n" if self._inboxPrefix else "",
-            mailboxes="".join(_MAILBOX.format(name, use) for name, use in self._declared()),
-            settings="".join(line + "\n" for line in self._optionalSettings()),
+            **self._pathSettings(stateDir), **self._authSettings(), **self._mailSettings()
         )
         _writeReadable(self._configPath, text)
+
+    def _pathSettings(self, stateDir: str) -> dict[str, object]:
+        """
+        The configuration's files, directories, addresses and ids.
+        """
+        uid, gid = self._mailIds()
+        return {
+            "runDir": self._makeRunDir(),
+            "stateDir": stateDir,
+            "instance": f"imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            "logPath": self._logPath,
+            "address": self.address,
+            "tlsDir": self.tlsDir,
+            "uid": uid,
+            "gid": gid,
+            "passwdPath": self._passwdPath,
+            "port": self.port,
+            "tlsPort": self.tlsPort,
+            "chroot": "  chroot =\n" if os.geteuid() != 0 else "",
+            "settings": "".join(line + "\n" for line in self._optionalSettings()),
+        }
+
+    def _authSettings(self) -> dict[str, str]:
+        """
+        The mechanisms and passdbs: passwords, and where wanted master
+        users and OAuth2 tokens.
+        """
+        tokens = self._oauth2Introspection is not None
+        return {
+            "tokenMechanisms": "".join(f" {m}" for m in self._oauth2Mechanisms) if tokens else "",
+            "passdbs": self._extraPassdbs(),
+            "passwordMechanisms": "  mechanisms = plain login\n" if tokens else "",
+        }
+
+    def _mailSettings(self) -> dict[str, str]:
+        """
+        The mail store's settings and the inbox namespace.
+        """
+        return {
+            "fsync": "optimized" if self._fsync else "never",
+            "separator": self._separator,
+            "prefix": f"  prefix = {self._inboxPrefix}\n" if self._inboxPrefix else "",
+            "mailboxes": "".join(_MAILBOX.format(name, use) for name, use in self._declared()),
+        }
 
     def _extraPassdbs(self) -> str:
         """

@@ -320,20 +320,13 @@ class HostileIMAPServer(LineReceiver):
     def lineReceived(self, line: bytes) -> None:
         self.received.append(line)
         if self._command is None:
-            tag, _, rest = line.partition(b" ")
-            name = rest.split(b" ", 1)[0].upper()
-            if name == b"UID":
-                name += b" " + rest.split(b" ", 2)[1].upper()
-            command = name.decode("ascii", "replace")
-            self._command = (tag, command, self._stepFor(command))
-            step = self._command[2]
-            if step is not None and step.early:
-                step.play(self, tag)
+            self._begin(line)
         marker = _LITERAL.search(line)
         if marker is None:
             self._complete()
             return
         size, synchronizing = int(marker.group(1)), marker.group(2) == b""
+        assert self._command is not None
         step = self._command[2]
         if synchronizing and (step is None or not step.early):
             self.transport.write(b"+ go ahead\r\n")  # type: ignore[union-attr]
@@ -341,6 +334,18 @@ class HostileIMAPServer(LineReceiver):
         self.setRawMode()
         if size == 0:
             self.rawDataReceived(b"")
+
+    def _begin(self, line: bytes) -> None:
+        """
+        A command starts with C{line}: find the step of the script that
+        answers it, and play it now if it answers early.
+        """
+        tag, _, rest = line.partition(b" ")
+        command = _commandName(rest)
+        step = self._stepFor(command)
+        self._command = (tag, command, step)
+        if step is not None and step.early:
+            step.play(self, tag)
 
     def rawDataReceived(self, data: bytes) -> None:
         left = self._literalLeft
@@ -385,3 +390,15 @@ class HostileIMAPServer(LineReceiver):
             self.transport.loseConnection()  # type: ignore[union-attr]
             return
         write(tag + b" OK done\r\n")
+
+
+def _commandName(rest: bytes) -> str:
+    """
+    The name of the command of a line after its tag, upper case: C{"UID
+    FETCH"} for a UID command.
+    """
+    words = rest.split(b" ", 2)
+    name = words[0].upper()
+    if name == b"UID":
+        name += b" " + words[1].upper()
+    return name.decode("ascii", "replace")
