@@ -228,27 +228,24 @@ def _listAll(client: IMAP4) -> list[tuple[tuple[str, ...], str, str]]:
     """
     typ, data = client.list('""', "*")
     _check(typ, data, "LIST")
-    result = []
-    for item in data:
-        if item is None:
-            continue
-        if isinstance(item, tuple):
-            line, literal = item[0], item[1]
-        else:
-            line, literal = item, None
-        assert isinstance(line, bytes)
-        match = _LIST_LINE.match(line)
-        if match is None:
-            raise IMAP4.error(f"unparsable LIST reply {line!r}")
-        attributes = tuple(match.group("attributes").decode("ascii").split())
-        delimiterField = match.group("delimiter")
-        delimiter = "" if delimiterField == b"NIL" else _unquote(delimiterField).decode("ascii")
-        if literal is not None:
-            rawName = bytes(literal)
-        else:
-            rawName = _unquote(line[match.end() :])
-        result.append((attributes, delimiter, rawName.decode("imap4-utf-7")))
-    return result
+    return [_listEntry(item) for item in data if item is not None]
+
+
+def _listEntry(item: object) -> tuple[tuple[str, ...], str, str]:
+    """
+    One mailbox of a LIST reply as imaplib gives it (the line, or the line
+    and the name's literal): its attributes, delimiter and decoded name.
+    """
+    line, literal = (item[0], item[1]) if isinstance(item, tuple) else (item, None)
+    assert isinstance(line, bytes)
+    match = _LIST_LINE.match(line)
+    if match is None:
+        raise IMAP4.error(f"unparsable LIST reply {line!r}")
+    attributes = tuple(match.group("attributes").decode("ascii").split())
+    delimiterField = match.group("delimiter")
+    delimiter = "" if delimiterField == b"NIL" else _unquote(delimiterField).decode("ascii")
+    rawName = bytes(literal) if literal is not None else _unquote(line[match.end() :])
+    return attributes, delimiter, rawName.decode("imap4-utf-7")
 
 
 def quoteMailbox(name: str) -> str:

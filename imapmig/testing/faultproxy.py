@@ -319,13 +319,18 @@ class FaultProxy:
         The faults that may still fire on C{relay}'s connection: those that
         apply to it, have not fired on it, and have firings left.
         """
-        return [
-            fault
-            for fault in self._faults
-            if (fault.connections is None or relay.number in fault.connections)
+        return [fault for fault in self._faults if self._mayFire(fault, relay)]
+
+    def _mayFire(self, fault: Fault, relay: ConnectionRelay) -> bool:
+        """
+        Whether C{fault} applies to C{relay}'s connection, has not fired on
+        it, and has firings left.
+        """
+        return (
+            (fault.connections is None or relay.number in fault.connections)
             and fault not in relay.fired
             and (fault.times is None or self._firings.get(fault, 0) < fault.times)
-        ]
+        )
 
     def faultFired(self, relay: ConnectionRelay, fault: Fault) -> None:
         """
