@@ -136,6 +136,13 @@ class FakeMailStore:
         self._nextUIDValidity += 1
         return True
 
+    def outsidePrefix(self, name: str) -> bool:
+        """
+        Whether C{name} lies outside the personal namespace's prefix (no
+        name does when there is none; C{INBOX} never does).
+        """
+        return bool(self.prefix) and name.upper() != "INBOX" and not name.startswith(self.prefix)
+
     def subscribe(self, user: str, name: str) -> None:
         """
         Subscribe C{user} to C{name}.
@@ -384,7 +391,7 @@ class FakeIMAPServer(LineReceiver):
     # Executing commands.
 
     def _execute(self, tokens: list[Token], error: bytes | None) -> None:
-        tag = tokens[0].value if tokens and tokens[0].kind is Kind.ATOM else b"*"
+        tag = _tag(tokens)
         error = error or self._commandError(tokens)
         if error is not None:
             self.sendLine(tag + b" " + error)
@@ -446,10 +453,10 @@ class FakeIMAPServer(LineReceiver):
         decoded = _base64(args[1].value)
         if decoded is None:
             return b"BAD Invalid base64"
-        parts = decoded.split(b"\0")
-        if len(parts) != 3 or parts[0] not in (b"", parts[1]):
+        credentials = _plainCredentials(decoded)
+        if credentials is None:
             return b"NO [AUTHENTICATIONFAILED] Authentication failed."
-        return self._loggedIn(parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace"))
+        return self._loggedIn(*credentials)
 
     def _list(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value != b"":
@@ -507,8 +514,7 @@ class FakeIMAPServer(LineReceiver):
         if name is None:
             return b"BAD CREATE expects a mailbox name"
         assert self.user is not None
-        prefix = self.store.prefix
-        if prefix and name.upper() != "INBOX" and not name.startswith(prefix):
+        if self.store.outsidePrefix(name):
             return b"NO Invalid mailbox name."
         refusal = self.store.refuseCreate(name)
         if refusal is not None:
@@ -625,7 +631,7 @@ class FakeIMAPServer(LineReceiver):
             self._close()
             return None
         self._appends += 1
-        name = decodeName(args[0].value) if args and args[0].kind is not Kind.LIST else None
+        name = self._mailboxArgument(args[:1])
         if name is None:
             return b"BAD APPEND expects a mailbox name"
         messages = appendedMessages(args[1:])
@@ -642,12 +648,10 @@ class FakeIMAPServer(LineReceiver):
         assert self.user is not None
         if name not in self.store.mailboxes(self.user):
             return b"NO [TRYCREATE] Mailbox doesn't exist"
-        for body, _, _ in messages:
-            refusal = self.refuse(body)
-            if refusal is not None:
-                # RFC 3502: one refused message refuses the whole command.
-                return refusal.encode("utf-8")
-        return None
+        # RFC 3502: one refused message refuses the whole command.
+        refusals = (self.refuse(body) for body, _, _ in messages)
+        refusal = next((r for r in refusals if r is not None), None)
+        return None if refusal is None else refusal.encode("utf-8")
 
     def _appendStored(self, name: str, messages: list[Appended]) -> bytes:
         """
@@ -734,6 +738,17 @@ def _patternRegex(pattern: str, delimiter: str) -> str:
     return "".join(wildcards.get(c, re.escape(c)) for c in pattern)
 
 
+def _plainCredentials(response: bytes) -> tuple[str, str] | None:
+    """
+    The user and password of a SASL PLAIN response, or L{None} when it is
+    malformed or asks to act as another user.
+    """
+    parts = response.split(b"\0")
+    if len(parts) != 3 or parts[0] not in (b"", parts[1]):
+        return None
+    return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+
+
 def _base64(value: bytes) -> bytes | None:
     """
     C{value} decoded from base64, or L{None} if it is not valid base64.
@@ -742,6 +757,13 @@ def _base64(value: bytes) -> bytes | None:
         return base64.b64decode(value, validate=True)
     except binascii.Error:
         return None
+
+
+def _tag(tokens: list[Token]) -> bytes:
+    """
+    The tag of a command, C{*} when it has none.
+    """
+    return tokens[0].value if tokens and tokens[0].kind is Kind.ATOM else b"*"
 
 
 def _commandName(tokens: list[Token]) -> str:
