@@ -314,37 +314,45 @@ def _fetchMailbox(
 def _parseFetch(data: Sequence[object]) -> dict[int, FetchedMessage]:
     """
     Turn imaplib's FETCH reply items into messages by UID.
+    """
+    return dict(_fetchedMessage(meta, body) for meta, body in _fetchResponses(data))
+
+
+def _fetchResponses(data: Sequence[object]) -> list[tuple[bytes, bytes]]:
+    """
+    The metadata and body of each message of imaplib's FETCH reply items.
 
     imaplib gives each message with a literal as a C{(line, literal)} pair
     followed by the rest of the response line as bytes; the metadata is
-    parsed from those two lines only, never from the body.
+    those two lines only, never the body.
     """
-    result: dict[int, FetchedMessage] = {}
-    pending: tuple[bytes, bytes] | None = None
-
-    def finish(meta: bytes, body: bytes) -> None:
-        uid = _FETCH_UID.search(meta)
-        flags = _FETCH_FLAGS.search(meta)
-        date = _FETCH_INTERNALDATE.search(meta)
-        if uid is None or flags is None or date is None:
-            raise IMAP4.error(f"incomplete FETCH reply {meta!r}")
-        result[int(uid.group(1))] = FetchedMessage(
-            flags=_canonicalFlags(flags.group(1).decode("utf-8").split()),
-            internalDate=_parseInternalDate(date.group(1).decode("ascii")),
-            body=body,
-        )
-
+    responses: list[tuple[bytes, bytes]] = []
+    lineOpen = False
     for item in data:
         if isinstance(item, tuple):
-            if pending is not None:
-                finish(*pending)
-            pending = (bytes(item[0]), bytes(item[1]))
-        elif isinstance(item, bytes) and pending is not None:
-            finish(pending[0] + b" " + item, pending[1])
-            pending = None
-    if pending is not None:
-        finish(*pending)
-    return result
+            responses.append((bytes(item[0]), bytes(item[1])))
+            lineOpen = True
+        elif isinstance(item, bytes) and lineOpen:
+            meta, body = responses[-1]
+            responses[-1] = (meta + b" " + item, body)
+            lineOpen = False
+    return responses
+
+
+def _fetchedMessage(meta: bytes, body: bytes) -> tuple[int, FetchedMessage]:
+    """
+    A message's UID and what was fetched of it, from its metadata.
+    """
+    uid = _FETCH_UID.search(meta)
+    flags = _FETCH_FLAGS.search(meta)
+    date = _FETCH_INTERNALDATE.search(meta)
+    if uid is None or flags is None or date is None:
+        raise IMAP4.error(f"incomplete FETCH reply {meta!r}")
+    return int(uid.group(1)), FetchedMessage(
+        flags=_canonicalFlags(flags.group(1).decode("utf-8").split()),
+        internalDate=_parseInternalDate(date.group(1).decode("ascii")),
+        body=body,
+    )
 
 
 def _canonicalFlags(flags: Sequence[str]) -> tuple[str, ...]:

@@ -162,14 +162,22 @@ def maildirFolderName(folder: tuple[str, ...]) -> str:
         contain C{.} or C{/}.
     @raise ValueError: the folder cannot be stored in Maildir++.
     """
+    _checkMaildirFolder(folder)
+    if folder == ("INBOX",):
+        return ""
+    return "." + ".".join(c.encode("imap4-utf-7").decode("ascii") for c in folder)
+
+
+def _checkMaildirFolder(folder: tuple[str, ...]) -> None:
+    """
+    @raise ValueError: C{folder} has no component, or one that is empty or
+        holds C{.} or C{/}.
+    """
     if not folder:
         raise ValueError("a folder needs at least one component")
     for component in folder:
         if not component or "." in component or "/" in component:
             raise ValueError(f"unusable Maildir++ folder component {component!r}")
-    if folder == ("INBOX",):
-        return ""
-    return "." + ".".join(c.encode("imap4-utf-7").decode("ascii") for c in folder)
 
 
 def writeMaildir(

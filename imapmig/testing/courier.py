@@ -65,6 +65,9 @@ from twisted.trial import unittest
 from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
+    needExecutable,
+    needRoot,
+    needUser,
     PrivateServer,
     requireServer,
     tree,
@@ -107,16 +110,11 @@ def findCourier() -> str:
         _MAILDIRMAKE,
     ]
     for path in needed:
-        if not os.access(path, os.X_OK):
-            raise ServerNotFound(f"no {path}")
-    try:
-        pwd.getpwnam("courier")
-    except KeyError:
-        raise ServerNotFound("no user courier (package courier-base)") from None
+        needExecutable(path, f"no {path}")
+    needUser("courier", "no user courier (package courier-base)")
     if shutil.which("unshare") is None:
         raise ServerNotFound("no unshare (util-linux)")
-    if os.geteuid() != 0:
-        raise ServerNotFound("a private Courier runs in a mount namespace, which needs root")
+    needRoot("a private Courier runs in a mount namespace, which needs root")
     return root
 
 

@@ -56,9 +56,12 @@ from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
-from imapmig.errors import ServerNotFound, ServerStartFailed
+from imapmig.errors import ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
+    needExecutable,
+    needRoot,
+    needUser,
     PrivateServer,
     requireServer,
     tree,
@@ -84,16 +87,10 @@ def findCyrus() -> str:
     @raise ServerNotFound: something is missing.
     """
     binDir = os.path.join(tree(), "usr", "lib", "cyrus", "bin")
-    if not os.access(os.path.join(binDir, "master"), os.X_OK):
-        raise ServerNotFound(f"no Cyrus master in {binDir}")
-    if not os.access(_SASLPASSWD, os.X_OK):
-        raise ServerNotFound(f"no {_SASLPASSWD} (package sasl2-bin)")
-    try:
-        pwd.getpwnam("cyrus")
-    except KeyError:
-        raise ServerNotFound("no user cyrus") from None
-    if os.geteuid() != 0:
-        raise ServerNotFound("a private Cyrus is started by root")
+    needExecutable(os.path.join(binDir, "master"), f"no Cyrus master in {binDir}")
+    needExecutable(_SASLPASSWD, f"no {_SASLPASSWD} (package sasl2-bin)")
+    needUser("cyrus", "no user cyrus")
+    needRoot("a private Cyrus is started by root")
     return binDir
 
 

@@ -232,15 +232,24 @@ class LiteralTracker:
             if newline < 0:
                 self._lineTail = (self._lineTail + data[position:])[-_LINE_TAIL:]
                 break
-            start = max(position, newline + 1 - _LINE_TAIL)
-            lineEnd = data[start : newline + 1]
-            if start == position:
-                lineEnd = self._lineTail + lineEnd
-            self._lineTail = b""
-            position = newline + 1
-            match = _LITERAL_OPENING.search(lineEnd)
-            if match is not None:
-                size = int(match.group(1))
-                self.opened.append((self._offset + position, size))
-                self._inLiteral = size
+            position = self._endLine(data, position, newline)
         self._offset += end
+
+    def _endLine(self, data: bytes, position: int, newline: int) -> int:
+        """
+        The line that started before C{position} ends at C{data[newline]}:
+        note the literal its end opens, if any.
+
+        @return: the position after the line.
+        """
+        start = max(position, newline + 1 - _LINE_TAIL)
+        lineEnd = data[start : newline + 1]
+        if start == position:
+            lineEnd = self._lineTail + lineEnd
+        self._lineTail = b""
+        match = _LITERAL_OPENING.search(lineEnd)
+        if match is not None:
+            size = int(match.group(1))
+            self.opened.append((self._offset + newline + 1, size))
+            self._inLiteral = size
+        return newline + 1

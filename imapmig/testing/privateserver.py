@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pwd
 import signal
 import socket
 import ssl
@@ -83,6 +84,34 @@ def requireServer(
         )
     sys.stderr.write(f"\n*** SKIPPING real-{name} tests: {problem}; {install} ***\n")
     raise unittest.SkipTest(f"{name} not usable: {problem}")
+
+
+def needExecutable(path: str, missing: str) -> None:
+    """
+    @raise ServerNotFound: saying C{missing}, when C{path} is not an
+        executable file.
+    """
+    if not os.access(path, os.X_OK):
+        raise ServerNotFound(missing)
+
+
+def needUser(name: str, missing: str) -> None:
+    """
+    @raise ServerNotFound: saying C{missing}, when there is no user C{name}.
+    """
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise ServerNotFound(missing) from None
+
+
+def needRoot(missing: str) -> None:
+    """
+    @raise ServerNotFound: saying C{missing}, when this process is not
+        root.
+    """
+    if os.geteuid() != 0:
+        raise ServerNotFound(missing)
 
 
 class PrivateServer(AccountReader):
