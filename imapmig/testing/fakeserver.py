@@ -555,7 +555,8 @@ class FakeIMAPServer(LineReceiver):
         self.sendLine(b"* 0 RECENT")
         self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(user, name),))
         if self.store.announceUIDNext:
-            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (self.store.uidNext(user, name),))
+            uidNext = self.store.uidNext(user, name)
+            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (uidNext,))
 
     def _examine(self, args: list[Token]) -> bytes:
         return self._select(args, readOnly=True)
@@ -576,21 +577,29 @@ class FakeIMAPServer(LineReceiver):
         BODY.PEEK[HEADER.FIELDS (NAME ...)], and X-GM-MSGID where
         X-GM-EXT-1 is advertised) in the selected mailbox.
         """
-        if self.user is None or self.selected is None:
-            self.sendLine(tag + b" BAD No mailbox selected")
-            return
-        refusal = self.store.refuseFetch(self.user, items)
+        refusal = self._fetchRefusal(items)
         if refusal is not None:
             self.sendLine(tag + b" " + refusal)
             return
+        assert self.user is not None
+        assert self.selected is not None
         messages = self.store.mailbox(self.user, self.selected)
         wanted = uidsIn(uidSet, messages[-1].uid if messages else 0)
         upper = items.upper()
+        write = self.transport.write  # type: ignore[union-attr]
         for sequence, message in enumerate(messages, 1):
             if message.uid in wanted:
-                self.transport.write(  # type: ignore[union-attr]
-                    b"* %d FETCH (%s)\r\n" % (sequence, b" ".join(self._fetchItems(message, upper))))
+                fetched = b" ".join(self._fetchItems(message, upper))
+                write(b"* %d FETCH (%s)\r\n" % (sequence, fetched))
         self.sendLine(tag + b" OK Fetch completed.")
+
+    def _fetchRefusal(self, items: bytes) -> bytes | None:
+        """
+        Why a UID FETCH of C{items} is refused here, or L{None}.
+        """
+        if self.user is None or self.selected is None:
+            return b"BAD No mailbox selected"
+        return self.store.refuseFetch(self.user, items)
 
     def _fetchItems(self, message: StoredMessage, upper: bytes) -> list[bytes]:
         """

@@ -273,13 +273,10 @@ class FaultProxy:
         return waiting
 
     def _wake(self) -> None:
-        if not self._waiters:
-            return
         ready = [(c, d) for c, d in self._waiters if c()]
-        if ready:
-            self._waiters = [(c, d) for c, d in self._waiters if (c, d) not in ready]
-            for _, waiting in ready:
-                waiting.callback(None)
+        self._waiters = [waiter for waiter in self._waiters if waiter not in ready]
+        for _, waiting in ready:
+            waiting.callback(None)
 
     # -- called by the protocols and the relays ------------------------------
 

@@ -208,6 +208,14 @@ def _statusHeaders(case: HardMessage, eol: bytes) -> bytes:
     The C{Status}, C{X-Status} and C{X-Keywords} fields of C{case}, as
     mutt and Dovecot's mbox driver write them.
     """
+    return b"".join(line.encode("ascii") + eol for line in _statusFields(case))
+
+
+def _statusFields(case: HardMessage) -> list[str]:
+    """
+    The lines of L{_statusHeaders}: C{Status} always, C{X-Status} and
+    C{X-Keywords} when they have something to say.
+    """
     flags = set(case.flags)
     status = ("R" if "\\Seen" in flags else "") + "O"
     xStatus = "".join(letter for letter, flag in _X_STATUS if flag in flags)
@@ -216,7 +224,7 @@ def _statusHeaders(case: HardMessage, eol: bytes) -> bytes:
         lines.append(f"X-Status: {xStatus}")
     if case.keywords:
         lines.append("X-Keywords: " + " ".join(case.keywords))
-    return b"".join(line.encode("ascii") + eol for line in lines)
+    return lines
 
 
 def _withStatus(case: HardMessage) -> bytes:
@@ -300,9 +308,7 @@ def writeHardMbox(
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             for case in messages:
-                raw = _withStatus(case) if withStatusHeaders else case.raw
-                if not raw.endswith(b"\n"):
-                    raw += b"\n"
+                raw = _terminated(_withStatus(case) if withStatusHeaders else case.raw)
                 f.write(mboxFromLine(case) + b"\n" + _mboxQuote(raw, quoting) + b"\n")
 
 
@@ -338,20 +344,29 @@ def expectedFromMbox(
     @raise ValueError: an unknown C{quoting}.
     """
     _checkQuoting(quoting)
-    result = []
-    for case in cases:
-        raw = _withStatus(case) if withStatusHeaders and keepStatusFields else case.raw
-        if not raw.endswith(b"\n"):
-            raw += b"\n"
-        if quoting == "mboxo":
-            raw = _MBOXO_QUOTED.sub(b"From ", raw)
-        result.append(
-            HardMessage(
-                folder=case.folder,
-                name=case.name,
-                raw=raw,
-                flags=case.flags if withStatusHeaders else (),
-                internalDate=case.utcDate,
-            )
+    return tuple(
+        HardMessage(
+            folder=case.folder,
+            name=case.name,
+            raw=_readBack(case, quoting, withStatusHeaders and keepStatusFields),
+            flags=case.flags if withStatusHeaders else (),
+            internalDate=case.utcDate,
         )
-    return tuple(result)
+        for case in cases
+    )
+
+
+def _readBack(case: HardMessage, quoting: str, statusFields: bool) -> bytes:
+    """
+    The bytes a faithful mbox reader gets back of C{case} (see
+    L{expectedFromMbox}), with its status fields if C{statusFields}.
+    """
+    raw = _terminated(_withStatus(case) if statusFields else case.raw)
+    return _MBOXO_QUOTED.sub(b"From ", raw) if quoting == "mboxo" else raw
+
+
+def _terminated(raw: bytes) -> bytes:
+    """
+    C{raw} ending with LF, as an mbox stores it.
+    """
+    return raw if raw.endswith(b"\n") else raw + b"\n"

@@ -65,6 +65,9 @@ class Token:
 
 _PARTIAL = re.compile(rb"BODY\.PEEK\[\]<([0-9]+)\.([0-9]+)>")
 _HEADER_FIELDS = re.compile(rb"HEADER\.FIELDS \(([^)]*)\)")
+# Where a header field starts: after a CRLF not followed by a folded
+# line's leading space or tab.
+_FIELD_START = re.compile(rb"\r\n(?![ \t])")
 
 
 def uidsIn(uidSet: bytes, largest: int) -> set[int]:
@@ -87,18 +90,9 @@ def headerField(message: bytes, *names: bytes) -> bytes:
     """
     end = message.find(b"\r\n\r\n")
     header = message[: end + 2] if end >= 0 else message
-    lines = header.split(b"\r\n")
-    kept: list[bytes] = []
-    taking = False
-    for line in lines:
-        if line[:1] in (b" ", b"\t"):
-            if taking:
-                kept.append(line)
-            continue
-        taking = any(line.lower().startswith(name + b":") for name in names)
-        if taking:
-            kept.append(line)
-    return b"".join(line + b"\r\n" for line in kept) + b"\r\n"
+    wanted = tuple(name + b":" for name in names)
+    kept = [field for field in _FIELD_START.split(header) if field.lower().startswith(wanted)]
+    return b"".join(field + b"\r\n" for field in kept) + b"\r\n"
 
 
 def tokenize(line: bytes) -> list[Token]:

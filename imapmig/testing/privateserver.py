@@ -265,10 +265,18 @@ class PrivateServer(AccountReader):
                 self._waitUntilReady()
             except ServerStartFailed as e:
                 self.stop()
-                if attempt == 2 or self.portTaken not in str(e):
+                if not self._tryAgain(attempt, e):
                     raise
             else:
                 return
+
+    def _tryAgain(self, attempt: int, failure: ServerStartFailed) -> bool:
+        """
+        Whether a start that failed with C{failure} at try C{attempt} (from
+        0) is tried again with other ports: another process may have taken
+        a port between the probe and the server's bind.
+        """
+        return attempt < 2 and self.portTaken in str(failure)
 
     def stop(self) -> None:
         """
@@ -463,17 +471,29 @@ def waitForGreetings(
                 f" within {timeout} s ({problem})\n" + logTail()
             )
         for port, context in list(pending.items()):
-            try:
-                greeting = readGreeting(port, context)
-            except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
-                problem = repr(e)
-                continue
-            if greeting.startswith(b"* OK"):
+            trouble = _greetingProblem(readGreeting, port, context)
+            if trouble is None:
                 del pending[port]
             else:
-                problem = f"greeting {greeting[:80]!r}"
+                problem = trouble
         if pending:
             time.sleep(0.02)
+
+
+def _greetingProblem(
+    readGreeting: Callable[[int, ssl.SSLContext | None], bytes],
+    port: int,
+    context: ssl.SSLContext | None,
+) -> str | None:
+    """
+    What keeps C{port} from greeting with C{* OK} now, or L{None} when it
+    does.
+    """
+    try:
+        greeting = readGreeting(port, context)
+    except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
+        return repr(e)
+    return None if greeting.startswith(b"* OK") else f"greeting {greeting[:80]!r}"
 
 
 def writeTestCertificates(
