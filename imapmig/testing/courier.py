@@ -65,6 +65,7 @@ from twisted.trial import unittest
 from imapmig.errors import ServerNotFound, ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
+    chownTree,
     needExecutable,
     needRoot,
     needUser,
@@ -286,10 +287,7 @@ wait
             if not os.path.isdir(maildir):
                 os.makedirs(home, exist_ok=True)
                 _run([_MAILDIRMAKE, maildir])
-                for directory, _subdirectories, files in os.walk(home):
-                    os.chown(directory, _MAIL_UID, _MAIL_UID)
-                    for name in files:
-                        os.lchown(os.path.join(directory, name), _MAIL_UID, _MAIL_UID)
+                chownTree(home, _MAIL_UID, _MAIL_UID)
             hashed = _run(["openssl", "passwd", "-6", "-stdin"], user.password).strip()
             lines.append(
                 f"{user.name}\tuid={_MAIL_UID}|gid={_MAIL_UID}|home={home}"

@@ -59,6 +59,7 @@ from twisted.trial import unittest
 from imapmig.errors import ServerStartFailed
 from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
+    chownTree,
     needExecutable,
     needRoot,
     needUser,
@@ -188,10 +189,7 @@ class CyrusInstance(PrivateServer):
         for user in self.users:
             self._setPassword(user)
         cyrus = pwd.getpwnam("cyrus")
-        for directory, _subdirectories, files in os.walk(self.baseDir):
-            os.chown(directory, cyrus.pw_uid, cyrus.pw_gid)
-            for name in files:
-                os.lchown(os.path.join(directory, name), cyrus.pw_uid, cyrus.pw_gid)
+        chownTree(self.baseDir, cyrus.pw_uid, cyrus.pw_gid)
 
     def _configure(self) -> tuple[list[str], Mapping[str, str] | None]:
         binDir = findCyrus()

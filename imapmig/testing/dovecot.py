@@ -80,7 +80,12 @@ from twisted.trial import unittest
 
 from imapmig.errors import DovecotNotFound, DovecotStartFailed
 from imapmig.testing.accounts import IMAPUser
-from imapmig.testing.privateserver import PrivateServer, _makeTraversable, requireServer
+from imapmig.testing.privateserver import (
+    PrivateServer,
+    _makeTraversable,
+    chownTree,
+    requireServer,
+)
 
 _STOP_TIMEOUT = 10.0
 _DH_PATH = "/usr/share/dovecot/dh.pem"
@@ -316,11 +321,7 @@ class DovecotInstance(PrivateServer):
         """
         if os.geteuid() != 0:
             return
-        uid, gid = self._mailIds()
-        for directory, _subdirectories, files in os.walk(self._homeOf(user)):
-            os.chown(directory, uid, gid)
-            for name in files:
-                os.lchown(os.path.join(directory, name), uid, gid)
+        chownTree(self._homeOf(user), *self._mailIds())
 
     # -- PrivateServer -----------------------------------------------------
 

@@ -562,7 +562,7 @@ class FakeIMAPServer(LineReceiver):
         return self._select(args, readOnly=True)
 
     def _lsub(self, args: list[Token]) -> bytes:
-        if len(args) != 2 or args[0].value != b"" or args[1].value != b"*":
+        if [arg.value for arg in args] != [b"", b"*"]:
             return b"BAD LSUB supports LSUB \"\" \"*\" only"
         assert self.user is not None
         quoted = quote(self.store.delimiter.encode("ascii"))

@@ -566,6 +566,17 @@ def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> by
             sock.close()
 
 
+def chownTree(path: str, uid: int, gid: int) -> None:
+    """
+    Give C{path} and everything below it to C{uid} and C{gid} (symbolic
+    links themselves, not what they point to).
+    """
+    for directory, _subdirectories, files in os.walk(path):
+        os.chown(directory, uid, gid)
+        for name in files:
+            os.lchown(os.path.join(directory, name), uid, gid)
+
+
 def _makeTraversable(path: str) -> None:
     """
     When root, add the search (execute) permission for group and others to
