@@ -404,3 +404,56 @@ class WebhookUnavailable(TransientError):
     def __init__(self, reason: str, retryAfter: float | None = None) -> None:
         super().__init__(reason)
         self.retryAfter = retryAfter
+
+# -- imapmig.testing: the private servers of the tests and the demo ----------
+
+
+class ServerNotFound(ImapmigError):
+    """
+    A server a test or the demo needs (Dovecot, Cyrus, Courier, a browser)
+    is not installed where L{imapmig.testing} looks for it.
+    """
+
+
+class DovecotNotFound(ServerNotFound):
+    """
+    No C{dovecot} binary is installed on this machine.
+    """
+
+
+class ServerStartFailed(ImapmigError):
+    """
+    A private server did not start; the message carries its log tail.
+    """
+
+
+class DovecotStartFailed(ServerStartFailed):
+    """
+    A private Dovecot did not start; the message carries its log tail.
+    """
+
+
+class Stopped(BaseException):
+    """
+    A stop signal arrived (raised by
+    L{imapmig.testing.children.StopSignals}' handler in the demo and
+    C{python -m imapmig.testing.dovecot}).  A L{BaseException}, like
+    L{KeyboardInterrupt}, and outside L{ImapmigError} on purpose: it must
+    unwind through every C{except Exception} (and C{except ImapmigError})
+    between the signal and the program's C{finally} that stops the
+    servers it started.
+
+    @ivar signum: the signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exitStatus(self) -> int:
+        """
+        The exit status of a program that stops because of this signal:
+        128 + its number, as the shell reports a program it killed.
+        """
+        return 128 + self.signum

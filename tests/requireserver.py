@@ -13,7 +13,7 @@ from types import ModuleType
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
-from imapmig.testing.privateserver import ServerNotFound
+from imapmig.errors import ServerNotFound
 
 
 def _missing() -> str:

@@ -52,8 +52,10 @@ from imapmig.progress import JobProgress
 from imapmig.daemon.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.corpus import Corpus, CorpusMessage, writeEmlDirectory, writeMaildir
-from imapmig.testing.dovecot import DovecotInstance, DovecotUser, FetchedMessage
-from imapmig.testing.faultproxy import Fault, FaultProxy
+from imapmig.testing.accounts import FetchedMessage
+from imapmig.testing.dovecot import DovecotInstance, DovecotUser
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faults import Fault
 
 USERS_PER_INSTANCE = 96
 """

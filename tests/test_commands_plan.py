@@ -20,7 +20,8 @@ from imapmig.mail.plan import FolderRules
 from imapmig.commands.plan import JobPlan, _writePlan, previewJob
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import FolderFallback, MessageOutcome
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 from tests.test_job import (
     PASSWORD,
     USER,

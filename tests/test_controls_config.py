@@ -27,7 +27,7 @@ from imapmig.access.secrets import Secret
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.controls import ControlResource
 from imapmig.status.resource import StatusResource, buildStatusSite
-from imapmig.testing.dovecot import writeTestCertificates
+from imapmig.testing.privateserver import writeTestCertificates
 from tests.test_config import ConfigTestCase, writeFile
 
 TOKEN = "0123456789abcdef0123456789abcdef"

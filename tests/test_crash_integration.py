@@ -36,7 +36,7 @@ from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.testing.dovecot import requireDovecot
-from imapmig.testing.faultproxy import Direction, Discard
+from imapmig.testing.faults import Direction, Discard
 from tests.support import (
     proxiedMigration,
     Deliveries,

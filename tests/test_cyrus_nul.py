@@ -12,7 +12,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.testing.cyrus import startCyrus
-from imapmig.testing.privateserver import IMAPUser
+from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.dovecot import requireDovecot
 from tests.support import (
     SOURCE_TREE,

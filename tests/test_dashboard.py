@@ -35,7 +35,8 @@ from imapmig.status.dashboard import (
     loadStaticFiles,
     mountDashboard,
 )
-from imapmig.testing.privateserver import ServerNotFound, requireServer
+from imapmig.errors import ServerNotFound
+from imapmig.testing.privateserver import requireServer
 from tests.dashboardharness import FIXTURES, FixtureRun, HarnessRoot, attentionRank
 
 ROOT = Path(__file__).parent.parent

@@ -14,7 +14,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.commands import demo
 from imapmig.commands.demo import demoJob
-from imapmig.testing.dovecot import DovecotInstance, DovecotStartFailed, DovecotUser
+from imapmig.errors import DovecotStartFailed
+from imapmig.testing.dovecot import DovecotInstance, DovecotUser
 from imapmig.testing.localserver import configurationHead, writeConfiguration
 
 AWKWARD = "run: 1, try {2} #3 [x] 'y' \"z\""

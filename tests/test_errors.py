@@ -34,7 +34,8 @@ class HierarchyTests(SynchronousTestCase):
     def test_oneHierarchy(self) -> None:
         """
         Each exception class of L{imapmig.errors} derives from
-        L{ImapmigError}; none is both transient and permanent.
+        L{ImapmigError} but L{Stopped}, a L{BaseException} on purpose; none
+        is both transient and permanent.
         """
         classes = [
             value
@@ -44,7 +45,13 @@ class HierarchyTests(SynchronousTestCase):
             and value.__module__ == errors.__name__
         ]
         self.assertGreater(len(classes), 10)
+        # Stopped (a stop signal) must unwind through every except
+        # Exception: it alone is a BaseException outside the hierarchy.
+        outside = [kind for kind in classes if not issubclass(kind, Exception)]
+        self.assertEqual(outside, [errors.Stopped])
         for kind in classes:
+            if kind in outside:
+                continue
             self.assertTrue(issubclass(kind, ImapmigError), kind)
             self.assertFalse(
                 issubclass(kind, TransientError) and issubclass(kind, PermanentError), kind

@@ -49,16 +49,13 @@ from imapmig.config import Config, loadConfig
 from imapmig.testing.dovecot import (
     DovecotInstance,
     DovecotUser,
-    FetchedMessage,
-    quoteMailbox,
     requireDovecot,
 )
-from imapmig.testing.hardcases import (
-    HardMessage,
-    allKeywords,
+from imapmig.testing.accounts import FetchedMessage, quoteMailbox
+from imapmig.testing.hardcases import HardMessage, allKeywords, hardCases
+from imapmig.testing.hardfiles import (
     expectedByMailbox,
     expectedFromMbox,
-    hardCases,
     loadIntoDovecot,
     maildirFileName,
     writeHardMaildir,

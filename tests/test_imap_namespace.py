@@ -24,7 +24,8 @@ from imapmig.imap.namespace import (
 )
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.plan import PersonalNamespace
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 
 T = TypeVar("T")
 

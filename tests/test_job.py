@@ -39,7 +39,8 @@ from imapmig.state import (
     asMessageOutcome,
 )
 from imapmig.state.memory import MemoryStateStore
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 
 USER = "alice"
 PASSWORD = "s3cret-pw"

@@ -19,7 +19,8 @@ from imapmig.job import JobSettings
 from imapmig.job.reconcile import Candidate, CandidatePool, Reconciliation, reconcileJournal
 from imapmig.progress import JobState
 from imapmig.state import JournalMessage
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 from tests.test_job import (
     hasResult,
     JOB,

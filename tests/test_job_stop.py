@@ -29,7 +29,8 @@ from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 
 from tests.test_job import (
     hasResult,

@@ -14,7 +14,8 @@ from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
 from imapmig.mail.plan import PersonalNamespace
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore
 
 
 class NamespaceTests(SynchronousTestCase):

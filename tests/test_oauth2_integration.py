@@ -25,9 +25,10 @@ from imapmig.testing.dovecot import (
     DovecotInstance,
     DovecotUser,
     requireDovecot,
-    writeTestCertificates,
 )
-from imapmig.testing.faultproxy import Direction, Fault, FaultProxy, Reset
+from imapmig.testing.privateserver import writeTestCertificates
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faults import Direction, Fault, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
 from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
 from tests.support import (

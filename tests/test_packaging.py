@@ -32,11 +32,13 @@ SHIPPED_TESTING = {
     name
     for name in (
         "imapmig/testing/__init__.py",
+        "imapmig/testing/accounts.py",
         "imapmig/testing/children.py",
         "imapmig/testing/corpus.py",
         "imapmig/testing/dovecot.py",
         "imapmig/testing/localserver.py",
         "imapmig/testing/ports.py",
+        "imapmig/testing/privateserver.py",
     )
     if (CHECKOUT / name).exists()
 }

@@ -28,17 +28,9 @@ from twisted.logger import Logger
 from twisted.trial.unittest import TestCase
 
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
-from imapmig.testing.faultproxy import (
-    Close,
-    ConnectionRelay,
-    CutLiteral,
-    Direction,
-    Drip,
-    Fault,
-    FaultProxy,
-    Reset,
-    Stall,
-)
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faultrelay import ConnectionRelay
+from imapmig.testing.faults import Close, CutLiteral, Direction, Drip, Fault, Reset, Stall
 from tests.support import (
     proxiedMigration,
     DaemonProcess,

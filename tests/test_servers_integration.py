@@ -37,15 +37,11 @@ from imapmig.progress import JobState
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.courier import CourierInstance, startCourier
 from imapmig.testing.cyrus import CyrusInstance, startCyrus
-from imapmig.testing.dovecot import DovecotInstance, FetchedMessage, quoteMailbox, requireDovecot
-from imapmig.testing.hardcases import (
-    HardMessage,
-    allKeywords,
-    hardCases,
-    maildirFileName,
-    writeHardMaildir,
-)
-from imapmig.testing.privateserver import IMAPUser, PrivateServer
+from imapmig.testing.accounts import FetchedMessage, IMAPUser, quoteMailbox
+from imapmig.testing.dovecot import DovecotInstance, requireDovecot
+from imapmig.testing.hardcases import HardMessage, allKeywords, hardCases
+from imapmig.testing.hardfiles import maildirFileName, writeHardMaildir
+from imapmig.testing.privateserver import PrivateServer
 from tests.support import corpusView, freshUser, migrate, newDirectory, reportJobs, sharedDovecot
 from tests.support import runDaemon, verifyDifferences, verifyJobs, writePasswordFile
 

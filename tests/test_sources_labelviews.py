@@ -30,7 +30,7 @@ from imapmig.sources.labelviews import (
     planLabelViews,
     resolveLabelViews,
 )
-from imapmig.testing.fakeserver import FakeMailStore, gmailMessageId as fakeMessageId
+from imapmig.testing.fakestore import FakeMailStore, gmailMessageId as fakeMessageId
 from tests.test_job import JOB, PASSWORD, USER, JobHarness, body
 
 GMAIL_CAPABILITIES = ("IMAP4rev1", "LITERAL-", "UIDPLUS", "X-GM-EXT-1", "SASL-IR", "AUTH=PLAIN")

@@ -12,7 +12,8 @@ import textwrap
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.testing.children import StopSignals, Stopped
+from imapmig.errors import Stopped
+from imapmig.testing.children import StopSignals
 from tests.processwatch import LineReader, ProcessWatch
 from tests.support import sourceTreeEnvironment
 

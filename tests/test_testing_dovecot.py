@@ -22,15 +22,14 @@ import yaml
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 import imapmig
+from imapmig.errors import DovecotNotFound, DovecotStartFailed
 from imapmig.testing import dovecot
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
-    DovecotNotFound,
-    DovecotStartFailed,
-    FetchedMessage,
     requireDovecot,
 )
+from imapmig.testing.accounts import FetchedMessage
 from tests.processwatch import LineReader, ProcessWatch, defaultSignals, descendants
 from tests.support import sourceTreeEnvironment
 from tests.support import daemonCommand
@@ -74,36 +73,6 @@ class RequireDovecotTests(SynchronousTestCase):
         """
         self.patch(dovecot, "findDovecot", lambda: "/usr/sbin/dovecot")
         self.assertEqual(requireDovecot(self), "/usr/sbin/dovecot")
-
-
-class FetchParsingTests(SynchronousTestCase):
-    """
-    The FETCH reply parser reads metadata around the literal, never from it.
-    """
-
-    def test_itemsAfterLiteral(self) -> None:
-        """
-        FLAGS and INTERNALDATE are found whether they come before or after
-        the body literal; C{\\Recent} is dropped and the other flags put in
-        canonical order; the body is untouched.
-        """
-        body = b"Subject: FLAGS (\\Deleted) UID 99\r\n\r\nx\r\n"
-        parsed = dovecot._parseFetch(
-            [
-                (
-                    b"1 (UID 7 FLAGS (\\Seen Junk \\Recent $Label1 \\Answered) BODY[] {%d}"
-                    % len(body),
-                    body,
-                ),
-                b' INTERNALDATE " 2-Jan-2019 03:04:05 -0130")',
-            ]
-        )
-        self.assertEqual(list(parsed), [7])
-        self.assertEqual(parsed[7].flags, ("\\Answered", "\\Seen", "$Label1", "Junk"))
-        self.assertEqual(parsed[7].body, body)
-        self.assertEqual(
-            parsed[7].internalDate, datetime(2019, 1, 2, 4, 34, 5, tzinfo=timezone.utc)
-        )
 
 
 class DovecotInstanceTests(SynchronousTestCase):

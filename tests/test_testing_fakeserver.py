@@ -17,12 +17,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
-from imapmig.testing.fakeserver import (
-    DEFAULT_CAPABILITIES,
-    FakeIMAPServer,
-    FakeMailStore,
-    StoredMessage,
-)
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
+from imapmig.testing.fakestore import FakeMailStore, StoredMessage
 
 DATE = b'"01-Jan-2020 10:00:00 +0000"'
 

@@ -16,14 +16,14 @@ from twisted.python.failure import Failure
 from twisted.test.iosim import ConnectionCompleter, FakeTransport, connect
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.testing.faultproxy import (
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faults import (
     BOTH_WAYS,
     Close,
     CutLiteral,
     Direction,
     Discard,
     Drip,
-    FaultProxy,
     FiredFault,
     LiteralTracker,
     Reset,

@@ -26,9 +26,11 @@ from imapmig.testing.hardcases import (
     allKeywords,
     canonicalFlags,
     caseFolders,
+    hardCases,
+)
+from imapmig.testing.hardfiles import (
     expectedByMailbox,
     expectedFromMbox,
-    hardCases,
     loadIntoDovecot,
     maildirFileName,
     mboxFromLine,

@@ -32,12 +32,11 @@ import urllib.request
 from collections import Counter
 from typing import Callable
 
-from imapmig.testing.children import StopSignals, Stopped, dieWithParent
+from imapmig.errors import DovecotNotFound, DovecotStartFailed, Stopped
+from imapmig.testing.children import StopSignals, dieWithParent
 from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
-    DovecotNotFound,
-    DovecotStartFailed,
     DovecotUser,
 )
 from imapmig.testing.localserver import configurationHead, yamlString

@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Callable, Iterator
 
+from imapmig.errors import Stopped
+
 _PR_SET_PDEATHSIG = 1
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -34,28 +36,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 The signals that ask a foreground program to stop: C{kill} and systemd
 (C{TERM}), Ctrl-C (C{INT}), the terminal closed (C{HUP}).
 """
-
-
-class Stopped(BaseException):
-    """
-    A stop signal arrived (raised by L{StopSignals}' handler).  A
-    L{BaseException}, like L{KeyboardInterrupt}, so that no C{except
-    Exception} swallows it.
-
-    @ivar signum: the signal's number.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-    @property
-    def exitStatus(self) -> int:
-        """
-        The exit status of a program that stops because of this signal:
-        128 + its number, as the shell reports a program it killed.
-        """
-        return 128 + self.signum
 
 
 def dieWithParent() -> Callable[[], None]:

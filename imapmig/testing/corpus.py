@@ -162,14 +162,22 @@ def maildirFolderName(folder: tuple[str, ...]) -> str:
         contain C{.} or C{/}.
     @raise ValueError: the folder cannot be stored in Maildir++.
     """
+    _checkMaildirFolder(folder)
+    if folder == ("INBOX",):
+        return ""
+    return "." + ".".join(c.encode("imap4-utf-7").decode("ascii") for c in folder)
+
+
+def _checkMaildirFolder(folder: tuple[str, ...]) -> None:
+    """
+    @raise ValueError: C{folder} has no component, or one that is empty or
+        holds C{.} or C{/}.
+    """
     if not folder:
         raise ValueError("a folder needs at least one component")
     for component in folder:
         if not component or "." in component or "/" in component:
             raise ValueError(f"unusable Maildir++ folder component {component!r}")
-    if folder == ("INBOX",):
-        return ""
-    return "." + ".".join(c.encode("imap4-utf-7").decode("ascii") for c in folder)
 
 
 def writeMaildir(
@@ -242,6 +250,32 @@ def _writeMaildir(
     messages numbered from C{first}.
     """
     folders = tuple(tuple(f) for f in folders)
+    directories = makeMaildirFolders(path, folders)
+    if not folders:
+        return Corpus(messages=(), folders=())
+    weights = [4 if f == ("INBOX",) else 1 for f in folders]
+    messages = []
+    for placed, timestamp in enumerate(generator.timestamps(count)):
+        which = placed
+        if placed >= len(folders) or count < len(folders):
+            which = generator.rng.choices(range(len(folders)), weights)[0]
+        messages.append(
+            _writeMaildirMessage(
+                generator, directories[which], folders[which], first + placed, timestamp
+            )
+        )
+    return Corpus(messages=tuple(messages), folders=folders)
+
+
+def makeMaildirFolders(path: str, folders: Sequence[tuple[str, ...]]) -> list[str]:
+    """
+    Make the Maildir++ tree at C{path} (the INBOX) with C{folders}, each
+    with its C{cur}, C{new} and C{tmp}, every one but INBOX marked by an
+    empty C{maildirfolder} file (its mtime that of the oldest generated
+    message, so that the same call makes the same files).
+
+    @return: the folders' directories, in order.
+    """
     directories = [os.path.join(path, maildirFolderName(f)) for f in folders]
     os.makedirs(path, exist_ok=True)
     for directory in [path, *directories]:
@@ -250,38 +284,42 @@ def _writeMaildir(
     for folder, directory in zip(folders, directories):
         if folder != ("INBOX",):
             _writeFile(os.path.join(directory, "maildirfolder"), b"", _FIRST_TIMESTAMP)
-    if not folders:
-        return Corpus(messages=(), folders=())
+    return directories
+
+
+def _writeMaildirMessage(
+    generator: _Generator, directory: str, folder: tuple[str, ...], index: int, timestamp: int
+) -> CorpusMessage:
+    """
+    Write message number C{index} of C{generator} into the Maildir folder
+    C{directory}: in C{cur} with its flag letters, or (some unseen ones)
+    in C{new} without info.
+    """
     rng = generator.rng
-    weights = [4 if f == ("INBOX",) else 1 for f in folders]
-    messages = []
-    for placed, timestamp in enumerate(generator.timestamps(count)):
-        index = first + placed
-        if placed < len(folders) and count >= len(folders):
-            which = placed
-        else:
-            which = rng.choices(range(len(folders)), weights)[0]
-        folder = folders[which]
-        letters = generator.flagLetters()
-        inNew = not letters and rng.random() < 0.5
-        key = f"{timestamp}.M{index}P{rng.randrange(1000, 65536)}.{_HOST}"
-        body = generator.message(index, timestamp, folder)
-        if inNew:
-            filePath = os.path.join(directories[which], "new", key)
-        else:
-            filePath = os.path.join(directories[which], "cur", f"{key}:2,{letters}")
-        _writeFile(filePath, body, timestamp)
-        messages.append(
-            CorpusMessage(
-                folder=folder,
-                key=key,
-                flags=maildirFlags(letters),
-                internalDate=datetime.fromtimestamp(timestamp, timezone.utc),
-                sha256=hashlib.sha256(toCRLF(body)).hexdigest(),
-                size=len(body),
-            )
-        )
-    return Corpus(messages=tuple(messages), folders=folders)
+    letters = generator.flagLetters()
+    inNew = not letters and rng.random() < 0.5
+    key = f"{timestamp}.M{index}P{rng.randrange(1000, 65536)}.{_HOST}"
+    body = generator.message(index, timestamp, folder)
+    name = os.path.join("new", key) if inNew else os.path.join("cur", f"{key}:2,{letters}")
+    _writeFile(os.path.join(directory, name), body, timestamp)
+    return _corpusMessage(folder, key, maildirFlags(letters), body, timestamp)
+
+
+def _corpusMessage(
+    folder: tuple[str, ...], key: str, flags: tuple[str, ...], body: bytes, timestamp: int
+) -> CorpusMessage:
+    """
+    What the corpus records of a message written: C{internalDate} its
+    delivery time, C{sha256} and C{size} of its body as IMAP serves it.
+    """
+    return CorpusMessage(
+        folder=folder,
+        key=key,
+        flags=flags,
+        internalDate=datetime.fromtimestamp(timestamp, timezone.utc),
+        sha256=hashlib.sha256(toCRLF(body)).hexdigest(),
+        size=len(body),
+    )
 
 
 def writeEmlDirectory(
@@ -305,16 +343,7 @@ def writeEmlDirectory(
         key = f"{index + 1:05d}.eml"
         body = generator.message(index, timestamp, ("INBOX",))
         _writeFile(os.path.join(path, key), body, timestamp)
-        messages.append(
-            CorpusMessage(
-                folder=("INBOX",),
-                key=key,
-                flags=(),
-                internalDate=datetime.fromtimestamp(timestamp, timezone.utc),
-                sha256=hashlib.sha256(toCRLF(body)).hexdigest(),
-                size=len(body),
-            )
-        )
+        messages.append(_corpusMessage(("INBOX",), key, (), body, timestamp))
     return Corpus(messages=tuple(messages), folders=(("INBOX",),))
 
 
@@ -397,35 +426,49 @@ class _Generator:
         """
         One complete message (headers and body) with bare LF line endings.
         """
+        utf8 = self.rng.random() < 0.125
+        textSize, attachmentSize = self._sizes()
+        headers = self._headers(index, timestamp, folder, utf8)
+        charset, encoding = ("utf-8", "8bit") if utf8 else ("us-ascii", "7bit")
+        textHeaders = [
+            f"Content-Type: text/plain; charset={charset}; format=flowed",
+            f"Content-Transfer-Encoding: {encoding}",
+        ]
+        text = self._text(textSize, utf8)
+        if not attachmentSize:
+            head = "\n".join(headers + textHeaders) + "\n\n"
+            return head.encode("ascii") + text
+        return self._withAttachment(index, headers, textHeaders, text, attachmentSize)
+
+    def _sizes(self) -> tuple[int, int]:
+        """
+        The sizes of a message's text and of its attachment (0: none).
+        """
         rng = self.rng
-        realistic = self.profile == "realistic"
-        utf8 = rng.random() < 0.125
-        if realistic:
-            textSize = int(rng.lognormvariate(math.log(6000), 0.6))
-            textSize = max(200, min(textSize, 200_000))
-            attachmentSize = 0
-            if rng.random() < 0.2:
-                attachmentSize = int(rng.lognormvariate(math.log(40_000), 1.4))
-                # base64 grows by 4/3, plus a LF per 76 characters.
-                budget = _MAX_SIZE - textSize - 4096
-                attachmentSize = max(500, min(attachmentSize, budget * 3 * 76 // (4 * 77)))
-        else:
-            textSize = max(300, int(rng.gauss(1300, 150)))
-            attachmentSize = 0
+        if self.profile != "realistic":
+            return max(300, int(rng.gauss(1300, 150))), 0
+        textSize = int(rng.lognormvariate(math.log(6000), 0.6))
+        textSize = max(200, min(textSize, 200_000))
+        if rng.random() >= 0.2:
+            return textSize, 0
+        attachmentSize = int(rng.lognormvariate(math.log(40_000), 1.4))
+        # base64 grows by 4/3, plus a LF per 76 characters.
+        budget = _MAX_SIZE - textSize - 4096
+        return textSize, max(500, min(attachmentSize, budget * 3 * 76 // (4 * 77)))
+
+    def _headers(
+        self, index: int, timestamp: int, folder: tuple[str, ...], utf8: bool
+    ) -> list[str]:
+        """
+        A message's header lines, up to C{MIME-Version}: from someone to
+        the owner, or from the owner in C{Sent}; a C{List-Id} in C{Lists}.
+        """
+        rng = self.rng
         person = rng.choice(_PEOPLE)
-        if folder and folder[0] == "Sent":
-            sender, recipient = _OWNER, person
-        else:
-            sender, recipient = person, _OWNER
+        sender, recipient = (_OWNER, person) if folder[:1] == ("Sent",) else (person, _OWNER)
         when = datetime.fromtimestamp(timestamp, rng.choice(_ZONES))
         date = format_datetime(when)
-        subject = rng.choice(_SUBJECTS).format(n=rng.randrange(100, 100_000))
-        if utf8:
-            subject += " " + rng.choice(_UTF8_WORDS)
-            encoded = base64.b64encode(subject.encode("utf-8")).decode("ascii")
-            subjectHeader = f"=?utf-8?b?{encoded}?="
-        else:
-            subjectHeader = subject
+        subjectHeader = self._subject(utf8)
         domain = sender[1].split("@")[1]
         messageId = f"<{timestamp}.{index}.{self.seed}.{rng.getrandbits(32):08x}@{domain}>"
         relay = f"192.0.2.{rng.randrange(1, 255)}"
@@ -440,19 +483,37 @@ class _Generator:
             f"Subject: {subjectHeader}",
             f"Message-ID: {messageId}",
         ]
-        if folder and folder[0] == "Lists":
+        if folder[:1] == ("Lists",):
             listName = folder[-1].lower()
             headers.append(f"List-Id: {listName} <{listName}.lists.example.org>")
         headers.append("MIME-Version: 1.0")
-        charset, encoding = ("utf-8", "8bit") if utf8 else ("us-ascii", "7bit")
-        textHeaders = [
-            f"Content-Type: text/plain; charset={charset}; format=flowed",
-            f"Content-Transfer-Encoding: {encoding}",
-        ]
-        text = self._text(textSize, utf8)
-        if not attachmentSize:
-            head = "\n".join(headers + textHeaders) + "\n\n"
-            return head.encode("ascii") + text
+        return headers
+
+    def _subject(self, utf8: bool) -> str:
+        """
+        A C{Subject} field's value; with a non-ASCII word, RFC 2047 encoded.
+        """
+        rng = self.rng
+        subject = rng.choice(_SUBJECTS).format(n=rng.randrange(100, 100_000))
+        if not utf8:
+            return subject
+        subject += " " + rng.choice(_UTF8_WORDS)
+        encoded = base64.b64encode(subject.encode("utf-8")).decode("ascii")
+        return f"=?utf-8?b?{encoded}?="
+
+    def _withAttachment(
+        self,
+        index: int,
+        headers: list[str],
+        textHeaders: list[str],
+        text: bytes,
+        attachmentSize: int,
+    ) -> bytes:
+        """
+        A C{multipart/mixed} message: C{text}, then an attachment of
+        C{attachmentSize} random octets in base64.
+        """
+        rng = self.rng
         boundary = f"=_imapmig_{index}_{rng.getrandbits(48):012x}"
         contentType, fileName = rng.choice(_ATTACHMENTS)
         fileName = fileName.format(n=rng.randrange(1000, 10_000))

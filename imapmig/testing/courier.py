@@ -62,12 +62,14 @@ from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
+from imapmig.errors import ServerNotFound, ServerStartFailed
+from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
-    IMAPUser,
+    chownTree,
+    needExecutable,
+    needRoot,
+    needUser,
     PrivateServer,
-    ServerNotFound,
-    ServerStartFailed,
-    checkUser,
     requireServer,
     tree,
 )
@@ -109,16 +111,11 @@ def findCourier() -> str:
         _MAILDIRMAKE,
     ]
     for path in needed:
-        if not os.access(path, os.X_OK):
-            raise ServerNotFound(f"no {path}")
-    try:
-        pwd.getpwnam("courier")
-    except KeyError:
-        raise ServerNotFound("no user courier (package courier-base)") from None
+        needExecutable(path, f"no {path}")
+    needUser("courier", "no user courier (package courier-base)")
     if shutil.which("unshare") is None:
         raise ServerNotFound("no unshare (util-linux)")
-    if os.geteuid() != 0:
-        raise ServerNotFound("a private Courier runs in a mount namespace, which needs root")
+    needRoot("a private Courier runs in a mount namespace, which needs root")
     return root
 
 
@@ -182,7 +179,7 @@ class CourierInstance(PrivateServer):
         """
         if any(each.name == user.name for each in self.users):
             raise ValueError(f"user {user.name!r} exists already")
-        checkUser(user)
+        self.checkUser(user)
         self.users.append(user)
         if os.path.isdir(self._etc):
             self._writeUsers()
@@ -290,10 +287,7 @@ wait
             if not os.path.isdir(maildir):
                 os.makedirs(home, exist_ok=True)
                 _run([_MAILDIRMAKE, maildir])
-                for directory, _subdirectories, files in os.walk(home):
-                    os.chown(directory, _MAIL_UID, _MAIL_UID)
-                    for name in files:
-                        os.lchown(os.path.join(directory, name), _MAIL_UID, _MAIL_UID)
+                chownTree(home, _MAIL_UID, _MAIL_UID)
             hashed = _run(["openssl", "passwd", "-6", "-stdin"], user.password).strip()
             lines.append(
                 f"{user.name}\tuid={_MAIL_UID}|gid={_MAIL_UID}|home={home}"

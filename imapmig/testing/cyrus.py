@@ -56,12 +56,14 @@ from typing import Mapping, Sequence
 
 from twisted.trial import unittest
 
+from imapmig.errors import ServerStartFailed
+from imapmig.testing.accounts import IMAPUser
 from imapmig.testing.privateserver import (
-    IMAPUser,
+    chownTree,
+    needExecutable,
+    needRoot,
+    needUser,
     PrivateServer,
-    ServerNotFound,
-    ServerStartFailed,
-    checkUser,
     requireServer,
     tree,
 )
@@ -86,16 +88,10 @@ def findCyrus() -> str:
     @raise ServerNotFound: something is missing.
     """
     binDir = os.path.join(tree(), "usr", "lib", "cyrus", "bin")
-    if not os.access(os.path.join(binDir, "master"), os.X_OK):
-        raise ServerNotFound(f"no Cyrus master in {binDir}")
-    if not os.access(_SASLPASSWD, os.X_OK):
-        raise ServerNotFound(f"no {_SASLPASSWD} (package sasl2-bin)")
-    try:
-        pwd.getpwnam("cyrus")
-    except KeyError:
-        raise ServerNotFound("no user cyrus") from None
-    if os.geteuid() != 0:
-        raise ServerNotFound("a private Cyrus is started by root")
+    needExecutable(os.path.join(binDir, "master"), f"no Cyrus master in {binDir}")
+    needExecutable(_SASLPASSWD, f"no {_SASLPASSWD} (package sasl2-bin)")
+    needUser("cyrus", "no user cyrus")
+    needRoot("a private Cyrus is started by root")
     return binDir
 
 
@@ -177,24 +173,23 @@ class CyrusInstance(PrivateServer):
         """
         if any(each.name == user.name for each in self.users):
             raise ValueError(f"user {user.name!r} exists already")
-        checkUser(user)
+        self.checkUser(user)
         self.users.append(user)
         if os.path.exists(self._saslPath):
             self._setPassword(user)
 
     # -- PrivateServer -------------------------------------------------------
 
-    def _prepare(self) -> None:
+    def _check(self) -> None:
         findCyrus()
+
+    def _prepare(self) -> None:
         for name in ("conf", "partition", "run/proc", "run/lock", "run/socket"):
             os.makedirs(os.path.join(self.baseDir, name), exist_ok=True)
         for user in self.users:
             self._setPassword(user)
         cyrus = pwd.getpwnam("cyrus")
-        for directory, _subdirectories, files in os.walk(self.baseDir):
-            os.chown(directory, cyrus.pw_uid, cyrus.pw_gid)
-            for name in files:
-                os.lchown(os.path.join(directory, name), cyrus.pw_uid, cyrus.pw_gid)
+        chownTree(self.baseDir, cyrus.pw_uid, cyrus.pw_gid)
 
     def _configure(self) -> tuple[list[str], Mapping[str, str] | None]:
         binDir = findCyrus()

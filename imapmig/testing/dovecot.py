@@ -64,35 +64,30 @@ What Dovecot 2.3.19 does with the options, as observed on Debian 12:
 
 from __future__ import annotations
 
-import atexit
 import grp
 import os
 import pwd
-import re
 import shutil
 import signal
-import socket
 import ssl
-import stat
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from datetime import datetime, timedelta, timezone
-from imaplib import IMAP4, Time2Internaldate
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
-from attrs import frozen
 from twisted.trial import unittest
 
-import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+from imapmig.errors import DovecotNotFound, DovecotStartFailed
+from imapmig.testing.accounts import IMAPUser
+from imapmig.testing.privateserver import (
+    PrivateServer,
+    _makeTraversable,
+    chownTree,
+    requireServer,
+)
 
-from imapmig.testing.children import dieWithParent
-
-_START_TIMEOUT = 10.0
 _STOP_TIMEOUT = 10.0
-_FETCH_CHUNK = 250
 _DH_PATH = "/usr/share/dovecot/dh.pem"
 _MAIL_UID = 8  # the Debian "mail" user and group
 _SPECIAL_USE = (
@@ -102,69 +97,16 @@ _SPECIAL_USE = (
     ("Junk", "\\Junk"),
     ("Archive", "\\Archive"),
 )
-_SYSTEM_FLAGS = ("\\Draft", "\\Flagged", "\\Answered", "\\Seen", "\\Deleted")
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1
-    )
-}
-_LIST_LINE = re.compile(rb'^\((?P<attributes>[^)]*)\) (?P<delimiter>NIL|"(?:\\.|[^"\\])*") ')
-_FETCH_UID = re.compile(rb"\bUID (\d+)")
-_FETCH_FLAGS = re.compile(rb"\bFLAGS \(([^)]*)\)")
-_FETCH_INTERNALDATE = re.compile(rb'\bINTERNALDATE "([^"]+)"')
-_RUNNING: set[DovecotInstance] = set()
-
+DovecotUser = IMAPUser
+"""
+An account of a private Dovecot: a login name and a plain-text password
+(L{imapmig.testing.accounts.IMAPUser}, the account of any private server).
+"""
 
 UNUSABLE_IN_PATHS = ":#%\n"
 """
 Characters a private Dovecot's directory cannot have (L{DovecotInstance.start}).
 """
-
-
-class DovecotNotFound(Exception):
-    """
-    No C{dovecot} binary is installed on this machine.
-    """
-
-
-class DovecotStartFailed(Exception):
-    """
-    A private Dovecot did not start; the message carries its log tail.
-    """
-
-
-@frozen
-class DovecotUser:
-    """
-    An account of a private Dovecot.
-
-    @ivar name: the login name, also the name of its home directory.
-    @ivar password: the plain-text password.
-    """
-
-    name: str
-    password: str
-
-
-@frozen
-class FetchedMessage:
-    """
-    A message as a private Dovecot stores it, read back by
-    L{DovecotInstance.fetchAll}.
-
-    @ivar flags: the message's flags and keywords, C{\\Recent} left out,
-        in a fixed order whatever the server's: system flags as
-        L{imapmig.testing.corpus.CorpusMessage} orders them (C{\\Draft},
-        C{\\Flagged}, C{\\Answered}, C{\\Seen}, C{\\Deleted}), then
-        keywords sorted.
-    @ivar internalDate: the INTERNALDATE, timezone-aware.
-    @ivar body: the full message, as C{BODY.PEEK[]} returns it (CRLF).
-    """
-
-    flags: tuple[str, ...]
-    internalDate: datetime
-    body: bytes
 
 
 def findDovecot() -> str:
@@ -195,159 +137,11 @@ def requireDovecot(testCase: unittest.SynchronousTestCase | None = None) -> str:
     @return: the path of the binary.
     @raise twisted.trial.unittest.SkipTest: Dovecot is missing, not on CI.
     """
-    try:
-        return findDovecot()
-    except DovecotNotFound:
-        pass
-    if os.environ.get("CI") == "true":
-        failure = AssertionError if testCase is None else testCase.failureException
-        raise failure(
-            "dovecot is not installed but CI=true: the real-Dovecot tests "
-            "must run on CI (apt-get install dovecot-imapd)"
-        )
-    sys.stderr.write(
-        "\n*** SKIPPING real-Dovecot tests: dovecot not installed; "
-        "run `make test` to install it ***\n"
-    )
-    raise unittest.SkipTest("dovecot not installed")
+    requireServer(testCase, "Dovecot", findDovecot, "apt-get install dovecot-imapd")
+    return findDovecot()
 
 
-class AccountReader:
-    """
-    Reading and changing an account of a private server the way another
-    mail client would, with L{imaplib}, outside any reactor: what the tests
-    use to check what a migration left, whichever server it is.  A
-    subclass says how to log in (L{imapClient}).
-    """
-
-    def imapClient(self, user: str) -> IMAP4:
-        """
-        An L{imaplib} client logged in as C{user}; the caller logs it out.
-        """
-        raise NotImplementedError()
-
-    def listMailboxes(self, user: str) -> list[tuple[tuple[str, ...], str, str]]:
-        """
-        The mailboxes of C{user}, as C{LIST "" "*"} shows them.
-
-        @param user: the login name.
-        @return: one C{(attributes, delimiter, name)} per mailbox, the name
-            decoded from modified UTF-7.
-        """
-        client = self.imapClient(user)
-        try:
-            return _listAll(client)
-        finally:
-            client.logout()
-
-    def fetchAll(
-        self, user: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[str, list[FetchedMessage]]:
-        """
-        Read every message of every selectable mailbox of C{user}, in UID
-        order, without setting C{\\Seen}.
-
-        @param user: the login name.
-        @param bodyItem: the FETCH item giving the body: C{BODY.PEEK[]}
-            (what Dovecot serves: a NUL as C{0x80}), or C{BINARY.PEEK[]}
-            (RFC 3516: the NUL as stored, but base64 and quoted-printable
-            parts decoded).
-        @return: the messages by the full decoded mailbox name the server
-            shows (hierarchy joined with its delimiter, with its personal
-            prefix: C{"Archive.2019"}, C{"INBOX.Sent"} on Courier).
-        """
-        client = self.imapClient(user)
-        result: dict[str, list[FetchedMessage]] = {}
-        try:
-            for attributes, _delimiter, name in _listAll(client):
-                lowered = {a.lower() for a in attributes}
-                if "\\noselect" in lowered or "\\nonexistent" in lowered:
-                    continue
-                byUID = _fetchMailbox(client, name, bodyItem)
-                result[name] = [byUID[uid] for uid in sorted(byUID)]
-        finally:
-            client.logout()
-        return result
-
-    def fetchMailbox(
-        self, user: str, mailbox: str, bodyItem: str = "BODY.PEEK[]"
-    ) -> dict[int, FetchedMessage]:
-        """
-        Read every message of one mailbox of C{user}, without setting
-        C{\\Seen}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name, hierarchy joined with the
-            server's delimiter.
-        @param bodyItem: as for L{fetchAll}.
-        @return: the messages by UID.
-        """
-        client = self.imapClient(user)
-        try:
-            return _fetchMailbox(client, mailbox, bodyItem)
-        finally:
-            client.logout()
-
-    def uidValidity(self, user: str, mailbox: str) -> int:
-        """
-        The UIDVALIDITY of one mailbox of C{user}.
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name.
-        """
-        client = self.imapClient(user)
-        try:
-            typ, data = client.select(quoteMailbox(mailbox), readonly=True)
-            _check(typ, data, f"EXAMINE {mailbox}")
-            typ, data = client.response("UIDVALIDITY")
-            value = data[0]
-            if not isinstance(value, bytes):
-                raise IMAP4.error(f"no UIDVALIDITY for {mailbox!r}")
-            return int(value)
-        finally:
-            client.logout()
-
-    def appendMessage(
-        self,
-        user: str,
-        mailbox: str,
-        body: bytes,
-        flags: Sequence[str] = (),
-        internalDate: datetime | None = None,
-    ) -> tuple[int, int]:
-        """
-        Append one message to a mailbox of C{user}, exactly as given:
-        unlike L{IMAP4.append}, the body's line endings are not touched (a
-        bare CR stays a bare CR).
-
-        @param user: the login name.
-        @param mailbox: the decoded mailbox name; it must exist.
-        @param body: the message, normally with CRLF line endings.
-        @param flags: its flags and keywords.
-        @param internalDate: its INTERNALDATE, timezone-aware; the server's
-            clock when L{None}.
-        @return: the mailbox's UIDVALIDITY and the message's UID, from the
-            server's C{APPENDUID} (UIDPLUS).
-        """
-        client = self.imapClient(user)
-        try:
-            return _appendExact(client, mailbox, body, flags, internalDate)
-        finally:
-            client.logout()
-
-    def createMailbox(self, user: str, mailbox: str) -> None:
-        """
-        Create a mailbox of C{user} (the full name, prefix included).
-        """
-        client = self.imapClient(user)
-        try:
-            typ, data = client.create(quoteMailbox(mailbox))
-            _check(typ, data, f"CREATE {mailbox}")
-        finally:
-            client.logout()
-
-
-class DovecotInstance(AccountReader):
+class DovecotInstance(PrivateServer):
     """
     A private Dovecot serving IMAP on 127.0.0.1 (or an address in a network
     namespace), for tests and the benchmark.
@@ -366,6 +160,12 @@ class DovecotInstance(AccountReader):
         C{IP:127.0.0.1}); it exists once L{start} has run.
     @ivar pid: the master process id while running, else L{None}.
     """
+
+    name = "dovecot"
+    startFailed = DovecotStartFailed
+    startTimeout = 10.0
+    portTaken = "Address already in use"
+    unusableInUsers = ":\r\n\0"
 
     def __init__(
         self,
@@ -455,21 +255,13 @@ class DovecotInstance(AccountReader):
         @param port: the plain IMAP port to listen on; 0 (the default): a
             free one.  The implicit-TLS port is always a free one.
         """
-        if separator not in (".", "/"):
-            raise ValueError(f"separator must be '.' or '/', not {separator!r}")
-        if inboxPrefix not in ("", "INBOX" + separator):
-            raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
-        for user in (*users, *masterUsers):
-            for value in (user.name, user.password):
-                if not value or any(c in value for c in ":\r\n\0"):
-                    raise ValueError(f"unusable user name or password for {user.name!r}")
-        self.baseDir = os.path.abspath(baseDir)
-        self.users = tuple(users)
+        _checkOptions(separator, inboxPrefix, oauth2Mechanisms)
+        super().__init__(baseDir, users, address)
+        for user in masterUsers:
+            self.checkUser(user)
         self.masterUsers = tuple(masterUsers)
         self._oauth2Introspection = oauth2Introspection
         self._oauth2Mechanisms = tuple(oauth2Mechanisms)
-        if not set(self._oauth2Mechanisms) <= {"oauthbearer", "xoauth2"} or not oauth2Mechanisms:
-            raise ValueError(f"unknown OAuth2 mechanisms {oauth2Mechanisms!r}")
         self._capabilities = capabilities
         self._separator = separator
         self._inboxPrefix = inboxPrefix
@@ -479,14 +271,9 @@ class DovecotInstance(AccountReader):
         self._mailRoot = os.path.abspath(
             mailRoot if mailRoot is not None else os.path.join(self.baseDir, "home")
         )
-        self.address = address
         self._commandPrefix = tuple(commandPrefix)
         self._preload = None if preload is None else os.path.abspath(preload)
-        self.port = 0
-        self.tlsPort = 0
-        self.caCertificatePath = os.path.join(self.baseDir, "tls", "ca.pem")
-        self.pid: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._binary = ""
         self._runDir: str | None = None
         self._runDirIsTemporary = False
         self._logPath = os.path.join(self.baseDir, "dovecot.log")
@@ -497,94 +284,20 @@ class DovecotInstance(AccountReader):
         self._oauth2ConfigPath = os.path.join(self.baseDir, "dovecot-oauth2.conf.ext")
         self._dieWithParent = dieWithParent
         self._fixedPort = port
+        # The caller's directory, where a relative command prefix is found.
+        self._workingDirectory = None
 
-    def __repr__(self) -> str:
-        return f"<DovecotInstance {self.baseDir!r} port={self.port} tlsPort={self.tlsPort}>"
-
-    # -- lifecycle ---------------------------------------------------------
-
-    def start(self) -> None:
-        """
-        Write the configuration, the certificates (once per C{baseDir}) and
-        the users' homes, start Dovecot and wait until both ports greet.
-
-        Does nothing when already running.
-
-        @raise DovecotNotFound: no Dovecot is installed.
-        @raise DovecotStartFailed: it did not come up within 10 seconds
-            (after a few attempts with other ports), with its log tail; or
-            C{baseDir} has a character Dovecot's files cannot carry.
-        """
-        if self._process is not None:
-            return
-        unusable = sorted(set(UNUSABLE_IN_PATHS).intersection(self.baseDir + self._mailRoot))
-        if unusable:
-            # The passwd-file splits its lines at ":" (a home there would be
-            # cut short: every APPEND then fails with [SERVERBUG]), and "#"
-            # starts a comment in dovecot.conf (Dovecot exits at once);
-            # Dovecot expands "%" variables in the passwd-file's path and
-            # homes (every login then fails, as [UNAVAILABLE]: retried).
-            raise DovecotStartFailed(
-                f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
-                f" {' and '.join(map(repr, unusable))},"
-                " which Dovecot's configuration cannot carry; choose another directory"
-            )
-        binary = findDovecot()
-        os.makedirs(self.baseDir, exist_ok=True)
-        os.chmod(self.baseDir, 0o755)
-        _makeTraversable(self.baseDir)
-        self._writeCertificates()
-        self._writeUsers()
-        for attempt in range(3):
-            self.port, self.tlsPort = _freePorts(2)
-            if self._fixedPort:
-                self.port, self.tlsPort = self._fixedPort, next(
-                    p for p in _freePorts(2) if p != self._fixedPort
-                )
-            self._writeConfig()
-            self._launch(binary)
-            try:
-                self._waitUntilReady()
-            except DovecotStartFailed as e:
-                self.stop()
-                # Another process may have taken a port between our probe
-                # and Dovecot's bind: try other ports; give up otherwise.
-                if attempt == 2 or "Address already in use" not in str(e):
-                    raise
-            else:
-                return
+    # -- lifecycle (PrivateServer.start, stop and wait) ---------------------
 
     def stop(self) -> None:
         """
         Stop Dovecot: send TERM to the master process and wait until it
         has exited (its children end with it).  Idempotent.
         """
-        process = self._process
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(_STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            self._process = None
-            self.pid = None
-        _RUNNING.discard(self)
+        super().stop()
         if self._runDir is not None and self._runDirIsTemporary:
             shutil.rmtree(self._runDir, ignore_errors=True)
         self._runDir = None
-
-    def wait(self) -> int:
-        """
-        Block until Dovecot exits (stopped by someone else, or failed).
-
-        @return: its exit status, as L{subprocess.Popen.wait} gives it.
-        @raise RuntimeError: it is not running.
-        """
-        if self._process is None:
-            raise RuntimeError(f"{self!r} is not running")
-        return self._process.wait()
 
     # -- inspection --------------------------------------------------------
 
@@ -608,52 +321,79 @@ class DovecotInstance(AccountReader):
         """
         if os.geteuid() != 0:
             return
-        uid, gid = self._mailIds()
-        for directory, _subdirectories, files in os.walk(self._homeOf(user)):
-            os.chown(directory, uid, gid)
-            for name in files:
-                os.lchown(os.path.join(directory, name), uid, gid)
+        chownTree(self._homeOf(user), *self._mailIds())
 
-    def logTail(self, lines: int = 40) -> str:
-        """
-        The last C{lines} lines of Dovecot's log (and of its standard output
-        and error, where configuration errors are reported).
-        """
-        return tailOfFiles((self._outputPath, self._logPath), lines)
+    # -- PrivateServer -----------------------------------------------------
 
-    def imapClient(self, user: str) -> IMAP4:
-        """
-        An L{imaplib} client logged in as C{user} on the plain port, for a
-        test to change an account the way another mail client would
-        (C{CREATE}, C{STORE}, C{EXPUNGE}, ...); the caller logs it out.
-        Mailbox arguments go through L{quoteMailbox}.
+    def _check(self) -> None:
+        unusable = sorted(set(UNUSABLE_IN_PATHS).intersection(self.baseDir + self._mailRoot))
+        if unusable:
+            # The passwd-file splits its lines at ":" (a home there would be
+            # cut short: every APPEND then fails with [SERVERBUG]), and "#"
+            # starts a comment in dovecot.conf (Dovecot exits at once);
+            # Dovecot expands "%" variables in the passwd-file's path and
+            # homes (every login then fails, as [UNAVAILABLE]: retried).
+            raise DovecotStartFailed(
+                f"its directory {self.baseDir} (or its homes' {self._mailRoot}) has"
+                f" {' and '.join(map(repr, unusable))},"
+                " which Dovecot's configuration cannot carry; choose another directory"
+            )
+        self._binary = findDovecot()
 
-        @param user: the login name.
+    def _prepare(self) -> None:
+        self._writeUsers()
+
+    def _configure(self) -> tuple[list[str], Mapping[str, str] | None]:
+        self._writeConfig()
+        environment = None
+        if self._preload is not None:
+            environment = dict(os.environ, LD_PRELOAD=self._preload)
+        return [*self._commandPrefix, self._binary, "-F", "-c", self._configPath], environment
+
+    def _logPaths(self) -> list[str]:
+        return [self._logPath]
+
+    def _greetings(self) -> dict[int, ssl.SSLContext | None]:
+        if self._commandPrefix:
+            return {self.port: None}
+        return super()._greetings()
+
+    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
         """
-        return self._login(user)
+        The first line the server sends on C{port}: read here, or by a child
+        process run through the command prefix (plain ports only).
+        """
+        if not self._commandPrefix:
+            return super()._readGreeting(port, context)
+        assert context is None
+        result = subprocess.run(
+            [*self._commandPrefix, sys.executable, "-c", _PROBE, self.address, str(port)],
+            capture_output=True,
+            timeout=10,
+        )
+        if result.returncode != 0:
+            lines = result.stderr.strip().splitlines() or [b"no output"]
+            raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
+        return result.stdout.split(b"\r\n", 1)[0]
+
+    def _terminate(self, process: subprocess.Popen[bytes]) -> None:
+        """
+        TERM to the master process alone, which stops its children; KILL
+        after 10 s.
+        """
+        if process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     # -- internals ---------------------------------------------------------
 
     def _homeOf(self, user: str) -> str:
         return os.path.join(self._mailRoot, user)
-
-    def _password(self, user: str) -> str:
-        for each in self.users:
-            if each.name == user:
-                return each.password
-        raise KeyError(f"no user {user!r} in {self!r}")
-
-    def _login(self, user: str) -> IMAP4:
-        client = IMAP4(self.address, self.port, timeout=60)
-        try:
-            client.login(user, self._password(user))
-        except BaseException:
-            client.shutdown()
-            raise
-        return client
-
-    def _writeCertificates(self) -> None:
-        writeTestCertificates(os.path.dirname(self.caCertificatePath))
 
     def _writeUsers(self) -> None:
         uid, gid = self._mailIds()
@@ -668,22 +408,24 @@ class DovecotInstance(AccountReader):
             if os.geteuid() == 0:
                 os.chown(home, uid, gid)
             lines.append(f"{user.name}:{{PLAIN}}{user.password}:{uid}:{gid}::{home}::\n")
-        with open(self._passwdPath, "w") as f:
-            f.writelines(lines)
-        os.chmod(self._passwdPath, 0o644)
-        with open(self._mastersPath, "w") as f:
-            f.writelines(f"{user.name}:{{PLAIN}}{user.password}\n" for user in self.masterUsers)
-        os.chmod(self._mastersPath, 0o644)
+        _writeReadable(self._passwdPath, "".join(lines))
+        _writeReadable(
+            self._mastersPath,
+            "".join(f"{user.name}:{{PLAIN}}{user.password}\n" for user in self.masterUsers),
+        )
 
     def _mailIds(self) -> tuple[int, int]:
         if os.geteuid() == 0:
             return _MAIL_UID, _MAIL_UID
         return os.getuid(), os.getgid()
 
-    def _writeConfig(self) -> None:
+    def _makeRunDir(self) -> str:
+        """
+        The directory of Dovecot's sockets, made once per start: Unix
+        socket paths are limited to 107 octets, and trial's temporary
+        directories are deep, so a short one is used when needed.
+        """
         if self._runDir is None:
-            # Unix socket paths are limited to 107 octets, and trial's
-            # temporary directories are deep: use a short one when needed.
             candidate = os.path.join(self.baseDir, "run")
             if len(candidate) <= 60:
                 self._runDir, self._runDirIsTemporary = candidate, False
@@ -693,126 +435,92 @@ class DovecotInstance(AccountReader):
                 self._runDirIsTemporary = True
             os.chmod(self._runDir, 0o755)
             _makeTraversable(self._runDir)
+        return self._runDir
+
+    def _writeConfig(self) -> None:
         stateDir = os.path.join(self.baseDir, "state")
         os.makedirs(stateDir, exist_ok=True)
-        tlsDir = os.path.dirname(self.caCertificatePath)
-        uid, gid = self._mailIds()
-        lines = [
-            "# Written by imapmig.testing.dovecot: a private test instance.",
-            f"base_dir = {self._runDir}",
-            f"state_dir = {stateDir}",
-            f"instance_name = imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
-            f"log_path = {self._logPath}",
-            f"listen = {self.address}",
-            "protocols = imap",
-            "ssl = yes",
-            f"ssl_cert = <{os.path.join(tlsDir, 'server.pem')}",
-            f"ssl_key = <{os.path.join(tlsDir, 'server.key')}",
-            "disable_plaintext_auth = no",
-            "auth_mechanisms = plain login"
-            + ("".join(f" {m}" for m in self._oauth2Mechanisms) if self._oauth2Introspection else ""),
-            # A failed login is answered quickly and does not slow the next
-            # ones down: closing anvil's penalty socket disables the growing
-            # per-IP penalty (auth logs one "anvil-auth-penalty" error).
-            "auth_failure_delay = 0",
-            f"first_valid_uid = {uid}",
-            f"first_valid_gid = {gid}",
-            "mail_location = maildir:~/Maildir",
-            "mail_fsync = " + ("optimized" if self._fsync else "never"),
-            "mail_max_userip_connections = 1000",
-        ]
-        if self.masterUsers:
-            lines += [
-                "passdb {",
-                "  driver = passwd-file",
-                "  master = yes",
-                f"  args = scheme=PLAIN username_format=%u {self._mastersPath}",
-                "  pass = yes",
-                "}",
-            ]
         if self._oauth2Introspection is not None:
             self._writeOAuth2Config()
-            lines += [
-                "passdb {",
-                "  driver = oauth2",
-                f"  mechanisms = {' '.join(self._oauth2Mechanisms)}",
-                f"  args = {self._oauth2ConfigPath}",
-                "}",
-            ]
-        lines += [
-            "passdb {",
-            "  driver = passwd-file",
-            f"  args = scheme=PLAIN username_format=%u {self._passwdPath}",
-        ]
+        text = _CONFIG.format(
+            **self._pathSettings(stateDir), **self._authSettings(), **self._mailSettings()
+        )
+        _writeReadable(self._configPath, text)
+
+    def _pathSettings(self, stateDir: str) -> dict[str, object]:
+        """
+        The configuration's files, directories, addresses and ids.
+        """
+        uid, gid = self._mailIds()
+        return {
+            "runDir": self._makeRunDir(),
+            "stateDir": stateDir,
+            "instance": f"imapmig-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+            "logPath": self._logPath,
+            "address": self.address,
+            "tlsDir": self.tlsDir,
+            "uid": uid,
+            "gid": gid,
+            "passwdPath": self._passwdPath,
+            "port": self.port,
+            "tlsPort": self.tlsPort,
+            "chroot": "  chroot =\n" if os.geteuid() != 0 else "",
+            "settings": "".join(line + "\n" for line in self._optionalSettings()),
+        }
+
+    def _authSettings(self) -> dict[str, str]:
+        """
+        The mechanisms and passdbs: passwords, and where wanted master
+        users and OAuth2 tokens.
+        """
+        tokens = self._oauth2Introspection is not None
+        return {
+            "tokenMechanisms": "".join(f" {m}" for m in self._oauth2Mechanisms) if tokens else "",
+            "passdbs": self._extraPassdbs(),
+            "passwordMechanisms": "  mechanisms = plain login\n" if tokens else "",
+        }
+
+    def _mailSettings(self) -> dict[str, str]:
+        """
+        The mail store's settings and the inbox namespace.
+        """
+        return {
+            "fsync": "optimized" if self._fsync else "never",
+            "separator": self._separator,
+            "prefix": f"  prefix = {self._inboxPrefix}\n" if self._inboxPrefix else "",
+            "mailboxes": "".join(_MAILBOX.format(name, use) for name, use in self._declared()),
+        }
+
+    def _extraPassdbs(self) -> str:
+        """
+        The master users' passdb and the OAuth2 tokens' one, where wanted,
+        before the passwords' own.
+        """
+        text = ""
+        if self.masterUsers:
+            text += _MASTER_PASSDB.format(self._mastersPath)
         if self._oauth2Introspection is not None:
-            lines.append("  mechanisms = plain login")
-        lines += [
-            "}",
-            "userdb {",
-            "  driver = passwd-file",
-            f"  args = username_format=%u {self._passwdPath}",
-            "}",
-            "service imap-login {",
-            "  inet_listener imap {",
-            f"    address = {self.address}",
-            f"    port = {self.port}",
-            "  }",
-            "  inet_listener imaps {",
-            f"    address = {self.address}",
-            f"    port = {self.tlsPort}",
-            "    ssl = yes",
-            "  }",
-        ]
-        if os.geteuid() != 0:
-            lines.append("  chroot =")
-        lines += [
-            "}",
-            "service anvil {",
-            "  unix_listener anvil-auth-penalty {",
-            "    mode = 0",
-            "  }",
-        ]
-        if os.geteuid() != 0:
-            lines.append("  chroot =")
-        lines += [
-            "}",
-            "service stats {",
-            "  unix_listener stats-writer {",
-            "    mode = 0666",
-            "  }",
-            "}",
-            "namespace inbox {",
-            "  inbox = yes",
-            f"  separator = {self._separator}",
-        ]
-        if self._inboxPrefix:
-            lines.append(f"  prefix = {self._inboxPrefix}")
+            text += _OAUTH2_PASSDB.format(" ".join(self._oauth2Mechanisms), self._oauth2ConfigPath)
+        return text
+
+    def _declared(self) -> Sequence[tuple[str, str]]:
+        """
+        The special-use mailboxes to declare, as C{(name, use)} pairs.
+        """
         if self._specialUse is True:
-            declared: Sequence[tuple[str, str]] = _SPECIAL_USE
-        elif self._specialUse is False:
-            declared = ()
-        else:
-            declared = self._specialUse
-        if declared:
-            for name, use in declared:
-                lines += [
-                    f"  mailbox {name} {{",
-                    f"    special_use = {use}",
-                    "    auto = no",
-                    "  }",
-                ]
-        lines.append("}")
-        if os.path.exists(_DH_PATH):
-            lines.append(f"ssl_dh = <{_DH_PATH}")
-        if os.geteuid() == 0:
-            lines += ["default_internal_user = dovecot", "default_login_user = dovenull"]
-        else:
-            user, group = _currentUserAndGroup()
-            lines += [
-                f"default_internal_user = {user}",
-                f"default_internal_group = {group}",
-                f"default_login_user = {user}",
-            ]
+            return _SPECIAL_USE
+        if self._specialUse is False:
+            return ()
+        return self._specialUse
+
+    def _optionalSettings(self) -> list[str]:
+        """
+        The last lines of the configuration: the DH parameters where the
+        package has them, the users Dovecot's processes run as, and the
+        options.
+        """
+        lines = [f"ssl_dh = <{_DH_PATH}"] if os.path.exists(_DH_PATH) else []
+        lines += _processUsers()
         if self._capabilities is not None:
             lines.append(f"imap_capability = {self._capabilities}")
         if self._preload is not None:
@@ -824,9 +532,7 @@ class DovecotInstance(AccountReader):
             )
         if self._compress:
             lines += ["protocol imap {", "  mail_plugins = $mail_plugins imap_zlib", "}"]
-        with open(self._configPath, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.chmod(self._configPath, 0o644)
+        return lines
 
     def _writeOAuth2Config(self) -> None:
         """
@@ -834,448 +540,145 @@ class DovecotInstance(AccountReader):
         C{token=...}, the user named by C{username}, valid when C{active}
         is true (Dovecot 2.3.19 reads the JSON C{true} as C{"true"}).
         """
-        assert self._oauth2Introspection is not None
-        settings = [
-            "introspection_mode = post",
-            f"introspection_url = {self._oauth2Introspection}",
-            "force_introspection = yes",
-            "username_attribute = username",
-            "active_attribute = active",
-            "active_value = true",
-            "timeout_msecs = 10000",
-        ]
-        with open(self._oauth2ConfigPath, "w") as f:
-            f.write("\n".join(settings) + "\n")
-        os.chmod(self._oauth2ConfigPath, 0o644)
-
-    def _launch(self, binary: str) -> None:
-        environment = None
-        if self._preload is not None:
-            environment = dict(os.environ, LD_PRELOAD=self._preload)
-        with open(self._outputPath, "ab") as output:
-            self._process = subprocess.Popen(
-                [*self._commandPrefix, binary, "-F", "-c", self._configPath],
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=dieWithParent() if self._dieWithParent else None,
-            )
-        self.pid = self._process.pid
-        _RUNNING.add(self)
-
-    def _waitUntilReady(self) -> None:
-        assert self._process is not None
-        pending: dict[int, ssl.SSLContext | None] = {self.port: None}
-        if not self._commandPrefix:
-            pending[self.tlsPort] = ssl.create_default_context(cafile=self.caCertificatePath)
-        waitForGreetings(
-            "dovecot", self._process, self.address, pending, self._readGreeting, self.logTail,
-            DovecotStartFailed, _START_TIMEOUT,
-        )  # fmt: skip
-
-    def _readGreeting(self, port: int, context: ssl.SSLContext | None) -> bytes:
-        """
-        The first line the server sends on C{port}: read here, or by a child
-        process run through the command prefix (plain ports only).
-        """
-        if not self._commandPrefix:
-            return _readGreeting(self.address, port, context)
-        assert context is None
-        probe = (
-            "import socket, sys\n"
-            "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
-            "sys.stdout.buffer.write(s.recv(4096))\n"
-        )
-        result = subprocess.run(
-            [*self._commandPrefix, sys.executable, "-c", probe, self.address, str(port)],
-            capture_output=True,
-            timeout=10,
-        )
-        if result.returncode != 0:
-            lines = result.stderr.strip().splitlines() or [b"no output"]
-            raise OSError(f"probe exited with status {result.returncode}: {lines[-1]!r}")
-        return result.stdout.split(b"\r\n", 1)[0]
+        _writeReadable(self._oauth2ConfigPath, _OAUTH2_CONFIG.format(self._oauth2Introspection))
 
 
-def tailOfFiles(paths: Sequence[str], lines: int) -> str:
+def _checkOptions(separator: str, inboxPrefix: str, oauth2Mechanisms: Sequence[str]) -> None:
     """
-    The last C{lines} lines of each file of C{paths} that exists and is
-    not empty, each under a C{--- PATH} line: what a test shows of a
-    server's logs when it fails.
+    Refuse options L{DovecotInstance} cannot configure.
+
+    @raise ValueError: with what is wrong.
     """
-    parts = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 200 * lines))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        tail = "\n".join(text.splitlines()[-lines:])
-        if tail:
-            parts.append(f"--- {path}\n{tail}")
-    return "\n".join(parts)
+    if separator not in (".", "/"):
+        raise ValueError(f"separator must be '.' or '/', not {separator!r}")
+    if inboxPrefix not in ("", "INBOX" + separator):
+        raise ValueError(f"inboxPrefix must be '' or 'INBOX{separator}', not {inboxPrefix!r}")
+    if not set(oauth2Mechanisms) <= {"oauthbearer", "xoauth2"} or not oauth2Mechanisms:
+        raise ValueError(f"unknown OAuth2 mechanisms {oauth2Mechanisms!r}")
 
 
-def waitForGreetings(
-    name: str,
-    process: subprocess.Popen[bytes],
-    address: str,
-    pending: dict[int, ssl.SSLContext | None],
-    readGreeting: Callable[[int, ssl.SSLContext | None], bytes],
-    logTail: Callable[[], str],
-    failure: type[Exception],
-    timeout: float,
-) -> None:
+def _processUsers() -> list[str]:
     """
-    Wait until a server just started greets (C{* OK}) on every port of
-    C{pending} (with TLS where a context is given), polling.
-
-    @raise failure: the process exited, or C{timeout} seconds passed; the
-        message ends with C{logTail()}.
+    The settings naming the users Dovecot's internal and login processes
+    run as: Debian's C{dovecot} and C{dovenull} for root, else the current
+    user and group.
     """
-    deadline = time.monotonic() + timeout
-    problem = "no answer"
-    while pending:
-        if process.poll() is not None:
-            raise failure(f"{name} exited with status {process.returncode}\n" + logTail())
-        if time.monotonic() > deadline:
-            raise failure(
-                f"{name} did not greet on {address} port(s) {sorted(pending)}"
-                f" within {timeout} s ({problem})\n" + logTail()
-            )
-        for port, context in list(pending.items()):
-            try:
-                greeting = readGreeting(port, context)
-            except (OSError, ssl.SSLError, subprocess.TimeoutExpired) as e:
-                problem = repr(e)
-                continue
-            if greeting.startswith(b"* OK"):
-                del pending[port]
-            else:
-                problem = f"greeting {greeting[:80]!r}"
-        if pending:
-            time.sleep(0.02)
+    if os.geteuid() == 0:
+        return ["default_internal_user = dovecot", "default_login_user = dovenull"]
+    user = pwd.getpwuid(os.getuid()).pw_name
+    group = grp.getgrgid(os.getgid()).gr_name
+    return [
+        f"default_internal_user = {user}",
+        f"default_internal_group = {group}",
+        f"default_login_user = {user}",
+    ]
 
 
-def writeTestCertificates(tlsDir: str) -> None:
+def _writeReadable(path: str, text: str) -> None:
     """
-    Write a private certificate authority (C{ca.pem}) and a server
-    certificate it signed (C{server.pem}, key in C{server.key}; subject
-    alternative names C{DNS:localhost} and C{IP:127.0.0.1}) into C{tlsDir},
-    unless both certificates are there already.  Every private server of
-    L{imapmig.testing} uses it.
-
-    @param tlsDir: the directory, created if missing.
-    @raise DovecotStartFailed: C{openssl} failed, with its error output.
+    Write C{text} to C{path}, readable by Dovecot's unprivileged processes.
     """
-    caCertificatePath = os.path.join(tlsDir, "ca.pem")
-    serverCert = os.path.join(tlsDir, "server.pem")
-    if os.path.exists(serverCert) and os.path.exists(caCertificatePath):
-        return
-    os.makedirs(tlsDir, exist_ok=True)
-    os.chmod(tlsDir, 0o755)
-    opensslConfig = os.path.join(tlsDir, "openssl.cnf")
-    with open(opensslConfig, "w") as f:
-        f.write(_OPENSSL_CONFIG)
-    ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    serial = str(uuid.uuid4().int >> 64)
-    commands = [
-        ["openssl", "req", "-x509", "-config", opensslConfig, "-extensions", "ca_ext",
-         *ecKey, "-keyout", "ca.key", "-out", "ca.tmp", "-days", "3650",
-         "-subj", "/CN=imapmig test CA " + serial],
-        ["openssl", "req", "-new", "-config", opensslConfig,
-         *ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
-        ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.tmp",
-         "-CAkey", "ca.key", "-set_serial", serial, "-days", "3650",
-         "-extfile", opensslConfig, "-extensions", "server_ext", "-out", "server.tmp"],
-    ]  # fmt: skip
-    for command in commands:
-        completed = subprocess.run(command, cwd=tlsDir, capture_output=True)
-        if completed.returncode != 0:
-            raise DovecotStartFailed(
-                f"{' '.join(command)} failed:\n"
-                + completed.stderr.decode("utf-8", "replace")
-            )
-    os.rename(os.path.join(tlsDir, "ca.tmp"), caCertificatePath)
-    os.rename(os.path.join(tlsDir, "server.tmp"), serverCert)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o644)
 
 
-def _readGreeting(address: str, port: int, context: ssl.SSLContext | None) -> bytes:
-    """
-    Connect to C{port} on C{address} (over TLS when C{context} is given) and
-    return the first line the server sends.
-    """
-    with socket.create_connection((address, port), timeout=2) as raw:
-        # wrap_socket takes the descriptor over from raw: the TLS socket
-        # must be closed itself, or it lingers until collected.
-        sock: socket.socket = raw
-        if context is not None:
-            sock = context.wrap_socket(raw, server_hostname="localhost")
-        try:
-            data = b""
-            while b"\r\n" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.split(b"\r\n", 1)[0]
-        finally:
-            sock.close()
+_PROBE = (
+    "import socket, sys\n"
+    "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)\n"
+    "sys.stdout.buffer.write(s.recv(4096))\n"
+)
 
+# The configuration of a private instance.  auth_failure_delay = 0 and
+# anvil's penalty socket closed (mode = 0) answer a failed login quickly
+# and keep it from slowing the next ones down (auth logs one
+# "anvil-auth-penalty" error).
+_CONFIG = """\
+# Written by imapmig.testing.dovecot: a private test instance.
+base_dir = {runDir}
+state_dir = {stateDir}
+instance_name = {instance}
+log_path = {logPath}
+listen = {address}
+protocols = imap
+ssl = yes
+ssl_cert = <{tlsDir}/server.pem
+ssl_key = <{tlsDir}/server.key
+disable_plaintext_auth = no
+auth_mechanisms = plain login{tokenMechanisms}
+auth_failure_delay = 0
+first_valid_uid = {uid}
+first_valid_gid = {gid}
+mail_location = maildir:~/Maildir
+mail_fsync = {fsync}
+mail_max_userip_connections = 1000
+{passdbs}passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {passwdPath}
+{passwordMechanisms}}}
+userdb {{
+  driver = passwd-file
+  args = username_format=%u {passwdPath}
+}}
+service imap-login {{
+  inet_listener imap {{
+    address = {address}
+    port = {port}
+  }}
+  inet_listener imaps {{
+    address = {address}
+    port = {tlsPort}
+    ssl = yes
+  }}
+{chroot}}}
+service anvil {{
+  unix_listener anvil-auth-penalty {{
+    mode = 0
+  }}
+{chroot}}}
+service stats {{
+  unix_listener stats-writer {{
+    mode = 0666
+  }}
+}}
+namespace inbox {{
+  inbox = yes
+  separator = {separator}
+{prefix}{mailboxes}}}
+{settings}"""
 
-def _freePorts(count: int) -> list[int]:
-    """
-    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+_MAILBOX = """\
+  mailbox {0} {{
+    special_use = {1}
+    auto = no
+  }}
+"""
 
+_MASTER_PASSDB = """\
+passdb {{
+  driver = passwd-file
+  master = yes
+  args = scheme=PLAIN username_format=%u {0}
+  pass = yes
+}}
+"""
 
-def _makeTraversable(path: str) -> None:
-    """
-    When root, add the search (execute) permission for group and others to
-    C{path} and each of its ancestors that lacks it, so Dovecot's
-    unprivileged processes can reach the files below.
-    """
-    if os.geteuid() != 0:
-        return
-    current = os.path.abspath(path)
-    while True:
-        mode = os.stat(current).st_mode
-        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
-        if wanted != mode:
-            os.chmod(current, stat.S_IMODE(wanted))
-        parent = os.path.dirname(current)
-        if parent == current:
-            return
-        current = parent
+_OAUTH2_PASSDB = """\
+passdb {{
+  driver = oauth2
+  mechanisms = {0}
+  args = {1}
+}}
+"""
 
-
-def _currentUserAndGroup() -> tuple[str, str]:
-    """
-    The names of the current user and of its primary group.
-    """
-    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
-
-
-def _quote(name: str) -> str:
-    """
-    An IMAP quoted string of the modified-UTF-7 form of C{name}.
-    """
-    encoded = name.encode("imap4-utf-7").decode("ascii")
-    return '"' + encoded.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _unquote(value: bytes) -> bytes:
-    if value.startswith(b'"') and value.endswith(b'"') and len(value) >= 2:
-        return re.sub(rb"\\(.)", rb"\1", value[1:-1])
-    return value
-
-
-def _check(typ: str, data: Sequence[object], what: str) -> None:
-    if typ != "OK":
-        raise IMAP4.error(f"{what} failed: {typ} {data!r}")
-
-
-def _listAll(client: IMAP4) -> list[tuple[tuple[str, ...], str, str]]:
-    """
-    Run C{LIST "" "*"} and parse every reply.
-    """
-    typ, data = client.list('""', "*")
-    _check(typ, data, "LIST")
-    result = []
-    for item in data:
-        if item is None:
-            continue
-        if isinstance(item, tuple):
-            line, literal = item[0], item[1]
-        else:
-            line, literal = item, None
-        assert isinstance(line, bytes)
-        match = _LIST_LINE.match(line)
-        if match is None:
-            raise IMAP4.error(f"unparsable LIST reply {line!r}")
-        attributes = tuple(match.group("attributes").decode("ascii").split())
-        delimiterField = match.group("delimiter")
-        delimiter = "" if delimiterField == b"NIL" else _unquote(delimiterField).decode("ascii")
-        if literal is not None:
-            rawName = bytes(literal)
-        else:
-            rawName = _unquote(line[match.end() :])
-        result.append((attributes, delimiter, rawName.decode("imap4-utf-7")))
-    return result
-
-
-def quoteMailbox(name: str) -> str:
-    """
-    A mailbox argument for an L{imaplib} command: C{name} (decoded, e.g.
-    C{"Entwürfe"}) in modified UTF-7, as an IMAP quoted string.
-
-    @param name: the decoded mailbox name.
-    """
-    return _quote(name)
-
-
-_APPENDUID = re.compile(rb"\[APPENDUID (\d+) (\d+)\]", re.IGNORECASE)
-
-
-def _appendExact(
-    client: IMAP4,
-    mailbox: str,
-    body: bytes,
-    flags: Sequence[str],
-    internalDate: datetime | None,
-) -> tuple[int, int]:
-    """
-    C{APPEND} C{body} unchanged (L{IMAP4.append} would rewrite every CR
-    and LF as CRLF) and return the C{APPENDUID} response code's values.
-    """
-    arguments = [_quote(mailbox)]
-    if flags:
-        arguments.append("(" + " ".join(flags) + ")")
-    if internalDate is not None:
-        arguments.append(Time2Internaldate(internalDate))
-    # typeshed types it str, but imaplib sends bytes as they are.
-    client.literal = body  # type: ignore[assignment]
-    typ, data = client._simple_command("APPEND", *arguments)
-    _check(typ, data, f"APPEND to {mailbox}")
-    match = _APPENDUID.search(b" ".join(bytes(d) for d in data if isinstance(d, bytes)))
-    if match is None:
-        raise IMAP4.error(f"no APPENDUID in the reply to APPEND: {data!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def _fetchMailbox(
-    client: IMAP4, name: str, bodyItem: str = "BODY.PEEK[]"
-) -> dict[int, FetchedMessage]:
-    """
-    Read every message of mailbox C{name} in chunks.
-
-    @return: the messages by UID.
-    """
-    typ, data = client.select(_quote(name), readonly=True)
-    _check(typ, data, f"EXAMINE {name}")
-    typ, data = client.uid("SEARCH", "ALL")
-    _check(typ, data, f"UID SEARCH in {name}")
-    uids = sorted(int(u) for chunk in data if chunk for u in bytes(chunk).split())
-    messages: dict[int, FetchedMessage] = {}
-    for start in range(0, len(uids), _FETCH_CHUNK):
-        chunk = uids[start : start + _FETCH_CHUNK]
-        typ, data = client.uid(
-            "FETCH", f"{chunk[0]}:{chunk[-1]}", f"(UID FLAGS INTERNALDATE {bodyItem})"
-        )
-        _check(typ, data, f"UID FETCH in {name}")
-        messages.update(_parseFetch(data))
-    return messages
-
-
-def _parseFetch(data: Sequence[object]) -> dict[int, FetchedMessage]:
-    """
-    Turn imaplib's FETCH reply items into messages by UID.
-
-    imaplib gives each message with a literal as a C{(line, literal)} pair
-    followed by the rest of the response line as bytes; the metadata is
-    parsed from those two lines only, never from the body.
-    """
-    result: dict[int, FetchedMessage] = {}
-    pending: tuple[bytes, bytes] | None = None
-
-    def finish(meta: bytes, body: bytes) -> None:
-        uid = _FETCH_UID.search(meta)
-        flags = _FETCH_FLAGS.search(meta)
-        date = _FETCH_INTERNALDATE.search(meta)
-        if uid is None or flags is None or date is None:
-            raise IMAP4.error(f"incomplete FETCH reply {meta!r}")
-        result[int(uid.group(1))] = FetchedMessage(
-            flags=_canonicalFlags(flags.group(1).decode("utf-8").split()),
-            internalDate=_parseInternalDate(date.group(1).decode("ascii")),
-            body=body,
-        )
-
-    for item in data:
-        if isinstance(item, tuple):
-            if pending is not None:
-                finish(*pending)
-            pending = (bytes(item[0]), bytes(item[1]))
-        elif isinstance(item, bytes) and pending is not None:
-            finish(pending[0] + b" " + item, pending[1])
-            pending = None
-    if pending is not None:
-        finish(*pending)
-    return result
-
-
-def _canonicalFlags(flags: Sequence[str]) -> tuple[str, ...]:
-    """
-    C{flags} without C{\\Recent}, in a fixed order: the system flags in
-    Maildir letter order (C{\\Draft}, C{\\Flagged}, C{\\Answered},
-    C{\\Seen}, C{\\Deleted}, as L{imapmig.testing.corpus} lists them),
-    then keywords sorted.
-    """
-    byName = {flag.lower(): flag for flag in flags}
-    byName.pop("\\recent", None)
-    system = tuple(byName.pop(flag.lower()) for flag in _SYSTEM_FLAGS if flag.lower() in byName)
-    return system + tuple(sorted(byName.values()))
-
-
-def _parseInternalDate(value: str) -> datetime:
-    """
-    Parse an RFC 3501 date-time such as C{" 7-Jul-2019 10:00:00 +0200"}.
-    """
-    day, month, rest = value.strip().split("-", 2)
-    year, clock, zone = rest.split(" ")
-    hour, minute, second = (int(x) for x in clock.split(":"))
-    sign = -1 if zone[0] == "-" else 1
-    offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * sign
-    return datetime(
-        int(year), _MONTHS[month], int(day), hour, minute, second, tzinfo=timezone(offset)
-    )
-
-
-def _stopAll() -> None:
-    """
-    Stop every instance still running when the process exits, so a
-    crashed or interrupted test run leaves no Dovecot behind.
-    """
-    for instance in list(_RUNNING):
-        instance.stop()
-
-
-atexit.register(_stopAll)
-
-
-_OPENSSL_CONFIG = """\
-[req]
-distinguished_name = dn
-prompt = no
-
-[dn]
-CN = imapmig test
-
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid:always
+_OAUTH2_CONFIG = """\
+introspection_mode = post
+introspection_url = {0}
+force_introspection = yes
+username_attribute = username
+active_attribute = active
+active_value = true
+timeout_msecs = 10000
 """
 
 

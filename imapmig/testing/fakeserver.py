@@ -21,324 +21,30 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
-from datetime import datetime
-from enum import Enum
 from typing import Callable, Sequence
 
-from attrs import frozen
 from twisted.protocols.basic import LineReceiver
 
-import twisted.mail.imap4  # noqa: F401  (registers the 'imap4-utf-7' codec)
+from imapmig.testing.fakestore import FakeMailStore, StoredMessage, gmailMessageId
+from imapmig.testing.imapsyntax import (
+    Appended,
+    Kind,
+    Token,
+    appendedMessages,
+    bodyItems,
+    decodeName,
+    quote,
+    tokenize,
+    uidsIn,
+)
 
 DEFAULT_CAPABILITIES = ("IMAP4rev1", "LITERAL+", "MULTIAPPEND", "UIDPLUS", "SASL-IR", "AUTH=PLAIN")
 LITERAL_MINUS_LIMIT = 4096
-_SYSTEM_FLAGS = frozenset({"\\ANSWERED", "\\FLAGGED", "\\DELETED", "\\SEEN", "\\DRAFT"})
 _LITERAL = re.compile(rb"\{(\d+)(\+?)\}$")
-_ATOM = re.compile(rb"[^ ()]+")
-
-
-@frozen
-class StoredMessage:
-    """
-    A message as the fake server stored it.
-
-    @ivar internalDate: the APPEND date-time as sent, without its quotes,
-        or L{None} if the client gave none.
-    """
-
-    body: bytes
-    flags: tuple[str, ...]
-    internalDate: str | None
-    uid: int
-
-
-class _Mailbox:
-    def __init__(self, uidValidity: int) -> None:
-        self.uidValidity = uidValidity
-        self.uidNext = 1
-        self.messages: list[StoredMessage] = []
-
-
-class FakeMailStore:
-    """
-    The accounts of a fake server: users and passwords, each user's
-    mailboxes (C{INBOX} from the start), their UIDVALIDITY, and
-    subscriptions.  Several L{FakeIMAPServer} connections may share one.
-    """
-
-    def __init__(
-        self,
-        users: dict[str, str],
-        delimiter: str = ".",
-        prefix: str = "",
-        namespaceText: bytes | None = None,
-        refuseCreate: Callable[[str], bytes | None] = lambda name: None,
-    ) -> None:
-        """
-        @param users: user name to password.
-        @param delimiter: the hierarchy delimiter LIST shows.
-        @param prefix: the personal namespace's prefix (C{"INBOX."} as on
-            Courier): CREATE refuses a name outside it, but C{INBOX},
-            with C{NO Invalid mailbox name}, as Courier does.
-        @param namespaceText: what NAMESPACE answers after C{* NAMESPACE }
-            (where the server advertises NAMESPACE); by default the
-            personal namespace of C{prefix} and C{delimiter}, no others.
-        @param refuseCreate: called with each name to CREATE; a reply
-            such as C{b"NO [CANNOT] Invalid mailbox name"} refuses it.
-        """
-        self.delimiter = delimiter
-        self.prefix = prefix
-        self.namespaceText = namespaceText
-        # A reply such as b"NO Not now" refuses NAMESPACE (tests set it).
-        self.namespaceRefusal: bytes | None = None
-        self.refuseCreate = refuseCreate
-        # Mailbox name to the SPECIAL-USE attribute LIST shows for it
-        # (C{"\\All"} for Gmail's C{[Gmail]/All Mail}); tests set it.
-        self.specialUse: dict[str, str] = {}
-        # Whether SELECT and EXAMINE send UIDNEXT (Gmail does); tests set it.
-        self.announceUIDNext = False
-        # Called with the user and the items of each UID FETCH; a reply
-        # such as b"NO [OVERQUOTA] ..." refuses it (tests set it).
-        self.refuseFetch: Callable[[str, bytes], bytes | None] = lambda user, items: None
-        self._passwords = dict(users)
-        self._mailboxes: dict[str, dict[str, _Mailbox]] = {user: {} for user in users}
-        self._subscriptions: dict[str, list[str]] = {user: [] for user in users}
-        self._nextUIDValidity = 1
-        for user in users:
-            self.create(user, "INBOX")
-
-    def authenticate(self, user: str, password: str) -> bool:
-        """
-        Whether C{password} is C{user}'s.
-        """
-        return user in self._passwords and self._passwords[user] == password
-
-    def create(self, user: str, name: str) -> bool:
-        """
-        Create mailbox C{name} (not its parents).
-
-        @return: C{False} if it already exists.
-        """
-        boxes = self._mailboxes[user]
-        name = _canonical(name)
-        if name in boxes:
-            return False
-        boxes[name] = _Mailbox(self._nextUIDValidity)
-        self._nextUIDValidity += 1
-        return True
-
-    def subscribe(self, user: str, name: str) -> None:
-        """
-        Subscribe C{user} to C{name}.
-        """
-        name = _canonical(name)
-        if name not in self._subscriptions[user]:
-            self._subscriptions[user].append(name)
-
-    def append(
-        self, user: str, name: str, messages: Sequence[tuple[bytes, tuple[str, ...], str | None]]
-    ) -> tuple[int, list[int]]:
-        """
-        Store C{(body, flags, internalDate)} messages in an existing mailbox.
-
-        @return: the mailbox's UIDVALIDITY and the new messages' UIDs.
-        """
-        box = self._mailboxes[user][_canonical(name)]
-        uids = []
-        for body, flags, internalDate in messages:
-            box.messages.append(StoredMessage(body, flags, internalDate, box.uidNext))
-            uids.append(box.uidNext)
-            box.uidNext += 1
-        return box.uidValidity, uids
-
-    def expunge(self, user: str, name: str, body: bytes) -> None:
-        """
-        Remove the messages of content C{body} from C{user}'s mailbox
-        C{name} (as Gmail does when a label is taken off a message).
-        """
-        box = self._mailboxes[user][_canonical(name)]
-        box.messages = [m for m in box.messages if m.body != body]
-
-    def mailbox(self, user: str, name: str) -> list[StoredMessage]:
-        """
-        The messages of C{user}'s mailbox C{name}, in UID order.
-
-        @raise KeyError: no such mailbox.
-        """
-        return list(self._mailboxes[user][_canonical(name)].messages)
-
-    def mailboxes(self, user: str) -> list[str]:
-        """
-        C{user}'s mailbox names (decoded), in creation order.
-        """
-        return list(self._mailboxes[user])
-
-    def uidNext(self, user: str, name: str) -> int:
-        """
-        The UIDNEXT of C{user}'s mailbox C{name}.
-        """
-        return self._mailboxes[user][_canonical(name)].uidNext
-
-    def uidValidity(self, user: str, name: str) -> int:
-        """
-        The UIDVALIDITY of C{user}'s mailbox C{name}.
-        """
-        return self._mailboxes[user][_canonical(name)].uidValidity
-
-    def gmailLabels(self, user: str, body: bytes) -> list[bytes]:
-        """
-        The C{X-GM-LABELS} of a message as Gmail would show them: one per
-        mailbox holding the same content but those whose SPECIAL-USE is
-        C{\\All}, C{INBOX} as C{\\Inbox}, a special-use mailbox as its
-        system label (C{\\Sent}, C{\\Starred}, ...), any other by its
-        quoted name in modified UTF-7.
-        """
-        labels = []
-        for name, box in self._mailboxes[user].items():
-            use = self.specialUse.get(name)
-            if use == "\\All" or not any(m.body == body for m in box.messages):
-                continue
-            if name == "INBOX":
-                labels.append(b"\\Inbox")
-            elif use in _SYSTEM_LABELS:
-                labels.append(_SYSTEM_LABELS[use])
-            else:
-                labels.append(_quote(name.encode("imap4-utf-7")))
-        return labels
-
-    def subscriptions(self, user: str) -> list[str]:
-        """
-        The mailboxes C{user} subscribed to, in order.
-        """
-        return list(self._subscriptions[user])
-
-
-_SYSTEM_LABELS = {
-    "\\Sent": b"\\Sent",
-    "\\Drafts": b"\\Draft",
-    "\\Important": b"\\Important",
-    "\\Flagged": b"\\Starred",
-    "\\Junk": b"\\Spam",
-    "\\Trash": b"\\Trash",
-}
-
-
-def gmailMessageId(body: bytes) -> int:
-    """
-    The C{X-GM-MSGID} the fake gives a message: one number per content,
-    so the same message stored in two mailboxes (two Gmail labels) has
-    the same one, as on Gmail.
-    """
-    return int.from_bytes(hashlib.sha256(body).digest()[:7], "big")
-
-
-def _canonical(name: str) -> str:
-    return "INBOX" if name.upper() == "INBOX" else name
-
-
-def _decodeName(value: bytes) -> str | None:
-    """
-    A mailbox name (or pattern) from modified UTF-7, or L{None} if invalid.
-    """
-    try:
-        return _canonical(value.decode("imap4-utf-7"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-class _Kind(Enum):
-    ATOM = "atom"
-    STRING = "string"
-    LITERAL = "literal"
-    LIST = "list"
-
-
-@frozen
-class _Token:
-    kind: _Kind
-    value: bytes = b""
-    items: tuple[bytes, ...] = ()
 
 
 _UID_FETCH = re.compile(rb"([^ ]+) UID FETCH ([0-9:*,]+) \((.*)\)", re.IGNORECASE)
-_PARTIAL = re.compile(rb"BODY\.PEEK\[\]<([0-9]+)\.([0-9]+)>")
-_HEADER_FIELDS = re.compile(rb"HEADER\.FIELDS \(([^)]*)\)")
-
-
-def _uidsIn(uidSet: bytes, largest: int) -> set[int]:
-    """
-    The UIDs a UID set names (C{*} being the largest UID in use).
-    """
-    result: set[int] = set()
-    for part in uidSet.split(b","):
-        low, _, high = part.partition(b":")
-        first = largest if low == b"*" else int(low)
-        last = first if not high else largest if high == b"*" else int(high)
-        result.update(range(min(first, last), max(first, last) + 1))
-    return result
-
-
-def _headerField(message: bytes, *names: bytes) -> bytes:
-    """
-    What C{BODY[HEADER.FIELDS (NAME ...)]} returns: the fields' lines, in
-    the message's order, then a blank line.
-    """
-    end = message.find(b"\r\n\r\n")
-    header = message[: end + 2] if end >= 0 else message
-    lines = header.split(b"\r\n")
-    kept: list[bytes] = []
-    taking = False
-    for line in lines:
-        if line[:1] in (b" ", b"\t"):
-            if taking:
-                kept.append(line)
-            continue
-        taking = any(line.lower().startswith(name + b":") for name in names)
-        if taking:
-            kept.append(line)
-    return b"".join(line + b"\r\n" for line in kept) + b"\r\n"
-
-
-def _tokenize(line: bytes) -> list[_Token]:
-    """
-    Split a command line (without a trailing literal marker) into atoms,
-    quoted strings and flat parenthesized lists.
-
-    @raise ValueError: the line is malformed.
-    """
-    tokens = []
-    i, n = 0, len(line)
-    while i < n:
-        c = line[i : i + 1]
-        if c == b" ":
-            i += 1
-        elif c == b'"':
-            value, i = bytearray(), i + 1
-            while i < n and line[i : i + 1] != b'"':
-                if line[i : i + 1] == b"\\":
-                    i += 1
-                value += line[i : i + 1]
-                i += 1
-            if i >= n:
-                raise ValueError("unterminated quoted string")
-            tokens.append(_Token(_Kind.STRING, bytes(value)))
-            i += 1
-        elif c == b"(":
-            end = line.find(b")", i)
-            inner = line[i + 1 : end]
-            if end == -1 or b"(" in inner or b'"' in inner:
-                raise ValueError("unsupported parenthesized list")
-            tokens.append(_Token(_Kind.LIST, items=tuple(inner.split())))
-            i = end + 1
-        else:
-            match = _ATOM.match(line, i)
-            if match is None:
-                raise ValueError("unexpected parenthesis")
-            tokens.append(_Token(_Kind.ATOM, match.group()))
-            i = match.end()
-    return tokens
 
 
 class FakeIMAPServer(LineReceiver):
@@ -374,7 +80,7 @@ class FakeIMAPServer(LineReceiver):
         self.user: str | None = None
         self.selected: str | None = None
         self._appends = 0
-        self._tokens: list[_Token] = []
+        self._tokens: list[Token] = []
         self._error: bytes | None = None
         self._literal: list[bytes] = []
         self._literalLeft = 0
@@ -411,30 +117,56 @@ class FakeIMAPServer(LineReceiver):
                 return
         marker = _LITERAL.search(line)
         try:
-            self._tokens.extend(_tokenize(line[: marker.start()] if marker else line))
+            self._tokens.extend(tokenize(line[: marker.start()] if marker else line))
         except ValueError as e:
-            self._error = self._error or b"BAD " + str(e).encode("ascii")
+            self._fail(b"BAD " + str(e).encode("ascii"))
         if marker is None:
-            tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
-            self._execute(tokens, error)
+            self._executeCommand()
             return
-        size, nonSync = int(marker.group(1)), marker.group(2) == b"+"
-        if nonSync and not (self._literalPlus or self._literalMinus):
-            self._error = self._error or b"BAD Non-synchronizing literal without LITERAL+"
-        elif nonSync and not self._literalPlus and size > LITERAL_MINUS_LIMIT:
-            self._error = self._error or b"BAD [TOOBIG] Non-synchronizing literal over 4096 octets"
+        self._startLiteral(int(marker.group(1)), marker.group(2) == b"+")
+
+    def _fail(self, error: bytes | None) -> None:
+        """
+        Remember the first error of the command being read: it is the
+        reply once the command is complete.
+        """
+        self._error = self._error or error
+
+    def _literalError(self, size: int, nonSync: bool) -> bytes | None:
+        """
+        Why a literal of C{size} octets cannot be read, or L{None}.
+        """
+        if not nonSync:
+            return None
+        if not (self._literalPlus or self._literalMinus):
+            return b"BAD Non-synchronizing literal without LITERAL+"
+        if not self._literalPlus and size > LITERAL_MINUS_LIMIT:
+            return b"BAD [TOOBIG] Non-synchronizing literal over 4096 octets"
+        return None
+
+    def _startLiteral(self, size: int, nonSync: bool) -> None:
+        """
+        Read a literal of C{size} octets; a synchronizing one is asked for
+        with C{+}, or, when the command is refused already, not at all
+        (the client sends no literal if the command is answered now).
+        """
+        self._fail(self._literalError(size, nonSync))
         if not nonSync:
             if self._error is not None:
-                # The client waits for our continuation: it sends no
-                # literal if the command is answered now.
-                tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
-                self._execute(tokens, error)
+                self._executeCommand()
                 return
             self.sendLine(b"+ Ready for literal data")
         self._literal, self._literalLeft = [], size
         self.setRawMode()
         if size == 0:
             self.rawDataReceived(b"")
+
+    def _executeCommand(self) -> None:
+        """
+        Execute the command read so far, and start reading the next.
+        """
+        tokens, error, self._tokens, self._error = self._tokens, self._error, [], None
+        self._execute(tokens, error)
 
     def rawDataReceived(self, data: bytes) -> None:
         if self._closed:
@@ -443,59 +175,48 @@ class FakeIMAPServer(LineReceiver):
         self._literal.append(data[:left])
         self._literalLeft = max(0, left - len(data))
         if self._literalLeft == 0:
-            self._tokens.append(_Token(_Kind.LITERAL, b"".join(self._literal)))
+            self._tokens.append(Token(Kind.LITERAL, b"".join(self._literal)))
             self._literal = []
             self.setLineMode(data[left:])
 
     # Executing commands.
 
-    def _execute(self, tokens: list[_Token], error: bytes | None) -> None:
-        tag = tokens[0].value if tokens and tokens[0].kind is _Kind.ATOM else b"*"
-        if error is None and (len(tokens) < 2 or tokens[1].kind is not _Kind.ATOM):
-            error = b"BAD Missing command"
+    def _execute(self, tokens: list[Token], error: bytes | None) -> None:
+        tag = _tag(tokens)
+        error = error or self._commandError(tokens)
         if error is not None:
             self.sendLine(tag + b" " + error)
             return
-        name = tokens[1].value.upper().decode("ascii", "replace")
-        handler: Callable[[list[_Token]], bytes | None] | None = {
-            "CAPABILITY": self._capability,
-            "NOOP": self._noop,
-            "LOGOUT": self._logout,
-            "LOGIN": self._login,
-            "AUTHENTICATE": self._authenticate,
-        }.get(name)
-        authenticated = {
-            "LIST": self._list,
-            "NAMESPACE": self._namespace,
-            "CREATE": self._create,
-            "SUBSCRIBE": self._subscribe,
-            "SELECT": self._select,
-            "EXAMINE": self._examine,
-            "LSUB": self._lsub,
-            "APPEND": self._append,
-        }.get(name)
-        if authenticated is not None:
-            if self.user is None:
-                self.sendLine(tag + b" BAD Command not allowed before login")
-                return
-            handler = authenticated
-        if handler is None:
-            self.sendLine(tag + b" BAD Unknown command")
-            return
+        handler: Callable[[list[Token]], bytes | None] = getattr(
+            self, _COMMANDS[_commandName(tokens)]
+        )
         reply = handler(tokens[2:])
         if reply is not None:
             self.sendLine(tag + b" " + reply)
         if self._closeAfterReply:
             self._close()
 
-    def _capability(self, args: list[_Token]) -> bytes:
+    def _commandError(self, tokens: list[Token]) -> bytes | None:
+        """
+        Why the command of C{tokens} cannot run here, or L{None}.
+        """
+        if len(tokens) < 2 or tokens[1].kind is not Kind.ATOM:
+            return b"BAD Missing command"
+        name = _commandName(tokens)
+        if name in _AFTER_LOGIN and self.user is None:
+            return b"BAD Command not allowed before login"
+        if name not in _COMMANDS:
+            return b"BAD Unknown command"
+        return None
+
+    def _capability(self, args: list[Token]) -> bytes:
         self.sendLine(b"* CAPABILITY " + self._capabilityText())
         return b"OK Capability completed."
 
-    def _noop(self, args: list[_Token]) -> bytes:
+    def _noop(self, args: list[Token]) -> bytes:
         return b"OK NOOP completed."
 
-    def _logout(self, args: list[_Token]) -> bytes:
+    def _logout(self, args: list[Token]) -> bytes:
         self.sendLine(b"* BYE Logging out")
         self._closeAfterReply = True
         return b"OK Logout completed."
@@ -506,8 +227,8 @@ class FakeIMAPServer(LineReceiver):
         self.user = user
         return b"OK Logged in."
 
-    def _login(self, args: list[_Token]) -> bytes:
-        if len(args) != 2 or args[0].kind is _Kind.LIST or args[1].kind is _Kind.LIST:
+    def _login(self, args: list[Token]) -> bytes:
+        if len(args) != 2 or args[0].kind is Kind.LIST or args[1].kind is Kind.LIST:
             return b"BAD LOGIN expects a user name and a password"
         if self.user is not None:
             return b"BAD Already logged in"
@@ -515,49 +236,52 @@ class FakeIMAPServer(LineReceiver):
             args[0].value.decode("utf-8", "replace"), args[1].value.decode("utf-8", "replace")
         )
 
-    def _authenticate(self, args: list[_Token]) -> bytes:
+    def _authenticate(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value.upper() != b"PLAIN" or "SASL-IR" not in self._caps:
             return b"BAD Only AUTHENTICATE PLAIN with an initial response is supported"
         if self.user is not None:
             return b"BAD Already logged in"
-        try:
-            decoded = base64.b64decode(args[1].value, validate=True)
-        except binascii.Error:
+        decoded = _base64(args[1].value)
+        if decoded is None:
             return b"BAD Invalid base64"
-        parts = decoded.split(b"\0")
-        if len(parts) != 3 or parts[0] not in (b"", parts[1]):
+        credentials = _plainCredentials(decoded)
+        if credentials is None:
             return b"NO [AUTHENTICATIONFAILED] Authentication failed."
-        return self._loggedIn(parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace"))
+        return self._loggedIn(*credentials)
 
-    def _list(self, args: list[_Token]) -> bytes:
+    def _list(self, args: list[Token]) -> bytes:
         if len(args) != 2 or args[0].value != b"":
             return b"BAD LIST supports an empty reference only"
         delimiter = self.store.delimiter
-        quoted = _quote(delimiter.encode("ascii"))
-        pattern = _decodeName(args[1].value)
+        quoted = quote(delimiter.encode("ascii"))
+        pattern = decodeName(args[1].value)
         if pattern is None:
             return b"BAD Invalid mailbox pattern"
         if pattern == "":
             self.sendLine(b"* LIST (\\Noselect) " + quoted + b' ""')
             return b"OK List completed."
-        regex = "".join(
-            ".*" if c == "*" else "[^" + re.escape(delimiter) + "]*" if c == "%" else re.escape(c)
-            for c in pattern
-        )
+        regex = _patternRegex(pattern, delimiter)
         assert self.user is not None
         names = self.store.mailboxes(self.user)
         for name in names:
             if re.fullmatch(regex, name):
-                children = any(other.startswith(name + delimiter) for other in names)
-                attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
-                if name in self.store.specialUse:
-                    attribute += b" " + self.store.specialUse[name].encode("ascii")
                 self.sendLine(
-                    b"* LIST (%s) %s %s" % (attribute, quoted, _quote(name.encode("imap4-utf-7")))
+                    b"* LIST (%s) %s %s"
+                    % (self._listAttributes(name, names), quoted, quote(name.encode("imap4-utf-7")))
                 )
         return b"OK List completed."
 
-    def _namespace(self, args: list[_Token]) -> bytes:
+    def _listAttributes(self, name: str, names: list[str]) -> bytes:
+        """
+        The attributes LIST shows for mailbox C{name} among C{names}:
+        whether it has children, and its SPECIAL-USE attribute if any.
+        """
+        children = any(other.startswith(name + self.store.delimiter) for other in names)
+        attribute = b"\\HasChildren" if children else b"\\HasNoChildren"
+        use = self.store.specialUse.get(name)
+        return attribute if use is None else attribute + b" " + use.encode("ascii")
+
+    def _namespace(self, args: list[Token]) -> bytes:
         if "NAMESPACE" not in self._caps:
             return b"BAD Unknown command"
         if self.store.namespaceRefusal is not None:
@@ -565,24 +289,23 @@ class FakeIMAPServer(LineReceiver):
         text = self.store.namespaceText
         if text is None:
             text = b"((%s %s)) NIL NIL" % (
-                _quote(self.store.prefix.encode("imap4-utf-7")),
-                _quote(self.store.delimiter.encode("ascii")),
+                quote(self.store.prefix.encode("imap4-utf-7")),
+                quote(self.store.delimiter.encode("ascii")),
             )
         self.sendLine(b"* NAMESPACE " + text)
         return b"OK Namespace completed."
 
-    def _mailboxArgument(self, args: list[_Token]) -> str | None:
-        if len(args) != 1 or args[0].kind is _Kind.LIST:
+    def _mailboxArgument(self, args: list[Token]) -> str | None:
+        if len(args) != 1 or args[0].kind is Kind.LIST:
             return None
-        return _decodeName(args[0].value)
+        return decodeName(args[0].value)
 
-    def _create(self, args: list[_Token]) -> bytes:
+    def _create(self, args: list[Token]) -> bytes:
         name = self._mailboxArgument(args)
         if name is None:
             return b"BAD CREATE expects a mailbox name"
         assert self.user is not None
-        prefix = self.store.prefix
-        if prefix and name.upper() != "INBOX" and not name.startswith(prefix):
+        if self.store.outsidePrefix(name):
             return b"NO Invalid mailbox name."
         refusal = self.store.refuseCreate(name)
         if refusal is not None:
@@ -591,7 +314,7 @@ class FakeIMAPServer(LineReceiver):
             return b"NO [ALREADYEXISTS] Mailbox already exists"
         return b"OK Create completed."
 
-    def _subscribe(self, args: list[_Token]) -> bytes:
+    def _subscribe(self, args: list[Token]) -> bytes:
         name = self._mailboxArgument(args)
         if name is None:
             return b"BAD SUBSCRIBE expects a mailbox name"
@@ -599,8 +322,8 @@ class FakeIMAPServer(LineReceiver):
         self.store.subscribe(self.user, name)
         return b"OK Subscribe completed."
 
-    def _select(self, args: list[_Token], readOnly: bool = False) -> bytes:
-        command = b"EXAMINE" if readOnly else b"SELECT"
+    def _select(self, args: list[Token], readOnly: bool = False) -> bytes:
+        command, permanentFlags, completed = _OPENING[readOnly]
         name = self._mailboxArgument(args)
         if name is None:
             return command + b" expects a mailbox name"
@@ -608,32 +331,34 @@ class FakeIMAPServer(LineReceiver):
         self.selected = None
         if name not in self.store.mailboxes(self.user):
             return b"NO [NONEXISTENT] Mailbox doesn't exist"
-        flags = b"\\Answered \\Flagged \\Deleted \\Seen \\Draft"
-        self.sendLine(b"* FLAGS (%s)" % (flags,))
-        self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
-        self.sendLine(b"* 0 RECENT")
-        self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(self.user, name),))
-        if self.store.announceUIDNext:
-            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (self.store.uidNext(self.user, name),))
-        if readOnly:
-            self.sendLine(b"* OK [PERMANENTFLAGS ()] Read-only mailbox.")
-        else:
-            self.sendLine(b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (flags,))
+        self._sendMailboxState(self.user, name)
+        self.sendLine(permanentFlags)
         self.selected = name
-        if readOnly:
-            return b"OK [READ-ONLY] Examine completed."
-        return b"OK [READ-WRITE] Select completed."
+        return completed
 
-    def _examine(self, args: list[_Token]) -> bytes:
+    def _sendMailboxState(self, user: str, name: str) -> None:
+        """
+        The untagged replies of SELECT and EXAMINE before PERMANENTFLAGS:
+        FLAGS, EXISTS, RECENT, UIDVALIDITY and (Gmail-like) UIDNEXT.
+        """
+        self.sendLine(b"* FLAGS (%s)" % (_FLAGS,))
+        self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(user, name)),))
+        self.sendLine(b"* 0 RECENT")
+        self.sendLine(b"* OK [UIDVALIDITY %d] UIDs valid" % (self.store.uidValidity(user, name),))
+        if self.store.announceUIDNext:
+            uidNext = self.store.uidNext(user, name)
+            self.sendLine(b"* OK [UIDNEXT %d] Predicted next UID" % (uidNext,))
+
+    def _examine(self, args: list[Token]) -> bytes:
         return self._select(args, readOnly=True)
 
-    def _lsub(self, args: list[_Token]) -> bytes:
-        if len(args) != 2 or args[0].value != b"" or args[1].value != b"*":
+    def _lsub(self, args: list[Token]) -> bytes:
+        if [arg.value for arg in args] != [b"", b"*"]:
             return b"BAD LSUB supports LSUB \"\" \"*\" only"
         assert self.user is not None
-        quoted = _quote(self.store.delimiter.encode("ascii"))
+        quoted = quote(self.store.delimiter.encode("ascii"))
         for name in self.store.subscriptions(self.user):
-            self.sendLine(b"* LSUB () %s %s" % (quoted, _quote(name.encode("imap4-utf-7"))))
+            self.sendLine(b"* LSUB () %s %s" % (quoted, quote(name.encode("imap4-utf-7"))))
         return b"OK Lsub completed."
 
     def _uidFetch(self, tag: bytes, uidSet: bytes, items: bytes) -> None:
@@ -643,84 +368,97 @@ class FakeIMAPServer(LineReceiver):
         BODY.PEEK[HEADER.FIELDS (NAME ...)], and X-GM-MSGID where
         X-GM-EXT-1 is advertised) in the selected mailbox.
         """
-        if self.user is None or self.selected is None:
-            self.sendLine(tag + b" BAD No mailbox selected")
-            return
-        refusal = self.store.refuseFetch(self.user, items)
+        refusal = self._fetchRefusal(items)
         if refusal is not None:
             self.sendLine(tag + b" " + refusal)
             return
+        assert self.user is not None
+        assert self.selected is not None
         messages = self.store.mailbox(self.user, self.selected)
-        wanted = _uidsIn(uidSet, messages[-1].uid if messages else 0)
+        wanted = uidsIn(uidSet, messages[-1].uid if messages else 0)
         upper = items.upper()
-        partial = _PARTIAL.search(upper)
+        write = self.transport.write  # type: ignore[union-attr]
         for sequence, message in enumerate(messages, 1):
-            if message.uid not in wanted:
-                continue
-            parts = [b"UID %d" % message.uid]
-            if b"RFC822.SIZE" in upper:
-                parts.append(b"RFC822.SIZE %d" % len(message.body))
-            if b"FLAGS" in upper:
-                parts.append(b"FLAGS (%s)" % " ".join(message.flags).encode("ascii"))
-            if b"X-GM-MSGID" in upper and "X-GM-EXT-1" in self._caps:
-                parts.append(b"X-GM-MSGID %d" % gmailMessageId(message.body))
-            if b"X-GM-LABELS" in upper and "X-GM-EXT-1" in self._caps:
-                labels = self.store.gmailLabels(self.user, message.body)
-                parts.append(b"X-GM-LABELS (%s)" % b" ".join(labels))
-            if b"INTERNALDATE" in upper:
-                date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
-                parts.append(b'INTERNALDATE "%s"' % date.encode("ascii"))
-            for fields in _HEADER_FIELDS.findall(upper):
-                value = _headerField(message.body, *fields.lower().split())
-                parts.append(b"BODY[HEADER.FIELDS (%s)] {%d}\r\n%s" % (fields, len(value), value))
-            if partial is not None:
-                start, length = int(partial.group(1)), int(partial.group(2))
-                piece = message.body[start : start + length]
-                parts.append(b"BODY[]<%d> {%d}\r\n%s" % (start, len(piece), piece))
-            elif b"BODY.PEEK[]" in upper:
-                parts.append(b"BODY[] {%d}\r\n%s" % (len(message.body), message.body))
-            self.transport.write(  # type: ignore[union-attr]
-                b"* %d FETCH (%s)\r\n" % (sequence, b" ".join(parts)))
+            if message.uid in wanted:
+                fetched = b" ".join(self._fetchItems(message, upper))
+                write(b"* %d FETCH (%s)\r\n" % (sequence, fetched))
         self.sendLine(tag + b" OK Fetch completed.")
 
-    def _append(self, args: list[_Token]) -> bytes | None:
+    def _fetchRefusal(self, items: bytes) -> bytes | None:
+        """
+        Why a UID FETCH of C{items} is refused here, or L{None}.
+        """
+        if self.user is None or self.selected is None:
+            return b"BAD No mailbox selected"
+        return self.store.refuseFetch(self.user, items)
+
+    def _fetchItems(self, message: StoredMessage, upper: bytes) -> list[bytes]:
+        """
+        The items of one message's FETCH response, in a fixed order: UID,
+        then those of L{_FETCH_ITEMS} asked for in C{upper}, then header
+        fields and the body.
+        """
+        gmail = "X-GM-EXT-1" in self._caps
+        return [
+            b"UID %d" % message.uid,
+            *(
+                render(self, message)
+                for item, isGmail, render in _FETCH_ITEMS
+                if item in upper and (gmail or not isGmail)
+            ),
+            *bodyItems(message.body, upper),
+        ]
+
+    def _sizeItem(self, message: StoredMessage) -> bytes:
+        return b"RFC822.SIZE %d" % len(message.body)
+
+    def _flagsItem(self, message: StoredMessage) -> bytes:
+        return b"FLAGS (%s)" % " ".join(message.flags).encode("ascii")
+
+    def _gmailIdItem(self, message: StoredMessage) -> bytes:
+        return b"X-GM-MSGID %d" % gmailMessageId(message.body)
+
+    def _gmailLabelsItem(self, message: StoredMessage) -> bytes:
+        assert self.user is not None
+        return b"X-GM-LABELS (%s)" % b" ".join(self.store.gmailLabels(self.user, message.body))
+
+    def _internalDateItem(self, message: StoredMessage) -> bytes:
+        date = message.internalDate or "01-Jan-2020 00:00:00 +0000"
+        return b'INTERNALDATE "%s"' % date.encode("ascii")
+
+    def _append(self, args: list[Token]) -> bytes | None:
         if self.dropAfterAppends is not None and self._appends >= self.dropAfterAppends:
             self._close()
             return None
         self._appends += 1
-        name = _decodeName(args[0].value) if args and args[0].kind is not _Kind.LIST else None
+        name = self._mailboxArgument(args[:1])
         if name is None:
             return b"BAD APPEND expects a mailbox name"
-        messages: list[tuple[bytes, tuple[str, ...], str | None]] = []
-        rest = args[1:]
-        while rest:
-            flags: tuple[str, ...] = ()
-            date = None
-            if rest[0].kind is _Kind.LIST:
-                flags = tuple(f.decode("utf-8", "replace") for f in rest.pop(0).items)
-                if any(f.startswith("\\") and f.upper() not in _SYSTEM_FLAGS for f in flags):
-                    return b"BAD Invalid system flag"
-            if rest and rest[0].kind is _Kind.STRING:
-                date = rest.pop(0).value.decode("ascii", "replace")
-                try:
-                    datetime.strptime(date.strip(), "%d-%b-%Y %H:%M:%S %z")
-                except ValueError:
-                    return b"BAD Invalid date-time"
-            if not rest or rest[0].kind is not _Kind.LITERAL:
-                return b"BAD APPEND expects a message literal"
-            messages.append((rest.pop(0).value, flags, date))
-        if not messages:
-            return b"BAD APPEND expects a message literal"
+        messages = appendedMessages(args[1:])
+        if isinstance(messages, bytes):
+            return messages
+        return self._appendRefusal(name, messages) or self._appendStored(name, messages)
+
+    def _appendRefusal(self, name: str, messages: list[Appended]) -> bytes | None:
+        """
+        Why the APPEND of C{messages} to C{name} is refused, or L{None}.
+        """
         if len(messages) > 1 and "MULTIAPPEND" not in self._caps:
             return b"BAD MULTIAPPEND is not supported"
         assert self.user is not None
         if name not in self.store.mailboxes(self.user):
             return b"NO [TRYCREATE] Mailbox doesn't exist"
-        for body, _, _ in messages:
-            refusal = self.refuse(body)
-            if refusal is not None:
-                # RFC 3502: one refused message refuses the whole command.
-                return refusal.encode("utf-8")
+        # RFC 3502: one refused message refuses the whole command.
+        refusals = (self.refuse(body) for body, _, _ in messages)
+        refusal = next((r for r in refusals if r is not None), None)
+        return None if refusal is None else refusal.encode("utf-8")
+
+    def _appendStored(self, name: str, messages: list[Appended]) -> bytes:
+        """
+        Store C{messages} in C{name}; the tagged reply, with C{APPENDUID}
+        where UIDPLUS is advertised.
+        """
+        assert self.user is not None
         uidValidity, uids = self.store.append(self.user, name, messages)
         if self.selected == name:
             self.sendLine(b"* %d EXISTS" % (len(self.store.mailbox(self.user, name)),))
@@ -730,5 +468,105 @@ class FakeIMAPServer(LineReceiver):
         return b"OK [APPENDUID %d %s] Append completed." % (uidValidity, uidSet)
 
 
-def _quote(value: bytes) -> bytes:
-    return b'"' + value.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+_FLAGS = b"\\Answered \\Flagged \\Deleted \\Seen \\Draft"
+
+_OPENING = {
+    False: (
+        b"SELECT",
+        b"* OK [PERMANENTFLAGS (%s \\*)] Flags permitted." % (_FLAGS,),
+        b"OK [READ-WRITE] Select completed.",
+    ),
+    True: (
+        b"EXAMINE",
+        b"* OK [PERMANENTFLAGS ()] Read-only mailbox.",
+        b"OK [READ-ONLY] Examine completed.",
+    ),
+}
+"""
+What SELECT (C{False}) and EXAMINE (C{True}, read-only) say: the
+command's name, the PERMANENTFLAGS reply and the tagged OK.
+"""
+
+_COMMANDS = {
+    "CAPABILITY": "_capability",
+    "NOOP": "_noop",
+    "LOGOUT": "_logout",
+    "LOGIN": "_login",
+    "AUTHENTICATE": "_authenticate",
+    "LIST": "_list",
+    "NAMESPACE": "_namespace",
+    "CREATE": "_create",
+    "SUBSCRIBE": "_subscribe",
+    "SELECT": "_select",
+    "EXAMINE": "_examine",
+    "LSUB": "_lsub",
+    "APPEND": "_append",
+}
+"""
+The commands the fake server knows, by name (upper case), and the methods
+that execute them (looked up on the connection, so that a test's subclass
+may override one).
+"""
+
+_AFTER_LOGIN = frozenset(
+    {"LIST", "NAMESPACE", "CREATE", "SUBSCRIBE", "SELECT", "EXAMINE", "LSUB", "APPEND"}
+)
+"""
+The commands of L{_COMMANDS} refused before login.
+"""
+
+_FETCH_ITEMS: tuple[tuple[bytes, bool, Callable[[FakeIMAPServer, StoredMessage], bytes]], ...] = (
+    (b"RFC822.SIZE", False, FakeIMAPServer._sizeItem),
+    (b"FLAGS", False, FakeIMAPServer._flagsItem),
+    (b"X-GM-MSGID", True, FakeIMAPServer._gmailIdItem),
+    (b"X-GM-LABELS", True, FakeIMAPServer._gmailLabelsItem),
+    (b"INTERNALDATE", False, FakeIMAPServer._internalDateItem),
+)
+"""
+The FETCH items answered from a message's metadata, in the order of the
+response: the item's name, whether only X-GM-EXT-1 answers it, and its
+rendering.
+"""
+
+
+def _patternRegex(pattern: str, delimiter: str) -> str:
+    """
+    The regular expression of a LIST pattern: C{*} matches anything, C{%}
+    anything but the hierarchy C{delimiter}.
+    """
+    wildcards = {"*": ".*", "%": "[^" + re.escape(delimiter) + "]*"}
+    return "".join(wildcards.get(c, re.escape(c)) for c in pattern)
+
+
+def _plainCredentials(response: bytes) -> tuple[str, str] | None:
+    """
+    The user and password of a SASL PLAIN response, or L{None} when it is
+    malformed or asks to act as another user.
+    """
+    parts = response.split(b"\0")
+    if len(parts) != 3 or parts[0] not in (b"", parts[1]):
+        return None
+    return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+
+
+def _base64(value: bytes) -> bytes | None:
+    """
+    C{value} decoded from base64, or L{None} if it is not valid base64.
+    """
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        return None
+
+
+def _tag(tokens: list[Token]) -> bytes:
+    """
+    The tag of a command, C{*} when it has none.
+    """
+    return tokens[0].value if tokens and tokens[0].kind is Kind.ATOM else b"*"
+
+
+def _commandName(tokens: list[Token]) -> str:
+    return tokens[1].value.upper().decode("ascii", "replace")
+
+

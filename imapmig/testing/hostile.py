@@ -20,7 +20,7 @@ that need one.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Callable, Mapping
 
 from attrs import frozen
 from twisted.internet.base import DelayedCall
@@ -320,20 +320,13 @@ class HostileIMAPServer(LineReceiver):
     def lineReceived(self, line: bytes) -> None:
         self.received.append(line)
         if self._command is None:
-            tag, _, rest = line.partition(b" ")
-            name = rest.split(b" ", 1)[0].upper()
-            if name == b"UID":
-                name += b" " + rest.split(b" ", 2)[1].upper()
-            command = name.decode("ascii", "replace")
-            self._command = (tag, command, self._stepFor(command))
-            step = self._command[2]
-            if step is not None and step.early:
-                step.play(self, tag)
+            self._begin(line)
         marker = _LITERAL.search(line)
         if marker is None:
             self._complete()
             return
         size, synchronizing = int(marker.group(1)), marker.group(2) == b""
+        assert self._command is not None
         step = self._command[2]
         if synchronizing and (step is None or not step.early):
             self.transport.write(b"+ go ahead\r\n")  # type: ignore[union-attr]
@@ -341,6 +334,18 @@ class HostileIMAPServer(LineReceiver):
         self.setRawMode()
         if size == 0:
             self.rawDataReceived(b"")
+
+    def _begin(self, line: bytes) -> None:
+        """
+        A command starts with C{line}: find the step of the script that
+        answers it, and play it now if it answers early.
+        """
+        tag, _, rest = line.partition(b" ")
+        command = _commandName(rest)
+        step = self._stepFor(command)
+        self._command = (tag, command, step)
+        if step is not None and step.early:
+            step.play(self, tag)
 
     def rawDataReceived(self, data: bytes) -> None:
         left = self._literalLeft
@@ -369,19 +374,62 @@ class HostileIMAPServer(LineReceiver):
         """
         Answer as a minimal, well-behaved server.
         """
-        write = self.transport.write  # type: ignore[union-attr]
-        if command == "CAPABILITY":
-            write(b"* CAPABILITY IMAP4rev1 LITERAL+ MULTIAPPEND UIDPLUS SASL-IR AUTH=PLAIN\r\n")
-        elif command in ("SELECT", "EXAMINE"):
-            write(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n* OK [UIDNEXT %d] ok\r\n" % self._uidNext)
-        elif command in ("LIST", "LSUB"):
-            write(b'* %s () "/" INBOX\r\n' % command.encode("ascii"))
-        elif command == "APPEND":
-            write(b"%s OK [APPENDUID 7 %d] done\r\n" % (tag, self._uidNext))
-            self._uidNext += 1
-            return
-        elif command == "LOGOUT":
-            write(b"* BYE logging out\r\n%s OK done\r\n" % tag)
-            self.transport.loseConnection()  # type: ignore[union-attr]
-            return
-        write(tag + b" OK done\r\n")
+        answer: Callable[[bytes, str], None] = getattr(
+            self, _NORMAL_ANSWERS.get(command, "_answerOK")
+        )
+        answer(tag, command)
+
+    def _write(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def _answerOK(self, tag: bytes, command: str) -> None:
+        self._write(tag + b" OK done\r\n")
+
+    def _answerCapability(self, tag: bytes, command: str) -> None:
+        self._write(b"* CAPABILITY IMAP4rev1 LITERAL+ MULTIAPPEND UIDPLUS SASL-IR AUTH=PLAIN\r\n")
+        self._answerOK(tag, command)
+
+    def _answerSelect(self, tag: bytes, command: str) -> None:
+        self._write(
+            b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n* OK [UIDNEXT %d] ok\r\n" % self._uidNext
+        )
+        self._answerOK(tag, command)
+
+    def _answerList(self, tag: bytes, command: str) -> None:
+        self._write(b'* %s () "/" INBOX\r\n' % command.encode("ascii"))
+        self._answerOK(tag, command)
+
+    def _answerAppend(self, tag: bytes, command: str) -> None:
+        self._write(b"%s OK [APPENDUID 7 %d] done\r\n" % (tag, self._uidNext))
+        self._uidNext += 1
+
+    def _answerLogout(self, tag: bytes, command: str) -> None:
+        self._write(b"* BYE logging out\r\n%s OK done\r\n" % tag)
+        self.transport.loseConnection()  # type: ignore[union-attr]
+
+
+_NORMAL_ANSWERS = {
+    "CAPABILITY": "_answerCapability",
+    "SELECT": "_answerSelect",
+    "EXAMINE": "_answerSelect",
+    "LIST": "_answerList",
+    "LSUB": "_answerList",
+    "APPEND": "_answerAppend",
+    "LOGOUT": "_answerLogout",
+}
+"""
+The methods of L{HostileIMAPServer} that answer a command the script
+leaves alone, by its name (L{HostileIMAPServer._answerOK} for the rest).
+"""
+
+
+def _commandName(rest: bytes) -> str:
+    """
+    The name of the command of a line after its tag, upper case: C{"UID
+    FETCH"} for a UID command.
+    """
+    words = rest.split(b" ", 2)
+    name = words[0].upper()
+    if name == b"UID":
+        name += b" " + words[1].upper()
+    return name.decode("ascii", "replace")

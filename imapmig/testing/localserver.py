@@ -29,12 +29,11 @@ import sys
 import tempfile
 from typing import Sequence
 
-from imapmig.testing.children import StopSignals, Stopped
+from imapmig.errors import DovecotNotFound, DovecotStartFailed, Stopped
+from imapmig.testing.children import StopSignals
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
-    DovecotNotFound,
-    DovecotStartFailed,
     DovecotUser,
 )
 from imapmig.testing.ports import freePort, statusPort
@@ -45,6 +44,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     Run the server until a stop signal; return the exit status: 0 when
     stopped by a signal (the way it ends), 1 when Dovecot could not start
     or exited by itself.
+    """
+    args = _arguments(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    signals = StopSignals()
+    signals.install()
+    base, removeAtEnd = _directory(args.dir)
+    try:
+        return _serve(base, args.users, args.messages, args.port, removeAtEnd, signals)
+    except Stopped as e:
+        _say(f"== Stopped by {signal.Signals(e.signum).name}")
+        return 0
+    except (DovecotNotFound, DovecotStartFailed) as e:
+        sys.stderr.write(f"Dovecot did not start: {e}\n")
+        return 1
+    finally:
+        if removeAtEnd:
+            shutil.rmtree(base, ignore_errors=True)
+        signals.uninstall()
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    """
+    The command line's options, checked (an error exits with status 2).
     """
     parser = argparse.ArgumentParser(
         prog="python -m imapmig.testing.dovecot",
@@ -71,27 +94,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.users < 1 or args.messages < 0 or not 0 <= args.port < 65536:
         parser.error("--users must be at least 1, --messages at least 0, --port 0 to 65535")
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(line_buffering=True)
-    signals = StopSignals()
-    signals.install()
-    if args.dir is None:
-        base, removeAtEnd = tempfile.mkdtemp(prefix="imapmig-try-"), True
-    else:
-        base, removeAtEnd = os.path.abspath(args.dir), False
-        os.makedirs(base, exist_ok=True)
-    try:
-        return _serve(base, args.users, args.messages, args.port, removeAtEnd, signals)
-    except Stopped as e:
-        _say(f"== Stopped by {signal.Signals(e.signum).name}")
-        return 0
-    except (DovecotNotFound, DovecotStartFailed) as e:
-        sys.stderr.write(f"Dovecot did not start: {e}\n")
-        return 1
-    finally:
-        if removeAtEnd:
-            shutil.rmtree(base, ignore_errors=True)
-        signals.uninstall()
+    return args
+
+
+def _directory(given: str | None) -> tuple[str, bool]:
+    """
+    The directory to work in, made if missing, and whether to remove it at
+    the end: a new temporary one when none is given.
+    """
+    if given is None:
+        return tempfile.mkdtemp(prefix="imapmig-try-"), True
+    base = os.path.abspath(given)
+    os.makedirs(base, exist_ok=True)
+    return base, False
 
 
 def _serve(
@@ -117,32 +132,8 @@ def _serve(
     try:
         with signals.deferred():
             dovecot.start()
-        seeded = []
-        for number, (source, _destination) in enumerate(pairs, start=1):
-            # A directory given again keeps its accounts (and the state
-            # database that knows what was copied).
-            if not os.path.isdir(dovecot.maildirPath(source.name)):
-                writeMaildir(dovecot.maildirPath(source.name), messages, seed=number)
-                dovecot.chownHome(source.name)
-                seeded.append(source.name)
-        configPath = writeConfiguration(base, dovecot, pairs)
-        _say(
-            f"== Dovecot (pid {dovecot.pid}) on 127.0.0.1: IMAP with STARTTLS on port"
-            f" {dovecot.port}, implicit TLS on {dovecot.tlsPort}; its CA"
-            f" certificate: {dovecot.caCertificatePath}"
-        )
-        for source, destination in pairs:
-            _say(
-                f"   {source.name}"
-                + (f" ({plural(messages, 'message')})" if source.name in seeded else " (as before)")
-                + f" -> {destination.name}"
-            )
-        _say(f"== Configuration: {configPath}")
-        with open(configPath) as f:
-            _say(f.read().rstrip("\n"))
-        _say("== Try it:")
-        for command in _commands(configPath):
-            _say("   " + command)
+        seeded = _seed(dovecot, [source for source, _ in pairs], messages)
+        _announce(dovecot, pairs, seeded, messages, writeConfiguration(base, dovecot, pairs))
         _say(
             "== Serving until Ctrl-C or SIGTERM; then Dovecot stops and "
             + (f"{base} is removed." if removeAtEnd else f"{base} stays.")
@@ -153,6 +144,51 @@ def _serve(
     finally:
         signals.cleaningUp()
         dovecot.stop()
+
+
+def _announce(
+    dovecot: DovecotInstance,
+    pairs: Sequence[tuple[DovecotUser, DovecotUser]],
+    seeded: list[str],
+    messages: int,
+    configPath: str,
+) -> None:
+    """
+    Say where Dovecot listens, which accounts it has, the configuration
+    and the commands that try it.
+    """
+    _say(
+        f"== Dovecot (pid {dovecot.pid}) on 127.0.0.1: IMAP with STARTTLS on port"
+        f" {dovecot.port}, implicit TLS on {dovecot.tlsPort}; its CA"
+        f" certificate: {dovecot.caCertificatePath}"
+    )
+    seededText = f" ({plural(messages, 'message')})"
+    for source, destination in pairs:
+        told = seededText if source.name in seeded else " (as before)"
+        _say(f"   {source.name}{told} -> {destination.name}")
+    _say(f"== Configuration: {configPath}")
+    with open(configPath) as f:
+        _say(f.read().rstrip("\n"))
+    _say("== Try it:")
+    for command in _commands(configPath):
+        _say("   " + command)
+
+
+def _seed(dovecot: DovecotInstance, sources: Sequence[DovecotUser], messages: int) -> list[str]:
+    """
+    Write C{messages} generated messages into each source account that has
+    no Maildir yet: a directory given again keeps its accounts (and the
+    state database that knows what was copied).
+
+    @return: the names of the accounts seeded now.
+    """
+    seeded = []
+    for number, source in enumerate(sources, start=1):
+        if not os.path.isdir(dovecot.maildirPath(source.name)):
+            writeMaildir(dovecot.maildirPath(source.name), messages, seed=number)
+            dovecot.chownHome(source.name)
+            seeded.append(source.name)
+    return seeded
 
 
 def writeConfiguration(

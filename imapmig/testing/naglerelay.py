@@ -94,18 +94,12 @@ class NagleRelay:
         """
         listener, self._listener = self._listener, None
         if listener is not None:
-            try:
-                listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(listener)
             listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, []
         for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shutdown(sock)
         for thread in list(self._threads):
             thread.join(10)
         for sock in sockets:
@@ -127,18 +121,40 @@ class NagleRelay:
             except OSError:
                 client.close()
                 continue
-            server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if not self._nagle:
-                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if self._listener is None:
-                    client.close()
-                    server.close()
-                    return
-                self._sockets += [client, server]
-                self.connections += 1
-            self._spawn(_relay, client, server)
-            self._spawn(_relay, server, client)
+            if not self._relayConnection(client, server):
+                return
+
+    def _relayConnection(self, client: socket.socket, server: socket.socket) -> bool:
+        """
+        Relay between an accepted C{client} and its C{server} both ways,
+        each in a thread of its own.
+
+        @return: C{False} when the relay was stopped meanwhile (both
+            sockets are closed then).
+        """
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self._nagle:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            if self._listener is None:
+                client.close()
+                server.close()
+                return False
+            self._sockets += [client, server]
+            self.connections += 1
+        self._spawn(_relay, client, server)
+        self._spawn(_relay, server, client)
+        return True
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """
+    End both directions of C{sock}'s connection, if it still has one.
+    """
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _relay(source: socket.socket, sink: socket.socket) -> None:

@@ -61,6 +61,13 @@ class ProviderCounts:
     inactive: int = 0
 
 
+def _refused(status: int, error: str, description: str) -> tuple[int, dict[str, object]]:
+    """
+    A refused token request's HTTP status and JSON error document.
+    """
+    return status, {"error": error, "error_description": description}
+
+
 class OAuth2Provider:
     """
     The authorization server's state.
@@ -129,13 +136,11 @@ class OAuth2Provider:
         @return: the HTTP status and the JSON document.
         """
         self.counts.refreshRequests += 1
-        if form.get("grant_type") != "refresh_token":
-            return self._refused(400, "unsupported_grant_type", "only refresh_token")
-        if form.get("client_id") != self.clientId or form.get("client_secret") != self.clientSecret:
-            return self._refused(401, "invalid_client", "unknown client or wrong secret")
-        user = self._refreshTokens.get(form.get("refresh_token", ""))
-        if user is None:
-            return self._refused(400, "invalid_grant", "refresh token revoked or unknown")
+        refusal = self._refusal(form)
+        if refusal is not None:
+            self.counts.refreshesRefused += 1
+            return refusal
+        user = self._refreshTokens[form.get("refresh_token", "")]
         access = "at-" + secrets.token_urlsafe(24)
         self._accessTokens[access] = _AccessToken(user, self._seconds() + self.lifetime)
         document: dict[str, object] = {
@@ -151,9 +156,18 @@ class OAuth2Provider:
         self.counts.refreshesGranted += 1
         return 200, document
 
-    def _refused(self, status: int, error: str, description: str) -> tuple[int, dict[str, object]]:
-        self.counts.refreshesRefused += 1
-        return status, {"error": error, "error_description": description}
+    def _refusal(self, form: dict[str, str]) -> tuple[int, dict[str, object]] | None:
+        """
+        Why the token request C{form} is refused (the HTTP status and the
+        JSON error document), or L{None}.
+        """
+        if form.get("grant_type") != "refresh_token":
+            return _refused(400, "unsupported_grant_type", "only refresh_token")
+        if form.get("client_id") != self.clientId or form.get("client_secret") != self.clientSecret:
+            return _refused(401, "invalid_client", "unknown client or wrong secret")
+        if form.get("refresh_token", "") not in self._refreshTokens:
+            return _refused(400, "invalid_grant", "refresh token revoked or unknown")
+        return None
 
     def introspect(self, token: str) -> dict[str, object]:
         """

@@ -52,9 +52,24 @@ def freePort() -> int:
     configuration a person will run by hand (who needs to know the port
     in advance).
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return freePorts(1)[0]
+
+
+def freePorts(count: int) -> list[int]:
+    """
+    Ask the kernel for C{count} distinct free TCP ports on 127.0.0.1 (each
+    socket kept bound until all are chosen).
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def listeningPorts(pid: int) -> list[int]:
@@ -64,28 +79,46 @@ def listeningPorts(pid: int) -> list[int]:
     C{/proc/net/tcp} and C{tcp6}; empty when it has exited or listens on
     none.
     """
-    inodes = set()
+    inodes = _socketInodes(pid)
+    return sorted({port for table in _TCP_TABLES for port in _listening(table, inodes)})
+
+
+_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_SOCKET = "socket:["
+
+
+def _socketInodes(pid: int) -> set[str]:
+    """
+    The inodes of the sockets process C{pid} holds; none once it exited.
+    """
     try:
         descriptors = os.listdir(f"/proc/{pid}/fd")
     except FileNotFoundError:
+        return set()
+    targets = (_readLink(f"/proc/{pid}/fd/{fd}") for fd in descriptors)
+    return {target[len(_SOCKET) : -1] for target in targets if target.startswith(_SOCKET)}
+
+
+def _readLink(path: str) -> str:
+    """
+    Where the symbolic link C{path} points, or C{""} if it is gone.
+    """
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _listening(table: str, inodes: set[str]) -> list[int]:
+    """
+    The ports of the sockets of C{inodes} that C{table} (C{/proc/net/tcp}
+    or C{tcp6}) shows listening.
+    """
+    try:
+        with open(table) as f:
+            rows = f.read().splitlines()[1:]
+    except FileNotFoundError:
         return []
-    for fd in descriptors:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN.
-            if fields[3] == "0A" and fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
+    # local_address is HEXADDR:HEXPORT; state 0A is LISTEN.
+    listening = (row.split() for row in rows)
+    return [int(f[1].rsplit(":", 1)[1], 16) for f in listening if f[3] == "0A" and f[9] in inodes]
