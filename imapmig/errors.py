@@ -405,6 +405,7 @@ class WebhookUnavailable(TransientError):
         super().__init__(reason)
         self.retryAfter = retryAfter
 
+
 # -- imapmig.testing: the private servers of the tests and the demo ----------
 
 
