@@ -1,0 +1,200 @@
+# -*- test-case-name: tests.test_sources_maildir -*-
+"""
+A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir for one
+listing or one batch of reads (taken out of the Maildir source's module,
+which grew too big to read).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from attrs import frozen
+
+from imapmig.errors import SourceError
+from imapmig.mail.message import MessageBody, UnreadableMessage
+from imapmig.sources.local import (
+    LeavesTree,
+    OpenTree,
+    carriedName,
+    fileKind,
+    linkProblem,
+    notRegular,
+    readMessageFile,
+    readOpenFile,
+)
+
+__all__ = ["SUBDIRS", "Irregular", "OpenFolder"]
+
+# Scanned in this order: for duplicate unique names, cur/ wins the plain key.
+SUBDIRS = ("cur", "new")
+
+
+@frozen
+class Irregular:
+    """
+    An entry of C{cur/} or C{new/} that is not a regular file.
+
+    @ivar reason: why it is not read; L{None} for a symbolic link to a
+        regular file inside the Maildir, which is read.
+    @ivar target: that file, relative to the Maildir.
+    @ivar status: that file's status.
+    """
+
+    reason: str | None
+    target: str = ""
+    status: os.stat_result | None = None
+
+
+class OpenFolder:
+    """
+    A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir (see
+    L{imapmig.sources.local}) for one listing or one batch of reads, so
+    that files are opened and looked up by their names alone.  A context
+    manager: everything is closed on leaving.
+
+    @ivar tree: the Maildir, open.
+    @ivar relative: the folder's directory, relative to the Maildir.
+    @ivar shown: the folder's directory, as shown to the admin.
+    @ivar descriptors: per subdirectory, its descriptor, or L{None} when
+        it does not exist.
+    """
+
+    def __init__(self, root: str, relative: str) -> None:
+        """
+        @param root: the Maildir.
+        @param relative: the folder's directory, relative to it.
+        @raise SourceError: the Maildir or a subdirectory that exists
+            cannot be opened (no permission, not a directory, a symbolic
+            link leading out of the Maildir or into a loop).
+        """
+        self.relative = relative
+        self.shown = carriedName(os.path.join(root, relative) if relative else root)
+        # Joined once: a path per message would cost more than its open.
+        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
+        try:
+            self.tree = OpenTree(root)
+        except OSError as e:
+            raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}")
+        self.descriptors: list[int | None] = []
+        try:
+            for subdir in SUBDIRS:
+                self.descriptors.append(self._openSubdirectory(subdir))
+        except BaseException:
+            self.close()
+            raise
+
+    def _openSubdirectory(self, subdir: str) -> int | None:
+        """
+        Open C{cur/} or C{new/}; L{None} if it does not exist.
+        """
+        try:
+            return self.tree.open(os.path.join(self.relative, subdir), os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        except LeavesTree as e:
+            why = linkProblem(carriedName(os.path.join(self.tree.root, e.path)), e)
+        except NotADirectoryError:
+            why = f"{subdir}/ is not a directory"
+        except OSError as e:
+            why = "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise SourceError(f"cannot list the Maildir folder {self.shown}: {why}")
+
+    @property
+    def found(self) -> bool:
+        """
+        Whether C{cur/} or C{new/} exists.
+        """
+        return any(fd is not None for fd in self.descriptors)
+
+    def __enter__(self) -> OpenFolder:
+        return self
+
+    def __exit__(self, *excInfo: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """
+        Close everything.
+        """
+        for fd in self.descriptors:
+            if fd is not None:
+                os.close(fd)
+        self.descriptors = [None] * len(self.descriptors)
+        self.tree.close()
+
+    def shownDirectory(self, index: int) -> str:
+        """
+        Subdirectory C{index}, as shown to the admin.
+        """
+        return self._shownDirectories[index]
+
+    def stat(self, index: int, name: str) -> os.stat_result | None:
+        """
+        The status of the file C{name} in subdirectory C{index} (not
+        following a symbolic link), or L{None} if it cannot be had (renamed
+        or deleted since the scan).
+        """
+        fd = self.descriptors[index]
+        if fd is None:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+
+    def classify(self, index: int, entry: os.DirEntry[str]) -> Irregular | None:
+        """
+        What to do with an entry of subdirectory C{index} that is not a
+        regular file.
+
+        @return: L{None} if it is gone.
+        """
+        shown = os.path.join(self.shownDirectory(index), carriedName(entry.name))
+        try:
+            if not entry.is_symlink():
+                return Irregular(notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return Irregular(f"cannot read {shown}: {e.strerror or e}")
+        relative = os.path.join(self.relative, SUBDIRS[index], entry.name)
+        try:
+            target = self.tree.resolve(relative)
+            status = os.stat(os.path.join(self.tree.realRoot, target))
+        except (LeavesTree, OSError) as e:
+            return Irregular(linkProblem(shown, e))
+        if not stat.S_ISREG(status.st_mode):
+            return Irregular(
+                f"not a regular file: symbolic link to a {fileKind(status.st_mode)}: {shown}"
+            )
+        return Irregular(None, target, status)
+
+    def read(
+        self, index: int, name: str, irregular: Irregular | None, size: int
+    ) -> MessageBody | None:
+        """
+        Read the file C{name} of subdirectory C{index}, as L{readMessageFile}
+        does (L{None} when it is gone).
+
+        @param irregular: what the listing found it to be, if not a
+            regular file.
+        @param size: its size as listed.
+        """
+        if irregular is None:
+            fd = self.descriptors[index]
+            if fd is None:
+                return None
+            return readMessageFile(name, size, fd, self._shownDirectories[index])
+        if irregular.reason is not None:
+            return UnreadableMessage(irregular.reason)
+        try:
+            fd = self.tree.open(irregular.target)
+        except FileNotFoundError:
+            return None
+        except (LeavesTree, OSError) as e:
+            shown = os.path.join(self.shownDirectory(index), carriedName(name))
+            return UnreadableMessage(linkProblem(shown, e))
+        return readOpenFile(fd, self.shownDirectory(index), name, size)

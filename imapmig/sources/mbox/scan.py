@@ -1,0 +1,234 @@
+# -*- test-case-name: tests.test_sources_mbox -*-
+"""
+The listing of one mbox file: its messages (key, flags, date, size) and
+an index of where each lies, for reading them later (taken out of the mbox
+source's module, which grew too big to read).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import zlib
+from array import array
+from bisect import bisect_left
+
+from attrs import frozen
+
+from imapmig.errors import SourceError
+from imapmig.mail.message import SourceMessage
+from imapmig.sources.local import FILE_FLAGS, LeavesTree, OpenTree, linkProblem, notRegular
+from imapmig.sources.mbox.dates import parseFromLineDate
+from imapmig.sources.mbox.flags import FLAG_FIELDS, contentLength, fieldValues, flagsOf
+from imapmig.sources.mbox.quoting import MboxQuoting
+from imapmig.sources.mbox.window import FROM_LINE_LIMIT, HEADER_LIMIT, SEPARATOR, Window
+
+__all__ = ["MboxFile", "MessageIndex", "openFile", "scanFile"]
+
+class MessageIndex:
+    """
+    Where each message of one mbox file lies, as the last listing found:
+    per message, in file order, the offset of its C{From} line (its key),
+    of its content (one past the end of the file for a C{From} line that
+    ends the file without a line end), the content's length in the file,
+    the number of escaped lines in it, and a CRC-32 of its C{From} line
+    (its first L{FROM_LINE_LIMIT} octets).  Compact arrays: a listing of
+    a large file costs 36 octets per message here.
+
+    @ivar file: the file.
+    """
+
+    __slots__ = ("file", "offsets", "starts", "lengths", "escapes", "fromLineChecks")
+
+    def __init__(self, file: MboxFile) -> None:
+        """
+        @param file: the file.
+        """
+        self.file = file
+        self.offsets: array[int] = array("q")
+        self.starts: array[int] = array("q")
+        self.lengths: array[int] = array("q")
+        self.escapes: array[int] = array("q")
+        self.fromLineChecks: array[int] = array("I")
+
+    def add(self, offset: int, start: int, length: int, escapes: int, fromLine: bytes) -> None:
+        """
+        Record the next message (offsets must increase).
+
+        @param fromLine: its C{From} line, cut at L{FROM_LINE_LIMIT}
+            octets, without its line end.
+        """
+        self.offsets.append(offset)
+        self.starts.append(start)
+        self.lengths.append(length)
+        self.escapes.append(escapes)
+        self.fromLineChecks.append(zlib.crc32(fromLine))
+
+    def find(self, offset: int) -> int:
+        """
+        The index of the message whose C{From} line is at C{offset}, or -1.
+        """
+        index = bisect_left(self.offsets, offset)
+        if index < len(self.offsets) and self.offsets[index] == offset:
+            return index
+        return -1
+
+
+def headerBounds(window: Window, lineEnd: int, crlf: bool) -> tuple[int, int | None]:
+    """
+    Where the header section of the message whose C{From} line ends at
+    C{lineEnd} ends: at its first empty line, or at the next separator if
+    that comes first (a message with no body), and at most
+    L{HEADER_LIMIT} octets on.
+
+    @param crlf: whether the C{From} line ended with CRLF (to look for an
+        empty CRLF line first).
+    @return: the end of the header section (after the line end of its last
+        field) and the offset of the body (L{None} without an empty line).
+    """
+    limit = min(window.size, lineEnd + 1 + HEADER_LIMIT)
+    first, second = (b"\n\r\n", b"\n\n") if crlf else (b"\n\n", b"\n\r\n")
+    blank, needle = window.find(first, lineEnd, limit), first
+    other = window.find(second, lineEnd, limit if blank < 0 else blank + len(second) - 1)
+    if other >= 0 and (blank < 0 or other < blank):
+        blank, needle = other, second
+    separator = window.find(SEPARATOR, lineEnd, limit if blank < 0 else blank)
+    if separator >= 0:
+        return separator + 1, None
+    if blank >= 0:
+        return blank + 1, blank + len(needle)
+    return limit, None
+
+
+@frozen
+class MboxFile:
+    """
+    Where the file of one folder is.
+
+    @ivar relative: its path relative to the source's directory, as the
+        system takes it; L{None} when the source is this one file.
+    @ivar shown: its path as shown to the admin.
+    @ivar problem: why it is not read (not a regular file, a symbolic link
+        leading out of the directory...), if so.
+    """
+
+    relative: str | None
+    shown: str
+    problem: str | None = None
+
+
+def openFile(root: str, file: MboxFile) -> int:
+    """
+    Open the mbox file of a folder (with C{O_NONBLOCK}: a FIFO must not
+    block), beneath the source's directory.
+
+    @param root: the source's path.
+    @raise LeavesTree: it is a symbolic link leading out of the directory.
+    @raise OSError: it cannot be opened.
+    """
+    if file.relative is None:
+        return os.open(root, FILE_FLAGS & ~os.O_NOFOLLOW)
+    with OpenTree(root) as tree:
+        return tree.open(file.relative)
+
+
+def scanFile(
+    root: str, file: MboxFile, quoting: MboxQuoting
+) -> tuple[list[SourceMessage], MessageIndex]:
+    """
+    List the messages of one mbox file.
+
+    @param root: the source's path.
+    @return: the messages, in file order, and where they lie.
+    @raise SourceError: the file cannot be opened or read, or is not an
+        mbox.
+    """
+    name = file.shown
+    if file.problem is not None:
+        raise SourceError(file.problem)
+    try:
+        fd = openFile(root, file)
+    except FileNotFoundError as e:
+        raise SourceError(f"no such mbox file: {name}") from e
+    except PermissionError as e:
+        raise SourceError(f"permission denied: {name}") from e
+    except (LeavesTree, OSError) as e:
+        if isinstance(e, LeavesTree) or e.errno == errno.ELOOP:
+            raise SourceError(linkProblem(name, e)) from e
+        raise SourceError(f"cannot open the mbox file {name}: {e.strerror or e}") from e
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise SourceError(f"not an mbox file: {notRegular(name, status.st_mode)}")
+        return scanMessages(Window(fd, status.st_size), file, quoting)
+    except OSError as e:
+        raise SourceError(f"cannot read the mbox file {name}: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
+
+
+def scanMessages(
+    window: Window, file: MboxFile, quoting: MboxQuoting
+) -> tuple[list[SourceMessage], MessageIndex]:
+    """
+    The scan of L{scanFile}, over the open file's view.
+
+    @raise OSError: the file cannot be read.
+    @raise SourceError: the file is not an mbox.
+    """
+    size = window.size
+    index = MessageIndex(file)
+    messages: list[SourceMessage] = []
+    if size == 0:
+        return messages, index
+    if window.slice(0, 5) != b"From ":
+        raise SourceError(
+            f"not an mbox file: {file.shown} does not start with a 'From ' line"
+        )
+    flagCache: dict[tuple[tuple[bytes, ...], ...], tuple[str, ...]] = {}
+    fromOffset = 0
+    while fromOffset < size:
+        lineEnd = window.find(b"\n", fromOffset, fromOffset + FROM_LINE_LIMIT)
+        if lineEnd < 0:
+            lineEnd = window.find(b"\n", fromOffset, size)
+        fromLine = window.slice(
+            fromOffset, min(size if lineEnd < 0 else lineEnd, fromOffset + FROM_LINE_LIMIT)
+        )
+        when = parseFromLineDate(fromLine)
+        if lineEnd < 0:
+            # A From line ending the file: an empty message.
+            index.add(fromOffset, size + 1, 0, 0, fromLine)
+            messages.append(SourceMessage(str(fromOffset), (), when, 0))
+            break
+        contentStart = lineEnd + 1
+        headerEnd, bodyStart = headerBounds(window, lineEnd, fromLine.endswith(b"\r"))
+        header = b"\n" + window.slice(contentStart, headerEnd)
+        lowered = header.lower()
+        flags: tuple[str, ...] = ()
+        # Every name in FLAG_FIELDS ends with one of these.
+        if b"status:" in lowered or b"keywords:" in lowered or b"-keys:" in lowered:
+            fields = tuple(tuple(fieldValues(header, lowered, f)) for f in FLAG_FIELDS)
+            cached = flagCache.get(fields)
+            if cached is None:
+                cached = flagCache[fields] = flagsOf(fields)
+            flags = cached
+        nextFrom = -1
+        escapes = 0
+        if bodyStart is not None:
+            length = contentLength(header, lowered)
+            if length is not None:
+                contentEnd = bodyStart + length
+                nextFrom = window.followingFrom(contentEnd)
+        if nextFrom < 0:
+            separator, escapes = window.nextSeparator(lineEnd, quoting)
+            if separator < 0:
+                contentEnd, nextFrom = window.trimmedEnd(contentStart, size), size
+            else:
+                contentEnd = window.trimmedEnd(contentStart, separator + 1)
+                nextFrom = separator + 1
+        length = contentEnd - contentStart
+        index.add(fromOffset, contentStart, length, escapes, fromLine)
+        messages.append(SourceMessage(str(fromOffset), flags, when, length - escapes))
+        fromOffset = nextFrom
+    return messages, index
