@@ -36,25 +36,44 @@ import os
 import re
 import stat
 from types import TracebackType
+from typing import Callable, Sequence, TypeVar
 
-from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+from attrs import frozen
+
+from imapmig.errors import SourceError
+from imapmig.mail.message import (
+    MessageBody,
+    SourceFolder,
+    StreamedBody,
+    UnreadableMessage,
+    toCRLF,
+)
 
 __all__ = [
     "FILE_FLAGS",
     "LARGE_MESSAGE",
     "READ_CHUNK",
+    "SPECIAL_USE",
+    "Irregular",
     "LeavesTree",
     "OpenTree",
     "carriedName",
     "fileKind",
+    "followEntry",
     "hasUndecodable",
+    "inboxFirst",
+    "localFolder",
     "linkProblem",
     "notRegular",
     "originalName",
     "readMessageFile",
     "readOpenFile",
     "shownPath",
+    "unreadableAll",
+    "walkTree",
 ]
+
+_State = TypeVar("_State")
 
 # Messages larger than this are not read into memory: they are sent from
 # the open file, converted a slice at a time (see StreamedBody).
@@ -316,6 +335,137 @@ def shownPath(directory: str | None, name: str) -> str:
     shown = carriedName(name)
     return shown if directory is None else os.path.join(directory, shown)
 
+
+
+@frozen
+class Irregular:
+    """
+    An entry below the root that is not a regular file (what
+    L{followEntry} finds).
+
+    @ivar reason: why it is not read; L{None} for a symbolic link to a
+        regular file inside the root, which is read.
+    @ivar target: that file, relative to the root.
+    @ivar status: that file's status.
+    @ivar toDirectory: whether it is a symbolic link to a directory inside
+        the root (whose entries a walk lists where they are).
+    """
+
+    reason: str | None
+    target: str = ""
+    status: os.stat_result | None = None
+    toDirectory: bool = False
+
+
+def followEntry(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[str]) -> Irregular:
+    """
+    What an entry that is not a regular file is: the reason it is not read
+    (a FIFO, a socket, a device; a symbolic link leading out of the root,
+    to nothing, into a loop, or to something else than a regular file), or
+    the regular file inside the root a symbolic link leads to.
+
+    @param relative: the entry, relative to the root.
+    @param shown: the entry, as shown to the admin.
+    @raise FileNotFoundError: it is gone.
+    """
+    try:
+        if not entry.is_symlink():
+            return Irregular(notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        return Irregular(f"cannot read {shown}: {e.strerror or e}")
+    try:
+        target = tree.resolve(relative)
+        status = os.stat(os.path.join(tree.realRoot, target))
+    except (LeavesTree, OSError) as e:
+        return Irregular(linkProblem(shown, e))
+    if not stat.S_ISREG(status.st_mode):
+        kind = fileKind(status.st_mode)
+        reason = f"not a regular file: symbolic link to a {kind}: {shown}"
+        return Irregular(reason, toDirectory=stat.S_ISDIR(status.st_mode))
+    return Irregular(None, target, status)
+
+
+def walkTree(
+    tree: OpenTree,
+    top: _State,
+    descend: Callable[[str, _State], _State],
+    visit: Callable[[os.DirEntry[str], str, _State], None],
+) -> None:
+    """
+    Visit every entry beneath the root, depth first, but those whose name
+    starts with C{.}; directories (not symbolic links to them) are
+    descended into rather than visited.
+
+    @param top: what the root's entries are visited with.
+    @param descend: given a directory's name and what its own entries were
+        visited with, what its entries are visited with.
+    @param visit: given an entry, its path relative to the root and what
+        its directory's entries are visited with.
+    @raise SourceError: a directory cannot be listed.
+    """
+    pending = [("", top)]
+    while pending:
+        relative, state = pending.pop()
+        directory = tree.path(relative)
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    entryRelative = os.path.join(relative, entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entryRelative, descend(entry.name, state)))
+                    else:
+                        visit(entry, entryRelative, state)
+        except OSError as e:
+            raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
+
+
+# Well-known top-level folder names and their RFC 6154 attributes, matched
+# case-insensitively.
+SPECIAL_USE = {
+    "sent": "\\Sent",
+    "sent messages": "\\Sent",
+    "sent items": "\\Sent",
+    "drafts": "\\Drafts",
+    "trash": "\\Trash",
+    "deleted messages": "\\Trash",
+    "deleted items": "\\Trash",
+    "junk": "\\Junk",
+    "spam": "\\Junk",
+    "archive": "\\Archive",
+}
+
+
+def localFolder(path: tuple[str, ...], key: str) -> SourceFolder:
+    """
+    A folder of a local source: a top-level folder with a well-known name
+    (C{Sent}, C{Sent Items}, C{Drafts}, C{Trash}, C{Junk}, C{Archive},
+    ...) carries its RFC 6154 attribute, for information.
+    """
+    specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
+    return SourceFolder(path=path, key=key, specialUse=specialUse)
+
+
+def unreadableAll(reason: str, messages: Sequence[object]) -> list[MessageBody]:
+    """
+    One L{UnreadableMessage} per message of C{messages}, all for C{reason}
+    (a batch that cannot be read at all).
+    """
+    return [UnreadableMessage(reason) for _ in messages]
+
+
+def inboxFirst(folders: list[SourceFolder]) -> list[SourceFolder]:
+    """
+    Sort C{folders}, in place: C{INBOX} first, then the others by path,
+    parents before children.
+
+    @return: C{folders}.
+    """
+    folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
+    return folders
 
 def readMessageFile(
     name: str, listedSize: int = 0, dirFd: int | None = None, directory: str | None = None

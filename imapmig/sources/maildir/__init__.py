@@ -14,50 +14,29 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.logger import Logger
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage, listedMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import (
-    LARGE_MESSAGE,
-    carriedName,
-    hasUndecodable,
-    originalName,
-    readListedFile,
-    readMessageFile,
-)
-from imapmig.sources.maildir.folders import decodeComponent, isFolderDirectory, isMaildirFolder
-from imapmig.sources.maildir.names import LATEST_DIGITS, flagsOf, leadingTimestamp, readKeywords, sizeField
-from imapmig.sources.maildir.opened import Irregular, OpenFolder
-from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
+from imapmig.sources.local import carriedName, originalName, unreadableAll
+from imapmig.sources.maildir.folders import findFolders
+from imapmig.sources.maildir.names import FolderFlags, leadingTimestamp, readKeywords, sizeField
+from imapmig.sources.maildir.opened import OpenFolder
+from imapmig.sources.maildir.scan import FolderFiles, Located, Scanned, scanFolder
 
-__all__ = ["MaildirSource", "SPECIAL_USE"]
-
-log = Logger()
-
-
-# Well-known top-level folder names and their RFC 6154 attributes, matched
-# case-insensitively (the mbox source uses them too).
-SPECIAL_USE = {
-    "sent": "\\Sent",
-    "sent messages": "\\Sent",
-    "sent items": "\\Sent",
-    "drafts": "\\Drafts",
-    "trash": "\\Trash",
-    "deleted messages": "\\Trash",
-    "deleted items": "\\Trash",
-    "junk": "\\Junk",
-    "spam": "\\Junk",
-    "archive": "\\Archive",
-}
+__all__ = ["MaildirSource"]
 
 # Where listMessages sorts a message with no date: before any date.
 _UNDATED = float("-inf")
+
+# What listMessages sorts: (date or _UNDATED, key, flags, size, date), the
+# size and date L{None} when unknown.
+_Row = tuple[float, str, tuple[str, ...], int | None, float | None]
 
 
 @implementer(IMessageSource)
@@ -126,45 +105,10 @@ class MaildirSource:
         @return: a Deferred that fails with L{SourceError} when the path does
             not exist, cannot be read or holds no Maildir folder at all.
         """
-        root = self.path
         try:
-            with os.scandir(root) as entries:
-                names = sorted(e.name for e in entries if isFolderDirectory(e))
-        except FileNotFoundError:
-            return fail(SourceError(f"no such Maildir: {carriedName(root)}"))
-        except NotADirectoryError:
-            return fail(SourceError(f"not a Maildir: {carriedName(root)} is not a directory"))
-        except OSError as e:
-            why = e.strerror or e
-            return fail(SourceError(f"cannot read the Maildir {carriedName(root)}: {why}"))
-        folders: list[SourceFolder] = []
-        directories: dict[str, str] = {}
-        if isMaildirFolder(root) is not False:
-            folders.append(SourceFolder(path=("INBOX",), key=""))
-            directories[""] = ""
-        for name in names:
-            if isMaildirFolder(os.path.join(root, name)) is False:
-                continue
-            path = tuple(decodeComponent(level) for level in name[1:].split("."))
-            specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
-            key = carriedName(name)
-            if hasUndecodable(name):
-                log.warn(
-                    "Source folder name is not valid UTF-8: carried as {folder} ({directory})",
-                    folder=key,
-                    directory=carriedName(os.path.join(root, name)),
-                )
-            folders.append(SourceFolder(path=path, key=key, specialUse=specialUse))
-            directories[key] = name
-        if not folders:
-            return fail(
-                SourceError(
-                    f"not a Maildir: {carriedName(root)} has no cur/ or new/"
-                    " and no Maildir++ folder"
-                )
-            )
-        folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
-        self._folderDirectories = directories
+            folders, self._folderDirectories = findFolders(self.path)
+        except SourceError as e:
+            return fail(e)
         return succeed(folders)
 
     def _relativeOf(self, folder: SourceFolder) -> str:
@@ -194,19 +138,7 @@ class MaildirSource:
         """
         opened = OpenFolder(self.path, self._relativeOf(folder))
         try:
-            if not opened.found:
-                directory = os.path.join(self.path, opened.relative)
-                if os.path.islink(directory) and not os.path.exists(directory):
-                    raise SourceError(
-                        f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
-                    )
-                raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
-            try:
-                scanned = scanFolder(opened)
-            except OSError as e:
-                raise SourceError(
-                    f"cannot list the Maildir folder {opened.shown}: {e.strerror or e}"
-                ) from e
+            scanned = _scan(opened, self.path)
         except BaseException:
             opened.close()
             raise
@@ -224,56 +156,14 @@ class MaildirSource:
             opened, scanned = self._open(folder)
         except SourceError as e:
             return fail(e)
-        flagsByLetters: dict[str, tuple[str, ...]] = {}
-        rows: list[tuple[float, str, tuple[str, ...], int | None, float | None]] = []
         with opened:
-            keywords = readKeywords(opened.tree, opened.relative)
-            for key, unique, index, name, letters, irregular in scanned:
-                if not letters:
-                    flags: tuple[str, ...] = ()
-                else:
-                    cached = flagsByLetters.get(letters)
-                    if cached is None:
-                        cached = flagsByLetters[letters] = flagsOf(letters, keywords)
-                    flags = cached
-                # leadingTimestamp's common case inline: at most 11 digits
-                # (before the year 5138), all within its range.
-                dot = unique.find(".")
-                head = unique if dot < 0 else unique[:dot]
-                when: float | None
-                if 0 < len(head) < LATEST_DIGITS and head.isascii() and head.isdigit():
-                    when = int(head)
-                else:
-                    when = leadingTimestamp(unique)
-                size = sizeField(unique) if ",S=" in unique else None
-                if when is None or size is None:
-                    # Renamed or deleted since the scan: readBodies looks
-                    # for it again; meanwhile let the server date it.
-                    if irregular is None:
-                        status = opened.stat(index, name)
-                    else:
-                        status = irregular.status
-                    if status is not None:
-                        if when is None:
-                            when = status.st_mtime
-                        if size is None:
-                            size = status.st_size
-                # Sorted as tuples (keys are unique, so the flags are never
-                # compared): undated first (as if dated minus infinity); a
-                # file dated before 1970 (a negative mtime) keeps its date.
-                rows.append((_UNDATED if when is None else when, key, flags, size, when))
+            flags = FolderFlags(readKeywords(opened.tree, opened.relative))
+            rows = [_row(opened, flags, each) for each in scanned]
+        # Sorted as tuples (keys are unique, so the flags are never
+        # compared): undated first (as if dated minus infinity); a file
+        # dated before 1970 (a negative mtime) keeps its date.
         rows.sort()
-        fromTimestamp = datetime.fromtimestamp
-        messages = [
-            listedMessage(
-                key,
-                flags,
-                None if when is None else fromTimestamp(when, timezone.utc),
-                0 if size is None else size,
-            )
-            for _, key, flags, size, when in rows
-        ]
-        return succeed(messages)
+        return succeed(_listed(rows))
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
@@ -290,68 +180,13 @@ class MaildirSource:
         if not messages:
             return succeed([])
         files = self._messageFiles.get(folder.key)
-        rescanned = False
-        if files is None:
-            files, rescanned = self._rescan(folder), True
+        rescan = partial(self._rescan, folder)
         try:
-            opened = OpenFolder(self.path, files.relative)
+            batch = _Batch(self.path, files or rescan(), rescan, rescanned=files is None)
         except SourceError as e:
-            return succeed([UnreadableMessage(str(e)) for _ in messages])
-        bodies: list[MessageBody] = []
-        try:
-            for message in messages:
-                body: MessageBody | None
-                located = seen = files.locate(message.key)
-                if located is None:
-                    body = None
-                else:
-                    index, name, irregular = located
-                    fd = opened.descriptors[index]
-                    if irregular is None and fd is not None:
-                        body = None
-                        size = message.size
-                        if 0 < size <= LARGE_MESSAGE:
-                            # The common case: one open, read, close.
-                            body = readListedFile(name, size, fd)
-                        if body is None:
-                            shown = opened.shownDirectory(index)
-                            body = readMessageFile(name, size, fd, shown)
-                    else:
-                        body = opened.read(index, name, irregular, message.size)
-                if body is None and not rescanned:
-                    files, rescanned = self._rescan(folder), True
-                    opened.close()
-                    opened = OpenFolder(self.path, files.relative)
-                    located = files.locate(message.key)
-                    if located is not None:
-                        seen = located
-                        body = opened.read(*located, message.size)
-                if body is None:
-                    body = UnreadableMessage(
-                        f"file vanished: {self._whereWas(opened, message, seen)}"
-                    )
-                bodies.append(body)
-        except SourceError as e:
-            # The folder became unreadable while being read again.
-            bodies.extend(UnreadableMessage(str(e)) for _ in messages[len(bodies) :])
-        finally:
-            opened.close()
-        return succeed(bodies)
-
-    def _whereWas(
-        self,
-        opened: OpenFolder,
-        message: SourceMessage,
-        located: tuple[int, str, Irregular | None] | None,
-    ) -> str:
-        """
-        Name the file of C{message} for the admin: its last known path, or
-        its key and folder when it was never seen.
-        """
-        if located is not None:
-            index, name, _ = located
-            return os.path.join(opened.shownDirectory(index), carriedName(name))
-        return f"{message.key} in {opened.shown}"
+            return succeed(unreadableAll(str(e), messages))
+        with batch:
+            return succeed(batch.read(messages))
 
     def _rescan(self, folder: SourceFolder) -> FolderFiles:
         """
@@ -368,3 +203,146 @@ class MaildirSource:
             return FolderFiles(relative, [])
         opened.close()
         return self._messageFiles[folder.key]
+
+
+def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
+    """
+    Scan an open folder (L{scanFolder}).
+
+    @param root: the Maildir.
+    @raise SourceError: it is gone or cannot be listed.
+    """
+    if not opened.found:
+        directory = os.path.join(root, opened.relative)
+        if os.path.islink(directory) and not os.path.exists(directory):
+            raise SourceError(
+                f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
+            )
+        raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
+    try:
+        return scanFolder(opened)
+    except OSError as e:
+        raise SourceError(
+            f"cannot list the Maildir folder {opened.shown}: {e.strerror or e}"
+        ) from e
+
+
+def _row(opened: OpenFolder, flags: FolderFlags, scanned: Scanned) -> _Row:
+    """
+    What C{listMessages} sorts of one file: the date and size its name
+    gives, else its status gives.
+    """
+    key, unique, index, name, letters, irregular = scanned
+    when: float | None = leadingTimestamp(unique)
+    size = sizeField(unique)
+    if when is None or size is None:
+        # Renamed or deleted since the scan: readBodies looks for it
+        # again; meanwhile let the server date it.
+        status = opened.stat(index, name) if irregular is None else irregular.status
+        if status is not None:
+            when = status.st_mtime if when is None else when
+            size = status.st_size if size is None else size
+    return (_UNDATED if when is None else when, key, flags[letters], size, when)
+
+
+def _listed(rows: list[_Row]) -> list[SourceMessage]:
+    """
+    The messages of the rows of L{_row}.
+    """
+    fromTimestamp = datetime.fromtimestamp
+    return [
+        listedMessage(
+            key,
+            flags,
+            None if when is None else fromTimestamp(when, timezone.utc),
+            0 if size is None else size,
+        )
+        for _, key, flags, size, when in rows
+    ]
+
+
+class _Batch:
+    """
+    One batch of L{MaildirSource.readBodies}: the folder, open, and where
+    its files are, looked for again (the folder scanned once more) at most
+    once.  A context manager: the folder is closed on leaving.
+
+    @ivar rescanned: whether the folder was scanned again for this batch.
+    """
+
+    def __init__(
+        self, root: str, files: FolderFiles, rescan: Callable[[], FolderFiles], rescanned: bool
+    ) -> None:
+        """
+        @param root: the Maildir.
+        @param files: where the folder's files are, as last scanned.
+        @param rescan: scan the folder again.
+        @param rescanned: whether C{files} were scanned for this batch.
+        @raise SourceError: the folder cannot be opened.
+        """
+        self._root = root
+        self._files = files
+        self._rescan = rescan
+        self.rescanned = rescanned
+        self._opened = OpenFolder(root, files.relative)
+
+    def __enter__(self) -> _Batch:
+        return self
+
+    def __exit__(self, *excInfo: object) -> None:
+        self._opened.close()
+
+    def read(self, messages: Sequence[SourceMessage]) -> list[MessageBody]:
+        """
+        The bodies of C{messages}, in order.
+        """
+        bodies: list[MessageBody] = []
+        try:
+            for message in messages:
+                bodies.append(self._body(message))
+        except SourceError as e:
+            # The folder became unreadable while being read again.
+            bodies += unreadableAll(str(e), messages[len(bodies) :])
+        return bodies
+
+    def _body(self, message: SourceMessage) -> MessageBody:
+        """
+        The body of one message.
+
+        @raise SourceError: the folder was scanned again and cannot be
+            opened any more.
+        """
+        located = self._files.locate(message.key)
+        body = None if located is None else self._opened.read(*located, message.size)
+        if body is None and not self.rescanned:
+            located, body = self._again(message, located)
+        if body is None:
+            return UnreadableMessage(f"file vanished: {self._whereWas(message, located)}")
+        return body
+
+    def _again(self, message: SourceMessage, seen: Located | None) -> tuple[Located | None, MessageBody | None]:
+        """
+        Scan the folder again and read the file of C{message} where it is
+        now.
+
+        @param seen: where the file was.
+        @return: where it was last seen, and its body (L{None} if it is
+            gone).
+        """
+        self._files, self.rescanned = self._rescan(), True
+        self._opened.close()
+        self._opened = OpenFolder(self._root, self._files.relative)
+        located = self._files.locate(message.key)
+        if located is None:
+            return seen, None
+        return located, self._opened.read(*located, message.size)
+
+    def _whereWas(self, message: SourceMessage, located: Located | None) -> str:
+        """
+        Name the file of C{message} for the admin: its last known path, or
+        its key and folder when it was never seen.
+        """
+        if located is not None:
+            index, name, _ = located
+            return os.path.join(self._opened.shownDirectory(index), carriedName(name))
+        return f"{message.key} in {self._opened.shown}"

@@ -10,11 +10,79 @@ import os
 import stat
 
 import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
+from twisted.logger import Logger
 
-from imapmig.sources.local import carriedName
+from imapmig.errors import SourceError
+from imapmig.mail.message import SourceFolder
+from imapmig.sources.local import carriedName, hasUndecodable, inboxFirst, localFolder
 from imapmig.sources.maildir.opened import SUBDIRS
 
-__all__ = ["decodeComponent", "isFolderDirectory", "isMaildirFolder"]
+__all__ = ["findFolders", "isMaildirFolder"]
+
+log = Logger()
+
+
+def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, str]]:
+    """
+    Every folder of a Maildir: C{INBOX} first, then the others sorted,
+    parents before children (see L{imapmig.sources.maildir.MaildirSource}).
+
+    @param root: the Maildir.
+    @return: the folders, and each one's directory (relative to the
+        Maildir) by key.
+    @raise SourceError: the path does not exist, cannot be read or holds
+        no Maildir folder at all.
+    """
+    folders: list[SourceFolder] = []
+    directories: dict[str, str] = {}
+    if isMaildirFolder(root) is not False:
+        folders.append(SourceFolder(path=("INBOX",), key=""))
+        directories[""] = ""
+    for name in _folderDirectories(root):
+        if isMaildirFolder(os.path.join(root, name)) is not False:
+            folder = _subfolder(root, name)
+            folders.append(folder)
+            directories[folder.key] = name
+    if not folders:
+        raise SourceError(
+            f"not a Maildir: {carriedName(root)} has no cur/ or new/ and no Maildir++ folder"
+        )
+    return inboxFirst(folders), directories
+
+
+def _folderDirectories(root: str) -> list[str]:
+    """
+    The names of the entries of the Maildir that may be Maildir++ folders,
+    sorted.
+
+    @raise SourceError: the Maildir does not exist or cannot be read.
+    """
+    try:
+        with os.scandir(root) as entries:
+            return sorted(e.name for e in entries if isFolderDirectory(e))
+    except FileNotFoundError:
+        raise SourceError(f"no such Maildir: {carriedName(root)}") from None
+    except NotADirectoryError:
+        raise SourceError(f"not a Maildir: {carriedName(root)} is not a directory") from None
+    except OSError as e:
+        raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}") from None
+
+
+def _subfolder(root: str, name: str) -> SourceFolder:
+    """
+    The folder of the Maildir++ directory C{name}: each level of its name
+    decoded, keyed by the directory's name (carried, with a warning, when
+    it is not UTF-8).
+    """
+    path = tuple(decodeComponent(level) for level in name[1:].split("."))
+    key = carriedName(name)
+    if hasUndecodable(name):
+        log.warn(
+            "Source folder name is not valid UTF-8: carried as {folder} ({directory})",
+            folder=key,
+            directory=carriedName(os.path.join(root, name)),
+        )
+    return localFolder(path, key)
 
 def isMaildirFolder(directory: str) -> bool | None:
     """

@@ -15,7 +15,7 @@ import stat
 from imapmig.mail.message import maildirFlags
 from imapmig.sources.local import LeavesTree, OpenTree
 
-__all__ = ["LATEST_DIGITS", "flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitName"]
+__all__ = ["FolderFlags", "flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitName"]
 
 # The Maildir specification starts a unique name with the delivery time in
 # seconds since the start of 1970 (UTC): any such integer is honoured, from
@@ -23,7 +23,7 @@ __all__ = ["LATEST_DIGITS", "flagsOf", "leadingTimestamp", "readKeywords", "size
 # INTERNALDATE's four-digit year can carry (9999-12-31 23:59:59).  A larger
 # integer (a counter, milliseconds) holds no usable time.
 _LATEST = 253402300800
-LATEST_DIGITS = len(str(_LATEST))
+_LATEST_DIGITS = len(str(_LATEST))
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
 
@@ -76,29 +76,55 @@ def readKeywords(tree: OpenTree, folder: str) -> dict[str, str]:
         not written by Dovecot) or it is not a regular file inside the
         Maildir, and malformed lines are skipped.
     """
-    try:
-        fd = tree.open(os.path.join(folder, KEYWORDS_FILE))
-    except (OSError, LeavesTree):
-        return {}
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {}
-        content = os.read(fd, 64 * 1024)
-    except OSError:
-        return {}
-    finally:
-        os.close(fd)
     result: dict[str, str] = {}
-    for line in content.splitlines():
+    for line in _keywordsFile(tree, folder).splitlines():
         index, _, name = line.strip().partition(b" ")
         if not index.isdigit() or not name or int(index) >= 26:
             continue
         try:
-            keyword = name.strip().decode("utf-8")
+            result[chr(ord("a") + int(index))] = name.strip().decode("utf-8")
         except UnicodeDecodeError:
             continue
-        result[chr(ord("a") + int(index))] = keyword
     return result
+
+
+def _keywordsFile(tree: OpenTree, folder: str) -> bytes:
+    """
+    The content of a folder's C{dovecot-keywords} file; empty when there is
+    none or it is not a regular file inside the Maildir.
+    """
+    try:
+        fd = tree.open(os.path.join(folder, KEYWORDS_FILE))
+    except (OSError, LeavesTree):
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, 64 * 1024)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+class FolderFlags(dict[str | None, tuple[str, ...]]):
+    """
+    The IMAP flags of the info letters of one folder's file names (see
+    L{flagsOf}), by letters (L{None} for a name without info), each worked
+    out once: a folder holds few distinct combinations.
+    """
+
+    def __init__(self, keywords: dict[str, str]) -> None:
+        """
+        @param keywords: the folder's C{dovecot-keywords}: letter to
+            keyword.
+        """
+        super().__init__()
+        self._keywords = keywords
+
+    def __missing__(self, letters: str | None) -> tuple[str, ...]:
+        flags = self[letters] = flagsOf(letters, self._keywords) if letters else ()
+        return flags
 
 
 def leadingTimestamp(unique: str) -> int | None:
@@ -112,9 +138,20 @@ def leadingTimestamp(unique: str) -> int | None:
     """
     dot = unique.find(".")
     head = unique if dot < 0 else unique[:dot]
+    # The common case: at most 11 digits (before the year 5138), all
+    # within range.
+    if 0 < len(head) < _LATEST_DIGITS and head.isascii() and head.isdigit():
+        return int(head)
+    return _longTimestamp(head)
+
+
+def _longTimestamp(head: str) -> int | None:
+    """
+    L{leadingTimestamp} of a head of 12 digits or more (or none).
+    """
     # By value, not length: leading zeros are allowed (as verify's own
     # reading, imapmig.commands.expected, allows them).
-    if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= LATEST_DIGITS:
+    if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= _LATEST_DIGITS:
         when = int(head)
         if when < _LATEST:
             return when

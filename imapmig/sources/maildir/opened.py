@@ -9,43 +9,26 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
-
-from attrs import frozen
 
 from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, UnreadableMessage
 from imapmig.sources.local import (
+    LARGE_MESSAGE,
+    Irregular,
     LeavesTree,
     OpenTree,
     carriedName,
-    fileKind,
+    followEntry,
     linkProblem,
-    notRegular,
+    readListedFile,
     readMessageFile,
     readOpenFile,
 )
 
-__all__ = ["SUBDIRS", "Irregular", "OpenFolder"]
+__all__ = ["SUBDIRS", "OpenFolder"]
 
 # Scanned in this order: for duplicate unique names, cur/ wins the plain key.
 SUBDIRS = ("cur", "new")
-
-
-@frozen
-class Irregular:
-    """
-    An entry of C{cur/} or C{new/} that is not a regular file.
-
-    @ivar reason: why it is not read; L{None} for a symbolic link to a
-        regular file inside the Maildir, which is read.
-    @ivar target: that file, relative to the Maildir.
-    @ivar status: that file's status.
-    """
-
-    reason: str | None
-    target: str = ""
-    status: os.stat_result | None = None
 
 
 class OpenFolder:
@@ -147,34 +130,19 @@ class OpenFolder:
 
     def classify(self, index: int, entry: os.DirEntry[str]) -> Irregular | None:
         """
-        What to do with an entry of subdirectory C{index} that is not a
-        regular file.
+        What an entry of subdirectory C{index} that is not a regular file
+        is (see L{followEntry}).
 
         @return: L{None} if it is gone.
         """
         shown = os.path.join(self.shownDirectory(index), carriedName(entry.name))
-        try:
-            if not entry.is_symlink():
-                return Irregular(notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            return Irregular(f"cannot read {shown}: {e.strerror or e}")
         relative = os.path.join(self.relative, SUBDIRS[index], entry.name)
         try:
-            target = self.tree.resolve(relative)
-            status = os.stat(os.path.join(self.tree.realRoot, target))
-        except (LeavesTree, OSError) as e:
-            return Irregular(linkProblem(shown, e))
-        if not stat.S_ISREG(status.st_mode):
-            return Irregular(
-                f"not a regular file: symbolic link to a {fileKind(status.st_mode)}: {shown}"
-            )
-        return Irregular(None, target, status)
+            return followEntry(self.tree, relative, shown, entry)
+        except FileNotFoundError:
+            return None
 
-    def read(
-        self, index: int, name: str, irregular: Irregular | None, size: int
-    ) -> MessageBody | None:
+    def read(self, index: int, name: str, irregular: Irregular | None, size: int) -> MessageBody | None:
         """
         Read the file C{name} of subdirectory C{index}, as L{readMessageFile}
         does (L{None} when it is gone).
@@ -183,11 +151,25 @@ class OpenFolder:
             regular file.
         @param size: its size as listed.
         """
-        if irregular is None:
-            fd = self.descriptors[index]
-            if fd is None:
-                return None
-            return readMessageFile(name, size, fd, self._shownDirectories[index])
+        if irregular is not None:
+            return self._readIrregular(index, name, irregular, size)
+        fd = self.descriptors[index]
+        if fd is None:
+            return None
+        if 0 < size <= LARGE_MESSAGE:
+            # The common case: one open, read, close.
+            body = readListedFile(name, size, fd)
+            if body is not None:
+                return body
+        return readMessageFile(name, size, fd, self._shownDirectories[index])
+
+    def _readIrregular(
+        self, index: int, name: str, irregular: Irregular, size: int
+    ) -> MessageBody | None:
+        """
+        L{read} an entry that is not a regular file: the file a symbolic
+        link leads to, or the reason it is not read.
+        """
         if irregular.reason is not None:
             return UnreadableMessage(irregular.reason)
         try:

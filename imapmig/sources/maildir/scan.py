@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 
-from imapmig.sources.local import carriedName
+from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
-from imapmig.sources.maildir.opened import SUBDIRS, Irregular, OpenFolder
+from imapmig.sources.maildir.opened import SUBDIRS, OpenFolder
 
-__all__ = ["FolderFiles", "Scanned", "scanFolder"]
+__all__ = ["FolderFiles", "Located", "Scanned", "scanFolder"]
 
 # (key, unique part, index into SUBDIRS, file name, flag letters or None,
 # what it is if not a regular file)
 Scanned = tuple[str, str, int, str, str | None, Irregular | None]
+
+# Where a listed file is: (index into SUBDIRS, file name, what it is if not
+# a regular file)
+Located = tuple[int, str, Irregular | None]
 
 
 def scanFolder(folder: OpenFolder) -> list[Scanned]:
@@ -46,30 +50,66 @@ def scanFolder(folder: OpenFolder) -> list[Scanned]:
     first: dict[str, Scanned] = {}
     duplicates: dict[str, list[Scanned]] = {}
     for index, fd in enumerate(folder.descriptors):
-        if fd is None:
-            continue
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                irregular = None
-                if not entry.is_file(follow_symlinks=False):
-                    irregular = folder.classify(index, entry)
-                    if irregular is None:
-                        continue
-                unique, letters = splitName(name)
-                if not unique.isascii() or "%" in unique:
-                    unique = carriedName(unique)
-                scanned = (unique, unique, index, name, letters, irregular)
-                if unique in first:
-                    duplicates.setdefault(unique, [first[unique]]).append(scanned)
-                else:
-                    first[unique] = scanned
+        if fd is not None:
+            _scanSubdirectory(folder, index, fd, first, duplicates)
     result = list(first.values())
     if not duplicates:
         return result
-    result = [s for s in result if s[0] not in duplicates]
+    return [s for s in result if s[0] not in duplicates] + _keyedApart(duplicates)
+
+
+def _scanSubdirectory(
+    folder: OpenFolder,
+    index: int,
+    fd: int,
+    first: dict[str, Scanned],
+    duplicates: dict[str, list[Scanned]],
+) -> None:
+    """
+    Scan C{cur/} or C{new/} into C{first} (per unique part, its first
+    file) and C{duplicates} (per unique part found more than once, all its
+    files).
+
+    @param index: the subdirectory's index into L{SUBDIRS}.
+    @param fd: the subdirectory, open.
+    """
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            scanned = _scanned(folder, index, entry)
+            if scanned is None:
+                continue
+            unique = scanned[0]
+            if unique in first:
+                duplicates.setdefault(unique, [first[unique]]).append(scanned)
+            else:
+                first[unique] = scanned
+
+
+def _scanned(folder: OpenFolder, index: int, entry: os.DirEntry[str]) -> Scanned | None:
+    """
+    One entry of subdirectory C{index}, keyed by its unique part; L{None}
+    for a dotfile or an entry gone since the directory was read.
+    """
+    name = entry.name
+    if name.startswith("."):
+        return None
+    irregular = None
+    if not entry.is_file(follow_symlinks=False):
+        irregular = folder.classify(index, entry)
+        if irregular is None:
+            return None
+    unique, letters = splitName(name)
+    if not unique.isascii() or "%" in unique:
+        unique = carriedName(unique)
+    return (unique, unique, index, name, letters, irregular)
+
+
+def _keyedApart(duplicates: dict[str, list[Scanned]]) -> list[Scanned]:
+    """
+    The files sharing a unique part, with distinct deterministic keys (see
+    L{scanFolder}).
+    """
+    result = []
     for unique, group in duplicates.items():
         group.sort(key=lambda s: (s[2], s[3]))
         taken = {unique}
@@ -103,7 +143,7 @@ class FolderFiles:
             if irregular is not None:
                 self._irregular[key] = irregular
 
-    def locate(self, key: str) -> tuple[int, str, Irregular | None] | None:
+    def locate(self, key: str) -> Located | None:
         """
         The subdirectory and name of the file of C{key}, and what it is if
         not a regular file; L{None} if it was not listed.

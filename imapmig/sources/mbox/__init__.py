@@ -151,7 +151,7 @@ from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import LeavesTree, OpenTree, carriedName, hasUndecodable, notRegular
-from imapmig.sources.maildir import SPECIAL_USE
+from imapmig.sources.local import SPECIAL_USE
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.folders import walk
 from imapmig.sources.mbox.quoting import MboxQuoting
