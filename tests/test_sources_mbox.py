@@ -1090,7 +1090,7 @@ class ReadBodiesTests(MboxTestCase):
             (OSError(errno.EIO, "Input/output error"), "cannot read /m: Input/output error"),
         ]
         for error, reason in cases:
-            self.assertEqual(module.openFailure("/m", error), reason)
+            self.assertEqual(local.openProblem("/m", error), reason)
 
     def test_noDescriptorLeak(self) -> None:
         """

@@ -36,7 +36,7 @@ import os
 import re
 import stat
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from attrs import frozen
 
@@ -56,6 +56,7 @@ __all__ = [
     "SPECIAL_USE",
     "Irregular",
     "LeavesTree",
+    "Memo",
     "OpenTree",
     "carriedName",
     "fileKind",
@@ -65,6 +66,7 @@ __all__ = [
     "localFolder",
     "linkProblem",
     "notRegular",
+    "openProblem",
     "originalName",
     "readMessageFile",
     "readOpenFile",
@@ -74,6 +76,8 @@ __all__ = [
 ]
 
 _State = TypeVar("_State")
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
 
 # Messages larger than this are not read into memory: they are sent from
 # the open file, converted a slice at a time (see StreamedBody).
@@ -320,6 +324,30 @@ def linkProblem(path: str, error: Exception) -> str:
     return f"cannot follow the symbolic link {path}: {error}"
 
 
+def openProblem(
+    shown: str,
+    error: LeavesTree | OSError,
+    missing: str = "file vanished",
+    other: str = "cannot read",
+) -> str:
+    """
+    Why a file could not be opened, for the admin.
+
+    @param shown: the file, as shown to the admin.
+    @param error: what opening it raised.
+    @param missing: what is said of a file that does not exist.
+    @param other: what is said of a file that cannot be opened for another
+        reason than a symbolic link, a missing file or a permission.
+    """
+    if isinstance(error, LeavesTree) or error.errno == errno.ELOOP:
+        return linkProblem(shown, error)
+    if isinstance(error, FileNotFoundError):
+        return f"{missing}: {shown}"
+    if isinstance(error, PermissionError):
+        return f"permission denied: {shown}"
+    return f"{other} {shown}: {error.strerror or error}"
+
+
 def notRegular(path: str, mode: int) -> str:
     """
     Why a file that is not a regular file is not read, for the admin.
@@ -421,6 +449,25 @@ def walkTree(
                         visit(entry, entryRelative, state)
         except OSError as e:
             raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
+
+
+class Memo(dict[_Key, _Value], Generic[_Key, _Value]):
+    """
+    The values of a function, each worked out the first time its argument
+    is looked up: for what many messages of a listing share (the flags of
+    a combination of Maildir letters, or of mbox header fields).
+    """
+
+    def __init__(self, compute: Callable[[_Key], _Value]) -> None:
+        """
+        @param compute: the function.
+        """
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, key: _Key) -> _Value:
+        value = self[key] = self._compute(key)
+        return value
 
 
 # Well-known top-level folder names and their RFC 6154 attributes, matched

@@ -23,9 +23,9 @@ from zope.interface import implementer
 from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage, listedMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import carriedName, originalName, unreadableAll
+from imapmig.sources.local import Memo, carriedName, originalName, unreadableAll
 from imapmig.sources.maildir.folders import findFolders
-from imapmig.sources.maildir.names import FolderFlags, leadingTimestamp, readKeywords, sizeField
+from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
 from imapmig.sources.maildir.opened import OpenFolder
 from imapmig.sources.maildir.scan import FolderFiles, Located, Scanned, scanFolder
 
@@ -37,6 +37,9 @@ _UNDATED = float("-inf")
 # What listMessages sorts: (date or _UNDATED, key, flags, size, date), the
 # size and date L{None} when unknown.
 _Row = tuple[float, str, tuple[str, ...], int | None, float | None]
+
+# The flags of one folder's info letters, worked out once per combination.
+_Flags = Memo[str | None, tuple[str, ...]]
 
 
 @implementer(IMessageSource)
@@ -157,7 +160,7 @@ class MaildirSource:
         except SourceError as e:
             return fail(e)
         with opened:
-            flags = FolderFlags(readKeywords(opened.tree, opened.relative))
+            flags = Memo(partial(flagsOf, keywords=readKeywords(opened.tree, opened.relative)))
             rows = [_row(opened, flags, each) for each in scanned]
         # Sorted as tuples (keys are unique, so the flags are never
         # compared): undated first (as if dated minus infinity); a file
@@ -227,7 +230,7 @@ def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
         ) from e
 
 
-def _row(opened: OpenFolder, flags: FolderFlags, scanned: Scanned) -> _Row:
+def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
     """
     What C{listMessages} sorts of one file: the date and size its name
     gives, else its status gives.

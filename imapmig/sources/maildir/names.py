@@ -15,7 +15,7 @@ import stat
 from imapmig.mail.message import maildirFlags
 from imapmig.sources.local import LeavesTree, OpenTree
 
-__all__ = ["FolderFlags", "flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitName"]
+__all__ = ["flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitName"]
 
 # The Maildir specification starts a unique name with the delivery time in
 # seconds since the start of 1970 (UTC): any such integer is honoured, from
@@ -48,14 +48,17 @@ def splitName(name: str) -> tuple[str, str | None]:
     return name[:i], None
 
 
-def flagsOf(letters: str, keywords: dict[str, str]) -> tuple[str, ...]:
+def flagsOf(letters: str | None, keywords: dict[str, str]) -> tuple[str, ...]:
     """
     The IMAP flags of Maildir info letters: the system flags (C{P},
     "passed", has no IMAP counterpart and is dropped), then the keywords of
     Dovecot's lowercase letters, in letter order.
 
+    @param letters: the letters (L{None} for a name without info).
     @param keywords: the folder's C{dovecot-keywords}: letter to keyword.
     """
+    if not letters:
+        return ()
     flags = maildirFlags(letters)
     named = [keywords[c] for c in sorted(set(letters)) if "a" <= c <= "z" and c in keywords]
     return flags + tuple(named) if named else flags
@@ -105,26 +108,6 @@ def _keywordsFile(tree: OpenTree, folder: str) -> bytes:
         return b""
     finally:
         os.close(fd)
-
-
-class FolderFlags(dict[str | None, tuple[str, ...]]):
-    """
-    The IMAP flags of the info letters of one folder's file names (see
-    L{flagsOf}), by letters (L{None} for a name without info), each worked
-    out once: a folder holds few distinct combinations.
-    """
-
-    def __init__(self, keywords: dict[str, str]) -> None:
-        """
-        @param keywords: the folder's C{dovecot-keywords}: letter to
-            keyword.
-        """
-        super().__init__()
-        self._keywords = keywords
-
-    def __missing__(self, letters: str | None) -> tuple[str, ...]:
-        flags = self[letters] = flagsOf(letters, self._keywords) if letters else ()
-        return flags
 
 
 def leadingTimestamp(unique: str) -> int | None:

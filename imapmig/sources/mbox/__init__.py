@@ -140,28 +140,22 @@ read on the calling thread, with blocking system calls.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.logger import Logger
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
-from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
+from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import LeavesTree, OpenTree, carriedName, hasUndecodable, notRegular
-from imapmig.sources.local import SPECIAL_USE
+from imapmig.sources.local import LeavesTree, carriedName, unreadableAll
 from imapmig.sources.mbox.dates import parseFromLineDate
-from imapmig.sources.mbox.folders import walk
+from imapmig.sources.mbox.folders import findFolders
 from imapmig.sources.mbox.quoting import MboxQuoting
-from imapmig.sources.mbox.reading import offsetOf, openFailure, readMessage
+from imapmig.sources.mbox.reading import readMessages
 from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile, scanFile
 
 __all__ = ["MboxSource", "MboxQuoting", "parseFromLineDate"]
-
-log = Logger()
-
 
 @implementer(IMessageSource)
 class MboxSource:
@@ -187,50 +181,8 @@ class MboxSource:
             raise ValueError(
                 f"unknown mbox quoting {quoting!r}: expected 'mboxrd' or 'mboxo'"
             ) from None
-        self._files: dict[str, MboxFile] | None = None
+        self._files: dict[str, MboxFile] = {}
         self._indexes: dict[str, MessageIndex] = {}
-
-    def _findFolders(self) -> list[SourceFolder]:
-        """
-        Every folder, sorted, remembering each one's file.
-
-        @raise SourceError: the path is missing or cannot be read, or is a
-            directory holding no mbox file.
-        """
-        root = self.path
-        shown = carriedName(root)
-        try:
-            mode = os.stat(root).st_mode
-        except FileNotFoundError as e:
-            raise SourceError(f"no such mbox file or directory: {shown}") from e
-        except OSError as e:
-            raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
-        if stat.S_ISREG(mode):
-            self._files = {"": MboxFile(None, shown)}
-            return [SourceFolder(path=("INBOX",), key="")]
-        if not stat.S_ISDIR(mode):
-            raise SourceError(f"not an mbox file or directory: {notRegular(shown, mode)}")
-        try:
-            tree = OpenTree(root)
-        except OSError as e:
-            raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
-        with tree:
-            found = walk(tree)
-        if not found:
-            raise SourceError(f"no mbox files in the directory {shown}")
-        folders = []
-        for path, key, file in found:
-            if file.relative is not None and hasUndecodable(file.relative):
-                log.warn(
-                    "Source folder name is not valid UTF-8: carried as {folder} ({file})",
-                    folder="/".join(path),
-                    file=file.shown,
-                )
-            specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
-            folders.append(SourceFolder(path=path, key=key, specialUse=specialUse))
-        folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
-        self._files = {key: file for _, key, file in found}
-        return folders
 
     def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
         """
@@ -242,11 +194,10 @@ class MboxSource:
             mbox file.
         """
         try:
-            folders = self._findFolders()
+            folders, self._files = findFolders(self.path)
         except SourceError as e:
             return fail(e)
-        result: Sequence[SourceFolder] = folders
-        return succeed(result)
+        return succeed(folders)
 
     def _fileOf(self, folder: SourceFolder) -> MboxFile:
         """
@@ -255,9 +206,8 @@ class MboxSource:
 
         @raise SourceError: no folder has that key.
         """
-        if self._files is None or folder.key not in self._files:
-            self._findFolders()
-        assert self._files is not None
+        if folder.key not in self._files:
+            _, self._files = findFolders(self.path)
         file = self._files.get(folder.key)
         if file is None:
             raise SourceError(f"no mbox folder {folder.key!r} in {carriedName(self.path)}")
@@ -323,42 +273,32 @@ class MboxSource:
         C{From} line, or the next one, is no longer where it was) is an
         L{UnreadableMessage} saying why.
         """
-        bodies: list[MessageBody] = []
         if not messages:
-            return succeed(bodies)
+            return succeed([])
+        located = self._locate(folder, messages)
+        if isinstance(located, str):
+            return succeed(unreadableAll(located, messages))
+        index, positions = located
+        return succeed(readMessages(self.path, index, messages, positions, self.quoting))
+
+    def _locate(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> tuple[MessageIndex, list[int]] | str:
+        """
+        Where C{messages} lie: the folder's index, listing the folder again
+        when there is none or some message is not in it.
+
+        @return: the index and each message's place in it (-1 where it is
+            not); or why the folder cannot be read, when it has no index.
+        """
         index = self._indexes.get(folder.key)
-        if index is None:
-            index, reason = self._rescan(folder)
-            if index is None:
-                bodies.extend(UnreadableMessage(reason) for _ in messages)
-                return succeed(bodies)
-            positions = [index.find(offsetOf(m.key)) for m in messages]
-        else:
-            positions = [index.find(offsetOf(m.key)) for m in messages]
-            if -1 in positions:
-                newIndex, _ = self._rescan(folder)
-                if newIndex is not None:
-                    index = newIndex
-                    positions = [index.find(offsetOf(m.key)) for m in messages]
-        try:
-            fd = openFile(self.path, index.file)
-        except (LeavesTree, OSError) as e:
-            reason = openFailure(index.file.shown, e)
-            bodies.extend(UnreadableMessage(reason) for _ in messages)
-            return succeed(bodies)
-        try:
-            for message, position in zip(messages, positions):
-                if position < 0:
-                    bodies.append(
-                        UnreadableMessage(
-                            f"no message at offset {message.key} in {index.file.shown}"
-                        )
-                    )
-                else:
-                    bodies.append(readMessage(fd, index, position, self.quoting))
-        finally:
-            os.close(fd)
-        return succeed(bodies)
+        positions = [] if index is None else index.places(messages)
+        if index is None or -1 in positions:
+            newIndex, reason = self._rescan(folder)
+            if newIndex is None:
+                return reason if index is None else (index, positions)
+            index, positions = newIndex, newIndex.places(messages)
+        return index, positions
 
     def _rescan(self, folder: SourceFolder) -> tuple[MessageIndex | None, str]:
         """

@@ -122,18 +122,31 @@ def _yearAndZone(tokens: Sequence[str]) -> tuple[int | None, int | None]:
     year: int | None = None
     offset: int | None = None
     for token in tokens[:3]:
-        if year is None and len(token) == 4 and token.isascii() and token.isdigit():
+        if year is None and _isYear(token):
             year = int(token)
             continue
-        if offset is None:
-            offset = _zone(token)
-            if offset is not None:
-                continue
-            if year is None and token.isascii() and token.isalpha() and len(token) <= 5:
-                # An unknown zone name before the year: skip it (UTC).
-                continue
-        break
+        if offset is not None:
+            break
+        offset = _zone(token)
+        # An unknown zone name before the year is skipped (UTC).
+        if offset is None and not (year is None and _isZoneName(token)):
+            break
     return year, offset
+
+
+def _isYear(token: str) -> bool:
+    """
+    Whether C{token} is four ASCII digits.
+    """
+    return len(token) == 4 and token.isascii() and token.isdigit()
+
+
+def _isZoneName(token: str) -> bool:
+    """
+    Whether C{token} may be the abbreviation of a zone: up to five ASCII
+    letters.
+    """
+    return token.isascii() and token.isalpha() and len(token) <= 5
 
 
 def _makeDate(
@@ -169,24 +182,53 @@ def parseFromLineDate(line: bytes) -> datetime | None:
     """
     tokens = line.decode("latin-1").split()
     for i in range(1, len(tokens) - 2):
-        word = tokens[i]
-        if len(word) != 3:
-            continue
-        month = _MONTHS.get(word.lower())
+        month = _month(tokens[i])
         if month is None:
             continue
-        # asctime: month day time [year/zone in either order]
-        day = _number(tokens[i + 1], 1, 31)
-        clock = _clock(tokens[i + 2])
-        if day is not None and clock is not None:
-            year, offset = _yearAndZone(tokens[i + 3 :])
-            return _makeDate(year, month, day, clock, offset)
-        # RFC 5322 order: day month year time [zone]
-        if i >= 2:
-            day = _number(tokens[i - 1], 1, 31)
-            year = _number(tokens[i + 1], 1000, 9999)
-            clock = _clock(tokens[i + 2])
-            if day is not None and year is not None and clock is not None:
-                offset = _zone(tokens[i + 3]) if i + 3 < len(tokens) else None
+        for order in (_asctimeOrder, _rfc5322Order):
+            fields = order(tokens, i)
+            if fields is not None:
+                year, day, clock, offset = fields
                 return _makeDate(year, month, day, clock, offset)
     return None
+
+
+# The fields of a date around its month: year, day, time, zone offset.
+_Fields = tuple[int | None, int, tuple[int, int, int], int | None]
+
+
+def _month(word: str) -> int | None:
+    """
+    The month C{word} names (C{Nov}, in any case), if it names one.
+    """
+    return _MONTHS.get(word.lower()) if len(word) == 3 else None
+
+
+def _asctimeOrder(tokens: Sequence[str], i: int) -> _Fields | None:
+    """
+    The fields of an asctime date whose month is C{tokens[i]}: month day
+    time, then the year and the zone in either order; L{None} if the
+    tokens are not in this order.
+    """
+    day = _number(tokens[i + 1], 1, 31)
+    clock = _clock(tokens[i + 2])
+    if day is None or clock is None:
+        return None
+    year, offset = _yearAndZone(tokens[i + 3 :])
+    return year, day, clock, offset
+
+
+def _rfc5322Order(tokens: Sequence[str], i: int) -> _Fields | None:
+    """
+    The fields of an RFC 5322 date whose month is C{tokens[i]}: day month
+    year time [zone]; L{None} if the tokens are not in this order.
+    """
+    if i < 2:
+        return None
+    day = _number(tokens[i - 1], 1, 31)
+    year = _number(tokens[i + 1], 1000, 9999)
+    clock = _clock(tokens[i + 2])
+    if day is None or year is None or clock is None:
+        return None
+    offset = _zone(tokens[i + 3]) if i + 3 < len(tokens) else None
+    return year, day, clock, offset

@@ -85,22 +85,39 @@ def flagsOf(fields: tuple[tuple[bytes, ...], ...]) -> tuple[str, ...]:
     once (keywords compared case-insensitively, as IMAP does).
     """
     status, xStatus, xKeywords, mozillaStatus, mozillaKeys = fields
-    system: set[str] = set()
-    keywords: list[str] = []
-    for value in status[:1]:
-        system.update(flag for letter, flag in _STATUS_LETTERS if letter in value)
-    for value in xStatus[:1]:
-        system.update(flag for letter, flag in _X_STATUS_LETTERS if letter in value)
-    for value in mozillaStatus[:1]:
-        try:
-            bits = int(value.strip(), 16)
-        except ValueError:
-            continue
-        system.update(flag for bit, flag in _MOZILLA_BITS if bits & bit)
-        if bits & _MOZILLA_FORWARDED:
-            keywords.append("$Forwarded")
-    keywords += _keywords(xKeywords)
-    keywords += _keywords(mozillaKeys)
+    system = _letterFlags(status, _STATUS_LETTERS) | _letterFlags(xStatus, _X_STATUS_LETTERS)
+    bits = _mozillaBits(mozillaStatus)
+    system.update(flag for bit, flag in _MOZILLA_BITS if bits & bit)
+    keywords = ["$Forwarded"] if bits & _MOZILLA_FORWARDED else []
+    keywords += _keywords(xKeywords) + _keywords(mozillaKeys)
+    return tuple(flag for flag in _FLAG_ORDER if flag in system) + _firstOfEach(keywords)
+
+
+def _letterFlags(values: Sequence[bytes], letters: Sequence[tuple[bytes, str]]) -> set[str]:
+    """
+    The flags whose letters the first of C{values} (if any) holds.
+
+    @param letters: letter and flag, per flag.
+    """
+    return {flag for value in values[:1] for letter, flag in letters if letter in value}
+
+
+def _mozillaBits(values: Sequence[bytes]) -> int:
+    """
+    The bits of the first C{X-Mozilla-Status} value (hexadecimal); none
+    without one, or when it is no number.
+    """
+    try:
+        return int(values[0].strip(), 16) if values else 0
+    except ValueError:
+        return 0
+
+
+def _firstOfEach(keywords: list[str]) -> tuple[str, ...]:
+    """
+    C{keywords} without repetitions (compared case-insensitively), each
+    where it first comes.
+    """
     seen: set[str] = set()
     unique = []
     for keyword in keywords:
@@ -108,7 +125,7 @@ def flagsOf(fields: tuple[tuple[bytes, ...], ...]) -> tuple[str, ...]:
         if folded not in seen:
             seen.add(folded)
             unique.append(keyword)
-    return tuple(flag for flag in _FLAG_ORDER if flag in system) + tuple(unique)
+    return tuple(unique)
 
 
 def contentLength(header: bytes, lowered: bytes) -> int | None:

@@ -9,12 +9,27 @@ from __future__ import annotations
 
 import os
 import stat
+from functools import partial
+
+from twisted.logger import Logger
 
 from imapmig.errors import SourceError
-from imapmig.sources.local import LeavesTree, OpenTree, carriedName, fileKind, linkProblem, notRegular
+from imapmig.mail.message import SourceFolder
+from imapmig.sources.local import (
+    OpenTree,
+    carriedName,
+    followEntry,
+    hasUndecodable,
+    inboxFirst,
+    localFolder,
+    notRegular,
+    walkTree,
+)
 from imapmig.sources.mbox.scan import MboxFile
 
-__all__ = ["walk"]
+__all__ = ["findFolders"]
+
+log = Logger()
 
 # Files Thunderbird keeps beside its mailboxes, which are not mailboxes
 # (lower-cased).
@@ -40,6 +55,76 @@ _BUNDLE_FILE = "mbox"
 _BUNDLE_INDEX = "table_of_contents"
 
 
+# (folder path, key, file)
+_Found = tuple[tuple[str, ...], str, MboxFile]
+
+# What the entries of a directory are visited with: the directory's folder
+# path, and whether it is an Apple Mail bundle (C{X.mbox/}).
+_Place = tuple[tuple[str, ...], bool]
+
+
+def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, MboxFile]]:
+    """
+    Every folder of an mbox file or directory: C{INBOX} first, then the
+    others sorted, parents before children.
+
+    @param root: the source's path.
+    @return: the folders, and each one's file by key.
+    @raise SourceError: the path is missing or cannot be read, or is a
+        directory holding no mbox file.
+    """
+    shown = carriedName(root)
+    try:
+        mode = os.stat(root).st_mode
+    except FileNotFoundError as e:
+        raise SourceError(f"no such mbox file or directory: {shown}") from e
+    except OSError as e:
+        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+    if stat.S_ISREG(mode):
+        return [SourceFolder(path=("INBOX",), key="")], {"": MboxFile(None, shown)}
+    if not stat.S_ISDIR(mode):
+        raise SourceError(f"not an mbox file or directory: {notRegular(shown, mode)}")
+    found = _walkDirectory(root, shown)
+    folders = [_folderOf(path, key, file) for path, key, file in found]
+    return inboxFirst(folders), {key: file for _, key, file in found}
+
+
+def _walkDirectory(root: str, shown: str) -> list[_Found]:
+    """
+    Every mbox file under the directory C{root}, as a folder, unsorted;
+    and every entry that is not a regular file, as a folder that cannot be
+    read.
+
+    @param shown: the directory, as shown to the admin.
+    @raise SourceError: a directory cannot be listed, or holds no mbox
+        file.
+    """
+    try:
+        tree = OpenTree(root)
+    except OSError as e:
+        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+    found: list[_Found] = []
+    top: _Place = ((), os.path.basename(os.path.normpath(root)).lower().endswith(".mbox"))
+    with tree:
+        walkTree(tree, top, _descend, partial(_visit, tree, found))
+    if not found:
+        raise SourceError(f"no mbox files in the directory {shown}")
+    return found
+
+
+def _folderOf(path: tuple[str, ...], key: str, file: MboxFile) -> SourceFolder:
+    """
+    The folder of a file found, warning when its path is not UTF-8.
+    """
+    if file.relative is not None and hasUndecodable(file.relative):
+        log.warn(
+            "Source folder name is not valid UTF-8: carried as {folder} ({file})",
+            folder="/".join(path),
+            file=file.shown,
+        )
+    return localFolder(path, key)
+
+
 def _levelName(name: str, suffixes: tuple[str, ...], top: bool) -> str:
     """
     The folder name for a file or directory name: a trailing suffix among
@@ -57,88 +142,57 @@ def _levelName(name: str, suffixes: tuple[str, ...], top: bool) -> str:
     return name
 
 
-# (folder path, key, file)
-_Found = tuple[tuple[str, ...], str, MboxFile]
-
-
-def _problemOf(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[str]) -> str | None:
+def _descend(name: str, place: _Place) -> _Place:
     """
-    Why an entry that is not a regular file is not read as an mbox file.
-
-    @return: the reason; L{None} for a symbolic link to a regular file
-        inside the directory (read through the link).
-    @raise FileNotFoundError: it is gone.
-    @raise IsADirectoryError: it is a symbolic link to a directory inside
-        the directory (whose folders are listed where it is).
+    What the entries of the subdirectory C{name} are visited with: it holds
+    the children of the folder it names.
     """
-    try:
-        isLink = entry.is_symlink()
-        if not isLink:
-            return notRegular(shown, entry.stat(follow_symlinks=False).st_mode)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        return f"cannot read {shown}: {e.strerror or e}"
-    try:
-        target = tree.resolve(relative)
-        mode = os.stat(os.path.join(tree.realRoot, target)).st_mode
-    except (LeavesTree, OSError) as e:
-        return linkProblem(shown, e)
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(relative)
-    if not stat.S_ISREG(mode):
-        return f"not a regular file: symbolic link to a {fileKind(mode)}: {shown}"
-    return None
+    parent, _ = place
+    level = _levelName(name, _DIRECTORY_SUFFIXES, not parent)
+    return parent + (level,), name.lower().endswith(".mbox")
 
 
-def walk(tree: OpenTree) -> list[_Found]:
+def _visit(
+    tree: OpenTree, found: list[_Found], entry: os.DirEntry[str], relative: str, place: _Place
+) -> None:
     """
-    Every mbox file under the source's directory, as a folder, unsorted;
-    and every entry that is not a regular file, as a folder that cannot be
-    read.
-
-    @raise SourceError: a directory cannot be listed.
+    Add the folder of one entry that is not a directory to C{found},
+    unless it is no mailbox (see L{_isMetadata}), is gone, or is a symbolic
+    link to a directory inside the source's (whose folders are found where
+    it is).
     """
-    found: list[_Found] = []
-    rootIsBundle = os.path.basename(os.path.normpath(tree.root)).lower().endswith(".mbox")
-    pending: list[tuple[str, tuple[str, ...], str, bool]] = [("", (), "", rootIsBundle)]
-    while pending:
-        relative, parent, prefix, bundle = pending.pop()
-        directory = tree.path(relative)
+    name = entry.name
+    if _isMetadata(name, place[1]):
+        return
+    shown = carriedName(entry.path)
+    problem = None
+    if not entry.is_file(follow_symlinks=False):
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith("."):
-                        continue
-                    key = prefix + carriedName(name)
-                    lower = name.lower()
-                    entryRelative = os.path.join(relative, name)
-                    if entry.is_dir(follow_symlinks=False):
-                        level = _levelName(name, _DIRECTORY_SUFFIXES, not parent)
-                        pending.append(
-                            (entryRelative, parent + (level,), key + "/", lower.endswith(".mbox"))
-                        )
-                        continue
-                    if (
-                        lower.endswith(".msf")
-                        or lower in _THUNDERBIRD_METADATA
-                        or (bundle and name == _BUNDLE_INDEX)
-                    ):
-                        continue
-                    shown = carriedName(entry.path)
-                    problem = None
-                    if not entry.is_file(follow_symlinks=False):
-                        try:
-                            problem = _problemOf(tree, entryRelative, shown, entry)
-                        except (FileNotFoundError, IsADirectoryError):
-                            continue
-                    file = MboxFile(entryRelative, shown, problem)
-                    if bundle and name == _BUNDLE_FILE:
-                        found.append((parent or ("INBOX",), key, file))
-                    else:
-                        level = _levelName(name, _FILE_SUFFIXES, not parent)
-                        found.append((parent + (level,), key, file))
-        except OSError as e:
-            raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
-    return found
+            irregular = followEntry(tree, relative, shown, entry)
+        except FileNotFoundError:
+            return
+        if irregular.toDirectory:
+            return
+        problem = irregular.reason
+    found.append((_folderPath(name, place), carriedName(relative), MboxFile(relative, shown, problem)))
+
+
+def _isMetadata(name: str, bundle: bool) -> bool:
+    """
+    Whether a file is one a mail client keeps beside its mailboxes, not a
+    mailbox: Thunderbird's C{.msf} indexes and metadata, Apple Mail's
+    bundle index.
+    """
+    lower = name.lower()
+    return lower.endswith(".msf") or lower in _THUNDERBIRD_METADATA or (bundle and name == _BUNDLE_INDEX)
+
+
+def _folderPath(name: str, place: _Place) -> tuple[str, ...]:
+    """
+    The folder path of the mbox file C{name}: in an Apple Mail bundle, its
+    C{mbox} file is the bundle's folder.
+    """
+    parent, bundle = place
+    if bundle and name == _BUNDLE_FILE:
+        return parent or ("INBOX",)
+    return parent + (_levelName(name, _FILE_SUFFIXES, not parent),)

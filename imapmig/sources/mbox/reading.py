@@ -7,41 +7,46 @@ module, which grew too big to read).
 
 from __future__ import annotations
 
-import errno
 import os
 import zlib
+from typing import Sequence
 
-from imapmig.mail.message import MessageBody, UnreadableMessage, toCRLF
-from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, LeavesTree, linkProblem
+from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
+from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, LeavesTree, openProblem, unreadableAll
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
-from imapmig.sources.mbox.scan import MessageIndex
+from imapmig.sources.mbox.scan import MessageIndex, openFile
 from imapmig.sources.mbox.stream import RegionBody
 from imapmig.sources.mbox.window import FROM_LINE_LIMIT
 
-__all__ = ["offsetOf", "openFailure", "readMessage"]
+__all__ = ["readMessage", "readMessages"]
 
-def offsetOf(key: str) -> int:
+def readMessages(
+    root: str,
+    index: MessageIndex,
+    messages: Sequence[SourceMessage],
+    positions: Sequence[int],
+    quoting: MboxQuoting,
+) -> list[MessageBody]:
     """
-    The offset a message key stands for, or -1 if it is not one.
-    """
-    if key.isascii() and key.isdigit() and len(key) <= 18:
-        return int(key)
-    return -1
+    Read messages of the file C{index} lists (see L{readMessage}).
 
-
-def openFailure(name: str, error: LeavesTree | OSError) -> str:
+    @param root: the source's path.
+    @param positions: each message's place in C{index}, -1 for one it does
+        not hold.
     """
-    Why an mbox file could not be opened, for an L{UnreadableMessage}.
-
-    @param name: the file, as shown to the admin.
-    """
-    if isinstance(error, LeavesTree) or error.errno == errno.ELOOP:
-        return linkProblem(name, error)
-    if isinstance(error, FileNotFoundError):
-        return f"file vanished: {name}"
-    if isinstance(error, PermissionError):
-        return f"permission denied: {name}"
-    return f"cannot read {name}: {error.strerror or error}"
+    try:
+        fd = openFile(root, index.file)
+    except (LeavesTree, OSError) as e:
+        return unreadableAll(openProblem(index.file.shown, e), messages)
+    try:
+        return [
+            readMessage(fd, index, position, quoting)
+            if position >= 0
+            else UnreadableMessage(f"no message at offset {message.key} in {index.file.shown}")
+            for message, position in zip(messages, positions)
+        ]
+    finally:
+        os.close(fd)
 
 
 def placeProblem(fd: int, index: MessageIndex, position: int) -> str | None:
@@ -83,44 +88,70 @@ def readMessage(fd: int, index: MessageIndex, position: int, quoting: MboxQuotin
     @param index: where the file's messages lie.
     @param position: the message's place in C{index}.
     """
-    offset = index.offsets[position]
     start = index.starts[position]
     length = index.lengths[position]
     escapes = index.escapes[position]
-    name = index.file.shown
-    truncated = UnreadableMessage(
-        f"{name} was truncated: the message at offset {offset} ends at "
-        f"{start + length}, beyond the end of the file"
-    )
-    differs = UnreadableMessage(
-        f"{name} changed since it was listed: the message at offset {offset} differs"
-    )
     try:
         problem = placeProblem(fd, index, position)
         if problem is not None:
             return UnreadableMessage(problem)
         if length - escapes > LARGE_MESSAGE:
-            if os.fstat(fd).st_size < start + length:
-                return truncated
-            body = RegionBody.measured(
-                os.dup(fd),
-                start,
-                length,
-                length - escapes,
-                escapes > 0,
-                quoting is MboxQuoting.MBOXO,
-                name,
-                lambda opened: placeProblem(opened, index, position),
-                READ_CHUNK,
-            )
-            return differs if body is None else body
+            return _regionBody(fd, index, position, quoting)
         data = os.pread(fd, length, start)
     except OSError as e:
-        return UnreadableMessage(f"cannot read {name}: {e.strerror or e}")
+        return UnreadableMessage(f"cannot read {index.file.shown}: {e.strerror or e}")
     if len(data) < length:
-        return truncated
+        return _truncated(index, position)
     if escapes:
         data = UNESCAPE[quoting].sub(rb"\1", data)
         if len(data) != length - escapes:
-            return differs
+            return _differs(index, position)
     return toCRLF(data)
+
+
+def _regionBody(fd: int, index: MessageIndex, position: int, quoting: MboxQuoting) -> MessageBody:
+    """
+    A message larger than L{LARGE_MESSAGE}, sent from its region of the
+    file (see L{readMessage}).
+
+    @raise OSError: the file cannot be read.
+    """
+    start = index.starts[position]
+    length = index.lengths[position]
+    escapes = index.escapes[position]
+    if os.fstat(fd).st_size < start + length:
+        return _truncated(index, position)
+    body = RegionBody.measured(
+        os.dup(fd),
+        start,
+        length,
+        length - escapes,
+        escapes > 0,
+        quoting is MboxQuoting.MBOXO,
+        index.file.shown,
+        lambda opened: placeProblem(opened, index, position),
+        READ_CHUNK,
+    )
+    return _differs(index, position) if body is None else body
+
+
+def _truncated(index: MessageIndex, position: int) -> UnreadableMessage:
+    """
+    A message the file no longer holds whole.
+    """
+    offset = index.offsets[position]
+    end = index.starts[position] + index.lengths[position]
+    return UnreadableMessage(
+        f"{index.file.shown} was truncated: the message at offset {offset} ends at "
+        f"{end}, beyond the end of the file"
+    )
+
+
+def _differs(index: MessageIndex, position: int) -> UnreadableMessage:
+    """
+    A message that no longer unescapes to the length listed.
+    """
+    return UnreadableMessage(
+        f"{index.file.shown} changed since it was listed: the message at offset"
+        f" {index.offsets[position]} differs"
+    )

@@ -7,24 +7,33 @@ source's module, which grew too big to read).
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import zlib
 from array import array
 from bisect import bisect_left
+from typing import Sequence
 
 from attrs import frozen
 
 from imapmig.errors import SourceError
 from imapmig.mail.message import SourceMessage
-from imapmig.sources.local import FILE_FLAGS, LeavesTree, OpenTree, linkProblem, notRegular
+from imapmig.sources.local import FILE_FLAGS, LeavesTree, Memo, OpenTree, notRegular, openProblem
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.flags import FLAG_FIELDS, contentLength, fieldValues, flagsOf
 from imapmig.sources.mbox.quoting import MboxQuoting
 from imapmig.sources.mbox.window import FROM_LINE_LIMIT, HEADER_LIMIT, SEPARATOR, Window
 
-__all__ = ["MboxFile", "MessageIndex", "openFile", "scanFile"]
+__all__ = ["MboxFile", "MessageIndex", "offsetOf", "openFile", "scanFile"]
+
+def offsetOf(key: str) -> int:
+    """
+    The offset a message key stands for, or -1 if it is not one.
+    """
+    if key.isascii() and key.isdigit() and len(key) <= 18:
+        return int(key)
+    return -1
+
 
 class MessageIndex:
     """
@@ -64,6 +73,13 @@ class MessageIndex:
         self.lengths.append(length)
         self.escapes.append(escapes)
         self.fromLineChecks.append(zlib.crc32(fromLine))
+
+    def places(self, messages: Sequence[SourceMessage]) -> list[int]:
+        """
+        The place of each of C{messages} in the index (-1 where it is
+        not).
+        """
+        return [self.find(offsetOf(m.key)) for m in messages]
 
     def find(self, offset: int) -> int:
         """
@@ -144,91 +160,128 @@ def scanFile(
     @raise SourceError: the file cannot be opened or read, or is not an
         mbox.
     """
-    name = file.shown
     if file.problem is not None:
         raise SourceError(file.problem)
     try:
         fd = openFile(root, file)
-    except FileNotFoundError as e:
-        raise SourceError(f"no such mbox file: {name}") from e
-    except PermissionError as e:
-        raise SourceError(f"permission denied: {name}") from e
     except (LeavesTree, OSError) as e:
-        if isinstance(e, LeavesTree) or e.errno == errno.ELOOP:
-            raise SourceError(linkProblem(name, e)) from e
-        raise SourceError(f"cannot open the mbox file {name}: {e.strerror or e}") from e
+        problem = openProblem(file.shown, e, "no such mbox file", "cannot open the mbox file")
+        raise SourceError(problem) from e
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise SourceError(f"not an mbox file: {notRegular(name, status.st_mode)}")
-        return scanMessages(Window(fd, status.st_size), file, quoting)
+            raise SourceError(f"not an mbox file: {notRegular(file.shown, status.st_mode)}")
+        return _Scan(Window(fd, status.st_size), file, quoting).messages()
     except OSError as e:
-        raise SourceError(f"cannot read the mbox file {name}: {e.strerror or e}") from e
+        raise SourceError(f"cannot read the mbox file {file.shown}: {e.strerror or e}") from e
     finally:
         os.close(fd)
 
 
-def scanMessages(
-    window: Window, file: MboxFile, quoting: MboxQuoting
-) -> tuple[list[SourceMessage], MessageIndex]:
+class _Scan:
     """
-    The scan of L{scanFile}, over the open file's view.
+    The scan of L{scanFile}, over the open file's view: one message after
+    the other, from the C{From } line of each to where the next starts.
+    """
 
-    @raise OSError: the file cannot be read.
-    @raise SourceError: the file is not an mbox.
-    """
-    size = window.size
-    index = MessageIndex(file)
-    messages: list[SourceMessage] = []
-    if size == 0:
-        return messages, index
-    if window.slice(0, 5) != b"From ":
-        raise SourceError(
-            f"not an mbox file: {file.shown} does not start with a 'From ' line"
-        )
-    flagCache: dict[tuple[tuple[bytes, ...], ...], tuple[str, ...]] = {}
-    fromOffset = 0
-    while fromOffset < size:
-        lineEnd = window.find(b"\n", fromOffset, fromOffset + FROM_LINE_LIMIT)
-        if lineEnd < 0:
-            lineEnd = window.find(b"\n", fromOffset, size)
-        fromLine = window.slice(
-            fromOffset, min(size if lineEnd < 0 else lineEnd, fromOffset + FROM_LINE_LIMIT)
-        )
+    def __init__(self, window: Window, file: MboxFile, quoting: MboxQuoting) -> None:
+        self._window = window
+        self._quoting = quoting
+        self._index = MessageIndex(file)
+        self._messages: list[SourceMessage] = []
+        self._flags = Memo(flagsOf)
+
+    def messages(self) -> tuple[list[SourceMessage], MessageIndex]:
+        """
+        The messages, in file order, and where they lie.
+
+        @raise OSError: the file cannot be read.
+        @raise SourceError: the file is not an mbox.
+        """
+        window = self._window
+        if window.size and window.slice(0, 5) != b"From ":
+            raise SourceError(
+                f"not an mbox file: {self._index.file.shown} does not start with a 'From ' line"
+            )
+        fromOffset = 0
+        while fromOffset < window.size:
+            fromOffset = self._message(fromOffset)
+        return self._messages, self._index
+
+    def _message(self, fromOffset: int) -> int:
+        """
+        List the message whose C{From} line is at C{fromOffset}.
+
+        @return: where the next one starts (the size of the file after the
+            last).
+        """
+        window = self._window
+        lineEnd, fromLine = self._fromLine(fromOffset)
         when = parseFromLineDate(fromLine)
         if lineEnd < 0:
             # A From line ending the file: an empty message.
-            index.add(fromOffset, size + 1, 0, 0, fromLine)
-            messages.append(SourceMessage(str(fromOffset), (), when, 0))
-            break
+            self._index.add(fromOffset, window.size + 1, 0, 0, fromLine)
+            self._messages.append(SourceMessage(str(fromOffset), (), when, 0))
+            return window.size
         contentStart = lineEnd + 1
         headerEnd, bodyStart = headerBounds(window, lineEnd, fromLine.endswith(b"\r"))
         header = b"\n" + window.slice(contentStart, headerEnd)
         lowered = header.lower()
-        flags: tuple[str, ...] = ()
+        contentEnd, nextFrom, escapes = self._extent(lineEnd, bodyStart, header, lowered)
+        length = contentEnd - contentStart
+        self._index.add(fromOffset, contentStart, length, escapes, fromLine)
+        flags = self._flagsIn(header, lowered)
+        self._messages.append(SourceMessage(str(fromOffset), flags, when, length - escapes))
+        return nextFrom
+
+    def _fromLine(self, fromOffset: int) -> tuple[int, bytes]:
+        """
+        Where the C{From} line at C{fromOffset} ends (-1 at the end of the
+        file), and the line, cut at L{FROM_LINE_LIMIT} octets.
+        """
+        window = self._window
+        limit = fromOffset + FROM_LINE_LIMIT
+        lineEnd = window.find(b"\n", fromOffset, limit)
+        if lineEnd < 0:
+            lineEnd = window.find(b"\n", fromOffset, window.size)
+        return lineEnd, window.slice(fromOffset, min(window.size if lineEnd < 0 else lineEnd, limit))
+
+    def _flagsIn(self, header: bytes, lowered: bytes) -> tuple[str, ...]:
+        """
+        The flags of a message's header (with an LF prepended; and
+        lower-cased).
+        """
         # Every name in FLAG_FIELDS ends with one of these.
         if b"status:" in lowered or b"keywords:" in lowered or b"-keys:" in lowered:
-            fields = tuple(tuple(fieldValues(header, lowered, f)) for f in FLAG_FIELDS)
-            cached = flagCache.get(fields)
-            if cached is None:
-                cached = flagCache[fields] = flagsOf(fields)
-            flags = cached
-        nextFrom = -1
-        escapes = 0
+            return self._flags[tuple(tuple(fieldValues(header, lowered, f)) for f in FLAG_FIELDS)]
+        return ()
+
+    def _extent(
+        self, lineEnd: int, bodyStart: int | None, header: bytes, lowered: bytes
+    ) -> tuple[int, int, int]:
+        """
+        Where the content of the message whose C{From} line ends at
+        C{lineEnd} ends: as its C{Content-Length} says if the next message
+        (or the end of the file) follows there, else at the next separator.
+
+        @return: the end of its content, where the next message starts, and
+            the number of escaped lines in it.
+        """
         if bodyStart is not None:
-            length = contentLength(header, lowered)
-            if length is not None:
-                contentEnd = bodyStart + length
-                nextFrom = window.followingFrom(contentEnd)
-        if nextFrom < 0:
-            separator, escapes = window.nextSeparator(lineEnd, quoting)
-            if separator < 0:
-                contentEnd, nextFrom = window.trimmedEnd(contentStart, size), size
-            else:
-                contentEnd = window.trimmedEnd(contentStart, separator + 1)
-                nextFrom = separator + 1
-        length = contentEnd - contentStart
-        index.add(fromOffset, contentStart, length, escapes, fromLine)
-        messages.append(SourceMessage(str(fromOffset), flags, when, length - escapes))
-        fromOffset = nextFrom
-    return messages, index
+            delimited = self._delimited(bodyStart, contentLength(header, lowered))
+            if delimited is not None:
+                return delimited
+        window = self._window
+        separator, escapes = window.nextSeparator(lineEnd, self._quoting)
+        nextFrom = window.size if separator < 0 else separator + 1
+        return window.trimmedEnd(lineEnd + 1, nextFrom), nextFrom, escapes
+
+    def _delimited(self, bodyStart: int, length: int | None) -> tuple[int, int, int] | None:
+        """
+        L{_extent} by a C{Content-Length} of C{length}, if it holds.
+        """
+        if length is None:
+            return None
+        contentEnd = bodyStart + length
+        nextFrom = self._window.followingFrom(contentEnd)
+        return None if nextFrom < 0 else (contentEnd, nextFrom, 0)
