@@ -364,7 +364,6 @@ def shownPath(directory: str | None, name: str) -> str:
     return shown if directory is None else os.path.join(directory, shown)
 
 
-
 @frozen
 class Irregular:
     """
@@ -513,6 +512,7 @@ def inboxFirst(folders: list[SourceFolder]) -> list[SourceFolder]:
     """
     folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
     return folders
+
 
 def readMessageFile(
     name: str, listedSize: int = 0, dirFd: int | None = None, directory: str | None = None

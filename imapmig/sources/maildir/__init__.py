@@ -21,7 +21,13 @@ from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
-from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage, listedMessage
+from imapmig.mail.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    listedMessage,
+)
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import Memo, carriedName, originalName, unreadableAll
 from imapmig.sources.maildir.folders import findFolders
@@ -323,7 +329,9 @@ class _Batch:
             return UnreadableMessage(f"file vanished: {self._whereWas(message, located)}")
         return body
 
-    def _again(self, message: SourceMessage, seen: Located | None) -> tuple[Located | None, MessageBody | None]:
+    def _again(
+        self, message: SourceMessage, seen: Located | None
+    ) -> tuple[Located | None, MessageBody | None]:
         """
         Scan the folder again and read the file of C{message} where it is
         now.

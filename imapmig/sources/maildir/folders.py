@@ -65,7 +65,9 @@ def _folderDirectories(root: str) -> list[str]:
     except NotADirectoryError:
         raise SourceError(f"not a Maildir: {carriedName(root)} is not a directory") from None
     except OSError as e:
-        raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}") from None
+        raise SourceError(
+            f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}"
+        ) from None
 
 
 def _subfolder(root: str, name: str) -> SourceFolder:
@@ -83,6 +85,7 @@ def _subfolder(root: str, name: str) -> SourceFolder:
             directory=carriedName(os.path.join(root, name)),
         )
     return localFolder(path, key)
+
 
 def isMaildirFolder(directory: str) -> bool | None:
     """

@@ -142,7 +142,9 @@ class OpenFolder:
         except FileNotFoundError:
             return None
 
-    def read(self, index: int, name: str, irregular: Irregular | None, size: int) -> MessageBody | None:
+    def read(
+        self, index: int, name: str, irregular: Irregular | None, size: int
+    ) -> MessageBody | None:
         """
         Read the file C{name} of subdirectory C{index}, as L{readMessageFile}
         does (L{None} when it is gone).

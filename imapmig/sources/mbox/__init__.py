@@ -157,6 +157,7 @@ from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile, scanFile
 
 __all__ = ["MboxSource", "MboxQuoting", "parseFromLineDate"]
 
+
 @implementer(IMessageSource)
 class MboxSource:
     """

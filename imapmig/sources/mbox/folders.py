@@ -174,7 +174,9 @@ def _visit(
         if irregular.toDirectory:
             return
         problem = irregular.reason
-    found.append((_folderPath(name, place), carriedName(relative), MboxFile(relative, shown, problem)))
+    found.append(
+        (_folderPath(name, place), carriedName(relative), MboxFile(relative, shown, problem))
+    )
 
 
 def _isMetadata(name: str, bundle: bool) -> bool:
@@ -184,7 +186,11 @@ def _isMetadata(name: str, bundle: bool) -> bool:
     bundle index.
     """
     lower = name.lower()
-    return lower.endswith(".msf") or lower in _THUNDERBIRD_METADATA or (bundle and name == _BUNDLE_INDEX)
+    return (
+        lower.endswith(".msf")
+        or lower in _THUNDERBIRD_METADATA
+        or (bundle and name == _BUNDLE_INDEX)
+    )
 
 
 def _folderPath(name: str, place: _Place) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from imapmig.sources.mbox.window import FROM_LINE_LIMIT
 
 __all__ = ["readMessage", "readMessages"]
 
+
 def readMessages(
     root: str,
     index: MessageIndex,
@@ -40,9 +41,11 @@ def readMessages(
         return unreadableAll(openProblem(index.file.shown, e), messages)
     try:
         return [
-            readMessage(fd, index, position, quoting)
-            if position >= 0
-            else UnreadableMessage(f"no message at offset {message.key} in {index.file.shown}")
+            (
+                readMessage(fd, index, position, quoting)
+                if position >= 0
+                else UnreadableMessage(f"no message at offset {message.key} in {index.file.shown}")
+            )
             for message, position in zip(messages, positions)
         ]
     finally:

@@ -26,6 +26,7 @@ from imapmig.sources.mbox.window import FROM_LINE_LIMIT, HEADER_LIMIT, SEPARATOR
 
 __all__ = ["MboxFile", "MessageIndex", "offsetOf", "openFile", "scanFile"]
 
+
 def offsetOf(key: str) -> int:
     """
     The offset a message key stands for, or -1 if it is not one.
@@ -244,7 +245,9 @@ class _Scan:
         lineEnd = window.find(b"\n", fromOffset, limit)
         if lineEnd < 0:
             lineEnd = window.find(b"\n", fromOffset, window.size)
-        return lineEnd, window.slice(fromOffset, min(window.size if lineEnd < 0 else lineEnd, limit))
+        return lineEnd, window.slice(
+            fromOffset, min(window.size if lineEnd < 0 else lineEnd, limit)
+        )
 
     def _flagsIn(self, header: bytes, lowered: bytes) -> tuple[str, ...]:
         """
