@@ -336,3 +336,21 @@ class ServerBye(ConnectionLost):
     def __init__(self, text: str) -> None:
         self.text = text
         super().__init__(f"the server said BYE: {text}")
+
+
+# sources/ (local files): Maildir, mbox, .eml
+
+
+class LeavesTree(ImapmigError):
+    """
+    A symbolic link below a source's root leads out of it: it is not
+    followed.
+
+    @ivar path: the path that was to be opened, relative to the root.
+    @ivar target: where it leads, resolved.
+    """
+
+    def __init__(self, path: str, target: str) -> None:
+        super().__init__(path, target)
+        self.path = path
+        self.target = target

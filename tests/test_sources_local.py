@@ -17,9 +17,9 @@ import stat
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig.sources.local as local
+from imapmig.errors import LeavesTree
 from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
 from imapmig.sources.local import (
-    LeavesTree,
     OpenTree,
     carriedName,
     fileKind,

@@ -15,7 +15,7 @@ from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
@@ -25,7 +25,6 @@ from imapmig.mail.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
-    LeavesTree,
     OpenTree,
     carriedName,
     followEntry,

@@ -40,7 +40,7 @@ from typing import Callable, Generic, Sequence, TypeVar
 
 from attrs import frozen
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
@@ -55,7 +55,6 @@ __all__ = [
     "READ_CHUNK",
     "SPECIAL_USE",
     "Irregular",
-    "LeavesTree",
     "Memo",
     "OpenTree",
     "carriedName",
@@ -165,21 +164,6 @@ def fileKind(mode: int) -> str:
         if test(mode):
             return kind
     return "file of unknown type"
-
-
-class LeavesTree(Exception):
-    """
-    A symbolic link below a source's root leads out of it: it is not
-    followed.
-
-    @ivar path: the path that was to be opened, relative to the root.
-    @ivar target: where it leads, resolved.
-    """
-
-    def __init__(self, path: str, target: str) -> None:
-        super().__init__(path, target)
-        self.path = path
-        self.target = target
 
 
 # Opens of directories on the way; files add their own flags.
@@ -605,46 +589,56 @@ def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0)
     @param name: its name (or path) in that directory.
     @param listedSize: its size as the listing saw it, if known (else 0).
     """
-    streamed = False
+    body: MessageBody | None = None
     try:
         try:
-            if 0 < listedSize <= LARGE_MESSAGE:
-                size = listedSize
-            else:
-                status = os.fstat(fd)
-                if not stat.S_ISREG(status.st_mode):
-                    return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
-                size = status.st_size
-            data = b""
-            grew = False
-            if size <= LARGE_MESSAGE:
-                data = os.read(fd, size + 1)
-                if len(data) != size:
-                    # It grew (an octet more than expected), shrank, or is
-                    # not a regular file at all.
-                    status = os.fstat(fd)
-                    if not stat.S_ISREG(status.st_mode):
-                        return UnreadableMessage(
-                            notRegular(shownPath(directory, name), status.st_mode)
-                        )
-                    grew = len(data) > size
-                    if grew:
-                        size = status.st_size
-            if size > LARGE_MESSAGE:
-                body = StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
-                streamed = True
-                return body
-            if grew:
-                rest = [data]
-                while chunk := os.read(fd, READ_CHUNK):
-                    rest.append(chunk)
-                data = b"".join(rest)
+            body = _readDescriptor(fd, directory, name, listedSize)
         finally:
-            if not streamed:
+            if not isinstance(body, StreamedBody):
                 os.close(fd)
     except OSError as e:
         return _unreadable(shownPath(directory, name), e)
-    if 13 not in data:
-        # toCRLF's common case (no CR at all), without the call.
-        return data.replace(b"\n", b"\r\n")
-    return toCRLF(data)
+    return toCRLF(body) if isinstance(body, bytes) else body
+
+
+def _readDescriptor(fd: int, directory: str | None, name: str, listedSize: int) -> MessageBody:
+    """
+    The content of an open message file as it is (L{readOpenFile}).
+
+    @raise OSError: it cannot be read.
+    """
+    if 0 < listedSize <= LARGE_MESSAGE:
+        size = listedSize
+    else:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
+        size = status.st_size
+    if size > LARGE_MESSAGE:
+        return StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
+    data = os.read(fd, size + 1)
+    if len(data) == size:
+        return data
+    return _readChanged(fd, directory, name, size, data)
+
+
+def _readChanged(fd: int, directory: str | None, name: str, size: int, data: bytes) -> MessageBody:
+    """
+    The content of a message file whose first read did not give the size
+    expected: it grew (an octet more than expected), shrank, or is not a
+    regular file at all.
+
+    @param data: what the first read gave.
+    @raise OSError: it cannot be read.
+    """
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
+    if len(data) < size:
+        return data
+    if status.st_size > LARGE_MESSAGE:
+        return StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
+    rest = [data]
+    while chunk := os.read(fd, READ_CHUNK):
+        rest.append(chunk)
+    return b"".join(rest)

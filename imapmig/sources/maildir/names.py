@@ -12,8 +12,9 @@ import os
 import re
 import stat
 
+from imapmig.errors import LeavesTree
 from imapmig.mail.message import maildirFlags
-from imapmig.sources.local import LeavesTree, OpenTree
+from imapmig.sources.local import OpenTree
 
 __all__ = ["flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitName"]
 

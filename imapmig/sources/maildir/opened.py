@@ -10,12 +10,11 @@ from __future__ import annotations
 import errno
 import os
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, UnreadableMessage
 from imapmig.sources.local import (
     LARGE_MESSAGE,
     Irregular,
-    LeavesTree,
     OpenTree,
     carriedName,
     followEntry,

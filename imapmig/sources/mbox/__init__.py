@@ -145,10 +145,10 @@ from typing import Sequence
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import LeavesTree, carriedName, unreadableAll
+from imapmig.sources.local import carriedName, unreadableAll
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.folders import findFolders
 from imapmig.sources.mbox.quoting import MboxQuoting

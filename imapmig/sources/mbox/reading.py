@@ -11,8 +11,9 @@ import os
 import zlib
 from typing import Sequence
 
+from imapmig.errors import LeavesTree
 from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
-from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, LeavesTree, openProblem, unreadableAll
+from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, openProblem, unreadableAll
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
 from imapmig.sources.mbox.scan import MessageIndex, openFile
 from imapmig.sources.mbox.stream import RegionBody

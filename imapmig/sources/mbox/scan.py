@@ -16,9 +16,9 @@ from typing import Sequence
 
 from attrs import frozen
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import SourceMessage
-from imapmig.sources.local import FILE_FLAGS, LeavesTree, Memo, OpenTree, notRegular, openProblem
+from imapmig.sources.local import FILE_FLAGS, Memo, OpenTree, notRegular, openProblem
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.flags import FLAG_FIELDS, contentLength, fieldValues, flagsOf
 from imapmig.sources.mbox.quoting import MboxQuoting
