@@ -121,19 +121,27 @@ def statusCounts(lines: Sequence[bytes]) -> dict[bytes, int]:
     the list is the last parenthesised part.
     """
     for line in lines:
-        if not line[:7].upper() == b"STATUS ":
-            continue
-        line = line.rstrip()
-        start = line.rfind(b"(")
-        if start < 0 or not line.endswith(b")"):
-            continue
-        words = line[start + 1 : -1].split()
-        return {
-            words[i].upper(): int(words[i + 1])
-            for i in range(0, len(words) - 1, 2)
-            if words[i + 1].isdigit()
-        }
+        if line[:7].upper() == b"STATUS ":
+            counts = _statusItems(line.rstrip())
+            if counts is not None:
+                return counts
     return {}
+
+
+def _statusItems(line: bytes) -> dict[bytes, int] | None:
+    """
+    The items of one C{STATUS} response (see L{statusCounts}); L{None}
+    if it ends with no parenthesised list.
+    """
+    start = line.rfind(b"(")
+    if start < 0 or not line.endswith(b")"):
+        return None
+    words = line[start + 1 : -1].split()
+    return {
+        words[i].upper(): int(words[i + 1])
+        for i in range(0, len(words) - 1, 2)
+        if words[i + 1].isdigit()
+    }
 
 
 async def countIMAPSession(
@@ -166,14 +174,29 @@ async def countIMAPSession(
     messages = octets = 0
     for folder in included:
         wire = wireNames.get(folder.key, folder.key.encode("utf-8"))
-        try:
-            lines, _ = await session.client.sendCollecting(b"STATUS", _quoted(wire) + b" " + items)
-        except CommandRefused as e:
-            why = e.text[:80].decode("utf-8", "replace")
-            raise SourceError(f"{description}: STATUS {folder.key!r} refused: {why}") from None
-        counts = statusCounts(lines)
-        if b"MESSAGES" not in counts:
-            raise SourceError(f"{description}: no STATUS MESSAGES for {folder.key!r}")
+        counts = await _folderStatus(session, folder, _quoted(wire) + b" " + items, description)
         messages += counts[b"MESSAGES"]
         octets += counts.get(b"SIZE", 0)
     return SourceCount(messages, octets if sized else None, len(included), excluded)
+
+
+async def _folderStatus(
+    session: IMAPSession, folder: SourceFolder, arguments: bytes, description: str
+) -> dict[bytes, int]:
+    """
+    The C{STATUS} items of one folder, C{MESSAGES} among them.
+
+    @param arguments: the command's arguments: the folder's name and the
+        items asked for.
+    @raise SourceError: the server refused the command, or gave no
+        C{MESSAGES}.
+    """
+    try:
+        lines, _ = await session.client.sendCollecting(b"STATUS", arguments)
+    except CommandRefused as e:
+        why = e.text[:80].decode("utf-8", "replace")
+        raise SourceError(f"{description}: STATUS {folder.key!r} refused: {why}") from None
+    counts = statusCounts(lines)
+    if b"MESSAGES" not in counts:
+        raise SourceError(f"{description}: no STATUS MESSAGES for {folder.key!r}")
+    return counts

@@ -207,19 +207,28 @@ def planLabelViews(
     leftOut: list[tuple[SourceFolder, str]] = []
     for folder in folders:
         use = labelViewUse(folder)
-        explicit = namesExplicitly(include, folder.path) or folderName(folder.path) in include
-        if use is None or (explicit and use != ALL):
+        if use is None or (use != ALL and _namedExplicitly(include, folder)):
             kept.append(folder)
         elif use == ALL:
             deduplicated.add(folder.key)
             last.append(folder if messageIds else archived(folder, archiveFolder))
-        elif use == FLAGGED:
-            leftOut.append(
-                (folder, "a view of the flagged messages, whose \\Flagged flag is copied")
-            )
         else:
-            leftOut.append((folder, "a view of the messages marked important"))
+            leftOut.append((folder, _LEFT_OUT[use]))
     return kept + last, deduplicated, leftOut
+
+
+# Why the views other than All Mail are left out.
+_LEFT_OUT = {
+    FLAGGED: "a view of the flagged messages, whose \\Flagged flag is copied",
+    IMPORTANT: "a view of the messages marked important",
+}
+
+
+def _namedExplicitly(include: Sequence[str], folder: SourceFolder) -> bool:
+    """
+    Whether the job's C{include} patterns name C{folder} itself.
+    """
+    return namesExplicitly(include, folder.path) or folderName(folder.path) in include
 
 
 def archived(folder: SourceFolder, archiveFolder: str | None) -> SourceFolder:
@@ -433,7 +442,19 @@ class LabelViewFilter:
         if not self._sorted:
             self._seen = array("Q", sorted(self._seen))
             self._sorted = True
-        start = self._passStart.get(folder.key)
+        kept, deferred = self._filter(items, self._passStart.get(folder.key))
+        if deferred:
+            self._deferred[folder.key] = tuple(sorted(deferred))
+        return kept, len(items) - len(kept)
+
+    def _filter(
+        self, items: Sequence[FetchedItem], start: int | None
+    ) -> tuple[list[FetchedItem], list[int]]:
+        """
+        Filter a view's listing (L{_decide}).
+
+        @return: the items to keep, and the UIDs of those deferred.
+        """
         kept = []
         deferred = []
         for item in items:
@@ -443,9 +464,7 @@ class LabelViewFilter:
             elif decision is _DEFER:
                 assert item.uid is not None
                 deferred.append(item.uid)
-        if deferred:
-            self._deferred[folder.key] = tuple(sorted(deferred))
-        return kept, len(items) - len(kept)
+        return kept, deferred
 
     def _note(self, items: Sequence[FetchedItem], labels: frozenset[bytes]) -> None:
         """

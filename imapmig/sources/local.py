@@ -64,6 +64,7 @@ __all__ = [
     "inboxFirst",
     "localFolder",
     "linkProblem",
+    "linksToNothing",
     "notRegular",
     "openProblem",
     "originalName",
@@ -269,22 +270,37 @@ class OpenTree:
         Open C{relative} one level at a time from the root, following no
         symbolic link.
         """
-        parts = [part for part in relative.split("/") if part]
-        if any(part in (".", "..") for part in parts):
-            raise OSError(errno.EINVAL, f"not a path beneath the root: {relative!r}")
+        parts = _levels(relative)
         if not parts:
             return os.open(".", flags & ~os.O_NOFOLLOW, dir_fd=self.fd)
         directory = self.fd
         try:
             for part in parts[:-1]:
                 opened = os.open(part, _DIRECTORY, dir_fd=directory)
-                if directory != self.fd:
-                    os.close(directory)
+                self._closeLevel(directory)
                 directory = opened
             return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=directory)
         finally:
-            if directory != self.fd:
-                os.close(directory)
+            self._closeLevel(directory)
+
+    def _closeLevel(self, directory: int) -> None:
+        """
+        Close a directory opened on the way (not the root).
+        """
+        if directory != self.fd:
+            os.close(directory)
+
+
+def _levels(relative: str) -> list[str]:
+    """
+    The levels of a path beneath the root, C{/} between them.
+
+    @raise OSError: a level is C{.} or C{..}.
+    """
+    parts = [part for part in relative.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        raise OSError(errno.EINVAL, f"not a path beneath the root: {relative!r}")
+    return parts
 
 
 def linkProblem(path: str, error: Exception) -> str:
@@ -330,6 +346,14 @@ def openProblem(
     if isinstance(error, PermissionError):
         return f"permission denied: {shown}"
     return f"{other} {shown}: {error.strerror or error}"
+
+
+def linksToNothing(path: str) -> bool:
+    """
+    Whether C{path} is a symbolic link to nothing (an unmounted shared
+    folder?).
+    """
+    return os.path.islink(path) and not os.path.exists(path)
 
 
 def notRegular(path: str, mode: int) -> str:

@@ -29,7 +29,7 @@ from imapmig.mail.message import (
     listedMessage,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import Memo, carriedName, originalName, unreadableAll
+from imapmig.sources.local import Memo, carriedName, linksToNothing, originalName, unreadableAll
 from imapmig.sources.maildir.folders import findFolders
 from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
 from imapmig.sources.maildir.opened import OpenFolder
@@ -222,8 +222,7 @@ def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
     @raise SourceError: it is gone or cannot be listed.
     """
     if not opened.found:
-        directory = os.path.join(root, opened.relative)
-        if os.path.islink(directory) and not os.path.exists(directory):
+        if linksToNothing(os.path.join(root, opened.relative)):
             raise SourceError(
                 f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
             )

@@ -14,7 +14,13 @@ from twisted.logger import Logger
 
 from imapmig.errors import SourceError
 from imapmig.mail.message import SourceFolder
-from imapmig.sources.local import carriedName, hasUndecodable, inboxFirst, localFolder
+from imapmig.sources.local import (
+    carriedName,
+    hasUndecodable,
+    inboxFirst,
+    linksToNothing,
+    localFolder,
+)
 from imapmig.sources.maildir.opened import SUBDIRS
 
 __all__ = ["findFolders", "isMaildirFolder"]
@@ -33,12 +39,13 @@ def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, str]]:
     @raise SourceError: the path does not exist, cannot be read or holds
         no Maildir folder at all.
     """
+    names = _folderDirectories(root)
     folders: list[SourceFolder] = []
     directories: dict[str, str] = {}
     if isMaildirFolder(root) is not False:
         folders.append(SourceFolder(path=("INBOX",), key=""))
         directories[""] = ""
-    for name in _folderDirectories(root):
+    for name in names:
         if isMaildirFolder(os.path.join(root, name)) is not False:
             folder = _subfolder(root, name)
             folders.append(folder)
@@ -48,6 +55,13 @@ def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, str]]:
             f"not a Maildir: {carriedName(root)} has no cur/ or new/ and no Maildir++ folder"
         )
     return inboxFirst(folders), directories
+
+
+# What is said of a Maildir that cannot be read, by what reading it raised.
+_UNREADABLE = {
+    FileNotFoundError: "no such Maildir: {root}",
+    NotADirectoryError: "not a Maildir: {root} is not a directory",
+}
 
 
 def _folderDirectories(root: str) -> list[str]:
@@ -60,14 +74,9 @@ def _folderDirectories(root: str) -> list[str]:
     try:
         with os.scandir(root) as entries:
             return sorted(e.name for e in entries if isFolderDirectory(e))
-    except FileNotFoundError:
-        raise SourceError(f"no such Maildir: {carriedName(root)}") from None
-    except NotADirectoryError:
-        raise SourceError(f"not a Maildir: {carriedName(root)} is not a directory") from None
     except OSError as e:
-        raise SourceError(
-            f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}"
-        ) from None
+        problem = _UNREADABLE.get(type(e), "cannot read the Maildir {root}: {why}")
+        raise SourceError(problem.format(root=carriedName(root), why=e.strerror or e)) from None
 
 
 def _subfolder(root: str, name: str) -> SourceFolder:
@@ -94,20 +103,27 @@ def isMaildirFolder(directory: str) -> bool | None:
     @return: L{None} when that cannot be told (no permission to look, a
         symbolic link loop): listing its messages will say why.
     """
-    unknown = False
-    for subdir in SUBDIRS:
-        try:
-            if stat.S_ISDIR(os.stat(os.path.join(directory, subdir)).st_mode):
-                return True
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError:
-            unknown = True
-    if not unknown and os.path.islink(directory) and not os.path.exists(directory):
-        # A link to nothing (an unmounted shared folder?): it may have been
-        # a folder, and its listing says why it cannot be read.
+    found = [_isDirectory(os.path.join(directory, subdir)) for subdir in SUBDIRS]
+    if True in found:
+        return True
+    # A link to nothing (an unmounted shared folder?) may have been a
+    # folder, and its listing says why it cannot be read.
+    if None in found or linksToNothing(directory):
         return None
-    return None if unknown else False
+    return False
+
+
+def _isDirectory(path: str) -> bool | None:
+    """
+    Whether C{path} is a directory (following symbolic links); L{None}
+    when that cannot be told.
+    """
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return None
 
 
 def decodeComponent(raw: str) -> str:
@@ -133,6 +149,6 @@ def isFolderDirectory(entry: os.DirEntry[str]) -> bool:
     if not name.startswith(".") or name in (".", ".."):
         return False
     try:
-        return entry.is_dir() or (entry.is_symlink() and not os.path.exists(entry.path))
+        return entry.is_dir() or linksToNothing(entry.path)
     except OSError:
         return True

@@ -56,13 +56,13 @@ def flagsOf(letters: str | None, keywords: dict[str, str]) -> tuple[str, ...]:
     Dovecot's lowercase letters, in letter order.
 
     @param letters: the letters (L{None} for a name without info).
-    @param keywords: the folder's C{dovecot-keywords}: letter to keyword.
+    @param keywords: the folder's C{dovecot-keywords}: lower-case letter
+        to keyword.
     """
     if not letters:
         return ()
-    flags = maildirFlags(letters)
-    named = [keywords[c] for c in sorted(set(letters)) if "a" <= c <= "z" and c in keywords]
-    return flags + tuple(named) if named else flags
+    # The keywords' letters are a to z (see readKeywords).
+    return maildirFlags(letters) + tuple(keywords[c] for c in sorted(set(letters)) if c in keywords)
 
 
 # Dovecot names at most 26 keywords per folder, letters a-z, in this file.
