@@ -376,6 +376,14 @@ _DEFER = object()
 _DROP = object()
 
 
+def _arrivedSince(uid: int | None, start: int | None) -> bool:
+    """
+    Whether a view's message of UID C{uid} arrived since the pass began
+    (C{start} being the view's UIDNEXT then, if known).
+    """
+    return start is not None and uid is not None and uid >= start
+
+
 class LabelViewFilter:
     """
     One listing pass's de-duplication: the C{X-GM-MSGID}s of the messages
@@ -487,8 +495,7 @@ class LabelViewFilter:
         @param start: the view's UIDNEXT when the pass began, if known.
         """
         messageId = self._identity(item)
-        uid = item.uid
-        arrived = start is not None and uid is not None and uid >= start
+        arrived = _arrivedSince(item.uid, start)
         if messageId is None:
             # Nothing tells where else it is.
             return _KEEP

@@ -244,13 +244,27 @@ def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
     when: float | None = leadingTimestamp(unique)
     size = sizeField(unique)
     if when is None or size is None:
-        # Renamed or deleted since the scan: readBodies looks for it
-        # again; meanwhile let the server date it.
         status = opened.stat(index, name) if irregular is None else irregular.status
-        if status is not None:
-            when = status.st_mtime if when is None else when
-            size = status.st_size if size is None else size
+        when, size = _fromStatus(status, when, size)
     return (_UNDATED if when is None else when, key, flags[letters], size, when)
+
+
+def _fromStatus(
+    status: os.stat_result | None, when: float | None, size: int | None
+) -> tuple[float | None, int | None]:
+    """
+    A file's date and size where its name gives none: its status's.
+
+    @param status: its status; L{None} when it was renamed or deleted since
+        the scan (readBodies looks for it again; meanwhile the server
+        dates it).
+    """
+    if status is None:
+        return when, size
+    return (
+        status.st_mtime if when is None else when,
+        status.st_size if size is None else size,
+    )
 
 
 def _listed(rows: list[_Row]) -> list[SourceMessage]:

@@ -53,13 +53,13 @@ class OpenFolder:
             link leading out of the Maildir or into a loop).
         """
         self.relative = relative
-        self.shown = carriedName(os.path.join(root, relative) if relative else root)
-        # Joined once: a path per message would cost more than its open.
-        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
         try:
             self.tree = OpenTree(root)
         except OSError as e:
             raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}")
+        self.shown = carriedName(self.tree.path(relative))
+        # Joined once: a path per message would cost more than its open.
+        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
         self.descriptors: list[int | None] = []
         try:
             for subdir in SUBDIRS:

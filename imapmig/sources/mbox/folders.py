@@ -74,12 +74,7 @@ def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, MboxFile]]:
         directory holding no mbox file.
     """
     shown = carriedName(root)
-    try:
-        mode = os.stat(root).st_mode
-    except FileNotFoundError as e:
-        raise SourceError(f"no such mbox file or directory: {shown}") from e
-    except OSError as e:
-        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+    mode = _mode(root, shown)
     if stat.S_ISREG(mode):
         return [SourceFolder(path=("INBOX",), key="")], {"": MboxFile(None, shown)}
     if not stat.S_ISDIR(mode):
@@ -87,6 +82,21 @@ def findFolders(root: str) -> tuple[list[SourceFolder], dict[str, MboxFile]]:
     found = _walkDirectory(root, shown)
     folders = [_folderOf(path, key, file) for path, key, file in found]
     return inboxFirst(folders), {key: file for _, key, file in found}
+
+
+def _mode(root: str, shown: str) -> int:
+    """
+    The C{st_mode} of the source's path.
+
+    @param shown: the path, as shown to the admin.
+    @raise SourceError: it is missing or cannot be read.
+    """
+    try:
+        return os.stat(root).st_mode
+    except FileNotFoundError as e:
+        raise SourceError(f"no such mbox file or directory: {shown}") from e
+    except OSError as e:
+        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
 
 
 def _walkDirectory(root: str, shown: str) -> list[_Found]:

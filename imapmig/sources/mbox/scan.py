@@ -105,17 +105,29 @@ def headerBounds(window: Window, lineEnd: int, crlf: bool) -> tuple[int, int | N
         field) and the offset of the body (L{None} without an empty line).
     """
     limit = min(window.size, lineEnd + 1 + HEADER_LIMIT)
-    first, second = (b"\n\r\n", b"\n\n") if crlf else (b"\n\n", b"\n\r\n")
-    blank, needle = window.find(first, lineEnd, limit), first
-    other = window.find(second, lineEnd, limit if blank < 0 else blank + len(second) - 1)
-    if other >= 0 and (blank < 0 or other < blank):
-        blank, needle = other, second
+    blank, needle = _firstEmptyLine(window, lineEnd, limit, crlf)
     separator = window.find(SEPARATOR, lineEnd, limit if blank < 0 else blank)
     if separator >= 0:
         return separator + 1, None
     if blank >= 0:
         return blank + 1, blank + len(needle)
     return limit, None
+
+
+def _firstEmptyLine(window: Window, lineEnd: int, limit: int, crlf: bool) -> tuple[int, bytes]:
+    """
+    Where the first empty line (LF or CRLF) after C{lineEnd} and before
+    C{limit} starts (the offset of the line end before it; -1 if there is
+    none), and that line end with the empty line.
+
+    @param crlf: whether to look for an empty CRLF line first.
+    """
+    first, second = (b"\n\r\n", b"\n\n") if crlf else (b"\n\n", b"\n\r\n")
+    blank = window.find(first, lineEnd, limit)
+    other = window.find(second, lineEnd, limit if blank < 0 else blank + len(second) - 1)
+    if other >= 0 and (blank < 0 or other < blank):
+        return other, second
+    return blank, first
 
 
 @frozen

@@ -30,6 +30,12 @@ _KEEP = HEADER_LIMIT + 2 * FROM_LINE_LIMIT
 SEPARATOR = b"\nFrom "
 _ESCAPED = b">From "
 
+# Where the next message's From line may start after a message delimited by
+# Content-Length: seen in the octets from the one before its end on (at
+# that offset in them), that line and how far after the end it starts
+# (right there, or after one empty line).
+_FOLLOWING = ((0, b"\nFrom ", 0), (1, b"\nFrom ", 1), (1, b"\r\nFrom ", 2))
+
 
 class Window:
     """
@@ -191,20 +197,15 @@ class Window:
             C{end} (optionally after one empty line); -1 otherwise (the
             Content-Length is wrong).
         """
-        if end > self.size:
-            return -1
-        if end == self.size:
-            return end
+        if end >= self.size:
+            return end if end == self.size else -1
         view = self.slice(end - 1, end + 8)
-        before, rest = view[:1], view[1:]
+        rest = view[1:]
         if rest in (b"\n", b"\r\n") and end + len(rest) == self.size:
             return self.size
-        if before == b"\n" and rest.startswith(b"From "):
-            return end
-        if rest.startswith(b"\nFrom "):
-            return end + 1
-        if rest.startswith(b"\r\nFrom "):
-            return end + 2
+        for at, line, gap in _FOLLOWING:
+            if view.startswith(line, at):
+                return end + gap
         return -1
 
     def trimmedEnd(self, start: int, end: int) -> int:
