@@ -13,11 +13,12 @@ import gc
 import os
 import random
 import stat
+from typing import Iterator
 
 from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig.sources.local as local
-from imapmig.errors import LeavesTree
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
 from imapmig.sources.local import (
     OpenTree,
@@ -294,9 +295,7 @@ class SpecialFileTests(SynchronousTestCase):
         os.symlink(os.path.abspath(target), path)
         self.assertEqual(
             readMessageFile(path, 7),
-            UnreadableMessage(
-                f"became a symbolic link since it was listed, not followed: {path}"
-            ),
+            UnreadableMessage(f"became a symbolic link since it was listed, not followed: {path}"),
         )
 
     def test_device(self) -> None:
@@ -541,3 +540,182 @@ class LargeFileTests(SynchronousTestCase):
         assert isinstance(body, StreamedBody)
         self.assertEqual(b"".join(body.slices(64)), b"b\r\n" * 600)
         body.close()
+
+
+class EntryAndWalkTests(SynchronousTestCase):
+    """
+    What the local sources share about the entries beneath their root:
+    L{local.followEntry}, L{local.walkTree}, L{local.openProblem}.
+    """
+
+    def setUp(self) -> None:
+        base = os.path.abspath(self.mktemp())
+        self.root = os.path.join(base, "root")
+        self.outside = os.path.join(base, "outside")
+        os.makedirs(os.path.join(self.root, "d", "e"))
+        os.makedirs(self.outside)
+        for path in (
+            os.path.join(self.root, "d", "file"),
+            os.path.join(self.root, "d", "e", "deep"),
+            os.path.join(self.root, ".hidden"),
+            os.path.join(self.outside, "secret"),
+        ):
+            with open(path, "wb") as f:
+                f.write(b"x")
+        self.tree = OpenTree(self.root)
+        self.addCleanup(self.tree.close)
+
+    def entry(self, name: str) -> os.DirEntry[str]:
+        """
+        The entry of the root called C{name}.
+        """
+        with os.scandir(self.root) as entries:
+            [found] = [e for e in entries if e.name == name]
+        return found
+
+    def follow(self, name: str) -> local.Irregular:
+        """
+        What L{local.followEntry} says of the root's entry C{name}.
+        """
+        return local.followEntry(self.tree, name, "shown/" + name, self.entry(name))
+
+    def test_linkToRegularFile(self) -> None:
+        """
+        A symbolic link to a regular file inside the root is read through:
+        no reason, its target relative to the root and the target's status.
+        """
+        os.symlink("d/file", os.path.join(self.root, "link"))
+        found = self.follow("link")
+        self.assertEqual((found.reason, found.target, found.toDirectory), (None, "d/file", False))
+        assert found.status is not None
+        self.assertEqual(found.status.st_size, 1)
+
+    def test_notRead(self) -> None:
+        """
+        A FIFO, a link leading out of the root, a link to nothing and a
+        link to a directory inside the root are not read, each with its
+        reason; only the last is marked as leading to a directory.
+        """
+        os.mkfifo(os.path.join(self.root, "fifo"))
+        os.symlink(os.path.join(self.outside, "secret"), os.path.join(self.root, "out"))
+        os.symlink("missing", os.path.join(self.root, "dangling"))
+        os.symlink("d", os.path.join(self.root, "toDir"))
+        secret = os.path.join(self.outside, "secret")
+        expected = {
+            "fifo": ("not a regular file: FIFO: shown/fifo", False),
+            "out": (
+                "symbolic link leading out of the source directory, not followed:"
+                f" shown/out -> {secret}",
+                False,
+            ),
+            "dangling": ("symbolic link to nothing: shown/dangling", False),
+            "toDir": ("not a regular file: symbolic link to a directory: shown/toDir", True),
+        }
+        for name, (reason, toDirectory) in expected.items():
+            found = self.follow(name)
+            self.assertEqual(
+                (found.reason, found.toDirectory, found.status), (reason, toDirectory, None)
+            )
+
+    def test_gone(self) -> None:
+        """
+        An entry gone since the directory was read raises
+        L{FileNotFoundError}.
+        """
+        os.mkfifo(os.path.join(self.root, "fifo"))
+        entry = self.entry("fifo")
+        os.unlink(os.path.join(self.root, "fifo"))
+        self.assertRaises(FileNotFoundError, local.followEntry, self.tree, "fifo", "fifo", entry)
+
+    def test_walk(self) -> None:
+        """
+        L{local.walkTree} visits every entry but directories and dotfiles,
+        depth first, with what C{descend} made of its directory's names.
+        """
+        visited = []
+
+        def descend(name: str, path: tuple[str, ...]) -> tuple[str, ...]:
+            return path + (name,)
+
+        def visit(entry: os.DirEntry[str], relative: str, path: tuple[str, ...]) -> None:
+            visited.append((entry.name, relative, path))
+
+        top: tuple[str, ...] = ()
+        local.walkTree(self.tree, top, descend, visit)
+        self.assertEqual(
+            sorted(visited),
+            [("deep", "d/e/deep", ("d", "e")), ("file", "d/file", ("d",))],
+        )
+
+    def test_walkUnlistable(self) -> None:
+        """
+        A directory that cannot be listed fails the walk with
+        L{SourceError} naming it.
+        """
+        unlistable = os.path.join(self.root, "d", "e")
+        realScandir = os.scandir
+
+        def scandir(path: str) -> Iterator[os.DirEntry[str]]:
+            if path == unlistable:
+                raise PermissionError(errno.EACCES, "Permission denied")
+            return realScandir(path)
+
+        self.patch(os, "scandir", scandir)
+        with self.assertRaises(SourceError) as caught:
+            local.walkTree(self.tree, None, lambda name, state: state, lambda *args: None)
+        self.assertEqual(str(caught.exception), f"cannot list {unlistable}: Permission denied")
+
+    def test_openProblem(self) -> None:
+        """
+        Why a file cannot be opened: what is said of a missing file and of
+        other errors can be chosen.
+        """
+        missing = FileNotFoundError(errno.ENOENT, "No such file")
+        other = OSError(errno.EIO, "Input/output error")
+        self.assertEqual(
+            local.openProblem("/m", missing, "no such mbox file"), "no such mbox file: /m"
+        )
+        self.assertEqual(
+            local.openProblem("/m", other, other="cannot open the mbox file"),
+            "cannot open the mbox file /m: Input/output error",
+        )
+        self.assertEqual(
+            local.openProblem("/m", LeavesTree("m", "/elsewhere")),
+            "symbolic link leading out of the source directory, not followed: /m -> /elsewhere",
+        )
+
+
+class SharedTests(SynchronousTestCase):
+    """
+    L{local.Memo}, L{local.localFolder} and L{local.inboxFirst}.
+    """
+
+    def test_memo(self) -> None:
+        """
+        A L{local.Memo} works each value out once.
+        """
+        calls = []
+
+        def double(n: int) -> int:
+            calls.append(n)
+            return 2 * n
+
+        memo = local.Memo(double)
+        self.assertEqual([memo[1], memo[2], memo[1]], [2, 4, 2])
+        self.assertEqual(calls, [1, 2])
+
+    def test_folders(self) -> None:
+        """
+        A top-level folder with a well-known name carries its SPECIAL-USE
+        attribute; folders are sorted INBOX first, then by path.
+        """
+        folders = [
+            local.localFolder(("Sent Items",), "s"),
+            local.localFolder(("A", "Sent"), "as"),
+            local.localFolder(("INBOX",), ""),
+            local.localFolder(("A",), "a"),
+        ]
+        self.assertEqual(
+            [(f.key, f.specialUse) for f in local.inboxFirst(folders)],
+            [("", None), ("a", None), ("as", None), ("s", "\\Sent")],
+        )
