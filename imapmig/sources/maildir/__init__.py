@@ -32,8 +32,8 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.local import Memo, carriedName, linksToNothing, originalName, unreadableAll
 from imapmig.sources.maildir.folders import findFolders
 from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
-from imapmig.sources.maildir.opened import OpenFolder
-from imapmig.sources.maildir.scan import FolderFiles, Located, Scanned, scanFolder
+from imapmig.sources.maildir.opened import Located, OpenFolder
+from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
 
 __all__ = ["MaildirSource"]
 
@@ -319,9 +319,10 @@ class _Batch:
         The bodies of C{messages}, in order.
         """
         bodies: list[MessageBody] = []
+        body = self._body
         try:
             for message in messages:
-                bodies.append(self._body(message))
+                bodies.append(body(message))
         except SourceError as e:
             # The folder became unreadable while being read again.
             bodies += unreadableAll(str(e), messages[len(bodies) :])
@@ -335,7 +336,7 @@ class _Batch:
             opened any more.
         """
         located = self._files.locate(message.key)
-        body = None if located is None else self._opened.read(*located, message.size)
+        body = None if located is None else self._opened.read(located, message.size)
         if body is None and not self.rescanned:
             located, body = self._again(message, located)
         if body is None:
@@ -359,7 +360,7 @@ class _Batch:
         located = self._files.locate(message.key)
         if located is None:
             return seen, None
-        return located, self._opened.read(*located, message.size)
+        return located, self._opened.read(located, message.size)
 
     def _whereWas(self, message: SourceMessage, located: Located | None) -> str:
         """

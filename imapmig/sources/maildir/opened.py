@@ -24,7 +24,11 @@ from imapmig.sources.local import (
     readOpenFile,
 )
 
-__all__ = ["SUBDIRS", "OpenFolder"]
+__all__ = ["SUBDIRS", "Located", "OpenFolder"]
+
+# Where a listed file is: (index into SUBDIRS, file name, what it is if not
+# a regular file)
+Located = tuple[int, str, Irregular | None]
 
 # Scanned in this order: for duplicate unique names, cur/ wins the plain key.
 SUBDIRS = ("cur", "new")
@@ -141,17 +145,16 @@ class OpenFolder:
         except FileNotFoundError:
             return None
 
-    def read(
-        self, index: int, name: str, irregular: Irregular | None, size: int
-    ) -> MessageBody | None:
+    def read(self, located: Located, size: int) -> MessageBody | None:
         """
-        Read the file C{name} of subdirectory C{index}, as L{readMessageFile}
-        does (L{None} when it is gone).
+        Read a listed file, as L{readMessageFile} does (L{None} when it is
+        gone).
 
-        @param irregular: what the listing found it to be, if not a
-            regular file.
+        @param located: where it is, and what the listing found it to be
+            if not a regular file.
         @param size: its size as listed.
         """
+        index, name, irregular = located
         if irregular is not None:
             return self._readIrregular(index, name, irregular, size)
         fd = self.descriptors[index]

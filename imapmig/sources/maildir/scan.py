@@ -11,17 +11,13 @@ import os
 
 from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
-from imapmig.sources.maildir.opened import SUBDIRS, OpenFolder
+from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 
-__all__ = ["FolderFiles", "Located", "Scanned", "scanFolder"]
+__all__ = ["FolderFiles", "Scanned", "scanFolder"]
 
 # (key, unique part, index into SUBDIRS, file name, flag letters or None,
 # what it is if not a regular file)
 Scanned = tuple[str, str, int, str, str | None, Irregular | None]
-
-# Where a listed file is: (index into SUBDIRS, file name, what it is if not
-# a regular file)
-Located = tuple[int, str, Irregular | None]
 
 
 def scanFolder(folder: OpenFolder) -> list[Scanned]:
