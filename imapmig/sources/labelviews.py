@@ -75,7 +75,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from hashlib import blake2b
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeVar
 
 from attrs import evolve
 
@@ -148,6 +148,8 @@ _SYSTEM_LABELS = {
 }
 _INBOX_LABEL = b"\\INBOX"
 _LARGEST_ID = 2**64 - 1
+
+_T = TypeVar("_T")
 
 # Gmail's English names of its views, for a server that sends no
 # SPECIAL-USE attributes; "[Google Mail]" is the root in some countries
@@ -250,8 +252,16 @@ def gmailMessageId(item: FetchedItem) -> bytes | None:
     """
     The C{X-GM-MSGID} of a FETCH response, or L{None} if it has none.
     """
-    for name, value in item.extra.items():
-        if name.upper() == MESSAGE_ID_ITEM and isinstance(value, bytes):
+    return _extraItem(item, MESSAGE_ID_ITEM, bytes)
+
+
+def _extraItem(item: FetchedItem, name: bytes, kind: type[_T]) -> _T | None:
+    """
+    The first item of a FETCH response called C{name} (whatever case the
+    server gave it in) that is a C{kind}; L{None} if it has none.
+    """
+    for key, value in item.extra.items():
+        if key.upper() == name and isinstance(value, kind):
             return value
     return None
 
@@ -315,20 +325,26 @@ def headerIdentity(item: FetchedItem) -> int | None:
     by chance, their digests: about 1 in 2**64 per pair; below 1 in 10**7
     for a million messages against a million).
     """
-    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
-    if messageId:
-        what = b"M" + messageId
-    else:
-        fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
-        if not fields:
-            return None
-        what = b"H" + fields
+    what = _identifying(item)
+    if what is None:
+        return None
     when = item.internalDate
     instant = b"-" if when is None else b"%d" % int(when.timestamp())
-    digest = blake2b(
-        b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8
-    ).digest()
+    digest = blake2b(b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8).digest()
     return int.from_bytes(digest, "big")
+
+
+def _identifying(item: FetchedItem) -> bytes | None:
+    """
+    What identifies a message in L{headerIdentity}, marked with what it
+    is: its Message-ID, else its C{Date}, C{From}, C{To} and C{Subject}
+    lines; L{None} without either.
+    """
+    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
+    if messageId:
+        return b"M" + messageId
+    fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
+    return b"H" + fields if fields else None
 
 
 def _labelKey(label: bytes) -> bytes:
@@ -347,10 +363,10 @@ def gmailLabels(item: FetchedItem) -> frozenset[bytes]:
     The C{X-GM-LABELS} of a FETCH response, as compared (system labels
     upper-cased); empty if it has none.
     """
-    for name, value in item.extra.items():
-        if name.upper() == LABELS_ITEM and isinstance(value, list):
-            return frozenset(_labelKey(label) for label in value if isinstance(label, bytes))
-    return frozenset()
+    labels = _extraItem(item, LABELS_ITEM, list)
+    if labels is None:
+        return frozenset()
+    return frozenset(_labelKey(label) for label in labels if isinstance(label, bytes))
 
 
 def folderLabels(folder: SourceFolder, wireName: bytes) -> frozenset[bytes]:

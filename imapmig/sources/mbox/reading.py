@@ -62,25 +62,44 @@ def placeProblem(fd: int, index: MessageIndex, position: int) -> str | None:
 
     @raise OSError: the file cannot be read.
     """
+    if _fromLineMoved(fd, index, position) or _nextMoved(fd, index, position):
+        return (
+            f"{index.file.shown} changed since it was listed: the message at offset"
+            f" {index.offsets[position]} moved"
+        )
+    return None
+
+
+def _fromLineMoved(fd: int, index: MessageIndex, position: int) -> bool:
+    """
+    Whether a message's C{From} line is no longer the one listed at its
+    offset (its first L{FROM_LINE_LIMIT} octets, after an LF or at the
+    start of the file).
+
+    @raise OSError: the file cannot be read.
+    """
     offset = index.offsets[position]
-    start = index.starts[position]
-    following = index.offsets[position + 1] if position + 1 < len(index.offsets) else -1
-    lineLength = min(start - 1 - offset, FROM_LINE_LIMIT)
+    lineLength = min(index.starts[position] - 1 - offset, FROM_LINE_LIMIT)
     if offset:
         before = os.pread(fd, lineLength + 1, offset - 1)
     else:
         before = b"\n" + os.pread(fd, lineLength, 0)
-    after = os.pread(fd, 6, following - 1) if following > 0 else b"\nFrom "
-    if (
+    return (
         not before.startswith(b"\nFrom ")
         or zlib.crc32(before[1:]) != index.fromLineChecks[position]
-        or after != b"\nFrom "
-    ):
-        return (
-            f"{index.file.shown} changed since it was listed: the message at offset"
-            f" {offset} moved"
-        )
-    return None
+    )
+
+
+def _nextMoved(fd: int, index: MessageIndex, position: int) -> bool:
+    """
+    Whether the next message's C{From} line, if any, is no longer where it
+    was listed.
+
+    @raise OSError: the file cannot be read.
+    """
+    if position + 1 >= len(index.offsets):
+        return False
+    return os.pread(fd, 6, index.offsets[position + 1] - 1) != b"\nFrom "
 
 
 def readMessage(fd: int, index: MessageIndex, position: int, quoting: MboxQuoting) -> MessageBody:
