@@ -62,9 +62,14 @@ def _split(
     """
     The folders the rules include, and the names of those left out.
     """
-    included = [folder for folder in folders if isIncluded(folder.path, rules)]
-    excluded = tuple(folderName(f.path) for f in folders if f not in included)
-    return included, excluded
+    included: list[SourceFolder] = []
+    excluded: list[str] = []
+    for folder in folders:
+        if isIncluded(folder.path, rules):
+            included.append(folder)
+        else:
+            excluded.append(folderName(folder.path))
+    return included, tuple(excluded)
 
 
 def _now(d: Deferred[_T]) -> _T:

@@ -30,7 +30,7 @@ from imapmig.mail.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import Memo, carriedName, linksToNothing, originalName, unreadableAll
-from imapmig.sources.maildir.folders import findFolders
+from imapmig.sources.maildir.folders import findFolders, isFolderName
 from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
 from imapmig.sources.maildir.opened import Located, OpenFolder
 from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
@@ -132,7 +132,7 @@ class MaildirSource:
         if folder.key == "":
             return ""
         name = originalName(folder.key)
-        if not name.startswith(".") or name in (".", "..") or "/" in name:
+        if not isFolderName(name) or "/" in name:
             raise SourceError(
                 f"not a Maildir++ folder name: {folder.key!r} in {carriedName(self.path)}"
             )

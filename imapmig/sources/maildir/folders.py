@@ -23,7 +23,7 @@ from imapmig.sources.local import (
 )
 from imapmig.sources.maildir.opened import SUBDIRS
 
-__all__ = ["findFolders", "isMaildirFolder"]
+__all__ = ["findFolders", "isFolderName", "isMaildirFolder"]
 
 log = Logger()
 
@@ -138,6 +138,13 @@ def decodeComponent(raw: str) -> str:
         return carriedName(raw)
 
 
+def isFolderName(name: str) -> bool:
+    """
+    Whether C{name} may name a Maildir++ folder's directory: C{.X}.
+    """
+    return name.startswith(".") and name not in (".", "..")
+
+
 def isFolderDirectory(entry: os.DirEntry[str]) -> bool:
     """
     Whether an entry of the Maildir may be a Maildir++ folder: a directory
@@ -145,8 +152,7 @@ def isFolderDirectory(entry: os.DirEntry[str]) -> bool:
     symbolic link loop, a link to nothing) may be, and listing it says why
     it cannot be read.
     """
-    name = entry.name
-    if not name.startswith(".") or name in (".", ".."):
+    if not isFolderName(entry.name):
         return False
     try:
         return entry.is_dir() or linksToNothing(entry.path)

@@ -80,16 +80,22 @@ def readKeywords(tree: OpenTree, folder: str) -> dict[str, str]:
         not written by Dovecot) or it is not a regular file inside the
         Maildir, and malformed lines are skipped.
     """
-    result: dict[str, str] = {}
-    for line in _keywordsFile(tree, folder).splitlines():
-        index, _, name = line.strip().partition(b" ")
-        if not index.isdigit() or not name or int(index) >= 26:
-            continue
-        try:
-            result[chr(ord("a") + int(index))] = name.strip().decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return result
+    lines = _keywordsFile(tree, folder).splitlines()
+    return dict(keyword for keyword in map(_keywordLine, lines) if keyword is not None)
+
+
+def _keywordLine(line: bytes) -> tuple[str, str] | None:
+    """
+    The letter and keyword of a line of C{dovecot-keywords}; L{None} for
+    a malformed line.
+    """
+    index, _, name = line.strip().partition(b" ")
+    if not index.isdigit() or not name or int(index) >= 26:
+        return None
+    try:
+        return chr(ord("a") + int(index)), name.strip().decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _keywordsFile(tree: OpenTree, folder: str) -> bytes:

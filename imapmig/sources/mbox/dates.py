@@ -101,16 +101,22 @@ def _zone(token: str) -> int | None:
     C{-05:00}, C{CET}), or L{None} if C{token} is none.
     """
     if token[:1] in ("+", "-"):
-        digits = token[1:].replace(":", "", 1)
-        if len(digits) != 4:
-            return None
-        hours = _number(digits[:2], 0, 14)
-        minutes = _number(digits[2:], 0, 59)
-        if hours is None or minutes is None:
-            return None
-        offset = hours * 60 + minutes
-        return -offset if token[0] == "-" else offset
+        return _numericZone(token)
     return _ZONES.get(token.upper())
+
+
+def _numericZone(token: str) -> int | None:
+    """
+    The offset in minutes east of UTC of C{+HHMM} or C{-HH:MM}, or L{None}
+    if C{token} is neither (C{HH} up to 14).
+    """
+    digits = token[1:].replace(":", "", 1)
+    hours = _number(digits[:2], 0, 14) if len(digits) == 4 else None
+    minutes = _number(digits[2:], 0, 59)
+    if hours is None or minutes is None:
+        return None
+    offset = hours * 60 + minutes
+    return -offset if token[0] == "-" else offset
 
 
 def _yearAndZone(tokens: Sequence[str]) -> tuple[int | None, int | None]:
