@@ -139,21 +139,20 @@ read on the calling thread, with blocking system calls.
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from imapmig.errors import LeavesTree, SourceError
+from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import carriedName, unreadableAll
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.folders import findFolders
 from imapmig.sources.mbox.quoting import MboxQuoting
-from imapmig.sources.mbox.reading import readMessages
-from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile, scanFile
+from imapmig.sources.mbox.reading import fromLineAt, readMessages
+from imapmig.sources.mbox.scan import MboxFile, MessageIndex, scanFile
 
 __all__ = ["MboxSource", "MboxQuoting", "parseFromLineDate"]
 
@@ -248,17 +247,9 @@ class MboxSource:
         if not (key.isascii() and key.isdigit()):
             return None
         try:
-            fd = openFile(self.path, self._fileOf(folder))
-        except (SourceError, LeavesTree, OSError):
+            return fromLineAt(self.path, self._fileOf(folder), int(key))
+        except SourceError:
             return None
-        try:
-            head = os.pread(fd, 1000, int(key))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        line = head.split(b"\n", 1)[0].rstrip(b"\r")
-        return line if line.startswith(b"From ") else None
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]

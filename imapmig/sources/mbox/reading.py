@@ -15,11 +15,33 @@ from imapmig.errors import LeavesTree
 from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
 from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, openProblem, unreadableAll
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
-from imapmig.sources.mbox.scan import MessageIndex, openFile
+from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile
 from imapmig.sources.mbox.stream import RegionBody
 from imapmig.sources.mbox.window import FROM_LINE_LIMIT
 
-__all__ = ["readMessage", "readMessages"]
+__all__ = ["fromLineAt", "readMessage", "readMessages"]
+
+
+def fromLineAt(root: str, file: MboxFile, offset: int) -> bytes | None:
+    """
+    The C{From } line at C{offset} in an mbox file, as it is in the file
+    (at most 1,000 octets, without its line end); L{None} when the file or
+    line cannot be read there.
+
+    @param root: the source's path.
+    """
+    try:
+        fd = openFile(root, file)
+    except (LeavesTree, OSError):
+        return None
+    try:
+        head = os.pread(fd, 1000, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    return line if line.startswith(b"From ") else None
 
 
 def readMessages(

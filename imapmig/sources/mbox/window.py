@@ -173,11 +173,7 @@ class Window:
             base = self.base
             separator = data.find(SEPARATOR, pos - base)
             stop = separator if separator >= 0 else len(data)
-            escaped = data.find(_ESCAPED, pos - base, stop)
-            while escaped >= 0:
-                if self._isEscape(base + escaped, quoting):
-                    escapes += 1
-                escaped = data.find(_ESCAPED, escaped + 1, stop)
+            escapes += self._escapes(pos - base, stop, quoting)
             if separator >= 0:
                 return base + separator, escapes
             # Both needles are 6 octets long: one starting in the last 5
@@ -186,6 +182,18 @@ class Window:
             pos = max(pos, base + len(data) - len(SEPARATOR) + 1)
             if not self._extend(max(start, pos - 3)):
                 return -1, escapes
+
+    def _escapes(self, start: int, stop: int, quoting: MboxQuoting) -> int:
+        """
+        The number of escaped C{From } lines starting in C{data[start:stop]}.
+        """
+        data = self.data
+        count = 0
+        escaped = data.find(_ESCAPED, start, stop)
+        while escaped >= 0:
+            count += self._isEscape(self.base + escaped, quoting)
+            escaped = data.find(_ESCAPED, escaped + 1, stop)
+        return count
 
     def followingFrom(self, end: int) -> int:
         """
