@@ -126,6 +126,9 @@ SERVICE_PYTHON ?= /usr/bin/python3
 SYSCONFDIR     ?= /etc/imapmig
 STATEDIR       ?= /var/lib/imapmig
 UNITDIR        ?= /etc/systemd/system
+# The manual pages go where man finds them (the venv's copy is not on its path).
+MANDIR         ?= /usr/local/share/man
+MANPAGES        = man1/imapmig.1 man5/imapmig.yaml.5 man8/imapmig-daemon.8
 SERVICE_USER   ?= imapmig
 SERVICE_GROUP  ?= $(SERVICE_USER)
 WHEELDIR       ?= build/wheel
@@ -151,6 +154,9 @@ install: $(if $(WHEEL),,wheel)
 	# user would find none and warn that it cannot write one.
 	$(PREFIX)/bin/python -c "from twisted.plugin import IPlugin, getPlugins; list(getPlugins(IPlugin))"
 	ls $(PREFIX)/lib/python3*/site-packages/twisted/plugins/dropin.cache
+	for page in $(MANPAGES); do \
+	    install -D -m 0644 $(PREFIX)/share/man/$$page $(MANDIR)/$$page || exit 1; \
+	done
 	install -d -m 0750 -o root -g $(SERVICE_GROUP) $(SYSCONFDIR)
 	install -d -m 0700 -o root -g root $(SYSCONFDIR)/credentials
 	install -m 0640 -o root -g $(SERVICE_GROUP) config/imapmig.example.yaml $(SYSCONFDIR)/imapmig.example.yaml
@@ -183,6 +189,7 @@ uninstall:
 	    systemctl stop 'imapmig@*.service' || true; \
 	fi
 	for unit in $(UNITS); do rm -f $(UNITDIR)/$$unit; done
+	for page in $(MANPAGES); do rm -f $(MANDIR)/$$page; done
 	@if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	rm -rf $(PREFIX)
 

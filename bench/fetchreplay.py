@@ -12,7 +12,7 @@ BODY.PEEK[])} of each folder, then replays them into imapmig's client
 (L{imapmig.imap.client.MigrationIMAP4Client} on a C{StringTransport}) in
 reads of 64 KiB, as the reactor would deliver them, with the IMAP
 source's body sink, limits and spooling, and the source's hand-over of
-each body (L{imapmig.sources.imap.IMAPSource._messageBody}: the CRLF
+each body (L{imapmig.sources.imapreading.BodyReader.messageBody}: the CRLF
 check).  It prints the CPU time (C{time.process_time}) per message, the
 best of C{--runs}.
 """
@@ -33,7 +33,9 @@ from twisted.internet.testing import StringTransport
 from bench.servers import PASSWORD, BenchServer
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.mail.message import SourceFolder
-from imapmig.sources.imap import IMAPSource, _BodySink, _bodyLimits, SPOOL_ABOVE, MAX_MESSAGE_BYTES
+from imapmig.sources.imapbodies import BodySink, bodyLimits, SPOOL_ABOVE, MAX_MESSAGE_BYTES
+from imapmig.sources.imapreading import BodyReader
+from imapmig.sources.imapstatus import FolderMarks
 
 _READ = 64 * 1024
 
@@ -86,7 +88,7 @@ def replay(streams: list[tuple[bytes, int]], spoolDirectory: str) -> tuple[float
     client = MigrationIMAP4Client(Clock(), timeout=0)
     client.makeConnection(StringTransport())  # type: ignore[no-untyped-call]
     client.dataReceived(b"* OK [CAPABILITY IMAP4rev1 LITERAL+] ready\r\n")
-    source = IMAPSource(lambda: None)  # type: ignore[arg-type, return-value]
+    source = BodyReader(FolderMarks("IMAP source"), "IMAP source")
     folder = SourceFolder(path=("INBOX",), key="INBOX")
     handed = 0
     tags = [b"%04X" % (client.tagID + i) for i in range(len(streams))]
@@ -96,15 +98,15 @@ def replay(streams: list[tuple[bytes, int]], spoolDirectory: str) -> tuple[float
     ]
     started = time.process_time()
     for stream, exists in streams:
-        sink = _BodySink(set(range(1, exists * 4 + 10)))
-        client._fetchParser.limits = _bodyLimits([], MAX_MESSAGE_BYTES, SPOOL_ABOVE,
-                                                 spoolDirectory)  # fmt: skip
+        sink = BodySink(set(range(1, exists * 4 + 10)))
+        client._fetchParser.limits = bodyLimits([], MAX_MESSAGE_BYTES, SPOOL_ABOVE,
+                                                spoolDirectory)  # fmt: skip
         done = client.fetchInto(b"UID FETCH 1:* (UID BODY.PEEK[])", sink)
         for offset in range(0, len(stream), _READ):
             client.dataReceived(stream[offset : offset + _READ])
         assert done.called, "the replayed fetch did not complete"
         for uid, body in sink.bodies.items():
-            source._messageBody(folder, uid, body)
+            source.messageBody(folder, uid, body)
             handed += 1
     return time.process_time() - started, handed
 

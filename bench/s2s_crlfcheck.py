@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Callable
 
-from imapmig.sources.imap import asCRLF
+from imapmig.sources.imapreading import asCRLF
 
 
 def _counts(body: bytes) -> bool:

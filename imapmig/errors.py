@@ -7,7 +7,10 @@ mapped to it once, at the session edge (L{imapmig.imap.session}).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from twisted.python.failure import Failure
 
 
 class ImapmigError(Exception):
@@ -336,6 +339,71 @@ class ServerBye(ConnectionLost):
     def __init__(self, text: str) -> None:
         self.text = text
         super().__init__(f"the server said BYE: {text}")
+
+
+# The daemon and its status site.
+
+
+class StatusListenerFailed(ImapmigError):
+    """
+    The status listener could not listen when the daemon started (the
+    port in use, no permission): the start fails with it, after one
+    critical log line naming the endpoint and the reason.  The process
+    then exits with status 1, without a traceback: C{imapmig-daemon}
+    catches it, and under C{twistd} L{imapmig.daemon.tap.quietStartFailures}
+    keeps Python from printing one.  (An C{Exception}, not a
+    C{SystemExit}: a daemonizing C{twistd} reports an C{Exception} to the
+    parent waiting for the start, and removes its pid file.)  Made by
+    L{imapmig.daemon.listener.listenerFailed}, which puts the reason
+    first.
+
+    @ivar reason: the endpoint's failure.
+    """
+
+    # What twistd's report names: a daemonizing twistd hands its parent
+    # only the first 100 octets of "1 imapmig.daemon.StatusListenerFailed:
+    # MESSAGE" (40 of them before the message); the class names the
+    # package (which exports it), not this module, to keep them so.
+    __module__ = "imapmig.daemon"
+
+    def __init__(self, message: str, reason: Failure) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class HTTPProblem(ImapmigError):
+    """
+    A request to the status site that cannot be answered as asked: the
+    status code to answer with and why, in words for the client.
+
+    @ivar code: the HTTP status code.
+    @ivar message: the C{error} of the JSON body.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+
+class WebhookRefused(PermanentError):
+    """
+    The webhook's receiver answered with a status retrying will not
+    change.
+    """
+
+
+class WebhookUnavailable(TransientError):
+    """
+    The webhook's receiver could not be reached, timed out, or answered
+    with a status worth retrying.
+
+    @ivar retryAfter: its C{Retry-After}, in seconds, if any.
+    """
+
+    def __init__(self, reason: str, retryAfter: float | None = None) -> None:
+        super().__init__(reason)
+        self.retryAfter = retryAfter
 
 
 # sources/ (local files): Maildir, mbox, .eml

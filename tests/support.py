@@ -46,6 +46,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 from imapmig.commands import cli
+from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config
 from imapmig.progress import JobProgress
 from imapmig.daemon.service import buildService
@@ -808,7 +809,7 @@ async def verifyJobs(
     reactor: Any, config: Config, jobs: Sequence[str]
 ) -> tuple[int, list[dict[str, Any]], str]:
     """
-    Run C{imapmig verify} on C{jobs} of C{config} through L{cli.verify}.
+    Run C{imapmig verify} on C{jobs} of C{config} through L{verifyCommand.verify}.
 
     @return: its exit status, its JSON report and what it printed.
     """
@@ -816,7 +817,7 @@ async def verifyJobs(
     out = io.StringIO()
     store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     try:
-        status = await cli.verify(config, list(jobs), store, reactor, reportPath, out)
+        status = await verifyCommand.verify(config, list(jobs), store, reactor, reportPath, out)
     finally:
         store.close()
     try:

@@ -17,7 +17,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig
 
-from imapmig.commands.cli import main, report, reportNotWritten, verify
+from imapmig.commands.cli import main
+from imapmig.commands.report import report
+from imapmig.commands.verify import reportNotWritten, verify
 from imapmig.config import loadConfig
 from imapmig.state import FolderFallback, MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore

@@ -6,8 +6,16 @@ and test commands first), and every YAML example is valid.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from types import ModuleType
+from unittest import SkipTest
 
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
@@ -239,3 +247,77 @@ class YamlExampleTests(SynchronousTestCase):
             [problem for problem in error.problems if not _ABSENT.search(problem)],
             ["x.yaml: jobs[0].source.server: no server named 'old' (servers: new)"],
         )
+
+
+def _manpages() -> ModuleType:
+    """
+    C{docs/manpages.py}, the build of the manual pages, as a module.
+    """
+    spec = importlib.util.spec_from_file_location("manpages", CHECKOUT / "docs" / "manpages.py")
+    assert spec is not None and spec.loader is not None
+    if "manpages" not in sys.modules:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["manpages"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["manpages"]
+
+
+class ManPageTests(SynchronousTestCase):
+    """
+    The manual pages in man/ are built from docs/ by docs/manpages.py.
+    """
+
+    def test_current(self) -> None:
+        """
+        Each page in man/ is what docs/ builds now (a change to a page of
+        docs/ it draws on without C{python docs/manpages.py} fails here).
+        """
+        manpages = _manpages()
+        for page in manpages.PAGES:
+            self.assertEqual(page.path.read_text("utf-8"), manpages.build(page), page.path)
+
+    def test_staleFound(self) -> None:
+        """
+        The comparison can fail: a page built from a changed docs/ differs.
+        """
+        manpages = _manpages()
+        page = manpages.PAGES[0]
+        with tempfile.TemporaryDirectory() as scratch:
+            docs = Path(scratch)
+            for source in page.sources:
+                name = source.partition("#")[0]
+                text = (CHECKOUT / "docs" / name).read_text("utf-8")
+                (docs / name).write_text(text.replace("writing nothing", "writing all"), "utf-8")
+            self.assertNotEqual(page.path.read_text("utf-8"), manpages.build(page, docs))
+
+    def test_rendersCleanly(self) -> None:
+        """
+        groff reads every page (tables through tbl) without an error; only
+        its warnings about a wide table or a long word are allowed.
+        """
+        if shutil.which("groff") is None:
+            if os.environ.get("CI") == "true":
+                self.fail("groff is not installed (Debian's groff-base, with man-db)")
+            raise SkipTest("groff is not installed")
+        for page in _manpages().PAGES:
+            result = subprocess.run(
+                ["groff", "-k", "-t", "-man", "-ww", "-z", "-Tutf8", str(page.path)],
+                capture_output=True, text=True, timeout=60,
+            )
+            problems = [
+                line for line in result.stderr.splitlines()
+                if not re.search(r"cannot adjust|can't break|wider than line width|^warning: file", line)
+            ]
+            self.assertEqual((result.returncode, problems), (0, []), page.path)
+
+    def test_inline(self) -> None:
+        """
+        Markdown's inline markup becomes roff's fonts; hyphens and
+        backslashes are escaped; a link keeps its text, and an outside one
+        its address.
+        """
+        inline = _manpages().inline
+        self.assertEqual(inline("run `make install` **now**"), "run \\fBmake install\\fR \\fBnow\\fR")
+        self.assertEqual(inline("see [Logs](operations.md#logs)"), "see Logs")
+        self.assertEqual(inline("[RFC](https://x.org/a-b)"), "RFC <https://x.org/a\\-b>")
+        self.assertEqual(inline("a *b* c\\d"), "a \\fIb\\fR c\\ed")

@@ -5,6 +5,10 @@ problems a configuration error shows, and excerpts of peer data.
 
 from __future__ import annotations
 
+import ast
+import importlib
+from pathlib import Path
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig import errors
@@ -45,6 +49,28 @@ class HierarchyTests(SynchronousTestCase):
             self.assertFalse(
                 issubclass(kind, TransientError) and issubclass(kind, PermanentError), kind
             )
+
+    def test_everyExceptionHere(self) -> None:
+        """
+        No module of imapmig but L{imapmig.errors} defines an exception
+        class: every one joins the hierarchy here (ten were defined
+        beside their users).
+        """
+        root = Path(errors.__file__).parent
+        elsewhere = []
+        for path in sorted(root.rglob("*.py")):
+            if path.name == "__main__.py" or path == Path(errors.__file__):
+                continue
+            module = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+            names = [node.name for node in ast.walk(ast.parse(path.read_text("utf-8"))) if isinstance(node, ast.ClassDef)]
+            if not names:
+                continue
+            loaded = importlib.import_module(module)
+            for name in names:
+                value = getattr(loaded, name, None)
+                if isinstance(value, type) and issubclass(value, BaseException):
+                    elsewhere.append(f"{module}.{name}")
+        self.assertEqual(elsewhere, [])
 
     def test_quotaIsTransient(self) -> None:
         """

@@ -35,7 +35,7 @@ from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.trial.unittest import TestCase
 
-from imapmig.commands import cli
+from imapmig.commands import plan as planCommand
 from imapmig.config import loadConfig
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot
 from imapmig.testing.faultproxy import FaultProxy
@@ -231,7 +231,7 @@ class GmailWithoutExtensionTests(TestCase):
         @return: what it printed.
         """
         out = io.StringIO()
-        status = await cli.plan(loadConfig(path), [JOB], MemoryStateStore(), reactor, False, out)
+        status = await planCommand.plan(loadConfig(path), [JOB], MemoryStateStore(), reactor, False, out)
         await settleConnections(reactor)
         self.assertEqual(status, 0, out.getvalue())
         return out.getvalue()

@@ -38,3 +38,18 @@ class TestCaseNameTests(SynchronousTestCase):
                     if not module.exists():
                         missing.append(f"{path.relative_to(ROOT)}: {name.strip()}")
         self.assertEqual(missing, [])
+
+    def test_everyModuleWithLogicNamesItsTests(self) -> None:
+        """
+        Every module of imapmig that defines a function or a class names
+        its test modules in a C{test-case-name} header (a face that only
+        re-exports, or a package's C{__init__}, need not).
+        """
+        unnamed = []
+        for path in sorted((ROOT / "imapmig").rglob("*.py")):
+            text = path.read_text("utf-8")
+            if not re.search(r"^\s*(async def|def|class) ", text, re.M):
+                continue
+            if _HEADER.search("\n".join(text.splitlines()[:3])) is None:
+                unnamed.append(str(path.relative_to(ROOT)))
+        self.assertEqual(unnamed, [])

@@ -19,7 +19,8 @@ from twisted.python.failure import Failure
 from twisted.python.lockfile import FilesystemLock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.daemon.listener import ListenerService, StatusListenerFailed
+from imapmig.daemon.listener import ListenerService, listenerFailed
+from imapmig.errors import StatusListenerFailed
 from imapmig.daemon.listenreason import listenFailureReason, shortListenReason
 from tests.test_sdnotify import _Endpoint
 
@@ -174,7 +175,7 @@ class ShortListenReasonTests(SynchronousTestCase):
         port in use fits twistd's report whole.
         """
         error = CannotListenError("127.0.0.1", 8025, OSError(98, "Address already in use"))
-        failed = StatusListenerFailed("tcp:8025:interface=127.0.0.1", Failure(error))
+        failed = listenerFailed("tcp:8025:interface=127.0.0.1", Failure(error))
         self.assertEqual(str(failed), "Address already in use (tcp:8025:interface=127.0.0.1)")
         line = "".join(traceback.format_exception_only(type(failed), failed)).strip()
         report = f"1 {line}".encode()
@@ -188,7 +189,7 @@ class ShortListenReasonTests(SynchronousTestCase):
         """
         path = os.path.join(tempfile.mkdtemp(), "run", "status.sock")
         self.addCleanup(os.rmdir, os.path.dirname(os.path.dirname(path)))
-        failed = StatusListenerFailed(f"unix:{path}", _lockFailure(path))
+        failed = listenerFailed(f"unix:{path}", _lockFailure(path))
         self.assertEqual(str(failed), f"No such file or directory (unix:{path})")
 
     def test_lockHeld(self) -> None:

@@ -82,7 +82,7 @@ def builtWheel() -> Path:
         source.mkdir()
         for name in ("setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
             shutil.copy(CHECKOUT / name, source / name)
-        for name in ("imapmig", "twisted", "config", "systemd", "docs"):
+        for name in ("imapmig", "twisted", "config", "systemd", "docs", "man"):
             shutil.copytree(
                 CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache")
             )
@@ -115,7 +115,7 @@ def installed() -> Path:
     service user is C{nobody} (so no account is created), and the wheel is
     L{builtWheel}'s.
 
-    @return: the scratch tree (C{opt/}, C{etc/}, C{state/}, C{units/}).
+    @return: the scratch tree (C{opt/}, C{etc/}, C{state/}, C{units/}, C{man/}).
     """
     if "install" in _failed:
         raise AssertionError(_failed["install"])
@@ -134,6 +134,7 @@ def installed() -> Path:
                 f"SYSCONFDIR={tree / 'etc'}",
                 f"STATEDIR={tree / 'state'}",
                 f"UNITDIR={tree / 'units'}",
+                f"MANDIR={tree / 'man'}",
                 "SERVICE_USER=nobody",
                 "SERVICE_GROUP=nogroup",
             ],
@@ -193,7 +194,7 @@ class WheelTests(SynchronousTestCase):
         README.md and LICENSE install under share/doc/imapmig, every page
         of the manual (docs/*.md) under share/doc/imapmig/docs, the
         minimal and the example configuration and the units under
-        share/doc/imapmig/examples.
+        share/doc/imapmig/examples, the manual pages under share/man.
         """
         data = {
             name.split(".data/data/", 1)[1]
@@ -211,6 +212,9 @@ class WheelTests(SynchronousTestCase):
                 "share/doc/imapmig/examples/users.example.csv",
                 "share/doc/imapmig/examples/imapmig.service",
                 "share/doc/imapmig/examples/imapmig@.service",
+                "share/man/man1/imapmig.1",
+                "share/man/man5/imapmig.yaml.5",
+                "share/man/man8/imapmig-daemon.8",
             },
         )
 
@@ -281,6 +285,15 @@ class InstallTests(SynchronousTestCase):
             self.assertIn(f"Documentation=file://{doc / page}\n", unit)
         self.assertTrue((doc / "LICENSE").exists())
         self.assertIn(f"ExecStart={self.tree / 'opt' / 'bin' / 'imapmig-daemon'} --config ", unit)
+
+    def test_manPages(self) -> None:
+        """
+        The manual pages the units' Documentation= names are installed
+        where man finds them (MANDIR, /usr/local/share/man by default), as
+        built in man/.
+        """
+        for page in ("man1/imapmig.1", "man5/imapmig.yaml.5", "man8/imapmig-daemon.8"):
+            self.assertEqual((self.tree / "man" / page).read_bytes(), (CHECKOUT / "man" / page).read_bytes())
 
     def test_directories(self) -> None:
         """

@@ -24,7 +24,8 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import parseConfig
-from imapmig.daemon.listener import ListenerService, StatusListenerFailed
+from imapmig.daemon.listener import ListenerService
+from imapmig.errors import StatusListenerFailed
 from imapmig.daemon.notifyservice import (
     STOPPING_STATUS,
     NotifyPhase,

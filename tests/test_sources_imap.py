@@ -47,17 +47,11 @@ from imapmig.mail.message import (
     toCRLF,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.imap import (
-    EXPUNGED,
-    SPOOL_ABOVE,
-    FlagChange,
-    FolderStatus,
-    IMAPSource,
-    asCRLF,
-    messageKey,
-    parseMessageKey,
-    sourceFlags,
-)
+from imapmig.sources.imap import IMAPSource
+from imapmig.sources.imapbodies import SPOOL_ABOVE
+from imapmig.sources.imaplisting import FlagChange, sourceFlags
+from imapmig.sources.imapreading import EXPUNGED, asCRLF
+from imapmig.sources.imapstatus import FolderStatus, messageKey, parseMessageKey
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, folderPath
 
 CET = timezone(timedelta(hours=1))

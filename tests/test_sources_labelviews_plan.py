@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.test_sources_labelviews_plan -*-
 """
-Tests for what C{imapmig plan} (L{imapmig.commands.preview}) and C{imapmig verify}
+Tests for what C{imapmig plan} (L{imapmig.commands.plan}) and C{imapmig verify}
 (L{imapmig.commands.verify}) say of a Gmail-shaped source's label views: every
 view left out listed with its message count and why, the archived mail
 of All Mail bound for the archive folder, or, with the archive folder
@@ -16,9 +16,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.commands.cli import _writePlan
 from imapmig.mail.plan import FolderRules
-from imapmig.commands.preview import JobPlan, previewJob
+from imapmig.commands.plan import JobPlan, _writePlan, previewJob
 from imapmig.commands.verify import VerifyReport, verifyJob
 from tests.test_job import JOB
 from tests.test_sources_labelviews import (

@@ -18,7 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError
 from imapmig.state import FailuresPage, MessageOutcome
-from imapmig.state import memory as memoryModule, sqlite as sqliteModule
+from imapmig.state import reports as stateReports
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import _DROP_NAMES, appended, failed, present
@@ -123,9 +123,8 @@ class ManifestBehaviourMixin(_MixinBase):
         Bound the failure pages of both stores to C{count} failed messages
         counted and C{search} searched, for this test.
         """
-        for module in (sqliteModule, memoryModule):
-            self.patch(module, "FAILURES_COUNT_LIMIT", count)
-            self.patch(module, "FAILURES_SEARCH_ROWS", search)
+        self.patch(stateReports, "FAILURES_COUNT_LIMIT", count)
+        self.patch(stateReports, "FAILURES_SEARCH_ROWS", search)
 
     def test_failuresCountBounded(self) -> None:
         """

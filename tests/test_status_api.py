@@ -32,7 +32,7 @@ from twisted.web.server import Request, Site
 from twisted.web.test.requesthelper import DummyChannel
 
 import imapmig
-from imapmig.commands import cli
+from imapmig.commands import verify as verifyCommand
 from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
 from imapmig.mail.plan import FolderRules
@@ -1079,7 +1079,7 @@ class VerifyCommandReportTests(SynchronousTestCase):
         )
         out = io.StringIO()
         status = self.successResultOf(
-            Deferred.fromCoroutine(cli.verify(config, [], MemoryStateStore(), Clock(), reportPath, out))
+            Deferred.fromCoroutine(verifyCommand.verify(config, [], MemoryStateStore(), Clock(), reportPath, out))
         )
         return status, out.getvalue()
 

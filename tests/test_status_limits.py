@@ -24,7 +24,7 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
 from imapmig.progress import MigrationProgress
-from imapmig.state import memory as memoryModule
+from imapmig.state import reports as stateReports
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status._http import GRACE, REQUEST_DEADLINE, StatusChannel
 from imapmig.status.lograte import LOG_INTERVAL
@@ -513,7 +513,7 @@ class FailuresCountTests(SynchronousTestCase):
         C{matched_exact} is true for a job within the count limit, false
         (C{matched} being the limit) past it.
         """
-        self.patch(memoryModule, "FAILURES_COUNT_LIMIT", 3)
+        self.patch(stateReports, "FAILURES_COUNT_LIMIT", 3)
         harness = _Harness()
         harness.progress.addJob("alpha")
         harness.store.recordOutcomes("alpha", [failed("A", str(n)) for n in range(3)])
@@ -540,7 +540,7 @@ class FailuresCountTests(SynchronousTestCase):
         message, past the count limit; a cursor not made by the site is a
         400 naming the parameter.
         """
-        self.patch(memoryModule, "FAILURES_COUNT_LIMIT", 3)
+        self.patch(stateReports, "FAILURES_COUNT_LIMIT", 3)
         harness = _Harness()
         harness.progress.addJob("alpha")
         keys = [f"k{n}" for n in range(7)]

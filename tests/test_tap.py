@@ -324,10 +324,11 @@ class QuietStartFailuresTests(SynchronousTestCase):
         """
         from twisted.python.failure import Failure
 
-        from imapmig.daemon.listener import StatusListenerFailed
+        from imapmig.daemon.listener import listenerFailed
+        from imapmig.errors import StatusListenerFailed
 
         tap.quietStartFailures()
-        failed = StatusListenerFailed("tcp:8025", Failure(OSError(98, "Address already in use")))
+        failed = listenerFailed("tcp:8025", Failure(OSError(98, "Address already in use")))
         sys.excepthook(StatusListenerFailed, failed, None)
         other = ValueError("x")
         sys.excepthook(ValueError, other, None)

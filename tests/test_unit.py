@@ -22,6 +22,7 @@ UNITS = Path(__file__).resolve().parent.parent / "systemd"
 SERVICE = UNITS / "imapmig.service"
 TEMPLATE = UNITS / "imapmig@.service"
 DAEMON = "/opt/imapmig/bin/imapmig-daemon"
+MANPAGES = UNITS.parent / "man"
 CONFIG = "/etc/imapmig/imapmig.yaml"
 
 # What issue 19 asks of the unit.
@@ -87,6 +88,9 @@ def verifyUnits(*units: Path) -> subprocess.CompletedProcess[str]:
     @return: the finished process.
     """
     names = " ".join(f"'{unit}'" for unit in units)
+    # verify runs man for each man: page of Documentation=; this
+    # checkout's man/ holds them where they are not installed yet.
+    environment = {**os.environ, "MANPATH": f"{MANPAGES}:{os.environ.get('MANPATH', '')}"}
     if os.access(DAEMON, os.X_OK):
         command = ["systemd-analyze", "verify", *map(str, units)]
     else:
@@ -97,7 +101,7 @@ def verifyUnits(*units: Path) -> subprocess.CompletedProcess[str]:
             f"exec systemd-analyze verify {names}"
         )
         command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=environment)
 
 
 def exposure(unit: Path) -> tuple[float, str]:
@@ -260,3 +264,16 @@ class ContractTests(SynchronousTestCase):
                     f"file:///opt/imapmig/share/doc/imapmig/{page}",
                     directives(unit)["Unit.Documentation"],
                 )
+
+    def test_documentationManPages(self) -> None:
+        """
+        Documentation= names the three manual pages, and each is in man/
+        (where setup.cfg's data_files and make install take them from).
+        """
+        pages = {"imapmig-daemon(8)": "man8/imapmig-daemon.8", "imapmig.yaml(5)": "man5/imapmig.yaml.5",
+                 "imapmig(1)": "man1/imapmig.1"}
+        for unit in (SERVICE, TEMPLATE):
+            named = " ".join(directives(unit)["Unit.Documentation"]).split()
+            for page, path in pages.items():
+                self.assertIn(f"man:{page}", named)
+                self.assertTrue((MANPAGES / path).is_file(), path)

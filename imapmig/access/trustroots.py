@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_trustroots -*-
 """
 The certificates a TLS client trusts: those of a configured PEM file
 (C{tls_ca}), or the system's trust store.

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_demo_config, tests.test_demo_end, tests.test_demo_signals, tests.test_demo_verify -*-
 """
 The demo behind C{make demo}: a generated sample Maildir migrated into a
 private local Dovecot by the real daemon (C{twistd -n imapmig}), with its
@@ -32,7 +33,7 @@ from collections import Counter
 from typing import Callable
 
 from imapmig.testing.children import StopSignals, Stopped, dieWithParent
-from imapmig.testing.corpus import writeMaildir
+from imapmig.testing.corpus import Corpus, writeMaildir
 from imapmig.testing.dovecot import (
     DovecotInstance,
     DovecotNotFound,
@@ -146,30 +147,9 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
         configPath = os.path.join(base, "imapmig.yaml")
         _say(f"== Configuration: {configPath}")
         started = time.monotonic()
-        wanted = statusPort()
-        while True:
-            with open(configPath, "w") as f:
-                f.write(
-                    configurationHead("the demo", "one job", base, dovecot, wanted)
-                    + demoJob(base, passwordFile)
-                )
-            daemon = _startDaemon(configPath, os.path.join(base, "imapmig.log"), signals)
-            port = _listening(daemon)
-            if port is not None:
-                break
-            if daemon.poll() is None:
-                _say(
-                    f"== imapmig did not listen within {LISTEN_TIMEOUT:g} s;"
-                    f" see {base}/imapmig.log"
-                )
-                return 1
-            if wanted == 0 or not _lostPort(os.path.join(base, "imapmig.log")):
-                _say(f"== imapmig exited early with status {daemon.returncode}; see {base}/imapmig.log")
-                return 1
-            # Another process took the port between the check and the
-            # daemon's listen: let the kernel pick one instead.
-            _say(f"== Port {wanted} was taken meanwhile; the daemon listens on another")
-            wanted = 0
+        daemon, port = _startListening(configPath, base, dovecot, passwordFile, signals)
+        if port is None:
+            return 1
         url = f"http://127.0.0.1:{port}/"
         _say(f"== Status page:   {url}   (JSON: {url}status.json)")
         final = _watch(daemon, url + "status.json")
@@ -182,15 +162,7 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             json.dump(final, f, indent=2)
         _say(f"== Job {job['state']} after {elapsed:.1f} s")
         _say("== Checking the destination against the source")
-        fetched = dovecot.fetchAll("demo")
-        expected = Counter(("/".join(m.folder) if m.folder != ("INBOX",) else "INBOX") for m in corpus.messages)
-        found = {name.replace(".", "/"): len(messages) for name, messages in fetched.items()}
-        problems = 0
-        for folder, count in sorted(expected.items()):
-            have = found.get(folder, 0)
-            mark = "ok" if have == count else "MISMATCH"
-            problems += have != count
-            _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
+        expected, problems = _checkDestination(dovecot, corpus)
         problems += _verify(configPath)
         result = 1 if problems or job["state"] != "done" or job["messages_failed"] else 0
         # The summary names the log: the URL stays the last line.
@@ -204,6 +176,58 @@ def _run(messages: int, base: str, keep: bool, signals: StopSignals) -> int:
             if not logNamed:
                 _say(f"   (the daemon's log: {base}/imapmig.log)")
         dovecot.stop()
+
+
+def _startListening(
+    configPath: str, base: str, dovecot: DovecotInstance, passwordFile: str, signals: StopSignals
+) -> tuple[subprocess.Popen[bytes], int | None]:
+    """
+    Write the configuration and start the daemon until it listens: on
+    L{statusPort}, or on a port the kernel picks if another process took
+    that one between the check and the daemon's listen.
+
+    @return: the daemon and its status port, or C{None} for the port if
+        it never listened (said why).
+    """
+    log = os.path.join(base, "imapmig.log")
+    wanted = statusPort()
+    while True:
+        with open(configPath, "w") as f:
+            f.write(
+                configurationHead("the demo", "one job", base, dovecot, wanted)
+                + demoJob(base, passwordFile)
+            )
+        daemon = _startDaemon(configPath, log, signals)
+        port = _listening(daemon)
+        if port is not None:
+            return daemon, port
+        if daemon.poll() is None:
+            _say(f"== imapmig did not listen within {LISTEN_TIMEOUT:g} s; see {log}")
+            return daemon, None
+        if wanted == 0 or not _lostPort(log):
+            _say(f"== imapmig exited early with status {daemon.returncode}; see {log}")
+            return daemon, None
+        _say(f"== Port {wanted} was taken meanwhile; the daemon listens on another")
+        wanted = 0
+
+
+def _checkDestination(dovecot: DovecotInstance, corpus: Corpus) -> tuple[Counter[str], int]:
+    """
+    Count each folder's messages in Dovecot against the sample Maildir's,
+    a line each.
+
+    @return: the source's count per folder, and how many folders differ.
+    """
+    fetched = dovecot.fetchAll("demo")
+    expected = Counter(("/".join(m.folder) if m.folder != ("INBOX",) else "INBOX") for m in corpus.messages)
+    found = {name.replace(".", "/"): len(messages) for name, messages in fetched.items()}
+    problems = 0
+    for folder, count in sorted(expected.items()):
+        have = found.get(folder, 0)
+        mark = "ok" if have == count else "MISMATCH"
+        problems += have != count
+        _say(f"   {folder:20} source {count:>5}  destination {have:>5}  {mark}")
+    return expected, problems
 
 
 def _conclude(

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_verify -*-
+# -*- test-case-name: tests.test_verify, tests.test_cli -*-
 """
 Verification: does the destination hold the source, byte for byte?
 
@@ -22,16 +22,19 @@ hashed as they arrive, a bounded batch at a time.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence, TextIO
 
 from attrs import frozen
 from twisted.logger import Logger
 
+from imapmig.config import Config
+from imapmig.errors import ImapmigError
 from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
@@ -42,7 +45,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import IStateStore, MessageOutcome
-from imapmig.units import Count
+from imapmig.units import Count, plural
 
 log = Logger()
 
@@ -429,71 +432,19 @@ def compareMailbox(
     @param failures: the failure the state store records for a message not
         migrated, by (folder key, message key).
     """
-    differences: list[Difference] = list(source.unreadable)
     unpairedSource: dict[tuple[str, str], MessageFacts] = dict(source.facts)
     unpairedDestination = dict(destination)
-    pairs: list[tuple[tuple[str, str], int]] = []
-    # Pairs the state store knows.
-    for (folderKey, messageKey) in list(unpairedSource):
-        outcome = recorded.get(folderKey, {}).get(messageKey)
-        if (
-            outcome is not None
-            and outcome.uid is not None
-            and outcome.uidValidity == uidValidity
-            and outcome.uid in unpairedDestination
-        ):
-            pairs.append(((folderKey, messageKey), outcome.uid))
-            del unpairedSource[folderKey, messageKey]
-            del unpairedDestination[outcome.uid]
+    pairs = _pairRecorded(unpairedSource, unpairedDestination, recorded, uidValidity)
     # The rest by content: the same octets, flags and date first, then the
     # same octets.
     for exact in (True, False):
-        index: dict[object, list[int]] = defaultdict(list)
-        for uid, facts in sorted(unpairedDestination.items()):
-            index[_pairing(facts.sha256, facts, exact)].append(uid)
-        for key, facts in list(unpairedSource.items()):
-            for digest in facts.digests():
-                candidates = index.get(_pairing(digest, facts, exact))
-                if candidates:
-                    uid = candidates.pop(0)
-                    pairs.append((key, uid))
-                    del unpairedSource[key]
-                    del unpairedDestination[uid]
-                    break
+        pairs += _pairByContent(unpairedSource, unpairedDestination, exact)
+    differences: list[Difference] = list(source.unreadable)
     for (folderKey, messageKey), uid in pairs:
-        expected = source.facts[folderKey, messageKey]
-        actual = destination[uid]
-        folder = source.folderNames[folderKey]
-        if actual.sha256 not in expected.digests():
-            differences.append(
-                Difference(
-                    "content", mailbox, folder, messageKey, uid,
-                    f"the octets differ (source {expected.size} octets, SHA-256"
-                    f" {expected.sha256[:16]}…; destination {actual.size} octets,"
-                    f" {actual.sha256[:16]}…)",
-                )  # fmt: skip
-            )
-        if expected.flagKey != actual.flagKey:
-            differences.append(
-                Difference(
-                    "flags", mailbox, folder, messageKey, uid,
-                    f"source flags ({' '.join(expected.flags)}), destination flags"
-                    f" ({' '.join(actual.flags)})",
-                )  # fmt: skip
-            )
-        if (
-            expected.internalDate is not None
-            and actual.internalDate is not None
-            and expected.internalDate != actual.internalDate
-        ):
-            differences.append(
-                Difference(
-                    "date", mailbox, folder, messageKey, uid,
-                    f"source INTERNALDATE {expected.internalDate.isoformat()}"
-                    + (f" (from {expected.dateOrigin})" if expected.dateOrigin else "")
-                    + f", destination {actual.internalDate.isoformat()}",
-                )  # fmt: skip
-            )
+        differences += _pairDifferences(
+            mailbox, source.folderNames[folderKey], messageKey, uid,
+            source.facts[folderKey, messageKey], destination[uid],
+        )  # fmt: skip
     for (folderKey, messageKey), facts in sorted(unpairedSource.items()):
         why = failures.get((folderKey, messageKey))
         detail = "not in the destination"
@@ -520,6 +471,98 @@ def compareMailbox(
         len(pairs),
         tuple(differences),
     )
+
+
+_Pairs = list[tuple[tuple[str, str], int]]
+
+
+def _pairRecorded(
+    unpairedSource: dict[tuple[str, str], MessageFacts],
+    unpairedDestination: dict[int, MessageFacts],
+    recorded: dict[str, dict[str, MessageOutcome]],
+    uidValidity: int | None,
+) -> _Pairs:
+    """
+    Pair the messages the state store knows (its recorded UID, in the
+    same UIDVALIDITY, still there); take them out of both unpaired sets.
+    """
+    pairs: _Pairs = []
+    for folderKey, messageKey in list(unpairedSource):
+        outcome = recorded.get(folderKey, {}).get(messageKey)
+        if outcome is None or outcome.uid is None or outcome.uidValidity != uidValidity:
+            continue
+        if outcome.uid in unpairedDestination:
+            pairs.append(((folderKey, messageKey), outcome.uid))
+            del unpairedSource[folderKey, messageKey]
+            del unpairedDestination[outcome.uid]
+    return pairs
+
+
+def _pairByContent(
+    unpairedSource: dict[tuple[str, str], MessageFacts],
+    unpairedDestination: dict[int, MessageFacts],
+    exact: bool,
+) -> _Pairs:
+    """
+    Pair the unpaired messages by their octets (and, if C{exact}, flags
+    and date too), the lowest destination UID first; take them out of
+    both unpaired sets.
+    """
+    index: dict[object, list[int]] = defaultdict(list)
+    for uid, facts in sorted(unpairedDestination.items()):
+        index[_pairing(facts.sha256, facts, exact)].append(uid)
+    pairs: _Pairs = []
+    for key, facts in list(unpairedSource.items()):
+        for digest in facts.digests():
+            candidates = index.get(_pairing(digest, facts, exact))
+            if candidates:
+                uid = candidates.pop(0)
+                pairs.append((key, uid))
+                del unpairedSource[key]
+                del unpairedDestination[uid]
+                break
+    return pairs
+
+
+def _pairDifferences(
+    mailbox: str, folder: str, messageKey: str, uid: int, expected: MessageFacts, actual: MessageFacts
+) -> list[Difference]:
+    """
+    How a paired message differs from its source: its octets, its flags,
+    its INTERNALDATE (when both sides have one).
+    """
+    differences = []
+    if actual.sha256 not in expected.digests():
+        differences.append(
+            Difference(
+                "content", mailbox, folder, messageKey, uid,
+                f"the octets differ (source {expected.size} octets, SHA-256"
+                f" {expected.sha256[:16]}…; destination {actual.size} octets,"
+                f" {actual.sha256[:16]}…)",
+            )  # fmt: skip
+        )
+    if expected.flagKey != actual.flagKey:
+        differences.append(
+            Difference(
+                "flags", mailbox, folder, messageKey, uid,
+                f"source flags ({' '.join(expected.flags)}), destination flags"
+                f" ({' '.join(actual.flags)})",
+            )  # fmt: skip
+        )
+    if (
+        expected.internalDate is not None
+        and actual.internalDate is not None
+        and expected.internalDate != actual.internalDate
+    ):
+        differences.append(
+            Difference(
+                "date", mailbox, folder, messageKey, uid,
+                f"source INTERNALDATE {expected.internalDate.isoformat()}"
+                + (f" (from {expected.dateOrigin})" if expected.dateOrigin else "")
+                + f", destination {actual.internalDate.isoformat()}",
+            )  # fmt: skip
+        )
+    return differences
 
 
 def _inListingOrder(
@@ -554,6 +597,39 @@ async def _notMigrated(source: IMessageSource, folder: SourceFolder) -> list[Mai
         for m in messages
     )
     return [MailboxReport("-", (name,), len(messages), 0, 0, differences)]
+
+
+async def _verifyMailbox(
+    job: str,
+    source: IMessageSource,
+    session: IMAPSession,
+    store: IStateStore,
+    mailbox: str,
+    group: Sequence[FolderMapping],
+    destination: ListedMailbox | None,
+    failures: dict[tuple[str, str], str],
+) -> MailboxReport:
+    """
+    Read and compare one destination mailbox with the source folders
+    mapped to it, and log the result.
+    """
+    groupFolders = [m.folder for m in group]
+    sourceSide = await _readSource(source, mailbox, groupFolders)
+    recorded = {f.key: await store.destinationMap(job, f.key) for f in groupFolders}
+    uidValidity, facts = await _readDestination(session, destination)
+    report = compareMailbox(mailbox, sourceSide, uidValidity, facts, recorded, failures)
+    log.info(
+        "verify {job}: {mailbox}: {sourceMessages}, {destination} in the"
+        " destination, {differencesFound}",
+        sourceMessages=Count(report.sourceMessages, "source message"),
+        differencesFound=Count(len(report.differences), "difference"),
+        job=job,
+        mailbox=mailbox,
+        source=report.sourceMessages,
+        destination=report.destinationMessages,
+        differences=len(report.differences),
+    )
+    return report
 
 
 async def verifyJob(
@@ -594,27 +670,10 @@ async def verifyJob(
         }
         reports = []
         for mailbox, group in _inListingOrder(byMailbox, folders):
-            groupFolders = [m.folder for m in group]
-            sourceSide = await _readSource(source, mailbox, groupFolders)
-            recorded = {
-                f.key: await store.destinationMap(job, f.key) for f in groupFolders
-            }
-            uidValidity, destination = await _readDestination(session, byName.get(mailbox))
-            report = compareMailbox(
-                mailbox, sourceSide, uidValidity, destination, recorded, failures
+            destination = byName.get(mailbox)
+            reports.append(
+                await _verifyMailbox(job, source, session, store, mailbox, group, destination, failures)
             )
-            log.info(
-                "verify {job}: {mailbox}: {sourceMessages}, {destination} in the"
-                " destination, {differencesFound}",
-                sourceMessages=Count(report.sourceMessages, "source message"),
-                differencesFound=Count(len(report.differences), "difference"),
-                job=job,
-                mailbox=mailbox,
-                source=report.sourceMessages,
-                destination=report.destinationMessages,
-                differences=len(report.differences),
-            )
-            reports.append(report)
         excludedKeys = {f.key for f in excluded}
         for folder in folders:
             if folder.key not in excludedKeys:
@@ -622,3 +681,89 @@ async def verifyJob(
     finally:
         await session.logout()
     return VerifyReport(job, tuple(reports), tuple(_folderName(f) for f in excluded))
+
+
+async def verify(
+    config: Config,
+    jobs: Sequence[str],
+    store: IStateStore,
+    reactor: Any,
+    reportPath: str,
+    out: TextIO,
+    besideState: bool = False,
+) -> int:
+    """
+    Verify C{jobs}: print a summary and every difference to C{out}, write
+    the JSON report to C{reportPath}.
+
+    @param besideState: C{reportPath} is the default one, beside the state
+        database (not given with C{--report}).
+    @return: the exit status: 0 without differences, 1 otherwise (also
+        when the report cannot be written: L{reportNotWritten} says why).
+    """
+    from imapmig.commands.sides import jobSides, selectedJobs
+    from imapmig.oauth.tokens import TokenSources
+
+    document: list[dict[str, object]] = []
+    status = 0
+    # One refresh-token cache per file for the whole command.
+    tokens = TokenSources(reactor)
+    for job in selectedJobs(config, jobs):
+        try:
+            async with jobSides(job, reactor, tokens) as (source, openDestination):
+                result = await verifyJob(job.name, source, job.folders, openDestination, store)
+        except ImapmigError as e:
+            out.write(f"{job.name}: cannot verify: {e}\n")
+            document.append({"job": job.name, "error": str(e)})
+            status = 1
+            continue
+        if _writeVerified(job.name, result, out):
+            status = 1
+        document.append(result.toJSON())
+    try:
+        writeReport(reportPath, document)
+    except OSError as e:
+        out.write(reportNotWritten(reportPath, e, besideState))
+        return 1
+    out.write(f"report written to {reportPath}\n")
+    return status
+
+
+def _writeVerified(job: str, result: VerifyReport, out: TextIO) -> bool:
+    """
+    Write a verified job's summary line and a line per difference to
+    C{out}; return whether there was any difference.
+    """
+    differences = result.differences
+    sourceCount = sum(m.sourceMessages for m in result.mailboxes)
+    destinationCount = sum(m.destinationMessages for m in result.mailboxes)
+    out.write(
+        f"{job}: {plural(len(result.mailboxes), 'mailbox', 'mailboxes')},"
+        f" {plural(sourceCount, 'source message')}, {destinationCount} in the"
+        f" destination: {plural(len(differences), 'difference')}\n"
+    )
+    for d in differences:
+        where = d.folder or "-"
+        what = d.messageKey or (f"UID {d.uid}" if d.uid is not None else "-")
+        out.write(f"  {d.kind}\t{d.mailbox}\t{where}\t{what}\t{d.detail}\n")
+    return bool(differences)
+
+
+def reportNotWritten(path: str, error: OSError, besideState: bool) -> str:
+    """
+    The line saying that C{imapmig verify} could not write its report.
+
+    @param path: where it tried.
+    @param error: why not.
+    @param besideState: C{path} is the default, beside the state database.
+    @return: the line, with what to do about it.
+    """
+    why = error.strerror or str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = f"the directory {os.path.dirname(os.path.abspath(path))} is not writable ({why})"
+    if besideState:
+        return (
+            f"cannot write the report {path} beside the state database: {why};"
+            " give --report FILE to write it elsewhere\n"
+        )
+    return f"cannot write the report {path}: {why}\n"

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_tap, tests.test_listenreason -*-
 """
 The daemon: the twistd plugin's options and service (L{imapmig.daemon.tap}),
 the launcher without twistd (L{imapmig.daemon.main}, C{imapmig-daemon} and
@@ -5,7 +6,9 @@ C{python -m imapmig.daemon}), the service tree's assembly, the root service,
 listeners, sd_notify and reload.
 """
 
-from typing import Any
+from imapmig.errors import StatusListenerFailed
+
+__all__ = ["StatusListenerFailed", "run"]
 
 
 def run() -> None:
@@ -17,17 +20,3 @@ def run() -> None:
     from imapmig.daemon.main import run as _run
 
     _run()
-
-
-def __getattr__(name: str) -> Any:
-    """
-    C{imapmig.daemon.StatusListenerFailed}, the name a daemonizing twistd
-    reports to its waiting parent in 100 octets (see
-    L{imapmig.daemon.listener.StatusListenerFailed}); imported when asked
-    for, as L{run} is.
-    """
-    if name == "StatusListenerFailed":
-        from imapmig.daemon.listener import StatusListenerFailed
-
-        return StatusListenerFailed
-    raise AttributeError(name)

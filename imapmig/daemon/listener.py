@@ -12,34 +12,18 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.daemon.listenreason import listenFailureReason, shortListenReason
+from imapmig.errors import StatusListenerFailed
 
 log = Logger()
 
 
-class StatusListenerFailed(Exception):
+def listenerFailed(endpoint: str, reason: Failure) -> StatusListenerFailed:
     """
-    The status listener could not listen when the daemon started (the
-    port in use, no permission): the start fails with it, after one
-    critical log line naming the endpoint and the reason.  The process
-    then exits with status 1, without a traceback: C{imapmig-daemon}
-    catches it, and under C{twistd} L{imapmig.daemon.tap.quietStartFailures}
-    keeps Python from printing one.  (An C{Exception}, not a
-    C{SystemExit}: a daemonizing C{twistd} reports an C{Exception} to the
-    parent waiting for the start, and removes its pid file.)
-
-    @ivar reason: the endpoint's failure.
+    The daemon's start failing because the status listener on C{endpoint}
+    could not listen: the reason first, short (see
+    L{StatusListenerFailed}), then the endpoint.
     """
-
-    # What twistd's report names (imapmig.daemon resolves it).
-    __module__ = "imapmig.daemon"
-
-    def __init__(self, endpoint: str, reason: Failure) -> None:
-        # Reason first, short: a daemonizing twistd hands its parent only
-        # the first 100 octets of "1 imapmig.daemon.StatusListenerFailed:
-        # MESSAGE" (40 of them before the message; the class names the
-        # package, not this module, to keep them so).
-        super().__init__(f"{shortListenReason(reason)} ({endpoint})")
-        self.reason = reason
+    return StatusListenerFailed(f"{shortListenReason(reason)} ({endpoint})", reason)
 
 
 class ListenerService(Service):
@@ -92,7 +76,7 @@ class ListenerService(Service):
                 endpoint=self._description,
                 error=listenFailureReason(self._failure),
             )
-            raise StatusListenerFailed(self._description, self._failure)
+            raise listenerFailed(self._description, self._failure)
 
     def startService(self) -> None:
         """

@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         python=sys.version.split()[0],
         reactor=f"{type(reactor).__module__}.{type(reactor).__qualname__}",
     )
-    from imapmig.daemon.listener import StatusListenerFailed
+    from imapmig.errors import StatusListenerFailed
 
     try:
         startService(service, reactor)

@@ -131,12 +131,28 @@ def statusLine(summary: Mapping[str, object]) -> str:
     states = _mapping(totals, "jobs")
     done = _int(states, "done") + _int(states, "done_with_failures")
     held = totals.get("held")
-    parts = [f"{done:,} of {_plural(jobs, 'job')} done"]
+    parts = [f"{done:,} of {_plural(jobs, 'job')} done", *_failedAndPaused(totals, states, held)]
+    if run.get("finished_at") is not None:
+        return "finished: " + ", ".join(parts)
+    if isinstance(held, Mapping):
+        now = summary.get("time")
+        parts.append(heldText(held, float(now) if isinstance(now, (int, float)) else None))
+        return ", ".join(parts)
+    return ", ".join(parts + _pace(totals, jobs))
+
+
+def _failedAndPaused(
+    totals: Mapping[str, object], states: Mapping[str, object], held: object
+) -> list[str]:
+    """
+    The status line's counts after the jobs done: jobs failed, jobs
+    paused (while others move; when none moves, the end of the line says
+    why, L{heldText}), messages done, messages failed.
+    """
+    parts = []
     failedJobs = _int(states, "failed")
     if failedJobs:
         parts.append(f"{failedJobs:,} failed")
-    # The jobs held are counted here while others move; when none moves,
-    # the end of the line says why (heldText).
     paused = sum(_int(states, each) for each, words in _HELD_WORDS)
     if paused and not isinstance(held, Mapping):
         parts.append(f"{paused:,} paused")
@@ -144,14 +160,16 @@ def statusLine(summary: Mapping[str, object]) -> str:
     failed = _int(totals, "messages_failed")
     if failed:
         parts.append(f"{failed:,} failed")
-    if run.get("finished_at") is not None:
-        return "finished: " + ", ".join(parts)
-    if isinstance(held, Mapping):
-        now = summary.get("time")
-        parts.append(heldText(held, float(now) if isinstance(now, (int, float)) else None))
-        return ", ".join(parts)
+    return parts
+
+
+def _pace(totals: Mapping[str, object], jobs: int) -> list[str]:
+    """
+    The end of a moving run's status line: its rate and ETA (C{counting
+    sources} while some are not counted, C{ETA unknown} otherwise).
+    """
     rate = totals.get("messages_per_second")
-    parts.append(formatRate(float(rate) if isinstance(rate, (int, float)) else 0.0))
+    parts = [formatRate(float(rate) if isinstance(rate, (int, float)) else 0.0)]
     eta = totals.get("eta_seconds")
     if isinstance(eta, (int, float)):
         parts.append(f"ETA {formatETA(eta)}")
@@ -159,7 +177,7 @@ def statusLine(summary: Mapping[str, object]) -> str:
         parts.append("counting sources")
     else:
         parts.append("ETA unknown")
-    return ", ".join(parts)
+    return parts
 
 
 class NotifyPhase(Enum):

@@ -334,7 +334,7 @@ def quietStartFailures() -> None:
     Every other exception is printed as before.  Installed once: called
     again (a second L{makeService} in one process), it adds nothing.
     """
-    from imapmig.daemon.listener import StatusListenerFailed
+    from imapmig.errors import StatusListenerFailed
 
     previous = sys.excepthook
     if getattr(previous, "_imapmigQuiet", False):

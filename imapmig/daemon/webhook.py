@@ -29,7 +29,6 @@ and host only (a webhook URL's path is often its secret).
 from __future__ import annotations
 
 import json
-import re
 from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
@@ -46,7 +45,7 @@ from twisted.web.iweb import IAgent, IResponse
 
 import imapmig
 from imapmig.config.model import NotifyConfig
-from imapmig.errors import escapedExcerpt
+from imapmig.errors import WebhookRefused, WebhookUnavailable, escapedExcerpt
 from imapmig.oauth.httpclient import (
     BodyTooLarge,
     BoundedBody,
@@ -160,23 +159,6 @@ def agentFor(reactor: Any, url: str) -> IAgent:
     from imapmig.access.tlsidentity import HostnameVerifyingPolicy
 
     return Agent(reactor, HostnameVerifyingPolicy(), connectTimeout=TIMEOUT, pool=pool)
-
-
-class _Refused(Exception):
-    """
-    The receiver answered with a status retrying will not change.
-    """
-
-
-class _Unavailable(Exception):
-    """
-    The receiver could not be reached, timed out, or answered with a
-    status worth retrying; C{retryAfter}: its C{Retry-After}, if any.
-    """
-
-    def __init__(self, reason: str, retryAfter: float | None = None) -> None:
-        super().__init__(reason)
-        self.retryAfter = retryAfter
 
 
 class WebhookSender:
@@ -307,10 +289,10 @@ class WebhookSender:
             return
         error: BaseException = failure.value or Exception()
         if isinstance(error, DeferredTimeout):
-            error = _Unavailable(f"no answer within {self._timeout:g} s")
-        elif not isinstance(error, (_Refused, _Unavailable)):
-            error = _Unavailable(shortError(error) if isinstance(error, Exception) else repr(error))
-        if isinstance(error, _Unavailable) and attempt < self._attempts:
+            error = WebhookUnavailable(f"no answer within {self._timeout:g} s")
+        elif not isinstance(error, (WebhookRefused, WebhookUnavailable)):
+            error = WebhookUnavailable(shortError(error) if isinstance(error, Exception) else repr(error))
+        if isinstance(error, WebhookUnavailable) and attempt < self._attempts:
             delay = retryDelay(attempt)
             if error.retryAfter is not None:
                 delay = min(max(delay, error.retryAfter), MAX_RETRY)
@@ -361,9 +343,9 @@ class WebhookSender:
             return
         said = f"HTTP {code}" + (f": {escapedExcerpt(answer, 80)}" if answer.strip() else "")
         if code >= 500 or code in _TRANSIENT:
-            raise _Unavailable(said, _retryAfter(response))
+            raise WebhookUnavailable(said, _retryAfter(response))
         hint = " (is notify.token_file the token it expects?)" if code in (401, 403) else ""
-        raise _Refused(said + hint)
+        raise WebhookRefused(said + hint)
 
     async def _read(self, response: IResponse) -> bytes:
         receiver = BoundedBody(ANSWER_LIMIT)
@@ -545,20 +527,29 @@ class RunWatcher(Service):
         if finished and not self._finished:
             self._runFinished(states, now)
         self._finished = finished
+        self._checkStall(now, settled, moving, states)
+
+    def _checkStall(self, now: float, settled: int, moving: list[str], states: dict[str, JobState]) -> None:
+        """
+        Notify C{stalled} once when jobs that can move have settled no
+        message for C{stalled_after}; any progress (or nothing left to
+        move) starts the wait again.
+        """
         if settled != self._settled or not moving:
             self._settled, self._movedAt, self._stallTold = settled, now, False
             return
         stalledAfter = self.config.stalledAfter
-        if stalledAfter is not None and not self._stallTold and now - self._movedAt >= stalledAfter:
-            self._stallTold = True
-            self._send(
-                "stalled",
-                now,
-                seconds_without_progress=round(now - self._movedAt),
-                jobs_moving=len(moving),
-                jobs=moving[:JOBS_NAMED],
-                states=self._stateCounts(states),
-            )
+        if stalledAfter is None or self._stallTold or now - self._movedAt < stalledAfter:
+            return
+        self._stallTold = True
+        self._send(
+            "stalled",
+            now,
+            seconds_without_progress=round(now - self._movedAt),
+            jobs_moving=len(moving),
+            jobs=moving[:JOBS_NAMED],
+            states=self._stateCounts(states),
+        )
 
     def _send(self, event: str, now: float, **fields: object) -> None:
         self.sender.send(

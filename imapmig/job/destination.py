@@ -31,7 +31,7 @@ from imapmig.mail.plan import (
     sharedMailboxes,
 )
 from imapmig.job.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
-from imapmig.sources.imap import FlagChange
+from imapmig.sources.imaplisting import FlagChange
 from imapmig.state import IStateStore, MessageOutcome
 from imapmig.units import Count
 

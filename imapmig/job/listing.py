@@ -24,7 +24,8 @@ from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.mail.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
 from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
-from imapmig.sources.imap import FlagChange, IMAPSource
+from imapmig.sources.imap import IMAPSource
+from imapmig.sources.imaplisting import FlagChange
 from imapmig.state import FolderMark, IStateStore, MessageOutcome
 from imapmig.units import Count
 

@@ -26,6 +26,9 @@ How many of the mailboxes left out of a source (L{sourceFolders}) its log
 line names; it counts them all.
 """
 
+# What makes a level of an include pattern a wildcard.
+_WILDCARDS = frozenset("*?[")
+
 
 def folderPath(name: str, delimiter: str | None) -> tuple[str, ...]:
     """
@@ -68,13 +71,11 @@ def namesExplicitly(patterns: Sequence[str], path: tuple[str, ...]) -> bool:
     explicitly: it matches, and its first level has no wildcard
     (C{"shared/*"} names the folders below C{shared}; C{"*"} names none).
     """
-    for pattern in patterns:
-        top = pattern.split("/", 1)[0]
-        if "*" in top or "?" in top or "[" in top:
-            continue
-        if isIncluded(path, FolderRules(include=(pattern,))):
-            return True
-    return False
+    return any(
+        isIncluded(path, FolderRules(include=(pattern,)))
+        for pattern in patterns
+        if _WILDCARDS.isdisjoint(pattern.split("/", 1)[0])
+    )
 
 
 def sourceFolders(
@@ -100,14 +101,10 @@ def sourceFolders(
     for mailbox in listed:
         if not mailbox.selectable:
             continue
-        path = namespacePath(spaces, mailbox.name, mailbox.delimiter)
+        path = _pathOf(mailbox, spaces, include)
         if path is None:
-            path = folderPath(mailbox.name, mailbox.delimiter)
-            if not namesExplicitly(include, path):
-                kind = spaces.foreignKind(mailbox.name)
-                where = f"in the {kind} namespace" if kind else "outside the personal namespace"
-                leftOut.setdefault(where, []).append(mailbox.name)
-                continue
+            leftOut.setdefault(_whereOutside(spaces, mailbox.name), []).append(mailbox.name)
+            continue
         folders.append(
             SourceFolder(
                 path=path,
@@ -119,3 +116,27 @@ def sourceFolders(
         wireNames[mailbox.name] = mailbox.wireName
     folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
     return folders, wireNames, leftOut
+
+
+def _pathOf(
+    mailbox: ListedMailbox, spaces: ServerNamespaces, include: Sequence[str]
+) -> tuple[str, ...] | None:
+    """
+    The folder path of C{mailbox}: in the personal namespace
+    (L{namespacePath}), or outside it where an C{include} pattern names it
+    explicitly (L{namesExplicitly}); else L{None}.
+    """
+    path = namespacePath(spaces, mailbox.name, mailbox.delimiter)
+    if path is not None:
+        return path
+    path = folderPath(mailbox.name, mailbox.delimiter)
+    return path if namesExplicitly(include, path) else None
+
+
+def _whereOutside(spaces: ServerNamespaces, name: str) -> str:
+    """
+    Where the mailbox C{name}, outside the personal namespace, is, for
+    the log.
+    """
+    kind = spaces.foreignKind(name)
+    return f"in the {kind} namespace" if kind else "outside the personal namespace"

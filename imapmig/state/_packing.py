@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 from typing import Sequence
 
-from imapmig.state import FolderKeys, JournalMessage
+from imapmig.state.outcomes import FolderKeys, JournalMessage
 
 _FORMAT = 1
 _HEADER = struct.Struct("<BI")

@@ -1,17 +1,15 @@
 # -*- test-case-name: tests.test_state_timeline -*-
 """
 Each job's timeline (L{imapmig.state.Transition}s) as the stores keep it:
-the bound both apply, its SQL for L{imapmig.state.sqlite}, and its list
-for L{imapmig.state.memory}.  A module of its own because the SQLite
-store's is past the 800 lines a module may have already; the two stores
-share the bound from here.
+its SQL for L{imapmig.state.sqlite}, bounded to the first
+L{TIMELINE_FIRST} and latest L{TIMELINE_LATEST} transitions.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from imapmig.state import TIMELINE_FIRST, TIMELINE_LATEST, Transition
+from imapmig.state.jobrecords import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 
 READ_TIMELINE = (
     "SELECT time, source, target, cause, by FROM job_transitions WHERE job = ? ORDER BY seq"
@@ -59,15 +57,3 @@ def transitionOf(row: tuple[float, str, str, str, str | None]) -> Transition:
     """
     time, source, target, cause, by = row
     return Transition(float(time), str(source), str(target), str(cause), by)
-
-
-def appendBounded(timeline: list[Transition], transition: Transition) -> None:
-    """
-    Append C{transition} to C{timeline}, then drop the transitions past
-    its first L{TIMELINE_FIRST} that are no longer among its latest
-    L{TIMELINE_LATEST}, as L{writeTransition} does.
-    """
-    timeline.append(transition)
-    excess = len(timeline) - TIMELINE_FIRST - TIMELINE_LATEST
-    if excess > 0:
-        del timeline[TIMELINE_FIRST : TIMELINE_FIRST + excess]

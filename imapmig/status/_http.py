@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_status, tests.test_status_limits -*-
 """
 What every read-only status resource shares: C{GET} and C{HEAD} only (405
 with C{Allow} otherwise), uncached responses, JSON bodies and JSON errors;
@@ -21,26 +22,13 @@ from twisted.web import http
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from imapmig.errors import HTTPProblem
+
 log = Logger()
 
 JSON_TYPE = b"application/json; charset=utf-8"
 
 READ_METHODS: Sequence[bytes] = (b"GET", b"HEAD")
-
-
-class HTTPProblem(Exception):
-    """
-    A request that cannot be answered as asked: the status code to answer
-    with and why, in words for the client.
-
-    @ivar code: the HTTP status code.
-    @ivar message: the C{error} of the JSON body.
-    """
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
 
 
 def jsonBody(document: object) -> bytes:

@@ -49,11 +49,10 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from imapmig.errors import ImapmigError, escapedExcerpt
+from imapmig.errors import HTTPProblem, ImapmigError, escapedExcerpt
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.controls import BULK_ACTIONS, ControlRefused, IJobControls, UnknownJob
 from imapmig.access.secrets import Secret
-from imapmig.status._http import HTTPProblem
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import JobQuery, matchingJobs, parseJobQuery
 from imapmig.status.lograte import LineBudget
@@ -78,17 +77,6 @@ _JOB_ACTIONS = {
 _SAME_SITE = (b"same-origin", b"none")
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class _Refusal(Exception):
-    """
-    A request refused before any control: its status code and message.
-    """
-
-    def __init__(self, code: int, message: str) -> None:
-        Exception.__init__(self, message)
-        self.code = code
-        self.message = message
 
 
 def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
@@ -211,7 +199,7 @@ class ControlResource(Resource):
         try:
             self._check(request)
             apply = self._route(request, client)
-        except _Refusal as e:
+        except HTTPProblem as e:
             if e.code in (http.UNAUTHORIZED, http.FORBIDDEN):
                 self._logRefusal(request, client, e.message)
             return _answer(request, e.code, {"error": e.message})
@@ -315,32 +303,32 @@ class ControlResource(Resource):
         """
         Refuse a request that is not allowed to control anything.
 
-        @raise _Refusal: why not.
+        @raise HTTPProblem: why not.
         """
         if self._token is None:
-            raise _Refusal(http.FORBIDDEN, "controls are disabled: no status.token_file")
+            raise HTTPProblem(http.FORBIDDEN, "controls are disabled: no status.token_file")
         content = request.content
         if content is None:
-            raise _Refusal(http.BAD_REQUEST, "no body")
+            raise HTTPProblem(http.BAD_REQUEST, "no body")
         content.seek(0, 2)
         if content.tell() > MAX_BODY:
-            raise _Refusal(
+            raise HTTPProblem(
                 http.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {MAX_BODY} octets"
             )
         if not sameOrigin(request):
-            raise _Refusal(http.FORBIDDEN, "cross-origin request refused")
+            raise HTTPProblem(http.FORBIDDEN, "cross-origin request refused")
         site = request.getHeader(b"sec-fetch-site")
         if site is not None and site.strip().lower() not in _SAME_SITE:
-            raise _Refusal(http.FORBIDDEN, "cross-site request refused")
+            raise HTTPProblem(http.FORBIDDEN, "cross-site request refused")
         if _mediaType(request) != b"application/json":
-            raise _Refusal(http.FORBIDDEN, "Content-Type must be application/json")
+            raise HTTPProblem(http.FORBIDDEN, "Content-Type must be application/json")
         given = bearerToken(request)
         if given is None or not hmac.compare_digest(given, self._token):
             request.responseHeaders.setRawHeaders(
                 b"WWW-Authenticate",
                 [b'Bearer realm="imapmig"' + (b', error="invalid_token"' if given else b"")],
             )
-            raise _Refusal(
+            raise HTTPProblem(
                 http.UNAUTHORIZED,
                 "a valid bearer token is required" if given is None else "wrong token",
             )
@@ -350,15 +338,15 @@ class ControlResource(Resource):
             try:
                 parsed = json.loads(body)
             except ValueError:
-                raise _Refusal(http.BAD_REQUEST, "the body is not JSON") from None
+                raise HTTPProblem(http.BAD_REQUEST, "the body is not JSON") from None
             if not isinstance(parsed, dict):
-                raise _Refusal(http.BAD_REQUEST, "the body must be a JSON object")
+                raise HTTPProblem(http.BAD_REQUEST, "the body must be a JSON object")
 
     def _route(self, request: Request, client: str) -> Callable[[], Deferred[dict[str, object]]]:
         """
         The control C{request}'s path names, ready to apply.
 
-        @raise _Refusal: no such control (404).
+        @raise HTTPProblem: no such control (404).
         """
         path = request.postpath or []
         controls = self._controls
@@ -385,7 +373,7 @@ class ControlResource(Resource):
                 # twisted.web percent-decoded each segment already.
                 name = path[1].decode("utf-8")
             except UnicodeDecodeError:
-                raise _Refusal(http.NOT_FOUND, "no such job") from None
+                raise HTTPProblem(http.NOT_FOUND, "no such job") from None
             method, said = _JOB_ACTIONS[path[2]]
             control: Callable[[str, str], Deferred[JobState]] = getattr(controls, method)
 
@@ -400,7 +388,7 @@ class ControlResource(Resource):
                 )
 
             return applyOne
-        raise _Refusal(http.NOT_FOUND, "no such control")
+        raise HTTPProblem(http.NOT_FOUND, "no such control")
 
 
     def _bulk(
@@ -410,14 +398,14 @@ class ControlResource(Resource):
         The bulk control C{path} (C{[ACTION]} or C{[ACTION, b"preview"]})
         names, ready to apply to the jobs its body's filter selects.
 
-        @raise _Refusal: no such control (404), a bad filter or no
+        @raise HTTPProblem: no such control (404), a bad filter or no
             confirmation (400), a selection other than the one confirmed
             (409).
         """
         action = path[0].decode("ascii", "replace") if path else ""
         view = self._view
         if view is None or action not in BULK_ACTIONS or path[2:] or path[1:] not in ([], [b"preview"]):
-            raise _Refusal(http.NOT_FOUND, "no such control")
+            raise HTTPProblem(http.NOT_FOUND, "no such control")
         body = _jsonBody(request)
         query = _bulkFilter(body, view)
         controls = self._controls
@@ -439,13 +427,13 @@ class ControlResource(Resource):
         count = body.get("count")
         confirmed = body.get("selection")
         if not isinstance(count, int) or isinstance(count, bool) or not isinstance(confirmed, str):
-            raise _Refusal(
+            raise HTTPProblem(
                 http.BAD_REQUEST, "confirm a bulk control: give the count and selection of its preview"
             )
         if count != len(names) or not hmac.compare_digest(
             confirmed.encode("utf-8"), selection.encode("ascii")
         ):
-            raise _Refusal(
+            raise HTTPProblem(
                 http.CONFLICT,
                 f"the jobs selected changed since the preview ({action} applies to"
                 f" {plural(len(names), 'job')} now, not the {count} confirmed): preview again",
@@ -485,14 +473,14 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
     of states separated by commas), C{q} and C{errors}, as
     C{/status.json} takes them.
 
-    @raise _Refusal: a member of the wrong type or value (400).
+    @raise HTTPProblem: a member of the wrong type or value (400).
     """
     states = body.get("state", [])
     if isinstance(states, list) and all(isinstance(s, str) for s in states):
         states = ",".join(states)
     text, errors = body.get("q", ""), body.get("errors", False)
     if not isinstance(states, str) or not isinstance(text, str) or not isinstance(errors, bool):
-        raise _Refusal(
+        raise HTTPProblem(
             http.BAD_REQUEST, "the filter: state is a list of states, q a string, errors true or false"
         )
     arguments = {
@@ -503,7 +491,7 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
     try:
         return parseJobQuery(b"", arguments, view.stateNames())
     except HTTPProblem as e:
-        raise _Refusal(http.BAD_REQUEST, f"the filter: {e.message}") from None
+        raise HTTPProblem(http.BAD_REQUEST, f"the filter: {e.message}") from None
 
 
 def _describeFilter(query: JobQuery) -> str:

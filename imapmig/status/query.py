@@ -17,7 +17,7 @@ from attrs import frozen
 from twisted.web import http
 
 from imapmig.progress import JobProgress
-from imapmig.status._http import HTTPProblem
+from imapmig.errors import HTTPProblem
 from imapmig.status.progressview import SORT_NAMES, ProgressView
 
 __all__ = [

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_reportsummary -*-
+# -*- test-case-name: tests.test_report -*-
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
@@ -15,8 +15,8 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.commands.cli import LISTED_JOBS, main, report
-from imapmig.commands.reportsummary import writeFailuresCSV
+from imapmig.commands.cli import main
+from imapmig.commands.report import LISTED_JOBS, report, writeFailuresCSV
 from imapmig.state import MessageNames, MessageOutcome, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_preview -*-
+# -*- test-case-name: tests.test_commands_plan -*-
 """
 A plan before the run: what a job would copy, read without writing
 anything anywhere.
@@ -14,11 +14,13 @@ SUBSCRIBE, no APPEND, no state written.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+import json
+from typing import Any, Awaitable, Callable, Sequence, TextIO
 
 from attrs import frozen
 
-from imapmig.errors import SourceError
+from imapmig.config import Config, ImapSourceConfig, JobConfig
+from imapmig.errors import ConnectFailed, ImapmigError, SourceError
 from imapmig.imap.session import IMAPSession
 from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView
@@ -34,6 +36,7 @@ from imapmig.mail.plan import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.state import IStateStore
+from imapmig.units import octets, plural
 
 
 @frozen
@@ -305,3 +308,142 @@ async def previewJob(
         tuple((name, uses.get(name)) for name in missing),
         tuple(subscribe),
     )
+
+
+def _sourceDescription(job: JobConfig) -> str:
+    """
+    The job's source, for the admin: the account or the path.
+    """
+    source = job.source
+    if isinstance(source, ImapSourceConfig):
+        return f"IMAP {source.user} at {source.server.endpoint}"
+    kind = type(source).__name__.replace("SourceConfig", "").lower()
+    return f"{kind} {source.path}"
+
+
+def _planRow(f: FolderPlan) -> tuple[str, str, str, str, str, str, str]:
+    """
+    One folder's row of a plan's table (L{_writePlan}).
+    """
+    folder = f.folder + (f" ({f.specialUse})" if f.specialUse else "")
+    if f.error is not None:
+        return (folder, "-", "-", f.mailbox or "-", "unreadable", "-", "-")
+    if f.why is not None:
+        return (folder, str(f.messages), "-", "-", f.how, "-", "-")
+    if f.mailbox is None:
+        return (folder, str(f.messages), octets(f.size), "-", "left out by the folder rules", "-", "-")
+    toCopy = f"{f.toCopy} ({octets(f.toCopySize)})" if f.toCopy else "0"
+    mailbox = f.mailbox + ("" if f.mailboxExists else " (new)")
+    return (folder, str(f.messages), octets(f.size), mailbox, f.how, str(f.migrated), toCopy)
+
+
+def _writePlan(preview: JobPlan, out: TextIO) -> None:
+    """
+    Write one job's plan as a table.
+    """
+    namespace = preview.namespace
+    out.write(
+        f"  destination namespace: prefix {namespace.prefix!r},"
+        f" delimiter {namespace.delimiter!r}\n"
+    )
+    rows = [("folder", "messages", "size", "mailbox", "how", "migrated", "to copy")]
+    rows.extend(_planRow(f) for f in preview.folders)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+    for f in preview.unreadable:
+        out.write(f"  cannot list {f.folder}: {f.error}\n")
+    for f in preview.folders:
+        if f.why is not None:
+            out.write(f"  {f.how} {f.folder}: {plural(f.messages, 'message')}: {f.why}\n")
+    for name, use in preview.create:
+        out.write(f"  would create {name}" + (f" ({use})" if use else "") + "\n")
+    for name in preview.subscribe:
+        out.write(f"  would subscribe {name}\n")
+    totals = preview.totals()
+    failedBefore = sum(f.failedBefore for f in preview.folders)
+    out.write(
+        f"  total: {plural(totals['messages'], 'message')} ({octets(totals['size'])}) in"
+        f" {plural(totals['folders'], 'folder')} ({totals['excluded_folders']} left out):"
+        f" {totals['migrated']} migrated, {totals['to_copy']} to copy"
+        f" ({octets(totals['to_copy_size'])})"
+        + (f", {failedBefore} of them failed before" if failedBefore else "")
+        + (f", {totals['not_migrated']} not migrated" if totals["not_migrated"] else "")
+        + f"; {plural(totals['mailboxes_to_create'], 'mailbox', 'mailboxes')} to create\n"
+    )
+
+
+def _header(job: JobConfig) -> str:
+    """
+    The first line of a job's plan: the job, its source and destination.
+    """
+    destination = job.destination
+    return f"{job.name}: {_sourceDescription(job)} -> {destination.user} at {destination.server.endpoint}"
+
+
+def _cannotPlan(job: JobConfig, error: ImapmigError, out: TextIO | None) -> dict[str, object]:
+    """
+    Say why C{job} could not be planned (on C{out} as text, unless it is
+    C{None}); return its JSON entry.  A server that could not be reached
+    is named by its setting.
+    """
+    why = str(error)
+    if isinstance(error, ConnectFailed) and error.setting is not None:
+        why = f"{why}; check {error.setting}"
+    if out is not None:
+        out.write(f"{_header(job)}\n  cannot plan: {why}\n")
+    return {"job": job.name, "error": why}
+
+
+def _planned(job: JobConfig, preview: JobPlan, out: TextIO | None) -> dict[str, object]:
+    """
+    Write C{job}'s plan to C{out} as text (unless it is C{None}); return
+    its JSON entry.
+    """
+    entry = preview.toJSON()
+    entry["source"] = _sourceDescription(job)
+    entry["destination"] = f"{job.destination.user} at {job.destination.server.endpoint}"
+    if out is not None:
+        out.write(_header(job) + "\n")
+        _writePlan(preview, out)
+    return entry
+
+
+async def plan(
+    config: Config,
+    jobs: Sequence[str],
+    store: IStateStore,
+    reactor: Any,
+    asJSON: bool,
+    out: TextIO,
+) -> int:
+    """
+    Plan C{jobs} (L{previewJob}) and write each plan to
+    C{out}, as text tables or one JSON document.  Nothing is written
+    anywhere else.
+
+    @return: the exit status: 0 when every job was planned, 1 otherwise.
+    """
+    from imapmig.commands.sides import jobSides, selectedJobs
+    from imapmig.oauth.tokens import TokenSources
+
+    document: list[dict[str, object]] = []
+    status = 0
+    # One refresh-token cache per file for the whole command.
+    tokens = TokenSources(reactor)
+    for job in selectedJobs(config, jobs):
+        try:
+            async with jobSides(job, reactor, tokens) as (source, openDestination):
+                preview = await previewJob(
+                    job.name, source, job.folders, openDestination, store, job.folderNameFallback
+                )
+        except ImapmigError as e:
+            status = 1
+            document.append(_cannotPlan(job, e, None if asJSON else out))
+            continue
+        status = max(status, 1 if preview.unreadable else 0)
+        document.append(_planned(job, preview, None if asJSON else out))
+    if asJSON:
+        json.dump(document, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    return status

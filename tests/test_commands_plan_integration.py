@@ -1,5 +1,5 @@
 """
-C{imapmig plan} (L{imapmig.commands.cli.plan}, on the global reactor) against the
+C{imapmig plan} (L{imapmig.commands.plan.plan}, on the global reactor) against the
 shared Dovecot, with a Maildir source part of which a daemon run already
 copied: the plan shows the rest, writes nothing, and a second run then
 does what it said.
@@ -17,7 +17,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from imapmig.commands import cli
+from imapmig.commands import plan as planCommand
 from imapmig.config import Config, loadConfig
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
@@ -48,7 +48,7 @@ async def runPlan(config: Config, asJSON: bool) -> tuple[int, str]:
     out = io.StringIO()
     store = SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
     try:
-        status = await cli.plan(config, [JOB], store, reactor, asJSON, out)
+        status = await planCommand.plan(config, [JOB], store, reactor, asJSON, out)
     finally:
         store.close()
     await settleConnections(reactor)
@@ -179,7 +179,7 @@ class PlanIntegrationTests(TestCase):
         before = destinationState(instance, user)
         out = io.StringIO()
         store = MemoryStateStore()
-        status = await cli.plan(config, [JOB], store, reactor, False, out)
+        status = await planCommand.plan(config, [JOB], store, reactor, False, out)
         await settleConnections(reactor)
         self.assertEqual(status, 1, out.getvalue())
         self.assertIn("cannot plan", out.getvalue())

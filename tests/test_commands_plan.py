@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.commands.preview} (C{imapmig plan}): the real session and
+Tests for L{imapmig.commands.plan} (C{imapmig plan}): the real session and
 destination view against L{imapmig.testing.fakeserver} over
 L{twisted.test.iosim}, an in-memory source and state store, a L{Clock}.
 """
@@ -13,12 +13,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.commands.cli import _writePlan
 from imapmig.errors import AuthenticationFailed, SourceError
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
 from imapmig.mail.plan import FolderRules
-from imapmig.commands.preview import JobPlan, previewJob
+from imapmig.commands.plan import JobPlan, _writePlan, previewJob
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import FolderFallback, MessageOutcome
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer, FakeMailStore
@@ -266,7 +265,7 @@ class TextTests(SynchronousTestCase):
         totals.
         """
         from imapmig.mail.plan import PersonalNamespace
-        from imapmig.commands.preview import FolderPlan
+        from imapmig.commands.plan import FolderPlan
 
         plan = JobPlan(
             JOB,

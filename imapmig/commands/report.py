@@ -1,0 +1,521 @@
+# -*- test-case-name: tests.test_report, tests.test_cli -*-
+"""
+The end of C{imapmig report}: what became of each job (its outcome) and
+the summary of the run (jobs done, done with failures, failed, held, not
+run; messages, octets, duration, rate); and its machine-readable forms:
+one CSV row per job (C{--csv}), and one CSV of every failed message with
+the names its owner knows it by (C{--failures --csv}), with the columns of
+the status site's manifests.
+
+L{report} builds each job's entry; the summary is one function over those
+entries (L{summarise}), so that a new count (say, of messages found only
+in a label view) is one field here and one line in L{summaryLines}.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterator, Mapping, Sequence, TextIO, TypeVar
+
+from attrs import frozen
+from twisted.internet.defer import Deferred
+
+from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold, MessageOutcome
+from imapmig.status.manifest import COLUMNS, ManifestRow, inertCell, outcomeRow
+from imapmig.units import octets, plural
+
+__all__ = [
+    "DONE",
+    "DONE_WITH_FAILURES",
+    "FAILED",
+    "JOB_COLUMNS",
+    "NOT_RUN",
+    "RunSummary",
+    "failureRows",
+    "jobOutcome",
+    "summarise",
+    "summaryLines",
+    "writeFailuresCSV",
+    "writeJobsCSV",
+]
+
+DONE = "done"
+DONE_WITH_FAILURES = "done_with_failures"
+FAILED = "failed"
+NOT_RUN = "not_run"
+"""
+A job's outcome (L{jobOutcome}): also L{PAUSED} and L{CANCELLED}, the
+holds.
+"""
+
+JOB_COLUMNS = (
+    "job", "outcome", "appended", "copied", "already_present", "failed",
+    "line_endings_converted", "with_notes", "copied_octets", "first_at", "last_at",
+    "job_failure", "hold_by", "hold_at",
+)  # fmt: skip
+"""
+The columns of C{imapmig report --csv}, one row per job.
+"""
+
+_PAGE = 500
+
+
+def jobOutcome(entry: Mapping[str, Any]) -> str:
+    """
+    What became of the job of a report C{entry} (as L{report}
+    builds it), one of: L{CANCELLED}, L{PAUSED} (the admin's holds, first),
+    L{FAILED} (its latest run failed), L{DONE_WITH_FAILURES} (some
+    messages failed), L{NOT_RUN} (nothing recorded of it), L{DONE}.
+    """
+    hold = entry["hold"]
+    if hold is not None:
+        return str(hold["state"])
+    if entry["job_failure"] is not None:
+        return FAILED
+    if entry["failed"]:
+        return DONE_WITH_FAILURES
+    if not (entry["appended"] or entry["folders"]):
+        return NOT_RUN
+    return DONE
+
+
+@frozen
+class RunSummary:
+    """
+    The run as the report sums it up.
+
+    @ivar outcomes: how many jobs ended each way (L{jobOutcome}).
+    @ivar copied: messages copied; C{alreadyPresent}: found in the
+        destination already; C{failed}: failed.
+    @ivar copiedOctets: the octets of the messages copied.
+    @ivar firstAt: when the first message copied was recorded (seconds
+        since the epoch), L{None} for none; C{lastAt}: the last.
+    """
+
+    outcomes: Mapping[str, int]
+    copied: int
+    alreadyPresent: int
+    failed: int
+    copiedOctets: int
+    firstAt: float | None
+    lastAt: float | None
+
+    @property
+    def jobs(self) -> int:
+        """
+        How many jobs.
+        """
+        return sum(self.outcomes.values())
+
+    @property
+    def seconds(self) -> float:
+        """
+        From the first copy recorded to the last (0 for none).
+        """
+        if self.firstAt is None or self.lastAt is None:
+            return 0.0
+        return self.lastAt - self.firstAt
+
+
+def summarise(entries: Sequence[Mapping[str, Any]]) -> RunSummary:
+    """
+    The summary of the report's C{entries}.
+    """
+    outcomes = {name: 0 for name in (DONE, DONE_WITH_FAILURES, FAILED, PAUSED, CANCELLED, NOT_RUN)}
+    for entry in entries:
+        outcomes[jobOutcome(entry)] += 1
+    firsts = [entry["first_at"] for entry in entries if entry["first_at"] is not None]
+    lasts = [entry["last_at"] for entry in entries if entry["last_at"] is not None]
+    return RunSummary(
+        outcomes=outcomes,
+        copied=sum(entry["copied"] for entry in entries),
+        alreadyPresent=sum(entry["already_present"] for entry in entries),
+        failed=sum(entry["failed"] for entry in entries),
+        copiedOctets=sum(entry["copied_octets"] for entry in entries),
+        firstAt=min(firsts, default=None),
+        lastAt=max(lasts, default=None),
+    )
+
+
+def _duration(seconds: float) -> str:
+    """
+    C{seconds} for a reader: C{"42 s"}, C{"8 min 3 s"}, C{"2 h 5 min"}.
+    """
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def _counted(count: int, noun: str) -> str:
+    """
+    C{count} with thousands separated, and C{noun}, plural unless 1.
+    """
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
+def summaryLines(summary: RunSummary) -> list[str]:
+    """
+    The summary as the text report ends with it, each line starting with
+    C{summary:}: the jobs by outcome, the messages, and the octets with
+    the time and rates.
+    """
+    o = summary.outcomes
+    held = o[PAUSED] + o[CANCELLED]
+    lines = [
+        f"summary: {_counted(summary.jobs, 'job')}: {o[DONE]:,} done, {o[DONE_WITH_FAILURES]:,}"
+        f" done with failures, {o[FAILED]:,} failed, {held:,} held ({o[PAUSED]:,} paused,"
+        f" {o[CANCELLED]:,} cancelled), {o[NOT_RUN]:,} not run",
+        f"summary: {_counted(summary.copied + summary.alreadyPresent, 'message')} in the"
+        f" destination ({summary.copied:,} copied, {summary.alreadyPresent:,} already"
+        f" present), {summary.failed:,} failed",
+    ]
+    copied = f"summary: {octets(summary.copiedOctets)} copied"
+    seconds = summary.seconds
+    if seconds > 0:
+        copied += (
+            f" in {_duration(seconds)} (first to last copy recorded):"
+            f" {summary.copied / seconds:,.0f} messages/s,"
+            f" {octets(summary.copiedOctets / seconds)}/s"
+        )
+    lines.append(copied)
+    return lines
+
+
+def _stamp(seconds: float | None) -> str | None:
+    """
+    C{seconds} since the epoch as ISO 8601 UTC, or L{None}.
+    """
+    if seconds is None:
+        return None
+    at = datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
+    return at.replace("+00:00", "Z")
+
+
+def writeJobsCSV(entries: Sequence[Mapping[str, Any]], out: TextIO) -> None:
+    """
+    Write one RFC 4180 CSV row per job (L{JOB_COLUMNS}) to C{out}, after a
+    header; nothing else (no summary row).
+    """
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(JOB_COLUMNS)
+    for entry in entries:
+        hold = entry["hold"]
+        row = (
+            entry["job"], jobOutcome(entry), entry["appended"], entry["copied"],
+            entry["already_present"], entry["failed"], entry["line_endings_converted"],
+            entry["with_notes"], entry["copied_octets"], _stamp(entry["first_at"]),
+            _stamp(entry["last_at"]), entry["job_failure"],
+            None if hold is None else hold["by"], None if hold is None else hold["at"],
+        )  # fmt: skip
+        writer.writerow([inertCell(cell) for cell in row])
+
+
+def failureRows(store: IStateStore, job: str, now: Any) -> Iterator[ManifestRow]:
+    """
+    The manifest rows of C{job}'s failed messages, read a page at a time
+    (L{IStateStore.manifestOutcomes}), their reasons whole (paths kept:
+    whoever reads the database reads them anyway).
+
+    @param now: gives the result of a Deferred that has fired (the SQLite
+        store answers at once).
+    """
+    after: tuple[str, str] | None = None
+    while True:
+        page: list[MessageOutcome] = now(store.manifestOutcomes(job, after, _PAGE))
+        if not page:
+            return
+        for outcome in page:
+            if outcome.failure is not None:
+                yield outcomeRow(job, outcome, {}, paths=True)
+        after = (page[-1].folderKey, page[-1].messageKey)
+
+
+def writeFailuresCSV(store: IStateStore, jobs: Sequence[str], now: Any, out: TextIO) -> int:
+    """
+    Write every failed message of C{jobs} to C{out} as the status site's
+    C{/manifest.csv} lists it (its columns; the folder by its key, as the
+    database knows it; no excluded folders, which only a listing knows).
+
+    @return: how many rows were written.
+    """
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(COLUMNS)
+    count = 0
+    for job in jobs:
+        for row in failureRows(store, job, now):
+            writer.writerow([inertCell(cell) for cell in row])
+            count += 1
+    return count
+
+
+T = TypeVar("T")
+
+
+def _now(d: Deferred[T]) -> T:
+    """
+    The result of a Deferred that has already fired (the SQLite store
+    answers synchronously).
+    """
+    results: list[T] = []
+    failures: list[object] = []
+    d.addCallbacks(results.append, failures.append)
+    if failures:
+        failures[0].raiseException()  # type: ignore[attr-defined]
+    return results[0]
+
+
+def report(
+    store: IStateStore,
+    jobs: Sequence[str],
+    asJSON: bool,
+    out: TextIO,
+    asCSV: bool = False,
+    failures: bool = False,
+) -> int:
+    """
+    Write the report of C{jobs} from C{store} to C{out}: as text, ending
+    with the summary of the run (L{summaryLines}); as JSON; or as CSV, one
+    row per job (L{writeJobsCSV}).  With C{failures}, every failed message
+    instead, with its names (L{writeFailuresCSV} as CSV).
+
+    @return: the exit status: 0 when no job's latest run failed and no
+        message is recorded as failed, 1 otherwise.
+    """
+    holds = _now(store.jobHolds())
+    document = [_jobEntry(store, job, holds.get(job)) for job in jobs]
+    status = 0 if all(entry["ok"] for entry in document) else 1
+    if failures:
+        _writeFailures(store, jobs, asJSON, asCSV, out)
+        return status
+    if asJSON:
+        json.dump(document, out, indent=2)
+        out.write("\n")
+        return status
+    if asCSV:
+        writeJobsCSV(document, out)
+        return status
+    _writeText(document, out)
+    return status
+
+
+def _jobEntry(store: IStateStore, job: str, hold: JobHold | None) -> dict[str, Any]:
+    """
+    One job's entry of the report, from what C{store} records of it.
+    """
+    jobFailure = _now(store.jobFailure(job))
+    counts = _now(store.counts(job))
+    activity = _now(store.activity(job))
+    failed = _now(store.failures(job))
+    notes = _now(store.notes(job))
+    fallbacks = _now(store.folderFallbacks(job))
+    timeline = _now(store.timeline(job))
+    return {
+        "job": job,
+        "ok": (
+            jobFailure is None
+            and counts.failed == 0
+            and (hold is None or hold.hold != CANCELLED)
+        ),
+        "job_failure": jobFailure,
+        "hold": _holdEntry(hold),
+        "appended": counts.copied + counts.alreadyPresent,
+        "copied": counts.copied,
+        "already_present": counts.alreadyPresent,
+        "failed": counts.failed,
+        "line_endings_converted": counts.lineEndingsConverted,
+        "with_notes": counts.withNotes,
+        "copied_octets": activity.copiedOctets,
+        "first_at": activity.firstAt,
+        "last_at": activity.lastAt,
+        "folders": activity.folders,
+        "failures": [
+            {
+                "folder_key": f.folderKey,
+                "message_key": f.messageKey,
+                "mailbox": f.mailbox,
+                "size": f.size,
+                "message_id": f.messageId,
+                "date": f.date,
+                "from": f.sender,
+                "subject": f.subject,
+                "reason": f.failure,
+            }
+            for f in failed
+        ],
+        "notes": [
+            {
+                "folder_key": n.folderKey,
+                "message_key": n.messageKey,
+                "mailbox": n.mailbox,
+                "uid": n.uid,
+                "note": n.note,
+            }
+            for n in notes
+        ],
+        "folder_fallbacks": [
+            {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
+            for f in fallbacks
+        ],
+        "timeline": [
+            {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
+            for t in timeline
+        ],
+    }
+
+
+def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
+    """
+    The text report: a line per job with what failed, then the summary.
+    """
+    for entry in document:
+        _writeEntry(entry, out)
+    paused = [
+        str(entry["job"])
+        for entry in document
+        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED
+    ]
+    for line in summaryLines(summarise(document)):
+        out.write(line + "\n")
+    if paused:
+        out.write(f"paused: {_listed(paused)}\n")
+    failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
+    if failed:
+        out.write(f"failed: {_listed(failed)}\n")
+
+
+LISTED_JOBS = 20
+"""
+The most jobs the text report's C{paused:} and C{failed:} lines name: the
+300-account run's C{failed:} line named 163 jobs, 60 terminal rows that
+pushed its summary off the screen.
+"""
+
+
+def _listed(names: Sequence[str]) -> str:
+    """
+    The first L{LISTED_JOBS} of C{names}, and how many more there are.
+    """
+    shown = ", ".join(names[:LISTED_JOBS])
+    more = len(names) - LISTED_JOBS
+    return shown if more <= 0 else f"{shown} and {more:,} more (imapmig report --csv lists every job)"
+
+
+def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
+    """
+    One job's lines of the text report.
+    """
+    out.write(
+        f"{entry['job']}: {entry['appended']} appended ({entry['copied']} copied,"
+        f" {entry['already_present']} already present), {entry['failed']} failed;"
+        f" line endings converted in {entry['line_endings_converted']},"
+        f" {entry['with_notes']} with notes\n"
+    )
+    held = entry["hold"]
+    if held is not None:
+        by = "" if held["by"] is None else f" by {held['by']}"
+        out.write(f"  {held['state']}{by} at {held['at']}\n")
+    if entry["job_failure"] is not None:
+        out.write(f"  job failed\t{entry['job_failure']}\n")
+    if entry["timeline"] and (held is not None or entry["job_failure"] is not None):
+        out.write(_lastChange(entry["timeline"][-1]))
+    for failure in entry["failures"]:
+        out.write(
+            f"  failed\t{failure['mailbox']}\t{failure['folder_key']}/{failure['message_key']}"
+            f"\t{failure['reason']}\n"
+        )
+    for note in entry["notes"]:
+        out.write(
+            f"  note\t{note['mailbox']}\t{note['folder_key']}/{note['message_key']}"
+            f"\t{note['note']}\n"
+        )
+    for fallback in entry["folder_fallbacks"]:
+        out.write(
+            f"  folder\t{fallback['mailbox']}\t-> {fallback['fallback']}"
+            f"\t{fallback['reason']}\n"
+        )
+
+
+LAST_CAUSE_LENGTH = 120
+"""
+The most characters of the cause the text report's C{last change} line
+shows; a longer one is cut (its last character then C{…}).
+"""
+
+
+def _lastChange(change: dict[str, Any]) -> str:
+    """
+    The text report's line on the last change of state of a held job or
+    one whose latest run failed: from and to, when (ISO 8601, UTC), and its cause, on one line
+    (control characters as spaces) and cut at L{LAST_CAUSE_LENGTH}.
+    """
+    at = datetime.fromtimestamp(change["time"], timezone.utc).isoformat(timespec="seconds")
+    cause = "".join(c if c.isprintable() else " " for c in str(change["cause"]))
+    if len(cause) > LAST_CAUSE_LENGTH:
+        cause = cause[: LAST_CAUSE_LENGTH - 1] + "…"
+    return (
+        f"  last change\t{change['from']} -> {change['to']}"
+        f" at {at.replace('+00:00', 'Z')}\t{cause}\n"
+    )
+
+
+def _writeFailures(
+    store: IStateStore,
+    jobs: Sequence[str],
+    asJSON: bool,
+    asCSV: bool,
+    out: TextIO,
+) -> None:
+    """
+    Every failed message of C{jobs}: as CSV, with the status site's
+    manifest columns; as JSON, a list of objects with those keys; as text,
+    a line each (job, folder/key, Message-ID, Date, From, Subject,
+    reason, tab-separated).
+    """
+    if asCSV:
+        writeFailuresCSV(store, jobs, _now, out)
+        return
+    rows = [row for job in jobs for row in failureRows(store, job, _now)]
+    if asJSON:
+        json.dump([dict(zip(COLUMNS, row)) for row in rows], out, indent=2)
+        out.write("\n")
+        return
+    for row in rows:
+        named = dict(zip(COLUMNS, row))
+        out.write(
+            "\t".join(
+                str(named[column] or "-")
+                for column in ("job", "folder", "key", "message_id", "date", "from", "subject", "reason")
+            )
+            + "\n"
+        )
+    out.write(f"{plural(len(rows), 'failed message')}\n")
+
+
+def _whatFailed(entry: dict[str, Any]) -> str:
+    """
+    What failed in a job's report C{entry}: the job, its messages, or both.
+    """
+    what = []
+    if entry["hold"] is not None and entry["hold"]["state"] == CANCELLED:
+        what.append("cancelled by the admin")
+    elif entry["job_failure"] is not None:
+        what.append("the job failed")
+    if entry["failed"]:
+        what.append(f"{entry['failed']} {'message' if entry['failed'] == 1 else 'messages'} failed")
+    return f"{entry['job']} ({', '.join(what)})"
+
+
+def _holdEntry(hold: JobHold | None) -> dict[str, object] | None:
+    """
+    The report's C{hold} member for C{hold}: the state the admin put the
+    job in, who asked and when (ISO 8601, UTC).
+    """
+    if hold is None:
+        return None
+    at = datetime.fromtimestamp(hold.at, timezone.utc).isoformat(timespec="seconds")
+    return {"state": hold.hold, "by": hold.by, "at": at.replace("+00:00", "Z")}

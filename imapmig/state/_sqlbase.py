@@ -1,0 +1,256 @@
+# -*- test-case-name: tests.test_state_failures,tests.test_state -*-
+"""
+What every role of the SQLite state store (L{imapmig.state.sqlite}) shares:
+the connection, the transaction and the read that turn SQLite's errors
+into imapmig's, and the columns that make a L{MessageOutcome}.
+
+Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
+lines; each role of the store is now a class of its own over this one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Callable, TypeVar
+
+from twisted.internet.defer import Deferred, fail, succeed
+
+from imapmig.errors import PermanentError, TransientError
+from imapmig.state._schema import rollback
+from imapmig.state.outcomes import MessageOutcome
+
+_T = TypeVar("_T")
+
+# The columns of a messages row that make a MessageOutcome, in the order
+# outcomeOf takes them; for a database older than version 10 opened
+# read-only, which has no names (nor, before version 8, Message-IDs),
+# _OUTCOME_COLUMNS_OF its version.
+_OUTCOME_COLUMNS = (
+    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
+    " note, present, converted, message_id, message_date, message_from, message_subject"
+)
+_UNNAMED_COLUMNS = (
+    _OUTCOME_COLUMNS.replace("message_date", "NULL")
+    .replace("message_from", "NULL")
+    .replace("message_subject", "NULL")
+)
+_OUTCOME_COLUMNS_OF = {
+    8: _UNNAMED_COLUMNS,
+    7: _UNNAMED_COLUMNS.replace("message_id", "NULL"),
+}
+
+OutcomeRow = tuple[
+    str, str, str, int, int | None, int | None, str | None, str | None, int, int,
+    str | None, str | None, str | None, str | None,
+]  # fmt: skip
+
+# SQLITE_BUSY and SQLITE_LOCKED: another connection holds the write lock,
+# which may be gone by the next attempt.
+_BUSY_CODES = frozenset({5, 6})
+
+# What a primary result code (the low byte of an extended one) means for
+# the admin, for the codes a broken file or disk gives; none of them is
+# worth retrying.
+_CAUSES = {
+    3: "permission denied",  # SQLITE_PERM
+    8: "the state database is read-only",  # SQLITE_READONLY
+    10: "an I/O error",  # SQLITE_IOERR
+    11: "the state database is corrupt",  # SQLITE_CORRUPT
+    13: "the disk or the state database is full",  # SQLITE_FULL
+    14: "the file cannot be opened",  # SQLITE_CANTOPEN
+    26: "the file is not a SQLite database, or is corrupt",  # SQLITE_NOTADB
+}
+
+
+class SQLiteBase:
+    """
+    The connection to a state database and the means of its roles to read
+    and write it; the store (L{imapmig.state.sqlite.SQLiteStateStore})
+    opens and closes it.
+
+    @ivar _path: the database file, for error messages.
+    @ivar _seconds: the clock that stamps what is recorded.
+    @ivar _version: the database's schema version (older only for a
+        database opened read-only).
+    @ivar _connection: the connection, or L{None} once closed.
+    """
+
+    _path: str
+    _seconds: Callable[[], float]
+    _version: int
+    _connection: sqlite3.Connection | None
+
+    def _open(self) -> sqlite3.Connection:
+        """
+        The connection, unless the store was closed.
+
+        @raise PermanentError: it was.
+        """
+        if self._connection is None:
+            raise PermanentError(f"{self._path}: the state store is closed")
+        return self._connection
+
+    def _error(self, action: str, e: sqlite3.Error) -> Exception:
+        """
+        The imapmig error for C{e}, raised while doing C{action}: a
+        L{TransientError} if another connection holds the write lock, a
+        L{PermanentError} naming the file and the cause otherwise.
+        """
+        code = getattr(e, "sqlite_errorcode", None)
+        if code is None:
+            return PermanentError(f"{self._path}: cannot {action}: {e}")
+        if code & 0xFF in _BUSY_CODES:
+            return TransientError(f"{self._path}: cannot {action}: {e}")
+        cause = _CAUSES.get(code & 0xFF)
+        if cause is None:
+            return PermanentError(f"{self._path}: cannot {action}: {e}")
+        name = getattr(e, "sqlite_errorname", code)
+        return PermanentError(f"{self._path}: cannot {action}: {cause} ({name}: {e})")
+
+    def _openError(self, e: sqlite3.Error) -> PermanentError:
+        """
+        The error for C{e}, raised while opening the database: permanent
+        even where a later write would be retried (SQLITE_BUSY: another
+        process, not an imapmig that takes the lock, is writing the file),
+        since the daemon cannot start without its state.
+        """
+        error = self._error("open the state database", e)
+        if isinstance(error, PermanentError):
+            return error
+        return PermanentError(f"{error} (another process is writing it)")
+
+    def ping(self) -> Deferred[None]:
+        """
+        See L{IStateStore.ping}: reads the schema version.
+        """
+        return self._read(
+            "read the state database",
+            "SELECT version FROM schema_version",
+            (),
+            lambda rows: None,
+        )
+
+    def _outcomeColumns(self) -> str:
+        """
+        The columns that make a L{MessageOutcome}, for this database's
+        schema version.
+        """
+        if self._version >= 10:
+            return _OUTCOME_COLUMNS
+        return _OUTCOME_COLUMNS_OF[max(7, min(8, self._version))]
+
+    def _transaction(
+        self, action: str, write: Callable[[sqlite3.Connection], _T]
+    ) -> Deferred[_T]:
+        """
+        Call C{write} with the connection inside one transaction: all it
+        writes is committed, or none of it.
+
+        @param action: what the write does, for the error message.
+
+        @return: a Deferred that fires with what C{write} returns once it
+            is committed, or fails with L{TransientError} if another
+            connection holds the write lock, or with L{PermanentError} if
+            the store is closed or SQLite refuses the write.
+        """
+
+        def transaction(connection: sqlite3.Connection) -> _T:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = write(connection)
+                connection.execute("COMMIT")
+            except BaseException:
+                rollback(connection)
+                raise
+            return result
+
+        return self._reading(action, transaction)
+
+    def _reading(self, action: str, read: Callable[[sqlite3.Connection], _T]) -> Deferred[_T]:
+        """
+        What C{read} returns, called with the connection; its errors as
+        imapmig's.
+
+        @param action: what C{read} does, for the error message.
+
+        @return: a Deferred that fires with what C{read} returns, or fails
+            with L{TransientError} if another connection holds the write
+            lock, or with L{PermanentError} if the store is closed or
+            SQLite refuses the statement.
+        """
+        try:
+            return succeed(read(self._open()))
+        except PermanentError as e:
+            return fail(e)
+        except sqlite3.Error as e:
+            return fail(self._error(action, e))
+        except (OverflowError, UnicodeEncodeError) as e:
+            # A number SQLite's 64-bit INTEGER cannot hold, or text that is
+            # not Unicode (a lone surrogate from a surrogateescape'd name).
+            return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
+
+    def _read(
+        self,
+        action: str,
+        query: str,
+        parameters: tuple[object, ...],
+        convert: Callable[[list[Any]], _T],
+    ) -> Deferred[_T]:
+        """
+        What C{convert} makes of the rows C{query} finds.
+
+        @param action: what the query reads, for the error message.
+        """
+        return self._reading(
+            action, lambda connection: convert(connection.execute(query, parameters).fetchall())
+        )
+
+    def _ifOpen(self, value: _T) -> Deferred[_T]:
+        """
+        C{value}, unless the store was closed: the answer of a call that
+        has nothing to ask the database (nothing to record, or a table
+        that a database opened read-only is too old to have).
+        """
+        try:
+            self._open()
+        except PermanentError as e:
+            return fail(e)
+        return succeed(value)
+
+    def _outcomes(
+        self, action: str, query: str, parameters: tuple[object, ...]
+    ) -> Deferred[list[MessageOutcome]]:
+        """
+        The outcomes that C{query}, selecting L{_OUTCOME_COLUMNS}, finds.
+
+        @param action: what the query reads, for the error message.
+        """
+        return self._read(
+            action, query, parameters, lambda rows: [outcomeOf(row) for row in rows]
+        )
+
+
+def outcomeOf(row: OutcomeRow) -> MessageOutcome:
+    """
+    The L{MessageOutcome} of a row of L{_OUTCOME_COLUMNS}.
+    """
+    (
+        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
+        converted, messageId, date, sender, subject,
+    ) = row  # fmt: skip
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=mailbox,
+        size=size,
+        uidValidity=uidValidity,
+        uid=uid,
+        failure=failure,
+        note=note,
+        alreadyPresent=bool(present),
+        lineEndingsConverted=bool(converted),
+        messageId=messageId,
+        date=date,
+        sender=sender,
+        subject=subject,
+    )

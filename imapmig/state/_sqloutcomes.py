@@ -1,0 +1,340 @@
+# -*- test-case-name: tests.test_state_journal,tests.test_state -*-
+"""
+The SQLite state store's role of L{IOutcomeJournal}: the messages table's
+outcomes, written a batch per transaction, and the journal of batches in
+flight.
+
+Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
+lines.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Sequence
+
+from twisted.internet.defer import Deferred, fail, succeed
+from zope.interface import implementer
+
+from imapmig.errors import PermanentError
+from imapmig.state._packing import packMessages, unpackMessages
+from imapmig.state._sqlbase import SQLiteBase
+from imapmig.state.outcomes import (
+    AppendedOutcome,
+    IOutcomeJournal,
+    JournalEntry,
+    JournalMessage,
+    MessageNames,
+    MessageOutcome,
+)
+
+_UPSERT_TEMPLATE = """
+    INSERT INTO messages (
+        job, folder_key, message_key, mailbox, size, uidvalidity, uid,
+        failure, note, present, converted, updated_at, message_id,
+        message_date, message_from, message_subject
+    ) VALUES ({values})
+    ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
+        mailbox = excluded.mailbox,
+        size = excluded.size,
+        uidvalidity = excluded.uidvalidity,
+        uid = excluded.uid,
+        failure = excluded.failure,
+        note = excluded.note,
+        present = excluded.present,
+        converted = excluded.converted,
+        updated_at = excluded.updated_at,
+        message_id = excluded.message_id,
+        message_date = excluded.message_date,
+        message_from = excluded.message_from,
+        message_subject = excluded.message_subject
+"""
+_UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
+# For an outcome with no failure, no note and no names.
+_UPSERT_PLAIN = _UPSERT_TEMPLATE.format(
+    values="?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, NULL, NULL, NULL, NULL"
+)
+# For AppendedOutcomes (no failure, no note, not present): the upsert of a
+# run of them, in rows of at most _APPENDED_ROWS, one statement each.
+_UPSERT_APPENDED = "appended"
+_APPENDED_ROWS = 64
+_appendedStatements: dict[int, str] = {}
+
+
+def _upsertAppended(rows: int) -> str:
+    """
+    The upsert of C{rows} L{AppendedOutcome}s in one statement: parameter
+    1 is the job, 2 the time, then each outcome's seven fields in turn (so
+    the job and the time are bound once, not once per row).  SQLite
+    inserts the rows in order: a later row of the same message wins.
+    """
+    statement = _appendedStatements.get(rows)
+    if statement is None:
+        values = ", ".join(
+            "(?1, {}, NULL, NULL, 0, ?{}, ?2, NULL, NULL, NULL, NULL)".format(
+                ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
+            )
+            for row in range(rows)
+        )
+        statement = _appendedStatements[rows] = _UPSERT_TEMPLATE.replace(
+            "({values})", values
+        )
+    return statement
+
+_NAME = """
+    UPDATE messages SET message_id = ?, message_date = ?, message_from = ?, message_subject = ?
+    WHERE job = ? AND folder_key = ? AND message_key = ? AND failure IS NOT NULL
+"""
+
+_INSERT_ENTRY = """
+    INSERT INTO journal (entry_id, job, mailbox, uidvalidity, uid_floor, messages, written_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?)
+"""
+
+_SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
+
+
+@implementer(IOutcomeJournal)
+class SQLiteOutcomeJournal(SQLiteBase):
+    """
+    L{IOutcomeJournal} in the C{messages} and C{journal} tables.
+
+    @ivar _lastEntryId: the highest journal entry id written or found.
+    """
+
+    _lastEntryId: int
+
+    def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
+        """
+        See L{IStateStore.appendedKeys}.
+        """
+        return self._read(
+            "read appended messages",
+            "SELECT message_key FROM messages"
+            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
+            (job, folderKey),
+            lambda rows: {key for (key,) in rows},
+        )
+
+    def recordOutcomes(
+        self,
+        job: str,
+        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        settled: Sequence[int] = (),
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.recordOutcomes}.  The outcomes and the deletion
+        of the settled journal entries are one transaction: all of it is
+        recorded, or none of it.
+        """
+        if not outcomes and not settled:
+            return self._ifOpen(None)
+        now = self._seconds()
+        runs = _runs(job, outcomes, now)
+        entries = [(entryId, job) for entryId in settled]
+
+        def write(connection: sqlite3.Connection) -> None:
+            for statement, rows in runs:
+                if statement is _UPSERT_APPENDED:
+                    _writeAppended(connection, job, now, rows)
+                else:
+                    connection.executemany(statement, rows)
+            if entries:
+                connection.executemany(_SETTLE, entries)
+
+        return self._transaction("record outcomes", write)
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.journalBatch}: one row, one transaction.
+        """
+        try:
+            blob = packMessages(messages)
+        except ValueError as e:
+            return fail(PermanentError(f"{self._path}: cannot journal the batch: {e}"))
+        # Numbered here, one more than any entry this store wrote or found
+        # at open: never the id of an entry settled since, so a stale id
+        # cannot settle a newer entry.
+        entryId = self._lastEntryId + 1
+        row = (entryId, job, mailbox, uidValidity, uidFloor, blob, self._seconds())
+
+        def write(connection: sqlite3.Connection) -> int:
+            connection.execute(_INSERT_ENTRY, row)
+            # Even if the commit fails: an id is skipped, never reused.
+            self._lastEntryId = entryId
+            return entryId
+
+        return self._transaction("journal the batch", write)
+
+    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
+        """
+        See L{IStateStore.journal}.
+        """
+        if self._version < 3:
+            # A version-2 database opened read-only has no journal yet.
+            return self._ifOpen([])
+
+        def entries(
+            rows: list[tuple[int, str, int | None, int | None, bytes]],
+        ) -> list[JournalEntry]:
+            result = []
+            for entryId, mailbox, uidValidity, uidFloor, blob in rows:
+                try:
+                    messages = unpackMessages(blob)
+                except ValueError as e:
+                    raise PermanentError(
+                        f"{self._path}: cannot read journal entry {entryId}: {e}"
+                    ) from None
+                result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
+            return result
+
+        return self._read(
+            "read the journal",
+            "SELECT entry_id, mailbox, uidvalidity, uid_floor, messages FROM journal"
+            " WHERE job = ? ORDER BY entry_id",
+            (job,),
+            entries,
+        )
+
+    def recordedUIDs(
+        self, job: str, mailbox: str, uidValidity: int, fromUID: int
+    ) -> Deferred[set[int]]:
+        """
+        See L{IStateStore.recordedUIDs}.  It reads every record of C{job}:
+        it is asked after a lost connection, not per batch, and an index
+        for it would cost every recorded outcome.
+        """
+        return self._read(
+            "read recorded UIDs",
+            "SELECT uid FROM messages WHERE job = ? AND mailbox = ? AND uidvalidity = ?"
+            " AND uid >= ? AND failure IS NULL",
+            (job, mailbox, uidValidity, fromUID),
+            lambda rows: {uid for (uid,) in rows},
+        )
+
+    def nameMessages(
+        self, job: str, names: Sequence[tuple[str, str, MessageNames]]
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.nameMessages}: one transaction.
+        """
+        rows = [
+            (n.messageId, n.date, n.sender, n.subject, job, folderKey, messageKey)
+            for folderKey, messageKey, n in names
+        ]
+
+        def write(connection: sqlite3.Connection) -> None:
+            connection.executemany(_NAME, rows)
+
+        return self._transaction("record the names of messages", write)
+
+    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
+        """
+        See L{IStateStore.destinationMap}.
+        """
+        d = self._outcomes(
+            "read the destination map",
+            f"SELECT {self._outcomeColumns()} FROM messages"
+            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
+            (job, folderKey),
+        )
+        return d.addCallback(lambda outcomes: {o.messageKey: o for o in outcomes})
+
+
+def _runs(
+    job: str, outcomes: Sequence[MessageOutcome | AppendedOutcome], now: float
+) -> list[tuple[str, list[tuple[object, ...]]]]:
+    """
+    The rows of C{outcomes} for C{job} at C{now}, in runs of one statement
+    each.
+
+    Consecutive outcomes of one kind are one executemany, and the runs
+    keep the order of the outcomes (a later outcome of the same message
+    wins).  An AppendedOutcome (nearly all of them) goes through
+    _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the sqlite3 module
+    binds a None parameter through its adapter protocol, two failed
+    attribute lookups each.  So does a MessageOutcome with neither a
+    failure nor a note, through _UPSERT_PLAIN.
+    """
+    runs: list[tuple[str, list[tuple[object, ...]]]] = []
+    statement = ""
+    rows: list[tuple[object, ...]] = []
+    row: tuple[object, ...]
+    for outcome in outcomes:
+        if type(outcome) is tuple:
+            wanted, row = _UPSERT_APPENDED, outcome
+        else:
+            assert isinstance(outcome, MessageOutcome)
+            wanted, row = _outcomeRow(job, outcome, now)
+        if statement is not wanted:
+            statement, rows = wanted, []
+            runs.append((statement, rows))
+        rows.append(row)
+    return runs
+
+
+def _outcomeRow(job: str, outcome: MessageOutcome, now: float) -> tuple[str, tuple[object, ...]]:
+    """
+    The statement that records C{outcome} for C{job} at C{now}, and its
+    row: L{_UPSERT_PLAIN} for an outcome with no failure, no note and no
+    names, L{_UPSERT} otherwise.
+    """
+    head = (
+        job,
+        outcome.folderKey,
+        outcome.messageKey,
+        outcome.mailbox,
+        outcome.size,
+        outcome.uidValidity,
+        outcome.uid,
+    )
+    tail: tuple[object, ...] = (
+        1 if outcome.alreadyPresent else 0,
+        1 if outcome.lineEndingsConverted else 0,
+        now,
+    )
+    if outcome.failure is None and outcome.note is None and _nameless(outcome):
+        return _UPSERT_PLAIN, head + tail
+    names = (outcome.messageId, outcome.date, outcome.sender, outcome.subject)
+    return _UPSERT, head + (outcome.failure, outcome.note) + tail + names
+
+
+def _writeAppended(
+    connection: sqlite3.Connection, job: str, now: float, outcomes: Sequence[tuple[object, ...]]
+) -> None:
+    """
+    Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order, in
+    statements of L{_APPENDED_ROWS} rows, then of halves of that for the
+    rest (a few statements, each compiled once per process).
+    """
+    start = 0
+    count = len(outcomes)
+    rows = _APPENDED_ROWS
+    while start < count:
+        while rows > count - start:
+            rows //= 2
+        end = start + rows
+        parameters: list[object] = [job, now]
+        for outcome in outcomes[start:end]:
+            parameters.extend(outcome)
+        connection.execute(_upsertAppended(rows), parameters)
+        start = end
+
+
+def _nameless(outcome: MessageOutcome) -> bool:
+    """
+    Whether C{outcome} carries none of the names of its message.
+    """
+    return (
+        outcome.messageId is None
+        and outcome.date is None
+        and outcome.sender is None
+        and outcome.subject is None
+    )

@@ -1,0 +1,296 @@
+# -*- test-case-name: tests.test_state,tests.test_state_budget,tests.test_state_timeline -*-
+"""
+The SQLite state store's smaller roles: L{IFolderMarks} (the C{folders}
+and C{folder_fallbacks} tables), L{IJobRecords} (C{job_failures},
+C{job_holds}, C{job_transitions}) and L{IBudgetRecords} (C{budget_use}).
+
+Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
+lines.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Sequence
+
+from twisted.internet.defer import Deferred, fail, succeed
+from zope.interface import implementer
+
+from imapmig.errors import PermanentError
+from imapmig.state._sqlbase import SQLiteBase
+from imapmig.state._timeline import READ_TIMELINE, transitionOf, writeTransition
+from imapmig.state.budgets import IBudgetRecords
+from imapmig.state.folders import FolderFallback, FolderMark, IFolderMarks
+from imapmig.state.jobrecords import HOLDS, IJobRecords, JobHold, Transition
+
+_UPSERT_MARK = """
+    INSERT INTO folders (
+        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (job, folder_key) DO UPDATE SET
+        uidvalidity = excluded.uidvalidity,
+        uidnext = excluded.uidnext,
+        highestmodseq = excluded.highestmodseq,
+        messages = excluded.messages,
+        deferred = excluded.deferred,
+        updated_at = excluded.updated_at
+"""
+
+
+@implementer(IFolderMarks)
+class SQLiteFolderMarks(SQLiteBase):
+    """
+    L{IFolderMarks} in the C{folders} and C{folder_fallbacks} tables.
+    """
+
+    def folderMark(self, job: str, folderKey: str) -> Deferred[FolderMark | None]:
+        """
+        See L{IStateStore.folderMark}.
+        """
+
+        def mark(rows: list[tuple[int, int, int | None, int, str | None]]) -> FolderMark | None:
+            if not rows:
+                return None
+            ((uidValidity, uidNext, highestModSeq, messages, deferred),) = rows
+            return FolderMark(
+                uidValidity=uidValidity,
+                uidNext=uidNext,
+                highestModSeq=highestModSeq,
+                messages=messages,
+                deferred=tuple(int(uid) for uid in deferred.split(",")) if deferred else (),
+            )
+
+        # An older database opened read-only has no deferred UIDs yet.
+        deferred = "deferred" if self._version >= 6 else "NULL"
+        return self._read(
+            "read the folder mark",
+            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred} FROM folders"
+            " WHERE job = ? AND folder_key = ?",
+            (job, folderKey),
+            mark,
+        )
+
+    def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderMark}.
+        """
+        row = (
+            job,
+            folderKey,
+            mark.uidValidity,
+            mark.uidNext,
+            mark.highestModSeq,
+            mark.messages,
+            ",".join(str(uid) for uid in mark.deferred) or None,
+            self._seconds(),
+        )
+        return self._transaction(
+            "record the folder mark", lambda connection: _execute(connection, _UPSERT_MARK, row)
+        )
+
+    def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
+        """
+        See L{IStateStore.forgetFolder}.
+        """
+        return self._transaction(
+            "forget the folder",
+            lambda connection: _execute(
+                connection,
+                "DELETE FROM folders WHERE job = ? AND folder_key = ?",
+                (job, folderKey),
+            ),
+        )
+
+    def recordFolderFallback(self, job: str, fallback: FolderFallback) -> Deferred[None]:
+        """
+        See L{IStateStore.recordFolderFallback}.
+        """
+        row = (job, fallback.mailbox, fallback.fallback, fallback.reason, self._seconds())
+        return self._transaction(
+            "record the folder fallback",
+            lambda connection: _execute(
+                connection,
+                "INSERT OR REPLACE INTO folder_fallbacks"
+                " (job, mailbox, fallback, reason, updated_at) VALUES (?, ?, ?, ?, ?)",
+                row,
+            ),
+        )
+
+    def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
+        """
+        See L{IStateStore.folderFallbacks}.
+        """
+        return self._read(
+            "read the folder fallbacks",
+            "SELECT mailbox, fallback, reason FROM folder_fallbacks"
+            " WHERE job = ? ORDER BY mailbox",
+            (job,),
+            lambda rows: [FolderFallback(*row) for row in rows],
+        )
+
+
+@implementer(IJobRecords)
+class SQLiteJobRecords(SQLiteBase):
+    """
+    L{IJobRecords} in the C{job_failures}, C{job_holds} and
+    C{job_transitions} tables.
+    """
+
+    def recordJobFailure(self, job: str, reason: str | None) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobFailure}.
+        """
+
+        def write(connection: sqlite3.Connection) -> None:
+            if reason is None:
+                connection.execute("DELETE FROM job_failures WHERE job = ?", (job,))
+            else:
+                connection.execute(
+                    "INSERT OR REPLACE INTO job_failures (job, reason, updated_at)"
+                    " VALUES (?, ?, ?)",
+                    (job, reason, self._seconds()),
+                )
+
+        return self._transaction("record the job's failure", write)
+
+    def jobFailure(self, job: str) -> Deferred[str | None]:
+        """
+        See L{IStateStore.jobFailure}.
+        """
+        if self._version < 7:
+            # An older database opened read-only records no job failure.
+            return succeed(None)
+        return self._read(
+            "read the job's failure",
+            "SELECT reason FROM job_failures WHERE job = ?",
+            (job,),
+            lambda rows: str(rows[0][0]) if rows else None,
+        )
+
+    def recordJobHolds(
+        self, jobs: Sequence[str], hold: str | None, by: str | None = None
+    ) -> Deferred[None]:
+        """
+        See L{IStateStore.recordJobHolds}.
+        """
+        if hold is not None and hold not in HOLDS:
+            raise ValueError(f"not a job hold: {hold!r}")
+
+        def write(connection: sqlite3.Connection) -> None:
+            if hold is None:
+                connection.executemany(
+                    "DELETE FROM job_holds WHERE job = ?", [(job,) for job in jobs]
+                )
+            else:
+                now = self._seconds()
+                connection.executemany(
+                    "INSERT OR REPLACE INTO job_holds (job, hold, by, updated_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    [(job, hold, by, now) for job in jobs],
+                )
+
+        return self._transaction("record the admin's hold", write)
+
+    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
+        """
+        See L{IStateStore.jobHolds}.
+        """
+        if self._version < 9:
+            # An older database opened read-only records no hold.
+            return succeed({})
+        return self._read(
+            "read the admin's holds",
+            "SELECT job, hold, by, updated_at FROM job_holds",
+            (),
+            lambda rows: {
+                str(job): JobHold(str(hold), None if by is None else str(by), float(at))
+                for job, hold, by, at in rows
+            },
+        )
+
+    def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
+        """
+        See L{IStateStore.recordTransition}: one transaction, as a batch of
+        outcomes is (in WAL mode with C{synchronous=NORMAL}, its commit
+        does not wait for the disk), of an insert and, past the bound, a
+        delete (L{imapmig.state._timeline.writeTransition}).
+        """
+        return self._transaction(
+            "record the job's transition",
+            lambda connection: writeTransition(connection, job, transition),
+        )
+
+    def timeline(self, job: str) -> Deferred[list[Transition]]:
+        """
+        See L{IStateStore.timeline}.
+        """
+        if self._version < 11:
+            # An older database opened read-only records no timeline.
+            return self._ifOpen([])
+        return self._read(
+            "read the job's timeline",
+            READ_TIMELINE,
+            (job,),
+            lambda rows: [transitionOf(row) for row in rows],
+        )
+
+
+@implementer(IBudgetRecords)
+class SQLiteBudgetRecords(SQLiteBase):
+    """
+    L{IBudgetRecords} in the C{budget_use} table.
+    """
+
+    def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
+        """
+        See L{IStateStore.budgetUsed}.
+        """
+        if self._version < 5:
+            # An older database opened read-only has no budgets yet.
+            return succeed(0)
+        return self._read(
+            "read the budget use",
+            "SELECT octets FROM budget_use"
+            " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+            (server, user, direction, day),
+            lambda rows: int(rows[0][0]) if rows else 0,
+        )
+
+    def addBudgetUse(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.addBudgetUse}; the records of the account's
+        earlier days in that direction are deleted.
+        """
+        key = (server, user, direction)
+
+        def write(connection: sqlite3.Connection) -> int:
+            connection.execute(
+                "DELETE FROM budget_use"
+                " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
+                (*key, day),
+            )
+            connection.execute(
+                "INSERT INTO budget_use (server, user, direction, day, octets, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (server, user, direction, day)"
+                " DO UPDATE SET octets = octets + excluded.octets,"
+                " updated_at = excluded.updated_at",
+                (*key, day, octets, self._seconds()),
+            )
+            (total,) = connection.execute(
+                "SELECT octets FROM budget_use"
+                " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+                (*key, day),
+            ).fetchone()
+            return int(total)
+
+        return self._transaction("record the budget use", write)
+
+
+def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:
+    """
+    Execute C{statement} with C{row}'s parameters.
+    """
+    connection.execute(statement, row)
