@@ -65,6 +65,14 @@ class OpenFolder:
         # Joined once: a path per message would cost more than its open.
         self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
         self.descriptors: list[int | None] = []
+        self._openSubdirectories()
+
+    def _openSubdirectories(self) -> None:
+        """
+        Open C{cur/} and C{new/}, or close everything.
+
+        @raise SourceError: one cannot be opened.
+        """
         try:
             for subdir in SUBDIRS:
                 self.descriptors.append(self._openSubdirectory(subdir))

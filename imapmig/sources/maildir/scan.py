@@ -147,5 +147,5 @@ class FolderFiles:
         for index, names in enumerate(self._names):
             name = names.get(key)
             if name is not None:
-                return index, name, self._irregular.get(key) if self._irregular else None
+                return index, name, self._irregular.get(key)
         return None

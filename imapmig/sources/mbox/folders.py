@@ -141,14 +141,19 @@ def _levelName(name: str, suffixes: tuple[str, ...], top: bool) -> str:
     C{suffixes} removed, a name that is not UTF-8 carried, and C{Inbox} at
     the top level made C{INBOX}.
     """
+    name = carriedName(_withoutSuffix(name, suffixes))
+    return "INBOX" if top and name.casefold() == "inbox" else name
+
+
+def _withoutSuffix(name: str, suffixes: tuple[str, ...]) -> str:
+    """
+    C{name} without the first of C{suffixes} it ends with (in any case),
+    unless that is all of it.
+    """
     lower = name.lower()
     for suffix in suffixes:
         if lower.endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    name = carriedName(name)
-    if top and name.casefold() == "inbox":
-        return "INBOX"
+            return name[: -len(suffix)]
     return name
 
 
