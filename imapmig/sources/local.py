@@ -36,7 +36,7 @@ import os
 import re
 import stat
 from types import TracebackType
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from attrs import frozen
 
@@ -458,7 +458,7 @@ def walkTree(
             raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
 
 
-class Memo(dict[_Key, _Value], Generic[_Key, _Value]):
+class Memo(dict[_Key, _Value]):
     """
     The values of a function, each worked out the first time its argument
     is looked up: for what many messages of a listing share (the flags of
