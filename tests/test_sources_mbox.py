@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 import imapmig.sources.local as local
+import imapmig.sources.messagefile as messagefile
 import imapmig.sources.mbox.reading as module
 import imapmig.sources.mbox.window as windowModule
 from imapmig.errors import SourceError
@@ -1164,7 +1165,7 @@ class StreamingTests(MboxTestCase):
                     lines = [line for line in lines if not line.startswith(b">")]
                 bodies.append(newline.join([b"Subject: s", b""] + lines) + newline)
             cases.append((mboxOf(bodies, escape, newline=newline), bodies, quoting))
-        self.patch(local, "LARGE_MESSAGE", 20)
+        self.patch(messagefile, "LARGE_MESSAGE", 20)
         self.patch(module, "LARGE_MESSAGE", 20)
         for readSize in (1, 3, 7, 64):
             self.patch(module, "READ_CHUNK", readSize)

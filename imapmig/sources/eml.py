@@ -31,10 +31,10 @@ from imapmig.sources.local import (
     linkProblem,
     openProblem,
     originalName,
-    readOpenFile,
     unreadableAll,
     walkTree,
 )
+from imapmig.sources.messagefile import readOpenFile
 
 __all__ = ["EmlDirectorySource"]
 

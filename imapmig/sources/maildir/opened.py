@@ -13,12 +13,14 @@ import os
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, UnreadableMessage
 from imapmig.sources.local import (
-    LARGE_MESSAGE,
     Irregular,
     OpenTree,
     carriedName,
     followEntry,
     linkProblem,
+)
+from imapmig.sources.messagefile import (
+    LARGE_MESSAGE,
     readListedFile,
     readMessageFile,
     readOpenFile,

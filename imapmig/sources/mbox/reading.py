@@ -13,7 +13,8 @@ from typing import Sequence
 
 from imapmig.errors import LeavesTree
 from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
-from imapmig.sources.local import LARGE_MESSAGE, READ_CHUNK, openProblem, unreadableAll
+from imapmig.sources.local import openProblem, unreadableAll
+from imapmig.sources.messagefile import LARGE_MESSAGE, READ_CHUNK
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
 from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile
 from imapmig.sources.mbox.stream import RegionBody
