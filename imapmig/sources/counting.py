@@ -167,14 +167,9 @@ async def countIMAPSession(
     @param description: names the account in errors.
     @raise SourceError: the server refused a command.
     """
-    capabilities = session.capabilities
-    spaces = await session.namespaces() if session.knowsNamespaces else ServerNamespaces()
-    listed = await session.listFolders()
-    folders, wireNames, _ = sourceFolders(listed, spaces, rules.include)
-    if resolveLabelViews(labelViews, capabilities) == DEDUP:
-        folders, _, _ = planLabelViews(folders, rules.include, GMAIL_EXTENSION in capabilities)
+    folders, wireNames = await _jobFolders(session, rules, labelViews)
     included, excluded = _split(folders, rules)
-    sized = b"STATUS=SIZE" in capabilities
+    sized = b"STATUS=SIZE" in session.capabilities
     items = b"(MESSAGES SIZE)" if sized else b"(MESSAGES)"
     messages = octets = 0
     for folder in included:
@@ -183,6 +178,22 @@ async def countIMAPSession(
         messages += counts[b"MESSAGES"]
         octets += counts.get(b"SIZE", 0)
     return SourceCount(messages, octets if sized else None, len(included), excluded)
+
+
+async def _jobFolders(
+    session: IMAPSession, rules: FolderRules, labelViews: str
+) -> tuple[list[SourceFolder], dict[str, bytes]]:
+    """
+    The folders of an IMAP source as a job lists them (see
+    L{countIMAPSession}), and their names on the wire by key.
+    """
+    capabilities = session.capabilities
+    spaces = await session.namespaces() if session.knowsNamespaces else ServerNamespaces()
+    listed = await session.listFolders()
+    folders, wireNames, _ = sourceFolders(listed, spaces, rules.include)
+    if resolveLabelViews(labelViews, capabilities) == DEDUP:
+        folders, _, _ = planLabelViews(folders, rules.include, GMAIL_EXTENSION in capabilities)
+    return folders, wireNames
 
 
 async def _folderStatus(

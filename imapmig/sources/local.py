@@ -399,6 +399,13 @@ def followEntry(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[st
         raise
     except OSError as e:
         return Irregular(f"cannot read {shown}: {e.strerror or e}")
+    return _followLink(tree, relative, shown)
+
+
+def _followLink(tree: OpenTree, relative: str, shown: str) -> Irregular:
+    """
+    What a symbolic link beneath the root leads to (see L{followEntry}).
+    """
     try:
         target = tree.resolve(relative)
         status = os.stat(os.path.join(tree.realRoot, target))
@@ -432,19 +439,38 @@ def walkTree(
     pending = [("", top)]
     while pending:
         relative, state = pending.pop()
-        directory = tree.path(relative)
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    entryRelative = os.path.join(relative, entry.name)
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append((entryRelative, descend(entry.name, state)))
-                    else:
-                        visit(entry, entryRelative, state)
-        except OSError as e:
-            raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
+        pending += _walkDirectory(tree, relative, state, descend, visit)
+
+
+def _walkDirectory(
+    tree: OpenTree,
+    relative: str,
+    state: _State,
+    descend: Callable[[str, _State], _State],
+    visit: Callable[[os.DirEntry[str], str, _State], None],
+) -> list[tuple[str, _State]]:
+    """
+    Visit the entries of one directory (see L{walkTree}).
+
+    @return: its subdirectories, relative to the root, each with what its
+        entries are to be visited with.
+    @raise SourceError: it cannot be listed.
+    """
+    directory = tree.path(relative)
+    subdirectories = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                entryRelative = os.path.join(relative, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    subdirectories.append((entryRelative, descend(entry.name, state)))
+                else:
+                    visit(entry, entryRelative, state)
+    except OSError as e:
+        raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
+    return subdirectories
 
 
 class Memo(dict[_Key, _Value]):

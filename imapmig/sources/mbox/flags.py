@@ -55,14 +55,22 @@ def fieldValues(header: bytes, lowered: bytes, name: bytes) -> list[bytes]:
     at = lowered.find(name)
     while at >= 0:
         start = at + len(name)
-        end = header.find(b"\n", start)
-        while end >= 0 and header[end + 1 : end + 2] in (b" ", b"\t"):
-            end = header.find(b"\n", end + 1)
-        if end < 0:
-            end = len(header)
+        end = _fieldEnd(header, start)
         values.append(header[start:end])
         at = lowered.find(name, end)
     return values
+
+
+def _fieldEnd(header: bytes, start: int) -> int:
+    """
+    Where the field whose value starts at C{start} ends: at the line end
+    before the next line that is not a continuation (starting with a space
+    or a tab), or at the end of the header.
+    """
+    end = header.find(b"\n", start)
+    while end >= 0 and header[end + 1 : end + 2] in (b" ", b"\t"):
+        end = header.find(b"\n", end + 1)
+    return len(header) if end < 0 else end
 
 
 def _keywords(values: Sequence[bytes]) -> list[str]:
