@@ -90,13 +90,21 @@ class OpenFolder:
             return self.tree.open(os.path.join(self.relative, subdir), os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
             return None
-        except LeavesTree as e:
-            why = linkProblem(carriedName(os.path.join(self.tree.root, e.path)), e)
-        except NotADirectoryError:
-            why = f"{subdir}/ is not a directory"
-        except OSError as e:
-            why = "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        except (LeavesTree, OSError) as e:
+            why = self._whyNot(subdir, e)
         raise SourceError(f"cannot list the Maildir folder {self.shown}: {why}")
+
+    def _whyNot(self, subdir: str, error: LeavesTree | OSError) -> str:
+        """
+        Why C{cur/} or C{new/} cannot be opened, for the admin.
+        """
+        if isinstance(error, LeavesTree):
+            return linkProblem(carriedName(os.path.join(self.tree.root, error.path)), error)
+        if isinstance(error, NotADirectoryError):
+            return f"{subdir}/ is not a directory"
+        return (
+            "symbolic link loop" if error.errno == errno.ELOOP else (error.strerror or str(error))
+        )
 
     @property
     def found(self) -> bool:
