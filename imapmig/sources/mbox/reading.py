@@ -134,18 +134,28 @@ def readMessage(fd: int, index: MessageIndex, position: int, quoting: MboxQuotin
     @param index: where the file's messages lie.
     @param position: the message's place in C{index}.
     """
-    start = index.starts[position]
     length = index.lengths[position]
-    escapes = index.escapes[position]
     try:
         problem = placeProblem(fd, index, position)
         if problem is not None:
             return UnreadableMessage(problem)
-        if length - escapes > LARGE_MESSAGE:
+        if length - index.escapes[position] > LARGE_MESSAGE:
             return _regionBody(fd, index, position, quoting)
-        data = os.pread(fd, length, start)
+        data = os.pread(fd, length, index.starts[position])
     except OSError as e:
         return UnreadableMessage(f"cannot read {index.file.shown}: {e.strerror or e}")
+    return _unescaped(data, index, position, quoting)
+
+
+def _unescaped(
+    data: bytes, index: MessageIndex, position: int, quoting: MboxQuoting
+) -> MessageBody:
+    """
+    A message as read from the file, checked, unescaped and converted to
+    CRLF (see L{readMessage}).
+    """
+    length = index.lengths[position]
+    escapes = index.escapes[position]
     if len(data) < length:
         return _truncated(index, position)
     if escapes:

@@ -173,13 +173,7 @@ def scanFile(
     @raise SourceError: the file cannot be opened or read, or is not an
         mbox.
     """
-    if file.problem is not None:
-        raise SourceError(file.problem)
-    try:
-        fd = openFile(root, file)
-    except (LeavesTree, OSError) as e:
-        problem = openProblem(file.shown, e, "no such mbox file", "cannot open the mbox file")
-        raise SourceError(problem) from e
+    fd = _openListed(root, file)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
@@ -189,6 +183,22 @@ def scanFile(
         raise SourceError(f"cannot read the mbox file {file.shown}: {e.strerror or e}") from e
     finally:
         os.close(fd)
+
+
+def _openListed(root: str, file: MboxFile) -> int:
+    """
+    Open an mbox file to list its messages.
+
+    @raise SourceError: it is not read (see L{MboxFile.problem}), or cannot
+        be opened.
+    """
+    if file.problem is not None:
+        raise SourceError(file.problem)
+    try:
+        return openFile(root, file)
+    except (LeavesTree, OSError) as e:
+        problem = openProblem(file.shown, e, "no such mbox file", "cannot open the mbox file")
+        raise SourceError(problem) from e
 
 
 class _Scan:
