@@ -511,12 +511,20 @@ class LabelViewFilter:
         @param start: the view's UIDNEXT when the pass began, if known.
         """
         messageId = self._identity(item)
-        arrived = _arrivedSince(item.uid, start)
         if messageId is None:
             # Nothing tells where else it is.
             return _KEEP
         if self._wasSeen(messageId):
             return _DROP
+        return self._decideUnseen(item, _arrivedSince(item.uid, start))
+
+    def _decideUnseen(self, item: FetchedItem, arrived: bool) -> object:
+        """
+        What becomes of a view's message that no folder listed before it
+        held (see L{_decide}).
+
+        @param arrived: whether it arrived in the view during the pass.
+        """
         if self.byHeader:
             # Without labels, nothing tells whether one that arrived during
             # the pass reached a folder after that folder's listing.
