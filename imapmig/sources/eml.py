@@ -27,6 +27,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
     OpenTree,
     carriedName,
+    describe,
     followEntry,
     linkProblem,
     openProblem,
@@ -159,7 +160,7 @@ class EmlDirectorySource:
         try:
             tree = OpenTree(self.path)
         except OSError as e:
-            return succeed(unreadableAll(f"cannot read {shownRoot}: {e.strerror or e}", messages))
+            return succeed(unreadableAll(f"cannot read {shownRoot}: {describe(e)}", messages))
         with tree:
             return succeed([self._body(tree, shownRoot, message) for message in messages])
 
@@ -202,7 +203,7 @@ def _walk(root: str) -> list[tuple[str, _EmlEntry]]:
     try:
         tree = OpenTree(root)
     except OSError as e:
-        raise SourceError(f"cannot list {carriedName(root)}: {e.strerror or e}") from e
+        raise SourceError(f"cannot list {carriedName(root)}: {describe(e)}") from e
     found: list[tuple[str, _EmlEntry]] = []
     with tree:
         walkTree(tree, None, lambda name, state: state, partial(_visit, tree, found))

@@ -56,6 +56,7 @@ __all__ = [
     "Memo",
     "OpenTree",
     "carriedName",
+    "describe",
     "fileKind",
     "followEntry",
     "hasUndecodable",
@@ -292,6 +293,14 @@ def _levels(relative: str) -> list[str]:
     return parts
 
 
+def describe(error: OSError) -> str:
+    """
+    What the system says of an error (its C{strerror}), else the error
+    itself: for the reasons given to the admin.
+    """
+    return error.strerror or str(error)
+
+
 def linkProblem(path: str, error: Exception) -> str:
     """
     Why a file reached through a symbolic link is not read, for the admin.
@@ -309,7 +318,7 @@ def linkProblem(path: str, error: Exception) -> str:
     if isinstance(error, OSError) and error.errno == errno.ELOOP:
         return f"symbolic link loop: {path}"
     if isinstance(error, OSError):
-        return f"cannot follow the symbolic link {path}: {error.strerror or error}"
+        return f"cannot follow the symbolic link {path}: {describe(error)}"
     return f"cannot follow the symbolic link {path}: {error}"
 
 
@@ -334,7 +343,7 @@ def openProblem(
         return f"{missing}: {shown}"
     if isinstance(error, PermissionError):
         return f"permission denied: {shown}"
-    return f"{other} {shown}: {error.strerror or error}"
+    return f"{other} {shown}: {describe(error)}"
 
 
 def linksToNothing(path: str) -> bool:
@@ -398,7 +407,7 @@ def followEntry(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[st
     except FileNotFoundError:
         raise
     except OSError as e:
-        return Irregular(f"cannot read {shown}: {e.strerror or e}")
+        return Irregular(f"cannot read {shown}: {describe(e)}")
     return _followLink(tree, relative, shown)
 
 
@@ -469,7 +478,7 @@ def _walkDirectory(
                 else:
                     visit(entry, entryRelative, state)
     except OSError as e:
-        raise SourceError(f"cannot list {carriedName(directory)}: {e.strerror or e}") from e
+        raise SourceError(f"cannot list {carriedName(directory)}: {describe(e)}") from e
     return subdirectories
 
 

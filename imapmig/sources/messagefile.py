@@ -13,7 +13,7 @@ import os
 import stat
 
 from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
-from imapmig.sources.local import FILE_FLAGS, notRegular, shownPath
+from imapmig.sources.local import FILE_FLAGS, describe, notRegular, shownPath
 
 __all__ = [
     "LARGE_MESSAGE",
@@ -103,7 +103,7 @@ def _unreadable(shown: str, error: OSError) -> UnreadableMessage:
     if error.errno == errno.ENXIO:
         # What opening a socket gives.
         return UnreadableMessage(f"not a regular file: {shown}")
-    return UnreadableMessage(f"cannot read {shown}: {error.strerror or error}")
+    return UnreadableMessage(f"cannot read {shown}: {describe(error)}")
 
 
 def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0) -> MessageBody:

@@ -29,7 +29,14 @@ from imapmig.mail.message import (
     listedMessage,
 )
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import Memo, carriedName, linksToNothing, originalName, unreadableAll
+from imapmig.sources.local import (
+    Memo,
+    carriedName,
+    describe,
+    linksToNothing,
+    originalName,
+    unreadableAll,
+)
 from imapmig.sources.maildir.folders import findFolders, isFolderName
 from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
 from imapmig.sources.maildir.opened import Located, OpenFolder
@@ -230,9 +237,7 @@ def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
     try:
         return scanFolder(opened)
     except OSError as e:
-        raise SourceError(
-            f"cannot list the Maildir folder {opened.shown}: {e.strerror or e}"
-        ) from e
+        raise SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(e)}") from e
 
 
 def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:

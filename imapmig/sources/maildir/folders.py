@@ -16,6 +16,7 @@ from imapmig.errors import SourceError
 from imapmig.mail.message import SourceFolder
 from imapmig.sources.local import (
     carriedName,
+    describe,
     hasUndecodable,
     inboxFirst,
     linksToNothing,
@@ -76,7 +77,7 @@ def _folderDirectories(root: str) -> list[str]:
             return sorted(e.name for e in entries if isFolderDirectory(e))
     except OSError as e:
         problem = _UNREADABLE.get(type(e), "cannot read the Maildir {root}: {why}")
-        raise SourceError(problem.format(root=carriedName(root), why=e.strerror or e)) from None
+        raise SourceError(problem.format(root=carriedName(root), why=describe(e))) from None
 
 
 def _subfolder(root: str, name: str) -> SourceFolder:

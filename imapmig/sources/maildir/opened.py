@@ -16,6 +16,7 @@ from imapmig.sources.local import (
     Irregular,
     OpenTree,
     carriedName,
+    describe,
     followEntry,
     linkProblem,
 )
@@ -62,7 +63,7 @@ class OpenFolder:
         try:
             self.tree = OpenTree(root)
         except OSError as e:
-            raise SourceError(f"cannot read the Maildir {carriedName(root)}: {e.strerror or e}")
+            raise SourceError(f"cannot read the Maildir {carriedName(root)}: {describe(e)}")
         self.shown = carriedName(self.tree.path(relative))
         # Joined once: a path per message would cost more than its open.
         self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
@@ -102,9 +103,7 @@ class OpenFolder:
             return linkProblem(carriedName(os.path.join(self.tree.root, error.path)), error)
         if isinstance(error, NotADirectoryError):
             return f"{subdir}/ is not a directory"
-        return (
-            "symbolic link loop" if error.errno == errno.ELOOP else (error.strerror or str(error))
-        )
+        return "symbolic link loop" if error.errno == errno.ELOOP else describe(error)
 
     @property
     def found(self) -> bool:

@@ -18,6 +18,7 @@ from imapmig.mail.message import SourceFolder
 from imapmig.sources.local import (
     OpenTree,
     carriedName,
+    describe,
     followEntry,
     hasUndecodable,
     inboxFirst,
@@ -96,7 +97,7 @@ def _mode(root: str, shown: str) -> int:
     except FileNotFoundError as e:
         raise SourceError(f"no such mbox file or directory: {shown}") from e
     except OSError as e:
-        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+        raise SourceError(f"cannot read {shown}: {describe(e)}") from e
 
 
 def _walkDirectory(root: str, shown: str) -> list[_Found]:
@@ -112,7 +113,7 @@ def _walkDirectory(root: str, shown: str) -> list[_Found]:
     try:
         tree = OpenTree(root)
     except OSError as e:
-        raise SourceError(f"cannot read {shown}: {e.strerror or e}") from e
+        raise SourceError(f"cannot read {shown}: {describe(e)}") from e
     found: list[_Found] = []
     top: _Place = ((), os.path.basename(os.path.normpath(root)).lower().endswith(".mbox"))
     with tree:

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from imapmig.errors import LeavesTree
 from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
-from imapmig.sources.local import openProblem, unreadableAll
+from imapmig.sources.local import describe, openProblem, unreadableAll
 from imapmig.sources.messagefile import LARGE_MESSAGE, READ_CHUNK
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
 from imapmig.sources.mbox.scan import MboxFile, MessageIndex, openFile
@@ -143,7 +143,7 @@ def readMessage(fd: int, index: MessageIndex, position: int, quoting: MboxQuotin
             return _regionBody(fd, index, position, quoting)
         data = os.pread(fd, length, index.starts[position])
     except OSError as e:
-        return UnreadableMessage(f"cannot read {index.file.shown}: {e.strerror or e}")
+        return UnreadableMessage(f"cannot read {index.file.shown}: {describe(e)}")
     return _unescaped(data, index, position, quoting)
 
 

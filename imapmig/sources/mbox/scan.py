@@ -18,7 +18,7 @@ from attrs import frozen
 
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import SourceMessage
-from imapmig.sources.local import FILE_FLAGS, Memo, OpenTree, notRegular, openProblem
+from imapmig.sources.local import FILE_FLAGS, Memo, OpenTree, describe, notRegular, openProblem
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.flags import FLAG_FIELDS, contentLength, fieldValues, flagsOf
 from imapmig.sources.mbox.quoting import MboxQuoting
@@ -180,7 +180,7 @@ def scanFile(
             raise SourceError(f"not an mbox file: {notRegular(file.shown, status.st_mode)}")
         return _Scan(Window(fd, status.st_size), file, quoting).messages()
     except OSError as e:
-        raise SourceError(f"cannot read the mbox file {file.shown}: {e.strerror or e}") from e
+        raise SourceError(f"cannot read the mbox file {file.shown}: {describe(e)}") from e
     finally:
         os.close(fd)
 
