@@ -27,10 +27,10 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
     OpenTree,
     carriedName,
-    describe,
     followEntry,
     linkProblem,
     openProblem,
+    openTree,
     originalName,
     unreadableAll,
     walkTree,
@@ -156,11 +156,11 @@ class EmlDirectorySource:
         """
         if not messages:
             return succeed([])
-        shownRoot = carriedName(self.path)
         try:
-            tree = OpenTree(self.path)
-        except OSError as e:
-            return succeed(unreadableAll(f"cannot read {shownRoot}: {describe(e)}", messages))
+            tree = openTree(self.path, "cannot read")
+        except SourceError as e:
+            return succeed(unreadableAll(str(e), messages))
+        shownRoot = carriedName(self.path)
         with tree:
             return succeed([self._body(tree, shownRoot, message) for message in messages])
 
@@ -174,13 +174,18 @@ class EmlDirectorySource:
             return UnreadableMessage(f"not a message of {shownRoot}: {message.key}")
         if entry.problem is not None:
             return UnreadableMessage(entry.problem)
-        try:
-            fd = tree.open(entry.relative)
-        except (LeavesTree, OSError) as e:
-            return UnreadableMessage(
-                openProblem(os.path.join(shownRoot, carriedName(entry.relative)), e)
-            )
-        return readOpenFile(fd, shownRoot, entry.relative, message.size)
+        return _read(tree, shownRoot, entry.relative, message.size)
+
+
+def _read(tree: OpenTree, shownRoot: str, relative: str, size: int) -> MessageBody:
+    """
+    Read one message file beneath the directory.
+    """
+    try:
+        fd = tree.open(relative)
+    except (LeavesTree, OSError) as e:
+        return UnreadableMessage(openProblem(os.path.join(shownRoot, carriedName(relative)), e))
+    return readOpenFile(fd, shownRoot, relative, size)
 
 
 def _unlisted(key: str) -> _EmlEntry | None:
@@ -200,10 +205,7 @@ def _walk(root: str) -> list[tuple[str, _EmlEntry]]:
 
     @raise SourceError: a directory cannot be listed.
     """
-    try:
-        tree = OpenTree(root)
-    except OSError as e:
-        raise SourceError(f"cannot list {carriedName(root)}: {describe(e)}") from e
+    tree = openTree(root, "cannot list")
     found: list[tuple[str, _EmlEntry]] = []
     with tree:
         walkTree(tree, None, lambda name, state: state, partial(_visit, tree, found))

@@ -66,6 +66,7 @@ __all__ = [
     "linksToNothing",
     "notRegular",
     "openProblem",
+    "openTree",
     "originalName",
     "shownPath",
     "unreadableAll",
@@ -299,6 +300,21 @@ def describe(error: OSError) -> str:
     itself: for the reasons given to the admin.
     """
     return error.strerror or str(error)
+
+
+def openTree(root: str, failing: str) -> OpenTree:
+    """
+    Open a source's root (an L{OpenTree}).
+
+    @param failing: what the reason starts with if it cannot be opened:
+        C{"cannot list"}, C{"cannot read the Maildir"}.
+    @raise SourceError: it cannot be opened; the reason names it and says
+        why.
+    """
+    try:
+        return OpenTree(root)
+    except OSError as e:
+        raise SourceError(f"{failing} {carriedName(root)}: {describe(e)}") from e
 
 
 def linkProblem(path: str, error: Exception) -> str:

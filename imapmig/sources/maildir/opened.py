@@ -14,11 +14,11 @@ from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, UnreadableMessage
 from imapmig.sources.local import (
     Irregular,
-    OpenTree,
     carriedName,
     describe,
     followEntry,
     linkProblem,
+    openTree,
 )
 from imapmig.sources.messagefile import (
     LARGE_MESSAGE,
@@ -60,10 +60,7 @@ class OpenFolder:
             link leading out of the Maildir or into a loop).
         """
         self.relative = relative
-        try:
-            self.tree = OpenTree(root)
-        except OSError as e:
-            raise SourceError(f"cannot read the Maildir {carriedName(root)}: {describe(e)}")
+        self.tree = openTree(root, "cannot read the Maildir")
         self.shown = carriedName(self.tree.path(relative))
         # Joined once: a path per message would cost more than its open.
         self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)

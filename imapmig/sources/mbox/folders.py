@@ -24,6 +24,7 @@ from imapmig.sources.local import (
     inboxFirst,
     localFolder,
     notRegular,
+    openTree,
     walkTree,
 )
 from imapmig.sources.mbox.scan import MboxFile
@@ -110,10 +111,7 @@ def _walkDirectory(root: str, shown: str) -> list[_Found]:
     @raise SourceError: a directory cannot be listed, or holds no mbox
         file.
     """
-    try:
-        tree = OpenTree(root)
-    except OSError as e:
-        raise SourceError(f"cannot read {shown}: {describe(e)}") from e
+    tree = openTree(root, "cannot read")
     found: list[_Found] = []
     top: _Place = ((), os.path.basename(os.path.normpath(root)).lower().endswith(".mbox"))
     with tree:
