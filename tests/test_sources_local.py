@@ -414,3 +414,19 @@ class SharedTests(SynchronousTestCase):
             [(f.key, f.specialUse) for f in local.inboxFirst(folders)],
             [("", None), ("a", None), ("as", None), ("s", "\\Sent")],
         )
+
+    def test_settled(self) -> None:
+        """
+        L{local.settled} gives what a call returns as a fired Deferred, a
+        L{SourceError} it raises as a failure, and raises anything else.
+        """
+
+        def refused() -> int:
+            raise SourceError("gone")
+
+        def broken() -> int:
+            raise ZeroDivisionError()
+
+        self.assertEqual(self.successResultOf(local.settled(lambda a: a + 1, 1)), 2)
+        self.failureResultOf(local.settled(refused), SourceError)
+        self.assertRaises(ZeroDivisionError, local.settled, broken)

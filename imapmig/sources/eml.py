@@ -12,7 +12,7 @@ from functools import partial
 from typing import Sequence
 
 from attrs import frozen
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from imapmig.errors import LeavesTree, SourceError
@@ -32,6 +32,7 @@ from imapmig.sources.local import (
     openProblem,
     openTree,
     originalName,
+    settled,
     unreadableAll,
     walkTree,
 )
@@ -123,11 +124,14 @@ class EmlDirectorySource:
         @return: a Deferred that fails with L{SourceError} when the path is
             not a directory.
         """
-        try:
-            self._checkDirectory()
-        except SourceError as e:
-            return fail(e)
-        return succeed([self.folder])
+        return settled(self._folders)
+
+    def _folders(self) -> Sequence[SourceFolder]:
+        """
+        The one folder, if the path is a directory (L{listFolders}).
+        """
+        self._checkDirectory()
+        return [self.folder]
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
         """
@@ -137,14 +141,17 @@ class EmlDirectorySource:
             any directory under it, cannot be listed (rather than silently
             leaving its messages behind).
         """
-        try:
-            self._checkDirectory()
-            found = _walk(self.path)
-        except SourceError as e:
-            return fail(e)
+        return settled(self._listMessages)
+
+    def _listMessages(self) -> Sequence[SourceMessage]:
+        """
+        The C{.eml} files (L{listMessages}), remembering where each is.
+        """
+        self._checkDirectory()
+        found = _walk(self.path)
         found.sort(key=lambda item: item[0])
         self._entries = dict(found)
-        return succeed([entry.message(key) for key, entry in found])
+        return [entry.message(key) for key, entry in found]
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]

@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import Callable, Sequence, TypeVar
 
 from attrs import frozen
+from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import (
@@ -68,6 +69,7 @@ __all__ = [
     "openProblem",
     "openTree",
     "originalName",
+    "settled",
     "shownPath",
     "unreadableAll",
     "walkTree",
@@ -541,6 +543,20 @@ def localFolder(path: tuple[str, ...], key: str) -> SourceFolder:
     """
     specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
     return SourceFolder(path=path, key=key, specialUse=specialUse)
+
+
+def settled(call: Callable[..., _Value], *args: object) -> Deferred[_Value]:
+    """
+    What C{call(*args)} gives, as a Deferred that has fired: the local
+    sources work at once, and an L{IMessageSource} answers with Deferreds.
+
+    @return: a Deferred with its result, or failed with the L{SourceError}
+        it raised (any other exception, a bug, is raised).
+    """
+    try:
+        return succeed(call(*args))
+    except SourceError as e:
+        return fail(e)
 
 
 def unreadableAll(reason: str, messages: Sequence[object]) -> list[MessageBody]:

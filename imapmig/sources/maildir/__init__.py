@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Sequence
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
@@ -35,6 +35,7 @@ from imapmig.sources.local import (
     describe,
     linksToNothing,
     originalName,
+    settled,
     unreadableAll,
 )
 from imapmig.sources.maildir.folders import findFolders, isFolderName
@@ -121,11 +122,14 @@ class MaildirSource:
         @return: a Deferred that fails with L{SourceError} when the path does
             not exist, cannot be read or holds no Maildir folder at all.
         """
-        try:
-            folders, self._folderDirectories = findFolders(self.path)
-        except SourceError as e:
-            return fail(e)
-        return succeed(folders)
+        return settled(self._findFolders)
+
+    def _findFolders(self) -> Sequence[SourceFolder]:
+        """
+        Every folder (L{listFolders}), remembering each one's directory.
+        """
+        folders, self._folderDirectories = findFolders(self.path)
+        return folders
 
     def _relativeOf(self, folder: SourceFolder) -> str:
         """
@@ -168,10 +172,13 @@ class MaildirSource:
         @return: a Deferred that fails with L{SourceError} when the folder's
             directory is gone or cannot be listed.
         """
-        try:
-            opened, scanned = self._open(folder)
-        except SourceError as e:
-            return fail(e)
+        return settled(self._listMessages, folder)
+
+    def _listMessages(self, folder: SourceFolder) -> Sequence[SourceMessage]:
+        """
+        The messages of C{folder} (L{listMessages}).
+        """
+        opened, scanned = self._open(folder)
         with opened:
             flags = Memo(partial(flagsOf, keywords=readKeywords(opened.tree, opened.relative)))
             rows = [_row(opened, flags, each) for each in scanned]
@@ -179,7 +186,7 @@ class MaildirSource:
         # compared): undated first (as if dated minus infinity); a file
         # dated before 1970 (a negative mtime) keeps its date.
         rows.sort()
-        return succeed(_listed(rows))
+        return _listed(rows)
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]

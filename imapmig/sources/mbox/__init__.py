@@ -141,13 +141,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage
 from imapmig.sources import IMessageSource
-from imapmig.sources.local import carriedName, unreadableAll
+from imapmig.sources.local import carriedName, settled, unreadableAll
 from imapmig.sources.mbox.dates import parseFromLineDate
 from imapmig.sources.mbox.folders import findFolders
 from imapmig.sources.mbox.quoting import MboxQuoting
@@ -193,11 +193,14 @@ class MboxSource:
             does not exist or cannot be read, or is a directory without any
             mbox file.
         """
-        try:
-            folders, self._files = findFolders(self.path)
-        except SourceError as e:
-            return fail(e)
-        return succeed(folders)
+        return settled(self._findFolders)
+
+    def _findFolders(self) -> Sequence[SourceFolder]:
+        """
+        Every folder (L{listFolders}), remembering each one's file.
+        """
+        folders, self._files = findFolders(self.path)
+        return folders
 
     def _fileOf(self, folder: SourceFolder) -> MboxFile:
         """
@@ -213,7 +216,7 @@ class MboxSource:
             raise SourceError(f"no mbox folder {folder.key!r} in {carriedName(self.path)}")
         return file
 
-    def _scan(self, folder: SourceFolder) -> list[SourceMessage]:
+    def _scan(self, folder: SourceFolder) -> Sequence[SourceMessage]:
         """
         List C{folder}'s messages and remember where they lie.
 
@@ -230,11 +233,7 @@ class MboxSource:
         @return: a Deferred that fails with L{SourceError}, naming the
             file, when it is gone, cannot be read, or is not an mbox.
         """
-        try:
-            messages: Sequence[SourceMessage] = self._scan(folder)
-        except SourceError as e:
-            return fail(e)
-        return succeed(messages)
+        return settled(self._scan, folder)
 
     def fromLine(self, folder: SourceFolder, key: str) -> bytes | None:
         """
