@@ -230,15 +230,22 @@ def _visit(
     Add the message an entry that is not a directory stands for, if any,
     to C{found}.
     """
-    isMessage = entry.name.lower().endswith(".eml")
-    if isMessage and entry.is_file(follow_symlinks=False):
-        eml: _EmlEntry | None = _entryOf(entry, relative)
-    elif isMessage:
-        eml = _irregular(tree, entry, relative)
-    else:
-        eml = _outwardDirectory(tree, entry, relative)
+    eml = _messageOf(tree, entry, relative)
     if eml is not None:
         found.append((carriedName(relative), eml))
+
+
+def _messageOf(tree: OpenTree, entry: os.DirEntry[str], relative: str) -> _EmlEntry | None:
+    """
+    The message an entry that is not a directory stands for, if any: a
+    C{.eml} file, read or not; or a symbolic link of another name leading
+    out of the directory to a directory.
+    """
+    if not entry.name.lower().endswith(".eml"):
+        return _outwardDirectory(tree, entry, relative)
+    if entry.is_file(follow_symlinks=False):
+        return _entryOf(entry, relative)
+    return _irregular(tree, entry, relative)
 
 
 def _entryOf(entry: os.DirEntry[str], relative: str) -> _EmlEntry:
