@@ -458,3 +458,21 @@ class Stopped(BaseException):
         128 + its number, as the shell reports a program it killed.
         """
         return 128 + self.signum
+
+
+# sources/ (local files): Maildir, mbox, .eml
+
+
+class LeavesTree(ImapmigError):
+    """
+    A symbolic link below a source's root leads out of it: it is not
+    followed.
+
+    @ivar path: the path that was to be opened, relative to the root.
+    @ivar target: where it leads, resolved.
+    """
+
+    def __init__(self, path: str, target: str) -> None:
+        super().__init__(path, target)
+        self.path = path
+        self.target = target

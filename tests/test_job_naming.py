@@ -23,7 +23,7 @@ from imapmig.mail.message import UnreadableMessage
 from imapmig.progress import MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
-from imapmig.sources.local import LARGE_MESSAGE
+from imapmig.sources.messagefile import LARGE_MESSAGE
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
 from imapmig.state import MessageNames, MessageOutcome

@@ -836,7 +836,7 @@ class ReadBodiesTests(MaildirTestCase):
 
 class OpenFolderTests(SynchronousTestCase):
     """
-    L{_OpenFolder}: a folder's C{cur/} and C{new/}, opened once.
+    L{OpenFolder}: a folder's C{cur/} and C{new/}, opened once.
     """
 
     def test_descriptors(self) -> None:
@@ -845,14 +845,14 @@ class OpenFolderTests(SynchronousTestCase):
         once; a file or a subdirectory that is gone gives L{None}; the
         descriptors (and the Maildir's) are closed on leaving.
         """
-        from imapmig.sources.maildir import _OpenFolder
+        from imapmig.sources.maildir.opened import OpenFolder
 
         folder = self.mktemp()
         os.makedirs(os.path.join(folder, "cur"))
         with open(os.path.join(folder, "cur", "m1:2,S"), "wb") as f:
             f.write(b"x" * 7)
         before = len(os.listdir("/proc/self/fd"))
-        with _OpenFolder(folder, "") as opened:
+        with OpenFolder(folder, "") as opened:
             status = opened.stat(0, "m1:2,S")
             assert status is not None
             self.assertEqual(status.st_size, 7)

@@ -20,7 +20,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 import imapmig.sources.local as local
-import imapmig.sources.mbox as module
+import imapmig.sources.messagefile as messagefile
+import imapmig.sources.mbox.reading as module
+import imapmig.sources.mbox.window as windowModule
 from imapmig.errors import SourceError
 from imapmig.mail.message import (
     MessageBody,
@@ -652,7 +654,7 @@ class SeparatorTests(MboxTestCase):
             cases.append((mboxOf(bodies, escape, newline=newline), bodies, quoting))
         expected = [self.roundTrip(content, quoting)[0] for content, _, quoting in cases]
         for chunk in (1, 2, 3, 5, 7, 13, 64):
-            self.patch(module, "_CHUNK", chunk)
+            self.patch(windowModule, "_CHUNK", chunk)
             for (content, bodies, quoting), keys in zip(cases, expected):
                 messages = self.assertBodies(content, bodies, quoting)
                 self.assertEqual(messages, keys)
@@ -1089,7 +1091,7 @@ class ReadBodiesTests(MboxTestCase):
             (OSError(errno.EIO, "Input/output error"), "cannot read /m: Input/output error"),
         ]
         for error, reason in cases:
-            self.assertEqual(module._openFailure("/m", error), reason)
+            self.assertEqual(local.openProblem("/m", error), reason)
 
     def test_noDescriptorLeak(self) -> None:
         """
@@ -1120,7 +1122,8 @@ class StreamingTests(MboxTestCase):
         escapes across piece boundaries and runs of C{>} longer than it
         holds back.
         """
-        from imapmig.sources.mboxstream import Unescaper
+        from imapmig.sources.mbox.quoting import UNESCAPE
+        from imapmig.sources.mbox.stream import Unescaper
 
         rng = random.Random(7)
         pool = [b">From x", b">>From y", b"From z", b">" * 200 + b"From w", b">" * 150, b">Fro",
@@ -1130,7 +1133,7 @@ class StreamingTests(MboxTestCase):
             if rng.random() < 0.5:
                 data += b"\n"
             for quoting in MboxQuoting:
-                expected = module._UNESCAPE[quoting].sub(rb"\1", data)
+                expected = UNESCAPE[quoting].sub(rb"\1", data)
                 unescaper = Unescaper(quoting is MboxQuoting.MBOXO)
                 pieces = []
                 at = 0
@@ -1162,7 +1165,7 @@ class StreamingTests(MboxTestCase):
                     lines = [line for line in lines if not line.startswith(b">")]
                 bodies.append(newline.join([b"Subject: s", b""] + lines) + newline)
             cases.append((mboxOf(bodies, escape, newline=newline), bodies, quoting))
-        self.patch(local, "LARGE_MESSAGE", 20)
+        self.patch(messagefile, "LARGE_MESSAGE", 20)
         self.patch(module, "LARGE_MESSAGE", 20)
         for readSize in (1, 3, 7, 64):
             self.patch(module, "READ_CHUNK", readSize)

@@ -62,9 +62,14 @@ def _split(
     """
     The folders the rules include, and the names of those left out.
     """
-    included = [folder for folder in folders if isIncluded(folder.path, rules)]
-    excluded = tuple(folderName(f.path) for f in folders if f not in included)
-    return included, excluded
+    included: list[SourceFolder] = []
+    excluded: list[str] = []
+    for folder in folders:
+        if isIncluded(folder.path, rules):
+            included.append(folder)
+        else:
+            excluded.append(folderName(folder.path))
+    return included, tuple(excluded)
 
 
 def _now(d: Deferred[_T]) -> _T:
@@ -121,19 +126,27 @@ def statusCounts(lines: Sequence[bytes]) -> dict[bytes, int]:
     the list is the last parenthesised part.
     """
     for line in lines:
-        if not line[:7].upper() == b"STATUS ":
-            continue
-        line = line.rstrip()
-        start = line.rfind(b"(")
-        if start < 0 or not line.endswith(b")"):
-            continue
-        words = line[start + 1 : -1].split()
-        return {
-            words[i].upper(): int(words[i + 1])
-            for i in range(0, len(words) - 1, 2)
-            if words[i + 1].isdigit()
-        }
+        if line[:7].upper() == b"STATUS ":
+            counts = _statusItems(line.rstrip())
+            if counts is not None:
+                return counts
     return {}
+
+
+def _statusItems(line: bytes) -> dict[bytes, int] | None:
+    """
+    The items of one C{STATUS} response (see L{statusCounts}); L{None}
+    if it ends with no parenthesised list.
+    """
+    start = line.rfind(b"(")
+    if start < 0 or not line.endswith(b")"):
+        return None
+    words = line[start + 1 : -1].split()
+    return {
+        words[i].upper(): int(words[i + 1])
+        for i in range(0, len(words) - 1, 2)
+        if words[i + 1].isdigit()
+    }
 
 
 async def countIMAPSession(
@@ -154,26 +167,52 @@ async def countIMAPSession(
     @param description: names the account in errors.
     @raise SourceError: the server refused a command.
     """
+    folders, wireNames = await _jobFolders(session, rules, labelViews)
+    included, excluded = _split(folders, rules)
+    sized = b"STATUS=SIZE" in session.capabilities
+    items = b"(MESSAGES SIZE)" if sized else b"(MESSAGES)"
+    messages = octets = 0
+    for folder in included:
+        wire = wireNames.get(folder.key, folder.key.encode("utf-8"))
+        counts = await _folderStatus(session, folder, _quoted(wire) + b" " + items, description)
+        messages += counts[b"MESSAGES"]
+        octets += counts.get(b"SIZE", 0)
+    return SourceCount(messages, octets if sized else None, len(included), excluded)
+
+
+async def _jobFolders(
+    session: IMAPSession, rules: FolderRules, labelViews: str
+) -> tuple[list[SourceFolder], dict[str, bytes]]:
+    """
+    The folders of an IMAP source as a job lists them (see
+    L{countIMAPSession}), and their names on the wire by key.
+    """
     capabilities = session.capabilities
     spaces = await session.namespaces() if session.knowsNamespaces else ServerNamespaces()
     listed = await session.listFolders()
     folders, wireNames, _ = sourceFolders(listed, spaces, rules.include)
     if resolveLabelViews(labelViews, capabilities) == DEDUP:
         folders, _, _ = planLabelViews(folders, rules.include, GMAIL_EXTENSION in capabilities)
-    included, excluded = _split(folders, rules)
-    sized = b"STATUS=SIZE" in capabilities
-    items = b"(MESSAGES SIZE)" if sized else b"(MESSAGES)"
-    messages = octets = 0
-    for folder in included:
-        wire = wireNames.get(folder.key, folder.key.encode("utf-8"))
-        try:
-            lines, _ = await session.client.sendCollecting(b"STATUS", _quoted(wire) + b" " + items)
-        except CommandRefused as e:
-            why = e.text[:80].decode("utf-8", "replace")
-            raise SourceError(f"{description}: STATUS {folder.key!r} refused: {why}") from None
-        counts = statusCounts(lines)
-        if b"MESSAGES" not in counts:
-            raise SourceError(f"{description}: no STATUS MESSAGES for {folder.key!r}")
-        messages += counts[b"MESSAGES"]
-        octets += counts.get(b"SIZE", 0)
-    return SourceCount(messages, octets if sized else None, len(included), excluded)
+    return folders, wireNames
+
+
+async def _folderStatus(
+    session: IMAPSession, folder: SourceFolder, arguments: bytes, description: str
+) -> dict[bytes, int]:
+    """
+    The C{STATUS} items of one folder, C{MESSAGES} among them.
+
+    @param arguments: the command's arguments: the folder's name and the
+        items asked for.
+    @raise SourceError: the server refused the command, or gave no
+        C{MESSAGES}.
+    """
+    try:
+        lines, _ = await session.client.sendCollecting(b"STATUS", arguments)
+    except CommandRefused as e:
+        why = e.text[:80].decode("utf-8", "replace")
+        raise SourceError(f"{description}: STATUS {folder.key!r} refused: {why}") from None
+    counts = statusCounts(lines)
+    if b"MESSAGES" not in counts:
+        raise SourceError(f"{description}: no STATUS MESSAGES for {folder.key!r}")
+    return counts

@@ -7,16 +7,15 @@ L{imapmig.sources.IMessageSource}.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
+from functools import partial
 from typing import Sequence
 
 from attrs import frozen
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from imapmig.errors import SourceError
+from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
@@ -26,15 +25,18 @@ from imapmig.mail.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
-    LeavesTree,
     OpenTree,
     carriedName,
-    fileKind,
+    followEntry,
     linkProblem,
-    notRegular,
+    openProblem,
+    openTree,
     originalName,
-    readOpenFile,
+    settled,
+    unreadableAll,
+    walkTree,
 )
+from imapmig.sources.messagefile import readOpenFile
 
 __all__ = ["EmlDirectorySource"]
 
@@ -54,6 +56,17 @@ class _EmlEntry:
     relative: str
     problem: str | None = None
     status: os.stat_result | None = None
+
+    def message(self, key: str) -> SourceMessage:
+        """
+        The message of this file: no flags, its mtime and size (none when
+        its status is not known: it was gone since the walk, or is not
+        read at all, and reading it will say why).
+        """
+        if self.status is None:
+            return SourceMessage(key=key, flags=(), internalDate=None, size=0)
+        when = utcFromTimestamp(self.status.st_mtime)
+        return SourceMessage(key=key, flags=(), internalDate=when, size=self.status.st_size)
 
 
 @implementer(IMessageSource)
@@ -111,12 +124,14 @@ class EmlDirectorySource:
         @return: a Deferred that fails with L{SourceError} when the path is
             not a directory.
         """
-        try:
-            self._checkDirectory()
-        except SourceError as e:
-            return fail(e)
-        folders: list[SourceFolder] = [self.folder]
-        return succeed(folders)
+        return settled(self._folders)
+
+    def _folders(self) -> Sequence[SourceFolder]:
+        """
+        The one folder, if the path is a directory (L{listFolders}).
+        """
+        self._checkDirectory()
+        return [self.folder]
 
     def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
         """
@@ -126,71 +141,17 @@ class EmlDirectorySource:
             any directory under it, cannot be listed (rather than silently
             leaving its messages behind).
         """
-        try:
-            self._checkDirectory()
-            try:
-                tree = OpenTree(self.path)
-            except OSError as e:
-                raise SourceError(f"cannot list {carriedName(self.path)}: {e.strerror or e}")
-            with tree:
-                found = self._walk(tree)
-        except SourceError as e:
-            return fail(e)
+        return settled(self._listMessages)
+
+    def _listMessages(self) -> Sequence[SourceMessage]:
+        """
+        The C{.eml} files (L{listMessages}), remembering where each is.
+        """
+        self._checkDirectory()
+        found = _walk(self.path)
         found.sort(key=lambda item: item[0])
         self._entries = dict(found)
-        messages: list[SourceMessage] = []
-        for key, entry in found:
-            status = entry.status
-            if status is None:
-                # Gone since the walk, or not read at all: readBodies
-                # will say why.
-                messages.append(SourceMessage(key=key, flags=(), internalDate=None, size=0))
-                continue
-            messages.append(
-                SourceMessage(
-                    key=key,
-                    flags=(),
-                    internalDate=utcFromTimestamp(status.st_mtime),
-                    size=status.st_size,
-                )
-            )
-        return succeed(messages)
-
-    def _walk(self, tree: OpenTree) -> list[tuple[str, _EmlEntry]]:
-        """
-        Every C{.eml} file under the directory, with its key, unsorted.
-
-        @raise SourceError: a directory cannot be listed.
-        """
-        found: list[tuple[str, _EmlEntry]] = []
-        pending: list[str] = [""]
-        while pending:
-            relative = pending.pop()
-            directory = tree.path(relative)
-            try:
-                with os.scandir(directory) as entries:
-                    for entry in entries:
-                        name = entry.name
-                        if name.startswith("."):
-                            continue
-                        entryRelative = os.path.join(relative, name)
-                        if entry.is_dir(follow_symlinks=False):
-                            pending.append(entryRelative)
-                            continue
-                        isMessage = name.lower().endswith(".eml")
-                        if isMessage and entry.is_file(follow_symlinks=False):
-                            found.append(
-                                (carriedName(entryRelative), _entryOf(entry, entryRelative))
-                            )
-                            continue
-                        irregular = _irregular(tree, entry, entryRelative, isMessage)
-                        if irregular is not None:
-                            found.append((carriedName(entryRelative), irregular))
-            except OSError as e:
-                raise SourceError(
-                    f"cannot list {carriedName(directory)}: {e.strerror or e}"
-                ) from e
-        return found
+        return [entry.message(key) for key, entry in found]
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
@@ -200,32 +161,91 @@ class EmlDirectorySource:
         file that is gone or cannot be read, or was listed as something
         else than a regular file, is an L{UnreadableMessage}.
         """
-        bodies: list[MessageBody] = []
         if not messages:
-            return succeed(bodies)
-        shownRoot = carriedName(self.path)
+            return succeed([])
         try:
-            tree = OpenTree(self.path)
-        except OSError as e:
-            reason = f"cannot read {shownRoot}: {e.strerror or e}"
-            return succeed([UnreadableMessage(reason) for _ in messages])
+            tree = openTree(self.path, "cannot read")
+        except SourceError as e:
+            return succeed(unreadableAll(str(e), messages))
+        shownRoot = carriedName(self.path)
         with tree:
-            for message in messages:
-                entry = self._entries.get(message.key)
-                if entry is None:
-                    relative = originalName(message.key)
-                    parts = relative.split("/")
-                    if any(part in ("", ".", "..") for part in parts):
-                        bodies.append(
-                            UnreadableMessage(f"not a message of {shownRoot}: {message.key}")
-                        )
-                        continue
-                    entry = _EmlEntry(relative)
-                if entry.problem is not None:
-                    bodies.append(UnreadableMessage(entry.problem))
-                    continue
-                bodies.append(_read(tree, shownRoot, entry.relative, message.size))
-        return succeed(bodies)
+            return succeed([self._body(tree, shownRoot, message) for message in messages])
+
+    def _body(self, tree: OpenTree, shownRoot: str, message: SourceMessage) -> MessageBody:
+        """
+        Read the file of one message (listed, or named by its key after a
+        restart).
+        """
+        entry = self._entries.get(message.key) or _unlisted(message.key)
+        if entry is None:
+            return UnreadableMessage(f"not a message of {shownRoot}: {message.key}")
+        if entry.problem is not None:
+            return UnreadableMessage(entry.problem)
+        return _read(tree, shownRoot, entry.relative, message.size)
+
+
+def _read(tree: OpenTree, shownRoot: str, relative: str, size: int) -> MessageBody:
+    """
+    Read one message file beneath the directory.
+    """
+    try:
+        fd = tree.open(relative)
+    except (LeavesTree, OSError) as e:
+        return UnreadableMessage(openProblem(os.path.join(shownRoot, carriedName(relative)), e))
+    return readOpenFile(fd, shownRoot, relative, size)
+
+
+def _unlisted(key: str) -> _EmlEntry | None:
+    """
+    The file a key names, when it was not listed by this instance; L{None}
+    when the key cannot name a file beneath the directory.
+    """
+    relative = originalName(key)
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        return None
+    return _EmlEntry(relative)
+
+
+def _walk(root: str) -> list[tuple[str, _EmlEntry]]:
+    """
+    Every C{.eml} file under the directory, with its key, unsorted.
+
+    @raise SourceError: a directory cannot be listed.
+    """
+    tree = openTree(root, "cannot list")
+    found: list[tuple[str, _EmlEntry]] = []
+    with tree:
+        walkTree(tree, None, lambda name, state: state, partial(_visit, tree, found))
+    return found
+
+
+def _visit(
+    tree: OpenTree,
+    found: list[tuple[str, _EmlEntry]],
+    entry: os.DirEntry[str],
+    relative: str,
+    _: None,
+) -> None:
+    """
+    Add the message an entry that is not a directory stands for, if any,
+    to C{found}.
+    """
+    eml = _messageOf(tree, entry, relative)
+    if eml is not None:
+        found.append((carriedName(relative), eml))
+
+
+def _messageOf(tree: OpenTree, entry: os.DirEntry[str], relative: str) -> _EmlEntry | None:
+    """
+    The message an entry that is not a directory stands for, if any: a
+    C{.eml} file, read or not; or a symbolic link of another name leading
+    out of the directory to a directory.
+    """
+    if not entry.name.lower().endswith(".eml"):
+        return _outwardDirectory(tree, entry, relative)
+    if entry.is_file(follow_symlinks=False):
+        return _entryOf(entry, relative)
+    return _irregular(tree, entry, relative)
 
 
 def _entryOf(entry: os.DirEntry[str], relative: str) -> _EmlEntry:
@@ -238,63 +258,32 @@ def _entryOf(entry: os.DirEntry[str], relative: str) -> _EmlEntry:
         return _EmlEntry(relative)
 
 
-def _irregular(
-    tree: OpenTree, entry: os.DirEntry[str], relative: str, isMessage: bool
-) -> _EmlEntry | None:
+def _irregular(tree: OpenTree, entry: os.DirEntry[str], relative: str) -> _EmlEntry | None:
     """
-    What an entry that is not a regular C{.eml} file is.
-
-    @param isMessage: whether its name is that of a message.
-    @return: the message it stands for (read through a symbolic link, or
-        not read, with the reason), or L{None} when it is no message (a
-        file of another name; a link to a directory inside the directory,
-        whose files are listed where they are; an entry gone meanwhile).
+    The message a C{.eml} entry that is not a regular file stands for (see
+    L{followEntry}): read through a symbolic link, or not read, with the
+    reason; L{None} when it is gone, or a symbolic link to a directory
+    inside the directory (whose files are listed where they are).
     """
-    shown = carriedName(entry.path)
     try:
-        if not entry.is_symlink():
-            if not isMessage:
-                return None
-            return _EmlEntry(relative, notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
+        found = followEntry(tree, relative, carriedName(entry.path), entry)
     except FileNotFoundError:
         return None
-    except OSError as e:
-        return _EmlEntry(relative, f"cannot read {shown}: {e.strerror or e}") if isMessage else None
-    try:
-        target = tree.resolve(relative)
-        status = os.stat(os.path.join(tree.realRoot, target))
-    except LeavesTree as e:
-        # Out of the directory: a message, or a directory that may hold
-        # some, is not read; anything else is no message.
-        if isMessage or os.path.isdir(e.target):
-            return _EmlEntry(relative, linkProblem(shown, e))
-        return None
-    except OSError as e:
-        return _EmlEntry(relative, linkProblem(shown, e)) if isMessage else None
-    if stat.S_ISDIR(status.st_mode) or not isMessage:
-        return None
-    if not stat.S_ISREG(status.st_mode):
-        return _EmlEntry(
-            relative, f"not a regular file: symbolic link to a {fileKind(status.st_mode)}: {shown}"
-        )
-    return _EmlEntry(relative, status=status)
+    return None if found.toDirectory else _EmlEntry(relative, found.reason, found.status)
 
 
-def _read(tree: OpenTree, shownRoot: str, relative: str, size: int) -> MessageBody:
+def _outwardDirectory(tree: OpenTree, entry: os.DirEntry[str], relative: str) -> _EmlEntry | None:
     """
-    Read one message file beneath the directory.
+    The message an entry of another name stands for: none, but for a
+    symbolic link leading out of the directory to a directory (which may
+    hold messages), which is not read.
     """
     try:
-        fd = tree.open(relative)
-    except FileNotFoundError:
-        return UnreadableMessage(f"file vanished: {os.path.join(shownRoot, carriedName(relative))}")
+        if entry.is_symlink():
+            tree.resolve(relative)
     except LeavesTree as e:
-        return UnreadableMessage(linkProblem(os.path.join(shownRoot, carriedName(relative)), e))
-    except OSError as e:
-        shown = os.path.join(shownRoot, carriedName(relative))
-        if isinstance(e, PermissionError):
-            return UnreadableMessage(f"permission denied: {shown}")
-        if e.errno == errno.ELOOP:
-            return UnreadableMessage(linkProblem(shown, e))
-        return UnreadableMessage(f"cannot read {shown}: {e.strerror or e}")
-    return readOpenFile(fd, shownRoot, relative, size)
+        if os.path.isdir(e.target):
+            return _EmlEntry(relative, linkProblem(carriedName(entry.path), e))
+    except OSError:
+        pass
+    return None

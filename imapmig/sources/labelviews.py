@@ -75,7 +75,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from hashlib import blake2b
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeVar
 
 from attrs import evolve
 
@@ -149,6 +149,8 @@ _SYSTEM_LABELS = {
 _INBOX_LABEL = b"\\INBOX"
 _LARGEST_ID = 2**64 - 1
 
+_T = TypeVar("_T")
+
 # Gmail's English names of its views, for a server that sends no
 # SPECIAL-USE attributes; "[Google Mail]" is the root in some countries
 # (Germany, the United Kingdom, for accounts opened there long ago).
@@ -207,19 +209,28 @@ def planLabelViews(
     leftOut: list[tuple[SourceFolder, str]] = []
     for folder in folders:
         use = labelViewUse(folder)
-        explicit = namesExplicitly(include, folder.path) or folderName(folder.path) in include
-        if use is None or (explicit and use != ALL):
+        if use is None or (use != ALL and _namedExplicitly(include, folder)):
             kept.append(folder)
         elif use == ALL:
             deduplicated.add(folder.key)
             last.append(folder if messageIds else archived(folder, archiveFolder))
-        elif use == FLAGGED:
-            leftOut.append(
-                (folder, "a view of the flagged messages, whose \\Flagged flag is copied")
-            )
         else:
-            leftOut.append((folder, "a view of the messages marked important"))
+            leftOut.append((folder, _LEFT_OUT[use]))
     return kept + last, deduplicated, leftOut
+
+
+# Why the views other than All Mail are left out.
+_LEFT_OUT = {
+    FLAGGED: "a view of the flagged messages, whose \\Flagged flag is copied",
+    IMPORTANT: "a view of the messages marked important",
+}
+
+
+def _namedExplicitly(include: Sequence[str], folder: SourceFolder) -> bool:
+    """
+    Whether the job's C{include} patterns name C{folder} itself.
+    """
+    return namesExplicitly(include, folder.path) or folderName(folder.path) in include
 
 
 def archived(folder: SourceFolder, archiveFolder: str | None) -> SourceFolder:
@@ -241,8 +252,16 @@ def gmailMessageId(item: FetchedItem) -> bytes | None:
     """
     The C{X-GM-MSGID} of a FETCH response, or L{None} if it has none.
     """
-    for name, value in item.extra.items():
-        if name.upper() == MESSAGE_ID_ITEM and isinstance(value, bytes):
+    return _extraItem(item, MESSAGE_ID_ITEM, bytes)
+
+
+def _extraItem(item: FetchedItem, name: bytes, kind: type[_T]) -> _T | None:
+    """
+    The first item of a FETCH response called C{name} (whatever case the
+    server gave it in) that is a C{kind}; L{None} if it has none.
+    """
+    for key, value in item.extra.items():
+        if key.upper() == name and isinstance(value, kind):
             return value
     return None
 
@@ -306,20 +325,26 @@ def headerIdentity(item: FetchedItem) -> int | None:
     by chance, their digests: about 1 in 2**64 per pair; below 1 in 10**7
     for a million messages against a million).
     """
-    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
-    if messageId:
-        what = b"M" + messageId
-    else:
-        fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
-        if not fields:
-            return None
-        what = b"H" + fields
+    what = _identifying(item)
+    if what is None:
+        return None
     when = item.internalDate
     instant = b"-" if when is None else b"%d" % int(when.timestamp())
-    digest = blake2b(
-        b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8
-    ).digest()
+    digest = blake2b(b"\0".join((what, b"%d" % (item.size or 0), instant)), digest_size=8).digest()
     return int.from_bytes(digest, "big")
+
+
+def _identifying(item: FetchedItem) -> bytes | None:
+    """
+    What identifies a message in L{headerIdentity}, marked with what it
+    is: its Message-ID, else its C{Date}, C{From}, C{To} and C{Subject}
+    lines; L{None} without either.
+    """
+    messageId = messageIdOf(_section(item, _MESSAGE_ID_SECTION) or b"")
+    if messageId:
+        return b"M" + messageId
+    fields = (_section(item, _FALLBACK_SECTION) or b"").strip()
+    return b"H" + fields if fields else None
 
 
 def _labelKey(label: bytes) -> bytes:
@@ -338,10 +363,10 @@ def gmailLabels(item: FetchedItem) -> frozenset[bytes]:
     The C{X-GM-LABELS} of a FETCH response, as compared (system labels
     upper-cased); empty if it has none.
     """
-    for name, value in item.extra.items():
-        if name.upper() == LABELS_ITEM and isinstance(value, list):
-            return frozenset(_labelKey(label) for label in value if isinstance(label, bytes))
-    return frozenset()
+    labels = _extraItem(item, LABELS_ITEM, list)
+    if labels is None:
+        return frozenset()
+    return frozenset(_labelKey(label) for label in labels if isinstance(label, bytes))
 
 
 def folderLabels(folder: SourceFolder, wireName: bytes) -> frozenset[bytes]:
@@ -365,6 +390,14 @@ def folderLabels(folder: SourceFolder, wireName: bytes) -> frozenset[bytes]:
 _KEEP = object()
 _DEFER = object()
 _DROP = object()
+
+
+def _arrivedSince(uid: int | None, start: int | None) -> bool:
+    """
+    Whether a view's message of UID C{uid} arrived since the pass began
+    (C{start} being the view's UIDNEXT then, if known).
+    """
+    return start is not None and uid is not None and uid >= start
 
 
 class LabelViewFilter:
@@ -433,7 +466,19 @@ class LabelViewFilter:
         if not self._sorted:
             self._seen = array("Q", sorted(self._seen))
             self._sorted = True
-        start = self._passStart.get(folder.key)
+        kept, deferred = self._filter(items, self._passStart.get(folder.key))
+        if deferred:
+            self._deferred[folder.key] = tuple(sorted(deferred))
+        return kept, len(items) - len(kept)
+
+    def _filter(
+        self, items: Sequence[FetchedItem], start: int | None
+    ) -> tuple[list[FetchedItem], list[int]]:
+        """
+        Filter a view's listing (L{_decide}).
+
+        @return: the items to keep, and the UIDs of those deferred.
+        """
         kept = []
         deferred = []
         for item in items:
@@ -443,9 +488,7 @@ class LabelViewFilter:
             elif decision is _DEFER:
                 assert item.uid is not None
                 deferred.append(item.uid)
-        if deferred:
-            self._deferred[folder.key] = tuple(sorted(deferred))
-        return kept, len(items) - len(kept)
+        return kept, deferred
 
     def _note(self, items: Sequence[FetchedItem], labels: frozenset[bytes]) -> None:
         """
@@ -468,13 +511,20 @@ class LabelViewFilter:
         @param start: the view's UIDNEXT when the pass began, if known.
         """
         messageId = self._identity(item)
-        uid = item.uid
-        arrived = start is not None and uid is not None and uid >= start
         if messageId is None:
             # Nothing tells where else it is.
             return _KEEP
         if self._wasSeen(messageId):
             return _DROP
+        return self._decideUnseen(item, _arrivedSince(item.uid, start))
+
+    def _decideUnseen(self, item: FetchedItem, arrived: bool) -> object:
+        """
+        What becomes of a view's message that no folder listed before it
+        held (see L{_decide}).
+
+        @param arrived: whether it arrived in the view during the pass.
+        """
         if self.byHeader:
             # Without labels, nothing tells whether one that arrived during
             # the pass reached a folder after that folder's listing.

@@ -2,7 +2,9 @@
 """
 What the sources reading local files (Maildir, mbox, C{.eml}) share:
 opening files beneath the source's directory without ever leaving it,
-reading one message file, and carrying file names that are not UTF-8.
+walking it and telling what its entries are, naming its folders, and
+carrying file names that are not UTF-8 (reading one message file is
+L{imapmig.sources.messagefile}'s).
 
 The directory an admin configures (and every directory above it) is
 trusted; everything below it is not: its owner may put symbolic links,
@@ -36,32 +38,46 @@ import os
 import re
 import stat
 from types import TracebackType
+from typing import Callable, Sequence, TypeVar
 
-from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+from attrs import frozen
+from twisted.internet.defer import Deferred, fail, succeed
+
+from imapmig.errors import LeavesTree, SourceError
+from imapmig.mail.message import (
+    MessageBody,
+    SourceFolder,
+    UnreadableMessage,
+)
 
 __all__ = [
     "FILE_FLAGS",
-    "LARGE_MESSAGE",
-    "READ_CHUNK",
-    "LeavesTree",
+    "SPECIAL_USE",
+    "Irregular",
+    "Memo",
     "OpenTree",
     "carriedName",
+    "describe",
     "fileKind",
+    "followEntry",
     "hasUndecodable",
+    "inboxFirst",
+    "localFolder",
     "linkProblem",
+    "linksToNothing",
     "notRegular",
+    "openProblem",
+    "openTree",
     "originalName",
-    "readMessageFile",
-    "readOpenFile",
+    "settled",
     "shownPath",
+    "unreadableAll",
+    "walkTree",
 ]
 
-# Messages larger than this are not read into memory: they are sent from
-# the open file, converted a slice at a time (see StreamedBody).
-LARGE_MESSAGE = 4 * 1024 * 1024
-
-# Octets per read of a large message.
-READ_CHUNK = 1024 * 1024
+_State = TypeVar("_State")
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
 
 # What carriedName replaces: an undecodable octet, or a "%" that would
 # otherwise read as the escape of one (or of "%" itself).
@@ -142,21 +158,6 @@ def fileKind(mode: int) -> str:
         if test(mode):
             return kind
     return "file of unknown type"
-
-
-class LeavesTree(Exception):
-    """
-    A symbolic link below a source's root leads out of it: it is not
-    followed.
-
-    @ivar path: the path that was to be opened, relative to the root.
-    @ivar target: where it leads, resolved.
-    """
-
-    def __init__(self, path: str, target: str) -> None:
-        super().__init__(path, target)
-        self.path = path
-        self.target = target
 
 
 # Opens of directories on the way; files add their own flags.
@@ -262,22 +263,60 @@ class OpenTree:
         Open C{relative} one level at a time from the root, following no
         symbolic link.
         """
-        parts = [part for part in relative.split("/") if part]
-        if any(part in (".", "..") for part in parts):
-            raise OSError(errno.EINVAL, f"not a path beneath the root: {relative!r}")
+        parts = _levels(relative)
         if not parts:
             return os.open(".", flags & ~os.O_NOFOLLOW, dir_fd=self.fd)
         directory = self.fd
         try:
             for part in parts[:-1]:
                 opened = os.open(part, _DIRECTORY, dir_fd=directory)
-                if directory != self.fd:
-                    os.close(directory)
+                self._closeLevel(directory)
                 directory = opened
             return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=directory)
         finally:
-            if directory != self.fd:
-                os.close(directory)
+            self._closeLevel(directory)
+
+    def _closeLevel(self, directory: int) -> None:
+        """
+        Close a directory opened on the way (not the root).
+        """
+        if directory != self.fd:
+            os.close(directory)
+
+
+def _levels(relative: str) -> list[str]:
+    """
+    The levels of a path beneath the root, C{/} between them.
+
+    @raise OSError: a level is C{.} or C{..}.
+    """
+    parts = [part for part in relative.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        raise OSError(errno.EINVAL, f"not a path beneath the root: {relative!r}")
+    return parts
+
+
+def describe(error: OSError) -> str:
+    """
+    What the system says of an error (its C{strerror}), else the error
+    itself: for the reasons given to the admin.
+    """
+    return error.strerror or str(error)
+
+
+def openTree(root: str, failing: str) -> OpenTree:
+    """
+    Open a source's root (an L{OpenTree}).
+
+    @param failing: what the reason starts with if it cannot be opened:
+        C{"cannot list"}, C{"cannot read the Maildir"}.
+    @raise SourceError: it cannot be opened; the reason names it and says
+        why.
+    """
+    try:
+        return OpenTree(root)
+    except OSError as e:
+        raise SourceError(f"{failing} {carriedName(root)}: {describe(e)}") from e
 
 
 def linkProblem(path: str, error: Exception) -> str:
@@ -297,8 +336,40 @@ def linkProblem(path: str, error: Exception) -> str:
     if isinstance(error, OSError) and error.errno == errno.ELOOP:
         return f"symbolic link loop: {path}"
     if isinstance(error, OSError):
-        return f"cannot follow the symbolic link {path}: {error.strerror or error}"
+        return f"cannot follow the symbolic link {path}: {describe(error)}"
     return f"cannot follow the symbolic link {path}: {error}"
+
+
+def openProblem(
+    shown: str,
+    error: LeavesTree | OSError,
+    missing: str = "file vanished",
+    other: str = "cannot read",
+) -> str:
+    """
+    Why a file could not be opened, for the admin.
+
+    @param shown: the file, as shown to the admin.
+    @param error: what opening it raised.
+    @param missing: what is said of a file that does not exist.
+    @param other: what is said of a file that cannot be opened for another
+        reason than a symbolic link, a missing file or a permission.
+    """
+    if isinstance(error, LeavesTree) or error.errno == errno.ELOOP:
+        return linkProblem(shown, error)
+    if isinstance(error, FileNotFoundError):
+        return f"{missing}: {shown}"
+    if isinstance(error, PermissionError):
+        return f"permission denied: {shown}"
+    return f"{other} {shown}: {describe(error)}"
+
+
+def linksToNothing(path: str) -> bool:
+    """
+    Whether C{path} is a symbolic link to nothing (an unmounted shared
+    folder?).
+    """
+    return os.path.islink(path) and not os.path.exists(path)
 
 
 def notRegular(path: str, mode: int) -> str:
@@ -317,137 +388,191 @@ def shownPath(directory: str | None, name: str) -> str:
     return shown if directory is None else os.path.join(directory, shown)
 
 
-def readMessageFile(
-    name: str, listedSize: int = 0, dirFd: int | None = None, directory: str | None = None
-) -> MessageBody | None:
+@frozen
+class Irregular:
     """
-    Open and read one message file that was a regular file when listed
-    (see L{readOpenFile}), never following a symbolic link and never
-    blocking on a FIFO.
+    An entry below the root that is not a regular file (what
+    L{followEntry} finds).
 
-    @param name: the file, relative to C{dirFd} if given.
-    @param listedSize: its size as the listing saw it, if known (else 0).
-    @param dirFd: the open directory holding it.
-    @param directory: that directory as shown to the admin, if any.
-    @return: the body; an L{UnreadableMessage} saying why it could not be
-        read; or L{None} when the file does not exist (the caller may look
-        for it under another name).
+    @ivar reason: why it is not read; L{None} for a symbolic link to a
+        regular file inside the root, which is read.
+    @ivar target: that file, relative to the root.
+    @ivar status: that file's status.
+    @ivar toDirectory: whether it is a symbolic link to a directory inside
+        the root (whose entries a walk lists where they are).
+    """
+
+    reason: str | None
+    target: str = ""
+    status: os.stat_result | None = None
+    toDirectory: bool = False
+
+
+def followEntry(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[str]) -> Irregular:
+    """
+    What an entry that is not a regular file is: the reason it is not read
+    (a FIFO, a socket, a device; a symbolic link leading out of the root,
+    to nothing, into a loop, or to something else than a regular file), or
+    the regular file inside the root a symbolic link leads to.
+
+    @param relative: the entry, relative to the root.
+    @param shown: the entry, as shown to the admin.
+    @raise FileNotFoundError: it is gone.
     """
     try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
+        if not entry.is_symlink():
+            return Irregular(notRegular(shown, entry.stat(follow_symlinks=False).st_mode))
     except FileNotFoundError:
-        return None
+        raise
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return UnreadableMessage(
-                "became a symbolic link since it was listed, not followed:"
-                f" {shownPath(directory, name)}"
-            )
-        return _unreadable(shownPath(directory, name), e)
-    return readOpenFile(fd, directory, name, listedSize)
+        return Irregular(f"cannot read {shown}: {describe(e)}")
+    return _followLink(tree, relative, shown)
 
 
-def readListedFile(name: str, listedSize: int, dirFd: int) -> bytes | None:
+def _followLink(tree: OpenTree, relative: str, shown: str) -> Irregular:
     """
-    The common case of L{readMessageFile}, on the hot path: a regular file
-    of C{listedSize} octets (1 to L{LARGE_MESSAGE}) that still has that
-    size, read in one C{read} with CRLF line endings.
-
-    @param name: the file, relative to C{dirFd}.
-    @param listedSize: its size as the listing saw it.
-    @param dirFd: the open directory holding it.
-    @return: the body, or L{None} for anything else (the file is gone, or
-        cannot be opened or read, or has another size, or is something else
-        than a regular file by now): then L{readMessageFile} says what.
+    What a symbolic link beneath the root leads to (see L{followEntry}).
     """
     try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
-    except OSError:
-        return None
+        target = tree.resolve(relative)
+        status = os.stat(os.path.join(tree.realRoot, target))
+    except (LeavesTree, OSError) as e:
+        return Irregular(linkProblem(shown, e))
+    if not stat.S_ISREG(status.st_mode):
+        kind = fileKind(status.st_mode)
+        reason = f"not a regular file: symbolic link to a {kind}: {shown}"
+        return Irregular(reason, toDirectory=stat.S_ISDIR(status.st_mode))
+    return Irregular(None, target, status)
+
+
+def walkTree(
+    tree: OpenTree,
+    top: _State,
+    descend: Callable[[str, _State], _State],
+    visit: Callable[[os.DirEntry[str], str, _State], None],
+) -> None:
+    """
+    Visit every entry beneath the root, depth first, but those whose name
+    starts with C{.}; directories (not symbolic links to them) are
+    descended into rather than visited.
+
+    @param top: what the root's entries are visited with.
+    @param descend: given a directory's name and what its own entries were
+        visited with, what its entries are visited with.
+    @param visit: given an entry, its path relative to the root and what
+        its directory's entries are visited with.
+    @raise SourceError: a directory cannot be listed.
+    """
+    pending = [("", top)]
+    while pending:
+        relative, state = pending.pop()
+        pending += _walkDirectory(tree, relative, state, descend, visit)
+
+
+def _walkDirectory(
+    tree: OpenTree,
+    relative: str,
+    state: _State,
+    descend: Callable[[str, _State], _State],
+    visit: Callable[[os.DirEntry[str], str, _State], None],
+) -> list[tuple[str, _State]]:
+    """
+    Visit the entries of one directory (see L{walkTree}).
+
+    @return: its subdirectories, relative to the root, each with what its
+        entries are to be visited with.
+    @raise SourceError: it cannot be listed.
+    """
+    directory = tree.path(relative)
+    subdirectories = []
     try:
-        data = os.read(fd, listedSize + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) != listedSize:
-        # It grew (an octet more than expected), shrank, or is not a
-        # regular file at all (a FIFO put in its place reads as empty).
-        return None
-    if 13 not in data:
-        # toCRLF's common case (no CR at all), without the call.
-        return data.replace(b"\n", b"\r\n")
-    return toCRLF(data)
-
-
-def _unreadable(shown: str, error: OSError) -> UnreadableMessage:
-    """
-    An L{UnreadableMessage} for a file that could not be opened or read.
-    """
-    if isinstance(error, PermissionError):
-        return UnreadableMessage(f"permission denied: {shown}")
-    if error.errno == errno.ENXIO:
-        # What opening a socket gives.
-        return UnreadableMessage(f"not a regular file: {shown}")
-    return UnreadableMessage(f"cannot read {shown}: {error.strerror or error}")
-
-
-def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0) -> MessageBody:
-    """
-    Read one open message file whole, in one read, with CRLF line endings;
-    a file larger than L{LARGE_MESSAGE} is returned as a L{StreamedBody}
-    that owns C{fd}, else C{fd} is closed.
-
-    A small file of known size is read with no C{fstat}: one C{read} asks
-    for one octet more, which shows whether it grew since; a read that
-    does not give the size expected is checked with C{fstat} (a FIFO or
-    other special file put in place of the message is refused).
-
-    @param fd: the file, opened with C{O_NONBLOCK}; this function owns it.
-    @param directory: the directory holding it, as shown to the admin.
-    @param name: its name (or path) in that directory.
-    @param listedSize: its size as the listing saw it, if known (else 0).
-    """
-    streamed = False
-    try:
-        try:
-            if 0 < listedSize <= LARGE_MESSAGE:
-                size = listedSize
-            else:
-                status = os.fstat(fd)
-                if not stat.S_ISREG(status.st_mode):
-                    return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
-                size = status.st_size
-            data = b""
-            grew = False
-            if size <= LARGE_MESSAGE:
-                data = os.read(fd, size + 1)
-                if len(data) != size:
-                    # It grew (an octet more than expected), shrank, or is
-                    # not a regular file at all.
-                    status = os.fstat(fd)
-                    if not stat.S_ISREG(status.st_mode):
-                        return UnreadableMessage(
-                            notRegular(shownPath(directory, name), status.st_mode)
-                        )
-                    grew = len(data) > size
-                    if grew:
-                        size = status.st_size
-            if size > LARGE_MESSAGE:
-                body = StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
-                streamed = True
-                return body
-            if grew:
-                rest = [data]
-                while chunk := os.read(fd, READ_CHUNK):
-                    rest.append(chunk)
-                data = b"".join(rest)
-        finally:
-            if not streamed:
-                os.close(fd)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                entryRelative = os.path.join(relative, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    subdirectories.append((entryRelative, descend(entry.name, state)))
+                else:
+                    visit(entry, entryRelative, state)
     except OSError as e:
-        return _unreadable(shownPath(directory, name), e)
-    if 13 not in data:
-        # toCRLF's common case (no CR at all), without the call.
-        return data.replace(b"\n", b"\r\n")
-    return toCRLF(data)
+        raise SourceError(f"cannot list {carriedName(directory)}: {describe(e)}") from e
+    return subdirectories
+
+
+class Memo(dict[_Key, _Value]):
+    """
+    The values of a function, each worked out the first time its argument
+    is looked up: for what many messages of a listing share (the flags of
+    a combination of Maildir letters, or of mbox header fields).
+    """
+
+    def __init__(self, compute: Callable[[_Key], _Value]) -> None:
+        """
+        @param compute: the function.
+        """
+        super().__init__()
+        self._compute = compute
+
+    def __missing__(self, key: _Key) -> _Value:
+        value = self[key] = self._compute(key)
+        return value
+
+
+# Well-known top-level folder names and their RFC 6154 attributes, matched
+# case-insensitively.
+SPECIAL_USE = {
+    "sent": "\\Sent",
+    "sent messages": "\\Sent",
+    "sent items": "\\Sent",
+    "drafts": "\\Drafts",
+    "trash": "\\Trash",
+    "deleted messages": "\\Trash",
+    "deleted items": "\\Trash",
+    "junk": "\\Junk",
+    "spam": "\\Junk",
+    "archive": "\\Archive",
+}
+
+
+def localFolder(path: tuple[str, ...], key: str) -> SourceFolder:
+    """
+    A folder of a local source: a top-level folder with a well-known name
+    (C{Sent}, C{Sent Items}, C{Drafts}, C{Trash}, C{Junk}, C{Archive},
+    ...) carries its RFC 6154 attribute, for information.
+    """
+    specialUse = SPECIAL_USE.get(path[0].casefold()) if len(path) == 1 else None
+    return SourceFolder(path=path, key=key, specialUse=specialUse)
+
+
+def settled(call: Callable[..., _Value], *args: object) -> Deferred[_Value]:
+    """
+    What C{call(*args)} gives, as a Deferred that has fired: the local
+    sources work at once, and an L{IMessageSource} answers with Deferreds.
+
+    @return: a Deferred with its result, or failed with the L{SourceError}
+        it raised (any other exception, a bug, is raised).
+    """
+    try:
+        return succeed(call(*args))
+    except SourceError as e:
+        return fail(e)
+
+
+def unreadableAll(reason: str, messages: Sequence[object]) -> list[MessageBody]:
+    """
+    One L{UnreadableMessage} per message of C{messages}, all for C{reason}
+    (a batch that cannot be read at all).
+    """
+    return [UnreadableMessage(reason) for _ in messages]
+
+
+def inboxFirst(folders: list[SourceFolder]) -> list[SourceFolder]:
+    """
+    Sort C{folders}, in place: C{INBOX} first, then the others by path,
+    parents before children.
+
+    @return: C{folders}.
+    """
+    folders.sort(key=lambda f: (f.path[0] != "INBOX", f.path, f.key))
+    return folders

@@ -81,18 +81,27 @@ class Unescaper:
             start = lastLineEnd + 1
         rest = buffer[start:]
         if rest:
-            if self._undecided(rest):
-                stripped = rest.lstrip(b">")
-                run = len(rest) - len(stripped)
-                if run > _LONGEST_RUN:
-                    # Escaped or not, all these ">" but one are given out.
-                    out.append(b">" * (run - 1))
-                    rest = b">" + stripped
-                self._held = rest
-            else:
-                out.append(self._pattern.sub(rb"\1", rest))
-                self._midLine = True
+            out.append(self._lastLine(rest))
         return b"".join(out)
+
+    def _lastLine(self, rest: bytes) -> bytes:
+        """
+        What can be given now of the start of a line that did not end in
+        the piece: nothing while it may still become an escaped line (it
+        is held back, but for a long run of C{>}), else the line so far,
+        unescaped.
+        """
+        if not self._undecided(rest):
+            self._midLine = True
+            return self._pattern.sub(rb"\1", rest)
+        stripped = rest.lstrip(b">")
+        run = len(rest) - len(stripped)
+        if run <= _LONGEST_RUN:
+            self._held = rest
+            return b""
+        # Escaped or not, all these ">" but one are given out.
+        self._held = b">" + stripped
+        return b">" * (run - 1)
 
     def end(self) -> bytes:
         """
@@ -190,7 +199,24 @@ class RegionBody(StreamedBody):
 
         @raise OSError: the file ends before the message does.
         """
-        unescaper = Unescaper(self._mboxo) if self._escaped else None
+        if not self._escaped:
+            yield from self._region(readSize)
+            return
+        unescaper = Unescaper(self._mboxo)
+        for chunk in self._region(readSize):
+            unescaped = unescaper.feed(chunk)
+            if unescaped:
+                yield unescaped
+        tail = unescaper.end()
+        if tail:
+            yield tail
+
+    def _region(self, readSize: int) -> Iterator[bytes]:
+        """
+        The message as it is in the file, C{readSize} octets at a time.
+
+        @raise OSError: the file ends before the message does.
+        """
         offset = self._start
         end = self._start + self._length
         while offset < end:
@@ -198,14 +224,7 @@ class RegionBody(StreamedBody):
             if not chunk:
                 raise OSError(f"{self.name} was truncated")
             offset += len(chunk)
-            if unescaper is not None:
-                chunk = unescaper.feed(chunk)
-            if chunk:
-                yield chunk
-        if unescaper is not None:
-            tail = unescaper.end()
-            if tail:
-                yield tail
+            yield chunk
 
     def _unchanged(self) -> bool:
         """

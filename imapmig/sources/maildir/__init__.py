@@ -1,0 +1,385 @@
+# -*- test-case-name: tests.test_sources_maildir -*-
+"""
+A Maildir with Maildir++ subfolders, as Dovecot, Courier, mbsync and most
+MDAs write it, as a L{imapmig.sources.IMessageSource}.
+
+Listing reads no message: everything a L{SourceMessage} carries comes from
+the file name (unique name, C{,S=} size, flags after C{2,}, the leading
+delivery timestamp), with one C{stat} only for what the name lacks.  Bodies
+are read whole, one C{read} per file, just before they are sent (very large
+files are sent from the open file, a slice at a time).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from functools import partial
+from typing import Callable, Sequence
+
+from twisted.internet.defer import Deferred, succeed
+from zope.interface import implementer
+
+from imapmig.errors import SourceError
+from imapmig.mail.message import (
+    MessageBody,
+    SourceFolder,
+    SourceMessage,
+    UnreadableMessage,
+    listedMessage,
+)
+from imapmig.sources import IMessageSource
+from imapmig.sources.local import (
+    Memo,
+    carriedName,
+    describe,
+    linksToNothing,
+    originalName,
+    settled,
+    unreadableAll,
+)
+from imapmig.sources.maildir.folders import findFolders, isFolderName
+from imapmig.sources.maildir.names import flagsOf, leadingTimestamp, readKeywords, sizeField
+from imapmig.sources.maildir.opened import Located, OpenFolder
+from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
+
+__all__ = ["MaildirSource"]
+
+# Where listMessages sorts a message with no date: before any date.
+_UNDATED = float("-inf")
+
+# What listMessages sorts: (date or _UNDATED, key, flags, size, date), the
+# size and date L{None} when unknown.
+_Row = tuple[float, str, tuple[str, ...], int | None, float | None]
+
+# The flags of one folder's info letters, worked out once per combination.
+_Flags = Memo[str | None, tuple[str, ...]]
+
+
+@implementer(IMessageSource)
+class MaildirSource:
+    """
+    Messages from a Maildir and its Maildir++ subfolders.
+
+    Folders: the Maildir itself is C{INBOX} (when it has C{cur/} or
+    C{new/}); each subdirectory C{.A.B} with C{cur/} or C{new/} is the
+    folder C{("A", "B")}, keyed by its directory name.  Each level of the
+    name is decoded from modified UTF-7 (as Dovecot and Courier write
+    C{&APw-}); a level that does not decode keeps its raw form (a name
+    that is not UTF-8 is carried in the reversible form of
+    L{imapmig.sources.local.carriedName}, and a warning names it).
+    Dovecot's C{.INBOX.x} is
+    C{("INBOX", "x")}.  Missing parents (C{.A.B} without C{.A}) are not
+    invented; the destination side creates them.  Top-level folders with a
+    well-known name (C{Sent}, C{Sent Items}, C{Drafts}, C{Trash}, C{Junk},
+    C{Archive}, ...) carry their RFC 6154 attribute, for information.
+
+    Messages: the files of C{cur/} and C{new/}, keyed by their unique name
+    (before C{:2,}), which survives flag changes.  Flags come from the
+    letters after C{2,} (C{S R F D T}; C{P} has no IMAP counterpart), and
+    Dovecot's keyword letters (C{a}-C{z}) are the keywords its
+    C{dovecot-keywords} file names (a letter it does not name is dropped).  Files in
+    C{new/} usually have no info part, hence no flags (not even
+    C{\\Seen}); but Dovecot renames a file within C{new/} to
+    C{name:2,FS} when its flags change before a client moves it to
+    C{cur/}, so an info part counts wherever it is.
+    INTERNALDATE is the delivery time the name starts with (seconds since
+    1970-01-01 UTC, at any date up to the year 9999; L{leadingTimestamp}),
+    else the file's mtime (whatever its date, before 1970 included); the
+    size is the name's C{,S=} field, else the file's.
+    Oldest first.
+
+    What is not a message is recorded, never skipped silently: an entry of
+    C{cur/} or C{new/} that is not a regular file (a FIFO, a socket, a
+    device, a directory), a symbolic link leading out of the Maildir, to
+    nothing, or into a loop, is listed (with the flags and date its name
+    gives) and reading it gives an L{UnreadableMessage} saying why; a link
+    to a regular file inside the Maildir is read.  A folder that cannot be
+    listed (no permission, C{cur/} not a directory, a folder or its
+    C{cur/} linked out of the Maildir) fails L{listMessages} with
+    L{SourceError} naming it.  Names starting with C{.} are not messages
+    (the Maildir specification) and are skipped.
+
+    Files are opened beneath the Maildir as L{imapmig.sources.local}
+    describes, on the calling thread, with blocking system calls.
+
+    @ivar path: the Maildir's directory.
+    """
+
+    def __init__(self, path: str) -> None:
+        """
+        @param path: the Maildir's directory.
+        """
+        self.path = path
+        self._folderDirectories: dict[str, str] = {}
+        self._messageFiles: dict[str, FolderFiles] = {}
+
+    def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
+        """
+        Every folder: C{INBOX} first, then the others sorted, parents before
+        children.
+
+        @return: a Deferred that fails with L{SourceError} when the path does
+            not exist, cannot be read or holds no Maildir folder at all.
+        """
+        return settled(self._findFolders)
+
+    def _findFolders(self) -> Sequence[SourceFolder]:
+        """
+        Every folder (L{listFolders}), remembering each one's directory.
+        """
+        folders, self._folderDirectories = findFolders(self.path)
+        return folders
+
+    def _relativeOf(self, folder: SourceFolder) -> str:
+        """
+        The directory of C{folder}, relative to the Maildir.
+
+        @raise SourceError: the key cannot be a folder of this Maildir.
+        """
+        directory = self._folderDirectories.get(folder.key)
+        if directory is not None:
+            return directory
+        if folder.key == "":
+            return ""
+        name = originalName(folder.key)
+        if not isFolderName(name) or "/" in name:
+            raise SourceError(
+                f"not a Maildir++ folder name: {folder.key!r} in {carriedName(self.path)}"
+            )
+        return name
+
+    def _open(self, folder: SourceFolder) -> tuple[OpenFolder, list[Scanned]]:
+        """
+        Open and scan C{folder}, and remember where each message's file is.
+
+        @return: the folder, open (the caller closes it), and the scan.
+        @raise SourceError: the folder is gone or cannot be listed.
+        """
+        opened = OpenFolder(self.path, self._relativeOf(folder))
+        try:
+            scanned = _scan(opened, self.path)
+        except BaseException:
+            opened.close()
+            raise
+        self._messageFiles[folder.key] = FolderFiles(opened.relative, scanned)
+        return opened, scanned
+
+    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+        """
+        The messages of C{folder}, oldest first (by INTERNALDATE, then key).
+
+        @return: a Deferred that fails with L{SourceError} when the folder's
+            directory is gone or cannot be listed.
+        """
+        return settled(self._listMessages, folder)
+
+    def _listMessages(self, folder: SourceFolder) -> Sequence[SourceMessage]:
+        """
+        The messages of C{folder} (L{listMessages}).
+        """
+        opened, scanned = self._open(folder)
+        with opened:
+            flags = Memo(partial(flagsOf, keywords=readKeywords(opened.tree, opened.relative)))
+            rows = [_row(opened, flags, each) for each in scanned]
+        # Sorted as tuples (keys are unique, so the flags are never
+        # compared): undated first (as if dated minus infinity); a file
+        # dated before 1970 (a negative mtime) keeps its date.
+        rows.sort()
+        return _listed(rows)
+
+    def readBodies(
+        self, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> Deferred[Sequence[MessageBody]]:
+        """
+        Read the bodies of C{messages}, in order, with CRLF line endings.
+
+        A file renamed since the listing (a flag change by a live MDA or
+        client) is found again by scanning the folder once more (once per
+        call); a file that is still missing, or cannot be read, or was
+        listed as something else than a regular file, is an
+        L{UnreadableMessage} saying why.
+        """
+        if not messages:
+            return succeed([])
+        files = self._messageFiles.get(folder.key)
+        rescan = partial(self._rescan, folder)
+        try:
+            batch = _Batch(self.path, files or rescan(), rescan, rescanned=files is None)
+        except SourceError as e:
+            return succeed(unreadableAll(str(e), messages))
+        with batch:
+            return succeed(batch.read(messages))
+
+    def _rescan(self, folder: SourceFolder) -> FolderFiles:
+        """
+        Where the files of C{folder} are now; none if the folder is gone.
+        """
+        try:
+            opened, _ = self._open(folder)
+        except SourceError:
+            self._messageFiles.pop(folder.key, None)
+            try:
+                relative = self._relativeOf(folder)
+            except SourceError:
+                relative = ""
+            return FolderFiles(relative, [])
+        opened.close()
+        return self._messageFiles[folder.key]
+
+
+def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
+    """
+    Scan an open folder (L{scanFolder}).
+
+    @param root: the Maildir.
+    @raise SourceError: it is gone or cannot be listed.
+    """
+    if not opened.found:
+        if linksToNothing(os.path.join(root, opened.relative)):
+            raise SourceError(
+                f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
+            )
+        raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
+    try:
+        return scanFolder(opened)
+    except OSError as e:
+        raise SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(e)}") from e
+
+
+def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
+    """
+    What C{listMessages} sorts of one file: the date and size its name
+    gives, else its status gives.
+    """
+    key, unique, index, name, letters, irregular = scanned
+    when: float | None = leadingTimestamp(unique)
+    size = sizeField(unique)
+    if when is None or size is None:
+        status = opened.stat(index, name) if irregular is None else irregular.status
+        when, size = _fromStatus(status, when, size)
+    return (_UNDATED if when is None else when, key, flags[letters], size, when)
+
+
+def _fromStatus(
+    status: os.stat_result | None, when: float | None, size: int | None
+) -> tuple[float | None, int | None]:
+    """
+    A file's date and size where its name gives none: its status's.
+
+    @param status: its status; L{None} when it was renamed or deleted since
+        the scan (readBodies looks for it again; meanwhile the server
+        dates it).
+    """
+    if status is None:
+        return when, size
+    return (
+        status.st_mtime if when is None else when,
+        status.st_size if size is None else size,
+    )
+
+
+def _listed(rows: list[_Row]) -> list[SourceMessage]:
+    """
+    The messages of the rows of L{_row}.
+    """
+    fromTimestamp = datetime.fromtimestamp
+    return [
+        listedMessage(
+            key,
+            flags,
+            None if when is None else fromTimestamp(when, timezone.utc),
+            0 if size is None else size,
+        )
+        for _, key, flags, size, when in rows
+    ]
+
+
+class _Batch:
+    """
+    One batch of L{MaildirSource.readBodies}: the folder, open, and where
+    its files are, looked for again (the folder scanned once more) at most
+    once.  A context manager: the folder is closed on leaving.
+
+    @ivar rescanned: whether the folder was scanned again for this batch.
+    """
+
+    def __init__(
+        self, root: str, files: FolderFiles, rescan: Callable[[], FolderFiles], rescanned: bool
+    ) -> None:
+        """
+        @param root: the Maildir.
+        @param files: where the folder's files are, as last scanned.
+        @param rescan: scan the folder again.
+        @param rescanned: whether C{files} were scanned for this batch.
+        @raise SourceError: the folder cannot be opened.
+        """
+        self._root = root
+        self._files = files
+        self._rescan = rescan
+        self.rescanned = rescanned
+        self._opened = OpenFolder(root, files.relative)
+
+    def __enter__(self) -> _Batch:
+        return self
+
+    def __exit__(self, *excInfo: object) -> None:
+        self._opened.close()
+
+    def read(self, messages: Sequence[SourceMessage]) -> list[MessageBody]:
+        """
+        The bodies of C{messages}, in order.
+        """
+        bodies: list[MessageBody] = []
+        body = self._body
+        try:
+            for message in messages:
+                bodies.append(body(message))
+        except SourceError as e:
+            # The folder became unreadable while being read again.
+            bodies += unreadableAll(str(e), messages[len(bodies) :])
+        return bodies
+
+    def _body(self, message: SourceMessage) -> MessageBody:
+        """
+        The body of one message.
+
+        @raise SourceError: the folder was scanned again and cannot be
+            opened any more.
+        """
+        located = self._files.locate(message.key)
+        body = None if located is None else self._opened.read(located, message.size)
+        if body is None and not self.rescanned:
+            located, body = self._again(message, located)
+        if body is None:
+            return UnreadableMessage(f"file vanished: {self._whereWas(message, located)}")
+        return body
+
+    def _again(
+        self, message: SourceMessage, seen: Located | None
+    ) -> tuple[Located | None, MessageBody | None]:
+        """
+        Scan the folder again and read the file of C{message} where it is
+        now.
+
+        @param seen: where the file was.
+        @return: where it was last seen, and its body (L{None} if it is
+            gone).
+        """
+        self._files, self.rescanned = self._rescan(), True
+        self._opened.close()
+        self._opened = OpenFolder(self._root, self._files.relative)
+        located = self._files.locate(message.key)
+        if located is None:
+            return seen, None
+        return located, self._opened.read(located, message.size)
+
+    def _whereWas(self, message: SourceMessage, located: Located | None) -> str:
+        """
+        Name the file of C{message} for the admin: its last known path, or
+        its key and folder when it was never seen.
+        """
+        if located is not None:
+            index, name, _ = located
+            return os.path.join(self._opened.shownDirectory(index), carriedName(name))
+        return f"{message.key} in {self._opened.shown}"

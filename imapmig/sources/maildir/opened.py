@@ -1,0 +1,200 @@
+# -*- test-case-name: tests.test_sources_maildir -*-
+"""
+A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir for one
+listing or one batch of reads (taken out of the Maildir source's module,
+which grew too big to read).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from imapmig.errors import LeavesTree, SourceError
+from imapmig.mail.message import MessageBody, UnreadableMessage
+from imapmig.sources.local import (
+    Irregular,
+    carriedName,
+    describe,
+    followEntry,
+    linkProblem,
+    openTree,
+)
+from imapmig.sources.messagefile import (
+    LARGE_MESSAGE,
+    readListedFile,
+    readMessageFile,
+    readOpenFile,
+)
+
+__all__ = ["SUBDIRS", "Located", "OpenFolder"]
+
+# Where a listed file is: (index into SUBDIRS, file name, what it is if not
+# a regular file)
+Located = tuple[int, str, Irregular | None]
+
+# Scanned in this order: for duplicate unique names, cur/ wins the plain key.
+SUBDIRS = ("cur", "new")
+
+
+class OpenFolder:
+    """
+    A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir (see
+    L{imapmig.sources.local}) for one listing or one batch of reads, so
+    that files are opened and looked up by their names alone.  A context
+    manager: everything is closed on leaving.
+
+    @ivar tree: the Maildir, open.
+    @ivar relative: the folder's directory, relative to the Maildir.
+    @ivar shown: the folder's directory, as shown to the admin.
+    @ivar descriptors: per subdirectory, its descriptor, or L{None} when
+        it does not exist.
+    """
+
+    def __init__(self, root: str, relative: str) -> None:
+        """
+        @param root: the Maildir.
+        @param relative: the folder's directory, relative to it.
+        @raise SourceError: the Maildir or a subdirectory that exists
+            cannot be opened (no permission, not a directory, a symbolic
+            link leading out of the Maildir or into a loop).
+        """
+        self.relative = relative
+        self.tree = openTree(root, "cannot read the Maildir")
+        self.shown = carriedName(self.tree.path(relative))
+        # Joined once: a path per message would cost more than its open.
+        self._shownDirectories = tuple(os.path.join(self.shown, subdir) for subdir in SUBDIRS)
+        self.descriptors: list[int | None] = []
+        self._openSubdirectories()
+
+    def _openSubdirectories(self) -> None:
+        """
+        Open C{cur/} and C{new/}, or close everything.
+
+        @raise SourceError: one cannot be opened.
+        """
+        try:
+            for subdir in SUBDIRS:
+                self.descriptors.append(self._openSubdirectory(subdir))
+        except BaseException:
+            self.close()
+            raise
+
+    def _openSubdirectory(self, subdir: str) -> int | None:
+        """
+        Open C{cur/} or C{new/}; L{None} if it does not exist.
+        """
+        try:
+            return self.tree.open(os.path.join(self.relative, subdir), os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        except (LeavesTree, OSError) as e:
+            why = self._whyNot(subdir, e)
+        raise SourceError(f"cannot list the Maildir folder {self.shown}: {why}")
+
+    def _whyNot(self, subdir: str, error: LeavesTree | OSError) -> str:
+        """
+        Why C{cur/} or C{new/} cannot be opened, for the admin.
+        """
+        if isinstance(error, LeavesTree):
+            return linkProblem(carriedName(os.path.join(self.tree.root, error.path)), error)
+        if isinstance(error, NotADirectoryError):
+            return f"{subdir}/ is not a directory"
+        return "symbolic link loop" if error.errno == errno.ELOOP else describe(error)
+
+    @property
+    def found(self) -> bool:
+        """
+        Whether C{cur/} or C{new/} exists.
+        """
+        return any(fd is not None for fd in self.descriptors)
+
+    def __enter__(self) -> OpenFolder:
+        return self
+
+    def __exit__(self, *excInfo: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """
+        Close everything.
+        """
+        for fd in self.descriptors:
+            if fd is not None:
+                os.close(fd)
+        self.descriptors = [None] * len(self.descriptors)
+        self.tree.close()
+
+    def shownDirectory(self, index: int) -> str:
+        """
+        Subdirectory C{index}, as shown to the admin.
+        """
+        return self._shownDirectories[index]
+
+    def stat(self, index: int, name: str) -> os.stat_result | None:
+        """
+        The status of the file C{name} in subdirectory C{index} (not
+        following a symbolic link), or L{None} if it cannot be had (renamed
+        or deleted since the scan).
+        """
+        fd = self.descriptors[index]
+        if fd is None:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+
+    def classify(self, index: int, entry: os.DirEntry[str]) -> Irregular | None:
+        """
+        What an entry of subdirectory C{index} that is not a regular file
+        is (see L{followEntry}).
+
+        @return: L{None} if it is gone.
+        """
+        shown = os.path.join(self.shownDirectory(index), carriedName(entry.name))
+        relative = os.path.join(self.relative, SUBDIRS[index], entry.name)
+        try:
+            return followEntry(self.tree, relative, shown, entry)
+        except FileNotFoundError:
+            return None
+
+    def read(self, located: Located, size: int) -> MessageBody | None:
+        """
+        Read a listed file, as L{readMessageFile} does (L{None} when it is
+        gone).
+
+        @param located: where it is, and what the listing found it to be
+            if not a regular file.
+        @param size: its size as listed.
+        """
+        index, name, irregular = located
+        if irregular is not None:
+            return self._readIrregular(index, name, irregular, size)
+        fd = self.descriptors[index]
+        if fd is None:
+            return None
+        if 0 < size <= LARGE_MESSAGE:
+            # The common case: one open, read, close.
+            body = readListedFile(name, size, fd)
+            if body is not None:
+                return body
+        return readMessageFile(name, size, fd, self._shownDirectories[index])
+
+    def _readIrregular(
+        self, index: int, name: str, irregular: Irregular, size: int
+    ) -> MessageBody | None:
+        """
+        L{read} an entry that is not a regular file: the file a symbolic
+        link leads to, or the reason it is not read.
+        """
+        if irregular.reason is not None:
+            return UnreadableMessage(irregular.reason)
+        try:
+            fd = self.tree.open(irregular.target)
+        except FileNotFoundError:
+            return None
+        except (LeavesTree, OSError) as e:
+            shown = os.path.join(self.shownDirectory(index), carriedName(name))
+            return UnreadableMessage(linkProblem(shown, e))
+        return readOpenFile(fd, self.shownDirectory(index), name, size)

@@ -1,0 +1,177 @@
+# -*- test-case-name: tests.test_sources_messagefile -*-
+"""
+Reading one message file of a local source (Maildir, mbox, C{.eml}) whole,
+with CRLF line endings, without blocking on a FIFO put in its place; a
+file too large to hold is sent from the open file a slice at a time.
+(Taken out of L{imapmig.sources.local}, which opens the files.)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+from imapmig.sources.local import FILE_FLAGS, describe, notRegular, shownPath
+
+__all__ = [
+    "LARGE_MESSAGE",
+    "READ_CHUNK",
+    "readListedFile",
+    "readMessageFile",
+    "readOpenFile",
+]
+
+# Messages larger than this are not read into memory: they are sent from
+# the open file, converted a slice at a time (see StreamedBody).
+LARGE_MESSAGE = 4 * 1024 * 1024
+
+# Octets per read of a large message.
+READ_CHUNK = 1024 * 1024
+
+
+def readMessageFile(
+    name: str, listedSize: int = 0, dirFd: int | None = None, directory: str | None = None
+) -> MessageBody | None:
+    """
+    Open and read one message file that was a regular file when listed
+    (see L{readOpenFile}), never following a symbolic link and never
+    blocking on a FIFO.
+
+    @param name: the file, relative to C{dirFd} if given.
+    @param listedSize: its size as the listing saw it, if known (else 0).
+    @param dirFd: the open directory holding it.
+    @param directory: that directory as shown to the admin, if any.
+    @return: the body; an L{UnreadableMessage} saying why it could not be
+        read; or L{None} when the file does not exist (the caller may look
+        for it under another name).
+    """
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return UnreadableMessage(
+                "became a symbolic link since it was listed, not followed:"
+                f" {shownPath(directory, name)}"
+            )
+        return _unreadable(shownPath(directory, name), e)
+    return readOpenFile(fd, directory, name, listedSize)
+
+
+def readListedFile(name: str, listedSize: int, dirFd: int) -> bytes | None:
+    """
+    The common case of L{readMessageFile}, on the hot path: a regular file
+    of C{listedSize} octets (1 to L{LARGE_MESSAGE}) that still has that
+    size, read in one C{read} with CRLF line endings.
+
+    @param name: the file, relative to C{dirFd}.
+    @param listedSize: its size as the listing saw it.
+    @param dirFd: the open directory holding it.
+    @return: the body, or L{None} for anything else (the file is gone, or
+        cannot be opened or read, or has another size, or is something else
+        than a regular file by now): then L{readMessageFile} says what.
+    """
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, listedSize + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) != listedSize:
+        # It grew (an octet more than expected), shrank, or is not a
+        # regular file at all (a FIFO put in its place reads as empty).
+        return None
+    if 13 not in data:
+        # toCRLF's common case (no CR at all), without the call.
+        return data.replace(b"\n", b"\r\n")
+    return toCRLF(data)
+
+
+def _unreadable(shown: str, error: OSError) -> UnreadableMessage:
+    """
+    An L{UnreadableMessage} for a file that could not be opened or read.
+    """
+    if isinstance(error, PermissionError):
+        return UnreadableMessage(f"permission denied: {shown}")
+    if error.errno == errno.ENXIO:
+        # What opening a socket gives.
+        return UnreadableMessage(f"not a regular file: {shown}")
+    return UnreadableMessage(f"cannot read {shown}: {describe(error)}")
+
+
+def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0) -> MessageBody:
+    """
+    Read one open message file whole, in one read, with CRLF line endings;
+    a file larger than L{LARGE_MESSAGE} is returned as a L{StreamedBody}
+    that owns C{fd}, else C{fd} is closed.
+
+    A small file of known size is read with no C{fstat}: one C{read} asks
+    for one octet more, which shows whether it grew since; a read that
+    does not give the size expected is checked with C{fstat} (a FIFO or
+    other special file put in place of the message is refused).
+
+    @param fd: the file, opened with C{O_NONBLOCK}; this function owns it.
+    @param directory: the directory holding it, as shown to the admin.
+    @param name: its name (or path) in that directory.
+    @param listedSize: its size as the listing saw it, if known (else 0).
+    """
+    body: MessageBody | None = None
+    try:
+        try:
+            body = _readDescriptor(fd, directory, name, listedSize)
+        finally:
+            if not isinstance(body, StreamedBody):
+                os.close(fd)
+    except OSError as e:
+        return _unreadable(shownPath(directory, name), e)
+    return toCRLF(body) if isinstance(body, bytes) else body
+
+
+def _readDescriptor(fd: int, directory: str | None, name: str, listedSize: int) -> MessageBody:
+    """
+    The content of an open message file as it is (L{readOpenFile}).
+
+    @raise OSError: it cannot be read.
+    """
+    if 0 < listedSize <= LARGE_MESSAGE:
+        size = listedSize
+    else:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
+        size = status.st_size
+    if size > LARGE_MESSAGE:
+        return StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
+    data = os.read(fd, size + 1)
+    if len(data) == size:
+        return data
+    return _readChanged(fd, directory, name, size, data)
+
+
+def _readChanged(fd: int, directory: str | None, name: str, size: int, data: bytes) -> MessageBody:
+    """
+    The content of a message file whose first read did not give the size
+    expected: it grew (an octet more than expected), shrank, or is not a
+    regular file at all.
+
+    @param data: what the first read gave.
+    @raise OSError: it cannot be read.
+    """
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        return UnreadableMessage(notRegular(shownPath(directory, name), status.st_mode))
+    if len(data) < size:
+        return data
+    if status.st_size > LARGE_MESSAGE:
+        return StreamedBody.fromDescriptor(fd, shownPath(directory, name), READ_CHUNK)
+    rest = [data]
+    while chunk := os.read(fd, READ_CHUNK):
+        rest.append(chunk)
+    return b"".join(rest)

@@ -1,0 +1,322 @@
+# -*- test-case-name: tests.test_sources_messagefile -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods are unannotated.)
+"""
+Tests for L{imapmig.sources.messagefile}: reading one message file,
+never blocking on or following what is not a regular file, and streaming
+a large one (moved from tests.test_sources_local with the code).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+
+from twisted.trial.unittest import SynchronousTestCase
+
+import imapmig.sources.messagefile as messagefile
+from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
+from imapmig.sources.messagefile import readListedFile, readMessageFile
+from tests.localfiles import makeSocket
+
+
+class SpecialFileTests(SynchronousTestCase):
+    """
+    L{readMessageFile} never blocks on, reads from, or follows what is not
+    a regular file.
+    """
+
+    def test_fifo(self) -> None:
+        """
+        A FIFO (with no writer) is opened without blocking and refused,
+        whatever size the listing gave.
+        """
+        path = self.mktemp()
+        os.mkfifo(path)
+        for size in (0, 10):
+            self.assertEqual(
+                readMessageFile(path, size), UnreadableMessage(f"not a regular file: FIFO: {path}")
+            )
+
+    def test_fifoWithWriter(self) -> None:
+        """
+        A FIFO with a writer that sends nothing is not waited for.
+        """
+        path = self.mktemp()
+        os.mkfifo(path)
+        reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        self.addCleanup(os.close, writer)
+        body = readMessageFile(path, 10)
+        assert isinstance(body, UnreadableMessage)
+        self.assertIn(path, body.reason)
+
+    def test_socket(self) -> None:
+        """
+        A Unix socket is refused.
+        """
+        path = self.mktemp()
+        makeSocket(self, path)
+        self.assertEqual(
+            readMessageFile(path, 10), UnreadableMessage(f"not a regular file: {path}")
+        )
+
+    def test_symbolicLink(self) -> None:
+        """
+        A symbolic link (put in place after the listing saw a file) is not
+        followed.
+        """
+        target = self.mktemp()
+        with open(target, "wb") as f:
+            f.write(b"secret\n")
+        path = self.mktemp()
+        os.symlink(os.path.abspath(target), path)
+        self.assertEqual(
+            readMessageFile(path, 7),
+            UnreadableMessage(f"became a symbolic link since it was listed, not followed: {path}"),
+        )
+
+    def test_device(self) -> None:
+        """
+        A character device (here one made with C{mknod}, where the process
+        may) is refused without being read.
+        """
+        path = self.mktemp()
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+        except PermissionError:
+            raise self.skipTest("mknod needs CAP_MKNOD")
+        self.assertEqual(
+            readMessageFile(path, 0),
+            UnreadableMessage(f"not a regular file: character device: {path}"),
+        )
+        self.assertEqual(
+            readMessageFile(path, 100),
+            UnreadableMessage(f"not a regular file: character device: {path}"),
+        )
+
+    def test_directory(self) -> None:
+        """
+        A directory is refused, named as shown in C{directory} if given.
+        """
+        parent = self.mktemp()
+        os.makedirs(os.path.join(parent, "sub"))
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        self.assertEqual(
+            readMessageFile("sub", 0, fd, "/shown"),
+            UnreadableMessage("not a regular file: directory: /shown/sub"),
+        )
+
+
+class ReadListedFileTests(SynchronousTestCase):
+    """
+    L{readListedFile}, the hot path's read, gives a body only for a regular
+    file of the size listed, and L{None} for anything else (for
+    L{readMessageFile} to tell why), never blocking.
+    """
+
+    def setUp(self) -> None:
+        self.directory = self.mktemp()
+        os.makedirs(self.directory)
+        self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, self.fd)
+
+    def write(self, name: str, content: bytes) -> None:
+        with open(os.path.join(self.directory, name), "wb") as f:
+            f.write(content)
+
+    def test_regular(self) -> None:
+        """
+        A regular file of the size listed is read, with CRLF line endings
+        (and one already in CRLF comes back as it is).
+        """
+        self.write("m", b"a\nb\n")
+        self.write("crlf", b"a\r\nb\r\n")
+        self.assertEqual(readListedFile("m", 4, self.fd), b"a\r\nb\r\n")
+        self.assertEqual(readListedFile("crlf", 6, self.fd), b"a\r\nb\r\n")
+
+    def test_otherSize(self) -> None:
+        """
+        A file that grew or shrank since it was listed gives L{None}.
+        """
+        self.write("m", b"0123456789")
+        self.assertIsNone(readListedFile("m", 9, self.fd))
+        self.assertIsNone(readListedFile("m", 11, self.fd))
+
+    def test_missing(self) -> None:
+        """
+        A file that is gone gives L{None}.
+        """
+        self.assertIsNone(readListedFile("gone", 10, self.fd))
+
+    def test_notRegular(self) -> None:
+        """
+        A FIFO (with or without a writer), a symbolic link or a directory
+        put where the listing saw a file gives L{None}, without blocking
+        or following the link.
+        """
+        os.mkfifo(os.path.join(self.directory, "fifo"))
+        self.assertIsNone(readListedFile("fifo", 10, self.fd))
+        reader = os.open(os.path.join(self.directory, "fifo"), os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(os.path.join(self.directory, "fifo"), os.O_WRONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        self.addCleanup(os.close, writer)
+        self.assertIsNone(readListedFile("fifo", 10, self.fd))
+        self.write("target", b"secret\n")
+        os.symlink("target", os.path.join(self.directory, "link"))
+        self.assertIsNone(readListedFile("link", 7, self.fd))
+        os.mkdir(os.path.join(self.directory, "sub"))
+        self.assertIsNone(readListedFile("sub", 7, self.fd))
+
+
+class LargeFileTests(SynchronousTestCase):
+    """
+    Very large files are not read into memory: they come back as a
+    L{StreamedBody} on the open file.
+    """
+
+    def test_streamedSameAsToCRLF(self) -> None:
+        """
+        Above the large-file threshold, the streamed body has the length
+        and, in slices of any size, the octets that L{toCRLF} gives, for
+        bare-LF, CRLF and mixed files, with and without a final newline,
+        whatever falls on a slice boundary.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 4)
+        self.patch(messagefile, "READ_CHUNK", 7)
+        rng = random.Random(5)
+        path = self.mktemp()
+        samples = [
+            b"\n\nabc\ndef",
+            b"a\r\nb\r\n" * 9,
+            b"x\ny\r\nz\n" * 5,
+            b"no newline at all here",
+            b"\r" * 20 + b"\n" * 20,
+            b"abc\r\r\n\n\r" * 7,
+        ]
+        for _ in range(20):
+            lines = [rng.randbytes(rng.randrange(0, 40)) for _ in range(50)]
+            samples.append(b"\n".join(lines))
+        for data in samples:
+            with open(path, "wb") as f:
+                f.write(data)
+            body = readMessageFile(path)
+            assert isinstance(body, StreamedBody)
+            expected = toCRLF(data)
+            self.assertEqual(len(body), len(expected))
+            for size in (1, 2, 3, 7, 64, 1 << 20):
+                self.assertEqual(b"".join(body.slices(size)), expected)
+            body.close()
+
+    def test_renamedWhileQueued(self) -> None:
+        """
+        The file stays open: renamed after it was read (a flag change), it
+        is still sent whole.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 16)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"line\n" * 10)
+        body = readMessageFile(path)
+        assert isinstance(body, StreamedBody)
+        os.rename(path, path + ":2,S")
+        self.assertEqual(b"".join(body.slices(8)), b"line\r\n" * 10)
+
+    def test_changedWhileQueued(self) -> None:
+        """
+        A file whose content changed after it was read no longer gives the
+        size announced: the slices raise OSError naming it, and never give
+        more octets than announced.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 16)
+        path = self.mktemp()
+        for change in (b"line\n" * 12, b"line\n" * 8, b"l\ne\n" * 25):
+            with open(path, "wb") as f:
+                f.write(b"line\n" * 10)
+            body = readMessageFile(path)
+            assert isinstance(body, StreamedBody)
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(change)
+            given = []
+            with self.assertRaises(OSError) as caught:
+                for piece in body.slices(8):
+                    given.append(piece)
+            self.assertIn("changed while being sent", str(caught.exception))
+            self.assertIn(path, str(caught.exception))
+            self.assertLessEqual(len(b"".join(given)), len(body))
+
+    def test_closedWithTheBody(self) -> None:
+        """
+        The body owns the file descriptor: closing it (or dropping it)
+        closes the file.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 16)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"x\n" * 20)
+        before = len(os.listdir("/proc/self/fd"))
+        body = readMessageFile(path)
+        assert isinstance(body, StreamedBody)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+        del body
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+
+    def test_fileGrewSinceStat(self) -> None:
+        """
+        A file that grew between its fstat and its read is read to its end.
+        """
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 100)
+        realFstat = os.fstat
+
+        class Shrunk:
+            def __init__(self, fd: int) -> None:
+                self.st_mode = realFstat(fd).st_mode
+                self.st_size = realFstat(fd).st_size - 150
+
+        self.patch(os, "fstat", Shrunk)
+        self.assertEqual(readMessageFile(path), b"a\r\n" * 100)
+
+    def test_listedSizeReadWithoutFstat(self) -> None:
+        """
+        Given the size the listing saw, a small file is read with no
+        C{fstat}; a file that shrank since is read as it is now, after one
+        C{fstat} that shows it is still a regular file.
+        """
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 100)
+        calls = []
+        realFstat = os.fstat
+
+        def countedFstat(fd: int) -> os.stat_result:
+            calls.append(fd)
+            return realFstat(fd)
+
+        self.patch(os, "fstat", countedFstat)
+        self.assertEqual(readMessageFile(path, 200), b"a\r\n" * 100)
+        self.assertEqual(calls, [])
+        self.assertEqual(readMessageFile(path, 5000), b"a\r\n" * 100)
+        self.assertEqual(len(calls), 1)
+
+    def test_grewSinceListed(self) -> None:
+        """
+        A file that grew since it was listed is read to its end; one that
+        grew past the large-file threshold is streamed.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 1000)
+        path = self.mktemp()
+        with open(path, "wb") as f:
+            f.write(b"a\n" * 300)
+        self.assertEqual(readMessageFile(path, 10), b"a\r\n" * 300)
+        with open(path, "wb") as f:
+            f.write(b"b\n" * 600)
+        body = readMessageFile(path, 10)
+        assert isinstance(body, StreamedBody)
+        self.assertEqual(b"".join(body.slices(64)), b"b\r\n" * 600)
+        body.close()
