@@ -38,7 +38,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
-from imapmig.errors import ConfigError
+from imapmig.errors import ConfigError, DocumentRefused
 from imapmig.access.secrets import accessibleToOthers
 
 __all__ = [
@@ -76,16 +76,6 @@ _REDESCRIBED_OCTETS = 256 * 1024
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class _Refused(Exception):
-    """
-    The document is refused while it is composed: C{message}, at C{mark}.
-    """
-
-    def __init__(self, message: str, mark: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.mark = mark
-
 
 def _line(mark: Any) -> int:
     return int(mark.line) + 1
@@ -121,7 +111,7 @@ class _BoundedComposer(Composer):
     def count(self, nodes: int, mark: Any) -> None:
         self.expanded += nodes
         if self.expanded > MAX_NODES:
-            raise _Refused(
+            raise DocumentRefused(
                 f"the document holds more than {MAX_NODES:,} nodes (keys, values and"
                 " list items, each alias counted as the nodes it stands for); write large"
                 " fleets as a user list (jobs_from), and aliases of small mappings only",
@@ -135,7 +125,7 @@ class _BoundedComposer(Composer):
             if anchored is not None:
                 weight = self.weights.get(anchored)
                 if weight is None:
-                    raise _Refused(
+                    raise DocumentRefused(
                         f"the alias *{event.anchor} is used inside its own anchor"
                         f" &{event.anchor} (line {_line(anchored.start_mark)}): a"
                         " configuration cannot be recursive",
@@ -154,7 +144,7 @@ class _BoundedComposer(Composer):
             self.path.append(segment)
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise _Refused(
+            raise DocumentRefused(
                 f"the document nests deeper than {MAX_DEPTH} levels", event.start_mark
             )
         before = self.expanded
@@ -261,7 +251,7 @@ def _parse(content: bytes) -> tuple[object, list[tuple[str, Any, Any]]]:
     of the error (line, column and wording) whichever parser PyYAML has.
 
     @raise yaml.YAMLError: not valid YAML.
-    @raise _Refused: past a bound.
+    @raise DocumentRefused: past a bound.
     """
     if _FastLoader is not None:
         try:
@@ -291,7 +281,7 @@ def parseDocument(content: bytes, path: str) -> object:
     """
     try:
         document, duplicates = _parse(content)
-    except _Refused as e:
+    except DocumentRefused as e:
         raise ConfigError([f"{path}: line {_line(e.mark)}: {e.message}"]) from None
     except yaml.MarkedYAMLError as e:
         raise ConfigError([f"{path}: {describeYAMLError(e)}"]) from None

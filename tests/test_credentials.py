@@ -18,9 +18,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import ImapSourceConfig, loadConfig, parseConfig
 from imapmig.config.model import TokenFileConfig, TokenRefreshConfig
-from imapmig.access.credentials import CredentialError, credentialPath, readCredential
+from imapmig.access.credentials import credentialPath, readCredential
 from imapmig.errors import ConfigError
-from imapmig.access.secrets import PasswordFileError, Secret, _aclGrantsOthers, readPasswordFile
+from imapmig.access.secrets import Secret, _aclGrantsOthers, readPasswordFile
+from imapmig.errors import CredentialError, PasswordFileError
 from tests.test_config import FILE_PASSWORD, ConfigTestCase, writeFile
 
 CREDENTIAL = "systemd-handed-secret"

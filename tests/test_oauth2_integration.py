@@ -29,7 +29,8 @@ from imapmig.testing.dovecot import (
 )
 from imapmig.testing.faultproxy import Direction, Fault, FaultProxy, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
-from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
+from imapmig.errors import TokenRefreshRefused
+from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, agentFor
 from tests.support import (
     _rootDirectory,
     corpusView,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from imapmig.access.secrets import PasswordFileError, readPasswordFile
+from imapmig.access.secrets import readPasswordFile
+from imapmig.errors import CredentialError, PasswordFileError
 
 CREDENTIALS_DIRECTORY = "CREDENTIALS_DIRECTORY"
 """
@@ -25,12 +26,6 @@ The environment variable in which systemd names the service's
 credentials directory (C{/run/credentials/UNIT}).
 """
 
-
-class CredentialError(PasswordFileError):
-    """
-    A credential cannot be used.  The message says why and what to do; it
-    never contains any of the credential's content.
-    """
 
 
 def credentialPath(name: str, environ: Mapping[str, str]) -> str:

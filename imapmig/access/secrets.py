@@ -13,6 +13,8 @@ import struct
 
 from attrs import field, frozen
 
+from imapmig.errors import PasswordFileError
+
 
 @frozen(repr=False)
 class Secret:
@@ -39,12 +41,6 @@ file larger than this is a mistake (a mail spool, a disk image) that must
 not be read into memory.
 """
 
-
-class PasswordFileError(ValueError):
-    """
-    A password file cannot be used.  The message names the file and says
-    why; it never contains any of the file's content.
-    """
 
 
 def readPasswordFile(path: str, kind: str = "password") -> str:

@@ -41,9 +41,9 @@ from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader,
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.configfile import readConfigFile
-from imapmig.errors import ConfigError
+from imapmig.errors import ConfigError, PasswordFileError
 from imapmig.mail.plan import FolderRules
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret, readPasswordFile
 
 __all__ = [
     "AccountConfig",

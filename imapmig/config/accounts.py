@@ -30,7 +30,8 @@ from imapmig.config.model import (
 )
 from imapmig.config.reader import _describe, _key
 from imapmig.config.secretkeys import SecretsReader, secretKeys
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.errors import PasswordFileError
 
 # password, password_file, password_credential.
 _PASSWORD_KEYS = secretKeys("password", inline=True)

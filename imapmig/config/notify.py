@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 from imapmig.config.accounts import isLoopback
 from imapmig.config.model import NotifyConfig
 from imapmig.config.reader import ConfigReader
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.errors import PasswordFileError
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
 

@@ -16,7 +16,8 @@ from typing import Callable, Mapping
 
 from imapmig.config.reader import ConfigReader, _key
 from imapmig.access.credentials import credentialPath, readCredential
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.errors import PasswordFileError
 
 def _fromFile(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:
     """

@@ -36,7 +36,8 @@ from imapmig.config.model import (
 from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
-from imapmig.access.secrets import PasswordFileError, Secret
+from imapmig.access.secrets import Secret
+from imapmig.errors import PasswordFileError
 
 _TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
 # A row's password comes from a file or a systemd credential, never inline.

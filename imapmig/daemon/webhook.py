@@ -46,14 +46,8 @@ from twisted.web.iweb import IAgent, IResponse
 
 import imapmig
 from imapmig.config.model import NotifyConfig
-from imapmig.errors import escapedExcerpt
-from imapmig.oauth.httpclient import (
-    BodyTooLarge,
-    BoundedBody,
-    BytesBody,
-    QuietConnectionPool,
-    shortError,
-)
+from imapmig.errors import BodyTooLarge, escapedExcerpt
+from imapmig.oauth.httpclient import BoundedBody, BytesBody, QuietConnectionPool, shortError
 from imapmig.imap.signals import excerpt
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.status.redact import withoutPaths

@@ -22,8 +22,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import AuthenticationFailed
-from imapmig.access.secrets import PasswordFileError, readPasswordFile
+from imapmig.errors import AuthenticationFailed, PasswordFileError
+from imapmig.access.secrets import readPasswordFile
 from imapmig.oauth.tokenrefresh import IssuedToken
 
 

@@ -31,14 +31,13 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 
 from imapmig.config.model import TokenRefreshConfig
-from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
-from imapmig.oauth.httpclient import (
+from imapmig.errors import (
     BodyTooLarge,
-    BoundedBody,
-    BytesBody,
-    QuietConnectionPool,
-    shortError,
+    TokenEndpointUnavailable,
+    TokenRefreshRefused,
+    escapedExcerpt,
 )
+from imapmig.oauth.httpclient import BoundedBody, BytesBody, QuietConnectionPool, shortError
 from imapmig.access.tlsidentity import HostnameVerifyingPolicy
 from imapmig.access.trustroots import trustRootFrom
 
@@ -53,19 +52,6 @@ _EXCERPT = 80
 _TRANSIENT_STATUSES = frozenset({408, 429})
 
 
-class TokenRefreshRefused(AuthenticationFailed):
-    """
-    The token endpoint refused the refresh (C{invalid_grant}: the refresh
-    token was revoked or expired; C{invalid_client}; ...), or answered in
-    a way that retrying will not change.  Permanent.
-    """
-
-
-class TokenEndpointUnavailable(TransientError):
-    """
-    The token endpoint could not be reached or answered, timed out, or
-    answered with a server error (5xx) or C{429}.  Retried with the job.
-    """
 
 
 @frozen

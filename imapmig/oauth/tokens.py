@@ -33,9 +33,14 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.errors import AuthenticationFailed, CredentialsRefused, TransientError
+from imapmig.errors import (
+    CredentialsRefused,
+    PasswordFileError,
+    TokenCommandTimedOut,
+    TokenUnavailable,
+)
 from imapmig.log.logfields import withFields
-from imapmig.access.secrets import PasswordFileError, readPasswordFile
+from imapmig.access.secrets import readPasswordFile
 
 if TYPE_CHECKING:
     from imapmig.oauth.tokencache import RefreshedTokens
@@ -54,19 +59,6 @@ log = Logger()
 T = TypeVar("T")
 
 
-class TokenUnavailable(AuthenticationFailed):
-    """
-    No access token could be obtained: the file cannot be used, or the
-    command failed.  Permanent, as a refused login is.
-    """
-
-
-class TokenCommandTimedOut(TransientError):
-    """
-    The token command did not finish within its timeout (it was killed).
-    Transient: such a command usually waits on its identity provider,
-    which may answer on the job's next attempt.
-    """
 
 
 async def obtainToken(
