@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.test_config -*-
 """
 What every section of the configuration is read with: a collector of
-problems, each named by its file and key path, and readers of plain
-values (strings, integers, seconds, directories, choices).
+problems, each named by its file and key path, readers of plain values
+(strings, integers, seconds, directories, choices), and the declared key
+tables (L{Key}, L{Check}) that L{ConfigReader._readKeys} walks.
 
 Each C{_read*} method returns the value it read, or L{None} after
 recording why it could not.
@@ -14,7 +15,9 @@ import difflib
 import math
 import os
 import re
-from typing import Collection, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence, Union
+
+from attrs import frozen
 
 from imapmig.errors import SHOWN_PROBLEMS
 
@@ -49,6 +52,93 @@ def _key(path: str, key: str) -> str:
     The path of C{key} inside the mapping at C{path}.
     """
     return f"{path}.{key}" if path else key
+
+
+_NO_DEFAULT: Any = object()
+
+
+@frozen
+class Key:
+    """
+    One key of a section, declared once: how its value is read, and what
+    an absent key means.
+
+    @ivar name: the key, as written in the file.
+    @ivar read: reads a value: C{read(reader, value, path)} returns what it
+        read, or L{None} after recording a problem.
+    @ivar field: the name its value is kept under (the frozen object's
+        field); the key itself if empty.
+    @ivar default: the value read when the key is absent; absent keys
+        without one read as L{None}.
+    @ivar missing: if set, the key is required and this is the problem
+        recorded when it is absent.
+    @ivar nullIsAbsent: whether C{null} is read as if the key were absent.
+    """
+
+    name: str
+    read: Callable[[Any, object, str], object]
+    field: str = ""
+    default: object = _NO_DEFAULT
+    missing: str | None = None
+    nullIsAbsent: bool = False
+
+    def apply(
+        self, reader: ConfigReader, mapping: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read this key of C{mapping} (at C{path}) into C{values}.
+
+        @return: whether it is valid (an absent optional key is).
+        """
+        where = _key(path, self.name)
+        value = mapping.get(self.name, _NO_DEFAULT)
+        if value is _NO_DEFAULT or (value is None and self.nullIsAbsent):
+            value = self._absent(reader, where)
+            if value is _NO_DEFAULT:
+                values[self.field or self.name] = None
+                return self.missing is None
+        values[self.field or self.name] = read = self.read(reader, value, where)
+        return read is not None
+
+    def _absent(self, reader: ConfigReader, where: str) -> object:
+        """
+        The value an absent key reads as, or C{_NO_DEFAULT} for none (a
+        problem is recorded if the key is required).
+        """
+        if self.missing is not None:
+            reader._problem(where, self.missing)
+        return self.default
+
+
+@frozen
+class Check:
+    """
+    A step of a key table that looks at several keys at once (one may
+    rule another out), or derives a value from them: C{check(reader,
+    mapping, path, values)} records its problems and returns whether all
+    is well.
+    """
+
+    check: Callable[[Any, Mapping[str, object], str, dict[str, Any]], bool]
+
+    def apply(
+        self, reader: ConfigReader, mapping: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Run the check.
+        """
+        return self.check(reader, mapping, path, values)
+
+
+Step = Union[Key, Check]
+
+
+def keyNames(table: Sequence[Step]) -> tuple[str, ...]:
+    """
+    The keys a table declares, in its order (the order the problem of an
+    unknown key lists them in).
+    """
+    return tuple(step.name for step in table if isinstance(step, Key))
 
 
 class ConfigReader:
@@ -96,6 +186,21 @@ class ConfigReader:
             else:
                 result[key] = item
         return result
+
+    def _readKeys(
+        self, mapping: Mapping[str, object], path: str, table: Sequence[Step]
+    ) -> dict[str, Any] | None:
+        """
+        Walk a key table over C{mapping} (at C{path}): read each key and
+        run each check, in order, recording every problem.
+
+        @return: the values read, by field, or L{None} if any is invalid.
+        """
+        ok = True
+        values: dict[str, Any] = {}
+        for step in table:
+            ok = step.apply(self, mapping, path, values) and ok
+        return values if ok else None
 
     def _hint(self, key: str, keys: Collection[str]) -> str:
         """
@@ -145,6 +250,15 @@ class ConfigReader:
             self._problem(path, f"must be {bounds}, not {value}")
             return None
         return value
+
+    def _readBoolean(self, value: object, path: str) -> bool | None:
+        """
+        Read C{true} or C{false}.
+        """
+        if isinstance(value, bool):
+            return value
+        self._problem(path, f"must be true or false, not {_describe(value)}")
+        return None
 
     def _readSeconds(self, value: object, path: str) -> float | None:
         """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Callable, Mapping, TypeVar
+from typing import Any, Mapping
 
 from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
@@ -16,32 +16,15 @@ from twisted.internet.endpoints import clientFromString, serverFromString
 from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
-from imapmig.config.reader import _NAME, _describe, _key
+from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key, keyNames
 from imapmig.config.endpointstring import splitEndpoint
 from imapmig.mail.plan import PersonalNamespace
-
-_T = TypeVar("_T")
 
 _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
 
 
 _DEFAULT_TIMEOUT = 120.0
 
-_SERVER_KEYS = (
-    "endpoint",
-    "starttls",
-    "allow_plaintext",
-    "tls_ca",
-    "tls_hostname",
-    "timeout",
-    "compress",
-    "namespace",
-    "preset",
-    "label_views",
-    "archive_folder",
-    "max_message_size",
-    *LIMIT_KEYS,
-)
 _LABEL_VIEWS = ("auto", "dedup", "copy")
 _NAMESPACE_KEYS = ("prefix", "separator")
 
@@ -116,6 +99,7 @@ class _ClientEndpoint:
     What a valid C{servers.*.endpoint} string says.
     """
 
+    written: str
     implicitTLS: bool
     tcpEndpoint: str
     host: str
@@ -186,140 +170,71 @@ class ServersReader(LimitsReader):
             servers[name] = self._readServer(name, item, path)
         return servers
 
-    def _readIfSet(
-        self,
-        mapping: Mapping[str, object],
-        path: str,
-        key: str,
-        read: Callable[[object, str], _T | None],
-    ) -> tuple[_T | None, bool]:
-        """
-        L{LimitsReader._optional}, and whether the setting is valid (an
-        absent or null one is; a reader gives L{None} for an invalid one).
-        """
-        value = self._optional(mapping, path, key, read)
-        return value, value is not None or mapping.get(key) is None
-
     def _readServer(self, name: str, value: object, path: str) -> ServerConfig | None:
         """
-        Read one server.
+        Read one server: its preset first (whose defaults fill the keys
+        the server leaves out), then the keys of L{_SERVER_TABLE}.
         """
         server = self._readMapping(value, path, _SERVER_KEYS)
         if server is None:
             return None
-        preset = None
         if "preset" in server:
             preset = self._readPreset(server["preset"], _key(path, "preset"))
             if preset is None:
                 return None
             server = withPreset(preset, server, _SERVER_KEYS)
-        ok = True
-
-        endpoint: _ClientEndpoint | None = None
-        written = None
-        if "endpoint" not in server:
-            self._problem(
-                _key(path, "endpoint"),
-                "missing: give 'tcp:HOST:PORT' (STARTTLS)"
-                " or 'tls:HOST:PORT' (implicit TLS)",
-            )
-        else:
-            written = self._readString(server["endpoint"], _key(path, "endpoint"))
-            if written is not None:
-                endpoint = self._readClientEndpoint(written, _key(path, "endpoint"))
-        ok = ok and endpoint is not None
-
-        starttls: bool | None = None
-        if "starttls" in server:
-            starttls = self._readStarttls(server["starttls"], _key(path, "starttls"))
-            ok = ok and starttls is not None
-            if starttls and endpoint is not None and endpoint.implicitTLS:
-                self._problem(
-                    _key(path, "starttls"),
-                    "must be off (or absent) with the implicit TLS endpoint"
-                    f" {written!r}; STARTTLS is for tcp: endpoints",
-                )
-                ok = False
-        elif endpoint is not None:
-            starttls = not endpoint.implicitTLS
-
-        tlsCA, valid = self._readIfSet(server, path, "tls_ca", self._readCertificates)
-        ok = ok and valid
-        tlsHostname, valid = self._readIfSet(server, path, "tls_hostname", self._readString)
-        ok = ok and valid
-        if endpoint is not None and starttls is False and not endpoint.implicitTLS:
-            for key in ("tls_ca", "tls_hostname"):
-                if server.get(key) is not None:
-                    self._problem(
-                        _key(path, key),
-                        "has no effect without TLS (starttls: off on a tcp: endpoint)",
-                    )
-                    ok = False
-
-        ok = self._checkPlaintext(server, path, endpoint, starttls) and ok
-
-        timeout = self._readSeconds(
-            server.get("timeout", _DEFAULT_TIMEOUT), _key(path, "timeout")
-        )
-        ok = ok and timeout is not None
-
-        compress = self._readCompress(
-            server.get("compress", "auto"),
-            _key(path, "compress"),
-            None if endpoint is None else endpoint.host,
-        )
-        ok = ok and compress is not None
-
-        namespace, valid = self._readIfSet(server, path, "namespace", self._readNamespace)
-        ok = ok and valid
-
-        labelViews = self._readChoice(
-            server.get("label_views", "auto"),
-            _key(path, "label_views"),
-            _LABEL_VIEWS,
-            "label_views setting",
-        )
-        ok = ok and labelViews is not None
-        archiveFolder, valid = self._readArchiveFolder(
-            server.get("archive_folder", "Archive"), _key(path, "archive_folder")
-        )
-        ok = ok and valid
-
-        maxMessageSize, valid = self._readIfSet(server, path, "max_message_size", self._readSize)
-        ok = ok and valid
-        limits = self.readServerLimits(server, path)
-        ok = ok and limits is not None
-
-        if not ok:
+        values = self._readKeys(server, path, _SERVER_TABLE)
+        if values is None:
             return None
-        assert written is not None and endpoint is not None
-        assert starttls is not None and timeout is not None and compress is not None
-        assert labelViews is not None
-        assert limits is not None
-        return ServerConfig(
-            name=name,
-            endpoint=written,
-            starttls=starttls,
-            implicitTLS=endpoint.implicitTLS,
-            tcpEndpoint=endpoint.tcpEndpoint,
-            tlsHostname=tlsHostname or endpoint.host,
-            tlsCA=tlsCA,
-            timeout=timeout,
-            compress=compress,
-            namespace=namespace,
-            preset=None if preset is None else preset.name,
-            labelViews=labelViews,
-            archiveFolder=archiveFolder,
-            maxMessageSize=maxMessageSize,
-            limits=limits,
-        )
+        return _serverConfig(name, values)
+
+    def _readEndpoint(self, value: object, path: str) -> _ClientEndpoint | None:
+        """
+        Read C{endpoint}: a string L{_readClientEndpoint} accepts.
+        """
+        written = self._readString(value, path)
+        return None if written is None else self._readClientEndpoint(written, path)
+
+    def _checkStarttls(
+        self, server: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Check C{starttls} against the endpoint: STARTTLS is for C{tcp:}
+        endpoints; absent, it is required on those and off on C{tls:}.
+        """
+        endpoint: _ClientEndpoint | None = values["endpoint"]
+        if endpoint is None:
+            return True
+        if "starttls" not in server:
+            values["starttls"] = not endpoint.implicitTLS
+        elif values["starttls"] and endpoint.implicitTLS:
+            self._problem(
+                _key(path, "starttls"),
+                "must be off (or absent) with the implicit TLS endpoint"
+                f" {endpoint.written!r}; STARTTLS is for tcp: endpoints",
+            )
+            return False
+        return True
+
+    def _checkTLSKeys(
+        self, server: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Check that C{tls_ca} and C{tls_hostname} are not given for a
+        connection without TLS (C{starttls: off} on a C{tcp:} endpoint).
+        """
+        if not _withoutTLS(values):
+            return True
+        given = [key for key in ("tls_ca", "tls_hostname") if server.get(key) is not None]
+        for key in given:
+            self._problem(
+                _key(path, key),
+                "has no effect without TLS (starttls: off on a tcp: endpoint)",
+            )
+        return not given
 
     def _checkPlaintext(
-        self,
-        server: Mapping[str, object],
-        path: str,
-        endpoint: _ClientEndpoint | None,
-        starttls: bool | None,
+        self, server: Mapping[str, object], path: str, values: dict[str, Any]
     ) -> bool:
         """
         Check C{allow_plaintext} (C{false} by default): a server reached
@@ -329,21 +244,17 @@ class ServersReader(LimitsReader):
         the setting has no effect and is refused, as C{tls_ca} is without
         TLS.
 
-        @param endpoint: the server's endpoint, or L{None} if invalid.
-        @param starttls: its C{starttls}, or L{None} if invalid.
         @return: whether the server is acceptable in this respect.
         """
-        where = _key(path, "allow_plaintext")
-        allow = server.get("allow_plaintext", False)
-        if not isinstance(allow, bool):
-            self._problem(where, f"must be true or false, not {_describe(allow)}")
-            return False
-        if endpoint is None or starttls is None:
+        allow = values["allowPlaintext"]
+        endpoint: _ClientEndpoint | None = values["endpoint"]
+        if allow is None or endpoint is None or values["starttls"] is None:
             return True
-        plaintext = not endpoint.implicitTLS and not starttls
+        plaintext = _withoutTLS(values)
         if allow and not plaintext:
             self._problem(
-                where, "has no effect with TLS (a tls: endpoint or starttls: required)"
+                _key(path, "allow_plaintext"),
+                "has no effect with TLS (a tls: endpoint or starttls: required)",
             )
             return False
         if plaintext and not allow and not isLoopbackHost(endpoint.host):
@@ -356,6 +267,28 @@ class ServersReader(LimitsReader):
             )
             return False
         return True
+
+    def _resolveCompress(
+        self, server: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Resolve C{compress: auto}: on unless the endpoint's host is a
+        loopback address (on a local link DEFLATE costs more CPU than the
+        octets it saves).
+        """
+        if values["compress"] == "auto":
+            endpoint: _ClientEndpoint | None = values["endpoint"]
+            values["compress"] = endpoint is not None and not isLoopbackHost(endpoint.host)
+        return True
+
+    def _checkLimits(
+        self, server: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read the server's limit keys (L{LIMIT_KEYS}).
+        """
+        values["limits"] = self.readServerLimits(server, path)
+        return values["limits"] is not None
 
     def _readPreset(self, value: object, path: str) -> Preset | None:
         """
@@ -450,7 +383,7 @@ class ServersReader(LimitsReader):
             )
             return None
         return _ClientEndpoint(
-            implicitTLS=implicitTLS, tcpEndpoint=tcpEndpoint, host=host
+            written=description, implicitTLS=implicitTLS, tcpEndpoint=tcpEndpoint, host=host
         )
 
     def _readNamespace(self, value: object, path: str) -> PersonalNamespace | None:
@@ -504,26 +437,26 @@ class ServersReader(LimitsReader):
             return None
         return PersonalNamespace(prefix, separator, configured=True)
 
-    def _readArchiveFolder(self, value: object, path: str) -> tuple[str | None, bool]:
+    def _readArchiveFolder(self, value: object, path: str) -> str | bool | None:
         """
         Read C{archive_folder}: a folder path with C{/} between levels
         (C{Archive}, C{Mail/Archive}), or C{off} (which YAML reads as
         C{false} unless quoted).
 
-        @return: the path or L{None} for C{off}, and whether it is valid.
+        @return: the path, C{False} for C{off}, or L{None} if invalid.
         """
         if value is False or value == "off":
-            return None, True
+            return False
         if not isinstance(value, str):
             self._problem(path, f"must be a folder name or 'off', not {_describe(value)}")
-            return None, False
+            return None
         levels = value.split("/")
         if not value or any(not level.strip() for level in levels):
             self._problem(
                 path,
                 f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'",
             )
-            return None, False
+            return None
         bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
         if bad:
             self._problem(
@@ -531,8 +464,8 @@ class ServersReader(LimitsReader):
                 f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
                 " (IMAP wildcards and control characters)",
             )
-            return None, False
-        return value, True
+            return None
+        return value
 
     def _readStarttls(self, value: object, path: str) -> bool | None:
         """
@@ -547,18 +480,14 @@ class ServersReader(LimitsReader):
         self._problem(path, f"must be 'required' or 'off', not {described}")
         return None
 
-    def _readCompress(self, value: object, path: str, host: str | None) -> bool | None:
+    def _readCompress(self, value: object, path: str) -> bool | str | None:
         """
         Read C{compress}: C{auto}, C{on} or C{off} (YAML reads the last two
-        as booleans unless quoted).  C{auto} means on unless C{host}, the
-        endpoint's host, is a loopback address: on a local link DEFLATE
-        costs more CPU than the octets it saves.
-
-        @param host: the endpoint's host, or L{None} if the endpoint is
-            invalid (the result then does not matter).
+        as booleans unless quoted); C{auto} is resolved with the endpoint
+        (L{_resolveCompress}).
         """
         if value == "auto":
-            return host is not None and not isLoopbackHost(host)
+            return "auto"
         if value is True or value == "on":
             return True
         if value is False or value == "off":
@@ -566,6 +495,19 @@ class ServersReader(LimitsReader):
         described = repr(value) if isinstance(value, str) else _describe(value)
         self._problem(path, f"must be 'auto', 'on' or 'off', not {described}")
         return None
+
+    def _readLabelViews(self, value: object, path: str) -> str | None:
+        """
+        Read C{label_views}: one of L{_LABEL_VIEWS}.
+        """
+        return self._readChoice(value, path, _LABEL_VIEWS, "label_views setting")
+
+    def _readPresetName(self, value: object, path: str) -> str:
+        """
+        The name of the server's preset, read before the other keys
+        (L{_readServer}).
+        """
+        return str(value)
 
     def _readCertificates(self, value: object, path: str) -> str | None:
         """
@@ -606,3 +548,62 @@ class ServersReader(LimitsReader):
                 )
                 return None
         return resolved
+
+
+def _withoutTLS(values: Mapping[str, Any]) -> bool:
+    """
+    Whether a server's valid C{endpoint} and C{starttls} make a connection
+    without TLS (C{starttls: off} on a C{tcp:} endpoint).
+    """
+    endpoint: _ClientEndpoint | None = values["endpoint"]
+    return endpoint is not None and values["starttls"] is False and not endpoint.implicitTLS
+
+
+def _serverConfig(name: str, values: Mapping[str, Any]) -> ServerConfig:
+    """
+    The server C{name} from the values of L{_SERVER_TABLE}.
+    """
+    endpoint: _ClientEndpoint = values["endpoint"]
+    return ServerConfig(
+        name=name,
+        endpoint=endpoint.written,
+        starttls=values["starttls"],
+        implicitTLS=endpoint.implicitTLS,
+        tcpEndpoint=endpoint.tcpEndpoint,
+        tlsHostname=values["tlsHostname"] or endpoint.host,
+        tlsCA=values["tlsCA"],
+        timeout=values["timeout"],
+        compress=values["compress"],
+        namespace=values["namespace"],
+        preset=values["preset"],
+        labelViews=values["labelViews"],
+        archiveFolder=values["archiveFolder"] or None,
+        maxMessageSize=values["maxMessageSize"],
+        limits=values["limits"],
+    )
+
+
+_ENDPOINT_MISSING = "missing: give 'tcp:HOST:PORT' (STARTTLS) or 'tls:HOST:PORT' (implicit TLS)"
+
+# The keys of a server, in the order their problems are reported (the
+# checks where what they look at has been read), then the limit keys.
+_SERVER_TABLE: tuple[Step, ...] = (
+    Key("endpoint", ServersReader._readEndpoint, missing=_ENDPOINT_MISSING),
+    Key("starttls", ServersReader._readStarttls),
+    Check(ServersReader._checkStarttls),
+    Key("allow_plaintext", ServersReader._readBoolean, "allowPlaintext", default=False),
+    Key("tls_ca", ServersReader._readCertificates, "tlsCA", nullIsAbsent=True),
+    Key("tls_hostname", ServersReader._readString, "tlsHostname", nullIsAbsent=True),
+    Check(ServersReader._checkTLSKeys),
+    Check(ServersReader._checkPlaintext),
+    Key("timeout", ServersReader._readSeconds, default=_DEFAULT_TIMEOUT),
+    Key("compress", ServersReader._readCompress, default="auto"),
+    Check(ServersReader._resolveCompress),
+    Key("namespace", ServersReader._readNamespace, nullIsAbsent=True),
+    Key("preset", ServersReader._readPresetName),
+    Key("label_views", ServersReader._readLabelViews, "labelViews", default="auto"),
+    Key("archive_folder", ServersReader._readArchiveFolder, "archiveFolder", default="Archive"),
+    Key("max_message_size", ServersReader._readSize, "maxMessageSize", nullIsAbsent=True),
+    Check(ServersReader._checkLimits),
+)
+_SERVER_KEYS = keyNames(_SERVER_TABLE) + LIMIT_KEYS
