@@ -18,7 +18,7 @@ import ipaddress
 import os
 import shutil
 from urllib.parse import urlsplit
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from imapmig.config.model import (
     DestinationConfig,
@@ -28,7 +28,7 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.config.reader import _describe, _key
+from imapmig.config.reader import Check, Key, Step, _describe, _key
 from imapmig.config.secretkeys import SecretsReader, secretKeys
 from imapmig.access.secrets import Secret, readPasswordFile
 from imapmig.errors import PasswordFileError
@@ -122,47 +122,54 @@ class AccountsReader(SecretsReader):
             admin's when there is an admin; L{None} with a token), the
             admin's login name or L{None}, and the token source or L{None}.
         """
-        ok = True
+        server = self._readAccountServer(destination, path, servers)
+        user = self._readRequiredString(destination, "user", path, "the login name")
+        login = self._readLogin(destination, path)
+        if server is None or user is None or login is None:
+            return None
+        return (server, user, *login)
 
-        server = None
-        name = self._readRequiredString(destination, "server", path, "name one of the servers")
-        if name is None:
-            ok = False
-        elif servers is None:
-            # servers itself is missing or invalid, which is reported.
-            ok = False
-        elif name not in servers:
+    def _readAccountServer(
+        self,
+        account: Mapping[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+    ) -> ServerConfig | None:
+        """
+        Read an account's C{server}: the name of one of C{servers} (L{None}
+        when C{servers} itself is missing or invalid, which is reported).
+        """
+        name = self._readRequiredString(account, "server", path, "name one of the servers")
+        if name is None or servers is None:
+            return None
+        if name not in servers:
             self._problem(
                 _key(path, "server"),
                 f"no server named {name!r}"
                 f" (servers: {', '.join(servers) or 'none'})",
             )
-            ok = False
-        else:
-            server = servers[name]
-            ok = ok and server is not None
-
-        user = self._readRequiredString(destination, "user", path, "the login name")
-        ok = ok and user is not None
-
-        admin = None
-        oauth2 = None
-        password = None
-        if "oauth2" in destination:
-            oauth2 = self._readOAuth2(destination, path)
-            ok = ok and oauth2 is not None
-        elif "admin" in destination:
-            admin = self._readAdmin(destination, path)
-            password = None if admin is None else admin[1]
-            ok = ok and password is not None
-        else:
-            password = self._readPassword(destination, path)
-            ok = ok and password is not None
-
-        if not ok:
             return None
-        assert server is not None and user is not None
-        return server, user, password, None if admin is None else admin[0], oauth2
+        return servers[name]
+
+    def _readLogin(
+        self, account: Mapping[str, object], path: str
+    ) -> tuple[Secret | None, str | None, TokenSourceConfig | None] | None:
+        """
+        Read how an account logs in: an C{oauth2} token source, an
+        C{admin} credential, or the user's password.
+
+        @return: the password (the admin's with an admin; L{None} with a
+            token), the admin's login name or L{None}, and the token source
+            or L{None}.
+        """
+        if "oauth2" in account:
+            oauth2 = self._readOAuth2(account, path)
+            return None if oauth2 is None else (None, None, oauth2)
+        if "admin" in account:
+            admin = self._readAdmin(account, path)
+            return None if admin is None else (admin[1], admin[0], None)
+        password = self._readPassword(account, path)
+        return None if password is None else (password, None, None)
 
     def _readOAuth2(
         self, destination: Mapping[str, object], path: str
@@ -185,121 +192,138 @@ class AccountsReader(SecretsReader):
         oauth2 = self._readMapping(destination["oauth2"], oauthPath, _OAUTH2_KEYS)
         if oauth2 is None:
             return None
+        kind = self._tokenKind(oauth2, oauthPath)
+        if kind is None:
+            return None
+        return _TOKEN_SOURCES[kind](self, oauth2, oauthPath)
+
+    def _tokenKind(self, oauth2: Mapping[str, object], path: str) -> str | None:
+        """
+        Which token source C{oauth2} gives: exactly one of L{_TOKEN_KEYS},
+        C{token_command} and C{token_endpoint}, and no key of the refresh
+        grant's but with C{token_endpoint}.
+        """
         kinds = [k for k in (*_TOKEN_KEYS, "token_command", "token_endpoint") if k in oauth2]
         if len(kinds) != 1:
             self._problem(
-                oauthPath,
+                path,
                 "give exactly one of token_file: FILE, token_credential: NAME,"
                 " token_command: [PROGRAM, ARGS...]"
                 " or token_endpoint: URL (with client_id and refresh_token_file)"
                 + (f", not {' and '.join(kinds)}" if kinds else ""),
             )
             return None
-        if "token_endpoint" in oauth2:
-            return self._readTokenRefresh(oauth2, oauthPath)
         misplaced = [k for k in _REFRESH_ONLY_KEYS if k in oauth2]
-        if misplaced:
-            self._problem(
-                _key(oauthPath, misplaced[0]), "applies to token_endpoint only"
-            )
+        if kinds[0] != "token_endpoint" and misplaced:
+            self._problem(_key(path, misplaced[0]), "applies to token_endpoint only")
             return None
-        if kinds[0] in _TOKEN_KEYS:
-            if "timeout" in oauth2:
-                self._problem(
-                    _key(oauthPath, "timeout"), "applies to token_command only"
-                )
-                return None
-            # Read now to check it, and again at each login (TokenFileConfig).
-            token = self._readSecret(oauth2, oauthPath, "token", "token")
-            if token is None:
-                return None
-            assert token[1] is not None
-            return TokenFileConfig(token[1])
-        timeout: float | None = _DEFAULT_TOKEN_COMMAND_TIMEOUT
+        return kinds[0]
+
+    def _readTokenFile(
+        self, oauth2: Mapping[str, object], path: str
+    ) -> TokenFileConfig | None:
+        """
+        Read C{token_file} (or C{token_credential}): read now to check it,
+        and again at each login (L{TokenFileConfig}).
+        """
         if "timeout" in oauth2:
-            timeout = self._readSeconds(oauth2["timeout"], _key(oauthPath, "timeout"))
-        command = self._readCommand(oauth2["token_command"], _key(oauthPath, "token_command"))
-        if command is None or timeout is None:
+            self._problem(_key(path, "timeout"), "applies to token_command only")
             return None
-        return TokenCommandConfig(command[0], command[1], timeout)
+        token = self._readSecret(oauth2, path, "token", "token")
+        if token is None:
+            return None
+        assert token[1] is not None
+        return TokenFileConfig(token[1])
+
+    def _readTokenCommand(
+        self, oauth2: Mapping[str, object], path: str
+    ) -> TokenCommandConfig | None:
+        """
+        Read C{token_command} and its C{timeout}.
+        """
+        values = self._readKeys(oauth2, path, _TOKEN_COMMAND_TABLE)
+        if values is None:
+            return None
+        argv, program = values["command"]
+        return TokenCommandConfig(argv, program, values["timeout"])
 
     def _readTokenRefresh(
         self, oauth2: Mapping[str, object], path: str
     ) -> TokenRefreshConfig | None:
         """
-        Read the refresh grant's keys: C{token_endpoint} (C{https}, or
-        C{http} to a loopback address), C{client_id}, C{refresh_token_file}
-        (a secret file in a directory imapmig may write, since a rotated
-        refresh token replaces it), and the optional C{client_secret_file}
-        (or C{client_secret_credential}), C{scope}, C{timeout} and
-        C{tls_ca}.
+        Read the refresh grant's keys (L{_TOKEN_REFRESH_TABLE}):
+        C{token_endpoint} (C{https}, or C{http} to a loopback address),
+        C{client_id}, C{refresh_token_file} (a secret file in a directory
+        imapmig may write, since a rotated refresh token replaces it), and
+        the optional C{client_secret_file} (or C{client_secret_credential}),
+        C{scope}, C{timeout} and C{tls_ca}.
         """
-        ok = True
-        endpoint = self._readString(oauth2["token_endpoint"], _key(path, "token_endpoint"))
-        if endpoint is not None:
-            problem = _endpointProblem(endpoint)
-            if problem is not None:
-                self._problem(_key(path, "token_endpoint"), problem)
-                ok = False
-        else:
-            ok = False
-        clientId = self._readRequiredString(
-            oauth2, "client_id", path, "the OAuth client's identifier"
-        )
-        ok = ok and clientId is not None
-        secret = None
-        if any(key in oauth2 for key in _CLIENT_SECRET_KEYS):
-            read = self._readSecret(oauth2, path, "client_secret", "client secret")
-            ok = ok and read is not None
-            secret = None if read is None else read[0]
-        refreshFile = None
-        refreshPath = _key(path, "refresh_token_file")
-        written = self._readRequiredString(
-            oauth2, "refresh_token_file", path, "the file holding the refresh token"
-        )
-        if written is None:
-            ok = False
-        else:
-            refreshFile = self._resolve(written)
-            try:
-                readPasswordFile(refreshFile, "refresh token")
-            except PasswordFileError as e:
-                self._problem(refreshPath, str(e))
-                ok = False
-            else:
-                directory = os.path.dirname(refreshFile)
-                if not os.access(directory, os.W_OK | os.X_OK):
-                    self._problem(
-                        refreshPath,
-                        f"directory {directory} is not writable: a rotated"
-                        " refresh token replaces the file",
-                    )
-                    ok = False
-        scope = None
-        if "scope" in oauth2:
-            scope = self._readString(oauth2["scope"], _key(path, "scope"))
-            ok = ok and scope is not None
-        timeout: float | None = _DEFAULT_TOKEN_REQUEST_TIMEOUT
-        if "timeout" in oauth2:
-            timeout = self._readSeconds(oauth2["timeout"], _key(path, "timeout"))
-            ok = ok and timeout is not None
-        tlsCA = None
-        if "tls_ca" in oauth2:
-            written = self._readString(oauth2["tls_ca"], _key(path, "tls_ca"))
-            if written is None:
-                ok = False
-            else:
-                tlsCA = self._resolve(written)
-                if not os.path.isfile(tlsCA):
-                    self._problem(_key(path, "tls_ca"), f"no file {tlsCA}")
-                    ok = False
-        if not ok:
+        values = self._readKeys(oauth2, path, _TOKEN_REFRESH_TABLE)
+        if values is None:
             return None
-        assert endpoint is not None and clientId is not None and refreshFile is not None
-        assert timeout is not None
-        return TokenRefreshConfig(
-            endpoint, clientId, secret, refreshFile, scope, timeout, tlsCA
-        )
+        return TokenRefreshConfig(**values)
+
+    def _readTokenEndpoint(self, value: object, path: str) -> str | None:
+        """
+        Read C{token_endpoint}: a URL L{_endpointProblem} accepts.
+        """
+        endpoint = self._readString(value, path)
+        problem = None if endpoint is None else _endpointProblem(endpoint)
+        if problem is not None:
+            self._problem(path, problem)
+            return None
+        return endpoint
+
+    def _readClientSecret(
+        self, oauth2: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read the optional C{client_secret_file} (or
+        C{client_secret_credential}).
+        """
+        values["clientSecret"] = None
+        if not any(key in oauth2 for key in _CLIENT_SECRET_KEYS):
+            return True
+        read = self._readSecret(oauth2, path, "client_secret", "client secret")
+        values["clientSecret"] = None if read is None else read[0]
+        return read is not None
+
+    def _readRefreshTokenFile(self, value: object, path: str) -> str | None:
+        """
+        Read C{refresh_token_file}: a secret file (checked as a password
+        file is) in a directory imapmig may write.
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        refreshFile = self._resolve(written)
+        try:
+            readPasswordFile(refreshFile, "refresh token")
+        except PasswordFileError as e:
+            self._problem(path, str(e))
+            return None
+        directory = os.path.dirname(refreshFile)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            self._problem(
+                path,
+                f"directory {directory} is not writable: a rotated"
+                " refresh token replaces the file",
+            )
+            return None
+        return refreshFile
+
+    def _readTokenCA(self, value: object, path: str) -> str | None:
+        """
+        Read the token endpoint's C{tls_ca}: an existing file.
+        """
+        written = self._readString(value, path)
+        if written is None:
+            return None
+        tlsCA = self._resolve(written)
+        if not os.path.isfile(tlsCA):
+            self._problem(path, f"no file {tlsCA}")
+            return None
+        return tlsCA
 
     def _readCommand(
         self, value: object, path: str
@@ -436,3 +460,30 @@ def isLoopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+_TOKEN_SOURCES: dict[
+    str, Callable[[AccountsReader, Mapping[str, object], str], TokenSourceConfig | None]
+] = {
+    **{key: AccountsReader._readTokenFile for key in _TOKEN_KEYS},
+    "token_command": AccountsReader._readTokenCommand,
+    "token_endpoint": AccountsReader._readTokenRefresh,
+}
+
+_TOKEN_COMMAND_TABLE: tuple[Step, ...] = (
+    Key("timeout", AccountsReader._readSeconds, default=_DEFAULT_TOKEN_COMMAND_TIMEOUT),
+    Key("token_command", AccountsReader._readCommand, "command"),
+)
+
+# The refresh grant's keys, each a field of TokenRefreshConfig.
+_TOKEN_REFRESH_TABLE: tuple[Step, ...] = (
+    Key("token_endpoint", AccountsReader._readTokenEndpoint, "tokenEndpoint"),
+    Key("client_id", AccountsReader._readString, "clientId",
+        missing="missing: the OAuth client's identifier"),
+    Check(AccountsReader._readClientSecret),
+    Key("refresh_token_file", AccountsReader._readRefreshTokenFile, "refreshTokenFile",
+        missing="missing: the file holding the refresh token"),
+    Key("scope", AccountsReader._readString),
+    Key("timeout", AccountsReader._readSeconds, default=_DEFAULT_TOKEN_REQUEST_TIMEOUT),
+    Key("tls_ca", AccountsReader._readTokenCA, "tlsCA"),
+)  # fmt: skip
