@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import difflib
 import os
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, TypeVar
 
 from attrs import evolve, frozen
 
@@ -39,6 +39,8 @@ from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
 from imapmig.access.secrets import Secret
 from imapmig.errors import PasswordFileError
 
+_A = TypeVar("_A", DestinationConfig, ImapSourceConfig)
+
 _TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
 # A row's password comes from a file or a systemd credential, never inline.
 _ROW_PASSWORD_KEYS = secretKeys("password")
@@ -56,6 +58,8 @@ _COLUMNS = (
     "destination_credential",
 ) + _OVERRIDES
 _PLACEHOLDERS = ("source_user", "destination_user")
+# The columns of an IMAP source's login.
+_SOURCE_LOGIN_COLUMNS = (*(f"source_{key}" for key in _ROW_PASSWORD_KEYS), "source_credential")
 # A placeholder's dummy value for the template's check, and what
 # mailbox user names may not be when they become part of a path.
 _PROBE = "probe"
@@ -291,6 +295,14 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     return probe
 
 
+def _unsafeInPath(value: str) -> bool:
+    """
+    Whether a row's user C{value} cannot be part of a path: empty, C{.},
+    C{..}, or holding a C{/} or NUL.
+    """
+    return not value or value in (".", "..") or any(c in value for c in _PATH_UNSAFE)
+
+
 def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
     """
     What the template gives of an account: L{read} less its stand-ins.
@@ -370,67 +382,70 @@ class _RowReader(SecretsReader):
         the template needs.
         """
         columns = tuple(name.lower() for name in header)
-        ok = True
+        before = len(self._problems)
         for index, name in enumerate(columns):
-            where = f"row 1: column {index + 1}"
-            if name not in _COLUMNS:
-                ok = False
-                if not name:
-                    self._problem(where, "empty column name")
-                    continue
-                close = difflib.get_close_matches(name, _COLUMNS, n=1)
-                hint = (
-                    f"did you mean {close[0]!r}?"
-                    if close
-                    else f"known columns: {', '.join(_COLUMNS)}"
-                )
-                self._problem(f"row 1: {name}", f"unknown column ({hint})")
-            elif columns.index(name) != index:
-                ok = False
+            self._checkColumn(index, name, columns)
+        if template is not None and len(self._problems) == before:
+            self._checkTemplateColumns(columns, template)
+        return columns if len(self._problems) == before else None
+
+    def _checkColumn(self, index: int, name: str, columns: tuple[str, ...]) -> None:
+        """
+        Check the header's column C{name}, at C{index}: known, and not
+        given twice.
+        """
+        if name in _COLUMNS:
+            if columns.index(name) != index:
                 self._problem(f"row 1: {name}", "duplicate column")
-        if template is None or not ok:
-            return columns if ok else None
-        for side, account in (
-            ("source", template.source),
-            ("destination", template.destination),
-        ):
-            if account is None:
-                continue
-            if account.user is None and f"{side}_user" not in columns:
-                ok = False
-                self._problem(
-                    f"row 1: {side}_user",
-                    f"missing column: the template's {side} gives no user",
-                )
-            given = {f"{side}_{key}" for key in _ROW_PASSWORD_KEYS}
-            if account.password is None and not {*given, f"{side}_credential"} & set(
-                columns
-            ):
-                ok = False
-                self._problem(
-                    f"row 1: {side}_password_file",
-                    f"missing column: the template's {side} gives no password;"
-                    f" add {side}_password_file, {side}_password_credential"
-                    f" or {side}_credential",
-                )
+            return
+        if not name:
+            self._problem(f"row 1: column {index + 1}", "empty column name")
+            return
+        close = difflib.get_close_matches(name, _COLUMNS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known columns: {', '.join(_COLUMNS)}"
+        self._problem(f"row 1: {name}", f"unknown column ({hint})")
+
+    def _checkTemplateColumns(self, columns: tuple[str, ...], template: _Template) -> None:
+        """
+        Check that the header gives what the template leaves to the rows
+        (users, passwords), and no column the template's source has no use
+        for.
+        """
+        self._checkSideColumns(columns, "source", template.source)
+        self._checkSideColumns(columns, "destination", template.destination)
         local = template.prototype.source
         for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
             if column in columns and not isinstance(local, kind):
-                ok = False
-                self._problem(
-                    f"row 1: {column}", f"the template's source is not {column}"
-                )
+                self._problem(f"row 1: {column}", f"the template's source is not {column}")
         if template.source is None:
-            for column in (
-                *(f"source_{key}" for key in _ROW_PASSWORD_KEYS),
-                "source_credential",
-            ):
+            for column in _SOURCE_LOGIN_COLUMNS:
                 if column in columns:
-                    ok = False
                     self._problem(
                         f"row 1: {column}", "the template's source is not an IMAP server"
                     )
-        return columns if ok else None
+
+    def _checkSideColumns(
+        self, columns: tuple[str, ...], side: str, account: _Account | None
+    ) -> None:
+        """
+        Check that the header gives the user and a password of C{side}'s
+        account where the template gives none.
+        """
+        if account is None:
+            return
+        if account.user is None and f"{side}_user" not in columns:
+            self._problem(
+                f"row 1: {side}_user",
+                f"missing column: the template's {side} gives no user",
+            )
+        given = {*(f"{side}_{key}" for key in _ROW_PASSWORD_KEYS), f"{side}_credential"}
+        if account.password is None and not given & set(columns):
+            self._problem(
+                f"row 1: {side}_password_file",
+                f"missing column: the template's {side} gives no password;"
+                f" add {side}_password_file, {side}_password_credential"
+                f" or {side}_credential",
+            )
 
     def _readRow(
         self,
@@ -450,40 +465,60 @@ class _RowReader(SecretsReader):
             )
             return None
         row = {column: value for column, value in zip(columns, fields) if value}
-        ok = True
-        destination: DestinationConfig | None = None
-        source: SourceConfig | None = None
-        if template is not None:
-            login = self._readAccount(number, row, "destination", template.destination)
-            if login is not None:
-                destination = DestinationConfig(
-                    template.destination.server, *login[:3], credentialKey=login[3]
-                )
-            if template.source is not None:
-                login = self._readAccount(number, row, "source", template.source)
-                if login is not None:
-                    source = ImapSourceConfig(
-                        template.source.server, *login[:3], credentialKey=login[3]
-                    )
-            else:
-                source = self._readLocal(number, row, template)
-            ok = source is not None and destination is not None
+        sides = None if template is None else self._readSides(number, row, template)
         name = self._readName(number, row, template, firstUse)
-        connections = None
-        if "connections" in row:
-            connections = self._readConnections(number, row["connections"])
-            ok = ok and connections is not None
-        if not ok or template is None or name is None:
+        # 0: the template's (a row's connections is at least 1).
+        connections = (
+            self._readConnections(number, row["connections"]) if "connections" in row else 0
+        )
+        if template is None or sides is None or name is None or connections is None:
             return None
-        assert source is not None and destination is not None
         prototype = template.prototype
         return evolve(
             prototype,
             name=name,
-            source=source,
-            destination=destination,
-            connections=prototype.connections if connections is None else connections,
+            source=sides[0],
+            destination=sides[1],
+            connections=connections or prototype.connections,
         )
+
+    def _readSides(
+        self, number: int, row: Mapping[str, str], template: _Template
+    ) -> tuple[SourceConfig, DestinationConfig] | None:
+        """
+        Read a row's destination account, then its source (an account, or
+        a local source).
+        """
+        destination = self._readRowAccount(
+            number, row, "destination", template.destination, DestinationConfig
+        )
+        source: SourceConfig | None
+        if template.source is not None:
+            source = self._readRowAccount(
+                number, row, "source", template.source, ImapSourceConfig
+            )
+        else:
+            source = self._readLocal(number, row, template)
+        if source is None or destination is None:
+            return None
+        return source, destination
+
+    def _readRowAccount(
+        self,
+        number: int,
+        row: Mapping[str, str],
+        side: str,
+        account: _Account,
+        kind: Callable[..., _A],
+    ) -> _A | None:
+        """
+        Read a row's account on one side, as a C{kind} (L{DestinationConfig}
+        or L{ImapSourceConfig}) on the template's server.
+        """
+        login = self._readAccount(number, row, side, account)
+        if login is None:
+            return None
+        return kind(account.server, *login[:3], credentialKey=login[3])
 
     def _readAccount(
         self, number: int, row: Mapping[str, str], side: str, account: _Account
@@ -500,12 +535,23 @@ class _RowReader(SecretsReader):
         user = row.get(f"{side}_user", account.user)
         if user is None:
             self._problem(f"row {number}: {side}_user", "missing: the mailbox's user")
+        login = self._readRowLogin(number, row, side, account)
+        if user is None or login is None:
+            return None
+        return (user, *login)
+
+    def _readRowLogin(
+        self, number: int, row: Mapping[str, str], side: str, account: _Account
+    ) -> tuple[Secret, str | None, str | None] | None:
+        """
+        Read how a row's account on C{side} logs in: at most one of its
+        password columns and C{credential}, else the template's password.
+
+        @return: the password, the admin's login name (or L{None}), and
+            where the password was read from.
+        """
         columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
         given = [column for column in (*columns, f"{side}_credential") if column in row]
-        credential = row.get(f"{side}_credential")
-        password: Secret | None = account.password
-        admin = account.admin
-        key = account.credentialKey
         if len(given) > 1:
             self._problem(
                 f"row {number}: {given[-1]}",
@@ -514,34 +560,49 @@ class _RowReader(SecretsReader):
             )
             return None
         if given and given[0] in columns:
-            column = given[0]
-            suffix = column[len(f"{side}_password"):]
-            password = self._readRowSecret(number, column, suffix, row[column])
-            admin = None
-            key = f"{self._path} row {number}: {column}"
-        elif credential is not None:
-            if credential not in self._credentials:
-                self._problem(
-                    f"row {number}: {side}_credential",
-                    f"no credential named {credential!r}"
-                    f" (credentials: {', '.join(self._credentials) or 'none'})",
-                )
-                return None
-            known = self._credentials[credential]
-            if known is None:
-                # reported with the credential itself.
-                return None
-            admin, password = known
-            key = f"{self._path} row {number}: {side}_credential"
-        elif password is None:
+            return self._readRowPassword(number, row, side, given[0])
+        if given:
+            return self._readRowCredential(number, side, row[given[0]])
+        if account.password is None:
             self._problem(
                 f"row {number}: {side}_password_file",
                 f"missing: give {side}_password_file, {side}_password_credential"
                 f" or {side}_credential",
             )
-        if user is None or password is None:
             return None
-        return user, password, admin, key
+        return account.password, account.admin, account.credentialKey
+
+    def _readRowPassword(
+        self, number: int, row: Mapping[str, str], side: str, column: str
+    ) -> tuple[Secret, None, str] | None:
+        """
+        Read the user's password from the row's password C{column}.
+        """
+        suffix = column[len(f"{side}_password"):]
+        password = self._readRowSecret(number, column, suffix, row[column])
+        if password is None:
+            return None
+        return password, None, f"{self._path} row {number}: {column}"
+
+    def _readRowCredential(
+        self, number: int, side: str, credential: str
+    ) -> tuple[Secret, str, str] | None:
+        """
+        Read the admin credential the row names (one of C{credentials}).
+        """
+        if credential not in self._credentials:
+            self._problem(
+                f"row {number}: {side}_credential",
+                f"no credential named {credential!r}"
+                f" (credentials: {', '.join(self._credentials) or 'none'})",
+            )
+            return None
+        known = self._credentials[credential]
+        if known is None:
+            # reported with the credential itself.
+            return None
+        admin, password = known
+        return password, admin, f"{self._path} row {number}: {side}_credential"
 
     def _readRowSecret(
         self, number: int, column: str, suffix: str, written: str
@@ -574,35 +635,50 @@ class _RowReader(SecretsReader):
         local = template.prototype.source
         column = "maildir" if isinstance(local, MaildirSourceConfig) else "mbox"
         if column in row:
-            written = self._resolve(row[column])
-        elif template.sourcePattern is None:
+            return self._checkLocal(f"row {number}: {column}", self._resolve(row[column]), local)
+        if template.sourcePattern is None:
             return local
-        else:
-            values = {}
-            for placeholder in _PLACEHOLDERS:
-                value = row.get(placeholder, "")
-                if f"{{{placeholder}}}" not in template.sourcePattern:
-                    continue
-                if not value or value in (".", "..") or any(
-                    c in value for c in _PATH_UNSAFE
-                ):
-                    self._problem(
-                        f"row {number}: {placeholder}",
-                        f"{value!r} cannot be part of the source's path",
-                    )
-                    return None
-                values[placeholder] = value
-            written = template.sourcePattern.format(**values)
-            column = "source_user" if "source_user" in values else "destination_user"
-        where = f"row {number}: {column}"
+        filled = self._fillPattern(number, row, template.sourcePattern)
+        if filled is None:
+            return None
+        written, column = filled
+        return self._checkLocal(f"row {number}: {column}", written, local)
+
+    def _fillPattern(
+        self, number: int, row: Mapping[str, str], pattern: str
+    ) -> tuple[str, str] | None:
+        """
+        The template's source C{pattern} with the row's users in its
+        placeholders, and the column that names the path in a problem.
+        """
+        values = {}
+        for placeholder in _PLACEHOLDERS:
+            value = row.get(placeholder, "")
+            if f"{{{placeholder}}}" not in pattern:
+                continue
+            if _unsafeInPath(value):
+                self._problem(
+                    f"row {number}: {placeholder}",
+                    f"{value!r} cannot be part of the source's path",
+                )
+                return None
+            values[placeholder] = value
+        column = "source_user" if "source_user" in values else "destination_user"
+        return pattern.format(**values), column
+
+    def _checkLocal(
+        self, where: str, written: str, local: SourceConfig
+    ) -> SourceConfig | None:
+        """
+        A row's local source at C{written}, like the template's C{local}:
+        an existing mbox, or a Maildir.
+        """
         if isinstance(local, MboxSourceConfig):
             if not os.path.exists(written):
                 self._problem(where, f"{written} does not exist")
                 return None
             return MboxSourceConfig(path=written, quoting=local.quoting)
-        if not os.path.isdir(os.path.join(written, "cur")) or not os.path.isdir(
-            os.path.join(written, "new")
-        ):
+        if not all(os.path.isdir(os.path.join(written, sub)) for sub in ("cur", "new")):
             what = "is not a Maildir" if os.path.isdir(written) else "does not exist"
             self._problem(where, f"{written} {what}")
             return None
