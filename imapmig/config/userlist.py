@@ -246,6 +246,21 @@ class UserListReader(JobsReader):
         source = self._readMapping(value, path, _SOURCE_KEYS)
         if source is None:
             return None, None
+        kind = self._localTemplateKind(source, path)
+        if kind is None:
+            return None, None
+        written = self._readString(source[kind], _key(path, kind))
+        if written is None:
+            return None, None
+        if "{" not in written:
+            return None, self._readSource(value, path, None)
+        return self._readSourcePattern(source, path, kind, written)
+
+    def _localTemplateKind(self, source: Mapping[str, object], path: str) -> str | None:
+        """
+        The kind of a template's local source: C{maildir}, or C{mbox} with
+        its C{quoting}, and nothing else.
+        """
         kinds = [kind for kind in ("maildir", "mbox") if kind in source]
         extra = sorted(set(source) - {"maildir", "mbox", "quoting"})
         if len(kinds) != 1 or extra or ("quoting" in source and kinds != ["mbox"]):
@@ -254,13 +269,16 @@ class UserListReader(JobsReader):
                 "a template's source is {server: NAME, ...}, {maildir: DIR}"
                 " or {mbox: PATH, quoting: ...}",
             )
-            return None, None
-        (kind,) = kinds
-        written = self._readString(source[kind], _key(path, kind))
-        if written is None:
-            return None, None
-        if "{" not in written:
-            return None, self._readSource(value, path, None)
+            return None
+        return kinds[0]
+
+    def _readSourcePattern(
+        self, source: Mapping[str, object], path: str, kind: str, written: str
+    ) -> tuple[str | None, SourceConfig | None]:
+        """
+        Read a template's local source path C{written}, which holds
+        placeholders, and its quoting.
+        """
         try:
             written.format(**{p: _PROBE for p in _PLACEHOLDERS})
         except (KeyError, IndexError, ValueError) as e:
@@ -269,19 +287,15 @@ class UserListReader(JobsReader):
                 f"invalid placeholder ({e}): use {{source_user}} or {{destination_user}}",
             )
             return None, None
-        quoting = "mboxrd"
-        if "quoting" in source:
-            chosen = self._readChoice(
-                source["quoting"], _key(path, "quoting"), _QUOTINGS, "mbox quoting"
-            )
-            if chosen is None:
-                return None, None
-            quoting = chosen
+        quoting = self._readChoice(
+            source.get("quoting", "mboxrd"), _key(path, "quoting"), _QUOTINGS, "mbox quoting"
+        )
+        if quoting is None:
+            return None, None
         pattern = os.path.join(self._directory, written)
         if kind == "maildir":
             return pattern, MaildirSourceConfig(path=pattern)
         return pattern, MboxSourceConfig(path=pattern, quoting=quoting)
-
 
 def _standIns(account: dict[str, object]) -> dict[str, object]:
     """
