@@ -24,6 +24,7 @@ it as a few queue operations, so the plan says only what differs:
 from __future__ import annotations
 
 import re
+from typing import Callable, TypeVar
 
 from attrs import evolve, fields, frozen, has
 
@@ -196,14 +197,22 @@ def _jobChanges(
             refreshed.append(job)
             continue
         changed.append(job)
-        named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
-        for side in ("source", "destination"):
-            if f"{side}.server" in named:
-                # Another server: its settings are not changes of this job's.
-                other = f"servers.{getattr(job, side).server.name}."
-                named = [key for key in named if not key.startswith(other)]
-        keys.append(tuple(named))
+        keys.append(_changedKeys(paths, job))
     return changed, keys, refreshed
+
+
+def _changedKeys(paths: list[tuple[str, object, object]], job: JobConfig) -> tuple[str, ...]:
+    """
+    The keys in the file of the fields of C{job} that changed (L{paths},
+    from L{differences}); a job that names another server has changed its
+    server, not that server's settings.
+    """
+    named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
+    for side in ("source", "destination"):
+        if f"{side}.server" in named:
+            other = f"servers.{getattr(job, side).server.name}."
+            named = [key for key in named if not key.startswith(other)]
+    return tuple(named)
 
 
 def _limitChanges(
@@ -252,51 +261,111 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     """
     oldNames = {job.name for job in old.jobs}
     newNames = {job.name for job in new.jobs}
-    added = tuple(job for job in new.jobs if job.name not in oldNames)
-    removed = tuple(job.name for job in old.jobs if job.name not in newNames)
     changed, changedKeys, refreshed = _jobChanges(old, new)
     oldServers, newServers = _servers(old), _servers(new)
     limitChanges = _limitChanges(oldServers, newServers)
-    limitsChanged = tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in limitChanges))
-    needsRestart: list[str] = []
-    if old.statePath != new.statePath:
-        needsRestart.append("state")
-    oldListen = None if old.status is None else old.status.listen
-    newListen = None if new.status is None else new.status.listen
-    if oldListen != newListen:
-        needsRestart.append("status.listen")
-    oldToken = None if old.status is None else old.status.token
-    newToken = None if new.status is None else new.status.token
-    if oldToken != newToken:
-        needsRestart.append("status.token_file")
-    oldHosts = () if old.status is None else old.status.allowedHosts
-    newHosts = () if new.status is None else new.status.allowedHosts
-    if oldHosts != newHosts:
-        needsRestart.append("status.allowed_hosts")
-    # A status site added or taken away is status.listen's change.
-    if old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries:
-        needsRestart.append("status.max_job_series")
-    # A changed notify: applies (imapmig.daemon.webhook.watchRun); one added or
-    # taken away needs a restart.
-    if (old.notify is None) != (new.notify is None):
-        needsRestart.append("notify")
-    needsRestart += _rateChanges(oldServers, newServers)
     return ReloadPlan(
-        added=added,
-        removed=removed,
+        added=tuple(_notIn(new.jobs, oldNames)),
+        removed=tuple(job.name for job in _notIn(old.jobs, newNames)),
         changed=tuple(changed),
         changedKeys=tuple(changedKeys),
         refreshed=tuple(refreshed),
-        maxJobs=None if old.maxJobs == new.maxJobs else (old.maxJobs, new.maxJobs),
-        limitsChanged=limitsChanged,
+        maxJobs=_pair(old.maxJobs, new.maxJobs),
+        limitsChanged=_serverNames(limitChanges),
         limitChanges=tuple(limitChanges),
         limits=tuple((name, server.limits) for name, server in newServers.items()),
-        stopTimeout=(
-            None if old.stopTimeout == new.stopTimeout else (old.stopTimeout, new.stopTimeout)
-        ),
-        needsRestart=tuple(needsRestart),
+        stopTimeout=_pair(old.stopTimeout, new.stopTimeout),
+        needsRestart=(*_restartChanges(old, new), *_rateChanges(oldServers, newServers)),
         notifyChanges=_notifyChanges(old.notify, new.notify),
     )
+
+
+_T = TypeVar("_T")
+
+
+def _notIn(jobs: tuple[JobConfig, ...], names: set[str]) -> list[JobConfig]:
+    """
+    The jobs of C{jobs} whose names are not among C{names}, in order.
+    """
+    return [job for job in jobs if job.name not in names]
+
+
+def _serverNames(changes: list[tuple[str, object, object]]) -> tuple[str, ...]:
+    """
+    The servers of the keys C{servers.NAME....} of C{changes}, each once.
+    """
+    return tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in changes))
+
+
+def _restartChanges(old: Config, new: Config) -> list[str]:
+    """
+    The settings of L{_RESTART_SETTINGS} that differ.
+    """
+    return [key for key, changes in _RESTART_SETTINGS if changes(old, new)]
+
+
+def _pair(old: _T, new: _T) -> tuple[_T, _T] | None:
+    """
+    C{(old, new)} if they differ, else L{None}.
+    """
+    return None if old == new else (old, new)
+
+
+@frozen
+class _StatusSetting:
+    """
+    A setting of the status site, which a running daemon cannot take on.
+
+    @ivar field: its field of L{StatusConfig}.
+    @ivar absent: its value without a status site.
+    """
+
+    field: str
+    absent: object
+
+    def changes(self, old: Config, new: Config) -> bool:
+        """
+        Whether the setting differs between C{old} and C{new}.
+        """
+        return self._value(old) != self._value(new)
+
+    def _value(self, config: Config) -> object:
+        return self.absent if config.status is None else getattr(config.status, self.field)
+
+
+def _stateChanges(old: Config, new: Config) -> bool:
+    """
+    Whether the state database differs.
+    """
+    return old.statePath != new.statePath
+
+
+def _maxJobSeriesChanges(old: Config, new: Config) -> bool:
+    """
+    Whether C{status.max_job_series} differs (a status site added or taken
+    away is C{status.listen}'s change).
+    """
+    return bool(old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries)
+
+
+def _notifyAddedOrRemoved(old: Config, new: Config) -> bool:
+    """
+    Whether C{notify} was added or taken away (a changed one applies:
+    L{imapmig.daemon.webhook.watchRun}).
+    """
+    return (old.notify is None) != (new.notify is None)
+
+
+# The settings a running daemon cannot take on: a reload logs them and
+# leaves them as they were (then the servers' rates and budgets).
+_RESTART_SETTINGS: tuple[tuple[str, Callable[[Config, Config], bool]], ...] = (
+    ("state", _stateChanges),
+    ("status.listen", _StatusSetting("listen", None).changes),
+    ("status.token_file", _StatusSetting("token", None).changes),
+    ("status.allowed_hosts", _StatusSetting("allowedHosts", ()).changes),
+    ("status.max_job_series", _maxJobSeriesChanges),
+    ("notify", _notifyAddedOrRemoved),
+)
 
 
 def _notifyChanges(old: NotifyConfig | None, new: NotifyConfig | None) -> tuple[str, ...]:
