@@ -243,6 +243,11 @@ class RefreshGrantClient:
         )
 
     def _issued(self, document: dict[str, Any]) -> IssuedToken:
+        """
+        The token of a successful answer, C{document}: its access token
+        (refused unless a Bearer token), lifetime and rotated refresh
+        token.
+        """
         token = document.get("access_token")
         if not isinstance(token, str) or not token:
             raise TokenRefreshRefused(self._problem("the answer has no access_token"))
@@ -259,19 +264,36 @@ class RefreshGrantClient:
                     + ", not Bearer"
                 )
             )
-        expiresIn = document.get("expires_in")
-        lifetime: float | None = None
-        if isinstance(expiresIn, str) and expiresIn.isdigit():
-            # Some endpoints (older Azure AD) send it as a string.
-            lifetime = float(expiresIn)
-        elif isinstance(expiresIn, (int, float)) and not isinstance(expiresIn, bool):
-            lifetime = float(expiresIn)
-        if lifetime is not None and not (0 < lifetime < 10**9):
-            lifetime = None
-        rotated = document.get("refresh_token")
-        if not isinstance(rotated, str) or not rotated or "\n" in rotated or "\r" in rotated:
-            rotated = None
-        return IssuedToken(token, lifetime, rotated)
+        return IssuedToken(
+            token, _lifetime(document.get("expires_in")), _rotated(document.get("refresh_token"))
+        )
+
+
+def _lifetime(expiresIn: object) -> float | None:
+    """
+    An answer's C{expires_in}: seconds, as a number or (older Azure AD) a
+    string of digits; L{None} if absent or beyond belief.
+    """
+    lifetime: float | None = None
+    if isinstance(expiresIn, str) and expiresIn.isdigit():
+        lifetime = float(expiresIn)
+    elif isinstance(expiresIn, (int, float)) and not isinstance(expiresIn, bool):
+        lifetime = float(expiresIn)
+    if lifetime is not None and not (0 < lifetime < 10**9):
+        return None
+    return lifetime
+
+
+def _rotated(refreshToken: object) -> str | None:
+    """
+    An answer's C{refresh_token}, the refresh token that replaces the one
+    used, or L{None} if absent or unusable (it is written as one line).
+    """
+    if not isinstance(refreshToken, str) or not refreshToken:
+        return None
+    if "\n" in refreshToken or "\r" in refreshToken:
+        return None
+    return refreshToken
 
 
 def _jsonObject(body: bytes) -> dict[str, Any] | None:
