@@ -15,7 +15,7 @@ import difflib
 import math
 import os
 import re
-from typing import Any, Callable, Collection, Mapping, Sequence, Union
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar, Union
 
 from attrs import frozen
 
@@ -131,6 +131,18 @@ class Check:
 
 
 Step = Union[Key, Check]
+
+
+_T = TypeVar("_T")
+
+
+def everyOne(items: Iterable[_T | None]) -> tuple[_T, ...] | None:
+    """
+    The items read, or L{None} if any could not be (its problem is
+    recorded).
+    """
+    read = tuple(items)
+    return None if None in read else read  # type: ignore[return-value]
 
 
 def keyNames(table: Sequence[Step]) -> tuple[str, ...]:
