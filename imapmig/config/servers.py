@@ -26,7 +26,6 @@ _DEFAULT_LISTEN = "tcp:8025:interface=127.0.0.1"
 _DEFAULT_TIMEOUT = 120.0
 
 _LABEL_VIEWS = ("auto", "dedup", "copy")
-_NAMESPACE_KEYS = ("prefix", "separator")
 
 # Twisted's endpoint constructors only store the reactor they are given, so
 # a placeholder lets Twisted's own parsers validate an endpoint string here
@@ -312,79 +311,11 @@ class ServersReader(LimitsReader):
         Read a destination server's endpoint string: C{tcp:HOST:PORT} or
         C{tls:HOST:PORT}, with optional C{timeout=} and C{bindAddress=}.
         """
-        prefix, colon, rest = description.partition(":")
-        if not colon or prefix.lower() not in ("tcp", "tls"):
-            instead = ""
-            if prefix.lower() == "ssl":
-                instead = " (write tls: for implicit TLS)"
-            self._problem(
-                path,
-                f"unsupported endpoint {description!r}{instead}: only 'tcp:HOST:PORT'"
-                " (plain TCP, upgraded with STARTTLS unless starttls: off) and"
-                " 'tls:HOST:PORT' (implicit TLS) are supported, because TLS is"
-                " configured with starttls, tls_ca and tls_hostname",
-            )
+        endpoint = _parseClientEndpoint(description)
+        if isinstance(endpoint, str):
+            self._problem(path, endpoint)
             return None
-        implicitTLS = prefix.lower() == "tls"
-        try:
-            args, kwargs = splitEndpoint(rest)
-        except ValueError as e:
-            self._problem(path, f"invalid endpoint {description!r}: {e}")
-            return None
-        tlsArguments = sorted(_TLS_ENDPOINT_ARGUMENTS.intersection(kwargs))
-        if tlsArguments:
-            self._problem(
-                path,
-                "TLS arguments in the endpoint string are not supported"
-                f" ({', '.join(a + '=' for a in tlsArguments)}): set the CA"
-                " certificates to trust with tls_ca and the name to verify"
-                " with tls_hostname",
-            )
-            return None
-        usage = f"expected '{prefix}:HOST:PORT[:timeout=SECONDS][:bindAddress=ADDRESS]'"
-        if len(args) > 2:
-            self._problem(
-                path,
-                f"invalid endpoint {description!r}: unexpected argument"
-                f" {args[2]!r}; {usage}",
-            )
-            return None
-        tcpEndpoint = "tcp:" + rest
-        try:
-            # implicit TLS is layered over TCP later; parsing the tcp: form
-            # makes Twisted check the port and reject unknown arguments.
-            clientFromString(_NO_REACTOR, tcpEndpoint)
-        except Exception as e:
-            # The parser raises ValueError, TypeError or worse: all mean the
-            # string is wrong.
-            self._problem(
-                path, f"invalid endpoint {description!r}: {_twistedMessage(e)}; {usage}"
-            )
-            return None
-        host = kwargs.get("host", "")
-        port = kwargs.get("port", "")
-        if len(args) == 2:
-            host, port = args
-        elif len(args) == 1:
-            if "host" in kwargs:
-                port = args[0]
-            else:
-                host = args[0]
-        if not host:
-            self._problem(
-                path, f"invalid endpoint {description!r}: the host is empty; {usage}"
-            )
-            return None
-        if not 1 <= int(port) <= 65535:
-            self._problem(
-                path,
-                f"invalid endpoint {description!r}:"
-                f" port {port} is out of range (1-65535)",
-            )
-            return None
-        return _ClientEndpoint(
-            written=description, implicitTLS=implicitTLS, tcpEndpoint=tcpEndpoint, host=host
-        )
+        return endpoint
 
     def _readNamespace(self, value: object, path: str) -> PersonalNamespace | None:
         """
@@ -395,47 +326,50 @@ class ServersReader(LimitsReader):
         separator, or with a null separator, is refused (folders would be
         glued to it).
         """
-        namespace = self._readMapping(value, path, _NAMESPACE_KEYS)
+        namespace = self._readMapping(value, path, keyNames(_NAMESPACE_TABLE))
         if namespace is None:
             return None
-        ok = True
-        prefix = namespace.get("prefix", "")
-        if not isinstance(prefix, str):
+        values = self._readKeys(namespace, path, _NAMESPACE_TABLE)
+        if values is None:
+            return None
+        return PersonalNamespace(values["prefix"], values["separator"] or None, configured=True)
+
+    def _readPrefix(self, value: object, path: str) -> str | None:
+        """
+        Read a namespace's C{prefix}: a string, maybe empty.
+        """
+        if not isinstance(value, str):
+            self._problem(path, f"expected a string (\"\" or \"INBOX.\"), got {_describe(value)}")
+            return None
+        return value
+
+    def _readSeparator(self, value: object, path: str) -> str | None:
+        """
+        Read a namespace's C{separator}: one character, or null for a flat
+        server (read as C{""}).
+        """
+        if value is None:
+            return ""
+        if not isinstance(value, str) or len(value) != 1:
+            described = repr(value) if isinstance(value, str) else _describe(value)
             self._problem(
-                _key(path, "prefix"), f"expected a string (\"\" or \"INBOX.\"), got {_describe(prefix)}"
-            )
-            ok = False
-        if "separator" not in namespace:
-            self._problem(
-                _key(path, "separator"),
-                "missing: the hierarchy separator, e.g. \".\" or \"/\" (null for a flat server)",
+                path, f"must be one character (e.g. \".\" or \"/\") or null, not {described}"
             )
             return None
-        separator = namespace["separator"]
-        if separator is not None and (not isinstance(separator, str) or len(separator) != 1):
-            described = repr(separator) if isinstance(separator, str) else _describe(separator)
-            self._problem(
-                _key(path, "separator"),
-                f"must be one character (e.g. \".\" or \"/\") or null, not {described}",
-            )
-            ok = False
-        if not ok:
-            return None
-        assert isinstance(prefix, str) and (separator is None or isinstance(separator, str))
-        if prefix and separator is not None and not prefix.endswith(separator):
-            self._problem(
-                _key(path, "prefix"),
-                f"{prefix!r} must end with the separator {separator!r}"
-                f" (e.g. {prefix + separator!r})",
-            )
-            return None
-        if prefix and separator is None:
-            self._problem(
-                _key(path, "prefix"),
-                f"{prefix!r} must be empty where the separator is null (a flat server)",
-            )
-            return None
-        return PersonalNamespace(prefix, separator, configured=True)
+        return value
+
+    def _checkPrefix(
+        self, namespace: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Check that a non-empty prefix ends with the separator, and that a
+        flat server's is empty.
+        """
+        prefix, separator = values["prefix"], values["separator"]
+        problem = None if prefix is None or separator is None else _prefixProblem(prefix, separator)
+        if problem is not None:
+            self._problem(_key(path, "prefix"), problem)
+        return problem is None
 
     def _readArchiveFolder(self, value: object, path: str) -> str | bool | None:
         """
@@ -450,20 +384,9 @@ class ServersReader(LimitsReader):
         if not isinstance(value, str):
             self._problem(path, f"must be a folder name or 'off', not {_describe(value)}")
             return None
-        levels = value.split("/")
-        if not value or any(not level.strip() for level in levels):
-            self._problem(
-                path,
-                f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'",
-            )
-            return None
-        bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
-        if bad:
-            self._problem(
-                path,
-                f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
-                " (IMAP wildcards and control characters)",
-            )
+        problem = _folderProblem(value)
+        if problem is not None:
+            self._problem(path, problem)
             return None
         return value
 
@@ -550,6 +473,120 @@ class ServersReader(LimitsReader):
         return resolved
 
 
+def _folderProblem(value: str) -> str | None:
+    """
+    Why C{value} cannot be the archive folder's path, or L{None}.
+    """
+    if not value or any(not level.strip() for level in value.split("/")):
+        return f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'"
+    bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
+    if bad:
+        return (
+            f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
+            " (IMAP wildcards and control characters)"
+        )
+    return None
+
+
+def _prefixProblem(prefix: str, separator: str) -> str | None:
+    """
+    Why a namespace's C{prefix} does not go with its C{separator} (C{""}
+    for a flat server), or L{None}.
+    """
+    if prefix and separator and not prefix.endswith(separator):
+        return f"{prefix!r} must end with the separator {separator!r} (e.g. {prefix + separator!r})"
+    if prefix and not separator:
+        return f"{prefix!r} must be empty where the separator is null (a flat server)"
+    return None
+
+
+def _parseClientEndpoint(description: str) -> _ClientEndpoint | str:
+    """
+    What a destination server's endpoint string C{description} says, or
+    why it cannot be used.
+    """
+    prefix, colon, rest = description.partition(":")
+    if not colon or prefix.lower() not in ("tcp", "tls"):
+        return _unsupportedEndpoint(description, prefix)
+    usage = f"expected '{prefix}:HOST:PORT[:timeout=SECONDS][:bindAddress=ADDRESS]'"
+    split = _splitClientEndpoint(description, rest, usage)
+    if isinstance(split, str):
+        return split
+    host, port = _hostAndPort(*split)
+    if not host:
+        return f"invalid endpoint {description!r}: the host is empty; {usage}"
+    if not 1 <= int(port) <= 65535:
+        return f"invalid endpoint {description!r}: port {port} is out of range (1-65535)"
+    return _ClientEndpoint(
+        written=description,
+        implicitTLS=prefix.lower() == "tls",
+        tcpEndpoint="tcp:" + rest,
+        host=host,
+    )
+
+
+def _unsupportedEndpoint(description: str, prefix: str) -> str:
+    """
+    Why an endpoint string of a kind other than C{tcp:} and C{tls:} is
+    refused.
+    """
+    instead = " (write tls: for implicit TLS)" if prefix.lower() == "ssl" else ""
+    return (
+        f"unsupported endpoint {description!r}{instead}: only 'tcp:HOST:PORT'"
+        " (plain TCP, upgraded with STARTTLS unless starttls: off) and"
+        " 'tls:HOST:PORT' (implicit TLS) are supported, because TLS is"
+        " configured with starttls, tls_ca and tls_hostname"
+    )
+
+
+def _splitClientEndpoint(
+    description: str, rest: str, usage: str
+) -> tuple[list[str], dict[str, str]] | str:
+    """
+    The arguments of a C{tcp:} or C{tls:} endpoint string (C{rest}, after
+    its prefix) once Twisted's parser accepts its C{tcp:} form, or why it
+    cannot be used.
+    """
+    try:
+        args, kwargs = splitEndpoint(rest)
+    except ValueError as e:
+        return f"invalid endpoint {description!r}: {e}"
+    tlsArguments = sorted(_TLS_ENDPOINT_ARGUMENTS.intersection(kwargs))
+    if tlsArguments:
+        return (
+            "TLS arguments in the endpoint string are not supported"
+            f" ({', '.join(a + '=' for a in tlsArguments)}): set the CA"
+            " certificates to trust with tls_ca and the name to verify"
+            " with tls_hostname"
+        )
+    if len(args) > 2:
+        return f"invalid endpoint {description!r}: unexpected argument {args[2]!r}; {usage}"
+    try:
+        # implicit TLS is layered over TCP later; parsing the tcp: form
+        # makes Twisted check the port and reject unknown arguments.
+        clientFromString(_NO_REACTOR, "tcp:" + rest)
+    except Exception as e:
+        # The parser raises ValueError, TypeError or worse: all mean the
+        # string is wrong.
+        return f"invalid endpoint {description!r}: {_twistedMessage(e)}; {usage}"
+    return args, kwargs
+
+
+def _hostAndPort(args: list[str], kwargs: dict[str, str]) -> tuple[str, str]:
+    """
+    The host and port of a C{tcp:} endpoint's arguments, given by position
+    or by keyword.
+    """
+    if len(args) == 2:
+        return args[0], args[1]
+    host, port = kwargs.get("host", ""), kwargs.get("port", "")
+    if len(args) == 1 and "host" in kwargs:
+        return host, args[0]
+    if len(args) == 1:
+        return args[0], port
+    return host, port
+
+
 def _withoutTLS(values: Mapping[str, Any]) -> bool:
     """
     Whether a server's valid C{endpoint} and C{starttls} make a connection
@@ -607,3 +644,12 @@ _SERVER_TABLE: tuple[Step, ...] = (
     Check(ServersReader._checkLimits),
 )
 _SERVER_KEYS = keyNames(_SERVER_TABLE) + LIMIT_KEYS
+
+_SEPARATOR_MISSING = 'missing: the hierarchy separator, e.g. "." or "/" (null for a flat server)'
+
+# The keys of a server's namespace.
+_NAMESPACE_TABLE: tuple[Step, ...] = (
+    Key("prefix", ServersReader._readPrefix, default=""),
+    Key("separator", ServersReader._readSeparator, missing=_SEPARATOR_MISSING),
+    Check(ServersReader._checkPrefix),
+)
