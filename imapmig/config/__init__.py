@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from typing import Any, Mapping
+
+from attrs import fields
 
 from imapmig.config.accounts import _DESTINATION_KEYS
 from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS
@@ -36,7 +38,7 @@ from imapmig.config.model import (
     StatusConfig,
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
-from imapmig.config.reader import _describe
+from imapmig.config.reader import Check, Key, Step, _describe, _key, keyNames
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
@@ -88,7 +90,6 @@ _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs", "notify",
 )  # fmt: skip
-_STATUS_KEYS = ("listen", "token_file", "allowed_hosts", "max_job_series")
 # The most status.max_job_series may be: 9 series a job, 9 million series.
 _MAX_JOB_SERIES_BOUND = 1_000_000
 
@@ -238,35 +239,30 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
             return None
         status = self._readMapping(value, "status", _STATUS_KEYS)
         assert status is not None
-        listen = self._readString(
-            status.get("listen", _DEFAULT_LISTEN), "status.listen"
-        )
-        token = None
-        if "token_file" in status:
-            token = self._readStatusToken(status["token_file"])
-            if token is None:
-                return None
-        allowedHosts = self._readAllowedHosts(status.get("allowed_hosts", []))
-        series = {}
-        if "max_job_series" in status:
-            bound = self._readInteger(
-                status["max_job_series"], "status.max_job_series", 0, _MAX_JOB_SERIES_BOUND
-            )
-            if bound is None:
-                return None
-            series["maxJobSeries"] = bound
-        if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
-            return None
-        if allowedHosts is None:
-            return None
-        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts, **series)
+        values = self._readKeys(status, "status", _STATUS_TABLE)
+        return None if values is None else StatusConfig(**values)
 
-    def _readAllowedHosts(self, value: object) -> tuple[str, ...] | None:
+    def _checkListen(
+        self, status: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Check C{status.listen} with Twisted's own parser.
+        """
+        listen = values["listen"]
+        return listen is None or self._checkServerEndpoint(listen, _key(path, "listen"))
+
+    def _readMaxJobSeries(self, value: object, path: str) -> int | None:
+        """
+        Read C{status.max_job_series}: the most job series the status site
+        keeps.
+        """
+        return self._readInteger(value, path, 0, _MAX_JOB_SERIES_BOUND)
+
+    def _readAllowedHosts(self, value: object, path: str) -> tuple[str, ...] | None:
         """
         Read C{status.allowed_hosts}: a list of host names (C{.NAME} for
         every name under NAME), each lower-cased, without a trailing dot.
         """
-        path = "status.allowed_hosts"
         if not isinstance(value, list):
             self._problem(path, f"expected a list of host names, got {_describe(value)}")
             return None
@@ -286,13 +282,12 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
             names.append(name)
         return tuple(names)
 
-    def _readStatusToken(self, value: object) -> Secret | None:
+    def _readStatusToken(self, value: object, path: str) -> Secret | None:
         """
         Read C{status.token_file}: the bearer token of the controls, the
         file's first line with its surrounding whitespace stripped, from a
         file only its owner may read (the checks of a password file).
         """
-        path = "status.token_file"
         written = self._readString(value, path)
         if written is None:
             return None
@@ -313,3 +308,16 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
             )
             return None
         return Secret(token)
+
+
+# The keys of status, each a field of StatusConfig, in the order they are
+# read; a problem with the token or the series' bound ends the reading.
+_STATUS_TABLE: tuple[Step, ...] = (
+    Key("listen", _ConfigParser._readString, default=_DEFAULT_LISTEN),
+    Key("token_file", _ConfigParser._readStatusToken, "token", stops=True),
+    Key("allowed_hosts", _ConfigParser._readAllowedHosts, "allowedHosts", default=[]),
+    Key("max_job_series", _ConfigParser._readMaxJobSeries, "maxJobSeries",
+        default=fields(StatusConfig).maxJobSeries.default, stops=True),
+    Check(_ConfigParser._checkListen),
+)  # fmt: skip
+_STATUS_KEYS = keyNames(_STATUS_TABLE)

@@ -17,13 +17,11 @@ from urllib.parse import urlsplit
 
 from imapmig.config.accounts import isLoopback
 from imapmig.config.model import NotifyConfig
-from imapmig.config.reader import ConfigReader
+from imapmig.config.reader import ConfigReader, Key, Step, keyNames
 from imapmig.access.secrets import Secret, readPasswordFile
 from imapmig.errors import PasswordFileError
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
-
-NOTIFY_KEYS = ("webhook_url", "token_file", "stalled_after")
 
 _DEFAULT_STALLED_AFTER = 3600.0
 
@@ -64,47 +62,45 @@ class NotifyReader(ConfigReader):
         Read C{notify}: a mapping of L{NOTIFY_KEYS}; L{None} when it has a
         problem (each recorded with its key).
         """
-        before = len(self._problems)
         notify = self._readMapping(value, "notify", NOTIFY_KEYS)
         if notify is None:
             return None
-        url = None
-        if "webhook_url" not in notify:
-            self._problem("notify.webhook_url", "missing: the URL notifications are posted to")
-        else:
-            url = self._readString(notify["webhook_url"], "notify.webhook_url")
-            problem = None if url is None else webhookURLProblem(url)
-            if problem is not None:
-                self._problem("notify.webhook_url", problem)
-        token = None
-        if "token_file" in notify:
-            token = self._readWebhookToken(notify["token_file"])
-        stalledAfter = self._readStalledAfter(notify.get("stalled_after", _DEFAULT_STALLED_AFTER))
-        if url is None or len(self._problems) > before:
+        values = self._readKeys(notify, "notify", _NOTIFY_TABLE)
+        if values is None:
             return None
-        return NotifyConfig(webhookURL=url, token=token, stalledAfter=stalledAfter)
+        # False: off.
+        values["stalledAfter"] = values["stalledAfter"] or None
+        return NotifyConfig(**values)
 
-    def _readStalledAfter(self, value: object) -> float | None:
+    def _readWebhookURL(self, value: object, path: str) -> str | None:
+        """
+        Read C{notify.webhook_url}: a URL L{webhookURLProblem} accepts.
+        """
+        url = self._readString(value, path)
+        problem = None if url is None else webhookURLProblem(url)
+        if problem is not None:
+            self._problem(path, problem)
+            return None
+        return url
+
+    def _readStalledAfter(self, value: object, path: str) -> float | bool | None:
         """
         Read C{notify.stalled_after}: seconds (at least 60), or C{off}
-        (L{None}, as for a problem, which is recorded).
+        (C{False}).
         """
         if value is False or value == "off":
-            return None
-        seconds = self._readSeconds(value, "notify.stalled_after")
+            return False
+        seconds = self._readSeconds(value, path)
         if seconds is not None and seconds < 60:
-            self._problem(
-                "notify.stalled_after", f"must be at least 60 seconds (or off), not {value}"
-            )
+            self._problem(path, f"must be at least 60 seconds (or off), not {value}")
             return None
         return seconds
 
-    def _readWebhookToken(self, value: object) -> Secret | None:
+    def _readWebhookToken(self, value: object, path: str) -> Secret | None:
         """
         Read C{notify.token_file}: the receiver's bearer token, the file's
         first line stripped, from a file only its owner may read.
         """
-        path = "notify.token_file"
         written = self._readString(value, path)
         if written is None:
             return None
@@ -118,3 +114,13 @@ class NotifyReader(ConfigReader):
             self._problem(path, f"webhook token file {resolved} holds no printable token")
             return None
         return Secret(token)
+
+
+_NOTIFY_TABLE: tuple[Step, ...] = (
+    Key("webhook_url", NotifyReader._readWebhookURL, "webhookURL",
+        missing="missing: the URL notifications are posted to"),
+    Key("token_file", NotifyReader._readWebhookToken, "token"),
+    Key("stalled_after", NotifyReader._readStalledAfter, "stalledAfter",
+        default=_DEFAULT_STALLED_AFTER),
+)  # fmt: skip
+NOTIFY_KEYS = keyNames(_NOTIFY_TABLE)

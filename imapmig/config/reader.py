@@ -73,6 +73,8 @@ class Key:
     @ivar missing: if set, the key is required and this is the problem
         recorded when it is absent.
     @ivar nullIsAbsent: whether C{null} is read as if the key were absent.
+    @ivar stops: whether a problem with this key ends the section's
+        reading (the keys after it are not read).
     """
 
     name: str
@@ -81,6 +83,7 @@ class Key:
     default: object = _NO_DEFAULT
     missing: str | None = None
     nullIsAbsent: bool = False
+    stops: bool = False
 
     def apply(
         self, reader: ConfigReader, mapping: Mapping[str, object], path: str, values: dict[str, Any]
@@ -120,6 +123,7 @@ class Check:
     """
 
     check: Callable[[Any, Mapping[str, object], str, dict[str, Any]], bool]
+    stops = False
 
     def apply(
         self, reader: ConfigReader, mapping: Mapping[str, object], path: str, values: dict[str, Any]
@@ -211,7 +215,10 @@ class ConfigReader:
         ok = True
         values: dict[str, Any] = {}
         for step in table:
-            ok = step.apply(self, mapping, path, values) and ok
+            valid = step.apply(self, mapping, path, values)
+            if not valid and step.stops:
+                return None
+            ok = valid and ok
         return values if ok else None
 
     def _hint(self, key: str, keys: Collection[str]) -> str:
