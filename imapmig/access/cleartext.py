@@ -31,7 +31,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imapmig.config.model import Config
+    from imapmig.config.model import Config, ServerConfig
 
 __all__ = [
     "configNeedsTLS",
@@ -105,21 +105,49 @@ def _mentionsTLS(document: object) -> str | None:
     while stack:
         path, value = stack.pop()
         if isinstance(value, str):
-            if value.strip().lower().startswith(_TLS_PREFIXES):
+            if _namesTLS(value):
                 return path or "the document"
-            continue
-        if not isinstance(value, (dict, list)) or id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, list):
-            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
-            continue
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key in _TLS_KEYS:
-                return where
-            stack.append((where, key))
-            stack.append((where, item))
+        elif _firstVisit(value, seen):
+            found = _pushChildren(path, value, stack)
+            if found is not None:
+                return found
+    return None
+
+
+def _namesTLS(value: str) -> bool:
+    """
+    Whether the string C{value} names a TLS endpoint or URL.
+    """
+    return value.strip().lower().startswith(_TLS_PREFIXES)
+
+
+def _firstVisit(value: object, seen: set[int]) -> bool:
+    """
+    Whether C{value} is a mapping or a list not seen before (it is seen
+    now).
+    """
+    if not isinstance(value, (dict, list)) or id(value) in seen:
+        return False
+    seen.add(id(value))
+    return True
+
+
+def _pushChildren(path: str, value: object, stack: list[tuple[str, object]]) -> str | None:
+    """
+    Push the items of the list or mapping C{value} (at C{path}), and a
+    mapping's keys, onto C{stack}; or return the path of a key of
+    L{_TLS_KEYS} in it.
+    """
+    if isinstance(value, list):
+        stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+        return None
+    assert isinstance(value, dict)
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key in _TLS_KEYS:
+            return where
+        stack.append((where, key))
+        stack.append((where, item))
     return None
 
 
@@ -158,17 +186,27 @@ def tlsReason(document: object) -> str | None:
     mentioned = _mentionsTLS(document)
     if mentioned is not None:
         return f"{mentioned} asks for TLS"
-    servers = document.get("servers")
-    if isinstance(servers, dict):
-        for name, server in servers.items():
-            reason = _serverTLSReason(name, server)
-            if reason is not None:
-                return reason
-    status = document.get("status")
-    if isinstance(status, dict):
-        listen = status.get("listen")
-        if isinstance(listen, str) and not listen.strip().lower().startswith(_PLAIN_LISTENERS):
-            return "status.listen is not a tcp: or unix: endpoint"
+    return _serversTLSReason(document.get("servers")) or _statusTLSReason(document.get("status"))
+
+
+def _serversTLSReason(servers: object) -> str | None:
+    """
+    Why the first server of C{servers} that asks for TLS does, or L{None}.
+    """
+    if not isinstance(servers, dict):
+        return None
+    reasons = (_serverTLSReason(name, server) for name, server in servers.items())
+    return next((reason for reason in reasons if reason is not None), None)
+
+
+def _statusTLSReason(status: object) -> str | None:
+    """
+    Why C{status} asks for TLS (a listener other than C{tcp:} or
+    C{unix:}), or L{None}.
+    """
+    listen = status.get("listen") if isinstance(status, dict) else None
+    if isinstance(listen, str) and not listen.strip().lower().startswith(_PLAIN_LISTENERS):
+        return "status.listen is not a tcp: or unix: endpoint"
     return None
 
 
@@ -179,19 +217,37 @@ def configNeedsTLS(config: Config) -> bool:
     2.0, a status page listening on anything but C{tcp:} or C{unix:}, or
     an C{https:} webhook.
     """
-    for server in config.servers:
-        if server.starttls or server.implicitTLS or server.tlsCA is not None:
-            return True
-    for job in config.jobs:
-        for side in (job.source, job.destination):
-            # Maildir, mbox and .eml sources have neither.
-            account = getattr(side, "server", None)
-            if getattr(side, "oauth2", None) is not None:
-                return True
-            if account is not None and (account.starttls or account.implicitTLS):
-                return True
-    if config.notify is not None and config.notify.webhookURL.lower().startswith("https:"):
+    return (
+        any(_serverNeedsTLS(server) for server in config.servers)
+        or any(_sideNeedsTLS(job.source) or _sideNeedsTLS(job.destination) for job in config.jobs)
+        or (config.notify is not None and config.notify.webhookURL.lower().startswith("https:"))
+        or _statusNeedsTLS(config)
+    )
+
+
+def _serverNeedsTLS(server: ServerConfig) -> bool:
+    """
+    Whether C{server} is reached over TLS, or trusts a CA file.
+    """
+    return server.starttls or server.implicitTLS or server.tlsCA is not None
+
+
+def _sideNeedsTLS(side: object) -> bool:
+    """
+    Whether a job's source or destination needs TLS: an account that logs
+    in with OAuth 2.0 or whose server is reached over TLS (Maildir, mbox
+    and .eml sources have neither).
+    """
+    if getattr(side, "oauth2", None) is not None:
         return True
-    if config.status is not None:
-        return not config.status.listen.strip().lower().startswith(_PLAIN_LISTENERS)
-    return False
+    server = getattr(side, "server", None)
+    return server is not None and (server.starttls or server.implicitTLS)
+
+
+def _statusNeedsTLS(config: Config) -> bool:
+    """
+    Whether the status site listens on anything but C{tcp:} or C{unix:}.
+    """
+    if config.status is None:
+        return False
+    return not config.status.listen.strip().lower().startswith(_PLAIN_LISTENERS)
