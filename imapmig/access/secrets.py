@@ -63,51 +63,88 @@ def readPasswordFile(path: str, kind: str = "password") -> str:
         most that many and one more are ever read), is not UTF-8 text, or
         its first line is empty.
     """
+    fd = _open(path, kind)
+    try:
+        content = _readPrivate(fd, path, kind)
+    except OSError as e:
+        raise PasswordFileError(f"{kind} file {path} cannot be read: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return _firstLine(content, path, kind)
+
+
+# Why a password file cannot be opened, by the error opening it raises.
+_OPEN_PROBLEMS: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "does not exist"),
+    (PermissionError, "cannot be read (permission denied)"),
+    (IsADirectoryError, "is a directory"),
+)
+
+
+def _open(path: str, kind: str) -> int:
+    """
+    Open the password file C{path} for reading.
+
+    @raise PasswordFileError: it cannot be.
+    """
     try:
         # O_NONBLOCK: opening a FIFO by mistake must not hang the daemon;
         # it has no effect on a regular file.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise PasswordFileError(f"{kind} file {path} does not exist") from None
-    except PermissionError:
-        raise PasswordFileError(
-            f"{kind} file {path} cannot be read (permission denied)"
-        ) from None
-    except IsADirectoryError:
-        raise PasswordFileError(f"{kind} file {path} is a directory") from None
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
+        said = next(
+            (said for error, said in _OPEN_PROBLEMS if isinstance(e, error)),
+            f"cannot be read: {e.strerror}",
+        )
+        raise PasswordFileError(f"{kind} file {path} {said}") from None
+
+
+def _readPrivate(fd: int, path: str, kind: str) -> bytes:
+    """
+    Read the open password file C{fd}, once L{_checkPrivate} accepts it.
+
+    @raise PasswordFileError: it is refused, or larger than
+        L{MAX_PASSWORD_FILE}.
+    """
+    # fstat after open: the checks apply to the very file read below.
+    status = os.fstat(fd)
+    _checkPrivate(fd, status.st_mode, path, kind)
+    if status.st_size > MAX_PASSWORD_FILE:
+        raise _tooLarge(path, kind)
+    with os.fdopen(fd, "rb", closefd=False) as f:
+        # One octet more than allowed shows a file that grew since.
+        content = f.read(MAX_PASSWORD_FILE + 1)
+    if len(content) > MAX_PASSWORD_FILE:
+        raise _tooLarge(path, kind)
+    return content
+
+
+def _checkPrivate(fd: int, mode: int, path: str, kind: str) -> None:
+    """
+    Check that the open file C{fd}, of mode C{mode}, is a regular file
+    only its owner may read.
+
+    @raise PasswordFileError: it is not.
+    """
+    if stat.S_ISDIR(mode):
+        raise PasswordFileError(f"{kind} file {path} is a directory")
+    if not stat.S_ISREG(mode):
+        raise PasswordFileError(f"{kind} file {path} is not a regular file")
+    if accessibleToOthers(fd, mode):
         raise PasswordFileError(
-            f"{kind} file {path} cannot be read: {e.strerror}"
-        ) from None
-    try:
-        # fstat after open: the checks apply to the very file read below.
-        status = os.fstat(fd)
-        mode = status.st_mode
-        if stat.S_ISDIR(mode):
-            raise PasswordFileError(f"{kind} file {path} is a directory")
-        if not stat.S_ISREG(mode):
-            raise PasswordFileError(f"{kind} file {path} is not a regular file")
-        if accessibleToOthers(fd, mode):
-            raise PasswordFileError(
-                f"{kind} file {path} is accessible to group or others"
-                f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
-            )
-        if status.st_size > MAX_PASSWORD_FILE:
-            raise _tooLarge(path, kind)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            # One octet more than allowed shows a file that grew since.
-            content = f.read(MAX_PASSWORD_FILE + 1)
-        if len(content) > MAX_PASSWORD_FILE:
-            raise _tooLarge(path, kind)
-    except OSError as e:
-        raise PasswordFileError(
-            f"{kind} file {path} cannot be read: {e.strerror}"
-        ) from None
-    finally:
-        os.close(fd)
-    firstLine = content.split(b"\n", 1)[0]
-    if firstLine.endswith(b"\r"):
-        firstLine = firstLine[:-1]
+            f"{kind} file {path} is accessible to group or others"
+            f" (mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
+        )
+
+
+def _firstLine(content: bytes, path: str, kind: str) -> str:
+    """
+    The first line of the password file C{content}, without its line
+    ending.
+
+    @raise PasswordFileError: it is empty, or not UTF-8.
+    """
+    firstLine = content.split(b"\n", 1)[0].removesuffix(b"\r")
     if not firstLine:
         raise PasswordFileError(
             f"{kind} file {path} is empty (the {kind} is its first line)"
@@ -172,13 +209,17 @@ def _aclGrantsOthers(acl: bytes, us: int) -> bool:
         return True
     entries = list(_ACL_ENTRY.iter_unpack(body))
     mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
-    for tag, perm, who in entries:
-        granted = perm & mask & _ACL_READ_WRITE
-        if tag in (_ACL_GROUP_OBJ, _ACL_GROUP) and granted:
-            return True
-        if tag == _ACL_USER and who != us and granted:
-            return True
-    return False
+    return any(_grants(tag, who, perm & mask & _ACL_READ_WRITE, us) for tag, perm, who in entries)
+
+
+def _grants(tag: int, who: int, granted: int, us: int) -> bool:
+    """
+    Whether an ACL entry (C{tag}, C{who}) granting C{granted} (under the
+    mask) lets a group, or a named user other than C{us}, read or write.
+    """
+    if not granted:
+        return False
+    return tag in (_ACL_GROUP_OBJ, _ACL_GROUP) or (tag == _ACL_USER and who != us)
 
 
 def _tooLarge(path: str, kind: str) -> PasswordFileError:
