@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import difflib
 import os
-from typing import Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from attrs import evolve, frozen
 
@@ -33,7 +33,7 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, _describe, _key
+from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key
 from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
 from imapmig.access.secrets import Secret
@@ -130,29 +130,41 @@ class UserListReader(JobsReader):
             )
             return
         for name, entry in value.items():
-            path = _key("credentials", str(name))
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
-                self._problem(path, f"invalid credential name {name!r}")
-                continue
-            credentials[name] = None
-            mapping = self._readMapping(entry, path, _CREDENTIAL_KEYS)
-            if mapping is None:
-                continue
-            user = None
-            if "user" not in mapping:
-                self._problem(_key(path, "user"), "missing: the login name")
-            else:
-                user = self._readString(mapping["user"], _key(path, "user"))
-            read = self._readSecret(
-                mapping,
-                path,
-                "password",
-                "password",
-                missing="missing password: give password_file: FILE"
-                " or password_credential: NAME",
-            )
-            if user is not None and read is not None:
-                credentials[name] = (user, read[0])
+            self._readCredential(name, entry, credentials)
+
+    def _readCredential(
+        self, name: object, entry: object, credentials: dict[str, tuple[str, Secret] | None]
+    ) -> None:
+        """
+        Read the credential C{name} into C{credentials}: its user and
+        password (L{_CREDENTIAL_TABLE}), or L{None} when invalid.
+        """
+        path = _key("credentials", str(name))
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            self._problem(path, f"invalid credential name {name!r}")
+            return
+        credentials[name] = None
+        mapping = self._readMapping(entry, path, _CREDENTIAL_KEYS)
+        values = None if mapping is None else self._readKeys(mapping, path, _CREDENTIAL_TABLE)
+        if values is not None:
+            credentials[name] = (values["user"], values["password"])
+
+    def _readCredentialPassword(
+        self, credential: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read a credential's password: exactly one of its password keys.
+        """
+        read = self._readSecret(
+            credential,
+            path,
+            "password",
+            "password",
+            missing="missing password: give password_file: FILE"
+            " or password_credential: NAME",
+        )
+        values["password"] = None if read is None else read[0]
+        return read is not None
 
     def _readUserList(
         self,
@@ -196,29 +208,10 @@ class UserListReader(JobsReader):
         destinationValue = template.get("destination")
         if isinstance(destinationValue, dict):
             probe["destination"] = _standIns(destinationValue)
-        if isinstance(sourceValue, dict) and "server" not in sourceValue:
-            sourcePattern, source = self._readLocalTemplate(
-                sourceValue, _key(path, "source")
-            )
-            ok = source is not None
-            # A stand-in source when it is invalid: the rest is checked too.
-            prototype = self._readJob(
-                probe,
-                path,
-                servers,
-                defaults,
-                {},
-                keys=_TEMPLATE_KEYS,
-                source=source or MaildirSourceConfig(path=_PROBE),
-            )
-        else:
-            sourcePattern, ok = None, True
-            if isinstance(sourceValue, dict):
-                probe["source"] = _standIns(sourceValue)
-            prototype = self._readJob(
-                probe, path, servers, defaults, {}, keys=_TEMPLATE_KEYS
-            )
-        if prototype is None or not ok:
+        local = isinstance(sourceValue, dict) and "server" not in sourceValue
+        read = self._readLocalPrototype if local else self._readIMAPPrototype
+        sourcePattern, prototype = read(probe, path, servers, defaults)
+        if prototype is None:
             return None
         imap = None
         if isinstance(prototype.source, ImapSourceConfig):
@@ -231,6 +224,48 @@ class UserListReader(JobsReader):
             sourcePattern=sourcePattern,
             destination=_account(prototype.destination, destinationValue),
         )
+
+    def _readLocalPrototype(
+        self,
+        probe: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+    ) -> tuple[str | None, JobConfig | None]:
+        """
+        Read the prototype job of a template with a local source, and the
+        source's path pattern (if it has placeholders).
+        """
+        source = probe["source"]
+        assert isinstance(source, dict)
+        sourcePattern, local = self._readLocalTemplate(source, _key(path, "source"))
+        # A stand-in source when it is invalid: the rest is checked too.
+        prototype = self._readJob(
+            probe,
+            path,
+            servers,
+            defaults,
+            {},
+            keys=_TEMPLATE_KEYS,
+            source=local or MaildirSourceConfig(path=_PROBE),
+        )
+        return sourcePattern, None if local is None else prototype
+
+    def _readIMAPPrototype(
+        self,
+        probe: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+    ) -> tuple[str | None, JobConfig | None]:
+        """
+        Read the prototype job of a template with an IMAP source (or none),
+        with stand-ins for what the rows give.
+        """
+        source = probe.get("source")
+        if isinstance(source, dict):
+            probe["source"] = _standIns(source)
+        return None, self._readJob(probe, path, servers, defaults, {}, keys=_TEMPLATE_KEYS)
 
     def _readLocalTemplate(
         self, value: dict[str, object], path: str
@@ -352,22 +387,7 @@ class _RowReader(SecretsReader):
         jobs: list[JobConfig] = []
         try:
             with open(self._path, encoding="utf-8-sig", newline="") as f:
-                rows = self._rows(f)
-                header = next(rows, None)
-                if header is None:
-                    self._problem("", "the file is empty: a header row is required")
-                    return jobs
-                columns = self._readHeader(header[1], template)
-                if columns is None:
-                    return jobs
-                count = 0
-                for number, fields in rows:
-                    count += 1
-                    job = self._readRow(number, fields, columns, template, firstUse)
-                    if job is not None:
-                        jobs.append(job)
-                if count == 0:
-                    self._problem("", "no users: the file has a header row but no rows")
+                self._readRows(self._rows(f), template, firstUse, jobs)
         except UnicodeDecodeError:
             self._problem("", "not UTF-8 text")
         except csv.Error as e:
@@ -375,6 +395,32 @@ class _RowReader(SecretsReader):
         except OSError as e:
             self._problem("", f"cannot be read: {e.strerror}")
         return jobs
+
+    def _readRows(
+        self,
+        rows: Iterator[tuple[int, list[str]]],
+        template: _Template | None,
+        firstUse: dict[str, str],
+        jobs: list[JobConfig],
+    ) -> None:
+        """
+        Read the header, then each row, into C{jobs}.
+        """
+        header = next(rows, None)
+        if header is None:
+            self._problem("", "the file is empty: a header row is required")
+            return
+        columns = self._readHeader(header[1], template)
+        if columns is None:
+            return
+        count = 0
+        for number, fields in rows:
+            count += 1
+            job = self._readRow(number, fields, columns, template, firstUse)
+            if job is not None:
+                jobs.append(job)
+        if count == 0:
+            self._problem("", "no users: the file has a header row but no rows")
 
     def _rows(self, f: Iterator[str]) -> Iterator[tuple[int, list[str]]]:
         """
@@ -709,16 +755,10 @@ class _RowReader(SecretsReader):
         Read a row's job name: its C{name}, else the template's name, a
         dash and the row's destination (or source) user.
         """
-        if "name" in row:
-            column, name = "name", row["name"]
-        elif template is None:
+        named = self._rowJobName(number, row, template)
+        if named is None:
             return None
-        else:
-            column = "destination_user" if "destination_user" in row else "source_user"
-            if column not in row:
-                self._problem(f"row {number}: name", "missing: no user to name the job by")
-                return None
-            name = f"{template.prototype.name}-{row[column]}"
+        column, name = named
         if not _NAME.fullmatch(name):
             self._problem(
                 f"row {number}: {column}",
@@ -735,6 +775,24 @@ class _RowReader(SecretsReader):
         firstUse[name] = f"{self._path} row {number}"
         return name
 
+    def _rowJobName(
+        self, number: int, row: Mapping[str, str], template: _Template | None
+    ) -> tuple[str, str] | None:
+        """
+        A row's job name and the column it comes from: its C{name}, else
+        the template's name, a dash and the row's destination (or source)
+        user.
+        """
+        if "name" in row:
+            return "name", row["name"]
+        if template is None:
+            return None
+        column = "destination_user" if "destination_user" in row else "source_user"
+        if column not in row:
+            self._problem(f"row {number}: name", "missing: no user to name the job by")
+            return None
+        return column, f"{template.prototype.name}-{row[column]}"
+
     def _readConnections(self, number: int, written: str) -> int | None:
         """
         Read a row's C{connections}.
@@ -747,3 +805,10 @@ class _RowReader(SecretsReader):
         return self._readInteger(
             value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
         )
+
+
+# A credential of credentials: its user and its password.
+_CREDENTIAL_TABLE: tuple[Step, ...] = (
+    Key("user", UserListReader._readString, missing="missing: the login name"),
+    Check(UserListReader._readCredentialPassword),
+)
