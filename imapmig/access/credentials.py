@@ -18,7 +18,7 @@ import os
 from typing import Mapping
 
 from imapmig.access.secrets import readPasswordFile
-from imapmig.errors import CredentialError, PasswordFileError
+from imapmig.errors import CredentialError
 
 CREDENTIALS_DIRECTORY = "CREDENTIALS_DIRECTORY"
 """

@@ -41,7 +41,8 @@ from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
 from imapmig.config.reader import Check, Key, Step, _describe, _key, keyNames
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
-from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
+from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
+from imapmig.config.userrows import _COLUMNS
 from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError, PasswordFileError
 from imapmig.mail.plan import FolderRules

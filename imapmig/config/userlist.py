@@ -6,7 +6,8 @@ credentials rows may use.
 
 The template is read once, into a prototype job whose settings every
 row's job shares; a row gives only its users, passwords or credential,
-name, and the few overrides of L{_COLUMNS}.  Every row is checked, each
+name, and the few overrides of its columns; the rows are read by
+L{imapmig.config.userrows}.  Every row is checked, each
 problem named C{FILE: row N: COLUMN: ...} (the header is row 1), and
 reported with the YAML's problems.  Each password file (or systemd
 credential, C{*_password_credential}) is read once, however many rows
@@ -15,17 +16,12 @@ name it.
 
 from __future__ import annotations
 
-import csv
-import difflib
 import os
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Mapping
 
-from attrs import evolve, frozen
-
-from imapmig.config.jobs import _CONNECTIONS, _JOB_KEYS, JobsReader
+from imapmig.config.jobs import _JOB_KEYS, JobsReader
 from imapmig.config.model import (
     AccountConfig,
-    DestinationConfig,
     ImapSourceConfig,
     JobConfig,
     MaildirSourceConfig,
@@ -34,73 +30,23 @@ from imapmig.config.model import (
     SourceConfig,
 )
 from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key
-from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
+from imapmig.config.secretkeys import secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
+from imapmig.config.userrows import (
+    _PLACEHOLDERS,
+    _ROW_PASSWORD_KEYS,
+    _Account,
+    _RowReader,
+    _Template,
+)
 from imapmig.access.secrets import Secret
-from imapmig.errors import PasswordFileError
-
-_A = TypeVar("_A", DestinationConfig, ImapSourceConfig)
 
 _TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
-# A row's password comes from a file or a systemd credential, never inline.
-_ROW_PASSWORD_KEYS = secretKeys("password")
 _CREDENTIAL_KEYS = ("user", *_ROW_PASSWORD_KEYS)
 # What gives a template's account its password.
 _GIVES_PASSWORD = {*secretKeys("password", inline=True), "admin"}
-_SIDES = ("source", "destination")
-_OVERRIDES = ("connections", "maildir", "mbox")
-_COLUMNS = (
-    "name",
-    "source_user",
-    "destination_user",
-    *(f"{side}_{key}" for side in _SIDES for key in _ROW_PASSWORD_KEYS),
-    "source_credential",
-    "destination_credential",
-) + _OVERRIDES
-_PLACEHOLDERS = ("source_user", "destination_user")
-# The columns of an IMAP source's login.
-_SOURCE_LOGIN_COLUMNS = (*(f"source_{key}" for key in _ROW_PASSWORD_KEYS), "source_credential")
-# A placeholder's dummy value for the template's check, and what
-# mailbox user names may not be when they become part of a path.
+# A placeholder's dummy value for the template's check.
 _PROBE = "probe"
-_PATH_UNSAFE = ("/", "\0")
-
-
-@frozen
-class _Account:
-    """
-    What a template gives of one side's account.
-
-    @ivar server: the account's server.
-    @ivar user: the template's user, or L{None} when each row gives it.
-    @ivar password: the template's password (the admin's with an
-        C{admin}), or L{None} when each row gives one.
-    @ivar admin: the template's admin login name, if any.
-    """
-
-    server: ServerConfig
-    user: str | None
-    password: Secret | None
-    admin: str | None
-    credentialKey: str | None = None
-
-
-@frozen
-class _Template:
-    """
-    A job template, read and checked once.
-
-    @ivar prototype: the job every row's job is made from.
-    @ivar source: the IMAP source account, or L{None} for a local source.
-    @ivar sourcePattern: a local source's path, absolute, with its
-        placeholders, or L{None} for an IMAP source.
-    @ivar destination: the destination account.
-    """
-
-    prototype: JobConfig
-    source: _Account | None
-    sourcePattern: str | None
-    destination: _Account
 
 
 class UserListReader(JobsReader):
@@ -344,14 +290,6 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     return probe
 
 
-def _unsafeInPath(value: str) -> bool:
-    """
-    Whether a row's user C{value} cannot be part of a path: empty, C{.},
-    C{..}, or holding a C{/} or NUL.
-    """
-    return not value or value in (".", "..") or any(c in value for c in _PATH_UNSAFE)
-
-
 def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
     """
     What the template gives of an account: L{read} less its stand-ins.
@@ -364,447 +302,6 @@ def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
         admin=read.admin,
         credentialKey=read.credentialKey if given else None,
     )
-
-
-class _RowReader(SecretsReader):
-    """
-    Reads one CSV user list; its problems name the CSV file.
-    """
-
-    def __init__(
-        self, path: str, credentials: Mapping[str, tuple[str, Secret] | None]
-    ) -> None:
-        super().__init__(path)
-        self._credentials = credentials
-        # (suffix, value written) -> the password, or None if unusable.
-        self._passwords: dict[tuple[str, str], Secret | None] = {}
-
-    def readAll(self, template: _Template | None, firstUse: dict[str, str]) -> list[JobConfig]:
-        """
-        Read every row, making a job of each valid one when the template
-        is valid (else the rows are still checked against each other).
-        """
-        jobs: list[JobConfig] = []
-        try:
-            with open(self._path, encoding="utf-8-sig", newline="") as f:
-                self._readRows(self._rows(f), template, firstUse, jobs)
-        except UnicodeDecodeError:
-            self._problem("", "not UTF-8 text")
-        except csv.Error as e:
-            self._problem("", f"invalid CSV: {e}")
-        except OSError as e:
-            self._problem("", f"cannot be read: {e.strerror}")
-        return jobs
-
-    def _readRows(
-        self,
-        rows: Iterator[tuple[int, list[str]]],
-        template: _Template | None,
-        firstUse: dict[str, str],
-        jobs: list[JobConfig],
-    ) -> None:
-        """
-        Read the header, then each row, into C{jobs}.
-        """
-        header = next(rows, None)
-        if header is None:
-            self._problem("", "the file is empty: a header row is required")
-            return
-        columns = self._readHeader(header[1], template)
-        if columns is None:
-            return
-        count = 0
-        for number, fields in rows:
-            count += 1
-            job = self._readRow(number, fields, columns, template, firstUse)
-            if job is not None:
-                jobs.append(job)
-        if count == 0:
-            self._problem("", "no users: the file has a header row but no rows")
-
-    def _rows(self, f: Iterator[str]) -> Iterator[tuple[int, list[str]]]:
-        """
-        The rows that are not empty, each with the line it starts on.
-        """
-        reader = csv.reader(f)
-        line = 0
-        for fields in reader:
-            start = line + 1
-            line = reader.line_num
-            if any(field.strip() for field in fields):
-                yield start, [field.strip() for field in fields]
-
-    def _readHeader(
-        self, header: list[str], template: _Template | None
-    ) -> tuple[str, ...] | None:
-        """
-        Read the header: known column names, any case, each once, and those
-        the template needs.
-        """
-        columns = tuple(name.lower() for name in header)
-        before = len(self._problems)
-        for index, name in enumerate(columns):
-            self._checkColumn(index, name, columns)
-        if template is not None and len(self._problems) == before:
-            self._checkTemplateColumns(columns, template)
-        return columns if len(self._problems) == before else None
-
-    def _checkColumn(self, index: int, name: str, columns: tuple[str, ...]) -> None:
-        """
-        Check the header's column C{name}, at C{index}: known, and not
-        given twice.
-        """
-        if name in _COLUMNS:
-            if columns.index(name) != index:
-                self._problem(f"row 1: {name}", "duplicate column")
-            return
-        if not name:
-            self._problem(f"row 1: column {index + 1}", "empty column name")
-            return
-        close = difflib.get_close_matches(name, _COLUMNS, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known columns: {', '.join(_COLUMNS)}"
-        self._problem(f"row 1: {name}", f"unknown column ({hint})")
-
-    def _checkTemplateColumns(self, columns: tuple[str, ...], template: _Template) -> None:
-        """
-        Check that the header gives what the template leaves to the rows
-        (users, passwords), and no column the template's source has no use
-        for.
-        """
-        self._checkSideColumns(columns, "source", template.source)
-        self._checkSideColumns(columns, "destination", template.destination)
-        local = template.prototype.source
-        for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
-            if column in columns and not isinstance(local, kind):
-                self._problem(f"row 1: {column}", f"the template's source is not {column}")
-        if template.source is None:
-            for column in _SOURCE_LOGIN_COLUMNS:
-                if column in columns:
-                    self._problem(
-                        f"row 1: {column}", "the template's source is not an IMAP server"
-                    )
-
-    def _checkSideColumns(
-        self, columns: tuple[str, ...], side: str, account: _Account | None
-    ) -> None:
-        """
-        Check that the header gives the user and a password of C{side}'s
-        account where the template gives none.
-        """
-        if account is None:
-            return
-        if account.user is None and f"{side}_user" not in columns:
-            self._problem(
-                f"row 1: {side}_user",
-                f"missing column: the template's {side} gives no user",
-            )
-        given = {*(f"{side}_{key}" for key in _ROW_PASSWORD_KEYS), f"{side}_credential"}
-        if account.password is None and not given & set(columns):
-            self._problem(
-                f"row 1: {side}_password_file",
-                f"missing column: the template's {side} gives no password;"
-                f" add {side}_password_file, {side}_password_credential"
-                f" or {side}_credential",
-            )
-
-    def _readRow(
-        self,
-        number: int,
-        fields: list[str],
-        columns: tuple[str, ...],
-        template: _Template | None,
-        firstUse: dict[str, str],
-    ) -> JobConfig | None:
-        """
-        Read one row into a job.
-        """
-        if len(fields) != len(columns):
-            self._problem(
-                f"row {number}",
-                f"{len(fields)} fields, but the header has {len(columns)}",
-            )
-            return None
-        row = {column: value for column, value in zip(columns, fields) if value}
-        sides = None if template is None else self._readSides(number, row, template)
-        name = self._readName(number, row, template, firstUse)
-        # 0: the template's (a row's connections is at least 1).
-        connections = (
-            self._readConnections(number, row["connections"]) if "connections" in row else 0
-        )
-        if template is None or sides is None or name is None or connections is None:
-            return None
-        prototype = template.prototype
-        return evolve(
-            prototype,
-            name=name,
-            source=sides[0],
-            destination=sides[1],
-            connections=connections or prototype.connections,
-        )
-
-    def _readSides(
-        self, number: int, row: Mapping[str, str], template: _Template
-    ) -> tuple[SourceConfig, DestinationConfig] | None:
-        """
-        Read a row's destination account, then its source (an account, or
-        a local source).
-        """
-        destination = self._readRowAccount(
-            number, row, "destination", template.destination, DestinationConfig
-        )
-        source: SourceConfig | None
-        if template.source is not None:
-            source = self._readRowAccount(
-                number, row, "source", template.source, ImapSourceConfig
-            )
-        else:
-            source = self._readLocal(number, row, template)
-        if source is None or destination is None:
-            return None
-        return source, destination
-
-    def _readRowAccount(
-        self,
-        number: int,
-        row: Mapping[str, str],
-        side: str,
-        account: _Account,
-        kind: Callable[..., _A],
-    ) -> _A | None:
-        """
-        Read a row's account on one side, as a C{kind} (L{DestinationConfig}
-        or L{ImapSourceConfig}) on the template's server.
-        """
-        login = self._readAccount(number, row, side, account)
-        if login is None:
-            return None
-        return kind(account.server, *login[:3], credentialKey=login[3])
-
-    def _readAccount(
-        self, number: int, row: Mapping[str, str], side: str, account: _Account
-    ) -> tuple[str, Secret, str | None, str | None] | None:
-        """
-        Read a row's account on one side: its user, and its password file,
-        systemd credential or named admin credential (or the template's
-        password).
-
-        @return: the user, the password to log in with, the admin's
-            login name (or L{None}), and where the password was read from
-            (the row's column, or the template's key).
-        """
-        user = row.get(f"{side}_user", account.user)
-        if user is None:
-            self._problem(f"row {number}: {side}_user", "missing: the mailbox's user")
-        login = self._readRowLogin(number, row, side, account)
-        if user is None or login is None:
-            return None
-        return (user, *login)
-
-    def _readRowLogin(
-        self, number: int, row: Mapping[str, str], side: str, account: _Account
-    ) -> tuple[Secret, str | None, str | None] | None:
-        """
-        Read how a row's account on C{side} logs in: at most one of its
-        password columns and C{credential}, else the template's password.
-
-        @return: the password, the admin's login name (or L{None}), and
-            where the password was read from.
-        """
-        columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
-        given = [column for column in (*columns, f"{side}_credential") if column in row]
-        if len(given) > 1:
-            self._problem(
-                f"row {number}: {given[-1]}",
-                f"give one of {', '.join(columns)} or {side}_credential,"
-                f" not {' and '.join(given)}",
-            )
-            return None
-        if given and given[0] in columns:
-            return self._readRowPassword(number, row, side, given[0])
-        if given:
-            return self._readRowCredential(number, side, row[given[0]])
-        if account.password is None:
-            self._problem(
-                f"row {number}: {side}_password_file",
-                f"missing: give {side}_password_file, {side}_password_credential"
-                f" or {side}_credential",
-            )
-            return None
-        return account.password, account.admin, account.credentialKey
-
-    def _readRowPassword(
-        self, number: int, row: Mapping[str, str], side: str, column: str
-    ) -> tuple[Secret, None, str] | None:
-        """
-        Read the user's password from the row's password C{column}.
-        """
-        suffix = column[len(f"{side}_password"):]
-        password = self._readRowSecret(number, column, suffix, row[column])
-        if password is None:
-            return None
-        return password, None, f"{self._path} row {number}: {column}"
-
-    def _readRowCredential(
-        self, number: int, side: str, credential: str
-    ) -> tuple[Secret, str, str] | None:
-        """
-        Read the admin credential the row names (one of C{credentials}).
-        """
-        if credential not in self._credentials:
-            self._problem(
-                f"row {number}: {side}_credential",
-                f"no credential named {credential!r}"
-                f" (credentials: {', '.join(self._credentials) or 'none'})",
-            )
-            return None
-        known = self._credentials[credential]
-        if known is None:
-            # reported with the credential itself.
-            return None
-        admin, password = known
-        return password, admin, f"{self._path} row {number}: {side}_credential"
-
-    def _readRowSecret(
-        self, number: int, column: str, suffix: str, written: str
-    ) -> Secret | None:
-        """
-        Read a row's password from a file or credential (C{suffix} is a key
-        of L{_FROM}), once however many rows name it.
-        """
-        if (suffix, written) not in self._passwords:
-            try:
-                self._passwords[suffix, written] = Secret(
-                    _FROM[suffix](self, written, "password")[1]
-                )
-            except PasswordFileError as e:
-                self._passwords[suffix, written] = None
-                self._problem(f"row {number}: {column}", str(e))
-                return None
-        password = self._passwords[suffix, written]
-        if password is None:
-            self._problem(f"row {number}: {column}", f"{written} cannot be used")
-        return password
-
-    def _readLocal(
-        self, number: int, row: Mapping[str, str], template: _Template
-    ) -> SourceConfig | None:
-        """
-        Read a row's local source: the template's path with the row's
-        users in its placeholders, or the row's C{maildir} or C{mbox}.
-        """
-        local = template.prototype.source
-        column = "maildir" if isinstance(local, MaildirSourceConfig) else "mbox"
-        if column in row:
-            return self._checkLocal(f"row {number}: {column}", self._resolve(row[column]), local)
-        if template.sourcePattern is None:
-            return local
-        filled = self._fillPattern(number, row, template.sourcePattern)
-        if filled is None:
-            return None
-        written, column = filled
-        return self._checkLocal(f"row {number}: {column}", written, local)
-
-    def _fillPattern(
-        self, number: int, row: Mapping[str, str], pattern: str
-    ) -> tuple[str, str] | None:
-        """
-        The template's source C{pattern} with the row's users in its
-        placeholders, and the column that names the path in a problem.
-        """
-        values = {}
-        for placeholder in _PLACEHOLDERS:
-            value = row.get(placeholder, "")
-            if f"{{{placeholder}}}" not in pattern:
-                continue
-            if _unsafeInPath(value):
-                self._problem(
-                    f"row {number}: {placeholder}",
-                    f"{value!r} cannot be part of the source's path",
-                )
-                return None
-            values[placeholder] = value
-        column = "source_user" if "source_user" in values else "destination_user"
-        return pattern.format(**values), column
-
-    def _checkLocal(
-        self, where: str, written: str, local: SourceConfig
-    ) -> SourceConfig | None:
-        """
-        A row's local source at C{written}, like the template's C{local}:
-        an existing mbox, or a Maildir.
-        """
-        if isinstance(local, MboxSourceConfig):
-            if not os.path.exists(written):
-                self._problem(where, f"{written} does not exist")
-                return None
-            return MboxSourceConfig(path=written, quoting=local.quoting)
-        if not all(os.path.isdir(os.path.join(written, sub)) for sub in ("cur", "new")):
-            what = "is not a Maildir" if os.path.isdir(written) else "does not exist"
-            self._problem(where, f"{written} {what}")
-            return None
-        return MaildirSourceConfig(path=written)
-
-    def _readName(
-        self,
-        number: int,
-        row: Mapping[str, str],
-        template: _Template | None,
-        firstUse: dict[str, str],
-    ) -> str | None:
-        """
-        Read a row's job name: its C{name}, else the template's name, a
-        dash and the row's destination (or source) user.
-        """
-        named = self._rowJobName(number, row, template)
-        if named is None:
-            return None
-        column, name = named
-        if not _NAME.fullmatch(name):
-            self._problem(
-                f"row {number}: {column}",
-                f"invalid job name {name!r}: use letters, digits and . _ @ -"
-                + ("" if column == "name" else "; give the row a name"),
-            )
-            return None
-        if name in firstUse:
-            self._problem(
-                f"row {number}: {column}",
-                f"duplicate job name {name!r} (first used by {firstUse[name]})",
-            )
-            return None
-        firstUse[name] = f"{self._path} row {number}"
-        return name
-
-    def _rowJobName(
-        self, number: int, row: Mapping[str, str], template: _Template | None
-    ) -> tuple[str, str] | None:
-        """
-        A row's job name and the column it comes from: its C{name}, else
-        the template's name, a dash and the row's destination (or source)
-        user.
-        """
-        if "name" in row:
-            return "name", row["name"]
-        if template is None:
-            return None
-        column = "destination_user" if "destination_user" in row else "source_user"
-        if column not in row:
-            self._problem(f"row {number}: name", "missing: no user to name the job by")
-            return None
-        return column, f"{template.prototype.name}-{row[column]}"
-
-    def _readConnections(self, number: int, written: str) -> int | None:
-        """
-        Read a row's C{connections}.
-        """
-        try:
-            value = int(written)
-        except ValueError:
-            self._problem(f"row {number}: connections", f"expected an integer, got {written!r}")
-            return None
-        return self._readInteger(
-            value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
-        )
 
 
 # A credential of credentials: its user and its password.
