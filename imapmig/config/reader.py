@@ -25,6 +25,18 @@ from imapmig.errors import SHOWN_PROBLEMS
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
 
 
+# The YAML type of a value, by its Python type: bool before int, which it
+# is a subclass of.
+_YAML_TYPES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "a mapping"),
+)
+
+
 def _describe(value: object) -> str:
     """
     Name the YAML type of C{value}, for an error message.  Never the value
@@ -32,19 +44,19 @@ def _describe(value: object) -> str:
     """
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
+    return next(
+        (name for kind, name in _YAML_TYPES if isinstance(value, kind)),
+        f"a {type(value).__name__}",
+    )
+
+
+def _bounds(minimum: int, maximum: int | None) -> str:
+    """
+    The bounds of an integer, in words.
+    """
+    if maximum is None:
+        return f"at least {minimum}"
+    return f"between {minimum} and {maximum}"
 
 
 def _key(path: str, key: str) -> str:
@@ -261,12 +273,7 @@ class ConfigReader:
             self._problem(path, f"expected an integer, got {_describe(value)}")
             return None
         if value < minimum or (maximum is not None and value > maximum):
-            bounds = (
-                f"at least {minimum}"
-                if maximum is None
-                else f"between {minimum} and {maximum}"
-            )
-            self._problem(path, f"must be {bounds}, not {value}")
+            self._problem(path, f"must be {_bounds(minimum, maximum)}, not {value}")
             return None
         return value
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 from attrs import frozen
 from twisted.internet.endpoints import clientFromString, serverFromString
@@ -32,6 +32,19 @@ _LABEL_VIEWS = ("auto", "dedup", "copy")
 # without fetching the global reactor (only imapmig.daemon.tap may) and without
 # listening or connecting.
 _NO_REACTOR = object()
+
+_W = TypeVar("_W", bool, "bool | str")
+
+# What the words of starttls and compress mean (YAML reads an unquoted on
+# or off as a boolean).
+_STARTTLS_WORDS: dict[object, bool] = {"required": True, False: False, "off": False}
+_COMPRESS_WORDS: dict[object, bool | str] = {
+    "auto": "auto",
+    True: True,
+    "on": True,
+    False: False,
+    "off": False,
+}
 
 _TLS_ENDPOINT_ARGUMENTS = frozenset(
     ["trustRoots", "certificate", "privateKey", "caCertsDir", "certKey", "hostname"]
@@ -153,21 +166,29 @@ class ServersReader(LimitsReader):
             self._problem("servers", "at least one server is required")
         servers: dict[str, ServerConfig | None] = {}
         for name, item in value.items():
-            if not isinstance(name, str):
-                self._problem(
-                    "servers",
-                    f"server name {name!r} is {_describe(name)}, not a string",
-                )
-                continue
-            path = _key("servers", name)
-            if not _NAME.fullmatch(name):
-                self._problem(
-                    path,
-                    f"invalid server name {name!r}: use letters, digits and . _ @ -,"
-                    " starting with a letter or digit",
-                )
-            servers[name] = self._readServer(name, item, path)
+            self._readNamedServer(name, item, servers)
         return servers
+
+    def _readNamedServer(
+        self, name: object, value: object, servers: dict[str, ServerConfig | None]
+    ) -> None:
+        """
+        Read the server C{name} into C{servers} (L{None} if invalid).
+        """
+        if not isinstance(name, str):
+            self._problem(
+                "servers",
+                f"server name {name!r} is {_describe(name)}, not a string",
+            )
+            return
+        path = _key("servers", name)
+        if not _NAME.fullmatch(name):
+            self._problem(
+                path,
+                f"invalid server name {name!r}: use letters, digits and . _ @ -,"
+                " starting with a letter or digit",
+            )
+        servers[name] = self._readServer(name, value, path)
 
     def _readServer(self, name: str, value: object, path: str) -> ServerConfig | None:
         """
@@ -395,13 +416,7 @@ class ServersReader(LimitsReader):
         Read C{starttls}: C{required} or C{off} (which YAML reads as
         C{false} unless quoted).
         """
-        if value == "required":
-            return True
-        if value is False or value == "off":
-            return False
-        described = repr(value) if isinstance(value, str) else _describe(value)
-        self._problem(path, f"must be 'required' or 'off', not {described}")
-        return None
+        return self._readWord(value, path, _STARTTLS_WORDS, "must be 'required' or 'off'")
 
     def _readCompress(self, value: object, path: str) -> bool | str | None:
         """
@@ -409,14 +424,20 @@ class ServersReader(LimitsReader):
         as booleans unless quoted); C{auto} is resolved with the endpoint
         (L{_resolveCompress}).
         """
-        if value == "auto":
-            return "auto"
-        if value is True or value == "on":
-            return True
-        if value is False or value == "off":
-            return False
+        return self._readWord(value, path, _COMPRESS_WORDS, "must be 'auto', 'on' or 'off'")
+
+    def _readWord(
+        self, value: object, path: str, words: Mapping[object, _W], expected: str
+    ) -> _W | None:
+        """
+        Read one of the words (or YAML booleans) of C{words}, as what it
+        means there.
+        """
+        for word, meaning in words.items():
+            if value is word or (isinstance(value, str) and value == word):
+                return meaning
         described = repr(value) if isinstance(value, str) else _describe(value)
-        self._problem(path, f"must be 'auto', 'on' or 'off', not {described}")
+        self._problem(path, f"{expected}, not {described}")
         return None
 
     def _readLabelViews(self, value: object, path: str) -> str | None:
