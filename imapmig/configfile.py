@@ -88,6 +88,18 @@ def _keyPath(segments: list[str]) -> str:
     return path
 
 
+def _segment(index: object) -> str | None:
+    """
+    The key path segment of the node PyYAML composes at C{index}: a
+    mapping value's key node, or a list item's index.
+    """
+    if isinstance(index, ScalarNode):
+        return str(index.value)
+    if isinstance(index, int):
+        return f"[{index}]"
+    return None
+
+
 class _BoundedComposer(Composer):
     """
     PyYAML's composer, counting: the nodes of the document as a tree
@@ -121,25 +133,10 @@ class _BoundedComposer(Composer):
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         event = self.peek_event()
         if isinstance(event, AliasEvent):
-            anchored = self.anchors.get(event.anchor)
-            if anchored is not None:
-                weight = self.weights.get(anchored)
-                if weight is None:
-                    raise DocumentRefused(
-                        f"the alias *{event.anchor} is used inside its own anchor"
-                        f" &{event.anchor} (line {_line(anchored.start_mark)}): a"
-                        " configuration cannot be recursive",
-                        event.start_mark,
-                    )
-                self.count(weight, event.start_mark)
+            self._countAlias(event)
             return Composer.compose_node(self, parent, index)
         # PyYAML passes a mapping value's key node as its index.
-        key: object = index
-        segment = None
-        if isinstance(key, ScalarNode):
-            segment = str(key.value)
-        elif isinstance(key, int):
-            segment = f"[{key}]"
+        segment = _segment(index)
         if segment is not None:
             self.path.append(segment)
         self.depth += 1
@@ -156,6 +153,24 @@ class _BoundedComposer(Composer):
         if event.anchor is not None and node is not None:
             self.weights[node] = self.expanded - before
         return node
+
+    def _countAlias(self, event: AliasEvent) -> None:
+        """
+        Count an alias as the nodes its anchor stands for; an alias inside
+        its own anchor is refused.
+        """
+        anchored = self.anchors.get(event.anchor)
+        if anchored is None:
+            return
+        weight = self.weights.get(anchored)
+        if weight is None:
+            raise DocumentRefused(
+                f"the alias *{event.anchor} is used inside its own anchor"
+                f" &{event.anchor} (line {_line(anchored.start_mark)}): a"
+                " configuration cannot be recursive",
+                event.start_mark,
+            )
+        self.count(weight, event.start_mark)
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
         node = Composer.compose_mapping_node(self, anchor)
@@ -225,13 +240,18 @@ def describeYAMLError(error: yaml.MarkedYAMLError) -> str:
     mark = error.problem_mark or error.context_mark
     where = "" if mark is None else f"{_position(mark)}: "
     what = error.problem or error.context or "syntax error"
-    context = ""
-    if error.problem and error.context:
-        context = f" ({error.context}"
-        if error.context_mark is not None and error.context_mark is not mark:
-            context += f" at {_position(error.context_mark)}"
-        context += ")"
+    context = _interrupted(error, mark) if error.problem and error.context else ""
     return f"{where}invalid YAML: {what}{context}"
+
+
+def _interrupted(error: yaml.MarkedYAMLError, mark: Any) -> str:
+    """
+    The construct a YAML syntax error interrupted, and where it began if
+    not at C{mark}, the error's own position.
+    """
+    if error.context_mark is not None and error.context_mark is not mark:
+        return f" ({error.context} at {_position(error.context_mark)})"
+    return f" ({error.context})"
 
 
 def _load(loaderClass: Any, content: bytes) -> tuple[object, list[tuple[str, Any, Any]]]:
@@ -314,6 +334,13 @@ class ConfigFile:
     looseFileMode: int | None
 
 
+# Why a configuration file cannot be read, by the error opening it raises.
+_OPEN_PROBLEMS: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "no such file"),
+    (IsADirectoryError, "is a directory, not a file"),
+)
+
+
 def readConfigFile(path: str) -> ConfigFile:
     """
     Read the configuration file at C{path} (L{parseDocument}), refusing one
@@ -328,12 +355,12 @@ def readConfigFile(path: str) -> ConfigFile:
             mode = os.fstat(f.fileno()).st_mode
             loose = accessibleToOthers(f.fileno(), mode)
             content = f.read(MAX_OCTETS + 1)
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, not a file"]) from None
     except OSError as e:
-        raise ConfigError([f"{path}: cannot be read: {e.strerror}"]) from None
+        said = next(
+            (said for error, said in _OPEN_PROBLEMS if isinstance(e, error)),
+            f"cannot be read: {e.strerror}",
+        )
+        raise ConfigError([f"{path}: {said}"]) from None
     if len(content) > MAX_OCTETS:
         raise ConfigError(
             [
