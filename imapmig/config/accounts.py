@@ -347,23 +347,28 @@ class AccountsReader(SecretsReader):
             if read is None:
                 return None
             argv.append(read)
-        program = argv[0]
-        if "/" in program:
-            resolved = self._resolve(program)
-            executable = (
-                resolved
-                if os.path.isfile(resolved) and os.access(resolved, os.X_OK)
-                else None
-            )
-            missing = f"no executable program {resolved}"
-        else:
-            found = shutil.which(program)
-            executable = None if found is None else os.path.abspath(found)
-            missing = f"no executable program {program!r} in PATH"
+        executable = self._findProgram(argv[0], f"{path}[0]")
         if executable is None:
-            self._problem(f"{path}[0]", missing)
             return None
         return tuple(argv), executable
+
+    def _findProgram(self, program: str, path: str) -> str | None:
+        """
+        The absolute path of the executable C{program}: a path, relative to
+        the file's directory when it has a C{/}, or a name looked up in
+        C{PATH}.
+        """
+        if "/" in program:
+            resolved = self._resolve(program)
+            if os.path.isfile(resolved) and os.access(resolved, os.X_OK):
+                return resolved
+            self._problem(path, f"no executable program {resolved}")
+            return None
+        found = shutil.which(program)
+        if found is None:
+            self._problem(path, f"no executable program {program!r} in PATH")
+            return None
+        return os.path.abspath(found)
 
     def _readAdmin(
         self, destination: Mapping[str, object], path: str
@@ -427,21 +432,28 @@ def credentialKey(account: Mapping[str, object], path: str) -> str:
 
 def _endpointProblem(url: str) -> str | None:
     """
-    Why C{url} cannot be a token endpoint, or L{None}: it must be
-    C{https://HOST...}, or C{http://} to a loopback address (a refresh
-    token and a client secret never cross a network in the clear).
+    Why C{url} cannot be a token endpoint, or L{None} (L{urlProblem}).
+    """
+    return urlProblem(url, "give the client's secret in client_secret_file, not in the URL")
+
+
+def urlProblem(url: str, secretInURL: str) -> str | None:
+    """
+    Why C{url} cannot be an endpoint imapmig sends a secret to, or L{None}:
+    it must be C{https://HOST...}, or C{http://} to a loopback address (a
+    secret never crosses a network in the clear), without a user or
+    password in it (C{secretInURL} says where one goes instead).
     """
     try:
         parts = urlsplit(url)
         parts.port
     except ValueError as e:
         return f"not a URL: {e}"
-    host = parts.hostname
-    if parts.scheme not in ("https", "http") or not host:
+    if parts.scheme not in ("https", "http") or not parts.hostname:
         return "expected an https:// URL"
     if parts.username is not None or parts.password is not None:
-        return "give the client's secret in client_secret_file, not in the URL"
-    if parts.scheme == "http" and not isLoopback(host):
+        return secretInURL
+    if parts.scheme == "http" and not isLoopback(parts.hostname):
         return (
             "plain http is allowed to a loopback address only"
             " (127.0.0.0/8, ::1, localhost): use https"

@@ -13,9 +13,7 @@ reads these keys.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from imapmig.config.accounts import isLoopback
+from imapmig.config.accounts import urlProblem
 from imapmig.config.model import NotifyConfig
 from imapmig.config.reader import ConfigReader, Key, Step, keyNames
 from imapmig.access.secrets import Secret, readPasswordFile
@@ -33,23 +31,17 @@ def webhookURLProblem(url: str) -> str | None:
     and the notifications never cross a network in the clear); no user
     or password in it (the token goes in C{token_file}).
     """
-    try:
-        parts = urlsplit(url)
-        parts.port
-    except ValueError as e:
-        return f"not a URL: {e}"
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        return "expected an https:// URL"
-    if parts.username is not None or parts.password is not None:
-        return "give the receiver's token in notify.token_file, not in the URL"
-    if parts.scheme == "http" and not isLoopback(parts.hostname):
-        return (
-            "plain http is allowed to a loopback address only"
-            " (127.0.0.0/8, ::1, localhost): use https"
-        )
-    if any(c.isspace() or not c.isprintable() for c in url) or not url.isascii():
+    problem = urlProblem(url, "give the receiver's token in notify.token_file, not in the URL")
+    if problem is None and not _printableASCII(url):
         return "a URL holds no spaces or characters outside ASCII (percent-encode them)"
-    return None
+    return problem
+
+
+def _printableASCII(url: str) -> bool:
+    """
+    Whether C{url} holds only printable ASCII, without spaces.
+    """
+    return url.isascii() and not any(c.isspace() or not c.isprintable() for c in url)
 
 
 class NotifyReader(ConfigReader):
