@@ -153,31 +153,43 @@ class _TokenCommandProtocol(ProcessProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        problem = self._problem
-        if problem is None and not reason.check(ProcessDone):
-            exitCode = getattr(reason.value, "exitCode", None)
-            signal = getattr(reason.value, "signal", None)
-            problem = (
-                f"exited with status {exitCode}"
-                if exitCode is not None
-                else f"was killed by signal {signal}"
-            )
+        problem = self._problem or _exitProblem(reason)
         token = b""
         if problem is None:
             token = bytes(self._stdout).split(b"\n", 1)[0].strip()
             if not token:
                 problem = "printed no token (its first line of output is empty)"
         if problem is not None:
-            said = f" (stderr: {_excerpt(bytes(self._stderr))})" if self._stderr else ""
-            kind = TokenCommandTimedOut if self._timedOut else TokenUnavailable
-            self.done.errback(kind(f"token command {self._name!r} {problem}{said}"))
-            return
-        if not token.isascii():
+            self._fail(problem)
+        elif not token.isascii():
             self.done.errback(
                 TokenUnavailable(f"token command {self._name!r} printed a non-ASCII token")
             )
-            return
-        self.done.callback(token.decode("ascii"))
+        else:
+            self.done.callback(token.decode("ascii"))
+
+    def _fail(self, problem: str) -> None:
+        """
+        Fail with C{problem} and the start of the command's standard error:
+        L{TokenCommandTimedOut} if it ran past its timeout, else
+        L{TokenUnavailable}.
+        """
+        said = f" (stderr: {_excerpt(bytes(self._stderr))})" if self._stderr else ""
+        kind = TokenCommandTimedOut if self._timedOut else TokenUnavailable
+        self.done.errback(kind(f"token command {self._name!r} {problem}{said}"))
+
+
+def _exitProblem(reason: Failure) -> str | None:
+    """
+    What was wrong with how the command ended, or L{None} if it exited
+    with status 0.
+    """
+    if reason.check(ProcessDone):
+        return None
+    exitCode = getattr(reason.value, "exitCode", None)
+    if exitCode is not None:
+        return f"exited with status {exitCode}"
+    return f"was killed by signal {getattr(reason.value, 'signal', None)}"
 
 
 class AccessTokenSource(Protocol):
