@@ -270,23 +270,10 @@ class ServersReader(LimitsReader):
         endpoint: _ClientEndpoint | None = values["endpoint"]
         if allow is None or endpoint is None or values["starttls"] is None:
             return True
-        plaintext = _withoutTLS(values)
-        if allow and not plaintext:
-            self._problem(
-                _key(path, "allow_plaintext"),
-                "has no effect with TLS (a tls: endpoint or starttls: required)",
-            )
-            return False
-        if plaintext and not allow and not isLoopbackHost(endpoint.host):
-            self._problem(
-                _key(path, "starttls"),
-                f"off to {endpoint.host}, which is not a loopback address: the"
-                " password and the mail would cross the network in the clear;"
-                " use starttls: required, a tls: endpoint, or allow_plaintext:"
-                " true to accept that",
-            )
-            return False
-        return True
+        problem = _plaintextProblem(allow, _withoutTLS(values), endpoint.host)
+        if problem is not None:
+            self._problem(_key(path, problem[0]), problem[1])
+        return problem is None
 
     def _resolveCompress(
         self, server: Mapping[str, object], path: str, values: dict[str, Any]
@@ -457,40 +444,14 @@ class ServersReader(LimitsReader):
         """
         Read C{tls_ca}: a file of one or more PEM certificates.
         """
-        # Imported only for a configuration that uses TLS (imapmig.access.cleartext).
-        from twisted.internet.ssl import Certificate
-
         written = self._readString(value, path)
         if written is None:
             return None
         resolved = self._resolve(written)
-        try:
-            with open(resolved, "rb") as f:
-                pem = f.read()
-        except FileNotFoundError:
-            self._problem(path, f"no such file: {resolved}")
+        problem = _certificatesProblem(resolved)
+        if problem is not None:
+            self._problem(path, problem)
             return None
-        except OSError as e:
-            self._problem(path, f"{resolved} cannot be read: {e.strerror}")
-            return None
-        blocks = re.findall(
-            rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", pem, re.DOTALL
-        )
-        if not blocks:
-            self._problem(path, f"{resolved} contains no PEM certificate")
-            return None
-        for number, block in enumerate(blocks, 1):
-            try:
-                Certificate.loadPEM(block)
-            except Exception:
-                # OpenSSL's errors are a list of internal codes; the number
-                # of the certificate is what helps.
-                self._problem(
-                    path,
-                    f"certificate {number} in {resolved} is not a valid"
-                    " PEM certificate",
-                )
-                return None
         return resolved
 
 
@@ -500,13 +461,76 @@ def _folderProblem(value: str) -> str | None:
     """
     if not value or any(not level.strip() for level in value.split("/")):
         return f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'"
-    bad = sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
+    bad = sorted({c for c in value if _notInFolderName(c)})
     if bad:
         return (
             f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
             " (IMAP wildcards and control characters)"
         )
     return None
+
+
+def _notInFolderName(c: str) -> bool:
+    """
+    Whether the character C{c} cannot be in a folder's name: an IMAP
+    wildcard or a control character.
+    """
+    return c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F
+
+
+def _plaintextProblem(allow: bool, plaintext: bool, host: str) -> tuple[str, str] | None:
+    """
+    The key and problem of a server's C{allow_plaintext} (C{allow}) for a
+    connection to C{host}, C{plaintext} or not, or L{None}.
+    """
+    if allow and not plaintext:
+        return "allow_plaintext", "has no effect with TLS (a tls: endpoint or starttls: required)"
+    if plaintext and not allow and not isLoopbackHost(host):
+        return "starttls", (
+            f"off to {host}, which is not a loopback address: the"
+            " password and the mail would cross the network in the clear;"
+            " use starttls: required, a tls: endpoint, or allow_plaintext:"
+            " true to accept that"
+        )
+    return None
+
+
+def _certificatesProblem(resolved: str) -> str | None:
+    """
+    Why the file C{resolved} is not a file of PEM certificates, or L{None}.
+    """
+    try:
+        with open(resolved, "rb") as f:
+            pem = f.read()
+    except FileNotFoundError:
+        return f"no such file: {resolved}"
+    except OSError as e:
+        return f"{resolved} cannot be read: {e.strerror}"
+    blocks = re.findall(
+        rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", pem, re.DOTALL
+    )
+    if not blocks:
+        return f"{resolved} contains no PEM certificate"
+    invalid = next((n for n, block in enumerate(blocks, 1) if not _loadsPEM(block)), None)
+    if invalid is not None:
+        return f"certificate {invalid} in {resolved} is not a valid PEM certificate"
+    return None
+
+
+def _loadsPEM(block: bytes) -> bool:
+    """
+    Whether OpenSSL loads the PEM certificate C{block}.
+    """
+    # Imported only for a configuration that uses TLS (imapmig.access.cleartext).
+    from twisted.internet.ssl import Certificate
+
+    try:
+        Certificate.loadPEM(block)
+    except Exception:
+        # OpenSSL's errors are a list of internal codes; the number of the
+        # certificate is what helps.
+        return False
+    return True
 
 
 def _prefixProblem(prefix: str, separator: str) -> str | None:
