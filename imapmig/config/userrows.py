@@ -48,6 +48,8 @@ _COLUMNS = (
 _PLACEHOLDERS = ("source_user", "destination_user")
 # The columns of an IMAP source's login.
 _SOURCE_LOGIN_COLUMNS = (*(f"source_{key}" for key in _ROW_PASSWORD_KEYS), "source_credential")
+# The columns of a local source's path, by the kind of source each is for.
+_LOCAL_COLUMNS = (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig))
 # What mailbox user names may not be when they become part of a path.
 _PATH_UNSAFE = ("/", "\0")
 
@@ -196,16 +198,9 @@ class _RowReader(SecretsReader):
         """
         self._checkSideColumns(columns, "source", template.source)
         self._checkSideColumns(columns, "destination", template.destination)
-        local = template.prototype.source
-        for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
-            if column in columns and not isinstance(local, kind):
-                self._problem(f"row 1: {column}", f"the template's source is not {column}")
-        if template.source is None:
-            for column in _SOURCE_LOGIN_COLUMNS:
-                if column in columns:
-                    self._problem(
-                        f"row 1: {column}", "the template's source is not an IMAP server"
-                    )
+        for column, why in _unusedColumns(template):
+            if column in columns:
+                self._problem(f"row 1: {column}", why)
 
     def _checkSideColumns(
         self, columns: tuple[str, ...], side: str, account: _Account | None
@@ -241,19 +236,12 @@ class _RowReader(SecretsReader):
         """
         Read one row into a job.
         """
-        if len(fields) != len(columns):
-            self._problem(
-                f"row {number}",
-                f"{len(fields)} fields, but the header has {len(columns)}",
-            )
+        row = self._readFields(number, fields, columns)
+        if row is None:
             return None
-        row = {column: value for column, value in zip(columns, fields) if value}
         sides = None if template is None else self._readSides(number, row, template)
         name = self._readName(number, row, template, firstUse)
-        # 0: the template's (a row's connections is at least 1).
-        connections = (
-            self._readConnections(number, row["connections"]) if "connections" in row else 0
-        )
+        connections = self._readRowConnections(number, row)
         if template is None or sides is None or name is None or connections is None:
             return None
         prototype = template.prototype
@@ -264,6 +252,30 @@ class _RowReader(SecretsReader):
             destination=sides[1],
             connections=connections or prototype.connections,
         )
+
+    def _readFields(
+        self, number: int, fields: list[str], columns: tuple[str, ...]
+    ) -> dict[str, str] | None:
+        """
+        A row's fields by column, the empty ones left out; L{None} if it
+        has more or fewer fields than the header.
+        """
+        if len(fields) != len(columns):
+            self._problem(
+                f"row {number}",
+                f"{len(fields)} fields, but the header has {len(columns)}",
+            )
+            return None
+        return {column: value for column, value in zip(columns, fields) if value}
+
+    def _readRowConnections(self, number: int, row: Mapping[str, str]) -> int | None:
+        """
+        Read a row's C{connections}; 0, the template's, if it gives none (a
+        row's connections is at least 1).
+        """
+        if "connections" not in row:
+            return 0
+        return self._readConnections(number, row["connections"])
 
     def _readSides(
         self, number: int, row: Mapping[str, str], template: _Template
@@ -342,10 +354,18 @@ class _RowReader(SecretsReader):
                 f" not {' and '.join(given)}",
             )
             return None
-        if given and given[0] in columns:
+        if not given:
+            return self._templateLogin(number, side, account)
+        if given[0] in columns:
             return self._readRowPassword(number, row, side, given[0])
-        if given:
-            return self._readRowCredential(number, side, row[given[0]])
+        return self._readRowCredential(number, side, row[given[0]])
+
+    def _templateLogin(
+        self, number: int, side: str, account: _Account
+    ) -> tuple[Secret, str | None, str | None] | None:
+        """
+        The template's password for a row that gives none, which it needs.
+        """
         if account.password is None:
             self._problem(
                 f"row {number}: {side}_password_file",
@@ -528,6 +548,26 @@ class _RowReader(SecretsReader):
         return self._readInteger(
             value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
         )
+
+
+def _unusedColumns(template: _Template) -> list[tuple[str, str]]:
+    """
+    The columns a template's source has no use for, each with why: a
+    local source's other kind, and an IMAP login's without an IMAP
+    source.
+    """
+    local = template.prototype.source
+    unused = [
+        (column, f"the template's source is not {column}")
+        for column, kind in _LOCAL_COLUMNS
+        if not isinstance(local, kind)
+    ]
+    if template.source is None:
+        unused += [
+            (column, "the template's source is not an IMAP server")
+            for column in _SOURCE_LOGIN_COLUMNS
+        ]
+    return unused
 
 
 def _unsafeInPath(value: str) -> bool:
