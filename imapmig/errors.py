@@ -341,7 +341,7 @@ class ServerBye(ConnectionLost):
 # --- config, access, oauth (issue 29, config area): the errors of reading
 # the configuration file, password files and systemd credentials, and of
 # obtaining OAuth tokens, moved here from imapmig.configfile,
-# imapmig.access.secrets, imapmig.access.credentials, imapmig.oauth.httpclient,
+# imapmig.access.secrets (with credentials), imapmig.oauth.httpclient,
 # imapmig.oauth.tokenrefresh and imapmig.oauth.tokens.  (IdentityRefused
 # stays in imapmig.access.tlsidentity: it is an OpenSSL SSL.Error, and this
 # module must not import OpenSSL.)

@@ -3,7 +3,7 @@
 Where a secret comes from.  Each secret setting KEY (C{password},
 C{token}, C{client_secret}) may be given as C{KEY_file: FILE} (a file only
 its owner may read), as C{KEY_credential: NAME} (a systemd credential,
-L{imapmig.access.credentials}) or, for a password only, inline as C{KEY: TEXT}.
+L{imapmig.access.secrets}) or, for a password only, inline as C{KEY: TEXT}.
 Exactly one of them.  A new secret setting is one call of
 L{SecretsReader._readSecret} (and its keys, L{secretKeys}, among its
 section's); a new way to give one is an entry of L{_FROM}.
@@ -15,8 +15,7 @@ import os
 from typing import Callable, Iterator, Mapping
 
 from imapmig.config.reader import ConfigReader, _key
-from imapmig.access.credentials import credentialPath, readCredential
-from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.access.secrets import Secret, credentialPath, readCredential, readPasswordFile
 from imapmig.errors import PasswordFileError
 
 def _fromFile(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:

@@ -38,8 +38,7 @@ from imapmig.errors import (
     escapedExcerpt,
 )
 from imapmig.oauth.httpclient import BoundedBody, BytesBody, QuietConnectionPool, shortError
-from imapmig.access.tlsidentity import HostnameVerifyingPolicy
-from imapmig.access.trustroots import trustRootFrom
+from imapmig.access.tlsidentity import HostnameVerifyingPolicy, trustRootFrom
 
 
 MAX_TOKEN_RESPONSE = 64 * 1024
