@@ -163,17 +163,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
 
         @raise ConfigError: every problem found.
         """
-        if document is None:
-            raise ConfigError([f"{self._path}: the file is empty"])
-        if not isinstance(document, dict):
-            raise ConfigError(
-                [
-                    f"{self._path}: the document must be a mapping of settings"
-                    f" ({', '.join(_TOP_KEYS)}), not {_describe(document)}"
-                ]
-            )
-        top = self._readMapping(document, "", _TOP_KEYS)
-        assert top is not None
+        top = self._readTop(document)
         self._checkInlineSecrets(document)
 
         statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
@@ -202,6 +192,25 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
             jobs=jobs,
             notify=notify,
         )
+
+    def _readTop(self, document: object) -> dict[str, object]:
+        """
+        The settings of C{document}, which must be a mapping.
+
+        @raise ConfigError: it is empty, or not a mapping.
+        """
+        if document is None:
+            raise ConfigError([f"{self._path}: the file is empty"])
+        if not isinstance(document, dict):
+            raise ConfigError(
+                [
+                    f"{self._path}: the document must be a mapping of settings"
+                    f" ({', '.join(_TOP_KEYS)}), not {_describe(document)}"
+                ]
+            )
+        top = self._readMapping(document, "", _TOP_KEYS)
+        assert top is not None
+        return top
 
     def _readStatePath(self, value: object) -> str | None:
         """

@@ -86,23 +86,14 @@ class JobsReader(SourcesReader):
         Read C{defaults}; a setting that is absent or invalid takes its
         built-in default, so jobs can still be checked.
         """
-        values = {setting.key: setting.default for setting in _SETTINGS}
-        if "defaults" not in top:
-            return values
-        defaults = self._readMapping(top["defaults"], "defaults", _DEFAULTS_KEYS)
+        builtIn = {setting.key: setting.default for setting in _SETTINGS}
+        defaults = self._readMapping(top.get("defaults", {}), "defaults", _DEFAULTS_KEYS)
         if defaults is None:
-            return values
-        for setting in _SETTINGS:
-            if setting.key in defaults:
-                value = self._readInteger(
-                    defaults[setting.key],
-                    _key("defaults", setting.key),
-                    setting.minimum,
-                    setting.maximum,
-                )
-                if value is not None:
-                    values[setting.key] = value
-        return values
+            return builtIn
+        read: dict[str, Any] = {}
+        for key in _DEFAULTS_TABLE:
+            key.apply(self, defaults, "defaults", read)
+        return {key: _given(read[key], default) for key, default in builtIn.items()}
 
     def _readJobs(
         self,
@@ -112,6 +103,19 @@ class JobsReader(SourcesReader):
     ) -> tuple[JobConfig, ...] | None:
         """
         Read C{jobs}: a non-empty list with unique names.
+        """
+        items = self._readJobList(top)
+        if items is None:
+            return None
+        jobs: list[JobConfig] = []
+        firstUse: dict[str, str] = {}
+        for index, item in enumerate(items):
+            jobs += self._readJobItem(item, f"jobs[{index}]", servers, defaults, firstUse)
+        return tuple(jobs)
+
+    def _readJobList(self, top: Mapping[str, object]) -> list[object] | None:
+        """
+        Read C{jobs} as a list, which must not be empty.
         """
         if "jobs" not in top:
             self._problem("jobs", "missing: at least one job is required")
@@ -123,18 +127,24 @@ class JobsReader(SourcesReader):
         if not value:
             self._problem("jobs", "at least one job is required")
             return None
-        jobs: list[JobConfig] = []
-        firstUse: dict[str, str] = {}
-        for index, item in enumerate(value):
-            if isinstance(item, dict) and "jobs_from" in item:
-                jobs.extend(
-                    self._readUserList(item, f"jobs[{index}]", servers, defaults, firstUse)
-                )
-                continue
-            job = self._readJob(item, f"jobs[{index}]", servers, defaults, firstUse)
-            if job is not None:
-                jobs.append(job)
-        return tuple(jobs)
+        return value
+
+    def _readJobItem(
+        self,
+        item: object,
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+        firstUse: dict[str, str],
+    ) -> list[JobConfig]:
+        """
+        Read an item of C{jobs}: a job, or a template with C{jobs_from}
+        that makes one job per row of its user list.
+        """
+        if isinstance(item, dict) and "jobs_from" in item:
+            return self._readUserList(item, path, servers, defaults, firstUse)
+        job = self._readJob(item, path, servers, defaults, firstUse)
+        return [] if job is None else [job]
 
     def _readUserList(
         self,
@@ -288,3 +298,7 @@ _TEMPLATE_TABLE = tuple(
     step for step in _JOB_TABLE if not (isinstance(step, Key) and step.name == "source")
 )
 _JOB_KEYS = keyNames(_JOB_TABLE)
+# The job settings defaults sets, each with its built-in default.
+_DEFAULTS_TABLE = tuple(
+    Key(setting.key, setting.read, default=setting.default) for setting in _SETTINGS
+)
