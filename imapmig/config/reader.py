@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar, Union
 
-from attrs import frozen
+from attrs import Factory, field as attrsField, frozen
 
 from imapmig.errors import SHOWN_PROBLEMS
 
@@ -79,7 +79,7 @@ class Key:
     @ivar read: reads a value: C{read(reader, value, path)} returns what it
         read, or L{None} after recording a problem.
     @ivar field: the name its value is kept under (the frozen object's
-        field); the key itself if empty.
+        field); the key itself by default.
     @ivar default: the value read when the key is absent; absent keys
         without one read as L{None}.
     @ivar missing: if set, the key is required and this is the problem
@@ -91,7 +91,7 @@ class Key:
 
     name: str
     read: Callable[[Any, object, str], object]
-    field: str = ""
+    field: str = attrsField(default=Factory(lambda key: key.name, takes_self=True))
     default: object = _NO_DEFAULT
     missing: str | None = None
     nullIsAbsent: bool = False
@@ -106,14 +106,22 @@ class Key:
         @return: whether it is valid (an absent optional key is).
         """
         where = _key(path, self.name)
-        value = mapping.get(self.name, _NO_DEFAULT)
-        if value is _NO_DEFAULT or (value is None and self.nullIsAbsent):
+        value = self._written(mapping)
+        if value is _NO_DEFAULT:
             value = self._absent(reader, where)
-            if value is _NO_DEFAULT:
-                values[self.field or self.name] = None
-                return self.missing is None
-        values[self.field or self.name] = read = self.read(reader, value, where)
+        if value is _NO_DEFAULT:
+            values[self.field] = None
+            return self.missing is None
+        values[self.field] = read = self.read(reader, value, where)
         return read is not None
+
+    def _written(self, mapping: Mapping[str, object]) -> object:
+        """
+        The key's value in C{mapping}, or C{_NO_DEFAULT} if it is absent
+        (or null, where null means absent).
+        """
+        value = mapping.get(self.name, _NO_DEFAULT)
+        return _NO_DEFAULT if value is None and self.nullIsAbsent else value
 
     def _absent(self, reader: ConfigReader, where: str) -> object:
         """
