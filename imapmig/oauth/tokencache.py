@@ -171,32 +171,37 @@ class RefreshedTokens:
     async def _refresh(self) -> str:
         refreshToken = self._refreshToken
         if refreshToken is None:
-            try:
-                refreshToken = readPasswordFile(self._file, "refresh token").strip()
-            except PasswordFileError as e:
-                raise AuthenticationFailed(f"{self._account}: {e}") from None
+            refreshToken = self._readRefreshToken()
         issuedAt = self._clock.seconds()
         issued = await self._grant.refresh(refreshToken)
-        self._refreshToken = refreshToken
-        if issued.refreshToken is not None and issued.refreshToken != refreshToken:
-            self._refreshToken = issued.refreshToken
+        rotated = issued.refreshToken not in (None, refreshToken)
+        self._refreshToken = issued.refreshToken if rotated else refreshToken
+        if rotated:
+            assert issued.refreshToken is not None
             self._storeRotated(issued.refreshToken)
         self._token = issued.accessToken
-        lifetime = issued.expiresIn
-        if lifetime is None:
-            self._renewAt = None
-        else:
-            margin = min(RENEWAL_MARGIN, lifetime * RENEWAL_FRACTION)
-            self._renewAt = issuedAt + lifetime - margin
+        self._renewAt = _renewAt(issuedAt, issued.expiresIn)
         log.info(
             "{account}: access token obtained from {endpoint}"
             " (valid {lifetime} s, refresh token {rotation})",
             account=self._account,
             endpoint=self._grant.endpoint,
-            lifetime="?" if lifetime is None else f"{lifetime:g}",
-            rotation="rotated" if issued.refreshToken not in (None, refreshToken) else "kept",
+            lifetime="?" if issued.expiresIn is None else f"{issued.expiresIn:g}",
+            rotation="rotated" if rotated else "kept",
         )
         return issued.accessToken
+
+    def _readRefreshToken(self) -> str:
+        """
+        The refresh token in the file, read once (then kept, or replaced
+        by a rotated one).
+
+        @raise AuthenticationFailed: the file cannot be read.
+        """
+        try:
+            return readPasswordFile(self._file, "refresh token").strip()
+        except PasswordFileError as e:
+            raise AuthenticationFailed(f"{self._account}: {e}") from None
 
     def _storeRotated(self, refreshToken: str) -> None:
         try:
@@ -211,3 +216,15 @@ class RefreshedTokens:
                 file=self._file,
                 reason=e.strerror or str(e),
             )
+
+
+def _renewAt(issuedAt: float, lifetime: float | None) -> float | None:
+    """
+    When a token issued at C{issuedAt} for C{lifetime} seconds is to be
+    renewed: a margin before it expires (L{RENEWAL_MARGIN}, or
+    L{RENEWAL_FRACTION} of a short lifetime); L{None} (until refused)
+    without a lifetime.
+    """
+    if lifetime is None:
+        return None
+    return issuedAt + lifetime - min(RENEWAL_MARGIN, lifetime * RENEWAL_FRACTION)
