@@ -217,55 +217,64 @@ class RefreshGrantClient:
         What an answer means (RFC 6749 5.1 and 5.2).
         """
         document = _jsonObject(body)
-        if status == 200:
-            if document is None:
-                # A proxy's or portal's page in place of the endpoint's.
-                raise TokenEndpointUnavailable(
-                    self._problem(
-                        f"HTTP 200 without a JSON object: {escapedExcerpt(body, _EXCERPT)}"
-                    )
-                )
-            return self._issued(document)
+        if status != 200:
+            raise self._refusal(status, document, body)
+        if document is None:
+            # A proxy's or portal's page in place of the endpoint's.
+            raise TokenEndpointUnavailable(
+                self._problem(f"HTTP 200 without a JSON object: {escapedExcerpt(body, _EXCERPT)}")
+            )
+        problem = _tokenProblem(document)
+        if problem is not None:
+            raise TokenRefreshRefused(self._problem(problem))
+        return IssuedToken(
+            document["access_token"],
+            _lifetime(document.get("expires_in")),
+            _rotated(document.get("refresh_token")),
+        )
+
+    def _refusal(
+        self, status: int, document: dict[str, Any] | None, body: bytes
+    ) -> TokenEndpointUnavailable | TokenRefreshRefused:
+        """
+        What an answer other than C{200} means: unavailable for a server
+        error or C{429}, else refused.
+        """
         said = _oauthError(document)
         if status >= 500 or status in _TRANSIENT_STATUSES:
-            raise TokenEndpointUnavailable(
+            return TokenEndpointUnavailable(
                 self._problem(f"HTTP {status}" + (f": {said}" if said else ""))
             )
         if said:
-            raise TokenRefreshRefused(
+            return TokenRefreshRefused(
                 self._problem(f"refused the refresh (HTTP {status}): {said}")
             )
-        raise TokenRefreshRefused(
+        return TokenRefreshRefused(
             self._problem(
                 f"HTTP {status} without an OAuth error: {escapedExcerpt(body, _EXCERPT)}"
             )
         )
 
-    def _issued(self, document: dict[str, Any]) -> IssuedToken:
-        """
-        The token of a successful answer, C{document}: its access token
-        (refused unless a Bearer token), lifetime and rotated refresh
-        token.
-        """
-        token = document.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise TokenRefreshRefused(self._problem("the answer has no access_token"))
-        if not all("\x21" <= c <= "\x7e" for c in token):
-            raise TokenRefreshRefused(
-                self._problem("the access_token has characters a bearer token cannot carry")
-            )
-        kind = document.get("token_type")
-        if kind is not None and (not isinstance(kind, str) or kind.lower() != "bearer"):
-            raise TokenRefreshRefused(
-                self._problem(
-                    "the token_type is "
-                    + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
-                    + ", not Bearer"
-                )
-            )
-        return IssuedToken(
-            token, _lifetime(document.get("expires_in")), _rotated(document.get("refresh_token"))
+
+def _tokenProblem(document: dict[str, Any]) -> str | None:
+    """
+    Why a successful answer's token cannot be used, or L{None}: its
+    access token is missing or not a bearer token's characters, or its
+    C{token_type} is not Bearer.
+    """
+    token = document.get("access_token")
+    if not isinstance(token, str) or not token:
+        return "the answer has no access_token"
+    if not all("\x21" <= c <= "\x7e" for c in token):
+        return "the access_token has characters a bearer token cannot carry"
+    kind = document.get("token_type")
+    if kind is not None and (not isinstance(kind, str) or kind.lower() != "bearer"):
+        return (
+            "the token_type is "
+            + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
+            + ", not Bearer"
         )
+    return None
 
 
 def _lifetime(expiresIn: object) -> float | None:
