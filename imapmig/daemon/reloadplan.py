@@ -124,7 +124,7 @@ def differences(old: object, new: object, path: str) -> list[tuple[str, object, 
     """
     if old == new:
         return []
-    if type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret):
+    if _isOneField(old, new):
         return [(path, old, new)]
     found: list[tuple[str, object, object]] = []
     for field in fields(type(old)):  # type: ignore[arg-type]
@@ -132,6 +132,14 @@ def differences(old: object, new: object, path: str) -> list[tuple[str, object, 
             getattr(old, field.name), getattr(new, field.name), f"{path}.{_snake(field.name)}"
         )
     return found
+
+
+def _isOneField(old: object, new: object) -> bool:
+    """
+    Whether C{old} and C{new} differ as one field: values of different
+    types, not attrs values, or secrets.
+    """
+    return type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret)
 
 
 # How the paths of JobConfig's fields are written in the file.
@@ -149,14 +157,24 @@ def _jobKey(path: str, job: JobConfig) -> str:
     The key in the file of a field of C{job}: a server's settings are
     named under C{servers}, e.g. C{servers.dove.timeout}.
     """
-    for side in ("source", "destination"):
-        prefix = f"{side}.server."
-        account = getattr(job, side)
-        if path.startswith(prefix) and path != f"{prefix}name":
-            return f"servers.{account.server.name}.{path[len(prefix):]}"
+    serverKey = _serverKey(path, job)
+    if serverKey is not None:
+        return serverKey
     for pattern, replacement in _JOB_KEYS:
         path = pattern.sub(replacement, path)
     return path
+
+
+def _serverKey(path: str, job: JobConfig) -> str | None:
+    """
+    The key under C{servers} of the field at C{path} of C{job}'s source's
+    or destination's server (other than its name), or L{None}.
+    """
+    for side in ("source", "destination"):
+        prefix = f"{side}.server."
+        if path.startswith(prefix) and path != f"{prefix}name":
+            return f"servers.{getattr(job, side).server.name}.{path[len(prefix):]}"
+    return None
 
 
 def _asRun(job: JobConfig) -> JobConfig:
@@ -223,13 +241,20 @@ def _limitChanges(
     value (L{None}: none, as for a server added or removed).
     """
     found: list[tuple[str, object, object]] = []
-    for name in [*newServers, *(name for name in oldServers if name not in newServers)]:
-        before = oldServers[name].limits if name in oldServers else ServerLimits()
-        after = newServers[name].limits if name in newServers else ServerLimits()
+    for name in dict.fromkeys([*newServers, *oldServers]):
         found += differences(
-            _connectionLimits(before), _connectionLimits(after), f"servers.{name}"
+            _connectionLimits(_limitsOf(oldServers, name)),
+            _connectionLimits(_limitsOf(newServers, name)),
+            f"servers.{name}",
         )
     return found
+
+
+def _limitsOf(servers: dict[str, ServerConfig], name: str) -> ServerLimits:
+    """
+    The limits of the server C{name} of C{servers}: none if it has none.
+    """
+    return servers[name].limits if name in servers else ServerLimits()
 
 
 def _rateChanges(
@@ -242,15 +267,20 @@ def _rateChanges(
     """
     found: list[str] = []
     for name, server in newServers.items():
-        before = oldServers.get(name)
-        if before is not None:
-            found += [
-                key
-                for key, _, _ in differences(
-                    _rates(before.limits), _rates(server.limits), f"servers.{name}"
+        if name in oldServers:
+            found += _keys(
+                differences(
+                    _rates(oldServers[name].limits), _rates(server.limits), f"servers.{name}"
                 )
-            ]
+            )
     return found
+
+
+def _keys(changes: list[tuple[str, object, object]]) -> list[str]:
+    """
+    The keys of C{changes}.
+    """
+    return [key for key, _, _ in changes]
 
 
 def planReload(old: Config, new: Config) -> ReloadPlan:
