@@ -44,9 +44,9 @@ from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.config.userrows import _COLUMNS
 from imapmig.configfile import readConfigFile
-from imapmig.errors import ConfigError, PasswordFileError
+from imapmig.errors import ConfigError
 from imapmig.mail.plan import FolderRules
-from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.access.secrets import Secret
 
 __all__ = [
     "AccountConfig",
@@ -216,20 +216,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         """
         Read C{state}: the SQLite database, in an existing directory.
         """
-        written = self._readString(value, "state")
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        parent = os.path.dirname(resolved)
-        if os.path.isdir(resolved):
-            self._problem("state", f"{resolved} is a directory; give a file name in it")
-        elif not os.path.isdir(parent):
-            self._problem("state", f"directory {parent} does not exist")
-        elif not os.access(parent, os.W_OK | os.X_OK):
-            self._problem("state", f"directory {parent} is not writable")
-        else:
-            return resolved
-        return None
+        return self._accepted(self._readPath(value, "state"), "state", _statePathProblem)
 
     def _readStatus(self, top: Mapping[str, object]) -> StatusConfig | None:
         """
@@ -298,26 +285,42 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         file's first line with its surrounding whitespace stripped, from a
         file only its owner may read (the checks of a password file).
         """
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        try:
-            token = readPasswordFile(resolved, "status token").strip()
-        except PasswordFileError as e:
-            self._problem(path, str(e))
-            return None
-        if not token:
-            self._problem(path, f"status token file {resolved} holds only whitespace")
-            return None
-        if len(token) < MIN_TOKEN_LENGTH:
-            self._problem(
-                path,
-                f"the status token in {resolved} has {len(token)} characters; at least"
-                f" {MIN_TOKEN_LENGTH} are needed (make one with: openssl rand -hex 32)",
-            )
-            return None
-        return Secret(token)
+        resolved = self._readPath(value, path)
+        token = self._readSecretFile(resolved, path, "status token")
+        problem = None if token is None else _statusTokenProblem(token, resolved)
+        if problem is not None:
+            self._problem(path, problem)
+        return None if token is None or problem is not None else Secret(token)
+
+
+def _statePathProblem(resolved: str) -> str | None:
+    """
+    Why the state database cannot be at C{resolved}, or L{None}: it must
+    be a file name in a writable directory.
+    """
+    parent = os.path.dirname(resolved)
+    if os.path.isdir(resolved):
+        return f"{resolved} is a directory; give a file name in it"
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
+def _statusTokenProblem(token: str, resolved: str | None) -> str | None:
+    """
+    Why C{token}, read from C{resolved}, cannot be the status token, or
+    L{None}: it must have at least L{MIN_TOKEN_LENGTH} characters.
+    """
+    if not token:
+        return f"status token file {resolved} holds only whitespace"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return (
+            f"the status token in {resolved} has {len(token)} characters; at least"
+            f" {MIN_TOKEN_LENGTH} are needed (make one with: openssl rand -hex 32)"
+        )
+    return None
 
 
 # The keys of status, each a field of StatusConfig, in the order they are

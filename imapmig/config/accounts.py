@@ -30,8 +30,7 @@ from imapmig.config.model import (
 )
 from imapmig.config.reader import Check, Key, Step, _describe, _key
 from imapmig.config.secretkeys import SecretsReader, secretKeys
-from imapmig.access.secrets import Secret, readPasswordFile
-from imapmig.errors import PasswordFileError
+from imapmig.access.secrets import Secret
 
 # password, password_file, password_credential.
 _PASSWORD_KEYS = secretKeys("password", inline=True)
@@ -267,12 +266,7 @@ class AccountsReader(SecretsReader):
         """
         Read C{token_endpoint}: a URL L{_endpointProblem} accepts.
         """
-        endpoint = self._readString(value, path)
-        problem = None if endpoint is None else _endpointProblem(endpoint)
-        if problem is not None:
-            self._problem(path, problem)
-            return None
-        return endpoint
+        return self._accepted(self._readString(value, path), path, _endpointProblem)
 
     def _readClientSecret(
         self, oauth2: Mapping[str, object], path: str, values: dict[str, Any]
@@ -293,37 +287,16 @@ class AccountsReader(SecretsReader):
         Read C{refresh_token_file}: a secret file (checked as a password
         file is) in a directory imapmig may write.
         """
-        written = self._readString(value, path)
-        if written is None:
+        refreshFile = self._readPath(value, path)
+        if self._readSecretFile(refreshFile, path, "refresh token") is None:
             return None
-        refreshFile = self._resolve(written)
-        try:
-            readPasswordFile(refreshFile, "refresh token")
-        except PasswordFileError as e:
-            self._problem(path, str(e))
-            return None
-        directory = os.path.dirname(refreshFile)
-        if not os.access(directory, os.W_OK | os.X_OK):
-            self._problem(
-                path,
-                f"directory {directory} is not writable: a rotated"
-                " refresh token replaces the file",
-            )
-            return None
-        return refreshFile
+        return self._accepted(refreshFile, path, _refreshDirectoryProblem)
 
     def _readTokenCA(self, value: object, path: str) -> str | None:
         """
         Read the token endpoint's C{tls_ca}: an existing file.
         """
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        tlsCA = self._resolve(written)
-        if not os.path.isfile(tlsCA):
-            self._problem(path, f"no file {tlsCA}")
-            return None
-        return tlsCA
+        return self._accepted(self._readPath(value, path), path, _noFileProblem)
 
     def _readCommand(
         self, value: object, path: str
@@ -412,6 +385,27 @@ class AccountsReader(SecretsReader):
             " password_credential: NAME (or password: TEXT, discouraged)",
         )
         return None if read is None else read[0]
+
+
+def _refreshDirectoryProblem(refreshFile: str) -> str | None:
+    """
+    Why the refresh token file C{refreshFile} cannot be replaced by a
+    rotated refresh token, or L{None}: its directory must be writable.
+    """
+    directory = os.path.dirname(refreshFile)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return (
+            f"directory {directory} is not writable: a rotated"
+            " refresh token replaces the file"
+        )
+    return None
+
+
+def _noFileProblem(resolved: str) -> str | None:
+    """
+    Why C{resolved} is not a file, or L{None}.
+    """
+    return None if os.path.isfile(resolved) else f"no file {resolved}"
 
 
 def credentialKey(account: Mapping[str, object], path: str) -> str:

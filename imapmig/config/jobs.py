@@ -19,7 +19,7 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, ConfigReader, Key, Step, _describe, _key, keyNames
+from imapmig.config.reader import _NAME, ConfigReader, Key, Step, _describe, keyNames
 from imapmig.config.sources import SourcesReader
 
 

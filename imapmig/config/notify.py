@@ -16,8 +16,7 @@ from __future__ import annotations
 from imapmig.config.accounts import urlProblem
 from imapmig.config.model import NotifyConfig
 from imapmig.config.reader import ConfigReader, Key, Step, keyNames
-from imapmig.access.secrets import Secret, readPasswordFile
-from imapmig.errors import PasswordFileError
+from imapmig.access.secrets import Secret
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
 
@@ -68,12 +67,7 @@ class NotifyReader(ConfigReader):
         """
         Read C{notify.webhook_url}: a URL L{webhookURLProblem} accepts.
         """
-        url = self._readString(value, path)
-        problem = None if url is None else webhookURLProblem(url)
-        if problem is not None:
-            self._problem(path, problem)
-            return None
-        return url
+        return self._accepted(self._readString(value, path), path, webhookURLProblem)
 
     def _readStalledAfter(self, value: object, path: str) -> float | bool | None:
         """
@@ -93,19 +87,23 @@ class NotifyReader(ConfigReader):
         Read C{notify.token_file}: the receiver's bearer token, the file's
         first line stripped, from a file only its owner may read.
         """
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        try:
-            token = readPasswordFile(resolved, "webhook token").strip()
-        except PasswordFileError as e:
-            self._problem(path, str(e))
-            return None
-        if not token or any(c in token for c in "\r\n") or not token.isprintable():
-            self._problem(path, f"webhook token file {resolved} holds no printable token")
-            return None
-        return Secret(token)
+        resolved = self._readPath(value, path)
+        token = self._accepted(
+            self._readSecretFile(resolved, path, "webhook token"),
+            path,
+            lambda token: _webhookTokenProblem(token, resolved),
+        )
+        return None if token is None else Secret(token)
+
+
+def _webhookTokenProblem(token: str, resolved: str | None) -> str | None:
+    """
+    Why C{token}, read from C{resolved}, cannot be the webhook's token,
+    or L{None}: it must be printable, on one line.
+    """
+    if not token or any(c in token for c in "\r\n") or not token.isprintable():
+        return f"webhook token file {resolved} holds no printable token"
+    return None
 
 
 _NOTIFY_TABLE: tuple[Step, ...] = (

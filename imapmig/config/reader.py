@@ -19,7 +19,8 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeV
 
 from attrs import Factory, field as attrsField, frozen
 
-from imapmig.errors import SHOWN_PROBLEMS
+from imapmig.access.secrets import readPasswordFile
+from imapmig.errors import SHOWN_PROBLEMS, PasswordFileError
 
 # What a job or server name may be.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
@@ -57,6 +58,19 @@ def _bounds(minimum: int, maximum: int | None) -> str:
     if maximum is None:
         return f"at least {minimum}"
     return f"between {minimum} and {maximum}"
+
+
+def _directoryProblem(resolved: str) -> str | None:
+    """
+    Why C{resolved} is not an existing, readable directory, or L{None}.
+    """
+    if not os.path.exists(resolved):
+        return f"no such directory: {resolved}"
+    if not os.path.isdir(resolved):
+        return f"not a directory: {resolved}"
+    if not os.access(resolved, os.R_OK | os.X_OK):
+        return f"{resolved} cannot be read (permission denied)"
+    return None
 
 
 def _key(path: str, key: str) -> str:
@@ -285,6 +299,27 @@ class ConfigReader:
             return None
         return value
 
+    def _accepted(
+        self, value: _T | None, path: str, problemOf: Callable[[_T], str | None]
+    ) -> _T | None:
+        """
+        C{value} (read at C{path}, or L{None} after a problem) if
+        C{problemOf} finds no problem with it; else record that one.
+        """
+        problem = None if value is None else problemOf(value)
+        if problem is not None:
+            self._problem(path, problem)
+            return None
+        return value
+
+    def _readPath(self, value: object, path: str) -> str | None:
+        """
+        Read a path: a non-empty string, made absolute (relative paths are
+        relative to the file's directory).
+        """
+        written = self._readString(value, path)
+        return None if written is None else self._resolve(written)
+
     def _readBoolean(self, value: object, path: str) -> bool | None:
         """
         Read C{true} or C{false}.
@@ -310,19 +345,21 @@ class ConfigReader:
         """
         Read the path of an existing, readable directory.
         """
-        written = self._readString(value, path)
-        if written is None:
+        return self._accepted(self._readPath(value, path), path, _directoryProblem)
+
+    def _readSecretFile(self, resolved: str | None, path: str, kind: str) -> str | None:
+        """
+        The first line of the secret file C{resolved} (the path read at
+        C{path}, or L{None} after a problem), stripped, if it passes the
+        checks of a password file (L{readPasswordFile}).
+        """
+        if resolved is None:
             return None
-        resolved = self._resolve(written)
-        if not os.path.exists(resolved):
-            self._problem(path, f"no such directory: {resolved}")
-        elif not os.path.isdir(resolved):
-            self._problem(path, f"not a directory: {resolved}")
-        elif not os.access(resolved, os.R_OK | os.X_OK):
-            self._problem(path, f"{resolved} cannot be read (permission denied)")
-        else:
-            return resolved
-        return None
+        try:
+            return readPasswordFile(resolved, kind).strip()
+        except PasswordFileError as e:
+            self._problem(path, str(e))
+            return None
 
     def _readChoice(
         self, value: object, path: str, choices: Sequence[str], what: str

@@ -392,11 +392,7 @@ class ServersReader(LimitsReader):
         if not isinstance(value, str):
             self._problem(path, f"must be a folder name or 'off', not {_describe(value)}")
             return None
-        problem = _folderProblem(value)
-        if problem is not None:
-            self._problem(path, problem)
-            return None
-        return value
+        return self._accepted(value, path, _folderProblem)
 
     def _readStarttls(self, value: object, path: str) -> bool | None:
         """
@@ -444,15 +440,7 @@ class ServersReader(LimitsReader):
         """
         Read C{tls_ca}: a file of one or more PEM certificates.
         """
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        problem = _certificatesProblem(resolved)
-        if problem is not None:
-            self._problem(path, problem)
-            return None
-        return resolved
+        return self._accepted(self._readPath(value, path), path, _certificatesProblem)
 
 
 def _folderProblem(value: str) -> str | None:
