@@ -31,7 +31,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imapmig.config.model import Config, ServerConfig
+    from imapmig.config.model import Config, JobConfig, ServerConfig
 
 __all__ = [
     "configNeedsTLS",
@@ -219,10 +219,24 @@ def configNeedsTLS(config: Config) -> bool:
     """
     return (
         any(_serverNeedsTLS(server) for server in config.servers)
-        or any(_sideNeedsTLS(job.source) or _sideNeedsTLS(job.destination) for job in config.jobs)
-        or (config.notify is not None and config.notify.webhookURL.lower().startswith("https:"))
+        or any(_jobNeedsTLS(job) for job in config.jobs)
+        or _notifyNeedsTLS(config)
         or _statusNeedsTLS(config)
     )
+
+
+def _jobNeedsTLS(job: JobConfig) -> bool:
+    """
+    Whether C{job}'s source or destination needs TLS.
+    """
+    return _sideNeedsTLS(job.source) or _sideNeedsTLS(job.destination)
+
+
+def _notifyNeedsTLS(config: Config) -> bool:
+    """
+    Whether C{config} notifies an C{https:} webhook.
+    """
+    return config.notify is not None and config.notify.webhookURL.lower().startswith("https:")
 
 
 def _serverNeedsTLS(server: ServerConfig) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 from typing import Any, Callable, Mapping
 
 from imapmig.config.model import (
@@ -212,9 +212,9 @@ class AccountsReader(SecretsReader):
                 + (f", not {' and '.join(kinds)}" if kinds else ""),
             )
             return None
-        misplaced = [k for k in _REFRESH_ONLY_KEYS if k in oauth2]
-        if kinds[0] != "token_endpoint" and misplaced:
-            self._problem(_key(path, misplaced[0]), "applies to token_endpoint only")
+        misplaced = _misplacedKey(oauth2, kinds[0])
+        if misplaced is not None:
+            self._problem(_key(path, misplaced), "applies to token_endpoint only")
             return None
         return kinds[0]
 
@@ -387,6 +387,16 @@ class AccountsReader(SecretsReader):
         return None if read is None else read[0]
 
 
+def _misplacedKey(oauth2: Mapping[str, object], kind: str) -> str | None:
+    """
+    The first key of the refresh grant's in C{oauth2} when its token
+    source C{kind} is not C{token_endpoint}, or L{None}.
+    """
+    if kind == "token_endpoint":
+        return None
+    return next((key for key in _REFRESH_ONLY_KEYS if key in oauth2), None)
+
+
 def _refreshDirectoryProblem(refreshFile: str) -> str | None:
     """
     Why the refresh token file C{refreshFile} cannot be replaced by a
@@ -438,11 +448,9 @@ def urlProblem(url: str, secretInURL: str) -> str | None:
     secret never crosses a network in the clear), without a user or
     password in it (C{secretInURL} says where one goes instead).
     """
-    try:
-        parts = urlsplit(url)
-        parts.port
-    except ValueError as e:
-        return f"not a URL: {e}"
+    parts = _splitURL(url)
+    if isinstance(parts, str):
+        return parts
     if parts.scheme not in ("https", "http") or not parts.hostname:
         return "expected an https:// URL"
     if parts.username is not None or parts.password is not None:
@@ -453,6 +461,18 @@ def urlProblem(url: str, secretInURL: str) -> str | None:
             " (127.0.0.0/8, ::1, localhost): use https"
         )
     return None
+
+
+def _splitURL(url: str) -> SplitResult | str:
+    """
+    The parts of C{url}, or why it is not a URL.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port
+    except ValueError as e:
+        return f"not a URL: {e}"
+    return parts
 
 
 def isLoopback(host: str) -> bool:

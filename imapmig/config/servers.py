@@ -447,7 +447,7 @@ def _folderProblem(value: str) -> str | None:
     """
     Why C{value} cannot be the archive folder's path, or L{None}.
     """
-    if not value or any(not level.strip() for level in value.split("/")):
+    if _hasEmptyLevel(value):
         return f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'"
     bad = sorted({c for c in value if _notInFolderName(c)})
     if bad:
@@ -456,6 +456,14 @@ def _folderProblem(value: str) -> str | None:
             " (IMAP wildcards and control characters)"
         )
     return None
+
+
+def _hasEmptyLevel(value: str) -> bool:
+    """
+    Whether the folder path C{value} is empty or has an empty level
+    between its C{/}.
+    """
+    return not value or any(not level.strip() for level in value.split("/"))
 
 
 def _notInFolderName(c: str) -> bool:

@@ -268,13 +268,21 @@ def _tokenProblem(document: dict[str, Any]) -> str | None:
     if not all("\x21" <= c <= "\x7e" for c in token):
         return "the access_token has characters a bearer token cannot carry"
     kind = document.get("token_type")
-    if kind is not None and (not isinstance(kind, str) or kind.lower() != "bearer"):
+    if not _isBearer(kind):
         return (
             "the token_type is "
             + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
             + ", not Bearer"
         )
     return None
+
+
+def _isBearer(kind: object) -> bool:
+    """
+    Whether an answer's C{token_type} is Bearer (or absent, which means
+    Bearer).
+    """
+    return kind is None or (isinstance(kind, str) and kind.lower() == "bearer")
 
 
 def _lifetime(expiresIn: object) -> float | None:
