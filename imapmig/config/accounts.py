@@ -28,7 +28,7 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.config.reader import Check, Key, Step, _describe, _key
+from imapmig.config.reader import Check, Key, Step, _describe, _key, givenKeys, notThese
 from imapmig.config.secretkeys import SecretsReader, secretKeys
 from imapmig.access.secrets import Secret
 
@@ -179,7 +179,7 @@ class AccountsReader(SecretsReader):
         strings, its program found now), with C{timeout} for the command,
         and C{token_endpoint}; given instead of any password or admin.
         """
-        others = [k for k in (*_PASSWORD_KEYS, "admin") if k in destination]
+        others = givenKeys(destination, (*_PASSWORD_KEYS, "admin"))
         if others:
             self._problem(
                 path,
@@ -202,14 +202,14 @@ class AccountsReader(SecretsReader):
         C{token_command} and C{token_endpoint}, and no key of the refresh
         grant's but with C{token_endpoint}.
         """
-        kinds = [k for k in (*_TOKEN_KEYS, "token_command", "token_endpoint") if k in oauth2]
+        kinds = givenKeys(oauth2, (*_TOKEN_KEYS, "token_command", "token_endpoint"))
         if len(kinds) != 1:
             self._problem(
                 path,
                 "give exactly one of token_file: FILE, token_credential: NAME,"
                 " token_command: [PROGRAM, ARGS...]"
                 " or token_endpoint: URL (with client_id and refresh_token_file)"
-                + (f", not {' and '.join(kinds)}" if kinds else ""),
+                + notThese(kinds),
             )
             return None
         misplaced = _misplacedKey(oauth2, kinds[0])

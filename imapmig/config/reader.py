@@ -183,6 +183,21 @@ def everyOne(items: Iterable[_T | None]) -> tuple[_T, ...] | None:
     return None if None in read else read  # type: ignore[return-value]
 
 
+def givenKeys(mapping: Collection[object], keys: Iterable[str]) -> list[str]:
+    """
+    The keys of C{keys} that C{mapping} gives, in the order of C{keys}.
+    """
+    return [key for key in keys if key in mapping]
+
+
+def notThese(given: Sequence[str]) -> str:
+    """
+    The end of a problem that asks for one of several keys, naming those
+    given, if any: C{", not maildir and mbox"}.
+    """
+    return f", not {' and '.join(given)}" if given else ""
+
+
 def keyNames(table: Sequence[Step]) -> tuple[str, ...]:
     """
     The keys a table declares, in its order (the order the problem of an

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterator, Mapping
 
-from imapmig.config.reader import ConfigReader, _key
+from imapmig.config.reader import ConfigReader, _key, givenKeys
 from imapmig.access.secrets import Secret, credentialPath, readCredential, readPasswordFile
 from imapmig.errors import PasswordFileError
 
@@ -131,7 +131,7 @@ class SecretsReader(ConfigReader):
         The one of C{keys} that C{mapping} gives; L{None} after reporting
         more than one, or none (with C{missing}, if any).
         """
-        given = [k for k in keys if k in mapping]
+        given = givenKeys(mapping, keys)
         if len(given) > 1:
             self._problem(
                 path,

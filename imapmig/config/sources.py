@@ -19,7 +19,17 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import Check, Key, Step, _describe, _key, everyOne, keyNames
+from imapmig.config.reader import (
+    Check,
+    Key,
+    Step,
+    _describe,
+    _key,
+    everyOne,
+    givenKeys,
+    keyNames,
+    notThese,
+)
 from imapmig.mail.plan import FolderRules
 
 
@@ -76,12 +86,12 @@ class SourcesReader(AccountsReader):
         The kind of C{source}: exactly one of the keys of L{_SOURCE_KINDS},
         with only the keys that kind takes.
         """
-        kinds = [kind for kind in _SOURCE_KINDS if kind in source]
+        kinds = givenKeys(source, _SOURCE_KINDS)
         if len(kinds) != 1:
             self._problem(
                 path,
                 "give exactly one of maildir: DIR, eml_dir: DIR, mbox: PATH"
-                " or server: NAME" + (f", not {' and '.join(kinds)}" if kinds else ""),
+                " or server: NAME" + notThese(kinds),
             )
             return None
         (kind,) = kinds

@@ -29,7 +29,7 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key
+from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key, givenKeys
 from imapmig.config.secretkeys import secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
 from imapmig.config.userrows import (
@@ -242,7 +242,7 @@ class UserListReader(JobsReader):
         The kind of a template's local source: C{maildir}, or C{mbox} with
         its C{quoting}, and nothing else.
         """
-        kinds = [kind for kind in ("maildir", "mbox") if kind in source]
+        kinds = givenKeys(source, ("maildir", "mbox"))
         extra = sorted(set(source) - {"maildir", "mbox", "quoting"})
         if len(kinds) != 1 or extra or ("quoting" in source and kinds != ["mbox"]):
             self._problem(

@@ -26,7 +26,7 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME
+from imapmig.config.reader import _NAME, givenKeys
 from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
 from imapmig.access.secrets import Secret
 from imapmig.errors import PasswordFileError
@@ -346,7 +346,7 @@ class _RowReader(SecretsReader):
             where the password was read from.
         """
         columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
-        given = [column for column in (*columns, f"{side}_credential") if column in row]
+        given = givenKeys(row, (*columns, f"{side}_credential"))
         if len(given) > 1:
             self._problem(
                 f"row {number}: {given[-1]}",

@@ -290,14 +290,21 @@ def _lifetime(expiresIn: object) -> float | None:
     An answer's C{expires_in}: seconds, as a number or (older Azure AD) a
     string of digits; L{None} if absent or beyond belief.
     """
-    lifetime: float | None = None
-    if isinstance(expiresIn, str) and expiresIn.isdigit():
-        lifetime = float(expiresIn)
-    elif isinstance(expiresIn, (int, float)) and not isinstance(expiresIn, bool):
-        lifetime = float(expiresIn)
-    if lifetime is not None and not (0 < lifetime < 10**9):
-        return None
-    return lifetime
+    lifetime = _seconds(expiresIn)
+    if lifetime is not None and 0 < lifetime < 10**9:
+        return lifetime
+    return None
+
+
+def _seconds(value: object) -> float | None:
+    """
+    C{value} as a number of seconds: a number, or a string of digits.
+    """
+    if isinstance(value, str):
+        return float(value) if value.isdigit() else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _rotated(refreshToken: object) -> str | None:
