@@ -38,7 +38,7 @@ from imapmig.config.model import (
     StatusConfig,
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
-from imapmig.config.reader import Check, Key, Step, _describe, _key, keyNames
+from imapmig.config.reader import Check, Key, Step, _describe, _key, isOff, keyNames
 from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
@@ -225,7 +225,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         if "status" not in top:
             return StatusConfig(listen=_DEFAULT_LISTEN)
         value = top["status"]
-        if value is False or value == "off":
+        if isOff(value):
             return None
         if not isinstance(value, dict):
             self._problem(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from imapmig.config.accounts import urlProblem
 from imapmig.config.model import NotifyConfig
-from imapmig.config.reader import ConfigReader, Key, Step, keyNames
+from imapmig.config.reader import ConfigReader, Key, Step, isOff, keyNames
 from imapmig.access.secrets import Secret
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
@@ -74,7 +74,7 @@ class NotifyReader(ConfigReader):
         Read C{notify.stalled_after}: seconds (at least 60), or C{off}
         (C{False}).
         """
-        if value is False or value == "off":
+        if isOff(value):
             return False
         seconds = self._readSeconds(value, path)
         if seconds is not None and seconds < 60:

@@ -183,6 +183,13 @@ def everyOne(items: Iterable[_T | None]) -> tuple[_T, ...] | None:
     return None if None in read else read  # type: ignore[return-value]
 
 
+def isOff(value: object) -> bool:
+    """
+    Whether C{value} is C{off}: YAML reads it unquoted as C{false}.
+    """
+    return value is False or value == "off"
+
+
 def givenKeys(mapping: Collection[object], keys: Iterable[str]) -> list[str]:
     """
     The keys of C{keys} that C{mapping} gives, in the order of C{keys}.

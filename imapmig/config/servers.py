@@ -16,7 +16,7 @@ from twisted.internet.endpoints import clientFromString, serverFromString
 from imapmig.config.limits import LIMIT_KEYS, LimitsReader
 from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
-from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key, keyNames
+from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key, isOff, keyNames
 from imapmig.config.endpointstring import splitEndpoint
 from imapmig.mail.plan import PersonalNamespace
 
@@ -387,7 +387,7 @@ class ServersReader(LimitsReader):
 
         @return: the path, C{False} for C{off}, or L{None} if invalid.
         """
-        if value is False or value == "off":
+        if isOff(value):
             return False
         if not isinstance(value, str):
             self._problem(path, f"must be a folder name or 'off', not {_describe(value)}")

@@ -144,22 +144,7 @@ class SourcesReader(AccountsReader):
         """
         Read a Maildir's path: a directory with C{cur} and C{new} in it.
         """
-        directory = self._readDirectory(value, path)
-        if directory is None:
-            return None
-        missing = [
-            sub
-            for sub in ("cur", "new")
-            if not os.path.isdir(os.path.join(directory, sub))
-        ]
-        if missing:
-            self._problem(
-                path,
-                f"{directory} is not a Maildir: it has no"
-                f" {' or '.join(m + '/' for m in missing)} subdirectory",
-            )
-            return None
-        return directory
+        return self._accepted(self._readDirectory(value, path), path, _maildirProblem)
 
     def _readFolder(self, value: object, path: str) -> tuple[str, ...] | None:
         """
@@ -236,6 +221,20 @@ class SourcesReader(AccountsReader):
         if sourcePath is None or targetPath is None:
             return None
         return "/".join(sourcePath), "/".join(targetPath)
+
+
+def _maildirProblem(directory: str) -> str | None:
+    """
+    Why the directory C{directory} is not a Maildir, or L{None}: it has
+    C{cur} and C{new} in it.
+    """
+    missing = [sub for sub in ("cur", "new") if not os.path.isdir(os.path.join(directory, sub))]
+    if missing:
+        return (
+            f"{directory} is not a Maildir: it has no"
+            f" {' or '.join(m + '/' for m in missing)} subdirectory"
+        )
+    return None
 
 
 def _mboxProblem(resolved: str) -> str | None:

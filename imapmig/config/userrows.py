@@ -476,15 +476,12 @@ class _RowReader(SecretsReader):
         A row's local source at C{written}, like the template's C{local}:
         an existing mbox, or a Maildir.
         """
-        if isinstance(local, MboxSourceConfig):
-            if not os.path.exists(written):
-                self._problem(where, f"{written} does not exist")
-                return None
-            return MboxSourceConfig(path=written, quoting=local.quoting)
-        if not all(os.path.isdir(os.path.join(written, sub)) for sub in ("cur", "new")):
-            what = "is not a Maildir" if os.path.isdir(written) else "does not exist"
-            self._problem(where, f"{written} {what}")
+        problem = _localProblem(written, local)
+        if problem is not None:
+            self._problem(where, f"{written} {problem}")
             return None
+        if isinstance(local, MboxSourceConfig):
+            return MboxSourceConfig(path=written, quoting=local.quoting)
         return MaildirSourceConfig(path=written)
 
     def _readName(
@@ -568,6 +565,19 @@ def _unusedColumns(template: _Template) -> list[tuple[str, str]]:
             for column in _SOURCE_LOGIN_COLUMNS
         ]
     return unused
+
+
+def _localProblem(written: str, local: SourceConfig) -> str | None:
+    """
+    What is wrong with a row's local source at C{written}, of the kind of
+    the template's C{local}, or L{None}: an mbox exists, a Maildir has
+    C{cur} and C{new}.
+    """
+    if isinstance(local, MboxSourceConfig):
+        return None if os.path.exists(written) else "does not exist"
+    if all(os.path.isdir(os.path.join(written, sub)) for sub in ("cur", "new")):
+        return None
+    return "is not a Maildir" if os.path.isdir(written) else "does not exist"
 
 
 def _unsafeInPath(value: str) -> bool:
