@@ -159,17 +159,7 @@ class UserListReader(JobsReader):
         sourcePattern, prototype = read(probe, path, servers, defaults)
         if prototype is None:
             return None
-        imap = None
-        if isinstance(prototype.source, ImapSourceConfig):
-            assert isinstance(sourceValue, dict)
-            imap = _account(prototype.source, sourceValue)
-        assert isinstance(destinationValue, dict)
-        return _Template(
-            prototype=prototype,
-            source=imap,
-            sourcePattern=sourcePattern,
-            destination=_account(prototype.destination, destinationValue),
-        )
+        return _template(prototype, sourcePattern, sourceValue, destinationValue)
 
     def _readLocalPrototype(
         self,
@@ -288,6 +278,26 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     if not _GIVES_PASSWORD & set(account):
         probe["password"] = _PROBE
     return probe
+
+
+def _template(
+    prototype: JobConfig, sourcePattern: str | None, source: object, destination: object
+) -> _Template:
+    """
+    A valid template: its C{prototype} job, and what it gives of its
+    accounts as written (C{source} and C{destination}).
+    """
+    imap = None
+    if isinstance(prototype.source, ImapSourceConfig):
+        assert isinstance(source, dict)
+        imap = _account(prototype.source, source)
+    assert isinstance(destination, dict)
+    return _Template(
+        prototype=prototype,
+        source=imap,
+        sourcePattern=sourcePattern,
+        destination=_account(prototype.destination, destination),
+    )
 
 
 def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:

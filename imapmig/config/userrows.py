@@ -46,8 +46,6 @@ _COLUMNS = (
     "destination_credential",
 ) + _OVERRIDES
 _PLACEHOLDERS = ("source_user", "destination_user")
-# The columns of an IMAP source's login.
-_SOURCE_LOGIN_COLUMNS = (*(f"source_{key}" for key in _ROW_PASSWORD_KEYS), "source_credential")
 # The columns of a local source's path, by the kind of source each is for.
 _LOCAL_COLUMNS = (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig))
 # What mailbox user names may not be when they become part of a path.
@@ -216,8 +214,7 @@ class _RowReader(SecretsReader):
                 f"row 1: {side}_user",
                 f"missing column: the template's {side} gives no user",
             )
-        given = {*(f"{side}_{key}" for key in _ROW_PASSWORD_KEYS), f"{side}_credential"}
-        if account.password is None and not given & set(columns):
+        if account.password is None and not givenKeys(columns, _loginColumns(side)):
             self._problem(
                 f"row 1: {side}_password_file",
                 f"missing column: the template's {side} gives no password;"
@@ -345,8 +342,9 @@ class _RowReader(SecretsReader):
         @return: the password, the admin's login name (or L{None}), and
             where the password was read from.
         """
-        columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
-        given = givenKeys(row, (*columns, f"{side}_credential"))
+        logins = _loginColumns(side)
+        columns = logins[:-1]
+        given = givenKeys(row, logins)
         if len(given) > 1:
             self._problem(
                 f"row {number}: {given[-1]}",
@@ -562,9 +560,17 @@ def _unusedColumns(template: _Template) -> list[tuple[str, str]]:
     if template.source is None:
         unused += [
             (column, "the template's source is not an IMAP server")
-            for column in _SOURCE_LOGIN_COLUMNS
+            for column in _loginColumns("source")
         ]
     return unused
+
+
+def _loginColumns(side: str) -> tuple[str, ...]:
+    """
+    The columns that give the login of C{side}'s account: its password
+    file or credential, or a named admin credential.
+    """
+    return (*(f"{side}_{key}" for key in _ROW_PASSWORD_KEYS), f"{side}_credential")
 
 
 def _localProblem(written: str, local: SourceConfig) -> str | None:
