@@ -351,7 +351,7 @@ class AccountsReader(SecretsReader):
         C{password}, C{password_file} and C{password_credential}, given
         instead of the user's password.
         """
-        if any(key in destination for key in _PASSWORD_KEYS):
+        if givenKeys(destination, _PASSWORD_KEYS):
             self._problem(
                 path,
                 "give the user's password (password, password_file or"
@@ -430,7 +430,7 @@ def credentialKey(account: Mapping[str, object], path: str) -> str:
     admin = account.get("admin")
     if isinstance(admin, Mapping):
         account, path = admin, _key(path, "admin")
-    given = [key for key in _PASSWORD_KEYS if key in account]
+    given = givenKeys(account, _PASSWORD_KEYS)
     return _key(path, given[0] if given else "password_file")
 
 

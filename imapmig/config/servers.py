@@ -64,9 +64,19 @@ def isLoopbackHost(host: str) -> bool:
         address = ipaddress.ip_address(name.strip("[]"))
     except ValueError:
         return False
+    return _unmapped(address).is_loopback
+
+
+def _unmapped(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """
+    The IPv4 address an IPv4-mapped IPv6 C{address} maps, else
+    C{address}.
+    """
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+        return address.ipv4_mapped
+    return address
 
 
 def _twistedMessage(error: Exception) -> str:
