@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config -*-
+# -*- test-case-name: tests.test_config_reader,tests.test_config -*-
 """
 What every section of the configuration is read with: a collector of
 problems, each named by its file and key path, readers of plain values

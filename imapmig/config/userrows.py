@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config_userlist -*-
+# -*- test-case-name: tests.test_userrows,tests.test_config_userlist -*-
 """
 The rows of a user list (L{imapmig.config.userlist}): a CSV file read
 against its job template, each row a job, each problem named C{FILE: row
