@@ -97,15 +97,8 @@ def _endpointMessage(description: str, error: Exception) -> str:
         args, kwargs = splitEndpoint(description)
     except ValueError:
         return _twistedMessage(error)
-    kind = args[0].lower()
-    if kind == "systemd" and isinstance(error, (IndexError, KeyError)):
-        which = (
-            f"named {kwargs['name']!r}" if "name" in kwargs else f"at index {kwargs.get('index')}"
-        )
-        return (
-            f"systemd passed this process no socket {which} (LISTEN_FDS, LISTEN_FDNAMES):"
-            " a systemd: endpoint works only in a service its .socket unit starts"
-        )
+    if args[0].lower() == "systemd" and isinstance(error, (IndexError, KeyError)):
+        return _noSystemdSocket(kwargs)
     if "multiple values for argument 'interface'" in str(error):
         # "interface=::1" splits into "interface=", "" and "1".
         return (
@@ -113,6 +106,47 @@ def _endpointMessage(description: str, error: Exception) -> str:
             " backslashes (interface=\\:\\:1)"
         )
     return _twistedMessage(error)
+
+
+def _noSystemdSocket(kwargs: Mapping[str, str]) -> str:
+    """
+    Why a C{systemd:} endpoint string with the arguments C{kwargs} names
+    no socket this process was passed.
+    """
+    which = f"named {kwargs['name']!r}" if "name" in kwargs else f"at index {kwargs.get('index')}"
+    return (
+        f"systemd passed this process no socket {which} (LISTEN_FDS, LISTEN_FDNAMES):"
+        " a systemd: endpoint works only in a service its .socket unit starts"
+    )
+
+
+def _serverEndpointProblem(description: str) -> str | None:
+    """
+    Why Twisted's own parser refuses the server endpoint string
+    C{description}, or its port is out of range; or L{None}.
+    """
+    try:
+        serverFromString(_NO_REACTOR, description)
+    except Exception as e:
+        # Parsing may raise anything the endpoint parser or its plugin
+        # raises; each is a problem with the string.
+        return (
+            f"invalid endpoint {description!r}: {_endpointMessage(description, e)}"
+            f" (e.g. {_DEFAULT_LISTEN!r})"
+        )
+    return _portProblem(description)
+
+
+def _portProblem(description: str) -> str | None:
+    """
+    Why the port of the TCP server endpoint string C{description} is out
+    of range, or L{None}.
+    """
+    args, kwargs = splitEndpoint(description)
+    if args[0].lower() not in ("tcp", "ssl", "tcp6"):
+        return None
+    port = args[1] if len(args) > 1 else kwargs.get("port", "0")
+    return None if 0 <= int(port) <= 65535 else f"port {port} is out of range (0-65535)"
 
 
 @frozen
@@ -136,24 +170,7 @@ class ServersReader(LimitsReader):
         """
         Check a server endpoint string with Twisted's own parser.
         """
-        try:
-            serverFromString(_NO_REACTOR, description)
-        except Exception as e:
-            # Parsing may raise anything the endpoint parser or its plugin
-            # raises; each is a problem with the string.
-            self._problem(
-                path,
-                f"invalid endpoint {description!r}: {_endpointMessage(description, e)}"
-                f" (e.g. {_DEFAULT_LISTEN!r})",
-            )
-            return False
-        args, kwargs = splitEndpoint(description)
-        if args[0].lower() in ("tcp", "ssl", "tcp6"):
-            port = args[1] if len(args) > 1 else kwargs.get("port", "0")
-            if not 0 <= int(port) <= 65535:
-                self._problem(path, f"port {port} is out of range (0-65535)")
-                return False
-        return True
+        return self._accepted(description, path, _serverEndpointProblem) is not None
 
     def _readServers(
         self, top: Mapping[str, object]
