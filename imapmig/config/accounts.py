@@ -67,6 +67,10 @@ _DEFAULT_TOKEN_COMMAND_TIMEOUT = 30.0
 
 _ADMIN_KEYS = ("user", *_PASSWORD_KEYS)
 
+# How an account logs in: the password (the admin's with an admin; None
+# with a token), the admin's login name, and the token source.
+_Login = tuple[Secret | None, str | None, TokenSourceConfig | None]
+
 
 class AccountsReader(SecretsReader):
     """
@@ -161,12 +165,20 @@ class AccountsReader(SecretsReader):
             token), the admin's login name or L{None}, and the token source
             or L{None}.
         """
-        if "oauth2" in account:
-            oauth2 = self._readOAuth2(account, path)
-            return None if oauth2 is None else (None, None, oauth2)
-        if "admin" in account:
-            admin = self._readAdmin(account, path)
-            return None if admin is None else (admin[1], admin[0], None)
+        kind = next((kind for kind in ("oauth2", "admin") if kind in account), "password")
+        return _LOGINS[kind](self, account, path)
+
+    def _readOAuth2Login(self, account: Mapping[str, object], path: str) -> _Login | None:
+        """
+        Read an account's C{oauth2} token source (L{_readOAuth2}).
+        """
+        oauth2 = self._readOAuth2(account, path)
+        return None if oauth2 is None else (None, None, oauth2)
+
+    def _readPasswordLogin(self, account: Mapping[str, object], path: str) -> _Login | None:
+        """
+        Read the user's own password (L{_readPassword}).
+        """
         password = self._readPassword(account, path)
         return None if password is None else (password, None, None)
 
@@ -308,6 +320,19 @@ class AccountsReader(SecretsReader):
 
         @return: the argument vector and the program's absolute path.
         """
+        argv = self._readArgv(value, path)
+        if argv is None:
+            return None
+        executable = self._findProgram(argv[0], f"{path}[0]")
+        if executable is None:
+            return None
+        return tuple(argv), executable
+
+    def _readArgv(self, value: object, path: str) -> list[str] | None:
+        """
+        Read a command's argument vector: a non-empty list of strings (the
+        first that is not ends the reading).
+        """
         if not isinstance(value, list) or not value:
             self._problem(
                 path,
@@ -320,10 +345,7 @@ class AccountsReader(SecretsReader):
             if read is None:
                 return None
             argv.append(read)
-        executable = self._findProgram(argv[0], f"{path}[0]")
-        if executable is None:
-            return None
-        return tuple(argv), executable
+        return argv
 
     def _findProgram(self, program: str, path: str) -> str | None:
         """
@@ -343,13 +365,11 @@ class AccountsReader(SecretsReader):
             return None
         return os.path.abspath(found)
 
-    def _readAdmin(
-        self, destination: Mapping[str, object], path: str
-    ) -> tuple[str, Secret] | None:
+    def _readAdminLogin(self, destination: Mapping[str, object], path: str) -> _Login | None:
         """
         Read C{admin}: the admin's C{user} and exactly one of its
-        C{password}, C{password_file} and C{password_credential}, given
-        instead of the user's password.
+        C{password}, C{password_file} and C{password_credential}
+        (L{_ADMIN_TABLE}), given instead of the user's password.
         """
         if givenKeys(destination, _PASSWORD_KEYS):
             self._problem(
@@ -360,13 +380,17 @@ class AccountsReader(SecretsReader):
             return None
         adminPath = _key(path, "admin")
         admin = self._readMapping(destination["admin"], adminPath, _ADMIN_KEYS)
-        if admin is None:
-            return None
-        name = self._readRequiredString(admin, "user", adminPath, "the admin's login name")
-        password = self._readPassword(admin, adminPath)
-        if name is None or password is None:
-            return None
-        return name, password
+        values = None if admin is None else self._readKeys(admin, adminPath, _ADMIN_TABLE)
+        return None if values is None else (values["password"], values["user"], None)
+
+    def _readAdminPassword(
+        self, admin: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read the admin's password (L{_readPassword}).
+        """
+        values["password"] = self._readPassword(admin, path)
+        return values["password"] is not None
 
     def _readPassword(
         self, destination: Mapping[str, object], path: str
@@ -451,16 +475,38 @@ def urlProblem(url: str, secretInURL: str) -> str | None:
     parts = _splitURL(url)
     if isinstance(parts, str):
         return parts
-    if parts.scheme not in ("https", "http") or not parts.hostname:
+    if not _isWebURL(parts):
         return "expected an https:// URL"
-    if parts.username is not None or parts.password is not None:
+    if _holdsCredentials(parts):
         return secretInURL
-    if parts.scheme == "http" and not isLoopback(parts.hostname):
+    if _plainToNetwork(parts):
         return (
             "plain http is allowed to a loopback address only"
             " (127.0.0.0/8, ::1, localhost): use https"
         )
     return None
+
+
+def _isWebURL(parts: SplitResult) -> bool:
+    """
+    Whether a URL is C{https:} or C{http:} with a host.
+    """
+    return parts.scheme in ("https", "http") and bool(parts.hostname)
+
+
+def _holdsCredentials(parts: SplitResult) -> bool:
+    """
+    Whether a URL holds a user or a password.
+    """
+    return parts.username is not None or parts.password is not None
+
+
+def _plainToNetwork(parts: SplitResult) -> bool:
+    """
+    Whether a URL is plain C{http:} to a host other than a loopback
+    address.
+    """
+    return parts.scheme == "http" and not isLoopback(parts.hostname or "")
 
 
 def _splitURL(url: str) -> SplitResult | str:
@@ -487,6 +533,18 @@ def isLoopback(host: str) -> bool:
     except ValueError:
         return False
 
+
+_LOGINS: dict[str, Callable[[AccountsReader, Mapping[str, object], str], _Login | None]] = {
+    "oauth2": AccountsReader._readOAuth2Login,
+    "admin": AccountsReader._readAdminLogin,
+    "password": AccountsReader._readPasswordLogin,
+}
+
+# An admin credential: its login name and its password.
+_ADMIN_TABLE: tuple[Step, ...] = (
+    Key("user", AccountsReader._readString, missing="missing: the admin's login name"),
+    Check(AccountsReader._readAdminPassword),
+)
 
 _TOKEN_SOURCES: dict[
     str, Callable[[AccountsReader, Mapping[str, object], str], TokenSourceConfig | None]
