@@ -310,14 +310,19 @@ def parseDocument(content: bytes, path: str) -> object:
         oneLine = " ".join(str(e).split())
         raise ConfigError([f"{path}: invalid YAML: {oneLine}"]) from None
     if duplicates:
-        raise ConfigError(
-            [
-                f"{path}: {key}: given twice, on {_where(first, second)}; YAML would"
-                " silently keep the second: give it once"
-                for key, first, second in duplicates
-            ]
-        )
+        raise ConfigError(_duplicateProblems(path, duplicates))
     return document
+
+
+def _duplicateProblems(path: str, duplicates: list[tuple[str, Any, Any]]) -> list[str]:
+    """
+    One problem for each key given twice, naming its path and both places.
+    """
+    return [
+        f"{path}: {key}: given twice, on {_where(first, second)}; YAML would"
+        " silently keep the second: give it once"
+        for key, first, second in duplicates
+    ]
 
 
 @frozen

@@ -142,7 +142,17 @@ def _pushChildren(path: str, value: object, stack: list[tuple[str, object]]) -> 
         stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
         return None
     assert isinstance(value, dict)
-    for key, item in value.items():
+    return _pushMapping(path, value, stack)
+
+
+def _pushMapping(
+    path: str, mapping: dict[object, object], stack: list[tuple[str, object]]
+) -> str | None:
+    """
+    Push the keys and values of C{mapping} (at C{path}) onto C{stack}; or
+    return the path of a key of L{_TLS_KEYS} in it.
+    """
+    for key, item in mapping.items():
         where = f"{path}.{key}" if path else str(key)
         if key in _TLS_KEYS:
             return where
