@@ -241,14 +241,7 @@ class _RowReader(SecretsReader):
         connections = self._readRowConnections(number, row)
         if template is None or sides is None or name is None or connections is None:
             return None
-        prototype = template.prototype
-        return evolve(
-            prototype,
-            name=name,
-            source=sides[0],
-            destination=sides[1],
-            connections=connections or prototype.connections,
-        )
+        return _rowJob(template.prototype, sides, name, connections)
 
     def _readFields(
         self, number: int, fields: list[str], columns: tuple[str, ...]
@@ -543,6 +536,25 @@ class _RowReader(SecretsReader):
         return self._readInteger(
             value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
         )
+
+
+def _rowJob(
+    prototype: JobConfig,
+    sides: tuple[SourceConfig, DestinationConfig],
+    name: str,
+    connections: int,
+) -> JobConfig:
+    """
+    A row's job: the template's C{prototype} with the row's name, source
+    and destination, and its connections (0: the prototype's).
+    """
+    return evolve(
+        prototype,
+        name=name,
+        source=sides[0],
+        destination=sides[1],
+        connections=connections or prototype.connections,
+    )
 
 
 def _unusedColumns(template: _Template) -> list[tuple[str, str]]:

@@ -154,19 +154,23 @@ class _TokenCommandProtocol(ProcessProtocol):
             self._timer.cancel()
             self._timer = None
         problem = self._problem or _exitProblem(reason)
-        token = b""
-        if problem is None:
-            token = bytes(self._stdout).split(b"\n", 1)[0].strip()
-            if not token:
-                problem = "printed no token (its first line of output is empty)"
-        if problem is not None:
-            self._fail(problem)
+        token = self._firstLine() if problem is None else problem
+        if isinstance(token, str):
+            self._fail(token)
         elif not token.isascii():
             self.done.errback(
                 TokenUnavailable(f"token command {self._name!r} printed a non-ASCII token")
             )
         else:
             self.done.callback(token.decode("ascii"))
+
+    def _firstLine(self) -> bytes | str:
+        """
+        The token: the first line of the command's output, stripped; or
+        the problem that it is empty.
+        """
+        token = bytes(self._stdout).split(b"\n", 1)[0].strip()
+        return token or "printed no token (its first line of output is empty)"
 
     def _fail(self, problem: str) -> None:
         """
