@@ -253,6 +253,14 @@ credentials directory (C{/run/credentials/UNIT}).
 
 
 
+def isPlainFileName(name: str) -> bool:
+    """
+    Whether C{name} names a file in a directory, not a path: it has no
+    C{/} and no NUL, and is not C{.} or C{..}.
+    """
+    return not ("/" in name or name in (".", "..") or "\0" in name)
+
+
 def credentialPath(name: str, environ: Mapping[str, str]) -> str:
     """
     The path of the credential C{name}.
@@ -265,7 +273,7 @@ def credentialPath(name: str, environ: Mapping[str, str]) -> str:
         (the daemon does not run under a unit with C{LoadCredential=}), or
         the credential does not exist.
     """
-    if "/" in name or name in (".", "..") or "\0" in name:
+    if not isPlainFileName(name):
         raise CredentialError(
             f"invalid credential name {name!r}: give the NAME of"
             " LoadCredential=NAME:FILE, a file name in $CREDENTIALS_DIRECTORY"

@@ -51,6 +51,14 @@ def _describe(value: object) -> str:
     )
 
 
+def _within(value: int, minimum: int, maximum: int | None) -> bool:
+    """
+    Whether C{value} is at least C{minimum} and at most C{maximum} (if
+    any).
+    """
+    return minimum <= value and (maximum is None or value <= maximum)
+
+
 def _bounds(minimum: int, maximum: int | None) -> str:
     """
     The bounds of an integer, in words.
@@ -316,7 +324,7 @@ class ConfigReader:
         if isinstance(value, bool) or not isinstance(value, int):
             self._problem(path, f"expected an integer, got {_describe(value)}")
             return None
-        if value < minimum or (maximum is not None and value > maximum):
+        if not _within(value, minimum, maximum):
             self._problem(path, f"must be {_bounds(minimum, maximum)}, not {value}")
             return None
         return value

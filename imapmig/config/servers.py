@@ -108,6 +108,14 @@ def _endpointMessage(description: str, error: Exception) -> str:
     return _twistedMessage(error)
 
 
+def _isWord(value: object, word: object) -> bool:
+    """
+    Whether C{value} is C{word}: the same string, or the same YAML boolean
+    (never a number equal to it).
+    """
+    return value is word or (isinstance(value, str) and value == word)
+
+
 def _noSystemdSocket(kwargs: Mapping[str, str]) -> str:
     """
     Why a C{systemd:} endpoint string with the arguments C{kwargs} names
@@ -444,7 +452,7 @@ class ServersReader(LimitsReader):
         means there.
         """
         for word, meaning in words.items():
-            if value is word or (isinstance(value, str) and value == word):
+            if _isWord(value, word):
                 return meaning
         described = repr(value) if isinstance(value, str) else _describe(value)
         self._problem(path, f"{expected}, not {described}")
@@ -522,13 +530,9 @@ def _certificatesProblem(resolved: str) -> str | None:
     """
     Why the file C{resolved} is not a file of PEM certificates, or L{None}.
     """
-    try:
-        with open(resolved, "rb") as f:
-            pem = f.read()
-    except FileNotFoundError:
-        return f"no such file: {resolved}"
-    except OSError as e:
-        return f"{resolved} cannot be read: {e.strerror}"
+    pem = _readFile(resolved)
+    if isinstance(pem, str):
+        return pem
     blocks = re.findall(
         rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", pem, re.DOTALL
     )
@@ -538,6 +542,19 @@ def _certificatesProblem(resolved: str) -> str | None:
     if invalid is not None:
         return f"certificate {invalid} in {resolved} is not a valid PEM certificate"
     return None
+
+
+def _readFile(resolved: str) -> bytes | str:
+    """
+    The content of the file C{resolved}, or why it cannot be read.
+    """
+    try:
+        with open(resolved, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return f"no such file: {resolved}"
+    except OSError as e:
+        return f"{resolved} cannot be read: {e.strerror}"
 
 
 def _loadsPEM(block: bytes) -> bool:

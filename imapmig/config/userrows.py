@@ -28,7 +28,7 @@ from imapmig.config.model import (
 )
 from imapmig.config.reader import _NAME, givenKeys
 from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
-from imapmig.access.secrets import Secret
+from imapmig.access.secrets import Secret, isPlainFileName
 from imapmig.errors import PasswordFileError
 
 _A = TypeVar("_A", DestinationConfig, ImapSourceConfig)
@@ -48,8 +48,6 @@ _COLUMNS = (
 _PLACEHOLDERS = ("source_user", "destination_user")
 # The columns of a local source's path, by the kind of source each is for.
 _LOCAL_COLUMNS = (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig))
-# What mailbox user names may not be when they become part of a path.
-_PATH_UNSAFE = ("/", "\0")
 
 
 @frozen
@@ -603,4 +601,4 @@ def _unsafeInPath(value: str) -> bool:
     Whether a row's user C{value} cannot be part of a path: empty, C{.},
     C{..}, or holding a C{/} or NUL.
     """
-    return not value or value in (".", "..") or any(c in value for c in _PATH_UNSAFE)
+    return not value or not isPlainFileName(value)

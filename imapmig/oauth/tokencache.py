@@ -186,7 +186,7 @@ class RefreshedTokens:
             " (valid {lifetime} s, refresh token {rotation})",
             account=self._account,
             endpoint=self._grant.endpoint,
-            lifetime="?" if issued.expiresIn is None else f"{issued.expiresIn:g}",
+            lifetime=_lifetimeText(issued.expiresIn),
             rotation="rotated" if rotated else "kept",
         )
         return issued.accessToken
@@ -216,6 +216,13 @@ class RefreshedTokens:
                 file=self._file,
                 reason=e.strerror or str(e),
             )
+
+
+def _lifetimeText(lifetime: float | None) -> str:
+    """
+    A token's lifetime in seconds, for a log line (C{?} if unknown).
+    """
+    return "?" if lifetime is None else f"{lifetime:g}"
 
 
 def _renewAt(issuedAt: float, lifetime: float | None) -> float | None:
