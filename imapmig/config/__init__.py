@@ -263,21 +263,25 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         if not isinstance(value, list):
             self._problem(path, f"expected a list of host names, got {_describe(value)}")
             return None
-        names: list[str] = []
-        for index, item in enumerate(value):
-            if not isinstance(item, str):
-                self._problem(f"{path}[{index}]", f"expected a host name, got {_describe(item)}")
-                return None
-            name = item.strip().lower().rstrip(".")
-            if not _HOST_NAME.fullmatch(name):
-                self._problem(
-                    f"{path}[{index}]",
-                    f"{item!r} is not a host name (letters, digits, '-' and '.';"
-                    " '.corp.example' for every name under corp.example; no port, no scheme)",
-                )
-                return None
-            names.append(name)
-        return tuple(names)
+        return self._readEach(value, path, self._readHostName)
+
+    def _readHostName(self, value: object, path: str) -> str | None:
+        """
+        Read a host name of C{status.allowed_hosts}: lower-cased, without a
+        trailing dot.
+        """
+        if not isinstance(value, str):
+            self._problem(path, f"expected a host name, got {_describe(value)}")
+            return None
+        name = value.strip().lower().rstrip(".")
+        if not _HOST_NAME.fullmatch(name):
+            self._problem(
+                path,
+                f"{value!r} is not a host name (letters, digits, '-' and '.';"
+                " '.corp.example' for every name under corp.example; no port, no scheme)",
+            )
+            return None
+        return name
 
     def _readStatusToken(self, value: object, path: str) -> Secret | None:
         """

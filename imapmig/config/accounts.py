@@ -339,13 +339,8 @@ class AccountsReader(SecretsReader):
                 f"expected a list [PROGRAM, ARGS...], got {_describe(value)}",
             )
             return None
-        argv = []
-        for index, item in enumerate(value):
-            read = self._readString(item, f"{path}[{index}]")
-            if read is None:
-                return None
-            argv.append(read)
-        return argv
+        argv = self._readEach(value, path, self._readString)
+        return None if argv is None else list(argv)
 
     def _findProgram(self, program: str, path: str) -> str | None:
         """

@@ -350,6 +350,21 @@ class ConfigReader:
         written = self._readString(value, path)
         return None if written is None else self._resolve(written)
 
+    def _readEach(
+        self, items: list[object], path: str, read: Callable[[object, str], _T | None]
+    ) -> tuple[_T, ...] | None:
+        """
+        Read each of the list C{items} (at C{path}) with C{read}, until one
+        cannot be.
+        """
+        values = []
+        for index, item in enumerate(items):
+            value = read(item, f"{path}[{index}]")
+            if value is None:
+                return None
+            values.append(value)
+        return tuple(values)
+
     def _readBoolean(self, value: object, path: str) -> bool | None:
         """
         Read C{true} or C{false}.
