@@ -127,11 +127,7 @@ class _RowReader(SecretsReader):
         """
         Read the header, then each row, into C{jobs}.
         """
-        header = next(rows, None)
-        if header is None:
-            self._problem("", "the file is empty: a header row is required")
-            return
-        columns = self._readHeader(header[1], template)
+        columns = self._readFirstRow(rows, template)
         if columns is None:
             return
         count = 0
@@ -142,6 +138,18 @@ class _RowReader(SecretsReader):
                 jobs.append(job)
         if count == 0:
             self._problem("", "no users: the file has a header row but no rows")
+
+    def _readFirstRow(
+        self, rows: Iterator[tuple[int, list[str]]], template: _Template | None
+    ) -> tuple[str, ...] | None:
+        """
+        Read the header, the first row, which the file must have.
+        """
+        header = next(rows, None)
+        if header is None:
+            self._problem("", "the file is empty: a header row is required")
+            return None
+        return self._readHeader(header[1], template)
 
     def _rows(self, f: Iterator[str]) -> Iterator[tuple[int, list[str]]]:
         """
