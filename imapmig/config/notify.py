@@ -53,10 +53,7 @@ class NotifyReader(ConfigReader):
         Read C{notify}: a mapping of L{NOTIFY_KEYS}; L{None} when it has a
         problem (each recorded with its key).
         """
-        notify = self._readMapping(value, "notify", NOTIFY_KEYS)
-        if notify is None:
-            return None
-        values = self._readKeys(notify, "notify", _NOTIFY_TABLE)
+        values = self._readSection(value, "notify", _NOTIFY_TABLE)
         if values is None:
             return None
         # False: off.

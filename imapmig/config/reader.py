@@ -285,6 +285,16 @@ class ConfigReader:
             ok = valid and ok
         return values if ok else None
 
+    def _readSection(
+        self, value: object, path: str, table: Sequence[Step]
+    ) -> dict[str, Any] | None:
+        """
+        Read the mapping C{value} (at C{path}) whose keys are those of
+        C{table}, walking the table.
+        """
+        mapping = self._readMapping(value, path, keyNames(table))
+        return None if mapping is None else self._readKeys(mapping, path, table)
+
     def _hint(self, key: str, keys: Collection[str]) -> str:
         """
         What to say after the unknown C{key}: the known key it is close to,

@@ -108,6 +108,13 @@ def _endpointMessage(description: str, error: Exception) -> str:
     return _twistedMessage(error)
 
 
+def _describeWord(value: object) -> str:
+    """
+    A refused word, quoted; or the YAML type of a value that is not one.
+    """
+    return repr(value) if isinstance(value, str) else _describe(value)
+
+
 def _isWord(value: object, word: object) -> bool:
     """
     Whether C{value} is C{word}: the same string, or the same YAML boolean
@@ -187,6 +194,19 @@ class ServersReader(LimitsReader):
         Read C{servers}.  The result maps every name declared to its
         configuration, or to L{None} if that is invalid.
         """
+        value = self._readServerMapping(top)
+        if value is None:
+            return None
+        servers: dict[str, ServerConfig | None] = {}
+        for name, item in value.items():
+            self._readNamedServer(name, item, servers)
+        return servers
+
+    def _readServerMapping(self, top: Mapping[str, object]) -> dict[object, object] | None:
+        """
+        Read C{servers} as a mapping of names to servers, which should not
+        be empty (an empty one is reported, and read).
+        """
         if "servers" not in top:
             self._problem("servers", "missing: at least one server is required")
             return None
@@ -199,10 +219,7 @@ class ServersReader(LimitsReader):
             return None
         if not value:
             self._problem("servers", "at least one server is required")
-        servers: dict[str, ServerConfig | None] = {}
-        for name, item in value.items():
-            self._readNamedServer(name, item, servers)
-        return servers
+        return value
 
     def _readNamedServer(
         self, name: object, value: object, servers: dict[str, ServerConfig | None]
@@ -231,17 +248,24 @@ class ServersReader(LimitsReader):
         the server leaves out), then the keys of L{_SERVER_TABLE}.
         """
         server = self._readMapping(value, path, _SERVER_KEYS)
+        if server is not None and "preset" in server:
+            server = self._withPreset(server, path)
         if server is None:
             return None
-        if "preset" in server:
-            preset = self._readPreset(server["preset"], _key(path, "preset"))
-            if preset is None:
-                return None
-            server = withPreset(preset, server, _SERVER_KEYS)
         values = self._readKeys(server, path, _SERVER_TABLE)
         if values is None:
             return None
         return _serverConfig(name, values)
+
+    def _withPreset(
+        self, server: dict[str, object], path: str
+    ) -> dict[str, object] | None:
+        """
+        The server's keys with its preset's defaults for those it leaves
+        out, or L{None} if the preset is unknown.
+        """
+        preset = self._readPreset(server["preset"], _key(path, "preset"))
+        return None if preset is None else withPreset(preset, server, _SERVER_KEYS)
 
     def _readEndpoint(self, value: object, path: str) -> _ClientEndpoint | None:
         """
@@ -369,10 +393,7 @@ class ServersReader(LimitsReader):
         separator, or with a null separator, is refused (folders would be
         glued to it).
         """
-        namespace = self._readMapping(value, path, keyNames(_NAMESPACE_TABLE))
-        if namespace is None:
-            return None
-        values = self._readKeys(namespace, path, _NAMESPACE_TABLE)
+        values = self._readSection(value, path, _NAMESPACE_TABLE)
         if values is None:
             return None
         return PersonalNamespace(values["prefix"], values["separator"] or None, configured=True)
@@ -394,9 +415,9 @@ class ServersReader(LimitsReader):
         if value is None:
             return ""
         if not isinstance(value, str) or len(value) != 1:
-            described = repr(value) if isinstance(value, str) else _describe(value)
             self._problem(
-                path, f"must be one character (e.g. \".\" or \"/\") or null, not {described}"
+                path,
+                f"must be one character (e.g. \".\" or \"/\") or null, not {_describeWord(value)}",
             )
             return None
         return value
@@ -454,8 +475,7 @@ class ServersReader(LimitsReader):
         for word, meaning in words.items():
             if _isWord(value, word):
                 return meaning
-        described = repr(value) if isinstance(value, str) else _describe(value)
-        self._problem(path, f"{expected}, not {described}")
+        self._problem(path, f"{expected}, not {_describeWord(value)}")
         return None
 
     def _readLabelViews(self, value: object, path: str) -> str | None:

@@ -27,7 +27,6 @@ from imapmig.config.reader import (
     _key,
     everyOne,
     givenKeys,
-    keyNames,
     notThese,
 )
 from imapmig.mail.plan import FolderRules
@@ -168,10 +167,7 @@ class SourcesReader(AccountsReader):
         Read a job's C{folders}: C{include} and C{exclude} lists of
         patterns, and a C{rename} mapping, all with C{/} between levels.
         """
-        rules = self._readMapping(value, path, keyNames(_FOLDERS_TABLE))
-        if rules is None:
-            return None
-        values = self._readKeys(rules, path, _FOLDERS_TABLE)
+        values = self._readSection(value, path, _FOLDERS_TABLE)
         return None if values is None else FolderRules(**values)
 
     def _readPatterns(self, value: object, path: str) -> tuple[str, ...] | None:
