@@ -26,12 +26,11 @@ Every key defaults to null: no limit.
 
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 from attrs import frozen
 
-from imapmig.config.reader import ConfigReader, Key, Step, _describe, keyNames
+from imapmig.config.reader import ConfigReader, Key, Step, keyNames
 from imapmig.config.sizes import parseSize
 
 DEFAULT_MAX_JOBS = 8
@@ -169,15 +168,7 @@ class LimitsReader(ConfigReader):
         Read a positive, finite number of messages per second (C{0.5}: one
         message every two seconds).
         """
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self._problem(
-                path, f"expected a number of messages per second, got {_describe(value)}"
-            )
-            return None
-        if not (math.isfinite(value) and value > 0):
-            self._problem(path, f"must be greater than 0, not {value}")
-            return None
-        return float(value)
+        return self._readPositive(value, path, "a number of messages per second", "")
 
     def _readSize(self, value: object, path: str) -> int | None:
         """

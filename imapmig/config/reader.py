@@ -257,15 +257,21 @@ class ConfigReader:
         if not isinstance(value, dict):
             self._problem(path, f"expected a mapping, got {_describe(value)}")
             return None
-        result: dict[str, object] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                self._problem(path, f"key {key!r} is {_describe(key)}, not a string")
-            elif key not in keys:
-                self._problem(_key(path, key), f"unknown key {key!r}{self._hint(key, keys)}")
-            else:
-                result[key] = item
-        return result
+        return {key: item for key, item in value.items() if self._isKnown(key, path, keys)}
+
+    def _isKnown(self, key: object, path: str, keys: Collection[str]) -> bool:
+        """
+        Whether C{key} of the mapping at C{path} is a string among C{keys};
+        if not, that is a problem, with a hint when it is close to a known
+        key.
+        """
+        if not isinstance(key, str):
+            self._problem(path, f"key {key!r} is {_describe(key)}, not a string")
+            return False
+        if key not in keys:
+            self._problem(_key(path, key), f"unknown key {key!r}{self._hint(key, keys)}")
+            return False
+        return True
 
     def _readKeys(
         self, mapping: Mapping[str, object], path: str, table: Sequence[Step]
@@ -388,11 +394,18 @@ class ConfigReader:
         """
         Read a finite, positive number of seconds.
         """
+        return self._readPositive(value, path, "a number of seconds", " seconds")
+
+    def _readPositive(self, value: object, path: str, what: str, unit: str) -> float | None:
+        """
+        Read a finite, positive number of C{what} (in problems: C{"a
+        number of seconds"}, its C{unit} C{" seconds"}).
+        """
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self._problem(path, f"expected a number of seconds, got {_describe(value)}")
+            self._problem(path, f"expected {what}, got {_describe(value)}")
             return None
         if not (math.isfinite(value) and value > 0):
-            self._problem(path, f"must be greater than 0 seconds, not {value}")
+            self._problem(path, f"must be greater than 0{unit}, not {value}")
             return None
         return float(value)
 
