@@ -238,10 +238,16 @@ def describeYAMLError(error: yaml.MarkedYAMLError) -> str:
     construct it interrupted began.
     """
     mark = error.problem_mark or error.context_mark
-    where = "" if mark is None else f"{_position(mark)}: "
     what = error.problem or error.context or "syntax error"
     context = _interrupted(error, mark) if error.problem and error.context else ""
-    return f"{where}invalid YAML: {what}{context}"
+    return f"{_at(mark)}invalid YAML: {what}{context}"
+
+
+def _at(mark: Any) -> str:
+    """
+    Where a YAML error is (C{"line 3, column 5: "}), if it says.
+    """
+    return "" if mark is None else f"{_position(mark)}: "
 
 
 def _interrupted(error: yaml.MarkedYAMLError, mark: Any) -> str:

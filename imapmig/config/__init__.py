@@ -234,9 +234,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
                 f" got {_describe(value)}",
             )
             return None
-        status = self._readMapping(value, "status", _STATUS_KEYS)
-        assert status is not None
-        values = self._readKeys(status, "status", _STATUS_TABLE)
+        values = self._readSection(value, "status", _STATUS_TABLE)
         return None if values is None else StatusConfig(**values)
 
     def _checkListen(

@@ -98,7 +98,8 @@ def _webhookTokenProblem(token: str, resolved: str | None) -> str | None:
     Why C{token}, read from C{resolved}, cannot be the webhook's token,
     or L{None}: it must be printable, on one line.
     """
-    if not token or any(c in token for c in "\r\n") or not token.isprintable():
+    # A line ending is not printable.
+    if not token or not token.isprintable():
         return f"webhook token file {resolved} holds no printable token"
     return None
 
