@@ -504,7 +504,7 @@ def _folderProblem(value: str) -> str | None:
     """
     if _hasEmptyLevel(value):
         return f"{value!r} has an empty level: write the folder as 'Archive' or 'Mail/Archive'"
-    bad = sorted({c for c in value if _notInFolderName(c)})
+    bad = _unfitCharacters(value)
     if bad:
         return (
             f"{value!r} holds {', '.join(repr(c) for c in bad)}: not in a folder name"
@@ -521,12 +521,18 @@ def _hasEmptyLevel(value: str) -> bool:
     return not value or any(not level.strip() for level in value.split("/"))
 
 
-def _notInFolderName(c: str) -> bool:
+def _unfitCharacters(value: str) -> list[str]:
     """
-    Whether the character C{c} cannot be in a folder's name: an IMAP
-    wildcard or a control character.
+    The characters of C{value} that cannot be in a folder's name, each
+    once, sorted: IMAP wildcards and control characters.
     """
-    return c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F
+    return sorted({c for c in value if c in "*%" or ord(c) < 0x20 or ord(c) == 0x7F})
+
+
+_PLAINTEXT_WITH_TLS = (
+    "allow_plaintext",
+    "has no effect with TLS (a tls: endpoint or starttls: required)",
+)
 
 
 def _plaintextProblem(allow: bool, plaintext: bool, host: str) -> tuple[str, str] | None:
@@ -534,9 +540,9 @@ def _plaintextProblem(allow: bool, plaintext: bool, host: str) -> tuple[str, str
     The key and problem of a server's C{allow_plaintext} (C{allow}) for a
     connection to C{host}, C{plaintext} or not, or L{None}.
     """
-    if allow and not plaintext:
-        return "allow_plaintext", "has no effect with TLS (a tls: endpoint or starttls: required)"
-    if plaintext and not allow and not isLoopbackHost(host):
+    if allow:
+        return None if plaintext else _PLAINTEXT_WITH_TLS
+    if plaintext and not isLoopbackHost(host):
         return "starttls", (
             f"off to {host}, which is not a loopback address: the"
             " password and the mail would cross the network in the clear;"
@@ -558,7 +564,7 @@ def _certificatesProblem(resolved: str) -> str | None:
     )
     if not blocks:
         return f"{resolved} contains no PEM certificate"
-    invalid = next((n for n, block in enumerate(blocks, 1) if not _loadsPEM(block)), None)
+    invalid = _firstInvalid(blocks)
     if invalid is not None:
         return f"certificate {invalid} in {resolved} is not a valid PEM certificate"
     return None
@@ -575,6 +581,14 @@ def _readFile(resolved: str) -> bytes | str:
         return f"no such file: {resolved}"
     except OSError as e:
         return f"{resolved} cannot be read: {e.strerror}"
+
+
+def _firstInvalid(blocks: list[bytes]) -> int | None:
+    """
+    The number (from 1) of the first of the PEM certificate C{blocks}
+    that OpenSSL does not load, or L{None}.
+    """
+    return next((n for n, block in enumerate(blocks, 1) if not _loadsPEM(block)), None)
 
 
 def _loadsPEM(block: bytes) -> bool:
@@ -598,10 +612,12 @@ def _prefixProblem(prefix: str, separator: str) -> str | None:
     Why a namespace's C{prefix} does not go with its C{separator} (C{""}
     for a flat server), or L{None}.
     """
-    if prefix and separator and not prefix.endswith(separator):
-        return f"{prefix!r} must end with the separator {separator!r} (e.g. {prefix + separator!r})"
-    if prefix and not separator:
+    if not prefix:
+        return None
+    if not separator:
         return f"{prefix!r} must be empty where the separator is null (a flat server)"
+    if not prefix.endswith(separator):
+        return f"{prefix!r} must end with the separator {separator!r} (e.g. {prefix + separator!r})"
     return None
 
 

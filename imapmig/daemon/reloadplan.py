@@ -202,14 +202,10 @@ def _jobChanges(
     with the keys that did; and those that changed only in their servers'
     limits.
     """
-    oldJobs = {job.name: job for job in old.jobs}
     changed: list[JobConfig] = []
     keys: list[tuple[str, ...]] = []
     refreshed: list[JobConfig] = []
-    for job in new.jobs:
-        before = oldJobs.get(job.name)
-        if before is None or before == job:
-            continue
+    for before, job in _differing(old, new):
         paths = differences(_asRun(before), _asRun(job), "")
         if not paths:
             refreshed.append(job)
@@ -217,6 +213,19 @@ def _jobChanges(
         changed.append(job)
         keys.append(_changedKeys(paths, job))
     return changed, keys, refreshed
+
+
+def _differing(old: Config, new: Config) -> list[tuple[JobConfig, JobConfig]]:
+    """
+    Each job of C{new} that C{old} has, configured otherwise, with its old
+    configuration, in C{new}'s order.
+    """
+    oldJobs = {job.name: job for job in old.jobs}
+    return [
+        (oldJobs[job.name], job)
+        for job in new.jobs
+        if job.name in oldJobs and oldJobs[job.name] != job
+    ]
 
 
 def _changedKeys(paths: list[tuple[str, object, object]], job: JobConfig) -> tuple[str, ...]:

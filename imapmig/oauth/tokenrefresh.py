@@ -265,7 +265,7 @@ def _tokenProblem(document: dict[str, Any]) -> str | None:
     token = document.get("access_token")
     if not isinstance(token, str) or not token:
         return "the answer has no access_token"
-    if not all("\x21" <= c <= "\x7e" for c in token):
+    if not _bearerCharacters(token):
         return "the access_token has characters a bearer token cannot carry"
     kind = document.get("token_type")
     if not _isBearer(kind):
@@ -275,6 +275,14 @@ def _tokenProblem(document: dict[str, Any]) -> str | None:
             + ", not Bearer"
         )
     return None
+
+
+def _bearerCharacters(token: str) -> bool:
+    """
+    Whether C{token} holds only the characters a bearer token may carry
+    (printable ASCII, no space).
+    """
+    return all("\x21" <= c <= "\x7e" for c in token)
 
 
 def _isBearer(kind: object) -> bool:
