@@ -39,7 +39,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
 from imapmig.errors import ConfigError, DocumentRefused
-from imapmig.access.secrets import accessibleToOthers
+from imapmig.access.secrets import accessibleToOthers, describeOpenError
 
 __all__ = [
     "MAX_DEPTH",
@@ -367,11 +367,7 @@ def readConfigFile(path: str) -> ConfigFile:
             loose = accessibleToOthers(f.fileno(), mode)
             content = f.read(MAX_OCTETS + 1)
     except OSError as e:
-        said = next(
-            (said for error, said in _OPEN_PROBLEMS if isinstance(e, error)),
-            f"cannot be read: {e.strerror}",
-        )
-        raise ConfigError([f"{path}: {said}"]) from None
+        raise ConfigError([f"{path}: {describeOpenError(e, _OPEN_PROBLEMS)}"]) from None
     if len(content) > MAX_OCTETS:
         raise ConfigError(
             [

@@ -92,6 +92,19 @@ _OPEN_PROBLEMS: tuple[tuple[type[OSError], str], ...] = (
 )
 
 
+def describeOpenError(
+    error: OSError, problems: tuple[tuple[type[OSError], str], ...]
+) -> str:
+    """
+    Why a file could not be opened: what C{problems} says of the first of
+    its errors that C{error} is, else that it cannot be read, and why.
+    """
+    return next(
+        (said for kind, said in problems if isinstance(error, kind)),
+        f"cannot be read: {error.strerror}",
+    )
+
+
 def _open(path: str, kind: str) -> int:
     """
     Open the password file C{path} for reading.
@@ -103,11 +116,9 @@ def _open(path: str, kind: str) -> int:
         # it has no effect on a regular file.
         return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        said = next(
-            (said for error, said in _OPEN_PROBLEMS if isinstance(e, error)),
-            f"cannot be read: {e.strerror}",
-        )
-        raise PasswordFileError(f"{kind} file {path} {said}") from None
+        raise PasswordFileError(
+            f"{kind} file {path} {describeOpenError(e, _OPEN_PROBLEMS)}"
+        ) from None
 
 
 def _readPrivate(fd: int, path: str, kind: str) -> bytes:

@@ -190,9 +190,7 @@ class _RowReader(SecretsReader):
         if not name:
             self._problem(f"row 1: column {index + 1}", "empty column name")
             return
-        close = difflib.get_close_matches(name, _COLUMNS, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known columns: {', '.join(_COLUMNS)}"
-        self._problem(f"row 1: {name}", f"unknown column ({hint})")
+        self._problem(f"row 1: {name}", f"unknown column ({_columnHint(name)})")
 
     def _checkTemplateColumns(self, columns: tuple[str, ...], template: _Template) -> None:
         """
@@ -542,6 +540,15 @@ class _RowReader(SecretsReader):
         return self._readInteger(
             value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
         )
+
+
+def _columnHint(name: str) -> str:
+    """
+    What to say of the unknown column C{name}: the known column it is
+    close to, or the known columns.
+    """
+    close = difflib.get_close_matches(name, _COLUMNS, n=1)
+    return f"did you mean {close[0]!r}?" if close else f"known columns: {', '.join(_COLUMNS)}"
 
 
 def _rowJob(

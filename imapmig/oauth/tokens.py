@@ -150,9 +150,7 @@ class _TokenCommandProtocol(ProcessProtocol):
                 pass
 
     def processEnded(self, reason: Failure) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._stopTimer()
         problem = self._problem or _exitProblem(reason)
         token = self._firstLine() if problem is None else problem
         if isinstance(token, str):
@@ -163,6 +161,14 @@ class _TokenCommandProtocol(ProcessProtocol):
             )
         else:
             self.done.callback(token.decode("ascii"))
+
+    def _stopTimer(self) -> None:
+        """
+        Cancel the timeout, if it is still to come.
+        """
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _firstLine(self) -> bytes | str:
         """
