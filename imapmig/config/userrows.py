@@ -160,8 +160,9 @@ class _RowReader(SecretsReader):
         for fields in reader:
             start = line + 1
             line = reader.line_num
-            if any(field.strip() for field in fields):
-                yield start, [field.strip() for field in fields]
+            stripped = [field.strip() for field in fields]
+            if any(stripped):
+                yield start, stripped
 
     def _readHeader(
         self, header: list[str], template: _Template | None
@@ -606,9 +607,16 @@ def _localProblem(written: str, local: SourceConfig) -> str | None:
     """
     if isinstance(local, MboxSourceConfig):
         return None if os.path.exists(written) else "does not exist"
-    if all(os.path.isdir(os.path.join(written, sub)) for sub in ("cur", "new")):
+    if _isMaildir(written):
         return None
     return "is not a Maildir" if os.path.isdir(written) else "does not exist"
+
+
+def _isMaildir(path: str) -> bool:
+    """
+    Whether C{path} is a Maildir: a directory with C{cur} and C{new}.
+    """
+    return all(os.path.isdir(os.path.join(path, sub)) for sub in ("cur", "new"))
 
 
 def _unsafeInPath(value: str) -> bool:

@@ -128,9 +128,7 @@ class RefreshedTokens:
             or L{AuthenticationFailed} (the refresh token file cannot be
             read).  Cancelling it leaves the refresh running for others.
         """
-        if self._token is not None and (
-            self._renewAt is None or self._clock.seconds() < self._renewAt
-        ):
+        if self._token is not None and self._fresh():
             return succeed(self._token)
         waiter: Deferred[str] = Deferred(self._waiters.remove)
         self._waiters.append(waiter)
@@ -139,6 +137,12 @@ class RefreshedTokens:
             self._refreshing = refreshing
             refreshing.addBoth(self._settle)
         return waiter
+
+    def _fresh(self) -> bool:
+        """
+        Whether the cached token is not yet to be renewed.
+        """
+        return self._renewAt is None or self._clock.seconds() < self._renewAt
 
     def useGrant(self, grant: RefreshGrant) -> None:
         """
