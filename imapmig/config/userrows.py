@@ -219,7 +219,15 @@ class _RowReader(SecretsReader):
                 f"row 1: {side}_user",
                 f"missing column: the template's {side} gives no user",
             )
-        if account.password is None and not givenKeys(columns, _loginColumns(side)):
+        if account.password is None:
+            self._checkLoginColumns(columns, side)
+
+    def _checkLoginColumns(self, columns: tuple[str, ...], side: str) -> None:
+        """
+        Check that the header gives a password or credential column of
+        C{side}, where the template gives no password.
+        """
+        if not givenKeys(columns, _loginColumns(side)):
             self._problem(
                 f"row 1: {side}_password_file",
                 f"missing column: the template's {side} gives no password;"
@@ -241,10 +249,24 @@ class _RowReader(SecretsReader):
         row = self._readFields(number, fields, columns)
         if row is None:
             return None
-        sides = None if template is None else self._readSides(number, row, template)
+        if template is None:
+            # Checked against the other rows only.
+            self._readName(number, row, None, firstUse)
+            self._readRowConnections(number, row)
+            return None
+        return self._readJobRow(number, row, template, firstUse)
+
+    def _readJobRow(
+        self, number: int, row: Mapping[str, str], template: _Template, firstUse: dict[str, str]
+    ) -> JobConfig | None:
+        """
+        Read a row into a job made from C{template}: its accounts, its
+        name, its connections.
+        """
+        sides = self._readSides(number, row, template)
         name = self._readName(number, row, template, firstUse)
         connections = self._readRowConnections(number, row)
-        if template is None or sides is None or name is None or connections is None:
+        if sides is None or name is None or connections is None:
             return None
         return _rowJob(template.prototype, sides, name, connections)
 
