@@ -634,16 +634,27 @@ def _parseClientEndpoint(description: str) -> _ClientEndpoint | str:
     if isinstance(split, str):
         return split
     host, port = _hostAndPort(*split)
-    if not host:
-        return f"invalid endpoint {description!r}: the host is empty; {usage}"
-    if not 1 <= int(port) <= 65535:
-        return f"invalid endpoint {description!r}: port {port} is out of range (1-65535)"
+    problem = _hostPortProblem(host, port, usage)
+    if problem is not None:
+        return f"invalid endpoint {description!r}: {problem}"
     return _ClientEndpoint(
         written=description,
         implicitTLS=prefix.lower() == "tls",
         tcpEndpoint="tcp:" + rest,
         host=host,
     )
+
+
+def _hostPortProblem(host: str, port: str, usage: str) -> str | None:
+    """
+    Why a client endpoint's C{host} and C{port} cannot be used, or
+    L{None}.
+    """
+    if not host:
+        return f"the host is empty; {usage}"
+    if not 1 <= int(port) <= 65535:
+        return f"port {port} is out of range (1-65535)"
+    return None
 
 
 def _unsupportedEndpoint(description: str, prefix: str) -> str:

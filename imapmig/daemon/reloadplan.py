@@ -237,9 +237,15 @@ def _changedKeys(paths: list[tuple[str, object, object]], job: JobConfig) -> tup
     named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
     for side in ("source", "destination"):
         if f"{side}.server" in named:
-            other = f"servers.{getattr(job, side).server.name}."
-            named = [key for key in named if not key.startswith(other)]
+            named = _notUnder(named, f"servers.{getattr(job, side).server.name}.")
     return tuple(named)
+
+
+def _notUnder(keys: list[str], prefix: str) -> list[str]:
+    """
+    The keys of C{keys} that are not under C{prefix}.
+    """
+    return [key for key in keys if not key.startswith(prefix)]
 
 
 def _limitChanges(
