@@ -233,8 +233,7 @@ class UserListReader(JobsReader):
         its C{quoting}, and nothing else.
         """
         kinds = givenKeys(source, ("maildir", "mbox"))
-        extra = sorted(set(source) - {"maildir", "mbox", "quoting"})
-        if len(kinds) != 1 or extra or ("quoting" in source and kinds != ["mbox"]):
+        if not _isLocalTemplate(source, kinds):
             self._problem(
                 path,
                 "a template's source is {server: NAME, ...}, {maildir: DIR}"
@@ -278,6 +277,16 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     if not _GIVES_PASSWORD & set(account):
         probe["password"] = _PROBE
     return probe
+
+
+def _isLocalTemplate(source: Mapping[str, object], kinds: list[str]) -> bool:
+    """
+    Whether a template's C{source}, which gives the local C{kinds}, is a
+    template's local source: one C{maildir} or C{mbox}, C{quoting} with an
+    mbox only, nothing else.
+    """
+    extra = set(source) - {"maildir", "mbox", "quoting"}
+    return len(kinds) == 1 and not extra and ("quoting" not in source or kinds == ["mbox"])
 
 
 def _template(

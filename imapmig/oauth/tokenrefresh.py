@@ -348,11 +348,18 @@ def _oauthError(document: dict[str, Any] | None) -> str:
     code = document.get("error")
     if not isinstance(code, str):
         return ""
-    said = escapedExcerpt(code.encode("utf-8"), 40)
+    return escapedExcerpt(code.encode("utf-8"), 40) + _description(document)
+
+
+def _description(document: dict[str, Any]) -> str:
+    """
+    An error answer's C{error_description}, short, escaped and in
+    parentheses after a space, or C{""}.
+    """
     description = document.get("error_description")
     if isinstance(description, str) and description:
-        said += f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
-    return said
+        return f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
+    return ""
 
 
 def _isTLSFailure(e: Exception) -> bool:
