@@ -165,33 +165,33 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         """
         top = self._readTop(document)
         self._checkInlineSecrets(document)
+        settings = self._readSettings(top)
+        if self._problems:
+            raise ConfigError(self._problems)
+        return Config(path=os.path.abspath(self._path), **settings)
 
+    def _readSettings(self, top: Mapping[str, object]) -> dict[str, Any]:
+        """
+        Read the settings of C{top}, in the order their problems are
+        reported, by the field of L{Config} each is (L{None} where
+        invalid).
+        """
         statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
         status = self._readStatus(top)
         servers = self._readServers(top)
         defaults = self._readDefaults(top)
         self._readCredentials(top)
-        jobs = self._readJobs(top, servers, defaults)
-        stopTimeout = self._readSeconds(
-            top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
-        )
-        maxJobs = self._readMaxJobs(top)
-        notify = self._readNotify(top["notify"]) if "notify" in top else None
-
-        if self._problems:
-            raise ConfigError(self._problems)
-        assert statePath is not None and servers is not None and jobs is not None
-        assert stopTimeout is not None and maxJobs is not None
-        return Config(
-            maxJobs=maxJobs,
-            stopTimeout=stopTimeout,
-            path=os.path.abspath(self._path),
-            statePath=statePath,
-            status=status,
-            servers=tuple(s for s in servers.values() if s is not None),
-            jobs=jobs,
-            notify=notify,
-        )
+        return {
+            "statePath": statePath,
+            "status": status,
+            "servers": _validServers(servers),
+            "jobs": self._readJobs(top, servers, defaults),
+            "stopTimeout": self._readSeconds(
+                top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
+            ),
+            "maxJobs": self._readMaxJobs(top),
+            "notify": self._readNotify(top["notify"]) if "notify" in top else None,
+        }
 
     def _readTop(self, document: object) -> dict[str, object]:
         """
@@ -293,6 +293,13 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         if problem is not None:
             self._problem(path, problem)
         return None if token is None or problem is not None else Secret(token)
+
+
+def _validServers(servers: Mapping[str, ServerConfig | None] | None) -> tuple[ServerConfig, ...]:
+    """
+    The valid servers of C{servers}, in order.
+    """
+    return tuple(server for server in (servers or {}).values() if server is not None)
 
 
 def _statePathProblem(resolved: str) -> str | None:
