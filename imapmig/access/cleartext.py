@@ -168,12 +168,19 @@ def _serverTLSReason(name: object, server: object) -> str | None:
     """
     if not isinstance(server, dict):
         return None
-    endpoint = server.get("endpoint")
-    if isinstance(endpoint, str) and not endpoint.strip().lower().startswith("tcp:"):
+    if _notTCP(server.get("endpoint")):
         return f"servers.{name}.endpoint is not a tcp: endpoint"
     if not _isOff(server.get("starttls")):
         return f"servers.{name}.starttls is not off"
     return None
+
+
+def _notTCP(endpoint: object) -> bool:
+    """
+    Whether C{endpoint}, as written, is an endpoint string other than
+    C{tcp:}.
+    """
+    return isinstance(endpoint, str) and not endpoint.strip().lower().startswith("tcp:")
 
 
 def tlsReason(document: object) -> str | None:

@@ -70,12 +70,8 @@ class AccountLimits:
         """
         Whether any rate or budget of this block is set.
         """
-        return (
-            self.messagesPerSecond is not None
-            or self.bytesPerSecond is not None
-            or self.dailyUpload is not None
-            or self.dailyDownload is not None
-        )
+        rates = (self.messagesPerSecond, self.bytesPerSecond, self.dailyUpload, self.dailyDownload)
+        return any(rate is not None for rate in rates)
 
 
 @frozen
@@ -104,11 +100,8 @@ class ServerLimits:
         Whether any rate or budget applies to jobs on this server: when not,
         they pay nothing for throttling.
         """
-        return (
-            self.messagesPerSecond is not None
-            or self.bytesPerSecond is not None
-            or self.perAccount.throttled
-        )
+        rates = (self.messagesPerSecond, self.bytesPerSecond)
+        return self.perAccount.throttled or any(rate is not None for rate in rates)
 
     def capConnections(self, wanted: int) -> int:
         """

@@ -152,7 +152,7 @@ class SecretsReader(ConfigReader):
         if mode is None:
             return
         for where, name, item in _children(value, path):
-            if name in INLINE_SECRET_KEYS and isinstance(item, str):
+            if _isInlineSecret(name, item):
                 self._problem(
                     where,
                     f"an inline {name} in a file that group or others may read"
@@ -161,6 +161,13 @@ class SecretsReader(ConfigReader):
                 )
             else:
                 self._checkInlineSecrets(item, where)
+
+
+def _isInlineSecret(name: object, value: object) -> bool:
+    """
+    Whether the key C{name} with C{value} is a secret written inline.
+    """
+    return name in INLINE_SECRET_KEYS and isinstance(value, str)
 
 
 def _children(value: object, path: str) -> Iterator[tuple[str, object, object]]:
