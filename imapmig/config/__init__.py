@@ -222,9 +222,8 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         """
         Read C{status}: absent means the default listener, C{off} none.
         """
-        if "status" not in top:
-            return StatusConfig(listen=_DEFAULT_LISTEN)
-        value = top["status"]
+        # Absent: every key's default (the default listener).
+        value = top.get("status", {})
         if isOff(value):
             return None
         if not isinstance(value, dict):
