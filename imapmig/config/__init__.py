@@ -39,7 +39,8 @@ from imapmig.config.model import (
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
 from imapmig.config.reader import Check, Key, Step, _describe, _key, isOff, keyNames
-from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
+from imapmig.config.endpoints import _DEFAULT_LISTEN, isLoopbackHost
+from imapmig.config.servers import _SERVER_KEYS, ServersReader
 from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.config.userrows import _COLUMNS
