@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_config,tests.test_endpointstring -*-
+# -*- test-case-name: tests.test_endpoints,tests.test_config -*-
 """
 Endpoint strings judged for the configuration: a server's client
 endpoint (C{tcp:HOST:PORT} or C{tls:HOST:PORT}, L{_parseClientEndpoint}),
