@@ -104,13 +104,24 @@ def _mentionsTLS(document: object) -> str | None:
     stack: list[tuple[str, object]] = [("", document)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, str):
-            if _namesTLS(value):
-                return path or "the document"
-        elif _firstVisit(value, seen):
-            found = _pushChildren(path, value, stack)
-            if found is not None:
-                return found
+        found = _visit(path, value, seen, stack)
+        if found is not None:
+            return found
+    return None
+
+
+def _visit(
+    path: str, value: object, seen: set[int], stack: list[tuple[str, object]]
+) -> str | None:
+    """
+    Visit C{value} at C{path}: the path if it is a string that asks for
+    TLS, or of a key that does; else push a mapping's or list's children
+    not seen before onto C{stack}.
+    """
+    if isinstance(value, str):
+        return (path or "the document") if _namesTLS(value) else None
+    if _firstVisit(value, seen):
+        return _pushChildren(path, value, stack)
     return None
 
 

@@ -177,7 +177,7 @@ class _RowReader(SecretsReader):
             self._checkColumn(index, name, columns)
         if template is not None and len(self._problems) == before:
             self._checkTemplateColumns(columns, template)
-        return columns if len(self._problems) == before else None
+        return None if len(self._problems) > before else columns
 
     def _checkColumn(self, index: int, name: str, columns: tuple[str, ...]) -> None:
         """
