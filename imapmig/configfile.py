@@ -38,8 +38,8 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
-from imapmig.errors import ConfigError
-from imapmig.access.secrets import accessibleToOthers
+from imapmig.errors import ConfigError, DocumentRefused
+from imapmig.access.secrets import accessibleToOthers, describeOpenError
 
 __all__ = [
     "MAX_DEPTH",
@@ -76,16 +76,6 @@ _REDESCRIBED_OCTETS = 256 * 1024
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-class _Refused(Exception):
-    """
-    The document is refused while it is composed: C{message}, at C{mark}.
-    """
-
-    def __init__(self, message: str, mark: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.mark = mark
-
 
 def _line(mark: Any) -> int:
     return int(mark.line) + 1
@@ -96,6 +86,18 @@ def _keyPath(segments: list[str]) -> str:
     for segment in segments:
         path += segment if segment.startswith("[") or not path else f".{segment}"
     return path
+
+
+def _segment(index: object) -> str | None:
+    """
+    The key path segment of the node PyYAML composes at C{index}: a
+    mapping value's key node, or a list item's index.
+    """
+    if isinstance(index, ScalarNode):
+        return str(index.value)
+    if isinstance(index, int):
+        return f"[{index}]"
+    return None
 
 
 class _BoundedComposer(Composer):
@@ -121,7 +123,7 @@ class _BoundedComposer(Composer):
     def count(self, nodes: int, mark: Any) -> None:
         self.expanded += nodes
         if self.expanded > MAX_NODES:
-            raise _Refused(
+            raise DocumentRefused(
                 f"the document holds more than {MAX_NODES:,} nodes (keys, values and"
                 " list items, each alias counted as the nodes it stands for); write large"
                 " fleets as a user list (jobs_from), and aliases of small mappings only",
@@ -131,30 +133,15 @@ class _BoundedComposer(Composer):
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         event = self.peek_event()
         if isinstance(event, AliasEvent):
-            anchored = self.anchors.get(event.anchor)
-            if anchored is not None:
-                weight = self.weights.get(anchored)
-                if weight is None:
-                    raise _Refused(
-                        f"the alias *{event.anchor} is used inside its own anchor"
-                        f" &{event.anchor} (line {_line(anchored.start_mark)}): a"
-                        " configuration cannot be recursive",
-                        event.start_mark,
-                    )
-                self.count(weight, event.start_mark)
+            self._countAlias(event)
             return Composer.compose_node(self, parent, index)
         # PyYAML passes a mapping value's key node as its index.
-        key: object = index
-        segment = None
-        if isinstance(key, ScalarNode):
-            segment = str(key.value)
-        elif isinstance(key, int):
-            segment = f"[{key}]"
+        segment = _segment(index)
         if segment is not None:
             self.path.append(segment)
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise _Refused(
+            raise DocumentRefused(
                 f"the document nests deeper than {MAX_DEPTH} levels", event.start_mark
             )
         before = self.expanded
@@ -166,6 +153,24 @@ class _BoundedComposer(Composer):
         if event.anchor is not None and node is not None:
             self.weights[node] = self.expanded - before
         return node
+
+    def _countAlias(self, event: AliasEvent) -> None:
+        """
+        Count an alias as the nodes its anchor stands for; an alias inside
+        its own anchor is refused.
+        """
+        anchored = self.anchors.get(event.anchor)
+        if anchored is None:
+            return
+        weight = self.weights.get(anchored)
+        if weight is None:
+            raise DocumentRefused(
+                f"the alias *{event.anchor} is used inside its own anchor"
+                f" &{event.anchor} (line {_line(anchored.start_mark)}): a"
+                " configuration cannot be recursive",
+                event.start_mark,
+            )
+        self.count(weight, event.start_mark)
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
         node = Composer.compose_mapping_node(self, anchor)
@@ -233,15 +238,26 @@ def describeYAMLError(error: yaml.MarkedYAMLError) -> str:
     construct it interrupted began.
     """
     mark = error.problem_mark or error.context_mark
-    where = "" if mark is None else f"{_position(mark)}: "
     what = error.problem or error.context or "syntax error"
-    context = ""
-    if error.problem and error.context:
-        context = f" ({error.context}"
-        if error.context_mark is not None and error.context_mark is not mark:
-            context += f" at {_position(error.context_mark)}"
-        context += ")"
-    return f"{where}invalid YAML: {what}{context}"
+    context = _interrupted(error, mark) if error.problem and error.context else ""
+    return f"{_at(mark)}invalid YAML: {what}{context}"
+
+
+def _at(mark: Any) -> str:
+    """
+    Where a YAML error is (C{"line 3, column 5: "}), if it says.
+    """
+    return "" if mark is None else f"{_position(mark)}: "
+
+
+def _interrupted(error: yaml.MarkedYAMLError, mark: Any) -> str:
+    """
+    The construct a YAML syntax error interrupted, and where it began if
+    not at C{mark}, the error's own position.
+    """
+    if error.context_mark is not None and error.context_mark is not mark:
+        return f" ({error.context} at {_position(error.context_mark)})"
+    return f" ({error.context})"
 
 
 def _load(loaderClass: Any, content: bytes) -> tuple[object, list[tuple[str, Any, Any]]]:
@@ -261,7 +277,7 @@ def _parse(content: bytes) -> tuple[object, list[tuple[str, Any, Any]]]:
     of the error (line, column and wording) whichever parser PyYAML has.
 
     @raise yaml.YAMLError: not valid YAML.
-    @raise _Refused: past a bound.
+    @raise DocumentRefused: past a bound.
     """
     if _FastLoader is not None:
         try:
@@ -291,7 +307,7 @@ def parseDocument(content: bytes, path: str) -> object:
     """
     try:
         document, duplicates = _parse(content)
-    except _Refused as e:
+    except DocumentRefused as e:
         raise ConfigError([f"{path}: line {_line(e.mark)}: {e.message}"]) from None
     except yaml.MarkedYAMLError as e:
         raise ConfigError([f"{path}: {describeYAMLError(e)}"]) from None
@@ -300,14 +316,19 @@ def parseDocument(content: bytes, path: str) -> object:
         oneLine = " ".join(str(e).split())
         raise ConfigError([f"{path}: invalid YAML: {oneLine}"]) from None
     if duplicates:
-        raise ConfigError(
-            [
-                f"{path}: {key}: given twice, on {_where(first, second)}; YAML would"
-                " silently keep the second: give it once"
-                for key, first, second in duplicates
-            ]
-        )
+        raise ConfigError(_duplicateProblems(path, duplicates))
     return document
+
+
+def _duplicateProblems(path: str, duplicates: list[tuple[str, Any, Any]]) -> list[str]:
+    """
+    One problem for each key given twice, naming its path and both places.
+    """
+    return [
+        f"{path}: {key}: given twice, on {_where(first, second)}; YAML would"
+        " silently keep the second: give it once"
+        for key, first, second in duplicates
+    ]
 
 
 @frozen
@@ -324,6 +345,13 @@ class ConfigFile:
     looseFileMode: int | None
 
 
+# Why a configuration file cannot be read, by the error opening it raises.
+_OPEN_PROBLEMS: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "no such file"),
+    (IsADirectoryError, "is a directory, not a file"),
+)
+
+
 def readConfigFile(path: str) -> ConfigFile:
     """
     Read the configuration file at C{path} (L{parseDocument}), refusing one
@@ -338,12 +366,8 @@ def readConfigFile(path: str) -> ConfigFile:
             mode = os.fstat(f.fileno()).st_mode
             loose = accessibleToOthers(f.fileno(), mode)
             content = f.read(MAX_OCTETS + 1)
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, not a file"]) from None
     except OSError as e:
-        raise ConfigError([f"{path}: cannot be read: {e.strerror}"]) from None
+        raise ConfigError([f"{path}: {describeOpenError(e, _OPEN_PROBLEMS)}"]) from None
     if len(content) > MAX_OCTETS:
         raise ConfigError(
             [

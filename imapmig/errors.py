@@ -7,7 +7,7 @@ mapped to it once, at the session edge (L{imapmig.imap.session}).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from twisted.python.failure import Failure
@@ -476,3 +476,74 @@ class LeavesTree(ImapmigError):
         super().__init__(path, target)
         self.path = path
         self.target = target
+
+
+# --- config, access, oauth (issue 29, config area): the errors of reading
+# the configuration file, password files and systemd credentials, and of
+# obtaining OAuth tokens, moved here from imapmig.configfile,
+# imapmig.access.secrets (with credentials), imapmig.oauth.httpclient,
+# imapmig.oauth.tokenrefresh and imapmig.oauth.tokens.  (IdentityRefused
+# stays in imapmig.access.tlsidentity: it is an OpenSSL SSL.Error, and this
+# module must not import OpenSSL.)
+
+
+class DocumentRefused(ImapmigError):
+    """
+    The configuration document is refused while it is composed (past a
+    bound of L{imapmig.configfile}): C{message}, at C{mark}.
+    """
+
+    def __init__(self, message: str, mark: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.mark = mark
+
+
+class PasswordFileError(PermanentError, ValueError):
+    """
+    A password file cannot be used.  The message names the file and says
+    why; it never contains any of the file's content.
+    """
+
+
+class CredentialError(PasswordFileError):
+    """
+    A credential cannot be used.  The message says why and what to do; it
+    never contains any of the credential's content.
+    """
+
+
+class BodyTooLarge(ImapmigError):
+    """
+    A response body was longer than the bound it is read with.
+    """
+
+
+class TokenRefreshRefused(AuthenticationFailed):
+    """
+    The token endpoint refused the refresh (C{invalid_grant}: the refresh
+    token was revoked or expired; C{invalid_client}; ...), or answered in
+    a way that retrying will not change.  Permanent.
+    """
+
+
+class TokenEndpointUnavailable(TransientError):
+    """
+    The token endpoint could not be reached or answered, timed out, or
+    answered with a server error (5xx) or C{429}.  Retried with the job.
+    """
+
+
+class TokenUnavailable(AuthenticationFailed):
+    """
+    No access token could be obtained: the file cannot be used, or the
+    command failed.  Permanent, as a refused login is.
+    """
+
+
+class TokenCommandTimedOut(TransientError):
+    """
+    The token command did not finish within its timeout (it was killed).
+    Transient: such a command usually waits on its identity provider,
+    which may answer on the job's next attempt.
+    """

@@ -36,7 +36,8 @@ from imapmig.config import (
     parseConfig,
 )
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret, readPasswordFile
+from imapmig.errors import PasswordFileError
 from imapmig.mail.plan import PersonalNamespace
 from tests.support import denyAccess
 

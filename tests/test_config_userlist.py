@@ -19,7 +19,7 @@ from imapmig.config import (
     MaildirSourceConfig,
     loadConfig,
 )
-from imapmig.config import secretkeys, userlist
+from imapmig.config import secretkeys, userlist, userrows
 from imapmig.errors import ConfigError
 from imapmig.access.secrets import Secret
 from tests.test_config import EXAMPLE, FILE_PASSWORD, ConfigTestCase, makeMaildir, writeFile
@@ -247,7 +247,7 @@ class ErrorTests(UserListTestCase):
                 " (did you mean 'source_user'?)",
                 f"{self.csvPath}: row 1: destination_user: duplicate column",
                 f"{self.csvPath}: row 1: frobnicate: unknown column (known columns:"
-                f" {', '.join(userlist._COLUMNS)})",
+                f" {', '.join(userrows._COLUMNS)})",
             ],
         )
         problems = self.userProblems("destination_user,maildir\nx,y\n")

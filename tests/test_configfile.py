@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig import configfile
 from imapmig.configfile import MAX_DEPTH, MAX_NODES, parseDocument, readConfigFile
-from imapmig.errors import ConfigError
+from imapmig.errors import ConfigError, DocumentRefused
 
 EXAMPLE = Path(__file__).parent.parent / "config" / "imapmig.example.yaml"
 
@@ -119,7 +119,7 @@ class BoundsTests(SynchronousTestCase):
         The pure-Python parser, used without libyaml, is bounded the same.
         """
         error = self.assertRaises(
-            configfile._Refused, configfile._load, configfile._PureLoader, aliasBomb()
+            DocumentRefused, configfile._load, configfile._PureLoader, aliasBomb()
         )
         self.assertIn(f"more than {MAX_NODES:,} nodes", error.message)
 

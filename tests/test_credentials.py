@@ -2,7 +2,7 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for systemd credentials: L{imapmig.access.credentials}, the POSIX ACL rule
+Tests for systemd credentials: L{imapmig.access.secrets} (credentials), the POSIX ACL rule
 of L{imapmig.access.secrets.accessibleToOthers}, and every C{*_credential} key of
 the configuration (L{imapmig.config.secretkeys}).
 """
@@ -18,9 +18,15 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import ImapSourceConfig, loadConfig, parseConfig
 from imapmig.config.model import TokenFileConfig, TokenRefreshConfig
-from imapmig.access.credentials import CredentialError, credentialPath, readCredential
 from imapmig.errors import ConfigError
-from imapmig.access.secrets import PasswordFileError, Secret, _aclGrantsOthers, readPasswordFile
+from imapmig.access.secrets import (
+    Secret,
+    _aclGrantsOthers,
+    credentialPath,
+    readCredential,
+    readPasswordFile,
+)
+from imapmig.errors import CredentialError, PasswordFileError
 from tests.test_config import FILE_PASSWORD, ConfigTestCase, writeFile
 
 CREDENTIAL = "systemd-handed-secret"

@@ -30,7 +30,8 @@ from imapmig.testing.privateserver import writeTestCertificates
 from imapmig.testing.faultproxy import FaultProxy
 from imapmig.testing.faults import Direction, Fault, Reset
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Server
-from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, TokenRefreshRefused, agentFor
+from imapmig.errors import TokenRefreshRefused
+from imapmig.oauth.tokenrefresh import IssuedToken, RefreshGrantClient, agentFor
 from tests.support import (
     _rootDirectory,
     corpusView,

@@ -13,7 +13,8 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.access.secrets import MAX_PASSWORD_FILE, PasswordFileError, readPasswordFile
+from imapmig.access.secrets import MAX_PASSWORD_FILE, readPasswordFile
+from imapmig.errors import PasswordFileError
 
 
 class PasswordFileSizeTests(SynchronousTestCase):

@@ -17,7 +17,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import AuthenticationFailed, CredentialsRefused
 from imapmig.oauth.tokencache import RefreshedTokens, replaceSecretFile
-from imapmig.oauth.tokenrefresh import IssuedToken, TokenEndpointUnavailable, TokenRefreshRefused
+from imapmig.errors import TokenEndpointUnavailable, TokenRefreshRefused
+from imapmig.oauth.tokenrefresh import IssuedToken
 from imapmig.oauth.tokens import TokenSources, loginWithToken
 from imapmig.config.model import TokenFileConfig, TokenRefreshConfig
 

@@ -23,15 +23,18 @@ from zope.interface import implementer
 from twisted.web.iweb import IAgent
 
 from imapmig.config.model import TokenRefreshConfig
-from imapmig.errors import AuthenticationFailed, TransientError
+from imapmig.errors import (
+    AuthenticationFailed,
+    TokenEndpointUnavailable,
+    TokenRefreshRefused,
+    TransientError,
+)
 from imapmig.access.secrets import Secret
 from imapmig.testing.oauth2 import OAuth2Provider, OAuth2Resource
 from imapmig.oauth.tokenrefresh import (
     MAX_TOKEN_RESPONSE,
     IssuedToken,
     RefreshGrantClient,
-    TokenEndpointUnavailable,
-    TokenRefreshRefused,
     agentFor,
     endpointForLogs,
 )

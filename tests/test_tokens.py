@@ -16,13 +16,13 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.config.model import TokenCommandConfig, TokenFileConfig
-from imapmig.errors import AuthenticationFailed, TransientError
-from imapmig.oauth.tokens import (
+from imapmig.errors import (
+    AuthenticationFailed,
     TokenCommandTimedOut,
     TokenUnavailable,
-    obtainToken,
-    runTokenCommand,
+    TransientError,
 )
+from imapmig.oauth.tokens import obtainToken, runTokenCommand
 from tests.test_config import writeFile
 
 

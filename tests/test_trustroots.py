@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.access.trustroots}: the trust root of a C{tls_ca} setting.
+Tests for L{imapmig.access.tlsidentity.trustRootFrom}: the trust root of a C{tls_ca} setting.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from twisted.internet._sslverify import OpenSSLCertificateAuthorities
 from twisted.internet.ssl import Certificate, KeyPair, platformTrust
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.access.trustroots import trustRootFrom
+from imapmig.access.tlsidentity import trustRootFrom
 
 
 class TrustRootTests(SynchronousTestCase):

@@ -31,7 +31,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from imapmig.config.model import Config
+    from imapmig.config.model import Config, JobConfig, ServerConfig
 
 __all__ = [
     "configNeedsTLS",
@@ -104,22 +104,71 @@ def _mentionsTLS(document: object) -> str | None:
     stack: list[tuple[str, object]] = [("", document)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, str):
-            if value.strip().lower().startswith(_TLS_PREFIXES):
-                return path or "the document"
-            continue
-        if not isinstance(value, (dict, list)) or id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, list):
-            stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
-            continue
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key in _TLS_KEYS:
-                return where
-            stack.append((where, key))
-            stack.append((where, item))
+        found = _visit(path, value, seen, stack)
+        if found is not None:
+            return found
+    return None
+
+
+def _visit(
+    path: str, value: object, seen: set[int], stack: list[tuple[str, object]]
+) -> str | None:
+    """
+    Visit C{value} at C{path}: the path if it is a string that asks for
+    TLS, or of a key that does; else push a mapping's or list's children
+    not seen before onto C{stack}.
+    """
+    if isinstance(value, str):
+        return (path or "the document") if _namesTLS(value) else None
+    if _firstVisit(value, seen):
+        return _pushChildren(path, value, stack)
+    return None
+
+
+def _namesTLS(value: str) -> bool:
+    """
+    Whether the string C{value} names a TLS endpoint or URL.
+    """
+    return value.strip().lower().startswith(_TLS_PREFIXES)
+
+
+def _firstVisit(value: object, seen: set[int]) -> bool:
+    """
+    Whether C{value} is a mapping or a list not seen before (it is seen
+    now).
+    """
+    if not isinstance(value, (dict, list)) or id(value) in seen:
+        return False
+    seen.add(id(value))
+    return True
+
+
+def _pushChildren(path: str, value: object, stack: list[tuple[str, object]]) -> str | None:
+    """
+    Push the items of the list or mapping C{value} (at C{path}), and a
+    mapping's keys, onto C{stack}; or return the path of a key of
+    L{_TLS_KEYS} in it.
+    """
+    if isinstance(value, list):
+        stack.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+        return None
+    assert isinstance(value, dict)
+    return _pushMapping(path, value, stack)
+
+
+def _pushMapping(
+    path: str, mapping: dict[object, object], stack: list[tuple[str, object]]
+) -> str | None:
+    """
+    Push the keys and values of C{mapping} (at C{path}) onto C{stack}; or
+    return the path of a key of L{_TLS_KEYS} in it.
+    """
+    for key, item in mapping.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key in _TLS_KEYS:
+            return where
+        stack.append((where, key))
+        stack.append((where, item))
     return None
 
 
@@ -130,12 +179,19 @@ def _serverTLSReason(name: object, server: object) -> str | None:
     """
     if not isinstance(server, dict):
         return None
-    endpoint = server.get("endpoint")
-    if isinstance(endpoint, str) and not endpoint.strip().lower().startswith("tcp:"):
+    if _notTCP(server.get("endpoint")):
         return f"servers.{name}.endpoint is not a tcp: endpoint"
     if not _isOff(server.get("starttls")):
         return f"servers.{name}.starttls is not off"
     return None
+
+
+def _notTCP(endpoint: object) -> bool:
+    """
+    Whether C{endpoint}, as written, is an endpoint string other than
+    C{tcp:}.
+    """
+    return isinstance(endpoint, str) and not endpoint.strip().lower().startswith("tcp:")
 
 
 def tlsReason(document: object) -> str | None:
@@ -158,17 +214,27 @@ def tlsReason(document: object) -> str | None:
     mentioned = _mentionsTLS(document)
     if mentioned is not None:
         return f"{mentioned} asks for TLS"
-    servers = document.get("servers")
-    if isinstance(servers, dict):
-        for name, server in servers.items():
-            reason = _serverTLSReason(name, server)
-            if reason is not None:
-                return reason
-    status = document.get("status")
-    if isinstance(status, dict):
-        listen = status.get("listen")
-        if isinstance(listen, str) and not listen.strip().lower().startswith(_PLAIN_LISTENERS):
-            return "status.listen is not a tcp: or unix: endpoint"
+    return _serversTLSReason(document.get("servers")) or _statusTLSReason(document.get("status"))
+
+
+def _serversTLSReason(servers: object) -> str | None:
+    """
+    Why the first server of C{servers} that asks for TLS does, or L{None}.
+    """
+    if not isinstance(servers, dict):
+        return None
+    reasons = (_serverTLSReason(name, server) for name, server in servers.items())
+    return next((reason for reason in reasons if reason is not None), None)
+
+
+def _statusTLSReason(status: object) -> str | None:
+    """
+    Why C{status} asks for TLS (a listener other than C{tcp:} or
+    C{unix:}), or L{None}.
+    """
+    listen = status.get("listen") if isinstance(status, dict) else None
+    if isinstance(listen, str) and not listen.strip().lower().startswith(_PLAIN_LISTENERS):
+        return "status.listen is not a tcp: or unix: endpoint"
     return None
 
 
@@ -179,19 +245,51 @@ def configNeedsTLS(config: Config) -> bool:
     2.0, a status page listening on anything but C{tcp:} or C{unix:}, or
     an C{https:} webhook.
     """
-    for server in config.servers:
-        if server.starttls or server.implicitTLS or server.tlsCA is not None:
-            return True
-    for job in config.jobs:
-        for side in (job.source, job.destination):
-            # Maildir, mbox and .eml sources have neither.
-            account = getattr(side, "server", None)
-            if getattr(side, "oauth2", None) is not None:
-                return True
-            if account is not None and (account.starttls or account.implicitTLS):
-                return True
-    if config.notify is not None and config.notify.webhookURL.lower().startswith("https:"):
+    return (
+        any(_serverNeedsTLS(server) for server in config.servers)
+        or any(_jobNeedsTLS(job) for job in config.jobs)
+        or _notifyNeedsTLS(config)
+        or _statusNeedsTLS(config)
+    )
+
+
+def _jobNeedsTLS(job: JobConfig) -> bool:
+    """
+    Whether C{job}'s source or destination needs TLS.
+    """
+    return _sideNeedsTLS(job.source) or _sideNeedsTLS(job.destination)
+
+
+def _notifyNeedsTLS(config: Config) -> bool:
+    """
+    Whether C{config} notifies an C{https:} webhook.
+    """
+    return config.notify is not None and config.notify.webhookURL.lower().startswith("https:")
+
+
+def _serverNeedsTLS(server: ServerConfig) -> bool:
+    """
+    Whether C{server} is reached over TLS, or trusts a CA file.
+    """
+    return server.starttls or server.implicitTLS or server.tlsCA is not None
+
+
+def _sideNeedsTLS(side: object) -> bool:
+    """
+    Whether a job's source or destination needs TLS: an account that logs
+    in with OAuth 2.0 or whose server is reached over TLS (Maildir, mbox
+    and .eml sources have neither).
+    """
+    if getattr(side, "oauth2", None) is not None:
         return True
-    if config.status is not None:
-        return not config.status.listen.strip().lower().startswith(_PLAIN_LISTENERS)
-    return False
+    server = getattr(side, "server", None)
+    return server is not None and (server.starttls or server.implicitTLS)
+
+
+def _statusNeedsTLS(config: Config) -> bool:
+    """
+    Whether the status site listens on anything but C{tcp:} or C{unix:}.
+    """
+    if config.status is None:
+        return False
+    return not config.status.listen.strip().lower().startswith(_PLAIN_LISTENERS)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_tlsidentity -*-
+# -*- test-case-name: tests.test_tlsidentity,tests.test_trustroots -*-
 """
 Client TLS that checks the server's host name and refuses a certificate
 it cannot check, saying why in words.
@@ -19,11 +19,15 @@ own, for which any failure to check the name is a refusal, and the
 connection ends with an L{IdentityRefused} (an C{SSL.Error}, read as a
 TLS failure everywhere: L{imapmig.imap.tls.handshakeFailure}, the token
 client) that says what is wrong with the certificate.
+
+L{trustRootFrom} gives the certificates such a client trusts: those of a
+C{tls_ca} file, or the system's trust store.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import re
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from OpenSSL import SSL
 from OpenSSL.crypto import X509
@@ -32,12 +36,18 @@ from service_identity.hazmat import DNS_ID, IPAddress_ID, ServiceID, verify_serv
 from service_identity.pyopenssl import extract_patterns
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
-from twisted.internet.ssl import optionsForClientTLS
+from twisted.internet.ssl import (
+    Certificate,
+    optionsForClientTLS,
+    platformTrust,
+    trustRootFromCertificates,
+)
 from twisted.python.failure import Failure
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
 if TYPE_CHECKING:
+    # Twisted exports the interface only from its private module.
     from twisted.internet._sslverify import IOpenSSLTrustRoot
 
 __all__ = [
@@ -45,6 +55,7 @@ __all__ = [
     "HostnameVerifyingTLS",
     "IdentityRefused",
     "describeIdentityError",
+    "trustRootFrom",
 ]
 
 
@@ -182,3 +193,35 @@ class HostnameVerifyingPolicy:
         The TLS options for a connection to C{hostname}.
         """
         return HostnameVerifyingTLS(hostname.decode("ascii"), self._trustRoot)
+
+
+# The trust roots (moved here from imapmig.access.trustroots): the
+# certificates a TLS client trusts, those of a configured PEM file (tls_ca),
+# or the system's trust store; both the IMAP connections
+# (imapmig.daemon.service) and the token refresh agent
+# (imapmig.oauth.tokenrefresh) load tls_ca through it.
+
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL
+)
+
+
+def trustRootFrom(pemFile: str | None) -> IOpenSSLTrustRoot:
+    """
+    The trust root of a C{tls_ca} setting.
+
+    @param pemFile: the path of a PEM file holding the certificates to
+        trust (every C{CERTIFICATE} block in it), or L{None} for the
+        system's trust store.
+    @return: the trust root to verify a peer's certificate against.
+    """
+    if pemFile is None:
+        return cast("IOpenSSLTrustRoot", platformTrust())
+    with open(pemFile, "rb") as f:
+        pem = f.read()
+    return cast(
+        "IOpenSSLTrustRoot",
+        trustRootFromCertificates(
+            [Certificate.loadPEM(block) for block in _PEM_CERTIFICATE.findall(pem)]
+        ),
+    )

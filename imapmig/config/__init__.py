@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+from typing import Any, Mapping
+
+from attrs import fields
 
 from imapmig.config.accounts import _DESTINATION_KEYS
 from imapmig.config.jobs import _DEFAULTS_KEYS, _JOB_KEYS, _SETTINGS
@@ -36,14 +38,16 @@ from imapmig.config.model import (
     StatusConfig,
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
-from imapmig.config.reader import _describe
-from imapmig.config.servers import _DEFAULT_LISTEN, _SERVER_KEYS, ServersReader, isLoopbackHost
+from imapmig.config.reader import Check, Key, Step, _describe, _key, isOff, keyNames
+from imapmig.config.endpoints import _DEFAULT_LISTEN, isLoopbackHost
+from imapmig.config.servers import _SERVER_KEYS, ServersReader
 from imapmig.config.sources import _SOURCE_KEYS
-from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
+from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
+from imapmig.config.userrows import _COLUMNS
 from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
 from imapmig.mail.plan import FolderRules
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret
 
 __all__ = [
     "AccountConfig",
@@ -88,7 +92,6 @@ _TOP_KEYS = (
     "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs", "notify",
 )  # fmt: skip
-_STATUS_KEYS = ("listen", "token_file", "allowed_hosts", "max_job_series")
 # The most status.max_job_series may be: 9 series a job, 9 million series.
 _MAX_JOB_SERIES_BOUND = 1_000_000
 
@@ -161,6 +164,42 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
 
         @raise ConfigError: every problem found.
         """
+        top = self._readTop(document)
+        self._checkInlineSecrets(document)
+        settings = self._readSettings(top)
+        if self._problems:
+            raise ConfigError(self._problems)
+        return Config(path=os.path.abspath(self._path), **settings)
+
+    def _readSettings(self, top: Mapping[str, object]) -> dict[str, Any]:
+        """
+        Read the settings of C{top}, in the order their problems are
+        reported, by the field of L{Config} each is (L{None} where
+        invalid).
+        """
+        statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
+        status = self._readStatus(top)
+        servers = self._readServers(top)
+        defaults = self._readDefaults(top)
+        self._readCredentials(top)
+        return {
+            "statePath": statePath,
+            "status": status,
+            "servers": _validServers(servers),
+            "jobs": self._readJobs(top, servers, defaults),
+            "stopTimeout": self._readSeconds(
+                top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
+            ),
+            "maxJobs": self._readMaxJobs(top),
+            "notify": self._readNotify(top["notify"]) if "notify" in top else None,
+        }
+
+    def _readTop(self, document: object) -> dict[str, object]:
+        """
+        The settings of C{document}, which must be a mapping.
+
+        @raise ConfigError: it is empty, or not a mapping.
+        """
         if document is None:
             raise ConfigError([f"{self._path}: the file is empty"])
         if not isinstance(document, dict):
@@ -172,62 +211,21 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
             )
         top = self._readMapping(document, "", _TOP_KEYS)
         assert top is not None
-        self._checkInlineSecrets(document)
-
-        statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
-        status = self._readStatus(top)
-        servers = self._readServers(top)
-        defaults = self._readDefaults(top)
-        self._readCredentials(top)
-        jobs = self._readJobs(top, servers, defaults)
-        stopTimeout = self._readSeconds(
-            top.get("stop_timeout", _DEFAULT_STOP_TIMEOUT), "stop_timeout"
-        )
-        maxJobs = self._readMaxJobs(top)
-        notify = self._readNotify(top["notify"]) if "notify" in top else None
-
-        if self._problems:
-            raise ConfigError(self._problems)
-        assert statePath is not None and servers is not None and jobs is not None
-        assert stopTimeout is not None and maxJobs is not None
-        return Config(
-            maxJobs=maxJobs,
-            stopTimeout=stopTimeout,
-            path=os.path.abspath(self._path),
-            statePath=statePath,
-            status=status,
-            servers=tuple(s for s in servers.values() if s is not None),
-            jobs=jobs,
-            notify=notify,
-        )
+        return top
 
     def _readStatePath(self, value: object) -> str | None:
         """
         Read C{state}: the SQLite database, in an existing directory.
         """
-        written = self._readString(value, "state")
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        parent = os.path.dirname(resolved)
-        if os.path.isdir(resolved):
-            self._problem("state", f"{resolved} is a directory; give a file name in it")
-        elif not os.path.isdir(parent):
-            self._problem("state", f"directory {parent} does not exist")
-        elif not os.access(parent, os.W_OK | os.X_OK):
-            self._problem("state", f"directory {parent} is not writable")
-        else:
-            return resolved
-        return None
+        return self._accepted(self._readPath(value, "state"), "state", _statePathProblem)
 
     def _readStatus(self, top: Mapping[str, object]) -> StatusConfig | None:
         """
         Read C{status}: absent means the default listener, C{off} none.
         """
-        if "status" not in top:
-            return StatusConfig(listen=_DEFAULT_LISTEN)
-        value = top["status"]
-        if value is False or value == "off":
+        # Absent: every key's default (the default listener).
+        value = top.get("status", {})
+        if isOff(value):
             return None
         if not isinstance(value, dict):
             self._problem(
@@ -236,80 +234,112 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
                 f" got {_describe(value)}",
             )
             return None
-        status = self._readMapping(value, "status", _STATUS_KEYS)
-        assert status is not None
-        listen = self._readString(
-            status.get("listen", _DEFAULT_LISTEN), "status.listen"
-        )
-        token = None
-        if "token_file" in status:
-            token = self._readStatusToken(status["token_file"])
-            if token is None:
-                return None
-        allowedHosts = self._readAllowedHosts(status.get("allowed_hosts", []))
-        series = {}
-        if "max_job_series" in status:
-            bound = self._readInteger(
-                status["max_job_series"], "status.max_job_series", 0, _MAX_JOB_SERIES_BOUND
-            )
-            if bound is None:
-                return None
-            series["maxJobSeries"] = bound
-        if listen is None or not self._checkServerEndpoint(listen, "status.listen"):
-            return None
-        if allowedHosts is None:
-            return None
-        return StatusConfig(listen=listen, token=token, allowedHosts=allowedHosts, **series)
+        values = self._readSection(value, "status", _STATUS_TABLE)
+        return None if values is None else StatusConfig(**values)
 
-    def _readAllowedHosts(self, value: object) -> tuple[str, ...] | None:
+    def _checkListen(
+        self, status: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Check C{status.listen} with Twisted's own parser.
+        """
+        listen = values["listen"]
+        return listen is None or self._checkServerEndpoint(listen, _key(path, "listen"))
+
+    def _readMaxJobSeries(self, value: object, path: str) -> int | None:
+        """
+        Read C{status.max_job_series}: the most job series the status site
+        keeps.
+        """
+        return self._readInteger(value, path, 0, _MAX_JOB_SERIES_BOUND)
+
+    def _readAllowedHosts(self, value: object, path: str) -> tuple[str, ...] | None:
         """
         Read C{status.allowed_hosts}: a list of host names (C{.NAME} for
         every name under NAME), each lower-cased, without a trailing dot.
         """
-        path = "status.allowed_hosts"
         if not isinstance(value, list):
             self._problem(path, f"expected a list of host names, got {_describe(value)}")
             return None
-        names: list[str] = []
-        for index, item in enumerate(value):
-            if not isinstance(item, str):
-                self._problem(f"{path}[{index}]", f"expected a host name, got {_describe(item)}")
-                return None
-            name = item.strip().lower().rstrip(".")
-            if not _HOST_NAME.fullmatch(name):
-                self._problem(
-                    f"{path}[{index}]",
-                    f"{item!r} is not a host name (letters, digits, '-' and '.';"
-                    " '.corp.example' for every name under corp.example; no port, no scheme)",
-                )
-                return None
-            names.append(name)
-        return tuple(names)
+        return self._readEach(value, path, self._readHostName)
 
-    def _readStatusToken(self, value: object) -> Secret | None:
+    def _readHostName(self, value: object, path: str) -> str | None:
+        """
+        Read a host name of C{status.allowed_hosts}: lower-cased, without a
+        trailing dot.
+        """
+        if not isinstance(value, str):
+            self._problem(path, f"expected a host name, got {_describe(value)}")
+            return None
+        name = value.strip().lower().rstrip(".")
+        if not _HOST_NAME.fullmatch(name):
+            self._problem(
+                path,
+                f"{value!r} is not a host name (letters, digits, '-' and '.';"
+                " '.corp.example' for every name under corp.example; no port, no scheme)",
+            )
+            return None
+        return name
+
+    def _readStatusToken(self, value: object, path: str) -> Secret | None:
         """
         Read C{status.token_file}: the bearer token of the controls, the
         file's first line with its surrounding whitespace stripped, from a
         file only its owner may read (the checks of a password file).
         """
-        path = "status.token_file"
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        try:
-            token = readPasswordFile(resolved, "status token").strip()
-        except PasswordFileError as e:
-            self._problem(path, str(e))
-            return None
-        if not token:
-            self._problem(path, f"status token file {resolved} holds only whitespace")
-            return None
-        if len(token) < MIN_TOKEN_LENGTH:
-            self._problem(
-                path,
-                f"the status token in {resolved} has {len(token)} characters; at least"
-                f" {MIN_TOKEN_LENGTH} are needed (make one with: openssl rand -hex 32)",
-            )
-            return None
-        return Secret(token)
+        resolved = self._readPath(value, path)
+        token = self._readSecretFile(resolved, path, "status token")
+        problem = None if token is None else _statusTokenProblem(token, resolved)
+        if problem is not None:
+            self._problem(path, problem)
+        return None if token is None or problem is not None else Secret(token)
+
+
+def _validServers(servers: Mapping[str, ServerConfig | None] | None) -> tuple[ServerConfig, ...]:
+    """
+    The valid servers of C{servers}, in order.
+    """
+    return tuple(server for server in (servers or {}).values() if server is not None)
+
+
+def _statePathProblem(resolved: str) -> str | None:
+    """
+    Why the state database cannot be at C{resolved}, or L{None}: it must
+    be a file name in a writable directory.
+    """
+    parent = os.path.dirname(resolved)
+    if os.path.isdir(resolved):
+        return f"{resolved} is a directory; give a file name in it"
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
+def _statusTokenProblem(token: str, resolved: str | None) -> str | None:
+    """
+    Why C{token}, read from C{resolved}, cannot be the status token, or
+    L{None}: it must have at least L{MIN_TOKEN_LENGTH} characters.
+    """
+    if not token:
+        return f"status token file {resolved} holds only whitespace"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return (
+            f"the status token in {resolved} has {len(token)} characters; at least"
+            f" {MIN_TOKEN_LENGTH} are needed (make one with: openssl rand -hex 32)"
+        )
+    return None
+
+
+# The keys of status, each a field of StatusConfig, in the order they are
+# read; a problem with the token or the series' bound ends the reading.
+_STATUS_TABLE: tuple[Step, ...] = (
+    Key("listen", _ConfigParser._readString, default=_DEFAULT_LISTEN),
+    Key("token_file", _ConfigParser._readStatusToken, "token", stops=True),
+    Key("allowed_hosts", _ConfigParser._readAllowedHosts, "allowedHosts", default=[]),
+    Key("max_job_series", _ConfigParser._readMaxJobSeries, "maxJobSeries",
+        default=fields(StatusConfig).maxJobSeries.default, stops=True),
+    Check(_ConfigParser._checkListen),
+)  # fmt: skip
+_STATUS_KEYS = keyNames(_STATUS_TABLE)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-from urllib.parse import urlsplit
-from typing import Mapping
+from urllib.parse import SplitResult, urlsplit
+from typing import Any, Callable, Mapping
 
 from imapmig.config.model import (
     DestinationConfig,
@@ -28,9 +28,9 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.config.reader import _describe, _key
+from imapmig.config.reader import Check, Key, Step, _describe, _key, givenKeys, notThese
 from imapmig.config.secretkeys import SecretsReader, secretKeys
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.access.secrets import Secret
 
 # password, password_file, password_credential.
 _PASSWORD_KEYS = secretKeys("password", inline=True)
@@ -66,6 +66,10 @@ _DEFAULT_TOKEN_REQUEST_TIMEOUT = 30.0
 _DEFAULT_TOKEN_COMMAND_TIMEOUT = 30.0
 
 _ADMIN_KEYS = ("user", *_PASSWORD_KEYS)
+
+# How an account logs in: the password (the admin's with an admin; None
+# with a token), the admin's login name, and the token source.
+_Login = tuple[Secret | None, str | None, TokenSourceConfig | None]
 
 
 class AccountsReader(SecretsReader):
@@ -121,47 +125,62 @@ class AccountsReader(SecretsReader):
             admin's when there is an admin; L{None} with a token), the
             admin's login name or L{None}, and the token source or L{None}.
         """
-        ok = True
+        server = self._readAccountServer(destination, path, servers)
+        user = self._readRequiredString(destination, "user", path, "the login name")
+        login = self._readLogin(destination, path)
+        if server is None or user is None or login is None:
+            return None
+        return (server, user, *login)
 
-        server = None
-        name = self._readRequiredString(destination, "server", path, "name one of the servers")
-        if name is None:
-            ok = False
-        elif servers is None:
-            # servers itself is missing or invalid, which is reported.
-            ok = False
-        elif name not in servers:
+    def _readAccountServer(
+        self,
+        account: Mapping[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+    ) -> ServerConfig | None:
+        """
+        Read an account's C{server}: the name of one of C{servers} (L{None}
+        when C{servers} itself is missing or invalid, which is reported).
+        """
+        name = self._readRequiredString(account, "server", path, "name one of the servers")
+        if name is None or servers is None:
+            return None
+        if name not in servers:
             self._problem(
                 _key(path, "server"),
                 f"no server named {name!r}"
                 f" (servers: {', '.join(servers) or 'none'})",
             )
-            ok = False
-        else:
-            server = servers[name]
-            ok = ok and server is not None
-
-        user = self._readRequiredString(destination, "user", path, "the login name")
-        ok = ok and user is not None
-
-        admin = None
-        oauth2 = None
-        password = None
-        if "oauth2" in destination:
-            oauth2 = self._readOAuth2(destination, path)
-            ok = ok and oauth2 is not None
-        elif "admin" in destination:
-            admin = self._readAdmin(destination, path)
-            password = None if admin is None else admin[1]
-            ok = ok and password is not None
-        else:
-            password = self._readPassword(destination, path)
-            ok = ok and password is not None
-
-        if not ok:
             return None
-        assert server is not None and user is not None
-        return server, user, password, None if admin is None else admin[0], oauth2
+        return servers[name]
+
+    def _readLogin(
+        self, account: Mapping[str, object], path: str
+    ) -> tuple[Secret | None, str | None, TokenSourceConfig | None] | None:
+        """
+        Read how an account logs in: an C{oauth2} token source, an
+        C{admin} credential, or the user's password.
+
+        @return: the password (the admin's with an admin; L{None} with a
+            token), the admin's login name or L{None}, and the token source
+            or L{None}.
+        """
+        kind = next((kind for kind in ("oauth2", "admin") if kind in account), "password")
+        return _LOGINS[kind](self, account, path)
+
+    def _readOAuth2Login(self, account: Mapping[str, object], path: str) -> _Login | None:
+        """
+        Read an account's C{oauth2} token source (L{_readOAuth2}).
+        """
+        oauth2 = self._readOAuth2(account, path)
+        return None if oauth2 is None else (None, None, oauth2)
+
+    def _readPasswordLogin(self, account: Mapping[str, object], path: str) -> _Login | None:
+        """
+        Read the user's own password (L{_readPassword}).
+        """
+        password = self._readPassword(account, path)
+        return None if password is None else (password, None, None)
 
     def _readOAuth2(
         self, destination: Mapping[str, object], path: str
@@ -172,7 +191,7 @@ class AccountsReader(SecretsReader):
         strings, its program found now), with C{timeout} for the command,
         and C{token_endpoint}; given instead of any password or admin.
         """
-        others = [k for k in (*_PASSWORD_KEYS, "admin") if k in destination]
+        others = givenKeys(destination, (*_PASSWORD_KEYS, "admin"))
         if others:
             self._problem(
                 path,
@@ -184,121 +203,112 @@ class AccountsReader(SecretsReader):
         oauth2 = self._readMapping(destination["oauth2"], oauthPath, _OAUTH2_KEYS)
         if oauth2 is None:
             return None
-        kinds = [k for k in (*_TOKEN_KEYS, "token_command", "token_endpoint") if k in oauth2]
+        kind = self._tokenKind(oauth2, oauthPath)
+        if kind is None:
+            return None
+        return _TOKEN_SOURCES[kind](self, oauth2, oauthPath)
+
+    def _tokenKind(self, oauth2: Mapping[str, object], path: str) -> str | None:
+        """
+        Which token source C{oauth2} gives: exactly one of L{_TOKEN_KEYS},
+        C{token_command} and C{token_endpoint}, and no key of the refresh
+        grant's but with C{token_endpoint}.
+        """
+        kinds = givenKeys(oauth2, (*_TOKEN_KEYS, "token_command", "token_endpoint"))
         if len(kinds) != 1:
             self._problem(
-                oauthPath,
+                path,
                 "give exactly one of token_file: FILE, token_credential: NAME,"
                 " token_command: [PROGRAM, ARGS...]"
                 " or token_endpoint: URL (with client_id and refresh_token_file)"
-                + (f", not {' and '.join(kinds)}" if kinds else ""),
+                + notThese(kinds),
             )
             return None
-        if "token_endpoint" in oauth2:
-            return self._readTokenRefresh(oauth2, oauthPath)
-        misplaced = [k for k in _REFRESH_ONLY_KEYS if k in oauth2]
-        if misplaced:
-            self._problem(
-                _key(oauthPath, misplaced[0]), "applies to token_endpoint only"
-            )
+        misplaced = _misplacedKey(oauth2, kinds[0])
+        if misplaced is not None:
+            self._problem(_key(path, misplaced), "applies to token_endpoint only")
             return None
-        if kinds[0] in _TOKEN_KEYS:
-            if "timeout" in oauth2:
-                self._problem(
-                    _key(oauthPath, "timeout"), "applies to token_command only"
-                )
-                return None
-            # Read now to check it, and again at each login (TokenFileConfig).
-            token = self._readSecret(oauth2, oauthPath, "token", "token")
-            if token is None:
-                return None
-            assert token[1] is not None
-            return TokenFileConfig(token[1])
-        timeout: float | None = _DEFAULT_TOKEN_COMMAND_TIMEOUT
+        return kinds[0]
+
+    def _readTokenFile(
+        self, oauth2: Mapping[str, object], path: str
+    ) -> TokenFileConfig | None:
+        """
+        Read C{token_file} (or C{token_credential}): read now to check it,
+        and again at each login (L{TokenFileConfig}).
+        """
         if "timeout" in oauth2:
-            timeout = self._readSeconds(oauth2["timeout"], _key(oauthPath, "timeout"))
-        command = self._readCommand(oauth2["token_command"], _key(oauthPath, "token_command"))
-        if command is None or timeout is None:
+            self._problem(_key(path, "timeout"), "applies to token_command only")
             return None
-        return TokenCommandConfig(command[0], command[1], timeout)
+        token = self._readSecret(oauth2, path, "token", "token")
+        if token is None:
+            return None
+        assert token[1] is not None
+        return TokenFileConfig(token[1])
+
+    def _readTokenCommand(
+        self, oauth2: Mapping[str, object], path: str
+    ) -> TokenCommandConfig | None:
+        """
+        Read C{token_command} and its C{timeout}.
+        """
+        values = self._readKeys(oauth2, path, _TOKEN_COMMAND_TABLE)
+        if values is None:
+            return None
+        argv, program = values["command"]
+        return TokenCommandConfig(argv, program, values["timeout"])
 
     def _readTokenRefresh(
         self, oauth2: Mapping[str, object], path: str
     ) -> TokenRefreshConfig | None:
         """
-        Read the refresh grant's keys: C{token_endpoint} (C{https}, or
-        C{http} to a loopback address), C{client_id}, C{refresh_token_file}
-        (a secret file in a directory imapmig may write, since a rotated
-        refresh token replaces it), and the optional C{client_secret_file}
-        (or C{client_secret_credential}), C{scope}, C{timeout} and
-        C{tls_ca}.
+        Read the refresh grant's keys (L{_TOKEN_REFRESH_TABLE}):
+        C{token_endpoint} (C{https}, or C{http} to a loopback address),
+        C{client_id}, C{refresh_token_file} (a secret file in a directory
+        imapmig may write, since a rotated refresh token replaces it), and
+        the optional C{client_secret_file} (or C{client_secret_credential}),
+        C{scope}, C{timeout} and C{tls_ca}.
         """
-        ok = True
-        endpoint = self._readString(oauth2["token_endpoint"], _key(path, "token_endpoint"))
-        if endpoint is not None:
-            problem = _endpointProblem(endpoint)
-            if problem is not None:
-                self._problem(_key(path, "token_endpoint"), problem)
-                ok = False
-        else:
-            ok = False
-        clientId = self._readRequiredString(
-            oauth2, "client_id", path, "the OAuth client's identifier"
-        )
-        ok = ok and clientId is not None
-        secret = None
-        if any(key in oauth2 for key in _CLIENT_SECRET_KEYS):
-            read = self._readSecret(oauth2, path, "client_secret", "client secret")
-            ok = ok and read is not None
-            secret = None if read is None else read[0]
-        refreshFile = None
-        refreshPath = _key(path, "refresh_token_file")
-        written = self._readRequiredString(
-            oauth2, "refresh_token_file", path, "the file holding the refresh token"
-        )
-        if written is None:
-            ok = False
-        else:
-            refreshFile = self._resolve(written)
-            try:
-                readPasswordFile(refreshFile, "refresh token")
-            except PasswordFileError as e:
-                self._problem(refreshPath, str(e))
-                ok = False
-            else:
-                directory = os.path.dirname(refreshFile)
-                if not os.access(directory, os.W_OK | os.X_OK):
-                    self._problem(
-                        refreshPath,
-                        f"directory {directory} is not writable: a rotated"
-                        " refresh token replaces the file",
-                    )
-                    ok = False
-        scope = None
-        if "scope" in oauth2:
-            scope = self._readString(oauth2["scope"], _key(path, "scope"))
-            ok = ok and scope is not None
-        timeout: float | None = _DEFAULT_TOKEN_REQUEST_TIMEOUT
-        if "timeout" in oauth2:
-            timeout = self._readSeconds(oauth2["timeout"], _key(path, "timeout"))
-            ok = ok and timeout is not None
-        tlsCA = None
-        if "tls_ca" in oauth2:
-            written = self._readString(oauth2["tls_ca"], _key(path, "tls_ca"))
-            if written is None:
-                ok = False
-            else:
-                tlsCA = self._resolve(written)
-                if not os.path.isfile(tlsCA):
-                    self._problem(_key(path, "tls_ca"), f"no file {tlsCA}")
-                    ok = False
-        if not ok:
+        values = self._readKeys(oauth2, path, _TOKEN_REFRESH_TABLE)
+        if values is None:
             return None
-        assert endpoint is not None and clientId is not None and refreshFile is not None
-        assert timeout is not None
-        return TokenRefreshConfig(
-            endpoint, clientId, secret, refreshFile, scope, timeout, tlsCA
-        )
+        return TokenRefreshConfig(**values)
+
+    def _readTokenEndpoint(self, value: object, path: str) -> str | None:
+        """
+        Read C{token_endpoint}: a URL L{_endpointProblem} accepts.
+        """
+        return self._accepted(self._readString(value, path), path, _endpointProblem)
+
+    def _readClientSecret(
+        self, oauth2: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read the optional C{client_secret_file} (or
+        C{client_secret_credential}).
+        """
+        values["clientSecret"] = None
+        if not any(key in oauth2 for key in _CLIENT_SECRET_KEYS):
+            return True
+        read = self._readSecret(oauth2, path, "client_secret", "client secret")
+        values["clientSecret"] = None if read is None else read[0]
+        return read is not None
+
+    def _readRefreshTokenFile(self, value: object, path: str) -> str | None:
+        """
+        Read C{refresh_token_file}: a secret file (checked as a password
+        file is) in a directory imapmig may write.
+        """
+        refreshFile = self._readPath(value, path)
+        if self._readSecretFile(refreshFile, path, "refresh token") is None:
+            return None
+        return self._accepted(refreshFile, path, _refreshDirectoryProblem)
+
+    def _readTokenCA(self, value: object, path: str) -> str | None:
+        """
+        Read the token endpoint's C{tls_ca}: an existing file.
+        """
+        return self._accepted(self._readPath(value, path), path, _noFileProblem)
 
     def _readCommand(
         self, value: object, path: str
@@ -310,45 +320,53 @@ class AccountsReader(SecretsReader):
 
         @return: the argument vector and the program's absolute path.
         """
+        argv = self._readArgv(value, path)
+        if argv is None:
+            return None
+        executable = self._findProgram(argv[0], f"{path}[0]")
+        if executable is None:
+            return None
+        return tuple(argv), executable
+
+    def _readArgv(self, value: object, path: str) -> list[str] | None:
+        """
+        Read a command's argument vector: a non-empty list of strings (the
+        first that is not ends the reading).
+        """
         if not isinstance(value, list) or not value:
             self._problem(
                 path,
                 f"expected a list [PROGRAM, ARGS...], got {_describe(value)}",
             )
             return None
-        argv = []
-        for index, item in enumerate(value):
-            read = self._readString(item, f"{path}[{index}]")
-            if read is None:
-                return None
-            argv.append(read)
-        program = argv[0]
+        argv = self._readEach(value, path, self._readString)
+        return None if argv is None else list(argv)
+
+    def _findProgram(self, program: str, path: str) -> str | None:
+        """
+        The absolute path of the executable C{program}: a path, relative to
+        the file's directory when it has a C{/}, or a name looked up in
+        C{PATH}.
+        """
         if "/" in program:
             resolved = self._resolve(program)
-            executable = (
-                resolved
-                if os.path.isfile(resolved) and os.access(resolved, os.X_OK)
-                else None
-            )
-            missing = f"no executable program {resolved}"
-        else:
-            found = shutil.which(program)
-            executable = None if found is None else os.path.abspath(found)
-            missing = f"no executable program {program!r} in PATH"
-        if executable is None:
-            self._problem(f"{path}[0]", missing)
+            if os.path.isfile(resolved) and os.access(resolved, os.X_OK):
+                return resolved
+            self._problem(path, f"no executable program {resolved}")
             return None
-        return tuple(argv), executable
+        found = shutil.which(program)
+        if found is None:
+            self._problem(path, f"no executable program {program!r} in PATH")
+            return None
+        return os.path.abspath(found)
 
-    def _readAdmin(
-        self, destination: Mapping[str, object], path: str
-    ) -> tuple[str, Secret] | None:
+    def _readAdminLogin(self, destination: Mapping[str, object], path: str) -> _Login | None:
         """
         Read C{admin}: the admin's C{user} and exactly one of its
-        C{password}, C{password_file} and C{password_credential}, given
-        instead of the user's password.
+        C{password}, C{password_file} and C{password_credential}
+        (L{_ADMIN_TABLE}), given instead of the user's password.
         """
-        if any(key in destination for key in _PASSWORD_KEYS):
+        if givenKeys(destination, _PASSWORD_KEYS):
             self._problem(
                 path,
                 "give the user's password (password, password_file or"
@@ -357,13 +375,17 @@ class AccountsReader(SecretsReader):
             return None
         adminPath = _key(path, "admin")
         admin = self._readMapping(destination["admin"], adminPath, _ADMIN_KEYS)
-        if admin is None:
-            return None
-        name = self._readRequiredString(admin, "user", adminPath, "the admin's login name")
-        password = self._readPassword(admin, adminPath)
-        if name is None or password is None:
-            return None
-        return name, password
+        values = None if admin is None else self._readKeys(admin, adminPath, _ADMIN_TABLE)
+        return None if values is None else (values["password"], values["user"], None)
+
+    def _readAdminPassword(
+        self, admin: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read the admin's password (L{_readPassword}).
+        """
+        values["password"] = self._readPassword(admin, path)
+        return values["password"] is not None
 
     def _readPassword(
         self, destination: Mapping[str, object], path: str
@@ -384,6 +406,37 @@ class AccountsReader(SecretsReader):
         return None if read is None else read[0]
 
 
+def _misplacedKey(oauth2: Mapping[str, object], kind: str) -> str | None:
+    """
+    The first key of the refresh grant's in C{oauth2} when its token
+    source C{kind} is not C{token_endpoint}, or L{None}.
+    """
+    if kind == "token_endpoint":
+        return None
+    return next((key for key in _REFRESH_ONLY_KEYS if key in oauth2), None)
+
+
+def _refreshDirectoryProblem(refreshFile: str) -> str | None:
+    """
+    Why the refresh token file C{refreshFile} cannot be replaced by a
+    rotated refresh token, or L{None}: its directory must be writable.
+    """
+    directory = os.path.dirname(refreshFile)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return (
+            f"directory {directory} is not writable: a rotated"
+            " refresh token replaces the file"
+        )
+    return None
+
+
+def _noFileProblem(resolved: str) -> str | None:
+    """
+    Why C{resolved} is not a file, or L{None}.
+    """
+    return None if os.path.isfile(resolved) else f"no file {resolved}"
+
+
 def credentialKey(account: Mapping[str, object], path: str) -> str:
     """
     The key of the account at C{path} that holds its credential, as a
@@ -396,32 +449,71 @@ def credentialKey(account: Mapping[str, object], path: str) -> str:
     admin = account.get("admin")
     if isinstance(admin, Mapping):
         account, path = admin, _key(path, "admin")
-    given = [key for key in _PASSWORD_KEYS if key in account]
+    given = givenKeys(account, _PASSWORD_KEYS)
     return _key(path, given[0] if given else "password_file")
 
 
 def _endpointProblem(url: str) -> str | None:
     """
-    Why C{url} cannot be a token endpoint, or L{None}: it must be
-    C{https://HOST...}, or C{http://} to a loopback address (a refresh
-    token and a client secret never cross a network in the clear).
+    Why C{url} cannot be a token endpoint, or L{None} (L{urlProblem}).
+    """
+    return urlProblem(url, "give the client's secret in client_secret_file, not in the URL")
+
+
+def urlProblem(url: str, secretInURL: str) -> str | None:
+    """
+    Why C{url} cannot be an endpoint imapmig sends a secret to, or L{None}:
+    it must be C{https://HOST...}, or C{http://} to a loopback address (a
+    secret never crosses a network in the clear), without a user or
+    password in it (C{secretInURL} says where one goes instead).
+    """
+    parts = _splitURL(url)
+    if isinstance(parts, str):
+        return parts
+    if not _isWebURL(parts):
+        return "expected an https:// URL"
+    if _holdsCredentials(parts):
+        return secretInURL
+    if _plainToNetwork(parts):
+        return (
+            "plain http is allowed to a loopback address only"
+            " (127.0.0.0/8, ::1, localhost): use https"
+        )
+    return None
+
+
+def _isWebURL(parts: SplitResult) -> bool:
+    """
+    Whether a URL is C{https:} or C{http:} with a host.
+    """
+    return parts.scheme in ("https", "http") and bool(parts.hostname)
+
+
+def _holdsCredentials(parts: SplitResult) -> bool:
+    """
+    Whether a URL holds a user or a password.
+    """
+    return parts.username is not None or parts.password is not None
+
+
+def _plainToNetwork(parts: SplitResult) -> bool:
+    """
+    Whether a URL is plain C{http:} to a host other than a loopback
+    address.
+    """
+    return parts.scheme == "http" and not isLoopback(parts.hostname or "")
+
+
+def _splitURL(url: str) -> SplitResult | str:
+    """
+    The parts of C{url}, or why it is not a URL.
     """
     try:
         parts = urlsplit(url)
         parts.port
     except ValueError as e:
         return f"not a URL: {e}"
-    host = parts.hostname
-    if parts.scheme not in ("https", "http") or not host:
-        return "expected an https:// URL"
-    if parts.username is not None or parts.password is not None:
-        return "give the client's secret in client_secret_file, not in the URL"
-    if parts.scheme == "http" and not isLoopback(host):
-        return (
-            "plain http is allowed to a loopback address only"
-            " (127.0.0.0/8, ::1, localhost): use https"
-        )
-    return None
+    return parts
 
 
 def isLoopback(host: str) -> bool:
@@ -435,3 +527,42 @@ def isLoopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+_LOGINS: dict[str, Callable[[AccountsReader, Mapping[str, object], str], _Login | None]] = {
+    "oauth2": AccountsReader._readOAuth2Login,
+    "admin": AccountsReader._readAdminLogin,
+    "password": AccountsReader._readPasswordLogin,
+}
+
+# An admin credential: its login name and its password.
+_ADMIN_TABLE: tuple[Step, ...] = (
+    Key("user", AccountsReader._readString, missing="missing: the admin's login name"),
+    Check(AccountsReader._readAdminPassword),
+)
+
+_TOKEN_SOURCES: dict[
+    str, Callable[[AccountsReader, Mapping[str, object], str], TokenSourceConfig | None]
+] = {
+    **{key: AccountsReader._readTokenFile for key in _TOKEN_KEYS},
+    "token_command": AccountsReader._readTokenCommand,
+    "token_endpoint": AccountsReader._readTokenRefresh,
+}
+
+_TOKEN_COMMAND_TABLE: tuple[Step, ...] = (
+    Key("timeout", AccountsReader._readSeconds, default=_DEFAULT_TOKEN_COMMAND_TIMEOUT),
+    Key("token_command", AccountsReader._readCommand, "command"),
+)
+
+# The refresh grant's keys, each a field of TokenRefreshConfig.
+_TOKEN_REFRESH_TABLE: tuple[Step, ...] = (
+    Key("token_endpoint", AccountsReader._readTokenEndpoint, "tokenEndpoint"),
+    Key("client_id", AccountsReader._readString, "clientId",
+        missing="missing: the OAuth client's identifier"),
+    Check(AccountsReader._readClientSecret),
+    Key("refresh_token_file", AccountsReader._readRefreshTokenFile, "refreshTokenFile",
+        missing="missing: the file holding the refresh token"),
+    Key("scope", AccountsReader._readString),
+    Key("timeout", AccountsReader._readSeconds, default=_DEFAULT_TOKEN_REQUEST_TIMEOUT),
+    Key("tls_ca", AccountsReader._readTokenCA, "tlsCA"),
+)  # fmt: skip

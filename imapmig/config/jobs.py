@@ -7,20 +7,20 @@ it.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from attrs import frozen
 
 from imapmig.config.model import (
+    DestinationConfig,
     JobConfig,
     PipelineConfig,
     RetryConfig,
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, _describe, _key
+from imapmig.config.reader import _NAME, ConfigReader, Key, Step, _describe, keyNames
 from imapmig.config.sources import SourcesReader
-from imapmig.mail.plan import FolderRules
 
 
 @frozen
@@ -33,6 +33,12 @@ class _IntSetting:
     default: int
     minimum: int
     maximum: int | None
+
+    def read(self, reader: ConfigReader, value: object, path: str) -> int | None:
+        """
+        Read the setting's value: an integer within its bounds.
+        """
+        return reader._readInteger(value, path, self.minimum, self.maximum)
 
 
 _CONNECTIONS = _IntSetting("connections", 2, 1, 32)
@@ -58,15 +64,6 @@ _SETTINGS = (
 
 
 _DEFAULTS_KEYS = tuple(s.key for s in _SETTINGS)
-_JOB_KEYS = (
-    "name",
-    "source",
-    "destination",
-    "folders",
-    "identity",
-    "eight_bit",
-    "folder_name_fallback",
-) + _DEFAULTS_KEYS
 _IDENTITIES = ("fingerprint", "message-id", "off")
 _EIGHT_BIT = ("literal", "fail")
 
@@ -75,30 +72,28 @@ _EIGHT_BIT = ("literal", "fail")
 class JobsReader(SourcesReader):
     """
     Reads the job defaults and the jobs.
+
+    @ivar _servers: while a job is read, the servers it may name.
+    @ivar _firstUse: while a job is read, the path of the job that first
+        used each name.
     """
+
+    _servers: Mapping[str, ServerConfig | None] | None = None
+    _firstUse: dict[str, str] = {}
 
     def _readDefaults(self, top: Mapping[str, object]) -> dict[str, int]:
         """
         Read C{defaults}; a setting that is absent or invalid takes its
         built-in default, so jobs can still be checked.
         """
-        values = {setting.key: setting.default for setting in _SETTINGS}
-        if "defaults" not in top:
-            return values
-        defaults = self._readMapping(top["defaults"], "defaults", _DEFAULTS_KEYS)
+        builtIn = {setting.key: setting.default for setting in _SETTINGS}
+        defaults = self._readMapping(top.get("defaults", {}), "defaults", _DEFAULTS_KEYS)
         if defaults is None:
-            return values
-        for setting in _SETTINGS:
-            if setting.key in defaults:
-                value = self._readInteger(
-                    defaults[setting.key],
-                    _key("defaults", setting.key),
-                    setting.minimum,
-                    setting.maximum,
-                )
-                if value is not None:
-                    values[setting.key] = value
-        return values
+            return builtIn
+        read: dict[str, Any] = {}
+        for key in _DEFAULTS_TABLE:
+            key.apply(self, defaults, "defaults", read)
+        return {key: _given(read[key], default) for key, default in builtIn.items()}
 
     def _readJobs(
         self,
@@ -108,6 +103,19 @@ class JobsReader(SourcesReader):
     ) -> tuple[JobConfig, ...] | None:
         """
         Read C{jobs}: a non-empty list with unique names.
+        """
+        items = self._readJobList(top)
+        if items is None:
+            return None
+        jobs: list[JobConfig] = []
+        firstUse: dict[str, str] = {}
+        for index, item in enumerate(items):
+            jobs += self._readJobItem(item, f"jobs[{index}]", servers, defaults, firstUse)
+        return tuple(jobs)
+
+    def _readJobList(self, top: Mapping[str, object]) -> list[object] | None:
+        """
+        Read C{jobs} as a list, which must not be empty.
         """
         if "jobs" not in top:
             self._problem("jobs", "missing: at least one job is required")
@@ -119,18 +127,24 @@ class JobsReader(SourcesReader):
         if not value:
             self._problem("jobs", "at least one job is required")
             return None
-        jobs: list[JobConfig] = []
-        firstUse: dict[str, str] = {}
-        for index, item in enumerate(value):
-            if isinstance(item, dict) and "jobs_from" in item:
-                jobs.extend(
-                    self._readUserList(item, f"jobs[{index}]", servers, defaults, firstUse)
-                )
-                continue
-            job = self._readJob(item, f"jobs[{index}]", servers, defaults, firstUse)
-            if job is not None:
-                jobs.append(job)
-        return tuple(jobs)
+        return value
+
+    def _readJobItem(
+        self,
+        item: object,
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+        firstUse: dict[str, str],
+    ) -> list[JobConfig]:
+        """
+        Read an item of C{jobs}: a job, or a template with C{jobs_from}
+        that makes one job per row of its user list.
+        """
+        if isinstance(item, dict) and "jobs_from" in item:
+            return self._readUserList(item, path, servers, defaults, firstUse)
+        job = self._readJob(item, path, servers, defaults, firstUse)
+        return [] if job is None else [job]
 
     def _readUserList(
         self,
@@ -153,149 +167,138 @@ class JobsReader(SourcesReader):
         servers: Mapping[str, ServerConfig | None] | None,
         defaults: Mapping[str, int],
         firstUse: dict[str, str],
-        keys: tuple[str, ...] = _JOB_KEYS,
+        keys: tuple[str, ...] | None = None,
         source: SourceConfig | None = None,
     ) -> JobConfig | None:
         """
-        Read one job, recording where its name is first used in
-        C{firstUse}.
+        Read one job (the keys of L{_JOB_TABLE}), recording where its name
+        is first used in C{firstUse}.
 
-        @param keys: the keys the job may have.
+        @param keys: the keys the job may have (L{_JOB_KEYS} if L{None}).
         @param source: the job's source when the caller has read it (a
             template's), instead of the job's C{source} key.
         """
-        job = self._readMapping(value, path, keys)
+        job = self._readMapping(value, path, keys or _JOB_KEYS)
         if job is None:
             return None
-        ok = True
-
-        name = None
-        if "name" not in job:
-            self._problem(_key(path, "name"), "missing: every job needs a unique name")
-        else:
-            name = self._readString(job["name"], _key(path, "name"))
-            if name is not None and not _NAME.fullmatch(name):
-                self._problem(
-                    _key(path, "name"),
-                    f"invalid job name {name!r}: use letters, digits and . _ @ -,"
-                    " starting with a letter or digit",
-                )
-                name = None
-            if name is not None:
-                if name in firstUse:
-                    self._problem(
-                        _key(path, "name"),
-                        f"duplicate job name {name!r} (first used by {firstUse[name]})",
-                    )
-                    name = None
-                else:
-                    firstUse[name] = path
-        ok = ok and name is not None
-
-        if source is not None:
-            pass
-        elif "source" not in job:
-            self._problem(
-                _key(path, "source"),
-                "missing: give {maildir: DIR}, {eml_dir: DIR}, {mbox: PATH}"
-                " or {server: NAME, user: USER, password_file: FILE}",
-            )
-        else:
-            source = self._readSource(job["source"], _key(path, "source"), servers)
-        ok = ok and source is not None
-
-        folders = FolderRules()
-        if "folders" in job:
-            rules = self._readFolderRules(job["folders"], _key(path, "folders"))
-            if rules is None:
-                ok = False
-            else:
-                folders = rules
-
-        identity = "fingerprint"
-        if job.get("identity", True) is False:
-            # YAML reads an unquoted off (or no, false) as false: the
-            # same word as status: off and starttls: off.
-            identity = "off"
-        elif "identity" in job:
-            chosen = self._readChoice(
-                job["identity"], _key(path, "identity"), _IDENTITIES, "identity check"
-            )
-            if chosen is None:
-                ok = False
-            else:
-                identity = chosen
-
-        eightBit = "literal"
-        if "eight_bit" in job:
-            chosen = self._readChoice(
-                job["eight_bit"], _key(path, "eight_bit"), _EIGHT_BIT, "eight_bit choice"
-            )
-            if chosen is None:
-                ok = False
-            else:
-                eightBit = chosen
-
-        folderNameFallback = True
-        if "folder_name_fallback" in job:
-            value = job["folder_name_fallback"]
-            if isinstance(value, bool):
-                folderNameFallback = value
-            else:
-                self._problem(
-                    _key(path, "folder_name_fallback"),
-                    f"must be true or false, not {_describe(value)}",
-                )
-                ok = False
-
-        destination = None
-        if "destination" not in job:
-            self._problem(
-                _key(path, "destination"),
-                "missing: give {server: NAME, user: USER, password_file: FILE}",
-            )
-        else:
-            destination = self._readDestination(
-                job["destination"], _key(path, "destination"), servers
-            )
-        ok = ok and destination is not None
-
-        settings = dict(defaults)
-        for setting in _SETTINGS:
-            if setting.key in job:
-                override = self._readInteger(
-                    job[setting.key],
-                    _key(path, setting.key),
-                    setting.minimum,
-                    setting.maximum,
-                )
-                if override is None:
-                    ok = False
-                else:
-                    settings[setting.key] = override
-
-        if not ok:
+        self._servers, self._firstUse = servers, firstUse
+        values = self._readKeys(job, path, _JOB_TABLE if source is None else _TEMPLATE_TABLE)
+        if values is None:
             return None
-        assert name is not None and source is not None and destination is not None
-        return JobConfig(
-            name=name,
-            source=source,
-            destination=destination,
-            connections=settings[_CONNECTIONS.key],
-            pipeline=PipelineConfig(
-                windowMessages=settings[_WINDOW_MESSAGES.key],
-                windowBytes=settings[_WINDOW_BYTES.key],
-                batchMessages=settings[_BATCH_MESSAGES.key],
-                batchBytes=settings[_BATCH_BYTES.key],
-            ),
-            folders=folders,
-            identity=identity,
-            eightBit=eightBit,
-            folderNameFallback=folderNameFallback,
-            retry=RetryConfig(
-                attempts=settings[_RETRY_ATTEMPTS.key],
-                maxDelay=settings[_RETRY_MAX_DELAY.key],
-                messageAttempts=settings[_MESSAGE_ATTEMPTS.key],
-                quotaPause=settings[_QUOTA_PAUSE.key],
-            ),
-        )
+        values.setdefault("source", source)
+        return _jobConfig(values, defaults)
+
+    def _readJobName(self, value: object, path: str) -> str | None:
+        """
+        Read a job's C{name}: unique among the jobs.
+        """
+        name = self._readString(value, path)
+        if name is None:
+            return None
+        if not _NAME.fullmatch(name):
+            self._problem(
+                path,
+                f"invalid job name {name!r}: use letters, digits and . _ @ -,"
+                " starting with a letter or digit",
+            )
+            return None
+        if name in self._firstUse:
+            self._problem(
+                path, f"duplicate job name {name!r} (first used by {self._firstUse[name]})"
+            )
+            return None
+        self._firstUse[name] = path.removesuffix(".name")
+        return name
+
+    def _readJobSource(self, value: object, path: str) -> SourceConfig | None:
+        """
+        Read a job's C{source}, an account naming one of the servers.
+        """
+        return self._readSource(value, path, self._servers)
+
+    def _readJobDestination(self, value: object, path: str) -> DestinationConfig | None:
+        """
+        Read a job's C{destination}, an account on one of the servers.
+        """
+        return self._readDestination(value, path, self._servers)
+
+    def _readIdentity(self, value: object, path: str) -> str | None:
+        """
+        Read C{identity}: one of L{_IDENTITIES}; YAML reads an unquoted
+        off (or no, false) as false: the same word as status: off and
+        starttls: off.
+        """
+        if value is False:
+            return "off"
+        return self._readChoice(value, path, _IDENTITIES, "identity check")
+
+    def _readEightBit(self, value: object, path: str) -> str | None:
+        """
+        Read C{eight_bit}: one of L{_EIGHT_BIT}.
+        """
+        return self._readChoice(value, path, _EIGHT_BIT, "eight_bit choice")
+
+
+def _jobConfig(values: Mapping[str, Any], defaults: Mapping[str, int]) -> JobConfig:
+    """
+    The job from the values of L{_JOB_TABLE}; a setting it leaves out
+    takes its value in C{defaults}.
+    """
+    settings = {s.key: _given(values[s.key], defaults[s.key]) for s in _SETTINGS}
+    return JobConfig(
+        name=values["name"],
+        source=values["source"],
+        destination=values["destination"],
+        connections=settings[_CONNECTIONS.key],
+        pipeline=PipelineConfig(
+            windowMessages=settings[_WINDOW_MESSAGES.key],
+            windowBytes=settings[_WINDOW_BYTES.key],
+            batchMessages=settings[_BATCH_MESSAGES.key],
+            batchBytes=settings[_BATCH_BYTES.key],
+        ),
+        folders=values["folders"],
+        identity=values["identity"],
+        eightBit=values["eightBit"],
+        folderNameFallback=values["folderNameFallback"],
+        retry=RetryConfig(
+            attempts=settings[_RETRY_ATTEMPTS.key],
+            maxDelay=settings[_RETRY_MAX_DELAY.key],
+            messageAttempts=settings[_MESSAGE_ATTEMPTS.key],
+            quotaPause=settings[_QUOTA_PAUSE.key],
+        ),
+    )
+
+
+def _given(value: int | None, default: int) -> int:
+    """
+    A setting as the job gives it, else its default.
+    """
+    return default if value is None else value
+
+
+_SOURCE_MISSING = (
+    "missing: give {maildir: DIR}, {eml_dir: DIR}, {mbox: PATH}"
+    " or {server: NAME, user: USER, password_file: FILE}"
+)
+_DESTINATION_MISSING = "missing: give {server: NAME, user: USER, password_file: FILE}"
+
+# A job's keys, in the order an unknown key's problem lists them.
+_JOB_TABLE: tuple[Step, ...] = (
+    Key("name", JobsReader._readJobName, missing="missing: every job needs a unique name"),
+    Key("source", JobsReader._readJobSource, missing=_SOURCE_MISSING),
+    Key("destination", JobsReader._readJobDestination, missing=_DESTINATION_MISSING),
+    Key("folders", JobsReader._readFolderRules, default={}),
+    Key("identity", JobsReader._readIdentity, default="fingerprint"),
+    Key("eight_bit", JobsReader._readEightBit, "eightBit", default="literal"),
+    Key("folder_name_fallback", JobsReader._readBoolean, "folderNameFallback", default=True),
+    *(Key(setting.key, setting.read) for setting in _SETTINGS),
+)
+# A template's job, whose source the template reads.
+_TEMPLATE_TABLE = tuple(
+    step for step in _JOB_TABLE if not (isinstance(step, Key) and step.name == "source")
+)
+_JOB_KEYS = keyNames(_JOB_TABLE)
+# The job settings defaults sets, each with its built-in default.
+_DEFAULTS_TABLE = tuple(
+    Key(setting.key, setting.read, default=setting.default) for setting in _SETTINGS
+)

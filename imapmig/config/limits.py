@@ -26,12 +26,11 @@ Every key defaults to null: no limit.
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Mapping, TypeVar
+from typing import Mapping
 
 from attrs import frozen
 
-from imapmig.config.reader import ConfigReader, _describe, _key
+from imapmig.config.reader import ConfigReader, Key, Step, keyNames
 from imapmig.config.sizes import parseSize
 
 DEFAULT_MAX_JOBS = 8
@@ -43,22 +42,6 @@ __all__ = [
     "LimitsReader",
     "ServerLimits",
 ]
-
-LIMIT_KEYS = ("max_connections", "messages_per_second", "bytes_per_second", "per_account")
-"""
-The keys of a server's mapping that L{LimitsReader.readServerLimits}
-reads.
-"""
-
-_ACCOUNT_KEYS = (
-    "max_connections",
-    "messages_per_second",
-    "bytes_per_second",
-    "daily_upload",
-    "daily_download",
-)
-
-_T = TypeVar("_T")
 
 @frozen
 class AccountLimits:
@@ -87,12 +70,8 @@ class AccountLimits:
         """
         Whether any rate or budget of this block is set.
         """
-        return (
-            self.messagesPerSecond is not None
-            or self.bytesPerSecond is not None
-            or self.dailyUpload is not None
-            or self.dailyDownload is not None
-        )
+        rates = (self.messagesPerSecond, self.bytesPerSecond, self.dailyUpload, self.dailyDownload)
+        return any(rate is not None for rate in rates)
 
 
 @frozen
@@ -121,11 +100,8 @@ class ServerLimits:
         Whether any rate or budget applies to jobs on this server: when not,
         they pay nothing for throttling.
         """
-        return (
-            self.messagesPerSecond is not None
-            or self.bytesPerSecond is not None
-            or self.perAccount.throttled
-        )
+        rates = (self.messagesPerSecond, self.bytesPerSecond)
+        return self.perAccount.throttled or any(rate is not None for rate in rates)
 
     def capConnections(self, wanted: int) -> int:
         """
@@ -158,54 +134,21 @@ class LimitsReader(ConfigReader):
         Read the limit keys (L{LIMIT_KEYS}) of the server mapping C{server}
         at C{path}.
 
-        @return: the limits (no limit for an absent key), or L{None} after
-            recording a problem.
+        @return: the limits (no limit for an absent or null key), or
+            L{None} after recording a problem.
         """
-        problems = len(self._problems)
-        maxConnections = self._optional(server, path, "max_connections", self._readCount)
-        messagesPerSecond = self._optional(server, path, "messages_per_second", self._readRate)
-        bytesPerSecond = self._optional(server, path, "bytes_per_second", self._readSize)
-        perAccount = self._optional(server, path, "per_account", self.readAccountLimits)
-        if len(self._problems) > problems:
+        values = self._readKeys(server, path, _SERVER_LIMITS_TABLE)
+        if values is None:
             return None
-        return ServerLimits(
-            maxConnections, messagesPerSecond, bytesPerSecond, perAccount or AccountLimits()
-        )
+        values["perAccount"] = values["perAccount"] or AccountLimits()
+        return ServerLimits(**values)
 
     def readAccountLimits(self, value: object, path: str) -> AccountLimits | None:
         """
         Read a C{per_account} block at C{path}.
         """
-        block = self._readMapping(value, path, _ACCOUNT_KEYS)
-        if block is None:
-            return None
-        problems = len(self._problems)
-        limits = AccountLimits(
-            maxConnections=self._optional(block, path, "max_connections", self._readCount),
-            messagesPerSecond=self._optional(block, path, "messages_per_second", self._readRate),
-            bytesPerSecond=self._optional(block, path, "bytes_per_second", self._readSize),
-            dailyUpload=self._optional(block, path, "daily_upload", self._readSize),
-            dailyDownload=self._optional(block, path, "daily_download", self._readSize),
-        )
-        if len(self._problems) > problems:
-            return None
-        return limits
-
-    def _optional(
-        self,
-        mapping: Mapping[str, object],
-        path: str,
-        key: str,
-        read: Callable[[object, str], _T | None],
-    ) -> _T | None:
-        """
-        Read C{mapping[key]} with C{read}, or L{None} (no limit) if it is
-        absent or null.
-        """
-        value = mapping.get(key)
-        if value is None:
-            return None
-        return read(value, _key(path, key))
+        values = self._readSection(value, path, _ACCOUNT_TABLE)
+        return None if values is None else AccountLimits(**values)
 
     def _readCount(self, value: object, path: str) -> int | None:
         """
@@ -218,15 +161,7 @@ class LimitsReader(ConfigReader):
         Read a positive, finite number of messages per second (C{0.5}: one
         message every two seconds).
         """
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self._problem(
-                path, f"expected a number of messages per second, got {_describe(value)}"
-            )
-            return None
-        if not (math.isfinite(value) and value > 0):
-            self._problem(path, f"must be greater than 0, not {value}")
-            return None
-        return float(value)
+        return self._readPositive(value, path, "a number of messages per second", "")
 
     def _readSize(self, value: object, path: str) -> int | None:
         """
@@ -236,3 +171,26 @@ class LimitsReader(ConfigReader):
         if octets is None:
             self._problem(path, why)
         return octets
+
+
+# The limits of one account on a server: no limit for an absent or null
+# key; the keys of a per_account block.
+_ACCOUNT_TABLE: tuple[Step, ...] = (
+    Key("max_connections", LimitsReader._readCount, "maxConnections", nullIsAbsent=True),
+    Key("messages_per_second", LimitsReader._readRate, "messagesPerSecond", nullIsAbsent=True),
+    Key("bytes_per_second", LimitsReader._readSize, "bytesPerSecond", nullIsAbsent=True),
+    Key("daily_upload", LimitsReader._readSize, "dailyUpload", nullIsAbsent=True),
+    Key("daily_download", LimitsReader._readSize, "dailyDownload", nullIsAbsent=True),
+)
+
+# The limits of a server, among the server's keys.
+_SERVER_LIMITS_TABLE: tuple[Step, ...] = (
+    *_ACCOUNT_TABLE[:3],
+    Key("per_account", LimitsReader.readAccountLimits, "perAccount", nullIsAbsent=True),
+)
+
+LIMIT_KEYS = keyNames(_SERVER_LIMITS_TABLE)
+"""
+The keys of a server's mapping that L{LimitsReader.readServerLimits}
+reads.
+"""

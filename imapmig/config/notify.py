@@ -13,16 +13,12 @@ reads these keys.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-from imapmig.config.accounts import isLoopback
+from imapmig.config.accounts import urlProblem
 from imapmig.config.model import NotifyConfig
-from imapmig.config.reader import ConfigReader
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.config.reader import ConfigReader, Key, Step, isOff, keyNames
+from imapmig.access.secrets import Secret
 
 __all__ = ["NOTIFY_KEYS", "NotifyReader"]
-
-NOTIFY_KEYS = ("webhook_url", "token_file", "stalled_after")
 
 _DEFAULT_STALLED_AFTER = 3600.0
 
@@ -34,23 +30,17 @@ def webhookURLProblem(url: str) -> str | None:
     and the notifications never cross a network in the clear); no user
     or password in it (the token goes in C{token_file}).
     """
-    try:
-        parts = urlsplit(url)
-        parts.port
-    except ValueError as e:
-        return f"not a URL: {e}"
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        return "expected an https:// URL"
-    if parts.username is not None or parts.password is not None:
-        return "give the receiver's token in notify.token_file, not in the URL"
-    if parts.scheme == "http" and not isLoopback(parts.hostname):
-        return (
-            "plain http is allowed to a loopback address only"
-            " (127.0.0.0/8, ::1, localhost): use https"
-        )
-    if any(c.isspace() or not c.isprintable() for c in url) or not url.isascii():
+    problem = urlProblem(url, "give the receiver's token in notify.token_file, not in the URL")
+    if problem is None and not _printableASCII(url):
         return "a URL holds no spaces or characters outside ASCII (percent-encode them)"
-    return None
+    return problem
+
+
+def _printableASCII(url: str) -> bool:
+    """
+    Whether C{url} holds only printable ASCII, without spaces.
+    """
+    return url.isascii() and not any(c.isspace() or not c.isprintable() for c in url)
 
 
 class NotifyReader(ConfigReader):
@@ -63,57 +53,62 @@ class NotifyReader(ConfigReader):
         Read C{notify}: a mapping of L{NOTIFY_KEYS}; L{None} when it has a
         problem (each recorded with its key).
         """
-        before = len(self._problems)
-        notify = self._readMapping(value, "notify", NOTIFY_KEYS)
-        if notify is None:
+        values = self._readSection(value, "notify", _NOTIFY_TABLE)
+        if values is None:
             return None
-        url = None
-        if "webhook_url" not in notify:
-            self._problem("notify.webhook_url", "missing: the URL notifications are posted to")
-        else:
-            url = self._readString(notify["webhook_url"], "notify.webhook_url")
-            problem = None if url is None else webhookURLProblem(url)
-            if problem is not None:
-                self._problem("notify.webhook_url", problem)
-        token = None
-        if "token_file" in notify:
-            token = self._readWebhookToken(notify["token_file"])
-        stalledAfter = self._readStalledAfter(notify.get("stalled_after", _DEFAULT_STALLED_AFTER))
-        if url is None or len(self._problems) > before:
-            return None
-        return NotifyConfig(webhookURL=url, token=token, stalledAfter=stalledAfter)
+        # False: off.
+        values["stalledAfter"] = values["stalledAfter"] or None
+        return NotifyConfig(**values)
 
-    def _readStalledAfter(self, value: object) -> float | None:
+    def _readWebhookURL(self, value: object, path: str) -> str | None:
+        """
+        Read C{notify.webhook_url}: a URL L{webhookURLProblem} accepts.
+        """
+        return self._accepted(self._readString(value, path), path, webhookURLProblem)
+
+    def _readStalledAfter(self, value: object, path: str) -> float | bool | None:
         """
         Read C{notify.stalled_after}: seconds (at least 60), or C{off}
-        (L{None}, as for a problem, which is recorded).
+        (C{False}).
         """
-        if value is False or value == "off":
-            return None
-        seconds = self._readSeconds(value, "notify.stalled_after")
+        if isOff(value):
+            return False
+        seconds = self._readSeconds(value, path)
         if seconds is not None and seconds < 60:
-            self._problem(
-                "notify.stalled_after", f"must be at least 60 seconds (or off), not {value}"
-            )
+            self._problem(path, f"must be at least 60 seconds (or off), not {value}")
             return None
         return seconds
 
-    def _readWebhookToken(self, value: object) -> Secret | None:
+    def _readWebhookToken(self, value: object, path: str) -> Secret | None:
         """
         Read C{notify.token_file}: the receiver's bearer token, the file's
         first line stripped, from a file only its owner may read.
         """
-        path = "notify.token_file"
-        written = self._readString(value, path)
-        if written is None:
-            return None
-        resolved = self._resolve(written)
-        try:
-            token = readPasswordFile(resolved, "webhook token").strip()
-        except PasswordFileError as e:
-            self._problem(path, str(e))
-            return None
-        if not token or any(c in token for c in "\r\n") or not token.isprintable():
-            self._problem(path, f"webhook token file {resolved} holds no printable token")
-            return None
-        return Secret(token)
+        resolved = self._readPath(value, path)
+        token = self._accepted(
+            self._readSecretFile(resolved, path, "webhook token"),
+            path,
+            lambda token: _webhookTokenProblem(token, resolved),
+        )
+        return None if token is None else Secret(token)
+
+
+def _webhookTokenProblem(token: str, resolved: str | None) -> str | None:
+    """
+    Why C{token}, read from C{resolved}, cannot be the webhook's token,
+    or L{None}: it must be printable, on one line.
+    """
+    # A line ending is not printable.
+    if not token or not token.isprintable():
+        return f"webhook token file {resolved} holds no printable token"
+    return None
+
+
+_NOTIFY_TABLE: tuple[Step, ...] = (
+    Key("webhook_url", NotifyReader._readWebhookURL, "webhookURL",
+        missing="missing: the URL notifications are posted to"),
+    Key("token_file", NotifyReader._readWebhookToken, "token"),
+    Key("stalled_after", NotifyReader._readStalledAfter, "stalledAfter",
+        default=_DEFAULT_STALLED_AFTER),
+)  # fmt: skip
+NOTIFY_KEYS = keyNames(_NOTIFY_TABLE)

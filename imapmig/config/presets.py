@@ -133,12 +133,22 @@ def withPreset(
     """
     merged = dict(written)
     for key, default in preset.defaults.items():
-        if key not in known:
-            continue
-        if key not in merged:
-            merged[key] = dict(default) if isinstance(default, Mapping) else default
-        elif isinstance(default, Mapping) and isinstance(merged[key], dict):
-            nested = dict(default)
-            nested.update(merged[key])  # type: ignore[call-overload]
-            merged[key] = nested
+        if key in known:
+            merged[key] = _withDefault(default, merged.get(key, _ABSENT))
     return merged
+
+
+_ABSENT = object()
+
+
+def _withDefault(default: object, written: object) -> object:
+    """
+    A key's value as the file writes it (C{_ABSENT} if it does not), with
+    the preset's C{default}: the default for an absent key, the default
+    updated with the file's for a mapping, else the file's.
+    """
+    if written is _ABSENT:
+        return dict(default) if isinstance(default, Mapping) else default
+    if isinstance(default, Mapping) and isinstance(written, dict):
+        return {**default, **written}
+    return written

@@ -3,7 +3,7 @@
 Where a secret comes from.  Each secret setting KEY (C{password},
 C{token}, C{client_secret}) may be given as C{KEY_file: FILE} (a file only
 its owner may read), as C{KEY_credential: NAME} (a systemd credential,
-L{imapmig.access.credentials}) or, for a password only, inline as C{KEY: TEXT}.
+L{imapmig.access.secrets}) or, for a password only, inline as C{KEY: TEXT}.
 Exactly one of them.  A new secret setting is one call of
 L{SecretsReader._readSecret} (and its keys, L{secretKeys}, among its
 section's); a new way to give one is an entry of L{_FROM}.
@@ -12,11 +12,11 @@ section's); a new way to give one is an entry of L{_FROM}.
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
-from imapmig.config.reader import ConfigReader, _key
-from imapmig.access.credentials import credentialPath, readCredential
-from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
+from imapmig.config.reader import ConfigReader, _key, givenKeys
+from imapmig.access.secrets import Secret, credentialPath, readCredential, readPasswordFile
+from imapmig.errors import PasswordFileError
 
 def _fromFile(reader: SecretsReader, written: str, kind: str) -> tuple[str, str]:
     """
@@ -108,18 +108,9 @@ class SecretsReader(ConfigReader):
             (L{None} when inline), or L{None} after reporting a problem.
         """
         keys = secretKeys(key, inline)
-        given = [k for k in keys if k in mapping]
-        if len(given) > 1:
-            self._problem(
-                path,
-                f"give exactly one of {', '.join(keys)}, not {' and '.join(given)}",
-            )
+        chosen = self._chosenKey(mapping, path, keys, missing)
+        if chosen is None:
             return None
-        if not given:
-            if missing is not None:
-                self._problem(path, missing)
-            return None
-        (chosen,) = given
         written = self._readString(mapping[chosen], _key(path, chosen))
         if written is None:
             return None
@@ -133,6 +124,24 @@ class SecretsReader(ConfigReader):
             return None
         return Secret(secret), filePath
 
+    def _chosenKey(
+        self, mapping: Mapping[str, object], path: str, keys: tuple[str, ...], missing: str | None
+    ) -> str | None:
+        """
+        The one of C{keys} that C{mapping} gives; L{None} after reporting
+        more than one, or none (with C{missing}, if any).
+        """
+        given = givenKeys(mapping, keys)
+        if len(given) > 1:
+            self._problem(
+                path,
+                f"give exactly one of {', '.join(keys)}, not {' and '.join(given)}",
+            )
+            return None
+        if not given and missing is not None:
+            self._problem(path, missing)
+        return given[0] if given else None
+
     def _checkInlineSecrets(self, value: object, path: str = "") -> None:
         """
         Report every inline secret (L{INLINE_SECRET_KEYS}) in the document
@@ -142,18 +151,33 @@ class SecretsReader(ConfigReader):
         mode = self._looseFileMode
         if mode is None:
             return
-        if isinstance(value, list):
-            for index, item in enumerate(value):
-                self._checkInlineSecrets(item, f"{path}[{index}]")
-        elif isinstance(value, dict):
-            for name, item in value.items():
-                where = _key(path, str(name))
-                if name in INLINE_SECRET_KEYS and isinstance(item, str):
-                    self._problem(
-                        where,
-                        f"an inline {name} in a file that group or others may read"
-                        f" (mode {mode & 0o7777:04o}): run chmod 600 {self._path},"
-                        f" or give {name}_file: FILE or {name}_credential: NAME instead",
-                    )
-                else:
-                    self._checkInlineSecrets(item, where)
+        for where, name, item in _children(value, path):
+            if _isInlineSecret(name, item):
+                self._problem(
+                    where,
+                    f"an inline {name} in a file that group or others may read"
+                    f" (mode {mode & 0o7777:04o}): run chmod 600 {self._path},"
+                    f" or give {name}_file: FILE or {name}_credential: NAME instead",
+                )
+            else:
+                self._checkInlineSecrets(item, where)
+
+
+def _isInlineSecret(name: object, value: object) -> bool:
+    """
+    Whether the key C{name} with C{value} is a secret written inline.
+    """
+    return name in INLINE_SECRET_KEYS and isinstance(value, str)
+
+
+def _children(value: object, path: str) -> Iterator[tuple[str, object, object]]:
+    """
+    The items of the list or mapping C{value} at C{path}: each one's path,
+    its key (L{None} in a list) and its value.
+    """
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield f"{path}[{index}]", None, item
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield _key(path, str(name)), name, item

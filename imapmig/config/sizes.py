@@ -35,18 +35,22 @@ def parseSize(value: object) -> tuple[int, str] | tuple[None, str]:
     usage = "a size in octets, e.g. 35651584, 500MB or 35MiB"
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         return None, f"expected {usage}"
-    if isinstance(value, int):
-        number: float = value
-        unit = 1
-    else:
-        match = _SIZE.fullmatch(value)
-        if match is None:
-            return None, f"{value!r} is not {usage}"
-        number = float(match.group(1))
-        unit = _UNITS[match.group(2).upper()] if match.group(2) else 1
-        if unit == 1 and "." in match.group(1):
-            return None, f"{value!r} is not a whole number of octets"
-    size = math.floor(number * unit)
+    size = value if isinstance(value, int) else _textSize(value, usage)
+    if isinstance(size, str):
+        return None, size
     if size < 1:
         return None, f"must be at least 1 octet, not {value!r}"
     return size, ""
+
+
+def _textSize(value: str, usage: str) -> int | str:
+    """
+    The octets of a size written as text, or why it is not one.
+    """
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return f"{value!r} is not {usage}"
+    unit = _UNITS[match.group(2).upper()] if match.group(2) else 1
+    if unit == 1 and "." in match.group(1):
+        return f"{value!r} is not a whole number of octets"
+    return math.floor(float(match.group(1)) * unit)

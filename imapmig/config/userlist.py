@@ -6,7 +6,8 @@ credentials rows may use.
 
 The template is read once, into a prototype job whose settings every
 row's job shares; a row gives only its users, passwords or credential,
-name, and the few overrides of L{_COLUMNS}.  Every row is checked, each
+name, and the few overrides of its columns; the rows are read by
+L{imapmig.config.userrows}.  Every row is checked, each
 problem named C{FILE: row N: COLUMN: ...} (the header is row 1), and
 reported with the YAML's problems.  Each password file (or systemd
 credential, C{*_password_credential}) is read once, however many rows
@@ -15,17 +16,12 @@ name it.
 
 from __future__ import annotations
 
-import csv
-import difflib
 import os
-from typing import Iterator, Mapping
+from typing import Any, Mapping
 
-from attrs import evolve, frozen
-
-from imapmig.config.jobs import _CONNECTIONS, _JOB_KEYS, JobsReader
+from imapmig.config.jobs import _JOB_KEYS, JobsReader
 from imapmig.config.model import (
     AccountConfig,
-    DestinationConfig,
     ImapSourceConfig,
     JobConfig,
     MaildirSourceConfig,
@@ -33,69 +29,24 @@ from imapmig.config.model import (
     ServerConfig,
     SourceConfig,
 )
-from imapmig.config.reader import _NAME, _describe, _key
-from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
+from imapmig.config.reader import _NAME, Check, Key, Step, _describe, _key, givenKeys
+from imapmig.config.secretkeys import secretKeys
 from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
-from imapmig.access.secrets import PasswordFileError, Secret
+from imapmig.config.userrows import (
+    _PLACEHOLDERS,
+    _ROW_PASSWORD_KEYS,
+    _Account,
+    _RowReader,
+    _Template,
+)
+from imapmig.access.secrets import Secret
 
 _TEMPLATE_KEYS = _JOB_KEYS + ("jobs_from",)
-# A row's password comes from a file or a systemd credential, never inline.
-_ROW_PASSWORD_KEYS = secretKeys("password")
 _CREDENTIAL_KEYS = ("user", *_ROW_PASSWORD_KEYS)
 # What gives a template's account its password.
 _GIVES_PASSWORD = {*secretKeys("password", inline=True), "admin"}
-_SIDES = ("source", "destination")
-_OVERRIDES = ("connections", "maildir", "mbox")
-_COLUMNS = (
-    "name",
-    "source_user",
-    "destination_user",
-    *(f"{side}_{key}" for side in _SIDES for key in _ROW_PASSWORD_KEYS),
-    "source_credential",
-    "destination_credential",
-) + _OVERRIDES
-_PLACEHOLDERS = ("source_user", "destination_user")
-# A placeholder's dummy value for the template's check, and what
-# mailbox user names may not be when they become part of a path.
+# A placeholder's dummy value for the template's check.
 _PROBE = "probe"
-_PATH_UNSAFE = ("/", "\0")
-
-
-@frozen
-class _Account:
-    """
-    What a template gives of one side's account.
-
-    @ivar server: the account's server.
-    @ivar user: the template's user, or L{None} when each row gives it.
-    @ivar password: the template's password (the admin's with an
-        C{admin}), or L{None} when each row gives one.
-    @ivar admin: the template's admin login name, if any.
-    """
-
-    server: ServerConfig
-    user: str | None
-    password: Secret | None
-    admin: str | None
-    credentialKey: str | None = None
-
-
-@frozen
-class _Template:
-    """
-    A job template, read and checked once.
-
-    @ivar prototype: the job every row's job is made from.
-    @ivar source: the IMAP source account, or L{None} for a local source.
-    @ivar sourcePattern: a local source's path, absolute, with its
-        placeholders, or L{None} for an IMAP source.
-    @ivar destination: the destination account.
-    """
-
-    prototype: JobConfig
-    source: _Account | None
-    sourcePattern: str | None
-    destination: _Account
 
 
 class UserListReader(JobsReader):
@@ -125,29 +76,41 @@ class UserListReader(JobsReader):
             )
             return
         for name, entry in value.items():
-            path = _key("credentials", str(name))
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
-                self._problem(path, f"invalid credential name {name!r}")
-                continue
-            credentials[name] = None
-            mapping = self._readMapping(entry, path, _CREDENTIAL_KEYS)
-            if mapping is None:
-                continue
-            user = None
-            if "user" not in mapping:
-                self._problem(_key(path, "user"), "missing: the login name")
-            else:
-                user = self._readString(mapping["user"], _key(path, "user"))
-            read = self._readSecret(
-                mapping,
-                path,
-                "password",
-                "password",
-                missing="missing password: give password_file: FILE"
-                " or password_credential: NAME",
-            )
-            if user is not None and read is not None:
-                credentials[name] = (user, read[0])
+            self._readCredential(name, entry, credentials)
+
+    def _readCredential(
+        self, name: object, entry: object, credentials: dict[str, tuple[str, Secret] | None]
+    ) -> None:
+        """
+        Read the credential C{name} into C{credentials}: its user and
+        password (L{_CREDENTIAL_TABLE}), or L{None} when invalid.
+        """
+        path = _key("credentials", str(name))
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            self._problem(path, f"invalid credential name {name!r}")
+            return
+        credentials[name] = None
+        mapping = self._readMapping(entry, path, _CREDENTIAL_KEYS)
+        values = None if mapping is None else self._readKeys(mapping, path, _CREDENTIAL_TABLE)
+        if values is not None:
+            credentials[name] = (values["user"], values["password"])
+
+    def _readCredentialPassword(
+        self, credential: Mapping[str, object], path: str, values: dict[str, Any]
+    ) -> bool:
+        """
+        Read a credential's password: exactly one of its password keys.
+        """
+        read = self._readSecret(
+            credential,
+            path,
+            "password",
+            "password",
+            missing="missing password: give password_file: FILE"
+            " or password_credential: NAME",
+        )
+        values["password"] = None if read is None else read[0]
+        return read is not None
 
     def _readUserList(
         self,
@@ -191,41 +154,54 @@ class UserListReader(JobsReader):
         destinationValue = template.get("destination")
         if isinstance(destinationValue, dict):
             probe["destination"] = _standIns(destinationValue)
-        if isinstance(sourceValue, dict) and "server" not in sourceValue:
-            sourcePattern, source = self._readLocalTemplate(
-                sourceValue, _key(path, "source")
-            )
-            ok = source is not None
-            # A stand-in source when it is invalid: the rest is checked too.
-            prototype = self._readJob(
-                probe,
-                path,
-                servers,
-                defaults,
-                {},
-                keys=_TEMPLATE_KEYS,
-                source=source or MaildirSourceConfig(path=_PROBE),
-            )
-        else:
-            sourcePattern, ok = None, True
-            if isinstance(sourceValue, dict):
-                probe["source"] = _standIns(sourceValue)
-            prototype = self._readJob(
-                probe, path, servers, defaults, {}, keys=_TEMPLATE_KEYS
-            )
-        if prototype is None or not ok:
+        local = isinstance(sourceValue, dict) and "server" not in sourceValue
+        read = self._readLocalPrototype if local else self._readIMAPPrototype
+        sourcePattern, prototype = read(probe, path, servers, defaults)
+        if prototype is None:
             return None
-        imap = None
-        if isinstance(prototype.source, ImapSourceConfig):
-            assert isinstance(sourceValue, dict)
-            imap = _account(prototype.source, sourceValue)
-        assert isinstance(destinationValue, dict)
-        return _Template(
-            prototype=prototype,
-            source=imap,
-            sourcePattern=sourcePattern,
-            destination=_account(prototype.destination, destinationValue),
+        return _template(prototype, sourcePattern, sourceValue, destinationValue)
+
+    def _readLocalPrototype(
+        self,
+        probe: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+    ) -> tuple[str | None, JobConfig | None]:
+        """
+        Read the prototype job of a template with a local source, and the
+        source's path pattern (if it has placeholders).
+        """
+        source = probe["source"]
+        assert isinstance(source, dict)
+        sourcePattern, local = self._readLocalTemplate(source, _key(path, "source"))
+        # A stand-in source when it is invalid: the rest is checked too.
+        prototype = self._readJob(
+            probe,
+            path,
+            servers,
+            defaults,
+            {},
+            keys=_TEMPLATE_KEYS,
+            source=local or MaildirSourceConfig(path=_PROBE),
         )
+        return sourcePattern, None if local is None else prototype
+
+    def _readIMAPPrototype(
+        self,
+        probe: dict[str, object],
+        path: str,
+        servers: Mapping[str, ServerConfig | None] | None,
+        defaults: Mapping[str, int],
+    ) -> tuple[str | None, JobConfig | None]:
+        """
+        Read the prototype job of a template with an IMAP source (or none),
+        with stand-ins for what the rows give.
+        """
+        source = probe.get("source")
+        if isinstance(source, dict):
+            probe["source"] = _standIns(source)
+        return None, self._readJob(probe, path, servers, defaults, {}, keys=_TEMPLATE_KEYS)
 
     def _readLocalTemplate(
         self, value: dict[str, object], path: str
@@ -241,21 +217,38 @@ class UserListReader(JobsReader):
         source = self._readMapping(value, path, _SOURCE_KEYS)
         if source is None:
             return None, None
-        kinds = [kind for kind in ("maildir", "mbox") if kind in source]
-        extra = sorted(set(source) - {"maildir", "mbox", "quoting"})
-        if len(kinds) != 1 or extra or ("quoting" in source and kinds != ["mbox"]):
-            self._problem(
-                path,
-                "a template's source is {server: NAME, ...}, {maildir: DIR}"
-                " or {mbox: PATH, quoting: ...}",
-            )
+        kind = self._localTemplateKind(source, path)
+        if kind is None:
             return None, None
-        (kind,) = kinds
         written = self._readString(source[kind], _key(path, kind))
         if written is None:
             return None, None
         if "{" not in written:
             return None, self._readSource(value, path, None)
+        return self._readSourcePattern(source, path, kind, written)
+
+    def _localTemplateKind(self, source: Mapping[str, object], path: str) -> str | None:
+        """
+        The kind of a template's local source: C{maildir}, or C{mbox} with
+        its C{quoting}, and nothing else.
+        """
+        kinds = givenKeys(source, ("maildir", "mbox"))
+        if not _isLocalTemplate(source, kinds):
+            self._problem(
+                path,
+                "a template's source is {server: NAME, ...}, {maildir: DIR}"
+                " or {mbox: PATH, quoting: ...}",
+            )
+            return None
+        return kinds[0]
+
+    def _readSourcePattern(
+        self, source: Mapping[str, object], path: str, kind: str, written: str
+    ) -> tuple[str | None, SourceConfig | None]:
+        """
+        Read a template's local source path C{written}, which holds
+        placeholders, and its quoting.
+        """
         try:
             written.format(**{p: _PROBE for p in _PLACEHOLDERS})
         except (KeyError, IndexError, ValueError) as e:
@@ -264,19 +257,15 @@ class UserListReader(JobsReader):
                 f"invalid placeholder ({e}): use {{source_user}} or {{destination_user}}",
             )
             return None, None
-        quoting = "mboxrd"
-        if "quoting" in source:
-            chosen = self._readChoice(
-                source["quoting"], _key(path, "quoting"), _QUOTINGS, "mbox quoting"
-            )
-            if chosen is None:
-                return None, None
-            quoting = chosen
+        quoting = self._readChoice(
+            source.get("quoting", "mboxrd"), _key(path, "quoting"), _QUOTINGS, "mbox quoting"
+        )
+        if quoting is None:
+            return None, None
         pattern = os.path.join(self._directory, written)
         if kind == "maildir":
             return pattern, MaildirSourceConfig(path=pattern)
         return pattern, MboxSourceConfig(path=pattern, quoting=quoting)
-
 
 def _standIns(account: dict[str, object]) -> dict[str, object]:
     """
@@ -288,6 +277,36 @@ def _standIns(account: dict[str, object]) -> dict[str, object]:
     if not _GIVES_PASSWORD & set(account):
         probe["password"] = _PROBE
     return probe
+
+
+def _isLocalTemplate(source: Mapping[str, object], kinds: list[str]) -> bool:
+    """
+    Whether a template's C{source}, which gives the local C{kinds}, is a
+    template's local source: one C{maildir} or C{mbox}, C{quoting} with an
+    mbox only, nothing else.
+    """
+    extra = set(source) - {"maildir", "mbox", "quoting"}
+    return len(kinds) == 1 and not extra and ("quoting" not in source or kinds == ["mbox"])
+
+
+def _template(
+    prototype: JobConfig, sourcePattern: str | None, source: object, destination: object
+) -> _Template:
+    """
+    A valid template: its C{prototype} job, and what it gives of its
+    accounts as written (C{source} and C{destination}).
+    """
+    imap = None
+    if isinstance(prototype.source, ImapSourceConfig):
+        assert isinstance(source, dict)
+        imap = _account(prototype.source, source)
+    assert isinstance(destination, dict)
+    return _Template(
+        prototype=prototype,
+        source=imap,
+        sourcePattern=sourcePattern,
+        destination=_account(prototype.destination, destination),
+    )
 
 
 def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
@@ -304,355 +323,8 @@ def _account(read: AccountConfig, written: Mapping[str, object]) -> _Account:
     )
 
 
-class _RowReader(SecretsReader):
-    """
-    Reads one CSV user list; its problems name the CSV file.
-    """
-
-    def __init__(
-        self, path: str, credentials: Mapping[str, tuple[str, Secret] | None]
-    ) -> None:
-        super().__init__(path)
-        self._credentials = credentials
-        # (suffix, value written) -> the password, or None if unusable.
-        self._passwords: dict[tuple[str, str], Secret | None] = {}
-
-    def readAll(self, template: _Template | None, firstUse: dict[str, str]) -> list[JobConfig]:
-        """
-        Read every row, making a job of each valid one when the template
-        is valid (else the rows are still checked against each other).
-        """
-        jobs: list[JobConfig] = []
-        try:
-            with open(self._path, encoding="utf-8-sig", newline="") as f:
-                rows = self._rows(f)
-                header = next(rows, None)
-                if header is None:
-                    self._problem("", "the file is empty: a header row is required")
-                    return jobs
-                columns = self._readHeader(header[1], template)
-                if columns is None:
-                    return jobs
-                count = 0
-                for number, fields in rows:
-                    count += 1
-                    job = self._readRow(number, fields, columns, template, firstUse)
-                    if job is not None:
-                        jobs.append(job)
-                if count == 0:
-                    self._problem("", "no users: the file has a header row but no rows")
-        except UnicodeDecodeError:
-            self._problem("", "not UTF-8 text")
-        except csv.Error as e:
-            self._problem("", f"invalid CSV: {e}")
-        except OSError as e:
-            self._problem("", f"cannot be read: {e.strerror}")
-        return jobs
-
-    def _rows(self, f: Iterator[str]) -> Iterator[tuple[int, list[str]]]:
-        """
-        The rows that are not empty, each with the line it starts on.
-        """
-        reader = csv.reader(f)
-        line = 0
-        for fields in reader:
-            start = line + 1
-            line = reader.line_num
-            if any(field.strip() for field in fields):
-                yield start, [field.strip() for field in fields]
-
-    def _readHeader(
-        self, header: list[str], template: _Template | None
-    ) -> tuple[str, ...] | None:
-        """
-        Read the header: known column names, any case, each once, and those
-        the template needs.
-        """
-        columns = tuple(name.lower() for name in header)
-        ok = True
-        for index, name in enumerate(columns):
-            where = f"row 1: column {index + 1}"
-            if name not in _COLUMNS:
-                ok = False
-                if not name:
-                    self._problem(where, "empty column name")
-                    continue
-                close = difflib.get_close_matches(name, _COLUMNS, n=1)
-                hint = (
-                    f"did you mean {close[0]!r}?"
-                    if close
-                    else f"known columns: {', '.join(_COLUMNS)}"
-                )
-                self._problem(f"row 1: {name}", f"unknown column ({hint})")
-            elif columns.index(name) != index:
-                ok = False
-                self._problem(f"row 1: {name}", "duplicate column")
-        if template is None or not ok:
-            return columns if ok else None
-        for side, account in (
-            ("source", template.source),
-            ("destination", template.destination),
-        ):
-            if account is None:
-                continue
-            if account.user is None and f"{side}_user" not in columns:
-                ok = False
-                self._problem(
-                    f"row 1: {side}_user",
-                    f"missing column: the template's {side} gives no user",
-                )
-            given = {f"{side}_{key}" for key in _ROW_PASSWORD_KEYS}
-            if account.password is None and not {*given, f"{side}_credential"} & set(
-                columns
-            ):
-                ok = False
-                self._problem(
-                    f"row 1: {side}_password_file",
-                    f"missing column: the template's {side} gives no password;"
-                    f" add {side}_password_file, {side}_password_credential"
-                    f" or {side}_credential",
-                )
-        local = template.prototype.source
-        for column, kind in (("maildir", MaildirSourceConfig), ("mbox", MboxSourceConfig)):
-            if column in columns and not isinstance(local, kind):
-                ok = False
-                self._problem(
-                    f"row 1: {column}", f"the template's source is not {column}"
-                )
-        if template.source is None:
-            for column in (
-                *(f"source_{key}" for key in _ROW_PASSWORD_KEYS),
-                "source_credential",
-            ):
-                if column in columns:
-                    ok = False
-                    self._problem(
-                        f"row 1: {column}", "the template's source is not an IMAP server"
-                    )
-        return columns if ok else None
-
-    def _readRow(
-        self,
-        number: int,
-        fields: list[str],
-        columns: tuple[str, ...],
-        template: _Template | None,
-        firstUse: dict[str, str],
-    ) -> JobConfig | None:
-        """
-        Read one row into a job.
-        """
-        if len(fields) != len(columns):
-            self._problem(
-                f"row {number}",
-                f"{len(fields)} fields, but the header has {len(columns)}",
-            )
-            return None
-        row = {column: value for column, value in zip(columns, fields) if value}
-        ok = True
-        destination: DestinationConfig | None = None
-        source: SourceConfig | None = None
-        if template is not None:
-            login = self._readAccount(number, row, "destination", template.destination)
-            if login is not None:
-                destination = DestinationConfig(
-                    template.destination.server, *login[:3], credentialKey=login[3]
-                )
-            if template.source is not None:
-                login = self._readAccount(number, row, "source", template.source)
-                if login is not None:
-                    source = ImapSourceConfig(
-                        template.source.server, *login[:3], credentialKey=login[3]
-                    )
-            else:
-                source = self._readLocal(number, row, template)
-            ok = source is not None and destination is not None
-        name = self._readName(number, row, template, firstUse)
-        connections = None
-        if "connections" in row:
-            connections = self._readConnections(number, row["connections"])
-            ok = ok and connections is not None
-        if not ok or template is None or name is None:
-            return None
-        assert source is not None and destination is not None
-        prototype = template.prototype
-        return evolve(
-            prototype,
-            name=name,
-            source=source,
-            destination=destination,
-            connections=prototype.connections if connections is None else connections,
-        )
-
-    def _readAccount(
-        self, number: int, row: Mapping[str, str], side: str, account: _Account
-    ) -> tuple[str, Secret, str | None, str | None] | None:
-        """
-        Read a row's account on one side: its user, and its password file,
-        systemd credential or named admin credential (or the template's
-        password).
-
-        @return: the user, the password to log in with, the admin's
-            login name (or L{None}), and where the password was read from
-            (the row's column, or the template's key).
-        """
-        user = row.get(f"{side}_user", account.user)
-        if user is None:
-            self._problem(f"row {number}: {side}_user", "missing: the mailbox's user")
-        columns = [f"{side}_{key}" for key in _ROW_PASSWORD_KEYS]
-        given = [column for column in (*columns, f"{side}_credential") if column in row]
-        credential = row.get(f"{side}_credential")
-        password: Secret | None = account.password
-        admin = account.admin
-        key = account.credentialKey
-        if len(given) > 1:
-            self._problem(
-                f"row {number}: {given[-1]}",
-                f"give one of {', '.join(columns)} or {side}_credential,"
-                f" not {' and '.join(given)}",
-            )
-            return None
-        if given and given[0] in columns:
-            column = given[0]
-            suffix = column[len(f"{side}_password"):]
-            password = self._readRowSecret(number, column, suffix, row[column])
-            admin = None
-            key = f"{self._path} row {number}: {column}"
-        elif credential is not None:
-            if credential not in self._credentials:
-                self._problem(
-                    f"row {number}: {side}_credential",
-                    f"no credential named {credential!r}"
-                    f" (credentials: {', '.join(self._credentials) or 'none'})",
-                )
-                return None
-            known = self._credentials[credential]
-            if known is None:
-                # reported with the credential itself.
-                return None
-            admin, password = known
-            key = f"{self._path} row {number}: {side}_credential"
-        elif password is None:
-            self._problem(
-                f"row {number}: {side}_password_file",
-                f"missing: give {side}_password_file, {side}_password_credential"
-                f" or {side}_credential",
-            )
-        if user is None or password is None:
-            return None
-        return user, password, admin, key
-
-    def _readRowSecret(
-        self, number: int, column: str, suffix: str, written: str
-    ) -> Secret | None:
-        """
-        Read a row's password from a file or credential (C{suffix} is a key
-        of L{_FROM}), once however many rows name it.
-        """
-        if (suffix, written) not in self._passwords:
-            try:
-                self._passwords[suffix, written] = Secret(
-                    _FROM[suffix](self, written, "password")[1]
-                )
-            except PasswordFileError as e:
-                self._passwords[suffix, written] = None
-                self._problem(f"row {number}: {column}", str(e))
-                return None
-        password = self._passwords[suffix, written]
-        if password is None:
-            self._problem(f"row {number}: {column}", f"{written} cannot be used")
-        return password
-
-    def _readLocal(
-        self, number: int, row: Mapping[str, str], template: _Template
-    ) -> SourceConfig | None:
-        """
-        Read a row's local source: the template's path with the row's
-        users in its placeholders, or the row's C{maildir} or C{mbox}.
-        """
-        local = template.prototype.source
-        column = "maildir" if isinstance(local, MaildirSourceConfig) else "mbox"
-        if column in row:
-            written = self._resolve(row[column])
-        elif template.sourcePattern is None:
-            return local
-        else:
-            values = {}
-            for placeholder in _PLACEHOLDERS:
-                value = row.get(placeholder, "")
-                if f"{{{placeholder}}}" not in template.sourcePattern:
-                    continue
-                if not value or value in (".", "..") or any(
-                    c in value for c in _PATH_UNSAFE
-                ):
-                    self._problem(
-                        f"row {number}: {placeholder}",
-                        f"{value!r} cannot be part of the source's path",
-                    )
-                    return None
-                values[placeholder] = value
-            written = template.sourcePattern.format(**values)
-            column = "source_user" if "source_user" in values else "destination_user"
-        where = f"row {number}: {column}"
-        if isinstance(local, MboxSourceConfig):
-            if not os.path.exists(written):
-                self._problem(where, f"{written} does not exist")
-                return None
-            return MboxSourceConfig(path=written, quoting=local.quoting)
-        if not os.path.isdir(os.path.join(written, "cur")) or not os.path.isdir(
-            os.path.join(written, "new")
-        ):
-            what = "is not a Maildir" if os.path.isdir(written) else "does not exist"
-            self._problem(where, f"{written} {what}")
-            return None
-        return MaildirSourceConfig(path=written)
-
-    def _readName(
-        self,
-        number: int,
-        row: Mapping[str, str],
-        template: _Template | None,
-        firstUse: dict[str, str],
-    ) -> str | None:
-        """
-        Read a row's job name: its C{name}, else the template's name, a
-        dash and the row's destination (or source) user.
-        """
-        if "name" in row:
-            column, name = "name", row["name"]
-        elif template is None:
-            return None
-        else:
-            column = "destination_user" if "destination_user" in row else "source_user"
-            if column not in row:
-                self._problem(f"row {number}: name", "missing: no user to name the job by")
-                return None
-            name = f"{template.prototype.name}-{row[column]}"
-        if not _NAME.fullmatch(name):
-            self._problem(
-                f"row {number}: {column}",
-                f"invalid job name {name!r}: use letters, digits and . _ @ -"
-                + ("" if column == "name" else "; give the row a name"),
-            )
-            return None
-        if name in firstUse:
-            self._problem(
-                f"row {number}: {column}",
-                f"duplicate job name {name!r} (first used by {firstUse[name]})",
-            )
-            return None
-        firstUse[name] = f"{self._path} row {number}"
-        return name
-
-    def _readConnections(self, number: int, written: str) -> int | None:
-        """
-        Read a row's C{connections}.
-        """
-        try:
-            value = int(written)
-        except ValueError:
-            self._problem(f"row {number}: connections", f"expected an integer, got {written!r}")
-            return None
-        return self._readInteger(
-            value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
-        )
+# A credential of credentials: its user and its password.
+_CREDENTIAL_TABLE: tuple[Step, ...] = (
+    Key("user", UserListReader._readString, missing="missing: the login name"),
+    Check(UserListReader._readCredentialPassword),
+)

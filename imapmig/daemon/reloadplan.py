@@ -24,6 +24,7 @@ it as a few queue operations, so the plan says only what differs:
 from __future__ import annotations
 
 import re
+from typing import Callable, TypeVar
 
 from attrs import evolve, fields, frozen, has
 
@@ -123,7 +124,7 @@ def differences(old: object, new: object, path: str) -> list[tuple[str, object, 
     """
     if old == new:
         return []
-    if type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret):
+    if _isOneField(old, new):
         return [(path, old, new)]
     found: list[tuple[str, object, object]] = []
     for field in fields(type(old)):  # type: ignore[arg-type]
@@ -131,6 +132,14 @@ def differences(old: object, new: object, path: str) -> list[tuple[str, object, 
             getattr(old, field.name), getattr(new, field.name), f"{path}.{_snake(field.name)}"
         )
     return found
+
+
+def _isOneField(old: object, new: object) -> bool:
+    """
+    Whether C{old} and C{new} differ as one field: values of different
+    types, not attrs values, or secrets.
+    """
+    return type(old) is not type(new) or not has(type(old)) or isinstance(old, Secret)
 
 
 # How the paths of JobConfig's fields are written in the file.
@@ -148,14 +157,24 @@ def _jobKey(path: str, job: JobConfig) -> str:
     The key in the file of a field of C{job}: a server's settings are
     named under C{servers}, e.g. C{servers.dove.timeout}.
     """
-    for side in ("source", "destination"):
-        prefix = f"{side}.server."
-        account = getattr(job, side)
-        if path.startswith(prefix) and path != f"{prefix}name":
-            return f"servers.{account.server.name}.{path[len(prefix):]}"
+    serverKey = _serverKey(path, job)
+    if serverKey is not None:
+        return serverKey
     for pattern, replacement in _JOB_KEYS:
         path = pattern.sub(replacement, path)
     return path
+
+
+def _serverKey(path: str, job: JobConfig) -> str | None:
+    """
+    The key under C{servers} of the field at C{path} of C{job}'s source's
+    or destination's server (other than its name), or L{None}.
+    """
+    for side in ("source", "destination"):
+        prefix = f"{side}.server."
+        if path.startswith(prefix) and path != f"{prefix}name":
+            return f"servers.{getattr(job, side).server.name}.{path[len(prefix):]}"
+    return None
 
 
 def _asRun(job: JobConfig) -> JobConfig:
@@ -183,27 +202,50 @@ def _jobChanges(
     with the keys that did; and those that changed only in their servers'
     limits.
     """
-    oldJobs = {job.name: job for job in old.jobs}
     changed: list[JobConfig] = []
     keys: list[tuple[str, ...]] = []
     refreshed: list[JobConfig] = []
-    for job in new.jobs:
-        before = oldJobs.get(job.name)
-        if before is None or before == job:
-            continue
+    for before, job in _differing(old, new):
         paths = differences(_asRun(before), _asRun(job), "")
         if not paths:
             refreshed.append(job)
             continue
         changed.append(job)
-        named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
-        for side in ("source", "destination"):
-            if f"{side}.server" in named:
-                # Another server: its settings are not changes of this job's.
-                other = f"servers.{getattr(job, side).server.name}."
-                named = [key for key in named if not key.startswith(other)]
-        keys.append(tuple(named))
+        keys.append(_changedKeys(paths, job))
     return changed, keys, refreshed
+
+
+def _differing(old: Config, new: Config) -> list[tuple[JobConfig, JobConfig]]:
+    """
+    Each job of C{new} that C{old} has, configured otherwise, with its old
+    configuration, in C{new}'s order.
+    """
+    oldJobs = {job.name: job for job in old.jobs}
+    return [
+        (oldJobs[job.name], job)
+        for job in new.jobs
+        if job.name in oldJobs and oldJobs[job.name] != job
+    ]
+
+
+def _changedKeys(paths: list[tuple[str, object, object]], job: JobConfig) -> tuple[str, ...]:
+    """
+    The keys in the file of the fields of C{job} that changed (L{paths},
+    from L{differences}); a job that names another server has changed its
+    server, not that server's settings.
+    """
+    named = list(dict.fromkeys(_jobKey(path[1:], job) for path, _, _ in paths))
+    for side in ("source", "destination"):
+        if f"{side}.server" in named:
+            named = _notUnder(named, f"servers.{getattr(job, side).server.name}.")
+    return tuple(named)
+
+
+def _notUnder(keys: list[str], prefix: str) -> list[str]:
+    """
+    The keys of C{keys} that are not under C{prefix}.
+    """
+    return [key for key in keys if not key.startswith(prefix)]
 
 
 def _limitChanges(
@@ -214,13 +256,20 @@ def _limitChanges(
     value (L{None}: none, as for a server added or removed).
     """
     found: list[tuple[str, object, object]] = []
-    for name in [*newServers, *(name for name in oldServers if name not in newServers)]:
-        before = oldServers[name].limits if name in oldServers else ServerLimits()
-        after = newServers[name].limits if name in newServers else ServerLimits()
+    for name in dict.fromkeys([*newServers, *oldServers]):
         found += differences(
-            _connectionLimits(before), _connectionLimits(after), f"servers.{name}"
+            _connectionLimits(_limitsOf(oldServers, name)),
+            _connectionLimits(_limitsOf(newServers, name)),
+            f"servers.{name}",
         )
     return found
+
+
+def _limitsOf(servers: dict[str, ServerConfig], name: str) -> ServerLimits:
+    """
+    The limits of the server C{name} of C{servers}: none if it has none.
+    """
+    return servers[name].limits if name in servers else ServerLimits()
 
 
 def _rateChanges(
@@ -233,15 +282,20 @@ def _rateChanges(
     """
     found: list[str] = []
     for name, server in newServers.items():
-        before = oldServers.get(name)
-        if before is not None:
-            found += [
-                key
-                for key, _, _ in differences(
-                    _rates(before.limits), _rates(server.limits), f"servers.{name}"
+        if name in oldServers:
+            found += _keys(
+                differences(
+                    _rates(oldServers[name].limits), _rates(server.limits), f"servers.{name}"
                 )
-            ]
+            )
     return found
+
+
+def _keys(changes: list[tuple[str, object, object]]) -> list[str]:
+    """
+    The keys of C{changes}.
+    """
+    return [key for key, _, _ in changes]
 
 
 def planReload(old: Config, new: Config) -> ReloadPlan:
@@ -252,51 +306,111 @@ def planReload(old: Config, new: Config) -> ReloadPlan:
     """
     oldNames = {job.name for job in old.jobs}
     newNames = {job.name for job in new.jobs}
-    added = tuple(job for job in new.jobs if job.name not in oldNames)
-    removed = tuple(job.name for job in old.jobs if job.name not in newNames)
     changed, changedKeys, refreshed = _jobChanges(old, new)
     oldServers, newServers = _servers(old), _servers(new)
     limitChanges = _limitChanges(oldServers, newServers)
-    limitsChanged = tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in limitChanges))
-    needsRestart: list[str] = []
-    if old.statePath != new.statePath:
-        needsRestart.append("state")
-    oldListen = None if old.status is None else old.status.listen
-    newListen = None if new.status is None else new.status.listen
-    if oldListen != newListen:
-        needsRestart.append("status.listen")
-    oldToken = None if old.status is None else old.status.token
-    newToken = None if new.status is None else new.status.token
-    if oldToken != newToken:
-        needsRestart.append("status.token_file")
-    oldHosts = () if old.status is None else old.status.allowedHosts
-    newHosts = () if new.status is None else new.status.allowedHosts
-    if oldHosts != newHosts:
-        needsRestart.append("status.allowed_hosts")
-    # A status site added or taken away is status.listen's change.
-    if old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries:
-        needsRestart.append("status.max_job_series")
-    # A changed notify: applies (imapmig.daemon.webhook.watchRun); one added or
-    # taken away needs a restart.
-    if (old.notify is None) != (new.notify is None):
-        needsRestart.append("notify")
-    needsRestart += _rateChanges(oldServers, newServers)
     return ReloadPlan(
-        added=added,
-        removed=removed,
+        added=tuple(_notIn(new.jobs, oldNames)),
+        removed=tuple(job.name for job in _notIn(old.jobs, newNames)),
         changed=tuple(changed),
         changedKeys=tuple(changedKeys),
         refreshed=tuple(refreshed),
-        maxJobs=None if old.maxJobs == new.maxJobs else (old.maxJobs, new.maxJobs),
-        limitsChanged=limitsChanged,
+        maxJobs=_pair(old.maxJobs, new.maxJobs),
+        limitsChanged=_serverNames(limitChanges),
         limitChanges=tuple(limitChanges),
         limits=tuple((name, server.limits) for name, server in newServers.items()),
-        stopTimeout=(
-            None if old.stopTimeout == new.stopTimeout else (old.stopTimeout, new.stopTimeout)
-        ),
-        needsRestart=tuple(needsRestart),
+        stopTimeout=_pair(old.stopTimeout, new.stopTimeout),
+        needsRestart=(*_restartChanges(old, new), *_rateChanges(oldServers, newServers)),
         notifyChanges=_notifyChanges(old.notify, new.notify),
     )
+
+
+_T = TypeVar("_T")
+
+
+def _notIn(jobs: tuple[JobConfig, ...], names: set[str]) -> list[JobConfig]:
+    """
+    The jobs of C{jobs} whose names are not among C{names}, in order.
+    """
+    return [job for job in jobs if job.name not in names]
+
+
+def _serverNames(changes: list[tuple[str, object, object]]) -> tuple[str, ...]:
+    """
+    The servers of the keys C{servers.NAME....} of C{changes}, each once.
+    """
+    return tuple(dict.fromkeys(key.split(".")[1] for key, _, _ in changes))
+
+
+def _restartChanges(old: Config, new: Config) -> list[str]:
+    """
+    The settings of L{_RESTART_SETTINGS} that differ.
+    """
+    return [key for key, changes in _RESTART_SETTINGS if changes(old, new)]
+
+
+def _pair(old: _T, new: _T) -> tuple[_T, _T] | None:
+    """
+    C{(old, new)} if they differ, else L{None}.
+    """
+    return None if old == new else (old, new)
+
+
+@frozen
+class _StatusSetting:
+    """
+    A setting of the status site, which a running daemon cannot take on.
+
+    @ivar field: its field of L{StatusConfig}.
+    @ivar absent: its value without a status site.
+    """
+
+    field: str
+    absent: object
+
+    def changes(self, old: Config, new: Config) -> bool:
+        """
+        Whether the setting differs between C{old} and C{new}.
+        """
+        return self._value(old) != self._value(new)
+
+    def _value(self, config: Config) -> object:
+        return self.absent if config.status is None else getattr(config.status, self.field)
+
+
+def _stateChanges(old: Config, new: Config) -> bool:
+    """
+    Whether the state database differs.
+    """
+    return old.statePath != new.statePath
+
+
+def _maxJobSeriesChanges(old: Config, new: Config) -> bool:
+    """
+    Whether C{status.max_job_series} differs (a status site added or taken
+    away is C{status.listen}'s change).
+    """
+    return bool(old.status and new.status and old.status.maxJobSeries != new.status.maxJobSeries)
+
+
+def _notifyAddedOrRemoved(old: Config, new: Config) -> bool:
+    """
+    Whether C{notify} was added or taken away (a changed one applies:
+    L{imapmig.daemon.webhook.watchRun}).
+    """
+    return (old.notify is None) != (new.notify is None)
+
+
+# The settings a running daemon cannot take on: a reload logs them and
+# leaves them as they were (then the servers' rates and budgets).
+_RESTART_SETTINGS: tuple[tuple[str, Callable[[Config, Config], bool]], ...] = (
+    ("state", _stateChanges),
+    ("status.listen", _StatusSetting("listen", None).changes),
+    ("status.token_file", _StatusSetting("token", None).changes),
+    ("status.allowed_hosts", _StatusSetting("allowedHosts", ()).changes),
+    ("status.max_job_series", _maxJobSeriesChanges),
+    ("notify", _notifyAddedOrRemoved),
+)
 
 
 def _notifyChanges(old: NotifyConfig | None, new: NotifyConfig | None) -> tuple[str, ...]:

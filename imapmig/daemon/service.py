@@ -95,8 +95,7 @@ def tlsOptionsFor(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
     # Imported only by a daemon that uses TLS (imapmig.access.cleartext).
     from imapmig.imap.tls import WatchedClientTLS
-    from imapmig.access.tlsidentity import HostnameVerifyingTLS
-    from imapmig.access.trustroots import trustRootFrom
+    from imapmig.access.tlsidentity import HostnameVerifyingTLS, trustRootFrom
 
     return WatchedClientTLS(HostnameVerifyingTLS(server.tlsHostname, trustRootFrom(server.tlsCA)))
 

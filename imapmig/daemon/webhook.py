@@ -45,14 +45,8 @@ from twisted.web.iweb import IAgent, IResponse
 
 import imapmig
 from imapmig.config.model import NotifyConfig
-from imapmig.errors import WebhookRefused, WebhookUnavailable, escapedExcerpt
-from imapmig.oauth.httpclient import (
-    BodyTooLarge,
-    BoundedBody,
-    BytesBody,
-    QuietConnectionPool,
-    shortError,
-)
+from imapmig.errors import BodyTooLarge, WebhookRefused, WebhookUnavailable, escapedExcerpt
+from imapmig.oauth.httpclient import BoundedBody, BytesBody, QuietConnectionPool, shortError
 from imapmig.imap.signals import excerpt
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.status.redact import withoutPaths

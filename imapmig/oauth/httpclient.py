@@ -22,9 +22,9 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IBodyProducer
 from zope.interface import implementer
 
-from imapmig.errors import escapedExcerpt
+from imapmig.errors import BodyTooLarge, escapedExcerpt
 
-__all__ = ["BodyTooLarge", "BoundedBody", "BytesBody", "QuietConnectionPool", "shortError"]
+__all__ = ["BoundedBody", "BytesBody", "QuietConnectionPool", "shortError"]
 
 
 class _QuietHTTP11ClientFactory(_HTTP11ClientFactory):
@@ -76,11 +76,6 @@ class BytesBody:
     def stopProducing(self) -> None:
         pass
 
-
-class BodyTooLarge(Exception):
-    """
-    A response body was longer than the bound it is read with.
-    """
 
 
 class BoundedBody(Protocol):

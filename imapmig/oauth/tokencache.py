@@ -22,8 +22,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import AuthenticationFailed
-from imapmig.access.secrets import PasswordFileError, readPasswordFile
+from imapmig.errors import AuthenticationFailed, PasswordFileError
+from imapmig.access.secrets import readPasswordFile
 from imapmig.oauth.tokenrefresh import IssuedToken
 
 
@@ -128,9 +128,7 @@ class RefreshedTokens:
             or L{AuthenticationFailed} (the refresh token file cannot be
             read).  Cancelling it leaves the refresh running for others.
         """
-        if self._token is not None and (
-            self._renewAt is None or self._clock.seconds() < self._renewAt
-        ):
+        if self._token is not None and self._fresh():
             return succeed(self._token)
         waiter: Deferred[str] = Deferred(self._waiters.remove)
         self._waiters.append(waiter)
@@ -139,6 +137,12 @@ class RefreshedTokens:
             self._refreshing = refreshing
             refreshing.addBoth(self._settle)
         return waiter
+
+    def _fresh(self) -> bool:
+        """
+        Whether the cached token is not yet to be renewed.
+        """
+        return self._renewAt is None or self._clock.seconds() < self._renewAt
 
     def useGrant(self, grant: RefreshGrant) -> None:
         """
@@ -171,32 +175,37 @@ class RefreshedTokens:
     async def _refresh(self) -> str:
         refreshToken = self._refreshToken
         if refreshToken is None:
-            try:
-                refreshToken = readPasswordFile(self._file, "refresh token").strip()
-            except PasswordFileError as e:
-                raise AuthenticationFailed(f"{self._account}: {e}") from None
+            refreshToken = self._readRefreshToken()
         issuedAt = self._clock.seconds()
         issued = await self._grant.refresh(refreshToken)
-        self._refreshToken = refreshToken
-        if issued.refreshToken is not None and issued.refreshToken != refreshToken:
-            self._refreshToken = issued.refreshToken
+        rotated = issued.refreshToken not in (None, refreshToken)
+        self._refreshToken = issued.refreshToken if rotated else refreshToken
+        if rotated:
+            assert issued.refreshToken is not None
             self._storeRotated(issued.refreshToken)
         self._token = issued.accessToken
-        lifetime = issued.expiresIn
-        if lifetime is None:
-            self._renewAt = None
-        else:
-            margin = min(RENEWAL_MARGIN, lifetime * RENEWAL_FRACTION)
-            self._renewAt = issuedAt + lifetime - margin
+        self._renewAt = _renewAt(issuedAt, issued.expiresIn)
         log.info(
             "{account}: access token obtained from {endpoint}"
             " (valid {lifetime} s, refresh token {rotation})",
             account=self._account,
             endpoint=self._grant.endpoint,
-            lifetime="?" if lifetime is None else f"{lifetime:g}",
-            rotation="rotated" if issued.refreshToken not in (None, refreshToken) else "kept",
+            lifetime=_lifetimeText(issued.expiresIn),
+            rotation="rotated" if rotated else "kept",
         )
         return issued.accessToken
+
+    def _readRefreshToken(self) -> str:
+        """
+        The refresh token in the file, read once (then kept, or replaced
+        by a rotated one).
+
+        @raise AuthenticationFailed: the file cannot be read.
+        """
+        try:
+            return readPasswordFile(self._file, "refresh token").strip()
+        except PasswordFileError as e:
+            raise AuthenticationFailed(f"{self._account}: {e}") from None
 
     def _storeRotated(self, refreshToken: str) -> None:
         try:
@@ -211,3 +220,22 @@ class RefreshedTokens:
                 file=self._file,
                 reason=e.strerror or str(e),
             )
+
+
+def _lifetimeText(lifetime: float | None) -> str:
+    """
+    A token's lifetime in seconds, for a log line (C{?} if unknown).
+    """
+    return "?" if lifetime is None else f"{lifetime:g}"
+
+
+def _renewAt(issuedAt: float, lifetime: float | None) -> float | None:
+    """
+    When a token issued at C{issuedAt} for C{lifetime} seconds is to be
+    renewed: a margin before it expires (L{RENEWAL_MARGIN}, or
+    L{RENEWAL_FRACTION} of a short lifetime); L{None} (until refused)
+    without a lifetime.
+    """
+    if lifetime is None:
+        return None
+    return issuedAt + lifetime - min(RENEWAL_MARGIN, lifetime * RENEWAL_FRACTION)

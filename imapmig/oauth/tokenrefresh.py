@@ -31,16 +31,14 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 
 from imapmig.config.model import TokenRefreshConfig
-from imapmig.errors import AuthenticationFailed, TransientError, escapedExcerpt
-from imapmig.oauth.httpclient import (
+from imapmig.errors import (
     BodyTooLarge,
-    BoundedBody,
-    BytesBody,
-    QuietConnectionPool,
-    shortError,
+    TokenEndpointUnavailable,
+    TokenRefreshRefused,
+    escapedExcerpt,
 )
-from imapmig.access.tlsidentity import HostnameVerifyingPolicy
-from imapmig.access.trustroots import trustRootFrom
+from imapmig.oauth.httpclient import BoundedBody, BytesBody, QuietConnectionPool, shortError
+from imapmig.access.tlsidentity import HostnameVerifyingPolicy, trustRootFrom
 
 
 MAX_TOKEN_RESPONSE = 64 * 1024
@@ -53,19 +51,6 @@ _EXCERPT = 80
 _TRANSIENT_STATUSES = frozenset({408, 429})
 
 
-class TokenRefreshRefused(AuthenticationFailed):
-    """
-    The token endpoint refused the refresh (C{invalid_grant}: the refresh
-    token was revoked or expired; C{invalid_client}; ...), or answered in
-    a way that retrying will not change.  Permanent.
-    """
-
-
-class TokenEndpointUnavailable(TransientError):
-    """
-    The token endpoint could not be reached or answered, timed out, or
-    answered with a server error (5xx) or C{429}.  Retried with the job.
-    """
 
 
 @frozen
@@ -232,60 +217,114 @@ class RefreshGrantClient:
         What an answer means (RFC 6749 5.1 and 5.2).
         """
         document = _jsonObject(body)
-        if status == 200:
-            if document is None:
-                # A proxy's or portal's page in place of the endpoint's.
-                raise TokenEndpointUnavailable(
-                    self._problem(
-                        f"HTTP 200 without a JSON object: {escapedExcerpt(body, _EXCERPT)}"
-                    )
-                )
-            return self._issued(document)
+        if status != 200:
+            raise self._refusal(status, document, body)
+        if document is None:
+            # A proxy's or portal's page in place of the endpoint's.
+            raise TokenEndpointUnavailable(
+                self._problem(f"HTTP 200 without a JSON object: {escapedExcerpt(body, _EXCERPT)}")
+            )
+        problem = _tokenProblem(document)
+        if problem is not None:
+            raise TokenRefreshRefused(self._problem(problem))
+        return IssuedToken(
+            document["access_token"],
+            _lifetime(document.get("expires_in")),
+            _rotated(document.get("refresh_token")),
+        )
+
+    def _refusal(
+        self, status: int, document: dict[str, Any] | None, body: bytes
+    ) -> TokenEndpointUnavailable | TokenRefreshRefused:
+        """
+        What an answer other than C{200} means: unavailable for a server
+        error or C{429}, else refused.
+        """
         said = _oauthError(document)
         if status >= 500 or status in _TRANSIENT_STATUSES:
-            raise TokenEndpointUnavailable(
+            return TokenEndpointUnavailable(
                 self._problem(f"HTTP {status}" + (f": {said}" if said else ""))
             )
         if said:
-            raise TokenRefreshRefused(
+            return TokenRefreshRefused(
                 self._problem(f"refused the refresh (HTTP {status}): {said}")
             )
-        raise TokenRefreshRefused(
+        return TokenRefreshRefused(
             self._problem(
                 f"HTTP {status} without an OAuth error: {escapedExcerpt(body, _EXCERPT)}"
             )
         )
 
-    def _issued(self, document: dict[str, Any]) -> IssuedToken:
-        token = document.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise TokenRefreshRefused(self._problem("the answer has no access_token"))
-        if not all("\x21" <= c <= "\x7e" for c in token):
-            raise TokenRefreshRefused(
-                self._problem("the access_token has characters a bearer token cannot carry")
-            )
-        kind = document.get("token_type")
-        if kind is not None and (not isinstance(kind, str) or kind.lower() != "bearer"):
-            raise TokenRefreshRefused(
-                self._problem(
-                    "the token_type is "
-                    + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
-                    + ", not Bearer"
-                )
-            )
-        expiresIn = document.get("expires_in")
-        lifetime: float | None = None
-        if isinstance(expiresIn, str) and expiresIn.isdigit():
-            # Some endpoints (older Azure AD) send it as a string.
-            lifetime = float(expiresIn)
-        elif isinstance(expiresIn, (int, float)) and not isinstance(expiresIn, bool):
-            lifetime = float(expiresIn)
-        if lifetime is not None and not (0 < lifetime < 10**9):
-            lifetime = None
-        rotated = document.get("refresh_token")
-        if not isinstance(rotated, str) or not rotated or "\n" in rotated or "\r" in rotated:
-            rotated = None
-        return IssuedToken(token, lifetime, rotated)
+
+def _tokenProblem(document: dict[str, Any]) -> str | None:
+    """
+    Why a successful answer's token cannot be used, or L{None}: its
+    access token is missing or not a bearer token's characters, or its
+    C{token_type} is not Bearer.
+    """
+    token = document.get("access_token")
+    if not isinstance(token, str) or not token:
+        return "the answer has no access_token"
+    if not _bearerCharacters(token):
+        return "the access_token has characters a bearer token cannot carry"
+    kind = document.get("token_type")
+    if not _isBearer(kind):
+        return (
+            "the token_type is "
+            + escapedExcerpt(str(kind).encode("utf-8"), _EXCERPT)
+            + ", not Bearer"
+        )
+    return None
+
+
+def _bearerCharacters(token: str) -> bool:
+    """
+    Whether C{token} holds only the characters a bearer token may carry
+    (printable ASCII, no space).
+    """
+    return all("\x21" <= c <= "\x7e" for c in token)
+
+
+def _isBearer(kind: object) -> bool:
+    """
+    Whether an answer's C{token_type} is Bearer (or absent, which means
+    Bearer).
+    """
+    return kind is None or (isinstance(kind, str) and kind.lower() == "bearer")
+
+
+def _lifetime(expiresIn: object) -> float | None:
+    """
+    An answer's C{expires_in}: seconds, as a number or (older Azure AD) a
+    string of digits; L{None} if absent or beyond belief.
+    """
+    lifetime = _seconds(expiresIn)
+    if lifetime is not None and 0 < lifetime < 10**9:
+        return lifetime
+    return None
+
+
+def _seconds(value: object) -> float | None:
+    """
+    C{value} as a number of seconds: a number, or a string of digits.
+    """
+    if isinstance(value, str):
+        return float(value) if value.isdigit() else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _rotated(refreshToken: object) -> str | None:
+    """
+    An answer's C{refresh_token}, the refresh token that replaces the one
+    used, or L{None} if absent or unusable (it is written as one line).
+    """
+    if not isinstance(refreshToken, str) or not refreshToken:
+        return None
+    if "\n" in refreshToken or "\r" in refreshToken:
+        return None
+    return refreshToken
 
 
 def _jsonObject(body: bytes) -> dict[str, Any] | None:
@@ -309,11 +348,18 @@ def _oauthError(document: dict[str, Any] | None) -> str:
     code = document.get("error")
     if not isinstance(code, str):
         return ""
-    said = escapedExcerpt(code.encode("utf-8"), 40)
+    return escapedExcerpt(code.encode("utf-8"), 40) + _description(document)
+
+
+def _description(document: dict[str, Any]) -> str:
+    """
+    An error answer's C{error_description}, short, escaped and in
+    parentheses after a space, or C{""}.
+    """
     description = document.get("error_description")
     if isinstance(description, str) and description:
-        said += f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
-    return said
+        return f" ({escapedExcerpt(description.encode('utf-8'), _EXCERPT)})"
+    return ""
 
 
 def _isTLSFailure(e: Exception) -> bool:

@@ -33,9 +33,14 @@ from imapmig.config.model import (
     TokenRefreshConfig,
     TokenSourceConfig,
 )
-from imapmig.errors import AuthenticationFailed, CredentialsRefused, TransientError
+from imapmig.errors import (
+    CredentialsRefused,
+    PasswordFileError,
+    TokenCommandTimedOut,
+    TokenUnavailable,
+)
 from imapmig.log.logfields import withFields
-from imapmig.access.secrets import PasswordFileError, readPasswordFile
+from imapmig.access.secrets import readPasswordFile
 
 if TYPE_CHECKING:
     from imapmig.oauth.tokencache import RefreshedTokens
@@ -54,19 +59,6 @@ log = Logger()
 T = TypeVar("T")
 
 
-class TokenUnavailable(AuthenticationFailed):
-    """
-    No access token could be obtained: the file cannot be used, or the
-    command failed.  Permanent, as a refused login is.
-    """
-
-
-class TokenCommandTimedOut(TransientError):
-    """
-    The token command did not finish within its timeout (it was killed).
-    Transient: such a command usually waits on its identity provider,
-    which may answer on the job's next attempt.
-    """
 
 
 async def obtainToken(
@@ -158,34 +150,56 @@ class _TokenCommandProtocol(ProcessProtocol):
                 pass
 
     def processEnded(self, reason: Failure) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        problem = self._problem
-        if problem is None and not reason.check(ProcessDone):
-            exitCode = getattr(reason.value, "exitCode", None)
-            signal = getattr(reason.value, "signal", None)
-            problem = (
-                f"exited with status {exitCode}"
-                if exitCode is not None
-                else f"was killed by signal {signal}"
-            )
-        token = b""
-        if problem is None:
-            token = bytes(self._stdout).split(b"\n", 1)[0].strip()
-            if not token:
-                problem = "printed no token (its first line of output is empty)"
-        if problem is not None:
-            said = f" (stderr: {_excerpt(bytes(self._stderr))})" if self._stderr else ""
-            kind = TokenCommandTimedOut if self._timedOut else TokenUnavailable
-            self.done.errback(kind(f"token command {self._name!r} {problem}{said}"))
-            return
-        if not token.isascii():
+        self._stopTimer()
+        problem = self._problem or _exitProblem(reason)
+        token = self._firstLine() if problem is None else problem
+        if isinstance(token, str):
+            self._fail(token)
+        elif not token.isascii():
             self.done.errback(
                 TokenUnavailable(f"token command {self._name!r} printed a non-ASCII token")
             )
-            return
-        self.done.callback(token.decode("ascii"))
+        else:
+            self.done.callback(token.decode("ascii"))
+
+    def _stopTimer(self) -> None:
+        """
+        Cancel the timeout, if it is still to come.
+        """
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _firstLine(self) -> bytes | str:
+        """
+        The token: the first line of the command's output, stripped; or
+        the problem that it is empty.
+        """
+        token = bytes(self._stdout).split(b"\n", 1)[0].strip()
+        return token or "printed no token (its first line of output is empty)"
+
+    def _fail(self, problem: str) -> None:
+        """
+        Fail with C{problem} and the start of the command's standard error:
+        L{TokenCommandTimedOut} if it ran past its timeout, else
+        L{TokenUnavailable}.
+        """
+        said = f" (stderr: {_excerpt(bytes(self._stderr))})" if self._stderr else ""
+        kind = TokenCommandTimedOut if self._timedOut else TokenUnavailable
+        self.done.errback(kind(f"token command {self._name!r} {problem}{said}"))
+
+
+def _exitProblem(reason: Failure) -> str | None:
+    """
+    What was wrong with how the command ended, or L{None} if it exited
+    with status 0.
+    """
+    if reason.check(ProcessDone):
+        return None
+    exitCode = getattr(reason.value, "exitCode", None)
+    if exitCode is not None:
+        return f"exited with status {exitCode}"
+    return f"was killed by signal {getattr(reason.value, 'signal', None)}"
 
 
 class AccessTokenSource(Protocol):
