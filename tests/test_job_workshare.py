@@ -13,7 +13,7 @@ from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import WorkUnit
+from imapmig.job.units import WorkUnit
 from imapmig.schedule.throttle import UPLOAD, DailyBudget, DailyLimitReached
 from imapmig.state.memory import MemoryStateStore
 

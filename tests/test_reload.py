@@ -29,7 +29,7 @@ from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
 from imapmig.daemon.reload import (
     ConfigReloader,

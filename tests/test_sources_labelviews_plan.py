@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.commands.cli import _writePlan
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.commands.preview import JobPlan, previewJob
 from imapmig.commands.verify import VerifyReport, verifyJob
 from tests.test_job import JOB

@@ -42,7 +42,7 @@ from imapmig.config.sources import _SOURCE_KEYS
 from imapmig.config.userlist import _COLUMNS, _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.access.secrets import PasswordFileError, Secret, readPasswordFile
 
 __all__ = [

@@ -20,7 +20,7 @@ from imapmig.config.model import (
 )
 from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.config.sources import SourcesReader
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 
 
 @frozen

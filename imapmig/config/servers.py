@@ -18,7 +18,7 @@ from imapmig.config.model import ServerConfig
 from imapmig.config.presets import PRESETS, Preset, presetNames, withPreset
 from imapmig.config.reader import _NAME, _describe, _key
 from imapmig.config.endpointstring import splitEndpoint
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 _T = TypeVar("_T")
 

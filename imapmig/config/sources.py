@@ -20,7 +20,7 @@ from imapmig.config.model import (
     SourceConfig,
 )
 from imapmig.config.reader import _describe, _key
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 
 
 _DEFAULT_FOLDER = "INBOX"

@@ -30,7 +30,7 @@ from attrs import frozen
 from twisted.logger import Logger
 
 from imapmig.config.model import JobConfig
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.daemon.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants

@@ -61,7 +61,7 @@ from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
 from imapmig.job.joblog import describeSource
 from imapmig.log.logfields import AccountName
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.daemon.reload import ConfigReloader, ReloadTarget, loadInThread
 from imapmig.daemon.rootservice import MigrationService

@@ -31,7 +31,8 @@ from imapmig.job.preparation import MessagePreparation
 from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings
 from imapmig.job.workshare import SharedUnits
-from imapmig.mail.plan import FolderRules, WorkUnit, chunks, cutUnits
+from imapmig.mail.folders import FolderRules
+from imapmig.job.units import WorkUnit, chunks, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
 

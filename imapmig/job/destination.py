@@ -22,7 +22,7 @@ from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.foldernames import FolderNameFallback, alreadyExists, withRecordedFallbacks
-from imapmig.mail.plan import (
+from imapmig.mail.folders import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,

@@ -23,7 +23,7 @@ from imapmig.errors import CommandFailed
 from imapmig.imap.session import IMAPSession, MailboxState
 from imapmig.mail.message import SourceMessage
 from imapmig.imap.signals import TEXT_LIMIT
-from imapmig.mail.plan import FolderMapping, PersonalNamespace, mailboxesToCreate
+from imapmig.mail.folders import FolderMapping, PersonalNamespace, mailboxesToCreate
 from imapmig.state import FolderFallback, IStateStore
 
 log = Logger()

@@ -21,7 +21,8 @@ from imapmig.job.attempt import RunStop
 from imapmig.job.destination import FolderToCopy
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
+from imapmig.mail.folders import FolderRules, folderName, isIncluded, renamedPath
+from imapmig.job.units import pendingMessages
 from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import FlagChange, IMAPSource
@@ -300,7 +301,7 @@ class SourceListing:
 def _mailboxName(folder: SourceFolder, rules: FolderRules) -> str:
     """
     The destination mailbox a listed folder goes to, for the progress (as
-    L{imapmig.mail.plan.mapFolders} decides it, less the namespace and the
+    L{imapmig.mail.folders.mapFolders} decides it, less the namespace and the
     special uses); C{"-"} for one not migrated.
     """
     if folder.notMigrated is not None:

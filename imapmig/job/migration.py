@@ -69,7 +69,7 @@ from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
 from imapmig.log.logfields import AccountName
 from imapmig.mail.message import UnreadableMessage
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.job.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
 from imapmig.schedule.throttle import Throttle

@@ -22,7 +22,7 @@ from imapmig.mail.message import (
     formatInternalDate,
 )
 from imapmig.mail.messagenames import namesOfBody
-from imapmig.mail.plan import WorkUnit
+from imapmig.job.units import WorkUnit
 from imapmig.job.presence import PresenceIndex
 from imapmig.state import MessageOutcome, withNames
 

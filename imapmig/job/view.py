@@ -9,7 +9,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from imapmig.imap.session import IMAPSession, ListedMailbox
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 
 @frozen
