@@ -7,7 +7,10 @@ mapped to it once, at the session edge (L{imapmig.imap.session}).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from imapmig.schedule.throttle import DailyBudget
 
 
 class ImapmigError(Exception):
@@ -336,3 +339,74 @@ class ServerBye(ConnectionLost):
     def __init__(self, text: str) -> None:
         self.text = text
         super().__init__(f"the server said BYE: {text}")
+
+
+# -- the job queue, its controls, grants and daily budgets (i29-layers) ------
+# Raised by the queue (imapmig.queue), the admin's controls
+# (imapmig.schedule.controls), the grants (imapmig.schedule.grants) and the
+# daily budgets (imapmig.throttle); here so that job/, which catches them,
+# imports nothing of the scheduler above it.
+
+
+class UnknownJob(ImapmigError):
+    """
+    No job has this name.
+
+    @ivar name: the name asked for.
+    """
+
+    def __init__(self, name: str) -> None:
+        Exception.__init__(self, f"no job named {name!r}")
+        self.name = name
+
+
+class ControlRefused(ImapmigError):
+    """
+    The control does not apply to the job as it is (resume a job that is
+    not paused, retry-failed with nothing failed, cancel a job that has
+    ended).
+
+    @ivar reason: why, in words, for the admin.
+    """
+
+    def __init__(self, reason: str) -> None:
+        Exception.__init__(self, reason)
+        self.reason = reason
+
+
+class LeaseLost(ImapmigError):
+    """
+    A claim's lease expired and another owner took the job over.
+    """
+
+
+class GrantImpossible(PermanentError):
+    """
+    A demand exceeds a pool's limit: it could never be granted (a job
+    whose source and destination are the same account, under a
+    C{per_account.max_connections} of 1).
+    """
+
+
+class ConnectionNotGranted(TransientError):
+    """
+    An extra connection is not granted now (all its pools' units are
+    taken), and the caller asked not to wait.
+    """
+
+
+class DailyLimitReached(QuotaExceeded):
+    """
+    A daily budget of an account is used up: the job pauses until
+    L{resumeAt}, the next UTC midnight.
+
+    @ivar resumeAt: the POSIX time when the budget is renewed.
+    @ivar budget: the budget used up.
+    """
+
+    def __init__(
+        self, message: str, resumeAt: float, budget: DailyBudget | None = None
+    ) -> None:
+        QuotaExceeded.__init__(self, message, "")
+        self.resumeAt = resumeAt
+        self.budget = budget

@@ -15,11 +15,11 @@ from zope.interface.verify import verifyObject
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import JobConfig
-from imapmig.errors import PermanentError
+from imapmig.errors import ControlRefused, PermanentError, UnknownJob
 from imapmig.job import JobSettings
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState
-from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
+from imapmig.schedule.controls import IJobControls
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.schedule.queue import InMemoryJobQueue, QueueCounts, QueueState, Requested
 from imapmig.schedule.scheduler import JobQueueService

@@ -15,13 +15,13 @@ from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.errors import QuotaExceeded
+from imapmig.errors import DailyLimitReached, QuotaExceeded
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.budgets import mailboxFull
 from imapmig.log.logfields import AccountName
 from imapmig.mail.message import SourceFolder
 from imapmig.progress import JobState
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, ThrottleRegistry
+from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (

@@ -8,7 +8,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, LeaseLost, QueueCounts
+from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, QueueCounts
+from imapmig.errors import LeaseLost
 from tests.test_schedule_service import jobConfig
 
 

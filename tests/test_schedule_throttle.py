@@ -13,11 +13,10 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.errors import QuotaExceeded, ServerBusy
+from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
 from imapmig.schedule.throttle import (
     DOWNLOAD,
     UPLOAD,
-    DailyLimitReached,
     Throttle,
     ThrottleRegistry,
     nextMidnight,

@@ -66,13 +66,8 @@ from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.daemon.reload import ConfigReloader, ReloadTarget, loadInThread
 from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
-from imapmig.schedule.grants import (
-    ConnectionGrants,
-    ConnectionNotGranted,
-    IGrant,
-    JobConnections,
-    connectionDemand,
-)
+from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
+from imapmig.errors import ConnectionNotGranted
 from imapmig.schedule.queue import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from imapmig.errors import QuotaExceeded
-from imapmig.schedule.throttle import DailyBudget, DailyLimitReached
+from imapmig.errors import DailyLimitReached, QuotaExceeded
+from imapmig.schedule.throttle import DailyBudget
 
 __all__ = ["NEAR_BUDGET", "UnitBudgets", "mailboxFull"]
 

@@ -38,7 +38,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
-from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, UnknownJob
+from imapmig.schedule.controls import PAUSED_BY_ADMIN
+from imapmig.errors import ControlRefused, UnknownJob
 from imapmig.schedule.queue import IJobQueue, QueueState
 from imapmig.state import Transition
 

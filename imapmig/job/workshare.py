@@ -13,7 +13,7 @@ from typing import Iterable
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.units import WorkUnit, chooseUnit, guidedShare, takeShare
-from imapmig.schedule.throttle import DailyLimitReached
+from imapmig.errors import DailyLimitReached
 
 __all__ = ["SharedUnits"]
 

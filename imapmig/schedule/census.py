@@ -42,7 +42,7 @@ from twisted.python.threadpool import ThreadPool
 from imapmig.config.model import ImapSourceConfig, JobConfig
 from imapmig.imap.session import IMAPSession
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.grants import ConnectionNotGranted
+from imapmig.errors import ConnectionNotGranted
 from imapmig.sources.counting import SourceCount, countIMAPSession
 from imapmig.units import Count
 

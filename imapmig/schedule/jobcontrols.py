@@ -41,10 +41,10 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ImapmigError
+from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
 from imapmig.job.machine import CANCELLED_BY_ADMIN, JobMachines
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
+from imapmig.schedule.controls import IJobControls
 from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 

@@ -81,7 +81,7 @@ from attrs import evolve, frozen
 from zope.interface import Interface, implementer
 
 from imapmig.config.model import JobConfig
-from imapmig.schedule.controls import ControlRefused, UnknownJob
+from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 
 
 class JobOutcome(Enum):
@@ -128,12 +128,6 @@ class Requested(Enum):
     CANCEL = "cancel"
     # Queue it again however this run ends (retry-failed while running).
     RERUN = "rerun"
-
-
-class LeaseLost(Exception):
-    """
-    A claim's lease expired and another owner took the job over.
-    """
 
 
 @frozen

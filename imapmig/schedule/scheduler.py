@@ -20,20 +20,13 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from imapmig.errors import ImapmigError
+from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, UnknownJob
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
 from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
-from imapmig.schedule.grants import (
-    JOB_SLOTS,
-    ConnectionGrants,
-    Grant,
-    GrantImpossible,
-    JobConnections,
-)
-from imapmig.schedule.controls import UnknownJob
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.jobcontrols import JobControls, recordFailure
-from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
+from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.schedule.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import Count

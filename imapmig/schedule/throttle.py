@@ -37,7 +37,7 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from imapmig.config.limits import ServerLimits
-from imapmig.errors import QuotaExceeded, ServerBusy
+from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
 from imapmig.state import IStateStore
 from imapmig.progress.telemetry import Telemetry, ThrottleWaits
 
@@ -45,7 +45,6 @@ __all__ = [
     "DOWNLOAD",
     "UPLOAD",
     "DailyBudget",
-    "DailyLimitReached",
     "Throttle",
     "ThrottleRegistry",
     "TokenBucket",
@@ -87,23 +86,6 @@ def utcTime(seconds: float) -> str:
     C{seconds} as a UTC time for a log line: C{2030-01-02 00:00:00 UTC}.
     """
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-class DailyLimitReached(QuotaExceeded):
-    """
-    A daily budget of an account is used up: the job pauses until
-    L{resumeAt}, the next UTC midnight.
-
-    @ivar resumeAt: the POSIX time when the budget is renewed.
-    @ivar budget: the budget used up.
-    """
-
-    def __init__(
-        self, message: str, resumeAt: float, budget: DailyBudget | None = None
-    ) -> None:
-        QuotaExceeded.__init__(self, message, "")
-        self.resumeAt = resumeAt
-        self.budget = budget
 
 
 class TokenBucket:
