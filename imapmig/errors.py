@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from imapmig.schedule.throttle import DailyBudget
+    from imapmig.throttle import DailyBudget
 
 
 class ImapmigError(Exception):

@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.config import Config, parseConfig
 from imapmig.errors import ControlRefused, PermanentError
 from imapmig.progress import JobState
-from imapmig.schedule.queue import QueueState
+from imapmig.queue import QueueState
 from imapmig.schedule.jobcontrols import JobControls
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.daemon.rootservice import MigrationService

@@ -14,7 +14,7 @@ from imapmig.job.budgets import UnitBudgets
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.units import WorkUnit
-from imapmig.schedule.throttle import UPLOAD, DailyBudget
+from imapmig.throttle import UPLOAD, DailyBudget
 from imapmig.errors import DailyLimitReached
 from imapmig.state.memory import MemoryStateStore
 

@@ -40,7 +40,7 @@ from imapmig.daemon.reload import (
     planReload,
 )
 from imapmig.daemon.reloadapply import ReloadApplied
-from imapmig.schedule.queue import QueueState
+from imapmig.queue import QueueState
 from imapmig.access.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED, JobHold
 from imapmig.daemon.reload import loadInThread

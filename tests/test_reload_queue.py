@@ -18,7 +18,8 @@ from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.progress import MigrationProgress
 from imapmig.errors import GrantImpossible, UnknownJob
 from imapmig.schedule.grants import ConnectionGrants, serverPool
-from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, QueueState
+from imapmig.queue import IJobQueue, JobOutcome, QueueState
+from imapmig.queue.memory import InMemoryJobQueue
 from tests.test_schedule_service import jobConfig
 
 

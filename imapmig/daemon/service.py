@@ -68,9 +68,9 @@ from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
 from imapmig.errors import ConnectionNotGranted
-from imapmig.schedule.queue import InMemoryJobQueue
+from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
+from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
 from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource

@@ -33,7 +33,7 @@ from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
 from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import utcTime
+from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import plural
 

@@ -32,7 +32,7 @@ from imapmig.config.model import (
 from imapmig.imap.signals import excerpt
 from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import utcTime
+from imapmig.throttle import utcTime
 from imapmig.state import MessageOutcome
 from imapmig.units import Count
 

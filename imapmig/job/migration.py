@@ -18,7 +18,7 @@ L{imapmig.job.backoff}) and tries again, and the next attempt's reconciliation f
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
 
-Under throttles (L{imapmig.schedule.throttle}) each unit is reserved in the
+Under throttles (L{imapmig.throttle}) each unit is reserved in the
 accounts' daily budgets before it is journaled (cut to what is left;
 when nothing is, the attempt ends once the connections have drained and
 the job pauses until the next UTC midnight), each chunk is charged what it
@@ -72,7 +72,7 @@ from imapmig.mail.message import UnreadableMessage
 from imapmig.mail.folders import FolderRules
 from imapmig.job.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome, Transition
@@ -157,7 +157,7 @@ class MigrationJob:
         @param retry: how transient failures are retried.
         @param jitter: the backoff's noise, 0 to 1 second.
         @param throttle: the rates and daily upload budget of the
-            destination server and account (L{imapmig.schedule.throttle}),
+            destination server and account (L{imapmig.throttle}),
             or L{None}.
         @param sourceThrottle: the same of an IMAP source's server and
             account (the download budget; the source itself waits for its

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from imapmig.errors import DailyLimitReached, QuotaExceeded
 from imapmig.job.budgets import mailboxFull
-from imapmig.schedule.throttle import Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 

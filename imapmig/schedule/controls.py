@@ -23,12 +23,6 @@ from zope.interface import Interface
 
 from imapmig.progress import JobState
 
-PAUSED_BY_ADMIN = "paused by the admin"
-"""
-What a job paused by an admin shows it waits for.
-"""
-
-
 BULK_ACTIONS = ("pause", "resume", "retry-failed", "cancel")
 """
 The controls that apply to many jobs at once (L{IJobControls.bulk}).

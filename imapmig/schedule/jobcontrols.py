@@ -5,7 +5,7 @@ The admin's controls (L{IJobControls}) over a scheduler's job queue.
 Each control is an input of the job's machine (L{imapmig.job.machine}),
 and nothing else: the machine alone says where the job is (C{stopping}
 meanwhile, then C{paused}, by whom, since when, or C{cancelled}), and
-alone writes the queue's states (L{imapmig.schedule.queue}): a queued job
+alone writes the queue's states (L{imapmig.queue}): a queued job
 is paused or cancelled in the queue; a claimed one is requested so in
 the queue and stopped by its scheduler (L{ControlledScheduler.halt}), and
 its claim, once finished, puts it where the control said.  The controls
@@ -45,7 +45,7 @@ from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
 from imapmig.job.machine import CANCELLED_BY_ADMIN, JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.controls import IJobControls
-from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
+from imapmig.queue import ENDED, IJobQueue, QueueState
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 
 log = Logger()

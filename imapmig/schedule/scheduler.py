@@ -26,8 +26,8 @@ from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.jobcontrols import JobControls, recordFailure
-from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, QueueState, Requested
-from imapmig.schedule.throttle import utcTime
+from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import Count
 

@@ -82,7 +82,7 @@ from imapmig.mail.message import (
     UnreadableMessage,
     toCRLF,
 )
-from imapmig.schedule.throttle import Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.labelviews import (

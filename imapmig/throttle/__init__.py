@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_schedule_throttle -*-
+# -*- test-case-name: tests.test_throttle -*-
 """
 Throttles: token buckets of messages and octets per second, per server and
 per account, and daily byte budgets per account kept in the state store.
@@ -25,6 +25,12 @@ buckets until then (L{Throttle.signalled}), so that the other jobs on that
 server or account wait too.  An C{[OVERQUOTA]} from an account with a
 daily budget on that side means the provider counted more than we did:
 the budget is taken as used up until the next UTC midnight.
+
+A package of its own below C{imapmig.sources} and C{imapmig.job} (it was
+C{imapmig.schedule.throttle}): a job's sides and its source wait on their
+throttles, and the scheduler above them only builds the registry; a
+package rather than a module, as the top of C{imapmig/} keeps only what
+every layer uses.
 """
 
 from __future__ import annotations
