@@ -449,6 +449,22 @@ class JobQueueService(Service):
             halted and state in (QueueState.PAUSED, QueueState.QUEUED)
         ):
             self._incomplete.add(name)
+        self._showHeld(name, state, outcome, halted, machine)
+
+    def _showHeld(
+        self,
+        name: str,
+        state: QueueState,
+        outcome: JobOutcome,
+        halted: bool,
+        machine: JobInputs,
+    ) -> None:
+        """
+        Show where the queue put job C{name} once its claim finished:
+        paused or cancelled by a control, or queued again.
+
+        @param halted: whether a control stopped it.
+        """
         if state is QueueState.PAUSED:
             log.info(
                 "Job {job}: paused by the admin; its connections and job slot are"
