@@ -334,7 +334,8 @@ class JobLog:
             # Its error only says it was stopped.
             return JobState.STOPPED, "stopped", None
         if deferredUntil is not None:
-            return JobState.DEFERRED, f"deferred until {utcTime(deferredUntil)}", progress.waitingFor
+            outcome = f"deferred until {utcTime(deferredUntil)}"
+            return JobState.DEFERRED, outcome, progress.waitingFor
         if progress.error is None and progress.finishedAt is not None:
             return JobState.DONE, "done", None
         error = progress.error or "ended by an internal error (see the traceback logged with it)"

@@ -285,33 +285,41 @@ def mapFolders(
     for folder in folders:
         if not isIncluded(folder.path, rules):
             excluded.append(folder)
-            continue
-        if folder.notMigrated is not None:
-            continue
-        renamed = renamedPath(folder.path, rules)
-        if renamed is not None:
-            mailbox = namespace.mailbox(renamed)
-            mappings.append(FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename"))
-            continue
-        if folder.destination is not None:
-            mailbox = namespace.mailbox(folder.destination)
-            mappings.append(FolderMapping(folder, folder.destination, mailbox, None, "archive"))
-            continue
-        use = folder.specialUse
-        if use is not None and use in destinationUses and use not in claimed:
-            claimed.add(use)
-            mailbox = destinationUses[use]
-            mappings.append(
-                FolderMapping(folder, namespace.path(mailbox), mailbox, None, "special-use")
-            )
-            continue
-        mailbox = namespace.mailbox(folder.path)
-        if use is not None and use in claimed:
-            # Another source folder of this use went to the destination's
-            # mailbox of that use: this one stays a folder of its own.
-            use = None
-        mappings.append(FolderMapping(folder, folder.path, mailbox, use, "name"))
+        elif folder.notMigrated is None:
+            mappings.append(_mapFolder(folder, rules, namespace, destinationUses, claimed))
     return mappings, excluded
+
+
+def _mapFolder(
+    folder: SourceFolder,
+    rules: FolderRules,
+    namespace: PersonalNamespace,
+    destinationUses: dict[str, str],
+    claimed: set[str],
+) -> FolderMapping:
+    """
+    Where one included folder goes (L{mapFolders}).
+
+    @param claimed: the special uses a folder went to the destination's
+        mailbox of already; a use this folder claims is added.
+    """
+    renamed = renamedPath(folder.path, rules)
+    if renamed is not None:
+        mailbox = namespace.mailbox(renamed)
+        return FolderMapping(folder, renamed, mailbox, folder.specialUse, "rename")
+    if folder.destination is not None:
+        mailbox = namespace.mailbox(folder.destination)
+        return FolderMapping(folder, folder.destination, mailbox, None, "archive")
+    use = folder.specialUse
+    if use is not None and use in destinationUses and use not in claimed:
+        claimed.add(use)
+        mailbox = destinationUses[use]
+        return FolderMapping(folder, namespace.path(mailbox), mailbox, None, "special-use")
+    if use in claimed:
+        # Another source folder of this use went to the destination's
+        # mailbox of that use: this one stays a folder of its own.
+        use = None
+    return FolderMapping(folder, folder.path, namespace.mailbox(folder.path), use, "name")
 
 
 def sharedMailboxes(mappings: Sequence[FolderMapping]) -> dict[str, list[FolderMapping]]:
