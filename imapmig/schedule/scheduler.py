@@ -345,7 +345,10 @@ class JobQueueService(Service):
                 maxJobs=self._grants.pools.limit(JOB_SLOTS),
             )
             running = self._runs[name] = job.run()
-            outcome, notBefore = self._runOutcome(name, job, await running)
+            completed = await running
+            outcome, notBefore = _runOutcome(
+                name, job, completed, self._stopping or name in self._halted
+            )
         except CancelledError:
             outcome = JobOutcome.STOPPED
             self._gaveUp(machine)
@@ -391,28 +394,6 @@ class JobQueueService(Service):
         self._slotless += 1
         slot.release()
         return True
-
-    def _runOutcome(
-        self, name: str, job: ScheduledJob, completed: bool
-    ) -> tuple[JobOutcome, float | None]:
-        """
-        How job C{name}'s run ended, for the queue: completed, deferred
-        (until when), stopped, or failed.
-        """
-        if completed:
-            return JobOutcome.COMPLETED, None
-        if job.deferredUntil is not None:
-            # Said by the job's end line too (imapmig.job.joblog).
-            log.debug(
-                "Job {job}: deferred until {until}; its job slot and connections"
-                " go to other jobs meanwhile",
-                job=name,
-                until=utcTime(job.deferredUntil),
-            )
-            return JobOutcome.DEFERRED, job.deferredUntil
-        if self._stopping or name in self._halted:
-            return JobOutcome.STOPPED, None
-        return JobOutcome.FAILED, None
 
     def _gaveUp(self, machine: JobInputs) -> None:
         """
@@ -609,6 +590,30 @@ def withinLimits(job: JobConfig) -> JobConfig:
         configured=job.connections,
     )
     return evolve(job, connections=connections)
+
+
+def _runOutcome(
+    name: str, job: ScheduledJob, completed: bool, stopped: bool
+) -> tuple[JobOutcome, float | None]:
+    """
+    How job C{name}'s run ended, for the queue: completed, deferred
+    (until when), stopped (C{stopped}: by the daemon's stop or a
+    control), or failed.
+    """
+    if completed:
+        return JobOutcome.COMPLETED, None
+    if job.deferredUntil is not None:
+        # Said by the job's end line too (imapmig.job.joblog).
+        log.debug(
+            "Job {job}: deferred until {until}; its job slot and connections"
+            " go to other jobs meanwhile",
+            job=name,
+            until=utcTime(job.deferredUntil),
+        )
+        return JobOutcome.DEFERRED, job.deferredUntil
+    if stopped:
+        return JobOutcome.STOPPED, None
+    return JobOutcome.FAILED, None
 
 
 def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:
