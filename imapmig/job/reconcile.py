@@ -37,7 +37,7 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import JOURNAL_HEAD_OCTETS, journalHead
-from imapmig.imap.session import IMAPSession
+from imapmig.imap.session import ExaminedMailbox, IMAPSession
 from imapmig.state import IStateStore, JournalEntry, JournalMessage, MessageOutcome
 
 log = Logger()
@@ -385,28 +385,11 @@ async def _arrivals(
         reason other than its absence: the journal stays as it is.
     """
     found = _Found(mailbox=mailbox)
-    try:
-        examined = await session.examine(mailbox)
-    except CommandFailed as e:
-        if e.code not in _ABSENT:
-            raise
-        log.warn(
-            "Job {job}: {mailbox!r} is not in the destination ({why}); its messages"
-            " in flight will be sent again",
-            job=jobName,
-            mailbox=mailbox,
-            why=e.text,
-        )
+    examined = await _examined(jobName, session, mailbox)
+    if examined is None:
         return found
     uidValidity = found.uidValidity = examined.uidValidity
-    valid = [p for p in pending if p.entry.uidValidity is None or p.entry.uidValidity == uidValidity]
-    if len(valid) < len(pending):
-        log.warn(
-            "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
-            " it; those messages will be sent again",
-            job=jobName,
-            mailbox=mailbox,
-        )
+    valid = _sameValidity(jobName, mailbox, pending, uidValidity)
     if not valid:
         return found
     floor = max(1, min(p.entry.uidFloor or 1 for p in valid))
@@ -420,6 +403,48 @@ async def _arrivals(
         found.pool.add(candidates)
     found.unmatched = await _claim(found.pool, valid, measure, found.sizes, found)
     return found
+
+
+async def _examined(jobName: str, session: IMAPSession, mailbox: str) -> ExaminedMailbox | None:
+    """
+    EXAMINE C{mailbox}; L{None} (logged) if it is not in the destination,
+    so that nothing of what was sent to it is there either.
+
+    @raise CommandFailed: the server refused to EXAMINE it for another
+        reason.
+    """
+    try:
+        return await session.examine(mailbox)
+    except CommandFailed as e:
+        if e.code not in _ABSENT:
+            raise
+        log.warn(
+            "Job {job}: {mailbox!r} is not in the destination ({why}); its messages"
+            " in flight will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+            why=e.text,
+        )
+        return None
+
+
+def _sameValidity(
+    jobName: str, mailbox: str, pending: Sequence[_Pending], uidValidity: int | None
+) -> list[_Pending]:
+    """
+    Those of C{pending} sent under the mailbox's current C{uidValidity}
+    (or under an unknown one); the others, sent before it changed, are
+    sent again, and that is logged.
+    """
+    valid = [p for p in pending if p.entry.uidValidity in (None, uidValidity)]
+    if len(valid) < len(pending):
+        log.warn(
+            "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
+            " it; those messages will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+        )
+    return valid
 
 
 async def _lookAgain(session: IMAPSession, found: _Found, measure: MeasureSent) -> int:
