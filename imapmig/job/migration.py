@@ -342,26 +342,39 @@ class MigrationJob:
                     self._lifecycle.stopped()
                     return False
                 if error is None:
-                    await self._retries.recordOutcome(None)
-                    if self._progress.messagesFailed:
-                        self._lifecycle.endWithFailures(self._progress.messagesFailed)
-                    else:
-                        self._lifecycle.succeed()
+                    await self._completed()
                     return True
                 progressed = self._recorder.settledCount > before
                 if not await self._retries.afterFailure(error, progressed):
                     self.deferredUntil = self._retries.deferredUntil
                     return False
         finally:
-            if self._stopTimer is not None and self._stopTimer.active():
-                self._stopTimer.cancel()
-            self._stopTimer = None
-            self._log.ended(
-                self._recorder.appended,
-                self._recorder.present,
-                self._stop.requested,
-                self.deferredUntil,
-            )
+            self._runEnded()
+
+    async def _completed(self) -> None:
+        """
+        The run copied everything it could: record that the job completed,
+        and end it done, or done with the failures of its messages.
+        """
+        await self._retries.recordOutcome(None)
+        if self._progress.messagesFailed:
+            self._lifecycle.endWithFailures(self._progress.messagesFailed)
+        else:
+            self._lifecycle.succeed()
+
+    def _runEnded(self) -> None:
+        """
+        However the run ended: no stop timer left, and the run's end line.
+        """
+        if self._stopTimer is not None and self._stopTimer.active():
+            self._stopTimer.cancel()
+        self._stopTimer = None
+        self._log.ended(
+            self._recorder.appended,
+            self._recorder.present,
+            self._stop.requested,
+            self.deferredUntil,
+        )
 
     async def _recordedBefore(self) -> tuple[int | None, int | None]:
         """
