@@ -195,12 +195,12 @@ class RunRetries:
             self._hintEndpoint(error)
         if not isinstance(error, TransientError):
             return await self._failed(reason)
-        if progressed or isinstance(error, DailyLimitReached):
+        if isinstance(error, DailyLimitReached):
             # A day's budget used up is no failure: it is not
             # counted against the attempts.
             self._fruitless = 0
-        if not isinstance(error, DailyLimitReached):
-            self._fruitless += 1
+        else:
+            self._fruitless = 1 if progressed else self._fruitless + 1
         if self._fruitless > self._policy.attempts:
             return await self._failed(
                 f"gave up after {plural(self._policy.attempts, 'attempt')} in a row that"
