@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
+    from imapmig.throttle import DailyBudget
+
 
 class ImapmigError(Exception):
     """
@@ -547,3 +549,74 @@ class TokenCommandTimedOut(TransientError):
     Transient: such a command usually waits on its identity provider,
     which may answer on the job's next attempt.
     """
+
+
+# -- the job queue, its controls, grants and daily budgets (i29-layers) ------
+# Raised by the queue (imapmig.queue), the admin's controls
+# (imapmig.schedule.controls), the grants (imapmig.schedule.grants) and the
+# daily budgets (imapmig.throttle); here so that job/, which catches them,
+# imports nothing of the scheduler above it.
+
+
+class UnknownJob(ImapmigError):
+    """
+    No job has this name.
+
+    @ivar name: the name asked for.
+    """
+
+    def __init__(self, name: str) -> None:
+        Exception.__init__(self, f"no job named {name!r}")
+        self.name = name
+
+
+class ControlRefused(ImapmigError):
+    """
+    The control does not apply to the job as it is (resume a job that is
+    not paused, retry-failed with nothing failed, cancel a job that has
+    ended).
+
+    @ivar reason: why, in words, for the admin.
+    """
+
+    def __init__(self, reason: str) -> None:
+        Exception.__init__(self, reason)
+        self.reason = reason
+
+
+class LeaseLost(ImapmigError):
+    """
+    A claim's lease expired and another owner took the job over.
+    """
+
+
+class GrantImpossible(PermanentError):
+    """
+    A demand exceeds a pool's limit: it could never be granted (a job
+    whose source and destination are the same account, under a
+    C{per_account.max_connections} of 1).
+    """
+
+
+class ConnectionNotGranted(TransientError):
+    """
+    An extra connection is not granted now (all its pools' units are
+    taken), and the caller asked not to wait.
+    """
+
+
+class DailyLimitReached(QuotaExceeded):
+    """
+    A daily budget of an account is used up: the job pauses until
+    L{resumeAt}, the next UTC midnight.
+
+    @ivar resumeAt: the POSIX time when the budget is renewed.
+    @ivar budget: the budget used up.
+    """
+
+    def __init__(
+        self, message: str, resumeAt: float, budget: DailyBudget | None = None
+    ) -> None:
+        QuotaExceeded.__init__(self, message, "")
+        self.resumeAt = resumeAt
+        self.budget = budget

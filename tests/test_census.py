@@ -23,7 +23,8 @@ from imapmig.config.limits import ServerLimits
 from imapmig.imap.session import IMAPSession
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.census import SourceCensus
-from imapmig.schedule.grants import ConnectionGrants, ConnectionNotGranted, connectionDemand
+from imapmig.schedule.grants import ConnectionGrants, connectionDemand
+from imapmig.errors import ConnectionNotGranted
 from imapmig.sources.counting import SourceCount, countListedSource, statusCounts
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource

@@ -16,7 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.errors import AuthenticationFailed, SourceError
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.commands.plan import JobPlan, _writePlan, previewJob
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import FolderFallback, MessageOutcome
@@ -265,7 +265,7 @@ class TextTests(SynchronousTestCase):
         why, migrated and to copy; then the mailboxes to create and the
         totals.
         """
-        from imapmig.mail.plan import PersonalNamespace
+        from imapmig.mail.folders import PersonalNamespace
         from imapmig.commands.plan import FolderPlan
 
         plan = JobPlan(

@@ -38,7 +38,7 @@ from imapmig.config import (
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.access.secrets import Secret, readPasswordFile
 from imapmig.errors import PasswordFileError
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from tests.support import denyAccess
 
 # The example, exactly as written there.

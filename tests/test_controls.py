@@ -1,7 +1,7 @@
 """
 Tests for the admin's controls (L{imapmig.schedule.controls}) as the
 scheduler provides them (L{imapmig.schedule.scheduler.JobQueueService})
-over the job queue (L{imapmig.schedule.queue.InMemoryJobQueue}).
+over the job queue (L{imapmig.queue.memory.InMemoryJobQueue}).
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from zope.interface.verify import verifyObject
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import JobConfig
-from imapmig.errors import PermanentError
+from imapmig.errors import ControlRefused, PermanentError, UnknownJob
 from imapmig.job import JobSettings
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState
-from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
+from imapmig.schedule.controls import IJobControls
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
-from imapmig.schedule.queue import InMemoryJobQueue, QueueCounts, QueueState, Requested
+from imapmig.queue import QueueCounts, QueueState, Requested
+from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.state import MessageOutcome, Transition
 from imapmig.state.memory import MemoryStateStore
@@ -541,7 +542,7 @@ class QueueControlTests(SynchronousTestCase):
         self.assertEqual(q.cancel("j0"), QueueState.CLAIMED)
         renewed = q.renew(claim, 60.0)
         self.assertIs(renewed.requested, Requested.CANCEL)
-        from imapmig.schedule.queue import JobOutcome
+        from imapmig.queue import JobOutcome
 
         q.finish(renewed, JobOutcome.STOPPED)
         self.assertEqual(q.state("j0"), QueueState.CANCELLED)
@@ -553,7 +554,7 @@ class QueueControlTests(SynchronousTestCase):
         resumed, it waits again for its time (a daily budget's renewal is
         not skipped), then is claimed.
         """
-        from imapmig.schedule.queue import JobOutcome
+        from imapmig.queue import JobOutcome
 
         q = self.queue(1)
         claim = q.claim("me", 0.0, 60.0)

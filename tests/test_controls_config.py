@@ -21,7 +21,7 @@ from imapmig.access import cleartext
 from imapmig.config import StatusConfig, parseConfig
 from imapmig.progress import MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants
-from imapmig.schedule.queue import InMemoryJobQueue
+from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.access.secrets import Secret
 from imapmig.state.memory import MemoryStateStore

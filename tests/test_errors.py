@@ -154,3 +154,27 @@ class ExcerptTests(SynchronousTestCase):
         self.assertEqual(escapedExcerpt(b"x" * 80), "x" * 80)
         self.assertEqual(escapedExcerpt(b"abcdef", limit=3), "abc...")
         self.assertEqual(escapedExcerpt(b"\xff" * 10_000), "\\xff" * 80 + "...")
+
+
+class SchedulingErrorTests(SynchronousTestCase):
+    """
+    The errors of the job queue, the admin's controls, the grants and the
+    daily budgets, moved into L{imapmig.errors}, keep the kind every
+    C{except} that catches them expects.
+    """
+
+    def test_kinds(self) -> None:
+        """
+        A used-up daily budget is a L{QuotaExceeded} (the job pauses), an
+        impossible grant permanent, a connection not granted now
+        transient; an unknown job and a refused control say why.
+        """
+        reached = errors.DailyLimitReached("budget used up", 86400.0)
+        self.assertIsInstance(reached, QuotaExceeded)
+        self.assertEqual((reached.resumeAt, reached.budget, reached.text), (86400.0, None, ""))
+        self.assertIsInstance(errors.GrantImpossible("limit 1"), PermanentError)
+        self.assertIsInstance(errors.ConnectionNotGranted("busy"), TransientError)
+        self.assertEqual(str(errors.UnknownJob("nwe")), "no job named 'nwe'")
+        refused = errors.ControlRefused("not paused")
+        self.assertEqual((str(refused), refused.reason), ("not paused", "not paused"))
+        self.assertIsInstance(errors.LeaseLost("taken over"), ImapmigError)

@@ -18,10 +18,9 @@ from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import Config, parseConfig
-from imapmig.errors import PermanentError
+from imapmig.errors import ControlRefused, PermanentError
 from imapmig.progress import JobState
-from imapmig.schedule.controls import ControlRefused
-from imapmig.schedule.queue import QueueState
+from imapmig.queue import QueueState
 from imapmig.schedule.jobcontrols import JobControls
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.daemon.rootservice import MigrationService

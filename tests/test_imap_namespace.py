@@ -23,7 +23,7 @@ from imapmig.imap.namespace import (
     parseNamespaceResponse,
 )
 from imapmig.imap.session import IMAPSession
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from imapmig.testing.fakestore import FakeMailStore
 

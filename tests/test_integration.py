@@ -36,7 +36,7 @@ from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
 from imapmig.imap.pipeline import AppendOutcomes, AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import toCRLF
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from imapmig.progress import JobProgress, JobState
 from imapmig.daemon.service import sessionOpener
 from imapmig.state.sqlite import SQLiteStateStore

@@ -15,7 +15,7 @@ from imapmig.job.foldernames import (
     safeComponent,
     safePath,
 )
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 
 class SafeSpellingTests(SynchronousTestCase):

@@ -1,5 +1,5 @@
 """
-Tests for L{MigrationJob} under throttles (L{imapmig.schedule.throttle}):
+Tests for L{MigrationJob} under throttles (L{imapmig.throttle}):
 rates on the destination, daily upload budgets that pause the job until
 UTC midnight and carry across a restart, and the composition with the
 server's C{[OVERQUOTA]} and C{Suggested Backoff Time}.  The real job,
@@ -15,13 +15,13 @@ from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.errors import QuotaExceeded
+from imapmig.errors import DailyLimitReached, QuotaExceeded
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.budgets import mailboxFull
 from imapmig.log.logfields import AccountName
 from imapmig.mail.message import SourceFolder
 from imapmig.progress import JobState
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, DailyLimitReached, ThrottleRegistry
+from imapmig.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (
@@ -34,7 +34,7 @@ from tests.test_job import (
     body,
     memoryOpener,
 )
-from tests.test_schedule_throttle import MIDNIGHT, NOON, assertAdmittedAfter
+from tests.test_throttle import MIDNIGHT, NOON, assertAdmittedAfter
 from tests.test_sources_imap import Harness as SourceHarness
 from tests.test_sources_imap import ScriptedAccount
 from tests.test_sources_imap import body as sourceBody

@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from imapmig.testing.fakestore import FakeMailStore
 

@@ -13,8 +13,9 @@ from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import WorkUnit
-from imapmig.schedule.throttle import UPLOAD, DailyBudget, DailyLimitReached
+from imapmig.job.units import WorkUnit
+from imapmig.throttle import UPLOAD, DailyBudget
+from imapmig.errors import DailyLimitReached
 from imapmig.state.memory import MemoryStateStore
 
 NOON = 1893499200.0  # 2030-01-01T12:00:00Z

@@ -1,12 +1,15 @@
 """
 Tests of the source tree's own bookkeeping: what its modules say of their
-tests.
+tests, and which way its imports run.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+from functools import cache
 from pathlib import Path
+from typing import Iterator
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -53,3 +56,200 @@ class TestCaseNameTests(SynchronousTestCase):
             if _HEADER.search("\n".join(text.splitlines()[:3])) is None:
                 unnamed.append(str(path.relative_to(ROOT)))
         self.assertEqual(unnamed, [])
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # The leaves every layer uses (imapmig: the package, for its version).
+    ("imapmig", "errors", "units"),
+    ("log", "state", "access", "progress"),
+    # The message and folder rules (over the state store's name limits),
+    # and the reading of secret-bearing configuration files.
+    ("mail", "configfile"),
+    ("config",),
+    # What a job's sides and its machine use: the wire, tokens, the job
+    # queue's interface (a lease is an input of the machine), the rates
+    # and daily budgets.
+    ("imap", "oauth", "queue", "throttle"),
+    ("sources",),
+    ("job",),
+    # The scheduler runs the jobs' machines; the status site reads it.
+    ("schedule",),
+    ("status",),
+    ("daemon", "testing"),
+    ("commands",),
+    # The faces the entry points name (twistd, the console scripts).
+    ("cli", "demo", "loglevels", "tap"),
+)
+"""
+The layers of imapmig, lowest first: a subpackage or top module of
+C{imapmig/} imports at run time only from layers below its own.
+"""
+
+
+def _layer(module: str) -> str | None:
+    """
+    The layer name of an imapmig module: its subpackage, or its top
+    module, or C{"imapmig"} for the package itself; L{None} outside.
+    """
+    parts = module.split(".")
+    if parts[0] != "imapmig":
+        return None
+    if len(parts) == 1:
+        return "imapmig"
+    package = ROOT / "imapmig" / parts[1]
+    if package.is_dir() or package.with_suffix(".py").exists():
+        return parts[1]
+    # A name the package defines (from imapmig import __version__).
+    return "imapmig"
+
+
+def _typeChecking(test: ast.expr) -> bool:
+    """
+    Whether an C{if} tests C{TYPE_CHECKING} (or C{typing.TYPE_CHECKING}).
+    """
+    return any(
+        (isinstance(node, ast.Name) and node.id == "TYPE_CHECKING")
+        or (isinstance(node, ast.Attribute) and node.attr == "TYPE_CHECKING")
+        for node in ast.walk(test)
+    )
+
+
+def _runTimeImports(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """
+    The modules a module's code imports when it runs (anywhere in it,
+    functions included), each with its line: not those under C{if
+    TYPE_CHECKING:}.
+    """
+    checking: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _typeChecking(node.test):
+            checking.update(id(inner) for inner in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in checking:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                yield f"{node.module}.{alias.name}", node.lineno
+
+
+@cache
+def layerImports() -> dict[tuple[str, str], list[str]]:
+    """
+    Every run-time import of one layer of imapmig by another, as
+    C{(importer, imported)}, each with where it is (C{path:line}).
+    """
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted((ROOT / "imapmig").rglob("*.py")):
+        relative = path.relative_to(ROOT).with_suffix("")
+        importer = _layer(".".join(relative.parts).removesuffix(".__init__"))
+        for module, line in _runTimeImports(ast.parse(path.read_text("utf-8"))):
+            imported = _layer(module)
+            where = f"{relative}.py:{line}"
+            if imported is not None and importer is not None and imported != importer:
+                found = edges.setdefault((importer, imported), [])
+                if where not in found:
+                    found.append(where)
+    return edges
+
+
+def _cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
+    """
+    The strongly connected components of more than one layer, each sorted.
+    """
+    graph: dict[str, set[str]] = {}
+    for importer, imported in edges:
+        graph.setdefault(importer, set()).add(imported)
+        graph.setdefault(imported, set())
+    order: list[str] = []
+    seen: set[str] = set()
+    for start in sorted(graph):
+        # Depth first, by an explicit stack: finishing order.
+        stack = [(start, iter(sorted(graph[start])))] if start not in seen else []
+        seen.add(start)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                order.append(node)
+            elif child not in seen:
+                seen.add(child)
+                stack.append((child, iter(sorted(graph[child]))))
+    reverse: dict[str, set[str]] = {node: set() for node in graph}
+    for node, targets in graph.items():
+        for target in targets:
+            reverse[target].add(node)
+    components: list[list[str]] = []
+    assigned: set[str] = set()
+    for node in reversed(order):
+        if node in assigned:
+            continue
+        component, pending = [], [node]
+        assigned.add(node)
+        while pending:
+            current = pending.pop()
+            component.append(current)
+            for source in reverse[current] - assigned:
+                assigned.add(source)
+                pending.append(source)
+        if len(component) > 1:
+            components.append(sorted(component))
+    return sorted(components)
+
+
+class ImportLayerTests(SynchronousTestCase):
+    """
+    Imports run one way, down the declared L{LAYERS}, and never in a
+    circle (C{if TYPE_CHECKING:} imports aside, as they never run).
+    """
+
+    maxDiff = None
+
+    def test_noCycle(self) -> None:
+        """
+        No two layers of imapmig import each other at run time, directly
+        or through others (job/ and schedule/ did).
+        """
+        edges = layerImports()
+        found = [
+            f"{importer} -> {imported} ({', '.join(edges[importer, imported])})"
+            for component in _cycles(edges)
+            for importer in component
+            for imported in component
+            if (importer, imported) in edges
+        ]
+        self.assertEqual(found, [])
+
+    def test_noUpwardImport(self) -> None:
+        """
+        Each layer imports only from layers below its own in L{LAYERS},
+        and every layer of imapmig is declared there.
+        """
+        rank = {name: index for index, layer in enumerate(LAYERS) for name in layer}
+        edges = layerImports()
+        undeclared = sorted({name for edge in edges for name in edge} - set(rank))
+        self.assertEqual(undeclared, [])
+        upward = [
+            f"{importer} -> {imported} ({', '.join(where)})"
+            for (importer, imported), where in sorted(edges.items())
+            if rank[imported] >= rank[importer]
+        ]
+        self.assertEqual(upward, [])
+
+    def test_declaredLayersExist(self) -> None:
+        """
+        Every layer L{LAYERS} names is a subpackage or top module of
+        imapmig, so the order cannot go stale.
+        """
+        stale = [
+            name
+            for layer in LAYERS
+            for name in layer
+            if name != "imapmig"
+            and not (ROOT / "imapmig" / name).is_dir()
+            and not (ROOT / "imapmig" / f"{name}.py").exists()
+        ]
+        self.assertEqual(stale, [])

@@ -20,7 +20,7 @@ import imapmig
 from imapmig.config.limits import ServerLimits
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
-from imapmig.schedule.throttle import UPLOAD
+from imapmig.throttle import UPLOAD
 from imapmig.status.metrics import (
     MAX_JOB_SERIES,
     SERIES_PER_JOB,

@@ -20,7 +20,7 @@ from imapmig.progress import (
     ProgressSampler,
     RateWindow,
 )
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from tests.test_job import JOB, PASSWORD, JobHarness, body, memoryOpener
 
 JOB_KEYS = {

@@ -29,7 +29,7 @@ from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
 from imapmig.daemon.reload import (
     ConfigReloader,
@@ -40,7 +40,7 @@ from imapmig.daemon.reload import (
     planReload,
 )
 from imapmig.daemon.reloadapply import ReloadApplied
-from imapmig.schedule.queue import QueueState
+from imapmig.queue import QueueState
 from imapmig.access.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED, JobHold
 from imapmig.daemon.reload import loadInThread

@@ -16,9 +16,10 @@ from zope.interface.verify import verifyObject
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.progress import MigrationProgress
-from imapmig.schedule.controls import UnknownJob
-from imapmig.schedule.grants import ConnectionGrants, GrantImpossible, serverPool
-from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, QueueState
+from imapmig.errors import GrantImpossible, UnknownJob
+from imapmig.schedule.grants import ConnectionGrants, serverPool
+from imapmig.queue import IJobQueue, JobOutcome, QueueState
+from imapmig.queue.memory import InMemoryJobQueue
 from tests.test_schedule_service import jobConfig
 
 

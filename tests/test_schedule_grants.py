@@ -11,9 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.schedule.grants import (
     ConnectionGrants,
-    ConnectionNotGranted,
     Grant,
-    GrantImpossible,
     GrantPools,
     IGrant,
     JobConnections,
@@ -22,6 +20,7 @@ from imapmig.schedule.grants import (
     connectionDemand,
     serverPool,
 )
+from imapmig.errors import ConnectionNotGranted, GrantImpossible
 
 
 def limited(server: int | None, account: int | None, maxJobs: int = 8) -> ConnectionGrants:

@@ -29,7 +29,8 @@ from imapmig.job import JobInputs, JobSettings, MigrationJob
 from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
-from imapmig.schedule.queue import InMemoryJobQueue, JobClaim, JobOutcome
+from imapmig.queue import JobClaim, JobOutcome
+from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.config import parseConfig
 from imapmig.schedule.scheduler import JobQueueService, essentialConnections
 from imapmig.daemon.rootservice import MigrationService

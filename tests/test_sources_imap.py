@@ -37,7 +37,7 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.session import IMAPSession
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from imapmig.mail.message import (
     MessageBody,
     SourceFolder,

@@ -10,10 +10,10 @@ from twisted.internet.task import Clock
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.errors import ServerBusy
-from imapmig.schedule.throttle import DOWNLOAD, ThrottleRegistry
+from imapmig.throttle import DOWNLOAD, ThrottleRegistry
 from imapmig.sources.imap import IMAPSource
 from imapmig.state.memory import MemoryStateStore
-from tests.test_schedule_throttle import assertAdmittedAfter
+from tests.test_throttle import assertAdmittedAfter
 from tests.test_sources_imap import SourceTestCase, body
 
 

@@ -19,7 +19,7 @@ from imapmig.imap.fetch import FetchedItem, Value, parseInternalDate
 from imapmig.imap.session import IMAPSession, openSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import FolderRules, isIncluded
+from imapmig.mail.folders import FolderRules, isIncluded
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.labelviews import (
     LabelViewFilter,

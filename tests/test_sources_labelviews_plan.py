@@ -16,7 +16,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.commands.plan import JobPlan, _writePlan, previewJob
 from imapmig.commands.verify import VerifyReport, verifyJob
 from tests.test_job import JOB

@@ -35,7 +35,7 @@ import imapmig
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import parseConfig
 from imapmig.errors import PermanentError
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import FolderProgress, JobProgress, JobState, MigrationProgress
 from imapmig.job.machine import JobMachine
 from imapmig.state import MessageOutcome, Transition

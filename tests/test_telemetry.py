@@ -17,7 +17,7 @@ from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.pipeline import AppendPipeline, LiteralMode, PipelineSettings
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
+from imapmig.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.state.memory import MemoryStateStore
 from imapmig.progress.telemetry import (
     LATENCY_BUCKETS,

@@ -24,7 +24,7 @@ from twisted.trial.unittest import TestCase
 
 from imapmig.config import Config, loadConfig
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import UPLOAD
+from imapmig.throttle import UPLOAD
 from imapmig.daemon.rootservice import MigrationService
 from imapmig.daemon.service import buildService
 from imapmig.state.sqlite import SQLiteStateStore

@@ -25,15 +25,15 @@ from imapmig.imap.session import IMAPSession
 from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import (
+from imapmig.mail.folders import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,
     folderName,
     mailboxesToCreate,
     mapFolders,
-    pendingMessages,
 )
+from imapmig.job.units import pendingMessages
 from imapmig.sources import IMessageSource
 from imapmig.state import IStateStore
 from imapmig.units import octets, plural

@@ -40,7 +40,8 @@ from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
 from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView
-from imapmig.mail.plan import FolderMapping, FolderRules, chunks, mapFolders
+from imapmig.mail.folders import FolderMapping, FolderRules, mapFolders
+from imapmig.job.units import chunks
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource

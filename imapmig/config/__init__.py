@@ -46,7 +46,7 @@ from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListRe
 from imapmig.config.userrows import _COLUMNS
 from imapmig.configfile import readConfigFile
 from imapmig.errors import ConfigError
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.access.secrets import Secret
 
 __all__ = [

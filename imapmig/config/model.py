@@ -9,7 +9,7 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from imapmig.config.limits import ServerLimits
-from imapmig.mail.plan import FolderRules, PersonalNamespace
+from imapmig.mail.folders import FolderRules, PersonalNamespace
 from imapmig.access.secrets import Secret
 
 @frozen

@@ -19,7 +19,7 @@ from imapmig.config.endpoints import (
     _serverEndpointProblem,
     isLoopbackHost,
 )
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 _DEFAULT_TIMEOUT = 120.0
 

@@ -29,7 +29,7 @@ from imapmig.config.reader import (
     givenKeys,
     notThese,
 )
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 
 
 _DEFAULT_FOLDER = "INBOX"

@@ -30,11 +30,11 @@ from attrs import frozen
 from twisted.logger import Logger
 
 from imapmig.config.model import JobConfig
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.daemon.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
-from imapmig.schedule.queue import IJobQueue, QueueState
+from imapmig.queue import IJobQueue, QueueState
 from imapmig.state import JobHold
 
 __all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]

@@ -61,21 +61,16 @@ from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
 from imapmig.job.joblog import describeSource
 from imapmig.log.logfields import AccountName
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.daemon.reload import ConfigReloader, ReloadTarget, loadInThread
 from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
-from imapmig.schedule.grants import (
-    ConnectionGrants,
-    ConnectionNotGranted,
-    IGrant,
-    JobConnections,
-    connectionDemand,
-)
-from imapmig.schedule.queue import InMemoryJobQueue
+from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
+from imapmig.errors import ConnectionNotGranted
+from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
-from imapmig.schedule.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
+from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
 from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource

@@ -18,7 +18,7 @@ from attrs import frozen
 
 from imapmig.errors import ProtocolError
 from imapmig.imap.fetch import FetchParseError, Value, parseResponse
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 MAX_NAMESPACES = 100
 """

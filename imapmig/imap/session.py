@@ -76,7 +76,7 @@ from imapmig.imap.pipeline import (
 )
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.log.logfields import withFields
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 from imapmig.progress.telemetry import ServerTelemetry
 
 T = TypeVar("T")

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from imapmig.errors import (
     CommandFailed,
     ConnectFailed,
+    DailyLimitReached,
     ImapmigError,
     QuotaExceeded,
     ServerBusy,
@@ -32,7 +33,7 @@ from imapmig.job.retry import RetryPolicy
 from imapmig.job.sides import JobSides
 from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import DailyLimitReached, utcTime
+from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import plural
 
@@ -194,12 +195,12 @@ class RunRetries:
             self._hintEndpoint(error)
         if not isinstance(error, TransientError):
             return await self._failed(reason)
-        if progressed or isinstance(error, DailyLimitReached):
+        if isinstance(error, DailyLimitReached):
             # A day's budget used up is no failure: it is not
             # counted against the attempts.
             self._fruitless = 0
-        if not isinstance(error, DailyLimitReached):
-            self._fruitless += 1
+        else:
+            self._fruitless = 1 if progressed else self._fruitless + 1
         if self._fruitless > self._policy.attempts:
             return await self._failed(
                 f"gave up after {plural(self._policy.attempts, 'attempt')} in a row that"

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_job_throttle -*-
 """
 What one connection of a job holds of its accounts' daily budgets
-(L{imapmig.schedule.throttle.DailyBudget}) while it sends a unit of work.
+(L{imapmig.throttle.DailyBudget}) while it sends a unit of work.
 
 A unit's octets (by listed size) are reserved in memory when the unit is
 taken, before its journal entry is written: every other connection and job
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from imapmig.errors import QuotaExceeded
-from imapmig.schedule.throttle import DailyBudget, DailyLimitReached
+from imapmig.errors import DailyLimitReached, QuotaExceeded
+from imapmig.throttle import DailyBudget
 
 __all__ = ["NEAR_BUDGET", "UnitBudgets", "mailboxFull"]
 

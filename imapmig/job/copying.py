@@ -31,7 +31,8 @@ from imapmig.job.preparation import MessagePreparation
 from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings
 from imapmig.job.workshare import SharedUnits
-from imapmig.mail.plan import FolderRules, WorkUnit, chunks, cutUnits
+from imapmig.mail.folders import FolderRules
+from imapmig.job.units import WorkUnit, chunks, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
 
@@ -133,19 +134,7 @@ class ListedCopy:
             attempt ended once every connection had drained.
         """
         openings = self._openExtras(attempt, listings)
-        try:
-            prepared = await DestinationPreparation(
-                self._job,
-                first,
-                self._rules,
-                self._identity,
-                self._store,
-                self._settings.folderNameFallback,
-            ).prepare(listings)
-        except BaseException:
-            for opening in openings:
-                opening.addErrback(lambda failure: None)
-            raise
+        prepared = await self._prepare(first, listings, openings)
         self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
         if self._stop.requested:
             return
@@ -160,7 +149,48 @@ class ListedCopy:
         if not units:
             await self._logOut(attempt, first, openings)
             return
-        targets = prepared.targets
+        await self._work(attempt, first, openings, prepared.targets, floors)
+        if units.limitReached is not None and not self._stop.requested:
+            raise units.limitReached
+
+    async def _prepare(
+        self,
+        first: IMAPSession,
+        listings: list[FolderToCopy],
+        openings: Sequence[Deferred[IMAPSession | None]],
+    ) -> PreparedDestination:
+        """
+        Prepare the destination over C{first}; if that fails, the extra
+        connections being opened are given up with the attempt, their
+        failures not left unhandled.
+        """
+        try:
+            return await DestinationPreparation(
+                self._job,
+                first,
+                self._rules,
+                self._identity,
+                self._store,
+                self._settings.folderNameFallback,
+            ).prepare(listings)
+        except BaseException:
+            for opening in openings:
+                opening.addErrback(lambda failure: None)
+            raise
+
+    async def _work(
+        self,
+        attempt: AttemptConnections,
+        first: IMAPSession,
+        openings: Sequence[Deferred[IMAPSession | None]],
+        targets: dict[str, TargetMailbox],
+        floors: dict[str, int],
+    ) -> None:
+        """
+        Copy the units over C{first} and each extra connection once open,
+        until every one of them has drained; the first failure of any is
+        raised.
+        """
         workers = [Deferred.fromCoroutine(self._loop.run(attempt, first, targets, floors))]
         workers.extend(
             Deferred.fromCoroutine(self._workOn(attempt, opening, targets, floors))
@@ -171,8 +201,6 @@ class ListedCopy:
         if errors:
             failure: Failure = errors[0]  # type: ignore[assignment]
             failure.raiseException()
-        if units.limitReached is not None and not self._stop.requested:
-            raise units.limitReached
 
     def _openExtras(
         self, attempt: AttemptConnections, listings: Sequence[FolderToCopy]

@@ -18,11 +18,11 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import decideFlags
-from imapmig.imap.session import IMAPSession
+from imapmig.imap.session import IMAPSession, MailboxState
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.foldernames import FolderNameFallback, alreadyExists, withRecordedFallbacks
-from imapmig.mail.plan import (
+from imapmig.mail.folders import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,
@@ -88,6 +88,35 @@ class PreparedDestination:
     plans: list[tuple[FolderMapping, list[SourceMessage]]]
     uncreatable: dict[str, str]
     targets: dict[str, TargetMailbox] = field(default_factory=dict)
+
+
+def _targetNames(plans: Sequence[tuple[FolderMapping, Sequence[SourceMessage]]]) -> list[str]:
+    """
+    The mailboxes messages go to: those of the plans with anything to
+    copy, in order.
+    """
+    return sorted({mapping.mailbox for mapping, pending in plans if pending})
+
+
+def _creations(
+    view: DestinationView, mappings: Sequence[FolderMapping]
+) -> tuple[list[str], dict[str, str], set[str]]:
+    """
+    What C{mappings} need created in the destination C{view} shows:
+    the mailboxes missing (parents first), the special uses of those that
+    have one, and the mailboxes whose source folder is subscribed.
+    """
+    # A mailbox the destination has needs no parent created (a
+    # special-use mailbox outside the namespace prefix, say).
+    missing = mailboxesToCreate(
+        [m.path for m in mappings if m.mailbox not in view.existing],
+        view.existing,
+        view.namespace,
+    )
+    creating = set(missing)
+    uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
+    toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
+    return missing, {name: uses[name] for name in uses if name in creating}, toSubscribe
 
 
 async def bothOf(first: Deferred[_T], second: Deferred[_U]) -> tuple[_T, _U]:
@@ -157,24 +186,74 @@ class DestinationPreparation:
         if self._nameFallback:
             self._recorded = await fallback.recorded()
         sourceFolders = [listing.folder for listing in listings]
+        view, mappings = await self._claimUses(view, sourceFolders)
+        plans, accounted = await self._planFolders(mappings, listings)
+
+        # The destination folders: created where missing (with their use
+        # where the server can), subscribed as in the source; and what each
+        # target mailbox can store and already holds (SELECT).  All these
+        # commands go in one flight: one round trip in all.
+        names = _targetNames(plans)
+        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
+        selecting = Deferred.fromCoroutine(session.selectEach(names))
+        (uncreatable, present), states = await bothOf(creating, selecting)
+        if uncreatable and self._nameFallback:
+            # What this flight created counts as existing: a fallback that
+            # names one of them (Bad*Name to a Bad_Name the source
+            # has too) goes there, as it will on every later run.
+            plans, uncreatable, states = await fallback.fallBackPlans(
+                plans, uncreatable, states, view.existing | present
+            )
+            names = _targetNames(plans)
+        # Logged once the fallbacks are known: two refused names may fall
+        # back to one safe spelling.
+        self._logShared([mapping for mapping, _ in plans])
+        prepared = PreparedDestination(plans, uncreatable)
+        for mailbox in names:
+            if mailbox not in uncreatable:
+                target = prepared.targets[mailbox] = self._selected(mailbox, states[mailbox])
+                if mailbox in view.existing:
+                    target.presence = await self._present(
+                        mailbox, states[mailbox], accounted.get(mailbox, [])
+                    )
+        return prepared
+
+    async def _claimUses(
+        self, view: DestinationView, sourceFolders: Sequence[SourceFolder]
+    ) -> tuple[DestinationView, list[FolderMapping]]:
+        """
+        Map C{sourceFolders}; a folder with a use the destination lacks
+        has its mailbox created first, alone: the server may give it the
+        use (by its configuration, or CREATE-SPECIAL-USE), and then every
+        folder of that use goes there, as it will on every later run and
+        for verify.
+
+        @return: the destination as then listed, and the mappings onto it.
+        """
         mappings = self._map(sourceFolders, view)
-        # A folder with a use the destination lacks: its mailbox is created
-        # first, alone; the server may give it the use (by its
-        # configuration, or CREATE-SPECIAL-USE), and then every folder of
-        # that use goes there, as it will on every later run and for verify.
         claiming: dict[str, FolderMapping] = {}
         for mapping in mappings:
-            use = mapping.specialUse
-            if use is not None and mapping.mailbox not in view.existing:
-                claiming.setdefault(use, mapping)
-        if claiming:
-            # The LIST goes right behind the CREATEs: one round trip.
-            claimed = Deferred.fromCoroutine(
-                self._createMailboxes(view, list(claiming.values()))
-            )
-            listed = Deferred.fromCoroutine(DestinationView.read(session, view.namespace))
-            _, view = await bothOf(claimed, listed)
-            mappings = self._map(sourceFolders, view)
+            if mapping.specialUse is not None and mapping.mailbox not in view.existing:
+                claiming.setdefault(mapping.specialUse, mapping)
+        if not claiming:
+            return view, mappings
+        # The LIST goes right behind the CREATEs: one round trip.
+        claimed = Deferred.fromCoroutine(self._createMailboxes(view, list(claiming.values())))
+        listed = Deferred.fromCoroutine(DestinationView.read(self._session, view.namespace))
+        _, view = await bothOf(claimed, listed)
+        return view, self._map(sourceFolders, view)
+
+    async def _planFolders(
+        self, mappings: Sequence[FolderMapping], listings: Sequence[FolderToCopy]
+    ) -> tuple[list[tuple[FolderMapping, list[SourceMessage]]], dict[str, list[MessageOutcome]]]:
+        """
+        Pair each listed folder's mapping with what is left to copy of it
+        (logging where a folder goes other than by its name), and apply a
+        delta pass's flag changes.
+
+        @return: the plans, and the records accounting for listed
+            messages, by mailbox.
+        """
         plans: list[tuple[FolderMapping, list[SourceMessage]]] = []
         accounted: dict[str, list[MessageOutcome]] = {}
         for mapping, listing in zip(mappings, listings):
@@ -192,64 +271,52 @@ class DestinationPreparation:
                 await self._applyFlagChanges(
                     mapping.mailbox, listing.flagChanges, listing.recorded
                 )
+        return plans, accounted
 
-        # The destination folders: created where missing (with their use
-        # where the server can), subscribed as in the source; and what each
-        # target mailbox can store and already holds (SELECT).  All these
-        # commands go in one flight: one round trip in all.
-        names = sorted({m.mailbox for m, pending in plans if pending})
-        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
-        selecting = Deferred.fromCoroutine(session.selectEach(names))
-        (uncreatable, present), states = await bothOf(creating, selecting)
-        if uncreatable and self._nameFallback:
-            # What this flight created counts as existing: a fallback that
-            # names one of them (Bad*Name to a Bad_Name the source
-            # has too) goes there, as it will on every later run.
-            plans, uncreatable, states = await fallback.fallBackPlans(
-                plans, uncreatable, states, view.existing | present
+    def _selected(self, mailbox: str, state: MailboxState | CommandFailed) -> TargetMailbox:
+        """
+        A target mailbox as its SELECT showed it; one that could not be
+        selected is logged, and known by nothing.
+        """
+        if isinstance(state, CommandFailed):
+            log.warn(
+                "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
+                job=self._job,
+                mailbox=mailbox,
+                why=state.text,
             )
-            names = sorted({m.mailbox for m, pending in plans if pending})
-        # Logged once the fallbacks are known: two refused names may fall
-        # back to one safe spelling.
-        self._logShared([mapping for mapping, _ in plans])
-        prepared = PreparedDestination(plans, uncreatable)
-        for mailbox in names:
-            if mailbox in uncreatable:
-                continue
-            target = prepared.targets[mailbox] = TargetMailbox()
-            state = states[mailbox]
-            if isinstance(state, CommandFailed):
-                log.warn(
-                    "Job {job}: cannot SELECT {mailbox!r} ({why}); its keywords go unchecked",
-                    job=self._job,
-                    mailbox=mailbox,
-                    why=state.text,
-                )
-            else:
-                target.permanentFlags = state.permanentFlags
-                target.uidValidity = state.uidValidity
-                target.uidFloor = state.uidNext
-            if self._identity == OFF or mailbox not in view.existing:
-                continue
-            placed = [
-                (r.uidValidity, r.uid) for r in accounted.get(mailbox, []) if r.uid is not None
-            ]
-            if not isinstance(state, CommandFailed) and not holdsOthers(
-                state.exists, state.uidValidity, placed
-            ):
-                continue
-            index = await indexMailbox(session, mailbox, self._identity, placed)
-            if index is not None:
-                log.info(
-                    "Job {job}: {mailbox} already holds {messages} no record"
-                    " accounts for; those found in the source will not be appended again",
-                    job=self._job,
-                    mailbox=mailbox,
-                    count=len(index),
-                    messages=Count(len(index), "message"),
-                )
-                target.presence = index
-        return prepared
+            return TargetMailbox()
+        return TargetMailbox(state.uidValidity, state.uidNext, state.permanentFlags)
+
+    async def _present(
+        self,
+        mailbox: str,
+        state: MailboxState | CommandFailed,
+        accounted: Sequence[MessageOutcome],
+    ) -> PresenceIndex | None:
+        """
+        Index what an existing target mailbox holds that no record
+        accounts for (L{imapmig.job.presence}), when the job checks
+        identity and the SELECT does not show it holds nothing else.
+        """
+        if self._identity == OFF:
+            return None
+        placed = [(r.uidValidity, r.uid) for r in accounted if r.uid is not None]
+        if not isinstance(state, CommandFailed) and not holdsOthers(
+            state.exists, state.uidValidity, placed
+        ):
+            return None
+        index = await indexMailbox(self._session, mailbox, self._identity, placed)
+        if index is not None:
+            log.info(
+                "Job {job}: {mailbox} already holds {messages} no record"
+                " accounts for; those found in the source will not be appended again",
+                job=self._job,
+                mailbox=mailbox,
+                count=len(index),
+                messages=Count(len(index), "message"),
+            )
+        return index
 
     def _logShared(self, mappings: Sequence[FolderMapping]) -> None:
         """
@@ -278,30 +345,13 @@ class DestinationPreparation:
         @return: the mailboxes that could not be created, with why; and
             those created, or found existing.
         """
-        session = self._session
-        # A mailbox the destination has needs no parent created (a
-        # special-use mailbox outside the namespace prefix, say).
-        missing = mailboxesToCreate(
-            [m.path for m in mappings if m.mailbox not in view.existing],
-            view.existing,
-            view.namespace,
-        )
-        uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
-        toSubscribe = {m.mailbox for m in mappings if m.folder.subscribed}
+        missing, uses, toSubscribe = _creations(view, mappings)
         # Every command is written before the first reply is awaited.
         creating = Deferred.fromCoroutine(
-            session.createMailboxes(
-                missing,
-                {name: use for name, use in uses.items() if name in missing},
-                subscribe=toSubscribe,
-            )
+            self._session.createMailboxes(missing, uses, subscribe=toSubscribe)
         )
-        unsubscribed = sorted(
-            name
-            for name in toSubscribe
-            if name in view.existing and name not in view.subscribed
-        )
-        subscribing = Deferred.fromCoroutine(session.subscribeMailboxes(unsubscribed))
+        unsubscribed = sorted((toSubscribe & view.existing) - view.subscribed)
+        subscribing = Deferred.fromCoroutine(self._session.subscribeMailboxes(unsubscribed))
         refused, _ = await bothOf(creating, subscribing)
         uncreatable = {name: why for name, why in refused.items() if not alreadyExists(why)}
         for name in missing:

@@ -23,7 +23,7 @@ from imapmig.errors import CommandFailed
 from imapmig.imap.session import IMAPSession, MailboxState
 from imapmig.mail.message import SourceMessage
 from imapmig.imap.signals import TEXT_LIMIT
-from imapmig.mail.plan import FolderMapping, PersonalNamespace, mailboxesToCreate
+from imapmig.mail.folders import FolderMapping, PersonalNamespace, mailboxesToCreate
 from imapmig.state import FolderFallback, IStateStore
 
 log = Logger()
@@ -241,18 +241,7 @@ class FolderNameFallback:
             refused too.
         """
         namespace = self._namespace
-        targets: dict[str, tuple[str, tuple[str, ...]]] = {}
-        subscribe: set[str] = set()
-        for mapping in mappings:
-            why = uncreatable.get(mapping.mailbox)
-            if why is None or not mayBeRefusedForItsName(why, mapping.mailbox):
-                continue
-            fallback = fallbackMailbox(mapping.path, namespace)
-            if fallback is None:
-                continue
-            targets[mapping.mailbox] = (fallback, safePath(mapping.path, namespace.delimiter))
-            if mapping.folder.subscribed:
-                subscribe.add(fallback)
+        targets, subscribe = _fallbackTargets(mappings, uncreatable, namespace)
         remaining = dict(uncreatable)
         if not targets:
             return list(mappings), remaining
@@ -263,32 +252,10 @@ class FolderNameFallback:
         for mailbox, (fallback, _) in targets.items():
             why = remaining[mailbox]
             if fallback in refused:
-                remaining[mailbox] = (
-                    f"{why}; the fallback name {fallback!r} was refused too: {refused[fallback]}"
-                )
-                log.warn(
-                    "Job {job}: the destination refused the folder name {mailbox!r} ({why})"
-                    " and its fallback {fallback!r} ({fallbackWhy})",
-                    job=self._job,
-                    mailbox=mailbox,
-                    why=why,
-                    fallback=fallback,
-                    fallbackWhy=refused[fallback],
-                )
-                continue
-            del remaining[mailbox]
-            log.warn(
-                "Job {job}: the destination refused the folder name {mailbox!r} ({why});"
-                " its messages go to {fallback!r}",
-                job=self._job,
-                mailbox=mailbox,
-                why=why,
-                fallback=fallback,
-            )
-            if self._store is not None:
-                await self._store.recordFolderFallback(
-                    self._job, FolderFallback(mailbox, fallback, why)
-                )
+                remaining[mailbox] = self._bothRefused(mailbox, why, fallback, refused[fallback])
+            else:
+                del remaining[mailbox]
+                await self._fellBack(mailbox, why, fallback)
         result = []
         for mapping in mappings:
             target = targets.get(mapping.mailbox)
@@ -296,6 +263,42 @@ class FolderNameFallback:
                 mapping = evolve(mapping, path=target[1], mailbox=target[0], how="fallback")
             result.append(mapping)
         return result, remaining
+
+    def _bothRefused(self, mailbox: str, why: str, fallback: str, fallbackWhy: str) -> str:
+        """
+        Log that the destination refused both C{mailbox} and its
+        C{fallback}.
+
+        @return: the refusal naming both replies.
+        """
+        log.warn(
+            "Job {job}: the destination refused the folder name {mailbox!r} ({why})"
+            " and its fallback {fallback!r} ({fallbackWhy})",
+            job=self._job,
+            mailbox=mailbox,
+            why=why,
+            fallback=fallback,
+            fallbackWhy=fallbackWhy,
+        )
+        return f"{why}; the fallback name {fallback!r} was refused too: {fallbackWhy}"
+
+    async def _fellBack(self, mailbox: str, why: str, fallback: str) -> None:
+        """
+        Log that C{mailbox}'s messages go to C{fallback}, and record it
+        for later runs.
+        """
+        log.warn(
+            "Job {job}: the destination refused the folder name {mailbox!r} ({why});"
+            " its messages go to {fallback!r}",
+            job=self._job,
+            mailbox=mailbox,
+            why=why,
+            fallback=fallback,
+        )
+        if self._store is not None:
+            await self._store.recordFolderFallback(
+                self._job, FolderFallback(mailbox, fallback, why)
+            )
 
     async def fallBackPlans(
         self,
@@ -324,3 +327,28 @@ class FolderNameFallback:
         if moved:
             states = {**states, **await self._session.selectEach(moved)}
         return plans, uncreatable, states
+
+
+def _fallbackTargets(
+    mappings: Sequence[FolderMapping],
+    uncreatable: Mapping[str, str],
+    namespace: PersonalNamespace,
+) -> tuple[dict[str, tuple[str, tuple[str, ...]]], set[str]]:
+    """
+    Where each mailbox of C{mappings} refused for its name falls back:
+    by refused mailbox, the fallback mailbox and its path; and the
+    fallbacks to subscribe (their source folder is).
+    """
+    targets: dict[str, tuple[str, tuple[str, ...]]] = {}
+    subscribe: set[str] = set()
+    for mapping in mappings:
+        why = uncreatable.get(mapping.mailbox)
+        if why is None or not mayBeRefusedForItsName(why, mapping.mailbox):
+            continue
+        fallback = fallbackMailbox(mapping.path, namespace)
+        if fallback is None:
+            continue
+        targets[mapping.mailbox] = (fallback, safePath(mapping.path, namespace.delimiter))
+        if mapping.folder.subscribed:
+            subscribe.add(fallback)
+    return targets, subscribe

@@ -32,7 +32,7 @@ from imapmig.config.model import (
 from imapmig.imap.signals import excerpt
 from imapmig.log.logfields import AccountName, withFields
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import utcTime
+from imapmig.throttle import utcTime
 from imapmig.state import MessageOutcome
 from imapmig.units import Count
 
@@ -282,18 +282,7 @@ class JobLog:
         self._logUnlogged()
         progress = self._progress
         seconds = max(0.0, self._clock.seconds() - self._startedAt)
-        error = progress.error
-        if stopped:
-            # Its error only says it was stopped.
-            state, outcome, error = JobState.STOPPED, "stopped", None
-        elif deferredUntil is not None:
-            state, outcome = JobState.DEFERRED, f"deferred until {utcTime(deferredUntil)}"
-            error = progress.waitingFor
-        elif error is None and progress.finishedAt is not None:
-            state, outcome = JobState.DONE, "done"
-        else:
-            state, outcome = JobState.FAILED, "failed"
-            error = error or "ended by an internal error (see the traceback logged with it)"
+        state, outcome, error = self._outcome(stopped, deferredUntil)
         fields = dict(
             job=self._job,
             state=state.value,
@@ -332,6 +321,25 @@ class JobLog:
                 emit("Job {job} {outcome} after {duration} ({error})." + counts, error=error, **fields)
             else:
                 emit("Job {job} {outcome} after {duration}." + counts, **fields)
+
+    def _outcome(
+        self, stopped: bool, deferredUntil: float | None
+    ) -> tuple[JobState, str, str | None]:
+        """
+        How the run ended, for its end line: the state, the outcome in
+        words, and the error to show, if any.
+        """
+        progress = self._progress
+        if stopped:
+            # Its error only says it was stopped.
+            return JobState.STOPPED, "stopped", None
+        if deferredUntil is not None:
+            outcome = f"deferred until {utcTime(deferredUntil)}"
+            return JobState.DEFERRED, outcome, progress.waitingFor
+        if progress.error is None and progress.finishedAt is not None:
+            return JobState.DONE, "done", None
+        error = progress.error or "ended by an internal error (see the traceback logged with it)"
+        return JobState.FAILED, "failed", error
 
     def _logUnlogged(self) -> None:
         """

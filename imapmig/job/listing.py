@@ -21,7 +21,8 @@ from imapmig.job.attempt import RunStop
 from imapmig.job.destination import FolderToCopy
 from imapmig.job.recording import OutcomeRecorder
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import FolderRules, folderName, isIncluded, pendingMessages, renamedPath
+from imapmig.mail.folders import FolderRules, folderName, isIncluded, renamedPath
+from imapmig.job.units import pendingMessages
 from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
@@ -87,22 +88,31 @@ class SourceListing:
             changes), and the folders that could not be read.
         """
         progress = self._progress
-        source = self._source
-        folders = await source.listFolders()
-        included = [f for f in folders if isIncluded(f.path, self._rules)]
-        progress.foldersTotal = len(included)
-        progress.foldersExcluded = len(folders) - len(included)
-        self._excluded = [folderName(f.path) for f in folders if f not in included]
+        folders = await self._source.listFolders()
+        included: list[SourceFolder] = []
+        excluded: list[SourceFolder] = []
         for folder in folders:
-            if folder not in included:
-                log.info(
-                    "Job {job}: folder {folder} left out by the folder rules",
-                    job=self._job,
-                    folder="/".join(folder.path),
-                )
+            (included if isIncluded(folder.path, self._rules) else excluded).append(folder)
+        progress.foldersTotal = len(included)
+        progress.foldersExcluded = len(excluded)
+        self._excluded = [folderName(f.path) for f in excluded]
+        for folder in excluded:
+            log.info(
+                "Job {job}: folder {folder} left out by the folder rules",
+                job=self._job,
+                folder="/".join(folder.path),
+            )
+        return await self._listFolders(included, opening)
+
+    async def _listFolders(
+        self, folders: Sequence[SourceFolder], opening: Deferred[Any]
+    ) -> tuple[list[Listed], list[str]]:
+        """
+        List the messages of C{folders} (see L{listSource}).
+        """
         unreadable: list[str] = []
         listed: list[Listed] = []
-        for folder in included:
+        for folder in folders:
             if self._stop.requested:
                 break
             try:
@@ -157,14 +167,7 @@ class SourceListing:
                 # Recorded as failed by an earlier attempt of this run: not
                 # tried again until the next run.
                 pending = [m for m in pending if (folder.key, m.key) not in failedThisRun]
-            if delta:
-                # A delta pass: every record is of a message still there.
-                accounted = list(recorded.values())
-            else:
-                # Records of messages the source no longer lists under
-                # these keys (a new UIDVALIDITY, a rewritten mbox) account
-                # for nothing: their copies are found again by identity.
-                accounted = [recorded[m.key] for m in messages if m.key in recorded]
+            accounted = _accounted(messages, recorded, delta)
             if folder.notMigrated is None:
                 listings.append(FolderToCopy(folder, pending, flagChanges, recorded, accounted))
             else:
@@ -301,13 +304,28 @@ class SourceListing:
 def _mailboxName(folder: SourceFolder, rules: FolderRules) -> str:
     """
     The destination mailbox a listed folder goes to, for the progress (as
-    L{imapmig.mail.plan.mapFolders} decides it, less the namespace and the
+    L{imapmig.mail.folders.mapFolders} decides it, less the namespace and the
     special uses); C{"-"} for one not migrated.
     """
     if folder.notMigrated is not None:
         return "-"
     path = renamedPath(folder.path, rules) or folder.destination or folder.path
     return folderName(path)
+
+
+def _accounted(
+    messages: Sequence[SourceMessage], recorded: dict[str, MessageOutcome], delta: bool
+) -> list[MessageOutcome]:
+    """
+    The records of a folder that account for messages the source lists.
+    On a delta pass every record is of a message still there; otherwise
+    records of messages the source no longer lists under these keys (a
+    new UIDVALIDITY, a rewritten mbox) account for nothing: their copies
+    are found again by identity.
+    """
+    if delta:
+        return list(recorded.values())
+    return [recorded[m.key] for m in messages if m.key in recorded]
 
 
 def folderOctets(

@@ -37,12 +37,17 @@ from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from imapmig.errors import ControlRefused, UnknownJob
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
-from imapmig.schedule.controls import PAUSED_BY_ADMIN, ControlRefused, UnknownJob
-from imapmig.schedule.queue import IJobQueue, QueueState
+from imapmig.queue import IJobQueue, QueueState
 from imapmig.state import Transition
 
 log = Logger()
+
+PAUSED_BY_ADMIN = "paused by the admin"
+"""
+What a job paused by an admin shows it waits for.
+"""
 
 CANCELLED_BY_ADMIN = "cancelled by the admin"
 """

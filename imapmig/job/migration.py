@@ -18,7 +18,7 @@ L{imapmig.job.backoff}) and tries again, and the next attempt's reconciliation f
 batches in flight arrived.  A permanent failure (credentials refused, TLS
 refused, the state database unwritable) fails the job at once.
 
-Under throttles (L{imapmig.schedule.throttle}) each unit is reserved in the
+Under throttles (L{imapmig.throttle}) each unit is reserved in the
 accounts' daily budgets before it is journaled (cut to what is left;
 when nothing is, the attempt ends once the connections have drained and
 the job pauses until the next UTC midnight), each chunk is charged what it
@@ -69,10 +69,10 @@ from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
 from imapmig.log.logfields import AccountName
 from imapmig.mail.message import UnreadableMessage
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.job.presence import FINGERPRINT
 from imapmig.progress import JobProgress, JobState
-from imapmig.schedule.throttle import Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome, Transition
@@ -157,7 +157,7 @@ class MigrationJob:
         @param retry: how transient failures are retried.
         @param jitter: the backoff's noise, 0 to 1 second.
         @param throttle: the rates and daily upload budget of the
-            destination server and account (L{imapmig.schedule.throttle}),
+            destination server and account (L{imapmig.throttle}),
             or L{None}.
         @param sourceThrottle: the same of an IMAP source's server and
             account (the download budget; the source itself waits for its
@@ -342,26 +342,39 @@ class MigrationJob:
                     self._lifecycle.stopped()
                     return False
                 if error is None:
-                    await self._retries.recordOutcome(None)
-                    if self._progress.messagesFailed:
-                        self._lifecycle.endWithFailures(self._progress.messagesFailed)
-                    else:
-                        self._lifecycle.succeed()
+                    await self._completed()
                     return True
                 progressed = self._recorder.settledCount > before
                 if not await self._retries.afterFailure(error, progressed):
                     self.deferredUntil = self._retries.deferredUntil
                     return False
         finally:
-            if self._stopTimer is not None and self._stopTimer.active():
-                self._stopTimer.cancel()
-            self._stopTimer = None
-            self._log.ended(
-                self._recorder.appended,
-                self._recorder.present,
-                self._stop.requested,
-                self.deferredUntil,
-            )
+            self._runEnded()
+
+    async def _completed(self) -> None:
+        """
+        The run copied everything it could: record that the job completed,
+        and end it done, or done with the failures of its messages.
+        """
+        await self._retries.recordOutcome(None)
+        if self._progress.messagesFailed:
+            self._lifecycle.endWithFailures(self._progress.messagesFailed)
+        else:
+            self._lifecycle.succeed()
+
+    def _runEnded(self) -> None:
+        """
+        However the run ended: no stop timer left, and the run's end line.
+        """
+        if self._stopTimer is not None and self._stopTimer.active():
+            self._stopTimer.cancel()
+        self._stopTimer = None
+        self._log.ended(
+            self._recorder.appended,
+            self._recorder.present,
+            self._stop.requested,
+            self.deferredUntil,
+        )
 
     async def _recordedBefore(self) -> tuple[int | None, int | None]:
         """

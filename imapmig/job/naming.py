@@ -69,6 +69,25 @@ async def _readNames(
     return names
 
 
+async def _addNames(
+    source: IMessageSource,
+    folder: SourceFolder,
+    messages: Sequence[SourceMessage],
+    rows: list[tuple[str, str, MessageNames]],
+) -> None:
+    """
+    Add to C{rows}, as the store takes them, the names in the headers of
+    C{messages} of C{folder}, read L{NAMES_PER_READ} at a time: those read
+    stay in C{rows} if a later read fails.  A message whose header cannot
+    be read, or names nothing, has none.
+    """
+    for start in range(0, len(messages), NAMES_PER_READ):
+        chunk = messages[start : start + NAMES_PER_READ]
+        for message, names in zip(chunk, await _readNames(source, folder, chunk)):
+            if names:
+                rows.append((folder.key, message.key, names))
+
+
 async def nameFailures(
     job: str,
     source: IMessageSource,
@@ -95,12 +114,7 @@ async def nameFailures(
     rows: list[tuple[str, str, MessageNames]] = []
     try:
         for folderKey, messages in wanted.items():
-            folder = byFolder[folderKey][0]
-            for start in range(0, len(messages), NAMES_PER_READ):
-                chunk = messages[start : start + NAMES_PER_READ]
-                for message, names in zip(chunk, await _readNames(source, folder, chunk)):
-                    if names:
-                        rows.append((folderKey, message.key, names))
+            await _addNames(source, byFolder[folderKey][0], messages, rows)
     except ImapmigError as e:
         log.warn(
             "Job {job}: cannot read the headers of {count} failed messages to name them: {why}",

@@ -18,11 +18,12 @@ from imapmig.mail.message import (
     MessageBody,
     SourceFolder,
     SourceMessage,
+    StreamedBody,
     UnreadableMessage,
     formatInternalDate,
 )
 from imapmig.mail.messagenames import namesOfBody
-from imapmig.mail.plan import WorkUnit
+from imapmig.job.units import WorkUnit
 from imapmig.job.presence import PresenceIndex
 from imapmig.state import MessageOutcome, withNames
 
@@ -54,6 +55,28 @@ class DestinationTraits:
     )
 
 
+_ReadBody = bytes | bytearray | StreamedBody
+"""
+A body the source could read.
+"""
+
+def _flagDecision(
+    flags: tuple[str, ...], permanentFlags: frozenset[str] | None
+) -> tuple[str | None, bytes, bytes]:
+    """
+    The decision on one set of source flags for a destination
+    (L{DestinationTraits.flagDecisions}): the note of the flags dropped,
+    and the flag list as an APPEND argument, alone and followed by the
+    space before a date.
+    """
+    decision = decideFlags(flags, permanentFlags)
+    note = None
+    if decision.dropped:
+        note = "; ".join(f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped)
+    flagList = appendArguments(decision.kept, None)
+    return note, flagList, flagList + b" "
+
+
 class MessagePreparation:
     """
     A job's preparation of messages for its destination.
@@ -83,90 +106,39 @@ class MessagePreparation:
         """
         outgoing: list[OutgoingMessage] = []
         flagCache = destination.flagDecisions
+        presence = destination.presence
+        sizeLimit = destination.sizeLimit
         for message, body in zip(chunk, bodies):
-            if isinstance(body, UnreadableMessage):
-                self.recordFailure(
-                    unit.folder,
-                    unit.mailbox,
-                    message,
-                    f"unreadable in the source: {body.reason}",
-                    target.ticket,
-                )
-                continue
-            presence = destination.presence
-            if presence is not None:
-                claimed = presence.claim(body)
-                if claimed is not None:
-                    present = MessageOutcome(
-                        unit.folder.key,
-                        message.key,
-                        unit.mailbox,
-                        len(body),
-                        presence.uidValidity,
-                        claimed[0],
-                        alreadyPresent=True,
-                    )
-                    self._recorder.add(withNames(present, namesOfBody(body)), target.ticket)
-                    continue
-            sizeLimit = destination.sizeLimit
-            if sizeLimit is not None and len(body) > sizeLimit[0]:
-                # Sent, it would be refused (or the connection dropped,
-                # after the octets had travelled): record it now.
-                self.recordFailure(
-                    unit.folder,
-                    unit.mailbox,
-                    message,
-                    f"{len(body)} octets, larger than the {sizeLimit[0]} the destination"
-                    f" accepts ({sizeLimit[1]}); not sent",
-                    target.ticket,
-                    body,
-                )
-                continue
+            # The octets first: the common body, bytes, is tested inline
+            # (needsBinary's test) and takes no other type test.
             if type(body) is bytes:
-                # needsBinary's test, inline for the common case.
                 hasNUL = 0 in body
                 has8bit = not body.isascii()
+            elif isinstance(body, UnreadableMessage):
+                reason = f"unreadable in the source: {body.reason}"
+                self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket)
+                continue
             else:
                 hasNUL, has8bit = needsBinary(body)
+            if presence is not None and self._present(unit, target, message, body, presence):
+                continue
+            size = len(body)
+            if sizeLimit is not None and size > sizeLimit[0]:
+                self._tooLarge(unit, target, message, body, sizeLimit)
+                continue
             binary = False
             if hasNUL or has8bit:
-                if destination.binary:
-                    binary = True
-                elif hasNUL:
-                    self.recordFailure(
-                        unit.folder,
-                        unit.mailbox,
-                        message,
-                        "contains NUL octets, which IMAP carries only in a BINARY"
-                        " literal8 (RFC 3516); the destination does not offer BINARY",
-                        target.ticket,
-                        body,
-                    )
-                    continue
-                elif self._eightBitFails:
-                    self.recordFailure(
-                        unit.folder,
-                        unit.mailbox,
-                        message,
-                        "contains 8-bit octets and the destination does not offer BINARY"
-                        " (RFC 3516); the job's eight_bit setting is 'fail'",
-                        target.ticket,
-                        body,
-                    )
+                binary = destination.binary
+                if not binary and self._refused(unit, target, message, body, hasNUL):
                     continue
                 # Otherwise 8-bit octets without NUL travel in a plain
                 # literal: RFC 3501 literals are CHAR8, every octet but NUL.
             # Few distinct flag sets: decide each once per folder.
             decided = flagCache.get(message.flags)
             if decided is None:
-                decision = decideFlags(message.flags, destination.permanentFlags)
-                note = None
-                if decision.dropped:
-                    note = "; ".join(
-                        f"flag {flag!r} dropped: {why}" for flag, why in decision.dropped
-                    )
-                flagList = appendArguments(decision.kept, None)
-                decided = flagCache[message.flags] = (note, flagList, flagList + b" ")
+                decided = flagCache[message.flags] = _flagDecision(
+                    message.flags, destination.permanentFlags
+                )
             note, flagList, beforeDate = decided
             internalDate = message.internalDate
             outgoing.append(
@@ -179,10 +151,91 @@ class MessagePreparation:
                     target,
                     message,
                     note,
-                    1 if len(body) != message.size else 0,
+                    1 if size != message.size else 0,
                 )
             )
         return outgoing
+
+    def _present(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        message: SourceMessage,
+        body: _ReadBody,
+        presence: PresenceIndex,
+    ) -> bool:
+        """
+        Whether C{body} is a copy the destination mailbox already holds
+        that no record accounts for (L{PresenceIndex.claim}): then it is
+        recorded as present, under that copy's UID, and not sent.
+        """
+        claimed = presence.claim(body)
+        if claimed is None:
+            return False
+        present = MessageOutcome(
+            unit.folder.key,
+            message.key,
+            unit.mailbox,
+            len(body),
+            presence.uidValidity,
+            claimed[0],
+            alreadyPresent=True,
+        )
+        self._recorder.add(withNames(present, namesOfBody(body)), target.ticket)
+        return True
+
+    def _tooLarge(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        message: SourceMessage,
+        body: _ReadBody,
+        sizeLimit: tuple[int, str],
+    ) -> None:
+        """
+        Record C{body}, larger than the destination accepts, as failed:
+        sent, it would be refused (or the connection dropped, after the
+        octets had travelled).
+        """
+        limit, where = sizeLimit
+        self.recordFailure(
+            unit.folder,
+            unit.mailbox,
+            message,
+            f"{len(body)} octets, larger than the {limit} the destination"
+            f" accepts ({where}); not sent",
+            target.ticket,
+            body,
+        )
+
+    def _refused(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        message: SourceMessage,
+        body: _ReadBody,
+        hasNUL: bool,
+    ) -> bool:
+        """
+        Whether C{body}, with NUL or 8-bit octets, cannot go to a
+        destination without BINARY: NUL octets never can, 8-bit ones not
+        when the job's C{eight_bit} is C{fail}.  A refused message is
+        recorded as failed.
+        """
+        if hasNUL:
+            reason = (
+                "contains NUL octets, which IMAP carries only in a BINARY"
+                " literal8 (RFC 3516); the destination does not offer BINARY"
+            )
+        elif self._eightBitFails:
+            reason = (
+                "contains 8-bit octets and the destination does not offer BINARY"
+                " (RFC 3516); the job's eight_bit setting is 'fail'"
+            )
+        else:
+            return False
+        self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket, body)
+        return True
 
     def recordFailure(
         self,

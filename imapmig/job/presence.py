@@ -118,8 +118,14 @@ def holdsOthers(
     @param accounted: C{(uidValidity, uid)} of the messages our records
         place in the mailbox.
     """
-    known = {uid for validity, uid in accounted if validity == uidValidity}
-    return exists > len(known)
+    return exists > len(_placed(accounted, uidValidity))
+
+
+def _placed(accounted: Collection[tuple[int | None, int]], uidValidity: int | None) -> set[int]:
+    """
+    The UIDs our records place in a mailbox under C{uidValidity}.
+    """
+    return {uid for validity, uid in accounted if validity == uidValidity}
 
 
 async def indexMailbox(
@@ -140,9 +146,10 @@ async def indexMailbox(
     @return: the index, or L{None} when the mailbox holds nothing else.
     """
     examined = await session.examine(mailbox)
-    if not holdsOthers(examined.exists, examined.uidValidity, accounted):
+    known = _placed(accounted, examined.uidValidity)
+    if examined.exists <= len(known):
+        # It holds nothing our records do not place there.
         return None
-    known = {uid for validity, uid in accounted if validity == examined.uidValidity}
     index = PresenceIndex(mailbox, mode, examined.uidValidity)
     for item in await session.fetchMetadata(b"1:*", _ITEMS):
         uid = item.uid

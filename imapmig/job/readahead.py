@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 from imapmig.errors import ImapmigError
 from imapmig.job.attempt import RunStop
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
-from imapmig.mail.plan import chunks
+from imapmig.job.units import chunks
 from imapmig.sources import IMessageSource
 
 __all__ = [

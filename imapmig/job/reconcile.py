@@ -37,7 +37,7 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import JOURNAL_HEAD_OCTETS, journalHead
-from imapmig.imap.session import IMAPSession
+from imapmig.imap.session import ExaminedMailbox, IMAPSession
 from imapmig.state import IStateStore, JournalEntry, JournalMessage, MessageOutcome
 
 log = Logger()
@@ -171,79 +171,36 @@ async def reconcileJournal(
     @raise ImapmigError: the destination or the store failed; the journal
         is then left as it was, for the next attempt.
     """
-    result = Reconciliation()
-    outcomes: list[MessageOutcome] = []
-    undecided: set[int] = set()
     byMailbox: dict[str, list[JournalEntry]] = {}
     for entry in entries:
         byMailbox.setdefault(entry.mailbox, []).append(entry)
     recordedByFolder: dict[str, dict[str, MessageOutcome]] = {}
     looks: list[tuple[str, list[_Pending], _Found]] = []
     for mailbox, mailboxEntries in byMailbox.items():
-        # In the order sent: the messages without an outcome, and those
-        # with one but no UID (a server without UIDPLUS), which must claim
-        # their copy first lest another message take it for its own.
-        pending: list[_Pending] = []
-        for entry in mailboxEntries:
-            for message in entry.messages:
-                recorded = recordedByFolder.get(message.folderKey)
-                if recorded is None:
-                    recorded = recordedByFolder[message.folderKey] = await store.destinationMap(
-                        jobName, message.folderKey
-                    )
-                outcome = recorded.get(message.messageKey)
-                if outcome is None:
-                    pending.append(_Pending(entry, message, False))
-                elif outcome.uid is None:
-                    pending.append(_Pending(entry, message, True))
-        if not any(not p.known for p in pending):
-            continue
-        found = await _arrivals(jobName, session, store, mailbox, pending, measure)
-        looks.append((mailbox, pending, found))
-    # The server may still be storing what a connection that ended had
-    # sent (it goes on with the commands it had read when the connection
-    # closed, as Dovecot does): a message missing now could arrive after
-    # it is sent again, and be held twice.  A server session stores in the
-    # order sent, into one mailbox or another, each message under a UID
-    # above those seen; so wait as long as each quiet period brings
-    # journaled messages to any of the mailboxes, and take what is still
-    # missing as lost only after one brought none anywhere.
-    while settle is not None:
-        waiting = [found for _, _, found in looks if found.missing()]
-        if not waiting:
-            break
-        log.info(
-            "Job {job}: {count} journaled messages are not in the destination (yet);"
-            " waiting for what the server may still be storing from a connection"
-            " that ended",
-            job=jobName,
-            count=sum(found.missing() for found in waiting),
-        )
-        await settle()
-        gained = 0
-        for found in waiting:
-            gained += await _lookAgain(session, found, measure)
-        if not gained:
-            break
+        pending = await _journaled(jobName, store, mailboxEntries, recordedByFolder)
+        if any(not p.known for p in pending):
+            found = await _arrivals(jobName, session, store, mailbox, pending, measure)
+            looks.append((mailbox, pending, found))
+    if settle is not None:
+        await _settle(jobName, session, [found for _, _, found in looks], measure, settle)
+    result = Reconciliation()
+    outcomes: list[MessageOutcome] = []
+    undecided: set[int] = set()
     for mailbox, pending, found in looks:
+        outcomes.extend(_decided(mailbox, pending, found, result))
         undecided |= found.undecided
-        for each in pending:
-            if each.known:
-                continue
-            message = each.message
-            arrival = found.arrived.get((message.folderKey, message.messageKey))
-            if arrival is None:
-                result.missing.setdefault(mailbox, []).append(message)
-                continue
-            result.arrived += 1
-            uid, size = arrival
-            outcomes.append(
-                MessageOutcome(
-                    message.folderKey, message.messageKey, mailbox, size, found.uidValidity, uid
-                )
-            )
     settled = [e.entryId for e in entries if e.entryId not in undecided]
     await store.recordOutcomes(jobName, outcomes, settled=settled)
+    _logReconciled(jobName, entries, result, undecided)
+    return result
+
+
+def _logReconciled(
+    jobName: str, entries: Sequence[JournalEntry], result: Reconciliation, undecided: set[int]
+) -> None:
+    """
+    Log what reconciling C{entries} found, and the entries kept.
+    """
     log.info(
         "Job {job}: reconciled {count} journaled messages (being sent when the last"
         " run or connection ended): {arrived} had arrived, {missing} will be sent again",
@@ -260,7 +217,98 @@ async def reconcileJournal(
             job=jobName,
             count=len(undecided),
         )
-    return result
+
+
+async def _journaled(
+    jobName: str,
+    store: IStateStore,
+    entries: Sequence[JournalEntry],
+    recordedByFolder: dict[str, dict[str, MessageOutcome]],
+) -> list[_Pending]:
+    """
+    The journaled messages of one mailbox's C{entries} to recognise, in
+    the order sent: those without an outcome, and those with one but no
+    UID (a server without UIDPLUS), which must claim their copy first
+    lest another message take it for its own.
+
+    @param recordedByFolder: the store's records, by folder key, read
+        once per folder and kept here.
+    """
+    pending: list[_Pending] = []
+    for entry in entries:
+        for message in entry.messages:
+            recorded = recordedByFolder.get(message.folderKey)
+            if recorded is None:
+                recorded = recordedByFolder[message.folderKey] = await store.destinationMap(
+                    jobName, message.folderKey
+                )
+            outcome = recorded.get(message.messageKey)
+            if outcome is None or outcome.uid is None:
+                pending.append(_Pending(entry, message, outcome is not None))
+    return pending
+
+
+async def _settle(
+    jobName: str,
+    session: IMAPSession,
+    looks: Sequence[_Found],
+    measure: MeasureSent,
+    settle: Callable[[], Awaitable[object]],
+) -> None:
+    """
+    Look at the mailboxes again after each quiet period while it brings
+    journaled messages still missing to any of them.
+
+    The server may still be storing what a connection that ended had
+    sent (it goes on with the commands it had read when the connection
+    closed, as Dovecot does): a message missing now could arrive after
+    it is sent again, and be held twice.  A server session stores in the
+    order sent, into one mailbox or another, each message under a UID
+    above those seen; so wait as long as each quiet period brings
+    journaled messages to any of the mailboxes, and take what is still
+    missing as lost only after one brought none anywhere.
+    """
+    while waiting := [found for found in looks if found.missing()]:
+        log.info(
+            "Job {job}: {count} journaled messages are not in the destination (yet);"
+            " waiting for what the server may still be storing from a connection"
+            " that ended",
+            job=jobName,
+            count=sum(found.missing() for found in waiting),
+        )
+        await settle()
+        gained = 0
+        for found in waiting:
+            gained += await _lookAgain(session, found, measure)
+        if not gained:
+            return
+
+
+def _decided(
+    mailbox: str, pending: Sequence[_Pending], found: _Found, result: Reconciliation
+) -> list[MessageOutcome]:
+    """
+    The outcomes of C{mailbox}'s journaled messages without one that
+    arrived; count them in C{result}, and add those that did not to its
+    C{missing}, in the order sent.
+    """
+    outcomes: list[MessageOutcome] = []
+    for each in pending:
+        if each.known:
+            continue
+        message = each.message
+        arrival = found.arrived.get((message.folderKey, message.messageKey))
+        if arrival is None:
+            result.missing.setdefault(mailbox, []).append(message)
+            continue
+        result.arrived += 1
+        uid, size = arrival
+        outcomes.append(
+            MessageOutcome(
+                message.folderKey, message.messageKey, mailbox, size, found.uidValidity, uid
+            )
+        )
+    return outcomes
 
 
 @dataclass(frozen=True)
@@ -337,28 +385,11 @@ async def _arrivals(
         reason other than its absence: the journal stays as it is.
     """
     found = _Found(mailbox=mailbox)
-    try:
-        examined = await session.examine(mailbox)
-    except CommandFailed as e:
-        if e.code not in _ABSENT:
-            raise
-        log.warn(
-            "Job {job}: {mailbox!r} is not in the destination ({why}); its messages"
-            " in flight will be sent again",
-            job=jobName,
-            mailbox=mailbox,
-            why=e.text,
-        )
+    examined = await _examined(jobName, session, mailbox)
+    if examined is None:
         return found
     uidValidity = found.uidValidity = examined.uidValidity
-    valid = [p for p in pending if p.entry.uidValidity is None or p.entry.uidValidity == uidValidity]
-    if len(valid) < len(pending):
-        log.warn(
-            "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
-            " it; those messages will be sent again",
-            job=jobName,
-            mailbox=mailbox,
-        )
+    valid = _sameValidity(jobName, mailbox, pending, uidValidity)
     if not valid:
         return found
     floor = max(1, min(p.entry.uidFloor or 1 for p in valid))
@@ -372,6 +403,48 @@ async def _arrivals(
         found.pool.add(candidates)
     found.unmatched = await _claim(found.pool, valid, measure, found.sizes, found)
     return found
+
+
+async def _examined(jobName: str, session: IMAPSession, mailbox: str) -> ExaminedMailbox | None:
+    """
+    EXAMINE C{mailbox}; L{None} (logged) if it is not in the destination,
+    so that nothing of what was sent to it is there either.
+
+    @raise CommandFailed: the server refused to EXAMINE it for another
+        reason.
+    """
+    try:
+        return await session.examine(mailbox)
+    except CommandFailed as e:
+        if e.code not in _ABSENT:
+            raise
+        log.warn(
+            "Job {job}: {mailbox!r} is not in the destination ({why}); its messages"
+            " in flight will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+            why=e.text,
+        )
+        return None
+
+
+def _sameValidity(
+    jobName: str, mailbox: str, pending: Sequence[_Pending], uidValidity: int | None
+) -> list[_Pending]:
+    """
+    Those of C{pending} sent under the mailbox's current C{uidValidity}
+    (or under an unknown one); the others, sent before it changed, are
+    sent again, and that is logged.
+    """
+    valid = [p for p in pending if p.entry.uidValidity in (None, uidValidity)]
+    if len(valid) < len(pending):
+        log.warn(
+            "Job {job}: {mailbox!r} has a new UIDVALIDITY since messages were sent to"
+            " it; those messages will be sent again",
+            job=jobName,
+            mailbox=mailbox,
+        )
+    return valid
 
 
 async def _lookAgain(session: IMAPSession, found: _Found, measure: MeasureSent) -> int:
@@ -443,15 +516,7 @@ async def _claim(
         if not pool.remaining:
             unmatched.extend(batch)
             continue
-        unmeasured: dict[str, list[str]] = {}
-        for each in batch:
-            key = (each.message.folderKey, each.message.messageKey)
-            if key not in sizes:
-                unmeasured.setdefault(key[0], []).append(key[1])
-        for folderKey, keys in unmeasured.items():
-            measured = await measure(folderKey, keys)
-            for messageKey in keys:
-                sizes[(folderKey, messageKey)] = measured.get(messageKey)
+        await _measure(batch, measure, sizes)
         for each in batch:
             message = each.message
             sent = sizes[(message.folderKey, message.messageKey)]
@@ -466,3 +531,23 @@ async def _claim(
             elif not each.known:
                 found.arrived[(message.folderKey, message.messageKey)] = (uid, sent[0])
     return unmatched
+
+
+async def _measure(
+    batch: Sequence[_Pending],
+    measure: MeasureSent,
+    sizes: dict[tuple[str, str], tuple[int, bytes] | None],
+) -> None:
+    """
+    Read again from the source the messages of C{batch} not measured yet,
+    folder by folder, into C{sizes} (L{None} for one it cannot read).
+    """
+    unmeasured: dict[str, list[str]] = {}
+    for each in batch:
+        key = (each.message.folderKey, each.message.messageKey)
+        if key not in sizes:
+            unmeasured.setdefault(key[0], []).append(key[1])
+    for folderKey, keys in unmeasured.items():
+        measured = await measure(folderKey, keys)
+        for messageKey in keys:
+            sizes[(folderKey, messageKey)] = measured.get(messageKey)

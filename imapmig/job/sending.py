@@ -47,9 +47,9 @@ from imapmig.job.settings import JobSettings
 from imapmig.job.sides import JobSides
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage
-from imapmig.mail.plan import WorkUnit
+from imapmig.job.units import WorkUnit
 from imapmig.progress import JobProgress
-from imapmig.schedule.throttle import Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.progress.telemetry import ServerTelemetry

@@ -24,7 +24,7 @@ class JobSettings:
     @ivar recordEvery: outcomes buffered before a state-store transaction.
     @ivar recordInterval: seconds after which buffered outcomes are
         recorded anyway.
-    @ivar unitMessages: messages per unit of work (L{imapmig.mail.plan.cutUnits}).
+    @ivar unitMessages: messages per unit of work (L{imapmig.job.units.cutUnits}).
     @ivar unitBytes: octets per unit of work, about.
     @ivar stopTimeout: seconds a stopping job waits for the replies to
         the messages in flight before it drops its connections (what was

@@ -9,9 +9,9 @@ destination's C{[OVERQUOTA]} may mean its mailbox is full
 
 from __future__ import annotations
 
-from imapmig.errors import QuotaExceeded
+from imapmig.errors import DailyLimitReached, QuotaExceeded
 from imapmig.job.budgets import mailboxFull
-from imapmig.schedule.throttle import DailyLimitReached, Throttle
+from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 

@@ -6,10 +6,12 @@ subscriptions and special uses, and the personal namespace new ones go in.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from attrs import frozen
 
 from imapmig.imap.session import IMAPSession, ListedMailbox
-from imapmig.mail.plan import PersonalNamespace
+from imapmig.mail.folders import PersonalNamespace
 
 
 @frozen
@@ -43,18 +45,21 @@ class DestinationView:
             is asked (L{IMAPSession.namespaces}).
         """
         if namespace is None:
-            if not session.knowsNamespaces:
-                # No NAMESPACE: the empty prefix, and LIST's delimiter
-                # below, without a LIST "" "" of its own.
-                namespace = PersonalNamespace()
-            else:
-                namespace = (await session.namespaces()).personalNamespace()
+            namespace = await _personalNamespace(session)
         listed = await session.listFolders()
         if namespace.delimiter is None and not namespace.configured:
-            delimiter = next((m.delimiter for m in listed if m.delimiter), None)
-            if delimiter is None:
-                delimiter = await session.hierarchyDelimiter()
-            namespace = PersonalNamespace(namespace.prefix, delimiter)
+            namespace = PersonalNamespace(namespace.prefix, await _delimiter(session, listed))
+        return cls.fromListed(namespace, listed)
+
+    @classmethod
+    def fromListed(
+        cls, namespace: PersonalNamespace, listed: Sequence[ListedMailbox]
+    ) -> DestinationView:
+        """
+        The view of the mailboxes C{listed}, new ones going in
+        C{namespace}: the first selectable mailbox of each special use
+        stands for it.
+        """
         uses: dict[str, str] = {}
         for m in listed:
             if m.specialUse is not None and m.selectable:
@@ -66,3 +71,25 @@ class DestinationView:
             uses,
             tuple(listed),
         )
+
+
+async def _personalNamespace(session: IMAPSession) -> PersonalNamespace:
+    """
+    The destination's personal namespace as NAMESPACE gives it; without
+    NAMESPACE, the empty prefix (and LIST's delimiter, found later),
+    without a LIST "" "" of its own.
+    """
+    if not session.knowsNamespaces:
+        return PersonalNamespace()
+    return (await session.namespaces()).personalNamespace()
+
+
+async def _delimiter(session: IMAPSession, listed: Sequence[ListedMailbox]) -> str | None:
+    """
+    The hierarchy delimiter the listed mailboxes show, or, when none
+    shows one, the one the server gives (C{LIST "" ""}).
+    """
+    delimiter = next((m.delimiter for m in listed if m.delimiter), None)
+    if delimiter is None:
+        delimiter = await session.hierarchyDelimiter()
+    return delimiter

@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.test_job_workshare -*-
 """
 How one attempt's units of work are shared among its connections: which
-unit, or share of one, a connection takes next (L{imapmig.mail.plan.chooseUnit},
-L{imapmig.mail.plan.guidedShare}), the part of it today's daily budgets allow,
+unit, or share of one, a connection takes next (L{imapmig.job.units.chooseUnit},
+L{imapmig.job.units.guidedShare}), the part of it today's daily budgets allow,
 and the budget found used up that ends the taking.
 """
 
@@ -12,8 +12,8 @@ from typing import Iterable
 
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
-from imapmig.mail.plan import WorkUnit, chooseUnit, guidedShare, takeShare
-from imapmig.schedule.throttle import DailyLimitReached
+from imapmig.job.units import WorkUnit, chooseUnit, guidedShare, takeShare
+from imapmig.errors import DailyLimitReached
 
 __all__ = ["SharedUnits"]
 

@@ -77,21 +77,34 @@ def decideFlags(
     anyKeyword = permanentFlags is None or "\\*" in permanentFlags
     allowed = {f.lower() for f in permanentFlags} if permanentFlags is not None else set()
     for flag in flags:
-        if flag.startswith("\\"):
-            canonical = _canonicalSystemFlag(flag)
-            if canonical is None:
-                dropped.append((flag, "not a system flag a client can set"))
-            else:
-                kept.append(canonical)
-        elif not isValidKeyword(flag):
-            dropped.append((flag, "not a valid IMAP keyword"))
-        elif anyKeyword or flag.lower() in allowed:
-            kept.append(flag)
+        sent, why = _flagVerdict(flag, anyKeyword, allowed)
+        if sent is None:
+            dropped.append((flag, why))
         else:
-            dropped.append((flag, "the destination does not allow this keyword (PERMANENTFLAGS)"))
+            kept.append(sent)
     if not dropped:
         return FlagDecision(flags if len(kept) == len(flags) else tuple(kept), ())
     return FlagDecision(tuple(kept), tuple(dropped))
+
+
+def _flagVerdict(flag: str, anyKeyword: bool, allowed: Collection[str]) -> tuple[str | None, str]:
+    """
+    What of one source flag goes (L{decideFlags}): the flag as sent, or
+    L{None} and why it does not.
+
+    @param anyKeyword: the destination takes any keyword.
+    @param allowed: the keywords it takes, in lower case.
+    """
+    if flag.startswith("\\"):
+        canonical = _canonicalSystemFlag(flag)
+        if canonical is None:
+            return None, "not a system flag a client can set"
+        return canonical, ""
+    if not isValidKeyword(flag):
+        return None, "not a valid IMAP keyword"
+    if anyKeyword or flag.lower() in allowed:
+        return flag, ""
+    return None, "the destination does not allow this keyword (PERMANENTFLAGS)"
 
 
 _SYSTEM_BY_LOWER = {flag.lower(): flag for flag in SYSTEM_FLAGS}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 from attrs import frozen
 
@@ -395,10 +395,3 @@ def utcFromTimestamp(timestamp: float) -> datetime:
     The UTC datetime of a POSIX timestamp.
     """
     return datetime.fromtimestamp(timestamp, timezone.utc)
-
-
-def totalSize(messages: Sequence[SourceMessage]) -> int:
-    """
-    The sum of the sizes of C{messages}.
-    """
-    return sum(m.size for m in messages)

@@ -42,7 +42,7 @@ from twisted.python.threadpool import ThreadPool
 from imapmig.config.model import ImapSourceConfig, JobConfig
 from imapmig.imap.session import IMAPSession
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.grants import ConnectionNotGranted
+from imapmig.errors import ConnectionNotGranted
 from imapmig.sources.counting import SourceCount, countIMAPSession
 from imapmig.units import Count
 
@@ -199,27 +199,40 @@ class SourceCensus(Service):
                 for _ in range(self._connections)
             ]
             await DeferredList(workers)
-            if not later or self._stopping:
+            if not later or self._stopping or not await self._pause():
                 break
-            # Their connections were not free: try again once the jobs
-            # running had time to give some back.
-            waiting = self._waiting = deferLater(self._clock, self._retryDelay)
-            try:
-                await waiting
-            except CancelledError:
-                break
-            finally:
-                self._waiting = None
             queue.extend(job for job in later if self._wanted(job))
         if not self._stopping:
-            # Nothing to count (every job started at once, or counted by
-            # its own listing) is not worth a line.
-            emit = log.info if self.counted or self.failed else log.debug
-            emit(
-                "Census: done; {counted} sources counted, {failed} could not be",
-                counted=self.counted,
-                failed=self.failed,
-            )
+            self._logDone()
+
+    def _logDone(self) -> None:
+        """
+        Say how many sources the census counted, and could not; nothing to
+        count (every job started at once, or counted by its own listing)
+        is not worth a line at the default level.
+        """
+        emit = log.info if self.counted or self.failed else log.debug
+        emit(
+            "Census: done; {counted} sources counted, {failed} could not be",
+            counted=self.counted,
+            failed=self.failed,
+        )
+
+    async def _pause(self) -> bool:
+        """
+        Wait before trying again the jobs whose connections were not free:
+        the jobs running have time to give some back.
+
+        @return: whether it waited to the end (not stopped).
+        """
+        waiting = self._waiting = deferLater(self._clock, self._retryDelay)
+        try:
+            await waiting
+        except CancelledError:
+            return False
+        finally:
+            self._waiting = None
+        return True
 
     async def _work(self, queue: deque[JobConfig], later: list[JobConfig]) -> None:
         """
@@ -247,20 +260,27 @@ class SourceCensus(Service):
             except Exception as e:
                 self._failed(job, str(e) or e.__class__.__name__)
                 continue
-            if job.name in self._progress and self._progress.job(job.name).census(
-                count.messages, count.octets, count.folders, count.excluded, recorded
-            ):
-                self.counted += 1
-                log.debug(
-                    "Census: job {job}: {messagesCounted} ({octets} octets) in"
-                    " {inFolders}",
-                    messagesCounted=Count(count.messages, "message"),
-                    inFolders=Count(count.folders, "folder"),
-                    job=job.name,
-                    messages=count.messages,
-                    octets=count.octets,
-                    folders=count.folders,
-                )
+            self._counted(job, count, recorded)
+
+    def _counted(self, job: JobConfig, count: SourceCount, recorded: int) -> None:
+        """
+        Show C{job}'s source as counted, unless a reload removed the job
+        or it started meanwhile.
+        """
+        if job.name in self._progress and self._progress.job(job.name).census(
+            count.messages, count.octets, count.folders, count.excluded, recorded
+        ):
+            self.counted += 1
+            log.debug(
+                "Census: job {job}: {messagesCounted} ({octets} octets) in"
+                " {inFolders}",
+                messagesCounted=Count(count.messages, "message"),
+                inFolders=Count(count.folders, "folder"),
+                job=job.name,
+                messages=count.messages,
+                octets=count.octets,
+                folders=count.folders,
+            )
 
     def _failed(self, job: JobConfig, why: str) -> None:
         self.failed += 1

@@ -23,42 +23,10 @@ from zope.interface import Interface
 
 from imapmig.progress import JobState
 
-PAUSED_BY_ADMIN = "paused by the admin"
-"""
-What a job paused by an admin shows it waits for.
-"""
-
-
 BULK_ACTIONS = ("pause", "resume", "retry-failed", "cancel")
 """
 The controls that apply to many jobs at once (L{IJobControls.bulk}).
 """
-
-
-class UnknownJob(Exception):
-    """
-    No job has this name.
-
-    @ivar name: the name asked for.
-    """
-
-    def __init__(self, name: str) -> None:
-        Exception.__init__(self, f"no job named {name!r}")
-        self.name = name
-
-
-class ControlRefused(Exception):
-    """
-    The control does not apply to the job as it is (resume a job that is
-    not paused, retry-failed with nothing failed, cancel a job that has
-    ended).
-
-    @ivar reason: why, in words, for the admin.
-    """
-
-    def __init__(self, reason: str) -> None:
-        Exception.__init__(self, reason)
-        self.reason = reason
 
 
 class IJobControls(Interface):

@@ -44,25 +44,10 @@ from typing import Callable, Hashable, Iterable, Mapping, Protocol, cast
 from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.config.limits import ServerLimits
-from imapmig.errors import PermanentError, TransientError
+from imapmig.errors import ConnectionNotGranted, GrantImpossible
 from imapmig.progress.telemetry import ServerConnections
 
 PoolKey = Hashable
-
-
-class GrantImpossible(PermanentError):
-    """
-    A demand exceeds a pool's limit: it could never be granted (a job
-    whose source and destination are the same account, under a
-    C{per_account.max_connections} of 1).
-    """
-
-
-class ConnectionNotGranted(TransientError):
-    """
-    An extra connection is not granted now (all its pools' units are
-    taken), and the caller asked not to wait.
-    """
 
 
 class IGrant(Protocol):

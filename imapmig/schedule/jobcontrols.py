@@ -5,7 +5,7 @@ The admin's controls (L{IJobControls}) over a scheduler's job queue.
 Each control is an input of the job's machine (L{imapmig.job.machine}),
 and nothing else: the machine alone says where the job is (C{stopping}
 meanwhile, then C{paused}, by whom, since when, or C{cancelled}), and
-alone writes the queue's states (L{imapmig.schedule.queue}): a queued job
+alone writes the queue's states (L{imapmig.queue}): a queued job
 is paused or cancelled in the queue; a claimed one is requested so in
 the queue and stopped by its scheduler (L{ControlledScheduler.halt}), and
 its claim, once finished, puts it where the control said.  The controls
@@ -41,11 +41,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ImapmigError
+from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
 from imapmig.job.machine import CANCELLED_BY_ADMIN, JobMachines
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.controls import ControlRefused, IJobControls, UnknownJob
-from imapmig.schedule.queue import ENDED, IJobQueue, QueueState
+from imapmig.schedule.controls import IJobControls
+from imapmig.queue import ENDED, IJobQueue, QueueState
 from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold
 
 log = Logger()
@@ -478,7 +478,7 @@ class JobControls:
             )
             return changed
 
-        return recording.addCallbacks(applyEach, self._notRecorded(action, by))
+        return recording.addCallbacks(applyEach, _notRecorded(action, by))
 
     def pauseAll(self, by: str) -> Deferred[int]:
         """
@@ -501,7 +501,7 @@ class JobControls:
             return len(paused)
 
         return self._record(names, PAUSED, by).addCallbacks(
-            apply, self._notRecorded("pause-all", by)
+            apply, _notRecorded("pause-all", by)
         )
 
     def _jobsWhere(self, wanted: Callable[[QueueState, str], bool]) -> list[str]:
@@ -509,24 +509,16 @@ class JobControls:
         The names of the jobs, in configuration order, whose queue state
         and name C{wanted} accepts.
         """
-        names = []
-        for progress in self._progress:
-            try:
-                state = self._queue.state(progress.name)
-            except UnknownJob:
-                # Removed by a reload while it ran: shown, no longer queued.
-                continue
-            if wanted(state, progress.name):
-                names.append(progress.name)
-        return names
+        return self._jobsAmong([progress.name for progress in self._progress], wanted)
 
     def _jobsAmong(
         self, names: Sequence[str], wanted: Callable[[QueueState, str], bool]
     ) -> list[str]:
         """
-        Those of C{names} (their holds recorded) whose queue state and
-        name C{wanted} still accepts: a job removed or changed meanwhile
-        is left as it is.
+        Those of C{names} whose queue state and name C{wanted} accepts (or,
+        once their holds are recorded, still accepts): a job removed by a
+        reload (shown, no longer queued) is left out, one changed
+        meanwhile left as it is.
         """
         among = []
         for name in names:
@@ -563,7 +555,7 @@ class JobControls:
             return len(resumed)
 
         return self._record(names, None, by).addCallbacks(
-            apply, self._notRecorded("resume-all", by)
+            apply, _notRecorded("resume-all", by)
         )
 
     def _wouldResume(self, state: QueueState, name: str) -> bool:
@@ -571,23 +563,24 @@ class JobControls:
             state is QueueState.CLAIMED and self._holds.get(name) == PAUSED
         )
 
-    def _notRecorded(self, action: str, by: str) -> Callable[[Failure], Failure]:
-        """
-        The errback of a control over every job whose holds could not be
-        recorded: it logs the store's error, and passes it on.
-        """
 
-        def notRecorded(failure: Failure) -> Failure:
-            failure.trap(ImapmigError)
-            log.error(
-                "Control {action} by {client}: not applied: {why}",
-                action=action,
-                client=by,
-                why=failure.getErrorMessage(),
-            )
-            return failure
+def _notRecorded(action: str, by: str) -> Callable[[Failure], Failure]:
+    """
+    The errback of a control over every job whose holds could not be
+    recorded: it logs the store's error, and passes it on.
+    """
 
-        return notRecorded
+    def notRecorded(failure: Failure) -> Failure:
+        failure.trap(ImapmigError)
+        log.error(
+            "Control {action} by {client}: not applied: {why}",
+            action=action,
+            client=by,
+            why=failure.getErrorMessage(),
+        )
+        return failure
+
+    return notRecorded
 
 
 def _logAll(action: str, by: str, count: int, done: str) -> None:

@@ -20,21 +20,14 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from imapmig.errors import ImapmigError
+from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, UnknownJob
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
 from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
-from imapmig.schedule.grants import (
-    JOB_SLOTS,
-    ConnectionGrants,
-    Grant,
-    GrantImpossible,
-    JobConnections,
-)
-from imapmig.schedule.controls import UnknownJob
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.jobcontrols import JobControls, recordFailure
-from imapmig.schedule.queue import IJobQueue, JobClaim, JobOutcome, LeaseLost, QueueState, Requested
-from imapmig.schedule.throttle import utcTime
+from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import Count
 
@@ -190,22 +183,10 @@ class JobQueueService(Service):
         return list(self._claims)
 
     async def _runAll(self) -> None:
-        if not self._holdsRestored:
-            # Before the first claim: a job the admin paused or cancelled
-            # before a restart is never claimed.
-            try:
-                await self.controls.restoreHolds()
-            except ImapmigError as e:
-                log.error(
-                    "Cannot read the admin's holds on jobs from the state store: {why};"
-                    " no job is started",
-                    why=str(e),
-                )
-                self._renewal.stop()
-                if self._whenDone is not None:
-                    self._whenDone(False)
-                return
-            self._holdsRestored = True
+        # Before the first claim: a job the admin paused or cancelled
+        # before a restart is never claimed.
+        if not self._holdsRestored and not await self._restoreHolds():
+            return
         while not self._stopping:
             waiting = self._waitingSlot = self._grants.jobSlot()
             try:
@@ -220,32 +201,69 @@ class JobQueueService(Service):
                 slot.release()
                 continue
             claim = self._claimNext()
-            if claim is None:
-                slot.release()
-                if (
-                    not self._active
-                    and self._queue.nextDue() is None
-                    and not self._queue.counts().paused
-                ):
-                    break
-                try:
-                    await self._changed()
-                except CancelledError:
-                    break
+            if claim is not None:
+                self._start(claim, slot)
                 continue
-            name = claim.job.name
-            self._started.add(name)
-            self._claims[name] = claim
-            running = Deferred.fromCoroutine(self._runOne(claim, slot))
-            if not running.called:
-                # (A job that ended at once has already left _active.)
-                self._active[name] = running
+            slot.release()
+            if self._nothingLeft():
+                break
+            try:
+                await self._changed()
+            except CancelledError:
+                break
         while self._active:
             await DeferredList(list(self._active.values()))
         if self._renewal.running:
             self._renewal.stop()
-        if self._stopping:
-            return
+        if not self._stopping:
+            self._drained()
+
+    async def _restoreHolds(self) -> bool:
+        """
+        Put the jobs the admin held before a restart where their holds say.
+
+        @return: whether it could; if not (the store cannot read the
+            holds), no job is started, and the run is over.
+        """
+        try:
+            await self.controls.restoreHolds()
+        except ImapmigError as e:
+            log.error(
+                "Cannot read the admin's holds on jobs from the state store: {why};"
+                " no job is started",
+                why=str(e),
+            )
+            self._renewal.stop()
+            if self._whenDone is not None:
+                self._whenDone(False)
+            return False
+        self._holdsRestored = True
+        return True
+
+    def _start(self, claim: JobClaim, slot: Grant) -> None:
+        """
+        Run a claimed job in C{slot}.
+        """
+        name = claim.job.name
+        self._started.add(name)
+        self._claims[name] = claim
+        running = Deferred.fromCoroutine(self._runOne(claim, slot))
+        if not running.called:
+            # (A job that ended at once has already left _active.)
+            self._active[name] = running
+
+    def _nothingLeft(self) -> bool:
+        """
+        Whether, with nothing to claim, the queue is drained: no job runs,
+        none is deferred, none is paused.
+        """
+        queue = self._queue
+        return not self._active and queue.nextDue() is None and not queue.counts().paused
+
+    def _drained(self) -> None:
+        """
+        The queue is drained: say so, and whether every job completed.
+        """
         allCompleted = not self._incomplete and not self._queue.counts().cancelled
         log.info(
             "Job queue drained: {jobs}, {outcome}",
@@ -305,16 +323,9 @@ class JobQueueService(Service):
         _claimed(machine)
         try:
             reserving = connections.reserve()
-            slotless = False
-            if not reserving.called:
-                machine.waitForGrant("a connection grant")
-                log.info("Job {job}: waiting for a connection grant", job=name)
-                self._reserving[name] = reserving
-                if slot is not None and self._slotless < (self._grants.pools.limit(JOB_SLOTS) or 0):
-                    slotless = True
-                    self._slotless += 1
-                    slot.release()
-                    slot = None
+            slotless = self._waitForGrant(machine, name, reserving, slot)
+            if slotless:
+                slot = None
             try:
                 await reserving
             finally:
@@ -335,19 +346,9 @@ class JobQueueService(Service):
             )
             running = self._runs[name] = job.run()
             completed = await running
-            if completed:
-                outcome = JobOutcome.COMPLETED
-            elif job.deferredUntil is not None:
-                outcome, notBefore = JobOutcome.DEFERRED, job.deferredUntil
-                # Said by the job's end line too (imapmig.job.joblog).
-                log.debug(
-                    "Job {job}: deferred until {until}; its job slot and connections"
-                    " go to other jobs meanwhile",
-                    job=name,
-                    until=utcTime(notBefore),
-                )
-            elif self._stopping or name in self._halted:
-                outcome = JobOutcome.STOPPED
+            outcome, notBefore = _runOutcome(
+                name, job, completed, self._stopping or name in self._halted
+            )
         except CancelledError:
             outcome = JobOutcome.STOPPED
             self._gaveUp(machine)
@@ -372,6 +373,27 @@ class JobQueueService(Service):
             if slot is not None:
                 slot.release()
             self._wakeUp()
+
+    def _waitForGrant(
+        self, machine: JobInputs, name: str, reserving: Deferred[Any], slot: Grant | None
+    ) -> bool:
+        """
+        Job C{name} waits for its essential connections (C{reserving}),
+        unless they were granted at once; while it waits, its C{slot} goes
+        to the next job if few enough jobs wait so.
+
+        @return: whether it gave its slot away (released it).
+        """
+        if reserving.called:
+            return False
+        machine.waitForGrant("a connection grant")
+        log.info("Job {job}: waiting for a connection grant", job=name)
+        self._reserving[name] = reserving
+        if slot is None or self._slotless >= (self._grants.pools.limit(JOB_SLOTS) or 0):
+            return False
+        self._slotless += 1
+        slot.release()
+        return True
 
     def _gaveUp(self, machine: JobInputs) -> None:
         """
@@ -408,6 +430,22 @@ class JobQueueService(Service):
             halted and state in (QueueState.PAUSED, QueueState.QUEUED)
         ):
             self._incomplete.add(name)
+        self._showHeld(name, state, outcome, halted, machine)
+
+    def _showHeld(
+        self,
+        name: str,
+        state: QueueState,
+        outcome: JobOutcome,
+        halted: bool,
+        machine: JobInputs,
+    ) -> None:
+        """
+        Show where the queue put job C{name} once its claim finished:
+        paused or cancelled by a control, or queued again.
+
+        @param halted: whether a control stopped it.
+        """
         if state is QueueState.PAUSED:
             log.info(
                 "Job {job}: paused by the admin; its connections and job slot are"
@@ -552,6 +590,30 @@ def withinLimits(job: JobConfig) -> JobConfig:
         configured=job.connections,
     )
     return evolve(job, connections=connections)
+
+
+def _runOutcome(
+    name: str, job: ScheduledJob, completed: bool, stopped: bool
+) -> tuple[JobOutcome, float | None]:
+    """
+    How job C{name}'s run ended, for the queue: completed, deferred
+    (until when), stopped (C{stopped}: by the daemon's stop or a
+    control), or failed.
+    """
+    if completed:
+        return JobOutcome.COMPLETED, None
+    if job.deferredUntil is not None:
+        # Said by the job's end line too (imapmig.job.joblog).
+        log.debug(
+            "Job {job}: deferred until {until}; its job slot and connections"
+            " go to other jobs meanwhile",
+            job=name,
+            until=utcTime(job.deferredUntil),
+        )
+        return JobOutcome.DEFERRED, job.deferredUntil
+    if stopped:
+        return JobOutcome.STOPPED, None
+    return JobOutcome.FAILED, None
 
 
 def essentialConnections(job: JobConfig) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ from imapmig.imap.commands import CommandRefused
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
-from imapmig.mail.plan import FolderRules, folderName, isIncluded
+from imapmig.mail.folders import FolderRules, folderName, isIncluded
 from imapmig.sources import IMessageSource
 from imapmig.sources.imapfolders import sourceFolders
 from imapmig.sources.labelviews import DEDUP, GMAIL_EXTENSION, planLabelViews, resolveLabelViews

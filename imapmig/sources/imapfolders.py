@@ -16,7 +16,7 @@ from typing import Sequence
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import ListedMailbox
 from imapmig.mail.message import SourceFolder
-from imapmig.mail.plan import FolderRules, PersonalNamespace, isIncluded
+from imapmig.mail.folders import FolderRules, PersonalNamespace, isIncluded
 
 __all__ = ["LEFT_OUT_SHOWN", "folderPath", "namesExplicitly", "namespacePath", "sourceFolders"]
 

@@ -83,7 +83,7 @@ from imapmig.mail.fidelity import messageIdOf
 from imapmig.imap.fetch import FetchedItem
 from imapmig.mail.message import SourceFolder
 from imapmig.mail.messagenames import recordedMessageId
-from imapmig.mail.plan import folderName
+from imapmig.mail.folders import folderName
 from imapmig.sources.imapfolders import namesExplicitly
 
 __all__ = [

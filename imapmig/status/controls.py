@@ -49,9 +49,9 @@ from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from imapmig.errors import HTTPProblem, ImapmigError, escapedExcerpt
+from imapmig.errors import ControlRefused, HTTPProblem, ImapmigError, UnknownJob, escapedExcerpt
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.schedule.controls import BULK_ACTIONS, ControlRefused, IJobControls, UnknownJob
+from imapmig.schedule.controls import BULK_ACTIONS, IJobControls
 from imapmig.access.secrets import Secret
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import JobQuery, matchingJobs, parseJobQuery

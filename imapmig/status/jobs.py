@@ -26,7 +26,7 @@ from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 import imapmig
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobProgress
 from imapmig.status.redact import withoutPaths
 from imapmig.state import FailuresPage, IStateStore, MessageOutcome, Transition

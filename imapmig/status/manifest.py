@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 from twisted.web.server import Request
 from zope.interface import implementer
 
-from imapmig.mail.plan import FolderRules, isIncluded
+from imapmig.mail.folders import FolderRules, isIncluded
 from imapmig.state import MessageOutcome
 from imapmig.status.redact import withoutPaths
 

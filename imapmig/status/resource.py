@@ -21,7 +21,7 @@ from twisted.web.server import Request, Site
 
 import imapmig
 from imapmig.errors import escapedExcerpt
-from imapmig.mail.plan import FolderRules
+from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress
 from imapmig.state import IStateStore
 from imapmig.status._http import (

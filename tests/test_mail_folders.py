@@ -1,40 +1,29 @@
 """
-Tests for L{imapmig.mail.plan}: folder mapping, what is left to copy, and how
-work is cut and shared.
+Tests for L{imapmig.mail.folders}: folder mapping, namespaces and folder
+rules.
 """
 
 from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.mail.plan import (
+from imapmig.mail.folders import (
     FolderMapping,
     FolderRules,
     PersonalNamespace,
-    WorkUnit,
-    chooseUnit,
-    chunks,
-    cutUnits,
     destinationMailbox,
     folderName,
-    guidedShare,
     isIncluded,
     mailboxesToCreate,
     mapFolders,
-    pendingMessages,
     renamedPath,
     sharedMailboxes,
-    takeShare,
 )
+from imapmig.mail.message import SourceFolder
 
 
 def NS(delimiter: str | None, prefix: str = "") -> PersonalNamespace:
     return PersonalNamespace(prefix, delimiter)
-
-
-def messages(*sizes: int) -> list[SourceMessage]:
-    return [SourceMessage(str(i), (), None, size) for i, size in enumerate(sizes)]
 
 
 class FolderMappingTests(SynchronousTestCase):
@@ -172,79 +161,6 @@ class PersonalNamespaceTests(SynchronousTestCase):
         shared = sharedMailboxes(mappings)
         self.assertEqual(list(shared), ["INBOX.x"])
         self.assertEqual([m.folder for m in shared["INBOX.x"]], [child, top])
-
-
-class WorkTests(SynchronousTestCase):
-    """
-    What is left to copy, and how it is cut into units and chunks.
-    """
-
-    def test_pendingMessages(self) -> None:
-        """
-        Messages recorded as appended are left out, in order.
-        """
-        source = messages(1, 1, 1)
-        self.assertEqual([m.key for m in pendingMessages(source, {"1"})], ["0", "2"])
-        self.assertEqual(pendingMessages(source, set()), source)
-
-    def test_chunksByCountAndBytes(self) -> None:
-        """
-        A chunk ends at the message count or once it reaches the byte limit,
-        and holds at least one message.
-        """
-        self.assertEqual([len(c) for c in chunks(messages(1, 1, 1, 1, 1), 2, 100)], [2, 2, 1])
-        self.assertEqual([len(c) for c in chunks(messages(5, 5, 50, 1), 10, 10)], [2, 1, 1])
-
-    def test_cutUnits(self) -> None:
-        """
-        Units carry their folder and mailbox.
-        """
-        folder = SourceFolder(("INBOX",), "")
-        units = list(cutUnits(folder, "INBOX", messages(1, 1, 1), 2, 100))
-        self.assertEqual([len(u.messages) for u in units], [2, 1])
-        self.assertEqual({u.mailbox for u in units}, {"INBOX"})
-
-    def test_chooseUnit(self) -> None:
-        """
-        A connection keeps to its selected mailbox, else takes a mailbox no
-        other connection is filling, else the first unit.
-        """
-        folder = SourceFolder(("x",), "")
-        units = [WorkUnit(folder, name, ()) for name in ("A", "A", "B", "C")]
-        self.assertEqual(chooseUnit(units, "B", set()), 2)
-        self.assertEqual(chooseUnit(units, None, {"A"}), 2)
-        self.assertEqual(chooseUnit(units, None, {"A", "B", "C"}), 0)
-        self.assertEqual(chooseUnit(units, "Z", set()), 0)
-
-    def test_guidedShare(self) -> None:
-        """
-        A share is a quarter of what is left with two connections (rounded
-        up), never less than the minimum.
-        """
-        self.assertEqual(guidedShare(5000, 2, 50), 1250)
-        self.assertEqual(guidedShare(5001, 2, 50), 1251)
-        self.assertEqual(guidedShare(300, 2, 50), 75)
-        self.assertEqual(guidedShare(120, 2, 50), 50)
-        self.assertEqual(guidedShare(10, 1, 1), 5)
-        self.assertEqual(guidedShare(0, 0, 1), 1)
-
-    def test_takeShare(self) -> None:
-        """
-        A share is the unit's first messages, the rest left in its place;
-        a unit no larger than the share is taken whole and removed.
-        """
-        folder = SourceFolder(("x",), "")
-        listed = tuple(messages(1, 2, 3, 4, 5))
-        units = [WorkUnit(folder, "A", listed), WorkUnit(folder, "B", listed[:1])]
-
-        taken = takeShare(units, 0, 2)
-
-        self.assertEqual(taken, WorkUnit(folder, "A", listed[:2]))
-        self.assertEqual(units, [WorkUnit(folder, "A", listed[2:]), WorkUnit(folder, "B", listed[:1])])
-        self.assertEqual(takeShare(units, 0, 3), WorkUnit(folder, "A", listed[2:]))
-        self.assertEqual(units, [WorkUnit(folder, "B", listed[:1])])
-        self.assertEqual(takeShare(units, 0, 3), WorkUnit(folder, "B", listed[:1]))
-        self.assertEqual(units, [])
 
 
 class FolderRulesTests(SynchronousTestCase):

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_schedule_throttle -*-
+# -*- test-case-name: tests.test_throttle -*-
 """
 Throttles: token buckets of messages and octets per second, per server and
 per account, and daily byte budgets per account kept in the state store.
@@ -25,6 +25,12 @@ buckets until then (L{Throttle.signalled}), so that the other jobs on that
 server or account wait too.  An C{[OVERQUOTA]} from an account with a
 daily budget on that side means the provider counted more than we did:
 the budget is taken as used up until the next UTC midnight.
+
+A package of its own below C{imapmig.sources} and C{imapmig.job} (it was
+C{imapmig.schedule.throttle}): a job's sides and its source wait on their
+throttles, and the scheduler above them only builds the registry; a
+package rather than a module, as the top of C{imapmig/} keeps only what
+every layer uses.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from imapmig.config.limits import ServerLimits
-from imapmig.errors import QuotaExceeded, ServerBusy
+from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
 from imapmig.state import IStateStore
 from imapmig.progress.telemetry import Telemetry, ThrottleWaits
 
@@ -45,7 +51,6 @@ __all__ = [
     "DOWNLOAD",
     "UPLOAD",
     "DailyBudget",
-    "DailyLimitReached",
     "Throttle",
     "ThrottleRegistry",
     "TokenBucket",
@@ -87,23 +92,6 @@ def utcTime(seconds: float) -> str:
     C{seconds} as a UTC time for a log line: C{2030-01-02 00:00:00 UTC}.
     """
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-class DailyLimitReached(QuotaExceeded):
-    """
-    A daily budget of an account is used up: the job pauses until
-    L{resumeAt}, the next UTC midnight.
-
-    @ivar resumeAt: the POSIX time when the budget is renewed.
-    @ivar budget: the budget used up.
-    """
-
-    def __init__(
-        self, message: str, resumeAt: float, budget: DailyBudget | None = None
-    ) -> None:
-        QuotaExceeded.__init__(self, message, "")
-        self.resumeAt = resumeAt
-        self.budget = budget
 
 
 class TokenBucket:

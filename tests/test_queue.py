@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.schedule.queue}: the in-process job queue.
+Tests for L{imapmig.queue}: the in-process job queue (L{imapmig.queue.memory}).
 """
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from imapmig.schedule.queue import IJobQueue, InMemoryJobQueue, JobOutcome, LeaseLost, QueueCounts
+from imapmig.queue import IJobQueue, JobOutcome, QueueCounts
+from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.errors import LeaseLost
 from tests.test_schedule_service import jobConfig
 
 

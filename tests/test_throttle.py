@@ -1,5 +1,5 @@
 """
-Tests for L{imapmig.schedule.throttle}: token buckets on a simulated clock,
+Tests for L{imapmig.throttle}: token buckets on a simulated clock,
 shared between jobs, held by a server's "wait", and daily budgets kept in
 the state store across restarts and renewed at UTC midnight.
 """
@@ -13,16 +13,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.errors import QuotaExceeded, ServerBusy
-from imapmig.schedule.throttle import (
-    DOWNLOAD,
-    UPLOAD,
-    DailyLimitReached,
-    Throttle,
-    ThrottleRegistry,
-    nextMidnight,
-    utcDay,
-)
+from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
+from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry, nextMidnight, utcDay
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 

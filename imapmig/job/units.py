@@ -1,0 +1,128 @@
+# -*- test-case-name: tests.test_job_units -*-
+"""
+The units of work a job cuts its pending messages into, and how its
+connections share them: what is left to copy, units, shares, read chunks.
+Pure functions, no I/O, no Deferreds.  Taken out of C{imapmig/mail/plan.py}
+(whose folder rules are L{imapmig.mail.folders}), as only job planning
+and the commands above it use them.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Iterator, Sequence
+
+from attrs import frozen
+
+from imapmig.mail.message import SourceFolder, SourceMessage
+
+
+def pendingMessages(
+    messages: Sequence[SourceMessage], appended: Collection[str]
+) -> list[SourceMessage]:
+    """
+    The messages whose key is not among those recorded as C{appended}.
+    """
+    if not appended:
+        return list(messages)
+    return [message for message in messages if message.key not in appended]
+
+
+@frozen
+class WorkUnit:
+    """
+    A run of pending messages of one folder; a connection takes it, or a
+    share of it (L{takeShare}).
+    """
+
+    folder: SourceFolder
+    mailbox: str
+    messages: tuple[SourceMessage, ...]
+
+
+def cutUnits(
+    folder: SourceFolder,
+    mailbox: str,
+    messages: Sequence[SourceMessage],
+    unitMessages: int,
+    unitBytes: int,
+) -> Iterator[WorkUnit]:
+    """
+    Cut C{messages} into units of at most C{unitMessages} messages and
+    about C{unitBytes} octets (a unit holds at least one message), so
+    several connections can share a large folder.
+    """
+    for run in chunks(messages, unitMessages, unitBytes):
+        yield WorkUnit(folder, mailbox, tuple(run))
+
+
+def chooseUnit(
+    units: Sequence[WorkUnit], current: str | None, inUse: Collection[str]
+) -> int:
+    """
+    Which unit a connection should take next: one of the mailbox it has
+    selected (no new SELECT); otherwise one of a mailbox no other connection
+    is filling (connections appending into one mailbox contend for its lock
+    on the server); otherwise the first.
+
+    @param units: the units left, not empty.
+    @param current: the mailbox the connection has selected.
+    @param inUse: mailboxes other connections have selected.
+    @return: the index of the chosen unit.
+    """
+    free = None
+    for index, unit in enumerate(units):
+        if unit.mailbox == current:
+            return index
+        if free is None and unit.mailbox not in inUse:
+            free = index
+    return 0 if free is None else free
+
+
+def guidedShare(remaining: int, connections: int, minimum: int) -> int:
+    """
+    How many messages a connection takes next (guided self-scheduling):
+    a fair share of what is left, C{remaining / (2 * connections)} rounded
+    up, but at least C{minimum}.  Large shares early keep each connection
+    in its mailbox; small ones at the end let the connections finish
+    together, where whole units would leave one connection alone with the
+    last of them while the others wait.
+
+    @param remaining: messages not yet taken by any connection.
+    @param connections: the job's connections.
+    @param minimum: the smallest share worth taking (a batch).
+    """
+    return max(minimum, -(-remaining // (2 * max(connections, 1))))
+
+
+def takeShare(units: list[WorkUnit], index: int, share: int) -> WorkUnit:
+    """
+    Take the first C{share} messages of C{units[index]}; the rest stays in
+    its place.  A unit of C{share} messages or fewer is taken whole, and
+    removed from C{units}.
+    """
+    unit = units[index]
+    if len(unit.messages) <= share:
+        return units.pop(index)
+    units[index] = WorkUnit(unit.folder, unit.mailbox, unit.messages[share:])
+    return WorkUnit(unit.folder, unit.mailbox, unit.messages[:share])
+
+
+def chunks(
+    messages: Sequence[SourceMessage], chunkMessages: int, chunkBytes: int
+) -> Iterator[Sequence[SourceMessage]]:
+    """
+    Cut C{messages} into read chunks of at most C{chunkMessages} messages
+    and about C{chunkBytes} octets (at least one message each).
+    """
+    start = 0
+    count = len(messages)
+    while start < count:
+        end = start
+        size = 0
+        while end < count and end - start < chunkMessages:
+            size += messages[end].size
+            end += 1
+            if size >= chunkBytes:
+                break
+        yield messages[start:end]
+        start = end

@@ -1,0 +1,301 @@
+# -*- test-case-name: tests.test_queue -*-
+"""
+The job queue: which configured job runs next, and who runs it.
+
+A scheduler I{claims} the next job (the first, in configuration order,
+that no live lease holds), I{renews} its lease while the job runs, and
+I{finishes} it with its outcome.  A job whose lease expires may be
+claimed by another owner (a takeover); a stopped job goes back to the
+queue at its place; a deferred job (its daily budget used up) goes back
+too, but is not claimed before the time it gave (C{notBefore}).
+
+Leases are timed by the queue, on its own clock, never by the caller's
+wall clock: L{InMemoryJobQueue} by a monotonic clock of the process (a
+jump of the wall clock, forward or back, neither expires a lease nor
+stretches one), a shared queue by the database's clock (one clock for
+every daemon, whatever theirs say).  The caller's C{now} is the wall
+clock, used only for what is wall-clock time by nature: a deferred job's
+C{notBefore} (the next UTC midnight of a daily budget).
+
+L{InMemoryJobQueue} serves one daemon from the configured job list: the
+state store's lock already makes that daemon the only owner, so leases
+only matter across a stop.  Queued jobs cost an index into the
+configuration's tuple of jobs; a L{JobClaim} is made only when claimed.
+
+A fleet of daemons will share a PostgreSQL implementation of the same
+interface, with a table C{job_claims(job, position, owner, lease_until,
+generation, state)}:
+
+  - C{claim}: C{SELECT job FROM job_claims WHERE state = 'queued' OR
+    (state = 'claimed' AND lease_until < now()) ORDER BY position LIMIT 1
+    FOR UPDATE SKIP LOCKED}, then C{UPDATE ... SET owner, lease_until,
+    generation = generation + 1, state = 'claimed'} in the same transaction: two daemons never claim
+    one job, and neither waits for the other's row lock.
+  - C{renew}: C{UPDATE ... SET lease_until = now() + lease WHERE job AND
+    generation} (C{now()} is the database's clock, as in C{claim}); no row
+    updated means the lease expired and another daemon took the job over:
+    L{LeaseLost}, and the job must stop.
+  - a takeover is an ordinary claim of an expired lease: the new owner
+    runs the job from the start, and its first attempt settles the journal
+    left by the old owner against the destination (the reconciliation of
+    L{imapmig.job.reconcile}), which makes a half-sent unit exact.
+  - C{finish}: C{UPDATE ... SET state = 'done' | 'failed' WHERE job AND
+    generation} (or back to C{'queued'} for a stopped job, and for a
+    deferred one with C{not_before}, a column that C{claim} then also
+    requires to be past: the caller's wall-clock C{now}, as here).
+
+An admin's controls (L{imapmig.schedule.controls}) are queue states, so
+that they reach whichever daemon runs the job, written by the job's
+machine alone (L{imapmig.job.machine}: the controls are its inputs, its
+transitions call L{IJobQueue.pause} and the like; the scheduler only
+claims, renews and finishes its own claims): a queued job I{paused} is
+not claimed until I{resumed} (then claimed before the jobs never
+claimed); I{cancelled}, it ends for good; an ended job I{requeued} (its
+failed messages retried) is queued again.  A claimed job keeps its claim
+while it stops: the control is a I{request} on its row (C{requested =
+'pause' | 'cancel' | 'rerun'}), which the owner sees on its next renewal
+(L{JobClaim.requested}), and which C{finish} applies: a stopped job
+requested paused rests C{'paused'}, one requested cancelled
+C{'cancelled'}, and a job requested to run again (C{'rerun'}) is queued
+again however its run ended.  In PostgreSQL each control is one
+C{UPDATE ... WHERE job = $1 AND state IN (...)}; no row updated is a
+refusal.
+
+A reload of the configuration (L{imapmig.daemon.reload}) changes the queue with
+three operations: I{add} a new job (after every job queued, C{INSERT}
+at the next position), I{remove} one (a queued, paused, deferred or
+ended job at once, C{DELETE ... WHERE state <> 'claimed'}; a claimed one
+when its claim finishes, however its run ended: C{requested = 'remove'},
+which C{finish} turns into the C{DELETE}), and I{replace} a job's
+configuration (C{UPDATE ... SET config}: a claimed job runs on with the
+configuration it was claimed with, the new one is for its next claim).
+
+A package of its own below C{imapmig.job} (it was C{imapmig.schedule.queue}):
+the job's machine writes its holds into the queue, and a lease is one more
+input of that machine, so the queue's interface must sit below the job
+while the scheduler, which claims and renews, sits above it.  Not in
+C{imapmig.state}: the queue is made of the configured jobs
+(L{imapmig.config.model.JobConfig}), and the state store sits below the
+configuration.  Here the interface and its values; its in-memory queue is
+L{imapmig.queue.memory}, and a PostgreSQL one goes beside it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from attrs import frozen
+from zope.interface import Interface
+
+from imapmig.config.model import JobConfig
+
+
+class JobOutcome(Enum):
+    """
+    How a claimed job ended.
+    """
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    # Stopped before the end: back to the queue, for a later run or owner.
+    STOPPED = "stopped"
+    # Cannot go on before a given time (a daily budget used up): back to
+    # the queue, not claimed before then.
+    DEFERRED = "deferred"
+
+
+class QueueState(Enum):
+    """
+    Where a job is in the queue.
+    """
+
+    # Waiting to be claimed (a deferred job included).
+    QUEUED = "queued"
+    CLAIMED = "claimed"
+    # Paused by an admin: not claimed until resumed.
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED = frozenset({QueueState.DONE, QueueState.FAILED, QueueState.CANCELLED})
+"""
+The states a job rests in once it has ended.
+"""
+
+
+class Requested(Enum):
+    """
+    A control asked of a claimed job, applied when its claim finishes.
+    """
+
+    PAUSE = "pause"
+    CANCEL = "cancel"
+    # Queue it again however this run ends (retry-failed while running).
+    RERUN = "rerun"
+
+
+@frozen
+class JobClaim:
+    """
+    A job claimed by an owner until its lease runs out.
+
+    @ivar job: the job's configuration.
+    @ivar position: its place in the configuration (0 is first).
+    @ivar owner: who claimed it.
+    @ivar leaseUntil: when the lease runs out, in the seconds of the
+        queue's lease clock (not the wall clock).
+    @ivar generation: which claim of the job this is: each claim of a job
+        has a new one, kept by its renewals, so that an owner's stale
+        claim (its lease lost, the job claimed again since, even by the
+        same owner) is never taken for the current one.
+    @ivar requested: a control asked of the job while claimed, as of the
+        claim or its last renewal: with L{Requested.PAUSE} or
+        L{Requested.CANCEL} the owner must stop the job.
+    """
+
+    job: JobConfig
+    position: int
+    owner: str
+    leaseUntil: float
+    generation: int
+    requested: Requested | None = None
+
+
+@frozen
+class QueueCounts:
+    """
+    How many jobs are where, for the status resource.
+    """
+
+    queued: int
+    claimed: int
+    finished: int
+    deferred: int = 0
+    paused: int = 0
+    cancelled: int = 0
+
+
+class IJobQueue(Interface):
+    """
+    The jobs waiting to run, shared by whoever runs them.
+    """
+
+    def claim(owner: str, now: float, lease: float) -> JobClaim | None:
+        """
+        Claim the next job, in configuration order, that no live lease
+        holds (leases timed by the queue's own clock).
+
+        @param now: the wall clock's seconds, against which deferred jobs'
+            C{notBefore} is compared.
+        @param lease: seconds the claim lives unless renewed.
+        @return: the claim, or L{None} when no job is left to claim.
+        """
+
+    def renew(claim: JobClaim, lease: float) -> JobClaim:
+        """
+        Extend C{claim}'s lease to C{lease} seconds from now, by the
+        queue's lease clock.
+
+        @raise LeaseLost: C{claim} is no longer the job's current claim
+            (another one took the job over).
+        """
+
+    def finish(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
+        """
+        Record how a claimed job ended; a stopped one is queued again, a
+        deferred one too, claimed not before C{notBefore}.  Ignored unless
+        C{claim} is the job's current claim.
+        """
+
+    def nextDue() -> float | None:
+        """
+        When the earliest deferred job may be claimed, or L{None} if none
+        is deferred.
+        """
+
+    def counts() -> QueueCounts:
+        """
+        How many jobs are queued, claimed and finished.
+        """
+
+    def state(name: str) -> QueueState:
+        """
+        Where the job C{name} is.
+
+        @raise UnknownJob: no such job.
+        """
+
+    def pause(name: str) -> QueueState:
+        """
+        Pause a queued job (not claimed until resumed), or request a
+        claimed one paused once stopped.
+
+        @return: L{QueueState.PAUSED}, or L{QueueState.CLAIMED} for a
+            claimed job (paused when its claim finishes stopped).
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: paused already, or ended.
+        """
+
+    def resume(name: str) -> QueueState:
+        """
+        Queue a paused or cancelled job again, before every job never
+        claimed; or withdraw the pause requested of a claimed job.
+
+        @return: L{QueueState.QUEUED}, or L{QueueState.CLAIMED}.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: neither paused nor cancelled.
+        """
+
+    def cancel(name: str) -> QueueState:
+        """
+        End a queued or paused job for good, or request a claimed one
+        cancelled once stopped.
+
+        @return: L{QueueState.CANCELLED}, or L{QueueState.CLAIMED}.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: ended already.
+        """
+
+    def requeue(name: str) -> QueueState:
+        """
+        Queue an ended job (done or failed) again, before every job never
+        claimed; request a claimed one queued again however its run ends.
+        A queued or paused job is left as it is.
+
+        @return: the job's state afterwards.
+        @raise UnknownJob: no such job.
+        @raise ControlRefused: cancelled.
+        """
+
+    def add(job: JobConfig) -> None:
+        """
+        Queue a new job after every job queued (a reload added it).  A
+        claimed job being removed (L{remove}) under that name is kept
+        instead, C{job} its configuration from its next claim.
+
+        @raise ValueError: a job of that name is queued already.
+        """
+
+    def remove(name: str) -> QueueState:
+        """
+        Take job C{name} out of the queue (a reload removed it): at once
+        unless it is claimed; a claimed job runs on, and leaves the queue
+        when its claim finishes, however it ended (it is not claimed
+        again).  Its name is unknown to the queue's controls from now on.
+
+        @return: the state the job was in: L{QueueState.CLAIMED} when it
+            leaves only once its claim finishes.
+        @raise UnknownJob: no such job.
+        """
+
+    def replace(job: JobConfig) -> QueueState:
+        """
+        Give the job named like C{job} the configuration C{job}, from its
+        next claim on; a claimed job runs on with the one it was claimed
+        with.
+
+        @return: the job's state.
+        @raise UnknownJob: no such job.
+        """
