@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_job, tests.test_job_readsteps -*-
 """
 What a job finds in its source and has left to copy: the included folders
 listed (on a later pass of an IMAP source, only what changed since its

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_job, tests.test_job_messageid, tests.test_imap_appendlimit -*-
 """
 Turning what a source read into messages for the destination's pipeline:
 per message its flags, its literal kind and its INTERNALDATE argument, and

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_job -*-
 """
 How a job copies: the settings of one migration job (connections, batches,
 windows, units of work, recording, stopping), as the configuration gives
