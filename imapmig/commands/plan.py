@@ -22,7 +22,6 @@ from attrs import frozen
 from imapmig.config import Config, ImapSourceConfig, JobConfig
 from imapmig.errors import ConnectFailed, ImapmigError, SourceError
 from imapmig.imap.session import IMAPSession
-from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.mail.folders import (
@@ -31,7 +30,6 @@ from imapmig.mail.folders import (
     PersonalNamespace,
     folderName,
     mailboxesToCreate,
-    mapFolders,
 )
 from imapmig.job.units import pendingMessages
 from imapmig.sources import IMessageSource
@@ -279,10 +277,8 @@ async def previewJob(
     finally:
         await session.logout()
     folders = await source.listFolders()
-    mappings, _ = mapFolders(folders, rules, view.namespace, view.uses)
-    if nameFallback:
-        fallbacks = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
-        mappings = withRecordedFallbacks(mappings, fallbacks, view.existing, view.namespace)
+    recorded = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)} if nameFallback else {}
+    mappings, _ = view.mapped(folders, rules, recorded)
     byKey = {m.folder.key: m for m in mappings}
     failed = frozenset((f.folderKey, f.messageKey) for f in await store.failures(job))
     plans = [

@@ -38,9 +38,8 @@ from imapmig.errors import ImapmigError
 from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
-from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView
-from imapmig.mail.folders import FolderMapping, FolderRules, mapFolders
+from imapmig.mail.folders import FolderMapping, FolderRules
 from imapmig.job.units import chunks
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
@@ -659,10 +658,9 @@ async def verifyJob(
             if m.selectable
         }
         folders = await source.listFolders()
-        mappings, excluded = mapFolders(folders, rules, view.namespace, view.uses)
         # Where the job fell back to a safe spelling, so does verify.
-        fallbacks = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
-        mappings = withRecordedFallbacks(mappings, fallbacks, view.existing, view.namespace)
+        recorded = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
+        mappings, excluded = view.mapped(folders, rules, recorded)
         byMailbox: dict[str, list[FolderMapping]] = defaultdict(list)
         for mapping in mappings:
             byMailbox[mapping.mailbox].append(mapping)

@@ -21,13 +21,11 @@ from imapmig.mail.fidelity import decideFlags
 from imapmig.imap.session import IMAPSession, MailboxState
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.job.foldernames import FolderNameFallback, alreadyExists, withRecordedFallbacks
+from imapmig.job.foldernames import FolderNameFallback, alreadyExists
 from imapmig.mail.folders import (
     FolderMapping,
     FolderRules,
-    PersonalNamespace,
     mailboxesToCreate,
-    mapFolders,
     sharedMailboxes,
 )
 from imapmig.job.presence import OFF, PresenceIndex, holdsOthers, indexMailbox
@@ -171,8 +169,7 @@ class DestinationPreparation:
         Map C{folders} onto the mailboxes of C{view}, through the fallbacks
         earlier runs recorded.
         """
-        mappings, _ = mapFolders(folders, self._renames, view.namespace, view.uses)
-        return withRecordedFallbacks(mappings, self._recorded, view.existing, view.namespace)
+        return view.mapped(folders, self._renames, self._recorded)[0]
 
     async def prepare(self, listings: Sequence[FolderToCopy]) -> PreparedDestination:
         """

@@ -6,12 +6,14 @@ subscriptions and special uses, and the personal namespace new ones go in.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from attrs import frozen
 
 from imapmig.imap.session import IMAPSession, ListedMailbox
-from imapmig.mail.folders import PersonalNamespace
+from imapmig.job.foldernames import withRecordedFallbacks
+from imapmig.mail.folders import FolderMapping, FolderRules, PersonalNamespace, mapFolders
+from imapmig.mail.message import SourceFolder
 
 
 @frozen
@@ -71,6 +73,22 @@ class DestinationView:
             uses,
             tuple(listed),
         )
+
+    def mapped(
+        self, folders: Sequence[SourceFolder], rules: FolderRules, recorded: Mapping[str, str]
+    ) -> tuple[list[FolderMapping], list[SourceFolder]]:
+        """
+        C{folders} mapped onto this destination as the migration maps them
+        (L{mapFolders}: the rules, the namespace, the special uses), each
+        mailbox an earlier run fell back from replaced by its fallback
+        (L{withRecordedFallbacks}); and the folders the rules leave out.
+
+        @param recorded: fallback mailbox by refused mailbox, as the state
+            store records them (empty not to follow them).
+        """
+        mappings, excluded = mapFolders(folders, rules, self.namespace, self.uses)
+        mappings = withRecordedFallbacks(mappings, recorded, self.existing, self.namespace)
+        return mappings, excluded
 
 
 async def _personalNamespace(session: IMAPSession) -> PersonalNamespace:
