@@ -286,6 +286,17 @@ async def previewJob(
         for folder in folders
     ]
     plans += await _leftOut(source)
+    create, subscribe = _creations(mappings, view)
+    return JobPlan(job, view.namespace, tuple(plans), create, subscribe)
+
+
+def _creations(
+    mappings: Sequence[FolderMapping], view: DestinationView
+) -> tuple[tuple[tuple[str, str | None], ...], tuple[str, ...]]:
+    """
+    The mailboxes a run would create (parents first, each with its
+    special use), and those it would subscribe.
+    """
     # As the migration computes it (DestinationPreparation._createMailboxes):
     # a mailbox the destination has needs no parent created.
     missing = mailboxesToCreate(
@@ -294,16 +305,8 @@ async def previewJob(
         view.namespace,
     )
     uses = {m.mailbox: m.specialUse for m in mappings if m.specialUse is not None}
-    subscribe = sorted(
-        {m.mailbox for m in mappings if m.folder.subscribed} - view.subscribed
-    )
-    return JobPlan(
-        job,
-        view.namespace,
-        tuple(plans),
-        tuple((name, uses.get(name)) for name in missing),
-        tuple(subscribe),
-    )
+    subscribe = sorted({m.mailbox for m in mappings if m.folder.subscribed} - view.subscribed)
+    return tuple((name, uses.get(name)) for name in missing), tuple(subscribe)
 
 
 def _sourceDescription(job: JobConfig) -> str:
@@ -335,37 +338,60 @@ def _planRow(f: FolderPlan) -> tuple[str, str, str, str, str, str, str]:
 
 def _writePlan(preview: JobPlan, out: TextIO) -> None:
     """
-    Write one job's plan as a table.
+    Write one job's plan as a table, with a line for each folder that
+    could not be listed or is left out and why, each mailbox it would
+    create or subscribe, and its total.
     """
     namespace = preview.namespace
     out.write(
         f"  destination namespace: prefix {namespace.prefix!r},"
         f" delimiter {namespace.delimiter!r}\n"
     )
+    for line in [*_table(preview), *_notes(preview), _totalLine(preview)]:
+        out.write(f"  {line}\n")
+
+
+def _table(preview: JobPlan) -> list[str]:
+    """
+    The plan's table: a row per folder, columns as wide as their widest
+    cell.
+    """
     rows = [("folder", "messages", "size", "mailbox", "how", "migrated", "to copy")]
     rows.extend(_planRow(f) for f in preview.folders)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        out.write("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
-    for f in preview.unreadable:
-        out.write(f"  cannot list {f.folder}: {f.error}\n")
-    for f in preview.folders:
-        if f.why is not None:
-            out.write(f"  {f.how} {f.folder}: {plural(f.messages, 'message')}: {f.why}\n")
-    for name, use in preview.create:
-        out.write(f"  would create {name}" + (f" ({use})" if use else "") + "\n")
-    for name in preview.subscribe:
-        out.write(f"  would subscribe {name}\n")
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _notes(preview: JobPlan) -> list[str]:
+    """
+    The lines after the table: folders that could not be listed, folders
+    left out and why, mailboxes to create and to subscribe.
+    """
+    lines = [f"cannot list {f.folder}: {f.error}" for f in preview.unreadable]
+    lines += [
+        f"{f.how} {f.folder}: {plural(f.messages, 'message')}: {f.why}"
+        for f in preview.folders
+        if f.why is not None
+    ]
+    lines += [f"would create {name}" + (f" ({use})" if use else "") for name, use in preview.create]
+    return lines + [f"would subscribe {name}" for name in preview.subscribe]
+
+
+def _totalLine(preview: JobPlan) -> str:
+    """
+    The plan's last line: what the job holds, what is migrated, what is
+    left to copy and to create.
+    """
     totals = preview.totals()
     failedBefore = sum(f.failedBefore for f in preview.folders)
-    out.write(
-        f"  total: {plural(totals['messages'], 'message')} ({octets(totals['size'])}) in"
+    return (
+        f"total: {plural(totals['messages'], 'message')} ({octets(totals['size'])}) in"
         f" {plural(totals['folders'], 'folder')} ({totals['excluded_folders']} left out):"
         f" {totals['migrated']} migrated, {totals['to_copy']} to copy"
         f" ({octets(totals['to_copy_size'])})"
         + (f", {failedBefore} of them failed before" if failedBefore else "")
         + (f", {totals['not_migrated']} not migrated" if totals["not_migrated"] else "")
-        + f"; {plural(totals['mailboxes_to_create'], 'mailbox', 'mailboxes')} to create\n"
+        + f"; {plural(totals['mailboxes_to_create'], 'mailbox', 'mailboxes')} to create"
     )
 
 
