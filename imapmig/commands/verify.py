@@ -33,7 +33,8 @@ from attrs import frozen
 from twisted.logger import Logger
 
 from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
-from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
 from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.job.view import DestinationView

@@ -48,14 +48,10 @@ the state store.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left
 from collections import deque
-from datetime import datetime
-from enum import Enum
-from typing import Collection, Iterable, Iterator, Protocol, Sequence
+from typing import Iterable, Iterator
 
-from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -63,10 +59,13 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ConnectionDropped, ConnectionLost
+from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
+from imapmig.imap.outgoing import AppendOutcomes, LiteralMode, OutgoingMessage, PipelineSettings
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.log.logfields import withFields
-from imapmig.mail.message import StreamedBody, formatInternalDate
+from imapmig.mail.message import StreamedBody
 from imapmig.progress.telemetry import ServerTelemetry
 
 LITERAL_MINUS_LIMIT = 4096
@@ -83,240 +82,6 @@ STREAM_SLICE = 256 * 1024
 # before sending, so this bounds that copy to about one batch, instead of
 # the whole window.
 WRITE_GATHER = 256 * 1024
-
-
-class LiteralMode(Enum):
-    """
-    How message literals are sent.
-    """
-
-    PLUS = "LITERAL+"
-    """Non-synchronizing literals of any size."""
-
-    MINUS = "LITERAL-"
-    """Non-synchronizing literals up to 4096 octets, synchronizing above."""
-
-    SYNC = "synchronizing"
-    """Every literal waits for the server's continuation."""
-
-
-def chooseLiteralMode(capabilities: Collection[bytes]) -> LiteralMode:
-    """
-    The best literal mode the server's capabilities allow.
-
-    @param capabilities: capability names, upper-case, e.g. C{b"LITERAL+"}.
-    """
-    if b"LITERAL+" in capabilities:
-        return LiteralMode.PLUS
-    if b"LITERAL-" in capabilities:
-        return LiteralMode.MINUS
-    return LiteralMode.SYNC
-
-
-@frozen
-class PipelineSettings:
-    """
-    How one connection's pipeline sends.
-
-    @ivar literalMode: see L{LiteralMode}.
-    @ivar batchMessages: messages per APPEND command; 1 without MULTIAPPEND.
-    @ivar batchBytes: octets per APPEND command (a single larger message
-        still goes alone).
-    @ivar windowMessages: messages sent and awaiting their reply, at most.
-    @ivar windowBytes: octets sent and awaiting their reply, at most (a
-        single larger message still goes, alone in flight).
-    """
-
-    literalMode: LiteralMode
-    batchMessages: int
-    batchBytes: int
-    windowMessages: int
-    windowBytes: int
-
-    @classmethod
-    def forServer(
-        cls,
-        capabilities: Collection[bytes],
-        batchMessages: int,
-        batchBytes: int,
-        windowMessages: int,
-        windowBytes: int,
-    ) -> PipelineSettings:
-        """
-        Settings for a server with C{capabilities}: MULTIAPPEND batches only
-        where offered, the best literal mode it allows.
-        """
-        if b"MULTIAPPEND" not in capabilities:
-            batchMessages = 1
-        return cls(
-            literalMode=chooseLiteralMode(capabilities),
-            batchMessages=max(1, batchMessages),
-            batchBytes=batchBytes,
-            windowMessages=max(1, windowMessages),
-            windowBytes=windowBytes,
-        )
-
-
-class OutgoingMessage:
-    """
-    One message ready for the wire.
-
-    @ivar body: the message, CRLF line endings, sent as one literal (a
-        L{StreamedBody} for a very large message, read as it is sent).
-    @ivar arguments: what precedes the literal in the APPEND command, with
-        a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
-        C{b""}.
-    @ivar origin: whatever the caller needs to record the outcome (the
-        pipeline never looks at it).
-    @ivar mailbox: the destination mailbox, encoded and quoted; stamped by
-        L{AppendPipeline.enqueue}.
-    @ivar binary: send the body as a C{literal8} (C{~{N}}, RFC 3516), for
-        content a plain literal cannot carry (NUL octets); only where the
-        server offers BINARY.
-    """
-
-    __slots__ = ("body", "arguments", "origin", "mailbox", "binary")
-
-    def __init__(
-        self,
-        body: bytes | bytearray | StreamedBody,
-        arguments: bytes,
-        origin: object,
-        binary: bool = False,
-    ) -> None:
-        self.body = body
-        self.arguments = arguments
-        self.origin = origin
-        self.mailbox = b""
-        self.binary = binary
-
-
-_flagArguments: dict[tuple[str, ...], bytes] = {}
-
-
-def appendArguments(flags: tuple[str, ...], internalDate: datetime | None) -> bytes:
-    """
-    The optional APPEND arguments for a message: its flag list and its
-    INTERNALDATE, each preceded by a space.  Flag lists are cached: a
-    mailbox has few distinct ones.
-    """
-    encoded = _flagArguments.get(flags)
-    if encoded is None:
-        encoded = b" (" + " ".join(flags).encode("ascii") + b")" if flags else b""
-        _flagArguments[flags] = encoded
-    if internalDate is None:
-        return encoded
-    return encoded + b" " + formatInternalDate(internalDate)
-
-
-def encodeMailboxName(name: str) -> bytes:
-    """
-    A mailbox name as an IMAP quoted string in modified UTF-7 (RFC 3501
-    5.1.3).
-    """
-    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
-
-    encoded = name.encode("imap4-utf-7")
-    return b'"' + encoded.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
-
-
-def decodeMailboxName(wire: bytes) -> str:
-    """
-    The name of a mailbox encoded by L{encodeMailboxName}.
-    """
-    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
-
-    if wire[:1] == b'"' and wire[-1:] == b'"':
-        wire = re.sub(rb"\\(.)", rb"\1", wire[1:-1], flags=re.DOTALL)
-    return wire.decode("imap4-utf-7", "replace")
-
-
-# The largest UID or UIDVALIDITY (RFC 3501 nz-number: a 32-bit value).
-_MAX_UID = 2**32 - 1
-
-
-def _uid(text: bytes) -> int:
-    """
-    A UID or UIDVALIDITY (digits only, 1 to 2**32 - 1).
-
-    @raise ValueError: it is not one.
-    """
-    if not text.isdigit() or len(text) > 10:
-        raise ValueError(text)
-    value = int(text)
-    if not 0 < value <= _MAX_UID:
-        raise ValueError(text)
-    return value
-
-
-def parseUIDSet(text: bytes, limit: int) -> list[int]:
-    """
-    Expand an IMAP UID set such as C{b"4:6,9"} into C{[4, 5, 6, 9]}.
-
-    @param limit: the most UIDs the set may hold: a longer one (a hostile
-        or broken server's C{1:4294967295}) is refused before anything is
-        expanded.
-    @raise ValueError: C{text} is not a UID set of at most C{limit} UIDs.
-    """
-    ranges: list[tuple[int, int]] = []
-    count = 0
-    for part in text.split(b","):
-        low, sep, high = part.partition(b":")
-        first = _uid(low)
-        last = _uid(high) if sep else first
-        if first > last:
-            first, last = last, first
-        count += last - first + 1
-        if count > limit:
-            raise ValueError(f"more than {limit} UIDs")
-        ranges.append((first, last))
-    uids: list[int] = []
-    for first, last in ranges:
-        uids.extend(range(first, last + 1))
-    return uids
-
-
-def parseAppendUID(text: bytes, messages: int) -> tuple[int, list[int]] | None:
-    """
-    The UIDVALIDITY and UIDs of an C{OK [APPENDUID v uids] ...} text (the
-    part after C{OK}) answering an APPEND of C{messages} messages, or
-    L{None} if it carries none, is malformed, or names more UIDs than
-    that.
-    """
-    if not text.startswith(b"[APPENDUID "):
-        return None
-    end = text.find(b"]")
-    parts = text[11:end].split()
-    if end == -1 or len(parts) != 2:
-        return None
-    try:
-        return _uid(parts[0]), parseUIDSet(parts[1], messages)
-    except ValueError:
-        return None
-
-
-class AppendOutcomes(Protocol):
-    """
-    Receives the outcome of every message the pipeline sent.
-    """
-
-    def messagesAppended(
-        self,
-        messages: Sequence[OutgoingMessage],
-        uidValidity: int | None,
-        uids: Sequence[int] | None,
-    ) -> None:
-        """
-        The server stored C{messages}, the messages of one command, in
-        order (one call per tagged C{OK}); C{uidValidity} and C{uids} (one
-        per message) come from C{APPENDUID} where the server has UIDPLUS,
-        else they are L{None}.
-        """
-
-    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        """
-        The server refused C{message} alone; C{reason} is its reply.
-        """
 
 
 class _AppendCommand:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.mail.plan import PersonalNamespace
 
 

@@ -70,7 +70,9 @@ from imapmig.imap.fetch import (
     formatUIDSet,
 )
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
+from imapmig.imap.errormap import refusalsOf
+from imapmig.imap.mailboxes import ExaminedMailbox
+from imapmig.imap.session import METADATA_ITEMS, IMAPSession
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.mail.messagenames import HEADER_FIELDS
