@@ -11,36 +11,20 @@ mapped to the error hierarchy).  Nothing above it sees L{IMAP4Client}.
 
 from __future__ import annotations
 
-import base64
-from typing import Any, Collection, Mapping, Sequence, cast
+from typing import Any, Collection, Mapping, Sequence
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Exception
 
-from imapmig.errors import (
-    AuthenticationFailed,
-    CredentialsRefused,
-    CommandFailed,
-    ProtocolError,
-    TLSRequired,
-)
+from imapmig.errors import CommandFailed, ProtocolError, TLSRequired
 from imapmig.imap.client import FetchSink, MigrationIMAP4Client
-from imapmig.imap.auth import (
-    Credentials,
-    PasswordLogin,
-    SASLMechanism,
-    TokenLogin,
-    decodeChallenge,
-    describeErrorChallenge,
-    encodeResponse,
-    mechanismFor,
-)
+from imapmig.imap.auth import Credentials, PasswordLogin
 from imapmig.imap.compress import CompressionStats
 from imapmig.imap.errormap import abandonedOnError, mapped, refusalsOf, retold
 from imapmig.imap.fetch import FetchedItem, formatUIDSet
-from imapmig.imap.login import capabilitiesInReply, capabilitySet, quotedString
+from imapmig.imap.login import logIn, serverCapabilities
 from imapmig.imap.mailboxes import (
     ExaminedMailbox,
     ListedMailbox,
@@ -56,7 +40,6 @@ from imapmig.imap.mailboxname import encodeMailboxName, quoteWireName
 from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
 from imapmig.imap.outgoing import AppendOutcomes, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline
-from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.log.logfields import withFields
 from imapmig.mail.plan import PersonalNamespace
 from imapmig.progress.telemetry import ServerTelemetry
@@ -129,7 +112,7 @@ class IMAPSession:
 
         @raise TLSRequired: the server does not offer it.
         """
-        caps = await self._capabilities()
+        caps = await serverCapabilities(self._client)
         if b"STARTTLS" not in caps:
             raise TLSRequired(
                 f"{self._description}: server does not offer STARTTLS "
@@ -147,134 +130,14 @@ class IMAPSession:
 
     async def authenticate(self, credentials: Credentials) -> None:
         """
-        Log in with C{credentials}, by the mechanism L{mechanismFor} chooses
-        from the server's capabilities: AUTHENTICATE with an initial
-        response where the server offers SASL-IR, else answering its
-        continuation request; LOGIN for a user's password on a server
-        without SASL-IR.  No password appears in an error or a log.
+        Log in with C{credentials} (L{imapmig.imap.login.logIn}), and learn
+        the server's capabilities after login.
 
-        @raise AuthenticationFailed: the server refused (a refused
-            AUTHENTICATE as a refused LOGIN), or offers no way to carry
-            C{credentials}.
-        @raise ServerBusy: the server refused saying "not now" (C{[UNAVAILABLE]},
-            C{[INUSE]}, "try again later", too many connections:
-            L{imapmig.imap.signals}): retried, as a lost connection is.
+        @raise AuthenticationFailed: the server refused, or offers no way
+            to carry C{credentials}.
+        @raise ServerBusy: the server refused saying "not now".
         """
-        caps = await self._capabilities()
-        if (
-            b"LOGINDISABLED" in caps
-            and b"AUTH=PLAIN" not in caps
-            and not isinstance(credentials, TokenLogin)
-        ):
-            raise AuthenticationFailed(
-                f"{self._description}: server refuses cleartext login (LOGINDISABLED)"
-            )
-        if isinstance(credentials, TokenLogin) and credentials.port is None:
-            credentials = evolve(credentials, port=self._peerPort())
-        mechanism = mechanismFor(credentials, caps, self._description)
-        errorChallenge: list[bytes] = []
-        try:
-            if mechanism is None:
-                assert isinstance(credentials, PasswordLogin)
-                reply = await self._logIn(credentials)
-            else:
-                reply = await self._saslExchange(
-                    mechanism, b"SASL-IR" in caps, errorChallenge
-                )
-        except CommandFailed as e:
-            signal = classifyRefusal(e.status, e.text)
-            if signal.action is SignalAction.RETRY:
-                # Not the credentials: the server cannot check them now
-                # (RFC 5530 [UNAVAILABLE]: the LDAP or RADIUS server behind
-                # it is down; Dovecot's "Temporary authentication failure"),
-                # or asks to wait (too many connections, throttled).
-                busy = signal.error(f"{self._description}: login")
-                assert busy is not None
-                raise busy from None
-            # An OAuth failure's reason is in the challenge answered
-            # before the NO (RFC 7628 3.2.2), not in the NO's text.
-            said = "".join(
-                f" ({describeErrorChallenge(c)})" for c in errorChallenge[-1:] if c
-            )
-            raise CredentialsRefused(
-                f"{self._description}: login refused: {e.text}{said}"
-            ) from None
-        # RFC 3501 6.2.3: a CAPABILITY code in the tagged OK makes a
-        # CAPABILITY command unnecessary (Dovecot sends one): a round trip
-        # saved on every connection.
-        automatic = capabilitiesInReply(reply)
-        if automatic is not None:
-            self.capabilities = automatic
-        else:
-            self.capabilities = await self._capabilities(useCache=False)
-
-    async def _logIn(self, credentials: PasswordLogin) -> bytes:
-        """
-        The LOGIN command: the tagged reply after C{OK}.
-        """
-        user, password = credentials.user, credentials.password
-        if not (user.isascii() and password.isascii()) or any(
-            c in user + password for c in "\r\n\0"
-        ):
-            raise AuthenticationFailed(
-                f"{self._description}: the user name or password has characters "
-                "LOGIN cannot carry and the server offers no SASL-IR AUTH=PLAIN"
-            )
-        command = Command(b"LOGIN", quotedString(user) + b" " + quotedString(password))
-        _, reply = await mapped("LOGIN", self._client.sendCommand(command))
-        return cast(bytes, reply)
-
-    def _peerPort(self) -> int | None:
-        """
-        The port this connection reached, for OAUTHBEARER, or L{None}.
-        """
-        transport = self._client.transport
-        port = getattr(transport.getPeer(), "port", None) if transport else None
-        return port if isinstance(port, int) else None
-
-    async def _saslExchange(
-        self, mechanism: SASLMechanism, initial: bool, challenges: list[bytes]
-    ) -> bytes:
-        """
-        AUTHENTICATE with C{mechanism}: its first message on the command
-        line when C{initial} (SASL-IR, RFC 4959), else in answer to the
-        first continuation request.  A challenge the mechanism does not
-        expect (or that is not base64) is a protocol violation.
-
-        @param challenges: each decoded challenge answered is appended.
-
-        @return: the tagged reply after C{OK}.
-        """
-        command = b"AUTHENTICATE " + mechanism.name
-        if initial:
-            command += b" " + encodeResponse(mechanism.initialResponse())
-        answered = initial
-
-        def respond(text: bytes) -> bytes | None:
-            nonlocal answered
-            if not answered:
-                answered = True
-                return base64.b64encode(mechanism.initialResponse())
-            challenge = decodeChallenge(text)
-            if challenge is None:
-                return None
-            challenges.append(challenge)
-            response = mechanism.challenged(challenge)
-            return None if response is None else base64.b64encode(response)
-
-        # Mapped as LOGIN: the step, whichever command carries it.
-        _, reply = await mapped("LOGIN", self._client.sendAuthenticate(command, respond))
-        return reply
-
-    async def _capabilities(self, useCache: bool = True) -> frozenset[bytes]:
-        """
-        The server's capabilities: those of the greeting or of the last
-        CAPABILITY command, or a new CAPABILITY command.
-        """
-        caps: dict[bytes, Any] = await mapped(
-            "CAPABILITY", self._client.getCapabilities(useCache=int(useCache))
-        )
-        return capabilitySet(caps)
+        self.capabilities = await logIn(self._client, self._description, credentials)
 
     async def startCompression(self) -> bool:
         """
