@@ -20,6 +20,13 @@ from attrs import frozen
 from imapmig.mail.message import StreamedBody, formatInternalDate
 
 
+LITERAL_MINUS_LIMIT = 4096
+"""
+The largest literal LITERAL- lets go without waiting for the server's
+continuation (RFC 7888).
+"""
+
+
 class LiteralMode(Enum):
     """
     How message literals are sent.
