@@ -11,7 +11,7 @@ L{imapmig.imap.login} and L{imapmig.imap.opening}.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectError, ConnectionDone
@@ -28,6 +28,7 @@ from imapmig.errors import (
 from imapmig.imap.client import CommandRefused, describeConnectionLoss
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 def parseResponseCode(text: str) -> str | None:
@@ -86,6 +87,30 @@ def abandonedOnError(commands: Iterable[Deferred[Any]]) -> Iterator[None]:
         for d in commands:
             d.addErrback(lambda _: None)
         raise
+
+
+async def eachSettled(
+    command: str,
+    pending: Sequence[tuple[K, Deferred[Any]]],
+    refused: Callable[[K, CommandFailed], None],
+) -> int:
+    """
+    Await each of the pipelined commands C{pending} in order, each with its
+    key, its errors mapped as C{command}'s; a refusal goes to C{refused}
+    with the key, any other error ends the wait (L{abandonedOnError}).
+
+    @return: how many were not refused.
+    """
+    accepted = 0
+    with abandonedOnError(d for _, d in pending):
+        for key, d in pending:
+            try:
+                await mapped(command, d)
+            except CommandFailed as e:
+                refused(key, e)
+            else:
+                accepted += 1
+    return accepted
 
 
 async def mapped(command: str, d: Deferred[T]) -> T:

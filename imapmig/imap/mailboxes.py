@@ -166,35 +166,53 @@ def openedState(
                 exists = int(head)
         elif head.upper() == b"OK" and tail.startswith(b"["):
             if tail[:16].upper() == b"[PERMANENTFLAGS ":
-                inner = tail[tail.find(b"(") + 1 : tail.find(b")")]
-                permanentFlags = frozenset(
-                    flag.decode("ascii", "replace") for flag in inner.split()
-                )
-                continue
-            code = tail[1 : tail.find(b"]")].split()
-            if code:
-                value = code[1] if len(code) > 1 else b""
-                codes[code[0].upper()] = int(value) if value.isdigit() else None
+                permanentFlags = _flagList(tail)
+            else:
+                _readCode(tail, codes)
     return exists, codes, permanentFlags
 
 
-def _str(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+def _flagList(text: bytes) -> frozenset[str]:
+    """
+    The flags of a C{[PERMANENTFLAGS (...)]} response code.
+    """
+    inner = text[text.find(b"(") + 1 : text.find(b")")]
+    return frozenset(flag.decode("ascii", "replace") for flag in inner.split())
+
+
+def _readCode(text: bytes, codes: dict[bytes, int | None]) -> None:
+    """
+    Add the response code at the start of C{text} (C{[UIDNEXT 12] ...})
+    to C{codes}: its number, or L{None} for a code without one.
+    """
+    code = text[1 : text.find(b"]")].split()
+    if code:
+        value = code[1] if len(code) > 1 else b""
+        codes[code[0].upper()] = int(value) if value.isdigit() else None
+
+
+def _rowParts(row: list[Value]) -> tuple[bytes, str | None, tuple[str, ...]]:
+    """
+    The name (as sent), the delimiter (L{None} for C{NIL}) and the
+    attributes of a parsed LIST row (see L{listRows}).
+    """
+    attributes, delimiter, name = row[0], row[1], row[2]
+    assert isinstance(attributes, list) and isinstance(name, bytes)
+    if not (isinstance(delimiter, bytes) and delimiter):
+        delimiter = None
+    return (
+        name,
+        None if delimiter is None else delimiter.decode("utf-8", "replace"),
+        tuple(a.decode("utf-8", "replace") for a in attributes if isinstance(a, bytes)),
+    )
 
 
 def mailboxInfo(row: list[Value]) -> MailboxInfo:
     """
     A L{MailboxInfo} of a parsed LIST row (see L{listRows}).
     """
-    attributes, delimiter, name = row[0], row[1], row[2]
-    assert isinstance(attributes, list) and isinstance(name, bytes)
-    return MailboxInfo(
-        name=decodeListedName(name),
-        delimiter=_str(delimiter) if isinstance(delimiter, bytes) and delimiter else None,
-        attributes=tuple(_str(a) for a in attributes if isinstance(a, bytes)),
-    )
+    name, delimiter, attributes = _rowParts(row)
+    return MailboxInfo(name=decodeListedName(name), delimiter=delimiter, attributes=attributes)
 
 
 def listRows(
@@ -232,15 +250,13 @@ def listedMailbox(row: list[Value], subscribed: bool | None) -> ListedMailbox:
     @param subscribed: whether it is subscribed, or L{None} to read its
         C{\\Subscribed} attribute (LIST-EXTENDED).
     """
-    rawAttributes, delimiter, name = row[0], row[1], row[2]
-    assert isinstance(rawAttributes, list) and isinstance(name, bytes)
-    attributes = tuple(_str(a) for a in rawAttributes if isinstance(a, bytes))
+    name, delimiter, attributes = _rowParts(row)
     if subscribed is None:
         subscribed = any(a.lower() == "\\subscribed" for a in attributes)
     return ListedMailbox(
         name=decodeListedName(name),
         wireName=name,
-        delimiter=_str(delimiter) if isinstance(delimiter, bytes) and delimiter else None,
+        delimiter=delimiter,
         attributes=attributes,
         subscribed=subscribed,
     )

@@ -11,19 +11,21 @@ mapped to the error hierarchy).  Nothing above it sees L{IMAP4Client}.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence, TypeVar
 
-from attrs import evolve, frozen
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Exception
 
-from imapmig.errors import CommandFailed, ProtocolError, TLSRequired
+from imapmig.errors import CommandFailed, TLSRequired
 from imapmig.imap.client import FetchSink, MigrationIMAP4Client
 from imapmig.imap.auth import Credentials, PasswordLogin
+from imapmig.imap.batches import MailboxBatches
 from imapmig.imap.compress import CompressionStats
-from imapmig.imap.errormap import abandonedOnError, mapped, refusalsOf, retold
+from imapmig.imap.errormap import mapped, refusalsOf
 from imapmig.imap.fetch import FetchedItem, formatUIDSet
+from imapmig.imap.listing import MailboxListing
 from imapmig.imap.login import logIn, serverCapabilities
 from imapmig.imap.mailboxes import (
     ExaminedMailbox,
@@ -31,13 +33,10 @@ from imapmig.imap.mailboxes import (
     MailboxInfo,
     MailboxState,
     SelectedMailbox,
-    listedMailbox,
-    listRows,
-    mailboxInfo,
     openedState,
 )
 from imapmig.imap.mailboxname import encodeMailboxName, quoteWireName
-from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
+from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.outgoing import AppendOutcomes, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.log.logfields import withFields
@@ -45,6 +44,8 @@ from imapmig.mail.plan import PersonalNamespace
 from imapmig.progress.telemetry import ServerTelemetry
 
 log = Logger()
+
+T = TypeVar("T")
 
 
 @frozen
@@ -91,6 +92,8 @@ class IMAPSession:
         self.capabilities: frozenset[bytes] = frozenset()
         self.namespaceOverride = namespaceOverride
         self._pipeline: AppendPipeline | None = None
+        self._listing = MailboxListing(client, description, self._log)
+        self._batches = MailboxBatches(client, description, self._log)
 
     @property
     def description(self) -> str:
@@ -171,21 +174,14 @@ class IMAPSession:
         """
         Every mailbox (C{LIST "" "*"}).
         """
-        lines, _ = await mapped("LIST", self._client.sendCollecting(b"LIST", b'"" "*"'))
-        rows = listRows(lines, b"LIST", self._description, self._log)
-        return [mailboxInfo(row) for row in rows]
+        return await self._listing.mailboxes()
 
     async def hierarchyDelimiter(self) -> str | None:
         """
         The hierarchy delimiter of the personal namespace (C{LIST "" ""}),
         or L{None} for a flat server.
         """
-        lines, _ = await mapped("LIST", self._client.sendCollecting(b"LIST", b'"" ""'))
-        for row in listRows(lines, b"LIST", self._description, self._log):
-            info = mailboxInfo(row)
-            if info.delimiter:
-                return info.delimiter
-        return None
+        return await self._listing.hierarchyDelimiter()
 
     @property
     def knowsNamespaces(self) -> bool:
@@ -213,52 +209,7 @@ class IMAPSession:
         @raise CommandFailed: the server refused the command, and there is
             no override.
         """
-        override = self.namespaceOverride
-        if override is not None:
-            override = evolve(override, configured=True)
-        if b"NAMESPACE" not in self.capabilities:
-            if override is None:
-                override = PersonalNamespace("", await self.hierarchyDelimiter())
-            return ServerNamespaces(personal=(override,))
-        try:
-            lines, _ = await mapped("NAMESPACE", self._client.sendCollecting(b"NAMESPACE"))
-        except CommandFailed as e:
-            if override is None:
-                raise
-            # The override is there for a server whose NAMESPACE cannot be
-            # believed; one that offers it and then refuses it is one.
-            self._log.warn(
-                "{session}: the server refused NAMESPACE ({status} {text}); believing the"
-                " configured namespace alone (other users' and shared namespaces unknown)",
-                session=self._description,
-                status=e.status,
-                text=e.text,
-            )
-            return ServerNamespaces(personal=(override,))
-        try:
-            namespaces = namespaceResponse(lines)
-        except ProtocolError as e:
-            if override is None:
-                raise retold(
-                    e,
-                    f"{self._description}: {e}; a namespace: setting for this server"
-                    " in the configuration replaces the personal namespace it announces",
-                ) from None
-            self._log.warn(
-                "{session}: {problem}; believing the configured namespace alone"
-                " (other users' and shared namespaces unknown)",
-                session=self._description,
-                problem=str(e),
-            )
-            return ServerNamespaces(personal=(override,))
-        if override is not None:
-            return evolve(namespaces, personal=(override,))
-        if not namespaces.personal:
-            # No personal namespace (NIL): folders are still created at
-            # the top, with LIST's delimiter.
-            personal = PersonalNamespace("", await self.hierarchyDelimiter())
-            namespaces = evolve(namespaces, personal=(personal,))
-        return namespaces
+        return await self._listing.namespaces(self.capabilities, self.namespaceOverride)
 
     async def create(self, mailbox: str) -> None:
         """
@@ -285,61 +236,15 @@ class IMAPSession:
         @return: the mailboxes that could not be created, each with the
             server's reply; a refused SUBSCRIBE is only logged.
         """
-        client = self._client
-        withUse = b"CREATE-SPECIAL-USE" in self.capabilities and uses
-        creates = []
-        for name in mailboxes:
-            command = b"CREATE " + encodeMailboxName(name)
-            use = uses.get(name) if withUse and uses else None
-            if use is not None:
-                command += b" (USE (" + use.encode("ascii") + b"))"
-            creates.append(client.sendPipelined(command))
-        toSubscribe = [
-            name for name in mailboxes if subscribe is None or name in subscribe
-        ]
-        subscribes = [
-            client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)) for name in toSubscribe
-        ]
-        failed: dict[str, str] = {}
-        with abandonedOnError(creates + subscribes):
-            for name, d in zip(mailboxes, creates):
-                try:
-                    await mapped("CREATE", d)
-                except CommandFailed as e:
-                    failed[name] = e.text
-            for name, d in zip(toSubscribe, subscribes):
-                try:
-                    await mapped("SUBSCRIBE", d)
-                except CommandFailed as e:
-                    if name not in failed:
-                        self._log.warn(
-                            "{session}: cannot subscribe to {mailbox!r}: {why}",
-                            session=self._description,
-                            mailbox=name,
-                            why=e.text,
-                        )
-        return failed
+        return await self._batches.createMailboxes(
+            mailboxes, uses if b"CREATE-SPECIAL-USE" in self.capabilities else None, subscribe
+        )
 
     async def subscribeMailboxes(self, mailboxes: Sequence[str]) -> None:
         """
         Subscribe to C{mailboxes}, pipelined; a refusal is only logged.
         """
-        client = self._client
-        pending = [
-            (name, client.sendPipelined(b"SUBSCRIBE " + encodeMailboxName(name)))
-            for name in mailboxes
-        ]
-        with abandonedOnError(d for _, d in pending):
-            for name, d in pending:
-                try:
-                    await mapped("SUBSCRIBE", d)
-                except CommandFailed as e:
-                    self._log.warn(
-                        "{session}: cannot subscribe to {mailbox!r}: {why}",
-                        session=self._description,
-                        mailbox=name,
-                        why=e.text,
-                    )
+        await self._batches.subscribeMailboxes(mailboxes)
 
     async def selectEach(
         self, mailboxes: Sequence[str]
@@ -351,24 +256,7 @@ class IMAPSession:
 
         @return: each mailbox's state, or the server's refusal.
         """
-        client = self._client
-        pending = [
-            (name, client.sendPipelinedCollecting(b"SELECT " + encodeMailboxName(name)))
-            for name in mailboxes
-        ]
-        states: dict[str, MailboxState | CommandFailed] = {}
-        with abandonedOnError(d for _, d in pending):
-            for name, d in pending:
-                try:
-                    lines, _ = await mapped("SELECT", d)
-                except CommandFailed as e:
-                    states[name] = e
-                    continue
-                exists, codes, permanentFlags = openedState(lines)
-                states[name] = MailboxState(
-                    name, exists, codes.get(b"UIDVALIDITY"), permanentFlags, codes.get(b"UIDNEXT")
-                )
-        return states
+        return await self._batches.selectEach(mailboxes)
 
     async def storeFlags(
         self, mailbox: str, changes: Sequence[tuple[int, tuple[str, ...]]]
@@ -381,35 +269,7 @@ class IMAPSession:
         @return: how many the server accepted; a refusal is logged.
         @raise CommandFailed: the SELECT was refused.
         """
-        await mapped(
-            "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
-        )
-        client = self._client
-        pending = [
-            (
-                uid,
-                client.sendPipelined(
-                    b"UID STORE %d FLAGS.SILENT (%s)"
-                    % (uid, " ".join(flags).encode("ascii"))
-                ),
-            )
-            for uid, flags in changes
-        ]
-        applied = 0
-        with abandonedOnError(d for _, d in pending):
-            for uid, d in pending:
-                try:
-                    await mapped("UID STORE", d)
-                    applied += 1
-                except CommandFailed as e:
-                    self._log.warn(
-                        "{session}: cannot set the flags of UID {uid} in {mailbox!r}: {why}",
-                        session=self._description,
-                        uid=uid,
-                        mailbox=mailbox,
-                        why=e.text,
-                    )
-        return applied
+        return await self._batches.storeFlags(mailbox, changes)
 
     def selectPipelined(self, mailbox: str) -> Deferred[bytes]:
         """
@@ -493,30 +353,7 @@ class IMAPSession:
 
         @raise CommandFailed: the server refused.
         """
-        caps = self.capabilities
-        client = self._client
-        if b"LIST-EXTENDED" in caps:
-            options = b"SUBSCRIBED SPECIAL-USE" if b"SPECIAL-USE" in caps else b"SUBSCRIBED"
-            lines, _ = await mapped(
-                "LIST", client.sendCollecting(b"LIST", b'"" "*" RETURN (' + options + b")")
-            )
-            return [
-                listedMailbox(row, None)
-                for row in listRows(lines, b"LIST", self._description, self._log)
-            ]
-        lines, _ = await mapped("LIST", client.sendCollecting(b"LIST", b'"" "*"'))
-        subscribedLines, _ = await mapped("LSUB", client.sendCollecting(b"LSUB", b'"" "*"'))
-        subscribed = {
-            listedMailbox(row, False).name
-            for row in listRows(subscribedLines, b"LSUB", self._description, self._log)
-        }
-        mailboxes = []
-        for row in listRows(lines, b"LIST", self._description, self._log):
-            mailbox = listedMailbox(row, False)
-            if mailbox.name in subscribed:
-                mailbox = evolve(mailbox, subscribed=True)
-            mailboxes.append(mailbox)
-        return mailboxes
+        return await self._listing.folders(self.capabilities)
 
     async def fetchMetadata(
         self,
@@ -647,16 +484,22 @@ class IMAPSession:
         self._client.close()
         stats = self._client.compressionStats()
         if stats is not None:
-            self._log.info(
-                "{session}: compression sent {sentPlain} octets as {sentWire}"
-                " ({sentPercent}%), received {receivedWire} octets as {receivedPlain}",
-                session=self._description,
-                sentPlain=stats.sentPlain,
-                sentWire=stats.sentWire,
-                sentPercent=round(100 * stats.sentRatio),
-                receivedWire=stats.receivedWire,
-                receivedPlain=stats.receivedPlain,
-            )
+            self._logCompression(stats)
+
+    def _logCompression(self, stats: CompressionStats) -> None:
+        """
+        Log what compression saved on this connection.
+        """
+        self._log.info(
+            "{session}: compression sent {sentPlain} octets as {sentWire}"
+            " ({sentPercent}%), received {receivedWire} octets as {receivedPlain}",
+            session=self._description,
+            sentPlain=stats.sentPlain,
+            sentWire=stats.sentWire,
+            sentPercent=round(100 * stats.sentRatio),
+            receivedWire=stats.receivedWire,
+            receivedPlain=stats.receivedPlain,
+        )
 
     def abort(self, reason: str = "the session was abandoned") -> None:
         """
@@ -673,11 +516,18 @@ def _mergedItem(earlier: FetchedItem, later: FetchedItem) -> FetchedItem:
     """
     return FetchedItem(
         sequence=later.sequence,
-        uid=later.uid if later.uid is not None else earlier.uid,
-        flags=later.flags if later.flags is not None else earlier.flags,
+        uid=_known(later.uid, earlier.uid),
+        flags=_known(later.flags, earlier.flags),
         internalDate=later.internalDate or earlier.internalDate,
-        size=later.size if later.size is not None else earlier.size,
-        modSeq=later.modSeq if later.modSeq is not None else earlier.modSeq,
+        size=_known(later.size, earlier.size),
+        modSeq=_known(later.modSeq, earlier.modSeq),
         sections={**earlier.sections, **later.sections},
         extra={**earlier.extra, **later.extra},
     )
+
+
+def _known(later: T | None, earlier: T | None) -> T | None:
+    """
+    C{later} where the later response has the item, else C{earlier}.
+    """
+    return earlier if later is None else later
