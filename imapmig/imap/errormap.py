@@ -124,28 +124,46 @@ async def mapped(command: str, d: Deferred[T]) -> T:
     try:
         return await d
     except IMAP4Exception as e:
-        text = e.args[0] if e.args else ""
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        text = str(text)
-        status = e.status if isinstance(e, CommandRefused) else "NO"
-        raise CommandFailed(command, status, parseResponseCode(text), text) from None
+        raise _refusal(command, e) from None
     except TLSInterrupted:
         # The handshake, not the command waiting for it, was interrupted.
         raise
     except ConnectionLost as e:
         raise retold(e, f"{command}: {describeConnectionLoss(e)}") from None
     except Exception as e:
-        tls = _describeTLSError(e)
-        if tls is not None:
-            raise TLSFailed(f"TLS handshake failed: {tls}") from None
-        if isinstance(e, (ConnectionDone, ConnectError)) or type(e).__module__.startswith(
-            "twisted.internet"
-        ):
-            raise ConnectionLost(
-                f"{command}: connection lost: {describeConnectionLoss(e)}"
-            ) from None
-        raise
+        ours = _lostOrTLS(command, e)
+        if ours is None:
+            raise
+        raise ours from None
+
+
+def _refusal(command: str, error: IMAP4Exception) -> CommandFailed:
+    """
+    The L{CommandFailed} of Twisted's C{error} answering C{command}: its
+    status (C{NO} unless our client saw C{BAD}), response code and text.
+    """
+    text = error.args[0] if error.args else ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = str(text)
+    status = error.status if isinstance(error, CommandRefused) else "NO"
+    return CommandFailed(command, status, parseResponseCode(text), text)
+
+
+def _lostOrTLS(command: str, error: Exception) -> ImapmigError | None:
+    """
+    A failed TLS handshake (L{TLSFailed}) or a lost connection
+    (L{ConnectionLost}) as Twisted raised it while C{command} waited, or
+    L{None} for any other error.
+    """
+    tls = _describeTLSError(error)
+    if tls is not None:
+        return TLSFailed(f"TLS handshake failed: {tls}")
+    if isinstance(error, (ConnectionDone, ConnectError)) or type(error).__module__.startswith(
+        "twisted.internet"
+    ):
+        return ConnectionLost(f"{command}: connection lost: {describeConnectionLoss(error)}")
+    return None
 
 
 def _describeTLSError(error: BaseException) -> str | None:

@@ -86,23 +86,31 @@ class MailboxListing:
         @raise CommandFailed: the server refused the command, and there is
             no override.
         """
+        announced = b"NAMESPACE" in capabilities
         if override is not None:
-            override = evolve(override, configured=True)
-        if b"NAMESPACE" not in capabilities:
-            if override is None:
-                override = await self._topNamespace()
-            return ServerNamespaces(personal=(override,))
-        namespaces = await self._announcedNamespaces(override is not None)
-        if override is not None:
-            if namespaces is None:
-                return ServerNamespaces(personal=(override,))
-            return evolve(namespaces, personal=(override,))
+            return await self._overridden(evolve(override, configured=True), announced)
+        if not announced:
+            return ServerNamespaces(personal=(await self._topNamespace(),))
+        namespaces = await self._announcedNamespaces(False)
         assert namespaces is not None
         if not namespaces.personal:
             # No personal namespace (NIL): folders are still created at
             # the top, with LIST's delimiter.
             namespaces = evolve(namespaces, personal=(await self._topNamespace(),))
         return namespaces
+
+    async def _overridden(
+        self, override: PersonalNamespace, announced: bool
+    ) -> ServerNamespaces:
+        """
+        C{override} as the personal namespace, with the other users' and
+        shared namespaces of the NAMESPACE response where the server
+        C{announced} NAMESPACE and the response can be believed.
+        """
+        namespaces = await self._announcedNamespaces(True) if announced else None
+        if namespaces is None:
+            return ServerNamespaces(personal=(override,))
+        return evolve(namespaces, personal=(override,))
 
     async def _topNamespace(self) -> PersonalNamespace:
         """

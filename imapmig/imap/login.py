@@ -104,14 +104,9 @@ async def logIn(
         )
     if isinstance(credentials, TokenLogin) and credentials.port is None:
         credentials = evolve(credentials, port=_peerPort(client))
-    mechanism = mechanismFor(credentials, caps, description)
     errorChallenge: list[bytes] = []
     try:
-        if mechanism is None:
-            assert isinstance(credentials, PasswordLogin)
-            reply = await _passwordLogin(client, description, credentials)
-        else:
-            reply = await _saslExchange(client, mechanism, b"SASL-IR" in caps, errorChallenge)
+        reply = await _exchange(client, description, credentials, caps, errorChallenge)
     except CommandFailed as e:
         raise _refusal(e, description, errorChallenge) from None
     # RFC 3501 6.2.3: a CAPABILITY code in the tagged OK makes a
@@ -121,6 +116,27 @@ async def logIn(
     if automatic is not None:
         return automatic
     return await serverCapabilities(client, useCache=False)
+
+
+async def _exchange(
+    client: MigrationIMAP4Client,
+    description: str,
+    credentials: Credentials,
+    caps: frozenset[bytes],
+    challenges: list[bytes],
+) -> bytes:
+    """
+    LOGIN or AUTHENTICATE with C{credentials}, as L{mechanismFor} chooses
+    from C{caps}.
+
+    @param challenges: each decoded challenge answered is appended.
+    @return: the tagged reply after C{OK}.
+    """
+    mechanism = mechanismFor(credentials, caps, description)
+    if mechanism is None:
+        assert isinstance(credentials, PasswordLogin)
+        return await _passwordLogin(client, description, credentials)
+    return await _saslExchange(client, mechanism, b"SASL-IR" in caps, challenges)
 
 
 def _cleartextRefused(caps: frozenset[bytes], credentials: Credentials) -> bool:

@@ -198,13 +198,21 @@ def _rowParts(row: list[Value]) -> tuple[bytes, str | None, tuple[str, ...]]:
     """
     attributes, delimiter, name = row[0], row[1], row[2]
     assert isinstance(attributes, list) and isinstance(name, bytes)
-    if not (isinstance(delimiter, bytes) and delimiter):
-        delimiter = None
     return (
         name,
-        None if delimiter is None else delimiter.decode("utf-8", "replace"),
+        _delimiter(delimiter),
         tuple(a.decode("utf-8", "replace") for a in attributes if isinstance(a, bytes)),
     )
+
+
+def _delimiter(value: Value) -> str | None:
+    """
+    The hierarchy delimiter of a LIST row, or L{None} for C{NIL} (a flat
+    name).
+    """
+    if isinstance(value, bytes) and value:
+        return value.decode("utf-8", "replace")
+    return None
 
 
 def mailboxInfo(row: list[Value]) -> MailboxInfo:
@@ -223,24 +231,37 @@ def listRows(
     C{[attributes, delimiter, name, ...]}; other untagged responses that
     came meanwhile, and malformed rows (logged), are left out.
     """
+    head = keyword + b" "
     rows = []
-    size = len(keyword)
     for line in lines:
-        if line[:size].upper() != keyword or line[size : size + 1] != b" ":
-            continue
-        try:
-            row = parseResponse(line)[1:]
-        except FetchParseError as e:
-            row = []
-            logger.warn(
-                "{session}: unreadable {keyword} response: {error}",
-                session=description,
-                keyword=keyword.decode("ascii"),
-                error=str(e),
-            )
-        if len(row) >= 3 and isinstance(row[0], list) and isinstance(row[2], bytes):
-            rows.append(row)
+        if line[: len(head)].upper() == head:
+            row = _listRow(line, keyword, description, logger)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+def _listRow(
+    line: bytes, keyword: bytes, description: str, logger: Logger
+) -> list[Value] | None:
+    """
+    The parsed C{keyword} (LIST or LSUB) response C{line} as C{[attributes,
+    delimiter, name, ...]}, or L{None} where it is malformed (logged if it
+    cannot be parsed at all).
+    """
+    try:
+        row = parseResponse(line)[1:]
+    except FetchParseError as e:
+        logger.warn(
+            "{session}: unreadable {keyword} response: {error}",
+            session=description,
+            keyword=keyword.decode("ascii"),
+            error=str(e),
+        )
+        return None
+    if len(row) >= 3 and isinstance(row[0], list) and isinstance(row[2], bytes):
+        return row
+    return None
 
 
 def listedMailbox(row: list[Value], subscribed: bool | None) -> ListedMailbox:

@@ -113,6 +113,34 @@ async def openSession(
         aborted connection is closed (at most C{timeout} later).
     """
     client = MigrationIMAP4Client(clock, timeout, peer=description, logFields=logFields)
+    await _connect(endpoint, client, clock, timeout, description, endpointKey)
+    session = IMAPSession(client, description, namespaceOverride)
+    login = (credentials or PasswordLogin(user, password)) if logIn else None
+    try:
+        await _prepare(session, starttls, tlsOptions, login, credentialKey, compress)
+    except BaseException as e:
+        session.abort()
+        await _closedAfterAbort(client, clock, timeout)
+        if isinstance(e, (ConnectionLost, TLSFailed)):
+            raise retold(e, f"{description}: {e}") from None
+        raise
+    return session
+
+
+async def _connect(
+    endpoint: IStreamClientEndpoint,
+    client: MigrationIMAP4Client,
+    clock: Any,
+    timeout: float,
+    description: str,
+    endpointKey: str | None,
+) -> None:
+    """
+    Connect C{client} through C{endpoint} within C{timeout} seconds (none
+    if 0).
+
+    @raise ConnectFailed: it could not, saying why.
+    """
     connecting = endpoint.connect(_OneConnection(client))
     if timeout > 0:
         connecting.addTimeout(timeout, clock)
@@ -121,24 +149,29 @@ async def openSession(
     except Exception as e:
         why = _whyNoConnection(e, timeout)
         raise ConnectFailed(f"{description}: cannot connect: {why}", why, endpointKey) from None
-    session = IMAPSession(client, description, namespaceOverride)
-    try:
-        await mapped("greeting", client.greeted)
-        if starttls:
-            await session.startTLS(tlsOptions)
-        if logIn:
-            await _logIn(session, credentials or PasswordLogin(user, password), credentialKey)
-        if logIn and compress:
-            await session.startCompression()
-    except (ConnectionLost, TLSFailed) as e:
-        session.abort()
-        await _closedAfterAbort(client, clock, timeout)
-        raise retold(e, f"{description}: {e}") from None
-    except BaseException:
-        session.abort()
-        await _closedAfterAbort(client, clock, timeout)
-        raise
-    return session
+
+
+async def _prepare(
+    session: IMAPSession,
+    starttls: bool,
+    tlsOptions: object,
+    credentials: Credentials | None,
+    credentialKey: str | None,
+    compress: bool,
+) -> None:
+    """
+    Await the greeting, STARTTLS if C{starttls}, then log in with
+    C{credentials} and turn on compression if C{compress}; L{None}
+    C{credentials}: stop before logging in.
+    """
+    await mapped("greeting", session.client.greeted)
+    if starttls:
+        await session.startTLS(tlsOptions)
+    if credentials is None:
+        return
+    await _logIn(session, credentials, credentialKey)
+    if compress:
+        await session.startCompression()
 
 
 def _whyNoConnection(error: Exception, timeout: float) -> str:

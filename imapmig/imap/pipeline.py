@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IPushProducer
@@ -73,7 +73,7 @@ from imapmig.imap.sendqueue import SendQueue
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.log.logfields import withFields
 from imapmig.mail.message import StreamedBody
-from imapmig.progress.telemetry import ServerTelemetry
+from imapmig.progress.telemetry import LatencyHistogram, ServerTelemetry
 
 # A literal larger than this is written in slices of STREAM_SLICE octets,
 # each only when the transport has room, so that a 30 MB message is never
@@ -178,6 +178,13 @@ class _Waiters:
         for waiter in waiting:
             waiter.callback(None)
 
+    def fireIf(self, ready: bool) -> None:
+        """
+        Fire every waiter if the condition is C{ready}.
+        """
+        if ready and self.waiting:
+            self.fire()
+
     def fail(self, failure: Failure) -> None:
         """
         The pipeline failed: fail every waiter with C{failure}.
@@ -224,8 +231,11 @@ class AppendPipeline:
         self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
         # Read once per command: kept here, a lookup shorter.
-        self._seconds = None if telemetry is None else telemetry.seconds
-        self._latency = None if telemetry is None else telemetry.appendLatency
+        self._seconds: Callable[[], float] | None = None
+        self._latency: LatencyHistogram | None = None
+        if telemetry is not None:
+            self._seconds = telemetry.seconds
+            self._latency = telemetry.appendLatency
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
@@ -392,16 +402,8 @@ class AppendPipeline:
                 gathered = 0
         if out:
             self._client.connection.writeSequence(out)
-        self._wakeWriters()
-
-    def _wakeWriters(self) -> None:
-        """
-        Fire the waiters of L{hungry} and L{flushed} whose condition holds.
-        """
-        if self._hungry.waiting and self._pending.hungry:
-            self._hungry.fire()
-        if self._flushed.waiting and self._isFlushed():
-            self._flushed.fire()
+        self._hungry.fireIf(self._pending.hungry)
+        self._flushed.fireIf(self._isFlushed())
 
     def _writeCommand(self, batch: list[OutgoingMessage], size: int, out: list[bytes]) -> int:
         """
@@ -564,8 +566,7 @@ class AppendPipeline:
         else:
             self._refused(command.messages, status, rest)
         self._pump([])
-        if self._drained.waiting and self.idle:
-            self._drained.fire()
+        self._drained.fireIf(self.idle)
 
     def _landed(self, command: _AppendCommand) -> None:
         """
