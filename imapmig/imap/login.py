@@ -38,13 +38,18 @@ def capabilitySet(caps: dict[bytes, Any] | None) -> frozenset[bytes]:
     """
     result: set[bytes] = set()
     for name, values in (caps or {}).items():
-        name = name.upper()
-        if values is None:
-            result.add(name)
-        else:
-            for value in values:
-                result.add(name if value is None else name + b"=" + value.upper())
+        result.update(_capabilityAtoms(name.upper(), values))
     return frozenset(result)
+
+
+def _capabilityAtoms(name: bytes, values: list[bytes | None] | None) -> list[bytes]:
+    """
+    The capabilities named C{name}: C{name} alone, or C{name=value} for
+    each of its C{values} (C{AUTH=PLAIN}).
+    """
+    if values is None:
+        return [name]
+    return [name if value is None else name + b"=" + value.upper() for value in values]
 
 
 def capabilitiesInReply(reply: bytes) -> frozenset[bytes] | None:
@@ -169,10 +174,17 @@ def _refusal(
         busy = signal.error(f"{description}: login")
         assert busy is not None
         return busy
-    # An OAuth failure's reason is in the challenge answered
-    # before the NO (RFC 7628 3.2.2), not in the NO's text.
-    said = "".join(f" ({describeErrorChallenge(c)})" for c in errorChallenge[-1:] if c)
+    said = _oauthReason(errorChallenge)
     return CredentialsRefused(f"{description}: login refused: {refused.text}{said}")
+
+
+def _oauthReason(challenges: list[bytes]) -> str:
+    """
+    An OAuth failure's reason, in parentheses after a space, or C{""}: it
+    is in the last challenge answered before the C{NO} (RFC 7628 3.2.2),
+    not in the C{NO}'s text.
+    """
+    return "".join(f" ({describeErrorChallenge(c)})" for c in challenges[-1:] if c)
 
 
 async def _passwordLogin(
@@ -182,9 +194,7 @@ async def _passwordLogin(
     The LOGIN command: the tagged reply after C{OK}.
     """
     user, password = credentials.user, credentials.password
-    if not (user.isascii() and password.isascii()) or any(
-        c in user + password for c in "\r\n\0"
-    ):
+    if not _loginCarries(user + password):
         raise AuthenticationFailed(
             f"{description}: the user name or password has characters "
             "LOGIN cannot carry and the server offers no SASL-IR AUTH=PLAIN"
@@ -192,6 +202,14 @@ async def _passwordLogin(
     command = Command(b"LOGIN", _quoted(user) + b" " + _quoted(password))
     _, reply = await mapped("LOGIN", client.sendCommand(command))
     return cast(bytes, reply)
+
+
+def _loginCarries(text: str) -> bool:
+    """
+    Whether LOGIN's quoted strings can carry C{text}: ASCII, without CR,
+    LF or NUL.
+    """
+    return text.isascii() and not any(c in text for c in "\r\n\0")
 
 
 def _peerPort(client: MigrationIMAP4Client) -> int | None:

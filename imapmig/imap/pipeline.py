@@ -233,9 +233,6 @@ class AppendPipeline:
         # Read once per command: kept here, a lookup shorter.
         self._seconds: Callable[[], float] | None = None
         self._latency: LatencyHistogram | None = None
-        if telemetry is not None:
-            self._seconds = telemetry.seconds
-            self._latency = telemetry.appendLatency
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
@@ -254,6 +251,8 @@ class AppendPipeline:
         client.pipeline = self
         client.connection.registerProducer(self, True)
         if telemetry is not None:
+            self._seconds = telemetry.seconds
+            self._latency = telemetry.appendLatency
             telemetry.pipelineOpened(self)
         if settings.literalMode is not LiteralMode.PLUS:
             # Waiting with replies due (before a synchronizing literal),
@@ -540,12 +539,18 @@ class AppendPipeline:
             return
         status, _, rest = text.partition(b" ")
         if status.upper() == b"BYE":
-            error = classifyBye(rest).error("APPEND")
-            assert error is not None
-            self._fail(error)
-            return
-        if text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
+            self._bye(rest)
+        elif text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
             self._log.warn("Server says: {text}", text=excerpt(text), session=self._client.peer)
+
+    def _bye(self, text: bytes) -> None:
+        """
+        The server said C{BYE} (C{text} after it): the pipeline fails with
+        what that means.
+        """
+        error = classifyBye(text).error("APPEND")
+        assert error is not None
+        self._fail(error)
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """

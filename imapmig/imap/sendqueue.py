@@ -143,16 +143,26 @@ class SendQueue:
         for it and it holds no synchronizing literal, or nothing is in
         flight.
         """
-        settings = self._settings
         batch = self._retry[0]
         size = _sizeOf(batch)
-        if messagesInFlight and (
-            len(batch) > settings.windowMessages - messagesInFlight
-            or size > settings.windowBytes - bytesInFlight
-            or self._holdsSyncLiteral(batch)
-        ):
+        if messagesInFlight and not self._fits(batch, size, messagesInFlight, bytesInFlight):
             return None
         return self._retry.popleft(), size
+
+    def _fits(
+        self, batch: list[OutgoingMessage], size: int, messagesInFlight: int, bytesInFlight: int
+    ) -> bool:
+        """
+        Whether C{batch} (of C{size} octets) may follow the commands in
+        flight: the window has room for it, and it holds no synchronizing
+        literal.
+        """
+        settings = self._settings
+        return (
+            len(batch) <= settings.windowMessages - messagesInFlight
+            and size <= settings.windowBytes - bytesInFlight
+            and not self._holdsSyncLiteral(batch)
+        )
 
     def _nextQueued(
         self, messagesInFlight: int, bytesInFlight: int
