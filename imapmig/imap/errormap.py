@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_client,tests.test_cleartext -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_cleartext -*-
 """
 The session edge's error mapping: Twisted's IMAP, TLS and connection
 errors become L{imapmig.errors} exceptions here, once; and the awaiting of

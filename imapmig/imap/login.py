@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_auth,tests.test_imap_oauth,tests.test_login_busy -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_auth,tests.test_imap_oauth,tests.test_login_busy -*-
 """
 Logging in on one connection: the server's capabilities, and the
 LOGIN or AUTHENTICATE exchange that carries a user's credentials.

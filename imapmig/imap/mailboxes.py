@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_client -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_client -*-
 """
 What LIST, SELECT and EXAMINE tell about mailboxes: the values
 L{imapmig.imap.session.IMAPSession} returns, and the reading of those

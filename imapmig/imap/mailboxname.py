@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_pipeline -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_pipeline -*-
 """
 Mailbox names on the wire: encoded as quoted strings in modified UTF-7 (RFC
 3501 5.1.3) for the commands that name a mailbox, and decoded from what

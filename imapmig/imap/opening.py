@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_tls,tests.test_imap_quiet,tests.test_connectcheck -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_tls,tests.test_imap_quiet,tests.test_connectcheck -*-
 """
 Opening a session: connect (TCP or implicit TLS), wait for the greeting,
 STARTTLS where required, log in and compress, each bounded by the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources_imap,tests.test_imap_client,tests.test_imap_auth,tests.test_imap_compress -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_sources_imap -*-
 """
 A typed async facade over one IMAP connection.
 
