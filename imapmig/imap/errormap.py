@@ -57,16 +57,16 @@ async def refusalsOf(
     refusals: list[CommandFailed | None] = []
     error: BaseException | None = None
     for command in commands:
+        refusal: CommandFailed | None = None
+        failure: BaseException | None = None
         try:
             await command
         except CommandFailed as e:
-            refusals.append(e)
+            refusal = e
         except Exception as e:
-            refusals.append(None)
-            if error is None:
-                error = e
-        else:
-            refusals.append(None)
+            failure = e
+        refusals.append(refusal)
+        error = error or failure
     return refusals, error
 
 

@@ -178,13 +178,6 @@ class _Waiters:
         for waiter in waiting:
             waiter.callback(None)
 
-    def fireIf(self, ready: bool) -> None:
-        """
-        Fire every waiter if the condition is C{ready}.
-        """
-        if ready and self.waiting:
-            self.fire()
-
     def fail(self, failure: Failure) -> None:
         """
         The pipeline failed: fail every waiter with C{failure}.
@@ -401,8 +394,17 @@ class AppendPipeline:
                 gathered = 0
         if out:
             self._client.connection.writeSequence(out)
-        self._hungry.fireIf(self._pending.hungry)
-        self._flushed.fireIf(self._isFlushed())
+        self._wakeWriters()
+
+    def _wakeWriters(self) -> None:
+        """
+        Fire the waiters of L{hungry} and L{flushed} whose condition holds
+        (only where some wait: this runs after every write).
+        """
+        if self._hungry.waiting and self._pending.hungry:
+            self._hungry.fire()
+        if self._flushed.waiting and self._isFlushed():
+            self._flushed.fire()
 
     def _writeCommand(self, batch: list[OutgoingMessage], size: int, out: list[bytes]) -> int:
         """
@@ -571,7 +573,8 @@ class AppendPipeline:
         else:
             self._refused(command.messages, status, rest)
         self._pump([])
-        self._drained.fireIf(self.idle)
+        if self._drained.waiting and self.idle:
+            self._drained.fire()
 
     def _landed(self, command: _AppendCommand) -> None:
         """
