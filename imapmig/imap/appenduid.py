@@ -40,7 +40,11 @@ def parseUIDSet(text: bytes, limit: int) -> list[int]:
     ranges: list[tuple[int, int]] = []
     count = 0
     for part in text.split(b","):
-        first, last = _uidRange(part)
+        low, sep, high = part.partition(b":")
+        first = _uid(low)
+        last = _uid(high) if sep else first
+        if first > last:
+            first, last = last, first
         count += last - first + 1
         if count > limit:
             raise ValueError(f"more than {limit} UIDs")
@@ -49,19 +53,6 @@ def parseUIDSet(text: bytes, limit: int) -> list[int]:
     for first, last in ranges:
         uids.extend(range(first, last + 1))
     return uids
-
-
-def _uidRange(part: bytes) -> tuple[int, int]:
-    """
-    The first and last UID of one part of a UID set (C{b"4:6"},
-    C{b"6:4"}, C{b"9"}), lowest first.
-
-    @raise ValueError: it is not one.
-    """
-    low, sep, high = part.partition(b":")
-    first = _uid(low)
-    last = _uid(high) if sep else first
-    return (last, first) if first > last else (first, last)
 
 
 def parseAppendUID(text: bytes, messages: int) -> tuple[int, list[int]] | None:

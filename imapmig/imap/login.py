@@ -107,8 +107,7 @@ async def logIn(
         raise AuthenticationFailed(
             f"{description}: server refuses cleartext login (LOGINDISABLED)"
         )
-    if isinstance(credentials, TokenLogin) and credentials.port is None:
-        credentials = evolve(credentials, port=_peerPort(client))
+    credentials = _withPort(client, credentials)
     errorChallenge: list[bytes] = []
     try:
         reply = await _exchange(client, description, credentials, caps, errorChallenge)
@@ -142,6 +141,16 @@ async def _exchange(
         assert isinstance(credentials, PasswordLogin)
         return await _passwordLogin(client, description, credentials)
     return await _saslExchange(client, mechanism, b"SASL-IR" in caps, challenges)
+
+
+def _withPort(client: MigrationIMAP4Client, credentials: Credentials) -> Credentials:
+    """
+    C{credentials}, a token login that names no port given the port this
+    connection reached (OAUTHBEARER says it).
+    """
+    if isinstance(credentials, TokenLogin) and credentials.port is None:
+        return evolve(credentials, port=_peerPort(client))
+    return credentials
 
 
 def _cleartextRefused(caps: frozenset[bytes], credentials: Credentials) -> bool:

@@ -47,13 +47,23 @@ def decodeListedName(name: bytes) -> str:
         decoded = name.decode("imap4-utf-7")
     except (UnicodeError, ValueError):
         decoded = name.decode("utf-8", "replace")
-    if len(decoded) == 5 and decoded.upper() == "INBOX":
+    if decoded.upper() == "INBOX":
         return "INBOX"
     return decoded
 
 
-def quoteWireName(name: bytes) -> bytes:
+def _quotedWire(name: bytes) -> bytes:
     """
     A mailbox name as the server sent it, as a quoted string.
     """
     return b'"' + name.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+
+
+def mailboxArgument(mailbox: str, wireName: bytes | None) -> bytes:
+    """
+    How a command names C{mailbox}: as the server listed it (C{wireName},
+    quoted), or encoded from its name when L{None}.
+    """
+    if wireName is None:
+        return encodeMailboxName(mailbox)
+    return _quotedWire(wireName)

@@ -394,13 +394,8 @@ class AppendPipeline:
                 gathered = 0
         if out:
             self._client.connection.writeSequence(out)
-        self._wakeWriters()
-
-    def _wakeWriters(self) -> None:
-        """
-        Fire the waiters of L{hungry} and L{flushed} whose condition holds
-        (only where some wait: this runs after every write).
-        """
+        # Each condition is computed only where some wait: this runs after
+        # every write and every reply.
         if self._hungry.waiting and self._pending.hungry:
             self._hungry.fire()
         if self._flushed.waiting and self._isFlushed():

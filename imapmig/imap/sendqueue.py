@@ -174,38 +174,25 @@ class SendQueue:
         due is held, first in line, until every reply due has arrived.
         """
         settings = self._settings
-        batch, size = self._take(
-            min(settings.batchMessages, settings.windowMessages - messagesInFlight),
-            min(settings.batchBytes, settings.windowBytes - bytesInFlight),
-            messagesInFlight == 0,
-        )
-        if not batch:
-            return None
-        if messagesInFlight and self._holdsSyncLiteral(batch):
-            self._retry.appendleft(batch)
-            return None
-        return batch, size
-
-    def _take(
-        self, limit: int, limitBytes: int, alone: bool
-    ) -> tuple[list[OutgoingMessage], int]:
-        """
-        Take from the head of the queue the messages of its first one's
-        mailbox, at most C{limit} and C{limitBytes} octets (the first even
-        if larger, when it goes C{alone}), with their octets.
-        """
         queue = self._queue
+        limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
+        limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
         mailbox = queue[0].mailbox
         batch: list[OutgoingMessage] = []
         size = 0
         while queue and len(batch) < limit:
             first = queue[0]
             n = len(first.body)
-            if (size + n > limitBytes and (batch or not alone)) or first.mailbox != mailbox:
+            if (size + n > limitBytes and (batch or messagesInFlight)) or first.mailbox != mailbox:
                 break
             batch.append(queue.popleft())
             size += n
         self.queuedBytes -= size
+        if not batch:
+            return None
+        if messagesInFlight and self._holdsSyncLiteral(batch):
+            self._retry.appendleft(batch)
+            return None
         return batch, size
 
     def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:

@@ -35,7 +35,7 @@ from imapmig.imap.mailboxes import (
     SelectedMailbox,
     openedState,
 )
-from imapmig.imap.mailboxname import encodeMailboxName, quoteWireName
+from imapmig.imap.mailboxname import encodeMailboxName, mailboxArgument
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.outgoing import AppendOutcomes, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline
@@ -330,7 +330,7 @@ class IMAPSession:
             L{None}.
         @raise CommandFailed: the server refused (no such mailbox, ...).
         """
-        argument = encodeMailboxName(mailbox) if wireName is None else quoteWireName(wireName)
+        argument = mailboxArgument(mailbox, wireName)
         if b"CONDSTORE" in self.capabilities or b"QRESYNC" in self.capabilities:
             argument += b" (CONDSTORE)"
         lines, _ = await mapped("EXAMINE", self._client.sendCollecting(b"EXAMINE", argument))
