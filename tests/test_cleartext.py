@@ -251,7 +251,7 @@ class WithoutTLSTests(SynchronousTestCase):
             "from twisted.internet import reactor, tcp\n"
             "import imapmig.daemon.service\n"
             "from imapmig.imap.client import _isTLSConnection\n"
-            "from imapmig.imap.session import _describeTLSError\n"
+            "from imapmig.imap.errormap import _describeTLSError\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in"
             " ('OpenSSL', 'cryptography', 'service_identity')))\n"
             "print(tcp.Connection.TLS, _isTLSConnection(object()),"

@@ -4,7 +4,7 @@ Tests for what a new user sees when a server's endpoint or password is
 wrong: C{--check-config --connect} (L{imapmig.daemon.connectcheck}), the
 daemon's warning at the first failure of a job's first connection
 (L{imapmig.job.backoff}), and the configuration keys the errors name
-(L{imapmig.imap.session.openSession}).
+(L{imapmig.imap.opening.openSession}).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.config import loadConfig
 from imapmig.errors import ConnectFailed
-from imapmig.imap.session import openSession
+from imapmig.imap.opening import openSession
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
 from tests.support import (

@@ -30,7 +30,8 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MAX_LINE_LENGTH, MigrationIMAP4Client
 from imapmig.imap.commands import MAX_COLLECTED_RESPONSES
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.testing.hostile import (
     DEFAULT_GREETING,

@@ -15,7 +15,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode, PipelineSettings
+from imapmig.imap.outgoing import LiteralMode, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 from tests.test_imap_pipeline import RecordingOutcomes
 
 if not hasattr(socket, "TCP_QUICKACK"):

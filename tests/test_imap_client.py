@@ -37,7 +37,10 @@ from imapmig.imap.client import (
     MigrationIMAP4Client,
     describeConnectionLoss,
 )
-from imapmig.imap.session import IMAPSession, MailboxState, capabilitySet, parseResponseCode
+from imapmig.imap.errormap import parseResponseCode
+from imapmig.imap.login import capabilitySet
+from imapmig.imap.mailboxes import MailboxState
+from imapmig.imap.session import IMAPSession
 
 
 class NoDelayTransport(StringTransport):

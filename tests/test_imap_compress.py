@@ -26,7 +26,8 @@ from zope.interface.verify import verifyObject
 
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.compress import CompressionStats, DeflateTransport, Inflater
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.daemon.service import sessionOpener
 from imapmig.testing.corpus import writeMaildir

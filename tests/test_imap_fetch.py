@@ -44,7 +44,8 @@ from imapmig.imap.fetch import (
     parseInternalDate,
     parseResponse,
 )
-from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral
 
 CET = timezone(timedelta(hours=1))

@@ -20,7 +20,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from imapmig.errors import ProtocolError
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.commands import CommandRefused
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 
 # Fragments of real replies, so that the fuzzer reaches literals, FETCH
 # responses, continuations and tagged replies, mixed with any octets.

@@ -20,18 +20,16 @@ from twisted.internet.error import ConnectionDone
 from imapmig.errors import ConnectionLost, MailboxMissing, QuotaExceeded, ServerBusy
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.mail.message import StreamedBody
-from imapmig.imap.pipeline import (
-    AppendPipeline,
+from imapmig.imap.appenduid import parseAppendUID, parseUIDSet
+from imapmig.imap.mailboxname import encodeMailboxName
+from imapmig.imap.outgoing import (
     LiteralMode,
     OutgoingMessage,
     PipelineSettings,
-    WRITE_GATHER,
     appendArguments,
     chooseLiteralMode,
-    encodeMailboxName,
-    parseAppendUID,
-    parseUIDSet,
 )
+from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER
 
 
 class CountingTransport(StringTransport):

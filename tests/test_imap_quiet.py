@@ -1,6 +1,6 @@
 """
 Tests for the quietness of the IMAP connections' factory
-(L{imapmig.imap.session.openSession}): no Twisted factory chatter at the
+(L{imapmig.imap.opening.openSession}): no Twisted factory chatter at the
 default log level.
 """
 
@@ -13,7 +13,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import TransientError
-from imapmig.imap.session import openSession
+from imapmig.imap.opening import openSession
 
 
 class SessionFactoryQuietTests(SynchronousTestCase):

@@ -32,7 +32,7 @@ from imapmig.errors import (
     TransientError,
 )
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.session import openSession
+from imapmig.imap.opening import openSession
 from imapmig.imap.tls import (
     HandshakeClosed,
     WatchedClientTLS,

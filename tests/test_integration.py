@@ -33,7 +33,8 @@ from twisted.trial.unittest import TestCase
 import imapmig
 from imapmig.config import Config, ServerConfig, parseConfig
 from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
-from imapmig.imap.pipeline import AppendOutcomes, AppendPipeline, LiteralMode, PipelineSettings
+from imapmig.imap.outgoing import AppendOutcomes, LiteralMode, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import toCRLF
 from imapmig.mail.folders import PersonalNamespace

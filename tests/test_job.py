@@ -24,7 +24,8 @@ from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError, SourceError
 from imapmig.mail.fidelity import journalHead
-from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.opening import openSession
+from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.migration import connectionsWorthOpening
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage

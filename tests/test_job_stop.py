@@ -23,7 +23,8 @@ from twisted.test import iosim
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
-from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.opening import openSession
+from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress

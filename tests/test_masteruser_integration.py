@@ -18,7 +18,7 @@ from twisted.trial.unittest import TestCase
 from imapmig.config import Config, parseConfig
 from imapmig.errors import AuthenticationFailed
 from imapmig.imap.auth import AdminLogin
-from imapmig.imap.session import openSession
+from imapmig.imap.opening import openSession
 from imapmig.progress import JobProgress, JobState
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser, requireDovecot

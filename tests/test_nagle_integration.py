@@ -15,7 +15,8 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode
+from imapmig.imap.outgoing import LiteralMode
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.naglerelay import NagleRelay

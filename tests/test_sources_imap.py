@@ -1825,7 +1825,7 @@ def _opener(instance: Any, user: Any, compress: bool = False) -> Callable[[], An
     from twisted.internet import reactor
     from twisted.internet.endpoints import TCP4ClientEndpoint
 
-    from imapmig.imap.session import openSession
+    from imapmig.imap.opening import openSession
 
     def open() -> Any:
         return openSession(

@@ -16,7 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import SourceError
 from imapmig.imap.fetch import FetchedItem, Value, parseInternalDate
-from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.opening import openSession
+from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.mail.folders import FolderRules, isIncluded

@@ -15,7 +15,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import AccountLimits, ServerLimits
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.pipeline import AppendPipeline, LiteralMode, PipelineSettings
+from imapmig.imap.outgoing import LiteralMode, PipelineSettings
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.throttle import DOWNLOAD, UPLOAD, ThrottleRegistry
 from imapmig.state.memory import MemoryStateStore

@@ -36,7 +36,8 @@ from twisted.logger import Logger
 from imapmig.config import Config
 from imapmig.errors import ImapmigError
 from imapmig.commands.expected import fromLineDate, maildirDeliveryDate
-from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder, SourceMessage, StreamedBody, UnreadableMessage
 from imapmig.job.view import DestinationView
 from imapmig.mail.folders import FolderMapping, FolderRules

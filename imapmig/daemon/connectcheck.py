@@ -7,7 +7,7 @@ Nothing else could do it: C{imapmig plan} connects only for the jobs it
 plans, and lists their folders; a job connects only when the queue
 reaches it, and then backs off for minutes.  The connection itself is the
 jobs' own (L{imapmig.daemon.service.serverEndpoint},
-L{imapmig.imap.session.openSession}): the same endpoint, TLS and timeout.
+L{imapmig.imap.opening.openSession}): the same endpoint, TLS and timeout.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ async def checkServer(reactor: Any, server: ServerConfig, config: Config) -> Ser
 
     @param reactor: connects, and times each step.
     """
-    from imapmig.imap.session import openSession
+    from imapmig.imap.opening import openSession
     from imapmig.daemon.service import serverEndpoint
 
     account = _accountFor(server, config)

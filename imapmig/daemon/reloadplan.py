@@ -278,7 +278,7 @@ def _rateChanges(
     """
     The keys of the rates and budgets that changed on servers in both: the
     throttles' buckets and budgets are made once per server and account
-    (L{imapmig.schedule.throttle}), and shared.
+    (L{imapmig.throttle}), and shared.
     """
     found: list[str] = []
     for name, server in newServers.items():

@@ -56,7 +56,8 @@ from imapmig.config import (
 )
 from imapmig.config.model import AccountConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
-from imapmig.imap.session import IMAPSession, openSession
+from imapmig.imap.opening import openSession
+from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
 from imapmig.job.joblog import describeSource
@@ -220,7 +221,7 @@ def grantedOpener(
     C{opener}, once C{grant} has granted the connection: the grant is
     released when the session's connection closes, or when opening fails
     or is cancelled (never leaked).  A failed opening returns only once
-    its aborted socket is closed (L{imapmig.imap.session.openSession}), so
+    its aborted socket is closed (L{imapmig.imap.opening.openSession}), so
     the grant counts every socket still open.
     """
 

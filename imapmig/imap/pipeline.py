@@ -48,14 +48,10 @@ the state store.
 
 from __future__ import annotations
 
-import re
+import sys
 from bisect import bisect_left
-from collections import deque
-from datetime import datetime
-from enum import Enum
-from typing import Collection, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Iterator
 
-from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -63,13 +59,21 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ConnectionDropped, ConnectionLost
+from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
+from imapmig.imap.outgoing import (
+    LITERAL_MINUS_LIMIT,
+    AppendOutcomes,
+    LiteralMode,
+    OutgoingMessage,
+    PipelineSettings,
+)
+from imapmig.imap.sendqueue import SendQueue
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
 from imapmig.log.logfields import withFields
-from imapmig.mail.message import StreamedBody, formatInternalDate
-from imapmig.progress.telemetry import ServerTelemetry
-
-LITERAL_MINUS_LIMIT = 4096
+from imapmig.mail.message import StreamedBody
+from imapmig.progress.telemetry import LatencyHistogram, ServerTelemetry
 
 # A literal larger than this is written in slices of STREAM_SLICE octets,
 # each only when the transport has room, so that a 30 MB message is never
@@ -83,240 +87,6 @@ STREAM_SLICE = 256 * 1024
 # before sending, so this bounds that copy to about one batch, instead of
 # the whole window.
 WRITE_GATHER = 256 * 1024
-
-
-class LiteralMode(Enum):
-    """
-    How message literals are sent.
-    """
-
-    PLUS = "LITERAL+"
-    """Non-synchronizing literals of any size."""
-
-    MINUS = "LITERAL-"
-    """Non-synchronizing literals up to 4096 octets, synchronizing above."""
-
-    SYNC = "synchronizing"
-    """Every literal waits for the server's continuation."""
-
-
-def chooseLiteralMode(capabilities: Collection[bytes]) -> LiteralMode:
-    """
-    The best literal mode the server's capabilities allow.
-
-    @param capabilities: capability names, upper-case, e.g. C{b"LITERAL+"}.
-    """
-    if b"LITERAL+" in capabilities:
-        return LiteralMode.PLUS
-    if b"LITERAL-" in capabilities:
-        return LiteralMode.MINUS
-    return LiteralMode.SYNC
-
-
-@frozen
-class PipelineSettings:
-    """
-    How one connection's pipeline sends.
-
-    @ivar literalMode: see L{LiteralMode}.
-    @ivar batchMessages: messages per APPEND command; 1 without MULTIAPPEND.
-    @ivar batchBytes: octets per APPEND command (a single larger message
-        still goes alone).
-    @ivar windowMessages: messages sent and awaiting their reply, at most.
-    @ivar windowBytes: octets sent and awaiting their reply, at most (a
-        single larger message still goes, alone in flight).
-    """
-
-    literalMode: LiteralMode
-    batchMessages: int
-    batchBytes: int
-    windowMessages: int
-    windowBytes: int
-
-    @classmethod
-    def forServer(
-        cls,
-        capabilities: Collection[bytes],
-        batchMessages: int,
-        batchBytes: int,
-        windowMessages: int,
-        windowBytes: int,
-    ) -> PipelineSettings:
-        """
-        Settings for a server with C{capabilities}: MULTIAPPEND batches only
-        where offered, the best literal mode it allows.
-        """
-        if b"MULTIAPPEND" not in capabilities:
-            batchMessages = 1
-        return cls(
-            literalMode=chooseLiteralMode(capabilities),
-            batchMessages=max(1, batchMessages),
-            batchBytes=batchBytes,
-            windowMessages=max(1, windowMessages),
-            windowBytes=windowBytes,
-        )
-
-
-class OutgoingMessage:
-    """
-    One message ready for the wire.
-
-    @ivar body: the message, CRLF line endings, sent as one literal (a
-        L{StreamedBody} for a very large message, read as it is sent).
-    @ivar arguments: what precedes the literal in the APPEND command, with
-        a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
-        C{b""}.
-    @ivar origin: whatever the caller needs to record the outcome (the
-        pipeline never looks at it).
-    @ivar mailbox: the destination mailbox, encoded and quoted; stamped by
-        L{AppendPipeline.enqueue}.
-    @ivar binary: send the body as a C{literal8} (C{~{N}}, RFC 3516), for
-        content a plain literal cannot carry (NUL octets); only where the
-        server offers BINARY.
-    """
-
-    __slots__ = ("body", "arguments", "origin", "mailbox", "binary")
-
-    def __init__(
-        self,
-        body: bytes | bytearray | StreamedBody,
-        arguments: bytes,
-        origin: object,
-        binary: bool = False,
-    ) -> None:
-        self.body = body
-        self.arguments = arguments
-        self.origin = origin
-        self.mailbox = b""
-        self.binary = binary
-
-
-_flagArguments: dict[tuple[str, ...], bytes] = {}
-
-
-def appendArguments(flags: tuple[str, ...], internalDate: datetime | None) -> bytes:
-    """
-    The optional APPEND arguments for a message: its flag list and its
-    INTERNALDATE, each preceded by a space.  Flag lists are cached: a
-    mailbox has few distinct ones.
-    """
-    encoded = _flagArguments.get(flags)
-    if encoded is None:
-        encoded = b" (" + " ".join(flags).encode("ascii") + b")" if flags else b""
-        _flagArguments[flags] = encoded
-    if internalDate is None:
-        return encoded
-    return encoded + b" " + formatInternalDate(internalDate)
-
-
-def encodeMailboxName(name: str) -> bytes:
-    """
-    A mailbox name as an IMAP quoted string in modified UTF-7 (RFC 3501
-    5.1.3).
-    """
-    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
-
-    encoded = name.encode("imap4-utf-7")
-    return b'"' + encoded.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
-
-
-def decodeMailboxName(wire: bytes) -> str:
-    """
-    The name of a mailbox encoded by L{encodeMailboxName}.
-    """
-    import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
-
-    if wire[:1] == b'"' and wire[-1:] == b'"':
-        wire = re.sub(rb"\\(.)", rb"\1", wire[1:-1], flags=re.DOTALL)
-    return wire.decode("imap4-utf-7", "replace")
-
-
-# The largest UID or UIDVALIDITY (RFC 3501 nz-number: a 32-bit value).
-_MAX_UID = 2**32 - 1
-
-
-def _uid(text: bytes) -> int:
-    """
-    A UID or UIDVALIDITY (digits only, 1 to 2**32 - 1).
-
-    @raise ValueError: it is not one.
-    """
-    if not text.isdigit() or len(text) > 10:
-        raise ValueError(text)
-    value = int(text)
-    if not 0 < value <= _MAX_UID:
-        raise ValueError(text)
-    return value
-
-
-def parseUIDSet(text: bytes, limit: int) -> list[int]:
-    """
-    Expand an IMAP UID set such as C{b"4:6,9"} into C{[4, 5, 6, 9]}.
-
-    @param limit: the most UIDs the set may hold: a longer one (a hostile
-        or broken server's C{1:4294967295}) is refused before anything is
-        expanded.
-    @raise ValueError: C{text} is not a UID set of at most C{limit} UIDs.
-    """
-    ranges: list[tuple[int, int]] = []
-    count = 0
-    for part in text.split(b","):
-        low, sep, high = part.partition(b":")
-        first = _uid(low)
-        last = _uid(high) if sep else first
-        if first > last:
-            first, last = last, first
-        count += last - first + 1
-        if count > limit:
-            raise ValueError(f"more than {limit} UIDs")
-        ranges.append((first, last))
-    uids: list[int] = []
-    for first, last in ranges:
-        uids.extend(range(first, last + 1))
-    return uids
-
-
-def parseAppendUID(text: bytes, messages: int) -> tuple[int, list[int]] | None:
-    """
-    The UIDVALIDITY and UIDs of an C{OK [APPENDUID v uids] ...} text (the
-    part after C{OK}) answering an APPEND of C{messages} messages, or
-    L{None} if it carries none, is malformed, or names more UIDs than
-    that.
-    """
-    if not text.startswith(b"[APPENDUID "):
-        return None
-    end = text.find(b"]")
-    parts = text[11:end].split()
-    if end == -1 or len(parts) != 2:
-        return None
-    try:
-        return _uid(parts[0]), parseUIDSet(parts[1], messages)
-    except ValueError:
-        return None
-
-
-class AppendOutcomes(Protocol):
-    """
-    Receives the outcome of every message the pipeline sent.
-    """
-
-    def messagesAppended(
-        self,
-        messages: Sequence[OutgoingMessage],
-        uidValidity: int | None,
-        uids: Sequence[int] | None,
-    ) -> None:
-        """
-        The server stored C{messages}, the messages of one command, in
-        order (one call per tagged C{OK}); C{uidValidity} and C{uids} (one
-        per message) come from C{APPENDUID} where the server has UIDPLUS,
-        else they are L{None}.
-        """
-
-    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
-        """
-        The server refused C{message} alone; C{reason} is its reply.
-        """
 
 
 class _AppendCommand:
@@ -371,6 +141,52 @@ class _LiteralStream:
         )
 
 
+# The size above which a literal synchronizes, by literal mode.
+_SYNC_ABOVE = {
+    LiteralMode.PLUS: sys.maxsize,
+    LiteralMode.MINUS: LITERAL_MINUS_LIMIT,
+    LiteralMode.SYNC: -1,
+}
+
+
+class _Waiters:
+    """
+    The Deferreds waiting for one condition of the pipeline (hungry,
+    flushed, drained).
+
+    @ivar waiting: they, in the order they asked.
+    """
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting: list[Deferred[None]] = []
+
+    def wait(self) -> Deferred[None]:
+        """
+        A new waiter.
+        """
+        waiter: Deferred[None] = Deferred()
+        self.waiting.append(waiter)
+        return waiter
+
+    def fire(self) -> None:
+        """
+        The condition holds: fire every waiter.
+        """
+        waiting, self.waiting = self.waiting, []
+        for waiter in waiting:
+            waiter.callback(None)
+
+    def fail(self, failure: Failure) -> None:
+        """
+        The pipeline failed: fail every waiter with C{failure}.
+        """
+        waiting, self.waiting = self.waiting, []
+        for waiter in waiting:
+            waiter.errback(failure)
+
+
 @implementer(IPushProducer)
 class AppendPipeline:
     """
@@ -386,6 +202,9 @@ class AppendPipeline:
     @ivar messagesInFlight: messages sent, awaiting their reply.
     @ivar bytesInFlight: their octets.
     """
+
+    _log = Logger()
+
 
     _log = Logger()
 
@@ -405,17 +224,12 @@ class AppendPipeline:
         self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
         # Read once per command: kept here, a lookup shorter.
-        self._seconds = None if telemetry is None else telemetry.seconds
-        self._latency = None if telemetry is None else telemetry.appendLatency
+        self._seconds: Callable[[], float] | None = None
+        self._latency: LatencyHistogram | None = None
         self._settings = settings
         self._outcomes = outcomes
         self._mailbox = b""
-        self._queue: deque[OutgoingMessage] = deque()
-        self._queuedBytes = 0
-        # Batches that go before the queue: the halves of a refused
-        # MULTIAPPEND, or a batch with a synchronizing literal held until
-        # the replies due have arrived.
-        self._retry: deque[list[OutgoingMessage]] = deque()
+        self._pending = SendQueue(settings)
         self._inFlight: dict[bytes, _AppendCommand] = {}
         self.messagesInFlight = 0
         self.bytesInFlight = 0
@@ -423,18 +237,17 @@ class AppendPipeline:
         self._stream: _LiteralStream | None = None
         self._paused = False
         self._failure: Failure | None = None
-        self._drainedWaiters: list[Deferred[None]] = []
-        self._hungryWaiters: list[Deferred[None]] = []
-        self._flushedWaiters: list[Deferred[None]] = []
-        self._lowWaterMessages = 2 * settings.batchMessages
-        self._lowWaterBytes = 2 * settings.batchBytes
-        self._sync = settings.literalMode is LiteralMode.SYNC
-        self._minus = settings.literalMode is LiteralMode.MINUS
+        self._drained = _Waiters()
+        self._hungry = _Waiters()
+        self._flushed = _Waiters()
+        self._syncAbove = _SYNC_ABOVE[settings.literalMode]
         client.pipeline = self
         client.connection.registerProducer(self, True)
         if telemetry is not None:
+            self._seconds = telemetry.seconds
+            self._latency = telemetry.appendLatency
             telemetry.pipelineOpened(self)
-        if self._sync or self._minus:
+        if settings.literalMode is not LiteralMode.PLUS:
             # Waiting with replies due (before a synchronizing literal),
             # imapmig has nothing to send that would carry the ACK a
             # server that leaves Nagle on waits for.
@@ -459,7 +272,7 @@ class AppendPipeline:
         """
         Whether nothing is queued, waiting for a retry or in flight.
         """
-        return not (self._inFlight or self._queue or self._retry)
+        return not self._inFlight and self._pending.empty
 
     def ownsTag(self, tag: bytes) -> bool:
         """
@@ -491,53 +304,46 @@ class AppendPipeline:
         """
         if self._failure is not None:
             self._failure.raiseException()
-        queue = self._queue
-        mailbox = self._mailbox
-        size = 0
-        for message in messages:
-            message.mailbox = mailbox
-            queue.append(message)
-            size += len(message.body)
-        self._queuedBytes += size
-        self._pump(None)
+        self._pending.add(messages, self._mailbox)
+        self._pump([])
 
     def hungry(self) -> Deferred[None]:
         """
         Fires when fewer messages are queued than keep full batches going,
         so the caller should enqueue more.
         """
-        if self._failure is not None:
-            return fail(self._failure)
-        if self._isHungry():
-            return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._hungryWaiters.append(waiter)
-        return waiter
+        return self._when(self._pending.hungry, self._hungry)
 
     def flushed(self) -> Deferred[None]:
         """
         Fires when everything queued has been written and the pipeline is
         L{betweenCommands}: then another command may be written.
         """
-        if self._failure is not None:
-            return fail(self._failure)
-        if not self._queue and not self._retry and self.betweenCommands:
-            return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._flushedWaiters.append(waiter)
-        return waiter
+        return self._when(self._isFlushed(), self._flushed)
 
     def drained(self) -> Deferred[None]:
         """
         Fires when every queued message has its outcome.
         """
+        return self._when(self.idle, self._drained)
+
+    def _when(self, ready: bool, waiters: _Waiters) -> Deferred[None]:
+        """
+        Fired now if C{ready}, else when C{waiters} fire; failed if the
+        pipeline has failed.
+        """
         if self._failure is not None:
             return fail(self._failure)
-        if self.idle:
+        if ready:
             return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._drainedWaiters.append(waiter)
-        return waiter
+        return waiters.wait()
+
+    def _isFlushed(self) -> bool:
+        """
+        Whether everything queued has been written and the pipeline is
+        L{betweenCommands}.
+        """
+        return self._pending.empty and self.betweenCommands
 
     def close(self) -> None:
         """
@@ -557,72 +363,20 @@ class AppendPipeline:
 
     def resumeProducing(self) -> None:
         self._paused = False
-        self._pump(None)
+        self._pump([])
 
     def stopProducing(self) -> None:
         self._paused = True
 
     # Sending.
 
-    def _isHungry(self) -> bool:
-        return (
-            len(self._queue) < self._lowWaterMessages
-            and self._queuedBytes < self._lowWaterBytes
-        )
-
-    def _nextBatch(self) -> list[OutgoingMessage] | None:
-        settings = self._settings
-        inFlight = self.messagesInFlight
-        roomMessages = settings.windowMessages - inFlight
-        roomBytes = settings.windowBytes - self.bytesInFlight
-        if self._retry:
-            batch = self._retry[0]
-            if inFlight and (
-                len(batch) > roomMessages
-                or sum(len(m.body) for m in batch) > roomBytes
-                or self._holdsSyncLiteral(batch)
-            ):
-                return None
-            return self._retry.popleft()
-        queue = self._queue
-        if not queue:
-            return None
-        limit = min(settings.batchMessages, roomMessages)
-        limitBytes = min(settings.batchBytes, roomBytes)
-        mailbox = queue[0].mailbox
-        batch = []
-        size = 0
-        while queue and len(batch) < limit:
-            first = queue[0]
-            n = len(first.body)
-            if (size + n > limitBytes and (batch or inFlight)) or first.mailbox != mailbox:
-                break
-            batch.append(queue.popleft())
-            size += n
-        self._queuedBytes -= size
-        if batch and inFlight and self._holdsSyncLiteral(batch):
-            # Held, first in line, until every reply due has arrived.
-            self._retry.appendleft(batch)
-            return None
-        return batch or None
-
-    def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:
-        """
-        Whether a command of C{batch} would hold a synchronizing literal.
-        """
-        return self._sync or (
-            self._minus and any(len(m.body) > LITERAL_MINUS_LIMIT for m in batch)
-        )
-
-    def _pump(self, out: list[bytes] | None) -> None:
+    def _pump(self, out: list[bytes]) -> None:
         """
         Send as many commands as allowed, as one write.
 
         @param out: pieces already due on the wire (the rest of a command
             whose continuation just arrived), written first.
         """
-        if out is None:
-            out = []
         gathered = 0
         while not self._paused:
             if self._stream is not None:
@@ -630,38 +384,37 @@ class AppendPipeline:
                 continue
             if self._blocked is not None:
                 break
-            batch = self._nextBatch()
+            batch = self._pending.next(self.messagesInFlight, self.bytesInFlight)
             if batch is None:
                 break
-            tag = self._client.makeTag()
-            size = 0
-            for message in batch:
-                size += len(message.body)
-            command = _AppendCommand(tag, batch, size)
-            self._inFlight[tag] = command
-            self.messagesInFlight += len(batch)
-            self.bytesInFlight += command.size
-            self._writeLiterals(command, 0, out)
-            gathered += command.size
+            gathered += self._writeCommand(batch[0], batch[1], out)
             if gathered >= WRITE_GATHER:
                 self._client.connection.writeSequence(out)
                 out = []
                 gathered = 0
         if out:
             self._client.connection.writeSequence(out)
-        if self._hungryWaiters and self._isHungry():
-            waiters, self._hungryWaiters = self._hungryWaiters, []
-            for waiter in waiters:
-                waiter.callback(None)
-        if (
-            self._flushedWaiters
-            and not self._queue
-            and not self._retry
-            and self.betweenCommands
-        ):
-            waiters, self._flushedWaiters = self._flushedWaiters, []
-            for waiter in waiters:
-                waiter.callback(None)
+        # Each condition is computed only where some wait: this runs after
+        # every write and every reply.
+        if self._hungry.waiting and self._pending.hungry:
+            self._hungry.fire()
+        if self._flushed.waiting and self._isFlushed():
+            self._flushed.fire()
+
+    def _writeCommand(self, batch: list[OutgoingMessage], size: int, out: list[bytes]) -> int:
+        """
+        Append to C{out} a new APPEND command of C{batch} (of C{size}
+        octets), now in flight, as far as L{_writeLiterals} goes.
+
+        @return: C{size}.
+        """
+        tag = self._client.makeTag()
+        command = _AppendCommand(tag, batch, size)
+        self._inFlight[tag] = command
+        self.messagesInFlight += len(batch)
+        self.bytesInFlight += size
+        self._writeLiterals(command, 0, out)
+        return size
 
     def _writeSlice(self, stream: _LiteralStream, out: list[bytes]) -> None:
         """
@@ -719,8 +472,7 @@ class AppendPipeline:
         large literal (which L{_writeSlice} then writes).
         """
         messages = command.messages
-        sync = self._sync
-        minus = self._minus
+        syncAbove = self._syncAbove
         for index in range(start, len(messages)):
             message = messages[index]
             size = len(message.body)
@@ -729,7 +481,7 @@ class AppendPipeline:
             else:
                 prefix = message.arguments
             opening = b" ~{" if message.binary else b" {"
-            if sync or (minus and size > LITERAL_MINUS_LIMIT):
+            if size > syncAbove:
                 out.append(b"%s%s%d}\r\n" % (prefix, opening, size))
                 command.sentUpTo = index
                 self._blocked = command
@@ -766,7 +518,7 @@ class AppendPipeline:
         body = command.messages[index].body
         if len(body) > STREAM_THRESHOLD or isinstance(body, StreamedBody):
             self._stream = _LiteralStream(command, index)
-            self._pump(None)
+            self._pump([])
             return
         out = [body if type(body) is bytes else bytes(body)]
         self._writeLiterals(command, index + 1, out)
@@ -784,12 +536,18 @@ class AppendPipeline:
             return
         status, _, rest = text.partition(b" ")
         if status.upper() == b"BYE":
-            error = classifyBye(rest).error("APPEND")
-            assert error is not None
-            self._fail(error)
-            return
-        if text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
+            self._bye(rest)
+        elif text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
             self._log.warn("Server says: {text}", text=excerpt(text), session=self._client.peer)
+
+    def _bye(self, text: bytes) -> None:
+        """
+        The server said C{BYE} (C{text} after it): the pipeline fails with
+        what that means.
+        """
+        error = classifyBye(text).error("APPEND")
+        assert error is not None
+        self._fail(error)
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """
@@ -803,8 +561,22 @@ class AppendPipeline:
         split first, to find the messages at fault).
         """
         command = self._inFlight.pop(tag)
-        messages = command.messages
-        self.messagesInFlight -= len(messages)
+        self._landed(command)
+        status, _, rest = text.partition(b" ")
+        if status == b"OK":
+            self._appended(command.messages, rest)
+        else:
+            self._refused(command.messages, status, rest)
+        self._pump([])
+        if self._drained.waiting and self.idle:
+            self._drained.fire()
+
+    def _landed(self, command: _AppendCommand) -> None:
+        """
+        C{command} was answered: it leaves the window, and its latency is
+        observed.
+        """
+        self.messagesInFlight -= len(command.messages)
         self.bytesInFlight -= command.size
         sentAt = command.sentAt
         if sentAt is not None:
@@ -818,33 +590,35 @@ class AppendPipeline:
         if self._blocked is command:
             # Refused before the server asked for the rest of it.
             self._blocked = None
-        status, _, rest = text.partition(b" ")
-        if status == b"OK":
-            appendUID = parseAppendUID(rest, len(messages))
-            if appendUID is not None and len(appendUID[1]) == len(messages):
-                self._outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
-            else:
-                self._outcomes.messagesAppended(messages, None, None)
+
+    def _appended(self, messages: list[OutgoingMessage], rest: bytes) -> None:
+        """
+        The server stored C{messages}; C{rest} is its reply after C{OK},
+        with their UIDs where it carries an C{APPENDUID} for all of them.
+        """
+        appendUID = parseAppendUID(rest, len(messages))
+        if appendUID is not None and len(appendUID[1]) == len(messages):
+            self._outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
         else:
-            signal = classifyRefusal(status, rest)
-            if signal.action is not SignalAction.REFUSE:
-                self._retry.appendleft(messages)
-                error = signal.error("APPEND", decodeMailboxName(messages[0].mailbox))
-                assert error is not None
-                self._fail(error)
-            elif len(messages) > 1:
-                # MULTIAPPEND is atomic: nothing of this batch was stored.
-                # Retry the halves first, before anything still queued.
-                middle = len(messages) // 2
-                self._retry.appendleft(messages[middle:])
-                self._retry.appendleft(messages[:middle])
-            else:
-                self._outcomes.messageRefused(messages[0], signal.reply)
-        self._pump(None)
-        if self._drainedWaiters and self.idle:
-            waiters, self._drainedWaiters = self._drainedWaiters, []
-            for waiter in waiters:
-                waiter.callback(None)
+            self._outcomes.messagesAppended(messages, None, None)
+
+    def _refused(self, messages: list[OutgoingMessage], status: bytes, rest: bytes) -> None:
+        """
+        The server refused the command of C{messages} (C{status} C{NO} or
+        C{BAD}, C{rest} its text): see L{taggedReceived}.
+        """
+        signal = classifyRefusal(status, rest)
+        if signal.action is not SignalAction.REFUSE:
+            self._pending.sendFirst(messages)
+            error = signal.error("APPEND", decodeMailboxName(messages[0].mailbox))
+            assert error is not None
+            self._fail(error)
+        elif len(messages) > 1:
+            # MULTIAPPEND is atomic: nothing of this batch was stored.
+            # Retry the halves first, before anything still queued.
+            self._pending.split(messages)
+        else:
+            self._outcomes.messageRefused(messages[0], signal.reply)
 
     def connectionLost(self, reason: Failure) -> None:
         """
@@ -872,12 +646,8 @@ class AppendPipeline:
             if self._telemetry is not None:
                 self._telemetry.pipelineClosed(self)
         self._paused = True
-        waiters = self._drainedWaiters + self._hungryWaiters + self._flushedWaiters
-        self._drainedWaiters = []
-        self._hungryWaiters = []
-        self._flushedWaiters = []
-        for waiter in waiters:
-            waiter.errback(self._failure)
+        for waiters in (self._drained, self._hungry, self._flushed):
+            waiters.fail(self._failure)
 
     def unsettled(self) -> list[OutgoingMessage]:
         """
@@ -887,7 +657,5 @@ class AppendPipeline:
         result: list[OutgoingMessage] = []
         for command in self._inFlight.values():
             result.extend(command.messages)
-        for batch in self._retry:
-            result.extend(batch)
-        result.extend(self._queue)
+        result.extend(self._pending.unsettled())
         return result

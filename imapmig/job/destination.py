@@ -18,7 +18,8 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import decideFlags
-from imapmig.imap.session import IMAPSession, MailboxState
+from imapmig.imap.mailboxes import MailboxState
+from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.foldernames import FolderNameFallback, alreadyExists

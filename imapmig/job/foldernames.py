@@ -20,7 +20,8 @@ from attrs import evolve
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
-from imapmig.imap.session import IMAPSession, MailboxState
+from imapmig.imap.mailboxes import MailboxState
+from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceMessage
 from imapmig.imap.signals import TEXT_LIMIT
 from imapmig.mail.folders import FolderMapping, PersonalNamespace, mailboxesToCreate

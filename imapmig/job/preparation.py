@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from imapmig.mail.fidelity import decideFlags, needsBinary
-from imapmig.imap.pipeline import OutgoingMessage, appendArguments
+from imapmig.imap.outgoing import OutgoingMessage, appendArguments
 from imapmig.job.recording import JournalTicket, OutcomeRecorder, SentMessage, Target
 from imapmig.mail.message import (
     MessageBody,

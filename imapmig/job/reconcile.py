@@ -37,7 +37,8 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import JOURNAL_HEAD_OCTETS, journalHead
-from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.imap.mailboxes import ExaminedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.state import IStateStore, JournalEntry, JournalMessage, MessageOutcome
 
 log = Logger()

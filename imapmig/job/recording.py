@@ -24,7 +24,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.imap.pipeline import OutgoingMessage
+from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
 from imapmig.progress import JobProgress

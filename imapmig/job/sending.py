@@ -22,7 +22,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 
 from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.pipeline import AppendPipeline, OutgoingMessage
+from imapmig.imap.outgoing import OutgoingMessage
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
 from imapmig.job.budgets import UnitBudgets

@@ -10,7 +10,8 @@ from typing import Mapping, Sequence
 
 from attrs import frozen
 
-from imapmig.imap.session import IMAPSession, ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.job.foldernames import withRecordedFallbacks
 from imapmig.mail.folders import FolderMapping, FolderRules, PersonalNamespace, mapFolders
 from imapmig.mail.message import SourceFolder

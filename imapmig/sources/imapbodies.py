@@ -17,7 +17,8 @@ from attrs import frozen
 
 from imapmig.errors import CommandFailed
 from imapmig.imap.fetch import FetchedItem, FetchLimits, formatUIDSet
-from imapmig.imap.session import IMAPSession, refusalsOf
+from imapmig.imap.errormap import refusalsOf
+from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.sources.imapstatus import fetchInto, fetchParser
 

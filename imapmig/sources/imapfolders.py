@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.session import ListedMailbox
+from imapmig.imap.mailboxes import ListedMailbox
 from imapmig.mail.message import SourceFolder
 from imapmig.mail.folders import FolderRules, PersonalNamespace, isIncluded
 

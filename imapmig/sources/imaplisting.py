@@ -19,7 +19,8 @@ from twisted.logger import Logger
 from imapmig.errors import CommandFailed, SourceError
 from imapmig.imap.fetch import FetchedItem, formatUIDSet
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.imap.mailboxes import ExaminedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.imapfolders import LEFT_OUT_SHOWN, sourceFolders
 from imapmig.sources.imappool import PooledSession

@@ -26,7 +26,8 @@ from typing import Callable, Sequence
 from twisted.internet.defer import Deferred, DeferredList
 
 from imapmig.imap.fetch import formatUIDSet
-from imapmig.imap.session import IMAPSession, refusalsOf
+from imapmig.imap.errormap import refusalsOf
+from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.sources.imapbodies import Body, BodyFetcher, BodySink, closeSpooled
 from imapmig.sources.imapstatus import fetchInto, fetchParser

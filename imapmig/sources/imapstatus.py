@@ -19,7 +19,8 @@ from twisted.internet.defer import Deferred
 
 from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
 from imapmig.imap.fetch import FetchedItem, FetchLimits, FetchResponseParser
-from imapmig.imap.session import ExaminedMailbox, IMAPSession
+from imapmig.imap.mailboxes import ExaminedMailbox
+from imapmig.imap.session import IMAPSession
 from imapmig.imap.signals import SignalAction, classifyRefusal
 from imapmig.mail.message import SourceFolder
 from imapmig.sources.imappool import PooledSession

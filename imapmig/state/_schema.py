@@ -87,7 +87,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
     ),
     # Version 5: the octets moved per account, direction and UTC day, for
-    # the daily budgets (imapmig.schedule.throttle).  Per account, not per
+    # the daily budgets (imapmig.throttle).  Per account, not per
     # job: every job into or out of an account spends the same budget.
     5: (
         """

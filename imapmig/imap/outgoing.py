@@ -1,0 +1,175 @@
+# -*- test-case-name: tests.test_imap_pipeline -*-
+"""
+What the APPEND pipeline (L{imapmig.imap.pipeline}) is given and what it
+reports: the messages (L{OutgoingMessage}), how it sends them
+(L{PipelineSettings}, L{LiteralMode}) and the receiver of their outcomes
+(L{AppendOutcomes}).
+
+Split from imapmig/imap/pipeline.py, so that the job's preparation and
+recording name the values without the machinery that sends them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Collection, Protocol, Sequence
+
+from attrs import frozen
+
+from imapmig.mail.message import StreamedBody, formatInternalDate
+
+
+LITERAL_MINUS_LIMIT = 4096
+"""
+The largest literal LITERAL- lets go without waiting for the server's
+continuation (RFC 7888).
+"""
+
+
+class LiteralMode(Enum):
+    """
+    How message literals are sent.
+    """
+
+    PLUS = "LITERAL+"
+    """Non-synchronizing literals of any size."""
+
+    MINUS = "LITERAL-"
+    """Non-synchronizing literals up to 4096 octets, synchronizing above."""
+
+    SYNC = "synchronizing"
+    """Every literal waits for the server's continuation."""
+
+
+def chooseLiteralMode(capabilities: Collection[bytes]) -> LiteralMode:
+    """
+    The best literal mode the server's capabilities allow.
+
+    @param capabilities: capability names, upper-case, e.g. C{b"LITERAL+"}.
+    """
+    if b"LITERAL+" in capabilities:
+        return LiteralMode.PLUS
+    if b"LITERAL-" in capabilities:
+        return LiteralMode.MINUS
+    return LiteralMode.SYNC
+
+
+@frozen
+class PipelineSettings:
+    """
+    How one connection's pipeline sends.
+
+    @ivar literalMode: see L{LiteralMode}.
+    @ivar batchMessages: messages per APPEND command; 1 without MULTIAPPEND.
+    @ivar batchBytes: octets per APPEND command (a single larger message
+        still goes alone).
+    @ivar windowMessages: messages sent and awaiting their reply, at most.
+    @ivar windowBytes: octets sent and awaiting their reply, at most (a
+        single larger message still goes, alone in flight).
+    """
+
+    literalMode: LiteralMode
+    batchMessages: int
+    batchBytes: int
+    windowMessages: int
+    windowBytes: int
+
+    @classmethod
+    def forServer(
+        cls,
+        capabilities: Collection[bytes],
+        batchMessages: int,
+        batchBytes: int,
+        windowMessages: int,
+        windowBytes: int,
+    ) -> PipelineSettings:
+        """
+        Settings for a server with C{capabilities}: MULTIAPPEND batches only
+        where offered, the best literal mode it allows.
+        """
+        if b"MULTIAPPEND" not in capabilities:
+            batchMessages = 1
+        return cls(
+            literalMode=chooseLiteralMode(capabilities),
+            batchMessages=max(1, batchMessages),
+            batchBytes=batchBytes,
+            windowMessages=max(1, windowMessages),
+            windowBytes=windowBytes,
+        )
+
+
+class OutgoingMessage:
+    """
+    One message ready for the wire.
+
+    @ivar body: the message, CRLF line endings, sent as one literal (a
+        L{StreamedBody} for a very large message, read as it is sent).
+    @ivar arguments: what precedes the literal in the APPEND command, with
+        a leading space: C{b' (\\Seen) "01-Jan-2020 10:00:00 +0000"'}, or
+        C{b""}.
+    @ivar origin: whatever the caller needs to record the outcome (the
+        pipeline never looks at it).
+    @ivar mailbox: the destination mailbox, encoded and quoted; stamped by
+        L{AppendPipeline.enqueue}.
+    @ivar binary: send the body as a C{literal8} (C{~{N}}, RFC 3516), for
+        content a plain literal cannot carry (NUL octets); only where the
+        server offers BINARY.
+    """
+
+    __slots__ = ("body", "arguments", "origin", "mailbox", "binary")
+
+    def __init__(
+        self,
+        body: bytes | bytearray | StreamedBody,
+        arguments: bytes,
+        origin: object,
+        binary: bool = False,
+    ) -> None:
+        self.body = body
+        self.arguments = arguments
+        self.origin = origin
+        self.mailbox = b""
+        self.binary = binary
+
+
+_flagArguments: dict[tuple[str, ...], bytes] = {}
+
+
+def appendArguments(flags: tuple[str, ...], internalDate: datetime | None) -> bytes:
+    """
+    The optional APPEND arguments for a message: its flag list and its
+    INTERNALDATE, each preceded by a space.  Flag lists are cached: a
+    mailbox has few distinct ones.
+    """
+    encoded = _flagArguments.get(flags)
+    if encoded is None:
+        encoded = b" (" + " ".join(flags).encode("ascii") + b")" if flags else b""
+        _flagArguments[flags] = encoded
+    if internalDate is None:
+        return encoded
+    return encoded + b" " + formatInternalDate(internalDate)
+
+
+class AppendOutcomes(Protocol):
+    """
+    Receives the outcome of every message the pipeline sent.
+    """
+
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
+    ) -> None:
+        """
+        The server stored C{messages}, the messages of one command, in
+        order (one call per tagged C{OK}); C{uidValidity} and C{uids} (one
+        per message) come from C{APPENDUID} where the server has UIDPLUS,
+        else they are L{None}.
+        """
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        """
+        The server refused C{message} alone; C{reason} is its reply.
+        """

@@ -1,0 +1,204 @@
+# -*- test-case-name: tests.test_imap_sendqueue,tests.test_imap_pipeline -*-
+"""
+The APPEND pipeline's messages not yet sent, and the choice of the next
+batch: within the window, of one mailbox, and held while replies are due
+before a synchronizing literal.
+
+Split from L{imapmig.imap.pipeline}'s C{AppendPipeline}, which kept the
+queue, the batches to send again and this choice beside the wire: the
+pipeline writes and reads, this decides what goes next.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+from imapmig.imap.outgoing import (
+    LITERAL_MINUS_LIMIT,
+    LiteralMode,
+    OutgoingMessage,
+    PipelineSettings,
+)
+
+def _sizeOf(batch: list[OutgoingMessage]) -> int:
+    """
+    The octets of the bodies of C{batch}.
+    """
+    size = 0
+    for message in batch:
+        size += len(message.body)
+    return size
+
+
+class SendQueue:
+    """
+    The messages not yet sent, and which of them go next: first the
+    batches to send again (the halves of a refused MULTIAPPEND, a batch
+    held until the replies due have arrived before a synchronizing
+    literal, or one a "not now" left unsettled), then the queue, in
+    batches of one mailbox within the window.
+
+    @ivar queuedBytes: the octets of the queue.
+    """
+
+    __slots__ = (
+        "_settings",
+        "_queue",
+        "_retry",
+        "queuedBytes",
+        "_lowWaterMessages",
+        "_lowWaterBytes",
+        "_sync",
+        "_minus",
+    )
+
+    def __init__(self, settings: PipelineSettings) -> None:
+        """
+        @param settings: the pipeline's batch and window sizes and literal
+            mode.
+        """
+        self._settings = settings
+        self._queue: deque[OutgoingMessage] = deque()
+        self._retry: deque[list[OutgoingMessage]] = deque()
+        self.queuedBytes = 0
+        self._lowWaterMessages = 2 * settings.batchMessages
+        self._lowWaterBytes = 2 * settings.batchBytes
+        self._sync = settings.literalMode is LiteralMode.SYNC
+        self._minus = settings.literalMode is LiteralMode.MINUS
+
+    @property
+    def empty(self) -> bool:
+        """
+        Whether nothing is queued or waiting to be sent again.
+        """
+        return not (self._queue or self._retry)
+
+    @property
+    def hungry(self) -> bool:
+        """
+        Whether fewer messages are queued than keep full batches going.
+        """
+        return (
+            len(self._queue) < self._lowWaterMessages
+            and self.queuedBytes < self._lowWaterBytes
+        )
+
+    def add(self, messages: Iterable[OutgoingMessage], mailbox: bytes) -> None:
+        """
+        Queue C{messages} for C{mailbox} (encoded), after the others.
+        """
+        queue = self._queue
+        size = 0
+        for message in messages:
+            message.mailbox = mailbox
+            queue.append(message)
+            size += len(message.body)
+        self.queuedBytes += size
+
+    def sendFirst(self, batch: list[OutgoingMessage]) -> None:
+        """
+        Send C{batch} again, before anything else.
+        """
+        self._retry.appendleft(batch)
+
+    def split(self, batch: list[OutgoingMessage]) -> None:
+        """
+        Send the halves of C{batch} (a refused MULTIAPPEND, of which
+        nothing was stored) one after the other, before anything else.
+        """
+        middle = len(batch) // 2
+        self._retry.appendleft(batch[middle:])
+        self._retry.appendleft(batch[:middle])
+
+    def unsettled(self) -> list[OutgoingMessage]:
+        """
+        The messages waiting to be sent again, then the queued ones.
+        """
+        result: list[OutgoingMessage] = []
+        for batch in self._retry:
+            result.extend(batch)
+        result.extend(self._queue)
+        return result
+
+    def next(
+        self, messagesInFlight: int, bytesInFlight: int
+    ) -> tuple[list[OutgoingMessage], int] | None:
+        """
+        The batch to send now, with its octets, or L{None}: nothing
+        waits, the window is full, or the batch holds a synchronizing
+        literal while replies are due.
+        """
+        if self._retry:
+            return self._nextRetry(messagesInFlight, bytesInFlight)
+        if not self._queue:
+            return None
+        return self._nextQueued(messagesInFlight, bytesInFlight)
+
+    def _nextRetry(
+        self, messagesInFlight: int, bytesInFlight: int
+    ) -> tuple[list[OutgoingMessage], int] | None:
+        """
+        The first batch to send again, whole, if the window has room
+        for it and it holds no synchronizing literal, or nothing is in
+        flight.
+        """
+        batch = self._retry[0]
+        size = _sizeOf(batch)
+        if messagesInFlight and not self._fits(batch, size, messagesInFlight, bytesInFlight):
+            return None
+        return self._retry.popleft(), size
+
+    def _fits(
+        self, batch: list[OutgoingMessage], size: int, messagesInFlight: int, bytesInFlight: int
+    ) -> bool:
+        """
+        Whether C{batch} (of C{size} octets) may follow the commands in
+        flight: the window has room for it, and it holds no synchronizing
+        literal.
+        """
+        settings = self._settings
+        return (
+            len(batch) <= settings.windowMessages - messagesInFlight
+            and size <= settings.windowBytes - bytesInFlight
+            and not self._holdsSyncLiteral(batch)
+        )
+
+    def _nextQueued(
+        self, messagesInFlight: int, bytesInFlight: int
+    ) -> tuple[list[OutgoingMessage], int] | None:
+        """
+        The next batch of the queue: messages of one mailbox, as many as
+        a batch and the window allow (a larger one alone when nothing is
+        in flight).  One holding a synchronizing literal while replies are
+        due is held, first in line, until every reply due has arrived.
+        """
+        settings = self._settings
+        queue = self._queue
+        limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
+        limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
+        mailbox = queue[0].mailbox
+        batch: list[OutgoingMessage] = []
+        size = 0
+        while queue and len(batch) < limit:
+            first = queue[0]
+            n = len(first.body)
+            if (size + n > limitBytes and (batch or messagesInFlight)) or first.mailbox != mailbox:
+                break
+            batch.append(queue.popleft())
+            size += n
+        self.queuedBytes -= size
+        if not batch:
+            return None
+        if messagesInFlight and self._holdsSyncLiteral(batch):
+            self._retry.appendleft(batch)
+            return None
+        return batch, size
+
+    def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:
+        """
+        Whether a command of C{batch} would hold a synchronizing literal.
+        """
+        return self._sync or (
+            self._minus and any(len(m.body) > LITERAL_MINUS_LIMIT for m in batch)
+        )

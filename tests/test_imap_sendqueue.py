@@ -1,0 +1,173 @@
+"""
+Tests for L{imapmig.imap.sendqueue}: which batch the APPEND pipeline sends
+next, without a connection.
+"""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.imap.outgoing import (
+    LITERAL_MINUS_LIMIT,
+    LiteralMode,
+    OutgoingMessage,
+    PipelineSettings,
+)
+from imapmig.imap.sendqueue import SendQueue
+
+
+def settings(
+    mode: LiteralMode = LiteralMode.PLUS,
+    batchMessages: int = 3,
+    batchBytes: int = 1000,
+    windowMessages: int = 10,
+    windowBytes: int = 10_000,
+) -> PipelineSettings:
+    """
+    Pipeline settings, small enough to reach every limit in a test.
+    """
+    return PipelineSettings(mode, batchMessages, batchBytes, windowMessages, windowBytes)
+
+
+def messages(*sizes: int) -> list[OutgoingMessage]:
+    """
+    Messages of C{sizes} octets, each its own index as origin.
+    """
+    return [OutgoingMessage(b"x" * size, b"", index) for index, size in enumerate(sizes)]
+
+
+def origins(batch: tuple[list[OutgoingMessage], int] | None) -> tuple[list[object], int] | None:
+    """
+    A batch as its messages' origins and its size, for comparison.
+    """
+    if batch is None:
+        return None
+    return [m.origin for m in batch[0]], batch[1]
+
+
+class NextBatchTests(SynchronousTestCase):
+    """
+    L{SendQueue.next} cuts the queue into batches.
+    """
+
+    def test_batchLimits(self) -> None:
+        """
+        A batch holds at most C{batchMessages} messages and C{batchBytes}
+        octets, with its size.
+        """
+        queue = SendQueue(settings(batchMessages=3, batchBytes=250))
+        queue.add(messages(100, 100, 100, 10, 10, 10, 10), b'"INBOX"')
+        self.assertEqual(origins(queue.next(0, 0)), ([0, 1], 200))
+        self.assertEqual(origins(queue.next(0, 0)), ([2, 3, 4], 120))
+        self.assertEqual(origins(queue.next(0, 0)), ([5, 6], 20))
+        self.assertIsNone(queue.next(0, 0))
+        self.assertTrue(queue.empty)
+        self.assertEqual(queue.queuedBytes, 0)
+
+    def test_oneMailboxPerBatch(self) -> None:
+        """
+        A batch never mixes mailboxes: each message goes to the one given
+        when it was added.
+        """
+        queue = SendQueue(settings())
+        queue.add(messages(1, 1), b'"A"')
+        queue.add(messages(1), b'"B"')
+        first = queue.next(0, 0)
+        assert first is not None
+        self.assertEqual([m.mailbox for m in first[0]], [b'"A"', b'"A"'])
+        second = queue.next(0, 0)
+        assert second is not None
+        self.assertEqual([m.mailbox for m in second[0]], [b'"B"'])
+
+    def test_window(self) -> None:
+        """
+        With messages in flight, a batch fits in what the window has left;
+        a message larger than the window goes alone once nothing is in
+        flight.
+        """
+        queue = SendQueue(settings(windowMessages=4, windowBytes=500))
+        queue.add(messages(10, 10, 10), b'"INBOX"')
+        self.assertEqual(origins(queue.next(3, 0)), ([0], 10))
+        self.assertIsNone(queue.next(4, 0))
+        queue = SendQueue(settings(batchBytes=100, windowBytes=100))
+        queue.add(messages(300), b'"INBOX"')
+        self.assertIsNone(queue.next(1, 10))
+        self.assertEqual(origins(queue.next(0, 0)), ([0], 300))
+
+    def test_hungry(self) -> None:
+        """
+        The queue is hungry below two batches of messages and of octets.
+        """
+        queue = SendQueue(settings(batchMessages=2, batchBytes=1000))
+        self.assertTrue(queue.hungry)
+        queue.add(messages(1, 1, 1), b'"INBOX"')
+        self.assertTrue(queue.hungry)
+        queue.add(messages(1), b'"INBOX"')
+        self.assertFalse(queue.hungry)
+
+
+class HeldBatchTests(SynchronousTestCase):
+    """
+    A batch holding a synchronizing literal waits until no reply is due.
+    """
+
+    def test_synchronizingHeld(self) -> None:
+        """
+        Without LITERAL+ or LITERAL-, a batch is held first in line while
+        messages are in flight, and goes once none are.
+        """
+        queue = SendQueue(settings(LiteralMode.SYNC))
+        queue.add(messages(5, 6), b'"INBOX"')
+        self.assertIsNone(queue.next(1, 5))
+        self.assertFalse(queue.empty)
+        self.assertEqual([m.origin for m in queue.unsettled()], [0, 1])
+        self.assertEqual(origins(queue.next(0, 0)), ([0, 1], 11))
+
+    def test_literalMinus(self) -> None:
+        """
+        Under LITERAL-, only a batch with a literal above 4096 octets is
+        held while replies are due.
+        """
+        queue = SendQueue(settings(LiteralMode.MINUS, batchMessages=1, batchBytes=10_000))
+        queue.add(messages(LITERAL_MINUS_LIMIT, LITERAL_MINUS_LIMIT + 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(1, 5)), ([0], LITERAL_MINUS_LIMIT))
+        self.assertIsNone(queue.next(1, 5))
+        self.assertEqual(origins(queue.next(0, 0)), ([1], LITERAL_MINUS_LIMIT + 1))
+
+    def test_literalPlusNeverHeld(self) -> None:
+        """
+        Under LITERAL+, nothing is held.
+        """
+        queue = SendQueue(settings(LiteralMode.PLUS, batchBytes=10_000))
+        queue.add(messages(LITERAL_MINUS_LIMIT + 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(1, 5)), ([0], LITERAL_MINUS_LIMIT + 1))
+
+
+class RetryTests(SynchronousTestCase):
+    """
+    Batches sent again go before the queue, whole.
+    """
+
+    def test_splitHalvesFirst(self) -> None:
+        """
+        The halves of a split batch go one after the other, before the
+        queue.
+        """
+        queue = SendQueue(settings(batchMessages=1))
+        queue.add(messages(1), b'"INBOX"')
+        queue.split(messages(1, 2, 3))
+        self.assertEqual([m.origin for m in queue.unsettled()], [0, 1, 2, 0])
+        self.assertEqual(origins(queue.next(0, 0)), ([0], 1))
+        self.assertEqual(origins(queue.next(0, 0)), ([1, 2], 5))
+        self.assertEqual(origins(queue.next(0, 0)), ([0], 1))
+
+    def test_retryWaitsForRoom(self) -> None:
+        """
+        A batch sent again waits, whole, for room in the window while
+        messages are in flight.
+        """
+        queue = SendQueue(settings(windowMessages=3, windowBytes=100))
+        queue.sendFirst(messages(10, 10))
+        self.assertIsNone(queue.next(2, 20))
+        self.assertIsNone(queue.next(1, 85))
+        self.assertEqual(origins(queue.next(1, 80)), ([0, 1], 20))
