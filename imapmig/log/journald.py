@@ -224,14 +224,23 @@ def _message(event: LogEvent) -> str:
     The event's text, a failure's traceback appended.
     """
     text = formatEvent(event)
-    failure = event.get("log_failure")
-    if failure is not None:
-        try:
-            traceback = failure.getTraceback()
-        except Exception:
-            traceback = "(unable to obtain traceback)"
+    traceback = tracebackOf(event)
+    if traceback is not None:
         text = f"{text}\n{traceback}".rstrip("\n")
     return text
+
+
+def tracebackOf(event: LogEvent) -> str | None:
+    """
+    The traceback of the failure C{event} carries, if it carries one.
+    """
+    failure = event.get("log_failure")
+    if failure is None:
+        return None
+    try:
+        return str(failure.getTraceback())
+    except Exception:
+        return "(unable to obtain traceback)"
 
 
 def journalFields(event: LogEvent) -> list[tuple[str, str]]:
