@@ -110,13 +110,6 @@ class MigrationCollector(Collector):
         self._jobServers = jobServers
         self._maxJobSeries = maxJobSeries
 
-    def _counters(self, job: JobProgress) -> tuple[int, ...]:
-        """
-        C{job}'s counters since the daemon started, over all its runs
-        (L{JobProgress.lifetimeCounters}).
-        """
-        return job.lifetimeCounters()
-
     def collect(self) -> Iterable[Metric]:
         """
         Every metric, read now.
@@ -124,44 +117,38 @@ class MigrationCollector(Collector):
         bound = self._maxJobSeries
         # Decided at each scrape: a reload may add or remove jobs.
         perJob = bound is None or len(self._progress) <= bound
-        jobLabels = ["job", "server"]
-        jobCounterFamilies = [
-            CounterMetricFamily(
-                f"imapmig_job_{name}", f"{text}, per job, since the daemon started", labels=jobLabels
-            )
-            for name, text in _COUNTERS
-        ]
-        alreadyMigrated = GaugeMetricFamily(
-            "imapmig_job_already_migrated_messages",
-            "Messages an earlier run appended, as the job's last listing found them recorded",
-            labels=jobLabels,
+        series = _JobSeries()
+        servers, stateCounts = self._readJobs(series, perJob)
+        if perJob:
+            yield from series.families()
+        yield from self._serverFamilies(servers, stateCounts)
+        yield from self._telemetryFamilies()
+        build = GaugeMetricFamily(
+            "imapmig_build_info", "The running imapmig's version: always 1", labels=["version"]
         )
-        sourceMessages = GaugeMetricFamily(
-            "imapmig_job_source_messages",
-            "Messages in the job's source, all folders; only once the source is counted",
-            labels=jobLabels,
-        )
-        pendingMessages = GaugeMetricFamily(
-            "imapmig_job_pending_messages",
-            "Messages of the job's source neither in the destination nor failed; only once the"
-            " source is counted",
-            labels=jobLabels,
-        )
-        jobState = GaugeMetricFamily(
-            "imapmig_job_state",
-            "The job's state: 1 for the state it is in (one series per job)",
-            labels=["job", "server", "state"],
-        )
+        build.add_metric([imapmig.__version__], 1)
+        yield build
+
+    def _readJobs(
+        self, series: _JobSeries, perJob: bool
+    ) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]]:
+        """
+        Read every job once: add its series to C{series} if C{perJob} (not
+        too many jobs for them), and sum its counters and count its state
+        by destination server.
+
+        @return: the sums of each server (the L{_COUNTERS}, then
+            L{_ALREADY}, L{_SOURCE}, L{_PENDING}, L{_UNCOUNTED}), and its
+            jobs in each state.
+        """
         # Samples are appended directly, one labels dict shared by a job's
         # series: add_metric makes a dict per sample, the larger part of a
         # scrape's cost with thousands of jobs.
-        counterSamples = [
-            (family.samples, family.name + "_total") for family in jobCounterFamilies
-        ]
-        alreadySamples, alreadyName = alreadyMigrated.samples, alreadyMigrated.name
-        sourceSamples, sourceName = sourceMessages.samples, sourceMessages.name
-        pendingSamples, pendingName = pendingMessages.samples, pendingMessages.name
-        stateSamples, stateName = jobState.samples, jobState.name
+        counterSamples = [(family.samples, family.name + "_total") for family in series.counters]
+        alreadySamples, alreadyName = series.already.samples, series.already.name
+        sourceSamples, sourceName = series.source.samples, series.source.name
+        pendingSamples, pendingName = series.pending.samples, series.pending.name
+        stateSamples, stateName = series.state.samples, series.state.name
         states = [state.value for state in JobState]
         servers: dict[str, list[int]] = {}
         stateCounts: dict[str, dict[str, int]] = {}
@@ -169,7 +156,7 @@ class MigrationCollector(Collector):
         for job in self._progress:
             name = job.name
             server = jobServers.get(name, UNKNOWN_SERVER)
-            counters = self._counters(job)
+            counters = job.lifetimeCounters()
             counted = isCounted(job)
             state = job.state.value
             already = job.messagesAlreadyMigrated
@@ -198,19 +185,7 @@ class MigrationCollector(Collector):
                 stateSamples.append(
                     Sample(stateName, {"job": name, "server": server, "state": state}, 1)
                 )
-        if perJob:
-            yield from jobCounterFamilies
-            yield alreadyMigrated
-            yield sourceMessages
-            yield pendingMessages
-            yield jobState
-        yield from self._serverFamilies(servers, stateCounts)
-        yield from self._telemetryFamilies()
-        build = GaugeMetricFamily(
-            "imapmig_build_info", "The running imapmig's version: always 1", labels=["version"]
-        )
-        build.add_metric([imapmig.__version__], 1)
-        yield build
+        return servers, stateCounts
 
     def _serverFamilies(
         self, servers: dict[str, list[int]], stateCounts: dict[str, dict[str, int]]
@@ -345,6 +320,53 @@ class MigrationCollector(Collector):
         yield latency
         yield waits
         yield waited
+
+
+class _JobSeries:
+    """
+    The C{imapmig_job_*} families of one scrape, each job's series
+    appended by L{MigrationCollector._readJobs}.
+    """
+
+    def __init__(self) -> None:
+        jobLabels = ["job", "server"]
+        self.counters = [
+            CounterMetricFamily(
+                f"imapmig_job_{name}", f"{text}, per job, since the daemon started", labels=jobLabels
+            )
+            for name, text in _COUNTERS
+        ]
+        self.already = GaugeMetricFamily(
+            "imapmig_job_already_migrated_messages",
+            "Messages an earlier run appended, as the job's last listing found them recorded",
+            labels=jobLabels,
+        )
+        self.source = GaugeMetricFamily(
+            "imapmig_job_source_messages",
+            "Messages in the job's source, all folders; only once the source is counted",
+            labels=jobLabels,
+        )
+        self.pending = GaugeMetricFamily(
+            "imapmig_job_pending_messages",
+            "Messages of the job's source neither in the destination nor failed; only once the"
+            " source is counted",
+            labels=jobLabels,
+        )
+        self.state = GaugeMetricFamily(
+            "imapmig_job_state",
+            "The job's state: 1 for the state it is in (one series per job)",
+            labels=["job", "server", "state"],
+        )
+
+    def families(self) -> Iterable[Metric]:
+        """
+        Every family, in the order they are written.
+        """
+        yield from self.counters
+        yield self.already
+        yield self.source
+        yield self.pending
+        yield self.state
 
 
 def _bound(bound: float) -> str:
