@@ -287,31 +287,58 @@ class WebhookSender:
         self._request = None
         if self._stopped:
             return
-        error: BaseException = failure.value or Exception()
-        if isinstance(error, DeferredTimeout):
-            error = WebhookUnavailable(f"no answer within {self._timeout:g} s")
-        elif not isinstance(error, (WebhookRefused, WebhookUnavailable)):
-            error = WebhookUnavailable(shortError(error) if isinstance(error, Exception) else repr(error))
+        error = self._problemOf(failure.value)
         if isinstance(error, WebhookUnavailable) and attempt < self._attempts:
-            delay = retryDelay(attempt)
-            if error.retryAfter is not None:
-                delay = min(max(delay, error.retryAfter), MAX_RETRY)
-            # The first failure after a success says why, once; the
-            # retries of an endpoint that stays down are debug lines.
-            emit = log.debug if self._failing else log.warn
-            self._failing = True
-            emit(
-                "Webhook {receiver}: {kind} notification not taken ({reason}); again in"
-                " {delay:g} s (attempt {attempt} of {attempts})",
-                receiver=self.receiver,
-                kind=kind,
-                reason=str(error),
-                delay=delay,
-                attempt=attempt,
-                attempts=self._attempts,
-            )
-            self._retry = self._clock.callLater(delay, self._attempt, kind, body, attempt + 1)
-            return
+            self._retryLater(error, kind, body, attempt)
+        else:
+            self._giveUp(error, kind, attempt)
+
+    def _problemOf(self, error: BaseException | None) -> WebhookRefused | WebhookUnavailable:
+        """
+        Why a notification was not taken: C{error} itself if it is a
+        webhook's refusal or unavailability, else it as an unavailability
+        (no answer in time, a connection that failed).
+        """
+        if isinstance(error, (WebhookRefused, WebhookUnavailable)):
+            return error
+        if isinstance(error, DeferredTimeout):
+            return WebhookUnavailable(f"no answer within {self._timeout:g} s")
+        if error is None:
+            error = Exception()
+        return WebhookUnavailable(shortError(error) if isinstance(error, Exception) else repr(error))
+
+    def _retryLater(
+        self, error: WebhookUnavailable, kind: str, body: bytes, attempt: int
+    ) -> None:
+        """
+        Send the notification again after a delay: C{attempt}'s
+        L{retryDelay}, or as long as the receiver's C{Retry-After} asks,
+        up to L{MAX_RETRY}.
+        """
+        delay = retryDelay(attempt)
+        if error.retryAfter is not None:
+            delay = min(max(delay, error.retryAfter), MAX_RETRY)
+        # The first failure after a success says why, once; the
+        # retries of an endpoint that stays down are debug lines.
+        emit = log.debug if self._failing else log.warn
+        self._failing = True
+        emit(
+            "Webhook {receiver}: {kind} notification not taken ({reason}); again in"
+            " {delay:g} s (attempt {attempt} of {attempts})",
+            receiver=self.receiver,
+            kind=kind,
+            reason=str(error),
+            delay=delay,
+            attempt=attempt,
+            attempts=self._attempts,
+        )
+        self._retry = self._clock.callLater(delay, self._attempt, kind, body, attempt + 1)
+
+    def _giveUp(self, error: Exception, kind: str, attempt: int) -> None:
+        """
+        Give the notification up after C{attempt} attempts, and send the
+        next.
+        """
         self.abandoned += 1
         log.warn(
             "Webhook {receiver}: {kind} notification given up after {attempt} {attempts}:"
@@ -338,14 +365,8 @@ class WebhookSender:
             b"POST", self._url.encode("ascii"), headers, BytesBody(body)
         )
         answer = await self._read(response)
-        code = response.code
-        if 200 <= code < 300:
-            return
-        said = f"HTTP {code}" + (f": {escapedExcerpt(answer, 80)}" if answer.strip() else "")
-        if code >= 500 or code in _TRANSIENT:
-            raise WebhookUnavailable(said, _retryAfter(response))
-        hint = " (is notify.token_file the token it expects?)" if code in (401, 403) else ""
-        raise WebhookRefused(said + hint)
+        if not 200 <= response.code < 300:
+            raise _refusal(response, answer)
 
     async def _read(self, response: IResponse) -> bytes:
         receiver = BoundedBody(ANSWER_LIMIT)
@@ -404,6 +425,20 @@ class WebhookSender:
                 receiver=self.receiver,
                 count=left,
             )
+
+
+def _refusal(response: IResponse, answer: bytes) -> WebhookRefused | WebhookUnavailable:
+    """
+    Why C{response} (not 2xx, its body C{answer}) did not take a
+    notification: unavailable (5xx, or one of L{_TRANSIENT}: tried again),
+    else refused.
+    """
+    code = response.code
+    said = f"HTTP {code}" + (f": {escapedExcerpt(answer, 80)}" if answer.strip() else "")
+    if code >= 500 or code in _TRANSIENT:
+        return WebhookUnavailable(said, _retryAfter(response))
+    hint = " (is notify.token_file the token it expects?)" if code in (401, 403) else ""
+    return WebhookRefused(said + hint)
 
 
 def _retryAfter(response: IResponse) -> float | None:
