@@ -123,19 +123,22 @@ async def checkServer(reactor: Any, server: ServerConfig, config: Config) -> Ser
     from imapmig.daemon.service import serverEndpoint
 
     account = _accountFor(server, config)
-    description = server.endpoint if account is None else f"{account.user} at {server.endpoint}"
+    description, credentials, credentialKey = server.endpoint, None, None
+    if account is not None:
+        description = f"{account.user} at {server.endpoint}"
+        credentials, credentialKey = _credentials(account), account.credentialKey
     try:
         endpoint, tlsOptions = serverEndpoint(reactor, server)
         session = await openSession(
             endpoint,
             reactor,
             description=description,
-            credentials=None if account is None else _credentials(account),
+            credentials=credentials,
             starttls=server.starttls,
             tlsOptions=tlsOptions,
-            timeout=min(server.timeout, CONNECT_TIMEOUT) if server.timeout > 0 else CONNECT_TIMEOUT,
+            timeout=_timeout(server),
             endpointKey=f"servers.{server.name}.endpoint",
-            credentialKey=None if account is None else account.credentialKey,
+            credentialKey=credentialKey,
             logIn=account is not None,
         )
     except ImapmigError as e:
@@ -147,6 +150,14 @@ async def checkServer(reactor: Any, server: ServerConfig, config: Config) -> Ser
     except ImapmigError:
         session.abort()
     return ServerCheck(server.name, server.endpoint, True, _steps(server, account))
+
+
+def _timeout(server: ServerConfig) -> float:
+    """
+    How long a check waits at each step: L{CONNECT_TIMEOUT}, or the
+    server's C{timeout} when shorter.
+    """
+    return min(server.timeout, CONNECT_TIMEOUT) if server.timeout > 0 else CONNECT_TIMEOUT
 
 
 def checkServers(reactor: Any, config: Config) -> Deferred[list[ServerCheck]]:
