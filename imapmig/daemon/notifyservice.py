@@ -101,10 +101,19 @@ def heldText(held: Mapping[str, object], now: float | None) -> str:
     text = ", ".join(parts) or "nothing can move"
     until = held.get("until")
     if isinstance(until, (int, float)):
-        when = datetime.fromtimestamp(until, timezone.utc)
-        soon = now is not None and 0 <= until - now < 86400
-        text += " until " + when.strftime("%H:%M UTC" if soon else "%Y-%m-%d %H:%M UTC")
+        text += " until " + _clockTime(until, now)
     return text
+
+
+def _clockTime(when: float, now: float | None) -> str:
+    """
+    The time C{when}, in UTC: C{00:00 UTC}, with its date when not within
+    a day of C{now}.
+    """
+    soon = now is not None and 0 <= when - now < 86400
+    return datetime.fromtimestamp(when, timezone.utc).strftime(
+        "%H:%M UTC" if soon else "%Y-%m-%d %H:%M UTC"
+    )
 
 
 def statusLine(summary: Mapping[str, object]) -> str:
