@@ -344,11 +344,16 @@ class ManifestProducer:
                 why=str(result.value),
             )
             self._finish(complete=False)
-            return
-        outcomes: list[MessageOutcome] = result  # type: ignore[assignment]
-        if not outcomes:
+        elif not result:
             self._section = None
-            return
+        else:
+            self._writePage(section, result)  # type: ignore[arg-type]
+
+    def _writePage(self, section: ManifestSection, outcomes: list[MessageOutcome]) -> None:
+        """
+        Write the rows of C{outcomes}, a page of C{section}, and note where
+        the next page starts.
+        """
         last = outcomes[-1]
         self._after = (last.folderKey, last.messageKey)
         rows = [
