@@ -11,6 +11,7 @@ filesystem paths is L{imapmig.status.redact}'s.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Callable, Sequence
 
@@ -286,18 +287,30 @@ class ConnectionSlots:
         """
         if len(self._open) < self.limit:
             return True, None
-        before = self._seconds() - self._grace
-        for waiting in (self._idle, self._reading):
-            for channel, since in waiting.items():
-                if since <= before:
-                    return True, channel
-                break
+        overdue = _waitingLongest(self._idle, self._reading, self._seconds() - self._grace)
+        if overdue is not None:
+            return True, overdue
         if len(self._open) < 2 * self.limit:
             return True, None
-        for waiting in (self._reading, self._idle):
-            for channel in waiting:
-                return True, channel
-        return False, None
+        oldest = _waitingLongest(self._reading, self._idle, math.inf)
+        return oldest is not None, oldest
+
+
+def _waitingLongest(
+    first: dict[StatusChannel, float], then: dict[StatusChannel, float], before: float
+) -> StatusChannel | None:
+    """
+    The connection of C{first} that has waited longest, if since
+    C{before} or earlier, else that of C{then}, if so; L{None} if neither
+    has waited that long.  Each dict holds its connections by the time
+    they started waiting, in that order.
+    """
+    for waiting in (first, then):
+        for channel, since in waiting.items():
+            if since <= before:
+                return channel
+            break
+    return None
 
 
 class StatusChannel(http.HTTPChannel):
