@@ -260,16 +260,8 @@ class ControlResource(Resource):
         C{[redacted]}; escaped, cut to 80 octets.
         """
         path = request.path.split(b"?", 1)[0]
-        token = self._token
-        if token:
-            width = min(8, len(token))
-            parts = {token[n : n + width] for n in range(len(token) - width + 1)}
-            path = b"/".join(
-                b"[redacted]"
-                if any(part in segment or part in unquote_to_bytes(segment) for part in parts)
-                else segment
-                for segment in path.split(b"/")
-            )
+        if self._token:
+            path = _redacted(path, self._token)
         return escapedExcerpt(path)
 
     def _logRefusals(self, refused: int) -> None:
@@ -447,6 +439,22 @@ class ControlResource(Resource):
         return applyBulk
 
 
+def _redacted(path: bytes, token: bytes) -> bytes:
+    """
+    C{path}, each segment that holds a part of C{token} (8 characters of
+    it or more, percent-encoded or not) replaced by C{[redacted]}.
+    """
+    width = min(8, len(token))
+    parts = {token[n : n + width] for n in range(len(token) - width + 1)}
+
+    def holdsToken(segment: bytes) -> bool:
+        return any(part in form for form in (segment, unquote_to_bytes(segment)) for part in parts)
+
+    return b"/".join(
+        b"[redacted]" if holdsToken(segment) else segment for segment in path.split(b"/")
+    )
+
+
 def _checkSize(request: Request) -> None:
     """
     Refuse a request without a body (400) or with one larger than
@@ -559,6 +567,19 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
 
     @raise HTTPProblem: a member of the wrong type or value (400).
     """
+    try:
+        return parseJobQuery(b"", _filterArguments(body), view.stateNames())
+    except HTTPProblem as e:
+        raise HTTPProblem(http.BAD_REQUEST, f"the filter: {e.message}") from None
+
+
+def _filterArguments(body: dict[str, object]) -> dict[bytes, list[bytes]]:
+    """
+    The filter of a bulk control's body as C{/status.json}'s query
+    arguments.
+
+    @raise HTTPProblem: a member of the wrong type (400).
+    """
     states = body.get("state", [])
     if isinstance(states, list) and all(isinstance(s, str) for s in states):
         states = ",".join(states)
@@ -567,15 +588,11 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
         raise HTTPProblem(
             http.BAD_REQUEST, "the filter: state is a list of states, q a string, errors true or false"
         )
-    arguments = {
+    return {
         b"state": [states.encode("utf-8")],
         b"q": [text.encode("utf-8")],
         b"errors": [b"1" if errors else b"0"],
     }
-    try:
-        return parseJobQuery(b"", arguments, view.stateNames())
-    except HTTPProblem as e:
-        raise HTTPProblem(http.BAD_REQUEST, f"the filter: {e.message}") from None
 
 
 def _describeFilter(query: JobQuery) -> str:
