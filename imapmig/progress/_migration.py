@@ -527,6 +527,15 @@ def _timeLeft(
         _backingOff(job, now) + job.messagesPending / rates.get(job.name, typical)
         for job in inSlot
     ]
+    return round(_lastToFinish(slots, inLine, typical), 1)
+
+
+def _lastToFinish(slots: list[float], inLine: list[int], typical: float) -> float:
+    """
+    When the last job finishes: the jobs in C{inLine} (their messages
+    pending), in order, each in the first of C{slots} to free up (the
+    seconds until each is free), at C{typical} messages a second.
+    """
     end = max(slots)
     heapq.heapify(slots)
     replace = heapq.heapreplace
@@ -535,7 +544,7 @@ def _timeLeft(
         replace(slots, finish)
         if finish > end:
             end = finish
-    return round(end, 1)
+    return end
 
 
 def _backingOff(job: JobProgress, now: float) -> float:
@@ -559,9 +568,17 @@ def _jobRates(
         return rates, sum(rates.values()) / len(rates)
     if typical is not None:
         return rates, typical
+    return rates, _youngRate(now, inSlot)
+
+
+def _youngRate(now: float, inSlot: list[JobProgress]) -> float:
+    """
+    The mean current rate of the running jobs of C{inSlot}, whose rates
+    do not tell yet (L{_settledRate}); 0 if none has one.
+    """
     young = [
         current[0]
         for job in inSlot
         if job.state is JobState.RUNNING and (current := job.currentRate(now)) is not None
     ]
-    return rates, sum(young) / len(young) if young else 0.0
+    return sum(young) / len(young) if young else 0.0
