@@ -251,12 +251,18 @@ class WebhookSender:
         if self._stopped or self._request is not None or self._retry is not None:
             return
         if not self._queue:
-            waiting, self._whenIdle = self._whenIdle, []
-            for d in waiting:
-                d.callback(None)
+            self._idle()
             return
         kind, body = self._queue.popleft()
         self._attempt(kind, body, 1)
+
+    def _idle(self) -> None:
+        """
+        Nothing is left to send: fire those waiting for it (L{flush}).
+        """
+        waiting, self._whenIdle = self._whenIdle, []
+        for d in waiting:
+            d.callback(None)
 
     def _attempt(self, kind: str, body: bytes, attempt: int) -> None:
         self._retry = None
@@ -411,13 +417,7 @@ class WebhookSender:
         if self._stopped:
             return
         self._stopped = True
-        retry, self._retry = self._retry, None
-        if retry is not None and retry.active():
-            retry.cancel()
-        request, self._request = self._request, None
-        if request is not None:
-            request.cancel()
-        left = len(self._queue) + (retry is not None or request is not None)
+        left = len(self._queue) + self._cancelUnderWay()
         self._queue.clear()
         if left:
             log.warn(
@@ -425,6 +425,20 @@ class WebhookSender:
                 receiver=self.receiver,
                 count=left,
             )
+
+    def _cancelUnderWay(self) -> bool:
+        """
+        Cancel the request under way, or forget the retry waiting.
+
+        @return: whether there was one.
+        """
+        retry, self._retry = self._retry, None
+        if retry is not None and retry.active():
+            retry.cancel()
+        request, self._request = self._request, None
+        if request is not None:
+            request.cancel()
+        return retry is not None or request is not None
 
 
 def _refusal(response: IResponse, answer: bytes) -> WebhookRefused | WebhookUnavailable:
