@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import AbstractSet, Callable, Mapping, Sequence
 
 from attrs import frozen
@@ -46,6 +47,8 @@ _MAX_PARAMETERS = 32
 _MAX_OFFSET = 10**9
 _MAX_TEXT = 256
 _MAX_CURSOR = 2048
+# A whole number as a parameter gives it: up to 10 ASCII digits.
+_DIGITS = re.compile(r"[0-9]{1,10}")
 
 _Arguments = Mapping[bytes, Sequence[bytes]]
 
@@ -145,10 +148,10 @@ def _cursor(arguments: _Arguments, name: str) -> tuple[str, str] | None:
     value = (_single(arguments, name) or "").strip()
     if not value:
         return None
-    key = _decodeCursor(value) if len(value) <= _MAX_CURSOR else None
-    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
-        raise _bad(f"{name}: not a page's 'next' value")
-    return (key[0], key[1])
+    match _decodeCursor(value) if len(value) <= _MAX_CURSOR else None:
+        case [str() as folderKey, str() as messageKey]:
+            return (folderKey, messageKey)
+    raise _bad(f"{name}: not a page's 'next' value")
 
 
 def _decodeCursor(value: str) -> object:
@@ -202,9 +205,9 @@ def _number(arguments: _Arguments, name: str, default: int, low: int, high: int)
     The integer value of C{name}, between C{low} and C{high}.
     """
     value = _single(arguments, name)
-    if value is None or value == "":
+    if not value:
         return default
-    if not value.isascii() or not value.isdigit() or len(value) > 10:
+    if not _DIGITS.fullmatch(value):
         raise _bad(f"{name}: {value[:20]!r} is not a whole number from {low} to {high}")
     number = int(value)
     if not low <= number <= high:
