@@ -97,12 +97,19 @@ def _changedJobs(plan: ReloadPlan, applied: ReloadApplied) -> str:
     What changed in the changed jobs: C{"(folders.exclude; 1 from its next
     run)"}.
     """
-    keys = list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+    keys = _changedKeys(plan)
     named = ", ".join(keys[:_NAMED_KEYS]) + (", ..." if len(keys) > _NAMED_KEYS else "")
     running = len(applied.changedRunning)
     if running:
         named += f"; {running} from {'its' if running == 1 else 'their'} next run"
     return f" ({named})" if named else ""
+
+
+def _changedKeys(plan: ReloadPlan) -> list[str]:
+    """
+    The keys that changed in any of the changed jobs, each once, in order.
+    """
+    return list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
 
 
 def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
@@ -343,7 +350,7 @@ def _logApplied(path: str, plan: ReloadPlan, applied: ReloadApplied) -> None:
         changed=len(plan.changed),
         servers=len(plan.limitsChanged),
         keys=[key for key, _, _ in plan.limitChanges]
-        + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+        + _changedKeys(plan)
         + list(plan.notifyChanges),
         needsRestart=list(plan.needsRestart),
     )
