@@ -122,10 +122,7 @@ def _matches(ifNoneMatch: Sequence[bytes] | None, etag: bytes) -> bool:
     """
     for value in ifNoneMatch or ():
         for candidate in value.split(b","):
-            candidate = candidate.strip()
-            if candidate.startswith(b"W/"):
-                candidate = candidate[2:]
-            if candidate in (etag, b"*"):
+            if candidate.strip().removeprefix(b"W/") in (etag, b"*"):
                 return True
     return False
 
