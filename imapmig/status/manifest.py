@@ -310,23 +310,34 @@ class ManifestProducer:
                 return
             section = self._section
             assert section is not None
-            self._reading = True
-            synchronous = True
-            answered: list[object] = []
-
-            def got(result: object) -> None:
-                if synchronous:
-                    answered.append(result)
-                else:
-                    # The store answered later: go on from its answer.
-                    self._page(result)
-                    self._run()
-
-            section.pages(self._after, self._pageRows).addBoth(got)
-            synchronous = False
+            answered = self._read(section)
             if not answered:
                 return
             self._page(answered[0])
+
+    def _read(self, section: ManifestSection) -> list[object]:
+        """
+        Ask the store for the next page of C{section}.
+
+        @return: the store's answer if it answered at once (a list of one
+            page or failure); else empty, and the writing goes on from
+            its answer when it comes.
+        """
+        self._reading = True
+        synchronous = True
+        answered: list[object] = []
+
+        def got(result: object) -> None:
+            if synchronous:
+                answered.append(result)
+            else:
+                # The store answered later: go on from its answer.
+                self._page(result)
+                self._run()
+
+        section.pages(self._after, self._pageRows).addBoth(got)
+        synchronous = False
+        return answered
 
     def _page(self, result: object) -> None:
         """
