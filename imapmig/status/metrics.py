@@ -276,6 +276,12 @@ class MigrationCollector(Collector):
         yield granted
         yield opened
         yield limit
+        yield from self._appendFamilies()
+
+    def _appendFamilies(self) -> Iterable[Metric]:
+        """
+        APPEND windows, latencies and throttle waits, per server.
+        """
         windowMessages = GaugeMetricFamily(
             "imapmig_server_append_in_flight_messages",
             "Messages sent to the server in APPEND commands and awaiting their reply",
@@ -302,7 +308,7 @@ class MigrationCollector(Collector):
             "Seconds requests waited for the configured rates (counted when a wait ends)",
             labels=["server", "direction"],
         )
-        for server in telemetry:
+        for server in self._telemetry:
             messages, octets = server.inFlight()
             windowMessages.add_metric([server.name], messages)
             windowBytes.add_metric([server.name], octets)
