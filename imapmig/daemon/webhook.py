@@ -572,11 +572,18 @@ class RunWatcher(Service):
             if state not in _STILL:
                 moving.append(job.name)
         self._states = states
+        self._checkFinished(now, states)
+        self._checkStall(now, settled, moving, states)
+
+    def _checkFinished(self, now: float, states: dict[str, JobState]) -> None:
+        """
+        Notify C{run_finished} when every job has finished and the last
+        check found some that had not.
+        """
         finished = bool(states) and all(state in _FINISHED for state in states.values())
         if finished and not self._finished:
             self._runFinished(states, now)
         self._finished = finished
-        self._checkStall(now, settled, moving, states)
 
     def _checkStall(self, now: float, settled: int, moving: list[str], states: dict[str, JobState]) -> None:
         """
