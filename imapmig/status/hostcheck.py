@@ -97,13 +97,12 @@ def listedName(name: str, allowedHosts: Sequence[str]) -> bool:
     one, or under one that starts with a dot (C{.corp.example} allows
     C{corp.example} and every name under it).
     """
-    for allowed in allowedHosts:
-        if allowed.startswith("."):
-            if name == allowed[1:] or name.endswith(allowed):
-                return True
-        elif name == allowed:
-            return True
-    return False
+    # ".corp.example" ends ".corp.example" and every name under it.
+    dotted = "." + name
+    return any(
+        dotted.endswith(allowed) if allowed.startswith(".") else name == allowed
+        for allowed in allowedHosts
+    )
 
 
 def misdirected(request: Request, allowedHosts: Sequence[str] = ()) -> str | None:
