@@ -67,6 +67,13 @@ def _value(value: object) -> Any:
             return json.loads(json.dumps(value, allow_nan=False))
         except (TypeError, ValueError):
             pass
+    return _shortRepr(value)
+
+
+def _shortRepr(value: object) -> str:
+    """
+    The C{repr} of C{value}, cut to L{REPR_LIMIT} characters.
+    """
     text = repr(value)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 4] + " ..."
 
