@@ -187,17 +187,22 @@ def applyReload(
         # Before the scheduler is woken: a held job is never claimed.
         target.holds.applyHolds(holds, {job.name for job in counted}, "the reload")
     changedRunning = _replaceChanged(plan, target, counted)
-    # Always: a server added without limits is then counted among the
-    # servers whose connections the status shows.
-    target.grants.setLimits(
-        plan.maxJobs[1] if plan.maxJobs is not None else target.grants.maxJobs,
-        dict(plan.limits),
-    )
+    _setLimits(plan, target)
     if counted:
         target.countSources(counted)
     if wake:
         target.scheduler.queueChanged()
     return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))
+
+
+def _setLimits(plan: ReloadPlan, target: ReloadTarget) -> None:
+    """
+    Give C{target}'s grants the limits of C{plan}: C{max_jobs} and the
+    servers'.  Always: a server added without limits is then counted
+    among the servers whose connections the status shows.
+    """
+    maxJobs = target.grants.maxJobs if plan.maxJobs is None else plan.maxJobs[1]
+    target.grants.setLimits(maxJobs, dict(plan.limits))
 
 
 def _removeJobs(plan: ReloadPlan, target: ReloadTarget) -> tuple[list[str], list[str]]:
