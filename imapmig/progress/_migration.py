@@ -234,11 +234,7 @@ class MigrationProgress:
         last = self._lastSample
         if finishedAt is None or last is None or not last < finishedAt:
             return []
-        messages = octets = 0
-        for job in self._active.values():
-            counts = job.lifetimeCounts()
-            messages += counts[0] - job.sampled[0]
-            octets += counts[1] - job.sampled[1]
+        messages, octets = self._unsampled()
         elapsed = finishedAt - last
         return [[finishedAt, round(messages / elapsed, 2), round(octets / elapsed, 1)]]
 
@@ -254,7 +250,15 @@ class MigrationProgress:
         The lifetime messages settled and octets sent, every job together,
         now (the sampled counts and what the jobs sampled did since).
         """
-        messages, octets = self._messages, self._octets
+        messages, octets = self._unsampled()
+        return self._messages + messages, self._octets + octets
+
+    def _unsampled(self) -> tuple[int, int]:
+        """
+        The messages settled and octets sent since the last sample, every
+        job sampled together.
+        """
+        messages = octets = 0
         for job in self._active.values():
             counts = job.lifetimeCounts()
             before = job.sampled
