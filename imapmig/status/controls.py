@@ -411,9 +411,9 @@ class ControlResource(Resource):
             confirmation (400), a selection other than the one confirmed
             (409).
         """
-        action = path[0].decode("ascii", "replace") if path else ""
+        action = _bulkAction(path)
         view = self._view
-        if view is None or action not in BULK_ACTIONS or path[1:] not in ([], [b"preview"]):
+        if view is None or action is None:
             raise HTTPProblem(http.NOT_FOUND, "no such control")
         body = _jsonBody(request)
         query = _bulkFilter(body, view)
@@ -453,6 +453,17 @@ def _redacted(path: bytes, token: bytes) -> bytes:
     return b"/".join(
         b"[redacted]" if holdsToken(segment) else segment for segment in path.split(b"/")
     )
+
+
+def _bulkAction(path: list[bytes]) -> str | None:
+    """
+    The action of a bulk control's C{path} (C{[ACTION]} or C{[ACTION,
+    b"preview"]}), if it names one (of L{BULK_ACTIONS}).
+    """
+    action = path[0].decode("ascii", "replace") if path else ""
+    if action in BULK_ACTIONS and path[1:] in ([], [b"preview"]):
+        return action
+    return None
 
 
 def _checkSize(request: Request) -> None:
