@@ -285,20 +285,21 @@ class ManifestProducer:
         self._request.write(self._form.start())
         self._run()
 
-    def _nextSection(self) -> bool:
+    def _nextSection(self) -> ManifestSection | None:
         """
-        Move on to the next section, writing its excluded folders; C{False}
-        at the end of the manifest (which is then ended).
+        Move on to the next section, writing its excluded folders.
+
+        @return: the section; L{None} at the end of the manifest (which is
+            then ended).
         """
-        self._section = next(self._sections, None)
+        section = self._section = next(self._sections, None)
         self._after = None
-        if self._section is None:
+        if section is None:
             self._request.write(self._form.end())
             self._finish(complete=True)
-            return False
-        if self._section.excluded:
-            self._request.write(self._form.rows(self._section.excluded))
-        return True
+        elif section.excluded:
+            self._request.write(self._form.rows(section.excluded))
+        return section
 
     def _run(self) -> None:
         """
@@ -306,10 +307,9 @@ class ManifestProducer:
         or the manifest is done.
         """
         while not (self._paused or self._reading or self._done):
-            if self._section is None and not self._nextSection():
+            section = self._nextSection() if self._section is None else self._section
+            if section is None:
                 return
-            section = self._section
-            assert section is not None
             answered = self._read(section)
             if not answered:
                 return
