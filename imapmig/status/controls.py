@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from twisted.internet.defer import Deferred, succeed
@@ -446,13 +446,16 @@ def _redacted(path: bytes, token: bytes) -> bytes:
     """
     width = min(8, len(token))
     parts = {token[n : n + width] for n in range(len(token) - width + 1)}
-
-    def holdsToken(segment: bytes) -> bool:
-        return any(part in form for form in (segment, unquote_to_bytes(segment)) for part in parts)
-
     return b"/".join(
-        b"[redacted]" if holdsToken(segment) else segment for segment in path.split(b"/")
+        b"[redacted]" if _holdsAny(segment, parts) else segment for segment in path.split(b"/")
     )
+
+
+def _holdsAny(segment: bytes, parts: AbstractSet[bytes]) -> bool:
+    """
+    Whether C{segment} holds one of C{parts}, percent-encoded or not.
+    """
+    return any(part in form for form in (segment, unquote_to_bytes(segment)) for part in parts)
 
 
 def _bulkAction(path: list[bytes]) -> str | None:
