@@ -91,6 +91,20 @@ def refuseMethod(request: Request, allowed: Sequence[bytes]) -> bytes | None:
     )
 
 
+def refuseMethodAsText(request: Request, allowed: Sequence[bytes], text: bytes) -> bytes | None:
+    """
+    As L{refuseMethod}, with C{text} as a plain-text body (the dashboard's
+    files and C{/metrics}, which answer in their own types).
+    """
+    if request.method in allowed:
+        return None
+    request.setResponseCode(http.NOT_ALLOWED)
+    headers = request.responseHeaders
+    headers.setRawHeaders(b"Allow", [b", ".join(allowed)])
+    headers.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
+    return text
+
+
 class ReadOnlyResource(Resource):
     """
     A leaf that answers C{GET} and C{HEAD} with a fresh, uncached

@@ -26,13 +26,13 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
-from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 import imapmig
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.progress.telemetry import Telemetry
+from imapmig.status._http import bodyFor, refuseMethodAsText
 
 __all__ = [
     "MAX_JOB_SERIES",
@@ -403,21 +403,15 @@ class MetricsResource(Resource):
         The metrics, collected now; for HEAD, only the headers GET would
         have.
         """
+        refused = refuseMethodAsText(
+            request, self.allowedMethods, b"Method not allowed: /metrics answers GET and HEAD.\n"
+        )
+        if refused is not None:
+            return refused
         headers = request.responseHeaders
-        # Answered here rather than by raising UnsupportedMethod, which
-        # twisted.web turns into 501 for methods other than GET, HEAD, POST.
-        if request.method not in self.allowedMethods:
-            request.setResponseCode(http.NOT_ALLOWED)
-            headers.setRawHeaders(b"Allow", [b", ".join(self.allowedMethods)])
-            headers.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
-            return b"Method not allowed: /metrics answers GET and HEAD.\n"
         headers.setRawHeaders(b"Content-Type", [CONTENT_TYPE_LATEST.encode("ascii")])
         headers.setRawHeaders(b"Cache-Control", [b"no-store"])
-        body = generate_latest(self._registry)
-        if request.method == b"HEAD":
-            headers.setRawHeaders(b"Content-Length", [b"%d" % (len(body),)])
-            return b""
-        return body
+        return bodyFor(request, generate_latest(self._registry))
 
 
 MAX_JOB_SERIES = 10_000
