@@ -12,7 +12,7 @@ L{imapmig.imap.session.openSession}): the same endpoint, TLS and timeout.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, gatherResults
@@ -65,14 +65,21 @@ def _accountFor(server: ServerConfig, config: Config) -> AccountConfig | None:
     (its own or an admin's), or L{None} (none, or only OAuth 2.0 tokens,
     which a check does not fetch).
     """
-    for job in config.jobs:
-        accounts: list[AccountConfig] = [job.destination]
-        if isinstance(job.source, ImapSourceConfig):
-            accounts.insert(0, job.source)
-        for account in accounts:
-            if account.server == server and account.password is not None:
-                return account
+    for account in _accounts(config):
+        if account.server == server and account.password is not None:
+            return account
     return None
+
+
+def _accounts(config: Config) -> Iterator[AccountConfig]:
+    """
+    The IMAP accounts of C{config}'s jobs, in order: each job's source
+    (if IMAP), then its destination.
+    """
+    for job in config.jobs:
+        if isinstance(job.source, ImapSourceConfig):
+            yield job.source
+        yield job.destination
 
 
 def _credentials(account: AccountConfig) -> Credentials:
