@@ -416,6 +416,13 @@ class JournalLogObserver:
             self.dropped = self.diverted = 0
         if dropped or diverted:
             self._reportClaimed(dropped, diverted)
+        self._sendOrKeep(event, fields)
+
+    def _sendOrKeep(self, event: LogEvent, fields: list[tuple[str, str]]) -> None:
+        """
+        Send an entry, or leave it in the backlog if the socket is busy,
+        or write it to the fallback if the socket is unusable.
+        """
         outcome = self._send(fields)
         if outcome == "busy":
             with self._lock:
