@@ -132,7 +132,7 @@ def _readConfig(path: str) -> Config:
     The configuration at C{path}, read once; exit with its problems if it
     is invalid.
     """
-    from imapmig.access.cleartext import configNeedsTLS, tlsReason, withoutTLS
+    from imapmig.access.cleartext import tlsReason, withoutTLS
     from imapmig.configfile import readConfigFile
 
     try:
@@ -152,7 +152,18 @@ def _readConfig(path: str) -> Config:
         config = parseConfig(read.document, path, None, read.looseFileMode)
     except ConfigError as e:
         _exitWithProblems(e.shown())
-    if withoutOpenSSL and configNeedsTLS(config):
+    if withoutOpenSSL:
+        _checkWithoutTLS(path, config)
+    return config
+
+
+def _checkWithoutTLS(path: str, config: Config) -> None:
+    """
+    Exit if C{config}, read as one without TLS, needs it.
+    """
+    from imapmig.access.cleartext import configNeedsTLS
+
+    if configNeedsTLS(config):
         # tlsReason answers no only where the parsed configuration
         # agrees; should they ever disagree, stop rather than fail at
         # the first TLS connection.
@@ -160,7 +171,6 @@ def _readConfig(path: str) -> Config:
             [f"{path}: internal error: the configuration needs TLS, but it was "
              "read as one without (imapmig.access.cleartext)"]
         )
-    return config
 
 
 def checkConnections(config: Config) -> bool:
