@@ -526,14 +526,10 @@ class JournalLogObserver:
         """
         parts = []
         if dropped:
-            parts.append(
-                f"{dropped} log {'event was' if dropped == 1 else 'events were'} dropped:"
-                " the journal socket was busy"
-            )
+            parts.append(f"{_events(dropped)} dropped: the journal socket was busy")
         if diverted:
             parts.append(
-                f"{diverted} log {'event was' if diverted == 1 else 'events were'} written"
-                " to standard error: the journal socket was unusable"
+                f"{_events(diverted)} written to standard error: the journal socket was unusable"
             )
         fields = [
             ("MESSAGE", "; ".join(parts)),
@@ -562,7 +558,7 @@ class JournalLogObserver:
             return "sent"
         except OSError as e:
             if e.errno != errno.EMSGSIZE:
-                return "busy" if e.errno in _BUSY else "unusable"
+                return _outcomeOf(e)
         return self._sendLarge(sendmsg, datagram, fields)
 
     def _sendLarge(
@@ -622,7 +618,7 @@ class JournalLogObserver:
             sendmsg([encodeFields(cut)], [], 0, self._path)
             return "sent"
         except OSError as e:
-            return "busy" if e.errno in _BUSY else "unusable"
+            return _outcomeOf(e)
 
     def _writeFallback(self, event: LogEvent) -> None:
         """
@@ -636,6 +632,21 @@ class JournalLogObserver:
             self._fallback.flush()
         except (OSError, ValueError):
             pass
+
+
+def _events(count: int) -> str:
+    """
+    C{"1 log event was"}, C{"2 log events were"}.
+    """
+    return f"{count} log {'event was' if count == 1 else 'events were'}"
+
+
+def _outcomeOf(error: OSError) -> str:
+    """
+    What a send that failed with C{error} came to (see
+    L{JournalLogObserver._send}): C{"busy"} or C{"unusable"}.
+    """
+    return "busy" if error.errno in _BUSY else "unusable"
 
 
 def _truncated(message: str) -> str:
