@@ -594,8 +594,7 @@ class RunWatcher(Service):
         if settled != self._settled or not moving:
             self._settled, self._movedAt, self._stallTold = settled, now, False
             return
-        stalledAfter = self.config.stalledAfter
-        if stalledAfter is None or self._stallTold or now - self._movedAt < stalledAfter:
+        if not self._stalled(now):
             return
         self._stallTold = True
         self._send(
@@ -605,6 +604,18 @@ class RunWatcher(Service):
             jobs_moving=len(moving),
             jobs=moving[:JOBS_NAMED],
             states=self._stateCounts(states),
+        )
+
+    def _stalled(self, now: float) -> bool:
+        """
+        Whether nothing has been settled for C{stalled_after} (if set), and
+        C{stalled} is not yet told.
+        """
+        stalledAfter = self.config.stalledAfter
+        return (
+            stalledAfter is not None
+            and not self._stallTold
+            and now - self._movedAt >= stalledAfter
         )
 
     def _send(self, event: str, now: float, **fields: object) -> None:
