@@ -129,14 +129,12 @@ def bearerToken(request: Request) -> bytes | None:
     The token of C{request}'s C{Authorization: Bearer TOKEN} header, or
     L{None}.
     """
-    header = request.requestHeaders.getRawHeaders(b"authorization")
-    if not header or len(header) != 1:
-        return None
-    scheme, _, token = header[0].strip().partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    token = token.strip()
-    return token or None
+    match request.requestHeaders.getRawHeaders(b"authorization"):
+        case [header]:
+            scheme, _, token = header.strip().partition(b" ")
+            if scheme.lower() == b"bearer":
+                return token.strip() or None
+    return None
 
 
 def _mediaType(request: Request) -> bytes:
