@@ -471,7 +471,7 @@ class _Tally:
         until = [job.retryAt for job in self.held if job.retryAt is not None]
         return {
             "jobs": {state.value: self.states[state.value] for state in _HELD_ORDER},
-            "until": min(until) if until else None,
+            "until": min(until, default=None),
         }
 
 
