@@ -40,6 +40,7 @@ _KIND_OF = {
 What each state of a job tells of what it can do (L{_Tally}), by its value.
 """
 
+# The kinds _Tally sorts the jobs into, one list each.
 _KINDS = frozenset(_KIND_OF.values())
 
 
