@@ -27,13 +27,11 @@ def octets(size: int | float) -> str:
     if size < 1024:
         return f"{int(size)} B"
     value = float(size)
-    unit = -1
-    while True:
+    for unit in _BINARY_UNITS:
         value /= 1024
-        unit += 1
-        if value < 1024 or unit == len(_BINARY_UNITS) - 1:
+        if value < 1024:
             break
-    return f"{value:.{2 if value < 10 else 1}f} {_BINARY_UNITS[unit]}"
+    return f"{value:.{2 if value < 10 else 1}f} {unit}"
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:

@@ -12,7 +12,7 @@ L{imapmig.imap.opening.openSession}): the same endpoint, TLS and timeout.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TextIO
+from typing import Any, Iterator, Sequence, TextIO
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, gatherResults
@@ -65,14 +65,21 @@ def _accountFor(server: ServerConfig, config: Config) -> AccountConfig | None:
     (its own or an admin's), or L{None} (none, or only OAuth 2.0 tokens,
     which a check does not fetch).
     """
-    for job in config.jobs:
-        accounts: list[AccountConfig] = [job.destination]
-        if isinstance(job.source, ImapSourceConfig):
-            accounts.insert(0, job.source)
-        for account in accounts:
-            if account.server == server and account.password is not None:
-                return account
+    for account in _accounts(config):
+        if account.server == server and account.password is not None:
+            return account
     return None
+
+
+def _accounts(config: Config) -> Iterator[AccountConfig]:
+    """
+    The IMAP accounts of C{config}'s jobs, in order: each job's source
+    (if IMAP), then its destination.
+    """
+    for job in config.jobs:
+        if isinstance(job.source, ImapSourceConfig):
+            yield job.source
+        yield job.destination
 
 
 def _credentials(account: AccountConfig) -> Credentials:
@@ -123,19 +130,22 @@ async def checkServer(reactor: Any, server: ServerConfig, config: Config) -> Ser
     from imapmig.daemon.service import serverEndpoint
 
     account = _accountFor(server, config)
-    description = server.endpoint if account is None else f"{account.user} at {server.endpoint}"
+    description, credentials, credentialKey = server.endpoint, None, None
+    if account is not None:
+        description = f"{account.user} at {server.endpoint}"
+        credentials, credentialKey = _credentials(account), account.credentialKey
     try:
         endpoint, tlsOptions = serverEndpoint(reactor, server)
         session = await openSession(
             endpoint,
             reactor,
             description=description,
-            credentials=None if account is None else _credentials(account),
+            credentials=credentials,
             starttls=server.starttls,
             tlsOptions=tlsOptions,
-            timeout=min(server.timeout, CONNECT_TIMEOUT) if server.timeout > 0 else CONNECT_TIMEOUT,
+            timeout=_timeout(server),
             endpointKey=f"servers.{server.name}.endpoint",
-            credentialKey=None if account is None else account.credentialKey,
+            credentialKey=credentialKey,
             logIn=account is not None,
         )
     except ImapmigError as e:
@@ -147,6 +157,14 @@ async def checkServer(reactor: Any, server: ServerConfig, config: Config) -> Ser
     except ImapmigError:
         session.abort()
     return ServerCheck(server.name, server.endpoint, True, _steps(server, account))
+
+
+def _timeout(server: ServerConfig) -> float:
+    """
+    How long a check waits at each step: L{CONNECT_TIMEOUT}, or the
+    server's C{timeout} when shorter.
+    """
+    return min(server.timeout, CONNECT_TIMEOUT) if server.timeout > 0 else CONNECT_TIMEOUT
 
 
 def checkServers(reactor: Any, config: Config) -> Deferred[list[ServerCheck]]:

@@ -30,15 +30,7 @@ def listenFailureReason(failure: Failure) -> str:
     error = failure.value
     if isinstance(error, CannotListenError) and isinstance(error.port, (bytes, str)):
         path = os.fsdecode(error.port)
-        cause = error.socketError
-        if isinstance(cause, OSError):
-            return f"Couldn't listen on {path}: {_describe(cause, path)}"
-        if cause == "Cannot acquire lock":
-            return (
-                f"Couldn't listen on {path}: its lock file {path}.lock is held"
-                " by another running process"
-            )
-        return f"Couldn't listen on {path}: {cause}"
+        return f"Couldn't listen on {path}: {_socketReason(error.socketError, path)}"
     if isinstance(error, OSError) and error.filename2 is not None:
         # FilesystemLock's symlink (the UNIX socket's lock file): the
         # first name is the process id, the link's content.
@@ -61,6 +53,27 @@ def shortListenReason(failure: Failure) -> str:
     return str(error) if isinstance(error, (str, Exception)) else failure.getErrorMessage()
 
 
+def _socketReason(cause: object, path: str) -> str:
+    """
+    Why the UNIX socket at C{path} could not listen: C{cause}, the
+    L{CannotListenError}'s C{socketError}, in words.
+    """
+    if isinstance(cause, OSError):
+        return _describe(cause, path)
+    if cause == "Cannot acquire lock":
+        return f"its lock file {path}.lock is held by another running process"
+    return f"{cause}"
+
+
+# What to check when creating a file fails with an errno, the directory
+# filled in.
+_HINTS = {
+    errno.ENOENT: "the directory {} does not exist",
+    errno.EACCES: "no permission to create files in {}",
+    errno.EPERM: "no permission to create files in {}",
+}
+
+
 def _describe(error: OSError, path: str) -> str:
     """
     C{[Errno N] text} of C{error}, met creating C{path}, with a hint.
@@ -69,9 +82,7 @@ def _describe(error: OSError, path: str) -> str:
         # No errno: Python's own refusal (an AF_UNIX path too long).
         return str(error)
     text = f"[Errno {error.errno}] {error.strerror}"
-    directory = os.path.dirname(path) or "."
-    if error.errno == errno.ENOENT:
-        return f"{text} (the directory {directory} does not exist)"
-    if error.errno in (errno.EACCES, errno.EPERM):
-        return f"{text} (no permission to create files in {directory})"
-    return text
+    hint = _HINTS.get(error.errno)
+    if hint is None:
+        return text
+    return f"{text} ({hint.format(os.path.dirname(path) or '.')})"

@@ -101,10 +101,19 @@ def heldText(held: Mapping[str, object], now: float | None) -> str:
     text = ", ".join(parts) or "nothing can move"
     until = held.get("until")
     if isinstance(until, (int, float)):
-        when = datetime.fromtimestamp(until, timezone.utc)
-        soon = now is not None and 0 <= until - now < 86400
-        text += " until " + when.strftime("%H:%M UTC" if soon else "%Y-%m-%d %H:%M UTC")
+        text += " until " + _clockTime(until, now)
     return text
+
+
+def _clockTime(when: float, now: float | None) -> str:
+    """
+    The time C{when}, in UTC: C{00:00 UTC}, with its date when not within
+    a day of C{now}.
+    """
+    soon = now is not None and 0 <= when - now < 86400
+    return datetime.fromtimestamp(when, timezone.utc).strftime(
+        "%H:%M UTC" if soon else "%Y-%m-%d %H:%M UTC"
+    )
 
 
 def statusLine(summary: Mapping[str, object]) -> str:
@@ -149,18 +158,20 @@ def _failedAndPaused(
     paused (while others move; when none moves, the end of the line says
     why, L{heldText}), messages done, messages failed.
     """
-    parts = []
-    failedJobs = _int(states, "failed")
-    if failedJobs:
-        parts.append(f"{failedJobs:,} failed")
-    paused = sum(_int(states, each) for each, words in _HELD_WORDS)
-    if paused and not isinstance(held, Mapping):
-        parts.append(f"{paused:,} paused")
-    parts.append(_plural(_int(totals, "messages_done"), "msg"))
-    failed = _int(totals, "messages_failed")
-    if failed:
-        parts.append(f"{failed:,} failed")
-    return parts
+    paused = 0 if isinstance(held, Mapping) else sum(_int(states, each) for each, _ in _HELD_WORDS)
+    return [
+        *_ifAny(_int(states, "failed"), "failed"),
+        *_ifAny(paused, "paused"),
+        _plural(_int(totals, "messages_done"), "msg"),
+        *_ifAny(_int(totals, "messages_failed"), "failed"),
+    ]
+
+
+def _ifAny(count: int, what: str) -> list[str]:
+    """
+    C{["1,234 failed"]}, or nothing if C{count} is 0.
+    """
+    return [f"{count:,} {what}"] if count else []
 
 
 def _pace(totals: Mapping[str, object], jobs: int) -> list[str]:

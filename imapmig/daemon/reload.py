@@ -40,6 +40,7 @@ from imapmig.errors import ConfigError, ImapmigError
 from imapmig.daemon.reloadapply import ReloadApplied, ReloadTarget, applyReload
 from imapmig.daemon.reloadplan import ReloadPlan, keptForRestart, planReload
 from imapmig.state import JobHold
+from imapmig.units import plural
 
 __all__ = [
     "ConfigReloader",
@@ -81,10 +82,6 @@ def tlsUnavailable() -> bool:
     return "OpenSSL" in sys.modules and sys.modules["OpenSSL"] is None
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _value(value: object) -> str:
     if value is None:
         return "none"
@@ -100,12 +97,19 @@ def _changedJobs(plan: ReloadPlan, applied: ReloadApplied) -> str:
     What changed in the changed jobs: C{"(folders.exclude; 1 from its next
     run)"}.
     """
-    keys = list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
+    keys = _changedKeys(plan)
     named = ", ".join(keys[:_NAMED_KEYS]) + (", ..." if len(keys) > _NAMED_KEYS else "")
     running = len(applied.changedRunning)
     if running:
         named += f"; {running} from {'its' if running == 1 else 'their'} next run"
     return f" ({named})" if named else ""
+
+
+def _changedKeys(plan: ReloadPlan) -> list[str]:
+    """
+    The keys that changed in any of the changed jobs, each once, in order.
+    """
+    return list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
 
 
 def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
@@ -115,34 +119,49 @@ def describeReload(plan: ReloadPlan, applied: ReloadApplied) -> str:
     servers.dove.max_connections 4 -> 8, notify.stalled_after; 1 setting
     needs a restart: status.listen"}, or C{"no change"}.
     """
-    parts: list[str] = []
-    # The first count of jobs names them ("2 jobs added, 1 removed").
-    for count, what in (
+    parts = _jobParts(plan, applied) + _settingParts(plan)
+    text = ", ".join(parts) if parts else "no change"
+    if plan.needsRestart:
+        count = len(plan.needsRestart)
+        text += (
+            f"; {plural(count, 'setting')} {'needs' if count == 1 else 'need'} a restart: "
+            + ", ".join(plan.needsRestart)
+        )
+    return text
+
+
+def _jobParts(plan: ReloadPlan, applied: ReloadApplied) -> list[str]:
+    """
+    The jobs a reload added, removed and changed, as the summary line
+    counts them, the first count naming them: C{["2 jobs added", "1
+    removed"]}.
+    """
+    leaving = f" ({len(applied.leaving)} running to their end)" if applied.leaving else ""
+    counts = [
         (len(plan.added), "added"),
-        (
-            len(plan.removed),
-            "removed"
-            + (f" ({len(applied.leaving)} running to their end)" if applied.leaving else ""),
-        ),
+        (len(plan.removed), "removed" + leaving),
         (len(plan.changed), "changed" + _changedJobs(plan, applied)),
-    ):
-        if count:
-            parts.append(f"{_plural(count, 'job') if not parts else count} {what}")
+    ]
+    named = [(count, what) for count, what in counts if count]
+    return [
+        f"{plural(count, 'job') if index == 0 else count} {what}"
+        for index, (count, what) in enumerate(named)
+    ]
+
+
+def _settingParts(plan: ReloadPlan) -> list[str]:
+    """
+    The settings a reload changed, as the summary line says them: each
+    limit with its old and new value, the notifications' by name only.
+    """
+    parts = []
     if plan.maxJobs is not None:
         parts.append(f"max_jobs {plan.maxJobs[0]} -> {plan.maxJobs[1]}")
     parts += [f"{key} {_value(old)} -> {_value(new)}" for key, old, new in plan.limitChanges]
     if plan.stopTimeout is not None:
         parts.append(f"stop_timeout {plan.stopTimeout[0]:g} -> {plan.stopTimeout[1]:g} s")
     # Their values may be secret (a webhook URL's path often is): named only.
-    parts += plan.notifyChanges
-    text = ", ".join(parts) if parts else "no change"
-    if plan.needsRestart:
-        count = len(plan.needsRestart)
-        text += (
-            f"; {_plural(count, 'setting')} {'needs' if count == 1 else 'need'} a restart: "
-            + ", ".join(plan.needsRestart)
-        )
-    return text
+    return parts + list(plan.notifyChanges)
 
 
 class ConfigReloader:
@@ -248,51 +267,56 @@ class ConfigReloader:
         return applied
 
     async def _readAndApply(self, path: str) -> bool:
+        """
+        Read the configuration at C{path}, and apply it unless it is
+        refused (L{_refused}) or the daemon stops meanwhile.
+
+        @return: whether it was applied.
+        """
         log.info("Reloading the configuration from {path}", path=path)
         try:
             new = await self._load(path)
+            self._checkTLS(path, new)
+            plan = planReload(self.config, new)
+            holds = await self._holdsFor(plan)
         except ConfigError as e:
             return self._refused(path, e.shown(), len(e.problems))
-        if self._withoutTLS():
-            from imapmig.access.cleartext import configNeedsTLS
-
-            if configNeedsTLS(new):
-                return self._refused(path, [_needsTLS(path, "its servers or accounts")])
-        plan = planReload(self.config, new)
-        holds: dict[str, JobHold] = {}
-        if plan.added and self.target.holds is not None:
-            try:
-                holds = await self.target.holds.readHolds()
-            except ImapmigError as e:
-                return self._refused(
-                    path, [f"cannot read the admin's holds on jobs from the state store: {e}"]
-                )
         if not self._running():
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
         applied = applyReload(plan, self.target, wake=False, holds=holds)
         self.config = keptForRestart(self.config, new)
-        log.info(
-            "Configuration reloaded from {path}: {changes}",
-            path=path,
-            changes=describeReload(plan, applied),
-            added=len(plan.added),
-            removed=len(plan.removed),
-            changed=len(plan.changed),
-            servers=len(plan.limitsChanged),
-            keys=[key for key, _, _ in plan.limitChanges]
-            + list(dict.fromkeys(key for keys in plan.changedKeys for key in keys))
-            + list(plan.notifyChanges),
-            needsRestart=list(plan.needsRestart),
-        )
-        for setting in plan.needsRestart:
-            log.warn(
-                "Configuration reload: {setting} changed, but takes effect only when the"
-                " daemon is restarted; the running daemon keeps its old value",
-                setting=setting,
-            )
+        _logApplied(path, plan, applied)
         self.target.scheduler.queueChanged()
         return True
+
+    def _checkTLS(self, path: str, new: Config) -> None:
+        """
+        Refuse a configuration that needs TLS in a process without it.
+
+        @raise ConfigError: it does.
+        """
+        if self._withoutTLS():
+            from imapmig.access.cleartext import configNeedsTLS
+
+            if configNeedsTLS(new):
+                raise ConfigError([_needsTLS(path, "its servers or accounts")])
+
+    async def _holdsFor(self, plan: ReloadPlan) -> dict[str, JobHold]:
+        """
+        The admin's holds on jobs, for the jobs C{plan} adds (none if it
+        adds none, or without a state store).
+
+        @raise ConfigError: they cannot be read.
+        """
+        if not plan.added or self.target.holds is None:
+            return {}
+        try:
+            return await self.target.holds.readHolds()
+        except ImapmigError as e:
+            raise ConfigError(
+                [f"cannot read the admin's holds on jobs from the state store: {e}"]
+            ) from None
 
     def _refused(self, path: str, problems: list[str], count: int | None = None) -> bool:
         """
@@ -310,6 +334,32 @@ class ConfigReloader:
             problems="problem" if count == 1 else "problems",
         )
         return False
+
+
+def _logApplied(path: str, plan: ReloadPlan, applied: ReloadApplied) -> None:
+    """
+    Log a reload applied: its summary line (L{describeReload}), and a
+    warning for each setting it changed that needs a restart.
+    """
+    log.info(
+        "Configuration reloaded from {path}: {changes}",
+        path=path,
+        changes=describeReload(plan, applied),
+        added=len(plan.added),
+        removed=len(plan.removed),
+        changed=len(plan.changed),
+        servers=len(plan.limitsChanged),
+        keys=[key for key, _, _ in plan.limitChanges]
+        + _changedKeys(plan)
+        + list(plan.notifyChanges),
+        needsRestart=list(plan.needsRestart),
+    )
+    for setting in plan.needsRestart:
+        log.warn(
+            "Configuration reload: {setting} changed, but takes effect only when the"
+            " daemon is restarted; the running daemon keeps its old value",
+            setting=setting,
+        )
 
 
 def _needsTLS(path: str, reason: str) -> str:

@@ -181,6 +181,37 @@ def applyReload(
 
     @return: what became of the removed and changed jobs.
     """
+    dropped, leaving = _removeJobs(plan, target)
+    counted = _addJobs(plan, target)
+    if holds and target.holds is not None and counted:
+        # Before the scheduler is woken: a held job is never claimed.
+        target.holds.applyHolds(holds, {job.name for job in counted}, "the reload")
+    changedRunning = _replaceChanged(plan, target, counted)
+    _setLimits(plan, target)
+    if counted:
+        target.countSources(counted)
+    if wake:
+        target.scheduler.queueChanged()
+    return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))
+
+
+def _setLimits(plan: ReloadPlan, target: ReloadTarget) -> None:
+    """
+    Give C{target}'s grants the limits of C{plan}: C{max_jobs} and the
+    servers'.  Always: a server added without limits is then counted
+    among the servers whose connections the status shows.
+    """
+    maxJobs = target.grants.maxJobs if plan.maxJobs is None else plan.maxJobs[1]
+    target.grants.setLimits(maxJobs, dict(plan.limits))
+
+
+def _removeJobs(plan: ReloadPlan, target: ReloadTarget) -> tuple[list[str], list[str]]:
+    """
+    Take the removed jobs of C{plan} out of C{target}: at once, or, those
+    running, once they end.
+
+    @return: the jobs dropped at once, and those left running to their end.
+    """
     dropped: list[str] = []
     leaving: list[str] = []
     for name in plan.removed:
@@ -196,6 +227,17 @@ def applyReload(
         target.progress.removeJob(name)
         target.rules.pop(name, None)
         target.jobServers.pop(name, None)
+    return dropped, leaving
+
+
+def _addJobs(plan: ReloadPlan, target: ReloadTarget) -> list[JobConfig]:
+    """
+    Add the added jobs of C{plan} to C{target}.
+
+    @return: the jobs added with progress of their own, whose sources are
+        to be counted (not those removed while running and configured
+        again before they ended).
+    """
     counted: list[JobConfig] = []
     for job in plan.added:
         target.queue.add(job)
@@ -214,18 +256,4 @@ def applyReload(
             target.progress.removeJob(job.name)
         target.progress.addJob(job.name)
         counted.append(job)
-    if holds and target.holds is not None and counted:
-        # Before the scheduler is woken: a held job is never claimed.
-        target.holds.applyHolds(holds, {job.name for job in counted}, "the reload")
-    changedRunning = _replaceChanged(plan, target, counted)
-    # Always: a server added without limits is then counted among the
-    # servers whose connections the status shows.
-    target.grants.setLimits(
-        plan.maxJobs[1] if plan.maxJobs is not None else target.grants.maxJobs,
-        dict(plan.limits),
-    )
-    if counted:
-        target.countSources(counted)
-    if wake:
-        target.scheduler.queueChanged()
-    return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))
+    return counted

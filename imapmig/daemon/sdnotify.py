@@ -114,26 +114,40 @@ class Notifier:
             return False
         data = encodeMessage(fields)
         try:
-            if self._socket is None:
-                # Non-inheritable (PEP 446) and non-blocking: a full queue
-                # at systemd's end drops this notification, never stalls
-                # the reactor.
-                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._socket.setblocking(False)
-            self._socket.sendto(data, self._address)
+            self._openSocket().sendto(data, self._address)
         except OSError as e:
-            if not self._failing:
-                self._failing = True
-                log.error(
-                    "Could not notify systemd through NOTIFY_SOCKET={socket}: {error};"
-                    " notifications are dropped until one gets through",
-                    socket=self.description,
-                    error=e.strerror or errno.errorcode.get(e.errno or 0, str(e)),
-                    fields=",".join(fields),
-                )
+            self._failed(e, fields)
             return False
         self._failing = False
         return True
+
+    def _openSocket(self) -> socket.socket:
+        """
+        The socket to send with, opened the first time.
+        """
+        if self._socket is None:
+            # Non-inheritable (PEP 446) and non-blocking: a full queue
+            # at systemd's end drops this notification, never stalls
+            # the reactor.
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._socket.setblocking(False)
+        return self._socket
+
+    def _failed(self, error: OSError, fields: Mapping[str, str]) -> None:
+        """
+        Sending C{fields} failed with C{error}: log it, unless the one
+        before failed too.
+        """
+        if self._failing:
+            return
+        self._failing = True
+        log.error(
+            "Could not notify systemd through NOTIFY_SOCKET={socket}: {error};"
+            " notifications are dropped until one gets through",
+            socket=self.description,
+            error=error.strerror or errno.errorcode.get(error.errno or 0, str(error)),
+            fields=",".join(fields),
+        )
 
     def close(self) -> None:
         """
@@ -182,11 +196,8 @@ def watchdogSeconds(environ: Mapping[str, str], pid: int) -> float | None:
     if not usec:
         return None
     owner = environ.get(WATCHDOG_PID, "")
-    try:
-        timeout = int(usec)
-        ownerPid = int(owner) if owner else pid
-    except ValueError:
-        timeout = ownerPid = 0
+    timeout = _positive(usec)
+    ownerPid = _positive(owner) if owner else pid
     if timeout <= 0 or ownerPid <= 0:
         log.warn(
             "WATCHDOG_USEC={usec} WATCHDOG_PID={owner} are not positive integers:"
@@ -198,6 +209,17 @@ def watchdogSeconds(environ: Mapping[str, str], pid: int) -> float | None:
     if ownerPid != pid:
         return None
     return timeout / 1_000_000
+
+
+def _positive(text: str) -> int:
+    """
+    The integer C{text} says, if it is positive; else 0.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        return 0
+    return max(value, 0)
 
 
 def unsetNotifyEnvironment(environ: MutableMapping[str, str]) -> None:

@@ -54,7 +54,7 @@ from imapmig.config import (
     MboxSourceConfig,
     ServerConfig,
 )
-from imapmig.config.model import AccountConfig, StatusConfig, TokenSourceConfig
+from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.opening import openSession
 from imapmig.imap.session import IMAPSession
@@ -142,14 +142,6 @@ def sessionOpener(
         grant covers an open that logs in twice (a refused token
         replaced).
     """
-    fixed: Credentials | None = None
-    if oauth2 is None:
-        assert password is not None
-        fixed = (
-            PasswordLogin(user, password)
-            if admin is None
-            else AdminLogin(user, admin, password)
-        )
     endpoint, tlsOptions = serverEndpoint(reactor, server)
     description = f"{user} at {server.endpoint}"
     # What every event of the session carries: its job, and the server
@@ -176,11 +168,13 @@ def sessionOpener(
         )
 
     opener: Callable[[], Awaitable[IMAPSession]]
-    if fixed is not None:
-        credentials = fixed
+    if oauth2 is None:
+        assert password is not None
+        credentials = (
+            PasswordLogin(user, password) if admin is None else AdminLogin(user, admin, password)
+        )
         opener = lambda: logIn(credentials)  # noqa: E731
     else:
-        assert oauth2 is not None
         source = (TokenSources(reactor) if tokens is None else tokens).sourceFor(
             oauth2, description
         )
@@ -189,9 +183,7 @@ def sessionOpener(
             return logIn(TokenLogin(user, token, host=server.tlsHostname))
 
         def opener() -> Awaitable[IMAPSession]:
-            return loginWithToken(
-                source, logInWith, description, logFields
-            )
+            return loginWithToken(source, logInWith, description, logFields)
 
     return opener if grant is None else grantedOpener(grant, opener)
 
@@ -271,6 +263,19 @@ def accountOpener(
     grant = None
     if connections is not None:
         grant = connections.grantFor(account.server.name, account.user, wait)
+    return _openerFor(account, reactor, grant, tokens, job)
+
+
+def _openerFor(
+    account: AccountConfig,
+    reactor: Any,
+    grant: Callable[[], Deferred[IGrant]] | None,
+    tokens: TokenSources | None,
+    job: str | None,
+) -> Callable[[], Awaitable[IMAPSession]]:
+    """
+    L{sessionOpener} for C{account}, with its credential.
+    """
     return sessionOpener(
         reactor,
         account.server,
@@ -427,18 +432,7 @@ def censusOpener(
             )
         return succeed(granted)
 
-    return sessionOpener(
-        reactor,
-        source.server,
-        source.user,
-        None if source.password is None else source.password.value,
-        source.admin,
-        source.oauth2,
-        tokens,
-        grant,
-        job,
-        source.credentialKey,
-    )
+    return _openerFor(source, reactor, grant, tokens, job)
 
 
 def censusFor(
@@ -501,33 +495,77 @@ def buildService(
     """
     if store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
-    progress = MigrationProgress(reactor.seconds)
-    root = MigrationService(store, progress, reactor)
-    # Queued jobs cost a progress entry each (about 300 octets); their
-    # sources, openers and machines are built only when claimed.
-    for jobConfig in config.jobs:
-        progress.addJob(jobConfig.name)
-    tokens = TokenSources(reactor)
-    grants = ConnectionGrants(
-        config.maxJobs, {server.name: server.limits for server in config.servers}
-    )
-    telemetry = Telemetry(reactor.seconds)
-    telemetry.watchConnections(grants.connectionCounts)
-    throttles = ThrottleRegistry(reactor, store, telemetry)
-    queue = InMemoryJobQueue(config.jobs, time.monotonic)
-    machines = JobMachines(progress, reactor, transitionRecorder(store), queue)
+    tree = _ServiceTree(config, reactor, store)
+    root = tree.root
+    ProgressSampler(tree.progress, reactor).setServiceParent(root)
+    scheduler = tree.addScheduler(whenDone)
+    # After the scheduler: the jobs it starts at once list their sources
+    # themselves.
+    tree.census(config).setServiceParent(root)
+    tree.addReloader(scheduler)
+    if config.notify is not None:
+        tree.addWebhook(config.notify)
+    whenListening: Callable[[], Deferred[None]] | None = None
+    if config.status is not None:
+        whenListening = tree.addStatusSite(config.status, scheduler)
+    addSystemdNotifier(root, reactor, environ, whenListening)
+    return root
 
-    def build(jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+
+class _ServiceTree:
+    """
+    The daemon's service tree as L{buildService} assembles it: the parts
+    its services share (the progress model, the queue, the grants, the
+    throttles, the maps the status site and reloads read), and a step for
+    each service it adds to C{root}.
+    """
+
+    def __init__(self, config: Config, reactor: Any, store: IStateStore) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.store = store
+        self.progress = progress = MigrationProgress(reactor.seconds)
+        self.root = MigrationService(store, progress, reactor)
+        # Queued jobs cost a progress entry each (about 300 octets); their
+        # sources, openers and machines are built only when claimed.
+        for jobConfig in config.jobs:
+            progress.addJob(jobConfig.name)
+        self.tokens = TokenSources(reactor)
+        self.grants = ConnectionGrants(
+            config.maxJobs, {server.name: server.limits for server in config.servers}
+        )
+        self.telemetry = Telemetry(reactor.seconds)
+        self.telemetry.watchConnections(self.grants.connectionCounts)
+        self.throttles = ThrottleRegistry(reactor, store, self.telemetry)
+        self.queue = InMemoryJobQueue(config.jobs, time.monotonic)
+        self.machines = JobMachines(progress, reactor, transitionRecorder(store), self.queue)
+        self.rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
+        self.jobServers = {job.name: job.destination.server.name for job in config.jobs}
+        self._censuses = itertools.count(1)
+
+    def current(self) -> Config:
+        """
+        The configuration as last reloaded (C{stop_timeout}, C{notify}).
+        """
+        return self.root.config or self.config
+
+    def buildJob(self, jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+        """
+        The job C{jobConfig} configures, claimed by the scheduler with
+        C{connections}.
+        """
+        reactor = self.reactor
         jobConfig = withinLimits(jobConfig)
-        upload, download = throttlesFor(jobConfig, throttles)
+        upload, download = throttlesFor(jobConfig, self.throttles)
+        destination = jobConfig.destination
         return MigrationJob(
             jobConfig.name,
-            sourceFor(jobConfig, reactor, connections, tokens, download),
-            store,
-            progress.job(jobConfig.name),
-            destinationOpener(jobConfig, reactor, connections, tokens),
+            sourceFor(jobConfig, reactor, connections, self.tokens, download),
+            self.store,
+            self.progress.job(jobConfig.name),
+            destinationOpener(jobConfig, reactor, connections, self.tokens),
             reactor,
-            settingsFor(jobConfig, current().stopTimeout),
+            settingsFor(jobConfig, self.current().stopTimeout),
             jobConfig.folders,
             jobConfig.identity,
             jobConfig.eightBit,
@@ -536,70 +574,97 @@ def buildService(
             sourceThrottle=download,
             defer=True,
             destination=AccountName(
-                jobConfig.destination.server.name,
-                jobConfig.destination.user,
-                jobConfig.destination.server.endpoint,
+                destination.server.name, destination.user, destination.server.endpoint
             ),
             sourceDescription=describeSource(jobConfig.source),
-            telemetry=telemetry.server(jobConfig.destination.server.name),
-            machine=machines.job(jobConfig.name),
+            telemetry=self.telemetry.server(destination.server.name),
+            machine=self.machines.job(jobConfig.name),
         )
 
-    def current() -> Config:
-        # The configuration as last reloaded (stop_timeout).
-        return root.config or config
+    def addScheduler(self, whenDone: Callable[[bool], None] | None) -> JobQueueService:
+        """
+        Add the scheduler, which runs the queued jobs (L{buildJob}).
+        """
+        scheduler = JobQueueService(
+            self.queue,
+            self.grants,
+            self.buildJob,
+            self.progress,
+            self.reactor,
+            whenDone,
+            store=self.store,
+            machines=self.machines,
+        )
+        # Named for the log line of a stop that does not end (stopService).
+        scheduler.setName("scheduler")
+        scheduler.setServiceParent(self.root)
+        return scheduler
 
-    ProgressSampler(progress, reactor).setServiceParent(root)
-    scheduler = JobQueueService(
-        queue,
-        grants,
-        build,
-        progress,
-        reactor,
-        whenDone,
-        store=store,
-        machines=machines,
-    )
-    # Named for the log line of a stop that does not end (stopService).
-    scheduler.setName("scheduler")
-    scheduler.setServiceParent(root)
-    # After the scheduler: the jobs it starts at once list their sources
-    # themselves.
-    censusFor(config, progress, store, grants, tokens, reactor).setServiceParent(root)
-    rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
-    jobServers = {job.name: job.destination.server.name for job in config.jobs}
-    censuses = itertools.count(1)
+    def census(self, config: Config) -> SourceCensus:
+        """
+        The census of the sources of C{config}'s jobs (L{censusFor}).
+        """
+        return censusFor(config, self.progress, self.store, self.grants, self.tokens, self.reactor)
 
-    def countSources(jobs: Sequence[JobConfig]) -> None:
-        census = censusFor(evolve(config, jobs=tuple(jobs)), progress, store, grants, tokens, reactor)
+    def countSources(self, jobs: Sequence[JobConfig]) -> None:
+        """
+        Count the sources of C{jobs}, which a reload added, in a census of
+        their own, gone once done.
+        """
+        census = self.census(evolve(self.config, jobs=tuple(jobs)))
         # One per reload: named apart from the first census.
-        census.name = f"census-{next(censuses)}"
-        census.setServiceParent(root)
+        census.name = f"census-{next(self._censuses)}"
+        census.setServiceParent(self.root)
         census.whenDone().addCallback(lambda _: census.disownServiceParent())
 
-    root.reloader = ConfigReloader(
-        config,
-        lambda path: loadInThread(reactor, path),
-        ReloadTarget(
-            queue, grants, progress, scheduler, rules, jobServers, countSources, scheduler.controls
-        ),
-        running=lambda: bool(root.running),
-    )
-    if config.notify is not None:
+    def addReloader(self, scheduler: JobQueueService) -> None:
+        """
+        Give the root service its reloader (C{SIGHUP}), which changes the
+        queue, grants, progress model and maps of the tree.
+        """
+        root = self.root
+        root.reloader = ConfigReloader(
+            self.config,
+            lambda path: loadInThread(self.reactor, path),
+            ReloadTarget(
+                self.queue,
+                self.grants,
+                self.progress,
+                scheduler,
+                self.rules,
+                self.jobServers,
+                self.countSources,
+                scheduler.controls,
+            ),
+            running=lambda: bool(root.running),
+        )
+
+    def addWebhook(self, notify: NotifyConfig) -> None:
+        """
+        Add the run's watcher, which notifies C{notify}'s webhook.
+        """
         # Imported here, as the status site: only a daemon that notifies
         # pays for twisted.web's client.
         from imapmig.daemon.webhook import watchRun
 
+        jobServers = self.jobServers
         watchRun(
-            root,
-            config.notify,
-            progress,
-            reactor,
+            self.root,
+            notify,
+            self.progress,
+            self.reactor,
             lambda job: jobServers.get(job, ""),
-            lambda: current().notify,
+            lambda: self.current().notify,
         )
-    whenListening: Callable[[], Deferred[None]] | None = None
-    if config.status is not None:
+
+    def addStatusSite(
+        self, config: StatusConfig, scheduler: JobQueueService
+    ) -> Callable[[], Deferred[None]]:
+        """
+        Add the status site's listener.
+
+        @return: its C{whenListening}.
+        """
         # Imported here: twisted.web (~30 ms) is start-up that a daemon
         # without a status page need not pay (bench/startup.py).  The
         # endpoint parser is the configuration reader's already.
@@ -611,29 +676,28 @@ def buildService(
         from imapmig.status.resource import StatusResource, buildStatusSite
         from imapmig.status.verifyreport import defaultReportPath
 
+        reactor, progress, root = self.reactor, self.progress, self.root
         status = StatusResource(
             progress,
             reactor.seconds,
-            store,
+            self.store,
             stopping=lambda: not root.running,
-            verifyReportPath=defaultReportPath(config.statePath),
-            rulesOf=rules.get,
-            control=ControlResource(scheduler.controls, config.status.token, reactor, progress),
+            verifyReportPath=defaultReportPath(self.config.statePath),
+            rulesOf=self.rules.get,
+            control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
-                progress, telemetry, jobServers, config.status.maxJobSeries
+                progress, self.telemetry, self.jobServers, config.maxJobSeries
             ),
         )
         listener = ListenerService(
-            serverFromString(reactor, config.status.listen),
-            buildStatusSite(status, reactor, config.status.allowedHosts),
-            config.status.listen,
+            serverFromString(reactor, config.listen),
+            buildStatusSite(status, reactor, config.allowedHosts),
+            config.listen,
         )
         listener.setName("status")
         listener.setServiceParent(root)
-        whenListening = listener.whenListening
-        warnIfRebindable(config.status)
-    addSystemdNotifier(root, reactor, environ, whenListening)
-    return root
+        warnIfRebindable(config)
+        return listener.whenListening
 
 
 def warnIfRebindable(status: StatusConfig) -> None:

@@ -43,14 +43,7 @@ def heldSignals(received: Callable[[int], None]) -> Iterator[None]:
         if number not in held:
             held.append(number)
 
-    previous: dict[int, Any] = {}
-    try:
-        for each in HELD_SIGNALS:
-            if signal.getsignal(each) is not signal.SIG_IGN:
-                previous[each] = signal.signal(each, hold)
-    except ValueError:
-        # Not the main thread: nothing was set.
-        pass
+    previous = _handleWith(hold)
     try:
         yield
     finally:
@@ -58,3 +51,21 @@ def heldSignals(received: Callable[[int], None]) -> Iterator[None]:
             signal.signal(number, handler)
         for number in held:
             received(number)
+
+
+def _handleWith(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """
+    Handle each of L{HELD_SIGNALS} not ignored with C{handler}.
+
+    @return: the handlers before, by signal number (none off the main
+        thread, where nothing can be set).
+    """
+    previous: dict[int, Any] = {}
+    try:
+        for each in HELD_SIGNALS:
+            if signal.getsignal(each) is not signal.SIG_IGN:
+                previous[each] = signal.signal(each, handler)
+    except ValueError:
+        # Not the main thread: nothing was set.
+        pass
+    return previous

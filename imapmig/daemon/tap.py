@@ -29,6 +29,7 @@ from twisted.internet.error import ReactorNotRunning
 from twisted.python import usage
 
 from imapmig.errors import ConfigError, PermanentError
+from imapmig.units import plural
 
 if TYPE_CHECKING:
     from imapmig.config import Config
@@ -102,44 +103,74 @@ class Options(usage.Options):
             raise
 
     def _loadConfig(self, path: str) -> None:
-        from imapmig.access.cleartext import configNeedsTLS, tlsReason, withoutTLS
-        from imapmig.configfile import readConfigFile
-
-        try:
-            # Parsed once, bounded (imapmig.configfile): the TLS decision
-            # and the reader read the same document.
-            read = readConfigFile(path)
-        except ConfigError as e:
-            _exitWithProblems(e.shown())
-        # Decided before the reader is imported: it brings in Twisted's
-        # transports, which offer TLS if OpenSSL can be imported.
-        withoutOpenSSL = tlsReason(read.document) is None and withoutTLS()
-        # Imported here, inside the collector's pause: the reader brings in
-        # most of twisted.internet (see the module docstring).
-        from imapmig.config import parseConfig
-
-        try:
-            self.config = parseConfig(read.document, path, None, read.looseFileMode)
-        except ConfigError as e:
-            _exitWithProblems(e.shown())
-        if withoutOpenSSL and configNeedsTLS(self.config):
-            # tlsReason answers no only where the parsed configuration
-            # agrees; should they ever disagree, stop rather than fail at
-            # the first TLS connection.
-            _exitWithProblems(
-                [f"{path}: internal error: the configuration needs TLS, but it was "
-                 "read as one without (imapmig.access.cleartext)"]
-            )
+        """
+        Read the configuration at C{path} into L{config}, or exit with its
+        problems; with C{--check-config}, say it is valid (and try its
+        servers with C{--connect}) and exit.
+        """
+        self.config = _readConfig(path)
         if self["check-config"]:
-            jobs, servers = len(self.config.jobs), len(self.config.servers)
-            sys.stdout.write(
-                f"{path}: configuration OK: {jobs} job{'' if jobs == 1 else 's'}, "
-                f"{servers} server{'' if servers == 1 else 's'}\n"
-            )
-            sys.stdout.flush()
-            if self["connect"]:
-                raise SystemExit(EXIT_OK if checkConnections(self.config) else EXIT_JOB_FAILED)
-            raise SystemExit(EXIT_OK)
+            self._checkConfig(path)
+
+    def _checkConfig(self, path: str) -> NoReturn:
+        """
+        Say that the configuration at C{path} is valid, try its servers
+        with C{--connect}, and exit.
+        """
+        jobs, servers = len(self.config.jobs), len(self.config.servers)
+        sys.stdout.write(
+            f"{path}: configuration OK: {plural(jobs, 'job')}, {plural(servers, 'server')}\n"
+        )
+        sys.stdout.flush()
+        if self["connect"]:
+            raise SystemExit(EXIT_OK if checkConnections(self.config) else EXIT_JOB_FAILED)
+        raise SystemExit(EXIT_OK)
+
+
+def _readConfig(path: str) -> Config:
+    """
+    The configuration at C{path}, read once; exit with its problems if it
+    is invalid.
+    """
+    from imapmig.access.cleartext import tlsReason, withoutTLS
+    from imapmig.configfile import readConfigFile
+
+    try:
+        # Parsed once, bounded (imapmig.configfile): the TLS decision
+        # and the reader read the same document.
+        read = readConfigFile(path)
+    except ConfigError as e:
+        _exitWithProblems(e.shown())
+    # Decided before the reader is imported: it brings in Twisted's
+    # transports, which offer TLS if OpenSSL can be imported.
+    withoutOpenSSL = tlsReason(read.document) is None and withoutTLS()
+    # Imported here, inside the collector's pause: the reader brings in
+    # most of twisted.internet (see the module docstring).
+    from imapmig.config import parseConfig
+
+    try:
+        config = parseConfig(read.document, path, None, read.looseFileMode)
+    except ConfigError as e:
+        _exitWithProblems(e.shown())
+    if withoutOpenSSL:
+        _checkWithoutTLS(path, config)
+    return config
+
+
+def _checkWithoutTLS(path: str, config: Config) -> None:
+    """
+    Exit if C{config}, read as one without TLS, needs it.
+    """
+    from imapmig.access.cleartext import configNeedsTLS
+
+    if configNeedsTLS(config):
+        # tlsReason answers no only where the parsed configuration
+        # agrees; should they ever disagree, stop rather than fail at
+        # the first TLS connection.
+        _exitWithProblems(
+            [f"{path}: internal error: the configuration needs TLS, but it was "
+             "read as one without (imapmig.access.cleartext)"]
+        )
 
 
 def checkConnections(config: Config) -> bool:

@@ -245,12 +245,18 @@ class WebhookSender:
         if self._stopped or self._request is not None or self._retry is not None:
             return
         if not self._queue:
-            waiting, self._whenIdle = self._whenIdle, []
-            for d in waiting:
-                d.callback(None)
+            self._idle()
             return
         kind, body = self._queue.popleft()
         self._attempt(kind, body, 1)
+
+    def _idle(self) -> None:
+        """
+        Nothing is left to send: fire those waiting for it (L{flush}).
+        """
+        waiting, self._whenIdle = self._whenIdle, []
+        for d in waiting:
+            d.callback(None)
 
     def _attempt(self, kind: str, body: bytes, attempt: int) -> None:
         self._retry = None
@@ -281,31 +287,58 @@ class WebhookSender:
         self._request = None
         if self._stopped:
             return
-        error: BaseException = failure.value or Exception()
-        if isinstance(error, DeferredTimeout):
-            error = WebhookUnavailable(f"no answer within {self._timeout:g} s")
-        elif not isinstance(error, (WebhookRefused, WebhookUnavailable)):
-            error = WebhookUnavailable(shortError(error) if isinstance(error, Exception) else repr(error))
+        error = self._problemOf(failure.value)
         if isinstance(error, WebhookUnavailable) and attempt < self._attempts:
-            delay = retryDelay(attempt)
-            if error.retryAfter is not None:
-                delay = min(max(delay, error.retryAfter), MAX_RETRY)
-            # The first failure after a success says why, once; the
-            # retries of an endpoint that stays down are debug lines.
-            emit = log.debug if self._failing else log.warn
-            self._failing = True
-            emit(
-                "Webhook {receiver}: {kind} notification not taken ({reason}); again in"
-                " {delay:g} s (attempt {attempt} of {attempts})",
-                receiver=self.receiver,
-                kind=kind,
-                reason=str(error),
-                delay=delay,
-                attempt=attempt,
-                attempts=self._attempts,
-            )
-            self._retry = self._clock.callLater(delay, self._attempt, kind, body, attempt + 1)
-            return
+            self._retryLater(error, kind, body, attempt)
+        else:
+            self._giveUp(error, kind, attempt)
+
+    def _problemOf(self, error: BaseException | None) -> WebhookRefused | WebhookUnavailable:
+        """
+        Why a notification was not taken: C{error} itself if it is a
+        webhook's refusal or unavailability, else it as an unavailability
+        (no answer in time, a connection that failed).
+        """
+        if isinstance(error, (WebhookRefused, WebhookUnavailable)):
+            return error
+        if isinstance(error, DeferredTimeout):
+            return WebhookUnavailable(f"no answer within {self._timeout:g} s")
+        if error is None:
+            error = Exception()
+        return WebhookUnavailable(shortError(error) if isinstance(error, Exception) else repr(error))
+
+    def _retryLater(
+        self, error: WebhookUnavailable, kind: str, body: bytes, attempt: int
+    ) -> None:
+        """
+        Send the notification again after a delay: C{attempt}'s
+        L{retryDelay}, or as long as the receiver's C{Retry-After} asks,
+        up to L{MAX_RETRY}.
+        """
+        delay = retryDelay(attempt)
+        if error.retryAfter is not None:
+            delay = min(max(delay, error.retryAfter), MAX_RETRY)
+        # The first failure after a success says why, once; the
+        # retries of an endpoint that stays down are debug lines.
+        emit = log.debug if self._failing else log.warn
+        self._failing = True
+        emit(
+            "Webhook {receiver}: {kind} notification not taken ({reason}); again in"
+            " {delay:g} s (attempt {attempt} of {attempts})",
+            receiver=self.receiver,
+            kind=kind,
+            reason=str(error),
+            delay=delay,
+            attempt=attempt,
+            attempts=self._attempts,
+        )
+        self._retry = self._clock.callLater(delay, self._attempt, kind, body, attempt + 1)
+
+    def _giveUp(self, error: Exception, kind: str, attempt: int) -> None:
+        """
+        Give the notification up after C{attempt} attempts, and send the
+        next.
+        """
         self.abandoned += 1
         log.warn(
             "Webhook {receiver}: {kind} notification given up after {attempt} {attempts}:"
@@ -332,14 +365,8 @@ class WebhookSender:
             b"POST", self._url.encode("ascii"), headers, BytesBody(body)
         )
         answer = await self._read(response)
-        code = response.code
-        if 200 <= code < 300:
-            return
-        said = f"HTTP {code}" + (f": {escapedExcerpt(answer, 80)}" if answer.strip() else "")
-        if code >= 500 or code in _TRANSIENT:
-            raise WebhookUnavailable(said, _retryAfter(response))
-        hint = " (is notify.token_file the token it expects?)" if code in (401, 403) else ""
-        raise WebhookRefused(said + hint)
+        if not 200 <= response.code < 300:
+            raise _refusal(response, answer)
 
     async def _read(self, response: IResponse) -> bytes:
         receiver = BoundedBody(ANSWER_LIMIT)
@@ -384,13 +411,7 @@ class WebhookSender:
         if self._stopped:
             return
         self._stopped = True
-        retry, self._retry = self._retry, None
-        if retry is not None and retry.active():
-            retry.cancel()
-        request, self._request = self._request, None
-        if request is not None:
-            request.cancel()
-        left = len(self._queue) + (retry is not None or request is not None)
+        left = len(self._queue) + self._cancelUnderWay()
         self._queue.clear()
         if left:
             log.warn(
@@ -398,6 +419,34 @@ class WebhookSender:
                 receiver=self.receiver,
                 count=left,
             )
+
+    def _cancelUnderWay(self) -> bool:
+        """
+        Cancel the request under way, or forget the retry waiting.
+
+        @return: whether there was one.
+        """
+        retry, self._retry = self._retry, None
+        if retry is not None and retry.active():
+            retry.cancel()
+        request, self._request = self._request, None
+        if request is not None:
+            request.cancel()
+        return retry is not None or request is not None
+
+
+def _refusal(response: IResponse, answer: bytes) -> WebhookRefused | WebhookUnavailable:
+    """
+    Why C{response} (not 2xx, its body C{answer}) did not take a
+    notification: unavailable (5xx, or one of L{_TRANSIENT}: tried again),
+    else refused.
+    """
+    code = response.code
+    said = f"HTTP {code}" + (f": {escapedExcerpt(answer, 80)}" if answer.strip() else "")
+    if code >= 500 or code in _TRANSIENT:
+        return WebhookUnavailable(said, _retryAfter(response))
+    hint = " (is notify.token_file the token it expects?)" if code in (401, 403) else ""
+    return WebhookRefused(said + hint)
 
 
 def _retryAfter(response: IResponse) -> float | None:
@@ -517,11 +566,18 @@ class RunWatcher(Service):
             if state not in _STILL:
                 moving.append(job.name)
         self._states = states
+        self._checkFinished(now, states)
+        self._checkStall(now, settled, moving, states)
+
+    def _checkFinished(self, now: float, states: dict[str, JobState]) -> None:
+        """
+        Notify C{run_finished} when every job has finished and the last
+        check found some that had not.
+        """
         finished = bool(states) and all(state in _FINISHED for state in states.values())
         if finished and not self._finished:
             self._runFinished(states, now)
         self._finished = finished
-        self._checkStall(now, settled, moving, states)
 
     def _checkStall(self, now: float, settled: int, moving: list[str], states: dict[str, JobState]) -> None:
         """
@@ -532,8 +588,7 @@ class RunWatcher(Service):
         if settled != self._settled or not moving:
             self._settled, self._movedAt, self._stallTold = settled, now, False
             return
-        stalledAfter = self.config.stalledAfter
-        if stalledAfter is None or self._stallTold or now - self._movedAt < stalledAfter:
+        if not self._stalled(now):
             return
         self._stallTold = True
         self._send(
@@ -543,6 +598,18 @@ class RunWatcher(Service):
             jobs_moving=len(moving),
             jobs=moving[:JOBS_NAMED],
             states=self._stateCounts(states),
+        )
+
+    def _stalled(self, now: float) -> bool:
+        """
+        Whether nothing has been settled for C{stalled_after} (if set), and
+        C{stalled} is not yet told.
+        """
+        stalledAfter = self.config.stalledAfter
+        return (
+            stalledAfter is not None
+            and not self._stallTold
+            and now - self._movedAt >= stalledAfter
         )
 
     def _send(self, event: str, now: float, **fields: object) -> None:

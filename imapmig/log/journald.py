@@ -205,11 +205,18 @@ def _short(value: object) -> str:
     cut = len(text) > FIELD_LIMIT
     text = text[:FIELD_LIMIT]
     if not text.isprintable():
-        text = "".join(
-            c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-            for c in text
-        )
+        text = "".join(map(_printable, text))
     return text + " ..." if cut else text
+
+
+def _printable(c: str) -> str:
+    """
+    The character C{c}, escaped (C{\\xHH} or C{\\uHHHH}) if it is not
+    printable.
+    """
+    if c.isprintable():
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 
 def _message(event: LogEvent) -> str:
@@ -217,14 +224,23 @@ def _message(event: LogEvent) -> str:
     The event's text, a failure's traceback appended.
     """
     text = formatEvent(event)
-    failure = event.get("log_failure")
-    if failure is not None:
-        try:
-            traceback = failure.getTraceback()
-        except Exception:
-            traceback = "(unable to obtain traceback)"
+    traceback = tracebackOf(event)
+    if traceback is not None:
         text = f"{text}\n{traceback}".rstrip("\n")
     return text
+
+
+def tracebackOf(event: LogEvent) -> str | None:
+    """
+    The traceback of the failure C{event} carries, if it carries one.
+    """
+    failure = event.get("log_failure")
+    if failure is None:
+        return None
+    try:
+        return str(failure.getTraceback())
+    except Exception:
+        return "(unable to obtain traceback)"
 
 
 def journalFields(event: LogEvent) -> list[tuple[str, str]]:
@@ -240,13 +256,22 @@ def journalFields(event: LogEvent) -> list[tuple[str, str]]:
         ("IMAPMIG_NAMESPACE", _short(namespace)),
     ]
     for key, names in FIELD_SOURCES:
-        for name in names:
-            value = event.get(name)
-            if value is None or value == "":
-                continue
+        value = _firstGiven(event, names)
+        if value is not None:
             fields.append((key, _short(value)))
-            break
     return fields
+
+
+def _firstGiven(event: LogEvent, names: Iterable[str]) -> object:
+    """
+    The value of the first of C{names} that C{event} gives (neither
+    L{None} nor empty); L{None} if it gives none.
+    """
+    for name in names:
+        value = event.get(name)
+        if value is not None and value != "":
+            return value
+    return None
 
 
 def encodeFields(fields: Iterable[tuple[str, str]]) -> bytes:
@@ -266,6 +291,24 @@ def encodeFields(fields: Iterable[tuple[str, str]]) -> bytes:
         else:
             parts.append(b"%s=%s\n" % (name, data))
     return b"".join(parts)
+
+
+def _openSocket(sendBuffer: int) -> socket.socket | None:
+    """
+    A non-blocking datagram socket to send journal entries with, asking
+    for a send buffer of C{sendBuffer} octets; L{None} if there can be
+    none (every event goes to the fallback).
+    """
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    except OSError:
+        return None
+    sock.setblocking(False)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sendBuffer)
+    except OSError:
+        pass
+    return sock
 
 
 @implementer(ILogObserver)
@@ -313,23 +356,10 @@ class JournalLogObserver:
         self._closed = False
         self.dropped = 0
         self.diverted = 0
-        self._socket: socket.socket | None = None
-        try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            sock.setblocking(False)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sendBuffer)
-            except OSError:
-                pass
-            self._socket = sock
-        except OSError:
-            # No socket at all: every event goes to the fallback.
-            pass
-        self._sendmsg: Callable[..., int] | None = (
-            sendmsg
-            if sendmsg is not None
-            else (self._socket.sendmsg if self._socket is not None else None)
-        )
+        self._socket = _openSocket(sendBuffer)
+        if sendmsg is None and self._socket is not None:
+            sendmsg = self._socket.sendmsg
+        self._sendmsg: Callable[..., int] | None = sendmsg
 
     @property
     def waiting(self) -> int:
@@ -384,10 +414,15 @@ class JournalLogObserver:
             # Claimed here, so that two threads logging at once report them once.
             dropped, diverted = self.dropped, self.diverted
             self.dropped = self.diverted = 0
-        if (dropped or diverted) and not self._reportLosses(dropped, diverted):
-            with self._lock:
-                self.dropped += dropped
-                self.diverted += diverted
+        if dropped or diverted:
+            self._reportClaimed(dropped, diverted)
+        self._sendOrKeep(event, fields)
+
+    def _sendOrKeep(self, event: LogEvent, fields: list[tuple[str, str]]) -> None:
+        """
+        Send an entry, or leave it in the backlog if the socket is busy,
+        or write it to the fallback if the socket is unusable.
+        """
         outcome = self._send(fields)
         if outcome == "busy":
             with self._lock:
@@ -396,6 +431,16 @@ class JournalLogObserver:
             with self._lock:
                 self.diverted += 1
             self._writeFallback(event)
+
+    def _reportClaimed(self, dropped: int, diverted: int) -> None:
+        """
+        Tell the journal of the events it missed, claimed from the counts;
+        give them back to the counts if it could not be told.
+        """
+        if not self._reportLosses(dropped, diverted):
+            with self._lock:
+                self.dropped += dropped
+                self.diverted += diverted
 
     def _queue(self, event: LogEvent, fields: list[tuple[str, str]]) -> None:
         """
@@ -424,16 +469,8 @@ class JournalLogObserver:
         queue would not end when the observer is closed.
         """
         pause = _FIRST_PAUSE
-        while True:
-            with self._lock:
-                self._lock.wait_for(lambda: self._backlog or self._closed)
-                if self._closed:
-                    self._backlog.clear()
-                    self._lock.notify_all()
-                    return
-                # Left in the backlog while sent: later entries queue
-                # behind it, in order.
-                event, fields = self._backlog[0]
+        while (entry := self._nextEntry()) is not None:
+            event, fields = entry
             try:
                 outcome = self._send(fields)
             except Exception:
@@ -446,14 +483,37 @@ class JournalLogObserver:
             pause = _FIRST_PAUSE
             if outcome == "unusable":
                 self._writeFallback(event)
-            with self._lock:
-                if self._backlog:
-                    self._backlog.popleft()
-                if outcome == "failed":
-                    self.dropped += 1
-                elif outcome == "unusable":
-                    self.diverted += 1
+            self._sent(outcome)
+
+    def _nextEntry(self) -> tuple[LogEvent, list[tuple[str, str]]] | None:
+        """
+        The backlog's first entry, once there is one; L{None} once the
+        observer is closed (the backlog is then dropped).
+
+        The entry is left in the backlog while it is sent: later entries
+        queue behind it, in order.
+        """
+        with self._lock:
+            self._lock.wait_for(lambda: self._backlog or self._closed)
+            if self._closed:
+                self._backlog.clear()
                 self._lock.notify_all()
+                return None
+            return self._backlog[0]
+
+    def _sent(self, outcome: str) -> None:
+        """
+        The backlog's first entry is done with (L{_send}'s C{outcome}, or
+        C{"failed"}): take it out, and count it if it was lost.
+        """
+        with self._lock:
+            if self._backlog:
+                self._backlog.popleft()
+            if outcome == "failed":
+                self.dropped += 1
+            elif outcome == "unusable":
+                self.diverted += 1
+            self._lock.notify_all()
 
     def _flushAtExit(self) -> None:
         self.flush(EXIT_FLUSH)
@@ -466,14 +526,10 @@ class JournalLogObserver:
         """
         parts = []
         if dropped:
-            parts.append(
-                f"{dropped} log {'event was' if dropped == 1 else 'events were'} dropped:"
-                " the journal socket was busy"
-            )
+            parts.append(f"{_events(dropped)} dropped: the journal socket was busy")
         if diverted:
             parts.append(
-                f"{diverted} log {'event was' if diverted == 1 else 'events were'} written"
-                " to standard error: the journal socket was unusable"
+                f"{_events(diverted)} written to standard error: the journal socket was unusable"
             )
         fields = [
             ("MESSAGE", "; ".join(parts)),
@@ -501,10 +557,19 @@ class JournalLogObserver:
             sendmsg([datagram], [], 0, self._path)
             return "sent"
         except OSError as e:
-            if e.errno in _BUSY:
-                return "busy"
             if e.errno != errno.EMSGSIZE:
-                return "unusable"
+                return _outcomeOf(e)
+        return self._sendLarge(sendmsg, datagram, fields)
+
+    def _sendLarge(
+        self, sendmsg: Callable[..., int], datagram: bytes, fields: list[tuple[str, str]]
+    ) -> str:
+        """
+        Send an entry too big for a datagram: as a memory file
+        (L{_sendMemoryFile}), else truncated (L{_sendTruncated}).
+
+        @return: as L{_send}.
+        """
         try:
             return self._sendMemoryFile(sendmsg, datagram)
         except OSError as e:
@@ -548,22 +613,12 @@ class JournalLogObserver:
         Send the entry with its C{MESSAGE} cut to L{TRUNCATED_MESSAGE_LIMIT}
         octets and a note saying so.
         """
-        cut = []
-        for key, value in fields:
-            if key == "MESSAGE":
-                data = value.encode("utf-8", "backslashreplace")
-                if len(data) > TRUNCATED_MESSAGE_LIMIT:
-                    value = (
-                        data[:TRUNCATED_MESSAGE_LIMIT].decode("utf-8", "ignore")
-                        + f"\n[imapmig: message truncated from {len(data):,} octets:"
-                        " too big for the journal socket]"
-                    )
-            cut.append((key, value))
+        cut = [(key, _truncated(value) if key == "MESSAGE" else value) for key, value in fields]
         try:
             sendmsg([encodeFields(cut)], [], 0, self._path)
             return "sent"
         except OSError as e:
-            return "busy" if e.errno in _BUSY else "unusable"
+            return _outcomeOf(e)
 
     def _writeFallback(self, event: LogEvent) -> None:
         """
@@ -577,3 +632,33 @@ class JournalLogObserver:
             self._fallback.flush()
         except (OSError, ValueError):
             pass
+
+
+def _events(count: int) -> str:
+    """
+    C{"1 log event was"}, C{"2 log events were"}.
+    """
+    return f"{count} log {'event was' if count == 1 else 'events were'}"
+
+
+def _outcomeOf(error: OSError) -> str:
+    """
+    What a send that failed with C{error} came to (see
+    L{JournalLogObserver._send}): C{"busy"} or C{"unusable"}.
+    """
+    return "busy" if error.errno in _BUSY else "unusable"
+
+
+def _truncated(message: str) -> str:
+    """
+    C{message} cut to L{TRUNCATED_MESSAGE_LIMIT} octets, with a note
+    saying so, if it is longer.
+    """
+    data = message.encode("utf-8", "backslashreplace")
+    if len(data) <= TRUNCATED_MESSAGE_LIMIT:
+        return message
+    return (
+        data[:TRUNCATED_MESSAGE_LIMIT].decode("utf-8", "ignore")
+        + f"\n[imapmig: message truncated from {len(data):,} octets:"
+        " too big for the journal socket]"
+    )

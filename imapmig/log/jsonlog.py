@@ -26,12 +26,13 @@ an admin.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from typing import IO, Any
 
 from twisted.logger import FileLogObserver, LogEvent, formatEvent
 
-from imapmig.log.journald import messageID
+from imapmig.log.journald import messageID, tracebackOf
 
 __all__ = ["RESERVED", "REPR_LIMIT", "eventAsJSONLine", "jsonLinesLogObserver"]
 
@@ -59,15 +60,20 @@ def _value(value: object) -> Any:
     """
     C{value} as JSON holds it, or a short C{repr} of it.
     """
-    if isinstance(value, _SCALARS) and not (
-        isinstance(value, float) and (value != value or value in (float("inf"), float("-inf")))
-    ):
+    if isinstance(value, _SCALARS) and not (isinstance(value, float) and not math.isfinite(value)):
         return value
     if isinstance(value, (list, tuple, dict)):
         try:
             return json.loads(json.dumps(value, allow_nan=False))
         except (TypeError, ValueError):
             pass
+    return _shortRepr(value)
+
+
+def _shortRepr(value: object) -> str:
+    """
+    The C{repr} of C{value}, cut to L{REPR_LIMIT} characters.
+    """
     text = repr(value)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 4] + " ..."
 
@@ -93,19 +99,23 @@ def eventAsJSONLine(event: LogEvent) -> str:
         "message": formatEvent(event),
         "id": messageID(namespace, event.get("log_format")),
     }
-    failure = event.get("log_failure")
-    if failure is not None:
-        try:
-            record["failure"] = failure.getTraceback()
-        except Exception:
-            record["failure"] = "(unable to obtain traceback)"
-    legacy = namespace == "log_legacy"
-    for key, value in event.items():
-        if not isinstance(key, str) or key.startswith("log_") or (legacy and key in _LEGACY):
-            continue
-        name = key + "_" if key in RESERVED else key
-        record[name] = _value(value)
+    traceback = tracebackOf(event)
+    if traceback is not None:
+        record["failure"] = traceback
+    record.update(_ownFields(event, _LEGACY if namespace == "log_legacy" else frozenset()))
     return json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _ownFields(event: LogEvent, skipped: frozenset[str]) -> dict[str, Any]:
+    """
+    The event's own keyword fields but C{skipped}, by the names the
+    object gives them, their values as JSON holds them.
+    """
+    return {
+        key + "_" if key in RESERVED else key: _value(value)
+        for key, value in event.items()
+        if isinstance(key, str) and not key.startswith("log_") and key not in skipped
+    }
 
 
 def jsonLinesLogObserver(outFile: IO[str]) -> FileLogObserver:

@@ -53,21 +53,28 @@ def levelsFrom(text: str) -> LogLevelFilterPredicate:
         message says which and what is allowed.
     """
     predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)
-    allowed = ", ".join(level.name for level in LogLevel.iterconstants())
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+    for item in filter(None, (part.strip() for part in text.split(","))):
         namespace, _, name = item.rpartition("=")
-        try:
-            level = LogLevel.levelWithName(name.strip().lower())
-        except InvalidLogLevelError:
-            raise ValueError(
-                f"{ENVIRONMENT_VARIABLE}: unknown log level {name.strip()!r} in {item!r}"
-                f" (one of: {allowed})"
-            ) from None
         # The namespace "" sets the default level (LogLevelFilterPredicate).
-        predicate.setLogLevelForNamespace(namespace.strip(), level)
+        predicate.setLogLevelForNamespace(namespace.strip(), _level(name.strip(), item))
     return predicate
+
+
+def _level(name: str, item: str) -> LogLevel:
+    """
+    The log level called C{name}, in any case.
+
+    @param item: the item of C{IMAPMIG_LOG_LEVEL} that names it.
+    @raise ValueError: there is none (the message says which are).
+    """
+    try:
+        level: LogLevel = LogLevel.levelWithName(name.lower())
+    except InvalidLogLevelError:
+        allowed = ", ".join(level.name for level in LogLevel.iterconstants())
+        raise ValueError(
+            f"{ENVIRONMENT_VARIABLE}: unknown log level {name!r} in {item!r} (one of: {allowed})"
+        ) from None
+    return level
 
 
 def levelsFromEnvironment(environ: Mapping[str, str] = os.environ) -> LogLevelFilterPredicate:

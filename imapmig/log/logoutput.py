@@ -59,16 +59,19 @@ def connectedToJournal(environ: Mapping[str, str], streams: Iterable[IO[str]]) -
     output redirected to a file or a terminal) does not match.
     """
     expected = environ.get("JOURNAL_STREAM", "")
-    if not expected:
-        return False
-    for stream in streams:
-        try:
-            status = os.fstat(stream.fileno())
-        except (OSError, ValueError):
-            continue
-        if f"{status.st_dev}:{status.st_ino}" == expected:
-            return True
-    return False
+    return bool(expected) and any(_fileID(stream) == expected for stream in streams)
+
+
+def _fileID(stream: IO[str]) -> str | None:
+    """
+    C{DEVICE:INODE} of C{stream}'s file, as C{JOURNAL_STREAM} gives it;
+    L{None} if it has none (closed, or not a file).
+    """
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return None
+    return f"{status.st_dev}:{status.st_ino}"
 
 
 def _isSocket(path: str) -> bool:
@@ -99,12 +102,19 @@ def formatFromEnvironment(
                 f" (one of: {', '.join(FORMATS)})"
             )
         return value
-    if connectedToJournal(environ, streams):
-        from imapmig.log.journald import journalSocketPath
+    return "journal" if _journalListens(environ, streams) else "text"
 
-        if _isSocket(journalSocketPath(environ)):
-            return "journal"
-    return "text"
+
+def _journalListens(environ: Mapping[str, str], streams: Iterable[IO[str]]) -> bool:
+    """
+    Whether systemd connected one of C{streams} to the journal, and the
+    journal's socket is there to write entries to.
+    """
+    if not connectedToJournal(environ, streams):
+        return False
+    from imapmig.log.journald import journalSocketPath
+
+    return _isSocket(journalSocketPath(environ))
 
 
 def observerFor(

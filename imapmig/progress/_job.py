@@ -592,25 +592,25 @@ class JobProgress:
         rates = None if state in ENDED else (0.0, 0.0) if state in HELD else self.currentRate(now)
         rate = None if rates is None else round(rates[0], 1)
         counted = self.counted
-        pending = self.messagesPending if counted else None
+        # Not counted: its totals are not known yet.
+        total = bytesTotal = pending = percent = None
+        if counted:
+            total, bytesTotal, pending = self.messagesTotal, self.bytesTotal, self.messagesPending
+            percent = _percent(self.messagesDone + self.messagesFailed, total)
         return {
             "name": self.name,
             "state": state.value,
             "counted": counted,
-            "messages_total": self.messagesTotal if counted else None,
+            "messages_total": total,
             "messages_done": self.messagesDone,
             "messages_failed": self.messagesFailed,
             "messages_already_present": self.messagesAlreadyPresent,
             "messages_already_migrated": self.messagesAlreadyMigrated,
             "messages_pending": pending,
-            "bytes_total": self.bytesTotal if counted else None,
+            "bytes_total": bytesTotal,
             "bytes_done": self.bytesDone,
             "bytes_sent": self.bytesSent,
-            "percent": (
-                _percent(self.messagesDone + self.messagesFailed, self.messagesTotal)
-                if counted
-                else None
-            ),
+            "percent": percent,
             "messages_per_second": rate,
             "average_messages_per_second": average,
             "eta_seconds": _eta(pending, None if rates is None else rates[0], state),

@@ -7,6 +7,7 @@ the current overall rate and ETA, and the throughput history.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from typing import Callable, Iterable, Iterator, Sequence
 
 from imapmig.progress._job import ENDED, HELD, JobProgress, JobState, _percent
@@ -24,16 +25,23 @@ _HELD_VALUES = frozenset(state.value for state in HELD)
 
 _HELD_ORDER = (JobState.PAUSED, JobState.PAUSED_BY_SERVER, JobState.DEFERRED)
 
-_IN_SLOT = frozenset({"connecting", "running", "backing_off"})
+_KIND_OF = {
+    **{state.value: "other" for state in JobState},
+    **dict.fromkeys(_ENDED_VALUES, "ended"),
+    **dict.fromkeys(_HELD_VALUES, "held"),
+    # Holding one of the scheduler's slots and able to move: how many
+    # such jobs there are is how many run at once.
+    **dict.fromkeys(("connecting", "running", "backing_off"), "slot"),
+    # Able to move once they get a slot.
+    "waiting": "waiting",
+    "queued": "queued",
+}
 """
-The states of a job that holds one of the scheduler's slots and can move:
-how many such jobs there are is how many run at once.
+What each state of a job tells of what it can do (L{_Tally}), by its value.
 """
 
-_IN_LINE = frozenset({"queued", "waiting"})
-"""
-The states of a job that can move once it gets a slot.
-"""
+# The kinds _Tally sorts the jobs into, one list each.
+_KINDS = frozenset(_KIND_OF.values())
 
 
 class MigrationProgress:
@@ -154,11 +162,34 @@ class MigrationProgress:
         sampled no more.
         """
         now = self._seconds()
-        messages = octets = 0
         # When every job sampled has ended, everything of this step moved
         # before the last of them ended: the step ends there, not diluted
         # by the idle time after (a 3 s run is not 10 s long).
         ended = self._endOfActivity()
+        messages, octets = self._sampleJobs(now)
+        self._messages += messages
+        self._octets += octets
+        self._window.add(now, self._messages, self._octets)
+        last, self._lastSample = self._lastSample, now
+        if last is None:
+            return
+        if ended is not None and last < ended < now:
+            self._history.add(ended, messages / (ended - last), octets / (ended - last))
+            self._history.add(now, 0.0, 0.0)
+        elif now > last:
+            elapsed = now - last
+            self._history.add(now, messages / elapsed, octets / elapsed)
+
+    def _sampleJobs(self, now: float) -> tuple[int, int]:
+        """
+        Sample the counters of the jobs that ran since the last sample into
+        their windows, note the typical rate of a job, and sample no more
+        the jobs ended more than a window ago.
+
+        @return: the messages settled and octets sent since the last
+            sample, every job sampled together.
+        """
+        messages = octets = 0
         typical: list[float] = []
         for name, job in list(self._active.items()):
             counts = job.lifetimeCounts()
@@ -175,18 +206,9 @@ class MigrationProgress:
             if job.state in ENDED and (finishedAt is None or now - finishedAt >= WINDOW_SECONDS):
                 window.keepLast()
                 del self._active[name]
-        self._messages += messages
-        self._octets += octets
         if typical:
             self._typicalRate = sum(typical) / len(typical)
-        self._window.add(now, self._messages, self._octets)
-        last, self._lastSample = self._lastSample, now
-        if last is not None and ended is not None and last < ended < now:
-            self._history.add(ended, messages / (ended - last), octets / (ended - last))
-            self._history.add(now, 0.0, 0.0)
-        elif last is not None and now > last:
-            elapsed = now - last
-            self._history.add(now, messages / elapsed, octets / elapsed)
+        return messages, octets
 
     def _endOfActivity(self) -> float | None:
         """
@@ -213,11 +235,7 @@ class MigrationProgress:
         last = self._lastSample
         if finishedAt is None or last is None or not last < finishedAt:
             return []
-        messages = octets = 0
-        for job in self._active.values():
-            counts = job.lifetimeCounts()
-            messages += counts[0] - job.sampled[0]
-            octets += counts[1] - job.sampled[1]
+        messages, octets = self._unsampled()
         elapsed = finishedAt - last
         return [[finishedAt, round(messages / elapsed, 2), round(octets / elapsed, 1)]]
 
@@ -233,7 +251,15 @@ class MigrationProgress:
         The lifetime messages settled and octets sent, every job together,
         now (the sampled counts and what the jobs sampled did since).
         """
-        messages, octets = self._messages, self._octets
+        messages, octets = self._unsampled()
+        return self._messages + messages, self._octets + octets
+
+    def _unsampled(self) -> tuple[int, int]:
+        """
+        The messages settled and octets sent since the last sample, every
+        job sampled together.
+        """
+        messages = octets = 0
         for job in self._active.values():
             counts = job.lifetimeCounts()
             before = job.sampled
@@ -270,63 +296,55 @@ class MigrationProgress:
         """
         now = self._seconds()
         tally = _Tally(list(self._jobs.values()))
-        jobs = len(self._jobs)
-        finishedAt = lastEnd = tally.finishedAt
-        if tally.ended < jobs:
-            finishedAt = lastEnd = None
-        elif finishedAt is None:
-            finishedAt = now
-        rate: tuple[float, float] | None = None
-        eta = None
+        finishedAt = lastEnd = None
+        if tally.ended == len(self._jobs):
+            lastEnd = tally.finishedAt
+            finishedAt = now if lastEnd is None else lastEnd
+        totals = tally.totalsView(len(self._jobs))
         if finishedAt is None:
-            # The run is not over: only the jobs that can move count.
-            rate = (0.0, 0.0) if tally.moving == 0 else self._movingRate(now, tally.held)
-            if tally.moving and tally.uncountedMoving == 0:
-                eta = _timeLeft(now, tally.inSlot, tally.inLine, self._typicalRate)
-        elapsed = (now if finishedAt is None else finishedAt) - self.runStartedAt
-        settled = self._settled()[0] - self._messagesAtStart
-        total, done, failed = tally.total, tally.done, tally.failed
+            totals.update(self._pace(now, tally))
         return {
             "time": now,
-            "run": {
-                "started_at": self.runStartedAt,
-                "finished_at": finishedAt,
-                "elapsed_seconds": round(elapsed, 3),
-                "average_messages_per_second": round(settled / elapsed, 1) if elapsed > 0 else None,
-                "verify": self.verifyResult,
-            },
-            "totals": {
-                "jobs": tally.states,
-                "jobs_total": jobs,
-                "jobs_counted": tally.counted,
-                "messages_total": total,
-                "messages_done": done,
-                "messages_failed": failed,
-                "messages_already_present": tally.present,
-                "messages_already_migrated": tally.migrated,
-                "messages_pending": tally.pending,
-                "bytes_total": tally.bytesTotal,
-                "bytes_done": tally.bytesDone,
-                "bytes_sent": tally.bytesSent,
-                "bytes_failed": tally.bytesFailed,
-                "percent_messages": _percent(done + failed, total) if tally.counted else None,
-                # Failed messages are settled, in octets as in messages.
-                "percent_bytes": (
-                    _percent(tally.bytesDone + tally.bytesFailed, tally.bytesTotal)
-                    if tally.counted
-                    else None
-                ),
-                "messages_per_second": None if rate is None else round(rate[0], 1),
-                "bytes_per_second": None if rate is None else round(rate[1], 1),
-                "eta_seconds": eta,
-                "held": tally.heldView() if finishedAt is None and tally.moving == 0 else None,
-                "line_endings_converted": tally.converted,
-                "messages_with_notes": tally.notes,
-            },
+            "run": self._runView(now, finishedAt),
+            "totals": totals,
             "throughput": {
                 "step_seconds": self._history.step,
                 "samples": self._history.samples() + self._finalStep(lastEnd),
             },
+        }
+
+    def _runView(self, now: float, finishedAt: float | None) -> dict[str, object]:
+        """
+        The run in L{summary}: when it started and finished (L{None}: not
+        yet), how long it ran and at what average rate, and its verify.
+        """
+        elapsed = (now if finishedAt is None else finishedAt) - self.runStartedAt
+        settled = self._settled()[0] - self._messagesAtStart
+        return {
+            "started_at": self.runStartedAt,
+            "finished_at": finishedAt,
+            "elapsed_seconds": round(elapsed, 3),
+            "average_messages_per_second": round(settled / elapsed, 1) if elapsed > 0 else None,
+            "verify": self.verifyResult,
+        }
+
+    def _pace(self, now: float, tally: _Tally) -> dict[str, object]:
+        """
+        The totals' rates, time left and hold in L{summary} while the run
+        is not over (they are L{None} once it is): the rate of the jobs
+        that can move, the time left once every one of them is counted,
+        and why nothing moves if nothing can.
+        """
+        if tally.moving == 0:
+            return {"messages_per_second": 0.0, "bytes_per_second": 0.0, "held": tally.heldView()}
+        messages, octets = self._movingRate(now, tally.held)
+        eta = None
+        if tally.uncountedMoving == 0:
+            eta = _timeLeft(now, tally.inSlot, tally.inLine, self._typicalRate)
+        return {
+            "messages_per_second": round(messages, 1),
+            "bytes_per_second": round(octets, 1),
+            "eta_seconds": eta,
         }
 
     def snapshot(self) -> dict[str, object]:
@@ -344,7 +362,7 @@ class _Tally:
     The totals of every job, read in one pass, and the jobs the time left
     is estimated from.
 
-    @ivar moving: how many jobs can move (L{_IN_SLOT} and L{_IN_LINE}).
+    @ivar moving: how many jobs can move (in a slot or in line: L{_KIND_OF}).
     @ivar inSlot: the jobs holding a slot and able to move.
     @ivar inLine: the messages pending of each counted job waiting for a
         slot, those waiting for a grant (they had one) first, then the
@@ -390,37 +408,60 @@ class _Tally:
 
     def _sort(self, jobs: Sequence[JobProgress], values: list[str]) -> None:
         """
-        Count the jobs by state, and sort them by what they can do.
+        Count the jobs by state, and sort them by what they can do, each
+        kind in configuration order (L{_KIND_OF}).
         """
-        states = self.states = {state.value: 0 for state in JobState}
-        ended = moving = uncountedMoving = 0
-        finishedAt: float | None = None
-        inSlot: list[JobProgress] = []
-        held: list[JobProgress] = []
-        waiting: list[int] = []
-        queued: list[int] = []
-        endedValues, heldValues = _ENDED_VALUES, _HELD_VALUES
+        counts = Counter(values)
+        self.states = {state.value: counts[state.value] for state in JobState}
+        kinds: dict[str, list[JobProgress]] = {kind: [] for kind in _KINDS}
+        add = {value: kinds[kind].append for value, kind in _KIND_OF.items()}
         for job, value in zip(jobs, values):
-            states[value] += 1
-            if value in endedValues:
-                ended += 1
-                if job.finishedAt is not None and (finishedAt is None or job.finishedAt > finishedAt):
-                    finishedAt = job.finishedAt
-            elif value in heldValues:
-                held.append(job)
-            elif value in _IN_SLOT or value in _IN_LINE:
-                moving += 1
-                if not job.counted:
-                    # Not counted yet: a time left without it would be wrong.
-                    uncountedMoving += 1
-                elif value in _IN_SLOT:
-                    inSlot.append(job)
-                else:
-                    left = job.messagesTotal - job.messagesDone - job.messagesFailed
-                    (queued if value == "queued" else waiting).append(left if left > 0 else 0)
-        self.ended, self.moving, self.uncountedMoving = ended, moving, uncountedMoving
-        self.finishedAt, self.inSlot, self.held = finishedAt, inSlot, held
-        self.inLine = waiting + queued
+            add[value](job)
+        ended = kinds["ended"]
+        self.ended = len(ended)
+        self.finishedAt = max(
+            (job.finishedAt for job in ended if job.finishedAt is not None), default=None
+        )
+        self.held = kinds["held"]
+        inSlot, waiting, queued = kinds["slot"], kinds["waiting"], kinds["queued"]
+        self.moving = len(inSlot) + len(waiting) + len(queued)
+        self.inSlot = [job for job in inSlot if job.counted]
+        self.inLine = _pendingOf(waiting) + _pendingOf(queued)
+        # Not counted yet: a time left without them would be wrong.
+        self.uncountedMoving = self.moving - len(self.inSlot) - len(self.inLine)
+
+    def totalsView(self, jobs: int) -> dict[str, object]:
+        """
+        The totals in L{MigrationProgress.summary} of the C{jobs} jobs,
+        without rates, time left or hold (L{MigrationProgress._pace}).
+        """
+        counted = self.counted
+        return {
+            "jobs": self.states,
+            "jobs_total": jobs,
+            "jobs_counted": counted,
+            "messages_total": self.total,
+            "messages_done": self.done,
+            "messages_failed": self.failed,
+            "messages_already_present": self.present,
+            "messages_already_migrated": self.migrated,
+            "messages_pending": self.pending,
+            "bytes_total": self.bytesTotal,
+            "bytes_done": self.bytesDone,
+            "bytes_sent": self.bytesSent,
+            "bytes_failed": self.bytesFailed,
+            "percent_messages": _percent(self.done + self.failed, self.total) if counted else None,
+            # Failed messages are settled, in octets as in messages.
+            "percent_bytes": (
+                _percent(self.bytesDone + self.bytesFailed, self.bytesTotal) if counted else None
+            ),
+            "messages_per_second": None,
+            "bytes_per_second": None,
+            "eta_seconds": None,
+            "held": None,
+            "line_endings_converted": self.converted,
+            "messages_with_notes": self.notes,
+        }
 
     def heldView(self) -> dict[str, object]:
         """
@@ -431,8 +472,19 @@ class _Tally:
         until = [job.retryAt for job in self.held if job.retryAt is not None]
         return {
             "jobs": {state.value: self.states[state.value] for state in _HELD_ORDER},
-            "until": min(until) if until else None,
+            "until": min(until, default=None),
         }
+
+
+def _pendingOf(jobs: list[JobProgress]) -> list[int]:
+    """
+    The messages pending of each of C{jobs} that is counted, in order.
+    """
+    return [
+        left if (left := job.messagesTotal - job.messagesDone - job.messagesFailed) > 0 else 0
+        for job in jobs
+        if job.counted
+    ]
 
 
 def _settledRate(job: JobProgress, now: float) -> float | None:
@@ -476,12 +528,19 @@ def _timeLeft(
     rates, typical = _jobRates(now, inSlot, typical)
     if typical <= 0 or not inSlot:
         return None
-    slots: list[float] = []
-    for job in inSlot:
-        start = 0.0
-        if job.state is JobState.BACKING_OFF and job.retryAt is not None:
-            start = max(0.0, job.retryAt - now)
-        slots.append(start + job.messagesPending / rates.get(job.name, typical))
+    slots = [
+        _backingOff(job, now) + job.messagesPending / rates.get(job.name, typical)
+        for job in inSlot
+    ]
+    return round(_lastToFinish(slots, inLine, typical), 1)
+
+
+def _lastToFinish(slots: list[float], inLine: list[int], typical: float) -> float:
+    """
+    When the last job finishes: the jobs in C{inLine} (their messages
+    pending), in order, each in the first of C{slots} to free up (the
+    seconds until each is free), at C{typical} messages a second.
+    """
     end = max(slots)
     heapq.heapify(slots)
     replace = heapq.heapreplace
@@ -490,7 +549,16 @@ def _timeLeft(
         replace(slots, finish)
         if finish > end:
             end = finish
-    return round(end, 1)
+    return end
+
+
+def _backingOff(job: JobProgress, now: float) -> float:
+    """
+    Seconds until C{job} tries again, if it is backing off; else 0.
+    """
+    if job.state is JobState.BACKING_OFF and job.retryAt is not None:
+        return max(0.0, job.retryAt - now)
+    return 0.0
 
 
 def _jobRates(
@@ -505,9 +573,17 @@ def _jobRates(
         return rates, sum(rates.values()) / len(rates)
     if typical is not None:
         return rates, typical
+    return rates, _youngRate(now, inSlot)
+
+
+def _youngRate(now: float, inSlot: list[JobProgress]) -> float:
+    """
+    The mean current rate of the running jobs of C{inSlot}, whose rates
+    do not tell yet (L{_settledRate}); 0 if none has one.
+    """
     young = [
         current[0]
         for job in inSlot
         if job.state is JobState.RUNNING and (current := job.currentRate(now)) is not None
     ]
-    return rates, sum(young) / len(young) if young else 0.0
+    return sum(young) / len(young) if young else 0.0

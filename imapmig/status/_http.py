@@ -11,6 +11,7 @@ filesystem paths is L{imapmig.status.redact}'s.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Callable, Sequence
 
@@ -88,6 +89,20 @@ def refuseMethod(request: Request, allowed: Sequence[bytes]) -> bytes | None:
         http.NOT_ALLOWED,
         f"method not allowed; use {', '.join(m.decode('ascii') for m in allowed)}",
     )
+
+
+def refuseMethodAsText(request: Request, allowed: Sequence[bytes], text: bytes) -> bytes | None:
+    """
+    As L{refuseMethod}, with C{text} as a plain-text body (the dashboard's
+    files and C{/metrics}, which answer in their own types).
+    """
+    if request.method in allowed:
+        return None
+    request.setResponseCode(http.NOT_ALLOWED)
+    headers = request.responseHeaders
+    headers.setRawHeaders(b"Allow", [b", ".join(allowed)])
+    headers.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
+    return text
 
 
 class ReadOnlyResource(Resource):
@@ -286,18 +301,30 @@ class ConnectionSlots:
         """
         if len(self._open) < self.limit:
             return True, None
-        before = self._seconds() - self._grace
-        for waiting in (self._idle, self._reading):
-            for channel, since in waiting.items():
-                if since <= before:
-                    return True, channel
-                break
+        overdue = _waitingLongest(self._idle, self._reading, self._seconds() - self._grace)
+        if overdue is not None:
+            return True, overdue
         if len(self._open) < 2 * self.limit:
             return True, None
-        for waiting in (self._reading, self._idle):
-            for channel in waiting:
-                return True, channel
-        return False, None
+        oldest = _waitingLongest(self._reading, self._idle, math.inf)
+        return oldest is not None, oldest
+
+
+def _waitingLongest(
+    first: dict[StatusChannel, float], then: dict[StatusChannel, float], before: float
+) -> StatusChannel | None:
+    """
+    The connection of C{first} that has waited longest, if since
+    C{before} or earlier, else that of C{then}, if so; L{None} if neither
+    has waited that long.  Each dict holds its connections by the time
+    they started waiting, in that order.
+    """
+    for waiting in (first, then):
+        for channel, since in waiting.items():
+            if since <= before:
+                return channel
+            break
+    return None
 
 
 class StatusChannel(http.HTTPChannel):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from twisted.internet.defer import Deferred, succeed
@@ -72,6 +72,13 @@ _JOB_ACTIONS = {
     b"resume": ("resume", "job {} resumed"),
     b"retry-failed": ("retryFailed", "job {}: what failed is tried again"),
     b"cancel": ("cancel", "job {} cancelled"),
+}
+
+# Each control of every job: its IJobControls method, and what the
+# answer says of the jobs.
+_EVERY_ACTIONS = {
+    b"pause-all": ("pauseAll", "paused"),
+    b"resume-all": ("resumeAll", "resumed"),
 }
 
 _SAME_SITE = (b"same-origin", b"none")
@@ -122,14 +129,12 @@ def bearerToken(request: Request) -> bytes | None:
     The token of C{request}'s C{Authorization: Bearer TOKEN} header, or
     L{None}.
     """
-    header = request.requestHeaders.getRawHeaders(b"authorization")
-    if not header or len(header) != 1:
-        return None
-    scheme, _, token = header[0].strip().partition(b" ")
-    if scheme.lower() != b"bearer":
-        return None
-    token = token.strip()
-    return token or None
+    match request.requestHeaders.getRawHeaders(b"authorization"):
+        case [header]:
+            scheme, _, token = header.strip().partition(b" ")
+            if scheme.lower() == b"bearer":
+                return token.strip() or None
+    return None
 
 
 def _mediaType(request: Request) -> bytes:
@@ -253,16 +258,8 @@ class ControlResource(Resource):
         C{[redacted]}; escaped, cut to 80 octets.
         """
         path = request.path.split(b"?", 1)[0]
-        token = self._token
-        if token:
-            width = min(8, len(token))
-            parts = {token[n : n + width] for n in range(len(token) - width + 1)}
-            path = b"/".join(
-                b"[redacted]"
-                if any(part in segment or part in unquote_to_bytes(segment) for part in parts)
-                else segment
-                for segment in path.split(b"/")
-            )
+        if self._token:
+            path = _redacted(path, self._token)
         return escapedExcerpt(path)
 
     def _logRefusals(self, refused: int) -> None:
@@ -301,46 +298,40 @@ class ControlResource(Resource):
 
     def _check(self, request: Request) -> None:
         """
-        Refuse a request that is not allowed to control anything.
+        Refuse a request that is not allowed to control anything: in
+        this order, no token configured (403), its body (L{_checkSize}),
+        where it comes from (L{_FORBIDDEN}), its token (L{_checkToken}),
+        then its body again (L{_jsonBody}).
 
         @raise HTTPProblem: why not.
         """
         if self._token is None:
             raise HTTPProblem(http.FORBIDDEN, "controls are disabled: no status.token_file")
-        content = request.content
-        if content is None:
-            raise HTTPProblem(http.BAD_REQUEST, "no body")
-        content.seek(0, 2)
-        if content.tell() > MAX_BODY:
-            raise HTTPProblem(
-                http.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {MAX_BODY} octets"
-            )
-        if not sameOrigin(request):
-            raise HTTPProblem(http.FORBIDDEN, "cross-origin request refused")
-        site = request.getHeader(b"sec-fetch-site")
-        if site is not None and site.strip().lower() not in _SAME_SITE:
-            raise HTTPProblem(http.FORBIDDEN, "cross-site request refused")
-        if _mediaType(request) != b"application/json":
-            raise HTTPProblem(http.FORBIDDEN, "Content-Type must be application/json")
+        _checkSize(request)
+        for allowed, why in _FORBIDDEN:
+            if not allowed(request):
+                raise HTTPProblem(http.FORBIDDEN, why)
+        self._checkToken(request, self._token)
+        _jsonBody(request)
+
+    def _checkToken(self, request: Request, token: bytes) -> None:
+        """
+        Refuse a request without C{token} as its bearer token (401),
+        saying so in C{WWW-Authenticate}.
+
+        @raise HTTPProblem: no token, or a wrong one.
+        """
         given = bearerToken(request)
-        if given is None or not hmac.compare_digest(given, self._token):
-            request.responseHeaders.setRawHeaders(
-                b"WWW-Authenticate",
-                [b'Bearer realm="imapmig"' + (b', error="invalid_token"' if given else b"")],
-            )
-            raise HTTPProblem(
-                http.UNAUTHORIZED,
-                "a valid bearer token is required" if given is None else "wrong token",
-            )
-        content.seek(0)
-        body = content.read(MAX_BODY + 1).strip()
-        if body:
-            try:
-                parsed = json.loads(body)
-            except ValueError:
-                raise HTTPProblem(http.BAD_REQUEST, "the body is not JSON") from None
-            if not isinstance(parsed, dict):
-                raise HTTPProblem(http.BAD_REQUEST, "the body must be a JSON object")
+        if given is not None and hmac.compare_digest(given, token):
+            return
+        request.responseHeaders.setRawHeaders(
+            b"WWW-Authenticate",
+            [b'Bearer realm="imapmig"' + (b', error="invalid_token"' if given else b"")],
+        )
+        raise HTTPProblem(
+            http.UNAUTHORIZED,
+            "a valid bearer token is required" if given is None else "wrong token",
+        )
 
     def _route(self, request: Request, client: str) -> Callable[[], Deferred[dict[str, object]]]:
         """
@@ -349,47 +340,63 @@ class ControlResource(Resource):
         @raise HTTPProblem: no such control (404).
         """
         path = request.postpath or []
-        controls = self._controls
-        if path == [b"pause-all"] or path == [b"resume-all"]:
-            action = path[0].decode("ascii")
-            every = controls.pauseAll if action == "pause-all" else controls.resumeAll
-
-            def applyAll() -> Deferred[dict[str, object]]:
-                return every(client).addCallback(
-                    lambda count: {
-                        "ok": True,
-                        "action": action,
-                        "jobs": count,
-                        "message": f"{plural(count, 'job')}"
-                        f" {'paused' if action == 'pause-all' else 'resumed'}",
-                    }
-                )
-
-            return applyAll
+        if len(path) == 1 and path[0] in _EVERY_ACTIONS:
+            return self._every(path[0], client)
         if path[:1] == [b"bulk"]:
             return self._bulk(request, path[1:], client)
         if len(path) == 3 and path[0] == b"jobs" and path[2] in _JOB_ACTIONS:
-            try:
-                # twisted.web percent-decoded each segment already.
-                name = path[1].decode("utf-8")
-            except UnicodeDecodeError:
-                raise HTTPProblem(http.NOT_FOUND, "no such job") from None
-            method, said = _JOB_ACTIONS[path[2]]
-            control: Callable[[str, str], Deferred[JobState]] = getattr(controls, method)
-
-            def applyOne() -> Deferred[dict[str, object]]:
-                return control(name, client).addCallback(
-                    lambda state: {
-                        "ok": True,
-                        "job": name,
-                        "state": state.value,
-                        "message": said.format(name),
-                    }
-                )
-
-            return applyOne
+            return self._one(path[1], path[2], client)
         raise HTTPProblem(http.NOT_FOUND, "no such control")
 
+    def _every(self, segment: bytes, client: str) -> Callable[[], Deferred[dict[str, object]]]:
+        """
+        Control C{segment} (C{pause-all} or C{resume-all}), ready to
+        apply to every job.
+        """
+        action = segment.decode("ascii")
+        method, said = _EVERY_ACTIONS[segment]
+        every: Callable[[str], Deferred[int]] = getattr(self._controls, method)
+
+        def applyAll() -> Deferred[dict[str, object]]:
+            return every(client).addCallback(
+                lambda count: {
+                    "ok": True,
+                    "action": action,
+                    "jobs": count,
+                    "message": f"{plural(count, 'job')} {said}",
+                }
+            )
+
+        return applyAll
+
+    def _one(
+        self, segment: bytes, action: bytes, client: str
+    ) -> Callable[[], Deferred[dict[str, object]]]:
+        """
+        Control C{action} (one of L{_JOB_ACTIONS}), ready to apply to the
+        job named C{segment}.
+
+        @raise HTTPProblem: a name that is not UTF-8 (404).
+        """
+        try:
+            # twisted.web percent-decoded each segment already.
+            name = segment.decode("utf-8")
+        except UnicodeDecodeError:
+            raise HTTPProblem(http.NOT_FOUND, "no such job") from None
+        method, said = _JOB_ACTIONS[action]
+        control: Callable[[str, str], Deferred[JobState]] = getattr(self._controls, method)
+
+        def applyOne() -> Deferred[dict[str, object]]:
+            return control(name, client).addCallback(
+                lambda state: {
+                    "ok": True,
+                    "job": name,
+                    "state": state.value,
+                    "message": said.format(name),
+                }
+            )
+
+        return applyOne
 
     def _bulk(
         self, request: Request, path: list[bytes], client: str
@@ -402,42 +409,19 @@ class ControlResource(Resource):
             confirmation (400), a selection other than the one confirmed
             (409).
         """
-        action = path[0].decode("ascii", "replace") if path else ""
+        action = _bulkAction(path)
         view = self._view
-        if view is None or action not in BULK_ACTIONS or path[2:] or path[1:] not in ([], [b"preview"]):
+        if view is None or action is None:
             raise HTTPProblem(http.NOT_FOUND, "no such control")
         body = _jsonBody(request)
         query = _bulkFilter(body, view)
         controls = self._controls
         selected = [view.nameOf(job) for job in matchingJobs(view, view.jobs(), query)]
         names = [name for name in selected if controls.applies(action, name)]
-        selection = _selectionDigest(names)
         if path[1:]:
-            preview: dict[str, object] = {
-                "ok": True,
-                "action": action,
-                "preview": True,
-                "matched": len(selected),
-                "jobs": len(names),
-                "selection": selection,
-                "message": f"{action} applies to {len(names)} of the"
-                f" {plural(len(selected), 'job')} the filter selects",
-            }
+            preview = _bulkPreview(action, len(selected), names)
             return lambda: succeed(preview)
-        count = body.get("count")
-        confirmed = body.get("selection")
-        if not isinstance(count, int) or isinstance(count, bool) or not isinstance(confirmed, str):
-            raise HTTPProblem(
-                http.BAD_REQUEST, "confirm a bulk control: give the count and selection of its preview"
-            )
-        if count != len(names) or not hmac.compare_digest(
-            confirmed.encode("utf-8"), selection.encode("ascii")
-        ):
-            raise HTTPProblem(
-                http.CONFLICT,
-                f"the jobs selected changed since the preview ({action} applies to"
-                f" {plural(len(names), 'job')} now, not the {count} confirmed): preview again",
-            )
+        _checkConfirmed(body, action, names)
 
         def applyBulk() -> Deferred[dict[str, object]]:
             return controls.bulk(action, names, client, _describeFilter(query)).addCallback(
@@ -453,17 +437,137 @@ class ControlResource(Resource):
         return applyBulk
 
 
+def _redacted(path: bytes, token: bytes) -> bytes:
+    """
+    C{path}, each segment that holds a part of C{token} (8 characters of
+    it or more, percent-encoded or not) replaced by C{[redacted]}.
+    """
+    width = min(8, len(token))
+    parts = {token[n : n + width] for n in range(len(token) - width + 1)}
+    return b"/".join(
+        b"[redacted]" if _holdsAny(segment, parts) else segment for segment in path.split(b"/")
+    )
+
+
+def _holdsAny(segment: bytes, parts: AbstractSet[bytes]) -> bool:
+    """
+    Whether C{segment} holds one of C{parts}, percent-encoded or not.
+    """
+    return any(part in form for form in (segment, unquote_to_bytes(segment)) for part in parts)
+
+
+def _bulkAction(path: list[bytes]) -> str | None:
+    """
+    The action of a bulk control's C{path} (C{[ACTION]} or C{[ACTION,
+    b"preview"]}), if it names one (of L{BULK_ACTIONS}).
+    """
+    action = path[0].decode("ascii", "replace") if path else ""
+    if action in BULK_ACTIONS and path[1:] in ([], [b"preview"]):
+        return action
+    return None
+
+
+def _checkSize(request: Request) -> None:
+    """
+    Refuse a request without a body (400) or with one larger than
+    L{MAX_BODY} (413).
+
+    @raise HTTPProblem: why.
+    """
+    content = request.content
+    if content is None:
+        raise HTTPProblem(http.BAD_REQUEST, "no body")
+    content.seek(0, 2)
+    if content.tell() > MAX_BODY:
+        raise HTTPProblem(
+            http.REQUEST_ENTITY_TOO_LARGE, f"the body is larger than {MAX_BODY} octets"
+        )
+
+
+def _sameSite(request: Request) -> bool:
+    """
+    Whether C{request}'s C{Sec-Fetch-Site}, if any, is C{same-origin} or
+    C{none}.
+    """
+    site = request.getHeader(b"sec-fetch-site")
+    return site is None or site.strip().lower() in _SAME_SITE
+
+
+def _isJSON(request: Request) -> bool:
+    """
+    Whether C{request} says C{Content-Type: application/json}.
+    """
+    return _mediaType(request) == b"application/json"
+
+
+# What a request must be, in the order checked, and why one that is not
+# is refused (403).
+_FORBIDDEN: tuple[tuple[Callable[[Request], bool], str], ...] = (
+    (sameOrigin, "cross-origin request refused"),
+    (_sameSite, "cross-site request refused"),
+    (_isJSON, "Content-Type must be application/json"),
+)
+
+
+def _bulkPreview(action: str, selected: int, names: list[str]) -> dict[str, object]:
+    """
+    The answer to a bulk control's preview: C{action} applies to C{names}
+    of the C{selected} jobs the filter selects.
+    """
+    return {
+        "ok": True,
+        "action": action,
+        "preview": True,
+        "matched": selected,
+        "jobs": len(names),
+        "selection": _selectionDigest(names),
+        "message": f"{action} applies to {len(names)} of the"
+        f" {plural(selected, 'job')} the filter selects",
+    }
+
+
+def _checkConfirmed(body: dict[str, object], action: str, names: list[str]) -> None:
+    """
+    Refuse a bulk control whose body does not confirm that it applies to
+    C{names}: the count and selection of its preview.
+
+    @raise HTTPProblem: no confirmation (400), or one of other jobs (409).
+    """
+    count = body.get("count")
+    confirmed = body.get("selection")
+    if not isinstance(count, int) or isinstance(count, bool) or not isinstance(confirmed, str):
+        raise HTTPProblem(
+            http.BAD_REQUEST, "confirm a bulk control: give the count and selection of its preview"
+        )
+    if count != len(names) or not hmac.compare_digest(
+        confirmed.encode("utf-8"), _selectionDigest(names).encode("ascii")
+    ):
+        raise HTTPProblem(
+            http.CONFLICT,
+            f"the jobs selected changed since the preview ({action} applies to"
+            f" {plural(len(names), 'job')} now, not the {count} confirmed): preview again",
+        )
+
+
 def _jsonBody(request: Request) -> dict[str, object]:
     """
-    The request's body, a JSON object (L{ControlResource._check} checked
-    that it is one, or empty).
+    The request's body: empty, or a JSON object, whose members are
+    ignored but for a bulk control's.
+
+    @raise HTTPProblem: a body that is not a JSON object (400).
     """
     content = request.content
     assert content is not None
     content.seek(0)
-    raw = content.read(MAX_BODY + 1).strip()
-    parsed = json.loads(raw) if raw else {}
-    assert isinstance(parsed, dict)
+    body = content.read(MAX_BODY + 1).strip()
+    if not body:
+        return {}
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        raise HTTPProblem(http.BAD_REQUEST, "the body is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise HTTPProblem(http.BAD_REQUEST, "the body must be a JSON object")
     return parsed
 
 
@@ -475,6 +579,19 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
 
     @raise HTTPProblem: a member of the wrong type or value (400).
     """
+    try:
+        return parseJobQuery(b"", _filterArguments(body), view.stateNames())
+    except HTTPProblem as e:
+        raise HTTPProblem(http.BAD_REQUEST, f"the filter: {e.message}") from None
+
+
+def _filterArguments(body: dict[str, object]) -> dict[bytes, list[bytes]]:
+    """
+    The filter of a bulk control's body as C{/status.json}'s query
+    arguments.
+
+    @raise HTTPProblem: a member of the wrong type (400).
+    """
     states = body.get("state", [])
     if isinstance(states, list) and all(isinstance(s, str) for s in states):
         states = ",".join(states)
@@ -483,15 +600,11 @@ def _bulkFilter(body: dict[str, object], view: ProgressView) -> JobQuery:
         raise HTTPProblem(
             http.BAD_REQUEST, "the filter: state is a list of states, q a string, errors true or false"
         )
-    arguments = {
+    return {
         b"state": [states.encode("utf-8")],
         b"q": [text.encode("utf-8")],
         b"errors": [b"1" if errors else b"0"],
     }
-    try:
-        return parseJobQuery(b"", arguments, view.stateNames())
-    except HTTPProblem as e:
-        raise HTTPProblem(http.BAD_REQUEST, f"the filter: {e.message}") from None
 
 
 def _describeFilter(query: JobQuery) -> str:

@@ -22,6 +22,8 @@ from twisted.web.pages import notFound
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request
 
+from imapmig.status._http import bodyFor, refuseMethodAsText
+
 CONTENT_SECURITY_POLICY = (
     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
@@ -97,11 +99,9 @@ class StaticFileResource(Resource):
         headers.setRawHeaders(b"Content-Security-Policy", [CONTENT_SECURITY_POLICY])
         headers.setRawHeaders(b"X-Content-Type-Options", [b"nosniff"])
         headers.setRawHeaders(b"Referrer-Policy", [b"no-referrer"])
-        if request.method not in _ALLOWED_METHODS:
-            request.setResponseCode(http.NOT_ALLOWED)
-            headers.setRawHeaders(b"Allow", [b", ".join(_ALLOWED_METHODS)])
-            headers.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
-            return b"405 Method Not Allowed\n"
+        refused = refuseMethodAsText(request, _ALLOWED_METHODS, b"405 Method Not Allowed\n")
+        if refused is not None:
+            return refused
         static = self._static
         # Revalidated every time: an upgraded daemon serves new files at once.
         headers.setRawHeaders(b"Cache-Control", [b"no-cache"])
@@ -110,10 +110,7 @@ class StaticFileResource(Resource):
             request.setResponseCode(http.NOT_MODIFIED)
             return b""
         headers.setRawHeaders(b"Content-Type", [static.contentType])
-        if request.method == b"HEAD":
-            headers.setRawHeaders(b"Content-Length", [b"%d" % (len(static.body),)])
-            return b""
-        return static.body
+        return bodyFor(request, static.body)
 
 
 def _matches(ifNoneMatch: Sequence[bytes] | None, etag: bytes) -> bool:
@@ -122,10 +119,7 @@ def _matches(ifNoneMatch: Sequence[bytes] | None, etag: bytes) -> bool:
     """
     for value in ifNoneMatch or ():
         for candidate in value.split(b","):
-            candidate = candidate.strip()
-            if candidate.startswith(b"W/"):
-                candidate = candidate[2:]
-            if candidate in (etag, b"*"):
+            if candidate.strip().removeprefix(b"W/") in (etag, b"*"):
                 return True
     return False
 

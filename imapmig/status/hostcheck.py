@@ -77,10 +77,17 @@ def allowedName(name: str) -> bool:
     Whether C{name} (from L{hostName}) cannot be a rebound name: an IP
     address, C{localhost}, or a name under C{.localhost}.
     """
+    return _isAddress(name) or name in _LOCAL_NAMES or name.endswith(".localhost")
+
+
+def _isAddress(name: str) -> bool:
+    """
+    Whether C{name} (from L{hostName}) is an IP address.
+    """
     try:
         ipaddress.ip_address(name)
     except ValueError:
-        return name in _LOCAL_NAMES or name.endswith(".localhost")
+        return False
     return True
 
 
@@ -90,13 +97,12 @@ def listedName(name: str, allowedHosts: Sequence[str]) -> bool:
     one, or under one that starts with a dot (C{.corp.example} allows
     C{corp.example} and every name under it).
     """
-    for allowed in allowedHosts:
-        if allowed.startswith("."):
-            if name == allowed[1:] or name.endswith(allowed):
-                return True
-        elif name == allowed:
-            return True
-    return False
+    # ".corp.example" ends ".corp.example" and every name under it.
+    dotted = "." + name
+    return any(
+        dotted.endswith(allowed) if allowed.startswith(".") else name == allowed
+        for allowed in allowedHosts
+    )
 
 
 def misdirected(request: Request, allowedHosts: Sequence[str] = ()) -> str | None:
@@ -113,22 +119,28 @@ def misdirected(request: Request, allowedHosts: Sequence[str] = ()) -> str | Non
         # getHeader() reads the last one, another reader the first: two
         # names, one of them unchecked (RFC 9112, 3.2 refuses them).
         return "this site does not answer a request with more than one Host header"
-    header = headers[0]
     local = getattr(request.getHost(), "host", None)
     loopback = isinstance(local, str) and _isLoopback(local)
     if not loopback and not allowedHosts:
         return None
-    name = hostName(header)
-    if listedName(name, allowedHosts):
+    name = hostName(headers[0])
+    if _answersTo(name, loopback, allowedHosts):
         return None
-    if loopback and allowedName(name):
-        return None
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        pass
-    else:
-        return None
+    return _refusal(name, allowedHosts)
+
+
+def _answersTo(name: str, loopback: bool, allowedHosts: Sequence[str]) -> bool:
+    """
+    Whether the site answers to C{name}: listed in C{allowedHosts}, an IP
+    address, or (on a C{loopback} connection) a local name.
+    """
+    return listedName(name, allowedHosts) or (allowedName(name) if loopback else _isAddress(name))
+
+
+def _refusal(name: str, allowedHosts: Sequence[str]) -> str:
+    """
+    Why a request for C{name} is refused.
+    """
     if allowedHosts:
         return (
             f"this site does not answer to the name {name[:80]!r}: it is not in"

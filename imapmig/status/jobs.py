@@ -177,13 +177,19 @@ class JobsResource(Resource):
         except UnicodeDecodeError:
             return JSONNotFound("a job name is UTF-8")
         if request.postpath:
-            job = self._context.view.job(segment)
-            return _unknown(segment) if job is None else _JobResource(self._context, job)
+            return self._jobChild(segment, _JobResource)
         if segment.endswith(".json"):
-            name = segment[: -len(".json")]
-            job = self._context.view.job(name)
-            return _unknown(name) if job is None else _JobDocument(self._context, job)
+            return self._jobChild(segment[: -len(".json")], _JobDocument)
         return JSONNotFound("not found; see /jobs/NAME.json")
+
+    def _jobChild(
+        self, name: str, resource: Callable[[_JobContext, JobProgress], IResource]
+    ) -> IResource:
+        """
+        The C{resource} of the job called C{name}, or a 404 naming it.
+        """
+        job = self._context.view.job(name)
+        return _unknown(name) if job is None else resource(self._context, job)
 
     def render(self, request: Request) -> bytes:
         """

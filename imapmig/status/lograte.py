@@ -61,10 +61,7 @@ class LineBudget:
         self._count += 1
         now = self._clock.seconds()
         if self._loggedAt is not None and now - self._loggedAt < self._interval:
-            if self._overdue is not None and self._report is None:
-                self._report = self._clock.callLater(
-                    self._loggedAt + self._interval - now, self._reportOverdue
-                )
+            self._reportLater(self._loggedAt + self._interval - now)
             return None
         if self._report is not None:
             self._report.cancel()
@@ -72,6 +69,14 @@ class LineBudget:
         self._loggedAt = now
         count, self._count = self._count, 0
         return count
+
+    def _reportLater(self, delay: float) -> None:
+        """
+        Hand the events counted to C{overdue} in C{delay} seconds, unless
+        that is already due, or there is no C{overdue}.
+        """
+        if self._overdue is not None and self._report is None:
+            self._report = self._clock.callLater(delay, self._reportOverdue)
 
     def _reportOverdue(self) -> None:
         """

@@ -285,20 +285,21 @@ class ManifestProducer:
         self._request.write(self._form.start())
         self._run()
 
-    def _nextSection(self) -> bool:
+    def _nextSection(self) -> ManifestSection | None:
         """
-        Move on to the next section, writing its excluded folders; C{False}
-        at the end of the manifest (which is then ended).
+        Move on to the next section, writing its excluded folders.
+
+        @return: the section; L{None} at the end of the manifest (which is
+            then ended).
         """
-        self._section = next(self._sections, None)
+        section = self._section = next(self._sections, None)
         self._after = None
-        if self._section is None:
+        if section is None:
             self._request.write(self._form.end())
             self._finish(complete=True)
-            return False
-        if self._section.excluded:
-            self._request.write(self._form.rows(self._section.excluded))
-        return True
+        elif section.excluded:
+            self._request.write(self._form.rows(section.excluded))
+        return section
 
     def _run(self) -> None:
         """
@@ -306,27 +307,37 @@ class ManifestProducer:
         or the manifest is done.
         """
         while not (self._paused or self._reading or self._done):
-            if self._section is None and not self._nextSection():
+            section = self._nextSection() if self._section is None else self._section
+            if section is None:
                 return
-            section = self._section
-            assert section is not None
-            self._reading = True
-            synchronous = True
-            answered: list[object] = []
-
-            def got(result: object) -> None:
-                if synchronous:
-                    answered.append(result)
-                else:
-                    # The store answered later: go on from its answer.
-                    self._page(result)
-                    self._run()
-
-            section.pages(self._after, self._pageRows).addBoth(got)
-            synchronous = False
+            answered = self._read(section)
             if not answered:
                 return
             self._page(answered[0])
+
+    def _read(self, section: ManifestSection) -> list[object]:
+        """
+        Ask the store for the next page of C{section}.
+
+        @return: the store's answer if it answered at once (a list of one
+            page or failure); else empty, and the writing goes on from
+            its answer when it comes.
+        """
+        self._reading = True
+        synchronous = True
+        answered: list[object] = []
+
+        def got(result: object) -> None:
+            if synchronous:
+                answered.append(result)
+            else:
+                # The store answered later: go on from its answer.
+                self._page(result)
+                self._run()
+
+        section.pages(self._after, self._pageRows).addBoth(got)
+        synchronous = False
+        return answered
 
     def _page(self, result: object) -> None:
         """
@@ -344,11 +355,16 @@ class ManifestProducer:
                 why=str(result.value),
             )
             self._finish(complete=False)
-            return
-        outcomes: list[MessageOutcome] = result  # type: ignore[assignment]
-        if not outcomes:
+        elif not result:
             self._section = None
-            return
+        else:
+            self._writePage(section, result)  # type: ignore[arg-type]
+
+    def _writePage(self, section: ManifestSection, outcomes: list[MessageOutcome]) -> None:
+        """
+        Write the rows of C{outcomes}, a page of C{section}, and note where
+        the next page starts.
+        """
         last = outcomes[-1]
         self._after = (last.folderKey, last.messageKey)
         rows = [

@@ -26,13 +26,13 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
-from twisted.web import http
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 import imapmig
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.progress.telemetry import Telemetry
+from imapmig.status._http import bodyFor, refuseMethodAsText
 
 __all__ = [
     "MAX_JOB_SERIES",
@@ -110,13 +110,6 @@ class MigrationCollector(Collector):
         self._jobServers = jobServers
         self._maxJobSeries = maxJobSeries
 
-    def _counters(self, job: JobProgress) -> tuple[int, ...]:
-        """
-        C{job}'s counters since the daemon started, over all its runs
-        (L{JobProgress.lifetimeCounters}).
-        """
-        return job.lifetimeCounters()
-
     def collect(self) -> Iterable[Metric]:
         """
         Every metric, read now.
@@ -124,44 +117,38 @@ class MigrationCollector(Collector):
         bound = self._maxJobSeries
         # Decided at each scrape: a reload may add or remove jobs.
         perJob = bound is None or len(self._progress) <= bound
-        jobLabels = ["job", "server"]
-        jobCounterFamilies = [
-            CounterMetricFamily(
-                f"imapmig_job_{name}", f"{text}, per job, since the daemon started", labels=jobLabels
-            )
-            for name, text in _COUNTERS
-        ]
-        alreadyMigrated = GaugeMetricFamily(
-            "imapmig_job_already_migrated_messages",
-            "Messages an earlier run appended, as the job's last listing found them recorded",
-            labels=jobLabels,
+        series = _JobSeries()
+        servers, stateCounts = self._readJobs(series, perJob)
+        if perJob:
+            yield from series.families()
+        yield from self._serverFamilies(servers, stateCounts)
+        yield from self._telemetryFamilies()
+        build = GaugeMetricFamily(
+            "imapmig_build_info", "The running imapmig's version: always 1", labels=["version"]
         )
-        sourceMessages = GaugeMetricFamily(
-            "imapmig_job_source_messages",
-            "Messages in the job's source, all folders; only once the source is counted",
-            labels=jobLabels,
-        )
-        pendingMessages = GaugeMetricFamily(
-            "imapmig_job_pending_messages",
-            "Messages of the job's source neither in the destination nor failed; only once the"
-            " source is counted",
-            labels=jobLabels,
-        )
-        jobState = GaugeMetricFamily(
-            "imapmig_job_state",
-            "The job's state: 1 for the state it is in (one series per job)",
-            labels=["job", "server", "state"],
-        )
+        build.add_metric([imapmig.__version__], 1)
+        yield build
+
+    def _readJobs(
+        self, series: _JobSeries, perJob: bool
+    ) -> tuple[dict[str, list[int]], dict[str, dict[str, int]]]:
+        """
+        Read every job once: add its series to C{series} if C{perJob} (not
+        too many jobs for them), and sum its counters and count its state
+        by destination server.
+
+        @return: the sums of each server (the L{_COUNTERS}, then
+            L{_ALREADY}, L{_SOURCE}, L{_PENDING}, L{_UNCOUNTED}), and its
+            jobs in each state.
+        """
         # Samples are appended directly, one labels dict shared by a job's
         # series: add_metric makes a dict per sample, the larger part of a
         # scrape's cost with thousands of jobs.
-        counterSamples = [
-            (family.samples, family.name + "_total") for family in jobCounterFamilies
-        ]
-        alreadySamples, alreadyName = alreadyMigrated.samples, alreadyMigrated.name
-        sourceSamples, sourceName = sourceMessages.samples, sourceMessages.name
-        pendingSamples, pendingName = pendingMessages.samples, pendingMessages.name
-        stateSamples, stateName = jobState.samples, jobState.name
+        counterSamples = [(family.samples, family.name + "_total") for family in series.counters]
+        alreadySamples, alreadyName = series.already.samples, series.already.name
+        sourceSamples, sourceName = series.source.samples, series.source.name
+        pendingSamples, pendingName = series.pending.samples, series.pending.name
+        stateSamples, stateName = series.state.samples, series.state.name
         states = [state.value for state in JobState]
         servers: dict[str, list[int]] = {}
         stateCounts: dict[str, dict[str, int]] = {}
@@ -169,7 +156,7 @@ class MigrationCollector(Collector):
         for job in self._progress:
             name = job.name
             server = jobServers.get(name, UNKNOWN_SERVER)
-            counters = self._counters(job)
+            counters = job.lifetimeCounters()
             counted = isCounted(job)
             state = job.state.value
             already = job.messagesAlreadyMigrated
@@ -198,19 +185,7 @@ class MigrationCollector(Collector):
                 stateSamples.append(
                     Sample(stateName, {"job": name, "server": server, "state": state}, 1)
                 )
-        if perJob:
-            yield from jobCounterFamilies
-            yield alreadyMigrated
-            yield sourceMessages
-            yield pendingMessages
-            yield jobState
-        yield from self._serverFamilies(servers, stateCounts)
-        yield from self._telemetryFamilies()
-        build = GaugeMetricFamily(
-            "imapmig_build_info", "The running imapmig's version: always 1", labels=["version"]
-        )
-        build.add_metric([imapmig.__version__], 1)
-        yield build
+        return servers, stateCounts
 
     def _serverFamilies(
         self, servers: dict[str, list[int]], stateCounts: dict[str, dict[str, int]]
@@ -301,6 +276,12 @@ class MigrationCollector(Collector):
         yield granted
         yield opened
         yield limit
+        yield from self._appendFamilies()
+
+    def _appendFamilies(self) -> Iterable[Metric]:
+        """
+        APPEND windows, latencies and throttle waits, per server.
+        """
         windowMessages = GaugeMetricFamily(
             "imapmig_server_append_in_flight_messages",
             "Messages sent to the server in APPEND commands and awaiting their reply",
@@ -327,7 +308,7 @@ class MigrationCollector(Collector):
             "Seconds requests waited for the configured rates (counted when a wait ends)",
             labels=["server", "direction"],
         )
-        for server in telemetry:
+        for server in self._telemetry:
             messages, octets = server.inFlight()
             windowMessages.add_metric([server.name], messages)
             windowBytes.add_metric([server.name], octets)
@@ -345,6 +326,53 @@ class MigrationCollector(Collector):
         yield latency
         yield waits
         yield waited
+
+
+class _JobSeries:
+    """
+    The C{imapmig_job_*} families of one scrape, each job's series
+    appended by L{MigrationCollector._readJobs}.
+    """
+
+    def __init__(self) -> None:
+        jobLabels = ["job", "server"]
+        self.counters = [
+            CounterMetricFamily(
+                f"imapmig_job_{name}", f"{text}, per job, since the daemon started", labels=jobLabels
+            )
+            for name, text in _COUNTERS
+        ]
+        self.already = GaugeMetricFamily(
+            "imapmig_job_already_migrated_messages",
+            "Messages an earlier run appended, as the job's last listing found them recorded",
+            labels=jobLabels,
+        )
+        self.source = GaugeMetricFamily(
+            "imapmig_job_source_messages",
+            "Messages in the job's source, all folders; only once the source is counted",
+            labels=jobLabels,
+        )
+        self.pending = GaugeMetricFamily(
+            "imapmig_job_pending_messages",
+            "Messages of the job's source neither in the destination nor failed; only once the"
+            " source is counted",
+            labels=jobLabels,
+        )
+        self.state = GaugeMetricFamily(
+            "imapmig_job_state",
+            "The job's state: 1 for the state it is in (one series per job)",
+            labels=["job", "server", "state"],
+        )
+
+    def families(self) -> Iterable[Metric]:
+        """
+        Every family, in the order they are written.
+        """
+        yield from self.counters
+        yield self.already
+        yield self.source
+        yield self.pending
+        yield self.state
 
 
 def _bound(bound: float) -> str:
@@ -375,21 +403,15 @@ class MetricsResource(Resource):
         The metrics, collected now; for HEAD, only the headers GET would
         have.
         """
+        refused = refuseMethodAsText(
+            request, self.allowedMethods, b"Method not allowed: /metrics answers GET and HEAD.\n"
+        )
+        if refused is not None:
+            return refused
         headers = request.responseHeaders
-        # Answered here rather than by raising UnsupportedMethod, which
-        # twisted.web turns into 501 for methods other than GET, HEAD, POST.
-        if request.method not in self.allowedMethods:
-            request.setResponseCode(http.NOT_ALLOWED)
-            headers.setRawHeaders(b"Allow", [b", ".join(self.allowedMethods)])
-            headers.setRawHeaders(b"Content-Type", [b"text/plain; charset=utf-8"])
-            return b"Method not allowed: /metrics answers GET and HEAD.\n"
         headers.setRawHeaders(b"Content-Type", [CONTENT_TYPE_LATEST.encode("ascii")])
         headers.setRawHeaders(b"Cache-Control", [b"no-store"])
-        body = generate_latest(self._registry)
-        if request.method == b"HEAD":
-            headers.setRawHeaders(b"Content-Length", [b"%d" % (len(body),)])
-            return b""
-        return body
+        return bodyFor(request, generate_latest(self._registry))
 
 
 MAX_JOB_SERIES = 10_000

@@ -102,21 +102,18 @@ class ProgressView:
         job, L{None} for a job without a value (sorted last either way).
         """
         now = self.seconds()
-        if name == "attention":
-            return _attention
-        if name == "name":
-            return lambda job: (job.name.casefold(), job.name)
-        if name == "state":
-            return self.stateOf
-        if name == "progress":
-            return _percent
-        if name == "failed":
-            return lambda job: job.messagesFailed
-        if name == "rate":
-            return lambda job: _rate(job, now)
-        if name == "eta":
-            return lambda job: _eta(job, now)
-        raise ValueError(name)
+        keys: dict[str, Callable[[JobProgress], object | None]] = {
+            "attention": _attention,
+            "name": lambda job: (job.name.casefold(), job.name),
+            "state": self.stateOf,
+            "progress": _percent,
+            "failed": lambda job: job.messagesFailed,
+            "rate": lambda job: _rate(job, now),
+            "eta": lambda job: _eta(job, now),
+        }
+        if name not in keys:
+            raise ValueError(name)
+        return keys[name]
 
     def document(self, job: JobProgress) -> dict[str, object]:
         """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import AbstractSet, Callable, Mapping, Sequence
 
 from attrs import frozen
@@ -46,6 +47,8 @@ _MAX_PARAMETERS = 32
 _MAX_OFFSET = 10**9
 _MAX_TEXT = 256
 _MAX_CURSOR = 2048
+# A whole number as a parameter gives it: up to 10 ASCII digits.
+_DIGITS = re.compile(r"[0-9]{1,10}")
 
 _Arguments = Mapping[bytes, Sequence[bytes]]
 
@@ -145,16 +148,20 @@ def _cursor(arguments: _Arguments, name: str) -> tuple[str, str] | None:
     value = (_single(arguments, name) or "").strip()
     if not value:
         return None
-    problem = _bad(f"{name}: not a page's 'next' value")
-    if len(value) > _MAX_CURSOR:
-        raise problem
+    match _decodeCursor(value) if len(value) <= _MAX_CURSOR else None:
+        case [str() as folderKey, str() as messageKey]:
+            return (folderKey, messageKey)
+    raise _bad(f"{name}: not a page's 'next' value")
+
+
+def _decodeCursor(value: str) -> object:
+    """
+    The JSON value of an L{encodeCursor} value; L{None} if it holds none.
+    """
     try:
-        key = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        return json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
     except (ValueError, TypeError):
-        raise problem from None
-    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
-        raise problem
-    return (key[0], key[1])
+        return None
 
 
 def _bad(message: str) -> HTTPProblem:
@@ -198,9 +205,9 @@ def _number(arguments: _Arguments, name: str, default: int, low: int, high: int)
     The integer value of C{name}, between C{low} and C{high}.
     """
     value = _single(arguments, name)
-    if value is None or value == "":
+    if not value:
         return default
-    if not value.isascii() or not value.isdigit() or len(value) > 10:
+    if not _DIGITS.fullmatch(value):
         raise _bad(f"{name}: {value[:20]!r} is not a whole number from {low} to {high}")
     number = int(value)
     if not low <= number <= high:
@@ -243,24 +250,42 @@ def parseJobQuery(uri: bytes, arguments: _Arguments, states: AbstractSet[str]) -
         parameters, or a value out of range, naming the parameter.
     """
     _checkSize(uri, arguments)
-    sort = _text(arguments, "sort") or "order"
-    descending = sort.startswith("-")
-    sort = sort.lstrip("-")
-    if sort != "order" and sort not in SORT_NAMES:
-        raise _bad(f"sort: {sort[:20]!r} is not one of order, {', '.join(SORT_NAMES)}")
-    wanted = tuple(s.strip() for s in _text(arguments, "state").split(",") if s.strip())
-    unknown = [s for s in wanted if s not in states]
-    if unknown:
-        raise _bad(f"state: {unknown[0][:20]!r} is not one of {', '.join(sorted(states))}")
+    sort, descending = _sort(arguments)
+    wanted = _states(arguments, states)
     return JobQuery(
         offset=_number(arguments, "offset", 0, 0, _MAX_OFFSET),
         limit=_number(arguments, "limit", 100, 1, MAX_LIMIT),
-        states=tuple(dict.fromkeys(wanted)),
+        states=wanted,
         text=_text(arguments, "q"),
         sort=sort,
         descending=descending,
         errorsOnly=_flag(arguments, "errors"),
     )
+
+
+def _sort(arguments: _Arguments) -> tuple[str, bool]:
+    """
+    The order C{sort=} names (C{order} if absent), and whether it is
+    reversed (C{sort=-name}).
+    """
+    sort = _text(arguments, "sort") or "order"
+    descending = sort.startswith("-")
+    sort = sort.lstrip("-")
+    if sort != "order" and sort not in SORT_NAMES:
+        raise _bad(f"sort: {sort[:20]!r} is not one of order, {', '.join(SORT_NAMES)}")
+    return sort, descending
+
+
+def _states(arguments: _Arguments, states: AbstractSet[str]) -> tuple[str, ...]:
+    """
+    The states C{state=} names, separated by commas, each once, in the
+    order given; each one of C{states}.
+    """
+    wanted = tuple(s.strip() for s in _text(arguments, "state").split(",") if s.strip())
+    unknown = [s for s in wanted if s not in states]
+    if unknown:
+        raise _bad(f"state: {unknown[0][:20]!r} is not one of {', '.join(sorted(states))}")
+    return tuple(dict.fromkeys(wanted))
 
 
 def parseFailureQuery(uri: bytes, arguments: _Arguments, defaultLimit: int = 50) -> FailureQuery:
@@ -305,17 +330,39 @@ def matchingJobs(
     """
     selected: Sequence[JobProgress] = jobs
     if query.states:
-        wanted = frozenset(query.states)
-        stateOf = view.stateOf
-        selected = [job for job in selected if stateOf(job) in wanted]
+        selected = _inStates(view, selected, frozenset(query.states))
     if query.text:
-        needle = query.text.casefold()
-        nameOf = view.nameOf
-        selected = [job for job in selected if needle in nameOf(job).casefold()]
+        selected = _named(view, selected, query.text.casefold())
     if query.errorsOnly:
-        hasErrors = view.hasErrors
-        selected = [job for job in selected if hasErrors(job)]
+        selected = _withErrors(view, selected)
     return selected
+
+
+def _inStates(
+    view: ProgressView, jobs: Sequence[JobProgress], wanted: AbstractSet[str]
+) -> list[JobProgress]:
+    """
+    The jobs of C{jobs} in one of the states C{wanted}.
+    """
+    stateOf = view.stateOf
+    return [job for job in jobs if stateOf(job) in wanted]
+
+
+def _named(view: ProgressView, jobs: Sequence[JobProgress], needle: str) -> list[JobProgress]:
+    """
+    The jobs of C{jobs} whose name holds C{needle}, ignoring case
+    (C{needle} is case-folded).
+    """
+    nameOf = view.nameOf
+    return [job for job in jobs if needle in nameOf(job).casefold()]
+
+
+def _withErrors(view: ProgressView, jobs: Sequence[JobProgress]) -> list[JobProgress]:
+    """
+    The jobs of C{jobs} that failed or have failed messages.
+    """
+    hasErrors = view.hasErrors
+    return [job for job in jobs if hasErrors(job)]
 
 
 def _sorted(

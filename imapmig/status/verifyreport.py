@@ -48,18 +48,27 @@ def summarise(document: object) -> tuple[bool, int, int, int]:
     """
     if not isinstance(document, list):
         raise ValueError("not a list of jobs")
-    differences = unverified = 0
-    for entry in document:
-        if not isinstance(entry, dict) or not isinstance(entry.get("job"), str):
-            raise ValueError("an entry is not a job's report")
-        if entry.get("error") is not None:
-            unverified += 1
-            continue
-        count = entry.get("differences")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"job {entry['job'][:80]!r} has no count of differences")
-        differences += count
+    counts = [_differencesOf(entry) for entry in document]
+    differences = sum(count for count in counts if count is not None)
+    unverified = counts.count(None)
     return differences == unverified == 0, len(document), differences, unverified
+
+
+def _differencesOf(entry: object) -> int | None:
+    """
+    The differences a job's entry of a verify report counts; L{None} if
+    the job could not be verified (its C{error}).
+
+    @raise ValueError: C{entry} is not a job's report.
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("job"), str):
+        raise ValueError("an entry is not a job's report")
+    if entry.get("error") is not None:
+        return None
+    count = entry.get("differences")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"job {entry['job'][:80]!r} has no count of differences")
+    return count
 
 
 class VerifyReportSummary:
