@@ -23,6 +23,7 @@ from zope.interface import implementer
 from imapmig.errors import (
     AuthenticationFailed,
     CommandFailed,
+    CommandRefused,
     ProtocolError,
     ReplyTimeout,
     ServerBusy,
@@ -33,7 +34,6 @@ from imapmig.errors import (
 from imapmig.imap.client import (
     MAX_LINE_LENGTH,
     MAX_RESPONSE_LENGTH,
-    CommandRefused,
     MigrationIMAP4Client,
     describeConnectionLoss,
 )

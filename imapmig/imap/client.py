@@ -44,6 +44,7 @@ from zope.interface import implementer
 from imapmig.access.cleartext import openSSLLoaded
 from imapmig.errors import (
     ConnectionDropped,
+    FetchParseError,
     ProtocolError,
     ReplyTimeout,
     ServerBye,
@@ -53,7 +54,6 @@ from imapmig.imap.acks import ImmediateAcks
 from imapmig.imap.commands import (
     CollectedCommand,
     CollectingCommand,
-    CommandRefused,
     FetchCommand,
     FetchSink,
     PendingCommand,
@@ -69,7 +69,7 @@ from imapmig.imap.compress import (
 )
 from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
-from imapmig.imap.fetch import FetchedItem, FetchParseError, FetchResponseParser, isFetchResponse
+from imapmig.imap.fetch import FetchedItem, FetchResponseParser, isFetchResponse
 from imapmig.imap.lines import LinearLineReceiver
 from imapmig.log.logfields import withFields
 
@@ -77,7 +77,6 @@ if TYPE_CHECKING:
     from imapmig.imap.pipeline import AppendPipeline
 
 __all__ = [
-    "CommandRefused",
     "FetchSink",
     "MAX_LINE_LENGTH",
     "MAX_RESPONSE_LENGTH",

@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any, Callable, cast
 
 from twisted.internet.defer import Deferred
-from twisted.mail.imap4 import Command, IMAP4Exception
+from twisted.mail.imap4 import Command
 from twisted.python.failure import Failure
 
+from imapmig.errors import CommandRefused
 from imapmig.imap.fetch import FetchedItem
 
 MAX_COLLECTED_RESPONSES = 100_000
@@ -37,20 +38,6 @@ FetchSink = Callable[[FetchedItem], object]
 Takes each untagged FETCH response read while a fetch command is in
 flight.
 """
-
-
-class CommandRefused(IMAP4Exception):
-    """
-    The tagged C{NO} or C{BAD} reply to a command.
-
-    @ivar status: C{"NO"} or C{"BAD"}.
-    @ivar text: the reply's text after the status, response code included.
-    """
-
-    def __init__(self, status: str, text: bytes) -> None:
-        IMAP4Exception.__init__(self, text)
-        self.status = status
-        self.text = text
 
 
 class CollectingCommand(Command):

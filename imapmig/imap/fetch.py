@@ -44,14 +44,13 @@ from typing import Callable, Iterable, Mapping, TypeAlias, Union
 
 from attrs import evolve, field, frozen
 
+from imapmig.errors import FetchParseError, FetchSpoolError
 from imapmig.imap.spool import SpooledLiteral
 
 __all__ = [
     "DEFAULT_MAX_LITERAL",
     "FetchLimits",
-    "FetchParseError",
     "FetchResponseParser",
-    "FetchSpoolError",
     "FetchedItem",
     "Value",
     "formatUIDSet",
@@ -119,22 +118,6 @@ def _describeSpooled(spooled: Mapping[bytes, SpooledLiteral]) -> str:
     The C{repr} of L{FetchedItem.spooled}.
     """
     return "{" + ", ".join(f"{name!r}: {value!r}" for name, value in spooled.items()) + "}"
-
-
-class FetchParseError(ValueError):
-    """
-    The server sent a FETCH response this parser cannot read, or one
-    beyond its L{FetchLimits}.
-    """
-
-
-class FetchSpoolError(FetchParseError):
-    """
-    A literal could not be written to its temporary file (a full disk, a
-    spool directory that is missing or not writable).  Not the server's
-    fault, but the response cannot be read either: the client treats it as
-    any L{FetchParseError} and drops the connection.
-    """
 
 
 @frozen

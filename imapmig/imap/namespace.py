@@ -16,8 +16,8 @@ from typing import Sequence
 import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
 from attrs import frozen
 
-from imapmig.errors import ProtocolError
-from imapmig.imap.fetch import FetchParseError, Value, parseResponse
+from imapmig.errors import FetchParseError, ProtocolError
+from imapmig.imap.fetch import Value, parseResponse
 from imapmig.mail.plan import PersonalNamespace
 
 MAX_NAMESPACES = 100

@@ -35,8 +35,10 @@ from imapmig.errors import (
     AuthenticationFailed,
     CredentialsRefused,
     CommandFailed,
+    CommandRefused,
     ConnectFailed,
     ConnectionLost,
+    FetchParseError,
     ImapmigError,
     ProtocolError,
     TLSFailed,
@@ -44,7 +46,6 @@ from imapmig.errors import (
     TLSRequired,
 )
 from imapmig.imap.client import (
-    CommandRefused,
     FetchSink,
     MigrationIMAP4Client,
     describeConnectionLoss,
@@ -63,7 +64,6 @@ from imapmig.imap.compress import CompressionStats
 from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
 from imapmig.imap.fetch import (
     FetchedItem,
-    FetchParseError,
     Value,
     formatUIDSet,
     parseResponse,
