@@ -55,9 +55,12 @@ _RECORD_TYPES = range(20, 25)
 _RECORD_MAJOR = 3
 
 
-class HandshakeClosed(SSL.Error):
+class HandshakeClosed(TLSFailed, SSL.Error):
     """
-    The server sent C{close_notify} before the handshake finished.
+    The server sent C{close_notify} before the handshake finished.  An
+    L{SSL.Error}, which Twisted's TLS layer catches, and a L{TLSFailed} of
+    imapmig's hierarchy; it stays here rather than in L{imapmig.errors},
+    which must not import OpenSSL.
 
     Its arguments have the shape of OpenSSL's error queue (a list of
     C{(library, function, reason)}), which is what Twisted reads.
@@ -192,10 +195,10 @@ def handshakeFailure(reason: BaseException, handle: object) -> ImapmigError | No
     if received and not _looksLikeTLS(received):
         excerpt = escapedExcerpt(received)
         return NotTLS(f'not TLS: the server answered "{excerpt}"', excerpt)
-    if isinstance(reason, ImapmigError):
-        return reason
     if isinstance(reason, HandshakeClosed):
         return TLSFailed(HandshakeClosed.REASON)
+    if isinstance(reason, ImapmigError):
+        return reason
     tls = describeTLSError(reason)
     if tls is not None:
         return TLSFailed(f"TLS handshake failed: {tls}")
