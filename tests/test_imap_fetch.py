@@ -43,14 +43,12 @@ from imapmig.errors import (
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.fetch import (
     DEFAULT_MAX_LITERAL,
-    FetchedItem,
     FetchLimits,
     FetchResponseParser,
-    formatUIDSet,
     isFetchResponse,
-    parseInternalDate,
-    parseResponse,
 )
+from imapmig.imap.fetcheditem import FetchedItem, parseInternalDate
+from imapmig.imap.syntax import formatUIDSet, parseResponse
 from imapmig.imap.session import IMAPSession, ListedMailbox
 from imapmig.imap.spool import SpooledLiteral
 

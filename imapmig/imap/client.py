@@ -69,7 +69,8 @@ from imapmig.imap.compress import (
 )
 from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.signals import SignalAction, classifyBye
-from imapmig.imap.fetch import FetchedItem, FetchResponseParser, isFetchResponse
+from imapmig.imap.fetch import FetchResponseParser, isFetchResponse
+from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.imap.lines import LinearLineReceiver
 from imapmig.log.logfields import withFields
 
@@ -713,7 +714,7 @@ class MigrationIMAP4Client(LinearLineReceiver, IMAP4Client):
         @param arguments: the command's arguments, already encoded.
         @return: fires with the untagged responses received meanwhile (the
             text after C{* }, literals inline as C{{N}}, CRLF and their
-            octets; see L{imapmig.imap.fetch.parseResponse}) and the tagged
+            octets; see L{imapmig.imap.syntax.parseResponse}) and the tagged
             C{OK} line after the tag; fails with L{CommandRefused}.
         """
         d: Deferred[tuple[list[bytes], bytes]] = self.sendCommand(

@@ -18,7 +18,7 @@ from twisted.mail.imap4 import Command
 from twisted.python.failure import Failure
 
 from imapmig.errors import CommandRefused
-from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.fetcheditem import FetchedItem
 
 MAX_COLLECTED_RESPONSES = 100_000
 """

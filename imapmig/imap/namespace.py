@@ -17,7 +17,7 @@ import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
 from attrs import frozen
 
 from imapmig.errors import FetchParseError, ProtocolError
-from imapmig.imap.fetch import Value, parseResponse
+from imapmig.imap.syntax import Value, parseResponse
 from imapmig.mail.plan import PersonalNamespace
 
 MAX_NAMESPACES = 100

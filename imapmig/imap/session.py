@@ -62,12 +62,8 @@ from imapmig.imap.auth import (
 )
 from imapmig.imap.compress import CompressionStats
 from imapmig.imap.namespace import ServerNamespaces, namespaceResponse
-from imapmig.imap.fetch import (
-    FetchedItem,
-    Value,
-    formatUIDSet,
-    parseResponse,
-)
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import Value, formatUIDSet, parseResponse
 from imapmig.imap.pipeline import (
     AppendOutcomes,
     AppendPipeline,

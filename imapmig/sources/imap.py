@@ -63,12 +63,9 @@ from zope.interface import implementer
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
-from imapmig.imap.fetch import (
-    FetchedItem,
-    FetchLimits,
-    FetchResponseParser,
-    formatUIDSet,
-)
+from imapmig.imap.fetch import FetchLimits, FetchResponseParser
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import METADATA_ITEMS, ExaminedMailbox, IMAPSession, refusalsOf
 from imapmig.imap.signals import SignalAction, classifyRefusal
