@@ -43,13 +43,7 @@ from typing import Callable
 from attrs import evolve, frozen
 
 from imapmig.errors import FetchParseError, FetchSpoolError
-from imapmig.imap.fetcheditem import (
-    MESSAGE_DATA_NAMES,
-    MESSAGE_DATA_PREFIXES,
-    FetchedItem,
-    itemOf,
-    listedItem,
-)
+from imapmig.imap.fetcheditem import FetchedItem, isMessageData, itemOf, listedItem
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value, scan
 
@@ -513,8 +507,7 @@ class FetchResponseParser:
         name = root[-1]
         if not isinstance(name, bytes):
             return False
-        key = name.upper()
-        return key.startswith(MESSAGE_DATA_PREFIXES) or key in MESSAGE_DATA_NAMES
+        return isMessageData(name.upper())
 
     def _finish(self) -> None:
         root, sequence, spooled = self._root, self._sequence, self._spooled

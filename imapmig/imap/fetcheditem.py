@@ -15,7 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeAlias
 
 from attrs import field, frozen
 
@@ -24,9 +24,8 @@ from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value
 
 __all__ = [
-    "MESSAGE_DATA_NAMES",
-    "MESSAGE_DATA_PREFIXES",
     "FetchedItem",
+    "isMessageData",
     "itemOf",
     "listedItem",
     "parseInternalDate",
@@ -40,8 +39,8 @@ _MONTHS = {
 }
 
 # Response items that carry message data (a section), keyed as written.
-MESSAGE_DATA_PREFIXES = (b"BODY[", b"BINARY[")
-MESSAGE_DATA_NAMES = frozenset([b"RFC822", b"RFC822.HEADER", b"RFC822.TEXT"])
+_MESSAGE_DATA_PREFIXES = (b"BODY[", b"BINARY[")
+_MESSAGE_DATA_NAMES = frozenset([b"RFC822", b"RFC822.HEADER", b"RFC822.TEXT"])
 # The full message, in the order L{FetchedItem.body} looks for it.
 _FULL_BODY = (b"BODY[]", b"BINARY[]", b"RFC822")
 
@@ -183,15 +182,122 @@ def parseInternalDate(value: bytes) -> datetime:
         raise ValueError(f"not an IMAP date-time: {value[:40]!r}") from None
 
 def _integer(value: Value, name: bytes) -> int:
+    """
+    C{value} as a number, or an error naming the item C{name}.
+    """
     if isinstance(value, bytes) and value.isdigit():
         return int(value)
     raise FetchParseError(f"{name.decode('ascii', 'replace')} is not a number")
 
 
 def _text(value: bytes) -> str:
+    """
+    A flag as text: ASCII, else UTF-8 with replacements.
+    """
     if value.isascii():
         return value.decode("ascii")
     return value.decode("utf-8", "replace")
+
+
+def _dateOrNone(value: bytes) -> datetime | None:
+    """
+    The date-time C{value}, or L{None} if this parser cannot read it.
+    """
+    try:
+        return parseInternalDate(value)
+    except ValueError:
+        return None
+
+
+_Fields: TypeAlias = dict[str, Any]
+"""
+The keyword arguments of a L{FetchedItem} being read, by attribute name;
+one that is absent keeps its default.
+"""
+
+
+def _readUID(fields: _Fields, name: bytes, value: Value) -> None:
+    fields["uid"] = _integer(value, b"UID")
+
+
+def _readSize(fields: _Fields, name: bytes, value: Value) -> None:
+    fields["size"] = _integer(value, b"RFC822.SIZE")
+
+
+def _readFlags(fields: _Fields, name: bytes, value: Value) -> None:
+    if not isinstance(value, list):
+        raise FetchParseError("FLAGS is not a list")
+    fields["flags"] = tuple(_text(flag) for flag in value if isinstance(flag, bytes))
+
+
+def _readInternalDate(fields: _Fields, name: bytes, value: Value) -> None:
+    # A date that is not a string is ignored; one that is not a date-time
+    # is None.
+    if isinstance(value, bytes):
+        fields["internalDate"] = _dateOrNone(value)
+
+
+def _readModSeq(fields: _Fields, name: bytes, value: Value) -> None:
+    if not isinstance(value, list) or len(value) != 1:
+        raise FetchParseError("MODSEQ is not a one-element list")
+    fields["modSeq"] = _integer(value[0], b"MODSEQ")
+
+
+def _readMessageData(fields: _Fields, name: bytes, value: Value) -> None:
+    if isinstance(value, list):
+        raise FetchParseError("message data that is a list")
+    fields.setdefault("sections", {})[name] = value
+
+
+def _readOther(fields: _Fields, name: bytes, value: Value) -> None:
+    fields.setdefault("extra", {})[name] = value
+
+
+_READERS: Mapping[bytes, Callable[[_Fields, bytes, Value], None]] = {
+    b"UID": _readUID,
+    b"FLAGS": _readFlags,
+    b"RFC822.SIZE": _readSize,
+    b"INTERNALDATE": _readInternalDate,
+    b"MODSEQ": _readModSeq,
+}
+"""
+How each item with an attribute of its own is read, by its upper-cased
+name; message data goes to C{sections}, any other item to C{extra}.
+"""
+
+
+def isMessageData(key: bytes) -> bool:
+    """
+    Whether the item named C{key} (upper-cased) carries message data
+    (C{BODY[...]}, C{BINARY[...]}, C{RFC822...}).
+    """
+    return key.startswith(_MESSAGE_DATA_PREFIXES) or key in _MESSAGE_DATA_NAMES
+
+
+def _readerOf(key: bytes) -> Callable[[_Fields, bytes, Value], None]:
+    read = _READERS.get(key)
+    if read is not None:
+        return read
+    return _readMessageData if isMessageData(key) else _readOther
+
+
+def _spools(
+    spooled: Iterable[tuple[int, bytes, SpooledLiteral]],
+) -> tuple[dict[bytes, SpooledLiteral], set[int]]:
+    """
+    The spooled literals by item name (a later one of the same name
+    replaces, and closes, an earlier one), and the indexes of their
+    placeholders in the attribute list.
+    """
+    spools: dict[bytes, SpooledLiteral] = {}
+    placeholders: set[int] = set()
+    for index, spoolName, spool in spooled:
+        earlier = spools.get(spoolName)
+        if earlier is not None:
+            earlier.close()
+        spools[spoolName] = spool
+        placeholders.add(index)
+    return spools, placeholders
 
 
 def itemOf(
@@ -209,61 +315,16 @@ def itemOf(
     """
     if len(values) % 2:
         raise FetchParseError("a FETCH item without a value")
-    uid = size = modSeq = None
-    flags: tuple[str, ...] | None = None
-    internalDate: datetime | None = None
-    sections: dict[bytes, bytes | None] = {}
-    extra: dict[bytes, Value] = {}
-    spools: dict[bytes, SpooledLiteral] = {}
-    placeholders: set[int] = set()
-    for index, spoolName, spool in spooled or ():
-        earlier = spools.get(spoolName)
-        if earlier is not None:
-            earlier.close()
-        spools[spoolName] = spool
-        placeholders.add(index)
+    spools, placeholders = _spools(spooled or ())
+    fields: _Fields = {"spooled": spools} if spools else {}
     for i in range(0, len(values), 2):
         if i + 1 in placeholders:
             continue
-        name, value = values[i], values[i + 1]
+        name = values[i]
         if not isinstance(name, bytes):
             raise FetchParseError("a FETCH item name that is not an atom")
-        key = name.upper()
-        if key == b"UID":
-            uid = _integer(value, key)
-        elif key == b"FLAGS":
-            if not isinstance(value, list):
-                raise FetchParseError("FLAGS is not a list")
-            flags = tuple(_text(flag) for flag in value if isinstance(flag, bytes))
-        elif key == b"RFC822.SIZE":
-            size = _integer(value, key)
-        elif key == b"INTERNALDATE":
-            if isinstance(value, bytes):
-                try:
-                    internalDate = parseInternalDate(value)
-                except ValueError:
-                    internalDate = None
-        elif key == b"MODSEQ":
-            if not isinstance(value, list) or len(value) != 1:
-                raise FetchParseError("MODSEQ is not a one-element list")
-            modSeq = _integer(value[0], key)
-        elif key.startswith(MESSAGE_DATA_PREFIXES) or key in MESSAGE_DATA_NAMES:
-            if isinstance(value, list):
-                raise FetchParseError("message data that is a list")
-            sections[name] = value
-        else:
-            extra[name] = value
-    return FetchedItem(
-        sequence=sequence,
-        uid=uid,
-        flags=flags,
-        internalDate=internalDate,
-        size=size,
-        modSeq=modSeq,
-        sections=sections or _NO_SECTIONS,
-        extra=extra or _NO_EXTRA,
-        spooled=spools or _NO_SPOOLED,
-    )
+        _readerOf(name.upper())(fields, name, values[i + 1])
+    return FetchedItem(sequence=sequence, **fields)
 
 
 def listedItem(match: re.Match[bytes]) -> FetchedItem:
@@ -273,16 +334,12 @@ def listedItem(match: re.Match[bytes]) -> FetchedItem:
     holds atoms only; an unreadable date is L{None}).
     """
     sequence, uid, flags, date, size = match.groups()
-    try:
-        internalDate: datetime | None = parseInternalDate(date)
-    except ValueError:
-        internalDate = None
     return FetchedItem(
         sequence=int(sequence),
         uid=int(uid),
         flags=tuple(
             _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
         ),
-        internalDate=internalDate,
+        internalDate=_dateOrNone(date),
         size=int(size),
     )
