@@ -250,7 +250,7 @@ class WithoutTLSTests(SynchronousTestCase):
             "print(cleartext.withoutTLS())\n"
             "from twisted.internet import reactor, tcp\n"
             "import imapmig.daemon.service\n"
-            "from imapmig.imap.client import _isTLSConnection\n"
+            "from imapmig.imap.connection import _isTLSConnection\n"
             "from imapmig.imap.session import _describeTLSError\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in"
             " ('OpenSSL', 'cryptography', 'service_identity')))\n"

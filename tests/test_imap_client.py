@@ -35,12 +35,9 @@ from imapmig.errors import (
     TLSRequired,
     escapedExcerpt,
 )
-from imapmig.imap.client import (
-    MAX_LINE_LENGTH,
-    MAX_RESPONSE_LENGTH,
-    MigrationIMAP4Client,
-    describeConnectionLoss,
-)
+from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.connection import MAX_LINE_LENGTH
+from imapmig.imap.responses import MAX_RESPONSE_LENGTH
 from imapmig.imap.session import IMAPSession, MailboxState, capabilitySet, parseResponseCode
 
 
