@@ -68,7 +68,6 @@ class PendingCommand:
     """
     A command awaiting its tagged reply.
 
-    @cvar fetches: whether FETCH responses go to its sink.
     @ivar tag: its tag.
     @ivar name: what it is called (L{commandName}).
     @ivar deferred: fires with its outcome.
@@ -77,7 +76,6 @@ class PendingCommand:
     """
 
     __slots__ = ("tag", "name", "deferred", "collects")
-    fetches = False
 
     def __init__(
         self, tag: bytes, name: bytes, deferred: Deferred[Any], collects: bool = False
@@ -114,7 +112,6 @@ class FetchCommand(PendingCommand):
     """
 
     __slots__ = ("sink",)
-    fetches = True
 
     def __init__(self, tag: bytes, name: bytes, deferred: Deferred[Any], sink: FetchSink) -> None:
         PendingCommand.__init__(self, tag, name, deferred)

@@ -26,7 +26,6 @@ from imapmig.imap.acks import ImmediateAcks
 from imapmig.imap.commands import (
     CollectedCommand,
     CollectingCommand,
-    FetchCommand,
     PendingCommand,
     StockCommand,
     commandName,
@@ -36,6 +35,7 @@ from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.fetch import FetchResponseParser
 from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.imap.lines import LinearLineReceiver
+from imapmig.imap.tags import TagTable
 from imapmig.log.logfields import withFields
 
 if TYPE_CHECKING:
@@ -151,15 +151,10 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._clock = clock
         self._peer = peer
         self._deadline = ReplyDeadline(clock, timeout, self._expired) if timeout > 0 else None
-        # When each command still unanswered was sent, oldest first.
-        self._sentAt: dict[bytes, float] = {}
         self.greeted: Deferred[dict[bytes, Any] | None] = Deferred()
         self.closed: Deferred[None] = Deferred()
         self.pipeline: AppendPipeline | None = None
-        # The command table, oldest first, and two views of it.
-        self._commands: dict[bytes, PendingCommand] = {}
-        self._collectors: dict[bytes, CollectedCommand] = {}
-        self._fetches: dict[bytes, FetchCommand] = {}
+        self._table = TagTable()
         self._fetchParser = FetchResponseParser(self._fetchedItem)
         self._responseOctets = 0
         self._deflater: DeflateTransport | None = None
@@ -293,13 +288,11 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         if self._lost is not None:
             return
         self._lost = reason
-        commands, self._commands = self._commands, {}
-        self._collectors = {}
-        self._fetches = {}
+        commands = self._table.clear()
         queued, self.queued = self.queued, []
         self.waiting = None
         self._fetchParser.reset()
-        for command in commands.values():
+        for command in commands:
             command.fail(reason)
         for stock in queued:
             if stock.defer is not None:
@@ -324,7 +317,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
     def _owed(self) -> bool:
         pipeline = self.pipeline
         return bool(
-            self._commands
+            self._table
             or (pipeline is not None and pipeline.busy)
             or self._writesPaused
             or self._closing
@@ -341,7 +334,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         deadline = self._deadline
         if deadline is not None:
             if self._owed():
-                deadline.progress(since=next(iter(self._sentAt.values()), None))
+                deadline.progress(since=self._table.oldestSent())
             else:
                 deadline.disarm()
 
@@ -390,8 +383,9 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
             return "the greeting", f"no greeting within {seconds}"
         if pipeline is not None and pipeline.busy:
             return "APPEND", f"no reply to APPEND within {seconds}"
-        if self._commands:
-            name = next(iter(self._commands.values())).name.decode("ascii", "replace")
+        oldest = self._table.oldest()
+        if oldest is not None:
+            name = oldest.name.decode("ascii", "replace")
             return name, f"no reply to {name} within {seconds}"
         if self._closing:
             return "the close", f"the connection did not close within {seconds}"
@@ -453,7 +447,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         deadline = self._deadline
         if deadline is not None:
             deadline.arm()
-            self._sentAt[tag] = self._clock.seconds()
+            self._table.sent(tag, self._clock.seconds())
         return tag
 
     def sendCommand(self, cmd: Command) -> Deferred[Any]:
@@ -485,21 +479,11 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
             )
         else:
             entry = StockCommand(tag, cmd)
-        self._register(entry)
+        self._table.add(entry)
         self.sendLine(cmd.format(tag))
 
-    def _register(self, entry: PendingCommand) -> None:
-        tag = entry.tag
-        self._commands[tag] = entry
-        if entry.collects:
-            assert isinstance(entry, CollectedCommand)
-            self._collectors[tag] = entry
-        elif entry.fetches:
-            assert isinstance(entry, FetchCommand)
-            self._fetches[tag] = entry
-
     def _sendNow(self, entry: PendingCommand, command: bytes) -> None:
-        self._register(entry)
+        self._table.add(entry)
         self.connection.write(entry.tag + b" " + command + b"\r\n")
 
     # Reading.
@@ -508,7 +492,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         """
         Hand a FETCH response to the sink of the oldest fetch command.
         """
-        for command in self._fetches.values():
+        for command in self._table.fetches.values():
             try:
                 command.sink(item)
             except Exception:

@@ -115,7 +115,7 @@ class ResponseReader(IMAPConnection):
         # stock path.  A stock response already half-way through a literal
         # (self._parts) owns the next line whatever it looks like.
         parser = self._fetchParser
-        if parser.inResponse or (self._fetches and self._parts is None and isFetchResponse(line)):
+        if parser.inResponse or (self._table.fetches and self._parts is None and isFetchResponse(line)):
             try:
                 parser.lineReceived(line)
             except FetchParseError as e:
@@ -252,8 +252,7 @@ class ResponseReader(IMAPConnection):
             if status not in _STATUSES:
                 self._violation("a tagged reply that is not OK, NO or BAD", tag + b" " + rest)
                 return
-        self._sentAt.pop(tag, None)
-        command = self._commands.pop(tag, None)
+        command = self._table.answered(tag)
         if command is None:
             pipeline = self.pipeline
             if pipeline is None or not pipeline.ownsTag(tag):
@@ -261,10 +260,6 @@ class ResponseReader(IMAPConnection):
                 return
             pipeline.taggedReceived(tag, rest)
         else:
-            if command.collects:
-                del self._collectors[tag]
-            elif command.fetches:
-                del self._fetches[tag]
             try:
                 command.complete(status, text, rest)
             except _PARSE_ERRORS:
@@ -292,8 +287,9 @@ class ResponseReader(IMAPConnection):
             space = rest.find(b" ")
             kind = rest[space + 1 : space + 8].upper()
             if kind in (b"EXISTS", b"RECENT"):
-                if self._collectors:
-                    next(iter(self._collectors.values())).replace(kind, rest)
+                collector = self._table.collector()
+                if collector is not None:
+                    collector.replace(kind, rest)
                 elif rest[:space].isdigit():
                     count = int(rest[:space])
                     if kind == b"EXISTS":
@@ -303,14 +299,14 @@ class ResponseReader(IMAPConnection):
                 return
             if kind.startswith(b"EXPUNGE"):
                 return
-            if kind.startswith(b"FETCH") and not self._collectors:
+            if kind.startswith(b"FETCH") and not self._table.collectors:
                 self._unsolicitedFetch(rest)
                 return
         elif rest[:3].upper() == b"BYE" and rest[3:4] in (b"", b" "):
             self._byeReceived(rest[4:])
             return
-        if self._collectors:
-            collector = next(iter(self._collectors.values()))
+        collector = self._table.collector()
+        if collector is not None:
             if not collector.collect(rest):
                 self._violation(
                     f"more untagged responses to {collector.name.decode('ascii', 'replace')}"
