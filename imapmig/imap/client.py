@@ -46,13 +46,7 @@ from imapmig.imap.commands import (
     PendingCommand,
     commandName,
 )
-from imapmig.imap.compress import (
-    DEFAULT_LEVEL,
-    CompressionStats,
-    DeflateTransport,
-    Inflater,
-    compressionStats,
-)
+from imapmig.imap.compress import DEFAULT_LEVEL, Compression, CompressionStats
 from imapmig.imap.connection import setNoDelay
 from imapmig.imap.responses import ResponseReader, capabilityMap
 
@@ -249,10 +243,7 @@ class MigrationIMAP4Client(ResponseReader):
             self._violation("data after the STARTTLS reply, before the TLS handshake", injected)
             assert self._dropped is not None
             return Failure(self._dropped)
-        self._handshaking = True
-        from imapmig.imap.tls import watched
-
-        self.connection.startTLS(watched(context))
+        self._tls.start(self.connection, context)
         self._capCache = None
         self.startedTLS = True
         # STARTTLS swaps the transport's protocol stack; set the option again
@@ -287,7 +278,7 @@ class MigrationIMAP4Client(ResponseReader):
         @raise RuntimeError: compression is already on, or the APPEND
             pipeline has commands in flight.
         """
-        if self._deflater is not None:
+        if self._compression is not None:
             raise RuntimeError("compression is already on")
         if self.pipeline is not None and self.pipeline.busy:
             raise RuntimeError("COMPRESS while APPEND commands are in flight")
@@ -299,16 +290,15 @@ class MigrationIMAP4Client(ResponseReader):
         return d
 
     def _compressionAccepted(self, result: object, level: int) -> object:
-        self._deflater = DeflateTransport(self.transport, level)
-        self.transport = self._deflater
-        self._inflater = Inflater()
+        compression = self._compression = Compression(self.transport, level)
+        self.transport = compression.deflater
         # This runs while the line reader is splitting lines: the octets
         # after the OK line, already read, are compressed.  Inflate them and
         # hand them back; the reader, busy, queues them and goes on with
         # them.
         rest = self.clearLineBuffer()
         if rest:
-            self._inflateReceived(self._inflater, rest)
+            self._inflateReceived(compression.inflater, rest)
         return result
 
     def compressionStats(self) -> CompressionStats | None:
@@ -316,6 +306,5 @@ class MigrationIMAP4Client(ResponseReader):
         Octets before and after compression in each direction, or L{None}
         if the connection is not compressed.
         """
-        if self._deflater is None or self._inflater is None:
-            return None
-        return compressionStats(self._deflater, self._inflater)
+        compression = self._compression
+        return None if compression is None else compression.stats()

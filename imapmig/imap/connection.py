@@ -20,7 +20,6 @@ from twisted.mail.imap4 import Command, IMAP4Client
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.access.cleartext import openSSLLoaded
 from imapmig.errors import ConnectionDropped, ProtocolError, ReplyTimeout, ServerBye
 from imapmig.imap.acks import ImmediateAcks
 from imapmig.imap.commands import (
@@ -30,11 +29,12 @@ from imapmig.imap.commands import (
     StockCommand,
     commandName,
 )
-from imapmig.imap.compress import DeflateTransport, Inflater
+from imapmig.imap.compress import Compression
 from imapmig.imap.deadline import ReplyDeadline
 from imapmig.imap.fetch import FetchResponseParser
 from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.imap.lines import LinearLineReceiver
+from imapmig.imap.starttls import TLSHandshake
 from imapmig.imap.tags import TagTable
 from imapmig.log.logfields import withFields
 
@@ -52,19 +52,6 @@ longest keyword), two orders of magnitude more than seen in practice; a
 longer line is a protocol error, detected as soon as the line passes the
 limit.
 """
-
-
-def _isTLSConnection(handle: object) -> bool:
-    """
-    Whether C{handle}, a transport's C{getHandle()}, is an OpenSSL
-    connection.  A daemon whose configuration uses no TLS runs without
-    OpenSSL (L{imapmig.access.cleartext}): then no handle is one.
-    """
-    if not openSSLLoaded():
-        return False
-    from OpenSSL import SSL
-
-    return isinstance(handle, SSL.Connection)
 
 
 def setNoDelay(transport: object) -> bool:
@@ -157,8 +144,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._table = TagTable()
         self._fetchParser = FetchResponseParser(self._fetchedItem)
         self._responseOctets = 0
-        self._deflater: DeflateTransport | None = None
-        self._inflater: Inflater | None = None
+        self._compression: Compression | None = None
         self._writesPaused = False
         self._closing = False
         self._loggingOut = False
@@ -166,7 +152,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._dropped: ConnectionDropped | None = None
         self._lost: Failure | None = None
         self._unsolicited = 0
-        self._handshaking = False
+        self._tls = TLSHandshake()
         self._acks: ImmediateAcks | None = None
         # Answers the continuation requests of an AUTHENTICATE in flight.
         self._responder: Callable[[bytes], bytes | None] | None = None
@@ -202,8 +188,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
     def connectionMade(self) -> None:
         # Not IMAP4Client.connectionMade: it would start TimeoutMixin.
         setNoDelay(self.transport)
-        # Under an implicit-TLS wrapper the handshake starts now.
-        self._handshaking = _isTLSConnection(self._tlsHandle())
+        self._tls.connected(self.transport)
         if self._deadline is not None:
             self._deadline.arm()
 
@@ -215,31 +200,15 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         """
         The TLS handshake (implicit, or after STARTTLS) finished.
         """
-        self._handshaking = False
-
-    def _tlsHandle(self) -> object:
-        """
-        The transport's OpenSSL connection under TLS, its socket (or
-        L{None}) otherwise.
-        """
-        getHandle = getattr(self.transport, "getHandle", None)
-        return getHandle() if getHandle is not None else None
+        self._tls.completed()
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         if self._dropped is not None:
             reason = Failure(self._dropped)
         elif self._byeText is not None and not self._loggingOut:
             reason = Failure(ServerBye(self._byeText))
-        elif self._handshaking:
-            # Said once here, with what the server sent, rather than by
-            # whichever command was waiting (the greeting, CAPABILITY).
-            tls = None
-            if reason.value is not None:
-                from imapmig.imap.tls import handshakeFailure
-
-                tls = handshakeFailure(reason.value, self._tlsHandle())
-            if tls is not None:
-                reason = Failure(tls)
+        elif self._tls.underway:
+            reason = self._tls.failure(reason, self.transport)
         self._failAll(reason)
         if self._deadline is not None:
             self._deadline.disarm()

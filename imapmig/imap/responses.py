@@ -98,13 +98,13 @@ class ResponseReader(IMAPConnection):
         if deadline is not None:
             deadline.received(len(data))
         try:
-            inflater = self._inflater
-            if inflater is None or not data:
+            compression = self._compression
+            if compression is None or not data:
                 # Empty data is resumeProducing asking to go on with what
                 # was kept while paused, which is already plain.
                 LinearLineReceiver.dataReceived(self, data)
             else:
-                self._inflateReceived(inflater, data)
+                self._inflateReceived(compression.inflater, data)
         except Exception:
             self._bug()
 
