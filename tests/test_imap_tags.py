@@ -33,15 +33,12 @@ class TagTableTests(SynchronousTestCase):
 
     def test_empty(self) -> None:
         """
-        An empty table is false and has no oldest command, collector or
-        sending time.
+        An empty table has no oldest command or collector.
         """
         table = TagTable()
-        self.assertFalse(table)
+        self.assertEqual(table.commands, {})
         self.assertIsNone(table.oldest())
         self.assertIsNone(table.collector())
-        self.assertIsNone(table.oldestSent())
-        self.assertIsNone(table.answered(b"0001"))
 
     def test_views(self) -> None:
         """
@@ -58,7 +55,7 @@ class TagTableTests(SynchronousTestCase):
         )
         for entry in (plain, first, second, fetch):
             table.add(entry)
-        self.assertTrue(table)
+        self.assertEqual(list(table.commands), [b"A1", b"A2", b"A3", b"A4"])
         self.assertIs(table.oldest(), plain)
         self.assertIs(table.collector(), first)
         self.assertEqual(list(table.collectors), [b"A2", b"A3"])
@@ -66,28 +63,18 @@ class TagTableTests(SynchronousTestCase):
 
     def test_answered(self) -> None:
         """
-        L{TagTable.answered} takes the command out of the table and its
-        views, and forgets when it was sent; a tag the table does not hold
-        (the APPEND pipeline's) gives L{None} and only its sending time is
-        forgotten.
+        L{TagTable.answered} takes a command the client popped from
+        L{TagTable.commands} out of the views.
         """
         table = TagTable()
-        table.sent(b"A1", 10.0)
-        table.sent(b"P1", 11.0)
-        table.sent(b"A2", 12.0)
         collected, fetch = _collected(b"A1"), _fetch(b"A2", [])
         table.add(collected)
         table.add(fetch)
-        self.assertEqual(table.oldestSent(), 10.0)
-        self.assertIs(table.answered(b"A1"), collected)
-        self.assertEqual(table.oldestSent(), 11.0)
+        table.answered(table.commands.pop(b"A1"))
         self.assertIsNone(table.collector())
-        self.assertIsNone(table.answered(b"P1"))
-        self.assertEqual(table.oldestSent(), 12.0)
-        self.assertIs(table.answered(b"A2"), fetch)
-        self.assertEqual(dict(table.fetches), {})
-        self.assertFalse(table)
-        self.assertIsNone(table.oldestSent())
+        self.assertEqual(list(table.fetches), [b"A2"])
+        table.answered(table.commands.pop(b"A2"))
+        self.assertEqual((table.commands, table.fetches), ({}, {}))
 
     def test_clear(self) -> None:
         """
@@ -99,5 +86,5 @@ class TagTableTests(SynchronousTestCase):
         for entry in entries:
             table.add(entry)
         self.assertEqual(table.clear(), entries)
-        self.assertFalse(table)
+        self.assertEqual(table.commands, {})
         self.assertEqual((dict(table.collectors), dict(table.fetches)), ({}, {}))

@@ -286,7 +286,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
     def _owed(self) -> bool:
         pipeline = self.pipeline
         return bool(
-            self._table
+            self._table.commands
             or (pipeline is not None and pipeline.busy)
             or self._writesPaused
             or self._closing
@@ -303,7 +303,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         deadline = self._deadline
         if deadline is not None:
             if self._owed():
-                deadline.progress(since=self._table.oldestSent())
+                deadline.progress(since=next(iter(self._table.sentAt.values()), None))
             else:
                 deadline.disarm()
 
@@ -416,7 +416,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         deadline = self._deadline
         if deadline is not None:
             deadline.arm()
-            self._table.sent(tag, self._clock.seconds())
+            self._table.sentAt[tag] = self._clock.seconds()
         return tag
 
     def sendCommand(self, cmd: Command) -> Deferred[Any]:

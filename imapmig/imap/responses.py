@@ -16,13 +16,13 @@ lines.
 from __future__ import annotations
 
 import zlib
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from twisted.mail.imap4 import IMAP4Client, IMAP4Exception, parseNestedParens
 from twisted.python.failure import Failure
 
 from imapmig.errors import FetchParseError, ServerBye, escapedExcerpt
-from imapmig.imap.commands import CollectedCommand
+from imapmig.imap.commands import CollectedCommand, PendingCommand
 from imapmig.imap.compress import Inflater
 from imapmig.imap.connection import IMAPConnection
 from imapmig.imap.fetch import isFetchResponse
@@ -76,6 +76,51 @@ def _literalSize(line: bytes) -> int | None:
     if start < 0 or not digits.isdigit() or not digits.isascii():
         return None
     return int(digits)
+
+
+_GREETING_STATES = {b"OK": "unauth", b"PREAUTH": "auth"}
+"""
+The state a greeting's status puts the session in (C{BYE} ends it).
+"""
+
+
+def _greetingCapabilities(text: bytes) -> dict[bytes, Any] | None:
+    """
+    The capabilities a greeting's text announces (C{[CAPABILITY ...]}), or
+    L{None}.
+    """
+    if text[:12].upper() != b"[CAPABILITY ":
+        return None
+    end = text.find(b"]")
+    return capabilityMap(text[12:end].split()) if end > 0 else None
+
+
+def _expectedUnsolicited(head: bytes, rest: bytes) -> bool:
+    """
+    Whether an untagged response no command collects is one to expect
+    and not log: a status response other than an alert, CAPABILITY,
+    FLAGS, PREAUTH, ENABLED.
+
+    @param head: its first four octets, upper-cased.
+    """
+    if head[:3] == b"OK " and rest[3:10].upper() != b"[ALERT]":
+        return True
+    return head.startswith((b"CAPA", b"FLAG", b"PREA", b"ENAB"))
+
+
+def _byeError(text: bytes, peer: str, shown: str) -> Exception:
+    """
+    What everything pending fails with after a C{BYE} (outside LOGOUT):
+    one that asks to wait, or says the account is over a limit, fails it
+    the same way (L{imapmig.imap.signals}); any other is a L{ServerBye}.
+
+    @param shown: C{text}, escaped and cut.
+    """
+    signal = classifyBye(text)
+    error = None
+    if signal.action in (SignalAction.RETRY, SignalAction.PAUSE):
+        error = signal.error(peer)
+    return error if error is not None else ServerBye(shown)
 
 
 class ResponseReader(IMAPConnection):
@@ -175,17 +220,7 @@ class ResponseReader(IMAPConnection):
     def rawDataReceived(self, data: bytes) -> None:
         parser = self._fetchParser
         if not parser.wantsLiteral:
-            pending = getattr(self, "_pendingSize", None)
-            if pending is not None and len(data) > pending:
-                # The stock code strips CR and LF from what follows a
-                # literal, so a literal that ends its response (a LIST
-                # name sent as a literal) loses the line end, and the next
-                # line (perhaps the tagged reply) is taken for the rest of
-                # that response.  Hand the rest back untouched instead.
-                IMAP4Client.rawDataReceived(self, data[:pending])
-                self.setLineMode(data[pending:])
-                return
-            IMAP4Client.rawDataReceived(self, data)
+            self._stockRawData(data)
             return
         try:
             rest = parser.literalReceived(data)
@@ -196,6 +231,23 @@ class ResponseReader(IMAPConnection):
             # What follows the literal continues the response: back to
             # lines (and to the parser, which is still in the response).
             self.setLineMode(rest)
+
+    def _stockRawData(self, data: bytes) -> None:
+        """
+        Octets of a literal outside FETCH, for the stock parser, and
+        perhaps of what follows it.
+        """
+        pending = getattr(self, "_pendingSize", None)
+        if pending is not None and len(data) > pending:
+            # The stock code strips CR and LF from what follows a
+            # literal, so a literal that ends its response (a LIST
+            # name sent as a literal) loses the line end, and the next
+            # line (perhaps the tagged reply) is taken for the rest of
+            # that response.  Hand the rest back untouched instead.
+            IMAP4Client.rawDataReceived(self, data[:pending])
+            self.setLineMode(data[pending:])
+            return
+        IMAP4Client.rawDataReceived(self, data)
 
     def rawDataFrom(self, data: bytes, pos: int) -> int:
         """
@@ -226,18 +278,14 @@ class ResponseReader(IMAPConnection):
         if status == b"BYE":
             self._byeReceived(text)
             return
-        if status == b"OK":
-            self.state = "unauth"
-        elif status == b"PREAUTH":
-            self.state = "auth"
-        else:
+        state = _GREETING_STATES.get(status)
+        if state is None:
             self._violation("a greeting that is not OK, PREAUTH or BYE", b"* " + rest)
             return
-        caps = None
-        if text[:12].upper() == b"[CAPABILITY ":
-            end = text.find(b"]")
-            if end > 0:
-                caps = self._capCache = capabilityMap(text[12:end].split())
+        self.state = state
+        caps = _greetingCapabilities(text)
+        if caps is not None:
+            self._capCache = caps
         self._settled()
         self.serverGreeting(caps)
 
@@ -252,7 +300,9 @@ class ResponseReader(IMAPConnection):
             if status not in _STATUSES:
                 self._violation("a tagged reply that is not OK, NO or BAD", tag + b" " + rest)
                 return
-        command = self._table.answered(tag)
+        table = self._table
+        table.sentAt.pop(tag, None)
+        command = table.commands.pop(tag, None)
         if command is None:
             pipeline = self.pipeline
             if pipeline is None or not pipeline.ownsTag(tag):
@@ -260,22 +310,37 @@ class ResponseReader(IMAPConnection):
                 return
             pipeline.taggedReceived(tag, rest)
         else:
-            try:
-                command.complete(status, text, rest)
-            except _PARSE_ERRORS:
-                # Twisted's parser, reading what a stock command collected.
-                lines = command.lines if isinstance(command, CollectedCommand) else []
-                self._violation(
-                    f"an unparseable response to {command.name.decode('ascii', 'replace')}",
-                    lines[0] if lines else rest,
-                )
-                command.fail(Failure(self._dropped))
+            table.answered(command)
+            if not self._commandReply(command, status, text, rest):
                 return
-            if tag == self.waiting:
-                # The stock queue's command: the next one may go.
-                self.waiting = None
-                self._flushQueue()
         self._settled()
+
+    def _commandReply(
+        self, command: PendingCommand, status: bytes, text: bytes, rest: bytes
+    ) -> bool:
+        """
+        The tagged reply to C{command}, of the table: complete it, and let
+        the next command of the stock queue go if it was the queue's.
+
+        @return: whether the command could read its responses (else the
+            connection is dropped).
+        """
+        try:
+            command.complete(status, text, rest)
+        except _PARSE_ERRORS:
+            # Twisted's parser, reading what a stock command collected.
+            lines = command.lines if isinstance(command, CollectedCommand) else []
+            self._violation(
+                f"an unparseable response to {command.name.decode('ascii', 'replace')}",
+                lines[0] if lines else rest,
+            )
+            command.fail(Failure(self._dropped))
+            return False
+        if command.tag == self.waiting:
+            # The stock queue's command: the next one may go.
+            self.waiting = None
+            self._flushQueue()
+        return True
 
     def _untagged(self, rest: bytes) -> None:
         """
@@ -284,37 +349,56 @@ class ResponseReader(IMAPConnection):
         accumulate, C{EXPUNGE} and unsolicited C{FETCH} are dropped.
         """
         if rest[:1].isdigit():
-            space = rest.find(b" ")
-            kind = rest[space + 1 : space + 8].upper()
-            if kind in (b"EXISTS", b"RECENT"):
-                collector = self._table.collector()
-                if collector is not None:
-                    collector.replace(kind, rest)
-                elif rest[:space].isdigit():
-                    count = int(rest[:space])
-                    if kind == b"EXISTS":
-                        self.newMessages(count, None)
-                    else:
-                        self.newMessages(None, count)
-                return
-            if kind.startswith(b"EXPUNGE"):
-                return
-            if kind.startswith(b"FETCH") and not self._table.collectors:
-                self._unsolicitedFetch(rest)
+            if self._numbered(rest):
                 return
         elif rest[:3].upper() == b"BYE" and rest[3:4] in (b"", b" "):
             self._byeReceived(rest[4:])
             return
         collector = self._table.collector()
+        if collector is None:
+            self._unsolicitedResponse(rest)
+        elif not collector.collect(rest):
+            self._violation(
+                f"more untagged responses to {collector.name.decode('ascii', 'replace')}"
+                " than imapmig accepts (a flood)",
+                rest,
+            )
+
+    def _numbered(self, rest: bytes) -> bool:
+        """
+        An untagged response that starts with a number: C{EXISTS} and
+        C{RECENT} are counts, C{EXPUNGE} is dropped, and a C{FETCH} no
+        command collects goes to Twisted's parser.
+
+        @return: whether it was handled here; if not, it is collected as
+            any other.
+        """
+        space = rest.find(b" ")
+        kind = rest[space + 1 : space + 8].upper()
+        if kind in (b"EXISTS", b"RECENT"):
+            self._counted(kind, rest, space)
+            return True
+        if kind.startswith(b"EXPUNGE"):
+            return True
+        if kind.startswith(b"FETCH") and not self._table.collectors:
+            self._unsolicitedFetch(rest)
+            return True
+        return False
+
+    def _counted(self, kind: bytes, rest: bytes, space: int) -> None:
+        """
+        C{EXISTS} or C{RECENT}: the latest count replaces the collecting
+        command's earlier one; without one, the stock client is told.
+        """
+        collector = self._table.collector()
         if collector is not None:
-            if not collector.collect(rest):
-                self._violation(
-                    f"more untagged responses to {collector.name.decode('ascii', 'replace')}"
-                    " than imapmig accepts (a flood)",
-                    rest,
-                )
-            return
-        self._unsolicitedResponse(rest)
+            collector.replace(kind, rest)
+        elif rest[:space].isdigit():
+            count = int(rest[:space])
+            if kind == b"EXISTS":
+                self.newMessages(count, None)
+            else:
+                self.newMessages(None, count)
 
     def _unsolicitedFetch(self, rest: bytes) -> None:
         """
@@ -334,9 +418,7 @@ class ResponseReader(IMAPConnection):
         L{_UNSOLICITED_LOGGED} log lines per connection.
         """
         head = rest[:4].upper()
-        if head[:3] == b"OK " and rest[3:10].upper() != b"[ALERT]":
-            return
-        if head.startswith((b"CAPA", b"FLAG", b"PREA", b"ENAB")):
+        if _expectedUnsolicited(head, rest):
             return
         self._unsolicited += 1
         if self._unsolicited > _UNSOLICITED_LOGGED:
@@ -371,25 +453,13 @@ class ResponseReader(IMAPConnection):
             # The APPEND pipeline fails first, with what the BYE means for
             # its messages (wait, pause, or their outcome unknown).
             pipeline.untaggedReceived(b"BYE " + text)
-        # A BYE that asks to wait, or says the account is over a limit,
-        # fails everything else the same way; any other is a ServerBye.
-        error: Exception | None = None
-        signal = classifyBye(text)
-        if signal.action in (SignalAction.RETRY, SignalAction.PAUSE):
-            error = signal.error(self.peer)
-        self._failAll(Failure(error if error is not None else ServerBye(self._byeText)))
+        self._failAll(Failure(_byeError(text, self.peer, self._byeText)))
         self.close()
 
     def _continuation(self, rest: bytes) -> None:
         responder = self._responder
         if responder is not None:
-            response = responder(rest)
-            if response is None:
-                self._violation("a continuation request nobody asked for", b"+ " + rest)
-                return
-            if self._deadline is not None:
-                self._deadline.progress()
-            self.connection.write(response + b"\r\n")
+            self._challenged(responder, rest)
             return
         pipeline = self.pipeline
         if pipeline is None or not pipeline.busy or pipeline.betweenCommands:
@@ -398,6 +468,20 @@ class ResponseReader(IMAPConnection):
         if self._deadline is not None:
             self._deadline.progress()
         pipeline.continuationReceived(rest)
+
+    def _challenged(self, responder: Callable[[bytes], bytes | None], rest: bytes) -> None:
+        """
+        A continuation request of an AUTHENTICATE in flight: answered with
+        the line its C{responder} gives, or a protocol error if it has
+        none.
+        """
+        response = responder(rest)
+        if response is None:
+            self._violation("a continuation request nobody asked for", b"+ " + rest)
+            return
+        if self._deadline is not None:
+            self._deadline.progress()
+        self.connection.write(response + b"\r\n")
 
     def _inflateReceived(self, inflater: Inflater, data: bytes) -> None:
         """

@@ -23,6 +23,14 @@ class TagTable:
     """
     The commands awaiting their tagged replies.
 
+    Its dictionaries are read (and L{sentAt} written, L{commands} popped)
+    by the client directly where a method call per message would show in
+    the CPU a message costs: making a tag, and matching a tagged reply
+    (L{answered} then takes the command out of the views).
+
+    @ivar commands: the commands, by tag, oldest first.
+    @ivar sentAt: when each command still unanswered was sent, by tag,
+        oldest first: any command, the APPEND pipeline's included.
     @ivar collectors: the commands that take the untagged responses
         arriving meanwhile, by tag, oldest first.  Only the table writes
         it (and L{fetches}).
@@ -30,65 +38,40 @@ class TagTable:
         tag, oldest first.
     """
 
-    __slots__ = ("_commands", "_sentAt", "collectors", "fetches")
+    __slots__ = ("commands", "sentAt", "collectors", "fetches")
 
     def __init__(self) -> None:
-        self._commands: dict[bytes, PendingCommand] = {}
-        self._sentAt: dict[bytes, float] = {}
+        self.commands: dict[bytes, PendingCommand] = {}
+        self.sentAt: dict[bytes, float] = {}
         self.collectors: dict[bytes, CollectedCommand] = {}
         self.fetches: dict[bytes, FetchCommand] = {}
-
-    def __bool__(self) -> bool:
-        """
-        Whether a command of the table awaits its reply.
-        """
-        return bool(self._commands)
-
-    def sent(self, tag: bytes, when: float) -> None:
-        """
-        A command was sent with C{tag} at C{when}: any command, the APPEND
-        pipeline's included.
-        """
-        self._sentAt[tag] = when
-
-    def oldestSent(self) -> float | None:
-        """
-        When the oldest command still unanswered was sent, or L{None} if
-        no sending is recorded.
-        """
-        return next(iter(self._sentAt.values()), None)
 
     def add(self, entry: PendingCommand) -> None:
         """
         Keep C{entry} until its tagged reply comes.
         """
         tag = entry.tag
-        self._commands[tag] = entry
+        self.commands[tag] = entry
         if isinstance(entry, CollectedCommand) and entry.collects:
             self.collectors[tag] = entry
         elif isinstance(entry, FetchCommand):
             self.fetches[tag] = entry
 
-    def answered(self, tag: bytes) -> PendingCommand | None:
+    def answered(self, command: PendingCommand) -> None:
         """
-        The tagged reply with C{tag} came: forget when it was sent, and take
-        its command out of the table.
-
-        @return: the command, or L{None} if the table holds none with that
-            tag (the APPEND pipeline's, or nobody's).
+        The tagged reply to C{command} came, and the client took it out of
+        L{commands} (and forgot when it was sent): take it out of the
+        views too.
         """
-        self._sentAt.pop(tag, None)
-        command = self._commands.pop(tag, None)
-        if command is not None:
-            self.collectors.pop(tag, None)
-            self.fetches.pop(tag, None)
-        return command
+        tag = command.tag
+        self.collectors.pop(tag, None)
+        self.fetches.pop(tag, None)
 
     def oldest(self) -> PendingCommand | None:
         """
         The oldest command awaiting its reply, or L{None}.
         """
-        return next(iter(self._commands.values()), None)
+        return next(iter(self.commands.values()), None)
 
     def collector(self) -> CollectedCommand | None:
         """
@@ -102,8 +85,8 @@ class TagTable:
 
         @return: the commands it held, oldest first.
         """
-        commands = list(self._commands.values())
-        self._commands = {}
+        commands = list(self.commands.values())
+        self.commands = {}
         self.collectors = {}
         self.fetches = {}
         return commands
