@@ -15,7 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, TypeAlias
+from typing import Any, Callable, Iterable, Mapping
 
 from attrs import field, frozen
 
@@ -209,60 +209,30 @@ def _dateOrNone(value: bytes) -> datetime | None:
         return None
 
 
-_Fields: TypeAlias = dict[str, Any]
-"""
-The keyword arguments of a L{FetchedItem} being read, by attribute name;
-one that is absent keeps its default.
-"""
-
-
-def _readUID(fields: _Fields, name: bytes, value: Value) -> None:
-    fields["uid"] = _integer(value, b"UID")
-
-
-def _readSize(fields: _Fields, name: bytes, value: Value) -> None:
-    fields["size"] = _integer(value, b"RFC822.SIZE")
-
-
-def _readFlags(fields: _Fields, name: bytes, value: Value) -> None:
+def _flags(value: Value, name: bytes) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FetchParseError("FLAGS is not a list")
-    fields["flags"] = tuple(_text(flag) for flag in value if isinstance(flag, bytes))
+    return tuple(_text(flag) for flag in value if isinstance(flag, bytes))
 
 
-def _readInternalDate(fields: _Fields, name: bytes, value: Value) -> None:
-    # A date that is not a string is ignored; one that is not a date-time
-    # is None.
-    if isinstance(value, bytes):
-        fields["internalDate"] = _dateOrNone(value)
-
-
-def _readModSeq(fields: _Fields, name: bytes, value: Value) -> None:
+def _modSeq(value: Value, name: bytes) -> int:
     if not isinstance(value, list) or len(value) != 1:
         raise FetchParseError("MODSEQ is not a one-element list")
-    fields["modSeq"] = _integer(value[0], b"MODSEQ")
+    return _integer(value[0], name)
 
 
-def _readMessageData(fields: _Fields, name: bytes, value: Value) -> None:
-    if isinstance(value, list):
-        raise FetchParseError("message data that is a list")
-    fields.setdefault("sections", {})[name] = value
-
-
-def _readOther(fields: _Fields, name: bytes, value: Value) -> None:
-    fields.setdefault("extra", {})[name] = value
-
-
-_READERS: Mapping[bytes, Callable[[_Fields, bytes, Value], None]] = {
-    b"UID": _readUID,
-    b"FLAGS": _readFlags,
-    b"RFC822.SIZE": _readSize,
-    b"INTERNALDATE": _readInternalDate,
-    b"MODSEQ": _readModSeq,
+_CONVERTERS: Mapping[bytes, tuple[str, Callable[[Value, bytes], Any]]] = {
+    b"UID": ("uid", _integer),
+    b"FLAGS": ("flags", _flags),
+    b"RFC822.SIZE": ("size", _integer),
+    b"MODSEQ": ("modSeq", _modSeq),
 }
 """
-How each item with an attribute of its own is read, by its upper-cased
-name; message data goes to C{sections}, any other item to C{extra}.
+The items with an attribute of their own, by upper-cased name: the
+attribute, and what makes its value from the item's (given the name, for
+errors).  C{INTERNALDATE} also has one, but a date that is not a string
+leaves it as it was; message data goes to C{sections}, any other item to
+C{extra}.
 """
 
 
@@ -274,20 +244,17 @@ def isMessageData(key: bytes) -> bool:
     return key.startswith(_MESSAGE_DATA_PREFIXES) or key in _MESSAGE_DATA_NAMES
 
 
-def _readerOf(key: bytes) -> Callable[[_Fields, bytes, Value], None]:
-    read = _READERS.get(key)
-    if read is not None:
-        return read
-    return _readMessageData if isMessageData(key) else _readOther
+_NO_PLACEHOLDERS: frozenset[int] = frozenset()
 
 
 def _spools(
-    spooled: Iterable[tuple[int, bytes, SpooledLiteral]],
-) -> tuple[dict[bytes, SpooledLiteral], set[int]]:
+    spooled: Iterable[tuple[int, bytes, SpooledLiteral]], fields: dict[str, Any]
+) -> set[int]:
     """
-    The spooled literals by item name (a later one of the same name
-    replaces, and closes, an earlier one), and the indexes of their
-    placeholders in the attribute list.
+    Put the spooled literals in C{fields}, by item name (a later one of
+    the same name replaces, and closes, an earlier one).
+
+    @return: the indexes of their placeholders in the attribute list.
     """
     spools: dict[bytes, SpooledLiteral] = {}
     placeholders: set[int] = set()
@@ -297,7 +264,8 @@ def _spools(
             earlier.close()
         spools[spoolName] = spool
         placeholders.add(index)
-    return spools, placeholders
+    fields["spooled"] = spools
+    return placeholders
 
 
 def itemOf(
@@ -315,31 +283,50 @@ def itemOf(
     """
     if len(values) % 2:
         raise FetchParseError("a FETCH item without a value")
-    spools, placeholders = _spools(spooled or ())
-    fields: _Fields = {"spooled": spools} if spools else {}
+    # FetchedItem's arguments; one absent keeps its default.
+    fields: dict[str, Any] = {}
+    placeholders = _spools(spooled, fields) if spooled else _NO_PLACEHOLDERS
     for i in range(0, len(values), 2):
         if i + 1 in placeholders:
             continue
-        name = values[i]
+        name, value = values[i], values[i + 1]
         if not isinstance(name, bytes):
             raise FetchParseError("a FETCH item name that is not an atom")
-        _readerOf(name.upper())(fields, name, values[i + 1])
+        key = name.upper()
+        converter = _CONVERTERS.get(key)
+        if converter is not None:
+            fields[converter[0]] = converter[1](value, key)
+        elif key == b"INTERNALDATE":
+            if isinstance(value, bytes):
+                fields["internalDate"] = _dateOrNone(value)
+        elif key.startswith(_MESSAGE_DATA_PREFIXES) or key in _MESSAGE_DATA_NAMES:
+            if isinstance(value, list):
+                raise FetchParseError("message data that is a list")
+            fields.setdefault("sections", {})[name] = value
+        else:
+            fields.setdefault("extra", {})[name] = value
     return FetchedItem(sequence=sequence, **fields)
 
 
 def listedItem(match: re.Match[bytes]) -> FetchedItem:
     """
-    The L{FetchedItem} of a response that matched L{imapmig.imap.fetch._LISTING}: what
-    L{itemOf} makes of it (C{NIL} among the flags left out, as a flag list
-    holds atoms only; an unreadable date is L{None}).
+    The L{FetchedItem} of a listing response as servers write it, matched
+    whole by L{imapmig.imap.fetch}: what L{itemOf} makes of it (C{NIL}
+    among the flags left out, as a flag list holds atoms only; an
+    unreadable date is L{None}).  One per message listed: the date is read
+    here rather than by L{_dateOrNone}, a call less.
     """
     sequence, uid, flags, date, size = match.groups()
+    try:
+        internalDate: datetime | None = parseInternalDate(date)
+    except ValueError:
+        internalDate = None
     return FetchedItem(
         sequence=int(sequence),
         uid=int(uid),
         flags=tuple(
             _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
         ),
-        internalDate=_dateOrNone(date),
+        internalDate=internalDate,
         size=int(size),
     )
