@@ -37,7 +37,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.mail.imap4 import Command
 from twisted.python.failure import Failure
 
-from imapmig.errors import ConnectionDropped, ServerBye
+from imapmig.errors import ConnectionDropped
 from imapmig.imap.commands import (
     CollectedCommand,
     CollectingCommand,
@@ -63,15 +63,21 @@ def describeConnectionLoss(error: BaseException) -> str:
     """
     if isinstance(error, ConnectionDropped):
         return f"imapmig dropped the connection: {error.reason}"
-    if isinstance(error, ServerBye):
-        return str(error)
-    if isinstance(error, netError.ConnectionAborted):
-        return "imapmig aborted the connection"
-    if isinstance(error, netError.ConnectionDone):
-        return "the server closed the connection"
-    if isinstance(error, netError.ConnectionLost):
-        return "the connection was reset by the server"
+    for kind, description in _ENDINGS:
+        if isinstance(error, kind):
+            return description
     return str(error) or type(error).__name__
+
+
+_ENDINGS: tuple[tuple[type[Exception], str], ...] = (
+    (netError.ConnectionAborted, "imapmig aborted the connection"),
+    (netError.ConnectionDone, "the server closed the connection"),
+    (netError.ConnectionLost, "the connection was reset by the server"),
+)
+"""
+Who ended a connection, by how Twisted says it ended, first match first
+(L{ConnectionAborted} is a L{ConnectionLost}).
+"""
 
 
 class MigrationIMAP4Client(ResponseReader):
@@ -254,7 +260,7 @@ class MigrationIMAP4Client(ResponseReader):
     def logout(self) -> Deferred[None]:
         """
         Send C{LOGOUT}; when it is answered, close the connection (bounded:
-        see L{close}).  Its C{BYE} is expected, not a L{ServerBye}.
+        see L{close}).  Its C{BYE} is expected, not a L{imapmig.errors.ServerBye}.
         """
         self._loggingOut = True
         d: Deferred[Any] = self.sendCommand(Command(b"LOGOUT"))

@@ -196,7 +196,14 @@ def formatUIDSet(uids: Iterable[int]) -> bytes:
         if uid == last + 1:
             last = uid
             continue
-        ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
+        ranges.append(_range(first, last))
         first = last = uid
-    ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
+    ranges.append(_range(first, last))
     return b",".join(ranges)
+
+
+def _range(first: int, last: int) -> bytes:
+    """
+    One range of a UID set: C{b"7"}, C{b"1:3"}.
+    """
+    return b"%d" % first if first == last else b"%d:%d" % (first, last)
