@@ -92,6 +92,16 @@ class _WatchedProducer:
         self._producer.stopProducing()
 
 
+def _failQueued(queued: list[Command], reason: Failure) -> None:
+    """
+    Fail the stock commands still queued (never sent) with C{reason}.
+    """
+    for stock in queued:
+        if stock.defer is not None:
+            d, stock.defer = stock.defer, None
+            d.errback(Failure(reason.value, reason.type, reason.tb))
+
+
 @implementer(IHandshakeListener)
 class IMAPConnection(LinearLineReceiver, IMAP4Client):
     """
@@ -263,10 +273,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._fetchParser.reset()
         for command in commands:
             command.fail(reason)
-        for stock in queued:
-            if stock.defer is not None:
-                d, stock.defer = stock.defer, None
-                d.errback(Failure(reason.value, reason.type, reason.tb))
+        _failQueued(queued, reason)
         pipeline = self.pipeline
         if pipeline is not None:
             pipeline.connectionLost(reason)

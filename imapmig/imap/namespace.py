@@ -102,19 +102,32 @@ def _prefixAndDelimiter(entry: Value, which: str, line: bytes) -> tuple[bytes, b
     raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
 
 
+def _delimiter(raw: bytes | None, which: str, line: bytes) -> str | None:
+    """
+    A namespace's delimiter: one character, not NUL; L{None} for C{NIL}
+    (or an empty string).
+
+    @raise ProtocolError: it is longer, or NUL.
+    """
+    if not raw:
+        return None
+    delimiter = _decode(raw)
+    if len(delimiter) != 1 or delimiter == "\0":
+        raise ProtocolError(
+            f"a malformed NAMESPACE response ({which}: a delimiter must be"
+            " one character, not NUL)",
+            line,
+        )
+    return delimiter
+
+
 def _namespace(entry: Value, which: str, line: bytes, personal: bool) -> PersonalNamespace:
     """
     One namespace of a list; see L{_namespaces}.
     """
     rawPrefix, rawDelimiter = _prefixAndDelimiter(entry, which, line)
     prefix = _decode(rawPrefix)
-    delimiter = _decode(rawDelimiter) if rawDelimiter else None
-    if delimiter is not None and (len(delimiter) != 1 or delimiter == "\0"):
-        raise ProtocolError(
-            f"a malformed NAMESPACE response ({which}: a delimiter must be"
-            " one character, not NUL)",
-            line,
-        )
+    delimiter = _delimiter(rawDelimiter, which, line)
     if personal and prefix and delimiter is not None and not prefix.endswith(delimiter):
         prefix += delimiter
     return PersonalNamespace(prefix, delimiter)
