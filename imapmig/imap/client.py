@@ -1,29 +1,25 @@
 # -*- test-case-name: tests.test_imap_client -*-
 """
 The IMAP protocol adapter: Twisted's L{IMAP4Client} with what a migration
-needs and it lacks.
+needs and it lacks.  L{MigrationIMAP4Client} is the wire, in three layers,
+each a module of its own:
 
-It reuses the stock command queue, and adds:
-  - C{TCP_NODELAY} on every connection (plain TCP, implicit TLS, and again
-    after STARTTLS), so no small segment waits on a delayed ACK;
-  - one command table: every tagged reply is matched, in one place, to the
-    command it answers (stock queue, pipelined, collecting, fetch, or the
-    APPEND pipeline's side of the table, L{imapmig.imap.pipeline}); a tag
-    nobody sent is a protocol error;
-  - a reply deadline (L{imapmig.imap.deadline}) instead of Twisted's idle
-    timeout: it runs while the server owes something and only real
-    progress restarts it; on expiry the connection is aborted;
-  - bounds on what a server can make it hold (L{MAX_LINE_LENGTH},
-    L{MAX_RESPONSE_LENGTH}, L{imapmig.imap.commands.MAX_COLLECTED_RESPONSES})
-    and line splitting in linear time (L{imapmig.imap.lines});
-  - peer misbehaviour (garbage, an unknown tag, a continuation nobody
-    asked for, a limit crossed) is one log line, an aborted connection and
-    every pending command failed with L{ProtocolError}: never a traceback;
-  - who ended a connection is recorded (L{describeConnectionLoss});
-  - COMPRESS=DEFLATE (RFC 4978, L{imapmig.imap.compress});
-  - pipelined C{UID FETCH} commands whose untagged FETCH responses, bodies
-    included, are read by L{imapmig.imap.fetch.FetchResponseParser}
-    (L{MigrationIMAP4Client.fetchInto}).
+  - L{imapmig.imap.connection}: the connection's life (C{TCP_NODELAY} on
+    every transport, again after STARTTLS; who ended it, see
+    L{describeConnectionLoss}), the reply deadline
+    (L{imapmig.imap.deadline}) that runs while the server owes something,
+    peer misbehaviour (one log line, an aborted connection, every pending
+    command failed with L{imapmig.errors.ProtocolError}: never a
+    traceback), the stock command queue and the tags;
+  - L{imapmig.imap.responses}: what the server sends, to events: lines
+    split in linear time (L{imapmig.imap.lines}), FETCH responses, bodies
+    included, read by L{imapmig.imap.fetch.FetchResponseParser}, every
+    tagged reply matched to its command in the tag table
+    (L{imapmig.imap.tags}, or the APPEND pipeline's side of it,
+    L{imapmig.imap.pipeline}), bounds on what a server can make it hold;
+  - this module: the commands (pipelined, collecting, fetching into a
+    sink, AUTHENTICATE, STARTTLS with L{imapmig.imap.starttls}, LOGOUT,
+    COMPRESS=DEFLATE with L{imapmig.imap.compress}).
 
 No migration logic lives here.
 """
