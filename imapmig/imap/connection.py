@@ -92,6 +92,18 @@ class _WatchedProducer:
         self._producer.stopProducing()
 
 
+_AWAITED = {
+    "the greeting": "no greeting within {seconds}",
+    "APPEND": "no reply to APPEND within {seconds}",
+    "the close": "the connection did not close within {seconds}",
+    "reading": "the server read nothing imapmig sent for {seconds}",
+}
+"""
+The sentence saying what the server owed did not come, by what it owed;
+any other is the reply to a command of that name.
+"""
+
+
 def _failQueued(queued: list[Command], reason: Failure) -> None:
     """
     Fail the stock commands still queued (never sent) with C{reason}.
@@ -213,17 +225,26 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._tls.completed()
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
-        if self._dropped is not None:
-            reason = Failure(self._dropped)
-        elif self._byeText is not None and not self._loggingOut:
-            reason = Failure(ServerBye(self._byeText))
-        elif self._tls.underway:
-            reason = self._tls.failure(reason, self.transport)
-        self._failAll(reason)
+        self._failAll(self._lossReason(reason))
         if self._deadline is not None:
             self._deadline.disarm()
         if not self.closed.called:
             self.closed.callback(None)
+
+    def _lossReason(self, reason: Failure) -> Failure:
+        """
+        Why the connection ended, as its pending commands fail: imapmig
+        dropped it, the server said BYE, the TLS handshake failed (said
+        once here, with what the server sent), or C{reason} as Twisted
+        gives it.
+        """
+        if self._dropped is not None:
+            return Failure(self._dropped)
+        if self._byeText is not None and not self._loggingOut:
+            return Failure(ServerBye(self._byeText))
+        if self._tls.underway:
+            return self._tls.failure(reason, self.transport)
+        return reason
 
     def close(self) -> None:
         """
@@ -354,18 +375,24 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         What the server owes, and the sentence saying it did not come.
         """
         seconds = f"{self._deadline.seconds:g} s" if self._deadline is not None else ""
-        pipeline = self.pipeline
+        awaited = self._awaitedName()
+        sentence = _AWAITED.get(awaited, "no reply to {awaited} within {seconds}")
+        return awaited, sentence.format(awaited=awaited, seconds=seconds)
+
+    def _awaitedName(self) -> str:
+        """
+        What the server owes: the greeting, the reply to APPEND or to the
+        oldest command, the close, or reading what was sent.
+        """
         if self.state is None:
-            return "the greeting", f"no greeting within {seconds}"
+            return "the greeting"
+        pipeline = self.pipeline
         if pipeline is not None and pipeline.busy:
-            return "APPEND", f"no reply to APPEND within {seconds}"
+            return "APPEND"
         oldest = self._table.oldest()
         if oldest is not None:
-            name = oldest.name.decode("ascii", "replace")
-            return name, f"no reply to {name} within {seconds}"
-        if self._closing:
-            return "the close", f"the connection did not close within {seconds}"
-        return "reading", f"the server read nothing imapmig sent for {seconds}"
+            return oldest.name.decode("ascii", "replace")
+        return "the close" if self._closing else "reading"
 
     def _expired(self) -> None:
         assert self._deadline is not None
