@@ -130,6 +130,18 @@ _LISTING = re.compile(
 )
 
 
+def _tooLarge(size: int, before: int, limit: int) -> FetchParseError:
+    """
+    The error for a literal of C{size} octets announced after C{before}
+    in the same response, above the C{limit} per response.
+    """
+    after = f" after {before} in the same response" if before else ""
+    return FetchParseError(
+        f"a literal of {size} octets announced{after}, "
+        f"above the limit of {limit} octets per response"
+    )
+
+
 class FetchResponseParser:
     """
     Turns untagged C{FETCH} responses, fed a line or a piece of literal at a
@@ -463,11 +475,7 @@ class FetchResponseParser:
         limits = self._limits
         before = self._responseOctets
         if before + size > limits.maxLiteral:
-            after = f" after {before} in the same response" if before else ""
-            raise FetchParseError(
-                f"a literal of {size} octets announced{after}, "
-                f"above the limit of {limits.maxLiteral} octets per response"
-            )
+            raise _tooLarge(size, before, limits.maxLiteral)
         total = self._totalOctets
         if limits.maxTotal is not None and total + size > limits.maxTotal:
             raise FetchParseError(
@@ -476,22 +484,32 @@ class FetchResponseParser:
             )
         spoolAbove = limits.spoolAbove
         if spoolAbove is not None and self._memoryOctets + size > spoolAbove:
-            if not self._atMessageData():
-                raise FetchParseError(
-                    f"a literal of {size} octets that is not message data, "
-                    f"above the {spoolAbove} octets held in memory"
-                )
-            try:
-                self._spool = SpooledLiteral.create(size, limits.spoolDirectory)
-            except OSError as e:
-                raise FetchSpoolError(
-                    f"cannot create a temporary file for a literal of {size} octets "
-                    f"in {limits.spoolDirectory or tempfile.gettempdir()}: {e.strerror or e}"
-                ) from None
+            self._startSpool(size, limits, spoolAbove)
         else:
             self._memoryOctets += size
         self._responseOctets = before + size
         self._totalOctets = total + size
+
+    def _startSpool(self, size: int, limits: FetchLimits, spoolAbove: int) -> None:
+        """
+        The literal about to be read goes to a new spool: it is message
+        data too large to hold in memory (else it is refused).
+
+        @raise FetchParseError: it is not message data.
+        @raise FetchSpoolError: its spool cannot be created.
+        """
+        if not self._atMessageData():
+            raise FetchParseError(
+                f"a literal of {size} octets that is not message data, "
+                f"above the {spoolAbove} octets held in memory"
+            )
+        try:
+            self._spool = SpooledLiteral.create(size, limits.spoolDirectory)
+        except OSError as e:
+            raise FetchSpoolError(
+                f"cannot create a temporary file for a literal of {size} octets "
+                f"in {limits.spoolDirectory or tempfile.gettempdir()}: {e.strerror or e}"
+            ) from None
 
     def _atMessageData(self) -> bool:
         """
