@@ -170,15 +170,26 @@ def parseResponse(data: bytes) -> list[Value]:
         pos, size = scan(data, pos, end, stack)
         if size < 0:
             break
-        if not stack:
-            raise FetchParseError("literal after the closing parenthesis")
-        if data[pos : pos + 2] != b"\r\n" or pos + 2 + size > end:
-            raise FetchParseError("truncated literal")
-        stack[-1].append(data[pos + 2 : pos + 2 + size])
-        pos += 2 + size
+        pos = _inlineLiteral(data, pos, size, stack)
     if len(stack) != 1:
         raise FetchParseError("unbalanced parentheses")
     return top
+
+
+def _inlineLiteral(data: bytes, pos: int, size: int, stack: list[list[Value]]) -> int:
+    """
+    Read a literal of C{size} octets whose marker ends at C{pos}, inline as
+    Twisted's client hands it over (CRLF, then its octets), into the
+    innermost open list.
+
+    @return: the position after it.
+    """
+    if not stack:
+        raise FetchParseError("literal after the closing parenthesis")
+    if data[pos : pos + 2] != b"\r\n" or pos + 2 + size > len(data):
+        raise FetchParseError("truncated literal")
+    stack[-1].append(data[pos + 2 : pos + 2 + size])
+    return pos + 2 + size
 
 def formatUIDSet(uids: Iterable[int]) -> bytes:
     """
