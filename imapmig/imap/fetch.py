@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 from attrs import evolve, frozen
 
@@ -118,8 +118,6 @@ _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
 )
 
-# The sections a response read by _bodyEnds may carry, as written.
-_BODY_SECTIONS = frozenset([b"BODY[]", b"BINARY[]"])
 
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only: read
@@ -175,6 +173,7 @@ class FetchResponseParser:
         "_responseOctets",
         "_memoryOctets",
         "_totalOctets",
+        "_bodyOnly",
     )
 
     def __init__(
@@ -198,6 +197,8 @@ class FetchResponseParser:
         self._responseOctets = 0
         self._memoryOctets = 0
         self._totalOctets = 0
+        # Whether the response in progress began as _BODY_START matches.
+        self._bodyOnly = False
 
     @property
     def limits(self) -> FetchLimits:
@@ -385,6 +386,7 @@ class FetchResponseParser:
             pos += 1
         if pos >= len(line) or line[pos] != _LPAREN:
             raise FetchParseError("FETCH without a parenthesised list")
+        self._bodyOnly = False
         self._root = []
         self._stack = [self._root]
         self._spooled = []
@@ -400,6 +402,7 @@ class FetchResponseParser:
         """
         sequence, uidName, uid, section, size = match.groups()
         self._sequence = int(sequence)
+        self._bodyOnly = True
         self._root = root = [uidName, uid, section]
         self._stack = [root]
         self._spooled = []
@@ -417,18 +420,12 @@ class FetchResponseParser:
         @return: whether the response was such a one (and is done);
             otherwise nothing is changed.
         """
-        root = self._root
-        if len(root) != 4 or self._spooled or len(self._stack) != 1:
+        # _BODY_START matched the name, the UID and the section (bytes);
+        # the literal, not spooled, is in memory.
+        root: list[Any] = self._root
+        if not self._bodyOnly or len(root) != 4 or self._spooled or len(self._stack) != 1:
             return False
-        name, uid, section, body = root
-        if (
-            name != b"UID"
-            or section not in _BODY_SECTIONS
-            or not isinstance(uid, bytes)
-            or not uid.isdigit()
-            or not isinstance(body, bytes)
-        ):
-            return False
+        _, uid, section, body = root
         sequence = self._sequence
         self._state = _IDLE
         self._root = []
