@@ -182,8 +182,16 @@ def _openSSLReasons(error: SSL.Error) -> str:
     queue = error.args[0] if error.args else []
     if not isinstance(queue, list):
         return str(error) or type(error).__name__
+    return "; ".join(_queueReasons(queue)) or type(error).__name__
+
+
+def _queueReasons(queue: list[Any]) -> list[str]:
+    """
+    The reasons, not empty, of the entries of OpenSSL's error queue
+    (C{(library, function, reason)} tuples).
+    """
     reasons = [entry[-1] for entry in queue if isinstance(entry, tuple)]
-    return "; ".join(str(r) for r in reasons if r) or type(error).__name__
+    return [str(reason) for reason in reasons if reason]
 
 
 def _looksLikeTLS(head: bytes) -> bool:
