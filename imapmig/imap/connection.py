@@ -256,9 +256,15 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
             return
         self._closing = True
         self.connection.loseConnection()
+        if not self.closed.called:
+            self._restartDeadline()
+
+    def _restartDeadline(self) -> None:
+        """
+        Give the server the full timeout again, from now (for the close).
+        """
         deadline = self._deadline
-        if deadline is not None and not self.closed.called:
-            # The close gets the full timeout of its own.
+        if deadline is not None:
             deadline.disarm()
             deadline.arm()
 

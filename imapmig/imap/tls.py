@@ -213,10 +213,9 @@ def handshakeFailure(reason: BaseException, handle: object) -> ImapmigError | No
     @param handle: the transport's C{getHandle()}: a L{WatchedConnection}
         tells what the server sent; any other handle gives less detail.
     """
-    received = handle.received if isinstance(handle, WatchedConnection) else b""
-    if received and not _looksLikeTLS(received):
-        excerpt = escapedExcerpt(received)
-        return NotTLS(f'not TLS: the server answered "{excerpt}"', excerpt)
+    notTLS = _notTLS(handle)
+    if notTLS is not None:
+        return notTLS
     if isinstance(reason, HandshakeClosed):
         return TLSFailed(HandshakeClosed.REASON)
     if isinstance(reason, ImapmigError):
@@ -225,6 +224,18 @@ def handshakeFailure(reason: BaseException, handle: object) -> ImapmigError | No
     if tls is not None:
         return TLSFailed(f"TLS handshake failed: {tls}")
     return _interruption(reason)
+
+
+def _notTLS(handle: object) -> NotTLS | None:
+    """
+    A L{NotTLS} quoting what the server sent, if a L{WatchedConnection}
+    kept octets that cannot start a TLS record; else L{None}.
+    """
+    received = handle.received if isinstance(handle, WatchedConnection) else b""
+    if not received or _looksLikeTLS(received):
+        return None
+    excerpt = escapedExcerpt(received)
+    return NotTLS(f'not TLS: the server answered "{excerpt}"', excerpt)
 
 
 _INTERRUPTIONS: tuple[tuple[type[Exception], str | None, bool], ...] = (
