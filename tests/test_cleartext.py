@@ -250,11 +250,11 @@ class WithoutTLSTests(SynchronousTestCase):
             "print(cleartext.withoutTLS())\n"
             "from twisted.internet import reactor, tcp\n"
             "import imapmig.daemon.service\n"
-            "from imapmig.imap.client import _isTLSConnection\n"
+            "from imapmig.imap.starttls import isTLSConnection\n"
             "from imapmig.imap.errormap import _describeTLSError\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in"
             " ('OpenSSL', 'cryptography', 'service_identity')))\n"
-            "print(tcp.Connection.TLS, _isTLSConnection(object()),"
+            "print(tcp.Connection.TLS, isTLSConnection(object()),"
             " _describeTLSError(ValueError()))\n"
         )
         self.assertEqual(output.splitlines(), ["True", "['OpenSSL']", "False False None"])

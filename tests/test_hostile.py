@@ -28,7 +28,8 @@ from imapmig.errors import (
     ServerBusy,
     ServerBye,
 )
-from imapmig.imap.client import MAX_LINE_LENGTH, MigrationIMAP4Client
+from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.connection import MAX_LINE_LENGTH
 from imapmig.imap.commands import MAX_COLLECTED_RESPONSES
 from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline

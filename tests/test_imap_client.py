@@ -16,6 +16,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
+from twisted.mail.imap4 import IMAP4Exception
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
@@ -23,6 +24,10 @@ from zope.interface import implementer
 from imapmig.errors import (
     AuthenticationFailed,
     CommandFailed,
+    CommandRefused,
+    FetchParseError,
+    FetchSpoolError,
+    ImapmigError,
     ProtocolError,
     ReplyTimeout,
     ServerBusy,
@@ -30,13 +35,10 @@ from imapmig.errors import (
     TLSRequired,
     escapedExcerpt,
 )
-from imapmig.imap.client import (
-    MAX_LINE_LENGTH,
-    MAX_RESPONSE_LENGTH,
-    CommandRefused,
-    MigrationIMAP4Client,
-    describeConnectionLoss,
-)
+from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.connection import MAX_LINE_LENGTH
+from imapmig.imap.responses import MAX_RESPONSE_LENGTH
+from imapmig.errors import CommandRefused
 from imapmig.imap.errormap import parseResponseCode
 from imapmig.imap.login import capabilitySet
 from imapmig.imap.mailboxes import MailboxState
@@ -66,6 +68,33 @@ def greeted(caps: bytes = b"IMAP4rev1 LITERAL+") -> tuple[MigrationIMAP4Client, 
     client.makeConnection(transport)
     client.dataReceived(b"* OK [CAPABILITY " + caps + b"] ready\r\n")
     return client, transport, clock
+
+
+class WireErrorsTests(SynchronousTestCase):
+    """
+    The wire's errors are in L{imapmig.errors}' hierarchy and keep the
+    bases the code that catches them relies on.
+    """
+
+    def test_commandRefused(self) -> None:
+        """
+        L{CommandRefused} is an L{ImapmigError} and still the
+        L{IMAP4Exception} the session catches.
+        """
+        refused = CommandRefused("NO", b"[TRYCREATE] no such mailbox")
+        self.assertIsInstance(refused, ImapmigError)
+        self.assertIsInstance(refused, IMAP4Exception)
+        self.assertEqual((refused.status, refused.text), ("NO", b"[TRYCREATE] no such mailbox"))
+
+    def test_fetchErrors(self) -> None:
+        """
+        L{FetchParseError} and L{FetchSpoolError} are L{ImapmigError}s and
+        still L{ValueError}s.
+        """
+        for error in (FetchParseError("x"), FetchSpoolError("y")):
+            self.assertIsInstance(error, ImapmigError)
+            self.assertIsInstance(error, ValueError)
+        self.assertIsInstance(FetchSpoolError("y"), FetchParseError)
 
 
 class ClientTests(SynchronousTestCase):

@@ -25,7 +25,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.compress import CompressionStats, DeflateTransport, Inflater
+from imapmig.imap.compress import Compression, CompressionStats, DeflateTransport, Inflater
 from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
@@ -263,6 +263,23 @@ class CompressionStatsTests(SynchronousTestCase):
         self.assertEqual((stats.sentRatio, stats.receivedRatio), (0.25, 0.5))
         idle = CompressionStats(0, 0, 0, 0)
         self.assertEqual((idle.sentRatio, idle.receivedRatio), (1.0, 1.0))
+
+    def test_compressionCounts(self) -> None:
+        """
+        A L{Compression} writes through its deflater to the transport
+        underneath, and its stats count both directions.
+        """
+        transport = StringTransport()
+        compression = Compression(transport, 1)
+        compression.deflater.write(b"a" * 1000)
+        peer = zlib.compressobj(1, zlib.DEFLATED, -15)
+        wire = peer.compress(b"b" * 100) + peer.flush(zlib.Z_SYNC_FLUSH)
+        self.assertEqual(compression.inflater.inflate(wire), b"b" * 100)
+        stats = compression.stats()
+        self.assertEqual(
+            (stats.sentPlain, stats.sentWire, stats.receivedWire, stats.receivedPlain),
+            (1000, len(transport.value()), len(wire), 100),
+        )
 
 
 class ClientCompressionTests(SynchronousTestCase):

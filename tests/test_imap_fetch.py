@@ -30,22 +30,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import CommandFailed, ConnectionDropped, ConnectionLost, ProtocolError, ReplyTimeout
-from imapmig.imap.client import CommandRefused, MigrationIMAP4Client
+from imapmig.errors import (
+    CommandFailed,
+    CommandRefused,
+    ConnectionDropped,
+    ConnectionLost,
+    FetchParseError,
+    FetchSpoolError,
+    ProtocolError,
+    ReplyTimeout,
+)
+from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.fetch import (
     DEFAULT_MAX_LITERAL,
-    FetchedItem,
     FetchLimits,
-    FetchParseError,
     FetchResponseParser,
-    FetchSpoolError,
-    formatUIDSet,
     isFetchResponse,
-    parseInternalDate,
-    parseResponse,
 )
+from imapmig.imap.fetcheditem import FetchedItem, parseInternalDate
 from imapmig.imap.mailboxes import ListedMailbox
 from imapmig.imap.session import IMAPSession
+from imapmig.imap.syntax import formatUIDSet, parseResponse
 from imapmig.imap.spool import SpooledLiteral
 
 CET = timezone(timedelta(hours=1))

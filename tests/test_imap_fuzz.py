@@ -17,9 +17,9 @@ from twisted.logger import ILogObserver, LogEvent, globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import ProtocolError
+from imapmig.errors import CommandRefused, ProtocolError
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.commands import CommandRefused
+from imapmig.errors import CommandRefused
 from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
 from imapmig.imap.pipeline import AppendPipeline
 

@@ -236,6 +236,19 @@ class MappingTests(SynchronousTestCase):
         self.assertIsInstance(reset, TLSInterrupted)
         self.assertIsInstance(handshakeFailure(HandshakeClosed(), None), TLSFailed)
 
+    def test_handshakeClosedInHierarchy(self) -> None:
+        """
+        L{HandshakeClosed} is an L{SSL.Error} (what Twisted's TLS layer
+        catches) and a L{TLSFailed} of imapmig's hierarchy; mapped, it
+        becomes a plain L{TLSFailed} saying what happened, not itself.
+        """
+        closed = HandshakeClosed()
+        self.assertIsInstance(closed, SSL.Error)
+        self.assertIsInstance(closed, TLSFailed)
+        mapped = handshakeFailure(closed, None)
+        self.assertIs(type(mapped), TLSFailed)
+        self.assertEqual(str(mapped), HandshakeClosed.REASON)
+
     def test_unknown(self) -> None:
         """
         A reason that is none of the known endings is left alone

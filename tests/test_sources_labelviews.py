@@ -15,7 +15,8 @@ from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import SourceError
-from imapmig.imap.fetch import FetchedItem, Value, parseInternalDate
+from imapmig.imap.fetcheditem import FetchedItem, parseInternalDate
+from imapmig.imap.syntax import Value
 from imapmig.imap.opening import openSession
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob

@@ -45,17 +45,26 @@ def tcpSocketOf(transport: Any) -> socket.socket | None:
     for _ in range(_MAX_WRAPPERS + 1):
         if transport is None:
             return None
-        getHandle = getattr(transport, "getHandle", None)
-        handle = getHandle() if getHandle is not None else None
-        if isinstance(handle, socket.socket):
-            return handle
-        sock = getattr(transport, "socket", None)
-        if isinstance(sock, socket.socket):
+        sock = _ownSocket(transport)
+        if sock is not None:
             return sock
         transport = getattr(transport, "transport", None) or getattr(
             transport, "_transport", None
         )
     return None
+
+
+def _ownSocket(transport: Any) -> socket.socket | None:
+    """
+    The TCP socket of C{transport} itself, not of one it wraps: its
+    handle, or (after STARTTLS) its C{socket}.
+    """
+    getHandle = getattr(transport, "getHandle", None)
+    handle = getHandle() if getHandle is not None else None
+    if isinstance(handle, socket.socket):
+        return handle
+    sock = getattr(transport, "socket", None)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 class ImmediateAcks:

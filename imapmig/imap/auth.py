@@ -297,16 +297,44 @@ def mechanismFor(
     if isinstance(credentials, TokenLogin):
         return _tokenMechanism(credentials, capabilities, description)
     if isinstance(credentials, AdminLogin):
-        if not _plainOffered(capabilities):
-            raise AuthenticationFailed(
-                f"{description}: the server does not offer AUTH=PLAIN, which an"
-                f" admin login (admin {credentials.admin!r} on behalf of"
-                f" {credentials.user!r}) needs"
-            )
-        return PlainMechanism(credentials.user, credentials.admin, credentials.password)
+        return _adminMechanism(credentials, capabilities, description)
     if b"SASL-IR" in capabilities and _plainOffered(capabilities):
         return PlainMechanism("", credentials.user, credentials.password)
     return None
+
+
+def _adminMechanism(
+    credentials: AdminLogin, capabilities: frozenset[bytes], description: str
+) -> SASLMechanism:
+    """
+    PLAIN with the admin's credentials, on behalf of the user.
+
+    @raise AuthenticationFailed: the server does not offer PLAIN.
+    """
+    if not _plainOffered(capabilities):
+        raise AuthenticationFailed(
+            f"{description}: the server does not offer AUTH=PLAIN, which an"
+            f" admin login (admin {credentials.admin!r} on behalf of"
+            f" {credentials.user!r}) needs"
+        )
+    return PlainMechanism(credentials.user, credentials.admin, credentials.password)
+
+
+def _checkCarried(token: str, user: str, description: str) -> None:
+    """
+    Whether an OAuth2 message can carry C{token} and C{user}.
+
+    @raise AuthenticationFailed: it cannot (the token is not shown).
+    """
+    # A bearer token is b64token (RFC 6750 2.1): visible ASCII; anything
+    # else would break the ^A-separated message.
+    if not token or not all("\x21" <= c <= "\x7e" for c in token):
+        raise AuthenticationFailed(
+            f"{description}: the access token for {user!r} is empty or has"
+            " characters a bearer token cannot carry"
+        )
+    if "\x01" in user:
+        raise AuthenticationFailed(f"{description}: the user name has a ^A character")
 
 
 def _tokenMechanism(
@@ -319,15 +347,7 @@ def _tokenMechanism(
         or user cannot be carried (the token is not shown).
     """
     token, user = credentials.token, credentials.user
-    # A bearer token is b64token (RFC 6750 2.1): visible ASCII; anything
-    # else would break the ^A-separated message.
-    if not token or not all("\x21" <= c <= "\x7e" for c in token):
-        raise AuthenticationFailed(
-            f"{description}: the access token for {user!r} is empty or has"
-            " characters a bearer token cannot carry"
-        )
-    if "\x01" in user:
-        raise AuthenticationFailed(f"{description}: the user name has a ^A character")
+    _checkCarried(token, user, description)
     if b"AUTH=OAUTHBEARER" in capabilities:
         return OAuthBearerMechanism(user, token, credentials.host, credentials.port)
     if b"AUTH=XOAUTH2" in capabilities:

@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any, Callable, cast
 
 from twisted.internet.defer import Deferred
-from twisted.mail.imap4 import Command, IMAP4Exception
+from twisted.mail.imap4 import Command
 from twisted.python.failure import Failure
 
-from imapmig.imap.fetch import FetchedItem
+from imapmig.errors import CommandRefused
+from imapmig.imap.fetcheditem import FetchedItem
 
 MAX_COLLECTED_RESPONSES = 100_000
 """
@@ -37,20 +38,6 @@ FetchSink = Callable[[FetchedItem], object]
 Takes each untagged FETCH response read while a fetch command is in
 flight.
 """
-
-
-class CommandRefused(IMAP4Exception):
-    """
-    The tagged C{NO} or C{BAD} reply to a command.
-
-    @ivar status: C{"NO"} or C{"BAD"}.
-    @ivar text: the reply's text after the status, response code included.
-    """
-
-    def __init__(self, status: str, text: bytes) -> None:
-        IMAP4Exception.__init__(self, text)
-        self.status = status
-        self.text = text
 
 
 class CollectingCommand(Command):
@@ -81,7 +68,6 @@ class PendingCommand:
     """
     A command awaiting its tagged reply.
 
-    @cvar fetches: whether FETCH responses go to its sink.
     @ivar tag: its tag.
     @ivar name: what it is called (L{commandName}).
     @ivar deferred: fires with its outcome.
@@ -90,7 +76,6 @@ class PendingCommand:
     """
 
     __slots__ = ("tag", "name", "deferred", "collects")
-    fetches = False
 
     def __init__(
         self, tag: bytes, name: bytes, deferred: Deferred[Any], collects: bool = False
@@ -127,7 +112,6 @@ class FetchCommand(PendingCommand):
     """
 
     __slots__ = ("sink",)
-    fetches = True
 
     def __init__(self, tag: bytes, name: bytes, deferred: Deferred[Any], sink: FetchSink) -> None:
         PendingCommand.__init__(self, tag, name, deferred)

@@ -12,7 +12,8 @@ and the connection's other operations are forwarded to the real transport,
 so backpressure still comes from the socket and C{TCP_NODELAY} still
 applies to it.
 
-L{Inflater} decompresses what the server sends.
+L{Inflater} decompresses what the server sends; a L{Compression} pairs the
+two for one connection.
 
 Both count octets before and after compression; L{CompressionStats} is
 their sum for one connection.
@@ -246,13 +247,32 @@ class Inflater:
         return plain
 
 
-def compressionStats(transport: DeflateTransport, inflater: Inflater) -> CompressionStats:
+class Compression:
     """
-    The counts of one connection's two directions.
+    Both directions of one compressed connection, as the client switches
+    them on when the server accepts C{COMPRESS DEFLATE}.
+
+    @ivar deflater: what the client writes to from then on; it writes the
+        compressed octets to the transport underneath.
+    @ivar inflater: what the client hands what it reads.
     """
-    return CompressionStats(
-        sentPlain=transport.plainOctets,
-        sentWire=transport.wireOctets,
-        receivedWire=inflater.wireOctets,
-        receivedPlain=inflater.plainOctets,
-    )
+
+    def __init__(self, transport: Any, level: int = DEFAULT_LEVEL) -> None:
+        """
+        @param transport: the connection's transport until now.
+        @param level: the DEFLATE level for what the client sends.
+        """
+        self.deflater = DeflateTransport(transport, level)
+        self.inflater = Inflater()
+
+    def stats(self) -> CompressionStats:
+        """
+        The counts of the connection's two directions.
+        """
+        deflater, inflater = self.deflater, self.inflater
+        return CompressionStats(
+            sentPlain=deflater.plainOctets,
+            sentWire=deflater.wireOctets,
+            receivedWire=inflater.wireOctets,
+            receivedPlain=inflater.plainOctets,
+        )

@@ -25,7 +25,8 @@ from imapmig.errors import (
     TLSFailed,
     TLSInterrupted,
 )
-from imapmig.imap.client import CommandRefused, describeConnectionLoss
+from imapmig.imap.client import describeConnectionLoss
+from imapmig.errors import CommandRefused
 
 T = TypeVar("T")
 K = TypeVar("K")

@@ -9,9 +9,10 @@ takes the short, non-literal parts of a response line by line, and the
 octets of each literal as they arrive, in as many pieces as the transport
 delivers.  Literal octets are kept as a list of chunks, never looked at,
 and joined once when the literal is complete (the only copy); the lines
-around them are split by a small tokenizer (atoms, quoted strings with
-backslash escapes, parenthesised lists, C{NIL}, C{{N}} and C{~{N}}
-literals).
+around them are split by a small tokenizer (L{imapmig.imap.syntax}: atoms,
+quoted strings with backslash escapes, parenthesised lists, C{NIL}, C{{N}}
+and C{~{N}} literals); each response becomes a L{FetchedItem}
+(L{imapmig.imap.fetcheditem}).
 
 A FETCH response looks like this on the wire (RFC 3501 7.4.2, RFC 3516 and
 RFC 7162 for literal8 and MODSEQ)::
@@ -37,55 +38,24 @@ from __future__ import annotations
 
 import re
 import tempfile
-from datetime import datetime, timedelta, timezone
-from functools import lru_cache
-from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, TypeAlias, Union
+from typing import Any, Callable
 
-from attrs import evolve, field, frozen
+from attrs import evolve, frozen
 
+from imapmig.errors import FetchParseError, FetchSpoolError
+from imapmig.imap.fetcheditem import FetchedItem, isMessageData, itemOf, listedItem
 from imapmig.imap.spool import SpooledLiteral
+from imapmig.imap.syntax import Value, scan
 
 __all__ = [
     "DEFAULT_MAX_LITERAL",
     "FetchLimits",
-    "FetchParseError",
     "FetchResponseParser",
-    "FetchSpoolError",
-    "FetchedItem",
-    "Value",
-    "formatUIDSet",
     "isFetchResponse",
-    "parseInternalDate",
-    "parseResponse",
 ]
-
-Value: TypeAlias = Union[bytes, None, list["Value"]]
-"""
-One parsed element of a response: an atom, quoted string or literal as
-bytes, C{NIL} as L{None}, a parenthesised list as a list.
-"""
 
 _SP = 0x20
 _LPAREN = 0x28
-_RPAREN = 0x29
-_DQUOTE = 0x22
-_LBRACE = 0x7B
-_LBRACKET = 0x5B
-_TILDE = 0x7E
-
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        b"Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1
-    )
-}
-
-# Response items that carry message data (a section), keyed as written.
-_SECTION_PREFIXES = (b"BODY[", b"BINARY[")
-_SECTION_NAMES = frozenset([b"RFC822", b"RFC822.HEADER", b"RFC822.TEXT"])
-# The full message, in the order L{FetchedItem.body} looks for it.
-_FULL_BODY = (b"BODY[]", b"BINARY[]", b"RFC822")
 
 DEFAULT_MAX_LITERAL = 256 * 1024 * 1024
 """
@@ -94,47 +64,6 @@ parser's L{FetchLimits} say otherwise: well above the largest message
 common servers accept (Microsoft 365: 150 MB; Gmail: 25 MB), far below
 what would exhaust a small machine.
 """
-
-
-# Shared by the many responses that carry no section or other item (a
-# listing of a large folder): read-only, so sharing is safe.
-_NO_SECTIONS: Mapping[bytes, bytes | None] = MappingProxyType({})
-_NO_EXTRA: Mapping[bytes, Value] = MappingProxyType({})
-_NO_SPOOLED: Mapping[bytes, SpooledLiteral] = MappingProxyType({})
-
-
-def _describeSections(sections: Mapping[bytes, bytes | None]) -> str:
-    """
-    The C{repr} of L{FetchedItem.sections}: sizes, never message octets.
-    """
-    described = (
-        f"{name!r}: {'NIL' if value is None else f'<{len(value)} octets>'}"
-        for name, value in sections.items()
-    )
-    return "{" + ", ".join(described) + "}"
-
-
-def _describeSpooled(spooled: Mapping[bytes, SpooledLiteral]) -> str:
-    """
-    The C{repr} of L{FetchedItem.spooled}.
-    """
-    return "{" + ", ".join(f"{name!r}: {value!r}" for name, value in spooled.items()) + "}"
-
-
-class FetchParseError(ValueError):
-    """
-    The server sent a FETCH response this parser cannot read, or one
-    beyond its L{FetchLimits}.
-    """
-
-
-class FetchSpoolError(FetchParseError):
-    """
-    A literal could not be written to its temporary file (a full disk, a
-    spool directory that is missing or not writable).  Not the server's
-    fault, but the response cannot be read either: the client treats it as
-    any L{FetchParseError} and drops the connection.
-    """
 
 
 @frozen
@@ -166,121 +95,6 @@ class FetchLimits:
     spoolAbove: int | None = None
     spoolDirectory: str | None = None
 
-
-@frozen
-class FetchedItem:
-    """
-    One untagged C{FETCH} response, solicited or not.
-
-    Every attribute is L{None} when the response did not carry that item
-    (an unsolicited flag update carries only C{FLAGS}, perhaps C{UID} and
-    C{MODSEQ}).
-
-    @ivar sequence: the message sequence number.
-    @ivar uid: C{UID}.
-    @ivar flags: C{FLAGS}, as the server spelled them (C{\\Recent}
-        included).
-    @ivar internalDate: C{INTERNALDATE}, timezone-aware; L{None} also when
-        the server sent a date this parser cannot read.
-    @ivar size: C{RFC822.SIZE}.
-    @ivar modSeq: C{MODSEQ} (RFC 7162).
-    @ivar sections: the message data, keyed by the item name exactly as the
-        server wrote it (C{b"BODY[]"}, C{b"BODY[]<0>"},
-        C{b"BODY[HEADER.FIELDS (MESSAGE-ID)]"}, C{b"BINARY[]"},
-        C{b"RFC822"}); L{None} where the server sent C{NIL}.  Its C{repr}
-        shows sizes only.
-    @ivar extra: every other item (C{ENVELOPE}, C{BODYSTRUCTURE},
-        C{X-GM-LABELS}, ...), unconverted, keyed as written.
-    @ivar spooled: message data the parser spooled to temporary files
-        (L{FetchLimits.spoolAbove}), keyed as in C{sections}, where those
-        items then are absent.  Only a parser with spooling on makes
-        these; whoever receives the item owns them (close what is not
-        kept).
-    """
-
-    sequence: int
-    uid: int | None = None
-    flags: tuple[str, ...] | None = None
-    internalDate: datetime | None = None
-    size: int | None = None
-    modSeq: int | None = None
-    sections: Mapping[bytes, bytes | None] = field(
-        default=_NO_SECTIONS, repr=_describeSections
-    )
-    extra: Mapping[bytes, Value] = field(default=_NO_EXTRA, repr=False)
-    spooled: Mapping[bytes, SpooledLiteral] = field(default=_NO_SPOOLED, repr=_describeSpooled)
-
-    @property
-    def hasBody(self) -> bool:
-        """
-        Whether the response carried the whole message (C{BODY[]},
-        C{BINARY[]} or C{RFC822}), in memory, spooled, or C{NIL}.
-        """
-        return any(name in self.sections or name in self.spooled for name in _FULL_BODY)
-
-    @property
-    def spooledBody(self) -> SpooledLiteral | None:
-        """
-        The whole message, if the parser spooled it (then L{body} is
-        L{None}).
-        """
-        spooled = self.spooled
-        if spooled:
-            for name in _FULL_BODY:
-                value = spooled.get(name)
-                if value is not None:
-                    return value
-        return None
-
-    @property
-    def body(self) -> bytes | None:
-        """
-        The whole message (C{BODY[]}, C{BINARY[]} or C{RFC822}) held in
-        memory, or L{None} if the response carried none (or C{NIL}, or it
-        was spooled: see L{spooledBody}).
-        """
-        sections = self.sections
-        if sections:
-            for name in _FULL_BODY:
-                value = sections.get(name)
-                if value is not None:
-                    return value
-        return None
-
-
-@lru_cache(maxsize=64)
-def _zone(minutes: int) -> timezone:
-    return timezone(timedelta(minutes=minutes))
-
-
-def parseInternalDate(value: bytes) -> datetime:
-    """
-    Parse an RFC 3501 C{date-time} (without its quotes), such as
-    C{b"22-Nov-2026 10:00:00 +0100"} or C{b" 2-Nov-2026 10:00:00 -0500"}.
-
-    @return: a timezone-aware datetime.
-    @raise ValueError: C{value} is not a date-time.
-    """
-    try:
-        date, time, zone = value.split()
-        day, month, year = date.split(b"-")
-        hour, minute, second = time.split(b":")
-        if len(zone) != 5 or zone[0] not in b"+-" or not zone[1:].isdigit():
-            raise ValueError
-        minutes = int(zone[1:3]) * 60 + int(zone[3:5])
-        return datetime(
-            int(year),
-            _MONTHS[month.title()],
-            int(day),
-            int(hour),
-            int(minute),
-            int(second),
-            tzinfo=_zone(-minutes if zone[0] == 0x2D else minutes),
-        )
-    except (ValueError, KeyError):
-        raise ValueError(f"not an IMAP date-time: {value[:40]!r}") from None
-
-
 def isFetchResponse(line: bytes) -> bool:
     """
     Whether C{line} starts an untagged C{FETCH} response (C{* <n> FETCH}).
@@ -293,261 +107,6 @@ def isFetchResponse(line: bytes) -> bool:
         return False
     return line[space + 1 : space + 7].upper() in (b"FETCH ", b"FETCH(")
 
-
-def _quoted(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
-    """
-    Read a quoted string whose opening quote is just before C{pos}.
-
-    @return: its value (escapes resolved) and the position after its
-        closing quote.
-    """
-    pieces: list[bytes] | None = None
-    start = pos
-    while True:
-        quote = data.find(b'"', pos, end)
-        if quote < 0:
-            raise FetchParseError("unterminated quoted string")
-        backslash = data.find(b"\\", pos, quote)
-        if backslash < 0:
-            if pieces is None:
-                return data[start:quote], quote + 1
-            pieces.append(data[pos:quote])
-            return b"".join(pieces), quote + 1
-        if backslash + 1 >= end:
-            raise FetchParseError("unterminated quoted string")
-        if pieces is None:
-            pieces = []
-        pieces.append(data[pos:backslash])
-        pieces.append(data[backslash + 1 : backslash + 2])
-        pos = backslash + 2
-
-
-def _atom(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
-    """
-    Read an atom-like token starting at C{pos}: everything up to a space or
-    a parenthesis, where a bracketed part (C{BODY[HEADER.FIELDS (A B)]})
-    may itself hold spaces and parentheses.
-
-    @return: the token and the position after it.
-    """
-    scan = pos
-    while True:
-        stop = end
-        for delimiter in (b" ", b")", b"(", b"["):
-            found = data.find(delimiter, scan, stop)
-            if found >= 0:
-                stop = found
-        if stop < end and data[stop] == _LBRACKET:
-            close = data.find(b"]", stop, end)
-            if close < 0:
-                raise FetchParseError("unterminated section specification")
-            scan = close + 1
-            continue
-        return data[pos:stop], stop
-
-
-def _scan(data: bytes, pos: int, end: int, stack: list[list[Value]]) -> tuple[int, int]:
-    """
-    Tokenize C{data[pos:end]} into the open lists of C{stack} (the
-    innermost last), opening and closing lists as parentheses say, until
-    the end or a literal marker.
-
-    @return: the position reached, and the size announced by the literal
-        marker (C{{N}} or C{~{N}}) that stopped the scan, or -1 if it
-        reached C{end}.
-    @raise FetchParseError: malformed data.
-    """
-    while pos < end:
-        octet = data[pos]
-        if octet == _SP:
-            pos += 1
-            continue
-        if not stack:
-            raise FetchParseError("data after the closing parenthesis")
-        if octet == _LPAREN:
-            inner: list[Value] = []
-            stack[-1].append(inner)
-            stack.append(inner)
-            pos += 1
-        elif octet == _RPAREN:
-            stack.pop()
-            pos += 1
-        elif octet == _DQUOTE:
-            value, pos = _quoted(data, pos + 1, end)
-            stack[-1].append(value)
-        elif octet == _LBRACE or (
-            octet == _TILDE and pos + 1 < end and data[pos + 1] == _LBRACE
-        ):
-            start = pos + (1 if octet == _LBRACE else 2)
-            close = data.find(b"}", start, end)
-            digits = data[start:close]
-            if close < 0 or not digits.isdigit() or len(digits) > 18:
-                raise FetchParseError("malformed literal marker")
-            return close + 1, int(digits)
-        else:
-            atom, pos = _atom(data, pos, end)
-            if len(atom) == 3 and atom.upper() == b"NIL":
-                stack[-1].append(None)
-            else:
-                stack[-1].append(atom)
-    return pos, -1
-
-
-def parseResponse(data: bytes) -> list[Value]:
-    """
-    Parse a complete, small response (the text after C{* }, as Twisted's
-    client hands it over: any literal inline, as C{{N}\\r\\n} followed by
-    its octets) into its elements.  Not for message bodies: see
-    L{FetchResponseParser}.
-
-    @raise FetchParseError: malformed or unbalanced data.
-    """
-    top: list[Value] = []
-    stack = [top]
-    pos, end = 0, len(data)
-    while True:
-        pos, size = _scan(data, pos, end, stack)
-        if size < 0:
-            break
-        if not stack:
-            raise FetchParseError("literal after the closing parenthesis")
-        if data[pos : pos + 2] != b"\r\n" or pos + 2 + size > end:
-            raise FetchParseError("truncated literal")
-        stack[-1].append(data[pos + 2 : pos + 2 + size])
-        pos += 2 + size
-    if len(stack) != 1:
-        raise FetchParseError("unbalanced parentheses")
-    return top
-
-
-def _integer(value: Value, name: bytes) -> int:
-    if isinstance(value, bytes) and value.isdigit():
-        return int(value)
-    raise FetchParseError(f"{name.decode('ascii', 'replace')} is not a number")
-
-
-def _text(value: bytes) -> str:
-    if value.isascii():
-        return value.decode("ascii")
-    return value.decode("utf-8", "replace")
-
-
-def _item(
-    sequence: int,
-    values: list[Value],
-    spooled: list[tuple[int, bytes, SpooledLiteral]] | None = None,
-) -> FetchedItem:
-    """
-    The L{FetchedItem} of a parsed FETCH attribute list
-    (C{[name, value, name, value, ...]}).
-
-    @param spooled: the literals spooled while the list was read: the
-        index of each one's placeholder in C{values}, its item name, and
-        the spool.
-    """
-    if len(values) % 2:
-        raise FetchParseError("a FETCH item without a value")
-    uid = size = modSeq = None
-    flags: tuple[str, ...] | None = None
-    internalDate: datetime | None = None
-    sections: dict[bytes, bytes | None] = {}
-    extra: dict[bytes, Value] = {}
-    spools: dict[bytes, SpooledLiteral] = {}
-    placeholders: set[int] = set()
-    for index, spoolName, spool in spooled or ():
-        earlier = spools.get(spoolName)
-        if earlier is not None:
-            earlier.close()
-        spools[spoolName] = spool
-        placeholders.add(index)
-    for i in range(0, len(values), 2):
-        if i + 1 in placeholders:
-            continue
-        name, value = values[i], values[i + 1]
-        if not isinstance(name, bytes):
-            raise FetchParseError("a FETCH item name that is not an atom")
-        key = name.upper()
-        if key == b"UID":
-            uid = _integer(value, key)
-        elif key == b"FLAGS":
-            if not isinstance(value, list):
-                raise FetchParseError("FLAGS is not a list")
-            flags = tuple(_text(flag) for flag in value if isinstance(flag, bytes))
-        elif key == b"RFC822.SIZE":
-            size = _integer(value, key)
-        elif key == b"INTERNALDATE":
-            if isinstance(value, bytes):
-                try:
-                    internalDate = parseInternalDate(value)
-                except ValueError:
-                    internalDate = None
-        elif key == b"MODSEQ":
-            if not isinstance(value, list) or len(value) != 1:
-                raise FetchParseError("MODSEQ is not a one-element list")
-            modSeq = _integer(value[0], key)
-        elif key.startswith(_SECTION_PREFIXES) or key in _SECTION_NAMES:
-            if isinstance(value, list):
-                raise FetchParseError("message data that is a list")
-            sections[name] = value
-        else:
-            extra[name] = value
-    return FetchedItem(
-        sequence=sequence,
-        uid=uid,
-        flags=flags,
-        internalDate=internalDate,
-        size=size,
-        modSeq=modSeq,
-        sections=sections or _NO_SECTIONS,
-        extra=extra or _NO_EXTRA,
-        spooled=spools or _NO_SPOOLED,
-    )
-
-
-def _listed(match: re.Match[bytes]) -> FetchedItem:
-    """
-    The L{FetchedItem} of a response that matched L{_LISTING}: what
-    L{_item} makes of it (C{NIL} among the flags left out, as a flag list
-    holds atoms only; an unreadable date is L{None}).
-    """
-    sequence, uid, flags, date, size = match.groups()
-    try:
-        internalDate: datetime | None = parseInternalDate(date)
-    except ValueError:
-        internalDate = None
-    return FetchedItem(
-        sequence=int(sequence),
-        uid=int(uid),
-        flags=tuple(
-            _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
-        ),
-        internalDate=internalDate,
-        size=int(size),
-    )
-
-
-def formatUIDSet(uids: Iterable[int]) -> bytes:
-    """
-    A compact IMAP sequence set of C{uids}: C{[7, 1, 2, 3, 9, 10]} gives
-    C{b"1:3,7,9:10"}.
-
-    @raise ValueError: C{uids} is empty or holds a number below 1.
-    """
-    ordered = sorted(set(uids))
-    if not ordered or ordered[0] < 1:
-        raise ValueError("a UID set needs UIDs of at least 1")
-    ranges: list[bytes] = []
-    first = last = ordered[0]
-    for uid in ordered[1:]:
-        if uid == last + 1:
-            last = uid
-            continue
-        ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
-        first = last = uid
-    ranges.append(b"%d" % first if first == last else b"%d:%d" % (first, last))
-    return b",".join(ranges)
-
-
 _IDLE = 0
 _LINE = 1
 _LITERAL = 2
@@ -559,8 +118,6 @@ _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
 )
 
-# The sections a response read by _bodyEnds may carry, as written.
-_BODY_SECTIONS = frozenset([b"BODY[]", b"BINARY[]"])
 
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only: read
@@ -569,6 +126,18 @@ _LISTING = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
     rb'INTERNALDATE "([^"\\]*)" RFC822\.SIZE ([0-9]{1,18})\)\Z'
 )
+
+
+def _tooLarge(size: int, before: int, limit: int) -> FetchParseError:
+    """
+    The error for a literal of C{size} octets announced after C{before}
+    in the same response, above the C{limit} per response.
+    """
+    after = f" after {before} in the same response" if before else ""
+    return FetchParseError(
+        f"a literal of {size} octets announced{after}, "
+        f"above the limit of {limit} octets per response"
+    )
 
 
 class FetchResponseParser:
@@ -604,6 +173,7 @@ class FetchResponseParser:
         "_responseOctets",
         "_memoryOctets",
         "_totalOctets",
+        "_bodyOnly",
     )
 
     def __init__(
@@ -627,6 +197,8 @@ class FetchResponseParser:
         self._responseOctets = 0
         self._memoryOctets = 0
         self._totalOctets = 0
+        # Whether the response in progress began as _BODY_START matches.
+        self._bodyOnly = False
 
     @property
     def limits(self) -> FetchLimits:
@@ -712,7 +284,7 @@ class FetchResponseParser:
                     return
                 match = _LISTING.match(line)
                 if match is not None:
-                    self._itemReceived(_listed(match))
+                    self._itemReceived(listedItem(match))
                     return
                 pos = self._start(line)
             elif self._state == _LINE:
@@ -814,6 +386,7 @@ class FetchResponseParser:
             pos += 1
         if pos >= len(line) or line[pos] != _LPAREN:
             raise FetchParseError("FETCH without a parenthesised list")
+        self._bodyOnly = False
         self._root = []
         self._stack = [self._root]
         self._spooled = []
@@ -829,6 +402,7 @@ class FetchResponseParser:
         """
         sequence, uidName, uid, section, size = match.groups()
         self._sequence = int(sequence)
+        self._bodyOnly = True
         self._root = root = [uidName, uid, section]
         self._stack = [root]
         self._spooled = []
@@ -840,24 +414,18 @@ class FetchResponseParser:
         """
         The closing parenthesis of a response that is C{UID <uid>
         <section> <literal>} (as L{_BODY_START} starts one), its literal
-        held in memory: its item is made without the tokenizer, as L{_item}
+        held in memory: its item is made without the tokenizer, as L{itemOf}
         would make it.
 
         @return: whether the response was such a one (and is done);
             otherwise nothing is changed.
         """
-        root = self._root
-        if len(root) != 4 or self._spooled or len(self._stack) != 1:
+        # _BODY_START matched the name, the UID and the section (bytes);
+        # the literal, not spooled, is in memory.
+        root: list[Any] = self._root
+        if not self._bodyOnly or len(root) != 4 or self._spooled or len(self._stack) != 1:
             return False
-        name, uid, section, body = root
-        if (
-            name != b"UID"
-            or section not in _BODY_SECTIONS
-            or not isinstance(uid, bytes)
-            or not uid.isdigit()
-            or not isinstance(body, bytes)
-        ):
-            return False
+        _, uid, section, body = root
         sequence = self._sequence
         self._state = _IDLE
         self._root = []
@@ -883,7 +451,7 @@ class FetchResponseParser:
     def _continue(self, line: bytes, pos: int) -> None:
         end = len(line)
         stack = self._stack
-        pos, size = _scan(line, pos, end, stack)
+        pos, size = scan(line, pos, end, stack)
         if size < 0:
             if stack:
                 raise FetchParseError("the line ends inside a parenthesised list")
@@ -904,11 +472,7 @@ class FetchResponseParser:
         limits = self._limits
         before = self._responseOctets
         if before + size > limits.maxLiteral:
-            after = f" after {before} in the same response" if before else ""
-            raise FetchParseError(
-                f"a literal of {size} octets announced{after}, "
-                f"above the limit of {limits.maxLiteral} octets per response"
-            )
+            raise _tooLarge(size, before, limits.maxLiteral)
         total = self._totalOctets
         if limits.maxTotal is not None and total + size > limits.maxTotal:
             raise FetchParseError(
@@ -917,22 +481,32 @@ class FetchResponseParser:
             )
         spoolAbove = limits.spoolAbove
         if spoolAbove is not None and self._memoryOctets + size > spoolAbove:
-            if not self._atMessageData():
-                raise FetchParseError(
-                    f"a literal of {size} octets that is not message data, "
-                    f"above the {spoolAbove} octets held in memory"
-                )
-            try:
-                self._spool = SpooledLiteral.create(size, limits.spoolDirectory)
-            except OSError as e:
-                raise FetchSpoolError(
-                    f"cannot create a temporary file for a literal of {size} octets "
-                    f"in {limits.spoolDirectory or tempfile.gettempdir()}: {e.strerror or e}"
-                ) from None
+            self._startSpool(size, limits, spoolAbove)
         else:
             self._memoryOctets += size
         self._responseOctets = before + size
         self._totalOctets = total + size
+
+    def _startSpool(self, size: int, limits: FetchLimits, spoolAbove: int) -> None:
+        """
+        The literal about to be read goes to a new spool: it is message
+        data too large to hold in memory (else it is refused).
+
+        @raise FetchParseError: it is not message data.
+        @raise FetchSpoolError: its spool cannot be created.
+        """
+        if not self._atMessageData():
+            raise FetchParseError(
+                f"a literal of {size} octets that is not message data, "
+                f"above the {spoolAbove} octets held in memory"
+            )
+        try:
+            self._spool = SpooledLiteral.create(size, limits.spoolDirectory)
+        except OSError as e:
+            raise FetchSpoolError(
+                f"cannot create a temporary file for a literal of {size} octets "
+                f"in {limits.spoolDirectory or tempfile.gettempdir()}: {e.strerror or e}"
+            ) from None
 
     def _atMessageData(self) -> bool:
         """
@@ -948,15 +522,14 @@ class FetchResponseParser:
         name = root[-1]
         if not isinstance(name, bytes):
             return False
-        key = name.upper()
-        return key.startswith(_SECTION_PREFIXES) or key in _SECTION_NAMES
+        return isMessageData(name.upper())
 
     def _finish(self) -> None:
         root, sequence, spooled = self._root, self._sequence, self._spooled
         self._spooled = []
         self.reset()
         try:
-            item = _item(sequence, root, spooled)
+            item = itemOf(sequence, root, spooled)
         except FetchParseError:
             for _, _, spool in spooled:
                 spool.close()

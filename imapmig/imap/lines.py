@@ -49,6 +49,19 @@ def _startOf(pieces: list[bytes]) -> bytes:
     return b"".join(taken)[:_START]
 
 
+def _partialEnd(partial: list[bytes], data: bytes, pos: int) -> tuple[int, int, int] | None:
+    """
+    Where the line begun in C{partial} ends in C{data}, from C{pos}: the
+    end of its octets in C{data}, the position after its CRLF, and -1 if
+    its CR ended C{partial} (to be cut off the joined line), else 0; or
+    L{None} if it does not end in C{data}.
+    """
+    if partial[-1][-1:] == b"\r" and data[pos : pos + 1] == b"\n":
+        return pos, pos + 1, -1
+    end = data.find(b"\r\n", pos)
+    return None if end < 0 else (end, end + 2, 0)
+
+
 class LinearLineReceiver(LineReceiver):
     """
     A L{LineReceiver} whose line splitting is linear in the octets received.
@@ -177,14 +190,11 @@ class LinearLineReceiver(LineReceiver):
         """
         partial = self._partial
         pos = self._pos
-        if partial[-1][-1:] == b"\r" and data[pos : pos + 1] == b"\n":
-            end, after, tail = pos, pos + 1, -1
-        else:
-            end = data.find(b"\r\n", pos)
-            if end < 0:
-                self._keepPartial(data[pos:] if pos else data)
-                return False
-            after, tail = end + 2, 0
+        found = _partialEnd(partial, data, pos)
+        if found is None:
+            self._keepPartial(data[pos:] if pos else data)
+            return False
+        end, after, tail = found
         size = self._partialSize + (end - pos) + tail
         if size > self.MAX_LENGTH:
             self._exceeded(_startOf(partial))

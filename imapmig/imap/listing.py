@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from imapmig.errors import CommandFailed, ProtocolError
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.errormap import mapped, retold
-from imapmig.imap.fetch import Value
+from imapmig.imap.syntax import Value
 from imapmig.imap.mailboxes import (
     ListedMailbox,
     MailboxInfo,

@@ -15,7 +15,8 @@ from typing import Sequence
 from attrs import frozen
 from twisted.logger import Logger
 
-from imapmig.imap.fetch import FetchParseError, Value, parseResponse
+from imapmig.errors import FetchParseError
+from imapmig.imap.syntax import Value, parseResponse
 from imapmig.imap.mailboxname import decodeListedName
 
 

@@ -17,7 +17,8 @@ import twisted.mail.imap4  # noqa: F401  (registers the imap4-utf-7 codec)
 from attrs import frozen
 
 from imapmig.errors import ProtocolError
-from imapmig.imap.fetch import FetchParseError, Value, parseResponse
+from imapmig.errors import FetchParseError
+from imapmig.imap.syntax import Value, parseResponse
 from imapmig.mail.folders import PersonalNamespace
 
 MAX_NAMESPACES = 100
@@ -62,14 +63,20 @@ class ServerNamespaces:
             best = (len(personal.prefix), None)
         for kind, spaces in (("other users'", self.others), ("shared", self.shared)):
             for space in spaces:
-                if space.prefix and mailbox.startswith(space.prefix):
-                    if len(space.prefix) > best[0]:
-                        best = (len(space.prefix), kind)
-                elif space.prefix and mailbox + (space.delimiter or "") == space.prefix:
-                    # The namespace's root itself ("#shared" for "#shared/").
-                    if len(space.prefix) > best[0]:
-                        best = (len(space.prefix), kind)
+                if len(space.prefix) > best[0] and _liesIn(mailbox, space):
+                    best = (len(space.prefix), kind)
         return best[1]
+
+
+def _liesIn(mailbox: str, space: PersonalNamespace) -> bool:
+    """
+    Whether C{mailbox} lies in the non-personal namespace C{space}, or is
+    its root itself (C{"#shared"} for C{"#shared/"}).
+    """
+    prefix = space.prefix
+    return bool(prefix) and (
+        mailbox.startswith(prefix) or mailbox + (space.delimiter or "") == prefix
+    )
 
 
 def _decode(value: bytes) -> str:
@@ -80,6 +87,51 @@ def _decode(value: bytes) -> str:
         return value.decode("imap4-utf-7")
     except (UnicodeError, ValueError):
         return value.decode("utf-8", "replace")
+
+
+def _prefixAndDelimiter(entry: Value, which: str, line: bytes) -> tuple[bytes, bytes | None]:
+    """
+    The prefix and the delimiter (or C{NIL}) of one namespace of a list,
+    which may hold extension data after them.
+
+    @raise ProtocolError: C{entry} is not a namespace.
+    """
+    if isinstance(entry, list) and len(entry) >= 2:
+        prefix, delimiter = entry[0], entry[1]
+        if isinstance(prefix, bytes) and (delimiter is None or isinstance(delimiter, bytes)):
+            return prefix, delimiter
+    raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
+
+
+def _delimiter(raw: bytes | None, which: str, line: bytes) -> str | None:
+    """
+    A namespace's delimiter: one character, not NUL; L{None} for C{NIL}
+    (or an empty string).
+
+    @raise ProtocolError: it is longer, or NUL.
+    """
+    if not raw:
+        return None
+    delimiter = _decode(raw)
+    if len(delimiter) != 1 or delimiter == "\0":
+        raise ProtocolError(
+            f"a malformed NAMESPACE response ({which}: a delimiter must be"
+            " one character, not NUL)",
+            line,
+        )
+    return delimiter
+
+
+def _namespace(entry: Value, which: str, line: bytes, personal: bool) -> PersonalNamespace:
+    """
+    One namespace of a list; see L{_namespaces}.
+    """
+    rawPrefix, rawDelimiter = _prefixAndDelimiter(entry, which, line)
+    prefix = _decode(rawPrefix)
+    delimiter = _delimiter(rawDelimiter, which, line)
+    if personal and prefix and delimiter is not None and not prefix.endswith(delimiter):
+        prefix += delimiter
+    return PersonalNamespace(prefix, delimiter)
 
 
 def _namespaces(
@@ -102,27 +154,7 @@ def _namespaces(
         raise ProtocolError(
             f"a NAMESPACE response with more than {MAX_NAMESPACES} {which} namespaces", line
         )
-    spaces = []
-    for entry in value:
-        if (
-            not isinstance(entry, list)
-            or len(entry) < 2
-            or not isinstance(entry[0], bytes)
-            or not (entry[1] is None or isinstance(entry[1], bytes))
-        ):
-            raise ProtocolError(f"a malformed NAMESPACE response ({which})", line)
-        prefix = _decode(entry[0])
-        delimiter = _decode(entry[1]) if entry[1] else None
-        if delimiter is not None and (len(delimiter) != 1 or delimiter == "\0"):
-            raise ProtocolError(
-                f"a malformed NAMESPACE response ({which}: a delimiter must be"
-                " one character, not NUL)",
-                line,
-            )
-        if personal and prefix and delimiter is not None and not prefix.endswith(delimiter):
-            prefix += delimiter
-        spaces.append(PersonalNamespace(prefix, delimiter))
-    return tuple(spaces)
+    return tuple(_namespace(entry, which, line, personal) for entry in value)
 
 
 def parseNamespaceResponse(line: bytes) -> ServerNamespaces:

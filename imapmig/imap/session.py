@@ -24,7 +24,8 @@ from imapmig.imap.auth import Credentials, PasswordLogin
 from imapmig.imap.batches import MailboxBatches
 from imapmig.imap.compress import CompressionStats
 from imapmig.imap.errormap import mapped, refusalsOf
-from imapmig.imap.fetch import FetchedItem, formatUIDSet
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.listing import MailboxListing
 from imapmig.imap.login import logIn, serverCapabilities
 from imapmig.imap.mailboxes import (

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import Callable
 
 from attrs import frozen
 
@@ -202,33 +203,49 @@ class ServerSignal:
             command (C{"APPEND"}), the server's description.
         @param mailbox: the mailbox concerned, for L{MailboxMissing}.
         """
-        action = self.action
-        if action is SignalAction.RETRY:
-            wait = "" if self.retryAfter is None else f" {self.retryAfter:g} s"
-            return ServerBusy(
-                f"{context}: the server asks to wait{wait}: {self.reply}",
-                self.text,
-                self.code,
-                self.retryAfter,
-            )
-        if action is SignalAction.PAUSE:
-            return QuotaExceeded(
-                f"{context}: the account is over a server limit: {self.reply}",
-                self.text,
-                self.code,
-            )
-        if action is SignalAction.RECREATE_MAILBOX:
-            name = mailbox if mailbox is not None else "?"
-            return MailboxMissing(
-                f"{context}: the mailbox {name!r} does not exist: {self.reply}",
-                name,
-                self.text,
-                self.code,
-            )
-        if action is SignalAction.RECONNECT:
-            ended = "connection" if self.status == "BYE" else "session"
-            return ConnectionLost(f"{context}: the server ended the {ended}: {self.reply}")
-        return None
+        make = _ERRORS.get(self.action)
+        return None if make is None else make(self, context, mailbox)
+
+    def _busy(self, context: str, mailbox: str | None) -> TransientError:
+        wait = "" if self.retryAfter is None else f" {self.retryAfter:g} s"
+        return ServerBusy(
+            f"{context}: the server asks to wait{wait}: {self.reply}",
+            self.text,
+            self.code,
+            self.retryAfter,
+        )
+
+    def _overLimit(self, context: str, mailbox: str | None) -> TransientError:
+        return QuotaExceeded(
+            f"{context}: the account is over a server limit: {self.reply}",
+            self.text,
+            self.code,
+        )
+
+    def _missing(self, context: str, mailbox: str | None) -> TransientError:
+        name = mailbox if mailbox is not None else "?"
+        return MailboxMissing(
+            f"{context}: the mailbox {name!r} does not exist: {self.reply}",
+            name,
+            self.text,
+            self.code,
+        )
+
+    def _ended(self, context: str, mailbox: str | None) -> TransientError:
+        ended = "connection" if self.status == "BYE" else "session"
+        return ConnectionLost(f"{context}: the server ended the {ended}: {self.reply}")
+
+
+_ERRORS: dict[SignalAction, Callable[[ServerSignal, str, str | None], TransientError]] = {
+    SignalAction.RETRY: ServerSignal._busy,
+    SignalAction.PAUSE: ServerSignal._overLimit,
+    SignalAction.RECREATE_MAILBOX: ServerSignal._missing,
+    SignalAction.RECONNECT: ServerSignal._ended,
+}
+"""
+The error each action fails with (L{SignalAction.REFUSE} fails the
+message, not the connection: none).
+"""
 
 
 def excerpt(text: bytes | str, limit: int = TEXT_LIMIT) -> str:
@@ -241,11 +258,17 @@ def excerpt(text: bytes | str, limit: int = TEXT_LIMIT) -> str:
     head = text[:limit]
     decoded = head.decode("utf-8", "replace") if isinstance(head, bytes) else head
     if not decoded.isprintable():
-        decoded = "".join(
-            c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-            for c in decoded
-        )
+        decoded = "".join(_printable(c) for c in decoded)
     return decoded + " ..." if cut else decoded
+
+
+def _printable(c: str) -> str:
+    """
+    C{c}, or its escape (C{\\x00}, C{\\u200b}) if it is not printable.
+    """
+    if c.isprintable():
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 
 def _code(text: str) -> str | None:
@@ -272,18 +295,24 @@ def _retryAfter(text: str) -> float | None:
     return min(int(match.group(1)) / 1000.0, MAX_RETRY_AFTER)
 
 
+def _wordingAction(lowered: str, bye: bool) -> SignalAction:
+    """
+    The action a reply without a known response code asks for, by its
+    wording (C{lowered}, its text in lower case).
+    """
+    if any(wording in lowered for wording in _PAUSE_WORDINGS):
+        return SignalAction.PAUSE
+    if any(wording in lowered for wording in _RETRY_WORDINGS):
+        return SignalAction.RETRY
+    return SignalAction.RECONNECT if bye else SignalAction.REFUSE
+
+
 def _classify(status: str, text: bytes | str, bye: bool) -> ServerSignal:
     shown = excerpt(text)
     code = _code(shown)
     action = _CODE_ACTIONS.get(code) if code is not None else None
     if action is None:
-        lowered = shown.lower()
-        if any(wording in lowered for wording in _PAUSE_WORDINGS):
-            action = SignalAction.PAUSE
-        elif any(wording in lowered for wording in _RETRY_WORDINGS):
-            action = SignalAction.RETRY
-        else:
-            action = SignalAction.RECONNECT if bye else SignalAction.REFUSE
+        action = _wordingAction(shown.lower(), bye)
     elif bye and action in (SignalAction.REFUSE, SignalAction.RECREATE_MAILBOX):
         # A BYE ends the connection whatever it says, and says nothing of
         # which message (Dovecot: "* BYE [TOOBIG] ..." for a LITERAL-

@@ -25,6 +25,22 @@ __all__ = ["SpooledLiteral"]
 _UNSUPPORTED = frozenset([errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS])
 
 
+def _reserve(fd: int, size: int) -> None:
+    """
+    Reserve C{size} octets for the file C{fd}, where the system and the
+    file system can (L{_UNSUPPORTED} errors are ignored).
+
+    @raise OSError: there is no room.
+    """
+    if not size or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in _UNSUPPORTED:
+            raise
+
+
 class SpooledLiteral:
     """
     The octets of one literal in an unlinked temporary file.
@@ -57,12 +73,7 @@ class SpooledLiteral:
         fd, path = tempfile.mkstemp(prefix="imapmig-literal-", dir=directory)
         try:
             os.unlink(path)
-            if size and hasattr(os, "posix_fallocate"):
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as e:
-                    if e.errno not in _UNSUPPORTED:
-                        raise
+            _reserve(fd, size)
         except BaseException:
             os.close(fd)
             raise

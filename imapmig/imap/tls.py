@@ -55,9 +55,12 @@ _RECORD_TYPES = range(20, 25)
 _RECORD_MAJOR = 3
 
 
-class HandshakeClosed(SSL.Error):
+class HandshakeClosed(TLSFailed, SSL.Error):
     """
-    The server sent C{close_notify} before the handshake finished.
+    The server sent C{close_notify} before the handshake finished.  An
+    L{SSL.Error}, which Twisted's TLS layer catches, and a L{TLSFailed} of
+    imapmig's hierarchy; it stays here rather than in L{imapmig.errors},
+    which must not import OpenSSL.
 
     Its arguments have the shape of OpenSSL's error queue (a list of
     C{(library, function, reason)}), which is what Twisted reads.
@@ -152,21 +155,43 @@ def describeTLSError(error: BaseException) -> str | None:
     A short explanation of a TLS failure, or L{None} if C{error} is not one.
     """
     if isinstance(error, VerificationError):
-        names = []
-        for mismatch in error.errors:
-            identifier = getattr(mismatch, "mismatched_id", None)
-            name = getattr(identifier, "hostname", None) or getattr(identifier, "ip", None)
-            if isinstance(name, bytes):
-                name = name.decode("ascii", "replace")
-            names.append(str(name) if name is not None else str(mismatch))
-        return f"the server's certificate does not match {', '.join(names)}"
+        names = ", ".join(_mismatchedName(mismatch) for mismatch in error.errors)
+        return f"the server's certificate does not match {names}"
     if isinstance(error, SSL.Error):
-        queue = error.args[0] if error.args else []
-        if not isinstance(queue, list):
-            return str(error) or type(error).__name__
-        reasons = [entry[-1] for entry in queue if isinstance(entry, tuple)]
-        return "; ".join(str(r) for r in reasons if r) or type(error).__name__
+        return _openSSLReasons(error)
     return None
+
+
+def _mismatchedName(mismatch: object) -> str:
+    """
+    The name or address a certificate did not match, as
+    C{service_identity} reports it.
+    """
+    identifier = getattr(mismatch, "mismatched_id", None)
+    name = getattr(identifier, "hostname", None) or getattr(identifier, "ip", None)
+    if isinstance(name, bytes):
+        name = name.decode("ascii", "replace")
+    return str(name) if name is not None else str(mismatch)
+
+
+def _openSSLReasons(error: SSL.Error) -> str:
+    """
+    The reasons of OpenSSL's error queue an L{SSL.Error} carries, or its
+    text (its class name, if it has none).
+    """
+    queue = error.args[0] if error.args else []
+    if not isinstance(queue, list):
+        return str(error) or type(error).__name__
+    return "; ".join(_queueReasons(queue)) or type(error).__name__
+
+
+def _queueReasons(queue: list[Any]) -> list[str]:
+    """
+    The reasons, not empty, of the entries of OpenSSL's error queue
+    (C{(library, function, reason)} tuples).
+    """
+    reasons = [entry[-1] for entry in queue if isinstance(entry, tuple)]
+    return [str(reason) for reason in reasons if reason]
 
 
 def _looksLikeTLS(head: bytes) -> bool:
@@ -188,25 +213,54 @@ def handshakeFailure(reason: BaseException, handle: object) -> ImapmigError | No
     @param handle: the transport's C{getHandle()}: a L{WatchedConnection}
         tells what the server sent; any other handle gives less detail.
     """
-    received = handle.received if isinstance(handle, WatchedConnection) else b""
-    if received and not _looksLikeTLS(received):
-        excerpt = escapedExcerpt(received)
-        return NotTLS(f'not TLS: the server answered "{excerpt}"', excerpt)
-    if isinstance(reason, ImapmigError):
-        return reason
+    notTLS = _notTLS(handle)
+    if notTLS is not None:
+        return notTLS
     if isinstance(reason, HandshakeClosed):
         return TLSFailed(HandshakeClosed.REASON)
+    if isinstance(reason, ImapmigError):
+        return reason
     tls = describeTLSError(reason)
     if tls is not None:
         return TLSFailed(f"TLS handshake failed: {tls}")
-    if isinstance(reason, netError.ConnectionAborted):
-        # imapmig ended it (and says why elsewhere).
+    return _interruption(reason)
+
+
+def _notTLS(handle: object) -> NotTLS | None:
+    """
+    A L{NotTLS} quoting what the server sent, if a L{WatchedConnection}
+    kept octets that cannot start a TLS record; else L{None}.
+    """
+    received = handle.received if isinstance(handle, WatchedConnection) else b""
+    if not received or _looksLikeTLS(received):
         return None
-    if isinstance(reason, netError.ConnectionDone):
-        return TLSInterrupted(
-            "the server closed the connection during the TLS handshake (no TLS alert)",
-            closed=True,
-        )
-    if isinstance(reason, netError.ConnectionLost):
-        return TLSInterrupted("connection reset during the TLS handshake", closed=False)
+    excerpt = escapedExcerpt(received)
+    return NotTLS(f'not TLS: the server answered "{excerpt}"', excerpt)
+
+
+_INTERRUPTIONS: tuple[tuple[type[Exception], str | None, bool], ...] = (
+    # imapmig ended it (and says why elsewhere).
+    (netError.ConnectionAborted, None, False),
+    (
+        netError.ConnectionDone,
+        "the server closed the connection during the TLS handshake (no TLS alert)",
+        True,
+    ),
+    (netError.ConnectionLost, "connection reset during the TLS handshake", False),
+)
+"""
+How a connection that ended during the handshake with no TLS answer
+ended, first match first: the message of its L{TLSInterrupted} (L{None}:
+not one), and whether the server closed it.
+"""
+
+
+def _interruption(reason: BaseException) -> TLSInterrupted | None:
+    """
+    A L{TLSInterrupted} for a connection closed or reset during the
+    handshake, or L{None}.
+    """
+    for kind, message, closed in _INTERRUPTIONS:
+        if isinstance(reason, kind):
+            return None if message is None else TLSInterrupted(message, closed=closed)
     return None

@@ -22,8 +22,7 @@ from attrs import frozen
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.python.failure import Failure
 
-from imapmig.errors import SourceError
-from imapmig.imap.commands import CommandRefused
+from imapmig.errors import CommandRefused, SourceError
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder

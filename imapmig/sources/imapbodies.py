@@ -16,7 +16,9 @@ from typing import Callable, Iterable, Sequence
 from attrs import frozen
 
 from imapmig.errors import CommandFailed
-from imapmig.imap.fetch import FetchedItem, FetchLimits, formatUIDSet
+from imapmig.imap.fetch import FetchLimits
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.errormap import refusalsOf
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral

@@ -17,7 +17,8 @@ from attrs import evolve, frozen
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed, SourceError
-from imapmig.imap.fetch import FetchedItem, formatUIDSet
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.namespace import ServerNamespaces
 from imapmig.imap.mailboxes import ExaminedMailbox
 from imapmig.imap.session import IMAPSession

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, DeferredList
 
-from imapmig.imap.fetch import formatUIDSet
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.errormap import refusalsOf
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral

@@ -19,7 +19,8 @@ from attrs import frozen
 from twisted.internet.defer import Deferred
 
 from imapmig.errors import CommandFailed, TransientError
-from imapmig.imap.fetch import FetchedItem, formatUIDSet
+from imapmig.imap.fetcheditem import FetchedItem
+from imapmig.imap.syntax import formatUIDSet
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.mail.messagenames import HEADER_FIELDS

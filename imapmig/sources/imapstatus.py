@@ -18,7 +18,8 @@ from attrs import frozen
 from twisted.internet.defer import Deferred
 
 from imapmig.errors import CommandFailed, ImapmigError, SourceError, TransientError
-from imapmig.imap.fetch import FetchedItem, FetchLimits, FetchResponseParser
+from imapmig.imap.fetch import FetchLimits, FetchResponseParser
+from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.imap.mailboxes import ExaminedMailbox
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.signals import SignalAction, classifyRefusal

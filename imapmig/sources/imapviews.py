@@ -17,7 +17,7 @@ from typing import Sequence
 from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed, SourceError
-from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.imap.session import METADATA_ITEMS, IMAPSession
 from imapmig.mail.message import SourceFolder
 from imapmig.sources.imappool import PooledSession

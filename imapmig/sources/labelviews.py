@@ -80,7 +80,7 @@ from typing import Iterable, Sequence, TypeVar
 from attrs import evolve
 
 from imapmig.mail.fidelity import messageIdOf
-from imapmig.imap.fetch import FetchedItem
+from imapmig.imap.fetcheditem import FetchedItem
 from imapmig.mail.message import SourceFolder
 from imapmig.mail.messagenames import recordedMessageId
 from imapmig.mail.folders import folderName
