@@ -251,6 +251,23 @@ class HostnameVerifyingTLSTests(TestCase):
         self.assertEqual(refusal.args, ([("imapmig", "verify_hostname", "why")],))
         self.assertEqual(str(refusal), "why")
 
+    def test_refusalInHierarchy(self) -> None:
+        """
+        L{IdentityRefused} is also a L{TLSFailed} of imapmig's hierarchy,
+        and a handshake it ends still reads as before: C{TLS handshake
+        failed:} and the reason, from OpenSSL's queue.
+        """
+        from imapmig.errors import TLSFailed
+        from imapmig.imap.tls import handshakeFailure
+
+        refusal = IdentityRefused("the certificate is for other.example")
+        self.assertIsInstance(refusal, TLSFailed)
+        failure = handshakeFailure(refusal, object())
+        self.assertEqual(
+            (type(failure), str(failure)),
+            (TLSFailed, "TLS handshake failed: the certificate is for other.example"),
+        )
+
 
 class _Recorder(Protocol):
     """

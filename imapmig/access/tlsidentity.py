@@ -46,6 +46,8 @@ from twisted.python.failure import Failure
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
 
+from imapmig.errors import TLSFailed
+
 if TYPE_CHECKING:
     # Twisted exports the interface only from its private module.
     from twisted.internet._sslverify import IOpenSSLTrustRoot
@@ -62,10 +64,13 @@ __all__ = [
 _VERIFY = SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT
 
 
-class IdentityRefused(SSL.Error):
+class IdentityRefused(TLSFailed, SSL.Error):
     """
     The server's certificate was refused because it does not show the host
     name imapmig connected to, or shows it in a way that cannot be checked.
+    An C{SSL.Error}, which Twisted's TLS layer catches, and a L{TLSFailed}
+    of imapmig's hierarchy; it stays here rather than in L{imapmig.errors},
+    which does not load OpenSSL.
 
     Its arguments have the shape of OpenSSL's error queue (a list of
     C{(library, function, reason)}), which is what Twisted and

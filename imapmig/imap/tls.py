@@ -218,7 +218,9 @@ def handshakeFailure(reason: BaseException, handle: object) -> ImapmigError | No
         return notTLS
     if isinstance(reason, HandshakeClosed):
         return TLSFailed(HandshakeClosed.REASON)
-    if isinstance(reason, ImapmigError):
+    if isinstance(reason, ImapmigError) and not isinstance(reason, SSL.Error):
+        # One of imapmig's own OpenSSL errors (a refused identity) is
+        # described from OpenSSL's error queue, as OpenSSL's own are.
         return reason
     tls = describeTLSError(reason)
     if tls is not None:
