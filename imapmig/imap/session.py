@@ -196,19 +196,10 @@ class IMAPSession:
 
     async def namespaces(self) -> ServerNamespaces:
         """
-        The account's namespaces: the NAMESPACE response (RFC 2342) where
-        the server offers it, else the empty prefix with the delimiter of
-        C{LIST "" ""}.  The configuration's override, if any, replaces the
-        personal namespace only (marked configured), so that other users'
-        and shared mailboxes are still known; where the server does not
-        offer NAMESPACE, or its response is malformed (one warning), the
-        override alone; where it refuses NAMESPACE, the override alone
-        too (one warning).
-
-        @raise ProtocolError: the NAMESPACE response is missing or
-            malformed, and there is no override.
-        @raise CommandFailed: the server refused the command, and there is
-            no override.
+        The account's namespaces, with the configuration's override
+        (L{MailboxListing.namespaces}, which says how a server without
+        NAMESPACE, or one that refuses or garbles it, is read, and what it
+        raises).
         """
         return await self._listing.namespaces(self.capabilities, self.namespaceOverride)
 
@@ -227,15 +218,8 @@ class IMAPSession:
         subscribe: Collection[str] | None = None,
     ) -> dict[str, str]:
         """
-        Create and subscribe C{mailboxes}, in order (parents first), with
-        every command pipelined: one round trip in all, not two per mailbox.
-
-        @param uses: the RFC 6154 use to give some of them (C{CREATE name
-            (USE (\\Sent))}, RFC 6154 CREATE-SPECIAL-USE), where the server
-            offers it.
-        @param subscribe: the ones to subscribe to (by default all).
-        @return: the mailboxes that could not be created, each with the
-            server's reply; a refused SUBSCRIBE is only logged.
+        Create and subscribe C{mailboxes}, in order (parents first), in one
+        round trip (L{MailboxBatches.createMailboxes}, which says how).
         """
         return await self._batches.createMailboxes(
             mailboxes, uses if b"CREATE-SPECIAL-USE" in self.capabilities else None, subscribe
