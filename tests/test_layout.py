@@ -6,10 +6,12 @@ tests, and which way its imports run.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from functools import cache
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+from unittest import SkipTest
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -253,3 +255,66 @@ class ImportLayerTests(SynchronousTestCase):
             and not (ROOT / "imapmig" / f"{name}.py").exists()
         ]
         self.assertEqual(stale, [])
+
+
+class SizeTests(SynchronousTestCase):
+    """
+    Rooms small enough to live in, measured by radon (the measure of
+    cyclomatic complexity Twisted's neighbours are compared by): no
+    function above 15, no class above 500 lines, no module above 800, and
+    a mean complexity of at most 2.8 over imapmig/ (3.46 before the
+    layout by role; txtorcon 2.55, treq 1.64).
+    """
+
+    def setUp(self) -> None:
+        try:
+            from radon.complexity import cc_visit
+        except ImportError:
+            why = "radon is not installed (make setup installs it with the dev extras)"
+            if os.environ.get("CI") == "true":
+                self.fail(why)
+            raise SkipTest(why)
+        self.blocks: list[tuple[str, Any]] = []
+        self.lengths: dict[str, int] = {}
+        for path in sorted((ROOT / "imapmig").rglob("*.py")):
+            text = path.read_text("utf-8")
+            name = str(path.relative_to(ROOT))
+            self.lengths[name] = len(text.splitlines())
+            self.blocks += [(name, block) for block in cc_visit(text)]
+
+    def test_functions(self) -> None:
+        """
+        No function or method is above complexity 15.
+        """
+        over = [
+            f"{name}:{block.lineno} {block.name} {block.complexity}"
+            for name, block in self.blocks
+            if not hasattr(block, "methods") and block.complexity > MOST_COMPLEX
+        ]
+        self.assertEqual(over, [])
+
+    def test_classesAndModules(self) -> None:
+        """
+        No class is above 500 lines, no module above 800.
+        """
+        over = [
+            f"{name}:{block.lineno} {block.name} {block.endline - block.lineno + 1} lines"
+            for name, block in self.blocks
+            if hasattr(block, "methods") and block.endline - block.lineno + 1 > LONGEST_CLASS
+        ]
+        over += [f"{name} {lines} lines" for name, lines in self.lengths.items() if lines > LONGEST_MODULE]
+        self.assertEqual(over, [])
+
+    def test_mean(self) -> None:
+        """
+        The mean complexity of every block (function, method and class, as
+        C{radon cc -a} counts them) is at most 2.8.
+        """
+        mean = sum(block.complexity for _, block in self.blocks) / len(self.blocks)
+        self.assertLessEqual(round(mean, 3), MEAN_COMPLEXITY)
+
+
+MOST_COMPLEX = 15
+LONGEST_CLASS = 500
+LONGEST_MODULE = 800
+MEAN_COMPLEXITY = 2.8
