@@ -24,7 +24,7 @@ __all__ = ["flagsOf", "leadingTimestamp", "readKeywords", "sizeField", "splitNam
 # INTERNALDATE's four-digit year can carry (9999-12-31 23:59:59).  A larger
 # integer (a counter, milliseconds) holds no usable time.
 _LATEST = 253402300800
-_LATEST_DIGITS = len(str(_LATEST))
+LATEST_DIGITS = len(str(_LATEST))
 
 _SIZE_FIELD = re.compile(r",S=([0-9]+)")
 
@@ -130,7 +130,7 @@ def leadingTimestamp(unique: str) -> int | None:
     head = unique if dot < 0 else unique[:dot]
     # The common case: at most 11 digits (before the year 5138), all
     # within range.
-    if 0 < len(head) < _LATEST_DIGITS and head.isascii() and head.isdigit():
+    if 0 < len(head) < LATEST_DIGITS and head.isascii() and head.isdigit():
         return int(head)
     return _longTimestamp(head)
 
@@ -141,7 +141,7 @@ def _longTimestamp(head: str) -> int | None:
     """
     # By value, not length: leading zeros are allowed (as verify's own
     # reading, imapmig.commands.expected, allows them).
-    if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= _LATEST_DIGITS:
+    if head.isascii() and head.isdigit() and len(head.lstrip("0")) <= LATEST_DIGITS:
         when = int(head)
         if when < _LATEST:
             return when
