@@ -270,27 +270,14 @@ def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
         when = leadingTimestamp(unique)
     size = sizeField(unique) if ",S=" in unique else None
     if when is None or size is None:
+        # Its status's date and size; no status when it was renamed or
+        # deleted since the scan (readBodies looks for it again; meanwhile
+        # the server dates it).
         status = opened.stat(index, name) if irregular is None else irregular.status
-        when, size = _fromStatus(status, when, size)
+        if status is not None:
+            when = status.st_mtime if when is None else when
+            size = status.st_size if size is None else size
     return (_UNDATED if when is None else when, key, flags[letters], size, when)
-
-
-def _fromStatus(
-    status: os.stat_result | None, when: float | None, size: int | None
-) -> tuple[float | None, int | None]:
-    """
-    A file's date and size where its name gives none: its status's.
-
-    @param status: its status; L{None} when it was renamed or deleted since
-        the scan (readBodies looks for it again; meanwhile the server
-        dates it).
-    """
-    if status is None:
-        return when, size
-    return (
-        status.st_mtime if when is None else when,
-        status.st_size if size is None else size,
-    )
 
 
 def _listed(rows: list[_Row]) -> list[SourceMessage]:
