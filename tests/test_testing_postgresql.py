@@ -146,11 +146,14 @@ class ClusterTests(SynchronousTestCase):
     def test_destroyRemovesFiles(self) -> None:
         """
         L{PostgreSQLCluster.destroy} stops it and removes its directory
-        and socket directory.
+        and socket directory; with C{keepData} it keeps the directory.
         """
+        sockets = self.cluster.socketDirectory
+        self.cluster.destroy(keepData=True)
+        self.assertFalse(os.path.exists(sockets))
+        self.assertTrue(os.path.exists(self.cluster.dataDirectory))
         self.cluster.destroy()
         self.assertFalse(os.path.exists(self.cluster.baseDir))
-        self.assertFalse(os.path.exists(self.cluster.socketDirectory))
 
     def test_runsAsPostgres(self) -> None:
         """
@@ -215,8 +218,9 @@ class CommandLineTests(SynchronousTestCase):
     def test_serveUntilTerm(self) -> None:
         """
         It prints the superuser's URI, which connects; C{SIGTERM} stops
-        it with status 0 and nothing left running; the C{--dir} it was
-        given stays, with the data, and serves it again.
+        it with status 0, nothing left running and its socket directory
+        removed; the C{--dir} it was given stays, with the data, and
+        serves it again.
         """
         directory = os.path.abspath(self.mktemp())
         for round in (1, 2):
@@ -231,6 +235,8 @@ class CommandLineTests(SynchronousTestCase):
             self.addCleanup(_reap, process)
             console = LineReader(process)
             dsn = console.until("== Superuser: ").split(": ", 1)[1]
+            sockets = console.until("== Unix socket directory: ").split(": ", 1)[1]
+            self.assertTrue(os.path.isdir(sockets))
             console.until("== Serving until")
             with psycopg.connect(dsn, connect_timeout=30) as connection:
                 if round == 1:
@@ -245,6 +251,7 @@ class CommandLineTests(SynchronousTestCase):
             self.assertEqual(process.wait(60), 0, text)
             self.assertEqual(watch.remaining(30), [], text)
             self.assertIn("== Stopped by SIGTERM", text)
+            self.assertFalse(os.path.exists(sockets))
         self.assertTrue(os.path.exists(os.path.join(directory, "data", "PG_VERSION")))
 
 

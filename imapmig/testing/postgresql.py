@@ -179,13 +179,13 @@ class PostgreSQLCluster:
     """
     A private PostgreSQL cluster on 127.0.0.1, copied from the template.
 
-    @ivar baseDir: the directory holding its data directory (C{data}),
-        its output (C{postgresql.log}) and, when short enough, its socket
-        directory.
+    @ivar baseDir: the directory holding its data directory (C{data})
+        and its output (C{postgresql.log}).
     @ivar address: C{127.0.0.1}.
     @ivar port: the TCP port, chosen at the first L{start} and kept by
         L{restart}; 0 before.
-    @ivar socketDirectory: the directory of its Unix socket.
+    @ivar socketDirectory: the directory of its Unix socket, made in the
+        temporary directory at the first L{start}, removed by L{destroy}.
     @ivar password: the password of L{PASSWORD_ROLE}.
     @ivar pid: the postmaster's process id while running, else L{None}.
     """
@@ -221,7 +221,6 @@ class PostgreSQLCluster:
         self.pid: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._outputPath = os.path.join(self.baseDir, "postgresql.log")
-        self._socketIsTemporary = False
         self._dieWithParent = dieWithParent
         self._binDir = ""
         self._databases = 0
@@ -292,14 +291,19 @@ class PostgreSQLCluster:
         self.stop(mode)
         self.start()
 
-    def destroy(self) -> None:
+    def destroy(self, keepData: bool = False) -> None:
         """
-        L{stop}, then remove L{baseDir} and the socket directory.
+        L{stop}, then remove the socket directory and L{baseDir}.
+
+        @param keepData: keep L{baseDir}, so that a cluster there later
+            finds its data again.
         """
         self.stop()
-        if self._socketIsTemporary and self.socketDirectory:
+        if self.socketDirectory:
             shutil.rmtree(self.socketDirectory, ignore_errors=True)
-        shutil.rmtree(self.baseDir, ignore_errors=True)
+            self.socketDirectory = ""
+        if not keepData:
+            shutil.rmtree(self.baseDir, ignore_errors=True)
 
     def wait(self) -> int:
         """
@@ -378,21 +382,14 @@ class PostgreSQLCluster:
 
     def _makeSocketDirectory(self) -> None:
         """
-        The socket directory, made once: Unix socket paths are limited to
-        107 octets, and trial's temporary directories are deep, so a short
-        one is used when needed.
+        The socket directory, made once, in the temporary directory: Unix
+        socket paths are limited to 107 octets, and trial's temporary
+        directories are deep.
         """
-        if self.socketDirectory:
-            return
-        candidate = os.path.join(self.baseDir, "run")
-        if len(candidate) <= 70:
-            os.makedirs(candidate, exist_ok=True)
-            self.socketDirectory = candidate
-        else:
+        if not self.socketDirectory:
             self.socketDirectory = tempfile.mkdtemp(prefix="imapmig-pg-")
-            self._socketIsTemporary = True
             _makeTraversable(self.socketDirectory)
-        _giveToServer(self.socketDirectory)
+            _giveToServer(self.socketDirectory)
 
     def _launch(self) -> None:
         """
@@ -502,7 +499,7 @@ def templateDirectory(binDir: str) -> str:
     # Keyed by what makes it too, so that a changed one is made anew.
     recipe = hashlib.sha256((" ".join(_INITDB) + _SETTINGS + _HBA).encode()).hexdigest()[:8]
     template = os.path.join(tempfile.gettempdir(), f"imapmig-postgresql-{version}-{uid}-{recipe}")
-    if os.path.exists(os.path.join(template, "password")):
+    if _whole(template):
         return template
     parent, name = os.path.split(template)
     making = tempfile.mkdtemp(prefix=name + ".", dir=parent)
@@ -512,11 +509,22 @@ def templateDirectory(binDir: str) -> str:
             os.rename(making, template)
         except OSError:
             # Another process made it meanwhile: theirs is as good.
-            if not os.path.exists(os.path.join(template, "password")):
+            if not _whole(template):
                 raise
     finally:
         shutil.rmtree(making, ignore_errors=True)
     return template
+
+
+def _whole(template: str) -> bool:
+    """
+    Whether C{template} holds a whole template (the password is written
+    last; a data directory's C{PG_VERSION} first).
+    """
+    return all(
+        os.path.exists(os.path.join(template, *parts))
+        for parts in (("password",), ("data", "PG_VERSION"))
+    )
 
 
 def _makeTemplate(binDir: str, directory: str) -> None:
@@ -645,13 +653,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(line_buffering=True)
     signals = StopSignals()
     signals.install()
-    base = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="imapmig-pg-")
+    base = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="imapmig-pg-try-")
     cluster = PostgreSQLCluster(base, dieWithParent=True)
     try:
         with signals.deferred():
             cluster.start()
         print(f"== PostgreSQL (pid {cluster.pid}) in {cluster.dataDirectory}")
         print(f"== Superuser: {cluster.dsn()}")
+        print(f"== Unix socket directory: {cluster.socketDirectory}")
         withPassword = cluster.dsn(user=PASSWORD_ROLE, password=cluster.password)
         print(f"== {PASSWORD_ROLE}, with a password: {withPassword}")
         print("== Serving until Ctrl-C or SIGTERM.")
@@ -666,10 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         signals.cleaningUp()
-        if args.dir:
-            cluster.stop()
-        else:
-            cluster.destroy()
+        cluster.destroy(keepData=bool(args.dir))
         signals.uninstall()
 
 
