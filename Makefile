@@ -14,9 +14,11 @@ BIN      = $(VENV)/bin
 # certificates), the CA certificates pip needs.
 DEMO_APT_PACKAGES = python3 python3-venv dovecot-imapd openssl ca-certificates
 # What the tests use besides: systemd: systemd-analyze (tests/test_unit.py);
-# adduser: make install; chromium: the dashboard's browser test.
+# adduser: make install; chromium: the dashboard's browser test; postgresql:
+# the private clusters of imapmig/testing/postgresql.py (Debian 12: PostgreSQL
+# 15 in /usr/lib/postgresql/15/bin; the packaged cluster is left alone).
 APT_PACKAGES = $(DEMO_APT_PACKAGES) python3-dev gcc libc6-dev iproute2 \
-               chromium chromium-driver systemd adduser
+               chromium chromium-driver systemd adduser postgresql
 
 # apt-get waits up to APT_LOCK_WAIT seconds for the dpkg lock another apt-get
 # (unattended-upgrades, a second make) holds, instead of failing at once;

@@ -428,9 +428,24 @@ class DovecotNotFound(ServerNotFound):
     """
 
 
+class PostgreSQLNotFound(ServerNotFound):
+    """
+    No PostgreSQL server (Debian's C{postgresql} package: C{initdb} and
+    C{postgres}) is installed, or, as root, there is no C{postgres} user
+    to run it as (L{imapmig.testing.postgresql}).
+    """
+
+
 class ServerStartFailed(ImapmigError):
     """
     A private server did not start; the message carries its log tail.
+    """
+
+
+class PostgreSQLStartFailed(ServerStartFailed):
+    """
+    A private PostgreSQL cluster did not start (or its template data
+    directory could not be made); the message carries its log tail.
     """
 
 

@@ -48,16 +48,19 @@ class DemoInstallTests(SynchronousTestCase):
         steps = _dryRun(self, "demo")
         for needed in ["dovecot-imapd", "python3-venv", "openssl", "pip install -q .\n"]:
             self.assertIn(needed, steps)
-        for unwanted in ["chromium", "cyrus", "courier", "install-servers", ".[dev]", "gcc"]:
+        unwantedPackages = ["chromium", "cyrus", "courier", "install-servers", ".[dev]", "gcc"]
+        for unwanted in [*unwantedPackages, "postgresql"]:
             self.assertNotIn(unwanted, steps.lower())
 
     def test_testInstallsEverything(self) -> None:
         """
         C{make test} still installs what the tests use: the browser and
-        its driver, Cyrus and Courier, the development tools.
+        its driver, Cyrus and Courier, PostgreSQL, the development tools.
         """
         steps = _dryRun(self, "test")
-        for needed in ["chromium chromium-driver", ".ci/install-servers", '".[dev]"', "dovecot-imapd"]:
+        # " postgresql": the private PostgreSQL's server (imapmig.testing.postgresql).
+        wanted = ["chromium chromium-driver", ".ci/install-servers", '".[dev]"', "dovecot-imapd"]
+        for needed in [*wanted, " postgresql"]:
             self.assertIn(needed, steps)
 
     def test_aptWaitsForTheLock(self) -> None:
