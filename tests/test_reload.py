@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
+from imapmig.config.model import Config, JobConfig, NotifyConfig, SQLiteState, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
@@ -64,7 +64,7 @@ def configOf(
     withLimits = evolve(server("s"), limits=limits)
     return Config(
         path="/etc/imapmig.yaml",
-        statePath="/var/lib/imapmig/state.sqlite",
+        state=SQLiteState("/var/lib/imapmig/state.sqlite"),
         status=settings.pop("status", None),
         servers=(withLimits,),
         jobs=tuple(
@@ -236,7 +236,7 @@ class PlanTests(SynchronousTestCase):
         old = configOf([], status=status)
         new = evolve(
             old,
-            statePath="/elsewhere.sqlite",
+            state=SQLiteState("/elsewhere.sqlite"),
             status=StatusConfig(
                 "tcp:8026", Secret("u"), allowedHosts=("a.example",), maxJobSeries=5
             ),
