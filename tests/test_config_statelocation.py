@@ -154,6 +154,36 @@ class URITests(StateTestCase):
         self.assertEqual(state.uri(), uri)
         self.assertEqual(state.describe(), f"PostgreSQL database {uri}")
 
+    def test_escapes(self) -> None:
+        """
+        Percent-escapes are decoded, and C{+} is itself, as libpq reads
+        them; the URI written again reads the same.
+        """
+        uri = "postgresql://im%40pmig@localhost/mi%2Fgration?options=-c%20geqo%3Doff&application_name=a+b"
+        state = self.state(uri)
+        self.assertEqual(
+            (state.user, state.dbname, state.parameters),
+            ("im@pmig", "mi/gration", (("options", "-c geqo=off"), ("application_name", "a+b"))),
+        )
+        self.assertEqual(self.state(state.uri()), state)
+
+    def test_keywords(self) -> None:
+        """
+        L{PostgreSQLState.keywords} are libpq's connection keywords, without
+        the password.
+        """
+        path = writeFile(os.path.join(self.directory, "pg.pw"), SECRET + "\n")
+        state = self.state(
+            "postgresql://u@[::1]:5433/db?sslmode=disable&connect_timeout=5",
+            state_password_file=path,
+        )
+        self.assertEqual(
+            state.keywords(),
+            {"dbname": "db", "host": "::1", "port": "5433", "user": "u",
+             "sslmode": "disable", "connect_timeout": "5"},
+        )
+        self.assertEqual(PostgreSQLState(dbname="db").keywords(), {"dbname": "db"})
+
     def test_postgresScheme(self) -> None:
         """
         C{postgres://} is the same as C{postgresql://}; user and port may

@@ -402,6 +402,22 @@ class PostgreSQLState:
         """
         return dict(self.parameters).get(name)
 
+    def keywords(self) -> dict[str, str]:
+        """
+        The libpq connection keywords of this database, as C{psycopg.connect}
+        takes them, without the password (give C{password.value} where it
+        is sent).
+        """
+        given = {
+            "dbname": self.dbname,
+            "host": self.host,
+            "port": None if self.port is None else str(self.port),
+            "user": self.user,
+        }
+        return {key: value for key, value in given.items() if value is not None} | dict(
+            self.parameters
+        )
+
     def uri(self) -> str:
         """
         The URI again, without any secret: what C{--check-config} and the
@@ -410,7 +426,7 @@ class PostgreSQLState:
         user = "" if self.user is None else quote(self.user, safe="") + "@"
         host = "" if self.host is None else _uriHost(self.host)
         port = "" if self.port is None else f":{self.port}"
-        query = f"?{urlencode(self.parameters, safe='/')}" if self.parameters else ""
+        query = f"?{urlencode(self.parameters, safe='/', quote_via=quote)}" if self.parameters else ""
         return f"postgresql://{user}{host}{port}/{quote(self.dbname, safe='')}{query}"
 
     def describe(self) -> str:

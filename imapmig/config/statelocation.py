@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import os
 from typing import Callable, Mapping
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from imapmig.config.endpoints import isLoopbackHost
 from imapmig.config.model import PostgreSQLState, SQLiteState, StateLocation
@@ -228,14 +228,15 @@ def _readQuery(query: str, resolve: Callable[[str], str]) -> tuple[tuple[str, st
     The parameters of the URI's C{query}, checked, in order, file names
     made absolute.
     """
-    try:
-        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
-    except ValueError:
-        raise StateURIProblem("malformed parameters: write ?NAME=VALUE&NAME=VALUE") from None
-    names = [name for name, _ in pairs]
+    # Not parse_qsl: libpq reads '+' as itself, not as a space.
+    pairs = [item.partition("=") for item in query.split("&")] if query else []
+    if not all(name and equals for name, equals, _ in pairs):
+        raise StateURIProblem("malformed parameters: write ?NAME=VALUE&NAME=VALUE")
+    pairs = [(unquote(name), "", unquote(value)) for name, _, value in pairs]
+    names = [name for name, _, _ in pairs]
     for name in names:
         _checkName(name, names)
-    return tuple(_checkedValue(name, value, resolve) for name, value in pairs)
+    return tuple(_checkedValue(name, value, resolve) for name, _, value in pairs)
 
 
 def _checkName(name: str, names: list[str]) -> None:
