@@ -277,10 +277,18 @@ class URIProblemTests(StateTestCase):
                 uri,
                 "a password in the URI; give state_password_file or state_password_credential",
             )
-        self.assertProblem(
+        for uri in (
             f"postgresql://u:s/{SECRET}@localhost/db",
-            "the port is not a number between 1 and 65535",
-        )
+            f"postgresql://u:s?{SECRET}@localhost/db",
+        ):
+            self.assertProblem(
+                uri,
+                "a password in the URI; give state_password_file or state_password_credential"
+                " (a '/' or '?' in it ended the host)",
+            )
+        # An '@' after a host and its port is no password.
+        self.state("postgresql://localhost:5432/db?application_name=a@b")
+        self.state("postgresql://[::1]/db?application_name=a@b")
 
     def test_passwordParameter(self) -> None:
         """

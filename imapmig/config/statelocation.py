@@ -143,9 +143,9 @@ def parsePostgreSQLURI(uri: str, resolve: Callable[[str], str]) -> PostgreSQLSta
     rest = uri.split("://", 1)[1]
     if "#" in rest:
         raise StateURIProblem("a fragment ('#...') has no meaning in a libpq URI")
-    authority, _, pathQuery = _splitAuthority(rest)
+    authority, pathQuery = _splitAuthority(rest)
     path, _, query = pathQuery.partition("?")
-    user, hostPort = _splitUser(authority)
+    user, hostPort = _splitUser(authority, pathQuery)
     host, port = _splitHost(hostPort)
     dbname = unquote(path)
     if not dbname:
@@ -164,27 +164,34 @@ def parsePostgreSQLURI(uri: str, resolve: Callable[[str], str]) -> PostgreSQLSta
     )
 
 
-def _splitAuthority(rest: str) -> tuple[str, str, str]:
+def _splitAuthority(rest: str) -> tuple[str, str]:
     """
-    The authority of a URI after its scheme, and its path with query.
+    The authority of a URI after its scheme, and its path (without its
+    C{/}) with its query.
     """
     slash, query = rest.find("/"), rest.find("?")
     ends = [index for index in (slash, query) if index >= 0]
     end = min(ends) if ends else len(rest)
     pathQuery = rest[end:]
-    return rest[:end], "", pathQuery[1:] if pathQuery.startswith("/") else pathQuery
+    return rest[:end], pathQuery[1:] if pathQuery.startswith("/") else pathQuery
 
 
-def _splitUser(authority: str) -> tuple[str | None, str]:
+_PASSWORD = "a password in the URI; give state_password_file or state_password_credential"
+
+
+def _splitUser(authority: str, pathQuery: str) -> tuple[str | None, str]:
     """
     The user (L{None}: libpq's default) and the host and port of
-    C{authority}.
+    C{authority}, refusing a password: C{USER:PASSWORD@}, or
+    C{USER:PASS/WORD@}, where C{/} or C{?} cut the authority short, so
+    that its port is not a number and an C{@} follows.
     """
     userInfo, at, hostPort = authority.rpartition("@")
     if ":" in userInfo:
-        raise StateURIProblem(
-            "a password in the URI; give state_password_file or state_password_credential"
-        )
+        raise StateURIProblem(_PASSWORD)
+    cut = not at and "@" in pathQuery and not authority.startswith("[")
+    if cut and not authority.rpartition(":")[2].isdigit() and ":" in authority:
+        raise StateURIProblem(f"{_PASSWORD} (a '/' or '?' in it ended the host)")
     return (unquote(userInfo) or None) if at else None, hostPort
 
 
