@@ -100,6 +100,19 @@ class SQLiteTests(StateTestCase):
         self.patch(statelocation, "DEFAULT_STATE_PATH", default)
         self.assertEqual(self.load().state, SQLiteState(default))
 
+    def test_otherScheme(self) -> None:
+        """
+        A URI of another scheme is refused, not taken for a file's name.
+        """
+        for uri, scheme in (("mysql://u@h/db", "mysql"), ("PostgreSQL://u@h/db", "PostgreSQL")):
+            self.assertEqual(
+                self.problems(state=uri),
+                [
+                    f"{self.path}: state: a URI of scheme {scheme!r}: give a SQLite file's path"
+                    " or postgresql://USER@HOST:PORT/DBNAME"
+                ],
+            )
+
     def test_postgreSQLKeysRefused(self) -> None:
         """
         The keys that go with a PostgreSQL state are refused beside a

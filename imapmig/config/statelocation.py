@@ -326,6 +326,14 @@ class StateReader(SecretsReader):
         for key in STATE_KEYS[1:]:
             if key in top:
                 self._problem(key, "goes with a PostgreSQL state (state: postgresql://...), not a SQLite file")
+        if isinstance(value, str) and "://" in value:
+            # Not a file named so: a URI of another kind, or a typo.
+            self._problem(
+                "state",
+                f"a URI of scheme {value.split('://')[0][:20]!r}: give a SQLite file's path"
+                " or postgresql://USER@HOST:PORT/DBNAME",
+            )
+            return None
         path = self._readStatePath(value)
         return None if path is None else SQLiteState(path)
 
