@@ -6,8 +6,8 @@ or C{postgres://}), with the keys that go with a URI:
 C{state_password_file}, C{state_password_credential} and
 C{state_allow_plaintext}.
 
-A new module because nothing read a URI before: C{state} was a path
-(L{imapmig.config._ConfigParser._readStatePath}, which it replaces).  The
+A new module because nothing read a URI before: C{state} was read as a
+path by L{imapmig.config}'s parser (that reader moved here).  The
 URI is read here once, by libpq's rules, into a
 L{imapmig.config.model.PostgreSQLState}; what libpq would take from
 elsewhere is refused so that the file alone says where the state goes:
@@ -236,14 +236,14 @@ def _readQuery(query: str, resolve: Callable[[str], str]) -> tuple[tuple[str, st
     made absolute.
     """
     # Not parse_qsl: libpq reads '+' as itself, not as a space.
-    pairs = [item.partition("=") for item in query.split("&")] if query else []
-    if not all(name and equals for name, equals, _ in pairs):
+    items = [item.partition("=") for item in query.split("&")] if query else []
+    if not all(name and equals for name, equals, _ in items):
         raise StateURIProblem("malformed parameters: write ?NAME=VALUE&NAME=VALUE")
-    pairs = [(unquote(name), "", unquote(value)) for name, _, value in pairs]
-    names = [name for name, _, _ in pairs]
+    pairs = [(unquote(name), unquote(value)) for name, _, value in items]
+    names = [name for name, _ in pairs]
     for name in names:
         _checkName(name, names)
-    return tuple(_checkedValue(name, value, resolve) for name, _, value in pairs)
+    return tuple(_checkedValue(name, value, resolve) for name, value in pairs)
 
 
 def _checkName(name: str, names: list[str]) -> None:
