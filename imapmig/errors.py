@@ -54,6 +54,15 @@ class ConfigError(ImapmigError):
         return shown
 
 
+class StateURIProblem(ImapmigError):
+    """
+    A PostgreSQL URI given as C{state} cannot be used
+    (L{imapmig.config.statelocation}); the reader records it as a problem
+    of C{state}.  Its message never holds the URI: it could hold a
+    password.
+    """
+
+
 SHOWN_PROBLEMS = 100
 """
 The most problems of one configuration shown, by C{--check-config}, at

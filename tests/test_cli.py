@@ -456,3 +456,47 @@ class VerifyReportPathTests(SynchronousTestCase):
         self.assertEqual(
             defaultReportPath("state.sqlite"), os.path.join(here, "imapmig-verify.json")
         )
+
+
+class PostgreSQLStateTests(SynchronousTestCase):
+    """
+    Every command refuses a PostgreSQL state, which this build cannot read
+    yet, with status 2 and one line naming C{state}, rather than opening
+    the URI as a file.
+    """
+
+    def test_refused(self) -> None:
+        """
+        C{report}, C{plan} and C{verify} (with or without C{--report},
+        whose default is beside a SQLite file) exit 2 with one line and
+        write nothing.
+        """
+        base = os.path.abspath(self.mktemp())
+        maildir = os.path.join(base, "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        config = os.path.join(base, "c.yaml")
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(
+                "state: postgresql://imapmig@localhost/imapmig\n"
+                "servers: {s: {endpoint: 'tcp:127.0.0.1:143'}}\n"
+                f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"
+                " destination: {server: s, user: a, password: p}}]\n"
+            )
+        line = (
+            f"{config}: state: PostgreSQL is not supported yet by this build:"
+            " postgresql://imapmig@localhost/imapmig (only the configuration is read;"
+            " give a SQLite file)\n"
+        )
+        report = os.path.join(base, "report.json")
+        for argv in (
+            ["report", "--config", config],
+            ["plan", "--config", config],
+            ["verify", "--config", config],
+            ["verify", "--config", config, "--report", report],
+        ):
+            stderr = io.StringIO()
+            self.patch(sys, "stderr", stderr)
+            out = io.StringIO()
+            self.assertEqual((main(argv, out), stderr.getvalue(), out.getvalue()), (2, line, ""))
+        self.assertEqual(sorted(os.listdir(base)), ["Maildir", "c.yaml"])

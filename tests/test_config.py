@@ -20,6 +20,10 @@ from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig import config
+from imapmig.config import statelocation
+from imapmig.config.statelocation import STATE_KEYS
+
+URI_STATE_KEYS = STATE_KEYS[1:]
 from imapmig.config import (
     Config,
     EmlSourceConfig,
@@ -258,7 +262,7 @@ class ValidConfigTests(ConfigTestCase):
         document = self.document()
         del document["state"]
         statePath = os.path.join(self.directory, "default.sqlite")
-        self.patch(config, "_DEFAULT_STATE_PATH", statePath)
+        self.patch(statelocation, "DEFAULT_STATE_PATH", statePath)
         loaded = parseConfig(document, self.configPath)
         self.assertEqual(loaded.statePath, statePath)
         self.assertEqual(loaded.status, StatusConfig("tcp:8025:interface=127.0.0.1"))
@@ -287,7 +291,7 @@ class ValidConfigTests(ConfigTestCase):
         """
         The state database defaults to C{/var/lib/imapmig/state.sqlite}.
         """
-        self.assertEqual(config._DEFAULT_STATE_PATH, "/var/lib/imapmig/state.sqlite")
+        self.assertEqual(statelocation.DEFAULT_STATE_PATH, "/var/lib/imapmig/state.sqlite")
 
     def test_defaultsAndOverrides(self) -> None:
         """
@@ -690,7 +694,9 @@ class ExampleFileTests(ConfigTestCase):
         servers = document["servers"].values()
         jobs = document["jobs"]
         sections: list[tuple[tuple[str, ...], set[str]]] = [
-            (config._TOP_KEYS, set(document)),
+            # The keys of a PostgreSQL state are shown in comments only:
+            # beside the example's SQLite file they are refused.
+            (tuple(set(config._TOP_KEYS) - set(URI_STATE_KEYS)), set(document)),
             (config._STATUS_KEYS, set(document["status"])),
             (config.NOTIFY_KEYS, set(document["notify"])),
             (config._SERVER_KEYS, {key for server in servers for key in server}),
@@ -717,6 +723,8 @@ class ExampleFileTests(ConfigTestCase):
         for keys, used in sections:
             self.assertEqual(set(keys), used)
         self.assertIn('(password: "...")', EXAMPLE.read_text("utf-8"))
+        for key in URI_STATE_KEYS:
+            self.assertIn(f"# {key}: ", EXAMPLE.read_text("utf-8"))
 
     def test_exampleDefaultsAreTheDefaults(self) -> None:
         """
@@ -727,7 +735,7 @@ class ExampleFileTests(ConfigTestCase):
         self.assertEqual(
             document["defaults"], {s.key: s.default for s in config._SETTINGS}
         )
-        self.assertEqual(document["state"], config._DEFAULT_STATE_PATH)
+        self.assertEqual(document["state"], statelocation.DEFAULT_STATE_PATH)
         self.assertEqual(document["status"]["listen"], config._DEFAULT_LISTEN)
 
 

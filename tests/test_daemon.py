@@ -103,7 +103,9 @@ class OptionsTests(TestCase):
         done = runDaemon(path, "--check-config")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(
-            done.stdout, f"{path}: configuration OK: 1 job, 1 server\n".encode()
+            done.stdout,
+            f"{path}: configuration OK: 1 job, 1 server\n"
+            f"{path}: state: SQLite database {directory}/state.sqlite\n".encode(),
         )
 
 

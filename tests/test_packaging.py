@@ -355,7 +355,11 @@ class InstallTests(SynchronousTestCase):
         )
         self.assertEqual(
             (result.returncode, result.stdout + result.stderr),
-            (0, f"{etc / 'imapmig.yaml'}: configuration OK: 1 job, 2 servers\n"),
+            (
+                0,
+                f"{etc / 'imapmig.yaml'}: configuration OK: 1 job, 2 servers\n"
+                f"{etc / 'imapmig.yaml'}: state: SQLite database {self.tree / 'state'}/state.sqlite\n",
+            ),
         )
 
     def test_shippedModulesImport(self) -> None:

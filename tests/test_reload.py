@@ -27,7 +27,7 @@ from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.config.model import Config, JobConfig, NotifyConfig, StatusConfig
+from imapmig.config.model import Config, JobConfig, NotifyConfig, PostgreSQLState, SQLiteState, StatusConfig
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
@@ -40,6 +40,7 @@ from imapmig.daemon.reload import (
     planReload,
 )
 from imapmig.daemon.reloadapply import ReloadApplied
+from imapmig.daemon.reloadplan import keptForRestart
 from imapmig.queue import QueueState
 from imapmig.access.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED, JobHold
@@ -64,7 +65,7 @@ def configOf(
     withLimits = evolve(server("s"), limits=limits)
     return Config(
         path="/etc/imapmig.yaml",
-        statePath="/var/lib/imapmig/state.sqlite",
+        state=SQLiteState("/var/lib/imapmig/state.sqlite"),
         status=settings.pop("status", None),
         servers=(withLimits,),
         jobs=tuple(
@@ -236,7 +237,7 @@ class PlanTests(SynchronousTestCase):
         old = configOf([], status=status)
         new = evolve(
             old,
-            statePath="/elsewhere.sqlite",
+            state=SQLiteState("/elsewhere.sqlite"),
             status=StatusConfig(
                 "tcp:8026", Secret("u"), allowedHosts=("a.example",), maxJobSeries=5
             ),
@@ -252,6 +253,16 @@ class PlanTests(SynchronousTestCase):
             ),
         )
         self.assertEqual(planReload(old, old).needsRestart, ())
+
+    def test_postgreSQLStateKept(self) -> None:
+        """
+        A reload that moves the state to PostgreSQL needs a restart, and
+        the running daemon keeps its SQLite file.
+        """
+        old = configOf([])
+        new = evolve(old, state=PostgreSQLState(dbname="imapmig", host="localhost"))
+        self.assertEqual(planReload(old, new).needsRestart, ("state",))
+        self.assertEqual(keptForRestart(old, new).statePath, "/var/lib/imapmig/state.sqlite")
 
     def test_describe(self) -> None:
         """

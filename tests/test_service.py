@@ -24,10 +24,10 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.daemon import service
-from imapmig.config import parseConfig
+from imapmig.config import loadConfig, parseConfig
 from imapmig.config.limits import ServerLimits
 from imapmig.config.model import ServerConfig, StatusConfig
-from imapmig.errors import PermanentError, TransientError
+from imapmig.errors import ConfigError, PermanentError, TransientError
 from imapmig.imap.session import IMAPSession
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.progress import JobState
@@ -123,6 +123,71 @@ class OptionsTests(SynchronousTestCase):
         )
         self.assertEqual(e.code, 0)
         self.assertIn("configuration OK: 1 job, 1 server", self.stdout.getvalue())
+
+
+class PostgreSQLStateTests(SynchronousTestCase):
+    """
+    A PostgreSQL state is valid configuration this build cannot run on
+    yet: the daemon refuses it at start, C{--check-config} accepts it.
+    """
+
+    def setUp(self) -> None:
+        self.stderr = io.StringIO()
+        self.stdout = io.StringIO()
+        self.patch(sys, "stderr", self.stderr)
+        self.patch(sys, "stdout", self.stdout)
+        maildir = makeMaildir(self)
+        self.path = writeConfig(
+            self,
+            'state: "postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a"\n'
+            "servers: {s: {endpoint: 'tcp:127.0.0.1:143', starttls: 'off'}}\n"
+            f"jobs: [{{name: a, source: {{maildir: {maildir}}},"
+            " destination: {server: s, user: u, password: p}}]\n",
+        )
+
+    def test_startRefused(self) -> None:
+        """
+        The daemon exits 2 at start with one line naming C{state}, before
+        anything is opened.
+        """
+        e = self.assertRaises(SystemExit, Options().parseOptions, ["--config", self.path])
+        self.assertEqual(e.code, EXIT_BAD_CONFIG)
+        self.assertEqual(
+            self.stderr.getvalue(),
+            f"{self.path}: state: PostgreSQL is not supported yet by this build:"
+            " postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a"
+            " (only the configuration is read; give a SQLite file)\n",
+        )
+
+    def test_checkConfig(self) -> None:
+        """
+        C{--check-config} accepts it and says which state it would use.
+        """
+        e = self.assertRaises(
+            SystemExit, Options().parseOptions, ["--config", self.path, "--check-config"]
+        )
+        self.assertEqual(e.code, 0)
+        self.assertEqual(
+            self.stdout.getvalue(),
+            f"{self.path}: configuration OK: 1 job, 1 server\n"
+            f"{self.path}: state: PostgreSQL database"
+            " postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a\n",
+        )
+
+    def test_buildServiceRefuses(self) -> None:
+        """
+        Assembling the daemon on the configuration's own store refuses it
+        too, rather than opening the URI as a file.
+        """
+        config = loadConfig(self.path)
+        e = self.assertRaises(ConfigError, buildService, config, MemoryReactorClock())
+        [problem] = e.problems
+        self.assertTrue(
+            problem.startswith(
+                f"{self.path}: state: PostgreSQL is not supported yet by this build: "
+            ),
+            problem,
+        )
 
 
 class BuildServiceTests(SynchronousTestCase):

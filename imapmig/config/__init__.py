@@ -32,9 +32,11 @@ from imapmig.config.model import (
     MboxSourceConfig,
     NotifyConfig,
     PipelineConfig,
+    PostgreSQLState,
     RetryConfig,
     ServerConfig,
     SourceConfig,
+    SQLiteState,
     StatusConfig,
 )
 from imapmig.config.notify import NOTIFY_KEYS, NotifyReader
@@ -42,6 +44,7 @@ from imapmig.config.reader import Check, Key, Step, _describe, _key, isOff, keyN
 from imapmig.config.endpoints import _DEFAULT_LISTEN, isLoopbackHost
 from imapmig.config.servers import _SERVER_KEYS, ServersReader
 from imapmig.config.sources import _SOURCE_KEYS
+from imapmig.config.statelocation import STATE_KEYS, StateReader
 from imapmig.config.userlist import _CREDENTIAL_KEYS, _TEMPLATE_KEYS, UserListReader
 from imapmig.config.userrows import _COLUMNS
 from imapmig.configfile import readConfigFile
@@ -62,10 +65,12 @@ __all__ = [
     "NOTIFY_KEYS",
     "NotifyConfig",
     "PipelineConfig",
+    "PostgreSQLState",
     "RetryConfig",
     "Secret",
     "ServerConfig",
     "SourceConfig",
+    "SQLiteState",
     "StatusConfig",
     "isLoopbackHost",
     "loadConfig",
@@ -83,13 +88,12 @@ __all__ = [
 ]
 
 
-_DEFAULT_STATE_PATH = "/var/lib/imapmig/state.sqlite"
 _DEFAULT_STOP_TIMEOUT = 30.0
 
 # The keys of each section; the tests check that the example file uses
 # every one of them.
 _TOP_KEYS = (
-    "state", "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
+    *STATE_KEYS, "status", "stop_timeout", "max_jobs", "servers", "credentials", "defaults",
     "jobs", "notify",
 )  # fmt: skip
 # The most status.max_job_series may be: 9 series a job, 9 million series.
@@ -152,7 +156,7 @@ between anyone who reaches the listener and the controls.
 """
 
 
-class _ConfigParser(UserListReader, ServersReader, NotifyReader):
+class _ConfigParser(UserListReader, ServersReader, NotifyReader, StateReader):
     """
     Walks a YAML document, building the configuration and collecting every
     problem.
@@ -177,13 +181,13 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         reported, by the field of L{Config} each is (L{None} where
         invalid).
         """
-        statePath = self._readStatePath(top.get("state", _DEFAULT_STATE_PATH))
+        state = self._readState(top)
         status = self._readStatus(top)
         servers = self._readServers(top)
         defaults = self._readDefaults(top)
         self._readCredentials(top)
         return {
-            "statePath": statePath,
+            "state": state,
             "status": status,
             "servers": _validServers(servers),
             "jobs": self._readJobs(top, servers, defaults),
@@ -212,12 +216,6 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader):
         top = self._readMapping(document, "", _TOP_KEYS)
         assert top is not None
         return top
-
-    def _readStatePath(self, value: object) -> str | None:
-        """
-        Read C{state}: the SQLite database, in an existing directory.
-        """
-        return self._accepted(self._readPath(value, "state"), "state", _statePathProblem)
 
     def _readStatus(self, top: Mapping[str, object]) -> StatusConfig | None:
         """
@@ -300,21 +298,6 @@ def _validServers(servers: Mapping[str, ServerConfig | None] | None) -> tuple[Se
     The valid servers of C{servers}, in order.
     """
     return tuple(server for server in (servers or {}).values() if server is not None)
-
-
-def _statePathProblem(resolved: str) -> str | None:
-    """
-    Why the state database cannot be at C{resolved}, or L{None}: it must
-    be a file name in a writable directory.
-    """
-    parent = os.path.dirname(resolved)
-    if os.path.isdir(resolved):
-        return f"{resolved} is a directory; give a file name in it"
-    if not os.path.isdir(parent):
-        return f"directory {parent} does not exist"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"directory {parent} is not writable"
-    return None
 
 
 def _statusTokenProblem(token: str, resolved: str | None) -> str | None:

@@ -6,11 +6,14 @@ L{imapmig.config}.
 
 from __future__ import annotations
 
+from urllib.parse import quote, urlencode
+
 from attrs import field, frozen
 
 from imapmig.config.limits import ServerLimits
 from imapmig.mail.folders import FolderRules, PersonalNamespace
 from imapmig.access.secrets import Secret
+from imapmig.errors import ConfigError
 
 @frozen
 class ServerConfig:
@@ -344,12 +347,119 @@ class NotifyConfig:
 
 
 @frozen
+class SQLiteState:
+    """
+    A state database in a SQLite file (C{state: PATH}, the default).
+
+    @ivar path: the file's absolute path.
+    """
+
+    path: str
+
+    def describe(self) -> str:
+        """
+        What C{--check-config} says it uses.
+        """
+        return f"SQLite database {self.path}"
+
+
+@frozen
+class PostgreSQLState:
+    """
+    A state database in PostgreSQL (C{state: postgresql://USER@HOST:PORT/DBNAME}),
+    read by L{imapmig.config.statelocation}.  Never holds a password
+    written in the URI: there is none (it is refused).
+
+    @ivar dbname: the database's name.
+    @ivar host: the host name, address, or Unix socket directory (an
+        absolute path), or L{None}: libpq's default (its socket).
+    @ivar port: the port, or L{None}: libpq's default (5432).
+    @ivar user: the role, or L{None}: libpq's default (the system user).
+    @ivar parameters: the libpq parameters of the URI's query
+        (C{sslmode}, C{sslrootcert}, C{connect_timeout}, ...), as given and
+        in order, file names made absolute.
+    @ivar password: the password of C{state_password_file} or
+        C{state_password_credential}, or L{None}: libpq finds one itself
+        (C{PGPASSFILE}, C{~/.pgpass}) or needs none (peer, certificate).
+    @ivar passwordPath: the file the password was read from, or L{None}.
+    @ivar allowPlaintext: C{state_allow_plaintext}: an C{sslmode} weaker
+        than C{verify-full} toward a host not on this machine was accepted.
+    """
+
+    dbname: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    parameters: tuple[tuple[str, str], ...] = ()
+    password: Secret | None = None
+    passwordPath: str | None = None
+    allowPlaintext: bool = False
+
+    def parameter(self, name: str) -> str | None:
+        """
+        The value of the libpq parameter C{name} given in the URI, or
+        L{None}.
+        """
+        return dict(self.parameters).get(name)
+
+    def keywords(self) -> dict[str, str]:
+        """
+        The libpq connection keywords of this database, as C{psycopg.connect}
+        takes them, without the password (give C{password.value} where it
+        is sent).
+        """
+        given = {
+            "dbname": self.dbname,
+            "host": self.host,
+            "port": None if self.port is None else str(self.port),
+            "user": self.user,
+        }
+        return {key: value for key, value in given.items() if value is not None} | dict(
+            self.parameters
+        )
+
+    def uri(self) -> str:
+        """
+        The URI again, without any secret: what C{--check-config} and the
+        refusals show.
+        """
+        user = "" if self.user is None else quote(self.user, safe="") + "@"
+        host = "" if self.host is None else _uriHost(self.host)
+        port = "" if self.port is None else f":{self.port}"
+        query = f"?{urlencode(self.parameters, safe='/', quote_via=quote)}" if self.parameters else ""
+        return f"postgresql://{user}{host}{port}/{quote(self.dbname, safe='')}{query}"
+
+    def describe(self) -> str:
+        """
+        What C{--check-config} says it uses.
+        """
+        return f"PostgreSQL database {self.uri()}"
+
+
+def _uriHost(host: str) -> str:
+    """
+    C{host} as a URI writes it: an IPv6 address in brackets, a socket
+    directory percent-encoded.
+    """
+    if ":" in host and not host.startswith("/"):
+        return f"[{host}]"
+    return quote(host, safe="")
+
+
+StateLocation = SQLiteState | PostgreSQLState
+"""
+Where the state database is (C{state}).
+"""
+
+
+@frozen
 class Config:
     """
     The whole configuration.
 
     @ivar path: the configuration file's absolute path.
-    @ivar statePath: the SQLite state database's absolute path.
+    @ivar state: where the state database is (C{state}): a SQLite file, or
+        a PostgreSQL database (not usable yet: L{statePath} refuses it).
     @ivar status: the status resource, or L{None} when disabled.
     @ivar servers: every configured server, in file order.
     @ivar jobs: every job, in file order.
@@ -360,10 +470,27 @@ class Config:
     """
 
     path: str
-    statePath: str
+    state: StateLocation
     status: StatusConfig | None
     servers: tuple[ServerConfig, ...]
     jobs: tuple[JobConfig, ...]
     stopTimeout: float = 30.0
     maxJobs: int = 8
     notify: NotifyConfig | None = None
+
+    @property
+    def statePath(self) -> str:
+        """
+        The SQLite state database's absolute path.
+
+        @raise ConfigError: the state is in PostgreSQL, which this build
+            cannot use yet (one problem naming C{state}).
+        """
+        if isinstance(self.state, SQLiteState):
+            return self.state.path
+        raise ConfigError(
+            [
+                f"{self.path}: state: PostgreSQL is not supported yet by this build:"
+                f" {self.state.uri()} (only the configuration is read; give a SQLite file)"
+            ]
+        )

@@ -382,7 +382,7 @@ def _stateChanges(old: Config, new: Config) -> bool:
     """
     Whether the state database differs.
     """
-    return old.statePath != new.statePath
+    return old.state != new.state
 
 
 def _maxJobSeriesChanges(old: Config, new: Config) -> bool:
@@ -439,4 +439,4 @@ def keptForRestart(old: Config, new: Config) -> Config:
     that the next reload says again that they need a restart.
     """
     notify = old.notify if (old.notify is None) != (new.notify is None) else new.notify
-    return evolve(new, statePath=old.statePath, status=old.status, notify=notify)
+    return evolve(new, state=old.state, status=old.status, notify=notify)

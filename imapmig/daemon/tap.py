@@ -111,6 +111,12 @@ class Options(usage.Options):
         self.config = _readConfig(path)
         if self["check-config"]:
             self._checkConfig(path)
+        try:
+            # A PostgreSQL state is valid configuration that this build
+            # cannot use yet: refused here, before anything opens it.
+            _ = self.config.statePath
+        except ConfigError as e:
+            _exitWithProblems(e.shown())
 
     def _checkConfig(self, path: str) -> NoReturn:
         """
@@ -120,6 +126,7 @@ class Options(usage.Options):
         jobs, servers = len(self.config.jobs), len(self.config.servers)
         sys.stdout.write(
             f"{path}: configuration OK: {plural(jobs, 'job')}, {plural(servers, 'server')}\n"
+            f"{path}: state: {self.config.state.describe()}\n"
         )
         sys.stdout.flush()
         if self["connect"]:
