@@ -178,11 +178,15 @@ class CheckConnectTests(TestCase):
         )
         return path, user.name, instance.port
 
-    def _assertReport(self, done: subprocess.CompletedProcess[bytes], user: str, port: int) -> None:
+    def _assertReport(
+        self, done: subprocess.CompletedProcess[bytes], path: str, user: str, port: int
+    ) -> None:
         self.assertEqual(done.returncode, 1, done.stderr)
         lines = done.stdout.decode().splitlines()
+        state = os.path.join(os.path.dirname(path), "state.sqlite")
+        self.assertEqual(lines[1], f"{path}: state: SQLite database {state}")
         self.assertEqual(
-            lines[1:],
+            lines[2:],
             [
                 f"servers.good (tcp:127.0.0.1:{port}): ok: connected, greeting,"
                 f" LOGIN as {user}, LOGOUT",
@@ -209,7 +213,7 @@ class CheckConnectTests(TestCase):
             capture_output=True,
             timeout=120,
         )
-        self._assertReport(done, user, port)
+        self._assertReport(done, path, user, port)
 
     def test_twistd(self) -> None:
         """
@@ -224,7 +228,7 @@ class CheckConnectTests(TestCase):
             capture_output=True,
             timeout=120,
         )
-        self._assertReport(done, user, port)
+        self._assertReport(done, path, user, port)
 
     def test_connectNeedsCheckConfig(self) -> None:
         """
@@ -305,3 +309,4 @@ class FirstFailureTests(TestCase):
             b" check servers.mailhost.endpoint",
             done.stdout,
         )
+
