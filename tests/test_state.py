@@ -3,7 +3,9 @@
 # (trial's assertion methods are unannotated.)
 """
 Tests for L{imapmig.state.sqlite} and L{imapmig.state.memory}: one set of
-behaviour tests held against both, then what only the SQLite file does.
+behaviour tests held against both (those of outcomes and the journal
+alone, which the PostgreSQL store keeps too, are in L{tests.statecontract}),
+then what only the SQLite file does.
 """
 
 from __future__ import annotations
@@ -250,20 +252,6 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.assertIsNone(self.successResultOf(store.recordOutcomes("job", [])))
         self.assertEqual(self.successResultOf(store.summary("job")), (0, 0))
 
-    def test_appendedKeys(self) -> None:
-        """
-        L{IStateStore.appendedKeys} returns the keys of the folder's appended
-        messages, and not the failed ones.
-        """
-        store = self.makeStore()
-        self.successResultOf(
-            store.recordOutcomes(
-                "job",
-                [appended("INBOX", "1", uid=1), appended("INBOX", "2"), failed("INBOX", "3")],
-            )
-        )
-        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "2"})
-
     def test_appendedKeysPerFolderAndJob(self) -> None:
         """
         Outcomes are kept apart by job and by folder: the same message key
@@ -420,28 +408,6 @@ class StateStoreBehaviourMixin(_MixinBase):
             self.successResultOf(store.counts("job")),
             OutcomeCounts(copied=4, alreadyPresent=0, failed=1, lineEndingsConverted=1, withNotes=1),
         )
-
-    def test_manyAppendedOutcomes(self) -> None:
-        """
-        A long run of L{AppendedOutcome}s (the SQLite store writes them
-        many rows per statement) records every one, in order: a later
-        outcome of the same message in the run wins.
-        """
-        store = self.makeStore()
-        batch: list[MessageOutcome | AppendedOutcome] = [
-            ("INBOX", str(n), "INBOX", 100 + n, 7, n + 1, n % 2) for n in range(150)
-        ]
-        batch.append(("INBOX", "3", "Other", 5, 8, 1000, 0))
-        self.successResultOf(store.recordOutcomes("job", batch))
-        recorded = self.successResultOf(store.destinationMap("job", "INBOX"))
-        self.assertEqual(len(recorded), 150)
-        self.assertEqual(recorded["3"], MessageOutcome("INBOX", "3", "Other", 5, 8, 1000))
-        self.assertEqual(
-            recorded["149"],
-            MessageOutcome("INBOX", "149", "INBOX", 249, 7, 150, lineEndingsConverted=True),
-        )
-        uids = self.successResultOf(store.recordedUIDs("job", "INBOX", 7, 1))
-        self.assertEqual(uids, {n + 1 for n in range(150) if n != 3})
 
     def test_appendedOutcomeAllOrNothing(self) -> None:
         """
@@ -692,44 +658,6 @@ class StateStoreBehaviourMixin(_MixinBase):
             self.successResultOf(store.notes("job")),
             [withNote[3], withNote[2], withNote[1], withNote[0]],
         )
-
-    def test_destinationMap(self) -> None:
-        """
-        L{IStateStore.destinationMap} maps the key of every message of the
-        folder in the destination (appended or already present) to its
-        latest outcome; failures, other folders and other jobs are left out.
-        """
-        store = self.makeStore()
-        self.successResultOf(
-            store.recordOutcomes(
-                "job",
-                [
-                    appended("INBOX", "1", uid=1),
-                    present("INBOX", "2", uid=40),
-                    present("INBOX", "3"),
-                    failed("INBOX", "4"),
-                    appended("INBOX", "5"),
-                    appended("Sent", "1"),
-                ],
-            )
-        )
-        self.successResultOf(
-            store.recordOutcomes("job", [failed("INBOX", "5"), appended("INBOX", "4", uid=41)])
-        )
-        self.successResultOf(store.recordOutcomes("other", [appended("INBOX", "9")]))
-        self.assertEqual(
-            self.successResultOf(store.destinationMap("job", "INBOX")),
-            {
-                "1": appended("INBOX", "1", uid=1),
-                "2": present("INBOX", "2", uid=40),
-                "3": present("INBOX", "3"),
-                "4": appended("INBOX", "4", uid=41),
-            },
-        )
-        self.assertEqual(
-            self.successResultOf(store.destinationMap("job", "Sent")), {"1": appended("Sent", "1")}
-        )
-        self.assertEqual(self.successResultOf(store.destinationMap("job", "Trash")), {})
 
     def test_folderMark(self) -> None:
         """
