@@ -11,7 +11,8 @@ A role's tests are a mixin of their own, for the PostgreSQL store has its
 roles one at a time: L{OutcomeJournalContract} (outcomes and the journal,
 moved here from C{tests/test_state_journal.py}'s C{JournalBehaviourMixin}
 and C{tests/test_state.py}'s C{StateStoreBehaviourMixin}, reading only
-through L{IOutcomeJournal}).
+through L{IOutcomeJournal}) and L{FolderMarksContract} (folder marks and
+fallbacks, moved from C{StateStoreBehaviourMixin}).
 
 Every test is synchronous (C{successResultOf}): the PostgreSQL store is
 given a thread pool that runs each call at once in the test's thread
@@ -35,7 +36,9 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.state import (
     AppendedOutcome,
+    FolderFallback,
     FolderKeys,
+    FolderMark,
     JournalEntry,
     JournalMessage,
     MessageNames,
@@ -45,7 +48,7 @@ from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import PostgreSQLStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.postgresql import PostgreSQLCluster
-from tests.test_state import appended, failed, noted, present
+from tests.test_state import MARK, appended, failed, noted, present
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
@@ -615,3 +618,131 @@ class OutcomeJournalContract(_MixinBase):
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1"})
 
 
+
+
+class FolderMarksContract(_MixinBase):
+    """
+    L{IFolderMarks}'s behaviour, which every state store shares: folder
+    marks and folder fallbacks.  Mixed into a L{SynchronousTestCase} that
+    defines L{makeStore}.
+    """
+
+    def makeStore(self) -> AnyStore:
+        """
+        A new, empty store, closed when the test ends.
+        """
+        raise NotImplementedError()
+
+    def test_folderFallbacks(self) -> None:
+        """
+        Folder fallbacks are recorded per job, read back by mailbox, and a
+        later record for a mailbox replaces the earlier one.
+        """
+        store = self.makeStore()
+        self.assertEqual(self.successResultOf(store.folderFallbacks("job")), [])
+        first = FolderFallback("b\\x", "b_x", "NO Invalid mailbox name")
+        second = FolderFallback("a\"y", "a_y", "NO [CANNOT] Invalid name")
+        self.successResultOf(store.recordFolderFallback("job", first))
+        self.successResultOf(store.recordFolderFallback("job", second))
+        self.successResultOf(store.recordFolderFallback("other", first))
+        replaced = FolderFallback("b\\x", "b_x", "refused again")
+        self.successResultOf(store.recordFolderFallback("job", replaced))
+        self.assertEqual(
+            self.successResultOf(store.folderFallbacks("job")), [second, replaced]
+        )
+        self.assertEqual(self.successResultOf(store.folderFallbacks("other")), [first])
+
+    def test_folderMark(self) -> None:
+        """
+        A recorded folder mark is returned as recorded, and a folder without
+        one has none.
+        """
+        store = self.makeStore()
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.recordFolderMark("job", "INBOX", MARK)))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "Sent")))
+
+    def test_folderMarkWithoutModSeq(self) -> None:
+        """
+        A folder mark without a HIGHESTMODSEQ comes back without one.
+        """
+        store = self.makeStore()
+        mark = FolderMark(uidValidity=1, uidNext=1, highestModSeq=None, messages=0)
+        self.successResultOf(store.recordFolderMark("job", "Übersicht", mark))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "Übersicht")), mark)
+
+    def test_folderMarkDeferred(self) -> None:
+        """
+        A folder mark's deferred UIDs come back as recorded, and a later
+        mark without any replaces them.
+        """
+        store = self.makeStore()
+        deferred = attrs.evolve(MARK, deferred=(7, 4000, 2**32 - 1))
+        self.successResultOf(store.recordFolderMark("job", "[Gmail]/All Mail", deferred))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "[Gmail]/All Mail")), deferred)
+        self.successResultOf(store.recordFolderMark("job", "[Gmail]/All Mail", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "[Gmail]/All Mail")), MARK)
+
+    def test_folderMarkReplaced(self) -> None:
+        """
+        A later mark for the same folder replaces the earlier one.
+        """
+        store = self.makeStore()
+        later = FolderMark(uidValidity=1700000001, uidNext=1, highestModSeq=None, messages=0)
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", later))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), later)
+
+    def test_folderMarksPerJobAndFolder(self) -> None:
+        """
+        Folder marks are kept apart by job and by folder, and forgetting one
+        leaves the others.
+        """
+        store = self.makeStore()
+        other = FolderMark(uidValidity=2, uidNext=3, highestModSeq=4, messages=5)
+        self.successResultOf(store.recordFolderMark("a", "INBOX", MARK))
+        self.successResultOf(store.recordFolderMark("a", "Sent", other))
+        self.successResultOf(store.recordFolderMark("b", "INBOX", other))
+        self.assertEqual(self.successResultOf(store.folderMark("a", "INBOX")), MARK)
+        self.assertEqual(self.successResultOf(store.folderMark("a", "Sent")), other)
+        self.assertEqual(self.successResultOf(store.folderMark("b", "INBOX")), other)
+        self.assertIsNone(self.successResultOf(store.folderMark("b", "Sent")))
+        self.successResultOf(store.forgetFolder("b", "INBOX"))
+        self.assertEqual(self.successResultOf(store.folderMark("a", "INBOX")), MARK)
+        self.assertEqual(self.successResultOf(store.folderMark("a", "Sent")), other)
+        self.assertIsNone(self.successResultOf(store.folderMark("b", "INBOX")))
+
+    def test_forgetFolder(self) -> None:
+        """
+        L{IStateStore.forgetFolder} deletes the folder's mark but keeps its
+        messages' outcomes; forgetting a folder without a mark is harmless.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes("job", [appended("INBOX", "1"), failed("INBOX", "2")])
+        )
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertIsNone(self.successResultOf(store.forgetFolder("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1"})
+        self.assertIsNone(self.successResultOf(store.forgetFolder("job", "INBOX")))
+        self.assertIsNone(self.successResultOf(store.forgetFolder("nobody", "Nowhere")))
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+
+    def test_folderMarkOutOfRange(self) -> None:
+        """
+        A folder mark holding a number beyond a 64-bit integer fails with
+        L{PermanentError} and leaves the earlier mark in place.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
+        for huge in (
+            FolderMark(uidValidity=2**64, uidNext=1, highestModSeq=None, messages=0),
+            FolderMark(uidValidity=1, uidNext=2**63, highestModSeq=None, messages=0),
+            FolderMark(uidValidity=1, uidNext=1, highestModSeq=2**64, messages=0),
+            FolderMark(uidValidity=1, uidNext=1, highestModSeq=None, messages=-(2**63) - 1),
+        ):
+            self.failureResultOf(store.recordFolderMark("job", "INBOX", huge), PermanentError)
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)

@@ -17,6 +17,7 @@ from imapmig.state.postgresql import PostgreSQLStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.postgresql import requirePostgreSQL
 from tests.statecontract import (
+    FolderMarksContract,
     OutcomeJournalContract,
     SynchronousReactor,
     SynchronousThreadPool,
@@ -74,6 +75,46 @@ def openPostgreSQLStore(
 class PostgreSQLOutcomeJournalTests(OutcomeJournalContract, SynchronousTestCase):
     """
     L{PostgreSQLStateStore}'s outcomes and journal keep the contract.
+    """
+
+    def makeStore(self) -> PostgreSQLStateStore:
+        """
+        A new L{PostgreSQLStateStore} in a new database.
+        """
+        return openPostgreSQLStore(self)
+
+
+class MemoryFolderMarksTests(FolderMarksContract, SynchronousTestCase):
+    """
+    L{MemoryStateStore}'s folder marks and fallbacks keep the contract.
+    """
+
+    def makeStore(self) -> MemoryStateStore:
+        """
+        A new L{MemoryStateStore}.
+        """
+        store = MemoryStateStore()
+        self.addCleanup(store.close)
+        return store
+
+
+class SQLiteFolderMarksTests(FolderMarksContract, SynchronousTestCase):
+    """
+    L{SQLiteStateStore}'s folder marks and fallbacks keep the contract.
+    """
+
+    def makeStore(self) -> SQLiteStateStore:
+        """
+        A new L{SQLiteStateStore} in a new file.
+        """
+        store = SQLiteStateStore(self.mktemp(), seconds=Clock().seconds)
+        self.addCleanup(store.close)
+        return store
+
+
+class PostgreSQLFolderMarksTests(FolderMarksContract, SynchronousTestCase):
+    """
+    L{PostgreSQLStateStore}'s folder marks and fallbacks keep the contract.
     """
 
     def makeStore(self) -> PostgreSQLStateStore:

@@ -32,8 +32,8 @@ _VERSIONS = """
 
 # Each migration's statements, from version N to N + 1 at index N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    # Version 1: the outcomes and the journal, as SQLite's version 11 has
-    # them (job still by name: the jobs table with its job_id comes with
+    # Version 1: the outcomes, the journal, the folder marks and
+    # fallbacks, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
     # the claims).  fillfactor and the autovacuum factor keep the tables
     # updated or deleted from most (messages replaced, journal rows
     # living for one unit) from bloating.
@@ -72,6 +72,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX journal_job ON imapmig.journal (job, entry_id)",
         "CREATE SEQUENCE imapmig.journal_ids",
+        """
+        CREATE TABLE imapmig.folders (
+            job text NOT NULL,
+            folder_key text NOT NULL,
+            uidvalidity bigint NOT NULL,
+            uidnext bigint NOT NULL,
+            highestmodseq bigint,
+            messages bigint NOT NULL,
+            deferred bigint[] NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (job, folder_key)
+        )
+        """,
+        """
+        CREATE TABLE imapmig.folder_fallbacks (
+            job text NOT NULL,
+            mailbox text NOT NULL,
+            fallback text NOT NULL,
+            reason text NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (job, mailbox)
+        )
+        """,
     ),
 )
 

@@ -4,9 +4,10 @@ The state store on PostgreSQL, for a fleet of daemons sharing one
 database (issue 30; docs/fleet-design.md).
 
 Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
-L{imapmig.state._pgoutcomes}).  Not yet: folder marks, job records,
-budgets, reports, and the claims, leases and fencing of the fleet; so the
-store provides L{IOutcomeJournal} only, not L{IStateStore}, and nothing
+L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
+in L{imapmig.state._pgfolders}).  Not yet: job records, budgets, reports,
+and the claims, leases and fencing of the fleet; so the store provides
+those two roles only, not L{IStateStore}, and nothing
 a user can reach opens it yet (the daemon refuses a C{postgresql://}
 state).
 
@@ -30,15 +31,17 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state._pgbase import MAX_CONNECTIONS, ConnectionPool, Connection, displayName
+from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state.folders import IFolderMarks
 from imapmig.state.outcomes import IOutcomeJournal
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
 
 
-@implementer(IOutcomeJournal)
-class PostgreSQLStateStore(PostgreSQLOutcomeJournal):
+@implementer(IOutcomeJournal, IFolderMarks)
+class PostgreSQLStateStore(PostgreSQLOutcomeJournal, PostgreSQLFolderMarks):
     """
     The roles of the state store built so far (see the module), in a
     PostgreSQL database's C{imapmig} schema.
