@@ -11,8 +11,10 @@ A role's tests are a mixin of their own, for the PostgreSQL store has its
 roles one at a time: L{OutcomeJournalContract} (outcomes and the journal,
 moved here from C{tests/test_state_journal.py}'s C{JournalBehaviourMixin}
 and C{tests/test_state.py}'s C{StateStoreBehaviourMixin}, reading only
-through L{IOutcomeJournal}) and L{FolderMarksContract} (folder marks and
-fallbacks, moved from C{StateStoreBehaviourMixin}).
+through L{IOutcomeJournal}), L{FolderMarksContract} (folder marks and
+fallbacks, moved from C{StateStoreBehaviourMixin}) and L{JobRecordsContract}
+(failures and holds from C{StateStoreBehaviourMixin}, the timeline from
+C{tests/test_state_timeline.py}'s C{TimelineContractMixin}).
 
 Every test is synchronous (C{successResultOf}): the PostgreSQL store is
 given a thread pool that runs each call at once in the test's thread
@@ -32,17 +34,25 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
+from zope.interface.verify import verifyObject
 
 from imapmig.errors import PermanentError
 from imapmig.state import (
+    CANCELLED,
+    PAUSED,
+    TIMELINE_FIRST,
+    TIMELINE_LATEST,
     AppendedOutcome,
     FolderFallback,
     FolderKeys,
     FolderMark,
+    IJobRecords,
+    JobHold,
     JournalEntry,
     JournalMessage,
     MessageNames,
     MessageOutcome,
+    Transition,
 )
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import PostgreSQLStateStore
@@ -746,3 +756,183 @@ class FolderMarksContract(_MixinBase):
         ):
             self.failureResultOf(store.recordFolderMark("job", "INBOX", huge), PermanentError)
         self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+
+
+PAUSING = Transition(1700000100.5, "running", "paused", "paused by the admin", "192.0.2.7")
+RESUMING = Transition(1700000200.25, "paused", "queued", "resumed by the admin", "192.0.2.7")
+
+
+def numbered(n: int) -> Transition:
+    """
+    The C{n}th transition of a job that backs off and retries, again and
+    again: each a second after the one before, its cause naming C{n}.
+    """
+    source, target = ("running", "backing_off") if n % 2 else ("backing_off", "running")
+    return Transition(1700000000.0 + n, source, target, f"attempt {n}")
+
+
+class JobRecordsContract(_MixinBase):
+    """
+    L{IJobRecords}' behaviour, which every state store shares: each job's
+    failure, the admin's holds, and each job's timeline.  Mixed into a
+    L{SynchronousTestCase} that defines L{makeStore}.
+    """
+
+    def makeStore(self) -> AnyStore:
+        """
+        A new, empty store, closed when the test ends.
+        """
+        raise NotImplementedError()
+
+    def test_jobRecordsInterface(self) -> None:
+        """
+        The store provides L{IJobRecords}.
+        """
+        self.assertTrue(verifyObject(IJobRecords, self.makeStore()))
+
+    def test_jobHolds(self) -> None:
+        """
+        L{IStateStore.recordJobHolds} puts jobs under a hold, replacing
+        the one they were under, with who asked; L{None} lifts them (a job
+        under none included); L{IStateStore.jobHolds} reads them all.
+        """
+        store = self.makeStore()
+        self.assertEqual(self.successResultOf(store.jobHolds()), {})
+        self.successResultOf(store.recordJobHolds(["a", "b", "c"], PAUSED, "admin"))
+        self.successResultOf(store.recordJobHolds(["b"], CANCELLED, "other"))
+        self.successResultOf(store.recordJobHolds(["c", "never"], None))
+        self.successResultOf(store.recordJobHolds([], CANCELLED))
+        self.assertEqual(
+            self.successResultOf(store.jobHolds()),
+            {"a": JobHold(PAUSED, "admin", 0.0), "b": JobHold(CANCELLED, "other", 0.0)},
+        )
+
+    def test_jobHoldRefused(self) -> None:
+        """
+        A hold that is neither L{PAUSED} nor L{CANCELLED} is refused with
+        a L{ValueError}, recording nothing; after L{IStateStore.close},
+        both methods fail with L{PermanentError}.
+        """
+        store = self.makeStore()
+        self.assertRaises(ValueError, store.recordJobHolds, ["a"], "stopped")
+        self.assertEqual(self.successResultOf(store.jobHolds()), {})
+        store.close()
+        self.failureResultOf(store.recordJobHolds(["a"], PAUSED), PermanentError)
+        self.failureResultOf(store.jobHolds(), PermanentError)
+
+    def test_jobFailure(self) -> None:
+        """
+        A job's failure is recorded per job, a later one replaces it, and
+        recording L{None} (the job completed) forgets it.
+        """
+        store = self.makeStore()
+        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
+        self.successResultOf(store.recordJobFailure("job", "login refused: NO"))
+        self.successResultOf(store.recordJobFailure("job", "TLS refused"))
+        self.successResultOf(store.recordJobFailure("other", "gave up"))
+        self.assertEqual(self.successResultOf(store.jobFailure("job")), "TLS refused")
+        self.successResultOf(store.recordJobFailure("job", None))
+        self.successResultOf(store.recordJobFailure("never", None))
+        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
+        self.assertIsNone(self.successResultOf(store.jobFailure("never")))
+        self.assertEqual(self.successResultOf(store.jobFailure("other")), "gave up")
+
+    def test_emptyTimeline(self) -> None:
+        """
+        A job with no transition recorded has an empty timeline.
+        """
+        self.assertEqual(self.successResultOf(self.makeStore().timeline("job")), [])
+
+    def test_timelineRoundTrip(self) -> None:
+        """
+        Transitions come back as recorded, every field (C{by} L{None} or
+        not, a time with its fraction, text beyond ASCII), oldest first,
+        per job.
+        """
+        store = self.makeStore()
+        started = Transition(1700000000.0, "queued", "running", "started: 3 folders, é")
+        self.successResultOf(store.recordTransition("job", started))
+        self.successResultOf(store.recordTransition("other", RESUMING))
+        self.successResultOf(store.recordTransition("job", PAUSING))
+        self.successResultOf(store.recordTransition("job", RESUMING))
+        self.assertEqual(
+            self.successResultOf(store.timeline("job")), [started, PAUSING, RESUMING]
+        )
+        self.assertEqual(self.successResultOf(store.timeline("other")), [RESUMING])
+
+    def test_recordedOrderNotTime(self) -> None:
+        """
+        The timeline is in the order the transitions were recorded, even
+        where a clock stepped back between two of them.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.recordTransition("job", RESUMING))
+        self.successResultOf(store.recordTransition("job", PAUSING))
+        self.assertEqual(self.successResultOf(store.timeline("job")), [RESUMING, PAUSING])
+
+    def test_bounded(self) -> None:
+        """
+        Past L{TIMELINE_FIRST} + L{TIMELINE_LATEST} transitions, the
+        timeline keeps the first L{TIMELINE_FIRST} (how the job began)
+        and the latest L{TIMELINE_LATEST}, in order; another job's is
+        left as it is.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.recordTransition("other", PAUSING))
+        total = TIMELINE_FIRST + TIMELINE_LATEST + 123
+        for n in range(1, total + 1):
+            self.successResultOf(store.recordTransition("job", numbered(n)))
+        kept = self.successResultOf(store.timeline("job"))
+        self.assertEqual(len(kept), TIMELINE_FIRST + TIMELINE_LATEST)
+        self.assertEqual(
+            kept,
+            [numbered(n) for n in range(1, TIMELINE_FIRST + 1)]
+            + [numbered(n) for n in range(total - TIMELINE_LATEST + 1, total + 1)],
+        )
+        self.assertEqual(self.successResultOf(store.timeline("other")), [PAUSING])
+
+    def test_exactlyAtTheBound(self) -> None:
+        """
+        A timeline of exactly L{TIMELINE_FIRST} + L{TIMELINE_LATEST}
+        transitions keeps them all; one more drops the first after the
+        first L{TIMELINE_FIRST}.
+        """
+        store = self.makeStore()
+        bound = TIMELINE_FIRST + TIMELINE_LATEST
+        for n in range(1, bound + 1):
+            self.successResultOf(store.recordTransition("job", numbered(n)))
+        self.assertEqual(
+            self.successResultOf(store.timeline("job")),
+            [numbered(n) for n in range(1, bound + 1)],
+        )
+        self.successResultOf(store.recordTransition("job", numbered(bound + 1)))
+        kept = self.successResultOf(store.timeline("job"))
+        self.assertNotIn(numbered(TIMELINE_FIRST + 1), kept)
+        self.assertEqual(kept[TIMELINE_FIRST - 1 : TIMELINE_FIRST + 1], [
+            numbered(TIMELINE_FIRST), numbered(TIMELINE_FIRST + 2)
+        ])
+        self.assertEqual(kept[-1], numbered(bound + 1))
+
+    def test_unencodableRefused(self) -> None:
+        """
+        A cause that is not Unicode (a lone surrogate) or a time that is
+        not a number is refused with a L{PermanentError}; nothing is
+        recorded.
+        """
+        store = self.makeStore()
+        for bad in (
+            Transition(1.0, "running", "failed", "login refused: \udcff"),
+            Transition(float("nan"), "running", "failed", "why"),
+        ):
+            self.failureResultOf(store.recordTransition("job", bad), PermanentError)
+        self.assertEqual(self.successResultOf(store.timeline("job")), [])
+
+    def test_timelineClosed(self) -> None:
+        """
+        A closed store records and reads no timeline: both fail with a
+        L{PermanentError}.
+        """
+        store = self.makeStore()
+        store.close()
+        self.failureResultOf(store.recordTransition("job", PAUSING), PermanentError)
+        self.failureResultOf(store.timeline("job"), PermanentError)

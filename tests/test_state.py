@@ -25,7 +25,6 @@ from imapmig.state import (
     PAUSED,
     JobHold,
     AppendedOutcome,
-    FolderFallback,
     FolderMark,
     IStateStore,
     MessageOutcome,
@@ -177,53 +176,6 @@ class StateStoreBehaviourMixin(_MixinBase):
         self.assertEqual(self.successResultOf(store.notes("job")), [])
         self.assertEqual(self.successResultOf(store.destinationMap("job", "INBOX")), {})
         self.assertIsNone(self.successResultOf(store.folderMark("job", "INBOX")))
-
-    def test_jobHolds(self) -> None:
-        """
-        L{IStateStore.recordJobHolds} puts jobs under a hold, replacing
-        the one they were under, with who asked; L{None} lifts them (a job
-        under none included); L{IStateStore.jobHolds} reads them all.
-        """
-        store = self.makeStore()
-        self.assertEqual(self.successResultOf(store.jobHolds()), {})
-        self.successResultOf(store.recordJobHolds(["a", "b", "c"], PAUSED, "admin"))
-        self.successResultOf(store.recordJobHolds(["b"], CANCELLED, "other"))
-        self.successResultOf(store.recordJobHolds(["c", "never"], None))
-        self.successResultOf(store.recordJobHolds([], CANCELLED))
-        self.assertEqual(
-            self.successResultOf(store.jobHolds()),
-            {"a": JobHold(PAUSED, "admin", 0.0), "b": JobHold(CANCELLED, "other", 0.0)},
-        )
-
-    def test_jobHoldRefused(self) -> None:
-        """
-        A hold that is neither L{PAUSED} nor L{CANCELLED} is refused with
-        a L{ValueError}, recording nothing; after L{IStateStore.close},
-        both methods fail with L{PermanentError}.
-        """
-        store = self.makeStore()
-        self.assertRaises(ValueError, store.recordJobHolds, ["a"], "stopped")
-        self.assertEqual(self.successResultOf(store.jobHolds()), {})
-        store.close()
-        self.failureResultOf(store.recordJobHolds(["a"], PAUSED), PermanentError)
-        self.failureResultOf(store.jobHolds(), PermanentError)
-
-    def test_jobFailure(self) -> None:
-        """
-        A job's failure is recorded per job, a later one replaces it, and
-        recording L{None} (the job completed) forgets it.
-        """
-        store = self.makeStore()
-        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
-        self.successResultOf(store.recordJobFailure("job", "login refused: NO"))
-        self.successResultOf(store.recordJobFailure("job", "TLS refused"))
-        self.successResultOf(store.recordJobFailure("other", "gave up"))
-        self.assertEqual(self.successResultOf(store.jobFailure("job")), "TLS refused")
-        self.successResultOf(store.recordJobFailure("job", None))
-        self.successResultOf(store.recordJobFailure("never", None))
-        self.assertIsNone(self.successResultOf(store.jobFailure("job")))
-        self.assertIsNone(self.successResultOf(store.jobFailure("never")))
-        self.assertEqual(self.successResultOf(store.jobFailure("other")), "gave up")
 
     def test_emptyBatch(self) -> None:
         """

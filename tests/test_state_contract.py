@@ -18,6 +18,7 @@ from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.postgresql import requirePostgreSQL
 from tests.statecontract import (
     FolderMarksContract,
+    JobRecordsContract,
     OutcomeJournalContract,
     SynchronousReactor,
     SynchronousThreadPool,
@@ -115,6 +116,46 @@ class SQLiteFolderMarksTests(FolderMarksContract, SynchronousTestCase):
 class PostgreSQLFolderMarksTests(FolderMarksContract, SynchronousTestCase):
     """
     L{PostgreSQLStateStore}'s folder marks and fallbacks keep the contract.
+    """
+
+    def makeStore(self) -> PostgreSQLStateStore:
+        """
+        A new L{PostgreSQLStateStore} in a new database.
+        """
+        return openPostgreSQLStore(self)
+
+
+class MemoryJobRecordsTests(JobRecordsContract, SynchronousTestCase):
+    """
+    L{MemoryStateStore}'s failures, holds and timelines keep the contract.
+    """
+
+    def makeStore(self) -> MemoryStateStore:
+        """
+        A new L{MemoryStateStore}.
+        """
+        store = MemoryStateStore()
+        self.addCleanup(store.close)
+        return store
+
+
+class SQLiteJobRecordsTests(JobRecordsContract, SynchronousTestCase):
+    """
+    L{SQLiteStateStore}'s failures, holds and timelines keep the contract.
+    """
+
+    def makeStore(self) -> SQLiteStateStore:
+        """
+        A new L{SQLiteStateStore} in a new file.
+        """
+        store = SQLiteStateStore(self.mktemp(), seconds=Clock().seconds)
+        self.addCleanup(store.close)
+        return store
+
+
+class PostgreSQLJobRecordsTests(JobRecordsContract, SynchronousTestCase):
+    """
+    L{PostgreSQLStateStore}'s failures, holds and timelines keep the contract.
     """
 
     def makeStore(self) -> PostgreSQLStateStore:

@@ -33,7 +33,7 @@ _VERSIONS = """
 # Each migration's statements, from version N to N + 1 at index N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # Version 1: the outcomes, the journal, the folder marks and
-    # fallbacks, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
+    # fallbacks, the job records, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
     # the claims).  fillfactor and the autovacuum factor keep the tables
     # updated or deleted from most (messages replaced, journal rows
     # living for one unit) from bloating.
@@ -93,6 +93,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             reason text NOT NULL,
             updated_at double precision NOT NULL,
             PRIMARY KEY (job, mailbox)
+        )
+        """,
+        """
+        CREATE TABLE imapmig.job_failures (
+            job text PRIMARY KEY,
+            reason text NOT NULL,
+            updated_at double precision NOT NULL
+        )
+        """,
+        # Until the jobs table of the claims holds them in its rows'
+        # state (docs/fleet-design.md, "The schema").
+        """
+        CREATE TABLE imapmig.job_holds (
+            job text PRIMARY KEY,
+            hold text NOT NULL CHECK (hold IN ('paused', 'cancelled')),
+            by text,
+            updated_at double precision NOT NULL
+        )
+        """,
+        # NaN is refused as SQLite refuses it (it stores NULL in a NOT
+        # NULL column).
+        """
+        CREATE TABLE imapmig.job_transitions (
+            job text NOT NULL,
+            seq bigint NOT NULL,
+            time double precision NOT NULL CHECK (time <> 'NaN'),
+            source text NOT NULL,
+            target text NOT NULL,
+            cause text NOT NULL,
+            by text,
+            PRIMARY KEY (job, seq)
         )
         """,
     ),

@@ -5,9 +5,10 @@ database (issue 30; docs/fleet-design.md).
 
 Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
 L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
-in L{imapmig.state._pgfolders}).  Not yet: job records, budgets, reports,
-and the claims, leases and fencing of the fleet; so the store provides
-those two roles only, not L{IStateStore}, and nothing
+in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
+(L{IJobRecords}, in L{imapmig.state._pgrecords}).  Not yet: budgets,
+reports, and the claims, leases and fencing of the fleet; so the store
+provides those roles only, not L{IStateStore}, and nothing
 a user can reach opens it yet (the daemon refuses a C{postgresql://}
 state).
 
@@ -33,15 +34,17 @@ from imapmig.errors import PermanentError, TransientError
 from imapmig.state._pgbase import MAX_CONNECTIONS, ConnectionPool, Connection, displayName
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
+from imapmig.state._pgrecords import PostgreSQLJobRecords
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
 from imapmig.state.folders import IFolderMarks
+from imapmig.state.jobrecords import IJobRecords
 from imapmig.state.outcomes import IOutcomeJournal
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
 
 
-@implementer(IOutcomeJournal, IFolderMarks)
-class PostgreSQLStateStore(PostgreSQLOutcomeJournal, PostgreSQLFolderMarks):
+@implementer(IOutcomeJournal, IFolderMarks, IJobRecords)
+class PostgreSQLStateStore(PostgreSQLOutcomeJournal, PostgreSQLFolderMarks, PostgreSQLJobRecords):
     """
     The roles of the state store built so far (see the module), in a
     PostgreSQL database's C{imapmig} schema.
