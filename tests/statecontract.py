@@ -14,7 +14,9 @@ and C{tests/test_state.py}'s C{StateStoreBehaviourMixin}, reading only
 through L{IOutcomeJournal}), L{FolderMarksContract} (folder marks and
 fallbacks, moved from C{StateStoreBehaviourMixin}) and L{JobRecordsContract}
 (failures and holds from C{StateStoreBehaviourMixin}, the timeline from
-C{tests/test_state_timeline.py}'s C{TimelineContractMixin}).
+C{tests/test_state_timeline.py}'s C{TimelineContractMixin}) and
+L{BudgetRecordsContract} (from C{tests/test_state_budget.py}'s
+C{BudgetBehaviourMixin}).
 
 Every test is synchronous (C{successResultOf}): the PostgreSQL store is
 given a thread pool that runs each call at once in the test's thread
@@ -46,6 +48,7 @@ from imapmig.state import (
     FolderFallback,
     FolderKeys,
     FolderMark,
+    IBudgetRecords,
     IJobRecords,
     JobHold,
     JournalEntry,
@@ -936,3 +939,100 @@ class JobRecordsContract(_MixinBase):
         store.close()
         self.failureResultOf(store.recordTransition("job", PAUSING), PermanentError)
         self.failureResultOf(store.timeline("job"), PermanentError)
+
+
+class BudgetRecordsContract(_MixinBase):
+    """
+    L{IBudgetRecords}' behaviour, which every state store shares: the
+    octets each account moved per direction and day.  Mixed into a
+    L{SynchronousTestCase} that defines L{makeStore}.
+    """
+
+    def makeStore(self) -> AnyStore:
+        """
+        A new, empty store, closed when the test ends.
+        """
+        raise NotImplementedError()
+
+    def test_budgetRecordsInterface(self) -> None:
+        """
+        The store provides L{IBudgetRecords}.
+        """
+        self.assertTrue(verifyObject(IBudgetRecords, self.makeStore()))
+
+    def test_addsUp(self) -> None:
+        """
+        Uses of one account, direction and day add up; other accounts,
+        servers, directions and days are apart; nothing recorded is 0.
+        """
+        store = self.makeStore()
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("gmail", "alice", "upload", "2030-01-01")), 0
+        )
+        self.assertEqual(
+            self.successResultOf(store.addBudgetUse("gmail", "alice", "upload", "2030-01-01", 10)),
+            10,
+        )
+        self.assertEqual(
+            self.successResultOf(store.addBudgetUse("gmail", "alice", "upload", "2030-01-01", 5)),
+            15,
+        )
+        self.successResultOf(store.addBudgetUse("gmail", "alice", "download", "2030-01-01", 7))
+        self.successResultOf(store.addBudgetUse("gmail", "bob", "upload", "2030-01-01", 3))
+        self.successResultOf(store.addBudgetUse("other", "alice", "upload", "2030-01-01", 4))
+        for (server, user, direction), expected in {
+            ("gmail", "alice", "upload"): 15,
+            ("gmail", "alice", "download"): 7,
+            ("gmail", "bob", "upload"): 3,
+            ("other", "alice", "upload"): 4,
+        }.items():
+            self.assertEqual(
+                self.successResultOf(store.budgetUsed(server, user, direction, "2030-01-01")),
+                expected,
+            )
+
+    def test_newDay(self) -> None:
+        """
+        A new day starts from 0; writing it drops the earlier days of that
+        account and direction, not those of others.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.addBudgetUse("gmail", "alice", "upload", "2030-01-01", 10))
+        self.successResultOf(store.addBudgetUse("gmail", "bob", "upload", "2030-01-01", 9))
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("gmail", "alice", "upload", "2030-01-02")), 0
+        )
+        self.assertEqual(
+            self.successResultOf(store.addBudgetUse("gmail", "alice", "upload", "2030-01-02", 2)),
+            2,
+        )
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("gmail", "alice", "upload", "2030-01-01")), 0
+        )
+        self.assertEqual(
+            self.successResultOf(store.budgetUsed("gmail", "bob", "upload", "2030-01-01")), 9
+        )
+
+    def test_budgetClosed(self) -> None:
+        """
+        A closed store refuses budget reads and writes with
+        L{PermanentError}.
+        """
+        store = self.makeStore()
+        store.close()
+        self.failureResultOf(store.budgetUsed("s", "u", "upload", "2030-01-01"), PermanentError)
+        self.failureResultOf(
+            store.addBudgetUse("s", "u", "upload", "2030-01-01", 1), PermanentError
+        )
+
+    def test_tooLarge(self) -> None:
+        """
+        A total beyond a signed 64-bit integer is refused with
+        L{PermanentError}, and the earlier total is kept.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.addBudgetUse("s", "u", "upload", "2030-01-01", 1))
+        self.failureResultOf(
+            store.addBudgetUse("s", "u", "upload", "2030-01-01", 2**63), PermanentError
+        )
+        self.assertEqual(self.successResultOf(store.budgetUsed("s", "u", "upload", "2030-01-01")), 1)

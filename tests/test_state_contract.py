@@ -17,6 +17,7 @@ from imapmig.state.postgresql import PostgreSQLStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.postgresql import requirePostgreSQL
 from tests.statecontract import (
+    BudgetRecordsContract,
     FolderMarksContract,
     JobRecordsContract,
     OutcomeJournalContract,
@@ -156,6 +157,46 @@ class SQLiteJobRecordsTests(JobRecordsContract, SynchronousTestCase):
 class PostgreSQLJobRecordsTests(JobRecordsContract, SynchronousTestCase):
     """
     L{PostgreSQLStateStore}'s failures, holds and timelines keep the contract.
+    """
+
+    def makeStore(self) -> PostgreSQLStateStore:
+        """
+        A new L{PostgreSQLStateStore} in a new database.
+        """
+        return openPostgreSQLStore(self)
+
+
+class MemoryBudgetRecordsTests(BudgetRecordsContract, SynchronousTestCase):
+    """
+    L{MemoryStateStore}'s budget records keep the contract.
+    """
+
+    def makeStore(self) -> MemoryStateStore:
+        """
+        A new L{MemoryStateStore}.
+        """
+        store = MemoryStateStore()
+        self.addCleanup(store.close)
+        return store
+
+
+class SQLiteBudgetRecordsTests(BudgetRecordsContract, SynchronousTestCase):
+    """
+    L{SQLiteStateStore}'s budget records keep the contract.
+    """
+
+    def makeStore(self) -> SQLiteStateStore:
+        """
+        A new L{SQLiteStateStore} in a new file.
+        """
+        store = SQLiteStateStore(self.mktemp(), seconds=Clock().seconds)
+        self.addCleanup(store.close)
+        return store
+
+
+class PostgreSQLBudgetRecordsTests(BudgetRecordsContract, SynchronousTestCase):
+    """
+    L{PostgreSQLStateStore}'s budget records keep the contract.
     """
 
     def makeStore(self) -> PostgreSQLStateStore:

@@ -246,3 +246,21 @@ class ThreadPoolTests(TestCase):
             self.assertGreaterEqual(connections, 1)
 
         return Deferred.fromCoroutine(run())
+
+    def test_budgetAdditionsAtOnce(self) -> Deferred[None]:
+        """
+        Thirty additions to one account's budget at once, over three
+        connections, all count: each is one statement that adds in the
+        database, not a read and a write.
+        """
+
+        async def run() -> None:
+            store = self.store()
+            await store.open()
+            totals = await gatherResults(
+                [store.addBudgetUse("s", "u", "upload", "2030-01-01", 1) for n in range(30)]
+            )
+            self.assertEqual(sorted(totals), list(range(1, 31)))
+            self.assertEqual(await store.budgetUsed("s", "u", "upload", "2030-01-01"), 30)
+
+        return Deferred.fromCoroutine(run())

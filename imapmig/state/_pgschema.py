@@ -33,7 +33,7 @@ _VERSIONS = """
 # Each migration's statements, from version N to N + 1 at index N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # Version 1: the outcomes, the journal, the folder marks and
-    # fallbacks, the job records, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
+    # fallbacks, the job records, the budgets, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
     # the claims).  fillfactor and the autovacuum factor keep the tables
     # updated or deleted from most (messages replaced, journal rows
     # living for one unit) from bloating.
@@ -124,6 +124,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             cause text NOT NULL,
             by text,
             PRIMARY KEY (job, seq)
+        )
+        """,
+        """
+        CREATE TABLE imapmig.budget_use (
+            server text NOT NULL,
+            "user" text NOT NULL,
+            direction text NOT NULL,
+            day text NOT NULL,
+            octets bigint NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (server, "user", direction, day)
         )
         """,
     ),

@@ -6,7 +6,8 @@ database (issue 30; docs/fleet-design.md).
 Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
 L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
 in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
-(L{IJobRecords}, in L{imapmig.state._pgrecords}).  Not yet: budgets,
+(L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
+budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}).  Not yet:
 reports, and the claims, leases and fencing of the fleet; so the store
 provides those roles only, not L{IStateStore}, and nothing
 a user can reach opens it yet (the daemon refuses a C{postgresql://}
@@ -31,11 +32,13 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state._pgbase import MAX_CONNECTIONS, ConnectionPool, Connection, displayName
+from imapmig.state._pgbase import MAX_CONNECTIONS, Connection, ConnectionPool, displayName
+from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state.budgets import IBudgetRecords
 from imapmig.state.folders import IFolderMarks
 from imapmig.state.jobrecords import IJobRecords
 from imapmig.state.outcomes import IOutcomeJournal
@@ -43,8 +46,13 @@ from imapmig.state.outcomes import IOutcomeJournal
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
 
 
-@implementer(IOutcomeJournal, IFolderMarks, IJobRecords)
-class PostgreSQLStateStore(PostgreSQLOutcomeJournal, PostgreSQLFolderMarks, PostgreSQLJobRecords):
+@implementer(IOutcomeJournal, IFolderMarks, IJobRecords, IBudgetRecords)
+class PostgreSQLStateStore(
+    PostgreSQLOutcomeJournal,
+    PostgreSQLFolderMarks,
+    PostgreSQLJobRecords,
+    PostgreSQLBudgetRecords,
+):
     """
     The roles of the state store built so far (see the module), in a
     PostgreSQL database's C{imapmig} schema.
