@@ -22,7 +22,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.errors import PermanentError, StateSchemaTooNew
-from imapmig.state import MessageNames
+from imapmig.state import FolderFallback, MessageNames
 from imapmig.state import _pgschema
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
@@ -264,3 +264,42 @@ class ThreadPoolTests(TestCase):
             self.assertEqual(await store.budgetUsed("s", "u", "upload", "2030-01-01"), 30)
 
         return Deferred.fromCoroutine(run())
+
+
+class CollationTests(SynchronousTestCase):
+    """
+    Keys in code point order whatever the database's collation.
+    """
+
+    def test_codePointOrder(self) -> None:
+        """
+        In a database whose default collation sorts C{a} before C{B}
+        (ICU's en-US), the store orders and pages folder and message keys
+        and fallbacks by code point, as SQLite does: C{B} before C{a}.
+        """
+        requirePostgreSQL(self)
+        cluster = sharedCluster()
+        name = f"icu{id(self)}"
+        cluster.psql(
+            f"CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu"
+            " ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+        store = openPostgreSQLStore(self, cluster.dsn(name))
+        self.successResultOf(
+            store.recordOutcomes("job", [failed(k, m) for k in ("a", "B") for m in ("a", "B")])
+        )
+        order = [("B", "B"), ("B", "a"), ("a", "B"), ("a", "a")]
+        failures = self.successResultOf(store.failures("job"))
+        self.assertEqual([(o.folderKey, o.messageKey) for o in failures], order)
+        first = self.successResultOf(store.failuresPage("job", 0, 1))
+        self.assertEqual(first.next, ("B", "B"))
+        rest = self.successResultOf(store.failuresPage("job", 0, 10, after=first.next))
+        self.assertEqual([(o.folderKey, o.messageKey) for o in rest.items], order[1:])
+        manifest = self.successResultOf(store.manifestOutcomes("job", ("B", "a"), 10))
+        self.assertEqual([(o.folderKey, o.messageKey) for o in manifest], order[2:])
+        for mailbox in ("a", "B"):
+            self.successResultOf(
+                store.recordFolderFallback("job", FolderFallback(mailbox, "x", "NO"))
+            )
+        fallbacks = self.successResultOf(store.folderFallbacks("job"))
+        self.assertEqual([f.mailbox for f in fallbacks], ["B", "a"])

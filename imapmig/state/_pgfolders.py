@@ -95,12 +95,12 @@ class PostgreSQLFolderMarks(PostgreSQLBase):
     def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
         """
         See L{IFolderMarks.folderFallbacks}: by mailbox, in code point
-        order (C{COLLATE "C"}) as SQLite orders them.
+        order (the column's C{COLLATE "C"}) as SQLite orders them.
         """
         return self._read(
             "read the folder fallbacks",
             "SELECT mailbox, fallback, reason FROM imapmig.folder_fallbacks"
-            ' WHERE job = %s ORDER BY mailbox COLLATE "C"',
+            " WHERE job = %s ORDER BY mailbox",
             (job,),
             lambda rows: [FolderFallback(*row) for row in rows],
         )

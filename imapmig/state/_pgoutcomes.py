@@ -16,7 +16,7 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.state._packing import packMessages, unpackMessages
-from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state._pgbase import OUTCOME_COLUMNS, Connection, PostgreSQLBase, outcomeOf
 from imapmig.state.outcomes import (
     AppendedOutcome,
     IOutcomeJournal,
@@ -26,17 +26,12 @@ from imapmig.state.outcomes import (
     MessageOutcome,
 )
 
-_OUTCOME_COLUMNS = (
-    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
-    " note, present, converted, message_id, message_date, message_from, message_subject"
-)
-
 # One statement for a whole batch: fourteen arrays, one per column, and
 # the job and the time once.  ON CONFLICT DO UPDATE may not touch a row
 # twice in one statement, so the batch is given with each message once
 # (its latest outcome).
 _UPSERT = f"""
-    INSERT INTO imapmig.messages (job, {_OUTCOME_COLUMNS}, updated_at)
+    INSERT INTO imapmig.messages (job, {OUTCOME_COLUMNS}, updated_at)
     SELECT %s, u.*, %s FROM unnest(
         %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[],
         %s::text[], %s::text[], %s::boolean[], %s::boolean[],
@@ -208,10 +203,10 @@ class PostgreSQLOutcomeJournal(PostgreSQLBase):
         """
         return self._read(
             "read the destination map",
-            f"SELECT {_OUTCOME_COLUMNS} FROM imapmig.messages"
+            f"SELECT {OUTCOME_COLUMNS} FROM imapmig.messages"
             " WHERE job = %s AND folder_key = %s AND failure IS NULL",
             (job, folderKey),
-            lambda rows: {row[1]: _outcomeOf(row) for row in rows},
+            lambda rows: {row[1]: outcomeOf(row) for row in rows},
         )
 
 
@@ -237,29 +232,3 @@ def _columns(outcomes: Sequence[MessageOutcome | AppendedOutcome]) -> list[list[
                 outcome.date, outcome.sender, outcome.subject,
             )  # fmt: skip
     return [list(column) for column in zip(*latest.values())]
-
-
-def _outcomeOf(row: Row) -> MessageOutcome:
-    """
-    The L{MessageOutcome} of a row of L{_OUTCOME_COLUMNS}.
-    """
-    (
-        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
-        converted, messageId, date, sender, subject,
-    ) = row  # fmt: skip
-    return MessageOutcome(
-        folderKey=folderKey,
-        messageKey=messageKey,
-        mailbox=mailbox,
-        size=size,
-        uidValidity=uidValidity,
-        uid=uid,
-        failure=failure,
-        note=note,
-        alreadyPresent=present,
-        lineEndingsConverted=converted,
-        messageId=messageId,
-        date=date,
-        sender=sender,
-        subject=subject,
-    )

@@ -33,7 +33,8 @@ _VERSIONS = """
 # Each migration's statements, from version N to N + 1 at index N.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # Version 1: the outcomes, the journal, the folder marks and
-    # fallbacks, the job records, the budgets, as SQLite's version 11 has them (job still by name: the jobs table with its job_id comes with
+    # fallbacks, the job records, the budgets, as SQLite's version 11 has
+    # them; keys in code point order (COLLATE "C"), as SQLite orders text (job still by name: the jobs table with its job_id comes with
     # the claims).  fillfactor and the autovacuum factor keep the tables
     # updated or deleted from most (messages replaced, journal rows
     # living for one unit) from bloating.
@@ -41,8 +42,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """
         CREATE TABLE imapmig.messages (
             job text NOT NULL,
-            folder_key text NOT NULL,
-            message_key text NOT NULL,
+            folder_key text COLLATE "C" NOT NULL,
+            message_key text COLLATE "C" NOT NULL,
             mailbox text NOT NULL,
             size bigint NOT NULL,
             uidvalidity bigint,
@@ -58,6 +59,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             updated_at double precision NOT NULL,
             PRIMARY KEY (job, folder_key, message_key)
         ) WITH (fillfactor = 90)
+        """,
+        # The failure pages and the audit manifest read the messages not
+        # copied in key order: this index, as SQLite's messages_not_copied.
+        """
+        CREATE INDEX messages_not_copied ON imapmig.messages (job, folder_key, message_key)
+        WHERE failure IS NOT NULL OR present
         """,
         """
         CREATE TABLE imapmig.journal (
@@ -75,7 +82,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """
         CREATE TABLE imapmig.folders (
             job text NOT NULL,
-            folder_key text NOT NULL,
+            folder_key text COLLATE "C" NOT NULL,
             uidvalidity bigint NOT NULL,
             uidnext bigint NOT NULL,
             highestmodseq bigint,
@@ -88,7 +95,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """
         CREATE TABLE imapmig.folder_fallbacks (
             job text NOT NULL,
-            mailbox text NOT NULL,
+            mailbox text COLLATE "C" NOT NULL,
             fallback text NOT NULL,
             reason text NOT NULL,
             updated_at double precision NOT NULL,

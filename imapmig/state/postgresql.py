@@ -7,11 +7,12 @@ Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
 L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
 in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
 (L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
-budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}).  Not yet:
-reports, and the claims, leases and fencing of the fleet; so the store
-provides those roles only, not L{IStateStore}, and nothing
-a user can reach opens it yet (the daemon refuses a C{postgresql://}
-state).
+budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
+queries of reports and the status site (L{IReportQueries}, in
+L{imapmig.state._pgreports}): every role of L{IStateStore}.  Not yet: the
+claims, leases and fencing of the fleet, and batching writes across
+calls.  Nothing a user can reach opens it yet (the daemon refuses a
+C{postgresql://} state).
 
 psycopg 3's synchronous API is called from a Twisted thread pool given
 by the caller, through at most three connections
@@ -37,25 +38,23 @@ from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
+from imapmig.state._pgreports import PostgreSQLReportQueries
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
-from imapmig.state.budgets import IBudgetRecords
-from imapmig.state.folders import IFolderMarks
-from imapmig.state.jobrecords import IJobRecords
-from imapmig.state.outcomes import IOutcomeJournal
+from imapmig.state import IStateStore
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
 
 
-@implementer(IOutcomeJournal, IFolderMarks, IJobRecords, IBudgetRecords)
+@implementer(IStateStore)
 class PostgreSQLStateStore(
     PostgreSQLOutcomeJournal,
     PostgreSQLFolderMarks,
     PostgreSQLJobRecords,
     PostgreSQLBudgetRecords,
+    PostgreSQLReportQueries,
 ):
     """
-    The roles of the state store built so far (see the module), in a
-    PostgreSQL database's C{imapmig} schema.
+    An L{IStateStore} in a PostgreSQL database's C{imapmig} schema.
     """
 
     def __init__(
