@@ -21,11 +21,11 @@ from twisted.internet.task import Clock, deferLater
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from imapmig.errors import PermanentError, StateSchemaTooNew
+from imapmig.errors import PermanentError, StateSchemaTooNew, TransientError
 from imapmig.state import FolderFallback, MessageNames
 from imapmig.state import _pgschema
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
-from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
+from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
 from tests.test_state import appended, failed
 from tests.test_state_contract import openPostgreSQLStore
@@ -303,3 +303,30 @@ class CollationTests(SynchronousTestCase):
             )
         fallbacks = self.successResultOf(store.folderFallbacks("job"))
         self.assertEqual([f.mailbox for f in fallbacks], ["B", "a"])
+
+
+class RestartTests(SynchronousTestCase):
+    """
+    The store after its database restarted.
+    """
+
+    def test_reconnects(self) -> None:
+        """
+        After PostgreSQL restarted (C{-m immediate}, a crash), the call
+        that finds its connection broken fails with L{TransientError} (to
+        be retried; what it wrote either committed before or not at all),
+        and the next calls open a new connection and succeed; nothing
+        committed is lost.
+        """
+        requirePostgreSQL(self)
+        cluster = PostgreSQLCluster(self.mktemp())
+        self.addCleanup(cluster.destroy)
+        cluster.start()
+        store = openPostgreSQLStore(self, cluster.createDatabase())
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "1")]))
+        cluster.restart("immediate")
+        self.failureResultOf(
+            store.recordOutcomes("job", [appended("INBOX", "2")]), TransientError
+        )
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "3")]))
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "3"})
