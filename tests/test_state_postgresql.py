@@ -330,3 +330,31 @@ class RestartTests(SynchronousTestCase):
         )
         self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "3")]))
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "3"})
+
+
+class ConnectionSettingsTests(SynchronousTestCase):
+    """
+    How the store's connections are set.
+    """
+
+    def test_settings(self) -> None:
+        """
+        Each connection ends a transaction left idle after 60 s, names
+        itself C{imapmig}, and notices a dead server or path in seconds
+        (TCP keepalives, a 5 s C{tcp_user_timeout}).
+        """
+        store = openPostgreSQLStore(self)
+
+        def settings(connection: psycopg.Connection[tuple[Any, ...]]) -> tuple[object, ...]:
+            row = connection.execute(
+                "SELECT current_setting('idle_in_transaction_session_timeout'),"
+                " current_setting('application_name')"
+            ).fetchone()
+            assert row is not None
+            parameters = connection.info.get_parameters()
+            return (*row, parameters.get("keepalives"), parameters.get("tcp_user_timeout"))
+
+        self.assertEqual(
+            self.successResultOf(store._call("read the settings", settings)),
+            ("1min", "imapmig", "1", "5000"),
+        )

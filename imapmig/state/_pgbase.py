@@ -92,10 +92,20 @@ class ConnectionPool:
         self.closed = False
 
     def _connect(self) -> Connection:
+        # Keepalives and tcp_user_timeout find a dead server or path in
+        # seconds rather than the kernel's minutes; no transaction of ours
+        # stays idle, so one left so (a stuck thread) is ended before it
+        # holds the xmin horizon back (docs/fleet-design.md, "The thread
+        # pool").
         return psycopg.connect(
             self._conninfo,
             autocommit=True,
             connect_timeout=5,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=5000,
             application_name="imapmig",
             options="-c idle_in_transaction_session_timeout=60s",
         )
