@@ -106,6 +106,25 @@ class PermanentError(ImapmigError):
     """
 
 
+class StateSchemaTooNew(PermanentError):
+    """
+    The state database's schema is newer than this imapmig knows: another
+    daemon of a later version migrated it.  The message names the database
+    and both versions.
+
+    @ivar found: the database's version.
+    @ivar known: the newest this code knows.
+    """
+
+    def __init__(self, where: str, found: int, known: int) -> None:
+        super().__init__(
+            f"{where}: the state database has schema version {found}, newer"
+            f" than this imapmig knows ({known}); upgrade imapmig"
+        )
+        self.found = found
+        self.known = known
+
+
 class AuthenticationFailed(PermanentError):
     """
     The server refused the credentials.

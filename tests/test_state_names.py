@@ -11,144 +11,15 @@ and that a version 9 database is upgraded to hold the names.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.state import IStateStore, JobActivity, MessageNames, MessageOutcome, withNames
-from imapmig.state.memory import MemoryStateStore
+from imapmig.state import MessageNames, MessageOutcome, withNames
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
-from tests.test_state import _DROP_NAMES, MARK, appended, failed, present
-
-if TYPE_CHECKING:
-    _MixinBase = SynchronousTestCase
-else:
-    _MixinBase = object
+from tests.test_state import _DROP_NAMES
 
 NAMES = MessageNames("<a@example.com>", "Tue, 3 Mar 2020 10:00:00 +0100", "Ann <a@x>", "Hé")
-
-
-class StoreNamesMixin(_MixinBase):
-    """
-    Names and activity, as every store records them.
-    """
-
-    clock: Clock
-
-    def makeStore(self) -> IStateStore:
-        raise NotImplementedError()
-
-    def test_namesRoundTrip(self) -> None:
-        """
-        A failed outcome's names are read back by C{failures},
-        C{failuresPage} (which also finds a message by its From or
-        Subject) and C{manifestOutcomes}.
-        """
-        store = self.makeStore()
-        named = withNames(failed("INBOX", "1"), NAMES)
-        self.successResultOf(store.recordOutcomes("job", [named, appended("INBOX", "2")]))
-        self.assertEqual(self.successResultOf(store.failures("job")), [named])
-        self.assertEqual(
-            self.successResultOf(store.manifestOutcomes("job", None, 10)), [named]
-        )
-        for needle in ("ann <A@", "hé"):
-            page = self.successResultOf(store.failuresPage("job", 0, 10, needle))
-            self.assertEqual(page.items, (named,), needle)
-
-    def test_nameMessages(self) -> None:
-        """
-        L{IStateStore.nameMessages} names the messages whose latest
-        outcome is a failure, and leaves the others (appended, already
-        present, unknown) as they are.
-        """
-        store = self.makeStore()
-        self.successResultOf(
-            store.recordOutcomes(
-                "job", [failed("INBOX", "1"), appended("INBOX", "2"), present("INBOX", "3")]
-            )
-        )
-        self.successResultOf(
-            store.nameMessages(
-                "job",
-                [("INBOX", key, NAMES) for key in ("1", "2", "3", "4")]
-                + [("Sent", "1", NAMES)],
-            )
-        )
-        self.assertEqual(
-            self.successResultOf(store.failures("job")), [withNames(failed("INBOX", "1"), NAMES)]
-        )
-        self.assertEqual(
-            self.successResultOf(store.manifestOutcomes("job", None, 10)),
-            [withNames(failed("INBOX", "1"), NAMES), present("INBOX", "3")],
-        )
-        self.assertEqual(
-            self.successResultOf(store.destinationMap("job", "INBOX"))["2"],
-            appended("INBOX", "2"),
-        )
-
-    def test_appendedClearsNames(self) -> None:
-        """
-        A message that failed and is appended later keeps no names.
-        """
-        store = self.makeStore()
-        self.successResultOf(store.recordOutcomes("job", [withNames(failed("INBOX", "1"), NAMES)]))
-        self.successResultOf(store.recordOutcomes("job", [("INBOX", "1", "INBOX", 10, 7, 3, 0)]))
-        outcome = self.successResultOf(store.destinationMap("job", "INBOX"))["1"]
-        self.assertEqual(outcome, MessageOutcome("INBOX", "1", "INBOX", 10, 7, 3))
-
-    def test_activity(self) -> None:
-        """
-        L{IStateStore.activity} sums the octets of the messages copied
-        (not those failed or already present), spans the times the copies
-        were recorded (a failure recorded later, as a rerun records it
-        again, does not stretch it), and counts the folder marks; a job
-        with no record has none of these.
-        """
-        store = self.makeStore()
-        self.assertEqual(
-            self.successResultOf(store.activity("job")), JobActivity(0, None, None, 0)
-        )
-        self.clock.advance(100)
-        self.successResultOf(
-            store.recordOutcomes("job", [appended("INBOX", "1"), failed("INBOX", "2")])
-        )
-        self.clock.advance(30)
-        self.successResultOf(
-            store.recordOutcomes("job", [present("INBOX", "3"), appended("INBOX", "4")])
-        )
-        self.clock.advance(600)
-        self.successResultOf(store.recordOutcomes("job", [failed("INBOX", "2")]))
-        self.successResultOf(store.recordOutcomes("other", [appended("INBOX", "1")]))
-        self.successResultOf(store.recordFolderMark("job", "INBOX", MARK))
-        sizes = appended("INBOX", "1").size + appended("INBOX", "4").size
-        self.assertEqual(
-            self.successResultOf(store.activity("job")), JobActivity(sizes, 100.0, 130.0, 1)
-        )
-
-
-class MemoryStoreNamesTests(StoreNamesMixin, SynchronousTestCase):
-    """
-    L{MemoryStateStore} records names and activity.
-    """
-
-    def makeStore(self) -> MemoryStateStore:
-        self.clock = Clock()
-        store = MemoryStateStore(seconds=self.clock.seconds)
-        self.addCleanup(store.close)
-        return store
-
-
-class SQLiteStoreNamesTests(StoreNamesMixin, SynchronousTestCase):
-    """
-    L{SQLiteStateStore} records names and activity.
-    """
-
-    def makeStore(self) -> SQLiteStateStore:
-        self.clock = Clock()
-        store = SQLiteStateStore(self.mktemp(), seconds=self.clock.seconds)
-        self.addCleanup(store.close)
-        return store
 
 
 class MigrateFromVersion9Tests(SynchronousTestCase):

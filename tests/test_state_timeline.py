@@ -2,39 +2,29 @@
 # mypy: disallow-untyped-calls=False
 # (trial's assertion methods are unannotated.)
 """
-Tests for each job's timeline in the state stores
-(L{IStateStore.recordTransition}, L{IStateStore.timeline}): one contract
-held against the memory and SQLite stores, then what only the SQLite file
-does (keep it, bound it on disk, write it without waiting for the disk,
+Tests for each job's timeline in the SQLite file (its behaviour, which
+every store shares, is L{tests.statecontract.JobRecordsContract}): what
+only the SQLite file does (keep it, bound it on disk, write it without waiting for the disk,
 upgrade a version 10 database to hold it).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from twisted.internet.task import Clock
 from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface.verify import verifyObject
 
-from imapmig.errors import PermanentError
 from imapmig.state import (
     TIMELINE_FIRST,
     TIMELINE_LATEST,
-    IStateStore,
     Transition,
     transitionRecorder,
 )
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 from tests.test_state import _DROP_TIMELINES
-
-if TYPE_CHECKING:
-    _MixinBase = SynchronousTestCase
-else:
-    _MixinBase = object
 
 PAUSED = Transition(1700000100.5, "running", "paused", "paused by the admin", "192.0.2.7")
 RESUMED = Transition(1700000200.25, "paused", "queued", "resumed by the admin", "192.0.2.7")
@@ -49,134 +39,7 @@ def numbered(n: int) -> Transition:
     return Transition(1700000000.0 + n, source, target, f"attempt {n}")
 
 
-class TimelineContractMixin(_MixinBase):
-    """
-    The timeline contract every state store keeps.  Mixed into a
-    L{SynchronousTestCase} that defines L{makeStore}.
-    """
-
-    def makeStore(self) -> IStateStore:
-        raise NotImplementedError()
-
-    def test_interface(self) -> None:
-        """
-        The store provides L{IStateStore}, its timeline methods included.
-        """
-        self.assertTrue(verifyObject(IStateStore, self.makeStore()))
-
-    def test_empty(self) -> None:
-        """
-        A job with no transition recorded has an empty timeline.
-        """
-        self.assertEqual(self.successResultOf(self.makeStore().timeline("job")), [])
-
-    def test_roundTrip(self) -> None:
-        """
-        Transitions come back as recorded, every field (C{by} L{None} or
-        not, a time with its fraction, text beyond ASCII), oldest first,
-        per job.
-        """
-        store = self.makeStore()
-        started = Transition(1700000000.0, "queued", "running", "started: 3 folders, é")
-        self.successResultOf(store.recordTransition("job", started))
-        self.successResultOf(store.recordTransition("other", RESUMED))
-        self.successResultOf(store.recordTransition("job", PAUSED))
-        self.successResultOf(store.recordTransition("job", RESUMED))
-        self.assertEqual(
-            self.successResultOf(store.timeline("job")), [started, PAUSED, RESUMED]
-        )
-        self.assertEqual(self.successResultOf(store.timeline("other")), [RESUMED])
-
-    def test_recordedOrderNotTime(self) -> None:
-        """
-        The timeline is in the order the transitions were recorded, even
-        where a clock stepped back between two of them.
-        """
-        store = self.makeStore()
-        self.successResultOf(store.recordTransition("job", RESUMED))
-        self.successResultOf(store.recordTransition("job", PAUSED))
-        self.assertEqual(self.successResultOf(store.timeline("job")), [RESUMED, PAUSED])
-
-    def test_bounded(self) -> None:
-        """
-        Past L{TIMELINE_FIRST} + L{TIMELINE_LATEST} transitions, the
-        timeline keeps the first L{TIMELINE_FIRST} (how the job began)
-        and the latest L{TIMELINE_LATEST}, in order; another job's is
-        left as it is.
-        """
-        store = self.makeStore()
-        self.successResultOf(store.recordTransition("other", PAUSED))
-        total = TIMELINE_FIRST + TIMELINE_LATEST + 123
-        for n in range(1, total + 1):
-            self.successResultOf(store.recordTransition("job", numbered(n)))
-        kept = self.successResultOf(store.timeline("job"))
-        self.assertEqual(len(kept), TIMELINE_FIRST + TIMELINE_LATEST)
-        self.assertEqual(
-            kept,
-            [numbered(n) for n in range(1, TIMELINE_FIRST + 1)]
-            + [numbered(n) for n in range(total - TIMELINE_LATEST + 1, total + 1)],
-        )
-        self.assertEqual(self.successResultOf(store.timeline("other")), [PAUSED])
-
-    def test_exactlyAtTheBound(self) -> None:
-        """
-        A timeline of exactly L{TIMELINE_FIRST} + L{TIMELINE_LATEST}
-        transitions keeps them all; one more drops the first after the
-        first L{TIMELINE_FIRST}.
-        """
-        store = self.makeStore()
-        bound = TIMELINE_FIRST + TIMELINE_LATEST
-        for n in range(1, bound + 1):
-            self.successResultOf(store.recordTransition("job", numbered(n)))
-        self.assertEqual(
-            self.successResultOf(store.timeline("job")),
-            [numbered(n) for n in range(1, bound + 1)],
-        )
-        self.successResultOf(store.recordTransition("job", numbered(bound + 1)))
-        kept = self.successResultOf(store.timeline("job"))
-        self.assertNotIn(numbered(TIMELINE_FIRST + 1), kept)
-        self.assertEqual(kept[TIMELINE_FIRST - 1 : TIMELINE_FIRST + 1], [
-            numbered(TIMELINE_FIRST), numbered(TIMELINE_FIRST + 2)
-        ])
-        self.assertEqual(kept[-1], numbered(bound + 1))
-
-    def test_unencodableRefused(self) -> None:
-        """
-        A cause that is not Unicode (a lone surrogate) or a time that is
-        not a number is refused with a L{PermanentError}; nothing is
-        recorded.
-        """
-        store = self.makeStore()
-        for bad in (
-            Transition(1.0, "running", "failed", "login refused: \udcff"),
-            Transition(float("nan"), "running", "failed", "why"),
-        ):
-            self.failureResultOf(store.recordTransition("job", bad), PermanentError)
-        self.assertEqual(self.successResultOf(store.timeline("job")), [])
-
-    def test_closed(self) -> None:
-        """
-        A closed store records and reads no timeline: both fail with a
-        L{PermanentError}.
-        """
-        store = self.makeStore()
-        store.close()
-        self.failureResultOf(store.recordTransition("job", PAUSED), PermanentError)
-        self.failureResultOf(store.timeline("job"), PermanentError)
-
-
-class MemoryTimelineTests(TimelineContractMixin, SynchronousTestCase):
-    """
-    L{MemoryStateStore} keeps timelines as SQLite does.
-    """
-
-    def makeStore(self) -> IStateStore:
-        store = MemoryStateStore()
-        self.addCleanup(store.close)
-        return store
-
-
-class SQLiteTimelineTests(TimelineContractMixin, SynchronousTestCase):
+class SQLiteTimelineTests(SynchronousTestCase):
     """
     L{SQLiteStateStore} keeps timelines in its file: across a reopening,
     bounded on disk, one transaction each that does not wait for the
@@ -185,9 +48,6 @@ class SQLiteTimelineTests(TimelineContractMixin, SynchronousTestCase):
 
     def setUp(self) -> None:
         self.path = self.mktemp()
-
-    def makeStore(self) -> IStateStore:
-        return self.openStore()
 
     def openStore(self) -> SQLiteStateStore:
         store = SQLiteStateStore(self.path, seconds=Clock().seconds)

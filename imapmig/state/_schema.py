@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from imapmig.errors import PermanentError
+from imapmig.errors import PermanentError, StateSchemaTooNew
 
 SCHEMA_VERSION = 11
 """
@@ -212,10 +212,7 @@ def readVersion(connection: sqlite3.Connection, path: str) -> int:
         "SELECT coalesce(max(version), 0) FROM schema_version"
     ).fetchone()
     if version > SCHEMA_VERSION:
-        raise PermanentError(
-            f"{path}: the state database has schema version {version}, newer"
-            f" than this imapmig knows ({SCHEMA_VERSION}); upgrade imapmig"
-        )
+        raise StateSchemaTooNew(path, version, SCHEMA_VERSION)
     return int(version)
 
 

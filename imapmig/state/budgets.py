@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_budget -*-
+# -*- test-case-name: tests.test_state_budget,tests.test_state_contract -*-
 """
 L{IBudgetRecords}: the store's role that keeps the octets each account
 moved per day, for the daily budgets (L{imapmig.job.budgets}).

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state -*-
+# -*- test-case-name: tests.test_state,tests.test_state_contract -*-
 """
 What the store records of each source folder (its L{FolderMark}, for
 delta passes) and of each destination folder created under another name

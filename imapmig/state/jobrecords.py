@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_holds,tests.test_state_timeline -*-
+# -*- test-case-name: tests.test_holds,tests.test_state_timeline,tests.test_state_contract -*-
 """
 What the store records of each job as a whole: why its latest run failed,
 the admin's hold on it (L{JobHold}), and its timeline of state changes

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state -*-
+# -*- test-case-name: tests.test_state,tests.test_state_contract -*-
 """
 An in-memory state store: the fake of L{imapmig.state.sqlite} for unit
 tests and for C{imapmig plan} before any state database exists.

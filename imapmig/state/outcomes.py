@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state,tests.test_state_journal -*-
+# -*- test-case-name: tests.test_state,tests.test_state_journal,tests.test_state_contract -*-
 """
 What the store records of each source message: its outcome
 (L{MessageOutcome}), and the journal of batches in flight

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_reports,tests.test_state_manifest -*-
+# -*- test-case-name: tests.test_state_reports,tests.test_state_manifest,tests.test_state_contract -*-
 """
 What the store answers about a job's outcomes for C{imapmig report}, the
 status site and the audit manifest (L{OutcomeCounts}, L{JobActivity},

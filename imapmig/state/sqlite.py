@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state,tests.test_state_lock -*-
+# -*- test-case-name: tests.test_state,tests.test_state_lock,tests.test_state_contract -*-
 """
 The embedded state store: one SQLite file, written one transaction per
 batch of outcomes, per journal entry or per folder mark.

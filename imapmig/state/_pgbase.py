@@ -1,0 +1,283 @@
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+"""
+What every role of the PostgreSQL state store (L{imapmig.state.postgresql})
+shares: at most three psycopg 3 connections, used through psycopg's
+synchronous API from a Twisted thread pool (C{deferToThreadPool}, with the
+reactor and the pool injected) so that the reactor stays the epoll reactor,
+and the transaction and the read that turn psycopg's errors into
+imapmig's.
+
+The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
+could be shared, since SQLite is called on the reactor's thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.conninfo import conninfo_to_dict
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
+
+from imapmig.errors import PermanentError, TransientError
+from imapmig.state.outcomes import MessageOutcome
+
+_T = TypeVar("_T")
+
+# The columns of a messages row that make a MessageOutcome, in the order
+# outcomeOf takes them.
+OUTCOME_COLUMNS = (
+    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
+    " note, present, converted, message_id, message_date, message_from, message_subject"
+)
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+MAX_CONNECTIONS = 3
+"""
+The most connections one store opens (the issue's bound per daemon).
+"""
+
+# Errors worth retrying: the connection or the server went away, or
+# another transaction was in the way.
+_TRANSIENT = (
+    psycopg.OperationalError,
+    pgerrors.SerializationFailure,
+    pgerrors.DeadlockDetected,
+    pgerrors.LockNotAvailable,
+)
+
+
+def displayName(conninfo: str) -> str:
+    """
+    C{conninfo} as a URI without its password or any other parameter, for
+    messages: C{postgresql://USER@HOST:PORT/DBNAME}.
+    """
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "postgresql://(unreadable URI)"
+    user = parts.get("user")
+    host = parts.get("host") or parts.get("hostaddr") or ""
+    port = parts.get("port")
+    return (
+        "postgresql://"
+        + (f"{user}@" if user else "")
+        + f"{host}"
+        + (f":{port}" if port else "")
+        + f"/{parts.get('dbname') or ''}"
+    )
+
+
+class ConnectionPool:
+    """
+    At most L{MAX_CONNECTIONS} connections, each used by one thread at a
+    time, opened when first wanted and again when found broken.  Called
+    from the pool's threads only, but L{close}, which the reactor's thread
+    calls.
+    """
+
+    def __init__(self, conninfo: str, maximum: int = MAX_CONNECTIONS) -> None:
+        self._conninfo = conninfo
+        self._maximum = maximum
+        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
+        self._opened = 0
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def _connect(self) -> Connection:
+        # Keepalives and tcp_user_timeout find a dead server or path in
+        # seconds rather than the kernel's minutes; no transaction of ours
+        # stays idle, so one left so (a stuck thread) is ended before it
+        # holds the xmin horizon back (docs/fleet-design.md, "The thread
+        # pool").
+        return psycopg.connect(
+            self._conninfo,
+            autocommit=True,
+            connect_timeout=5,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=5000,
+            application_name="imapmig",
+            options="-c idle_in_transaction_session_timeout=60s",
+        )
+
+    def _take(self) -> Connection:
+        with self._lock:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                opening = self._opened < self._maximum
+                if opening:
+                    self._opened += 1
+        if opening:
+            try:
+                return self._connect()
+            except BaseException:
+                with self._lock:
+                    self._opened -= 1
+                raise
+        return self._idle.get()
+
+    def _give(self, connection: Connection) -> None:
+        if connection.broken or self.closed:
+            connection.close()
+            with self._lock:
+                self._opened -= 1
+            return
+        self._idle.put(connection)
+
+    def run(self, work: Callable[[Connection], _T]) -> _T:
+        """
+        What C{work} returns, called with a connection of the pool.
+        """
+        connection = self._take()
+        try:
+            return work(connection)
+        finally:
+            self._give(connection)
+
+    def close(self) -> None:
+        """
+        Close the idle connections now, and the others as they come back.
+        """
+        self.closed = True
+        while True:
+            try:
+                connection = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            connection.close()
+
+
+class PostgreSQLBase:
+    """
+    The connections to a state database and the means of its roles to
+    read and write it; the store (L{imapmig.state.postgresql}) makes it.
+
+    @ivar _where: the database without its password, for error messages.
+    @ivar _seconds: the clock that stamps what is recorded.
+    @ivar _reactor: where the results are delivered.
+    @ivar _threadPool: the threads that call psycopg.
+    @ivar _connections: the connections.
+    """
+
+    _where: str
+    _seconds: Callable[[], float]
+    _reactor: IReactorFromThreads
+    _threadPool: ThreadPool
+    _connections: ConnectionPool
+
+    def _error(self, action: str, e: Exception) -> Exception:
+        """
+        The imapmig error for C{e}, raised while doing C{action}: a
+        L{TransientError} for a lost connection or a conflict, a
+        L{PermanentError} naming the database otherwise.
+        """
+        if isinstance(e, (PermanentError, TransientError)):
+            return e
+        kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
+        return kind(f"{self._where}: cannot {action}: {e}")
+
+    def _call(self, action: str, work: Callable[[Connection], _T]) -> Deferred[_T]:
+        """
+        What C{work} returns, called with a connection in a thread of the
+        pool; its errors as imapmig's.
+
+        @return: a Deferred firing in the reactor's thread, or failing
+            with L{PermanentError} at once if the store is closed.
+        """
+        if self._connections.closed:
+            return fail(PermanentError(f"{self._where}: the state store is closed"))
+
+        def inThread() -> _T:
+            try:
+                return self._connections.run(work)
+            except (psycopg.Error, OverflowError, UnicodeEncodeError, ValueError) as e:
+                raise self._error(action, e) from None
+
+        return deferToThreadPool(self._reactor, self._threadPool, inThread)
+
+    def _ifOpen(self, value: _T) -> Deferred[_T]:
+        """
+        C{value}, unless the store was closed: the answer of a call that
+        has nothing to ask the database.
+        """
+        if self._connections.closed:
+            return fail(PermanentError(f"{self._where}: the state store is closed"))
+        return succeed(value)
+
+    def _transaction(self, action: str, write: Callable[[Connection], _T]) -> Deferred[_T]:
+        """
+        Call C{write} with a connection inside one transaction: all it
+        writes is committed, or none of it.
+        """
+
+        def transaction(connection: Connection) -> _T:
+            with connection.transaction():
+                return write(connection)
+
+        return self._call(action, transaction)
+
+    def _read(
+        self,
+        action: str,
+        query: str,
+        parameters: tuple[object, ...],
+        convert: Callable[[list[Any]], _T],
+    ) -> Deferred[_T]:
+        """
+        What C{convert} makes of the rows C{query} finds.
+        """
+        return self._call(
+            action,
+            lambda connection: convert(
+                connection.execute(query, parameters).fetchall()
+            ),
+        )
+
+    def ping(self) -> Deferred[None]:
+        """
+        See L{IStateStore.ping<imapmig.state.IStateStore.ping>}: reads the
+        schema version.
+        """
+        return self._read(
+            "read the state database",
+            "SELECT max(version) FROM imapmig.schema_version",
+            (),
+            lambda rows: None,
+        )
+
+
+def outcomeOf(row: tuple[Any, ...]) -> MessageOutcome:
+    """
+    The L{MessageOutcome} of a row of L{OUTCOME_COLUMNS}.
+    """
+    (
+        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
+        converted, messageId, date, sender, subject,
+    ) = row  # fmt: skip
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=mailbox,
+        size=size,
+        uidValidity=uidValidity,
+        uid=uid,
+        failure=failure,
+        note=note,
+        alreadyPresent=present,
+        lineEndingsConverted=converted,
+        messageId=messageId,
+        date=date,
+        sender=sender,
+        subject=subject,
+    )

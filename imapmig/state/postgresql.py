@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+"""
+The state store on PostgreSQL, for a fleet of daemons sharing one
+database (issue 30; docs/fleet-design.md).
+
+Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
+L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
+in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
+(L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
+budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
+queries of reports and the status site (L{IReportQueries}, in
+L{imapmig.state._pgreports}): every role of L{IStateStore}.  Not yet: the
+claims, leases and fencing of the fleet, and batching writes across
+calls.  Nothing a user can reach opens it yet (the daemon refuses a
+C{postgresql://} state).
+
+psycopg 3's synchronous API is called from a Twisted thread pool given
+by the caller, through at most three connections
+(L{imapmig.state._pgbase}); the schema is migrated at open in one
+transaction under an advisory lock (L{imapmig.state._pgschema}).  What
+it replaces: nothing; it is the third implementation beside
+L{imapmig.state.sqlite} and L{imapmig.state.memory}.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from imapmig.errors import PermanentError, TransientError
+from imapmig.state._pgbase import MAX_CONNECTIONS, Connection, ConnectionPool, displayName
+from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
+from imapmig.state._pgfolders import PostgreSQLFolderMarks
+from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
+from imapmig.state._pgrecords import PostgreSQLJobRecords
+from imapmig.state._pgreports import PostgreSQLReportQueries
+from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state import IStateStore
+
+__all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
+
+
+@implementer(IStateStore)
+class PostgreSQLStateStore(
+    PostgreSQLOutcomeJournal,
+    PostgreSQLFolderMarks,
+    PostgreSQLJobRecords,
+    PostgreSQLBudgetRecords,
+    PostgreSQLReportQueries,
+):
+    """
+    An L{IStateStore} in a PostgreSQL database's C{imapmig} schema.
+    """
+
+    def __init__(
+        self,
+        reactor: IReactorFromThreads,
+        threadPool: ThreadPool,
+        conninfo: str,
+        seconds: Callable[[], float],
+        connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        """
+        Make the store; nothing is opened until L{open} or the first call.
+
+        @param reactor: where results are delivered (C{callFromThread}).
+        @param threadPool: the threads that call psycopg, started by the
+            caller; at most C{connections} of them are busy with the store
+            at once.
+        @param conninfo: a libpq URI or connection string (its password is
+            never shown: errors name L{displayName}'s form).
+        @param seconds: the clock that stamps each outcome's and journal
+            entry's time.
+        """
+        self._reactor = reactor
+        self._threadPool = threadPool
+        self._where = displayName(conninfo)
+        self._seconds = seconds
+        self._connections = ConnectionPool(conninfo, connections)
+
+    def __repr__(self) -> str:
+        return f"<PostgreSQLStateStore {self._where}>"
+
+    def open(self, migratedBy: str = "imapmig") -> Deferred[int]:
+        """
+        Connect and bring the schema to L{SCHEMA_VERSION}.
+
+        @param migratedBy: recorded with a new version (the daemon id).
+        @return: a Deferred firing with the version the database had (0
+            for a new one), or failing with
+            L{StateSchemaTooNew<imapmig.errors.StateSchemaTooNew>} for a
+            database newer than this code, L{PermanentError} if it cannot
+            be reached or written (a lost connection too: a daemon cannot
+            start without its state), naming the database without password.
+        """
+
+        def migrateOn(connection: Connection) -> int:
+            return migrate(connection, self._where, migratedBy)
+
+        def atStart(failure: Failure) -> Failure:
+            # A daemon cannot start without its state: whatever the cause
+            # (a wrong password, host or database), it is not retried.
+            error = failure.check(TransientError)
+            if error is None:
+                return failure
+            return Failure(PermanentError(str(failure.value)))
+
+        return self._call("open the state database", migrateOn).addErrback(atStart)
+
+    def close(self) -> None:
+        """
+        Release the connections; nothing is recorded afterwards.
+        """
+        self._connections.close()
