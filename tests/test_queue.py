@@ -177,6 +177,24 @@ class JobQueueContractMixin(_MixinBase):
         queue.finish(queue.renew(taken, self.LONG), JobOutcome.COMPLETED)
         self.assertEqual(queue.state("j0"), QueueState.DONE)
 
+    def test_staleClaimOfTheSameDaemon(self) -> None:
+        """
+        Claims are told apart by their generation, not only their owner: a
+        daemon's earlier claim of a job it claimed again since is stale,
+        its renewal raises L{LeaseLost} and its finish changes nothing.
+        """
+        queue = self.makeQueue(1)
+        me = self.daemon(queue)
+        stale = queue.claim(me, 0.0, self.LONG)
+        assert stale is not None
+        queue.finish(stale, JobOutcome.STOPPED)
+        current = queue.claim(me, 0.0, self.LONG)
+        assert current is not None
+        self.assertRaises(LeaseLost, queue.renew, stale, self.LONG)
+        queue.finish(stale, JobOutcome.COMPLETED)
+        self.assertEqual(queue.state("j0"), QueueState.CLAIMED)
+        self.assertEqual(queue.renew(current, self.LONG).generation, current.generation)
+
     def test_liveLeaseNotTakenOver(self) -> None:
         """
         A job whose owner's lease lives is not claimed by another daemon.
