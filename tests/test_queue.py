@@ -21,8 +21,9 @@ from imapmig.queue import (
     QueueState,
     Requested,
 )
+from imapmig.config.model import JobConfig
 from imapmig.queue.memory import InMemoryJobQueue
-from imapmig.errors import LeaseLost
+from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from tests.test_schedule_service import jobConfig
 
 if TYPE_CHECKING:
@@ -48,6 +49,12 @@ class ContractQueue(Protocol):
     def counts(self) -> QueueCounts: ...
     def state(self, name: str) -> QueueState: ...
     def pause(self, name: str) -> QueueState: ...
+    def resume(self, name: str) -> QueueState: ...
+    def cancel(self, name: str) -> QueueState: ...
+    def requeue(self, name: str) -> QueueState: ...
+    def add(self, job: JobConfig) -> None: ...
+    def remove(self, name: str) -> QueueState: ...
+    def replace(self, job: JobConfig) -> QueueState: ...
 
 
 class JobQueueContractMixin(_MixinBase):
@@ -214,6 +221,8 @@ class JobQueueContractMixin(_MixinBase):
         assert first is not None
         queue.finish(first, JobOutcome.DEFERRED, 100.0)
         self.assertEqual(queue.nextDue(), 100.0)
+        self.assertEqual(queue.counts(), QueueCounts(queued=2, claimed=0, finished=0, deferred=1))
+        self.assertEqual(queue.state("j0"), QueueState.QUEUED)
         second = queue.claim(me, 50.0, self.LONG)
         assert second is not None
         self.assertEqual(second.job.name, "j1")
@@ -221,6 +230,110 @@ class JobQueueContractMixin(_MixinBase):
         assert again is not None
         self.assertEqual(again.job.name, "j0")
         self.assertIsNone(queue.nextDue())
+
+
+    def test_controlsOnQueuedJobs(self) -> None:
+        """
+        A paused job is not claimed until resumed, then before the jobs
+        never claimed; a cancelled one ends; a done one requeued is claimed
+        again; a cancelled one cannot be requeued; unknown names are
+        refused.
+        """
+        queue = self.makeQueue(4)
+        me = self.daemon(queue)
+        self.assertEqual(queue.pause("j0"), QueueState.PAUSED)
+        self.assertRaises(ControlRefused, queue.pause, "j0")
+        self.assertEqual(queue.cancel("j1"), QueueState.CANCELLED)
+        self.assertRaises(ControlRefused, queue.requeue, "j1")
+        self.assertRaises(UnknownJob, queue.pause, "nope")
+        first = queue.claim(me, 0.0, self.LONG)
+        assert first is not None
+        self.assertEqual(first.job.name, "j2")
+        self.assertEqual(queue.resume("j0"), QueueState.QUEUED)
+        self.assertEqual(
+            queue.counts(), QueueCounts(queued=2, claimed=1, finished=1, cancelled=1)
+        )
+        again = queue.claim(me, 0.0, self.LONG)
+        assert again is not None
+        self.assertEqual(again.job.name, "j0")
+        queue.finish(again, JobOutcome.COMPLETED)
+        self.assertEqual(queue.requeue("j0"), QueueState.QUEUED)
+        last = queue.claim(me, 0.0, self.LONG)
+        assert last is not None
+        self.assertEqual(last.job.name, "j0")
+
+    def test_controlsOnClaimedJobs(self) -> None:
+        """
+        A control on a claimed job is a request its finish applies: a
+        cancel ends it once stopped, a rerun queues it again however it
+        ended.
+        """
+        queue = self.makeQueue(2)
+        me = self.daemon(queue)
+        first = queue.claim(me, 0.0, self.LONG)
+        second = queue.claim(me, 0.0, self.LONG)
+        assert first is not None and second is not None
+        self.assertEqual(queue.cancel("j0"), QueueState.CLAIMED)
+        self.assertRaises(ControlRefused, queue.pause, "j0")
+        self.assertEqual(queue.requeue("j1"), QueueState.CLAIMED)
+        queue.finish(first, JobOutcome.STOPPED)
+        queue.finish(second, JobOutcome.COMPLETED)
+        self.assertEqual(
+            (queue.state("j0"), queue.state("j1")), (QueueState.CANCELLED, QueueState.QUEUED)
+        )
+
+    def test_reload(self) -> None:
+        """
+        A reload adds a job after the others, removes a queued job at once
+        and a claimed one when its claim ends, and gives a job a new
+        configuration from its next claim.
+        """
+        queue = self.makeQueue(3)
+        me = self.daemon(queue)
+        held = queue.claim(me, 0.0, self.LONG)
+        assert held is not None
+        queue.add(jobConfig("new", "u9"))
+        self.assertRaises(ValueError, queue.add, jobConfig("j1", "u1"))
+        self.assertEqual(queue.remove("j1"), QueueState.QUEUED)
+        self.assertEqual(queue.remove("j0"), QueueState.CLAIMED)
+        self.assertRaises(UnknownJob, queue.state, "j0")
+        self.assertRaises(UnknownJob, queue.state, "j1")
+        self.assertEqual(queue.replace(jobConfig("j2", "changed")), QueueState.QUEUED)
+        queue.finish(held, JobOutcome.STOPPED)
+        claims = [queue.claim(me, 0.0, self.LONG) for _ in range(3)]
+        self.assertEqual(
+            [(c.job.name, c.job.destination.user) for c in claims if c is not None],
+            [("j2", "changed"), ("new", "u9")],
+        )
+
+    def test_removedJobNotTakenOver(self) -> None:
+        """
+        A claimed job a reload removed leaves the queue when its owner's
+        lease runs out: no other daemon takes it over.
+        """
+        queue = self.makeQueue(1)
+        old = self.daemon(queue, self.SHORT)
+        self.assertIsNotNone(queue.claim(old, 0.0, self.SHORT))
+        queue.remove("j0")
+        self.expire(queue, old)
+        self.assertIsNone(queue.claim(self.daemon(queue), 0.0, self.LONG))
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=0, finished=0))
+
+    def test_removedWhileClaimedAddedBack(self) -> None:
+        """
+        A claimed job removed, then added again before its claim ended,
+        stays, and runs as configured now at its next claim.
+        """
+        queue = self.makeQueue(1)
+        me = self.daemon(queue)
+        held = queue.claim(me, 0.0, self.LONG)
+        assert held is not None
+        queue.remove("j0")
+        queue.add(jobConfig("j0", "again"))
+        queue.finish(held, JobOutcome.STOPPED)
+        claim = queue.claim(me, 0.0, self.LONG)
+        assert claim is not None
+        self.assertEqual((claim.job.name, claim.job.destination.user), ("j0", "again"))
 
 
 class InMemoryJobQueueContractTests(JobQueueContractMixin, SynchronousTestCase):

@@ -16,9 +16,10 @@ from typing import Any, Callable
 import psycopg
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
 
 from imapmig.errors import LeaseLost, QueueSchemaTooNew
-from imapmig.queue import JobClaim, JobOutcome, QueueState
+from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.testing.postgresql import PostgreSQLCluster, requirePostgreSQL
@@ -83,6 +84,12 @@ class PostgreSQLJobQueueContractTests(JobQueueContractMixin, PostgreSQLTestMixin
 
     def makeQueue(self, count: int) -> PostgreSQLJobQueue:
         return self.queueOf(count)
+
+    def test_interface(self) -> None:
+        """
+        It provides L{IJobQueue}.
+        """
+        self.assertTrue(verifyObject(IJobQueue, self.queueOf(1)))
 
     def expire(self, queue: ContractQueue, owner: str) -> None:
         self.waitLeaseEnd(owner)

@@ -17,8 +17,9 @@ and a live lease: a stale one changes nothing.  The tables are
 L{imapmig.queue._pgschema}'s.
 
 Not yet here: fencing of journal writes (the state store's), the
-one-daemon-per-account test of the claim, a reload's C{add}, C{remove},
-C{replace}, and the wiring into the daemon.
+one-daemon-per-account test of the claim, the jobs' configurations in the
+database (a job another daemon's reload added is unknown here), and the
+wiring into the daemon.
 
 L{PostgreSQLJobQueue} is synchronous (psycopg 3's synchronous API, one
 connection, a lock around it); L{ThreadedJobQueue} runs its calls in a
@@ -38,11 +39,13 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
 
 from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from imapmig.queue import (
     Heartbeat,
+    IJobQueue,
     JobClaim,
     JobOutcome,
     QueueCounts,
@@ -103,11 +106,19 @@ RETURNING j.name, j.position, j.generation, next.taken_from
 """
 
 # A claim's own row, while current: its owner and generation, its owner's
-# lease live.
+# lease live (with imapmig_queue.daemons d in the statement).
 _CURRENT = """
-  FROM imapmig_queue.daemons d
- WHERE j.name = %(name)s AND j.owner = %(me)s AND j.generation = %(generation)s
+ j.name = %(name)s AND j.owner = %(me)s AND j.generation = %(generation)s
    AND j.state = 'claimed' AND d.daemon_id = j.owner AND d.lease_until > now()
+"""
+
+# A claimed job removed by a reload leaves when its claim ends.
+_LEAVE = "DELETE FROM imapmig_queue.jobs j USING imapmig_queue.daemons d WHERE j.requested = 'remove' AND"
+
+_LEAVE_EXPIRED = """
+DELETE FROM imapmig_queue.jobs j
+ WHERE j.state = 'claimed' AND j.requested = 'remove' AND NOT EXISTS (
+   SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = j.owner AND d.lease_until >= now())
 """
 
 _FINISH = (
@@ -123,22 +134,26 @@ UPDATE imapmig_queue.jobs j
          ELSE 'deferred' END,
        not_before = CASE WHEN %(outcome)s = 'deferred' AND j.requested IS NULL
                          THEN to_timestamp(%(notBefore)s) END,
-       owner = NULL, requested = NULL"""
+       owner = NULL, requested = NULL
+  FROM imapmig_queue.daemons d WHERE"""
     + _CURRENT
 )
 
-_RENEWED = "SELECT j.requested FROM imapmig_queue.jobs j, " + _CURRENT.lstrip().removeprefix("FROM ")
+_RENEWED = "SELECT j.requested FROM imapmig_queue.jobs j, imapmig_queue.daemons d WHERE" + _CURRENT
+
+# Rows a reload removed while claimed are unknown to the controls.
+_KNOWN = "name = %(name)s AND requested IS DISTINCT FROM 'remove'"
 
 
+@implementer(IJobQueue)
 class PostgreSQLJobQueue:
     """
     The configured jobs as rows of C{imapmig_queue.jobs}, claimed by the
     daemons of a fleet under leases timed by the database's clock.
 
-    Its methods are those of L{imapmig.queue.IJobQueue} that apply
-    (C{register}, C{heartbeat}, C{claim}, C{renew}, C{finish}, C{nextDue},
-    C{counts}, C{state}, and the controls C{pause}, C{resume}, C{cancel});
-    each blocks on the database: call them through L{ThreadedJobQueue}.
+    Each method blocks on the database: call them through
+    L{ThreadedJobQueue}.  The jobs' configurations are this process's
+    (C{jobs}, then C{add} and C{replace}): the rows hold names and places.
     """
 
     def __init__(self, connection: Connection, jobs: Sequence[JobConfig]) -> None:
@@ -196,10 +211,16 @@ class PostgreSQLJobQueue:
             )
         )
 
-    def _job(self, name: str) -> JobConfig:
+    def _named(self) -> dict[str, JobConfig]:
+        """
+        The configuration of every job, by name (made on first use).
+        """
         if self._byName is None:
             self._byName = {job.name: job for job in self._jobs}
-        return self._byName[name]
+        return self._byName
+
+    def _job(self, name: str) -> JobConfig:
+        return self._named()[name]
 
     def register(self, host: str, pid: int, version: str, lease: float) -> str:
         # Imported here: only a registration needs it.
@@ -224,6 +245,7 @@ class PostgreSQLJobQueue:
             beat = c.execute(_HEARTBEAT, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
+            c.execute(_LEAVE_EXPIRED)
             c.execute(_RELEASE)
             c.execute(_DUE, {"now": now})
             row = c.execute(_CLAIM, {"me": owner}).fetchone()
@@ -254,7 +276,12 @@ class PostgreSQLJobQueue:
 
     def finish(self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         values = dict(self._current(claim), outcome=outcome.value, notBefore=notBefore)
-        self._run(lambda c: c.execute(_FINISH, values))
+
+        def release(c: Connection) -> None:
+            if not c.execute(_LEAVE + _CURRENT, values).rowcount:
+                c.execute(_FINISH, values)
+
+        self._run(release)
 
     def nextDue(self) -> float | None:
         row = self._run(
@@ -273,7 +300,7 @@ class PostgreSQLJobQueue:
         )
         by: dict[str, int] = dict(rows)
         return QueueCounts(
-            queued=by.get("queued", 0) + by.get("deferred", 0),
+            queued=by.get("queued", 0),
             claimed=by.get("claimed", 0),
             finished=by.get("done", 0) + by.get("failed", 0) + by.get("cancelled", 0),
             deferred=by.get("deferred", 0),
@@ -284,7 +311,7 @@ class PostgreSQLJobQueue:
     def state(self, name: str) -> QueueState:
         row = self._run(
             lambda c: c.execute(
-                "SELECT state FROM imapmig_queue.jobs WHERE name = %s", (name,)
+                "SELECT state FROM imapmig_queue.jobs WHERE " + _KNOWN, {"name": name}
             ).fetchone()
         )
         if row is None:
@@ -308,7 +335,7 @@ class PostgreSQLJobQueue:
             "UPDATE imapmig_queue.jobs SET"
             " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'paused' END,"
             " requested = CASE state WHEN 'claimed' THEN 'pause' END"
-            " WHERE name = %(name)s AND (state IN ('queued', 'deferred')"
+            " WHERE " + _KNOWN + " AND (state IN ('queued', 'deferred')"
             "  OR (state = 'claimed' AND requested IS DISTINCT FROM 'cancel')) RETURNING state",
             "is not queued or running",
         )
@@ -321,7 +348,7 @@ class PostgreSQLJobQueue:
             "   WHEN 'paused' THEN CASE WHEN not_before IS NULL THEN 'queued' ELSE 'deferred' END"
             "   ELSE 'queued' END,"
             " requested = NULL"
-            " WHERE name = %(name)s AND (state IN ('paused', 'cancelled')"
+            " WHERE " + _KNOWN + " AND (state IN ('paused', 'cancelled')"
             "  OR (state = 'claimed' AND requested = 'pause'))"
             " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
             "is not paused or cancelled",
@@ -334,10 +361,65 @@ class PostgreSQLJobQueue:
             " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'cancelled' END,"
             " requested = CASE state WHEN 'claimed' THEN 'cancel' END,"
             " not_before = CASE state WHEN 'claimed' THEN not_before END"
-            " WHERE name = %(name)s AND state IN ('queued', 'deferred', 'paused', 'claimed')"
+            " WHERE " + _KNOWN + " AND state IN ('queued', 'deferred', 'paused', 'claimed')"
             " RETURNING state",
             "has ended",
         )
+
+    def requeue(self, name: str) -> QueueState:
+        return self._control(
+            name,
+            "UPDATE imapmig_queue.jobs SET"
+            " state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END,"
+            " requested = CASE state WHEN 'claimed' THEN coalesce(requested, 'rerun') END"
+            " WHERE " + _KNOWN + " AND state <> 'cancelled'"
+            " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
+            "was cancelled",
+        )
+
+    def add(self, job: JobConfig) -> None:
+        def added(c: Connection) -> bool:
+            kept = c.execute(
+                "UPDATE imapmig_queue.jobs SET requested = NULL"
+                " WHERE name = %s AND requested = 'remove'",
+                (job.name,),
+            ).rowcount
+            return kept > 0 or (
+                c.execute(
+                    "INSERT INTO imapmig_queue.jobs (name, position)"
+                    " SELECT %s, coalesce(max(position) + 1, 0) FROM imapmig_queue.jobs"
+                    " ON CONFLICT (name) DO NOTHING",
+                    (job.name,),
+                ).rowcount
+                > 0
+            )
+
+        if not self._run(added):
+            raise ValueError(f"job {job.name} is queued already")
+        self._named()[job.name] = job
+
+    def remove(self, name: str) -> QueueState:
+        def removed(c: Connection) -> tuple[Any, ...] | None:
+            values = {"name": name}
+            return c.execute(
+                "DELETE FROM imapmig_queue.jobs WHERE " + _KNOWN + " AND state <> 'claimed'"
+                " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
+                values,
+            ).fetchone() or c.execute(
+                "UPDATE imapmig_queue.jobs SET requested = 'remove'"
+                " WHERE " + _KNOWN + " AND state = 'claimed' RETURNING state",
+                values,
+            ).fetchone()
+
+        row = self._run(removed)
+        if row is None:
+            raise UnknownJob(name)
+        return QueueState(row[0])
+
+    def replace(self, job: JobConfig) -> QueueState:
+        state = self.state(job.name)
+        self._named()[job.name] = job
+        return state
 
 
 class ThreadedJobQueue:
