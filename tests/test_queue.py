@@ -61,8 +61,9 @@ class JobQueueContractMixin(_MixinBase):
     """
     What every job queue does with daemons, claims, leases and takeovers.
     Mixed into a test case that defines L{makeQueue} and L{expire}; its
-    daemons that must outlive a test hold a lease of L{LONG} seconds, those
-    whose lease a test ends one of L{SHORT}.
+    daemons register with a lease of L{LONG} seconds, and those whose lease
+    a test ends claim with one of L{SHORT} (a claim renews the lease), so a
+    slow machine cannot end a lease between registering and claiming.
     """
 
     LONG = 600.0
@@ -153,7 +154,7 @@ class JobQueueContractMixin(_MixinBase):
         renewals raise L{LeaseLost}, however often tried.
         """
         queue = self.makeQueue(2)
-        old = self.daemon(queue, self.SHORT)
+        old = self.daemon(queue)
         held = queue.claim(old, 0.0, self.SHORT)
         assert held is not None
         self.expire(queue, old)
@@ -169,7 +170,7 @@ class JobQueueContractMixin(_MixinBase):
         owner's renewal raises L{LeaseLost} and its finish changes nothing.
         """
         queue = self.makeQueue(2)
-        old = self.daemon(queue, self.SHORT)
+        old = self.daemon(queue)
         stale = queue.claim(old, 0.0, self.SHORT)
         assert stale is not None
         self.expire(queue, old)
@@ -312,7 +313,7 @@ class JobQueueContractMixin(_MixinBase):
         lease runs out: no other daemon takes it over.
         """
         queue = self.makeQueue(1)
-        old = self.daemon(queue, self.SHORT)
+        old = self.daemon(queue)
         self.assertIsNotNone(queue.claim(old, 0.0, self.SHORT))
         queue.remove("j0")
         self.expire(queue, old)

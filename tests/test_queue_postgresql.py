@@ -141,7 +141,7 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         (of every outcome) leave every row of the queue's tables as it was.
         """
         queue = self.queueOf(2)
-        old = queue.register("host", 1, "1.0", 1.0)
+        old = queue.register("host", 1, "1.0", 600.0)
         stale = queue.claim(old, 0.0, 1.0)
         assert stale is not None
         self.waitLeaseEnd(old)
@@ -163,7 +163,7 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         claim, as a takeover.
         """
         queue = self.queueOf(1)
-        old = queue.register("host", 1, "1.0", 1.0)
+        old = queue.register("host", 1, "1.0", 600.0)
         stale = queue.claim(old, 0.0, 1.0)
         assert stale is not None
         self.waitLeaseEnd(old)
