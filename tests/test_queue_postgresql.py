@@ -21,7 +21,7 @@ from zope.interface.verify import verifyObject
 from imapmig.errors import LeaseLost, QueueSchemaTooNew
 from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState
 from imapmig.queue._pgschema import SCHEMA_VERSION
-from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
+from imapmig.queue.postgresql import _HEARTBEAT, PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.testing.postgresql import PostgreSQLCluster, requirePostgreSQL
 from tests.test_queue import ContractQueue, JobQueueContractMixin
 from tests.test_schedule_service import jobConfig
@@ -212,6 +212,39 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         self.assertEqual(queue.counts().claimed, 1001)
         self.assertEqual(self.heartbeatWrites(queue, me), one)
         self.assertEqual(one, {"daemons": (0, 1, 0)})
+
+    def heartbeatBuffers(self, owner: str) -> int:
+        """
+        The shared buffers one heartbeat of C{owner} touches, by C{EXPLAIN
+        (ANALYZE, BUFFERS)} (rolled back), the statistics fresh.
+        """
+        self.sql("VACUUM ANALYZE imapmig_queue.jobs")
+        with psycopg.connect(self.uri) as connection:
+            plan = connection.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) " + _HEARTBEAT,
+                {"me": owner, "lease": 600.0},
+            ).fetchone()
+            connection.rollback()
+        assert plan is not None
+        top = plan[0][0]["Plan"]
+        return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+    def test_heartbeatReadsFlat(self) -> None:
+        """
+        A heartbeat reads as many buffers whether its daemon holds one job
+        or a thousand (of 20,000): the controls asked are read through
+        their own index, not among the jobs held.
+        """
+        queue = self.queueOf(20_000)
+        me = queue.register("host", 1, "1.0", 600.0)
+        queue.claim(me, 0.0, 600.0)
+        one = self.heartbeatBuffers(me)
+        self.sql(
+            "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s, generation = 1"
+            " WHERE position < 1000",
+            me,
+        )
+        self.assertLessEqual(self.heartbeatBuffers(me), one + 2)
 
     def test_configurationOrderAcrossDaemons(self) -> None:
         """

@@ -53,6 +53,9 @@ CREATE TABLE imapmig_queue.jobs (
 CREATE INDEX jobs_queued  ON imapmig_queue.jobs (position)   WHERE state = 'queued';
 CREATE INDEX jobs_due     ON imapmig_queue.jobs (not_before) WHERE state = 'deferred';
 CREATE INDEX jobs_claimed ON imapmig_queue.jobs (owner)      WHERE state = 'claimed';
+-- The heartbeat's controls asked: read by owner among the few rows asked,
+-- never among all the jobs it holds.
+CREATE INDEX jobs_asked   ON imapmig_queue.jobs (owner)      WHERE requested IS NOT NULL;
 """,
 }
 

@@ -72,7 +72,7 @@ WITH beat AS (
   RETURNING lease_until)
 SELECT extract(epoch FROM beat.lease_until)::float8,
        (SELECT jsonb_object_agg(name, requested) FROM imapmig_queue.jobs
-         WHERE owner = %(me)s AND state = 'claimed' AND requested IS NOT NULL)
+         WHERE owner = %(me)s AND requested IS NOT NULL AND state = 'claimed')
   FROM beat
 """
 
