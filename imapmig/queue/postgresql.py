@@ -31,6 +31,7 @@ the queue in one process, nothing could share it.
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import psycopg
@@ -223,9 +224,6 @@ class PostgreSQLJobQueue:
         return self._named()[name]
 
     def register(self, host: str, pid: int, version: str, lease: float) -> str:
-        # Imported here: only a registration needs it.
-        import uuid
-
         me = str(uuid.uuid4())
         values = {"me": me, "host": host, "pid": pid, "version": version, "lease": lease}
         self._run(lambda c: c.execute(_REGISTER, values))
