@@ -273,6 +273,32 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
             [("j0", 0, "claimed"), ("j1", 1, "queued"), ("j2", 2, "queued")],
         )
 
+    def test_migrationsRaceToOneSchema(self) -> None:
+        """
+        Three daemons starting at once on an empty database make one schema
+        (the advisory lock), one version row, one row per job.
+        """
+        start = threading.Barrier(3)
+        failures: list[BaseException] = []
+
+        def connect() -> None:
+            try:
+                start.wait()
+                self.queueOf(50)
+            except BaseException as e:
+                failures.append(e)
+
+        threads = [threading.Thread(target=connect) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        self.assertEqual(failures, [])
+        self.assertEqual(
+            self.sql("SELECT version FROM imapmig_queue.schema_version"), [(SCHEMA_VERSION,)]
+        )
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(50,)])
+
     def test_schemaTooNew(self) -> None:
         """
         Tables newer than the code are refused, naming both versions.
