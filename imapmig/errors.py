@@ -637,6 +637,14 @@ class LeaseLost(ImapmigError):
     """
 
 
+class QueueSchemaTooNew(ImapmigError):
+    """
+    The PostgreSQL job queue's tables have a schema version newer than
+    this imapmig knows (L{imapmig.queue._pgschema}); the message names
+    both.
+    """
+
+
 class GrantImpossible(PermanentError):
     """
     A demand exceeds a pool's limit: it could never be granted (a job

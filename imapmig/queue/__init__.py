@@ -22,27 +22,18 @@ state store's lock already makes that daemon the only owner, so leases
 only matter across a stop.  Queued jobs cost an index into the
 configuration's tuple of jobs; a L{JobClaim} is made only when claimed.
 
-A fleet of daemons will share a PostgreSQL implementation of the same
-interface, with a table C{job_claims(job, position, owner, lease_until,
-generation, state)}:
-
-  - C{claim}: C{SELECT job FROM job_claims WHERE state = 'queued' OR
-    (state = 'claimed' AND lease_until < now()) ORDER BY position LIMIT 1
-    FOR UPDATE SKIP LOCKED}, then C{UPDATE ... SET owner, lease_until,
-    generation = generation + 1, state = 'claimed'} in the same transaction: two daemons never claim
-    one job, and neither waits for the other's row lock.
-  - C{renew}: C{UPDATE ... SET lease_until = now() + lease WHERE job AND
-    generation} (C{now()} is the database's clock, as in C{claim}); no row
-    updated means the lease expired and another daemon took the job over:
-    L{LeaseLost}, and the job must stop.
-  - a takeover is an ordinary claim of an expired lease: the new owner
-    runs the job from the start, and its first attempt settles the journal
-    left by the old owner against the destination (the reconciliation of
-    L{imapmig.job.reconcile}), which makes a half-sent unit exact.
-  - C{finish}: C{UPDATE ... SET state = 'done' | 'failed' WHERE job AND
-    generation} (or back to C{'queued'} for a stopped job, and for a
-    deferred one with C{not_before}, a column that C{claim} then also
-    requires to be past: the caller's wall-clock C{now}, as here).
+A fleet of daemons shares the PostgreSQL implementation,
+L{imapmig.queue.postgresql} (docs/fleet-design.md "Claiming a job"): a
+daemon I{registers} under a fresh id, one I{heartbeat} statement renews
+its lease, which is the lease of every job it holds, a claim takes the
+next queued job with C{FOR UPDATE SKIP LOCKED} under a new generation,
+and a job whose owner's lease ran out is claimed by another daemon as a
+I{takeover} (L{JobClaim.takenFrom}): the new owner's first attempt settles
+the journal left by the old owner against the destination (the
+reconciliation of L{imapmig.job.reconcile}).  C{renew} and C{finish} by a
+claim that is no longer current (owner and generation) change nothing.
+C{renew} stays while the scheduler renews per claim; the fleet's daemons
+call C{heartbeat} instead.
 
 An admin's controls (L{imapmig.schedule.controls}) are queue states, so
 that they reach whichever daemon runs the job, written by the job's
@@ -153,6 +144,8 @@ class JobClaim:
     @ivar requested: a control asked of the job while claimed, as of the
         claim or its last renewal: with L{Requested.PAUSE} or
         L{Requested.CANCEL} the owner must stop the job.
+    @ivar takenFrom: for a takeover, the owner whose lease ran out while
+        it held the job: the run must reconcile the job's journal first.
     """
 
     job: JobConfig
@@ -161,6 +154,23 @@ class JobClaim:
     leaseUntil: float
     generation: int
     requested: Requested | None = None
+    takenFrom: str | None = None
+
+
+@frozen
+class Heartbeat:
+    """
+    What a daemon's heartbeat brought back: its renewed lease, which is
+    the lease of every job it holds (docs/fleet-design.md "The
+    heartbeat").
+
+    @ivar leaseUntil: when the daemon's lease runs out, in the seconds of
+        the queue's lease clock.
+    @ivar requests: the controls asked of the jobs it holds, by job name.
+    """
+
+    leaseUntil: float
+    requests: tuple[tuple[str, Requested], ...] = ()
 
 
 @frozen
@@ -191,6 +201,26 @@ class IJobQueue(Interface):
             C{notBefore} is compared.
         @param lease: seconds the claim lives unless renewed.
         @return: the claim, or L{None} when no job is left to claim.
+        @raise LeaseLost: C{owner} is a registered daemon whose lease ran
+            out (it must register again).
+        """
+
+    def register(host: str, pid: int, version: str, lease: float) -> str:
+        """
+        Register a daemon under a fresh id (a C{uuid4}, never reused,
+        whatever the host and pid) with a lease of C{lease} seconds.
+
+        @return: the daemon's id, the C{owner} of its claims.
+        """
+
+    def heartbeat(owner: str, lease: float) -> Heartbeat:
+        """
+        Renew the lease of the daemon C{owner}, which is the lease of every
+        job it holds, to C{lease} seconds from now by the queue's lease
+        clock; an expired lease is never revived.
+
+        @raise LeaseLost: its lease ran out: its jobs may be another's; it
+            must stop them and register again.
         """
 
     def renew(claim: JobClaim, lease: float) -> JobClaim:

@@ -9,6 +9,7 @@ of C{imapmig/schedule/queue.py} beside the interface it provides
 from __future__ import annotations
 
 import heapq
+import uuid
 from typing import Callable, Sequence
 
 from attrs import evolve
@@ -16,7 +17,16 @@ from zope.interface import implementer
 
 from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
-from imapmig.queue import ENDED, IJobQueue, JobClaim, JobOutcome, QueueCounts, QueueState, Requested
+from imapmig.queue import (
+    ENDED,
+    Heartbeat,
+    IJobQueue,
+    JobClaim,
+    JobOutcome,
+    QueueCounts,
+    QueueState,
+    Requested,
+)
 
 
 @implementer(IJobQueue)
@@ -69,13 +79,52 @@ class InMemoryJobQueue:
         self._ended: dict[int, QueueState] = {}
         self._cancelled = 0
         self._generation = 0
+        # Registered daemons' leases (register, heartbeat), and the owner
+        # whose lease ran out while it held a job, by position, for the
+        # next claim of that job (a takeover).
+        self._daemons: dict[str, float] = {}
+        self._takenFrom: dict[int, str] = {}
+
+    def register(self, host: str, pid: int, version: str, lease: float) -> str:
+        owner = str(uuid.uuid4())
+        self._daemons[owner] = self._leaseClock() + lease
+        return owner
+
+    def _beat(self, owner: str, lease: float) -> float:
+        """
+        Renew a registered daemon's lease, never an expired one.
+
+        @return: the new lease end (that of an unregistered owner, whose
+            claims are renewed one by one, too).
+        @raise LeaseLost: C{owner}'s lease ran out.
+        """
+        leaseNow = self._leaseClock()
+        until = self._daemons.get(owner)
+        if until is not None and until < leaseNow:
+            raise LeaseLost(f"daemon {owner}'s lease ran out")
+        if until is not None:
+            self._daemons[owner] = leaseNow + lease
+        return leaseNow + lease
+
+    def heartbeat(self, owner: str, lease: float) -> Heartbeat:
+        leaseUntil = self._beat(owner, lease)
+        requests = []
+        for position, held in list(self._claims.items()):
+            if held.owner == owner:
+                requested = self._requested.get(position)
+                self._claims[position] = evolve(held, leaseUntil=leaseUntil, requested=requested)
+                if requested is not None:
+                    requests.append((held.job.name, requested))
+        return Heartbeat(leaseUntil, tuple(requests))
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+        leaseUntil = self._beat(owner, lease)
         leaseNow = self._leaseClock()
         for position, held in list(self._claims.items()):
             if held.owner != owner and held.leaseUntil < leaseNow:
                 # Taken over: the old owner's renew raises LeaseLost.
                 del self._claims[position]
+                self._takenFrom[position] = held.owner
                 self._giveBack(position, JobOutcome.STOPPED, None)
         while self._deferred and self._deferred[0][0] <= now:
             heapq.heappush(self._returned, heapq.heappop(self._deferred)[1])
@@ -89,7 +138,14 @@ class InMemoryJobQueue:
         else:
             return None
         self._generation += 1
-        claim = JobClaim(self._jobAt(position), position, owner, leaseNow + lease, self._generation)
+        claim = JobClaim(
+            self._jobAt(position),
+            position,
+            owner,
+            leaseUntil,
+            self._generation,
+            takenFrom=self._takenFrom.pop(position, None),
+        )
         self._claims[position] = claim
         return claim
 
@@ -110,7 +166,7 @@ class InMemoryJobQueue:
             raise LeaseLost(f"job {claim.job.name} was taken over")
         renewed = evolve(
             claim,
-            leaseUntil=self._leaseClock() + lease,
+            leaseUntil=self._beat(claim.owner, lease),
             requested=self._requested.get(claim.position),
         )
         self._claims[claim.position] = renewed

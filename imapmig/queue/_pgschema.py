@@ -1,0 +1,96 @@
+# -*- test-case-name: tests.test_queue_postgresql -*-
+"""
+The PostgreSQL tables of the job queue and of the daemons that claim from
+it (L{imapmig.queue.postgresql}), with their own schema version.
+
+They live in a PostgreSQL schema of their own, C{imapmig_queue}
+(C{imapmig_queue.jobs}, C{imapmig_queue.daemons},
+C{imapmig_queue.schema_version}, the sequence
+C{imapmig_queue.incarnations}), so that they cannot clash with the state
+store's tables (C{imapmig/state/}, built beside, in schema C{imapmig}),
+and are migrated under an advisory lock of their own.  The columns are
+those of docs/fleet-design.md "The schema" that the claims and leases
+need; the templates, accounts, servers and holds' authors come with the
+fleet's job loading.  Nothing existed to replace: the in-memory queue
+keeps its state in the process.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from imapmig.errors import QueueSchemaTooNew
+
+SCHEMA_VERSION = 1
+"""
+The version of the queue's tables this code reads and writes.
+"""
+
+_LOCK = 7146055301937135411
+"""
+The advisory lock taken by a migration of the queue's tables: one
+constant, beside (not equal to) the state store's.
+"""
+
+_STEPS: dict[int, str] = {
+    1: """
+CREATE SEQUENCE imapmig_queue.incarnations;
+CREATE TABLE imapmig_queue.daemons (
+  daemon_id uuid PRIMARY KEY, incarnation bigint NOT NULL UNIQUE,
+  host text NOT NULL, pid integer NOT NULL, version text NOT NULL,
+  started_at timestamptz NOT NULL, heartbeat_at timestamptz NOT NULL,
+  lease_until timestamptz NOT NULL, retired_at timestamptz
+) WITH (fillfactor = 50);
+CREATE TABLE imapmig_queue.jobs (
+  job_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  name text NOT NULL UNIQUE, position bigint NOT NULL,
+  state text NOT NULL DEFAULT 'queued'
+    CHECK (state IN ('queued','deferred','claimed','paused','done','failed','cancelled')),
+  owner uuid, generation bigint NOT NULL DEFAULT 0, not_before timestamptz,
+  requested text CHECK (requested IN ('pause','cancel','rerun','remove')),
+  taken_from uuid, taken_lease_until timestamptz
+) WITH (fillfactor = 70);
+CREATE INDEX jobs_queued  ON imapmig_queue.jobs (position)   WHERE state = 'queued';
+CREATE INDEX jobs_due     ON imapmig_queue.jobs (not_before) WHERE state = 'deferred';
+CREATE INDEX jobs_claimed ON imapmig_queue.jobs (owner)      WHERE state = 'claimed';
+-- The heartbeat's controls asked: read by owner among the few rows asked,
+-- never among all the jobs it holds.
+CREATE INDEX jobs_asked   ON imapmig_queue.jobs (owner)      WHERE requested IS NOT NULL;
+""",
+}
+
+
+def migrate(connection: psycopg.Connection[tuple[object, ...]], by: str) -> int:
+    """
+    Bring the queue's tables to L{SCHEMA_VERSION} in one transaction under
+    the queue's advisory lock (two daemons starting at once make one
+    schema).
+
+    @param by: who migrates (a daemon id), recorded with the version.
+    @return: the version found before.
+    @raise QueueSchemaTooNew: the database's tables are newer than this
+        code; nothing is changed.
+    """
+    with connection.transaction():
+        connection.execute("SET LOCAL lock_timeout = '10s'")
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        connection.execute("CREATE SCHEMA IF NOT EXISTS imapmig_queue")
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS imapmig_queue.schema_version ("
+            " version integer NOT NULL, migrated_at timestamptz NOT NULL, migrated_by text NOT NULL)"
+        )
+        row = connection.execute(
+            "SELECT coalesce(max(version), 0) FROM imapmig_queue.schema_version"
+        ).fetchone()
+        found = int(row[0]) if row is not None else 0  # type: ignore[call-overload]
+        if found > SCHEMA_VERSION:
+            raise QueueSchemaTooNew(
+                f"the job queue's tables have schema version {found}, newer than this"
+                f" imapmig knows ({SCHEMA_VERSION}); upgrade imapmig"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            connection.execute(_STEPS[version])
+            connection.execute(
+                "INSERT INTO imapmig_queue.schema_version VALUES (%s, now(), %s)", (version, by)
+            )
+    return found
