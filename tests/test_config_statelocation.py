@@ -293,15 +293,22 @@ class URIProblemTests(StateTestCase):
         for uri in (
             f"postgresql://u:s/{SECRET}@localhost/db",
             f"postgresql://u:s?{SECRET}@localhost/db",
+            # Read as the host u, the port 1234 and the database
+            # "{SECRET}@localhost/db" (found from outside).
+            f"postgresql://u:1234/{SECRET}@localhost/db",
+            f"postgresql://u:1234?{SECRET}@localhost/db",
+            "postgresql://localhost:5432/db?application_name=a@b",
+            "postgresql://[::1]/db@x",
         ):
             self.assertProblem(
                 uri,
-                "a password in the URI; give state_password_file or state_password_credential"
-                " (a '/' or '?' in it ended the host)",
+                "a password in the URI; give state_password_file or state_password_credential:"
+                " an '@' after the host is refused, as the end of a password holding '/' or '?'"
+                " (an '@' of a database name or a parameter is written %40)",
             )
-        # An '@' after a host and its port is no password.
-        self.state("postgresql://localhost:5432/db?application_name=a@b")
-        self.state("postgresql://[::1]/db?application_name=a@b")
+        # Written %40, an '@' is a database name's or a parameter's.
+        self.assertEqual(self.state("postgresql://localhost:5432/d%40b").dbname, "d@b")
+        self.state("postgresql://[::1]/db?application_name=a%40b")
 
     def test_passwordParameter(self) -> None:
         """

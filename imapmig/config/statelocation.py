@@ -182,16 +182,21 @@ _PASSWORD = "a password in the URI; give state_password_file or state_password_c
 def _splitUser(authority: str, pathQuery: str) -> tuple[str | None, str]:
     """
     The user (L{None}: libpq's default) and the host and port of
-    C{authority}, refusing a password: C{USER:PASSWORD@}, or
-    C{USER:PASS/WORD@}, where C{/} or C{?} cut the authority short, so
-    that its port is not a number and an C{@} follows.
+    C{authority}, refusing a password: C{USER:PASSWORD@}, or any C{@}
+    after the authority (C{USER:PASS/WORD@}, where C{/} or C{?} cut the
+    authority short, and a port of digits cannot tell it from a host).
     """
     userInfo, at, hostPort = authority.rpartition("@")
     if ":" in userInfo:
         raise StateURIProblem(_PASSWORD)
-    cut = not at and "@" in pathQuery and not authority.startswith("[")
-    if cut and not authority.rpartition(":")[2].isdigit() and ":" in authority:
-        raise StateURIProblem(f"{_PASSWORD} (a '/' or '?' in it ended the host)")
+    if "@" in pathQuery:
+        # USER:12/34@HOST reads as the host USER, the port 12 and the
+        # database 34@HOST: an '@' after the authority may end a password,
+        # so it is refused wherever it is (written %40, it is taken).
+        raise StateURIProblem(
+            f"{_PASSWORD}: an '@' after the host is refused, as the end of a password"
+            " holding '/' or '?' (an '@' of a database name or a parameter is written %40)"
+        )
     return (unquote(userInfo) or None) if at else None, hostPort
 
 
