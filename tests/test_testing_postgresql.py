@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import psycopg
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from imapmig.errors import PostgreSQLNotFound
+from imapmig.testing import postgresql
 from imapmig.testing.postgresql import (
     PASSWORD_ROLE,
     PostgreSQLCluster,
@@ -173,6 +176,45 @@ class ClusterTests(SynchronousTestCase):
         postgresUid = pwd.getpwnam("postgres").pw_uid
         self.assertEqual(uids, [str(postgresUid)] * 4)
         self.assertEqual(os.stat(self.cluster.dataDirectory).st_uid, postgresUid)
+
+
+class TemplateTests(SynchronousTestCase):
+    """
+    The template the clusters copy is at a name anyone can guess in the
+    temporary directory: only one this user made is used.
+    """
+
+    def test_plantedTemplateIgnored(self) -> None:
+        """
+        A directory at the template's name that another user owns, or a
+        link there, is never copied: the clusters of this process start
+        from a private template of their own, with their own settings
+        (found from outside: a planted C{postgresql.conf} would have been
+        started by the root-run tests).
+        """
+        requirePostgreSQL(self)
+        binDir = findPostgreSQL()
+        # A temporary directory of its own, as /tmp is, that the server's
+        # user can reach.
+        shared = tempfile.mkdtemp(prefix="imapmig-template-test-")
+        os.chmod(shared, 0o755)
+        self.addCleanup(shutil.rmtree, shared, True)
+        self.patch(tempfile, "tempdir", shared)
+        name = os.path.basename(postgresql.templateDirectory(binDir))
+        shutil.rmtree(os.path.join(shared, name))
+        planted = os.path.join(shared, name)
+        os.makedirs(os.path.join(planted, "data"))
+        for marker in (("password",), ("data", "PG_VERSION")):
+            with open(os.path.join(planted, *marker), "w") as f:
+                f.write("planted\n")
+        os.chmod(planted, 0o777)
+        chosen = postgresql.templateDirectory(binDir)
+        self.assertNotEqual(chosen, planted)
+        with open(os.path.join(chosen, "data", "PG_VERSION")) as f:
+            self.assertNotEqual(f.read(), "planted\n")
+        shutil.rmtree(planted)
+        os.symlink(chosen, planted)
+        self.assertNotEqual(postgresql.templateDirectory(binDir), planted)
 
 
 class MissingTests(SynchronousTestCase):

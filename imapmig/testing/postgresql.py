@@ -60,6 +60,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -499,9 +500,16 @@ def templateDirectory(binDir: str) -> str:
     # Keyed by what makes it too, so that a changed one is made anew.
     recipe = hashlib.sha256((" ".join(_INITDB) + _SETTINGS + _HBA).encode()).hexdigest()[:8]
     template = os.path.join(tempfile.gettempdir(), f"imapmig-postgresql-{version}-{uid}-{recipe}")
+    parent, name = os.path.split(template)
+    if os.path.lexists(template) and not _trusted(template):
+        # Someone else's (or a link) at a name anyone can guess: a server
+        # started from it would run their settings.  This process makes its
+        # own, private, instead.
+        private = tempfile.mkdtemp(prefix=name + ".private.", dir=parent)
+        _makeTemplate(binDir, private)
+        return private
     if _whole(template):
         return template
-    parent, name = os.path.split(template)
     making = tempfile.mkdtemp(prefix=name + ".", dir=parent)
     try:
         _makeTemplate(binDir, making)
@@ -514,6 +522,20 @@ def templateDirectory(binDir: str) -> str:
     finally:
         shutil.rmtree(making, ignore_errors=True)
     return template
+
+
+def _trusted(template: str) -> bool:
+    """
+    Whether C{template} was made by this process's user: a directory, not
+    a link, that it owns and no one else may write (as C{mkdtemp} makes
+    it).
+    """
+    status = os.lstat(template)
+    return (
+        stat.S_ISDIR(status.st_mode)
+        and status.st_uid == os.geteuid()
+        and not status.st_mode & 0o022
+    )
 
 
 def _whole(template: str) -> bool:
