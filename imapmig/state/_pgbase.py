@@ -26,17 +26,11 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state.outcomes import MessageOutcome
 
 _T = TypeVar("_T")
 
 # The columns of a messages row that make a MessageOutcome, in the order
 # outcomeOf takes them.
-OUTCOME_COLUMNS = (
-    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
-    " note, present, converted, message_id, message_date, message_from, message_subject"
-)
-
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 MAX_CONNECTIONS = 3
@@ -257,27 +251,3 @@ class PostgreSQLBase:
         )
 
 
-def outcomeOf(row: tuple[Any, ...]) -> MessageOutcome:
-    """
-    The L{MessageOutcome} of a row of L{OUTCOME_COLUMNS}.
-    """
-    (
-        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
-        converted, messageId, date, sender, subject,
-    ) = row  # fmt: skip
-    return MessageOutcome(
-        folderKey=folderKey,
-        messageKey=messageKey,
-        mailbox=mailbox,
-        size=size,
-        uidValidity=uidValidity,
-        uid=uid,
-        failure=failure,
-        note=note,
-        alreadyPresent=present,
-        lineEndingsConverted=converted,
-        messageId=messageId,
-        date=date,
-        sender=sender,
-        subject=subject,
-    )

@@ -16,7 +16,8 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.state._packing import packMessages, unpackMessages
-from imapmig.state._pgbase import OUTCOME_COLUMNS, Connection, PostgreSQLBase, outcomeOf
+from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state.outcomes import OUTCOME_COLUMNS, outcomeOf
 from imapmig.state.outcomes import (
     AppendedOutcome,
     IOutcomeJournal,

@@ -14,7 +14,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from imapmig.state._pgbase import OUTCOME_COLUMNS, Connection, PostgreSQLBase, outcomeOf
+from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state.outcomes import OUTCOME_COLUMNS, outcomeOf
 from imapmig.state.outcomes import MessageOutcome
 from imapmig.state.reports import (
     FailuresPage,

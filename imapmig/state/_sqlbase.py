@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state._schema import rollback
-from imapmig.state.outcomes import MessageOutcome
+from imapmig.state.outcomes import OUTCOME_COLUMNS, MessageOutcome, outcomeOf
 
 _T = TypeVar("_T")
 
@@ -25,10 +25,7 @@ _T = TypeVar("_T")
 # outcomeOf takes them; for a database older than version 10 opened
 # read-only, which has no names (nor, before version 8, Message-IDs),
 # _OUTCOME_COLUMNS_OF its version.
-_OUTCOME_COLUMNS = (
-    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
-    " note, present, converted, message_id, message_date, message_from, message_subject"
-)
+_OUTCOME_COLUMNS = OUTCOME_COLUMNS  # the other stores read them too
 _UNNAMED_COLUMNS = (
     _OUTCOME_COLUMNS.replace("message_date", "NULL")
     .replace("message_from", "NULL")
@@ -230,27 +227,3 @@ class SQLiteBase:
         )
 
 
-def outcomeOf(row: OutcomeRow) -> MessageOutcome:
-    """
-    The L{MessageOutcome} of a row of L{_OUTCOME_COLUMNS}.
-    """
-    (
-        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
-        converted, messageId, date, sender, subject,
-    ) = row  # fmt: skip
-    return MessageOutcome(
-        folderKey=folderKey,
-        messageKey=messageKey,
-        mailbox=mailbox,
-        size=size,
-        uidValidity=uidValidity,
-        uid=uid,
-        failure=failure,
-        note=note,
-        alreadyPresent=bool(present),
-        lineEndingsConverted=bool(converted),
-        messageId=messageId,
-        date=date,
-        sender=sender,
-        subject=subject,
-    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError

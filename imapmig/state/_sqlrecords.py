@@ -13,10 +13,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from imapmig.errors import PermanentError
 from imapmig.state._sqlbase import SQLiteBase
 from imapmig.state._timeline import READ_TIMELINE, transitionOf, writeTransition
 from imapmig.state.budgets import IBudgetRecords

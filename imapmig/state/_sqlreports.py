@@ -16,7 +16,8 @@ from typing import Any
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from imapmig.state._sqlbase import OutcomeRow, SQLiteBase, outcomeOf
+from imapmig.state._sqlbase import OutcomeRow, SQLiteBase
+from imapmig.state.outcomes import outcomeOf
 from imapmig.state.outcomes import MessageOutcome
 from imapmig.state.reports import (
     FailuresPage,

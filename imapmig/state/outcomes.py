@@ -11,7 +11,7 @@ store in one 25-method interface.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence, overload
+from typing import Any, NamedTuple, Sequence, overload
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
@@ -313,3 +313,38 @@ class IOutcomeJournal(Interface):
         is a failure (the others are left as they are): their header was
         read after the failure was recorded (L{imapmig.job.naming}).
         """
+
+
+OUTCOME_COLUMNS = (
+    "folder_key, message_key, mailbox, size, uidvalidity, uid, failure,"
+    " note, present, converted, message_id, message_date, message_from, message_subject"
+)
+"""
+The columns a stored outcome is read from, in the order L{outcomeOf} takes.
+"""
+
+
+def outcomeOf(row: Sequence[Any]) -> MessageOutcome:
+    """
+    The L{MessageOutcome} of a row of L{OUTCOME_COLUMNS} (the SQLite and the PostgreSQL store's).
+    """
+    (
+        folderKey, messageKey, mailbox, size, uidValidity, uid, failure, note, present,
+        converted, messageId, date, sender, subject,
+    ) = row  # fmt: skip
+    return MessageOutcome(
+        folderKey=folderKey,
+        messageKey=messageKey,
+        mailbox=mailbox,
+        size=size,
+        uidValidity=uidValidity,
+        uid=uid,
+        failure=failure,
+        note=note,
+        alreadyPresent=bool(present),
+        lineEndingsConverted=bool(converted),
+        messageId=messageId,
+        date=date,
+        sender=sender,
+        subject=subject,
+    )

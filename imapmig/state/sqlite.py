@@ -42,7 +42,6 @@ from urllib.parse import quote
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from imapmig.errors import PermanentError
 from imapmig.state import IStateStore
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion
 from imapmig.state._sqloutcomes import SQLiteOutcomeJournal
