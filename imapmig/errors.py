@@ -637,6 +637,14 @@ class LeaseLost(ImapmigError):
     """
 
 
+class QueueUnavailable(TransientError):
+    """
+    The shared job queue's database could not be reached (its connection
+    lost and not opened again, a statement timed out): the call may be
+    tried again.  The message names the database without its password.
+    """
+
+
 class QueueSchemaTooNew(ImapmigError):
     """
     The PostgreSQL job queue's tables have a schema version newer than

@@ -74,9 +74,13 @@ L{imapmig.queue.memory}, and a PostgreSQL one goes beside it.
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 from zope.interface import Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
 
 from imapmig.config.model import JobConfig
 
@@ -158,6 +162,20 @@ class JobClaim:
 
 
 @frozen
+class LiveDaemon:
+    """
+    A daemon of the fleet whose lease is live, as a heartbeat saw it.
+
+    @ivar daemonId: its id (a C{uuid4} per process start).
+    @ivar connections: the connections it had open per server, as
+        C{(server, count)} pairs sorted by server, at its last heartbeat.
+    """
+
+    daemonId: str
+    connections: tuple[tuple[str, int], ...] = ()
+
+
+@frozen
 class Heartbeat:
     """
     What a daemon's heartbeat brought back: its renewed lease, which is
@@ -167,10 +185,24 @@ class Heartbeat:
     @ivar leaseUntil: when the daemon's lease runs out, in the seconds of
         the queue's lease clock.
     @ivar requests: the controls asked of the jobs it holds, by job name.
+    @ivar requestedBy: who asked each of C{requests} (the admin's name from
+        the page it was given on), by job name, where known.
+    @ivar schemaVersion: the database's schema version as of this
+        heartbeat, L{None} for a queue without one: a version newer than
+        the code's makes the daemon stop claiming, stop its jobs and exit 2.
+    @ivar jobsGeneration: the generation of the fleet's job list, raised by
+        every reload that changed it (L{None}: no shared list).
+    @ivar live: the live daemons (this one included), sorted by id, each
+        with the connections it reported in use per server: the fair
+        shares of the servers' C{max_connections} are computed from it.
     """
 
     leaseUntil: float
     requests: tuple[tuple[str, Requested], ...] = ()
+    requestedBy: tuple[tuple[str, str], ...] = ()
+    schemaVersion: int | None = None
+    jobsGeneration: int | None = None
+    live: tuple[LiveDaemon, ...] = ()
 
 
 @frozen
@@ -328,4 +360,37 @@ class IJobQueue(Interface):
 
         @return: the job's state.
         @raise UnknownJob: no such job.
+        """
+
+
+class IAsyncJobQueue(Interface):
+    """
+    A job queue shared through a database (L{imapmig.queue.postgresql}'s
+    C{ThreadedJobQueue}): every method of L{IJobQueue}, each returning a
+    L{Deferred<twisted.internet.defer.Deferred>} of what that one returns
+    (or failing with what it raises), so that the reactor never waits for
+    the database; a lost connection is retried by the queue, and a call
+    that cannot reach the database fails with
+    L{QueueUnavailable<imapmig.errors.QueueUnavailable>}.  Plus
+    C{retire}, for a daemon past its send deadline (docs/fleet-design.md
+    "Sending stops before the lease can end"), and C{close}.
+
+    The methods are those of L{IJobQueue} (C{register}, C{heartbeat},
+    C{claim}, C{finish}, C{nextDue}, C{counts}, C{state}, C{pause},
+    C{resume}, C{cancel}, C{requeue}, C{add}, C{remove}, C{replace});
+    C{renew} is not one: a fleet's daemon renews all its claims with its
+    C{heartbeat}.
+    """
+
+    def retire(owner: str) -> Deferred[None]:
+        """
+        End the lease of daemon C{owner} now (C{lease_until} no later than
+        the database's C{now()}, C{retired_at} set), so that the other
+        daemons take its jobs at once rather than when the lease would have
+        ended.  Harmless if it ended already.
+        """
+
+    def close() -> None:
+        """
+        Close the queue's connections; later calls fail.
         """
