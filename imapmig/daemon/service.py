@@ -54,7 +54,13 @@ from imapmig.config import (
     MboxSourceConfig,
     ServerConfig,
 )
-from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
+from imapmig.config.model import (
+    AccountConfig,
+    NotifyConfig,
+    PostgreSQLState,
+    StatusConfig,
+    TokenSourceConfig,
+)
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.opening import openSession
 from imapmig.imap.session import IMAPSession
@@ -69,6 +75,7 @@ from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
 from imapmig.errors import ConnectionNotGranted
+from imapmig.queue import IAsyncJobQueue
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
@@ -485,17 +492,27 @@ def buildService(
     @param reactor: provides the clock, TCP connections and listening.
     @param whenDone: called with whether every job completed once the
         queue is drained; L{None} keeps the daemon serving status.
-    @param store: the state store; by default the SQLite file the
-        configuration names.
+    @param store: the state store; by default the one the configuration
+        names: its SQLite file, or its PostgreSQL database with the
+        fleet's job queue (L{imapmig.daemon.pgstate.openFleetState},
+        which refuses a database it cannot run on with a L{ConfigError}).
     @param environ: the process's environment: with systemd's
         C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
         systemd (L{imapmig.daemon.notifyservice}); those variables are then
         removed from it (when it is mutable, as C{os.environ} is), so
         that child processes (a C{token_command}) do not inherit them.
     """
-    if store is None:
+    fleetQueue: IAsyncJobQueue | None = None
+    if store is None and isinstance(config.state, PostgreSQLState):
+        # Imported here: only a fleet's daemon needs psycopg.
+        from imapmig.daemon.pgstate import openFleetState
+
+        fleet = openFleetState(config, reactor)
+        # Until ThreadedJobQueue declares IAsyncJobQueue (issue 30's queue).
+        store, fleetQueue = fleet.store, fleet.queue  # type: ignore[assignment]
+    elif store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
-    tree = _ServiceTree(config, reactor, store)
+    tree = _ServiceTree(config, reactor, store, fleetQueue)
     root = tree.root
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
     scheduler = tree.addScheduler(whenDone)
@@ -520,10 +537,22 @@ class _ServiceTree:
     each service it adds to C{root}.
     """
 
-    def __init__(self, config: Config, reactor: Any, store: IStateStore) -> None:
+    def __init__(
+        self,
+        config: Config,
+        reactor: Any,
+        store: IStateStore,
+        fleetQueue: IAsyncJobQueue | None = None,
+    ) -> None:
+        """
+        @param fleetQueue: the job queue of the fleet sharing a PostgreSQL
+            state, which the fleet's scheduler claims from; L{None} with a
+            SQLite state (or a store given by a test).
+        """
         self.config = config
         self.reactor = reactor
         self.store = store
+        self.fleetQueue = fleetQueue
         self.progress = progress = MigrationProgress(reactor.seconds)
         self.root = MigrationService(store, progress, reactor)
         # Queued jobs cost a progress entry each (about 300 octets); their
@@ -674,7 +703,7 @@ class _ServiceTree:
         from imapmig.status.controls import ControlResource
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
-        from imapmig.status.verifyreport import defaultReportPath
+        from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
         status = StatusResource(
@@ -682,7 +711,7 @@ class _ServiceTree:
             reactor.seconds,
             self.store,
             stopping=lambda: not root.running,
-            verifyReportPath=defaultReportPath(self.config.statePath),
+            verifyReportPath=os.path.join(self.config.localDirectory, REPORT_NAME),
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
