@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import yaml
 from twisted.internet import reactor
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.commands import cli
@@ -32,6 +33,7 @@ from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import SCHEMA_VERSION
 from imapmig.testing.dovecot import requireDovecot
+from imapmig.testing.ports import listeningPorts
 from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.support import (
     SOURCE_TREE,
@@ -43,6 +45,7 @@ from tests.support import (
     writeEmlJobConfig,
     writePasswordFile,
 )
+from tests.test_daemon_reload import waitForLine
 
 # A wrong password, which no output may show either.
 WRONG = "not-the-pg-password-4711"
@@ -462,3 +465,58 @@ class RunTests(ClusterMixin, TestCase):
         verified = await verifyCommand.verify(config, ["job"], store, reactor, report, out)
         self.assertEqual(verified, 0, out.getvalue())
         self.assertIsInstance(config.state, PostgreSQLState)
+
+
+async def health(port: int) -> tuple[int, dict[str, Any]]:
+    """
+    The daemon's C{/healthz}: its status code and body.
+    """
+    import treq
+
+    response = await treq.get(f"http://127.0.0.1:{port}/healthz", persistent=False, timeout=30)
+    body = await response.content()
+    code: int = response.code
+    return code, json.loads(body)
+
+
+class HealthTests(ClusterMixin, TestCase):
+    """
+    C{/healthz} of a daemon whose database stops and starts again.
+    """
+
+    async def waitForHealth(self, port: int, status: str) -> dict[str, Any]:
+        """
+        Ask C{/healthz} until it says C{status}, at most 60 s.
+        """
+        for _ in range(600):
+            code, body = await health(port)
+            if body["status"] == status:
+                return body
+            await deferLater(reactor, 0.1, lambda: None)
+        raise AssertionError(f"/healthz still says {body} after 60 s")
+
+    async def test_degradedWhileStopped(self) -> None:
+        """
+        While the database is stopped, C{/healthz} says C{degraded} (503)
+        naming it without its password; once it is started again, C{ok}.
+        """
+        self.startCluster(self)
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        path = writeEmlJobConfig(self, instance, user, 2)
+        config = self.writeConfig(path, status={"listen": "tcp:0:interface=127.0.0.1"})
+        daemon = startDaemon(self, reactor, config.path, daemonCommand(config.path))
+        await waitForLine(daemon, r"Job job started")
+        [port] = listeningPorts(daemon.pid)
+        await self.waitForHealth(port, "ok")
+        self.cluster.stop("immediate")
+        body = await self.waitForHealth(port, "degraded")
+        self.assertEqual(body["database"], self.uri())
+        code, _ = await health(port)
+        self.assertEqual(code, 503)
+        self.cluster.start()
+        await self.waitForHealth(port, "ok")
+        self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))
+        self.assertIn(b"Health check: the state store does not answer: " + self.uri().encode(),
+                      bytes(daemon.output))

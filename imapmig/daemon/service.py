@@ -701,7 +701,9 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.status.health import HealthResource
         from imapmig.status.metrics import buildMetricsResource
+        from imapmig.status.progressview import ProgressView
         from imapmig.status.resource import StatusResource, buildStatusSite
         from imapmig.status.verifyreport import REPORT_NAME
 
@@ -716,6 +718,13 @@ class _ServiceTree:
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
                 progress, self.telemetry, self.jobServers, config.maxJobSeries
+            ),
+            health=HealthResource(
+                ProgressView(progress, reactor.seconds),
+                self.store,
+                lambda: not root.running,
+                reactor,
+                self.config.state.shortURI() if isinstance(self.config.state, PostgreSQLState) else None,
             ),
         )
         listener = ListenerService(

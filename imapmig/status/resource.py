@@ -107,6 +107,7 @@ class StatusResource(Resource):
         dashboard: IResource | None = None,
         metrics: IResource | None = None,
         control: IResource | None = None,
+        health: IResource | None = None,
     ) -> None:
         """
         @param progress: what to show.
@@ -121,6 +122,8 @@ class StatusResource(Resource):
             serves L{imapmig.status.dashboard.DashboardResource}.
         @param metrics: C{/metrics}, if served.
         @param control: C{/control}, if served.
+        @param health: C{/healthz}; L{None}: a L{HealthResource} of
+            C{store} whose checks wait for its ping however long it takes.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         view = ProgressView(progress, seconds)
@@ -138,7 +141,7 @@ class StatusResource(Resource):
         self.putChild(b"jobs", JobsResource(view, store, rulesOf))
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
-        self.putChild(b"healthz", HealthResource(view, store, stopping))
+        self.putChild(b"healthz", health or HealthResource(view, store, stopping))
         if metrics is not None:
             self.putChild(b"metrics", metrics)
         if control is not None:
