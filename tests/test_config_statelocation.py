@@ -683,3 +683,30 @@ class FleetTests(StateTestCase):
             self.problems(state=self.uri, fleet="acme"),
             [f"{self.path}: fleet: expected a mapping, got a string"],
         )
+
+
+class DriverTests(StateTestCase):
+    """
+    A PostgreSQL state needs psycopg, the C{imapmig[postgresql]} extra.
+    """
+
+    def test_missing(self) -> None:
+        """
+        Without psycopg, a PostgreSQL state is refused with one line
+        naming C{state} and the extra, rather than a traceback at start.
+        """
+        self.patch(statelocation, "driverInstalled", lambda: False)
+        self.assertEqual(
+            self.problems(state="postgresql://u@localhost/db"),
+            [
+                f"{self.path}: state: a PostgreSQL state needs psycopg, which is not installed:"
+                " install imapmig with its postgresql extra (pip install 'imapmig[postgresql]')"
+            ],
+        )
+        self.assertIsInstance(self.load(state="state.sqlite").state, SQLiteState)
+
+    def test_installed(self) -> None:
+        """
+        Here it is installed (the test environment has the extra).
+        """
+        self.assertTrue(statelocation.driverInstalled())

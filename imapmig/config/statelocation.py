@@ -21,6 +21,7 @@ not document.  No problem shows the URI itself: it could hold a password.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from typing import Callable, Mapping
 from urllib.parse import unquote
@@ -301,6 +302,20 @@ def _checkedValue(name: str, value: str, resolve: Callable[[str], str]) -> tuple
     return name, value
 
 
+_NO_DRIVER = (
+    "a PostgreSQL state needs psycopg, which is not installed: install imapmig with its"
+    " postgresql extra (pip install 'imapmig[postgresql]')"
+)
+
+
+def driverInstalled() -> bool:
+    """
+    Whether psycopg, the PostgreSQL driver of the C{imapmig[postgresql]}
+    extra, can be imported (it is not imported here).
+    """
+    return importlib.util.find_spec("psycopg") is not None
+
+
 def isLocal(state: PostgreSQLState) -> bool:
     """
     Whether C{state} is reached on this machine: through a Unix socket
@@ -375,6 +390,9 @@ class StateReader(SecretsReader):
         weak = weakTLSProblem(state)
         if weak is not None and allow is False:
             self._problem("state", weak)
+            return None
+        if not driverInstalled():
+            self._problem("state", _NO_DRIVER)
             return None
         password, passwordPath = (None, None) if secret is None else secret
         passwordKey = next((key for key in secretKeys("state_password") if key in top), None)
