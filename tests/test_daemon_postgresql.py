@@ -22,13 +22,14 @@ import psycopg
 import yaml
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.commands import cli
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
-from imapmig.daemon.pgstate import checkDatabase, openCommandStore
+from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import SCHEMA_VERSION
@@ -339,6 +340,37 @@ class StartCheckTests(ClusterMixin, SynchronousTestCase):
             self.assertEqual(self.successResultOf(store.counts("a")).copied, 0)
         finally:
             store.close()
+
+
+class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
+    """
+    L{openFleetState}: the store and the fleet's job queue a daemon runs
+    on.
+    """
+
+    def setUp(self) -> None:
+        self.startCluster(self)
+
+    def test_opened(self) -> None:
+        """
+        The database is checked and migrated, the configured jobs loaded
+        into the queue; the queue's control connection has a thread of its
+        own, the store two; both pools stop after the reactor's shutdown.
+        """
+        clock = MemoryReactorClock()
+        fleet = openFleetState(self.config(), clock)
+        for pool in fleet.pools:
+            self.addCleanup(pool.stop)
+        self.addCleanup(fleet.store.close)
+        self.addCleanup(fleet.queue.queue.close)
+        self.assertEqual([pool.max for pool in fleet.pools], [1, 2])
+        self.assertEqual(
+            [trigger[0] for trigger in clock.triggers["after"]["shutdown"]],
+            [pool.stop for pool in fleet.pools],
+        )
+        self.assertEqual(fleet.where, self.uri())
+        self.assertEqual(self.sql("SELECT name FROM imapmig_queue.jobs"), [("a",)])
+        self.assertEqual(self.sql("SELECT max(version) FROM imapmig.schema_version"), [(SCHEMA_VERSION,)])
 
 
 def runLauncher(*arguments: str) -> subprocess.CompletedProcess[bytes]:

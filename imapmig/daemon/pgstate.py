@@ -13,9 +13,11 @@ and the role may read and write every table.  Each refusal is one line
 naming the setting to fix (C{state}, C{state_password_file},
 C{state_password_credential}) and the database without its password,
 and no line holds the password (L{_scrubbed}).  L{openFleetState} then
-builds the store and the fleet's job queue on one thread pool of at most
-three threads, one connection each (docs/fleet-design.md, "The thread
-pool"); L{openCommandStore} the store a command reads.
+builds the store and the fleet's job queue on three threads, one
+connection each (docs/fleet-design.md, "The thread pool"): the queue's
+control connection on a thread of its own, so that a heartbeat never
+waits for a thread behind the store's work; L{openCommandStore} the store
+a command reads.
 
 The password is given to psycopg apart (its C{password} keyword), never
 written into a URI.
@@ -55,15 +57,11 @@ __all__ = [
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-POOL_THREADS = 3
-"""
-The threads, and so the connections, of a daemon's PostgreSQL state: the
-queue's control connection, the store's writer and reader.
-"""
-
 STORE_CONNECTIONS = 2
 """
-The store's share of L{POOL_THREADS}: its writer and its reader.
+The threads, and so the connections, of a daemon's state store: its
+writer and its reader.  The queue has one more, its control connection:
+three in all.
 """
 
 # Words of libpq's messages for a password refused or missing.
@@ -355,26 +353,36 @@ class InPlaceThreadPool(ThreadPool):
 class FleetState:
     """
     What a daemon of a fleet runs on: its state store and the fleet's
-    job queue, sharing one thread pool (started; stop it after the
-    daemon's services: L{openFleetState}).
+    job queue, each on its started thread pool (L{openFleetState}).
 
-    @ivar where: the database as messages name it, without its password.
+    @ivar where: the database as pages name it, without its password or
+        parameters.
     """
 
     store: PostgreSQLStateStore
     queue: ThreadedJobQueue
-    threads: ThreadPool
+    pools: tuple[ThreadPool, ThreadPool]
     where: str
+
+
+def startedPool(reactor: Any, threads: int, name: str) -> ThreadPool:
+    """
+    A started pool of at most C{threads} threads, stopped once the reactor
+    has shut down (after every service stopped) if it is a real one.
+    """
+    pool = ThreadPool(minthreads=0, maxthreads=threads, name=name)
+    pool.start()
+    if hasattr(reactor, "addSystemEventTrigger"):
+        reactor.addSystemEventTrigger("after", "shutdown", pool.stop)
+    return pool
 
 
 def openFleetState(config: Config, reactor: Any) -> FleetState:
     """
-    Check the database (L{checkDatabase}), then open the store (its
-    writer and reader, L{STORE_CONNECTIONS}) and the job queue (its
+    Check the database (L{checkDatabase}), then open the job queue (its
     control connection, its tables migrated and the configured jobs
-    loaded) on one pool of L{POOL_THREADS} threads, stopped when the
-    reactor has shut down (after every service stopped) if it is a real
-    one.
+    loaded) on a thread of its own, and the store (its writer and reader)
+    on L{STORE_CONNECTIONS} threads.
 
     @param reactor: delivers the results, and times the outcomes.
     @raise ConfigError: the database cannot be used (one line).
@@ -393,18 +401,21 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     except psycopg.Error as e:
         control.close()
         raise check.refused("state", f"cannot load the job queue: {e}") from None
-    threads = ThreadPool(minthreads=0, maxthreads=POOL_THREADS, name="imapmig-postgresql")
-    threads.start()
-    if hasattr(reactor, "addSystemEventTrigger"):
-        reactor.addSystemEventTrigger("after", "shutdown", threads.stop)
+    controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
+    storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
     store = PostgreSQLStateStore(
         reactor,
-        threads,
+        storePool,
         make_conninfo("", **connectKeywords(state, "imapmig")),
         reactor.seconds,
         STORE_CONNECTIONS,
     )
-    return FleetState(store, ThreadedJobQueue(queue, reactor, threads), threads, state.shortURI())
+    return FleetState(
+        store,
+        ThreadedJobQueue(queue, reactor, controlPool),
+        (controlPool, storePool),
+        state.shortURI(),
+    )
 
 
 def openCommandStore(config: Config, empty: bool = False) -> IStateStore:
