@@ -26,6 +26,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.commands import cli
+from imapmig.commands import plan as planCommand
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
@@ -40,6 +41,7 @@ from tests.support import (
     SOURCE_TREE,
     daemonCommand,
     freshUser,
+    settleConnections,
     sharedDovecot,
     sourceTreeEnvironment,
     startDaemon,
@@ -496,6 +498,12 @@ class RunTests(ClusterMixin, TestCase):
         out = io.StringIO()
         verified = await verifyCommand.verify(config, ["job"], store, reactor, report, out)
         self.assertEqual(verified, 0, out.getvalue())
+        out = io.StringIO()
+        self.assertEqual(await planCommand.plan(config, ["job"], store, reactor, True, out), 0)
+        [planned] = json.loads(out.getvalue())
+        totals = planned["totals"]
+        self.assertEqual((totals["to_copy"], totals["migrated"]), (0, 4), planned)
+        await settleConnections(reactor)
         self.assertIsInstance(config.state, PostgreSQLState)
 
 
