@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import sqlite3
 import sys
 from typing import Any
 
@@ -405,8 +406,6 @@ class RefusalTests(CopyCase):
         target = self.mktemp()
         store = self.sqlite(target)
         store.close()
-        import sqlite3
-
         connection = sqlite3.connect(target)
         connection.execute(
             "CREATE TRIGGER drop_one BEFORE INSERT ON job_transitions"
@@ -444,6 +443,16 @@ class RefusalTests(CopyCase):
         self.assertEqual(message, f"--from {os.path.abspath(empty)}: holds no state to copy (no job, no budget)\n")
         message = self.assertRefused("--from", empty, "--to", self.mktemp())
         self.assertIn("one must be a SQLite file and the other a postgresql:// URI", message)
+        foreign = os.path.abspath(self.mktemp())
+        connection = sqlite3.connect(foreign)
+        connection.execute("CREATE TABLE other (x)")
+        connection.close()
+        message = self.assertRefused("--from", dsn, "--to", foreign)
+        self.assertEqual(message, f"--to: {foreign}: not an imapmig state database (no schema_version)\n")
+        connection = sqlite3.connect(foreign)
+        tables = connection.execute("SELECT name FROM sqlite_master").fetchall()
+        connection.close()
+        self.assertEqual(tables, [("other",)])
 
     def test_passwordFromConfig(self) -> None:
         """

@@ -284,6 +284,8 @@ class SQLiteSide:
             raise StateCopyRefused(f"{self.name}: no such file")
         self._path = path
         self._created = role == "target" and not os.path.exists(path)
+        # Empty, as the lock leaves a file it creates: no schema to check.
+        self._empty = self._created or (os.path.isfile(path) and os.path.getsize(path) == 0)
         try:
             self._lock = StateFileLock.acquire(path, seconds)
         except PermanentError as e:
@@ -309,9 +311,10 @@ class SQLiteSide:
         """
         connection = self._connection
         connection.execute("PRAGMA journal_mode=WAL")
-        if not self._created:
+        if not self._empty:
             checkIntegrity(connection, self._path)
-        if role == "source":
+        if role == "source" or not self._empty:
+            # Not another program's database: no imapmig table goes in.
             readVersion(connection, self._path)
         migrate(connection, self._path)
 
