@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     planParser.add_argument("--job", action="append", help="only this job (repeatable)")
     planParser.add_argument("--json", action="store_true", help="JSON output")
     stateCommands = commands.add_parser("state", help="the state database itself").add_subparsers(
-        dest="stateCommand", required=True
+        dest="stateCommand", metavar="COMMAND", required=True
     )
     addCopyParser(stateCommands)
     args = parser.parse_args(argv)

@@ -62,6 +62,7 @@ def addCopyParser(stateCommands: Any) -> None:
     )
     parser.add_argument(
         "--config",
+        metavar="FILE",
         help="a configuration whose state is the PostgreSQL side: its state_password_file"
         " gives the password",
     )
