@@ -201,22 +201,31 @@ def _printResult(
     _printCounts(result.counts, out)
 
 
-def _printCounts(counts: Mapping[str, Mapping[tuple[str, ...], int]], out: TextIO) -> None:
+Tables = Mapping[str, Mapping[tuple[str, ...], int]]
+
+
+def _printCounts(counts: Tables, out: TextIO) -> None:
     """
     The rows of each table per job, with their total, then the budgets'
     per account.
     """
-    from imapmig.state.copying import TABLES
-
-    perJob = [table.title for table in TABLES if table.perJob]
-    jobs = sorted({key for title in perJob for key in counts.get(title, {})})
-    lines = [["job", *perJob]]
-    for key in jobs:
-        lines.append([key[0], *(str(counts.get(title, {}).get(key, 0)) for title in perJob)])
-    lines.append(["total", *(str(sum(counts.get(title, {}).values())) for title in perJob)])
     budgets = counts.get("budgets", {})
-    lines.append(["account", "budgets"])
+    lines = [*_jobLines(counts), ["account", "budgets"]]
     lines.extend([" ".join(key), str(n)] for key, n in sorted(budgets.items()))
     width = max(len(line[0]) for line in lines)
     for line in lines:
         out.write("  ".join([line[0].ljust(width), *(cell.rjust(9) for cell in line[1:])]).rstrip() + "\n")
+
+
+def _jobLines(counts: Tables) -> list[list[str]]:
+    """
+    The lines of the jobs' counts: a heading, a line per job, the total.
+    """
+    from imapmig.state.copying import TABLES
+
+    perJob = [counts.get(table.title, {}) for table in TABLES if table.perJob]
+    jobs = sorted({key for rows in perJob for key in rows})
+    lines = [["job", *(table.title for table in TABLES if table.perJob)]]
+    lines.extend([key[0], *(str(rows.get(key, 0)) for rows in perJob)] for key in jobs)
+    lines.append(["total", *(str(sum(rows.values())) for rows in perJob)])
+    return lines
