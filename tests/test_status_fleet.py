@@ -429,3 +429,33 @@ class SingleDaemonTests(SynchronousTestCase):
         response = self.successResultOf(treq.get(BASE + "/jobs/bob.json"))
         detail = json.loads(self.successResultOf(treq.content(response)))
         self.assertEqual(detail["job"]["daemon"]["id"], daemon["id"])
+
+
+class DocumentedTests(SynchronousTestCase):
+    """
+    The DAEMON object docs/dashboard-and-api.md shows is the one served.
+    """
+
+    def test_daemonExample(self) -> None:
+        """
+        The example after "A DAEMON object" has the keys of a served
+        daemon, each of the same JSON type, and the table above it names
+        every key.
+        """
+        import os
+        import re
+
+        from imapmig.status.fleet import daemonDocument
+
+        path = os.path.join(os.path.dirname(__file__), "..", "docs", "dashboard-and-api.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        section = text[text.index("A DAEMON object") :]
+        example = json.loads(section[section.index("```json") + 7 : section.index("```\n", 10)])
+        served = daemonDocument(MIG1)
+        self.assertEqual(sorted(example), sorted(served))
+        for key, value in served.items():
+            self.assertIsInstance(example[key], type(value), key)
+        table = section[: section.index("```json")]
+        named = set(re.findall(r"`([a-z_]+)`", table))
+        self.assertEqual(set(served) - named, set())

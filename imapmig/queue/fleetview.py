@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_fleetview -*-
+# -*- test-case-name: tests.test_status_fleet,tests.test_fleetview_postgresql -*-
 """
 The fleet as the status pages read it: every daemon with its host,
 version, last heartbeat, lease and the jobs it holds (L{IFleetView.daemons}),

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_fleet -*-
+# -*- test-case-name: tests.test_status_fleet,tests.test_status_api -*-
 """
 The fleet on the status pages: what C{/status.json} and C{/jobs/NAME.json}
 say of the daemons and of the daemon holding each job, read through an

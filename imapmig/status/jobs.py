@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status_api -*-
+# -*- test-case-name: tests.test_status_api, tests.test_status_fleet -*-
 """
 C{/jobs/...}: one job's detail, its failed messages page by page, and its
 audit manifest.

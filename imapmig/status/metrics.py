@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_metrics -*-
+# -*- test-case-name: tests.test_metrics, tests.test_status_fleet -*-
 """
 C{/metrics}: the progress model and the telemetry in Prometheus's text
 format, read when scraped (L{MigrationCollector}); nothing is updated on

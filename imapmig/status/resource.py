@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status -*-
+# -*- test-case-name: tests.test_status, tests.test_status_fleet -*-
 """
 The status site's root: C{/status.json} (schema 2: the run's summary and
 one page of jobs), C{/jobs/...} and C{/manifest.csv}
