@@ -21,7 +21,7 @@ C{CI=true}, where it fails.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 
 from twisted.internet import reactor as _reactor
 from twisted.internet.address import IPv4Address
@@ -205,7 +205,7 @@ class FleetDashboardTests(TestCase):
         driver.get(url)
         last: list[dict[str, Any]] = []
 
-        def rendered(driver: WebDriver) -> dict[str, Any] | bool:
+        def rendered(driver: WebDriver) -> dict[str, Any] | Literal[False]:
             page: dict[str, Any] = driver.execute_script(READ)
             last[:] = [page]
             ready = page["polls"] >= 1 and len(page["jobs"]) == 3
