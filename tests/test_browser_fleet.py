@@ -154,7 +154,8 @@ class FleetDashboardTests(TestCase):
             Fleet((MIG1, MIG2, DEAD)),
             {"alice": Holder(MIG1.daemonId, "mig1"), "bob": Holder(DEAD.daemonId, "mig3", False)},
         )
-        port = await self.serve(StatusResource(progress, clock.seconds, MemoryStateStore(), fleet=view))
+        root = StatusResource(progress, clock.seconds, MemoryStateStore(), fleet=view)
+        port = await self.serve(root)
         directory = os.path.abspath(self.mktemp())
         os.makedirs(directory)
         driver: WebDriver = await self.inThread(startBrowser, self, directory)

@@ -15,7 +15,9 @@ from typing import Any
 
 import psycopg
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.python.threadpool import ThreadPool
+from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import QueueUnavailable
@@ -26,6 +28,7 @@ from imapmig.queue._pgfleetview import (
     HOLDERS,
     MAX_DAEMONS,
     SHOWN_AFTER_LEASE,
+    WAIT,
     PostgreSQLFleetView,
     onConnection,
 )
@@ -98,7 +101,8 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         )
         self.assertEqual(fleet.live, 2)
         [(started, beat, lease)] = self.sql(
-            "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM heartbeat_at)::float8,"
+            "SELECT extract(epoch FROM started_at)::float8,"
+            " extract(epoch FROM heartbeat_at)::float8,"
             " extract(epoch FROM lease_until)::float8 FROM imapmig_queue.daemons"
             " WHERE daemon_id = %s",
             mig1,
@@ -171,6 +175,39 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
             )
         )
         self.assertEqual(seen, ("5s",))
+
+
+class _IdlePool(ThreadPool):
+    """
+    A thread pool that never runs what it is given (every thread busy).
+    """
+
+    def callInThreadWithCallback(self, onResult: Any, func: Any, *args: Any, **kw: Any) -> None:
+        pass
+
+
+class WaitTests(SynchronousTestCase):
+    """
+    A page does not wait for ever for a busy reader.
+    """
+
+    def test_timeout(self) -> None:
+        """
+        With a clock, a read not answered within L{WAIT} seconds (no thread
+        free) fails with L{QueueUnavailable}; no call stays scheduled.
+        """
+        clock = Clock()
+        nothing: Any = None
+        run = onConnection(SynchronousReactor(), _IdlePool(), nothing, "postgresql:///fleet", clock)
+        d = PostgreSQLFleetView(run, lambda: None).daemons()
+        clock.advance(WAIT - 0.5)
+        self.assertNoResult(d)
+        clock.advance(1)
+        failure = self.failureResultOf(d, QueueUnavailable)
+        self.assertEqual(
+            str(failure.value), "postgresql:///fleet: the fleet was not read within 10 s"
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])
 
 
 def _relations(plan: dict[str, Any]) -> list[tuple[str, str]]:

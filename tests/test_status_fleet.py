@@ -160,7 +160,10 @@ class StatusJSONFleetTests(FleetPagesTestCase):
             },
         )
         self.assertEqual(
-            [(d["host"], d["live"], d["this"], d["messages_per_second"]) for d in document["daemons"]],
+            [
+                (d["host"], d["live"], d["this"], d["messages_per_second"])
+                for d in document["daemons"]
+            ],
             [("mig1", True, True, 31.2), ("mig2", True, False, None), ("mig3", False, False, 0.0)],
         )
 
@@ -254,7 +257,9 @@ class JobDocumentFleetTests(FleetPagesTestCase):
         that job alone, and the daemons are not read.
         """
         document = json.loads(self.get("/jobs/alice.json"))
-        self.assertEqual(document["job"]["daemon"], {"id": MIG1.daemonId, "host": "mig1", "live": True})
+        self.assertEqual(
+            document["job"]["daemon"], {"id": MIG1.daemonId, "host": "mig1", "live": True}
+        )
         self.assertEqual(self.fleet.asked, [["alice"]])
         self.assertEqual(self.fleet.daemonReads, 0)
 
@@ -311,7 +316,8 @@ class MetricsFleetTests(FleetPagesTestCase):
             [("imapmig_daemon_info", labels(MIG1, version="1.0"))],
         )
         # The rest of the scrape is there too.
-        self.assertIn(("imapmig_build_info", frozenset({("version", imapmig.__version__)})), samples)
+        build = ("imapmig_build_info", frozenset({("version", imapmig.__version__)}))
+        self.assertIn(build, samples)
 
     def test_waitsForTheFleet(self) -> None:
         """

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
 import psycopg
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
@@ -106,14 +106,28 @@ class ReadRunner(Protocol):
         """
 
 
+WAIT = 10.0
+"""
+Seconds a page waits for a read, its wait for a free thread included;
+then it is answered without the fleet.
+"""
+
+
 def onConnection(
-    reactor: IReactorFromThreads, pool: ThreadPool, connection: Connection, where: str
+    reactor: IReactorFromThreads,
+    pool: ThreadPool,
+    connection: Connection,
+    where: str,
+    clock: IReactorTime | None = None,
 ) -> ReadRunner:
     """
     A L{ReadRunner} over C{connection} (in autocommit mode), one read at
     a time, in C{pool}'s threads; psycopg's errors become
     L{QueueUnavailable} naming C{where} (the database without its
     password).
+
+    @param clock: with it, a read not answered in L{WAIT} seconds fails
+        with L{QueueUnavailable} (its thread finishes it unheard).
     """
     lock = threading.Lock()
 
@@ -126,9 +140,23 @@ def onConnection(
             except psycopg.Error as e:
                 raise QueueUnavailable(f"{where}: cannot read the fleet: {e}") from None
 
-        return deferToThreadPool(reactor, pool, inThread)
+        d = deferToThreadPool(reactor, pool, inThread)
+        if clock is not None:
+            d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
+        return d
 
     return run
+
+
+def _late(where: str) -> Callable[[object, float], object]:
+    """
+    What a read cancelled after C{timeout} seconds fails with.
+    """
+
+    def late(result: object, timeout: float) -> object:
+        raise QueueUnavailable(f"{where}: the fleet was not read within {timeout:g} s")
+
+    return late
 
 
 @implementer(IFleetView)
