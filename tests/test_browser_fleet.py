@@ -140,7 +140,8 @@ class FleetDashboardTests(TestCase):
         its version, the age of its last heartbeat, its jobs, its rate (a
         dash where it reports none) and its lease, the dead one marked; the
         count of live ones is in the heading.  Each job's row names its
-        holder (a dash for none, the dead holder's lease said ended).  On a
+        holder (a dash for none, the dead holder's lease said ended), and so
+        does the job's panel.  On a
         phone nothing scrolls sideways.  When the fleet cannot be read, the
         section says so and the jobs are still shown.
         """
@@ -181,6 +182,8 @@ class FleetDashboardTests(TestCase):
             },
         )
         self.assertIsNone(page["error"])
+        summary = await self.inThread(self.detail, driver, f"http://127.0.0.1:{port}/#job=bob")
+        self.assertTrue(summary.endswith(" · on mig3 · 33333333 (lease ended)"), summary)
         shots = screenshotDirectory()
         await self.inThread(saveFullPage, driver, os.path.join(shots, "fleet-desktop.png"))
         await self.inThread(emulateViewport, driver, PHONE[0], PHONE[1], True)
@@ -194,6 +197,25 @@ class FleetDashboardTests(TestCase):
             down["error"], "The fleet could not be read: postgresql://db1/mig: connection refused"
         )
         self.assertEqual(sorted(down["jobs"]), ["alice", "bob", "carol"])
+
+    def detail(self, driver: WebDriver, url: str) -> str:
+        """
+        Open the job panel at C{url} (C{#job=NAME}) afresh; its summary
+        line once it names a daemon.
+        """
+        from selenium.webdriver.support.wait import WebDriverWait
+
+        driver.get("about:blank")
+        driver.get(url)
+
+        def summary(driver: WebDriver) -> str | Literal[False]:
+            text: str = driver.execute_script(
+                'return document.getElementById("job-detail-summary").textContent;'
+            )
+            return text if " · on " in text else False
+
+        shown: str = WebDriverWait(driver, STEP, poll_frequency=0.05).until(summary)
+        return shown
 
     def look(self, driver: WebDriver, url: str, daemons: int) -> dict[str, Any]:
         """
