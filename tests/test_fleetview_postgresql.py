@@ -51,7 +51,9 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         self.addCleanup(self.connection.close)
         pool: ThreadPool = SynchronousThreadPool()
         self.view = PostgreSQLFleetView(
-            onConnection(SynchronousReactor(), pool, self.connection, "postgresql:///fleet"),
+            onConnection(
+                SynchronousReactor(), pool, lambda: self.connection, "postgresql:///fleet"
+            ),
             lambda: self.me,
         )
 
@@ -157,22 +159,55 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
 
     def test_unavailable(self) -> None:
         """
-        A read on a lost connection fails with L{QueueUnavailable} naming
+        A read that cannot connect fails with L{QueueUnavailable} naming
         the database as given.
         """
-        self.connection.close()
-        for d in (self.view.daemons(), self.view.holders(["j0"])):
+
+        def refused() -> psycopg.Connection[tuple[Any, ...]]:
+            raise psycopg.OperationalError("connection refused")
+
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), refused, "postgresql:///x"),
+            lambda: None,
+        )
+        for d in (view.daemons(), view.holders(["j0"])):
             failure = self.failureResultOf(d, QueueUnavailable)
-            self.assertIn("postgresql:///fleet: cannot read the fleet", str(failure.value))
+            self.assertEqual(
+                str(failure.value), "postgresql:///x: cannot read the fleet: connection refused"
+            )
+
+    def test_reconnects(self) -> None:
+        """
+        A connection found closed (or broken) is made again by the next
+        read, which succeeds.
+        """
+        made: list[psycopg.Connection[tuple[Any, ...]]] = []
+
+        def connect() -> psycopg.Connection[tuple[Any, ...]]:
+            made.append(psycopg.connect(self.uri, autocommit=True))
+            self.addCleanup(made[-1].close)
+            return made[-1]
+
+        self.register(self.queueOf(1), "mig1", 1)
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), connect, "db"),
+            lambda: None,
+        )
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(made), 1)
+        made[0].close()
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(made), 2)
 
     def test_statementTimeout(self) -> None:
         """
         Every read runs under a C{statement_timeout}.
         """
         seen = self.successResultOf(
-            onConnection(SynchronousReactor(), SynchronousThreadPool(), self.connection, "x")(
-                lambda c: c.execute("SHOW statement_timeout").fetchone()
-            )
+            onConnection(
+                SynchronousReactor(), SynchronousThreadPool(), lambda: self.connection, "x"
+            )(lambda c: c.execute("SHOW statement_timeout").fetchone())
         )
         self.assertEqual(seen, ("5s",))
 
@@ -197,15 +232,14 @@ class WaitTests(SynchronousTestCase):
         free) fails with L{QueueUnavailable}; no call stays scheduled.
         """
         clock = Clock()
-        nothing: Any = None
-        run = onConnection(SynchronousReactor(), _IdlePool(), nothing, "postgresql:///fleet", clock)
+        run = onConnection(SynchronousReactor(), _IdlePool(), psycopg.connect, "pg:///f", clock)
         d = PostgreSQLFleetView(run, lambda: None).daemons()
         clock.advance(WAIT - 0.5)
         self.assertNoResult(d)
         clock.advance(1)
         failure = self.failureResultOf(d, QueueUnavailable)
         self.assertEqual(
-            str(failure.value), "postgresql:///fleet: the fleet was not read within 10 s"
+            str(failure.value), "pg:///f: the fleet was not read within 10 s"
         )
         self.assertEqual(clock.getDelayedCalls(), [])
 
@@ -265,7 +299,7 @@ class PlanTests(PostgreSQLTestMixin):
         connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(self.uri, autocommit=True)
         self.addCleanup(connection.close)
         view = PostgreSQLFleetView(
-            onConnection(SynchronousReactor(), SynchronousThreadPool(), connection, "db"),
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: connection, "db"),
             lambda: owners[0],
         )
         page = [f"j{n}" for n in range(30)] + [f"x{n}" for n in range(1, 71)]
@@ -328,7 +362,8 @@ class ThreadPoolTests(PostgreSQLTestMixin):
         self.addCleanup(connection.close)
         self.queueOf(1).register("mig1", 1, "1.0", 600.0)
         view = PostgreSQLFleetView(
-            onConnection(Reactor(), pool, connection, "db"), lambda: None  # type: ignore[arg-type]
+            onConnection(Reactor(), pool, lambda: connection, "db"),  # type: ignore[arg-type]
+            lambda: None,
         )
         done = threading.Event()
         d: Deferred[Any] = view.daemons()

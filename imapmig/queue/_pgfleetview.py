@@ -116,27 +116,40 @@ then it is answered without the fleet.
 def onConnection(
     reactor: IReactorFromThreads,
     pool: ThreadPool,
-    connection: Connection,
+    connect: Callable[[], Connection],
     where: str,
     clock: IReactorTime | None = None,
 ) -> ReadRunner:
     """
-    A L{ReadRunner} over C{connection} (in autocommit mode), one read at
-    a time, in C{pool}'s threads; psycopg's errors become
-    L{QueueUnavailable} naming C{where} (the database without its
-    password).
+    A L{ReadRunner} over one connection (in autocommit mode) made by
+    C{connect} when first needed and again when found broken or closed
+    (the database restarted), one read at a time, in C{pool}'s threads;
+    psycopg's errors become L{QueueUnavailable} naming C{where} (the
+    database without its password).
 
+    @param connect: opens the reader connection (docs/fleet-design.md
+        "The thread pool": the store's reader, where it lends it).
     @param clock: with it, a read not answered in L{WAIT} seconds fails
         with L{QueueUnavailable} (its thread finishes it unheard).
     """
     lock = threading.Lock()
+    opened: list[Connection] = []
+
+    def connection() -> Connection:
+        if opened and (opened[0].broken or opened[0].closed):
+            opened.pop().close()
+        if not opened:
+            opened.append(connect())
+        return opened[0]
 
     def run(work: Callable[[Connection], _T]) -> Deferred[_T]:
         def inThread() -> _T:
             try:
-                with lock, connection.transaction():
-                    connection.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-                    return work(connection)
+                with lock:
+                    reader = connection()
+                    with reader.transaction():
+                        reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+                        return work(reader)
             except psycopg.Error as e:
                 raise QueueUnavailable(f"{where}: cannot read the fleet: {e}") from None
 
