@@ -672,11 +672,13 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.status.fleet import singleDaemon
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
         from imapmig.status.verifyreport import defaultReportPath
 
         reactor, progress, root = self.reactor, self.progress, self.root
+        fleet = singleDaemon(progress, reactor.seconds)
         status = StatusResource(
             progress,
             reactor.seconds,
@@ -686,8 +688,9 @@ class _ServiceTree:
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
-                progress, self.telemetry, self.jobServers, config.maxJobSeries
+                progress, self.telemetry, self.jobServers, config.maxJobSeries, fleet=fleet
             ),
+            fleet=fleet,
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),
