@@ -10,9 +10,11 @@ C{application/_client_service.py}), and whatever moves a job is one of its
 inputs (L{JobInputs}): the scheduler (a grant, a start, queued again), the
 run (connected, backing off, held by the server, deferred by a budget, its
 end), the admin's controls (pause, resume, cancel, retry-failed, each with
-who), a reload and the daemon's stop.  A fleet's lease (claimed, lost,
-taken over) is meant to be one more group of inputs, handled as L{stop}
-is.
+who), a reload and the daemon's stop.  A fleet's lease is one more input
+of the daemon's group, L{JobInputs.leaseLost} (docs/fleet-design.md "The
+lease in the job's machine"): a running job stops I{abandoning} what is
+in flight (state C{Abandoning}, shown C{stopping}), a waiting one is
+stopped at once, and either ends C{stopped}, its cause C{lease lost}.
 
 Every transition is recorded, through the L{_Core}'s C{record}, as a
 L{Transition} (time, from, to, cause, who): the job's timeline.  The
@@ -152,6 +154,14 @@ class JobInputs(Protocol):
     # -- the daemon ----------------------------------------------------------
     def stop(self) -> None:
         "The daemon stops: take no new messages, end once in-flight is recorded."
+
+    def leaseLost(self, reason: str) -> None:
+        """
+        The claim of the job is no longer this daemon's (its lease ran out,
+        or was taken over: C{reason}): a run stops abandoning what is in
+        flight (nothing more recorded, its claim not finished), a wait
+        ends at once; the job ends C{stopped}, cause C{lease lost}.
+        """
 
     # -- what it is ------------------------------------------------------------
     def state(self) -> JobState:
@@ -298,6 +308,9 @@ stopping = _builder.state("Stopping")
 # ends paused or cancelled; for the daemon's stop, stopped.
 stoppingForPause = _builder.state("StoppingForPause")
 stoppingForCancel = _builder.state("StoppingForCancel")
+# Its lease lost, a stopping job abandons what is in flight, and ends
+# stopped whatever its run says.
+abandoning = _builder.state("Abandoning")
 stopped = _builder.state("Stopped")
 done = _builder.state("Done")
 doneWithFailures = _builder.state("DoneWithFailures")
@@ -306,8 +319,8 @@ cancelled = _builder.state("Cancelled")
 
 _ALL = (
     queued, waiting, connecting, running, backingOff, paused, pausedByServer, deferred,
-    stopping, stoppingForPause, stoppingForCancel, stopped, done, doneWithFailures, failed,
-    cancelled,
+    stopping, stoppingForPause, stoppingForCancel, abandoning, stopped, done, doneWithFailures,
+    failed, cancelled,
 )
 
 for _state in _ALL:
@@ -369,6 +382,7 @@ def _connected(inputs: JobInputs, core: _Core) -> None:
 
 
 @stopping.upon(JobInputs.connected).loop()
+@abandoning.upon(JobInputs.connected).loop()
 @stoppingForPause.upon(JobInputs.connected).loop()
 @stoppingForCancel.upon(JobInputs.connected).loop()
 def _connectedWhileStopping(inputs: JobInputs, core: _Core) -> None:
@@ -653,6 +667,7 @@ def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
 @stopping.upon(JobInputs.stop).loop()
 @stoppingForPause.upon(JobInputs.stop).loop()
 @stoppingForCancel.upon(JobInputs.stop).loop()
+@abandoning.upon(JobInputs.stop).loop()
 @stopped.upon(JobInputs.stop).loop()
 @done.upon(JobInputs.stop).loop()
 @doneWithFailures.upon(JobInputs.stop).loop()
@@ -660,6 +675,89 @@ def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
 @cancelled.upon(JobInputs.stop).loop()
 def _alreadyStill(inputs: JobInputs, core: _Core) -> None:
     pass
+
+
+# -- the lease -------------------------------------------------------------------------
+
+LEASE_LOST = "lease lost"
+"""
+The cause of the move to C{stopped} of a job whose lease was lost.
+"""
+
+
+@connecting.upon(JobInputs.leaseLost).to(abandoning)
+@running.upon(JobInputs.leaseLost).to(abandoning)
+def _leaseLostRunning(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.enter(JobState.STOPPING, f"{LEASE_LOST}: {reason}")
+
+
+@stopping.upon(JobInputs.leaseLost).to(abandoning)
+@stoppingForPause.upon(JobInputs.leaseLost).to(abandoning)
+@stoppingForCancel.upon(JobInputs.leaseLost).to(abandoning)
+def _leaseLostStopping(inputs: JobInputs, core: _Core, reason: str) -> None:
+    # The stop in progress becomes an abandon: the pause or cancel it
+    # stopped for is written in the queue already, which applies it.
+    log.info("Job {job}: its lease is lost while it stops ({why})", job=core.job, why=reason)
+    core.stopBy = None
+
+
+@waiting.upon(JobInputs.leaseLost).to(stopped)
+@backingOff.upon(JobInputs.leaseLost).to(stopped)
+@pausedByServer.upon(JobInputs.leaseLost).to(stopped)
+def _leaseLostWaiting(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.ended(JobState.STOPPED, f"{LEASE_LOST}: {reason}", f"stopped: {LEASE_LOST}")
+
+
+@queued.upon(JobInputs.leaseLost).loop()
+@paused.upon(JobInputs.leaseLost).loop()
+@deferred.upon(JobInputs.leaseLost).loop()
+@abandoning.upon(JobInputs.leaseLost).loop()
+@stopped.upon(JobInputs.leaseLost).loop()
+@done.upon(JobInputs.leaseLost).loop()
+@doneWithFailures.upon(JobInputs.leaseLost).loop()
+@failed.upon(JobInputs.leaseLost).loop()
+@cancelled.upon(JobInputs.leaseLost).loop()
+def _notHeld(inputs: JobInputs, core: _Core, reason: str) -> None:
+    pass
+
+
+@abandoning.upon(JobInputs.stopped).to(stopped)
+@abandoning.upon(JobInputs.succeed).to(stopped)
+def _abandoned(inputs: JobInputs, core: _Core) -> None:
+    # However its run ended, the claim is not this daemon's: its outcome
+    # is the next owner's to find out.
+    core.ended(JobState.STOPPED, LEASE_LOST, f"stopped: {LEASE_LOST}")
+
+
+@abandoning.upon(JobInputs.endWithFailures).to(stopped)
+def _abandonedWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
+    _abandoned(inputs, core)
+
+
+@abandoning.upon(JobInputs.fail).to(stopped)
+def _abandonedFailing(inputs: JobInputs, core: _Core, reason: str) -> None:
+    _abandoned(inputs, core)
+
+
+@abandoning.upon(JobInputs.pause).loop()
+def _pauseWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    # For the row, which the next claim releases as it asks.
+    core.hold(lambda queue: queue.pause)
+
+
+@abandoning.upon(JobInputs.cancel).loop()
+def _cancelWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.cancel)
+
+
+@abandoning.upon(JobInputs.resume).loop()
+def _resumeWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.resume)
+
+
+@abandoning.upon(JobInputs.retryFailed).loop()
+def _retryWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.requeue)
 
 
 MACHINE: TypeMachine[JobInputs, _Core] = _builder.build()
