@@ -1,0 +1,335 @@
+"""
+Tests for L{imapmig.schedule.fleet}: a daemon's membership of a fleet (its
+registration, heartbeat, send deadline and new incarnation), on a
+L{Clock} over the in-memory queue made asynchronous
+(L{imapmig.queue.memory.AsyncJobQueue}).
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.queue import Heartbeat, IAsyncJobQueue, Requested
+from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
+from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember
+from tests.test_schedule_service import jobConfig
+
+LEASE = 60.0
+
+
+class ControlledQueue(AsyncJobQueue):
+    """
+    The in-memory queue, whose heartbeats a test can hold unanswered, make
+    fail, or answer with more than the in-memory queue says.
+    """
+
+    def __init__(self, queue: InMemoryJobQueue) -> None:
+        AsyncJobQueue.__init__(self, queue)
+        self.hold = False
+        self.failure: Exception | None = None
+        self.pending: list[Deferred[Heartbeat]] = []
+        self.beats = 0
+        self.retired: list[str] = []
+        self.schemaVersion: int | None = None
+        self.requestedBy: tuple[tuple[str, str], ...] = ()
+
+    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+        self.beats += 1
+        if self.failure is not None:
+            return fail(self.failure)
+        if self.hold:
+            pending: Deferred[Heartbeat] = Deferred()
+            self.pending.append(pending)
+            return pending
+
+        def more(heartbeat: Heartbeat) -> Heartbeat:
+            return Heartbeat(
+                heartbeat.leaseUntil,
+                heartbeat.requests,
+                self.requestedBy,
+                self.schemaVersion,
+            )
+
+        return AsyncJobQueue.heartbeat(self, owner, lease).addCallback(more)
+
+    def retire(self, owner: str) -> Deferred[None]:
+        self.retired.append(owner)
+        return AsyncJobQueue.retire(self, owner)
+
+
+class Member:
+    """
+    A L{FleetMember} over a controlled in-memory queue and a clock.
+    """
+
+    def __init__(self, schemaVersion: int | None = None) -> None:
+        self.clock = Clock()
+        self.memory = InMemoryJobQueue([jobConfig("j", "j"), jobConfig("k", "k")], self.clock.seconds)
+        self.queue = ControlledQueue(self.memory)
+        self.jobs = Jobs()
+        self.member = FleetMember(
+            self.queue, self.clock, self.clock.seconds, LEASE, self.jobs, "mig1", 42, "1.0",
+            schemaVersion,
+        )  # fmt: skip
+
+
+class Jobs:
+    """
+    A L{FleetJobs} that notes what it is told.
+    """
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+        self.requests: list[tuple[str, Requested, str]] = []
+        self.newer: list[int] = []
+        self.registrations = 0
+
+    def loseLease(self, reason: str) -> None:
+        self.lost.append(reason)
+
+    def asked(self, job: str, requested: Requested, by: str) -> None:
+        self.requests.append((job, requested, by))
+
+    def newerSchema(self, version: int) -> None:
+        self.newer.append(version)
+
+    def registered(self) -> None:
+        self.registrations += 1
+
+
+class FleetMemberTests(SynchronousTestCase):
+    """
+    L{FleetMember}: registered, beating every C{L/12}, its send deadline
+    C{t0 + L - L/4} of the last heartbeat answered.
+    """
+
+    def setUp(self) -> None:
+        self.m = Member(schemaVersion=1)
+        self.clock = self.m.clock
+        self.member = self.m.member
+
+    def tearDown(self) -> None:
+        self.successResultOf(self.member.stop())
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_asyncQueue(self) -> None:
+        """
+        The in-memory queue made asynchronous provides L{IAsyncJobQueue}.
+        """
+        self.assertTrue(verifyObject(IAsyncJobQueue, self.m.queue))
+
+    def test_beats(self) -> None:
+        """
+        Started, it registers at once (its deadline C{45 s} later for a
+        lease of 60 s), then beats every 5 s, each success moving the
+        deadline to 45 s after it was sent.
+        """
+        self.member.start()
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(self.m.jobs.registrations, 1)
+        self.assertEqual(self.member.deadline, 45.0)
+        self.clock.advance(5)
+        self.assertEqual(self.m.queue.beats, 1)
+        self.assertEqual(self.member.deadline, 50.0)
+        self.clock.pump([5] * 20)
+        self.assertEqual(self.m.queue.beats, 21)
+        self.assertEqual(self.member.deadline, 150.0)
+        self.assertEqual(self.m.jobs.lost, [])
+
+    def test_t0BeforeTheCall(self) -> None:
+        """
+        The deadline counts from when the heartbeat was handed over, not
+        from its answer: one answered 4 s late gives no more time.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.advance(5)
+        self.clock.advance(4)
+        (pending,) = self.m.queue.pending
+        pending.callback(Heartbeat(0.0))
+        self.assertEqual(self.member.deadline, 50.0)
+
+    def test_oneInFlight(self) -> None:
+        """
+        A heartbeat not answered within C{H} counts as failed, and no
+        other is sent while it is in flight.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5, 5, 5])
+        self.assertEqual(len(self.m.queue.pending), 1)
+        self.assertEqual(self.member.missed, 2)
+        self.m.queue.pending[0].callback(Heartbeat(0.0))
+        self.assertEqual(self.member.missed, 0)
+        self.m.queue.hold = False
+        self.clock.advance(5)
+        self.assertEqual(self.m.queue.beats, 2)
+
+    def test_deadline(self) -> None:
+        """
+        With no heartbeat answered, at the send deadline every job held is
+        told its lease is lost, the id is retired, and a new incarnation
+        registers once the queue answers again.
+        """
+        self.member.start()
+        first = self.member.owner
+        self.m.queue.failure = QueueUnavailable("db1: connection refused")
+        self.clock.pump([5] * 8)
+        self.assertEqual(self.m.jobs.lost, [])
+        self.assertEqual(self.member.missed, 8)
+        self.clock.advance(4.9)
+        self.assertEqual(self.m.jobs.lost, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+        self.assertEqual(self.m.queue.retired, [first])
+        # Registered again at once: the in-memory queue answers that.
+        self.assertNotIn(self.member.owner, (None, first))
+        self.assertEqual(self.m.jobs.registrations, 2)
+        self.assertEqual(self.member.deadline, 90.0)
+
+    def test_deadlineWhileACallHangs(self) -> None:
+        """
+        A heartbeat that never answers: the deadline passes all the same,
+        and the new incarnation registers once that call has ended.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5] * 9)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+        self.assertIsNone(self.member.owner)
+        self.m.queue.pending[0].errback(QueueUnavailable("statement timeout"))
+        self.clock.advance(5)
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+
+    def test_lateAnswerAfterTheDeadline(self) -> None:
+        """
+        A heartbeat answered after the deadline passed does not bring the
+        old incarnation back.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5] * 9)
+        self.m.queue.pending[0].callback(Heartbeat(1000.0))
+        self.assertIsNone(self.member.owner)
+        self.assertIsNone(self.member.deadline)
+
+    def test_leaseLost(self) -> None:
+        """
+        A heartbeat refused with L{LeaseLost} is the deadline now.
+        """
+        self.member.start()
+        first = self.member.owner
+        self.m.queue.failure = LeaseLost("daemon's lease ran out")
+        self.clock.advance(5)
+        self.assertEqual(len(self.m.jobs.lost), 1)
+        self.assertIn("lease ran out", self.m.jobs.lost[0])
+        self.assertEqual(self.m.queue.retired, [first])
+
+    def test_requests(self) -> None:
+        """
+        The controls asked of the jobs held reach them once each while
+        they stand, with who asked them.
+        """
+        self.member.start()
+        owner = self.member.owner
+        assert owner is not None
+        claim = self.m.memory.claim(owner, 0.0, LEASE)
+        assert claim is not None
+        self.m.memory.pause("j")
+        self.m.queue.requestedBy = (("j", "alice"),)
+        self.clock.pump([5, 5])
+        self.assertEqual(self.m.jobs.requests, [("j", Requested.PAUSE, "alice")])
+        self.m.memory.resume("j")
+        self.clock.advance(5)
+        self.m.memory.cancel("j")
+        self.m.queue.requestedBy = ()
+        self.clock.advance(5)
+        self.assertEqual(
+            self.m.jobs.requests,
+            [("j", Requested.PAUSE, "alice"), ("j", Requested.CANCEL, "imapmig")],
+        )
+
+    def test_newerSchema(self) -> None:
+        """
+        A heartbeat that finds the schema newer than the code's says so
+        once; the heartbeats go on while the jobs stop.
+        """
+        self.member.start()
+        self.m.queue.schemaVersion = 2
+        self.clock.pump([5, 5])
+        self.assertEqual(self.m.jobs.newer, [2])
+        self.assertTrue(self.member.newerSchema)
+        self.assertEqual(self.member.deadline, 55.0)
+
+    def test_registrationRetried(self) -> None:
+        """
+        A registration the queue cannot answer is tried again C{H} later.
+        """
+        calls = []
+        register = self.m.queue.register
+
+        def failOnce(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
+            calls.append((host, pid, version, lease))
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return register(host, pid, version, lease)
+
+        self.m.queue.register = failOnce  # type: ignore[method-assign]
+        self.member.start()
+        self.assertIsNone(self.member.owner)
+        self.clock.advance(5)
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
+        self.assertEqual(self.member.deadline, 50.0)
+
+    def test_stop(self) -> None:
+        """
+        Stopped, it beats no more and retires its id.
+        """
+        self.member.start()
+        owner = self.member.owner
+        self.successResultOf(self.member.stop())
+        self.assertEqual(self.m.queue.retired, [owner])
+        self.assertIsNone(self.member.owner)
+
+
+class TakeoverTests(SynchronousTestCase):
+    """
+    Two members of one fleet: the jobs of one that loses its lease are
+    the other's at once, its retirement ending its lease.
+    """
+
+    def test_takenOverAtTheDeadline(self) -> None:
+        """
+        A daemon whose heartbeats fail stops its jobs at its deadline and
+        retires: another daemon's next claim takes its job over.
+        """
+        a = Member()
+        clock = a.clock
+        b = FleetMember(
+            AsyncJobQueue(a.memory), clock, clock.seconds, LEASE, Jobs(), "mig2", 7, "1.0"
+        )
+        a.member.start()
+        b.start()
+        owner = a.member.owner
+        assert owner is not None and b.owner is not None
+        claim = a.memory.claim(owner, 0.0, LEASE)
+        assert claim is not None
+        a.queue.failure = QueueUnavailable("partitioned")
+        clock.pump([5] * 8)
+        before = a.memory.claim(b.owner, 0.0, LEASE)
+        self.assertEqual(before.job.name if before else None, "k")
+        clock.advance(5)
+        self.assertEqual(a.jobs.lost, [SEND_DEADLINE])
+        taken = a.memory.claim(b.owner, 0.0, LEASE)
+        assert taken is not None
+        self.assertEqual((taken.job.name, taken.takenFrom), ("j", owner))
+        a.queue.failure = None
+        self.successResultOf(a.member.stop())
+        self.successResultOf(b.stop())
+        self.assertEqual(clock.getDelayedCalls(), [])
