@@ -229,3 +229,13 @@ class LeaseLostTests(SynchronousTestCase):
         drawn = diagram()
         self.assertIn("    running --> stopping: cancel, leaseLost, pause, stop\n", drawn)
         self.assertIn("    waiting --> stopped: leaseLost, stop\n", drawn)
+
+    def test_pausedQueuedAgain(self) -> None:
+        """
+        A job paused here and resumed through another daemon (the fleet's
+        queue row queued again) is queued again when claimed here.
+        """
+        self.machine.pause("alice")
+        self.machine.requeue("claimed", None)
+        self.assertIs(self.machine.state(), JobState.QUEUED)
+        self.assertFalse(self.progress.pausedByAdmin)

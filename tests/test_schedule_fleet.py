@@ -7,16 +7,25 @@ L{Clock} over the in-memory queue made asynchronous
 
 from __future__ import annotations
 
+from typing import Sequence, cast
+
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from imapmig.config.limits import ServerLimits
+from imapmig.config.model import JobConfig
 from imapmig.errors import LeaseLost, QueueUnavailable
-from imapmig.queue import Heartbeat, IAsyncJobQueue, Requested
+from imapmig.job.machine import JobMachines
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
-from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember
-from tests.test_schedule_service import jobConfig
+from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.state import Transition
+from tests.test_schedule_service import FakeJob, jobConfig
 
 LEASE = 60.0
 
@@ -333,3 +342,215 @@ class TakeoverTests(SynchronousTestCase):
         self.successResultOf(a.member.stop())
         self.successResultOf(b.stop())
         self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class Fleet:
+    """
+    A L{FleetScheduler} over fake jobs, a clock and the controlled
+    in-memory queue, whose other daemons the test plays by hand.
+    """
+
+    def __init__(self, names: Sequence[str], maxJobs: int, limits: ServerLimits = ServerLimits()) -> None:
+        self.clock = Clock()
+        self.progress = MigrationProgress(self.clock.seconds)
+        for name in names:
+            self.progress.addJob(name)
+        self.memory = InMemoryJobQueue([jobConfig(n, n) for n in names], self.clock.seconds)
+        self.queue = ControlledQueue(self.memory)
+        self.grants = ConnectionGrants(maxJobs, {"s": limits})
+        self.built: dict[str, FakeJob] = {}
+        self.done: list[bool] = []
+        self.exits = 0
+        self.transitions: list[tuple[str, Transition]] = []
+        self.machines = JobMachines(
+            self.progress, self.clock, lambda job, t: self.transitions.append((job, t)), self.queue
+        )
+
+        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+            job = FakeJob(config.name, connections, self.machines.job(config.name))
+            self.built[config.name] = job
+            return job
+
+        def exit() -> None:
+            self.exits += 1
+
+        self.service = FleetScheduler(
+            self.queue, self.grants, build, self.progress, self.clock, self.done.append,
+            self.clock.seconds, LEASE, ("mig1", 42, "1.0"), exit, schemaVersion=1,
+            machines=self.machines,
+        )  # fmt: skip
+        self.member = self.service.member
+
+    def other(self) -> str:
+        """
+        Register another daemon, which beats by hand.
+        """
+        return self.memory.register("mig2", 7, "1.0", LEASE)
+
+    def causes(self, job: str) -> list[str]:
+        return [t.cause for name, t in self.transitions if name == job]
+
+
+class FleetSchedulerTests(SynchronousTestCase):
+    """
+    L{FleetScheduler}: claims and finishes through the shared queue under
+    its member's id; a lost lease abandons its jobs, unfinished.
+    """
+
+    def stop(self, fleet: Fleet) -> None:
+        self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+    def test_claimsAndFinishes(self) -> None:
+        """
+        Jobs are claimed under the daemon's id, each claim a transition
+        naming its generation; finished, they are done in the queue, and
+        with nothing left to run anywhere the queue is drained.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        self.assertEqual(fleet.causes("a")[:2], ["claimed (generation 1)", "started"])
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        owner = fleet.member.owner
+        self.stop(fleet)
+        self.assertEqual(fleet.queue.retired, [owner])
+
+    def test_notDrainedWhileAnotherRuns(self) -> None:
+        """
+        Nothing to claim here is not drained while another daemon holds a
+        job; claims are polled every C{H}, and its job, released when that
+        daemon's lease ends, is taken over here, logged as a warning.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [])
+        warnings: list[LogEvent] = []
+        observer = cast(ILogObserver, warnings.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        fleet.clock.pump([5] * 13)
+        self.assertIn("a", fleet.built)
+        self.assertIn(f"claimed (generation 3), taken over from daemon {other}", fleet.causes("a"))
+        self.assertTrue(
+            any(e.get("log_level") == LogLevel.warn and e.get("daemon") == other for e in warnings)
+        )
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_leaseLostRunning(self) -> None:
+        """
+        At the send deadline a running job abandons its run and ends
+        stopped (lease lost); its claim is not finished, and the new
+        incarnation takes it over once the abandoned run has ended.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        first = fleet.member.owner
+        job = fleet.built["a"]
+        finished: list[JobOutcome] = []
+        finish = fleet.memory.finish
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
+            finished.append(outcome)
+            finish(claim, outcome, notBefore)
+
+        fleet.memory.finish = finishing  # type: ignore[method-assign]
+        fleet.queue.failure = QueueUnavailable("partitioned")
+        fleet.clock.pump([5] * 9)
+        self.assertTrue(job.abandoned)
+        self.assertEqual(finished, [])
+        causes = fleet.causes("a")
+        self.assertEqual(causes[causes.index("lease lost") - 1], f"lease lost: {SEND_DEADLINE}")
+        fleet.queue.failure = None
+        again = fleet.built["a"]
+        self.assertIsNot(again, job)
+        self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
+        again.result.callback(True)
+        self.assertEqual(finished, [JobOutcome.COMPLETED])
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_leaseLostWaiting(self) -> None:
+        """
+        A job waiting for its connections when the lease is lost is
+        stopped at once, its wait given up, its claim not finished: the
+        new incarnation claims it again, a takeover.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, limits=ServerLimits(maxConnections=1))
+        fleet.service.startService()
+        first = fleet.member.owner
+        self.assertEqual(fleet.machines.job("b").state(), JobState.WAITING)
+        fleet.member.lose("a test")
+        causes = [(t.source, t.target, t.cause) for job, t in fleet.transitions if job == "b"]
+        lost = causes.index(("waiting", "stopped", "lease lost: a test"))
+        self.assertEqual(causes[lost + 1][:2], ("stopped", "queued"))
+        self.assertEqual(
+            causes[-1][2], f"claimed (generation 4), taken over from daemon {first}"
+        )
+        self.stop(fleet)
+
+    def test_requestFromAnotherDaemon(self) -> None:
+        """
+        A pause asked through another daemon reaches the running job's
+        machine at the next heartbeat, by whom asked it; the job stops and
+        rests paused in the queue.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        fleet.memory.pause("a")
+        fleet.queue.requestedBy = (("a", "alice"),)
+        fleet.clock.advance(5)
+        self.assertTrue(fleet.built["a"].stopped)
+        self.assertIs(fleet.machines.job("a").state(), JobState.PAUSED)
+        self.assertEqual(fleet.progress.job("a").wait.by, "alice")  # type: ignore[union-attr]
+        self.assertIs(fleet.memory.state("a"), QueueState.PAUSED)
+        self.stop(fleet)
+
+    def test_newerSchema(self) -> None:
+        """
+        A newer schema stops the jobs (the machine's stop), claims nothing
+        more, and calls for the exit once they have ended.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        fleet.queue.schemaVersion = 2
+        fleet.clock.advance(5)
+        self.assertTrue(fleet.built["a"].stopped)
+        self.assertEqual(fleet.exits, 1)
+        self.assertNotIn("b", fleet.built)
+        self.assertIs(fleet.memory.state("a"), QueueState.QUEUED)
+        self.stop(fleet)
+
+    def test_finishRetried(self) -> None:
+        """
+        A finish the queue cannot take is tried again every C{H}.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        calls = []
+        finish = fleet.queue.finish
+
+        def failOnce(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            calls.append(outcome)
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return finish(claim, outcome, notBefore)
+
+        fleet.queue.finish = failOnce  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        fleet.clock.advance(5)
+        self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)

@@ -32,17 +32,21 @@ for the "Job states" section of docs/failure-handling.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, cast
 
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from imapmig.errors import ControlRefused, UnknownJob
+from imapmig.errors import ControlRefused, ImapmigError, QueueUnavailable, UnknownJob
+from imapmig.job.inputs import JobInputs
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
-from imapmig.queue import IJobQueue, QueueState
+from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
 from imapmig.state import Transition
+
+__all__ = ["JobInputs", "JobMachine", "JobMachines", "MACHINE", "forget"]
 
 log = Logger()
 
@@ -55,117 +59,6 @@ CANCELLED_BY_ADMIN = "cancelled by the admin"
 """
 The error a cancelled job shows, and is recorded with in the state store.
 """
-
-
-class JobInputs(Protocol):
-    """
-    What can happen to a job, grouped by who says it.
-    """
-
-    # -- the scheduler -----------------------------------------------------
-    def waitForGrant(self, reason: str) -> None:
-        "Claimed, the job waits for a connection grant or a job slot."
-
-    def start(self) -> None:
-        "Granted, the job's run begins (or begins again): it connects."
-
-    def requeue(self, cause: str, by: str | None) -> None:
-        """
-        The job is queued again: retry-failed (C{by} an admin), a reload,
-        a deferred job due, a new run of an ended one.
-        """
-
-    # -- the run -----------------------------------------------------------
-    def connected(self) -> None:
-        "The destination is logged in and prepared: messages flow."
-
-    def backOff(self, reason: str, delay: float) -> None:
-        "A transient failure: wait C{delay} seconds (L{waited}), then retry."
-
-    def holdByServer(self, reason: str, delay: float) -> None:
-        """
-        The server refuses for a long while (over quota, bandwidth limit):
-        wait C{delay} seconds (L{waited}), then retry.
-        """
-
-    def waitForBudget(self, reason: str, delay: float) -> None:
-        """
-        A daily budget is used up: wait C{delay} seconds (L{waited}) in the
-        run, until it is renewed, then retry.
-        """
-
-    def defer(self, reason: str, until: float) -> None:
-        """
-        A daily budget is used up: the run ends and the job waits until
-        C{until} (a time of the clock) for the scheduler to start it again.
-        """
-
-    def waited(self) -> Deferred[None]:
-        """
-        While backing off, held by the server or waiting for a budget
-        within the run: fires when it is time to
-        retry; fails with L{CancelledError} if the wait ends otherwise.
-        """
-
-    def retry(self) -> None:
-        "The wait is over: connect again."
-
-    def succeed(self) -> None:
-        "Every message is in the destination."
-
-    def endWithFailures(self, failed: int) -> None:
-        "The run ended with C{failed} messages recorded as failed."
-
-    def fail(self, reason: str) -> None:
-        "The job cannot go on: a permanent error, or too many retries."
-
-    def stopped(self) -> None:
-        "A stopping job has recorded what was in flight and logged out."
-
-    # -- the admin's controls ----------------------------------------------
-    def pause(self, by: str) -> None:
-        "An admin pauses the job (a running one stops first)."
-
-    def resume(self, by: str) -> None:
-        "An admin resumes a paused job: it is queued again."
-
-    def cancel(self, by: str) -> None:
-        "An admin cancels the job (a running one stops first)."
-
-    def retryFailed(self, by: str) -> None:
-        """
-        An admin asks the job's failed messages retried: an ended job is
-        queued again, a claimed one runs again once its run ends.
-        """
-
-    def restorePause(self, by: str | None, since: float, across: str) -> None:
-        """
-        The admin's pause, kept in the state store, is put back across
-        C{across} ("the restart", "the reload"): C{by} paused the job at
-        C{since}.
-        """
-
-    def restoreCancel(self, by: str | None, across: str) -> None:
-        """
-        The admin's cancel, kept in the state store, is put back across
-        C{across}: C{by} cancelled the job.
-        """
-
-    # -- the daemon ----------------------------------------------------------
-    def stop(self) -> None:
-        "The daemon stops: take no new messages, end once in-flight is recorded."
-
-    def leaseLost(self, reason: str) -> None:
-        """
-        The claim of the job is no longer this daemon's (its lease ran out,
-        or was taken over: C{reason}): a run stops abandoning what is in
-        flight (nothing more recorded, its claim not finished), a wait
-        ends at once; the job ends C{stopped}, cause C{lease lost}.
-        """
-
-    # -- what it is ------------------------------------------------------------
-    def state(self) -> JobState:
-        "Where the job is."
 
 
 def forget(job: str, transition: Transition) -> None:
@@ -184,6 +77,9 @@ class _Core:
         C{recordTransition}).
     @ivar queue: the job queue, where the admin's controls the machine
         takes are written (L{None}: a machine outside any queue).
+    @ivar written: the answer of its last write into a fleet's queue: the
+        job's state there, or the queue's refusal (L{ControlRefused},
+        L{UnknownJob}); it never fails.
     @ivar current: the state entered last: written by L{enter} alone.
     @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
@@ -192,7 +88,8 @@ class _Core:
     progress: JobProgress
     clock: IReactorTime
     record: Callable[[str, Transition], object] = forget
-    queue: IJobQueue | None = None
+    queue: IJobQueue | IAsyncJobQueue | None = None
+    written: Deferred[QueueState | ImapmigError | None] | None = None
     current: JobState = JobState.QUEUED
     stopBy: str | None = None
     timer: IDelayedCall | None = None
@@ -208,7 +105,7 @@ class _Core:
 
     def hold(
         self,
-        write: Callable[[IJobQueue], Callable[[str], object]],
+        write: Callable[[Any], Callable[[str], object]],
         already: QueueState | None = None,
     ) -> None:
         """
@@ -218,8 +115,16 @@ class _Core:
         check first, so the queue takes it; if not (changed meanwhile
         through another daemon), the machine still moves, and says so.
         Queue methods are plain updates: nothing re-enters the machine.
+
+        A fleet's queue (an L{IAsyncJobQueue}) is written at once, without
+        the read of C{already} (its refusal is the answer): the write's
+        answer is L{written}, a failure to reach the queue is logged and
+        the write tried again, never lost.
         """
         if self.queue is None:
+            return
+        if IAsyncJobQueue.providedBy(self.queue):
+            self.written = _Write(self, write).attempt()
             return
         try:
             if already is None or self.queue.state(self.job) is not already:
@@ -294,6 +199,48 @@ class _Core:
         self.progress.finished(error)
 
 
+# Seconds before a write into a fleet's queue that could not reach it is
+# tried again.
+WRITE_RETRY = 5.0
+
+
+class _Write:
+    """
+    One write of a job's machine into a fleet's queue, tried until the
+    queue answers (L{QueueUnavailable} is logged and tried again).
+    """
+
+    def __init__(self, core: _Core, write: Callable[[Any], Callable[[str], object]]) -> None:
+        self._core = core
+        self._write = write
+        self._answer: Deferred[QueueState | ImapmigError | None] = Deferred()
+
+    def attempt(self) -> Deferred[QueueState | ImapmigError | None]:
+        core = self._core
+        writing: Deferred[QueueState | None] = self._write(core.queue)(core.job)  # type: ignore[assignment]
+        writing.addCallbacks(self._answer.callback, self._failed)
+        return self._answer
+
+    def _failed(self, failure: Failure) -> None:
+        core = self._core
+        why = failure.getErrorMessage()
+        if failure.check(UnknownJob, ControlRefused):
+            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=core.job, why=why)
+            self._answer.callback(cast(ImapmigError, failure.value))
+        elif failure.check(QueueUnavailable):
+            log.warn(
+                "Job {job}: the queue cannot be reached to write its machine's move"
+                " ({why}); trying again in {delay:.0f} s",
+                job=core.job,
+                why=why,
+                delay=WRITE_RETRY,
+            )
+            core.clock.callLater(WRITE_RETRY, self.attempt)
+        else:
+            log.failure("Job {job}: writing its machine's move into the queue", failure, job=core.job)
+            self._answer.callback(None)
+
+
 _builder = TypeMachineBuilder(JobInputs, _Core)
 queued = _builder.state("Queued")
 waiting = _builder.state("Waiting")
@@ -355,6 +302,7 @@ def _start(inputs: JobInputs, core: _Core) -> None:
 
 
 @waiting.upon(JobInputs.requeue).to(queued)
+@paused.upon(JobInputs.requeue).to(queued)
 @deferred.upon(JobInputs.requeue).to(queued)
 @stopped.upon(JobInputs.requeue).to(queued)
 @done.upon(JobInputs.requeue).to(queued)
@@ -777,7 +725,7 @@ class JobMachines:
         progress: MigrationProgress,
         clock: IReactorTime,
         record: Callable[[str, Transition], object] = forget,
-        queue: IJobQueue | None = None,
+        queue: IJobQueue | IAsyncJobQueue | None = None,
     ) -> None:
         """
         @param progress: every job's progress, where each machine shows its
@@ -791,19 +739,38 @@ class JobMachines:
         self._clock = clock
         self._record = record
         self.queue = queue
-        self._machines: dict[str, JobInputs] = {}
+        self._machines: dict[str, tuple[JobInputs, _Core]] = {}
 
     def job(self, name: str) -> JobInputs:
         """
         Job C{name}'s machine.
         """
-        machine = self._machines.get(name)
-        if machine is None:
-            machine = JobMachine(
-                name, self._progress.job(name), self._clock, self._record, self.queue
-            )
-            self._machines[name] = machine
-        return machine
+        made = self._machines.get(name)
+        if made is None:
+            core = _Core(name, self._progress.job(name), self._clock, self._record, self.queue)
+            made = self._machines[name] = (_made(core), core)
+        return made[0]
+
+    def written(self, name: str) -> Deferred[QueueState | ImapmigError | None]:
+        """
+        The answer of the last write of job C{name}'s machine into a
+        fleet's queue: the job's state there, or the queue's refusal
+        (L{ControlRefused}, L{UnknownJob}), once the queue has answered;
+        L{None} at once if it wrote none.  It never fails.
+        """
+        made = self._machines.get(name)
+        written = None if made is None else made[1].written
+        answer: Deferred[QueueState | ImapmigError | None] = Deferred()
+        if written is None:
+            answer.callback(None)
+            return answer
+
+        def tell(result: QueueState | ImapmigError | None) -> QueueState | ImapmigError | None:
+            answer.callback(result)
+            return result
+
+        written.addCallback(tell)
+        return answer
 
 
 def JobMachine(
@@ -811,7 +778,7 @@ def JobMachine(
     progress: JobProgress,
     clock: IReactorTime,
     record: Callable[[str, Transition], object] = forget,
-    queue: IJobQueue | None = None,
+    queue: IJobQueue | IAsyncJobQueue | None = None,
 ) -> JobInputs:
     """
     Job C{job}'s machine, starting Queued; C{progress} shows its state.
@@ -820,7 +787,14 @@ def JobMachine(
     @param record: called with every transition (the job's timeline).
     @param queue: where it writes the admin's controls it takes.
     """
-    machine = MACHINE(_Core(job, progress, clock, record, queue))
-    progress.showState(machine.state)
+    return _made(_Core(job, progress, clock, record, queue))
+
+
+def _made(core: _Core) -> JobInputs:
+    """
+    The machine working with C{core}, its state shown on its progress.
+    """
+    machine = MACHINE(core)
+    core.progress.showState(machine.state)
     return machine
 

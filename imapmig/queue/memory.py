@@ -454,7 +454,7 @@ class AsyncJobQueue:
     @ivar queue: the queue it answers from.
     """
 
-    def __init__(self, queue: InMemoryJobQueue) -> None:
+    def __init__(self, queue: IJobQueue) -> None:
         self.queue = queue
 
     def register(self, host: str, pid: int, version: str, lease: float) -> Deferred[str]:
@@ -464,7 +464,9 @@ class AsyncJobQueue:
         return _answer(self.queue.heartbeat, owner, lease)
 
     def retire(self, owner: str) -> Deferred[None]:
-        return _answer(self.queue.retire, owner)
+        # An IJobQueue has no retire of its own, but the in-memory one.
+        retire: Callable[[str], None] = getattr(self.queue, "retire", lambda owner: None)
+        return _answer(retire, owner)
 
     def close(self) -> None:
         pass
@@ -506,3 +508,13 @@ class AsyncJobQueue:
 
     def replace(self, job: JobConfig) -> Deferred[QueueState]:
         return _answer(self.queue.replace, job)
+
+
+def asAsync(queue: IJobQueue | IAsyncJobQueue) -> IAsyncJobQueue:
+    """
+    C{queue} as an L{IAsyncJobQueue}: itself if it is one, else an
+    L{AsyncJobQueue} over it.
+    """
+    if IAsyncJobQueue.providedBy(queue):
+        return queue
+    return AsyncJobQueue(queue)

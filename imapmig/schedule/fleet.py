@@ -21,6 +21,12 @@ reactor.  Past C{D} the daemon never resumes: it tells each job it holds
 C{leaseLost} (the jobs' machines, through L{FleetJobs}), retires its id
 (best effort: the others then take over at once) and registers again, a
 new incarnation that may claim like any daemon.
+
+L{FleetScheduler} is the scheduler of a fleet's daemon: it claims and
+finishes through the shared queue (a claim polled every C{H} while a job
+slot is free, and at once when one frees), under its member's id, and is
+told by it of a lost lease, of the controls asked through other daemons
+and of a newer schema.
 """
 
 from __future__ import annotations
@@ -29,11 +35,18 @@ from typing import Callable, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import LeaseLost
-from imapmig.queue import Heartbeat, IAsyncJobQueue, Requested
+from imapmig.config.model import JobConfig
+from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.job.machine import JobMachines
+from imapmig.progress import MigrationProgress
+from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
+from imapmig.state import IStateStore
 
 log = Logger()
 
@@ -249,7 +262,7 @@ class FleetMember:
             if self.owner != owner:
                 return
             if failure.check(LeaseLost):
-                self._lose(f"the queue says its lease ran out ({failure.getErrorMessage()})")
+                self.lose(f"the queue says its lease ran out ({failure.getErrorMessage()})")
                 return
             self._failed(failure)
 
@@ -287,9 +300,9 @@ class FleetMember:
             # The clock the timer ran on is not the monotonic clock.
             self._deadlineCall = self._clock.callLater(left, self._deadlinePassed)
             return
-        self._lose(SEND_DEADLINE)
+        self.lose(SEND_DEADLINE)
 
-    def _lose(self, reason: str) -> None:
+    def lose(self, reason: str) -> None:
         """
         The lease is lost (C{reason}): every job held stops, the id is
         retired, and a new incarnation registers at the next beat.
@@ -357,4 +370,177 @@ class FleetMember:
 
 
 async def _nothing() -> None:
+    return None
+
+
+class FleetScheduler(JobQueueService):
+    """
+    The scheduler of a daemon of a fleet: L{JobQueueService} over a shared
+    L{IAsyncJobQueue}, its claims under its L{FleetMember}'s id and lease.
+
+    Its queue is drained (C{whenDone}) when nothing is left to run
+    anywhere: no job queued, claimed (by any daemon), deferred or paused
+    in the database.  A claim lost with the lease is neither finished nor
+    counted: its job is the next owner's.
+
+    @ivar member: its membership of the fleet.
+    """
+
+    def __init__(
+        self,
+        queue: IAsyncJobQueue,
+        grants: ConnectionGrants,
+        build: Callable[[JobConfig, JobConnections], ScheduledJob],
+        progress: MigrationProgress,
+        clock: IReactorTime,
+        whenDone: Callable[[bool], None] | None,
+        monotonic: Callable[[], float],
+        lease: float,
+        identity: tuple[str, int, str],
+        onNewerSchema: Callable[[], None],
+        schemaVersion: int | None = None,
+        store: IStateStore | None = None,
+        machines: JobMachines | None = None,
+    ) -> None:
+        """
+        See L{JobQueueService} and L{FleetMember}.
+
+        @param identity: this daemon's host, pid and version.
+        @param onNewerSchema: called once the jobs have stopped after a
+            heartbeat found the schema newer than this code's (the
+            daemon then exits 2).
+        """
+        JobQueueService.__init__(
+            self, queue, grants, build, progress, clock, whenDone, "", lease, store, machines
+        )
+        host, pid, version = identity
+        self.member = FleetMember(
+            queue, clock, monotonic, lease, self, host, pid, version, schemaVersion
+        )
+        self._poll = self.member.period
+        self._onNewerSchema = onNewerSchema
+        # The claims lost with the lease, not finished.
+        self._lost: set[str] = set()
+
+    def startService(self) -> None:
+        self.member.start()
+        JobQueueService.startService(self)
+
+    def stopService(self) -> Deferred[None]:
+        stopping = JobQueueService.stopService(self)
+
+        async def thenRetire() -> None:
+            if stopping is not None:
+                await stopping
+            await self.member.stop()
+
+        return Deferred.fromCoroutine(thenRetire())
+
+    async def _restoreHolds(self) -> bool:
+        # The holds are the queue rows' states: nothing to put back.
+        return True
+
+    def _claim(self) -> Deferred[JobClaim | None]:
+        owner = self.member.owner
+        if owner is None or self.member.newerSchema or self._lost & set(self._claims):
+            # Unregistered, stopping, or runs abandoned still winding down
+            # (claimed again, a job would run twice here).
+            return Deferred.fromCoroutine(_none())
+        claiming = self._queue.claim(owner, self._clock.seconds(), self._lease)
+
+        def failed(failure: Failure) -> None:
+            if failure.check(LeaseLost) and self.member.owner == owner:
+                self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
+            elif failure.check(QueueUnavailable, LeaseLost):
+                log.warn("Cannot claim a job: {why}", why=failure.getErrorMessage())
+            else:
+                log.failure("Claiming a job", failure)
+
+        return claiming.addErrback(failed)
+
+    async def _nothingLeft(self) -> bool:
+        if self._active or self.member.owner is None:
+            return False
+        try:
+            counts = await self._queue.counts()
+        except QueueUnavailable:
+            return False
+        return not (counts.queued or counts.claimed or counts.deferred or counts.paused)
+
+    async def _finish(
+        self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None
+    ) -> bool:
+        """
+        Finish C{claim} in the queue, tried again every C{H} while the
+        queue cannot be reached and the claim's lease lives; a claim lost
+        with the lease is not finished.
+        """
+        name = claim.job.name
+        while name not in self._lost and self.member.owner == claim.owner:
+            try:
+                await self._queue.finish(claim, outcome, notBefore)
+                return True
+            except QueueUnavailable as e:
+                log.warn(
+                    "Job {job}: cannot finish its claim ({why}); trying again in {period:.1f} s",
+                    job=name,
+                    why=str(e),
+                    period=self.member.period,
+                )
+                await deferLater(self._clock, self.member.period)
+        self._lost.discard(name)
+        self._incomplete.discard(name)
+        return False
+
+    # -- told by the member (FleetJobs) -------------------------------------
+
+    def loseLease(self, reason: str) -> None:
+        names = list(self._claims)
+        # Every machine told, and every wait given up, before any run is
+        # abandoned: the grants a run gives back go to no job of ours.
+        for name in names:
+            self._lost.add(name)
+            self.machines.job(name).leaseLost(reason)
+            waiting = self._reserving.get(name)
+            if waiting is not None:
+                waiting.cancel()
+        for name in names:
+            job = self._built.get(name)
+            if job is not None:
+                job.abandon()
+
+    def asked(self, job: str, requested: Requested, by: str) -> None:
+        if job not in self._claims or job in self._lost:
+            return
+        log.info(
+            "Job {job}: {by} asks it {what} through another daemon",
+            job=job,
+            by=by,
+            what=requested.value,
+        )
+        machine = self.machines.job(job)
+        if requested is Requested.RERUN:
+            machine.retryFailed(by)
+            return
+        if requested is Requested.PAUSE:
+            machine.pause(by)
+        else:
+            machine.cancel(by)
+        self.halt(job)
+
+    def newerSchema(self, version: int) -> None:
+        stopping = self._stopAll()
+
+        async def thenExit() -> None:
+            if stopping is not None:
+                await stopping
+            self._onNewerSchema()
+
+        Deferred.fromCoroutine(thenExit())
+
+    def registered(self) -> None:
+        self._wakeUp()
+
+
+async def _none() -> None:
     return None
