@@ -17,7 +17,7 @@ from zope.interface.verify import verifyObject
 
 from imapmig.config.limits import ServerLimits
 from imapmig.config.model import JobConfig
-from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
@@ -554,3 +554,94 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertIs(fleet.memory.state("a"), QueueState.DONE)
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
+
+
+class FleetControlsTests(SynchronousTestCase):
+    """
+    L{FleetControls}: a control on any job is one write of its row,
+    through its machine; the queue's refusal is the control's answer.
+    """
+
+    def setUp(self) -> None:
+        self.fleet = Fleet(["a", "b", "c"], maxJobs=1)
+        self.other = self.fleet.other()
+        held = self.fleet.memory.claim(self.other, 0.0, LEASE)
+        assert held is not None and held.job.name == "a"
+        self.fleet.service.startService()
+        self.controls = self.fleet.service.controls
+
+    def tearDown(self) -> None:
+        self.successResultOf(self.fleet.service.stopService())
+        self.assertEqual(self.fleet.clock.getDelayedCalls(), [])
+
+    def test_heldElsewhere(self) -> None:
+        """
+        A pause of a job another daemon holds is a request on its row,
+        which that daemon's next heartbeat brings it.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pause("a", "alice")), JobState.PAUSED)
+        heartbeat = self.fleet.memory.heartbeat(self.other, LEASE)
+        self.assertEqual(heartbeat.requests, (("a", Requested.PAUSE),))
+
+    def test_refusalReachesThePage(self) -> None:
+        """
+        A control the queue's row refuses fails with its refusal, and
+        changes nothing.
+        """
+        failure = self.failureResultOf(self.controls.resume("c", "alice"), ControlRefused)
+        self.assertIn("not paused", str(failure.value))
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
+
+    def test_queuedJob(self) -> None:
+        """
+        A queued job paused here is paused in the queue (no daemon claims
+        it); resumed, this daemon claims it once a slot is free.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pause("c", "alice")), JobState.PAUSED)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)
+        self.fleet.built["b"].result.callback(True)
+        self.assertNotIn("c", self.fleet.built)
+        self.assertEqual(self.successResultOf(self.controls.resume("c", "bob")), JobState.QUEUED)
+        self.assertIn("c", self.fleet.built)
+
+    def test_heldHere(self) -> None:
+        """
+        A job this daemon runs, paused here, is stopped by its machine and
+        rests paused in the queue; a control its machine takes not in its
+        state is refused.
+        """
+        refused = self.controls.resume("b", "alice")
+        self.failureResultOf(refused, ControlRefused)
+        self.assertEqual(self.successResultOf(self.controls.pause("b", "alice")), JobState.PAUSED)
+        self.assertTrue(self.fleet.built["b"].stopped)
+        self.assertIs(self.fleet.machines.job("b").state(), JobState.PAUSED)
+        self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
+
+    def test_unreachableQueue(self) -> None:
+        """
+        A control the queue cannot take is tried again until it can, and
+        answered then.
+        """
+        pause = self.fleet.queue.pause
+        calls: list[str] = []
+
+        def failOnce(name: str) -> Deferred[QueueState]:
+            calls.append(name)
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return pause(name)
+
+        self.fleet.queue.pause = failOnce  # type: ignore[method-assign]
+        pausing = self.controls.pause("c", "alice")
+        self.assertNoResult(pausing)
+        self.fleet.clock.advance(5)
+        self.assertEqual(self.successResultOf(pausing), JobState.PAUSED)
+        self.assertEqual(calls, ["c", "c"])
+
+    def test_bulk(self) -> None:
+        """
+        Pause-all pauses every job that takes it, one write each.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pauseAll("alice")), 3)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)

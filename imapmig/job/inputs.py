@@ -18,6 +18,17 @@ from twisted.internet.defer import Deferred
 from imapmig.progress import JobState
 
 
+PAUSED_BY_ADMIN = "paused by the admin"
+"""
+What a job paused by an admin shows it waits for.
+"""
+
+CANCELLED_BY_ADMIN = "cancelled by the admin"
+"""
+The error a cancelled job shows, and is recorded with in the state store.
+"""
+
+
 class JobInputs(Protocol):
     """
     What can happen to a job, grouped by who says it.

@@ -41,24 +41,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.errors import ControlRefused, ImapmigError, QueueUnavailable, UnknownJob
-from imapmig.job.inputs import JobInputs
+from imapmig.job.inputs import CANCELLED_BY_ADMIN, PAUSED_BY_ADMIN, JobInputs
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
 from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
 from imapmig.state import Transition
 
-__all__ = ["JobInputs", "JobMachine", "JobMachines", "MACHINE", "forget"]
+__all__ = ["CANCELLED_BY_ADMIN", "PAUSED_BY_ADMIN", "JobInputs", "JobMachine", "JobMachines", "MACHINE", "forget"]
 
 log = Logger()
-
-PAUSED_BY_ADMIN = "paused by the admin"
-"""
-What a job paused by an admin shows it waits for.
-"""
-
-CANCELLED_BY_ADMIN = "cancelled by the admin"
-"""
-The error a cancelled job shows, and is recorded with in the state store.
-"""
 
 
 def forget(job: str, transition: Transition) -> None:
@@ -77,9 +67,8 @@ class _Core:
         C{recordTransition}).
     @ivar queue: the job queue, where the admin's controls the machine
         takes are written (L{None}: a machine outside any queue).
-    @ivar written: the answer of its last write into a fleet's queue: the
-        job's state there, or the queue's refusal (L{ControlRefused},
-        L{UnknownJob}); it never fails.
+    @ivar written: the answer of its last write into a fleet's queue (see
+        L{JobMachines.control}).
     @ivar current: the state entered last: written by L{enter} alone.
     @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
@@ -124,7 +113,7 @@ class _Core:
         if self.queue is None:
             return
         if IAsyncJobQueue.providedBy(self.queue):
-            self.written = _Write(self, write).attempt()
+            self.written = _Write(self.job, self.queue, self.clock, write).attempt()
             return
         try:
             if already is None or self.queue.state(self.job) is not already:
@@ -210,34 +199,36 @@ class _Write:
     queue answers (L{QueueUnavailable} is logged and tried again).
     """
 
-    def __init__(self, core: _Core, write: Callable[[Any], Callable[[str], object]]) -> None:
-        self._core = core
+    def __init__(
+        self, job: str, queue: object, clock: IReactorTime, write: Callable[[Any], Callable[[str], object]]
+    ) -> None:
+        self._job = job
+        self._queue = queue
+        self._clock = clock
         self._write = write
         self._answer: Deferred[QueueState | ImapmigError | None] = Deferred()
 
     def attempt(self) -> Deferred[QueueState | ImapmigError | None]:
-        core = self._core
-        writing: Deferred[QueueState | None] = self._write(core.queue)(core.job)  # type: ignore[assignment]
+        writing: Deferred[QueueState | None] = self._write(self._queue)(self._job)  # type: ignore[assignment]
         writing.addCallbacks(self._answer.callback, self._failed)
         return self._answer
 
     def _failed(self, failure: Failure) -> None:
-        core = self._core
         why = failure.getErrorMessage()
         if failure.check(UnknownJob, ControlRefused):
-            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=core.job, why=why)
+            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=self._job, why=why)
             self._answer.callback(cast(ImapmigError, failure.value))
         elif failure.check(QueueUnavailable):
             log.warn(
                 "Job {job}: the queue cannot be reached to write its machine's move"
                 " ({why}); trying again in {delay:.0f} s",
-                job=core.job,
+                job=self._job,
                 why=why,
                 delay=WRITE_RETRY,
             )
-            core.clock.callLater(WRITE_RETRY, self.attempt)
+            self._clock.callLater(WRITE_RETRY, self.attempt)
         else:
-            log.failure("Job {job}: writing its machine's move into the queue", failure, job=core.job)
+            log.failure("Job {job}: writing its machine's move into the queue", failure, job=self._job)
             self._answer.callback(None)
 
 
@@ -751,27 +742,33 @@ class JobMachines:
             made = self._machines[name] = (_made(core), core)
         return made[0]
 
-    def written(self, name: str) -> Deferred[QueueState | ImapmigError | None]:
+    def control(
+        self, name: str, give: Callable[[JobInputs], object]
+    ) -> Deferred[QueueState | ImapmigError | None]:
         """
-        The answer of the last write of job C{name}'s machine into a
-        fleet's queue: the job's state there, or the queue's refusal
-        (L{ControlRefused}, L{UnknownJob}), once the queue has answered;
-        L{None} at once if it wrote none.  It never fails.
+        Give job C{name}'s machine a control (C{give} calls its input), and
+        the answer of the write its transition made into a fleet's queue:
+        the job's state there, or the queue's refusal (L{ControlRefused},
+        L{UnknownJob}); L{None} if it wrote none.  It never fails.
         """
-        made = self._machines.get(name)
-        written = None if made is None else made[1].written
-        answer: Deferred[QueueState | ImapmigError | None] = Deferred()
-        if written is None:
-            answer.callback(None)
-            return answer
+        self.job(name)
+        core = self._machines[name][1]
+        core.written = None
+        give(self._machines[name][0])
+        written, core.written = core.written, None
+        return succeed(None) if written is None else written
 
-        def tell(result: QueueState | ImapmigError | None) -> QueueState | ImapmigError | None:
-            answer.callback(result)
-            return result
-
-        written.addCallback(tell)
-        return answer
-
+    def controlElsewhere(
+        self, name: str, control: str
+    ) -> Deferred[QueueState | ImapmigError | None]:
+        """
+        A control (C{"pause"}, C{"resume"}, C{"cancel"}, C{"requeue"}) of
+        job C{name}, which this daemon does not hold: one write into the
+        fleet's queue, answered as L{control} answers; the job's machine
+        here is not moved (the queue's row is the job's state).
+        """
+        write = _Write(name, self.queue, self._clock, lambda queue: getattr(queue, control))
+        return write.attempt()
 
 def JobMachine(
     job: str,

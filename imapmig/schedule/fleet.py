@@ -44,6 +44,7 @@ from imapmig.errors import LeaseLost, QueueUnavailable
 from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
+from imapmig.schedule.fleetcontrols import FleetControls
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.state import IStateStore
@@ -418,6 +419,7 @@ class FleetScheduler(JobQueueService):
             queue, clock, monotonic, lease, self, host, pid, version, schemaVersion
         )
         self._poll = self.member.period
+        self.controls = FleetControls(queue, progress, store, self, self.machines)
         self._onNewerSchema = onNewerSchema
         # The claims lost with the lease, not finished.
         self._lost: set[str] = set()
