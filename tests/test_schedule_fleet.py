@@ -7,15 +7,19 @@ L{Clock} over the in-memory queue made asynchronous
 
 from __future__ import annotations
 
+import os
 from typing import Sequence, cast
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from imapmig.config import parseConfig
 from imapmig.config.limits import ServerLimits
+from imapmig.daemon.service import _ServiceTree
 from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.job.machine import JobMachines
@@ -25,7 +29,9 @@ from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.state import Transition
+from imapmig.state.memory import MemoryStateStore
 from tests.test_schedule_service import FakeJob, jobConfig
+from tests.test_service import makeMaildir
 
 LEASE = 60.0
 
@@ -645,3 +651,53 @@ class FleetControlsTests(SynchronousTestCase):
         """
         self.assertEqual(self.successResultOf(self.controls.pauseAll("alice")), 3)
         self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)
+
+
+class ServiceTreeTests(SynchronousTestCase):
+    """
+    The daemon's service tree (L{imapmig.daemon.service}) given a fleet's
+    queue runs a L{FleetScheduler} over it.
+    """
+
+    def test_addScheduler(self) -> None:
+        """
+        Given an L{IAsyncJobQueue}, C{addScheduler} builds the fleet's
+        scheduler, whose jobs are claimed from that queue under its
+        daemon's id and connect as the one daemon's do.
+        """
+        maildir = makeMaildir(self)
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 2,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": name,
+                        "source": {"maildir": maildir},
+                        "destination": {"server": "s", "user": name, "password": "p"},
+                    }
+                    for name in ("a", "b", "c")
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, MemoryStateStore())
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        owner = scheduler.member.owner
+        self.assertEqual(scheduler.member.lease, 60.0)
+        self.assertEqual(len(reactor.tcpClients), 2)
+        self.assertEqual(memory.counts().claimed, 2)
+        self.assertEqual(sorted(memory.heartbeat(owner or "", 60.0).requests), [])
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
+        self.assertEqual(memory.counts().claimed, 0)
+        self.assertEqual(reactor.getDelayedCalls(), [])
