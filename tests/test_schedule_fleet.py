@@ -701,3 +701,40 @@ class ServiceTreeTests(SynchronousTestCase):
         self.successResultOf(stopping)
         self.assertEqual(memory.counts().claimed, 0)
         self.assertEqual(reactor.getDelayedCalls(), [])
+
+
+class StaleClaimTests(SynchronousTestCase):
+    """
+    A claim answered after the lease it was made under was lost.
+    """
+
+    def test_staleClaimNotRun(self) -> None:
+        """
+        A claim the queue answers after the daemon's lease was lost is not
+        run; the new incarnation claims the job at its next poll, a
+        takeover.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        pending: list[Deferred[JobClaim | None]] = []
+        claim = fleet.queue.claim
+
+        def held(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+            if pending:
+                return claim(owner, now, lease)
+            d: Deferred[JobClaim | None] = Deferred()
+            pending.append(d)
+            return d
+
+        fleet.queue.claim = held  # type: ignore[method-assign]
+        fleet.service.startService()
+        first = fleet.member.owner
+        assert first is not None
+        stale = fleet.memory.claim(first, 0.0, LEASE)
+        fleet.member.lose("a test")
+        pending[0].callback(stale)
+        self.assertEqual(fleet.built, {})
+        fleet.clock.advance(5)
+        self.assertEqual(list(fleet.built), ["a"])
+        self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
+        self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])

@@ -450,6 +450,19 @@ class FleetScheduler(JobQueueService):
             return Deferred.fromCoroutine(_none())
         claiming = self._queue.claim(owner, self._clock.seconds(), self._lease)
 
+        def claimed(claim: JobClaim | None) -> JobClaim | None:
+            if claim is None or self.member.owner == owner:
+                return claim
+            # Answered after the lease was lost: the next claim anywhere
+            # releases it, as a takeover.
+            log.warn(
+                "Job {job}: claimed by daemon {daemon}, whose lease was lost meanwhile;"
+                " not run",
+                job=claim.job.name,
+                daemon=owner,
+            )
+            return None
+
         def failed(failure: Failure) -> None:
             if failure.check(LeaseLost) and self.member.owner == owner:
                 self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
@@ -458,7 +471,7 @@ class FleetScheduler(JobQueueService):
             else:
                 log.failure("Claiming a job", failure)
 
-        return claiming.addErrback(failed)
+        return claiming.addCallbacks(claimed, failed)
 
     async def _nothingLeft(self) -> bool:
         if self._active or self.member.owner is None:

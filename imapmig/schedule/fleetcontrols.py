@@ -106,12 +106,17 @@ class FleetControls(JobControls):
 
         async def control() -> JobState:
             held = name in self._fleet.runningJobs
-            if held:
+            answer: QueueState | ImapmigError | None
+            if not held:
+                answer = await self._machines.controlElsewhere(name, write)
+            else:
                 if action in ("pause", "cancel"):
                     self._by[name] = by
-                answer = await self._machines.control(name, _refusing(name, give))
-            else:
-                answer = await self._machines.controlElsewhere(name, write)
+                try:
+                    answer = await self._machines.control(name, give)
+                except NoTransition:
+                    where = self._machines.job(name).state().value
+                    answer = ControlRefused(f"job {name} is {where}")
             if isinstance(answer, (ControlRefused, UnknownJob)):
                 log.info(
                     "Control {action} of job {job} by {client}: refused: {why}",
@@ -199,17 +204,3 @@ class FleetControls(JobControls):
         """
         return self.bulk("resume", [p.name for p in self._progress], by, "all")
 
-
-def _refusing(name: str, give: Callable[[JobInputs], None]) -> Callable[[JobInputs], None]:
-    """
-    C{give}, a control, refused (L{ControlRefused}) where the job's
-    machine takes no such input.
-    """
-
-    def given(machine: JobInputs) -> None:
-        try:
-            give(machine)
-        except NoTransition:
-            raise ControlRefused(f"job {name} is {machine.state().value}") from None
-
-    return given
