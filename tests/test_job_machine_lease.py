@@ -12,12 +12,16 @@ from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig.job import JobSettings
 from imapmig.job.machine import JobInputs, JobMachine
 from imapmig.job.statediagram import diagram
 from imapmig.progress import JobProgress, JobState
 from imapmig.queue import QueueState, Requested
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.state import Transition
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES
+from tests.test_job import JOB, JobHarness, MemoryEndpoint, hasResult, populate
+from tests.test_job_stop import HeldRepliesServer
 from tests.test_schedule_service import jobConfig
 
 
@@ -239,3 +243,42 @@ class LeaseLostTests(SynchronousTestCase):
         self.machine.requeue("claimed", None)
         self.assertIs(self.machine.state(), JobState.QUEUED)
         self.assertFalse(self.progress.pausedByAdmin)
+
+
+class AbandonTests(SynchronousTestCase):
+    """
+    L{MigrationJob.abandon}: the run of a job whose lease was lost ends at
+    once, its replies in flight not awaited.
+    """
+
+    def test_abandonWhileRepliesAwaited(self) -> None:
+        """
+        A run abandoned while the replies to its APPENDs are held ends at
+        once, without the stop's timeout: its connection aborted, the
+        replies neither awaited nor recorded, the unit sent still
+        journaled for the next owner, the job stopped (lease lost), and
+        nothing left on the clock.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: HeldRepliesServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 20)
+        job = h.job(
+            JobSettings(connections=1, batchMessages=2, windowMessages=4, stopTimeout=300.0)
+        )
+        d = h.start(job)
+        server = h.endpoint.servers[0]
+        assert isinstance(server, HeldRepliesServer)
+        self.assertTrue(server.held)
+        recorded = self.successResultOf(h.store.summary(JOB))
+        job._lifecycle.leaseLost("send deadline passed")
+        job.abandon()
+        h.settle(lambda: hasResult(d))
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.clock.seconds(), 0)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.progress.error, "stopped: lease lost")
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), recorded)
+        self.assertTrue(self.successResultOf(h.store.journal(JOB)))
+        self.assertEqual(h.clock.getDelayedCalls(), [])
