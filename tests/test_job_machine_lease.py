@@ -1,7 +1,7 @@
 """
 Tests for the lease in a job's machine (L{imapmig.job.machine}'s
 C{leaseLost}): every row of docs/fleet-design.md "The lease in the job's
-machine", on a L{Clock}.
+machine", on a L{Clock}; and the run it abandons (L{MigrationJob.abandon}).
 """
 
 from __future__ import annotations
