@@ -43,6 +43,11 @@ mailbox each goes to (and why), the messages the state database records
 as migrated and those left to copy, and the mailboxes the run would
 create.  Exit status 0, 1 when a job could not be planned (each says
 why), 2 on an invalid configuration.
+
+    imapmig state load-jobs --config FILE [--fleet NAME]
+
+loads or replaces a fleet's job list in its PostgreSQL database
+(L{imapmig.commands.loadjobs}).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 import imapmig
+from imapmig.commands.loadjobs import addLoadJobs
 from imapmig.commands.plan import plan
 from imapmig.commands.report import report
 from imapmig.commands.verify import verify
@@ -107,7 +113,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     planParser.add_argument("--config", required=True, help="the YAML configuration")
     planParser.add_argument("--job", action="append", help="only this job (repeatable)")
     planParser.add_argument("--json", action="store_true", help="JSON output")
+    stateParser = commands.add_parser("state", help="a fleet's PostgreSQL state database")
+    addLoadJobs(stateParser.add_subparsers(dest="stateCommand", required=True))
     args = parser.parse_args(argv)
+    if args.command == "state":
+        return int(args.run(args, out))
     try:
         config = loadConfig(args.config)
         jobs = _selectedJobs(config, args)
