@@ -56,8 +56,9 @@ PAGES = (
             "imapmig plan --config FILE [--job NAME]... [--json]",
             "imapmig report --config FILE [--job NAME]... [--json | --csv] [--failures]",
             "imapmig verify --config FILE [--job NAME]... [--report FILE]",
+            "imapmig state load-jobs --config FILE [--fleet NAME]",
         ),
-        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports"),
+        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports", "state-load-jobs.md"),
     ),
     ManPage(
         "imapmig.yaml",

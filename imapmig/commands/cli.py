@@ -113,8 +113,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     planParser.add_argument("--config", required=True, help="the YAML configuration")
     planParser.add_argument("--job", action="append", help="only this job (repeatable)")
     planParser.add_argument("--json", action="store_true", help="JSON output")
-    stateParser = commands.add_parser("state", help="a fleet's PostgreSQL state database")
-    addLoadJobs(stateParser.add_subparsers(dest="stateCommand", required=True))
+    stateCommands = commands.add_parser("state", help="the state database itself").add_subparsers(
+        dest="stateCommand", metavar="COMMAND", required=True
+    )
+    addLoadJobs(stateCommands)
     args = parser.parse_args(argv)
     if args.command == "state":
         return int(args.run(args, out))

@@ -38,9 +38,9 @@ def addLoadJobs(stateCommands: Any) -> None:
     parser = stateCommands.add_parser(
         "load-jobs", help="load or replace a fleet's job list in its PostgreSQL database"
     )
-    parser.add_argument("--config", required=True, help="the YAML configuration")
+    parser.add_argument("--config", required=True, metavar="FILE", help="the YAML configuration")
     parser.add_argument(
-        "--fleet", help="the fleet's name (default: the configuration's fleet.name)"
+        "--fleet", metavar="NAME", help="the fleet's name (default: the configuration's fleet.name)"
     )
     parser.set_defaults(run=loadJobs)
 
