@@ -335,3 +335,4 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         self.assertEqual(wait(threaded.heartbeat(me, 600.0)).requests, ())
         wait(threaded.finish(claim, JobOutcome.COMPLETED))
         self.assertEqual(threaded.queue.state("j0"), QueueState.DONE)
+        self.assertEqual(wait(threaded.replaceList([])).removed, 1)

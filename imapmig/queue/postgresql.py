@@ -518,3 +518,9 @@ class ThreadedJobQueue:
         L{PostgreSQLJobQueue.finish} in a thread.
         """
         return self._inThread(self.queue.finish, claim, outcome, notBefore)
+
+    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+        """
+        L{PostgreSQLJobQueue.replaceList} in a thread.
+        """
+        return self._inThread(self.queue.replaceList, jobs)
