@@ -296,7 +296,15 @@ class FleetTests(PostgreSQLTestMixin):
         # The next queued, j4, is alike in both lists: not claimed either.
         other = second.register("host", 2, "1.0", 600.0)
         self.assertIsNone(second.claim(other, 0.0, 600.0))
+        said = second.listDiffers()
+        assert said is not None
+        self.assertTrue(said.startswith(
+            f"this daemon's job list (digest {JobList.of(jobs).digest}) is not the one of fleet 'acme'"
+            f" (generation 2, 5 jobs, loaded by "
+        ))  # fmt: skip
+        self.assertIsNone(first.listDiffers())
         self.assertEqual(second.replaceList(new), ListChange(2, loaded=False))
+        self.assertIsNone(second.listDiffers())
         claim = second.claim(other, 0.0, 600.0)
         assert claim is not None
         self.assertEqual(claim.job.name, "j4")

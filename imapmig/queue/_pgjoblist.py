@@ -492,6 +492,20 @@ def changeList(connection: Connection, fleet: str, old: JobList, new: JobList, b
         )
 
 
+def staleList(row: FleetRow | None, jobs: JobList) -> str | None:
+    """
+    Why a daemon of list C{jobs} claims nothing, when the fleet's row
+    C{row} has another list; else L{None}.
+    """
+    if row is None or row.digest == jobs.digest:
+        return None
+    return (
+        f"this daemon's job list (digest {jobs.digest}) is not the one of fleet {row.name!r}"
+        f" (generation {row.generation}, {row.loaded()}, digest {row.digest}):"
+        " it claims no job until reloaded with the fleet's configuration"
+    )
+
+
 def checkClaimed(jobs: JobList, name: str, digest: bytes) -> None:
     """
     Check that the claimed row of job C{name}, of digest C{digest}, is
@@ -514,4 +528,5 @@ __all__: Sequence[str] = (
     "joinFleet",
     "readFleet",
     "replaceJobList",
+    "staleList",
 )

@@ -65,7 +65,9 @@ from imapmig.queue._pgjoblist import (
     changeList,
     checkClaimed,
     joinFleet,
+    readFleet,
     replaceJobList,
+    staleList,
 )
 from imapmig.queue._pgschema import migrate
 
@@ -244,6 +246,14 @@ class PostgreSQLJobQueue:
         change = self._run(lambda c: replaceJobList(c, self._fleet, new, self._by))
         self._list = new
         return change
+
+    def listDiffers(self) -> str | None:
+        """
+        Why this daemon claims nothing, when a reload elsewhere made the
+        fleet's list another than its own (for its log and page at each
+        new generation, which its heartbeat brings back); else L{None}.
+        """
+        return staleList(self._run(readFleet), self._list)
 
     def _job(self, name: str) -> JobConfig:
         return self._list.byName[name]
