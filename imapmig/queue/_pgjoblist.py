@@ -133,8 +133,7 @@ class _Encoder:
 
         @raise TypeError: a value of a type not known here.
         """
-        kind = type(value)
-        scalar = _SCALARS.get(kind)
+        scalar = _SCALARS.get(type(value))
         if scalar is not None:
             return scalar(value)
         if isinstance(value, Secret):
@@ -143,6 +142,10 @@ class _Encoder:
         seen = self._seen.get(id(value))
         if seen is not None and seen[0] is value:
             return seen[1]
+        return self._compound(value)
+
+    def _compound(self, value: object) -> str:
+        kind = type(value)
         if kind is tuple or kind is list:
             return "[" + ",".join([self.encode(item) for item in value]) + "]"  # type: ignore[attr-defined]
         shape = _SHAPES.get(kind)
