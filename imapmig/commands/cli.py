@@ -44,6 +44,11 @@ mailbox each goes to (and why), the messages the state database records
 as migrated and those left to copy, and the mailboxes the run would
 create.  Exit status 0, 1 when a job could not be planned (each says
 why), 2 on an invalid configuration.
+
+    imapmig state load-jobs --config FILE [--fleet NAME]
+
+loads or replaces a fleet's job list in its PostgreSQL database
+(L{imapmig.commands.loadjobs}).
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 import imapmig
+from imapmig.commands.loadjobs import addLoadJobs
 from imapmig.commands.plan import plan
 from imapmig.commands.report import report
+from imapmig.commands.statecopy import addCopyParser
 from imapmig.commands.verify import verify
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.errors import ConfigError, PermanentError
@@ -109,7 +116,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     planParser.add_argument("--config", required=True, help="the YAML configuration")
     planParser.add_argument("--job", action="append", help="only this job (repeatable)")
     planParser.add_argument("--json", action="store_true", help="JSON output")
+    stateCommands = commands.add_parser("state", help="the state database itself").add_subparsers(
+        dest="stateCommand", metavar="COMMAND", required=True
+    )
+    addCopyParser(stateCommands)
+    addLoadJobs(stateCommands)
     args = parser.parse_args(argv)
+    if args.command == "state":
+        return int(args.run(args, out))
     try:
         config = loadConfig(args.config)
         jobs = _selectedJobs(config, args)

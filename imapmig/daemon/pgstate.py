@@ -40,7 +40,7 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.config import Config, PostgreSQLState
-from imapmig.errors import ConfigError, ImapmigError, NoStateYet
+from imapmig.errors import ConfigError, FleetMismatch, ImapmigError, NoStateYet
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
@@ -243,8 +243,7 @@ def _migrate(
         finally:
             store.close()
         if failures:
-            why = str(failures[0].value)
-            raise check.refused("state", why.partition(": ")[2] or why)
+            raise check.refused("state", _withoutDatabase(str(failures[0].value)))
     elif mode == "read":
         if version == 0:
             raise NoStateYet(
@@ -305,7 +304,6 @@ def _inPlaceStore(state: PostgreSQLState, application: str) -> PostgreSQLStateSt
         InPlaceThreadPool(),
         make_conninfo("", **connectKeywords(state, application)),
         lambda: 0.0,
-        1,
     )
 
 
@@ -347,6 +345,16 @@ class InPlaceThreadPool(ThreadPool):
             return
         if onResult is not None:
             onResult(True, result)
+
+
+def _withoutDatabase(message: str) -> str:
+    """
+    C{message} without the database it starts with (C{postgresql://...: }),
+    which the refusal names already.
+    """
+    if message.startswith("postgresql://") and ": " in message:
+        return message.partition(": ")[2]
+    return message
 
 
 @frozen
@@ -391,24 +399,25 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     assert isinstance(state, PostgreSQLState)
     checkDatabase(config)
     check = StartCheck(config, state)
+    assert config.fleet is not None, "the configuration requires a fleet with PostgreSQL"
     control = check.connect("imapmig control")
     try:
-        queue = PostgreSQLJobQueue(control, config.jobs)
+        queue = PostgreSQLJobQueue(control, config.jobs, config.fleet.name)
         queue.load()
+    except FleetMismatch as e:
+        control.close()
+        raise check.refused("fleet", _withoutDatabase(str(e))) from None
     except ImapmigError as e:
         control.close()
-        raise check.refused("state", str(e)) from None
+        raise check.refused("state", _withoutDatabase(str(e))) from None
     except psycopg.Error as e:
         control.close()
         raise check.refused("state", f"cannot load the job queue: {e}") from None
     controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
     storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
+    # Its threads bound its connections: one each, never one waiting.
     store = PostgreSQLStateStore(
-        reactor,
-        storePool,
-        make_conninfo("", **connectKeywords(state, "imapmig")),
-        reactor.seconds,
-        STORE_CONNECTIONS,
+        reactor, storePool, make_conninfo("", **connectKeywords(state, "imapmig")), reactor.seconds
     )
     return FleetState(
         store,

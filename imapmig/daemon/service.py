@@ -29,9 +29,11 @@ Endpoint strings become endpoints here, and only here.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import socket
 import time
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
@@ -75,8 +77,10 @@ from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
 from imapmig.errors import ConnectionNotGranted
+from imapmig import __version__
 from imapmig.queue import IAsyncJobQueue
 from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
@@ -512,10 +516,10 @@ def buildService(
         store, fleetQueue = fleet.store, fleet.queue  # type: ignore[assignment]
     elif store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
-    tree = _ServiceTree(config, reactor, store, fleetQueue)
+    tree = _ServiceTree(config, reactor, store)
     root = tree.root
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
-    scheduler = tree.addScheduler(whenDone)
+    scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     tree.census(config).setServiceParent(root)
@@ -537,22 +541,10 @@ class _ServiceTree:
     each service it adds to C{root}.
     """
 
-    def __init__(
-        self,
-        config: Config,
-        reactor: Any,
-        store: IStateStore,
-        fleetQueue: IAsyncJobQueue | None = None,
-    ) -> None:
-        """
-        @param fleetQueue: the job queue of the fleet sharing a PostgreSQL
-            state, which the fleet's scheduler claims from; L{None} with a
-            SQLite state (or a store given by a test).
-        """
+    def __init__(self, config: Config, reactor: Any, store: IStateStore) -> None:
         self.config = config
         self.reactor = reactor
         self.store = store
-        self.fleetQueue = fleetQueue
         self.progress = progress = MigrationProgress(reactor.seconds)
         self.root = MigrationService(store, progress, reactor)
         # Queued jobs cost a progress entry each (about 300 octets); their
@@ -610,20 +602,50 @@ class _ServiceTree:
             machine=self.machines.job(jobConfig.name),
         )
 
-    def addScheduler(self, whenDone: Callable[[bool], None] | None) -> JobQueueService:
+    def addScheduler(
+        self,
+        whenDone: Callable[[bool], None] | None,
+        fleetQueue: IAsyncJobQueue | None = None,
+    ) -> JobQueueService:
         """
-        Add the scheduler, which runs the queued jobs (L{buildJob}).
+        Add the scheduler, which runs the queued jobs (L{buildJob}): over
+        the configured jobs in memory, or, given C{fleetQueue} (a fleet's
+        shared queue, L{imapmig.queue.postgresql}'s C{ThreadedJobQueue}),
+        as a daemon of the fleet (L{FleetScheduler}: its lease the
+        configuration's C{fleet.lease}; a database whose schema is newer
+        than this imapmig's stops the jobs and the daemon, which exits 2).
         """
-        scheduler = JobQueueService(
-            self.queue,
-            self.grants,
-            self.buildJob,
-            self.progress,
-            self.reactor,
-            whenDone,
-            store=self.store,
-            machines=self.machines,
-        )
+        if fleetQueue is None:
+            scheduler: JobQueueService = JobQueueService(
+                self.queue,
+                self.grants,
+                self.buildJob,
+                self.progress,
+                self.reactor,
+                whenDone,
+                store=self.store,
+                machines=self.machines,
+            )
+        else:
+            from imapmig.queue._pgschema import SCHEMA_VERSION
+
+            reactor = self.reactor
+            fleet = getattr(self.config, "fleet", None)
+
+            def exitTwo() -> None:
+                # As tap's exitWhenDone: the status once twistd has cleaned up.
+                atexit.register(os._exit, 2)
+                reactor.callWhenRunning(reactor.stop)
+
+            self.machines = JobMachines(
+                self.progress, reactor, transitionRecorder(self.store), fleetQueue
+            )
+            scheduler = FleetScheduler(
+                fleetQueue, self.grants, self.buildJob, self.progress, reactor, whenDone,
+                time.monotonic, 60.0 if fleet is None else fleet.lease,
+                (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
+                store=self.store, machines=self.machines,
+            )  # fmt: skip
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
         scheduler.setServiceParent(self.root)
@@ -701,6 +723,7 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.status.fleet import singleDaemon
         from imapmig.status.health import HealthResource
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.progressview import ProgressView
@@ -708,6 +731,7 @@ class _ServiceTree:
         from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
+        fleet = singleDaemon(progress, reactor.seconds)
         status = StatusResource(
             progress,
             reactor.seconds,
@@ -717,8 +741,9 @@ class _ServiceTree:
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
-                progress, self.telemetry, self.jobServers, config.maxJobSeries
+                progress, self.telemetry, self.jobServers, config.maxJobSeries, fleet=fleet
             ),
+            fleet=fleet,
             health=HealthResource(
                 ProgressView(progress, reactor.seconds),
                 self.store,
