@@ -125,8 +125,35 @@ class BudgetTests(SynchronousTestCase):
         self.assertEqual([m.key for m in rest.messages], ["m2", "m3", "m4"])
         self.assertFalse(units)
         self.assertIsNone(units.limitReached)
-        self.budgets.release()
-        self.assertEqual(self.budget.used, 0)
+        self.assertEqual(self.used(), 200)
+        self.successResultOf(Deferred.fromCoroutine(self.budgets.release()))
+        self.assertEqual((self.budget.used, self.used()), (0, 0))
+
+    def used(self) -> int:
+        """
+        What the store counts of the budget today.
+        """
+        return self.successResultOf(self.store.budgetUsed("s", "alice", UPLOAD, "2030-01-01"))
+
+    def test_spentElsewhere(self) -> None:
+        """
+        When another daemon spent part of the budget since this one read
+        it, the store refuses the reservation of what seemed to fit, and
+        the unit is cut to what fits of the total read again: the budget
+        is never overspent.
+        """
+        units = SharedUnits(1, 100, RunStop())
+        units.extend([unit("A", 5)])
+        self.successResultOf(Deferred.fromCoroutine(self.budget.load()))
+        self.successResultOf(self.store.addBudgetUse("s", "alice", UPLOAD, "2030-01-01", 100))
+        allowed = self.within(units, units.take(1, None))
+        assert allowed is not None
+        self.assertEqual([m.key for m in allowed.messages], ["m0"])
+        self.assertEqual((self.budget.used, self.used()), (200, 200))
+        self.budgets.charge(100, 100, 100)
+        self.assertIsNone(self.within(units, units.take(1, "A")))
+        self.assertIsInstance(units.limitReached, DailyLimitReached)
+        self.assertEqual(self.used(), 200)
 
     def test_nothingFits(self) -> None:
         """
