@@ -72,6 +72,7 @@ def _scratch() -> Path:
 NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.queue._pgschema",
     "imapmig.queue.postgresql",
+    "imapmig.state._copysides",
     "imapmig.state._pgbase",
     "imapmig.state._pgbudgets",
     "imapmig.state._pgfolders",
@@ -79,6 +80,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgrecords",
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
+    "imapmig.state.copying",
     "imapmig.state.postgresql",
 )
 """
