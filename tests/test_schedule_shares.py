@@ -1,17 +1,24 @@
 """
 Tests for L{imapmig.schedule.shares}: each daemon's fair share of a
-server's C{max_connections}, and L{ConnectionGrants.setShares} applying it.
+server's C{max_connections}, L{ConnectionGrants.setShares} applying it,
+and the fleet's scheduler applying it at each heartbeat.
 """
 
 from __future__ import annotations
 
+import attrs
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.limits import ServerLimits
+from imapmig.config.model import JobConfig
 from imapmig.errors import GrantImpossible
 from imapmig.queue import Heartbeat, LiveDaemon
+from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.shares import FleetShares, fairShares
+from tests.test_schedule_fleet import LEASE, ControlledQueue, Fleet
+from tests.test_schedule_service import FakeJob
 
 
 def live(*ids: str, **connections: tuple[tuple[str, int], ...]) -> tuple[LiveDaemon, ...]:
@@ -186,3 +193,54 @@ class FleetSharesTests(SynchronousTestCase):
         self.assertEqual(shares.inUse(), (("s", 5),))
         for grant in held:
             grant.release()
+
+
+class LiveQueue(ControlledQueue):
+    """
+    The controlled in-memory queue, whose heartbeats bring back the live
+    daemons the test sets.
+    """
+
+    live: tuple[LiveDaemon, ...] = ()
+
+    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+        def withLive(heartbeat: Heartbeat) -> Heartbeat:
+            return attrs.evolve(heartbeat, live=self.live)
+
+        return ControlledQueue.heartbeat(self, owner, lease).addCallback(withLive)
+
+
+class FleetSchedulerSharesTests(SynchronousTestCase):
+    """
+    L{FleetScheduler} applies each heartbeat's shares to its grants.
+    """
+
+    def test_eachHeartbeat(self) -> None:
+        """
+        Each heartbeat answered caps the daemon's grants at its share of
+        the live daemons it names; no job of a server where it has none is
+        granted a connection until a later heartbeat gives it one.
+        """
+        fleet = Fleet([], maxJobs=2, limits=ServerLimits(maxConnections=2))
+        queue = fleet.queue = LiveQueue(fleet.memory)
+        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+            return FakeJob(config.name, connections, fleet.machines.job(config.name))
+
+        service = FleetScheduler(
+            queue, fleet.grants, build, fleet.progress, fleet.clock, None, fleet.clock.seconds,
+            LEASE, ("mig1", 42, "1.0"), lambda: None,
+        )  # fmt: skip
+        service.startService()
+        me = service.member.owner
+        assert me is not None
+        queue.live = live(me, "!first", "!second")
+        fleet.clock.advance(service.member.period)
+        self.assertEqual(service.shares.withoutShare, frozenset({"s"}))
+        waiting = fleet.grants.connections([("s", "alice")])
+        self.assertNoResult(waiting)
+        queue.live = live(me, "!first")
+        fleet.clock.advance(service.member.period)
+        self.assertEqual(service.shares.withoutShare, frozenset())
+        self.successResultOf(waiting).release()
+        self.successResultOf(service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
