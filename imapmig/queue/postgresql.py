@@ -54,6 +54,7 @@ from imapmig.queue import (
     Requested,
 )
 from imapmig.queue._pgschema import migrate
+from imapmig.state.pgconnect import Connector
 
 _T = TypeVar("_T")
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -170,14 +171,15 @@ class PostgreSQLJobQueue:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, uri: str, jobs: Sequence[JobConfig]) -> PostgreSQLJobQueue:
+    def connect(
+        cls, uri: str, jobs: Sequence[JobConfig], password: str | None = None
+    ) -> PostgreSQLJobQueue:
         """
-        Open a connection to C{uri} (a libpq URI), migrate the queue's
-        tables and load C{jobs}' rows.
+        Open the control connection to C{uri} (a libpq URI, without a
+        password: C{password} is given apart; L{imapmig.state.pgconnect}),
+        migrate the queue's tables and load C{jobs}' rows.
         """
-        connection: Connection = psycopg.connect(
-            uri, autocommit=True, application_name="imapmig queue", connect_timeout=5
-        )
+        connection = Connector(uri, "control", password).connect()
         queue = cls(connection, jobs)
         queue.load()
         return queue
