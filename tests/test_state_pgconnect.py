@@ -178,7 +178,8 @@ class ServerTests(SynchronousTestCase):
             error = connector.error("connect", e, QueueUnavailable)
         else:
             self.fail("connected with a wrong password")
-        self.assertIn(f"postgresql://{PASSWORD_ROLE}@127.0.0.1:{self.cluster.port}/{self.dbname}: cannot connect", str(error))
+        where = f"postgresql://{PASSWORD_ROLE}@127.0.0.1:{self.cluster.port}/{self.dbname}"
+        self.assertIn(f"{where}: cannot connect", str(error))
         self.assertNotIn("Wr0ngPass", str(error))
 
     def test_rolesKnown(self) -> None:

@@ -251,6 +251,14 @@ class IJobQueue(Interface):
         job it holds, to C{lease} seconds from now by the queue's lease
         clock; an expired lease is never revived.
 
+        A shared queue's heartbeat takes a third argument, optional:
+        C{connections}, a C{Mapping[str, int]} of the connections the
+        daemon has open per server, recorded for the other daemons' fair
+        shares and brought back in L{Heartbeat.live} (L{None}, the default:
+        as at its last heartbeat); L{InMemoryJobQueue
+        <imapmig.queue.memory.InMemoryJobQueue>}, a fleet of one, does not
+        take it yet.
+
         @raise LeaseLost: its lease ran out: its jobs may be another's; it
             must stop them and register again.
         """
@@ -379,7 +387,8 @@ class IAsyncJobQueue(Interface):
     C{claim}, C{finish}, C{nextDue}, C{counts}, C{state}, C{pause},
     C{resume}, C{cancel}, C{requeue}, C{add}, C{remove}, C{replace});
     C{renew} is not one: a fleet's daemon renews all its claims with its
-    C{heartbeat}.
+    C{heartbeat}, which takes the optional C{connections} (a
+    C{Mapping[str, int]}, default L{None}) of L{IJobQueue.heartbeat}.
     """
 
     def retire(owner: str) -> Deferred[None]:

@@ -1,0 +1,123 @@
+"""
+Measure the PostgreSQL job queue (L{imapmig.queue.postgresql}) at a
+thousand and at a million jobs, on a private cluster: the milliseconds
+of each call (median of several), with 300 jobs claimed by another live
+daemon and 30 by a daemon whose lease ended (released by the next claim).
+
+    .venv/bin/python -m bench.pgqueue_scale [ROWS ...]
+
+ROWS defaults to 1000 1000000.  PYTHONPATH=/path/to/checkout measures
+another checkout's queue (its C{connect} and tables).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import psycopg
+
+from imapmig.config.model import JobConfig
+from imapmig.queue import JobOutcome
+from imapmig.queue.postgresql import PostgreSQLJobQueue
+from imapmig.testing.postgresql import PostgreSQLCluster
+from tests.test_schedule_service import jobConfig
+
+_RUNS = 15
+
+
+class BenchQueue(PostgreSQLJobQueue):
+    """
+    A queue whose jobs' configurations are made from their names, so
+    that a million need not be held.
+    """
+
+    def _job(self, name: str) -> JobConfig:
+        return jobConfig(name, "u" + name)
+
+
+def _fill(uri: str, rows: int) -> None:
+    with psycopg.connect(uri, autocommit=True) as c:
+        columns = {
+            row[0]
+            for row in c.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = 'imapmig_queue' AND table_name = 'jobs'"
+            )
+        }
+        extra, values = "", ""
+        if "accounts" in columns:
+            extra, values = ", accounts", ", ARRAY['s/uj' || i]"
+        c.execute(
+            f"INSERT INTO imapmig_queue.jobs (name, position{extra})"
+            f" SELECT 'j' || i, i{values} FROM generate_series(1, %s) i",
+            (rows - 1,),
+        )
+        c.execute("VACUUM ANALYZE imapmig_queue.jobs")
+
+
+def _hold(uri: str, owner: str, first: int, count: int) -> None:
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute(
+            "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s, generation = 1"
+            " WHERE position >= %s AND position < %s",
+            (owner, first, first + count),
+        )
+
+
+def _time(call: Callable[[], Any], runs: int = _RUNS) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def measure(rows: int) -> dict[str, float]:
+    """
+    The median milliseconds of each call on a queue of C{rows} jobs.
+    """
+    cluster = PostgreSQLCluster(tempfile.mkdtemp(prefix="imapmig-pgqueue-scale-"))
+    cluster.start()
+    try:
+        uri = cluster.createDatabase()
+        queue = BenchQueue.connect(uri, [jobConfig("j0", "uj0")])
+        _fill(uri, rows)
+        me = queue.register("bench", 1, "1", 600.0)
+        other = queue.register("bench", 2, "1", 600.0)
+        dead = queue.register("bench", 3, "1", 0.01)
+        _hold(uri, other, rows // 2, 300)
+        _hold(uri, dead, rows // 2 + 300, 30)
+        with psycopg.connect(uri, autocommit=True) as c:
+            c.execute("VACUUM ANALYZE imapmig_queue.jobs")
+        results: dict[str, float] = {}
+        claims: list[Any] = []
+        results["claim"] = _time(lambda: claims.append(queue.claim(me, 0.0, 600.0)))
+        results["heartbeat"] = _time(lambda: queue.heartbeat(me, 600.0))
+        results["finish"] = _time(
+            lambda: queue.finish(claims.pop(), JobOutcome.COMPLETED), runs=len(claims)
+        )
+        results["counts"] = _time(queue.counts)
+        added = iter(range(_RUNS))
+        results["add"] = _time(lambda: queue.add(jobConfig(f"new{next(added)}", "n")))
+        last = f"j{rows - 1}"
+        results["pause+resume"] = _time(lambda: (queue.pause(last), queue.resume(last)))
+        results["nextDue"] = _time(queue.nextDue)
+        queue.close()
+        return results
+    finally:
+        cluster.destroy()
+
+
+def main(argv: list[str]) -> None:
+    for rows in [int(a) for a in argv] or [1000, 1_000_000]:
+        results = measure(rows)
+        print(f"{rows:>9,} jobs: " + ", ".join(f"{k} {v:.2f} ms" for k, v in results.items()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
