@@ -40,6 +40,8 @@ from imapmig.queue import (
 )
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue.postgresql import (
+    _CLAIM,
+    _CLAIM_LOCK,
     _FLEET,
     _HEARTBEAT,
     _RELEASE,
@@ -902,3 +904,26 @@ class AccountTests(PostgreSQLTestMixin):
             ),
             [(30, 1)],
         )
+
+    def test_claimInFlight(self) -> None:
+        """
+        A claim waits for another daemon's claim in flight (not yet
+        committed) before it tests the accounts, so it never takes a job of
+        the account that claim takes, whichever commits first.
+        """
+        queue = self.queueOf(0)
+        for i in range(3):
+            queue.add(jobConfig(f"j{i}", "u0"))
+        other, me = (queue.register("host", n, "1.0", 600.0) for n in range(2))
+        with psycopg.connect(self.uri) as inFlight:
+            inFlight.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+            inFlight.execute(_CLAIM, {"me": other})
+            mine: list[object] = []
+            claiming = threading.Thread(
+                target=lambda: mine.append(inThread(lambda: queue.claim(me, 0.0, 600.0)))
+            )
+            claiming.start()
+            time.sleep(0.5)
+            inFlight.commit()
+        claiming.join(180)
+        self.assertEqual(mine, [None])
