@@ -68,6 +68,26 @@ def _hold(uri: str, owner: str, first: int, count: int) -> None:
         )
 
 
+def _buffers(uri: str, owner: str) -> float:
+    """
+    The shared buffers one heartbeat of C{owner} touches (C{EXPLAIN
+    (ANALYZE, BUFFERS)}, rolled back), the statistics fresh.
+    """
+    from imapmig.queue.postgresql import _FLEET, _HEARTBEAT
+
+    with psycopg.connect(uri, autocommit=True) as c:
+        c.execute("VACUUM ANALYZE imapmig_queue.jobs")
+    with psycopg.connect(uri) as c:
+        plan = c.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _HEARTBEAT.format(fleet=_FLEET),
+            {"me": owner, "lease": 600.0, "connections": None},
+        ).fetchone()
+        c.rollback()
+    assert plan is not None
+    top = plan[0][0]["Plan"]
+    return float(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+
+
 def _time(call: Callable[[], Any], runs: int = _RUNS) -> float:
     times = []
     for _ in range(runs):
@@ -86,6 +106,10 @@ def measure(rows: int) -> dict[str, float]:
     try:
         uri = cluster.createDatabase()
         queue = BenchQueue.connect(uri, [jobConfig("j0", "uj0")])
+        with psycopg.connect(uri, autocommit=True) as c:
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS imapmig_queue.fleet (jobs_generation bigint NOT NULL)"
+            )
         _fill(uri, rows)
         me = queue.register("bench", 1, "1", 600.0)
         other = queue.register("bench", 2, "1", 600.0)
@@ -107,6 +131,11 @@ def measure(rows: int) -> dict[str, float]:
         last = f"j{rows - 1}"
         results["pause+resume"] = _time(lambda: (queue.pause(last), queue.resume(last)))
         results["nextDue"] = _time(queue.nextDue)
+        holder = queue.register("bench", 4, "1", 600.0)
+        _hold(uri, holder, rows // 4, 1)
+        results["heartbeat buffers, 1 held"] = _buffers(uri, holder)
+        _hold(uri, holder, rows // 4, 1000)
+        results["heartbeat buffers, 1,000 held"] = _buffers(uri, holder)
         queue.close()
         return results
     finally:
@@ -116,7 +145,10 @@ def measure(rows: int) -> dict[str, float]:
 def main(argv: list[str]) -> None:
     for rows in [int(a) for a in argv] or [1000, 1_000_000]:
         results = measure(rows)
-        print(f"{rows:>9,} jobs: " + ", ".join(f"{k} {v:.2f} ms" for k, v in results.items()))
+        print(
+            f"{rows:>9,} jobs: "
+            + ", ".join(f"{k} {v:g}" if "buffers" in k else f"{k} {v:.2f} ms" for k, v in results.items())
+        )
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgrecords",
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
+    "imapmig.state.pgconnect",
     "imapmig.state.postgresql",
 )
 """
