@@ -84,12 +84,11 @@ RETURNING extract(epoch FROM lease_until)::float8
 """
 
 # One statement, one row written (the daemon's) however many jobs it holds:
-# the controls asked are read through jobs_asked (only a claimed job has
-# one: no test of the state, which would let jobs_claimed, all the jobs
-# held, be read instead), the live daemons from
-# their own small table; this daemon's row as the UPDATE left it (the
-# statement's snapshot holds the row before).  {fleet} is the job list's
-# generation when the fleet's table exists (imapmig.queue._pgjoblist).
+# the controls asked read through jobs_asked (only a claimed job has one;
+# a test of the state would let jobs_claimed, all the jobs held, be read),
+# the live daemons from their small table, this one's row as the UPDATE
+# left it (the snapshot holds it as before).  {fleet}: the job list's
+# generation once the fleet's table exists (imapmig.queue._pgjoblist).
 _HEARTBEAT = """
 WITH beat AS (
   UPDATE imapmig_queue.daemons
@@ -112,11 +111,9 @@ SELECT extract(epoch FROM beat.lease_until)::float8,
 _FLEET = "(SELECT jobs_generation FROM imapmig_queue.fleet)"
 
 # The jobs of daemons whose lease ran out go back to the queue (or to the
-# hold asked of them), found by those daemons' ids in jobs_claimed (an
-# index condition on owner, the ids an InitPlan: written as a join, the
-# planner read every claimed job instead), not among every claimed job.  A claimed job with no daemon
-# row at all (deleted by hand) is released at a daemon's registration
-# (_ORPHANS).
+# hold asked of them), found by those daemons' ids in jobs_claimed (the ids
+# an InitPlan: as a join, the planner read every claimed job instead).  A
+# job whose daemon has no row (deleted by hand): _ORPHANS, at registration.
 _RELEASE = """
 UPDATE imapmig_queue.jobs j
    SET state = CASE j.requested WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled'
@@ -396,15 +393,18 @@ class PostgreSQLJobQueue:
         self._use("migrate the job queue", lambda c: migrate(c, "imapmig queue"))
         names = [job.name for job in self._jobs]
         accounts = ["{" + ",".join(_quoted(a) for a in accountsOf(job)) + "}" for job in self._jobs]
-        self._run(
-            "load the jobs",
-            lambda c: c.execute(
+
+        def loaded(c: Connection) -> None:
+            # A million rows take longer than a control may (5 s).
+            c.execute("SET LOCAL statement_timeout = '10min'")
+            c.execute(
                 "INSERT INTO imapmig_queue.jobs (name, position, accounts)"
-                " SELECT n, p, a::text[] FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS u(n, p, a)"
+                " SELECT n, p, a::text[] FROM unnest(%s::text[], %s::bigint[], %s::text[]) u(n, p, a)"
                 " ON CONFLICT (name) DO NOTHING",
                 (names, list(range(len(names))), accounts),
-            ),
-        )
+            )
+
+        self._run("load the jobs", loaded)
 
     def _named(self) -> dict[str, JobConfig]:
         """
