@@ -105,6 +105,13 @@ class ErrorTests(SynchronousTestCase):
         self.assertIsInstance(timedOut, QueueUnavailable)
         self.assertIsInstance(mapError("db", "x", psycopg.errors.LockNotAvailable("l")), TransientError)
 
+    def test_unreadableURI(self) -> None:
+        """
+        A URI libpq cannot read is a L{PermanentError}, not psycopg's.
+        """
+        error = self.assertRaises(PermanentError, Connector, "postgresql://u@db/x?nokey=1", "control")
+        self.assertIn("postgresql://(unreadable URI): cannot read the URI", str(error))
+
     def test_permanent(self) -> None:
         """
         Another psycopg error is permanent; an imapmig error or another

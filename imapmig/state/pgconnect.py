@@ -132,13 +132,17 @@ class Connector:
         @param password: the password (of C{state_password_file} or a
             credential), or L{None}: libpq finds one (C{PGPASSFILE}) or
             needs none.
+        @raise PermanentError: C{conninfo} cannot be read.
         """
         self._conninfo = conninfo
         self._password = password
         self.role = role
         self.where = displayName(conninfo)
         self.name: str = role
-        self._given = conninfo_to_dict(conninfo)
+        try:
+            self._given = conninfo_to_dict(conninfo)
+        except psycopg.Error as e:
+            raise PermanentError(f"{self.where}: cannot read the URI: {e}") from None
 
     def __repr__(self) -> str:
         return f"<Connector {self.role} {self.where}>"
