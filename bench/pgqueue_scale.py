@@ -8,6 +8,14 @@ daemon and 30 by a daemon whose lease ended (released by the next claim).
 
 ROWS defaults to 1000 1000000.  PYTHONPATH=/path/to/checkout measures
 another checkout's queue (its C{connect} and tables).
+
+Measured on the shared development machine (2 cores, PostgreSQL 15, runs
+of the same day vary by 2x), 1,000 / 1,000,000 jobs, milliseconds: before
+(f3d98c2) claim 1.45 / 0.96-1.79, heartbeat 0.39 / 0.12-0.25, counts
+0.46 / 135-142, add 0.69 / 118-132; after, claim 1.3-5.8 / 1.3-3.2,
+heartbeat 0.45-1.2 / 0.5-0.7, finish 0.5-1.2 / 0.5-0.8, counts 0.2-0.5 /
+0.1-0.5, add 0.5-1.0 / 0.4-0.7; the heartbeat's buffers 8 with 1 and
+with 1,000 held at a million.
 """
 
 from __future__ import annotations
