@@ -3,7 +3,11 @@ Tests for L{imapmig.queue.postgresql}: the queue's contract on a private
 PostgreSQL (L{imapmig.testing.postgresql}, a fresh database per test), and
 what only a shared database shows: concurrent claims, takeovers timed by
 the database's clock, a heartbeat whose cost does not grow with the jobs
-held.  Without PostgreSQL they skip, and fail under C{CI=true}.
+held; the control connection opened again after a restart and its waits
+bounded, L{ThreadedJobQueue} as L{IAsyncJobQueue}, the heartbeat's
+answer, costs flat in the jobs (by the server's statistics and plans,
+never by times) and one daemon per account.  Without PostgreSQL they
+skip, and fail under C{CI=true}.
 """
 
 from __future__ import annotations
