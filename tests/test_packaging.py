@@ -70,6 +70,7 @@ def _scratch() -> Path:
 
 
 NEEDS_POSTGRESQL_EXTRA = (
+    "imapmig.queue._pgfleetview",
     "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",
     "imapmig.queue._pgstatements",
