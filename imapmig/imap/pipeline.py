@@ -41,6 +41,11 @@ How it fails honestly:
     L{QuotaExceeded}, L{MailboxMissing}, L{ConnectionLost}).
   - A lost connection leaves the outcome of in-flight messages unknown: they
     are reported as neither appended nor refused.
+  - Given a send deadline (L{SendDeadline}, a fleet's daemon's), it is
+    compared with its clock before each write: once it has passed, nothing
+    more is written, the connection is aborted and the pipeline fails with
+    L{LeaseLost}, whatever a reactor waking late from a stall had ready to
+    send.
 
 This module sees bytes and tags only; it knows nothing of folders, jobs or
 the state store.
@@ -58,7 +63,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ConnectionDropped, ConnectionLost
+from imapmig.errors import ConnectionDropped, ConnectionLost, LeaseLost
 from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
@@ -68,6 +73,7 @@ from imapmig.imap.outgoing import (
     LiteralMode,
     OutgoingMessage,
     PipelineSettings,
+    SendDeadline,
 )
 from imapmig.imap.sendqueue import SendQueue
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
@@ -214,15 +220,19 @@ class AppendPipeline:
         settings: PipelineSettings,
         outcomes: AppendOutcomes,
         telemetry: ServerTelemetry | None = None,
+        deadline: SendDeadline | None = None,
     ) -> None:
         """
         @param telemetry: the destination server's telemetry, which this
             pipeline gives its window and each command's APPEND latency
             (by its clock); L{None}: none.
+        @param deadline: past it nothing more is written (a fleet's
+            daemon's send deadline); L{None}: none.
         """
         self._client = client
         self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
+        self._deadline = deadline
         # Read once per command: kept here, a lookup shorter.
         self._seconds: Callable[[], float] | None = None
         self._latency: LatencyHistogram | None = None
@@ -378,6 +388,7 @@ class AppendPipeline:
             whose continuation just arrived), written first.
         """
         gathered = 0
+        deadline = self._deadline
         while not self._paused:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
@@ -389,10 +400,18 @@ class AppendPipeline:
                 break
             gathered += self._writeCommand(batch[0], batch[1], out)
             if gathered >= WRITE_GATHER:
+                if deadline is not None and deadline.passed():
+                    self._deadlinePassed()
+                    return
                 self._client.connection.writeSequence(out)
                 out = []
                 gathered = 0
         if out:
+            # One comparison per write, inline: the hot path's only cost
+            # of the deadline (none without one).
+            if deadline is not None and deadline.passed():
+                self._deadlinePassed()
+                return
             self._client.connection.writeSequence(out)
         # Each condition is computed only where some wait: this runs after
         # every write and every reply.
@@ -439,6 +458,11 @@ class AppendPipeline:
             self._stream = None
             self._writeLiterals(stream.command, stream.index + 1, out)
             return
+        deadline = self._deadline
+        if deadline is not None and deadline.passed():
+            out.clear()
+            self._deadlinePassed()
+            return
         self._client.connection.writeSequence(out)
         out.clear()
 
@@ -459,10 +483,27 @@ class AppendPipeline:
             session=self._client.peer,
         )
         self._outcomes.messageRefused(message, reason)
-        if out:
+        deadline = self._deadline
+        if out and (deadline is None or not deadline.passed()):
             self._client.connection.writeSequence(out)
-            out.clear()
+        out.clear()
         self._paused = True
+        self._client.connection.abortConnection()
+
+    def _deadlinePassed(self) -> None:
+        """
+        The send deadline passed before a write: nothing is written, the
+        connection is aborted (an RST, which also drops what the kernel
+        had not yet sent), and the pipeline fails with L{LeaseLost}; what
+        was in flight or queued is left unsettled (its unit is journaled,
+        for the job's next owner to settle).
+        """
+        self._log.warn(
+            "The send deadline passed before a write; aborting the connection,"
+            " nothing more is sent",
+            session=self._client.peer,
+        )
+        self._fail(LeaseLost("the send deadline passed before a write"))
         self._client.connection.abortConnection()
 
     def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:
