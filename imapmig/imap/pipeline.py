@@ -211,9 +211,6 @@ class AppendPipeline:
 
     _log = Logger()
 
-
-    _log = Logger()
-
     def __init__(
         self,
         client: MigrationIMAP4Client,
@@ -388,7 +385,6 @@ class AppendPipeline:
             whose continuation just arrived), written first.
         """
         gathered = 0
-        deadline = self._deadline
         while not self._paused:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
@@ -400,15 +396,11 @@ class AppendPipeline:
                 break
             gathered += self._writeCommand(batch[0], batch[1], out)
             if gathered >= WRITE_GATHER:
-                if deadline is not None and deadline.passed():
-                    self._deadlinePassed()
-                    return
-                self._client.connection.writeSequence(out)
-                out = []
+                self._write(out)
                 gathered = 0
         if out:
-            # One comparison per write, inline: the hot path's only cost
-            # of the deadline (none without one).
+            # As _write does, inline: the hot path's write (one comparison).
+            deadline = self._deadline
             if deadline is not None and deadline.passed():
                 self._deadlinePassed()
                 return
@@ -458,13 +450,7 @@ class AppendPipeline:
             self._stream = None
             self._writeLiterals(stream.command, stream.index + 1, out)
             return
-        deadline = self._deadline
-        if deadline is not None and deadline.passed():
-            out.clear()
-            self._deadlinePassed()
-            return
-        self._client.connection.writeSequence(out)
-        out.clear()
+        self._write(out)
 
     def _abandonLiteral(self, stream: _LiteralStream, out: list[bytes], reason: str) -> None:
         """
@@ -483,20 +469,27 @@ class AppendPipeline:
             session=self._client.peer,
         )
         self._outcomes.messageRefused(message, reason)
-        deadline = self._deadline
-        if out and (deadline is None or not deadline.passed()):
-            self._client.connection.writeSequence(out)
-        out.clear()
+        self._write(out)
         self._paused = True
         self._client.connection.abortConnection()
 
+    def _write(self, out: list[bytes]) -> None:
+        """
+        Write C{out} and empty it, unless the send deadline has passed.
+        """
+        deadline = self._deadline
+        if deadline is not None and deadline.passed():
+            self._deadlinePassed()
+        else:
+            self._client.connection.writeSequence(out)
+        out.clear()
+
     def _deadlinePassed(self) -> None:
         """
-        The send deadline passed before a write: nothing is written, the
-        connection is aborted (an RST, which also drops what the kernel
-        had not yet sent), and the pipeline fails with L{LeaseLost}; what
-        was in flight or queued is left unsettled (its unit is journaled,
-        for the job's next owner to settle).
+        The send deadline passed before a write: write nothing, abort the
+        connection (an RST, which drops what the kernel has not sent),
+        fail with L{LeaseLost}; what is in flight or queued stays
+        unsettled, journaled for the job's next owner.
         """
         self._log.warn(
             "The send deadline passed before a write; aborting the connection,"
