@@ -355,7 +355,9 @@ class FencedWriteTests(SynchronousTestCase):
     L{LeaseLost} (which its scheduler does not finish).
     """
 
-    def fenced(self, fenceAt: str, after: int = 0, messages: int = 20) -> tuple[JobHarness, FencedStore]:
+    def fenced(
+        self, fenceAt: str, after: int = 0, messages: int = 20
+    ) -> tuple[JobHarness, FencedStore]:
         h = JobHarness(self)
         store = h.store = FencedStore(fenceAt, after)
         populate(h.source, h.source.addFolder("INBOX"), messages)

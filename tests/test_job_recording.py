@@ -198,7 +198,9 @@ class FencedStore(MemoryStateStore):
     fenced = False
     recorded = 0
 
-    def recordOutcomes(self, job: str, outcomes: Sequence[Any], settled: Sequence[int] = ()) -> Deferred[None]:
+    def recordOutcomes(
+        self, job: str, outcomes: Sequence[Any], settled: Sequence[int] = ()
+    ) -> Deferred[None]:
         self.recorded += 1
         if self.fenced:
             return fail(LeaseLost("the claim is no longer current"))
@@ -247,7 +249,11 @@ class FencedRecordingTests(SynchronousTestCase):
         A journal entry the fence refuses fails with the L{LeaseLost}, and
         the job is told.
         """
-        self.store.journalBatch = lambda *args: fail(LeaseLost("not current"))  # type: ignore[method-assign]
+
+        def refused(*args: Any) -> Deferred[int]:
+            return fail(LeaseLost("not current"))
+
+        self.store.journalBatch = refused  # type: ignore[method-assign,assignment]
         messages = [SourceMessage("a", (), None, 10)]
         self.failureResultOf(self.recorder.journal("Box", 7, 1, "F", messages), LeaseLost)
         self.assertEqual(len(self.lost), 1)

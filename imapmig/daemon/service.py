@@ -564,8 +564,8 @@ class _ServiceTree:
     ) -> MigrationJob:
         """
         The job C{jobConfig} configures, claimed by the scheduler with
-        C{connections}; a fleet's writes C{store} (the store's view for its
-        claim) and sends until C{sendDeadline}.
+        C{connections}; a fleet's job writes C{store} (the store's view
+        for its claim) and sends until C{sendDeadline}.
         """
         reactor = self.reactor
         jobConfig = withinLimits(jobConfig)

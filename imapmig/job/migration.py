@@ -415,7 +415,9 @@ class MigrationJob:
             if isinstance(error, LeaseLost):
                 self._loseClaim(error)
             if self._stop.requested:
-                self._lifecycle.stopped()
+                # A job whose lease was lost while it waited is stopped.
+                if self._lifecycle.state() is JobState.STOPPING:
+                    self._lifecycle.stopped()
                 return False
             if error is None:
                 await self._completed()

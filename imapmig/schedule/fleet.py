@@ -402,7 +402,9 @@ class FleetScheduler(JobQueueService):
         self,
         queue: IAsyncJobQueue,
         grants: ConnectionGrants,
-        build: Callable[[JobConfig, JobConnections, IStateStore | None, SendDeadline], ScheduledJob],
+        build: Callable[
+            [JobConfig, JobConnections, IStateStore | None, SendDeadline], ScheduledJob
+        ],
         progress: MigrationProgress,
         clock: IReactorTime,
         whenDone: Callable[[bool], None] | None,
@@ -429,9 +431,14 @@ class FleetScheduler(JobQueueService):
         """
         def buildClaimed(job: JobConfig, connections: JobConnections) -> ScheduledJob:
             claim = self._claims[job.name]
+            # The PostgreSQL store's view fences each write by the claim.
             forClaim = getattr(store, "forClaim", None)
-            fenced = store if forClaim is None else forClaim(job.name, claim.owner, claim.generation)
-            return build(job, connections, fenced, self.member.sendDeadline)
+            if forClaim is not None:
+                return build(
+                    job, connections, forClaim(job.name, claim.owner, claim.generation),
+                    self.member.sendDeadline,
+                )  # fmt: skip
+            return build(job, connections, store, self.member.sendDeadline)
 
         JobQueueService.__init__(
             self, queue, grants, buildClaimed, progress, clock, whenDone, "", lease, store,
