@@ -21,7 +21,6 @@ from typing import Any
 import psycopg
 import yaml
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
@@ -31,7 +30,6 @@ from imapmig.commands import plan as planCommand
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
-from imapmig.daemon.service import buildService
 from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
@@ -377,6 +375,28 @@ class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
         self.assertEqual(self.sql("SELECT max(version) FROM imapmig.schema_version"), [(SCHEMA_VERSION,)])
 
 
+    def test_anotherFleet(self) -> None:
+        """
+        A database that holds another fleet is refused with one line
+        naming C{fleet}, both fleets and the database once.
+        """
+        first = openFleetState(self.config(), MemoryReactorClock())
+        for pool in first.pools:
+            self.addCleanup(pool.stop)
+        self.addCleanup(first.store.close)
+        self.addCleanup(first.queue.queue.close)
+        config = self.config(fleet={"name": "beta"})
+        e = self.assertRaises(ConfigError, openFleetState, config, MemoryReactorClock())
+        [line] = e.problems
+        self.assertTrue(
+            line.startswith(f"{config.path}: fleet: {self.uri()}: this database holds fleet 'acme' ("),
+            line,
+        )
+        self.assertTrue(
+            line.endswith("this configuration is fleet 'beta': give it a database of its own"), line
+        )
+
+
 def runLauncher(*arguments: str) -> subprocess.CompletedProcess[bytes]:
     """
     Run C{python -m imapmig.daemon} to its end.
@@ -469,38 +489,29 @@ class LauncherTests(ClusterMixin, SynchronousTestCase):
 
 class RunTests(ClusterMixin, TestCase):
     """
-    A daemon runs a job on a PostgreSQL state, which C{imapmig report},
-    C{plan} and C{verify} then read.
+    A daemon of a fleet runs a job on a PostgreSQL state, which C{imapmig
+    report}, C{plan} and C{verify} then read.
     """
 
     async def test_runReportVerify(self) -> None:
         """
-        The daemon migrates the job, recording it in the store of
-        L{openFleetState}; C{imapmig report}, C{plan} and C{verify} read
-        that state.  (The daemon runs in this process with the one
-        daemon's scheduler over that store: the fleet's scheduler runs
-        over the PostgreSQL queue once that queue answers every call,
-        issue 30's queue.)
+        The daemon, run as admins run it, migrates its job through the
+        fleet's queue, records it in PostgreSQL, and with
+        C{--exit-when-done} exits 0 once nothing is left anywhere, no
+        password in its whole output; C{imapmig report}, C{plan} and
+        C{verify} read that state.
         """
         self.startCluster(self)
         requireDovecot(self)
         instance = sharedDovecot()
         user = freshUser(instance)
         config = self.writeConfig(writeEmlJobConfig(self, instance, user, 4))
-        fleet = openFleetState(config, reactor)
-        for pool in fleet.pools:
-            self.addCleanup(pool.stop)
-        self.addCleanup(fleet.queue.queue.close)
-        finished: Deferred[bool] = Deferred()
-        service = buildService(config, reactor, whenDone=finished.callback, store=fleet.store)
-        service.startService()
-        try:
-            self.assertTrue(await finished.addTimeout(60, reactor))
-        finally:
-            await service.stopService()
-            await settleConnections(reactor)
+        daemon = startDaemon(self, reactor, config.path, daemonCommand(config.path, "--exit-when-done"))
+        self.assertEqual(await daemon.exited(reactor, 120), 0, daemon.tail())
+        self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))
         self.assertEqual(sum(map(len, instance.fetchAll(user.name).values())), 4)
         self.assertEqual(self.sql("SELECT count(*) FROM imapmig.messages WHERE job = 'job'"), [(4,)])
+        self.assertEqual(self.sql("SELECT state FROM imapmig_queue.jobs"), [("done",)])
         out = io.StringIO()
         self.assertEqual(cli.main(["report", "--config", config.path, "--json"], out=out), 0)
         [entry] = json.loads(out.getvalue())
@@ -573,3 +584,4 @@ class HealthTests(ClusterMixin, TestCase):
         self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))
         self.assertIn(b"Health check: the state store does not answer: " + self.uri().encode(),
                       bytes(daemon.output))
+

@@ -363,6 +363,13 @@ class SQLiteState:
         """
         return f"SQLite database {self.path}"
 
+    def pageName(self) -> None:
+        """
+        How a page that needs no credential names it: not at all (no page
+        shows a path of the host).
+        """
+        return None
+
 
 @frozen
 class PostgreSQLState:
@@ -433,6 +440,12 @@ class PostgreSQLState:
         port = "" if self.port is None else f":{self.port}"
         query = f"?{urlencode(self.parameters, safe='/', quote_via=quote)}" if self.parameters else ""
         return f"postgresql://{user}{host}{port}/{quote(self.dbname, safe='')}{query}"
+
+    def pageName(self) -> str:
+        """
+        How a page that needs no credential names it: L{shortURI}.
+        """
+        return self.shortURI()
 
     def shortURI(self) -> str:
         """

@@ -400,19 +400,14 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     checkDatabase(config)
     check = StartCheck(config, state)
     assert config.fleet is not None, "the configuration requires a fleet with PostgreSQL"
-    control = check.connect("imapmig control")
+    password = None if state.password is None else state.password.value
+    conninfo = make_conninfo("", **state.keywords())
     try:
-        queue = PostgreSQLJobQueue(control, config.jobs, config.fleet.name)
-        queue.load()
+        queue = PostgreSQLJobQueue.connect(conninfo, config.jobs, config.fleet.name, password)
     except FleetMismatch as e:
-        control.close()
         raise check.refused("fleet", _withoutDatabase(str(e))) from None
     except ImapmigError as e:
-        control.close()
         raise check.refused("state", _withoutDatabase(str(e))) from None
-    except psycopg.Error as e:
-        control.close()
-        raise check.refused("state", f"cannot load the job queue: {e}") from None
     controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
     storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
     # Its threads bound its connections: one each, never one waiting.

@@ -35,7 +35,7 @@ import itertools
 import os
 import socket
 import time
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from attrs import evolve
 
@@ -54,17 +54,13 @@ from imapmig.config import (
     JobConfig,
     MaildirSourceConfig,
     MboxSourceConfig,
+    PostgreSQLState,
     ServerConfig,
 )
-from imapmig.config.model import (
-    AccountConfig,
-    NotifyConfig,
-    PostgreSQLState,
-    StatusConfig,
-    TokenSourceConfig,
-)
+from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.opening import openSession
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
@@ -496,10 +492,9 @@ def buildService(
     @param reactor: provides the clock, TCP connections and listening.
     @param whenDone: called with whether every job completed once the
         queue is drained; L{None} keeps the daemon serving status.
-    @param store: the state store; by default the one the configuration
-        names: its SQLite file, or its PostgreSQL database with the
-        fleet's job queue (L{imapmig.daemon.pgstate.openFleetState},
-        which refuses a database it cannot run on with a L{ConfigError}).
+    @param store: the state store; by default the configuration's SQLite
+        file, or its PostgreSQL database with the fleet's job queue
+        (L{imapmig.daemon.pgstate.openFleetState}: a L{ConfigError} if not).
     @param environ: the process's environment: with systemd's
         C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
         systemd (L{imapmig.daemon.notifyservice}); those variables are then
@@ -508,12 +503,10 @@ def buildService(
     """
     fleetQueue: IAsyncJobQueue | None = None
     if store is None and isinstance(config.state, PostgreSQLState):
-        # Imported here: only a fleet's daemon needs psycopg.
-        from imapmig.daemon.pgstate import openFleetState
+        from imapmig.daemon.pgstate import openFleetState  # psycopg: a fleet's daemon only
 
         fleet = openFleetState(config, reactor)
-        # Until ThreadedJobQueue declares IAsyncJobQueue (issue 30's queue).
-        store, fleetQueue = fleet.store, fleet.queue  # type: ignore[assignment]
+        store, fleetQueue = fleet.store, fleet.queue
     elif store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     tree = _ServiceTree(config, reactor, store)
@@ -529,6 +522,8 @@ def buildService(
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
         whenListening = tree.addStatusSite(config.status, scheduler)
+    from imapmig.daemon.notifyservice import addSystemdNotifier
+
     addSystemdNotifier(root, reactor, environ, whenListening)
     return root
 
@@ -570,10 +565,17 @@ class _ServiceTree:
         """
         return self.root.config or self.config
 
-    def buildJob(self, jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+    def buildJob(
+        self,
+        jobConfig: JobConfig,
+        connections: JobConnections,
+        store: IStateStore | None = None,
+        sendDeadline: SendDeadline | None = None,
+    ) -> MigrationJob:
         """
         The job C{jobConfig} configures, claimed by the scheduler with
-        C{connections}.
+        C{connections}; a fleet's job writes C{store} (the store's view
+        for its claim) and sends until C{sendDeadline}.
         """
         reactor = self.reactor
         jobConfig = withinLimits(jobConfig)
@@ -582,7 +584,7 @@ class _ServiceTree:
         return MigrationJob(
             jobConfig.name,
             sourceFor(jobConfig, reactor, connections, self.tokens, download),
-            self.store,
+            self.store if store is None else store,
             self.progress.job(jobConfig.name),
             destinationOpener(jobConfig, reactor, connections, self.tokens),
             reactor,
@@ -600,6 +602,7 @@ class _ServiceTree:
             sourceDescription=describeSource(jobConfig.source),
             telemetry=self.telemetry.server(destination.server.name),
             machine=self.machines.job(jobConfig.name),
+            sendDeadline=sendDeadline,
         )
 
     def addScheduler(
@@ -745,12 +748,9 @@ class _ServiceTree:
             ),
             fleet=fleet,
             health=HealthResource(
-                ProgressView(progress, reactor.seconds),
-                self.store,
-                lambda: not root.running,
-                reactor,
-                self.config.state.shortURI() if isinstance(self.config.state, PostgreSQLState) else None,
-            ),
+                ProgressView(progress, reactor.seconds), self.store, lambda: not root.running,
+                reactor, self.config.state.pageName(),
+            ),  # fmt: skip
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),
@@ -779,37 +779,3 @@ def warnIfRebindable(status: StatusConfig) -> None:
         " admins use in status.allowed_hosts",
         listen=status.listen,
     )
-
-
-def addSystemdNotifier(
-    root: MigrationService,
-    reactor: Any,
-    environ: Mapping[str, str],
-    whenListening: Callable[[], Deferred[None]] | None,
-) -> None:
-    """
-    Add the systemd notifier to C{root}, last, when C{environ} names a
-    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
-    L{buildService}).
-    """
-    from imapmig.daemon.sdnotify import (
-        notifierFromEnvironment,
-        unsetNotifyEnvironment,
-        watchdogSeconds,
-    )
-
-    notifier = notifierFromEnvironment(environ)
-    watchdog = watchdogSeconds(environ, os.getpid())
-    if isinstance(environ, MutableMapping):
-        unsetNotifyEnvironment(environ)
-    if notifier is None:
-        return
-    # Imported here: only a daemon under systemd needs it.
-    from imapmig.daemon.notifyservice import SystemdNotifyService
-
-    service = SystemdNotifyService(
-        notifier, reactor, root.progress.summary, whenListening, watchdog
-    )
-    service.setName("systemd")
-    service.setServiceParent(root)
-    root.addReloadObserver(service)
