@@ -563,6 +563,7 @@ class HealthTests(ClusterMixin, TestCase):
         """
         While the database is stopped, C{/healthz} says C{degraded} (503)
         naming it without its password; once it is started again, C{ok}.
+        The daemon holds at most 3 connections to it.
         """
         self.startCluster(self)
         requireDovecot(self)
@@ -574,6 +575,12 @@ class HealthTests(ClusterMixin, TestCase):
         await waitForLine(daemon, r"Registered in the fleet's queue as daemon")
         [port] = listeningPorts(daemon.pid)
         await self.waitForHealth(port, "ok")
+        # The daemon's connections: the queue's and the store's, 3 at most.
+        [(connections,)] = self.sql(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = 'fleet' AND application_name LIKE 'imapmig%'"
+        )
+        self.assertTrue(1 <= connections <= 3, connections)
         self.cluster.stop("immediate")
         body = await self.waitForHealth(port, "degraded")
         self.assertEqual(body["database"], self.uri())
