@@ -73,12 +73,14 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.queue._pgschema",
     "imapmig.queue.postgresql",
     "imapmig.state._pgbase",
+    "imapmig.state._pgbatch",
     "imapmig.state._pgbudgets",
     "imapmig.state._pgfolders",
     "imapmig.state._pgoutcomes",
     "imapmig.state._pgrecords",
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
+    "imapmig.state._pgwrites",
     "imapmig.state.postgresql",
 )
 """

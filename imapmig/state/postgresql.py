@@ -24,22 +24,24 @@ L{imapmig.state.sqlite} and L{imapmig.state.memory}.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state._pgbase import MAX_CONNECTIONS, Connection, ConnectionPool, displayName
+from imapmig.state._pgbase import Connection, ConnectionPool, displayName
 from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
 from imapmig.state._pgreports import PostgreSQLReportQueries
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state._pgwrites import Claim
 from imapmig.state import IStateStore
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
@@ -63,7 +65,7 @@ class PostgreSQLStateStore(
         threadPool: ThreadPool,
         conninfo: str,
         seconds: Callable[[], float],
-        connections: int = MAX_CONNECTIONS,
+        clock: IReactorTime | None = None,
     ) -> None:
         """
         Make the store; nothing is opened until L{open} or the first call.
@@ -76,12 +78,20 @@ class PostgreSQLStateStore(
             never shown: errors name L{displayName}'s form).
         @param seconds: the clock that stamps each outcome's and journal
             entry's time.
+        @param clock: what times the write batches (their 10 ms) and the
+            pauses between a failed batch's attempts; by default
+            C{reactor} if it provides L{IReactorTime}, else none: a batch
+            then starts as soon as none commits.
         """
         self._reactor = reactor
         self._threadPool = threadPool
         self._where = displayName(conninfo)
         self._seconds = seconds
-        self._connections = ConnectionPool(conninfo, connections)
+        self._reader = ConnectionPool(conninfo)
+        self._writer = ConnectionPool(conninfo)
+        if clock is None and IReactorTime.providedBy(reactor):
+            clock = reactor
+        self._makeBatcher(clock)
 
     def __repr__(self) -> str:
         return f"<PostgreSQLStateStore {self._where}>"
@@ -100,7 +110,9 @@ class PostgreSQLStateStore(
         """
 
         def migrateOn(connection: Connection) -> int:
-            return migrate(connection, self._where, migratedBy)
+            version = migrate(connection, self._where, migratedBy)
+            self._ids.draw(connection)
+            return version
 
         def atStart(failure: Failure) -> Failure:
             # A daemon cannot start without its state: whatever the cause
@@ -110,10 +122,27 @@ class PostgreSQLStateStore(
                 return failure
             return Failure(PermanentError(str(failure.value)))
 
-        return self._call("open the state database", migrateOn).addErrback(atStart)
+        return self._call("open the state database", migrateOn, self._writer).addErrback(
+            atStart
+        )
+
+    def forClaim(self, job: str, owner: str, generation: int) -> PostgreSQLStateStore:
+        """
+        See L{IStateStore.forClaim}: a view of this store sharing its
+        connections and batcher, whose every write for C{job} is made
+        only while the claim is current (the fence of
+        L{imapmig.state._pgwrites}) and fails with
+        L{LeaseLost<imapmig.errors.LeaseLost>} otherwise.
+        """
+        view = copy.copy(self)
+        view._claim = Claim(job, owner, generation)
+        return view
 
     def close(self) -> None:
         """
-        Release the connections; nothing is recorded afterwards.
+        Release the connections; nothing is recorded afterwards (writes
+        queued and not yet taken by a transaction fail).
         """
-        self._connections.close()
+        self._batcher.close()
+        self._reader.close()
+        self._writer.close()
