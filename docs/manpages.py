@@ -56,8 +56,9 @@ PAGES = (
             "imapmig plan --config FILE [--job NAME]... [--json]",
             "imapmig report --config FILE [--job NAME]... [--json | --csv] [--failures]",
             "imapmig verify --config FILE [--job NAME]... [--report FILE]",
+            "imapmig state copy --from FILE|URI --to URI|FILE [--config FILE] [--replace]",
         ),
-        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports"),
+        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports", "state-copy.md"),
     ),
     ManPage(
         "imapmig.yaml",

@@ -7,7 +7,7 @@ mapped to it once, at the session edge (L{imapmig.imap.session}).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from twisted.python.failure import Failure
@@ -123,6 +123,38 @@ class StateSchemaTooNew(PermanentError):
         )
         self.found = found
         self.known = known
+
+
+class StateCopyRefused(PermanentError):
+    """
+    C{imapmig state copy} will not start: an argument is wrong (a missing
+    file, a URI with a password, a database it cannot reach, a source
+    with nothing in it), a side is in use (a daemon holds the SQLite
+    file's lock, or a live lease on the PostgreSQL database), or the
+    target holds state of the jobs copied.  Nothing was written.  The
+    message names the argument (C{--from}, C{--to}) and never a password.
+    """
+
+
+class StateCopyMismatch(PermanentError):
+    """
+    C{imapmig state copy} found, in its transaction of the target, counts
+    of rows that differ from the source's: the transaction was rolled
+    back, nothing was copied.
+
+    @ivar source: the source's counts, per table and job (or account).
+    @ivar target: the target's counts, likewise.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        source: Mapping[str, Mapping[tuple[str, ...], int]],
+        target: Mapping[str, Mapping[tuple[str, ...], int]],
+    ) -> None:
+        super().__init__(message)
+        self.source = source
+        self.target = target
 
 
 class AuthenticationFailed(PermanentError):

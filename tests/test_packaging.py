@@ -72,6 +72,7 @@ def _scratch() -> Path:
 NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.queue._pgschema",
     "imapmig.queue.postgresql",
+    "imapmig.state._copysides",
     "imapmig.state._pgbase",
     "imapmig.state._pgbatch",
     "imapmig.state._pgbudgets",
@@ -81,6 +82,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
     "imapmig.state._pgwrites",
+    "imapmig.state.copying",
     "imapmig.state.postgresql",
 )
 """

@@ -58,6 +58,7 @@ from twisted.python.failure import Failure
 import imapmig
 from imapmig.commands.plan import plan
 from imapmig.commands.report import report
+from imapmig.commands.statecopy import addCopyParser
 from imapmig.commands.verify import verify
 from imapmig.config import Config, loadConfig
 from imapmig.errors import ConfigError, PermanentError
@@ -107,7 +108,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     planParser.add_argument("--config", required=True, help="the YAML configuration")
     planParser.add_argument("--job", action="append", help="only this job (repeatable)")
     planParser.add_argument("--json", action="store_true", help="JSON output")
+    stateCommands = commands.add_parser("state", help="the state database itself").add_subparsers(
+        dest="stateCommand", metavar="COMMAND", required=True
+    )
+    addCopyParser(stateCommands)
     args = parser.parse_args(argv)
+    if args.command == "state":
+        return int(args.run(args, out))
     try:
         config = loadConfig(args.config)
         jobs = _selectedJobs(config, args)
