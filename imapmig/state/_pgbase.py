@@ -128,7 +128,7 @@ class ConnectionPool:
 
     def _give(self, connection: Connection) -> None:
         with self._changed:
-            spent = connection.broken or self.closed
+            spent = connection.broken or connection.closed or self.closed
             if spent:
                 self._opened -= 1
             else:
