@@ -1,11 +1,11 @@
-# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract,tests.test_state_pgbatch -*-
 """
 What every role of the PostgreSQL state store (L{imapmig.state.postgresql})
-shares: at most three psycopg 3 connections, used through psycopg's
-synchronous API from a Twisted thread pool (C{deferToThreadPool}, with the
-reactor and the pool injected) so that the reactor stays the epoll reactor,
-and the transaction and the read that turn psycopg's errors into
-imapmig's.
+shares: two psycopg 3 connections (the writer's and the reader's, each a
+L{ConnectionPool} of one), used through psycopg's synchronous API from a
+Twisted thread pool (C{deferToThreadPool}, with the reactor and the pool
+injected) so that the reactor stays the epoll reactor, and the
+transaction and the read that turn psycopg's errors into imapmig's.
 
 The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
 could be shared, since SQLite is called on the reactor's thread.

@@ -1,10 +1,12 @@
 # -*- test-case-name: tests.test_state_contract,tests.test_state_postgresql -*-
 """
 The PostgreSQL state store's role of L{IOutcomeJournal}: the messages
-table's outcomes, a batch upserted in one statement of arrays
-(C{unnest}), and the journal of batches in flight, whose entry of a unit
-is deleted in the transaction that records the unit's last outcomes, as
-the SQLite store (L{imapmig.state._sqloutcomes}) does.
+table's outcomes, and the journal of batches in flight, whose entry of a
+unit is deleted in the transaction that records the unit's last
+outcomes, as the SQLite store (L{imapmig.state._sqloutcomes}) does.  Its
+writes are values for the batcher (L{imapmig.state._pgbatch}), whose
+statements (L{imapmig.state._pgwrites}) upsert every outcome of a
+transaction in one statement of arrays (C{unnest}).
 """
 
 from __future__ import annotations

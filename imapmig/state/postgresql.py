@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract,tests.test_state_fencing -*-
 """
 The state store on PostgreSQL, for a fleet of daemons sharing one
 database (issue 30; docs/fleet-design.md).
@@ -9,13 +9,13 @@ in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
 (L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
 budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
 queries of reports and the status site (L{IReportQueries}, in
-L{imapmig.state._pgreports}): every role of L{IStateStore}.  Not yet: the
-claims, leases and fencing of the fleet, and batching writes across
-calls.  Nothing a user can reach opens it yet (the daemon refuses a
-C{postgresql://} state).
+L{imapmig.state._pgreports}): every role of L{IStateStore}.  Its writes
+are gathered by a batcher into one transaction at a time
+(L{imapmig.state._pgbatch}); a view of a claim (L{PostgreSQLStateStore.forClaim}) fences each of its writes by the
+queue's tables (L{imapmig.state._pgwrites}).
 
 psycopg 3's synchronous API is called from a Twisted thread pool given
-by the caller, through at most three connections
+by the caller, through two connections, the writer's and the reader's
 (L{imapmig.state._pgbase}); the schema is migrated at open in one
 transaction under an advisory lock (L{imapmig.state._pgschema}).  What
 it replaces: nothing; it is the third implementation beside
