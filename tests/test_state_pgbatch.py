@@ -223,16 +223,38 @@ class WriteBatcherTests(SynchronousTestCase):
 
     def test_close(self) -> None:
         """
-        Closing fails the writes queued and refuses new ones; the
-        transaction under way ends as it will.
+        Closing refuses new writes and commits those queued at once, after
+        the transaction under way, without waiting for the delay; its
+        Deferred fires once they are committed.
         """
         committing = self.batcher.add(write(100))
         queued = self.batcher.add(write())
-        self.batcher.close()
-        self.failureResultOf(queued, PermanentError)
+        closed = self.batcher.close()
         self.failureResultOf(self.batcher.add(write()), PermanentError)
         self.commits.answer()
+        self.assertNoResult(closed)
+        self.assertEqual([len(b) for b in self.commits.batches], [1, 1])
+        self.commits.answer()
         self.successResultOf(committing)
+        self.successResultOf(queued)
+        self.assertIsNone(self.successResultOf(closed))
+
+    def test_closeNotRetried(self) -> None:
+        """
+        While closing, a batch failing with L{TransientError} is not tried
+        again: its writes fail, and the close ends.
+        """
+        queued = self.batcher.add(write())
+        closed = self.batcher.close()
+        self.commits.refuse(TransientError("connection refused"))
+        self.failureResultOf(queued, TransientError)
+        self.successResultOf(closed)
+
+    def test_closeIdle(self) -> None:
+        """
+        Closing a batcher with nothing queued ends at once.
+        """
+        self.successResultOf(self.batcher.close())
 
     def test_withoutClock(self) -> None:
         """

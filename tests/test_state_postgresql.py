@@ -270,6 +270,32 @@ class ThreadPoolTests(TestCase):
         return Deferred.fromCoroutine(run())
 
 
+    def test_closeCommitsQueued(self) -> Deferred[None]:
+        """
+        Writes queued when the store is closed are committed before its
+        writer's connection closes; reads and writes after it fail.
+        """
+
+        async def run() -> None:
+            store = self.store()
+            await store.open()
+            writes = [
+                store.recordOutcomes("job", [appended("INBOX", str(n))]) for n in range(10)
+            ]
+            store.close()
+            self.assertEqual(len(await gatherResults(writes)), 10)
+            with self.assertRaises(PermanentError):
+                await store.appendedKeys("job", "INBOX")
+            with self.assertRaises(PermanentError):
+                await store.recordOutcomes("job", [appended("INBOX", "x")])
+            other = self.store()
+            self.assertEqual(await other.open(), SCHEMA_VERSION)
+            self.assertEqual(
+                await other.appendedKeys("job", "INBOX"), {str(n) for n in range(10)}
+            )
+
+        return Deferred.fromCoroutine(run())
+
     def test_writesAcrossRestart(self) -> Deferred[None]:
         """
         Writes queued and committing while PostgreSQL restarts (C{-m

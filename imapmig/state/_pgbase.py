@@ -231,7 +231,7 @@ class PostgreSQLBase:
         C{value}, unless the store was closed: the answer of a call that
         has nothing to ask the database.
         """
-        if self._writer.closed:
+        if self._reader.closed:
             return fail(PermanentError(f"{self._where}: the state store is closed"))
         return succeed(value)
 

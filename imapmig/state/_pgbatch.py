@@ -25,6 +25,7 @@ current fails with L{LeaseLost} after the commit of the others.
 Bounded: a transaction takes at most L{MAX_ROWS} rows (and at least one
 write); the writes beyond wait for the next, and so do their callers
 (the journal of the next unit before it may be sent): back-pressure.
+Closing commits the writes queued at once, then ends.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class WriteBatcher:
         self._busy = False
         self._timer: IDelayedCall | None = None
         self._closed = False
+        self._drained: list[Deferred[None]] = []
         self.commits = 0
         self.queuedRows = 0
 
@@ -134,11 +136,21 @@ class WriteBatcher:
         Start a transaction if one is due and none commits, or set the
         timer for when one will be.
         """
-        if self._busy or not self._queue or self._closed:
+        if self._busy:
+            return
+        if not self._queue:
+            drained, self._drained = self._drained, []
+            for d in drained:
+                d.callback(None)
             return
         now = self._now()
         due = self._queue[0].queuedAt + self._delay
-        if self._clock is None or self.queuedRows >= self._rowsAtOnce or due <= now:
+        if (
+            self._clock is None
+            or self._closed
+            or self.queuedRows >= self._rowsAtOnce
+            or due <= now
+        ):
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -254,19 +266,22 @@ class WriteBatcher:
             else:
                 write.deferred.callback(write.result())
 
-    def close(self) -> None:
+    def close(self) -> Deferred[None]:
         """
-        Fail the writes not yet taken by a transaction; refuse new ones.
-        The transaction under way, if any, ends as it will.
+        Refuse new writes; commit those queued at once, without waiting
+        for the delay, and without trying a failing batch again.
+
+        @return: fires once every write queued has been committed or has
+            failed, and no transaction is under way.
         """
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        closed = PermanentError(f"{self._where}: the state store is closed")
-        while self._queue:
-            self._queue.popleft().deferred.errback(closed)
-        self.queuedRows = 0
+        drained: Deferred[None] = Deferred()
+        self._drained.append(drained)
+        self._schedule()
+        return drained
 
 
 class PostgreSQLWriter(PostgreSQLBase):

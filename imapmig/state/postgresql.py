@@ -140,9 +140,10 @@ class PostgreSQLStateStore(
 
     def close(self) -> None:
         """
-        Release the connections; nothing is recorded afterwards (writes
-        queued and not yet taken by a transaction fail).
+        Release the connections; nothing is recorded afterwards.  The
+        writes queued are committed first (at once, each batch tried
+        once), then the writer's connection closes.  Closing a view
+        closes the store.
         """
-        self._batcher.close()
         self._reader.close()
-        self._writer.close()
+        self._batcher.close().addBoth(lambda _: self._writer.close())
