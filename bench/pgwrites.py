@@ -7,12 +7,13 @@ private PostgreSQL cluster (L{imapmig.testing.postgresql}) through
 L{imapmig.state.postgresql.PostgreSQLStateStore}; not part of C{make
 bench}.
 
-    python -m bench.pgwrites [--messages 5000] [--jobs 1] [--small] [--dir DIR]
+    python -m bench.pgwrites [--messages 5000] [--jobs 1] [--small] [--fenced] [--dir DIR]
 
 It prints the database's commits (C{pg_stat_database.xact_commit}) and
 row writes of the store's tables (C{n_tup_ins + n_tup_upd + n_tup_del} of
 C{pg_stat_user_tables} in schema C{imapmig}) from the store's open to its
-close, each per message: issue 30's acceptance asks at most one commit per
+close, each per message (C{--fenced}: through the store's view of a
+claim of the job, in the queue's tables made for it): issue 30's acceptance asks at most one commit per
 100 messages and 1.2 row writes per message.  The commits of the
 measuring connection itself (one per reading of the counters) are taken
 off.  The counters are read after the store's connections closed (a
@@ -28,16 +29,18 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any
 
 import psycopg
 import yaml
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.task import react
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.config import loadConfig
 from imapmig.daemon.service import buildService
+from imapmig.queue import _pgschema as queueschema
 from imapmig.state.postgresql import PostgreSQLStateStore
 from imapmig.testing.corpus import writeMaildir
 from imapmig.testing.dovecot import DovecotInstance, DovecotUser
@@ -126,10 +129,41 @@ def writeConfig(
     return path
 
 
-async def migrate(reactor: Any, configPath: str, dsn: str) -> tuple[int, int, bool, float]:
+def claimJob(dsn: str) -> tuple[str, int]:
+    """
+    Make the queue's tables in C{dsn}, a daemon whose lease lasts an hour,
+    and job C{job0} claimed by it.
+
+    @return: the daemon's id and the claim's generation.
+    """
+    owner = str(uuid.uuid4())
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        queueschema.migrate(connection, "bench")
+        connection.execute(
+            "INSERT INTO imapmig_queue.daemons (daemon_id, incarnation, host, pid, version,"
+            " started_at, heartbeat_at, lease_until) VALUES (%s,"
+            " nextval('imapmig_queue.incarnations'), 'bench', 1, 'bench', now(), now(),"
+            " now() + interval '1 hour')",
+            (owner,),
+        )
+        connection.execute(
+            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, generation)"
+            " VALUES ('job0', 1, 'claimed', %s, 1)",
+            (owner,),
+        )
+    return owner, 1
+
+
+async def migrate(
+    reactor: Any, configPath: str, dsn: str, fenced: bool
+) -> tuple[int, int, bool, float]:
     """
     Run the daemon on C{configPath} with its state in C{dsn} until its
     job is done.
+
+    @param fenced: give the daemon the store's view of a claim of the
+        job (C{forClaim}), whose every write transaction begins with the
+        fence.
 
     @return: the commits and row writes from the store's open to its
         close, whether the job completed, and the seconds it took.
@@ -143,16 +177,26 @@ async def migrate(reactor: Any, configPath: str, dsn: str) -> tuple[int, int, bo
     started = time.monotonic()
     await store.open()
     finished: Deferred[bool] = Deferred()
-    service = buildService(config, reactor, whenDone=finished.callback, store=store)
+    given: Any = store.forClaim("job0", *claimJob(dsn)) if fenced else store
+    service = buildService(config, reactor, whenDone=finished.callback, store=given)
     service.startService()
     try:
         completed = await finished.addTimeout(600, reactor)
     finally:
         await service.stopService()
+    for job in config.jobs:
+        error = service.progress.job(job.name).error
+        if error is not None:
+            print(f"{job.name}: {error}", file=sys.stderr)
     elapsed = time.monotonic() - started
-    store.close()
+    # The service closed the store; wait for the writes it committed then.
+    await maybeDeferred(getattr(store, "whenClosed", lambda: None))
     pool.stop()
+    batcher = getattr(store, "_batcher", None)
+    if batcher is not None:
+        print(f"write transactions of the batcher: {batcher.commits}")
     afterCommits, afterRows, _, readings = measured.settled()
+
     # The last reading before, and every one after but the last, were
     # commits of their own.
     return afterCommits - commits - readings * perReading, afterRows - rows, completed, elapsed
@@ -163,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--jobs", type=int, default=1, help="the messages split among jobs")
     parser.add_argument("--small", action="store_true", help="the corpus's small profile")
+    parser.add_argument(
+        "--fenced", action="store_true", help="through a view of a claim (one job only)"
+    )
     parser.add_argument("--dir", help="where the servers and the Maildir live")
     options = parser.parse_args(argv)
     directory = options.dir or tempfile.mkdtemp(prefix="imapmig-pgwrites-")
@@ -185,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
         results: list[tuple[int, int, bool, float]] = []
 
         async def run(reactor: Any) -> None:
-            results.append(await migrate(reactor, configPath, dsn))
+            results.append(await migrate(reactor, configPath, dsn, options.fenced))
 
         try:
             react(run)

@@ -283,7 +283,11 @@ class ThreadPoolTests(TestCase):
                 store.recordOutcomes("job", [appended("INBOX", str(n))]) for n in range(10)
             ]
             store.close()
+            closed = store.whenClosed()
             self.assertEqual(len(await gatherResults(writes)), 10)
+            await closed
+            self.assertTrue(store._writer.closed)
+            await store.whenClosed()
             with self.assertRaises(PermanentError):
                 await store.appendedKeys("job", "INBOX")
             with self.assertRaises(PermanentError):

@@ -278,6 +278,12 @@ class WriteBatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        return self.whenDrained()
+
+    def whenDrained(self) -> Deferred[None]:
+        """
+        Fires once no write is queued and no transaction is under way.
+        """
         drained: Deferred[None] = Deferred()
         self._drained.append(drained)
         self._schedule()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 from typing import Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
@@ -87,6 +87,7 @@ class PostgreSQLStateStore(
         self._threadPool = threadPool
         self._where = displayName(conninfo)
         self._seconds = seconds
+        self._closeWaiters: list[Deferred[None]] = []
         self._reader = ConnectionPool(conninfo)
         self._writer = ConnectionPool(conninfo)
         if clock is None and IReactorTime.providedBy(reactor):
@@ -142,8 +143,29 @@ class PostgreSQLStateStore(
         """
         Release the connections; nothing is recorded afterwards.  The
         writes queued are committed first (at once, each batch tried
-        once), then the writer's connection closes.  Closing a view
-        closes the store.
+        once), after the one under way, then the writer's connection
+        closes (L{whenClosed}).  Closing a view closes the store.
         """
         self._reader.close()
-        self._batcher.close().addBoth(lambda _: self._writer.close())
+
+        def closeWriter(result: object) -> None:
+            self._writer.close()
+            waiting = list(self._closeWaiters)
+            self._closeWaiters.clear()
+            for d in waiting:
+                d.callback(None)
+
+        self._batcher.close().addBoth(closeWriter)
+
+    def whenClosed(self) -> Deferred[None]:
+        """
+        Fires once the store was closed (L{close}) and its writer's
+        connection closed: a caller that stops the reactor after L{close}
+        waits for it, or the writes queued at the close may never be
+        committed (SQLite's store has nothing to wait for).
+        """
+        if self._writer.closed:
+            return succeed(None)
+        closed: Deferred[None] = Deferred()
+        self._closeWaiters.append(closed)
+        return closed
