@@ -343,3 +343,38 @@ class ConnectionPoolTests(SynchronousTestCase):
         self.assertTrue(all(c.closed for c in held))
         self.assertLessEqual(pool._opened, 2)
         pool.close()
+
+    def test_closeWakesWaiters(self) -> None:
+        """
+        Threads waiting for a connection when the pool is closed fail with
+        L{PermanentError} at once, rather than opening one or waiting for
+        ever (the daemon's thread pool then joined them for ever at stop).
+        """
+        pool = TestPool(maximum=1)
+        busy = pool._take()
+        failures: list[BaseException] = []
+        waiting = threading.Event()
+        original = pool._changed.wait
+
+        def wait(timeout: float | None = None) -> bool:
+            waiting.set()
+            return original(timeout)
+
+        pool._changed.wait = wait  # type: ignore[method-assign]
+
+        def take() -> None:
+            try:
+                pool._take()
+            except BaseException as e:
+                failures.append(e)
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        self.assertTrue(waiting.wait(30))
+        pool.close()
+        thread.join(30)
+        self.assertFalse(thread.is_alive())
+        self.assertEqual([type(e) for e in failures], [PermanentError])
+        pool._give(busy)
+        self.assertTrue(busy.closed)
+        self.assertEqual((pool._opened, len(pool.made)), (0, 1))

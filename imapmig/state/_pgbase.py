@@ -113,8 +113,10 @@ class ConnectionPool:
 
     def _take(self) -> Connection:
         with self._changed:
-            while not self._idle and self._opened >= self._maximum:
+            while not self.closed and not self._idle and self._opened >= self._maximum:
                 self._changed.wait()
+            if self.closed:
+                raise PermanentError(f"{displayName(self._conninfo)}: the state store is closed")
             if self._idle:
                 return self._idle.pop()
             self._opened += 1
