@@ -143,20 +143,23 @@ class WriteBatcher:
             for d in drained:
                 d.callback(None)
             return
-        now = self._now()
-        due = self._queue[0].queuedAt + self._delay
-        if (
-            self._clock is None
-            or self._closed
-            or self.queuedRows >= self._rowsAtOnce
-            or due <= now
-        ):
+        wait = self._wait()
+        if wait <= 0:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
             self._start()
-        elif self._timer is None:
-            self._timer = self._clock.callLater(due - now, self._due)
+        elif self._timer is None and self._clock is not None:
+            self._timer = self._clock.callLater(wait, self._due)
+
+    def _wait(self) -> float:
+        """
+        Seconds before the queue's transaction is due: none without a
+        clock, while closing, or with L{BATCH_ROWS} rows queued.
+        """
+        if self._clock is None or self._closed or self.queuedRows >= self._rowsAtOnce:
+            return 0.0
+        return self._queue[0].queuedAt + self._delay - self._now()
 
     def _due(self) -> None:
         self._timer = None
