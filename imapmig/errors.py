@@ -54,6 +54,14 @@ class ConfigError(ImapmigError):
         return shown
 
 
+class NoStateYet(ConfigError):
+    """
+    A PostgreSQL database given as C{state} holds no imapmig state yet
+    (no daemon has run on it): a command that reads one refuses it
+    (L{imapmig.daemon.pgstate}), C{imapmig plan} reads it as empty.
+    """
+
+
 class StateURIProblem(ImapmigError):
     """
     A PostgreSQL URI given as C{state} cannot be used
@@ -682,6 +690,25 @@ class QueueSchemaTooNew(ImapmigError):
     The PostgreSQL job queue's tables have a schema version newer than
     this imapmig knows (L{imapmig.queue._pgschema}); the message names
     both.
+    """
+
+
+class FleetMismatch(PermanentError):
+    """
+    The queue's database holds another fleet, or this fleet with another
+    job list than this configuration's (L{imapmig.queue._pgjoblist}): the
+    daemon is refused at start (exit 2).  The message names the database
+    without its password, both fleets or both lists' digests and the
+    first job that differs, and how to change the list on purpose.
+    """
+
+
+class JobListStale(ImapmigError):
+    """
+    This daemon's job list is no longer the fleet's: another daemon's
+    reload (or C{imapmig state load-jobs}) replaced it since.  A change of
+    one job is refused (reload this daemon with the fleet's file); a claim
+    takes nothing (L{imapmig.queue._pgjoblist}).
     """
 
 

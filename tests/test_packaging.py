@@ -70,7 +70,11 @@ def _scratch() -> Path:
 
 
 NEEDS_POSTGRESQL_EXTRA = (
+    "imapmig.daemon.pgstate",
+    "imapmig.queue._pgfleetview",
+    "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",
+    "imapmig.queue._pgstatements",
     "imapmig.queue.postgresql",
     "imapmig.state._copysides",
     "imapmig.state._pgbase",
@@ -83,6 +87,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgschema",
     "imapmig.state._pgwrites",
     "imapmig.state.copying",
+    "imapmig.state.pgconnect",
     "imapmig.state.postgresql",
 )
 """

@@ -29,11 +29,13 @@ Endpoint strings become endpoints here, and only here.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import socket
 import time
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from attrs import evolve
 
@@ -52,11 +54,13 @@ from imapmig.config import (
     JobConfig,
     MaildirSourceConfig,
     MboxSourceConfig,
+    PostgreSQLState,
     ServerConfig,
 )
 from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.opening import openSession
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
@@ -69,7 +73,10 @@ from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
 from imapmig.errors import ConnectionNotGranted
+from imapmig import __version__
+from imapmig.queue import IAsyncJobQueue
 from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
@@ -485,20 +492,27 @@ def buildService(
     @param reactor: provides the clock, TCP connections and listening.
     @param whenDone: called with whether every job completed once the
         queue is drained; L{None} keeps the daemon serving status.
-    @param store: the state store; by default the SQLite file the
-        configuration names.
+    @param store: the state store; by default the configuration's SQLite
+        file, or its PostgreSQL database with the fleet's job queue
+        (L{imapmig.daemon.pgstate.openFleetState}: a L{ConfigError} if not).
     @param environ: the process's environment: with systemd's
         C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
         systemd (L{imapmig.daemon.notifyservice}); those variables are then
         removed from it (when it is mutable, as C{os.environ} is), so
         that child processes (a C{token_command}) do not inherit them.
     """
-    if store is None:
+    fleetQueue: IAsyncJobQueue | None = None
+    if store is None and isinstance(config.state, PostgreSQLState):
+        from imapmig.daemon.pgstate import openFleetState  # psycopg: a fleet's daemon only
+
+        fleet = openFleetState(config, reactor)
+        store, fleetQueue = fleet.store, fleet.queue
+    elif store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     tree = _ServiceTree(config, reactor, store)
     root = tree.root
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
-    scheduler = tree.addScheduler(whenDone)
+    scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     tree.census(config).setServiceParent(root)
@@ -508,6 +522,8 @@ def buildService(
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
         whenListening = tree.addStatusSite(config.status, scheduler)
+    from imapmig.daemon.notifyservice import addSystemdNotifier
+
     addSystemdNotifier(root, reactor, environ, whenListening)
     return root
 
@@ -549,10 +565,17 @@ class _ServiceTree:
         """
         return self.root.config or self.config
 
-    def buildJob(self, jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+    def buildJob(
+        self,
+        jobConfig: JobConfig,
+        connections: JobConnections,
+        store: IStateStore | None = None,
+        sendDeadline: SendDeadline | None = None,
+    ) -> MigrationJob:
         """
         The job C{jobConfig} configures, claimed by the scheduler with
-        C{connections}.
+        C{connections}; a fleet's job writes C{store} (the store's view
+        for its claim) and sends until C{sendDeadline}.
         """
         reactor = self.reactor
         jobConfig = withinLimits(jobConfig)
@@ -561,7 +584,7 @@ class _ServiceTree:
         return MigrationJob(
             jobConfig.name,
             sourceFor(jobConfig, reactor, connections, self.tokens, download),
-            self.store,
+            self.store if store is None else store,
             self.progress.job(jobConfig.name),
             destinationOpener(jobConfig, reactor, connections, self.tokens),
             reactor,
@@ -579,22 +602,53 @@ class _ServiceTree:
             sourceDescription=describeSource(jobConfig.source),
             telemetry=self.telemetry.server(destination.server.name),
             machine=self.machines.job(jobConfig.name),
+            sendDeadline=sendDeadline,
         )
 
-    def addScheduler(self, whenDone: Callable[[bool], None] | None) -> JobQueueService:
+    def addScheduler(
+        self,
+        whenDone: Callable[[bool], None] | None,
+        fleetQueue: IAsyncJobQueue | None = None,
+    ) -> JobQueueService:
         """
-        Add the scheduler, which runs the queued jobs (L{buildJob}).
+        Add the scheduler, which runs the queued jobs (L{buildJob}): over
+        the configured jobs in memory, or, given C{fleetQueue} (a fleet's
+        shared queue, L{imapmig.queue.postgresql}'s C{ThreadedJobQueue}),
+        as a daemon of the fleet (L{FleetScheduler}: its lease the
+        configuration's C{fleet.lease}; a database whose schema is newer
+        than this imapmig's stops the jobs and the daemon, which exits 2).
         """
-        scheduler = JobQueueService(
-            self.queue,
-            self.grants,
-            self.buildJob,
-            self.progress,
-            self.reactor,
-            whenDone,
-            store=self.store,
-            machines=self.machines,
-        )
+        if fleetQueue is None:
+            scheduler: JobQueueService = JobQueueService(
+                self.queue,
+                self.grants,
+                self.buildJob,
+                self.progress,
+                self.reactor,
+                whenDone,
+                store=self.store,
+                machines=self.machines,
+            )
+        else:
+            from imapmig.queue._pgschema import SCHEMA_VERSION
+
+            reactor = self.reactor
+            fleet = getattr(self.config, "fleet", None)
+
+            def exitTwo() -> None:
+                # As tap's exitWhenDone: the status once twistd has cleaned up.
+                atexit.register(os._exit, 2)
+                reactor.callWhenRunning(reactor.stop)
+
+            self.machines = JobMachines(
+                self.progress, reactor, transitionRecorder(self.store), fleetQueue
+            )
+            scheduler = FleetScheduler(
+                fleetQueue, self.grants, self.buildJob, self.progress, reactor, whenDone,
+                time.monotonic, 60.0 if fleet is None else fleet.lease,
+                (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
+                store=self.store, machines=self.machines,
+            )  # fmt: skip
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
         scheduler.setServiceParent(self.root)
@@ -672,22 +726,31 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.status.fleet import singleDaemon
+        from imapmig.status.health import HealthResource
         from imapmig.status.metrics import buildMetricsResource
+        from imapmig.status.progressview import ProgressView
         from imapmig.status.resource import StatusResource, buildStatusSite
-        from imapmig.status.verifyreport import defaultReportPath
+        from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
+        fleet = singleDaemon(progress, reactor.seconds)
         status = StatusResource(
             progress,
             reactor.seconds,
             self.store,
             stopping=lambda: not root.running,
-            verifyReportPath=defaultReportPath(self.config.statePath),
+            verifyReportPath=os.path.join(self.config.localDirectory, REPORT_NAME),
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
-                progress, self.telemetry, self.jobServers, config.maxJobSeries
+                progress, self.telemetry, self.jobServers, config.maxJobSeries, fleet=fleet
             ),
+            fleet=fleet,
+            health=HealthResource(
+                ProgressView(progress, reactor.seconds), self.store, lambda: not root.running,
+                reactor, self.config.state.pageName(),
+            ),  # fmt: skip
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),
@@ -716,37 +779,3 @@ def warnIfRebindable(status: StatusConfig) -> None:
         " admins use in status.allowed_hosts",
         listen=status.listen,
     )
-
-
-def addSystemdNotifier(
-    root: MigrationService,
-    reactor: Any,
-    environ: Mapping[str, str],
-    whenListening: Callable[[], Deferred[None]] | None,
-) -> None:
-    """
-    Add the systemd notifier to C{root}, last, when C{environ} names a
-    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
-    L{buildService}).
-    """
-    from imapmig.daemon.sdnotify import (
-        notifierFromEnvironment,
-        unsetNotifyEnvironment,
-        watchdogSeconds,
-    )
-
-    notifier = notifierFromEnvironment(environ)
-    watchdog = watchdogSeconds(environ, os.getpid())
-    if isinstance(environ, MutableMapping):
-        unsetNotifyEnvironment(environ)
-    if notifier is None:
-        return
-    # Imported here: only a daemon under systemd needs it.
-    from imapmig.daemon.notifyservice import SystemdNotifyService
-
-    service = SystemdNotifyService(
-        notifier, reactor, root.progress.summary, whenListening, watchdog
-    )
-    service.setName("systemd")
-    service.setServiceParent(root)
-    root.addReloadObserver(service)
