@@ -147,8 +147,8 @@ def claimJob(dsn: str) -> tuple[str, int]:
             (owner,),
         )
         connection.execute(
-            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, generation)"
-            " VALUES ('job0', 1, 'claimed', %s, 1)",
+            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, generation, digest)"
+            " VALUES ('job0', 1, 'claimed', %s, 1, '')",
             (owner,),
         )
     return owner, 1

@@ -77,8 +77,8 @@ class ClaimedJob(SynchronousTestCase):
             )
         query(
             self.dsn,
-            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, generation)"
-            " VALUES ('job', 1, 'claimed', %s, 2)",
+            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, generation, digest)"
+            " VALUES ('job', 1, 'claimed', %s, 2, '')",
             (self.me,),
         )
         # Something of each table for the stale writes to change.
