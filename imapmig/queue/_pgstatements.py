@@ -123,7 +123,7 @@ UPDATE imapmig_queue.jobs j
    SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
        requested = NULL, requested_by = NULL, taken_from = NULL, taken_lease_until = NULL
   FROM next WHERE j.job_id = next.job_id
-RETURNING j.name, j.position, j.generation, next.taken_from, j.digest
+RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.template_id, j.params
 """
 )
 

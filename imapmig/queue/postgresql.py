@@ -54,7 +54,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from imapmig.config.model import JobConfig
+from imapmig.config.model import JobConfig, UserList
 from imapmig.errors import (
     ControlRefused,
     JobListStale,
@@ -79,7 +79,6 @@ from imapmig.queue._pgjoblist import (
     ListChange,
     accountsOf,
     changeList,
-    checkClaimed,
     joinFleet,
     readFleet,
     replaceJobList,
@@ -156,18 +155,26 @@ class PostgreSQLJobQueue:
     """
 
     def __init__(
-        self, connector: Connector, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+        self,
+        connector: Connector,
+        jobs: Sequence[JobConfig],
+        fleet: str = "imapmig",
+        userLists: Sequence[UserList] = (),
     ) -> None:
         """
         @param connector: opens the control connection.
         @param jobs: the configured jobs, in configuration order: the
             claims name them, and L{load} makes their rows.
         @param fleet: the fleet's name (the configuration's C{fleet.name}).
+        @param userLists: the user lists not expanded into C{jobs}
+            (C{Config.userLists}), after them: their rows are read only
+            when L{load} loads them, and a claimed row's job is built from
+            its template and params.
         """
         self._connector = connector
         self._connection: Connection | None = None
         self._closed = False
-        self._list = JobList.of(jobs)
+        self._list = JobList.of(jobs, userLists)
         self._fleet = fleet
         self._by = socket.gethostname()
         self._lock = threading.Lock()
@@ -179,6 +186,7 @@ class PostgreSQLJobQueue:
         jobs: Sequence[JobConfig],
         fleet: str = "imapmig",
         password: str | None = None,
+        userLists: Sequence[UserList] = (),
     ) -> PostgreSQLJobQueue:
         """
         Open the control connection to C{uri} (a libpq URI, without a
@@ -191,7 +199,7 @@ class PostgreSQLJobQueue:
             permission).
         @raise FleetMismatch: it holds another fleet, or another list.
         """
-        queue = cls(Connector(uri, "control", password), jobs, fleet)
+        queue = cls(Connector(uri, "control", password), jobs, fleet, userLists)
         try:
             queue.load()
         except BaseException:
@@ -281,14 +289,16 @@ class PostgreSQLJobQueue:
 
         self._run("load the jobs", loaded)
 
-    def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange:
+    def replaceList(
+        self, jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> ListChange:
         """
-        Make C{jobs} the fleet's list (a reload of this daemon), and this
-        queue's configurations (L{replaceJobList}).
+        Make C{jobs} and C{userLists} the fleet's list (a reload of this
+        daemon), and this queue's configurations (L{replaceJobList}).
 
         @raise FleetMismatch: the database holds another fleet.
         """
-        new = JobList.of(jobs)
+        new = JobList.of(jobs, userLists)
 
         def replaced(c: Connection) -> ListChange:
             c.execute("SET LOCAL statement_timeout = '10min'")
@@ -383,10 +393,10 @@ class PostgreSQLJobQueue:
             row = c.execute(CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
             if row is None:
                 return None
-            name, position, generation, takenFrom, digest = row
-            checkClaimed(self._list, name, digest)
+            name, position, generation, takenFrom, digest, template, params = row
+            job = self._list.claimed(name, digest, template, params)
             return JobClaim(
-                self._job(name), position, owner, beat[0], generation,
+                job, position, owner, beat[0], generation,
                 takenFrom=None if takenFrom is None else str(takenFrom),
             )  # fmt: skip
 
