@@ -68,7 +68,6 @@ from urllib.parse import quote
 import attrs
 import psycopg
 from attrs import frozen
-from psycopg.types.json import Jsonb
 
 from imapmig.access.secrets import Secret
 from imapmig.config.model import ImapSourceConfig, JobConfig, UserList
@@ -222,12 +221,13 @@ def _paramsText(params: Mapping[str, object]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def rowDigest(template: bytes, params: Mapping[str, object]) -> bytes:
+def rowDigest(template: bytes, params: Mapping[str, object] | str) -> bytes:
     """
     The digest of a user list's row: its template's (L{JobList.templates})
-    and its C{params}' canonical JSON.
+    and its C{params}' canonical JSON (or that JSON).
     """
-    return sha256(template + _paramsText(params).encode()).digest()
+    text = params if isinstance(params, str) else _paramsText(params)
+    return sha256(template + text.encode()).digest()
 
 
 class JobList:
@@ -303,7 +303,7 @@ class JobList:
         """
         The rows of this list, in its order: each job's name, digest,
         accounts, template id (L{None} but for a user list's row) and
-        params (L{Jsonb}, or L{None}); the user lists' rows read and
+        params (their JSON, or L{None}); the user lists' rows read and
         checked here (L{bindTemplates} first).
 
         @param taken: the names used so far (updated).
@@ -317,7 +317,9 @@ class JobList:
             template = self.templates[each.name]
             for job, params in each.rows(taken):
                 taken[job.name] = each.entry
-                yield job.name, rowDigest(template, params), accountsOf(job), ids[each.name], Jsonb(params)
+                # Encoded once: the digest's text is the column's.
+                text = _paramsText(params)
+                yield job.name, rowDigest(template, text), accountsOf(job), ids[each.name], text
 
     def bindTemplates(self, connection: Connection, write: bool = False) -> None:
         """
@@ -507,7 +509,8 @@ def _copy(connection: Connection, table: str, jobs: JobList) -> int:
     columns = "(name, position, digest, accounts, template_id, params)"
     position = 0
     with connection.cursor().copy(f"COPY {table} {columns} FROM STDIN") as copy:
-        copy.set_types(["text", "int8", "bytea", "text[]", "int8", "jsonb"])
+        # The params as their JSON text, which the column reads as jsonb.
+        copy.set_types(["text", "int8", "bytea", "text[]", "int8", "text"])
         for position, row in enumerate(jobs.rows({}), 1):
             copy.write_row((row[0], position - 1, *row[1:]))
     return position
