@@ -27,7 +27,15 @@ import imapmig
 from imapmig.errors import QueueUnavailable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.progress.telemetry import Telemetry
-from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, SingleDaemonView
+from imapmig.queue.fleetview import (
+    DaemonRow,
+    Fleet,
+    Holder,
+    IFleetView,
+    JobRow,
+    JobsPage,
+    SingleDaemonView,
+)
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.fleet import singleDaemon
 from imapmig.status.metrics import buildMetricsResource
@@ -86,6 +94,12 @@ class FakeFleetView:
     def holders(self, names: Sequence[str]) -> Deferred[Mapping[str, Holder]]:
         self.asked.append(list(names))
         return self._answer({n: self.held[n] for n in names if n in self.held})
+
+    def jobsPage(self, after: int | None, limit: int) -> Deferred[JobsPage]:
+        return self._answer(JobsPage((), None))
+
+    def jobCounts(self) -> Deferred[Mapping[str, int]]:
+        return self._answer({})
 
 
 class FleetPagesTestCase(SynchronousTestCase):
@@ -399,6 +413,26 @@ class SingleDaemonTests(SynchronousTestCase):
         self.assertEqual(
             self.successResultOf(view.holders(["alice", "bob"])),
             {"alice": Holder(view.daemonId, "mig1"), "bob": Holder(view.daemonId, "mig1")},
+        )
+
+    def test_jobsPage(self) -> None:
+        """
+        Its jobs are paged in the order given, each claimed one held by
+        it, the next page's key given until the last; its counts are by
+        state.
+        """
+        states = [("a", "done"), ("b", "claimed"), ("c", "queued")]
+        view = SingleDaemonView(self.clock.seconds, lambda: 3, host="mig1", states=lambda: states)
+        holder = Holder(view.daemonId, "mig1")
+        self.assertEqual(
+            self.successResultOf(view.jobsPage(None, 2)),
+            JobsPage((JobRow(0, "a", "done"), JobRow(1, "b", "claimed", holder=holder)), 1),
+        )
+        self.assertEqual(
+            self.successResultOf(view.jobsPage(1, 2)), JobsPage((JobRow(2, "c", "queued"),), None)
+        )
+        self.assertEqual(
+            self.successResultOf(view.jobCounts()), {"done": 1, "claimed": 1, "queued": 1}
         )
 
     def test_idPerView(self) -> None:
