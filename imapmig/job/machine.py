@@ -742,6 +742,13 @@ class JobMachines:
             made = self._machines[name] = (_made(core), core)
         return made[0]
 
+    def forget(self, name: str) -> None:
+        """
+        Forget job C{name}'s machine: a fleet's daemon keeps those of the
+        jobs it holds, not one per job of the fleet.
+        """
+        self._machines.pop(name, None)
+
     def control(
         self, name: str, give: Callable[[JobInputs], object]
     ) -> Deferred[QueueState | ImapmigError | None]:
