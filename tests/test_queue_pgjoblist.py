@@ -14,6 +14,7 @@ from typing import Iterator, Mapping
 
 import attrs
 from attrs import evolve
+from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.access.secrets import Secret
@@ -21,7 +22,7 @@ from imapmig.config.model import JobConfig, RetryConfig
 from imapmig.errors import FleetMismatch, JobListStale
 from imapmig.queue import JobOutcome, QueueState
 from imapmig.queue._pgjoblist import CHANGE_HINT, JobList, ListChange, _Encoder
-from imapmig.queue.postgresql import PostgreSQLJobQueue
+from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.testing.postgresql import PASSWORD_ROLE
 from tests.support import sourceTreeEnvironment
 from tests.test_queue_postgresql import PostgreSQLTestMixin
@@ -562,3 +563,19 @@ class UserListFleetTests(PostgreSQLTestMixin):
         change = queue.replaceList([], [FakeUserList(fileDigest="d" * 64, count=1, settings=("t", 1))])
         self.assertEqual((change.removed, change.changed), (3, 1))
         self.assertEqual(len(self.sql("SELECT 1 FROM imapmig_queue.templates")), 1)
+
+    def test_threadedReload(self) -> None:
+        """
+        The threaded queue (a fleet's daemon's) reloads with its user
+        lists: their rows are the fleet's afterwards.
+        """
+        from tests.test_queue_postgresql import Reactor
+
+        pool = ThreadPool(1, 1)
+        pool.start()
+        self.addCleanup(pool.stop)
+        reactor = Reactor()
+        threaded = ThreadedJobQueue(self.daemon(FakeUserList(), jobs=[]), reactor, pool)  # type: ignore[arg-type]
+        change = reactor.pump(threaded.replaceList([], [FakeUserList(fileDigest="e" * 64, count=4)]))
+        self.assertEqual(change.added, 1)
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(4,)])

@@ -705,9 +705,11 @@ class ThreadedJobQueue:
         """L{PostgreSQLJobQueue.replace} in a thread."""
         return self._inThread(self.queue.replace, job)
 
-    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+    def replaceList(
+        self, jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> Deferred[ListChange]:
         """L{PostgreSQLJobQueue.replaceList} in a thread."""
-        return self._inThread(self.queue.replaceList, jobs)
+        return self._inThread(self.queue.replaceList, jobs, userLists)
 
     def listDiffers(self) -> Deferred[str | None]:
         """L{PostgreSQLJobQueue.listDiffers} in a thread."""
