@@ -553,3 +553,19 @@ class LazyTests(UserListTestCase):
         self.assertEqual(len(error.problems), 2, error.problems)
         self.assertIn("row 4: source_credential: no credential named 'nobody'", error.problems[0])
         self.assertIn("duplicate job name 'alice'", error.problems[1])
+
+    def test_lazyWithPostgreSQL(self) -> None:
+        """
+        Asked to keep the lists as written where the state is PostgreSQL
+        (C{lazyUserLists=None}, a daemon), a SQLite state's configuration
+        expands them and a PostgreSQL one's keeps them.
+        """
+        writeFile(self.csvPath, self.rowsText)
+        writeFile(self.configPath, yaml.safe_dump(self.userDocument()))
+        local = loadConfig(self.configPath, lazyUserLists=None)
+        self.assertEqual((len(local.jobs), local.userLists), (3, ()))
+        document = self.userDocument()
+        document["state"] = "postgresql://imapmig@127.0.0.1:5432/migration"
+        writeFile(self.configPath, yaml.safe_dump(document))
+        fleet = loadConfig(self.configPath, lazyUserLists=None)
+        self.assertEqual((len(fleet.jobs), len(fleet.userLists)), (1, 1))

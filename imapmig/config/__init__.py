@@ -107,7 +107,7 @@ _HOST_NAME = re.compile(rf"\.?{_LABEL}(\.{_LABEL})*")
 
 
 def loadConfig(
-    path: str, environ: Mapping[str, str] | None = None, lazyUserLists: bool = False
+    path: str, environ: Mapping[str, str] | None = None, lazyUserLists: bool | None = False
 ) -> Config:
     """
     Read and validate the configuration file at C{path}.
@@ -123,7 +123,9 @@ def loadConfig(
         inline password in a file that group or others may read.
     @param lazyUserLists: keep each C{jobs_from} entry as written, in
         C{Config.userLists} (its rows read when loaded into a fleet's
-        database, or claimed), instead of a job per row in C{jobs}.
+        database, or claimed), instead of a job per row in C{jobs};
+        L{None}: so when the state is a PostgreSQL database (a daemon,
+        which joins its fleet with the lists as written).
     """
     read = readConfigFile(path)
     return parseConfig(read.document, path, environ, read.looseFileMode, lazyUserLists)
@@ -134,7 +136,7 @@ def parseConfig(
     path: str,
     environ: Mapping[str, str] | None = None,
     looseFileMode: int | None = None,
-    lazyUserLists: bool = False,
+    lazyUserLists: bool | None = False,
 ) -> Config:
     """
     Validate an already loaded YAML document.
@@ -191,6 +193,8 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader, StateReader):
         invalid).
         """
         state = self._readState(top)
+        if self._lazyUserLists is None:
+            self._lazyUserLists = isinstance(state, PostgreSQLState)
         status = self._readStatus(top)
         servers = self._readServers(top)
         defaults = self._readDefaults(top)

@@ -57,7 +57,7 @@ class UserListReader(JobsReader):
     """
 
     _credentials: Mapping[str, tuple[str, Secret] | None] = {}
-    _lazyUserLists = False
+    _lazyUserLists: bool | None = False
     # The user lists kept as written, with _lazyUserLists.
     _userLists: list[LazyUserList]
 
