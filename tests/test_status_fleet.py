@@ -37,7 +37,7 @@ from imapmig.queue.fleetview import (
     SingleDaemonView,
 )
 from imapmig.state.memory import MemoryStateStore
-from imapmig.status.fleet import singleDaemon
+from imapmig.status.fleet import holderDocument, singleDaemon
 from imapmig.status.metrics import buildMetricsResource
 from imapmig.status.resource import StatusResource
 
@@ -77,6 +77,10 @@ class FakeFleetView:
         self.pending: list[Deferred[Any]] = []
         self.asked: list[list[str]] = []
         self.daemonReads = 0
+        # The page of jobs jobsPage answers, the (after, limit) each asked.
+        self.page = JobsPage((), None)
+        self.pagesAsked: list[tuple[int | None, int]] = []
+        self.counts: Mapping[str, int] = {}
 
     def _answer(self, value: Any) -> Deferred[Any]:
         if self.failure is not None:
@@ -96,10 +100,11 @@ class FakeFleetView:
         return self._answer({n: self.held[n] for n in names if n in self.held})
 
     def jobsPage(self, after: int | None, limit: int) -> Deferred[JobsPage]:
-        return self._answer(JobsPage((), None))
+        self.pagesAsked.append((after, limit))
+        return self._answer(self.page)
 
     def jobCounts(self) -> Deferred[Mapping[str, int]]:
-        return self._answer({})
+        return self._answer(self.counts)
 
 
 class FleetPagesTestCase(SynchronousTestCase):
@@ -257,6 +262,60 @@ class StatusJSONFleetTests(FleetPagesTestCase):
         self.assertIsNone(document["daemons"])
         self.assertEqual(document["daemons_error"], "a bug")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class FleetJobsTests(FleetPagesTestCase):
+    """
+    C{/fleet/jobs.json}: the fleet's jobs by keyset, from the view.
+    """
+
+    def test_page(self) -> None:
+        """
+        A page lists the view's jobs with their state, request and holder,
+        the next page's key and the counts by state; C{after} and
+        C{limit} are passed on (100 by default).
+        """
+        self.fleet.page = JobsPage(
+            (
+                JobRow(7, "alice", "claimed", "pause", Holder(MIG1.daemonId, "mig1")),
+                JobRow(9, "zed", "queued"),
+            ),
+            9,
+        )
+        self.fleet.counts = {"queued": 999_998, "claimed": 2}
+        document = json.loads(self.get("/fleet/jobs.json?after=6&limit=2"))
+        self.assertEqual(
+            document,
+            {
+                "jobs": [
+                    {"position": 7, "name": "alice", "state": "claimed", "requested": "pause",
+                     "daemon": holderDocument(Holder(MIG1.daemonId, "mig1"))},
+                    {"position": 9, "name": "zed", "state": "queued", "requested": None,
+                     "daemon": None},
+                ],
+                "after": 9,
+                "counts": {"queued": 999_998, "claimed": 2},
+            },
+        )  # fmt: skip
+        self.get("/fleet/jobs.json")
+        self.assertEqual(self.fleet.pagesAsked, [(6, 2), (None, 100)])
+
+    def test_badQuery(self) -> None:
+        """
+        An C{after} or C{limit} that is not a number, or a limit out of
+        bounds, is a 400 naming them; nothing is read.
+        """
+        for query in ("after=x", "limit=0", "limit=501"):
+            self.get(f"/fleet/jobs.json?{query}", code=400)
+        self.assertEqual(self.fleet.pagesAsked, [])
+
+    def test_unreadable(self) -> None:
+        """
+        While the database cannot be read, the page is a 503 saying why.
+        """
+        self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
+        body = json.loads(self.get("/fleet/jobs.json", code=503))
+        self.assertEqual(body["error"], "postgresql://db1/mig: connection refused")
 
 
 class JobDocumentFleetTests(FleetPagesTestCase):

@@ -498,7 +498,7 @@ class FleetScheduler(JobQueueService):
             await JobQueueService._runOne(self, claim, slot)
         finally:
             if visiting and name not in self._claims:
-                self.machines.forget(name)
+                self.machines.drop(name)
                 self._progress.removeJob(name)
 
     def _claim(self) -> Deferred[JobClaim | None]:

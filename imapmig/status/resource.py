@@ -37,7 +37,7 @@ from imapmig.status._http import (
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
-from imapmig.status.fleet import FleetParts, readFleet, singleDaemon
+from imapmig.status.fleet import FleetJobsResource, FleetParts, readFleet, singleDaemon
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import SCHEMA, JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
@@ -161,6 +161,9 @@ class StatusResource(Resource):
         enabled = isinstance(control, ControlResource) and control.enabled
         self.putChild(b"status.json", StatusJSONResource(view, report, enabled, fleet))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf, fleet))
+        fleetJobs = Resource()
+        fleetJobs.putChild(b"jobs.json", FleetJobsResource(fleet))
+        self.putChild(b"fleet", fleetJobs)
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
         self.putChild(b"healthz", HealthResource(view, store, stopping))
