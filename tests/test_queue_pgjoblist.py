@@ -564,6 +564,19 @@ class UserListFleetTests(PostgreSQLTestMixin):
         self.assertEqual((change.removed, change.changed), (3, 1))
         self.assertEqual(len(self.sql("SELECT 1 FROM imapmig_queue.templates")), 1)
 
+    def test_sameListReloaded(self) -> None:
+        """
+        A reload with the same list changes nothing, and the daemon still
+        claims its rows (their templates known).
+        """
+        queue = self.daemon(FakeUserList(), jobs=[])
+        change = queue.replaceList([], [FakeUserList(readable=False)])
+        self.assertFalse(change.loaded)
+        me = queue.register("host", 1, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job.name, "users-u0")
+
     def test_threadedReload(self) -> None:
         """
         The threaded queue (a fleet's daemon's) reloads with its user

@@ -489,6 +489,7 @@ def replaceJobList(connection: Connection, fleet: str, jobs: JobList, by: str) -
     if row is not None:
         _refuseOther(connection, row, fleet)
         if row.digest == jobs.digest:
+            jobs.bindTemplates(connection)
             return ListChange(row.generation, loaded=False)
     jobs.bindTemplates(connection, write=True)
     if row is None and connection.execute("SELECT 1 FROM imapmig_queue.jobs LIMIT 1").fetchone() is None:
