@@ -19,7 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.access.secrets import Secret
 from imapmig.config.model import JobConfig, RetryConfig
-from imapmig.errors import FleetMismatch, JobListStale
+from imapmig.errors import ConfigError, FleetMismatch, JobListStale, PermanentError
 from imapmig.queue import JobOutcome, QueueState
 from imapmig.queue._pgjoblist import CHANGE_HINT, JobList, ListChange, _Encoder
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
@@ -414,6 +414,7 @@ class FakeUserList:
     readable: bool = True
     reads: int = 0
     built: int = 0
+    broken: bool = False
 
     def rows(self, taken: Mapping[str, str]) -> Iterator[tuple[JobConfig, dict[str, object]]]:
         """
@@ -428,8 +429,10 @@ class FakeUserList:
 
     def job(self, params: Mapping[str, object]) -> JobConfig:
         """
-        The job of the row of C{params}.
+        The job of the row of C{params}; with C{broken}, a problem.
         """
+        if self.broken:
+            raise ConfigError([f"{self.path}: row {params['row']}: destination_password_file: gone"])
         self.built += 1
         fields = params["fields"]
         assert isinstance(fields, dict)
@@ -563,6 +566,27 @@ class UserListFleetTests(PostgreSQLTestMixin):
         change = queue.replaceList([], [FakeUserList(fileDigest="d" * 64, count=1, settings=("t", 1))])
         self.assertEqual((change.removed, change.changed), (3, 1))
         self.assertEqual(len(self.sql("SELECT 1 FROM imapmig_queue.templates")), 1)
+
+    def test_rowNotBuilt(self) -> None:
+        """
+        A row whose job cannot be built (its password file gone) fails,
+        and the claim says why; the next claim takes the next row.
+        """
+        users = FakeUserList()
+        queue = self.daemon(users, jobs=[])
+        me = queue.register("host", 1, "1.0", 600.0)
+
+        users.broken = True
+        error = self.assertRaises(PermanentError, queue.claim, me, 0.0, 600.0)
+        self.assertIn("row 2: destination_password_file: gone", str(error))
+        self.assertEqual(
+            self.sql("SELECT state, owner FROM imapmig_queue.jobs WHERE name = 'users-u0'"),
+            [("failed", None)],
+        )
+        users.broken = False
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job.name, "users-u1")
 
     def test_sameListReloaded(self) -> None:
         """

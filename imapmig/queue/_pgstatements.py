@@ -127,6 +127,13 @@ RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.templat
 """
 )
 
+# A claimed row whose job cannot be built (imapmig.queue.postgresql):
+# failed, in the claim's transaction.
+UNBUILT = """
+UPDATE imapmig_queue.jobs SET state = 'failed', owner = NULL, requested = NULL, requested_by = NULL
+ WHERE name = %(name)s
+"""
+
 # The counts by state are the sum of job_counts' rows, which the jobs'
 # triggers add to (imapmig.queue._pgschema); this folds them into one row
 # per state, so that they stay a handful.

@@ -56,6 +56,7 @@ from zope.interface import implementer
 
 from imapmig.config.model import JobConfig, UserList
 from imapmig.errors import (
+    ConfigError,
     ControlRefused,
     JobListStale,
     LeaseLost,
@@ -103,6 +104,7 @@ from imapmig.queue._pgstatements import (
     RELEASE,
     RENEW,
     RENEWED,
+    UNBUILT,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -380,7 +382,7 @@ class PostgreSQLJobQueue:
         )
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
-        def claimNext(c: Connection) -> JobClaim | None:
+        def claimNext(c: Connection) -> JobClaim | tuple[str, ...] | None:
             beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
@@ -394,17 +396,29 @@ class PostgreSQLJobQueue:
             if row is None:
                 return None
             name, position, generation, takenFrom, digest, template, params = row
-            job = self._list.claimed(name, digest, template, params)
+            try:
+                job = self._list.claimed(name, digest, template, params)
+            except ConfigError as e:
+                # A row whose job cannot be built (its password file
+                # gone): failed, not claimed first again at every claim.
+                c.execute(UNBUILT, {"name": name})
+                return e.problems
             return JobClaim(
                 job, position, owner, beat[0], generation,
                 takenFrom=None if takenFrom is None else str(takenFrom),
             )  # fmt: skip
 
         try:
-            return self._run("claim a job", claimNext)
+            claimed = self._run("claim a job", claimNext)
         except JobListStale:
             # A reload replaced the list during the claim: rolled back.
             return None
+        if isinstance(claimed, tuple):
+            raise PermanentError(
+                "a job of the fleet's list cannot be built here, and failed (requeue it once"
+                f" fixed): {'; '.join(claimed)}"
+            )
+        return claimed
 
     def _current(self, claim: JobClaim) -> dict[str, object]:
         return {"name": claim.job.name, "me": claim.owner, "generation": claim.generation}
