@@ -153,6 +153,19 @@ class StatusJSONFleetTests(FleetPagesTestCase):
     C{/status.json} lists the daemons and names each job's holder.
     """
 
+    def test_fleetJobs(self) -> None:
+        """
+        A fleet's C{/status.json} counts the fleet's jobs by state from its
+        database (C{fleet_jobs}; C{null} while unreadable), beside the
+        totals of the jobs this daemon lists.
+        """
+        self.fleet.counts = {"queued": 999_990, "claimed": 10}
+        document = json.loads(self.get("/status.json"))
+        self.assertEqual(document["fleet_jobs"], {"queued": 999_990, "claimed": 10})
+        self.assertEqual(document["totals"]["jobs_total"], 3)
+        self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
+        self.assertIsNone(json.loads(self.get("/status.json"))["fleet_jobs"])
+
     def test_daemons(self) -> None:
         """
         C{daemons} has every daemon of the view, in its order, each with
@@ -222,7 +235,8 @@ class StatusJSONFleetTests(FleetPagesTestCase):
         self.fleet.later = True
         response = self.treq.get(BASE + "/status.json")
         self.assertNoResult(response)
-        self.assertEqual(len(self.fleet.pending), 2)
+        # The daemons, the page's holders, the fleet's counts.
+        self.assertEqual(len(self.fleet.pending), 3)
         self.progress.job("carol").showState(lambda: JobState.RUNNING)
         for d in self.fleet.pending:
             d.callback(self.fleet.fleet if d is self.fleet.pending[0] else {})
@@ -522,6 +536,7 @@ class SingleDaemonTests(SynchronousTestCase):
             (daemon["jobs"], daemon["live"], daemon["this"], daemon["messages_per_second"]),
             (2, True, True, 0.0),
         )
+        self.assertNotIn("fleet_jobs", document)
         self.assertEqual(
             [job["daemon"]["id"] for job in document["jobs"]], [daemon["id"], daemon["id"]]
         )

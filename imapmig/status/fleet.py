@@ -99,11 +99,14 @@ class FleetParts:
     @ivar fleet: the daemons, L{None} when they could not be read.
     @ivar holders: the holder of each job of the page that one holds.
     @ivar error: why the fleet could not be read, L{None} if it was.
+    @ivar counts: the fleet's jobs by state, when asked and read, else
+        L{None}.
     """
 
     fleet: Fleet | None
     holders: Mapping[str, Holder]
     error: str | None = None
+    counts: Mapping[str, int] | None = None
 
     def daemonsDocument(self) -> list[dict[str, object]] | None:
         """
@@ -121,16 +124,18 @@ class FleetParts:
 
 
 def readFleet(
-    view: IFleetView, names: Sequence[str], daemons: bool = True
+    view: IFleetView, names: Sequence[str], daemons: bool = True, counts: bool = False
 ) -> Deferred[FleetParts]:
     """
     The daemons (unless not C{daemons}: then C{fleet} is an empty
-    L{Fleet}), and the holders of the jobs C{names}, read at once.  A
+    L{Fleet}), the holders of the jobs C{names}, and with C{counts} the
+    fleet's jobs by state (L{IFleetView.jobCounts}), read at once.  A
     failure to read is answered, never raised: a transient one (the
     database unreachable) in C{error}, anything else logged as a bug and
     answered alike.
     """
     held: dict[str, Holder] = {}
+    counted: dict[str, int] = {}
 
     def keep(holders: Mapping[str, Holder]) -> None:
         held.update(holders)
@@ -138,9 +143,11 @@ def readFleet(
     reads: list[Deferred[Any]] = [view.daemons() if daemons else succeed(Fleet(()))]
     if names:
         reads.append(view.holders(names).addCallback(keep))
+    if counts:
+        reads.append(view.jobCounts().addCallback(counted.update))
 
     def read(results: list[Any]) -> FleetParts:
-        return FleetParts(results[0], held)
+        return FleetParts(results[0], held, counts=counted if counts else None)
 
     def unread(failure: Failure) -> FleetParts:
         if isinstance(failure.value, FirstError):

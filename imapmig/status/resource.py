@@ -25,7 +25,7 @@ import imapmig
 from imapmig.errors import escapedExcerpt
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress
-from imapmig.queue.fleetview import IFleetView
+from imapmig.queue.fleetview import IFleetView, SingleDaemonView
 from imapmig.state import IStateStore
 from imapmig.status._http import (
     ConnectionSlots,
@@ -99,14 +99,21 @@ class StatusJSONResource(ReadOnlyResource):
         if self._fleet is None:
             return jsonBody(document)
 
+        # A fleet's daemon lists the jobs it holds; the fleet's are counted
+        # in its database.
+        fleet = not isinstance(self._fleet, SingleDaemonView)
+
         def withFleet(parts: FleetParts) -> bytes:
             document["daemons"] = parts.daemonsDocument()
             document["daemons_error"] = parts.error
+            if fleet:
+                document["fleet_jobs"] = parts.counts
             for job in shown:
                 job["daemon"] = parts.holderOf(str(job["name"]))
             return jsonBody(document)
 
-        return readFleet(self._fleet, [job.name for job in page]).addCallback(withFleet)
+        names = [job.name for job in page]
+        return readFleet(self._fleet, names, counts=fleet).addCallback(withFleet)
 
 
 
