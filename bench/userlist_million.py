@@ -14,8 +14,8 @@ The rows name a credential for both accounts (no password file per row).
 Measured at 1,000,000 rows on the shared development machine (2 cores,
 PostgreSQL 15): expanded, loadConfig 17.1 s (920 MB), digests 14.4 s
 (peak 1.2 GB), first load 12.6 s; kept as written, loadConfig 0.05 s
-(64 MB), digest 0.3 ms, first load 45 s (peak 292 MB, a 706 MB table),
-second start 7 ms, a claim 2.5-4.5 ms.
+(64 MB), digest 0.3 ms, first load 45-99 s (peak 292 MB, a 706 MB table),
+second start 7-12 ms, a claim 2.5-6 ms.
 """
 
 from __future__ import annotations
