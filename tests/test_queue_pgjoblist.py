@@ -10,21 +10,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator, Mapping
-
-import attrs
 from attrs import evolve
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.access.secrets import Secret
 from imapmig.config.model import JobConfig, RetryConfig
-from imapmig.errors import ConfigError, FleetMismatch, JobListStale, PermanentError
+from imapmig.errors import FleetMismatch, JobListStale, PermanentError
 from imapmig.queue import JobOutcome, QueueState
 from imapmig.queue._pgjoblist import CHANGE_HINT, JobList, ListChange, _Encoder
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.testing.postgresql import PASSWORD_ROLE
 from tests.support import sourceTreeEnvironment
+from tests.test_queue import FakeUserList
 from tests.test_queue_postgresql import PostgreSQLTestMixin
 from tests.test_schedule_service import jobConfig
 
@@ -395,48 +393,6 @@ class FleetTests(PostgreSQLTestMixin):
         )
         self.assertEqual(self.fleetRow()[2:], (1, 100_000))
         self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(100_000,)])
-
-
-@attrs.define
-class FakeUserList:
-    """
-    A user list (L{imapmig.config.model.UserList}) of C{count} rows made
-    in memory, counting how often its rows are read; with C{readable}
-    false, reading them fails the test.
-    """
-
-    name: str = "users"
-    entry: str = "jobs[0]"
-    path: str = "/lists/users.csv"
-    fileDigest: str = "f" * 64
-    count: int = 3
-    settings: object = ("template", 3)
-    readable: bool = True
-    reads: int = 0
-    built: int = 0
-    broken: bool = False
-
-    def rows(self, taken: Mapping[str, str]) -> Iterator[tuple[JobConfig, dict[str, object]]]:
-        """
-        Each row's job and params, unless not C{readable}.
-        """
-        if not self.readable:
-            raise AssertionError("the rows of a user list were read")
-        self.reads += 1
-        for index in range(self.count):
-            params: dict[str, object] = {"row": index + 2, "fields": {"user": f"u{index}"}}
-            yield self.job(params), params
-
-    def job(self, params: Mapping[str, object]) -> JobConfig:
-        """
-        The job of the row of C{params}; with C{broken}, a problem.
-        """
-        if self.broken:
-            raise ConfigError([f"{self.path}: row {params['row']}: destination_password_file: gone"])
-        self.built += 1
-        fields = params["fields"]
-        assert isinstance(fields, dict)
-        return jobConfig(f"{self.name}-{fields['user']}", fields["user"])
 
 
 class UserListDigestTests(SynchronousTestCase):

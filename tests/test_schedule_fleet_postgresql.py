@@ -167,7 +167,7 @@ class UserListFleetSchedulerTests(PostgreSQLTestMixin):
         from imapmig.schedule.fleet import FleetScheduler
         from imapmig.schedule.grants import ConnectionGrants, JobConnections
         from tests.statecontract import SynchronousReactor, SynchronousThreadPool
-        from tests.test_queue_pgjoblist import FakeUserList
+        from tests.test_queue import FakeUserList
         from tests.test_schedule_service import FakeJob
 
         queue = PostgreSQLJobQueue.connect(self.uri, [], "acme", userLists=[FakeUserList(count=2)])
