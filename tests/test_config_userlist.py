@@ -566,6 +566,7 @@ class LazyTests(UserListTestCase):
         self.assertEqual((len(local.jobs), local.userLists), (3, ()))
         document = self.userDocument()
         document["state"] = "postgresql://imapmig@127.0.0.1:5432/migration"
+        document["fleet"] = {"name": "acme"}
         writeFile(self.configPath, yaml.safe_dump(document))
         fleet = loadConfig(self.configPath, lazyUserLists=None)
         self.assertEqual((len(fleet.jobs), len(fleet.userLists)), (1, 1))

@@ -150,7 +150,8 @@ class UserListLoadTests(PostgreSQLTestMixin):
         path = os.path.join(base, "imapmig.yaml")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(
-                f"state: {self.uri}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"state: {self.uri}\nfleet: {{name: acme}}\n"
+                f"servers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
                 f"jobs: [{{name: users, jobs_from: users.csv, source: {{maildir: {maildir}}},"
                 " destination: {server: s}}]\n"
             )
