@@ -11,8 +11,8 @@ C{imapmig state load-jobs}, and timed.
 On a private cluster and a private Dovecot: the list's first row is a
 real account (one message from a Maildir), the others accounts that do
 not exist (their jobs fail at login).  Measured on the shared development
-machine (2 cores, PostgreSQL 15) at 1,000,000 rows: load-jobs 37.9 s;
-first message 0.96 s and 0.79 s, peak RSS 73 MB (the same at 1,000
+machine (2 cores, PostgreSQL 15) at 1,000,000 rows: load-jobs 37.9-60.8 s;
+first message 0.79-2.15 s over 5 starts, peak RSS 72-73 MB (the same at 1,000
 rows: 0.80 s and 1.67 s, 73 MB).  Before, the daemon parsed the list
 into a million jobs (17.1 s, 920 MB) and digested them (14.4 s, peak
 1.2 GB) at every start (bench/userlist_million.py).
