@@ -415,7 +415,7 @@ class MachineTests(SynchronousTestCase):
         drawn = diagram()
         self.assertTrue(drawn.startswith("stateDiagram-v2\n    [*] --> queued\n"))
         self.assertIn("    running --> done_with_failures: endWithFailures\n", drawn)
-        self.assertIn("    paused --> queued: resume\n", drawn)
+        self.assertIn("    paused --> queued: requeue, resume\n", drawn)
         self.assertIn("    stopping --> paused: stopped\n", drawn)
         self.assertIn("    stopping --> cancelled: stopped\n", drawn)
         self.assertNotIn("stopping --> stopping", drawn)

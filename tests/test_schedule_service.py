@@ -30,7 +30,7 @@ from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.queue import JobClaim, JobOutcome
-from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.config import parseConfig
 from imapmig.schedule.scheduler import JobQueueService, essentialConnections
 from imapmig.daemon.rootservice import MigrationService
@@ -85,6 +85,7 @@ class FakeJob:
         self.crash = crash
         self.result: Deferred[bool] = Deferred()
         self.stopped = False
+        self.abandoned = False
         self.deferredUntil: float | None = None
 
     def run(self) -> Deferred[bool]:
@@ -117,6 +118,13 @@ class FakeJob:
         self.machine.stop()
         if not self.result.called:
             self.result.callback(False)
+
+    def abandon(self) -> None:
+        """
+        Its claim lost: stopped at once, as the test sees it.
+        """
+        self.abandoned = True
+        self.stop()
 
 
 class Scheduler:
@@ -527,7 +535,9 @@ class SchedulerTests(SynchronousTestCase):
         under the new claim, which its end finishes.
         """
         s = Scheduler([jobConfig(n, n) for n in ("a", "b", "c")], maxJobs=2)
-        s.service._queue = s.queue = ForgetfulQueue(s.queue)
+        s.queue = ForgetfulQueue(s.queue)
+        s.service._queue = AsyncJobQueue(s.queue)
+        s.service._renewQueue = s.queue
         s.service.startService()
         s.clock.rightNow += 700
         s.finish("b")

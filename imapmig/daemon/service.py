@@ -29,9 +29,11 @@ Endpoint strings become endpoints here, and only here.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import os
+import socket
 import time
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
 
@@ -69,7 +71,10 @@ from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
 from imapmig.errors import ConnectionNotGranted
+from imapmig import __version__
+from imapmig.queue import IAsyncJobQueue
 from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
@@ -581,20 +586,50 @@ class _ServiceTree:
             machine=self.machines.job(jobConfig.name),
         )
 
-    def addScheduler(self, whenDone: Callable[[bool], None] | None) -> JobQueueService:
+    def addScheduler(
+        self,
+        whenDone: Callable[[bool], None] | None,
+        fleetQueue: IAsyncJobQueue | None = None,
+    ) -> JobQueueService:
         """
-        Add the scheduler, which runs the queued jobs (L{buildJob}).
+        Add the scheduler, which runs the queued jobs (L{buildJob}): over
+        the configured jobs in memory, or, given C{fleetQueue} (a fleet's
+        shared queue, L{imapmig.queue.postgresql}'s C{ThreadedJobQueue}),
+        as a daemon of the fleet (L{FleetScheduler}: its lease the
+        configuration's C{fleet.lease}; a database whose schema is newer
+        than this imapmig's stops the jobs and the daemon, which exits 2).
         """
-        scheduler = JobQueueService(
-            self.queue,
-            self.grants,
-            self.buildJob,
-            self.progress,
-            self.reactor,
-            whenDone,
-            store=self.store,
-            machines=self.machines,
-        )
+        if fleetQueue is None:
+            scheduler: JobQueueService = JobQueueService(
+                self.queue,
+                self.grants,
+                self.buildJob,
+                self.progress,
+                self.reactor,
+                whenDone,
+                store=self.store,
+                machines=self.machines,
+            )
+        else:
+            from imapmig.queue._pgschema import SCHEMA_VERSION
+
+            reactor = self.reactor
+            fleet = getattr(self.config, "fleet", None)
+
+            def exitTwo() -> None:
+                # As tap's exitWhenDone: the status once twistd has cleaned up.
+                atexit.register(os._exit, 2)
+                reactor.callWhenRunning(reactor.stop)
+
+            self.machines = JobMachines(
+                self.progress, reactor, transitionRecorder(self.store), fleetQueue
+            )
+            scheduler = FleetScheduler(
+                fleetQueue, self.grants, self.buildJob, self.progress, reactor, whenDone,
+                time.monotonic, 60.0 if fleet is None else fleet.lease,
+                (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
+                store=self.store, machines=self.machines,
+            )  # fmt: skip
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
         scheduler.setServiceParent(self.root)
@@ -672,11 +707,13 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.status.fleet import singleDaemon
         from imapmig.status.metrics import buildMetricsResource
         from imapmig.status.resource import StatusResource, buildStatusSite
         from imapmig.status.verifyreport import defaultReportPath
 
         reactor, progress, root = self.reactor, self.progress, self.root
+        fleet = singleDaemon(progress, reactor.seconds)
         status = StatusResource(
             progress,
             reactor.seconds,
@@ -686,8 +723,9 @@ class _ServiceTree:
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
-                progress, self.telemetry, self.jobServers, config.maxJobSeries
+                progress, self.telemetry, self.jobServers, config.maxJobSeries, fleet=fleet
             ),
+            fleet=fleet,
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),

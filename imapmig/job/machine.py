@@ -10,9 +10,11 @@ C{application/_client_service.py}), and whatever moves a job is one of its
 inputs (L{JobInputs}): the scheduler (a grant, a start, queued again), the
 run (connected, backing off, held by the server, deferred by a budget, its
 end), the admin's controls (pause, resume, cancel, retry-failed, each with
-who), a reload and the daemon's stop.  A fleet's lease (claimed, lost,
-taken over) is meant to be one more group of inputs, handled as L{stop}
-is.
+who), a reload and the daemon's stop.  A fleet's lease is one more input
+of the daemon's group, L{JobInputs.leaseLost} (docs/fleet-design.md "The
+lease in the job's machine"): a running job stops I{abandoning} what is
+in flight (state C{Abandoning}, shown C{stopping}), a waiting one is
+stopped at once, and either ends C{stopped}, its cause C{lease lost}.
 
 Every transition is recorded, through the L{_Core}'s C{record}, as a
 L{Transition} (time, from, to, cause, who): the job's timeline.  The
@@ -30,132 +32,23 @@ for the "Job states" section of docs/failure-handling.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, cast
 
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from imapmig.errors import ControlRefused, UnknownJob
+from imapmig.errors import ControlRefused, ImapmigError, QueueUnavailable, UnknownJob
+from imapmig.job.inputs import CANCELLED_BY_ADMIN, PAUSED_BY_ADMIN, JobInputs
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
-from imapmig.queue import IJobQueue, QueueState
+from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
 from imapmig.state import Transition
 
+__all__ = ["CANCELLED_BY_ADMIN", "PAUSED_BY_ADMIN", "JobInputs", "JobMachine", "JobMachines", "MACHINE", "forget"]
+
 log = Logger()
-
-PAUSED_BY_ADMIN = "paused by the admin"
-"""
-What a job paused by an admin shows it waits for.
-"""
-
-CANCELLED_BY_ADMIN = "cancelled by the admin"
-"""
-The error a cancelled job shows, and is recorded with in the state store.
-"""
-
-
-class JobInputs(Protocol):
-    """
-    What can happen to a job, grouped by who says it.
-    """
-
-    # -- the scheduler -----------------------------------------------------
-    def waitForGrant(self, reason: str) -> None:
-        "Claimed, the job waits for a connection grant or a job slot."
-
-    def start(self) -> None:
-        "Granted, the job's run begins (or begins again): it connects."
-
-    def requeue(self, cause: str, by: str | None) -> None:
-        """
-        The job is queued again: retry-failed (C{by} an admin), a reload,
-        a deferred job due, a new run of an ended one.
-        """
-
-    # -- the run -----------------------------------------------------------
-    def connected(self) -> None:
-        "The destination is logged in and prepared: messages flow."
-
-    def backOff(self, reason: str, delay: float) -> None:
-        "A transient failure: wait C{delay} seconds (L{waited}), then retry."
-
-    def holdByServer(self, reason: str, delay: float) -> None:
-        """
-        The server refuses for a long while (over quota, bandwidth limit):
-        wait C{delay} seconds (L{waited}), then retry.
-        """
-
-    def waitForBudget(self, reason: str, delay: float) -> None:
-        """
-        A daily budget is used up: wait C{delay} seconds (L{waited}) in the
-        run, until it is renewed, then retry.
-        """
-
-    def defer(self, reason: str, until: float) -> None:
-        """
-        A daily budget is used up: the run ends and the job waits until
-        C{until} (a time of the clock) for the scheduler to start it again.
-        """
-
-    def waited(self) -> Deferred[None]:
-        """
-        While backing off, held by the server or waiting for a budget
-        within the run: fires when it is time to
-        retry; fails with L{CancelledError} if the wait ends otherwise.
-        """
-
-    def retry(self) -> None:
-        "The wait is over: connect again."
-
-    def succeed(self) -> None:
-        "Every message is in the destination."
-
-    def endWithFailures(self, failed: int) -> None:
-        "The run ended with C{failed} messages recorded as failed."
-
-    def fail(self, reason: str) -> None:
-        "The job cannot go on: a permanent error, or too many retries."
-
-    def stopped(self) -> None:
-        "A stopping job has recorded what was in flight and logged out."
-
-    # -- the admin's controls ----------------------------------------------
-    def pause(self, by: str) -> None:
-        "An admin pauses the job (a running one stops first)."
-
-    def resume(self, by: str) -> None:
-        "An admin resumes a paused job: it is queued again."
-
-    def cancel(self, by: str) -> None:
-        "An admin cancels the job (a running one stops first)."
-
-    def retryFailed(self, by: str) -> None:
-        """
-        An admin asks the job's failed messages retried: an ended job is
-        queued again, a claimed one runs again once its run ends.
-        """
-
-    def restorePause(self, by: str | None, since: float, across: str) -> None:
-        """
-        The admin's pause, kept in the state store, is put back across
-        C{across} ("the restart", "the reload"): C{by} paused the job at
-        C{since}.
-        """
-
-    def restoreCancel(self, by: str | None, across: str) -> None:
-        """
-        The admin's cancel, kept in the state store, is put back across
-        C{across}: C{by} cancelled the job.
-        """
-
-    # -- the daemon ----------------------------------------------------------
-    def stop(self) -> None:
-        "The daemon stops: take no new messages, end once in-flight is recorded."
-
-    # -- what it is ------------------------------------------------------------
-    def state(self) -> JobState:
-        "Where the job is."
 
 
 def forget(job: str, transition: Transition) -> None:
@@ -174,6 +67,8 @@ class _Core:
         C{recordTransition}).
     @ivar queue: the job queue, where the admin's controls the machine
         takes are written (L{None}: a machine outside any queue).
+    @ivar written: the answer of its last write into a fleet's queue (see
+        L{JobMachines.control}).
     @ivar current: the state entered last: written by L{enter} alone.
     @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
@@ -182,7 +77,8 @@ class _Core:
     progress: JobProgress
     clock: IReactorTime
     record: Callable[[str, Transition], object] = forget
-    queue: IJobQueue | None = None
+    queue: IJobQueue | IAsyncJobQueue | None = None
+    written: Deferred[QueueState | ImapmigError | None] | None = None
     current: JobState = JobState.QUEUED
     stopBy: str | None = None
     timer: IDelayedCall | None = None
@@ -198,7 +94,7 @@ class _Core:
 
     def hold(
         self,
-        write: Callable[[IJobQueue], Callable[[str], object]],
+        write: Callable[[Any], Callable[[str], object]],
         already: QueueState | None = None,
     ) -> None:
         """
@@ -208,8 +104,16 @@ class _Core:
         check first, so the queue takes it; if not (changed meanwhile
         through another daemon), the machine still moves, and says so.
         Queue methods are plain updates: nothing re-enters the machine.
+
+        A fleet's queue (an L{IAsyncJobQueue}) is written at once, without
+        the read of C{already} (its refusal is the answer): the write's
+        answer is L{written}, a failure to reach the queue is logged and
+        the write tried again, never lost.
         """
         if self.queue is None:
+            return
+        if IAsyncJobQueue.providedBy(self.queue):
+            self.written = _Write(self.job, self.queue, self.clock, write).attempt()
             return
         try:
             if already is None or self.queue.state(self.job) is not already:
@@ -284,6 +188,50 @@ class _Core:
         self.progress.finished(error)
 
 
+# Seconds before a write into a fleet's queue that could not reach it is
+# tried again.
+WRITE_RETRY = 5.0
+
+
+class _Write:
+    """
+    One write of a job's machine into a fleet's queue, tried until the
+    queue answers (L{QueueUnavailable} is logged and tried again).
+    """
+
+    def __init__(
+        self, job: str, queue: object, clock: IReactorTime, write: Callable[[Any], Callable[[str], object]]
+    ) -> None:
+        self._job = job
+        self._queue = queue
+        self._clock = clock
+        self._write = write
+        self._answer: Deferred[QueueState | ImapmigError | None] = Deferred()
+
+    def attempt(self) -> Deferred[QueueState | ImapmigError | None]:
+        writing: Deferred[QueueState | None] = self._write(self._queue)(self._job)  # type: ignore[assignment]
+        writing.addCallbacks(self._answer.callback, self._failed)
+        return self._answer
+
+    def _failed(self, failure: Failure) -> None:
+        why = failure.getErrorMessage()
+        if failure.check(UnknownJob, ControlRefused):
+            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=self._job, why=why)
+            self._answer.callback(cast(ImapmigError, failure.value))
+        elif failure.check(QueueUnavailable):
+            log.warn(
+                "Job {job}: the queue cannot be reached to write its machine's move"
+                " ({why}); trying again in {delay:.0f} s",
+                job=self._job,
+                why=why,
+                delay=WRITE_RETRY,
+            )
+            self._clock.callLater(WRITE_RETRY, self.attempt)
+        else:
+            log.failure("Job {job}: writing its machine's move into the queue", failure, job=self._job)
+            self._answer.callback(None)
+
+
 _builder = TypeMachineBuilder(JobInputs, _Core)
 queued = _builder.state("Queued")
 waiting = _builder.state("Waiting")
@@ -298,6 +246,9 @@ stopping = _builder.state("Stopping")
 # ends paused or cancelled; for the daemon's stop, stopped.
 stoppingForPause = _builder.state("StoppingForPause")
 stoppingForCancel = _builder.state("StoppingForCancel")
+# Its lease lost, a stopping job abandons what is in flight, and ends
+# stopped whatever its run says.
+abandoning = _builder.state("Abandoning")
 stopped = _builder.state("Stopped")
 done = _builder.state("Done")
 doneWithFailures = _builder.state("DoneWithFailures")
@@ -306,8 +257,8 @@ cancelled = _builder.state("Cancelled")
 
 _ALL = (
     queued, waiting, connecting, running, backingOff, paused, pausedByServer, deferred,
-    stopping, stoppingForPause, stoppingForCancel, stopped, done, doneWithFailures, failed,
-    cancelled,
+    stopping, stoppingForPause, stoppingForCancel, abandoning, stopped, done, doneWithFailures,
+    failed, cancelled,
 )
 
 for _state in _ALL:
@@ -342,6 +293,7 @@ def _start(inputs: JobInputs, core: _Core) -> None:
 
 
 @waiting.upon(JobInputs.requeue).to(queued)
+@paused.upon(JobInputs.requeue).to(queued)
 @deferred.upon(JobInputs.requeue).to(queued)
 @stopped.upon(JobInputs.requeue).to(queued)
 @done.upon(JobInputs.requeue).to(queued)
@@ -369,6 +321,7 @@ def _connected(inputs: JobInputs, core: _Core) -> None:
 
 
 @stopping.upon(JobInputs.connected).loop()
+@abandoning.upon(JobInputs.connected).loop()
 @stoppingForPause.upon(JobInputs.connected).loop()
 @stoppingForCancel.upon(JobInputs.connected).loop()
 def _connectedWhileStopping(inputs: JobInputs, core: _Core) -> None:
@@ -653,6 +606,7 @@ def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
 @stopping.upon(JobInputs.stop).loop()
 @stoppingForPause.upon(JobInputs.stop).loop()
 @stoppingForCancel.upon(JobInputs.stop).loop()
+@abandoning.upon(JobInputs.stop).loop()
 @stopped.upon(JobInputs.stop).loop()
 @done.upon(JobInputs.stop).loop()
 @doneWithFailures.upon(JobInputs.stop).loop()
@@ -660,6 +614,89 @@ def _stopWaiting(inputs: JobInputs, core: _Core) -> None:
 @cancelled.upon(JobInputs.stop).loop()
 def _alreadyStill(inputs: JobInputs, core: _Core) -> None:
     pass
+
+
+# -- the lease -------------------------------------------------------------------------
+
+LEASE_LOST = "lease lost"
+"""
+The cause of the move to C{stopped} of a job whose lease was lost.
+"""
+
+
+@connecting.upon(JobInputs.leaseLost).to(abandoning)
+@running.upon(JobInputs.leaseLost).to(abandoning)
+def _leaseLostRunning(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.enter(JobState.STOPPING, f"{LEASE_LOST}: {reason}")
+
+
+@stopping.upon(JobInputs.leaseLost).to(abandoning)
+@stoppingForPause.upon(JobInputs.leaseLost).to(abandoning)
+@stoppingForCancel.upon(JobInputs.leaseLost).to(abandoning)
+def _leaseLostStopping(inputs: JobInputs, core: _Core, reason: str) -> None:
+    # The stop in progress becomes an abandon: the pause or cancel it
+    # stopped for is written in the queue already, which applies it.
+    log.info("Job {job}: its lease is lost while it stops ({why})", job=core.job, why=reason)
+    core.stopBy = None
+
+
+@waiting.upon(JobInputs.leaseLost).to(stopped)
+@backingOff.upon(JobInputs.leaseLost).to(stopped)
+@pausedByServer.upon(JobInputs.leaseLost).to(stopped)
+def _leaseLostWaiting(inputs: JobInputs, core: _Core, reason: str) -> None:
+    core.ended(JobState.STOPPED, f"{LEASE_LOST}: {reason}", f"stopped: {LEASE_LOST}")
+
+
+@queued.upon(JobInputs.leaseLost).loop()
+@paused.upon(JobInputs.leaseLost).loop()
+@deferred.upon(JobInputs.leaseLost).loop()
+@abandoning.upon(JobInputs.leaseLost).loop()
+@stopped.upon(JobInputs.leaseLost).loop()
+@done.upon(JobInputs.leaseLost).loop()
+@doneWithFailures.upon(JobInputs.leaseLost).loop()
+@failed.upon(JobInputs.leaseLost).loop()
+@cancelled.upon(JobInputs.leaseLost).loop()
+def _notHeld(inputs: JobInputs, core: _Core, reason: str) -> None:
+    pass
+
+
+@abandoning.upon(JobInputs.stopped).to(stopped)
+@abandoning.upon(JobInputs.succeed).to(stopped)
+def _abandoned(inputs: JobInputs, core: _Core) -> None:
+    # However its run ended, the claim is not this daemon's: its outcome
+    # is the next owner's to find out.
+    core.ended(JobState.STOPPED, LEASE_LOST, f"stopped: {LEASE_LOST}")
+
+
+@abandoning.upon(JobInputs.endWithFailures).to(stopped)
+def _abandonedWithFailures(inputs: JobInputs, core: _Core, failed: int) -> None:
+    _abandoned(inputs, core)
+
+
+@abandoning.upon(JobInputs.fail).to(stopped)
+def _abandonedFailing(inputs: JobInputs, core: _Core, reason: str) -> None:
+    _abandoned(inputs, core)
+
+
+@abandoning.upon(JobInputs.pause).loop()
+def _pauseWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    # For the row, which the next claim releases as it asks.
+    core.hold(lambda queue: queue.pause)
+
+
+@abandoning.upon(JobInputs.cancel).loop()
+def _cancelWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.cancel)
+
+
+@abandoning.upon(JobInputs.resume).loop()
+def _resumeWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.resume)
+
+
+@abandoning.upon(JobInputs.retryFailed).loop()
+def _retryWhileAbandoning(inputs: JobInputs, core: _Core, by: str) -> None:
+    core.hold(lambda queue: queue.requeue)
 
 
 MACHINE: TypeMachine[JobInputs, _Core] = _builder.build()
@@ -679,7 +716,7 @@ class JobMachines:
         progress: MigrationProgress,
         clock: IReactorTime,
         record: Callable[[str, Transition], object] = forget,
-        queue: IJobQueue | None = None,
+        queue: IJobQueue | IAsyncJobQueue | None = None,
     ) -> None:
         """
         @param progress: every job's progress, where each machine shows its
@@ -693,27 +730,52 @@ class JobMachines:
         self._clock = clock
         self._record = record
         self.queue = queue
-        self._machines: dict[str, JobInputs] = {}
+        self._machines: dict[str, tuple[JobInputs, _Core]] = {}
 
     def job(self, name: str) -> JobInputs:
         """
         Job C{name}'s machine.
         """
-        machine = self._machines.get(name)
-        if machine is None:
-            machine = JobMachine(
-                name, self._progress.job(name), self._clock, self._record, self.queue
-            )
-            self._machines[name] = machine
-        return machine
+        made = self._machines.get(name)
+        if made is None:
+            core = _Core(name, self._progress.job(name), self._clock, self._record, self.queue)
+            made = self._machines[name] = (_made(core), core)
+        return made[0]
 
+    def control(
+        self, name: str, give: Callable[[JobInputs], object]
+    ) -> Deferred[QueueState | ImapmigError | None]:
+        """
+        Give job C{name}'s machine a control (C{give} calls its input), and
+        the answer of the write its transition made into a fleet's queue:
+        the job's state there, or the queue's refusal (L{ControlRefused},
+        L{UnknownJob}); L{None} if it wrote none.  It never fails.
+        """
+        self.job(name)
+        core = self._machines[name][1]
+        core.written = None
+        give(self._machines[name][0])
+        written, core.written = core.written, None
+        return succeed(None) if written is None else written
+
+    def controlElsewhere(
+        self, name: str, control: str
+    ) -> Deferred[QueueState | ImapmigError | None]:
+        """
+        A control (C{"pause"}, C{"resume"}, C{"cancel"}, C{"requeue"}) of
+        job C{name}, which this daemon does not hold: one write into the
+        fleet's queue, answered as L{control} answers; the job's machine
+        here is not moved (the queue's row is the job's state).
+        """
+        write = _Write(name, self.queue, self._clock, lambda queue: getattr(queue, control))
+        return write.attempt()
 
 def JobMachine(
     job: str,
     progress: JobProgress,
     clock: IReactorTime,
     record: Callable[[str, Transition], object] = forget,
-    queue: IJobQueue | None = None,
+    queue: IJobQueue | IAsyncJobQueue | None = None,
 ) -> JobInputs:
     """
     Job C{job}'s machine, starting Queued; C{progress} shows its state.
@@ -722,7 +784,14 @@ def JobMachine(
     @param record: called with every transition (the job's timeline).
     @param queue: where it writes the admin's controls it takes.
     """
-    machine = MACHINE(_Core(job, progress, clock, record, queue))
-    progress.showState(machine.state)
+    return _made(_Core(job, progress, clock, record, queue))
+
+
+def _made(core: _Core) -> JobInputs:
+    """
+    The machine working with C{core}, its state shown on its progress.
+    """
+    machine = MACHINE(core)
+    core.progress.showState(machine.state)
     return machine
 

@@ -293,6 +293,22 @@ class MigrationJob:
         # Whatever the attempt still waits for on its connections ends now.
         attempt.end()
 
+    def abandon(self) -> None:
+        """
+        The job's claim is lost (its machine was told C{leaseLost}): stop
+        the run at once, abandoning what is in flight: the connections are
+        aborted now, no reply is awaited, nothing more is sent or read
+        (the next owner's reconciliation settles the journal).
+        """
+        self._requestStop()
+        if self._stopTimer is not None and self._stopTimer.active():
+            self._stopTimer.cancel()
+        self._stopTimer = None
+        if isinstance(self._source, IMAPSource):
+            self._source.abort()
+        if self._attempt is not None:
+            self._attempt.end()
+
     def _storeFailed(self) -> None:
         """
         The state store could not record outcomes: nothing more may be sent

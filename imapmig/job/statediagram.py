@@ -30,6 +30,7 @@ _NAMES = {
     "Stopping": JobState.STOPPING,
     "StoppingForPause": JobState.STOPPING,
     "StoppingForCancel": JobState.STOPPING,
+    "Abandoning": JobState.STOPPING,
     "Stopped": JobState.STOPPED,
     "Done": JobState.DONE,
     "DoneWithFailures": JobState.DONE_WITH_FAILURES,

@@ -382,6 +382,50 @@ class IAsyncJobQueue(Interface):
     C{heartbeat}.
     """
 
+    def register(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
+        "L{IJobQueue.register}."
+
+    def heartbeat(owner: str, lease: float) -> Deferred[Heartbeat]:
+        "L{IJobQueue.heartbeat}."
+
+    def claim(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+        "L{IJobQueue.claim}."
+
+    def finish(
+        claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+    ) -> Deferred[None]:
+        "L{IJobQueue.finish}."
+
+    def nextDue() -> Deferred[float | None]:
+        "L{IJobQueue.nextDue}."
+
+    def counts() -> Deferred[QueueCounts]:
+        "L{IJobQueue.counts}."
+
+    def state(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.state}."
+
+    def pause(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.pause}."
+
+    def resume(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.resume}."
+
+    def cancel(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.cancel}."
+
+    def requeue(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.requeue}."
+
+    def add(job: JobConfig) -> Deferred[None]:
+        "L{IJobQueue.add}."
+
+    def remove(name: str) -> Deferred[QueueState]:
+        "L{IJobQueue.remove}."
+
+    def replace(job: JobConfig) -> Deferred[QueueState]:
+        "L{IJobQueue.replace}."
+
     def retire(owner: str) -> Deferred[None]:
         """
         End the lease of daemon C{owner} now (C{lease_until} no later than

@@ -4,15 +4,22 @@ The in-process job queue (L{InMemoryJobQueue}): the configured jobs,
 claimed by one daemon, its leases timed by a monotonic clock.  Taken out
 of C{imapmig/schedule/queue.py} beside the interface it provides
 (L{imapmig.queue.IJobQueue}), where a shared queue goes beside it.
+
+L{AsyncJobQueue} gives any L{IJobQueue} as an L{IAsyncJobQueue}, each
+call made at once and its answer an already-fired Deferred: the
+scheduler and the jobs' machines then have one code path for the one
+daemon's queue in memory and the fleet's in PostgreSQL, with no wait
+added to the first (and the fleet's tests a queue in memory).
 """
 
 from __future__ import annotations
 
 import heapq
 import uuid
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from attrs import evolve
+from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.config.model import JobConfig
@@ -20,6 +27,7 @@ from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from imapmig.queue import (
     ENDED,
     Heartbeat,
+    IAsyncJobQueue,
     IJobQueue,
     JobClaim,
     JobOutcome,
@@ -105,6 +113,20 @@ class InMemoryJobQueue:
         if until is not None:
             self._daemons[owner] = leaseNow + lease
         return leaseNow + lease
+
+    def retire(self, owner: str) -> None:
+        """
+        End daemon C{owner}'s lease now (see L{IAsyncJobQueue.retire}):
+        its jobs go back to the queue at once, each claimed next as a
+        takeover.
+        """
+        if owner in self._daemons:
+            self._daemons[owner] = float("-inf")
+        for position, held in list(self._claims.items()):
+            if held.owner == owner:
+                del self._claims[position]
+                self._takenFrom[position] = owner
+                self._giveBack(position, JobOutcome.STOPPED, None)
 
     def heartbeat(self, owner: str, lease: float) -> Heartbeat:
         leaseUntil = self._beat(owner, lease)
@@ -407,3 +429,92 @@ class InMemoryJobQueue:
         position = self._position(job.name)
         self._mutableJobs()[position] = job
         return self._stateAt(position)
+
+
+_T = TypeVar("_T")
+
+
+def _answer(call: Callable[..., _T], *args: object) -> Deferred[_T]:
+    """
+    C{call(*args)}'s result as a fired Deferred, or its exception as a
+    failed one.
+    """
+    try:
+        return succeed(call(*args))
+    except Exception as e:
+        return fail(e)
+
+
+@implementer(IAsyncJobQueue)
+class AsyncJobQueue:
+    """
+    An L{IJobQueue} (an L{InMemoryJobQueue}) as an L{IAsyncJobQueue}: each
+    call is made at once, its answer an already-fired Deferred.
+
+    @ivar queue: the queue it answers from.
+    """
+
+    def __init__(self, queue: IJobQueue) -> None:
+        self.queue = queue
+
+    def register(self, host: str, pid: int, version: str, lease: float) -> Deferred[str]:
+        return _answer(self.queue.register, host, pid, version, lease)
+
+    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+        return _answer(self.queue.heartbeat, owner, lease)
+
+    def retire(self, owner: str) -> Deferred[None]:
+        # An IJobQueue has no retire of its own, but the in-memory one.
+        retire: Callable[[str], None] = getattr(self.queue, "retire", lambda owner: None)
+        return _answer(retire, owner)
+
+    def close(self) -> None:
+        pass
+
+    def claim(self, owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+        return _answer(self.queue.claim, owner, now, lease)
+
+    def finish(
+        self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+    ) -> Deferred[None]:
+        return _answer(self.queue.finish, claim, outcome, notBefore)
+
+    def nextDue(self) -> Deferred[float | None]:
+        return _answer(self.queue.nextDue)
+
+    def counts(self) -> Deferred[QueueCounts]:
+        return _answer(self.queue.counts)
+
+    def state(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.state, name)
+
+    def pause(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.pause, name)
+
+    def resume(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.resume, name)
+
+    def cancel(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.cancel, name)
+
+    def requeue(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.requeue, name)
+
+    def add(self, job: JobConfig) -> Deferred[None]:
+        return _answer(self.queue.add, job)
+
+    def remove(self, name: str) -> Deferred[QueueState]:
+        return _answer(self.queue.remove, name)
+
+    def replace(self, job: JobConfig) -> Deferred[QueueState]:
+        return _answer(self.queue.replace, job)
+
+
+def asAsync(queue: IJobQueue | IAsyncJobQueue) -> IAsyncJobQueue:
+    """
+    C{queue} as an L{IAsyncJobQueue}: itself if it is one, else an
+    L{AsyncJobQueue} over it.
+    """
+    if IAsyncJobQueue.providedBy(queue):
+        return queue
+    return AsyncJobQueue(queue)

@@ -26,7 +26,8 @@ from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.jobcontrols import JobControls, recordFailure
-from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.queue import IAsyncJobQueue, IJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.queue.memory import asAsync
 from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
 from imapmig.units import Count
@@ -50,6 +51,12 @@ class ScheduledJob(Protocol):
         C{deferredUntil} set, if it cannot go on before then.  Cancelling
         the run stops it: it takes no new work, and fires (C{False}) once
         what was in flight is settled.
+        """
+
+    def abandon(self) -> None:
+        """
+        Its claim is lost: stop the run at once, dropping what is in
+        flight (its connections aborted, nothing more recorded).
         """
 
 
@@ -87,7 +94,7 @@ class JobQueueService(Service):
 
     def __init__(
         self,
-        queue: IJobQueue,
+        queue: IJobQueue | IAsyncJobQueue,
         grants: ConnectionGrants,
         build: Callable[[JobConfig, JobConnections], ScheduledJob],
         progress: MigrationProgress,
@@ -99,7 +106,10 @@ class JobQueueService(Service):
         machines: JobMachines | None = None,
     ) -> None:
         """
-        @param queue: where the jobs are claimed.
+        @param queue: where the jobs are claimed: an L{IJobQueue} (the one
+            daemon's, its claims renewed here every third of C{lease}),
+            or a fleet's L{IAsyncJobQueue} (see
+            L{imapmig.schedule.fleet.FleetScheduler}).
         @param grants: the job slots and connection pools.
         @param build: makes a claimed job's L{MigrationJob}, its session
             openers asking C{JobConnections} for their grants.
@@ -114,7 +124,11 @@ class JobQueueService(Service):
             each job's claim, grants, holds and end; C{build} gives each
             run its job's machine.  They write C{queue}'s holds.
         """
-        self._queue = queue
+        # One code path: an IJobQueue's answers are fired Deferreds.
+        self._queue = asAsync(queue)
+        self._renewQueue = None if IAsyncJobQueue.providedBy(queue) else queue
+        # Seconds between claims while a slot is free (a fleet's), or None.
+        self._poll: float | None = None
         self._grants = grants
         self._build = build
         self._progress = progress
@@ -144,9 +158,10 @@ class JobQueueService(Service):
         self._needSlot = 0
         # The runs of the jobs built, each stopped by cancelling it.
         self._runs: dict[str, Deferred[bool]] = {}
+        self._built: dict[str, ScheduledJob] = {}
         self._claims: dict[str, JobClaim] = {}
         self._active: dict[str, Deferred[None]] = {}
-        self._renewal = LoopingCall(self._renewLeases)
+        self._renewal = LoopingCall(_renewClaims, self)
         self._renewal.clock = clock
         self._running: Deferred[None] | None = None
         if machines is None:
@@ -155,7 +170,7 @@ class JobQueueService(Service):
             # The machines write the queue's holds: this queue's.
             raise ValueError("the jobs' machines must write the scheduler's queue")
         self.machines = machines
-        self.controls = JobControls(queue, progress, store, self, self.machines)
+        self.controls = JobControls(queue, progress, store, self, self.machines)  # type: ignore[arg-type]
         self._holdsRestored = False
 
     def startService(self) -> None:
@@ -164,7 +179,8 @@ class JobQueueService(Service):
         self._startRunning()
 
     def _startRunning(self) -> None:
-        self._renewal.start(self._lease / 3, now=False)
+        if self._renewQueue is not None:
+            self._renewal.start(self._lease / 3, now=False)
         self._running = Deferred.fromCoroutine(self._runAll())
 
     def _runAgain(self) -> None:
@@ -200,12 +216,12 @@ class JobQueueService(Service):
                 # first (releasing grants it to the oldest slot waiter).
                 slot.release()
                 continue
-            claim = self._claimNext()
+            claim = await self._claimNext()
             if claim is not None:
                 self._start(claim, slot)
                 continue
             slot.release()
-            if self._nothingLeft():
+            if await self._nothingLeft():
                 break
             try:
                 await self._changed()
@@ -216,7 +232,7 @@ class JobQueueService(Service):
         if self._renewal.running:
             self._renewal.stop()
         if not self._stopping:
-            self._drained()
+            await self._drained()
 
     async def _restoreHolds(self) -> bool:
         """
@@ -233,7 +249,8 @@ class JobQueueService(Service):
                 " no job is started",
                 why=str(e),
             )
-            self._renewal.stop()
+            if self._renewal.running:
+                self._renewal.stop()
             if self._whenDone is not None:
                 self._whenDone(False)
             return False
@@ -252,19 +269,20 @@ class JobQueueService(Service):
             # (A job that ended at once has already left _active.)
             self._active[name] = running
 
-    def _nothingLeft(self) -> bool:
+    async def _nothingLeft(self) -> bool:
         """
         Whether, with nothing to claim, the queue is drained: no job runs,
         none is deferred, none is paused.
         """
-        queue = self._queue
-        return not self._active and queue.nextDue() is None and not queue.counts().paused
+        if self._active or await self._queue.nextDue() is not None:
+            return False
+        return not (await self._queue.counts()).paused
 
-    def _drained(self) -> None:
+    async def _drained(self) -> None:
         """
         The queue is drained: say so, and whether every job completed.
         """
-        allCompleted = not self._incomplete and not self._queue.counts().cancelled
+        allCompleted = not self._incomplete and not (await self._queue.counts()).cancelled
         log.info(
             "Job queue drained: {jobs}, {outcome}",
             count=len(self._started),
@@ -274,17 +292,20 @@ class JobQueueService(Service):
         if self._whenDone is not None:
             self._whenDone(allCompleted)
 
-    def _changed(self) -> Deferred[None]:
+    async def _changed(self) -> None:
         """
-        Fires when a running job ends or the earliest deferred job is due.
+        Fires when a running job ends or the earliest deferred job is due
+        (or, for a fleet's scheduler, its next claim).
         """
-        due = self._queue.nextDue()
-        if due is not None:
+        wake = self._wake = Deferred()
+        due = await self._queue.nextDue()
+        if self._poll is not None:
+            due = min(due or float("inf"), self._clock.seconds() + self._poll)
+        if due is not None and self._wake is wake:
             self._dueTimer = self._clock.callLater(
                 max(0.0, due - self._clock.seconds()), self._wakeUp
             )
-        wake = self._wake = Deferred()
-        return wake
+        await wake
 
     def _wakeUp(self) -> None:
         if self._dueTimer is not None and self._dueTimer.active():
@@ -294,12 +315,18 @@ class JobQueueService(Service):
         if wake is not None:
             wake.callback(None)
 
-    def _claimNext(self) -> JobClaim | None:
+    def _claim(self) -> Deferred[JobClaim | None]:
+        """
+        Claim the next job.
+        """
+        return self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+
+    async def _claimNext(self) -> JobClaim | None:
         """
         Claim the next job that this scheduler is not already running.
         """
         while True:
-            claim = self._queue.claim(self._owner, self._clock.seconds(), self._lease)
+            claim = await self._claim()
             if claim is None or claim.job.name not in self._claims:
                 return claim
             # Our own lease on a running job lapsed unrenewed (a renewal
@@ -320,7 +347,7 @@ class JobQueueService(Service):
         connections = JobConnections(self._grants, essentialConnections(claim.job))
         outcome = JobOutcome.FAILED
         notBefore = None
-        _claimed(machine)
+        _claimed(machine, claim, self._poll is not None)
         try:
             reserving = connections.reserve()
             slotless = self._waitForGrant(machine, name, reserving, slot)
@@ -336,7 +363,7 @@ class JobQueueService(Service):
                 raise CancelledError()
             if slot is None:
                 slot = await self._slotAgain(name)
-            job = self._build(claim.job, connections)
+            job = self._built[name] = self._build(claim.job, connections)
             # The job's own start line (imapmig.job.joblog) follows.
             log.debug(
                 "Job {job}: started ({running} of at most {maxJobs} jobs running)",
@@ -365,11 +392,12 @@ class JobQueueService(Service):
             await recordFailure(self._store, name, reason)
         finally:
             self._runs.pop(name, None)
+            self._built.pop(name, None)
             current = self._claims.pop(name, claim)
             self._active.pop(name, None)
             connections.end()
-            self._queue.finish(current, outcome, notBefore)
-            self._ended(name, outcome, machine)
+            if await self._finish(current, outcome, notBefore):
+                await self._ended(name, outcome, machine)
             if slot is not None:
                 slot.release()
             self._wakeUp()
@@ -404,7 +432,18 @@ class JobQueueService(Service):
         if self._stopping:
             machine.stop()
 
-    def _ended(self, name: str, outcome: JobOutcome, machine: JobInputs) -> None:
+    async def _finish(
+        self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None
+    ) -> bool:
+        """
+        Finish C{claim} with C{outcome} in the queue.
+
+        @return: whether it was finished (a fleet's lost claim is not).
+        """
+        await self._queue.finish(claim, outcome, notBefore)
+        return True
+
+    async def _ended(self, name: str, outcome: JobOutcome, machine: JobInputs) -> None:
         """
         After job C{name}'s claim finished with C{outcome}: count it for
         C{whenDone}, and show where a control put it.
@@ -412,7 +451,7 @@ class JobQueueService(Service):
         halted = name in self._halted
         self._halted.discard(name)
         try:
-            state = self._queue.state(name)
+            state = await self._queue.state(name)
         except UnknownJob:
             # A reload removed it while it ran: it has left the queue.
             self._incomplete.discard(name)
@@ -430,40 +469,7 @@ class JobQueueService(Service):
             halted and state in (QueueState.PAUSED, QueueState.QUEUED)
         ):
             self._incomplete.add(name)
-        self._showHeld(name, state, outcome, halted, machine)
-
-    def _showHeld(
-        self,
-        name: str,
-        state: QueueState,
-        outcome: JobOutcome,
-        halted: bool,
-        machine: JobInputs,
-    ) -> None:
-        """
-        Show where the queue put job C{name} once its claim finished:
-        paused or cancelled by a control, or queued again.
-
-        @param halted: whether a control stopped it.
-        """
-        if state is QueueState.PAUSED:
-            log.info(
-                "Job {job}: paused by the admin; its connections and job slot are"
-                " given back until it is resumed",
-                job=name,
-            )
-        elif state is QueueState.CANCELLED:
-            log.info("Job {job}: cancelled by the admin", job=name)
-            self.controls.recordCancelled(name)
-        elif (
-            state is QueueState.QUEUED
-            and not self._stopping
-            and (halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED))
-            and machine.state() in _AGAIN
-        ):
-            # Queued again: resumed while it stopped, or to run again
-            # (retry-failed while it ran).
-            machine.requeue("queued again", None)
+        _showHeld(self.controls, name, state, outcome, halted, self._stopping, machine)
 
     async def _slotAgain(self, name: str) -> Grant:
         """
@@ -481,28 +487,6 @@ class JobQueueService(Service):
         finally:
             self._needSlot -= 1
             self._reserving.pop(name, None)
-
-    def _renewLeases(self) -> None:
-        for name, claim in list(self._claims.items()):
-            try:
-                renewed = self._claims[name] = self._queue.renew(claim, self._lease)
-            except LeaseLost:
-                log.error(
-                    "Job {job}: its claim was taken over by another owner; stopping it",
-                    job=name,
-                )
-                running = self._runs.get(name)
-                if running is not None:
-                    running.cancel()
-                continue
-            if renewed.requested in (Requested.PAUSE, Requested.CANCEL) and name not in self._halted:
-                # Asked of the queue through another daemon.
-                log.info(
-                    "Job {job}: the queue asks it {what}; stopping it",
-                    job=name,
-                    what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
-                )
-                self.halt(name)
 
     def queueChanged(self) -> None:
         """
@@ -528,6 +512,14 @@ class JobQueueService(Service):
 
     def stopService(self) -> Deferred[None] | None:
         Service.stopService(self)
+        return self._stopAll()
+
+    def _stopAll(self) -> Deferred[None] | None:
+        """
+        Stop every running job, give up every wait.
+
+        @return: fires once every job has ended.
+        """
         self._stopping = True
         if self._waitingSlot is not None:
             self._waitingSlot.cancel()
@@ -550,13 +542,91 @@ The states of a job whose claim ended that may be queued again.
 """
 
 
-def _claimed(machine: JobInputs) -> None:
+def _renewClaims(self: JobQueueService) -> None:
+    """
+    Renew each of a one-daemon scheduler's claims (a fleet's daemon renews
+    them all with its heartbeat: L{imapmig.schedule.fleet}).
+    """
+    assert self._renewQueue is not None
+    for name, claim in list(self._claims.items()):
+        try:
+            renewed = self._claims[name] = self._renewQueue.renew(claim, self._lease)
+        except LeaseLost:
+            log.error(
+                "Job {job}: its claim was taken over by another owner; stopping it",
+                job=name,
+            )
+            running = self._runs.get(name)
+            if running is not None:
+                running.cancel()
+            continue
+        if renewed.requested in (Requested.PAUSE, Requested.CANCEL) and name not in self._halted:
+            # Asked of the queue through another daemon.
+            log.info(
+                "Job {job}: the queue asks it {what}; stopping it",
+                job=name,
+                what="paused" if renewed.requested is Requested.PAUSE else "cancelled",
+            )
+            self.halt(name)
+
+
+def _showHeld(
+    controls: JobControls,
+    name: str,
+    state: QueueState,
+    outcome: JobOutcome,
+    halted: bool,
+    stopping: bool,
+    machine: JobInputs,
+) -> None:
+    """
+    Show where the queue put job C{name} once its claim finished: paused
+    or cancelled by a control, or queued again.
+
+    @param halted: whether a control stopped it.
+    @param stopping: whether the daemon stops.
+    """
+    if state is QueueState.PAUSED:
+        log.info(
+            "Job {job}: paused by the admin; its connections and job slot are"
+            " given back until it is resumed",
+            job=name,
+        )
+    elif state is QueueState.CANCELLED:
+        log.info("Job {job}: cancelled by the admin", job=name)
+        controls.recordCancelled(name)
+    elif (
+        state is QueueState.QUEUED
+        and not stopping
+        and (halted or outcome in (JobOutcome.COMPLETED, JobOutcome.FAILED))
+        and machine.state() in _AGAIN
+    ):
+        # Queued again: resumed while it stopped, or to run again
+        # (retry-failed while it ran).
+        machine.requeue("queued again", None)
+
+
+def _claimed(machine: JobInputs, claim: JobClaim, fleet: bool) -> None:
     """
     A job is claimed: queued, if its machine is not (deferred before, and
-    due; or ended, and run again).
+    due; or ended, and run again).  A fleet's claim waits for its grants
+    from the start, its cause naming its generation and, for a takeover,
+    the daemon whose lease ended (logged as a warning).
     """
     if machine.state() is not JobState.QUEUED:
         machine.requeue("claimed", None)
+    cause = f"claimed (generation {claim.generation})"
+    if claim.takenFrom is not None:
+        log.warn(
+            "Job {job}: taken over from daemon {daemon}, whose lease ended; its run"
+            " begins with the journal's reconciliation",
+            job=claim.job.name,
+            daemon=claim.takenFrom,
+            generation=claim.generation,
+        )
+        machine.waitForGrant(f"{cause}, taken over from daemon {claim.takenFrom}")
+    elif fleet:
+        machine.waitForGrant(cause)
 
 
 def _fail(machine: JobInputs, error: str) -> None:

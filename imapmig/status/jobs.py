@@ -1,10 +1,10 @@
-# -*- test-case-name: tests.test_status_api -*-
+# -*- test-case-name: tests.test_status_api, tests.test_status_fleet -*-
 """
 C{/jobs/...}: one job's detail, its failed messages page by page, and its
 audit manifest.
 
-    /jobs/NAME.json                 the job, its folders, its first failures,
-                                    its timeline
+    /jobs/NAME.json                 the job (with the daemon holding it), its
+                                    folders, its first failures, its timeline
     /jobs/NAME/failures.json        ?offset=&limit=&q=&after= failed messages
     /jobs/NAME/manifest.csv         every message not copied, to download
     /jobs/NAME/manifest.json        the same as JSON
@@ -28,6 +28,7 @@ from twisted.web.server import NOT_DONE_YET, Request
 import imapmig
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobProgress
+from imapmig.queue.fleetview import IFleetView
 from imapmig.status.redact import withoutPaths
 from imapmig.state import FailuresPage, IStateStore, MessageOutcome, Transition
 from imapmig.status._http import (
@@ -44,6 +45,7 @@ from imapmig.status.manifest import (
     excludedRows,
     manifestFormat,
 )
+from imapmig.status.fleet import FleetParts, readFleet
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import FailureQuery, parseFailureQuery
 
@@ -116,13 +118,20 @@ def _failuresDocument(
 class _JobContext:
     """
     What every C{/jobs} resource reads: the progress, the store, the
-    folder rules.
+    folder rules, the fleet (L{None}: no holder is shown).
     """
 
-    def __init__(self, view: ProgressView, store: IStateStore, rulesOf: RulesOf) -> None:
+    def __init__(
+        self,
+        view: ProgressView,
+        store: IStateStore,
+        rulesOf: RulesOf,
+        fleet: IFleetView | None = None,
+    ) -> None:
         self.view = view
         self.store = store
         self.rulesOf = rulesOf
+        self.fleet = fleet
 
     def section(self, job: JobProgress, failedOnly: bool = False) -> ManifestSection:
         """
@@ -157,16 +166,22 @@ class JobsResource(Resource):
     """
 
     def __init__(
-        self, view: ProgressView, store: IStateStore, rulesOf: RulesOf = lambda name: None
+        self,
+        view: ProgressView,
+        store: IStateStore,
+        rulesOf: RulesOf = lambda name: None,
+        fleet: IFleetView | None = None,
     ) -> None:
         """
         @param view: the progress.
         @param store: the state store, for failures and the manifest.
         @param rulesOf: each job's folder rules, to name the rule that
             leaves a folder out in the manifest.
+        @param fleet: the fleet, for the daemon holding a job (its
+            C{daemon}); L{None}: none is shown.
         """
         super().__init__()  # type: ignore[no-untyped-call]
-        self._context = _JobContext(view, store, rulesOf)
+        self._context = _JobContext(view, store, rulesOf, fleet)
 
     def getChild(self, path: bytes, request: Request) -> IResource:
         """
@@ -210,8 +225,9 @@ class _JobDocument(ReadOnlyResource):
 
     def renderBody(self, request: Request) -> Deferred[bytes]:
         """
-        The job, its folders and excluded folders, a first page of its
-        failures (the failures query applies), and its timeline.
+        The job (with the daemon holding it), its folders and excluded
+        folders, a first page of its failures (the failures query
+        applies), and its timeline.
         """
         query = parseFailureQuery(request.uri, request.args, FIRST_FAILURES)
         view = self._context.view
@@ -228,8 +244,17 @@ class _JobDocument(ReadOnlyResource):
             document["failures"] = _failuresDocument(query, page, view.folderNames(job))
             return self._context.store.timeline(job.name)
 
-        def done(timeline: list[Transition]) -> bytes:
+        def done(timeline: list[Transition]) -> bytes | Deferred[bytes]:
             document["timeline"] = [timelineItem(transition) for transition in timeline]
+            fleet = self._context.fleet
+            if fleet is None:
+                return jsonBody(document)
+            return readFleet(fleet, [job.name], daemons=False).addCallback(held)
+
+        def held(parts: FleetParts) -> bytes:
+            detail = document["job"]
+            assert isinstance(detail, dict)
+            detail["daemon"] = parts.holderOf(job.name)
             return jsonBody(document)
 
         return d.addCallback(failures).addCallback(done)

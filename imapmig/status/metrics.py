@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_metrics -*-
+# -*- test-case-name: tests.test_metrics, tests.test_status_fleet -*-
 """
 C{/metrics}: the progress model and the telemetry in Prometheus's text
 format, read when scraped (L{MigrationCollector}); nothing is updated on
@@ -9,6 +9,11 @@ progress model start again at each of its runs, and the collector carries
 what a job's earlier runs counted (as last scraped) into its later ones,
 so that C{rate()} and C{increase()} over a job, or a server's sum, never
 see a run's start as a counter reset.
+
+The fleet's daemons (L{FleetCollector}) are read from an
+L{IFleetView<imapmig.queue.fleetview.IFleetView>} before each scrape is
+formatted, as a Deferred: a fleet's database is never waited on in the
+reactor's thread.
 """
 
 from __future__ import annotations
@@ -27,14 +32,17 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 from twisted.web.resource import Resource
-from twisted.web.server import Request
+from twisted.web.server import NOT_DONE_YET, Request
 
 import imapmig
 from imapmig.progress import JobProgress, JobState, MigrationProgress
 from imapmig.progress.telemetry import Telemetry
+from imapmig.queue.fleetview import Fleet, IFleetView
 from imapmig.status._http import bodyFor, refuseMethodAsText
+from imapmig.status.fleet import FleetParts, readFleet
 
 __all__ = [
+    "FleetCollector",
     "MAX_JOB_SERIES",
     "SERIES_PER_JOB",
     "MetricsResource",
@@ -382,6 +390,69 @@ def _bound(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(bound)
 
 
+class FleetCollector(Collector):
+    """
+    The fleet's daemons, labelled C{daemon} (its id) and C{host}, as read
+    for the scrape being formatted (L{MetricsResource} sets L{fleet}
+    around it); nothing when they could not be read.
+
+    @ivar fleet: the daemons, while a scrape is formatted.
+    """
+
+    def __init__(self) -> None:
+        self.fleet: Fleet | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        """
+        The fleet's series, from L{fleet}.
+        """
+        fleet = self.fleet
+        if fleet is None:
+            return
+        live = GaugeMetricFamily(
+            "imapmig_fleet_daemons_live", "Daemons of the fleet whose lease is live"
+        )
+        live.add_metric([], fleet.live)
+        labels = ["daemon", "host"]
+        this = GaugeMetricFamily(
+            "imapmig_daemon_info",
+            "This daemon (the one scraped): always 1",
+            labels=["daemon", "host", "version"],
+        )
+        info = GaugeMetricFamily(
+            "imapmig_fleet_daemon_info",
+            "A daemon of the fleet, live or whose lease ended recently: always 1",
+            labels=["daemon", "host", "version"],
+        )
+        up = GaugeMetricFamily(
+            "imapmig_fleet_daemon_live", "1 while the daemon's lease is live, else 0", labels=labels
+        )
+        jobs = GaugeMetricFamily(
+            "imapmig_fleet_daemon_jobs", "Jobs the daemon holds", labels=labels
+        )
+        age = GaugeMetricFamily(
+            "imapmig_fleet_daemon_heartbeat_age_seconds",
+            "Seconds since the daemon's last heartbeat, by the database's clock",
+            labels=labels,
+        )
+        rate = GaugeMetricFamily(
+            "imapmig_fleet_daemon_messages_per_second",
+            "Messages per second the daemon reported (where it reports one)",
+            labels=labels,
+        )
+        for daemon in fleet.daemons:
+            key = [daemon.daemonId, daemon.host]
+            info.add_metric(key + [daemon.version], 1)
+            if daemon.this:
+                this.add_metric(key + [daemon.version], 1)
+            up.add_metric(key, 1 if daemon.live else 0)
+            jobs.add_metric(key, daemon.jobs)
+            age.add_metric(key, daemon.heartbeatAge)
+            if daemon.rate is not None:
+                rate.add_metric(key, daemon.rate)
+        yield from (live, this, info, up, jobs, age, rate)
+
+
 class MetricsResource(Resource):
     """
     Serves a registry's metrics in Prometheus's text format (GET and
@@ -391,17 +462,27 @@ class MetricsResource(Resource):
     isLeaf = True
     allowedMethods = (b"GET", b"HEAD")
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        fleet: IFleetView | None = None,
+        fleetCollector: FleetCollector | None = None,
+    ) -> None:
         """
         @param registry: what to serve.
+        @param fleet: the fleet, read before each scrape is formatted
+            into C{fleetCollector} (registered in C{registry}); L{None}:
+            none.
         """
         Resource.__init__(self)
         self._registry = registry
+        self._fleet = fleet
+        self._fleetCollector = fleetCollector
 
-    def render(self, request: Request) -> bytes:
+    def render(self, request: Request) -> bytes | int:
         """
-        The metrics, collected now; for HEAD, only the headers GET would
-        have.
+        The metrics, collected now (the fleet's once read); for HEAD, only
+        the headers GET would have.
         """
         refused = refuseMethodAsText(
             request, self.allowedMethods, b"Method not allowed: /metrics answers GET and HEAD.\n"
@@ -411,7 +492,27 @@ class MetricsResource(Resource):
         headers = request.responseHeaders
         headers.setRawHeaders(b"Content-Type", [CONTENT_TYPE_LATEST.encode("ascii")])
         headers.setRawHeaders(b"Cache-Control", [b"no-store"])
-        return bodyFor(request, generate_latest(self._registry))
+        collector = self._fleetCollector
+        if self._fleet is None or collector is None:
+            return bodyFor(request, generate_latest(self._registry))
+        finished: list[object] = []
+        request.notifyFinish().addBoth(finished.append)
+
+        def answer(parts: FleetParts) -> None:
+            if finished:
+                return
+            # Set and cleared in one call of the reactor's thread: another
+            # scrape cannot see it.
+            collector.fleet = parts.fleet
+            try:
+                body = generate_latest(self._registry)
+            finally:
+                collector.fleet = None
+            request.write(bodyFor(request, body))
+            request.finish()
+
+        readFleet(self._fleet, ()).addCallback(answer)
+        return NOT_DONE_YET
 
 
 MAX_JOB_SERIES = 10_000
@@ -438,6 +539,7 @@ def buildMetricsResource(
     jobServers: Mapping[str, str],
     maxJobSeries: int | None = MAX_JOB_SERIES,
     processMetrics: bool = True,
+    fleet: IFleetView | None = None,
 ) -> MetricsResource:
     """
     The C{/metrics} resource over its own registry (never the global
@@ -448,10 +550,16 @@ def buildMetricsResource(
     @param jobServers: each job's destination server name, by job name.
     @param maxJobSeries: the most jobs for which every job has its own
         series (C{status.max_job_series}; see L{MigrationCollector}).
+    @param fleet: the fleet's daemons (L{FleetCollector}); L{None}: no
+        fleet series.
     """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MigrationCollector(progress, telemetry, jobServers, maxJobSeries))
+    collector = None
+    if fleet is not None:
+        collector = FleetCollector()
+        registry.register(collector)
     if processMetrics:
         ProcessCollector(registry=registry)
         GCCollector(registry=registry)
-    return MetricsResource(registry)
+    return MetricsResource(registry, fleet, collector)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_status -*-
+# -*- test-case-name: tests.test_status, tests.test_status_fleet -*-
 """
 The status site's root: C{/status.json} (schema 2: the run's summary and
 one page of jobs), C{/jobs/...} and C{/manifest.csv}
@@ -6,13 +6,15 @@ one page of jobs), C{/jobs/...} and C{/manifest.csv}
 (L{imapmig.status.health}), C{/} and C{/static/} (the dashboard,
 L{imapmig.status.dashboard}), C{/metrics} (L{imapmig.status.metrics}) and
 C{/control} (L{imapmig.status.controls}), the last two given to
-L{StatusResource} as resources.
+L{StatusResource} as resources.  The fleet's daemons and the daemon
+holding each job come from an L{IFleetView} (L{imapmig.status.fleet}).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -23,6 +25,7 @@ import imapmig
 from imapmig.errors import escapedExcerpt
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress
+from imapmig.queue.fleetview import IFleetView
 from imapmig.state import IStateStore
 from imapmig.status._http import (
     ConnectionSlots,
@@ -34,6 +37,7 @@ from imapmig.status._http import (
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
+from imapmig.status.fleet import FleetParts, readFleet, singleDaemon
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import SCHEMA, JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
@@ -48,8 +52,9 @@ log = Logger()
 
 class StatusJSONResource(ReadOnlyResource):
     """
-    C{/status.json}: the run, its totals and throughput, and the page of
-    jobs its query asks for (L{imapmig.status.query}).
+    C{/status.json}: the run, its totals and throughput, the fleet's
+    daemons, and the page of jobs its query asks for
+    (L{imapmig.status.query}), each with the daemon holding it.
     """
 
     def __init__(
@@ -57,6 +62,7 @@ class StatusJSONResource(ReadOnlyResource):
         view: ProgressView,
         verifyReport: VerifyReportSummary | None,
         controlsEnabled: bool = False,
+        fleet: IFleetView | None = None,
     ) -> None:
         """
         @param view: what to show.
@@ -64,15 +70,18 @@ class StatusJSONResource(ReadOnlyResource):
         @param controlsEnabled: whether C{/control} can allow anything (a
             token is configured): C{controls.enabled}, so that the page
             shows no control the daemon would refuse.
+        @param fleet: the daemons; L{None}: none is shown.
         """
         super().__init__()
         self._view = view
         self._verifyReport = verifyReport
         self._controls = {"enabled": controlsEnabled}
+        self._fleet = fleet
 
-    def renderBody(self, request: Request) -> bytes:
+    def renderBody(self, request: Request) -> bytes | Deferred[bytes]:
         """
-        The document, as JSON; only the page's jobs are rendered.
+        The document, as JSON; only the page's jobs are rendered.  The
+        progress is read now; the fleet when it answers.
         """
         view = self._view
         query = parseJobQuery(request.uri, request.args, view.stateNames())
@@ -86,8 +95,18 @@ class StatusJSONResource(ReadOnlyResource):
         document.update(summary)
         document["controls"] = self._controls
         document["page"] = query.describe(matched)
-        document["jobs"] = [view.document(job) for job in page]
-        return jsonBody(document)
+        shown = document["jobs"] = [view.document(job) for job in page]
+        if self._fleet is None:
+            return jsonBody(document)
+
+        def withFleet(parts: FleetParts) -> bytes:
+            document["daemons"] = parts.daemonsDocument()
+            document["daemons_error"] = parts.error
+            for job in shown:
+                job["daemon"] = parts.holderOf(str(job["name"]))
+            return jsonBody(document)
+
+        return readFleet(self._fleet, [job.name for job in page]).addCallback(withFleet)
 
 
 
@@ -107,6 +126,7 @@ class StatusResource(Resource):
         dashboard: IResource | None = None,
         metrics: IResource | None = None,
         control: IResource | None = None,
+        fleet: IFleetView | None = None,
     ) -> None:
         """
         @param progress: what to show.
@@ -121,9 +141,14 @@ class StatusResource(Resource):
             serves L{imapmig.status.dashboard.DashboardResource}.
         @param metrics: C{/metrics}, if served.
         @param control: C{/control}, if served.
+        @param fleet: the daemons of the fleet and the jobs each holds
+            (L{imapmig.queue.fleetview}); L{None}: this daemon alone
+            (L{singleDaemon}), holding every job.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         view = ProgressView(progress, seconds)
+        if fleet is None:
+            fleet = singleDaemon(progress, seconds)
         report = None if verifyReportPath is None else VerifyReportSummary(verifyReportPath)
         if dashboard is None:
             # Imported here: a site built with a dashboard of its own need
@@ -134,8 +159,8 @@ class StatusResource(Resource):
         self._page: IResource = dashboard
         self.putChild(b"", self._page)
         enabled = isinstance(control, ControlResource) and control.enabled
-        self.putChild(b"status.json", StatusJSONResource(view, report, enabled))
-        self.putChild(b"jobs", JobsResource(view, store, rulesOf))
+        self.putChild(b"status.json", StatusJSONResource(view, report, enabled, fleet))
+        self.putChild(b"jobs", JobsResource(view, store, rulesOf, fleet))
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
         self.putChild(b"healthz", HealthResource(view, store, stopping))

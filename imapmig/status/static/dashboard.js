@@ -327,7 +327,62 @@
     renderControls(s.controls);
     renderStateCounts(totals.jobs || {});
     renderChart(s.throughput || {}, s.time, run);
+    renderDaemons(s.daemons, s.daemons_error);
     renderJobs(s.jobs || [], s.page || {});
+  }
+
+  // ---- the fleet: every daemon, and the one holding each job ----
+  // A daemon is named by its host and the start of its id (several may
+  // run on one host); its full id is the title.
+  function daemonName(d) { return d.host + " · " + String(d.id).slice(0, 8); }
+  function putDaemon(cell, holder) {
+    var text = holder ? daemonName(holder) + (holder.live === false ? " (lease ended)" : "") : "–";
+    put(cell, text, holder ? holder.id : "");
+    cell.title = holder ? holder.id : "";
+    cell.classList.toggle("is-dead", !!holder && holder.live === false);
+  }
+  function renderDaemons(daemons, error) {
+    var body = $("daemons-body"), problem = $("daemons-error");
+    problem.hidden = !error;
+    put(problem, error ? "The fleet could not be read: " + error : "");
+    if (!daemons) return;  // unreadable: the last rows stay, under the error
+    var live = daemons.filter(function (d) { return d.live; }).length;
+    put($("daemons-live"), counted(live, "live", "live") + (daemons.length > live ? ", " +
+      count(daemons.length - live) + " lease ended" : ""), live);
+    var rows = new Map();
+    Array.prototype.forEach.call(body.rows, function (tr) { rows.set(tr.getAttribute("data-daemon"), tr); });
+    var previous = null;
+    daemons.forEach(function (d) {
+      var tr = rows.get(d.id);
+      if (!tr) {
+        tr = document.createElement("tr");
+        tr.setAttribute("data-daemon", d.id);
+        var th = el("th", "daemon-name");
+        th.scope = "row";
+        tr.appendChild(th);
+        [["daemon-version", "Version", ""], ["daemon-heartbeat", "Last heartbeat", "n"],
+          ["daemon-jobs", "Jobs", "n"], ["daemon-rate", "Rate", "n"], ["daemon-lease", "Lease", ""]].forEach(function (c) {
+          var td = el("td", c[0] + (c[2] ? " " + c[2] : ""));
+          td.setAttribute("data-label", c[1]);
+          tr.appendChild(td);
+        });
+      }
+      rows.delete(d.id);
+      var q = function (c) { return tr.querySelector("." + c); };
+      put(q("daemon-name"), daemonName(d) + " (pid " + d.pid + ")" + (d.this ? " · this page" : ""), d.id);
+      q("daemon-name").title = d.id;
+      put(q("daemon-version"), "v" + d.version, d.version);
+      put(q("daemon-heartbeat"), duration(d.heartbeat_age_seconds) + " ago", d.heartbeat_age_seconds);
+      put(q("daemon-jobs"), count(d.jobs), d.jobs);
+      put(q("daemon-rate"), msgRate(d.messages_per_second), d.messages_per_second);
+      put(q("daemon-lease"), d.live ? "live" : "ended", d.live ? "live" : "ended");
+      tr.classList.toggle("is-dead", !d.live);
+      tr.classList.toggle("is-this", !!d.this);
+      var expected = previous ? previous.nextSibling : body.firstChild;
+      if (expected !== tr) body.insertBefore(tr, expected);
+      previous = tr;
+    });
+    rows.forEach(function (tr) { tr.remove(); });
   }
 
   // While the run goes on: the rate now of the jobs that can move; after its
@@ -547,6 +602,9 @@
     stateCell.setAttribute("data-label", "State");
     stateCell.appendChild(el("span", "badge job-state"));
     tr.appendChild(stateCell);
+    var daemonCell = el("td", "job-daemon");
+    daemonCell.setAttribute("data-label", "Daemon");
+    tr.appendChild(daemonCell);
     var barCell = el("td", "job-progress");
     barCell.setAttribute("data-label", "Progress");
     var bar = el("progress", "job-bar");
@@ -596,6 +654,7 @@
     q("job-eta").title = typeof job.eta_seconds === "number" && state.now ?
       "done ≈ " + dateTime(state.now + job.eta_seconds, state.now) : "";
     putBreakable(q("job-folder"), job.current_folder || "–");
+    putDaemon(q("job-daemon"), job.daemon);
     var err = job.error || "";
     if (!err && wait) err = waitText(job, wait);
     put(q("job-error"), err);
@@ -710,7 +769,8 @@
       (job.counted && job.messages_total === 1 ? " message · " : " messages · ") +
       count(job.messages_failed) + " failed · " + count(job.messages_already_present) + " already present · " +
       bytes(job.bytes_done) + (job.counted ? " of " + bytes(job.bytes_total) : "") + " · " +
-      counted(job.reconnects, "reconnect", "reconnects"));
+      counted(job.reconnects, "reconnect", "reconnects") +
+      (job.daemon ? " · on " + daemonName(job.daemon) + (job.daemon.live === false ? " (lease ended)" : "") : ""));
     var err = $("job-detail-error");
     err.hidden = !job.error;
     put(err, job.error ? "Error: " + job.error : "");

@@ -1,0 +1,225 @@
+# -*- test-case-name: tests.test_fleetview_postgresql -*-
+"""
+The fleet's read model on PostgreSQL (L{imapmig.queue.fleetview}): the
+queue's tables C{imapmig_queue.daemons} and C{imapmig_queue.jobs}
+(L{imapmig.queue._pgschema}) read on the reader connection
+(docs/fleet-design.md "The thread pool"), every statement under a
+C{statement_timeout}.
+
+Every statement the status pages send about the fleet is here, so that a
+column added to the daemons' table is read in one place.  Their cost does
+not grow with the jobs queued or ended ("A million jobs"): the daemons
+are read from their own table (a row per process start, retired ones
+left out, the rest pruned by the queue), each one's jobs counted through
+the partial index of claimed jobs (C{jobs_claimed}, on C{owner}), and a
+page's holders found through the unique index on a job's name.  A rate
+is read where the daemons' table has a C{rate} column (C{to_jsonb(d) ->>
+'rate'}: L{None} without one), so the statement holds before and after
+the column is added.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
+
+import psycopg
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from imapmig.errors import QueueUnavailable
+from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView
+
+__all__ = [
+    "DAEMONS",
+    "HOLDERS",
+    "MAX_DAEMONS",
+    "SHOWN_AFTER_LEASE",
+    "PostgreSQLFleetView",
+    "onConnection",
+]
+
+_T = TypeVar("_T")
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+SHOWN_AFTER_LEASE = 3600.0
+"""
+Seconds a daemon whose lease ended (killed, cut off) is still shown, as
+not live, unless it retired its id.
+"""
+
+MAX_DAEMONS = 200
+"""
+The most daemons a page lists (a fleet is a few dozen).
+"""
+
+STATEMENT_TIMEOUT = "5s"
+"""
+The longest a statement of the pages may run (the reader's bound).
+"""
+
+DAEMONS = """
+SELECT d.daemon_id::text, d.host, d.pid, d.version,
+       extract(epoch FROM d.started_at)::float8,
+       extract(epoch FROM d.heartbeat_at)::float8,
+       extract(epoch FROM now() - d.heartbeat_at)::float8,
+       extract(epoch FROM d.lease_until)::float8,
+       d.lease_until > now(),
+       (SELECT count(*) FROM imapmig_queue.jobs j
+         WHERE j.state = 'claimed' AND j.owner = d.daemon_id),
+       (to_jsonb(d) ->> 'rate')::float8
+  FROM imapmig_queue.daemons d
+ WHERE d.retired_at IS NULL
+   AND d.lease_until > now() - make_interval(secs => %(shown)s)
+ ORDER BY d.lease_until > now() DESC, d.host, d.started_at, d.daemon_id
+ LIMIT %(limit)s
+"""
+"""
+Every daemon shown: live, or its lease ended less than
+L{SHOWN_AFTER_LEASE} ago; with the jobs it holds, counted by the partial
+index C{jobs_claimed}.
+"""
+
+HOLDERS = """
+SELECT j.name, j.owner::text, d.host, d.lease_until > now()
+  FROM imapmig_queue.jobs j JOIN imapmig_queue.daemons d ON d.daemon_id = j.owner
+ WHERE j.name = ANY(%(names)s) AND j.state = 'claimed'
+"""
+"""
+The holders of a page of jobs, by the unique index on the job's name.
+"""
+
+
+class ReadRunner(Protocol):
+    """
+    Runs a read on the reader connection, in a thread, and gives its
+    result in the reactor's thread.
+    """
+
+    def __call__(self, work: Callable[[Connection], _T]) -> Deferred[_T]:
+        """
+        What C{work} returns, called with the connection; failing with
+        L{QueueUnavailable} when the database cannot be read.
+        """
+
+
+WAIT = 10.0
+"""
+Seconds a page waits for a read, its wait for a free thread included;
+then it is answered without the fleet.
+"""
+
+
+def onConnection(
+    reactor: IReactorFromThreads,
+    pool: ThreadPool,
+    connect: Callable[[], Connection],
+    where: str,
+    clock: IReactorTime | None = None,
+) -> ReadRunner:
+    """
+    A L{ReadRunner} over one connection (in autocommit mode) made by
+    C{connect} when first needed and again when found broken or closed
+    (the database restarted), one read at a time, in C{pool}'s threads;
+    psycopg's errors become L{QueueUnavailable} naming C{where} (the
+    database without its password).
+
+    @param connect: opens the reader connection (docs/fleet-design.md
+        "The thread pool": the store's reader, where it lends it).
+    @param clock: with it, a read not answered in L{WAIT} seconds fails
+        with L{QueueUnavailable} (its thread finishes it unheard).
+    """
+    lock = threading.Lock()
+    opened: list[Connection] = []
+
+    def connection() -> Connection:
+        if opened and (opened[0].broken or opened[0].closed):
+            opened.pop().close()
+        if not opened:
+            opened.append(connect())
+        return opened[0]
+
+    def run(work: Callable[[Connection], _T]) -> Deferred[_T]:
+        def inThread() -> _T:
+            try:
+                with lock:
+                    reader = connection()
+                    with reader.transaction():
+                        reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+                        return work(reader)
+            except psycopg.Error as e:
+                raise QueueUnavailable(f"{where}: cannot read the fleet: {e}") from None
+
+        d = deferToThreadPool(reactor, pool, inThread)
+        if clock is not None:
+            d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
+        return d
+
+    return run
+
+
+def _late(where: str) -> Callable[[object, float], object]:
+    """
+    What a read cancelled after C{timeout} seconds fails with.
+    """
+
+    def late(result: object, timeout: float) -> object:
+        raise QueueUnavailable(f"{where}: the fleet was not read within {timeout:g} s")
+
+    return late
+
+
+@implementer(IFleetView)
+class PostgreSQLFleetView:
+    """
+    The fleet as the queue's tables hold it.
+    """
+
+    def __init__(self, run: ReadRunner, me: Callable[[], str | None]) -> None:
+        """
+        @param run: runs the reads (L{onConnection}, on the reader
+            connection).
+        @param me: this daemon's id now (L{None} before it registered): a
+            daemon that lost its lease registers under a new one.
+        """
+        self._run = run
+        self._me = me
+
+    def daemons(self) -> Deferred[Fleet]:
+        """
+        See L{IFleetView.daemons}.
+        """
+        me = self._me()
+
+        def read(connection: Connection) -> Fleet:
+            rows = connection.execute(
+                DAEMONS, {"shown": SHOWN_AFTER_LEASE, "limit": MAX_DAEMONS}
+            ).fetchall()
+            return Fleet(tuple(_daemon(row, me) for row in rows))
+
+        return self._run(read)
+
+    def holders(self, names: Sequence[str]) -> Deferred[Mapping[str, Holder]]:
+        """
+        See L{IFleetView.holders}.
+        """
+
+        def read(connection: Connection) -> Mapping[str, Holder]:
+            rows = connection.execute(HOLDERS, {"names": list(names)}).fetchall()
+            return {name: Holder(owner, host, live) for name, owner, host, live in rows}
+
+        return self._run(read)
+
+
+def _daemon(row: tuple[Any, ...], me: str | None) -> DaemonRow:
+    """
+    A row of L{DAEMONS} as a L{DaemonRow}.
+    """
+    daemonId, host, pid, version, started, beat, age, lease, live, jobs, rate = row
+    return DaemonRow(
+        daemonId, host, pid, version, started, beat, max(0.0, age), lease, live, jobs, rate,
+        this=daemonId == me,
+    )  # fmt: skip

@@ -1,0 +1,571 @@
+# -*- test-case-name: tests.test_schedule_fleet -*-
+"""
+A daemon's membership of a fleet (docs/fleet-design.md "The heartbeat",
+"Sending stops before the lease can end: the timing rule"): it registers
+in the shared queue (L{IAsyncJobQueue}), renews its lease with one
+heartbeat every C{H = L/12}, and stops its jobs by its I{send deadline}
+C{D = t0 + L - L/4} when the heartbeats stop succeeding.
+
+In a fleet it replaces the scheduler's per-claim renew loop
+(L{imapmig.schedule.scheduler.JobQueueService}'s C{_renewLeases}, kept
+for the one daemon of an in-memory queue): a daemon's lease is the lease
+of every job it holds, so one heartbeat renews them all, whatever their
+number.
+
+C{t0} is read on the daemon's monotonic clock I{before} a heartbeat or
+registration is handed over: the database sets the lease's end at its
+C{now()} plus C{L}, later than C{t0}, so no other daemon may claim the
+daemon's jobs before C{t0 + L} in real time, and stopping by C{t0 + L -
+L/4} leaves a quarter of the lease for a slow clock and a stalled
+reactor.  Past C{D} the daemon never resumes: it tells each job it holds
+C{leaseLost} (the jobs' machines, through L{FleetJobs}), retires its id
+(best effort: the others then take over at once) and registers again, a
+new incarnation that may claim like any daemon.
+
+L{FleetScheduler} is the scheduler of a fleet's daemon: it claims and
+finishes through the shared queue (a claim polled every C{H} while a job
+slot is free, and at once when one frees), under its member's id, and is
+told by it of a lost lease, of the controls asked through other daemons
+and of a newer schema; each heartbeat caps its connection grants at its
+fair shares of the servers' C{max_connections}
+(L{imapmig.schedule.shares}).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from imapmig.config.model import JobConfig
+from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.job.machine import JobMachines
+from imapmig.progress import MigrationProgress
+from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
+from imapmig.schedule.fleetcontrols import FleetControls
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
+from imapmig.schedule.shares import FleetShares
+from imapmig.state import IStateStore
+
+log = Logger()
+
+SEND_DEADLINE = "its send deadline passed (no heartbeat answered in time)"
+"""
+Why a daemon's jobs stop when its heartbeats stop succeeding.
+"""
+
+REQUESTED_BY = "imapmig"
+"""
+Who a control asked through another daemon is said to come from when the
+queue does not say.
+"""
+
+
+class FleetJobs(Protocol):
+    """
+    What a fleet's member needs of the scheduler that runs its jobs.
+    """
+
+    def loseLease(self, reason: str) -> None:
+        """
+        Every job held is no longer this daemon's: tell each machine
+        C{leaseLost(reason)}, abandon its run, never finish its claim.
+        """
+
+    def asked(self, job: str, requested: Requested, by: str) -> None:
+        """
+        A control was asked of held job C{job} through another daemon.
+        """
+
+    def newerSchema(self, version: int) -> None:
+        """
+        The database's schema is newer than this code's: claim nothing
+        more, stop the jobs, exit 2.
+        """
+
+    def registered(self) -> None:
+        """
+        The daemon is registered (again): it may claim.
+        """
+
+
+class FleetMember:
+    """
+    A daemon of a fleet: its id in the queue, its heartbeat, its send
+    deadline.
+
+    @ivar owner: the daemon's id in the queue (its claims' owner), or
+        L{None} while it is not registered (not yet, or between two
+        incarnations): it claims nothing then.
+    @ivar deadline: the send deadline, on the monotonic clock, of the
+        last heartbeat or registration that succeeded (L{None}: none).
+    @ivar lastHeartbeat: what the last heartbeat brought back.
+    @ivar missed: the attempts failed or unanswered since the last that
+        succeeded.
+    @ivar newerSchema: whether a heartbeat found the database's schema
+        newer than this code's.
+    """
+
+    def __init__(
+        self,
+        queue: IAsyncJobQueue,
+        clock: IReactorTime,
+        monotonic: Callable[[], float],
+        lease: float,
+        jobs: FleetJobs,
+        host: str,
+        pid: int,
+        version: str,
+        schemaVersion: int | None = None,
+        onHeartbeat: Callable[[Heartbeat, str], object] | None = None,
+    ) -> None:
+        """
+        @param clock: times the heartbeats and the deadline.
+        @param monotonic: the seconds of a monotonic clock (the daemon's
+            C{time.monotonic}; a test's C{Clock.seconds}), from which
+            C{t0} and the deadline are read.
+        @param lease: C{L}, the fleet's lease, in seconds.
+        @param jobs: the scheduler, told of a lost lease, of the controls
+            asked, of a newer schema and of each registration.
+        @param host: this daemon's host, pid and version, for the fleet's
+            pages.
+        @param schemaVersion: the queue's schema version this code knows
+            (L{None}: no check).
+        @param onHeartbeat: called with each heartbeat that succeeded and
+            this daemon's id (the fair shares of the servers' connections
+            are computed from its live daemons).
+        """
+        self._queue = queue
+        self._clock = clock
+        self._monotonic = monotonic
+        self.lease = lease
+        self.period = lease / 12
+        self._margin = lease / 4
+        self._jobs = jobs
+        self._identity = (host, pid, version)
+        self._schemaVersion = schemaVersion
+        self._onHeartbeat = onHeartbeat
+        self.owner: str | None = None
+        self.deadline: float | None = None
+        self.lastHeartbeat: Heartbeat | None = None
+        self._inFlight: Deferred[None] | None = None
+        self._tick: IDelayedCall | None = None
+        self._deadlineCall: IDelayedCall | None = None
+        self._running = False
+        # The controls delivered of the requests that still stand: each
+        # reaches its job once.
+        self._delivered: set[tuple[str, Requested]] = set()
+        self.missed = 0
+        self.newerSchema = False
+
+    def start(self) -> None:
+        """
+        Register, then beat every C{H}.
+        """
+        self._running = True
+        self._beat()
+
+    def stop(self) -> Deferred[None]:
+        """
+        Stop beating, and retire this daemon's id (best effort): called
+        once its jobs have stopped and their claims are finished.
+
+        @return: fires once the retirement is answered (or failed).
+        """
+        self._running = False
+        self._cancel()
+        owner, self.owner = self.owner, None
+        self.deadline = None
+        if owner is None:
+            return Deferred.fromCoroutine(_nothing())
+        return self._retire(owner)
+
+    def _cancel(self) -> None:
+        for call in (self._tick, self._deadlineCall):
+            if call is not None and call.active():
+                call.cancel()
+        self._tick = self._deadlineCall = None
+
+    def _beat(self) -> None:
+        """
+        One attempt (a registration if the daemon has no id, else a
+        heartbeat), unless the last is still unanswered: it counts as
+        failed, and the next is tried C{H} later.
+        """
+        self._tick = None
+        if not self._running:
+            return
+        self._tick = self._clock.callLater(self.period, self._beat)
+        if self._inFlight is not None:
+            self.missed += 1
+            log.warn(
+                "The fleet's queue has not answered within {period:.1f} s ({missed} in a"
+                " row); the send deadline is in {left:.1f} s",
+                period=self.period,
+                missed=self.missed,
+                left=self._left(),
+            )
+            return
+        t0 = self._monotonic()
+        if self.owner is None:
+            attempt = self._register(t0)
+        else:
+            attempt = self._heartbeat(self.owner, t0)
+        if not attempt.called:
+            self._inFlight = attempt
+
+            def answered(ignored: None) -> None:
+                self._inFlight = None
+
+            attempt.addBoth(answered)
+
+    def _left(self) -> float:
+        return float("nan") if self.deadline is None else self.deadline - self._monotonic()
+
+    def _register(self, t0: float) -> Deferred[None]:
+        host, pid, version = self._identity
+        registering = self._queue.register(host, pid, version, self.lease)
+
+        def registered(owner: str) -> None:
+            if not self._running:
+                self._retire(owner)
+                return
+            self.owner = owner
+            self.missed = 0
+            self._delivered.clear()
+            self._extend(t0)
+            log.info(
+                "Registered in the fleet's queue as daemon {daemon} (lease {lease:.0f} s,"
+                " heartbeat every {period:.1f} s)",
+                daemon=owner,
+                lease=self.lease,
+                period=self.period,
+            )
+            self._jobs.registered()
+
+        return registering.addCallbacks(registered, self._failed)
+
+    def _heartbeat(self, owner: str, t0: float) -> Deferred[None]:
+        def beaten(heartbeat: Heartbeat) -> None:
+            if self.owner != owner:
+                # An answer for an incarnation given up meanwhile.
+                return
+            self.missed = 0
+            self.lastHeartbeat = heartbeat
+            self._extend(t0)
+            if self._onHeartbeat is not None:
+                self._onHeartbeat(heartbeat, owner)
+            self._heard(heartbeat)
+
+        def failed(failure: Failure) -> None:
+            if self.owner != owner:
+                return
+            if failure.check(LeaseLost):
+                self.lose(f"the queue says its lease ran out ({failure.getErrorMessage()})")
+                return
+            self._failed(failure)
+
+        return self._queue.heartbeat(owner, self.lease).addCallbacks(beaten, failed)
+
+    def _failed(self, failure: Failure) -> None:
+        self.missed += 1
+        log.warn(
+            "The fleet's queue did not answer ({why}); trying again in {period:.1f} s,"
+            " the send deadline is in {left:.1f} s",
+            why=failure.getErrorMessage(),
+            period=self.period,
+            left=self._left(),
+        )
+
+    def _extend(self, t0: float) -> None:
+        """
+        A lease renewed by a call handed over at C{t0}: the send deadline
+        moves to C{t0 + L - L/4}, if that is later.
+        """
+        deadline = t0 + self.lease - self._margin
+        if self.deadline is not None and deadline <= self.deadline:
+            return
+        self.deadline = deadline
+        if self._deadlineCall is not None and self._deadlineCall.active():
+            self._deadlineCall.cancel()
+        self._deadlineCall = self._clock.callLater(
+            max(0.0, deadline - self._monotonic()), self._deadlinePassed
+        )
+
+    def _deadlinePassed(self) -> None:
+        self._deadlineCall = None
+        left = self._left()
+        if left > 0:
+            # The clock the timer ran on is not the monotonic clock.
+            self._deadlineCall = self._clock.callLater(left, self._deadlinePassed)
+            return
+        self.lose(SEND_DEADLINE)
+
+    def lose(self, reason: str) -> None:
+        """
+        The lease is lost (C{reason}): every job held stops, the id is
+        retired, and a new incarnation registers at the next beat.
+        """
+        owner, self.owner = self.owner, None
+        self.deadline = None
+        if self._deadlineCall is not None and self._deadlineCall.active():
+            self._deadlineCall.cancel()
+        self._deadlineCall = None
+        log.error(
+            "Daemon {daemon}: its lease is lost: {why}; its jobs stop, abandoning"
+            " what is in flight, and the other daemons take them over",
+            daemon=owner,
+            why=reason,
+        )
+        self._jobs.loseLease(reason)
+        if owner is not None:
+            self._retire(owner)
+        if self._running and self._inFlight is None:
+            # Register again now rather than at the next beat.
+            if self._tick is not None and self._tick.active():
+                self._tick.cancel()
+            self._beat()
+
+    def _retire(self, owner: str) -> Deferred[None]:
+        def failed(failure: Failure) -> None:
+            log.info(
+                "Daemon {daemon}: could not retire its id ({why}); its lease ends by itself",
+                daemon=owner,
+                why=failure.getErrorMessage(),
+            )
+
+        return self._queue.retire(owner).addErrback(failed)
+
+    def _heard(self, heartbeat: Heartbeat) -> None:
+        """
+        What a heartbeat brought back: a newer schema, the controls asked.
+        """
+        version = heartbeat.schemaVersion
+        if (
+            version is not None
+            and self._schemaVersion is not None
+            and version > self._schemaVersion
+        ):
+            if not self.newerSchema:
+                # Once; the heartbeats go on while the jobs stop.
+                self.newerSchema = True
+                log.critical(
+                    "The fleet's database has schema version {found}, newer than this"
+                    " imapmig's ({known}): claiming nothing more, stopping the jobs,"
+                    " exiting 2",
+                    found=version,
+                    known=self._schemaVersion,
+                )
+                self._jobs.newerSchema(version)
+            return
+        by = dict(heartbeat.requestedBy)
+        standing = set(heartbeat.requests)
+        self._delivered &= standing
+        for job, requested in heartbeat.requests:
+            if (job, requested) in self._delivered:
+                continue
+            self._delivered.add((job, requested))
+            self._jobs.asked(job, requested, by.get(job, REQUESTED_BY))
+
+
+async def _nothing() -> None:
+    return None
+
+
+class FleetScheduler(JobQueueService):
+    """
+    The scheduler of a daemon of a fleet: L{JobQueueService} over a shared
+    L{IAsyncJobQueue}, its claims under its L{FleetMember}'s id and lease.
+
+    Its queue is drained (C{whenDone}) when nothing is left to run
+    anywhere: no job queued, claimed (by any daemon), deferred or paused
+    in the database.  A claim lost with the lease is neither finished nor
+    counted: its job is the next owner's.
+
+    @ivar member: its membership of the fleet.
+    @ivar shares: its shares of the servers' C{max_connections}, applied
+        at each heartbeat: L{FleetShares.withoutShare} for its claims,
+        L{FleetShares.inUse} for its heartbeats.
+    """
+
+    def __init__(
+        self,
+        queue: IAsyncJobQueue,
+        grants: ConnectionGrants,
+        build: Callable[[JobConfig, JobConnections], ScheduledJob],
+        progress: MigrationProgress,
+        clock: IReactorTime,
+        whenDone: Callable[[bool], None] | None,
+        monotonic: Callable[[], float],
+        lease: float,
+        identity: tuple[str, int, str],
+        onNewerSchema: Callable[[], None],
+        schemaVersion: int | None = None,
+        store: IStateStore | None = None,
+        machines: JobMachines | None = None,
+    ) -> None:
+        """
+        See L{JobQueueService} and L{FleetMember}.
+
+        @param identity: this daemon's host, pid and version.
+        @param onNewerSchema: called once the jobs have stopped after a
+            heartbeat found the schema newer than this code's (the
+            daemon then exits 2).
+        """
+        JobQueueService.__init__(
+            self, queue, grants, build, progress, clock, whenDone, "", lease, store, machines
+        )
+        host, pid, version = identity
+        # Each heartbeat caps the grants at this daemon's fair shares of
+        # the servers' max_connections among the live daemons.
+        self.shares = FleetShares(grants)
+        self.member = FleetMember(
+            queue, clock, monotonic, lease, self, host, pid, version, schemaVersion,
+            onHeartbeat=self.shares.apply,
+        )  # fmt: skip
+        self._poll = self.member.period
+        self.controls = FleetControls(queue, progress, store, self, self.machines)
+        self._onNewerSchema = onNewerSchema
+        # The claims lost with the lease, not finished.
+        self._lost: set[str] = set()
+
+    def startService(self) -> None:
+        self.member.start()
+        JobQueueService.startService(self)
+
+    def stopService(self) -> Deferred[None]:
+        stopping = JobQueueService.stopService(self)
+
+        async def thenRetire() -> None:
+            if stopping is not None:
+                await stopping
+            await self.member.stop()
+
+        return Deferred.fromCoroutine(thenRetire())
+
+    async def _restoreHolds(self) -> bool:
+        # The holds are the queue rows' states: nothing to put back.
+        return True
+
+    def _claim(self) -> Deferred[JobClaim | None]:
+        owner = self.member.owner
+        if owner is None or self.member.newerSchema or self._lost & set(self._claims):
+            # Unregistered, stopping, or runs abandoned still winding down
+            # (claimed again, a job would run twice here).
+            return Deferred.fromCoroutine(_none())
+        claiming = self._queue.claim(owner, self._clock.seconds(), self._lease)
+
+        def claimed(claim: JobClaim | None) -> JobClaim | None:
+            if claim is None or self.member.owner == owner:
+                return claim
+            # Answered after the lease was lost: the next claim anywhere
+            # releases it, as a takeover.
+            log.warn(
+                "Job {job}: claimed by daemon {daemon}, whose lease was lost meanwhile;"
+                " not run",
+                job=claim.job.name,
+                daemon=owner,
+            )
+            return None
+
+        def failed(failure: Failure) -> None:
+            if failure.check(LeaseLost) and self.member.owner == owner:
+                self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
+            elif failure.check(QueueUnavailable, LeaseLost):
+                log.warn("Cannot claim a job: {why}", why=failure.getErrorMessage())
+            else:
+                log.failure("Claiming a job", failure)
+
+        return claiming.addCallbacks(claimed, failed)
+
+    async def _nothingLeft(self) -> bool:
+        if self._active or self.member.owner is None:
+            return False
+        try:
+            counts = await self._queue.counts()
+        except QueueUnavailable:
+            return False
+        return not (counts.queued or counts.claimed or counts.deferred or counts.paused)
+
+    async def _finish(
+        self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None
+    ) -> bool:
+        """
+        Finish C{claim} in the queue, tried again every C{H} while the
+        queue cannot be reached and the claim's lease lives; a claim lost
+        with the lease is not finished.
+        """
+        name = claim.job.name
+        while name not in self._lost and self.member.owner == claim.owner:
+            try:
+                await self._queue.finish(claim, outcome, notBefore)
+                return True
+            except QueueUnavailable as e:
+                log.warn(
+                    "Job {job}: cannot finish its claim ({why}); trying again in {period:.1f} s",
+                    job=name,
+                    why=str(e),
+                    period=self.member.period,
+                )
+                await deferLater(self._clock, self.member.period)
+        self._lost.discard(name)
+        self._incomplete.discard(name)
+        return False
+
+    # -- told by the member (FleetJobs) -------------------------------------
+
+    def loseLease(self, reason: str) -> None:
+        names = list(self._claims)
+        # Every machine told, and every wait given up, before any run is
+        # abandoned: the grants a run gives back go to no job of ours.
+        for name in names:
+            self._lost.add(name)
+            self.machines.job(name).leaseLost(reason)
+            waiting = self._reserving.get(name)
+            if waiting is not None:
+                waiting.cancel()
+        for name in names:
+            job = self._built.get(name)
+            if job is not None:
+                job.abandon()
+
+    def asked(self, job: str, requested: Requested, by: str) -> None:
+        if job not in self._claims or job in self._lost:
+            return
+        log.info(
+            "Job {job}: {by} asks it {what} through another daemon",
+            job=job,
+            by=by,
+            what=requested.value,
+        )
+        machine = self.machines.job(job)
+        if requested is Requested.RERUN:
+            machine.retryFailed(by)
+            return
+        if requested is Requested.PAUSE:
+            machine.pause(by)
+        else:
+            machine.cancel(by)
+        self.halt(job)
+
+    def newerSchema(self, version: int) -> None:
+        stopping = self._stopAll()
+
+        async def thenExit() -> None:
+            if stopping is not None:
+                await stopping
+            self._onNewerSchema()
+
+        Deferred.fromCoroutine(thenExit())
+
+    def registered(self) -> None:
+        self._wakeUp()
+
+
+async def _none() -> None:
+    return None

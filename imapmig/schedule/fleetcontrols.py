@@ -1,0 +1,206 @@
+# -*- test-case-name: tests.test_schedule_fleet -*-
+"""
+The admin's controls on a daemon of a fleet (docs/fleet-design.md "Holds
+and controls from any daemon"): L{FleetControls}, the controls of
+L{imapmig.schedule.jobcontrols} whose checks and holds are the shared
+queue's rows.
+
+Beside L{JobControls} rather than in it: those check a control against
+the one daemon's queue in memory, synchronously, and keep the holds in the
+state store; here the queue's row is both the check and the hold (its
+C{UPDATE} refuses what does not apply, and a hold is a row state that
+outlasts every daemon), so each control is the job's machine's input and
+the one write its transition makes, whose refusal
+(L{ControlRefused}, L{UnknownJob}) is the control's answer:
+
+  - a job this daemon holds: its machine takes the control (a claimed
+    job's row is requested so), and a pause or cancel stops its run;
+  - any other job, queued, held by another daemon or ended: one write of
+    the row (L{JobMachines.controlElsewhere}); another daemon holding it
+    hears of it with its next heartbeat.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+from automat import NoTransition
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
+from imapmig.job.inputs import JobInputs
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.queue import IAsyncJobQueue, QueueState
+from imapmig.job.machine import JobMachines
+from imapmig.schedule.jobcontrols import ControlledScheduler, JobControls
+from imapmig.state import IStateStore
+
+log = Logger()
+
+# What each control writes into the queue, and the state it answers with
+# when the queue's answer does not say (a held job's run still stopping).
+_CONTROLS: dict[str, tuple[str, JobState]] = {
+    "pause": ("pause", JobState.PAUSED),
+    "resume": ("resume", JobState.QUEUED),
+    "cancel": ("cancel", JobState.CANCELLED),
+    "retry-failed": ("requeue", JobState.QUEUED),
+}
+
+_SHOWN = {
+    QueueState.QUEUED: JobState.QUEUED,
+    QueueState.PAUSED: JobState.PAUSED,
+    QueueState.CANCELLED: JobState.CANCELLED,
+    QueueState.DONE: JobState.DONE,
+    QueueState.FAILED: JobState.FAILED,
+}
+
+
+class FleetScheduled(ControlledScheduler, Protocol):
+    """
+    What the fleet's controls need of its scheduler: also the jobs this
+    daemon holds.
+    """
+
+    @property
+    def runningJobs(self) -> list[str]: ...
+
+
+class FleetControls(JobControls):
+    """
+    L{IJobControls} of a daemon of a fleet: each control one write of the
+    job's row, through the job's machine.
+    """
+
+    def __init__(
+        self,
+        queue: IAsyncJobQueue,
+        progress: MigrationProgress,
+        store: IStateStore | None,
+        scheduler: FleetScheduled,
+        machines: JobMachines,
+    ) -> None:
+        JobControls.__init__(self, queue, progress, store, scheduler, machines)  # type: ignore[arg-type]
+        self._fleet = scheduler
+
+    def pause(self, job: str, by: str) -> Deferred[JobState]:
+        return self._apply("pause", job, by, lambda machine: machine.pause(by))
+
+    def resume(self, job: str, by: str) -> Deferred[JobState]:
+        return self._apply("resume", job, by, lambda machine: machine.resume(by))
+
+    def cancel(self, job: str, by: str) -> Deferred[JobState]:
+        return self._apply("cancel", job, by, lambda machine: machine.cancel(by))
+
+    def retryFailed(self, job: str, by: str) -> Deferred[JobState]:
+        return self._apply("retry-failed", job, by, lambda machine: machine.retryFailed(by))
+
+    def _apply(
+        self, action: str, name: str, by: str, give: Callable[[JobInputs], None]
+    ) -> Deferred[JobState]:
+        """
+        Control C{action} of job C{name} by C{by}: C{give} it to the job's
+        machine if this daemon holds the job, else write it in the row.
+        """
+        write, shown = _CONTROLS[action]
+
+        async def control() -> JobState:
+            held = name in self._fleet.runningJobs
+            answer: QueueState | ImapmigError | None
+            if not held:
+                answer = await self._machines.controlElsewhere(name, write)
+            else:
+                if action in ("pause", "cancel"):
+                    self._by[name] = by
+                try:
+                    answer = await self._machines.control(name, give)
+                except NoTransition:
+                    where = self._machines.job(name).state().value
+                    answer = ControlRefused(f"job {name} is {where}")
+            if isinstance(answer, (ControlRefused, UnknownJob)):
+                log.info(
+                    "Control {action} of job {job} by {client}: refused: {why}",
+                    action=action,
+                    job=name,
+                    client=by,
+                    why=str(answer),
+                )
+                raise answer
+            if held and action in ("pause", "cancel"):
+                self._scheduler.halt(name)
+            elif not held:
+                self._scheduler.queueChanged()
+            state = _SHOWN.get(answer, shown) if isinstance(answer, QueueState) else shown
+            log.info(
+                "Control {action} of job {job} by {client}: {state}",
+                action=action,
+                job=name,
+                client=by,
+                state=state.value,
+                held=held,
+            )
+            return state
+
+        return Deferred.fromCoroutine(control())
+
+    def applies(self, action: str, job: str) -> bool:
+        """
+        See L{IJobControls.applies}: whether the job is known (the queue's
+        row refuses a control that does not apply).
+        """
+        return action in _CONTROLS and job in {progress.name for progress in self._progress}
+
+    def bulk(self, action: str, jobs: Sequence[str], by: str, selection: str) -> Deferred[int]:
+        """
+        See L{IJobControls.bulk}: each job's control, one after the other;
+        those refused are left out of the count.
+        """
+        controls = {
+            "pause": self.pause,
+            "resume": self.resume,
+            "cancel": self.cancel,
+            "retry-failed": self.retryFailed,
+        }
+        control = controls[action]
+
+        async def each() -> int:
+            changed = 0
+            for name in jobs:
+                try:
+                    await control(name, by)
+                except (ControlRefused, UnknownJob):
+                    continue
+                except ImapmigError as e:
+                    log.error(
+                        "Control {action} of job {job} by {client}: not applied: {why}",
+                        action=action,
+                        job=name,
+                        client=by,
+                        why=str(e),
+                    )
+                    continue
+                changed += 1
+            log.info(
+                "Control {action} by {client} of the jobs {selection}: {count} of {selected}",
+                action=action,
+                client=by,
+                selection=selection,
+                count=changed,
+                selected=len(jobs),
+            )
+            return changed
+
+        return Deferred.fromCoroutine(each())
+
+    def pauseAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.pauseAll}: every job's pause, as L{bulk}.
+        """
+        return self.bulk("pause", [p.name for p in self._progress], by, "all")
+
+    def resumeAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.resumeAll}: every job's resume, as L{bulk}.
+        """
+        return self.bulk("resume", [p.name for p in self._progress], by, "all")
+

@@ -1,0 +1,379 @@
+# -*- test-case-name: tests.test_fleetview_postgresql -*-
+"""
+Tests for L{imapmig.queue._pgfleetview}: the fleet's read model on a
+private PostgreSQL (L{imapmig.testing.postgresql}, a fresh database per
+test), its daemons registered and its jobs claimed through
+L{PostgreSQLJobQueue}; and the plans of its statements at 100,000 jobs.
+Without PostgreSQL they skip, and fail under C{CI=true}.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psycopg
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.python.threadpool import ThreadPool
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from imapmig.errors import QueueUnavailable
+from imapmig.queue import JobOutcome
+from imapmig.queue.fleetview import Holder, IFleetView
+from imapmig.queue._pgfleetview import (
+    DAEMONS,
+    HOLDERS,
+    MAX_DAEMONS,
+    SHOWN_AFTER_LEASE,
+    WAIT,
+    PostgreSQLFleetView,
+    onConnection,
+)
+from imapmig.queue.postgresql import PostgreSQLJobQueue
+from tests.statecontract import SynchronousReactor, SynchronousThreadPool
+from tests.test_queue_postgresql import PostgreSQLTestMixin
+
+
+class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
+    """
+    The view reads the daemons and the holders the queue wrote.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.me: str | None = None
+        self.connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
+            self.uri, autocommit=True
+        )
+        self.addCleanup(self.connection.close)
+        pool: ThreadPool = SynchronousThreadPool()
+        self.view = PostgreSQLFleetView(
+            onConnection(
+                SynchronousReactor(), pool, lambda: self.connection, "postgresql:///fleet"
+            ),
+            lambda: self.me,
+        )
+
+    def register(self, queue: PostgreSQLJobQueue, host: str, pid: int) -> str:
+        return queue.register(host, pid, "1.0", 600.0)
+
+    def test_interface(self) -> None:
+        """
+        It provides L{IFleetView}.
+        """
+        self.assertTrue(verifyObject(IFleetView, self.view))
+
+    def test_daemonsAndHolders(self) -> None:
+        """
+        Two daemons on two connections, the first holding two jobs and the
+        second one: each daemon's row has its host, pid, version, start,
+        heartbeat, live lease and the jobs it holds; the one serving the
+        page is marked; each claimed job names its holder, the others
+        none.  A daemon whose lease ended is shown not live, after the live
+        ones, with the job it still holds; a retired one is not shown.
+        """
+        a, b, c, d = (self.queueOf(6) for _ in range(4))
+        mig1 = self.register(a, "mig1", 11)
+        mig2 = self.register(b, "mig2", 22)
+        dead = self.register(c, "mig0", 33)
+        retired = self.register(d, "mig9", 44)
+        self.me = mig2
+        claims = [a.claim(mig1, 0.0, 600.0), a.claim(mig1, 0.0, 600.0)]
+        claims += [b.claim(mig2, 0.0, 600.0), c.claim(dead, 0.0, 600.0)]
+        self.assertEqual([claim and claim.job.name for claim in claims], ["j0", "j1", "j2", "j3"])
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET lease_until = now() - interval '1 second'"
+            " WHERE daemon_id = %s",
+            dead,
+        )
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET retired_at = now() WHERE daemon_id = %s", retired
+        )
+        fleet = self.successResultOf(self.view.daemons())
+        self.assertEqual(
+            [(r.daemonId, r.host, r.pid, r.version, r.live, r.jobs, r.this) for r in fleet.daemons],
+            [
+                (mig1, "mig1", 11, "1.0", True, 2, False),
+                (mig2, "mig2", 22, "1.0", True, 1, True),
+                (dead, "mig0", 33, "1.0", False, 1, False),
+            ],
+        )
+        self.assertEqual(fleet.live, 2)
+        [(started, beat, lease)] = self.sql(
+            "SELECT extract(epoch FROM started_at)::float8,"
+            " extract(epoch FROM heartbeat_at)::float8,"
+            " extract(epoch FROM lease_until)::float8 FROM imapmig_queue.daemons"
+            " WHERE daemon_id = %s",
+            mig1,
+        )
+        row = fleet.daemons[0]
+        self.assertEqual((row.startedAt, row.heartbeatAt, row.leaseUntil), (started, beat, lease))
+        self.assertGreaterEqual(row.heartbeatAge, 0.0)
+        self.assertLess(row.heartbeatAge, 600.0)
+        self.assertIsNone(row.rate)
+        self.assertEqual(
+            self.successResultOf(self.view.holders(["j0", "j1", "j2", "j3", "j4", "nosuch"])),
+            {
+                "j0": Holder(mig1, "mig1"),
+                "j1": Holder(mig1, "mig1"),
+                "j2": Holder(mig2, "mig2"),
+                "j3": Holder(dead, "mig0", live=False),
+            },
+        )
+        # A finished job is held by no one.
+        first = claims[0]
+        assert first is not None
+        a.finish(first, JobOutcome.COMPLETED)
+        self.assertEqual(self.successResultOf(self.view.holders(["j0"])), {})
+        self.assertEqual(self.successResultOf(self.view.daemons()).daemons[0].jobs, 1)
+
+    def test_longDeadNotShown(self) -> None:
+        """
+        A daemon whose lease ended more than L{SHOWN_AFTER_LEASE} ago is
+        not shown.
+        """
+        queue = self.queueOf(1)
+        gone = self.register(queue, "mig0", 1)
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET lease_until = now() - make_interval(secs => %s)"
+            " WHERE daemon_id = %s",
+            SHOWN_AFTER_LEASE + 1,
+            gone,
+        )
+        self.assertEqual(self.successResultOf(self.view.daemons()).daemons, ())
+
+    def test_rate(self) -> None:
+        """
+        Once the daemons' table has a C{rate} column, each daemon's rate is
+        read from it, with the same statement.
+        """
+        queue = self.queueOf(1)
+        mig1 = self.register(queue, "mig1", 1)
+        self.sql("ALTER TABLE imapmig_queue.daemons ADD COLUMN rate real NOT NULL DEFAULT 0")
+        self.sql("UPDATE imapmig_queue.daemons SET rate = 12.5 WHERE daemon_id = %s", mig1)
+        [row] = self.successResultOf(self.view.daemons()).daemons
+        self.assertEqual(row.rate, 12.5)
+
+    def test_unavailable(self) -> None:
+        """
+        A read that cannot connect fails with L{QueueUnavailable} naming
+        the database as given.
+        """
+
+        def refused() -> psycopg.Connection[tuple[Any, ...]]:
+            raise psycopg.OperationalError("connection refused")
+
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), refused, "postgresql:///x"),
+            lambda: None,
+        )
+        for d in (view.daemons(), view.holders(["j0"])):
+            failure = self.failureResultOf(d, QueueUnavailable)
+            self.assertEqual(
+                str(failure.value), "postgresql:///x: cannot read the fleet: connection refused"
+            )
+
+    def test_reconnects(self) -> None:
+        """
+        A connection found closed (or broken) is made again by the next
+        read, which succeeds.
+        """
+        made: list[psycopg.Connection[tuple[Any, ...]]] = []
+
+        def connect() -> psycopg.Connection[tuple[Any, ...]]:
+            made.append(psycopg.connect(self.uri, autocommit=True))
+            self.addCleanup(made[-1].close)
+            return made[-1]
+
+        self.register(self.queueOf(1), "mig1", 1)
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), connect, "db"),
+            lambda: None,
+        )
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(made), 1)
+        made[0].close()
+        self.assertEqual(len(self.successResultOf(view.daemons()).daemons), 1)
+        self.assertEqual(len(made), 2)
+
+    def test_statementTimeout(self) -> None:
+        """
+        Every read runs under a C{statement_timeout}.
+        """
+        seen = self.successResultOf(
+            onConnection(
+                SynchronousReactor(), SynchronousThreadPool(), lambda: self.connection, "x"
+            )(lambda c: c.execute("SHOW statement_timeout").fetchone())
+        )
+        self.assertEqual(seen, ("5s",))
+
+
+class _IdlePool(ThreadPool):
+    """
+    A thread pool that never runs what it is given (every thread busy).
+    """
+
+    def callInThreadWithCallback(self, onResult: Any, func: Any, *args: Any, **kw: Any) -> None:
+        pass
+
+
+class WaitTests(SynchronousTestCase):
+    """
+    A page does not wait for ever for a busy reader.
+    """
+
+    def test_timeout(self) -> None:
+        """
+        With a clock, a read not answered within L{WAIT} seconds (no thread
+        free) fails with L{QueueUnavailable}; no call stays scheduled.
+        """
+        clock = Clock()
+        run = onConnection(SynchronousReactor(), _IdlePool(), psycopg.connect, "pg:///f", clock)
+        d = PostgreSQLFleetView(run, lambda: None).daemons()
+        clock.advance(WAIT - 0.5)
+        self.assertNoResult(d)
+        clock.advance(1)
+        failure = self.failureResultOf(d, QueueUnavailable)
+        self.assertEqual(
+            str(failure.value), "pg:///f: the fleet was not read within 10 s"
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
+def _relations(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """
+    Every (node type, relation) of a JSON plan, depth first.
+    """
+    found = [(plan["Node Type"], plan.get("Relation Name", ""))]
+    for child in plan.get("Plans", ()):
+        found += _relations(child)
+    return found
+
+
+class PlanTests(PostgreSQLTestMixin):
+    """
+    The view's statements read the jobs by index, so their cost does not
+    grow with the jobs queued or ended (docs/fleet-design.md "A million
+    jobs").
+    """
+
+    def explain(self, statement: str, parameters: dict[str, object]) -> list[tuple[str, str]]:
+        """
+        The nodes of C{statement}'s plan.
+        """
+        with psycopg.connect(self.uri, autocommit=True) as connection:
+            cursor = psycopg.ClientCursor(connection)
+            cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
+            row = cursor.fetchone()
+        assert row is not None
+        document = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+        return _relations(document[0]["Plan"])
+
+    def timed(self, view: PostgreSQLFleetView, names: list[str]) -> float:
+        """
+        The best of 20 reads of the daemons and a page's holders, seconds.
+        """
+        best = float("inf")
+        for _ in range(20):
+            start = time.perf_counter()
+            self.successResultOf(view.daemons())
+            self.successResultOf(view.holders(names))
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    def test_flatAt100000Jobs(self) -> None:
+        """
+        With 100,000 jobs (half ended, a few claimed by three daemons),
+        neither statement scans the jobs' table: the daemons' jobs are
+        counted through the partial index of claimed jobs, a page's
+        holders found through the index on names.  The reads' time at
+        100,000 jobs is printed beside the time at 1,000 (measured, not
+        asserted: the machine is shared).
+        """
+        queues = [self.queueOf(30) for _ in range(3)]
+        owners = [q.register(f"mig{n}", n, "1.0", 600.0) for n, q in enumerate(queues)]
+        connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(self.uri, autocommit=True)
+        self.addCleanup(connection.close)
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: connection, "db"),
+            lambda: owners[0],
+        )
+        page = [f"j{n}" for n in range(30)] + [f"x{n}" for n in range(1, 71)]
+        times = {}
+        for total in (1_000, 100_000):
+            self.sql(
+                "INSERT INTO imapmig_queue.jobs (name, position, state, digest)"
+                " SELECT 'x' || g, 30 + g, CASE WHEN g %% 2 = 0 THEN 'done' ELSE 'queued' END,"
+                " '\\x00'::bytea"
+                " FROM generate_series(1, %s) g ON CONFLICT (name) DO NOTHING",
+                total,
+            )
+            for n, (queue, owner) in enumerate(zip(queues, owners)):
+                while len(self.sql(
+                    "SELECT 1 FROM imapmig_queue.jobs WHERE owner = %s", owner
+                )) < 4 * (n + 1):  # fmt: skip
+                    queue.claim(owner, 0.0, 600.0)
+            self.sql("ANALYZE imapmig_queue.jobs")
+            self.sql("ANALYZE imapmig_queue.daemons")
+            times[total] = self.timed(view, page)
+        daemons = self.explain(DAEMONS, {"shown": SHOWN_AFTER_LEASE, "limit": MAX_DAEMONS})
+        holders = self.explain(HOLDERS, {"names": page})
+        for plan in (daemons, holders):
+            self.assertNotIn(("Seq Scan", "jobs"), plan, plan)
+            self.assertTrue(
+                any(node.startswith("Index") and rel == "jobs" for node, rel in plan), plan
+            )
+        fleet = self.successResultOf(view.daemons())
+        self.assertEqual([row.jobs for row in fleet.daemons], [4, 8, 12])
+        print(
+            f"\nfleet view: daemons + a page of 100 holders, best of 20:"
+            f" {times[1_000] * 1000:.2f} ms at 1,000 jobs,"
+            f" {times[100_000] * 1000:.2f} ms at 100,000"
+        )
+
+
+class ThreadPoolTests(PostgreSQLTestMixin):
+    """
+    With a real thread pool, a read runs in a thread and fires in the
+    reactor's.
+    """
+
+    def test_inThread(self) -> None:
+        """
+        The Deferred fires through the reactor's C{callFromThread}, with
+        the daemons read in the pool's thread.
+        """
+        import threading
+
+        calls: list[str] = []
+
+        class Reactor:
+            def callFromThread(self, f: Any, *a: Any, **kw: Any) -> None:
+                calls.append(threading.current_thread().name)
+                f(*a, **kw)
+
+        pool = ThreadPool(1, 1, name="fleetview")
+        pool.start()
+        self.addCleanup(pool.stop)
+        connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(self.uri, autocommit=True)
+        self.addCleanup(connection.close)
+        self.queueOf(1).register("mig1", 1, "1.0", 600.0)
+        view = PostgreSQLFleetView(
+            onConnection(Reactor(), pool, lambda: connection, "db"),  # type: ignore[arg-type]
+            lambda: None,
+        )
+        done = threading.Event()
+        d: Deferred[Any] = view.daemons()
+
+        def fired(result: object) -> object:
+            done.set()
+            return result
+
+        d.addBoth(fired)
+        self.assertTrue(done.wait(60))
+        self.assertEqual([row.host for row in self.successResultOf(d).daemons], ["mig1"])
+        self.assertTrue(calls and calls[0].startswith("PoolThread-fleetview"), calls)

@@ -1,0 +1,284 @@
+"""
+Tests for the lease in a job's machine (L{imapmig.job.machine}'s
+C{leaseLost}): every row of docs/fleet-design.md "The lease in the job's
+machine", on a L{Clock}; and the run it abandons (L{MigrationJob.abandon}).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from twisted.internet.defer import CancelledError
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.job import JobSettings
+from imapmig.job.machine import JobInputs, JobMachine
+from imapmig.job.statediagram import diagram
+from imapmig.progress import JobProgress, JobState
+from imapmig.queue import QueueState, Requested
+from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.state import Transition
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES
+from tests.test_job import JOB, JobHarness, MemoryEndpoint, hasResult, populate
+from tests.test_job_stop import HeldRepliesServer
+from tests.test_schedule_service import jobConfig
+
+
+class LeaseLostTests(SynchronousTestCase):
+    """
+    C{leaseLost(reason)}: a running job abandons, a waiting one stops at
+    once, the others are left as they are.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.progress = JobProgress("j", self.clock.seconds)
+        self.recorded: list[Transition] = []
+        self.queue = InMemoryJobQueue([jobConfig("j", "j")], self.clock.seconds)
+        self.machine: JobInputs = JobMachine(
+            "j", self.progress, self.clock, lambda job, t: self.recorded.append(t), self.queue
+        )
+
+    def tearDown(self) -> None:
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def moves(self) -> list[tuple[str, str, str]]:
+        return [(t.source, t.target, t.cause) for t in self.recorded]
+
+    def test_running(self) -> None:
+        """
+        A running job whose lease is lost is stopping (abandoning), and
+        ends stopped, cause C{lease lost}, once its run has ended.
+        """
+        machine = self.machine
+        machine.start()
+        machine.connected()
+        machine.leaseLost("send deadline passed")
+        self.assertIs(machine.state(), JobState.STOPPING)
+        self.assertIs(self.progress.state, JobState.STOPPING)
+        # What the run does as it ends changes nothing.
+        machine.stop()
+        machine.connected()
+        machine.leaseLost("again")
+        self.assertIs(machine.state(), JobState.STOPPING)
+        machine.stopped()
+        self.assertIs(machine.state(), JobState.STOPPED)
+        self.assertEqual(self.progress.error, "stopped: lease lost")
+        self.assertEqual(
+            self.moves()[-2:],
+            [
+                ("running", "stopping", "lease lost: send deadline passed"),
+                ("stopping", "stopped", "lease lost"),
+            ],
+        )
+
+    def test_connectingEndsAnyway(self) -> None:
+        """
+        A connecting job whose lease is lost ends stopped (C{lease lost})
+        however its run ends: completed, with failures or failed, its
+        outcome is the next owner's to find.
+        """
+        ends: list[Callable[[JobInputs], None]] = [
+            lambda machine: machine.succeed(),
+            lambda machine: machine.endWithFailures(2),
+            lambda machine: machine.fail("connection lost"),
+            lambda machine: machine.stopped(),
+        ]
+        for end in ends:
+            machine = JobMachine("j", JobProgress("j", self.clock.seconds), self.clock)
+            machine.start()
+            machine.leaseLost("taken over")
+            self.assertIs(machine.state(), JobState.STOPPING)
+            end(machine)
+            self.assertIs(machine.state(), JobState.STOPPED)
+
+    def test_stopping(self) -> None:
+        """
+        A job stopping for the daemon's stop whose lease is lost stays
+        stopping, and ends stopped by the lease.
+        """
+        machine = self.machine
+        machine.start()
+        machine.connected()
+        machine.stop()
+        machine.leaseLost("send deadline passed")
+        self.assertIs(machine.state(), JobState.STOPPING)
+        machine.stopped()
+        self.assertIs(machine.state(), JobState.STOPPED)
+        self.assertEqual(self.moves()[-1], ("stopping", "stopped", "lease lost"))
+
+    def test_stoppingForPause(self) -> None:
+        """
+        A job stopping for the admin's pause whose lease is lost ends
+        stopped, not paused: the pause is in the queue, which applies it
+        when the job is released; a pause or cancel meanwhile goes to
+        the queue too.
+        """
+        claim = self.queue.claim("me", 0.0, 60.0)
+        assert claim is not None
+        machine = self.machine
+        machine.start()
+        machine.pause("alice")
+        machine.leaseLost("send deadline passed")
+        self.assertIs(machine.state(), JobState.STOPPING)
+        machine.resume("alice")
+        self.assertIsNone(self.queue.renew(claim, 60.0).requested)
+        machine.cancel("bob")
+        self.assertIs(self.queue.renew(claim, 60.0).requested, Requested.CANCEL)
+        machine.pause("alice")
+        machine.retryFailed("alice")
+        machine.stopped()
+        self.assertIs(machine.state(), JobState.STOPPED)
+        self.assertIs(self.queue.state("j"), QueueState.CLAIMED)
+
+    def test_stoppingForCancel(self) -> None:
+        """
+        A job stopping for the admin's cancel whose lease is lost ends
+        stopped.
+        """
+        machine = self.machine
+        machine.start()
+        machine.cancel("alice")
+        machine.leaseLost("taken over")
+        machine.stopped()
+        self.assertIs(machine.state(), JobState.STOPPED)
+
+    def test_waiting(self) -> None:
+        """
+        A job waiting for its grants whose lease is lost is stopped at once.
+        """
+        self.machine.waitForGrant("a connection grant")
+        self.machine.leaseLost("send deadline passed")
+        self.assertIs(self.machine.state(), JobState.STOPPED)
+        self.assertIsNone(self.progress.wait)
+        self.assertEqual(
+            self.moves()[-1], ("waiting", "stopped", "lease lost: send deadline passed")
+        )
+
+    def test_timedWaits(self) -> None:
+        """
+        A job backing off or held by the server whose lease is lost is
+        stopped at once: its timer is cancelled, its waiter told so.
+        """
+        for hold in (
+            lambda machine: machine.backOff("connection lost", 30),
+            lambda machine: machine.holdByServer("over quota", 300),
+        ):
+            machine = JobMachine("j", JobProgress("j", self.clock.seconds), self.clock)
+            machine.start()
+            hold(machine)
+            waited = machine.waited()
+            machine.leaseLost("send deadline passed")
+            self.assertIs(machine.state(), JobState.STOPPED)
+            self.failureResultOf(waited, CancelledError)
+            self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_notHeld(self) -> None:
+        """
+        A job queued, paused, deferred, stopped or ended is not held (or
+        no longer): C{leaseLost} changes nothing, and records nothing.
+        """
+        def start(then: Callable[[JobInputs], None]) -> Callable[[JobInputs], None]:
+            def started(machine: JobInputs) -> None:
+                machine.start()
+                then(machine)
+
+            return started
+
+        def waitThenStop(machine: JobInputs) -> None:
+            machine.waitForGrant("a job slot")
+            machine.stop()
+
+        into: list[Callable[[JobInputs], None]] = [
+            lambda machine: None,
+            lambda machine: machine.pause("alice"),
+            start(lambda machine: machine.defer("budget", 5000.0)),
+            waitThenStop,
+            start(lambda machine: machine.succeed()),
+            start(lambda machine: machine.endWithFailures(1)),
+            start(lambda machine: machine.fail("boom")),
+            lambda machine: machine.cancel("alice"),
+        ]
+        seen: set[JobState] = set()
+        for put in into:
+            recorded: list[Transition] = []
+            machine = JobMachine(
+                "j", JobProgress("j", self.clock.seconds), self.clock, lambda j, t: recorded.append(t)
+            )
+            put(machine)
+            before, count = machine.state(), len(recorded)
+            machine.leaseLost("send deadline passed")
+            self.assertIs(machine.state(), before)
+            self.assertEqual(len(recorded), count)
+            seen.add(before)
+        self.assertEqual(
+            seen,
+            {
+                JobState.QUEUED,
+                JobState.PAUSED,
+                JobState.DEFERRED,
+                JobState.STOPPED,
+                JobState.DONE,
+                JobState.DONE_WITH_FAILURES,
+                JobState.FAILED,
+                JobState.CANCELLED,
+            },
+        )
+
+    def test_diagram(self) -> None:
+        """
+        The diagram draws C{leaseLost}'s moves.
+        """
+        drawn = diagram()
+        self.assertIn("    running --> stopping: cancel, leaseLost, pause, stop\n", drawn)
+        self.assertIn("    waiting --> stopped: leaseLost, stop\n", drawn)
+
+    def test_pausedQueuedAgain(self) -> None:
+        """
+        A job paused here and resumed through another daemon (the fleet's
+        queue row queued again) is queued again when claimed here.
+        """
+        self.machine.pause("alice")
+        self.machine.requeue("claimed", None)
+        self.assertIs(self.machine.state(), JobState.QUEUED)
+        self.assertFalse(self.progress.pausedByAdmin)
+
+
+class AbandonTests(SynchronousTestCase):
+    """
+    L{MigrationJob.abandon}: the run of a job whose lease was lost ends at
+    once, its replies in flight not awaited.
+    """
+
+    def test_abandonWhileRepliesAwaited(self) -> None:
+        """
+        A run abandoned while the replies to its APPENDs are held ends at
+        once, without the stop's timeout: its connection aborted, the
+        replies neither awaited nor recorded, the unit sent still
+        journaled for the next owner, the job stopped (lease lost), and
+        nothing left on the clock.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: HeldRepliesServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 20)
+        job = h.job(
+            JobSettings(connections=1, batchMessages=2, windowMessages=4, stopTimeout=300.0)
+        )
+        d = h.start(job)
+        server = h.endpoint.servers[0]
+        assert isinstance(server, HeldRepliesServer)
+        self.assertTrue(server.held)
+        recorded = self.successResultOf(h.store.summary(JOB))
+        job._lifecycle.leaseLost("send deadline passed")
+        job.abandon()
+        h.settle(lambda: hasResult(d))
+        self.assertFalse(self.successResultOf(d))
+        self.assertEqual(h.clock.seconds(), 0)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.progress.error, "stopped: lease lost")
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), recorded)
+        self.assertTrue(self.successResultOf(h.store.journal(JOB)))
+        self.assertEqual(h.clock.getDelayedCalls(), [])

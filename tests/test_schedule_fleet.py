@@ -1,0 +1,740 @@
+"""
+Tests for L{imapmig.schedule.fleet}: a daemon's membership of a fleet (its
+registration, heartbeat, send deadline and new incarnation), on a
+L{Clock} over the in-memory queue made asynchronous
+(L{imapmig.queue.memory.AsyncJobQueue}).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence, cast
+
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from imapmig.config import parseConfig
+from imapmig.config.limits import ServerLimits
+from imapmig.daemon.service import _ServiceTree
+from imapmig.config.model import JobConfig
+from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
+from imapmig.job.machine import JobMachines
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
+from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
+from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.state import Transition
+from imapmig.state.memory import MemoryStateStore
+from tests.test_schedule_service import FakeJob, jobConfig
+from tests.test_service import makeMaildir
+
+LEASE = 60.0
+
+
+class ControlledQueue(AsyncJobQueue):
+    """
+    The in-memory queue, whose heartbeats a test can hold unanswered, make
+    fail, or answer with more than the in-memory queue says.
+    """
+
+    def __init__(self, queue: InMemoryJobQueue) -> None:
+        AsyncJobQueue.__init__(self, queue)
+        self.hold = False
+        self.failure: Exception | None = None
+        self.pending: list[Deferred[Heartbeat]] = []
+        self.beats = 0
+        self.retired: list[str] = []
+        self.schemaVersion: int | None = None
+        self.requestedBy: tuple[tuple[str, str], ...] = ()
+
+    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+        self.beats += 1
+        if self.failure is not None:
+            return fail(self.failure)
+        if self.hold:
+            pending: Deferred[Heartbeat] = Deferred()
+            self.pending.append(pending)
+            return pending
+
+        def more(heartbeat: Heartbeat) -> Heartbeat:
+            return Heartbeat(
+                heartbeat.leaseUntil,
+                heartbeat.requests,
+                self.requestedBy,
+                self.schemaVersion,
+            )
+
+        return AsyncJobQueue.heartbeat(self, owner, lease).addCallback(more)
+
+    def retire(self, owner: str) -> Deferred[None]:
+        self.retired.append(owner)
+        return AsyncJobQueue.retire(self, owner)
+
+
+class Member:
+    """
+    A L{FleetMember} over a controlled in-memory queue and a clock.
+    """
+
+    def __init__(self, schemaVersion: int | None = None) -> None:
+        self.clock = Clock()
+        self.memory = InMemoryJobQueue([jobConfig("j", "j"), jobConfig("k", "k")], self.clock.seconds)
+        self.queue = ControlledQueue(self.memory)
+        self.jobs = Jobs()
+        self.member = FleetMember(
+            self.queue, self.clock, self.clock.seconds, LEASE, self.jobs, "mig1", 42, "1.0",
+            schemaVersion,
+        )  # fmt: skip
+
+
+class Jobs:
+    """
+    A L{FleetJobs} that notes what it is told.
+    """
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+        self.requests: list[tuple[str, Requested, str]] = []
+        self.newer: list[int] = []
+        self.registrations = 0
+
+    def loseLease(self, reason: str) -> None:
+        self.lost.append(reason)
+
+    def asked(self, job: str, requested: Requested, by: str) -> None:
+        self.requests.append((job, requested, by))
+
+    def newerSchema(self, version: int) -> None:
+        self.newer.append(version)
+
+    def registered(self) -> None:
+        self.registrations += 1
+
+
+class FleetMemberTests(SynchronousTestCase):
+    """
+    L{FleetMember}: registered, beating every C{L/12}, its send deadline
+    C{t0 + L - L/4} of the last heartbeat answered.
+    """
+
+    def setUp(self) -> None:
+        self.m = Member(schemaVersion=1)
+        self.clock = self.m.clock
+        self.member = self.m.member
+
+    def tearDown(self) -> None:
+        self.successResultOf(self.member.stop())
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_asyncQueue(self) -> None:
+        """
+        The in-memory queue made asynchronous provides L{IAsyncJobQueue}.
+        """
+        self.assertTrue(verifyObject(IAsyncJobQueue, self.m.queue))
+
+    def test_beats(self) -> None:
+        """
+        Started, it registers at once (its deadline C{45 s} later for a
+        lease of 60 s), then beats every 5 s, each success moving the
+        deadline to 45 s after it was sent.
+        """
+        self.member.start()
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(self.m.jobs.registrations, 1)
+        self.assertEqual(self.member.deadline, 45.0)
+        self.clock.advance(5)
+        self.assertEqual(self.m.queue.beats, 1)
+        self.assertEqual(self.member.deadline, 50.0)
+        self.clock.pump([5] * 20)
+        self.assertEqual(self.m.queue.beats, 21)
+        self.assertEqual(self.member.deadline, 150.0)
+        self.assertEqual(self.m.jobs.lost, [])
+
+    def test_t0BeforeTheCall(self) -> None:
+        """
+        The deadline counts from when the heartbeat was handed over, not
+        from its answer: one answered 4 s late gives no more time.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.advance(5)
+        self.clock.advance(4)
+        (pending,) = self.m.queue.pending
+        pending.callback(Heartbeat(0.0))
+        self.assertEqual(self.member.deadline, 50.0)
+
+    def test_oneInFlight(self) -> None:
+        """
+        A heartbeat not answered within C{H} counts as failed, and no
+        other is sent while it is in flight.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5, 5, 5])
+        self.assertEqual(len(self.m.queue.pending), 1)
+        self.assertEqual(self.member.missed, 2)
+        self.m.queue.pending[0].callback(Heartbeat(0.0))
+        self.assertEqual(self.member.missed, 0)
+        self.m.queue.hold = False
+        self.clock.advance(5)
+        self.assertEqual(self.m.queue.beats, 2)
+
+    def test_deadline(self) -> None:
+        """
+        With no heartbeat answered, at the send deadline every job held is
+        told its lease is lost, the id is retired, and a new incarnation
+        registers once the queue answers again.
+        """
+        self.member.start()
+        first = self.member.owner
+        self.m.queue.failure = QueueUnavailable("db1: connection refused")
+        self.clock.pump([5] * 8)
+        self.assertEqual(self.m.jobs.lost, [])
+        self.assertEqual(self.member.missed, 8)
+        self.clock.advance(4.9)
+        self.assertEqual(self.m.jobs.lost, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+        self.assertEqual(self.m.queue.retired, [first])
+        # Registered again at once: the in-memory queue answers that.
+        self.assertNotIn(self.member.owner, (None, first))
+        self.assertEqual(self.m.jobs.registrations, 2)
+        self.assertEqual(self.member.deadline, 90.0)
+
+    def test_deadlineWhileACallHangs(self) -> None:
+        """
+        A heartbeat that never answers: the deadline passes all the same,
+        and the new incarnation registers once that call has ended.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5] * 9)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+        self.assertIsNone(self.member.owner)
+        self.m.queue.pending[0].errback(QueueUnavailable("statement timeout"))
+        self.clock.advance(5)
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(self.m.jobs.lost, [SEND_DEADLINE])
+
+    def test_lateAnswerAfterTheDeadline(self) -> None:
+        """
+        A heartbeat answered after the deadline passed does not bring the
+        old incarnation back.
+        """
+        self.member.start()
+        self.m.queue.hold = True
+        self.clock.pump([5] * 9)
+        self.m.queue.pending[0].callback(Heartbeat(1000.0))
+        self.assertIsNone(self.member.owner)
+        self.assertIsNone(self.member.deadline)
+
+    def test_leaseLost(self) -> None:
+        """
+        A heartbeat refused with L{LeaseLost} is the deadline now.
+        """
+        self.member.start()
+        first = self.member.owner
+        self.m.queue.failure = LeaseLost("daemon's lease ran out")
+        self.clock.advance(5)
+        self.assertEqual(len(self.m.jobs.lost), 1)
+        self.assertIn("lease ran out", self.m.jobs.lost[0])
+        self.assertEqual(self.m.queue.retired, [first])
+
+    def test_requests(self) -> None:
+        """
+        The controls asked of the jobs held reach them once each while
+        they stand, with who asked them.
+        """
+        self.member.start()
+        owner = self.member.owner
+        assert owner is not None
+        claim = self.m.memory.claim(owner, 0.0, LEASE)
+        assert claim is not None
+        self.m.memory.pause("j")
+        self.m.queue.requestedBy = (("j", "alice"),)
+        self.clock.pump([5, 5])
+        self.assertEqual(self.m.jobs.requests, [("j", Requested.PAUSE, "alice")])
+        self.m.memory.resume("j")
+        self.clock.advance(5)
+        self.m.memory.cancel("j")
+        self.m.queue.requestedBy = ()
+        self.clock.advance(5)
+        self.assertEqual(
+            self.m.jobs.requests,
+            [("j", Requested.PAUSE, "alice"), ("j", Requested.CANCEL, "imapmig")],
+        )
+
+    def test_newerSchema(self) -> None:
+        """
+        A heartbeat that finds the schema newer than the code's says so
+        once; the heartbeats go on while the jobs stop.
+        """
+        self.member.start()
+        self.m.queue.schemaVersion = 2
+        self.clock.pump([5, 5])
+        self.assertEqual(self.m.jobs.newer, [2])
+        self.assertTrue(self.member.newerSchema)
+        self.assertEqual(self.member.deadline, 55.0)
+
+    def test_registrationRetried(self) -> None:
+        """
+        A registration the queue cannot answer is tried again C{H} later.
+        """
+        calls = []
+        register = self.m.queue.register
+
+        def failOnce(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
+            calls.append((host, pid, version, lease))
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return register(host, pid, version, lease)
+
+        self.m.queue.register = failOnce  # type: ignore[method-assign]
+        self.member.start()
+        self.assertIsNone(self.member.owner)
+        self.clock.advance(5)
+        self.assertIsNotNone(self.member.owner)
+        self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
+        self.assertEqual(self.member.deadline, 50.0)
+
+    def test_stop(self) -> None:
+        """
+        Stopped, it beats no more and retires its id.
+        """
+        self.member.start()
+        owner = self.member.owner
+        self.successResultOf(self.member.stop())
+        self.assertEqual(self.m.queue.retired, [owner])
+        self.assertIsNone(self.member.owner)
+
+
+class TakeoverTests(SynchronousTestCase):
+    """
+    Two members of one fleet: the jobs of one that loses its lease are
+    the other's at once, its retirement ending its lease.
+    """
+
+    def test_takenOverAtTheDeadline(self) -> None:
+        """
+        A daemon whose heartbeats fail stops its jobs at its deadline and
+        retires: another daemon's next claim takes its job over.
+        """
+        a = Member()
+        clock = a.clock
+        b = FleetMember(
+            AsyncJobQueue(a.memory), clock, clock.seconds, LEASE, Jobs(), "mig2", 7, "1.0"
+        )
+        a.member.start()
+        b.start()
+        owner = a.member.owner
+        assert owner is not None and b.owner is not None
+        claim = a.memory.claim(owner, 0.0, LEASE)
+        assert claim is not None
+        a.queue.failure = QueueUnavailable("partitioned")
+        clock.pump([5] * 8)
+        before = a.memory.claim(b.owner, 0.0, LEASE)
+        self.assertEqual(before.job.name if before else None, "k")
+        clock.advance(5)
+        self.assertEqual(a.jobs.lost, [SEND_DEADLINE])
+        taken = a.memory.claim(b.owner, 0.0, LEASE)
+        assert taken is not None
+        self.assertEqual((taken.job.name, taken.takenFrom), ("j", owner))
+        a.queue.failure = None
+        self.successResultOf(a.member.stop())
+        self.successResultOf(b.stop())
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class Fleet:
+    """
+    A L{FleetScheduler} over fake jobs, a clock and the controlled
+    in-memory queue, whose other daemons the test plays by hand.
+    """
+
+    def __init__(self, names: Sequence[str], maxJobs: int, limits: ServerLimits = ServerLimits()) -> None:
+        self.clock = Clock()
+        self.progress = MigrationProgress(self.clock.seconds)
+        for name in names:
+            self.progress.addJob(name)
+        self.memory = InMemoryJobQueue([jobConfig(n, n) for n in names], self.clock.seconds)
+        self.queue = ControlledQueue(self.memory)
+        self.grants = ConnectionGrants(maxJobs, {"s": limits})
+        self.built: dict[str, FakeJob] = {}
+        self.done: list[bool] = []
+        self.exits = 0
+        self.transitions: list[tuple[str, Transition]] = []
+        self.machines = JobMachines(
+            self.progress, self.clock, lambda job, t: self.transitions.append((job, t)), self.queue
+        )
+
+        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+            job = FakeJob(config.name, connections, self.machines.job(config.name))
+            self.built[config.name] = job
+            return job
+
+        def exit() -> None:
+            self.exits += 1
+
+        self.service = FleetScheduler(
+            self.queue, self.grants, build, self.progress, self.clock, self.done.append,
+            self.clock.seconds, LEASE, ("mig1", 42, "1.0"), exit, schemaVersion=1,
+            machines=self.machines,
+        )  # fmt: skip
+        self.member = self.service.member
+
+    def other(self) -> str:
+        """
+        Register another daemon, which beats by hand.
+        """
+        return self.memory.register("mig2", 7, "1.0", LEASE)
+
+    def causes(self, job: str) -> list[str]:
+        return [t.cause for name, t in self.transitions if name == job]
+
+
+class FleetSchedulerTests(SynchronousTestCase):
+    """
+    L{FleetScheduler}: claims and finishes through the shared queue under
+    its member's id; a lost lease abandons its jobs, unfinished.
+    """
+
+    def stop(self, fleet: Fleet) -> None:
+        self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+    def test_claimsAndFinishes(self) -> None:
+        """
+        Jobs are claimed under the daemon's id, each claim a transition
+        naming its generation; finished, they are done in the queue, and
+        with nothing left to run anywhere the queue is drained.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        self.assertEqual(fleet.causes("a")[:2], ["claimed (generation 1)", "started"])
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        owner = fleet.member.owner
+        self.stop(fleet)
+        self.assertEqual(fleet.queue.retired, [owner])
+
+    def test_notDrainedWhileAnotherRuns(self) -> None:
+        """
+        Nothing to claim here is not drained while another daemon holds a
+        job; claims are polled every C{H}, and its job, released when that
+        daemon's lease ends, is taken over here, logged as a warning.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [])
+        warnings: list[LogEvent] = []
+        observer = cast(ILogObserver, warnings.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        fleet.clock.pump([5] * 13)
+        self.assertIn("a", fleet.built)
+        self.assertIn(f"claimed (generation 3), taken over from daemon {other}", fleet.causes("a"))
+        self.assertTrue(
+            any(e.get("log_level") == LogLevel.warn and e.get("daemon") == other for e in warnings)
+        )
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_leaseLostRunning(self) -> None:
+        """
+        At the send deadline a running job abandons its run and ends
+        stopped (lease lost); its claim is not finished, and the new
+        incarnation takes it over once the abandoned run has ended.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        first = fleet.member.owner
+        job = fleet.built["a"]
+        finished: list[JobOutcome] = []
+        finish = fleet.memory.finish
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
+            finished.append(outcome)
+            finish(claim, outcome, notBefore)
+
+        fleet.memory.finish = finishing  # type: ignore[method-assign]
+        fleet.queue.failure = QueueUnavailable("partitioned")
+        fleet.clock.pump([5] * 9)
+        self.assertTrue(job.abandoned)
+        self.assertEqual(finished, [])
+        causes = fleet.causes("a")
+        self.assertEqual(causes[causes.index("lease lost") - 1], f"lease lost: {SEND_DEADLINE}")
+        fleet.queue.failure = None
+        again = fleet.built["a"]
+        self.assertIsNot(again, job)
+        self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
+        again.result.callback(True)
+        self.assertEqual(finished, [JobOutcome.COMPLETED])
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_leaseLostWaiting(self) -> None:
+        """
+        A job waiting for its connections when the lease is lost is
+        stopped at once, its wait given up, its claim not finished: the
+        new incarnation claims it again, a takeover.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, limits=ServerLimits(maxConnections=1))
+        fleet.service.startService()
+        first = fleet.member.owner
+        self.assertEqual(fleet.machines.job("b").state(), JobState.WAITING)
+        fleet.member.lose("a test")
+        causes = [(t.source, t.target, t.cause) for job, t in fleet.transitions if job == "b"]
+        lost = causes.index(("waiting", "stopped", "lease lost: a test"))
+        self.assertEqual(causes[lost + 1][:2], ("stopped", "queued"))
+        self.assertEqual(
+            causes[-1][2], f"claimed (generation 4), taken over from daemon {first}"
+        )
+        self.stop(fleet)
+
+    def test_requestFromAnotherDaemon(self) -> None:
+        """
+        A pause asked through another daemon reaches the running job's
+        machine at the next heartbeat, by whom asked it; the job stops and
+        rests paused in the queue.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        fleet.memory.pause("a")
+        fleet.queue.requestedBy = (("a", "alice"),)
+        fleet.clock.advance(5)
+        self.assertTrue(fleet.built["a"].stopped)
+        self.assertIs(fleet.machines.job("a").state(), JobState.PAUSED)
+        self.assertEqual(fleet.progress.job("a").wait.by, "alice")  # type: ignore[union-attr]
+        self.assertIs(fleet.memory.state("a"), QueueState.PAUSED)
+        self.stop(fleet)
+
+    def test_newerSchema(self) -> None:
+        """
+        A newer schema stops the jobs (the machine's stop), claims nothing
+        more, and calls for the exit once they have ended.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        fleet.queue.schemaVersion = 2
+        fleet.clock.advance(5)
+        self.assertTrue(fleet.built["a"].stopped)
+        self.assertEqual(fleet.exits, 1)
+        self.assertNotIn("b", fleet.built)
+        self.assertIs(fleet.memory.state("a"), QueueState.QUEUED)
+        self.stop(fleet)
+
+    def test_finishRetried(self) -> None:
+        """
+        A finish the queue cannot take is tried again every C{H}.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        calls = []
+        finish = fleet.queue.finish
+
+        def failOnce(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            calls.append(outcome)
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return finish(claim, outcome, notBefore)
+
+        fleet.queue.finish = failOnce  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        fleet.clock.advance(5)
+        self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+
+class FleetControlsTests(SynchronousTestCase):
+    """
+    L{FleetControls}: a control on any job is one write of its row,
+    through its machine; the queue's refusal is the control's answer.
+    """
+
+    def setUp(self) -> None:
+        self.fleet = Fleet(["a", "b", "c"], maxJobs=1)
+        self.other = self.fleet.other()
+        held = self.fleet.memory.claim(self.other, 0.0, LEASE)
+        assert held is not None and held.job.name == "a"
+        self.fleet.service.startService()
+        self.controls = self.fleet.service.controls
+
+    def tearDown(self) -> None:
+        self.successResultOf(self.fleet.service.stopService())
+        self.assertEqual(self.fleet.clock.getDelayedCalls(), [])
+
+    def test_heldElsewhere(self) -> None:
+        """
+        A pause of a job another daemon holds is a request on its row,
+        which that daemon's next heartbeat brings it.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pause("a", "alice")), JobState.PAUSED)
+        heartbeat = self.fleet.memory.heartbeat(self.other, LEASE)
+        self.assertEqual(heartbeat.requests, (("a", Requested.PAUSE),))
+
+    def test_refusalReachesThePage(self) -> None:
+        """
+        A control the queue's row refuses fails with its refusal, and
+        changes nothing.
+        """
+        failure = self.failureResultOf(self.controls.resume("c", "alice"), ControlRefused)
+        self.assertIn("not paused", str(failure.value))
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
+
+    def test_queuedJob(self) -> None:
+        """
+        A queued job paused here is paused in the queue (no daemon claims
+        it); resumed, this daemon claims it once a slot is free.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pause("c", "alice")), JobState.PAUSED)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)
+        self.fleet.built["b"].result.callback(True)
+        self.assertNotIn("c", self.fleet.built)
+        self.assertEqual(self.successResultOf(self.controls.resume("c", "bob")), JobState.QUEUED)
+        self.assertIn("c", self.fleet.built)
+
+    def test_heldHere(self) -> None:
+        """
+        A job this daemon runs, paused here, is stopped by its machine and
+        rests paused in the queue; a control its machine takes not in its
+        state is refused.
+        """
+        refused = self.controls.resume("b", "alice")
+        self.failureResultOf(refused, ControlRefused)
+        self.assertEqual(self.successResultOf(self.controls.pause("b", "alice")), JobState.PAUSED)
+        self.assertTrue(self.fleet.built["b"].stopped)
+        self.assertIs(self.fleet.machines.job("b").state(), JobState.PAUSED)
+        self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
+
+    def test_unreachableQueue(self) -> None:
+        """
+        A control the queue cannot take is tried again until it can, and
+        answered then.
+        """
+        pause = self.fleet.queue.pause
+        calls: list[str] = []
+
+        def failOnce(name: str) -> Deferred[QueueState]:
+            calls.append(name)
+            if len(calls) == 1:
+                return fail(QueueUnavailable("db1: connection refused"))
+            return pause(name)
+
+        self.fleet.queue.pause = failOnce  # type: ignore[method-assign]
+        pausing = self.controls.pause("c", "alice")
+        self.assertNoResult(pausing)
+        self.fleet.clock.advance(5)
+        self.assertEqual(self.successResultOf(pausing), JobState.PAUSED)
+        self.assertEqual(calls, ["c", "c"])
+
+    def test_bulk(self) -> None:
+        """
+        Pause-all pauses every job that takes it, one write each.
+        """
+        self.assertEqual(self.successResultOf(self.controls.pauseAll("alice")), 3)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)
+
+
+class ServiceTreeTests(SynchronousTestCase):
+    """
+    The daemon's service tree (L{imapmig.daemon.service}) given a fleet's
+    queue runs a L{FleetScheduler} over it.
+    """
+
+    def test_addScheduler(self) -> None:
+        """
+        Given an L{IAsyncJobQueue}, C{addScheduler} builds the fleet's
+        scheduler, whose jobs are claimed from that queue under its
+        daemon's id and connect as the one daemon's do.
+        """
+        maildir = makeMaildir(self)
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 2,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": name,
+                        "source": {"maildir": maildir},
+                        "destination": {"server": "s", "user": name, "password": "p"},
+                    }
+                    for name in ("a", "b", "c")
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, MemoryStateStore())
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        owner = scheduler.member.owner
+        self.assertEqual(scheduler.member.lease, 60.0)
+        self.assertEqual(len(reactor.tcpClients), 2)
+        self.assertEqual(memory.counts().claimed, 2)
+        self.assertEqual(sorted(memory.heartbeat(owner or "", 60.0).requests), [])
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
+        self.assertEqual(memory.counts().claimed, 0)
+        self.assertEqual(reactor.getDelayedCalls(), [])
+
+
+class StaleClaimTests(SynchronousTestCase):
+    """
+    A claim answered after the lease it was made under was lost.
+    """
+
+    def test_staleClaimNotRun(self) -> None:
+        """
+        A claim the queue answers after the daemon's lease was lost is not
+        run; the new incarnation claims the job at its next poll, a
+        takeover.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        pending: list[Deferred[JobClaim | None]] = []
+        claim = fleet.queue.claim
+
+        def held(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+            if pending:
+                return claim(owner, now, lease)
+            d: Deferred[JobClaim | None] = Deferred()
+            pending.append(d)
+            return d
+
+        fleet.queue.claim = held  # type: ignore[method-assign]
+        fleet.service.startService()
+        first = fleet.member.owner
+        assert first is not None
+        stale = fleet.memory.claim(first, 0.0, LEASE)
+        fleet.member.lose("a test")
+        pending[0].callback(stale)
+        self.assertEqual(fleet.built, {})
+        fleet.clock.advance(5)
+        self.assertEqual(list(fleet.built), ["a"])
+        self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
+        self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])

@@ -1,0 +1,467 @@
+# -*- test-case-name: tests.test_status_fleet -*-
+# mypy: disallow-untyped-calls=False
+# (trial's assertion methods and treq.testing are unannotated.)
+"""
+Tests for the fleet on the status pages (L{imapmig.status.fleet}):
+C{/status.json}'s C{daemons} and each job's C{daemon}, C{/jobs/NAME.json}'s
+holder and C{/metrics}' fleet series, served over HTTP in memory by
+L{StubTreq}, with the single daemon's view (L{SingleDaemonView}) and a
+fake fleet's (L{FakeFleetView}); and the single daemon's view itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+from treq.testing import StubTreq
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Clock
+from twisted.logger import LogLevel, capturedLogs
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
+from zope.interface.verify import verifyObject
+
+import imapmig
+from imapmig.errors import QueueUnavailable
+from imapmig.progress import JobState, MigrationProgress
+from imapmig.progress.telemetry import Telemetry
+from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, SingleDaemonView
+from imapmig.state.memory import MemoryStateStore
+from imapmig.status.fleet import singleDaemon
+from imapmig.status.metrics import buildMetricsResource
+from imapmig.status.resource import StatusResource
+
+BASE = "http://127.0.0.1:8080"
+
+NOW = 1_700_000_000.0
+
+MIG1 = DaemonRow(
+    "11111111-1111-4111-8111-111111111111", "mig1", 101, "1.0", NOW - 600, NOW - 2, 2.0,
+    NOW + 58, True, 2, 31.25, this=True,
+)  # fmt: skip
+MIG2 = DaemonRow(
+    "22222222-2222-4222-8222-222222222222", "mig2", 202, "1.1", NOW - 500, NOW - 3, 3.0,
+    NOW + 57, True, 1, None,
+)  # fmt: skip
+DEAD = DaemonRow(
+    "33333333-3333-4333-8333-333333333333", "mig3", 303, "1.0", NOW - 900, NOW - 120, 120.0,
+    NOW - 60, False, 1, 0.0,
+)  # fmt: skip
+
+
+@implementer(IFleetView)
+class FakeFleetView:
+    """
+    A fleet as a test sets it: its daemons and holders, answered at once,
+    or later (L{pending}), or failing (L{failure}).
+
+    @ivar asked: the names each L{holders} call was given.
+    @ivar pending: the Deferreds not yet answered, when L{later} is set.
+    """
+
+    def __init__(self, fleet: Fleet, holders: Mapping[str, Holder]) -> None:
+        self.fleet = fleet
+        self.held = dict(holders)
+        self.failure: Exception | None = None
+        self.later = False
+        self.pending: list[Deferred[Any]] = []
+        self.asked: list[list[str]] = []
+        self.daemonReads = 0
+
+    def _answer(self, value: Any) -> Deferred[Any]:
+        if self.failure is not None:
+            return fail(self.failure)
+        if self.later:
+            d: Deferred[Any] = Deferred()
+            self.pending.append(d)
+            return d
+        return succeed(value)
+
+    def daemons(self) -> Deferred[Fleet]:
+        self.daemonReads += 1
+        return self._answer(self.fleet)
+
+    def holders(self, names: Sequence[str]) -> Deferred[Mapping[str, Holder]]:
+        self.asked.append(list(names))
+        return self._answer({n: self.held[n] for n in names if n in self.held})
+
+
+class FleetPagesTestCase(SynchronousTestCase):
+    """
+    A status site over three jobs and a fake fleet of three daemons.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(NOW)
+        self.progress = MigrationProgress(self.clock.seconds)
+        for name in ("alice", "bob", "carol"):
+            self.progress.addJob(name)
+        self.progress.job("alice").showState(lambda: JobState.RUNNING)
+        self.fleet = FakeFleetView(
+            Fleet((MIG1, MIG2, DEAD)),
+            {
+                "alice": Holder(MIG1.daemonId, "mig1"),
+                "bob": Holder(DEAD.daemonId, "mig3", live=False),
+            },
+        )
+        self.metrics = buildMetricsResource(
+            self.progress, Telemetry(self.clock.seconds), {}, processMetrics=False, fleet=self.fleet
+        )
+        self.root = StatusResource(
+            self.progress,
+            self.clock.seconds,
+            MemoryStateStore(),
+            metrics=self.metrics,
+            fleet=self.fleet,
+        )
+        self.treq: Any = StubTreq(self.root)
+
+    def get(self, path: str, code: int = 200) -> bytes:
+        """
+        C{GET path}: its body, the answer C{code}.
+        """
+        response = self.successResultOf(self.treq.get(BASE + path))
+        body: bytes = self.successResultOf(self.treq.content(response))
+        self.assertEqual(response.code, code, body[:300])
+        return body
+
+
+class StatusJSONFleetTests(FleetPagesTestCase):
+    """
+    C{/status.json} lists the daemons and names each job's holder.
+    """
+
+    def test_daemons(self) -> None:
+        """
+        C{daemons} has every daemon of the view, in its order, each with
+        its host, pid, version, start, heartbeat and its age, lease, whether
+        live, jobs held, rate and whether it serves the page; no error.
+        """
+        document = json.loads(self.get("/status.json"))
+        self.assertIsNone(document["daemons_error"])
+        self.assertEqual(
+            document["daemons"][0],
+            {
+                "id": MIG1.daemonId,
+                "host": "mig1",
+                "pid": 101,
+                "version": "1.0",
+                "started_at": NOW - 600,
+                "heartbeat_at": NOW - 2,
+                "heartbeat_age_seconds": 2.0,
+                "lease_until": NOW + 58,
+                "live": True,
+                "jobs": 2,
+                "messages_per_second": 31.2,
+                "this": True,
+            },
+        )
+        self.assertEqual(
+            [
+                (d["host"], d["live"], d["this"], d["messages_per_second"])
+                for d in document["daemons"]
+            ],
+            [("mig1", True, True, 31.2), ("mig2", True, False, None), ("mig3", False, False, 0.0)],
+        )
+
+    def test_holders(self) -> None:
+        """
+        Each job of the page has C{daemon}: its holder's id, host and
+        whether its lease is live, or C{null} when no daemon holds it; the
+        view is asked for the page's jobs only.
+        """
+        document = json.loads(self.get("/status.json?sort=order&limit=2"))
+        self.assertEqual(
+            [(job["name"], job["daemon"]) for job in document["jobs"]],
+            [
+                ("alice", {"id": MIG1.daemonId, "host": "mig1", "live": True}),
+                ("bob", {"id": DEAD.daemonId, "host": "mig3", "live": False}),
+            ],
+        )
+        self.assertEqual(self.fleet.asked, [["alice", "bob"]])
+        document = json.loads(self.get("/status.json?q=carol"))
+        self.assertEqual([job["daemon"] for job in document["jobs"]], [None])
+
+    def test_emptyPageAsksNoHolder(self) -> None:
+        """
+        A page without jobs asks for no holder, and still lists the
+        daemons.
+        """
+        document = json.loads(self.get("/status.json?q=nobody"))
+        self.assertEqual(document["jobs"], [])
+        self.assertEqual(len(document["daemons"]), 3)
+        self.assertEqual(self.fleet.asked, [])
+
+    def test_waitsForTheFleet(self) -> None:
+        """
+        The answer waits for the fleet's Deferreds (no call blocks): it
+        comes once they fire, with the progress as it was at the request.
+        """
+        self.fleet.later = True
+        response = self.treq.get(BASE + "/status.json")
+        self.assertNoResult(response)
+        self.assertEqual(len(self.fleet.pending), 2)
+        self.progress.job("carol").showState(lambda: JobState.RUNNING)
+        for d in self.fleet.pending:
+            d.callback(self.fleet.fleet if d is self.fleet.pending[0] else {})
+        self.treq.flush()
+        body = self.successResultOf(self.treq.content(self.successResultOf(response)))
+        document = json.loads(body)
+        self.assertEqual(len(document["daemons"]), 3)
+        self.assertEqual(
+            {job["name"]: job["state"] for job in document["jobs"]}["carol"], "queued"
+        )
+
+    def test_fleetUnreadable(self) -> None:
+        """
+        When the fleet cannot be read (its database unreachable), the page
+        is still served: C{daemons} is C{null}, C{daemons_error} says why,
+        no job names a holder, and it is logged at debug level only.
+        """
+        self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
+        with capturedLogs() as events:
+            document = json.loads(self.get("/status.json"))
+        self.assertIsNone(document["daemons"])
+        self.assertEqual(document["daemons_error"], "postgresql://db1/mig: connection refused")
+        self.assertEqual([job["daemon"] for job in document["jobs"]], [None, None, None])
+        self.assertEqual(len(document["jobs"]), 3)
+        self.assertEqual(
+            [e["log_level"] for e in events if "fleet" in e.get("log_format", "")],
+            [LogLevel.debug],
+        )
+
+    def test_fleetBug(self) -> None:
+        """
+        An unexpected error of the view is logged as a failure, and the
+        page is served as when the fleet is unreadable.
+        """
+        self.fleet.failure = RuntimeError("a bug")
+        document = json.loads(self.get("/status.json"))
+        self.assertIsNone(document["daemons"])
+        self.assertEqual(document["daemons_error"], "a bug")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class JobDocumentFleetTests(FleetPagesTestCase):
+    """
+    C{/jobs/NAME.json} names the job's holder, without reading the
+    daemons.
+    """
+
+    def test_holder(self) -> None:
+        """
+        C{job.daemon} is the daemon holding the job; the view is asked for
+        that job alone, and the daemons are not read.
+        """
+        document = json.loads(self.get("/jobs/alice.json"))
+        self.assertEqual(
+            document["job"]["daemon"], {"id": MIG1.daemonId, "host": "mig1", "live": True}
+        )
+        self.assertEqual(self.fleet.asked, [["alice"]])
+        self.assertEqual(self.fleet.daemonReads, 0)
+
+    def test_noHolder(self) -> None:
+        """
+        A job no daemon holds has C{daemon: null}; so has every job while
+        the fleet cannot be read, and the page is served.
+        """
+        self.assertIsNone(json.loads(self.get("/jobs/carol.json"))["job"]["daemon"])
+        self.fleet.failure = QueueUnavailable("down")
+        self.assertIsNone(json.loads(self.get("/jobs/alice.json"))["job"]["daemon"])
+
+
+class MetricsFleetTests(FleetPagesTestCase):
+    """
+    C{/metrics} gives the fleet's series, labelled by daemon.
+    """
+
+    def samples(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        text = self.get("/metrics").decode("utf-8")
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def test_series(self) -> None:
+        """
+        C{imapmig_fleet_daemons_live} counts the live daemons; each daemon
+        has its C{imapmig_fleet_daemon_*} series labelled C{daemon} and
+        C{host} (its rate only where it reports one); C{imapmig_daemon_info}
+        names the daemon scraped.
+        """
+        samples = self.samples()
+        self.assertEqual(samples["imapmig_fleet_daemons_live", frozenset()], 2)
+
+        def labels(daemon: DaemonRow, **more: str) -> frozenset[tuple[str, str]]:
+            return frozenset(dict(daemon=daemon.daemonId, host=daemon.host, **more).items())
+
+        for daemon in (MIG1, MIG2, DEAD):
+            key = labels(daemon)
+            self.assertEqual(samples["imapmig_fleet_daemon_jobs", key], daemon.jobs)
+            self.assertEqual(samples["imapmig_fleet_daemon_live", key], float(daemon.live))
+            self.assertEqual(
+                samples["imapmig_fleet_daemon_heartbeat_age_seconds", key], daemon.heartbeatAge
+            )
+            self.assertEqual(
+                samples["imapmig_fleet_daemon_info", labels(daemon, version=daemon.version)], 1
+            )
+        self.assertEqual(samples["imapmig_fleet_daemon_messages_per_second", labels(MIG1)], 31.25)
+        self.assertNotIn(("imapmig_fleet_daemon_messages_per_second", labels(MIG2)), samples)
+        self.assertEqual(
+            [key for key in samples if key[0] == "imapmig_daemon_info"],
+            [("imapmig_daemon_info", labels(MIG1, version="1.0"))],
+        )
+        # The rest of the scrape is there too.
+        build = ("imapmig_build_info", frozenset({("version", imapmig.__version__)}))
+        self.assertIn(build, samples)
+
+    def test_waitsForTheFleet(self) -> None:
+        """
+        A scrape waits for the fleet's Deferred, and the series read for
+        one scrape are not left for the next.
+        """
+        self.fleet.later = True
+        response = self.treq.get(BASE + "/metrics")
+        self.assertNoResult(response)
+        self.fleet.pending.pop().callback(self.fleet.fleet)
+        self.treq.flush()
+        body = self.successResultOf(self.treq.content(self.successResultOf(response)))
+        self.assertIn(b"imapmig_fleet_daemons_live 2.0", body)
+        self.assertIsNone(self.metrics._fleetCollector.fleet)  # type: ignore[union-attr]
+
+    def test_fleetUnreadable(self) -> None:
+        """
+        While the fleet cannot be read, a scrape has no fleet series (an
+        alert on C{absent(imapmig_fleet_daemons_live)} sees it) and the
+        rest.
+        """
+        self.fleet.failure = QueueUnavailable("down")
+        body = self.get("/metrics")
+        self.assertNotIn(b"imapmig_fleet_", body)
+        self.assertIn(b"imapmig_build_info", body)
+
+    def test_head(self) -> None:
+        """
+        HEAD waits as GET does and gives no body.
+        """
+        response = self.successResultOf(self.treq.head(BASE + "/metrics"))
+        self.assertEqual(response.code, 200)
+        self.assertEqual(self.successResultOf(self.treq.content(response)), b"")
+
+
+class SingleDaemonTests(SynchronousTestCase):
+    """
+    A daemon alone (L{SingleDaemonView}, the status site's default) is one
+    row, itself, live, holding every job.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(NOW)
+        self.progress = MigrationProgress(self.clock.seconds)
+        for name in ("alice", "bob"):
+            self.progress.addJob(name)
+
+    def test_interface(self) -> None:
+        """
+        It provides L{IFleetView}, as the fake does.
+        """
+        self.assertTrue(verifyObject(IFleetView, singleDaemon(self.progress, self.clock.seconds)))
+        self.assertTrue(verifyObject(IFleetView, FakeFleetView(Fleet(()), {})))
+
+    def test_oneRow(self) -> None:
+        """
+        Its fleet is one daemon: itself, on the host and pid given, of this
+        version, started when the view was made, its heartbeat now (age
+        0), no lease, live, holding every job, at the rate given.
+        """
+        view = SingleDaemonView(
+            self.clock.seconds, lambda: 7, lambda: 12.5, host="mig1", pid=42
+        )
+        self.clock.advance(30)
+        fleet = self.successResultOf(view.daemons())
+        self.assertEqual(
+            fleet,
+            Fleet(
+                (
+                    DaemonRow(
+                        view.daemonId, "mig1", 42, imapmig.__version__, NOW, NOW + 30, 0.0,
+                        None, True, 7, 12.5, this=True,
+                    ),
+                )
+            ),
+        )  # fmt: skip
+        self.assertEqual(fleet.live, 1)
+        self.assertEqual(
+            self.successResultOf(view.holders(["alice", "bob"])),
+            {"alice": Holder(view.daemonId, "mig1"), "bob": Holder(view.daemonId, "mig1")},
+        )
+
+    def test_idPerView(self) -> None:
+        """
+        Each view (each process start) draws a new id, and this host's name
+        and pid by default.
+        """
+        import os
+        import socket
+
+        first = SingleDaemonView(self.clock.seconds, lambda: 0)
+        second = SingleDaemonView(self.clock.seconds, lambda: 0)
+        self.assertNotEqual(first.daemonId, second.daemonId)
+        row = self.successResultOf(first.daemons()).daemons[0]
+        self.assertEqual((row.host, row.pid), (socket.gethostname(), os.getpid()))
+
+    def test_statusDefault(self) -> None:
+        """
+        A status site given no view shows this daemon alone: one daemon
+        row, itself, with every job and the progress's rate, and every job
+        held by it.
+        """
+        treq: Any = StubTreq(StatusResource(self.progress, self.clock.seconds, MemoryStateStore()))
+        response = self.successResultOf(treq.get(BASE + "/status.json"))
+        document = json.loads(self.successResultOf(treq.content(response)))
+        [daemon] = document["daemons"]
+        self.assertEqual(
+            (daemon["jobs"], daemon["live"], daemon["this"], daemon["messages_per_second"]),
+            (2, True, True, 0.0),
+        )
+        self.assertEqual(
+            [job["daemon"]["id"] for job in document["jobs"]], [daemon["id"], daemon["id"]]
+        )
+        response = self.successResultOf(treq.get(BASE + "/jobs/bob.json"))
+        detail = json.loads(self.successResultOf(treq.content(response)))
+        self.assertEqual(detail["job"]["daemon"]["id"], daemon["id"])
+
+
+class DocumentedTests(SynchronousTestCase):
+    """
+    The DAEMON object docs/dashboard-and-api.md shows is the one served.
+    """
+
+    def test_daemonExample(self) -> None:
+        """
+        The example after "A DAEMON object" has the keys of a served
+        daemon, each of the same JSON type, and the table above it names
+        every key.
+        """
+        import os
+        import re
+
+        from imapmig.status.fleet import daemonDocument
+
+        path = os.path.join(os.path.dirname(__file__), "..", "docs", "dashboard-and-api.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        section = text[text.index("A DAEMON object") :]
+        example = json.loads(section[section.index("```json") + 7 : section.index("```\n", 10)])
+        served = daemonDocument(MIG1)
+        self.assertEqual(sorted(example), sorted(served))
+        for key, value in served.items():
+            self.assertIsInstance(example[key], type(value), key)
+        table = section[: section.index("```json")]
+        named = set(re.findall(r"`([a-z_]+)`", table))
+        self.assertEqual(set(served) - named, set())
