@@ -30,11 +30,14 @@ one daemon and the database in the partition test).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psycopg
@@ -75,6 +78,8 @@ period after a takeover (docs/fleet-design.md "Takeover").
 """
 
 FLEET_NAME = "fleetint"
+
+_TROUBLE = re.compile(r"#(?:warn|error|critical)\]|^\S*(?:Error|Exception|Failure)\b|Traceback")
 
 
 # -- the database ----------------------------------------------------------
@@ -526,6 +531,22 @@ def socketOwner(port: int, peerPort: int, pids: Iterable[int]) -> int | None:
     return None
 
 
+def health(port: int) -> tuple[int, str]:
+    """
+    Ask the status site on C{port} of loopback for C{/healthz} (blocking).
+
+    @return: the HTTP status and the document's C{status} (C{"ok"},
+        C{"degraded"}...), or C{(0, reason)} when nothing answered.
+    """
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return response.status, json.load(response)["status"]
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)["status"]
+    except OSError as e:
+        return 0, str(e)
+
+
 # -- the fleet ----------------------------------------------------------------
 
 
@@ -652,10 +673,13 @@ class Fleet:
         self._dovecotPort = await self.watch.listen(self.testCase, self.reactor)
         self.queue.start(self.testCase)
 
-    def configuration(self, statePort: int | None = None) -> dict[str, object]:
+    def configuration(
+        self, statePort: int | None = None, statusPort: int | None = None
+    ) -> dict[str, object]:
         """
-        The configuration every daemon runs (C{statePort}: reach the
-        database through a proxy there).
+        The configuration every daemon runs: the same jobs, servers and
+        fleet for all, but C{statePort}: reach the database through a proxy
+        there, and C{statusPort}: serve the status site there (else none).
         """
         passwords = os.path.join(self.directory, "passwords")
         os.makedirs(passwords, exist_ok=True)
@@ -683,7 +707,9 @@ class Fleet:
             "state": self.database.uri(statePort),
             "state_password_file": self.database.passwordFile,
             "fleet": {"name": FLEET_NAME, "lease": LEASE},
-            "status": "off",
+            "status": (
+                "off" if statusPort is None else {"listen": f"tcp:{statusPort}:interface=127.0.0.1"}
+            ),
             "max_jobs": self.maxJobs,
             "servers": {
                 "dovecot": {
@@ -696,7 +722,7 @@ class Fleet:
             "jobs": jobs,
         }
 
-    def startDaemon(self, statePort: int | None = None) -> Daemon:
+    def startDaemon(self, statePort: int | None = None, statusPort: int | None = None) -> Daemon:
         """
         Start one more daemon (C{twistd -n imapmig --exit-when-done}) in a
         working directory of its own; it is killed, if still running, when
@@ -707,7 +733,7 @@ class Fleet:
         os.makedirs(home)
         configPath = os.path.join(home, "imapmig.yaml")
         with open(configPath, "w") as f:
-            yaml.safe_dump(self.configuration(statePort), f)
+            yaml.safe_dump(self.configuration(statePort, statusPort), f)
         process = DaemonProcess()
         self.reactor.spawnProcess(
             process, sys.executable, twistdCommand(configPath),
@@ -753,21 +779,52 @@ class Fleet:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout} s\n{self.tails()}")
+                raise AssertionError(
+                    f"{what}: not within {timeout} s; {self.summary()}\n{self.tails()}"
+                )
             failed = [d.index for d in self.daemons if d.process.status not in (None, 0) and not d.killed]
             if failed or all(d.process.status is not None for d in self.daemons):
-                raise AssertionError(f"{what}: the daemons exited first\n{self.tails()}")
+                raise AssertionError(
+                    f"{what}: the daemons exited first; {self.summary()}\n{self.tails()}"
+                )
             await deferLater(self.reactor, 0.05, lambda: None)
 
-    def tails(self, lines: int = 25) -> str:
+    def summary(self) -> str:
         """
-        The last lines of every daemon's output, for a failure message.
+        For a failure message: the jobs by state and the daemons' rows, as
+        last read, and the messages each daemon sent.
         """
-        return "\n".join(
-            f"--- daemon {d.index} (pid {d.pid}, status {d.process.status}):\n"
-            + d.process.tail(lines)
-            for d in self.daemons
+        last = self.queue.last
+        if last is None:
+            return f"the queue's tables were never read ({self.queue.errors} errors)"
+        states: dict[str, int] = {}
+        for row in last.jobs.values():
+            states[row.state] = states.get(row.state, 0) + 1
+        daemons = [
+            f"{d.daemonId[:8]} pid {d.pid} lease {d.leaseUntil - last.time:+.1f} s"
+            f"{' retired' if d.retired else ''}"
+            for d in last.daemons.values()
+        ]
+        return (
+            f"jobs by state {states}, daemons {daemons}, messages sent by pid"
+            f" {self.watch.messages}"
         )
+
+    def tails(self, lines: int = 15) -> str:
+        """
+        For a failure message: every daemon's first 10 warnings and errors
+        (and tracebacks' last lines), and the last lines of its output.
+        """
+        parts = []
+        for d in self.daemons:
+            text = bytes(d.process.output).decode("utf-8", "replace").splitlines()
+            bad = [line for line in text if _TROUBLE.search(line)][:10]
+            parts.append(
+                f"--- daemon {d.index} (pid {d.pid}, status {d.process.status}),"
+                f" its first warnings:\n" + "\n".join(bad)
+                + f"\n--- daemon {d.index}'s last lines:\n" + "\n".join(text[-lines:])
+            )
+        return "\n".join(parts)
 
     async def exits(self, timeout: float) -> dict[int, int]:
         """

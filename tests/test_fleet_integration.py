@@ -45,6 +45,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.faultproxy import FaultProxy
 from imapmig.testing.faults import Direction, Stall
+from imapmig.testing.ports import freePorts
 from imapmig.testing.postgresql import requirePostgreSQL
 from tests.fleetsupport import (
     LEASE,
@@ -52,6 +53,7 @@ from tests.fleetsupport import (
     CommandScanner,
     Daemon,
     Fleet,
+    health,
     socketOwner,
 )
 from tests.support import dedicatedDovecot, freshUser
@@ -303,11 +305,15 @@ class FleetTests(TestCase):
         The database stopped as C{pg_ctl -m immediate} stops it mid-run
         and started again L{OUTAGE} seconds later costs no job its claim
         (every job's generation is still 1: none was stopped, deferred or
-        taken over), fails nothing and duplicates nothing, and every
-        daemon exits 0.
+        taken over), fails nothing and duplicates nothing; a daemon's
+        C{/healthz} says C{degraded} meanwhile; every daemon exits 0, and
+        one started once nothing is left anywhere exits 0 at once,
+        sending nothing.
         """
         fleet = await self.fleet(seed=3003)
-        for _ in range(3):
+        [statusPort] = freePorts(1)
+        fleet.startDaemon(statusPort=statusPort)
+        for _ in range(2):
             fleet.startDaemon()
         quarter = fleet.messages // 4
         await fleet.until(
@@ -319,18 +325,26 @@ class FleetTests(TestCase):
         await deferToThread(cluster.stop, "immediate")
         stopped = time.time()
         sentBefore = sum(fleet.watch.messages.values())
-        await deferLater(reactor, OUTAGE, lambda: None)
+        checks = []
+        while time.time() < stopped + OUTAGE:
+            checks.append(await deferToThread(health, statusPort))
+            await deferLater(reactor, 0.2, lambda: None)
         await deferToThread(cluster.start)
         say(
             f"\ndatabase down {time.time() - stopped:.1f} s after {sentBefore} of"
-            f" {fleet.messages} messages"
+            f" {fleet.messages} messages; /healthz meanwhile: {sorted(set(checks))}"
         )
+        self.assertIn((503, "degraded"), checks, "/healthz was not degraded")
         generations = await self.assertFinished(fleet, {})
         self.assertEqual(
             {job: n for job, n in generations.items() if n != 1},
             {},
             "jobs claimed more than once",
         )
+        # Nothing is left anywhere: a daemon started now exits 0 at once.
+        late = fleet.startDaemon()
+        self.assertEqual(await late.process.exited(reactor, RUN_BOUND), 0, fleet.tails())
+        self.assertEqual(fleet.watch.by(late.pid), [])
 
 
 class CommandScannerTests(SynchronousTestCase):
