@@ -44,6 +44,7 @@ import psycopg
 import yaml
 from attrs import frozen, mutable
 from twisted.internet.address import IPv4Address
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.interfaces import IListeningPort
@@ -831,12 +832,22 @@ class Fleet:
         Wait for every daemon to exit, at most C{timeout} seconds in all.
 
         @return: each one's exit status by its index (C{-9}: killed).
+        @raise AssertionError: one had not exited in time (it is killed
+            when the test ends), with what the daemons said.
         """
         statuses = {}
         deadline = time.monotonic() + timeout
         for daemon in self.daemons:
             left = max(1.0, deadline - time.monotonic())
-            statuses[daemon.index] = await daemon.process.exited(self.reactor, left)
+            try:
+                statuses[daemon.index] = await daemon.process.whenEnded().addTimeout(
+                    left, self.reactor
+                )
+            except defer.TimeoutError:
+                raise AssertionError(
+                    f"daemon {daemon.index} (pid {daemon.pid}) had not exited {timeout} s"
+                    f" after the fault; {self.summary()}\n{self.tails()}"
+                ) from None
         return statuses
 
     def outcome(self) -> Outcome:
