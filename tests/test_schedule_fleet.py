@@ -676,6 +676,28 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.stop(fleet)
 
 
+    def test_databaseRestarting(self) -> None:
+        """
+        A slot freed while the queue's database is unreachable (a claim and
+        the deferred jobs' read both fail with L{QueueUnavailable}) is
+        claimed into at a later poll once it answers again.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a"])
+        claim, nextDue = fleet.queue.claim, fleet.queue.nextDue
+        unavailable = QueueUnavailable("db1: the database system is starting up")
+        fleet.queue.claim = lambda *args: fail(unavailable)  # type: ignore[method-assign]
+        fleet.queue.nextDue = lambda: fail(unavailable)  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        fleet.queue.claim, fleet.queue.nextDue = claim, nextDue  # type: ignore[method-assign]
+        fleet.clock.advance(5)
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+
 class FleetControlsTests(SynchronousTestCase):
     """
     L{FleetControls}: a control on any job is one write of its row,
