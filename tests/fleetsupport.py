@@ -657,7 +657,7 @@ class Fleet:
             FleetJob(f"job{n:02d}", corpus, user, path)
             for n, (corpus, user, path) in enumerate(zip(corpora, users, paths))
         )
-        self.byUser = {job.user.name: job for job in self.jobs}
+        self.byName = {job.name: job for job in self.jobs}
         self._dovecotPort = 0
 
     @property

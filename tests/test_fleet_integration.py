@@ -298,7 +298,7 @@ class FleetTests(TestCase):
         )
         self.assertLess(max(before), leaseUntil, "an APPEND after the lease ended")
         cutOffIds = set().union(*(r.idsOf(cutOff.pid) for r in fleet.queue.readings))
-        theirUsers = {fleet.jobs[int(job[3:])].user.name for job in held}
+        theirUsers = {fleet.byName[job].user.name for job in held}
         late = [
             a for a in fleet.watch.by(cutOff.pid) if a.time >= leaseUntil and a.user in theirUsers
         ]
