@@ -263,17 +263,6 @@ class QueueWatch:
                 return reading.time
         return None
 
-    def owners(self, job: str, after: float) -> set[str]:
-        """
-        Every daemon read holding C{job} after C{after}.
-        """
-        return {
-            row.owner
-            for reading in self.since(after)
-            for row in [reading.jobs.get(job)]
-            if row is not None and row.state == "claimed" and row.owner is not None
-        }
-
 
 def _read(connection: psycopg.Connection[tuple[Any, ...]]) -> Reading:
     """
