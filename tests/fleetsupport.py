@@ -563,6 +563,8 @@ class Outcome:
     @ivar lost, duplicated: per job, messages missing from, or held more
         than once by, its account (read from Dovecot directly).
     @ivar viewsDiffer: the jobs whose account's flags or dates differ.
+    @ivar timelines: the state each job's timeline ends in (its latest
+        transition's target) and why, by job.
     """
 
     states: Mapping[str, str]
@@ -571,6 +573,7 @@ class Outcome:
     lost: Mapping[str, int]
     duplicated: Mapping[str, int]
     viewsDiffer: tuple[str, ...]
+    timelines: Mapping[str, tuple[str, str]]
 
     def problems(self) -> list[str]:
         """
@@ -592,6 +595,11 @@ class Outcome:
             found.append(f"messages held twice or more, by job: {duplicated}")
         if self.viewsDiffer:
             found.append(f"flags or dates differ in: {list(self.viewsDiffer)}")
+        unended = {
+            job: f"{end} ({cause})" for job, (end, cause) in self.timelines.items() if end != "done"
+        }
+        if unended:
+            found.append(f"timelines not ending done: {unended}")
         return found
 
 
@@ -854,6 +862,14 @@ class Fleet:
         [(failed,)] = self.database.query(
             "SELECT count(*) FROM imapmig.messages WHERE failure IS NOT NULL"
         )
+        # By time: each daemon chooses its rows' numbers (seq).
+        timelines = {
+            job: (target, cause)
+            for job, target, cause in self.database.query(
+                "SELECT DISTINCT ON (job) job, target, cause FROM imapmig.job_transitions"
+                " ORDER BY job, time DESC, seq DESC"
+            )
+        }
         lost, duplicated, differ = {}, {}, []
         for job in self.jobs:
             fetched = self.instance.fetchAll(job.user.name)
@@ -862,4 +878,7 @@ class Fleet:
             duplicated[job.name] = held.extraCopies + held.unexpected
             if fetchedView(fetched) != corpusView(job.corpus.messages):
                 differ.append(job.name)
-        return Outcome(states, frozenset(journal), failed, lost, duplicated, tuple(differ))
+        ended = {job.name: timelines.get(job.name, ("none", "")) for job in self.jobs}
+        return Outcome(
+            states, frozenset(journal), failed, lost, duplicated, tuple(differ), ended
+        )
