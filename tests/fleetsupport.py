@@ -577,7 +577,8 @@ class Outcome:
 
     def problems(self) -> list[str]:
         """
-        Every way it falls short of every job done, every message once.
+        Every way it falls short of every job done, every message once
+        (the timelines apart: L{unendedTimelines}).
         """
         found = []
         notDone = {name: state for name, state in self.states.items() if state != "done"}
@@ -595,12 +596,16 @@ class Outcome:
             found.append(f"messages held twice or more, by job: {duplicated}")
         if self.viewsDiffer:
             found.append(f"flags or dates differ in: {list(self.viewsDiffer)}")
-        unended = {
+        return found
+
+    def unendedTimelines(self) -> dict[str, str]:
+        """
+        The jobs whose timeline does not end C{done}: the state it ends in
+        and why.
+        """
+        return {
             job: f"{end} ({cause})" for job, (end, cause) in self.timelines.items() if end != "done"
         }
-        if unended:
-            found.append(f"timelines not ending done: {unended}")
-        return found
 
 
 @mutable

@@ -53,6 +53,7 @@ from tests.fleetsupport import (
     CommandScanner,
     Daemon,
     Fleet,
+    Outcome,
     health,
     socketOwner,
 )
@@ -119,6 +120,7 @@ class FleetTests(TestCase):
     """
 
     timeout = 600
+    timelinesOf: tuple[Fleet, Outcome]
 
     async def fleet(self, seed: int) -> Fleet:
         """
@@ -180,7 +182,8 @@ class FleetTests(TestCase):
         """
         Wait for every daemon to exit and check its status (C{expected},
         by index; the others 0), then that every job is done, the journal
-        empty, nothing failed, every message in Dovecot exactly once.
+        empty, nothing failed, every message in Dovecot exactly once; and,
+        kept for L{assertTimelinesDone}, what the timelines end in.
 
         @return: each job's final generation.
         """
@@ -189,7 +192,16 @@ class FleetTests(TestCase):
         self.assertEqual(statuses, wanted, fleet.tails())
         outcome = fleet.outcome()
         self.assertEqual(outcome.problems(), [], fleet.tails())
+        self.timelinesOf = (fleet, outcome)
         return dict(fleet.database.query("SELECT name, generation FROM imapmig_queue.jobs"))
+
+    def assertTimelinesDone(self) -> None:
+        """
+        Every job's timeline ends done, as its row does: checked last, once
+        the test has checked the rest.
+        """
+        fleet, outcome = self.timelinesOf
+        self.assertEqual(outcome.unendedTimelines(), {}, "timelines not ending done\n" + fleet.tails())
 
     async def test_sigkill(self) -> None:
         """
@@ -237,6 +249,7 @@ class FleetTests(TestCase):
             self.assertIsNotNone(at, f"{job} was never read done after the kill")
             assert at is not None
             self.assertLessEqual(at - killedAt, TAKEOVER_BOUND, f"{job} finished too late")
+        self.assertTimelinesDone()
 
     async def test_partition(self) -> None:
         """
@@ -314,6 +327,7 @@ class FleetTests(TestCase):
                 if row.owner in cutOffIds and row.generation > generation
             }
             self.assertEqual(resumed, set(), f"{job} claimed again by the daemon cut off")
+        self.assertTimelinesDone()
 
     async def test_databaseRestart(self) -> None:
         """
@@ -360,6 +374,7 @@ class FleetTests(TestCase):
         late = fleet.startDaemon()
         self.assertEqual(await late.process.exited(reactor, RUN_BOUND), 0, fleet.tails())
         self.assertEqual(fleet.watch.by(late.pid), [])
+        self.assertTimelinesDone()
 
 
 class CommandScannerTests(SynchronousTestCase):
