@@ -848,6 +848,50 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertEqual(reactor.getDelayedCalls(), [])
 
 
+    def test_lostJobsNotRecorded(self) -> None:
+        """
+        The transitions of the jobs whose claims the daemon lost (stopping,
+        then stopped: lease lost) are not recorded in their timelines,
+        where they would follow their new owner's; its next claim's are.
+        """
+        store = MemoryStateStore()
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 1,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "a", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, store)
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        before = self.successResultOf(store.timeline("a"))
+        self.assertEqual(before[0].cause, "claimed (generation 1)")
+        scheduler.loseLease("its send deadline passed")
+        reactor.advance(120)
+        causes = [t.cause for t in self.successResultOf(store.timeline("a"))]
+        self.assertEqual([c for c in causes if c.startswith("lease lost")], [])
+        # Its new incarnation's claim of the job is its own, recorded.
+        self.assertGreater(len(causes), len(before))
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
+
+
 class StaleClaimTests(SynchronousTestCase):
     """
     A claim answered after the lease it was made under was lost.
