@@ -344,12 +344,22 @@ class FleetTests(TestCase):
         fleet.startDaemon(statusPort=statusPort)
         for _ in range(2):
             fleet.startDaemon()
+        # Every daemon started (a daemon still starting when the database
+        # stops is refused, exit 2), daemon 1's site up.
+        deadline = time.monotonic() + START_BOUND
+        while (await deferToThread(health, statusPort))[0] != 200:
+            if time.monotonic() > deadline:
+                self.fail(f"/healthz of daemon 1 not ok within {START_BOUND} s\n{fleet.tails()}")
+            await deferLater(reactor, 0.2, lambda: None)
+        pids = {d.pid for d in fleet.daemons}
         quarter = fleet.messages // 4
-        await fleet.until(
-            lambda: sum(fleet.watch.messages.values()) >= quarter,
-            RUN_BOUND,
-            "a quarter of the messages sent",
-        )
+
+        def running() -> bool:
+            last = fleet.queue.last
+            registered = last is not None and pids <= {d.pid for d in last.daemons.values()}
+            return registered and sum(fleet.watch.messages.values()) >= quarter
+
+        await fleet.until(running, START_BOUND, "every daemon registered, a quarter sent")
         cluster = fleet.database.cluster
         await deferToThread(cluster.stop, "immediate")
         stopped = time.time()
