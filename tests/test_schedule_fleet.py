@@ -391,10 +391,12 @@ class Fleet:
         maxJobs: int,
         limits: ServerLimits = ServerLimits(),
         store: IStateStore | None = None,
+        listed: Sequence[str] | None = None,
     ) -> None:
         self.clock = Clock()
         self.progress = MigrationProgress(self.clock.seconds)
-        for name in names:
+        # The jobs the progress lists at start (all of them by default).
+        for name in names if listed is None else listed:
             self.progress.addJob(name)
         self.memory = InMemoryJobQueue([jobConfig(n, n) for n in names], self.clock.seconds)
         self.queue = ControlledQueue(self.memory)
@@ -470,6 +472,28 @@ class FleetSchedulerTests(SynchronousTestCase):
         owner = fleet.member.owner
         self.stop(fleet)
         self.assertEqual(fleet.queue.retired, [owner])
+
+    def test_unlistedJobHeldOnly(self) -> None:
+        """
+        A claimed job the progress does not list (a user list's row, kept
+        as written) is listed while this daemon holds it, and forgotten
+        with its machine once its claim finished; a listed job stays.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, listed=["a"])
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        self.assertEqual(sorted(job.name for job in fleet.progress), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("b"), QueueState.DONE)
+        self.assertEqual([job.name for job in fleet.progress], ["a"])
+        self.assertIn("started", fleet.causes("b"))
+        fleet.transitions.clear()
+        fleet.machines.job("a")
+        self.assertEqual(sorted(fleet.machines._machines), ["a"])
+        fleet.built["a"].result.callback(True)
+        self.assertEqual([job.name for job in fleet.progress], ["a"])
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
 
     def test_notDrainedWhileAnotherRuns(self) -> None:
         """

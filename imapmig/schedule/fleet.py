@@ -48,7 +48,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
 from imapmig.schedule.fleetcontrols import FleetControls
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
@@ -481,6 +481,25 @@ class FleetScheduler(JobQueueService):
     async def _restoreHolds(self) -> bool:
         # The holds are the queue rows' states: nothing to put back.
         return True
+
+    async def _runOne(self, claim: JobClaim, slot: Grant | None) -> None:
+        """
+        Run a claimed job; one its progress does not list (a row of a user
+        list, which a fleet's configuration keeps as written) is listed
+        while this daemon holds it, then forgotten with its machine: the
+        daemon keeps in memory the jobs it holds, not the fleet's million
+        (docs/fleet-design.md "A million jobs").
+        """
+        name = claim.job.name
+        visiting = name not in self._progress
+        if visiting:
+            self._progress.addJob(name)
+        try:
+            await JobQueueService._runOne(self, claim, slot)
+        finally:
+            if visiting and name not in self._claims:
+                self.machines.drop(name)
+                self._progress.removeJob(name)
 
     def _claim(self) -> Deferred[JobClaim | None]:
         owner = self.member.owner
