@@ -700,6 +700,28 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.stop(fleet)
 
 
+    def test_databaseRestarting(self) -> None:
+        """
+        A slot freed while the queue's database is unreachable (a claim and
+        the deferred jobs' read both fail with L{QueueUnavailable}) is
+        claimed into at a later poll once it answers again.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a"])
+        claim, nextDue = fleet.queue.claim, fleet.queue.nextDue
+        unavailable = QueueUnavailable("db1: the database system is starting up")
+        fleet.queue.claim = lambda *args: fail(unavailable)  # type: ignore[method-assign]
+        fleet.queue.nextDue = lambda: fail(unavailable)  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        fleet.queue.claim, fleet.queue.nextDue = claim, nextDue  # type: ignore[method-assign]
+        fleet.clock.advance(5)
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+
 class FleetControlsTests(SynchronousTestCase):
     """
     L{FleetControls}: a control on any job is one write of its row,
@@ -848,6 +870,50 @@ class ServiceTreeTests(SynchronousTestCase):
         self.successResultOf(stopping)
         self.assertEqual(memory.counts().claimed, 0)
         self.assertEqual(reactor.getDelayedCalls(), [])
+
+
+    def test_lostJobsNotRecorded(self) -> None:
+        """
+        The transitions of the jobs whose claims the daemon lost (stopping,
+        then stopped: lease lost) are not recorded in their timelines,
+        where they would follow their new owner's; its next claim's are.
+        """
+        store = MemoryStateStore()
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 1,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "a", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, store)
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        before = self.successResultOf(store.timeline("a"))
+        self.assertEqual(before[0].cause, "claimed (generation 1)")
+        scheduler.loseLease("its send deadline passed")
+        reactor.advance(120)
+        causes = [t.cause for t in self.successResultOf(store.timeline("a"))]
+        self.assertEqual([c for c in causes if c.startswith("lease lost")], [])
+        # Its new incarnation's claim of the job is its own, recorded.
+        self.assertGreater(len(causes), len(before))
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
 
 
 class StaleClaimTests(SynchronousTestCase):

@@ -566,6 +566,16 @@ class FleetScheduler(JobQueueService):
         self._incomplete.discard(name)
         return False
 
+    def lostClaim(self, job: str) -> bool:
+        """
+        Whether this daemon lost its claim of C{job} (its lease, or a
+        fenced write): the job is another daemon's, and what its machine
+        goes through here until the run has ended (stopping, stopped:
+        lease lost) is not recorded in its timeline, where it would
+        follow the new owner's transitions (the fence's rule).
+        """
+        return job in self._lost
+
     def _claimLost(self, name: str) -> None:
         # One job's claim, found lost by its run (a fenced write): the
         # job alone is dropped, unfinished, as at the send deadline.
