@@ -703,11 +703,19 @@ class SideBySide:
     @ivar corpus: the corpus directory's name.
     @ivar before: the net rates of the commit before, one per round.
     @ivar after: this tree's.
+    @ivar instructionsBefore: the commit before's user-space instructions
+        per message (callgrind, C{bench/instructions.py}: the run on the
+        corpus less the run on an empty Maildir, over its messages), or
+        L{None}: a count repeatable where wall-clock rates move by tens of
+        per cent on a shared machine.
+    @ivar instructionsAfter: this tree's.
     """
 
     corpus: str
     before: tuple[float, ...]
     after: tuple[float, ...]
+    instructionsBefore: float | None = None
+    instructionsAfter: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -737,6 +745,13 @@ def sideBySideLines(results: Sequence[SideBySide], baseline: str) -> list[str]:
             f"{len(r.after)} rounds), {ratio:.3f}x (target within "
             f"{SQLITE_TOLERANCE:.0%}): {verdict(abs(ratio - 1) <= SQLITE_TOLERANCE)}"
         )
+        if r.instructionsBefore and r.instructionsAfter:
+            change = r.instructionsAfter / r.instructionsBefore - 1
+            lines.append(
+                f"- The same corpus under callgrind: {r.instructionsAfter / 1000:,.1f}k "
+                f"instructions per message against {r.instructionsBefore / 1000:,.1f}k at "
+                f"{baseline} ({change:+.1%})"
+            )
     return lines
 
 

@@ -216,6 +216,18 @@ class Daemon:
             return None
         return int(children[0]) if children else None
 
+    def lastWords(self) -> str:
+        """
+        The last two lines of its standard error and output (a traceback's
+        last line, or the one-line refusal of a daemon that exits 2), in
+        one line, with where to read the rest.
+        """
+        lines = []
+        for name in ("stderr", "stdout"):
+            lines += [line for line in fileTail(os.path.join(self.runDir, name), 2000).splitlines()
+                      if line.strip()][-2:]  # fmt: skip
+        return " / ".join(lines[-3:]) + f" (in {self.runDir})"
+
     def terminate(self) -> None:
         """
         SIGTERM to the daemon (the timer passes no signal on).
@@ -236,11 +248,9 @@ class Daemon:
             with open(self.report) as f:
                 measured = json.load(f)
         except (OSError, ValueError):
-            return -1, 0, "no report from the timer: " + fileTail(os.path.join(self.runDir, "stderr"))
+            return -1, 0, "no report from the timer: " + self.lastWords()
         status = int(measured["status"])
-        problem = "" if status == 0 else (
-            f"exit status {status}: {fileTail(os.path.join(self.runDir, 'stderr'))}"
-        )
+        problem = "" if status == 0 else f"exit status {status}: {self.lastWords()}"
         return status, int(measured["maxrss_kib"]), problem
 
 
@@ -591,6 +601,8 @@ class FleetPart:
         if not problem:
             shutil.rmtree(runDir, ignore_errors=True)
         heldSeen = int(statistics.median(seen)) if seen else 0
+        if not problem and not cost.calls:
+            problem = "no heartbeat statement in pg_stat_statements"
         return HeartbeatCost(held, heldSeen, cost, problem)
 
     # -- a million queued accounts -----------------------------------------
@@ -704,10 +716,35 @@ class FleetPart:
                 self.note(f"sqlite row, {corpus}: bench/sidebyside.py failed: "
                           + completed.stderr.decode("utf-8", "replace")[-500:])  # fmt: skip
                 ok = False
-            self.sideBySide.append(SideBySide(corpus, before, after))
+            perMessage = self._instructions(baseline, corpus)
+            self.sideBySide.append(SideBySide(corpus, before, after, *perMessage))
             self._record("sqlite", {"corpus": corpus, "output": output})
             print(output, flush=True)
         return ok
+
+    def _instructions(self, baseline: str, corpus: str) -> tuple[float | None, float | None]:
+        """
+        Each tree's instructions per message on C{corpus}
+        (C{bench/instructions.py}, 2 connections), net of its empty run;
+        L{None} where callgrind is missing or failed (noted).
+        """
+        from bench.instructions import count
+
+        if shutil.which("valgrind") is None:
+            self.note("sqlite row: no valgrind, instructions per message not counted")
+            return None, None
+        messages = int(corpus.split("-")[1])
+        counted: list[float | None] = []
+        for tree in (baseline, REPOSITORY):
+            try:
+                full = count(tree, corpus, self.bench.workDir, 2)
+                empty = count(tree, "empty", self.bench.workDir, 2)
+            except Exception as e:  # noqa: BLE001 -- reported in the results
+                self.note(f"sqlite row: callgrind of {tree} on {corpus} failed: {e!r}")
+                counted.append(None)
+                continue
+            counted.append((full - empty) / messages)
+        return counted[0], counted[1]
 
     # -- results ---------------------------------------------------------
 
@@ -779,7 +816,7 @@ def _holding(database: FleetDatabase, name: str, daemon: Daemon, held: int,
     with database.connect(name) as c:
         while time.monotonic() < deadline:
             if daemon.process.poll() is not None:
-                return "the daemon exited early: " + fileTail(os.path.join(daemon.runDir, "stderr"))
+                return "the daemon exited early: " + daemon.lastWords()
             if _claimed(c) >= held * 0.9:
                 break
             time.sleep(0.2)

@@ -783,12 +783,14 @@ class FleetSideBySideTests(SynchronousTestCase):
         rates = parseSideBySide(self.OUTPUT)
         same = SideBySide("small-5000-seed1", rates["/work/wt/base:2"], rates["/work/wt/here:2"])
         self.assertAlmostEqual(same.ratio or 0, 6200 / 6250)
-        slower = SideBySide("realistic-5000-seed1", (1000.0,), (940.0,))
+        slower = SideBySide("realistic-5000-seed1", (1000.0,), (940.0,), 250_000.0, 252_500.0)
         lines = sideBySideLines([same, slower, SideBySide("x", (), ())], "2ee44a1")
         self.assertIn("6,200 against 6,250 messages/s at 2ee44a1", lines[0])
         self.assertTrue(lines[0].endswith("(target within 5%): met"), lines[0])
         self.assertTrue(lines[1].endswith("**missed**"), lines[1])
-        self.assertEqual(lines[2], "- One daemon on SQLite, x: not measured")
+        self.assertEqual(lines[2], "- The same corpus under callgrind: 252.5k instructions per"
+                         " message against 250.0k at 2ee44a1 (+1.0%)")  # fmt: skip
+        self.assertEqual(lines[3], "- One daemon on SQLite, x: not measured")
         self.assertEqual(sideBySideLines([], "2ee44a1"),
                          ["- One daemon on SQLite against the commit before: not measured"])  # fmt: skip
 
