@@ -57,8 +57,9 @@ PAGES = (
             "imapmig report --config FILE [--job NAME]... [--json | --csv] [--failures]",
             "imapmig verify --config FILE [--job NAME]... [--report FILE]",
             "imapmig state copy --from FILE|URI --to URI|FILE [--config FILE] [--replace]",
+            "imapmig state load-jobs --config FILE [--fleet NAME]",
         ),
-        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports", "state-copy.md"),
+        ("planning-and-verifying.md", "failure-handling.md#outcomes-and-reports", "state-copy.md", "state-load-jobs.md"),
     ),
     ManPage(
         "imapmig.yaml",

@@ -685,6 +685,25 @@ class QueueSchemaTooNew(ImapmigError):
     """
 
 
+class FleetMismatch(PermanentError):
+    """
+    The queue's database holds another fleet, or this fleet with another
+    job list than this configuration's (L{imapmig.queue._pgjoblist}): the
+    daemon is refused at start (exit 2).  The message names the database
+    without its password, both fleets or both lists' digests and the
+    first job that differs, and how to change the list on purpose.
+    """
+
+
+class JobListStale(ImapmigError):
+    """
+    This daemon's job list is no longer the fleet's: another daemon's
+    reload (or C{imapmig state load-jobs}) replaced it since.  A change of
+    one job is refused (reload this daemon with the fleet's file); a claim
+    takes nothing (L{imapmig.queue._pgjoblist}).
+    """
+
+
 class GrantImpossible(PermanentError):
     """
     A demand exceeds a pool's limit: it could never be granted (a job

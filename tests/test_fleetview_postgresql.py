@@ -306,8 +306,9 @@ class PlanTests(PostgreSQLTestMixin):
         times = {}
         for total in (1_000, 100_000):
             self.sql(
-                "INSERT INTO imapmig_queue.jobs (name, position, state)"
-                " SELECT 'x' || g, 30 + g, CASE WHEN g %% 2 = 0 THEN 'done' ELSE 'queued' END"
+                "INSERT INTO imapmig_queue.jobs (name, position, state, digest)"
+                " SELECT 'x' || g, 30 + g, CASE WHEN g %% 2 = 0 THEN 'done' ELSE 'queued' END,"
+                " '\\x00'::bytea"
                 " FROM generate_series(1, %s) g ON CONFLICT (name) DO NOTHING",
                 total,
             )

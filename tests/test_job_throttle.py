@@ -8,7 +8,7 @@ session and pipeline against the fake server, on a L{Clock}.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import LogLevel, capturedLogs, formatEvent
@@ -40,6 +40,8 @@ from tests.test_sources_imap import ScriptedAccount
 from tests.test_sources_imap import body as sourceBody
 
 SIZE = 100
+
+_T = TypeVar("_T")
 
 
 class ThrottledHarness:
@@ -133,29 +135,48 @@ class ThrottledHarness:
 
 class SlowBudgetStore(RecordingStateStore):
     """
-    A state store whose budget records complete only when the test says
-    (L{flush}), as a store in a thread would, some time later.
+    A state store whose budget writes (reservations, give-backs, uses)
+    complete only when the test says (L{flush}), as a store in a thread
+    would, some time later.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.pending: list[tuple[Deferred[int], tuple[str, str, str, str, int]]] = []
+        self.pending: list[tuple[Deferred[Any], Callable[[], Deferred[Any]]]] = []
+
+    def _later(self, write: Callable[[], Deferred[_T]]) -> Deferred[_T]:
+        d: Deferred[_T] = Deferred()
+        self.pending.append((d, write))
+        return d
 
     def addBudgetUse(
         self, server: str, user: str, direction: str, day: str, octets: int
     ) -> Deferred[int]:
         "See L{IStateStore.addBudgetUse}; held until L{flush}."
-        d: Deferred[int] = Deferred()
-        self.pending.append((d, (server, user, direction, day, octets)))
-        return d
+        add = super().addBudgetUse
+        return self._later(lambda: add(server, user, direction, day, octets))
+
+    def reserveBudget(
+        self, server: str, user: str, direction: str, day: str, octets: int, limit: int
+    ) -> Deferred[int | None]:
+        "See L{IStateStore.reserveBudget}; held until L{flush}."
+        reserve = super().reserveBudget
+        return self._later(lambda: reserve(server, user, direction, day, octets, limit))
+
+    def giveBackBudget(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        "See L{IStateStore.giveBackBudget}; held until L{flush}."
+        giveBack = super().giveBackBudget
+        return self._later(lambda: giveBack(server, user, direction, day, octets))
 
     def flush(self) -> None:
         """
-        Complete the budget records held, in order.
+        Complete the budget writes held, in order.
         """
         while self.pending:
-            d, args = self.pending.pop(0)
-            super().addBudgetUse(*args).chainDeferred(d)
+            d, write = self.pending.pop(0)
+            write().chainDeferred(d)
 
 
 def budget(octets: int) -> ServerLimits:

@@ -5,8 +5,9 @@ shared by its connections, and cut to what today's daily budgets allow.
 
 from __future__ import annotations
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.attempt import RunStop
@@ -15,7 +16,7 @@ from imapmig.job.workshare import SharedUnits
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.units import WorkUnit
 from imapmig.throttle import UPLOAD, DailyBudget
-from imapmig.errors import DailyLimitReached
+from imapmig.errors import DailyLimitReached, TransientError
 from imapmig.state.memory import MemoryStateStore
 
 NOON = 1893499200.0  # 2030-01-01T12:00:00Z
@@ -125,8 +126,35 @@ class BudgetTests(SynchronousTestCase):
         self.assertEqual([m.key for m in rest.messages], ["m2", "m3", "m4"])
         self.assertFalse(units)
         self.assertIsNone(units.limitReached)
-        self.budgets.release()
-        self.assertEqual(self.budget.used, 0)
+        self.assertEqual(self.used(), 200)
+        self.successResultOf(Deferred.fromCoroutine(self.budgets.release()))
+        self.assertEqual((self.budget.used, self.used()), (0, 0))
+
+    def used(self) -> int:
+        """
+        What the store counts of the budget today.
+        """
+        return self.successResultOf(self.store.budgetUsed("s", "alice", UPLOAD, "2030-01-01"))
+
+    def test_spentElsewhere(self) -> None:
+        """
+        When another daemon spent part of the budget since this one read
+        it, the store refuses the reservation of what seemed to fit, and
+        the unit is cut to what fits of the total read again: the budget
+        is never overspent.
+        """
+        units = SharedUnits(1, 100, RunStop())
+        units.extend([unit("A", 5)])
+        self.successResultOf(Deferred.fromCoroutine(self.budget.load()))
+        self.successResultOf(self.store.addBudgetUse("s", "alice", UPLOAD, "2030-01-01", 100))
+        allowed = self.within(units, units.take(1, None))
+        assert allowed is not None
+        self.assertEqual([m.key for m in allowed.messages], ["m0"])
+        self.assertEqual((self.budget.used, self.used()), (200, 200))
+        self.budgets.charge(100, 100, 100)
+        self.assertIsNone(self.within(units, units.take(1, "A")))
+        self.assertIsInstance(units.limitReached, DailyLimitReached)
+        self.assertEqual(self.used(), 200)
 
     def test_nothingFits(self) -> None:
         """
@@ -155,3 +183,54 @@ class BudgetTests(SynchronousTestCase):
         self.assertIsNone(units.limitReached)
         self.assertEqual(self.budget.used, 0)
         self.assertTrue(units)
+
+    def test_stoppedWhileReserving(self) -> None:
+        """
+        A job stopped while the store reserves its unit sends none of it:
+        the reservation is given back, the unit goes back whole, and no
+        limit is said to be reached.
+        """
+        stop = RunStop()
+        units = SharedUnits(1, 100, stop)
+        units.extend([unit("A", 2)])
+        self.successResultOf(Deferred.fromCoroutine(self.budget.load()))
+        reserving: list[Deferred[int | None]] = []
+        reserve = self.store.reserveBudget
+
+        def later(*args: object) -> Deferred[int | None]:
+            d: Deferred[int | None] = Deferred()
+            reserving.append(d)
+            return d
+
+        self.patch(self.store, "reserveBudget", later)
+        within = Deferred.fromCoroutine(units.withinBudgets(units.take(1, None), self.budgets))
+        stop.requested = True
+        reserve("s", "alice", UPLOAD, "2030-01-01", 200, 250).chainDeferred(reserving[0])
+        self.assertIsNone(self.successResultOf(within))
+        self.assertIsNone(units.limitReached)
+        self.assertEqual((self.budget.used, self.used()), (0, 0))
+        self.assertEqual(len(units.take(1, None).messages), 2)
+
+    def test_giveBackFailed(self) -> None:
+        """
+        A give-back the store cannot take leaves the octets spent (the
+        safe side) and is logged; the unit's end goes on.
+        """
+        units = SharedUnits(1, 100, RunStop())
+        units.extend([unit("A", 2)])
+        self.assertIsNotNone(self.within(units, units.take(1, None)))
+
+        def unreachable(*args: object) -> Deferred[int]:
+            return fail(TransientError("the state database is unreachable"))
+
+        self.patch(self.store, "giveBackBudget", unreachable)
+        with capturedLogs() as events:
+            self.successResultOf(Deferred.fromCoroutine(self.budgets.release()))
+        self.assertEqual(self.used(), 200)
+        self.assertEqual(
+            [formatEvent(e) for e in events],
+            [
+                "200 octets of the daily upload budget of alice at s stay spent:"
+                " the state database is unreachable"
+            ],
+        )

@@ -70,6 +70,7 @@ def _scratch() -> Path:
 
 
 NEEDS_POSTGRESQL_EXTRA = (
+    "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",
     "imapmig.queue.postgresql",
     "imapmig.state._copysides",

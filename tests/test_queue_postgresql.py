@@ -261,16 +261,17 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
 
     def test_loadKeepsRows(self) -> None:
         """
-        A second daemon's start loads no job twice and keeps the states of
-        the jobs there.
+        A second daemon's start with the same list loads no job twice and
+        keeps the states of the jobs there (another list is refused:
+        L{tests.test_queue_pgjoblist}).
         """
         first = self.queueOf(2)
         me = first.register("host", 1, "1.0", 600.0)
         first.claim(me, 0.0, 600.0)
-        self.queueOf(3)
+        self.queueOf(2)
         self.assertEqual(
             self.sql("SELECT name, position, state FROM imapmig_queue.jobs ORDER BY position"),
-            [("j0", 0, "claimed"), ("j1", 1, "queued"), ("j2", 2, "queued")],
+            [("j0", 0, "claimed"), ("j1", 1, "queued")],
         )
 
     def test_migrationsRaceToOneSchema(self) -> None:
@@ -334,3 +335,4 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         self.assertEqual(wait(threaded.heartbeat(me, 600.0)).requests, ())
         wait(threaded.finish(claim, JobOutcome.COMPLETED))
         self.assertEqual(threaded.queue.state("j0"), QueueState.DONE)
+        self.assertEqual(wait(threaded.replaceList([])).removed, 1)

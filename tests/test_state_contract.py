@@ -3,7 +3,7 @@
 # (trial's assertion methods are unannotated.)
 """
 The state store's contract (L{tests.statecontract},
-L{tests.statecontract_reports}) held against each store: memory, SQLite,
+L{tests.statecontract_reports}, L{tests.statecontract_budgets}) held against each store: memory, SQLite,
 and PostgreSQL (on a private cluster, a fresh database per test; on CI a
 missing PostgreSQL fails these tests).
 """
@@ -28,6 +28,7 @@ from tests.statecontract import (
     SynchronousThreadPool,
     sharedCluster,
 )
+from tests.statecontract_budgets import BudgetReservationContract, ConcurrentReservations
 from tests.statecontract_reports import (
     FailurePagesContract,
     NamesContract,
@@ -182,6 +183,51 @@ class PostgreSQLBudgetRecordsTests(PostgreSQLStores, BudgetRecordsContract, Sync
     """
     L{PostgreSQLStateStore}'s budget records keep the contract.
     """
+
+
+class MemoryBudgetReservationTests(
+    MemoryStores, BudgetReservationContract, SynchronousTestCase
+):
+    """
+    L{MemoryStateStore}'s budget reservations keep the contract.
+    """
+
+
+class SQLiteBudgetReservationTests(
+    SQLiteStores, BudgetReservationContract, SynchronousTestCase
+):
+    """
+    L{SQLiteStateStore}'s budget reservations keep the contract.
+    """
+
+
+class PostgreSQLBudgetReservationTests(
+    PostgreSQLStores, BudgetReservationContract, SynchronousTestCase
+):
+    """
+    L{PostgreSQLStateStore}'s budget reservations keep the contract.
+    """
+
+
+class PostgreSQLConcurrentReservationTests(ConcurrentReservations, SynchronousTestCase):
+    """
+    L{PostgreSQLStateStore}s of three daemons never overspend a budget
+    they share.
+    """
+
+    def openStore(self, dsn: str | None) -> tuple[PostgreSQLStateStore, str]:
+        """
+        A store on C{dsn}'s database, or on a new one (migrated by the
+        first store).
+        """
+        requirePostgreSQL(self)
+        if dsn is None:
+            dsn = sharedCluster().createDatabase()
+            return openPostgreSQLStore(self, dsn), dsn
+        store = PostgreSQLStateStore(SynchronousReactor(), SynchronousThreadPool(), dsn, Clock().seconds)
+        self.addCleanup(store.close)
+        self.successResultOf(store.open())
+        return store, dsn
 
 
 class MemoryReportQueriesTests(MemoryStores, ReportQueriesContract, SynchronousTestCase):

@@ -252,8 +252,9 @@ class RoundTripTests(CopyCase):
         self.execute(dsn, "DELETE FROM imapmig.job_holds")
         self.execute(
             dsn,
-            "INSERT INTO imapmig_queue.jobs (name, position, state, owner) VALUES"
-            " (%s, 1, 'paused', NULL), (%s, 2, 'claimed', gen_random_uuid()), ('carol', 3, 'cancelled', NULL)",
+            "INSERT INTO imapmig_queue.jobs (name, position, state, owner, digest) VALUES"
+            " (%s, 1, 'paused', NULL, '\\x00'), (%s, 2, 'claimed', gen_random_uuid(), '\\x00'),"
+            " ('carol', 3, 'cancelled', NULL, '\\x00')",
             JOBS,
         )
         back = self.mktemp()

@@ -7,6 +7,7 @@ the state store across restarts and renewed at UTC midnight.
 from __future__ import annotations
 
 import calendar
+from typing import Any, Coroutine, TypeVar
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
@@ -17,6 +18,8 @@ from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry, nextMidnight, utcDay
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
+
+_T = TypeVar("_T")
 
 NOON = float(calendar.timegm((2030, 1, 1, 12, 0, 0)))
 MIDNIGHT = float(calendar.timegm((2030, 1, 2, 0, 0, 0)))
@@ -389,54 +392,76 @@ class DailyBudgetTests(SynchronousTestCase):
         self.assertEqual(restarted.fitting([200]), 0)
         self.assertEqual(restarted.fitting([100]), 1)
 
-    def test_reserveAndRelease(self) -> None:
+    def finished(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         """
-        A reservation counts at once in memory (another job sees it) and
-        stores nothing; released, it is given back, but not into a new
-        day's total loaded since.
+        The result of C{coroutine}, which must have finished.
+        """
+        return self.successResultOf(Deferred.fromCoroutine(coroutine))
+
+    def test_reserveAndGiveBack(self) -> None:
+        """
+        A reservation is stored at once (another daemon sees it), and
+        refused in the store when it does not fit; given back, it leaves
+        the store and the total in memory, but not a new day's total
+        loaded since.
         """
         budget = self.budgetThrottle(self.store).budget
         assert budget is not None
-        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        self.finished(budget.load())
         day = budget.day
-        budget.reserve(600)
+        self.assertTrue(self.finished(budget.reserve(600)))
         self.assertEqual(budget.fitting([500]), 0)
-        self.assertEqual(
-            self.successResultOf(self.store.budgetUsed("gmail", "alice", UPLOAD, "2030-01-01")), 0
-        )
-        budget.release(600, day)
-        self.assertEqual(budget.used, 0)
-        budget.reserve(600)
+        self.assertFalse(self.finished(budget.reserve(500)))
+        self.assertEqual(self.used(), 600)
+        self.finished(budget.giveBack(600, day))
+        self.assertEqual((budget.used, self.used()), (0, 0))
+        self.assertTrue(self.finished(budget.reserve(600)))
         self.clock.advance(MIDNIGHT - NOON)
-        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        self.finished(budget.load())
         self.assertEqual(budget.used, 0)
-        budget.release(600, day)
-        self.assertEqual(budget.used, 0)
-        budget.reserve(100)
-        budget.release(600, day)
-        self.assertEqual(budget.used, 100)
+        self.finished(budget.giveBack(600, day))
+        self.assertEqual((budget.used, self.used()), (0, 600))
+
+    def test_refusedReadsAgain(self) -> None:
+        """
+        A reservation the store refuses because another daemon spent the
+        budget meanwhile reads the day's total again, so that what fits
+        is known.
+        """
+        budget = self.budgetThrottle(self.store).budget
+        assert budget is not None
+        self.finished(budget.load())
+        self.successResultOf(self.store.addBudgetUse("gmail", "alice", UPLOAD, "2030-01-01", 700))
+        self.assertEqual(budget.fitting([400]), 1)
+        self.assertFalse(self.finished(budget.reserve(400)))
+        self.assertEqual(budget.used, 700)
+        self.assertEqual(budget.fitting([400, 300]), 0)
+        self.assertEqual(budget.fitting([300]), 1)
+
+    def used(self) -> int:
+        """
+        The upload total the store holds for alice today.
+        """
+        return self.successResultOf(self.store.budgetUsed("gmail", "alice", UPLOAD, "2030-01-01"))
 
     def test_chargedExcludesReservations(self) -> None:
         """
         L{DailyBudget.charged} counts what was charged, not what
         reservations hold: a budget whose rest another job's unit holds
-        is not used up (that unit may yet give it back); charged octets
-        and a stored total from elsewhere keep the holds on top.
+        is not used up (that unit may yet give it back); settled octets
+        stay charged, given back ones leave both.
         """
         budget = self.budgetThrottle(self.store).budget
         assert budget is not None
-        self.successResultOf(Deferred.fromCoroutine(budget.load()))
+        self.finished(budget.load())
         day = budget.day
-        budget.reserve(budget.limit)
+        self.assertTrue(self.finished(budget.reserve(budget.limit)))
         self.assertEqual((budget.used, budget.charged), (budget.limit, 0))
-        budget.release(100, day)
-        budget.count(100)
+        budget.settle(100, day)
         self.assertEqual((budget.used, budget.charged), (budget.limit, 100))
-        self.successResultOf(Deferred.fromCoroutine(budget.record(100)))
-        self.assertEqual((budget.used, budget.charged), (budget.limit, 100))
-        # A release never gives back more than the holds: charges stay.
-        budget.release(budget.limit, day)
+        self.finished(budget.giveBack(budget.limit - 100, day))
         self.assertEqual((budget.used, budget.charged), (100, 100))
+        self.assertEqual(self.used(), 100)
 
     def test_dayRollover(self) -> None:
         """

@@ -43,6 +43,11 @@ mailbox each goes to (and why), the messages the state database records
 as migrated and those left to copy, and the mailboxes the run would
 create.  Exit status 0, 1 when a job could not be planned (each says
 why), 2 on an invalid configuration.
+
+    imapmig state load-jobs --config FILE [--fleet NAME]
+
+loads or replaces a fleet's job list in its PostgreSQL database
+(L{imapmig.commands.loadjobs}).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 import imapmig
+from imapmig.commands.loadjobs import addLoadJobs
 from imapmig.commands.plan import plan
 from imapmig.commands.report import report
 from imapmig.commands.statecopy import addCopyParser
@@ -112,6 +118,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         dest="stateCommand", metavar="COMMAND", required=True
     )
     addCopyParser(stateCommands)
+    addLoadJobs(stateCommands)
     args = parser.parse_args(argv)
     if args.command == "state":
         return int(args.run(args, out))

@@ -3,18 +3,21 @@
 What one connection of a job holds of its accounts' daily budgets
 (L{imapmig.throttle.DailyBudget}) while it sends a unit of work.
 
-A unit's octets (by listed size) are reserved in memory when the unit is
-taken, before its journal entry is written: every other connection and job
-of the account sees them taken at once, with no await between the test of
-what fits and the reservation, so that two connections never share the
-same remainder.  As each chunk is handed to the append pipeline its part of
-the reservation becomes a charge of what actually moves: the messages read
-from the source count against the download budget, the messages sent
-against the upload budget (a message skipped as already present, or
-recorded as failed instead of sent, costs no upload).  What the unit did
-not send (a stop, a failure, a cut) is given back at its end.  Only charges
-reach the state store; a crash between a chunk's hand-over and its charge
-being stored forgets at most that chunk.
+A unit's octets (by listed size) are reserved in the state store when the
+unit is taken, before its journal entry is written
+(L{UnitBudgets.reserve}): the store adds them to the day's total only if
+they fit, so that two connections, of this daemon or of another daemon of
+a fleet, never share the same remainder.  A reservation refused (another
+connection took the room first) is tried again with what fits of the
+total read again.  As each chunk is handed to the append pipeline its part
+of the reservation is settled (L{UnitBudgets.charge}, in memory): the
+messages read from the source stay spent from the download budget, the
+messages sent from the upload budget (a message skipped as already
+present, or recorded as failed instead of sent, costs no upload).  What
+the unit did not move (a stop, a failure, a cut, a skipped message) is
+given back at its end (L{UnitBudgets.release}), in one write per budget,
+none when everything went.  A crash leaves the unit's reservation spent:
+the budget is under-used by at most a unit, never overspent.
 
 Messages are counted by their listed size (an IMAP source's RFC822.SIZE,
 which is what it sends; a Maildir or mbox file's size), the measure the
@@ -76,6 +79,14 @@ def mailboxFull(error: QuotaExceeded, budget: DailyBudget | None) -> bool:
     return budget.charged < budget.limit * NEAR_BUDGET
 
 
+_RESERVE_ATTEMPTS = 8
+"""
+How many times a connection tries to reserve a unit whose reservation the
+store refused (other connections took the room its total showed): after
+that, the budget counts as used up for the day.
+"""
+
+
 class UnitBudgets:
     """
     The daily budgets one connection of a job counts its units against,
@@ -92,8 +103,10 @@ class UnitBudgets:
         self._upload = upload
         self._download = download
         self._budgets = tuple(b for b in (upload, download) if b is not None)
-        # Octets held, and per budget the day they were held on.
+        # The current unit's reservation not yet settled, per budget what
+        # it moved none of (to give back), and the day it was made on.
         self._held = 0
+        self._unused = [0 for _ in self._budgets]
         self._days: list[str | None] = []
 
     async def load(self) -> None:
@@ -105,8 +118,8 @@ class UnitBudgets:
 
     def fitting(self, sizes: Sequence[int]) -> int:
         """
-        How many of C{sizes}, from the first, fit in every budget (after
-        L{load}).
+        How many of C{sizes}, from the first, fit in every budget as their
+        totals were last known (after L{load}).
         """
         return min(budget.fitting(sizes) for budget in self._budgets)
 
@@ -118,47 +131,58 @@ class UnitBudgets:
         exhausted = [b for b in self._budgets if b.fitting(sizes[:1]) == 0]
         return (exhausted or list(self._budgets))[0].reached()
 
-    def hold(self, octets: int) -> None:
+    async def reserve(self, sizes: Sequence[int]) -> int:
         """
-        Reserve C{octets} (a unit's listed size) in every budget, giving
-        back first what an earlier unit still held.
-        """
-        self.release()
-        for budget in self._budgets:
-            budget.reserve(octets)
-        self._held = octets
-        self._days = [budget.day for budget in self._budgets]
+        Reserve, in every budget, the octets of as many of C{sizes}, from
+        the first, as fit (after L{load}), giving back first what an
+        earlier unit still holds.
 
-    async def charge(self, listed: int, read: int, sent: int) -> None:
+        @return: how many were reserved: 0 if not one fits (L{reached}
+            says until when).
+        """
+        await self.release()
+        for _ in range(_RESERVE_ATTEMPTS):
+            fitting = self.fitting(sizes)
+            if fitting == 0:
+                return 0
+            octets = sum(sizes[:fitting])
+            days = [budget.day for budget in self._budgets]
+            taken: list[DailyBudget] = []
+            for budget in self._budgets:
+                if not await budget.reserve(octets):
+                    break
+                taken.append(budget)
+            else:
+                self._held = octets
+                self._unused = [0 for _ in self._budgets]
+                self._days = days
+                return fitting
+            for budget, day in zip(taken, days):
+                await budget.giveBack(octets, day)
+        return 0
+
+    def charge(self, listed: int, read: int, sent: int) -> None:
         """
         One chunk was handed over (or read and dropped): its C{listed}
         octets leave the reservation; C{read} octets (the listed size of
-        the messages read) count against the download budget and C{sent}
-        octets (of the messages sent) against the upload budget, in memory
-        at once, then in the state store.
+        the messages read) stay spent from the download budget and C{sent}
+        octets (of the messages sent) from the upload budget, the rest of
+        C{listed} is to be given back (L{release}).
         """
         listed = min(listed, self._held)
         self._held -= listed
-        for budget, day in zip(self._budgets, self._days):
-            budget.release(listed, day)
-        upload, download = self._upload, self._download
-        # Both in memory before either is stored: another connection
-        # sees no gap between the release and the charge.
-        if download is not None:
-            download.count(read)
-        if upload is not None:
-            upload.count(sent)
-        if download is not None and read:
-            await download.record(read)
-        if upload is not None and sent:
-            await upload.record(sent)
+        for index, (budget, day) in enumerate(zip(self._budgets, self._days)):
+            spent = min(listed, sent if budget is self._upload else read)
+            budget.settle(spent, day)
+            self._unused[index] += listed - spent
 
-    def release(self) -> None:
+    async def release(self) -> None:
         """
-        Give back what the current unit still holds (not sent: the unit
-        ended early, or was cut).
+        Give back what the current unit still holds and what it did not
+        move (the unit ended, early or not).
         """
         held, self._held = self._held, 0
-        if held:
-            for budget, day in zip(self._budgets, self._days):
-                budget.release(held, day)
+        unused, self._unused = self._unused, [0 for _ in self._budgets]
+        for budget, day, more in zip(self._budgets, self._days, unused):
+            if held + more:
+                await budget.giveBack(held + more, day)

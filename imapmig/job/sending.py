@@ -200,7 +200,7 @@ class CopyLoop:
             if connection.budgets is not None:
                 # A unit ended early (its journal entry failed, the
                 # attempt ended): what it held is not sent.
-                connection.budgets.release()
+                await connection.budgets.release()
         attempt.release(session)
         await session.logout()
 
@@ -338,13 +338,13 @@ class CopyLoop:
                     # for the throttle: what was read is not sent.
                     closeBodies(bodies)
                     if budgets is not None:
-                        await budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
+                        budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
                     break
                 outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
                 pipeline.enqueue(outgoing)
                 enqueued = True
                 if budgets is not None:
-                    await budgets.charge(_listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing))
+                    budgets.charge(_listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing))
                 hungry = pipeline.hungry()
                 if hungry.called:
                     await deferLater(self._clock, 0)
@@ -352,7 +352,7 @@ class CopyLoop:
         finally:
             steps.discard()
             if budgets is not None:
-                budgets.release()
+                await budgets.release()
         if not enqueued:
             # Stopped before any of it left: nothing to reconcile.
             self._recorder.unsent(ticket)

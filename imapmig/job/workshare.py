@@ -93,18 +93,22 @@ class SharedUnits:
     async def withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
         """
         The part of C{unit}, from its first message, that today's daily
-        budgets still allow, reserved in them (L{UnitBudgets}); the rest
-        goes back to the units left.  Reserved before the unit is
-        journaled, so that what a budget holds back is never half sent,
-        and with no await between the test and the reservation, so that
-        two connections never take the same remainder.
+        budgets still allow, reserved in them (L{UnitBudgets.reserve}, in
+        the state store, which no two connections of a fleet get the same
+        room from); the rest goes back to the units left.  Reserved before
+        the unit is journaled, so that what a budget holds back is never
+        half sent.
 
         @return: that part, or L{None} if not one message fits (then
             L{limitReached} says until when) or the job is stopping.
         """
         await budgets.load()
         sizes = [message.size for message in unit.messages]
-        fitting = 0 if self.stop.requested else budgets.fitting(sizes)
+        fitting = 0 if self.stop.requested else await budgets.reserve(sizes)
+        if fitting and self.stop.requested:
+            # Stopped while the store reserved: nothing of it is sent.
+            await budgets.release()
+            fitting = 0
         if fitting < len(unit.messages):
             rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
             self._units.insert(0, rest)
@@ -113,7 +117,6 @@ class SharedUnits:
             if not self.stop.requested and self.limitReached is None:
                 self.limitReached = budgets.reached(sizes)
             return None
-        budgets.hold(sum(sizes[:fitting]))
         return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
 
     def clear(self) -> None:

@@ -10,8 +10,9 @@ C{imapmig_queue.incarnations}), so that they cannot clash with the state
 store's tables (C{imapmig/state/}, built beside, in schema C{imapmig}),
 and are migrated under an advisory lock of their own.  The columns are
 those of docs/fleet-design.md "The schema" that the claims and leases
-need; the templates, accounts, servers and holds' authors come with the
-fleet's job loading.  Nothing existed to replace: the in-memory queue
+need, and the fleet's row with its job list's digest
+(L{imapmig.queue._pgjoblist}); the templates, accounts, servers and
+holds' authors are not here yet.  Nothing existed to replace: the in-memory queue
 keeps its state in the process.
 """
 
@@ -48,7 +49,9 @@ CREATE TABLE imapmig_queue.jobs (
     CHECK (state IN ('queued','deferred','claimed','paused','done','failed','cancelled')),
   owner uuid, generation bigint NOT NULL DEFAULT 0, not_before timestamptz,
   requested text CHECK (requested IN ('pause','cancel','rerun','remove')),
-  taken_from uuid, taken_lease_until timestamptz
+  taken_from uuid, taken_lease_until timestamptz,
+  -- the job's configuration's digest (imapmig.queue._pgjoblist)
+  digest bytea NOT NULL
 ) WITH (fillfactor = 70);
 CREATE INDEX jobs_queued  ON imapmig_queue.jobs (position)   WHERE state = 'queued';
 CREATE INDEX jobs_due     ON imapmig_queue.jobs (not_before) WHERE state = 'deferred';
@@ -56,6 +59,11 @@ CREATE INDEX jobs_claimed ON imapmig_queue.jobs (owner)      WHERE state = 'clai
 -- The heartbeat's controls asked: read by owner among the few rows asked,
 -- never among all the jobs it holds.
 CREATE INDEX jobs_asked   ON imapmig_queue.jobs (owner)      WHERE requested IS NOT NULL;
+-- The fleet and its job list (imapmig.queue._pgjoblist): one row.
+CREATE TABLE imapmig_queue.fleet (
+  name text PRIMARY KEY, jobs_digest text NOT NULL, jobs_generation bigint NOT NULL,
+  jobs bigint NOT NULL, loaded_by text NOT NULL, loaded_at timestamptz NOT NULL);
+CREATE UNIQUE INDEX fleet_one ON imapmig_queue.fleet ((true));
 """,
 }
 

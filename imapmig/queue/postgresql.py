@@ -16,10 +16,14 @@ database's clock (C{now()}).  A released job's next claim is a takeover
 and a live lease: a stale one changes nothing.  The tables are
 L{imapmig.queue._pgschema}'s.
 
+The job list is the fleet's (L{imapmig.queue._pgjoblist}): L{load}
+loads it or refuses another fleet's or another list, C{replaceList}
+replaces it (a reload), and a daemon claims only while its list is the
+fleet's.
+
 Not yet here: fencing of journal writes (the state store's), the
 one-daemon-per-account test of the claim, the jobs' configurations in the
-database (a job another daemon's reload added is unknown here), and the
-wiring into the daemon.
+database, and the wiring into the daemon.
 
 L{PostgreSQLJobQueue} is synchronous (psycopg 3's synchronous API, one
 connection, a lock around it); L{ThreadedJobQueue} runs its calls in a
@@ -30,6 +34,7 @@ the queue in one process, nothing could share it.
 
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -43,7 +48,7 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.config.model import JobConfig
-from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
+from imapmig.errors import ControlRefused, JobListStale, LeaseLost, UnknownJob
 from imapmig.queue import (
     Heartbeat,
     IJobQueue,
@@ -52,6 +57,17 @@ from imapmig.queue import (
     QueueCounts,
     QueueState,
     Requested,
+)
+from imapmig.queue._pgjoblist import (
+    CLAIMABLE,
+    JobList,
+    ListChange,
+    changeList,
+    checkClaimed,
+    joinFleet,
+    readFleet,
+    replaceJobList,
+    staleList,
 )
 from imapmig.queue._pgschema import migrate
 
@@ -97,13 +113,13 @@ UPDATE imapmig_queue.jobs SET state = 'queued', not_before = NULL
 _CLAIM = """
 WITH next AS (
   SELECT job_id, taken_from FROM imapmig_queue.jobs
-   WHERE state = 'queued' ORDER BY position LIMIT 1
+   WHERE state = 'queued' AND """ + CLAIMABLE + """ ORDER BY position LIMIT 1
    FOR UPDATE SKIP LOCKED)
 UPDATE imapmig_queue.jobs j
    SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
        requested = NULL, taken_from = NULL, taken_lease_until = NULL
   FROM next WHERE j.job_id = next.job_id
-RETURNING j.name, j.position, j.generation, next.taken_from
+RETURNING j.name, j.position, j.generation, next.taken_from, j.digest
 """
 
 # A claim's own row, while current: its owner and generation, its owner's
@@ -154,23 +170,30 @@ class PostgreSQLJobQueue:
 
     Each method blocks on the database: call them through
     L{ThreadedJobQueue}.  The jobs' configurations are this process's
-    (C{jobs}, then C{add} and C{replace}): the rows hold names and places.
+    (C{jobs}, then C{add}, C{replace} and C{replaceList}): the rows hold
+    names, places and digests.
     """
 
-    def __init__(self, connection: Connection, jobs: Sequence[JobConfig]) -> None:
+    def __init__(
+        self, connection: Connection, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+    ) -> None:
         """
         @param connection: a psycopg connection in autocommit mode, used
             by this queue alone (behind its lock).
         @param jobs: the configured jobs, in configuration order: the
             claims name them, and L{load} makes their rows.
+        @param fleet: the fleet's name (the configuration's C{fleet.name}).
         """
         self._connection = connection
-        self._jobs = jobs
-        self._byName: dict[str, JobConfig] | None = None
+        self._list = JobList.of(jobs)
+        self._fleet = fleet
+        self._by = socket.gethostname()
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, uri: str, jobs: Sequence[JobConfig]) -> PostgreSQLJobQueue:
+    def connect(
+        cls, uri: str, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+    ) -> PostgreSQLJobQueue:
         """
         Open a connection to C{uri} (a libpq URI), migrate the queue's
         tables and load C{jobs}' rows.
@@ -178,8 +201,12 @@ class PostgreSQLJobQueue:
         connection: Connection = psycopg.connect(
             uri, autocommit=True, application_name="imapmig queue", connect_timeout=5
         )
-        queue = cls(connection, jobs)
-        queue.load()
+        queue = cls(connection, jobs, fleet)
+        try:
+            queue.load()
+        except BaseException:
+            connection.close()
+            raise
         return queue
 
     def close(self) -> None:
@@ -198,30 +225,38 @@ class PostgreSQLJobQueue:
 
     def load(self) -> None:
         """
-        Migrate the queue's tables, and add a row for each configured job
-        that has none, at its place in the configuration (one statement).
-        """
-        with self._lock:
-            migrate(self._connection, "imapmig queue")
-        names = [job.name for job in self._jobs]
-        self._run(
-            lambda c: c.execute(
-                "INSERT INTO imapmig_queue.jobs (name, position)"
-                " SELECT * FROM unnest(%s::text[], %s::bigint[]) ON CONFLICT (name) DO NOTHING",
-                (names, list(range(len(names)))),
-            )
-        )
+        Migrate the queue's tables and, in the same transaction, load the
+        configured jobs as the fleet's list, or check that the database
+        holds this fleet's with this list (L{joinFleet}).
 
-    def _named(self) -> dict[str, JobConfig]:
+        @raise FleetMismatch: it holds another fleet, or another list.
         """
-        The configuration of every job, by name (made on first use).
+        with self._lock, self._connection.transaction():
+            migrate(self._connection, "imapmig queue")
+            joinFleet(self._connection, self._fleet, self._list, self._by)
+
+    def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange:
         """
-        if self._byName is None:
-            self._byName = {job.name: job for job in self._jobs}
-        return self._byName
+        Make C{jobs} the fleet's list (a reload of this daemon), and this
+        queue's configurations (L{replaceJobList}).
+
+        @raise FleetMismatch: the database holds another fleet.
+        """
+        new = JobList.of(jobs)
+        change = self._run(lambda c: replaceJobList(c, self._fleet, new, self._by))
+        self._list = new
+        return change
+
+    def listDiffers(self) -> str | None:
+        """
+        Why this daemon claims nothing, when a reload elsewhere made the
+        fleet's list another than its own (for its log and page at each
+        new generation, which its heartbeat brings back); else L{None}.
+        """
+        return staleList(self._run(readFleet), self._list)
 
     def _job(self, name: str) -> JobConfig:
-        return self._named()[name]
+        return self._list.byName[name]
 
     def register(self, host: str, pid: int, version: str, lease: float) -> str:
         me = str(uuid.uuid4())
@@ -246,16 +281,21 @@ class PostgreSQLJobQueue:
             c.execute(_LEAVE_EXPIRED)
             c.execute(_RELEASE)
             c.execute(_DUE, {"now": now})
-            row = c.execute(_CLAIM, {"me": owner}).fetchone()
+            row = c.execute(_CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
             if row is None:
                 return None
-            name, position, generation, takenFrom = row
+            name, position, generation, takenFrom, digest = row
+            checkClaimed(self._list, name, digest)
             return JobClaim(
                 self._job(name), position, owner, beat[0], generation,
                 takenFrom=None if takenFrom is None else str(takenFrom),
             )  # fmt: skip
 
-        return self._run(claimNext)
+        try:
+            return self._run(claimNext)
+        except JobListStale:
+            # A reload replaced the list during the claim: rolled back.
+            return None
 
     def _current(self, claim: JobClaim) -> dict[str, object]:
         return {"name": claim.job.name, "me": claim.owner, "generation": claim.generation}
@@ -375,31 +415,46 @@ class PostgreSQLJobQueue:
             "was cancelled",
         )
 
-    def add(self, job: JobConfig) -> None:
-        def added(c: Connection) -> bool:
-            kept = c.execute(
-                "UPDATE imapmig_queue.jobs SET requested = NULL"
-                " WHERE name = %s AND requested = 'remove'",
-                (job.name,),
-            ).rowcount
-            return kept > 0 or (
-                c.execute(
-                    "INSERT INTO imapmig_queue.jobs (name, position)"
-                    " SELECT %s, coalesce(max(position) + 1, 0) FROM imapmig_queue.jobs"
-                    " ON CONFLICT (name) DO NOTHING",
-                    (job.name,),
-                ).rowcount
-                > 0
-            )
+    def _changeJob(
+        self, name: str, new: JobList, change: Callable[[Connection, dict[str, Any]], _T]
+    ) -> _T:
+        """
+        Change job C{name}'s row by C{change} (given the connection and
+        the values C{name} and C{digest}, its digest in C{new}) in
+        one transaction with the fleet's row (L{changeList}), then make
+        C{new} this queue's list.
 
-        if not self._run(added):
-            raise ValueError(f"job {job.name} is queued already")
-        self._named()[job.name] = job
+        @raise JobListStale: this queue's list is no longer the fleet's.
+        """
+
+        def changed(c: Connection) -> _T:
+            changeList(c, self._fleet, self._list, new, self._by)
+            return change(c, {"name": name, "digest": new.digests.get(name)})
+
+        result = self._run(changed)
+        self._list = new
+        return result
+
+    def add(self, job: JobConfig) -> None:
+        def added(c: Connection, values: dict[str, Any]) -> None:
+            kept = c.execute(
+                "UPDATE imapmig_queue.jobs SET requested = NULL, digest = %(digest)s"
+                " WHERE name = %(name)s AND requested = 'remove'",
+                values,
+            ).rowcount
+            if not kept and not c.execute(
+                "INSERT INTO imapmig_queue.jobs (name, position, digest)"
+                " SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s"
+                " FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING",
+                values,
+            ).rowcount:
+                raise ValueError(f"job {job.name} is queued already")
+
+        self._changeJob(job.name, self._list.withJob(job), added)
 
     def remove(self, name: str) -> QueueState:
-        def removed(c: Connection) -> tuple[Any, ...] | None:
-            values = {"name": name}
-            return c.execute(
+        def removed(c: Connection, values: dict[str, Any]) -> QueueState:
+            row = c.execute(
                 "DELETE FROM imapmig_queue.jobs WHERE " + _KNOWN + " AND state <> 'claimed'"
                 " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
                 values,
@@ -408,16 +463,24 @@ class PostgreSQLJobQueue:
                 " WHERE " + _KNOWN + " AND state = 'claimed' RETURNING state",
                 values,
             ).fetchone()
+            if row is None:
+                raise UnknownJob(name)
+            return QueueState(row[0])
 
-        row = self._run(removed)
-        if row is None:
-            raise UnknownJob(name)
-        return QueueState(row[0])
+        return self._changeJob(name, self._list.without(name), removed)
 
     def replace(self, job: JobConfig) -> QueueState:
-        state = self.state(job.name)
-        self._named()[job.name] = job
-        return state
+        def replaced(c: Connection, values: dict[str, Any]) -> QueueState:
+            row = c.execute(
+                "UPDATE imapmig_queue.jobs SET digest = %(digest)s WHERE " + _KNOWN +
+                " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
+                values,
+            ).fetchone()
+            if row is None:
+                raise UnknownJob(job.name)
+            return QueueState(row[0])
+
+        return self._changeJob(job.name, self._list.withJob(job), replaced)
 
 
 class ThreadedJobQueue:
@@ -465,3 +528,9 @@ class ThreadedJobQueue:
         L{PostgreSQLJobQueue.finish} in a thread.
         """
         return self._inThread(self.queue.finish, claim, outcome, notBefore)
+
+    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+        """
+        L{PostgreSQLJobQueue.replaceList} in a thread.
+        """
+        return self._inThread(self.queue.replaceList, jobs)

@@ -26,7 +26,9 @@ L{FleetScheduler} is the scheduler of a fleet's daemon: it claims and
 finishes through the shared queue (a claim polled every C{H} while a job
 slot is free, and at once when one frees), under its member's id, and is
 told by it of a lost lease, of the controls asked through other daemons
-and of a newer schema.
+and of a newer schema; each heartbeat caps its connection grants at its
+fair shares of the servers' C{max_connections}
+(L{imapmig.schedule.shares}).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Reque
 from imapmig.schedule.fleetcontrols import FleetControls
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
+from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
 
 log = Logger()
@@ -385,6 +388,9 @@ class FleetScheduler(JobQueueService):
     counted: its job is the next owner's.
 
     @ivar member: its membership of the fleet.
+    @ivar shares: its shares of the servers' C{max_connections}, applied
+        at each heartbeat: L{FleetShares.withoutShare} for its claims,
+        L{FleetShares.inUse} for its heartbeats.
     """
 
     def __init__(
@@ -415,9 +421,13 @@ class FleetScheduler(JobQueueService):
             self, queue, grants, build, progress, clock, whenDone, "", lease, store, machines
         )
         host, pid, version = identity
+        # Each heartbeat caps the grants at this daemon's fair shares of
+        # the servers' max_connections among the live daemons.
+        self.shares = FleetShares(grants)
         self.member = FleetMember(
-            queue, clock, monotonic, lease, self, host, pid, version, schemaVersion
-        )
+            queue, clock, monotonic, lease, self, host, pid, version, schemaVersion,
+            onHeartbeat=self.shares.apply,
+        )  # fmt: skip
         self._poll = self.member.period
         self.controls = FleetControls(queue, progress, store, self, self.machines)
         self._onNewerSchema = onNewerSchema

@@ -34,6 +34,13 @@ takes back a job slot: what is granted stays granted, and new grants wait
 until the units in use are below the new limit; a higher one grants the
 waiters that now fit at once.  A waiter whose demand no longer fits
 under a lowered limit at all fails with L{GrantImpossible}.
+
+In a fleet, each server's C{max_connections} is shared among the live
+daemons (L{imapmig.schedule.shares}): L{ConnectionGrants.setShares} caps a
+server's pool at this daemon's share, applied as a lowered or raised limit
+is, except that a share never makes a demand impossible: a share smaller
+than a demand (0 included) makes it wait for a larger share, since the
+share changes with every heartbeat while the configured limit does not.
 """
 
 from __future__ import annotations
@@ -104,12 +111,20 @@ class GrantPools:
     Counting pools with all-or-nothing, first-come-first-served grants.
     """
 
-    def __init__(self, limitOf: Callable[[PoolKey], int | None]) -> None:
+    def __init__(
+        self,
+        limitOf: Callable[[PoolKey], int | None],
+        capOf: Callable[[PoolKey], int | None] | None = None,
+    ) -> None:
         """
         @param limitOf: the limit of a pool, by its key; L{None} for no
-            limit.
+            limit.  A demand above it is impossible.
+        @param capOf: what may be granted of a pool now, at most its limit
+            (a fleet's share of it), by its key; L{None} for no cap.  A
+            demand above it waits.  By default, the limit.
         """
         self._limitOf = limitOf
+        self._capOf = limitOf if capOf is None else capOf
         self._used: Counter[PoolKey] = Counter()
         self._waiters: list[_Waiter] = []
 
@@ -118,6 +133,13 @@ class GrantPools:
         The units of pool C{key} granted and not yet released.
         """
         return self._used[key]
+
+    def usage(self) -> dict[PoolKey, int]:
+        """
+        The units granted and not yet released, by pool (pools with none
+        left out).
+        """
+        return dict(self._used)
 
     @property
     def waiting(self) -> int:
@@ -182,7 +204,7 @@ class GrantPools:
 
     def _fits(self, demand: Mapping[PoolKey, int], owed: Counter[PoolKey]) -> bool:
         for key, count in demand.items():
-            limit = self._limitOf(key)
+            limit = self._capOf(key)
             if limit is not None and self._used[key] + owed[key] + count > limit:
                 return False
         return True
@@ -285,7 +307,9 @@ class ConnectionGrants:
         """
         self._maxJobs = maxJobs
         self._limits = dict(limits)
-        self.pools = GrantPools(self._limitOf)
+        # Per server, this daemon's share of its max_connections in a fleet.
+        self._shares: dict[str, int] = {}
+        self.pools = GrantPools(self._limitOf, self._capOf)
         # Per server, the units the running jobs keep reserved for their
         # essential connections and no session holds now.
         self._idle: Counter[str] = Counter()
@@ -300,6 +324,16 @@ class ConnectionGrants:
         if key[0] == "server":
             return limits.maxConnections
         return limits.perAccount.maxConnections
+
+    def _capOf(self, key: PoolKey) -> int | None:
+        limit = self._limitOf(key)
+        assert isinstance(key, tuple)
+        if key[0] != "server":
+            return limit
+        share = self._shares.get(key[1])
+        if share is None:
+            return limit
+        return share if limit is None else min(share, limit)
 
     @property
     def maxJobs(self) -> int:
@@ -324,6 +358,41 @@ class ConnectionGrants:
         self._maxJobs = maxJobs
         self._limits = dict(limits)
         self.pools.limitsChanged()
+
+    def setShares(self, shares: Mapping[str, int]) -> None:
+        """
+        Cap each server's connections at this daemon's share of its
+        C{max_connections} among a fleet's live daemons (the previous
+        shares are replaced; a server not named has no cap but its
+        limit).  As L{setLimits}, a lower share cuts nothing and a higher
+        one grants the waiters that now fit; unlike it, a demand above a
+        share waits instead of failing.
+        """
+        self._shares = dict(shares)
+        self.pools.limitsChanged()
+
+    def maxConnections(self) -> dict[str, int]:
+        """
+        The configured C{max_connections} of each server that has one (not
+        this daemon's share of it).
+        """
+        return {
+            server: limits.maxConnections
+            for server, limits in self._limits.items()
+            if limits.maxConnections is not None
+        }
+
+    def connectionsByServer(self) -> dict[str, int]:
+        """
+        The connections granted per server (open, or kept reserved for a
+        running job's essential connections), for the servers with any:
+        what this daemon holds of each server's C{max_connections}.
+        """
+        return {
+            key[1]: count
+            for key, count in self.pools.usage().items()
+            if isinstance(key, tuple) and key[0] == "server"
+        }
 
     def jobSlot(self) -> Deferred[Grant]:
         """

@@ -270,22 +270,68 @@ class SQLiteBudgetRecords(SQLiteBase):
                 " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
                 (*key, day),
             )
-            connection.execute(
-                "INSERT INTO budget_use (server, user, direction, day, octets, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (server, user, direction, day)"
-                " DO UPDATE SET octets = octets + excluded.octets,"
-                " updated_at = excluded.updated_at",
-                (*key, day, octets, self._seconds()),
-            )
-            (total,) = connection.execute(
-                "SELECT octets FROM budget_use"
-                " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
-                (*key, day),
-            ).fetchone()
+            connection.execute(_BUDGET_ADD, (*key, day, octets, self._seconds()))
+            (total,) = connection.execute(_BUDGET_TOTAL, (*key, day)).fetchone()
             return int(total)
 
         return self._transaction("record the budget use", write)
+
+    def reserveBudget(
+        self, server: str, user: str, direction: str, day: str, octets: int, limit: int
+    ) -> Deferred[int | None]:
+        """
+        See L{IBudgetRecords.reserveBudget}: a test and an addition in one
+        transaction, which the database's lock keeps whole (one daemon);
+        the records of the account's earlier days in that direction are
+        deleted.
+        """
+        key = (server, user, direction)
+
+        def write(connection: sqlite3.Connection) -> int | None:
+            connection.execute(
+                "DELETE FROM budget_use"
+                " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
+                (*key, day),
+            )
+            row = connection.execute(_BUDGET_TOTAL, (*key, day)).fetchone()
+            used = 0 if row is None else int(row[0])
+            if used and used + octets > limit:
+                return None
+            connection.execute(_BUDGET_ADD, (*key, day, octets, self._seconds()))
+            return used + octets
+
+        return self._transaction("reserve the budget", write)
+
+    def giveBackBudget(
+        self, server: str, user: str, direction: str, day: str, octets: int
+    ) -> Deferred[int]:
+        """
+        See L{IBudgetRecords.giveBackBudget}.
+        """
+        key = (server, user, direction, day)
+
+        def write(connection: sqlite3.Connection) -> int:
+            connection.execute(
+                "UPDATE budget_use SET octets = MAX(octets - ?, 0), updated_at = ?"
+                " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+                (octets, self._seconds(), *key),
+            )
+            row = connection.execute(_BUDGET_TOTAL, key).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return self._transaction("give back the budget", write)
+
+
+_BUDGET_TOTAL = (
+    "SELECT octets FROM budget_use WHERE server = ? AND user = ? AND direction = ? AND day = ?"
+)
+
+_BUDGET_ADD = (
+    "INSERT INTO budget_use (server, user, direction, day, octets, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (server, user, direction, day)"
+    " DO UPDATE SET octets = octets + excluded.octets, updated_at = excluded.updated_at"
+)
 
 
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:

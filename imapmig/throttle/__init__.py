@@ -1,7 +1,9 @@
 # -*- test-case-name: tests.test_throttle -*-
 """
 Throttles: token buckets of messages and octets per second, per server and
-per account, and daily byte budgets per account kept in the state store.
+per account, and daily byte budgets per account kept in the state store
+(reserved there before they are spent, so that a fleet of daemons never
+overspends an account's budget).
 
 The service builds one L{ThrottleRegistry}; it holds one bucket of each
 kind per server and per account (shared by every job that uses them) and
@@ -42,8 +44,16 @@ from typing import Sequence
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from twisted.logger import Logger
+
 from imapmig.config.limits import ServerLimits
-from imapmig.errors import DailyLimitReached, QuotaExceeded, ServerBusy
+from imapmig.errors import (
+    DailyLimitReached,
+    PermanentError,
+    QuotaExceeded,
+    ServerBusy,
+    TransientError,
+)
 from imapmig.state import IStateStore
 from imapmig.progress.telemetry import Telemetry, ThrottleWaits
 
@@ -66,6 +76,8 @@ DOWNLOAD = "download"
 """The direction of octets FETCHed from an account."""
 
 _DAY = 86400.0
+
+_log = Logger()
 
 # A wait shorter than this counts as none: at today's POSIX times a double
 # resolves about 0.2 microseconds, and a timer that shorter would fire at
@@ -159,9 +171,21 @@ class _Gate:
 class DailyBudget:
     """
     The octets one account may move in one direction per UTC day, and what
-    it moved today, as the state store records it (so that a restarted
-    daemon goes on from the stored total).  Shared by every job of the
-    account.
+    it moved today, as the state store records it.  Shared by every job of
+    the account in this daemon and, through the store, with every daemon
+    of a fleet.
+
+    What a unit of work will move is I{reserved} in the store before it is
+    sent (L{reserve}): the store adds it only if it fits, in one
+    transaction whatever other daemon reserves at once, so that no two
+    units, of one daemon or of two, share the same remainder.  As a unit's
+    messages go, their octets are I{settled} (L{settle}): they stay spent;
+    what the unit did not move is I{given back} (L{giveBack}).  A daemon
+    that dies leaves its reservations spent: the error is on the safe side.
+
+    In memory, the budget keeps the day's total as the store last answered
+    it (with this daemon's own changes since), from which L{fitting} tells
+    what is worth reserving; the store's answer to a reservation decides.
 
     @ivar limit: octets per day.
     """
@@ -189,13 +213,14 @@ class DailyBudget:
         self.limit = limit
         self._day: str | None = None
         self._used = 0
-        # Of _used, what reservations hold (not yet sent, nor charged).
+        # Of _used, what this daemon's reservations hold, not yet settled.
         self._held = 0
 
     @property
     def used(self) -> int:
         """
-        Octets counted on the day last loaded (L{load}).
+        Octets counted on the day last loaded (L{load}), reservations
+        included, as of the store's last answer.
         """
         return self._used
 
@@ -231,8 +256,8 @@ class DailyBudget:
     @property
     def charged(self) -> int:
         """
-        Octets charged on the day last loaded: L{used} without what
-        reservations still hold (another job's unit not yet sent does not
+        Octets charged on the day last loaded: L{used} without what this
+        daemon's reservations still hold (a unit not yet sent does not
         make the budget used up).
         """
         return self._used - self._held
@@ -244,53 +269,74 @@ class DailyBudget:
         """
         return self._day
 
-    def reserve(self, octets: int) -> None:
+    async def reserve(self, octets: int) -> bool:
         """
-        Hold C{octets} of today's budget in memory only, at once: every
-        job of the account sees them taken (no await comes between what
-        L{fitting} says and this), and nothing is stored.  A reservation
-        is given back (L{release}), or becomes a charge once what it was
-        for is sent (L{release}, then L{count} and L{record} of the octets
-        sent).
-        """
-        self._used += octets
-        self._held += octets
+        Reserve C{octets} of the day last loaded in the store, if they fit
+        there (or nothing is spent that day yet).  Refused, the day's
+        total is read again, for L{fitting} to offer what fits now.
 
-    def count(self, octets: int) -> None:
+        @return: whether they were reserved: then they are given back
+            (L{giveBack}) or settled (L{settle}) on that L{day}.
         """
-        Charge C{octets} in memory at once (every job of the account sees
-        them), before they are stored (L{record}).
-        """
-        self._used += octets
+        day = self._day if self._day is not None else utcDay(self._clock.seconds())
+        total = await self._store.reserveBudget(
+            self.server, self.user, self.direction, day, octets, self.limit
+        )
+        if total is None:
+            used = await self._store.budgetUsed(self.server, self.user, self.direction, day)
+            if day == self._day:
+                self._used = used
+            return False
+        if day == self._day:
+            self._used = total
+            self._held += octets
+        return True
 
-    def release(self, octets: int, day: str | None) -> None:
+    def settle(self, octets: int, day: str | None) -> None:
         """
-        Give back C{octets} reserved on C{day} (the L{day} when they were
-        reserved); nothing if that day is over (the new day's total was
-        loaded without them).
+        C{octets} reserved on C{day} were moved: they stay spent.
         """
         if day == self._day:
-            given = min(octets, self._held)
-            self._used -= given
-            self._held -= given
+            self._held -= min(octets, self._held)
+
+    async def giveBack(self, octets: int, day: str | None) -> None:
+        """
+        Give back C{octets} reserved on C{day} and not moved: at once in
+        memory, then in the store; nothing if that day is over (the new
+        day's total was loaded without them).  A store that cannot take
+        them back leaves them spent (logged): the safe side.
+        """
+        if day != self._day or day is None or octets <= 0:
+            return
+        given = min(octets, self._held)
+        self._held -= given
+        self._used -= octets
+        try:
+            total = await self._store.giveBackBudget(
+                self.server, self.user, self.direction, day, octets
+            )
+        except (TransientError, PermanentError) as e:
+            _log.warn(
+                "{octets} octets of the daily {direction} budget of {user} at {server}"
+                " stay spent: {error}",
+                octets=octets, direction=self.direction, user=self.user,
+                server=self.server, error=str(e),
+            )  # fmt: skip
+            return
+        if day == self._day:
+            self._used = total
 
     async def spend(self, octets: int) -> None:
         """
-        Count C{octets} against today's budget: at once in memory (so that
-        another job of the account sees them), then in the store.
+        Count C{octets} against today's budget whether they fit or not: at
+        once in memory (so that another job of the account sees them),
+        then in the store.
         """
-        self.count(octets)
-        await self.record(octets)
-
-    async def record(self, octets: int) -> None:
-        """
-        Store C{octets} already counted in memory (L{count}) as used
-        today.
-        """
+        self._used += octets
         day = self._day if self._day is not None else utcDay(self._clock.seconds())
         total = await self._store.addBudgetUse(self.server, self.user, self.direction, day, octets)
         if day == self._day:
-            self._used = max(self._used, total + self._held)
+            self._used = max(self._used, total)
 
     async def exhaust(self) -> None:
         """

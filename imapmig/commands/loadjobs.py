@@ -1,0 +1,116 @@
+# -*- test-case-name: tests.test_loadjobs -*-
+"""
+C{imapmig state load-jobs}: a fleet's job list loaded or replaced without
+a daemon.
+
+    imapmig state load-jobs --config FILE [--fleet NAME]
+
+loads the configuration's jobs into its PostgreSQL database as the
+fleet's job list, or replaces the list there as a daemon's reload does
+(L{imapmig.queue._pgjoblist.replaceJobList}: jobs no longer listed
+removed, at once unless claimed; changed jobs changed; new ones added
+after the last), and says what changed.  A database holding another
+fleet is refused.  Exit status 0, 2 on an invalid configuration, a
+refusal or a database that cannot be reached.
+
+New beside L{imapmig.commands.cli}, which declares it: its work is the
+queue's, on a connection of its own, and psycopg is imported only when
+it runs (the C{imapmig[postgresql]} extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import Any, TextIO
+
+from imapmig.config import loadConfig
+from imapmig.config.model import Config, PostgreSQLState
+from imapmig.errors import ConfigError, PermanentError
+
+
+def addLoadJobs(stateCommands: Any) -> None:
+    """
+    Declare C{load-jobs} among C{imapmig state}'s subcommands (an
+    C{argparse} subparsers action); its C{run} default runs it.
+    """
+    parser = stateCommands.add_parser(
+        "load-jobs", help="load or replace a fleet's job list in its PostgreSQL database"
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="the YAML configuration")
+    parser.add_argument(
+        "--fleet", metavar="NAME", help="the fleet's name (default: the configuration's fleet.name)"
+    )
+    parser.set_defaults(run=loadJobs)
+
+
+def _fleetName(config: Config, given: str | None) -> str | None:
+    """
+    The fleet's name: C{--fleet}, else the configuration's C{fleet.name}.
+    """
+    fleet = getattr(config, "fleet", None)
+    return given or (None if fleet is None else str(fleet.name))
+
+
+def loadJobs(args: argparse.Namespace, out: TextIO) -> int:
+    """
+    Run C{imapmig state load-jobs}; return its exit status.
+    """
+    try:
+        config = loadConfig(args.config)
+    except ConfigError as e:
+        for problem in e.shown():
+            sys.stderr.write(problem + "\n")
+        return 2
+    fleet = _fleetName(config, args.fleet)
+    if not isinstance(config.state, PostgreSQLState) or fleet is None:
+        sys.stderr.write(
+            f"{args.config}: state load-jobs needs a PostgreSQL state database and"
+            " a fleet's name (fleet: name:, or --fleet NAME)\n"
+        )
+        return 2
+    try:
+        said = _load(config.state, fleet, config)
+    except PermanentError as e:
+        sys.stderr.write(f"{e}\n")
+        return 2
+    out.write(said + "\n")
+    return 0
+
+
+def _load(state: PostgreSQLState, fleet: str, config: Config) -> str:
+    """
+    Load C{config}'s jobs as fleet C{fleet}'s list in C{state}'s database.
+
+    @return: what changed, in words.
+    @raise PermanentError: refused, or the database cannot be reached.
+    """
+    import psycopg
+
+    from imapmig.queue._pgjoblist import JobList, replaceJobList
+    from imapmig.queue._pgschema import migrate
+
+    by = f"{socket.gethostname()} (imapmig state load-jobs)"
+    keywords: dict[str, Any] = state.keywords()
+    if state.password is not None:
+        keywords["password"] = state.password.value
+    jobs = JobList.of(config.jobs)
+    try:
+        with psycopg.connect(
+            autocommit=True,
+            connect_timeout=5,
+            application_name="imapmig state load-jobs",
+            **keywords,
+        ) as connection, connection.transaction():
+            migrate(connection, by)
+            change = replaceJobList(connection, fleet, jobs, by)
+    except psycopg.Error as e:
+        raise PermanentError(f"{state.uri()}: {e}") from None
+    if not change.loaded:
+        return f"fleet {fleet!r}: the database holds this job list already (generation {change.generation})"
+    return (
+        f"fleet {fleet!r}: job list loaded (generation {change.generation}, {len(jobs.digests):,} jobs):"
+        f" {change.added:,} added, {change.removed:,} removed, {change.leaving:,} removed when"
+        f" their claim ends, {change.changed:,} changed"
+    )

@@ -1,0 +1,115 @@
+"""
+Tests for L{imapmig.commands.loadjobs}: C{imapmig state load-jobs} on a
+private PostgreSQL (L{imapmig.testing.postgresql}).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+from imapmig.commands.cli import main
+from imapmig.config import loadConfig
+from imapmig.queue._pgjoblist import CHANGE_HINT
+from imapmig.queue.postgresql import PostgreSQLJobQueue
+from tests.test_queue_postgresql import PostgreSQLTestMixin
+
+
+class LoadJobsTests(PostgreSQLTestMixin):
+    """
+    C{imapmig state load-jobs --config FILE}.
+    """
+
+    def configure(self, jobs: dict[str, str], state: str | None = None) -> str:
+        """
+        Write a configuration of C{jobs} (name to password), each from its
+        own Maildir, with the state in this test's database.
+
+        @return: its path.
+        """
+        base = os.path.abspath("base")
+        entries = []
+        for name, password in jobs.items():
+            maildir = os.path.join(base, name)
+            for sub in ("cur", "new", "tmp"):
+                os.makedirs(os.path.join(maildir, sub), exist_ok=True)
+            entries.append(
+                f"{{name: {name}, source: {{maildir: {maildir}}},"
+                f" destination: {{server: s, user: {name}, password: {password}}}}}"
+            )
+        path: str = os.path.abspath(self.mktemp())
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(
+                f"state: {state or self.uri}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"jobs: [{', '.join(entries)}]\n"
+            )
+        return path
+
+    def command(self, *argv: str) -> tuple[int, str, str]:
+        """
+        Run C{imapmig} with C{argv}: its status, output and errors.
+        """
+        stderr = io.StringIO()
+        self.patch(sys, "stderr", stderr)
+        out = io.StringIO()
+        return main(list(argv), out), out.getvalue(), stderr.getvalue()
+
+    def test_loadAndReplace(self) -> None:
+        """
+        The command loads the list, then finds it loaded, then replaces it
+        with another file's, saying what changed; a daemon of that file
+        then starts on it (the command and the daemon digest alike); a
+        password changed changes no job.
+        """
+        first = self.configure({"alice": "p", "bob": "p"})
+        self.assertEqual(
+            self.command("state", "load-jobs", "--config", first, "--fleet", "acme"),
+            (0, "fleet 'acme': job list loaded (generation 1, 2 jobs): 2 added, 0 removed,"
+                " 0 removed when their claim ends, 0 changed\n", ""),
+        )  # fmt: skip
+        self.assertEqual(
+            self.command("state", "load-jobs", "--config", first, "--fleet", "acme"),
+            (0, "fleet 'acme': the database holds this job list already (generation 1)\n", ""),
+        )
+        second = self.configure({"alice": "rotated", "carol": "p"})
+        self.assertEqual(
+            self.command("state", "load-jobs", "--config", second, "--fleet", "acme"),
+            (0, "fleet 'acme': job list loaded (generation 2, 2 jobs): 1 added, 1 removed,"
+                " 0 removed when their claim ends, 0 changed\n", ""),
+        )  # fmt: skip
+        queue = PostgreSQLJobQueue.connect(self.uri, loadConfig(second).jobs, "acme")
+        self.addCleanup(queue.close)
+        self.assertEqual(
+            self.sql("SELECT name, position FROM imapmig_queue.jobs ORDER BY position"),
+            [("alice", 0), ("carol", 1)],
+        )
+
+    def test_otherFleetRefused(self) -> None:
+        """
+        A database holding another fleet is refused: status 2, the
+        refusal's one line, nothing changed.
+        """
+        config = self.configure({"alice": "p"})
+        self.command("state", "load-jobs", "--config", config, "--fleet", "acme")
+        status, out, err = self.command("state", "load-jobs", "--config", config, "--fleet", "beta")
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn(": this database holds fleet 'acme' (1 jobs, loaded by ", err)
+        self.assertIn("this configuration is fleet 'beta': give it a database of its own\n", err)
+        self.assertEqual(self.sql("SELECT name FROM imapmig_queue.fleet"), [("acme",)])
+
+    def test_notAFleet(self) -> None:
+        """
+        A SQLite state, or no fleet's name, is refused with status 2.
+        """
+        sqlite = self.configure({"alice": "p"}, state=os.path.abspath("state.sqlite"))
+        for argv in (["--config", sqlite, "--fleet", "acme"], ["--config", self.configure({"a": "p"})]):
+            status, out, err = self.command("state", "load-jobs", *argv)
+            self.assertEqual((status, out), (2, ""))
+            self.assertIn("state load-jobs needs a PostgreSQL state database and a fleet's name", err)
+
+    def test_hint(self) -> None:
+        """
+        A daemon refused for another list is told of this command.
+        """
+        self.assertIn("imapmig state load-jobs --config FILE", CHANGE_HINT)
