@@ -847,35 +847,41 @@ def _loadJobs(config: str, runDir: str) -> tuple[float | None, str]:
     return seconds, ""
 
 
-_FIRSTS = """
-SELECT DISTINCT d.pid
-  FROM (SELECT DISTINCT job FROM imapmig.messages WHERE failure IS NULL AND NOT present) m
-  JOIN imapmig_queue.jobs j ON j.name = m.job AND j.state = 'claimed'
-  JOIN imapmig_queue.daemons d ON d.daemon_id = j.owner
+_CLAIMED = """
+SELECT j.name, d.pid FROM imapmig_queue.jobs j JOIN imapmig_queue.daemons d ON d.daemon_id = j.owner
+ WHERE j.state = 'claimed'
 """
+
+_STORED = "SELECT DISTINCT job FROM imapmig.messages WHERE failure IS NULL AND NOT present"
 
 
 def _firstMessages(database: FleetDatabase, name: str, daemons: Sequence[Daemon],
                    timeout: float) -> list[float | None]:  # fmt: skip
     """
     For each daemon, the seconds from its launch until a message of a job
-    it holds is recorded as stored (polled every 20 ms), or L{None}.
+    it claimed is recorded as stored, or L{None}.  Every 20 ms the claimed
+    jobs and their daemons (by pid) are read and kept, then the jobs with
+    a message stored: a job claimed and finished between two readings is
+    not seen, and its daemon's first message is then a later job's (the
+    figure errs late, never early).
     """
     firsts: dict[int, float] = {}
-    pids = {d.process.pid: d for d in daemons}
+    owners: dict[str, int] = {}
+    byPid: dict[int, Daemon] = {}
     deadline = time.monotonic() + timeout
     with database.connect(name) as c:
         while len(firsts) < len(daemons) and time.monotonic() < deadline:
             try:
-                rows = c.execute(_FIRSTS).fetchall()
+                owners.update((str(job), int(pid)) for job, pid in c.execute(_CLAIMED).fetchall())
+                stored = [str(job) for (job,) in c.execute(_STORED).fetchall()]
             except psycopg.Error:
-                rows = []
+                stored = []
             now = time.monotonic()
-            for (pid,) in rows:
-                daemon = pids.get(int(pid))
-                if daemon is None:
-                    # The daemon is the timer's child (after ip's exec, if any).
-                    daemon = next((d for d in daemons if d.pid() == int(pid)), None)
+            if len(byPid) < len(daemons):
+                # Each daemon is its timer's child.
+                byPid = {pid: d for d in daemons if (pid := d.pid()) is not None}
+            for job in stored:
+                daemon = byPid.get(owners.get(job, -1))
                 if daemon is not None and daemon.process.pid not in firsts:
                     firsts[daemon.process.pid] = now - daemon.started
             if all(d.process.poll() is not None for d in daemons):
