@@ -38,7 +38,7 @@ import psycopg
 from attrs import asdict, frozen
 
 from bench.contenders import REPOSITORY, imapmigArgv
-from bench.corpora import BuiltCorpus, buildCorpus
+from bench.corpora import BuiltCorpus, buildCorpus, emptyCorpus
 from bench.fleet import (
     CLAIM_MARKER,
     FleetSizes,
@@ -400,6 +400,7 @@ class FleetPart:
         sizes = self.sizes
         whole = self.bench.corpus("small", sizes.accounts * sizes.perAccount)
         parts = splitCorpus(self.bench.workDir, whole, sizes.accounts)
+        empty = emptyCorpus(self.bench.workDir)
         print(f"== fleet scale-out: {sizes.accounts} accounts x {sizes.perAccount} messages, "
               f"{sizes.rttMs:g} ms, daemons {sizes.daemons}", flush=True)  # fmt: skip
         with self.bench.network(sizes.rttMs, None) as network:
@@ -409,7 +410,8 @@ class FleetPart:
             runs = self.bench.args.runs
             serverBase = tempfile.mkdtemp(prefix="dovecot-fleet-", dir=self.bench.workDir)
             server = BenchServer(
-                serverBase, accounts=runs * len(sizes.daemons) * sizes.accounts + 5, fsync=False,
+                serverBase, fsync=False,
+                accounts=runs * sum(sizes.accounts + n for n in sizes.daemons) + 5,
                 mailRoot=tempfile.mkdtemp(prefix="imapmig-bench-", dir="/dev/shm"),
                 capabilities=None, compress=False, namespace=network.serverNamespace,
                 address=network.serverAddress, inNamespace=network.inNamespace,
@@ -420,20 +422,23 @@ class FleetPart:
                     order = list(sizes.daemons)
                     shift = repetition % len(order)
                     for daemons in order[shift:] + order[:shift]:
-                        run = self._scaleOutOnce(database, network, server, parts, daemons,
-                                                 repetition)  # fmt: skip
-                        self.scaleOut.append(run)
-                        self._record("scaleout", asdict(run))
-                        print(f"  {daemons} daemon(s): {run.messages} messages in "
-                              f"{run.seconds:.2f} s" + ("" if run.ok else f" FAILED: {run.problem}"),
-                              flush=True)  # fmt: skip
+                        for kind, accounts in (("empty", [empty] * daemons), ("full", parts)):
+                            run = self._scaleOutOnce(database, network, server, accounts,
+                                                     daemons, repetition, kind)  # fmt: skip
+                            self.scaleOut.append(run)
+                            self._record("scaleout", asdict(run))
+                            print(f"  {daemons} daemon(s), {kind}: {run.messages} messages in "
+                                  f"{run.seconds:.2f} s"
+                                  + ("" if run.ok else f" FAILED: {run.problem}"),
+                                  flush=True)  # fmt: skip
             finally:
                 server.stop()
                 shutil.rmtree(serverBase, ignore_errors=True)
         return all(r.ok for r in self.scaleOut)
 
     def _scaleOutOnce(self, database: FleetDatabase, network: Network, server: BenchServer,
-                      parts: Sequence[BuiltCorpus], daemons: int, repetition: int) -> ScaleOutRun:  # fmt: skip
+                      parts: Sequence[BuiltCorpus], daemons: int, repetition: int,
+                      kind: str) -> ScaleOutRun:  # fmt: skip
         sizes = self.sizes
         name = self._name(f"scaleout{daemons}_")
         uri = database.create(name)
@@ -476,7 +481,7 @@ class FleetPart:
             daemons=daemons, repetition=repetition, accounts=len(parts),
             messages=sum(p.messages for p in parts), seconds=seconds,
             peakRssKiB=max(r[1] for r in results), maxConnections=most, commits=after.commits,
-            rowWrites=after.rowWrites, ok=not problem, problem=problem,
+            rowWrites=after.rowWrites, ok=not problem, problem=problem, kind=kind,
         )  # fmt: skip
 
     # -- the database's cost -------------------------------------------------

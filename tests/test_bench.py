@@ -598,9 +598,14 @@ class FleetStatisticsTests(SynchronousTestCase):
         self.assertTrue(sameCost(0.0, 0.0))
 
 
-def scaleOutRun(daemons: int, seconds: float, ok: bool = True, repetition: int = 0) -> ScaleOutRun:
-    return ScaleOutRun(daemons, repetition, 200, 4000, seconds, 80_000, 3 * daemons, 50, 4100,
-                       ok, "" if ok else "exit status 1")  # fmt: skip
+def scaleOutRun(daemons: int, seconds: float, ok: bool = True, repetition: int = 0,
+                kind: str = "full") -> ScaleOutRun:  # fmt: skip
+    return ScaleOutRun(daemons, repetition, 200, 4000 if kind == "full" else 0, seconds, 80_000,
+                       3 * daemons, 50, 4100, ok, "" if ok else "exit status 1", kind)  # fmt: skip
+
+
+def withStartup(runs: list[ScaleOutRun], seconds: float = 2.0) -> list[ScaleOutRun]:
+    return runs + [scaleOutRun(n, seconds, kind="empty") for n in {r.daemons for r in runs}]
 
 
 class FleetScaleOutTests(SynchronousTestCase):
@@ -611,18 +616,26 @@ class FleetScaleOutTests(SynchronousTestCase):
     def test_ratios(self) -> None:
         """
         Each number of daemons' median time over its successful runs, its
-        rate, and that rate over one daemon's.
+        rate whole and net of the median of its empty runs, and those rates
+        over one daemon's.
         """
-        runs = [scaleOutRun(1, 40.0), scaleOutRun(1, 44.0, repetition=1),
-                scaleOutRun(2, 21.0), scaleOutRun(2, 99.0, ok=False),
-                scaleOutRun(3, 15.0)]  # fmt: skip
+        runs = [scaleOutRun(1, 42.0), scaleOutRun(1, 46.0, repetition=1),
+                scaleOutRun(2, 23.0), scaleOutRun(2, 99.0, ok=False),
+                scaleOutRun(3, 17.0), scaleOutRun(1, 1.0, kind="empty"),
+                scaleOutRun(1, 3.0, kind="empty", repetition=1), scaleOutRun(2, 2.0, kind="empty"),
+                scaleOutRun(3, 2.0, kind="empty"), scaleOutRun(3, 9.0, kind="empty", ok=False)]  # fmt: skip
         figures = scaleOutFigures(runs)
-        self.assertEqual([(f.daemons, f.runs, f.failed, f.seconds) for f in figures],
-                         [(1, 2, 0, 42.0), (2, 1, 1, 21.0), (3, 1, 0, 15.0)])  # fmt: skip
+        self.assertEqual([(f.daemons, f.runs, f.failed, f.seconds, f.startupSeconds)
+                          for f in figures],
+                         [(1, 2, 0, 44.0, 2.0), (2, 1, 1, 23.0, 2.0), (3, 1, 1, 17.0, 2.0)])  # fmt: skip
+        self.assertEqual(figures[0].netMessagesPerSecond, 4000 / 42.0)
         ratios = scaleOutRatios(figures)
         self.assertEqual(ratios[1], 1.0)
         self.assertAlmostEqual(ratios[2], 2.0)
         self.assertAlmostEqual(ratios[3], 2.8)
+        whole = scaleOutRatios(figures, net=False)
+        self.assertAlmostEqual(whole[2], 44 / 23)
+        self.assertEqual(scaleOutRatios(scaleOutFigures([scaleOutRun(1, 40.0)])), {})
 
     def test_verdicts(self) -> None:
         """
@@ -630,11 +643,13 @@ class FleetScaleOutTests(SynchronousTestCase):
         figures beside.
         """
         lines = scaleOutLines(
-            scaleOutFigures([scaleOutRun(1, 40.0), scaleOutRun(2, 23.0), scaleOutRun(3, 15.0)]),
+            scaleOutFigures(withStartup([scaleOutRun(1, 42.0), scaleOutRun(2, 25.0),
+                                         scaleOutRun(3, 17.0)])),
             20.0, 4,
-        )
+        )  # fmt: skip
         self.assertEqual(len(lines), 2)
-        self.assertIn("2 daemons against one (20 ms round trip, 4 connections per daemon): 1.74x",
+        self.assertIn("2 daemons against one (20 ms round trip, 4 connections per daemon): 1.74x"
+                      " net of start-up (174 against 100 messages/s; whole runs 1.68x;",
                       lines[0])  # fmt: skip
         self.assertTrue(lines[0].endswith("target >= 1.8): **missed**"), lines[0])
         self.assertIn("2.67x", lines[1])
@@ -644,10 +659,11 @@ class FleetScaleOutTests(SynchronousTestCase):
         """
         Without a successful run of one daemon, or of N, nothing passes.
         """
-        lines = scaleOutLines(scaleOutFigures([scaleOutRun(1, 40.0, ok=False),
-                                               scaleOutRun(2, 20.0)]), 20.0, 4)  # fmt: skip
-        self.assertEqual(lines, ["- 2 daemons against one, 20 ms: not measured",
-                                 "- 3 daemons against one, 20 ms: not measured"])  # fmt: skip
+        for runs in ([scaleOutRun(1, 40.0, ok=False), scaleOutRun(2, 20.0)],
+                     [scaleOutRun(1, 40.0), scaleOutRun(2, 20.0), scaleOutRun(3, 15.0)]):  # fmt: skip
+            lines = scaleOutLines(scaleOutFigures(withStartup(runs)[:len(runs)]), 20.0, 4)
+            self.assertEqual(lines, ["- 2 daemons against one, 20 ms: not measured",
+                                     "- 3 daemons against one, 20 ms: not measured"])  # fmt: skip
         table = scaleOutTable(scaleOutFigures([scaleOutRun(1, 40.0, ok=False)]), [])
         self.assertIn("| 1 | 0 (1 failed) | FAILED |", table)
 
