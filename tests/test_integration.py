@@ -33,7 +33,7 @@ from twisted.trial.unittest import TestCase
 import imapmig
 from imapmig.config import Config, ServerConfig, parseConfig
 from imapmig.imap.acks import ImmediateAcks, tcpSocketOf
-from imapmig.imap.outgoing import AppendOutcomes, LiteralMode, PipelineSettings
+from imapmig.imap.outgoing import AppendOutcomes, LiteralMode, PipelineSettings, SendDeadline
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import toCRLF
@@ -254,10 +254,12 @@ class _Recorder:
             windowBytes: int,
             outcomes: AppendOutcomes,
             telemetry: ServerTelemetry | None = None,
+            deadline: SendDeadline | None = None,
         ) -> AppendPipeline:
             pipeline = originalPipeline(
-                session, batchMessages, batchBytes, windowMessages, windowBytes, outcomes, telemetry
-            )
+                session, batchMessages, batchBytes, windowMessages, windowBytes, outcomes,
+                telemetry, deadline,
+            )  # fmt: skip
             self.capabilities.append(session.capabilities)
             self.settings.append(pipeline.settings)
             return pipeline

@@ -25,6 +25,7 @@ from zope.interface.verify import verifyObject
 from imapmig.errors import PermanentError, SourceError
 from imapmig.mail.fidelity import journalHead
 from imapmig.imap.opening import openSession
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.migration import connectionsWorthOpening
@@ -363,6 +364,7 @@ class JobHarness:
         identity: str = "fingerprint",
         eightBit: str = "literal",
         retry: RetryPolicy = RetryPolicy(),
+        sendDeadline: SendDeadline | None = None,
     ) -> MigrationJob:
         """
         A job copying the source into the account (its backoff without
@@ -373,6 +375,7 @@ class JobHarness:
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
             identity=identity, eightBit=eightBit, retry=retry, jitter=lambda: 0.0,
+            sendDeadline=sendDeadline,
         )  # fmt: skip
 
     def start(self, job: MigrationJob) -> Deferred[bool]:

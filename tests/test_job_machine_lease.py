@@ -1,18 +1,22 @@
 """
 Tests for the lease in a job's machine (L{imapmig.job.machine}'s
 C{leaseLost}): every row of docs/fleet-design.md "The lease in the job's
-machine", on a L{Clock}; and the run it abandons (L{MigrationJob.abandon}).
+machine", on a L{Clock}; the run it abandons (L{MigrationJob.abandon});
+and a run that finds its claim lost itself: a write the store's fence
+refuses, or its send deadline passed before a write.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.job import JobSettings
+from imapmig.errors import LeaseLost
+from imapmig.imap.outgoing import SendDeadline
+from imapmig.job import JobSettings, MigrationJob
 from imapmig.job.machine import JobInputs, JobMachine
 from imapmig.job.statediagram import diagram
 from imapmig.progress import JobProgress, JobState
@@ -20,7 +24,16 @@ from imapmig.queue import QueueState, Requested
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.state import Transition
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES
-from tests.test_job import JOB, JobHarness, MemoryEndpoint, hasResult, populate
+from tests.test_job import (
+    JOB,
+    USER,
+    JobHarness,
+    MemoryEndpoint,
+    RecordingStateStore,
+    appendLines,
+    hasResult,
+    populate,
+)
 from tests.test_job_stop import HeldRepliesServer
 from tests.test_schedule_service import jobConfig
 
@@ -282,3 +295,188 @@ class AbandonTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), recorded)
         self.assertTrue(self.successResultOf(h.store.journal(JOB)))
         self.assertEqual(h.clock.getDelayedCalls(), [])
+
+
+class FencedStore(RecordingStateStore):
+    """
+    A state store whose fence refuses, from the C{after}th call of its
+    write C{fenceAt} on, every write with L{LeaseLost}, as a store's view
+    for a claim does once the claim is no longer current; each write
+    asked is noted in C{writes}, and C{onFence} is called at the first
+    refusal.
+    """
+
+    def __init__(self, fenceAt: str, after: int = 0) -> None:
+        RecordingStateStore.__init__(self)
+        self.writes: list[str] = []
+        self.refused: int | None = None
+        self.onFence: Callable[[], None] = lambda: None
+        self._fenceAt = fenceAt
+        self._after = after
+
+    def _write(self, name: str, *args: Any, **kwargs: Any) -> Deferred[Any]:
+        self.writes.append(name)
+        if self.refused is None and name == self._fenceAt:
+            if self.writes.count(name) > self._after:
+                self.refused = len(self.writes) - 1
+                self.onFence()
+        if self.refused is not None:
+            return fail(LeaseLost(f"job {JOB}: its claim (generation 3) is no longer current"))
+        written: Deferred[Any] = getattr(RecordingStateStore, name)(self, *args, **kwargs)
+        return written
+
+    def journalBatch(self, *args: Any, **kwargs: Any) -> Deferred[int]:
+        return self._write("journalBatch", *args, **kwargs)
+
+    def recordOutcomes(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("recordOutcomes", *args, **kwargs)
+
+    def nameMessages(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("nameMessages", *args, **kwargs)
+
+    def recordJobFailure(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("recordJobFailure", *args, **kwargs)
+
+    def recordFolderMark(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("recordFolderMark", *args, **kwargs)
+
+    def recordFolderFallback(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("recordFolderFallback", *args, **kwargs)
+
+    def forgetFolder(self, *args: Any, **kwargs: Any) -> Deferred[None]:
+        return self._write("forgetFolder", *args, **kwargs)
+
+
+class FencedWriteTests(SynchronousTestCase):
+    """
+    A run whose write the store's fence refuses (L{LeaseLost}: the claim
+    is no longer this daemon's) is abandoned, alone: its machine told
+    C{leaseLost}, nothing more written or sent, its run failing with the
+    L{LeaseLost} (which its scheduler does not finish).
+    """
+
+    def fenced(
+        self, fenceAt: str, after: int = 0, messages: int = 20
+    ) -> tuple[JobHarness, FencedStore]:
+        h = JobHarness(self)
+        store = h.store = FencedStore(fenceAt, after)
+        populate(h.source, h.source.addFolder("INBOX"), messages)
+        return h, store
+
+    def settings(self) -> JobSettings:
+        return JobSettings(
+            connections=1, batchMessages=2, windowMessages=4, unitMessages=4, recordEvery=2
+        )
+
+    def assertAbandoned(self, h: JobHarness, store: FencedStore, d: Deferred[bool]) -> None:
+        """
+        The run failed with the store's L{LeaseLost}, its job stopped
+        (lease lost), the refused write its last, nothing left on the
+        clock, every connection closed.
+        """
+        h.waitFor(d)
+        self.failureResultOf(d, LeaseLost)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.progress.error, "stopped: lease lost")
+        self.assertIsNotNone(store.refused)
+        self.assertEqual(len(store.writes), (store.refused or 0) + 1, store.writes)
+        h.endpoint.pump()
+        h.finish()
+
+    def test_journalFenced(self) -> None:
+        """
+        A unit whose journal entry the fence refuses is not sent: no
+        APPEND at all, nothing more written.
+        """
+        h, store = self.fenced("journalBatch")
+        d = h.start(h.job(self.settings()))
+        self.assertAbandoned(h, store, d)
+        self.assertEqual(appendLines(h.endpoint.servers[0]), [])
+        self.assertEqual(store.writes, ["journalBatch"])
+
+    def test_laterJournalFenced(self) -> None:
+        """
+        The second unit's journal entry refused: the first unit's APPENDs
+        went, none of the second's, and the first unit's outcomes still
+        unrecorded are dropped (its journal entry stays for the next
+        owner).
+        """
+        h, store = self.fenced("journalBatch", after=1)
+        d = h.start(h.job(self.settings()))
+        self.assertAbandoned(h, store, d)
+        self.assertEqual(store.writes.count("journalBatch"), 2)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 4)
+        self.assertEqual(len(self.successResultOf(store.journal(JOB))), 1)
+
+    def test_outcomesFenced(self) -> None:
+        """
+        A batch of outcomes the fence refuses stops the sending at once:
+        no APPEND after it (those already written are the next owner's to
+        settle), nothing more written.
+        """
+        h, store = self.fenced("recordOutcomes", messages=40)
+        sent: list[int] = []
+
+        def count() -> None:
+            server = h.endpoint.servers[0]
+            pending = b"".join(h.endpoint.pumps[0].clientIO.stream)
+            sent.append(len(appendLines(server)) + pending.count(b" APPEND "))
+
+        store.onFence = count
+        d = h.start(h.job(self.settings()))
+        self.assertAbandoned(h, store, d)
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), sent[0])
+        self.assertLess(len(h.mail.mailbox(USER, "INBOX")), 40)
+        self.assertTrue(self.successResultOf(store.journal(JOB)))
+
+    def test_jobOutcomeFenced(self) -> None:
+        """
+        A run that copied everything, whose record of the job's outcome
+        the fence refuses, ends stopped (lease lost), not done: its
+        outcome is the next owner's to find.
+        """
+        h, store = self.fenced("recordJobFailure", messages=4)
+        d = h.start(h.job(self.settings()))
+        self.assertAbandoned(h, store, d)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 4)
+
+
+class StalledPastTheDeadlineTests(SynchronousTestCase):
+    """
+    A run whose send deadline passes while its reactor is stalled sends
+    nothing when it wakes: its pipeline finds the deadline passed before
+    its next write, and the job is abandoned as by a fenced write.
+    """
+
+    def test_noAppendAfterTheStall(self) -> None:
+        """
+        Replies held past the deadline free the window when they arrive,
+        but no APPEND follows them: the connection is aborted, the run
+        fails with L{LeaseLost}, the job stopped (lease lost), the unit
+        in flight still journaled, nothing left on the clock.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: HeldRepliesServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("INBOX"), 20)
+        deadline = SendDeadline(h.clock.seconds, 45.0)
+        job: MigrationJob = h.job(
+            JobSettings(connections=1, batchMessages=2, windowMessages=4, stopTimeout=300.0),
+            sendDeadline=deadline,
+        )
+        d = h.start(job)
+        server = h.endpoint.servers[0]
+        assert isinstance(server, HeldRepliesServer)
+        before = len(appendLines(server))
+        self.assertTrue(server.held)
+        h.clock.rightNow = 50.0
+        server.release()
+        h.waitFor(d)
+        self.failureResultOf(d, LeaseLost)
+        h.endpoint.pump()
+        self.assertEqual(len(appendLines(server)), before)
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.progress.error, "stopped: lease lost")
+        self.assertTrue(self.successResultOf(h.store.journal(JOB)))
+        h.finish()

@@ -1,13 +1,18 @@
 """
 Tests for L{imapmig.job.recording}: a tagged reply's outcomes recorded in
-one call, in order, each once, with the journal entries they settle.
+one call, in order, each once, with the journal entries they settle; a
+write the store's fence refuses, and the recorder abandoned.
 """
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from imapmig.errors import LeaseLost
 from imapmig.job.recording import (
     JournalTicket,
     OutcomeRecorder,
@@ -183,3 +188,89 @@ class PipelineOutcomesTests(SynchronousTestCase):
         entries = self.successResultOf(self.store.journal(JOB))
         self.assertEqual([[m.messageKey for m in e.messages] for e in entries], [["a", "b", "c"]])
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class FencedStore(MemoryStateStore):
+    """
+    A store whose fence refuses the outcomes' writes once C{fenced}.
+    """
+
+    fenced = False
+    recorded = 0
+
+    def recordOutcomes(
+        self, job: str, outcomes: Sequence[Any], settled: Sequence[int] = ()
+    ) -> Deferred[None]:
+        self.recorded += 1
+        if self.fenced:
+            return fail(LeaseLost("the claim is no longer current"))
+        return MemoryStateStore.recordOutcomes(self, job, outcomes, settled)
+
+
+class FencedRecordingTests(SynchronousTestCase):
+    """
+    A write refused by the store's fence is told to the job
+    (C{onLeaseLost}), not taken for a store failure; abandoned, the
+    recorder records nothing more.
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.store = FencedStore()
+        self.progress = JobProgress(JOB, self.clock.seconds)
+        self.lost: list[LeaseLost] = []
+        self.errors = 0
+
+        def onError() -> None:
+            self.errors += 1
+
+        self.recorder = OutcomeRecorder(
+            JOB, self.store, self.progress, self.clock, recordEvery=100, recordInterval=5.0,
+            onError=onError, onLeaseLost=self.lost.append,
+        )  # fmt: skip
+
+    def tearDown(self) -> None:
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_outcomesFenced(self) -> None:
+        """
+        Outcomes the fence refuses: the job is told the L{LeaseLost}; the
+        recorder has no store error.
+        """
+        ticket = journaled(self.recorder, self, "a")
+        self.recorder.add(MessageOutcome("F", "a", "Box", 10, 7, 20), ticket)
+        self.store.fenced = True
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(len(self.lost), 1)
+        self.assertEqual((self.errors, self.recorder.error), (0, None))
+
+    def test_journalFenced(self) -> None:
+        """
+        A journal entry the fence refuses fails with the L{LeaseLost}, and
+        the job is told.
+        """
+
+        def refused(*args: Any) -> Deferred[int]:
+            return fail(LeaseLost("not current"))
+
+        self.store.journalBatch = refused  # type: ignore[method-assign,assignment]
+        messages = [SourceMessage("a", (), None, 10)]
+        self.failureResultOf(self.recorder.journal("Box", 7, 1, "F", messages), LeaseLost)
+        self.assertEqual(len(self.lost), 1)
+
+    def test_abandoned(self) -> None:
+        """
+        Abandoned, the recorder drops what it had not recorded (its
+        timer too), writes no outcome and refuses every journal entry,
+        until the next run.
+        """
+        ticket = journaled(self.recorder, self, "a")
+        self.recorder.add(MessageOutcome("F", "a", "Box", 10, 7, 20), ticket)
+        self.recorder.abandon()
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(self.store.recorded, 0)
+        messages = [SourceMessage("b", (), None, 10)]
+        self.failureResultOf(self.recorder.journal("Box", 7, 1, "F", messages), LeaseLost)
+        self.assertEqual(len(self.successResultOf(self.store.journal(JOB))), 1)
+        self.recorder.startRun()
+        journaled(self.recorder, self, "b")

@@ -70,8 +70,10 @@ def _scratch() -> Path:
 
 
 NEEDS_POSTGRESQL_EXTRA = (
+    "imapmig.queue._pgfleetview",
     "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",
+    "imapmig.queue._pgstatements",
     "imapmig.queue.postgresql",
     "imapmig.state._copysides",
     "imapmig.state._pgbase",
@@ -82,6 +84,7 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgreports",
     "imapmig.state._pgschema",
     "imapmig.state.copying",
+    "imapmig.state.pgconnect",
     "imapmig.state.postgresql",
 )
 """

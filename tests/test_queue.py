@@ -6,7 +6,7 @@ PostgreSQL queue by L{tests.test_queue_postgresql}).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -17,12 +17,13 @@ from imapmig.queue import (
     IJobQueue,
     JobClaim,
     JobOutcome,
+    ListChange,
     QueueCounts,
     QueueState,
     Requested,
 )
 from imapmig.config.model import JobConfig
-from imapmig.queue.memory import InMemoryJobQueue
+from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from tests.test_schedule_service import jobConfig
 
@@ -55,6 +56,7 @@ class ContractQueue(Protocol):
     def add(self, job: JobConfig) -> None: ...
     def remove(self, name: str) -> QueueState: ...
     def replace(self, job: JobConfig) -> QueueState: ...
+    def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange: ...
 
 
 class JobQueueContractMixin(_MixinBase):
@@ -307,6 +309,31 @@ class JobQueueContractMixin(_MixinBase):
             [("j2", "changed"), ("new", "u9")],
         )
 
+    def test_replaceList(self) -> None:
+        """
+        A reload's C{replaceList} removes the jobs no longer listed (a
+        claimed one when its claim ends), gives a changed job its new
+        configuration and adds the new ones after the others, saying so
+        with the list's next generation; the same list again changes
+        nothing.
+        """
+        queue = self.makeQueue(3)
+        me = self.daemon(queue)
+        held = queue.claim(me, 0.0, self.LONG)
+        assert held is not None
+        jobs = [jobConfig("new", "u9"), jobConfig("j2", "changed")]
+        self.assertEqual(
+            queue.replaceList(jobs), ListChange(2, added=1, removed=1, leaving=1, changed=1)
+        )
+        self.assertEqual(queue.replaceList(jobs), ListChange(2, loaded=False))
+        self.assertRaises(UnknownJob, queue.state, "j0")
+        queue.finish(held, JobOutcome.STOPPED)
+        claims = [queue.claim(me, 0.0, self.LONG) for _ in range(3)]
+        self.assertEqual(
+            [(c.job.name, c.job.destination.user) for c in claims if c is not None],
+            [("j2", "changed"), ("new", "u9")],
+        )
+
     def test_removedJobNotTakenOver(self) -> None:
         """
         A claimed job a reload removed leaves the queue when its owner's
@@ -366,6 +393,19 @@ class InMemoryJobQueueTests(SynchronousTestCase):
     """
     L{InMemoryJobQueue}.
     """
+
+    def test_asyncJobList(self) -> None:
+        """
+        Made asynchronous, the in-memory queue replaces its list as a
+        reload asks, and its list never differs from the fleet's (it is a
+        fleet of one).
+        """
+        queue = AsyncJobQueue(queueOf(2))
+        self.assertEqual(
+            self.successResultOf(queue.replaceList([jobConfig("j1", "u1")])),
+            ListChange(2, removed=1),
+        )
+        self.assertIsNone(self.successResultOf(queue.listDiffers()))
 
     def test_interface(self) -> None:
         """

@@ -3,7 +3,11 @@ Tests for L{imapmig.queue.postgresql}: the queue's contract on a private
 PostgreSQL (L{imapmig.testing.postgresql}, a fresh database per test), and
 what only a shared database shows: concurrent claims, takeovers timed by
 the database's clock, a heartbeat whose cost does not grow with the jobs
-held.  Without PostgreSQL they skip, and fail under C{CI=true}.
+held; the control connection opened again after a restart and its waits
+bounded, L{ThreadedJobQueue} as L{IAsyncJobQueue}, the heartbeat's
+answer, costs flat in the jobs (by the server's statistics and plans,
+never by times) and one daemon per account.  Without PostgreSQL they
+skip, and fail under C{CI=true}.
 """
 
 from __future__ import annotations
@@ -11,24 +15,46 @@ from __future__ import annotations
 import queue as stdqueue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import psycopg
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from imapmig.errors import LeaseLost, QueueSchemaTooNew
-from imapmig.queue import IJobQueue, JobClaim, JobOutcome, QueueState
+from imapmig.errors import (
+    ControlRefused,
+    LeaseLost,
+    PermanentError,
+    QueueSchemaTooNew,
+    QueueUnavailable,
+    UnknownJob,
+)
+from imapmig.queue import (
+    IAsyncJobQueue,
+    IJobQueue,
+    JobClaim,
+    JobOutcome,
+    ListChange,
+    LiveDaemon,
+    QueueCounts,
+    QueueState,
+    Requested,
+)
+from imapmig.queue._pgjoblist import JobList, accountsOf
 from imapmig.queue._pgschema import SCHEMA_VERSION
-from imapmig.queue.postgresql import _HEARTBEAT, PostgreSQLJobQueue, ThreadedJobQueue
-from imapmig.testing.postgresql import PostgreSQLCluster, requirePostgreSQL
+from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
+from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
+from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.test_queue import ContractQueue, JobQueueContractMixin
 from tests.test_schedule_service import jobConfig
 
 # How long a test waits for the database's clock to pass a lease: far
 # beyond the 1 s lease, for a loaded machine.
 _LEASE_WAIT = 60.0
+_T = TypeVar("_T")
 
 
 class PostgreSQLTestMixin(SynchronousTestCase):
@@ -181,6 +207,7 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         difference).
         """
         connection = queue._connection
+        assert connection is not None
         written = (
             "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_xact_user_tables"
             " WHERE schemaname = 'imapmig_queue'"
@@ -213,38 +240,56 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         self.assertEqual(self.heartbeatWrites(queue, me), one)
         self.assertEqual(one, {"daemons": (0, 1, 0)})
 
-    def heartbeatBuffers(self, owner: str) -> int:
+    def heartbeatPlan(self, owner: str) -> tuple[int, list[tuple[str, ...]]]:
         """
-        The shared buffers one heartbeat of C{owner} touches, by C{EXPLAIN
-        (ANALYZE, BUFFERS)} (rolled back), the statistics fresh.
+        The shared buffers one heartbeat of C{owner} touches and its plan's
+        nodes (type, relation, index), by C{EXPLAIN (ANALYZE, BUFFERS)}
+        (rolled back), the statistics fresh.
         """
         self.sql("VACUUM ANALYZE imapmig_queue.jobs")
         with psycopg.connect(self.uri) as connection:
             plan = connection.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) " + _HEARTBEAT,
-                {"me": owner, "lease": 600.0},
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) "
+                + HEARTBEAT,
+                {"me": owner, "lease": 600.0, "connections": None},
             ).fetchone()
             connection.rollback()
         assert plan is not None
         top = plan[0][0]["Plan"]
-        return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+        nodes: list[tuple[str, ...]] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            nodes.append(
+                tuple(str(node.get(k, "")) for k in ("Node Type", "Relation Name", "Index Name"))
+            )
+            for child in node.get("Plans", ()):
+                walk(child)
+
+        walk(top)
+        return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"]), nodes
 
     def test_heartbeatReadsFlat(self) -> None:
         """
-        A heartbeat reads as many buffers whether its daemon holds one job
+        A heartbeat (the fleet's row and the live daemons read too) reads
+        as many buffers, by the same plan, whether its daemon holds one job
         or a thousand (of 20,000): the controls asked are read through
         their own index, not among the jobs held.
         """
         queue = self.queueOf(20_000)
         me = queue.register("host", 1, "1.0", 600.0)
+        queue.register("host", 2, "1.0", 600.0)
         queue.claim(me, 0.0, 600.0)
-        one = self.heartbeatBuffers(me)
+        queue.pause("j0")
+        oneBuffers, onePlan = self.heartbeatPlan(me)
         self.sql(
             "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s, generation = 1"
             " WHERE position < 1000",
             me,
         )
-        self.assertLessEqual(self.heartbeatBuffers(me), one + 2)
+        self.assertEqual(queue.counts().claimed, 1000)
+        buffers, plan = self.heartbeatPlan(me)
+        self.assertEqual(plan, onePlan)
+        self.assertLessEqual(buffers, oneBuffers + 2)
 
     def test_configurationOrderAcrossDaemons(self) -> None:
         """
@@ -296,7 +341,8 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
             thread.join(120)
         self.assertEqual(failures, [])
         self.assertEqual(
-            self.sql("SELECT version FROM imapmig_queue.schema_version"), [(SCHEMA_VERSION,)]
+            self.sql("SELECT version FROM imapmig_queue.schema_version ORDER BY version"),
+            [(version,) for version in range(1, SCHEMA_VERSION + 1)],
         )
         self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(50,)])
 
@@ -336,3 +382,583 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         wait(threaded.finish(claim, JobOutcome.COMPLETED))
         self.assertEqual(threaded.queue.state("j0"), QueueState.DONE)
         self.assertEqual(wait(threaded.replaceList([])).removed, 1)
+
+
+def inThread(call: Callable[[], object], wait: float = 120.0) -> object:
+    """
+    What C{call} returns or raises, called in a thread of its own; fails
+    if it is still running after C{wait} seconds (waiting for ever).
+    """
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as e:
+            result.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(wait)
+    if thread.is_alive():
+        raise AssertionError(f"{call} still waits after {wait} s")
+    return result[0]
+
+
+class ConnectionTests(PostgreSQLTestMixin):
+    """
+    The control connection: opened again after the database restarted,
+    its errors imapmig's, its waits bounded.
+    """
+
+    def passwordQueue(self) -> PostgreSQLJobQueue:
+        """
+        A queue of two jobs on a database of L{PASSWORD_ROLE}, its password
+        given apart from the URI.
+        """
+        dbname = self.cluster.createDatabase(owner=PASSWORD_ROLE).rsplit("/", 1)[1]
+        queue = PostgreSQLJobQueue.connect(
+            self.cluster.dsn(dbname, PASSWORD_ROLE),
+            [jobConfig(f"j{i}", f"u{i}") for i in range(2)],
+            password=self.cluster.password,
+        )
+        self.addCleanup(queue.close)
+        return queue
+
+    def test_reconnectsAfterRestart(self) -> None:
+        """
+        After the database restarted (C{-m immediate}), a call fails with
+        L{QueueUnavailable} at most once and the next one connects again;
+        while the database is down each call fails so, naming the database
+        without the password; once it is back the queue carries on.
+        """
+        queue = self.passwordQueue()
+        me = queue.register("host", 1, "1.0", 600.0)
+        self.cluster.restart("immediate")
+        try:
+            queue.heartbeat(me, 600.0)
+        except QueueUnavailable:
+            pass
+        self.assertEqual(queue.heartbeat(me, 600.0).requests, ())
+        self.cluster.stop("immediate")
+        for call in (lambda: queue.heartbeat(me, 600.0), lambda: queue.claim(me, 0.0, 600.0)):
+            error = self.assertRaises(QueueUnavailable, call)
+            self.assertIn(f"{queue.where}: cannot ", str(error))
+            self.assertNotIn(self.cluster.password, str(error))
+        self.assertEqual(queue.where, f"postgresql://{PASSWORD_ROLE}@127.0.0.1:{self.cluster.port}/test2")
+        self.cluster.start()
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job.name, "j0")
+        self.assertRaises(ControlRefused, queue.resume, "j1")
+
+    def test_controlWaitsForALockNoLonger(self) -> None:
+        """
+        A control waits for a row lock another transaction holds no longer
+        than the control connection's C{lock_timeout} (5 s), failing with
+        L{QueueUnavailable}; the heartbeat goes on meanwhile, and waits no
+        longer either for its own row.
+        """
+        queue = self.queueOf(2)
+        me = queue.register("host", 1, "1.0", 600.0)
+        assert queue._connection is not None
+        self.assertEqual(
+            [
+                queue._connection.execute(f"SHOW {name}").fetchone()
+                for name in ("statement_timeout", "lock_timeout")
+            ],
+            [("5s",), ("5s",)],
+        )
+        with psycopg.connect(self.uri) as other:
+            other.execute("SELECT 1 FROM imapmig_queue.jobs WHERE name = 'j0' FOR UPDATE")
+            error = inThread(lambda: queue.pause("j0"))
+            self.assertIsInstance(error, QueueUnavailable)
+            self.assertRegex(str(error), "due to (statement|lock) timeout")
+            self.assertEqual(queue.heartbeat(me, 600.0).requests, ())
+            other.execute(
+                "SELECT 1 FROM imapmig_queue.daemons WHERE daemon_id = %s FOR UPDATE", (me,)
+            )
+            self.assertIsInstance(inThread(lambda: queue.heartbeat(me, 600.0)), QueueUnavailable)
+        self.assertEqual(queue.pause("j0"), QueueState.PAUSED)
+
+
+class Reactor:
+    """
+    A reactor whose C{callFromThread} queues the call for the test's
+    thread (L{pump}).
+    """
+
+    def __init__(self) -> None:
+        self.calls: stdqueue.Queue[Callable[[], object]] = stdqueue.Queue()
+
+    def callFromThread(self, f: Callable[..., object], *a: object, **kw: object) -> None:
+        self.calls.put(lambda: f(*a, **kw))
+
+    def pump(self, d: Deferred[_T]) -> _T:
+        """
+        Run the calls from the threads until C{d} has fired; its result.
+        """
+        results: list[_T | Failure] = []
+        d.addBoth(results.append)
+        while not results:
+            self.calls.get(timeout=60)()
+        if isinstance(results[0], Failure):
+            results[0].raiseException()
+        return results[0]
+
+
+class ThreadedTests(PostgreSQLTestMixin):
+    """
+    L{ThreadedJobQueue}, the queue as a fleet's daemon uses it.
+    """
+
+    def threaded(self, count: int = 3, threads: int = 3) -> tuple[ThreadedJobQueue, Reactor]:
+        pool = ThreadPool(1, threads)
+        pool.start()
+        self.addCleanup(pool.stop)
+        reactor = Reactor()
+        return ThreadedJobQueue(self.queueOf(count), reactor, pool), reactor  # type: ignore[arg-type]
+
+    def test_interface(self) -> None:
+        """
+        It provides L{IAsyncJobQueue}: every method of L{IJobQueue} but
+        C{renew}, with C{retire} and C{close}, each returning a
+        L{Deferred}.
+        """
+        threaded, reactor = self.threaded()
+        self.assertTrue(verifyObject(IAsyncJobQueue, threaded))
+        me = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        claim = reactor.pump(threaded.claim(me, 0.0, 600.0))
+        assert claim is not None
+        self.assertEqual(claim.job.name, "j0")
+        beat = reactor.pump(threaded.heartbeat(me, 600.0, {"s": 1}))
+        self.assertEqual(beat.live, (LiveDaemon(me, (("s", 1),)),))
+        self.assertEqual(reactor.pump(threaded.pause("j1", "alice")), QueueState.PAUSED)
+        self.assertEqual(reactor.pump(threaded.resume("j1")), QueueState.QUEUED)
+        self.assertEqual(reactor.pump(threaded.cancel("j2")), QueueState.CANCELLED)
+        self.assertEqual(reactor.pump(threaded.requeue("j0")), QueueState.CLAIMED)
+        self.assertEqual(reactor.pump(threaded.state("j0")), QueueState.CLAIMED)
+        self.assertIsNone(reactor.pump(threaded.add(jobConfig("j3", "u3"))))
+        self.assertEqual(reactor.pump(threaded.replace(jobConfig("j3", "v3"))), QueueState.QUEUED)
+        self.assertEqual(reactor.pump(threaded.remove("j3")), QueueState.QUEUED)
+        self.assertIsNone(reactor.pump(threaded.finish(claim, JobOutcome.COMPLETED)))
+        self.assertEqual(reactor.pump(threaded.counts()).queued, 2)
+        self.assertIsNone(reactor.pump(threaded.nextDue()))
+        self.assertIsNone(reactor.pump(threaded.retire(me)))
+        self.assertRaises(UnknownJob, reactor.pump, threaded.state("j3"))
+
+    def test_oneConnection(self) -> None:
+        """
+        Calls made at once run one after the other on one connection,
+        named for its daemon, never on more, whatever the pool's threads.
+        """
+        threaded, reactor = self.threaded()
+        me = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        asked: list[Deferred[Any]] = [threaded.heartbeat(me, 600.0) for _ in range(10)]
+        asked += [threaded.claim(me, 0.0, 600.0) for _ in range(3)]
+        for d in asked:
+            reactor.pump(d)
+        self.assertEqual(
+            self.sql(
+                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'imapmig %%'"
+            ),
+            [(f"imapmig {me}",)],
+        )
+
+    def test_retire(self) -> None:
+        """
+        A retired daemon's jobs are taken over at once by the next claim;
+        its heartbeat is refused; retiring it again changes nothing.
+        """
+        threaded, reactor = self.threaded()
+        old = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        reactor.pump(threaded.claim(old, 0.0, 600.0))
+        reactor.pump(threaded.retire(old))
+        new = reactor.pump(threaded.register("host", 2, "1.0", 600.0))
+        taken = reactor.pump(threaded.claim(new, 0.0, 600.0))
+        assert taken is not None
+        self.assertEqual((taken.job.name, taken.takenFrom), ("j0", old))
+        self.assertRaises(LeaseLost, reactor.pump, threaded.heartbeat(old, 600.0))
+        retired = "SELECT lease_until, retired_at FROM imapmig_queue.daemons WHERE daemon_id = %s"
+        before = self.sql(retired, old)
+        self.assertIsNotNone(before[0][1])
+        reactor.pump(threaded.retire(old))
+        self.assertEqual(self.sql(retired, old), before)
+
+    def test_close(self) -> None:
+        """
+        Once closed, its connection is closed and every call fails with a
+        L{PermanentError}.
+        """
+        threaded, reactor = self.threaded()
+        reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        threaded.close()
+        self.assertIsNone(threaded.queue._connection)
+        self.failureResultOf(threaded.counts(), PermanentError)
+        self.assertRaises(PermanentError, threaded.queue.counts)
+
+
+class HeartbeatTests(PostgreSQLTestMixin):
+    """
+    What a heartbeat brings back.
+    """
+
+    def test_enriched(self) -> None:
+        """
+        A heartbeat records the connections its daemon reports and brings
+        back the controls asked of its jobs with who asked them, the
+        queue's schema version, the job list's generation (raised by a
+        reload's change), and the live daemons sorted by id with their
+        connections (a retired one left out).
+        """
+        queue = self.queueOf(3)
+        daemons = sorted(queue.register("host", n, "1.0", 600.0) for n in range(3))
+        me, other, gone = daemons[1], daemons[0], daemons[2]
+        queue.retire(gone)
+        queue.heartbeat(other, 600.0, {"imap.b": 2, "imap.a": 1})
+        queue.claim(me, 0.0, 600.0)
+        queue.claim(me, 0.0, 600.0)
+        queue.pause("j0", by="alice")
+        queue.cancel("j1")
+        beat = queue.heartbeat(me, 600.0, {"imap.a": 3})
+        self.assertEqual(beat.requests, (("j0", Requested.PAUSE), ("j1", Requested.CANCEL)))
+        self.assertEqual(beat.requestedBy, (("j0", "alice"),))
+        self.assertEqual(beat.schemaVersion, SCHEMA_VERSION)
+        self.assertEqual(beat.jobsGeneration, 1)
+        self.assertEqual(
+            beat.live,
+            (
+                LiveDaemon(other, (("imap.a", 1), ("imap.b", 2))),
+                LiveDaemon(me, (("imap.a", 3),)),
+            ),
+        )
+        queue.add(jobConfig("j3", "u3"))
+        again = queue.heartbeat(me, 600.0)
+        self.assertEqual(again.jobsGeneration, 2)
+        self.assertEqual(again.live, beat.live)
+
+    def test_removedWhileClaimed(self) -> None:
+        """
+        A claimed job a reload removed is no control of its owner's: the
+        heartbeat and the renewal bring back none.
+        """
+        queue = self.queueOf(1)
+        me = queue.register("host", 1, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        queue.pause("j0")
+        self.assertEqual(queue.remove("j0"), QueueState.CLAIMED)
+        self.assertEqual(queue.heartbeat(me, 600.0).requests, ())
+        self.assertIsNone(queue.renew(claim, 600.0).requested)
+
+
+class ScaleTests(PostgreSQLTestMixin):
+    """
+    What keeps the queue's costs flat in the number of jobs: read from
+    the server's statistics and plans, never from times.
+    """
+
+    def reads(self, queue: PostgreSQLJobQueue, call: Callable[[], object]) -> dict[str, int]:
+        """
+        The scans of C{imapmig_queue.jobs} C{call} made on the queue's
+        connection (C{seq_scan}, C{idx_scan}).
+        """
+        connection = queue._connection
+        assert connection is not None
+        scans = (
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE schemaname = 'imapmig_queue' AND relname = 'jobs'"
+        )
+        with connection.transaction():
+            before = connection.execute(scans).fetchone()
+            call()
+            after = connection.execute(scans).fetchone()
+        assert before is not None and after is not None
+        return {"seq_scan": after[0] - before[0], "idx_scan": after[1] - before[1]}
+
+    def test_countsReadNoJob(self) -> None:
+        """
+        The counts are read from the counts the triggers keep, not from
+        the jobs, and follow every change (by the queue or by hand).
+        """
+        queue = self.queueOf(2000)
+        me = queue.register("host", 1, "1.0", 600.0)
+        queue.claim(me, 0.0, 600.0)
+        queue.pause("j1")
+        queue.cancel("j2")
+        self.sql("UPDATE imapmig_queue.jobs SET state = 'done' WHERE position BETWEEN 10 AND 19")
+        self.sql("DELETE FROM imapmig_queue.jobs WHERE position BETWEEN 20 AND 24")
+        self.sql("UPDATE imapmig_queue.jobs SET requested = 'rerun' WHERE position = 0")
+        self.assertEqual(self.reads(queue, queue.counts), {"seq_scan": 0, "idx_scan": 0})
+        self.assertEqual(
+            queue.counts(),
+            QueueCounts(queued=1982, claimed=1, finished=11, paused=1, cancelled=1),
+        )
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.job_counts"), [(5,)])
+
+    def test_countsStayBounded(self) -> None:
+        """
+        The counts' rows stay a handful however many statements changed
+        the jobs, with no call of C{counts}: each claim folds the rows the
+        triggers added (300 claims and finishes by three daemons, and
+        controls between them, leave no more rows than the jobs' seven
+        states).
+        """
+        queue = self.queueOf(300)
+        daemons = [queue.register("host", n, "1.0", 600.0) for n in range(3)]
+        for i in range(100):
+            for me in daemons:
+                claim = queue.claim(me, 0.0, 600.0)
+                assert claim is not None
+                queue.pause(claim.job.name)
+                queue.finish(claim, JobOutcome.COMPLETED)
+        self.assertLessEqual(
+            self.sql("SELECT count(*) FROM imapmig_queue.job_counts")[0][0], 7  # the states
+        )
+        self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=0, finished=300))
+
+    def test_addReadsByIndex(self) -> None:
+        """
+        A job added is placed after the last by an index, not by a scan of
+        the jobs.
+        """
+        queue = self.queueOf(5000)
+        self.sql("ANALYZE imapmig_queue.jobs")
+        self.assertEqual(self.reads(queue, lambda: queue.add(jobConfig("new", "n")))["seq_scan"], 0)
+        self.assertEqual(
+            self.sql("SELECT position FROM imapmig_queue.jobs WHERE name = 'new'"), [(5000,)]
+        )
+
+    def test_releaseByExpiredOwner(self) -> None:
+        """
+        The jobs of a daemon whose lease ended are found by its id in the
+        index of claimed jobs, not among all the claimed jobs.
+        """
+        queue = self.queueOf(2000)
+        live = queue.register("host", 1, "1.0", 600.0)
+        dead = queue.register("host", 2, "1.0", 600.0)
+        self.sql(
+            "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s WHERE position < 300", live
+        )
+        self.sql(
+            "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s"
+            " WHERE position BETWEEN 300 AND 301",
+            dead,
+        )
+        self.sql("UPDATE imapmig_queue.daemons SET lease_until = now() WHERE daemon_id = %s", dead)
+        self.sql("VACUUM ANALYZE imapmig_queue.jobs")
+        with psycopg.connect(self.uri) as connection:
+            plan = connection.execute(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, FORMAT JSON) " + RELEASE
+            ).fetchone()
+            connection.rollback()
+        assert plan is not None
+        scans: list[dict[str, Any]] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            if node.get("Index Name") == "jobs_claimed":
+                scans.append(node)
+            for child in node.get("Plans", ()):
+                walk(child)
+
+        walk(plan[0][0]["Plan"])
+        self.assertEqual(
+            [
+                (str(n.get("Index Cond")).startswith("(owner = ANY "), n["Actual Rows"] * n["Actual Loops"])
+                for n in scans
+            ],
+            [(True, 2)],
+        )
+
+    def test_daemonsPruned(self) -> None:
+        """
+        A claim deletes the rows of daemons whose lease ended more than a
+        day ago once no job names them (their jobs released first); a
+        row whose job could not be released yet stays, as do the others.
+        """
+        queue = self.queueOf(3)
+        old, held, recent, me = (queue.register("host", n, "1.0", 600.0) for n in range(4))
+        for n, owner in enumerate((old, held)):
+            self.sql(
+                "UPDATE imapmig_queue.jobs SET state = 'claimed', owner = %s WHERE position = %s",
+                owner,
+                n,
+            )
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET lease_until = now() - interval '25 hours'"
+            " WHERE daemon_id IN (%s, %s)",
+            old,
+            held,
+        )
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET lease_until = now() - interval '23 hours'"
+            " WHERE daemon_id = %s",
+            recent,
+        )
+        with psycopg.connect(self.uri) as other:
+            other.execute("SELECT 1 FROM imapmig_queue.jobs WHERE position = 1 FOR UPDATE")
+            claim = queue.claim(me, 0.0, 600.0)
+            assert claim is not None
+            self.assertEqual((claim.job.name, claim.takenFrom), ("j0", old))
+            self.assertEqual(
+                sorted(self.sql("SELECT daemon_id::text FROM imapmig_queue.daemons")),
+                sorted([(held,), (recent,), (me,)]),
+            )
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual((claim.job.name, claim.takenFrom), ("j1", held))
+        self.assertEqual(
+            sorted(self.sql("SELECT daemon_id::text FROM imapmig_queue.daemons")),
+            sorted([(recent,), (me,)]),
+        )
+
+    def test_orphansReleasedAtRegistration(self) -> None:
+        """
+        A claimed job whose daemon's row is gone (deleted by hand) is queued
+        again when a daemon registers, as a takeover.
+        """
+        queue = self.queueOf(2)
+        gone = queue.register("host", 1, "1.0", 600.0)
+        queue.claim(gone, 0.0, 600.0)
+        self.sql("DELETE FROM imapmig_queue.daemons WHERE daemon_id = %s", gone)
+        me = queue.register("host", 2, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual((claim.job.name, claim.takenFrom), ("j0", gone))
+
+
+class AccountTests(PostgreSQLTestMixin):
+    """
+    One daemon per account (docs/fleet-design.md "Claiming a job").
+    """
+
+    def test_accountsOf(self) -> None:
+        """
+        A job's accounts are its destination's and, from IMAP, its
+        source's, as C{server/user} keys.
+        """
+        self.assertEqual(accountsOf(jobConfig("a", "u1")), ["s/u1"])
+        self.assertEqual(accountsOf(jobConfig("a", "u1", "t", "u2")), ["t/u1", "t/u2"])
+
+    def accountQueue(self) -> PostgreSQLJobQueue:
+        jobs = [
+            jobConfig("a", "u0"),
+            jobConfig("b", "u0"),
+            jobConfig("c", "u2"),
+            jobConfig("d", "u3", sourceUser="u0"),
+            jobConfig("e", 'we"ird,user}'),
+        ]
+        queue = PostgreSQLJobQueue.connect(self.uri, jobs)
+        self.addCleanup(queue.close)
+        return queue
+
+    def claimed(self, queue: PostgreSQLJobQueue, owner: str) -> str | None:
+        claim = queue.claim(owner, 0.0, 600.0)
+        return None if claim is None else claim.job.name
+
+    def test_oneDaemonPerAccount(self) -> None:
+        """
+        A daemon does not claim a job sharing an account (destination or
+        source) with a job another daemon holds; the holder may, and the
+        job is claimable again once the other's claim is finished.
+        """
+        queue = self.accountQueue()
+        self.assertEqual(
+            self.sql("SELECT name, accounts FROM imapmig_queue.jobs ORDER BY position"),
+            [
+                ("a", ["s/u0"]),
+                ("b", ["s/u0"]),
+                ("c", ["s/u2"]),
+                ("d", ["s/u0", "s/u3"]),
+                ("e", ['s/we"ird,user}']),
+            ],
+        )
+        first, second = (queue.register("host", n, "1.0", 600.0) for n in range(2))
+        claim = queue.claim(first, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(
+            [self.claimed(queue, second) for _ in range(3)], ["c", "e", None]
+        )
+        self.assertEqual([self.claimed(queue, first) for _ in range(3)], ["b", "d", None])
+        queue.add(jobConfig("f", "u2"))
+        self.assertIsNone(self.claimed(queue, first))
+        self.assertEqual(self.claimed(queue, second), "f")
+
+    def test_listChangesWriteAccounts(self) -> None:
+        """
+        A reload (C{replaceList}), C{add} and C{replace} write each row's
+        accounts with its digest: the claims test a changed job's new
+        accounts (C{g} shares C{a}'s old one, C{c} its new one).
+        """
+        queue = self.accountQueue()
+        jobs = [jobConfig("a", "u5"), jobConfig("c", "u2"), jobConfig("g", "u0")]
+        self.assertEqual(queue.replaceList(jobs), ListChange(2, added=1, removed=3, changed=1))
+        queue.add(jobConfig("h", "u6", sourceUser="u8"))
+        queue.replace(jobConfig("c", "u5"))
+        digests = JobList.of(
+            jobs[:1] + [jobConfig("c", "u5"), jobs[2], jobConfig("h", "u6", sourceUser="u8")]
+        ).digests
+        self.assertEqual(
+            self.sql("SELECT name, accounts, digest FROM imapmig_queue.jobs ORDER BY position"),
+            [
+                ("a", ["s/u5"], digests["a"]),
+                ("c", ["s/u5"], digests["c"]),
+                ("g", ["s/u0"], digests["g"]),
+                ("h", ["s/u6", "s/u8"], digests["h"]),
+            ],
+        )
+        first, second = (queue.register("host", n, "1.0", 600.0) for n in range(2))
+        self.assertEqual(self.claimed(queue, first), "a")
+        self.assertEqual(self.claimed(queue, second), "g")
+
+    def test_accountRace(self) -> None:
+        """
+        Three daemons claiming at once from jobs of one account: one daemon
+        holds them all.
+        """
+        queues = [self.queueOf(0) for _ in range(3)]
+        for i in range(30):
+            queues[0].add(jobConfig(f"j{i}", "u0"))
+        owners = [q.register("host", n, "1.0", 600.0) for n, q in enumerate(queues)]
+        start = threading.Barrier(3)
+
+        def claimAll(n: int) -> object:
+            start.wait()
+            while queues[n].claim(owners[n], 0.0, 600.0) is not None:
+                pass
+            return None
+
+        threads = [threading.Thread(target=inThread, args=(lambda n=n: claimAll(n),)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        self.assertEqual(
+            self.sql(
+                "SELECT count(*), count(DISTINCT owner) FROM imapmig_queue.jobs WHERE state = 'claimed'"
+            ),
+            [(30, 1)],
+        )
+
+    def test_claimInFlight(self) -> None:
+        """
+        A claim waits for another daemon's claim in flight (not yet
+        committed) before it tests the accounts, so it never takes a job of
+        the account that claim takes, whichever commits first.
+        """
+        queue = self.queueOf(0)
+        for i in range(3):
+            queue.add(jobConfig(f"j{i}", "u0"))
+        other, me = (queue.register("host", n, "1.0", 600.0) for n in range(2))
+        with psycopg.connect(self.uri) as inFlight:
+            inFlight.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
+            inFlight.execute(CLAIM, {"me": other, "list": queue._list.digest})
+            mine: list[object] = []
+            claiming = threading.Thread(
+                target=lambda: mine.append(inThread(lambda: queue.claim(me, 0.0, 600.0)))
+            )
+            claiming.start()
+            time.sleep(0.5)
+            inFlight.commit()
+        claiming.join(180)
+        self.assertEqual(mine, [None])

@@ -22,13 +22,14 @@ from imapmig.config.limits import ServerLimits
 from imapmig.daemon.service import _ServiceTree
 from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
-from imapmig.state import Transition
+from imapmig.state import IStateStore, Transition
 from imapmig.state.memory import MemoryStateStore
 from tests.test_schedule_service import FakeJob, jobConfig
 from tests.test_service import makeMaildir
@@ -154,6 +155,34 @@ class FleetMemberTests(SynchronousTestCase):
         self.assertEqual(self.m.queue.beats, 21)
         self.assertEqual(self.member.deadline, 150.0)
         self.assertEqual(self.m.jobs.lost, [])
+
+    def test_sendDeadline(self) -> None:
+        """
+        The send deadline the jobs' pipelines compare before each write
+        follows the member's: passed before the registration, moved by
+        each heartbeat answered, passed again once the lease is lost or
+        the member stopped.
+        """
+        deadline = self.member.sendDeadline
+        self.assertTrue(deadline.passed())
+        self.member.start()
+        self.assertEqual(deadline.at, 45.0)
+        self.assertFalse(deadline.passed())
+        self.clock.advance(5)
+        self.assertEqual(deadline.at, 50.0)
+        register = self.m.queue.register
+
+        def refused(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
+            return fail(QueueUnavailable("db1: connection refused"))
+
+        self.m.queue.register = refused  # type: ignore[method-assign]
+        self.member.lose("a test")
+        self.assertTrue(deadline.passed())
+        self.m.queue.register = register  # type: ignore[method-assign]
+        self.clock.advance(5)
+        self.assertEqual(deadline.at, 55.0)
+        self.successResultOf(self.member.stop())
+        self.assertTrue(deadline.passed())
 
     def test_t0BeforeTheCall(self) -> None:
         """
@@ -356,7 +385,13 @@ class Fleet:
     in-memory queue, whose other daemons the test plays by hand.
     """
 
-    def __init__(self, names: Sequence[str], maxJobs: int, limits: ServerLimits = ServerLimits()) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        maxJobs: int,
+        limits: ServerLimits = ServerLimits(),
+        store: IStateStore | None = None,
+    ) -> None:
         self.clock = Clock()
         self.progress = MigrationProgress(self.clock.seconds)
         for name in names:
@@ -365,6 +400,9 @@ class Fleet:
         self.queue = ControlledQueue(self.memory)
         self.grants = ConnectionGrants(maxJobs, {"s": limits})
         self.built: dict[str, FakeJob] = {}
+        # The store and the send deadline each job was built with.
+        self.stores: dict[str, IStateStore | None] = {}
+        self.deadlines: dict[str, SendDeadline] = {}
         self.done: list[bool] = []
         self.exits = 0
         self.transitions: list[tuple[str, Transition]] = []
@@ -372,9 +410,16 @@ class Fleet:
             self.progress, self.clock, lambda job, t: self.transitions.append((job, t)), self.queue
         )
 
-        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+        def build(
+            config: JobConfig,
+            connections: JobConnections,
+            store: IStateStore | None,
+            deadline: SendDeadline,
+        ) -> FakeJob:
             job = FakeJob(config.name, connections, self.machines.job(config.name))
             self.built[config.name] = job
+            self.stores[config.name] = store
+            self.deadlines[config.name] = deadline
             return job
 
         def exit() -> None:
@@ -383,7 +428,7 @@ class Fleet:
         self.service = FleetScheduler(
             self.queue, self.grants, build, self.progress, self.clock, self.done.append,
             self.clock.seconds, LEASE, ("mig1", 42, "1.0"), exit, schemaVersion=1,
-            machines=self.machines,
+            store=store, machines=self.machines,
         )  # fmt: skip
         self.member = self.service.member
 
@@ -485,6 +530,75 @@ class FleetSchedulerTests(SynchronousTestCase):
         again.result.callback(True)
         self.assertEqual(finished, [JobOutcome.COMPLETED])
         self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_builtForItsClaim(self) -> None:
+        """
+        A claimed job is built with the store's view for its claim
+        (C{forClaim(job, owner, generation)}), where the store has one, and
+        with the member's send deadline.
+        """
+        views: list[tuple[str, str, int]] = []
+
+        class FencingStore(MemoryStateStore):
+            def forClaim(self, job: str, owner: str, generation: int) -> IStateStore:
+                views.append((job, owner, generation))
+                return view
+
+        view = MemoryStateStore()
+        store = FencingStore()
+        fleet = Fleet(["a"], maxJobs=1, store=store)
+        fleet.service.startService()
+        owner = fleet.member.owner
+        assert owner is not None
+        self.assertEqual(views, [("a", owner, 1)])
+        self.assertIs(fleet.stores["a"], view)
+        self.assertIs(fleet.deadlines["a"], fleet.member.sendDeadline)
+        self.assertEqual(fleet.deadlines["a"].at, fleet.member.deadline)
+        fleet.built["a"].result.callback(True)
+        self.stop(fleet)
+
+    def test_builtWithTheStore(self) -> None:
+        """
+        A store without C{forClaim} is given to the job as it is.
+        """
+        store = MemoryStateStore()
+        fleet = Fleet(["a"], maxJobs=1, store=store)
+        fleet.service.startService()
+        self.assertIs(fleet.stores["a"], store)
+        fleet.built["a"].result.callback(True)
+        self.stop(fleet)
+
+    def test_claimLostByItsRun(self) -> None:
+        """
+        A run that found its claim lost (a fenced write: its machine told
+        C{leaseLost}, the run failing with L{LeaseLost}) is dropped alone:
+        its claim not finished, its job stopped (lease lost), nothing
+        counted as failed; the daemon keeps its lease and its other job.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        fleet.service.startService()
+        owner = fleet.member.owner
+        finished: list[str] = []
+        finish = fleet.memory.finish
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
+            finished.append(claim.job.name)
+            finish(claim, outcome, notBefore)
+
+        fleet.memory.finish = finishing  # type: ignore[method-assign]
+        a = fleet.built["a"]
+        a.machine.leaseLost("job a: its claim (generation 1) is no longer current")
+        a.machine.stopped()
+        a.result.errback(LeaseLost("job a: its claim (generation 1) is no longer current"))
+        self.assertEqual(finished, [])
+        self.assertEqual(fleet.service.runningJobs, ["b"])
+        self.assertIs(fleet.machines.job("a").state(), JobState.STOPPED)
+        self.assertEqual(fleet.progress.job("a").error, "stopped: lease lost")
+        self.assertEqual(fleet.member.owner, owner)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(finished, ["b"])
+        self.assertEqual(fleet.done, [])
         self.stop(fleet)
 
     def test_leaseLostWaiting(self) -> None:
@@ -663,8 +777,16 @@ class ServiceTreeTests(SynchronousTestCase):
         """
         Given an L{IAsyncJobQueue}, C{addScheduler} builds the fleet's
         scheduler, whose jobs are claimed from that queue under its
-        daemon's id and connect as the one daemon's do.
+        daemon's id and connect as the one daemon's do, each writing the
+        store's view for its claim.
         """
+        views: list[tuple[str, str]] = []
+
+        class FencingStore(MemoryStateStore):
+            def forClaim(self, job: str, owner: str, generation: int) -> IStateStore:
+                views.append((job, owner))
+                return self
+
         maildir = makeMaildir(self)
         config = parseConfig(
             {
@@ -686,7 +808,7 @@ class ServiceTreeTests(SynchronousTestCase):
             "test.yaml",
         )
         reactor = MemoryReactorClock()
-        tree = _ServiceTree(config, reactor, MemoryStateStore())
+        tree = _ServiceTree(config, reactor, FencingStore())
         memory = InMemoryJobQueue(config.jobs, reactor.seconds)
         scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
         assert isinstance(scheduler, FleetScheduler)
@@ -695,6 +817,7 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertEqual(scheduler.member.lease, 60.0)
         self.assertEqual(len(reactor.tcpClients), 2)
         self.assertEqual(memory.counts().claimed, 2)
+        self.assertEqual(views, [("a", owner), ("b", owner)])
         self.assertEqual(sorted(memory.heartbeat(owner or "", 60.0).requests), [])
         stopping = tree.root.stopService()
         reactor.advance(120)

@@ -223,7 +223,9 @@ class FleetSchedulerSharesTests(SynchronousTestCase):
         """
         fleet = Fleet([], maxJobs=2, limits=ServerLimits(maxConnections=2))
         queue = fleet.queue = LiveQueue(fleet.memory)
-        def build(config: JobConfig, connections: JobConnections) -> FakeJob:
+        def build(
+            config: JobConfig, connections: JobConnections, store: object, deadline: object
+        ) -> FakeJob:
             return FakeJob(config.name, connections, fleet.machines.job(config.name))
 
         service = FleetScheduler(

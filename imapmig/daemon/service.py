@@ -59,6 +59,7 @@ from imapmig.config import (
 from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
 from imapmig.imap.auth import AdminLogin, Credentials, PasswordLogin, TokenLogin
 from imapmig.imap.opening import openSession
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.machine import JobMachines
@@ -554,10 +555,17 @@ class _ServiceTree:
         """
         return self.root.config or self.config
 
-    def buildJob(self, jobConfig: JobConfig, connections: JobConnections) -> MigrationJob:
+    def buildJob(
+        self,
+        jobConfig: JobConfig,
+        connections: JobConnections,
+        store: IStateStore | None = None,
+        sendDeadline: SendDeadline | None = None,
+    ) -> MigrationJob:
         """
         The job C{jobConfig} configures, claimed by the scheduler with
-        C{connections}.
+        C{connections}; a fleet's job writes C{store} (the store's view
+        for its claim) and sends until C{sendDeadline}.
         """
         reactor = self.reactor
         jobConfig = withinLimits(jobConfig)
@@ -566,7 +574,7 @@ class _ServiceTree:
         return MigrationJob(
             jobConfig.name,
             sourceFor(jobConfig, reactor, connections, self.tokens, download),
-            self.store,
+            self.store if store is None else store,
             self.progress.job(jobConfig.name),
             destinationOpener(jobConfig, reactor, connections, self.tokens),
             reactor,
@@ -584,6 +592,7 @@ class _ServiceTree:
             sourceDescription=describeSource(jobConfig.source),
             telemetry=self.telemetry.server(destination.server.name),
             machine=self.machines.job(jobConfig.name),
+            sendDeadline=sendDeadline,
         )
 
     def addScheduler(

@@ -2,8 +2,8 @@
 """
 What the APPEND pipeline (L{imapmig.imap.pipeline}) is given and what it
 reports: the messages (L{OutgoingMessage}), how it sends them
-(L{PipelineSettings}, L{LiteralMode}) and the receiver of their outcomes
-(L{AppendOutcomes}).
+(L{PipelineSettings}, L{LiteralMode}), until when it may send
+(L{SendDeadline}) and the receiver of their outcomes (L{AppendOutcomes}).
 
 Split from imapmig/imap/pipeline.py, so that the job's preparation and
 recording name the values without the machinery that sends them.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Collection, Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 from attrs import frozen
 
@@ -97,6 +97,35 @@ class PipelineSettings:
             windowMessages=max(1, windowMessages),
             windowBytes=windowBytes,
         )
+
+
+class SendDeadline:
+    """
+    The time past which nothing more may be sent: a fleet's daemon's send
+    deadline (docs/fleet-design.md "Sending stops before the lease can
+    end: the timing rule"), moved by its owner
+    (L{imapmig.schedule.fleet.FleetMember}) with each heartbeat answered.
+    A pipeline given one compares it with its clock before each write, so
+    that a reactor waking late from a stall does not send first and learn
+    of the deadline's timer after.
+
+    @ivar seconds: the clock the deadline is on (the daemon's monotonic
+        clock).
+    @ivar at: the deadline, in C{seconds}'s seconds; C{-inf} while the
+        daemon holds no lease (nothing may be sent).
+    """
+
+    __slots__ = ("seconds", "at")
+
+    def __init__(self, seconds: Callable[[], float], at: float = float("-inf")) -> None:
+        self.seconds = seconds
+        self.at = at
+
+    def passed(self) -> bool:
+        """
+        Whether the deadline has come.
+        """
+        return self.seconds() >= self.at
 
 
 class OutgoingMessage:

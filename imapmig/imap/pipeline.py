@@ -41,6 +41,11 @@ How it fails honestly:
     L{QuotaExceeded}, L{MailboxMissing}, L{ConnectionLost}).
   - A lost connection leaves the outcome of in-flight messages unknown: they
     are reported as neither appended nor refused.
+  - Given a send deadline (L{SendDeadline}, a fleet's daemon's), it is
+    compared with its clock before each write: once it has passed, nothing
+    more is written, the connection is aborted and the pipeline fails with
+    L{LeaseLost}, whatever a reactor waking late from a stall had ready to
+    send.
 
 This module sees bytes and tags only; it knows nothing of folders, jobs or
 the state store.
@@ -58,7 +63,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from imapmig.errors import ConnectionDropped, ConnectionLost
+from imapmig.errors import ConnectionDropped, ConnectionLost, LeaseLost
 from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
 from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
@@ -68,6 +73,7 @@ from imapmig.imap.outgoing import (
     LiteralMode,
     OutgoingMessage,
     PipelineSettings,
+    SendDeadline,
 )
 from imapmig.imap.sendqueue import SendQueue
 from imapmig.imap.signals import SignalAction, classifyBye, classifyRefusal, excerpt
@@ -205,24 +211,25 @@ class AppendPipeline:
 
     _log = Logger()
 
-
-    _log = Logger()
-
     def __init__(
         self,
         client: MigrationIMAP4Client,
         settings: PipelineSettings,
         outcomes: AppendOutcomes,
         telemetry: ServerTelemetry | None = None,
+        deadline: SendDeadline | None = None,
     ) -> None:
         """
         @param telemetry: the destination server's telemetry, which this
             pipeline gives its window and each command's APPEND latency
             (by its clock); L{None}: none.
+        @param deadline: past it nothing more is written (a fleet's
+            daemon's send deadline); L{None}: none.
         """
         self._client = client
         self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
+        self._deadline = deadline
         # Read once per command: kept here, a lookup shorter.
         self._seconds: Callable[[], float] | None = None
         self._latency: LatencyHistogram | None = None
@@ -389,10 +396,14 @@ class AppendPipeline:
                 break
             gathered += self._writeCommand(batch[0], batch[1], out)
             if gathered >= WRITE_GATHER:
-                self._client.connection.writeSequence(out)
-                out = []
+                self._write(out)
                 gathered = 0
         if out:
+            # As _write does, inline: the hot path's write (one comparison).
+            deadline = self._deadline
+            if deadline is not None and deadline.passed():
+                self._deadlinePassed()
+                return
             self._client.connection.writeSequence(out)
         # Each condition is computed only where some wait: this runs after
         # every write and every reply.
@@ -439,8 +450,7 @@ class AppendPipeline:
             self._stream = None
             self._writeLiterals(stream.command, stream.index + 1, out)
             return
-        self._client.connection.writeSequence(out)
-        out.clear()
+        self._write(out)
 
     def _abandonLiteral(self, stream: _LiteralStream, out: list[bytes], reason: str) -> None:
         """
@@ -459,10 +469,34 @@ class AppendPipeline:
             session=self._client.peer,
         )
         self._outcomes.messageRefused(message, reason)
-        if out:
-            self._client.connection.writeSequence(out)
-            out.clear()
+        self._write(out)
         self._paused = True
+        self._client.connection.abortConnection()
+
+    def _write(self, out: list[bytes]) -> None:
+        """
+        Write C{out} and empty it, unless the send deadline has passed.
+        """
+        deadline = self._deadline
+        if deadline is not None and deadline.passed():
+            self._deadlinePassed()
+        else:
+            self._client.connection.writeSequence(out)
+        out.clear()
+
+    def _deadlinePassed(self) -> None:
+        """
+        The send deadline passed before a write: write nothing, abort the
+        connection (an RST, which drops what the kernel has not sent),
+        fail with L{LeaseLost}; what is in flight or queued stays
+        unsettled, journaled for the job's next owner.
+        """
+        self._log.warn(
+            "The send deadline passed before a write; aborting the connection,"
+            " nothing more is sent",
+            session=self._client.peer,
+        )
+        self._fail(LeaseLost("the send deadline passed before a write"))
         self._client.connection.abortConnection()
 
     def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:

@@ -38,7 +38,7 @@ from imapmig.imap.mailboxes import (
 )
 from imapmig.imap.mailboxname import encodeMailboxName, mailboxArgument
 from imapmig.imap.namespace import ServerNamespaces
-from imapmig.imap.outgoing import AppendOutcomes, PipelineSettings
+from imapmig.imap.outgoing import AppendOutcomes, PipelineSettings, SendDeadline
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.log.logfields import withFields
 from imapmig.mail.folders import PersonalNamespace
@@ -434,6 +434,7 @@ class IMAPSession:
         windowBytes: int,
         outcomes: AppendOutcomes,
         telemetry: ServerTelemetry | None = None,
+        deadline: SendDeadline | None = None,
     ) -> AppendPipeline:
         """
         The connection's APPEND pipeline, set up for this server's
@@ -441,12 +442,16 @@ class IMAPSession:
         while it is not idle.
 
         @param telemetry: the server's telemetry (L{AppendPipeline}).
+        @param deadline: past it the pipeline writes nothing more
+            (L{AppendPipeline}).
         """
         if self._pipeline is None:
             settings = PipelineSettings.forServer(
                 self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
             )
-            self._pipeline = AppendPipeline(self._client, settings, outcomes, telemetry)
+            self._pipeline = AppendPipeline(
+                self._client, settings, outcomes, telemetry, deadline
+            )
             # The transport resuming the pipeline (the server read what was
             # buffered) is progress for the reply deadline: a large APPEND
             # on a slow link is not a stall.

@@ -22,6 +22,7 @@ from imapmig.errors import (
     ConnectFailed,
     DailyLimitReached,
     ImapmigError,
+    LeaseLost,
     QuotaExceeded,
     ServerBusy,
     TransientError,
@@ -230,10 +231,14 @@ class RunRetries:
         """
         Record in the state store why this run failed, or (with L{None})
         that it completed, for C{imapmig report}.  A store that cannot
-        record it is logged, and the run ends as it would have.
+        record it is logged, and the run ends as it would have; one whose
+        fence refuses the write raises L{LeaseLost}.
         """
         try:
             await self._store.recordJobFailure(self._job, reason)
+        except LeaseLost:
+            # Fenced out: the job's claim is lost (MigrationJob._loseClaim).
+            raise
         except ImapmigError as e:
             self._log.error(
                 "Job {job}: cannot record the job's outcome in the state store: {why}",

@@ -26,6 +26,14 @@ actually read and sent as it is handed to the pipeline, what a unit did not
 send is given back (L{imapmig.job.budgets}, L{imapmig.job.workshare}), and
 each read chunk waits for the destination's rates before it is handed to
 the pipeline.
+
+In a fleet the job's claim can be lost under a run: a write of the state
+store's view for the claim (C{forClaim}) fenced out, or the daemon's send
+deadline found passed before a pipeline's write, both L{LeaseLost}.  The
+job is then abandoned, alone (its machine told C{leaseLost}, the run
+stopped at once as L{MigrationJob.abandon} stops it, nothing more recorded
+or sent), and its run fails with that L{LeaseLost}: the claim is not its
+scheduler's to finish.
 """
 
 from __future__ import annotations
@@ -41,10 +49,12 @@ from twisted.logger import Logger
 from imapmig.errors import (
     ConnectionDropped,
     ImapmigError,
+    LeaseLost,
     PermanentError,
     SourceError,
 )
 from imapmig.mail.fidelity import journalHead
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections, RunStop, stoppable
 from imapmig.job.backoff import RunRetries, asRetryable
@@ -145,6 +155,7 @@ class MigrationJob:
         telemetry: ServerTelemetry | None = None,
         record: Callable[[str, Transition], object] = forget,
         machine: JobInputs | None = None,
+        sendDeadline: SendDeadline | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -178,6 +189,8 @@ class MigrationJob:
         @param machine: the job's machine, which its scheduler and controls
             share (L{imapmig.job.machine.JobMachines}); L{None}: its own,
             recording with C{record}.
+        @param sendDeadline: past it no APPEND pipeline of the job writes
+            (a fleet's daemon's send deadline); L{None}: none.
         """
         self.name = name
         self._rules = rules
@@ -207,6 +220,8 @@ class MigrationJob:
         # Messages recorded as failed by this run: not tried again by its
         # later attempts.
         self._failedThisRun: set[tuple[str, str]] = set()
+        # Why this run's claim was found lost (see _loseClaim), if it was.
+        self._lost: LeaseLost | None = None
         self._recorder = OutcomeRecorder(
             name,
             store,
@@ -216,6 +231,7 @@ class MigrationJob:
             settings.recordInterval,
             onError=self._storeFailed,
             onFailed=lambda outcome: self._log.messageFailed(outcome),
+            onLeaseLost=self._loseClaim,
         )
         self._log = JobLog(
             name,
@@ -233,7 +249,7 @@ class MigrationJob:
         preparation = MessagePreparation(self._recorder, eightBit == "fail")
         loop = CopyLoop(
             name, source, settings, progress, self._recorder, preparation, self._units, sides,
-            telemetry, clock,
+            telemetry, clock, sendDeadline, self._loseClaim,
         )  # fmt: skip
         self._copier = ListedCopy(
             name, store, settings, rules, identity, progress, self._lifecycle, preparation,
@@ -301,6 +317,7 @@ class MigrationJob:
         (the next owner's reconciliation settles the journal).
         """
         self._requestStop()
+        self._recorder.abandon()
         if self._stopTimer is not None and self._stopTimer.active():
             self._stopTimer.cancel()
         self._stopTimer = None
@@ -308,6 +325,26 @@ class MigrationJob:
             self._source.abort()
         if self._attempt is not None:
             self._attempt.end()
+
+    def _loseClaim(self, error: LeaseLost) -> None:
+        """
+        The job's claim is no longer this daemon's (C{error}: a write the
+        store's fence refused, or the send deadline found passed before a
+        write): its machine is told C{leaseLost}, and the run abandoned;
+        it then fails with C{error}.
+        """
+        if self._lost is not None:
+            return
+        self._lost = error
+        log.error(
+            "Job {job}: its claim is no longer this daemon's ({why}); abandoning the run:"
+            " nothing more is sent or recorded, and the job's next owner settles what"
+            " was in flight",
+            job=self.name,
+            why=str(error),
+        )
+        self._lifecycle.leaseLost(str(error))
+        self.abandon()
 
     def _storeFailed(self) -> None:
         """
@@ -342,6 +379,7 @@ class MigrationJob:
     async def _run(self) -> bool:
         self._lifecycle.start()
         self._stop.requested = False
+        self._lost = None
         self.deferredUntil = None
         for throttle in self._throttles:
             throttle.reopen()
@@ -351,21 +389,43 @@ class MigrationJob:
         self._failedThisRun = self._recorder.failedKeys
         self._log.started(*await self._recordedBefore())
         try:
-            while True:
-                before = self._recorder.settledCount
-                error = await self._retries.budgetUsedUp() or await self._attemptOnce()
-                if self._stop.requested:
-                    self._lifecycle.stopped()
-                    return False
-                if error is None:
-                    await self._completed()
-                    return True
-                progressed = self._recorder.settledCount > before
-                if not await self._retries.afterFailure(error, progressed):
-                    self.deferredUntil = self._retries.deferredUntil
-                    return False
+            completed = await self._attempts()
+        except LeaseLost as e:
+            # Fenced out between two attempts (recording the job's outcome
+            # or failure): abandoned as within one.
+            self._loseClaim(e)
+            if self._lifecycle.state() is JobState.STOPPING:
+                self._lifecycle.stopped()
+            completed = False
         finally:
             self._runEnded()
+        if self._lost is not None:
+            raise self._lost
+        return completed
+
+    async def _attempts(self) -> bool:
+        """
+        Attempt until the run completes, fails, is stopped or deferred.
+
+        @return: whether it completed.
+        """
+        while True:
+            before = self._recorder.settledCount
+            error = await self._retries.budgetUsedUp() or await self._attemptOnce()
+            if isinstance(error, LeaseLost):
+                self._loseClaim(error)
+            if self._stop.requested:
+                # A job whose lease was lost while it waited is stopped.
+                if self._lifecycle.state() is JobState.STOPPING:
+                    self._lifecycle.stopped()
+                return False
+            if error is None:
+                await self._completed()
+                return True
+            progressed = self._recorder.settledCount > before
+            if not await self._retries.afterFailure(error, progressed):
+                self.deferredUntil = self._retries.deferredUntil
+                return False
 
     async def _completed(self) -> None:
         """

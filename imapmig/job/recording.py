@@ -13,17 +13,24 @@ entry is still there for L{imapmig.job.reconcile} to settle against the
 destination before anything is sent again.  Nothing is computed per message
 for the journal on the hot path: reconciling reads the source again for
 what it needs to recognise a message (its size and first octets as sent).
+
+In a fleet the store's writes are fenced by the job's claim: a write that
+fails with L{LeaseLost} (the claim is no longer this daemon's) is not a
+store failure but the end of the job here, told to the job
+(C{onLeaseLost}), which abandons its run (L{OutcomeRecorder.abandon}:
+nothing more is recorded).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from imapmig.errors import LeaseLost
 from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
@@ -127,17 +134,24 @@ class OutcomeRecorder:
         recordInterval: float,
         onError: Callable[[], None] = lambda: None,
         onFailed: Callable[[MessageOutcome], None] = lambda outcome: None,
+        onLeaseLost: Callable[[LeaseLost], None] = lambda error: None,
     ) -> None:
         """
         @param onError: called once if the store fails to record a batch:
             the job must stop.
         @param onFailed: called with each failed outcome as it is noted,
             to log it (L{imapmig.job.joblog.JobLog.messageFailed}).
+        @param onLeaseLost: called with the L{LeaseLost} of a journal or
+            outcomes write the store's fence refused (the job's claim is
+            no longer this daemon's): the job must be abandoned.
         """
         self._jobName = jobName
         self._onError = onError
         self._onFailed = onFailed
+        self._onLeaseLost = onLeaseLost
         self.error: str | None = None
+        # Set by abandon: nothing more is written, until the next run.
+        self._abandoned = False
         self._store = store
         self._progress = progress
         self._clock = clock
@@ -162,6 +176,32 @@ class OutcomeRecorder:
         self.failedKeys = set()
         self.unnamed = []
         self.error = None
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """
+        The job's claim is lost: record nothing more in this run, the
+        outcomes not yet recorded dropped with the journal entries they
+        settle (the entries stay, for the job's next owner to settle), and
+        every journal write refused.
+        """
+        self._abandoned = True
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+        self._buffer = []
+        self._settled = []
+
+    def _fenced(self, failure: Failure) -> Failure:
+        """
+        A write failed: if the store's fence refused it (L{LeaseLost}), the
+        job is told.
+        """
+        if failure.check(LeaseLost):
+            assert isinstance(failure.value, LeaseLost)
+            self._onLeaseLost(failure.value)
+        return failure
 
     def unsent(self, ticket: JournalTicket) -> None:
         """
@@ -199,9 +239,11 @@ class OutcomeRecorder:
             outcome of these messages must then be added with it); fails
             with the store's error, and then none of them may be sent.
         """
+        if self._abandoned:
+            return fail(LeaseLost("the job's run was abandoned"))
         keys = FolderKeys(folderKey, [m.key for m in messages])
         d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
-        return d.addCallback(JournalTicket, len(keys))
+        return d.addCallbacks(JournalTicket, self._fenced, callbackArgs=(len(keys),))
 
     def add(
         self,
@@ -316,6 +358,8 @@ class OutcomeRecorder:
             if self._timer.active():
                 self._timer.cancel()
             self._timer = None
+        if self._abandoned:
+            self._buffer, self._settled = [], []
         if not self._buffer and not self._settled:
             return self._writing if self._writing is not None else succeed(None)
         batch, self._buffer = self._buffer, []
@@ -323,6 +367,9 @@ class OutcomeRecorder:
         d = self._store.recordOutcomes(self._jobName, batch, settled=settled)
 
         def failed(failure: Failure) -> None:
+            if failure.check(LeaseLost):
+                self._fenced(failure)
+                return
             log.error(
                 "Could not record {count} outcomes for job {job}: {why}",
                 count=len(batch),

@@ -15,14 +15,15 @@ left it lets the pipeline drain and logs out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 
+from imapmig.errors import LeaseLost
 from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.outgoing import OutgoingMessage
+from imapmig.imap.outgoing import OutgoingMessage, SendDeadline
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
@@ -138,6 +139,8 @@ class CopyLoop:
         sides: JobSides,
         telemetry: ServerTelemetry | None,
         clock: IReactorTime,
+        deadline: SendDeadline | None = None,
+        onLeaseLost: Callable[[LeaseLost], None] = lambda error: None,
     ) -> None:
         """
         @param job: the job's name, for the log.
@@ -153,6 +156,12 @@ class CopyLoop:
         @param telemetry: the destination server's telemetry, given to each
             APPEND pipeline, or L{None}.
         @param clock: lets the reactor run between two steps.
+        @param deadline: past it no pipeline writes (a fleet's daemon's
+            send deadline), or L{None}.
+        @param onLeaseLost: called with the L{LeaseLost} that ends a
+            connection's copy (its pipeline found the deadline passed, or
+            a journal write was fenced out), so that the whole job stops
+            at once, not this connection alone.
         """
         self._job = job
         self._source = source
@@ -166,6 +175,8 @@ class CopyLoop:
         self._budgeted = any(t.budget is not None for t in self._throttles)
         self._telemetry = telemetry
         self._clock = clock
+        self._deadline = deadline
+        self._onLeaseLost = onLeaseLost
         self._stop = units.stop
         # An IMAP source's reads wait on the network, not the CPU: they are
         # made in larger steps, each read while the step before is sent.
@@ -195,6 +206,9 @@ class CopyLoop:
             # a grant, perhaps) would only log out.
             attempt.giveUpOpenings()
             await connection.pipeline.drained()
+        except LeaseLost as e:
+            self._onLeaseLost(e)
+            raise
         finally:
             self._units.leave(connection.worker)
             if connection.budgets is not None:
@@ -221,6 +235,7 @@ class CopyLoop:
             settings.windowBytes,
             outcomes,
             telemetry=self._telemetry,
+            deadline=self._deadline,
         )
         # Read in steps of about one batch, at most READ_STEP_BYTES, and let
         # the reactor run between steps: reading blocks it, and the socket

@@ -80,6 +80,8 @@ from attrs import frozen
 from zope.interface import Interface
 
 if TYPE_CHECKING:
+    from typing import Sequence
+
     from twisted.internet.defer import Deferred
 
 from imapmig.config.model import JobConfig
@@ -219,6 +221,28 @@ class QueueCounts:
     cancelled: int = 0
 
 
+@frozen
+class ListChange:
+    """
+    What loading a job list changed (a reload's C{replaceList}).
+
+    @ivar generation: the list's generation afterwards.
+    @ivar added: jobs added (a job leaving listed again included).
+    @ivar removed: jobs removed at once.
+    @ivar leaving: claimed jobs removed when their claim ends.
+    @ivar changed: jobs whose configuration changed.
+    @ivar loaded: whether the list was loaded or replaced (not the same
+        list already).
+    """
+
+    generation: int
+    added: int = 0
+    removed: int = 0
+    leaving: int = 0
+    changed: int = 0
+    loaded: bool = True
+
+
 class IJobQueue(Interface):
     """
     The jobs waiting to run, shared by whoever runs them.
@@ -250,6 +274,14 @@ class IJobQueue(Interface):
         Renew the lease of the daemon C{owner}, which is the lease of every
         job it holds, to C{lease} seconds from now by the queue's lease
         clock; an expired lease is never revived.
+
+        A shared queue's heartbeat takes a third argument, optional:
+        C{connections}, a C{Mapping[str, int]} of the connections the
+        daemon has open per server, recorded for the other daemons' fair
+        shares and brought back in L{Heartbeat.live} (L{None}, the default:
+        as at its last heartbeat); L{InMemoryJobQueue
+        <imapmig.queue.memory.InMemoryJobQueue>}, a fleet of one, does not
+        take it yet.
 
         @raise LeaseLost: its lease ran out: its jobs may be another's; it
             must stop them and register again.
@@ -379,7 +411,10 @@ class IAsyncJobQueue(Interface):
     C{claim}, C{finish}, C{nextDue}, C{counts}, C{state}, C{pause},
     C{resume}, C{cancel}, C{requeue}, C{add}, C{remove}, C{replace});
     C{renew} is not one: a fleet's daemon renews all its claims with its
-    C{heartbeat}.
+    C{heartbeat}, which takes the optional C{connections} (a
+    C{Mapping[str, int]}, default L{None}) of L{IJobQueue.heartbeat}.
+    Plus the fleet's job list: C{replaceList} (a reload) and
+    C{listDiffers}.
     """
 
     def register(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
@@ -425,6 +460,24 @@ class IAsyncJobQueue(Interface):
 
     def replace(job: JobConfig) -> Deferred[QueueState]:
         "L{IJobQueue.replace}."
+
+    def replaceList(jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+        """
+        Make C{jobs} the fleet's job list and this daemon's (a reload):
+        jobs no longer listed removed (a claimed one when its claim ends),
+        changed ones replaced, new ones added after the last, in C{jobs}'
+        order.
+
+        @return: what changed.
+        @raise FleetMismatch: the database holds another fleet.
+        """
+
+    def listDiffers() -> Deferred[str | None]:
+        """
+        Why this daemon claims nothing, when a reload elsewhere made the
+        fleet's list another than its own, in one line for its log and
+        page; else L{None}.
+        """
 
     def retire(owner: str) -> Deferred[None]:
         """

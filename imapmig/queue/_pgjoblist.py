@@ -16,7 +16,7 @@ the SHA-256 of its jobs' digests in the order of their names: a reload
 adds its new jobs after the last position wherever the file has them, so
 the file's order is not the rows', and a file that only reorders its
 jobs is the same list.  Each row of C{imapmig_queue.jobs} keeps its job's
-digest; the one row of C{imapmig_queue.fleet} keeps the fleet's name, its
+digest and accounts (L{accountsOf}); the one row of C{imapmig_queue.fleet} keeps the fleet's name, its
 list's digest, generation and count, and who loaded it, when.
 
 B{At a daemon's start} (L{joinFleet}, in the transaction of the queue's
@@ -70,8 +70,9 @@ import psycopg
 from attrs import frozen
 
 from imapmig.access.secrets import Secret
-from imapmig.config.model import JobConfig
+from imapmig.config.model import ImapSourceConfig, JobConfig
 from imapmig.errors import FleetMismatch, JobListStale
+from imapmig.queue import ListChange
 from imapmig.queue._pgschema import _LOCK
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -88,6 +89,19 @@ CHANGE_HINT = (
     "to change the fleet's list on purpose, reload a running daemon"
     " (systemctl reload imapmig) or run: imapmig state load-jobs --config FILE"
 )
+
+
+def accountsOf(job: JobConfig) -> list[str]:
+    """
+    The accounts job C{job} connects to, as C{'server/user'} keys (its
+    destination's, and its source's when that is an IMAP account): no two
+    daemons run jobs sharing one at once (the claim's test, in
+    L{imapmig.queue._pgstatements}).
+    """
+    accounts = {f"{job.destination.server.name}/{job.destination.user}"}
+    if isinstance(job.source, ImapSourceConfig):
+        accounts.add(f"{job.source.server.name}/{job.source.user}")
+    return sorted(accounts)
 
 
 def _shape(cls: Any) -> tuple[str, tuple[tuple[str, str, object], ...]]:
@@ -259,28 +273,6 @@ class FleetRow:
         return f"{self.jobs:,} jobs, loaded by {self.loadedBy} at {at:%Y-%m-%d %H:%M} UTC"
 
 
-@frozen
-class ListChange:
-    """
-    What loading a job list changed.
-
-    @ivar generation: the list's generation afterwards.
-    @ivar added: jobs added (a job leaving listed again included).
-    @ivar removed: jobs removed at once.
-    @ivar leaving: claimed jobs removed when their claim ends.
-    @ivar changed: jobs whose configuration changed.
-    @ivar loaded: whether the list was loaded or replaced (not the same
-        list already).
-    """
-
-    generation: int
-    added: int = 0
-    removed: int = 0
-    leaving: int = 0
-    changed: int = 0
-    loaded: bool = True
-
-
 def databaseName(connection: Connection) -> str:
     """
     The database of C{connection} as a URI, without its password.
@@ -389,11 +381,14 @@ def replaceJobList(connection: Connection, fleet: str, jobs: JobList, by: str) -
 
 def _copy(connection: Connection, table: str, jobs: JobList) -> None:
     """
-    Copy C{jobs} (name, position in the list, digest) into C{table}.
+    Copy C{jobs} (name, position in the list, digest, accounts) into
+    C{table}.
     """
-    with connection.cursor().copy(f"COPY {table} (name, position, digest) FROM STDIN") as copy:
+    columns = "(name, position, digest, accounts)"
+    with connection.cursor().copy(f"COPY {table} {columns} FROM STDIN") as copy:
+        copy.set_types(["text", "int8", "bytea", "text[]"])
         for position, (name, digest) in enumerate(jobs.digests.items()):
-            copy.write_row((name, position, digest))
+            copy.write_row((name, position, digest, accountsOf(jobs.byName[name])))
 
 
 # Each step of a reload's difference, against the new list in
@@ -402,7 +397,7 @@ _NOT_LISTED = "NOT EXISTS (SELECT 1 FROM imapmig_new_jobs n WHERE n.name = j.nam
 _DIFFERENCE = (
     (
         "added",
-        "UPDATE imapmig_queue.jobs j SET requested = NULL, digest = n.digest"
+        "UPDATE imapmig_queue.jobs j SET requested = NULL, digest = n.digest, accounts = n.accounts"
         " FROM imapmig_new_jobs n WHERE n.name = j.name AND j.requested = 'remove'",
     ),
     (
@@ -416,14 +411,14 @@ _DIFFERENCE = (
     ),
     (
         "changed",
-        "UPDATE imapmig_queue.jobs j SET digest = n.digest"
+        "UPDATE imapmig_queue.jobs j SET digest = n.digest, accounts = n.accounts"
         " FROM imapmig_new_jobs n WHERE n.name = j.name AND j.digest <> n.digest",
     ),
     (
         "added",
-        "INSERT INTO imapmig_queue.jobs (name, position, digest)"
+        "INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)"
         " SELECT n.name, (SELECT coalesce(max(position), -1) FROM imapmig_queue.jobs)"
-        "  + row_number() OVER (ORDER BY n.position), n.digest"
+        "  + row_number() OVER (ORDER BY n.position), n.digest, n.accounts"
         " FROM imapmig_new_jobs n"
         " WHERE NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs j WHERE j.name = n.name)"
         " ORDER BY n.position",
@@ -438,7 +433,8 @@ def _applyDifference(connection: Connection, jobs: JobList) -> ListChange:
     """
     connection.execute(
         "CREATE TEMPORARY TABLE imapmig_new_jobs"
-        " (name text PRIMARY KEY, position bigint NOT NULL, digest bytea NOT NULL) ON COMMIT DROP"
+        " (name text PRIMARY KEY, position bigint NOT NULL, digest bytea NOT NULL,"
+        "  accounts text[] NOT NULL) ON COMMIT DROP"
     )
     _copy(connection, "imapmig_new_jobs", jobs)
     connection.execute("ANALYZE imapmig_new_jobs")
@@ -525,6 +521,7 @@ __all__: Sequence[str] = (
     "FleetRow",
     "JobList",
     "ListChange",
+    "accountsOf",
     "changeList",
     "checkClaimed",
     "databaseName",

@@ -10,10 +10,12 @@ C{imapmig_queue.incarnations}), so that they cannot clash with the state
 store's tables (C{imapmig/state/}, built beside, in schema C{imapmig}),
 and are migrated under an advisory lock of their own.  The columns are
 those of docs/fleet-design.md "The schema" that the claims and leases
-need, and the fleet's row with its job list's digest
-(L{imapmig.queue._pgjoblist}); the templates, accounts, servers and
-holds' authors are not here yet.  Nothing existed to replace: the in-memory queue
-keeps its state in the process.
+need: in step 1 the fleet's row with its job list's digest and each
+job's digest (L{imapmig.queue._pgjoblist}); in step 2 the accounts of one
+daemon per account, who asked a control, the daemons' connections, and
+C{job_counts}, the counts by state kept by the jobs' triggers.  The
+templates and servers are not here yet.  Nothing existed to replace: the
+in-memory queue keeps its state in the process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import psycopg
 
 from imapmig.errors import QueueSchemaTooNew
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """
 The version of the queue's tables this code reads and writes.
 """
@@ -65,6 +67,42 @@ CREATE TABLE imapmig_queue.fleet (
   jobs bigint NOT NULL, loaded_by text NOT NULL, loaded_at timestamptz NOT NULL);
 CREATE UNIQUE INDEX fleet_one ON imapmig_queue.fleet ((true));
 """,
+    # The heartbeat's connections, the accounts of one daemon per account,
+    # who asked a control, max(position) by an index (add), and the counts
+    # kept by the triggers (counts: a handful of rows, not a scan).
+    2: """
+ALTER TABLE imapmig_queue.daemons ADD COLUMN connections jsonb NOT NULL DEFAULT '{}';
+ALTER TABLE imapmig_queue.jobs ADD COLUMN accounts text[] NOT NULL DEFAULT '{}',
+  ADD COLUMN requested_by text;
+CREATE INDEX jobs_position ON imapmig_queue.jobs (position);
+CREATE TABLE imapmig_queue.job_counts (state text NOT NULL, n bigint NOT NULL);
+INSERT INTO imapmig_queue.job_counts SELECT state, count(*) FROM imapmig_queue.jobs GROUP BY state;
+CREATE FUNCTION imapmig_queue.count_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO imapmig_queue.job_counts SELECT state, count(*) FROM added GROUP BY state;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO imapmig_queue.job_counts SELECT state, -count(*) FROM gone GROUP BY state;
+  ELSIF TG_OP = 'UPDATE' THEN
+    INSERT INTO imapmig_queue.job_counts
+    SELECT state, sum(n) FROM (SELECT state, 1 AS n FROM added
+                               UNION ALL SELECT state, -1 FROM gone) changed
+     GROUP BY state HAVING sum(n) <> 0;
+  ELSE
+    DELETE FROM imapmig_queue.job_counts;
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER jobs_counted_insert AFTER INSERT ON imapmig_queue.jobs
+  REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
+CREATE TRIGGER jobs_counted_update AFTER UPDATE ON imapmig_queue.jobs
+  REFERENCING OLD TABLE AS gone NEW TABLE AS added
+  FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
+CREATE TRIGGER jobs_counted_delete AFTER DELETE ON imapmig_queue.jobs
+  REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
+CREATE TRIGGER jobs_counted_truncate AFTER TRUNCATE ON imapmig_queue.jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
+""",
 }
 
 
@@ -80,7 +118,11 @@ def migrate(connection: psycopg.Connection[tuple[object, ...]], by: str) -> int:
         code; nothing is changed.
     """
     with connection.transaction():
+        # A migration waits for a lock 10 s at most (then fails, to be
+        # tried again), and is not cut by the connection's statement
+        # timeout (a step on a million rows).
         connection.execute("SET LOCAL lock_timeout = '10s'")
+        connection.execute("SET LOCAL statement_timeout = '10min'")
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
         connection.execute("CREATE SCHEMA IF NOT EXISTS imapmig_queue")
         connection.execute(

@@ -31,6 +31,7 @@ from imapmig.queue import (
     IJobQueue,
     JobClaim,
     JobOutcome,
+    ListChange,
     QueueCounts,
     QueueState,
     Requested,
@@ -87,6 +88,7 @@ class InMemoryJobQueue:
         self._ended: dict[int, QueueState] = {}
         self._cancelled = 0
         self._generation = 0
+        self._listGeneration = 1
         # Registered daemons' leases (register, heartbeat), and the owner
         # whose lease ran out while it held a job, by position, for the
         # next claim of that job (a takeover).
@@ -430,6 +432,29 @@ class InMemoryJobQueue:
         self._mutableJobs()[position] = job
         return self._stateAt(position)
 
+    def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange:
+        """
+        Make C{jobs} the queue's list, as the PostgreSQL queue's
+        C{replaceList} does: jobs no longer listed removed (a claimed one
+        when its claim ends), changed ones replaced, new ones added last
+        in C{jobs}' order (a leaving one listed again stays).
+        """
+        listed = {job.name: job for job in jobs}
+        change = {"added": 0, "removed": 0, "leaving": 0, "changed": 0}
+        for name in [name for name in self._positionOf() if name not in listed]:
+            change["leaving" if self.remove(name) is QueueState.CLAIMED else "removed"] += 1
+        positions = self._positionOf()
+        for name, job in listed.items():
+            if name not in positions:
+                self.add(job)
+                change["added"] += 1
+            elif self._jobAt(positions[name]) != job:
+                self.replace(job)
+                change["changed"] += 1
+        loaded = any(change.values())
+        self._listGeneration += loaded
+        return ListChange(self._listGeneration, loaded=loaded, **change)
+
 
 _T = TypeVar("_T")
 
@@ -508,6 +533,17 @@ class AsyncJobQueue:
 
     def replace(self, job: JobConfig) -> Deferred[QueueState]:
         return _answer(self.queue.replace, job)
+
+    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+        # An IJobQueue has no replaceList of its own, but the in-memory one.
+        replaceList: Callable[[Sequence[JobConfig]], ListChange] = getattr(
+            self.queue, "replaceList"
+        )
+        return _answer(replaceList, jobs)
+
+    def listDiffers(self) -> Deferred[str | None]:
+        # One daemon: its list is the only one.
+        return succeed(None)
 
 
 def asAsync(queue: IJobQueue | IAsyncJobQueue) -> IAsyncJobQueue:

@@ -19,16 +19,22 @@ L{imapmig.queue._pgschema}'s.
 The job list is the fleet's (L{imapmig.queue._pgjoblist}): L{load}
 loads it or refuses another fleet's or another list, C{replaceList}
 replaces it (a reload), and a daemon claims only while its list is the
-fleet's.
+fleet's.  A claim takes no job sharing an account (C{'server/user'}, its
+C{accounts}) with a job another daemon holds, so one daemon at a time runs
+an account's jobs.  A daemon's row is deleted a day after its lease
+ended, once no job names it.  The counts are kept by triggers, so that
+reading them costs the same at a million jobs as at a thousand.  The
+statements are L{imapmig.queue._pgstatements}'.
 
-Not yet here: fencing of journal writes (the state store's), the
-one-daemon-per-account test of the claim, the jobs' configurations in the
-database, and the wiring into the daemon.
+Not yet here: fencing of journal writes (the state store's), the jobs'
+configurations in the database, and the wiring into the daemon.
 
 L{PostgreSQLJobQueue} is synchronous (psycopg 3's synchronous API, one
-connection, a lock around it); L{ThreadedJobQueue} runs its calls in a
-thread pool (C{deferToThreadPool}, the reactor and pool injected) so the
-reactor never blocks.  New beside L{imapmig.queue.memory}: that one holds
+connection, the daemon's control connection of
+L{imapmig.state.pgconnect}, a lock around it); L{ThreadedJobQueue} is
+L{IAsyncJobQueue}: its calls run one at a time in a thread pool
+(C{deferToThreadPool}, the reactor and pool injected) so the reactor
+never blocks.  New beside L{imapmig.queue.memory}: that one holds
 the queue in one process, nothing could share it.
 """
 
@@ -41,27 +47,37 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import psycopg
 from attrs import evolve
-from twisted.internet.defer import Deferred
+from psycopg.types.json import Jsonb
+from twisted.internet.defer import Deferred, DeferredLock, fail
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.config.model import JobConfig
-from imapmig.errors import ControlRefused, JobListStale, LeaseLost, UnknownJob
+from imapmig.errors import (
+    ControlRefused,
+    JobListStale,
+    LeaseLost,
+    PermanentError,
+    QueueUnavailable,
+    UnknownJob,
+)
 from imapmig.queue import (
     Heartbeat,
+    IAsyncJobQueue,
     IJobQueue,
     JobClaim,
     JobOutcome,
+    LiveDaemon,
     QueueCounts,
     QueueState,
     Requested,
 )
 from imapmig.queue._pgjoblist import (
-    CLAIMABLE,
     JobList,
     ListChange,
+    accountsOf,
     changeList,
     checkClaimed,
     joinFleet,
@@ -70,96 +86,53 @@ from imapmig.queue._pgjoblist import (
     staleList,
 )
 from imapmig.queue._pgschema import migrate
+from imapmig.queue._pgstatements import (
+    CLAIM,
+    CLAIM_LOCK,
+    COUNTS,
+    CURRENT,
+    DUE,
+    FINISH,
+    FOLD_COUNTS,
+    HEARTBEAT,
+    KNOWN,
+    LEAVE,
+    LEAVE_EXPIRED,
+    ORPHANS,
+    PRUNE,
+    REGISTER,
+    RELEASE,
+    RENEW,
+    RENEWED,
+)
+from imapmig.state.pgconnect import Connection, Connector
 
 _T = TypeVar("_T")
-Connection = psycopg.Connection[tuple[Any, ...]]
 
-_REGISTER = """
-INSERT INTO imapmig_queue.daemons
-  (daemon_id, incarnation, host, pid, version, started_at, heartbeat_at, lease_until)
-VALUES (%(me)s, nextval('imapmig_queue.incarnations'), %(host)s, %(pid)s, %(version)s,
-        now(), now(), now() + make_interval(secs => %(lease)s))
-"""
-
-_HEARTBEAT = """
-WITH beat AS (
-  UPDATE imapmig_queue.daemons
-     SET lease_until = now() + make_interval(secs => %(lease)s), heartbeat_at = now()
-   WHERE daemon_id = %(me)s AND lease_until > now()
-  RETURNING lease_until)
-SELECT extract(epoch FROM beat.lease_until)::float8,
-       (SELECT jsonb_object_agg(name, requested) FROM imapmig_queue.jobs
-         WHERE owner = %(me)s AND requested IS NOT NULL AND state = 'claimed')
-  FROM beat
-"""
-
-_RELEASE = """
-UPDATE imapmig_queue.jobs j
-   SET state = CASE j.requested WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled'
-                    ELSE 'queued' END,
-       owner = NULL, requested = NULL, taken_from = x.owner, taken_lease_until = x.lease_until
-  FROM (SELECT c.job_id, c.owner, d.lease_until
-          FROM imapmig_queue.jobs c LEFT JOIN imapmig_queue.daemons d ON d.daemon_id = c.owner
-         WHERE c.state = 'claimed' AND (d.lease_until IS NULL OR d.lease_until < now())
-           FOR UPDATE OF c SKIP LOCKED) x
- WHERE j.job_id = x.job_id
-"""
-
-_DUE = """
-UPDATE imapmig_queue.jobs SET state = 'queued', not_before = NULL
- WHERE state = 'deferred' AND not_before <= to_timestamp(%(now)s)
-"""
-
-_CLAIM = """
-WITH next AS (
-  SELECT job_id, taken_from FROM imapmig_queue.jobs
-   WHERE state = 'queued' AND """ + CLAIMABLE + """ ORDER BY position LIMIT 1
-   FOR UPDATE SKIP LOCKED)
-UPDATE imapmig_queue.jobs j
-   SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
-       requested = NULL, taken_from = NULL, taken_lease_until = NULL
-  FROM next WHERE j.job_id = next.job_id
-RETURNING j.name, j.position, j.generation, next.taken_from, j.digest
-"""
-
-# A claim's own row, while current: its owner and generation, its owner's
-# lease live (with imapmig_queue.daemons d in the statement).
-_CURRENT = """
- j.name = %(name)s AND j.owner = %(me)s AND j.generation = %(generation)s
-   AND j.state = 'claimed' AND d.daemon_id = j.owner AND d.lease_until > now()
-"""
-
-# A claimed job removed by a reload leaves when its claim ends.
-_LEAVE = "DELETE FROM imapmig_queue.jobs j USING imapmig_queue.daemons d WHERE j.requested = 'remove' AND"
-
-_LEAVE_EXPIRED = """
-DELETE FROM imapmig_queue.jobs j
- WHERE j.state = 'claimed' AND j.requested = 'remove' AND NOT EXISTS (
-   SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = j.owner AND d.lease_until >= now())
-"""
-
-_FINISH = (
+def _requests(rows: list[list[str | None]] | None) -> tuple[
+    tuple[tuple[str, Requested], ...], tuple[tuple[str, str], ...]
+]:
     """
-UPDATE imapmig_queue.jobs j
-   SET state = CASE
-         WHEN j.requested = 'rerun' THEN 'queued'
-         WHEN %(outcome)s = 'completed' THEN 'done'
-         WHEN %(outcome)s = 'failed' THEN 'failed'
-         WHEN j.requested = 'cancel' THEN 'cancelled'
-         WHEN j.requested = 'pause' THEN 'paused'
-         WHEN %(outcome)s = 'stopped' THEN 'queued'
-         ELSE 'deferred' END,
-       not_before = CASE WHEN %(outcome)s = 'deferred' AND j.requested IS NULL
-                         THEN to_timestamp(%(notBefore)s) END,
-       owner = NULL, requested = NULL
-  FROM imapmig_queue.daemons d WHERE"""
-    + _CURRENT
-)
+    The heartbeat's controls asked (C{[name, requested, requested_by]}
+    rows) as L{Heartbeat.requests} and L{Heartbeat.requestedBy}.
+    """
+    asked = sorted((name, requested, by) for name, requested, by in rows or () if name and requested)
+    return (
+        tuple((name, Requested(requested)) for name, requested, _ in asked),
+        tuple((name, by) for name, _, by in asked if by is not None),
+    )
 
-_RENEWED = "SELECT j.requested FROM imapmig_queue.jobs j, imapmig_queue.daemons d WHERE" + _CURRENT
 
-# Rows a reload removed while claimed are unknown to the controls.
-_KNOWN = "name = %(name)s AND requested IS DISTINCT FROM 'remove'"
+def _live(me: str, mine: Mapping[str, int], others: list[list[Any]] | None) -> tuple[LiveDaemon, ...]:
+    """
+    The live daemons, this one (C{me}, its connections C{mine}) among
+    C{others} (C{[daemon_id, connections]} rows), sorted by id.
+    """
+    daemons = [(me, mine)] + [(str(daemon), connections) for daemon, connections in others or ()]
+    return tuple(
+        LiveDaemon(daemon, tuple(sorted((server, int(n)) for server, n in connections.items())))
+        for daemon, connections in sorted(daemons)
+    )
 
 
 @implementer(IJobQueue)
@@ -171,20 +144,29 @@ class PostgreSQLJobQueue:
     Each method blocks on the database: call them through
     L{ThreadedJobQueue}.  The jobs' configurations are this process's
     (C{jobs}, then C{add}, C{replace} and C{replaceList}): the rows hold
-    names, places and digests.
+    names, places, digests and accounts.
+
+    One connection, the daemon's I{control} connection
+    (L{imapmig.state.pgconnect}: statements and lock waits of 5 s at
+    most), behind a lock.  It is opened when first needed and again after
+    it broke (a database restart, a partition): a call that finds the
+    database unreachable, or times out, fails with L{QueueUnavailable}
+    naming the database without its password, and the next call connects
+    again; other errors of the database are L{PermanentError}s.
     """
 
     def __init__(
-        self, connection: Connection, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+        self, connector: Connector, jobs: Sequence[JobConfig], fleet: str = "imapmig"
     ) -> None:
         """
-        @param connection: a psycopg connection in autocommit mode, used
-            by this queue alone (behind its lock).
+        @param connector: opens the control connection.
         @param jobs: the configured jobs, in configuration order: the
             claims name them, and L{load} makes their rows.
         @param fleet: the fleet's name (the configuration's C{fleet.name}).
         """
-        self._connection = connection
+        self._connector = connector
+        self._connection: Connection | None = None
+        self._closed = False
         self._list = JobList.of(jobs)
         self._fleet = fleet
         self._by = socket.gethostname()
@@ -192,36 +174,95 @@ class PostgreSQLJobQueue:
 
     @classmethod
     def connect(
-        cls, uri: str, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+        cls,
+        uri: str,
+        jobs: Sequence[JobConfig],
+        fleet: str = "imapmig",
+        password: str | None = None,
     ) -> PostgreSQLJobQueue:
         """
-        Open a connection to C{uri} (a libpq URI), migrate the queue's
-        tables and load C{jobs}' rows.
+        Open the control connection to C{uri} (a libpq URI, without a
+        password: C{password} is given apart), migrate the queue's tables
+        and load C{jobs} as fleet C{fleet}'s list (L{load}).
+
+        @raise QueueUnavailable: the database could not be reached (at a
+            daemon's start, as fatal as any other error).
+        @raise PermanentError: it refused (a wrong password or database, no
+            permission).
+        @raise FleetMismatch: it holds another fleet, or another list.
         """
-        connection: Connection = psycopg.connect(
-            uri, autocommit=True, application_name="imapmig queue", connect_timeout=5
-        )
-        queue = cls(connection, jobs, fleet)
+        queue = cls(Connector(uri, "control", password), jobs, fleet)
         try:
             queue.load()
         except BaseException:
-            connection.close()
+            queue.close()
             raise
         return queue
 
+    def __repr__(self) -> str:
+        return f"<PostgreSQLJobQueue {self.where}>"
+
+    @property
+    def where(self) -> str:
+        """
+        The database, as messages name it (no password).
+        """
+        return self._connector.where
+
+    @property
+    def closed(self) -> bool:
+        """
+        Whether L{close} was called.
+        """
+        return self._closed
+
     def close(self) -> None:
         """
-        Close the connection.
+        Close the connection (now, or once the call running ends); later
+        calls fail with L{PermanentError}.
+        """
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._disconnect()
+            finally:
+                self._lock.release()
+
+    def _disconnect(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _use(self, action: str, work: Callable[[Connection], _T]) -> _T:
+        """
+        Call C{work} with the connection, opened if it is not; its errors
+        as imapmig's.
         """
         with self._lock:
-            self._connection.close()
+            try:
+                if self._closed:
+                    raise PermanentError(f"{self._connector.where}: the job queue is closed")
+                if self._connection is None or self._connection.closed:
+                    self._connection = self._connector.connect()
+                return work(self._connection)
+            except psycopg.Error as e:
+                if self._connection is not None and self._connection.broken:
+                    self._disconnect()
+                raise self._connector.error(action, e, QueueUnavailable) from None
+            finally:
+                if self._closed:
+                    self._disconnect()
 
-    def _run(self, work: Callable[[Connection], _T]) -> _T:
+    def _run(self, action: str, work: Callable[[Connection], _T]) -> _T:
         """
         Run C{work} with the connection, in one transaction.
         """
-        with self._lock, self._connection.transaction():
-            return work(self._connection)
+
+        def transaction(c: Connection) -> _T:
+            with c.transaction():
+                return work(c)
+
+        return self._use(action, transaction)
 
     def load(self) -> None:
         """
@@ -231,9 +272,14 @@ class PostgreSQLJobQueue:
 
         @raise FleetMismatch: it holds another fleet, or another list.
         """
-        with self._lock, self._connection.transaction():
-            migrate(self._connection, "imapmig queue")
-            joinFleet(self._connection, self._fleet, self._list, self._by)
+
+        def loaded(c: Connection) -> None:
+            # A million rows take longer than a control may (5 s).
+            c.execute("SET LOCAL statement_timeout = '10min'")
+            migrate(c, "imapmig queue")
+            joinFleet(c, self._fleet, self._list, self._by)
+
+        self._run("load the jobs", loaded)
 
     def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange:
         """
@@ -243,7 +289,12 @@ class PostgreSQLJobQueue:
         @raise FleetMismatch: the database holds another fleet.
         """
         new = JobList.of(jobs)
-        change = self._run(lambda c: replaceJobList(c, self._fleet, new, self._by))
+
+        def replaced(c: Connection) -> ListChange:
+            c.execute("SET LOCAL statement_timeout = '10min'")
+            return replaceJobList(c, self._fleet, new, self._by)
+
+        change = self._run("replace the job list", replaced)
         self._list = new
         return change
 
@@ -253,7 +304,7 @@ class PostgreSQLJobQueue:
         fleet's list another than its own (for its log and page at each
         new generation, which its heartbeat brings back); else L{None}.
         """
-        return staleList(self._run(readFleet), self._list)
+        return staleList(self._run("read the fleet's list", readFleet), self._list)
 
     def _job(self, name: str) -> JobConfig:
         return self._list.byName[name]
@@ -261,27 +312,75 @@ class PostgreSQLJobQueue:
     def register(self, host: str, pid: int, version: str, lease: float) -> str:
         me = str(uuid.uuid4())
         values = {"me": me, "host": host, "pid": pid, "version": version, "lease": lease}
-        self._run(lambda c: c.execute(_REGISTER, values))
+
+        def registered(c: Connection) -> None:
+            c.execute(REGISTER, values)
+            c.execute(ORPHANS)
+            self._connector.named(me, c)
+
+        self._run("register the daemon", registered)
         return me
 
-    def heartbeat(self, owner: str, lease: float) -> Heartbeat:
-        row = self._run(lambda c: c.execute(_HEARTBEAT, {"me": owner, "lease": lease}).fetchone())
+    def retire(self, owner: str) -> None:
+        """
+        End the lease of daemon C{owner} now, so that the other daemons
+        take its jobs at once (see
+        L{IAsyncJobQueue.retire<imapmig.queue.IAsyncJobQueue.retire>}).
+        """
+        self._run(
+            "retire the daemon",
+            lambda c: c.execute(
+                "UPDATE imapmig_queue.daemons"
+                " SET lease_until = least(lease_until, now()), retired_at = coalesce(retired_at, now())"
+                " WHERE daemon_id = %s",
+                (owner,),
+            ),
+        )
+
+    def heartbeat(
+        self, owner: str, lease: float, connections: Mapping[str, int] | None = None
+    ) -> Heartbeat:
+        """
+        See L{IJobQueue.heartbeat}.
+
+        @param connections: the connections this daemon has open per
+            server, recorded for the other daemons' shares (L{None}: as at
+            the last heartbeat).
+        """
+        values = {
+            "me": owner,
+            "lease": lease,
+            "connections": None if connections is None else Jsonb(dict(connections)),
+        }
+
+        row = self._run(
+            "renew the daemon's lease", lambda c: c.execute(HEARTBEAT, values).fetchone()
+        )
         if row is None:
             raise LeaseLost(f"daemon {owner}'s lease ran out")
-        requests: Mapping[str, str] = row[1] or {}
+        leaseUntil, asked, version, generation, others, mine = row
+        requests, requestedBy = _requests(asked)
         return Heartbeat(
-            row[0], tuple((name, Requested(asked)) for name, asked in sorted(requests.items()))
+            leaseUntil,
+            requests,
+            requestedBy,
+            schemaVersion=version,
+            jobsGeneration=generation,
+            live=_live(owner, mine, others),
         )
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
         def claimNext(c: Connection) -> JobClaim | None:
-            beat = c.execute(_HEARTBEAT, {"me": owner, "lease": lease}).fetchone()
+            beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
-            c.execute(_LEAVE_EXPIRED)
-            c.execute(_RELEASE)
-            c.execute(_DUE, {"now": now})
-            row = c.execute(_CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
+            c.execute(LEAVE_EXPIRED)
+            c.execute(RELEASE)
+            c.execute(DUE, {"now": now})
+            c.execute(PRUNE)
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
+            c.execute(FOLD_COUNTS)
+            row = c.execute(CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
             if row is None:
                 return None
             name, position, generation, takenFrom, digest = row
@@ -292,7 +391,7 @@ class PostgreSQLJobQueue:
             )  # fmt: skip
 
         try:
-            return self._run(claimNext)
+            return self._run("claim a job", claimNext)
         except JobListStale:
             # A reload replaced the list during the claim: rolled back.
             return None
@@ -302,41 +401,41 @@ class PostgreSQLJobQueue:
 
     def renew(self, claim: JobClaim, lease: float) -> JobClaim:
         def renewed(c: Connection) -> JobClaim:
-            beat = c.execute(_HEARTBEAT, {"me": claim.owner, "lease": lease}).fetchone()
-            row = c.execute(_RENEWED, self._current(claim)).fetchone()
+            beat = c.execute(RENEW, {"me": claim.owner, "lease": lease}).fetchone()
+            row = c.execute(RENEWED, self._current(claim)).fetchone()
             if beat is None or row is None:
                 raise LeaseLost(f"job {claim.job.name} was taken over")
             return evolve(
                 claim, leaseUntil=beat[0], requested=None if row[0] is None else Requested(row[0])
             )
 
-        return self._run(renewed)
+        return self._run("renew a claim", renewed)
 
     def finish(self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         values = dict(self._current(claim), outcome=outcome.value, notBefore=notBefore)
 
         def release(c: Connection) -> None:
-            if not c.execute(_LEAVE + _CURRENT, values).rowcount:
-                c.execute(_FINISH, values)
+            if not c.execute(LEAVE + CURRENT, values).rowcount:
+                c.execute(FINISH, values)
 
-        self._run(release)
+        self._run("finish a job", release)
 
     def nextDue(self) -> float | None:
         row = self._run(
+            "read the deferred jobs",
             lambda c: c.execute(
                 "SELECT extract(epoch FROM min(not_before))::float8 FROM imapmig_queue.jobs"
                 " WHERE state = 'deferred'"
-            ).fetchone()
+            ).fetchone(),
         )
         return None if row is None else row[0]
 
     def counts(self) -> QueueCounts:
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT state, count(*) FROM imapmig_queue.jobs GROUP BY state"
-            ).fetchall()
-        )
-        by: dict[str, int] = dict(rows)
+        def counted(c: Connection) -> list[tuple[Any, ...]]:
+            c.execute(FOLD_COUNTS)
+            return c.execute(COUNTS).fetchall()
+
+        by: dict[str, int] = dict(self._run("count the jobs", counted))
         return QueueCounts(
             queued=by.get("queued", 0),
             claimed=by.get("claimed", 0),
@@ -348,131 +447,154 @@ class PostgreSQLJobQueue:
 
     def state(self, name: str) -> QueueState:
         row = self._run(
+            "read a job's state",
             lambda c: c.execute(
-                "SELECT state FROM imapmig_queue.jobs WHERE " + _KNOWN, {"name": name}
-            ).fetchone()
+                "SELECT state FROM imapmig_queue.jobs WHERE " + KNOWN, {"name": name}
+            ).fetchone(),
         )
         if row is None:
             raise UnknownJob(name)
         return QueueState.QUEUED if row[0] == "deferred" else QueueState(row[0])
 
-    def _control(self, name: str, sql: str, refusal: str) -> QueueState:
+    def _control(self, name: str, sql: str, refusal: str, by: str | None = None) -> QueueState:
         """
         Apply a control: C{sql} updates the job's row and returns its new
         state, or no row when the control does not apply.
+
+        @param by: who asked (the name an admin gave on a page), kept with
+            a request of a claimed job for its owner's heartbeat.
         """
-        row = self._run(lambda c: c.execute(sql, {"name": name}).fetchone())
+        row = self._run(
+            "control a job", lambda c: c.execute(sql, {"name": name, "by": by}).fetchone()
+        )
         if row is None:
             self.state(name)
             raise ControlRefused(f"job {name} {refusal}")
         return QueueState(row[0])
 
-    def pause(self, name: str) -> QueueState:
+    def pause(self, name: str, by: str | None = None) -> QueueState:
         return self._control(
             name,
             "UPDATE imapmig_queue.jobs SET"
             " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'paused' END,"
-            " requested = CASE state WHEN 'claimed' THEN 'pause' END"
-            " WHERE " + _KNOWN + " AND (state IN ('queued', 'deferred')"
+            " requested = CASE state WHEN 'claimed' THEN 'pause' END,"
+            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END"
+            " WHERE " + KNOWN + " AND (state IN ('queued', 'deferred')"
             "  OR (state = 'claimed' AND requested IS DISTINCT FROM 'cancel')) RETURNING state",
             "is not queued or running",
+            by,
         )
 
-    def resume(self, name: str) -> QueueState:
+    def resume(self, name: str, by: str | None = None) -> QueueState:
         return self._control(
             name,
             "UPDATE imapmig_queue.jobs SET"
             " state = CASE state WHEN 'claimed' THEN 'claimed'"
             "   WHEN 'paused' THEN CASE WHEN not_before IS NULL THEN 'queued' ELSE 'deferred' END"
             "   ELSE 'queued' END,"
-            " requested = NULL"
-            " WHERE " + _KNOWN + " AND (state IN ('paused', 'cancelled')"
+            " requested = NULL, requested_by = NULL"
+            " WHERE " + KNOWN + " AND (state IN ('paused', 'cancelled')"
             "  OR (state = 'claimed' AND requested = 'pause'))"
             " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
             "is not paused or cancelled",
+            by,
         )
 
-    def cancel(self, name: str) -> QueueState:
+    def cancel(self, name: str, by: str | None = None) -> QueueState:
         return self._control(
             name,
             "UPDATE imapmig_queue.jobs SET"
             " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'cancelled' END,"
             " requested = CASE state WHEN 'claimed' THEN 'cancel' END,"
+            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END,"
             " not_before = CASE state WHEN 'claimed' THEN not_before END"
-            " WHERE " + _KNOWN + " AND state IN ('queued', 'deferred', 'paused', 'claimed')"
+            " WHERE " + KNOWN + " AND state IN ('queued', 'deferred', 'paused', 'claimed')"
             " RETURNING state",
             "has ended",
+            by,
         )
 
-    def requeue(self, name: str) -> QueueState:
+    def requeue(self, name: str, by: str | None = None) -> QueueState:
         return self._control(
             name,
             "UPDATE imapmig_queue.jobs SET"
             " state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END,"
+            " requested_by = CASE WHEN state = 'claimed' AND requested IS NULL THEN %(by)s"
+            "   ELSE requested_by END,"
             " requested = CASE state WHEN 'claimed' THEN coalesce(requested, 'rerun') END"
-            " WHERE " + _KNOWN + " AND state <> 'cancelled'"
+            " WHERE " + KNOWN + " AND state <> 'cancelled'"
             " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
             "was cancelled",
+            by,
         )
 
     def _changeJob(
-        self, name: str, new: JobList, change: Callable[[Connection, dict[str, Any]], _T]
-    ) -> _T:
+        self, action: str, name: str, new: JobList,
+        change: Callable[[Connection, dict[str, Any]], _T],
+    ) -> _T:  # fmt: skip
         """
         Change job C{name}'s row by C{change} (given the connection and
-        the values C{name} and C{digest}, its digest in C{new}) in
-        one transaction with the fleet's row (L{changeList}), then make
-        C{new} this queue's list.
+        the values C{name}, C{digest} and C{accounts}, its digest and
+        accounts in C{new}) in one transaction with the fleet's row
+        (L{changeList}), then make C{new} this queue's list.
 
         @raise JobListStale: this queue's list is no longer the fleet's.
         """
+        job = new.byName.get(name)
+        values = {
+            "name": name,
+            "digest": new.digests.get(name),
+            "accounts": [] if job is None else accountsOf(job),
+        }
 
         def changed(c: Connection) -> _T:
             changeList(c, self._fleet, self._list, new, self._by)
-            return change(c, {"name": name, "digest": new.digests.get(name)})
+            return change(c, values)
 
-        result = self._run(changed)
+        result = self._run(action, changed)
         self._list = new
         return result
 
     def add(self, job: JobConfig) -> None:
         def added(c: Connection, values: dict[str, Any]) -> None:
             kept = c.execute(
-                "UPDATE imapmig_queue.jobs SET requested = NULL, digest = %(digest)s"
+                "UPDATE imapmig_queue.jobs"
+                " SET requested = NULL, digest = %(digest)s, accounts = %(accounts)s"
                 " WHERE name = %(name)s AND requested = 'remove'",
                 values,
             ).rowcount
             if not kept and not c.execute(
-                "INSERT INTO imapmig_queue.jobs (name, position, digest)"
-                " SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s"
+                "INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)"
+                " SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s, %(accounts)s"
                 " FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING",
                 values,
             ).rowcount:
                 raise ValueError(f"job {job.name} is queued already")
 
-        self._changeJob(job.name, self._list.withJob(job), added)
+        self._changeJob("add a job", job.name, self._list.withJob(job), added)
 
     def remove(self, name: str) -> QueueState:
         def removed(c: Connection, values: dict[str, Any]) -> QueueState:
             row = c.execute(
-                "DELETE FROM imapmig_queue.jobs WHERE " + _KNOWN + " AND state <> 'claimed'"
+                "DELETE FROM imapmig_queue.jobs WHERE " + KNOWN + " AND state <> 'claimed'"
                 " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
                 values,
             ).fetchone() or c.execute(
                 "UPDATE imapmig_queue.jobs SET requested = 'remove'"
-                " WHERE " + _KNOWN + " AND state = 'claimed' RETURNING state",
+                " WHERE " + KNOWN + " AND state = 'claimed' RETURNING state",
                 values,
             ).fetchone()
             if row is None:
                 raise UnknownJob(name)
             return QueueState(row[0])
 
-        return self._changeJob(name, self._list.without(name), removed)
+        return self._changeJob("remove a job", name, self._list.without(name), removed)
 
     def replace(self, job: JobConfig) -> QueueState:
         def replaced(c: Connection, values: dict[str, Any]) -> QueueState:
             row = c.execute(
-                "UPDATE imapmig_queue.jobs SET digest = %(digest)s WHERE " + _KNOWN +
+                "UPDATE imapmig_queue.jobs SET digest = %(digest)s, accounts = %(accounts)s"
+                " WHERE " + KNOWN +
                 " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
                 values,
             ).fetchone()
@@ -480,13 +602,16 @@ class PostgreSQLJobQueue:
                 raise UnknownJob(job.name)
             return QueueState(row[0])
 
-        return self._changeJob(job.name, self._list.withJob(job), replaced)
+        return self._changeJob("replace a job", job.name, self._list.withJob(job), replaced)
 
 
+@implementer(IAsyncJobQueue)
 class ThreadedJobQueue:
     """
-    A L{PostgreSQLJobQueue} whose calls run in a thread pool, each
-    returning a L{Deferred} fired in the reactor's thread.
+    A L{PostgreSQLJobQueue} whose calls run in a thread pool, one at a
+    time (the queue has one connection: a call waits in the reactor, not
+    in a thread the state store needs), each returning a L{Deferred} fired
+    in the reactor's thread.
     """
 
     def __init__(
@@ -499,38 +624,88 @@ class ThreadedJobQueue:
         self.queue = queue
         self._reactor = reactor
         self._pool = pool
+        self._turn = DeferredLock()
 
     def _inThread(self, call: Callable[..., _T], *args: Any) -> Deferred[_T]:
-        return deferToThreadPool(self._reactor, self._pool, call, *args)
+        if self.queue.closed:
+            return fail(PermanentError(f"{self.queue.where}: the job queue is closed"))
+        return self._turn.run(deferToThreadPool, self._reactor, self._pool, call, *args)
 
     def register(self, host: str, pid: int, version: str, lease: float) -> Deferred[str]:
-        """
-        L{PostgreSQLJobQueue.register} in a thread.
-        """
+        """L{PostgreSQLJobQueue.register} in a thread."""
         return self._inThread(self.queue.register, host, pid, version, lease)
 
-    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
-        """
-        L{PostgreSQLJobQueue.heartbeat} in a thread.
-        """
-        return self._inThread(self.queue.heartbeat, owner, lease)
+    def heartbeat(
+        self, owner: str, lease: float, connections: Mapping[str, int] | None = None
+    ) -> Deferred[Heartbeat]:
+        """L{PostgreSQLJobQueue.heartbeat} in a thread."""
+        return self._inThread(self.queue.heartbeat, owner, lease, connections)
+
+    def retire(self, owner: str) -> Deferred[None]:
+        """L{PostgreSQLJobQueue.retire} in a thread."""
+        return self._inThread(self.queue.retire, owner)
 
     def claim(self, owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
-        """
-        L{PostgreSQLJobQueue.claim} in a thread.
-        """
+        """L{PostgreSQLJobQueue.claim} in a thread."""
         return self._inThread(self.queue.claim, owner, now, lease)
 
     def finish(
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
     ) -> Deferred[None]:
-        """
-        L{PostgreSQLJobQueue.finish} in a thread.
-        """
+        """L{PostgreSQLJobQueue.finish} in a thread."""
         return self._inThread(self.queue.finish, claim, outcome, notBefore)
 
+    def nextDue(self) -> Deferred[float | None]:
+        """L{PostgreSQLJobQueue.nextDue} in a thread."""
+        return self._inThread(self.queue.nextDue)
+
+    def counts(self) -> Deferred[QueueCounts]:
+        """L{PostgreSQLJobQueue.counts} in a thread."""
+        return self._inThread(self.queue.counts)
+
+    def state(self, name: str) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.state} in a thread."""
+        return self._inThread(self.queue.state, name)
+
+    def pause(self, name: str, by: str | None = None) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.pause} in a thread."""
+        return self._inThread(self.queue.pause, name, by)
+
+    def resume(self, name: str, by: str | None = None) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.resume} in a thread."""
+        return self._inThread(self.queue.resume, name, by)
+
+    def cancel(self, name: str, by: str | None = None) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.cancel} in a thread."""
+        return self._inThread(self.queue.cancel, name, by)
+
+    def requeue(self, name: str, by: str | None = None) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.requeue} in a thread."""
+        return self._inThread(self.queue.requeue, name, by)
+
+    def add(self, job: JobConfig) -> Deferred[None]:
+        """L{PostgreSQLJobQueue.add} in a thread."""
+        return self._inThread(self.queue.add, job)
+
+    def remove(self, name: str) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.remove} in a thread."""
+        return self._inThread(self.queue.remove, name)
+
+    def replace(self, job: JobConfig) -> Deferred[QueueState]:
+        """L{PostgreSQLJobQueue.replace} in a thread."""
+        return self._inThread(self.queue.replace, job)
+
     def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
-        """
-        L{PostgreSQLJobQueue.replaceList} in a thread.
-        """
+        """L{PostgreSQLJobQueue.replaceList} in a thread."""
         return self._inThread(self.queue.replaceList, jobs)
+
+    def listDiffers(self) -> Deferred[str | None]:
+        """L{PostgreSQLJobQueue.listDiffers} in a thread."""
+        return self._inThread(self.queue.listDiffers)
+
+    def close(self) -> None:
+        """
+        L{PostgreSQLJobQueue.close}: later calls fail with
+        L{PermanentError}.
+        """
+        self.queue.close()

@@ -43,6 +43,7 @@ from twisted.python.failure import Failure
 
 from imapmig.config.model import JobConfig
 from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
@@ -57,6 +58,11 @@ log = Logger()
 SEND_DEADLINE = "its send deadline passed (no heartbeat answered in time)"
 """
 Why a daemon's jobs stop when its heartbeats stop succeeding.
+"""
+
+NO_LEASE = float("-inf")
+"""
+The send deadline while the daemon holds no lease: already passed.
 """
 
 REQUESTED_BY = "imapmig"
@@ -104,6 +110,8 @@ class FleetMember:
         incarnations): it claims nothing then.
     @ivar deadline: the send deadline, on the monotonic clock, of the
         last heartbeat or registration that succeeded (L{None}: none).
+    @ivar sendDeadline: the same, as the jobs' APPEND pipelines compare it
+        before each write (C{-inf} while there is none).
     @ivar lastHeartbeat: what the last heartbeat brought back.
     @ivar missed: the attempts failed or unanswered since the last that
         succeeded.
@@ -152,6 +160,7 @@ class FleetMember:
         self._onHeartbeat = onHeartbeat
         self.owner: str | None = None
         self.deadline: float | None = None
+        self.sendDeadline = SendDeadline(monotonic)
         self.lastHeartbeat: Heartbeat | None = None
         self._inFlight: Deferred[None] | None = None
         self._tick: IDelayedCall | None = None
@@ -181,6 +190,7 @@ class FleetMember:
         self._cancel()
         owner, self.owner = self.owner, None
         self.deadline = None
+        self.sendDeadline.at = NO_LEASE
         if owner is None:
             return Deferred.fromCoroutine(_nothing())
         return self._retire(owner)
@@ -290,7 +300,7 @@ class FleetMember:
         deadline = t0 + self.lease - self._margin
         if self.deadline is not None and deadline <= self.deadline:
             return
-        self.deadline = deadline
+        self.deadline = self.sendDeadline.at = deadline
         if self._deadlineCall is not None and self._deadlineCall.active():
             self._deadlineCall.cancel()
         self._deadlineCall = self._clock.callLater(
@@ -313,6 +323,7 @@ class FleetMember:
         """
         owner, self.owner = self.owner, None
         self.deadline = None
+        self.sendDeadline.at = NO_LEASE
         if self._deadlineCall is not None and self._deadlineCall.active():
             self._deadlineCall.cancel()
         self._deadlineCall = None
@@ -397,7 +408,9 @@ class FleetScheduler(JobQueueService):
         self,
         queue: IAsyncJobQueue,
         grants: ConnectionGrants,
-        build: Callable[[JobConfig, JobConnections], ScheduledJob],
+        build: Callable[
+            [JobConfig, JobConnections, IStateStore | None, SendDeadline], ScheduledJob
+        ],
         progress: MigrationProgress,
         clock: IReactorTime,
         whenDone: Callable[[bool], None] | None,
@@ -412,14 +425,31 @@ class FleetScheduler(JobQueueService):
         """
         See L{JobQueueService} and L{FleetMember}.
 
+        @param build: makes a claimed job's L{MigrationJob} as
+            L{JobQueueService}'s does, given too the store it writes (the
+            store's view bound to the claim, C{store.forClaim(job, owner,
+            generation)}, where the store has one) and the daemon's send
+            deadline.
         @param identity: this daemon's host, pid and version.
         @param onNewerSchema: called once the jobs have stopped after a
             heartbeat found the schema newer than this code's (the
             daemon then exits 2).
         """
+        def buildClaimed(job: JobConfig, connections: JobConnections) -> ScheduledJob:
+            claim = self._claims[job.name]
+            # The PostgreSQL store's view fences each write by the claim.
+            forClaim = getattr(store, "forClaim", None)
+            if forClaim is not None:
+                return build(
+                    job, connections, forClaim(job.name, claim.owner, claim.generation),
+                    self.member.sendDeadline,
+                )  # fmt: skip
+            return build(job, connections, store, self.member.sendDeadline)
+
         JobQueueService.__init__(
-            self, queue, grants, build, progress, clock, whenDone, "", lease, store, machines
-        )
+            self, queue, grants, buildClaimed, progress, clock, whenDone, "", lease, store,
+            machines,
+        )  # fmt: skip
         host, pid, version = identity
         # Each heartbeat caps the grants at this daemon's fair shares of
         # the servers' max_connections among the live daemons.
@@ -516,6 +546,11 @@ class FleetScheduler(JobQueueService):
         self._lost.discard(name)
         self._incomplete.discard(name)
         return False
+
+    def _claimLost(self, name: str) -> None:
+        # One job's claim, found lost by its run (a fenced write): the
+        # job alone is dropped, unfinished, as at the send deadline.
+        self._lost.add(name)
 
     # -- told by the member (FleetJobs) -------------------------------------
 

@@ -50,7 +50,9 @@ class ScheduledJob(Protocol):
         Run to the end; C{True} if the job completed.  C{False}, with
         C{deferredUntil} set, if it cannot go on before then.  Cancelling
         the run stops it: it takes no new work, and fires (C{False}) once
-        what was in flight is settled.
+        what was in flight is settled.  It fails with L{LeaseLost} if it
+        found its claim no longer this daemon's (a fenced write, the send
+        deadline passed) and abandoned itself.
         """
 
     def abandon(self) -> None:
@@ -376,6 +378,10 @@ class JobQueueService(Service):
             outcome, notBefore = _runOutcome(
                 name, job, completed, self._stopping or name in self._halted
             )
+        except LeaseLost:
+            # The run found its claim lost, said why, and abandoned itself.
+            outcome = JobOutcome.STOPPED
+            self._claimLost(name)
         except CancelledError:
             outcome = JobOutcome.STOPPED
             self._gaveUp(machine)
@@ -431,6 +437,13 @@ class JobQueueService(Service):
         """
         if self._stopping:
             machine.stop()
+
+    def _claimLost(self, name: str) -> None:
+        """
+        Job C{name}'s run found its claim no longer this scheduler's: a
+        fleet's is not finished (the one daemon's queue has no fence to
+        say so).
+        """
 
     async def _finish(
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None

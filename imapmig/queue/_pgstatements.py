@@ -1,0 +1,202 @@
+# -*- test-case-name: tests.test_queue_postgresql,tests.test_queue_pgjoblist -*-
+"""
+The statements of the PostgreSQL job queue (L{imapmig.queue.postgresql}),
+split from that module for size (it held them at 960 lines once the
+fleet's job list and the hardened queue met): the registration, the
+heartbeat, the claim and what runs before it (the releases, the due
+jobs, the pruning, the counts folded), the finish and renewal of a
+claim, and the counts.  The tables are L{imapmig.queue._pgschema}'s.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from imapmig.queue._pgjoblist import CLAIMABLE
+
+REGISTER = """
+INSERT INTO imapmig_queue.daemons
+  (daemon_id, incarnation, host, pid, version, started_at, heartbeat_at, lease_until)
+VALUES (%(me)s, nextval('imapmig_queue.incarnations'), %(host)s, %(pid)s, %(version)s,
+        now(), now(), now() + make_interval(secs => %(lease)s))
+"""
+
+# A claim renews its daemon's lease, and only a live one.
+RENEW = """
+UPDATE imapmig_queue.daemons
+   SET lease_until = now() + make_interval(secs => %(lease)s), heartbeat_at = now()
+ WHERE daemon_id = %(me)s AND lease_until > now()
+RETURNING extract(epoch FROM lease_until)::float8
+"""
+
+# One statement, one row written (the daemon's) however many jobs it holds:
+# the controls asked read through jobs_asked (only a claimed job has one;
+# a test of the state would let jobs_claimed, all the jobs held, be read),
+# the live daemons from their small table, this one's row as the UPDATE
+# left it (the snapshot holds it as before), the job list's generation
+# from the fleet's one row (imapmig.queue._pgjoblist).
+HEARTBEAT = """
+WITH beat AS (
+  UPDATE imapmig_queue.daemons
+     SET lease_until = now() + make_interval(secs => %(lease)s), heartbeat_at = now(),
+         connections = coalesce(%(connections)s::jsonb, connections)
+   WHERE daemon_id = %(me)s AND lease_until > now()
+  RETURNING lease_until, connections)
+SELECT extract(epoch FROM beat.lease_until)::float8,
+       (SELECT jsonb_agg(jsonb_build_array(name, requested, requested_by))
+          FROM imapmig_queue.jobs
+         WHERE owner = %(me)s AND requested IN ('pause', 'cancel', 'rerun')),
+       (SELECT max(version) FROM imapmig_queue.schema_version),
+       (SELECT jobs_generation FROM imapmig_queue.fleet),
+       (SELECT jsonb_agg(jsonb_build_array(daemon_id, connections)) FROM imapmig_queue.daemons
+         WHERE lease_until > now() AND daemon_id <> %(me)s),
+       beat.connections
+  FROM beat
+"""
+
+# The jobs of daemons whose lease ran out go back to the queue (or to the
+# hold asked of them), found by those daemons' ids in jobs_claimed (the ids
+# an InitPlan: as a join, the planner read every claimed job instead).  A
+# job whose daemon has no row (deleted by hand): ORPHANS, at registration.
+RELEASE = """
+UPDATE imapmig_queue.jobs j
+   SET state = CASE j.requested WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled'
+                    ELSE 'queued' END,
+       owner = NULL, requested = NULL, requested_by = NULL,
+       taken_from = x.owner, taken_lease_until = x.lease_until
+  FROM (SELECT c.job_id, c.owner, d.lease_until
+          FROM imapmig_queue.jobs c JOIN imapmig_queue.daemons d ON d.daemon_id = c.owner
+         WHERE c.state = 'claimed' AND c.owner = ANY (ARRAY(
+                 SELECT daemon_id FROM imapmig_queue.daemons WHERE lease_until < now()))
+           FOR UPDATE OF c SKIP LOCKED) x
+ WHERE j.job_id = x.job_id
+"""
+
+ORPHANS = """
+UPDATE imapmig_queue.jobs j
+   SET state = CASE j.requested WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled'
+                    ELSE 'queued' END,
+       owner = NULL, requested = NULL, requested_by = NULL, taken_from = j.owner
+ WHERE j.state = 'claimed'
+   AND NOT EXISTS (SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = j.owner)
+"""
+
+# A daemon's row goes a day after its lease ended, once no job names it
+# (a job names its owner while claimed only): a few rows of a small table.
+PRUNE = """
+DELETE FROM imapmig_queue.daemons d
+ WHERE d.lease_until < now() - interval '1 day'
+   AND NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs j
+                    WHERE j.owner = d.daemon_id AND j.state = 'claimed')
+"""
+
+DUE = """
+UPDATE imapmig_queue.jobs SET state = 'queued', not_before = NULL
+ WHERE state = 'deferred' AND not_before <= to_timestamp(%(now)s)
+"""
+
+CLAIM_LOCK = 7146055301937135412
+"""
+The advisory lock a claim's last statement runs under: claims one at a
+time, so that the account test of each sees every claim committed before
+it (two claims racing would each miss the other's).
+"""
+
+# The first queued job none of whose accounts another daemon's claimed
+# job has (docs/fleet-design.md "Claiming a job": one daemon per account),
+# while the claiming daemon's list (its digest, %(list)s) is the fleet's;
+# the claimed row's digest comes back for the caller's checkClaimed
+# (imapmig.queue._pgjoblist).
+CLAIM = (
+    """
+WITH next AS (
+  SELECT job_id, taken_from FROM imapmig_queue.jobs q
+   WHERE state = 'queued' AND """
+    + CLAIMABLE
+    + """
+     AND NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs c
+                      WHERE c.state = 'claimed' AND c.owner <> %(me)s
+                        AND c.accounts && q.accounts)
+   ORDER BY position LIMIT 1
+   FOR UPDATE SKIP LOCKED)
+UPDATE imapmig_queue.jobs j
+   SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
+       requested = NULL, requested_by = NULL, taken_from = NULL, taken_lease_until = NULL
+  FROM next WHERE j.job_id = next.job_id
+RETURNING j.name, j.position, j.generation, next.taken_from, j.digest
+"""
+)
+
+# The counts by state are the sum of job_counts' rows, which the jobs'
+# triggers add to (imapmig.queue._pgschema); this folds them into one row
+# per state, so that they stay a handful.
+FOLD_COUNTS = """
+WITH gone AS (DELETE FROM imapmig_queue.job_counts RETURNING state, n)
+INSERT INTO imapmig_queue.job_counts
+SELECT state, sum(n) FROM gone GROUP BY state HAVING sum(n) <> 0
+"""
+
+COUNTS = "SELECT state, sum(n)::bigint FROM imapmig_queue.job_counts GROUP BY state"
+
+# A claim's own row, while current: its owner and generation, its owner's
+# lease live (with imapmig_queue.daemons d in the statement).
+CURRENT = """
+ j.name = %(name)s AND j.owner = %(me)s AND j.generation = %(generation)s
+   AND j.state = 'claimed' AND d.daemon_id = j.owner AND d.lease_until > now()
+"""
+
+# A claimed job removed by a reload leaves when its claim ends.
+LEAVE = "DELETE FROM imapmig_queue.jobs j USING imapmig_queue.daemons d WHERE j.requested = 'remove' AND"
+
+LEAVE_EXPIRED = """
+DELETE FROM imapmig_queue.jobs j
+ WHERE j.state = 'claimed' AND j.requested = 'remove' AND NOT EXISTS (
+   SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = j.owner AND d.lease_until >= now())
+"""
+
+FINISH = (
+    """
+UPDATE imapmig_queue.jobs j
+   SET state = CASE
+         WHEN j.requested = 'rerun' THEN 'queued'
+         WHEN %(outcome)s = 'completed' THEN 'done'
+         WHEN %(outcome)s = 'failed' THEN 'failed'
+         WHEN j.requested = 'cancel' THEN 'cancelled'
+         WHEN j.requested = 'pause' THEN 'paused'
+         WHEN %(outcome)s = 'stopped' THEN 'queued'
+         ELSE 'deferred' END,
+       not_before = CASE WHEN %(outcome)s = 'deferred' AND j.requested IS NULL
+                         THEN to_timestamp(%(notBefore)s) END,
+       owner = NULL, requested = NULL, requested_by = NULL
+  FROM imapmig_queue.daemons d WHERE"""
+    + CURRENT
+)
+
+RENEWED = (
+    "SELECT nullif(j.requested, 'remove') FROM imapmig_queue.jobs j, imapmig_queue.daemons d"
+    " WHERE" + CURRENT
+)
+
+# Rows a reload removed while claimed are unknown to the controls.
+KNOWN = "name = %(name)s AND requested IS DISTINCT FROM 'remove'"
+
+
+__all__: Sequence[str] = (
+    "CLAIM",
+    "CLAIM_LOCK",
+    "COUNTS",
+    "CURRENT",
+    "DUE",
+    "FINISH",
+    "FOLD_COUNTS",
+    "HEARTBEAT",
+    "KNOWN",
+    "LEAVE",
+    "LEAVE_EXPIRED",
+    "ORPHANS",
+    "PRUNE",
+    "REGISTER",
+    "RELEASE",
+    "RENEW",
+    "RENEWED",
+)

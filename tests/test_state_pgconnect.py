@@ -1,0 +1,198 @@
+# -*- test-case-name: tests.test_state_pgconnect -*-
+"""
+Tests for L{imapmig.state.pgconnect}: the keywords and session settings
+of every connection to PostgreSQL, the password given apart, and the
+errors as imapmig's; the settings checked on a private cluster as the
+server applies them.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from twisted.trial.unittest import SynchronousTestCase
+
+from imapmig.errors import PermanentError, QueueUnavailable, TransientError
+from imapmig.state.pgconnect import ROLES, Connector, displayName, mapError
+from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
+from tests.statecontract import sharedCluster
+
+
+class KeywordTests(SynchronousTestCase):
+    """
+    The keywords added to a URI's.
+    """
+
+    def test_defaults(self) -> None:
+        """
+        A URI that gives nothing gets the timeouts, keepalives, the
+        role's settings and C{imapmig ROLE} as its name.
+        """
+        keywords = Connector("postgresql://u@db/mig", "control").keywords()
+        self.assertEqual(
+            keywords,
+            {
+                "connect_timeout": 5,
+                "tcp_user_timeout": 5000,
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+                "application_name": "imapmig control",
+                "options": "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s"
+                " -c lock_timeout=5s",
+            },
+        )
+
+    def test_uriWins(self) -> None:
+        """
+        The URI's own keywords and C{application_name} are kept, and its
+        C{options} come after ours (so its settings win).
+        """
+        keywords = Connector(
+            "postgresql://u@db/mig?application_name=mine&connect_timeout=20"
+            "&options=-c%20statement_timeout%3D9s",
+            "reader",
+        ).keywords()
+        self.assertNotIn("application_name", keywords)
+        self.assertNotIn("connect_timeout", keywords)
+        self.assertEqual(
+            keywords["options"],
+            "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s -c lock_timeout=5s"
+            " -c default_transaction_read_only=on -c statement_timeout=9s",
+        )
+
+    def test_applicationNameInOptions(self) -> None:
+        """
+        An C{application_name} set in the URI's C{options} is kept too.
+        """
+        connector = Connector("postgresql://u@db/mig?options=-c%20application_name%3Dmine", "writer")
+        self.assertNotIn("application_name", connector.keywords())
+
+    def test_named(self) -> None:
+        """
+        Once named (a daemon id), later connections are C{imapmig ID}.
+        """
+        connector = Connector("postgresql://u@db/mig", "control", password="s3cret")
+        connector.named("1234")
+        keywords = connector.keywords()
+        self.assertEqual(keywords["application_name"], "imapmig 1234")
+        self.assertEqual(keywords["password"], "s3cret")
+
+
+class ErrorTests(SynchronousTestCase):
+    """
+    psycopg's errors as imapmig's.
+    """
+
+    def test_lostConnection(self) -> None:
+        """
+        A lost connection or a timeout is the given transient kind, naming
+        the database without its password.
+        """
+        error = mapError(
+            displayName("postgresql://u:pw@db:5433/mig"),
+            "heartbeat",
+            psycopg.OperationalError("server closed the connection; pw"),
+            QueueUnavailable,
+            "pw",
+        )
+        self.assertIsInstance(error, QueueUnavailable)
+        self.assertEqual(
+            str(error),
+            "postgresql://u@db:5433/mig: cannot heartbeat: server closed the connection; (password)",
+        )
+        timedOut = mapError("db", "pause", psycopg.errors.QueryCanceled("timeout"), QueueUnavailable)
+        self.assertIsInstance(timedOut, QueueUnavailable)
+        self.assertIsInstance(mapError("db", "x", psycopg.errors.LockNotAvailable("l")), TransientError)
+
+    def test_unreadableURI(self) -> None:
+        """
+        A URI libpq cannot read is a L{PermanentError}, not psycopg's.
+        """
+        error = self.assertRaises(PermanentError, Connector, "postgresql://u@db/x?nokey=1", "control")
+        self.assertIn("postgresql://(unreadable URI): cannot read the URI", str(error))
+
+    def test_permanent(self) -> None:
+        """
+        Another psycopg error is permanent; an imapmig error or another
+        exception is left as it is.
+        """
+        self.assertIsInstance(mapError("db", "x", psycopg.ProgrammingError("no")), PermanentError)
+        kept = QueueUnavailable("kept")
+        self.assertIs(mapError("db", "x", kept), kept)
+        other = KeyError("k")
+        self.assertIs(mapError("db", "x", other), other)
+
+
+class ServerTests(SynchronousTestCase):
+    """
+    The settings as a real server applies them.
+    """
+
+    def setUp(self) -> None:
+        requirePostgreSQL(self)
+        self.cluster = sharedCluster()
+        self.uri = self.cluster.createDatabase(owner=PASSWORD_ROLE)
+        self.dbname = self.uri.rsplit("/", 1)[1]
+
+    def settings(self, connection: psycopg.Connection[tuple[object, ...]]) -> list[object]:
+        names = (
+            "application_name",
+            "statement_timeout",
+            "lock_timeout",
+            "idle_in_transaction_session_timeout",
+            "default_transaction_read_only",
+        )
+        return [connection.execute(f"SHOW {name}").fetchone()[0] for name in names]  # type: ignore[index]
+
+    def test_passwordApart(self) -> None:
+        """
+        The password, given apart from the URI, logs in; the session has
+        its role's settings and C{imapmig ROLE} as its name, renamed when
+        named.
+        """
+        connector = Connector(
+            self.cluster.dsn(self.dbname, PASSWORD_ROLE), "control", self.cluster.password
+        )
+        with connector.connect() as connection:
+            self.assertEqual(self.settings(connection), ["imapmig control", "5s", "5s", "1min", "off"])
+            connector.named("d1", connection)
+            self.assertEqual(self.settings(connection)[0], "imapmig d1")
+
+    def test_readerAndURIOptions(self) -> None:
+        """
+        The reader's sessions are read-only; the URI's options and name
+        win over ours.
+        """
+        connector = Connector(
+            self.cluster.dsn(self.dbname) + "?options=-c%20lock_timeout%3D7s%20-c%20application_name%3Dmine",
+            "reader",
+        )
+        with connector.connect() as connection:
+            self.assertEqual(self.settings(connection), ["mine", "5s", "7s", "1min", "on"])
+            connector.named("d1", connection)
+            self.assertEqual(self.settings(connection)[0], "mine")
+
+    def test_wrongPassword(self) -> None:
+        """
+        A wrong password is refused; the error names the database without
+        the password given.
+        """
+        connector = Connector(self.cluster.dsn(self.dbname, PASSWORD_ROLE), "writer", "Wr0ngPass")
+        try:
+            connector.connect()
+        except psycopg.Error as e:
+            error = connector.error("connect", e, QueueUnavailable)
+        else:
+            self.fail("connected with a wrong password")
+        where = f"postgresql://{PASSWORD_ROLE}@127.0.0.1:{self.cluster.port}/{self.dbname}"
+        self.assertIn(f"{where}: cannot connect", str(error))
+        self.assertNotIn("Wr0ngPass", str(error))
+
+    def test_rolesKnown(self) -> None:
+        """
+        Every role's settings are accepted by the server.
+        """
+        for role in ROLES:
+            with Connector(self.uri, role).connect() as connection:
+                self.assertEqual(self.settings(connection)[0], f"imapmig {role}")
