@@ -593,6 +593,23 @@ def tableWritesTable(stats: DatabaseStats, messages: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def statementsTable(rows: Sequence[tuple[str, int, float, int]], limit: int = 12) -> str:
+    """
+    The statements that ran most often (C{pg_stat_statements}), each
+    with its calls, time and buffers: where the commits and writes come
+    from.
+
+    @param rows: as L{statementCost} takes them.
+    @param limit: how many.
+    """
+    lines = ["| calls | ms in all | buffers | statement |", "|---|---|---|---|"]
+    for query, calls, ms, blocks in sorted(rows, key=lambda r: (-r[1], r[0]))[:limit]:
+        text = " ".join(query.split())
+        text = (text[:117] + "...") if len(text) > 120 else text
+        lines.append(f"| {calls:,} | {ms:,.1f} | {blocks:,} | `{text.replace('|', '/')}` |")
+    return "\n".join(lines) + "\n"
+
+
 # -- a million queued accounts -----------------------------------------------
 
 

@@ -343,6 +343,7 @@ class FleetPart:
         self.scaleOut: list[ScaleOutRun] = []
         self.cost: DatabaseCost | None = None
         self.heartbeats: list[HeartbeatCost] = []
+        self.largeStatements: list[tuple[str, int, float, int]] = []
         self.queued: dict[int, QueuedRun] = {}
         self.sideBySide: list[SideBySide] = []
         self.notes: list[str] = []
@@ -548,6 +549,7 @@ class FleetPart:
         seconds = time.monotonic() - started
         _, _, problem = daemon.result()
         stats = database.stats(name).minus(before)
+        self.largeStatements = database.statements(name)
         if not problem:
             counted = countAccount(server, account)
             if counted != corpus.messages:
@@ -793,7 +795,10 @@ class FleetPart:
         if self.cost is not None and self.cost.ok:
             lines += ["", f"## Row writes by table: one mailbox of {self.cost.messages:,} "
                       f"messages ({self.cost.seconds:.1f} s)", "",
-                      tableWritesTable(self.cost.stats, self.cost.messages)]  # fmt: skip
+                      tableWritesTable(self.cost.stats, self.cost.messages),
+                      "", "The statements of that run that ran most often "
+                      "(`pg_stat_statements`, the database's own run):", "",
+                      statementsTable(self.largeStatements)]  # fmt: skip
         if self.notes:
             lines += ["", "## Notes", "", *[f"- {n}" for n in self.notes]]
         lines += ["", "| tool | version |", "|---|---|",

@@ -43,6 +43,7 @@ from bench.fleet import (
     scaleOutTable,
     sideBySideLines,
     statementCost,
+    statementsTable,
     tableWritesTable,
     writeUserList,
 )
@@ -714,6 +715,17 @@ class FleetDatabaseRowTests(SynchronousTestCase):
         ])  # fmt: skip
         table = tableWritesTable(self.cost(1, 2000, 1).stats, 20_000)
         self.assertIn("| imapmig.messages | 2,000 | 0 | 0 | 0.100 |", table)
+
+    def test_statements(self) -> None:
+        """
+        The statements that ran most often first, their text on one line.
+        """
+        table = statementsTable([("COMMIT", 5, 1.0, 0),
+                                 ("INSERT INTO imapmig.messages\n  SELECT |x|", 40, 12.5, 900),
+                                 ("SELECT 1", 1, 0.1, 0)], limit=2)  # fmt: skip
+        self.assertEqual(table.splitlines()[2:],
+                         ["| 40 | 12.5 | 900 | `INSERT INTO imapmig.messages SELECT /x/` |",
+                          "| 5 | 1.0 | 0 | `COMMIT` |"])  # fmt: skip
 
 
 def queuedRun(jobs: int, firsts: tuple[float | None, ...], rssKiB: int, claimBlocks: int,
