@@ -62,8 +62,9 @@ from bench.fleet import (
     scaleOutLines,
     scaleOutTable,
     sideBySideLines,
-    statementCost,
     queuedRows,
+    statementCost,
+    statementsTable,
     tableWritesTable,
     writeUserList,
 )
