@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import psycopg
 from attrs import asdict, frozen
@@ -43,7 +43,6 @@ from bench.fleet import (
     CLAIM_MARKER,
     FleetSizes,
     HEARTBEAT_MARKER,
-    NO_CALLS,
     DaemonStart,
     DatabaseCost,
     DatabaseStats,
