@@ -54,6 +54,14 @@ class ConfigError(ImapmigError):
         return shown
 
 
+class NoStateYet(ConfigError):
+    """
+    A PostgreSQL database given as C{state} holds no imapmig state yet
+    (no daemon has run on it): a command that reads one refuses it
+    (L{imapmig.daemon.pgstate}), C{imapmig plan} reads it as empty.
+    """
+
+
 class StateURIProblem(ImapmigError):
     """
     A PostgreSQL URI given as C{state} cannot be used

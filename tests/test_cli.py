@@ -460,16 +460,16 @@ class VerifyReportPathTests(SynchronousTestCase):
 
 class PostgreSQLStateTests(SynchronousTestCase):
     """
-    Every command refuses a PostgreSQL state, which this build cannot read
-    yet, with status 2 and one line naming C{state}, rather than opening
-    the URI as a file.
+    Every command reads a PostgreSQL state (L{imapmig.daemon.pgstate});
+    one it cannot read is refused with status 2 and one line naming
+    C{state}.  (tests.test_daemon_postgresql reads a real one.)
     """
 
     def test_refused(self) -> None:
         """
-        C{report}, C{plan} and C{verify} (with or without C{--report},
-        whose default is beside a SQLite file) exit 2 with one line and
-        write nothing.
+        C{report}, C{plan} and C{verify} (with or without C{--report})
+        exit 2 with one line naming C{state} when the database does not
+        answer, and write nothing.
         """
         base = os.path.abspath(self.mktemp())
         maildir = os.path.join(base, "Maildir")
@@ -478,15 +478,16 @@ class PostgreSQLStateTests(SynchronousTestCase):
         config = os.path.join(base, "c.yaml")
         with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write(
-                "state: postgresql://imapmig@localhost/imapmig\n"
+                "state: postgresql://imapmig@127.0.0.1:1/imapmig\n"
+                "fleet: {name: acme}\n"
                 "servers: {s: {endpoint: 'tcp:127.0.0.1:143'}}\n"
                 f"jobs: [{{name: alice, source: {{maildir: {maildir}}},"
                 " destination: {server: s, user: a, password: p}}]\n"
             )
         line = (
-            f"{config}: state: PostgreSQL is not supported yet by this build:"
-            " postgresql://imapmig@localhost/imapmig (only the configuration is read;"
-            " give a SQLite file)\n"
+            f"{config}: state: postgresql://imapmig@127.0.0.1:1/imapmig: cannot connect:"
+            ' connection to server at "127.0.0.1", port 1 failed: Connection refused Is the'
+            " server running on that host and accepting TCP/IP connections?\n"
         )
         report = os.path.join(base, "report.json")
         for argv in (

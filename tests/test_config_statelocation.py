@@ -12,6 +12,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config import Config, PostgreSQLState, SQLiteState, parseConfig
+from imapmig.config.model import FleetConfig
 from imapmig.config import statelocation
 from imapmig.config.statelocation import DEFAULT_STATE_PATH
 from imapmig.access.secrets import Secret
@@ -33,10 +34,17 @@ class StateTestCase(SynchronousTestCase):
 
     def document(self, **top: object) -> dict[str, Any]:
         """
-        A configuration of one job, with the settings C{top}.
+        A configuration of one job, with the settings C{top}; with a
+        PostgreSQL C{state}, the fleet C{acme} unless C{top} gives
+        C{fleet} (C{fleet=None}: none).
         """
         export = os.path.join(self.directory, "export")
         os.makedirs(export, exist_ok=True)
+        state = top.get("state")
+        if isinstance(state, str) and state.startswith("postgres") and "fleet" not in top:
+            top["fleet"] = {"name": "acme"}
+        if top.get("fleet", ()) is None:
+            del top["fleet"]
         return {
             "servers": {"new": {"endpoint": "tcp:127.0.0.1:143", "starttls": "off"}},
             "jobs": [
@@ -124,11 +132,15 @@ class SQLiteTests(StateTestCase):
                 state_password_file="pw",
                 state_password_credential="pg",
                 state_allow_plaintext=True,
+                fleet={"name": "acme"},
             ),
             [
                 f"{self.path}: {key}: goes with a PostgreSQL state"
                 " (state: postgresql://...), not a SQLite file"
-                for key in ("state_password_file", "state_password_credential", "state_allow_plaintext")
+                for key in (
+                    "state_password_file", "state_password_credential", "state_allow_plaintext",
+                    "fleet",
+                )
             ],
         )
 
@@ -250,19 +262,22 @@ class URITests(StateTestCase):
 
     def test_statePathRefused(self) -> None:
         """
-        L{Config.statePath}, which every user of the SQLite file reads,
-        refuses a PostgreSQL state with one line naming C{state}.
+        L{Config.statePath}, which what needs the SQLite file itself reads,
+        refuses a PostgreSQL state with one line naming C{state};
+        L{Config.localDirectory} is then the working directory, and the
+        SQLite file's directory otherwise.
         """
         config = self.load(state="postgresql://u@localhost/db")
         e = self.assertRaises(ConfigError, lambda: config.statePath)
         self.assertEqual(
             e.problems,
             (
-                f"{self.path}: state: PostgreSQL is not supported yet by this build:"
-                " postgresql://u@localhost/db (only the configuration is read;"
-                " give a SQLite file)",
+                f"{self.path}: state: postgresql://u@localhost/db is a PostgreSQL database,"
+                " not a SQLite file: give a SQLite file's path",
             ),
         )
+        self.assertEqual(config.localDirectory, os.getcwd())
+        self.assertEqual(self.load(state="state.sqlite").localDirectory, self.directory)
 
 
 class URIProblemTests(StateTestCase):
@@ -509,7 +524,10 @@ class PasswordTests(StateTestCase):
         """
         path = writeFile(os.path.join(self.directory, "pg.pw"), SECRET + "\n")
         state = self.state(self.uri, state_password_file="pg.pw")
-        self.assertEqual((state.password, state.passwordPath), (Secret(SECRET), path))
+        self.assertEqual(
+            (state.password, state.passwordPath, state.passwordKey),
+            (Secret(SECRET), path, "state_password_file"),
+        )
         self.assertNotIn(SECRET, repr(state))
         self.assertEqual(state.uri(), self.uri)
 
@@ -535,7 +553,10 @@ class PasswordTests(StateTestCase):
         state = self.load({"CREDENTIALS_DIRECTORY": credentials}, state=self.uri,
                           state_password_credential="pg").state
         assert isinstance(state, PostgreSQLState)
-        self.assertEqual((state.password, state.passwordPath), (Secret(SECRET), path))
+        self.assertEqual(
+            (state.password, state.passwordPath, state.passwordKey),
+            (Secret(SECRET), path, "state_password_credential"),
+        )
 
     def test_neither(self) -> None:
         """
@@ -543,7 +564,7 @@ class PasswordTests(StateTestCase):
         C{~/.pgpass}) or needs none.
         """
         state = self.state(self.uri)
-        self.assertEqual((state.password, state.passwordPath), (None, None))
+        self.assertEqual((state.password, state.passwordPath, state.passwordKey), (None, None, None))
 
     def test_both(self) -> None:
         """
@@ -556,3 +577,136 @@ class PasswordTests(StateTestCase):
                 " or state_password_credential, not both"
             ],
         )
+
+
+class FleetTests(StateTestCase):
+    """
+    C{fleet}: the fleet of daemons sharing a PostgreSQL state.
+    """
+
+    uri = "postgresql://imapmig@localhost/db"
+
+    def test_fleet(self) -> None:
+        """
+        C{fleet.name} and C{fleet.lease} make L{Config.fleet}; the lease is
+        60 s by default.
+        """
+        self.assertEqual(
+            self.load(state=self.uri, fleet={"name": "acme-2026", "lease": 30}).fleet,
+            FleetConfig(name="acme-2026", lease=30.0),
+        )
+        fleet = self.load(state=self.uri, fleet={"name": "acme"}).fleet
+        self.assertEqual(fleet, FleetConfig(name="acme", lease=60.0))
+        assert fleet is not None
+        self.assertEqual(fleet.describe(), "acme (lease 60 s)")
+
+    def test_sqliteHasNone(self) -> None:
+        """
+        Beside a SQLite file there is no fleet.
+        """
+        self.assertIsNone(self.load(state="state.sqlite").fleet)
+
+    def test_required(self) -> None:
+        """
+        A PostgreSQL state without C{fleet} is refused, naming the key.
+        """
+        self.assertEqual(
+            self.problems(state=self.uri, fleet=None),
+            [
+                f"{self.path}: fleet: required with a PostgreSQL state: give fleet: {{name: NAME}},"
+                " the same name on every daemon sharing the database"
+            ],
+        )
+
+    def test_nameRequired(self) -> None:
+        """
+        C{fleet.name} is required.
+        """
+        self.assertEqual(
+            self.problems(state=self.uri, fleet={"lease": 60}),
+            [
+                f"{self.path}: fleet.name: required: the fleet's name, the same on every daemon"
+                " sharing the database"
+            ],
+        )
+
+    def test_badName(self) -> None:
+        """
+        A name of other characters, or longer than 63, is refused.
+        """
+        for name in ("acme 2026", "-acme", "a" * 64):
+            self.assertEqual(
+                self.problems(state=self.uri, fleet={"name": name}),
+                [
+                    f"{self.path}: fleet.name: invalid fleet name {name!r}: use letters, digits"
+                    " and . _ @ -, starting with a letter or digit, at most 63 characters"
+                ],
+            )
+        self.assertEqual(self.load(state=self.uri, fleet={"name": "a" * 63}).fleet,
+                         FleetConfig("a" * 63))
+
+    def test_lease(self) -> None:
+        """
+        The lease is between 10 and 600 seconds.
+        """
+        for lease in (9.5, 601):
+            self.assertEqual(
+                self.problems(state=self.uri, fleet={"name": "acme", "lease": lease}),
+                [
+                    f"{self.path}: fleet.lease: must be between 10 and 600 seconds, not {lease}"
+                    " (a daemon renews it every twelfth of it; a dead daemon's jobs wait that long)"
+                ],
+            )
+        for lease in (10, 600):
+            fleet = self.load(state=self.uri, fleet={"name": "acme", "lease": lease}).fleet
+            assert fleet is not None
+            self.assertEqual(fleet.lease, float(lease))
+        self.assertEqual(
+            self.problems(state=self.uri, fleet={"name": "acme", "lease": "60s"}),
+            [f"{self.path}: fleet.lease: expected a number of seconds, got a string"],
+        )
+
+    def test_unknownKey(self) -> None:
+        """
+        An unknown key of C{fleet} is refused with a hint.
+        """
+        self.assertEqual(
+            self.problems(state=self.uri, fleet={"name": "acme", "leese": 60}),
+            [f"{self.path}: fleet.leese: unknown key 'leese' (did you mean 'lease'?)"],
+        )
+
+    def test_notAMapping(self) -> None:
+        """
+        C{fleet} is a mapping.
+        """
+        self.assertEqual(
+            self.problems(state=self.uri, fleet="acme"),
+            [f"{self.path}: fleet: expected a mapping, got a string"],
+        )
+
+
+class DriverTests(StateTestCase):
+    """
+    A PostgreSQL state needs psycopg, the C{imapmig[postgresql]} extra.
+    """
+
+    def test_missing(self) -> None:
+        """
+        Without psycopg, a PostgreSQL state is refused with one line
+        naming C{state} and the extra, rather than a traceback at start.
+        """
+        self.patch(statelocation, "driverInstalled", lambda: False)
+        self.assertEqual(
+            self.problems(state="postgresql://u@localhost/db"),
+            [
+                f"{self.path}: state: a PostgreSQL state needs psycopg, which is not installed:"
+                " install imapmig with its postgresql extra (pip install 'imapmig[postgresql]')"
+            ],
+        )
+        self.assertIsInstance(self.load(state="state.sqlite").state, SQLiteState)
+
+    def test_installed(self) -> None:
+        """
+        Here it is installed (the test environment has the extra).
+        """
+        self.assertTrue(statelocation.driverInstalled())

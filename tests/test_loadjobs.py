@@ -21,10 +21,14 @@ class LoadJobsTests(PostgreSQLTestMixin):
     C{imapmig state load-jobs --config FILE}.
     """
 
-    def configure(self, jobs: dict[str, str], state: str | None = None) -> str:
+    def configure(
+        self, jobs: dict[str, str], state: str | None = None, fleet: str | None = "acme"
+    ) -> str:
         """
         Write a configuration of C{jobs} (name to password), each from its
-        own Maildir, with the state in this test's database.
+        own Maildir, with the state in this test's database, of the fleet
+        C{fleet} (L{None}: no C{fleet}) unless C{state} gives a SQLite
+        file.
 
         @return: its path.
         """
@@ -42,7 +46,8 @@ class LoadJobsTests(PostgreSQLTestMixin):
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write(
                 f"state: {state or self.uri}\nservers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
-                f"jobs: [{', '.join(entries)}]\n"
+                + (f"fleet: {{name: {fleet}}}\n" if fleet and state is None else "")
+                + f"jobs: [{', '.join(entries)}]\n"
             )
         return path
 
@@ -100,13 +105,17 @@ class LoadJobsTests(PostgreSQLTestMixin):
 
     def test_notAFleet(self) -> None:
         """
-        A SQLite state, or no fleet's name, is refused with status 2.
+        A SQLite state, or no fleet's name, is refused with status 2 (a
+        PostgreSQL state without C{fleet} is an invalid configuration).
         """
         sqlite = self.configure({"alice": "p"}, state=os.path.abspath("state.sqlite"))
-        for argv in (["--config", sqlite, "--fleet", "acme"], ["--config", self.configure({"a": "p"})]):
-            status, out, err = self.command("state", "load-jobs", *argv)
-            self.assertEqual((status, out), (2, ""))
-            self.assertIn("state load-jobs needs a PostgreSQL state database and a fleet's name", err)
+        status, out, err = self.command("state", "load-jobs", "--config", sqlite, "--fleet", "acme")
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn("state load-jobs needs a PostgreSQL state database and a fleet's name", err)
+        noFleet = self.configure({"a": "p"}, fleet=None)
+        status, out, err = self.command("state", "load-jobs", "--config", noFleet)
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn(f"{noFleet}: fleet: required with a PostgreSQL state", err)
 
     def test_hint(self) -> None:
         """

@@ -70,6 +70,7 @@ def _scratch() -> Path:
 
 
 NEEDS_POSTGRESQL_EXTRA = (
+    "imapmig.daemon.pgstate",
     "imapmig.queue._pgfleetview",
     "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",

@@ -27,7 +27,15 @@ from zope.interface import implementer
 
 from imapmig.config import loadConfig
 from imapmig.config.limits import AccountLimits, ServerLimits
-from imapmig.config.model import Config, JobConfig, NotifyConfig, PostgreSQLState, SQLiteState, StatusConfig
+from imapmig.config.model import (
+    Config,
+    FleetConfig,
+    JobConfig,
+    NotifyConfig,
+    PostgreSQLState,
+    SQLiteState,
+    StatusConfig,
+)
 from imapmig.errors import SHOWN_PROBLEMS, ConfigError
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
@@ -257,12 +265,20 @@ class PlanTests(SynchronousTestCase):
     def test_postgreSQLStateKept(self) -> None:
         """
         A reload that moves the state to PostgreSQL needs a restart, and
-        the running daemon keeps its SQLite file.
+        the running daemon keeps its SQLite file; so does one that changes
+        the fleet, whose name and lease the daemon keeps.
         """
         old = configOf([])
-        new = evolve(old, state=PostgreSQLState(dbname="imapmig", host="localhost"))
-        self.assertEqual(planReload(old, new).needsRestart, ("state",))
-        self.assertEqual(keptForRestart(old, new).statePath, "/var/lib/imapmig/state.sqlite")
+        new = evolve(
+            old,
+            state=PostgreSQLState(dbname="imapmig", host="localhost"),
+            fleet=FleetConfig("acme"),
+        )
+        self.assertEqual(planReload(old, new).needsRestart, ("state", "fleet"))
+        kept = keptForRestart(old, new)
+        self.assertEqual((kept.statePath, kept.fleet), ("/var/lib/imapmig/state.sqlite", None))
+        other = evolve(new, fleet=FleetConfig("acme", lease=30))
+        self.assertEqual(planReload(new, other).needsRestart, ("fleet",))
 
     def test_describe(self) -> None:
         """

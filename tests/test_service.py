@@ -127,8 +127,10 @@ class OptionsTests(SynchronousTestCase):
 
 class PostgreSQLStateTests(SynchronousTestCase):
     """
-    A PostgreSQL state is valid configuration this build cannot run on
-    yet: the daemon refuses it at start, C{--check-config} accepts it.
+    A daemon on a PostgreSQL state tries the database at start
+    (L{imapmig.daemon.pgstate}; tests.test_daemon_postgresql runs one on
+    a real one): one that does not answer is refused with one line naming
+    C{state}; C{--check-config} names the state and the fleet.
     """
 
     def setUp(self) -> None:
@@ -139,29 +141,17 @@ class PostgreSQLStateTests(SynchronousTestCase):
         maildir = makeMaildir(self)
         self.path = writeConfig(
             self,
-            'state: "postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a"\n'
+            'state: "postgresql://imapmig@127.0.0.1:1/imapmig?application_name=a"\n'
+            "fleet: {name: acme}\n"
             "servers: {s: {endpoint: 'tcp:127.0.0.1:143', starttls: 'off'}}\n"
             f"jobs: [{{name: a, source: {{maildir: {maildir}}},"
             " destination: {server: s, user: u, password: p}}]\n",
         )
 
-    def test_startRefused(self) -> None:
-        """
-        The daemon exits 2 at start with one line naming C{state}, before
-        anything is opened.
-        """
-        e = self.assertRaises(SystemExit, Options().parseOptions, ["--config", self.path])
-        self.assertEqual(e.code, EXIT_BAD_CONFIG)
-        self.assertEqual(
-            self.stderr.getvalue(),
-            f"{self.path}: state: PostgreSQL is not supported yet by this build:"
-            " postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a"
-            " (only the configuration is read; give a SQLite file)\n",
-        )
-
     def test_checkConfig(self) -> None:
         """
-        C{--check-config} accepts it and says which state it would use.
+        C{--check-config} accepts it and says which state and fleet it
+        would use.
         """
         e = self.assertRaises(
             SystemExit, Options().parseOptions, ["--config", self.path, "--check-config"]
@@ -171,22 +161,25 @@ class PostgreSQLStateTests(SynchronousTestCase):
             self.stdout.getvalue(),
             f"{self.path}: configuration OK: 1 job, 1 server\n"
             f"{self.path}: state: PostgreSQL database"
-            " postgresql://imapmig@127.0.0.1:5432/imapmig?application_name=a\n",
+            " postgresql://imapmig@127.0.0.1:1/imapmig?application_name=a\n"
+            f"{self.path}: fleet: acme (lease 60 s)\n",
         )
 
     def test_buildServiceRefuses(self) -> None:
         """
-        Assembling the daemon on the configuration's own store refuses it
-        too, rather than opening the URI as a file.
+        Assembling the daemon on the configuration's own store connects to
+        the database, and refuses one that does not answer with one line
+        naming C{state}, rather than opening the URI as a file.
         """
         config = loadConfig(self.path)
         e = self.assertRaises(ConfigError, buildService, config, MemoryReactorClock())
-        [problem] = e.problems
-        self.assertTrue(
-            problem.startswith(
-                f"{self.path}: state: PostgreSQL is not supported yet by this build: "
+        self.assertEqual(
+            e.problems,
+            (
+                f"{self.path}: state: postgresql://imapmig@127.0.0.1:1/imapmig?application_name=a:"
+                ' cannot connect: connection to server at "127.0.0.1", port 1 failed: Connection'
+                " refused Is the server running on that host and accepting TCP/IP connections?",
             ),
-            problem,
         )
 
 

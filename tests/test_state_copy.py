@@ -494,6 +494,7 @@ class RefusalTests(CopyCase):
 _CONFIG = """\
 state: "{uri}"
 state_password_file: {secret}
+fleet: {{name: acme}}
 servers:
   new: {{endpoint: "tcp:127.0.0.1:2143", starttls: "off"}}
 jobs:

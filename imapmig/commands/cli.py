@@ -29,8 +29,9 @@ failed.
 compares each job's source with its destination, folder by folder: every
 message's SHA-256, flags and INTERNALDATE.  It prints a summary and every
 difference, writes the whole report as JSON (default
-C{imapmig-verify.json} in the state database's directory, where the
-daemon's status shows its result as C{run.verify}), and exits 0 when
+C{imapmig-verify.json} in the state database's directory, or with a
+PostgreSQL state in the working directory, where the daemon's status
+shows its result as C{run.verify}), and exits 0 when
 there is no difference, 1 when there is any (or a job could not be
 verified, or the report could not be written), 2 on an invalid
 configuration.
@@ -66,7 +67,7 @@ from imapmig.commands.plan import plan
 from imapmig.commands.report import report
 from imapmig.commands.statecopy import addCopyParser
 from imapmig.commands.verify import verify
-from imapmig.config import Config, loadConfig
+from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.errors import ConfigError, PermanentError
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
@@ -106,7 +107,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         "--report",
         default=None,
         help="where to write the JSON report (default: imapmig-verify.json beside the state"
-        " database, where the daemon's status page shows its result)",
+        " database, or in the working directory with PostgreSQL, where the daemon's status"
+        " page shows its result)",
     )
     planParser = commands.add_parser(
         "plan", help="what a run would copy and create, writing nothing"
@@ -155,10 +157,18 @@ def _selectedJobs(config: Config, args: argparse.Namespace) -> list[str]:
 def _openStore(config: Config, command: str) -> IStateStore:
     """
     The state database, read-only; for C{plan} without one yet (nothing
-    was copied, and plan creates none), an empty store in memory.
+    was copied, and plan creates none), an empty store in memory.  A
+    PostgreSQL one is checked first, and read in place
+    (L{imapmig.daemon.pgstate.openCommandStore}).
 
     @raise PermanentError: it cannot be read.
+    @raise ConfigError: a PostgreSQL state cannot be read (one line).
     """
+    if isinstance(config.state, PostgreSQLState):
+        # Imported here: only a PostgreSQL state needs psycopg.
+        from imapmig.daemon.pgstate import openCommandStore
+
+        return openCommandStore(config, empty=command == "plan")
     if command == "plan" and not os.path.exists(config.statePath):
         return MemoryStateStore()
     return SQLiteStateStore(config.statePath, seconds=lambda: 0.0, readOnly=True)
@@ -181,11 +191,12 @@ def _plan(args: argparse.Namespace, config: Config, jobs: list[str], store: ISta
 def _verify(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:
     """
     C{imapmig verify}, on the global reactor; its report beside the state
-    database unless C{--report} says where.
+    database (with PostgreSQL, in the working directory:
+    L{Config.localDirectory}) unless C{--report} says where.
     """
-    from imapmig.status.verifyreport import defaultReportPath
+    from imapmig.status.verifyreport import REPORT_NAME
 
-    reportPath = args.report or defaultReportPath(config.statePath)
+    reportPath = args.report or os.path.join(config.localDirectory, REPORT_NAME)
     return _runReactor(
         lambda reactor: verify(config, jobs, store, reactor, reportPath, out, args.report is None)
     )

@@ -196,6 +196,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader, StateReader):
             ),
             "maxJobs": self._readMaxJobs(top),
             "notify": self._readNotify(top["notify"]) if "notify" in top else None,
+            "fleet": self._readFleet(top),
         }
 
     def _readTop(self, document: object) -> dict[str, object]:

@@ -6,6 +6,7 @@ L{imapmig.config}.
 
 from __future__ import annotations
 
+import os
 from urllib.parse import quote, urlencode
 
 from attrs import field, frozen
@@ -362,6 +363,13 @@ class SQLiteState:
         """
         return f"SQLite database {self.path}"
 
+    def pageName(self) -> None:
+        """
+        How a page that needs no credential names it: not at all (no page
+        shows a path of the host).
+        """
+        return None
+
 
 @frozen
 class PostgreSQLState:
@@ -382,6 +390,9 @@ class PostgreSQLState:
         C{state_password_credential}, or L{None}: libpq finds one itself
         (C{PGPASSFILE}, C{~/.pgpass}) or needs none (peer, certificate).
     @ivar passwordPath: the file the password was read from, or L{None}.
+    @ivar passwordKey: the key that gave the password
+        (C{state_password_file} or C{state_password_credential}), which a
+        refused password is reported under, or L{None}.
     @ivar allowPlaintext: C{state_allow_plaintext}: an C{sslmode} weaker
         than C{verify-full} toward a host not on this machine was accepted.
     """
@@ -393,6 +404,7 @@ class PostgreSQLState:
     parameters: tuple[tuple[str, str], ...] = ()
     password: Secret | None = None
     passwordPath: str | None = None
+    passwordKey: str | None = None
     allowPlaintext: bool = False
 
     def parameter(self, name: str) -> str | None:
@@ -429,6 +441,20 @@ class PostgreSQLState:
         query = f"?{urlencode(self.parameters, safe='/', quote_via=quote)}" if self.parameters else ""
         return f"postgresql://{user}{host}{port}/{quote(self.dbname, safe='')}{query}"
 
+    def pageName(self) -> str:
+        """
+        How a page that needs no credential names it: L{shortURI}.
+        """
+        return self.shortURI()
+
+    def shortURI(self) -> str:
+        """
+        L{uri} without its parameters (C{postgresql://USER@HOST:PORT/DBNAME}):
+        the database as pages that need no credential name it (a
+        parameter may name a file of the host).
+        """
+        return self.uri().partition("?")[0]
+
     def describe(self) -> str:
         """
         What C{--check-config} says it uses.
@@ -452,6 +478,44 @@ Where the state database is (C{state}).
 """
 
 
+MIN_LEASE = 10.0
+"""
+The shortest lease C{fleet.lease} may give, in seconds: a daemon renews
+its lease every twelfth of it (docs/fleet-design.md, "The heartbeat"),
+and a shorter one would be lost to a database's checkpoint or a short
+network stall.
+"""
+
+MAX_LEASE = 600.0
+"""
+The longest lease C{fleet.lease} may give, in seconds: a dead daemon's
+jobs wait that long before another takes them over.
+"""
+
+
+@frozen
+class FleetConfig:
+    """
+    The fleet of daemons sharing a PostgreSQL state (C{fleet}), required
+    with one and refused beside a SQLite file.
+
+    @ivar name: C{fleet.name}: the name of the fleet, which the database
+        records with its job list; a daemon of another fleet is refused
+        there (docs/fleet-design.md, "Fleet membership").
+    @ivar lease: C{fleet.lease}: seconds a daemon's claims outlive its
+        last heartbeat (L{MIN_LEASE} to L{MAX_LEASE}).
+    """
+
+    name: str
+    lease: float = 60.0
+
+    def describe(self) -> str:
+        """
+        What C{--check-config} says of it.
+        """
+        return f"{self.name} (lease {self.lease:g} s)"
+
+
 @frozen
 class Config:
     """
@@ -459,7 +523,7 @@ class Config:
 
     @ivar path: the configuration file's absolute path.
     @ivar state: where the state database is (C{state}): a SQLite file, or
-        a PostgreSQL database (not usable yet: L{statePath} refuses it).
+        a PostgreSQL database.
     @ivar status: the status resource, or L{None} when disabled.
     @ivar servers: every configured server, in file order.
     @ivar jobs: every job, in file order.
@@ -467,6 +531,8 @@ class Config:
         the messages in flight.
     @ivar maxJobs: jobs running at once (C{max_jobs}).
     @ivar notify: where notifications go (C{notify}), or L{None}: none.
+    @ivar fleet: the fleet the daemon belongs to (C{fleet}), given with a
+        PostgreSQL state, or L{None}: with a SQLite one.
     """
 
     path: str
@@ -477,20 +543,34 @@ class Config:
     stopTimeout: float = 30.0
     maxJobs: int = 8
     notify: NotifyConfig | None = None
+    fleet: FleetConfig | None = None
 
     @property
     def statePath(self) -> str:
         """
-        The SQLite state database's absolute path.
+        The SQLite state database's absolute path, for what needs the file
+        itself (its lock, a read-only copy).
 
-        @raise ConfigError: the state is in PostgreSQL, which this build
-            cannot use yet (one problem naming C{state}).
+        @raise ConfigError: the state is in PostgreSQL, which has no file
+            (one problem naming C{state}).
         """
         if isinstance(self.state, SQLiteState):
             return self.state.path
         raise ConfigError(
             [
-                f"{self.path}: state: PostgreSQL is not supported yet by this build:"
-                f" {self.state.uri()} (only the configuration is read; give a SQLite file)"
+                f"{self.path}: state: {self.state.uri()} is a PostgreSQL database,"
+                " not a SQLite file: give a SQLite file's path"
             ]
         )
+
+    @property
+    def localDirectory(self) -> str:
+        """
+        The directory of the files this host keeps beside the state (the
+        verify report, L{imapmig.status.verifyreport}): the SQLite file's,
+        or, with PostgreSQL, the working directory, which the systemd
+        units set to their state directory (C{/var/lib/imapmig}).
+        """
+        if isinstance(self.state, SQLiteState):
+            return os.path.dirname(self.state.path)
+        return os.getcwd()

@@ -3,8 +3,9 @@
 Where the state database is: C{state:} as a SQLite file (the default) or
 a PostgreSQL libpq URI (C{postgresql://USER@HOST:PORT/DBNAME?sslmode=...},
 or C{postgres://}), with the keys that go with a URI:
-C{state_password_file}, C{state_password_credential} and
-C{state_allow_plaintext}.
+C{state_password_file}, C{state_password_credential},
+C{state_allow_plaintext} and the C{fleet} section (its C{name} and
+C{lease}: L{imapmig.config.model.FleetConfig}).
 
 A new module because nothing read a URI before: C{state} was read as a
 path by L{imapmig.config}'s parser (that reader moved here).  The
@@ -20,12 +21,23 @@ not document.  No problem shows the URI itself: it could hold a password.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 from typing import Callable, Mapping
 from urllib.parse import unquote
 
+from attrs import fields
+
 from imapmig.config.endpoints import isLoopbackHost
-from imapmig.config.model import PostgreSQLState, SQLiteState, StateLocation
+from imapmig.config.model import (
+    MAX_LEASE,
+    MIN_LEASE,
+    FleetConfig,
+    PostgreSQLState,
+    SQLiteState,
+    StateLocation,
+)
+from imapmig.config.reader import _NAME, Key, Step, keyNames
 from imapmig.config.secretkeys import SecretsReader, secretKeys
 from imapmig.access.secrets import Secret
 from imapmig.errors import StateURIProblem
@@ -38,9 +50,16 @@ _SCHEMES = ("postgresql://", "postgres://")
 
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
-STATE_KEYS = ("state", *secretKeys("state_password"), "state_allow_plaintext")
+STATE_KEYS = ("state", *secretKeys("state_password"), "state_allow_plaintext", "fleet")
 """
-The top-level keys about the state database.
+The top-level keys about the state database: C{state}, then those that go
+with a PostgreSQL one only.
+"""
+
+MAX_FLEET_NAME = 63
+"""
+The longest fleet name, in characters (PostgreSQL's longest identifier:
+the name may end up in one).
 """
 
 
@@ -283,6 +302,20 @@ def _checkedValue(name: str, value: str, resolve: Callable[[str], str]) -> tuple
     return name, value
 
 
+_NO_DRIVER = (
+    "a PostgreSQL state needs psycopg, which is not installed: install imapmig with its"
+    " postgresql extra (pip install 'imapmig[postgresql]')"
+)
+
+
+def driverInstalled() -> bool:
+    """
+    Whether psycopg, the PostgreSQL driver of the C{imapmig[postgresql]}
+    extra, can be imported (it is not imported here).
+    """
+    return importlib.util.find_spec("psycopg") is not None
+
+
 def isLocal(state: PostgreSQLState) -> bool:
     """
     Whether C{state} is reached on this machine: through a Unix socket
@@ -358,7 +391,11 @@ class StateReader(SecretsReader):
         if weak is not None and allow is False:
             self._problem("state", weak)
             return None
+        if not driverInstalled():
+            self._problem("state", _NO_DRIVER)
+            return None
         password, passwordPath = (None, None) if secret is None else secret
+        passwordKey = next((key for key in secretKeys("state_password") if key in top), None)
         return PostgreSQLState(
             dbname=state.dbname,
             host=state.host,
@@ -367,6 +404,7 @@ class StateReader(SecretsReader):
             parameters=state.parameters,
             password=password,
             passwordPath=passwordPath,
+            passwordKey=None if password is None else passwordKey,
             allowPlaintext=bool(allow),
         )
 
@@ -383,6 +421,57 @@ class StateReader(SecretsReader):
             self._problem(keys[0], f"give one of {' or '.join(keys)}, not both")
             return None
         return self._readSecret(top, "", "state_password", "PostgreSQL password")
+
+    def _readFleet(self, top: Mapping[str, object]) -> FleetConfig | None:
+        """
+        Read C{fleet}: required with a PostgreSQL C{state} (beside a
+        SQLite file, L{_readState} refuses it).
+        """
+        state = top.get("state")
+        if not (isinstance(state, str) and state.startswith(_SCHEMES)):
+            return None
+        if "fleet" not in top:
+            self._problem(
+                "fleet",
+                "required with a PostgreSQL state: give fleet: {name: NAME}, the same name on"
+                " every daemon sharing the database",
+            )
+            return None
+        values = self._readSection(top["fleet"], "fleet", _FLEET_TABLE)
+        return None if values is None else FleetConfig(**values)
+
+    def _readFleetName(self, value: object, path: str) -> str | None:
+        """
+        Read C{fleet.name}: letters, digits and C{. _ @ -}, as a job's
+        name, at most L{MAX_FLEET_NAME} characters.
+        """
+        name = self._readString(value, path)
+        if name is None:
+            return None
+        if not _NAME.fullmatch(name) or len(name) > MAX_FLEET_NAME:
+            self._problem(
+                path,
+                f"invalid fleet name {name!r}: use letters, digits and . _ @ -, starting"
+                f" with a letter or digit, at most {MAX_FLEET_NAME} characters",
+            )
+            return None
+        return name
+
+    def _readLease(self, value: object, path: str) -> float | None:
+        """
+        Read C{fleet.lease}: seconds, from L{MIN_LEASE} to L{MAX_LEASE}.
+        """
+        seconds = self._readSeconds(value, path)
+        if seconds is None:
+            return None
+        if not MIN_LEASE <= seconds <= MAX_LEASE:
+            self._problem(
+                path,
+                f"must be between {MIN_LEASE:g} and {MAX_LEASE:g} seconds, not {value}"
+                " (a daemon renews it every twelfth of it; a dead daemon's jobs wait that long)",
+            )
+            return None
+        return seconds
 
     def _readStatePath(self, value: object) -> str | None:
         """
@@ -404,3 +493,12 @@ def statePathProblem(resolved: str) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"directory {parent} is not writable"
     return None
+
+
+# The keys of fleet, each a field of FleetConfig.
+_FLEET_TABLE: tuple[Step, ...] = (
+    Key("name", StateReader._readFleetName,
+        missing="required: the fleet's name, the same on every daemon sharing the database"),
+    Key("lease", StateReader._readLease, default=fields(FleetConfig).lease.default),
+)  # fmt: skip
+FLEET_KEYS = keyNames(_FLEET_TABLE)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sdnotify -*-
+# -*- test-case-name: tests.test_sdnotify,tests.test_daemon_notify -*-
 """
 Tell systemd how the daemon is doing (C{Type=notify}, L{imapmig.daemon.sdnotify}):
 
@@ -12,6 +12,9 @@ Tell systemd how the daemon is doing (C{Type=notify}, L{imapmig.daemon.sdnotify}
     STOPPING=1     at the start of shutdown
     RELOADING=1    around a reload (C{Type=notify-reload}), then READY=1
                    again with a STATUS saying whether it applied
+
+L{addSystemdNotifier} adds it to the daemon when systemd started it
+(moved here from L{imapmig.daemon.service}, at its size bound).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Callable, Mapping
+import os
+from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, succeed
@@ -28,6 +32,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.daemon.sdnotify import Notifier, monotonicMicroseconds
+
+if TYPE_CHECKING:
+    from imapmig.daemon.rootservice import MigrationService
 
 log = Logger()
 
@@ -369,3 +376,35 @@ class SystemdNotifyService(Service):
         Service.stopService(self)
         self.stopping()
         self._notifier.close()
+
+
+def addSystemdNotifier(
+    root: MigrationService,
+    reactor: Any,
+    environ: Mapping[str, str],
+    whenListening: Callable[[], Deferred[None]] | None,
+) -> None:
+    """
+    Add the systemd notifier to C{root}, last, when C{environ} names a
+    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
+    L{buildService}).
+    """
+    from imapmig.daemon.sdnotify import (
+        notifierFromEnvironment,
+        unsetNotifyEnvironment,
+        watchdogSeconds,
+    )
+
+    notifier = notifierFromEnvironment(environ)
+    watchdog = watchdogSeconds(environ, os.getpid())
+    if isinstance(environ, MutableMapping):
+        unsetNotifyEnvironment(environ)
+    if notifier is None:
+        return
+    service = SystemdNotifyService(
+        notifier, reactor, root.progress.summary, whenListening, watchdog
+    )
+    # Twisted's service methods are unannotated.
+    service.setName("systemd")  # type: ignore[no-untyped-call]
+    service.setServiceParent(root)  # type: ignore[no-untyped-call]
+    root.addReloadObserver(service)

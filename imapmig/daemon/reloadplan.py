@@ -405,6 +405,7 @@ def _notifyAddedOrRemoved(old: Config, new: Config) -> bool:
 # leaves them as they were (then the servers' rates and budgets).
 _RESTART_SETTINGS: tuple[tuple[str, Callable[[Config, Config], bool]], ...] = (
     ("state", _stateChanges),
+    ("fleet", lambda old, new: old.fleet != new.fleet),
     ("status.listen", _StatusSetting("listen", None).changes),
     ("status.token_file", _StatusSetting("token", None).changes),
     ("status.allowed_hosts", _StatusSetting("allowedHosts", ()).changes),
@@ -434,9 +435,9 @@ def _notifyChanges(old: NotifyConfig | None, new: NotifyConfig | None) -> tuple[
 def keptForRestart(old: Config, new: Config) -> Config:
     """
     The configuration the daemon runs with after a reload of C{new}: C{new}
-    with the settings a reload cannot change (its state database, its
-    status listener and token, whether it notifies) kept from C{old}, so
+    with the settings a reload cannot change (its state database and
+    fleet, its status listener and token, whether it notifies) kept from C{old}, so
     that the next reload says again that they need a restart.
     """
     notify = old.notify if (old.notify is None) != (new.notify is None) else new.notify
-    return evolve(new, state=old.state, status=old.status, notify=notify)
+    return evolve(new, state=old.state, fleet=old.fleet, status=old.status, notify=notify)

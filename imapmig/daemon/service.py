@@ -35,7 +35,7 @@ import itertools
 import os
 import socket
 import time
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from attrs import evolve
 
@@ -54,6 +54,7 @@ from imapmig.config import (
     JobConfig,
     MaildirSourceConfig,
     MboxSourceConfig,
+    PostgreSQLState,
     ServerConfig,
 )
 from imapmig.config.model import AccountConfig, NotifyConfig, StatusConfig, TokenSourceConfig
@@ -491,20 +492,27 @@ def buildService(
     @param reactor: provides the clock, TCP connections and listening.
     @param whenDone: called with whether every job completed once the
         queue is drained; L{None} keeps the daemon serving status.
-    @param store: the state store; by default the SQLite file the
-        configuration names.
+    @param store: the state store; by default the configuration's SQLite
+        file, or its PostgreSQL database with the fleet's job queue
+        (L{imapmig.daemon.pgstate.openFleetState}: a L{ConfigError} if not).
     @param environ: the process's environment: with systemd's
         C{NOTIFY_SOCKET} (and C{WATCHDOG_USEC}), the daemon notifies
         systemd (L{imapmig.daemon.notifyservice}); those variables are then
         removed from it (when it is mutable, as C{os.environ} is), so
         that child processes (a C{token_command}) do not inherit them.
     """
-    if store is None:
+    fleetQueue: IAsyncJobQueue | None = None
+    if store is None and isinstance(config.state, PostgreSQLState):
+        from imapmig.daemon.pgstate import openFleetState  # psycopg: a fleet's daemon only
+
+        fleet = openFleetState(config, reactor)
+        store, fleetQueue = fleet.store, fleet.queue
+    elif store is None:
         store = SQLiteStateStore(config.statePath, seconds=reactor.seconds)
     tree = _ServiceTree(config, reactor, store)
     root = tree.root
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
-    scheduler = tree.addScheduler(whenDone)
+    scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     tree.census(config).setServiceParent(root)
@@ -514,6 +522,8 @@ def buildService(
     whenListening: Callable[[], Deferred[None]] | None = None
     if config.status is not None:
         whenListening = tree.addStatusSite(config.status, scheduler)
+    from imapmig.daemon.notifyservice import addSystemdNotifier
+
     addSystemdNotifier(root, reactor, environ, whenListening)
     return root
 
@@ -717,9 +727,11 @@ class _ServiceTree:
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
         from imapmig.status.fleet import singleDaemon
+        from imapmig.status.health import HealthResource
         from imapmig.status.metrics import buildMetricsResource
+        from imapmig.status.progressview import ProgressView
         from imapmig.status.resource import StatusResource, buildStatusSite
-        from imapmig.status.verifyreport import defaultReportPath
+        from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
         fleet = singleDaemon(progress, reactor.seconds)
@@ -728,13 +740,17 @@ class _ServiceTree:
             reactor.seconds,
             self.store,
             stopping=lambda: not root.running,
-            verifyReportPath=defaultReportPath(self.config.statePath),
+            verifyReportPath=os.path.join(self.config.localDirectory, REPORT_NAME),
             rulesOf=self.rules.get,
             control=ControlResource(scheduler.controls, config.token, reactor, progress),
             metrics=buildMetricsResource(
                 progress, self.telemetry, self.jobServers, config.maxJobSeries, fleet=fleet
             ),
             fleet=fleet,
+            health=HealthResource(
+                ProgressView(progress, reactor.seconds), self.store, lambda: not root.running,
+                reactor, self.config.state.pageName(),
+            ),  # fmt: skip
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),
@@ -763,37 +779,3 @@ def warnIfRebindable(status: StatusConfig) -> None:
         " admins use in status.allowed_hosts",
         listen=status.listen,
     )
-
-
-def addSystemdNotifier(
-    root: MigrationService,
-    reactor: Any,
-    environ: Mapping[str, str],
-    whenListening: Callable[[], Deferred[None]] | None,
-) -> None:
-    """
-    Add the systemd notifier to C{root}, last, when C{environ} names a
-    C{NOTIFY_SOCKET}; and take systemd's variables out of C{environ} (see
-    L{buildService}).
-    """
-    from imapmig.daemon.sdnotify import (
-        notifierFromEnvironment,
-        unsetNotifyEnvironment,
-        watchdogSeconds,
-    )
-
-    notifier = notifierFromEnvironment(environ)
-    watchdog = watchdogSeconds(environ, os.getpid())
-    if isinstance(environ, MutableMapping):
-        unsetNotifyEnvironment(environ)
-    if notifier is None:
-        return
-    # Imported here: only a daemon under systemd needs it.
-    from imapmig.daemon.notifyservice import SystemdNotifyService
-
-    service = SystemdNotifyService(
-        notifier, reactor, root.progress.summary, whenListening, watchdog
-    )
-    service.setName("systemd")
-    service.setServiceParent(root)
-    root.addReloadObserver(service)

@@ -72,7 +72,8 @@ class Options(usage.Options):
             None,
             "With --check-config: also try every server once (connect, TLS as configured,"
             " greeting, LOGIN with the first password a job uses for it, LOGOUT), one line"
-            " each; exit status 1 if one fails.",
+            " each; exit status 1 if one fails.  A PostgreSQL state is connected to and"
+            " checked first (exit status 2 if a daemon could not run on it).",
         ],
     ]
 
@@ -111,12 +112,6 @@ class Options(usage.Options):
         self.config = _readConfig(path)
         if self["check-config"]:
             self._checkConfig(path)
-        try:
-            # A PostgreSQL state is valid configuration that this build
-            # cannot use yet: refused here, before anything opens it.
-            _ = self.config.statePath
-        except ConfigError as e:
-            _exitWithProblems(e.shown())
 
     def _checkConfig(self, path: str) -> NoReturn:
         """
@@ -128,8 +123,11 @@ class Options(usage.Options):
             f"{path}: configuration OK: {plural(jobs, 'job')}, {plural(servers, 'server')}\n"
             f"{path}: state: {self.config.state.describe()}\n"
         )
+        if self.config.fleet is not None:
+            sys.stdout.write(f"{path}: fleet: {self.config.fleet.describe()}\n")
         sys.stdout.flush()
         if self["connect"]:
+            checkDatabaseOnce(path, self.config)
             raise SystemExit(EXIT_OK if checkConnections(self.config) else EXIT_JOB_FAILED)
         raise SystemExit(EXIT_OK)
 
@@ -178,6 +176,28 @@ def _checkWithoutTLS(path: str, config: Config) -> None:
             [f"{path}: internal error: the configuration needs TLS, but it was "
              "read as one without (imapmig.access.cleartext)"]
         )
+
+
+def checkDatabaseOnce(path: str, config: Config) -> None:
+    """
+    With a PostgreSQL state, connect to it once and check that a daemon
+    could run on it, changing nothing
+    (L{imapmig.daemon.pgstate.checkDatabase}); say so in one line, or exit
+    with the one line that refuses it.
+    """
+    from imapmig.config.model import PostgreSQLState
+
+    if not isinstance(config.state, PostgreSQLState):
+        return
+    from imapmig.daemon.pgstate import checkDatabase
+
+    try:
+        version = checkDatabase(config, "probe", "imapmig check-config")
+    except ConfigError as e:
+        _exitWithProblems(e.shown())
+    found = f"schema version {version}" if version else "no state yet: the first daemon makes it"
+    sys.stdout.write(f"{path}: state: {config.state.uri()}: ok: connected, {found}\n")
+    sys.stdout.flush()
 
 
 def checkConnections(config: Config) -> bool:

@@ -127,6 +127,7 @@ class StatusResource(Resource):
         metrics: IResource | None = None,
         control: IResource | None = None,
         fleet: IFleetView | None = None,
+        health: IResource | None = None,
     ) -> None:
         """
         @param progress: what to show.
@@ -144,6 +145,8 @@ class StatusResource(Resource):
         @param fleet: the daemons of the fleet and the jobs each holds
             (L{imapmig.queue.fleetview}); L{None}: this daemon alone
             (L{singleDaemon}), holding every job.
+        @param health: C{/healthz}; L{None}: a L{HealthResource} of
+            C{store} whose checks wait for its ping however long it takes.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         view = ProgressView(progress, seconds)
@@ -163,7 +166,7 @@ class StatusResource(Resource):
         self.putChild(b"jobs", JobsResource(view, store, rulesOf, fleet))
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
-        self.putChild(b"healthz", HealthResource(view, store, stopping))
+        self.putChild(b"healthz", health or HealthResource(view, store, stopping))
         if metrics is not None:
             self.putChild(b"metrics", metrics)
         if control is not None:
