@@ -322,7 +322,9 @@ def countAccounts(server: BenchServer, accounts: Sequence[str], network: Network
     )  # fmt: skip
     if completed.returncode != 0:
         raise RuntimeError(completed.stderr.decode("utf-8", "replace")[-500:])
-    counted: dict[str, int] = json.loads(completed.stdout)["accounts"]
+    data = json.loads(completed.stdout)
+    # One account is counted as bench.clients.count always did.
+    counted: dict[str, int] = data.get("accounts") or {accounts[0]: data["messages"]}
     return counted
 
 
@@ -476,7 +478,7 @@ class FleetPart:
                 problem = f"cannot count the messages: {e!r}"
         for account in accounts:
             server.discard(account)
-        if not problem:
+        if not problem and not _KEEP:
             shutil.rmtree(runDir, ignore_errors=True)
         return ScaleOutRun(
             daemons=daemons, repetition=repetition, accounts=len(parts),
@@ -555,7 +557,7 @@ class FleetPart:
             if counted != corpus.messages:
                 problem = f"{counted} of {corpus.messages} messages in the account"
         server.discard(account)
-        if not problem:
+        if not problem and not _KEEP:
             shutil.rmtree(runDir, ignore_errors=True)
         return DatabaseCost(corpus.messages, seconds, stats, most, samples, not problem, problem)
 
@@ -605,7 +607,7 @@ class FleetPart:
         problem = problem or ("" if status == 0 else stopped)
         for account in accounts:
             server.discard(account)
-        if not problem:
+        if not problem and not _KEEP:
             shutil.rmtree(runDir, ignore_errors=True)
         heldSeen = int(statistics.median(seen)) if seen else 0
         if not problem and not cost.calls:
@@ -831,6 +833,13 @@ def _holding(database: FleetDatabase, name: str, daemon: Daemon, held: int,
                 break
             time.sleep(0.2)
     return ""
+
+
+_KEEP = bool(os.environ.get("IMAPMIG_BENCH_KEEP"))
+"""
+C{IMAPMIG_BENCH_KEEP=1}: keep every run's directory (its configuration,
+and each daemon's output), not only a failed run's.
+"""
 
 
 def _withoutExit(argv: list[str]) -> list[str]:
