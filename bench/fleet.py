@@ -59,9 +59,10 @@ HEARTBEAT_MARKER = "WITH beat AS"
 What the heartbeat's statement holds (L{imapmig.queue.postgresql}).
 """
 
-CLAIM_MARKER = "SET state = 'claimed'"
+CLAIM_MARKER = "generation = j.generation +"
 """
-What the claim's statement holds.
+What the claim's statement holds (C{pg_stat_statements} shows its
+literals as C{$n}: C{'claimed'} is not in its text).
 """
 
 

@@ -228,16 +228,26 @@ class Daemon:
                       if line.strip()][-2:]  # fmt: skip
         return " / ".join(lines[-3:]) + f" (in {self.runDir})"
 
-    def terminate(self) -> None:
+    def terminate(self) -> int:
         """
         SIGTERM to the daemon (the timer passes no signal on).
+
+        @return: its peak RSS so far (C{VmHWM}, KiB; 0 if unknown): the
+            timer reports none for a daemon that has to be killed.
         """
         pid = self.pid()
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        if pid is None:
+            return 0
+        peak = 0
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = int(line.split()[1])
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        return peak
 
     def result(self) -> tuple[int, int, str]:
         """
@@ -274,16 +284,21 @@ def launch(timer: str, argv: list[str], runDir: str, wrap: Callable[[list[str]],
     return Daemon(process, report, runDir, time.monotonic())
 
 
-def reap(daemons: Sequence[Daemon], deadline: float) -> None:
+def reap(daemons: Sequence[Daemon], deadline: float) -> list[Daemon]:
     """
     Wait for every daemon; past C{deadline} (monotonic) kill the rest.
+
+    @return: the daemons killed.
     """
+    killed = []
     for daemon in daemons:
         try:
             daemon.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(daemon.process.pid, signal.SIGKILL)
             daemon.process.wait()
+            killed.append(daemon)
+    return killed
 
 
 def watch(database: FleetDatabase, name: str, daemons: Sequence[Daemon],
@@ -602,9 +617,13 @@ class FleetPart:
                 time.sleep(0.5)
         cost = statementCost(database.statements(name), HEARTBEAT_MARKER).minus(before)
         daemon.terminate()
-        reap([daemon], time.monotonic() + 120)
+        if reap([daemon], time.monotonic() + 120):
+            self.note(f"heartbeat row: the daemon holding {held} jobs did not exit within 120 s"
+                      f" of SIGTERM (killed; in {daemon.runDir})")  # fmt: skip
         status, _, stopped = daemon.result()
-        problem = problem or ("" if status == 0 else stopped)
+        if status != 0:
+            # Its heartbeats were measured before the stop: said apart.
+            self.note(f"heartbeat row, holding {held}: the daemon's stop: {stopped}")
         for account in accounts:
             server.discard(account)
         if not problem and not _KEEP:
@@ -680,13 +699,15 @@ class FleetPart:
         firsts = _firstMessages(database, name, launched, timeout=60.0)
         pages = _pages(ports[0]) if any(f is not None for f in firsts) else ()
         time.sleep(2 * sizes.lease / 12)
-        for daemon in launched:
-            daemon.terminate()
-        reap(launched, time.monotonic() + 120)
+        peaks = [daemon.terminate() for daemon in launched]
+        killed = reap(launched, time.monotonic() + 120)
         starts = []
-        for daemon, first in zip(launched, firsts):
+        for daemon, first, peak in zip(launched, firsts, peaks):
             status, rss, problem = daemon.result()
-            starts.append(DaemonStart(first, rss, problem if status not in (0,) else ""))
+            if daemon in killed:
+                problem = f"did not exit within 120 s of SIGTERM (killed; in {daemon.runDir})"
+                self.note(f"million row, {jobs:,} jobs: a daemon {problem}")
+            starts.append(DaemonStart(first, rss or peak, problem))
         after = database.stats(name).minus(before)
         statementsAfter = database.statements(name)
         inserted = sum(t.inserted for t in after.tables if t.table == "imapmig_queue.jobs")

@@ -575,7 +575,8 @@ class FleetStatisticsTests(SynchronousTestCase):
         rows = [
             ("WITH beat AS (UPDATE imapmig_queue.daemons ...) SELECT $1", 10, 5.0, 40),
             ("WITH beat AS (UPDATE imapmig_queue.daemons ...) SELECT $2", 2, 1.0, 8),
-            ("UPDATE imapmig_queue.jobs j SET state = 'claimed', owner = $1", 7, 3.5, 70),
+            ("WITH next AS (...) UPDATE imapmig_queue.jobs j SET state = $3, owner = $1,"
+             " generation = j.generation + $4", 7, 3.5, 70),
         ]
         beat = statementCost(rows, HEARTBEAT_MARKER)
         self.assertEqual(beat, StatementCost(12, 6.0, 48))
