@@ -696,7 +696,7 @@ class FleetPart:
                    _withoutExit)
             for i, config in enumerate(configs)
         ]  # fmt: skip
-        firsts = _firstMessages(database, name, launched, timeout=60.0)
+        firsts = _firstMessages(database, name, launched, timeout=self.bench.args.timeout / 2)
         pages = _pages(ports[0]) if any(f is not None for f in firsts) else ()
         time.sleep(2 * sizes.lease / 12)
         peaks = [daemon.terminate() for daemon in launched]
