@@ -98,3 +98,40 @@ class BoundedStopTests(SynchronousTestCase):
         self.assertTrue(self.store.closed)
         self.assertEqual([e for e in events if e["log_level"].name == "error"], [])
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class CommittingStore(ClosingStore):
+    """
+    A store whose close commits queued writes first, as the PostgreSQL
+    store's batcher does: L{whenClosed} fires once they are.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed: Deferred[None] = Deferred()
+
+    def whenClosed(self) -> Deferred[None]:
+        return self.committed
+
+
+class StoreClosedTests(SynchronousTestCase):
+    """
+    L{MigrationService.stopService} ends only once the state store has
+    closed, when the store says when that is.
+    """
+
+    def test_waitsForQueuedWrites(self) -> None:
+        """
+        The stop fires after the store's C{whenClosed}: a daemon that
+        stopped its reactor first would lose the writes still queued.
+        """
+        clock = Clock()
+        store = CommittingStore()
+        root = MigrationService(store, MigrationProgress(clock.seconds), clock)
+        root.startService()
+        d = root.stopService()
+        clock.advance(0)
+        self.assertTrue(store.closed)
+        self.assertNoResult(d)
+        store.committed.callback(None)
+        self.assertIsNone(self.successResultOf(d))

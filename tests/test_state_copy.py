@@ -218,7 +218,8 @@ class RoundTripTests(CopyCase):
         """
         The journal's copied entries are given ids of the target: a new
         entry journaled there afterwards gets an id after them, in
-        PostgreSQL and in SQLite, and never one of theirs.
+        PostgreSQL (from the block the store drew) and in SQLite, and
+        never one of theirs.
         """
         path, _ = self.filled()
         dsn = sharedCluster().createDatabase()
@@ -229,7 +230,9 @@ class RoundTripTests(CopyCase):
         ids = [row[0] for row in self.execute(dsn, "SELECT entry_id FROM imapmig.journal ORDER BY 1")]
         self.assertEqual(ids, [500, 501, 502, 503])
         store = self.postgresql(dsn)
-        self.assertEqual(self.successResultOf(store.journalBatch(JOBS[0], "INBOX", 7, 1, ())), 504)
+        # The writer's ids: a block of the sequence (504) in the high bits.
+        entry = self.successResultOf(store.journalBatch(JOBS[0], "INBOX", 7, 1, ()))
+        self.assertEqual(entry, (504 << 32) + 1)
         store.close()
         back = self.mktemp()
         self.assertEqual(self.copy("--from", dsn, "--to", back)[0], 0)

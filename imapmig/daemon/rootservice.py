@@ -11,7 +11,7 @@ import signal
 from typing import Any, Sequence
 
 from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
+from twisted.internet.defer import Deferred, DeferredList, maybeDeferred, succeed
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.logger import Logger
 
@@ -119,9 +119,16 @@ class MigrationService(MultiService):
         if not stopped.called and self._clock is not None:
             stopped = self._bounded(stopped, stops, self._clock)
 
-        def closeStore(result: object) -> object:
+        def closeStore(result: object) -> Deferred[object]:
             self.store.close()
-            return result
+            # A store that commits its queued writes as it closes (the
+            # PostgreSQL store's batcher) is waited for: stopping the
+            # reactor first would lose them.
+            whenClosed = getattr(self.store, "whenClosed", None)
+            closed: Deferred[object] = (
+                succeed(None) if whenClosed is None else whenClosed()
+            )
+            return closed.addBoth(lambda _: result)
 
         stopped.addBoth(closeStore)
         return stopped

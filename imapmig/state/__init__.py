@@ -110,6 +110,23 @@ class IStateStore(IOutcomeJournal, IFolderMarks, IJobRecords, IBudgetRecords, IR
         closed.  For health checks: cheap, no write.
         """
 
+    def forClaim(job: str, owner: str, generation: int) -> "IStateStore":
+        """
+        This store as seen by one claim of C{job} (the fleet's queue's
+        C{JobClaim}: its daemon id C{owner} and its C{generation}; the
+        state layer sits below the queue and takes them as plain values).
+
+        The PostgreSQL store's view makes each write for C{job} (journal,
+        outcomes and their settling, names, folder marks, fallbacks,
+        failure, timeline) only while that claim is current (the job
+        claimed by C{owner} at C{generation}, C{owner}'s lease not
+        ended), checked in the write's own transaction, and fails it with
+        L{LeaseLost<imapmig.errors.LeaseLost>} otherwise; it refuses
+        writes for another job.  The SQLite and in-memory stores return
+        themselves: one daemon per file is their fence
+        (L{imapmig.state.lock}).
+        """
+
     def close() -> None:
         """
         Release the store; nothing is recorded afterwards.

@@ -1,11 +1,11 @@
-# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract,tests.test_state_pgbatch -*-
 """
 What every role of the PostgreSQL state store (L{imapmig.state.postgresql})
-shares: at most three psycopg 3 connections, used through psycopg's
-synchronous API from a Twisted thread pool (C{deferToThreadPool}, with the
-reactor and the pool injected) so that the reactor stays the epoll reactor,
-and the transaction and the read that turn psycopg's errors into
-imapmig's.
+shares: two psycopg 3 connections (the writer's and the reader's, each a
+L{ConnectionPool} of one), used through psycopg's synchronous API from a
+Twisted thread pool (C{deferToThreadPool}, with the reactor and the pool
+injected) so that the reactor stays the epoll reactor, and the
+transaction and the read that turn psycopg's errors into imapmig's.
 
 The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
 could be shared, since SQLite is called on the reactor's thread.
@@ -13,7 +13,6 @@ could be shared, since SQLite is called on the reactor's thread.
 
 from __future__ import annotations
 
-import queue
 import threading
 from typing import Any, Callable, TypeVar
 
@@ -33,9 +32,11 @@ _T = TypeVar("_T")
 # outcomeOf takes them.
 Connection = psycopg.Connection[tuple[Any, ...]]
 
-MAX_CONNECTIONS = 3
+MAX_CONNECTIONS = 2
 """
-The most connections one store opens (the issue's bound per daemon).
+The most connections one store opens: the writer's (the batches of
+L{imapmig.state._pgbatch}, one at a time) and the reader's (reads, pages
+and reports); the queue has the third of a daemon's three.
 """
 
 # Errors worth retrying: the connection or the server went away, or
@@ -71,18 +72,24 @@ def displayName(conninfo: str) -> str:
 
 class ConnectionPool:
     """
-    At most L{MAX_CONNECTIONS} connections, each used by one thread at a
-    time, opened when first wanted and again when found broken.  Called
-    from the pool's threads only, but L{close}, which the reactor's thread
+    At most C{maximum} connections, each used by one thread at a time,
+    opened when first wanted and again when found broken.  Called from
+    the pool's threads only, but L{close}, which the reactor's thread
     calls.
+
+    A thread that finds every connection busy waits on a condition, not
+    on the idle queue: a connection given back broken is closed rather
+    than queued, and frees a place to open another, which a waiter must
+    be woken to take (waiting on the queue, as this did, left threads
+    beyond C{maximum} waiting for ever once the busy connections broke).
     """
 
-    def __init__(self, conninfo: str, maximum: int = MAX_CONNECTIONS) -> None:
+    def __init__(self, conninfo: str, maximum: int = 1) -> None:
         self._conninfo = conninfo
         self._maximum = maximum
-        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
+        self._idle: list[Connection] = []
         self._opened = 0
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self.closed = False
 
     def _connect(self) -> Connection:
@@ -105,50 +112,61 @@ class ConnectionPool:
         )
 
     def _take(self) -> Connection:
-        with self._lock:
-            try:
-                return self._idle.get_nowait()
-            except queue.Empty:
-                opening = self._opened < self._maximum
-                if opening:
-                    self._opened += 1
-        if opening:
-            try:
-                return self._connect()
-            except BaseException:
-                with self._lock:
-                    self._opened -= 1
-                raise
-        return self._idle.get()
+        with self._changed:
+            while not self.closed and not self._idle and self._opened >= self._maximum:
+                self._changed.wait()
+            if self.closed:
+                raise PermanentError(f"{displayName(self._conninfo)}: the state store is closed")
+            if self._idle:
+                return self._idle.pop()
+            self._opened += 1
+        try:
+            return self._connect()
+        except BaseException:
+            with self._changed:
+                self._opened -= 1
+                self._changed.notify()
+            raise
 
     def _give(self, connection: Connection) -> None:
-        if connection.broken or self.closed:
-            connection.close()
-            with self._lock:
+        with self._changed:
+            spent = connection.broken or connection.closed or self.closed
+            if spent:
                 self._opened -= 1
-            return
-        self._idle.put(connection)
+            else:
+                self._idle.append(connection)
+            self._changed.notify()
+        if spent:
+            connection.close()
 
-    def run(self, work: Callable[[Connection], _T]) -> _T:
+    def run(self, work: Callable[[Connection], _T], again: bool = False) -> _T:
         """
         What C{work} returns, called with a connection of the pool.
+
+        @param again: call C{work} once more, on a new connection, if its
+            connection was found broken (a database restarted since it was
+            last used): for work that may run twice.
         """
         connection = self._take()
         try:
             return work(connection)
+        except psycopg.OperationalError:
+            if not (again and connection.broken):
+                raise
         finally:
             self._give(connection)
+        return self.run(work)
 
     def close(self) -> None:
         """
         Close the idle connections now, and the others as they come back.
         """
-        self.closed = True
-        while True:
-            try:
-                connection = self._idle.get_nowait()
-            except queue.Empty:
-                return
+        with self._changed:
+            self.closed = True
+            idle, self._idle = self._idle, []
+            self._opened -= len(idle)
+            self._changed.notify_all()
+        for connection in idle:
             connection.close()
 
 
@@ -161,14 +179,17 @@ class PostgreSQLBase:
     @ivar _seconds: the clock that stamps what is recorded.
     @ivar _reactor: where the results are delivered.
     @ivar _threadPool: the threads that call psycopg.
-    @ivar _connections: the connections.
+    @ivar _reader: the reader's connection: reads, pages, reports.
+    @ivar _writer: the writer's connection: the batches, the migration,
+        the writes that are not batched.
     """
 
     _where: str
     _seconds: Callable[[], float]
     _reactor: IReactorFromThreads
     _threadPool: ThreadPool
-    _connections: ConnectionPool
+    _reader: ConnectionPool
+    _writer: ConnectionPool
 
     def _error(self, action: str, e: Exception) -> Exception:
         """
@@ -181,20 +202,27 @@ class PostgreSQLBase:
         kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
         return kind(f"{self._where}: cannot {action}: {e}")
 
-    def _call(self, action: str, work: Callable[[Connection], _T]) -> Deferred[_T]:
+    def _call(
+        self,
+        action: str,
+        work: Callable[[Connection], _T],
+        connections: ConnectionPool | None = None,
+    ) -> Deferred[_T]:
         """
         What C{work} returns, called with a connection in a thread of the
         pool; its errors as imapmig's.
 
+        @param connections: the reader's (by default) or the writer's.
         @return: a Deferred firing in the reactor's thread, or failing
             with L{PermanentError} at once if the store is closed.
         """
-        if self._connections.closed:
+        pool = self._reader if connections is None else connections
+        if pool.closed:
             return fail(PermanentError(f"{self._where}: the state store is closed"))
 
         def inThread() -> _T:
             try:
-                return self._connections.run(work)
+                return pool.run(work, again=pool is self._reader)
             except (psycopg.Error, OverflowError, UnicodeEncodeError, ValueError) as e:
                 raise self._error(action, e) from None
 
@@ -205,21 +233,22 @@ class PostgreSQLBase:
         C{value}, unless the store was closed: the answer of a call that
         has nothing to ask the database.
         """
-        if self._connections.closed:
+        if self._reader.closed:
             return fail(PermanentError(f"{self._where}: the state store is closed"))
         return succeed(value)
 
     def _transaction(self, action: str, write: Callable[[Connection], _T]) -> Deferred[_T]:
         """
-        Call C{write} with a connection inside one transaction: all it
-        writes is committed, or none of it.
+        Call C{write} with the writer's connection inside one transaction
+        of its own (not batched): all it writes is committed, or none of
+        it.
         """
 
         def transaction(connection: Connection) -> _T:
             with connection.transaction():
                 return write(connection)
 
-        return self._call(action, transaction)
+        return self._call(action, transaction, self._writer)
 
     def _read(
         self,

@@ -13,34 +13,12 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state._pgbatch import PostgreSQLWriter
+from imapmig.state._pgwrites import FALLBACK, FOLDER
 from imapmig.state.folders import FolderFallback, FolderMark, IFolderMarks
 
-_UPSERT_MARK = """
-    INSERT INTO imapmig.folders (
-        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at
-    ) VALUES (%s, %s, %s, %s, %s, %s, %s::bigint[], %s)
-    ON CONFLICT (job, folder_key) DO UPDATE SET
-        uidvalidity = excluded.uidvalidity,
-        uidnext = excluded.uidnext,
-        highestmodseq = excluded.highestmodseq,
-        messages = excluded.messages,
-        deferred = excluded.deferred,
-        updated_at = excluded.updated_at
-"""
-
-_UPSERT_FALLBACK = """
-    INSERT INTO imapmig.folder_fallbacks (job, mailbox, fallback, reason, updated_at)
-    VALUES (%s, %s, %s, %s, %s)
-    ON CONFLICT (job, mailbox) DO UPDATE SET
-        fallback = excluded.fallback,
-        reason = excluded.reason,
-        updated_at = excluded.updated_at
-"""
-
-
 @implementer(IFolderMarks)
-class PostgreSQLFolderMarks(PostgreSQLBase):
+class PostgreSQLFolderMarks(PostgreSQLWriter):
     """
     L{IFolderMarks} in the C{imapmig.folders} and
     C{imapmig.folder_fallbacks} tables.
@@ -69,28 +47,25 @@ class PostgreSQLFolderMarks(PostgreSQLBase):
         """
         See L{IFolderMarks.recordFolderMark}.
         """
+        deferred = "{" + ",".join(str(int(uid)) for uid in mark.deferred) + "}"
         row = (
             job, folderKey, mark.uidValidity, mark.uidNext, mark.highestModSeq,
-            mark.messages, list(mark.deferred), self._seconds(),
+            mark.messages, deferred, self._seconds(),
         )  # fmt: skip
-        return self._write("record the folder mark", _UPSERT_MARK, row)
+        return self._enqueue(FOLDER, job, [((job, folderKey), row)])
 
     def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
         """
         See L{IFolderMarks.forgetFolder}.
         """
-        return self._write(
-            "forget the folder",
-            "DELETE FROM imapmig.folders WHERE job = %s AND folder_key = %s",
-            (job, folderKey),
-        )
+        return self._enqueue(FOLDER, job, [((job, folderKey), (job, folderKey))])
 
     def recordFolderFallback(self, job: str, fallback: FolderFallback) -> Deferred[None]:
         """
         See L{IFolderMarks.recordFolderFallback}.
         """
         row = (job, fallback.mailbox, fallback.fallback, fallback.reason, self._seconds())
-        return self._write("record the folder fallback", _UPSERT_FALLBACK, row)
+        return self._enqueue(FALLBACK, job, [((job, fallback.mailbox), row)])
 
     def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
         """
@@ -104,13 +79,3 @@ class PostgreSQLFolderMarks(PostgreSQLBase):
             (job,),
             lambda rows: [FolderFallback(*row) for row in rows],
         )
-
-    def _write(self, action: str, statement: str, row: tuple[object, ...]) -> Deferred[None]:
-        """
-        Run C{statement} with C{row} in a transaction of its own.
-        """
-
-        def write(connection: Connection) -> None:
-            connection.execute(statement, row)
-
-        return self._transaction(action, write)

@@ -1,10 +1,12 @@
 # -*- test-case-name: tests.test_state_contract,tests.test_state_postgresql -*-
 """
 The PostgreSQL state store's role of L{IOutcomeJournal}: the messages
-table's outcomes, a batch upserted in one statement of arrays
-(C{unnest}), and the journal of batches in flight, whose entry of a unit
-is deleted in the transaction that records the unit's last outcomes, as
-the SQLite store (L{imapmig.state._sqloutcomes}) does.
+table's outcomes, and the journal of batches in flight, whose entry of a
+unit is deleted in the transaction that records the unit's last
+outcomes, as the SQLite store (L{imapmig.state._sqloutcomes}) does.  Its
+writes are values for the batcher (L{imapmig.state._pgbatch}), whose
+statements (L{imapmig.state._pgwrites}) upsert every outcome of a
+transaction in one statement of arrays (C{unnest}).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from zope.interface import implementer
 
 from imapmig.errors import PermanentError
 from imapmig.state._packing import packMessages, unpackMessages
-from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state._pgbatch import PostgreSQLWriter
+from imapmig.state._pgwrites import JOURNAL, NAMES, OUTCOMES
 from imapmig.state.outcomes import OUTCOME_COLUMNS, outcomeOf
 from imapmig.state.outcomes import (
     AppendedOutcome,
@@ -27,56 +30,11 @@ from imapmig.state.outcomes import (
     MessageOutcome,
 )
 
-# One statement for a whole batch: fourteen arrays, one per column, and
-# the job and the time once.  ON CONFLICT DO UPDATE may not touch a row
-# twice in one statement, so the batch is given with each message once
-# (its latest outcome).
-_UPSERT = f"""
-    INSERT INTO imapmig.messages (job, {OUTCOME_COLUMNS}, updated_at)
-    SELECT %s, u.*, %s FROM unnest(
-        %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[],
-        %s::text[], %s::text[], %s::boolean[], %s::boolean[],
-        %s::text[], %s::text[], %s::text[], %s::text[]
-    ) AS u
-    ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
-        mailbox = excluded.mailbox,
-        size = excluded.size,
-        uidvalidity = excluded.uidvalidity,
-        uid = excluded.uid,
-        failure = excluded.failure,
-        note = excluded.note,
-        present = excluded.present,
-        converted = excluded.converted,
-        updated_at = excluded.updated_at,
-        message_id = excluded.message_id,
-        message_date = excluded.message_date,
-        message_from = excluded.message_from,
-        message_subject = excluded.message_subject
-"""
-
-_SETTLE = "DELETE FROM imapmig.journal WHERE job = %s AND entry_id = ANY(%s::bigint[])"
-
-_INSERT_ENTRY = """
-    INSERT INTO imapmig.journal (entry_id, job, mailbox, uidvalidity, uid_floor, messages, written_at)
-    VALUES (nextval('imapmig.journal_ids'), %s, %s, %s, %s, %s, %s)
-    RETURNING entry_id
-"""
-
-_NAME = """
-    UPDATE imapmig.messages AS m SET
-        message_id = u.message_id, message_date = u.message_date,
-        message_from = u.message_from, message_subject = u.message_subject
-    FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
-        AS u (folder_key, message_key, message_id, message_date, message_from, message_subject)
-    WHERE m.job = %s AND m.folder_key = u.folder_key AND m.message_key = u.message_key
-        AND m.failure IS NOT NULL
-"""
-
 Row = tuple[Any, ...]
 
 
 @implementer(IOutcomeJournal)
-class PostgreSQLOutcomeJournal(PostgreSQLBase):
+class PostgreSQLOutcomeJournal(PostgreSQLWriter):
     """
     L{IOutcomeJournal} in the C{imapmig.messages} and C{imapmig.journal}
     tables.
@@ -101,23 +59,14 @@ class PostgreSQLOutcomeJournal(PostgreSQLBase):
         settled: Sequence[int] = (),
     ) -> Deferred[None]:
         """
-        See L{IOutcomeJournal.recordOutcomes}: one transaction of at most
-        two statements, the upsert of every outcome and the deletion of
-        the settled entries.
+        See L{IOutcomeJournal.recordOutcomes}: one write of the batcher
+        (L{imapmig.state._pgbatch}), its outcomes upserted and its
+        settled entries deleted in the transaction of its batch.
         """
         if not outcomes and not settled:
             return self._ifOpen(None)
-        now = self._seconds()
-        columns = _columns(outcomes)
-        entries = list(settled)
-
-        def write(connection: Connection) -> None:
-            if columns:
-                connection.execute(_UPSERT, (job, now, *columns))
-            if entries:
-                connection.execute(_SETTLE, (job, entries))
-
-        return self._transaction("record outcomes", write)
+        rows = _rows(job, self._seconds(), outcomes)
+        return self._enqueue(OUTCOMES, job, rows, max(len(rows), 1), list(settled))
 
     def journalBatch(
         self,
@@ -128,21 +77,17 @@ class PostgreSQLOutcomeJournal(PostgreSQLBase):
         messages: Sequence[JournalMessage],
     ) -> Deferred[int]:
         """
-        See L{IOutcomeJournal.journalBatch}: one row, one transaction; its
-        id from a sequence, never reused.
+        See L{IOutcomeJournal.journalBatch}: one row, written by the
+        batcher; its id chosen by the writer (a block of the sequence
+        C{imapmig.journal_ids} and a counter, L{imapmig.state._pgwrites.WriterIds}),
+        never reused, so that the insert run again after a lost C{COMMIT}
+        finds its row rather than adding a second.
         """
         try:
             blob = packMessages(messages)
         except ValueError as e:
             return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
-        row = (job, mailbox, uidValidity, uidFloor, blob, self._seconds())
-
-        def write(connection: Connection) -> int:
-            found = connection.execute(_INSERT_ENTRY, row).fetchone()
-            assert found is not None
-            return int(found[0])
-
-        return self._transaction("journal the batch", write)
+        return self._enqueue(JOURNAL, job, (mailbox, uidValidity, uidFloor, blob, self._seconds()))
 
     def journal(self, job: str) -> Deferred[list[JournalEntry]]:
         """
@@ -187,16 +132,14 @@ class PostgreSQLOutcomeJournal(PostgreSQLBase):
         self, job: str, names: Sequence[tuple[str, str, MessageNames]]
     ) -> Deferred[None]:
         """
-        See L{IOutcomeJournal.nameMessages}: one statement, one
-        transaction; of a message named twice, the last names count.
+        See L{IOutcomeJournal.nameMessages}: one write of the batcher; of
+        a message named twice, the last names count.
         """
-        latest = {(f, k): (f, k, n.messageId, n.date, n.sender, n.subject) for f, k, n in names}
-        columns = [list(column) for column in zip(*latest.values())] or [[]] * 6
-
-        def write(connection: Connection) -> None:
-            connection.execute(_NAME, (*columns, job))
-
-        return self._transaction("record the names of messages", write)
+        rows = [
+            ((job, f, k), (job, f, k, n.messageId, n.date, n.sender, n.subject))
+            for f, k, n in names
+        ]
+        return self._enqueue(NAMES, job, rows, max(len(rows), 1))
 
     def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
         """
@@ -211,25 +154,27 @@ class PostgreSQLOutcomeJournal(PostgreSQLBase):
         )
 
 
-def _columns(outcomes: Sequence[MessageOutcome | AppendedOutcome]) -> list[list[Any]]:
+def _rows(
+    job: str, now: float, outcomes: Sequence[MessageOutcome | AppendedOutcome]
+) -> list[tuple[tuple[str, str, str], Row]]:
     """
-    The fourteen column arrays of L{_UPSERT} for C{outcomes}, each message
-    once with its latest outcome; empty if there are none.
+    The rows of the messages table for C{outcomes}, each keyed by its
+    message, in order (the batch keeps the latest of each).
     """
-    latest: dict[tuple[str, str], Row] = {}
+    rows: list[tuple[tuple[str, str, str], Row]] = []
     for outcome in outcomes:
         if type(outcome) is tuple:
             folderKey, messageKey, mailbox, size, uidValidity, uid, converted = outcome
-            latest[folderKey, messageKey] = (
-                folderKey, messageKey, mailbox, size, uidValidity, uid,
-                None, None, False, bool(converted), None, None, None, None,
-            )  # fmt: skip
+            rows.append(((job, folderKey, messageKey), (
+                job, folderKey, messageKey, mailbox, size, uidValidity, uid,
+                None, None, False, bool(converted), None, None, None, None, now,
+            )))  # fmt: skip
         else:
             assert isinstance(outcome, MessageOutcome)
-            latest[outcome.folderKey, outcome.messageKey] = (
-                outcome.folderKey, outcome.messageKey, outcome.mailbox, outcome.size,
+            rows.append(((job, outcome.folderKey, outcome.messageKey), (
+                job, outcome.folderKey, outcome.messageKey, outcome.mailbox, outcome.size,
                 outcome.uidValidity, outcome.uid, outcome.failure, outcome.note,
                 outcome.alreadyPresent, outcome.lineEndingsConverted, outcome.messageId,
-                outcome.date, outcome.sender, outcome.subject,
-            )  # fmt: skip
-    return [list(column) for column in zip(*latest.values())]
+                outcome.date, outcome.sender, outcome.subject, now,
+            )))  # fmt: skip
+    return rows

@@ -16,26 +16,18 @@ from typing import Any, Sequence
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from imapmig.state._pgbase import Connection, PostgreSQLBase
+from imapmig.state._pgbase import Connection
+from imapmig.state._pgbatch import PostgreSQLWriter
+from imapmig.state._pgwrites import FAILURE, TRANSITION
 from imapmig.state.jobrecords import (
     HOLDS,
-    TIMELINE_FIRST,
-    TIMELINE_LATEST,
     IJobRecords,
     JobHold,
     Transition,
 )
 
-_INSERT_TRANSITION = """
-    INSERT INTO imapmig.job_transitions (job, seq, time, source, target, cause, by)
-    SELECT %s, coalesce(max(seq), 0) + 1, %s, %s, %s, %s, %s
-    FROM imapmig.job_transitions WHERE job = %s
-    RETURNING seq
-"""
-
-
 @implementer(IJobRecords)
-class PostgreSQLJobRecords(PostgreSQLBase):
+class PostgreSQLJobRecords(PostgreSQLWriter):
     """
     L{IJobRecords} in the C{imapmig.job_failures}, C{imapmig.job_holds}
     and C{imapmig.job_transitions} tables.
@@ -43,22 +35,9 @@ class PostgreSQLJobRecords(PostgreSQLBase):
 
     def recordJobFailure(self, job: str, reason: str | None) -> Deferred[None]:
         """
-        See L{IJobRecords.recordJobFailure}.
+        See L{IJobRecords.recordJobFailure}: a write of the batcher.
         """
-        now = self._seconds()
-
-        def write(connection: Connection) -> None:
-            if reason is None:
-                connection.execute("DELETE FROM imapmig.job_failures WHERE job = %s", (job,))
-            else:
-                connection.execute(
-                    "INSERT INTO imapmig.job_failures (job, reason, updated_at)"
-                    " VALUES (%s, %s, %s) ON CONFLICT (job) DO UPDATE SET"
-                    " reason = excluded.reason, updated_at = excluded.updated_at",
-                    (job, reason, now),
-                )
-
-        return self._transaction("record the job's failure", write)
+        return self._enqueue(FAILURE, job, [(job, (job, reason, self._seconds()))])
 
     def jobFailure(self, job: str) -> Deferred[str | None]:
         """
@@ -112,27 +91,14 @@ class PostgreSQLJobRecords(PostgreSQLBase):
 
     def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
         """
-        See L{IJobRecords.recordTransition}: one transaction that does not
-        wait for the disk (C{synchronous_commit} off for it alone; a
-        timeline is a record, not a condition of the migration), of an
-        insert and, past the bound, a delete.
+        See L{IJobRecords.recordTransition}: a write of the batcher,
+        numbered after the job's latest in the order recorded and, past
+        the bound, the middle of the timeline deleted; its write id
+        (C{write_id}, chosen by the writer) keeps a batch run again from
+        recording it twice.
         """
         t = transition
-        row = (job, t.time, t.source, t.target, t.cause, t.by, job)
-
-        def write(connection: Connection) -> None:
-            connection.execute("SET LOCAL synchronous_commit = off")
-            found = connection.execute(_INSERT_TRANSITION, row).fetchone()
-            assert found is not None
-            seq = int(found[0])
-            if seq > TIMELINE_FIRST + TIMELINE_LATEST:
-                connection.execute(
-                    "DELETE FROM imapmig.job_transitions"
-                    " WHERE job = %s AND seq > %s AND seq <= %s",
-                    (job, TIMELINE_FIRST, seq - TIMELINE_LATEST),
-                )
-
-        return self._transaction("record the job's transition", write)
+        return self._enqueue(TRANSITION, job, (t.time, t.source, t.target, t.cause, t.by))
 
     def timeline(self, job: str) -> Deferred[list[Transition]]:
         """

@@ -145,6 +145,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # Version 2: a transition's id chosen by the writer (the journal's
+    # ids, imapmig.state._pgwrites.WriterIds), so that a batch run again
+    # after its COMMIT was lost does not record it twice; NULL in the
+    # rows of version 1.  The journal's sequence now gives blocks of ids.
+    (
+        "ALTER TABLE imapmig.job_transitions ADD COLUMN write_id bigint",
+        "CREATE UNIQUE INDEX job_transitions_write ON imapmig.job_transitions (write_id)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract -*-
+# -*- test-case-name: tests.test_state_postgresql,tests.test_state_contract,tests.test_state_fencing -*-
 """
 The state store on PostgreSQL, for a fleet of daemons sharing one
 database (issue 30; docs/fleet-design.md).
@@ -9,13 +9,13 @@ in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
 (L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
 budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
 queries of reports and the status site (L{IReportQueries}, in
-L{imapmig.state._pgreports}): every role of L{IStateStore}.  Not yet: the
-claims, leases and fencing of the fleet, and batching writes across
-calls.  Nothing a user can reach opens it yet (the daemon refuses a
-C{postgresql://} state).
+L{imapmig.state._pgreports}): every role of L{IStateStore}.  Its writes
+are gathered by a batcher into one transaction at a time
+(L{imapmig.state._pgbatch}); a view of a claim (L{PostgreSQLStateStore.forClaim}) fences each of its writes by the
+queue's tables (L{imapmig.state._pgwrites}).
 
 psycopg 3's synchronous API is called from a Twisted thread pool given
-by the caller, through at most three connections
+by the caller, through two connections, the writer's and the reader's
 (L{imapmig.state._pgbase}); the schema is migrated at open in one
 transaction under an advisory lock (L{imapmig.state._pgschema}).  What
 it replaces: nothing; it is the third implementation beside
@@ -24,22 +24,24 @@ L{imapmig.state.sqlite} and L{imapmig.state.memory}.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state._pgbase import MAX_CONNECTIONS, Connection, ConnectionPool, displayName
+from imapmig.state._pgbase import Connection, ConnectionPool, displayName
 from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
 from imapmig.state._pgreports import PostgreSQLReportQueries
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state._pgwrites import Claim
 from imapmig.state import IStateStore
 
 __all__ = ["SCHEMA_VERSION", "PostgreSQLStateStore"]
@@ -63,7 +65,7 @@ class PostgreSQLStateStore(
         threadPool: ThreadPool,
         conninfo: str,
         seconds: Callable[[], float],
-        connections: int = MAX_CONNECTIONS,
+        clock: IReactorTime | None = None,
     ) -> None:
         """
         Make the store; nothing is opened until L{open} or the first call.
@@ -76,12 +78,21 @@ class PostgreSQLStateStore(
             never shown: errors name L{displayName}'s form).
         @param seconds: the clock that stamps each outcome's and journal
             entry's time.
+        @param clock: what times the write batches (their 10 ms) and the
+            pauses between a failed batch's attempts; by default
+            C{reactor} if it provides L{IReactorTime}, else none: a batch
+            then starts as soon as none commits.
         """
         self._reactor = reactor
         self._threadPool = threadPool
         self._where = displayName(conninfo)
         self._seconds = seconds
-        self._connections = ConnectionPool(conninfo, connections)
+        self._closeWaiters: list[Deferred[None]] = []
+        self._reader = ConnectionPool(conninfo)
+        self._writer = ConnectionPool(conninfo)
+        if clock is None and IReactorTime.providedBy(reactor):
+            clock = reactor
+        self._makeBatcher(clock)
 
     def __repr__(self) -> str:
         return f"<PostgreSQLStateStore {self._where}>"
@@ -100,7 +111,9 @@ class PostgreSQLStateStore(
         """
 
         def migrateOn(connection: Connection) -> int:
-            return migrate(connection, self._where, migratedBy)
+            version = migrate(connection, self._where, migratedBy)
+            self._ids.draw(connection)
+            return version
 
         def atStart(failure: Failure) -> Failure:
             # A daemon cannot start without its state: whatever the cause
@@ -110,10 +123,49 @@ class PostgreSQLStateStore(
                 return failure
             return Failure(PermanentError(str(failure.value)))
 
-        return self._call("open the state database", migrateOn).addErrback(atStart)
+        return self._call("open the state database", migrateOn, self._writer).addErrback(
+            atStart
+        )
+
+    def forClaim(self, job: str, owner: str, generation: int) -> PostgreSQLStateStore:
+        """
+        See L{IStateStore.forClaim}: a view of this store sharing its
+        connections and batcher, whose every write for C{job} is made
+        only while the claim is current (the fence of
+        L{imapmig.state._pgwrites}) and fails with
+        L{LeaseLost<imapmig.errors.LeaseLost>} otherwise.
+        """
+        view = copy.copy(self)
+        view._claim = Claim(job, owner, generation)
+        return view
 
     def close(self) -> None:
         """
-        Release the connections; nothing is recorded afterwards.
+        Release the connections; nothing is recorded afterwards.  The
+        writes queued are committed first (at once, each batch tried
+        once), after the one under way, then the writer's connection
+        closes (L{whenClosed}).  Closing a view closes the store.
         """
-        self._connections.close()
+        self._reader.close()
+
+        def closeWriter(result: object) -> None:
+            self._writer.close()
+            waiting = list(self._closeWaiters)
+            self._closeWaiters.clear()
+            for d in waiting:
+                d.callback(None)
+
+        self._batcher.close().addBoth(closeWriter)
+
+    def whenClosed(self) -> Deferred[None]:
+        """
+        Fires once the store was closed (L{close}) and its writer's
+        connection closed: a caller that stops the reactor after L{close}
+        waits for it, or the writes queued at the close may never be
+        committed (SQLite's store has nothing to wait for).
+        """
+        if self._writer.closed:
+            return succeed(None)
+        closed: Deferred[None] = Deferred()
+        self._closeWaiters.append(closed)
+        return closed

@@ -183,6 +183,13 @@ class SQLiteStateStore(
     def __repr__(self) -> str:
         return f"<SQLiteStateStore {self._path!r}>"
 
+    def forClaim(self, job: str, owner: str, generation: int) -> IStateStore:
+        """
+        See L{IStateStore.forClaim}: this store itself (the in-memory one
+        too), whose file lock lets one daemon write it.
+        """
+        return self
+
     def close(self) -> None:
         """
         See L{IStateStore.close}; releases the lock too.  Closing twice is
