@@ -675,6 +675,40 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:
+        """
+        The queue unreachable while the daemon waits for its next claim
+        (its deferred jobs' next due time unread) does not end its
+        claiming: once the queue answers again, it takes over the job of
+        a daemon whose lease ran out meanwhile (found from outside: after
+        PostgreSQL was down longer than the lease, no daemon of the fleet
+        claimed any job again).
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, fleet.clock.seconds(), LEASE)
+        self.assertEqual(held is not None and held.job.name, "a")
+        nextDue = fleet.queue.nextDue
+        failures: list[int] = []
+
+        def failOnce() -> Deferred[float | None]:
+            if not failures:
+                failures.append(1)
+                return fail(QueueUnavailable("db1: connection refused"))
+            return nextDue()
+
+        fleet.queue.nextDue = failOnce  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(failures, [1])
+        self.assertEqual(sorted(fleet.built), ["b"])
+        # The other daemon never beats again: its lease runs out.
+        fleet.clock.pump([fleet.member.period] * int(LEASE / fleet.member.period + 2))
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        for job in fleet.built.values():
+            job.result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
 
 class FleetControlsTests(SynchronousTestCase):
     """

@@ -513,6 +513,19 @@ class FleetScheduler(JobQueueService):
 
         return claiming.addCallbacks(claimed, failed)
 
+    async def _changed(self) -> None:
+        try:
+            await JobQueueService._changed(self)
+        except QueueUnavailable:
+            # The deferred jobs' next due time unread: the next claim is
+            # tried after a heartbeat's period all the same (raised, this
+            # ended the daemon's claiming for good).
+            wake = self._wake
+            if wake is None:
+                return
+            self._dueTimer = self._clock.callLater(self.member.period, self._wakeUp)
+            await wake
+
     async def _nothingLeft(self) -> bool:
         if self._active or self.member.owner is None:
             return False
