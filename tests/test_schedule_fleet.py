@@ -324,8 +324,14 @@ class FleetMemberTests(SynchronousTestCase):
             return register(host, pid, version, lease)
 
         self.m.queue.register = failOnce  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.member.start()
         self.assertIsNone(self.member.owner)
+        # Unregistered, it holds no lease (not "the send deadline is in nan s").
+        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
+        self.assertEqual(said["deadline"], "no lease held")
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
