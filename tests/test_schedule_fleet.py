@@ -324,8 +324,14 @@ class FleetMemberTests(SynchronousTestCase):
             return register(host, pid, version, lease)
 
         self.m.queue.register = failOnce  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.member.start()
         self.assertIsNone(self.member.owner)
+        # Unregistered, it holds no lease (not "the send deadline is in nan s").
+        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
+        self.assertEqual(said["deadline"], "no lease held")
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
@@ -696,6 +702,40 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
         fleet.clock.advance(5)
         self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:
+        """
+        The queue unreachable while the daemon waits for its next claim
+        (its deferred jobs' next due time unread) does not end its
+        claiming: once the queue answers again, it takes over the job of
+        a daemon whose lease ran out meanwhile (found from outside: after
+        PostgreSQL was down longer than the lease, no daemon of the fleet
+        claimed any job again).
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, fleet.clock.seconds(), LEASE)
+        self.assertEqual(held is not None and held.job.name, "a")
+        nextDue = fleet.queue.nextDue
+        failures: list[int] = []
+
+        def failOnce() -> Deferred[float | None]:
+            if not failures:
+                failures.append(1)
+                return fail(QueueUnavailable("db1: connection refused"))
+            return nextDue()
+
+        fleet.queue.nextDue = failOnce  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(failures, [1])
+        self.assertEqual(sorted(fleet.built), ["b"])
+        # The other daemon never beats again: its lease runs out.
+        fleet.clock.pump([fleet.member.period] * int(LEASE / fleet.member.period + 2))
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        for job in fleet.built.values():
+            job.result.callback(True)
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
