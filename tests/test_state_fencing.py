@@ -17,12 +17,14 @@ import uuid
 from typing import Any, Callable
 
 import psycopg
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import LeaseLost, PermanentError
 from imapmig.queue import _pgschema as queueschema
 from imapmig.state import FolderFallback, MessageNames, Transition
 from imapmig.state import _pgwrites
+from imapmig.state._pgbatch import WriteBatcher
 from imapmig.state._pgwrites import JOURNAL, TRANSITION, Claim, Write, WriterIds, commitBatch
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.postgresql import requirePostgreSQL
@@ -427,3 +429,64 @@ class TimelineRaceTests(ClaimedJob):
         self.assertEqual(len({cause for _, cause in numbers}), len(numbers))
         for job in jobs[1:]:
             self.assertEqual([seq for seq, _ in self.numbers(job)], list(range(1, 81)))
+
+    def test_twoBatchers(self) -> None:
+        """
+        Two daemons' write batchers, each committing on its own connection
+        in a thread, their transactions at the same time: every
+        transition each was given, of one job and of many, is recorded
+        once, and each caller's Deferred fires without an error.
+        """
+        jobs = ("job", *(f"j{n}" for n in range(5)))
+        running: list[
+            tuple[threading.Thread, Deferred[set[Claim]], list[set[Claim] | Exception]]
+        ] = []
+
+        def committer() -> Callable[[list[Write]], Deferred[set[Claim]]]:
+            connection = psycopg.connect(self.dsn, autocommit=True)
+            self.addCleanup(connection.close)
+            ids = WriterIds()
+
+            def commit(batch: list[Write]) -> Deferred[set[Claim]]:
+                done: Deferred[set[Claim]] = Deferred()
+                outcome: list[set[Claim] | Exception] = []
+
+                def inThread() -> None:
+                    try:
+                        outcome.append(commitBatch(connection, ids, batch))
+                    except Exception as e:
+                        outcome.append(e)
+
+                thread = threading.Thread(target=inThread)
+                running.append((thread, done, outcome))
+                thread.start()
+                return done
+
+            return commit
+
+        # Transactions of 7 rows: many of each batcher's, each beside one
+        # of the other's.
+        batchers = [WriteBatcher(committer(), None, "db", maxRows=7) for _ in range(2)]
+        results: list[Deferred[Any]] = []
+        for n in range(30):
+            for b, batcher in enumerate(batchers):
+                for job in jobs:
+                    transition = (float(n), "a", "b", f"{b}.{n}", None)
+                    results.append(batcher.add(Write(TRANSITION, job, transition, 1, None)))
+        while running:
+            # The batches under way run at once; their Deferreds fire here,
+            # in the test's thread, starting the next ones.
+            batch, running[:] = list(running), []
+            for thread, done, outcome in batch:
+                thread.join(60)
+                (answer,) = outcome
+                if isinstance(answer, Exception):
+                    done.errback(answer)
+                else:
+                    done.callback(answer)
+        for result in results:
+            self.assertIsNone(self.successResultOf(result))
+        for job in jobs:
+            numbers = self.numbers(job)
+            expected = 60 + (1 if job == "job" else 0)
+            self.assertEqual([seq for seq, _ in numbers], list(range(1, expected + 1)))
