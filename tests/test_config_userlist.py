@@ -490,3 +490,83 @@ class ExampleTests(UserListTestCase):
             ["users-alice@example.org", "bob-archive"],
         )
         self.assertTrue(all(job.connections == 1 for job in loaded.jobs))
+
+
+class LazyTests(UserListTestCase):
+    """
+    A user list kept as written (C{lazyUserLists}, a fleet's daemon): its
+    rows read when asked, each job the same as a parse expanding it makes.
+    """
+
+    rowsText = (
+        "source_user,destination_user,source_credential,destination_password_file,name\n"
+        "alice,alice@example.org,old-admin,alice.pw,\n"
+        "bob,bob@example.org,old-admin,bob.pw,bob-archive\n"
+    )
+
+    def loadLazy(self, csvText: str) -> Config:
+        """
+        Write C{csvText} as C{users.csv} and load the configuration with
+        its user list kept as written.
+        """
+        writeFile(self.csvPath, csvText)
+        writeFile(self.configPath, yaml.safe_dump(self.userDocument()))
+        return loadConfig(self.configPath, lazyUserLists=True)
+
+    def test_rowsNotRead(self) -> None:
+        """
+        The parse reads no row: the configuration's jobs are the YAML's
+        alone, the list is kept with its file's digest, and a list whose
+        rows are wrong parses (its problems come when it is loaded).
+        """
+        loaded = self.loadLazy(self.rowsText)
+        self.assertEqual([job.name for job in loaded.jobs], ["alice"])
+        [users] = loaded.userLists
+        self.assertEqual((users.name, users.entry, users.path), ("users", "jobs[1]", self.csvPath))
+        self.assertEqual(users.fileDigest, userrows.fileDigest(self.csvPath))
+        broken = self.loadLazy(self.rowsText + "carol,,nobody,x.pw,\n")
+        self.assertNotEqual(broken.userLists[0].fileDigest, users.fileDigest)
+
+    def test_rowsAndJobsAsExpanded(self) -> None:
+        """
+        Its rows are the jobs an expanding parse makes, and each row's
+        params rebuild that row's job.
+        """
+        expanded = self.loadUsers(self.rowsText).jobs[1:]
+        [users] = self.loadLazy(self.rowsText).userLists
+        rows = list(users.rows({"alice": "jobs[0]"}))
+        self.assertEqual([job for job, _ in rows], list(expanded))
+        self.assertEqual([users.job(params) for _, params in rows], list(expanded))
+        self.assertEqual(rows[1][1], {"row": 3, "fields": {
+            "source_user": "bob", "destination_user": "bob@example.org",
+            "source_credential": "old-admin", "destination_password_file": "bob.pw",
+            "name": "bob-archive",
+        }})  # fmt: skip
+
+    def test_rowProblemsWhenRead(self) -> None:
+        """
+        Reading the rows reports their problems as a parse does, a name
+        taken by a YAML job among them.
+        """
+        [users] = self.loadLazy(self.rowsText + "carol,carol,nobody,alice.pw,alice\n").userLists
+        error = self.assertRaises(ConfigError, list, users.rows({"alice": "jobs[0]"}))
+        self.assertEqual(len(error.problems), 2, error.problems)
+        self.assertIn("row 4: source_credential: no credential named 'nobody'", error.problems[0])
+        self.assertIn("duplicate job name 'alice'", error.problems[1])
+
+    def test_lazyWithPostgreSQL(self) -> None:
+        """
+        Asked to keep the lists as written where the state is PostgreSQL
+        (C{lazyUserLists=None}, a daemon), a SQLite state's configuration
+        expands them and a PostgreSQL one's keeps them.
+        """
+        writeFile(self.csvPath, self.rowsText)
+        writeFile(self.configPath, yaml.safe_dump(self.userDocument()))
+        local = loadConfig(self.configPath, lazyUserLists=None)
+        self.assertEqual((len(local.jobs), local.userLists), (3, ()))
+        document = self.userDocument()
+        document["state"] = "postgresql://imapmig@127.0.0.1:5432/migration"
+        document["fleet"] = {"name": "acme"}
+        writeFile(self.configPath, yaml.safe_dump(document))
+        fleet = loadConfig(self.configPath, lazyUserLists=None)
+        self.assertEqual((len(fleet.jobs), len(fleet.userLists)), (1, 1))

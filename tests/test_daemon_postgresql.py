@@ -41,6 +41,7 @@ from tests.support import (
     SOURCE_TREE,
     daemonCommand,
     freshUser,
+    plainServer,
     settleConnections,
     sharedDovecot,
     sourceTreeEnvironment,
@@ -541,6 +542,67 @@ async def health(port: int) -> tuple[int, dict[str, Any]]:
     body = await response.content()
     code: int = response.code
     return code, json.loads(body)
+
+
+class UserListTests(ClusterMixin, TestCase):
+    """
+    A fleet's user list, loaded by C{imapmig state load-jobs}, run by a
+    daemon that reads it as written (its rows in the database).
+    """
+
+    async def test_loadedThenRun(self) -> None:
+        """
+        The daemon of a configuration whose user list the command loaded
+        joins the fleet (the same list's digest: not refused) and runs
+        its rows, each built from its params: the real account's message
+        arrives, the other rows fail at login, and it exits once nothing
+        is left.
+        """
+        from tests.test_service import makeMaildir
+
+        self.startCluster(self)
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        password = writePasswordFile(os.path.join(self.directory, "user.pw"), user.password)
+        with open(os.path.join(self.directory, "users.csv"), "w") as f:
+            f.write(f"destination_user\n{user.name}\nnobody-1\nnobody-2\n")
+        path = os.path.join(self.directory, "imapmig.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(
+                {
+                    "status": "off",
+                    "servers": {"new": plainServer(instance)},
+                    "jobs": [
+                        {"name": "users", "jobs_from": "users.csv",
+                         "source": {"maildir": makeMaildir(self)},
+                         "destination": {"server": "new", "password_file": password},
+                         "retry_attempts": 1},
+                    ],
+                },
+                f,
+            )  # fmt: skip
+        self.writeConfig(path)
+        out = io.StringIO()
+        self.assertEqual(cli.main(["state", "load-jobs", "--config", path], out=out), 0)
+        self.assertIn("3 jobs", out.getvalue())
+        # --check-config checks its rows (a row's problem is found there).
+        checked = subprocess.run(
+            daemonCommand(path, "--check-config"), capture_output=True, text=True,
+            env=sourceTreeEnvironment(), cwd=SOURCE_TREE, timeout=120,
+        )  # fmt: skip
+        self.assertIn("configuration OK: 3 jobs", checked.stdout, checked.stderr)
+        daemon = startDaemon(self, reactor, path, daemonCommand(path, "--exit-when-done"))
+        # 1: two of its jobs failed.
+        self.assertEqual(await daemon.exited(reactor, 120), 1, daemon.tail())
+        self.assertIn(b"0 jobs and 1 user list, 1 server", bytes(daemon.output))
+        self.assertEqual(sum(map(len, instance.fetchAll(user.name).values())), 1)
+        self.assertEqual(
+            self.sql("SELECT name, state FROM imapmig_queue.jobs ORDER BY position"),
+            [(f"users-{user.name}", "done"), ("users-nobody-1", "failed"),
+             ("users-nobody-2", "failed")],
+        )  # fmt: skip
+        await settleConnections(reactor)
 
 
 class HealthTests(ClusterMixin, TestCase):

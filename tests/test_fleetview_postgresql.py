@@ -22,10 +22,12 @@ from zope.interface.verify import verifyObject
 
 from imapmig.errors import QueueUnavailable
 from imapmig.queue import JobOutcome
-from imapmig.queue.fleetview import Holder, IFleetView
+from imapmig.queue.fleetview import Holder, IFleetView, JobRow
 from imapmig.queue._pgfleetview import (
+    COUNTS,
     DAEMONS,
     HOLDERS,
+    JOBS_PAGE,
     MAX_DAEMONS,
     SHOWN_AFTER_LEASE,
     WAIT,
@@ -129,6 +131,33 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         a.finish(first, JobOutcome.COMPLETED)
         self.assertEqual(self.successResultOf(self.view.holders(["j0"])), {})
         self.assertEqual(self.successResultOf(self.view.daemons()).daemons[0].jobs, 1)
+
+    def test_jobsPageAndCounts(self) -> None:
+        """
+        The jobs are paged by position, each with its state, its request
+        and its holder (a claimed one), the next page's key given until
+        the last page; the counts are the jobs by state.
+        """
+        queue = self.queueOf(5)
+        mig1 = self.register(queue, "mig1", 11)
+        queue.claim(mig1, 0.0, 600.0)
+        claim = queue.claim(mig1, 0.0, 600.0)
+        assert claim is not None
+        queue.finish(claim, JobOutcome.COMPLETED)
+        queue.pause("j0", by="admin")
+        first = self.successResultOf(self.view.jobsPage(None, 2))
+        self.assertEqual(
+            first.jobs,
+            (JobRow(0, "j0", "claimed", "pause", Holder(mig1, "mig1")), JobRow(1, "j1", "done")),
+        )
+        self.assertEqual(first.after, 1)
+        second = self.successResultOf(self.view.jobsPage(first.after, 2))
+        self.assertEqual([job.name for job in second.jobs], ["j2", "j3"])
+        last = self.successResultOf(self.view.jobsPage(second.after, 2))
+        self.assertEqual(([job.name for job in last.jobs], last.after), (["j4"], None))
+        self.assertEqual(
+            self.successResultOf(self.view.jobCounts()), {"claimed": 1, "done": 1, "queued": 3}
+        )
 
     def test_longDeadNotShown(self) -> None:
         """
@@ -334,6 +363,46 @@ class PlanTests(PostgreSQLTestMixin):
             f" {times[1_000] * 1000:.2f} ms at 1,000 jobs,"
             f" {times[100_000] * 1000:.2f} ms at 100,000"
         )
+
+    def buffers(self, statement: str, parameters: dict[str, object]) -> int:
+        """
+        The shared buffers C{statement} reads (hit or not), by C{EXPLAIN
+        (ANALYZE, BUFFERS)}.
+        """
+        with psycopg.connect(self.uri, autocommit=True) as connection:
+            cursor = psycopg.ClientCursor(connection)
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters)
+            row = cursor.fetchone()
+        assert row is not None
+        document = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+        plan = document[0]["Plan"]
+        return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+    def test_jobsPageFlat(self) -> None:
+        """
+        A page of 100 jobs reads as many buffers at 1,000 jobs as at
+        100,000, at the start of the list or at its end (keyset through
+        the index on position, never an offset or a scan); the counts read
+        the few rows of C{job_counts}.
+        """
+        self.queueOf(0)
+        read = {}
+        for total in (1_000, 100_000):
+            self.sql("TRUNCATE imapmig_queue.jobs")
+            self.sql(
+                "INSERT INTO imapmig_queue.jobs (name, position, state, digest)"
+                " SELECT 'x' || g, g, CASE WHEN g %% 3 = 0 THEN 'done' ELSE 'queued' END,"
+                " '\\x00'::bytea FROM generate_series(0, %s - 1) g",
+                total,
+            )
+            self.sql("ANALYZE imapmig_queue.jobs")
+            for after in (-1, total - 101):
+                read[total, after > 0] = self.buffers(JOBS_PAGE, {"after": after, "limit": 101})
+            self.assertNotIn(("Seq Scan", "jobs"), self.explain(JOBS_PAGE, {"after": 500, "limit": 101}))
+            self.assertLessEqual(self.buffers(COUNTS, {}), 2)
+        for end in (False, True):
+            self.assertLessEqual(abs(read[1_000, end] - read[100_000, end]), 1, read)
+        self.assertLessEqual(max(read.values()), 12, read)
 
 
 class ThreadPoolTests(PostgreSQLTestMixin):

@@ -122,3 +122,78 @@ class LoadJobsTests(PostgreSQLTestMixin):
         A daemon refused for another list is told of this command.
         """
         self.assertIn("imapmig state load-jobs --config FILE", CHANGE_HINT)
+
+
+class UserListLoadTests(PostgreSQLTestMixin):
+    """
+    C{imapmig state load-jobs} with a user list: its rows loaded as its
+    template and their params, which a daemon of the same file then
+    starts on without reading them.
+    """
+
+    def configure(self, rows: str) -> str:
+        """
+        Write a configuration whose one entry is a user list of C{rows}
+        (after the header), its state in this test's database.
+
+        @return: its path.
+        """
+        base = os.path.abspath(self.mktemp())
+        os.makedirs(base)
+        with open(os.path.join(base, "users.csv"), "w") as f:
+            f.write("destination_user,destination_password_file\n" + rows)
+        with open(os.open(os.path.join(base, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("secret\n")
+        maildir = os.path.join(base, "maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        path = os.path.join(base, "imapmig.yaml")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(
+                f"state: {self.uri}\nfleet: {{name: acme}}\n"
+                f"servers: {{s: {{endpoint: 'tcp:127.0.0.1:143'}}}}\n"
+                f"jobs: [{{name: users, jobs_from: users.csv, source: {{maildir: {maildir}}},"
+                " destination: {server: s}}]\n"
+            )
+        return path
+
+    def command(self, *argv: str) -> tuple[int, str, str]:
+        """
+        Run C{imapmig} with C{argv}: its status, output and errors.
+        """
+        stderr = io.StringIO()
+        self.patch(sys, "stderr", stderr)
+        out = io.StringIO()
+        return main(list(argv), out), out.getvalue(), stderr.getvalue()
+
+    def test_loadedThenJoined(self) -> None:
+        """
+        The command loads one row per user and the template once; a
+        daemon of the lazily read file joins without reading a row and
+        claims the first row's job, the job an expanding parse makes.
+        """
+        path = self.configure("alice,pw\nbob,pw\n")
+        status, out, err = self.command("state", "load-jobs", "--config", path, "--fleet", "acme")
+        self.assertEqual((status, err), (0, ""))
+        self.assertIn("job list loaded (generation 1, 2 jobs): 2 added", out)
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.templates"), [(1,)])
+        config = loadConfig(path, lazyUserLists=True)
+        self.patch(type(config.userLists[0]), "rows", lambda *a: self.fail("rows read"))
+        queue = PostgreSQLJobQueue.connect(self.uri, config.jobs, "acme", userLists=config.userLists)
+        self.addCleanup(queue.close)
+        me = queue.register("host", 1, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job, loadConfig(path).jobs[0])
+
+    def test_rowProblems(self) -> None:
+        """
+        A row's problem, found as the rows are loaded, is refused with
+        exit 2 naming the file and row; nothing is written (the queue's
+        tables neither: one transaction).
+        """
+        path = self.configure("alice,pw\nbob,missing.pw\n")
+        status, out, err = self.command("state", "load-jobs", "--config", path, "--fleet", "acme")
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn("users.csv: row 3: destination_password_file", err)
+        self.assertEqual(self.sql("SELECT to_regclass('imapmig_queue.jobs')"), [(None,)])

@@ -6,7 +6,9 @@ PostgreSQL queue by L{tests.test_queue_postgresql}).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Protocol, Sequence
+
+import attrs
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -24,13 +26,55 @@ from imapmig.queue import (
 )
 from imapmig.config.model import JobConfig
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
-from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
+from imapmig.errors import ConfigError, ControlRefused, LeaseLost, UnknownJob
 from tests.test_schedule_service import jobConfig
 
 if TYPE_CHECKING:
     _MixinBase = SynchronousTestCase
 else:
     _MixinBase = object
+
+
+@attrs.define
+class FakeUserList:
+    """
+    A user list (L{imapmig.config.model.UserList}) of C{count} rows made
+    in memory, counting how often its rows are read; with C{readable}
+    false, reading them fails the test.
+    """
+
+    name: str = "users"
+    entry: str = "jobs[0]"
+    path: str = "/lists/users.csv"
+    fileDigest: str = "f" * 64
+    count: int = 3
+    settings: object = ("template", 3)
+    readable: bool = True
+    reads: int = 0
+    built: int = 0
+    broken: bool = False
+
+    def rows(self, taken: Mapping[str, str]) -> Iterator[tuple[JobConfig, dict[str, object]]]:
+        """
+        Each row's job and params, unless not C{readable}.
+        """
+        if not self.readable:
+            raise AssertionError("the rows of a user list were read")
+        self.reads += 1
+        for index in range(self.count):
+            params: dict[str, object] = {"row": index + 2, "fields": {"user": f"u{index}"}}
+            yield self.job(params), params
+
+    def job(self, params: Mapping[str, object]) -> JobConfig:
+        """
+        The job of the row of C{params}; with C{broken}, a problem.
+        """
+        if self.broken:
+            raise ConfigError([f"{self.path}: row {params['row']}: destination_password_file: gone"])
+        self.built += 1
+        fields = params["fields"]
+        assert isinstance(fields, dict)
+        return jobConfig(f"{self.name}-{fields['user']}", fields["user"])
 
 
 class ContractQueue(Protocol):
@@ -406,6 +450,18 @@ class InMemoryJobQueueTests(SynchronousTestCase):
             ListChange(2, removed=1),
         )
         self.assertIsNone(self.successResultOf(queue.listDiffers()))
+
+    def test_asyncJobListWithUserLists(self) -> None:
+        """
+        A reload with user lists kept as written lists their rows after
+        the jobs (the in-memory queue holds every job).
+        """
+        queue = AsyncJobQueue(queueOf(1))
+        self.assertEqual(
+            self.successResultOf(queue.replaceList([jobConfig("j0", "u0")], [FakeUserList(count=2)])),
+            ListChange(2, added=2),
+        )
+        self.assertEqual([queue.queue.state(n) for n in ("users-u0", "users-u1")], [QueueState.QUEUED] * 2)
 
     def test_interface(self) -> None:
         """

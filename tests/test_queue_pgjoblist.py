@@ -10,18 +10,19 @@ import subprocess
 import sys
 import threading
 import time
-
 from attrs import evolve
+from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.access.secrets import Secret
 from imapmig.config.model import JobConfig, RetryConfig
-from imapmig.errors import FleetMismatch, JobListStale
+from imapmig.errors import FleetMismatch, JobListStale, PermanentError
 from imapmig.queue import JobOutcome, QueueState
 from imapmig.queue._pgjoblist import CHANGE_HINT, JobList, ListChange, _Encoder
-from imapmig.queue.postgresql import PostgreSQLJobQueue
+from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.testing.postgresql import PASSWORD_ROLE
 from tests.support import sourceTreeEnvironment
+from tests.test_queue import FakeUserList
 from tests.test_queue_postgresql import PostgreSQLTestMixin
 from tests.test_schedule_service import jobConfig
 
@@ -392,3 +393,182 @@ class FleetTests(PostgreSQLTestMixin):
         )
         self.assertEqual(self.fleetRow()[2:], (1, 100_000))
         self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(100_000,)])
+
+
+class UserListDigestTests(SynchronousTestCase):
+    """
+    A user list's part of a job list's digest costs nothing per row.
+    """
+
+    def test_noRowRead(self) -> None:
+        """
+        The digest of a list with a user list reads none of its rows; it
+        changes with the file's digest and with the template's settings,
+        and is not the digest of the jobs alone.
+        """
+        users = FakeUserList(readable=False)
+        listed = JobList.of(jobsOf(2), [users])
+        self.assertNotEqual(listed.digest, JobList.of(jobsOf(2)).digest)
+        self.assertEqual(JobList.of(jobsOf(2), [FakeUserList(readable=False)]).digest, listed.digest)
+        self.assertNotEqual(
+            JobList.of(jobsOf(2), [FakeUserList(fileDigest="e" * 64)]).digest, listed.digest
+        )
+        self.assertNotEqual(
+            JobList.of(jobsOf(2), [FakeUserList(settings=("template", 4))]).digest, listed.digest
+        )
+
+
+class UserListFleetTests(PostgreSQLTestMixin):
+    """
+    A user list's jobs in the database: its template once, each row's
+    params, and a claimed row's job built from them.
+    """
+
+    def daemon(self, users: FakeUserList, jobs: list[JobConfig] | None = None) -> PostgreSQLJobQueue:
+        """
+        A daemon's queue of C{jobs} (C{j0}, C{j1} if L{None}) and the user
+        list C{users}, started.
+        """
+        queue = PostgreSQLJobQueue.connect(
+            self.uri, jobsOf(2) if jobs is None else jobs, "acme", userLists=[users]
+        )
+        self.addCleanup(queue.close)
+        return queue
+
+    def test_loadedAsTemplateAndParams(self) -> None:
+        """
+        The first start stores the template once and each row with its
+        template and params, after the configuration's jobs; the fleet
+        counts every row.
+        """
+        users = FakeUserList()
+        self.daemon(users)
+        [(templateId, name, path, fileDigest)] = self.sql(
+            "SELECT template_id, name, path, file_digest FROM imapmig_queue.templates"
+        )
+        self.assertEqual((name, path, fileDigest), ("users", users.path, users.fileDigest))
+        self.assertEqual(
+            self.sql(
+                "SELECT name, position, template_id, params FROM imapmig_queue.jobs ORDER BY position"
+            ),
+            [("j0", 0, None, None), ("j1", 1, None, None)]
+            + [
+                (f"users-u{i}", i + 2, templateId, {"row": i + 2, "fields": {"user": f"u{i}"}})
+                for i in range(3)
+            ],
+        )
+        self.assertEqual(self.sql("SELECT jobs FROM imapmig_queue.fleet"), [(5,)])
+
+    def test_secondStartReadsNoRow(self) -> None:
+        """
+        A second start with the same list reads no row of the user list
+        and writes nothing; it claims a row's job, built from its params
+        alone.
+        """
+        self.daemon(FakeUserList())
+        written = self.sql("SELECT string_agg(xmin::text, ',') FROM imapmig_queue.jobs")
+        users = FakeUserList(readable=False)
+        queue = self.daemon(users)
+        self.assertEqual(self.sql("SELECT string_agg(xmin::text, ',') FROM imapmig_queue.jobs"), written)
+        self.sql("UPDATE imapmig_queue.jobs SET state = 'done' WHERE template_id IS NULL")
+        me = queue.register("host", 1, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job, jobConfig("users-u0", "u0"))
+        self.assertEqual(users.built, 1)
+
+    def test_claimedRowOfAnotherTemplate(self) -> None:
+        """
+        A claimed row whose digest is not its template's and params' (a
+        reload committed during the claim) claims nothing.
+        """
+        queue = self.daemon(FakeUserList(), jobs=[])
+        me = queue.register("host", 1, "1.0", 600.0)
+        self.sql("UPDATE imapmig_queue.jobs SET params = '{\"row\": 9, \"fields\": {\"user\": \"x\"}}'")
+        self.assertIsNone(queue.claim(me, 0.0, 600.0))
+
+    def test_otherFileRefused(self) -> None:
+        """
+        A start whose user list's file differs is refused, naming the
+        list; its rows are not read.
+        """
+        self.daemon(FakeUserList())
+        error = self.assertRaises(
+            FleetMismatch, self.daemon, FakeUserList(fileDigest="e" * 64, readable=False)
+        )
+        self.assertIn(
+            f"the user list of jobs[0] (/lists/users.csv, file digest {'e' * 64})"
+            " is not the fleet's: its file or its settings differ",
+            str(error),
+        )
+
+    def test_reloadAppliesRows(self) -> None:
+        """
+        A reload with a user list of another file applies the difference
+        of its rows: the new rows added after the last, the rows no longer
+        listed removed, the others untouched.
+        """
+        queue = self.daemon(FakeUserList(), jobs=[])
+        before = self.sql("SELECT name, xmin::text FROM imapmig_queue.jobs WHERE name = 'users-u0'")
+        change = queue.replaceList([], [FakeUserList(fileDigest="e" * 64, count=4)])
+        self.assertEqual((change.added, change.removed, change.changed), (1, 0, 0))
+        self.assertEqual(
+            self.sql("SELECT name, xmin::text FROM imapmig_queue.jobs WHERE name = 'users-u0'"), before
+        )
+        self.assertEqual(
+            [name for name, in self.sql("SELECT name FROM imapmig_queue.jobs ORDER BY position")],
+            ["users-u0", "users-u1", "users-u2", "users-u3"],
+        )
+        change = queue.replaceList([], [FakeUserList(fileDigest="d" * 64, count=1, settings=("t", 1))])
+        self.assertEqual((change.removed, change.changed), (3, 1))
+        self.assertEqual(len(self.sql("SELECT 1 FROM imapmig_queue.templates")), 1)
+
+    def test_rowNotBuilt(self) -> None:
+        """
+        A row whose job cannot be built (its password file gone) fails,
+        and the claim says why; the next claim takes the next row.
+        """
+        users = FakeUserList()
+        queue = self.daemon(users, jobs=[])
+        me = queue.register("host", 1, "1.0", 600.0)
+
+        users.broken = True
+        error = self.assertRaises(PermanentError, queue.claim, me, 0.0, 600.0)
+        self.assertIn("row 2: destination_password_file: gone", str(error))
+        self.assertEqual(
+            self.sql("SELECT state, owner FROM imapmig_queue.jobs WHERE name = 'users-u0'"),
+            [("failed", None)],
+        )
+        users.broken = False
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job.name, "users-u1")
+
+    def test_sameListReloaded(self) -> None:
+        """
+        A reload with the same list changes nothing, and the daemon still
+        claims its rows (their templates known).
+        """
+        queue = self.daemon(FakeUserList(), jobs=[])
+        change = queue.replaceList([], [FakeUserList(readable=False)])
+        self.assertFalse(change.loaded)
+        me = queue.register("host", 1, "1.0", 600.0)
+        claim = queue.claim(me, 0.0, 600.0)
+        assert claim is not None
+        self.assertEqual(claim.job.name, "users-u0")
+
+    def test_threadedReload(self) -> None:
+        """
+        The threaded queue (a fleet's daemon's) reloads with its user
+        lists: their rows are the fleet's afterwards.
+        """
+        from tests.test_queue_postgresql import Reactor
+
+        pool = ThreadPool(1, 1)
+        pool.start()
+        self.addCleanup(pool.stop)
+        reactor = Reactor()
+        threaded = ThreadedJobQueue(self.daemon(FakeUserList(), jobs=[]), reactor, pool)  # type: ignore[arg-type]
+        change = reactor.pump(threaded.replaceList([], [FakeUserList(fileDigest="e" * 64, count=4)]))
+        self.assertEqual(change.added, 1)
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs"), [(4,)])

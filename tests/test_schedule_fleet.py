@@ -8,9 +8,9 @@ L{Clock} over the in-memory queue made asynchronous
 from __future__ import annotations
 
 import os
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, DeferredList, fail
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
@@ -27,6 +27,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
+from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.state import IStateStore, Transition
@@ -324,8 +325,14 @@ class FleetMemberTests(SynchronousTestCase):
             return register(host, pid, version, lease)
 
         self.m.queue.register = failOnce  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.member.start()
         self.assertIsNone(self.member.owner)
+        # Unregistered, it holds no lease (not "the send deadline is in nan s").
+        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
+        self.assertEqual(said["deadline"], "no lease held")
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
@@ -391,10 +398,12 @@ class Fleet:
         maxJobs: int,
         limits: ServerLimits = ServerLimits(),
         store: IStateStore | None = None,
+        listed: Sequence[str] | None = None,
     ) -> None:
         self.clock = Clock()
         self.progress = MigrationProgress(self.clock.seconds)
-        for name in names:
+        # The jobs the progress lists at start (all of them by default).
+        for name in names if listed is None else listed:
             self.progress.addJob(name)
         self.memory = InMemoryJobQueue([jobConfig(n, n) for n in names], self.clock.seconds)
         self.queue = ControlledQueue(self.memory)
@@ -470,6 +479,28 @@ class FleetSchedulerTests(SynchronousTestCase):
         owner = fleet.member.owner
         self.stop(fleet)
         self.assertEqual(fleet.queue.retired, [owner])
+
+    def test_unlistedJobHeldOnly(self) -> None:
+        """
+        A claimed job the progress does not list (a user list's row, kept
+        as written) is listed while this daemon holds it, and forgotten
+        with its machine once its claim finished; a listed job stays.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, listed=["a"])
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        self.assertEqual(sorted(job.name for job in fleet.progress), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("b"), QueueState.DONE)
+        self.assertEqual([job.name for job in fleet.progress], ["a"])
+        self.assertIn("started", fleet.causes("b"))
+        fleet.transitions.clear()
+        fleet.machines.job("a")
+        self.assertEqual(sorted(fleet.machines._machines), ["a"])
+        fleet.built["a"].result.callback(True)
+        self.assertEqual([job.name for job in fleet.progress], ["a"])
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
 
     def test_notDrainedWhileAnotherRuns(self) -> None:
         """
@@ -675,6 +706,62 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:
+        """
+        The queue unreachable while the daemon waits for its next claim
+        (its deferred jobs' next due time unread) does not end its
+        claiming: once the queue answers again, it takes over the job of
+        a daemon whose lease ran out meanwhile (found from outside: after
+        PostgreSQL was down longer than the lease, no daemon of the fleet
+        claimed any job again).
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, fleet.clock.seconds(), LEASE)
+        self.assertEqual(held is not None and held.job.name, "a")
+        nextDue = fleet.queue.nextDue
+        failures: list[int] = []
+
+        def failOnce() -> Deferred[float | None]:
+            if not failures:
+                failures.append(1)
+                return fail(QueueUnavailable("db1: connection refused"))
+            return nextDue()
+
+        fleet.queue.nextDue = failOnce  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(failures, [1])
+        self.assertEqual(sorted(fleet.built), ["b"])
+        # The other daemon never beats again: its lease runs out.
+        fleet.clock.pump([fleet.member.period] * int(LEASE / fleet.member.period + 2))
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        for job in fleet.built.values():
+            job.result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+
+    def test_databaseRestarting(self) -> None:
+        """
+        A slot freed while the queue's database is unreachable (a claim and
+        the deferred jobs' read both fail with L{QueueUnavailable}) is
+        claimed into at a later poll once it answers again.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a"])
+        claim, nextDue = fleet.queue.claim, fleet.queue.nextDue
+        unavailable = QueueUnavailable("db1: the database system is starting up")
+        fleet.queue.claim = lambda *args: fail(unavailable)  # type: ignore[method-assign]
+        fleet.queue.nextDue = lambda: fail(unavailable)  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        fleet.queue.claim, fleet.queue.nextDue = claim, nextDue  # type: ignore[method-assign]
+        fleet.clock.advance(5)
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
 
 class FleetControlsTests(SynchronousTestCase):
     """
@@ -826,6 +913,50 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertEqual(reactor.getDelayedCalls(), [])
 
 
+    def test_lostJobsNotRecorded(self) -> None:
+        """
+        The transitions of the jobs whose claims the daemon lost (stopping,
+        then stopped: lease lost) are not recorded in their timelines,
+        where they would follow their new owner's; its next claim's are.
+        """
+        store = MemoryStateStore()
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 1,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "a", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, store)
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        before = self.successResultOf(store.timeline("a"))
+        self.assertEqual(before[0].cause, "claimed (generation 1)")
+        scheduler.loseLease("its send deadline passed")
+        reactor.advance(120)
+        causes = [t.cause for t in self.successResultOf(store.timeline("a"))]
+        self.assertEqual([c for c in causes if c.startswith("lease lost")], [])
+        # Its new incarnation's claim of the job is its own, recorded.
+        self.assertGreater(len(causes), len(before))
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
+
+
 class StaleClaimTests(SynchronousTestCase):
     """
     A claim answered after the lease it was made under was lost.
@@ -860,4 +991,69 @@ class StaleClaimTests(SynchronousTestCase):
         self.assertEqual(list(fleet.built), ["a"])
         self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
         self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+
+
+class StopWhileClaimingTests(SynchronousTestCase):
+    """
+    A stop while a claim is in flight: the job claimed after it ends at
+    once, and the stop completes.
+    """
+
+    def test_claimAnsweredAfterTheStop(self) -> None:
+        """
+        A claim answered after the stop began gives up its job before
+        waiting for anything (stopped while waiting for a connection
+        grant or a slot) and finishes its claim in the queue (the finish
+        queued before the daemon's retirement); the stop completes.
+        Before, the job left
+        the scheduler's running jobs before it was entered among them
+        (its run suspended first on the finish), so that the stop awaited
+        its ended run again and again without ever returning to the
+        reactor: the daemon ignored SIGTERM.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        answers: list[tuple[JobClaim | None, Deferred[JobClaim | None]]] = []
+        finishes: list[Deferred[None]] = []
+        claimNow = fleet.queue.claim
+        finish = fleet.queue.finish
+
+        def heldClaim(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+            held: Deferred[JobClaim | None] = Deferred()
+            answers.append((self.successResultOf(claimNow(owner, now, lease)), held))
+            return held
+
+        def heldFinish(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> Deferred[None]:
+            held: Deferred[None] = Deferred()
+            finishes.append(held)
+            return held.addCallback(lambda _: finish(claim, outcome, notBefore))
+
+        fleet.queue.claim = heldClaim  # type: ignore[method-assign]
+        fleet.queue.finish = heldFinish  # type: ignore[method-assign]
+        # The stop's waits for the jobs, bounded: the loop this fixes spun
+        # for ever inside the finish's callback.
+        waits: list[int] = []
+
+        def boundedList(deferreds: list[Deferred[Any]]) -> Any:
+            waits.append(len(deferreds))
+            if len(waits) > 100:
+                raise RuntimeError("the stop waits on the same ended run again and again")
+            return DeferredList(deferreds)
+
+        self.patch(scheduler, "DeferredList", boundedList)
+        fleet.service.startService()
+        self.assertEqual(len(answers), 1)
+        stopping = fleet.service.stopService()
+        self.assertNoResult(stopping)
+        answered, held = answers[0]
+        held.callback(answered)
+        self.assertNotIn("a", fleet.built)
+        self.assertEqual(len(finishes), 1)
+        self.successResultOf(stopping)
+        finishes[0].callback(None)
+        self.assertLess(len(waits), 100)
+        self.assertIs(fleet.memory.state("a"), QueueState.QUEUED)
         self.assertEqual(fleet.clock.getDelayedCalls(), [])

@@ -146,3 +146,60 @@ class FleetMemberPostgreSQLTests(PostgreSQLTestMixin):
             self.answer()
         self.assertEqual(stopped, [None])
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class UserListFleetSchedulerTests(PostgreSQLTestMixin):
+    """
+    A fleet's scheduler over the real queue and a user list kept as
+    written: it runs the rows its progress does not list, and keeps them
+    only while it holds them.
+    """
+
+    def test_rowsRunAndDropped(self) -> None:
+        """
+        The scheduler claims the user list's rows (built from their
+        params), lists each while it runs and drops it once finished; the
+        queue then has them done.
+        """
+        from imapmig.job.machine import JobMachines
+        from imapmig.progress import MigrationProgress
+        from imapmig.queue.postgresql import PostgreSQLJobQueue
+        from imapmig.schedule.fleet import FleetScheduler
+        from imapmig.schedule.grants import ConnectionGrants, JobConnections
+        from tests.statecontract import SynchronousReactor, SynchronousThreadPool
+        from tests.test_queue import FakeUserList
+        from tests.test_schedule_service import FakeJob
+
+        queue = PostgreSQLJobQueue.connect(self.uri, [], "acme", userLists=[FakeUserList(count=2)])
+        self.addCleanup(queue.close)
+        threaded = ThreadedJobQueue(queue, SynchronousReactor(), SynchronousThreadPool())
+        clock = Clock()
+        progress = MigrationProgress(clock.seconds)
+        machines = JobMachines(progress, clock, queue=threaded)
+        built: dict[str, FakeJob] = {}
+        listed: list[list[str]] = []
+
+        def build(config: Any, connections: JobConnections, store: Any, deadline: Any) -> FakeJob:
+            job = built[config.name] = FakeJob(config.name, connections, machines.job(config.name))
+            listed.append([each.name for each in progress])
+            return job
+
+        done: list[bool] = []
+        service = FleetScheduler(
+            threaded, ConnectionGrants(2, {}), build, progress, clock, done.append,
+            clock.seconds, LEASE, ("mig1", 42, "1.0"), lambda: None,
+            schemaVersion=SCHEMA_VERSION, machines=machines,
+        )  # fmt: skip
+        service.startService()
+        self.assertEqual(sorted(built), ["users-u0", "users-u1"])
+        self.assertEqual(listed[-1], ["users-u0", "users-u1"])
+        for job in built.values():
+            job.result.callback(True)
+        self.assertEqual(list(progress), [])
+        self.assertEqual(
+            self.sql("SELECT name, state FROM imapmig_queue.jobs ORDER BY position"),
+            [("users-u0", "done"), ("users-u1", "done")],
+        )
+        self.assertEqual(done, [True])
+        self.successResultOf(service.stopService())
+        self.assertEqual(clock.getDelayedCalls(), [])

@@ -27,9 +27,17 @@ import imapmig
 from imapmig.errors import QueueUnavailable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.progress.telemetry import Telemetry
-from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, SingleDaemonView
+from imapmig.queue.fleetview import (
+    DaemonRow,
+    Fleet,
+    Holder,
+    IFleetView,
+    JobRow,
+    JobsPage,
+    SingleDaemonView,
+)
 from imapmig.state.memory import MemoryStateStore
-from imapmig.status.fleet import singleDaemon
+from imapmig.status.fleet import holderDocument, singleDaemon
 from imapmig.status.metrics import buildMetricsResource
 from imapmig.status.resource import StatusResource
 
@@ -69,6 +77,10 @@ class FakeFleetView:
         self.pending: list[Deferred[Any]] = []
         self.asked: list[list[str]] = []
         self.daemonReads = 0
+        # The page of jobs jobsPage answers, the (after, limit) each asked.
+        self.page = JobsPage((), None)
+        self.pagesAsked: list[tuple[int | None, int]] = []
+        self.counts: Mapping[str, int] = {}
 
     def _answer(self, value: Any) -> Deferred[Any]:
         if self.failure is not None:
@@ -86,6 +98,13 @@ class FakeFleetView:
     def holders(self, names: Sequence[str]) -> Deferred[Mapping[str, Holder]]:
         self.asked.append(list(names))
         return self._answer({n: self.held[n] for n in names if n in self.held})
+
+    def jobsPage(self, after: int | None, limit: int) -> Deferred[JobsPage]:
+        self.pagesAsked.append((after, limit))
+        return self._answer(self.page)
+
+    def jobCounts(self) -> Deferred[Mapping[str, int]]:
+        return self._answer(self.counts)
 
 
 class FleetPagesTestCase(SynchronousTestCase):
@@ -133,6 +152,19 @@ class StatusJSONFleetTests(FleetPagesTestCase):
     """
     C{/status.json} lists the daemons and names each job's holder.
     """
+
+    def test_fleetJobs(self) -> None:
+        """
+        A fleet's C{/status.json} counts the fleet's jobs by state from its
+        database (C{fleet_jobs}; C{null} while unreadable), beside the
+        totals of the jobs this daemon lists.
+        """
+        self.fleet.counts = {"queued": 999_990, "claimed": 10}
+        document = json.loads(self.get("/status.json"))
+        self.assertEqual(document["fleet_jobs"], {"queued": 999_990, "claimed": 10})
+        self.assertEqual(document["totals"]["jobs_total"], 3)
+        self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
+        self.assertIsNone(json.loads(self.get("/status.json"))["fleet_jobs"])
 
     def test_daemons(self) -> None:
         """
@@ -203,7 +235,8 @@ class StatusJSONFleetTests(FleetPagesTestCase):
         self.fleet.later = True
         response = self.treq.get(BASE + "/status.json")
         self.assertNoResult(response)
-        self.assertEqual(len(self.fleet.pending), 2)
+        # The daemons, the page's holders, the fleet's counts.
+        self.assertEqual(len(self.fleet.pending), 3)
         self.progress.job("carol").showState(lambda: JobState.RUNNING)
         for d in self.fleet.pending:
             d.callback(self.fleet.fleet if d is self.fleet.pending[0] else {})
@@ -243,6 +276,60 @@ class StatusJSONFleetTests(FleetPagesTestCase):
         self.assertIsNone(document["daemons"])
         self.assertEqual(document["daemons_error"], "a bug")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class FleetJobsTests(FleetPagesTestCase):
+    """
+    C{/fleet/jobs.json}: the fleet's jobs by keyset, from the view.
+    """
+
+    def test_page(self) -> None:
+        """
+        A page lists the view's jobs with their state, request and holder,
+        the next page's key and the counts by state; C{after} and
+        C{limit} are passed on (100 by default).
+        """
+        self.fleet.page = JobsPage(
+            (
+                JobRow(7, "alice", "claimed", "pause", Holder(MIG1.daemonId, "mig1")),
+                JobRow(9, "zed", "queued"),
+            ),
+            9,
+        )
+        self.fleet.counts = {"queued": 999_998, "claimed": 2}
+        document = json.loads(self.get("/fleet/jobs.json?after=6&limit=2"))
+        self.assertEqual(
+            document,
+            {
+                "jobs": [
+                    {"position": 7, "name": "alice", "state": "claimed", "requested": "pause",
+                     "daemon": holderDocument(Holder(MIG1.daemonId, "mig1"))},
+                    {"position": 9, "name": "zed", "state": "queued", "requested": None,
+                     "daemon": None},
+                ],
+                "after": 9,
+                "counts": {"queued": 999_998, "claimed": 2},
+            },
+        )  # fmt: skip
+        self.get("/fleet/jobs.json")
+        self.assertEqual(self.fleet.pagesAsked, [(6, 2), (None, 100)])
+
+    def test_badQuery(self) -> None:
+        """
+        An C{after} or C{limit} that is not a number, or a limit out of
+        bounds, is a 400 naming them; nothing is read.
+        """
+        for query in ("after=x", "limit=0", "limit=501"):
+            self.get(f"/fleet/jobs.json?{query}", code=400)
+        self.assertEqual(self.fleet.pagesAsked, [])
+
+    def test_unreadable(self) -> None:
+        """
+        While the database cannot be read, the page is a 503 saying why.
+        """
+        self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
+        body = json.loads(self.get("/fleet/jobs.json", code=503))
+        self.assertEqual(body["error"], "postgresql://db1/mig: connection refused")
 
 
 class JobDocumentFleetTests(FleetPagesTestCase):
@@ -401,6 +488,26 @@ class SingleDaemonTests(SynchronousTestCase):
             {"alice": Holder(view.daemonId, "mig1"), "bob": Holder(view.daemonId, "mig1")},
         )
 
+    def test_jobsPage(self) -> None:
+        """
+        Its jobs are paged in the order given, each claimed one held by
+        it, the next page's key given until the last; its counts are by
+        state.
+        """
+        states = [("a", "done"), ("b", "claimed"), ("c", "queued")]
+        view = SingleDaemonView(self.clock.seconds, lambda: 3, host="mig1", states=lambda: states)
+        holder = Holder(view.daemonId, "mig1")
+        self.assertEqual(
+            self.successResultOf(view.jobsPage(None, 2)),
+            JobsPage((JobRow(0, "a", "done"), JobRow(1, "b", "claimed", holder=holder)), 1),
+        )
+        self.assertEqual(
+            self.successResultOf(view.jobsPage(1, 2)), JobsPage((JobRow(2, "c", "queued"),), None)
+        )
+        self.assertEqual(
+            self.successResultOf(view.jobCounts()), {"done": 1, "claimed": 1, "queued": 1}
+        )
+
     def test_idPerView(self) -> None:
         """
         Each view (each process start) draws a new id, and this host's name
@@ -429,6 +536,7 @@ class SingleDaemonTests(SynchronousTestCase):
             (daemon["jobs"], daemon["live"], daemon["this"], daemon["messages_per_second"]),
             (2, True, True, 0.0),
         )
+        self.assertNotIn("fleet_jobs", document)
         self.assertEqual(
             [job["daemon"]["id"] for job in document["jobs"]], [daemon["id"], daemon["id"]]
         )

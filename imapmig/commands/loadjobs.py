@@ -58,7 +58,9 @@ def loadJobs(args: argparse.Namespace, out: TextIO) -> int:
     Run C{imapmig state load-jobs}; return its exit status.
     """
     try:
-        config = loadConfig(args.config)
+        # A user list's rows are read once, as they are loaded (a fleet's
+        # daemon digests its lists so too: not a job per row).
+        config = loadConfig(args.config, lazyUserLists=True)
     except ConfigError as e:
         for problem in e.shown():
             sys.stderr.write(problem + "\n")
@@ -88,14 +90,14 @@ def _load(state: PostgreSQLState, fleet: str, config: Config) -> str:
     """
     import psycopg
 
-    from imapmig.queue._pgjoblist import JobList, replaceJobList
+    from imapmig.queue._pgjoblist import JobList, readFleet, replaceJobList
     from imapmig.queue._pgschema import migrate
 
     by = f"{socket.gethostname()} (imapmig state load-jobs)"
     keywords: dict[str, Any] = state.keywords()
     if state.password is not None:
         keywords["password"] = state.password.value
-    jobs = JobList.of(config.jobs)
+    jobs = JobList.of(config.jobs, config.userLists)
     try:
         with psycopg.connect(
             autocommit=True,
@@ -105,12 +107,16 @@ def _load(state: PostgreSQLState, fleet: str, config: Config) -> str:
         ) as connection, connection.transaction():
             migrate(connection, by)
             change = replaceJobList(connection, fleet, jobs, by)
+            row = readFleet(connection)
     except psycopg.Error as e:
         raise PermanentError(f"{state.uri()}: {e}") from None
+    except ConfigError as e:
+        # A user list's rows, read as they are loaded (nothing written).
+        raise PermanentError("\n".join(e.shown())) from None
     if not change.loaded:
         return f"fleet {fleet!r}: the database holds this job list already (generation {change.generation})"
     return (
-        f"fleet {fleet!r}: job list loaded (generation {change.generation}, {len(jobs.digests):,} jobs):"
+        f"fleet {fleet!r}: job list loaded (generation {change.generation}, {0 if row is None else row.jobs:,} jobs):"
         f" {change.added:,} added, {change.removed:,} removed, {change.leaving:,} removed when"
         f" their claim ends, {change.changed:,} changed"
     )

@@ -106,7 +106,9 @@ _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST_NAME = re.compile(rf"\.?{_LABEL}(\.{_LABEL})*")
 
 
-def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
+def loadConfig(
+    path: str, environ: Mapping[str, str] | None = None, lazyUserLists: bool | None = False
+) -> Config:
     """
     Read and validate the configuration file at C{path}.
 
@@ -119,9 +121,14 @@ def loadConfig(path: str, environ: Mapping[str, str] | None = None) -> Config:
         a bound or gives a key twice (L{imapmig.configfile}), or any
         problem with its content (every problem found), among them an
         inline password in a file that group or others may read.
+    @param lazyUserLists: keep each C{jobs_from} entry as written, in
+        C{Config.userLists} (its rows read when loaded into a fleet's
+        database, or claimed), instead of a job per row in C{jobs};
+        L{None}: so when the state is a PostgreSQL database (a daemon,
+        which joins its fleet with the lists as written).
     """
     read = readConfigFile(path)
-    return parseConfig(read.document, path, environ, read.looseFileMode)
+    return parseConfig(read.document, path, environ, read.looseFileMode, lazyUserLists)
 
 
 def parseConfig(
@@ -129,6 +136,7 @@ def parseConfig(
     path: str,
     environ: Mapping[str, str] | None = None,
     looseFileMode: int | None = None,
+    lazyUserLists: bool | None = False,
 ) -> Config:
     """
     Validate an already loaded YAML document.
@@ -140,12 +148,15 @@ def parseConfig(
         L{None} for the process's.
     @param looseFileMode: the file's mode if group or others may read it
         (an inline password is then a problem), else L{None}.
+    @param lazyUserLists: see L{loadConfig}.
     @return: the configuration.
     @raise ConfigError: every problem found.
     """
     parser = _ConfigParser(path)
     parser._environment = environ
     parser._looseFileMode = looseFileMode
+    parser._lazyUserLists = lazyUserLists
+    parser._userLists = []
     return parser.parse(document)
 
 
@@ -182,6 +193,8 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader, StateReader):
         invalid).
         """
         state = self._readState(top)
+        if self._lazyUserLists is None:
+            self._lazyUserLists = isinstance(state, PostgreSQLState)
         status = self._readStatus(top)
         servers = self._readServers(top)
         defaults = self._readDefaults(top)
@@ -196,6 +209,7 @@ class _ConfigParser(UserListReader, ServersReader, NotifyReader, StateReader):
             ),
             "maxJobs": self._readMaxJobs(top),
             "notify": self._readNotify(top["notify"]) if "notify" in top else None,
+            "userLists": tuple(self._userLists),
             "fleet": self._readFleet(top),
         }
 

@@ -7,6 +7,7 @@ L{imapmig.config}.
 from __future__ import annotations
 
 import os
+from typing import Iterator, Mapping, Protocol
 from urllib.parse import quote, urlencode
 
 from attrs import field, frozen
@@ -478,6 +479,45 @@ Where the state database is (C{state}).
 """
 
 
+class UserList(Protocol):
+    """
+    A C{jobs_from} entry kept as written rather than expanded into one job
+    per row (a fleet daemon's configuration, L{imapmig.config.loadConfig}
+    with C{lazyUserLists}): its rows are read only when asked
+    (L{imapmig.config.userrows.LazyUserList} implements it).
+
+    @ivar name: the template's name (C{jobs[N].name}).
+    @ivar entry: its place in the configuration (C{jobs[N]}).
+    @ivar path: the CSV file's absolute path.
+    @ivar fileDigest: the SHA-256 of the file's octets, hexadecimal,
+        computed once at parse.
+    @ivar settings: what the rows' jobs share (a value object: the
+        template, the credentials' users, the file's path), for its digest.
+    """
+
+    name: str
+    entry: str
+    path: str
+    fileDigest: str
+    settings: object
+
+    def rows(self, taken: Mapping[str, str]) -> Iterator[tuple[JobConfig, dict[str, object]]]:
+        """
+        Every row's job, with its C{params} (what L{job} rebuilds it from),
+        each row checked as a parse checks it.
+
+        @param taken: the job names already used (by the configuration's
+            other jobs), each with where.
+        @raise ConfigError: the file's problems, once every row is read.
+        """
+
+    def job(self, params: Mapping[str, object]) -> JobConfig:
+        """
+        The job of one row, from the C{params} L{rows} gave.
+
+        @raise ConfigError: the row is no longer valid (a password file
+            gone).
+        """
 MIN_LEASE = 10.0
 """
 The shortest lease C{fleet.lease} may give, in seconds: a daemon renews
@@ -531,6 +571,9 @@ class Config:
         the messages in flight.
     @ivar maxJobs: jobs running at once (C{max_jobs}).
     @ivar notify: where notifications go (C{notify}), or L{None}: none.
+    @ivar userLists: the user lists not expanded into C{jobs} (read with
+        C{lazyUserLists}, by a fleet's daemon); else empty, their jobs in
+        C{jobs}.
     @ivar fleet: the fleet the daemon belongs to (C{fleet}), given with a
         PostgreSQL state, or L{None}: with a SQLite one.
     """
@@ -543,6 +586,7 @@ class Config:
     stopTimeout: float = 30.0
     maxJobs: int = 8
     notify: NotifyConfig | None = None
+    userLists: tuple[UserList, ...] = ()
     fleet: FleetConfig | None = None
 
     @property

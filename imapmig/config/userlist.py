@@ -35,9 +35,11 @@ from imapmig.config.sources import _QUOTINGS, _SOURCE_KEYS
 from imapmig.config.userrows import (
     _PLACEHOLDERS,
     _ROW_PASSWORD_KEYS,
+    LazyUserList,
     _Account,
     _RowReader,
     _Template,
+    fileDigest,
 )
 from imapmig.access.secrets import Secret
 
@@ -55,6 +57,9 @@ class UserListReader(JobsReader):
     """
 
     _credentials: Mapping[str, tuple[str, Secret] | None] = {}
+    _lazyUserLists: bool | None = False
+    # The user lists kept as written, with _lazyUserLists.
+    _userLists: list[LazyUserList]
 
     def _readCredentials(self, top: Mapping[str, object]) -> None:
         """
@@ -132,11 +137,32 @@ class UserListReader(JobsReader):
             what = "not a file" if os.path.exists(csvPath) else "no such file"
             self._problem(_key(path, "jobs_from"), f"{what}: {csvPath}")
             return []
+        if self._lazyUserLists:
+            self._keepUserList(read, path, csvPath)
+            return []
         rows = _RowReader(csvPath, self._credentials)
         rows._environment = self._environment
         jobs = rows.readAll(read, firstUse)
         self._problems.extend(rows._problems)
         return jobs
+
+    def _keepUserList(self, template: _Template | None, path: str, csvPath: str) -> None:
+        """
+        Keep a valid template's user list as written (L{LazyUserList}),
+        its file's digest taken; its rows are checked when loaded.
+        """
+        try:
+            digest = fileDigest(csvPath)
+        except OSError as e:
+            self._problem(_key(path, "jobs_from"), f"cannot be read: {csvPath}: {e.strerror}")
+            return
+        if template is not None:
+            self._userLists.append(
+                LazyUserList(
+                    template.prototype.name, path, csvPath, digest, template,
+                    self._credentials, self._environment,
+                )
+            )  # fmt: skip
 
     def _readTemplate(
         self,

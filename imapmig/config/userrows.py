@@ -12,9 +12,10 @@ from __future__ import annotations
 import csv
 import difflib
 import os
+from hashlib import sha256
 from typing import Callable, Iterator, Mapping, TypeVar
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from imapmig.config.jobs import _CONNECTIONS
 from imapmig.config.model import (
@@ -29,7 +30,7 @@ from imapmig.config.model import (
 from imapmig.config.reader import _NAME, givenKeys
 from imapmig.config.secretkeys import _FROM, SecretsReader, secretKeys
 from imapmig.access.secrets import Secret, isPlainFileName
-from imapmig.errors import PasswordFileError
+from imapmig.errors import ConfigError, PasswordFileError
 
 _A = TypeVar("_A", DestinationConfig, ImapSourceConfig)
 
@@ -563,6 +564,113 @@ class _RowReader(SecretsReader):
         return self._readInteger(
             value, f"row {number}: connections", _CONNECTIONS.minimum, _CONNECTIONS.maximum
         )
+
+
+def _readEach(
+    reader: _RowReader, template: _Template, firstUse: dict[str, str]
+) -> Iterator[tuple[int, dict[str, str], JobConfig]]:
+    """
+    Read the rows one at a time (a lazy user list's load): each valid
+    row's line, fields and job; the problems are kept as by
+    L{_RowReader.readAll}.
+    """
+    try:
+        with open(reader._path, encoding="utf-8-sig", newline="") as f:
+            rows = reader._rows(f)
+            columns = reader._readFirstRow(rows, template)
+            if columns is None:
+                return
+            count = 0
+            for count, (number, fields) in enumerate(rows, 1):
+                row = reader._readFields(number, fields, columns)
+                job = None if row is None else reader._readJobRow(number, row, template, firstUse)
+                if job is not None and row is not None:
+                    yield number, row, job
+            if count == 0:
+                reader._problem("", "no users: the file has a header row but no rows")
+    except UnicodeDecodeError:
+        reader._problem("", "not UTF-8 text")
+    except csv.Error as e:
+        reader._problem("", f"invalid CSV: {e}")
+    except OSError as e:
+        reader._problem("", f"cannot be read: {e.strerror}")
+
+
+def fileDigest(path: str) -> str:
+    """
+    The SHA-256 of the octets of the file at C{path}, hexadecimal (a user
+    list of a million rows, 40 MB, in about 0.1 s).
+
+    @raise OSError: it cannot be read.
+    """
+    digest = sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@frozen(eq=False)
+class LazyUserList:
+    """
+    A C{jobs_from} entry kept as written, its rows read only when asked
+    (L{imapmig.config.model.UserList}): a fleet's daemon holds the
+    template once and builds the job of a row it claims from that row's
+    C{params}, not a million jobs at each start.
+
+    @ivar template: the template, read and checked at parse.
+    @ivar credentials: the configuration's C{credentials}.
+    @ivar environment: the environment systemd credentials are found
+        with (L{None}: the process's).
+    """
+
+    name: str
+    entry: str
+    path: str
+    fileDigest: str
+    template: _Template
+    credentials: Mapping[str, tuple[str, Secret] | None] = field(repr=False)
+    environment: Mapping[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> object:
+        """
+        What every row's job shares: the template, the users of the
+        credentials (their passwords are secrets, left out of a digest),
+        and the file's path (which each row's job names).
+        """
+        users = tuple(
+            sorted((name, None if each is None else each[0]) for name, each in self.credentials.items())
+        )
+        return (self.path, self.template, users)
+
+    def _reader(self) -> _RowReader:
+        reader = _RowReader(self.path, self.credentials)
+        reader._environment = self.environment
+        return reader
+
+    def rows(self, taken: Mapping[str, str]) -> Iterator[tuple[JobConfig, dict[str, object]]]:
+        """
+        See L{imapmig.config.model.UserList.rows}: C{params} are the row's
+        line and its fields, C{{"row": N, "fields": {COLUMN: VALUE}}}.
+        """
+        reader = self._reader()
+        for number, fields, job in _readEach(reader, self.template, dict(taken)):
+            yield job, {"row": number, "fields": fields}
+        if reader._problems:
+            raise ConfigError(reader._problems)
+
+    def job(self, params: Mapping[str, object]) -> JobConfig:
+        """
+        See L{imapmig.config.model.UserList.job}.
+        """
+        reader = self._reader()
+        number, fields = params["row"], params["fields"]
+        assert isinstance(number, int) and isinstance(fields, dict)
+        job = reader._readJobRow(number, fields, self.template, {})
+        if job is None:
+            raise ConfigError(reader._problems)
+        return job
 
 
 def _columnHint(name: str) -> str:

@@ -403,7 +403,9 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     password = None if state.password is None else state.password.value
     conninfo = make_conninfo("", **state.keywords())
     try:
-        queue = PostgreSQLJobQueue.connect(conninfo, config.jobs, config.fleet.name, password)
+        queue = PostgreSQLJobQueue.connect(
+            conninfo, config.jobs, config.fleet.name, password, config.userLists
+        )
     except FleetMismatch as e:
         raise check.refused("fleet", _withoutDatabase(str(e))) from None
     except ImapmigError as e:

@@ -393,7 +393,7 @@ def readForReload(path: str, withoutTLS: bool) -> Config:
         reason = tlsReason(read.document)
         if reason is not None:
             raise ConfigError([_needsTLS(path, reason)])
-    return parseConfig(read.document, path, None, read.looseFileMode)
+    return parseConfig(read.document, path, None, read.looseFileMode, lazyUserLists=None)
 
 
 @contextmanager

@@ -83,7 +83,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
-from imapmig.state import IStateStore, transitionRecorder
+from imapmig.state import IStateStore, Transition, transitionRecorder
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.progress.telemetry import Telemetry
 from imapmig.oauth.tokens import TokenSources, loginWithToken
@@ -640,15 +640,24 @@ class _ServiceTree:
                 atexit.register(os._exit, 2)
                 reactor.callWhenRunning(reactor.stop)
 
-            self.machines = JobMachines(
-                self.progress, reactor, transitionRecorder(self.store), fleetQueue
-            )
-            scheduler = FleetScheduler(
+            record = transitionRecorder(self.store)
+            fleetScheduler: list[FleetScheduler] = []
+
+            def recordHeld(job: str, transition: Transition) -> None:
+                # A job whose claim was lost is another daemon's: its
+                # stop here would end its timeline after the new owner's.
+                if not (fleetScheduler and fleetScheduler[0].lostClaim(job)):
+                    record(job, transition)
+
+            self.machines = JobMachines(self.progress, reactor, recordHeld, fleetQueue)
+            fleetOne = FleetScheduler(
                 fleetQueue, self.grants, self.buildJob, self.progress, reactor, whenDone,
                 time.monotonic, 60.0 if fleet is None else fleet.lease,
                 (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
                 store=self.store, machines=self.machines,
             )  # fmt: skip
+            fleetScheduler.append(fleetOne)
+            scheduler = fleetOne
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
         scheduler.setServiceParent(self.root)

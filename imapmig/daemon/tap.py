@@ -109,7 +109,9 @@ class Options(usage.Options):
         problems; with C{--check-config}, say it is valid (and try its
         servers with C{--connect}) and exit.
         """
-        self.config = _readConfig(path)
+        # --check-config checks a fleet's user lists' rows too; a daemon
+        # keeps them as written (their rows are in the fleet's database).
+        self.config = _readConfig(path, False if self["check-config"] else None)
         if self["check-config"]:
             self._checkConfig(path)
 
@@ -132,10 +134,12 @@ class Options(usage.Options):
         raise SystemExit(EXIT_OK)
 
 
-def _readConfig(path: str) -> Config:
+def _readConfig(path: str, lazyUserLists: bool | None = None) -> Config:
     """
     The configuration at C{path}, read once; exit with its problems if it
     is invalid.
+
+    @param lazyUserLists: see L{imapmig.config.loadConfig}.
     """
     from imapmig.access.cleartext import tlsReason, withoutTLS
     from imapmig.configfile import readConfigFile
@@ -154,7 +158,7 @@ def _readConfig(path: str) -> Config:
     from imapmig.config import parseConfig
 
     try:
-        config = parseConfig(read.document, path, None, read.looseFileMode)
+        config = parseConfig(read.document, path, None, read.looseFileMode, lazyUserLists)
     except ConfigError as e:
         _exitWithProblems(e.shown())
     if withoutOpenSSL:
@@ -448,12 +452,14 @@ def logStart(path: str, config: Config) -> None:
 
     jobs, servers = len(config.jobs), len(config.servers)
     Logger(namespace="imapmig.daemon.tap").info(
-        "imapmig {version}: configuration {config}, {jobs} job{jobsPlural},"
+        "imapmig {version}: configuration {config}, {jobs} job{jobsPlural}{lists},"
         " {servers} server{serversPlural}",
         version=imapmig.__version__,
         config=path,
         jobs=jobs,
         jobsPlural="" if jobs == 1 else "s",
+        # A fleet's user lists, kept as written: their rows are not counted.
+        lists=f" and {plural(len(config.userLists), 'user list')}" if config.userLists else "",
         servers=servers,
         serversPlural="" if servers == 1 else "s",
     )

@@ -733,14 +733,16 @@ class JobMachines:
         self._machines: dict[str, tuple[JobInputs, _Core]] = {}
 
     def job(self, name: str) -> JobInputs:
-        """
-        Job C{name}'s machine.
-        """
+        "Job C{name}'s machine."
         made = self._machines.get(name)
         if made is None:
             core = _Core(name, self._progress.job(name), self._clock, self._record, self.queue)
             made = self._machines[name] = (_made(core), core)
         return made[0]
+
+    def drop(self, name: str) -> None:
+        "Drop job C{name}'s machine (a fleet's daemon keeps those of the jobs it holds)."
+        self._machines.pop(name, None)
 
     def control(
         self, name: str, give: Callable[[JobInputs], object]

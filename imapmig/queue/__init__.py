@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 
     from twisted.internet.defer import Deferred
 
-from imapmig.config.model import JobConfig
+from imapmig.config.model import JobConfig, UserList
 
 
 class JobOutcome(Enum):
@@ -461,12 +461,15 @@ class IAsyncJobQueue(Interface):
     def replace(job: JobConfig) -> Deferred[QueueState]:
         "L{IJobQueue.replace}."
 
-    def replaceList(jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+    def replaceList(
+        jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> Deferred[ListChange]:
         """
-        Make C{jobs} the fleet's job list and this daemon's (a reload):
-        jobs no longer listed removed (a claimed one when its claim ends),
-        changed ones replaced, new ones added after the last, in C{jobs}'
-        order.
+        Make C{jobs} and the rows of C{userLists} (a configuration's user
+        lists kept as written, C{Config.userLists}) the fleet's job list
+        and this daemon's (a reload): jobs no longer listed removed (a
+        claimed one when its claim ends), changed ones replaced, new ones
+        added after the last, in C{jobs}' order.
 
         @return: what changed.
         @raise FleetMismatch: the database holds another fleet.

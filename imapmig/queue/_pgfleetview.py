@@ -31,11 +31,13 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import QueueUnavailable
-from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView
+from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, JobRow, JobsPage
 
 __all__ = [
+    "COUNTS",
     "DAEMONS",
     "HOLDERS",
+    "JOBS_PAGE",
     "MAX_DAEMONS",
     "SHOWN_AFTER_LEASE",
     "PostgreSQLFleetView",
@@ -90,6 +92,26 @@ SELECT j.name, j.owner::text, d.host, d.lease_until > now()
 """
 """
 The holders of a page of jobs, by the unique index on the job's name.
+"""
+
+JOBS_PAGE = """
+SELECT j.position, j.name, j.state, j.requested, j.owner::text, d.host, d.lease_until > now()
+  FROM imapmig_queue.jobs j
+  LEFT JOIN imapmig_queue.daemons d ON j.state = 'claimed' AND d.daemon_id = j.owner
+ WHERE j.position > %(after)s
+ ORDER BY j.position
+ LIMIT %(limit)s
+"""
+"""
+A page of the jobs by keyset, through the index on their position
+(C{jobs_position}): the same few pages read wherever the page is among a
+million jobs.
+"""
+
+COUNTS = "SELECT state, sum(n)::bigint FROM imapmig_queue.job_counts GROUP BY state"
+"""
+The jobs by state: the sum of C{job_counts}'s rows, a handful (the
+claims fold them), not a scan of the jobs.
 """
 
 
@@ -212,6 +234,40 @@ class PostgreSQLFleetView:
             return {name: Holder(owner, host, live) for name, owner, host, live in rows}
 
         return self._run(read)
+
+
+    def jobsPage(self, after: int | None, limit: int) -> Deferred[JobsPage]:
+        """
+        See L{IFleetView.jobsPage}.
+        """
+
+        def read(connection: Connection) -> JobsPage:
+            rows = connection.execute(
+                JOBS_PAGE, {"after": -1 if after is None else after, "limit": limit + 1}
+            ).fetchall()
+            jobs = tuple(_job(row) for row in rows[:limit])
+            return JobsPage(jobs, jobs[-1].position if len(rows) > limit else None)
+
+        return self._run(read)
+
+    def jobCounts(self) -> Deferred[Mapping[str, int]]:
+        """
+        See L{IFleetView.jobCounts}.
+        """
+
+        def read(connection: Connection) -> Mapping[str, int]:
+            return {state: n for state, n in connection.execute(COUNTS).fetchall() if n}
+
+        return self._run(read)
+
+
+def _job(row: tuple[Any, ...]) -> JobRow:
+    """
+    A row of L{JOBS_PAGE} as a L{JobRow}.
+    """
+    position, name, state, requested, owner, host, live = row
+    holder = None if host is None else Holder(owner, host, live)
+    return JobRow(position, name, state, requested, holder)
 
 
 def _daemon(row: tuple[Any, ...], me: str | None) -> DaemonRow:

@@ -70,7 +70,7 @@ import psycopg
 from attrs import frozen
 
 from imapmig.access.secrets import Secret
-from imapmig.config.model import ImapSourceConfig, JobConfig
+from imapmig.config.model import ImapSourceConfig, JobConfig, UserList
 from imapmig.errors import FleetMismatch, JobListStale
 from imapmig.queue import ListChange
 from imapmig.queue._pgschema import _LOCK
@@ -206,41 +206,89 @@ The most value objects an encoder remembers.
 _SHAPES: dict[type, tuple[str, tuple[tuple[str, str, object], ...]]] = {}
 
 
-def _listDigest(digests: Mapping[str, bytes]) -> str:
-    return sha256(b"".join(digest for _, digest in sorted(digests.items()))).hexdigest()
+def _listDigest(digests: Mapping[str, bytes], lists: Sequence[tuple[str, bytes, str]] = ()) -> str:
+    """
+    The digest of a list of jobs (C{digests}, by name) and of user lists
+    (each its name, its settings' digest and its file's).
+    """
+    hashed = sha256(b"".join(digest for _, digest in sorted(digests.items())))
+    for name, settings, file in lists:
+        hashed.update(b"\0" + name.encode() + b"\0" + settings + file.encode())
+    return hashed.hexdigest()
+
+
+def _paramsText(params: Mapping[str, object]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def rowDigest(template: bytes, params: Mapping[str, object] | str) -> bytes:
+    """
+    The digest of a user list's row: its template's (L{JobList.templates})
+    and its C{params}' canonical JSON (or that JSON).
+    """
+    text = params if isinstance(params, str) else _paramsText(params)
+    return sha256(template + text.encode()).digest()
 
 
 class JobList:
     """
-    A configuration's jobs with their digests.
+    A configuration's jobs with their digests, and its user lists kept as
+    written (L{UserList}), each digested once: its settings and its file,
+    never its rows (docs/fleet-design.md "A million jobs").
 
-    @ivar byName: each job by name, in the configuration's order.
+    @ivar byName: each job by name, in the configuration's order (not
+        those of C{userLists}).
     @ivar digests: each job's digest (32 octets), by name, in the same
         order.
+    @ivar userLists: the user lists, in the configuration's order.
+    @ivar templates: each user list's settings' digest (32 octets), by
+        its name; its rows' digests are L{rowDigest}s of it.
+    @ivar templateIds: each user list by its template's id in the
+        database, once L{bindTemplates} read them.
     @ivar digest: the list's digest, hexadecimal.
     """
 
-    def __init__(self, byName: dict[str, JobConfig], digests: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        byName: dict[str, JobConfig],
+        digests: dict[str, bytes],
+        userLists: Sequence[UserList] = (),
+        templates: Mapping[str, bytes] | None = None,
+    ) -> None:
         self.byName = byName
         self.digests = digests
-        self.digest = _listDigest(digests)
+        self.userLists = tuple(userLists)
+        if templates is None:
+            encoder = _Encoder()
+            templates = {each.name: sha256(encoder.encode(each.settings).encode()).digest() for each in userLists}
+        self.templates = dict(templates)
+        self.templateIds: dict[int, UserList] = {}
+        self.digest = _listDigest(
+            digests, [(each.name, self.templates[each.name], each.fileDigest) for each in self.userLists]
+        )
 
     @classmethod
-    def of(cls, jobs: Iterable[JobConfig]) -> JobList:
+    def of(cls, jobs: Iterable[JobConfig], userLists: Sequence[UserList] = ()) -> JobList:
         """
-        The list of C{jobs}, their digests computed.
+        The list of C{jobs} and C{userLists}, their digests computed
+        (nothing per row of a user list).
         """
         encoder = _Encoder()
         byName = {job.name: job for job in jobs}
         digests = {name: sha256(encoder.encode(job).encode()).digest() for name, job in byName.items()}
-        return cls(byName, digests)
+        return cls(byName, digests, userLists)
+
+    def _evolve(self, byName: dict[str, JobConfig], digests: dict[str, bytes]) -> JobList:
+        changed = JobList(byName, digests, self.userLists, self.templates)
+        changed.templateIds = self.templateIds
+        return changed
 
     def withJob(self, job: JobConfig) -> JobList:
         """
         This list with C{job} added (last), or replacing its namesake.
         """
         digest = sha256(_Encoder().encode(job).encode()).digest()
-        return JobList(self.byName | {job.name: job}, self.digests | {job.name: digest})
+        return self._evolve(self.byName | {job.name: job}, self.digests | {job.name: digest})
 
     def without(self, name: str) -> JobList:
         """
@@ -249,7 +297,69 @@ class JobList:
         byName, digests = dict(self.byName), dict(self.digests)
         byName.pop(name, None)
         digests.pop(name, None)
-        return JobList(byName, digests)
+        return self._evolve(byName, digests)
+
+    def rows(self, taken: dict[str, str]) -> Iterable[tuple[str, bytes, list[str], int | None, Any]]:
+        """
+        The rows of this list, in its order: each job's name, digest,
+        accounts, template id (L{None} but for a user list's row) and
+        params (their JSON, or L{None}); the user lists' rows read and
+        checked here (L{bindTemplates} first).
+
+        @param taken: the names used so far (updated).
+        @raise ConfigError: a user list's problems.
+        """
+        for name, digest in self.digests.items():
+            taken.setdefault(name, "jobs")
+            yield name, digest, accountsOf(self.byName[name]), None, None
+        ids = {each.name: templateId for templateId, each in self.templateIds.items()}
+        for each in self.userLists:
+            template = self.templates[each.name]
+            for job, params in each.rows(taken):
+                taken[job.name] = each.entry
+                # Encoded once: the digest's text is the column's.
+                text = _paramsText(params)
+                yield job.name, rowDigest(template, text), accountsOf(job), ids[each.name], text
+
+    def bindTemplates(self, connection: Connection, write: bool = False) -> None:
+        """
+        Read the ids of this list's templates (one row each), and with
+        C{write} store those missing first (C{imapmig_queue.templates}).
+        """
+        encoder = _Encoder()
+        for each in self.userLists:
+            if write:
+                connection.execute(
+                    "INSERT INTO imapmig_queue.templates (digest, name, path, file_digest, config)"
+                    " VALUES (%s, %s, %s, %s, %s::jsonb)"
+                    " ON CONFLICT (digest) DO UPDATE SET file_digest = EXCLUDED.file_digest",
+                    (self.templates[each.name], each.name, each.path, each.fileDigest,
+                     encoder.encode(each.settings)),
+                )  # fmt: skip
+        byDigest = {self.templates[each.name]: each for each in self.userLists}
+        self.templateIds = {
+            templateId: byDigest[digest]
+            for templateId, digest in connection.execute(
+                "SELECT template_id, digest FROM imapmig_queue.templates"
+            ).fetchall()
+            if digest in byDigest
+        }
+
+    def claimed(self, name: str, digest: bytes, templateId: int | None, params: Any) -> JobConfig:
+        """
+        The configuration of the claimed row of job C{name}: one of this
+        list's jobs, or a user list's row rebuilt from its C{params}.
+
+        @raise JobListStale: the row is not a job of this list (the claim
+            must be rolled back).
+        """
+        if templateId is None:
+            checkClaimed(self, name, digest)
+            return self.byName[name]
+        each = self.templateIds.get(templateId)
+        if each is None or rowDigest(self.templates[each.name], params) != digest:
+            raise JobListStale(f"job {name!r} of the fleet's list is configured otherwise here")
+        return each.job(params)
 
 
 @frozen
@@ -332,6 +442,7 @@ def joinFleet(connection: Connection, fleet: str, jobs: JobList, by: str) -> Fle
             f" ({row.loaded()}; digest {row.digest}) than this configuration"
             f" (digest {jobs.digest}): {_firstDifference(connection, jobs)}; {CHANGE_HINT}"
         )
+    jobs.bindTemplates(connection)
     return row
 
 
@@ -343,7 +454,7 @@ def _firstDifference(connection: Connection, jobs: JobList) -> str:
     stored: dict[str, bytes] = dict(
         connection.execute(
             "SELECT name, digest FROM imapmig_queue.jobs"
-            " WHERE requested IS DISTINCT FROM 'remove' ORDER BY position"
+            " WHERE requested IS DISTINCT FROM 'remove' AND template_id IS NULL ORDER BY position"
         ).fetchall()
     )
     for position, (name, digest) in enumerate(jobs.digests.items()):
@@ -354,6 +465,15 @@ def _firstDifference(connection: Connection, jobs: JobList) -> str:
     extra = next((name for name in stored if name not in jobs.digests), None)
     if extra is not None:
         return f"job {extra!r} of the fleet's list is not in this configuration"
+    storedLists = set(
+        connection.execute("SELECT digest, file_digest FROM imapmig_queue.templates").fetchall()
+    )
+    for each in jobs.userLists:
+        if (jobs.templates[each.name], each.fileDigest) not in storedLists:
+            return (
+                f"the user list of {each.entry} ({each.path}, file digest {each.fileDigest})"
+                " is not the fleet's: its file or its settings differ"
+            )
     return "the jobs' rows match this configuration, the fleet's digest does not"
 
 
@@ -369,26 +489,32 @@ def replaceJobList(connection: Connection, fleet: str, jobs: JobList, by: str) -
     if row is not None:
         _refuseOther(connection, row, fleet)
         if row.digest == jobs.digest:
+            jobs.bindTemplates(connection)
             return ListChange(row.generation, loaded=False)
+    jobs.bindTemplates(connection, write=True)
     if row is None and connection.execute("SELECT 1 FROM imapmig_queue.jobs LIMIT 1").fetchone() is None:
-        _copy(connection, "imapmig_queue.jobs", jobs)
-        change = ListChange(0, added=len(jobs.digests))
+        change = ListChange(0, added=_copy(connection, "imapmig_queue.jobs", jobs))
     else:
         change = _applyDifference(connection, jobs)
     generation = _writeFleet(connection, fleet, jobs, by)
     return attrs.evolve(change, generation=generation)
 
 
-def _copy(connection: Connection, table: str, jobs: JobList) -> None:
+def _copy(connection: Connection, table: str, jobs: JobList) -> int:
     """
-    Copy C{jobs} (name, position in the list, digest, accounts) into
-    C{table}.
+    Copy the rows of C{jobs} (L{JobList.rows}: name, position in the
+    list, digest, accounts, template, params) into C{table}.
+
+    @return: how many.
     """
-    columns = "(name, position, digest, accounts)"
+    columns = "(name, position, digest, accounts, template_id, params)"
+    position = 0
     with connection.cursor().copy(f"COPY {table} {columns} FROM STDIN") as copy:
-        copy.set_types(["text", "int8", "bytea", "text[]"])
-        for position, (name, digest) in enumerate(jobs.digests.items()):
-            copy.write_row((name, position, digest, accountsOf(jobs.byName[name])))
+        # The params as their JSON text, which the column reads as jsonb.
+        copy.set_types(["text", "int8", "bytea", "text[]", "int8", "text"])
+        for position, row in enumerate(jobs.rows({}), 1):
+            copy.write_row((row[0], position - 1, *row[1:]))
+    return position
 
 
 # Each step of a reload's difference, against the new list in
@@ -397,7 +523,8 @@ _NOT_LISTED = "NOT EXISTS (SELECT 1 FROM imapmig_new_jobs n WHERE n.name = j.nam
 _DIFFERENCE = (
     (
         "added",
-        "UPDATE imapmig_queue.jobs j SET requested = NULL, digest = n.digest, accounts = n.accounts"
+        "UPDATE imapmig_queue.jobs j SET requested = NULL, digest = n.digest, accounts = n.accounts,"
+        " template_id = n.template_id, params = n.params"
         " FROM imapmig_new_jobs n WHERE n.name = j.name AND j.requested = 'remove'",
     ),
     (
@@ -411,14 +538,15 @@ _DIFFERENCE = (
     ),
     (
         "changed",
-        "UPDATE imapmig_queue.jobs j SET digest = n.digest, accounts = n.accounts"
+        "UPDATE imapmig_queue.jobs j SET digest = n.digest, accounts = n.accounts,"
+        " template_id = n.template_id, params = n.params"
         " FROM imapmig_new_jobs n WHERE n.name = j.name AND j.digest <> n.digest",
     ),
     (
         "added",
-        "INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)"
+        "INSERT INTO imapmig_queue.jobs (name, position, digest, accounts, template_id, params)"
         " SELECT n.name, (SELECT coalesce(max(position), -1) FROM imapmig_queue.jobs)"
-        "  + row_number() OVER (ORDER BY n.position), n.digest, n.accounts"
+        "  + row_number() OVER (ORDER BY n.position), n.digest, n.accounts, n.template_id, n.params"
         " FROM imapmig_new_jobs n"
         " WHERE NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs j WHERE j.name = n.name)"
         " ORDER BY n.position",
@@ -434,13 +562,17 @@ def _applyDifference(connection: Connection, jobs: JobList) -> ListChange:
     connection.execute(
         "CREATE TEMPORARY TABLE imapmig_new_jobs"
         " (name text PRIMARY KEY, position bigint NOT NULL, digest bytea NOT NULL,"
-        "  accounts text[] NOT NULL) ON COMMIT DROP"
+        "  accounts text[] NOT NULL, template_id bigint, params jsonb) ON COMMIT DROP"
     )
     _copy(connection, "imapmig_new_jobs", jobs)
     connection.execute("ANALYZE imapmig_new_jobs")
     counts = {"added": 0, "removed": 0, "leaving": 0, "changed": 0}
     for counted, statement in _DIFFERENCE:
         counts[counted] += connection.execute(statement).rowcount
+    connection.execute(
+        "DELETE FROM imapmig_queue.templates t WHERE NOT EXISTS"
+        " (SELECT 1 FROM imapmig_queue.jobs j WHERE j.template_id = t.template_id)"
+    )
     return ListChange(
         0, counts["added"], counts["removed"], counts["leaving"], counts["changed"]
     )
@@ -453,6 +585,10 @@ def _writeFleet(connection: Connection, fleet: str, jobs: JobList, by: str) -> i
 
     @return: the generation.
     """
+    count = len(jobs.digests)
+    if jobs.userLists:
+        row = connection.execute("SELECT sum(n)::bigint FROM imapmig_queue.job_counts").fetchone()
+        count = int(row[0] or 0) if row is not None else 0
     row = connection.execute(
         "INSERT INTO imapmig_queue.fleet AS f"
         " (name, jobs_digest, jobs_generation, jobs, loaded_by, loaded_at)"
@@ -461,7 +597,7 @@ def _writeFleet(connection: Connection, fleet: str, jobs: JobList, by: str) -> i
         "  jobs_generation = f.jobs_generation + 1, jobs = EXCLUDED.jobs,"
         "  loaded_by = EXCLUDED.loaded_by, loaded_at = EXCLUDED.loaded_at"
         " RETURNING jobs_generation",
-        {"fleet": fleet, "digest": jobs.digest, "count": len(jobs.digests), "by": by},
+        {"fleet": fleet, "digest": jobs.digest, "count": count, "by": by},
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -480,9 +616,12 @@ def changeList(connection: Connection, fleet: str, old: JobList, new: JobList, b
         return
     changed = connection.execute(
         "UPDATE imapmig_queue.fleet SET jobs_digest = %(new)s,"
-        " jobs_generation = jobs_generation + 1, jobs = %(count)s, loaded_by = %(by)s,"
+        " jobs_generation = jobs_generation + 1, jobs = jobs + %(count)s, loaded_by = %(by)s,"
         " loaded_at = now() WHERE name = %(fleet)s AND jobs_digest = %(old)s",
-        {"new": new.digest, "old": old.digest, "count": len(new.digests), "by": by, "fleet": fleet},
+        {
+            "new": new.digest, "old": old.digest, "count": len(new.digests) - len(old.digests),
+            "by": by, "fleet": fleet,
+        },  # fmt: skip
     ).rowcount
     if not changed:
         raise JobListStale(

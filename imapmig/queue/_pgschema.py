@@ -13,8 +13,9 @@ those of docs/fleet-design.md "The schema" that the claims and leases
 need: in step 1 the fleet's row with its job list's digest and each
 job's digest (L{imapmig.queue._pgjoblist}); in step 2 the accounts of one
 daemon per account, who asked a control, the daemons' connections, and
-C{job_counts}, the counts by state kept by the jobs' triggers.  The
-templates and servers are not here yet.  Nothing existed to replace: the
+C{job_counts}, the counts by state kept by the jobs' triggers; in step 3
+the templates of the user lists, and each of their rows' template and
+params.  The servers are not here yet.  Nothing existed to replace: the
 in-memory queue keeps its state in the process.
 """
 
@@ -24,7 +25,7 @@ import psycopg
 
 from imapmig.errors import QueueSchemaTooNew
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """
 The version of the queue's tables this code reads and writes.
 """
@@ -102,6 +103,17 @@ CREATE TRIGGER jobs_counted_delete AFTER DELETE ON imapmig_queue.jobs
   REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
 CREATE TRIGGER jobs_counted_truncate AFTER TRUNCATE ON imapmig_queue.jobs
   FOR EACH STATEMENT EXECUTE FUNCTION imapmig_queue.count_jobs();
+""",
+    # A user list's jobs are its template (stored once: its settings'
+    # digest, its file's, its canonical JSON) and each row's params
+    # (imapmig.queue._pgjoblist), not a configuration per row.
+    3: """
+CREATE TABLE imapmig_queue.templates (
+  template_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  digest bytea NOT NULL UNIQUE, name text NOT NULL, path text NOT NULL,
+  file_digest text NOT NULL, config jsonb NOT NULL);
+ALTER TABLE imapmig_queue.jobs ADD COLUMN template_id bigint REFERENCES imapmig_queue.templates,
+  ADD COLUMN params jsonb;
 """,
 }
 

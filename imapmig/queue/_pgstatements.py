@@ -123,9 +123,16 @@ UPDATE imapmig_queue.jobs j
    SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
        requested = NULL, requested_by = NULL, taken_from = NULL, taken_lease_until = NULL
   FROM next WHERE j.job_id = next.job_id
-RETURNING j.name, j.position, j.generation, next.taken_from, j.digest
+RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.template_id, j.params
 """
 )
+
+# A claimed row whose job cannot be built (imapmig.queue.postgresql):
+# failed, in the claim's transaction.
+UNBUILT = """
+UPDATE imapmig_queue.jobs SET state = 'failed', owner = NULL, requested = NULL, requested_by = NULL
+ WHERE name = %(name)s
+"""
 
 # The counts by state are the sum of job_counts' rows, which the jobs'
 # triggers add to (imapmig.queue._pgschema); this folds them into one row

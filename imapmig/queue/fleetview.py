@@ -36,7 +36,7 @@ import imapmig
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-__all__ = ["DaemonRow", "Fleet", "Holder", "IFleetView", "SingleDaemonView"]
+__all__ = ["DaemonRow", "Fleet", "Holder", "IFleetView", "JobRow", "JobsPage", "SingleDaemonView"]
 
 
 @frozen
@@ -111,6 +111,40 @@ class Holder:
     live: bool = True
 
 
+@frozen
+class JobRow:
+    """
+    A job of the fleet's list, as a page lists it from the database.
+
+    @ivar position: its place in the list (the key of the next page).
+    @ivar name: its name.
+    @ivar state: its queue state (C{queued}, C{deferred}, C{claimed},
+        C{paused}, C{done}, C{failed}, C{cancelled}).
+    @ivar requested: a control asked of its holder, or L{None}.
+    @ivar holder: the daemon holding it (claimed), or L{None}.
+    """
+
+    position: int
+    name: str
+    state: str
+    requested: str | None = None
+    holder: Holder | None = None
+
+
+@frozen
+class JobsPage:
+    """
+    One page of the fleet's jobs, in the list's order.
+
+    @ivar jobs: its jobs.
+    @ivar after: the position to ask the next page after, or L{None}: this
+        is the last.
+    """
+
+    jobs: tuple[JobRow, ...]
+    after: int | None
+
+
 class IFleetView(Interface):
     """
     What the status pages read of the fleet.
@@ -134,6 +168,23 @@ class IFleetView(Interface):
         @return: a Deferred failing as L{daemons}'s.
         """
 
+    def jobsPage(after: int | None, limit: int) -> Deferred[JobsPage]:
+        """
+        The fleet's jobs after position C{after} (L{None}: from the first),
+        at most C{limit}, each with its state and holder: a page of a
+        million jobs by keyset, whatever its place.
+
+        @return: a Deferred failing as L{daemons}'s.
+        """
+
+    def jobCounts() -> Deferred[Mapping[str, int]]:
+        """
+        How many of the fleet's jobs are in each queue state (those with
+        none left out).
+
+        @return: a Deferred failing as L{daemons}'s.
+        """
+
 
 @implementer(IFleetView)
 class SingleDaemonView:
@@ -153,10 +204,13 @@ class SingleDaemonView:
         host: str | None = None,
         pid: int | None = None,
         version: str = imapmig.__version__,
+        states: Callable[[], Sequence[tuple[str, str]]] = lambda: (),
     ) -> None:
         """
         @param seconds: the clock (the reactor's).
         @param jobs: how many jobs the daemon has (all of them are its).
+        @param states: each job's name and queue state, in the
+            configuration's order (the pages' L{jobsPage}).
         @param rate: its messages per second now, L{None} if unknown.
         @param host: its host name (L{None}: this host's).
         @param pid: its process id (L{None}: this process's).
@@ -169,6 +223,7 @@ class SingleDaemonView:
         self._host = socket.gethostname() if host is None else host
         self._pid = os.getpid() if pid is None else pid
         self._version = version
+        self._states = states
         self._startedAt = seconds()
 
     def _row(self) -> DaemonRow:
@@ -201,3 +256,27 @@ class SingleDaemonView:
         holder = Holder(self.daemonId, self._host)
         return succeed({name: holder for name in names})
 
+
+    def jobsPage(self, after: int | None, limit: int) -> Deferred[JobsPage]:
+        """
+        This daemon's jobs after position C{after}, each held by it when
+        claimed.
+        """
+        start = 0 if after is None else after + 1
+        listed = self._states()[start : start + limit]
+        holder = Holder(self.daemonId, self._host)
+        rows = tuple(
+            JobRow(start + index, name, state, holder=holder if state == "claimed" else None)
+            for index, (name, state) in enumerate(listed)
+        )
+        last = start + len(rows) - 1
+        return succeed(JobsPage(rows, last if last + 1 < len(self._states()) and rows else None))
+
+    def jobCounts(self) -> Deferred[Mapping[str, int]]:
+        """
+        This daemon's jobs by state.
+        """
+        counts: dict[str, int] = {}
+        for _, state in self._states():
+            counts[state] = counts.get(state, 0) + 1
+        return succeed(counts)

@@ -22,7 +22,7 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from imapmig.config.model import JobConfig
+from imapmig.config.model import JobConfig, UserList
 from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from imapmig.queue import (
     ENDED,
@@ -534,12 +534,17 @@ class AsyncJobQueue:
     def replace(self, job: JobConfig) -> Deferred[QueueState]:
         return _answer(self.queue.replace, job)
 
-    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
-        # An IJobQueue has no replaceList of its own, but the in-memory one.
+    def replaceList(
+        self, jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> Deferred[ListChange]:
+        # An IJobQueue has no replaceList of its own, but the in-memory one,
+        # which holds every job: the user lists' rows read.
         replaceList: Callable[[Sequence[JobConfig]], ListChange] = getattr(
             self.queue, "replaceList"
         )
-        return _answer(replaceList, jobs)
+        taken = {job.name: "jobs" for job in jobs}
+        rows = [job for each in userLists for job, _ in each.rows(taken)]
+        return _answer(replaceList, [*jobs, *rows])
 
     def listDiffers(self) -> Deferred[str | None]:
         # One daemon: its list is the only one.

@@ -54,8 +54,9 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from imapmig.config.model import JobConfig
+from imapmig.config.model import JobConfig, UserList
 from imapmig.errors import (
+    ConfigError,
     ControlRefused,
     JobListStale,
     LeaseLost,
@@ -79,7 +80,6 @@ from imapmig.queue._pgjoblist import (
     ListChange,
     accountsOf,
     changeList,
-    checkClaimed,
     joinFleet,
     readFleet,
     replaceJobList,
@@ -104,6 +104,7 @@ from imapmig.queue._pgstatements import (
     RELEASE,
     RENEW,
     RENEWED,
+    UNBUILT,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -156,18 +157,26 @@ class PostgreSQLJobQueue:
     """
 
     def __init__(
-        self, connector: Connector, jobs: Sequence[JobConfig], fleet: str = "imapmig"
+        self,
+        connector: Connector,
+        jobs: Sequence[JobConfig],
+        fleet: str = "imapmig",
+        userLists: Sequence[UserList] = (),
     ) -> None:
         """
         @param connector: opens the control connection.
         @param jobs: the configured jobs, in configuration order: the
             claims name them, and L{load} makes their rows.
         @param fleet: the fleet's name (the configuration's C{fleet.name}).
+        @param userLists: the user lists not expanded into C{jobs}
+            (C{Config.userLists}), after them: their rows are read only
+            when L{load} loads them, and a claimed row's job is built from
+            its template and params.
         """
         self._connector = connector
         self._connection: Connection | None = None
         self._closed = False
-        self._list = JobList.of(jobs)
+        self._list = JobList.of(jobs, userLists)
         self._fleet = fleet
         self._by = socket.gethostname()
         self._lock = threading.Lock()
@@ -179,6 +188,7 @@ class PostgreSQLJobQueue:
         jobs: Sequence[JobConfig],
         fleet: str = "imapmig",
         password: str | None = None,
+        userLists: Sequence[UserList] = (),
     ) -> PostgreSQLJobQueue:
         """
         Open the control connection to C{uri} (a libpq URI, without a
@@ -191,7 +201,7 @@ class PostgreSQLJobQueue:
             permission).
         @raise FleetMismatch: it holds another fleet, or another list.
         """
-        queue = cls(Connector(uri, "control", password), jobs, fleet)
+        queue = cls(Connector(uri, "control", password), jobs, fleet, userLists)
         try:
             queue.load()
         except BaseException:
@@ -281,14 +291,16 @@ class PostgreSQLJobQueue:
 
         self._run("load the jobs", loaded)
 
-    def replaceList(self, jobs: Sequence[JobConfig]) -> ListChange:
+    def replaceList(
+        self, jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> ListChange:
         """
-        Make C{jobs} the fleet's list (a reload of this daemon), and this
-        queue's configurations (L{replaceJobList}).
+        Make C{jobs} and C{userLists} the fleet's list (a reload of this
+        daemon), and this queue's configurations (L{replaceJobList}).
 
         @raise FleetMismatch: the database holds another fleet.
         """
-        new = JobList.of(jobs)
+        new = JobList.of(jobs, userLists)
 
         def replaced(c: Connection) -> ListChange:
             c.execute("SET LOCAL statement_timeout = '10min'")
@@ -370,7 +382,7 @@ class PostgreSQLJobQueue:
         )
 
     def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
-        def claimNext(c: Connection) -> JobClaim | None:
+        def claimNext(c: Connection) -> JobClaim | tuple[str, ...] | None:
             beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
@@ -383,18 +395,30 @@ class PostgreSQLJobQueue:
             row = c.execute(CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
             if row is None:
                 return None
-            name, position, generation, takenFrom, digest = row
-            checkClaimed(self._list, name, digest)
+            name, position, generation, takenFrom, digest, template, params = row
+            try:
+                job = self._list.claimed(name, digest, template, params)
+            except ConfigError as e:
+                # A row whose job cannot be built (its password file
+                # gone): failed, not claimed first again at every claim.
+                c.execute(UNBUILT, {"name": name})
+                return e.problems
             return JobClaim(
-                self._job(name), position, owner, beat[0], generation,
+                job, position, owner, beat[0], generation,
                 takenFrom=None if takenFrom is None else str(takenFrom),
             )  # fmt: skip
 
         try:
-            return self._run("claim a job", claimNext)
+            claimed = self._run("claim a job", claimNext)
         except JobListStale:
             # A reload replaced the list during the claim: rolled back.
             return None
+        if isinstance(claimed, tuple):
+            raise PermanentError(
+                "a job of the fleet's list cannot be built here, and failed (requeue it once"
+                f" fixed): {'; '.join(claimed)}"
+            )
+        return claimed
 
     def _current(self, claim: JobClaim) -> dict[str, object]:
         return {"name": claim.job.name, "me": claim.owner, "generation": claim.generation}
@@ -695,9 +719,11 @@ class ThreadedJobQueue:
         """L{PostgreSQLJobQueue.replace} in a thread."""
         return self._inThread(self.queue.replace, job)
 
-    def replaceList(self, jobs: Sequence[JobConfig]) -> Deferred[ListChange]:
+    def replaceList(
+        self, jobs: Sequence[JobConfig], userLists: Sequence[UserList] = ()
+    ) -> Deferred[ListChange]:
         """L{PostgreSQLJobQueue.replaceList} in a thread."""
-        return self._inThread(self.queue.replaceList, jobs)
+        return self._inThread(self.queue.replaceList, jobs, userLists)
 
     def listDiffers(self) -> Deferred[str | None]:
         """L{PostgreSQLJobQueue.listDiffers} in a thread."""

@@ -48,7 +48,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
 from imapmig.schedule.fleetcontrols import FleetControls
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
@@ -215,10 +215,10 @@ class FleetMember:
             self.missed += 1
             log.warn(
                 "The fleet's queue has not answered within {period:.1f} s ({missed} in a"
-                " row); the send deadline is in {left:.1f} s",
+                " row); {deadline}",
                 period=self.period,
                 missed=self.missed,
-                left=self._left(),
+                deadline=self._deadlineText(),
             )
             return
         t0 = self._monotonic()
@@ -233,6 +233,12 @@ class FleetMember:
                 self._inFlight = None
 
             attempt.addBoth(answered)
+
+    def _deadlineText(self) -> str:
+        # Unregistered (a new incarnation, or at start), no lease is held.
+        if self.deadline is None:
+            return "no lease held"
+        return f"the send deadline is in {self._left():.1f} s"
 
     def _left(self) -> float:
         return float("nan") if self.deadline is None else self.deadline - self._monotonic()
@@ -286,10 +292,10 @@ class FleetMember:
         self.missed += 1
         log.warn(
             "The fleet's queue did not answer ({why}); trying again in {period:.1f} s,"
-            " the send deadline is in {left:.1f} s",
+            " {deadline}",
             why=failure.getErrorMessage(),
             period=self.period,
-            left=self._left(),
+            deadline=self._deadlineText(),
         )
 
     def _extend(self, t0: float) -> None:
@@ -482,6 +488,25 @@ class FleetScheduler(JobQueueService):
         # The holds are the queue rows' states: nothing to put back.
         return True
 
+    async def _runOne(self, claim: JobClaim, slot: Grant | None) -> None:
+        """
+        Run a claimed job; one its progress does not list (a row of a user
+        list, which a fleet's configuration keeps as written) is listed
+        while this daemon holds it, then forgotten with its machine: the
+        daemon keeps in memory the jobs it holds, not the fleet's million
+        (docs/fleet-design.md "A million jobs").
+        """
+        name = claim.job.name
+        visiting = name not in self._progress
+        if visiting:
+            self._progress.addJob(name)
+        try:
+            await JobQueueService._runOne(self, claim, slot)
+        finally:
+            if visiting and name not in self._claims:
+                self.machines.drop(name)
+                self._progress.removeJob(name)
+
     def _claim(self) -> Deferred[JobClaim | None]:
         owner = self.member.owner
         if owner is None or self.member.newerSchema or self._lost & set(self._claims):
@@ -512,6 +537,19 @@ class FleetScheduler(JobQueueService):
                 log.failure("Claiming a job", failure)
 
         return claiming.addCallbacks(claimed, failed)
+
+    async def _changed(self) -> None:
+        try:
+            await JobQueueService._changed(self)
+        except QueueUnavailable:
+            # The deferred jobs' next due time unread: the next claim is
+            # tried after a heartbeat's period all the same (raised, this
+            # ended the daemon's claiming for good).
+            wake = self._wake
+            if wake is None:
+                return
+            self._dueTimer = self._clock.callLater(self.member.period, self._wakeUp)
+            await wake
 
     async def _nothingLeft(self) -> bool:
         if self._active or self.member.owner is None:
@@ -546,6 +584,16 @@ class FleetScheduler(JobQueueService):
         self._lost.discard(name)
         self._incomplete.discard(name)
         return False
+
+    def lostClaim(self, job: str) -> bool:
+        """
+        Whether this daemon lost its claim of C{job} (its lease, or a
+        fenced write): the job is another daemon's, and what its machine
+        goes through here until the run has ended (stopping, stopped:
+        lease lost) is not recorded in its timeline, where it would
+        follow the new owner's transitions (the fence's rule).
+        """
+        return job in self._lost
 
     def _claimLost(self, name: str) -> None:
         # One job's claim, found lost by its run (a fenced write): the

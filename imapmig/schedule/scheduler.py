@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, UnknownJob
+from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
 from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
@@ -266,10 +266,14 @@ class JobQueueService(Service):
         name = claim.job.name
         self._started.add(name)
         self._claims[name] = claim
-        running = Deferred.fromCoroutine(self._runOne(claim, slot))
-        if not running.called:
-            # (A job that ended at once has already left _active.)
-            self._active[name] = running
+        # Entered before its run starts, which leaves _active itself: a run
+        # may leave before its first suspension (a job stopped before its
+        # grant, then finishing its claim in a fleet's queue), and one
+        # entered after it had left stayed for ever, its ended run awaited
+        # again and again by the stop without returning to the reactor.
+        ended: Deferred[None] = Deferred()
+        self._active[name] = ended
+        Deferred.fromCoroutine(self._runOne(claim, slot)).chainDeferred(ended)
 
     async def _nothingLeft(self) -> bool:
         """
@@ -300,7 +304,12 @@ class JobQueueService(Service):
         (or, for a fleet's scheduler, its next claim).
         """
         wake = self._wake = Deferred()
-        due = await self._queue.nextDue()
+        try:
+            due = await self._queue.nextDue()
+        except QueueUnavailable:
+            # A fleet's database unreachable (restarting): the next poll
+            # asks again.  Raised, it ended the claims for good, silently.
+            due = None
         if self._poll is not None:
             due = min(due or float("inf"), self._clock.seconds() + self._poll)
         if due is not None and self._wake is wake:

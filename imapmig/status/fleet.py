@@ -9,6 +9,11 @@ A page whose fleet cannot be read (the database unreachable) is still
 served: its daemons are L{None}, with the reason in C{daemons_error},
 and no job names a holder.
 
+C{/fleet/jobs.json?after=POSITION&limit=N} (L{FleetJobsResource}) lists
+every job of the fleet by keyset from the database, with its state and
+holder, and the counts by state: a daemon's own pages list the jobs it
+holds, not the fleet's million (docs/fleet-design.md "A million jobs").
+
 New beside L{imapmig.status.progressview}, which reads the progress model:
 the fleet comes from another source, asynchronously.
 """
@@ -22,11 +27,29 @@ from twisted.internet.defer import Deferred, FirstError, gatherResults, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import TransientError
-from imapmig.progress import MigrationProgress
-from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, SingleDaemonView
+from twisted.web.server import Request
 
-__all__ = ["FleetParts", "daemonDocument", "holderDocument", "readFleet", "singleDaemon"]
+from imapmig.errors import HTTPProblem, TransientError
+from imapmig.progress import MigrationProgress
+from imapmig.queue.fleetview import (
+    DaemonRow,
+    Fleet,
+    Holder,
+    IFleetView,
+    JobRow,
+    JobsPage,
+    SingleDaemonView,
+)
+from imapmig.status._http import ReadOnlyResource, jsonBody
+
+__all__ = [
+    "FleetJobsResource",
+    "FleetParts",
+    "daemonDocument",
+    "holderDocument",
+    "readFleet",
+    "singleDaemon",
+]
 
 log = Logger()
 
@@ -76,11 +99,14 @@ class FleetParts:
     @ivar fleet: the daemons, L{None} when they could not be read.
     @ivar holders: the holder of each job of the page that one holds.
     @ivar error: why the fleet could not be read, L{None} if it was.
+    @ivar counts: the fleet's jobs by state, when asked and read, else
+        L{None}.
     """
 
     fleet: Fleet | None
     holders: Mapping[str, Holder]
     error: str | None = None
+    counts: Mapping[str, int] | None = None
 
     def daemonsDocument(self) -> list[dict[str, object]] | None:
         """
@@ -98,16 +124,18 @@ class FleetParts:
 
 
 def readFleet(
-    view: IFleetView, names: Sequence[str], daemons: bool = True
+    view: IFleetView, names: Sequence[str], daemons: bool = True, counts: bool = False
 ) -> Deferred[FleetParts]:
     """
     The daemons (unless not C{daemons}: then C{fleet} is an empty
-    L{Fleet}), and the holders of the jobs C{names}, read at once.  A
+    L{Fleet}), the holders of the jobs C{names}, and with C{counts} the
+    fleet's jobs by state (L{IFleetView.jobCounts}), read at once.  A
     failure to read is answered, never raised: a transient one (the
     database unreachable) in C{error}, anything else logged as a bug and
     answered alike.
     """
     held: dict[str, Holder] = {}
+    counted: dict[str, int] = {}
 
     def keep(holders: Mapping[str, Holder]) -> None:
         held.update(holders)
@@ -115,9 +143,11 @@ def readFleet(
     reads: list[Deferred[Any]] = [view.daemons() if daemons else succeed(Fleet(()))]
     if names:
         reads.append(view.holders(names).addCallback(keep))
+    if counts:
+        reads.append(view.jobCounts().addCallback(counted.update))
 
     def read(results: list[Any]) -> FleetParts:
-        return FleetParts(results[0], held)
+        return FleetParts(results[0], held, counts=counted if counts else None)
 
     def unread(failure: Failure) -> FleetParts:
         if isinstance(failure.value, FirstError):
@@ -131,3 +161,80 @@ def readFleet(
         return FleetParts(None, {}, str(failure.value) or "the fleet could not be read")
 
     return gatherResults(reads, consumeErrors=True).addCallbacks(read, unread)
+
+
+FLEET_PAGE = 100
+"""
+The jobs a page of C{/fleet/jobs.json} lists unless its C{limit} says.
+"""
+
+MAX_FLEET_PAGE = 500
+"""
+The most jobs one page of C{/fleet/jobs.json} lists.
+"""
+
+
+def _pageQuery(args: Mapping[bytes, Sequence[bytes]]) -> tuple[int | None, int]:
+    """
+    The C{after} and C{limit} of a C{/fleet/jobs.json} request.
+
+    @raise HTTPProblem: 400, either is not a number in its bounds.
+    """
+    try:
+        after = int(args[b"after"][0]) if b"after" in args else None
+        limit = int(args[b"limit"][0]) if b"limit" in args else FLEET_PAGE
+    except ValueError:
+        raise HTTPProblem(400, "after and limit are whole numbers") from None
+    if not 1 <= limit <= MAX_FLEET_PAGE:
+        raise HTTPProblem(400, f"limit is between 1 and {MAX_FLEET_PAGE}")
+    return after, limit
+
+
+def jobDocument(job: JobRow) -> dict[str, object]:
+    """
+    One job of C{/fleet/jobs.json}.
+    """
+    return {
+        "position": job.position,
+        "name": job.name,
+        "state": job.state,
+        "requested": job.requested,
+        "daemon": holderDocument(job.holder),
+    }
+
+
+class FleetJobsResource(ReadOnlyResource):
+    """
+    C{/fleet/jobs.json?after=POSITION&limit=N}: the fleet's jobs after
+    C{POSITION} (from the first without it), C{N} of them (L{FLEET_PAGE}
+    by default, at most L{MAX_FLEET_PAGE}), with C{after} for the next
+    page (C{null} on the last) and the jobs counted by state; 503 while
+    the database cannot be read.
+    """
+
+    def __init__(self, view: IFleetView) -> None:
+        super().__init__()
+        self._view = view
+
+    def renderBody(self, request: Request) -> Deferred[bytes]:
+        after, limit = _pageQuery(request.args or {})
+        reads: list[Deferred[Any]] = [self._view.jobsPage(after, limit), self._view.jobCounts()]
+
+        def read(results: list[Any]) -> bytes:
+            page: JobsPage = results[0]
+            return jsonBody(
+                {
+                    "jobs": [jobDocument(job) for job in page.jobs],
+                    "after": page.after,
+                    "counts": dict(results[1]),
+                }
+            )
+
+        def unread(failure: Failure) -> Failure:
+            if isinstance(failure.value, FirstError):
+                failure = failure.value.subFailure
+            if failure.check(TransientError) is not None:
+                raise HTTPProblem(503, str(failure.value) or "the fleet could not be read")
+            return failure
+
+        return gatherResults(reads, consumeErrors=True).addCallbacks(read, unread)

@@ -25,7 +25,7 @@ import imapmig
 from imapmig.errors import escapedExcerpt
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress
-from imapmig.queue.fleetview import IFleetView
+from imapmig.queue.fleetview import IFleetView, SingleDaemonView
 from imapmig.state import IStateStore
 from imapmig.status._http import (
     ConnectionSlots,
@@ -37,7 +37,7 @@ from imapmig.status._http import (
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
-from imapmig.status.fleet import FleetParts, readFleet, singleDaemon
+from imapmig.status.fleet import FleetJobsResource, FleetParts, readFleet, singleDaemon
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import SCHEMA, JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
@@ -99,14 +99,21 @@ class StatusJSONResource(ReadOnlyResource):
         if self._fleet is None:
             return jsonBody(document)
 
+        # A fleet's daemon lists the jobs it holds; the fleet's are counted
+        # in its database.
+        fleet = not isinstance(self._fleet, SingleDaemonView)
+
         def withFleet(parts: FleetParts) -> bytes:
             document["daemons"] = parts.daemonsDocument()
             document["daemons_error"] = parts.error
+            if fleet:
+                document["fleet_jobs"] = parts.counts
             for job in shown:
                 job["daemon"] = parts.holderOf(str(job["name"]))
             return jsonBody(document)
 
-        return readFleet(self._fleet, [job.name for job in page]).addCallback(withFleet)
+        names = [job.name for job in page]
+        return readFleet(self._fleet, names, counts=fleet).addCallback(withFleet)
 
 
 
@@ -164,6 +171,9 @@ class StatusResource(Resource):
         enabled = isinstance(control, ControlResource) and control.enabled
         self.putChild(b"status.json", StatusJSONResource(view, report, enabled, fleet))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf, fleet))
+        fleetJobs = Resource()
+        fleetJobs.putChild(b"jobs.json", FleetJobsResource(fleet))
+        self.putChild(b"fleet", fleetJobs)
         for kind in ("csv", "json"):
             self.putChild(b"manifest." + kind.encode(), runManifest(view, store, rulesOf, kind))
         self.putChild(b"healthz", health or HealthResource(view, store, stopping))
