@@ -85,6 +85,20 @@ The parts of the matrix (C{--parts}, comma-separated):
             account of another (tmpfs, loopback): imapmig with an IMAP
             source, Dovecot's `doveadm backup -R imapc:`, and a raw
             fetch-then-MULTIAPPEND client (bench/clients/s2s_raw.py)
+  fleet     a fleet of daemons on one private PostgreSQL (bench/fleet.py,
+            bench/fleet_run.py; issue 30), its rows (--fleet-rows):
+            scaleout: --fleet-accounts accounts through the delay line
+            (--fleet-rtt) with 1, 2 and 3 daemons (--fleet-daemons), each
+            capped at --fleet-connections connections; database: one
+            daemon and one mailbox of --fleet-large messages, its commits,
+            row writes and connections, and its heartbeat's cost holding 1
+            and --fleet-held jobs; million: a user list of --fleet-queued
+            rows (and of --fleet-queued-small) loaded by imapmig state
+            load-jobs, --fleet-queued-daemons daemons' first messages,
+            peak RSS, claims, heartbeats and pages; sqlite: one daemon on
+            SQLite, this tree against --fleet-baseline (a commit or a
+            checkout) with bench/sidebyside.py, --fleet-rounds rounds on
+            the small and realistic corpora; writes fleet.md
 
 Options:
   --runs N          runs per figure (default 5)
@@ -114,6 +128,15 @@ Options:
                     the scale part's sizes (default 200 accounts x 20
                     messages, 10,000 queued jobs, max_jobs 16,
                     bench/startup.py --runs 10)
+  --fleet-rows LIST, --fleet-accounts N, --fleet-per-account N,
+  --fleet-daemons LIST, --fleet-rtt MS, --fleet-connections N,
+  --fleet-large N, --fleet-held N, --fleet-queued N,
+  --fleet-queued-small N, --fleet-queued-daemons N, --fleet-baseline C,
+  --fleet-rounds N, --fleet-lease S
+                    the fleet part's rows and sizes (default every row;
+                    200 x 20, daemons 1,2,3, 20 ms, 4 connections, 20,000
+                    messages, 1,000 held, 1,000,000 and 1,000 queued, 3
+                    daemons, 2ee44a1, 5 rounds, lease 12 s)
   --scale-precreate the many-accounts rows' accounts are logged into and
                     their folders created before each timed run, for
                     every contender alike (a destination's accounts
@@ -182,6 +205,7 @@ from bench.contenders import (
     imapmigConfig,
 )
 from bench.corpora import BuiltCorpus, buildCorpus, emptyCorpus, memoryCorpus, subsetCorpus
+from bench.fleet import FLEET_ROWS, FleetSizes
 from bench.report import Figure, RunResult, Setting, drawChart, figures, markdownTable
 from bench.scale import (
     ScaleRun,
@@ -667,8 +691,25 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--compress-messages", type=int, default=500)
     parser.add_argument("--nagle-messages", type=int, default=2000)
     parser.add_argument(
-        "--parts", type=_split, default=["main", "servers", "compress", "nagle", "scale", "s2s"]
-    )
+        "--parts", type=_split,
+        default=["main", "servers", "compress", "nagle", "scale", "s2s", "fleet"],
+    )  # fmt: skip
+    fleet = FleetSizes()
+    parser.add_argument("--fleet-rows", type=_split, default=list(fleet.rows))
+    parser.add_argument("--fleet-accounts", type=int, default=fleet.accounts)
+    parser.add_argument("--fleet-per-account", type=int, default=fleet.perAccount)
+    parser.add_argument("--fleet-daemons", type=_split,
+                        default=[str(n) for n in fleet.daemons])  # fmt: skip
+    parser.add_argument("--fleet-rtt", type=float, default=fleet.rttMs)
+    parser.add_argument("--fleet-connections", type=int, default=fleet.connections)
+    parser.add_argument("--fleet-large", type=int, default=fleet.large)
+    parser.add_argument("--fleet-held", type=int, default=fleet.held)
+    parser.add_argument("--fleet-queued", type=int, default=fleet.queued)
+    parser.add_argument("--fleet-queued-small", type=int, default=fleet.queuedSmall)
+    parser.add_argument("--fleet-queued-daemons", type=int, default=fleet.queuedDaemons)
+    parser.add_argument("--fleet-baseline", default=fleet.baseline)
+    parser.add_argument("--fleet-rounds", type=int, default=fleet.rounds)
+    parser.add_argument("--fleet-lease", type=int, default=fleet.lease)
     defaults = ScaleSizes()
     parser.add_argument("--scale-accounts", type=int, default=defaults.accounts)
     parser.add_argument("--scale-per-account", type=int, default=defaults.perAccount)
@@ -710,8 +751,20 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in ("disk", "tmpfs"):
             problems.append(f"unknown store {name!r} (disk, tmpfs)")
     for name in args.parts:
-        if name not in ("main", "servers", "compress", "nagle", "scale", "s2s"):
-            problems.append(f"unknown part {name!r} (main, servers, compress, nagle, scale, s2s)")
+        if name not in ("main", "servers", "compress", "nagle", "scale", "s2s", "fleet"):
+            problems.append(
+                f"unknown part {name!r} (main, servers, compress, nagle, scale, s2s, fleet)"
+            )
+    for name in args.fleet_rows:
+        if name not in FLEET_ROWS:
+            problems.append(f"unknown fleet row {name!r} ({', '.join(FLEET_ROWS)})")
+    try:
+        args.fleet_daemons = [int(n) for n in args.fleet_daemons]
+    except ValueError:
+        problems.append(f"--fleet-daemons takes numbers, not {args.fleet_daemons!r}")
+    else:
+        if 1 not in args.fleet_daemons or min(args.fleet_daemons) < 1:
+            problems.append("--fleet-daemons must hold 1 (the rates are compared with it)")
     if args.scale_accounts < 1 or args.scale_per_account < 1:
         problems.append("--scale-accounts and --scale-per-account must be at least 1")
     if args.scale_queued < 0 or args.startup_runs < 0 or args.scale_max_jobs < 1:
@@ -727,6 +780,30 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     if problems:
         parser.error("; ".join(problems))
     return args
+
+
+def fleetSizes(args: argparse.Namespace) -> FleetSizes | None:
+    """
+    The sizes of the fleet part, or L{None} when it is not to run.
+    """
+    if "fleet" not in args.parts:
+        return None
+    return FleetSizes(
+        rows=tuple(args.fleet_rows),
+        accounts=args.fleet_accounts,
+        perAccount=args.fleet_per_account,
+        daemons=tuple(args.fleet_daemons),
+        rttMs=args.fleet_rtt,
+        connections=args.fleet_connections,
+        large=args.fleet_large,
+        held=args.fleet_held,
+        queued=args.fleet_queued,
+        queuedSmall=args.fleet_queued_small,
+        queuedDaemons=args.fleet_queued_daemons,
+        baseline=args.fleet_baseline,
+        rounds=args.fleet_rounds,
+        lease=args.fleet_lease,
+    )
 
 
 def scaleSizes(args: argparse.Namespace) -> ScaleSizes | None:
@@ -1237,11 +1314,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sizes is not None:
         runScale(bench, sizes)
     command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
+    fleet = fleetSizes(args)
+    fleetOk = True
+    if fleet is not None:
+        # Imported here: it needs psycopg (imapmig[postgresql]).
+        from bench.fleet_run import runFleet
+
+        fleetOk = runFleet(bench, fleet, command.strip())
+        bench.note("fleet part: its figures and targets are in fleet.md")
     text = writeResults(bench, command.strip(), time.monotonic() - started)
     print()
     print(text)
     print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
-    ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns)
+    ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns) and fleetOk
     return 0 if ok else 1
 
 

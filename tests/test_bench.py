@@ -1,7 +1,7 @@
 """
 Tests for the benchmark's pure parts: how runs become figures, and how
 server variants hide capabilities; the scale part's plan, figures, targets
-and files.
+and files; the fleet part's statistics, ratios, verdicts and files.
 """
 
 from __future__ import annotations
@@ -14,9 +14,41 @@ import sys
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
+from attrs import asdict
+
 from bench.corpora import BuiltCorpus
+from bench.fleet import (
+    CLAIM_MARKER,
+    HEARTBEAT_MARKER,
+    NO_CALLS,
+    DaemonStart,
+    DatabaseCost,
+    DatabaseStats,
+    FleetSizes,
+    HeartbeatCost,
+    QueuedRun,
+    ScaleOutRun,
+    SideBySide,
+    StatementCost,
+    TableWrites,
+    databaseLines,
+    fleetConfig,
+    parseSideBySide,
+    queuedLines,
+    queuedRows,
+    sameCost,
+    scaleOutFigures,
+    scaleOutLines,
+    scaleOutRatios,
+    scaleOutTable,
+    sideBySideLines,
+    statementCost,
+    statementsTable,
+    tableWritesTable,
+    writeUserList,
+)
 from bench.report import RunResult, Setting, figures, markdownTable
-from bench.run import makePlan, parseArguments, scaleSizes
+from bench.run import fleetSizes, makePlan, parseArguments, scaleSizes
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
@@ -508,3 +540,359 @@ class ScaleFilesTests(SynchronousTestCase):
         self.assertIn("s2s", parseArguments([]).parts)
         narrowed = makePlan(parseArguments(["--parts", "s2s", "--clients", "imapmig-s2s,dsync"]))
         self.assertEqual([j.clients for j in narrowed], [("imapmig-s2s", "dsync")])
+
+
+class FleetStatisticsTests(SynchronousTestCase):
+    """
+    bench.fleet: the database's counters and statements between two
+    readings, and what "the same cost" means.
+    """
+
+    def test_databaseDelta(self) -> None:
+        """
+        The difference of two readings: commits, each table's inserted,
+        updated and deleted rows; a table made meanwhile counts whole, a
+        table not written is left out.
+        """
+        before = DatabaseStats(100, (TableWrites("imapmig.messages", 10, 5, 0),
+                                     TableWrites("imapmig.folders", 3, 0, 0)))  # fmt: skip
+        after = DatabaseStats(130, (TableWrites("imapmig.messages", 2010, 25, 0),
+                                    TableWrites("imapmig.folders", 3, 0, 0),
+                                    TableWrites("imapmig.journal", 1, 0, 1)))  # fmt: skip
+        delta = after.minus(before)
+        self.assertEqual(delta.commits, 30)
+        self.assertEqual(
+            delta.tables,
+            (TableWrites("imapmig.messages", 2000, 20, 0), TableWrites("imapmig.journal", 1, 0, 1)),
+        )
+        self.assertEqual(delta.rowWrites, 2022)
+
+    def test_statementCost(self) -> None:
+        """
+        The statements whose text holds the marker, summed, and their
+        difference between two readings; per call, or None without calls.
+        """
+        rows = [
+            ("WITH beat AS (UPDATE imapmig_queue.daemons ...) SELECT $1", 10, 5.0, 40),
+            ("WITH beat AS (UPDATE imapmig_queue.daemons ...) SELECT $2", 2, 1.0, 8),
+            ("WITH next AS (...) UPDATE imapmig_queue.jobs j SET state = $3, owner = $1,"
+             " generation = j.generation + $4", 7, 3.5, 70),
+        ]
+        beat = statementCost(rows, HEARTBEAT_MARKER)
+        self.assertEqual(beat, StatementCost(12, 6.0, 48))
+        self.assertEqual(beat.blocksPerCall, 4.0)
+        self.assertEqual(beat.meanMs, 0.5)
+        claim = statementCost(rows, CLAIM_MARKER).minus(StatementCost(2, 0.5, 20))
+        self.assertEqual(claim, StatementCost(5, 3.0, 50))
+        self.assertIsNone(NO_CALLS.blocksPerCall)
+        self.assertIsNone(NO_CALLS.meanMs)
+
+    def test_sameCost(self) -> None:
+        """
+        The larger size costs the same when at most 1.2x the smaller; an
+        unmeasured side is never the same.
+        """
+        self.assertTrue(sameCost(10.0, 12.0))
+        self.assertTrue(sameCost(10.0, 7.0))
+        self.assertFalse(sameCost(10.0, 12.5))
+        self.assertFalse(sameCost(None, 1.0))
+        self.assertFalse(sameCost(1.0, None))
+        self.assertTrue(sameCost(0.0, 0.0))
+
+
+def scaleOutRun(daemons: int, seconds: float, ok: bool = True, repetition: int = 0,
+                kind: str = "full") -> ScaleOutRun:  # fmt: skip
+    return ScaleOutRun(daemons, repetition, 200, 4000 if kind == "full" else 0, seconds, 80_000,
+                       3 * daemons, 50, 4100, ok, "" if ok else "exit status 1", kind)  # fmt: skip
+
+
+def withStartup(runs: list[ScaleOutRun], seconds: float = 2.0) -> list[ScaleOutRun]:
+    return runs + [scaleOutRun(n, seconds, kind="empty") for n in {r.daemons for r in runs}]
+
+
+class FleetScaleOutTests(SynchronousTestCase):
+    """
+    bench.fleet: the scale-out row's figures, ratios and verdicts.
+    """
+
+    def test_ratios(self) -> None:
+        """
+        Each number of daemons' median time over its successful runs, its
+        rate whole and net of the median of its empty runs, and those rates
+        over one daemon's.
+        """
+        runs = [scaleOutRun(1, 42.0), scaleOutRun(1, 46.0, repetition=1),
+                scaleOutRun(2, 23.0), scaleOutRun(2, 99.0, ok=False),
+                scaleOutRun(3, 17.0), scaleOutRun(1, 1.0, kind="empty"),
+                scaleOutRun(1, 3.0, kind="empty", repetition=1), scaleOutRun(2, 2.0, kind="empty"),
+                scaleOutRun(3, 2.0, kind="empty"), scaleOutRun(3, 9.0, kind="empty", ok=False)]  # fmt: skip
+        figures = scaleOutFigures(runs)
+        self.assertEqual([(f.daemons, f.runs, f.failed, f.seconds, f.startupSeconds)
+                          for f in figures],
+                         [(1, 2, 0, 44.0, 2.0), (2, 1, 1, 23.0, 2.0), (3, 1, 1, 17.0, 2.0)])  # fmt: skip
+        self.assertEqual(figures[0].netMessagesPerSecond, 4000 / 42.0)
+        ratios = scaleOutRatios(figures)
+        self.assertEqual(ratios[1], 1.0)
+        self.assertAlmostEqual(ratios[2], 2.0)
+        self.assertAlmostEqual(ratios[3], 2.8)
+        whole = scaleOutRatios(figures, net=False)
+        self.assertAlmostEqual(whole[2], 44 / 23)
+        self.assertEqual(scaleOutRatios(scaleOutFigures([scaleOutRun(1, 40.0)])), {})
+
+    def test_verdicts(self) -> None:
+        """
+        Two daemons must reach 1.8x one, three 2.5x: each checked, the
+        figures beside.
+        """
+        lines = scaleOutLines(
+            scaleOutFigures(withStartup([scaleOutRun(1, 42.0), scaleOutRun(2, 25.0),
+                                         scaleOutRun(3, 17.0)])),
+            20.0, 4,
+        )  # fmt: skip
+        self.assertEqual(len(lines), 2)
+        self.assertIn("2 daemons against one (20 ms round trip, 4 connections per daemon): 1.74x"
+                      " net of start-up (174 against 100 messages/s; whole runs 1.68x;",
+                      lines[0])  # fmt: skip
+        self.assertTrue(lines[0].endswith("target >= 1.8): **missed**"), lines[0])
+        self.assertIn("2.67x", lines[1])
+        self.assertTrue(lines[1].endswith("target >= 2.5): met"), lines[1])
+
+    def test_notMeasured(self) -> None:
+        """
+        Without a successful run of one daemon, or of N, nothing passes.
+        """
+        for runs in ([scaleOutRun(1, 40.0, ok=False), scaleOutRun(2, 20.0)],
+                     [scaleOutRun(1, 40.0), scaleOutRun(2, 20.0), scaleOutRun(3, 15.0)]):  # fmt: skip
+            lines = scaleOutLines(scaleOutFigures(withStartup(runs)[:len(runs)]), 20.0, 4)
+            self.assertEqual(lines, ["- 2 daemons against one, 20 ms: not measured",
+                                     "- 3 daemons against one, 20 ms: not measured"])  # fmt: skip
+        table = scaleOutTable(scaleOutFigures([scaleOutRun(1, 40.0, ok=False)]), [])
+        self.assertIn("| 1 | 0 (1 failed) | FAILED |", table)
+
+
+class FleetDatabaseRowTests(SynchronousTestCase):
+    """
+    bench.fleet: the database row's verdicts.
+    """
+
+    def cost(self, commits: int, writes: int, connections: int) -> DatabaseCost:
+        stats = DatabaseStats(commits, (TableWrites("imapmig.messages", writes, 0, 0),))
+        return DatabaseCost(20_000, 10.0, stats, connections, 50, True, "")
+
+    def beats(self, low: int, high: int) -> list[HeartbeatCost]:
+        return [HeartbeatCost(1, 1, StatementCost(12, 1.2, low * 12)),
+                HeartbeatCost(1000, 998, StatementCost(12, 1.5, high * 12))]  # fmt: skip
+
+    def test_met(self) -> None:
+        """
+        200 commits and 24,000 row writes for 20,000 messages, 3
+        connections, a heartbeat of equal buffers: every target met.
+        """
+        lines = databaseLines(self.cost(200, 24_000, 3), self.beats(8, 8))
+        self.assertEqual(len(lines), 4)
+        self.assertTrue(all(line.endswith(": met") for line in lines), lines)
+        self.assertIn("1.00 per 100 messages", lines[0])
+        self.assertIn("1.200 per message", lines[1])
+        self.assertIn("holding 998: 8.0 buffers", lines[3])
+
+    def test_missed(self) -> None:
+        """
+        One commit more, one row write more, a fourth connection, a
+        heartbeat reading more with more jobs held: each missed.
+        """
+        lines = databaseLines(self.cost(201, 24_001, 4), self.beats(8, 10))
+        self.assertTrue(all(line.endswith("**missed**") for line in lines), lines)
+
+    def test_notMeasured(self) -> None:
+        """
+        A failed run, or a heartbeat not measured at both sizes, passes
+        nothing.
+        """
+        failed = DatabaseCost(20_000, 1.0, DatabaseStats(0, ()), 0, 0, False, "exit status 2")
+        lines = databaseLines(failed, [HeartbeatCost(1, 0, NO_CALLS, "the daemon exited early")])
+        self.assertEqual(lines, [
+            "- Commits, row writes and connections per daemon: not measured (exit status 2)",
+            "- Heartbeat cost from 1 to 1,000 held jobs: not measured (the daemon exited early)",
+        ])  # fmt: skip
+        table = tableWritesTable(self.cost(1, 2000, 1).stats, 20_000)
+        self.assertIn("| imapmig.messages | 2,000 | 0 | 0 | 0.100 |", table)
+
+    def test_statements(self) -> None:
+        """
+        The statements that ran most often first, their text on one line.
+        """
+        table = statementsTable([("COMMIT", 5, 1.0, 0),
+                                 ("INSERT INTO imapmig.messages\n  SELECT |x|", 40, 12.5, 900),
+                                 ("SELECT 1", 1, 0.1, 0)], limit=2)  # fmt: skip
+        self.assertEqual(table.splitlines()[2:],
+                         ["| 40 | 12.5 | 900 | `INSERT INTO imapmig.messages SELECT /x/` |",
+                          "| 5 | 1.0 | 0 | `COMMIT` |"])  # fmt: skip
+
+
+def queuedRun(jobs: int, firsts: tuple[float | None, ...], rssKiB: int, claimBlocks: int,
+              pageMs: float, inserted: int = 0) -> QueuedRun:  # fmt: skip
+    return QueuedRun(
+        jobs=jobs, loadSeconds=12.5, loadProblem="", insertedByStarts=inserted,
+        starts=tuple(DaemonStart(f, rssKiB) for f in firsts),
+        claim=StatementCost(10, 2.0, claimBlocks * 10), heartbeat=StatementCost(6, 0.6, 60),
+        pages=(("/", pageMs), ("/status.json", pageMs / 2)),
+    )  # fmt: skip
+
+
+class FleetQueuedTests(SynchronousTestCase):
+    """
+    bench.fleet: the million row's verdicts.
+    """
+
+    def test_met(self) -> None:
+        """
+        Loaded once (no row inserted by a start), every daemon's first
+        message within 5 s and its RSS under 500 MB, claims, heartbeats
+        and pages within 1.2x of the small list's.
+        """
+        small = queuedRun(1000, (1.0, 1.1), 100_000, 20, 10.0)
+        large = queuedRun(1_000_000, (4.9, 3.0), 400_000, 22, 11.0)
+        lines = queuedLines(large, small)
+        self.assertTrue(all(line.endswith(": met") for line in lines), lines)
+        self.assertIn("1,000,000 rows loaded once by `imapmig state load-jobs` in 12.5 s", lines[0])
+        self.assertEqual(len(lines), 1 + 2 * 2 + 2 + 2)
+
+    def test_missed(self) -> None:
+        """
+        Rows inserted by a start, a first message after 5 s or none, 500
+        MB, claims and a page dearer at a million: missed.
+        """
+        small = queuedRun(1000, (1.0,), 100_000, 20, 10.0)
+        large = queuedRun(1_000_000, (5.1, None), 488_282, 25, 13.0, inserted=1_000_000)
+        lines = queuedLines(large, small)
+        missed = [line for line in lines if line.endswith("**missed**")]
+        self.assertEqual(len(missed), 1 + 2 + 2 + 1 + 2, lines)
+        self.assertIn("- Heartbeat (renewal): 10.0 buffers", "\n".join(lines))
+
+    def test_notMeasured(self) -> None:
+        """
+        No run: not measured; without the small list, the comparison is
+        not measured; a list not loaded apart says why.
+        """
+        self.assertEqual(queuedLines(None, None), ["- A million queued accounts: not measured"])
+        large = queuedRun(1_000_000, (1.0,), 1000, 20, 10.0)
+        large = QueuedRun(**{**asdict(large, recurse=False), "loadSeconds": None,
+                             "loadProblem": "no such command"})  # fmt: skip
+        lines = queuedLines(large, None)
+        self.assertIn("not measured (no such command)", lines[0])
+        self.assertTrue(lines[-1].endswith("against a small list: not measured"))
+
+
+class FleetSideBySideTests(SynchronousTestCase):
+    """
+    bench.fleet: the SQLite row read from bench/sidebyside.py's output.
+    """
+
+    OUTPUT = """\
+0 /work/wt/base:2: 1.20 s (5000 messages, CPU 0.90 s), empty 0.40 s
+/work/wt/base:2: net rates [6250, 6100, 6400], median 6,250/s; CPU per message 110 us
+/work/wt/here:2: net rates [6000, 6300, 6200], median 6,200/s; CPU per message 111 us
+"""
+
+    def test_parse(self) -> None:
+        """
+        Each client's net rates per round.
+        """
+        self.assertEqual(
+            parseSideBySide(self.OUTPUT),
+            {"/work/wt/base:2": (6250.0, 6100.0, 6400.0),
+             "/work/wt/here:2": (6000.0, 6300.0, 6200.0)},
+        )  # fmt: skip
+
+    def test_verdict(self) -> None:
+        """
+        Without callgrind's counts: this tree's median rate within 5% of
+        the commit before's, met; beyond, missed; no rates, not measured.
+        """
+        rates = parseSideBySide(self.OUTPUT)
+        same = SideBySide("small-5000-seed1", rates["/work/wt/base:2"], rates["/work/wt/here:2"])
+        self.assertAlmostEqual(same.ratio or 0, 6200 / 6250)
+        slower = SideBySide("realistic-5000-seed1", (1000.0,), (940.0,))
+        lines = sideBySideLines([same, slower, SideBySide("x", (), ())], "2ee44a1")
+        self.assertIn("6,200 against 6,250 messages/s at 2ee44a1 net of start-up, median of 3",
+                      lines[0])  # fmt: skip
+        self.assertTrue(lines[0].endswith("(target within 5%): met"), lines[0])
+        self.assertTrue(lines[1].endswith("**missed**"), lines[1])
+        self.assertEqual(lines[2], "- One daemon on SQLite, x: not measured")
+        self.assertEqual(sideBySideLines([], "2ee44a1"),
+                         ["- One daemon on SQLite against the commit before: not measured"])  # fmt: skip
+
+    def test_instructions(self) -> None:
+        """
+        With callgrind's counts, the verdict is theirs: within 5%, met
+        whatever the wall-clock rates did; beyond, missed.
+        """
+        noisy = SideBySide("small-5000-seed1", (4481.0,), (7203.0,), 107_300.0, 107_400.0)
+        dearer = SideBySide("realistic-5000-seed1", (1000.0,), (1000.0,), 250_000.0, 265_000.0)
+        lines = sideBySideLines([noisy, dearer], "2ee44a1")
+        self.assertEqual(
+            lines[0],
+            "- One daemon on SQLite, small-5000-seed1: 107.4k instructions per message against"
+            " 107.3k at 2ee44a1 (+0.1%; callgrind); 7,203 against 4,481 messages/s at 2ee44a1"
+            " net of start-up, median of 1 interleaved rounds (1.607x) (target within 5%): met",
+        )
+        self.assertIn("(+6.0%; callgrind)", lines[1])
+        self.assertTrue(lines[1].endswith("**missed**"), lines[1])
+
+
+class FleetFilesTests(SynchronousTestCase):
+    """
+    bench.fleet: the fleet's configuration and user lists, and the part's
+    arguments.
+    """
+
+    def test_config(self) -> None:
+        """
+        A PostgreSQL state with its password file, the fleet section, the
+        server's max_connections, one job template of one connection over
+        the user list.
+        """
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = fleetConfig(
+            os.path.join(directory, "imapmig.yaml"),
+            uri="postgresql://imapmig_password@:5433/fleet1?host=/tmp/pg",
+            databasePassword="/r/db-password", imapPassword="/r/password", host="10.77.0.1",
+            port=1143, userList="users.csv", maildir="/m/1", maxJobs=4, maxConnections=8,
+            lease=12, status="tcp:8025:interface=127.0.0.1",
+        )  # fmt: skip
+        with open(path) as f:
+            document = yaml.safe_load(f)
+        self.assertEqual(document["state"], "postgresql://imapmig_password@:5433/fleet1?host=/tmp/pg")
+        self.assertEqual(document["state_password_file"], "/r/db-password")
+        self.assertEqual(document["fleet"], {"name": "bench", "lease": 12})
+        self.assertEqual(document["status"], {"listen": "tcp:8025:interface=127.0.0.1"})
+        self.assertEqual(document["max_jobs"], 4)
+        self.assertEqual(document["servers"]["bench"]["max_connections"], 8)
+        [template] = document["jobs"]
+        self.assertEqual((template["jobs_from"], template["connections"]), ("users.csv", 1))
+        writeUserList(os.path.join(directory, "users.csv"), queuedRows(["b00000"], 3, "/m/1"))
+        with open(os.path.join(directory, "users.csv")) as f:
+            self.assertEqual(f.read(), "destination_user,maildir\nb00000,/m/1\n"
+                             "absent0000000,/m/1\nabsent0000001,/m/1\n")  # fmt: skip
+
+    def test_arguments(self) -> None:
+        """
+        The fleet part runs by default with the sizes of issue 30; each
+        size has its option; a list of daemons without 1 is refused.
+        """
+        args = parseArguments([])
+        self.assertIn("fleet", args.parts)
+        self.assertEqual(fleetSizes(args), FleetSizes())
+        self.assertEqual(FleetSizes().daemons, (1, 2, 3))
+        self.assertIsNone(fleetSizes(parseArguments(["--quick"])))
+        args = parseArguments(["--parts", "fleet", "--fleet-rows", "scaleout", "--fleet-accounts",
+                               "20", "--fleet-daemons", "1,2", "--fleet-queued", "5000"])  # fmt: skip
+        sizes = fleetSizes(args)
+        assert sizes is not None
+        self.assertEqual((sizes.rows, sizes.accounts, sizes.daemons, sizes.queued),
+                         (("scaleout",), 20, (1, 2), 5000))  # fmt: skip
+        self.assertEqual(makePlan(args), [])
+        self.patch(sys, "stderr", io.StringIO())
+        for argv in (["--fleet-daemons", "2,3"], ["--fleet-rows", "scale"]):
+            self.assertRaises(SystemExit, parseArguments, argv)

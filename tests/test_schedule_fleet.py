@@ -8,9 +8,9 @@ L{Clock} over the in-memory queue made asynchronous
 from __future__ import annotations
 
 import os
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, DeferredList, fail
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
@@ -27,6 +27,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
+from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
 from imapmig.schedule.grants import ConnectionGrants, JobConnections
 from imapmig.state import IStateStore, Transition
@@ -324,8 +325,14 @@ class FleetMemberTests(SynchronousTestCase):
             return register(host, pid, version, lease)
 
         self.m.queue.register = failOnce  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.member.start()
         self.assertIsNone(self.member.owner)
+        # Unregistered, it holds no lease (not "the send deadline is in nan s").
+        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
+        self.assertEqual(said["deadline"], "no lease held")
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
@@ -699,6 +706,40 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:
+        """
+        The queue unreachable while the daemon waits for its next claim
+        (its deferred jobs' next due time unread) does not end its
+        claiming: once the queue answers again, it takes over the job of
+        a daemon whose lease ran out meanwhile (found from outside: after
+        PostgreSQL was down longer than the lease, no daemon of the fleet
+        claimed any job again).
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, fleet.clock.seconds(), LEASE)
+        self.assertEqual(held is not None and held.job.name, "a")
+        nextDue = fleet.queue.nextDue
+        failures: list[int] = []
+
+        def failOnce() -> Deferred[float | None]:
+            if not failures:
+                failures.append(1)
+                return fail(QueueUnavailable("db1: connection refused"))
+            return nextDue()
+
+        fleet.queue.nextDue = failOnce  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(failures, [1])
+        self.assertEqual(sorted(fleet.built), ["b"])
+        # The other daemon never beats again: its lease runs out.
+        fleet.clock.pump([fleet.member.period] * int(LEASE / fleet.member.period + 2))
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        for job in fleet.built.values():
+            job.result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
 
     def test_databaseRestarting(self) -> None:
         """
@@ -950,4 +991,69 @@ class StaleClaimTests(SynchronousTestCase):
         self.assertEqual(list(fleet.built), ["a"])
         self.assertIn(f"claimed (generation 2), taken over from daemon {first}", fleet.causes("a"))
         self.successResultOf(fleet.service.stopService())
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+
+
+class StopWhileClaimingTests(SynchronousTestCase):
+    """
+    A stop while a claim is in flight: the job claimed after it ends at
+    once, and the stop completes.
+    """
+
+    def test_claimAnsweredAfterTheStop(self) -> None:
+        """
+        A claim answered after the stop began gives up its job before
+        waiting for anything (stopped while waiting for a connection
+        grant or a slot) and finishes its claim in the queue (the finish
+        queued before the daemon's retirement); the stop completes.
+        Before, the job left
+        the scheduler's running jobs before it was entered among them
+        (its run suspended first on the finish), so that the stop awaited
+        its ended run again and again without ever returning to the
+        reactor: the daemon ignored SIGTERM.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        answers: list[tuple[JobClaim | None, Deferred[JobClaim | None]]] = []
+        finishes: list[Deferred[None]] = []
+        claimNow = fleet.queue.claim
+        finish = fleet.queue.finish
+
+        def heldClaim(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+            held: Deferred[JobClaim | None] = Deferred()
+            answers.append((self.successResultOf(claimNow(owner, now, lease)), held))
+            return held
+
+        def heldFinish(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> Deferred[None]:
+            held: Deferred[None] = Deferred()
+            finishes.append(held)
+            return held.addCallback(lambda _: finish(claim, outcome, notBefore))
+
+        fleet.queue.claim = heldClaim  # type: ignore[method-assign]
+        fleet.queue.finish = heldFinish  # type: ignore[method-assign]
+        # The stop's waits for the jobs, bounded: the loop this fixes spun
+        # for ever inside the finish's callback.
+        waits: list[int] = []
+
+        def boundedList(deferreds: list[Deferred[Any]]) -> Any:
+            waits.append(len(deferreds))
+            if len(waits) > 100:
+                raise RuntimeError("the stop waits on the same ended run again and again")
+            return DeferredList(deferreds)
+
+        self.patch(scheduler, "DeferredList", boundedList)
+        fleet.service.startService()
+        self.assertEqual(len(answers), 1)
+        stopping = fleet.service.stopService()
+        self.assertNoResult(stopping)
+        answered, held = answers[0]
+        held.callback(answered)
+        self.assertNotIn("a", fleet.built)
+        self.assertEqual(len(finishes), 1)
+        self.successResultOf(stopping)
+        finishes[0].callback(None)
+        self.assertLess(len(waits), 100)
+        self.assertIs(fleet.memory.state("a"), QueueState.QUEUED)
         self.assertEqual(fleet.clock.getDelayedCalls(), [])

@@ -17,12 +17,14 @@ import uuid
 from typing import Any, Callable
 
 import psycopg
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import LeaseLost, PermanentError
 from imapmig.queue import _pgschema as queueschema
 from imapmig.state import FolderFallback, MessageNames, Transition
 from imapmig.state import _pgwrites
+from imapmig.state._pgbatch import WriteBatcher
 from imapmig.state._pgwrites import JOURNAL, TRANSITION, Claim, Write, WriterIds, commitBatch
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.postgresql import requirePostgreSQL
@@ -50,6 +52,22 @@ def contents(dsn: str) -> dict[str, object]:
         table: query(dsn, f"SELECT t::text FROM imapmig.{table} t ORDER BY 1")
         for table in _TABLES
     }
+
+
+def waitUntilWaiting(dsn: str, case: SynchronousTestCase) -> None:
+    """
+    Poll until a session of the database C{dsn} waits for a lock.
+    """
+    for attempt in range(600):
+        rows = query(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        if rows == [(1,)]:
+            return
+        threading.Event().wait(0.05)
+    case.fail("no session waited for a lock")
 
 
 class ClaimedJob(SynchronousTestCase):
@@ -238,19 +256,7 @@ class TakeoverRaceTests(ClaimedJob):
         return [Write(JOURNAL, "job", ("Race", 7, 1, b"", 0.0), 1, Claim("job", self.me, generation))]
 
     def waitUntilWaiting(self) -> None:
-        """
-        Poll until a session of the cluster waits for a row lock.
-        """
-        for attempt in range(600):
-            rows = query(
-                self.dsn,
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND datname = current_database()",
-            )
-            if rows == [(1,)]:
-                return
-            threading.Event().wait(0.05)
-        self.fail("no session waited for the lock")
+        waitUntilWaiting(self.dsn, self)
 
     def journaled(self) -> int:
         [(count,)] = query(self.dsn, "SELECT count(*) FROM imapmig.journal WHERE mailbox = 'Race'")
@@ -321,3 +327,166 @@ class TakeoverRaceTests(ClaimedJob):
         thread.join(60)
         self.assertEqual(stale, [{Claim("job", self.me, 2)}])
         self.assertEqual(self.journaled(), 0)
+
+
+class TimelineRaceTests(ClaimedJob):
+    """
+    Transitions of one job written at once by two transactions (two
+    daemons of a fleet): each numbered after the other's, none lost.
+    """
+
+    def transitions(self, cause: str, jobs: tuple[str, ...], each: int = 3) -> list[Write]:
+        """
+        A batch of C{each} transitions of every job of C{jobs}, unfenced.
+        """
+        return [
+            Write(TRANSITION, job, (float(n), "a", "b", f"{cause}{n}", None), 1, None)
+            for n in range(each)
+            for job in jobs
+        ]
+
+    def numbers(self, job: str) -> list[tuple[int, str]]:
+        return [
+            (int(seq), str(cause))
+            for seq, cause in query(
+                self.dsn,
+                "SELECT seq, cause FROM imapmig.job_transitions WHERE job = %s ORDER BY seq",
+                (job,),
+            )
+        ]
+
+    def test_secondWaitsForFirst(self) -> None:
+        """
+        A batch writing a job's transitions while another's, uncommitted,
+        holds some waits for its commit and numbers its own after them
+        (before, it read the same latest number, then failed with
+        C{job_transitions_pkey} once the first committed: its transitions
+        lost).
+        """
+        written = threading.Event()
+        release = threading.Event()
+
+        def hold(connection: Any, writes: Any) -> None:
+            if threading.current_thread().name == "x":
+                written.set()
+                release.wait(60)
+
+        self.patch(_pgwrites, "_WRITERS", (*_pgwrites._WRITERS, hold))
+        outcomes: list[object] = []
+
+        def writer(cause: str) -> None:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as connection:
+                    commitBatch(connection, WriterIds(), self.transitions(cause, ("job", "j2")))
+            except Exception as e:
+                outcomes.append(e)
+            else:
+                outcomes.append(cause)
+
+        holder = threading.Thread(target=writer, args=("x",), name="x")
+        holder.start()
+        self.assertTrue(written.wait(60))
+        second = threading.Thread(target=writer, args=("y",), name="y")
+        second.start()
+        waitUntilWaiting(self.dsn, self)
+        release.set()
+        holder.join(60)
+        second.join(60)
+        self.assertEqual(outcomes, ["x", "y"])
+        self.assertEqual(
+            self.numbers("job"),
+            [(1, "c"), (2, "x0"), (3, "x1"), (4, "x2"), (5, "y0"), (6, "y1"), (7, "y2")],
+        )
+        self.assertEqual([seq for seq, _ in self.numbers("j2")], [1, 2, 3, 4, 5, 6])
+
+    def test_manyWriters(self) -> None:
+        """
+        Four writers (each a daemon's writer connection and ids) making
+        batches of transitions of one job and of many at once: every
+        transition recorded once, each job's numbered 1 to its count.
+        """
+        jobs = ("job", *(f"j{n}" for n in range(8)))
+        errors: list[Exception] = []
+
+        def writer(name: str) -> None:
+            ids = WriterIds()
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as connection:
+                    for batch in range(10):
+                        commitBatch(connection, ids, self.transitions(f"{name}.{batch}.", jobs, 2))
+                        commitBatch(connection, ids, self.transitions(f"{name}.{batch}!", ("job",)))
+            except Exception as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(str(n),)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        self.assertEqual(errors, [])
+        numbers = self.numbers("job")
+        self.assertEqual([seq for seq, _ in numbers], list(range(1, 1 + 1 + 4 * 10 * 5)))
+        self.assertEqual(len({cause for _, cause in numbers}), len(numbers))
+        for job in jobs[1:]:
+            self.assertEqual([seq for seq, _ in self.numbers(job)], list(range(1, 81)))
+
+    def test_twoBatchers(self) -> None:
+        """
+        Two daemons' write batchers, each committing on its own connection
+        in a thread, their transactions at the same time: every
+        transition each was given, of one job and of many, is recorded
+        once, and each caller's Deferred fires without an error.
+        """
+        jobs = ("job", *(f"j{n}" for n in range(5)))
+        running: list[
+            tuple[threading.Thread, Deferred[set[Claim]], list[set[Claim] | Exception]]
+        ] = []
+
+        def committer() -> Callable[[list[Write]], Deferred[set[Claim]]]:
+            connection = psycopg.connect(self.dsn, autocommit=True)
+            self.addCleanup(connection.close)
+            ids = WriterIds()
+
+            def commit(batch: list[Write]) -> Deferred[set[Claim]]:
+                done: Deferred[set[Claim]] = Deferred()
+                outcome: list[set[Claim] | Exception] = []
+
+                def inThread() -> None:
+                    try:
+                        outcome.append(commitBatch(connection, ids, batch))
+                    except Exception as e:
+                        outcome.append(e)
+
+                thread = threading.Thread(target=inThread)
+                running.append((thread, done, outcome))
+                thread.start()
+                return done
+
+            return commit
+
+        # Transactions of 7 rows: many of each batcher's, each beside one
+        # of the other's.
+        batchers = [WriteBatcher(committer(), None, "db", maxRows=7) for _ in range(2)]
+        results: list[Deferred[Any]] = []
+        for n in range(30):
+            for b, batcher in enumerate(batchers):
+                for job in jobs:
+                    transition = (float(n), "a", "b", f"{b}.{n}", None)
+                    results.append(batcher.add(Write(TRANSITION, job, transition, 1, None)))
+        while running:
+            # The batches under way run at once; their Deferreds fire here,
+            # in the test's thread, starting the next ones.
+            batch, running[:] = list(running), []
+            for thread, done, outcome in batch:
+                thread.join(60)
+                (answer,) = outcome
+                if isinstance(answer, Exception):
+                    done.errback(answer)
+                else:
+                    done.callback(answer)
+        for result in results:
+            self.assertIsNone(self.successResultOf(result))
+        for job in jobs:
+            numbers = self.numbers(job)
+            expected = 60 + (1 if job == "job" else 0)
+            self.assertEqual([seq for seq, _ in numbers], list(range(1, expected + 1)))

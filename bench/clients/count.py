@@ -6,7 +6,10 @@ network namespace, to verify that every message arrived.
 
     python -m bench.clients.count --host H --port P --user U --password PW
 
-Prints C{{"messages": N, "mailboxes": {NAME: N, ...}}} as JSON.
+Prints C{{"messages": N, "mailboxes": {NAME: N, ...}}} as JSON.  With
+C{--user} given more than once (the fleet part's accounts, all with one
+password), one connection after the other: C{{"messages": TOTAL,
+"accounts": {USER: N, ...}}}.
 """
 
 from __future__ import annotations
@@ -56,14 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--user", required=True)
+    parser.add_argument("--user", required=True, action="append")
     parser.add_argument("--password", required=True)
     args = parser.parse_args(argv)
-    imap = imaplib.IMAP4(args.host, args.port)
-    imap.login(args.user, args.password)
-    counts = countMessages(imap)
-    imap.logout()
-    print(json.dumps({"messages": sum(counts.values()), "mailboxes": counts}))
+    accounts: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for user in args.user:
+        imap = imaplib.IMAP4(args.host, args.port)
+        imap.login(user, args.password)
+        counts = countMessages(imap)
+        imap.logout()
+        accounts[user] = sum(counts.values())
+    if len(args.user) == 1:
+        print(json.dumps({"messages": sum(counts.values()), "mailboxes": counts}))
+    else:
+        print(json.dumps({"messages": sum(accounts.values()), "accounts": accounts}))
     return 0
 
 

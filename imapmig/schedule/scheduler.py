@@ -266,10 +266,14 @@ class JobQueueService(Service):
         name = claim.job.name
         self._started.add(name)
         self._claims[name] = claim
-        running = Deferred.fromCoroutine(self._runOne(claim, slot))
-        if not running.called:
-            # (A job that ended at once has already left _active.)
-            self._active[name] = running
+        # Entered before its run starts, which leaves _active itself: a run
+        # may leave before its first suspension (a job stopped before its
+        # grant, then finishing its claim in a fleet's queue), and one
+        # entered after it had left stayed for ever, its ended run awaited
+        # again and again by the stop without returning to the reactor.
+        ended: Deferred[None] = Deferred()
+        self._active[name] = ended
+        Deferred.fromCoroutine(self._runOne(claim, slot)).chainDeferred(ended)
 
     async def _nothingLeft(self) -> bool:
         """

@@ -25,6 +25,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
+from imapmig.state.pgconnect import oneLine
 
 _T = TypeVar("_T")
 
@@ -200,7 +201,7 @@ class PostgreSQLBase:
         if isinstance(e, (PermanentError, TransientError)):
             return e
         kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
-        return kind(f"{self._where}: cannot {action}: {e}")
+        return kind(f"{self._where}: cannot {action}: {oneLine(e)}")
 
     def _call(
         self,

@@ -92,7 +92,9 @@ class PostgreSQLJobRecords(PostgreSQLWriter):
     def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
         """
         See L{IJobRecords.recordTransition}: a write of the batcher,
-        numbered after the job's latest in the order recorded and, past
+        numbered after the job's latest in the order recorded (under a
+        lock of the job's held to the commit, so that another daemon's
+        transaction numbering the same job waits for it) and, past
         the bound, the middle of the timeline deleted; its write id
         (C{write_id}, chosen by the writer) keeps a batch run again from
         recording it twice.

@@ -259,8 +259,28 @@ _FAILURE = """
     ON CONFLICT (job) DO UPDATE SET reason = excluded.reason, updated_at = excluded.updated_at
 """
 
+# The key (with each job's hashtext) of the lock that numbers a job's
+# transitions: 'imtl'.
+TIMELINE_LOCK = 0x696D746C
+
+# Taken before the numbering, in one order (by key) for every writer so that
+# two batches wait for each other rather than deadlock: a job's numbers are
+# the count of its transitions (SQLite's, and what a copy carries), and two
+# transactions reading the same max(seq) from their snapshots (two daemons
+# of a fleet writing one job's transitions: a job given up by one and
+# claimed by another, a daemon stopping beside its successor, a control
+# beside the claim) inserted the same number: the second failed with
+# job_transitions_pkey, its transitions lost (issue 30).  The lock is held
+# until the commit, and the next statement's snapshot (READ COMMITTED)
+# sees what the lock's previous holder committed.
+_LOCK_TIMELINES = """
+    SELECT pg_advisory_xact_lock(%s, k.h)
+      FROM (SELECT DISTINCT hashtext(job) AS h FROM unnest(%s::text[]) AS job ORDER BY 1) AS k
+"""
+
 # The transitions not already written (a batch run again), numbered after
-# each job's latest in the order given; each job's newest number back.
+# each job's latest in the order given, under the job's L{TIMELINE_LOCK};
+# each job's newest number back.
 _TRANSITIONS = """
     WITH given AS (
         SELECT * FROM unnest(%s::bigint[], %s::text[], %s::double precision[], %s::text[],
@@ -354,6 +374,7 @@ def _writeTimeline(connection: Connection, writes: Sequence[Write]) -> None:
     rows = [(w.writeId, w.job, *w.payload) for w in writes if w.kind == TRANSITION]
     if not rows:
         return
+    connection.execute(_LOCK_TIMELINES, (TIMELINE_LOCK, sorted({row[1] for row in rows})))
     newest: dict[str, int] = {}
     for job, seq in connection.execute(_TRANSITIONS, _columns(rows, 7)).fetchall():
         newest[job] = max(seq, newest.get(job, 0))
