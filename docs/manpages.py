@@ -76,7 +76,7 @@ PAGES = (
             "imapmig-daemon --config FILE [--check-config [--connect]]",
             "twistd -n imapmig --config FILE",
         ),
-        ("install.md", "operations.md"),
+        ("install.md", "operations.md", "fleet.md", "fleet-database.md"),
     ),
 )
 
