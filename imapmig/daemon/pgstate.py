@@ -41,7 +41,9 @@ from zope.interface import implementer
 
 from imapmig.config import Config, PostgreSQLState
 from imapmig.errors import ConfigError, FleetMismatch, ImapmigError, NoStateYet
+from imapmig.queue._pgfleetview import PostgreSQLFleetView, throughStore
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
+from imapmig.schedule.fleet import FleetMember
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
@@ -50,6 +52,7 @@ __all__ = [
     "FleetState",
     "StartCheck",
     "checkDatabase",
+    "fleetView",
     "openCommandStore",
     "openFleetState",
 ]
@@ -445,3 +448,22 @@ def openCommandStore(config: Config, empty: bool = False) -> IStateStore:
             raise
         return MemoryStateStore()
     return _inPlaceStore(state, "imapmig command")
+
+
+def fleetView(
+    store: IStateStore, member: FleetMember, config: Config, reactor: Any
+) -> PostgreSQLFleetView | None:
+    """
+    The fleet as a daemon's status pages show it: every daemon of the
+    fleet and the jobs each holds, read on C{store}'s reader connection
+    and in its threads (L{PostgreSQLStateStore.readOnReader}: no
+    connection more than the store's two and the queue's one), this
+    daemon being C{member}'s id of the moment; L{None} for a store that
+    is not a fleet's (a test's in memory).
+    """
+    if not isinstance(store, PostgreSQLStateStore):
+        return None
+    state = config.state
+    assert isinstance(state, PostgreSQLState)
+    run = throughStore(store.readOnReader, state.shortURI(), reactor)
+    return PostgreSQLFleetView(run, lambda: member.owner)

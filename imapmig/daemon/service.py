@@ -75,6 +75,7 @@ from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, co
 from imapmig.errors import ConnectionNotGranted
 from imapmig import __version__
 from imapmig.queue import IAsyncJobQueue
+from imapmig.queue.fleetview import IFleetView
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
@@ -734,7 +735,11 @@ class _ServiceTree:
         from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
-        fleet = singleDaemon(progress, reactor.seconds)
+        fleet: IFleetView = singleDaemon(progress, reactor.seconds)
+        if isinstance(scheduler, FleetScheduler):
+            from imapmig.daemon.pgstate import fleetView
+
+            fleet = fleetView(self.store, scheduler.member, self.config, reactor) or fleet
         status = StatusResource(
             progress,
             reactor.seconds,

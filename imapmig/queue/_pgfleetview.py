@@ -42,6 +42,7 @@ __all__ = [
     "SHOWN_AFTER_LEASE",
     "PostgreSQLFleetView",
     "onConnection",
+    "throughStore",
 ]
 
 _T = TypeVar("_T")
@@ -168,19 +169,51 @@ def onConnection(
         def inThread() -> _T:
             try:
                 with lock:
-                    reader = connection()
-                    with reader.transaction():
-                        reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-                        return work(reader)
+                    return _bounded(work)(connection())
             except psycopg.Error as e:
                 raise QueueUnavailable(f"{where}: cannot read the fleet: {e}") from None
 
-        d = deferToThreadPool(reactor, pool, inThread)
-        if clock is not None:
-            d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
-        return d
+        return _waited(deferToThreadPool(reactor, pool, inThread), where, clock)
 
     return run
+
+
+def throughStore(run: ReadRunner, where: str, clock: IReactorTime | None = None) -> ReadRunner:
+    """
+    A L{ReadRunner} over another's (a fleet daemon's state store's
+    C{readOnReader}, on its reader connection and in its threads, its
+    errors as the store maps them), each read in a transaction under
+    L{STATEMENT_TIMEOUT} and, with C{clock}, failing with
+    L{QueueUnavailable} naming C{where} if not answered in L{WAIT}
+    seconds.
+    """
+
+    def bounded(work: Callable[[Connection], _T]) -> Deferred[_T]:
+        return _waited(run(_bounded(work)), where, clock)
+
+    return bounded
+
+
+def _bounded(work: Callable[[Connection], _T]) -> Callable[[Connection], _T]:
+    """
+    C{work} in a transaction of its own under L{STATEMENT_TIMEOUT}.
+    """
+
+    def inTransaction(reader: Connection) -> _T:
+        with reader.transaction():
+            reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+            return work(reader)
+
+    return inTransaction
+
+
+def _waited(d: Deferred[_T], where: str, clock: IReactorTime | None) -> Deferred[_T]:
+    """
+    C{d}, failing after L{WAIT} seconds of C{clock} if it has one.
+    """
+    if clock is not None:
+        d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
+    return d
 
 
 def _late(where: str) -> Callable[[object, float], object]:

@@ -267,6 +267,22 @@ class PostgreSQLBase:
             ),
         )
 
+    def readOnReader(
+        self, work: Callable[[Connection], _T], action: str = "read the database"
+    ) -> Deferred[_T]:
+        """
+        What C{work} returns, called with the reader's connection in a
+        thread of the store (one read at a time, as the store's own); its
+        errors as the store's: a L{TransientError} for a lost connection
+        or a statement timed out, a L{PermanentError} naming the database
+        and C{action} otherwise.  For a daemon's other readers of the same
+        database (the status pages' fleet,
+        L{imapmig.queue._pgfleetview}), so that they open no connection of
+        their own (docs/fleet-design.md, "The thread pool").  C{work} may
+        run twice (again on a new connection if its own was found broken).
+        """
+        return self._call(action, work)
+
     def ping(self) -> Deferred[None]:
         """
         See L{IStateStore.ping<imapmig.state.IStateStore.ping>}: reads the
