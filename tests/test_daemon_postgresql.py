@@ -678,7 +678,8 @@ class FleetPageTests(ClusterMixin, TestCase):
         """
         A daemon of a fleet of two registered daemons shows both on
         C{/status.json} (itself as C{this}) and C{/metrics}, and still
-        holds at most 3 connections to the database.
+        holds at most 3 connections to the database.  It counts no
+        source in a census (each daemon would log in to every source).
         """
         self.startCluster(self)
         requireDovecot(self)
@@ -707,3 +708,4 @@ class FleetPageTests(ClusterMixin, TestCase):
             " WHERE datname = 'fleet' AND application_name LIKE 'imapmig%'"
         )
         self.assertTrue(1 <= connections <= 3, connections)
+        self.assertNotIn(b"Census:", bytes(daemon.output))

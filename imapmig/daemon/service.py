@@ -11,6 +11,7 @@ Assembly: turn a L{Config} into the daemon's service tree.
                            rates, throughput history)
       +- SourceCensus      counts the sources of the queued jobs, so that
                            the totals cover every job from the start
+                           (a daemon alone: not one of a fleet)
       +- status listener   twisted.web, reads the progress model
                            (L{imapmig.daemon.listener.ListenerService})
       +- systemd notifier  READY, STATUS, WATCHDOG, STOPPING, RELOADING
@@ -515,8 +516,10 @@ def buildService(
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
     scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
-    # themselves.
-    tree.census(config).setServiceParent(root)
+    # themselves.  None in a fleet, whose daemons would each log in to
+    # every source: a job held lists its own as it starts.
+    if not tree.inFleet:
+        tree.census(config).setServiceParent(root)
     tree.addReloader(scheduler)
     if config.notify is not None:
         tree.addWebhook(config.notify)
@@ -559,6 +562,8 @@ class _ServiceTree:
         self.rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
         self.jobServers = {job.name: job.destination.server.name for job in config.jobs}
         self._censuses = itertools.count(1)
+        # A daemon of a fleet (L{addScheduler}) counts no sources.
+        self.inFleet = False
 
     def current(self) -> Config:
         """
@@ -641,6 +646,7 @@ class _ServiceTree:
                 atexit.register(os._exit, 2)
                 reactor.callWhenRunning(reactor.stop)
 
+            self.inFleet = True
             self.machines = JobMachines(
                 self.progress, reactor, transitionRecorder(self.store), fleetQueue
             )
@@ -664,8 +670,10 @@ class _ServiceTree:
     def countSources(self, jobs: Sequence[JobConfig]) -> None:
         """
         Count the sources of C{jobs}, which a reload added, in a census of
-        their own, gone once done.
+        their own, gone once done (not in a fleet: see L{buildService}).
         """
+        if self.inFleet:
+            return
         census = self.census(evolve(self.config, jobs=tuple(jobs)))
         # One per reload: named apart from the first census.
         census.name = f"census-{next(self._censuses)}"
