@@ -680,6 +680,7 @@ class FleetPageTests(ClusterMixin, TestCase):
         C{/status.json} (itself as C{this}) and C{/metrics}, and still
         holds at most 3 connections to the database.  It counts no
         source in a census (each daemon would log in to every source).
+        The store's connections are its reader's and writer's, so named.
         """
         self.startCluster(self)
         requireDovecot(self)
@@ -709,3 +710,10 @@ class FleetPageTests(ClusterMixin, TestCase):
         )
         self.assertTrue(1 <= connections <= 3, connections)
         self.assertNotIn(b"Census:", bytes(daemon.output))
+        # The store's connections are named by their role (pgconnect's
+        # Connector), its password given apart and never in the output.
+        names = {name for (name,) in self.sql(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = 'fleet'"
+        )}  # fmt: skip
+        self.assertTrue({"imapmig reader", "imapmig writer"} <= names, names)
+        self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))

@@ -302,12 +302,12 @@ def _inPlaceStore(state: PostgreSQLState, application: str) -> PostgreSQLStateSt
     A store of C{state} on one connection whose calls run in place
     (L{InPlaceThreadPool}): each returns its result at once.
     """
+    keywords = connectKeywords(state, application)
+    password = keywords.pop("password", None)
     return PostgreSQLStateStore(
-        _NoReactor(),
-        InPlaceThreadPool(),
-        make_conninfo("", **connectKeywords(state, application)),
-        lambda: 0.0,
-    )
+        _NoReactor(), InPlaceThreadPool(), make_conninfo("", **keywords), lambda: 0.0,
+        password=password,
+    )  # fmt: skip
 
 
 @implementer(IReactorFromThreads)
@@ -416,9 +416,7 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
     storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
     # Its threads bound its connections: one each, never one waiting.
-    store = PostgreSQLStateStore(
-        reactor, storePool, make_conninfo("", **connectKeywords(state, "imapmig")), reactor.seconds
-    )
+    store = PostgreSQLStateStore(reactor, storePool, conninfo, reactor.seconds, password=password)
     return FleetState(
         store,
         ThreadedJobQueue(queue, reactor, controlPool),
