@@ -701,6 +701,9 @@ class FleetPageTests(ClusterMixin, TestCase):
         self.assertEqual(len(hosts), 2, document.get("daemons_error"))
         self.assertIn(("other-host", False, True), hosts)
         self.assertIn(True, [this for _, this, _ in hosts])
+        # Its own rate, which the daemons' table does not hold.
+        [mine] = [d for d in document["daemons"] if d["this"]]
+        self.assertIsInstance(mine["messages_per_second"], float)
         metrics = (await page(port, "/metrics")).decode()
         self.assertIn("imapmig_fleet_daemons_live 2.0", metrics)
         self.assertIn('host="other-host"', metrics)

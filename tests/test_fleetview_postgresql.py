@@ -188,6 +188,19 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         [row] = self.successResultOf(self.view.daemons()).daemons
         self.assertEqual(row.rate, 12.5)
 
+    def test_thisDaemonsRate(self) -> None:
+        """
+        Where the daemons' table has no rate, the daemon serving the page
+        shows its own (the others none).
+        """
+        queue = self.queueOf(1)
+        self.me = self.register(queue, "mig1", 1)
+        self.register(queue, "mig2", 2)
+        run = onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: self.connection, "db")
+        view = PostgreSQLFleetView(run, lambda: self.me, lambda: 7.5)
+        rates = {d.host: d.rate for d in self.successResultOf(view.daemons()).daemons}
+        self.assertEqual(rates, {"mig1": 7.5, "mig2": None})
+
     def test_unavailable(self) -> None:
         """
         A read that cannot connect fails with L{QueueUnavailable} naming

@@ -449,19 +449,24 @@ def openCommandStore(config: Config, empty: bool = False) -> IStateStore:
 
 
 def fleetView(
-    store: IStateStore, member: FleetMember, config: Config, reactor: Any
+    store: IStateStore,
+    member: FleetMember,
+    config: Config,
+    reactor: Any,
+    rate: Callable[[], float | None] | None = None,
 ) -> PostgreSQLFleetView | None:
     """
     The fleet as a daemon's status pages show it: every daemon of the
     fleet and the jobs each holds, read on C{store}'s reader connection
     and in its threads (L{PostgreSQLStateStore.readOnReader}: no
     connection more than the store's two and the queue's one), this
-    daemon being C{member}'s id of the moment; L{None} for a store that
-    is not a fleet's (a test's in memory).
+    daemon being C{member}'s id of the moment, its rate C{rate}'s (the
+    daemons' table has none yet); L{None} for a store that is not a
+    fleet's (a test's in memory).
     """
     if not isinstance(store, PostgreSQLStateStore):
         return None
     state = config.state
     assert isinstance(state, PostgreSQLState)
     run = throughStore(store.readOnReader, state.shortURI(), reactor)
-    return PostgreSQLFleetView(run, lambda: member.owner)
+    return PostgreSQLFleetView(run, lambda: member.owner, rate)

@@ -747,7 +747,10 @@ class _ServiceTree:
         if isinstance(scheduler, FleetScheduler):
             from imapmig.daemon.pgstate import fleetView
 
-            fleet = fleetView(self.store, scheduler.member, self.config, reactor) or fleet
+            mine = fleetView(
+                self.store, scheduler.member, self.config, reactor, lambda: progress.currentRate()[0]
+            )
+            fleet = mine or fleet
         status = StatusResource(
             progress,
             reactor.seconds,

@@ -233,27 +233,37 @@ class PostgreSQLFleetView:
     The fleet as the queue's tables hold it.
     """
 
-    def __init__(self, run: ReadRunner, me: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        run: ReadRunner,
+        me: Callable[[], str | None],
+        rate: Callable[[], float | None] | None = None,
+    ) -> None:
         """
         @param run: runs the reads (L{onConnection}, on the reader
             connection).
         @param me: this daemon's id now (L{None} before it registered): a
             daemon that lost its lease registers under a new one.
+        @param rate: this daemon's rate now (messages per second), shown
+            for it where the daemons' table has none (no C{rate} column);
+            called in the reactor's thread.
         """
         self._run = run
         self._me = me
+        self._rate = rate
 
     def daemons(self) -> Deferred[Fleet]:
         """
         See L{IFleetView.daemons}.
         """
         me = self._me()
+        mine = None if self._rate is None else self._rate()
 
         def read(connection: Connection) -> Fleet:
             rows = connection.execute(
                 DAEMONS, {"shown": SHOWN_AFTER_LEASE, "limit": MAX_DAEMONS}
             ).fetchall()
-            return Fleet(tuple(_daemon(row, me) for row in rows))
+            return Fleet(tuple(_daemon(row, me, mine) for row in rows))
 
         return self._run(read)
 
@@ -303,11 +313,14 @@ def _job(row: tuple[Any, ...]) -> JobRow:
     return JobRow(position, name, state, requested, holder)
 
 
-def _daemon(row: tuple[Any, ...], me: str | None) -> DaemonRow:
+def _daemon(row: tuple[Any, ...], me: str | None, mine: float | None = None) -> DaemonRow:
     """
-    A row of L{DAEMONS} as a L{DaemonRow}.
+    A row of L{DAEMONS} as a L{DaemonRow}; this daemon's rate C{mine}
+    where the row has none.
     """
     daemonId, host, pid, version, started, beat, age, lease, live, jobs, rate = row
+    if rate is None and daemonId == me:
+        rate = mine
     return DaemonRow(
         daemonId, host, pid, version, started, beat, max(0.0, age), lease, live, jobs, rate,
         this=daemonId == me,
