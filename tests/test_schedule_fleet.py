@@ -325,8 +325,14 @@ class FleetMemberTests(SynchronousTestCase):
             return register(host, pid, version, lease)
 
         self.m.queue.register = failOnce  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.member.start()
         self.assertIsNone(self.member.owner)
+        # Unregistered, it holds no lease (not "the send deadline is in nan s").
+        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
+        self.assertEqual(said["deadline"], "no lease held")
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
@@ -700,6 +706,62 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:
+        """
+        The queue unreachable while the daemon waits for its next claim
+        (its deferred jobs' next due time unread) does not end its
+        claiming: once the queue answers again, it takes over the job of
+        a daemon whose lease ran out meanwhile (found from outside: after
+        PostgreSQL was down longer than the lease, no daemon of the fleet
+        claimed any job again).
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, fleet.clock.seconds(), LEASE)
+        self.assertEqual(held is not None and held.job.name, "a")
+        nextDue = fleet.queue.nextDue
+        failures: list[int] = []
+
+        def failOnce() -> Deferred[float | None]:
+            if not failures:
+                failures.append(1)
+                return fail(QueueUnavailable("db1: connection refused"))
+            return nextDue()
+
+        fleet.queue.nextDue = failOnce  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(failures, [1])
+        self.assertEqual(sorted(fleet.built), ["b"])
+        # The other daemon never beats again: its lease runs out.
+        fleet.clock.pump([fleet.member.period] * int(LEASE / fleet.member.period + 2))
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        for job in fleet.built.values():
+            job.result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+
+    def test_databaseRestarting(self) -> None:
+        """
+        A slot freed while the queue's database is unreachable (a claim and
+        the deferred jobs' read both fail with L{QueueUnavailable}) is
+        claimed into at a later poll once it answers again.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.built), ["a"])
+        claim, nextDue = fleet.queue.claim, fleet.queue.nextDue
+        unavailable = QueueUnavailable("db1: the database system is starting up")
+        fleet.queue.claim = lambda *args: fail(unavailable)  # type: ignore[method-assign]
+        fleet.queue.nextDue = lambda: fail(unavailable)  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        fleet.queue.claim, fleet.queue.nextDue = claim, nextDue  # type: ignore[method-assign]
+        fleet.clock.advance(5)
+        self.assertEqual(sorted(fleet.built), ["a", "b"])
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
 
 class FleetControlsTests(SynchronousTestCase):
     """
@@ -883,6 +945,49 @@ class ServiceTreeTests(SynchronousTestCase):
         tree.census = census  # type: ignore[method-assign]
         tree.countSources(config.jobs)
         self.assertEqual(counted, [])
+
+    def test_lostJobsNotRecorded(self) -> None:
+        """
+        The transitions of the jobs whose claims the daemon lost (stopping,
+        then stopped: lease lost) are not recorded in their timelines,
+        where they would follow their new owner's; its next claim's are.
+        """
+        store = MemoryStateStore()
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "max_jobs": 1,
+                "servers": {
+                    "s": {"endpoint": "tcp:mail.example:1143", "starttls": "off", "allow_plaintext": True}
+                },
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "a", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, store)
+        memory = InMemoryJobQueue(config.jobs, reactor.seconds)
+        scheduler = tree.addScheduler(None, AsyncJobQueue(memory))
+        assert isinstance(scheduler, FleetScheduler)
+        tree.root.startService()
+        before = self.successResultOf(store.timeline("a"))
+        self.assertEqual(before[0].cause, "claimed (generation 1)")
+        scheduler.loseLease("its send deadline passed")
+        reactor.advance(120)
+        causes = [t.cause for t in self.successResultOf(store.timeline("a"))]
+        self.assertEqual([c for c in causes if c.startswith("lease lost")], [])
+        # Its new incarnation's claim of the job is its own, recorded.
+        self.assertGreater(len(causes), len(before))
+        stopping = tree.root.stopService()
+        reactor.advance(120)
+        self.successResultOf(stopping)
 
 
 class StaleClaimTests(SynchronousTestCase):

@@ -12,6 +12,7 @@ import psycopg
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError, QueueUnavailable, TransientError
+from imapmig.state._pgbase import PostgreSQLBase
 from imapmig.state.pgconnect import ROLES, Connector, displayName, mapError
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
 from imapmig.state.postgresql import PostgreSQLStateStore
@@ -105,6 +106,30 @@ class ErrorTests(SynchronousTestCase):
         timedOut = mapError("db", "pause", psycopg.errors.QueryCanceled("timeout"), QueueUnavailable)
         self.assertIsInstance(timedOut, QueueUnavailable)
         self.assertIsInstance(mapError("db", "x", psycopg.errors.LockNotAvailable("l")), TransientError)
+
+    def test_oneLine(self) -> None:
+        """
+        libpq's message of several lines is on one line: a log line says
+        the whole problem, undivided.
+        """
+        error = mapError(
+            "db",
+            "claim a job",
+            psycopg.OperationalError(
+                'connection failed: connection to server at "127.0.0.1", port 5432 failed:'
+                " Connection refused\n\tIs the server running on that host?\n"
+            ),
+            QueueUnavailable,
+        )
+        self.assertEqual(
+            str(error),
+            'db: cannot claim a job: connection failed: connection to server at "127.0.0.1",'
+            " port 5432 failed: Connection refused Is the server running on that host?",
+        )
+        store = PostgreSQLBase()
+        store._where = "db"
+        stored = store._error("record", psycopg.OperationalError("closed\n\tunexpectedly\n"))
+        self.assertEqual(str(stored), "db: cannot record: closed unexpectedly")
 
     def test_unreadableURI(self) -> None:
         """

@@ -41,6 +41,7 @@ from zope.interface import implementer
 
 from imapmig.config import Config, PostgreSQLState
 from imapmig.errors import ConfigError, FleetMismatch, ImapmigError, NoStateYet
+from imapmig.progress import MigrationProgress
 from imapmig.queue._pgfleetview import PostgreSQLFleetView, throughStore
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.schedule.fleet import FleetMember
@@ -453,20 +454,21 @@ def fleetView(
     member: FleetMember,
     config: Config,
     reactor: Any,
-    rate: Callable[[], float | None] | None = None,
+    progress: MigrationProgress | None = None,
 ) -> PostgreSQLFleetView | None:
     """
     The fleet as a daemon's status pages show it: every daemon of the
     fleet and the jobs each holds, read on C{store}'s reader connection
     and in its threads (L{PostgreSQLStateStore.readOnReader}: no
     connection more than the store's two and the queue's one), this
-    daemon being C{member}'s id of the moment, its rate C{rate}'s (the
-    daemons' table has none yet); L{None} for a store that is not a
-    fleet's (a test's in memory).
+    daemon being C{member}'s id of the moment, its rate the one
+    C{progress} measures (the daemons' table has none yet); L{None} for a
+    store that is not a fleet's (a test's in memory).
     """
     if not isinstance(store, PostgreSQLStateStore):
         return None
     state = config.state
     assert isinstance(state, PostgreSQLState)
     run = throughStore(store.readOnReader, state.shortURI(), reactor)
+    rate = None if progress is None else (lambda: progress.currentRate()[0])
     return PostgreSQLFleetView(run, lambda: member.owner, rate)

@@ -9,9 +9,8 @@ Assembly: turn a L{Config} into the daemon's service tree.
                            under the servers' limits
       +- ProgressSampler   samples the progress model every 10 s (current
                            rates, throughput history)
-      +- SourceCensus      counts the sources of the queued jobs, so that
-                           the totals cover every job from the start
-                           (a daemon alone: not one of a fleet)
+      +- SourceCensus      a daemon alone: counts the queued jobs' sources,
+                           so that the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
                            (L{imapmig.daemon.listener.ListenerService})
       +- systemd notifier  READY, STATUS, WATCHDOG, STOPPING, RELOADING
@@ -85,7 +84,7 @@ from imapmig.sources import IMessageSource
 from imapmig.sources.counting import SourceCount, countListedSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.maildir import MaildirSource
-from imapmig.state import IStateStore, transitionRecorder
+from imapmig.state import IStateStore, Transition, transitionRecorder
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.progress.telemetry import Telemetry
 from imapmig.oauth.tokens import TokenSources, loginWithToken
@@ -516,8 +515,7 @@ def buildService(
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
     scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
-    # themselves.  None in a fleet, whose daemons would each log in to
-    # every source: a job held lists its own as it starts.
+    # themselves.  None in a fleet: each daemon would log in to every source.
     if not tree.inFleet:
         tree.census(config).setServiceParent(root)
     tree.addReloader(scheduler)
@@ -562,8 +560,7 @@ class _ServiceTree:
         self.rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
         self.jobServers = {job.name: job.destination.server.name for job in config.jobs}
         self._censuses = itertools.count(1)
-        # A daemon of a fleet (L{addScheduler}) counts no sources.
-        self.inFleet = False
+        self.inFleet = False  # then no census (L{buildService})
 
     def current(self) -> Config:
         """
@@ -647,15 +644,24 @@ class _ServiceTree:
                 reactor.callWhenRunning(reactor.stop)
 
             self.inFleet = True
-            self.machines = JobMachines(
-                self.progress, reactor, transitionRecorder(self.store), fleetQueue
-            )
-            scheduler = FleetScheduler(
+            record = transitionRecorder(self.store)
+            fleetScheduler: list[FleetScheduler] = []
+
+            def recordHeld(job: str, transition: Transition) -> None:
+                # A job whose claim was lost is another daemon's: its
+                # stop here would end its timeline after the new owner's.
+                if not (fleetScheduler and fleetScheduler[0].lostClaim(job)):
+                    record(job, transition)
+
+            self.machines = JobMachines(self.progress, reactor, recordHeld, fleetQueue)
+            fleetOne = FleetScheduler(
                 fleetQueue, self.grants, self.buildJob, self.progress, reactor, whenDone,
                 time.monotonic, 60.0 if fleet is None else fleet.lease,
                 (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
                 store=self.store, machines=self.machines,
             )  # fmt: skip
+            fleetScheduler.append(fleetOne)
+            scheduler = fleetOne
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
         scheduler.setServiceParent(self.root)
@@ -747,10 +753,7 @@ class _ServiceTree:
         if isinstance(scheduler, FleetScheduler):
             from imapmig.daemon.pgstate import fleetView
 
-            mine = fleetView(
-                self.store, scheduler.member, self.config, reactor, lambda: progress.currentRate()[0]
-            )
-            fleet = mine or fleet
+            fleet = fleetView(self.store, scheduler.member, self.config, reactor, progress) or fleet
         status = StatusResource(
             progress,
             reactor.seconds,

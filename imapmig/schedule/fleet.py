@@ -215,10 +215,10 @@ class FleetMember:
             self.missed += 1
             log.warn(
                 "The fleet's queue has not answered within {period:.1f} s ({missed} in a"
-                " row); the send deadline is in {left:.1f} s",
+                " row); {deadline}",
                 period=self.period,
                 missed=self.missed,
-                left=self._left(),
+                deadline=self._deadlineText(),
             )
             return
         t0 = self._monotonic()
@@ -233,6 +233,12 @@ class FleetMember:
                 self._inFlight = None
 
             attempt.addBoth(answered)
+
+    def _deadlineText(self) -> str:
+        # Unregistered (a new incarnation, or at start), no lease is held.
+        if self.deadline is None:
+            return "no lease held"
+        return f"the send deadline is in {self._left():.1f} s"
 
     def _left(self) -> float:
         return float("nan") if self.deadline is None else self.deadline - self._monotonic()
@@ -286,10 +292,10 @@ class FleetMember:
         self.missed += 1
         log.warn(
             "The fleet's queue did not answer ({why}); trying again in {period:.1f} s,"
-            " the send deadline is in {left:.1f} s",
+            " {deadline}",
             why=failure.getErrorMessage(),
             period=self.period,
-            left=self._left(),
+            deadline=self._deadlineText(),
         )
 
     def _extend(self, t0: float) -> None:
@@ -532,6 +538,19 @@ class FleetScheduler(JobQueueService):
 
         return claiming.addCallbacks(claimed, failed)
 
+    async def _changed(self) -> None:
+        try:
+            await JobQueueService._changed(self)
+        except QueueUnavailable:
+            # The deferred jobs' next due time unread: the next claim is
+            # tried after a heartbeat's period all the same (raised, this
+            # ended the daemon's claiming for good).
+            wake = self._wake
+            if wake is None:
+                return
+            self._dueTimer = self._clock.callLater(self.member.period, self._wakeUp)
+            await wake
+
     async def _nothingLeft(self) -> bool:
         if self._active or self.member.owner is None:
             return False
@@ -565,6 +584,16 @@ class FleetScheduler(JobQueueService):
         self._lost.discard(name)
         self._incomplete.discard(name)
         return False
+
+    def lostClaim(self, job: str) -> bool:
+        """
+        Whether this daemon lost its claim of C{job} (its lease, or a
+        fenced write): the job is another daemon's, and what its machine
+        goes through here until the run has ended (stopping, stopped:
+        lease lost) is not recorded in its timeline, where it would
+        follow the new owner's transitions (the fence's rule).
+        """
+        return job in self._lost
 
     def _claimLost(self, name: str) -> None:
         # One job's claim, found lost by its run (a fenced write): the

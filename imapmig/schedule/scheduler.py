@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, UnknownJob
+from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.config.model import AccountConfig, ImapSourceConfig, JobConfig
 from imapmig.job.machine import JobInputs, JobMachines
 from imapmig.progress import ENDED, JobState, MigrationProgress
@@ -300,7 +300,12 @@ class JobQueueService(Service):
         (or, for a fleet's scheduler, its next claim).
         """
         wake = self._wake = Deferred()
-        due = await self._queue.nextDue()
+        try:
+            due = await self._queue.nextDue()
+        except QueueUnavailable:
+            # A fleet's database unreachable (restarting): the next poll
+            # asks again.  Raised, it ended the claims for good, silently.
+            due = None
         if self._poll is not None:
             due = min(due or float("inf"), self._clock.seconds() + self._poll)
         if due is not None and self._wake is wake:

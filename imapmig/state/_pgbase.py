@@ -3,9 +3,10 @@
 What every role of the PostgreSQL state store (L{imapmig.state.postgresql})
 shares: two psycopg 3 connections (the writer's and the reader's, each a
 L{ConnectionPool} of one, opened by its role's
-L{Connector<imapmig.state.pgconnect.Connector>}), used through psycopg's synchronous API from a
-Twisted thread pool (C{deferToThreadPool}, with the reactor and the pool
-injected) so that the reactor stays the epoll reactor, and the
+L{Connector<imapmig.state.pgconnect.Connector>}), used through psycopg's
+synchronous API from a Twisted thread pool (C{deferToThreadPool}, with
+the reactor and the pool injected) so that the reactor stays the epoll
+reactor, and the
 transaction and the read that turn psycopg's errors into imapmig's.
 
 The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
@@ -25,7 +26,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state.pgconnect import Connector, displayName
+from imapmig.state.pgconnect import Connector, oneLine
 
 _T = TypeVar("_T")
 
@@ -168,7 +169,7 @@ class PostgreSQLBase:
         if isinstance(e, (PermanentError, TransientError)):
             return e
         kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
-        return kind(f"{self._where}: cannot {action}: {e}")
+        return kind(f"{self._where}: cannot {action}: {oneLine(e)}")
 
     def _call(
         self,

@@ -236,7 +236,16 @@ def mapError(
     if isinstance(e, ImapmigError) or not isinstance(e, psycopg.Error):
         return e
     kind = unavailable if isinstance(e, _TRANSIENT) else PermanentError
-    message = f"{where}: cannot {action}: {e}"
+    message = f"{where}: cannot {action}: {oneLine(e)}"
     if password:
         message = message.replace(password, "(password)")
     return kind(message)
+
+
+def oneLine(e: BaseException) -> str:
+    """
+    C{e}'s message on one line: libpq's messages hold line breaks and tabs
+    (C{...Connection refused\n\tIs the server running...}), which split
+    a log line in two.
+    """
+    return " ".join(str(e).split())

@@ -1,0 +1,445 @@
+# -*- test-case-name: tests.test_fleet_integration -*-
+"""
+The fleet's integration tests (docs/fleet-design.md "Test plan",
+"Integration"): three daemons (C{twistd -n imapmig --exit-when-done}, child
+processes) sharing one private PostgreSQL, thirty jobs of small Maildirs
+into thirty accounts of one private Dovecot, a lease of 10 s and a
+destination C{timeout} of 10 s, and one fault each:
+
+  - C{test_sigkill}: the daemon holding the most jobs is killed
+    (C{SIGKILL}) in the reactor turn in which the relay in front of Dovecot
+    passes on one of its APPENDs, with the journal holding its units in
+    flight;
+  - C{test_partition}: one daemon reaches the database through a
+    L{FaultProxy} that stalls both ways for longer than the lease;
+  - C{test_databaseRestart}: the cluster stopped as C{pg_ctl -m immediate}
+    does, and started again 3 s later.
+
+Each then checks the same end: every daemon still alive exits 0 on its own
+(C{--exit-when-done} in a fleet: nothing left to run anywhere), every job's
+row is C{done}, the journal is empty, no message is recorded as failed, and
+every account holds each message of its source exactly once, with its flags
+and date, read from Dovecot directly (C{identity: "off"}: exactly once from
+the journal and the fences alone).  What each fault must also show is in
+its test.  Moments are chosen by counting (APPENDs seen, rows read), never
+by a delay; the bounds on time are the design's, and the times measured
+are printed.
+
+Without PostgreSQL or Dovecot the tests skip, and fail under C{CI=true}.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from twisted.internet import reactor as _globalReactor
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThread
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from imapmig.testing.dovecot import requireDovecot
+from imapmig.testing.faultproxy import FaultProxy
+from imapmig.testing.faults import Direction, Stall
+from imapmig.testing.ports import freePorts
+from imapmig.testing.postgresql import requirePostgreSQL
+from tests.fleetsupport import (
+    LEASE,
+    Append,
+    CommandScanner,
+    Daemon,
+    Fleet,
+    Outcome,
+    health,
+    socketOwner,
+)
+from tests.support import dedicatedDovecot, freshUser
+
+# These tests run the daemons for real, on the global reactor.
+reactor: Any = _globalReactor
+
+JOBS = 30
+MESSAGES_PER_JOB = 100
+MAX_JOBS = 4
+"""
+Jobs each daemon runs at once: three daemons run 12 of the 30 at a time,
+so each holds several when it is faulted, and the others have slots free
+to take its jobs over soon after.
+"""
+SENT_BEFORE_FAULT = 20
+"""
+Messages the faulted daemon must have sent through the relay before the
+fault: it is mid-run.
+"""
+TAKEOVER_BOUND = LEASE + 15
+"""
+Seconds within which a dead daemon's jobs must be finished by others
+(docs/fleet-design.md "Takeover": its lease ends at most L after its last
+heartbeat; a claim polls every L/12; the reconciliation's quiet period,
+the destination's 10 s C{timeout}, is shortened by the time the old
+owner was already quiet; the rest is the jobs' own run, 100 small
+messages).  The issue's bound, kept on a loaded machine: the times
+measured are printed, so that a slow run shows how close it came.
+"""
+START_BOUND = 90.0
+"""
+Seconds the daemons may take to start and send L{SENT_BEFORE_FAULT}
+messages.
+"""
+RUN_BOUND = 180.0
+"""
+Seconds the whole fleet may take to finish after a fault: generous for a
+loaded 2-core machine (a run takes about 10 s on an idle one).
+"""
+OUTAGE = 3.0
+"""
+Seconds the database is down in C{test_databaseRestart}.  The issue's
+"back within 10 s" is for the default lease (60 s: a send deadline 45 s
+after the last heartbeat); with the tests' 10 s lease the deadline is
+7.5 s after it, so an outage must stay well within that for no job to
+stop.
+"""
+
+
+def say(text: str) -> None:
+    """
+    Print a line of what a test measured.
+    """
+    sys.stdout.write(text + "\n")
+
+
+class FleetTests(TestCase):
+    """
+    Three daemons of a fleet finish thirty jobs, every message exactly
+    once, whichever of them is killed, cut off from the database, or
+    finds the database restarted.
+    """
+
+    timeout = 600
+    timelinesOf: tuple[Fleet, Outcome]
+
+    async def fleet(self, seed: int) -> Fleet:
+        """
+        The fleet's database, Dovecot accounts, sources and watches, no
+        daemon started yet.
+        """
+        requirePostgreSQL(self)
+        requireDovecot(self)
+        instance = dedicatedDovecot("fleet")
+        users = [freshUser(instance) for _ in range(JOBS)]
+        fleet = Fleet(self, reactor, instance, users, MESSAGES_PER_JOB, seed, MAX_JOBS)
+        await fleet.listen()
+        return fleet
+
+    async def midRun(self, fleet: Fleet, pid: int | None = None) -> tuple[Daemon, str]:
+        """
+        Wait until a daemon (C{pid}, or the one holding the most jobs) holds
+        at least two jobs and has sent L{SENT_BEFORE_FAULT} messages.
+
+        @return: that daemon and its id.
+        """
+        chosen: list[tuple[Daemon, str]] = []
+
+        def ready() -> bool:
+            reading = fleet.queue.last
+            if reading is None:
+                return False
+            ranked = sorted(reading.held().items(), key=lambda each: -len(each[1]))
+            for owner, jobs in ranked:
+                row = reading.daemons.get(owner)
+                if row is None or (pid is not None and row.pid != pid):
+                    continue
+                if len(jobs) >= 2 and fleet.watch.messages.get(row.pid, 0) >= SENT_BEFORE_FAULT:
+                    chosen.append((fleet.daemonOf(row.pid), owner))
+                    return True
+                if pid is None:
+                    return False
+            return False
+
+        await fleet.until(ready, START_BOUND, "a daemon holding 2 jobs, 20 messages sent")
+        return chosen[0]
+
+    async def held(self, fleet: Fleet, daemonIds: set[str]) -> dict[str, int]:
+        """
+        The jobs C{daemonIds} hold now, with their generations, read from
+        the database.
+        """
+        rows = await deferToThread(
+            fleet.database.query,
+            "SELECT name, generation FROM imapmig_queue.jobs"
+            " WHERE state = 'claimed' AND owner::text = ANY(%s)",
+            [sorted(daemonIds)],
+        )
+        return dict(rows)
+
+    async def assertFinished(
+        self, fleet: Fleet, expected: dict[int, int]
+    ) -> dict[str, int]:
+        """
+        Wait for every daemon to exit and check its status (C{expected},
+        by index; the others 0), then that every job is done, the journal
+        empty, nothing failed, every message in Dovecot exactly once; and,
+        kept for L{assertTimelinesDone}, what the timelines end in.
+
+        @return: each job's final generation.
+        """
+        statuses = await fleet.exits(RUN_BOUND)
+        wanted = {d.index: expected.get(d.index, 0) for d in fleet.daemons}
+        self.assertEqual(statuses, wanted, fleet.tails())
+        outcome = fleet.outcome()
+        self.assertEqual(outcome.problems(), [], fleet.tails())
+        self.timelinesOf = (fleet, outcome)
+        return dict(fleet.database.query("SELECT name, generation FROM imapmig_queue.jobs"))
+
+    def assertTimelinesDone(self) -> None:
+        """
+        Every job's timeline ends done, as its row does: checked last, once
+        the test has checked the rest.
+        """
+        fleet, outcome = self.timelinesOf
+        self.assertEqual(outcome.unendedTimelines(), {}, "timelines not ending done\n" + fleet.tails())
+
+    async def test_sigkill(self) -> None:
+        """
+        The daemon holding the most jobs, killed while it sends (its units
+        in the journal), loses nothing and duplicates nothing: the others
+        take each of its jobs over under a new generation and finish it
+        within L{TAKEOVER_BOUND} of the kill, and exit 0 when nothing is
+        left.
+        """
+        fleet = await self.fleet(seed=3001)
+        for _ in range(3):
+            fleet.startDaemon()
+        victim, victimId = await self.midRun(fleet)
+        killed: Deferred[Append] = Deferred()
+
+        def kill(append: Append) -> None:
+            victim.killed = True
+            os.kill(victim.pid, signal.SIGKILL)
+            killed.callback(append)
+
+        # Killed while it sends: its unit is in the journal, half sent.
+        fleet.watch.onNextAppend(victim.pid, kill)
+        killedAt = (await killed.addTimeout(RUN_BOUND, reactor)).time
+        held = await self.held(fleet, {victimId})
+        journal = await deferToThread(
+            fleet.database.query,
+            "SELECT count(*) FROM imapmig.journal WHERE job = ANY(%s)",
+            [sorted(held)],
+        )
+        self.assertTrue(held, f"daemon {victim.index} held no job when killed")
+        self.assertGreater(journal[0][0], 0, "no unit of the killed daemon was in flight")
+        generations = await self.assertFinished(fleet, {victim.index: -signal.SIGKILL})
+        finished = {job: fleet.queue.firstDone(job, killedAt) for job in held}
+        say(
+            f"\nkilled daemon {victim.index} holding {len(held)} jobs ({journal[0][0]} units in"
+            f" flight); each finished by others after: "
+            + ", ".join(
+                f"{job} {'never' if at is None else f'{at - killedAt:.1f} s'}"
+                for job, at in sorted(finished.items())
+            )
+        )
+        for job, generation in held.items():
+            self.assertGreater(generations[job], generation, f"{job} was not claimed again")
+            at = finished[job]
+            self.assertIsNotNone(at, f"{job} was never read done after the kill")
+            assert at is not None
+            self.assertLessEqual(at - killedAt, TAKEOVER_BOUND, f"{job} finished too late")
+        self.assertTimelinesDone()
+
+    async def test_partition(self) -> None:
+        """
+        A daemon cut off from the database (both ways stalled) for longer
+        than its lease stops sending before its lease ends, as the database
+        recorded it; the others take its jobs over; once the partition
+        heals it resumes none of them (no incarnation of it holds one
+        again, and no APPEND of it reaches their accounts), and every
+        daemon exits 0 when nothing is left.
+        """
+        fleet = await self.fleet(seed=3002)
+        proxy = FaultProxy(reactor, reactor, "127.0.0.1", fleet.database.cluster.port)
+        port = await proxy.listen()
+        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
+        fleet.startDaemon()
+        cutOff = fleet.startDaemon(statePort=port)
+        fleet.startDaemon()
+        _, cutOffId = await self.midRun(fleet, cutOff.pid)
+        # Cut off while it sends, so that it holds the job it sends for.
+        stalled: Deferred[Append] = Deferred()
+
+        def stall(append: Append) -> None:
+            proxy.setFaults([Stall(Direction.TO_SERVER, 0)])
+            stalled.callback(append)
+
+        fleet.watch.onNextAppend(cutOff.pid, stall)
+        cut = (await stalled.addTimeout(RUN_BOUND, reactor)).time
+        held = await self.held(fleet, {cutOffId})
+        self.assertTrue(held, "the daemon cut off held no job")
+
+        def takenOver() -> bool:
+            reading = fleet.queue.last
+            return reading is not None and reading.time > cut + LEASE + 2 and all(
+                reading.jobs[job].state == "done"
+                or reading.jobs[job].owner not in (None, cutOffId)
+                for job in held
+            )
+
+        await fleet.until(takenOver, RUN_BOUND, "the jobs of the daemon cut off taken over")
+        proxy.setFaults([])
+        healed = time.time()
+        for relay in proxy.relays:
+            # The stalled connections end as a long partition ends them
+            # (tcp_user_timeout, keepalives); the daemon connects again.
+            if relay.fired and not relay.ended:
+                relay.abort()
+        say(f"\npartition of daemon {cutOff.index} from {cut:.1f} to {healed:.1f}")
+        generations = await self.assertFinished(fleet, {})
+        [(leaseUntil,)] = fleet.database.query(
+            "SELECT extract(epoch FROM lease_until)::float8 FROM imapmig_queue.daemons"
+            " WHERE daemon_id::text = %s",
+            [cutOffId],
+        )
+        before = [a.time for a in fleet.watch.by(cutOff.pid) if a.time < healed]
+        say(
+            f"daemon {cutOff.index} held {len(held)} jobs: its last APPEND"
+            f" {max(before) - cut:+.1f} s from the cut, its lease ended {leaseUntil - cut:+.1f} s"
+            f" from it; healed at {healed - cut:+.1f} s"
+        )
+        self.assertLess(max(before), leaseUntil, "an APPEND after the lease ended")
+        cutOffIds = set().union(*(r.idsOf(cutOff.pid) for r in fleet.queue.readings))
+        theirUsers = {fleet.byName[job].user.name for job in held}
+        late = [
+            a for a in fleet.watch.by(cutOff.pid) if a.time >= leaseUntil and a.user in theirUsers
+        ]
+        self.assertEqual(late, [], "the daemon cut off sent into its old jobs' accounts")
+        for job, generation in held.items():
+            self.assertGreater(generations[job], generation, f"{job} was not claimed again")
+            # Its old claim reads on until another daemon's claim releases
+            # it: a claim of a later generation is what must not be its.
+            resumed = {
+                (row.owner, row.generation)
+                for reading in fleet.queue.since(cut)
+                for row in [reading.jobs[job]]
+                if row.owner in cutOffIds and row.generation > generation
+            }
+            self.assertEqual(resumed, set(), f"{job} claimed again by the daemon cut off")
+        self.assertTimelinesDone()
+
+    async def test_databaseRestart(self) -> None:
+        """
+        The database stopped as C{pg_ctl -m immediate} stops it mid-run
+        and started again L{OUTAGE} seconds later costs no job its claim
+        (every job's generation is still 1: none was stopped, deferred or
+        taken over), fails nothing and duplicates nothing; a daemon's
+        C{/healthz} says C{degraded} meanwhile; every daemon exits 0, and
+        one started once nothing is left anywhere exits 0 at once,
+        sending nothing.
+        """
+        fleet = await self.fleet(seed=3003)
+        [statusPort] = freePorts(1)
+        fleet.startDaemon(statusPort=statusPort)
+        for _ in range(2):
+            fleet.startDaemon()
+        # Every daemon started (a daemon still starting when the database
+        # stops is refused, exit 2), daemon 1's site up.
+        deadline = time.monotonic() + START_BOUND
+        while (await deferToThread(health, statusPort))[0] != 200:
+            if time.monotonic() > deadline:
+                self.fail(f"/healthz of daemon 1 not ok within {START_BOUND} s\n{fleet.tails()}")
+            await deferLater(reactor, 0.2, lambda: None)
+        pids = {d.pid for d in fleet.daemons}
+        quarter = fleet.messages // 4
+
+        def running() -> bool:
+            last = fleet.queue.last
+            registered = last is not None and pids <= {d.pid for d in last.daemons.values()}
+            return registered and sum(fleet.watch.messages.values()) >= quarter
+
+        await fleet.until(running, START_BOUND, "every daemon registered, a quarter sent")
+        cluster = fleet.database.cluster
+        await deferToThread(cluster.stop, "immediate")
+        stopped = time.time()
+        sentBefore = sum(fleet.watch.messages.values())
+        checks = []
+        while time.time() < stopped + OUTAGE:
+            checks.append(await deferToThread(health, statusPort))
+            await deferLater(reactor, 0.2, lambda: None)
+        await deferToThread(cluster.start)
+        say(
+            f"\ndatabase down {time.time() - stopped:.1f} s after {sentBefore} of"
+            f" {fleet.messages} messages; /healthz meanwhile: {sorted(set(checks))}"
+        )
+        self.assertIn((503, "degraded"), checks, "/healthz was not degraded")
+        generations = await self.assertFinished(fleet, {})
+        self.assertEqual(
+            {job: n for job, n in generations.items() if n != 1},
+            {},
+            "jobs claimed more than once",
+        )
+        # Nothing is left anywhere: a daemon started now exits 0 at once.
+        late = fleet.startDaemon()
+        self.assertEqual(await late.process.exited(reactor, RUN_BOUND), 0, fleet.tails())
+        self.assertEqual(fleet.watch.by(late.pid), [])
+        self.assertTimelinesDone()
+
+
+class CommandScannerTests(SynchronousTestCase):
+    """
+    L{CommandScanner} finds APPEND commands and their messages in what a
+    client sends, however it is cut, and never inside a literal.
+    """
+
+    STREAM = (
+        b"a1 LOGIN user password\r\n"
+        b"a2 APPEND INBOX (\\Seen) {11+}\r\nhello\r\nA3 X\r\n"
+        b"a4 APPEND INBOX {5+}\r\nabcde (\\Flagged) {6+}\r\nfghijk\r\n"
+        b"a5 NOOP\r\n"
+        b"a6 uid APPEND Archive {3}\r\nxyz\r\n"
+    )
+
+    def test_whole(self) -> None:
+        """
+        Three APPENDs (one of them a MULTIAPPEND of two messages), four
+        messages; the APPEND-looking line inside a literal is not one.
+        """
+        self.assertEqual(CommandScanner().feed(self.STREAM), (3, 4))
+
+    def test_octetByOctet(self) -> None:
+        """
+        Fed one octet at a time, it finds the same.
+        """
+        scanner = CommandScanner()
+        found = [scanner.feed(self.STREAM[i : i + 1]) for i in range(len(self.STREAM))]
+        self.assertEqual(
+            (sum(c for c, _ in found), sum(m for _, m in found)), (3, 4)
+        )
+
+
+class SocketOwnerTests(TestCase):
+    """
+    L{socketOwner} finds the process holding a loopback connection's
+    socket.
+    """
+
+    async def test_ownSocket(self) -> None:
+        """
+        A connection this process made is found in this process, and in
+        no other.
+        """
+        import socket
+
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        for each in (server, client, accepted):
+            self.addCleanup(each.close)
+        port = client.getsockname()[1]
+        listening = server.getsockname()[1]
+        self.assertEqual(socketOwner(port, listening, [os.getppid(), os.getpid()]), os.getpid())
+        self.assertIsNone(socketOwner(port, listening, [os.getppid()]))
