@@ -6,8 +6,8 @@ L{ConnectionPool} of one, opened by its role's
 L{Connector<imapmig.state.pgconnect.Connector>}), used through psycopg's
 synchronous API from a Twisted thread pool (C{deferToThreadPool}, with
 the reactor and the pool injected) so that the reactor stays the epoll
-reactor, and the
-transaction and the read that turn psycopg's errors into imapmig's.
+reactor, and the transaction and the read that turn psycopg's errors
+into imapmig's.
 
 The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
 could be shared, since SQLite is called on the reactor's thread.
