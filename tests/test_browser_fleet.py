@@ -34,7 +34,7 @@ from twisted.trial.unittest import TestCase
 
 from imapmig.errors import QueueUnavailable
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.queue.fleetview import Fleet, Holder
+from imapmig.queue.fleetview import Fleet, Holder, JobRow, JobsPage
 from imapmig.state.memory import MemoryStateStore
 from imapmig.status.resource import QuietSite, StatusResource, buildStatusSite
 from tests.browser import (
@@ -75,12 +75,14 @@ var rows = Array.prototype.map.call(document.querySelectorAll("#daemons-body tr"
 var jobs = {};
 document.querySelectorAll("#jobs-body tr").forEach(function (tr) {
   var cell = tr.querySelector(".job-daemon");
-  jobs[tr.getAttribute("data-job")] = {text: cell.textContent, id: cell.getAttribute("data-value")};
+  jobs[tr.getAttribute("data-job")] = {text: cell.textContent, id: cell.getAttribute("data-value"),
+    state: tr.querySelector(".job-state").textContent};
 });
 var error = document.getElementById("daemons-error");
 return {polls: window.imapmigDashboard.polls, daemons: rows, jobs: jobs,
   live: document.getElementById("daemons-live").textContent,
   error: error.hidden ? null : error.textContent,
+  pageText: document.getElementById("jobs-page").textContent,
   scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth};
 """
 
@@ -143,7 +145,7 @@ class FleetDashboardTests(TestCase):
         holder (a dash for none, the dead holder's lease said ended), and so
         does the job's panel.  On a
         phone nothing scrolls sideways.  When the fleet cannot be read, the
-        section says so and the jobs are still shown.
+        section says so and this daemon's jobs are still shown.
         """
         clock = Clock()
         clock.advance(NOW)
@@ -155,12 +157,24 @@ class FleetDashboardTests(TestCase):
             Fleet((MIG1, MIG2, DEAD)),
             {"alice": Holder(MIG1.daemonId, "mig1"), "bob": Holder(DEAD.daemonId, "mig3", False)},
         )
+        # The fleet's queue: this daemon's three jobs, and dave, which
+        # another daemon holds.
+        view.page = JobsPage(
+            (
+                JobRow(0, "alice", "claimed", None, Holder(MIG1.daemonId, "mig1")),
+                JobRow(1, "bob", "claimed", None, Holder(DEAD.daemonId, "mig3", False)),
+                JobRow(2, "carol", "queued", None, None),
+                JobRow(3, "dave", "claimed", None, Holder(MIG2.daemonId, "mig2")),
+            ),
+            None,
+        )
+        view.counts = {"claimed": 3, "queued": 1}
         root = StatusResource(progress, clock.seconds, MemoryStateStore(), fleet=view)
         port = await self.serve(root)
         directory = os.path.abspath(self.mktemp())
         os.makedirs(directory)
         driver: WebDriver = await self.inThread(startBrowser, self, directory)
-        page = await self.inThread(self.look, driver, f"http://127.0.0.1:{port}/", 3)
+        page = await self.inThread(self.look, driver, f"http://127.0.0.1:{port}/", 3, 4)
         self.assertEqual(
             [(d["id"], d["version"], d["heartbeat"], d["jobs"], d["rate"], d["lease"], d["dead"])
              for d in page["daemons"]],
@@ -174,20 +188,22 @@ class FleetDashboardTests(TestCase):
         self.assertEqual(page["daemons"][1]["name"], "mig2 · 22222222 (pid 202)")
         self.assertEqual(page["live"], "2 live, 1 lease ended")
         self.assertEqual(
-            page["jobs"],
+            {name: (job["text"], job["id"], job["state"]) for name, job in page["jobs"].items()},
             {
-                "alice": {"text": "mig1 · 11111111", "id": MIG1.daemonId},
-                "bob": {"text": "mig3 · 33333333 (lease ended)", "id": DEAD.daemonId},
-                "carol": {"text": "–", "id": ""},
+                "alice": ("mig1 · 11111111", MIG1.daemonId, "running"),
+                "bob": ("mig3 · 33333333 (lease ended)", DEAD.daemonId, "queued"),
+                "carol": ("–", "", "queued"),
+                "dave": ("mig2 · 22222222", MIG2.daemonId, "running"),
             },
         )
+        self.assertEqual(page["pageText"], "1-4 of 4")
         self.assertIsNone(page["error"])
         summary = await self.inThread(self.detail, driver, f"http://127.0.0.1:{port}/#job=bob")
         self.assertTrue(summary.endswith(" · on mig3 · 33333333 (lease ended)"), summary)
         shots = screenshotDirectory()
         await self.inThread(saveFullPage, driver, os.path.join(shots, "fleet-desktop.png"))
         await self.inThread(emulateViewport, driver, PHONE[0], PHONE[1], True)
-        phone = await self.inThread(self.look, driver, f"http://127.0.0.1:{port}/", 3)
+        phone = await self.inThread(self.look, driver, f"http://127.0.0.1:{port}/", 3, 4)
         self.assertLessEqual(phone["scrollWidth"], phone["width"], phone)
         await self.inThread(saveFullPage, driver, os.path.join(shots, "fleet-phone.png"))
         await self.inThread(emulateViewport, driver, DESKTOP[0], DESKTOP[1], False)
@@ -217,10 +233,10 @@ class FleetDashboardTests(TestCase):
         shown: str = WebDriverWait(driver, STEP, poll_frequency=0.05).until(summary)
         return shown
 
-    def look(self, driver: WebDriver, url: str, daemons: int) -> dict[str, Any]:
+    def look(self, driver: WebDriver, url: str, daemons: int, jobs: int = 3) -> dict[str, Any]:
         """
         Load the page afresh and read it once it rendered a snapshot with
-        C{daemons} rows (none: with the fleet's error) and its jobs.
+        C{daemons} rows (none: with the fleet's error) and C{jobs} jobs.
         """
         from selenium.common.exceptions import TimeoutException
         from selenium.webdriver.support.wait import WebDriverWait
@@ -231,7 +247,7 @@ class FleetDashboardTests(TestCase):
         def rendered(driver: WebDriver) -> dict[str, Any] | Literal[False]:
             page: dict[str, Any] = driver.execute_script(READ)
             last[:] = [page]
-            ready = page["polls"] >= 1 and len(page["jobs"]) == 3
+            ready = page["polls"] >= 1 and len(page["jobs"]) == jobs
             if daemons:
                 ready = ready and len(page["daemons"]) == daemons
             else:

@@ -654,3 +654,69 @@ class HealthTests(ClusterMixin, TestCase):
         self.assertIn(b"Health check: the state store does not answer: " + self.uri().encode(),
                       bytes(daemon.output))
 
+
+
+async def page(port: int, path: str) -> bytes:
+    """
+    The daemon's page C{path} (200 expected).
+    """
+    import treq
+
+    response = await treq.get(f"http://127.0.0.1:{port}{path}", persistent=False, timeout=30)
+    assert response.code == 200, (path, response.code)
+    body: bytes = await response.content()
+    return body
+
+
+class FleetPageTests(ClusterMixin, TestCase):
+    """
+    The pages of a daemon of a fleet show the fleet's daemons, read on its
+    state store's reader connection.
+    """
+
+    async def test_showsEveryDaemon(self) -> None:
+        """
+        A daemon of a fleet of two registered daemons shows both on
+        C{/status.json} (itself as C{this}) and C{/metrics}, and still
+        holds at most 3 connections to the database.  It counts no
+        source in a census (each daemon would log in to every source).
+        The store's connections are its reader's and writer's, so named.
+        """
+        self.startCluster(self)
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        path = writeEmlJobConfig(self, instance, user, 2)
+        config = self.writeConfig(path, status={"listen": "tcp:0:interface=127.0.0.1"})
+        daemon = startDaemon(self, reactor, config.path, daemonCommand(config.path))
+        await waitForLine(daemon, r"Registered in the fleet's queue as daemon")
+        self.sql(
+            "INSERT INTO imapmig_queue.daemons (daemon_id, incarnation, host, pid, version,"
+            " started_at, heartbeat_at, lease_until) VALUES ('00000000-0000-0000-0000-00000000beef',"
+            " 987654321, 'other-host', 4242, '9.9', now(), now(), now() + interval '1 hour')"
+        )
+        [port] = listeningPorts(daemon.pid)
+        document = json.loads(await page(port, "/status.json"))
+        hosts = sorted((d["host"], d["this"], d["live"]) for d in document["daemons"])
+        self.assertEqual(len(hosts), 2, document.get("daemons_error"))
+        self.assertIn(("other-host", False, True), hosts)
+        self.assertIn(True, [this for _, this, _ in hosts])
+        # Its own rate, which the daemons' table does not hold.
+        [mine] = [d for d in document["daemons"] if d["this"]]
+        self.assertIsInstance(mine["messages_per_second"], float)
+        metrics = (await page(port, "/metrics")).decode()
+        self.assertIn("imapmig_fleet_daemons_live 2.0", metrics)
+        self.assertIn('host="other-host"', metrics)
+        [(connections,)] = self.sql(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = 'fleet' AND application_name LIKE 'imapmig%'"
+        )
+        self.assertTrue(1 <= connections <= 3, connections)
+        self.assertNotIn(b"Census:", bytes(daemon.output))
+        # The store's connections are named by their role (pgconnect's
+        # Connector), its password given apart and never in the output.
+        names = {name for (name,) in self.sql(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = 'fleet'"
+        )}  # fmt: skip
+        self.assertTrue({"imapmig reader", "imapmig writer"} <= names, names)
+        self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))

@@ -20,7 +20,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from imapmig.errors import QueueUnavailable
+from imapmig.errors import PermanentError, QueueUnavailable, TransientError
 from imapmig.queue import JobOutcome
 from imapmig.queue.fleetview import Holder, IFleetView, JobRow
 from imapmig.queue._pgfleetview import (
@@ -33,8 +33,10 @@ from imapmig.queue._pgfleetview import (
     WAIT,
     PostgreSQLFleetView,
     onConnection,
+    throughStore,
 )
 from imapmig.queue.postgresql import PostgreSQLJobQueue
+from imapmig.state.postgresql import PostgreSQLStateStore
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool
 from tests.test_queue_postgresql import PostgreSQLTestMixin
 
@@ -186,6 +188,19 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         [row] = self.successResultOf(self.view.daemons()).daemons
         self.assertEqual(row.rate, 12.5)
 
+    def test_thisDaemonsRate(self) -> None:
+        """
+        Where the daemons' table has no rate, the daemon serving the page
+        shows its own (the others none).
+        """
+        queue = self.queueOf(1)
+        self.me = self.register(queue, "mig1", 1)
+        self.register(queue, "mig2", 2)
+        run = onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: self.connection, "db")
+        view = PostgreSQLFleetView(run, lambda: self.me, lambda: 7.5)
+        rates = {d.host: d.rate for d in self.successResultOf(view.daemons()).daemons}
+        self.assertEqual(rates, {"mig1": 7.5, "mig2": None})
+
     def test_unavailable(self) -> None:
         """
         A read that cannot connect fails with L{QueueUnavailable} naming
@@ -239,6 +254,52 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
             )(lambda c: c.execute("SHOW statement_timeout").fetchone())
         )
         self.assertEqual(seen, ("5s",))
+
+
+class ThroughStoreTests(PostgreSQLTestMixin):
+    """
+    A fleet daemon's view reads on its state store's reader connection
+    (L{throughStore} over L{PostgreSQLStateStore.readOnReader}).
+    """
+
+    def store(self, uri: str) -> PostgreSQLStateStore:
+        store = PostgreSQLStateStore(
+            SynchronousReactor(), SynchronousThreadPool(), uri, lambda: 0.0
+        )
+        self.addCleanup(store.close)
+        return store
+
+    def test_readsOnTheReader(self) -> None:
+        """
+        The daemons are read on the store's reader connection, under the
+        statement timeout; the writer's is never opened.
+        """
+        store = self.store(self.uri)
+        self.register(self.queueOf(1), "mig1", 1)
+        view = PostgreSQLFleetView(throughStore(store.readOnReader, "db"), lambda: None)
+        [daemon] = self.successResultOf(view.daemons()).daemons
+        self.assertEqual(daemon.host, "mig1")
+        run = throughStore(store.readOnReader, "db")
+        seen = self.successResultOf(run(lambda c: c.execute("SHOW statement_timeout").fetchone()))
+        self.assertEqual(seen, ("5s",))
+        self.assertEqual(len(store._reader._idle), 1)
+        self.assertEqual(store._writer._opened, 0)
+
+    def test_errorsAsTheStore(self) -> None:
+        """
+        A read that cannot connect fails as the store's reads do: a
+        L{TransientError} naming the database without its password.
+        """
+        store = self.store("postgresql://u:secret@127.0.0.1:1/x?connect_timeout=2")
+        view = PostgreSQLFleetView(throughStore(store.readOnReader, "db"), lambda: None)
+        failure = self.failureResultOf(view.daemons(), TransientError)
+        self.assertTrue(str(failure.value).startswith("postgresql://u@127.0.0.1:1/x: cannot read"))
+        self.assertNotIn("secret", str(failure.value))
+        store.close()
+        self.failureResultOf(view.daemons(), PermanentError)
+
+    def register(self, queue: PostgreSQLJobQueue, host: str, pid: int) -> str:
+        return queue.register(host, pid, "1.0", 600.0)
 
 
 class _IdlePool(ThreadPool):

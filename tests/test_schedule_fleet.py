@@ -20,6 +20,7 @@ from zope.interface.verify import verifyObject
 from imapmig.config import parseConfig
 from imapmig.config.limits import ServerLimits
 from imapmig.daemon.service import _ServiceTree
+from imapmig.schedule.census import SourceCensus
 from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.imap.outgoing import SendDeadline
@@ -912,6 +913,39 @@ class ServiceTreeTests(SynchronousTestCase):
         self.assertEqual(memory.counts().claimed, 0)
         self.assertEqual(reactor.getDelayedCalls(), [])
 
+
+    def test_noCensusInAFleet(self) -> None:
+        """
+        A fleet's daemon counts no sources after a reload that added jobs:
+        its census would log in to the source of jobs other daemons run.
+        """
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "status": "off",
+                "servers": {"s": {"endpoint": "tcp:127.0.0.1:1143", "starttls": "off"}},
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "a", "password": "p"},
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        reactor = MemoryReactorClock()
+        tree = _ServiceTree(config, reactor, MemoryStateStore())
+        tree.addScheduler(None, AsyncJobQueue(InMemoryJobQueue(config.jobs, reactor.seconds)))
+        counted: list[object] = []
+
+        def census(config: object) -> SourceCensus:
+            counted.append(config)
+            raise RuntimeError("a fleet's daemon counted sources")
+
+        tree.census = census  # type: ignore[method-assign]
+        tree.countSources(config.jobs)
+        self.assertEqual(counted, [])
 
     def test_lostJobsNotRecorded(self) -> None:
         """

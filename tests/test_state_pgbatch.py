@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import LeaseLost, PermanentError, TransientError
 from imapmig.state._pgbase import ConnectionPool
+from imapmig.state.pgconnect import Connector
 from imapmig.state._pgbatch import WriteBatcher
 from imapmig.state._pgwrites import JOURNAL, OUTCOMES, Claim, Write
 
@@ -296,7 +297,7 @@ class TestPool(ConnectionPool):
     """
 
     def __init__(self, maximum: int) -> None:
-        super().__init__("postgresql://db/x", maximum)
+        super().__init__(Connector("postgresql://db/x", "writer"), maximum)
         self.made: list[BrokenConnection] = []
 
     def _connect(self) -> Any:

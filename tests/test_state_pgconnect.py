@@ -15,7 +15,8 @@ from imapmig.errors import PermanentError, QueueUnavailable, TransientError
 from imapmig.state._pgbase import PostgreSQLBase
 from imapmig.state.pgconnect import ROLES, Connector, displayName, mapError
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
-from tests.statecontract import sharedCluster
+from imapmig.state.postgresql import PostgreSQLStateStore
+from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
 
 
 class KeywordTests(SynchronousTestCase):
@@ -221,3 +222,41 @@ class ServerTests(SynchronousTestCase):
         for role in ROLES:
             with Connector(self.uri, role).connect() as connection:
                 self.assertEqual(self.settings(connection)[0], f"imapmig {role}")
+
+    def store(self, conninfo: str, password: str | None = None) -> PostgreSQLStateStore:
+        store = PostgreSQLStateStore(
+            SynchronousReactor(), SynchronousThreadPool(), conninfo, lambda: 0.0, password=password
+        )
+        self.addCleanup(store.close)
+        return store
+
+    def test_storeConnections(self) -> None:
+        """
+        The state store's connections are opened by L{Connector}s: the
+        password given apart logs in, the writer has its timeouts, the
+        reader its timeouts and is read-only, each named by its role.
+        """
+        store = self.store(self.cluster.dsn(self.dbname, PASSWORD_ROLE), self.cluster.password)
+        self.successResultOf(store.open())
+        self.assertEqual(
+            self.successResultOf(store.readOnReader(self.settings)),
+            ["imapmig reader", "5s", "5s", "1min", "on"],
+        )
+        self.assertEqual(
+            self.successResultOf(store._call("read", self.settings, store._writer)),
+            ["imapmig writer", "30s", "10s", "1min", "off"],
+        )
+
+    def test_storeKeepsURIOptions(self) -> None:
+        """
+        The URI's C{application_name} and C{options} are kept on the
+        store's connections.
+        """
+        store = self.store(
+            self.cluster.dsn(self.dbname)
+            + "?options=-c%20lock_timeout%3D7s&application_name=mine"
+        )
+        self.successResultOf(store.open())
+        for pool in (store._reader, store._writer):
+            settings = self.successResultOf(store._call("read", self.settings, pool))
+            self.assertEqual((settings[0], settings[2]), ("mine", "7s"))

@@ -206,7 +206,7 @@ class ThreadPoolTests(TestCase):
             opened = self.store().open()
             await self.waitFor(
                 "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = 'imapmig' AND wait_event_type = 'Lock'"
+                " WHERE application_name = 'imapmig writer' AND wait_event_type = 'Lock'"
                 " AND wait_event = 'advisory'",
                 1,
             )
@@ -243,7 +243,8 @@ class ThreadPoolTests(TestCase):
             self.assertEqual(len(await store.journal("job")), 10)
             [(connections,)] = query(
                 self.dsn,
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'imapmig'",
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name IN ('imapmig reader', 'imapmig writer')",
             )
             self.assertLessEqual(connections, 2)
             self.assertGreaterEqual(connections, 1)
@@ -446,7 +447,7 @@ class ConnectionSettingsTests(SynchronousTestCase):
     def test_settings(self) -> None:
         """
         Each connection ends a transaction left idle after 60 s, names
-        itself C{imapmig}, and notices a dead server or path in seconds
+        itself C{imapmig ROLE} (the reader's here), and notices a dead server or path in seconds
         (TCP keepalives, a 5 s C{tcp_user_timeout}).
         """
         store = openPostgreSQLStore(self)
@@ -462,5 +463,5 @@ class ConnectionSettingsTests(SynchronousTestCase):
 
         self.assertEqual(
             self.successResultOf(store._call("read the settings", settings)),
-            ("1min", "imapmig", "1", "5000"),
+            ("1min", "imapmig reader", "1", "5000"),
         )

@@ -41,7 +41,10 @@ from zope.interface import implementer
 
 from imapmig.config import Config, PostgreSQLState
 from imapmig.errors import ConfigError, FleetMismatch, ImapmigError, NoStateYet
+from imapmig.progress import MigrationProgress
+from imapmig.queue._pgfleetview import PostgreSQLFleetView, throughStore
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
+from imapmig.schedule.fleet import FleetMember
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
@@ -50,6 +53,7 @@ __all__ = [
     "FleetState",
     "StartCheck",
     "checkDatabase",
+    "fleetView",
     "openCommandStore",
     "openFleetState",
 ]
@@ -299,12 +303,12 @@ def _inPlaceStore(state: PostgreSQLState, application: str) -> PostgreSQLStateSt
     A store of C{state} on one connection whose calls run in place
     (L{InPlaceThreadPool}): each returns its result at once.
     """
+    keywords = connectKeywords(state, application)
+    password = keywords.pop("password", None)
     return PostgreSQLStateStore(
-        _NoReactor(),
-        InPlaceThreadPool(),
-        make_conninfo("", **connectKeywords(state, application)),
-        lambda: 0.0,
-    )
+        _NoReactor(), InPlaceThreadPool(), make_conninfo("", **keywords), lambda: 0.0,
+        password=password,
+    )  # fmt: skip
 
 
 @implementer(IReactorFromThreads)
@@ -413,9 +417,7 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
     controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
     storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
     # Its threads bound its connections: one each, never one waiting.
-    store = PostgreSQLStateStore(
-        reactor, storePool, make_conninfo("", **connectKeywords(state, "imapmig")), reactor.seconds
-    )
+    store = PostgreSQLStateStore(reactor, storePool, conninfo, reactor.seconds, password=password)
     return FleetState(
         store,
         ThreadedJobQueue(queue, reactor, controlPool),
@@ -445,3 +447,28 @@ def openCommandStore(config: Config, empty: bool = False) -> IStateStore:
             raise
         return MemoryStateStore()
     return _inPlaceStore(state, "imapmig command")
+
+
+def fleetView(
+    store: IStateStore,
+    member: FleetMember,
+    config: Config,
+    reactor: Any,
+    progress: MigrationProgress | None = None,
+) -> PostgreSQLFleetView | None:
+    """
+    The fleet as a daemon's status pages show it: every daemon of the
+    fleet and the jobs each holds, read on C{store}'s reader connection
+    and in its threads (L{PostgreSQLStateStore.readOnReader}: no
+    connection more than the store's two and the queue's one), this
+    daemon being C{member}'s id of the moment, its rate the one
+    C{progress} measures (the daemons' table has none yet); L{None} for a
+    store that is not a fleet's (a test's in memory).
+    """
+    if not isinstance(store, PostgreSQLStateStore):
+        return None
+    state = config.state
+    assert isinstance(state, PostgreSQLState)
+    run = throughStore(store.readOnReader, state.shortURI(), reactor)
+    rate = None if progress is None else (lambda: progress.currentRate()[0])
+    return PostgreSQLFleetView(run, lambda: member.owner, rate)

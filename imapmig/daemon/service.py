@@ -9,8 +9,8 @@ Assembly: turn a L{Config} into the daemon's service tree.
                            under the servers' limits
       +- ProgressSampler   samples the progress model every 10 s (current
                            rates, throughput history)
-      +- SourceCensus      counts the sources of the queued jobs, so that
-                           the totals cover every job from the start
+      +- SourceCensus      a daemon alone: counts the queued jobs' sources,
+                           so that the totals cover every job from the start
       +- status listener   twisted.web, reads the progress model
                            (L{imapmig.daemon.listener.ListenerService})
       +- systemd notifier  READY, STATUS, WATCHDOG, STOPPING, RELOADING
@@ -75,6 +75,7 @@ from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, co
 from imapmig.errors import ConnectionNotGranted
 from imapmig import __version__
 from imapmig.queue import IAsyncJobQueue
+from imapmig.queue.fleetview import IFleetView
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
@@ -514,8 +515,9 @@ def buildService(
     ProgressSampler(tree.progress, reactor).setServiceParent(root)
     scheduler = tree.addScheduler(whenDone, fleetQueue)
     # After the scheduler: the jobs it starts at once list their sources
-    # themselves.
-    tree.census(config).setServiceParent(root)
+    # themselves.  None in a fleet: each daemon would log in to every source.
+    if not tree.inFleet:
+        tree.census(config).setServiceParent(root)
     tree.addReloader(scheduler)
     if config.notify is not None:
         tree.addWebhook(config.notify)
@@ -558,6 +560,7 @@ class _ServiceTree:
         self.rules: dict[str, FolderRules] = {job.name: job.folders for job in config.jobs}
         self.jobServers = {job.name: job.destination.server.name for job in config.jobs}
         self._censuses = itertools.count(1)
+        self.inFleet = False  # then no census (L{buildService})
 
     def current(self) -> Config:
         """
@@ -640,6 +643,7 @@ class _ServiceTree:
                 atexit.register(os._exit, 2)
                 reactor.callWhenRunning(reactor.stop)
 
+            self.inFleet = True
             record = transitionRecorder(self.store)
             fleetScheduler: list[FleetScheduler] = []
 
@@ -672,8 +676,10 @@ class _ServiceTree:
     def countSources(self, jobs: Sequence[JobConfig]) -> None:
         """
         Count the sources of C{jobs}, which a reload added, in a census of
-        their own, gone once done.
+        their own, gone once done (not in a fleet: see L{buildService}).
         """
+        if self.inFleet:
+            return
         census = self.census(evolve(self.config, jobs=tuple(jobs)))
         # One per reload: named apart from the first census.
         census.name = f"census-{next(self._censuses)}"
@@ -743,7 +749,11 @@ class _ServiceTree:
         from imapmig.status.verifyreport import REPORT_NAME
 
         reactor, progress, root = self.reactor, self.progress, self.root
-        fleet = singleDaemon(progress, reactor.seconds)
+        fleet: IFleetView = singleDaemon(progress, reactor.seconds)
+        if isinstance(scheduler, FleetScheduler):
+            from imapmig.daemon.pgstate import fleetView
+
+            fleet = fleetView(self.store, scheduler.member, self.config, reactor, progress) or fleet
         status = StatusResource(
             progress,
             reactor.seconds,

@@ -42,6 +42,7 @@ __all__ = [
     "SHOWN_AFTER_LEASE",
     "PostgreSQLFleetView",
     "onConnection",
+    "throughStore",
 ]
 
 _T = TypeVar("_T")
@@ -168,19 +169,51 @@ def onConnection(
         def inThread() -> _T:
             try:
                 with lock:
-                    reader = connection()
-                    with reader.transaction():
-                        reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-                        return work(reader)
+                    return _bounded(work)(connection())
             except psycopg.Error as e:
                 raise QueueUnavailable(f"{where}: cannot read the fleet: {e}") from None
 
-        d = deferToThreadPool(reactor, pool, inThread)
-        if clock is not None:
-            d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
-        return d
+        return _waited(deferToThreadPool(reactor, pool, inThread), where, clock)
 
     return run
+
+
+def throughStore(run: ReadRunner, where: str, clock: IReactorTime | None = None) -> ReadRunner:
+    """
+    A L{ReadRunner} over another's (a fleet daemon's state store's
+    C{readOnReader}, on its reader connection and in its threads, its
+    errors as the store maps them), each read in a transaction under
+    L{STATEMENT_TIMEOUT} and, with C{clock}, failing with
+    L{QueueUnavailable} naming C{where} if not answered in L{WAIT}
+    seconds.
+    """
+
+    def bounded(work: Callable[[Connection], _T]) -> Deferred[_T]:
+        return _waited(run(_bounded(work)), where, clock)
+
+    return bounded
+
+
+def _bounded(work: Callable[[Connection], _T]) -> Callable[[Connection], _T]:
+    """
+    C{work} in a transaction of its own under L{STATEMENT_TIMEOUT}.
+    """
+
+    def inTransaction(reader: Connection) -> _T:
+        with reader.transaction():
+            reader.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+            return work(reader)
+
+    return inTransaction
+
+
+def _waited(d: Deferred[_T], where: str, clock: IReactorTime | None) -> Deferred[_T]:
+    """
+    C{d}, failing after L{WAIT} seconds of C{clock} if it has one.
+    """
+    if clock is not None:
+        d.addTimeout(WAIT, clock, onTimeoutCancel=_late(where))
+    return d
 
 
 def _late(where: str) -> Callable[[object, float], object]:
@@ -200,27 +233,37 @@ class PostgreSQLFleetView:
     The fleet as the queue's tables hold it.
     """
 
-    def __init__(self, run: ReadRunner, me: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        run: ReadRunner,
+        me: Callable[[], str | None],
+        rate: Callable[[], float | None] | None = None,
+    ) -> None:
         """
         @param run: runs the reads (L{onConnection}, on the reader
             connection).
         @param me: this daemon's id now (L{None} before it registered): a
             daemon that lost its lease registers under a new one.
+        @param rate: this daemon's rate now (messages per second), shown
+            for it where the daemons' table has none (no C{rate} column);
+            called in the reactor's thread.
         """
         self._run = run
         self._me = me
+        self._rate = rate
 
     def daemons(self) -> Deferred[Fleet]:
         """
         See L{IFleetView.daemons}.
         """
         me = self._me()
+        mine = None if self._rate is None else self._rate()
 
         def read(connection: Connection) -> Fleet:
             rows = connection.execute(
                 DAEMONS, {"shown": SHOWN_AFTER_LEASE, "limit": MAX_DAEMONS}
             ).fetchall()
-            return Fleet(tuple(_daemon(row, me) for row in rows))
+            return Fleet(tuple(_daemon(row, me, mine) for row in rows))
 
         return self._run(read)
 
@@ -270,11 +313,14 @@ def _job(row: tuple[Any, ...]) -> JobRow:
     return JobRow(position, name, state, requested, holder)
 
 
-def _daemon(row: tuple[Any, ...], me: str | None) -> DaemonRow:
+def _daemon(row: tuple[Any, ...], me: str | None, mine: float | None = None) -> DaemonRow:
     """
-    A row of L{DAEMONS} as a L{DaemonRow}.
+    A row of L{DAEMONS} as a L{DaemonRow}; this daemon's rate C{mine}
+    where the row has none.
     """
     daemonId, host, pid, version, started, beat, age, lease, live, jobs, rate = row
+    if rate is None and daemonId == me:
+        rate = mine
     return DaemonRow(
         daemonId, host, pid, version, started, beat, max(0.0, age), lease, live, jobs, rate,
         this=daemonId == me,

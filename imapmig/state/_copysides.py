@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from imapmig.errors import PermanentError, StateCopyRefused
 from imapmig.state import _pgschema
-from imapmig.state._pgbase import displayName
+from imapmig.state.pgconnect import displayName
 from imapmig.state._schema import checkIntegrity, migrate, readVersion, rollback
 from imapmig.state.lock import StateFileLock, connectionClosed, connectionOpened
 

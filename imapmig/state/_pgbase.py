@@ -2,10 +2,12 @@
 """
 What every role of the PostgreSQL state store (L{imapmig.state.postgresql})
 shares: two psycopg 3 connections (the writer's and the reader's, each a
-L{ConnectionPool} of one), used through psycopg's synchronous API from a
-Twisted thread pool (C{deferToThreadPool}, with the reactor and the pool
-injected) so that the reactor stays the epoll reactor, and the
-transaction and the read that turn psycopg's errors into imapmig's.
+L{ConnectionPool} of one, opened by its role's
+L{Connector<imapmig.state.pgconnect.Connector>}), used through psycopg's
+synchronous API from a Twisted thread pool (C{deferToThreadPool}, with
+the reactor and the pool injected) so that the reactor stays the epoll
+reactor, and the transaction and the read that turn psycopg's errors
+into imapmig's.
 
 The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
 could be shared, since SQLite is called on the reactor's thread.
@@ -18,14 +20,13 @@ from typing import Any, Callable, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
-from psycopg.conninfo import conninfo_to_dict
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state.pgconnect import oneLine
+from imapmig.state.pgconnect import Connector, oneLine
 
 _T = TypeVar("_T")
 
@@ -50,27 +51,6 @@ _TRANSIENT = (
 )
 
 
-def displayName(conninfo: str) -> str:
-    """
-    C{conninfo} as a URI without its password or any other parameter, for
-    messages: C{postgresql://USER@HOST:PORT/DBNAME}.
-    """
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        return "postgresql://(unreadable URI)"
-    user = parts.get("user")
-    host = parts.get("host") or parts.get("hostaddr") or ""
-    port = parts.get("port")
-    return (
-        "postgresql://"
-        + (f"{user}@" if user else "")
-        + f"{host}"
-        + (f":{port}" if port else "")
-        + f"/{parts.get('dbname') or ''}"
-    )
-
-
 class ConnectionPool:
     """
     At most C{maximum} connections, each used by one thread at a time,
@@ -85,8 +65,12 @@ class ConnectionPool:
     beyond C{maximum} waiting for ever once the busy connections broke).
     """
 
-    def __init__(self, conninfo: str, maximum: int = 1) -> None:
-        self._conninfo = conninfo
+    def __init__(self, connector: Connector, maximum: int = 1) -> None:
+        """
+        @param connector: opens the connections, with their role's
+            settings (L{imapmig.state.pgconnect}).
+        """
+        self._connector = connector
         self._maximum = maximum
         self._idle: list[Connection] = []
         self._opened = 0
@@ -94,30 +78,14 @@ class ConnectionPool:
         self.closed = False
 
     def _connect(self) -> Connection:
-        # Keepalives and tcp_user_timeout find a dead server or path in
-        # seconds rather than the kernel's minutes; no transaction of ours
-        # stays idle, so one left so (a stuck thread) is ended before it
-        # holds the xmin horizon back (docs/fleet-design.md, "The thread
-        # pool").
-        return psycopg.connect(
-            self._conninfo,
-            autocommit=True,
-            connect_timeout=5,
-            keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
-            tcp_user_timeout=5000,
-            application_name="imapmig",
-            options="-c idle_in_transaction_session_timeout=60s",
-        )
+        return self._connector.connect()
 
     def _take(self) -> Connection:
         with self._changed:
             while not self.closed and not self._idle and self._opened >= self._maximum:
                 self._changed.wait()
             if self.closed:
-                raise PermanentError(f"{displayName(self._conninfo)}: the state store is closed")
+                raise PermanentError(f"{self._connector.where}: the state store is closed")
             if self._idle:
                 return self._idle.pop()
             self._opened += 1
@@ -267,6 +235,22 @@ class PostgreSQLBase:
                 connection.execute(query, parameters).fetchall()
             ),
         )
+
+    def readOnReader(
+        self, work: Callable[[Connection], _T], action: str = "read the database"
+    ) -> Deferred[_T]:
+        """
+        What C{work} returns, called with the reader's connection in a
+        thread of the store (one read at a time, as the store's own); its
+        errors as the store's: a L{TransientError} for a lost connection
+        or a statement timed out, a L{PermanentError} naming the database
+        and C{action} otherwise.  For a daemon's other readers of the same
+        database (the status pages' fleet,
+        L{imapmig.queue._pgfleetview}), so that they open no connection of
+        their own (docs/fleet-design.md, "The thread pool").  C{work} may
+        run twice (again on a new connection if its own was found broken).
+        """
+        return self._call(action, work)
 
     def ping(self) -> Deferred[None]:
         """

@@ -178,6 +178,9 @@ def migrate(
     """
     with connection.transaction():
         connection.execute("SET LOCAL lock_timeout = '10s'")
+        # The writer's 30 s statement_timeout is for its batches, not for
+        # a migration rewriting a large table.
+        connection.execute("SET LOCAL statement_timeout = '10min'")
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         connection.execute("CREATE SCHEMA IF NOT EXISTS imapmig")
         connection.execute(_VERSIONS)

@@ -21,8 +21,8 @@ L{mapError} the imapmig error for a psycopg one.
 
 New: the state store's pool (C{imapmig.state._pgbase.ConnectionPool})
 and the queue had each their own keywords, and the pool's replaced the
-URI's C{application_name} and C{options}; both are to connect through
-this module (the queue does), and C{_pgbase}'s C{displayName} moves here.
+URI's C{application_name} and C{options}; both connect through this
+module, and C{_pgbase}'s C{displayName} moved here.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state._pgbase import Connection, ConnectionPool, displayName
+from imapmig.state._pgbase import Connection, ConnectionPool
+from imapmig.state.pgconnect import Connector, displayName
 from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
@@ -66,6 +67,7 @@ class PostgreSQLStateStore(
         conninfo: str,
         seconds: Callable[[], float],
         clock: IReactorTime | None = None,
+        password: str | None = None,
     ) -> None:
         """
         Make the store; nothing is opened until L{open} or the first call.
@@ -75,9 +77,15 @@ class PostgreSQLStateStore(
             caller; at most C{connections} of them are busy with the store
             at once.
         @param conninfo: a libpq URI or connection string (its password is
-            never shown: errors name L{displayName}'s form).
+            never shown: errors name L{displayName}'s form); its
+            connections are opened by L{Connector}s, the writer's and the
+            reader's (L{imapmig.state.pgconnect.ROLES}: their timeouts,
+            the reader read-only), keeping the URI's C{application_name}
+            and C{options}.
         @param seconds: the clock that stamps each outcome's and journal
             entry's time.
+        @param password: given to libpq apart, never in C{conninfo};
+            L{None}: libpq finds one (C{PGPASSFILE}) or needs none.
         @param clock: what times the write batches (their 10 ms) and the
             pauses between a failed batch's attempts; by default
             C{reactor} if it provides L{IReactorTime}, else none: a batch
@@ -88,8 +96,8 @@ class PostgreSQLStateStore(
         self._where = displayName(conninfo)
         self._seconds = seconds
         self._closeWaiters: list[Deferred[None]] = []
-        self._reader = ConnectionPool(conninfo)
-        self._writer = ConnectionPool(conninfo)
+        self._reader = ConnectionPool(Connector(conninfo, "reader", password))
+        self._writer = ConnectionPool(Connector(conninfo, "writer", password))
         if clock is None and IReactorTime.providedBy(reactor):
             clock = reactor
         self._makeBatcher(clock)

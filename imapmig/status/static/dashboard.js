@@ -27,6 +27,9 @@
     inflight: null,
     generation: 0,
     rows: new Map(),
+    // In a fleet, the table's page of /fleet/jobs.json: where it starts
+    // (`after`), the pages before it, and the index of its first row.
+    fleet: { on: false, after: null, back: [], position: 0, next: null },
     detail: null,   // {name, offset, q, opener}
     lastSamples: null,
     now: null       // the last snapshot's time
@@ -223,11 +226,19 @@
     var generation = ++state.generation;
     var detailRequest = state.detail ? refreshDetail() : Promise.resolve();
     getJSON(jobsQuery(), controller.signal).then(function (snapshot) {
-      if (generation !== state.generation) return;
+      if (generation !== state.generation) return null;
+      state.fleet.on = fleetListed(snapshot);
+      if (!state.fleet.on) return [snapshot, null];
+      // The fleet's page; unreadable (503), the table lists this daemon's.
+      return getJSON(fleetQuery(), controller.signal).then(function (page) { return [snapshot, page]; },
+        function (error) { if (error.name === "AbortError") throw error; return [snapshot, null]; });
+    }).then(function (answer) {
+      if (!answer || generation !== state.generation) return;
+      var snapshot = answer[0];
       state.inflight = null;
       var began = performance.now();
       try {
-        render(snapshot);
+        render(snapshot, answer[1]);
       } catch (error) {
         error.answered = true;
         throw error;
@@ -274,7 +285,7 @@
   }
 
   // ---- the overview ----
-  function render(s) {
+  function render(s, fleetPage) {
     var totals = s.totals || {}, run = s.run || {};
     if (typeof s.time !== "number") throw new Error("no time in the snapshot");
     state.now = s.time;
@@ -328,7 +339,8 @@
     renderStateCounts(totals.jobs || {});
     renderChart(s.throughput || {}, s.time, run);
     renderDaemons(s.daemons, s.daemons_error);
-    renderJobs(s.jobs || [], s.page || {});
+    if (fleetPage) renderFleetJobs(fleetPage, s.jobs || []);
+    else renderJobs(s.jobs || [], s.page || {});
   }
 
   // ---- the fleet: every daemon, and the one holding each job ----
@@ -681,6 +693,75 @@
     });
   }
   function renderJobs(jobs, page) {
+    renderRows(jobs);
+    state.matched = page.matched || 0;
+    var offset = page.offset || 0, limit = page.limit || 100;
+    state.offset = offset;
+    if (!jobs.length && offset > 0 && state.matched > 0) {
+      // The list shrank under this page: go to the last page that has jobs.
+      state.offset = Math.floor((state.matched - 1) / limit) * limit;
+      setTimeout(poll, 0);
+    }
+    put($("jobs-page"), state.matched ? count(offset + 1) + "-" + count(offset + jobs.length) + " of " + count(state.matched) : "0 of 0");
+    $("jobs-prev").disabled = offset <= 0;
+    $("jobs-next").disabled = offset + limit >= state.matched;
+    $("jobs-empty").hidden = jobs.length > 0;
+  }
+  // ---- a fleet: the table pages every job of the fleet ----
+  // A daemon of a fleet lists in /status.json the jobs it holds; unfiltered
+  // and in the default order (or the configuration's), the table lists
+  // instead the fleet's jobs from /fleet/jobs.json in the queue's order, a
+  // keyset page at a time, each with the daemon holding it: the jobs this
+  // daemon holds with their progress, the others with their state in the
+  // fleet's queue. A filter, a search or another order lists this daemon's.
+  var FLEET_STATES = { claimed: "running" };
+  function fleetListed(s) {
+    var sort = $("jobs-sort").value;
+    return s.fleet_jobs !== undefined && !$("jobs-filter-state").value && !$("jobs-filter-q").value.trim() &&
+      !$("jobs-filter-errors").checked && (!sort || sort === "order" || sort === "attention");
+  }
+  function fleetQuery() {
+    var params = new URLSearchParams();
+    if (state.fleet.after !== null) params.set("after", String(state.fleet.after));
+    params.set("limit", $("jobs-limit").value);
+    return "fleet/jobs.json?" + params.toString();
+  }
+  function fleetJob(row, mine) {
+    var job = mine.get(row.name);
+    if (job) return row.daemon ? Object.assign({}, job, { daemon: row.daemon }) : job;
+    return { name: row.name, state: FLEET_STATES[row.state] || row.state, daemon: row.daemon, counted: false,
+      percent: null, messages_done: null, messages_total: null, messages_failed: 0, messages_per_second: null,
+      eta_seconds: null, current_folder: null, error: null, paused: row.state === "paused" };
+  }
+  function renderFleetJobs(page, own) {
+    var mine = new Map(own.map(function (job) { return [job.name, job]; }));
+    var jobs = (page.jobs || []).map(function (row) { return fleetJob(row, mine); });
+    renderRows(jobs);
+    var counts = page.counts || {};
+    var total = Object.keys(counts).reduce(function (n, k) { return n + counts[k]; }, 0);
+    var first = state.fleet.position;
+    put($("jobs-page"), jobs.length ? count(first + 1) + "-" + count(first + jobs.length) + " of " + count(total) :
+      "0 of " + count(total));
+    state.fleet.next = page.after === undefined ? null : page.after;
+    state.fleet.shown = jobs.length;
+    $("jobs-prev").disabled = !state.fleet.back.length;
+    $("jobs-next").disabled = state.fleet.next === null;
+    $("jobs-empty").hidden = jobs.length > 0;
+  }
+  function fleetPage(forward) {
+    var f = state.fleet;
+    if (forward && f.next !== null) {
+      f.back.push({ after: f.after, position: f.position });
+      f.after = f.next;
+      f.position += f.shown || 0;
+    } else if (!forward && f.back.length) {
+      var before = f.back.pop();
+      f.after = before.after;
+      f.position = before.position;
+    }
+    poll();
+  }
+  function renderRows(jobs) {
     var body = $("jobs-body");
     var seen = new Set();
     var previous = null;
@@ -697,18 +778,6 @@
     state.rows.forEach(function (tr, name) {
       if (!seen.has(name)) { tr.remove(); state.rows.delete(name); }
     });
-    state.matched = page.matched || 0;
-    var offset = page.offset || 0, limit = page.limit || 100;
-    state.offset = offset;
-    if (!jobs.length && offset > 0 && state.matched > 0) {
-      // The list shrank under this page: go to the last page that has jobs.
-      state.offset = Math.floor((state.matched - 1) / limit) * limit;
-      setTimeout(poll, 0);
-    }
-    put($("jobs-page"), state.matched ? count(offset + 1) + "-" + count(offset + jobs.length) + " of " + count(state.matched) : "0 of 0");
-    $("jobs-prev").disabled = offset <= 0;
-    $("jobs-next").disabled = offset + limit >= state.matched;
-    $("jobs-empty").hidden = jobs.length > 0;
   }
 
   // ---- the job detail panel ----
@@ -1061,7 +1130,12 @@
 
   // ---- wiring ----
   var debounce = null, failuresDebounce = null;
-  function refilter() { state.offset = 0; showSort(); poll(); }
+  function refilter() {
+    state.offset = 0;
+    state.fleet = { on: state.fleet.on, after: null, back: [], position: 0, next: null };
+    showSort();
+    poll();
+  }
   // Column headers sort too: first click ascending (name, state) or the most
   // telling end first (progress, failed, rate, time left), second click reverses.
   var DESCENDING_FIRST = { progress: true, failed: true, rate: true, eta: true };
@@ -1104,9 +1178,11 @@
     });
     $("jobs-filters").addEventListener("submit", function (e) { e.preventDefault(); refilter(); });
     $("jobs-prev").addEventListener("click", function () {
+      if (state.fleet.on) return fleetPage(false);
       state.offset = Math.max(0, state.offset - Number($("jobs-limit").value)); poll();
     });
     $("jobs-next").addEventListener("click", function () {
+      if (state.fleet.on) return fleetPage(true);
       state.offset += Number($("jobs-limit").value); poll();
     });
     $("state-counts").addEventListener("click", function (e) {
