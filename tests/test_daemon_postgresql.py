@@ -33,7 +33,7 @@ from imapmig.config.statelocation import STATE_KEYS
 from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
-from imapmig.state.postgresql import SCHEMA_VERSION
+from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.ports import listeningPorts
 from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
@@ -341,6 +341,15 @@ class StartCheckTests(ClusterMixin, SynchronousTestCase):
         store = openCommandStore(config)
         try:
             self.assertEqual(self.successResultOf(store.counts("a")).copied, 0)
+            # A report over a whole migration is not held to a daemon
+            # page's 5 s statement limit.
+            assert isinstance(store, PostgreSQLStateStore)
+            limit = self.successResultOf(
+                store.readOnReader(
+                    lambda c: c.execute("SHOW statement_timeout").fetchone()
+                )
+            )
+            self.assertEqual(limit, ("10min",))
         finally:
             store.close()
 

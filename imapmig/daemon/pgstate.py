@@ -298,6 +298,13 @@ def _checkPermissions(
         )
 
 
+COMMAND_STATEMENT_TIMEOUT = "statement_timeout=10min"
+"""
+The statement limit of a command's store (report, plan, verify), whatever
+its connections' role gives.
+"""
+
+
 def _inPlaceStore(state: PostgreSQLState, application: str) -> PostgreSQLStateStore:
     """
     A store of C{state} on one connection whose calls run in place
@@ -305,6 +312,11 @@ def _inPlaceStore(state: PostgreSQLState, application: str) -> PostgreSQLStateSt
     """
     keywords = connectKeywords(state, application)
     password = keywords.pop("password", None)
+    # A command reads a whole migration (imapmig report over a million
+    # jobs): the reader's 5 s statement limit is a daemon page's, not
+    # its.  The URI's options come last and win over a role's.
+    given = str(keywords.get("options") or "")
+    keywords["options"] = f"{given} -c {COMMAND_STATEMENT_TIMEOUT}".strip()
     return PostgreSQLStateStore(
         _NoReactor(), InPlaceThreadPool(), make_conninfo("", **keywords), lambda: 0.0,
         password=password,
