@@ -146,12 +146,12 @@ class InMemoryJobQueue:
     ) -> JobClaim | None:
         leaseUntil = self._beat(owner, lease)
         leaseNow = self._leaseClock()
-        for position, held in list(self._claims.items()):
+        for expired, held in list(self._claims.items()):
             if held.owner != owner and held.leaseUntil < leaseNow:
                 # Taken over: the old owner's renew raises LeaseLost.
-                del self._claims[position]
-                self._takenFrom[position] = held.owner
-                self._giveBack(position, JobOutcome.STOPPED, None)
+                del self._claims[expired]
+                self._takenFrom[expired] = held.owner
+                self._giveBack(expired, JobOutcome.STOPPED, None)
         while self._deferred and self._deferred[0][0] <= now:
             heapq.heappush(self._returned, heapq.heappop(self._deferred)[1])
         skipped = []
