@@ -85,7 +85,9 @@ class ContractQueue(Protocol):
 
     def register(self, host: str, pid: int, version: str, lease: float) -> str: ...
     def heartbeat(self, owner: str, lease: float) -> Heartbeat: ...
-    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None: ...
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> JobClaim | None: ...
     def renew(self, claim: JobClaim, lease: float) -> JobClaim: ...
     def finish(
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
@@ -145,6 +147,21 @@ class JobQueueContractMixin(_MixinBase):
         self.assertEqual([c.position for c in claims if c is not None], [0, 1, 2])
         self.assertIsNone(queue.claim(me, 0.0, self.LONG))
         self.assertEqual(queue.counts(), QueueCounts(queued=0, claimed=3, finished=0))
+
+    def test_skipServers(self) -> None:
+        """
+        A claim skips the jobs with a server in its C{skipServers} (a
+        daemon's servers without its share), which stay queued at their
+        place for a claim without it.
+        """
+        queue = self.makeQueue(3)
+        me = self.daemon(queue)
+        self.assertIsNone(queue.claim(me, 0.0, self.LONG, frozenset({"s"})))
+        first = queue.claim(me, 0.0, self.LONG, frozenset({"t"}))
+        self.assertEqual(None if first is None else first.job.name, "j0")
+        self.assertIsNone(queue.claim(me, 0.0, self.LONG, frozenset({"t", "s"})))
+        claims = [queue.claim(me, 0.0, self.LONG) for _ in range(3)]
+        self.assertEqual([c.job.name if c else None for c in claims], ["j1", "j2", None])
 
     def test_stoppedGoesBackAtItsPlace(self) -> None:
         """

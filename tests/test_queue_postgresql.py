@@ -952,7 +952,7 @@ class AccountTests(PostgreSQLTestMixin):
         other, me = (queue.register("host", n, "1.0", 600.0) for n in range(2))
         with psycopg.connect(self.uri) as inFlight:
             inFlight.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            inFlight.execute(CLAIM, {"me": other, "list": queue._list.digest})
+            inFlight.execute(CLAIM, {"me": other, "list": queue._list.digest, "skip": []})
             mine: list[object] = []
             claiming = threading.Thread(
                 target=lambda: mine.append(inThread(lambda: queue.claim(me, 0.0, 600.0)))

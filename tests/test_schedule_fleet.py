@@ -742,6 +742,52 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.stop(fleet)
 
 
+    def test_heldAtMostMaxJobs(self) -> None:
+        """
+        A daemon holds at most C{max_jobs} claimed jobs, running or
+        waiting for their connections (a standalone daemon claims more
+        while they wait): the rest stay queued for the fleet's other
+        daemons, and are claimed here as its jobs end.
+        """
+        fleet = Fleet(["a", "b", "c"], maxJobs=2, limits=ServerLimits(maxConnections=1))
+        # The in-memory queue's heartbeats name no live daemon: no shares.
+        fleet.service.member._onHeartbeat = None
+        fleet.service.startService()
+        self.assertEqual(sorted(fleet.service.runningJobs), ["a", "b"])
+        self.assertEqual(fleet.memory.state("c"), QueueState.QUEUED)
+        fleet.clock.advance(5)
+        self.assertEqual(fleet.memory.state("c"), QueueState.QUEUED)
+        fleet.built["a"].result.callback(True)
+        fleet.clock.advance(5)
+        self.assertEqual(sorted(fleet.service.runningJobs), ["b", "c"])
+        self.stop(fleet)
+
+    def test_noShareNoClaim(self) -> None:
+        """
+        A daemon claims no job of a server where its last heartbeat gave
+        it no share (L{FleetShares.withoutShare}), and claims it once it
+        has one again.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        applied = fleet.service.shares.apply
+        without = {"now": frozenset({"s"})}
+
+        def apply(heartbeat: Heartbeat, me: str) -> frozenset[str]:
+            applied(heartbeat, me)
+            fleet.service.shares.withoutShare = without["now"]
+            return without["now"]
+
+        fleet.service.member._onHeartbeat = apply
+        fleet.service.shares.withoutShare = without["now"]
+        fleet.service.startService()
+        fleet.clock.advance(5)
+        self.assertEqual(fleet.built, {})
+        self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
+        without["now"] = frozenset()
+        fleet.clock.pump([5] * 3)
+        self.assertEqual(list(fleet.built), ["a"])
+        self.stop(fleet)
+
     def test_databaseRestarting(self) -> None:
         """
         A slot freed while the queue's database is unreachable (a claim and
@@ -753,7 +799,7 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(sorted(fleet.built), ["a"])
         claim, nextDue = fleet.queue.claim, fleet.queue.nextDue
         unavailable = QueueUnavailable("db1: the database system is starting up")
-        fleet.queue.claim = lambda *args: fail(unavailable)  # type: ignore[method-assign]
+        fleet.queue.claim = lambda *args, **kwargs: fail(unavailable)  # type: ignore[method-assign]
         fleet.queue.nextDue = lambda: fail(unavailable)  # type: ignore[method-assign]
         fleet.built["a"].result.callback(True)
         fleet.queue.claim, fleet.queue.nextDue = claim, nextDue  # type: ignore[method-assign]
@@ -1006,9 +1052,11 @@ class StaleClaimTests(SynchronousTestCase):
         pending: list[Deferred[JobClaim | None]] = []
         claim = fleet.queue.claim
 
-        def held(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+        def held(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> Deferred[JobClaim | None]:
             if pending:
-                return claim(owner, now, lease)
+                return claim(owner, now, lease, skipServers)
             d: Deferred[JobClaim | None] = Deferred()
             pending.append(d)
             return d
@@ -1053,9 +1101,11 @@ class StopWhileClaimingTests(SynchronousTestCase):
         claimNow = fleet.queue.claim
         finish = fleet.queue.finish
 
-        def heldClaim(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+        def heldClaim(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> Deferred[JobClaim | None]:
             held: Deferred[JobClaim | None] = Deferred()
-            answers.append((self.successResultOf(claimNow(owner, now, lease)), held))
+            answers.append((self.successResultOf(claimNow(owner, now, lease, skipServers)), held))
             return held
 
         def heldFinish(

@@ -193,9 +193,11 @@ class ForgetfulQueue(InMemoryJobQueue):
         InMemoryJobQueue.__init__(self, jobs, queue._leaseClock)
         self._claimed = 0
 
-    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> JobClaim | None:
         self._claimed += 1
-        return InMemoryJobQueue.claim(self, f"{owner}#{self._claimed}", now, lease)
+        return InMemoryJobQueue.claim(self, f"{owner}#{self._claimed}", now, lease, skipServers)
 
 
 class SchedulerTests(SynchronousTestCase):

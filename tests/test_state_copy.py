@@ -22,7 +22,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.commands.cli import main
+from imapmig.queue import QueueState
 from imapmig.queue import _pgschema as queueschema
+from imapmig.queue.postgresql import PostgreSQLJobQueue
 from imapmig.state import (
     CANCELLED,
     PAUSED,
@@ -38,6 +40,7 @@ from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
 from tests.statesupport import readLine, startPython
+from tests.test_schedule_service import jobConfig
 
 JOBS = ("alice", "bob \u00e9t\u00e9")
 FOLDERS = ("INBOX", ".Archive.Gr\u00fc\u00dfe")
@@ -266,6 +269,53 @@ class RoundTripTests(CopyCase):
         holds = self.successResultOf(self.sqlite(back).jobHolds())
         self.assertEqual({job: hold.hold for job, hold in holds.items()}, {JOBS[0]: PAUSED, "carol": CANCELLED})
         self.assertIn("copied 3 jobs", output)
+
+
+class FleetHoldsTests(CopyCase):
+    """
+    The holds of a SQLite state copied to PostgreSQL reach the fleet's
+    jobs' rows, whichever comes first: the copy or the fleet's list.
+    """
+
+    def fleetQueue(self, dsn: str) -> PostgreSQLJobQueue:
+        """
+        A fleet's queue on C{dsn} of the copied jobs and one more, C{free}.
+        """
+        jobs = [jobConfig(name, f"u{i}") for i, name in enumerate(JOBS)] + [jobConfig("free", "u9")]
+        queue = PostgreSQLJobQueue.connect(dsn, jobs)
+        self.addCleanup(queue.close)
+        return queue
+
+    def assertHeld(self, queue: PostgreSQLJobQueue) -> None:
+        """
+        Neither held job is claimed; the paused one is, once resumed.
+        """
+        me = queue.register("host1", 1234, "1.0", 600.0)
+        claims = [queue.claim(me, 0.0, 600.0) for _ in range(2)]
+        self.assertEqual([c.job.name if c else None for c in claims], ["free", None])
+        self.assertEqual((queue.state(JOBS[0]), queue.state(JOBS[1])), (QueueState.PAUSED, QueueState.CANCELLED))
+        self.assertEqual(queue.resume(JOBS[0]), QueueState.QUEUED)
+        again = queue.claim(me, 0.0, 600.0)
+        self.assertEqual(again.job.name if again else None, JOBS[0])
+
+    def test_copyThenLoad(self) -> None:
+        """
+        The first load of a fleet's list holds the jobs the copy held.
+        """
+        path, _ = self.filled()
+        dsn = sharedCluster().createDatabase()
+        self.assertEqual(self.copy("--from", path, "--to", dsn)[0], 0)
+        self.assertHeld(self.fleetQueue(dsn))
+
+    def test_loadThenCopy(self) -> None:
+        """
+        A copy into a database with a fleet's list holds its jobs' rows.
+        """
+        path, _ = self.filled()
+        dsn = sharedCluster().createDatabase()
+        self.fleetQueue(dsn).close()
+        self.assertEqual(self.copy("--from", path, "--to", dsn)[0], 0)
+        self.assertHeld(self.fleetQueue(dsn))
 
 
 class RefusalTests(CopyCase):

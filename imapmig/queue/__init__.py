@@ -248,10 +248,14 @@ class IJobQueue(Interface):
     The jobs waiting to run, shared by whoever runs them.
     """
 
-    def claim(owner: str, now: float, lease: float) -> JobClaim | None:
+    def claim(
+        owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> JobClaim | None:
         """
         Claim the next job, in configuration order, that no live lease
-        holds (leases timed by the queue's own clock).
+        holds (leases timed by the queue's own clock), and none of whose
+        servers is in C{skipServers} (a fleet's daemon's servers without
+        its share, L{imapmig.schedule.shares.FleetShares.withoutShare}).
 
         @param now: the wall clock's seconds, against which deferred jobs'
             C{notBefore} is compared.
@@ -423,7 +427,9 @@ class IAsyncJobQueue(Interface):
     def heartbeat(owner: str, lease: float) -> Deferred[Heartbeat]:
         "L{IJobQueue.heartbeat}."
 
-    def claim(owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+    def claim(
+        owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> Deferred[JobClaim | None]:
         "L{IJobQueue.claim}."
 
     def finish(

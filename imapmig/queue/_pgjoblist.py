@@ -74,6 +74,7 @@ from imapmig.config.model import ImapSourceConfig, JobConfig, UserList
 from imapmig.errors import FleetMismatch, JobListStale
 from imapmig.queue import ListChange
 from imapmig.queue._pgschema import _LOCK
+from imapmig.state._pgschema import HOLDS_TO_ROWS
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -496,6 +497,9 @@ def replaceJobList(connection: Connection, fleet: str, jobs: JobList, by: str) -
         change = ListChange(0, added=_copy(connection, "imapmig_queue.jobs", jobs))
     else:
         change = _applyDifference(connection, jobs)
+    if row is None and connection.execute("SELECT to_regclass('imapmig.job_holds')").fetchone() != (None,):
+        # The holds of a state copied from one daemon's SQLite file.
+        connection.execute(HOLDS_TO_ROWS)
     generation = _writeFleet(connection, fleet, jobs, by)
     return attrs.evolve(change, generation=generation)
 

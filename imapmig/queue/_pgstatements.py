@@ -105,7 +105,9 @@ it (two claims racing would each miss the other's).
 # The first queued job none of whose accounts another daemon's claimed
 # job has (docs/fleet-design.md "Claiming a job": one daemon per account),
 # while the claiming daemon's list (its digest, %(list)s) is the fleet's;
-# the claimed row's digest comes back for the caller's checkClaimed
+# none of its servers (its accounts' 'server/' part) is one of
+# %(skip)s (the claiming daemon's servers without its share); the
+# claimed row's digest comes back for the caller's checkClaimed
 # (imapmig.queue._pgjoblist).
 CLAIM = (
     """
@@ -117,6 +119,8 @@ WITH next AS (
      AND NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs c
                       WHERE c.state = 'claimed' AND c.owner <> %(me)s
                         AND c.accounts && q.accounts)
+     AND NOT EXISTS (SELECT 1 FROM unnest(q.accounts) a
+                      WHERE split_part(a, '/', 1) = ANY (%(skip)s::text[]))
    ORDER BY position LIMIT 1
    FOR UPDATE SKIP LOCKED)
 UPDATE imapmig_queue.jobs j

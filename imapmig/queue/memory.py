@@ -22,7 +22,7 @@ from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
-from imapmig.config.model import JobConfig, UserList
+from imapmig.config.model import ImapSourceConfig, JobConfig, UserList
 from imapmig.errors import ControlRefused, LeaseLost, UnknownJob
 from imapmig.queue import (
     ENDED,
@@ -141,25 +141,28 @@ class InMemoryJobQueue:
                     requests.append((held.job.name, requested))
         return Heartbeat(leaseUntil, tuple(requests))
 
-    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> JobClaim | None:
         leaseUntil = self._beat(owner, lease)
         leaseNow = self._leaseClock()
-        for position, held in list(self._claims.items()):
+        for expired, held in list(self._claims.items()):
             if held.owner != owner and held.leaseUntil < leaseNow:
                 # Taken over: the old owner's renew raises LeaseLost.
-                del self._claims[position]
-                self._takenFrom[position] = held.owner
-                self._giveBack(position, JobOutcome.STOPPED, None)
+                del self._claims[expired]
+                self._takenFrom[expired] = held.owner
+                self._giveBack(expired, JobOutcome.STOPPED, None)
         while self._deferred and self._deferred[0][0] <= now:
             heapq.heappush(self._returned, heapq.heappop(self._deferred)[1])
-        while self._next < len(self._jobs) and self._next in self._placed:
-            self._next += 1
-        if self._returned:
-            position = heapq.heappop(self._returned)
-        elif self._next < len(self._jobs):
-            position = self._next
-            self._next += 1
-        else:
+        skipped = []
+        position = self._nextPosition()
+        while position is not None and _servers(self._jobAt(position)) & skipServers:
+            # Skipped, claimable again later, in its order.
+            skipped.append(position)
+            position = self._nextPosition()
+        for each in skipped:
+            heapq.heappush(self._returned, each)
+        if position is None:
             return None
         self._generation += 1
         claim = JobClaim(
@@ -172,6 +175,19 @@ class InMemoryJobQueue:
         )
         self._claims[position] = claim
         return claim
+
+    def _nextPosition(self) -> int | None:
+        """
+        Take the position of the next job to claim, if any.
+        """
+        while self._next < len(self._jobs) and self._next in self._placed:
+            self._next += 1
+        if self._returned:
+            return heapq.heappop(self._returned)
+        if self._next < len(self._jobs):
+            self._next += 1
+            return self._next - 1
+        return None
 
     def _jobAt(self, position: int) -> JobConfig:
         """
@@ -459,6 +475,17 @@ class InMemoryJobQueue:
 _T = TypeVar("_T")
 
 
+def _servers(job: JobConfig) -> set[str]:
+    """
+    The servers job C{job} connects to (its destination's, and its IMAP
+    source's), as a claim's C{skipServers} names them.
+    """
+    servers = {job.destination.server.name}
+    if isinstance(job.source, ImapSourceConfig):
+        servers.add(job.source.server.name)
+    return servers
+
+
 def _answer(call: Callable[..., _T], *args: object) -> Deferred[_T]:
     """
     C{call(*args)}'s result as a fired Deferred, or its exception as a
@@ -496,8 +523,10 @@ class AsyncJobQueue:
     def close(self) -> None:
         pass
 
-    def claim(self, owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
-        return _answer(self.queue.claim, owner, now, lease)
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> Deferred[JobClaim | None]:
+        return _answer(self.queue.claim, owner, now, lease, skipServers)
 
     def finish(
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None

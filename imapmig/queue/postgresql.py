@@ -381,7 +381,9 @@ class PostgreSQLJobQueue:
             live=_live(owner, mine, others),
         )
 
-    def claim(self, owner: str, now: float, lease: float) -> JobClaim | None:
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> JobClaim | None:
         def claimNext(c: Connection) -> JobClaim | tuple[str, ...] | None:
             beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
@@ -392,7 +394,9 @@ class PostgreSQLJobQueue:
             c.execute(PRUNE)
             c.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
             c.execute(FOLD_COUNTS)
-            row = c.execute(CLAIM, {"me": owner, "list": self._list.digest}).fetchone()
+            row = c.execute(
+                CLAIM, {"me": owner, "list": self._list.digest, "skip": sorted(skipServers)}
+            ).fetchone()
             if row is None:
                 return None
             name, position, generation, takenFrom, digest, template, params = row
@@ -669,9 +673,11 @@ class ThreadedJobQueue:
         """L{PostgreSQLJobQueue.retire} in a thread."""
         return self._inThread(self.queue.retire, owner)
 
-    def claim(self, owner: str, now: float, lease: float) -> Deferred[JobClaim | None]:
+    def claim(
+        self, owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+    ) -> Deferred[JobClaim | None]:
         """L{PostgreSQLJobQueue.claim} in a thread."""
-        return self._inThread(self.queue.claim, owner, now, lease)
+        return self._inThread(self.queue.claim, owner, now, lease, skipServers)
 
     def finish(
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None

@@ -48,7 +48,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Requested
 from imapmig.schedule.fleetcontrols import FleetControls
-from imapmig.schedule.grants import ConnectionGrants, Grant, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
@@ -513,7 +513,13 @@ class FleetScheduler(JobQueueService):
             # Unregistered, stopping, or runs abandoned still winding down
             # (claimed again, a job would run twice here).
             return Deferred.fromCoroutine(_none())
-        claiming = self._queue.claim(owner, self._clock.seconds(), self._lease)
+        if len(self._claims) >= (self._grants.pools.limit(JOB_SLOTS) or float("inf")):
+            # Held, running or waiting for grants, up to max_jobs: the
+            # fleet's other daemons run the rest.
+            return Deferred.fromCoroutine(_none())
+        claiming = self._queue.claim(
+            owner, self._clock.seconds(), self._lease, skipServers=self.shares.withoutShare
+        )
 
         def claimed(claim: JobClaim | None) -> JobClaim | None:
             if claim is None or self.member.owner == owner:

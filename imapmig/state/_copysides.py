@@ -682,6 +682,9 @@ class PostgreSQLSide:
                     copying.write_row(row)
 
         self._run(f"write {table.name}", copy)
+        if table.name == "job_holds" and self._queueJobs:
+            # A fleet reads its holds from its jobs' rows.
+            self._run("hold the jobs", lambda: self._connection.execute(_pgschema.HOLDS_TO_ROWS))
 
     def journalIds(self, count: int) -> Iterator[int]:
         """

@@ -160,6 +160,20 @@ SCHEMA_VERSION = len(MIGRATIONS)
 The newest schema this code knows; a database with a newer one is refused.
 """
 
+HOLDS_TO_ROWS = """
+UPDATE imapmig_queue.jobs j SET state = h.hold
+  FROM imapmig.job_holds h
+ WHERE h.job = j.name AND j.state IN ('queued', 'deferred', 'paused', 'cancelled')
+   AND j.state <> h.hold
+"""
+"""
+The holds of C{job_holds} (a state copied from SQLite) put into a fleet's
+jobs' rows, whose states are its holds: each job not claimed nor ended
+rests as its hold says (a paused deferred job keeps its C{not_before}).
+Run by C{imapmig state copy} into a database with a job list, and by the
+first load of a fleet's list (L{imapmig.queue._pgjoblist.replaceJobList}).
+"""
+
 
 def migrate(
     connection: psycopg.Connection[tuple[object, ...]], where: str, migratedBy: str

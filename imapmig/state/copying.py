@@ -179,9 +179,9 @@ def _cleared(target: Side, jobs: list[str], accounts: list[tuple[str, ...]], rep
 def _copyHolds(holds: list[Row], target: Side) -> None:
     """
     Write the source's holds (C{job, hold, by, updated_at}, read by
-    L{Side.holds}) into the target's C{job_holds} table, where both stores
-    keep them today; the one place to change when a fleet's holds move
-    into its job rows.
+    L{Side.holds}) into the target's C{job_holds} table, and into the
+    states of a fleet's jobs' rows where the target has them
+    (L{imapmig.state._copysides.PostgreSQLSide.write}).
     """
     target.write(HOLDS, iter(holds))
 
