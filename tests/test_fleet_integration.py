@@ -34,7 +34,9 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
+
+import yaml
 
 from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred
@@ -385,6 +387,81 @@ class FleetTests(TestCase):
         self.assertEqual(await late.process.exited(reactor, RUN_BOUND), 0, fleet.tails())
         self.assertEqual(fleet.watch.by(late.pid), [])
         self.assertTimelinesDone()
+
+
+class FleetReloadTests(TestCase):
+    """
+    A reload of one daemon of a fleet changes the fleet's job list: the
+    job it removes is run by no daemon, the job it adds is run; the other
+    daemon, whose file now differs, says so in its log, and runs the new
+    list once reloaded with the new file.
+    """
+
+    timeout = 600
+
+    async def test_reloadChangesTheFleetsList(self) -> None:
+        """
+        Two daemons of five jobs of 1000 messages (one at a time each);
+        daemon 1 reloaded
+        (C{SIGHUP}) with the last job removed and a sixth added: the
+        fleet's generation is raised, daemon 2 logs that its list differs,
+        and once it is reloaded too both exit 0 with the new list done,
+        every message once, and the removed job never claimed, its account
+        empty.
+        """
+        requirePostgreSQL(self)
+        requireDovecot(self)
+        instance = dedicatedDovecot("fleet")
+        users = [freshUser(instance) for _ in range(6)]
+        # Jobs long enough (about 2 s each) for the reload to come before
+        # the last one is claimed, and daemon 2 to hear of it mid-job.
+        fleet = Fleet(self, reactor, instance, users, 10 * MESSAGES_PER_JOB, 3004, 1)
+        await fleet.listen()
+        everyJob = fleet.jobs
+        removed, added = everyJob[4], everyJob[5]
+        fleet.jobs = everyJob[:5]
+        first, second = fleet.startDaemon(), fleet.startDaemon()
+        pids = {first.pid, second.pid}
+
+        def registered() -> bool:
+            last = fleet.queue.last
+            return last is not None and pids <= {d.pid for d in last.daemons.values()}
+
+        await fleet.until(registered, START_BOUND, "both daemons registered")
+        [(before,)] = await deferToThread(
+            fleet.database.query, "SELECT jobs_generation FROM imapmig_queue.fleet"
+        )
+        fleet.jobs = everyJob[:4] + (added,)
+        for daemon in (first, second):
+            with open(daemon.configPath + ".new", "w") as f:
+                yaml.safe_dump(fleet.configuration(), f)
+        os.replace(first.configPath + ".new", first.configPath)
+        os.kill(first.pid, signal.SIGHUP)
+
+        def logged(daemon: Daemon, text: str) -> Callable[[], bool]:
+            return lambda: text.encode() in daemon.process.output
+
+        await fleet.until(
+            logged(second, "The fleet's job list changed (generation"),
+            RUN_BOUND,
+            "daemon 2 saying its list differs from the fleet's",
+        )
+        [(after,)] = await deferToThread(
+            fleet.database.query, "SELECT jobs_generation FROM imapmig_queue.fleet"
+        )
+        self.assertGreater(after, before)
+        os.replace(second.configPath + ".new", second.configPath)
+        os.kill(second.pid, signal.SIGHUP)
+        statuses = await fleet.exits(RUN_BOUND)
+        self.assertEqual(statuses, {1: 0, 2: 0}, fleet.tails())
+        outcome = fleet.outcome()
+        self.assertEqual(outcome.problems(), [], fleet.tails())
+        self.assertEqual(set(outcome.states), {job.name for job in fleet.jobs})
+        claimed = {r.jobs[removed.name].state for r in fleet.queue.readings if removed.name in r.jobs}
+        self.assertNotIn("claimed", claimed)
+        self.assertEqual(
+            {box: n for box, n in instance.fetchAll(removed.user.name).items() if n}, {}
+        )
 
 
 class CommandScannerTests(SynchronousTestCase):

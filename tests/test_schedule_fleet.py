@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Sequence, cast
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
-from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -52,6 +52,8 @@ class ControlledQueue(AsyncJobQueue):
         self.retired: list[str] = []
         self.schemaVersion: int | None = None
         self.requestedBy: tuple[tuple[str, str], ...] = ()
+        self.jobsGeneration: int | None = None
+        self.differs: str | None = None
 
     def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
         self.beats += 1
@@ -68,9 +70,13 @@ class ControlledQueue(AsyncJobQueue):
                 heartbeat.requests,
                 self.requestedBy,
                 self.schemaVersion,
+                self.jobsGeneration,
             )
 
         return AsyncJobQueue.heartbeat(self, owner, lease).addCallback(more)
+
+    def listDiffers(self) -> Deferred[str | None]:
+        return succeed(self.differs)
 
     def retire(self, owner: str) -> Deferred[None]:
         self.retired.append(owner)
@@ -183,6 +189,34 @@ class FleetMemberTests(SynchronousTestCase):
         self.assertEqual(deadline.at, 55.0)
         self.successResultOf(self.member.stop())
         self.assertTrue(deadline.passed())
+
+    def test_listDiffersOncePerGeneration(self) -> None:
+        """
+        At each new generation of the fleet's job list (a reload on
+        another daemon) after the first seen, the daemon says once, at
+        warning level, why its own list now differs from the fleet's; a
+        generation after which its list is the fleet's says nothing.
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        self.m.queue.jobsGeneration = 1
+        self.m.queue.differs = "this daemon's job list (digest d1) is not the one of fleet 'x'"
+        self.member.start()
+        self.clock.pump([5] * 3)
+        self.m.queue.jobsGeneration = 2
+        self.clock.pump([5] * 3)
+        self.m.queue.jobsGeneration = 3
+        self.m.queue.differs = None
+        self.clock.pump([5] * 3)
+        warned = [formatEvent(e) for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(
+            warned,
+            [
+                "The fleet's job list changed (generation 2): this daemon's job list"
+                " (digest d1) is not the one of fleet 'x'"
+            ],
+        )
 
     def test_t0BeforeTheCall(self) -> None:
         """

@@ -516,7 +516,7 @@ def buildService(
     # After the scheduler: the jobs it starts at once list their sources
     # themselves.
     tree.census(config).setServiceParent(root)
-    tree.addReloader(scheduler)
+    tree.addReloader(scheduler, fleetQueue)
     if config.notify is not None:
         tree.addWebhook(config.notify)
     whenListening: Callable[[], Deferred[None]] | None = None
@@ -680,7 +680,9 @@ class _ServiceTree:
         census.setServiceParent(self.root)
         census.whenDone().addCallback(lambda _: census.disownServiceParent())
 
-    def addReloader(self, scheduler: JobQueueService) -> None:
+    def addReloader(
+        self, scheduler: JobQueueService, fleetQueue: IAsyncJobQueue | None = None
+    ) -> None:
         """
         Give the root service its reloader (C{SIGHUP}), which changes the
         queue, grants, progress model and maps of the tree.
@@ -698,6 +700,7 @@ class _ServiceTree:
                 self.jobServers,
                 self.countSources,
                 scheduler.controls,
+                fleetQueue,
             ),
             running=lambda: bool(root.running),
         )

@@ -171,6 +171,7 @@ class FleetMember:
         self._delivered: set[tuple[str, Requested]] = set()
         self.missed = 0
         self.newerSchema = False
+        self._generation: int | None = None
 
     def start(self) -> None:
         """
@@ -380,6 +381,7 @@ class FleetMember:
                 )
                 self._jobs.newerSchema(version)
             return
+        self._newGeneration(heartbeat.jobsGeneration)
         by = dict(heartbeat.requestedBy)
         standing = set(heartbeat.requests)
         self._delivered &= standing
@@ -388,6 +390,30 @@ class FleetMember:
                 continue
             self._delivered.add((job, requested))
             self._jobs.asked(job, requested, by.get(job, REQUESTED_BY))
+
+
+    def _newGeneration(self, generation: int | None) -> None:
+        """
+        At each generation of the fleet's job list after the first this
+        daemon saw (a reload elsewhere), say once whether this daemon's own
+        list now differs from the fleet's (it then claims nothing).
+        """
+        if generation is None or generation == self._generation:
+            return
+        seen, self._generation = self._generation, generation
+        if seen is None:
+            return
+
+        def told(why: str | None) -> None:
+            if why is not None:
+                log.warn("The fleet's job list changed (generation {generation}): {why}",
+                         generation=generation, why=why)
+
+        def failed(failure: Failure) -> None:
+            log.warn("Could not compare this daemon's job list with the fleet's: {why}",
+                     why=failure.getErrorMessage())
+
+        self._queue.listDiffers().addCallbacks(told, failed)
 
 
 async def _nothing() -> None:
