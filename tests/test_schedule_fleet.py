@@ -24,6 +24,7 @@ from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
+from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
@@ -833,6 +834,32 @@ class FleetControlsTests(SynchronousTestCase):
         self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
         self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
 
+    def test_unknownNameRefusedHere(self) -> None:
+        """
+        A control of a name that is no job of this daemon's configuration
+        (its list is the fleet's), or of the empty name, fails with
+        L{UnknownJob} (the page's 404) without asking the queue (found
+        from outside: C{POST /control/jobs//pause} was sent to the queue
+        and tried again for as long as the database was down); with user
+        lists, whose jobs only the queue knows, the queue decides, but
+        never for the empty name.
+        """
+        asked: list[str] = []
+        pause = self.fleet.queue.pause
+
+        def noted(name: str) -> Deferred[QueueState]:
+            asked.append(name)
+            return pause(name)
+
+        self.fleet.queue.pause = noted  # type: ignore[method-assign]
+        self.failureResultOf(self.controls.pause("", "alice"), UnknownJob)
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertEqual(asked, [])
+        self.controls.userLists = True
+        self.failureResultOf(self.controls.pause("", "alice"), UnknownJob)
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertEqual(asked, ["nope"])
+
     def test_queuedJob(self) -> None:
         """
         A queued job paused here is paused in the queue (no daemon claims
@@ -860,8 +887,44 @@ class FleetControlsTests(SynchronousTestCase):
 
     def test_unreachableQueue(self) -> None:
         """
-        A control the queue cannot take is tried again until it can, and
-        answered then.
+        A control of a job this daemon does not hold, which the queue
+        cannot take, fails at once with L{QueueUnavailable} naming the
+        database (the page's 503), and is not tried again: the admin was
+        told it failed (found from outside: a pause during an outage got no
+        answer in 60 s).
+        """
+        calls: list[str] = []
+
+        def refused(name: str) -> Deferred[QueueState]:
+            calls.append(name)
+            return fail(QueueUnavailable("db1: connection refused"))
+
+        self.fleet.queue.pause = refused  # type: ignore[method-assign]
+        failure = self.failureResultOf(self.controls.pause("c", "alice"), QueueUnavailable)
+        self.assertIn("db1: connection refused", str(failure.value))
+        self.assertIn("not applied", str(failure.value))
+        self.fleet.clock.advance(60)
+        self.assertEqual(calls, ["c"])
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
+
+    def test_unansweredQueue(self) -> None:
+        """
+        A control the queue does not answer (a database stalled) fails
+        with L{QueueUnavailable} after C{CONTROL_ANSWER} seconds.
+        """
+        self.fleet.queue.pause = lambda name: Deferred()  # type: ignore[method-assign]
+        pausing = self.controls.pause("c", "alice")
+        self.assertNoResult(pausing)
+        self.fleet.clock.advance(CONTROL_ANSWER)
+        failure = self.failureResultOf(pausing, QueueUnavailable)
+        self.assertIn("did not answer within 5 s", str(failure.value))
+
+    def test_heldHereUnreachable(self) -> None:
+        """
+        A job this daemon runs, paused while the queue cannot be reached,
+        is stopped here, and the control fails at once with
+        L{QueueUnavailable} saying its row is written when the database
+        answers: it is tried again until it is.
         """
         pause = self.fleet.queue.pause
         calls: list[str] = []
@@ -873,11 +936,14 @@ class FleetControlsTests(SynchronousTestCase):
             return pause(name)
 
         self.fleet.queue.pause = failOnce  # type: ignore[method-assign]
-        pausing = self.controls.pause("c", "alice")
-        self.assertNoResult(pausing)
-        self.fleet.clock.advance(5)
-        self.assertEqual(self.successResultOf(pausing), JobState.PAUSED)
-        self.assertEqual(calls, ["c", "c"])
+        failure = self.failureResultOf(self.controls.pause("b", "alice"), QueueUnavailable)
+        self.assertIn("written when the database answers again", str(failure.value))
+        self.fleet.clock.advance(WRITE_RETRY)
+        self.assertEqual(calls, ["b", "b"])
+        # Stopped here at once; its claim's end may reach the queue first
+        # (claimed again), the pause then comes back with a heartbeat.
+        self.fleet.clock.pump([self.fleet.member.period] * 3)
+        self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
 
     def test_bulk(self) -> None:
         """

@@ -657,6 +657,7 @@ class _ServiceTree:
                 store=self.store, machines=self.machines,
             )  # fmt: skip
             fleetScheduler.append(fleetOne)
+            fleetOne.controls.userLists = bool(self.config.userLists)
             scheduler = fleetOne
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")

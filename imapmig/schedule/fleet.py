@@ -436,6 +436,8 @@ class FleetScheduler(JobQueueService):
         L{FleetShares.inUse} for its heartbeats.
     """
 
+    controls: FleetControls
+
     def __init__(
         self,
         queue: IAsyncJobQueue,
