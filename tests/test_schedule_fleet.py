@@ -365,12 +365,40 @@ class FleetMemberTests(SynchronousTestCase):
         self.member.start()
         self.assertIsNone(self.member.owner)
         # Unregistered, it holds no lease (not "the send deadline is in nan s").
-        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
-        self.assertEqual(said["deadline"], "no lease held")
+        [said] = [e for e in events if "cannot be reached" in e.get("log_format", "")]
+        self.assertIn("no lease held", said["then"])
+        self.assertIn("db1: connection refused", said["why"])
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
         self.assertEqual(self.member.deadline, 50.0)
+
+    def test_outageLoggedOnce(self) -> None:
+        """
+        A database unreachable for 40 s (within the send deadline; a
+        heartbeat every 5 s failing) is one warning when it stops answering
+        (the error, naming the database), one repeat after 30 s, and one
+        line when it answers again, how long it was away (found from
+        outside: a warning at every heartbeat).
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        self.member.start()
+        self.m.queue.failure = QueueUnavailable("db1: connection refused")
+        self.clock.pump([1.0] * 40)
+        self.m.queue.failure = None
+        self.clock.pump([5.0] * 2)
+        said = [
+            formatEvent(e) for e in events
+            if e.get("log_namespace") == "imapmig.schedule.fleet"
+            and e["log_level"] in (LogLevel.warn, LogLevel.info)
+            and "database" in formatEvent(e)
+        ]  # fmt: skip
+        self.assertEqual(len(said), 3, said)
+        self.assertIn("cannot be reached (db1: connection refused)", said[0])
+        self.assertIn("still cannot be reached after 30 s", said[1])
+        self.assertIn("answers again after 40", said[2])
 
     def test_stop(self) -> None:
         """

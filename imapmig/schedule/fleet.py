@@ -52,6 +52,7 @@ from imapmig.schedule.grants import ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
+from imapmig.state.outage import OutageLog
 
 log = Logger()
 
@@ -172,6 +173,7 @@ class FleetMember:
         self.missed = 0
         self.newerSchema = False
         self._generation: int | None = None
+        self._outage = OutageLog(log, "The fleet's heartbeat", monotonic)
 
     def start(self) -> None:
         """
@@ -214,12 +216,9 @@ class FleetMember:
         self._tick = self._clock.callLater(self.period, self._beat)
         if self._inFlight is not None:
             self.missed += 1
-            log.warn(
-                "The fleet's queue has not answered within {period:.1f} s ({missed} in a"
-                " row); {deadline}",
-                period=self.period,
-                missed=self.missed,
-                deadline=self._deadlineText(),
+            self._outage.failed(
+                f"no answer within {self.period:.1f} s, {self.missed} in a row",
+                self._deadlineText(),
             )
             return
         t0 = self._monotonic()
@@ -254,6 +253,7 @@ class FleetMember:
                 return
             self.owner = owner
             self.missed = 0
+            self._outage.answered()
             self._delivered.clear()
             self._extend(t0)
             log.info(
@@ -273,6 +273,7 @@ class FleetMember:
                 # An answer for an incarnation given up meanwhile.
                 return
             self.missed = 0
+            self._outage.answered()
             self.lastHeartbeat = heartbeat
             self._extend(t0)
             if self._onHeartbeat is not None:
@@ -291,12 +292,9 @@ class FleetMember:
 
     def _failed(self, failure: Failure) -> None:
         self.missed += 1
-        log.warn(
-            "The fleet's queue did not answer ({why}); trying again in {period:.1f} s,"
-            " {deadline}",
-            why=failure.getErrorMessage(),
-            period=self.period,
-            deadline=self._deadlineText(),
+        self._outage.failed(
+            failure.getErrorMessage(),
+            f"trying again every {self.period:.1f} s, {self._deadlineText()}",
         )
 
     def _extend(self, t0: float) -> None:
