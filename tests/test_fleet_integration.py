@@ -30,6 +30,7 @@ Without PostgreSQL or Dovecot the tests skip, and fail under C{CI=true}.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -44,6 +45,7 @@ from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from imapmig.commands import cli
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.faultproxy import FaultProxy
 from imapmig.testing.faults import Direction, Stall
@@ -401,57 +403,69 @@ class FleetReloadTests(TestCase):
 
     async def test_reloadChangesTheFleetsList(self) -> None:
         """
-        Two daemons of five jobs of 1000 messages (one at a time each);
-        daemon 1 reloaded
-        (C{SIGHUP}) with the last job removed and a sixth added: the
-        fleet's generation is raised, daemon 2 logs that its list differs,
-        and once it is reloaded too both exit 0 with the new list done,
-        every message once, and the removed job never claimed, its account
-        empty.
+        Two daemons of five jobs (one at a time each), loaded beforehand
+        (C{imapmig state load-jobs}) with the last two paused in the
+        database (the fleet is not drained meanwhile, and the last is
+        claimed by none); daemon 1 reloaded (C{SIGHUP}) with the last job
+        removed and a sixth added: the fleet's generation is raised, the
+        removed job leaves the list, daemon 2 logs that its list differs;
+        once it is reloaded too and the paused job resumed, both exit 0
+        with the new list done, every message once, and the removed job
+        never claimed, its account empty.
         """
         requirePostgreSQL(self)
         requireDovecot(self)
         instance = dedicatedDovecot("fleet")
         users = [freshUser(instance) for _ in range(6)]
-        # Jobs long enough (about 2 s each) for the reload to come before
-        # the last one is claimed, and daemon 2 to hear of it mid-job.
-        fleet = Fleet(self, reactor, instance, users, 10 * MESSAGES_PER_JOB, 3004, 1)
+        fleet = Fleet(self, reactor, instance, users, MESSAGES_PER_JOB, 3004, 1)
         await fleet.listen()
         everyJob = fleet.jobs
-        removed, added = everyJob[4], everyJob[5]
+        kept, removed, added = everyJob[3], everyJob[4], everyJob[5]
         fleet.jobs = everyJob[:5]
-        first, second = fleet.startDaemon(), fleet.startDaemon()
-        pids = {first.pid, second.pid}
-
-        def registered() -> bool:
-            last = fleet.queue.last
-            return last is not None and pids <= {d.pid for d in last.daemons.values()}
-
-        await fleet.until(registered, START_BOUND, "both daemons registered")
-        [(before,)] = await deferToThread(
-            fleet.database.query, "SELECT jobs_generation FROM imapmig_queue.fleet"
+        first = os.path.join(fleet.directory, "first.yaml")
+        with open(first, "w") as f:
+            yaml.safe_dump(fleet.configuration(), f)
+        loaded = await deferToThread(
+            cli.main, ["state", "load-jobs", "--config", first], out=io.StringIO()
         )
-        fleet.jobs = everyJob[:4] + (added,)
-        for daemon in (first, second):
-            with open(daemon.configPath + ".new", "w") as f:
-                yaml.safe_dump(fleet.configuration(), f)
-        os.replace(first.configPath + ".new", first.configPath)
-        os.kill(first.pid, signal.SIGHUP)
+        self.assertEqual(loaded, 0)
+        query = fleet.database.query
+        await deferToThread(
+            query,
+            "UPDATE imapmig_queue.jobs SET state = 'paused' WHERE name = ANY(%s)",
+            [[kept.name, removed.name]],
+        )
+        [(before,)] = await deferToThread(query, "SELECT jobs_generation FROM imapmig_queue.fleet")
+        daemon1, daemon2 = fleet.startDaemon(), fleet.startDaemon()
 
         def logged(daemon: Daemon, text: str) -> Callable[[], bool]:
             return lambda: text.encode() in daemon.process.output
 
+        for daemon in (daemon1, daemon2):
+            await fleet.until(logged(daemon, "Registered in the fleet's queue"), START_BOUND, "registered")
+        fleet.jobs = everyJob[:4] + (added,)
+        for daemon in (daemon1, daemon2):
+            with open(daemon.configPath + ".new", "w") as f:
+                yaml.safe_dump(fleet.configuration(), f)
+        os.replace(daemon1.configPath + ".new", daemon1.configPath)
+        os.kill(daemon1.pid, signal.SIGHUP)
         await fleet.until(
-            logged(second, "The fleet's job list changed (generation"),
+            logged(daemon2, "The fleet's job list changed (generation"),
             RUN_BOUND,
             "daemon 2 saying its list differs from the fleet's",
         )
-        [(after,)] = await deferToThread(
-            fleet.database.query, "SELECT jobs_generation FROM imapmig_queue.fleet"
-        )
+        [(after,)] = await deferToThread(query, "SELECT jobs_generation FROM imapmig_queue.fleet")
         self.assertGreater(after, before)
-        os.replace(second.configPath + ".new", second.configPath)
-        os.kill(second.pid, signal.SIGHUP)
+        rows = await deferToThread(query, "SELECT name FROM imapmig_queue.jobs WHERE name = %s", [removed.name])
+        self.assertEqual(rows, [])
+        os.replace(daemon2.configPath + ".new", daemon2.configPath)
+        os.kill(daemon2.pid, signal.SIGHUP)
+        await fleet.until(
+            logged(daemon2, "The fleet's job list is now"), RUN_BOUND, "daemon 2 reloaded"
+        )
+        await deferToThread(
+            query, "UPDATE imapmig_queue.jobs SET state = 'queued' WHERE name = %s", [kept.name]
+        )
         statuses = await fleet.exits(RUN_BOUND)
         self.assertEqual(statuses, {1: 0, 2: 0}, fleet.tails())
         outcome = fleet.outcome()

@@ -193,19 +193,19 @@ class FleetMemberTests(SynchronousTestCase):
 
     def test_listDiffersOncePerGeneration(self) -> None:
         """
-        At each new generation of the fleet's job list (a reload on
-        another daemon) after the first seen, the daemon says once, at
-        warning level, why its own list now differs from the fleet's; a
-        generation after which its list is the fleet's says nothing.
+        At each new generation of the fleet's job list it sees (a reload on
+        another daemon), the daemon says once, at warning level, why its
+        own list now differs from the fleet's; a generation after which its
+        list is the fleet's says nothing.
         """
         events: list[LogEvent] = []
         globalLogPublisher.addObserver(cast(ILogObserver, events.append))
         self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
         self.m.queue.jobsGeneration = 1
-        self.m.queue.differs = "this daemon's job list (digest d1) is not the one of fleet 'x'"
         self.member.start()
         self.clock.pump([5] * 3)
         self.m.queue.jobsGeneration = 2
+        self.m.queue.differs = "this daemon's job list (digest d1) is not the one of fleet 'x'"
         self.clock.pump([5] * 3)
         self.m.queue.jobsGeneration = 3
         self.m.queue.differs = None

@@ -392,15 +392,14 @@ class FleetMember:
 
     def _newGeneration(self, generation: int | None) -> None:
         """
-        At each generation of the fleet's job list after the first this
-        daemon saw (a reload elsewhere), say once whether this daemon's own
-        list now differs from the fleet's (it then claims nothing).
+        At each generation of the fleet's job list this daemon sees (the
+        first, for a reload elsewhere since it started; then each reload
+        elsewhere), say once whether its own list now differs from the
+        fleet's (it then claims nothing).
         """
         if generation is None or generation == self._generation:
             return
-        seen, self._generation = self._generation, generation
-        if seen is None:
-            return
+        self._generation = generation
 
         def told(why: str | None) -> None:
             if why is not None:
