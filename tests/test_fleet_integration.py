@@ -30,11 +30,14 @@ Without PostgreSQL or Dovecot the tests skip, and fail under C{CI=true}.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
+
+import yaml
 
 from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred
@@ -42,6 +45,7 @@ from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from imapmig.commands import cli
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.faultproxy import FaultProxy
 from imapmig.testing.faults import Direction, Stall
@@ -385,6 +389,93 @@ class FleetTests(TestCase):
         self.assertEqual(await late.process.exited(reactor, RUN_BOUND), 0, fleet.tails())
         self.assertEqual(fleet.watch.by(late.pid), [])
         self.assertTimelinesDone()
+
+
+class FleetReloadTests(TestCase):
+    """
+    A reload of one daemon of a fleet changes the fleet's job list: the
+    job it removes is run by no daemon, the job it adds is run; the other
+    daemon, whose file now differs, says so in its log, and runs the new
+    list once reloaded with the new file.
+    """
+
+    timeout = 600
+
+    async def test_reloadChangesTheFleetsList(self) -> None:
+        """
+        Two daemons of five jobs (one at a time each), loaded beforehand
+        (C{imapmig state load-jobs}) with the last two paused in the
+        database (the fleet is not drained meanwhile, and the last is
+        claimed by none); daemon 1 reloaded (C{SIGHUP}) with the last job
+        removed and a sixth added: the fleet's generation is raised, the
+        removed job leaves the list, daemon 2 logs that its list differs;
+        once it is reloaded too and the paused job resumed, both exit 0
+        with the new list done, every message once, and the removed job
+        never claimed, its account empty.
+        """
+        requirePostgreSQL(self)
+        requireDovecot(self)
+        instance = dedicatedDovecot("fleet")
+        users = [freshUser(instance) for _ in range(6)]
+        fleet = Fleet(self, reactor, instance, users, MESSAGES_PER_JOB, 3004, 1)
+        await fleet.listen()
+        everyJob = fleet.jobs
+        kept, removed, added = everyJob[3], everyJob[4], everyJob[5]
+        fleet.jobs = everyJob[:5]
+        first = os.path.join(fleet.directory, "first.yaml")
+        with open(first, "w") as f:
+            yaml.safe_dump(fleet.configuration(), f)
+        loaded = await deferToThread(
+            cli.main, ["state", "load-jobs", "--config", first], out=io.StringIO()
+        )
+        self.assertEqual(loaded, 0)
+        query = fleet.database.query
+        await deferToThread(
+            query,
+            "UPDATE imapmig_queue.jobs SET state = 'paused' WHERE name = ANY(%s)",
+            [[kept.name, removed.name]],
+        )
+        [(before,)] = await deferToThread(query, "SELECT jobs_generation FROM imapmig_queue.fleet")
+        daemon1, daemon2 = fleet.startDaemon(), fleet.startDaemon()
+
+        def logged(daemon: Daemon, text: str) -> Callable[[], bool]:
+            return lambda: text.encode() in daemon.process.output
+
+        for daemon in (daemon1, daemon2):
+            await fleet.until(logged(daemon, "Registered in the fleet's queue"), START_BOUND, "registered")
+        fleet.jobs = everyJob[:4] + (added,)
+        for daemon in (daemon1, daemon2):
+            with open(daemon.configPath + ".new", "w") as f:
+                yaml.safe_dump(fleet.configuration(), f)
+        os.replace(daemon1.configPath + ".new", daemon1.configPath)
+        os.kill(daemon1.pid, signal.SIGHUP)
+        await fleet.until(
+            logged(daemon2, "The fleet's job list changed (generation"),
+            RUN_BOUND,
+            "daemon 2 saying its list differs from the fleet's",
+        )
+        [(after,)] = await deferToThread(query, "SELECT jobs_generation FROM imapmig_queue.fleet")
+        self.assertGreater(after, before)
+        rows = await deferToThread(query, "SELECT name FROM imapmig_queue.jobs WHERE name = %s", [removed.name])
+        self.assertEqual(rows, [])
+        os.replace(daemon2.configPath + ".new", daemon2.configPath)
+        os.kill(daemon2.pid, signal.SIGHUP)
+        await fleet.until(
+            logged(daemon2, "The fleet's job list is now"), RUN_BOUND, "daemon 2 reloaded"
+        )
+        await deferToThread(
+            query, "UPDATE imapmig_queue.jobs SET state = 'queued' WHERE name = %s", [kept.name]
+        )
+        statuses = await fleet.exits(RUN_BOUND)
+        self.assertEqual(statuses, {1: 0, 2: 0}, fleet.tails())
+        outcome = fleet.outcome()
+        self.assertEqual(outcome.problems(), [], fleet.tails())
+        self.assertEqual(set(outcome.states), {job.name for job in fleet.jobs})
+        claimed = {r.jobs[removed.name].state for r in fleet.queue.readings if removed.name in r.jobs}
+        self.assertNotIn("claimed", claimed)
+        self.assertEqual(
+            {box: n for box, n in instance.fetchAll(removed.user.name).items() if n}, {}
+        )
 
 
 class CommandScannerTests(SynchronousTestCase):

@@ -6,13 +6,14 @@ write the store's fence refuses, and the recorder abandoned.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import LeaseLost
+from imapmig.errors import LeaseLost, TransientError
 from imapmig.job.recording import (
     JournalTicket,
     OutcomeRecorder,
@@ -274,3 +275,42 @@ class FencedRecordingTests(SynchronousTestCase):
         self.assertEqual(len(self.successResultOf(self.store.journal(JOB))), 1)
         self.recorder.startRun()
         journaled(self.recorder, self, "b")
+
+
+class OutageRecordingTests(SynchronousTestCase):
+    """
+    A store that cannot be reached while a job records its outcomes.
+    """
+
+    def test_outageLoggedOnce(self) -> None:
+        """
+        Ten flushes failing in 20 s (the store unreachable) are one error
+        line, naming the error; the flush that succeeds then says how long
+        the store was away (found from outside: C{Could not record N
+        outcomes} about ten times per job).
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        clock = Clock()
+        store = FencedStore()
+        recorder = OutcomeRecorder(
+            JOB, store, JobProgress(JOB, clock.seconds), clock, recordEvery=100, recordInterval=5.0
+        )
+        recordOutcomes = store.recordOutcomes
+        store.recordOutcomes = (  # type: ignore[method-assign]
+            lambda *args, **kwargs: fail(TransientError("db: connection refused"))
+        )
+        ticket = journaled(recorder, self, *[str(n) for n in range(11)])
+        for n in range(10):
+            recorder.add(MessageOutcome("F", str(n), "Box", 10, 7, n + 1), ticket)
+            self.successResultOf(recorder.flush())
+            clock.advance(2)
+        store.recordOutcomes = recordOutcomes  # type: ignore[method-assign]
+        recorder.add(MessageOutcome("F", "10", "Box", 10, 7, 11), ticket)
+        self.successResultOf(recorder.flush())
+        said = [(e["log_level"], formatEvent(e)) for e in events if e.get("log_namespace") == "imapmig.job.recording"]
+        self.assertEqual(len(said), 2, said)
+        self.assertEqual(said[0][0], LogLevel.error)
+        self.assertIn("cannot be reached (db: connection refused)", said[0][1])
+        self.assertIn("answers again after 20.0 s (10 attempts failed)", said[1][1])

@@ -49,7 +49,8 @@ from imapmig.daemon.reload import (
 )
 from imapmig.daemon.reloadapply import ReloadApplied
 from imapmig.daemon.reloadplan import keptForRestart
-from imapmig.queue import QueueState
+from imapmig.errors import JobListStale
+from imapmig.queue import ListChange, QueueState
 from imapmig.access.secrets import Secret
 from imapmig.state import CANCELLED, PAUSED, JobHold
 from imapmig.daemon.reload import loadInThread
@@ -662,6 +663,50 @@ class ReloaderTests(SynchronousTestCase):
         h.scheduler.finish("a")
         h.scheduler.finish("b")
         self.assertEqual(h.scheduler.clock.getDelayedCalls(), [])
+
+    def test_fleetListReplacedOnce(self) -> None:
+        """
+        In a fleet, a reload replaces the fleet's job list with one
+        C{replaceList} of the new jobs and user lists (the whole
+        difference) before applying the reload; a refusal of it is one
+        error line, the reload is reported failed and nothing changes.
+        """
+        events = capture(self)
+        h = Harness([jobConfig("a", "a")])
+        calls: list[tuple[list[str], tuple[Any, ...]]] = []
+        answers: list[Deferred[ListChange]] = [
+            fail(JobListStale("fleet 'x''s job list is no longer this daemon's")),
+            succeed(ListChange(generation=3, added=1, removed=1)),
+        ]
+
+        class FleetQueue:
+            def replaceList(self, jobs: Sequence[JobConfig], userLists: Any = ()) -> Deferred[ListChange]:
+                calls.append(([job.name for job in jobs], tuple(userLists)))
+                return answers.pop(0)
+
+        target = evolve(h.target, fleet=cast(Any, FleetQueue()))
+        new = configOf([jobConfig("b", "b")])
+        reloader = ConfigReloader(h.config, lambda path: succeed(new), target)
+        self.assertFalse(self.successResultOf(reloader.reloadFrom("/etc/imapmig.yaml")))
+        self.assertEqual(
+            texts(events, LogLevel.error),
+            [
+                "Configuration not reloaded from /etc/imapmig.yaml: the fleet's job list could"
+                " not be replaced (fleet 'x''s job list is no longer this daemon's); nothing"
+                " changed, the daemon runs on with its configuration"
+            ],
+        )
+        self.assertEqual([job.name for job in h.scheduler.progress], ["a"])
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("/etc/imapmig.yaml")))
+        self.assertEqual(calls, [(["b"], ()), (["b"], ())])
+        self.assertIn(
+            "The fleet's job list is now /etc/imapmig.yaml's (generation 3: 1 added, 1"
+            " removed, 0 leaving at the end of their run, 0 changed)",
+            texts(events, LogLevel.info),
+        )
+        self.assertIn("b", [job.name for job in h.scheduler.progress])
+        h.scheduler.finish("a")
+        h.scheduler.finish("b")
 
     def test_coalesced(self) -> None:
         """

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence, cast
 
-from twisted.internet.defer import Deferred, DeferredList, fail
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
-from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
+from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -25,6 +25,7 @@ from imapmig.config.model import JobConfig
 from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
+from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
@@ -54,6 +55,8 @@ class ControlledQueue(AsyncJobQueue):
         self.retired: list[str] = []
         self.schemaVersion: int | None = None
         self.requestedBy: tuple[tuple[str, str], ...] = ()
+        self.jobsGeneration: int | None = None
+        self.differs: str | None = None
 
     def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
         self.beats += 1
@@ -70,9 +73,13 @@ class ControlledQueue(AsyncJobQueue):
                 heartbeat.requests,
                 self.requestedBy,
                 self.schemaVersion,
+                self.jobsGeneration,
             )
 
         return AsyncJobQueue.heartbeat(self, owner, lease).addCallback(more)
+
+    def listDiffers(self) -> Deferred[str | None]:
+        return succeed(self.differs)
 
     def retire(self, owner: str) -> Deferred[None]:
         self.retired.append(owner)
@@ -185,6 +192,34 @@ class FleetMemberTests(SynchronousTestCase):
         self.assertEqual(deadline.at, 55.0)
         self.successResultOf(self.member.stop())
         self.assertTrue(deadline.passed())
+
+    def test_listDiffersOncePerGeneration(self) -> None:
+        """
+        At each new generation of the fleet's job list it sees (a reload on
+        another daemon), the daemon says once, at warning level, why its
+        own list now differs from the fleet's; a generation after which its
+        list is the fleet's says nothing.
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        self.m.queue.jobsGeneration = 1
+        self.member.start()
+        self.clock.pump([5] * 3)
+        self.m.queue.jobsGeneration = 2
+        self.m.queue.differs = "this daemon's job list (digest d1) is not the one of fleet 'x'"
+        self.clock.pump([5] * 3)
+        self.m.queue.jobsGeneration = 3
+        self.m.queue.differs = None
+        self.clock.pump([5] * 3)
+        warned = [formatEvent(e) for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(
+            warned,
+            [
+                "The fleet's job list changed (generation 2): this daemon's job list"
+                " (digest d1) is not the one of fleet 'x'"
+            ],
+        )
 
     def test_t0BeforeTheCall(self) -> None:
         """
@@ -332,12 +367,40 @@ class FleetMemberTests(SynchronousTestCase):
         self.member.start()
         self.assertIsNone(self.member.owner)
         # Unregistered, it holds no lease (not "the send deadline is in nan s").
-        [said] = [e for e in events if "did not answer" in e.get("log_format", "")]
-        self.assertEqual(said["deadline"], "no lease held")
+        [said] = [e for e in events if "cannot be reached" in e.get("log_format", "")]
+        self.assertIn("no lease held", said["then"])
+        self.assertIn("db1: connection refused", said["why"])
         self.clock.advance(5)
         self.assertIsNotNone(self.member.owner)
         self.assertEqual(calls, [("mig1", 42, "1.0", LEASE)] * 2)
         self.assertEqual(self.member.deadline, 50.0)
+
+    def test_outageLoggedOnce(self) -> None:
+        """
+        A database unreachable for 40 s (within the send deadline; a
+        heartbeat every 5 s failing) is one warning when it stops answering
+        (the error, naming the database), one repeat after 30 s, and one
+        line when it answers again, how long it was away (found from
+        outside: a warning at every heartbeat).
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        self.member.start()
+        self.m.queue.failure = QueueUnavailable("db1: connection refused")
+        self.clock.pump([1.0] * 40)
+        self.m.queue.failure = None
+        self.clock.pump([5.0] * 2)
+        said = [
+            formatEvent(e) for e in events
+            if e.get("log_namespace") == "imapmig.schedule.fleet"
+            and e["log_level"] in (LogLevel.warn, LogLevel.info)
+            and "database" in formatEvent(e)
+        ]  # fmt: skip
+        self.assertEqual(len(said), 3, said)
+        self.assertIn("cannot be reached (db1: connection refused)", said[0])
+        self.assertIn("still cannot be reached after 30 s", said[1])
+        self.assertIn("answers again after 40", said[2])
 
     def test_stop(self) -> None:
         """
@@ -847,6 +910,32 @@ class FleetControlsTests(SynchronousTestCase):
         self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
         self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
 
+    def test_unknownNameRefusedHere(self) -> None:
+        """
+        A control of a name that is no job of this daemon's configuration
+        (its list is the fleet's), or of the empty name, fails with
+        L{UnknownJob} (the page's 404) without asking the queue (found
+        from outside: C{POST /control/jobs//pause} was sent to the queue
+        and tried again for as long as the database was down); with user
+        lists, whose jobs only the queue knows, the queue decides, but
+        never for the empty name.
+        """
+        asked: list[str] = []
+        pause = self.fleet.queue.pause
+
+        def noted(name: str) -> Deferred[QueueState]:
+            asked.append(name)
+            return pause(name)
+
+        self.fleet.queue.pause = noted  # type: ignore[method-assign]
+        self.failureResultOf(self.controls.pause("", "alice"), UnknownJob)
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertEqual(asked, [])
+        self.controls.userLists = True
+        self.failureResultOf(self.controls.pause("", "alice"), UnknownJob)
+        self.failureResultOf(self.controls.pause("nope", "alice"), UnknownJob)
+        self.assertEqual(asked, ["nope"])
+
     def test_queuedJob(self) -> None:
         """
         A queued job paused here is paused in the queue (no daemon claims
@@ -874,8 +963,44 @@ class FleetControlsTests(SynchronousTestCase):
 
     def test_unreachableQueue(self) -> None:
         """
-        A control the queue cannot take is tried again until it can, and
-        answered then.
+        A control of a job this daemon does not hold, which the queue
+        cannot take, fails at once with L{QueueUnavailable} naming the
+        database (the page's 503), and is not tried again: the admin was
+        told it failed (found from outside: a pause during an outage got no
+        answer in 60 s).
+        """
+        calls: list[str] = []
+
+        def refused(name: str) -> Deferred[QueueState]:
+            calls.append(name)
+            return fail(QueueUnavailable("db1: connection refused"))
+
+        self.fleet.queue.pause = refused  # type: ignore[method-assign]
+        failure = self.failureResultOf(self.controls.pause("c", "alice"), QueueUnavailable)
+        self.assertIn("db1: connection refused", str(failure.value))
+        self.assertIn("not applied", str(failure.value))
+        self.fleet.clock.advance(60)
+        self.assertEqual(calls, ["c"])
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
+
+    def test_unansweredQueue(self) -> None:
+        """
+        A control the queue does not answer (a database stalled) fails
+        with L{QueueUnavailable} after C{CONTROL_ANSWER} seconds.
+        """
+        self.fleet.queue.pause = lambda name: Deferred()  # type: ignore[method-assign]
+        pausing = self.controls.pause("c", "alice")
+        self.assertNoResult(pausing)
+        self.fleet.clock.advance(CONTROL_ANSWER)
+        failure = self.failureResultOf(pausing, QueueUnavailable)
+        self.assertIn("did not answer within 5 s", str(failure.value))
+
+    def test_heldHereUnreachable(self) -> None:
+        """
+        A job this daemon runs, paused while the queue cannot be reached,
+        is stopped here, and the control fails at once with
+        L{QueueUnavailable} saying its row is written when the database
+        answers: it is tried again until it is.
         """
         pause = self.fleet.queue.pause
         calls: list[str] = []
@@ -887,11 +1012,14 @@ class FleetControlsTests(SynchronousTestCase):
             return pause(name)
 
         self.fleet.queue.pause = failOnce  # type: ignore[method-assign]
-        pausing = self.controls.pause("c", "alice")
-        self.assertNoResult(pausing)
-        self.fleet.clock.advance(5)
-        self.assertEqual(self.successResultOf(pausing), JobState.PAUSED)
-        self.assertEqual(calls, ["c", "c"])
+        failure = self.failureResultOf(self.controls.pause("b", "alice"), QueueUnavailable)
+        self.assertIn("written when the database answers again", str(failure.value))
+        self.fleet.clock.advance(WRITE_RETRY)
+        self.assertEqual(calls, ["b", "b"])
+        # Stopped here at once; its claim's end may reach the queue first
+        # (claimed again), the pause then comes back with a heartbeat.
+        self.fleet.clock.pump([self.fleet.member.period] * 3)
+        self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
 
     def test_bulk(self) -> None:
         """

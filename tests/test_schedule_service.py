@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Sequence
+from typing import Sequence, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, globalLogPublisher
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -29,10 +30,11 @@ from imapmig.job import JobInputs, JobSettings, MigrationJob
 from imapmig.job.attempt import stoppable
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
-from imapmig.queue import JobClaim, JobOutcome
+from imapmig.errors import QueueUnavailable
+from imapmig.queue import JobClaim, JobOutcome, QueueCounts
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.config import parseConfig
-from imapmig.schedule.scheduler import JobQueueService, essentialConnections
+from imapmig.schedule.scheduler import DRAIN_RETRY, JobQueueService, essentialConnections
 from imapmig.daemon.rootservice import MigrationService
 from imapmig.daemon.service import buildService, grantedOpener
 from imapmig.state.memory import MemoryStateStore
@@ -239,6 +241,77 @@ class SchedulerTests(SynchronousTestCase):
         s.finish("a", completed=False)
         s.finish("b")
         self.assertEqual(s.done, [False])
+
+    def test_drainedWhileTheQueueDies(self) -> None:
+        """
+        A queue that cannot answer when the daemon counts its cancelled
+        jobs, once drained, is read again every C{DRAIN_RETRY} seconds, one
+        warning said, and the drain reported once it answers (it hung the
+        daemon, silently).
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        counts = s.queue.counts
+        calls: list[int] = []
+
+        def dying() -> QueueCounts:
+            # Answered for the check that nothing is left, then dead.
+            calls.append(1)
+            if len(calls) in (2, 3):
+                raise QueueUnavailable("db1: connection refused")
+            return counts()
+
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        s.service.startService()
+        s.queue.counts = dying  # type: ignore[method-assign]
+        s.finish("a")
+        self.assertEqual(s.done, [])
+        s.clock.advance(DRAIN_RETRY)
+        self.assertEqual(s.done, [])
+        s.clock.advance(DRAIN_RETRY)
+        self.assertEqual(s.done, [True])
+        warned = [e for e in events if e["log_level"] is LogLevel.warn]
+        self.assertEqual(len(warned), 1)
+        self.assertIn("db1: connection refused", formatEvent(warned[0]))
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_drainWaitStopped(self) -> None:
+        """
+        A daemon stopped while it waits to count again stops at once.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+        s.service.startService()
+        counts = s.queue.counts
+        calls: list[int] = []
+
+        def down() -> QueueCounts:
+            calls.append(1)
+            if len(calls) == 1:
+                return counts()
+            raise QueueUnavailable("db1: connection refused")
+
+        s.queue.counts = down  # type: ignore[method-assign]
+        s.finish("a")
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual((s.done, s.clock.getDelayedCalls()), ([], []))
+
+    def test_claimLoopFailureLogged(self) -> None:
+        """
+        An exception in the claim loop is logged at once, as a failure.
+        """
+        s = Scheduler([jobConfig("a", "a")], maxJobs=1)
+
+        def broken() -> float | None:
+            raise RuntimeError("a bug")
+
+        s.queue.nextDue = broken  # type: ignore[method-assign]
+        s.service.startService()
+        s.finish("a")
+        [logged] = self.flushLoggedErrors(RuntimeError)
+        self.assertEqual(str(logged.value), "a bug")
 
     def test_noJobs(self) -> None:
         """

@@ -24,6 +24,7 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.daemon import service
+from imapmig.status.hostcheck import warnIfRebindable
 from imapmig.config import loadConfig, parseConfig
 from imapmig.config.limits import ServerLimits
 from imapmig.config.model import ServerConfig, StatusConfig
@@ -238,13 +239,13 @@ class BuildServiceTests(SynchronousTestCase):
 
 class RebindingWarningTests(SynchronousTestCase):
     """
-    L{service.warnIfRebindable}: a status site reachable beyond loopback
+    L{imapmig.status.hostcheck.warnIfRebindable}: a status site reachable beyond loopback
     without C{status.allowed_hosts} is warned about.
     """
 
     def warnings(self, status: StatusConfig) -> list[str]:
         with capturedLogs() as events:
-            service.warnIfRebindable(status)
+            warnIfRebindable(status)
         return [formatEvent(e) for e in events if e["log_level"] is LogLevel.warn]
 
     def test_warned(self) -> None:

@@ -11,10 +11,11 @@ given by the test; and for the connection pool
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import LeaseLost, PermanentError, TransientError
@@ -192,6 +193,32 @@ class WriteBatcherTests(SynchronousTestCase):
         for d in writes:
             self.assertIsNone(self.successResultOf(d))
         self.assertEqual(self.batcher.commits, 1)
+
+    def test_outageLoggedOnce(self) -> None:
+        """
+        A database unreachable for 84 s, the batch tried again every 2 s,
+        is one warning when the first try fails (the error), one every
+        30 s, and one line when it answers again, how long it was away
+        (found from outside: a warning about every second).
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        batcher = WriteBatcher(self.commits, self.clock, "postgresql://db/x", retryFor=300.0)
+        d = batcher.add(write())
+        self.clock.advance(0.010)
+        while self.clock.seconds() < 84:
+            self.commits.refuse(TransientError("db: connection refused"))
+            self.clock.advance(2)
+        self.commits.answer()
+        self.successResultOf(d)
+        said = [
+            formatEvent(e) for e in events if e.get("log_namespace") == "imapmig.state._pgbatch"
+        ]
+        self.assertEqual(len(said), 4, said)
+        self.assertIn("cannot be reached (db: connection refused)", said[0])
+        self.assertIn("still cannot be reached after 3", said[1])
+        self.assertIn("answers again after 8", said[3])
 
     def test_transientGivesUp(self) -> None:
         """

@@ -284,10 +284,46 @@ class ConfigReloader:
         if not self._running():
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
+        if self.target.fleet is not None and not await self._replaceFleetList(path, new):
+            return False
         applied = applyReload(plan, self.target, wake=False, holds=holds)
         self.config = keptForRestart(self.config, new)
         _logApplied(path, plan, applied)
         self.target.scheduler.queueChanged()
+        return True
+
+    async def _replaceFleetList(self, path: str, new: Config) -> bool:
+        """
+        Make C{new}'s jobs the fleet's list (one C{replaceList}: the whole
+        difference, the list's generation raised), before the daemon
+        applies the reload; the other daemons see the new generation in
+        their heartbeats.
+
+        @return: whether it was replaced (else one line says why, and the
+            reload changed nothing).
+        """
+        assert self.target.fleet is not None
+        try:
+            change = await self.target.fleet.replaceList(new.jobs, new.userLists)
+        except Exception as e:
+            log.error(
+                "Configuration not reloaded from {path}: the fleet's job list could not be"
+                " replaced ({error}); nothing changed, the daemon runs on with its"
+                " configuration",
+                path=path,
+                error=str(e) or type(e).__name__,
+            )
+            return False
+        log.info(
+            "The fleet's job list is now {path}'s (generation {generation}: {added} added,"
+            " {removed} removed, {leaving} leaving at the end of their run, {changed} changed)",
+            path=path,
+            generation=change.generation,
+            added=change.added,
+            removed=change.removed,
+            leaving=change.leaving,
+            changed=change.changed,
+        )
         return True
 
     def _checkTLS(self, path: str, new: Config) -> None:

@@ -34,7 +34,7 @@ from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.daemon.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
-from imapmig.queue import IJobQueue, QueueState
+from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
 from imapmig.state import JobHold
 
 __all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
@@ -89,6 +89,9 @@ class ReloadTarget:
         paused or cancelled before it was removed from the configuration
         stays so when it is added again, as it would at a restart);
         L{None}: none.
+    @ivar fleet: a fleet's shared queue, whose list a reload replaces
+        first (L{IAsyncJobQueue.replaceList}, the whole difference at
+        once) before the daemon applies it; L{None}: not in a fleet.
     """
 
     queue: IJobQueue
@@ -99,6 +102,7 @@ class ReloadTarget:
     jobServers: dict[str, str]
     countSources: Callable[[Sequence[JobConfig]], None]
     holds: HoldKeeper | None = None
+    fleet: IAsyncJobQueue | None = None
 
 
 @frozen

@@ -518,7 +518,7 @@ def buildService(
     # themselves.  None in a fleet: each daemon would log in to every source.
     if not tree.inFleet:
         tree.census(config).setServiceParent(root)
-    tree.addReloader(scheduler)
+    tree.addReloader(scheduler, fleetQueue)
     if config.notify is not None:
         tree.addWebhook(config.notify)
     whenListening: Callable[[], Deferred[None]] | None = None
@@ -661,6 +661,7 @@ class _ServiceTree:
                 store=self.store, machines=self.machines,
             )  # fmt: skip
             fleetScheduler.append(fleetOne)
+            fleetOne.controls.userLists = bool(self.config.userLists)
             scheduler = fleetOne
         # Named for the log line of a stop that does not end (stopService).
         scheduler.setName("scheduler")
@@ -686,7 +687,9 @@ class _ServiceTree:
         census.setServiceParent(self.root)
         census.whenDone().addCallback(lambda _: census.disownServiceParent())
 
-    def addReloader(self, scheduler: JobQueueService) -> None:
+    def addReloader(
+        self, scheduler: JobQueueService, fleetQueue: IAsyncJobQueue | None = None
+    ) -> None:
         """
         Give the root service its reloader (C{SIGHUP}), which changes the
         queue, grants, progress model and maps of the tree.
@@ -704,6 +707,7 @@ class _ServiceTree:
                 self.jobServers,
                 self.countSources,
                 scheduler.controls,
+                fleetQueue,
             ),
             running=lambda: bool(root.running),
         )
@@ -778,23 +782,8 @@ class _ServiceTree:
         )
         listener.setName("status")
         listener.setServiceParent(root)
+        from imapmig.status.hostcheck import warnIfRebindable
+
         warnIfRebindable(config)
         return listener.whenListening
 
-
-def warnIfRebindable(status: StatusConfig) -> None:
-    """
-    Warn when the status site can be reached beyond loopback and answers
-    to any host name: a web page an admin visits can then read it through
-    DNS rebinding (L{imapmig.status.hostcheck}).
-    """
-    from imapmig.status.hostcheck import reachesBeyondLoopback
-
-    if status.allowedHosts or not reachesBeyondLoopback(status.listen):
-        return
-    log.warn(
-        "The status site listens beyond loopback ({listen}) and answers to any host name:"
-        " a web page an admin visits could read it by DNS rebinding; list the names"
-        " admins use in status.allowed_hosts",
-        listen=status.listen,
-    )

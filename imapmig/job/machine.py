@@ -32,15 +32,15 @@ for the "Job states" section of docs/failure-handling.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 from automat import TypeMachine, TypeMachineBuilder
 from twisted.internet.defer import CancelledError, Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
-from imapmig.errors import ControlRefused, ImapmigError, QueueUnavailable, UnknownJob
+from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
+from imapmig.job.queuewrite import QueueWrite
 from imapmig.job.inputs import CANCELLED_BY_ADMIN, PAUSED_BY_ADMIN, JobInputs
 from imapmig.progress import JobProgress, JobState, MigrationProgress, Wait
 from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
@@ -107,13 +107,13 @@ class _Core:
 
         A fleet's queue (an L{IAsyncJobQueue}) is written at once, without
         the read of C{already} (its refusal is the answer): the write's
-        answer is L{written}, a failure to reach the queue is logged and
-        the write tried again, never lost.
+        answer is L{written} (within seconds, L{QueueWrite}), a failure to
+        reach the queue is logged and the write tried again, never lost.
         """
         if self.queue is None:
             return
         if IAsyncJobQueue.providedBy(self.queue):
-            self.written = _Write(self.job, self.queue, self.clock, write).attempt()
+            self.written = QueueWrite(self.job, self.queue, self.clock, write).attempt()
             return
         try:
             if already is None or self.queue.state(self.job) is not already:
@@ -186,50 +186,6 @@ class _Core:
         self.cancelTimer()
         self.enter(target, cause, by)
         self.progress.finished(error)
-
-
-# Seconds before a write into a fleet's queue that could not reach it is
-# tried again.
-WRITE_RETRY = 5.0
-
-
-class _Write:
-    """
-    One write of a job's machine into a fleet's queue, tried until the
-    queue answers (L{QueueUnavailable} is logged and tried again).
-    """
-
-    def __init__(
-        self, job: str, queue: object, clock: IReactorTime, write: Callable[[Any], Callable[[str], object]]
-    ) -> None:
-        self._job = job
-        self._queue = queue
-        self._clock = clock
-        self._write = write
-        self._answer: Deferred[QueueState | ImapmigError | None] = Deferred()
-
-    def attempt(self) -> Deferred[QueueState | ImapmigError | None]:
-        writing: Deferred[QueueState | None] = self._write(self._queue)(self._job)  # type: ignore[assignment]
-        writing.addCallbacks(self._answer.callback, self._failed)
-        return self._answer
-
-    def _failed(self, failure: Failure) -> None:
-        why = failure.getErrorMessage()
-        if failure.check(UnknownJob, ControlRefused):
-            log.warn("Job {job}: the queue refuses its machine's move: {why}", job=self._job, why=why)
-            self._answer.callback(cast(ImapmigError, failure.value))
-        elif failure.check(QueueUnavailable):
-            log.warn(
-                "Job {job}: the queue cannot be reached to write its machine's move"
-                " ({why}); trying again in {delay:.0f} s",
-                job=self._job,
-                why=why,
-                delay=WRITE_RETRY,
-            )
-            self._clock.callLater(WRITE_RETRY, self.attempt)
-        else:
-            log.failure("Job {job}: writing its machine's move into the queue", failure, job=self._job)
-            self._answer.callback(None)
 
 
 _builder = TypeMachineBuilder(JobInputs, _Core)
@@ -769,7 +725,9 @@ class JobMachines:
         fleet's queue, answered as L{control} answers; the job's machine
         here is not moved (the queue's row is the job's state).
         """
-        write = _Write(name, self.queue, self._clock, lambda queue: getattr(queue, control))
+        write = QueueWrite(
+            name, self.queue, self._clock, lambda queue: getattr(queue, control), retry=False
+        )
         return write.attempt()
 
 def JobMachine(

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from imapmig.errors import LeaseLost
@@ -36,6 +36,7 @@ from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
 from imapmig.progress import JobProgress
 from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome, withNames
+from imapmig.state.outage import OutageLog
 
 log = Logger()
 
@@ -155,6 +156,9 @@ class OutcomeRecorder:
         self._store = store
         self._progress = progress
         self._clock = clock
+        self._outage = OutageLog(
+            log, f"Job {jobName}: recording its outcomes", clock.seconds, level=LogLevel.error
+        )
         self._recordEvery = recordEvery
         self._recordInterval = recordInterval
         self._buffer: list[MessageOutcome | AppendedOutcome] = []
@@ -370,19 +374,14 @@ class OutcomeRecorder:
             if failure.check(LeaseLost):
                 self._fenced(failure)
                 return
-            log.error(
-                "Could not record {count} outcomes for job {job}: {why}",
-                count=len(batch),
-                job=self._jobName,
-                why=str(failure.value),
-            )
+            self._outage.failed(str(failure.value), f"{len(batch)} outcomes not recorded")
             if self.error is None:
                 self.error = (
                     f"cannot record outcomes in the state database: {failure.value}"
                 )
                 self._onError()
 
-        d.addErrback(failed)
+        d.addCallbacks(lambda ignored: self._outage.answered(), failed)
         self._writing = d
         return d
 

@@ -52,6 +52,7 @@ from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConne
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
 from imapmig.state import IStateStore
+from imapmig.state.outage import OutageLog
 
 log = Logger()
 
@@ -171,6 +172,8 @@ class FleetMember:
         self._delivered: set[tuple[str, Requested]] = set()
         self.missed = 0
         self.newerSchema = False
+        self._generation: int | None = None
+        self._outage = OutageLog(log, "The fleet's heartbeat", monotonic)
 
     def start(self) -> None:
         """
@@ -213,12 +216,9 @@ class FleetMember:
         self._tick = self._clock.callLater(self.period, self._beat)
         if self._inFlight is not None:
             self.missed += 1
-            log.warn(
-                "The fleet's queue has not answered within {period:.1f} s ({missed} in a"
-                " row); {deadline}",
-                period=self.period,
-                missed=self.missed,
-                deadline=self._deadlineText(),
+            self._outage.failed(
+                f"no answer within {self.period:.1f} s, {self.missed} in a row",
+                self._deadlineText(),
             )
             return
         t0 = self._monotonic()
@@ -253,6 +253,7 @@ class FleetMember:
                 return
             self.owner = owner
             self.missed = 0
+            self._outage.answered()
             self._delivered.clear()
             self._extend(t0)
             log.info(
@@ -272,6 +273,7 @@ class FleetMember:
                 # An answer for an incarnation given up meanwhile.
                 return
             self.missed = 0
+            self._outage.answered()
             self.lastHeartbeat = heartbeat
             self._extend(t0)
             if self._onHeartbeat is not None:
@@ -290,12 +292,9 @@ class FleetMember:
 
     def _failed(self, failure: Failure) -> None:
         self.missed += 1
-        log.warn(
-            "The fleet's queue did not answer ({why}); trying again in {period:.1f} s,"
-            " {deadline}",
-            why=failure.getErrorMessage(),
-            period=self.period,
-            deadline=self._deadlineText(),
+        self._outage.failed(
+            failure.getErrorMessage(),
+            f"trying again every {self.period:.1f} s, {self._deadlineText()}",
         )
 
     def _extend(self, t0: float) -> None:
@@ -380,6 +379,7 @@ class FleetMember:
                 )
                 self._jobs.newerSchema(version)
             return
+        self._newGeneration(heartbeat.jobsGeneration)
         by = dict(heartbeat.requestedBy)
         standing = set(heartbeat.requests)
         self._delivered &= standing
@@ -388,6 +388,29 @@ class FleetMember:
                 continue
             self._delivered.add((job, requested))
             self._jobs.asked(job, requested, by.get(job, REQUESTED_BY))
+
+
+    def _newGeneration(self, generation: int | None) -> None:
+        """
+        At each generation of the fleet's job list this daemon sees (the
+        first, for a reload elsewhere since it started; then each reload
+        elsewhere), say once whether its own list now differs from the
+        fleet's (it then claims nothing).
+        """
+        if generation is None or generation == self._generation:
+            return
+        self._generation = generation
+
+        def told(why: str | None) -> None:
+            if why is not None:
+                log.warn("The fleet's job list changed (generation {generation}): {why}",
+                         generation=generation, why=why)
+
+        def failed(failure: Failure) -> None:
+            log.warn("Could not compare this daemon's job list with the fleet's: {why}",
+                     why=failure.getErrorMessage())
+
+        self._queue.listDiffers().addCallbacks(told, failed)
 
 
 async def _nothing() -> None:
@@ -409,6 +432,8 @@ class FleetScheduler(JobQueueService):
         at each heartbeat: L{FleetShares.withoutShare} for its claims,
         L{FleetShares.inUse} for its heartbeats.
     """
+
+    controls: FleetControls
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ from automat import NoTransition
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from imapmig.errors import ControlRefused, ImapmigError, UnknownJob
+from imapmig.errors import ControlRefused, ImapmigError, QueueUnavailable, UnknownJob
 from imapmig.job.inputs import JobInputs
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import IAsyncJobQueue, QueueState
@@ -82,6 +82,18 @@ class FleetControls(JobControls):
     ) -> None:
         JobControls.__init__(self, queue, progress, store, scheduler, machines)  # type: ignore[arg-type]
         self._fleet = scheduler
+        # Whether the configuration has user lists, whose jobs' names only
+        # the queue knows (the daemon sets it): else a name this daemon does
+        # not show is no job of the fleet (its list is the fleet's).
+        self.userLists = False
+
+    def _known(self, name: str) -> bool:
+        """
+        Whether job C{name} may be a job of the fleet: a job this daemon
+        shows (its configuration's and those it holds), or, with user
+        lists, any name but the empty one (the queue decides).
+        """
+        return bool(name) and (self.userLists or name in self._progress)
 
     def pause(self, job: str, by: str) -> Deferred[JobState]:
         return self._apply("pause", job, by, lambda machine: machine.pause(by))
@@ -105,6 +117,13 @@ class FleetControls(JobControls):
         write, shown = _CONTROLS[action]
 
         async def control() -> JobState:
+            if not self._known(name):
+                # Refused here: the database is not asked (nor waited for).
+                log.info(
+                    "Control {action} of job {job} by {client}: refused: no such job",
+                    action=action, job=name, client=by,
+                )  # fmt: skip
+                raise UnknownJob(name)
             held = name in self._fleet.runningJobs
             answer: QueueState | ImapmigError | None
             if not held:
@@ -128,7 +147,14 @@ class FleetControls(JobControls):
                 raise answer
             if held and action in ("pause", "cancel"):
                 self._scheduler.halt(name)
-            elif not held:
+            if isinstance(answer, QueueUnavailable):
+                # Answered within seconds (L{QueueWrite}): 503, naming it.
+                log.warn(
+                    "Control {action} of job {job} by {client}: {why}",
+                    action=action, job=name, client=by, why=str(answer),
+                )  # fmt: skip
+                raise answer
+            if not held:
                 self._scheduler.queueChanged()
             state = _SHOWN.get(answer, shown) if isinstance(answer, QueueState) else shown
             log.info(

@@ -17,7 +17,7 @@ from attrs import evolve
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.internet.task import LoopingCall
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.logger import Logger
 
 from imapmig.errors import GrantImpossible, ImapmigError, LeaseLost, QueueUnavailable, UnknownJob
@@ -30,6 +30,7 @@ from imapmig.queue import IAsyncJobQueue, IJobQueue, JobClaim, JobOutcome, Queue
 from imapmig.queue.memory import asAsync
 from imapmig.throttle import utcTime
 from imapmig.state import IStateStore
+from imapmig.state.outage import OutageLog
 from imapmig.units import Count
 
 log = Logger()
@@ -149,6 +150,8 @@ class JobQueueService(Service):
         # Fired when a running job ends or the earliest deferred job is
         # due (_dueTimer), while there is nothing to claim.
         self._wake: Deferred[None] | None = None
+        # The pause before the queue's last count is read again.
+        self._drainWait: list[Deferred[None]] = []
         self._dueTimer: IDelayedCall | None = None
         self._waitingSlot: Deferred[Grant] | None = None
         # The waits of jobs not yet built (a connection grant, a slot
@@ -184,6 +187,9 @@ class JobQueueService(Service):
         if self._renewQueue is not None:
             self._renewal.start(self._lease / 3, now=False)
         self._running = Deferred.fromCoroutine(self._runAll())
+        self._running.addErrback(
+            lambda failure: log.failure("The claim loop failed: no job is claimed any more", failure)
+        )
 
     def _runAgain(self) -> None:
         """
@@ -195,9 +201,7 @@ class JobQueueService(Service):
 
     @property
     def runningJobs(self) -> list[str]:
-        """
-        The names of the jobs claimed and not yet ended.
-        """
+        """The names of the jobs claimed and not yet ended."""
         return list(self._claims)
 
     async def _runAll(self) -> None:
@@ -288,7 +292,10 @@ class JobQueueService(Service):
         """
         The queue is drained: say so, and whether every job completed.
         """
-        allCompleted = not self._incomplete and not (await self._queue.counts()).cancelled
+        cancelled = await _cancelledCount(self._queue, self._clock, self._drainWait)
+        if cancelled is None:
+            return
+        allCompleted = not self._incomplete and not cancelled
         log.info(
             "Job queue drained: {jobs}, {outcome}",
             count=len(self._started),
@@ -422,10 +429,8 @@ class JobQueueService(Service):
     ) -> bool:
         """
         Job C{name} waits for its essential connections (C{reserving}),
-        unless they were granted at once; while it waits, its C{slot} goes
-        to the next job if few enough jobs wait so.
-
-        @return: whether it gave its slot away (released it).
+        unless granted at once, giving its C{slot} to the next job if few
+        enough jobs wait so.  Whether it gave its slot away.
         """
         if reserving.called:
             return False
@@ -441,8 +446,7 @@ class JobQueueService(Service):
     def _gaveUp(self, machine: JobInputs) -> None:
         """
         A claimed job's wait for its grants or slot was given up: by the
-        daemon's stop (the job is stopped), or by a control (which says
-        where it goes, L{_ended}).
+        daemon's stop (the job stops) or a control (L{_ended}).
         """
         if self._stopping:
             machine.stop()
@@ -555,8 +559,46 @@ class JobQueueService(Service):
         wake, self._wake = self._wake, None
         if wake is not None:
             wake.cancel()
+        for wait in self._drainWait:
+            wait.cancel()
         return self._running
 
+
+async def _cancelledCount(
+    queue: IAsyncJobQueue, clock: IReactorTime, waits: list[Deferred[None]]
+) -> int | None:
+    """
+    How many jobs of C{queue} were cancelled, read again every
+    L{DRAIN_RETRY} seconds while it cannot answer (a database that died
+    since the queue was found drained), logged as an outage.
+
+    @param waits: holds the pause under way (the scheduler's stop cancels
+        it).
+    @return: L{None} if the pause was cancelled (the daemon stops).
+    """
+    outage = OutageLog(log, "The job queue's last count", clock.seconds)
+    while True:
+        try:
+            cancelled = (await queue.counts()).cancelled
+        except ImapmigError as e:
+            outage.failed(str(e), f"read again in {DRAIN_RETRY:.0f} s")
+            waits.append(deferLater(clock, DRAIN_RETRY, lambda: None))
+            try:
+                await waits[-1]
+            except CancelledError:
+                return None
+            finally:
+                waits.clear()
+            continue
+        outage.answered()
+        return cancelled
+
+
+DRAIN_RETRY = 5.0
+"""
+Seconds before the drained queue's count of cancelled jobs is read again,
+when the queue could not answer.
+"""
 
 _AGAIN = ENDED | {JobState.WAITING, JobState.DEFERRED}
 """

@@ -42,6 +42,7 @@ from twisted.python.failure import Failure
 from imapmig.errors import LeaseLost, PermanentError, TransientError
 from imapmig.state._pgbase import PostgreSQLBase
 from imapmig.state._pgwrites import Claim, Write, WriterIds, commitBatch
+from imapmig.state.outage import OutageLog
 
 log = Logger()
 
@@ -111,6 +112,7 @@ class WriteBatcher:
         self._drained: list[Deferred[None]] = []
         self.commits = 0
         self.queuedRows = 0
+        self._outage = OutageLog(log, "The state store's writes", self._now)
 
     def _now(self) -> float:
         return self._clock.seconds() if self._clock is not None else 0.0
@@ -230,16 +232,13 @@ class WriteBatcher:
                 tries += 1
                 if self._closed or not self._again(tries, pause, deadline):
                     raise
-                log.warn(
-                    "The state store's batch of {writes} writes is tried again: {why}",
-                    writes=len(batch),
-                    why=str(e),
-                )
+                self._outage.failed(str(e), f"a batch of {len(batch)} writes is tried again")
                 if self._clock is not None and pause:
                     await deferLater(self._clock, pause)
                 pause = min(max(pause * 2, _FIRST_PAUSE), _LONGEST_PAUSE)
                 continue
             self.commits += 1
+            self._outage.answered()
             return stale
 
     def _again(self, tries: int, pause: float, deadline: float) -> bool:

@@ -32,10 +32,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Sequence
 
+from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
 from imapmig.config.endpointstring import splitEndpoint
+from imapmig.config.model import StatusConfig
 from imapmig.status._http import answerError
 
 _LOCAL_NAMES = ("localhost",)
@@ -196,3 +198,19 @@ class MisdirectedResource(Resource):
         # twisted.web knows no phrase for 421.
         request.setResponseCode(MISDIRECTED_REQUEST, b"Misdirected Request")
         return body
+
+
+def warnIfRebindable(status: StatusConfig) -> None:
+    """
+    Warn when the status site can be reached beyond loopback and answers
+    to any host name: a web page an admin visits can then read it through
+    DNS rebinding (L{imapmig.status.hostcheck}).
+    """
+    if status.allowedHosts or not reachesBeyondLoopback(status.listen):
+        return
+    Logger().warn(
+        "The status site listens beyond loopback ({listen}) and answers to any host name:"
+        " a web page an admin visits could read it by DNS rebinding; list the names"
+        " admins use in status.allowed_hosts",
+        listen=status.listen,
+    )
