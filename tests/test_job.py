@@ -365,17 +365,18 @@ class JobHarness:
         eightBit: str = "literal",
         retry: RetryPolicy = RetryPolicy(),
         sendDeadline: SendDeadline | None = None,
+        takeover: float | None = None,
     ) -> MigrationJob:
         """
         A job copying the source into the account (its backoff without
-        jitter).
+        jitter); C{takeover}: see L{MigrationJob}.
         """
 
         openDestination = memoryOpener(self.endpoint, self.clock, password)
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
             identity=identity, eightBit=eightBit, retry=retry, jitter=lambda: 0.0,
-            sendDeadline=sendDeadline,
+            sendDeadline=sendDeadline, takeover=takeover,
         )  # fmt: skip
 
     def start(self, job: MigrationJob) -> Deferred[bool]:

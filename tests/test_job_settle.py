@@ -263,6 +263,61 @@ class SettleTests(SynchronousTestCase):
         h.finish()
 
 
+class TakeoverTests(SynchronousTestCase):
+    """
+    A job taken over from a daemon whose lease ran out (that daemon may
+    still be alive, its APPENDs read by a slow server) reconciles the old
+    owner's journal with the quiet period, its first wait shortened by the
+    quiet already passed (C{takeover}).
+    """
+
+    def test_shortenedWaitFindsLateArrival(self) -> None:
+        """
+        Journaled messages missing at the takeover are waited for
+        C{journalQuiet} less the quiet passed; one arriving meanwhile is
+        recorded, not sent again; the one still missing after a quiet
+        period that brought nothing is sent again, then only.
+        """
+        h = JobHarness(self)
+        journalLeft(h, range(3), range(1))
+        h.clock.callLater(2, h.mail.append, USER, "INBOX", [(body(1), (), None)])
+        job = h.job(SETTINGS, identity="off", takeover=1.5)
+        d = h.start(job)
+
+        # The first wait is QUIET - 1.5 = 3.5 s; m1 arrived in it, so
+        # another QUIET is waited for: m2 is sent again at 8.5 s.
+        for until, sent in [(3.4, 0), (3.5, 0), (8.4, 0), (8.5, 1)]:
+            h.clock.advance(until - h.clock.seconds())
+            h.settle()
+            self.assertEqual(len(appendLines(h.endpoint.servers[0])), sent)
+        h.waitFor(d)
+
+        self.assertTrue(self.successResultOf(d))
+        h.assertHolds("INBOX", range(3))
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 1)
+        self.assertEqual(h.store.outcomes()["INBOX", "m1"].uid, 2)
+        self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.endpoint.pump()
+        h.finish()
+
+    def test_quietAlreadyPassed(self) -> None:
+        """
+        With the whole quiet period passed already, the destination is
+        looked at again at once: what is still missing is sent again
+        without a wait.
+        """
+        h = JobHarness(self)
+        journalLeft(h, range(2), range(1))
+
+        d = h.start(h.job(SETTINGS, identity="off", takeover=QUIET + 1))
+
+        self.assertTrue(self.successResultOf(d))
+        self.assertEqual(h.clock.seconds(), 0)
+        h.assertHolds("INBOX", range(2))
+        h.endpoint.pump()
+        h.finish()
+
+
 class AcrossMailboxesTests(SynchronousTestCase):
     """
     L{reconcileJournal} waits for a destination quiet in every mailbox

@@ -199,6 +199,34 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
         assert taken is not None
         self.assertEqual(taken.takenFrom, old)
 
+    def test_takeoverQuietFor(self) -> None:
+        """
+        A takeover's claim says how long the old owner has sent nothing,
+        by the database's clock: since its lease ended, plus the margin
+        C{lease / 4} of its send deadline when the lease ran out by itself;
+        none when its retirement cut the lease short.  A job not taken over
+        says nothing.
+        """
+        queue = self.queueOf(3)
+        ranOut, retired = (queue.register("host", n, "1.0", 600.0) for n in (1, 2))
+        for owner in (ranOut, retired):
+            self.assertIsNotNone(queue.claim(owner, 0.0, 600.0))
+        self.sql(
+            "UPDATE imapmig_queue.daemons SET lease_until = now() - interval '30 seconds'"
+            " WHERE daemon_id = %s",
+            ranOut,
+        )
+        queue.retire(retired)
+        me = queue.register("host", 3, "1.0", 40.0)
+        claims = [queue.claim(me, 0.0, 40.0) for _ in range(3)]
+        found = [(c.job.name, c.takenFrom) for c in claims if c is not None]
+        self.assertEqual(found, [("j0", ranOut), ("j1", retired), ("j2", None)])
+        quiet = [c.quietFor for c in claims if c is not None]
+        assert quiet[0] is not None and quiet[1] is not None
+        self.assertTrue(30 + 10 <= quiet[0] < 30 + 10 + _LEASE_WAIT, quiet[0])
+        self.assertTrue(0 <= quiet[1] < _LEASE_WAIT, quiet[1])
+        self.assertIsNone(quiet[2])
+
     def heartbeatWrites(self, queue: PostgreSQLJobQueue, owner: str) -> dict[str, tuple[int, ...]]:
         """
         The rows one heartbeat of C{owner} inserts, updates and deletes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence, cast
 
+from attrs import evolve
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
@@ -476,6 +477,7 @@ class Fleet:
         # The store and the send deadline each job was built with.
         self.stores: dict[str, IStateStore | None] = {}
         self.deadlines: dict[str, SendDeadline] = {}
+        self.takeovers: dict[str, float | None] = {}
         self.done: list[bool] = []
         self.exits = 0
         self.transitions: list[tuple[str, Transition]] = []
@@ -488,11 +490,13 @@ class Fleet:
             connections: JobConnections,
             store: IStateStore | None,
             deadline: SendDeadline,
+            takeover: float | None,
         ) -> FakeJob:
             job = FakeJob(config.name, connections, self.machines.job(config.name))
             self.built[config.name] = job
             self.stores[config.name] = store
             self.deadlines[config.name] = deadline
+            self.takeovers[config.name] = takeover
             return job
 
         def exit() -> None:
@@ -651,6 +655,35 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertIs(fleet.deadlines["a"], fleet.member.sendDeadline)
         self.assertEqual(fleet.deadlines["a"].at, fleet.member.deadline)
         fleet.built["a"].result.callback(True)
+        self.stop(fleet)
+
+    def test_takeoverBuiltWithItsQuiet(self) -> None:
+        """
+        A job taken over is built with the quiet its claim says already
+        passed (L{JobClaim.quietFor}; 0 when the queue cannot tell), a job
+        claimed from the queue with none (L{None}: not a takeover).
+        """
+        fleet = Fleet(["a", "b", "c"], maxJobs=3)
+        other = fleet.other()
+        for _ in range(2):
+            self.assertIsNotNone(fleet.memory.claim(other, 0.0, LEASE))
+        claim = fleet.memory.claim
+
+        def quietFor(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> JobClaim | None:
+            claimed = claim(owner, now, lease, skipServers)
+            if claimed is None or claimed.job.name != "b":
+                return claimed
+            return evolve(claimed, quietFor=4.5)
+
+        fleet.memory.claim = quietFor  # type: ignore[method-assign]
+        fleet.service.startService()
+        self.assertEqual(fleet.takeovers, {"c": None})
+        fleet.clock.pump([5] * 13)
+        self.assertEqual(fleet.takeovers, {"a": 0.0, "b": 4.5, "c": None})
+        for job in fleet.built.values():
+            job.result.callback(True)
         self.stop(fleet)
 
     def test_builtWithTheStore(self) -> None:

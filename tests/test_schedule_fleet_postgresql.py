@@ -179,7 +179,9 @@ class UserListFleetSchedulerTests(PostgreSQLTestMixin):
         built: dict[str, FakeJob] = {}
         listed: list[list[str]] = []
 
-        def build(config: Any, connections: JobConnections, store: Any, deadline: Any) -> FakeJob:
+        def build(
+            config: Any, connections: JobConnections, store: Any, deadline: Any, takeover: Any
+        ) -> FakeJob:
             job = built[config.name] = FakeJob(config.name, connections, machines.job(config.name))
             listed.append([each.name for each in progress])
             return job

@@ -224,7 +224,11 @@ class FleetSchedulerSharesTests(SynchronousTestCase):
         fleet = Fleet([], maxJobs=2, limits=ServerLimits(maxConnections=2))
         queue = fleet.queue = LiveQueue(fleet.memory)
         def build(
-            config: JobConfig, connections: JobConnections, store: object, deadline: object
+            config: JobConfig,
+            connections: JobConnections,
+            store: object,
+            deadline: object,
+            takeover: object,
         ) -> FakeJob:
             return FakeJob(config.name, connections, fleet.machines.job(config.name))
 

@@ -574,11 +574,13 @@ class _ServiceTree:
         connections: JobConnections,
         store: IStateStore | None = None,
         sendDeadline: SendDeadline | None = None,
+        takeover: float | None = None,
     ) -> MigrationJob:
         """
         The job C{jobConfig} configures, claimed by the scheduler with
         C{connections}; a fleet's job writes C{store} (the store's view
-        for its claim) and sends until C{sendDeadline}.
+        for its claim), sends until C{sendDeadline}, and, taken over,
+        reconciles with the quiet period less C{takeover} seconds.
         """
         reactor = self.reactor
         jobConfig = withinLimits(jobConfig)
@@ -606,6 +608,7 @@ class _ServiceTree:
             telemetry=self.telemetry.server(destination.server.name),
             machine=self.machines.job(jobConfig.name),
             sendDeadline=sendDeadline,
+            takeover=takeover,
         )
 
     def addScheduler(

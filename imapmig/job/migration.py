@@ -156,6 +156,7 @@ class MigrationJob:
         record: Callable[[str, Transition], object] = forget,
         machine: JobInputs | None = None,
         sendDeadline: SendDeadline | None = None,
+        takeover: float | None = None,
     ) -> None:
         """
         @param rules: which source folders to migrate, and where.
@@ -191,6 +192,8 @@ class MigrationJob:
             recording with C{record}.
         @param sendDeadline: past it no APPEND pipeline of the job writes
             (a fleet's daemon's send deadline); L{None}: none.
+        @param takeover: taken over, the seconds the old owner has sent
+            nothing (C{JobClaim.quietFor}, or 0), taken off the quiet period.
         """
         self.name = name
         self._rules = rules
@@ -217,6 +220,8 @@ class MigrationJob:
         # Whether the last attempt of this run ended with a connection
         # imapmig gave up (see _attemptOnce and _reconcile).
         self._connectionsEnded = False
+        # A takeover's: since when the old owner has sent nothing.
+        self._quietSince = None if takeover is None else clock.seconds() - takeover
         # Messages recorded as failed by this run: not tried again by its
         # later attempts.
         self._failedThisRun: set[tuple[str, str]] = set()
@@ -584,23 +589,27 @@ class MigrationJob:
                 if not isinstance(body, UnreadableMessage)
             }
 
+        # A connection of this run given up may still be storing: wait for
+        # a quiet destination; after a takeover too, less the quiet passed
+        # (docs/fleet-design.md "Takeover").  An earlier run's: look at once.
+        waits = [self._settings.journalQuiet]
+        if self._quietSince is not None:
+            waits.append(max(0.0, self._quietSince + waits[0] - self._clock.seconds()))
+
         async def settle() -> None:
             if self._stop.requested:
                 raise CancelledError()
-            self._settling = deferLater(self._clock, self._settings.journalQuiet)
+            self._settling = deferLater(self._clock, waits.pop() if len(waits) > 1 else waits[0])
             try:
                 await self._settling
             finally:
                 self._settling = None
 
-        # After imapmig gave a connection of this run up, its server session
-        # may still be storing: wait for a quiet destination.  Entries left
-        # by an earlier run are looked at once: that process's connections
-        # ended when it did, before this run started.
-        quiet = self._connectionsEnded and self._settings.journalQuiet > 0
+        quiet = (self._connectionsEnded or len(waits) > 1) and waits[0] > 0
         result = await reconcileJournal(
             self.name, session, self._store, entries, measure, settle if quiet else None
         )
+        self._quietSince = None  # The old owner's entries are settled.
         # Messages found in the destination are this run's work: progress.
         self._recorder.appended += result.arrived
         for mailbox, missing in result.missing.items():

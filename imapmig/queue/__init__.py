@@ -152,6 +152,12 @@ class JobClaim:
         L{Requested.CANCEL} the owner must stop the job.
     @ivar takenFrom: for a takeover, the owner whose lease ran out while
         it held the job: the run must reconcile the job's journal first.
+    @ivar quietFor: for a takeover, the seconds the old owner has sent
+        nothing, at least, as of the claim by the queue's clock: since its
+        lease ended, plus the margin C{lease / 4} its send deadline kept
+        before that end unless its own retirement cut the lease short
+        (docs/fleet-design.md "Takeover"); L{None}: unknown (the whole
+        quiet period is waited for).
     """
 
     job: JobConfig
@@ -161,6 +167,7 @@ class JobClaim:
     generation: int
     requested: Requested | None = None
     takenFrom: str | None = None
+    quietFor: float | None = None
 
 
 @frozen

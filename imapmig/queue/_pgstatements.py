@@ -108,11 +108,12 @@ it (two claims racing would each miss the other's).
 # none of its servers (its accounts' 'server/' part) is one of
 # %(skip)s (the claiming daemon's servers without its share); the
 # claimed row's digest comes back for the caller's checkClaimed
-# (imapmig.queue._pgjoblist).
+# (imapmig.queue._pgjoblist); for a takeover, the seconds since the old
+# owner's lease ended and whether its retirement cut it short.
 CLAIM = (
     """
 WITH next AS (
-  SELECT job_id, taken_from FROM imapmig_queue.jobs q
+  SELECT job_id, taken_from, taken_lease_until FROM imapmig_queue.jobs q
    WHERE state = 'queued' AND """
     + CLAIMABLE
     + """
@@ -127,7 +128,10 @@ UPDATE imapmig_queue.jobs j
    SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
        requested = NULL, requested_by = NULL, taken_from = NULL, taken_lease_until = NULL
   FROM next WHERE j.job_id = next.job_id
-RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.template_id, j.params
+RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.template_id, j.params,
+          extract(epoch FROM now() - next.taken_lease_until)::float8,
+          EXISTS (SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = next.taken_from
+                     AND d.retired_at <= next.taken_lease_until)
 """
 )
 

@@ -399,7 +399,7 @@ class PostgreSQLJobQueue:
             ).fetchone()
             if row is None:
                 return None
-            name, position, generation, takenFrom, digest, template, params = row
+            name, position, generation, takenFrom, digest, template, params, since, cut = row
             try:
                 job = self._list.claimed(name, digest, template, params)
             except ConfigError as e:
@@ -410,6 +410,7 @@ class PostgreSQLJobQueue:
             return JobClaim(
                 job, position, owner, beat[0], generation,
                 takenFrom=None if takenFrom is None else str(takenFrom),
+                quietFor=None if since is None else since + (0.0 if cut else lease / 4),
             )  # fmt: skip
 
         try:

@@ -440,7 +440,8 @@ class FleetScheduler(JobQueueService):
         queue: IAsyncJobQueue,
         grants: ConnectionGrants,
         build: Callable[
-            [JobConfig, JobConnections, IStateStore | None, SendDeadline], ScheduledJob
+            [JobConfig, JobConnections, IStateStore | None, SendDeadline, float | None],
+            ScheduledJob,
         ],
         progress: MigrationProgress,
         clock: IReactorTime,
@@ -459,8 +460,9 @@ class FleetScheduler(JobQueueService):
         @param build: makes a claimed job's L{MigrationJob} as
             L{JobQueueService}'s does, given too the store it writes (the
             store's view bound to the claim, C{store.forClaim(job, owner,
-            generation)}, where the store has one) and the daemon's send
-            deadline.
+            generation)}, where the store has one), the daemon's send
+            deadline and, for a takeover, the quiet already passed
+            (L{JobClaim.quietFor}, 0 if unknown; L{None}: not a takeover).
         @param identity: this daemon's host, pid and version.
         @param onNewerSchema: called once the jobs have stopped after a
             heartbeat found the schema newer than this code's (the
@@ -468,14 +470,15 @@ class FleetScheduler(JobQueueService):
         """
         def buildClaimed(job: JobConfig, connections: JobConnections) -> ScheduledJob:
             claim = self._claims[job.name]
+            takeover = None if claim.takenFrom is None else claim.quietFor or 0.0
             # The PostgreSQL store's view fences each write by the claim.
             forClaim = getattr(store, "forClaim", None)
             if forClaim is not None:
                 return build(
                     job, connections, forClaim(job.name, claim.owner, claim.generation),
-                    self.member.sendDeadline,
+                    self.member.sendDeadline, takeover,
                 )  # fmt: skip
-            return build(job, connections, store, self.member.sendDeadline)
+            return build(job, connections, store, self.member.sendDeadline, takeover)
 
         JobQueueService.__init__(
             self, queue, grants, buildClaimed, progress, clock, whenDone, "", lease, store,
