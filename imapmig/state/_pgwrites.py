@@ -39,6 +39,7 @@ from twisted.internet.defer import Deferred
 
 from imapmig.state._pgbase import Connection
 from imapmig.state.jobrecords import TIMELINE_FIRST, TIMELINE_LATEST
+from imapmig.state.outcomes import OUTCOME_UPSERT
 
 Row = tuple[Any, ...]
 
@@ -177,7 +178,8 @@ _JOURNAL = """
 # One statement for every outcome of the batch: the column arrays, each
 # message once (its latest outcome: ON CONFLICT DO UPDATE may not touch a
 # row twice in one statement).
-_UPSERT = """
+_UPSERT = (
+    """
     INSERT INTO imapmig.messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid, failure, note,
         present, converted, message_id, message_date, message_from, message_subject, updated_at)
@@ -186,21 +188,9 @@ _UPSERT = """
         %s::text[], %s::text[], %s::boolean[], %s::boolean[],
         %s::text[], %s::text[], %s::text[], %s::text[], %s::double precision[]
     )
-    ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
-        mailbox = excluded.mailbox,
-        size = excluded.size,
-        uidvalidity = excluded.uidvalidity,
-        uid = excluded.uid,
-        failure = excluded.failure,
-        note = excluded.note,
-        present = excluded.present,
-        converted = excluded.converted,
-        updated_at = excluded.updated_at,
-        message_id = excluded.message_id,
-        message_date = excluded.message_date,
-        message_from = excluded.message_from,
-        message_subject = excluded.message_subject
-"""
+    """
+    + OUTCOME_UPSERT
+)
 
 _SETTLE = """
     DELETE FROM imapmig.journal j USING unnest(%s::text[], %s::bigint[]) AS s(job, entry_id)

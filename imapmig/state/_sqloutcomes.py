@@ -26,29 +26,19 @@ from imapmig.state.outcomes import (
     JournalMessage,
     MessageNames,
     MessageOutcome,
+    OUTCOME_UPSERT,
 )
 
-_UPSERT_TEMPLATE = """
+_UPSERT_TEMPLATE = (
+    """
     INSERT INTO messages (
         job, folder_key, message_key, mailbox, size, uidvalidity, uid,
         failure, note, present, converted, updated_at, message_id,
         message_date, message_from, message_subject
     ) VALUES ({values})
-    ON CONFLICT (job, folder_key, message_key) DO UPDATE SET
-        mailbox = excluded.mailbox,
-        size = excluded.size,
-        uidvalidity = excluded.uidvalidity,
-        uid = excluded.uid,
-        failure = excluded.failure,
-        note = excluded.note,
-        present = excluded.present,
-        converted = excluded.converted,
-        updated_at = excluded.updated_at,
-        message_id = excluded.message_id,
-        message_date = excluded.message_date,
-        message_from = excluded.message_from,
-        message_subject = excluded.message_subject
-"""
+    """
+    + OUTCOME_UPSERT
+)
 _UPSERT = _UPSERT_TEMPLATE.format(values="?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
 # For an outcome with no failure, no note and no names.
 _UPSERT_PLAIN = _UPSERT_TEMPLATE.format(

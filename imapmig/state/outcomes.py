@@ -323,6 +323,15 @@ OUTCOME_COLUMNS = (
 The columns a stored outcome is read from, in the order L{outcomeOf} takes.
 """
 
+OUTCOME_UPSERT = "ON CONFLICT (job, folder_key, message_key) DO UPDATE SET " + ", ".join(
+    f"{column} = excluded.{column}"
+    for column in OUTCOME_COLUMNS.replace(" ", "").split(",")[2:] + ["updated_at"]
+)
+"""
+How an outcome written again replaces the one stored (both stores' upserts
+of C{messages}): every column but its key.
+"""
+
 
 def outcomeOf(row: Sequence[Any]) -> MessageOutcome:
     """
