@@ -161,6 +161,50 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
             [(100, sum(1 for each in claimed if each), 1)],
         )
 
+    def test_claimAnswerLostGivenBack(self) -> None:
+        """
+        A claim whose C{COMMIT} succeeded but whose connection was killed
+        before its answer fails with L{QueueUnavailable} and holds the job;
+        C{giveBack} then finds it (not the claims the daemon knows, nor
+        another daemon's) and queues it again as taken over from this
+        daemon, so that the next claim waits the quiet period.
+        """
+        queue = self.queueOf(3)
+        me = queue.register("host", 1, "1.0", 600.0)
+        other = queue.register("host", 2, "1.0", 600.0)
+        known = queue.claim(me, 0.0, 600.0)
+        theirs = queue.claim(other, 0.0, 600.0)
+        assert known is not None and theirs is not None
+        run = queue._run
+
+        def committedThenKilled(action: str, work: Callable[[Any], _T]) -> _T:
+            run(action, work)
+            connection = queue._connection
+            assert connection is not None
+            self.sql("SELECT pg_terminate_backend(%s)", connection.info.backend_pid)
+            raise QueueUnavailable("the connection broke during COMMIT")
+
+        queue._run = committedThenKilled  # type: ignore[method-assign]
+        self.assertRaises(QueueUnavailable, queue.claim, me, 0.0, 600.0)
+        queue._run = run  # type: ignore[method-assign]
+        self.assertEqual(
+            self.sql("SELECT owner::text FROM imapmig_queue.jobs WHERE name = 'j2'"), [(me,)]
+        )
+        try:
+            given = queue.giveBack(me, frozenset({known.job.name}))
+        except QueueUnavailable:
+            # The killed connection found broken: the next call reconnects.
+            given = queue.giveBack(me, frozenset({known.job.name}))
+        self.assertEqual(given, ["j2"])
+        self.assertEqual(queue.giveBack(me, frozenset({known.job.name})), [])
+        self.assertEqual(
+            self.sql("SELECT name, state, owner::text FROM imapmig_queue.jobs ORDER BY name"),
+            [("j0", "claimed", me), ("j1", "claimed", other), ("j2", "queued", None)],
+        )
+        again = queue.claim(other, 0.0, 600.0)
+        assert again is not None
+        self.assertEqual((again.job.name, again.generation, again.takenFrom), ("j2", 2, me))
+
     def test_staleWritesAfterTakeoverChangeNothing(self) -> None:
         """
         After a takeover, the old owner's heartbeat, renewal and release

@@ -631,6 +631,53 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimAnswerLost(self) -> None:
+        """
+        A claim that committed but failed unanswered (C{QueueUnavailable})
+        holds a job this daemon does not know of: the next claim first gives
+        it back, as taken over from this daemon, and claims it again.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        claim = fleet.memory.claim
+        lost = [True]
+
+        def claiming(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> JobClaim | None:
+            claimed = claim(owner, now, lease, skipServers)
+            if lost.pop() if lost else False:
+                raise QueueUnavailable("the connection broke during COMMIT")
+            return claimed
+
+        fleet.memory.claim = claiming  # type: ignore[method-assign]
+        fleet.service.startService()
+        owner = fleet.member.owner
+        self.assertNotIn("a", fleet.built)
+        self.assertEqual(fleet.memory.state("a"), QueueState.CLAIMED)
+        fleet.clock.pump([5] * 3)
+        self.assertIn("a", fleet.built)
+        self.assertIn(f"claimed (generation 2), taken over from daemon {owner}", fleet.causes("a"))
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_giveBackKeepsKnownClaims(self) -> None:
+        """
+        The queue's C{giveBack} leaves the claims the daemon knows, and
+        those of other daemons.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        me = fleet.memory.register("mig1", 1, "1.0", LEASE)
+        other = fleet.other()
+        a = fleet.memory.claim(me, 0.0, LEASE)
+        b = fleet.memory.claim(other, 0.0, LEASE)
+        assert a is not None and b is not None
+        self.assertEqual(self.successResultOf(fleet.queue.giveBack(me, frozenset({"a"}))), [])
+        self.assertEqual(self.successResultOf(fleet.queue.giveBack(me, frozenset())), ["a"])
+        self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
+        self.assertEqual(fleet.memory.state("b"), QueueState.CLAIMED)
+
     def test_builtForItsClaim(self) -> None:
         """
         A claimed job is built with the store's view for its claim

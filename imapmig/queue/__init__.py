@@ -444,6 +444,16 @@ class IAsyncJobQueue(Interface):
     ) -> Deferred[None]:
         "L{IJobQueue.finish}."
 
+    def giveBack(owner: str, known: frozenset[str]) -> Deferred[list[str]]:
+        """
+        Give back the jobs the queue says C{owner} holds whose names are
+        not in C{known} (a claim whose C{COMMIT} succeeded but whose answer
+        was lost): each finished as L{JobOutcome.STOPPED} if still that
+        claim (its owner and generation), and marked taken over from
+        C{owner}, so that the next claim waits the quiet period; the names
+        given back.
+        """
+
     def nextDue() -> Deferred[float | None]:
         "L{IJobQueue.nextDue}."
 

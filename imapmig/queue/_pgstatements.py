@@ -187,6 +187,17 @@ UPDATE imapmig_queue.jobs j
     + CURRENT
 )
 
+# A claim its daemon does not know of (its COMMIT's answer lost): given
+# back as FINISH with 'stopped' does, and marked taken over from that
+# daemon now, so that the next claim waits the quiet period and reconciles
+# the journal as a takeover (the claim erased any earlier taken_from).
+GIVE_BACK = FINISH.replace(
+    "owner = NULL,", "taken_from = j.owner, taken_lease_until = now(), owner = NULL,", 1
+)
+
+# The jobs the database says a daemon holds (the index jobs_claimed).
+HELD = "SELECT name, generation FROM imapmig_queue.jobs WHERE owner = %(me)s AND state = 'claimed'"
+
 RENEWED = (
     "SELECT nullif(j.requested, 'remove') FROM imapmig_queue.jobs j, imapmig_queue.daemons d"
     " WHERE" + CURRENT
@@ -204,6 +215,8 @@ __all__: Sequence[str] = (
     "DUE",
     "FINISH",
     "FOLD_COUNTS",
+    "GIVE_BACK",
+    "HELD",
     "HEARTBEAT",
     "KNOWN",
     "LEAVE",

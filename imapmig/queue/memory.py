@@ -219,6 +219,19 @@ class InMemoryJobQueue:
         del self._claims[claim.position]
         self._giveBack(claim.position, outcome, notBefore)
 
+    def giveBack(self, owner: str, known: frozenset[str]) -> list[str]:
+        """
+        See L{IAsyncJobQueue.giveBack<imapmig.queue.IAsyncJobQueue.giveBack>}.
+        """
+        names = []
+        for position, held in list(self._claims.items()):
+            if held.owner == owner and held.job.name not in known:
+                del self._claims[position]
+                self._takenFrom[position] = owner
+                self._giveBack(position, JobOutcome.STOPPED, None)
+                names.append(held.job.name)
+        return names
+
     def _giveBack(self, position: int, outcome: JobOutcome, notBefore: float | None) -> None:
         """
         Put a job whose claim ended where C{outcome} and the control
@@ -532,6 +545,9 @@ class AsyncJobQueue:
         self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
     ) -> Deferred[None]:
         return _answer(self.queue.finish, claim, outcome, notBefore)
+
+    def giveBack(self, owner: str, known: frozenset[str]) -> Deferred[list[str]]:
+        return _answer(self.queue.giveBack, owner, known)  # type: ignore[attr-defined]
 
     def nextDue(self) -> Deferred[float | None]:
         return _answer(self.queue.nextDue)

@@ -94,7 +94,9 @@ from imapmig.queue._pgstatements import (
     DUE,
     FINISH,
     FOLD_COUNTS,
+    GIVE_BACK,
     HEARTBEAT,
+    HELD,
     KNOWN,
     LEAVE,
     LEAVE_EXPIRED,
@@ -134,6 +136,24 @@ def _live(me: str, mine: Mapping[str, int], others: list[list[Any]] | None) -> t
         LiveDaemon(daemon, tuple(sorted((server, int(n)) for server, n in connections.items())))
         for daemon, connections in sorted(daemons)
     )
+
+
+def _giveBack(c: Connection, owner: str, known: frozenset[str]) -> list[str]:
+    """
+    Give back the jobs C{owner} holds whose names are not in C{known}, each
+    if still that claim; their names.
+    """
+    names = []
+    for name, generation in c.execute(HELD, {"me": owner}).fetchall():
+        if name in known:
+            continue
+        values = {
+            "name": name, "me": owner, "generation": generation,
+            "outcome": JobOutcome.STOPPED.value, "notBefore": None,
+        }  # fmt: skip
+        if c.execute(LEAVE + CURRENT, values).rowcount or c.execute(GIVE_BACK, values).rowcount:
+            names.append(name)
+    return names
 
 
 @implementer(IJobQueue)
@@ -449,6 +469,10 @@ class PostgreSQLJobQueue:
 
         self._run("finish a job", release)
 
+    def giveBack(self, owner: str, known: frozenset[str]) -> list[str]:
+        "See L{IAsyncJobQueue.giveBack<imapmig.queue.IAsyncJobQueue.giveBack>}."
+        return self._run("give back unknown claims", lambda c: _giveBack(c, owner, known))
+
     def nextDue(self) -> float | None:
         row = self._run(
             "read the deferred jobs",
@@ -685,6 +709,10 @@ class ThreadedJobQueue:
     ) -> Deferred[None]:
         """L{PostgreSQLJobQueue.finish} in a thread."""
         return self._inThread(self.queue.finish, claim, outcome, notBefore)
+
+    def giveBack(self, owner: str, known: frozenset[str]) -> Deferred[list[str]]:
+        """L{PostgreSQLJobQueue.giveBack} in a thread."""
+        return self._inThread(self.queue.giveBack, owner, known)
 
     def nextDue(self) -> Deferred[float | None]:
         """L{PostgreSQLJobQueue.nextDue} in a thread."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
@@ -497,6 +497,11 @@ class FleetScheduler(JobQueueService):
         self._onNewerSchema = onNewerSchema
         # The claims lost with the lease, not finished.
         self._lost: set[str] = set()
+        # The claims being finished (no longer in _claims).
+        self._finishing: set[str] = set()
+        # A claim failed unanswered: it may have committed (the COMMIT's
+        # answer lost), holding a job this daemon does not know of.
+        self._unsure = False
 
     def startService(self) -> None:
         self.member.start()
@@ -545,8 +550,10 @@ class FleetScheduler(JobQueueService):
             # Held, running or waiting for grants, up to max_jobs: the
             # fleet's other daemons run the rest.
             return Deferred.fromCoroutine(_none())
-        claiming = self._queue.claim(
-            owner, self._clock.seconds(), self._lease, skipServers=self.shares.withoutShare
+        claiming = self._giveBack(owner).addCallback(
+            lambda ignored: self._queue.claim(
+                owner, self._clock.seconds(), self._lease, skipServers=self.shares.withoutShare
+            )
         )
 
         def claimed(claim: JobClaim | None) -> JobClaim | None:
@@ -566,11 +573,33 @@ class FleetScheduler(JobQueueService):
             if failure.check(LeaseLost) and self.member.owner == owner:
                 self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
             elif failure.check(QueueUnavailable, LeaseLost):
+                self._unsure = self._unsure or bool(failure.check(QueueUnavailable))
                 log.warn("Cannot claim a job: {why}", why=failure.getErrorMessage())
             else:
                 log.failure("Claiming a job", failure)
 
         return claiming.addCallbacks(claimed, failed)
+
+    def _giveBack(self, owner: str) -> Deferred[None]:
+        """
+        After a claim that failed unanswered, give back the jobs the queue
+        says this daemon holds that it does not know of (the claim's
+        C{COMMIT} succeeded, its answer lost): held unknown, each would
+        stay claimed for as long as this daemon beats.
+        """
+        if not self._unsure:
+            return succeed(None)
+
+        def gave(names: list[str]) -> None:
+            self._unsure = False
+            for name in names:
+                log.warn(
+                    "Job {job}: claimed here by a claim whose answer was lost; given back",
+                    job=name,
+                )
+
+        known = frozenset(self._claims) | self._finishing
+        return self._queue.giveBack(owner, known).addCallback(gave)
 
     async def _changed(self) -> None:
         try:
@@ -603,18 +632,23 @@ class FleetScheduler(JobQueueService):
         with the lease is not finished.
         """
         name = claim.job.name
-        while name not in self._lost and self.member.owner == claim.owner:
-            try:
-                await self._queue.finish(claim, outcome, notBefore)
-                return True
-            except QueueUnavailable as e:
-                log.warn(
-                    "Job {job}: cannot finish its claim ({why}); trying again in {period:.1f} s",
-                    job=name,
-                    why=str(e),
-                    period=self.member.period,
-                )
-                await deferLater(self._clock, self.member.period)
+        self._finishing.add(name)
+        try:
+            while name not in self._lost and self.member.owner == claim.owner:
+                try:
+                    await self._queue.finish(claim, outcome, notBefore)
+                    return True
+                except QueueUnavailable as e:
+                    log.warn(
+                        "Job {job}: cannot finish its claim ({why});"
+                        " trying again in {period:.1f} s",
+                        job=name,
+                        why=str(e),
+                        period=self.member.period,
+                    )
+                    await deferLater(self._clock, self.member.period)
+        finally:
+            self._finishing.discard(name)
         self._lost.discard(name)
         self._incomplete.discard(name)
         return False
