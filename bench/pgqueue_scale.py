@@ -114,7 +114,7 @@ def _buffers(uri: str, owner: str) -> float:
     with psycopg.connect(uri) as c:
         plan = c.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + HEARTBEAT,
-            {"me": owner, "lease": 600.0, "connections": None},
+            {"me": owner, "lease": 600.0, "connections": None, "rate": None},
         ).fetchone()
         c.rollback()
     assert plan is not None

@@ -519,6 +519,7 @@ class DashboardInChromiumTests(TestCase):
         self.assertEqual(page.ids["overall-total"]["data-value"], "")
         self.assertEqual(page.ids["overall-total"]["#text"], "not yet counted")
         self.assertIn("Not yet counted: 2 jobs", page.ids["overall-uncounted"]["#text"])
+        self.assertIn("hidden", page.ids["daemons-list-differs"])
         self.assertEqual(page.ids["jobs-page"]["#text"], "1-8 of 8")
         # The snapshot shown is one the harness served (a later poll may be in flight).
         shown = float(page.ids["updated"]["data-time"])
@@ -544,8 +545,14 @@ class DashboardInChromiumTests(TestCase):
         return Deferred.fromCoroutine(self._running())
 
     async def _finished(self) -> None:
-        page, console = await self.load(FixtureRun(finished=True))
+        run = FixtureRun(finished=True)
+        run.base["fleet_list_differs"] = "its file (digest d1) is not the fleet's list's"
+        page, console = await self.load(run)
         self.assertEqual(console, [])
+        # A daemon whose job list differs from the fleet's says so.
+        differs = page.ids["daemons-list-differs"]
+        self.assertNotIn("hidden", differs)
+        self.assertIn("differs from the fleet's: its file (digest d1)", differs["#text"])
         self.assertEqual(page.ids["verify-result"]["data-outcome"], "ok")
         self.assertIn("OK: 7 jobs, 0 differences", page.ids["verify-result"]["#text"])
         self.assertIn("Never counted: 1 job", page.ids["overall-uncounted"]["#text"])
@@ -556,7 +563,8 @@ class DashboardInChromiumTests(TestCase):
 
     def test_finished(self) -> Deferred[None]:
         """
-        After the run: the verify result is shown as OK, the job that never
+        After the run: the verify result is shown as OK, a job list that
+        differs from the fleet's is a notice, the job that never
         listed its source is called never counted, the status line says
         the run finished, and the header and the footer show the version.
         """

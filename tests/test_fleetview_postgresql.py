@@ -117,7 +117,8 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         self.assertEqual((row.startedAt, row.heartbeatAt, row.leaseUntil), (started, beat, lease))
         self.assertGreaterEqual(row.heartbeatAge, 0.0)
         self.assertLess(row.heartbeatAge, 600.0)
-        self.assertIsNone(row.rate)
+        # No heartbeat has reported a rate yet.
+        self.assertEqual(row.rate, 0.0)
         self.assertEqual(
             self.successResultOf(self.view.holders(["j0", "j1", "j2", "j3", "j4", "nosuch"])),
             {
@@ -178,15 +179,19 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
 
     def test_rate(self) -> None:
         """
-        Once the daemons' table has a C{rate} column, each daemon's rate is
-        read from it, with the same statement.
+        Each daemon's heartbeat records its rate, which every daemon's
+        page reads, the other daemons' included; a heartbeat without one
+        leaves it as it was.
         """
-        queue = self.queueOf(1)
-        mig1 = self.register(queue, "mig1", 1)
-        self.sql("ALTER TABLE imapmig_queue.daemons ADD COLUMN rate real NOT NULL DEFAULT 0")
-        self.sql("UPDATE imapmig_queue.daemons SET rate = 12.5 WHERE daemon_id = %s", mig1)
-        [row] = self.successResultOf(self.view.daemons()).daemons
-        self.assertEqual(row.rate, 12.5)
+        a, b = self.queueOf(1), self.queueOf(1)
+        mig1 = self.register(a, "mig1", 1)
+        mig2 = self.register(b, "mig2", 2)
+        self.me = mig2
+        a.heartbeat(mig1, 600.0, rate=12.5)
+        b.heartbeat(mig2, 600.0, rate=3.25)
+        b.heartbeat(mig2, 600.0)
+        rates = {d.host: d.rate for d in self.successResultOf(self.view.daemons()).daemons}
+        self.assertEqual(rates, {"mig1": 12.5, "mig2": 3.25})
 
     def test_thisDaemonsRate(self) -> None:
         """
@@ -194,6 +199,7 @@ class PostgreSQLFleetViewTests(PostgreSQLTestMixin):
         shows its own (the others none).
         """
         queue = self.queueOf(1)
+        self.sql("ALTER TABLE imapmig_queue.daemons DROP COLUMN rate")
         self.me = self.register(queue, "mig1", 1)
         self.register(queue, "mig2", 2)
         run = onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: self.connection, "db")

@@ -47,6 +47,8 @@ from imapmig.queue._pgjoblist import JobList, accountsOf
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
+from imapmig.state._pgschema import SCHEMA_VERSION as STATE_SCHEMA_VERSION
+from imapmig.state._pgschema import migrate as migrateState
 from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.test_queue import ContractQueue, JobQueueContractMixin
 from tests.test_schedule_service import jobConfig
@@ -323,7 +325,7 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
             plan = connection.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) "
                 + HEARTBEAT,
-                {"me": owner, "lease": 600.0, "connections": None},
+                {"me": owner, "lease": 600.0, "connections": None, "rate": None},
             ).fetchone()
             connection.rollback()
         assert plan is not None
@@ -707,7 +709,28 @@ class HeartbeatTests(PostgreSQLTestMixin):
         queue.add(jobConfig("j3", "u3"))
         again = queue.heartbeat(me, 600.0)
         self.assertEqual(again.jobsGeneration, 2)
+        # No state store beside the queue: no state schema.
+        self.assertIsNone(again.stateSchemaVersion)
         self.assertEqual(again.live, beat.live)
+
+    def test_stateSchemaVersion(self) -> None:
+        """
+        A heartbeat brings back the state store's schema version (the
+        newest of C{imapmig.schema_version}) once the store shares the
+        database: a later daemon's migration is seen at the next beat.
+        """
+        with psycopg.connect(self.uri, autocommit=True) as connection:
+            migrateState(connection, "db", "test")
+        queue = self.queueOf(1)
+        me = queue.register("host", 1, "1.0", 600.0)
+        self.assertEqual(queue.heartbeat(me, 600.0).stateSchemaVersion, STATE_SCHEMA_VERSION)
+        self.sql(
+            "INSERT INTO imapmig.schema_version VALUES (%s, now(), 'later')",
+            STATE_SCHEMA_VERSION + 1,
+        )
+        self.assertEqual(
+            queue.heartbeat(me, 600.0).stateSchemaVersion, STATE_SCHEMA_VERSION + 1
+        )
 
     def test_removedWhileClaimed(self) -> None:
         """

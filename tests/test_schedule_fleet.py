@@ -8,7 +8,7 @@ L{Clock} over the in-memory queue made asynchronous
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
@@ -58,9 +58,14 @@ class ControlledQueue(AsyncJobQueue):
         self.requestedBy: tuple[tuple[str, str], ...] = ()
         self.jobsGeneration: int | None = None
         self.differs: str | None = None
+        self.stateSchemaVersion: int | None = None
+        self.rates: list[float | None] = []
 
-    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+    def heartbeat(
+        self, owner: str, lease: float, rate: float | None = None
+    ) -> Deferred[Heartbeat]:
         self.beats += 1
+        self.rates.append(rate)
         if self.failure is not None:
             return fail(self.failure)
         if self.hold:
@@ -75,6 +80,7 @@ class ControlledQueue(AsyncJobQueue):
                 self.requestedBy,
                 self.schemaVersion,
                 self.jobsGeneration,
+                stateSchemaVersion=self.stateSchemaVersion,
             )
 
         return AsyncJobQueue.heartbeat(self, owner, lease).addCallback(more)
@@ -92,14 +98,19 @@ class Member:
     A L{FleetMember} over a controlled in-memory queue and a clock.
     """
 
-    def __init__(self, schemaVersion: int | None = None) -> None:
+    def __init__(
+        self,
+        schemaVersion: int | None = None,
+        stateSchemaVersion: int | None = None,
+        rate: Callable[[], float] | None = None,
+    ) -> None:
         self.clock = Clock()
         self.memory = InMemoryJobQueue([jobConfig("j", "j"), jobConfig("k", "k")], self.clock.seconds)
         self.queue = ControlledQueue(self.memory)
         self.jobs = Jobs()
         self.member = FleetMember(
             self.queue, self.clock, self.clock.seconds, LEASE, self.jobs, "mig1", 42, "1.0",
-            schemaVersion,
+            schemaVersion, stateSchemaVersion=stateSchemaVersion, rate=rate,
         )  # fmt: skip
 
 
@@ -347,6 +358,52 @@ class FleetMemberTests(SynchronousTestCase):
         self.assertEqual(self.m.jobs.newer, [2])
         self.assertTrue(self.member.newerSchema)
         self.assertEqual(self.member.deadline, 55.0)
+
+    def test_newerStateSchema(self) -> None:
+        """
+        A heartbeat that finds the state store's schema newer than the
+        code's stops the jobs as a newer queue schema does; one as old as
+        the code's does not.
+        """
+        m = Member(schemaVersion=1, stateSchemaVersion=7)
+        m.member.start()
+        m.queue.stateSchemaVersion = 7
+        m.clock.advance(5)
+        self.assertEqual(m.jobs.newer, [])
+        self.assertFalse(m.member.newerSchema)
+        m.queue.stateSchemaVersion = 8
+        m.clock.pump([5, 5])
+        self.assertEqual(m.jobs.newer, [8])
+        self.assertTrue(m.member.newerSchema)
+
+    def test_rateGiven(self) -> None:
+        """
+        Each heartbeat gives the queue the daemon's rate of the moment;
+        without one, L{None}.
+        """
+        rates = iter([1.5, 2.5])
+        m = Member(rate=lambda: next(rates))
+        m.member.start()
+        m.clock.pump([5, 5])
+        self.assertEqual(m.queue.rates, [1.5, 2.5])
+        self.m.member.start()
+        self.m.clock.advance(5)
+        self.assertEqual(self.m.queue.rates, [None])
+
+    def test_listDiffersShown(self) -> None:
+        """
+        Why the daemon's job list differs from the fleet's is kept for its
+        pages, and forgotten once a later generation finds them the same.
+        """
+        self.m.member.start()
+        self.m.queue.jobsGeneration = 1
+        self.m.queue.differs = "its file differs"
+        self.m.clock.advance(5)
+        self.assertEqual(self.m.member.listDiffers(), "its file differs")
+        self.m.queue.jobsGeneration = 2
+        self.m.queue.differs = None
+        self.m.clock.advance(5)
+        self.assertIsNone(self.m.member.listDiffers())
 
     def test_registrationRetried(self) -> None:
         """

@@ -203,7 +203,9 @@ class LiveQueue(ControlledQueue):
 
     live: tuple[LiveDaemon, ...] = ()
 
-    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+    def heartbeat(
+        self, owner: str, lease: float, rate: float | None = None
+    ) -> Deferred[Heartbeat]:
         def withLive(heartbeat: Heartbeat) -> Heartbeat:
             return attrs.evolve(heartbeat, live=self.live)
 

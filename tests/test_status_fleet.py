@@ -166,6 +166,24 @@ class StatusJSONFleetTests(FleetPagesTestCase):
         self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
         self.assertIsNone(json.loads(self.get("/status.json"))["fleet_jobs"])
 
+    def test_listDiffers(self) -> None:
+        """
+        C{fleet_list_differs} says why this daemon's job list differs from
+        the fleet's, C{null} while it does not (or for a daemon alone).
+        """
+        self.assertIsNone(json.loads(self.get("/status.json"))["fleet_list_differs"])
+        why = "its file (digest d1) is not the fleet's list's"
+        differs: list[str | None] = [why]
+        root = StatusResource(
+            self.progress, self.clock.seconds, MemoryStateStore(), fleet=self.fleet,
+            listDiffers=lambda: differs[0],
+        )  # fmt: skip
+        self.treq = StubTreq(root)
+        document = json.loads(self.get("/status.json"))
+        self.assertEqual(document["fleet_list_differs"], why)
+        differs[0] = None
+        self.assertIsNone(json.loads(self.get("/status.json"))["fleet_list_differs"])
+
     def test_daemons(self) -> None:
         """
         C{daemons} has every daemon of the view, in its order, each with

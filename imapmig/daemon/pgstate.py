@@ -474,7 +474,8 @@ def fleetView(
     and in its threads (L{PostgreSQLStateStore.readOnReader}: no
     connection more than the store's two and the queue's one), this
     daemon being C{member}'s id of the moment, its rate the one
-    C{progress} measures (the daemons' table has none yet); L{None} for a
+    C{progress} measures where the daemons' table has no rate (a queue
+    before schema 4; since, each heartbeat records it); L{None} for a
     store that is not a fleet's (a test's in memory).
     """
     if not isinstance(store, PostgreSQLStateStore):

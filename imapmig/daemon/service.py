@@ -637,6 +637,7 @@ class _ServiceTree:
             )
         else:
             from imapmig.queue._pgschema import SCHEMA_VERSION
+            from imapmig.state._pgschema import SCHEMA_VERSION as STATE_SCHEMA_VERSION
 
             reactor = self.reactor
             fleet = getattr(self.config, "fleet", None)
@@ -662,6 +663,7 @@ class _ServiceTree:
                 time.monotonic, 60.0 if fleet is None else fleet.lease,
                 (socket.gethostname(), os.getpid(), __version__), exitTwo, SCHEMA_VERSION,
                 store=self.store, machines=self.machines,
+                stateSchemaVersion=STATE_SCHEMA_VERSION,
             )  # fmt: skip
             fleetScheduler.append(fleetOne)
             fleetOne.controls.userLists = bool(self.config.userLists)
@@ -757,9 +759,11 @@ class _ServiceTree:
 
         reactor, progress, root = self.reactor, self.progress, self.root
         fleet: IFleetView = singleDaemon(progress, reactor.seconds)
+        differs = None
         if isinstance(scheduler, FleetScheduler):
             from imapmig.daemon.pgstate import fleetView
 
+            differs = scheduler.member.listDiffers
             fleet = fleetView(self.store, scheduler.member, self.config, reactor, progress) or fleet
         status = StatusResource(
             progress,
@@ -777,6 +781,7 @@ class _ServiceTree:
                 ProgressView(progress, reactor.seconds), self.store, lambda: not root.running,
                 reactor, self.config.state.pageName(),
             ),  # fmt: skip
+            listDiffers=differs,
         )
         listener = ListenerService(
             serverFromString(reactor, config.listen),

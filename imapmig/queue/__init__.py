@@ -204,6 +204,10 @@ class Heartbeat:
     @ivar live: the live daemons (this one included), sorted by id, each
         with the connections it reported in use per server: the fair
         shares of the servers' C{max_connections} are computed from it.
+    @ivar stateSchemaVersion: the state store's schema version (the
+        C{imapmig.schema_version} table beside the queue's) as of this
+        heartbeat, L{None} where there is none: newer than the code's, it
+        stops the daemon as a newer C{schemaVersion} does.
     """
 
     leaseUntil: float
@@ -212,6 +216,7 @@ class Heartbeat:
     schemaVersion: int | None = None
     jobsGeneration: int | None = None
     live: tuple[LiveDaemon, ...] = ()
+    stateSchemaVersion: int | None = None
 
 
 @frozen
@@ -423,7 +428,10 @@ class IAsyncJobQueue(Interface):
     C{resume}, C{cancel}, C{requeue}, C{add}, C{remove}, C{replace});
     C{renew} is not one: a fleet's daemon renews all its claims with its
     C{heartbeat}, which takes the optional C{connections} (a
-    C{Mapping[str, int]}, default L{None}) of L{IJobQueue.heartbeat}.
+    C{Mapping[str, int]}, default L{None}) of L{IJobQueue.heartbeat}, and
+    C{rate}, this daemon's messages per second over the last minute
+    (L{None}: none to record; a queue without the fleet's pages ignores
+    it).
     Plus the fleet's job list: C{replaceList} (a reload) and
     C{listDiffers}.
     """
@@ -431,7 +439,7 @@ class IAsyncJobQueue(Interface):
     def register(host: str, pid: int, version: str, lease: float) -> Deferred[str]:
         "L{IJobQueue.register}."
 
-    def heartbeat(owner: str, lease: float) -> Deferred[Heartbeat]:
+    def heartbeat(owner: str, lease: float, *, rate: float | None = None) -> Deferred[Heartbeat]:
         "L{IJobQueue.heartbeat}."
 
     def claim(

@@ -25,7 +25,7 @@ import psycopg
 
 from imapmig.errors import QueueSchemaTooNew
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """
 The version of the queue's tables this code reads and writes.
 """
@@ -114,6 +114,11 @@ CREATE TABLE imapmig_queue.templates (
   file_digest text NOT NULL, config jsonb NOT NULL);
 ALTER TABLE imapmig_queue.jobs ADD COLUMN template_id bigint REFERENCES imapmig_queue.templates,
   ADD COLUMN params jsonb;
+""",
+    # Each daemon's rate (messages per second over the last minute), as
+    # its heartbeat reported it: the fleet's pages show every daemon's.
+    4: """
+ALTER TABLE imapmig_queue.daemons ADD COLUMN rate real NOT NULL DEFAULT 0;
 """,
 }
 

@@ -34,12 +34,15 @@ RETURNING extract(epoch FROM lease_until)::float8
 # a test of the state would let jobs_claimed, all the jobs held, be read),
 # the live daemons from their small table, this one's row as the UPDATE
 # left it (the snapshot holds it as before), the job list's generation
-# from the fleet's one row (imapmig.queue._pgjoblist).
+# from the fleet's one row (imapmig.queue._pgjoblist), and the state store's
+# schema version where its table exists (through query_to_xml: a statement
+# naming a table that does not exist fails even in a CASE not taken).
 HEARTBEAT = """
 WITH beat AS (
   UPDATE imapmig_queue.daemons
      SET lease_until = now() + make_interval(secs => %(lease)s), heartbeat_at = now(),
-         connections = coalesce(%(connections)s::jsonb, connections)
+         connections = coalesce(%(connections)s::jsonb, connections),
+         rate = coalesce(%(rate)s::real, rate)
    WHERE daemon_id = %(me)s AND lease_until > now()
   RETURNING lease_until, connections)
 SELECT extract(epoch FROM beat.lease_until)::float8,
@@ -50,7 +53,12 @@ SELECT extract(epoch FROM beat.lease_until)::float8,
        (SELECT jobs_generation FROM imapmig_queue.fleet),
        (SELECT jsonb_agg(jsonb_build_array(daemon_id, connections)) FROM imapmig_queue.daemons
          WHERE lease_until > now() AND daemon_id <> %(me)s),
-       beat.connections
+       beat.connections,
+       CASE WHEN to_regclass('imapmig.schema_version') IS NOT NULL
+            THEN (xpath('/row/v/text()', query_to_xml(
+                    'SELECT max(version) AS v FROM imapmig.schema_version',
+                    false, true, '')))[1]::text::int
+       END
   FROM beat
 """
 

@@ -525,7 +525,10 @@ class AsyncJobQueue:
     def register(self, host: str, pid: int, version: str, lease: float) -> Deferred[str]:
         return _answer(self.queue.register, host, pid, version, lease)
 
-    def heartbeat(self, owner: str, lease: float) -> Deferred[Heartbeat]:
+    def heartbeat(
+        self, owner: str, lease: float, rate: float | None = None
+    ) -> Deferred[Heartbeat]:
+        # No page reads a memory queue's rates.
         return _answer(self.queue.heartbeat, owner, lease)
 
     def retire(self, owner: str) -> Deferred[None]:

@@ -370,19 +370,22 @@ class PostgreSQLJobQueue:
         )
 
     def heartbeat(
-        self, owner: str, lease: float, connections: Mapping[str, int] | None = None
-    ) -> Heartbeat:
+        self, owner: str, lease: float, connections: Mapping[str, int] | None = None,
+        rate: float | None = None,
+    ) -> Heartbeat:  # fmt: skip
         """
         See L{IJobQueue.heartbeat}.
 
         @param connections: the connections this daemon has open per
-            server, recorded for the other daemons' shares (L{None}: as at
-            the last heartbeat).
+            server, for the other daemons' shares, and C{rate} its messages
+            per second over the last minute, for the fleet's pages, both
+            recorded (L{None}: as at the last heartbeat).
         """
         values = {
             "me": owner,
             "lease": lease,
             "connections": None if connections is None else Jsonb(dict(connections)),
+            "rate": rate,
         }
 
         row = self._run(
@@ -390,7 +393,7 @@ class PostgreSQLJobQueue:
         )
         if row is None:
             raise LeaseLost(f"daemon {owner}'s lease ran out")
-        leaseUntil, asked, version, generation, others, mine = row
+        leaseUntil, asked, version, generation, others, mine, stateVersion = row
         requests, requestedBy = _requests(asked)
         return Heartbeat(
             leaseUntil,
@@ -399,6 +402,7 @@ class PostgreSQLJobQueue:
             schemaVersion=version,
             jobsGeneration=generation,
             live=_live(owner, mine, others),
+            stateSchemaVersion=stateVersion,
         )
 
     def claim(
@@ -689,10 +693,14 @@ class ThreadedJobQueue:
         return self._inThread(self.queue.register, host, pid, version, lease)
 
     def heartbeat(
-        self, owner: str, lease: float, connections: Mapping[str, int] | None = None
+        self,
+        owner: str,
+        lease: float,
+        connections: Mapping[str, int] | None = None,
+        rate: float | None = None,
     ) -> Deferred[Heartbeat]:
         """L{PostgreSQLJobQueue.heartbeat} in a thread."""
-        return self._inThread(self.queue.heartbeat, owner, lease, connections)
+        return self._inThread(self.queue.heartbeat, owner, lease, connections, rate)
 
     def retire(self, owner: str) -> Deferred[None]:
         """L{PostgreSQLJobQueue.retire} in a thread."""

@@ -117,7 +117,7 @@ class FleetMember:
     @ivar missed: the attempts failed or unanswered since the last that
         succeeded.
     @ivar newerSchema: whether a heartbeat found the database's schema
-        newer than this code's.
+        (the queue's or the state store's) newer than this code's.
     """
 
     def __init__(
@@ -132,6 +132,8 @@ class FleetMember:
         version: str,
         schemaVersion: int | None = None,
         onHeartbeat: Callable[[Heartbeat, str], object] | None = None,
+        stateSchemaVersion: int | None = None,
+        rate: Callable[[], float] | None = None,
     ) -> None:
         """
         @param clock: times the heartbeats and the deadline.
@@ -148,6 +150,12 @@ class FleetMember:
         @param onHeartbeat: called with each heartbeat that succeeded and
             this daemon's id (the fair shares of the servers' connections
             are computed from its live daemons).
+        @param stateSchemaVersion: the state store's schema version this
+            code knows (L{None}: no check), compared as C{schemaVersion}
+            with L{Heartbeat.stateSchemaVersion}.
+        @param rate: this daemon's messages per second over the last
+            minute, given to each heartbeat for the other daemons' pages
+            (L{None}: none given).
         """
         self._queue = queue
         self._clock = clock
@@ -159,6 +167,9 @@ class FleetMember:
         self._identity = (host, pid, version)
         self._schemaVersion = schemaVersion
         self._onHeartbeat = onHeartbeat
+        self._stateSchemaVersion = stateSchemaVersion
+        self._rate = rate
+        self._differs: str | None = None
         self.owner: str | None = None
         self.deadline: float | None = None
         self.sendDeadline = SendDeadline(monotonic)
@@ -288,7 +299,8 @@ class FleetMember:
                 return
             self._failed(failure)
 
-        return self._queue.heartbeat(owner, self.lease).addCallbacks(beaten, failed)
+        rate = None if self._rate is None else self._rate()
+        return self._queue.heartbeat(owner, self.lease, rate=rate).addCallbacks(beaten, failed)
 
     def _failed(self, failure: Failure) -> None:
         self.missed += 1
@@ -361,21 +373,21 @@ class FleetMember:
         """
         What a heartbeat brought back: a newer schema, the controls asked.
         """
-        version = heartbeat.schemaVersion
-        if (
-            version is not None
-            and self._schemaVersion is not None
-            and version > self._schemaVersion
-        ):
+        newer = _newer("queue", heartbeat.schemaVersion, self._schemaVersion) or _newer(
+            "state store", heartbeat.stateSchemaVersion, self._stateSchemaVersion
+        )
+        if newer is not None:
             if not self.newerSchema:
                 # Once; the heartbeats go on while the jobs stop.
                 self.newerSchema = True
+                which, version, known = newer
                 log.critical(
-                    "The fleet's database has schema version {found}, newer than this"
-                    " imapmig's ({known}): claiming nothing more, stopping the jobs,"
+                    "The fleet's database has {which} schema version {found}, newer than"
+                    " this imapmig's ({known}): claiming nothing more, stopping the jobs,"
                     " exiting 2",
+                    which=which,
                     found=version,
-                    known=self._schemaVersion,
+                    known=known,
                 )
                 self._jobs.newerSchema(version)
             return
@@ -390,6 +402,15 @@ class FleetMember:
             self._jobs.asked(job, requested, by.get(job, REQUESTED_BY))
 
 
+    def listDiffers(self) -> str | None:
+        """
+        Why this daemon's job list differs from the fleet's (its
+        configuration file is not the one the fleet's list was last
+        replaced from), as of the last generation it compared; L{None}:
+        the same, or not compared.
+        """
+        return self._differs
+
     def _newGeneration(self, generation: int | None) -> None:
         """
         At each generation of the fleet's job list this daemon sees (the
@@ -402,6 +423,7 @@ class FleetMember:
         self._generation = generation
 
         def told(why: str | None) -> None:
+            self._differs = why
             if why is not None:
                 log.warn("The fleet's job list changed (generation {generation}): {why}",
                          generation=generation, why=why)
@@ -411,6 +433,16 @@ class FleetMember:
                      why=failure.getErrorMessage())
 
         self._queue.listDiffers().addCallbacks(told, failed)
+
+
+def _newer(which: str, found: int | None, known: int | None) -> tuple[str, int, int] | None:
+    """
+    C{(which, found, known)} if a heartbeat C{found} the C{which} schema
+    newer than the C{known} one; else L{None}.
+    """
+    if found is None or known is None or found <= known:
+        return None
+    return (which, found, known)
 
 
 async def _nothing() -> None:
@@ -453,9 +485,11 @@ class FleetScheduler(JobQueueService):
         schemaVersion: int | None = None,
         store: IStateStore | None = None,
         machines: JobMachines | None = None,
+        stateSchemaVersion: int | None = None,
     ) -> None:
         """
-        See L{JobQueueService} and L{FleetMember}.
+        See L{JobQueueService} and L{FleetMember} (whose heartbeats give
+        the queue C{progress}'s rate of messages).
 
         @param build: makes a claimed job's L{MigrationJob} as
             L{JobQueueService}'s does, given too the store it writes (the
@@ -490,7 +524,8 @@ class FleetScheduler(JobQueueService):
         self.shares = FleetShares(grants)
         self.member = FleetMember(
             queue, clock, monotonic, lease, self, host, pid, version, schemaVersion,
-            onHeartbeat=self.shares.apply,
+            onHeartbeat=self.shares.apply, stateSchemaVersion=stateSchemaVersion,
+            rate=lambda: progress.currentRate()[0],
         )  # fmt: skip
         self._poll = self.member.period
         self.controls = FleetControls(queue, progress, store, self, self.machines)

@@ -63,6 +63,7 @@ class StatusJSONResource(ReadOnlyResource):
         verifyReport: VerifyReportSummary | None,
         controlsEnabled: bool = False,
         fleet: IFleetView | None = None,
+        listDiffers: Callable[[], str | None] | None = None,
     ) -> None:
         """
         @param view: what to show.
@@ -71,12 +72,15 @@ class StatusJSONResource(ReadOnlyResource):
             token is configured): C{controls.enabled}, so that the page
             shows no control the daemon would refuse.
         @param fleet: the daemons; L{None}: none is shown.
+        @param listDiffers: why this daemon's job list differs from the
+            fleet's, or L{None} (C{fleet_list_differs}); L{None}: never.
         """
         super().__init__()
         self._view = view
         self._verifyReport = verifyReport
         self._controls = {"enabled": controlsEnabled}
         self._fleet = fleet
+        self._listDiffers = listDiffers
 
     def renderBody(self, request: Request) -> bytes | Deferred[bytes]:
         """
@@ -94,6 +98,7 @@ class StatusJSONResource(ReadOnlyResource):
         document: dict[str, object] = {"schema": SCHEMA, "version": imapmig.__version__}
         document.update(summary)
         document["controls"] = self._controls
+        document["fleet_list_differs"] = None if self._listDiffers is None else self._listDiffers()
         document["page"] = query.describe(matched)
         shown = document["jobs"] = [view.document(job) for job in page]
         if self._fleet is None:
@@ -135,6 +140,7 @@ class StatusResource(Resource):
         control: IResource | None = None,
         fleet: IFleetView | None = None,
         health: IResource | None = None,
+        listDiffers: Callable[[], str | None] | None = None,
     ) -> None:
         """
         @param progress: what to show.
@@ -154,6 +160,10 @@ class StatusResource(Resource):
             (L{singleDaemon}), holding every job.
         @param health: C{/healthz}; L{None}: a L{HealthResource} of
             C{store} whose checks wait for its ping however long it takes.
+        @param listDiffers: why this daemon's job list differs from the
+            fleet's, or L{None}, for C{status.json} and the page (a fleet's
+            L{FleetMember.listDiffers<imapmig.schedule.fleet.FleetMember>});
+            L{None}: never.
         """
         super().__init__()  # type: ignore[no-untyped-call]
         view = ProgressView(progress, seconds)
@@ -169,7 +179,7 @@ class StatusResource(Resource):
         self._page: IResource = dashboard
         self.putChild(b"", self._page)
         enabled = isinstance(control, ControlResource) and control.enabled
-        self.putChild(b"status.json", StatusJSONResource(view, report, enabled, fleet))
+        self.putChild(b"status.json", StatusJSONResource(view, report, enabled, fleet, listDiffers))
         self.putChild(b"jobs", JobsResource(view, store, rulesOf, fleet))
         fleetJobs = Resource()
         fleetJobs.putChild(b"jobs.json", FleetJobsResource(fleet))

@@ -339,6 +339,7 @@
     renderStateCounts(totals.jobs || {});
     renderChart(s.throughput || {}, s.time, run);
     renderDaemons(s.daemons, s.daemons_error);
+    renderListDiffers(s.fleet_list_differs);
     if (fleetPage) renderFleetJobs(fleetPage, s.jobs || []);
     else renderJobs(s.jobs || [], s.page || {});
   }
@@ -353,6 +354,14 @@
     cell.title = holder ? holder.id : "";
     cell.classList.toggle("is-dead", !!holder && holder.live === false);
   }
+  // This daemon's configuration file is not the fleet's job list's.
+  function renderListDiffers(why) {
+    var note = $("daemons-list-differs");
+    note.hidden = !why;
+    put(note, why ? "This daemon's job list differs from the fleet's: " + why +
+      " (it claims nothing until its file is the fleet's, or a reload here replaces the fleet's list)." : "");
+  }
+
   function renderDaemons(daemons, error) {
     var body = $("daemons-body"), problem = $("daemons-error");
     problem.hidden = !error;
