@@ -236,3 +236,16 @@ __all__: Sequence[str] = (
     "RENEW",
     "RENEWED",
 )
+
+# A reload's add of one job (imapmig.queue.postgresql's add): a claimed job
+# being removed under that name is kept, with the new job's digest and
+# accounts; else a new row after the last position.
+ADD_KEPT = """
+UPDATE imapmig_queue.jobs SET requested = NULL, digest = %(digest)s, accounts = %(accounts)s
+ WHERE name = %(name)s AND requested = 'remove'
+"""
+ADD_NEW = """
+INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)
+SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s, %(accounts)s
+  FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING
+"""

@@ -87,6 +87,8 @@ from imapmig.queue._pgjoblist import (
 )
 from imapmig.queue._pgschema import migrate
 from imapmig.queue._pgstatements import (
+    ADD_KEPT,
+    ADD_NEW,
     CLAIM,
     CLAIM_LOCK,
     COUNTS,
@@ -614,18 +616,8 @@ class PostgreSQLJobQueue:
 
     def add(self, job: JobConfig) -> None:
         def added(c: Connection, values: dict[str, Any]) -> None:
-            kept = c.execute(
-                "UPDATE imapmig_queue.jobs"
-                " SET requested = NULL, digest = %(digest)s, accounts = %(accounts)s"
-                " WHERE name = %(name)s AND requested = 'remove'",
-                values,
-            ).rowcount
-            if not kept and not c.execute(
-                "INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)"
-                " SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s, %(accounts)s"
-                " FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING",
-                values,
-            ).rowcount:
+            kept = c.execute(ADD_KEPT, values).rowcount
+            if not kept and not c.execute(ADD_NEW, values).rowcount:
                 raise ValueError(f"job {job.name} is queued already")
 
         self._changeJob("add a job", job.name, self._list.withJob(job), added)
