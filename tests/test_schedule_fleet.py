@@ -1158,6 +1158,20 @@ class FleetControlsTests(SynchronousTestCase):
         self.fleet.clock.pump([self.fleet.member.period] * 3)
         self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
 
+    def test_holdsAreTheRows(self) -> None:
+        """
+        The holds a reload applies to the jobs it adds are none: a fleet's
+        holds are its rows' states, and a row of the store's C{job_holds}
+        (a copy's, for a job the list did not have) is the list's to apply
+        (L{imapmig.queue._pgjoblist.replaceJobList}), never again a
+        daemon's (found in review: a reload adding a job the fleet had
+        resumed cancelled it again from a stale C{job_holds} row).
+        """
+        store = MemoryStateStore()
+        self.successResultOf(store.recordJobHolds(["c"], "cancelled", "alice"))
+        fleet = Fleet(["a", "b", "c"], maxJobs=1, store=store)
+        self.assertEqual(self.successResultOf(fleet.service.controls.readHolds()), {})
+
     def test_bulk(self) -> None:
         """
         Pause-all pauses every job that takes it, one write each.

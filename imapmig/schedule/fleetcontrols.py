@@ -34,7 +34,7 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import IAsyncJobQueue, QueueState
 from imapmig.job.machine import JobMachines
 from imapmig.schedule.jobcontrols import ControlledScheduler, JobControls
-from imapmig.state import IStateStore
+from imapmig.state import IStateStore, JobHold
 
 log = Logger()
 
@@ -94,6 +94,16 @@ class FleetControls(JobControls):
         lists, any name but the empty one (the queue decides).
         """
         return bool(name) and (self.userLists or name in self._progress)
+
+    async def readHolds(self) -> dict[str, JobHold]:
+        """
+        See L{JobControls.readHolds}: none to apply.  A fleet's holds are
+        its jobs' rows' states; a hold of the store's C{job_holds} (one
+        a copy brought for a job the list did not have) is moved into its
+        row by the reload that lists it (L{imapmig.queue._pgjoblist}), so
+        that a hold lifted since never comes back from that table.
+        """
+        return {}
 
     def pause(self, job: str, by: str) -> Deferred[JobState]:
         return self._apply("pause", job, by, lambda machine: machine.pause(by))
