@@ -249,3 +249,80 @@ INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)
 SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s, %(accounts)s
   FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING
 """
+
+# The admin's controls of jobs' rows (imapmig.queue.postgresql), each as
+# what it sets, the rows it applies to, and the state it answers: a job's
+# own control is one row (CONTROL_ONE: a row it does not apply to is its
+# refusal), a bulk control every row of its names, or every job of the
+# list, but those skipped (CONTROL_MANY: one statement, its rows locked in
+# one order first, so that two bulk controls at once never deadlock).  A
+# claimed job is asked (requested, with who asked), for its owner's
+# heartbeat; any other changes state at once.
+CONTROLS = {
+    "pause": (
+        "state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'paused' END,"
+        " requested = CASE state WHEN 'claimed' THEN 'pause' END,"
+        " requested_by = CASE state WHEN 'claimed' THEN %(by)s END",
+        "state IN ('queued', 'deferred') OR (state = 'claimed' AND requested IS DISTINCT FROM 'cancel')",
+        "state",
+    ),
+    "resume": (
+        "state = CASE state WHEN 'claimed' THEN 'claimed'"
+        "   WHEN 'paused' THEN CASE WHEN not_before IS NULL THEN 'queued' ELSE 'deferred' END"
+        "   ELSE 'queued' END,"
+        " requested = NULL, requested_by = NULL",
+        "state IN ('paused', 'cancelled') OR (state = 'claimed' AND requested = 'pause')",
+        "CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
+    ),
+    "cancel": (
+        "state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'cancelled' END,"
+        " requested = CASE state WHEN 'claimed' THEN 'cancel' END,"
+        " requested_by = CASE state WHEN 'claimed' THEN %(by)s END,"
+        " not_before = CASE state WHEN 'claimed' THEN not_before END",
+        "state IN ('queued', 'deferred', 'paused', 'claimed')",
+        "state",
+    ),
+    "requeue": (
+        "state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END,"
+        " requested_by = CASE WHEN state = 'claimed' AND requested IS NULL THEN %(by)s"
+        "   ELSE requested_by END,"
+        " requested = CASE state WHEN 'claimed' THEN coalesce(requested, 'rerun') END",
+        "state <> 'cancelled'",
+        "CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
+    ),
+}
+
+
+def controlOne(control: str) -> str:
+    """
+    The statement of C{control} (a key of L{CONTROLS}) of job C{%(name)s}
+    asked by C{%(by)s}: its new state, or no row if it does not apply.
+    """
+    sets, applies, answer = CONTROLS[control]
+    return (
+        f"UPDATE imapmig_queue.jobs SET {sets} WHERE {KNOWN} AND ({applies}) RETURNING {answer}"
+    )
+
+
+def controlMany(control: str, chosen: bool) -> str:
+    """
+    The statement of C{control} of the jobs C{%(names)s} (with C{chosen},
+    else every job of the list) but those of C{%(skip)s}, asked by
+    C{%(by)s}; its row count is the jobs it applied to.
+    """
+    sets, applies, _ = CONTROLS[control]
+    among = " AND name = ANY(%(names)s::text[])" if chosen else ""
+    return (
+        f"UPDATE imapmig_queue.jobs SET {sets} WHERE job_id IN ("
+        " SELECT job_id FROM imapmig_queue.jobs"
+        f"  WHERE requested IS DISTINCT FROM 'remove'{among}"
+        f"    AND NOT (name = ANY(%(skip)s::text[])) AND ({applies})"
+        "  ORDER BY job_id FOR NO KEY UPDATE)"
+        f" AND requested IS DISTINCT FROM 'remove' AND ({applies})"
+    )
+
+# Which of some jobs a reload removed while claimed are still so (their
+# claim not ended), by the unique index on the name.
+LEAVING = """
+SELECT name FROM imapmig_queue.jobs WHERE name = ANY(%(names)s::text[]) AND requested = 'remove'
+"""

@@ -102,6 +102,7 @@ from imapmig.queue._pgstatements import (
     KNOWN,
     LEAVE,
     LEAVE_EXPIRED,
+    LEAVING,
     ORPHANS,
     PRUNE,
     REGISTER,
@@ -109,6 +110,8 @@ from imapmig.queue._pgstatements import (
     RENEW,
     RENEWED,
     UNBUILT,
+    controlMany,
+    controlOne,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -532,60 +535,37 @@ class PostgreSQLJobQueue:
         return QueueState(row[0])
 
     def pause(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'paused' END,"
-            " requested = CASE state WHEN 'claimed' THEN 'pause' END,"
-            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END"
-            " WHERE " + KNOWN + " AND (state IN ('queued', 'deferred')"
-            "  OR (state = 'claimed' AND requested IS DISTINCT FROM 'cancel')) RETURNING state",
-            "is not queued or running",
-            by,
-        )
+        return self._control(name, controlOne("pause"), "is not queued or running", by)
 
     def resume(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed'"
-            "   WHEN 'paused' THEN CASE WHEN not_before IS NULL THEN 'queued' ELSE 'deferred' END"
-            "   ELSE 'queued' END,"
-            " requested = NULL, requested_by = NULL"
-            " WHERE " + KNOWN + " AND (state IN ('paused', 'cancelled')"
-            "  OR (state = 'claimed' AND requested = 'pause'))"
-            " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
-            "is not paused or cancelled",
-            by,
-        )
+        return self._control(name, controlOne("resume"), "is not paused or cancelled", by)
 
     def cancel(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'cancelled' END,"
-            " requested = CASE state WHEN 'claimed' THEN 'cancel' END,"
-            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END,"
-            " not_before = CASE state WHEN 'claimed' THEN not_before END"
-            " WHERE " + KNOWN + " AND state IN ('queued', 'deferred', 'paused', 'claimed')"
-            " RETURNING state",
-            "has ended",
-            by,
-        )
+        return self._control(name, controlOne("cancel"), "has ended", by)
 
     def requeue(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END,"
-            " requested_by = CASE WHEN state = 'claimed' AND requested IS NULL THEN %(by)s"
-            "   ELSE requested_by END,"
-            " requested = CASE state WHEN 'claimed' THEN coalesce(requested, 'rerun') END"
-            " WHERE " + KNOWN + " AND state <> 'cancelled'"
-            " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
-            "was cancelled",
-            by,
+        return self._control(name, controlOne("requeue"), "was cancelled", by)
+
+    def controlMany(
+        self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+        by: str | None = None,
+    ) -> int:  # fmt: skip
+        """
+        See L{IAsyncJobQueue.controlMany<imapmig.queue.IAsyncJobQueue.controlMany>}:
+        one statement (L{controlMany}).
+        """
+        values = {"names": None if names is None else list(names), "skip": list(skip), "by": by}
+        statement = controlMany(control, names is not None)
+        return self._run("control jobs", lambda c: c.execute(statement, values).rowcount)
+
+    def leaving(self, names: Sequence[str]) -> frozenset[str]:
+        """
+        See L{IAsyncJobQueue.leaving<imapmig.queue.IAsyncJobQueue.leaving>}.
+        """
+        rows = self._run(
+            "read the jobs leaving", lambda c: c.execute(LEAVING, {"names": list(names)}).fetchall()
         )
+        return frozenset(name for (name,) in rows)
 
     def _changeJob(
         self, action: str, name: str, new: JobList,
@@ -741,6 +721,17 @@ class ThreadedJobQueue:
     def requeue(self, name: str, by: str | None = None) -> Deferred[QueueState]:
         """L{PostgreSQLJobQueue.requeue} in a thread."""
         return self._inThread(self.queue.requeue, name, by)
+
+    def controlMany(
+        self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+        by: str | None = None,
+    ) -> Deferred[int]:  # fmt: skip
+        """L{PostgreSQLJobQueue.controlMany} in a thread."""
+        return self._inThread(self.queue.controlMany, control, names, skip, by)
+
+    def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
+        """L{PostgreSQLJobQueue.leaving} in a thread."""
+        return self._inThread(self.queue.leaving, names)
 
     def add(self, job: JobConfig) -> Deferred[None]:
         """L{PostgreSQLJobQueue.add} in a thread."""
