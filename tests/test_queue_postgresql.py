@@ -43,6 +43,7 @@ from imapmig.queue import (
     QueueState,
     Requested,
 )
+from imapmig.queue import _pgcontrols
 from imapmig.queue._pgjoblist import JobList, accountsOf
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
@@ -1137,10 +1138,33 @@ class BulkControlTests(PostgreSQLTestMixin):
     def test_selection(self) -> None:
         """
         A bulk control of every job, or of some, but those skipped, counts
-        the jobs it changed.
+        the jobs it changed, whatever the parts it is cut into.
         """
         queue = self.queueOf(1000)
         self.assertEqual(queue.controlMany("pause", None, (), "alice"), 1000)
         self.assertEqual(queue.counts().paused, 1000)
+        self.patch(_pgcontrols, "BULK_PART", 7)
         self.assertEqual(queue.controlMany("resume", [f"j{i}" for i in range(500)], ("j0",), "alice"), 499)
         self.assertEqual(queue.counts().paused, 501)
+        self.assertEqual(queue.controlMany("resume", None, ("j999",), "alice"), 500)
+        self.assertEqual(queue.counts().paused, 1)
+
+    def test_partsBetweenHeartbeats(self) -> None:
+        """
+        Through L{ThreadedJobQueue}, a bulk control runs each part as a
+        call of its own: a heartbeat asked meanwhile is answered between
+        two parts, not after the last.
+        """
+        pool = ThreadPool(1, 3)
+        pool.start()
+        self.addCleanup(pool.stop)
+        reactor = Reactor()
+        threaded = ThreadedJobQueue(self.queueOf(100), reactor, pool)  # type: ignore[arg-type]
+        me = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        self.patch(_pgcontrols, "BULK_PART", 10)
+        answered: list[str] = []
+        pausing = threaded.controlMany("pause", None, (), "alice")
+        pausing.addCallback(lambda n: answered.append(f"paused {n}"))
+        threaded.heartbeat(me, 600.0).addCallback(lambda beat: answered.append("heartbeat"))
+        reactor.pump(pausing)
+        self.assertEqual(answered, ["heartbeat", "paused 100"])

@@ -85,6 +85,13 @@ from imapmig.queue._pgjoblist import (
     replaceJobList,
     staleList,
 )
+from imapmig.queue._pgcontrols import (
+    BULK_PART,
+    controlAll,
+    controlAllAsync,
+    controlMany,
+    controlOne,
+)
 from imapmig.queue._pgschema import migrate
 from imapmig.queue._pgstatements import (
     ADD_KEPT,
@@ -110,8 +117,6 @@ from imapmig.queue._pgstatements import (
     RENEW,
     RENEWED,
     UNBUILT,
-    controlMany,
-    controlOne,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -552,11 +557,30 @@ class PostgreSQLJobQueue:
     ) -> int:  # fmt: skip
         """
         See L{IAsyncJobQueue.controlMany<imapmig.queue.IAsyncJobQueue.controlMany>}:
-        one statement (L{controlMany}).
+        L{controlPart} after part (L{controlAll}).
         """
-        values = {"names": None if names is None else list(names), "skip": list(skip), "by": by}
+        return controlAll(lambda part, after: self.controlPart(control, part, after, skip, by), names)
+
+    def controlPart(
+        self, control: str, names: Sequence[str] | None, after: int, skip: Sequence[str],
+        by: str | None,
+    ) -> tuple[int | None, int]:  # fmt: skip
+        """
+        One transaction of a bulk control: of the jobs C{names} (at most
+        L{BULK_PART}), or of the next L{BULK_PART} jobs of the list after
+        position C{after}, one statement (L{controlMany}).
+
+        @return: the last position of the jobs it looked at (L{None}: none
+            was left), and how many it changed.
+        """
+        values = {
+            "names": None if names is None else list(names), "after": after,
+            "limit": BULK_PART, "skip": list(skip), "by": by,
+        }  # fmt: skip
         statement = controlMany(control, names is not None)
-        return self._run("control jobs", lambda c: c.execute(statement, values).rowcount)
+        row = self._run("control jobs", lambda c: c.execute(statement, values).fetchone())
+        assert row is not None
+        return (None if row[0] is None else int(row[0])), int(row[1])
 
     def leaving(self, names: Sequence[str]) -> frozenset[str]:
         """
@@ -726,8 +750,16 @@ class ThreadedJobQueue:
         self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
         by: str | None = None,
     ) -> Deferred[int]:  # fmt: skip
-        """L{PostgreSQLJobQueue.controlMany} in a thread."""
-        return self._inThread(self.queue.controlMany, control, names, skip, by)
+        """
+        L{PostgreSQLJobQueue.controlMany}, each part in a thread of its
+        own, so that the heartbeats go on between them
+        (L{controlAllAsync}).
+        """
+
+        def part(names: Sequence[str] | None, after: int) -> Deferred[tuple[int | None, int]]:
+            return self._inThread(self.queue.controlPart, control, names, after, skip, by)
+
+        return Deferred.fromCoroutine(controlAllAsync(part, names))
 
     def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
         """L{PostgreSQLJobQueue.leaving} in a thread."""
