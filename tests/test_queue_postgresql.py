@@ -748,6 +748,33 @@ class HeartbeatTests(PostgreSQLTestMixin):
         self.assertIsNone(queue.renew(claim, 600.0).requested)
 
 
+    def test_removedWhileClaimedEndsThere(self) -> None:
+        """
+        A job one daemon's reload removes while another runs it goes on
+        there: its owner's renewals hold, it is leaving until its owner
+        finishes it, which deletes its row; then no daemon claims it.
+        A row deleted by hand under a claim ends that claim: its renewal
+        fails with L{LeaseLost}, and its finish changes nothing, silently.
+        """
+        owner, reloading = self.queueOf(3), self.queueOf(3)
+        me = owner.register("host1", 1, "1.0", 600.0)
+        claims = [owner.claim(me, 0.0, 600.0) for _ in range(2)]
+        assert claims[0] is not None and claims[1] is not None
+        change = reloading.replaceList([jobConfig("j2", "u2")])
+        self.assertEqual((change.removed, change.leaving), (0, 2))
+        self.assertEqual(reloading.leaving(["j0", "j1", "j2"]), {"j0", "j1"})
+        self.assertIsNone(owner.renew(claims[0], 600.0).requested)
+        owner.finish(claims[0], JobOutcome.COMPLETED)
+        self.assertEqual(reloading.leaving(["j0", "j1"]), {"j1"})
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs WHERE name = 'j0'"), [(0,)])
+        self.sql("DELETE FROM imapmig_queue.jobs WHERE name = 'j1'")
+        self.assertRaises(LeaseLost, owner.renew, claims[1], 600.0)
+        owner.finish(claims[1], JobOutcome.COMPLETED)
+        self.assertEqual(reloading.leaving(["j0", "j1"]), frozenset())
+        other = reloading.register("host2", 2, "1.0", 600.0)
+        self.assertEqual([c.job.name if c else None for c in [reloading.claim(other, 0.0, 600.0)]], ["j2"])
+
+
 class ScaleTests(PostgreSQLTestMixin):
     """
     What keeps the queue's costs flat in the number of jobs: read from

@@ -1213,6 +1213,21 @@ class FleetControlsTests(SynchronousTestCase):
         self.assertIn("c", self.fleet.built)
 
 
+    def test_bulkUnreachable(self) -> None:
+        """
+        A bulk control the queue cannot take fails with the queue's error,
+        and the job this daemon holds is left running: the others' rows
+        are written first.
+        """
+        self.fleet.queue.controlMany = (  # type: ignore[method-assign]
+            lambda *args: fail(QueueUnavailable("db1: connection refused (after 10000 jobs changed)"))
+        )
+        failure = self.failureResultOf(self.controls.pauseAll("alice"), QueueUnavailable)
+        self.assertIn("after 10000 jobs changed", str(failure.value))
+        self.assertFalse(self.fleet.built["b"].stopped)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
+
+
 class ServiceTreeTests(SynchronousTestCase):
     """
     The daemon's service tree (L{imapmig.daemon.service}) given a fleet's

@@ -216,8 +216,9 @@ class FleetControls(JobControls):
         Control C{action} by C{by} of C{jobs} (L{None}: every job of the
         list), called C{selection} in the log.
 
-        @raise ImapmigError: the queue's statement failed: none of the
-            jobs this daemon does not hold was changed.
+        @raise ImapmigError: the queue's statements failed (its message
+            says how many jobs the parts before changed); the jobs this
+            daemon holds were not controlled.
         """
         running = set(self._fleet.runningJobs)
         held = sorted(running if jobs is None else running.intersection(jobs))
@@ -232,8 +233,8 @@ class FleetControls(JobControls):
                     many = await self._shared.controlMany(_CONTROLS[action][0], others, held, by)
                 except ImapmigError as e:
                     log.error(
-                        "Control {action} by {client} of the jobs {selection}: not applied to"
-                        " the jobs this daemon does not hold: {why}",
+                        "Control {action} by {client} of the jobs {selection}: failed for the"
+                        " jobs this daemon does not hold: {why}",
                         action=action, client=by, selection=selection, why=str(e),
                     )  # fmt: skip
                     raise
