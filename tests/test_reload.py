@@ -684,6 +684,9 @@ class ReloaderTests(SynchronousTestCase):
                 calls.append(([job.name for job in jobs], tuple(userLists)))
                 return answers.pop(0)
 
+            def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
+                return succeed(frozenset())
+
         target = evolve(h.target, fleet=cast(Any, FleetQueue()))
         new = configOf([jobConfig("b", "b")])
         reloader = ConfigReloader(h.config, lambda path: succeed(new), target)
