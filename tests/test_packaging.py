@@ -71,6 +71,7 @@ def _scratch() -> Path:
 
 NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.daemon.pgstate",
+    "imapmig.queue._pgcontrols",
     "imapmig.queue._pgfleetview",
     "imapmig.queue._pgjoblist",
     "imapmig.queue._pgschema",

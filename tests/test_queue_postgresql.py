@@ -43,6 +43,7 @@ from imapmig.queue import (
     QueueState,
     Requested,
 )
+from imapmig.queue import _pgcontrols
 from imapmig.queue._pgjoblist import JobList, accountsOf
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
@@ -747,6 +748,33 @@ class HeartbeatTests(PostgreSQLTestMixin):
         self.assertIsNone(queue.renew(claim, 600.0).requested)
 
 
+    def test_removedWhileClaimedEndsThere(self) -> None:
+        """
+        A job one daemon's reload removes while another runs it goes on
+        there: its owner's renewals hold, it is leaving until its owner
+        finishes it, which deletes its row; then no daemon claims it.
+        A row deleted by hand under a claim ends that claim: its renewal
+        fails with L{LeaseLost}, and its finish changes nothing, silently.
+        """
+        owner, reloading = self.queueOf(3), self.queueOf(3)
+        me = owner.register("host1", 1, "1.0", 600.0)
+        claims = [owner.claim(me, 0.0, 600.0) for _ in range(2)]
+        assert claims[0] is not None and claims[1] is not None
+        change = reloading.replaceList([jobConfig("j2", "u2")])
+        self.assertEqual((change.removed, change.leaving), (0, 2))
+        self.assertEqual(reloading.leaving(["j0", "j1", "j2"]), {"j0", "j1"})
+        self.assertIsNone(owner.renew(claims[0], 600.0).requested)
+        owner.finish(claims[0], JobOutcome.COMPLETED)
+        self.assertEqual(reloading.leaving(["j0", "j1"]), {"j1"})
+        self.assertEqual(self.sql("SELECT count(*) FROM imapmig_queue.jobs WHERE name = 'j0'"), [(0,)])
+        self.sql("DELETE FROM imapmig_queue.jobs WHERE name = 'j1'")
+        self.assertRaises(LeaseLost, owner.renew, claims[1], 600.0)
+        owner.finish(claims[1], JobOutcome.COMPLETED)
+        self.assertEqual(reloading.leaving(["j0", "j1"]), frozenset())
+        other = reloading.register("host2", 2, "1.0", 600.0)
+        self.assertEqual([c.job.name if c else None for c in [reloading.claim(other, 0.0, 600.0)]], ["j2"])
+
+
 class ScaleTests(PostgreSQLTestMixin):
     """
     What keeps the queue's costs flat in the number of jobs: read from
@@ -1057,3 +1085,113 @@ class AccountTests(PostgreSQLTestMixin):
             inFlight.commit()
         claiming.join(180)
         self.assertEqual(mine, [None])
+
+
+class BulkControlTests(PostgreSQLTestMixin):
+    """
+    A bulk control (L{PostgreSQLJobQueue.controlMany}) is one statement
+    that changes each job as its own control would.
+    """
+
+    COLUMNS = "name, state, requested, requested_by, not_before"
+
+    def fleetOfEveryState(self) -> PostgreSQLJobQueue:
+        """
+        A queue of 12 jobs in every state a control meets: j0 and j1
+        claimed by another daemon (j1 asked to pause), j2 claimed and
+        leaving (a reload removed it), j3 done, j4 failed, j5 deferred,
+        j6 paused, j7 cancelled, j8 paused while deferred, the rest queued.
+        """
+        queue = self.queueOf(12)
+        other = queue.register("host2", 2, "1.0", 600.0)
+        claims = {}
+        for _ in range(6):
+            claim = queue.claim(other, 0.0, 600.0)
+            assert claim is not None
+            claims[claim.job.name] = claim
+        queue.finish(claims["j3"], JobOutcome.COMPLETED)
+        queue.finish(claims["j4"], JobOutcome.FAILED)
+        queue.finish(claims["j5"], JobOutcome.DEFERRED, time.time() + 3600)
+        queue.pause("j1", "bob")
+        queue.remove("j2")
+        queue.pause("j6")
+        queue.cancel("j7")
+        queue.add(jobConfig("j2", "u2"))
+        queue.remove("j2")
+        self.sql(
+            "UPDATE imapmig_queue.jobs SET state = 'paused', not_before = now() + interval '1 h'"
+            " WHERE name = 'j8'"
+        )
+        return queue
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self.sql(f"SELECT {self.COLUMNS} FROM imapmig_queue.jobs ORDER BY name")
+
+    def restore(self, rows: list[tuple[Any, ...]]) -> None:
+        for name, state, requested, by, notBefore in rows:
+            self.sql(
+                "UPDATE imapmig_queue.jobs SET state = %s, requested = %s, requested_by = %s,"
+                " not_before = %s WHERE name = %s",
+                state, requested, by, notBefore, name,
+            )  # fmt: skip
+
+    def test_sameAsEachJobsControl(self) -> None:
+        """
+        Of a selection (every job but j9, and j0 skipped) and of every
+        job, each control changes the rows as each job's own control, by
+        the same admin, does, and counts the jobs that took it as those
+        controls did not refuse.
+        """
+        queue = self.fleetOfEveryState()
+        before = self.rows()
+        names = [f"j{i}" for i in range(12) if i != 9] + ["nope"]
+        for control in ("pause", "resume", "cancel", "requeue"):
+            for chosen in (names, None):
+                each = 0
+                for name in chosen or [f"j{i}" for i in range(12)]:
+                    if name == "j0":
+                        continue
+                    try:
+                        getattr(queue, control)(name, "alice")
+                    except (ControlRefused, UnknownJob):
+                        continue
+                    each += 1
+                expected = self.rows()
+                self.restore(before)
+                many = queue.controlMany(control, chosen, ["j0"], "alice")
+                self.assertEqual((control, many, self.rows()), (control, each, expected))
+                self.restore(before)
+
+    def test_selection(self) -> None:
+        """
+        A bulk control of every job, or of some, but those skipped, counts
+        the jobs it changed, whatever the parts it is cut into.
+        """
+        queue = self.queueOf(1000)
+        self.assertEqual(queue.controlMany("pause", None, (), "alice"), 1000)
+        self.assertEqual(queue.counts().paused, 1000)
+        self.patch(_pgcontrols, "BULK_PART", 7)
+        self.assertEqual(queue.controlMany("resume", [f"j{i}" for i in range(500)], ("j0",), "alice"), 499)
+        self.assertEqual(queue.counts().paused, 501)
+        self.assertEqual(queue.controlMany("resume", None, ("j999",), "alice"), 500)
+        self.assertEqual(queue.counts().paused, 1)
+
+    def test_partsBetweenHeartbeats(self) -> None:
+        """
+        Through L{ThreadedJobQueue}, a bulk control runs each part as a
+        call of its own: a heartbeat asked meanwhile is answered between
+        two parts, not after the last.
+        """
+        pool = ThreadPool(1, 3)
+        pool.start()
+        self.addCleanup(pool.stop)
+        reactor = Reactor()
+        threaded = ThreadedJobQueue(self.queueOf(100), reactor, pool)  # type: ignore[arg-type]
+        me = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
+        self.patch(_pgcontrols, "BULK_PART", 10)
+        answered: list[str] = []
+        pausing = threaded.controlMany("pause", None, (), "alice")
+        pausing.addCallback(lambda n: answered.append(f"paused {n}"))
+        threaded.heartbeat(me, 600.0).addCallback(lambda beat: answered.append("heartbeat"))
+        reactor.pump(pausing)
+        self.assertEqual(answered, ["heartbeat", "paused 100"])

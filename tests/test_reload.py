@@ -684,6 +684,9 @@ class ReloaderTests(SynchronousTestCase):
                 calls.append(([job.name for job in jobs], tuple(userLists)))
                 return answers.pop(0)
 
+            def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
+                return succeed(frozenset())
+
         target = evolve(h.target, fleet=cast(Any, FleetQueue()))
         new = configOf([jobConfig("b", "b")])
         reloader = ConfigReloader(h.config, lambda path: succeed(new), target)
@@ -1137,3 +1140,110 @@ class BrokenReloadTests(SynchronousTestCase):
         self.assertFalse(self.successResultOf(applied))
         self.assertEqual(seen, [True])
         self.assertTrue(gc.isenabled())
+
+
+class FleetRemovalTests(SynchronousTestCase):
+    """
+    A reload of a fleet's daemon that removes jobs: those a daemon of the
+    fleet runs (this one or another) stay on the page until their run
+    ends, then leave it; the others leave at once.
+    """
+
+    def setUp(self) -> None:
+        from twisted.internet.task import Clock
+
+        from imapmig.daemon.reloadapply import LeavingJobs
+        from imapmig.progress import MigrationProgress
+        from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
+        from imapmig.schedule.grants import ConnectionGrants
+
+        self.clock = Clock()
+        self.jobs = [jobConfig(name, name) for name in "abcd"]
+        self.fleet = InMemoryJobQueue(self.jobs, self.clock.seconds)
+        self.other = self.fleet.register("mig2", 7, "1.0", 60.0)
+        self.claims = {}
+        for _ in "ab":
+            claim = self.fleet.claim(self.other, 0.0, 60.0)
+            assert claim is not None
+            self.claims[claim.job.name] = claim
+        self.progress = MigrationProgress(self.clock.seconds)
+        for job in self.jobs:
+            self.progress.addJob(job.name)
+        self.woken: list[bool] = []
+        woken = self.woken
+
+        class Watcher:
+            def queueChanged(self) -> None:
+                woken.append(True)
+
+        shared = AsyncJobQueue(self.fleet)
+        self.target = ReloadTarget(
+            InMemoryJobQueue(self.jobs, self.clock.seconds),
+            ConnectionGrants(1, {"s": ServerLimits()}),
+            self.progress,
+            Watcher(),
+            {job.name: job.folders for job in self.jobs},
+            {job.name: "s" for job in self.jobs},
+            lambda jobs: None,
+            fleet=shared,
+            leaving=LeavingJobs(shared, self.clock),
+        )
+        self.config = configOf(self.jobs)
+
+    def reload(self, names: str) -> None:
+        new = configOf([job for job in self.jobs if job.name in names])
+        reloader = ConfigReloader(self.config, lambda path: succeed(new), self.target)
+        self.assertTrue(self.successResultOf(reloader.reloadFrom("/etc/imapmig.yaml")))
+        self.config = new
+
+    def shown(self) -> list[str]:
+        return [job.name for job in self.progress]
+
+    def test_runningStaysUntilItEnds(self) -> None:
+        """
+        Jobs a and b, which another daemon runs, and c and d, queued, all
+        removed: c and d leave the page at once, a and b stay until their
+        run ends (found in review: the daemon asked its own queue in
+        memory, where no job of a fleet is claimed, and dropped them at
+        once while they ran on); then each leaves within L{LEAVING_POLL}
+        seconds, and nothing is asked of the queue once none is left.
+        """
+        from imapmig.daemon.reloadapply import LEAVING_POLL
+        from imapmig.queue import JobOutcome
+
+        events = capture(self)
+        self.reload("")
+        self.assertEqual(self.shown(), ["a", "b"])
+        self.assertEqual(sorted(self.target.rules), ["a", "b"])
+        self.assertIn(
+            "Job a: removed from the configuration while a daemon of the fleet runs it; it goes"
+            " on to its end, is shown until then, and is not run again",
+            texts(events, LogLevel.info),
+        )
+        self.clock.advance(LEAVING_POLL)
+        self.assertEqual(self.shown(), ["a", "b"])
+        self.fleet.finish(self.claims["b"], JobOutcome.COMPLETED)
+        self.clock.advance(LEAVING_POLL)
+        self.assertEqual(self.shown(), ["a"])
+        self.fleet.finish(self.claims["a"], JobOutcome.STOPPED)
+        self.clock.advance(LEAVING_POLL)
+        self.assertEqual(self.shown(), [])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertIsNone(self.fleet.claim(self.other, 0.0, 60.0))
+
+    def test_configuredAgainWhileRunning(self) -> None:
+        """
+        A job removed while another daemon runs it and configured again
+        before its run ended keeps its place on the page, and stays after
+        its run: it is a job of the list again.
+        """
+        from imapmig.daemon.reloadapply import LEAVING_POLL
+        from imapmig.queue import JobOutcome
+
+        self.reload("bcd")
+        self.assertEqual(self.shown(), ["a", "b", "c", "d"])
+        self.reload("abcd")
+        self.fleet.finish(self.claims["a"], JobOutcome.COMPLETED)
+        self.clock.advance(LEAVING_POLL)
+        self.assertEqual(self.shown(), ["a", "b", "c", "d"])
+        self.assertEqual(self.clock.getDelayedCalls(), [])

@@ -1158,12 +1158,74 @@ class FleetControlsTests(SynchronousTestCase):
         self.fleet.clock.pump([self.fleet.member.period] * 3)
         self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
 
+    def test_holdsAreTheRows(self) -> None:
+        """
+        The holds a reload applies to the jobs it adds are none: a fleet's
+        holds are its rows' states, and a row of the store's C{job_holds}
+        (a copy's, for a job the list did not have) is the list's to apply
+        (L{imapmig.queue._pgjoblist.replaceJobList}), never again a
+        daemon's (found in review: a reload adding a job the fleet had
+        resumed cancelled it again from a stale C{job_holds} row).
+        """
+        store = MemoryStateStore()
+        self.successResultOf(store.recordJobHolds(["c"], "cancelled", "alice"))
+        fleet = Fleet(["a", "b", "c"], maxJobs=1, store=store)
+        self.assertEqual(self.successResultOf(fleet.service.controls.readHolds()), {})
+
     def test_bulk(self) -> None:
         """
-        Pause-all pauses every job that takes it, one write each.
+        Pause-all pauses every job that takes it: the job this daemon holds
+        through its machine (stopped here), every other in one call of the
+        queue (L{IAsyncJobQueue.controlMany}), whoever holds it, by the
+        admin who asked, before the held job's slot is given to another
+        (found in review: one queue statement per job, 100,000 round trips
+        to pause 100,000 jobs).
         """
+        asked: list[tuple[object, ...]] = []
+        queue = self.fleet.queue
+        for control in ("pause", "resume", "cancel", "requeue"):
+
+            def each(name: str, control: str = control) -> Deferred[QueueState]:
+                asked.append((control, name))
+                answer: Deferred[QueueState] = getattr(AsyncJobQueue, control)(queue, name)
+                return answer
+
+            setattr(queue, control, each)
+        many = queue.controlMany
+
+        def noted(control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+                  by: str | None = None) -> Deferred[int]:  # fmt: skip
+            asked.append((control, names, tuple(skip), by))
+            return many(control, names, skip, by)
+
+        queue.controlMany = noted  # type: ignore[method-assign]
         self.assertEqual(self.successResultOf(self.controls.pauseAll("alice")), 3)
-        self.assertIs(self.fleet.memory.state("c"), QueueState.PAUSED)
+        self.assertEqual(asked, [("pause", None, ("b",), "alice"), ("pause", "b")])
+        self.assertEqual(
+            [self.fleet.memory.state(name) for name in "abc"],
+            [QueueState.CLAIMED, QueueState.PAUSED, QueueState.PAUSED],
+        )
+        self.assertTrue(self.fleet.built["b"].stopped)
+        self.assertEqual(self.fleet.memory.heartbeat(self.other, LEASE).requests, (("a", Requested.PAUSE),))
+        del asked[:]
+        self.assertEqual(self.successResultOf(self.controls.bulk("resume", ["a", "c", "nope"], "bob", "q=x")), 2)
+        self.assertEqual(asked, [("resume", ["a", "c", "nope"], (), "bob")])
+        self.assertIn("c", self.fleet.built)
+
+
+    def test_bulkUnreachable(self) -> None:
+        """
+        A bulk control the queue cannot take fails with the queue's error,
+        and the job this daemon holds is left running: the others' rows
+        are written first.
+        """
+        self.fleet.queue.controlMany = (  # type: ignore[method-assign]
+            lambda *args: fail(QueueUnavailable("db1: connection refused (after 10000 jobs changed)"))
+        )
+        failure = self.failureResultOf(self.controls.pauseAll("alice"), QueueUnavailable)
+        self.assertIn("after 10000 jobs changed", str(failure.value))
+        self.assertFalse(self.fleet.built["b"].stopped)
+        self.assertIs(self.fleet.memory.state("c"), QueueState.QUEUED)
 
 
 class ServiceTreeTests(SynchronousTestCase):

@@ -317,6 +317,70 @@ class FleetHoldsTests(CopyCase):
         self.assertEqual(self.copy("--from", path, "--to", dsn)[0], 0)
         self.assertHeld(self.fleetQueue(dsn))
 
+    def test_liftedHoldStaysLifted(self) -> None:
+        """
+        A hold the copy brought that the fleet lifts is lifted for good: a
+        copy back to SQLite holds only what the fleet's rows hold (the
+        resumed job none, the cancelled one still), and so does the
+        store's record of holds (the rows are the holds: the copy's
+        C{job_holds} rows are moved into them).
+        """
+        path, _ = self.filled()
+        dsn = sharedCluster().createDatabase()
+        self.fleetQueue(dsn).close()
+        self.assertEqual(self.copy("--from", path, "--to", dsn)[0], 0)
+        self.assertHeld(self.fleetQueue(dsn))
+        self.assertEqual(self.execute(dsn, "SELECT job FROM imapmig.job_holds"), [])
+        self.execute(dsn, "UPDATE imapmig_queue.daemons SET lease_until = now()")
+        back = self.mktemp()
+        status, output = self.copy("--from", dsn, "--to", back)
+        self.assertEqual((status, self.stderr.getvalue()), (0, ""))
+        holds = self.successResultOf(self.sqlite(back).jobHolds())
+        self.assertEqual({job: hold.hold for job, hold in holds.items()}, {JOBS[1]: CANCELLED})
+
+    def test_holdOfJobListedLater(self) -> None:
+        """
+        A hold the copy brought for a job the fleet's list did not have is
+        applied by the reload that lists it, once: lifted since, it is not
+        applied again when the job is removed and listed again.
+        """
+        path, _ = self.filled()
+        dsn = sharedCluster().createDatabase()
+        jobs = [jobConfig(name, f"u{i}") for i, name in enumerate(JOBS)]
+        queue = PostgreSQLJobQueue.connect(dsn, jobs[1:])
+        self.addCleanup(queue.close)
+        queue.close()
+        self.assertEqual(self.copy("--from", path, "--to", dsn)[0], 0)
+        queue = PostgreSQLJobQueue.connect(dsn, jobs[1:])
+        self.addCleanup(queue.close)
+        queue.replaceList(jobs)
+        self.assertEqual(queue.state(JOBS[0]), QueueState.PAUSED)
+        self.assertEqual(queue.resume(JOBS[0]), QueueState.QUEUED)
+        queue.replaceList(jobs[1:])
+        queue.replaceList(jobs)
+        self.assertEqual(queue.state(JOBS[0]), QueueState.QUEUED)
+
+    def test_copyHoldsStaleClaim(self) -> None:
+        """
+        A hold copied onto a job whose row a dead daemon still claims is
+        asked of the claim: the job rests in its hold when released, not
+        queued; the copy's counts agree.
+        """
+        path, _ = self.filled()
+        dsn = sharedCluster().createDatabase()
+        queue = self.fleetQueue(dsn)
+        me = queue.register("host1", 1234, "1.0", 600.0)
+        self.assertEqual([queue.claim(me, 0.0, 600.0).job.name for _ in range(2)], list(JOBS))  # type: ignore[union-attr]
+        self.execute(dsn, "UPDATE imapmig_queue.daemons SET lease_until = now() - interval '1 s'")
+        queue.close()
+        status, output = self.copy("--from", path, "--to", dsn)
+        self.assertEqual((status, self.stderr.getvalue()), (0, ""))
+        queue = self.fleetQueue(dsn)
+        other = queue.register("host2", 1, "1.0", 600.0)
+        claimed = queue.claim(other, 0.0, 600.0)
+        self.assertEqual(claimed.job.name if claimed else None, "free")
+        self.assertEqual((queue.state(JOBS[0]), queue.state(JOBS[1])), (QueueState.PAUSED, QueueState.CANCELLED))
+
 
 class RefusalTests(CopyCase):
     maxDiff = None

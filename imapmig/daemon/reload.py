@@ -37,7 +37,7 @@ from twisted.logger import Logger
 
 from imapmig.config.model import Config
 from imapmig.errors import ConfigError, ImapmigError
-from imapmig.daemon.reloadapply import ReloadApplied, ReloadTarget, applyReload
+from imapmig.daemon.reloadapply import ReloadApplied, ReloadTarget, applyReload, fleetLeaving
 from imapmig.daemon.reloadplan import ReloadPlan, keptForRestart, planReload
 from imapmig.state import JobHold
 from imapmig.units import plural
@@ -284,9 +284,12 @@ class ConfigReloader:
         if not self._running():
             log.info("Configuration reload from {path} not applied: the daemon is stopping", path=path)
             return False
-        if self.target.fleet is not None and not await self._replaceFleetList(path, new):
-            return False
-        applied = applyReload(plan, self.target, wake=False, holds=holds)
+        leaving: frozenset[str] = frozenset()
+        if self.target.fleet is not None:
+            if not await self._replaceFleetList(path, new):
+                return False
+            leaving = await fleetLeaving(plan, self.target.fleet)
+        applied = applyReload(plan, self.target, wake=False, holds=holds, leaving=leaving)
         self.config = keptForRestart(self.config, new)
         _logApplied(path, plan, applied)
         self.target.scheduler.queueChanged()

@@ -17,6 +17,14 @@ the census); then the scheduler is woken.
     - new limits never cut a running connection nor stop a running job:
       they apply to the grants made from now on.
 
+In a fleet the jobs are the database's rows and any daemon may run one:
+a removed job that a daemon of the fleet runs (its row claimed and
+asked to leave, L{fleetLeaving}) is shown on every page until its run
+ends, then leaves it (L{LeavingJobs}, which asks the queue every
+L{LEAVING_POLL} seconds while such jobs remain); any other is dropped at
+once.  The daemon's own queue in memory is not asked: nothing claims from
+it in a fleet.
+
 Everything here runs on the reactor's thread, synchronously, between two
 events: the scheduler sees the queue either before or after the whole
 reload, never half of it.
@@ -27,7 +35,9 @@ from __future__ import annotations
 from typing import Callable, Collection, Mapping, Protocol, Sequence
 
 from attrs import frozen
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from imapmig.config.model import JobConfig
 from imapmig.mail.folders import FolderRules
@@ -35,9 +45,19 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.daemon.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
 from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
+from imapmig.errors import ImapmigError
 from imapmig.state import JobHold
 
-__all__ = ["HoldKeeper", "QueueWatcher", "ReloadApplied", "ReloadTarget", "applyReload"]
+__all__ = [
+    "LEAVING_POLL",
+    "HoldKeeper",
+    "LeavingJobs",
+    "QueueWatcher",
+    "ReloadApplied",
+    "ReloadTarget",
+    "applyReload",
+    "fleetLeaving",
+]
 
 log = Logger()
 
@@ -70,6 +90,90 @@ class HoldKeeper(Protocol):
         """
 
 
+LEAVING_POLL = 5.0
+"""
+Seconds between two looks at the fleet's removed jobs still running (a
+heartbeat's, at the default lease).
+"""
+
+
+class LeavingJobs:
+    """
+    The jobs a reload removed from a fleet while a daemon of it ran them:
+    shown until the queue no longer has them leaving (their claim ended,
+    or was given up), then forgotten (L{IAsyncJobQueue.leaving}, one
+    statement every L{LEAVING_POLL} seconds while any remains; none
+    otherwise).
+    """
+
+    def __init__(self, queue: IAsyncJobQueue, clock: IReactorTime) -> None:
+        self._queue = queue
+        self._clock = clock
+        self._forget: dict[str, Callable[[str], None]] = {}
+        self._next: IDelayedCall | None = None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._forget
+
+    def watch(self, names: Collection[str], forget: Callable[[str], None]) -> None:
+        """
+        Call C{forget} with each of C{names} once it has left.
+        """
+        for name in names:
+            self._forget[name] = forget
+        if self._forget and self._next is None:
+            self._next = self._clock.callLater(LEAVING_POLL, self._look)
+
+    def keep(self, name: str) -> None:
+        """
+        Stop watching job C{name} (configured again while it runs).
+        """
+        self._forget.pop(name, None)
+
+    def _look(self) -> None:
+        self._next = None
+        names = sorted(self._forget)
+        if not names:
+            return
+
+        def left(leaving: frozenset[str]) -> None:
+            for name in names:
+                if name not in leaving:
+                    forget = self._forget.pop(name, None)
+                    if forget is not None:
+                        log.info("Job {job}: removed from the configuration, its run ended: it leaves", job=name)
+                        forget(name)
+
+        def unread(failure: Failure) -> None:
+            log.debug("The fleet's jobs leaving could not be read: {why}", why=failure.getErrorMessage())
+
+        def again(ignored: object) -> None:
+            if self._forget and self._next is None:
+                self._next = self._clock.callLater(LEAVING_POLL, self._look)
+
+        self._queue.leaving(names).addCallbacks(left, unread).addBoth(again)
+
+
+async def fleetLeaving(plan: ReloadPlan, queue: IAsyncJobQueue) -> frozenset[str]:
+    """
+    The jobs C{plan} removes that a daemon of the fleet still runs, once
+    the fleet's list is replaced (their rows claimed, asked to leave); all
+    that it removes when the queue cannot say (those that left are
+    forgotten at the next look, L{LeavingJobs}).
+    """
+    if not plan.removed:
+        return frozenset()
+    try:
+        return await queue.leaving(list(plan.removed))
+    except ImapmigError as e:
+        log.warn(
+            "The fleet's jobs removed by the reload could not be read ({why}): they are"
+            " shown until they are known to have left",
+            why=str(e),
+        )
+        return frozenset(plan.removed)
+
+
 @frozen
 class ReloadTarget:
     """
@@ -92,6 +196,8 @@ class ReloadTarget:
     @ivar fleet: a fleet's shared queue, whose list a reload replaces
         first (L{IAsyncJobQueue.replaceList}, the whole difference at
         once) before the daemon applies it; L{None}: not in a fleet.
+    @ivar leaving: in a fleet, the removed jobs shown until their run
+        ends on whichever daemon runs them.
     """
 
     queue: IJobQueue
@@ -103,6 +209,7 @@ class ReloadTarget:
     countSources: Callable[[Sequence[JobConfig]], None]
     holds: HoldKeeper | None = None
     fleet: IAsyncJobQueue | None = None
+    leaving: LeavingJobs | None = None
 
 
 @frozen
@@ -171,6 +278,7 @@ def applyReload(
     target: ReloadTarget,
     wake: bool = True,
     holds: Mapping[str, JobHold] | None = None,
+    leaving: Collection[str] = (),
 ) -> ReloadApplied:
     """
     Apply C{plan} to C{target} (see the module's docstring), then wake the
@@ -182,10 +290,15 @@ def applyReload(
     @param holds: the admin's holds as the store records them (read by
         the caller beforehand, L{HoldKeeper.readHolds}), applied to the
         jobs added.
+    @param leaving: in a fleet, the removed jobs a daemon of the fleet
+        still runs (L{fleetLeaving}): shown until their run ends.
 
     @return: what became of the removed and changed jobs.
     """
-    dropped, leaving = _removeJobs(plan, target)
+    if target.fleet is None:
+        dropped, left = _removeJobs(plan, target)
+    else:
+        dropped, left = _removeFleetJobs(plan, target, leaving)
     counted = _addJobs(plan, target)
     if holds and target.holds is not None and counted:
         # Before the scheduler is woken: a held job is never claimed.
@@ -196,7 +309,7 @@ def applyReload(
         target.countSources(counted)
     if wake:
         target.scheduler.queueChanged()
-    return ReloadApplied(tuple(dropped), tuple(leaving), tuple(changedRunning))
+    return ReloadApplied(tuple(dropped), tuple(left), tuple(changedRunning))
 
 
 def _setLimits(plan: ReloadPlan, target: ReloadTarget) -> None:
@@ -228,9 +341,46 @@ def _removeJobs(plan: ReloadPlan, target: ReloadTarget) -> tuple[list[str], list
             )
             continue
         dropped.append(name)
-        target.progress.removeJob(name)
-        target.rules.pop(name, None)
-        target.jobServers.pop(name, None)
+        _forget(target, name)
+    return dropped, leaving
+
+
+def _forget(target: ReloadTarget, name: str) -> None:
+    """
+    Take job C{name} off C{target}'s views: it leaves the status page.
+    """
+    target.progress.removeJob(name)
+    target.rules.pop(name, None)
+    target.jobServers.pop(name, None)
+
+
+def _removeFleetJobs(
+    plan: ReloadPlan, target: ReloadTarget, running: Collection[str]
+) -> tuple[list[str], list[str]]:
+    """
+    Take the removed jobs of C{plan} out of C{target}, a fleet's daemon:
+    at once, or, those that a daemon of the fleet runs (C{running}), once
+    their run ends (L{LeavingJobs}).
+
+    @return: the jobs dropped at once, and those left running to their end.
+    """
+    dropped: list[str] = []
+    leaving: list[str] = []
+    for name in plan.removed:
+        # Kept in step, though nothing claims from it in a fleet.
+        target.queue.remove(name)
+        if name in running:
+            leaving.append(name)
+            log.info(
+                "Job {job}: removed from the configuration while a daemon of the fleet runs"
+                " it; it goes on to its end, is shown until then, and is not run again",
+                job=name,
+            )
+            continue
+        dropped.append(name)
+        _forget(target, name)
+    if leaving and target.leaving is not None:
+        target.leaving.watch(leaving, lambda name: _forget(target, name))
     return dropped, leaving
 
 
@@ -246,6 +396,16 @@ def _addJobs(plan: ReloadPlan, target: ReloadTarget) -> list[JobConfig]:
     for job in plan.added:
         target.queue.add(job)
         _show(target, job)
+        if target.leaving is not None and job.name in target.leaving:
+            # Removed while a daemon of the fleet ran it, added again
+            # before that run ended: the fleet's row stays (unchanged).
+            target.leaving.keep(job.name)
+            log.info(
+                "Job {job}: configured again while a daemon of the fleet runs it; its new"
+                " configuration is for its next run",
+                job=job.name,
+            )
+            continue
         if target.queue.state(job.name) is QueueState.CLAIMED:
             # Removed while running, and added again before it ended.
             log.info(

@@ -69,6 +69,7 @@ from imapmig.log.logfields import AccountName
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress, ProgressSampler
 from imapmig.daemon.reload import ConfigReloader, ReloadTarget, loadInThread
+from imapmig.daemon.reloadapply import LeavingJobs
 from imapmig.daemon.rootservice import MigrationService
 from imapmig.schedule.census import CENSUS_CONNECTIONS, SourceCensus
 from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, connectionDemand
@@ -713,6 +714,7 @@ class _ServiceTree:
                 self.countSources,
                 scheduler.controls,
                 fleetQueue,
+                None if fleetQueue is None else LeavingJobs(fleetQueue, self.reactor),
             ),
             running=lambda: bool(root.running),
         )

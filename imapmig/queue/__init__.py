@@ -483,6 +483,26 @@ class IAsyncJobQueue(Interface):
     def requeue(name: str) -> Deferred[QueueState]:
         "L{IJobQueue.requeue}."
 
+    def controlMany(
+        control: str, names: Sequence[str] | None, skip: Sequence[str] = (), by: str | None = None
+    ) -> Deferred[int]:
+        """
+        The admin's control C{control} (C{"pause"}, C{"resume"},
+        C{"cancel"}, C{"requeue"}) of the jobs C{names} (L{None}: every
+        job of the list) but those of C{skip}, by C{by}, at once: each
+        job changed as its own control would change it (a claimed one
+        asked, for its owner), those it does not apply to left as they
+        are.
+
+        @return: how many it applied to.
+        """
+
+    def leaving(names: Sequence[str]) -> Deferred[frozenset[str]]:
+        """
+        Those of the jobs C{names} a reload removed while claimed whose
+        claim has not ended: they leave the list when it does.
+        """
+
     def add(job: JobConfig) -> Deferred[None]:
         "L{IJobQueue.add}."
 

@@ -33,8 +33,11 @@ the difference in one transaction under the same lock: jobs no longer
 listed are deleted unless claimed, a claimed one gets C{requested =
 'remove'} (it leaves when its claim ends); a job listed again while
 leaving stays; changed jobs get their new digest; new jobs are added
-after the last position, in the file's order; then the fleet's row takes
-the new digest and a raised C{jobs_generation}.  The queue's C{add},
+after the last position, in the file's order; the holds a state copy
+left in C{imapmig.job_holds} for jobs now listed are moved into their
+rows (L{HOLDS_TO_ROWS}: a fleet's holds are its rows' states, the one
+record of them); then the fleet's row takes the new digest and a raised
+C{jobs_generation}.  The queue's C{add},
 C{remove} and C{replace} of one job change the list the same way, each
 with the fleet's row in the same transaction, and only while the
 daemon's list is the fleet's (L{changeList}, else L{JobListStale}).
@@ -497,9 +500,12 @@ def replaceJobList(connection: Connection, fleet: str, jobs: JobList, by: str) -
         change = ListChange(0, added=_copy(connection, "imapmig_queue.jobs", jobs))
     else:
         change = _applyDifference(connection, jobs)
-    if row is None and connection.execute("SELECT to_regclass('imapmig.job_holds')").fetchone() != (None,):
-        # The holds of a state copied from one daemon's SQLite file.
-        connection.execute(HOLDS_TO_ROWS)
+    if connection.execute("SELECT to_regclass('imapmig.job_holds')").fetchone() != (None,):
+        # The holds of a state copied from one daemon's SQLite file, moved
+        # into the rows: all at the first load, then those of the jobs
+        # listed anew (the others' were moved already).
+        for statement in HOLDS_TO_ROWS:
+            connection.execute(statement)
     generation = _writeFleet(connection, fleet, jobs, by)
     return attrs.evolve(change, generation=generation)
 

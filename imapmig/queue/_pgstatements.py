@@ -249,3 +249,9 @@ INSERT INTO imapmig_queue.jobs (name, position, digest, accounts)
 SELECT %(name)s, coalesce(max(position) + 1, 0), %(digest)s, %(accounts)s
   FROM imapmig_queue.jobs ON CONFLICT (name) DO NOTHING
 """
+
+# Which of some jobs a reload removed while claimed are still so (their
+# claim not ended), by the unique index on the name.
+LEAVING = """
+SELECT name FROM imapmig_queue.jobs WHERE name = ANY(%(names)s::text[]) AND requested = 'remove'
+"""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Collection, Sequence, TypeVar
 
 from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
@@ -415,6 +415,19 @@ class InMemoryJobQueue:
             }
         return self._positions
 
+    def names(self) -> list[str]:
+        """
+        The jobs listed (not those leaving), in their order.
+        """
+        return list(self._positionOf())
+
+    def leaving(self, names: Collection[str]) -> frozenset[str]:
+        """
+        Those of C{names} removed while claimed, whose claim has not ended.
+        """
+        leaving = {self._jobAt(position).name for position in self._leaving}
+        return frozenset(name for name in names if name in leaving)
+
     def add(self, job: JobConfig) -> None:
         positions = self._positionOf()
         for position in self._leaving:
@@ -572,6 +585,27 @@ class AsyncJobQueue:
 
     def requeue(self, name: str) -> Deferred[QueueState]:
         return _answer(self.queue.requeue, name)
+
+    def controlMany(
+        self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+        by: str | None = None,
+    ) -> Deferred[int]:  # fmt: skip
+        # An IJobQueue has no names of its own, but the in-memory one.
+        chosen = getattr(self.queue, "names")() if names is None else names
+        each = getattr(self.queue, control)
+        changed = 0
+        for name in chosen:
+            if name in skip:
+                continue
+            try:
+                each(name)
+            except (ControlRefused, UnknownJob):
+                continue
+            changed += 1
+        return succeed(changed)
+
+    def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
+        return _answer(getattr(self.queue, "leaving"), names)
 
     def add(self, job: JobConfig) -> Deferred[None]:
         return _answer(self.queue.add, job)

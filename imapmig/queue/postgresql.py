@@ -85,6 +85,13 @@ from imapmig.queue._pgjoblist import (
     replaceJobList,
     staleList,
 )
+from imapmig.queue._pgcontrols import (
+    BULK_PART,
+    controlAll,
+    controlAllAsync,
+    controlMany,
+    controlOne,
+)
 from imapmig.queue._pgschema import migrate
 from imapmig.queue._pgstatements import (
     ADD_KEPT,
@@ -102,6 +109,7 @@ from imapmig.queue._pgstatements import (
     KNOWN,
     LEAVE,
     LEAVE_EXPIRED,
+    LEAVING,
     ORPHANS,
     PRUNE,
     REGISTER,
@@ -532,60 +540,56 @@ class PostgreSQLJobQueue:
         return QueueState(row[0])
 
     def pause(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'paused' END,"
-            " requested = CASE state WHEN 'claimed' THEN 'pause' END,"
-            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END"
-            " WHERE " + KNOWN + " AND (state IN ('queued', 'deferred')"
-            "  OR (state = 'claimed' AND requested IS DISTINCT FROM 'cancel')) RETURNING state",
-            "is not queued or running",
-            by,
-        )
+        return self._control(name, controlOne("pause"), "is not queued or running", by)
 
     def resume(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed'"
-            "   WHEN 'paused' THEN CASE WHEN not_before IS NULL THEN 'queued' ELSE 'deferred' END"
-            "   ELSE 'queued' END,"
-            " requested = NULL, requested_by = NULL"
-            " WHERE " + KNOWN + " AND (state IN ('paused', 'cancelled')"
-            "  OR (state = 'claimed' AND requested = 'pause'))"
-            " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
-            "is not paused or cancelled",
-            by,
-        )
+        return self._control(name, controlOne("resume"), "is not paused or cancelled", by)
 
     def cancel(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE state WHEN 'claimed' THEN 'claimed' ELSE 'cancelled' END,"
-            " requested = CASE state WHEN 'claimed' THEN 'cancel' END,"
-            " requested_by = CASE state WHEN 'claimed' THEN %(by)s END,"
-            " not_before = CASE state WHEN 'claimed' THEN not_before END"
-            " WHERE " + KNOWN + " AND state IN ('queued', 'deferred', 'paused', 'claimed')"
-            " RETURNING state",
-            "has ended",
-            by,
-        )
+        return self._control(name, controlOne("cancel"), "has ended", by)
 
     def requeue(self, name: str, by: str | None = None) -> QueueState:
-        return self._control(
-            name,
-            "UPDATE imapmig_queue.jobs SET"
-            " state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END,"
-            " requested_by = CASE WHEN state = 'claimed' AND requested IS NULL THEN %(by)s"
-            "   ELSE requested_by END,"
-            " requested = CASE state WHEN 'claimed' THEN coalesce(requested, 'rerun') END"
-            " WHERE " + KNOWN + " AND state <> 'cancelled'"
-            " RETURNING CASE state WHEN 'deferred' THEN 'queued' ELSE state END",
-            "was cancelled",
-            by,
+        return self._control(name, controlOne("requeue"), "was cancelled", by)
+
+    def controlMany(
+        self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+        by: str | None = None,
+    ) -> int:  # fmt: skip
+        """
+        See L{IAsyncJobQueue.controlMany<imapmig.queue.IAsyncJobQueue.controlMany>}:
+        L{controlPart} after part (L{controlAll}).
+        """
+        return controlAll(lambda part, after: self.controlPart(control, part, after, skip, by), names)
+
+    def controlPart(
+        self, control: str, names: Sequence[str] | None, after: int, skip: Sequence[str],
+        by: str | None,
+    ) -> tuple[int | None, int]:  # fmt: skip
+        """
+        One transaction of a bulk control: of the jobs C{names} (at most
+        L{BULK_PART}), or of the next L{BULK_PART} jobs of the list after
+        position C{after}, one statement (L{controlMany}).
+
+        @return: the last position of the jobs it looked at (L{None}: none
+            was left), and how many it changed.
+        """
+        values = {
+            "names": None if names is None else list(names), "after": after,
+            "limit": BULK_PART, "skip": list(skip), "by": by,
+        }  # fmt: skip
+        statement = controlMany(control, names is not None)
+        row = self._run("control jobs", lambda c: c.execute(statement, values).fetchone())
+        assert row is not None
+        return (None if row[0] is None else int(row[0])), int(row[1])
+
+    def leaving(self, names: Sequence[str]) -> frozenset[str]:
+        """
+        See L{IAsyncJobQueue.leaving<imapmig.queue.IAsyncJobQueue.leaving>}.
+        """
+        rows = self._run(
+            "read the jobs leaving", lambda c: c.execute(LEAVING, {"names": list(names)}).fetchall()
         )
+        return frozenset(name for (name,) in rows)
 
     def _changeJob(
         self, action: str, name: str, new: JobList,
@@ -741,6 +745,25 @@ class ThreadedJobQueue:
     def requeue(self, name: str, by: str | None = None) -> Deferred[QueueState]:
         """L{PostgreSQLJobQueue.requeue} in a thread."""
         return self._inThread(self.queue.requeue, name, by)
+
+    def controlMany(
+        self, control: str, names: Sequence[str] | None, skip: Sequence[str] = (),
+        by: str | None = None,
+    ) -> Deferred[int]:  # fmt: skip
+        """
+        L{PostgreSQLJobQueue.controlMany}, each part in a thread of its
+        own, so that the heartbeats go on between them
+        (L{controlAllAsync}).
+        """
+
+        def part(names: Sequence[str] | None, after: int) -> Deferred[tuple[int | None, int]]:
+            return self._inThread(self.queue.controlPart, control, names, after, skip, by)
+
+        return Deferred.fromCoroutine(controlAllAsync(part, names))
+
+    def leaving(self, names: Sequence[str]) -> Deferred[frozenset[str]]:
+        """L{PostgreSQLJobQueue.leaving} in a thread."""
+        return self._inThread(self.queue.leaving, names)
 
     def add(self, job: JobConfig) -> Deferred[None]:
         """L{PostgreSQLJobQueue.add} in a thread."""

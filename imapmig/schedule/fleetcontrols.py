@@ -34,7 +34,7 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.queue import IAsyncJobQueue, QueueState
 from imapmig.job.machine import JobMachines
 from imapmig.schedule.jobcontrols import ControlledScheduler, JobControls
-from imapmig.state import IStateStore
+from imapmig.state import IStateStore, JobHold
 
 log = Logger()
 
@@ -82,6 +82,7 @@ class FleetControls(JobControls):
     ) -> None:
         JobControls.__init__(self, queue, progress, store, scheduler, machines)  # type: ignore[arg-type]
         self._fleet = scheduler
+        self._shared = queue
         # Whether the configuration has user lists, whose jobs' names only
         # the queue knows (the daemon sets it): else a name this daemon does
         # not show is no job of the fleet (its list is the fleet's).
@@ -94,6 +95,16 @@ class FleetControls(JobControls):
         lists, any name but the empty one (the queue decides).
         """
         return bool(name) and (self.userLists or name in self._progress)
+
+    async def readHolds(self) -> dict[str, JobHold]:
+        """
+        See L{JobControls.readHolds}: none to apply.  A fleet's holds are
+        its jobs' rows' states; a hold of the store's C{job_holds} (one
+        a copy brought for a job the list did not have) is moved into its
+        row by the reload that lists it (L{imapmig.queue._pgjoblist}), so
+        that a hold lifted since never comes back from that table.
+        """
+        return {}
 
     def pause(self, job: str, by: str) -> Deferred[JobState]:
         return self._apply("pause", job, by, lambda machine: machine.pause(by))
@@ -178,55 +189,95 @@ class FleetControls(JobControls):
 
     def bulk(self, action: str, jobs: Sequence[str], by: str, selection: str) -> Deferred[int]:
         """
-        See L{IJobControls.bulk}: each job's control, one after the other;
-        those refused are left out of the count.
+        See L{IJobControls.bulk}: the jobs this daemon holds each through
+        its machine, as their own control; the others, wherever they are,
+        in one statement of the queue (L{IAsyncJobQueue.controlMany}),
+        which changes each as its own control would; those refused are
+        left out of the count.
         """
-        controls = {
-            "pause": self.pause,
-            "resume": self.resume,
-            "cancel": self.cancel,
-            "retry-failed": self.retryFailed,
-        }
-        control = controls[action]
+        return self._many(action, list(jobs), by, selection)
 
-        async def each() -> int:
+    def pauseAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.pauseAll}: every job of the fleet's list, as
+        L{bulk}.
+        """
+        return self._many("pause", None, by, "all")
+
+    def resumeAll(self, by: str) -> Deferred[int]:
+        """
+        See L{IJobControls.resumeAll}: every job of the fleet's list, as
+        L{bulk}.
+        """
+        return self._many("resume", None, by, "all")
+
+    def _many(self, action: str, jobs: list[str] | None, by: str, selection: str) -> Deferred[int]:
+        """
+        Control C{action} by C{by} of C{jobs} (L{None}: every job of the
+        list), called C{selection} in the log.
+
+        @raise ImapmigError: the queue's statements failed (its message
+            says how many jobs the parts before changed); the jobs this
+            daemon holds were not controlled.
+        """
+        running = set(self._fleet.runningJobs)
+        held = sorted(running if jobs is None else running.intersection(jobs))
+        others = None if jobs is None else [name for name in jobs if name not in running]
+
+        async def apply() -> int:
             changed = 0
-            for name in jobs:
+            # The jobs held elsewhere or not at all first: a job stopped
+            # here gives its slot to no job this control holds.
+            if others is None or others:
                 try:
-                    await control(name, by)
-                except (ControlRefused, UnknownJob):
-                    continue
+                    many = await self._shared.controlMany(_CONTROLS[action][0], others, held, by)
                 except ImapmigError as e:
                     log.error(
-                        "Control {action} of job {job} by {client}: not applied: {why}",
-                        action=action,
-                        job=name,
-                        client=by,
-                        why=str(e),
-                    )
-                    continue
-                changed += 1
+                        "Control {action} by {client} of the jobs {selection}: failed for the"
+                        " jobs this daemon does not hold: {why}",
+                        action=action, client=by, selection=selection, why=str(e),
+                    )  # fmt: skip
+                    raise
+                changed += many
+            changed += await self._heldEach(action, held, by)
+            if changed:
+                self._scheduler.queueChanged()
             log.info(
                 "Control {action} by {client} of the jobs {selection}: {count} of {selected}",
                 action=action,
                 client=by,
                 selection=selection,
                 count=changed,
-                selected=len(jobs),
+                selected="all" if jobs is None else len(jobs),
             )
             return changed
 
-        return Deferred.fromCoroutine(each())
+        return Deferred.fromCoroutine(apply())
 
-    def pauseAll(self, by: str) -> Deferred[int]:
+    async def _heldEach(self, action: str, names: list[str], by: str) -> int:
         """
-        See L{IJobControls.pauseAll}: every job's pause, as L{bulk}.
-        """
-        return self.bulk("pause", [p.name for p in self._progress], by, "all")
+        Control C{action} by C{by} of each of the jobs C{names}, which this
+        daemon holds, through its machine.
 
-    def resumeAll(self, by: str) -> Deferred[int]:
+        @return: how many took it.
         """
-        See L{IJobControls.resumeAll}: every job's resume, as L{bulk}.
-        """
-        return self.bulk("resume", [p.name for p in self._progress], by, "all")
-
+        control = {
+            "pause": self.pause,
+            "resume": self.resume,
+            "cancel": self.cancel,
+            "retry-failed": self.retryFailed,
+        }[action]
+        changed = 0
+        for name in names:
+            try:
+                await control(name, by)
+            except (ControlRefused, UnknownJob):
+                continue
+            except ImapmigError as e:
+                log.error(
+                    "Control {action} of job {job} by {client}: not applied: {why}",
+                    action=action, job=name, client=by, why=str(e),
+                )  # fmt: skip
+                continue
+            changed += 1
+        return changed

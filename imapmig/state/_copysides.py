@@ -463,13 +463,23 @@ _HOLDS = """
 SELECT job, hold, by, updated_at FROM imapmig.job_holds
 """
 
-# The fleet's queue keeps a pause or a cancel in the job's row too: one
-# without a row of job_holds is a hold all the same.
+# A fleet's holds are its jobs' rows (imapmig.state._pgschema.HOLDS_TO_ROWS):
+# a job paused or cancelled, or whose claim (a dead daemon's) was asked to
+# be, with who held it and when where job_holds agrees; job_holds's rows
+# count only for jobs the list does not have (a row that disagrees is a
+# hold lifted since, or a job ended).
 _QUEUE_HOLDS = """
+SELECT j.name, h.hold, k.by, coalesce(k.updated_at, extract(epoch FROM now())::float8)
+  FROM imapmig_queue.jobs AS j
+ CROSS JOIN LATERAL (SELECT CASE WHEN j.state IN ('paused', 'cancelled') THEN j.state
+                                 WHEN j.state <> 'claimed' THEN NULL
+                                 WHEN j.requested = 'pause' THEN 'paused'
+                                 WHEN j.requested = 'cancel' THEN 'cancelled' END AS hold) AS h
+  LEFT JOIN imapmig.job_holds AS k ON k.job = j.name AND k.hold = h.hold
+ WHERE h.hold IS NOT NULL
 UNION ALL
-SELECT j.name, j.state, NULL, extract(epoch FROM now())::float8 FROM imapmig_queue.jobs AS j
- WHERE j.state IN ('paused', 'cancelled')
-   AND NOT EXISTS (SELECT 1 FROM imapmig.job_holds AS h WHERE h.job = j.name)
+SELECT job, hold, by, updated_at FROM imapmig.job_holds AS h
+ WHERE NOT EXISTS (SELECT 1 FROM imapmig_queue.jobs AS j WHERE j.name = h.job)
 """
 
 
@@ -543,6 +553,8 @@ class PostgreSQLSide:
         if row is None or int(row[0]) != _pgschema.SCHEMA_VERSION:
             # A source as a daemon would find it; a target made current.
             _pgschema.migrate(self._connection, self._where, "imapmig state copy")
+        # The holds this copy moved into the jobs' rows, per job.
+        self._moved: dict[tuple[str, ...], int] = {}
         self._daemons = self._exists("imapmig_queue.daemons")
         self._queueJobs = self._exists("imapmig_queue.jobs")
         self._connection.autocommit = False
@@ -636,6 +648,10 @@ class PostgreSQLSide:
             query = f"SELECT {key}, count(*) FROM imapmig.{table.name}{where} GROUP BY {key}"
             found = self._run("count the rows", lambda: self._connection.execute(query, parameters).fetchall())
             result[table.title] = {tuple(row[:-1]): int(row[-1]) for row in found}
+        held = result[HOLDS.title]
+        for job, n in self._moved.items():
+            if jobs is None or job[0] in jobs:
+                held[job] = held.get(job, 0) + n
         return result
 
     def delete(self, jobs: list[str], accounts: list[tuple[str, ...]]) -> None:
@@ -649,10 +665,11 @@ class PostgreSQLSide:
 
     def holds(self) -> list[Row]:
         """
-        See L{Side.holds}: the C{job_holds} table, and the jobs the queue
-        has paused or cancelled without a row there.
+        See L{Side.holds}: the C{job_holds} table; in a fleet's database,
+        its jobs' rows (L{_QUEUE_HOLDS}: a C{job_holds} row of a job the
+        list has is a hold lifted since, or never applied, not read).
         """
-        query = _HOLDS + (_QUEUE_HOLDS if self._queueJobs else "") + " ORDER BY 1"
+        query = (_QUEUE_HOLDS if self._queueJobs else _HOLDS) + " ORDER BY 1"
         return self._run("read the holds", lambda: self._connection.execute(query).fetchall())
 
     def rows(self, table: Table) -> Iterator[Row]:
@@ -683,8 +700,20 @@ class PostgreSQLSide:
 
         self._run(f"write {table.name}", copy)
         if table.name == "job_holds" and self._queueJobs:
-            # A fleet reads its holds from its jobs' rows.
-            self._run("hold the jobs", lambda: self._connection.execute(_pgschema.HOLDS_TO_ROWS))
+            # A fleet's holds are its jobs' rows: moved there.
+            self._run("hold the jobs", self._holdRows)
+
+    def _holdRows(self) -> None:
+        """
+        Move the holds just written into the fleet's jobs' rows
+        (L{_pgschema.HOLDS_TO_ROWS}), counting each moved as a row of
+        C{job_holds} for the copy's check.
+        """
+        *applied, moved = _pgschema.HOLDS_TO_ROWS
+        for statement in applied:
+            self._connection.execute(statement)
+        for (job,) in self._connection.execute(moved).fetchall():
+            self._moved[(job,)] = self._moved.get((job,), 0) + 1
 
     def journalIds(self, count: int) -> Iterator[int]:
         """

@@ -160,18 +160,35 @@ SCHEMA_VERSION = len(MIGRATIONS)
 The newest schema this code knows; a database with a newer one is refused.
 """
 
-HOLDS_TO_ROWS = """
+HOLDS_TO_ROWS = (
+    """
 UPDATE imapmig_queue.jobs j SET state = h.hold
   FROM imapmig.job_holds h
  WHERE h.job = j.name AND j.state IN ('queued', 'deferred', 'paused', 'cancelled')
    AND j.state <> h.hold
+""",
+    """
+UPDATE imapmig_queue.jobs j
+   SET requested = CASE h.hold WHEN 'paused' THEN 'pause' ELSE 'cancel' END, requested_by = h.by
+  FROM imapmig.job_holds h
+ WHERE h.job = j.name AND j.state = 'claimed' AND j.requested IS DISTINCT FROM 'remove'
+""",
+    """
+DELETE FROM imapmig.job_holds h USING imapmig_queue.jobs j WHERE j.name = h.job RETURNING h.job
+""",
+)
 """
-"""
-The holds of C{job_holds} (a state copied from SQLite) put into a fleet's
-jobs' rows, whose states are its holds: each job not claimed nor ended
-rests as its hold says (a paused deferred job keeps its C{not_before}).
-Run by C{imapmig state copy} into a database with a job list, and by the
-first load of a fleet's list (L{imapmig.queue._pgjoblist.replaceJobList}).
+The holds of C{job_holds} (a state copied from SQLite) moved into a
+fleet's jobs' rows, whose states are its holds (the one record of them
+in a fleet: a hold lifted on any daemon's page is lifted for good): each
+job not claimed nor ended rests as its hold says (a paused deferred job
+keeps its C{not_before}); a claim (a dead daemon's, whose lease ended: a
+copy refuses live ones) is asked to pause or cancel, which its release
+makes the job's state; an ended job stays so.  Then every C{job_holds}
+row of a job the list has is deleted, the last statement returning their
+jobs.  Run in this order, in one transaction, by C{imapmig state copy}
+into a database with a job list, and by the first load of a fleet's list
+(L{imapmig.queue._pgjoblist.replaceJobList}).
 """
 
 
