@@ -33,6 +33,7 @@ from imapmig.config.statelocation import STATE_KEYS
 from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
+from imapmig.state.pgconnect import applicationName
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.ports import listeningPorts
@@ -689,7 +690,7 @@ class FleetPageTests(ClusterMixin, TestCase):
         C{/status.json} (itself as C{this}) and C{/metrics}, and still
         holds at most 3 connections to the database.  It counts no
         source in a census (each daemon would log in to every source).
-        The store's connections are its reader's and writer's, so named.
+        Its connections (control, reader, writer) are named by its host, pid and role.
         """
         self.startCluster(self)
         requireDovecot(self)
@@ -722,10 +723,17 @@ class FleetPageTests(ClusterMixin, TestCase):
         )
         self.assertTrue(1 <= connections <= 3, connections)
         self.assertNotIn(b"Census:", bytes(daemon.output))
-        # The store's connections are named by their role (pgconnect's
-        # Connector), its password given apart and never in the output.
+        # Every connection is named by the daemon's host, pid and role
+        # (pgconnect's applicationName), its password given apart and
+        # never in the output.
         names = {name for (name,) in self.sql(
             "SELECT application_name FROM pg_stat_activity WHERE datname = 'fleet'"
         )}  # fmt: skip
-        self.assertTrue({"imapmig reader", "imapmig writer"} <= names, names)
+        [(host,)] = self.sql(
+            f"SELECT DISTINCT host FROM imapmig_queue.daemons WHERE pid = {daemon.pid}"
+        )
+        wanted = {
+            applicationName(role, host, daemon.pid) for role in ("control", "reader", "writer")
+        }
+        self.assertTrue(wanted <= names, names)
         self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))

@@ -8,12 +8,22 @@ server applies them.
 
 from __future__ import annotations
 
+import os
+import socket
+
 import psycopg
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError, QueueUnavailable, TransientError
 from imapmig.state._pgbase import PostgreSQLBase
-from imapmig.state.pgconnect import ROLES, Connector, displayName, mapError
+from imapmig.state.pgconnect import (
+    NAME_LIMIT,
+    ROLES,
+    Connector,
+    applicationName,
+    displayName,
+    mapError,
+)
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
 from imapmig.state.postgresql import PostgreSQLStateStore
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
@@ -27,7 +37,7 @@ class KeywordTests(SynchronousTestCase):
     def test_defaults(self) -> None:
         """
         A URI that gives nothing gets the timeouts, keepalives, the
-        role's settings and C{imapmig ROLE} as its name.
+        role's settings and C{imapmig HOST:PID ROLE} as its name.
         """
         keywords = Connector("postgresql://u@db/mig", "control").keywords()
         self.assertEqual(
@@ -39,7 +49,7 @@ class KeywordTests(SynchronousTestCase):
                 "keepalives_idle": 10,
                 "keepalives_interval": 5,
                 "keepalives_count": 3,
-                "application_name": "imapmig control",
+                "application_name": applicationName("control"),
                 "options": "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s"
                 " -c lock_timeout=5s",
             },
@@ -70,15 +80,27 @@ class KeywordTests(SynchronousTestCase):
         connector = Connector("postgresql://u@db/mig?options=-c%20application_name%3Dmine", "writer")
         self.assertNotIn("application_name", connector.keywords())
 
-    def test_named(self) -> None:
+    def test_namedByProcessAndRole(self) -> None:
         """
-        Once named (a daemon id), later connections are C{imapmig ID}.
+        A connection is named C{imapmig HOST:PID ROLE}: this host and
+        process, and the connector's role; the password is given apart.
         """
-        connector = Connector("postgresql://u@db/mig", "control", password="s3cret")
-        connector.named("1234")
+        connector = Connector("postgresql://u@db/mig", "writer", password="s3cret")
         keywords = connector.keywords()
-        self.assertEqual(keywords["application_name"], "imapmig 1234")
+        self.assertEqual(
+            keywords["application_name"], f"imapmig {socket.gethostname()}:{os.getpid()} writer"
+        )
         self.assertEqual(keywords["password"], "s3cret")
+
+    def test_longHostCut(self) -> None:
+        """
+        A host name too long for PostgreSQL's 63 octets is cut, so that
+        the pid and the role stay whole.
+        """
+        name = applicationName("control", "h" * 80 + ".example.org", 4242)
+        self.assertEqual(len(name.encode()), NAME_LIMIT)
+        self.assertTrue(name.endswith("h:4242 control"), name)
+        self.assertEqual(applicationName("reader", "mig1", 7), "imapmig mig1:7 reader")
 
 
 class ErrorTests(SynchronousTestCase):
@@ -174,16 +196,15 @@ class ServerTests(SynchronousTestCase):
     def test_passwordApart(self) -> None:
         """
         The password, given apart from the URI, logs in; the session has
-        its role's settings and C{imapmig ROLE} as its name, renamed when
-        named.
+        its role's settings and C{imapmig HOST:PID ROLE} as its name.
         """
         connector = Connector(
             self.cluster.dsn(self.dbname, PASSWORD_ROLE), "control", self.cluster.password
         )
         with connector.connect() as connection:
-            self.assertEqual(self.settings(connection), ["imapmig control", "5s", "5s", "1min", "off"])
-            connector.named("d1", connection)
-            self.assertEqual(self.settings(connection)[0], "imapmig d1")
+            self.assertEqual(
+                self.settings(connection), [applicationName("control"), "5s", "5s", "1min", "off"]
+            )
 
     def test_readerAndURIOptions(self) -> None:
         """
@@ -196,8 +217,6 @@ class ServerTests(SynchronousTestCase):
         )
         with connector.connect() as connection:
             self.assertEqual(self.settings(connection), ["mine", "5s", "7s", "1min", "on"])
-            connector.named("d1", connection)
-            self.assertEqual(self.settings(connection)[0], "mine")
 
     def test_wrongPassword(self) -> None:
         """
@@ -221,7 +240,7 @@ class ServerTests(SynchronousTestCase):
         """
         for role in ROLES:
             with Connector(self.uri, role).connect() as connection:
-                self.assertEqual(self.settings(connection)[0], f"imapmig {role}")
+                self.assertEqual(self.settings(connection)[0], applicationName(role))
 
     def store(self, conninfo: str, password: str | None = None) -> PostgreSQLStateStore:
         store = PostgreSQLStateStore(
@@ -240,11 +259,11 @@ class ServerTests(SynchronousTestCase):
         self.successResultOf(store.open())
         self.assertEqual(
             self.successResultOf(store.readOnReader(self.settings)),
-            ["imapmig reader", "5s", "5s", "1min", "on"],
+            [applicationName("reader"), "5s", "5s", "1min", "on"],
         )
         self.assertEqual(
             self.successResultOf(store._call("read", self.settings, store._writer)),
-            ["imapmig writer", "30s", "10s", "1min", "off"],
+            [applicationName("writer"), "30s", "10s", "1min", "off"],
         )
 
     def test_storeKeepsURIOptions(self) -> None:

@@ -8,8 +8,9 @@ I{writer} (the write batcher) and I{reader} (pages, reports).
 Every connection gets libpq's keywords that find a dead server or path in
 seconds rather than the kernel's minutes (C{connect_timeout=5},
 C{tcp_user_timeout=5000}, TCP keepalives), C{application_name = 'imapmig
-NAME'} (the daemon id once known, the role before) so that
-C{pg_stat_activity} shows which daemon, and its role's session settings
+HOST:PID ROLE'} (L{applicationName}: the process, as the fleet's
+C{daemons} table has its host and pid, and the role) so that
+C{pg_stat_activity} shows whose connection each is, and its role's session settings
 (L{ROLES}: C{statement_timeout}, C{lock_timeout}, read-only for the
 reader) with C{idle_in_transaction_session_timeout = 60s}, so a stuck
 transaction cannot hold the xmin horizon back.  What the URI sets wins
@@ -27,6 +28,8 @@ module, and C{_pgbase}'s C{displayName} moved here.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any, Literal
 
 import psycopg
@@ -94,6 +97,34 @@ _KEYWORDS: dict[str, str | int] = {
 }
 
 
+NAME_LIMIT = 63
+"""
+The octets of an C{application_name} PostgreSQL keeps (C{NAMEDATALEN - 1});
+it cuts a longer one.
+"""
+
+
+def applicationName(role: str, host: str | None = None, pid: int | None = None) -> str:
+    """
+    The C{application_name} of a connection of C{role} opened by this
+    process: C{imapmig HOST:PID ROLE} (C{imapmig mig1:4242 writer}), the
+    host cut so that the whole fits in L{NAME_LIMIT} octets.  The process,
+    not the daemon id: a daemon's connections outlive its incarnations
+    (a new id after each lease lost), and the store's open before its
+    first id is registered; the fleet's C{daemons} table gives each id its
+    host and pid.
+
+    @param host: by default this host's name (the daemons table's).
+    @param pid: by default this process's.
+    """
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    tail = f":{pid} {role}"
+    room = NAME_LIMIT - len("imapmig ") - len(tail.encode())
+    cut = host.encode()[: max(0, room)].decode(errors="ignore")
+    return f"imapmig {cut}{tail}"
+
+
 def displayName(conninfo: str) -> str:
     """
     C{conninfo} as a URI without its password or any other parameter, for
@@ -121,8 +152,6 @@ class Connector:
 
     @ivar where: the database as messages name it (L{displayName}).
     @ivar role: the role whose settings each connection gets.
-    @ivar name: what follows C{imapmig } in C{application_name}: the role
-        until L{named} gives the daemon id.
     """
 
     def __init__(self, conninfo: str, role: Role, password: str | None = None) -> None:
@@ -138,7 +167,7 @@ class Connector:
         self._password = password
         self.role = role
         self.where = displayName(conninfo)
-        self.name: str = role
+        self._name = applicationName(role)
         try:
             self._given = conninfo_to_dict(conninfo)
         except psycopg.Error as e:
@@ -157,9 +186,10 @@ class Connector:
 
     def applicationName(self) -> str:
         """
-        The C{application_name} this connector gives: C{imapmig NAME}.
+        The C{application_name} this connector gives (L{applicationName}):
+        C{imapmig HOST:PID ROLE}.
         """
-        return f"imapmig {self.name}"
+        return self._name
 
     def keywords(self) -> dict[str, str | int]:
         """
@@ -175,17 +205,6 @@ class Connector:
         if self._password is not None:
             added["password"] = self._password
         return added
-
-    def named(self, name: str, connection: Connection | None = None) -> None:
-        """
-        Name later connections C{imapmig NAME} (a daemon id, once
-        registered), and C{connection} now, unless the URI names them.
-        """
-        self.name = name
-        if connection is not None and not self.namesItself():
-            connection.execute(
-                "SELECT set_config('application_name', %s, false)", (self.applicationName(),)
-            )
 
     def connect(self) -> Connection:
         """
