@@ -32,7 +32,7 @@ from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Queue
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.state import IStateStore, Transition
 from imapmig.state.memory import MemoryStateStore
 from tests.test_schedule_service import FakeJob, jobConfig
@@ -60,6 +60,9 @@ class ControlledQueue(AsyncJobQueue):
         self.differs: str | None = None
         self.stateSchemaVersion: int | None = None
         self.rates: list[float | None] = []
+        # Retirements held unanswered (a partition), while holdRetire.
+        self.holdRetire = False
+        self.pendingRetires: list[Deferred[None]] = []
 
     def heartbeat(
         self, owner: str, lease: float, rate: float | None = None
@@ -90,6 +93,10 @@ class ControlledQueue(AsyncJobQueue):
 
     def retire(self, owner: str) -> Deferred[None]:
         self.retired.append(owner)
+        if self.holdRetire:
+            pending: Deferred[None] = Deferred()
+            self.pendingRetires.append(pending)
+            return pending
         return AsyncJobQueue.retire(self, owner)
 
 
@@ -469,6 +476,94 @@ class FleetMemberTests(SynchronousTestCase):
         self.successResultOf(self.member.stop())
         self.assertEqual(self.m.queue.retired, [owner])
         self.assertIsNone(self.member.owner)
+
+
+class PartitionedStopTests(SynchronousTestCase):
+    """
+    A daemon stopped while the queue's calls hang (its one connection cut
+    off in a partition: a heartbeat unanswered, the calls behind it
+    queued): its stop does not wait for the database.
+    """
+
+    def test_retireAtStopBounded(self) -> None:
+        """
+        A retirement at stop that is not answered is waited for C{H} at
+        most (its lease then ends by itself), and is cancelled.
+        """
+        m = Member()
+        m.member.start()
+        m.queue.holdRetire = True
+        stopping = m.member.stop()
+        self.assertNoResult(stopping)
+        m.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertTrue(m.queue.pendingRetires[0].called)
+        self.assertEqual(m.clock.getDelayedCalls(), [])
+
+    def hangingFinishes(self, fleet: Fleet) -> list[Deferred[None]]:
+        """
+        Make every finish, heartbeat and retirement of C{fleet} hang.
+
+        @return: the finishes, as they are asked.
+        """
+        pending: list[Deferred[None]] = []
+
+        def hanging(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> Deferred[None]:
+            d: Deferred[None] = Deferred()
+            pending.append(d)
+            return d
+
+        fleet.queue.finish = hanging  # type: ignore[method-assign]
+        fleet.queue.hold = True
+        fleet.queue.holdRetire = True
+        return pending
+
+    def test_stopWhileTheQueueHangs(self) -> None:
+        """
+        A job ends while its heartbeats and its finish hang; the daemon is
+        told to stop (SIGTERM): its stop ends C{H} later, its retirement
+        not waited for, the claim left as it is.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        pending = self.hangingFinishes(fleet)
+        fleet.clock.advance(LEASE / 12)
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(len(pending), 1)
+        stopping = fleet.service.stopService()
+        self.assertNoResult(stopping)
+        fleet.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+    def test_finishHangingGivenUpAtTheDeadline(self) -> None:
+        """
+        A finish that hangs is given up (cancelled) when the lease is lost
+        at the send deadline: the job's slot is free again, the claim the
+        next owner's, and the daemon's stop then ends.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        pending = self.hangingFinishes(fleet)
+        fleet.clock.advance(LEASE / 12)
+        fleet.built["a"].result.callback(True)
+        fleet.clock.pump([LEASE / 12] * 7)
+        self.assertNoResult(pending[0])
+        self.assertEqual(fleet.grants.pools.inUse(JOB_SLOTS), 1)
+        fleet.clock.advance(LEASE / 12)
+        self.assertEqual(fleet.member.deadline, None)
+        self.assertTrue(pending[0].called)
+        self.assertEqual(fleet.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        stopping = fleet.service.stopService()
+        for beat in fleet.queue.pending:
+            beat.errback(QueueUnavailable("partitioned"))
+        fleet.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
 
 
 class TakeoverTests(SynchronousTestCase):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 
 import psycopg
 from twisted.trial.unittest import SynchronousTestCase
@@ -21,6 +23,7 @@ from imapmig.state.pgconnect import (
     ROLES,
     Connector,
     applicationName,
+    cutAll,
     displayName,
     mapError,
 )
@@ -248,6 +251,38 @@ class ServerTests(SynchronousTestCase):
         )
         self.addCleanup(store.close)
         return store
+
+    def test_cutAll(self) -> None:
+        """
+        L{cutAll} wakes a thread blocked on a connection that does not
+        answer (here, a statement that sleeps; at a daemon's end, the
+        database cut off behind a stalled relay): its call fails with
+        C{OperationalError} at once, and the connection is broken.
+        """
+        connector = Connector(self.cluster.dsn(self.dbname), "writer")
+        connection = connector.connect()
+        self.addCleanup(connection.close)
+        outcome: list[BaseException | None] = []
+
+        def blocked() -> None:
+            try:
+                connection.execute("SELECT pg_sleep(25)")
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        thread = threading.Thread(target=blocked)
+        thread.start()
+        for _ in range(200):
+            if connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+                break
+            time.sleep(0.05)
+        self.assertGreaterEqual(cutAll(), 1)
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        [error] = outcome
+        self.assertIsInstance(error, psycopg.OperationalError)
+        self.assertTrue(connection.broken)
 
     def test_storeConnections(self) -> None:
         """

@@ -192,10 +192,8 @@ class MigrationJob:
         @param machine: the job's machine, which its scheduler and controls
             share (L{imapmig.job.machine.JobMachines}); L{None}: its own,
             recording with C{record}.
-        @param sendDeadline: past it nothing of the job that changes the
-            destination is written (its APPEND pipelines, the CREATEs,
-            SUBSCRIBEs and UID STOREs of its preparation: a fleet's
-            daemon's send deadline); L{None}: none.
+        @param sendDeadline: past it the job writes nothing that changes
+            the destination (a fleet's daemon's send deadline); or L{None}.
         @param takeover: taken over, the seconds the old owner has sent
             nothing (C{JobClaim.quietFor}, or 0), taken off the quiet period.
         """
@@ -488,11 +486,6 @@ class MigrationJob:
             finally:
                 if isinstance(self._source, IMAPSource):
                     await self._source.close()
-        except LeaseLost as e:
-            # Abandoned now, before the source is closed and the outcomes
-            # flushed (the deadline found passed by the preparation).
-            self._loseClaim(e)
-            error = e
         except ImapmigError as e:
             error = e
         except CancelledError:

@@ -18,7 +18,12 @@ over each of them: its keywords, its C{application_name} (as a keyword
 or in its C{options}), its C{options}' settings (given after ours).  The
 password is given apart (C{password=}), never written into the URI, and
 no message names it: L{displayName} is the database as messages show it,
-L{mapError} the imapmig error for a psycopg one.
+L{mapError} the imapmig error for a psycopg one.  L{cutAll}, at a
+daemon's very end, cuts the connections still open, so that a thread
+blocked on one (a database cut off behind a relay that stalls, whose
+kernel still acknowledges every octet: neither C{tcp_user_timeout} nor
+the keepalives then fire, and the server's C{statement_timeout} never
+hears of the statement) returns and the process can end.
 
 New: the state store's pool (C{imapmig.state._pgbase.ConnectionPool})
 and the queue had each their own keywords, and the pool's replaced the
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import os
 import socket
+import weakref
 from typing import Any, Literal
 
 import psycopg
@@ -125,6 +131,43 @@ def applicationName(role: str, host: str | None = None, pid: int | None = None) 
     return f"imapmig {cut}{tail}"
 
 
+_OPENED: weakref.WeakSet[Connection] = weakref.WeakSet()
+"""
+Every connection a L{Connector} of this process opened and not yet
+collected, for L{cutAll}.
+"""
+
+
+def cutAll() -> int:
+    """
+    Shut the socket of every connection still open down, both ways (the
+    socket itself, not its descriptor: nothing is freed under the thread
+    that uses it): a thread blocked waiting on one wakes, reads the end
+    of the stream, and its call fails with C{OperationalError}.  For the
+    daemon's very end (L{imapmig.daemon.pgstate.startedPool}, after every
+    service stopped), before its thread pools are joined: a call that
+    hangs would keep the process from ever ending.
+
+    @return: how many were cut.
+    """
+    cut = 0
+    for connection in list(_OPENED):
+        if connection.closed:
+            continue
+        try:
+            duplicate = socket.socket(fileno=os.dup(connection.fileno()))
+        except (OSError, psycopg.Error):
+            continue
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+            cut += 1
+        except OSError:
+            pass
+        finally:
+            duplicate.close()
+    return cut
+
+
 def displayName(conninfo: str) -> str:
     """
     C{conninfo} as a URI without its password or any other parameter, for
@@ -214,6 +257,7 @@ class Connector:
         """
         conninfo = make_conninfo(self._conninfo, **self.keywords())
         connection: Connection = psycopg.connect(conninfo, autocommit=True)
+        _OPENED.add(connection)
         return connection
 
     def error(
