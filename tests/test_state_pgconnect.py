@@ -53,8 +53,8 @@ class KeywordTests(SynchronousTestCase):
                 "keepalives_interval": 5,
                 "keepalives_count": 3,
                 "application_name": applicationName("control"),
-                "options": "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s"
-                " -c lock_timeout=5s",
+                "options": "-c imapmig.session=on -c idle_in_transaction_session_timeout=60s"
+                " -c statement_timeout=5s -c lock_timeout=5s",
             },
         )
 
@@ -72,8 +72,9 @@ class KeywordTests(SynchronousTestCase):
         self.assertNotIn("connect_timeout", keywords)
         self.assertEqual(
             keywords["options"],
-            "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s -c lock_timeout=5s"
-            " -c default_transaction_read_only=on -c statement_timeout=9s",
+            "-c imapmig.session=on -c idle_in_transaction_session_timeout=60s"
+            " -c statement_timeout=5s -c lock_timeout=5s -c default_transaction_read_only=on"
+            " -c statement_timeout=9s",
         )
 
     def test_applicationNameInOptions(self) -> None:
@@ -110,6 +111,20 @@ class ErrorTests(SynchronousTestCase):
     """
     psycopg's errors as imapmig's.
     """
+
+    def test_poolerRefusesOptions(self) -> None:
+        """
+        PgBouncer's refusal of libpq's C{options} (as PgBouncer 1.18 says
+        it) is permanent, and says what is in the way and what to do.
+        """
+        e = psycopg.OperationalError(
+            'connection failed: connection to server at "127.0.0.1", port 6432 failed:'
+            " FATAL:  unsupported startup parameter: options"
+        )
+        mapped = mapError("postgresql://u@db:6432/mig", "connect", e, QueueUnavailable)
+        self.assertIsInstance(mapped, PermanentError)
+        self.assertIn("unsupported startup parameter: options: a connection pooler", str(mapped))
+        self.assertIn("connect to PostgreSQL itself", str(mapped))
 
     def test_lostConnection(self) -> None:
         """
@@ -251,6 +266,29 @@ class ServerTests(SynchronousTestCase):
         )
         self.addCleanup(store.close)
         return store
+
+    def test_settingsDropped(self) -> None:
+        """
+        A connection whose session lacks the role's settings (libpq's
+        C{options} dropped on the way, as a PgBouncer with
+        C{ignore_startup_parameters = options} drops them) is closed and
+        refused, a L{PermanentError} naming the pooler and what to do,
+        without the password.
+        """
+
+        class Dropping(Connector):
+            def keywords(self) -> dict[str, str | int]:
+                keywords = Connector.keywords(self)
+                del keywords["options"]
+                return keywords
+
+        connector = Dropping(
+            self.cluster.dsn(self.dbname, PASSWORD_ROLE), "control", self.cluster.password
+        )
+        error = self.assertRaises(PermanentError, connector.connect)
+        self.assertIn("PgBouncer", str(error))
+        self.assertIn("connect to PostgreSQL itself", str(error))
+        self.assertNotIn(self.cluster.password, str(error))
 
     def test_cutAll(self) -> None:
         """

@@ -70,6 +70,7 @@ class RoleSettings:
         The settings as libpq's C{options} (C{-c NAME=VALUE} each).
         """
         settings = [
+            (SESSION_MARK, "on"),
             ("idle_in_transaction_session_timeout", "60s"),
             ("statement_timeout", self.statementTimeout),
             ("lock_timeout", self.lockTimeout),
@@ -91,6 +92,24 @@ ROLES: dict[Role, RoleSettings] = {
 """
 The session settings of each role (docs/fleet-design.md "The thread
 pool").
+"""
+
+SESSION_MARK = "imapmig.session"
+"""
+A setting of imapmig's own (a placeholder PostgreSQL keeps for any dotted
+name) given with the role's settings in libpq's C{options}: read back
+once connected, it shows that they reached the server (L{Connector.connect}).
+"""
+
+POOLER = (
+    "a connection pooler (PgBouncer) between imapmig and PostgreSQL {what} the session"
+    " settings imapmig gives each connection in libpq's options (statement_timeout,"
+    " lock_timeout, idle_in_transaction_session_timeout), which keep a daemon's"
+    " heartbeat and fences in time: connect to PostgreSQL itself (docs/fleet-database.md)"
+)
+"""
+Why a connection through a pooler is refused: C{what} is C{refuses} (the
+pooler said so) or C{dropped} (it was told to ignore them).
 """
 
 _KEYWORDS: dict[str, str | int] = {
@@ -251,13 +270,24 @@ class Connector:
 
     def connect(self) -> Connection:
         """
-        A new connection, in autocommit mode (transactions are explicit).
+        A new connection, in autocommit mode (transactions are explicit),
+        whose session has the role's settings (L{SESSION_MARK} read back).
 
         @raise psycopg.Error: it could not be opened (see L{mapError}).
+        @raise PermanentError: the settings did not reach the server (a
+            PgBouncer told to ignore libpq's C{options}).
         """
         conninfo = make_conninfo(self._conninfo, **self.keywords())
         connection: Connection = psycopg.connect(conninfo, autocommit=True)
         _OPENED.add(connection)
+        try:
+            row = connection.execute("SELECT current_setting(%s, true)", (SESSION_MARK,)).fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        if row != ("on",):
+            connection.close()
+            raise PermanentError(f"{self.where}: cannot connect: {POOLER.format(what='dropped')}")
         return connection
 
     def error(
@@ -300,6 +330,9 @@ def mapError(
         return e
     kind = unavailable if isinstance(e, _TRANSIENT) else PermanentError
     message = f"{where}: cannot {action}: {oneLine(e)}"
+    if "unsupported startup parameter" in message or "unsupported options startup" in message:
+        # PgBouncer's refusal of libpq's options: no retry will pass.
+        kind, message = PermanentError, f"{message}: {POOLER.format(what='refuses')}"
     if password:
         message = message.replace(password, "(password)")
     return kind(message)
