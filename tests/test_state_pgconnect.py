@@ -297,9 +297,20 @@ class ServerTests(SynchronousTestCase):
         database cut off behind a stalled relay): its call fails with
         C{OperationalError} at once, and the connection is broken.
         """
-        connector = Connector(self.cluster.dsn(self.dbname), "writer")
-        connection = connector.connect()
+        # Named apart: its backend sleeps on once cut, and other tests
+        # count the connections named by role.
+        dsn = self.cluster.dsn(self.dbname)
+        connection = Connector(dsn + "?application_name=cut", "writer").connect()
         self.addCleanup(connection.close)
+
+        def terminate() -> None:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'cut'"
+                )
+
+        self.addCleanup(terminate)
         outcome: list[BaseException | None] = []
 
         def blocked() -> None:
