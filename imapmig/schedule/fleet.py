@@ -185,7 +185,6 @@ class FleetMember:
         self.newerSchema = False
         self._generation: int | None = None
         self._outage = OutageLog(log, "The fleet's heartbeat", monotonic)
-        # Told when this incarnation's lease is lost (whenLost).
         self._lostWaiters: list[Deferred[None]] = []
 
     def start(self) -> None:
@@ -214,10 +213,7 @@ class FleetMember:
         return self._retire(owner, self.period)
 
     def whenLost(self) -> Deferred[None]:
-        """
-        Fires when this incarnation's lease is lost (at once if none is
-        held); cancel it to stop waiting.
-        """
+        """Fires when this incarnation's lease is lost (at once if none is held)."""
         if self.owner is None:
             return succeed(None)
         waiter: Deferred[None] = Deferred(self._lostWaiters.remove)
@@ -378,9 +374,7 @@ class FleetMember:
             self._beat()
 
     def _retire(self, owner: str, bound: float | None = None) -> Deferred[None]:
-        """
-        Retire C{owner}, its answer awaited C{bound} seconds at most.
-        """
+        """Retire C{owner}, its answer awaited C{bound} seconds at most."""
 
         def failed(failure: Failure) -> None:
             timedOut = failure.check(TimeoutError)
@@ -690,7 +684,8 @@ class FleetScheduler(JobQueueService):
         """
         Finish C{claim} in the queue, tried again every C{H} while the
         queue cannot be reached and the claim's lease lives; a claim lost
-        with the lease is not finished.
+        with the lease is not finished, one refused otherwise is given
+        back at the next claim (L{_giveBack}).
         """
         name = claim.job.name
         self._finishing.add(name)
@@ -708,6 +703,12 @@ class FleetScheduler(JobQueueService):
                         period=self.member.period,
                     )
                     await deferLater(self._clock, self.member.period)
+                except Exception as e:
+                    # Unsure whether the claim stands: _giveBack's to settle.
+                    log.error("Job {job}: cannot finish its claim ({why}); given back at the next"
+                              " claim", job=name, why=str(e))  # fmt: skip
+                    self._unsure = True
+                    break
         finally:
             self._finishing.discard(name)
         self._lost.discard(name)
