@@ -30,7 +30,12 @@ from imapmig.commands import plan as planCommand
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
-from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
+from imapmig.daemon.pgstate import (
+    _cutAtTheEnd,
+    checkDatabase,
+    openCommandStore,
+    openFleetState,
+)
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.pgconnect import applicationName
@@ -368,7 +373,9 @@ class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
         """
         The database is checked and migrated, the configured jobs loaded
         into the queue; the queue's control connection has a thread of its
-        own, the store two; both pools stop after the reactor's shutdown.
+        own, the store two; both pools stop after the reactor's shutdown,
+        once the connections still open are cut (L{cutAll}: a thread
+        blocked on one would keep its pool's stop waiting).
         """
         clock = MemoryReactorClock()
         fleet = openFleetState(self.config(), clock)
@@ -379,7 +386,7 @@ class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
         self.assertEqual([pool.max for pool in fleet.pools], [1, 2])
         self.assertEqual(
             [trigger[0] for trigger in clock.triggers["after"]["shutdown"]],
-            [pool.stop for pool in fleet.pools],
+            [_cutAtTheEnd, *(pool.stop for pool in fleet.pools)],
         )
         self.assertEqual(fleet.where, self.uri())
         self.assertEqual(self.sql("SELECT name FROM imapmig_queue.jobs"), [("a",)])
