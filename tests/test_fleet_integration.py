@@ -136,14 +136,17 @@ class FleetTests(TestCase):
     timeout = 600
     timelinesOf: tuple[Fleet, Outcome]
 
-    async def fleet(self, seed: int) -> Fleet:
+    async def fleet(self, seed: int, purpose: str = "fleet") -> Fleet:
         """
         The fleet's database, Dovecot accounts, sources and watches, no
         daemon started yet.
+
+        @param purpose: names the Dovecot whose accounts it takes (one has
+            96: three tests' thirty each).
         """
         requirePostgreSQL(self)
         requireDovecot(self)
-        instance = dedicatedDovecot("fleet")
+        instance = dedicatedDovecot(purpose)
         users = [freshUser(instance) for _ in range(JOBS)]
         fleet = Fleet(self, reactor, instance, users, MESSAGES_PER_JOB, seed, MAX_JOBS)
         await fleet.listen()
@@ -353,7 +356,7 @@ class FleetTests(TestCase):
         of it reaches the destination after its lease could have ended;
         the other daemon finishes every job.
         """
-        fleet = await self.fleet(seed=3004)
+        fleet = await self.fleet(seed=3004, purpose="fleet-stop")
         proxy = FaultProxy(reactor, reactor, "127.0.0.1", fleet.database.cluster.port)
         port = await proxy.listen()
         self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
