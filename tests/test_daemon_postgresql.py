@@ -30,9 +30,15 @@ from imapmig.commands import plan as planCommand
 from imapmig.commands import verify as verifyCommand
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.config.statelocation import STATE_KEYS
-from imapmig.daemon.pgstate import checkDatabase, openCommandStore, openFleetState
+from imapmig.daemon.pgstate import (
+    _cutAtTheEnd,
+    checkDatabase,
+    openCommandStore,
+    openFleetState,
+)
 from imapmig.errors import ConfigError, NoStateYet
 from imapmig.state.memory import MemoryStateStore
+from imapmig.state.pgconnect import applicationName
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.dovecot import requireDovecot
 from imapmig.testing.ports import listeningPorts
@@ -367,7 +373,9 @@ class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
         """
         The database is checked and migrated, the configured jobs loaded
         into the queue; the queue's control connection has a thread of its
-        own, the store two; both pools stop after the reactor's shutdown.
+        own, the store two; both pools stop after the reactor's shutdown,
+        once the connections still open are cut (L{cutAll}: a thread
+        blocked on one would keep its pool's stop waiting).
         """
         clock = MemoryReactorClock()
         fleet = openFleetState(self.config(), clock)
@@ -378,7 +386,7 @@ class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
         self.assertEqual([pool.max for pool in fleet.pools], [1, 2])
         self.assertEqual(
             [trigger[0] for trigger in clock.triggers["after"]["shutdown"]],
-            [pool.stop for pool in fleet.pools],
+            [_cutAtTheEnd, *(pool.stop for pool in fleet.pools)],
         )
         self.assertEqual(fleet.where, self.uri())
         self.assertEqual(self.sql("SELECT name FROM imapmig_queue.jobs"), [("a",)])
@@ -689,7 +697,7 @@ class FleetPageTests(ClusterMixin, TestCase):
         C{/status.json} (itself as C{this}) and C{/metrics}, and still
         holds at most 3 connections to the database.  It counts no
         source in a census (each daemon would log in to every source).
-        The store's connections are its reader's and writer's, so named.
+        Its connections (control, reader, writer) are named by its host, pid and role.
         """
         self.startCluster(self)
         requireDovecot(self)
@@ -722,10 +730,17 @@ class FleetPageTests(ClusterMixin, TestCase):
         )
         self.assertTrue(1 <= connections <= 3, connections)
         self.assertNotIn(b"Census:", bytes(daemon.output))
-        # The store's connections are named by their role (pgconnect's
-        # Connector), its password given apart and never in the output.
+        # Every connection is named by the daemon's host, pid and role
+        # (pgconnect's applicationName), its password given apart and
+        # never in the output.
         names = {name for (name,) in self.sql(
             "SELECT application_name FROM pg_stat_activity WHERE datname = 'fleet'"
         )}  # fmt: skip
-        self.assertTrue({"imapmig reader", "imapmig writer"} <= names, names)
+        [(host,)] = self.sql(
+            f"SELECT DISTINCT host FROM imapmig_queue.daemons WHERE pid = {daemon.pid}"
+        )
+        wanted = {
+            applicationName(role, host, daemon.pid) for role in ("control", "reader", "writer")
+        }
+        self.assertTrue(wanted <= names, names)
         self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))

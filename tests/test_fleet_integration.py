@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import yaml
 
+from twisted.internet import defer
 from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
@@ -109,6 +110,15 @@ stop.
 """
 
 
+STOP_BOUND = 75.0
+"""
+Seconds within which a daemon cut off from the database exits after
+C{SIGTERM}: its jobs' C{stop_timeout} (30 s) and the root service's
+margin (10 s), its store's close (10 s more: the writes it waits for
+hang too), with room for a loaded machine.  Measured: 50 s.
+"""
+
+
 def say(text: str) -> None:
     """
     Print a line of what a test measured.
@@ -126,14 +136,17 @@ class FleetTests(TestCase):
     timeout = 600
     timelinesOf: tuple[Fleet, Outcome]
 
-    async def fleet(self, seed: int) -> Fleet:
+    async def fleet(self, seed: int, purpose: str = "fleet") -> Fleet:
         """
         The fleet's database, Dovecot accounts, sources and watches, no
         daemon started yet.
+
+        @param purpose: names the Dovecot whose accounts it takes (one has
+            96: three tests' thirty each).
         """
         requirePostgreSQL(self)
         requireDovecot(self)
-        instance = dedicatedDovecot("fleet")
+        instance = dedicatedDovecot(purpose)
         users = [freshUser(instance) for _ in range(JOBS)]
         fleet = Fleet(self, reactor, instance, users, MESSAGES_PER_JOB, seed, MAX_JOBS)
         await fleet.listen()
@@ -332,6 +345,61 @@ class FleetTests(TestCase):
             }
             self.assertEqual(resumed, set(), f"{job} claimed again by the daemon cut off")
         self.assertTimelinesDone()
+
+    async def test_stopDuringPartition(self) -> None:
+        """
+        A daemon cut off from the database (both ways stalled: its control
+        connection's heartbeat hangs, unanswered) and then sent C{SIGTERM}
+        exits within L{STOP_BOUND} seconds, whatever its queue's calls wait
+        for: its jobs stop sending by the send deadline, its finishes and
+        the retirement of its id are not waited for past it, and no APPEND
+        of it reaches the destination after its lease could have ended;
+        the other daemon finishes every job.
+        """
+        fleet = await self.fleet(seed=3004, purpose="fleet-stop")
+        proxy = FaultProxy(reactor, reactor, "127.0.0.1", fleet.database.cluster.port)
+        port = await proxy.listen()
+        self.addCleanup(lambda: Deferred.fromCoroutine(proxy.stop()))
+        fleet.startDaemon()
+        cutOff = fleet.startDaemon(statePort=port)
+        _, cutOffId = await self.midRun(fleet, cutOff.pid)
+        stalled: Deferred[Append] = Deferred()
+
+        def stall(append: Append) -> None:
+            proxy.setFaults([Stall(Direction.TO_SERVER, 0)])
+            stalled.callback(append)
+
+        fleet.watch.onNextAppend(cutOff.pid, stall)
+        cut = (await stalled.addTimeout(RUN_BOUND, reactor)).time
+        # A heartbeat (every L/12) is handed over, and hangs.
+        await deferLater(reactor, LEASE / 4, lambda: None)
+        termed = time.time()
+        os.kill(cutOff.pid, signal.SIGTERM)
+        try:
+            status = await cutOff.process.whenEnded().addTimeout(STOP_BOUND, reactor)
+        except defer.TimeoutError:
+            self.fail(
+                f"daemon {cutOff.index} had not exited {STOP_BOUND} s after SIGTERM in a"
+                f" partition\n{fleet.tails()}"
+            )
+        exited = time.time()
+        say(
+            f"\ndaemon {cutOff.index} cut off at {cut:.1f}, SIGTERM {termed - cut:+.1f} s,"
+            f" exited {exited - termed:.1f} s after it, status {status}"
+        )
+        proxy.setFaults([])
+        for relay in proxy.relays:
+            if relay.fired and not relay.ended:
+                relay.abort()
+        await self.assertFinished(fleet, {cutOff.index: status})
+        [(leaseUntil,)] = fleet.database.query(
+            "SELECT extract(epoch FROM lease_until)::float8 FROM imapmig_queue.daemons"
+            " WHERE daemon_id::text = %s",
+            [cutOffId],
+        )
+        last = max(a.time for a in fleet.watch.by(cutOff.pid))
+        self.assertLess(last, leaseUntil, "an APPEND after the lease ended")
+        self.assertLess(last, cut + LEASE, "an APPEND after the lease could have ended")
 
     async def test_databaseRestart(self) -> None:
         """

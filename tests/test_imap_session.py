@@ -25,13 +25,14 @@ from imapmig.errors import (
     ConnectFailed,
     ConnectionLost,
     CredentialsRefused,
+    LeaseLost,
     ServerBusy,
 )
 from imapmig.imap.auth import PasswordLogin
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.mailboxes import ExaminedMailbox, ListedMailbox, SelectedMailbox
 from imapmig.imap.opening import openSession
-from imapmig.imap.outgoing import LiteralMode
+from imapmig.imap.outgoing import LiteralMode, SendDeadline
 from imapmig.imap.session import IMAPSession
 from tests.test_imap_client import NoDelayTransport, greeted
 from tests.test_imap_pipeline import RecordingOutcomes
@@ -357,6 +358,36 @@ class MailboxTests(SynchronousTestCase):
         self.assertEqual(
             warned(events), ["alice at test: cannot set the flags of UID 5 in 'INBOX': read-only"]
         )
+
+    def test_storeFlagsPastTheDeadline(self) -> None:
+        """
+        Given a send deadline that passes while the SELECT is answered (a
+        reactor waking late from a stall), C{storeFlags} writes no
+        C{UID STORE}: it fails with L{LeaseLost}, nothing stored.
+        """
+        imap, transport = session()
+        clock = Clock()
+        deadline = SendDeadline(clock.seconds, 45.0)
+        d = started(imap.storeFlags("INBOX", [(4, ("\\Seen",))], deadline))
+        self.assertEqual(transport.value(), b'0001 SELECT "INBOX"\r\n')
+        clock.advance(50)
+        imap.client.dataReceived(b"0001 OK selected\r\n")
+        self.assertEqual(transport.value(), b'0001 SELECT "INBOX"\r\n')
+        self.assertIn("send deadline", str(self.failureResultOf(d, LeaseLost).value))
+
+    def test_storeFlagsBeforeTheDeadline(self) -> None:
+        """
+        Before the deadline, the C{UID STORE}s go as without one.
+        """
+        imap, transport = session()
+        clock = Clock()
+        d = started(imap.storeFlags("INBOX", [(4, ())], SendDeadline(clock.seconds, 45.0)))
+        imap.client.dataReceived(b"0001 OK selected\r\n")
+        self.assertEqual(
+            transport.value(), b'0001 SELECT "INBOX"\r\n0002 UID STORE 4 FLAGS.SILENT ()\r\n'
+        )
+        imap.client.dataReceived(b"0002 OK\r\n")
+        self.assertEqual(self.successResultOf(d), 1)
 
     def test_refusalMapped(self) -> None:
         """

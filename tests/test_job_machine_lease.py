@@ -23,7 +23,7 @@ from imapmig.progress import JobProgress, JobState
 from imapmig.queue import QueueState, Requested
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.state import Transition
-from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES
+from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
 from tests.test_job import (
     JOB,
     USER,
@@ -479,4 +479,95 @@ class StalledPastTheDeadlineTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.STOPPED)
         self.assertEqual(h.progress.error, "stopped: lease lost")
         self.assertTrue(self.successResultOf(h.store.journal(JOB)))
+        h.finish()
+
+
+class HeldListServer(FakeIMAPServer):
+    """
+    A fake server that holds every line it says from its first C{LIST}
+    on until L{release}: the reply to the preparation's listing of the
+    destination, which a stalled reactor would read late.
+    """
+
+    holding = False
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        FakeIMAPServer.__init__(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.held: list[bytes] = []
+        self.released = False
+
+    def _list(self, args: list[Any]) -> bytes:
+        self.holding = not self.released
+        return FakeIMAPServer._list(self, args)
+
+    def sendLine(self, line: bytes) -> None:
+        if self.holding:
+            self.held.append(line)
+        else:
+            FakeIMAPServer.sendLine(self, line)
+
+    def release(self) -> None:
+        """
+        Say the lines held, and hold no more.
+        """
+        self.holding = False
+        self.released = True
+        held, self.held = self.held, []
+        for line in held:
+            FakeIMAPServer.sendLine(self, line)
+
+
+class DeadlineBeforePreparationTests(SynchronousTestCase):
+    """
+    The send deadline is checked before every write of a job that changes
+    the destination, not only the APPEND pipeline's: a run whose deadline
+    passes while its reactor is stalled in the preparation of the
+    destination creates and subscribes nothing when it wakes.
+    """
+
+    def test_noCreateAfterTheStall(self) -> None:
+        """
+        The destination's listing answered past the deadline: no CREATE
+        or SUBSCRIBE of the folder missing there is written, no APPEND;
+        the run fails with L{LeaseLost}, the job stopped (lease lost),
+        nothing left on the clock.
+        """
+        h = JobHarness(self)
+        h.endpoint = MemoryEndpoint(
+            h.clock, lambda attempt: HeldListServer(h.mail, DEFAULT_CAPABILITIES)
+        )
+        populate(h.source, h.source.addFolder("Work"), 3)
+        job: MigrationJob = h.job(
+            JobSettings(connections=1, stopTimeout=300.0),
+            sendDeadline=SendDeadline(h.clock.seconds, 45.0),
+        )
+        d = h.start(job)
+        server = h.endpoint.servers[0]
+        assert isinstance(server, HeldListServer)
+        self.assertTrue(server.held)
+        h.clock.rightNow = 50.0
+        server.release()
+        h.waitFor(d)
+        self.assertIn("send deadline", str(self.failureResultOf(d, LeaseLost).value))
+        h.endpoint.pump()
+        commands = [line.split(b" ")[1] for line in server.received if b" " in line]
+        self.assertNotIn(b"CREATE", commands)
+        self.assertNotIn(b"SUBSCRIBE", commands)
+        self.assertEqual(appendLines(server), [])
+        self.assertNotIn("Work", h.mail.mailboxes(USER))
+        self.assertEqual(h.progress.state, JobState.STOPPED)
+        self.assertEqual(h.progress.error, "stopped: lease lost")
+        h.finish()
+
+    def test_createBeforeTheDeadline(self) -> None:
+        """
+        Before the deadline the same run creates the folder and copies.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("Work"), 3)
+        job: MigrationJob = h.job(
+            JobSettings(connections=1), sendDeadline=SendDeadline(h.clock.seconds, 45.0)
+        )
+        self.assertTrue(h.run(job))
+        self.assertEqual(len(h.mail.mailbox(USER, "Work")), 3)
         h.finish()

@@ -50,6 +50,7 @@ from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.state._pgschema import SCHEMA_VERSION as STATE_SCHEMA_VERSION
 from imapmig.state._pgschema import migrate as migrateState
+from imapmig.state.pgconnect import applicationName
 from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.test_queue import ContractQueue, JobQueueContractMixin
 from tests.test_schedule_service import jobConfig
@@ -625,7 +626,8 @@ class ThreadedTests(PostgreSQLTestMixin):
     def test_oneConnection(self) -> None:
         """
         Calls made at once run one after the other on one connection,
-        named for its daemon, never on more, whatever the pool's threads.
+        named for its process and role, never on more, whatever the
+        pool's threads.
         """
         threaded, reactor = self.threaded()
         me = reactor.pump(threaded.register("host", 1, "1.0", 600.0))
@@ -637,7 +639,7 @@ class ThreadedTests(PostgreSQLTestMixin):
             self.sql(
                 "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'imapmig %%'"
             ),
-            [(f"imapmig {me}",)],
+            [(applicationName("control"),)],
         )
 
     def test_retire(self) -> None:

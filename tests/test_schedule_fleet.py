@@ -23,7 +23,13 @@ from imapmig.config.limits import ServerLimits
 from imapmig.daemon.service import _ServiceTree
 from imapmig.schedule.census import SourceCensus
 from imapmig.config.model import JobConfig
-from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
+from imapmig.errors import (
+    ControlRefused,
+    LeaseLost,
+    PermanentError,
+    QueueUnavailable,
+    UnknownJob,
+)
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
@@ -32,7 +38,7 @@ from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, Queue
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
-from imapmig.schedule.grants import ConnectionGrants, JobConnections
+from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.state import IStateStore, Transition
 from imapmig.state.memory import MemoryStateStore
 from tests.test_schedule_service import FakeJob, jobConfig
@@ -60,6 +66,9 @@ class ControlledQueue(AsyncJobQueue):
         self.differs: str | None = None
         self.stateSchemaVersion: int | None = None
         self.rates: list[float | None] = []
+        # Retirements held unanswered (a partition), while holdRetire.
+        self.holdRetire = False
+        self.pendingRetires: list[Deferred[None]] = []
 
     def heartbeat(
         self, owner: str, lease: float, rate: float | None = None
@@ -90,6 +99,10 @@ class ControlledQueue(AsyncJobQueue):
 
     def retire(self, owner: str) -> Deferred[None]:
         self.retired.append(owner)
+        if self.holdRetire:
+            pending: Deferred[None] = Deferred()
+            self.pendingRetires.append(pending)
+            return pending
         return AsyncJobQueue.retire(self, owner)
 
 
@@ -471,6 +484,94 @@ class FleetMemberTests(SynchronousTestCase):
         self.assertIsNone(self.member.owner)
 
 
+class PartitionedStopTests(SynchronousTestCase):
+    """
+    A daemon stopped while the queue's calls hang (its one connection cut
+    off in a partition: a heartbeat unanswered, the calls behind it
+    queued): its stop does not wait for the database.
+    """
+
+    def test_retireAtStopBounded(self) -> None:
+        """
+        A retirement at stop that is not answered is waited for C{H} at
+        most (its lease then ends by itself), and is cancelled.
+        """
+        m = Member()
+        m.member.start()
+        m.queue.holdRetire = True
+        stopping = m.member.stop()
+        self.assertNoResult(stopping)
+        m.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertTrue(m.queue.pendingRetires[0].called)
+        self.assertEqual(m.clock.getDelayedCalls(), [])
+
+    def hangingFinishes(self, fleet: Fleet) -> list[Deferred[None]]:
+        """
+        Make every finish, heartbeat and retirement of C{fleet} hang.
+
+        @return: the finishes, as they are asked.
+        """
+        pending: list[Deferred[None]] = []
+
+        def hanging(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> Deferred[None]:
+            d: Deferred[None] = Deferred()
+            pending.append(d)
+            return d
+
+        fleet.queue.finish = hanging  # type: ignore[method-assign]
+        fleet.queue.hold = True
+        fleet.queue.holdRetire = True
+        return pending
+
+    def test_stopWhileTheQueueHangs(self) -> None:
+        """
+        A job ends while its heartbeats and its finish hang; the daemon is
+        told to stop (SIGTERM): its stop ends C{H} later, its retirement
+        not waited for, the claim left as it is.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        pending = self.hangingFinishes(fleet)
+        fleet.clock.advance(LEASE / 12)
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(len(pending), 1)
+        stopping = fleet.service.stopService()
+        self.assertNoResult(stopping)
+        fleet.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+    def test_finishHangingGivenUpAtTheDeadline(self) -> None:
+        """
+        A finish that hangs is given up (cancelled) when the lease is lost
+        at the send deadline: the job's slot is free again, the claim the
+        next owner's, and the daemon's stop then ends.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        pending = self.hangingFinishes(fleet)
+        fleet.clock.advance(LEASE / 12)
+        fleet.built["a"].result.callback(True)
+        fleet.clock.pump([LEASE / 12] * 7)
+        self.assertNoResult(pending[0])
+        self.assertEqual(fleet.grants.pools.inUse(JOB_SLOTS), 1)
+        fleet.clock.advance(LEASE / 12)
+        self.assertEqual(fleet.member.deadline, None)
+        self.assertTrue(pending[0].called)
+        self.assertEqual(fleet.grants.pools.inUse(JOB_SLOTS), 0)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        stopping = fleet.service.stopService()
+        for beat in fleet.queue.pending:
+            beat.errback(QueueUnavailable("partitioned"))
+        fleet.clock.advance(LEASE / 12)
+        self.successResultOf(stopping)
+        self.assertEqual(fleet.clock.getDelayedCalls(), [])
+
+
 class TakeoverTests(SynchronousTestCase):
     """
     Two members of one fleet: the jobs of one that loses its lease are
@@ -719,6 +820,78 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_claimAndFinishAnswersLost(self) -> None:
+        """
+        In one outage a claim commits unanswered and a finish commits
+        unanswered: the finish, tried again, changes nothing more (the job
+        done once, its generation still 1), the unknown claim is given back
+        by the next claim and run, and nothing is left claimed.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        claimNext, finish = fleet.memory.claim, fleet.memory.finish
+        claims: list[str] = []
+        finishes: list[str] = []
+
+        def claiming(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> JobClaim | None:
+            claimed = claimNext(owner, now, lease, skipServers)
+            if claimed is not None:
+                claims.append(claimed.job.name)
+                if claims == ["a", "b"]:
+                    raise QueueUnavailable("the connection broke during COMMIT")
+            return claimed
+
+        def finishing(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> None:
+            finishes.append(claim.job.name)
+            finish(claim, outcome, notBefore)
+            if len(finishes) == 1:
+                raise QueueUnavailable("the connection broke during COMMIT")
+
+        fleet.memory.claim = claiming  # type: ignore[method-assign]
+        fleet.memory.finish = finishing  # type: ignore[method-assign]
+        fleet.service.startService()
+        owner = fleet.member.owner
+        self.assertEqual(sorted(fleet.built), ["a"])
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        fleet.clock.pump([LEASE / 12] * 3)
+        self.assertEqual(finishes[:2], ["a", "a"])
+        self.assertIn("b", fleet.built)
+        self.assertIn(f"taken over from daemon {owner}", " ".join(fleet.causes("b")))
+        self.assertEqual(claims.count("a"), 1)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("b"), QueueState.DONE)
+        self.assertEqual(fleet.memory.counts().claimed, 0)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_claimAnswerLostThenStopped(self) -> None:
+        """
+        A daemon stopped before its next claim could give back a claim
+        whose answer was lost retires its id: another daemon takes that
+        job over at once, not when the lease would have ended.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        claim = fleet.memory.claim
+
+        def claiming(
+            owner: str, now: float, lease: float, skipServers: frozenset[str] = frozenset()
+        ) -> JobClaim | None:
+            claim(owner, now, lease, skipServers)
+            raise QueueUnavailable("the connection broke during COMMIT")
+
+        fleet.memory.claim = claiming  # type: ignore[method-assign]
+        fleet.service.startService()
+        owner = fleet.member.owner
+        self.assertEqual(fleet.memory.state("a"), QueueState.CLAIMED)
+        self.stop(fleet)
+        taken = claim(fleet.other(), fleet.clock.seconds(), LEASE)
+        assert taken is not None
+        self.assertEqual((taken.job.name, taken.takenFrom), ("a", owner))
+
     def test_giveBackKeepsKnownClaims(self) -> None:
         """
         The queue's C{giveBack} leaves the claims the daemon knows, and
@@ -903,6 +1076,39 @@ class FleetSchedulerTests(SynchronousTestCase):
         fleet.built["a"].result.callback(True)
         self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
         fleet.clock.advance(5)
+        self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_finishRefusedGivenBack(self) -> None:
+        """
+        A finish refused otherwise than as unreachable (a L{PermanentError}:
+        the daemon cannot tell whether its claim still stands) does not
+        leave the job claimed by this live daemon that no longer runs it:
+        the next claim gives it back first, as for a claim whose answer
+        was lost, and the job runs again (here, at once); its slot is free.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        fleet.service.startService()
+        finish = fleet.queue.finish
+        refused = [True]
+
+        def refuseOnce(
+            claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
+        ) -> Deferred[None]:
+            if refused.pop() if refused else False:
+                return fail(PermanentError("db1: cannot finish a job: a bug"))
+            return finish(claim, outcome, notBefore)
+
+        fleet.queue.finish = refuseOnce  # type: ignore[method-assign]
+        first = fleet.built["a"]
+        first.result.callback(True)
+        self.flushLoggedErrors(PermanentError)
+        fleet.clock.advance(LEASE / 12)
+        again = fleet.built["a"]
+        self.assertIsNot(again, first)
+        self.assertIn("claimed (generation 2)", " ".join(fleet.causes("a")))
+        again.result.callback(True)
         self.assertIs(fleet.memory.state("a"), QueueState.DONE)
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)

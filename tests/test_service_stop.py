@@ -135,3 +135,26 @@ class StoreClosedTests(SynchronousTestCase):
         self.assertNoResult(d)
         store.committed.callback(None)
         self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_closeBounded(self) -> None:
+        """
+        A store whose last writes are never committed (its database cut
+        off) is waited for C{STOP_MARGIN} seconds, then the stop ends
+        without them, with an error saying so.
+        """
+        clock = Clock()
+        store = CommittingStore()
+        root = MigrationService(store, MigrationProgress(clock.seconds), clock)
+        root.startService()
+        with capturedLogs() as events:
+            d = root.stopService()
+            clock.advance(0)
+            clock.advance(STOP_MARGIN - 0.1)
+            self.assertNoResult(d)
+            clock.advance(0.1)
+        self.assertIsNone(self.successResultOf(d))
+        errors = [formatEvent(e) for e in events if e["log_level"].name == "error"]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("last writes were not committed", errors[0])
+        self.assertEqual(clock.getDelayedCalls(), [])

@@ -8,12 +8,25 @@ server applies them.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
+
 import psycopg
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import PermanentError, QueueUnavailable, TransientError
 from imapmig.state._pgbase import PostgreSQLBase
-from imapmig.state.pgconnect import ROLES, Connector, displayName, mapError
+from imapmig.state.pgconnect import (
+    NAME_LIMIT,
+    ROLES,
+    Connector,
+    applicationName,
+    cutAll,
+    displayName,
+    mapError,
+)
 from imapmig.testing.postgresql import PASSWORD_ROLE, requirePostgreSQL
 from imapmig.state.postgresql import PostgreSQLStateStore
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
@@ -27,7 +40,7 @@ class KeywordTests(SynchronousTestCase):
     def test_defaults(self) -> None:
         """
         A URI that gives nothing gets the timeouts, keepalives, the
-        role's settings and C{imapmig ROLE} as its name.
+        role's settings and C{imapmig HOST:PID ROLE} as its name.
         """
         keywords = Connector("postgresql://u@db/mig", "control").keywords()
         self.assertEqual(
@@ -39,9 +52,9 @@ class KeywordTests(SynchronousTestCase):
                 "keepalives_idle": 10,
                 "keepalives_interval": 5,
                 "keepalives_count": 3,
-                "application_name": "imapmig control",
-                "options": "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s"
-                " -c lock_timeout=5s",
+                "application_name": applicationName("control"),
+                "options": "-c imapmig.session=on -c idle_in_transaction_session_timeout=60s"
+                " -c statement_timeout=5s -c lock_timeout=5s",
             },
         )
 
@@ -59,8 +72,9 @@ class KeywordTests(SynchronousTestCase):
         self.assertNotIn("connect_timeout", keywords)
         self.assertEqual(
             keywords["options"],
-            "-c idle_in_transaction_session_timeout=60s -c statement_timeout=5s -c lock_timeout=5s"
-            " -c default_transaction_read_only=on -c statement_timeout=9s",
+            "-c imapmig.session=on -c idle_in_transaction_session_timeout=60s"
+            " -c statement_timeout=5s -c lock_timeout=5s -c default_transaction_read_only=on"
+            " -c statement_timeout=9s",
         )
 
     def test_applicationNameInOptions(self) -> None:
@@ -70,21 +84,47 @@ class KeywordTests(SynchronousTestCase):
         connector = Connector("postgresql://u@db/mig?options=-c%20application_name%3Dmine", "writer")
         self.assertNotIn("application_name", connector.keywords())
 
-    def test_named(self) -> None:
+    def test_namedByProcessAndRole(self) -> None:
         """
-        Once named (a daemon id), later connections are C{imapmig ID}.
+        A connection is named C{imapmig HOST:PID ROLE}: this host and
+        process, and the connector's role; the password is given apart.
         """
-        connector = Connector("postgresql://u@db/mig", "control", password="s3cret")
-        connector.named("1234")
+        connector = Connector("postgresql://u@db/mig", "writer", password="s3cret")
         keywords = connector.keywords()
-        self.assertEqual(keywords["application_name"], "imapmig 1234")
+        self.assertEqual(
+            keywords["application_name"], f"imapmig {socket.gethostname()}:{os.getpid()} writer"
+        )
         self.assertEqual(keywords["password"], "s3cret")
+
+    def test_longHostCut(self) -> None:
+        """
+        A host name too long for PostgreSQL's 63 octets is cut, so that
+        the pid and the role stay whole.
+        """
+        name = applicationName("control", "h" * 80 + ".example.org", 4242)
+        self.assertEqual(len(name.encode()), NAME_LIMIT)
+        self.assertTrue(name.endswith("h:4242 control"), name)
+        self.assertEqual(applicationName("reader", "mig1", 7), "imapmig mig1:7 reader")
 
 
 class ErrorTests(SynchronousTestCase):
     """
     psycopg's errors as imapmig's.
     """
+
+    def test_poolerRefusesOptions(self) -> None:
+        """
+        PgBouncer's refusal of libpq's C{options} (as PgBouncer 1.18 says
+        it) is permanent, and says what is in the way and what to do.
+        """
+        e = psycopg.OperationalError(
+            'connection failed: connection to server at "127.0.0.1", port 6432 failed:'
+            " FATAL:  unsupported startup parameter: options"
+        )
+        mapped = mapError("postgresql://u@db:6432/mig", "connect", e, QueueUnavailable)
+        self.assertIsInstance(mapped, PermanentError)
+        self.assertIn("unsupported startup parameter: options: a connection pooler", str(mapped))
+        self.assertIn("connect to PostgreSQL itself", str(mapped))
 
     def test_lostConnection(self) -> None:
         """
@@ -174,16 +214,15 @@ class ServerTests(SynchronousTestCase):
     def test_passwordApart(self) -> None:
         """
         The password, given apart from the URI, logs in; the session has
-        its role's settings and C{imapmig ROLE} as its name, renamed when
-        named.
+        its role's settings and C{imapmig HOST:PID ROLE} as its name.
         """
         connector = Connector(
             self.cluster.dsn(self.dbname, PASSWORD_ROLE), "control", self.cluster.password
         )
         with connector.connect() as connection:
-            self.assertEqual(self.settings(connection), ["imapmig control", "5s", "5s", "1min", "off"])
-            connector.named("d1", connection)
-            self.assertEqual(self.settings(connection)[0], "imapmig d1")
+            self.assertEqual(
+                self.settings(connection), [applicationName("control"), "5s", "5s", "1min", "off"]
+            )
 
     def test_readerAndURIOptions(self) -> None:
         """
@@ -196,8 +235,6 @@ class ServerTests(SynchronousTestCase):
         )
         with connector.connect() as connection:
             self.assertEqual(self.settings(connection), ["mine", "5s", "7s", "1min", "on"])
-            connector.named("d1", connection)
-            self.assertEqual(self.settings(connection)[0], "mine")
 
     def test_wrongPassword(self) -> None:
         """
@@ -221,7 +258,7 @@ class ServerTests(SynchronousTestCase):
         """
         for role in ROLES:
             with Connector(self.uri, role).connect() as connection:
-                self.assertEqual(self.settings(connection)[0], f"imapmig {role}")
+                self.assertEqual(self.settings(connection)[0], applicationName(role))
 
     def store(self, conninfo: str, password: str | None = None) -> PostgreSQLStateStore:
         store = PostgreSQLStateStore(
@@ -229,6 +266,72 @@ class ServerTests(SynchronousTestCase):
         )
         self.addCleanup(store.close)
         return store
+
+    def test_settingsDropped(self) -> None:
+        """
+        A connection whose session lacks the role's settings (libpq's
+        C{options} dropped on the way, as a PgBouncer with
+        C{ignore_startup_parameters = options} drops them) is closed and
+        refused, a L{PermanentError} naming the pooler and what to do,
+        without the password.
+        """
+
+        class Dropping(Connector):
+            def keywords(self) -> dict[str, str | int]:
+                keywords = Connector.keywords(self)
+                del keywords["options"]
+                return keywords
+
+        connector = Dropping(
+            self.cluster.dsn(self.dbname, PASSWORD_ROLE), "control", self.cluster.password
+        )
+        error = self.assertRaises(PermanentError, connector.connect)
+        self.assertIn("PgBouncer", str(error))
+        self.assertIn("connect to PostgreSQL itself", str(error))
+        self.assertNotIn(self.cluster.password, str(error))
+
+    def test_cutAll(self) -> None:
+        """
+        L{cutAll} wakes a thread blocked on a connection that does not
+        answer (here, a statement that sleeps; at a daemon's end, the
+        database cut off behind a stalled relay): its call fails with
+        C{OperationalError} at once, and the connection is broken.
+        """
+        # Named apart: its backend sleeps on once cut, and other tests
+        # count the connections named by role.
+        dsn = self.cluster.dsn(self.dbname)
+        connection = Connector(dsn + "?application_name=cut", "writer").connect()
+        self.addCleanup(connection.close)
+
+        def terminate() -> None:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'cut'"
+                )
+
+        self.addCleanup(terminate)
+        outcome: list[BaseException | None] = []
+
+        def blocked() -> None:
+            try:
+                connection.execute("SELECT pg_sleep(25)")
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        thread = threading.Thread(target=blocked)
+        thread.start()
+        for _ in range(200):
+            if connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+                break
+            time.sleep(0.05)
+        self.assertGreaterEqual(cutAll(), 1)
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        [error] = outcome
+        self.assertIsInstance(error, psycopg.OperationalError)
+        self.assertTrue(connection.broken)
 
     def test_storeConnections(self) -> None:
         """
@@ -240,11 +343,11 @@ class ServerTests(SynchronousTestCase):
         self.successResultOf(store.open())
         self.assertEqual(
             self.successResultOf(store.readOnReader(self.settings)),
-            ["imapmig reader", "5s", "5s", "1min", "on"],
+            [applicationName("reader"), "5s", "5s", "1min", "on"],
         )
         self.assertEqual(
             self.successResultOf(store._call("read", self.settings, store._writer)),
-            ["imapmig writer", "30s", "10s", "1min", "off"],
+            [applicationName("writer"), "30s", "10s", "1min", "off"],
         )
 
     def test_storeKeepsURIOptions(self) -> None:

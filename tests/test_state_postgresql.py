@@ -25,6 +25,7 @@ from imapmig.errors import PermanentError, StateSchemaTooNew, TransientError
 from imapmig.state import FolderFallback, MessageNames, Transition
 from imapmig.state import _pgbatch, _pgschema
 from imapmig.state._pgwrites import commitBatch
+from imapmig.state.pgconnect import applicationName
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 from imapmig.testing.postgresql import PASSWORD_ROLE, PostgreSQLCluster, requirePostgreSQL
 from tests.statecontract import SynchronousReactor, SynchronousThreadPool, sharedCluster
@@ -206,7 +207,8 @@ class ThreadPoolTests(TestCase):
             opened = self.store().open()
             await self.waitFor(
                 "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = 'imapmig writer' AND wait_event_type = 'Lock'"
+                f" WHERE application_name = '{applicationName('writer')}'"
+                " AND wait_event_type = 'Lock'"
                 " AND wait_event = 'advisory'",
                 1,
             )
@@ -244,7 +246,8 @@ class ThreadPoolTests(TestCase):
             [(connections,)] = query(
                 self.dsn,
                 "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name IN ('imapmig reader', 'imapmig writer')",
+                f" WHERE application_name IN ('{applicationName('reader')}',"
+                f" '{applicationName('writer')}')",
             )
             self.assertLessEqual(connections, 2)
             self.assertGreaterEqual(connections, 1)
@@ -447,7 +450,7 @@ class ConnectionSettingsTests(SynchronousTestCase):
     def test_settings(self) -> None:
         """
         Each connection ends a transaction left idle after 60 s, names
-        itself C{imapmig ROLE} (the reader's here), and notices a dead server or path in seconds
+        itself C{imapmig HOST:PID ROLE} (the reader's here), and notices a dead server or path in seconds
         (TCP keepalives, a 5 s C{tcp_user_timeout}).
         """
         store = openPostgreSQLStore(self)
@@ -463,5 +466,5 @@ class ConnectionSettingsTests(SynchronousTestCase):
 
         self.assertEqual(
             self.successResultOf(store._call("read the settings", settings)),
-            ("1min", "imapmig reader", "1", "5000"),
+            ("1min", applicationName("reader"), "1", "5000"),
         )

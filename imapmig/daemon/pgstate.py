@@ -35,6 +35,7 @@ import psycopg
 from attrs import frozen
 from psycopg.conninfo import make_conninfo
 from twisted.internet.interfaces import IReactorFromThreads
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
@@ -47,6 +48,7 @@ from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
 from imapmig.schedule.fleet import FleetMember
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
+from imapmig.state.pgconnect import cutAll
 from imapmig.state.postgresql import SCHEMA_VERSION, PostgreSQLStateStore
 
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
     "openCommandStore",
     "openFleetState",
 ]
+
+log = Logger()
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -401,6 +405,19 @@ def startedPool(reactor: Any, threads: int, name: str) -> ThreadPool:
     return pool
 
 
+def _cutAtTheEnd() -> None:
+    """
+    Cut the connections still open once the reactor has shut down, before
+    the pools are stopped (L{cutAll}): a thread blocked on one (the
+    database cut off in a partition, behind a relay that stalls) then
+    ends, rather than keep the process from ending while its pool joins
+    it.
+    """
+    cut = cutAll()
+    if cut:
+        log.warn("Cut {cut} connection(s) to the database still open at the end", cut=cut)
+
+
 def openFleetState(config: Config, reactor: Any) -> FleetState:
     """
     Check the database (L{checkDatabase}), then open the job queue (its
@@ -426,6 +443,9 @@ def openFleetState(config: Config, reactor: Any) -> FleetState:
         raise check.refused("fleet", _withoutDatabase(str(e))) from None
     except ImapmigError as e:
         raise check.refused("state", _withoutDatabase(str(e))) from None
+    if hasattr(reactor, "addSystemEventTrigger"):
+        # Before the pools' own triggers: run first.
+        reactor.addSystemEventTrigger("after", "shutdown", _cutAtTheEnd)
     controlPool = startedPool(reactor, 1, "imapmig-postgresql-control")
     storePool = startedPool(reactor, STORE_CONNECTIONS, "imapmig-postgresql-store")
     # Its threads bound its connections: one each, never one waiting.

@@ -11,9 +11,10 @@ import signal
 from typing import Any, Sequence
 
 from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred, DeferredList, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, DeferredList, TimeoutError, maybeDeferred, succeed
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from imapmig.config import Config
 from imapmig.progress import JobState, MigrationProgress
@@ -128,10 +129,27 @@ class MigrationService(MultiService):
             closed: Deferred[object] = (
                 succeed(None) if whenClosed is None else whenClosed()
             )
+            if not closed.called and self._clock is not None:
+                # Not for ever: a database cut off never answers, and a
+                # write not committed is one the journal still covers.
+                closed.addTimeout(STOP_MARGIN, self._clock)
+                closed.addErrback(self._notClosed)
             return closed.addBoth(lambda _: result)
 
         stopped.addBoth(closeStore)
         return stopped
+
+    def _notClosed(self, failure: Failure) -> None:
+        """
+        The state store's last writes were not committed within
+        C{STOP_MARGIN} seconds of its close: stop without them.
+        """
+        failure.trap(TimeoutError)
+        log.error(
+            "The state store's last writes were not committed {margin} s after its close:"
+            " stopping without them (the journal keeps what was in flight)",
+            margin=STOP_MARGIN,
+        )
 
     def _bounded(
         self,

@@ -22,6 +22,7 @@ from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.errormap import abandonedOnError, eachSettled, mapped
 from imapmig.imap.mailboxes import MailboxState, openedState
 from imapmig.imap.mailboxname import encodeMailboxName
+from imapmig.imap.outgoing import SendDeadline
 
 
 class MailboxBatches:
@@ -135,19 +136,28 @@ class MailboxBatches:
         return states
 
     async def storeFlags(
-        self, mailbox: str, changes: Sequence[tuple[int, tuple[str, ...]]]
+        self,
+        mailbox: str,
+        changes: Sequence[tuple[int, tuple[str, ...]]],
+        deadline: SendDeadline | None = None,
     ) -> int:
         """
         SELECT C{mailbox} and set each message's flags exactly (C{UID STORE
         uid FLAGS.SILENT (...)}), every command pipelined.
 
         @param changes: C{(uid, flags)} pairs.
+        @param deadline: past it no C{UID STORE} is written (a fleet's
+            daemon's send deadline, checked once the SELECT is answered);
+            L{None}: none.
         @return: how many the server accepted; a refusal is logged.
         @raise CommandFailed: the SELECT was refused.
+        @raise LeaseLost: the deadline had passed: nothing was stored.
         """
         await mapped(
             "SELECT", self._client.sendCollecting(b"SELECT", encodeMailboxName(mailbox))
         )
+        if deadline is not None:
+            deadline.check("a UID STORE")
         client = self._client
         pending = [
             (

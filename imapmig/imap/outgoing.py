@@ -17,6 +17,7 @@ from typing import Callable, Collection, Protocol, Sequence
 
 from attrs import frozen
 
+from imapmig.errors import LeaseLost
 from imapmig.mail.message import StreamedBody, formatInternalDate
 
 
@@ -107,7 +108,9 @@ class SendDeadline:
     (L{imapmig.schedule.fleet.FleetMember}) with each heartbeat answered.
     A pipeline given one compares it with its clock before each write, so
     that a reactor waking late from a stall does not send first and learn
-    of the deadline's timer after.
+    of the deadline's timer after; the job's other writes that change the
+    destination (CREATE, SUBSCRIBE, UID STORE) call L{check} before each
+    batch of them is written.
 
     @ivar seconds: the clock the deadline is on (the daemon's monotonic
         clock).
@@ -126,6 +129,15 @@ class SendDeadline:
         Whether the deadline has come.
         """
         return self.seconds() >= self.at
+
+    def check(self, what: str) -> None:
+        """
+        Raise L{LeaseLost} if the deadline has come: C{what} (the
+        commands about to be written, as the message names them) must
+        not be written.
+        """
+        if self.seconds() >= self.at:
+            raise LeaseLost(f"the send deadline passed before {what}")
 
 
 class OutgoingMessage:

@@ -244,17 +244,23 @@ class IMAPSession:
         return await self._batches.selectEach(mailboxes)
 
     async def storeFlags(
-        self, mailbox: str, changes: Sequence[tuple[int, tuple[str, ...]]]
+        self,
+        mailbox: str,
+        changes: Sequence[tuple[int, tuple[str, ...]]],
+        deadline: SendDeadline | None = None,
     ) -> int:
         """
         SELECT C{mailbox} and set each message's flags exactly (C{UID STORE
-        uid FLAGS.SILENT (...)}), every command pipelined.
+        uid FLAGS.SILENT (...)}), every command pipelined; none once
+        C{deadline} has passed (L{MailboxBatches.storeFlags}).
 
         @param changes: C{(uid, flags)} pairs.
         @return: how many the server accepted; a refusal is logged.
         @raise CommandFailed: the SELECT was refused.
+        @raise LeaseLost: C{deadline} had passed when the SELECT was
+            answered: nothing was stored.
         """
-        return await self._batches.storeFlags(mailbox, changes)
+        return await self._batches.storeFlags(mailbox, changes, deadline)
 
     def selectPipelined(self, mailbox: str) -> Deferred[bytes]:
         """

@@ -18,6 +18,7 @@ from twisted.python.failure import Failure
 
 from imapmig.errors import ImapmigError
 from imapmig.imap.appendlimit import messageSizeLimit
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
 from imapmig.job.destination import (
@@ -86,6 +87,7 @@ class ListedCopy:
         units: SharedUnits,
         loop: CopyLoop,
         openSession: Callable[[AttemptConnections], Awaitable[IMAPSession]],
+        deadline: SendDeadline | None = None,
     ) -> None:
         """
         @param job: the job's name, for the state store and the log.
@@ -102,7 +104,10 @@ class ListedCopy:
         @param loop: what each connection runs.
         @param openSession: opens one more destination connection for an
             attempt.
+        @param deadline: past it the preparation of the destination writes
+            nothing (a fleet's daemon's send deadline), or L{None}.
         """
+        self._deadline = deadline
         self._job = job
         self._store = store
         self._settings = settings
@@ -172,6 +177,7 @@ class ListedCopy:
                 self._identity,
                 self._store,
                 self._settings.folderNameFallback,
+                self._deadline,
             ).prepare(listings)
         except BaseException:
             for opening in openings:

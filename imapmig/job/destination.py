@@ -5,7 +5,12 @@ folder goes, the mailboxes to create and subscribe, and what each target
 mailbox is (UIDVALIDITY, UIDNEXT, PERMANENTFLAGS) and already holds.
 
 Every command of the preparation is pipelined where the protocol allows:
-CREATE, SUBSCRIBE and SELECT of every target go in one flight.
+CREATE, SUBSCRIBE and SELECT of every target go in one flight.  In a
+fleet, each flight that changes the destination (CREATE and SUBSCRIBE, a
+delta pass's UID STOREs) is written only before the daemon's send
+deadline (L{SendDeadline.check}): past it the preparation fails with
+L{LeaseLost<imapmig.errors.LeaseLost>}, which abandons the job as the
+APPEND pipeline's check does.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from twisted.logger import Logger
 from imapmig.errors import CommandFailed
 from imapmig.mail.fidelity import decideFlags
 from imapmig.imap.mailboxes import MailboxState
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.view import DestinationView
 from imapmig.mail.message import SourceFolder, SourceMessage
@@ -145,6 +151,7 @@ class DestinationPreparation:
         identity: str,
         store: IStateStore | None = None,
         nameFallback: bool = True,
+        deadline: SendDeadline | None = None,
     ) -> None:
         """
         @param rules: the job's folder rules (only C{rename} matters here).
@@ -154,8 +161,11 @@ class DestinationPreparation:
         @param nameFallback: whether a folder whose name the destination
             refuses is created under a safe spelling (the job's
             C{folder_name_fallback}).
+        @param deadline: past it nothing that changes the destination is
+            written (a fleet's daemon's send deadline); L{None}: none.
         """
         self._job = jobName
+        self._deadline = deadline
         self._session = session
         self._renames = FolderRules(rename=rules.rename)
         self._identity = identity
@@ -180,7 +190,9 @@ class DestinationPreparation:
         """
         session = self._session
         view = await DestinationView.read(session)
-        fallback = FolderNameFallback(self._job, session, view.namespace, self._store)
+        fallback = FolderNameFallback(
+            self._job, session, view.namespace, self._store, self._deadline
+        )
         if self._nameFallback:
             self._recorded = await fallback.recorded()
         sourceFolders = [listing.folder for listing in listings]
@@ -344,11 +356,13 @@ class DestinationPreparation:
             those created, or found existing.
         """
         missing, uses, toSubscribe = _creations(view, mappings)
+        unsubscribed = sorted((toSubscribe & view.existing) - view.subscribed)
+        if self._deadline is not None and (missing or unsubscribed):
+            self._deadline.check("a CREATE or SUBSCRIBE")
         # Every command is written before the first reply is awaited.
         creating = Deferred.fromCoroutine(
             self._session.createMailboxes(missing, uses, subscribe=toSubscribe)
         )
-        unsubscribed = sorted((toSubscribe & view.existing) - view.subscribed)
         subscribing = Deferred.fromCoroutine(self._session.subscribeMailboxes(unsubscribed))
         refused, _ = await bothOf(creating, subscribing)
         uncreatable = {name: why for name, why in refused.items() if not alreadyExists(why)}
@@ -380,7 +394,7 @@ class DestinationPreparation:
                 continue
             stores.append((outcome.uid, decideFlags(change.flags, None).kept))
         if stores:
-            applied = await session.storeFlags(mailbox, stores)
+            applied = await session.storeFlags(mailbox, stores, self._deadline)
             log.info(
                 "Job {job}: {count} flag changes applied in {mailbox}",
                 job=self._job,

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from imapmig.errors import CommandFailed
 from imapmig.imap.mailboxes import MailboxState
+from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceMessage
 from imapmig.imap.signals import TEXT_LIMIT
@@ -202,12 +203,16 @@ class FolderNameFallback:
         session: IMAPSession,
         namespace: PersonalNamespace,
         store: IStateStore | None,
+        deadline: SendDeadline | None = None,
     ) -> None:
         """
         @param namespace: the destination's personal namespace.
         @param store: where fallbacks are recorded, or L{None} (not
             recorded).
+        @param deadline: past it no CREATE is written (a fleet's daemon's
+            send deadline); L{None}: none.
         """
+        self._deadline = deadline
         self._job = jobName
         self._session = session
         self._namespace = namespace
@@ -247,6 +252,8 @@ class FolderNameFallback:
         if not targets:
             return list(mappings), remaining
         missing = mailboxesToCreate([path for _, path in targets.values()], existing, namespace)
+        if self._deadline is not None:
+            self._deadline.check("a CREATE")
         refused = await self._session.createMailboxes(missing, None, subscribe=subscribe)
         # Made meanwhile (by another client, or a race): there to use.
         refused = {name: why for name, why in refused.items() if not alreadyExists(why)}

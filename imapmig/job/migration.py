@@ -29,11 +29,13 @@ the pipeline.
 
 In a fleet the job's claim can be lost under a run: a write of the state
 store's view for the claim (C{forClaim}) fenced out, or the daemon's send
-deadline found passed before a pipeline's write, both L{LeaseLost}.  The
-job is then abandoned, alone (its machine told C{leaseLost}, the run
-stopped at once as L{MigrationJob.abandon} stops it, nothing more recorded
-or sent), and its run fails with that L{LeaseLost}: the claim is not its
-scheduler's to finish.
+deadline found passed before a write that changes the destination (an
+APPEND pipeline's, or the CREATEs, SUBSCRIBEs and UID STOREs of its
+preparation), both L{LeaseLost}.  The job is then abandoned, alone (its
+machine told C{leaseLost}, the run stopped at once as
+L{MigrationJob.abandon} stops it, nothing more recorded or sent), and its
+run fails with that L{LeaseLost}: the claim is not its scheduler's to
+finish.
 """
 
 from __future__ import annotations
@@ -190,8 +192,8 @@ class MigrationJob:
         @param machine: the job's machine, which its scheduler and controls
             share (L{imapmig.job.machine.JobMachines}); L{None}: its own,
             recording with C{record}.
-        @param sendDeadline: past it no APPEND pipeline of the job writes
-            (a fleet's daemon's send deadline); L{None}: none.
+        @param sendDeadline: past it the job writes nothing that changes
+            the destination (a fleet's daemon's send deadline); or L{None}.
         @param takeover: taken over, the seconds the old owner has sent
             nothing (C{JobClaim.quietFor}, or 0), taken off the quiet period.
         """
@@ -258,7 +260,7 @@ class MigrationJob:
         )  # fmt: skip
         self._copier = ListedCopy(
             name, store, settings, rules, identity, progress, self._lifecycle, preparation,
-            self._units, loop, self._open,
+            self._units, loop, self._open, sendDeadline,
         )  # fmt: skip
 
     @property

@@ -358,7 +358,6 @@ class PostgreSQLJobQueue:
         def registered(c: Connection) -> None:
             c.execute(REGISTER, values)
             c.execute(ORPHANS)
-            self._connector.named(me, c)
 
         self._run("register the daemon", registered)
         return me

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, DeferredList, FirstError, TimeoutError, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
@@ -185,6 +185,7 @@ class FleetMember:
         self.newerSchema = False
         self._generation: int | None = None
         self._outage = OutageLog(log, "The fleet's heartbeat", monotonic)
+        self._lostWaiters: list[Deferred[None]] = []
 
     def start(self) -> None:
         """
@@ -198,7 +199,9 @@ class FleetMember:
         Stop beating, and retire this daemon's id (best effort): called
         once its jobs have stopped and their claims are finished.
 
-        @return: fires once the retirement is answered (or failed).
+        @return: fires once the retirement is answered, failed, or not
+            answered within C{H} (a call that hangs in a partition holds
+            the queue's one connection): the lease then ends by itself.
         """
         self._running = False
         self._cancel()
@@ -207,7 +210,15 @@ class FleetMember:
         self.sendDeadline.at = NO_LEASE
         if owner is None:
             return Deferred.fromCoroutine(_nothing())
-        return self._retire(owner)
+        return self._retire(owner, self.period)
+
+    def whenLost(self) -> Deferred[None]:
+        """Fires when this incarnation's lease is lost (at once if none is held)."""
+        if self.owner is None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred(self._lostWaiters.remove)
+        self._lostWaiters.append(waiter)
+        return waiter
 
     def _cancel(self) -> None:
         for call in (self._tick, self._deadlineCall):
@@ -351,6 +362,9 @@ class FleetMember:
             why=reason,
         )
         self._jobs.loseLease(reason)
+        waiters, self._lostWaiters = self._lostWaiters, []
+        for waiter in waiters:
+            waiter.callback(None)
         if owner is not None:
             self._retire(owner)
         if self._running and self._inFlight is None:
@@ -359,15 +373,22 @@ class FleetMember:
                 self._tick.cancel()
             self._beat()
 
-    def _retire(self, owner: str) -> Deferred[None]:
+    def _retire(self, owner: str, bound: float | None = None) -> Deferred[None]:
+        """Retire C{owner}, its answer awaited C{bound} seconds at most."""
+
         def failed(failure: Failure) -> None:
+            timedOut = failure.check(TimeoutError)
+            why = f"no answer within {bound} s" if timedOut else failure.getErrorMessage()
             log.info(
                 "Daemon {daemon}: could not retire its id ({why}); its lease ends by itself",
                 daemon=owner,
-                why=failure.getErrorMessage(),
+                why=why,
             )
 
-        return self._queue.retire(owner).addErrback(failed)
+        retiring = self._queue.retire(owner)
+        if bound is not None:
+            retiring.addTimeout(bound, self._clock)
+        return retiring.addErrback(failed)
 
     def _heard(self, heartbeat: Heartbeat) -> None:
         """
@@ -400,7 +421,6 @@ class FleetMember:
                 continue
             self._delivered.add((job, requested))
             self._jobs.asked(job, requested, by.get(job, REQUESTED_BY))
-
 
     def listDiffers(self) -> str | None:
         """
@@ -664,15 +684,16 @@ class FleetScheduler(JobQueueService):
         """
         Finish C{claim} in the queue, tried again every C{H} while the
         queue cannot be reached and the claim's lease lives; a claim lost
-        with the lease is not finished.
+        with the lease is not finished, one refused otherwise is given
+        back at the next claim (L{_giveBack}).
         """
         name = claim.job.name
         self._finishing.add(name)
         try:
             while name not in self._lost and self.member.owner == claim.owner:
                 try:
-                    await self._queue.finish(claim, outcome, notBefore)
-                    return True
+                    if await self._whileLeased(self._queue.finish(claim, outcome, notBefore)):
+                        return True
                 except QueueUnavailable as e:
                     log.warn(
                         "Job {job}: cannot finish its claim ({why});"
@@ -682,11 +703,33 @@ class FleetScheduler(JobQueueService):
                         period=self.member.period,
                     )
                     await deferLater(self._clock, self.member.period)
+                except Exception as e:
+                    # Unsure whether the claim stands: _giveBack's to settle.
+                    log.error("Job {job}: cannot finish its claim ({why}); given back at the next"
+                              " claim", job=name, why=str(e))  # fmt: skip
+                    self._unsure = True
+                    break
         finally:
             self._finishing.discard(name)
         self._lost.discard(name)
         self._incomplete.discard(name)
         return False
+
+    async def _whileLeased(self, call: Deferred[None]) -> bool:
+        """
+        Whether C{call} (a finish) answered while the lease lived: one that
+        hangs (the queue's connection cut off) is cancelled at its loss.
+        """
+        lost = self.member.whenLost()
+        try:
+            _, first = await DeferredList(
+                [call, lost], fireOnOneCallback=True, fireOnOneErrback=True, consumeErrors=True
+            )
+        except FirstError as e:
+            lost.cancel()
+            e.subFailure.raiseException()
+        (lost if first == 0 else call).cancel()
+        return first == 0
 
     def lostClaim(self, job: str) -> bool:
         """

@@ -26,7 +26,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
-from imapmig.state.pgconnect import Connector, oneLine
+from imapmig.state.pgconnect import Connector, mapError, oneLine
 
 _T = TypeVar("_T")
 
@@ -168,6 +168,12 @@ class PostgreSQLBase:
         """
         if isinstance(e, (PermanentError, TransientError)):
             return e
+        if isinstance(e, psycopg.Error):
+            mapped = mapError(self._where, action, e)
+            if isinstance(mapped, PermanentError):
+                # Not worth retrying, said as pgconnect says it (a pooler
+                # in the way: which, and what to do).
+                return mapped
         kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
         return kind(f"{self._where}: cannot {action}: {oneLine(e)}")
 

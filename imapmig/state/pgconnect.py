@@ -8,8 +8,9 @@ I{writer} (the write batcher) and I{reader} (pages, reports).
 Every connection gets libpq's keywords that find a dead server or path in
 seconds rather than the kernel's minutes (C{connect_timeout=5},
 C{tcp_user_timeout=5000}, TCP keepalives), C{application_name = 'imapmig
-NAME'} (the daemon id once known, the role before) so that
-C{pg_stat_activity} shows which daemon, and its role's session settings
+HOST:PID ROLE'} (L{applicationName}: the process, as the fleet's
+C{daemons} table has its host and pid, and the role) so that
+C{pg_stat_activity} shows whose connection each is, and its role's session settings
 (L{ROLES}: C{statement_timeout}, C{lock_timeout}, read-only for the
 reader) with C{idle_in_transaction_session_timeout = 60s}, so a stuck
 transaction cannot hold the xmin horizon back.  What the URI sets wins
@@ -17,7 +18,12 @@ over each of them: its keywords, its C{application_name} (as a keyword
 or in its C{options}), its C{options}' settings (given after ours).  The
 password is given apart (C{password=}), never written into the URI, and
 no message names it: L{displayName} is the database as messages show it,
-L{mapError} the imapmig error for a psycopg one.
+L{mapError} the imapmig error for a psycopg one.  L{cutAll}, at a
+daemon's very end, cuts the connections still open, so that a thread
+blocked on one (a database cut off behind a relay that stalls, whose
+kernel still acknowledges every octet: neither C{tcp_user_timeout} nor
+the keepalives then fire, and the server's C{statement_timeout} never
+hears of the statement) returns and the process can end.
 
 New: the state store's pool (C{imapmig.state._pgbase.ConnectionPool})
 and the queue had each their own keywords, and the pool's replaced the
@@ -27,6 +33,9 @@ module, and C{_pgbase}'s C{displayName} moved here.
 
 from __future__ import annotations
 
+import os
+import socket
+import weakref
 from typing import Any, Literal
 
 import psycopg
@@ -61,6 +70,7 @@ class RoleSettings:
         The settings as libpq's C{options} (C{-c NAME=VALUE} each).
         """
         settings = [
+            (SESSION_MARK, "on"),
             ("idle_in_transaction_session_timeout", "60s"),
             ("statement_timeout", self.statementTimeout),
             ("lock_timeout", self.lockTimeout),
@@ -84,6 +94,24 @@ The session settings of each role (docs/fleet-design.md "The thread
 pool").
 """
 
+SESSION_MARK = "imapmig.session"
+"""
+A setting of imapmig's own (a placeholder PostgreSQL keeps for any dotted
+name) given with the role's settings in libpq's C{options}: read back
+once connected, it shows that they reached the server (L{Connector.connect}).
+"""
+
+POOLER = (
+    "a connection pooler (PgBouncer) between imapmig and PostgreSQL {what} the session"
+    " settings imapmig gives each connection in libpq's options (statement_timeout,"
+    " lock_timeout, idle_in_transaction_session_timeout), which keep a daemon's"
+    " heartbeat and fences in time: connect to PostgreSQL itself (docs/fleet-database.md)"
+)
+"""
+Why a connection through a pooler is refused: C{what} is C{refuses} (the
+pooler said so) or C{dropped} (it was told to ignore them).
+"""
+
 _KEYWORDS: dict[str, str | int] = {
     "connect_timeout": 5,
     "tcp_user_timeout": 5000,
@@ -92,6 +120,71 @@ _KEYWORDS: dict[str, str | int] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
+
+
+NAME_LIMIT = 63
+"""
+The octets of an C{application_name} PostgreSQL keeps (C{NAMEDATALEN - 1});
+it cuts a longer one.
+"""
+
+
+def applicationName(role: str, host: str | None = None, pid: int | None = None) -> str:
+    """
+    The C{application_name} of a connection of C{role} opened by this
+    process: C{imapmig HOST:PID ROLE} (C{imapmig mig1:4242 writer}), the
+    host cut so that the whole fits in L{NAME_LIMIT} octets.  The process,
+    not the daemon id: a daemon's connections outlive its incarnations
+    (a new id after each lease lost), and the store's open before its
+    first id is registered; the fleet's C{daemons} table gives each id its
+    host and pid.
+
+    @param host: by default this host's name (the daemons table's).
+    @param pid: by default this process's.
+    """
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    tail = f":{pid} {role}"
+    room = NAME_LIMIT - len("imapmig ") - len(tail.encode())
+    cut = host.encode()[: max(0, room)].decode(errors="ignore")
+    return f"imapmig {cut}{tail}"
+
+
+_OPENED: weakref.WeakSet[Connection] = weakref.WeakSet()
+"""
+Every connection a L{Connector} of this process opened and not yet
+collected, for L{cutAll}.
+"""
+
+
+def cutAll() -> int:
+    """
+    Shut the socket of every connection still open down, both ways (the
+    socket itself, not its descriptor: nothing is freed under the thread
+    that uses it): a thread blocked waiting on one wakes, reads the end
+    of the stream, and its call fails with C{OperationalError}.  For the
+    daemon's very end (L{imapmig.daemon.pgstate.startedPool}, after every
+    service stopped), before its thread pools are joined: a call that
+    hangs would keep the process from ever ending.
+
+    @return: how many were cut.
+    """
+    cut = 0
+    for connection in list(_OPENED):
+        if connection.closed:
+            continue
+        try:
+            duplicate = socket.socket(fileno=os.dup(connection.fileno()))
+        except (OSError, psycopg.Error):
+            continue
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+            cut += 1
+        except OSError:
+            pass
+        finally:
+            duplicate.close()
+    return cut
 
 
 def displayName(conninfo: str) -> str:
@@ -121,8 +214,6 @@ class Connector:
 
     @ivar where: the database as messages name it (L{displayName}).
     @ivar role: the role whose settings each connection gets.
-    @ivar name: what follows C{imapmig } in C{application_name}: the role
-        until L{named} gives the daemon id.
     """
 
     def __init__(self, conninfo: str, role: Role, password: str | None = None) -> None:
@@ -138,7 +229,7 @@ class Connector:
         self._password = password
         self.role = role
         self.where = displayName(conninfo)
-        self.name: str = role
+        self._name = applicationName(role)
         try:
             self._given = conninfo_to_dict(conninfo)
         except psycopg.Error as e:
@@ -157,9 +248,10 @@ class Connector:
 
     def applicationName(self) -> str:
         """
-        The C{application_name} this connector gives: C{imapmig NAME}.
+        The C{application_name} this connector gives (L{applicationName}):
+        C{imapmig HOST:PID ROLE}.
         """
-        return f"imapmig {self.name}"
+        return self._name
 
     def keywords(self) -> dict[str, str | int]:
         """
@@ -176,25 +268,26 @@ class Connector:
             added["password"] = self._password
         return added
 
-    def named(self, name: str, connection: Connection | None = None) -> None:
-        """
-        Name later connections C{imapmig NAME} (a daemon id, once
-        registered), and C{connection} now, unless the URI names them.
-        """
-        self.name = name
-        if connection is not None and not self.namesItself():
-            connection.execute(
-                "SELECT set_config('application_name', %s, false)", (self.applicationName(),)
-            )
-
     def connect(self) -> Connection:
         """
-        A new connection, in autocommit mode (transactions are explicit).
+        A new connection, in autocommit mode (transactions are explicit),
+        whose session has the role's settings (L{SESSION_MARK} read back).
 
         @raise psycopg.Error: it could not be opened (see L{mapError}).
+        @raise PermanentError: the settings did not reach the server (a
+            PgBouncer told to ignore libpq's C{options}).
         """
         conninfo = make_conninfo(self._conninfo, **self.keywords())
         connection: Connection = psycopg.connect(conninfo, autocommit=True)
+        _OPENED.add(connection)
+        try:
+            row = connection.execute("SELECT current_setting(%s, true)", (SESSION_MARK,)).fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        if row != ("on",):
+            connection.close()
+            raise PermanentError(f"{self.where}: cannot connect: {POOLER.format(what='dropped')}")
         return connection
 
     def error(
@@ -237,6 +330,9 @@ def mapError(
         return e
     kind = unavailable if isinstance(e, _TRANSIENT) else PermanentError
     message = f"{where}: cannot {action}: {oneLine(e)}"
+    if "unsupported startup parameter" in message or "unsupported options startup" in message:
+        # PgBouncer's refusal of libpq's options: no retry will pass.
+        kind, message = PermanentError, f"{message}: {POOLER.format(what='refuses')}"
     if password:
         message = message.replace(password, "(password)")
     return kind(message)
