@@ -655,6 +655,73 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 
+    def test_drainedSoonAfterTheLastJobElsewhere(self) -> None:
+        """
+        With nothing left but another daemon's claim, the daemon watches
+        the queue's counts ten times a period: the other's last job done,
+        it sees the queue drained within a tenth of a period, not at its
+        next claim a period later; the watch reads nothing more once the
+        queue is drained, and stops with the daemon.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        self.assertEqual(period, LEASE / 12)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [])
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_tailWatchEndsUnread(self) -> None:
+        """
+        Counts the watch cannot read (the database restarting) end the
+        watch quietly: the queue is seen drained at the period's claim.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        counts = fleet.queue.counts
+        self.patch(fleet.queue, "counts", lambda: fail(QueueUnavailable("restarting")))
+        fleet.clock.advance(period / 10)
+        self.patch(fleet.queue, "counts", counts)
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [])
+        fleet.clock.advance(period)
+        self.assertEqual(fleet.done, [True])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.stop(fleet)
+
+    def test_tailWatchEndsWithAChange(self) -> None:
+        """
+        A job queued again while others' claims were the only ones left
+        (a rerun asked) ends the watch at once: the daemon claims it
+        within a tenth of a period.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        fleet.memory.finish(held, JobOutcome.STOPPED)
+        self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
+        fleet.clock.advance(fleet.member.period / 10)
+        self.assertIn("a", fleet.built)
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
     def test_leaseLostRunning(self) -> None:
         """
         At the send deadline a running job abandons its run and ends
