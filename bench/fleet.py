@@ -367,6 +367,8 @@ class ScaleOutRun:
     @ivar firstTransition: the first job transition the daemons recorded
         (the first claimed job started), seconds after the first launch.
     @ivar lastTransition: the last (the last job done).
+    @ivar jobSeconds: the mean of each job's first to last transition
+        (claimed to done).
     """
 
     daemons: int
@@ -389,6 +391,7 @@ class ScaleOutRun:
     busyCpu: float = 0.0
     firstTransition: float = 0.0
     lastTransition: float = 0.0
+    jobSeconds: float = 0.0
 
 
 @frozen
@@ -513,7 +516,7 @@ def scaleOutTable(figures: Sequence[ScaleOutFigure], runs: Sequence[ScaleOutRun]
     return "\n".join(lines) + "\n"
 
 
-def scaleOutCpuTable(runs: Sequence[ScaleOutRun]) -> str:
+def scaleOutCpuTable(runs: Sequence[ScaleOutRun], slots: int) -> str:
     """
     Where the CPU of the scale-out row's full runs went, by process: the
     median over each number of daemons' successful runs of the daemons'
@@ -521,11 +524,14 @@ def scaleOutCpuTable(runs: Sequence[ScaleOutRun]) -> str:
     and the rest of the machine's, beside the core-seconds the run had
     (wall time x the cores); and its timeline: the first job's start, the
     last job's end (the daemons' clocks) and each daemon's exit (the
-    first, second, ... to exit), in seconds after the first launch.
+    first, second, ... to exit), in seconds after the first launch; a
+    job's mean time from claimed to done, and how busy the daemons' job
+    slots (C{slots} each) were between the first start and the last end.
     """
     header = ["daemons", "seconds", "core-s available", "busy (all)", "daemons CPU",
               "ms per job", "Dovecot", "PostgreSQL", "delay line", "other work",
-              "first job start (s)", "last job done (s)", "daemons' exits (s)"]  # fmt: skip
+              "first job start (s)", "last job done (s)", "daemons' exits (s)",
+              "job, claimed to done (s)", "slots busy"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     cores = os.cpu_count() or 1
     for daemons in sorted({r.daemons for r in runs}):
@@ -536,6 +542,12 @@ def scaleOutCpuTable(runs: Sequence[ScaleOutRun]) -> str:
 
         def median(value: Callable[[ScaleOutRun], float]) -> float:
             return statistics.median(value(r) for r in good)
+
+        def busy(r: ScaleOutRun) -> float:
+            # Of the daemons' job slots over the first job's start to the
+            # last one's end, the share a claimed job held.
+            span = (r.lastTransition - r.firstTransition) * slots * daemons
+            return r.accounts * r.jobSeconds / span if span > 0 else 0.0
 
         def other(r: ScaleOutRun) -> float:
             return r.busyCpu - sum(r.daemonCpu) - r.dovecotCpu - r.postgresqlCpu - r.delayCpu
@@ -549,6 +561,7 @@ def scaleOutCpuTable(runs: Sequence[ScaleOutRun]) -> str:
             f"{median(lambda r: r.delayCpu):.2f}", f"{median(other):.2f}",
             f"{median(lambda r: r.firstTransition):.2f}", f"{median(lambda r: r.lastTransition):.2f}",
             ", ".join(f"{median(lambda r: sorted(r.exits)[i]):.2f}" for i in range(daemons)),
+            f"{median(lambda r: r.jobSeconds):.3f}", f"{median(busy):.0%}",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

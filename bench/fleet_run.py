@@ -303,20 +303,24 @@ def _cpuNow(server: BenchServer, database: FleetDatabase) -> tuple[float, float,
     )
 
 
-def _transitions(database: FleetDatabase, name: str, since: float) -> tuple[float, float]:
+def _transitions(database: FleetDatabase, name: str, since: float) -> tuple[float, float, float]:
     """
     The first and the last job transition the daemons recorded (their
     clocks, C{imapmig.job_transitions.time}), seconds after C{since}
-    (C{time.time()}); C{(0, 0)} if none.
+    (C{time.time()}), and the mean of each job's first to last; zeros if
+    none.
     """
     try:
         with database.connect(name) as c:
-            row = c.execute("SELECT min(time), max(time) FROM imapmig.job_transitions").fetchone()
+            row = c.execute(
+                "SELECT min(t0), max(t1), avg(t1 - t0) FROM (SELECT min(time) AS t0,"
+                " max(time) AS t1 FROM imapmig.job_transitions GROUP BY job) AS j"
+            ).fetchone()
     except psycopg.Error:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     if row is None or row[0] is None:
-        return 0.0, 0.0
-    return float(row[0]) - since, float(row[1]) - since
+        return 0.0, 0.0, 0.0
+    return float(row[0]) - since, float(row[1]) - since, float(row[2])
 
 
 def _children(parent: int, name: str) -> list[int]:
@@ -559,7 +563,7 @@ class FleetPart:
         most, _ = watch(database, name, launched, self.bench.args.timeout)
         seconds = time.monotonic() - started
         cpu = [b - a for a, b in zip(cpuBefore, _cpuNow(server, database))]
-        first, last = _transitions(database, name, startedAt)
+        first, last, perJob = _transitions(database, name, startedAt)
         results = [d.result() for d in launched]
         after = database.stats(name).minus(before)
         problem = "; ".join(p for _, _, p in results if p)
@@ -584,7 +588,7 @@ class FleetPart:
             exits=tuple(d.exited(started) for d in launched),
             daemonCpu=tuple(d.cpu() for d in launched), dovecotCpu=cpu[0],
             postgresqlCpu=cpu[1], delayCpu=cpu[2], busyCpu=cpu[3], firstTransition=first,
-            lastTransition=last,
+            lastTransition=last, jobSeconds=perJob,
         )  # fmt: skip
 
     # -- the database's cost -------------------------------------------------
@@ -906,7 +910,7 @@ class FleetPart:
             lines += ["", f"Where the CPU went (median of the full runs; Dovecot {mode}; CPU "
                       "seconds, the daemons' from `wait4`, Dovecot's and PostgreSQL's from "
                       "`/proc` with their reaped children's; other work: the machine's busy "
-                      "time less these):", "", scaleOutCpuTable(self.scaleOut)]  # fmt: skip
+                      "time less these):", "", scaleOutCpuTable(self.scaleOut, sizes.connections)]  # fmt: skip
         if self.cost is not None and self.cost.ok:
             lines += ["", f"## Row writes by table: one mailbox of {self.cost.messages:,} "
                       f"messages ({self.cost.seconds:.1f} s)", "",

@@ -709,19 +709,20 @@ class FleetScaleOutTests(SynchronousTestCase):
                 exits=tuple(seconds - 0.5 * i for i in range(daemons)),
                 daemonCpu=(1.0,) * daemons, dovecotCpu=dovecot, postgresqlCpu=1.0,
                 delayCpu=0.5, busyCpu=10.0, firstTransition=1.5, lastTransition=seconds - 1,
+                jobSeconds=0.2,
             )  # fmt: skip
 
         table = scaleOutCpuTable([
             measured(1, 16.0, 2.0), measured(1, 18.0, 4.0, repetition=1),
             measured(1, 99.0, 9.0, ok=False), measured(3, 8.0, 2.0),
             scaleOutRun(3, 2.0, kind="empty"),
-        ])  # fmt: skip
+        ], 4)  # fmt: skip
         rows = table.splitlines()
         self.assertEqual(len(rows), 4, table)
         self.assertEqual(rows[2], "| 1 | 17.00 | 34.0 | 10.0 | 1.00 | 5.0 | 3.00 | 1.00 | 0.50 |"
-                                  " 4.50 | 1.50 | 16.00 | 17.00 |")  # fmt: skip
+                                  " 4.50 | 1.50 | 16.00 | 17.00 | 0.200 | 69% |")  # fmt: skip
         self.assertEqual(rows[3], "| 3 | 8.00 | 16.0 | 10.0 | 3.00 | 15.0 | 2.00 | 1.00 | 0.50 |"
-                                  " 3.50 | 1.50 | 7.00 | 7.00, 7.50, 8.00 |")  # fmt: skip
+                                  " 3.50 | 1.50 | 7.00 | 7.00, 7.50, 8.00 | 0.200 | 61% |")  # fmt: skip
 
 
 class FleetDatabaseRowTests(SynchronousTestCase):
