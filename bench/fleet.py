@@ -520,51 +520,70 @@ def scaleOutCpuTable(runs: Sequence[ScaleOutRun], slots: int) -> str:
     """
     Where the CPU of the scale-out row's full runs went, by process: the
     median over each number of daemons' successful runs of the daemons'
-    CPU (all together; per job), Dovecot's, PostgreSQL's, the delay line's
-    and the rest of the machine's, beside the core-seconds the run had
-    (wall time x the cores); and its timeline: the first job's start, the
-    last job's end (the daemons' clocks) and each daemon's exit (the
-    first, second, ... to exit), in seconds after the first launch; a
-    job's mean time from claimed to done, and how busy the daemons' job
-    slots (C{slots} each) were between the first start and the last end.
+    CPU (all together; per job net of the median empty run's), Dovecot's,
+    PostgreSQL's, the delay line's and the rest of the machine's, beside
+    the core-seconds the run had (wall time x the cores); and its
+    timeline: the first job's start, the last job's end (the daemons'
+    clocks) and each daemon's exit (the first, second, ... to exit), in
+    seconds after the first launch; a job's mean time from claimed to
+    done, how busy the daemons' job slots (C{slots} each) were between the
+    first start and the last end, and one daemon's span from the first
+    start to the last end over this many daemons'.
     """
     header = ["daemons", "seconds", "core-s available", "busy (all)", "daemons CPU",
-              "ms per job", "Dovecot", "PostgreSQL", "delay line", "other work",
+              "ms per job (net)", "Dovecot", "PostgreSQL", "delay line", "other work",
               "first job start (s)", "last job done (s)", "daemons' exits (s)",
-              "job, claimed to done (s)", "slots busy"]  # fmt: skip
+              "job, claimed to done (s)", "slots busy", "x one daemon (jobs' span)"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    cores = os.cpu_count() or 1
-    for daemons in sorted({r.daemons for r in runs}):
-        good = [r for r in runs if r.daemons == daemons and r.ok and r.kind == "full"
-                and r.daemonCpu]  # fmt: skip
-        if not good:
-            continue
-
-        def median(value: Callable[[ScaleOutRun], float]) -> float:
-            return statistics.median(value(r) for r in good)
-
-        def busy(r: ScaleOutRun) -> float:
-            # Of the daemons' job slots over the first job's start to the
-            # last one's end, the share a claimed job held.
-            span = (r.lastTransition - r.firstTransition) * slots * daemons
-            return r.accounts * r.jobSeconds / span if span > 0 else 0.0
-
-        def other(r: ScaleOutRun) -> float:
-            return r.busyCpu - sum(r.daemonCpu) - r.dovecotCpu - r.postgresqlCpu - r.delayCpu
-
-        cells = [
-            str(daemons), f"{median(lambda r: r.seconds):.2f}",
-            f"{median(lambda r: r.seconds * cores):.1f}", f"{median(lambda r: r.busyCpu):.1f}",
-            f"{median(lambda r: sum(r.daemonCpu)):.2f}",
-            f"{median(lambda r: 1000 * sum(r.daemonCpu) / r.accounts):.1f}",
-            f"{median(lambda r: r.dovecotCpu):.2f}", f"{median(lambda r: r.postgresqlCpu):.2f}",
-            f"{median(lambda r: r.delayCpu):.2f}", f"{median(other):.2f}",
-            f"{median(lambda r: r.firstTransition):.2f}", f"{median(lambda r: r.lastTransition):.2f}",
-            ", ".join(f"{median(lambda r: sorted(r.exits)[i]):.2f}" for i in range(daemons)),
-            f"{median(lambda r: r.jobSeconds):.3f}", f"{median(busy):.0%}",
-        ]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
+    byCount: dict[int, list[ScaleOutRun]] = {}
+    for r in runs:
+        if r.ok and r.daemonCpu:
+            byCount.setdefault(r.daemons, []).append(r)
+    full = {d: [r for r in rs if r.kind == "full"] for d, rs in byCount.items()}
+    spans = {
+        d: statistics.median(r.lastTransition - r.firstTransition for r in rs)
+        for d, rs in full.items() if rs
+    }  # fmt: skip
+    for daemons in sorted(spans):
+        cells = _cpuCells(byCount[daemons], daemons, slots)
+        ratio = spans[daemons] and spans.get(1, 0.0) / spans[daemons]
+        lines.append("| " + " | ".join(cells + [f"{ratio:.2f}" if ratio else ""]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _cpuCells(measured: Sequence[ScaleOutRun], daemons: int, slots: int) -> list[str]:
+    """
+    L{scaleOutCpuTable}'s cells for C{daemons} daemons' full runs, net of
+    their empty runs, among C{measured}.
+    """
+    good = [r for r in measured if r.kind == "full"]
+    empty = [sum(r.daemonCpu) for r in measured if r.kind == "empty"]
+    startup = statistics.median(empty) if empty else 0.0
+    cores = os.cpu_count() or 1
+
+    def median(value: Callable[[ScaleOutRun], float]) -> float:
+        return statistics.median(value(r) for r in good)
+
+    def busy(r: ScaleOutRun) -> float:
+        # Of the daemons' job slots over the first job's start to the
+        # last one's end, the share a claimed job held.
+        span = (r.lastTransition - r.firstTransition) * slots * daemons
+        return r.accounts * r.jobSeconds / span if span > 0 else 0.0
+
+    def other(r: ScaleOutRun) -> float:
+        return r.busyCpu - sum(r.daemonCpu) - r.dovecotCpu - r.postgresqlCpu - r.delayCpu
+
+    return [
+        str(daemons), f"{median(lambda r: r.seconds):.2f}",
+        f"{median(lambda r: r.seconds * cores):.1f}", f"{median(lambda r: r.busyCpu):.1f}",
+        f"{median(lambda r: sum(r.daemonCpu)):.2f}",
+        f"{median(lambda r: 1000 * (sum(r.daemonCpu) - startup) / r.accounts):.1f}",
+        f"{median(lambda r: r.dovecotCpu):.2f}", f"{median(lambda r: r.postgresqlCpu):.2f}",
+        f"{median(lambda r: r.delayCpu):.2f}", f"{median(other):.2f}",
+        f"{median(lambda r: r.firstTransition):.2f}", f"{median(lambda r: r.lastTransition):.2f}",
+        ", ".join(f"{median(lambda r: sorted(r.exits)[i]):.2f}" for i in range(daemons)),
+        f"{median(lambda r: r.jobSeconds):.3f}", f"{median(busy):.0%}",
+    ]  # fmt: skip
 
 
 # -- the database's cost -------------------------------------------------------

@@ -696,10 +696,12 @@ class FleetScaleOutTests(SynchronousTestCase):
     def test_cpuTable(self) -> None:
         """
         Where each number of daemons' CPU went: the medians over its
-        successful full runs of the daemons' CPU (in all, and per job),
+        successful full runs of the daemons' CPU (in all, and per job net
+        of the empty runs'),
         Dovecot's, PostgreSQL's, the delay line's and other work's (the
         machine's busy time less the row's), and the timeline: first job
-        start, last job done, each daemon's exit in order.
+        start, last job done, each daemon's exit in order, a job's mean
+        time, the slots' use and the jobs' span against one daemon's.
         """
         self.patch(os, "cpu_count", lambda: 2)
 
@@ -715,14 +717,16 @@ class FleetScaleOutTests(SynchronousTestCase):
         table = scaleOutCpuTable([
             measured(1, 16.0, 2.0), measured(1, 18.0, 4.0, repetition=1),
             measured(1, 99.0, 9.0, ok=False), measured(3, 8.0, 2.0),
-            scaleOutRun(3, 2.0, kind="empty"),
+            attrs.evolve(scaleOutRun(3, 2.0, kind="empty"), daemonCpu=(0.5,) * 3),
+            attrs.evolve(scaleOutRun(1, 2.0, kind="empty"), daemonCpu=(0.5,)),
+            scaleOutRun(2, 2.0, kind="empty"),
         ], 4)  # fmt: skip
         rows = table.splitlines()
         self.assertEqual(len(rows), 4, table)
-        self.assertEqual(rows[2], "| 1 | 17.00 | 34.0 | 10.0 | 1.00 | 5.0 | 3.00 | 1.00 | 0.50 |"
-                                  " 4.50 | 1.50 | 16.00 | 17.00 | 0.200 | 69% |")  # fmt: skip
-        self.assertEqual(rows[3], "| 3 | 8.00 | 16.0 | 10.0 | 3.00 | 15.0 | 2.00 | 1.00 | 0.50 |"
-                                  " 3.50 | 1.50 | 7.00 | 7.00, 7.50, 8.00 | 0.200 | 61% |")  # fmt: skip
+        self.assertEqual(rows[2], "| 1 | 17.00 | 34.0 | 10.0 | 1.00 | 2.5 | 3.00 | 1.00 | 0.50 |"
+                                  " 4.50 | 1.50 | 16.00 | 17.00 | 0.200 | 69% | 1.00 |")  # fmt: skip
+        self.assertEqual(rows[3], "| 3 | 8.00 | 16.0 | 10.0 | 3.00 | 7.5 | 2.00 | 1.00 | 0.50 |"
+                                  " 3.50 | 1.50 | 7.00 | 7.00, 7.50, 8.00 | 0.200 | 61% | 2.64 |")  # fmt: skip
 
 
 class FleetDatabaseRowTests(SynchronousTestCase):
