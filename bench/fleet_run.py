@@ -959,12 +959,15 @@ and each daemon's output), not only a failed run's.
 """
 
 
-_PROFILE = bool(os.environ.get("IMAPMIG_BENCH_PROFILE"))
+_PROFILE = os.environ.get("IMAPMIG_BENCH_PROFILE", "")
 """
 C{IMAPMIG_BENCH_PROFILE=1}: the scale-out row's daemons run under
-C{cProfile} timing the main thread's CPU, each writing C{profile.pstats} in
-its directory (a diagnostic: the profiler slows them; with
-C{IMAPMIG_BENCH_KEEP=1} to keep the files).
+C{cProfile} timing each thread's CPU, each writing C{profile.pstats} (its
+main thread) and C{profile.pstats.threads} (the others, merged) in its
+directory (a diagnostic: the profiler slows them; with
+C{IMAPMIG_BENCH_KEEP=1} to keep the files).  C{IMAPMIG_BENCH_PROFILE=threads}:
+no profiler, each daemon writes C{threads.json}: its main thread's CPU
+seconds and the whole process's, at its end.
 """
 
 
@@ -977,22 +980,52 @@ def _profiled(argv: list[str], runDir: str) -> list[str]:
         return argv
     os.makedirs(runDir, exist_ok=True)
     script = os.path.join(runDir, "profiled-script")
+    template = _THREADS if _PROFILE == "threads" else _PROFILER
     with open(script, "w") as f:
-        f.write(_PROFILER.format(out=os.path.join(runDir, "profile.pstats"), script=argv[2]))
+        f.write(template.format(out=os.path.join(runDir, "profile.pstats"),
+                                threads=os.path.join(runDir, "threads.json"), script=argv[2]))
     return [argv[0], script, *argv[3:]]
 
 
 # The main thread's CPU time (not the wall clock, which a loaded machine
 # stretches), written however the daemon's reactor ends.
 _PROFILER = """\
-import cProfile, sys, time
+import cProfile, sys, threading, time
 profile = cProfile.Profile(time.thread_time)
+others = []
+
+def inThread(*args):
+    # The first event of each new thread (the thread pool's workers):
+    # a profile of its own, on its own CPU clock.
+    threadProfile = cProfile.Profile(time.thread_time)
+    others.append(threadProfile)
+    sys.setprofile(None)
+    threadProfile.enable()
+
+threading.setprofile(inThread)
 profile.enable()
 try:
     exec(compile({script!r}, "twistd", "exec"))
 finally:
     profile.disable()
     profile.dump_stats({out!r})
+    if others:
+        for each in others:
+            each.disable()
+        import pstats
+        merged = pstats.Stats(others[0])
+        for each in others[1:]:
+            merged.add(each)
+        merged.dump_stats({out!r} + ".threads")
+"""
+
+_THREADS = """\
+import json, time
+try:
+    exec(compile({script!r}, "twistd", "exec"))
+finally:
+    with open({threads!r}, "w") as f:
+        json.dump({{"main": time.thread_time(), "process": time.process_time()}}, f)
 """
 
 
