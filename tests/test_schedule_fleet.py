@@ -28,7 +28,15 @@ from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.queue import (
+    Heartbeat,
+    IAsyncJobQueue,
+    JobClaim,
+    JobOutcome,
+    QueueCounts,
+    QueueState,
+    Requested,
+)
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
@@ -675,6 +683,41 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.done, [])
         fleet.memory.finish(held, JobOutcome.COMPLETED)
         fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_tailWatchedForALease(self) -> None:
+        """
+        The counts are watched for a lease from the first look that found
+        only other daemons' claims; after that, a daemon looks once a
+        period, at its claim.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        reads: list[float] = []
+        counts = fleet.queue.counts
+
+        def counted() -> Deferred[QueueCounts]:
+            reads.append(fleet.clock.seconds())
+            return counts()
+
+        self.patch(fleet.queue, "counts", counted)
+        fleet.clock.pump([period / 10] * 10)
+        self.assertGreaterEqual(len(reads), 10)
+        for _ in range(12):
+            fleet.memory.heartbeat(other, LEASE)
+            fleet.clock.pump([period / 10] * 10)
+        del reads[:]
+        fleet.memory.heartbeat(other, LEASE)
+        fleet.clock.pump([period / 10] * 10)
+        self.assertLessEqual(len(reads), 2, reads)
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period)
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)
 

@@ -539,9 +539,10 @@ class FleetScheduler(JobQueueService):
         # A claim failed unanswered: it may have committed (the COMMIT's
         # answer lost), holding a job this daemon does not know of.
         self._unsure = False
-        # Nothing left but other daemons' claims at the last look.
+        # Nothing left but other daemons' claims at the last look, since
+        # when (watched for a lease from then: TailWatch).
         self._tail = TailWatch(queue, clock, self.member.period, self._wakeUp)
-        self._onlyOthersLeft = False
+        self._onlyOthersLeft: float | None = None
 
     def startService(self) -> None:
         self.member.start()
@@ -642,7 +643,8 @@ class FleetScheduler(JobQueueService):
         return self._queue.giveBack(owner, known).addCallback(gave)
 
     async def _changed(self) -> None:
-        if self._onlyOthersLeft:
+        since = self._onlyOthersLeft
+        if since is not None and self._clock.seconds() - since < self._lease:
             self._tail.start()
         try:
             await JobQueueService._changed(self)
@@ -659,7 +661,7 @@ class FleetScheduler(JobQueueService):
             self._tail.stop()
 
     async def _nothingLeft(self) -> bool:
-        self._onlyOthersLeft = False
+        since, self._onlyOthersLeft = self._onlyOthersLeft, None
         if self._active or self.member.owner is None:
             return False
         try:
@@ -667,7 +669,8 @@ class FleetScheduler(JobQueueService):
         except QueueUnavailable:
             return False
         # The fleet's last jobs, running elsewhere: watched (TailWatch).
-        self._onlyOthersLeft = onlyOthersLeft(counts)
+        if onlyOthersLeft(counts):
+            self._onlyOthersLeft = self._clock.seconds() if since is None else since
         return not (counts.queued or counts.claimed or counts.deferred or counts.paused)
 
     async def _finish(

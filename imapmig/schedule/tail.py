@@ -7,7 +7,10 @@ L{TAIL_CHECKS} times a heartbeat period and looks again at once when they
 change, so that with C{--exit-when-done} every daemon sees the fleet
 drained within a tenth of a period of the last job's end, rather than at
 its next claim, up to a period later (measured: three daemons exited 0.1-1.2
-s after the last job; bench/results/fleet.md).
+s after the last job; bench/results/fleet.md).  It watches for a lease
+from the first look that found only others' claims: a tail longer than
+that (a large mailbox copied for hours elsewhere) costs each idle daemon
+its claims a period apart, as before, not ten reads a period.
 
 Its own module beside the scheduler, which is at its size bound; nothing
 in the queue could serve: the counts are the queue's, when to read them
