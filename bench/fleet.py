@@ -35,9 +35,10 @@ pages in median time per request.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from attrs import frozen
 
@@ -91,6 +92,11 @@ class FleetSizes:
     @ivar baseline: the commit before issue 30, or a checkout of it.
     @ivar rounds: rounds of the SQLite side-by-side row.
     @ivar lease: the fleet's lease (seconds): the heartbeat every twelfth.
+    @ivar reuseServerProcesses: the scale-out row's Dovecot in its
+        high-performance mode (L{bench.servers.reusingSettings}, as many
+        processes kept started as the most daemons' connections), for every
+        number of daemons alike; else Dovecot's default, a login and an
+        imap process forked per connection.
     """
 
     rows: tuple[str, ...] = FLEET_ROWS
@@ -107,6 +113,7 @@ class FleetSizes:
     baseline: str = "2ee44a1"
     rounds: int = 5
     lease: int = 12
+    reuseServerProcesses: bool = True
 
 
 def writeUserList(path: str, rows: Iterable[tuple[str, str]]) -> None:
@@ -348,6 +355,20 @@ class ScaleOutRun:
         an empty Maildir: the fleet's start-up (start, registration, a
         claim, a login, the drain seen, the exit) that the rates are net
         of, as elsewhere in the benchmark.
+    @ivar exits: each daemon's exit, seconds after the first launch.
+    @ivar daemonCpu: each daemon's user and system CPU seconds (C{wait4}).
+    @ivar dovecotCpu: Dovecot's CPU seconds over the run (every process of
+        the instance, with its reaped children's).
+    @ivar postgresqlCpu: the database cluster's, the same way (every
+        cluster process, with the backends it reaped).
+    @ivar delayCpu: the delay line's.
+    @ivar busyCpu: what the whole machine spent busy over the run, every
+        core (C{/proc/stat}): the rest is other work than the row's.
+    @ivar firstTransition: the first job transition the daemons recorded
+        (the first claimed job started), seconds after the first launch.
+    @ivar lastTransition: the last (the last job done).
+    @ivar jobSeconds: the mean of each job's first to last transition
+        (claimed to done).
     """
 
     daemons: int
@@ -362,6 +383,15 @@ class ScaleOutRun:
     ok: bool
     problem: str
     kind: str = "full"
+    exits: tuple[float, ...] = ()
+    daemonCpu: tuple[float, ...] = ()
+    dovecotCpu: float = 0.0
+    postgresqlCpu: float = 0.0
+    delayCpu: float = 0.0
+    busyCpu: float = 0.0
+    firstTransition: float = 0.0
+    lastTransition: float = 0.0
+    jobSeconds: float = 0.0
 
 
 @frozen
@@ -484,6 +514,76 @@ def scaleOutTable(figures: Sequence[ScaleOutFigure], runs: Sequence[ScaleOutRun]
             ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def scaleOutCpuTable(runs: Sequence[ScaleOutRun], slots: int) -> str:
+    """
+    Where the CPU of the scale-out row's full runs went, by process: the
+    median over each number of daemons' successful runs of the daemons'
+    CPU (all together; per job net of the median empty run's), Dovecot's,
+    PostgreSQL's, the delay line's and the rest of the machine's, beside
+    the core-seconds the run had (wall time x the cores); and its
+    timeline: the first job's start, the last job's end (the daemons'
+    clocks) and each daemon's exit (the first, second, ... to exit), in
+    seconds after the first launch; a job's mean time from claimed to
+    done, how busy the daemons' job slots (C{slots} each) were between the
+    first start and the last end, and one daemon's span from the first
+    start to the last end over this many daemons'.
+    """
+    header = ["daemons", "seconds", "core-s available", "busy (all)", "daemons CPU",
+              "ms per job (net)", "Dovecot", "PostgreSQL", "delay line", "other work",
+              "first job start (s)", "last job done (s)", "daemons' exits (s)",
+              "job, claimed to done (s)", "slots busy", "x one daemon (jobs' span)"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    byCount: dict[int, list[ScaleOutRun]] = {}
+    for r in runs:
+        if r.ok and r.daemonCpu:
+            byCount.setdefault(r.daemons, []).append(r)
+    full = {d: [r for r in rs if r.kind == "full"] for d, rs in byCount.items()}
+    spans = {
+        d: statistics.median(r.lastTransition - r.firstTransition for r in rs)
+        for d, rs in full.items() if rs
+    }  # fmt: skip
+    for daemons in sorted(spans):
+        cells = _cpuCells(byCount[daemons], daemons, slots)
+        ratio = spans[daemons] and spans.get(1, 0.0) / spans[daemons]
+        lines.append("| " + " | ".join(cells + [f"{ratio:.2f}" if ratio else ""]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cpuCells(measured: Sequence[ScaleOutRun], daemons: int, slots: int) -> list[str]:
+    """
+    L{scaleOutCpuTable}'s cells for C{daemons} daemons' full runs, net of
+    their empty runs, among C{measured}.
+    """
+    good = [r for r in measured if r.kind == "full"]
+    empty = [sum(r.daemonCpu) for r in measured if r.kind == "empty"]
+    startup = statistics.median(empty) if empty else 0.0
+    cores = os.cpu_count() or 1
+
+    def median(value: Callable[[ScaleOutRun], float]) -> float:
+        return statistics.median(value(r) for r in good)
+
+    def busy(r: ScaleOutRun) -> float:
+        # Of the daemons' job slots over the first job's start to the
+        # last one's end, the share a claimed job held.
+        span = (r.lastTransition - r.firstTransition) * slots * daemons
+        return r.accounts * r.jobSeconds / span if span > 0 else 0.0
+
+    def other(r: ScaleOutRun) -> float:
+        return r.busyCpu - sum(r.daemonCpu) - r.dovecotCpu - r.postgresqlCpu - r.delayCpu
+
+    return [
+        str(daemons), f"{median(lambda r: r.seconds):.2f}",
+        f"{median(lambda r: r.seconds * cores):.1f}", f"{median(lambda r: r.busyCpu):.1f}",
+        f"{median(lambda r: sum(r.daemonCpu)):.2f}",
+        f"{median(lambda r: 1000 * (sum(r.daemonCpu) - startup) / r.accounts):.1f}",
+        f"{median(lambda r: r.dovecotCpu):.2f}", f"{median(lambda r: r.postgresqlCpu):.2f}",
+        f"{median(lambda r: r.delayCpu):.2f}", f"{median(other):.2f}",
+        f"{median(lambda r: r.firstTransition):.2f}", f"{median(lambda r: r.lastTransition):.2f}",
+        ", ".join(f"{median(lambda r: sorted(r.exits)[i]):.2f}" for i in range(daemons)),
+        f"{median(lambda r: r.jobSeconds):.3f}", f"{median(busy):.0%}",
+    ]  # fmt: skip
 
 
 # -- the database's cost -------------------------------------------------------

@@ -59,6 +59,7 @@ from bench.fleet import (
     queuedLines,
     scaleOutFigures,
     scaleOutLines,
+    scaleOutCpuTable,
     scaleOutTable,
     sideBySideLines,
     queuedRows,
@@ -68,6 +69,7 @@ from bench.fleet import (
     writeUserList,
 )
 from bench.scale import countAccount, fileTail, splitCorpus
+from bench.scale_probe import busySeconds, treeCPU
 from bench.servers import PASSWORD, BenchServer
 from imapmig.testing.ports import freePorts
 from imapmig.testing.postgresql import PASSWORD_ROLE, SUPERUSER, PostgreSQLCluster
@@ -249,6 +251,28 @@ class Daemon:
             pass
         return peak
 
+    def _measured(self) -> dict[str, Any]:
+        try:
+            with open(self.report) as f:
+                measured: dict[str, Any] = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return measured
+
+    def cpu(self) -> float:
+        """
+        Its user and system CPU seconds once reaped (0 if unknown).
+        """
+        measured = self._measured()
+        return float(measured.get("user", 0.0)) + float(measured.get("system", 0.0))
+
+    def exited(self, since: float) -> float:
+        """
+        When it exited, seconds after C{since} (C{time.monotonic()}), once
+        reaped: its launch plus the timer's wall time.
+        """
+        return self.started - since + float(self._measured().get("seconds", 0.0))
+
     def result(self) -> tuple[int, int, str]:
         """
         Its exit status, peak RSS (KiB) and a problem (C{""}: none), once
@@ -262,6 +286,59 @@ class Daemon:
         status = int(measured["status"])
         problem = "" if status == 0 else f"exit status {status}: {self.lastWords()}"
         return status, int(measured["maxrss_kib"]), problem
+
+
+def _cpuNow(server: BenchServer, database: FleetDatabase) -> tuple[float, float, float, float]:
+    """
+    CPU seconds so far of Dovecot's processes, the database cluster's and
+    the delay line's (each process tree with its reaped children's, as
+    L{bench.scale_probe} reads them), and the machine's busy time.
+    """
+    delay = sum(treeCPU(pid) for pid in _children(os.getpid(), "delayline"))
+    return (
+        treeCPU(server.pid) if server.pid else 0.0,
+        treeCPU(database.cluster.pid) if database.cluster.pid else 0.0,
+        delay,
+        busySeconds(),
+    )
+
+
+def _transitions(database: FleetDatabase, name: str, since: float) -> tuple[float, float, float]:
+    """
+    The first and the last job transition the daemons recorded (their
+    clocks, C{imapmig.job_transitions.time}), seconds after C{since}
+    (C{time.time()}), and the mean of each job's first to last; zeros if
+    none.
+    """
+    try:
+        with database.connect(name) as c:
+            row = c.execute(
+                "SELECT min(t0), max(t1), avg(t1 - t0) FROM (SELECT min(time) AS t0,"
+                " max(time) AS t1 FROM imapmig.job_transitions GROUP BY job) AS j"
+            ).fetchone()
+    except psycopg.Error:
+        return 0.0, 0.0, 0.0
+    if row is None or row[0] is None:
+        return 0.0, 0.0, 0.0
+    return float(row[0]) - since, float(row[1]) - since, float(row[2])
+
+
+def _children(parent: int, name: str) -> list[int]:
+    """
+    The processes named C{name} whose parent is C{parent}.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            comm, rest = text.split("(", 1)[1].rsplit(")", 1)
+            if comm == name and int(rest.split()[1]) == parent:
+                found.append(int(entry))
+    return found
 
 
 def launch(timer: str, argv: list[str], runDir: str, wrap: Callable[[list[str]], list[str]]) -> Daemon:
@@ -433,6 +510,8 @@ class FleetPart:
                 mailRoot=tempfile.mkdtemp(prefix="imapmig-bench-", dir="/dev/shm"),
                 capabilities=None, compress=False, namespace=network.serverNamespace,
                 address=network.serverAddress, inNamespace=network.inNamespace,
+                reuseProcesses=(sizes.connections * max(sizes.daemons)
+                                if sizes.reuseServerProcesses else 0),
             )  # fmt: skip
             server.start()
             try:
@@ -474,14 +553,17 @@ class FleetPart:
             lease=sizes.lease,
         )  # fmt: skip
         before = database.stats(name)
-        started = time.monotonic()
+        cpuBefore = _cpuNow(server, database)
+        started, startedAt = time.monotonic(), time.time()
         launched = [
-            launch(self.bench.timer, imapmigArgv(config), os.path.join(runDir, f"d{i}"),
-                   network.client)
+            launch(self.bench.timer, _profiled(imapmigArgv(config), os.path.join(runDir, f"d{i}")),
+                   os.path.join(runDir, f"d{i}"), network.client)
             for i in range(daemons)
         ]  # fmt: skip
         most, _ = watch(database, name, launched, self.bench.args.timeout)
         seconds = time.monotonic() - started
+        cpu = [b - a for a, b in zip(cpuBefore, _cpuNow(server, database))]
+        first, last, perJob = _transitions(database, name, startedAt)
         results = [d.result() for d in launched]
         after = database.stats(name).minus(before)
         problem = "; ".join(p for _, _, p in results if p)
@@ -493,6 +575,9 @@ class FleetPart:
                 problem = f"cannot count the messages: {e!r}"
         for account in accounts:
             server.discard(account)
+        if _KEEP:
+            with open(os.path.join(runDir, "statements.md"), "w") as f:
+                f.write(statementsTable(database.statements(name), limit=40))
         if not problem and not _KEEP:
             shutil.rmtree(runDir, ignore_errors=True)
         return ScaleOutRun(
@@ -500,6 +585,10 @@ class FleetPart:
             messages=sum(p.messages for p in parts), seconds=seconds,
             peakRssKiB=max(r[1] for r in results), maxConnections=most, commits=after.commits,
             rowWrites=after.rowWrites, ok=not problem, problem=problem, kind=kind,
+            exits=tuple(d.exited(started) for d in launched),
+            daemonCpu=tuple(d.cpu() for d in launched), dovecotCpu=cpu[0],
+            postgresqlCpu=cpu[1], delayCpu=cpu[2], busyCpu=cpu[3], firstTransition=first,
+            lastTransition=last, jobSeconds=perJob,
         )  # fmt: skip
 
     # -- the database's cost -------------------------------------------------
@@ -815,6 +904,13 @@ class FleetPart:
             lines += ["", f"## Scale-out: {sizes.accounts} accounts x {sizes.perAccount} "
                       f"messages, {sizes.rttMs:g} ms round trip", "",
                       scaleOutTable(figures, self.scaleOut)]  # fmt: skip
+            mode = ("in its high-performance mode (`service_count = 0`, processes kept "
+                    "started)" if sizes.reuseServerProcesses
+                    else "in its default mode (a login and an imap process per connection)")
+            lines += ["", f"Where the CPU went (median of the full runs; Dovecot {mode}; CPU "
+                      "seconds, the daemons' from `wait4`, Dovecot's and PostgreSQL's from "
+                      "`/proc` with their reaped children's; other work: the machine's busy "
+                      "time less these):", "", scaleOutCpuTable(self.scaleOut, sizes.connections)]  # fmt: skip
         if self.cost is not None and self.cost.ok:
             lines += ["", f"## Row writes by table: one mailbox of {self.cost.messages:,} "
                       f"messages ({self.cost.seconds:.1f} s)", "",
@@ -860,6 +956,76 @@ _KEEP = bool(os.environ.get("IMAPMIG_BENCH_KEEP"))
 """
 C{IMAPMIG_BENCH_KEEP=1}: keep every run's directory (its configuration,
 and each daemon's output), not only a failed run's.
+"""
+
+
+_PROFILE = os.environ.get("IMAPMIG_BENCH_PROFILE", "")
+"""
+C{IMAPMIG_BENCH_PROFILE=1}: the scale-out row's daemons run under
+C{cProfile} timing each thread's CPU, each writing C{profile.pstats} (its
+main thread) and C{profile.pstats.threads} (the others, merged) in its
+directory (a diagnostic: the profiler slows them; with
+C{IMAPMIG_BENCH_KEEP=1} to keep the files).  C{IMAPMIG_BENCH_PROFILE=threads}:
+no profiler, each daemon writes C{threads.json}: its main thread's CPU
+seconds and the whole process's, at its end.
+"""
+
+
+def _profiled(argv: list[str], runDir: str) -> list[str]:
+    """
+    C{argv} (L{imapmigArgv}'s: C{python -c SCRIPT ...}) under C{cProfile}
+    when L{_PROFILE} asks, writing C{runDir/profile.pstats}.
+    """
+    if not _PROFILE:
+        return argv
+    os.makedirs(runDir, exist_ok=True)
+    script = os.path.join(runDir, "profiled-script")
+    template = _THREADS if _PROFILE == "threads" else _PROFILER
+    with open(script, "w") as f:
+        f.write(template.format(out=os.path.join(runDir, "profile.pstats"),
+                                threads=os.path.join(runDir, "threads.json"), script=argv[2]))
+    return [argv[0], script, *argv[3:]]
+
+
+# The main thread's CPU time (not the wall clock, which a loaded machine
+# stretches), written however the daemon's reactor ends.
+_PROFILER = """\
+import cProfile, sys, threading, time
+profile = cProfile.Profile(time.thread_time)
+others = []
+
+def inThread(*args):
+    # The first event of each new thread (the thread pool's workers):
+    # a profile of its own, on its own CPU clock.
+    threadProfile = cProfile.Profile(time.thread_time)
+    others.append(threadProfile)
+    sys.setprofile(None)
+    threadProfile.enable()
+
+threading.setprofile(inThread)
+profile.enable()
+try:
+    exec(compile({script!r}, "twistd", "exec"))
+finally:
+    profile.disable()
+    profile.dump_stats({out!r})
+    if others:
+        for each in others:
+            each.disable()
+        import pstats
+        merged = pstats.Stats(others[0])
+        for each in others[1:]:
+            merged.add(each)
+        merged.dump_stats({out!r} + ".threads")
+"""
+
+_THREADS = """\
+import json, time
+try:
+    exec(compile({script!r}, "twistd", "exec"))
+finally:
+    with open({threads!r}, "w") as f:
+        json.dump({{"main": time.thread_time(), "process": time.process_time()}}, f)
 """
 
 

@@ -137,6 +137,11 @@ Options:
                     200 x 20, daemons 1,2,3, 20 ms, 4 connections, 20,000
                     messages, 1,000 held, 1,000,000 and 1,000 queued, 3
                     daemons, 2ee44a1, 5 rounds, lease 12 s)
+  --fleet-dovecot-per-connection
+                    the scale-out row's Dovecot in its default mode (a
+                    login and an imap process forked per connection)
+                    rather than its high-performance mode (processes
+                    reused; bench/servers.py reusingSettings)
   --scale-precreate the many-accounts rows' accounts are logged into and
                     their folders created before each timed run, for
                     every contender alike (a destination's accounts
@@ -710,6 +715,7 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fleet-baseline", default=fleet.baseline)
     parser.add_argument("--fleet-rounds", type=int, default=fleet.rounds)
     parser.add_argument("--fleet-lease", type=int, default=fleet.lease)
+    parser.add_argument("--fleet-dovecot-per-connection", action="store_true")
     defaults = ScaleSizes()
     parser.add_argument("--scale-accounts", type=int, default=defaults.accounts)
     parser.add_argument("--scale-per-account", type=int, default=defaults.perAccount)
@@ -803,6 +809,7 @@ def fleetSizes(args: argparse.Namespace) -> FleetSizes | None:
         baseline=args.fleet_baseline,
         rounds=args.fleet_rounds,
         lease=args.fleet_lease,
+        reuseServerProcesses=not args.fleet_dovecot_per_connection,
     )
 
 

@@ -140,17 +140,12 @@ def main() -> None:
         base, accounts=len(parts) + 1, fsync=False,
         mailRoot=tempfile.mkdtemp(prefix="imapmig-probe-", dir="/dev/shm"), capabilities=None,
         compress=False, namespace=None, address="127.0.0.1", inNamespace=None,
+        reuseProcesses=4 if args.reuse else 0,
     )  # fmt: skip
     server.start()
     runDir = tempfile.mkdtemp(prefix="probe-run-", dir=args.workdir)
     try:
         rows = [(server.freshAccount(), part.path) for part in parts]
-        if args.reuse:
-            with open(server.configPath, "a") as f:
-                f.write("service imap-login {\n  service_count = 0\n  process_min_avail = 2\n}\n"
-                        "service imap {\n  service_count = 0\n  process_min_avail = 4\n}\n")
-            subprocess.run(["doveadm", "-c", server.configPath, "reload"], check=True)
-            time.sleep(1)
         master = dovecotMaster(base)
         if args.precreate:
             before = time.monotonic()

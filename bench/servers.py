@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from attrs import frozen
 
@@ -25,6 +25,42 @@ NAGLE_SHIM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "na
 # The post-login capabilities Dovecot 2.3 advertises are read from the
 # server itself (see L{capabilitiesWithout}); these are what the variants
 # remove or add.
+
+
+def reusingSettings(processes: int) -> list[str]:
+    """
+    Dovecot's "high-performance mode" (its C{LoginProcess} and
+    C{PerformanceTuning} pages): C{imap-login} and C{imap} processes serve
+    connection after connection (C{service_count = 0}) instead of one each,
+    and C{processes} of each are started ahead (C{process_min_avail}).
+
+    By default (C{service_count = 1}, "high-security mode") Dovecot forks
+    an C{imap-login} and an C{imap} process for every connection: ~19 ms of
+    its ~32 ms of CPU per small account here (C{bench/results/
+    scale-analysis.md} section 2), more than the client's own cost per
+    account.  A row that measures the client's scaling on a 2-core machine
+    runs the server this way so the server is not the limit.
+
+    @param processes: how many of each to keep started.
+    """
+    return [
+        "service imap-login {", "  service_count = 0", f"  process_min_avail = {processes}", "}",
+        "service imap {", "  service_count = 0", f"  process_min_avail = {processes}", "}",
+    ]  # fmt: skip
+
+
+class _ReusingDovecot(DovecotInstance):
+    """
+    A L{DovecotInstance} in Dovecot's high-performance mode
+    (L{reusingSettings}).
+    """
+
+    def __init__(self, baseDir: str, *, processes: int, **kwargs: Any) -> None:
+        super().__init__(baseDir, **kwargs)
+        self._processes = processes
+
+    def _optionalSettings(self) -> list[str]:
+        return super()._optionalSettings() + reusingSettings(self._processes)
 
 
 @frozen
@@ -165,6 +201,7 @@ class BenchServer:
         address: str,
         inNamespace: Callable[[str, list[str]], list[str]] | None,
         preload: str | None = None,
+        reuseProcesses: int = 0,
     ) -> None:
         """
         @param baseDir: the instance's directory.
@@ -181,6 +218,10 @@ class BenchServer:
             given.
         @param preload: a shared object Dovecot's processes load first
             (C{LD_PRELOAD}), e.g. L{buildNagleShim}'s, or L{None}.
+        @param reuseProcesses: when positive, Dovecot in its
+            high-performance mode (L{reusingSettings}) with this many
+            C{imap-login} and C{imap} processes kept started; 0 (Dovecot's
+            default): a process of each per connection.
         """
         self._names = [f"b{i:05d}" for i in range(accounts)]
         self._next = 0
@@ -191,17 +232,15 @@ class BenchServer:
         if namespace is not None:
             assert inNamespace is not None
             prefix = inNamespace(namespace, [])
-        self._instance = DovecotInstance(
-            baseDir,
-            users=users,
-            fsync=fsync,
-            mailRoot=mailRoot,
-            capabilities=capabilities,
-            compress=compress,
-            address=address,
-            commandPrefix=prefix,
-            preload=preload,
-        )
+        options: dict[str, Any] = dict(
+            users=users, fsync=fsync, mailRoot=mailRoot, capabilities=capabilities,
+            compress=compress, address=address, commandPrefix=prefix, preload=preload,
+        )  # fmt: skip
+        self.reuseProcesses = reuseProcesses
+        self._instance: DovecotInstance = (
+            DovecotInstance(baseDir, **options) if reuseProcesses <= 0
+            else _ReusingDovecot(baseDir, processes=reuseProcesses, **options)
+        )  # fmt: skip
 
     @property
     def port(self) -> int:
@@ -209,6 +248,14 @@ class BenchServer:
         The plain IMAP port.
         """
         return self._instance.port
+
+    @property
+    def pid(self) -> int | None:
+        """
+        The master process's id while running (its tree holds every
+        Dovecot process of the instance), else L{None}.
+        """
+        return self._instance.pid
 
     @property
     def configPath(self) -> str:

@@ -10,10 +10,12 @@ import io
 import os
 import sqlite3
 import sys
+from typing import Any
 
 import yaml
 from twisted.trial.unittest import SynchronousTestCase
 
+import attrs
 from attrs import asdict
 
 from bench.corpora import BuiltCorpus
@@ -37,6 +39,7 @@ from bench.fleet import (
     queuedLines,
     queuedRows,
     sameCost,
+    scaleOutCpuTable,
     scaleOutFigures,
     scaleOutLines,
     scaleOutRatios,
@@ -62,7 +65,7 @@ from bench.scale import (
     splitCorpus,
     userListConfig,
 )
-from bench.servers import VARIANTS, capabilitiesWithout
+from bench.servers import VARIANTS, BenchServer, capabilitiesWithout, reusingSettings
 
 SETTING = Setting("main", "tmpfs", 0.0, None, "realistic", "default")
 
@@ -669,6 +672,62 @@ class FleetScaleOutTests(SynchronousTestCase):
         table = scaleOutTable(scaleOutFigures([scaleOutRun(1, 40.0, ok=False)]), [])
         self.assertIn("| 1 | 0 (1 failed) | FAILED |", table)
 
+    def test_serverReusesProcesses(self) -> None:
+        """
+        The row's server in Dovecot's high-performance mode: its
+        configuration ends with C{service_count = 0} and the processes kept
+        started for C{imap-login} and C{imap}; by default, neither.
+        """
+        self.assertEqual(reusingSettings(12), [
+            "service imap-login {", "  service_count = 0", "  process_min_avail = 12", "}",
+            "service imap {", "  service_count = 0", "  process_min_avail = 12", "}",
+        ])  # fmt: skip
+        options: dict[str, Any] = dict(
+            accounts=1, fsync=False, mailRoot=None, capabilities=None, compress=False,
+            namespace=None, address="127.0.0.1", inNamespace=None,
+        )  # fmt: skip
+        reusing = BenchServer(self.mktemp(), reuseProcesses=12, **options)
+        settings = reusing._instance._optionalSettings()
+        self.assertEqual(settings[-8:], reusingSettings(12))
+        default = BenchServer(self.mktemp(), **options)
+        self.assertNotIn("  service_count = 0", default._instance._optionalSettings())
+        self.assertEqual((reusing.reuseProcesses, default.reuseProcesses), (12, 0))
+
+    def test_cpuTable(self) -> None:
+        """
+        Where each number of daemons' CPU went: the medians over its
+        successful full runs of the daemons' CPU (in all, and per job net
+        of the empty runs'),
+        Dovecot's, PostgreSQL's, the delay line's and other work's (the
+        machine's busy time less the row's), and the timeline: first job
+        start, last job done, each daemon's exit in order, a job's mean
+        time, the slots' use and the jobs' span against one daemon's.
+        """
+        self.patch(os, "cpu_count", lambda: 2)
+
+        def measured(daemons: int, seconds: float, dovecot: float, **kwargs: Any) -> ScaleOutRun:
+            return attrs.evolve(
+                scaleOutRun(daemons, seconds, **kwargs),
+                exits=tuple(seconds - 0.5 * i for i in range(daemons)),
+                daemonCpu=(1.0,) * daemons, dovecotCpu=dovecot, postgresqlCpu=1.0,
+                delayCpu=0.5, busyCpu=10.0, firstTransition=1.5, lastTransition=seconds - 1,
+                jobSeconds=0.2,
+            )  # fmt: skip
+
+        table = scaleOutCpuTable([
+            measured(1, 16.0, 2.0), measured(1, 18.0, 4.0, repetition=1),
+            measured(1, 99.0, 9.0, ok=False), measured(3, 8.0, 2.0),
+            attrs.evolve(scaleOutRun(3, 2.0, kind="empty"), daemonCpu=(0.5,) * 3),
+            attrs.evolve(scaleOutRun(1, 2.0, kind="empty"), daemonCpu=(0.5,)),
+            scaleOutRun(2, 2.0, kind="empty"),
+        ], 4)  # fmt: skip
+        rows = table.splitlines()
+        self.assertEqual(len(rows), 4, table)
+        self.assertEqual(rows[2], "| 1 | 17.00 | 34.0 | 10.0 | 1.00 | 2.5 | 3.00 | 1.00 | 0.50 |"
+                                  " 4.50 | 1.50 | 16.00 | 17.00 | 0.200 | 69% | 1.00 |")  # fmt: skip
+        self.assertEqual(rows[3], "| 3 | 8.00 | 16.0 | 10.0 | 3.00 | 7.5 | 2.00 | 1.00 | 0.50 |"
+                                  " 3.50 | 1.50 | 7.00 | 7.00, 7.50, 8.00 | 0.200 | 61% | 2.64 |")  # fmt: skip
+
 
 class FleetDatabaseRowTests(SynchronousTestCase):
     """
@@ -893,6 +952,10 @@ class FleetFilesTests(SynchronousTestCase):
         self.assertEqual((sizes.rows, sizes.accounts, sizes.daemons, sizes.queued),
                          (("scaleout",), 20, (1, 2), 5000))  # fmt: skip
         self.assertEqual(makePlan(args), [])
+        self.assertTrue(FleetSizes().reuseServerProcesses)
+        sizes = fleetSizes(parseArguments(["--fleet-dovecot-per-connection"]))
+        assert sizes is not None
+        self.assertFalse(sizes.reuseServerProcesses)
         self.patch(sys, "stderr", io.StringIO())
         for argv in (["--fleet-daemons", "2,3"], ["--fleet-rows", "scale"]):
             self.assertRaises(SystemExit, parseArguments, argv)

@@ -34,7 +34,15 @@ from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.queue import Heartbeat, IAsyncJobQueue, JobClaim, JobOutcome, QueueState, Requested
+from imapmig.queue import (
+    Heartbeat,
+    IAsyncJobQueue,
+    JobClaim,
+    JobOutcome,
+    QueueCounts,
+    QueueState,
+    Requested,
+)
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule import scheduler
 from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
@@ -752,6 +760,108 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertTrue(
             any(e.get("log_level") == LogLevel.warn and e.get("daemon") == other for e in warnings)
         )
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_drainedSoonAfterTheLastJobElsewhere(self) -> None:
+        """
+        With nothing left but another daemon's claim, the daemon watches
+        the queue's counts ten times a period: the other's last job done,
+        it sees the queue drained within a tenth of a period, not at its
+        next claim a period later; the watch reads nothing more once the
+        queue is drained, and stops with the daemon.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        self.assertEqual(period, LEASE / 12)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [])
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_tailWatchedForALease(self) -> None:
+        """
+        The counts are watched for a lease from the first look that found
+        only other daemons' claims; after that, a daemon looks once a
+        period, at its claim.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        reads: list[float] = []
+        counts = fleet.queue.counts
+
+        def counted() -> Deferred[QueueCounts]:
+            reads.append(fleet.clock.seconds())
+            return counts()
+
+        self.patch(fleet.queue, "counts", counted)
+        fleet.clock.pump([period / 10] * 10)
+        self.assertGreaterEqual(len(reads), 10)
+        for _ in range(12):
+            fleet.memory.heartbeat(other, LEASE)
+            fleet.clock.pump([period / 10] * 10)
+        del reads[:]
+        fleet.memory.heartbeat(other, LEASE)
+        fleet.clock.pump([period / 10] * 10)
+        self.assertLessEqual(len(reads), 2, reads)
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_tailWatchEndsUnread(self) -> None:
+        """
+        Counts the watch cannot read (the database restarting) end the
+        watch quietly: the queue is seen drained at the period's claim.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        period = fleet.member.period
+        counts = fleet.queue.counts
+        self.patch(fleet.queue, "counts", lambda: fail(QueueUnavailable("restarting")))
+        fleet.clock.advance(period / 10)
+        self.patch(fleet.queue, "counts", counts)
+        fleet.memory.finish(held, JobOutcome.COMPLETED)
+        fleet.clock.advance(period / 10)
+        self.assertEqual(fleet.done, [])
+        fleet.clock.advance(period)
+        self.assertEqual(fleet.done, [True])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.stop(fleet)
+
+    def test_tailWatchEndsWithAChange(self) -> None:
+        """
+        A job queued again while others' claims were the only ones left
+        (a rerun asked) ends the watch at once: the daemon claims it
+        within a tenth of a period.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2)
+        other = fleet.other()
+        held = fleet.memory.claim(other, 0.0, LEASE)
+        assert held is not None
+        fleet.service.startService()
+        fleet.built["b"].result.callback(True)
+        fleet.memory.finish(held, JobOutcome.STOPPED)
+        self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
+        fleet.clock.advance(fleet.member.period / 10)
+        self.assertIn("a", fleet.built)
         fleet.built["a"].result.callback(True)
         self.assertEqual(fleet.done, [True])
         self.stop(fleet)

@@ -51,6 +51,7 @@ from imapmig.schedule.fleetcontrols import FleetControls
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, Grant, JobConnections
 from imapmig.schedule.scheduler import JobQueueService, ScheduledJob
 from imapmig.schedule.shares import FleetShares
+from imapmig.schedule.tail import TailWatch, onlyOthersLeft
 from imapmig.state import IStateStore
 from imapmig.state.outage import OutageLog
 
@@ -476,8 +477,9 @@ class FleetScheduler(JobQueueService):
 
     Its queue is drained (C{whenDone}) when nothing is left to run
     anywhere: no job queued, claimed (by any daemon), deferred or paused
-    in the database.  A claim lost with the lease is neither finished nor
-    counted: its job is the next owner's.
+    in the database (the last jobs, others', watched: L{TailWatch}).  A
+    claim lost with the lease is neither finished nor counted: its job is
+    the next owner's.
 
     @ivar member: its membership of the fleet.
     @ivar shares: its shares of the servers' C{max_connections}, applied
@@ -557,6 +559,10 @@ class FleetScheduler(JobQueueService):
         # A claim failed unanswered: it may have committed (the COMMIT's
         # answer lost), holding a job this daemon does not know of.
         self._unsure = False
+        # Nothing left but other daemons' claims at the last look, since
+        # when (watched for a lease from then: TailWatch).
+        self._tail = TailWatch(queue, clock, self.member.period, self._wakeUp)
+        self._onlyOthersLeft: float | None = None
 
     def startService(self) -> None:
         self.member.start()
@@ -657,6 +663,9 @@ class FleetScheduler(JobQueueService):
         return self._queue.giveBack(owner, known).addCallback(gave)
 
     async def _changed(self) -> None:
+        since = self._onlyOthersLeft
+        if since is not None and self._clock.seconds() - since < self._lease:
+            self._tail.start()
         try:
             await JobQueueService._changed(self)
         except QueueUnavailable:
@@ -668,14 +677,20 @@ class FleetScheduler(JobQueueService):
                 return
             self._dueTimer = self._clock.callLater(self.member.period, self._wakeUp)
             await wake
+        finally:
+            self._tail.stop()
 
     async def _nothingLeft(self) -> bool:
+        since, self._onlyOthersLeft = self._onlyOthersLeft, None
         if self._active or self.member.owner is None:
             return False
         try:
             counts = await self._queue.counts()
         except QueueUnavailable:
             return False
+        # The fleet's last jobs, running elsewhere: watched (TailWatch).
+        if onlyOthersLeft(counts):
+            self._onlyOthersLeft = self._clock.seconds() if since is None else since
         return not (counts.queued or counts.claimed or counts.deferred or counts.paused)
 
     async def _finish(
