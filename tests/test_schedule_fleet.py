@@ -45,7 +45,8 @@ from imapmig.queue import (
 )
 from imapmig.queue.memory import AsyncJobQueue, InMemoryJobQueue
 from imapmig.schedule import scheduler
-from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember, FleetScheduler
+from imapmig.schedule.fleet import FleetScheduler
+from imapmig.schedule.member import SEND_DEADLINE, FleetMember
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
 from imapmig.state import IStateStore, Transition
 from imapmig.state.memory import MemoryStateStore
@@ -472,7 +473,7 @@ class FleetMemberTests(SynchronousTestCase):
         self.clock.pump([5.0] * 2)
         said = [
             formatEvent(e) for e in events
-            if e.get("log_namespace") == "imapmig.schedule.fleet"
+            if e.get("log_namespace") == "imapmig.schedule.member"
             and e["log_level"] in (LogLevel.warn, LogLevel.info)
             and "database" in formatEvent(e)
         ]  # fmt: skip

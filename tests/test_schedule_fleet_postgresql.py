@@ -25,7 +25,7 @@ from twisted.python.threadpool import ThreadPool
 from imapmig.queue import JobClaim, QueueState, Requested
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue.postgresql import ThreadedJobQueue
-from imapmig.schedule.fleet import SEND_DEADLINE, FleetMember
+from imapmig.schedule.member import SEND_DEADLINE, FleetMember
 from tests.test_queue_postgresql import PostgreSQLTestMixin
 from tests.test_schedule_fleet import LEASE, Jobs
 

@@ -45,7 +45,7 @@ from imapmig.errors import ConfigError, FleetMismatch, ImapmigError, NoStateYet
 from imapmig.progress import MigrationProgress
 from imapmig.queue._pgfleetview import PostgreSQLFleetView, throughStore
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
-from imapmig.schedule.fleet import FleetMember
+from imapmig.schedule.member import FleetMember
 from imapmig.state import IStateStore
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.pgconnect import cutAll

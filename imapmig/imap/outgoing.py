@@ -105,7 +105,7 @@ class SendDeadline:
     The time past which nothing more may be sent: a fleet's daemon's send
     deadline (docs/fleet-design.md "Sending stops before the lease can
     end: the timing rule"), moved by its owner
-    (L{imapmig.schedule.fleet.FleetMember}) with each heartbeat answered.
+    (L{imapmig.schedule.member.FleetMember}) with each heartbeat answered.
     A pipeline given one compares it with its clock before each write, so
     that a reactor waking late from a stall does not send first and learn
     of the deadline's timer after; the job's other writes that change the

@@ -162,7 +162,7 @@ class StatusResource(Resource):
             C{store} whose checks wait for its ping however long it takes.
         @param listDiffers: why this daemon's job list differs from the
             fleet's, or L{None}, for C{status.json} and the page (a fleet's
-            L{FleetMember.listDiffers<imapmig.schedule.fleet.FleetMember>});
+            L{FleetMember.listDiffers<imapmig.schedule.member.FleetMember>});
             L{None}: never.
         """
         super().__init__()  # type: ignore[no-untyped-call]
