@@ -83,7 +83,6 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._pgfolders",
     "imapmig.state._pgoutcomes",
     "imapmig.state._pgrecords",
-    "imapmig.state._pgreports",
     "imapmig.state._pgschema",
     "imapmig.state._pgwrites",
     "imapmig.state.copying",

@@ -148,7 +148,7 @@ class SQLiteOutcomeJournal(SQLiteBase):
         try:
             blob = packMessages(messages)
         except ValueError as e:
-            return fail(PermanentError(f"{self._path}: cannot journal the batch: {e}"))
+            return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
         # Numbered here, one more than any entry this store wrote or found
         # at open: never the id of an entry settled since, so a stale id
         # cannot settle a newer entry.
@@ -180,7 +180,7 @@ class SQLiteOutcomeJournal(SQLiteBase):
                     messages = unpackMessages(blob)
                 except ValueError as e:
                     raise PermanentError(
-                        f"{self._path}: cannot read journal entry {entryId}: {e}"
+                        f"{self._where}: cannot read journal entry {entryId}: {e}"
                     ) from None
                 result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
             return result

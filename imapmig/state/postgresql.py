@@ -40,8 +40,8 @@ from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
-from imapmig.state._pgreports import PostgreSQLReportQueries
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state._sqlreports import ReportQueries
 from imapmig.state._pgwrites import Claim
 from imapmig.state import IStateStore
 
@@ -54,7 +54,7 @@ class PostgreSQLStateStore(
     PostgreSQLFolderMarks,
     PostgreSQLJobRecords,
     PostgreSQLBudgetRecords,
-    PostgreSQLReportQueries,
+    ReportQueries,
 ):
     """
     An L{IStateStore} in a PostgreSQL database's C{imapmig} schema.

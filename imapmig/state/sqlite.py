@@ -46,7 +46,7 @@ from imapmig.state import IStateStore
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion
 from imapmig.state._sqloutcomes import SQLiteOutcomeJournal
 from imapmig.state._sqlrecords import SQLiteBudgetRecords, SQLiteFolderMarks, SQLiteJobRecords
-from imapmig.state._sqlreports import SQLiteReportQueries
+from imapmig.state._sqlreports import ReportQueries
 from imapmig.state.lock import FileKey, StateFileLock, connectionClosed, connectionOpened, fileKey
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStateStore", "warnIfLoose"]
@@ -78,7 +78,7 @@ class SQLiteStateStore(
     SQLiteFolderMarks,
     SQLiteJobRecords,
     SQLiteBudgetRecords,
-    SQLiteReportQueries,
+    ReportQueries,
 ):
     """
     An L{IStateStore} in a SQLite database file.
@@ -114,7 +114,7 @@ class SQLiteStateStore(
             not a SQLite database; or its schema is newer than
             L{SCHEMA_VERSION}.  The message names the file and the cause.
         """
-        self._path = path
+        self._path = self._where = path
         self._seconds = seconds
         self._lock: StateFileLock | None = None
         self._version = SCHEMA_VERSION
