@@ -11,12 +11,13 @@ lines.
 from __future__ import annotations
 
 import sqlite3
-from typing import Sequence
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from imapmig.state._sqlbase import SQLiteBase
+from imapmig.state._sqldialect import SQLStore
 from imapmig.state._timeline import READ_TIMELINE, transitionOf, writeTransition
 from imapmig.state.budgets import IBudgetRecords
 from imapmig.state.folders import FolderFallback, FolderMark, IFolderMarks
@@ -235,9 +236,19 @@ class SQLiteJobRecords(SQLiteBase):
 
 
 @implementer(IBudgetRecords)
-class SQLiteBudgetRecords(SQLiteBase):
+class BudgetRecords(SQLStore):
     """
-    L{IBudgetRecords} in the C{budget_use} table.
+    L{IBudgetRecords} in the C{budget_use} table, one class for SQLite's
+    and PostgreSQL's stores.  An addition is one upsert, whose row lock
+    serializes PostgreSQL's daemons adding to one account at once.  A
+    reservation (L{reserveBudget}) is the same upsert made conditional
+    (docs/fleet-design.md, "Daily budgets reserved in the database"):
+    its C{DO UPDATE ... WHERE} is evaluated on the row as it is once the
+    lock is taken (PostgreSQL re-reads a row that another transaction
+    changed meanwhile, in READ COMMITTED as in stronger isolation), so no
+    two daemons both see room for their units; an insert (the day's
+    first reservation) always passes, as the first message of a day does
+    however large.  (SQLite's one daemon holds the database's lock.)
     """
 
     def budgetUsed(self, server: str, user: str, direction: str, day: str) -> Deferred[int]:
@@ -247,10 +258,10 @@ class SQLiteBudgetRecords(SQLiteBase):
         if self._version < 5:
             # An older database opened read-only has no budgets yet.
             return succeed(0)
-        return self._read(
+        return self._select(
             "read the budget use",
-            "SELECT octets FROM budget_use"
-            " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
+            'SELECT octets FROM imapmig.budget_use WHERE server = ? AND "user" = ?'
+            " AND direction = ? AND day = ?",
             (server, user, direction, day),
             lambda rows: int(rows[0][0]) if rows else 0,
         )
@@ -262,45 +273,48 @@ class SQLiteBudgetRecords(SQLiteBase):
         See L{IStateStore.addBudgetUse}; the records of the account's
         earlier days in that direction are deleted.
         """
-        key = (server, user, direction)
-
-        def write(connection: sqlite3.Connection) -> int:
-            connection.execute(
-                "DELETE FROM budget_use"
-                " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
-                (*key, day),
-            )
-            connection.execute(_BUDGET_ADD, (*key, day, octets, self._seconds()))
-            (total,) = connection.execute(_BUDGET_TOTAL, (*key, day)).fetchone()
-            return int(total)
-
-        return self._transaction("record the budget use", write)
+        total = self._addBudget(
+            "record the budget use", _BUDGET_ADD, (server, user, direction, day, octets), ()
+        )
+        return total.addCallback(lambda total: 0 if total is None else total)
 
     def reserveBudget(
         self, server: str, user: str, direction: str, day: str, octets: int, limit: int
     ) -> Deferred[int | None]:
         """
-        See L{IBudgetRecords.reserveBudget}: a test and an addition in one
-        transaction, which the database's lock keeps whole (one daemon);
-        the records of the account's earlier days in that direction are
-        deleted.
+        See L{IBudgetRecords.reserveBudget}: one conditional upsert (no row
+        returned: it does not fit); the records of the account's earlier
+        days in that direction are deleted.
         """
-        key = (server, user, direction)
+        return self._addBudget(
+            "reserve the budget", _BUDGET_RESERVE, (server, user, direction, day, octets), (limit,)
+        )
 
-        def write(connection: sqlite3.Connection) -> int | None:
-            connection.execute(
-                "DELETE FROM budget_use"
-                " WHERE server = ? AND user = ? AND direction = ? AND day < ?",
-                (*key, day),
-            )
-            row = connection.execute(_BUDGET_TOTAL, (*key, day)).fetchone()
-            used = 0 if row is None else int(row[0])
-            if used and used + octets > limit:
-                return None
-            connection.execute(_BUDGET_ADD, (*key, day, octets, self._seconds()))
-            return used + octets
+    def _addBudget(
+        self,
+        action: str,
+        statement: str,
+        use: tuple[str, str, str, str, int],
+        more: tuple[int, ...],
+    ) -> Deferred[int | None]:
+        """
+        Delete the account's earlier days in that direction, then run
+        C{statement}, an upsert of C{use} (and C{more}'s parameters), in
+        one transaction.
 
-        return self._transaction("reserve the budget", write)
+        @return: a Deferred firing with the day's total, or L{None} if the
+            upsert left the row as it was.
+        """
+        earlier = self._dialect.sql(_BUDGET_DROP_EARLIER)
+        upsert = self._dialect.sql(statement)
+        row = (*use, self._seconds(), *more)
+
+        def write(connection: Any) -> int | None:
+            connection.execute(earlier, use[:4])
+            total = connection.execute(upsert, row).fetchall()
+            return int(total[0][0]) if total else None
+
+        return self._transaction(action, write)
 
     def giveBackBudget(
         self, server: str, user: str, direction: str, day: str, octets: int
@@ -308,30 +322,38 @@ class SQLiteBudgetRecords(SQLiteBase):
         """
         See L{IBudgetRecords.giveBackBudget}.
         """
-        key = (server, user, direction, day)
+        statement = self._dialect.sql(_BUDGET_GIVE_BACK.format(greatest=self._dialect.greatest))
+        row = (octets, self._seconds(), server, user, direction, day)
 
-        def write(connection: sqlite3.Connection) -> int:
-            connection.execute(
-                "UPDATE budget_use SET octets = MAX(octets - ?, 0), updated_at = ?"
-                " WHERE server = ? AND user = ? AND direction = ? AND day = ?",
-                (octets, self._seconds(), *key),
-            )
-            row = connection.execute(_BUDGET_TOTAL, key).fetchone()
-            return 0 if row is None else int(row[0])
+        def write(connection: Any) -> int:
+            total = connection.execute(statement, row).fetchall()
+            return int(total[0][0]) if total else 0
 
         return self._transaction("give back the budget", write)
 
 
-_BUDGET_TOTAL = (
-    "SELECT octets FROM budget_use WHERE server = ? AND user = ? AND direction = ? AND day = ?"
+_BUDGET_ADD = """
+    INSERT INTO imapmig.budget_use AS b (server, "user", direction, day, octets, updated_at)
+    VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (server, "user", direction, day)
+    DO UPDATE SET octets = b.octets + excluded.octets, updated_at = excluded.updated_at
+    RETURNING octets
+"""
+
+_BUDGET_RESERVE = _BUDGET_ADD.replace(
+    "RETURNING", "WHERE b.octets + excluded.octets <= ? OR b.octets = 0 RETURNING"
 )
 
-_BUDGET_ADD = (
-    "INSERT INTO budget_use (server, user, direction, day, octets, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (server, user, direction, day)"
-    " DO UPDATE SET octets = octets + excluded.octets, updated_at = excluded.updated_at"
-)
+_BUDGET_GIVE_BACK = """
+    UPDATE imapmig.budget_use SET octets = {greatest}(octets - ?, 0), updated_at = ?
+    WHERE server = ? AND "user" = ? AND direction = ? AND day = ?
+    RETURNING octets
+"""
+
+_BUDGET_DROP_EARLIER = """
+    DELETE FROM imapmig.budget_use
+    WHERE server = ? AND "user" = ? AND direction = ? AND day < ?
+"""
 
 
 def _execute(connection: sqlite3.Connection, statement: str, row: tuple[object, ...]) -> None:

@@ -7,7 +7,7 @@ Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
 L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
 in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
 (L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
-budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
+budget use (L{IBudgetRecords}, in L{imapmig.state._sqlrecords}); the
 queries of reports and the status site (L{IReportQueries}, in
 L{imapmig.state._pgreports}): every role of L{IStateStore}.  Its writes
 are gathered by a batcher into one transaction at a time
@@ -36,11 +36,11 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state._pgbase import Connection, ConnectionPool
 from imapmig.state.pgconnect import Connector, displayName
-from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
 from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
 from imapmig.state._pgrecords import PostgreSQLJobRecords
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state._sqlrecords import BudgetRecords
 from imapmig.state._sqlreports import ReportQueries
 from imapmig.state._pgwrites import Claim
 from imapmig.state import IStateStore
@@ -53,7 +53,7 @@ class PostgreSQLStateStore(
     PostgreSQLOutcomeJournal,
     PostgreSQLFolderMarks,
     PostgreSQLJobRecords,
-    PostgreSQLBudgetRecords,
+    BudgetRecords,
     ReportQueries,
 ):
     """

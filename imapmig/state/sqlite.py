@@ -45,7 +45,7 @@ from zope.interface import implementer
 from imapmig.state import IStateStore
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion
 from imapmig.state._sqloutcomes import SQLiteOutcomeJournal
-from imapmig.state._sqlrecords import SQLiteBudgetRecords, SQLiteFolderMarks, SQLiteJobRecords
+from imapmig.state._sqlrecords import BudgetRecords, SQLiteFolderMarks, SQLiteJobRecords
 from imapmig.state._sqlreports import ReportQueries
 from imapmig.state.lock import FileKey, StateFileLock, connectionClosed, connectionOpened, fileKey
 
@@ -77,7 +77,7 @@ class SQLiteStateStore(
     SQLiteOutcomeJournal,
     SQLiteFolderMarks,
     SQLiteJobRecords,
-    SQLiteBudgetRecords,
+    BudgetRecords,
     ReportQueries,
 ):
     """
