@@ -79,7 +79,6 @@ NEEDS_POSTGRESQL_EXTRA = (
     "imapmig.state._copysides",
     "imapmig.state._pgbase",
     "imapmig.state._pgbatch",
-    "imapmig.state._pgfolders",
     "imapmig.state._pgoutcomes",
     "imapmig.state._pgrecords",
     "imapmig.state._pgschema",

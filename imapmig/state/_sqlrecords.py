@@ -1,11 +1,17 @@
 # -*- test-case-name: tests.test_state,tests.test_state_budget,tests.test_state_timeline -*-
 """
-The SQLite state store's smaller roles: L{IFolderMarks} (the C{folders}
+The SQL state stores' smaller roles: L{IFolderMarks} (the C{folders}
 and C{folder_fallbacks} tables), L{IJobRecords} (C{job_failures},
 C{job_holds}, C{job_transitions}) and L{IBudgetRecords} (C{budget_use}).
+Each role's reads are one class for SQLite's and PostgreSQL's stores
+(L{FolderMarks}, L{JobRecords}), over L{imapmig.state._sqldialect};
+SQLite's writes, a transaction each, are its subclasses here
+(PostgreSQL's, through its batcher, are in L{imapmig.state._pgrecords});
+L{BudgetRecords}, whose writes are transactions in both, is whole.
 
 Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
-lines.
+lines; PostgreSQL's C{_pgbudgets.py}, and the reads of its
+C{_pgfolders.py} and C{_pgrecords.py}, are merged into it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from zope.interface import implementer
 
 from imapmig.state._sqlbase import SQLiteBase
 from imapmig.state._sqldialect import SQLStore
-from imapmig.state._timeline import READ_TIMELINE, transitionOf, writeTransition
+from imapmig.state._timeline import transitionOf, writeTransition
 from imapmig.state.budgets import IBudgetRecords
 from imapmig.state.folders import FolderFallback, FolderMark, IFolderMarks
 from imapmig.state.jobrecords import HOLDS, IJobRecords, JobHold, Transition
@@ -37,10 +43,11 @@ _UPSERT_MARK = """
 """
 
 
-@implementer(IFolderMarks)
-class SQLiteFolderMarks(SQLiteBase):
+class FolderMarks(SQLStore):
     """
-    L{IFolderMarks} in the C{folders} and C{folder_fallbacks} tables.
+    The reads of L{IFolderMarks} in the C{folders} and
+    C{folder_fallbacks} tables, one class for SQLite's and PostgreSQL's
+    stores; each store's subclass writes them.
     """
 
     def folderMark(self, job: str, folderKey: str) -> Deferred[FolderMark | None]:
@@ -48,27 +55,54 @@ class SQLiteFolderMarks(SQLiteBase):
         See L{IStateStore.folderMark}.
         """
 
-        def mark(rows: list[tuple[int, int, int | None, int, str | None]]) -> FolderMark | None:
+        def mark(rows: list[tuple[int, int, int | None, int, Any]]) -> FolderMark | None:
             if not rows:
                 return None
             ((uidValidity, uidNext, highestModSeq, messages, deferred),) = rows
-            return FolderMark(
-                uidValidity=uidValidity,
-                uidNext=uidNext,
-                highestModSeq=highestModSeq,
-                messages=messages,
-                deferred=tuple(int(uid) for uid in deferred.split(",")) if deferred else (),
-            )
+            return FolderMark(uidValidity, uidNext, highestModSeq, messages, _uids(deferred))
 
         # An older database opened read-only has no deferred UIDs yet.
         deferred = "deferred" if self._version >= 6 else "NULL"
-        return self._read(
+        return self._select(
             "read the folder mark",
-            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred} FROM folders"
-            " WHERE job = ? AND folder_key = ?",
+            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred}"
+            " FROM imapmig.folders WHERE job = ? AND folder_key = ?",
             (job, folderKey),
             mark,
         )
+
+    def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
+        """
+        See L{IStateStore.folderFallbacks}: by mailbox, in code point order
+        (PostgreSQL's column is C{COLLATE "C"}).
+        """
+        return self._select(
+            "read the folder fallbacks",
+            "SELECT mailbox, fallback, reason FROM imapmig.folder_fallbacks"
+            " WHERE job = ? ORDER BY mailbox",
+            (job,),
+            lambda rows: [FolderFallback(*row) for row in rows],
+        )
+
+
+def _uids(deferred: str | Sequence[int] | None) -> tuple[int, ...]:
+    """
+    A folder mark's deferred UIDs, from SQLite's text (C{"3,7"}) or
+    PostgreSQL's array.
+    """
+    if not deferred:
+        return ()
+    if isinstance(deferred, str):
+        return tuple(int(uid) for uid in deferred.split(","))
+    return tuple(deferred)
+
+
+@implementer(IFolderMarks)
+class SQLiteFolderMarks(FolderMarks, SQLiteBase):
+    """
+    L{IFolderMarks} in SQLite's C{folders} and C{folder_fallbacks} tables,
+    each write a transaction of its own.
+    """
 
     def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
         """
@@ -116,24 +150,66 @@ class SQLiteFolderMarks(SQLiteBase):
             ),
         )
 
-    def folderFallbacks(self, job: str) -> Deferred[list[FolderFallback]]:
+
+class JobRecords(SQLStore):
+    """
+    The reads of L{IJobRecords} in the C{job_failures}, C{job_holds} and
+    C{job_transitions} tables, one class for SQLite's and PostgreSQL's
+    stores; each store's subclass writes them.
+    """
+
+    def jobFailure(self, job: str) -> Deferred[str | None]:
         """
-        See L{IStateStore.folderFallbacks}.
+        See L{IStateStore.jobFailure}.
         """
-        return self._read(
-            "read the folder fallbacks",
-            "SELECT mailbox, fallback, reason FROM folder_fallbacks"
-            " WHERE job = ? ORDER BY mailbox",
+        if self._version < 7:
+            # An older database opened read-only records no job failure.
+            return succeed(None)
+        return self._select(
+            "read the job's failure",
+            "SELECT reason FROM imapmig.job_failures WHERE job = ?",
             (job,),
-            lambda rows: [FolderFallback(*row) for row in rows],
+            lambda rows: str(rows[0][0]) if rows else None,
+        )
+
+    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
+        """
+        See L{IStateStore.jobHolds}.
+        """
+        if self._version < 9:
+            # An older database opened read-only records no hold.
+            return succeed({})
+        return self._select(
+            "read the admin's holds",
+            "SELECT job, hold, by, updated_at FROM imapmig.job_holds",
+            (),
+            lambda rows: {
+                str(job): JobHold(str(hold), None if by is None else str(by), float(at))
+                for job, hold, by, at in rows
+            },
+        )
+
+    def timeline(self, job: str) -> Deferred[list[Transition]]:
+        """
+        See L{IStateStore.timeline}: oldest first.
+        """
+        if self._version < 11:
+            # An older database opened read-only records no timeline.
+            return self._ifOpen([])
+        return self._select(
+            "read the job's timeline",
+            "SELECT time, source, target, cause, by FROM imapmig.job_transitions"
+            " WHERE job = ? ORDER BY seq",
+            (job,),
+            lambda rows: [transitionOf(row) for row in rows],
         )
 
 
 @implementer(IJobRecords)
-class SQLiteJobRecords(SQLiteBase):
+class SQLiteJobRecords(JobRecords, SQLiteBase):
     """
-    L{IJobRecords} in the C{job_failures}, C{job_holds} and
-    C{job_transitions} tables.
+    L{IJobRecords} in SQLite's C{job_failures}, C{job_holds} and
+    C{job_transitions} tables, each write a transaction of its own.
     """
 
     def recordJobFailure(self, job: str, reason: str | None) -> Deferred[None]:
@@ -152,20 +228,6 @@ class SQLiteJobRecords(SQLiteBase):
                 )
 
         return self._transaction("record the job's failure", write)
-
-    def jobFailure(self, job: str) -> Deferred[str | None]:
-        """
-        See L{IStateStore.jobFailure}.
-        """
-        if self._version < 7:
-            # An older database opened read-only records no job failure.
-            return succeed(None)
-        return self._read(
-            "read the job's failure",
-            "SELECT reason FROM job_failures WHERE job = ?",
-            (job,),
-            lambda rows: str(rows[0][0]) if rows else None,
-        )
 
     def recordJobHolds(
         self, jobs: Sequence[str], hold: str | None, by: str | None = None
@@ -191,23 +253,6 @@ class SQLiteJobRecords(SQLiteBase):
 
         return self._transaction("record the admin's hold", write)
 
-    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
-        """
-        See L{IStateStore.jobHolds}.
-        """
-        if self._version < 9:
-            # An older database opened read-only records no hold.
-            return succeed({})
-        return self._read(
-            "read the admin's holds",
-            "SELECT job, hold, by, updated_at FROM job_holds",
-            (),
-            lambda rows: {
-                str(job): JobHold(str(hold), None if by is None else str(by), float(at))
-                for job, hold, by, at in rows
-            },
-        )
-
     def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
         """
         See L{IStateStore.recordTransition}: one transaction, as a batch of
@@ -218,20 +263,6 @@ class SQLiteJobRecords(SQLiteBase):
         return self._transaction(
             "record the job's transition",
             lambda connection: writeTransition(connection, job, transition),
-        )
-
-    def timeline(self, job: str) -> Deferred[list[Transition]]:
-        """
-        See L{IStateStore.timeline}.
-        """
-        if self._version < 11:
-            # An older database opened read-only records no timeline.
-            return self._ifOpen([])
-        return self._read(
-            "read the job's timeline",
-            READ_TIMELINE,
-            (job,),
-            lambda rows: [transitionOf(row) for row in rows],
         )
 
 
