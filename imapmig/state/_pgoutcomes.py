@@ -1,12 +1,14 @@
 # -*- test-case-name: tests.test_state_contract,tests.test_state_postgresql -*-
 """
-The PostgreSQL state store's role of L{IOutcomeJournal}: the messages
-table's outcomes, and the journal of batches in flight, whose entry of a
-unit is deleted in the transaction that records the unit's last
-outcomes, as the SQLite store (L{imapmig.state._sqloutcomes}) does.  Its
-writes are values for the batcher (L{imapmig.state._pgbatch}), whose
-statements (L{imapmig.state._pgwrites}) upsert every outcome of a
-transaction in one statement of arrays (C{unnest}).
+The PostgreSQL state store's writes of L{IOutcomeJournal}, over its
+reads shared with the SQLite store
+(L{imapmig.state._sqloutcomes.OutcomeJournal}): the messages table's
+outcomes, and the journal of batches in flight, whose entry of a unit is
+deleted in the transaction that records the unit's last outcomes, as the
+SQLite store does.  Its writes are values for the batcher
+(L{imapmig.state._pgbatch}), whose statements (L{imapmig.state._pgwrites})
+upsert every outcome of a transaction in one statement of arrays
+(C{unnest}).
 """
 
 from __future__ import annotations
@@ -17,14 +19,13 @@ from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError
-from imapmig.state._packing import packMessages, unpackMessages
+from imapmig.state._packing import packMessages
 from imapmig.state._pgbatch import PostgreSQLWriter
 from imapmig.state._pgwrites import JOURNAL, NAMES, OUTCOMES
-from imapmig.state.outcomes import OUTCOME_COLUMNS, outcomeOf
+from imapmig.state._sqloutcomes import OutcomeJournal
 from imapmig.state.outcomes import (
     AppendedOutcome,
     IOutcomeJournal,
-    JournalEntry,
     JournalMessage,
     MessageNames,
     MessageOutcome,
@@ -34,23 +35,11 @@ Row = tuple[Any, ...]
 
 
 @implementer(IOutcomeJournal)
-class PostgreSQLOutcomeJournal(PostgreSQLWriter):
+class PostgreSQLOutcomeJournal(OutcomeJournal, PostgreSQLWriter):
     """
     L{IOutcomeJournal} in the C{imapmig.messages} and C{imapmig.journal}
     tables.
     """
-
-    def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
-        """
-        See L{IOutcomeJournal.appendedKeys}.
-        """
-        return self._read(
-            "read appended messages",
-            "SELECT message_key FROM imapmig.messages"
-            " WHERE job = %s AND folder_key = %s AND failure IS NULL",
-            (job, folderKey),
-            lambda rows: {key for (key,) in rows},
-        )
 
     def recordOutcomes(
         self,
@@ -89,45 +78,6 @@ class PostgreSQLOutcomeJournal(PostgreSQLWriter):
             return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
         return self._enqueue(JOURNAL, job, (mailbox, uidValidity, uidFloor, blob, self._seconds()))
 
-    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
-        """
-        See L{IOutcomeJournal.journal}.
-        """
-
-        def entries(rows: list[tuple[int, str, int | None, int | None, bytes]]) -> list[JournalEntry]:
-            result = []
-            for entryId, mailbox, uidValidity, uidFloor, blob in rows:
-                try:
-                    messages = unpackMessages(bytes(blob))
-                except ValueError as e:
-                    raise PermanentError(
-                        f"{self._where}: cannot read journal entry {entryId}: {e}"
-                    ) from None
-                result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
-            return result
-
-        return self._read(
-            "read the journal",
-            "SELECT entry_id, mailbox, uidvalidity, uid_floor, messages FROM imapmig.journal"
-            " WHERE job = %s ORDER BY entry_id",
-            (job,),
-            entries,
-        )
-
-    def recordedUIDs(
-        self, job: str, mailbox: str, uidValidity: int, fromUID: int
-    ) -> Deferred[set[int]]:
-        """
-        See L{IOutcomeJournal.recordedUIDs}.
-        """
-        return self._read(
-            "read recorded UIDs",
-            "SELECT uid FROM imapmig.messages WHERE job = %s AND mailbox = %s"
-            " AND uidvalidity = %s AND uid >= %s AND failure IS NULL",
-            (job, mailbox, uidValidity, fromUID),
-            lambda rows: {uid for (uid,) in rows},
-        )
-
     def nameMessages(
         self, job: str, names: Sequence[tuple[str, str, MessageNames]]
     ) -> Deferred[None]:
@@ -140,18 +90,6 @@ class PostgreSQLOutcomeJournal(PostgreSQLWriter):
             for f, k, n in names
         ]
         return self._enqueue(NAMES, job, rows, max(len(rows), 1))
-
-    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
-        """
-        See L{IOutcomeJournal.destinationMap}.
-        """
-        return self._read(
-            "read the destination map",
-            f"SELECT {OUTCOME_COLUMNS} FROM imapmig.messages"
-            " WHERE job = %s AND folder_key = %s AND failure IS NULL",
-            (job, folderKey),
-            lambda rows: {row[1]: outcomeOf(row) for row in rows},
-        )
 
 
 def _rows(
