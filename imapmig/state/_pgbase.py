@@ -231,22 +231,11 @@ class PostgreSQLBase(SQLStore):
 
         return self._transaction(action, inSnapshot)
 
-    def _read(
-        self,
-        action: str,
-        query: str,
-        parameters: tuple[object, ...],
-        convert: Callable[[list[Any]], _T],
-    ) -> Deferred[_T]:
+    def _reading(self, action: str, read: Callable[[Connection], _T]) -> Deferred[_T]:
         """
-        What C{convert} makes of the rows C{query} finds.
+        What C{read} returns, called with the reader's connection.
         """
-        return self._call(
-            action,
-            lambda connection: convert(
-                connection.execute(query, parameters).fetchall()
-            ),
-        )
+        return self._call(action, read)
 
     def readOnReader(
         self, work: Callable[[Connection], _T], action: str = "read the database"

@@ -12,7 +12,7 @@ lines; each role of the store is now a class of its own over this one.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from twisted.internet.defer import Deferred, fail, succeed
 
@@ -147,22 +147,6 @@ class SQLiteBase(SQLStore):
     # In the reactor's thread, no write of the store's comes between the
     # statements of one call.
     _snapshot = _reading
-
-    def _read(
-        self,
-        action: str,
-        query: str,
-        parameters: tuple[object, ...],
-        convert: Callable[[list[Any]], _T],
-    ) -> Deferred[_T]:
-        """
-        What C{convert} makes of the rows C{query} finds.
-
-        @param action: what the query reads, for the error message.
-        """
-        return self._reading(
-            action, lambda connection: convert(connection.execute(query, parameters).fetchall())
-        )
 
     def _ifOpen(self, value: _T) -> Deferred[_T]:
         """

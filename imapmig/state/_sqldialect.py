@@ -126,6 +126,15 @@ class SQLStore:
     _seconds: Callable[[], float]
     _version: int = SCHEMA_VERSION
 
+    def _reading(self, action: str, read: Callable[[Any], _T]) -> Deferred[_T]:
+        """
+        What C{read} returns, called with a connection to read with; its
+        errors as imapmig's.
+
+        @param action: what C{read} does, for the error message.
+        """
+        raise NotImplementedError()
+
     def _read(
         self,
         action: str,
@@ -135,11 +144,13 @@ class SQLStore:
     ) -> Deferred[_T]:
         """
         What C{convert} makes of the rows C{query}, in the database's own
-        SQL, finds; its errors as imapmig's.
+        SQL, finds.
 
         @param action: what the query reads, for the error message.
         """
-        raise NotImplementedError()
+        return self._reading(
+            action, lambda connection: convert(connection.execute(query, parameters).fetchall())
+        )
 
     def _transaction(self, action: str, write: Callable[[Any], _T]) -> Deferred[_T]:
         """
