@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_contract,tests.test_state -*-
+# -*- test-case-name: tests.test_state_dialect,tests.test_state_contract,tests.test_state -*-
 """
 What the SQL stores' roles share, whichever the database: the dialect
 their shared statements are written in (L{Dialect}: SQLite's and
@@ -39,8 +39,9 @@ _OUTCOME_COLUMNS_OF = {
     7: _UNNAMED_COLUMNS.replace("message_id", "NULL"),
 }
 
-# A named parameter (":needle"), not a cast ("::text").
-_NAMED = re.compile(r"(?<!:):([a-z_]\w*)")
+# A named parameter (":needle"), not a cast ("::text"); compiled by re's
+# cache at its first use, by PostgreSQL's store only.
+_NAMED = r"(?<!:):([a-z_]\w*)"
 
 
 class Dialect:
@@ -83,7 +84,7 @@ class Dialect:
             if self.name == "sqlite":
                 translated = statement.replace("imapmig.", "")
             else:
-                translated = _NAMED.sub(r"%(\1)s", statement.replace("?", "%s"))
+                translated = re.sub(_NAMED, r"%(\1)s", statement.replace("?", "%s"))
             self._statements[statement] = translated
         return translated
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state_journal,tests.test_state -*-
+# -*- test-case-name: tests.test_state_journal,tests.test_state,tests.test_state_contract -*-
 """
 The SQL state stores' role of L{IOutcomeJournal}: the messages table's
 outcomes and the journal of batches in flight.  Its reads are one class

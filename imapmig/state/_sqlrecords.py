@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_state,tests.test_state_budget,tests.test_state_timeline -*-
+# -*- test-case-name: tests.test_state,tests.test_state_budget,tests.test_state_timeline,tests.test_state_contract -*-
 """
 The SQL state stores' smaller roles: L{IFolderMarks} (the C{folders}
 and C{folder_fallbacks} tables), L{IJobRecords} (C{job_failures},
