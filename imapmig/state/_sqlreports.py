@@ -174,12 +174,9 @@ class ReportQueries(SQLStore):
     def _notCopied(self) -> str:
         """
         The messages table, read through its index of messages not copied
-        where the database has one (SQLite, without statistics, would not
-        choose it over the primary key).
+        where the database has one (L{Dialect.notCopiedFrom}).
         """
-        if self._dialect.name == "sqlite" and self._version >= 8:
-            return "messages INDEXED BY messages_not_copied"
-        return "imapmig.messages"
+        return self._dialect.notCopiedFrom if self._version >= 8 else "imapmig.messages"
 
     def _contains(self) -> str:
         """
