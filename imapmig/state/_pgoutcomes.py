@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
-from imapmig.errors import PermanentError
-from imapmig.state._packing import packMessages
 from imapmig.state._pgbatch import PostgreSQLWriter
 from imapmig.state._pgwrites import JOURNAL, NAMES, OUTCOMES
-from imapmig.state._sqloutcomes import OutcomeJournal
+from imapmig.state._sqloutcomes import JournalRow, OutcomeJournal
 from imapmig.state.outcomes import (
     AppendedOutcome,
     IOutcomeJournal,
-    JournalMessage,
     MessageNames,
     MessageOutcome,
 )
@@ -57,26 +54,16 @@ class PostgreSQLOutcomeJournal(OutcomeJournal, PostgreSQLWriter):
         rows = _rows(job, self._seconds(), outcomes)
         return self._enqueue(OUTCOMES, job, rows, max(len(rows), 1), list(settled))
 
-    def journalBatch(
-        self,
-        job: str,
-        mailbox: str,
-        uidValidity: int | None,
-        uidFloor: int | None,
-        messages: Sequence[JournalMessage],
-    ) -> Deferred[int]:
+    def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:
         """
-        See L{IOutcomeJournal.journalBatch}: one row, written by the
-        batcher; its id chosen by the writer (a block of the sequence
-        C{imapmig.journal_ids} and a counter, L{imapmig.state._pgwrites.WriterIds}),
-        never reused, so that the insert run again after a lost C{COMMIT}
-        finds its row rather than adding a second.
+        See L{OutcomeJournal._journalEntry}: written by the batcher; its id
+        chosen by the writer (a block of the sequence
+        C{imapmig.journal_ids} and a counter,
+        L{imapmig.state._pgwrites.WriterIds}), never reused, so that the
+        insert run again after a lost C{COMMIT} finds its row rather than
+        adding a second.
         """
-        try:
-            blob = packMessages(messages)
-        except ValueError as e:
-            return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
-        return self._enqueue(JOURNAL, job, (mailbox, uidValidity, uidFloor, blob, self._seconds()))
+        return self._enqueue(JOURNAL, job, row)
 
     def nameMessages(
         self, job: str, names: Sequence[tuple[str, str, MessageNames]]

@@ -87,6 +87,12 @@ _INSERT_ENTRY = """
 
 _SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
 
+JournalRow = tuple[str, int | None, int | None, bytes, float]
+"""
+A journal entry's mailbox, UIDVALIDITY, UID floor, packed messages and
+time.
+"""
+
 
 class OutcomeJournal(SQLStore):
     """
@@ -106,6 +112,33 @@ class OutcomeJournal(SQLStore):
             (job, folderKey),
             lambda rows: {key for (key,) in rows},
         )
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.journalBatch}: one row, its messages packed
+        (L{packMessages}), written by the store (L{_journalEntry}).
+        """
+        try:
+            blob = packMessages(messages)
+        except ValueError as e:
+            return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
+        return self._journalEntry(job, (mailbox, uidValidity, uidFloor, blob, self._seconds()))
+
+    def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:
+        """
+        Write C{job}'s journal entry C{row}.
+
+        @return: a Deferred firing with the entry's id once it is
+            committed.
+        """
+        raise NotImplementedError()
 
     def journal(self, job: str) -> Deferred[list[JournalEntry]]:
         """
@@ -205,29 +238,18 @@ class SQLiteOutcomeJournal(OutcomeJournal, SQLiteBase):
 
         return self._transaction("record outcomes", write)
 
-    def journalBatch(
-        self,
-        job: str,
-        mailbox: str,
-        uidValidity: int | None,
-        uidFloor: int | None,
-        messages: Sequence[JournalMessage],
-    ) -> Deferred[int]:
+    def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:
         """
-        See L{IStateStore.journalBatch}: one row, one transaction.
+        See L{OutcomeJournal._journalEntry}: one transaction.
         """
-        try:
-            blob = packMessages(messages)
-        except ValueError as e:
-            return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
         # Numbered here, one more than any entry this store wrote or found
         # at open: never the id of an entry settled since, so a stale id
         # cannot settle a newer entry.
         entryId = self._lastEntryId + 1
-        row = (entryId, job, mailbox, uidValidity, uidFloor, blob, self._seconds())
+        values = (entryId, job, *row)
 
         def write(connection: sqlite3.Connection) -> int:
-            connection.execute(_INSERT_ENTRY, row)
+            connection.execute(_INSERT_ENTRY, values)
             # Even if the commit fails: an id is skipped, never reused.
             self._lastEntryId = entryId
             return entryId
