@@ -9,8 +9,10 @@ the reactor and the pool injected) so that the reactor stays the epoll
 reactor, and the transaction and the read that turn psycopg's errors
 into imapmig's.
 
-The PostgreSQL counterpart of L{imapmig.state._sqlbase}; nothing of it
-could be shared, since SQLite is called on the reactor's thread.
+The PostgreSQL counterpart of L{imapmig.state._sqlbase}: both give the
+means of L{imapmig.state._sqldialect.SQLStore}, over which the roles'
+shared classes read and write; SQLite's are called in the reactor's
+thread, these in the pool's.
 """
 
 from __future__ import annotations
@@ -26,12 +28,11 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from imapmig.errors import PermanentError, TransientError
+from imapmig.state._sqldialect import POSTGRESQL, SQLStore
 from imapmig.state.pgconnect import Connector, mapError, oneLine
 
 _T = TypeVar("_T")
 
-# The columns of a messages row that make a MessageOutcome, in the order
-# outcomeOf takes them.
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 MAX_CONNECTIONS = 2
@@ -139,13 +140,12 @@ class ConnectionPool:
             connection.close()
 
 
-class PostgreSQLBase:
+class PostgreSQLBase(SQLStore):
     """
     The connections to a state database and the means of its roles to
-    read and write it; the store (L{imapmig.state.postgresql}) makes it.
+    read and write it (L{SQLStore}'s, in a thread of the pool); the store
+    (L{imapmig.state.postgresql}) makes it.
 
-    @ivar _where: the database without its password, for error messages.
-    @ivar _seconds: the clock that stamps what is recorded.
     @ivar _reactor: where the results are delivered.
     @ivar _threadPool: the threads that call psycopg.
     @ivar _reader: the reader's connection: reads, pages, reports.
@@ -153,8 +153,7 @@ class PostgreSQLBase:
         the writes that are not batched.
     """
 
-    _where: str
-    _seconds: Callable[[], float]
+    _dialect = POSTGRESQL
     _reactor: IReactorFromThreads
     _threadPool: ThreadPool
     _reader: ConnectionPool
@@ -225,22 +224,24 @@ class PostgreSQLBase:
 
         return self._call(action, transaction, self._writer)
 
-    def _read(
-        self,
-        action: str,
-        query: str,
-        parameters: tuple[object, ...],
-        convert: Callable[[list[Any]], _T],
-    ) -> Deferred[_T]:
+    def _snapshot(self, action: str, read: Callable[[Connection], _T]) -> Deferred[_T]:
         """
-        What C{convert} makes of the rows C{query} finds.
+        What C{read} returns, called with the writer's connection in one
+        read-only transaction of its own (one snapshot for its
+        statements).
         """
-        return self._call(
-            action,
-            lambda connection: convert(
-                connection.execute(query, parameters).fetchall()
-            ),
-        )
+
+        def inSnapshot(connection: Connection) -> _T:
+            connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return read(connection)
+
+        return self._transaction(action, inSnapshot)
+
+    def _reading(self, action: str, read: Callable[[Connection], _T]) -> Deferred[_T]:
+        """
+        What C{read} returns, called with the reader's connection.
+        """
+        return self._call(action, read)
 
     def readOnReader(
         self, work: Callable[[Connection], _T], action: str = "read the database"
@@ -257,17 +258,3 @@ class PostgreSQLBase:
         run twice (again on a new connection if its own was found broken).
         """
         return self._call(action, work)
-
-    def ping(self) -> Deferred[None]:
-        """
-        See L{IStateStore.ping<imapmig.state.IStateStore.ping>}: reads the
-        schema version.
-        """
-        return self._read(
-            "read the state database",
-            "SELECT max(version) FROM imapmig.schema_version",
-            (),
-            lambda rows: None,
-        )
-
-

@@ -1,9 +1,13 @@
 # -*- test-case-name: tests.test_state_contract -*-
 """
-The PostgreSQL state store's role of L{IJobRecords}: the C{job_failures},
-C{job_holds} and C{job_transitions} tables, as the SQLite store's
-L{imapmig.state._sqlrecords.SQLiteJobRecords} keeps them, each timeline
-bounded as L{imapmig.state._timeline} bounds SQLite's.
+The PostgreSQL state store's writes of L{IFolderMarks} (the C{folders}
+and C{folder_fallbacks} tables, a mark's deferred UIDs as an array
+rather than SQLite's text) and of L{IJobRecords} (the C{job_failures},
+C{job_holds} and C{job_transitions} tables, each timeline bounded as
+L{imapmig.state._timeline} bounds SQLite's), over their reads shared
+with the SQLite store (L{imapmig.state._sqlrecords.FolderMarks},
+L{imapmig.state._sqlrecords.JobRecords}).  All but the holds are
+writes of the batcher (L{imapmig.state._pgbatch}).
 
 The holds have a table until the claims' C{jobs} table holds them in its
 rows' state (docs/fleet-design.md, "The schema").
@@ -11,23 +15,53 @@ rows' state (docs/fleet-design.md, "The schema").
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
 from imapmig.state._pgbase import Connection
 from imapmig.state._pgbatch import PostgreSQLWriter
-from imapmig.state._pgwrites import FAILURE, TRANSITION
-from imapmig.state.jobrecords import (
-    HOLDS,
-    IJobRecords,
-    JobHold,
-    Transition,
-)
+from imapmig.state._pgwrites import FAILURE, FALLBACK, FOLDER, TRANSITION
+from imapmig.state._sqlrecords import FolderMarks, JobRecords
+from imapmig.state.folders import FolderFallback, FolderMark, IFolderMarks
+from imapmig.state.jobrecords import HOLDS, IJobRecords, Transition
+
+
+@implementer(IFolderMarks)
+class PostgreSQLFolderMarks(FolderMarks, PostgreSQLWriter):
+    """
+    L{IFolderMarks} in the C{imapmig.folders} and
+    C{imapmig.folder_fallbacks} tables.
+    """
+
+    def recordFolderMark(self, job: str, folderKey: str, mark: FolderMark) -> Deferred[None]:
+        """
+        See L{IFolderMarks.recordFolderMark}.
+        """
+        deferred = "{" + ",".join(str(int(uid)) for uid in mark.deferred) + "}"
+        row = (
+            job, folderKey, mark.uidValidity, mark.uidNext, mark.highestModSeq,
+            mark.messages, deferred, self._seconds(),
+        )  # fmt: skip
+        return self._enqueue(FOLDER, job, [((job, folderKey), row)])
+
+    def forgetFolder(self, job: str, folderKey: str) -> Deferred[None]:
+        """
+        See L{IFolderMarks.forgetFolder}.
+        """
+        return self._enqueue(FOLDER, job, [((job, folderKey), (job, folderKey))])
+
+    def recordFolderFallback(self, job: str, fallback: FolderFallback) -> Deferred[None]:
+        """
+        See L{IFolderMarks.recordFolderFallback}.
+        """
+        row = (job, fallback.mailbox, fallback.fallback, fallback.reason, self._seconds())
+        return self._enqueue(FALLBACK, job, [((job, fallback.mailbox), row)])
+
 
 @implementer(IJobRecords)
-class PostgreSQLJobRecords(PostgreSQLWriter):
+class PostgreSQLJobRecords(JobRecords, PostgreSQLWriter):
     """
     L{IJobRecords} in the C{imapmig.job_failures}, C{imapmig.job_holds}
     and C{imapmig.job_transitions} tables.
@@ -38,17 +72,6 @@ class PostgreSQLJobRecords(PostgreSQLWriter):
         See L{IJobRecords.recordJobFailure}: a write of the batcher.
         """
         return self._enqueue(FAILURE, job, [(job, (job, reason, self._seconds()))])
-
-    def jobFailure(self, job: str) -> Deferred[str | None]:
-        """
-        See L{IJobRecords.jobFailure}.
-        """
-        return self._read(
-            "read the job's failure",
-            "SELECT reason FROM imapmig.job_failures WHERE job = %s",
-            (job,),
-            lambda rows: str(rows[0][0]) if rows else None,
-        )
 
     def recordJobHolds(
         self, jobs: Sequence[str], hold: str | None, by: str | None = None
@@ -78,17 +101,6 @@ class PostgreSQLJobRecords(PostgreSQLWriter):
 
         return self._transaction("record the admin's hold", write)
 
-    def jobHolds(self) -> Deferred[dict[str, JobHold]]:
-        """
-        See L{IJobRecords.jobHolds}.
-        """
-        return self._read(
-            "read the admin's holds",
-            "SELECT job, hold, by, updated_at FROM imapmig.job_holds",
-            (),
-            lambda rows: {job: JobHold(hold, by, float(at)) for job, hold, by, at in rows},
-        )
-
     def recordTransition(self, job: str, transition: Transition) -> Deferred[None]:
         """
         See L{IJobRecords.recordTransition}: a write of the batcher,
@@ -101,19 +113,3 @@ class PostgreSQLJobRecords(PostgreSQLWriter):
         """
         t = transition
         return self._enqueue(TRANSITION, job, (t.time, t.source, t.target, t.cause, t.by))
-
-    def timeline(self, job: str) -> Deferred[list[Transition]]:
-        """
-        See L{IJobRecords.timeline}.
-        """
-
-        def transitions(rows: list[tuple[Any, ...]]) -> list[Transition]:
-            return [Transition(float(time), *rest) for time, *rest in rows]
-
-        return self._read(
-            "read the job's timeline",
-            "SELECT time, source, target, cause, by FROM imapmig.job_transitions"
-            " WHERE job = %s ORDER BY seq",
-            (job,),
-            transitions,
-        )

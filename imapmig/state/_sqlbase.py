@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.test_state_failures,tests.test_state -*-
 """
 What every role of the SQLite state store (L{imapmig.state.sqlite}) shares:
-the connection, the transaction and the read that turn SQLite's errors
-into imapmig's, and the columns that make a L{MessageOutcome}.
+the connection, and the transaction and the read that turn SQLite's
+errors into imapmig's (L{imapmig.state._sqldialect.SQLStore}'s means, as
+the PostgreSQL store's L{imapmig.state._pgbase} gives them).
 
 Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
 lines; each role of the store is now a class of its own over this one.
@@ -11,35 +12,15 @@ lines; each role of the store is now a class of its own over this one.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, TypeVar
+from typing import Callable, TypeVar
 
 from twisted.internet.defer import Deferred, fail, succeed
 
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state._schema import rollback
-from imapmig.state.outcomes import OUTCOME_COLUMNS, MessageOutcome, outcomeOf
+from imapmig.state._sqldialect import SQLITE, SQLStore
 
 _T = TypeVar("_T")
-
-# The columns of a messages row that make a MessageOutcome, in the order
-# outcomeOf takes them; for a database older than version 10 opened
-# read-only, which has no names (nor, before version 8, Message-IDs),
-# _OUTCOME_COLUMNS_OF its version.
-_OUTCOME_COLUMNS = OUTCOME_COLUMNS  # the other stores read them too
-_UNNAMED_COLUMNS = (
-    _OUTCOME_COLUMNS.replace("message_date", "NULL")
-    .replace("message_from", "NULL")
-    .replace("message_subject", "NULL")
-)
-_OUTCOME_COLUMNS_OF = {
-    8: _UNNAMED_COLUMNS,
-    7: _UNNAMED_COLUMNS.replace("message_id", "NULL"),
-}
-
-OutcomeRow = tuple[
-    str, str, str, int, int | None, int | None, str | None, str | None, int, int,
-    str | None, str | None, str | None, str | None,
-]  # fmt: skip
 
 # SQLITE_BUSY and SQLITE_LOCKED: another connection holds the write lock,
 # which may be gone by the next attempt.
@@ -59,21 +40,18 @@ _CAUSES = {
 }
 
 
-class SQLiteBase:
+class SQLiteBase(SQLStore):
     """
     The connection to a state database and the means of its roles to read
-    and write it; the store (L{imapmig.state.sqlite.SQLiteStateStore})
-    opens and closes it.
+    and write it (L{SQLStore}'s, in the reactor's thread); the store
+    (L{imapmig.state.sqlite.SQLiteStateStore}) opens and closes it.
 
-    @ivar _path: the database file, for error messages.
-    @ivar _seconds: the clock that stamps what is recorded.
     @ivar _version: the database's schema version (older only for a
         database opened read-only).
     @ivar _connection: the connection, or L{None} once closed.
     """
 
-    _path: str
-    _seconds: Callable[[], float]
+    _dialect = SQLITE
     _version: int
     _connection: sqlite3.Connection | None
 
@@ -84,7 +62,7 @@ class SQLiteBase:
         @raise PermanentError: it was.
         """
         if self._connection is None:
-            raise PermanentError(f"{self._path}: the state store is closed")
+            raise PermanentError(f"{self._where}: the state store is closed")
         return self._connection
 
     def _error(self, action: str, e: sqlite3.Error) -> Exception:
@@ -95,14 +73,14 @@ class SQLiteBase:
         """
         code = getattr(e, "sqlite_errorcode", None)
         if code is None:
-            return PermanentError(f"{self._path}: cannot {action}: {e}")
+            return PermanentError(f"{self._where}: cannot {action}: {e}")
         if code & 0xFF in _BUSY_CODES:
-            return TransientError(f"{self._path}: cannot {action}: {e}")
+            return TransientError(f"{self._where}: cannot {action}: {e}")
         cause = _CAUSES.get(code & 0xFF)
         if cause is None:
-            return PermanentError(f"{self._path}: cannot {action}: {e}")
+            return PermanentError(f"{self._where}: cannot {action}: {e}")
         name = getattr(e, "sqlite_errorname", code)
-        return PermanentError(f"{self._path}: cannot {action}: {cause} ({name}: {e})")
+        return PermanentError(f"{self._where}: cannot {action}: {cause} ({name}: {e})")
 
     def _openError(self, e: sqlite3.Error) -> PermanentError:
         """
@@ -115,26 +93,6 @@ class SQLiteBase:
         if isinstance(error, PermanentError):
             return error
         return PermanentError(f"{error} (another process is writing it)")
-
-    def ping(self) -> Deferred[None]:
-        """
-        See L{IStateStore.ping}: reads the schema version.
-        """
-        return self._read(
-            "read the state database",
-            "SELECT version FROM schema_version",
-            (),
-            lambda rows: None,
-        )
-
-    def _outcomeColumns(self) -> str:
-        """
-        The columns that make a L{MessageOutcome}, for this database's
-        schema version.
-        """
-        if self._version >= 10:
-            return _OUTCOME_COLUMNS
-        return _OUTCOME_COLUMNS_OF[max(7, min(8, self._version))]
 
     def _transaction(
         self, action: str, write: Callable[[sqlite3.Connection], _T]
@@ -184,23 +142,11 @@ class SQLiteBase:
         except (OverflowError, UnicodeEncodeError) as e:
             # A number SQLite's 64-bit INTEGER cannot hold, or text that is
             # not Unicode (a lone surrogate from a surrogateescape'd name).
-            return fail(PermanentError(f"{self._path}: cannot {action}: {e}"))
+            return fail(PermanentError(f"{self._where}: cannot {action}: {e}"))
 
-    def _read(
-        self,
-        action: str,
-        query: str,
-        parameters: tuple[object, ...],
-        convert: Callable[[list[Any]], _T],
-    ) -> Deferred[_T]:
-        """
-        What C{convert} makes of the rows C{query} finds.
-
-        @param action: what the query reads, for the error message.
-        """
-        return self._reading(
-            action, lambda connection: convert(connection.execute(query, parameters).fetchall())
-        )
+    # In the reactor's thread, no write of the store's comes between the
+    # statements of one call.
+    _snapshot = _reading
 
     def _ifOpen(self, value: _T) -> Deferred[_T]:
         """
@@ -213,17 +159,3 @@ class SQLiteBase:
         except PermanentError as e:
             return fail(e)
         return succeed(value)
-
-    def _outcomes(
-        self, action: str, query: str, parameters: tuple[object, ...]
-    ) -> Deferred[list[MessageOutcome]]:
-        """
-        The outcomes that C{query}, selecting L{_OUTCOME_COLUMNS}, finds.
-
-        @param action: what the query reads, for the error message.
-        """
-        return self._read(
-            action, query, parameters, lambda rows: [outcomeOf(row) for row in rows]
-        )
-
-

@@ -1,11 +1,14 @@
-# -*- test-case-name: tests.test_state_journal,tests.test_state -*-
+# -*- test-case-name: tests.test_state_journal,tests.test_state,tests.test_state_contract -*-
 """
-The SQLite state store's role of L{IOutcomeJournal}: the messages table's
-outcomes, written a batch per transaction, and the journal of batches in
-flight.
+The SQL state stores' role of L{IOutcomeJournal}: the messages table's
+outcomes and the journal of batches in flight.  Its reads are one class
+for SQLite's and PostgreSQL's stores (L{OutcomeJournal}, over
+L{imapmig.state._sqldialect}); SQLite's writes, a batch of outcomes per
+transaction, are its subclass here (PostgreSQL's, through its batcher,
+are in L{imapmig.state._pgoutcomes}).
 
 Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
-lines.
+lines; the reads of PostgreSQL's C{_pgoutcomes.py} are merged into it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError
 from imapmig.state._packing import packMessages, unpackMessages
 from imapmig.state._sqlbase import SQLiteBase
+from imapmig.state._sqldialect import SQLStore
 from imapmig.state.outcomes import (
     AppendedOutcome,
     IOutcomeJournal,
@@ -83,28 +87,128 @@ _INSERT_ENTRY = """
 
 _SETTLE = "DELETE FROM journal WHERE entry_id = ? AND job = ?"
 
+JournalRow = tuple[str, int | None, int | None, bytes, float]
+"""
+A journal entry's mailbox, UIDVALIDITY, UID floor, packed messages and
+time.
+"""
 
-@implementer(IOutcomeJournal)
-class SQLiteOutcomeJournal(SQLiteBase):
+
+class OutcomeJournal(SQLStore):
     """
-    L{IOutcomeJournal} in the C{messages} and C{journal} tables.
-
-    @ivar _lastEntryId: the highest journal entry id written or found.
+    The reads of L{IOutcomeJournal} in the C{messages} and C{journal}
+    tables, one class for SQLite's and PostgreSQL's stores; each store's
+    subclass writes them.
     """
-
-    _lastEntryId: int
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """
         See L{IStateStore.appendedKeys}.
         """
-        return self._read(
+        return self._select(
             "read appended messages",
-            "SELECT message_key FROM messages"
+            "SELECT message_key FROM imapmig.messages"
             " WHERE job = ? AND folder_key = ? AND failure IS NULL",
             (job, folderKey),
             lambda rows: {key for (key,) in rows},
         )
+
+    def journalBatch(
+        self,
+        job: str,
+        mailbox: str,
+        uidValidity: int | None,
+        uidFloor: int | None,
+        messages: Sequence[JournalMessage],
+    ) -> Deferred[int]:
+        """
+        See L{IStateStore.journalBatch}: one row, its messages packed
+        (L{packMessages}), written by the store (L{_journalEntry}).
+        """
+        try:
+            blob = packMessages(messages)
+        except ValueError as e:
+            return fail(PermanentError(f"{self._where}: cannot journal the batch: {e}"))
+        return self._journalEntry(job, (mailbox, uidValidity, uidFloor, blob, self._seconds()))
+
+    def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:
+        """
+        Write C{job}'s journal entry C{row}.
+
+        @return: a Deferred firing with the entry's id once it is
+            committed.
+        """
+        raise NotImplementedError()
+
+    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
+        """
+        See L{IStateStore.journal}.
+        """
+        if self._version < 3:
+            # A version-2 database opened read-only has no journal yet.
+            return self._ifOpen([])
+
+        def entries(
+            rows: list[tuple[int, str, int | None, int | None, bytes]],
+        ) -> list[JournalEntry]:
+            result = []
+            for entryId, mailbox, uidValidity, uidFloor, blob in rows:
+                try:
+                    messages = unpackMessages(bytes(blob))
+                except ValueError as e:
+                    raise PermanentError(
+                        f"{self._where}: cannot read journal entry {entryId}: {e}"
+                    ) from None
+                result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
+            return result
+
+        return self._select(
+            "read the journal",
+            "SELECT entry_id, mailbox, uidvalidity, uid_floor, messages FROM imapmig.journal"
+            " WHERE job = ? ORDER BY entry_id",
+            (job,),
+            entries,
+        )
+
+    def recordedUIDs(
+        self, job: str, mailbox: str, uidValidity: int, fromUID: int
+    ) -> Deferred[set[int]]:
+        """
+        See L{IStateStore.recordedUIDs}.  It reads every record of C{job}:
+        it is asked after a lost connection, not per batch, and an index
+        for it would cost every recorded outcome.
+        """
+        return self._select(
+            "read recorded UIDs",
+            "SELECT uid FROM imapmig.messages WHERE job = ? AND mailbox = ?"
+            " AND uidvalidity = ? AND uid >= ? AND failure IS NULL",
+            (job, mailbox, uidValidity, fromUID),
+            lambda rows: {uid for (uid,) in rows},
+        )
+
+    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
+        """
+        See L{IStateStore.destinationMap}.
+        """
+        d = self._outcomes(
+            "read the destination map",
+            f"SELECT {self._outcomeColumns()} FROM imapmig.messages"
+            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
+            (job, folderKey),
+        )
+        return d.addCallback(lambda outcomes: {o.messageKey: o for o in outcomes})
+
+
+@implementer(IOutcomeJournal)
+class SQLiteOutcomeJournal(OutcomeJournal, SQLiteBase):
+    """
+    L{IOutcomeJournal} in SQLite's C{messages} and C{journal} tables, its
+    outcomes written a batch per transaction.
+
+    @ivar _lastEntryId: the highest journal entry id written or found.
+    """
+
+    _lastEntryId: int
 
     def recordOutcomes(
         self,
@@ -134,80 +238,23 @@ class SQLiteOutcomeJournal(SQLiteBase):
 
         return self._transaction("record outcomes", write)
 
-    def journalBatch(
-        self,
-        job: str,
-        mailbox: str,
-        uidValidity: int | None,
-        uidFloor: int | None,
-        messages: Sequence[JournalMessage],
-    ) -> Deferred[int]:
+    def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:
         """
-        See L{IStateStore.journalBatch}: one row, one transaction.
+        See L{OutcomeJournal._journalEntry}: one transaction.
         """
-        try:
-            blob = packMessages(messages)
-        except ValueError as e:
-            return fail(PermanentError(f"{self._path}: cannot journal the batch: {e}"))
         # Numbered here, one more than any entry this store wrote or found
         # at open: never the id of an entry settled since, so a stale id
         # cannot settle a newer entry.
         entryId = self._lastEntryId + 1
-        row = (entryId, job, mailbox, uidValidity, uidFloor, blob, self._seconds())
+        values = (entryId, job, *row)
 
         def write(connection: sqlite3.Connection) -> int:
-            connection.execute(_INSERT_ENTRY, row)
+            connection.execute(_INSERT_ENTRY, values)
             # Even if the commit fails: an id is skipped, never reused.
             self._lastEntryId = entryId
             return entryId
 
         return self._transaction("journal the batch", write)
-
-    def journal(self, job: str) -> Deferred[list[JournalEntry]]:
-        """
-        See L{IStateStore.journal}.
-        """
-        if self._version < 3:
-            # A version-2 database opened read-only has no journal yet.
-            return self._ifOpen([])
-
-        def entries(
-            rows: list[tuple[int, str, int | None, int | None, bytes]],
-        ) -> list[JournalEntry]:
-            result = []
-            for entryId, mailbox, uidValidity, uidFloor, blob in rows:
-                try:
-                    messages = unpackMessages(blob)
-                except ValueError as e:
-                    raise PermanentError(
-                        f"{self._path}: cannot read journal entry {entryId}: {e}"
-                    ) from None
-                result.append(JournalEntry(entryId, mailbox, uidValidity, uidFloor, messages))
-            return result
-
-        return self._read(
-            "read the journal",
-            "SELECT entry_id, mailbox, uidvalidity, uid_floor, messages FROM journal"
-            " WHERE job = ? ORDER BY entry_id",
-            (job,),
-            entries,
-        )
-
-    def recordedUIDs(
-        self, job: str, mailbox: str, uidValidity: int, fromUID: int
-    ) -> Deferred[set[int]]:
-        """
-        See L{IStateStore.recordedUIDs}.  It reads every record of C{job}:
-        it is asked after a lost connection, not per batch, and an index
-        for it would cost every recorded outcome.
-        """
-        return self._read(
-            "read recorded UIDs",
-            "SELECT uid FROM messages WHERE job = ? AND mailbox = ? AND uidvalidity = ?"
-            " AND uid >= ? AND failure IS NULL",
-            (job, mailbox, uidValidity, fromUID),
-            lambda rows: {uid for (uid,) in rows},
-        )
 
     def nameMessages(
         self, job: str, names: Sequence[tuple[str, str, MessageNames]]
@@ -224,18 +271,6 @@ class SQLiteOutcomeJournal(SQLiteBase):
             connection.executemany(_NAME, rows)
 
         return self._transaction("record the names of messages", write)
-
-    def destinationMap(self, job: str, folderKey: str) -> Deferred[dict[str, MessageOutcome]]:
-        """
-        See L{IStateStore.destinationMap}.
-        """
-        d = self._outcomes(
-            "read the destination map",
-            f"SELECT {self._outcomeColumns()} FROM messages"
-            " WHERE job = ? AND folder_key = ? AND failure IS NULL",
-            (job, folderKey),
-        )
-        return d.addCallback(lambda outcomes: {o.messageKey: o for o in outcomes})
 
 
 def _runs(

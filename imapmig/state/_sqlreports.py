@@ -1,24 +1,24 @@
-# -*- test-case-name: tests.test_state_manifest,tests.test_state -*-
+# -*- test-case-name: tests.test_state_manifest,tests.test_state_reports,tests.test_state_contract -*-
 """
-The SQLite state store's role of L{IReportQueries}: counts, failures,
-notes and the pages of the status site and the audit manifest, read from
-the C{messages} table.
+The SQL state stores' role of L{IReportQueries}, one class for SQLite's
+and PostgreSQL's: counts, failures, notes and the pages of the status
+site and the audit manifest, read from the C{messages} table; the
+failure pages through L{FailuresQuery}, the logic every store shares, in
+the store's dialect (L{imapmig.state._sqldialect}).
 
 Taken out of C{imapmig/state/sqlite.py}, whose store had grown to 837
-lines.
+lines; PostgreSQL's counterpart (C{_pgreports.py}) is merged into it.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
-from imapmig.state._sqlbase import OutcomeRow, SQLiteBase
-from imapmig.state.outcomes import outcomeOf
-from imapmig.state.outcomes import MessageOutcome
+from imapmig.state._sqldialect import SQLStore
+from imapmig.state.outcomes import MessageOutcome, outcomeOf
 from imapmig.state.reports import (
     FailuresPage,
     FailuresQuery,
@@ -27,24 +27,15 @@ from imapmig.state.reports import (
     OutcomeCounts,
 )
 
-# What the audit manifest and the failure pages read: messages not copied
-# by imapmig (failed or already present).  Written as the partial index
-# messages_not_copied's condition, so that SQLite reads that index.
-_NOT_COPIED = "(failure IS NOT NULL OR present != 0)"
-
-# The filter of a failure page: the needle (ASCII lower case) in any of
-# these columns.
-_CONTAINS = (
-    "(instr(lower(folder_key), :needle) OR instr(lower(mailbox), :needle)"
-    " OR instr(lower(message_key), :needle)"
-    " OR instr(lower(coalesce(message_id, '')), :needle)"
-    " OR instr(lower(failure), :needle) OR instr(lower(coalesce(message_from, '')), :needle)"
-    " OR instr(lower(coalesce(message_subject, '')), :needle))"
-)
+# The columns a failure page's filter looks for the needle in.
+_SEARCHED = (
+    "folder_key", "mailbox", "message_key", "coalesce(message_id, '')", "failure",
+    "coalesce(message_from, '')", "coalesce(message_subject, '')",
+)  # fmt: skip
 
 
 @implementer(IReportQueries)
-class SQLiteReportQueries(SQLiteBase):
+class ReportQueries(SQLStore):
     """
     L{IReportQueries} over the C{messages} table.
     """
@@ -56,7 +47,7 @@ class SQLiteReportQueries(SQLiteBase):
         """
         return self._outcomes(
             "read failures",
-            f"SELECT {self._outcomeColumns()} FROM messages"
+            f"SELECT {self._outcomeColumns()} FROM imapmig.messages"
             " WHERE job = ? AND failure IS NOT NULL"
             " ORDER BY folder_key, message_key",
             (job,),
@@ -75,37 +66,32 @@ class SQLiteReportQueries(SQLiteBase):
         over the index of messages not copied, one counting, one reading
         the page (and, filtered, one finding where the search stopped),
         each reading at most L{FAILURES_COUNT_LIMIT} (or, filtered,
-        L{FAILURES_SEARCH_ROWS}) rows of it.
+        L{FAILURES_SEARCH_ROWS}) rows of it; in one snapshot where the
+        database has them (L{SQLStore._snapshot}).
         """
         query = FailuresQuery.of(offset, limit, contains, after)
-        return self._reading(
-            "read failures", lambda connection: self._failuresPage(connection, query, job)
-        )
-
-    def _failuresPage(
-        self, connection: sqlite3.Connection, query: FailuresQuery, job: str
-    ) -> FailuresPage:
-        """
-        The page C{query} asks for, read from C{job}'s failures.
-        """
-        counting, reading, ends = self._failureStatements(query)
+        counting, reading, ends = map(self._dialect.sql, self._failureStatements(query))
         parameters = query.parameters(job)
-        ((read, matched),) = connection.execute(counting, parameters).fetchall()
-        rows: list[OutcomeRow] = []
-        if query.readsPage(matched):
-            rows = connection.execute(reading, parameters).fetchall()
-        rows, last = query.cut(rows)
-        if query.searchesOn(last):
-            last = query.searchEnd(connection.execute(ends, parameters).fetchall())
-        return query.page(read, matched, [outcomeOf(row) for row in rows], last)
+
+        def read(connection: Any) -> FailuresPage:
+            ((read, matched),) = connection.execute(counting, parameters).fetchall()
+            rows: list[Any] = []
+            if query.readsPage(matched):
+                rows = connection.execute(reading, parameters).fetchall()
+            rows, last = query.cut(rows)
+            if query.searchesOn(last):
+                last = query.searchEnd(connection.execute(ends, parameters).fetchall())
+            return query.page(read, matched, [outcomeOf(row) for row in rows], last)
+
+        return self._snapshot("read failures", read)
 
     def _failureStatements(self, query: FailuresQuery) -> tuple[str, str, str]:
         """
-        The statements of C{query}, in this database's SQL: counting,
+        The statements of C{query}, written as L{Dialect} says: counting,
         reading the page, and reading where the search stopped.
         """
         base = (
-            f"FROM {self._notCopied()} WHERE job = :job AND {_NOT_COPIED}"
+            f"FROM {self._notCopied()} WHERE job = :job AND {self._dialect.notCopied}"
             " AND failure IS NOT NULL"
         )
         fromStart = f"SELECT * {base} ORDER BY folder_key, message_key"
@@ -118,26 +104,28 @@ class SQLiteReportQueries(SQLiteBase):
                 " ORDER BY folder_key, message_key"
             )
         columns = self._outcomeColumns()
-        ends = f"SELECT folder_key, message_key FROM ({ordered} LIMIT 2 OFFSET :rows - 1)"
+        ends = f"SELECT folder_key, message_key FROM ({ordered} LIMIT 2 OFFSET :rows - 1) AS e"
         # Counting one row more than the limit tells whether there are more.
         if not query.needle:
-            counting = f"SELECT count(*), min(count(*), :rows) FROM (SELECT 1 {base} LIMIT :more)"
+            counting = (
+                f"SELECT count(*), {self._dialect.least}(count(*), :rows)"
+                f" FROM (SELECT 1 {base} LIMIT :more) AS c"
+            )
             reading = (
-                f"SELECT {columns} FROM ({ordered} LIMIT :limit OFFSET :offset)"
+                f"SELECT {columns} FROM ({ordered} LIMIT :limit OFFSET :offset) AS p"
                 " ORDER BY folder_key, message_key"
             )
             return counting, reading, ends
-        # An older database opened read-only has no Message-IDs.
         contained = self._contains()
         # The first rows from the start (the count) or from `after` (the
         # page), then the needle among them: a needle found nowhere would
         # otherwise read every failure.
         counting = (
-            f"SELECT (SELECT count(*) FROM (SELECT 1 {base} LIMIT :more)),"
-            f" (SELECT count(*) FROM ({fromStart} LIMIT :rows) WHERE {contained})"
+            f"SELECT (SELECT count(*) FROM (SELECT 1 {base} LIMIT :more) AS c),"
+            f" (SELECT count(*) FROM ({fromStart} LIMIT :rows) AS s WHERE {contained})"
         )
         reading = (
-            f"SELECT {columns} FROM ({ordered} LIMIT :rows) WHERE {contained}"
+            f"SELECT {columns} FROM ({ordered} LIMIT :rows) AS s WHERE {contained}"
             " ORDER BY folder_key, message_key LIMIT :limit OFFSET :offset"
         )
         return counting, reading, ends
@@ -149,13 +137,14 @@ class SQLiteReportQueries(SQLiteBase):
         See L{IStateStore.manifestOutcomes}: a range of the index of
         messages not copied.
         """
-        columns = self._outcomeColumns()
-        table = self._notCopied()
+        head = (
+            f"SELECT {self._outcomeColumns()} FROM {self._notCopied()}"
+            f" WHERE job = ? AND {self._dialect.notCopied}"
+        )
         if after is None:
             return self._outcomes(
                 "read the manifest",
-                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
-                " ORDER BY folder_key, message_key LIMIT ?",
+                f"{head} ORDER BY folder_key, message_key LIMIT ?",
                 (job, limit),
             )
         # The rest of the folder of `after`, then the folders after it: two
@@ -166,8 +155,7 @@ class SQLiteReportQueries(SQLiteBase):
         folderKey, messageKey = after
         d = self._outcomes(
             "read the manifest",
-            f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
-            " AND folder_key = ? AND message_key > ? ORDER BY message_key LIMIT ?",
+            f"{head} AND folder_key = ? AND message_key > ? ORDER BY message_key LIMIT ?",
             (job, folderKey, messageKey, limit),
         )
 
@@ -176,8 +164,7 @@ class SQLiteReportQueries(SQLiteBase):
                 return succeed(page)
             rest = self._outcomes(
                 "read the manifest",
-                f"SELECT {columns} FROM {table} WHERE job = ? AND {_NOT_COPIED}"
-                " AND folder_key > ? ORDER BY folder_key, message_key LIMIT ?",
+                f"{head} AND folder_key > ? ORDER BY folder_key, message_key LIMIT ?",
                 (job, folderKey, limit - len(page)),
             )
             return rest.addCallback(lambda more: page + more)
@@ -187,24 +174,24 @@ class SQLiteReportQueries(SQLiteBase):
     def _notCopied(self) -> str:
         """
         The messages table, read through its index of messages not copied
-        (which SQLite, without statistics, would not choose over the
-        primary key) where the database has one.
+        where the database has one (L{Dialect.notCopiedFrom}).
         """
-        return "messages INDEXED BY messages_not_copied" if self._version >= 8 else "messages"
+        return self._dialect.notCopiedFrom if self._version >= 8 else "imapmig.messages"
 
     def _contains(self) -> str:
         """
-        L{_CONTAINS} for this database's schema version: an older one
-        opened read-only has no names (nor, before version 8, Message-IDs).
+        Whether a failure's searched columns contain the needle, for this
+        database's schema version: an older one opened read-only has no
+        names (nor, before version 8, Message-IDs).
         """
-        contained = _CONTAINS
+        contained = " OR ".join(self._dialect.contains.format(column=c) for c in _SEARCHED)
         if self._version < 10:
             contained = contained.replace("message_from", "NULL").replace(
                 "message_subject", "NULL"
             )
         if self._version < 8:
             contained = contained.replace("message_id", "NULL")
-        return contained
+        return f"({contained})"
 
     def summary(self, job: str) -> Deferred[tuple[int, int]]:
         """
@@ -218,9 +205,9 @@ class SQLiteReportQueries(SQLiteBase):
             ((total, failed),) = rows
             return (int(total) - int(failed), int(failed))
 
-        return self._read(
+        return self._select(
             "read the summary",
-            "SELECT count(*), count(failure) FROM messages WHERE job = ?",
+            "SELECT count(*), count(failure) FROM imapmig.messages WHERE job = ?",
             (job,),
             summarise,
         )
@@ -240,16 +227,15 @@ class SQLiteReportQueries(SQLiteBase):
                 withNotes=int(withNotes),
             )
 
-        return self._read(
+        return self._select(
             "read the counts",
-            # sum() of no rows is NULL, hence the coalesce.
             "SELECT"
-            " coalesce(sum(failure IS NULL AND present = 0), 0),"
-            " coalesce(sum(failure IS NULL AND present != 0), 0),"
+            " count(*) FILTER (WHERE failure IS NULL AND NOT present),"
+            " count(*) FILTER (WHERE failure IS NULL AND present),"
             " count(failure),"
-            " coalesce(sum(failure IS NULL AND converted != 0), 0),"
-            " coalesce(sum(failure IS NULL AND note IS NOT NULL), 0)"
-            " FROM messages WHERE job = ?",
+            " count(*) FILTER (WHERE failure IS NULL AND converted),"
+            " count(*) FILTER (WHERE failure IS NULL AND note IS NOT NULL)"
+            " FROM imapmig.messages WHERE job = ?",
             (job,),
             count,
         )
@@ -263,15 +249,15 @@ class SQLiteReportQueries(SQLiteBase):
             ((octets, first, last, folders),) = rows
             return JobActivity(int(octets), first, last, int(folders))
 
-        return self._read(
+        copied = "failure IS NULL AND NOT present"
+        return self._select(
             "read the activity",
-            "SELECT"
-            " coalesce(sum(CASE WHEN failure IS NULL AND present = 0 THEN size END), 0),"
-            " min(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
-            " max(CASE WHEN failure IS NULL AND present = 0 THEN updated_at END),"
-            " (SELECT count(*) FROM folders WHERE job = ?1)"
-            " FROM messages WHERE job = ?1",
-            (job,),
+            f"SELECT coalesce(sum(size) FILTER (WHERE {copied}), 0),"
+            f" min(updated_at) FILTER (WHERE {copied}),"
+            f" max(updated_at) FILTER (WHERE {copied}),"
+            " (SELECT count(*) FROM imapmig.folders WHERE job = ?)"
+            " FROM imapmig.messages WHERE job = ?",
+            (job, job),
             read,
         )
 
@@ -281,7 +267,7 @@ class SQLiteReportQueries(SQLiteBase):
         """
         return self._outcomes(
             "read notes",
-            f"SELECT {self._outcomeColumns()} FROM messages"
+            f"SELECT {self._outcomeColumns()} FROM imapmig.messages"
             " WHERE job = ? AND failure IS NULL AND note IS NOT NULL"
             " ORDER BY folder_key, message_key",
             (job,),

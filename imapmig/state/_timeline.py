@@ -11,13 +11,6 @@ import sqlite3
 
 from imapmig.state.jobrecords import TIMELINE_FIRST, TIMELINE_LATEST, Transition
 
-READ_TIMELINE = (
-    "SELECT time, source, target, cause, by FROM job_transitions WHERE job = ? ORDER BY seq"
-)
-"""
-The query of a job's timeline, oldest first, each row for L{transitionOf}.
-"""
-
 
 def writeTransition(connection: sqlite3.Connection, job: str, transition: Transition) -> None:
     """
@@ -53,7 +46,8 @@ def writeTransition(connection: sqlite3.Connection, job: str, transition: Transi
 
 def transitionOf(row: tuple[float, str, str, str, str | None]) -> Transition:
     """
-    The L{Transition} of a row of L{READ_TIMELINE}.
+    The L{Transition} of a row of a job's timeline (time, source, target,
+    cause, by), as L{imapmig.state._sqlrecords.JobRecords} reads it.
     """
     time, source, target, cause, by = row
     return Transition(float(time), str(source), str(target), str(cause), by)

@@ -30,7 +30,7 @@ class MemoryStateStore(SQLiteStateStore):
             outcome's time, each admin's hold).
         """
         super().__init__(":memory:", seconds)
-        self._path = "memory"
+        self._where = "memory"
 
     def __repr__(self) -> str:
         return "<MemoryStateStore>"

@@ -3,15 +3,19 @@
 The state store on PostgreSQL, for a fleet of daemons sharing one
 database (issue 30; docs/fleet-design.md).
 
-Roles built so far: outcomes and the journal (L{IOutcomeJournal}, in
-L{imapmig.state._pgoutcomes}); folder marks and fallbacks (L{IFolderMarks},
-in L{imapmig.state._pgfolders}); each job's failure, holds and timeline
-(L{IJobRecords}, in L{imapmig.state._pgrecords}); the accounts' daily
-budget use (L{IBudgetRecords}, in L{imapmig.state._pgbudgets}); the
-queries of reports and the status site (L{IReportQueries}, in
-L{imapmig.state._pgreports}): every role of L{IStateStore}.  Its writes
+Its roles: outcomes and the journal (L{IOutcomeJournal}, its writes in
+L{imapmig.state._pgoutcomes}); folder marks and fallbacks
+(L{IFolderMarks}) and each job's failure, holds and timeline
+(L{IJobRecords}), their writes in L{imapmig.state._pgrecords}; the
+accounts' daily budget use (L{IBudgetRecords}) and the queries of reports
+and the status site (L{IReportQueries}): every role of L{IStateStore},
+each one class with the SQLite store's where their logic is the same
+(its reads, in L{imapmig.state._sqloutcomes},
+L{imapmig.state._sqlrecords} and L{imapmig.state._sqlreports}, written
+once in the dialect table of L{imapmig.state._sqldialect}).  Its writes
 are gathered by a batcher into one transaction at a time
-(L{imapmig.state._pgbatch}); a view of a claim (L{PostgreSQLStateStore.forClaim}) fences each of its writes by the
+(L{imapmig.state._pgbatch}); a view of a claim
+(L{PostgreSQLStateStore.forClaim}) fences each of its writes by the
 queue's tables (L{imapmig.state._pgwrites}).
 
 psycopg 3's synchronous API is called from a Twisted thread pool given
@@ -36,12 +40,11 @@ from zope.interface import implementer
 from imapmig.errors import PermanentError, TransientError
 from imapmig.state._pgbase import Connection, ConnectionPool
 from imapmig.state.pgconnect import Connector, displayName
-from imapmig.state._pgbudgets import PostgreSQLBudgetRecords
-from imapmig.state._pgfolders import PostgreSQLFolderMarks
 from imapmig.state._pgoutcomes import PostgreSQLOutcomeJournal
-from imapmig.state._pgrecords import PostgreSQLJobRecords
-from imapmig.state._pgreports import PostgreSQLReportQueries
+from imapmig.state._pgrecords import PostgreSQLFolderMarks, PostgreSQLJobRecords
 from imapmig.state._pgschema import SCHEMA_VERSION, migrate
+from imapmig.state._sqlrecords import BudgetRecords
+from imapmig.state._sqlreports import ReportQueries
 from imapmig.state._pgwrites import Claim
 from imapmig.state import IStateStore
 
@@ -53,8 +56,8 @@ class PostgreSQLStateStore(
     PostgreSQLOutcomeJournal,
     PostgreSQLFolderMarks,
     PostgreSQLJobRecords,
-    PostgreSQLBudgetRecords,
-    PostgreSQLReportQueries,
+    BudgetRecords,
+    ReportQueries,
 ):
     """
     An L{IStateStore} in a PostgreSQL database's C{imapmig} schema.

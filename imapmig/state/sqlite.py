@@ -45,8 +45,8 @@ from zope.interface import implementer
 from imapmig.state import IStateStore
 from imapmig.state._schema import SCHEMA_VERSION, checkIntegrity, migrate, readVersion
 from imapmig.state._sqloutcomes import SQLiteOutcomeJournal
-from imapmig.state._sqlrecords import SQLiteBudgetRecords, SQLiteFolderMarks, SQLiteJobRecords
-from imapmig.state._sqlreports import SQLiteReportQueries
+from imapmig.state._sqlrecords import BudgetRecords, SQLiteFolderMarks, SQLiteJobRecords
+from imapmig.state._sqlreports import ReportQueries
 from imapmig.state.lock import FileKey, StateFileLock, connectionClosed, connectionOpened, fileKey
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStateStore", "warnIfLoose"]
@@ -77,8 +77,8 @@ class SQLiteStateStore(
     SQLiteOutcomeJournal,
     SQLiteFolderMarks,
     SQLiteJobRecords,
-    SQLiteBudgetRecords,
-    SQLiteReportQueries,
+    BudgetRecords,
+    ReportQueries,
 ):
     """
     An L{IStateStore} in a SQLite database file.
@@ -114,7 +114,7 @@ class SQLiteStateStore(
             not a SQLite database; or its schema is newer than
             L{SCHEMA_VERSION}.  The message names the file and the cause.
         """
-        self._path = path
+        self._path = self._where = path
         self._seconds = seconds
         self._lock: StateFileLock | None = None
         self._version = SCHEMA_VERSION
