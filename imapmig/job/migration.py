@@ -268,6 +268,14 @@ class MigrationJob:
         """
         return self._progress
 
+    @property
+    def stopped(self) -> bool:
+        """
+        Whether the last run was stopped: its Deferred cancelled, or its
+        wait to retry ended by its machine (a control's pause or cancel).
+        """
+        return self._stop.requested
+
     def _requestStop(self) -> None:
         """
         The run's Deferred was cancelled (L{run}): take no new messages.

@@ -46,6 +46,10 @@ class ScheduledJob(Protocol):
     # time of the clock (a daily budget used up).
     deferredUntil: float | None
 
+    @property
+    def stopped(self) -> bool:
+        "Whether the last run ended stopped (its run cancelled, or its machine held)."
+
     def run(self) -> Deferred[bool]:
         """
         Run to the end; C{True} if the job completed.  C{False}, with
@@ -391,9 +395,11 @@ class JobQueueService(Service):
             )
             running = self._runs[name] = job.run()
             completed = await running
-            outcome, notBefore = _runOutcome(
-                name, job, completed, self._stopping or name in self._halted
-            )
+            # A control's pause or cancel ends a run waiting to retry from
+            # within the machine's transition, before halt() is told: the
+            # run says it stopped.
+            stopped = self._stopping or name in self._halted or job.stopped
+            outcome, notBefore = _runOutcome(name, job, completed, stopped)
         except LeaseLost:
             # The run found its claim lost, said why, and abandoned itself.
             outcome = JobOutcome.STOPPED
