@@ -521,6 +521,7 @@ class Fleet:
         limits: ServerLimits = ServerLimits(),
         store: IStateStore | None = None,
         listed: Sequence[str] | None = None,
+        exitWhenDone: bool = True,
     ) -> None:
         self.clock = Clock()
         self.progress = MigrationProgress(self.clock.seconds)
@@ -560,7 +561,8 @@ class Fleet:
             self.exits += 1
 
         self.service = FleetScheduler(
-            self.queue, self.grants, build, self.progress, self.clock, self.done.append,
+            self.queue, self.grants, build, self.progress, self.clock,
+            self.done.append if exitWhenDone else None,
             self.clock.seconds, LEASE, ("mig1", 42, "1.0"), exit, schemaVersion=1,
             store=store, machines=self.machines,
         )  # fmt: skip
@@ -653,6 +655,30 @@ class FleetSchedulerTests(SynchronousTestCase):
         )
         fleet.built["a"].result.callback(True)
         self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_claimsAfterEverythingEnded(self) -> None:
+        """
+        Without C{--exit-when-done} (a daemon under systemd), a daemon
+        whose fleet's jobs have all ended goes on polling: a job queued
+        again through another daemon (its page's retry-failed or resume, a
+        reload there, C{state load-jobs}) is claimed here at the next poll.
+        (It stopped claiming for good: a daemon started on a fleet whose
+        jobs had all failed never ran the jobs another daemon's bulk
+        retry-failed queued again, which that one daemon ran alone.)
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, exitWhenDone=False)
+        fleet.service.startService()
+        fleet.built["a"].result.callback(True)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        first = fleet.built.pop("a")
+        fleet.memory.requeue("a")
+        fleet.clock.pump([fleet.member.period] * 2)
+        self.assertIn("a", fleet.built)
+        self.assertIsNot(fleet.built["a"], first)
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
         self.stop(fleet)
 
     def test_leaseLostRunning(self) -> None:

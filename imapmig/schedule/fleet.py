@@ -650,7 +650,10 @@ class FleetScheduler(JobQueueService):
             await wake
 
     async def _nothingLeft(self) -> bool:
-        if self._active or self.member.owner is None:
+        if self._active or self.member.owner is None or self._whenDone is None:
+            # Without --exit-when-done the daemon never drains: it polls on,
+            # and claims a job queued again through another daemon (a
+            # control on its page, a reload there, state load-jobs).
             return False
         try:
             counts = await self._queue.counts()
