@@ -203,12 +203,11 @@ class MigrationJob:
         self._openSession = openSession
         self._clock = clock
         self._settings = settings
-        self._lifecycle = (
-            JobMachine(name, progress, clock, record) if machine is None else machine
-        )
+        self._lifecycle = JobMachine(name, progress, clock, record) if machine is None else machine
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
-        # When the last run ended deferred (see defer), until when.
+        # When the last run ended deferred (see defer), until when; whether stopped.
         self.deferredUntil: float | None = None
+        self.stopped = False
         sides = JobSides(source, sourceThrottle, throttle)
         # Asked by cancelling the run's Deferred (run), read by every part.
         self._stop = RunStop()
@@ -267,14 +266,6 @@ class MigrationJob:
         This job's live counters.
         """
         return self._progress
-
-    @property
-    def stopped(self) -> bool:
-        """
-        Whether the last run was stopped: its Deferred cancelled, or its
-        wait to retry ended by its machine (a control's pause or cancel).
-        """
-        return self._stop.requested
 
     def _requestStop(self) -> None:
         """
@@ -458,6 +449,7 @@ class MigrationJob:
         if self._stopTimer is not None and self._stopTimer.active():
             self._stopTimer.cancel()
         self._stopTimer = None
+        self.stopped = self._stop.requested  # Cancelled, or held by a control.
         self._log.ended(
             self._recorder.appended,
             self._recorder.present,

@@ -46,9 +46,8 @@ class ScheduledJob(Protocol):
     # time of the clock (a daily budget used up).
     deferredUntil: float | None
 
-    @property
-    def stopped(self) -> bool:
-        "Whether the last run ended stopped (its run cancelled, or its machine held)."
+    # Whether the last run ended stopped (cancelled, or held by a control).
+    stopped: bool
 
     def run(self) -> Deferred[bool]:
         """
@@ -395,9 +394,7 @@ class JobQueueService(Service):
             )
             running = self._runs[name] = job.run()
             completed = await running
-            # A control's pause or cancel ends a run waiting to retry from
-            # within the machine's transition, before halt() is told: the
-            # run says it stopped.
+            # A control's pause or cancel may end a wait to retry before halt().
             stopped = self._stopping or name in self._halted or job.stopped
             outcome, notBefore = _runOutcome(name, job, completed, stopped)
         except LeaseLost:
