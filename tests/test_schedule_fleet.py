@@ -23,7 +23,7 @@ from imapmig.config.limits import ServerLimits
 from imapmig.daemon.service import _ServiceTree
 from imapmig.schedule.census import SourceCensus
 from imapmig.config.model import JobConfig
-from imapmig.errors import ControlRefused, LeaseLost, QueueUnavailable, UnknownJob
+from imapmig.errors import ControlRefused, LeaseLost, PermanentError, QueueUnavailable, UnknownJob
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.job.queuewrite import CONTROL_ANSWER, WRITE_RETRY
@@ -931,6 +931,70 @@ class FleetSchedulerTests(SynchronousTestCase):
         fleet.clock.advance(5)
         self.assertIs(fleet.memory.state("a"), QueueState.DONE)
         self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_finishRefusedRetried(self) -> None:
+        """
+        A finish the database refuses (the role's UPDATE on the queue's
+        table revoked, then granted again) is tried again every C{H}, as
+        an unreachable queue's is; the job's slot is not lost meanwhile.
+        (It raised out of the job's run, unhandled: the claim stayed the
+        daemon's for ever, its slot gone, and C{--exit-when-done} never
+        exited.)
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        calls = []
+        finish = fleet.queue.finish
+
+        def refusedOnce(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            calls.append(outcome)
+            if len(calls) == 1:
+                return fail(PermanentError("db1: cannot finish a job: permission denied for table jobs"))
+            return finish(claim, outcome, notBefore)
+
+        fleet.queue.finish = refusedOnce  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        fleet.clock.advance(5)
+        self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertIn("b", fleet.built)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.stop(fleet)
+
+    def test_claimRefusedLoggedWithoutTraceback(self) -> None:
+        """
+        A claim the database refuses (a permission revoked, a row it
+        cannot update) is a warning naming why, tried again at the next
+        poll; not a traceback logged as a bug at every poll.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        claim = fleet.queue.claim
+        refused = [True]
+
+        def refusing(*args: Any, **kwargs: Any) -> Deferred[JobClaim | None]:
+            if refused[0]:
+                return fail(PermanentError("db1: cannot claim a job: bigint out of range"))
+            return claim(*args, **kwargs)
+
+        fleet.queue.claim = refusing  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        fleet.service.startService()
+        self.assertEqual(fleet.built, {})
+        self.assertEqual([e for e in events if e.get("log_level") == LogLevel.critical], [])
+        self.assertTrue(
+            any("bigint out of range" in str(e.get("why")) for e in events
+                if e.get("log_level") == LogLevel.warn)
+        )
+        refused[0] = False
+        fleet.clock.advance(fleet.member.period)
+        self.assertIn("a", fleet.built)
+        fleet.built["a"].result.callback(True)
         self.stop(fleet)
 
     def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:

@@ -42,7 +42,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.config.model import JobConfig
-from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.errors import LeaseLost, PermanentError, QueueUnavailable
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
@@ -607,7 +607,9 @@ class FleetScheduler(JobQueueService):
         def failed(failure: Failure) -> None:
             if failure.check(LeaseLost) and self.member.owner == owner:
                 self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
-            elif failure.check(QueueUnavailable, LeaseLost):
+            elif failure.check(QueueUnavailable, LeaseLost, PermanentError):
+                # PermanentError: the database refused the claim (a right
+                # revoked, a row it cannot update): tried at the next poll.
                 self._unsure = self._unsure or bool(failure.check(QueueUnavailable))
                 log.warn("Cannot claim a job: {why}", why=failure.getErrorMessage())
             else:
@@ -676,7 +678,9 @@ class FleetScheduler(JobQueueService):
                 try:
                     await self._queue.finish(claim, outcome, notBefore)
                     return True
-                except QueueUnavailable as e:
+                except (QueueUnavailable, PermanentError) as e:
+                    # Refused (PermanentError: a right revoked) as when
+                    # unreachable: raised, the claim stayed held for ever.
                     log.warn(
                         "Job {job}: cannot finish its claim ({why});"
                         " trying again in {period:.1f} s",
