@@ -294,6 +294,7 @@ def report(
     out: TextIO,
     asCSV: bool = False,
     failures: bool = False,
+    holds: Mapping[str, JobHold] | None = None,
 ) -> int:
     """
     Write the report of C{jobs} from C{store} to C{out}: as text, ending
@@ -301,10 +302,15 @@ def report(
     row per job (L{writeJobsCSV}).  With C{failures}, every failed message
     instead, with its names (L{writeFailuresCSV} as CSV).
 
+    @param holds: the admin's holds, where the store does not keep them (a
+        fleet's are its queue's rows: L{imapmig.commands.cli}); L{None}:
+        the store's.
+
     @return: the exit status: 0 when no job's latest run failed and no
         message is recorded as failed, 1 otherwise.
     """
-    holds = _now(store.jobHolds())
+    if holds is None:
+        holds = _now(store.jobHolds())
     document = [_jobEntry(store, job, holds.get(job)) for job in jobs]
     status = 0 if all(entry["ok"] for entry in document) else 1
     if failures:
